@@ -1,0 +1,25 @@
+/* The `kvtier` command line: a dispatcher (cli.c) and one function per
+ * subcommand, each in the cli_*.c file of its area. Subcommands print their own
+ * --help and return a process exit code (0 ok, 1 failure, 2 usage error). */
+#ifndef KVT_CLI_H
+#define KVT_CLI_H
+
+int kvt_cli_main(int argc, char **argv);
+
+int kvt_cmd_info(int argc, char **argv);     /* cli_model.c */
+int kvt_cmd_mkmodel(int argc, char **argv);  /* cli_model.c */
+int kvt_cmd_tokenize(int argc, char **argv); /* cli_tokenize.c */
+int kvt_cmd_eval(int argc, char **argv);     /* cli_run.c */
+int kvt_cmd_run(int argc, char **argv);      /* cli_run.c */
+
+/* Shared helpers for subcommands. */
+/* True if argv[i] is -h or --help. */
+int kvt_cli_is_help(const char *arg);
+/* Parses a positive integer option value; prints an error naming opt and returns -1 if bad. */
+long kvt_cli_parse_long(const char *opt, const char *val, long min, long max);
+/* Parses a float option value; prints an error and returns NAN if bad. */
+double kvt_cli_parse_double(const char *opt, const char *val);
+/* Fetches the value following option argv[*i]; prints an error and returns NULL if missing. */
+const char *kvt_cli_value(int argc, char **argv, int *i);
+
+#endif

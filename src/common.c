@@ -1,0 +1,101 @@
+/* Error details, logging, clock and allocation helpers (see common.h). */
+#include "common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KVT_ERRMSG_MAX 1024
+
+static _Thread_local char errmsg[KVT_ERRMSG_MAX];
+
+const char *kvt_strerror(int err) {
+    switch (err) {
+    case 0: return "success";
+    case KVT_EFORMAT: return "malformed input";
+    case KVT_EUNSUPPORTED: return "unsupported";
+    case KVT_ENOTFOUND: return "not found";
+    case KVT_ETYPE: return "wrong type";
+    case KVT_ELIMIT: return "over a limit";
+    case KVT_EARG: return "invalid argument";
+    default: break;
+    }
+    if (err < 0 && err > KVT_ERR_FIRST) return strerror(-err);
+    return "unknown error";
+}
+
+const char *kvt_errmsg(void) { return errmsg; }
+
+int kvt_fail(int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int kvt_fail_prefix(int err, const char *fmt, ...) {
+    char prev[KVT_ERRMSG_MAX];
+    memcpy(prev, errmsg, sizeof prev);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof errmsg) snprintf(errmsg + n, sizeof errmsg - (size_t)n, "%s", prev);
+    return err;
+}
+
+static int log_threshold(void) {
+    static int level = -1;
+    if (level < 0) {
+        const char *e = getenv("KVT_LOG");
+        level = e ? atoi(e) : KVT_LOG_INFO;
+    }
+    return level;
+}
+
+void kvt_log(int level, const char *fmt, ...) {
+    if (level > log_threshold()) return;
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "kvtier: %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double kvt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void oom(size_t n) {
+    fprintf(stderr, "kvtier: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *kvt_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+void *kvt_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) oom(n * size);
+    return p;
+}
+void *kvt_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n);
+    return q;
+}
+char *kvt_xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = kvt_xmalloc(n);
+    memcpy(p, s, n);
+    return p;
+}

@@ -1,0 +1,46 @@
+/* Internal helpers shared by every module: error reporting, checked arithmetic,
+ * logging. Nothing here is part of the public API. */
+#ifndef KVT_COMMON_H
+#define KVT_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define KVT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define KVT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Records a formatted detail for kvt_errmsg() and returns err, so callers can
+ * write `return kvt_fail(KVT_EFORMAT, "bad magic %08x", m);`. */
+int kvt_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prepends context to the current detail: "model.gguf: " + previous detail.
+ * Returns err unchanged. */
+int kvt_fail_prefix(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
+static inline int kvt_mul_ovf(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int kvt_add_ovf(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+/* Logging to stderr. Level: 0 error, 1 warn, 2 info, 3 debug; KVT_LOG env sets
+ * the threshold (default info). */
+enum { KVT_LOG_ERROR = 0, KVT_LOG_WARN = 1, KVT_LOG_INFO = 2, KVT_LOG_DEBUG = 3 };
+void kvt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic clock in seconds. */
+double kvt_now(void);
+
+/* malloc that never returns NULL for n > 0: out of memory is fatal (logged). */
+void *kvt_xmalloc(size_t n);
+void *kvt_xcalloc(size_t n, size_t size);
+void *kvt_xrealloc(void *p, size_t n);
+char *kvt_xstrdup(const char *s);
+
+#endif

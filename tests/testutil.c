@@ -1,0 +1,68 @@
+/* Test harness helpers (see testutil.h). */
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int kvt_test_failures;
+int kvt_test_checks;
+
+const char *kvt_test_shared(void) {
+    const char *e = getenv("KVT_SHARED");
+    return e && *e ? e : "../shared";
+}
+
+const char *kvt_test_bin(void) {
+    const char *e = getenv("KVT_BIN");
+    return e && *e ? e : "./kvtier";
+}
+
+const char *kvt_test_path(const char *dir, const char *name) {
+    static char bufs[8][4096];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
+
+const char *kvt_test_tmpdir(void) {
+    static char dir[256];
+    if (!dir[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/kvt-test-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(dir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+    }
+    return dir;
+}
+
+char *kvt_test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    buf[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+int kvt_test_done(const char *name) {
+    printf("%s: %d checks, %d failed\n", name, kvt_test_checks, kvt_test_failures);
+    return kvt_test_failures ? 1 : 0;
+}
+
+void kvt_test_skip(const char *why) {
+    printf("SKIP: %s\n", why);
+    exit(77);
+}
