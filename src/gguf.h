@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvtier.h"
+
 /* GGUF metadata value types */
 enum kvt_gguf_vtype {
     KVT_GGUF_U8 = 0, KVT_GGUF_I8 = 1, KVT_GGUF_U16 = 2, KVT_GGUF_I16 = 3,
