@@ -1,0 +1,314 @@
+/* Model loading: reads hyperparameters from GGUF metadata, binds every weight
+ * after checking its shape and type, loads the tokenizer and computes the
+ * fingerprint that roots the cache keys. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common.h"
+#include "tokenizer.h"
+
+#define DEFAULT_RMS_EPS 1e-5f
+#define DEFAULT_ROPE_BASE 10000.0f
+#define FINGERPRINT_SAMPLE_BYTES 4096 /* hashed from the start, middle and end of every tensor */
+#define FINGERPRINT_DOMAIN "kvtier-model-fingerprint-v1"
+
+typedef struct {
+    kvt_model *m;
+} loader;
+
+kvt_model_params kvt_model_default_params(void) {
+    kvt_model_params p = {0};
+    return p;
+}
+
+static int get_i32(const kvt_gguf *g, const char *arch, const char *suffix, int32_t *out, int required,
+                   int32_t dflt) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    int rc = kvt_gguf_get_int(g, key, &v);
+    if (rc == KVT_ENOTFOUND && !required) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc) return rc;
+    if (v <= 0 || v > INT32_MAX) return kvt_fail(KVT_EFORMAT, "metadata '%s' = %lld is out of range", key, (long long)v);
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int get_f32(const kvt_gguf *g, const char *arch, const char *suffix, float *out, float dflt) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    int rc = kvt_gguf_get_float(g, key, &v);
+    if (rc == KVT_ENOTFOUND) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc) return rc;
+    if (!isfinite(v) || v <= 0) return kvt_fail(KVT_EFORMAT, "metadata '%s' = %g is out of range", key, v);
+    *out = (float)v;
+    return 0;
+}
+
+static int load_hparams(kvt_model *m) {
+    const kvt_gguf *g = m->gguf;
+    kvt_hparams *hp = &m->hp;
+    const char *arch;
+    int rc = kvt_gguf_get_str(g, "general.architecture", &arch);
+    if (rc) return rc;
+    if (!strcmp(arch, "llama")) {
+        hp->arch = KVT_ARCH_LLAMA;
+        hp->arch_name = "llama";
+        hp->rope_style = KVT_ROPE_NORM;
+    } else if (!strcmp(arch, "qwen2")) {
+        hp->arch = KVT_ARCH_QWEN2;
+        hp->arch_name = "qwen2";
+        hp->rope_style = KVT_ROPE_NEOX;
+    } else {
+        return kvt_fail(KVT_EUNSUPPORTED, "architecture '%s' is not supported (llama and qwen2 are)", arch);
+    }
+    if ((rc = get_i32(g, arch, "embedding_length", &hp->n_embd, 1, 0)) ||
+        (rc = get_i32(g, arch, "block_count", &hp->n_layer, 1, 0)) ||
+        (rc = get_i32(g, arch, "feed_forward_length", &hp->n_ff, 1, 0)) ||
+        (rc = get_i32(g, arch, "attention.head_count", &hp->n_head, 1, 0)) ||
+        (rc = get_i32(g, arch, "attention.head_count_kv", &hp->n_head_kv, 0, hp->n_head)) ||
+        (rc = get_i32(g, arch, "context_length", &hp->n_ctx_train, 0, 2048)))
+        return rc;
+    if (hp->n_embd % hp->n_head)
+        return kvt_fail(KVT_EFORMAT, "embedding_length %d is not a multiple of head_count %d", hp->n_embd, hp->n_head);
+    if (hp->n_head % hp->n_head_kv)
+        return kvt_fail(KVT_EFORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
+    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, hp->n_embd / hp->n_head))) return rc;
+    int32_t vlen;
+    if ((rc = get_i32(g, arch, "attention.value_length", &vlen, 0, hp->head_dim))) return rc;
+    if (vlen != hp->head_dim)
+        return kvt_fail(KVT_EUNSUPPORTED, "key_length %d != value_length %d is not supported", hp->head_dim, vlen);
+    if ((rc = get_i32(g, arch, "rope.dimension_count", &hp->rope_dim, 0, hp->head_dim))) return rc;
+    if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
+        return kvt_fail(KVT_EFORMAT, "rope.dimension_count %d must be even and <= head dim %d", hp->rope_dim,
+                        hp->head_dim);
+    if ((rc = get_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, DEFAULT_RMS_EPS)) ||
+        (rc = get_f32(g, arch, "rope.freq_base", &hp->rope_base, DEFAULT_ROPE_BASE)))
+        return rc;
+
+    hp->rope_scaling = KVT_ROPE_SCALING_NONE;
+    hp->rope_freq_scale = 1.0f;
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char *stype = NULL;
+    if (kvt_gguf_find(g, key) && (rc = kvt_gguf_get_str(g, key, &stype))) return rc;
+    float factor = 1.0f;
+    if ((rc = get_f32(g, arch, "rope.scaling.factor", &factor, 0.0f))) return rc;
+    if (factor == 0.0f && (rc = get_f32(g, arch, "rope.scale_linear", &factor, 1.0f))) return rc;
+    if (stype && !strcmp(stype, "linear")) {
+        hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
+        hp->rope_freq_scale = 1.0f / factor;
+    } else if (stype && strcmp(stype, "none") && strcmp(stype, "llama3")) {
+        /* llama3 scaling is carried by rope_freqs.weight; yarn changes attention too */
+        return kvt_fail(KVT_EUNSUPPORTED, "rope scaling type '%s' is not supported (none, linear, llama3 are)", stype);
+    } else if (!stype && factor != 1.0f && factor != 0.0f) {
+        hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    return 0;
+}
+
+static int matmul_type_ok(uint32_t t) {
+    return t == KVT_TYPE_F32 || t == KVT_TYPE_F16 || t == KVT_TYPE_BF16 || t == KVT_TYPE_Q8_0;
+}
+
+static int bind_wmat(loader *L, const char *name, int64_t rows, int64_t cols, kvt_wmat *out) {
+    const kvt_gguf_tensor *t = kvt_gguf_tensor_find(L->m->gguf, name);
+    if (!t) return kvt_fail(KVT_ENOTFOUND, "tensor %s is missing", name);
+    if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
+        return kvt_fail(KVT_EFORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
+                        (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
+                        (long long)cols, (long long)rows);
+    if (!matmul_type_ok(t->type))
+        return kvt_fail(KVT_EUNSUPPORTED, "tensor %s has type %s; supported: F32, F16, BF16, Q8_0", name,
+                        kvt_ggml_type_name(t->type));
+    out->type = t->type;
+    out->rows = rows;
+    out->cols = cols;
+    out->data = t->data;
+    out->row_bytes = kvt_ggml_row_bytes(t->type, (uint64_t)cols);
+    L->m->n_params += (uint64_t)(rows * cols);
+    L->m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* A 1-D f32 vector; F16/BF16 files are converted into an owned copy. */
+static int bind_vec(loader *L, const char *name, int64_t n, const float **out, int optional) {
+    const kvt_gguf_tensor *t = kvt_gguf_tensor_find(L->m->gguf, name);
+    *out = NULL;
+    if (!t) return optional ? 0 : kvt_fail(KVT_ENOTFOUND, "tensor %s is missing", name);
+    if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
+        return kvt_fail(KVT_EFORMAT, "tensor %s has %llu elements in %u dims, expected a vector of %lld", name,
+                        (unsigned long long)t->ne[0], t->n_dims, (long long)n);
+    L->m->n_params += (uint64_t)n;
+    L->m->weight_bytes += t->nbytes;
+    if (t->type == KVT_TYPE_F32 && ((uintptr_t)t->data % sizeof(float)) == 0) {
+        *out = t->data;
+        return 0;
+    }
+    if (t->type != KVT_TYPE_F32 && t->type != KVT_TYPE_F16 && t->type != KVT_TYPE_BF16)
+        return kvt_fail(KVT_EUNSUPPORTED, "tensor %s has type %s; vectors must be F32, F16 or BF16", name,
+                        kvt_ggml_type_name(t->type));
+    float *copy = kvt_xmalloc((size_t)n * sizeof(float));
+    kvt_wmat w = {t->type, 1, n, t->data, t->nbytes};
+    kvt_wmat_row_f32(&w, 0, copy);
+    kvt_model *m = L->m;
+    m->owned = kvt_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
+    m->owned[m->n_owned++] = copy;
+    *out = copy;
+    return 0;
+}
+
+static int bind_weights(loader *L) {
+    kvt_model *m = L->m;
+    kvt_hparams *hp = &m->hp;
+    const kvt_gguf_tensor *te = kvt_gguf_tensor_find(m->gguf, "token_embd.weight");
+    if (!te) return kvt_fail(KVT_ENOTFOUND, "tensor token_embd.weight is missing");
+    if (te->n_dims != 2 || te->ne[1] > INT32_MAX)
+        return kvt_fail(KVT_EFORMAT, "tensor token_embd.weight must be 2-D [n_embd, n_vocab]");
+    hp->n_vocab = (int32_t)te->ne[1];
+    int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    int rc;
+    char name[128];
+    if ((rc = bind_wmat(L, "token_embd.weight", hp->n_vocab, hp->n_embd, &m->tok_embd)) ||
+        (rc = bind_vec(L, "output_norm.weight", hp->n_embd, &m->output_norm, 0)))
+        return rc;
+    if (kvt_gguf_tensor_find(m->gguf, "output.weight")) {
+        if ((rc = bind_wmat(L, "output.weight", hp->n_vocab, hp->n_embd, &m->output))) return rc;
+    } else {
+        m->output = m->tok_embd;
+        hp->tied_output = 1;
+    }
+    if ((rc = bind_vec(L, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freq_factors, 1))) return rc;
+    hp->has_freq_factors = m->rope_freq_factors != NULL;
+    m->layers = kvt_xcalloc((size_t)hp->n_layer, sizeof *m->layers);
+    for (int32_t i = 0; i < hp->n_layer; i++) {
+        kvt_layer *l = &m->layers[i];
+        int opt_bias = hp->arch != KVT_ARCH_QWEN2;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
+        if ((rc = bind_vec(L, NAME("attn_norm.weight"), hp->n_embd, &l->attn_norm, 0)) ||
+            (rc = bind_wmat(L, NAME("attn_q.weight"), q_dim, hp->n_embd, &l->wq)) ||
+            (rc = bind_wmat(L, NAME("attn_k.weight"), kv_dim, hp->n_embd, &l->wk)) ||
+            (rc = bind_wmat(L, NAME("attn_v.weight"), kv_dim, hp->n_embd, &l->wv)) ||
+            (rc = bind_wmat(L, NAME("attn_output.weight"), hp->n_embd, q_dim, &l->wo)) ||
+            (rc = bind_vec(L, NAME("attn_q.bias"), q_dim, &l->bq, opt_bias)) ||
+            (rc = bind_vec(L, NAME("attn_k.bias"), kv_dim, &l->bk, opt_bias)) ||
+            (rc = bind_vec(L, NAME("attn_v.bias"), kv_dim, &l->bv, opt_bias)) ||
+            (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, &l->ffn_norm, 0)) ||
+            (rc = bind_wmat(L, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, &l->w_gate)) ||
+            (rc = bind_wmat(L, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, &l->w_up)) ||
+            (rc = bind_wmat(L, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, &l->w_down)))
+            return rc;
+#undef NAME
+    }
+    return 0;
+}
+
+static void hash_u64(XXH3_state_t *s, uint64_t v) { XXH3_128bits_update(s, &v, sizeof v); }
+static void hash_f32(XXH3_state_t *s, float f) { XXH3_128bits_update(s, &f, sizeof f); }
+
+/* Covers everything that changes K/V for a given token sequence: architecture,
+ * shapes, rope parameters, the tensor directory, and samples of every tensor's
+ * bytes (so two fine-tunes of one base differ). */
+static void compute_fingerprint(kvt_model *m) {
+    XXH3_state_t *s = XXH3_createState();
+    XXH3_128bits_reset(s);
+    XXH3_128bits_update(s, FINGERPRINT_DOMAIN, sizeof FINGERPRINT_DOMAIN);
+    const kvt_hparams *hp = &m->hp;
+    if (hp->arch_name) XXH3_128bits_update(s, hp->arch_name, strlen(hp->arch_name) + 1);
+    hash_u64(s, (uint64_t)hp->n_vocab);
+    hash_u64(s, (uint64_t)hp->n_embd);
+    hash_u64(s, (uint64_t)hp->n_layer);
+    hash_u64(s, (uint64_t)hp->n_head);
+    hash_u64(s, (uint64_t)hp->n_head_kv);
+    hash_u64(s, (uint64_t)hp->head_dim);
+    hash_u64(s, (uint64_t)hp->n_ff);
+    hash_f32(s, hp->rms_eps);
+    hash_f32(s, hp->rope_base);
+    hash_u64(s, (uint64_t)hp->rope_dim);
+    hash_u64(s, (uint64_t)hp->rope_style);
+    hash_u64(s, (uint64_t)hp->rope_scaling);
+    hash_f32(s, hp->rope_freq_scale);
+    const kvt_gguf *g = m->gguf;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kvt_gguf_tensor *t = &g->tensors[i];
+        XXH3_128bits_update(s, t->name, strlen(t->name) + 1);
+        hash_u64(s, t->type);
+        for (int d = 0; d < KVT_GGUF_MAX_DIMS; d++) hash_u64(s, t->ne[d]);
+        if (!t->data) continue;
+        uint64_t n = KVT_MIN(t->nbytes, (uint64_t)FINGERPRINT_SAMPLE_BYTES);
+        const uint8_t *p = t->data;
+        XXH3_128bits_update(s, p, n);
+        XXH3_128bits_update(s, p + (t->nbytes - n) / 2, n);
+        XXH3_128bits_update(s, p + t->nbytes - n, n);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(s);
+    XXH3_freeState(s);
+    m->fingerprint.lo = h.low64;
+    m->fingerprint.hi = h.high64;
+}
+
+int kvt_model_load(const char *path, kvt_model_params params, kvt_model **out) {
+    *out = NULL;
+    kvt_model *m = kvt_xcalloc(1, sizeof *m);
+    m->path = kvt_xstrdup(path);
+    m->vocab_only = params.vocab_only;
+    loader L = {m};
+    int rc = kvt_gguf_open(path, &m->gguf);
+    if (rc) {
+        kvt_model_free(m);
+        return rc;
+    }
+    if ((rc = kvt_tokenizer_load(m->gguf, &m->tok))) goto fail;
+    const char *tmpl;
+    if (!kvt_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl)) m->chat_template = tmpl;
+    if (!params.vocab_only) {
+        if ((rc = load_hparams(m)) || (rc = bind_weights(&L))) goto fail;
+        /* a token id the embedding cannot look up would read past the tensor */
+        if (kvt_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
+            rc = kvt_fail(KVT_EFORMAT, "tokenizer has %d tokens but token_embd.weight has %d rows",
+                          kvt_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+            goto fail;
+        }
+    }
+    compute_fingerprint(m);
+    *out = m;
+    return 0;
+fail:
+    kvt_model_free(m);
+    return kvt_fail_prefix(rc, "%s: ", path);
+}
+
+void kvt_model_free(kvt_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    kvt_tokenizer_free(m->tok);
+    kvt_gguf_close(m->gguf);
+    free(m->path);
+    free(m);
+}
+
+kvt_fingerprint kvt_model_fingerprint(const kvt_model *m) { return m->fingerprint; }
+
+uint64_t kvt_model_kv_bytes_per_token(const kvt_model *m, int kv_elem_bytes) {
+    const kvt_hparams *hp = &m->hp;
+    return 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)kv_elem_bytes;
+}
+
+void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]) {
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)fp.hi, (unsigned long long)fp.lo);
+}

@@ -1,0 +1,75 @@
+/* A loaded model: hyperparameters from GGUF metadata, weights bound to the
+ * mapped tensors (shape- and type-checked), its tokenizer and fingerprint.
+ * Architectures: llama (1/2/3, Mistral, GQA, rope scaling) and qwen2 (q/k/v
+ * biases, NEOX rope). */
+#ifndef KVT_MODEL_H
+#define KVT_MODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "kvtier.h"
+#include "ops.h"
+
+typedef enum { KVT_ARCH_LLAMA = 0, KVT_ARCH_QWEN2 = 1 } kvt_arch;
+
+/* How rotary embeddings pair up dimensions: llama rotates (2i, 2i+1), NEOX
+ * (qwen2) rotates (i, i + rope_dim/2). */
+typedef enum { KVT_ROPE_NORM = 0, KVT_ROPE_NEOX = 1 } kvt_rope_style;
+
+typedef enum { KVT_ROPE_SCALING_NONE = 0, KVT_ROPE_SCALING_LINEAR = 1 } kvt_rope_scaling;
+
+typedef struct {
+    kvt_arch arch;
+    const char *arch_name;  /* "llama" / "qwen2" */
+    int32_t n_vocab;
+    int32_t n_embd;         /* model width */
+    int32_t n_layer;
+    int32_t n_head, n_head_kv;
+    int32_t head_dim;       /* per-head width of q and k (and v) */
+    int32_t n_ff;
+    int32_t n_ctx_train;    /* context length the model was trained for */
+    float rms_eps;
+    float rope_base;        /* theta */
+    int32_t rope_dim;       /* leading dims of each head that rotate */
+    kvt_rope_style rope_style;
+    kvt_rope_scaling rope_scaling;
+    float rope_freq_scale; /* positions are multiplied by this (1/factor for linear scaling) */
+    int has_freq_factors;  /* llama3-style per-dimension factors from rope_freqs.weight */
+    int tied_output;       /* output projection shares token_embd */
+} kvt_hparams;
+
+typedef struct {
+    const float *attn_norm;          /* (n_embd) */
+    kvt_wmat wq, wk, wv, wo;         /* (n_head*head_dim, n_embd), (n_head_kv*head_dim, n_embd) x2, (n_embd, n_head*head_dim) */
+    const float *bq, *bk, *bv;       /* qwen2 biases, NULL for llama */
+    const float *ffn_norm;           /* (n_embd) */
+    kvt_wmat w_gate, w_up, w_down;   /* (n_ff, n_embd) x2, (n_embd, n_ff) */
+} kvt_layer;
+
+struct kvt_model {
+    char *path;
+    kvt_gguf *gguf;
+    kvt_hparams hp;
+    int vocab_only;
+    kvt_wmat tok_embd;          /* (n_vocab, n_embd) */
+    const float *output_norm;   /* (n_embd) */
+    kvt_wmat output;            /* (n_vocab, n_embd); == tok_embd when tied */
+    const float *rope_freq_factors; /* (rope_dim/2) or NULL */
+    kvt_layer *layers;          /* n_layer */
+    struct kvt_tokenizer *tok;
+    kvt_fingerprint fingerprint;
+    const char *chat_template;  /* tokenizer.chat_template or NULL */
+    float **owned;              /* norms/biases not stored as F32 in the file, converted at load */
+    size_t n_owned;
+    uint64_t n_params;
+    uint64_t weight_bytes;
+};
+
+/* Bytes of K+V for one token across all layers, for a KV element size in bytes. */
+uint64_t kvt_model_kv_bytes_per_token(const kvt_model *m, int kv_elem_bytes);
+
+/* Fingerprint as 32 lowercase hex digits + NUL (hi then lo). */
+void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]);
+
+#endif
