@@ -4,6 +4,8 @@
 #ifndef KVT_CLI_H
 #define KVT_CLI_H
 
+#include <stddef.h>
+
 int kvt_cli_main(int argc, char **argv);
 
 int kvt_cmd_info(int argc, char **argv);     /* cli_model.c */
@@ -23,3 +25,9 @@ double kvt_cli_parse_double(const char *opt, const char *val);
 const char *kvt_cli_value(int argc, char **argv, int *i);
 
 #endif
+
+/* Path of the model used when a command gets no -m: $KVT_DEFAULT_MODEL if set,
+ * else a random-weight llama that kvtier generates once into
+ * $XDG_CACHE_HOME/kvtier (or ~/.cache/kvtier). Logs which model it is and that
+ * its weights are random. Returns 0, or -1 after printing why it failed. */
+int kvt_default_model_path(char *buf, size_t cap);

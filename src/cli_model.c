@@ -1,14 +1,314 @@
-/* `kvtier info` and `kvtier mkmodel` (placeholders). */
+/* `kvtier info` and `kvtier mkmodel`, and the default model used when no -m is given. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
+#include "chat.h"
 #include "cli.h"
+#include "common.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "tokenizer.h"
 
-int kvt_cmd_info(int argc, char **argv) {
-    fprintf(stderr, "kvtier info: not implemented yet\n");
-    return 1;
+#define DEFAULT_BLOCK_TOKENS 32
+#define F16_BYTES 2
+#define F32_BYTES 4
+
+/* ---- mkmodel ---------------------------------------------------------------- */
+
+static void mkmodel_usage(FILE *f) {
+    kvt_mkmodel_params d = kvt_mkmodel_default_params();
+    fprintf(f,
+            "usage: kvtier mkmodel -o OUT.gguf [options]\n\n"
+            "Writes a GGUF model with random weights (deterministic for a seed) for tests,\n"
+            "demos and benchmarks. It is not a trained model: its text is noise.\n\n"
+            "options:\n"
+            "  -o, --output PATH      file to write (atomically: temp file + fsync + rename)\n"
+            "  --arch NAME            llama or qwen2 (qwen2 adds q/k/v biases, NEOX rope) [%s]\n"
+            "  --dim N                model width (embedding length) [%d]\n"
+            "  --layers N             transformer blocks [%d]\n"
+            "  --heads N              attention heads; dim must be a multiple [%d]\n"
+            "  --kv-heads N           key/value heads (GQA); heads must be a multiple [%d]\n"
+            "  --ff N                 feed-forward width [%d]\n"
+            "  --vocab N              vocabulary rows; 0 = the tokenizer's size [%d]\n"
+            "  --ctx N                context_length metadata [%d]\n"
+            "  --type T               weight type: f32, f16, bf16, q8_0 [f16]\n"
+            "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
+            "                         default: a built-in byte-level BPE vocabulary\n"
+            "  --tied                 no output.weight: the output projection reuses token_embd\n"
+            "  --rope-base F          rope theta [%g]\n"
+            "  --seed N               weights seed [%llu]\n"
+            "  --name NAME            general.name [%s]\n"
+            "  -h, --help             this help\n",
+            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.ff, d.vocab, d.ctx, (double)d.rope_base,
+            (unsigned long long)d.seed, d.name);
+}
+
+static int parse_type(const char *s, uint32_t *out) {
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } types[] = {{"f32", KVT_TYPE_F32}, {"f16", KVT_TYPE_F16}, {"bf16", KVT_TYPE_BF16}, {"q8_0", KVT_TYPE_Q8_0}};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(types); i++)
+        if (!strcasecmp(s, types[i].name)) {
+            *out = types[i].type;
+            return 0;
+        }
+    fprintf(stderr, "kvtier mkmodel: --type must be f32, f16, bf16 or q8_0, not '%s'\n", s);
+    return -1;
 }
 
 int kvt_cmd_mkmodel(int argc, char **argv) {
-    fprintf(stderr, "kvtier mkmodel: not implemented yet\n");
-    return 1;
+    kvt_mkmodel_params p = kvt_mkmodel_default_params();
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long n = 0;
+        if (kvt_cli_is_help(a)) {
+            mkmodel_usage(stdout);
+            return 0;
+        }
+        struct {
+            const char *opt;
+            int32_t *dst;
+            long min;
+        } ints[] = {{"--dim", &p.dim, 2}, {"--layers", &p.layers, 1}, {"--heads", &p.heads, 1},
+                    {"--kv-heads", &p.kv_heads, 1}, {"--ff", &p.ff, 1}, {"--vocab", &p.vocab, 0},
+                    {"--ctx", &p.ctx, 1}};
+        int matched = 0;
+        for (size_t k = 0; k < KVT_ARRAY_LEN(ints); k++) {
+            if (strcmp(a, ints[k].opt)) continue;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (n = kvt_cli_parse_long(a, v, ints[k].min, 1 << 24)) < 0)
+                return 2;
+            *ints[k].dst = (int32_t)n;
+            matched = 1;
+        }
+        if (matched) continue;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--arch")) {
+            if (!(p.arch = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--type")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_type(v, &p.type)) return 2;
+        } else if (!strcmp(a, "--vocab-from")) {
+            if (!(p.vocab_from = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tied")) {
+            p.tied = 1;
+        } else if (!strcmp(a, "--rope-base")) {
+            double f;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v)) || f <= 0) return 2;
+            p.rope_base = (float)f;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (n = kvt_cli_parse_long(a, v, 0, LONG_MAX)) < 0) return 2;
+            p.seed = (uint64_t)n;
+        } else if (!strcmp(a, "--name")) {
+            if (!(p.name = kvt_cli_value(argc, argv, &i))) return 2;
+        } else {
+            fprintf(stderr, "kvtier mkmodel: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "kvtier mkmodel: -o OUT.gguf is required (see --help)\n");
+        return 2;
+    }
+    double t0 = kvt_now();
+    int rc = kvt_mkmodel(&p, out);
+    if (rc) {
+        fprintf(stderr, "kvtier mkmodel: %s\n", kvt_errmsg());
+        return 1;
+    }
+    struct stat st;
+    stat(out, &st);
+    fprintf(stderr, "kvtier mkmodel: wrote %s (%.1f MB, random weights) in %.1f s\n", out,
+            (double)st.st_size / 1e6, kvt_now() - t0);
+    return 0;
+}
+
+/* ---- default model ------------------------------------------------------------ */
+
+static int mkdir_p(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+int kvt_default_model_path(char *buf, size_t cap) {
+    const char *env = getenv("KVT_DEFAULT_MODEL");
+    if (env && *env) {
+        snprintf(buf, cap, "%s", env);
+        kvt_log(KVT_LOG_INFO, "no -m given: using $KVT_DEFAULT_MODEL = %s", buf);
+        return 0;
+    }
+    char dir[3072];
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/kvtier", xdg);
+    else snprintf(dir, sizeof dir, "%s/.cache/kvtier", home && *home ? home : "/tmp");
+    kvt_mkmodel_params p = kvt_mkmodel_default_params();
+    /* the name carries the generator's parameters so a change makes a new file */
+    snprintf(buf, cap, "%s/random-%s-d%d-l%d-h%d-kv%d-ff%d-s%llu.gguf", dir, p.arch, p.dim, p.layers, p.heads,
+             p.kv_heads, p.ff, (unsigned long long)p.seed);
+    struct stat st;
+    if (stat(buf, &st) == 0) {
+        kvt_log(KVT_LOG_INFO, "no -m given: using kvtier's generated RANDOM-WEIGHT model %s "
+                              "(its text is noise; pass -m MODEL.gguf for a real model)", buf);
+        return 0;
+    }
+    if (mkdir_p(dir) < 0) {
+        fprintf(stderr, "kvtier: cannot create %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    kvt_log(KVT_LOG_INFO, "no -m given: generating a RANDOM-WEIGHT llama model (%d layers, dim %d) at %s "
+                          "(its text is noise; pass -m MODEL.gguf for a real model)", p.layers, p.dim, buf);
+    if (kvt_mkmodel(&p, buf)) {
+        fprintf(stderr, "kvtier: cannot generate the default model: %s\n", kvt_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- info ------------------------------------------------------------------- */
+
+static void info_usage(FILE *f) {
+    fprintf(f, "usage: kvtier info [-m MODEL.gguf] [--json]\n\n"
+               "Describes a GGUF model: architecture, shapes, weight types, context length,\n"
+               "tokenizer, chat template family, fingerprint (the root of its cache keys) and\n"
+               "the KV-cache bytes per token and per block. Vocab-only files print the tokenizer.\n\n"
+               "options:\n"
+               "  -m, --model PATH   the model (default: kvtier's generated random-weight model)\n"
+               "  --json             one JSON object instead of text\n"
+               "  -h, --help         this help\n");
+}
+
+/* Counts tensors per ggml type, e.g. "F16 x 198, F32 x 65". */
+static void weight_types(const kvt_gguf *g, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (uint32_t t = 0; t < KVT_TYPE_COUNT; t++) {
+        uint64_t n = 0;
+        for (uint64_t i = 0; i < g->n_tensors; i++) n += g->tensors[i].type == t;
+        if (!n) continue;
+        int k = snprintf(buf + used, cap - used, "%s%s x %llu", used ? ", " : "", kvt_ggml_type_name(t),
+                         (unsigned long long)n);
+        if (k < 0 || (size_t)k >= cap - used) break;
+        used += (size_t)k;
+    }
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int kvt_cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0;
+    char defpath[4096];
+    for (int i = 1; i < argc; i++) {
+        if (kvt_cli_is_help(argv[i])) {
+            info_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (!(path = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else {
+            fprintf(stderr, "kvtier info: unknown option '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        if (kvt_default_model_path(defpath, sizeof defpath)) return 1;
+        path = defpath;
+    }
+    kvt_gguf *g;
+    if (kvt_gguf_open(path, &g)) {
+        fprintf(stderr, "kvtier info: %s\n", kvt_errmsg());
+        return 1;
+    }
+    int vocab_only = g->n_tensors == 0;
+    kvt_gguf_close(g);
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = vocab_only;
+    kvt_model *m;
+    if (kvt_model_load(path, mp, &m)) {
+        fprintf(stderr, "kvtier info: %s\n", kvt_errmsg());
+        return 1;
+    }
+    const kvt_hparams *hp = &m->hp;
+    char fp[33], types[512];
+    kvt_fingerprint_hex(m->fingerprint, fp);
+    weight_types(m->gguf, types, sizeof types);
+    const char *name = "";
+    kvt_gguf_get_str(m->gguf, "general.name", &name);
+    const char *chat = kvt_chat_family_name(kvt_chat_detect(m->chat_template));
+    uint64_t kv16 = vocab_only ? 0 : kvt_model_kv_bytes_per_token(m, F16_BYTES);
+    uint64_t kv32 = vocab_only ? 0 : kvt_model_kv_bytes_per_token(m, F32_BYTES);
+    const kvt_tokenizer *tk = m->tok;
+    if (json) {
+        printf("{\"path\":");
+        json_str(stdout, path);
+        printf(",\"name\":");
+        json_str(stdout, name);
+        printf(",\"vocab_only\":%s", vocab_only ? "true" : "false");
+        if (!vocab_only)
+            printf(",\"arch\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
+                   "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":%g,\"rope_dim\":%d,"
+                   "\"rope_style\":\"%s\",\"rope_freq_scale\":%g,\"tied_output\":%s,\"n_params\":%llu,"
+                   "\"weight_bytes\":%llu,\"kv_bytes_per_token_f16\":%llu,\"kv_bytes_per_block_f16\":%llu,"
+                   "\"kv_bytes_per_token_f32\":%llu",
+                   hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
+                   hp->n_vocab, hp->n_ctx_train, (double)hp->rope_base, hp->rope_dim,
+                   hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_freq_scale,
+                   hp->tied_output ? "true" : "false", (unsigned long long)m->n_params,
+                   (unsigned long long)m->weight_bytes, (unsigned long long)kv16,
+                   (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32);
+        printf(",\"weight_types\":");
+        json_str(stdout, types);
+        printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
+        json_str(stdout, kvt_tokenizer_pre(tk));
+        printf(",\"vocab_tokens\":%d,\"bos\":%d,\"eos\":%d,\"chat_template\":\"%s\",\"fingerprint\":\"%s\"}\n",
+               kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk), chat, fp);
+    } else {
+        printf("model          %s%s%s\n", path, *name ? "  name: " : "", name);
+        if (vocab_only) {
+            printf("contents       vocabulary only (no tensors)\n");
+        } else {
+            printf("architecture   %s\n", hp->arch_name);
+            printf("shapes         %d layers, dim %d, %d heads / %d kv heads of %d, ff %d, vocab %d\n", hp->n_layer,
+                   hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
+            printf("parameters     %.2fM (%.1f MB of weights)\n", (double)m->n_params / 1e6,
+                   (double)m->weight_bytes / 1e6);
+            printf("weight types   %s\n", types);
+            printf("output         %s\n", hp->tied_output ? "tied to token_embd" : "own output.weight");
+            printf("context        %d tokens (trained)\n", hp->n_ctx_train);
+            printf("rope           %s, theta %g, %d dims, freq scale %g%s\n",
+                   hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_base, hp->rope_dim,
+                   (double)hp->rope_freq_scale, hp->has_freq_factors ? ", llama3 freq factors" : "");
+            printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32\n",
+                   (unsigned long long)kv16, (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
+                   (unsigned long long)kv32);
+        }
+        printf("tokenizer      %s, pre-tokenizer %s, %d tokens, bos %d, eos %d\n", kvt_tokenizer_kind(tk),
+               kvt_tokenizer_pre(tk), kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk));
+        printf("chat template  %s\n", chat);
+        printf("fingerprint    %s\n", fp);
+    }
+    kvt_model_free(m);
+    return 0;
 }

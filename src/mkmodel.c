@@ -1,0 +1,384 @@
+/* `kvtier mkmodel`: random-weight llama/qwen2 GGUFs. Tensor data is generated
+ * on the fly by the writer callback from a per-tensor seed, so a 250M-parameter
+ * model never sits in memory and the bytes depend only on (seed, name, shape). */
+#include "mkmodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common.h"
+#include "gguf.h"
+#include "ops.h"
+
+#define N_BYTE_TOKENS 256
+#define GGUF_TOKEN_NORMAL 1
+#define GGUF_TOKEN_CONTROL 3
+#define BIAS_SCALE 0.02f
+#define EMBD_SCALE 1.0f
+
+static const char *const builtin_specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+#define N_SPECIALS ((int32_t)KVT_ARRAY_LEN(builtin_specials))
+
+/* ChatML, the template the built-in specials are made for. */
+static const char builtin_chat_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+kvt_mkmodel_params kvt_mkmodel_default_params(void) {
+    kvt_mkmodel_params p = {
+        .arch = "llama", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 4, .ff = 768, .vocab = 0,
+        .ctx = 4096, .type = KVT_TYPE_F16, .vocab_from = NULL, .seed = 42, .tied = 0,
+        .rope_base = 10000.0f, .name = "kvtier-random",
+    };
+    return p;
+}
+
+int32_t kvt_mkmodel_builtin_min_vocab(void) { return N_BYTE_TOKENS + N_SPECIALS; }
+
+/* ---- built-in byte-level BPE vocabulary -------------------------------------
+ * 256 byte tokens under GPT-2's byte-to-unicode map, then merges of letter
+ * pairs, space+letter, space+pair, triples, space+triple until the requested
+ * size: a valid BPE whose tokens are real strings. */
+
+typedef struct {
+    char **tokens;
+    char **merges;
+    int32_t n_tokens, n_merges;
+} bpe_vocab;
+
+static void utf8_put(char **p, uint32_t cp) {
+    if (cp < 0x80) {
+        *(*p)++ = (char)cp;
+    } else if (cp < 0x800) {
+        *(*p)++ = (char)(0xC0 | (cp >> 6));
+        *(*p)++ = (char)(0x80 | (cp & 0x3F));
+    } else {
+        *(*p)++ = (char)(0xE0 | (cp >> 12));
+        *(*p)++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *(*p)++ = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+/* GPT-2 maps every byte to a printable code point; bytes that are already
+ * printable keep their own, the rest take 256, 257, ... in order. */
+static uint32_t byte_to_cp(int b) {
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return (uint32_t)b;
+    uint32_t n = 0;
+    for (int i = 0; i < b; i++)
+        if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255))) n++;
+    return 256 + n;
+}
+
+static void vocab_add_token(bpe_vocab *v, const char *s) { v->tokens[v->n_tokens++] = kvt_xstrdup(s); }
+
+static void vocab_add_merge(bpe_vocab *v, const char *a, const char *b) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s %s", a, b);
+    v->merges[v->n_merges++] = kvt_xstrdup(buf);
+    snprintf(buf, sizeof buf, "%s%s", a, b);
+    vocab_add_token(v, buf);
+}
+
+static void build_builtin_vocab(bpe_vocab *v, int32_t size) {
+    v->tokens = kvt_xcalloc((size_t)size, sizeof(char *));
+    v->merges = kvt_xcalloc((size_t)size, sizeof(char *));
+    char sp[4], *p = sp;
+    utf8_put(&p, byte_to_cp(' '));
+    *p = 0;
+    for (int b = 0; b < N_BYTE_TOKENS; b++) {
+        char buf[4];
+        p = buf;
+        utf8_put(&p, byte_to_cp(b));
+        *p = 0;
+        vocab_add_token(v, buf);
+    }
+    for (int32_t i = 0; i < N_SPECIALS; i++) vocab_add_token(v, builtin_specials[i]);
+    static const char letters[] = "etaoinshrdlcumwfgypbvkjxqz";
+    char a[2] = {0}, b[2] = {0}, c[2] = {0};
+    /* five generations; each stops as soon as the vocabulary is full */
+    for (int gen = 0; gen < 5 && v->n_tokens < size; gen++) {
+        for (int i = 0; i < 26 && v->n_tokens < size; i++) {
+            for (int j = 0; j < 26 && v->n_tokens < size; j++) {
+                for (int k = 0; k < (gen >= 3 ? 26 : 1) && v->n_tokens < size; k++) {
+                    a[0] = letters[i];
+                    b[0] = letters[j];
+                    c[0] = letters[k];
+                    char ab[3] = {a[0], b[0], 0}, spab[8];
+                    snprintf(spab, sizeof spab, "%s%s", sp, ab);
+                    switch (gen) {
+                    case 0: vocab_add_merge(v, a, b); break;            /* "t h" */
+                    case 1: if (j == 0) vocab_add_merge(v, sp, a); break; /* "Ġ t" */
+                    case 2: {                                           /* "Ġt h" */
+                        char spa[8];
+                        snprintf(spa, sizeof spa, "%s%s", sp, a);
+                        vocab_add_merge(v, spa, b);
+                        break;
+                    }
+                    case 3: vocab_add_merge(v, ab, c); break;           /* "th e" */
+                    case 4: vocab_add_merge(v, spab, c); break;         /* "Ġth e" */
+                    }
+                }
+            }
+        }
+    }
+    /* a request beyond what the generations make is padded with unreachable tokens */
+    while (v->n_tokens < size) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "<|unused_%d|>", v->n_tokens);
+        vocab_add_token(v, buf);
+    }
+}
+
+static void free_vocab(bpe_vocab *v) {
+    for (int32_t i = 0; i < v->n_tokens; i++) free(v->tokens[i]);
+    for (int32_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->tokens);
+    free(v->merges);
+}
+
+static void write_builtin_tokenizer(kvt_gguf_writer *w, int32_t size) {
+    bpe_vocab v = {0};
+    build_builtin_vocab(&v, size);
+    int32_t *types = kvt_xmalloc((size_t)size * sizeof *types);
+    for (int32_t i = 0; i < size; i++) types[i] = GGUF_TOKEN_NORMAL;
+    for (int32_t i = 0; i < N_SPECIALS; i++) types[N_BYTE_TOKENS + i] = GGUF_TOKEN_CONTROL;
+    for (int32_t i = N_BYTE_TOKENS + N_SPECIALS; i < size; i++)
+        if (!strncmp(v.tokens[i], "<|unused_", 9)) types[i] = GGUF_TOKEN_CONTROL;
+    kvt_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    kvt_gguf_w_str(w, "tokenizer.ggml.pre", "gpt-2");
+    kvt_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)size);
+    kvt_gguf_w_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, types, (uint64_t)size);
+    kvt_gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, (uint64_t)v.n_merges);
+    kvt_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", N_BYTE_TOKENS);
+    kvt_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", N_BYTE_TOKENS);
+    kvt_gguf_w_u32(w, "tokenizer.ggml.eot_token_id", N_BYTE_TOKENS + 2);
+    kvt_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    kvt_gguf_w_str(w, "tokenizer.chat_template", builtin_chat_template);
+    free(types);
+    free_vocab(&v);
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t seed;
+} fill_ctx;
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static float rand_unit(uint64_t *s) { return (float)((double)(splitmix64(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* Decides a tensor's type, shape and value scale from its name. */
+typedef struct {
+    uint32_t type;
+    int64_t cols, rows; /* rows = 1 for vectors */
+    float scale;
+    int ones; /* norms */
+} tensor_plan;
+
+static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes);
+
+typedef struct {
+    kvt_mkmodel_params p;
+    int64_t vocab;
+} model_plan;
+
+static model_plan plan; /* read by fill_tensor; kvt_mkmodel is not reentrant */
+
+static tensor_plan plan_for(const char *name) {
+    const kvt_mkmodel_params *p = &plan.p;
+    int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
+    tensor_plan t = {p->type, p->dim, 1, 0, 0};
+    if (ends_with(name, "norm.weight")) {
+        t.type = KVT_TYPE_F32;
+        t.ones = 1;
+        return t;
+    }
+    if (ends_with(name, ".bias")) {
+        t.type = KVT_TYPE_F32;
+        t.cols = strstr(name, "attn_q") ? p->dim : kv;
+        t.scale = BIAS_SCALE;
+        return t;
+    }
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight")) {
+        t.rows = plan.vocab;
+        t.scale = strcmp(name, "output.weight") ? EMBD_SCALE : sqrtf(3.0f / (float)p->dim);
+        return t;
+    }
+    if (strstr(name, "attn_k.") || strstr(name, "attn_v.")) t.rows = kv;
+    else if (strstr(name, "ffn_gate") || strstr(name, "ffn_up")) t.rows = p->ff;
+    else if (strstr(name, "ffn_down")) { t.rows = p->dim; t.cols = p->ff; }
+    else t.rows = p->dim; /* attn_q, attn_output */
+    t.scale = sqrtf(3.0f / (float)t.cols); /* unit-variance outputs for unit-variance inputs */
+    return t;
+}
+
+static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes) {
+    fill_ctx *ctx = vctx;
+    tensor_plan t = plan_for(name);
+    uint64_t s = ctx->seed ^ XXH3_64bits(name, strlen(name));
+    size_t row_bytes = kvt_ggml_row_bytes(t.type, (uint64_t)t.cols);
+    float *row = kvt_xmalloc((size_t)t.cols * sizeof(float));
+    for (int64_t r = 0; r < t.rows; r++) {
+        for (int64_t c = 0; c < t.cols; c++) row[c] = t.ones ? 1.0f : t.scale * rand_unit(&s);
+        uint8_t *dst = (uint8_t *)buf + (size_t)r * row_bytes;
+        switch (t.type) {
+        case KVT_TYPE_F32: memcpy(dst, row, (size_t)t.cols * 4); break;
+        case KVT_TYPE_F16:
+            for (int64_t c = 0; c < t.cols; c++) {
+                uint16_t h = kvt_f32_to_f16(row[c]);
+                memcpy(dst + 2 * c, &h, 2);
+            }
+            break;
+        case KVT_TYPE_BF16:
+            for (int64_t c = 0; c < t.cols; c++) {
+                uint16_t h = kvt_f32_to_bf16(row[c]);
+                memcpy(dst + 2 * c, &h, 2);
+            }
+            break;
+        case KVT_TYPE_Q8_0:
+            for (int64_t b = 0; b < t.cols / KVT_Q8_0_BLOCK; b++) {
+                const float *x = row + b * KVT_Q8_0_BLOCK;
+                float amax = 0;
+                for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
+                float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+                uint16_t dh = kvt_f32_to_f16(d);
+                uint8_t *blk = dst + b * (2 + KVT_Q8_0_BLOCK);
+                memcpy(blk, &dh, 2);
+                for (int i = 0; i < KVT_Q8_0_BLOCK; i++) blk[2 + i] = (uint8_t)(int8_t)lrintf(x[i] * id);
+            }
+            break;
+        }
+    }
+    free(row);
+    (void)nbytes;
+    return 0;
+}
+
+static int check_params(const kvt_mkmodel_params *p) {
+    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2"))
+        return kvt_fail(KVT_EARG, "--arch must be llama or qwen2, not '%s'", p->arch);
+    if (p->dim <= 0 || p->layers <= 0 || p->heads <= 0 || p->kv_heads <= 0 || p->ff <= 0 || p->ctx <= 0)
+        return kvt_fail(KVT_EARG, "dimensions must be positive");
+    if (p->dim % p->heads) return kvt_fail(KVT_EARG, "dim %d is not a multiple of heads %d", p->dim, p->heads);
+    if (p->heads % p->kv_heads)
+        return kvt_fail(KVT_EARG, "heads %d is not a multiple of kv-heads %d", p->heads, p->kv_heads);
+    if ((p->dim / p->heads) % 2) return kvt_fail(KVT_EARG, "head dim %d must be even for rope", p->dim / p->heads);
+    if (p->type != KVT_TYPE_F32 && p->type != KVT_TYPE_F16 && p->type != KVT_TYPE_BF16 && p->type != KVT_TYPE_Q8_0)
+        return kvt_fail(KVT_EARG, "weight type must be f32, f16, bf16 or q8_0");
+    if (p->type == KVT_TYPE_Q8_0 && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
+        return kvt_fail(KVT_EARG, "q8_0 needs dim and ff to be multiples of %d", KVT_Q8_0_BLOCK);
+    return 0;
+}
+
+int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
+    int rc = check_params(p);
+    if (rc) return rc;
+    kvt_gguf *src = NULL;
+    int64_t vocab = p->vocab;
+    if (p->vocab_from) {
+        if ((rc = kvt_gguf_open(p->vocab_from, &src))) return rc;
+        const kvt_gguf_kv *toks;
+        if ((rc = kvt_gguf_get_arr(src, "tokenizer.ggml.tokens", &toks))) {
+            kvt_gguf_close(src);
+            return kvt_fail_prefix(rc, "%s: ", p->vocab_from);
+        }
+        if (vocab == 0) vocab = (int64_t)toks->arr_n;
+        if (vocab < (int64_t)toks->arr_n) {
+            kvt_gguf_close(src);
+            return kvt_fail(KVT_EARG, "--vocab %lld is smaller than the tokenizer's %llu tokens", (long long)vocab,
+                            (unsigned long long)toks->arr_n);
+        }
+    } else {
+        if (vocab == 0) vocab = kvt_mkmodel_builtin_min_vocab();
+        if (vocab < kvt_mkmodel_builtin_min_vocab()) {
+            return kvt_fail(KVT_EARG, "--vocab must be at least %d for the built-in vocabulary",
+                            kvt_mkmodel_builtin_min_vocab());
+        }
+    }
+    plan.p = *p;
+    plan.vocab = vocab;
+    fill_ctx fc = {p->seed};
+    kvt_gguf_writer *w = kvt_gguf_writer_new();
+    const char *a = p->arch;
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+    kvt_gguf_w_str(w, "general.architecture", a);
+    kvt_gguf_w_str(w, "general.name", p->name);
+    kvt_gguf_w_str(w, "general.description", "random weights generated by kvtier mkmodel (not a trained model)");
+    kvt_gguf_w_u32(w, "general.alignment", KVT_GGUF_DEFAULT_ALIGNMENT);
+    kvt_gguf_w_u32(w, KEY("context_length"), (uint32_t)p->ctx);
+    kvt_gguf_w_u32(w, KEY("embedding_length"), (uint32_t)p->dim);
+    kvt_gguf_w_u32(w, KEY("block_count"), (uint32_t)p->layers);
+    kvt_gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)p->ff);
+    kvt_gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)p->heads);
+    kvt_gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->kv_heads);
+    kvt_gguf_w_f32(w, KEY("rope.freq_base"), p->rope_base);
+    kvt_gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)(p->dim / p->heads));
+    kvt_gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    kvt_gguf_w_u32(w, KEY("vocab_size"), (uint32_t)vocab);
+#undef KEY
+    if (src) {
+        for (uint64_t i = 0; i < src->n_kv; i++)
+            if (!strncmp(src->kv[i].key, "tokenizer.", 10)) kvt_gguf_w_copy(w, &src->kv[i]);
+    } else {
+        write_builtin_tokenizer(w, (int32_t)vocab);
+    }
+    int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
+    uint64_t ne[2];
+    ne[0] = (uint64_t)p->dim;
+    ne[1] = (uint64_t)vocab;
+    kvt_gguf_w_tensor(w, "token_embd.weight", p->type, 2, ne, fill_tensor, &fc);
+    ne[0] = (uint64_t)p->dim;
+    kvt_gguf_w_tensor(w, "output_norm.weight", KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
+    if (!p->tied) {
+        ne[1] = (uint64_t)vocab;
+        kvt_gguf_w_tensor(w, "output.weight", p->type, 2, ne, fill_tensor, &fc);
+    }
+    for (int32_t l = 0; l < p->layers; l++) {
+        char name[96];
+        struct {
+            const char *suffix;
+            int64_t cols, rows;
+            int vec;
+        } const ts[] = {
+            {"attn_norm.weight", p->dim, 1, 1}, {"attn_q.weight", p->dim, p->dim, 0},
+            {"attn_k.weight", p->dim, kv, 0},   {"attn_v.weight", p->dim, kv, 0},
+            {"attn_output.weight", p->dim, p->dim, 0}, {"ffn_norm.weight", p->dim, 1, 1},
+            {"ffn_gate.weight", p->dim, p->ff, 0}, {"ffn_up.weight", p->dim, p->ff, 0},
+            {"ffn_down.weight", p->ff, p->dim, 0},
+        };
+        for (size_t i = 0; i < KVT_ARRAY_LEN(ts); i++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, ts[i].suffix);
+            ne[0] = (uint64_t)ts[i].cols;
+            ne[1] = (uint64_t)ts[i].rows;
+            kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : p->type, ts[i].vec ? 1 : 2, ne, fill_tensor, &fc);
+        }
+        if (!strcmp(a, "qwen2")) {
+            const char *bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+            for (int i = 0; i < 3; i++) {
+                snprintf(name, sizeof name, "blk.%d.%s", l, bias[i]);
+                ne[0] = (uint64_t)(i ? kv : p->dim);
+                kvt_gguf_w_tensor(w, name, KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
+            }
+        }
+    }
+    rc = kvt_gguf_write(w, path);
+    kvt_gguf_writer_free(w);
+    kvt_gguf_close(src);
+    return rc;
+}

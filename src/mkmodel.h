@@ -1,0 +1,33 @@
+/* Random-weight GGUF models for tests, demos and benchmarks (`kvtier mkmodel`).
+ * Weights are deterministic for a seed; the tokenizer is copied from a vocab
+ * GGUF or is a small built-in byte-level BPE vocabulary. */
+#ifndef KVT_MKMODEL_H
+#define KVT_MKMODEL_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *arch;       /* "llama" or "qwen2" */
+    int32_t dim, layers, heads, kv_heads, ff;
+    int32_t vocab;          /* 0: the tokenizer's size */
+    int32_t ctx;            /* context_length metadata */
+    uint32_t type;          /* weight type: KVT_TYPE_F32, F16, BF16, Q8_0 */
+    const char *vocab_from; /* GGUF whose tokenizer.* metadata is copied; NULL: built-in */
+    uint64_t seed;
+    int tied;               /* share token_embd as the output projection */
+    float rope_base;
+    const char *name;       /* general.name */
+} kvt_mkmodel_params;
+
+kvt_mkmodel_params kvt_mkmodel_default_params(void);
+
+/* Writes the model to path (atomically). Returns 0 or a negative code with
+ * kvt_errmsg() set. Shapes are checked first (dim % heads, heads % kv_heads,
+ * Q8_0 needs dims that are multiples of 32). */
+int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path);
+
+/* Size in tokens of the built-in vocabulary for a requested size (>= the
+ * 256 byte tokens + specials). */
+int32_t kvt_mkmodel_builtin_min_vocab(void);
+
+#endif

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The kvtier CLI: help for every command, clear errors and exit codes for bad
+# usage and bad files, mkmodel -> info round trip.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0 fail=0
+check() { # check DESCRIPTION COMMAND...
+  local d=$1; shift
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi
+}
+expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
+  local want=$1; shift
+  "$@" >"$TMP/out" 2>&1
+  local rc=$?
+  [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
+}
+has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
+
+check "top-level help" expect_rc 0 "$BIN" --help
+for cmd in run eval info tokenize mkmodel; do
+  check "help lists $cmd" has "$cmd"
+done
+check "version" expect_rc 0 "$BIN" --version
+check "no args is a usage error" expect_rc 2 "$BIN"
+check "unknown command" expect_rc 2 "$BIN" frobnicate
+check "unknown command named" has "frobnicate"
+
+check "mkmodel help" expect_rc 0 "$BIN" mkmodel --help
+for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --rope-base --seed --name; do
+  check "mkmodel help explains $flag" has "$flag"
+done
+check "mkmodel without -o" expect_rc 2 "$BIN" mkmodel
+check "mkmodel bad type" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --type q4_k
+check "mkmodel bad number" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --dim abc
+check "mkmodel unknown option" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --bogus
+check "mkmodel bad shape" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 60 --heads 7
+check "mkmodel bad shape explained" has "multiple"
+check "mkmodel writes" expect_rc 0 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 512
+check "mkmodel says random" has "random"
+
+check "info help" expect_rc 0 "$BIN" info --help
+check "info" expect_rc 0 "$BIN" info -m "$TMP/m.gguf"
+for field in architecture shapes "weight types" context tokenizer "chat template" fingerprint "bytes/token"; do
+  check "info shows $field" has "$field"
+done
+check "info json" expect_rc 0 "$BIN" info -m "$TMP/m.gguf" --json
+check "info json has fingerprint" has '"fingerprint":"'
+check "info missing file" expect_rc 1 "$BIN" info -m "$TMP/none.gguf"
+check "info missing file named" has "none.gguf"
+head -c 1000 "$TMP/m.gguf" > "$TMP/trunc.gguf"
+check "info truncated" expect_rc 1 "$BIN" info -m "$TMP/trunc.gguf"
+check "info truncated explained" has "trunc"
+echo "this is not a model" > "$TMP/text.gguf"
+check "info not gguf" expect_rc 1 "$BIN" info -m "$TMP/text.gguf"
+check "info not gguf explained" has "not a GGUF"
+check "info on a directory" expect_rc 1 "$BIN" info -m "$TMP"
+check "info needs a value" expect_rc 2 "$BIN" info -m
+
+echo "test_cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
