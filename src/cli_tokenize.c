@@ -1,9 +1,163 @@
-/* `kvtier tokenize` (placeholder until the tokenizer lands). */
+/* `kvtier tokenize`: prints the token ids of a text using only a GGUF's
+ * tokenizer metadata (tensors are not needed, so vocab-only files work). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "common.h"
+#include "gguf.h"
+#include "tokenizer.h"
+
+/* Piece rendering buffer; longer pieces get a heap buffer. */
+#define PIECE_BUF 256
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvtier tokenize -m MODEL [--no-bos] [--special] [--pieces] (TEXT | -f FILE)\n\n"
+            "Prints the token ids of TEXT on one line, separated by spaces.\n\n"
+            "  -m, --model MODEL  GGUF file to take the tokenizer from (vocab-only files work)\n"
+            "  -f, --file FILE    read the text from FILE (all bytes, as is) instead of TEXT\n"
+            "  --no-bos           do not prepend the BOS token (default: as the model says,\n"
+            "                     tokenizer.ggml.add_bos_token, else SPM yes, BPE no)\n"
+            "  --special          parse control-token text such as <|im_start|> into those\n"
+            "                     tokens (otherwise it is tokenized as plain text)\n"
+            "  --pieces           after the ids line, print one token per line: id, then\n"
+            "                     its text in quotes\n"
+            "                     (special tokens shown, bytes other than printable ASCII\n"
+            "                     escaped as \\xNN)\n"
+            "  -h, --help         show this help\n\n"
+            "Exit status: 0 ok, 1 the model or text cannot be read or tokenized, 2 usage error.\n");
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = kvt_xmalloc(cap);
+    size_t k;
+    while ((k = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) buf = kvt_xrealloc(buf, cap *= 2);
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static void print_piece(const kvt_tokenizer *t, int32_t id) {
+    char small[PIECE_BUF];
+    char *buf = small;
+    int n = kvt_token_piece(t, id, buf, sizeof small, 1);
+    if (n > (int)sizeof small) {
+        buf = kvt_xmalloc((size_t)n);
+        kvt_token_piece(t, id, buf, (size_t)n, 1);
+    }
+    printf("%d '", id);
+    for (int i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        if (c == '\\' || c == '\'') printf("\\%c", c);
+        else if (c >= ' ' && c < 0x7f) putchar(c);
+        else printf("\\x%02x", c);
+    }
+    printf("'\n");
+    if (buf != small) free(buf);
+}
 
 int kvt_cmd_tokenize(int argc, char **argv) {
-    fprintf(stderr, "kvtier tokenize: not implemented yet\n");
-    return 1;
+    const char *model = NULL, *file = NULL, *text = NULL;
+    int no_bos = 0, special = 0, pieces = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (kvt_cli_is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(file = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-bos")) {
+            no_bos = 1;
+        } else if (!strcmp(a, "--special")) {
+            special = 1;
+        } else if (!strcmp(a, "--pieces")) {
+            pieces = 1;
+        } else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
+            fprintf(stderr, "kvtier tokenize: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else {
+            if (!strcmp(a, "--")) {
+                if (++i >= argc) break;
+                a = argv[i];
+            }
+            if (text) {
+                fprintf(stderr, "kvtier tokenize: one TEXT only (quote it)\n");
+                return 2;
+            }
+            text = a;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "kvtier tokenize: -m MODEL is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!text == !file) {
+        fprintf(stderr, "kvtier tokenize: give either TEXT or -f FILE\n");
+        usage(stderr);
+        return 2;
+    }
+
+    size_t len;
+    char *buf = NULL;
+    if (file) {
+        buf = read_all(file, &len);
+        if (!buf) {
+            fprintf(stderr, "kvtier tokenize: cannot read %s: %s\n", file, strerror(errno));
+            return 1;
+        }
+        text = buf;
+    } else {
+        len = strlen(text);
+    }
+
+    kvt_gguf *g;
+    int rc = kvt_gguf_open(model, &g);
+    if (rc) {
+        fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
+        free(buf);
+        return 1;
+    }
+    kvt_tokenizer *t;
+    rc = kvt_tokenizer_load(g, &t);
+    kvt_gguf_close(g);
+    if (rc) {
+        fprintf(stderr, "kvtier tokenize: %s: %s\n", model, kvt_errmsg());
+        free(buf);
+        return 1;
+    }
+    int add_bos = !no_bos && kvt_tokenizer_add_bos_default(t);
+    int32_t *ids;
+    size_t n;
+    rc = kvt_tokenize(t, text, len, add_bos, special, &ids, &n);
+    free(buf);
+    if (rc) {
+        fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
+        kvt_tokenizer_free(t);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    if (pieces)
+        for (size_t i = 0; i < n; i++) print_piece(t, ids[i]);
+    free(ids);
+    kvt_tokenizer_free(t);
+    return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -1,5 +1,12 @@
-/* Tokenizers from GGUF metadata: SentencePiece-style (llama) and byte-level BPE
- * (gpt2) with pre-tokenizer regexes chosen by tokenizer.ggml.pre. */
+/* Tokenizers built from GGUF metadata (tokenizer.ggml.*): SentencePiece-style
+ * ("llama": score-ordered bigram merges over UTF-8 characters, byte fallback)
+ * and byte-level BPE ("gpt2": pre-tokenizer regexes named by tokenizer.ggml.pre,
+ * merge ranks). Behaviour follows llama.cpp's tokenizer, the reference our
+ * tests compare against; the deviations are listed in tokenizer.c.
+ *
+ * A loaded tokenizer is immutable: every function below may be called from
+ * several threads at once on one handle.
+ */
 #ifndef KVT_TOKENIZER_H
 #define KVT_TOKENIZER_H
 
@@ -10,18 +17,78 @@
 
 typedef struct kvt_tokenizer kvt_tokenizer;
 
+/* Token types as GGUF stores them in tokenizer.ggml.token_type. */
+enum kvt_token_type {
+    KVT_TOKEN_UNDEFINED = 0,
+    KVT_TOKEN_NORMAL = 1,
+    KVT_TOKEN_UNKNOWN = 2,
+    KVT_TOKEN_CONTROL = 3,
+    KVT_TOKEN_USER_DEFINED = 4,
+    KVT_TOKEN_UNUSED = 5,
+    KVT_TOKEN_BYTE = 6,
+};
+
+/* Builds a tokenizer from g's metadata; works on vocab-only files. Copies what
+ * it needs, so g may be closed afterwards. Returns 0 and *out, or a negative
+ * code (KVT_ENOTFOUND: no tokens array; KVT_EFORMAT: inconsistent arrays, ids
+ * or merges; KVT_EUNSUPPORTED: another tokenizer model) with *out = NULL and
+ * kvt_errmsg() saying why. */
 int kvt_tokenizer_load(const kvt_gguf *g, kvt_tokenizer **out);
+/* Frees t (NULL is fine). */
 void kvt_tokenizer_free(kvt_tokenizer *t);
+
+/* Number of tokens in the vocabulary. */
 int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t);
+/* Beginning / end of sequence token, -1 if the vocabulary has none. */
 int32_t kvt_tokenizer_bos(const kvt_tokenizer *t);
 int32_t kvt_tokenizer_eos(const kvt_tokenizer *t);
+/* 1 if tok ends generation (eos, eot, eom, <|im_end|>, <|eot_id|>, <|end|>,
+ * <|endoftext|>, ...), else 0 (also for an invalid id). */
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok);
+/* Whether prompts get a BOS by default: tokenizer.ggml.add_bos_token if present,
+ * else 1 for SPM and for the BPE pre-tokenizers that want it (llama3), else 0. */
 int kvt_tokenizer_add_bos_default(const kvt_tokenizer *t);
+/* "llama (SentencePiece)" or "gpt2 (byte-level BPE)". Static storage. */
 const char *kvt_tokenizer_kind(const kvt_tokenizer *t);
+/* Name of the pre-tokenizer actually used ("gpt-2", "llama3", "default", ...;
+ * "spm" for SentencePiece). Static storage. */
 const char *kvt_tokenizer_pre(const kvt_tokenizer *t);
-int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special, int32_t **out,
-                 size_t *n_out);
+
+/* Type of token tok (enum kvt_token_type, after llama.cpp's fix-ups: tokens
+ * such as <|im_end|> count as CONTROL), or a negative code for an invalid id. */
+int kvt_tokenizer_token_type(const kvt_tokenizer *t, int32_t tok);
+/* Raw vocabulary text of tok (not NUL-terminated; *len = its length), valid
+ * until kvt_tokenizer_free; NULL for an invalid id. */
+const char *kvt_tokenizer_token_text(const kvt_tokenizer *t, int32_t tok, size_t *len);
+/* Id of the token whose vocabulary text is exactly text[0..len), or -1. Meant
+ * for special tokens ("<|im_start|>"); normal BPE tokens are stored byte-encoded. */
+int32_t kvt_tokenizer_find(const kvt_tokenizer *t, const char *text, size_t len);
+
+/* Tokenizes len bytes of text (need not be NUL-terminated or valid UTF-8).
+ * add_bos prepends BOS (KVT_ENOTFOUND if there is none). parse_special makes
+ * the text of control tokens (e.g. "<|im_start|>") map to those tokens;
+ * otherwise it is plain text. User-defined tokens are always matched, as in
+ * llama.cpp. Invalid UTF-8 is not an error: such bytes become byte tokens.
+ * On success returns 0, *out is malloc'd (caller frees; NULL when *n_out == 0).
+ * On failure returns a negative code, *out = NULL, *n_out = 0. */
+int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                 int32_t **out, size_t *n_out);
+
+/* The bytes of one token: SPM maps U+2581 to a space and <0xNN> to the byte;
+ * BPE maps its byte-level characters back to bytes. Control and unknown tokens
+ * render as their text when render_special, else as nothing; user-defined
+ * tokens always render as their text. Writes up to cap bytes (no NUL) and
+ * returns the full length (call again with a larger buffer if it is > cap),
+ * or KVT_EARG for an invalid id. */
 int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, int render_special);
-int kvt_detokenize(const kvt_tokenizer *t, const int32_t *toks, size_t n, int render_special, char **out, size_t *len);
+
+/* Concatenates the pieces of toks[0..n) into a malloc'd NUL-terminated string
+ * (*out, caller frees; *len = its length without the NUL; len may be NULL).
+ * SPM: drops the one leading space that tokenization adds at the start of the
+ * text and after each token split out as special. No other clean-up, so for
+ * the text a tokenizer can represent, detokenize(tokenize(s)) == s. Returns 0
+ * or a negative code (KVT_EARG for an invalid id; *out = NULL then). */
+int kvt_detokenize(const kvt_tokenizer *t, const int32_t *toks, size_t n, int render_special, char **out,
+                   size_t *len);
 
 #endif

@@ -1,0 +1,27 @@
+#!/bin/bash
+# `kvtier tokenize`: ids on one line, --pieces, -f, and exit codes 0 / 1 / 2.
+set -u
+BIN=${KVT_BIN:-./kvtier}
+SHARED=${KVT_SHARED:-../shared}
+SPM=$SHARED/vocab/ggml-vocab-llama-spm.gguf
+GPT2=$SHARED/vocab/ggml-vocab-gpt-2.gguf
+[ -f "$SPM" ] && [ -f "$GPT2" ] || { echo "skip: shared vocab files missing"; exit 77; }
+fail=0
+expect() { # expect NAME WANT GOT
+    if [ "$2" != "$3" ]; then echo "FAIL $1: want [$2] got [$3]"; fail=1; else echo "ok $1"; fi
+}
+expect "spm bos" "1 15043 3186" "$("$BIN" tokenize -m "$SPM" "Hello world")"
+expect "spm no-bos" "15043 3186" "$("$BIN" tokenize -m "$SPM" --no-bos "Hello world")"
+expect "gpt2 plain" "18435 995" "$("$BIN" tokenize -m "$GPT2" " Hello world")"
+expect "gpt2 special" "50256 5303" "$("$BIN" tokenize -m "$GPT2" --special "<|endoftext|>hi")"
+tmp=$(mktemp)
+printf 'a\nb' > "$tmp"
+expect "file" "64 198 65" "$("$BIN" tokenize -m "$GPT2" -f "$tmp")"
+expect "pieces" "$(printf "64 198 65\n64 'a'\n198 '\\\\x0a'\n65 'b'")" "$("$BIN" tokenize -m "$GPT2" -f "$tmp" --pieces)"
+rm -f "$tmp"
+"$BIN" tokenize --help | grep -q -- "--pieces" || { echo "FAIL help"; fail=1; }
+"$BIN" tokenize "x" 2>/dev/null; expect "no model exit" 2 $?
+"$BIN" tokenize -m "$GPT2" --bogus x 2>/dev/null; expect "bad option exit" 2 $?
+"$BIN" tokenize -m /nonexistent.gguf x 2>/dev/null; expect "missing model exit" 1 $?
+"$BIN" tokenize -m "$GPT2" -f /nonexistent.txt 2>/dev/null; expect "missing file exit" 1 $?
+exit $fail
