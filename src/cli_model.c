@@ -17,6 +17,7 @@
 #define DEFAULT_BLOCK_TOKENS 32
 #define F16_BYTES 2
 #define F32_BYTES 4
+#define DEFAULT_MODEL_VOCAB 4096 /* built-in BPE with merges, so text is not one token per byte */
 
 /* ---- mkmodel ---------------------------------------------------------------- */
 
@@ -155,9 +156,10 @@ int kvt_default_model_path(char *buf, size_t cap) {
     if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/kvtier", xdg);
     else snprintf(dir, sizeof dir, "%s/.cache/kvtier", home && *home ? home : "/tmp");
     kvt_mkmodel_params p = kvt_mkmodel_default_params();
+    p.vocab = DEFAULT_MODEL_VOCAB;
     /* the name carries the generator's parameters so a change makes a new file */
-    snprintf(buf, cap, "%s/random-%s-d%d-l%d-h%d-kv%d-ff%d-s%llu.gguf", dir, p.arch, p.dim, p.layers, p.heads,
-             p.kv_heads, p.ff, (unsigned long long)p.seed);
+    snprintf(buf, cap, "%s/random-%s-d%d-l%d-h%d-kv%d-ff%d-v%d-s%llu.gguf", dir, p.arch, p.dim, p.layers,
+             p.heads, p.kv_heads, p.ff, p.vocab, (unsigned long long)p.seed);
     struct stat st;
     if (stat(buf, &st) == 0) {
         kvt_log(KVT_LOG_INFO, "no -m given: using kvtier's generated RANDOM-WEIGHT model %s "
