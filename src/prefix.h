@@ -1,0 +1,143 @@
+/* The prefix index: which cached blocks exist, in which tiers, and the longest
+ * run of a prompt's leading blocks that can be restored instead of recomputed
+ * (DESIGN.md "Blocks and keys", "Tiers").
+ *
+ * Identity. An entry is named by its block key but *is* the triple (key,
+ * parent key, B token ids). A lookup hit needs all three to be equal, and an
+ * add whose key is already taken by a different triple is refused (-EEXIST),
+ * so a hash collision can only cost a miss, never serve another sequence's KV.
+ *
+ * Registration contract (the one thing the index cannot check itself): block i
+ * of a sequence may be added only if blocks 0..i-1 of that same sequence were
+ * matched by a lookup or added successfully; kvt_prefix_add_chain does this.
+ * Otherwise, after a collision on block j, a later block with equal tokens
+ * and an equal (colliding) parent key would pass for the other sequence's.
+ *
+ * Eviction rule ("longest suffix first"): each entry counts, per tier, how
+ * many indexed entries present in that tier name it as their parent. A tier
+ * must evict only blocks whose count for that tier is 0 (leaves of the tier),
+ * picking the least recently used such leaf; so a parent is never evicted from
+ * a tier while one of its children is present there, and a chain shrinks from
+ * its end, keeping the prefix that every later lookup needs first.
+ *
+ * Counts by key survive the parent's own absence: when children are present
+ * but the parent is not (a child demoted before its parent arrived, or the
+ * parent removed first), the index keeps a key-only "ghost" entry holding the
+ * counts. Ghosts never match a lookup and are not reported as entries.
+ *
+ * Thread-safety: none. The engine loop owns the index; every call, including
+ * stats and lookups, must be serialised by the owner. */
+#ifndef KVT_PREFIX_H
+#define KVT_PREFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blockhash.h"
+
+/* Tiers from fastest to slowest; the order is the restore preference. */
+typedef enum {
+    KVT_TIER_T0 = 0, /* active: the engine's page pool; handle = page id */
+    KVT_TIER_T1 = 1, /* host RAM (tier_ram.h); handle = store slot */
+    KVT_TIER_T2 = 2, /* local disk; handle = record location */
+    KVT_TIER_T3 = 3, /* shared remote store; handle is the tier's */
+    KVT_TIER_COUNT
+} kvt_tier;
+
+/* Mask bit of a tier in kvt_prefix_info.tiers / kvt_prefix_hit.tiers. */
+#define KVT_TIER_BIT(t) (1u << (t))
+
+/* Short name ("T0".."T3"), or "?" for an invalid value. Static storage. */
+const char *kvt_tier_name(kvt_tier t);
+
+typedef struct kvt_prefix kvt_prefix;
+
+/* One matched block of a lookup. */
+typedef struct {
+    kvt_hash128 hash;
+    kvt_tier tier;   /* fastest tier holding the block: restore from here */
+    uint32_t tiers;  /* mask of every tier holding it (KVT_TIER_BIT) */
+    uint64_t handle; /* the handle registered for `tier` */
+} kvt_prefix_hit;
+
+/* A snapshot of one entry. `tokens` points into the index and stays valid
+ * until the next call that mutates the index. */
+typedef struct {
+    kvt_hash128 hash, parent;
+    const int32_t *tokens;                 /* B token ids */
+    uint32_t tiers;                        /* presence mask, never 0 */
+    uint64_t handle[KVT_TIER_COUNT];       /* meaningful where present */
+    uint32_t children[KVT_TIER_COUNT];     /* entries present in tier t naming this as parent */
+    uint32_t children_any;                 /* entries present in any tier naming this as parent */
+} kvt_prefix_info;
+
+typedef struct {
+    uint64_t entries;                  /* present in at least one tier */
+    uint64_t tier_entries[KVT_TIER_COUNT];
+    uint64_t ghosts;                   /* key-only entries that hold child counts */
+    uint64_t lookups;                  /* kvt_prefix_lookup / _match calls */
+    uint64_t lookup_blocks;            /* full blocks those calls asked about */
+    uint64_t hit_blocks;               /* blocks they matched */
+    uint64_t tier_hit_blocks[KVT_TIER_COUNT]; /* by the fastest tier holding them */
+    uint64_t mismatches;               /* key found but parent or tokens differed */
+    uint64_t collisions;               /* adds refused with -EEXIST */
+    size_t bytes;                      /* memory held by the index */
+} kvt_prefix_stats;
+
+/* Creates an empty index for blocks of B tokens (1..KVT_BLOCK_TOKENS_MAX).
+ * Returns 0 and *out, or KVT_EARG. Free with kvt_prefix_free. */
+int kvt_prefix_new(uint32_t block_tokens, kvt_prefix **out);
+/* Frees the index. Tiers that hold a pointer to it must be freed first. */
+void kvt_prefix_free(kvt_prefix *idx);
+uint32_t kvt_prefix_block_tokens(const kvt_prefix *idx);
+
+/* Longest run of leading full blocks of tokens[0..n) present in any tier,
+ * under namespace root. Computes keys block by block and stops at the first
+ * block that is absent, or whose stored parent or tokens differ, or after
+ * max_hits blocks. A partial tail is never a block. Fills hits[0..k) and
+ * returns k. hits may be NULL only if max_hits is 0 (then 0 is returned). */
+size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n,
+                         kvt_prefix_hit *hits, size_t max_hits);
+
+/* Same as kvt_prefix_lookup, with the keys already computed by
+ * kvt_block_hashes: hashes[i] is block i's key; tokens holds n_blocks * B ids.
+ * Use it when the keys are needed again to register new blocks. */
+size_t kvt_prefix_match(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, const kvt_hash128 *hashes,
+                        size_t n_blocks, kvt_prefix_hit *hits, size_t max_hits);
+
+/* Records that block (hash, parent, tokens[0..B)) is present in tier with
+ * handle. If it is already there, only the handle changes. Returns 0, KVT_EARG
+ * for an invalid tier, or -EEXIST if hash names a different (parent, tokens)
+ * (a collision: nothing changes; the caller must not cache the block or its
+ * descendants). tokens are copied. See the registration contract above. */
+int kvt_prefix_add(kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, kvt_tier tier,
+                   uint64_t handle);
+
+/* Adds blocks 0..n_blocks-1 of one sequence (keys from kvt_block_hashes, the
+ * parent of block 0 is root) in order, to tier; handles[i] is block i's handle
+ * (NULL: all 0). Stops at the first refused block. Returns the number added
+ * (== n_blocks on full success), or KVT_EARG. */
+int kvt_prefix_add_chain(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, const kvt_hash128 *hashes,
+                         size_t n_blocks, kvt_tier tier, const uint64_t *handles);
+
+/* 0 if (hash, parent, tokens) could be added (the key is free, a ghost, or
+ * already names this same block), else -EEXIST. Changes nothing. */
+int kvt_prefix_check(const kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens);
+
+/* Records that the block left tier. Returns 0, KVT_EARG, or KVT_ENOTFOUND if
+ * it was not present in tier. The entry disappears with its last tier (it
+ * lingers as a ghost while it still has children). */
+int kvt_prefix_remove(kvt_prefix *idx, kvt_hash128 hash, kvt_tier tier);
+
+/* Snapshot of the entry for hash: 0 and *out, or KVT_ENOTFOUND (also for a
+ * ghost). Does not count as a lookup. */
+int kvt_prefix_get(const kvt_prefix *idx, kvt_hash128 hash, kvt_prefix_info *out);
+
+/* Calls fn for every entry (ghosts excluded), in no particular order. fn must
+ * not mutate the index. Stops early and returns fn's value if it returns
+ * nonzero; else returns 0. */
+int kvt_prefix_foreach(const kvt_prefix *idx, int (*fn)(void *ctx, const kvt_prefix_info *e), void *ctx);
+
+void kvt_prefix_get_stats(const kvt_prefix *idx, kvt_prefix_stats *out);
+
+#endif
