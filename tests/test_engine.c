@@ -24,6 +24,15 @@
 #define REF_TOL_F16_WEIGHTS 1e-3
 #define TOP_K 5
 
+/* Sanitizer builds check memory, not numerics again: they compare every 4th
+ * position's logits (the full comparison runs in the normal build) so the
+ * scalar placeholder kernels stay inside the time budget. */
+#if defined(__SANITIZE_ADDRESS__)
+#define REF_POS_STRIDE 4
+#else
+#define REF_POS_STRIDE 1
+#endif
+
 static kvt_model *load(const char *name) {
     kvt_model *m = NULL;
     const char *dir = kvt_test_path(kvt_test_shared(), "models");
@@ -88,17 +97,25 @@ static double check_reference(const kvt_model *m, const cJSON *line, double tol,
     int32_t seq;
     CHECK(kvt_seq_new(e, NULL, 0, 0, &seq) == 0);
     float *logits = malloc((size_t)n_tok * (size_t)V * sizeof(float));
-    int rc = kvt_engine_feed(e, seq, toks, n_tok, 1, logits);
-    CHECKF(rc == 0, "feed: %s", kvt_errmsg());
+    int8_t *want = malloc((size_t)n_tok);
+    int32_t *seqs = malloc((size_t)n_tok * sizeof *seqs);
+    for (int t = 0; t < n_tok; t++) {
+        seqs[t] = seq;
+        want[t] = t % REF_POS_STRIDE == 0 || t == n_tok - 1;
+    }
+    kvt_batch batch = {n_tok, toks, seqs, want};
+    int rc = kvt_engine_decode(e, &batch, logits);
+    CHECKF(rc == 0, "decode: %s", kvt_errmsg());
     double maxdev = 0;
-    int bad_pos = 0;
+    int bad_pos = 0, row = 0;
     for (int t = 0; t < n_tok && rc == 0; t++) {
-        const float *lg = logits + (size_t)t * (size_t)V;
+        if (!want[t]) continue;
+        const float *lg = logits + (size_t)row++ * (size_t)V;
         int ours[TOP_K];
         top_k(lg, V, ours);
-        const cJSON *row = cJSON_GetArrayItem(top, t);
+        const cJSON *ref_row = cJSON_GetArrayItem(top, t);
         for (int r = 0; r < TOP_K; r++) {
-            const cJSON *pair = cJSON_GetArrayItem(row, r);
+            const cJSON *pair = cJSON_GetArrayItem(ref_row, r);
             int id = (int)cJSON_GetArrayItem(pair, 0)->valuedouble;
             double ref = cJSON_GetArrayItem(pair, 1)->valuedouble;
             double dev = fabs((double)lg[id] - ref);
@@ -112,7 +129,7 @@ static double check_reference(const kvt_model *m, const cJSON *line, double tol,
     }
     if (check_greedy && rc == 0) {
         /* argmax fed back one token at a time, as llama.cpp's greedy loop does */
-        int32_t next = argmax(logits + (size_t)(n_tok - 1) * (size_t)V, V);
+        int32_t next = argmax(logits + (size_t)(row - 1) * (size_t)V, V);
         int matched = 0;
         for (int g = 0; g < n_greedy; g++) {
             if (next != greedy[g]) break;
@@ -125,6 +142,8 @@ static double check_reference(const kvt_model *m, const cJSON *line, double tol,
         CHECKF(matched == n_greedy, "greedy matched %d of %d tokens", matched, n_greedy);
     }
     free(logits);
+    free(want);
+    free(seqs);
     free(toks);
     free(greedy);
     kvt_engine_free(e);
@@ -344,6 +363,9 @@ static void test_pages(void) {
 }
 
 int main(void) {
+    char *probe = kvt_test_read_file(kvt_test_path(kvt_test_path(kvt_test_shared(), "reference"), "README.md"), NULL);
+    if (!probe) kvt_test_skip("shared models/reference not found (set KVT_SHARED)");
+    free(probe);
     test_pages();
     test_invariance("aidreams260K.gguf", 40);
     test_invariance("tiny-qwen2-f16.gguf", 24);
