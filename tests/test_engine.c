@@ -252,6 +252,13 @@ static void test_invariance(const char *model, int n) {
     int t = k * B + B / 2;
     uint8_t *before = malloc(kvt_page_bytes(e));
     memcpy(before, kvt_page_data(e, a_pages[k]), kvt_page_bytes(e));
+    int32_t *other = malloc((size_t)n * sizeof *other); /* a different continuation must not reach A's page */
+    for (int i = 0; i < n; i++) other[i] = (toks[i] + 1) % V;
+    CHECK(kvt_seq_new(e, a_pages, k + 1, t, &s) == 0);
+    CHECK(kvt_engine_feed(e, s, other + t, n - t, 0, NULL) == 0);
+    CHECK(memcmp(before, kvt_page_data(e, a_pages[k]), kvt_page_bytes(e)) == 0);
+    kvt_seq_free(e, s);
+    free(other);
     CHECK(kvt_seq_new(e, a_pages, k + 1, t, &s) == 0);
     CHECK(kvt_engine_feed(e, s, toks + t, n - t, 1, lb) == 0);
     CHECKF(same_rows(la + (size_t)t * V, lb, n - t, V), "%s: copy-on-write tail differs", model);
