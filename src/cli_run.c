@@ -1,14 +1,425 @@
-/* `kvtier run` and `kvtier eval` (placeholders until the engine lands). */
+/* `kvtier run` (stream a completion) and `kvtier eval` (prompt logits and a
+ * greedy continuation as one JSON line, comparable with llama.cpp's). */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
 
-int kvt_cmd_run(int argc, char **argv) {
-    fprintf(stderr, "kvtier run: not implemented yet\n");
-    return 1;
+#define EVAL_DEFAULT_N 16
+#define RUN_DEFAULT_N 128
+#define TOP_N 5              /* logits printed per prompt position */
+#define PIECE_MAX 256        /* bytes of one token's text */
+#define PATH_MAX_LEN 4096
+#define MAX_THREADS 512
+#define MAX_TOKENS (1L << 24)
+#define MAX_BLOCK 4096
+#define UTF8_MAX_SEQ 4
+
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+/* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
+static int parse_tokens(const char *s, int32_t **out, size_t *n) {
+    size_t cap = 16, len = 0;
+    int32_t *t = kvt_xmalloc(cap * sizeof *t);
+    while (*s) {
+        if (*s == ' ' || *s == ',' || *s == '\t' || *s == '\n') {
+            s++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || v < 0 || v > INT32_MAX) {
+            free(t);
+            return -1;
+        }
+        if (len == cap) t = kvt_xrealloc(t, (cap *= 2) * sizeof *t);
+        t[len++] = (int32_t)v;
+        s = end;
+    }
+    *out = t;
+    *n = len;
+    return 0;
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+            else fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void top_n(const float *x, int32_t n, int32_t *idx) {
+    for (int k = 0; k < TOP_N; k++) idx[k] = -1;
+    for (int32_t i = 0; i < n; i++)
+        for (int k = 0; k < TOP_N; k++)
+            if (idx[k] < 0 || x[i] > x[idx[k]]) {
+                memmove(idx + k + 1, idx + k, (size_t)(TOP_N - 1 - k) * sizeof *idx);
+                idx[k] = i;
+                break;
+            }
+}
+
+/* An engine with room for one sequence of n_ctx tokens. */
+static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt,
+                       kvt_engine **e) {
+    kvt_engine_params p = kvt_engine_default_params();
+    p.n_threads = threads;
+    p.n_ctx = n_ctx;
+    p.block_size = block;
+    p.kv_dtype = dt;
+    p.max_seqs = 1;
+    p.n_pages = (n_ctx + block - 1) / block;
+    return kvt_engine_new(m, p, e);
+}
+
+/* ---- eval ------------------------------------------------------------------ */
+
+static void eval_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvtier eval -m MODEL [options] [TEXT]\n\n"
+            "Prints one JSON line: the prompt's token ids, the top-%d logits at every prompt\n"
+            "position, and a greedy continuation (argmax fed back, never stopping early),\n"
+            "in the format of llama.cpp's reference outputs.\n\n"
+            "  -m, --model FILE   GGUF model (required)\n"
+            "  TEXT               prompt text, tokenized with the model's tokenizer\n"
+            "  --tokens \"1 2 3\"   use these token ids verbatim instead of TEXT (no BOS added)\n"
+            "  --no-bos           do not prepend BOS when tokenizing TEXT\n"
+            "  -n N               greedy tokens to generate (default %d)\n"
+            "  -t, --threads N    worker threads (default: all CPUs)\n"
+            "  --kv-f32           keep K/V in f32 instead of f16\n"
+            "  -h, --help         this help\n",
+            TOP_N, EVAL_DEFAULT_N);
 }
 
 int kvt_cmd_eval(int argc, char **argv) {
-    fprintf(stderr, "kvtier eval: not implemented yet\n");
-    return 1;
+    const char *model_path = NULL, *text = NULL, *tokens_arg = NULL;
+    int add_bos = 1, threads = default_threads();
+    long n_gen = EVAL_DEFAULT_N;
+    kvt_kv_dtype dt = KVT_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (kvt_cli_is_help(a)) {
+            eval_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!(tokens_arg = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-bos")) {
+            add_bos = 0;
+        } else if (!strcmp(a, "--kv-f32")) {
+            dt = KVT_KV_F32;
+        } else if (!strcmp(a, "-n")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            long t;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (t = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) return 2;
+            threads = (int)t;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "kvtier eval: unknown option '%s'\n", a);
+            eval_usage(stderr);
+            return 2;
+        } else if (!text) {
+            text = a;
+        } else {
+            fprintf(stderr, "kvtier eval: only one TEXT argument is allowed\n");
+            return 2;
+        }
+    }
+    if (!model_path || (!text == !tokens_arg)) {
+        fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
+        eval_usage(stderr);
+        return 2;
+    }
+    kvt_model *m = NULL;
+    int rc = kvt_model_load(model_path, kvt_model_default_params(), &m);
+    if (rc) {
+        fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
+        return 1;
+    }
+    int32_t *toks = NULL;
+    size_t n_tok = 0;
+    if (tokens_arg) {
+        add_bos = 0;
+        if (parse_tokens(tokens_arg, &toks, &n_tok)) {
+            fprintf(stderr, "kvtier eval: --tokens expects token ids, got '%s'\n", tokens_arg);
+            kvt_model_free(m);
+            return 2;
+        }
+    } else if ((kvt_fail(0, "%s", ""), rc = kvt_tokenize(m->tok, text, strlen(text), add_bos, 0, &toks, &n_tok))) {
+        fprintf(stderr, "kvtier eval: cannot tokenize: %s %s\n", kvt_strerror(rc), kvt_errmsg());
+        kvt_model_free(m);
+        return 1;
+    }
+    int32_t V = m->hp.n_vocab;
+    for (size_t i = 0; i < n_tok; i++)
+        if (toks[i] < 0 || toks[i] >= V) {
+            fprintf(stderr, "kvtier eval: token %d is outside the vocabulary of %d\n", toks[i], V);
+            free(toks);
+            kvt_model_free(m);
+            return 2;
+        }
+    if (n_tok == 0 || n_tok + (size_t)n_gen > (size_t)INT32_MAX) {
+        fprintf(stderr, "kvtier eval: the prompt is empty or too long\n");
+        free(toks);
+        kvt_model_free(m);
+        return 2;
+    }
+    kvt_engine *e = NULL;
+    int32_t seq = 0;
+    if ((rc = make_engine(m, threads, (int32_t)(n_tok + (size_t)n_gen), KVT_DEFAULT_BLOCK_SIZE, dt, &e)) ||
+        (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
+        fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
+        free(toks);
+        kvt_engine_free(e);
+        kvt_model_free(m);
+        return 1;
+    }
+    printf("{\"model\":");
+    const char *base = strrchr(model_path, '/');
+    json_string(stdout, base ? base + 1 : model_path);
+    printf(",\"prompt\":");
+    json_string(stdout, text ? text : "");
+    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add_bos ? "true" : "false");
+    for (size_t i = 0; i < n_tok; i++) printf("%s%d", i ? "," : "", toks[i]);
+    printf("],\"prompt_logits_top5\":[");
+
+    /* the prompt goes in chunks so only one chunk's logits are held at once */
+    int32_t chunk = kvt_engine_params_of(e).n_batch;
+    float *logits = kvt_xmalloc((size_t)chunk * (size_t)V * sizeof(float));
+    int32_t next = 0;
+    for (size_t c0 = 0; c0 < n_tok && !rc; c0 += (size_t)chunk) {
+        int32_t n = (int32_t)KVT_MIN((size_t)chunk, n_tok - c0);
+        if ((rc = kvt_engine_feed(e, seq, toks + c0, n, 1, logits))) break;
+        for (int32_t i = 0; i < n; i++) {
+            const float *lg = logits + (size_t)i * (size_t)V;
+            int32_t idx[TOP_N];
+            top_n(lg, V, idx);
+            printf("%s[", c0 + (size_t)i ? "," : "");
+            for (int k = 0; k < TOP_N; k++) printf("%s[%d,%.9g]", k ? "," : "", idx[k], (double)lg[idx[k]]);
+            printf("]");
+            next = idx[0];
+        }
+    }
+    printf("],\"greedy\":[");
+    for (long g = 0; g < n_gen && !rc; g++) {
+        printf("%s%d", g ? "," : "", next);
+        if (g + 1 < n_gen && !(rc = kvt_engine_feed(e, seq, &next, 1, 0, logits))) next = kvt_argmax(logits, V);
+    }
+    printf("]}\n");
+    if (rc) fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
+    free(logits);
+    free(toks);
+    kvt_engine_free(e);
+    kvt_model_free(m);
+    return rc ? 1 : 0;
+}
+
+/* ---- run -------------------------------------------------------------------- */
+
+/* Bytes of buf[0..n) that end on a UTF-8 character boundary: a multi-byte
+ * character split across tokens is held back until its last byte arrives. */
+static size_t utf8_complete_prefix(const unsigned char *buf, size_t n) {
+    for (size_t back = 1; back <= UTF8_MAX_SEQ && back <= n; back++) {
+        unsigned char c = buf[n - back];
+        if ((c & 0xC0) == 0x80) continue; /* continuation byte: keep looking for the lead */
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return want > back ? n - back : n;
+    }
+    return n; /* not valid UTF-8 anyway: print as is */
+}
+
+static void run_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvtier run [-m MODEL] -p PROMPT [options]\n\n"
+            "Generates a completion of PROMPT and streams it to stdout as it is produced;\n"
+            "statistics go to stderr. Stops at end-of-generation tokens or after N tokens.\n\n"
+            "  -m, --model FILE    GGUF model; without it a small random-weight model is\n"
+            "                      generated (and cached) so kvtier works out of the box\n"
+            "  -p, --prompt TEXT   the prompt (special tokens in it are recognized)\n"
+            "  -n N                tokens to generate at most (default %d)\n"
+            "  --temp T            sampling temperature; 0 = greedy (default %.2g)\n"
+            "  --top-k K           sample among the K most likely tokens; 0 = all (default %d)\n"
+            "  --top-p P           sample among the smallest set of probability >= P (default %.2g)\n"
+            "  --seed S            random seed; the same seed gives the same text (default: clock)\n"
+            "  -t, --threads N     worker threads (default: all CPUs)\n"
+            "  --kv-f32            keep K/V in f32 instead of f16\n"
+            "  --block-size B      tokens per KV page / cache block (default %d)\n"
+            "  --ctx N             context length: prompt + generated tokens (default: the model's)\n"
+            "  -h, --help          this help\n",
+            RUN_DEFAULT_N, (double)kvt_sampler_default_params().temp, kvt_sampler_default_params().top_k,
+            (double)kvt_sampler_default_params().top_p, KVT_DEFAULT_BLOCK_SIZE);
+}
+
+int kvt_cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL;
+    long n_gen = RUN_DEFAULT_N, n_ctx = 0, block = KVT_DEFAULT_BLOCK_SIZE;
+    int threads = default_threads(), seed_given = 0;
+    kvt_kv_dtype dt = KVT_KV_F16;
+    kvt_sampler_params sp = kvt_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        double d;
+        long l;
+        if (kvt_cli_is_help(a)) {
+            run_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(prompt = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-n")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
+        } else if (!strcmp(a, "--temp")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(d = kvt_cli_parse_double(a, v))) return 2;
+            sp.temp = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return 2;
+            sp.top_k = (int32_t)l;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(d = kvt_cli_parse_double(a, v))) return 2;
+            if (d <= 0 || d > 1) {
+                fprintf(stderr, "kvtier run: --top-p must be in (0, 1]\n");
+                return 2;
+            }
+            sp.top_p = (float)d;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return 2;
+            sp.seed = (uint64_t)l;
+            seed_given = 1;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) return 2;
+            threads = (int)l;
+        } else if (!strcmp(a, "--kv-f32")) {
+            dt = KVT_KV_F32;
+        } else if (!strcmp(a, "--block-size")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0) return 2;
+        } else if (!strcmp(a, "--ctx")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (n_ctx = kvt_cli_parse_long(a, v, 1, MAX_TOKENS)) < 0) return 2;
+        } else {
+            fprintf(stderr, "kvtier run: unknown argument '%s'\n", a);
+            run_usage(stderr);
+            return 2;
+        }
+    }
+    if (!prompt) {
+        fprintf(stderr, "kvtier run: needs -p PROMPT\n");
+        run_usage(stderr);
+        return 2;
+    }
+    if (!seed_given) sp.seed = (uint64_t)time(NULL);
+
+    /* DEFAULT-MODEL HOOK: without -m, kvt_default_model_path() (cli.h) supplies
+     * a generated random-weight model from the cache directory. */
+    char default_path[PATH_MAX_LEN];
+    if (!model_path) {
+        if (kvt_default_model_path(default_path, sizeof default_path)) {
+            fprintf(stderr, "kvtier run: no -m given and no default model is available: %s\n", kvt_errmsg());
+            return 1;
+        }
+        model_path = default_path;
+    }
+
+    kvt_model *m = NULL;
+    int rc = kvt_model_load(model_path, kvt_model_default_params(), &m);
+    if (rc) {
+        fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
+        return 1;
+    }
+    int32_t *toks = NULL;
+    size_t n_tok = 0;
+    kvt_engine *e = NULL;
+    kvt_sampler *smp = NULL;
+    float *logits = NULL;
+    int32_t seq = 0;
+    kvt_fail(0, "%s", ""); /* so a stale detail is not shown with the tokenizer's error */
+    if ((rc = kvt_tokenize(m->tok, prompt, strlen(prompt), kvt_tokenizer_add_bos_default(m->tok), 1, &toks, &n_tok))) {
+        fprintf(stderr, "kvtier run: cannot tokenize the prompt: %s %s\n", kvt_strerror(rc), kvt_errmsg());
+        goto done;
+    }
+    if (n_ctx == 0) n_ctx = KVT_MAX((long)m->hp.n_ctx_train, (long)n_tok + 1);
+    if (n_tok == 0 || (long)n_tok >= n_ctx) {
+        fprintf(stderr, "kvtier run: the prompt has %zu tokens; the context holds %ld\n", n_tok, n_ctx);
+        rc = KVT_ELIMIT;
+        goto done;
+    }
+    if ((rc = make_engine(m, threads, (int32_t)n_ctx, (int32_t)block, dt, &e)) ||
+        (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
+        fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
+        goto done;
+    }
+    smp = kvt_sampler_new(sp, m->hp.n_vocab);
+    logits = kvt_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
+
+    double t0 = kvt_now();
+    if ((rc = kvt_engine_feed(e, seq, toks, (int32_t)n_tok, 0, logits))) {
+        fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
+        goto done;
+    }
+    double t1 = kvt_now();
+    unsigned char pending[2 * PIECE_MAX];
+    size_t n_pending = 0;
+    long n_out = 0;
+    while (n_out < n_gen) {
+        int32_t tok = kvt_sampler_sample(smp, logits);
+        if (kvt_tokenizer_is_eog(m->tok, tok) || tok == kvt_tokenizer_eos(m->tok)) break;
+        n_out++;
+        char piece[PIECE_MAX];
+        int len = kvt_token_piece(m->tok, tok, piece, sizeof piece, 0);
+        if (len > 0) {
+            if (n_pending + (size_t)len > sizeof pending) { /* cannot happen with valid UTF-8; never lose text */
+                fwrite(pending, 1, n_pending, stdout);
+                n_pending = 0;
+            }
+            memcpy(pending + n_pending, piece, (size_t)len);
+            n_pending += (size_t)len;
+            size_t ok = utf8_complete_prefix(pending, n_pending);
+            fwrite(pending, 1, ok, stdout);
+            fflush(stdout);
+            memmove(pending, pending + ok, n_pending - ok);
+            n_pending -= ok;
+        }
+        if (n_out == n_gen || kvt_seq_len(e, seq) >= n_ctx) break;
+        if ((rc = kvt_engine_feed(e, seq, &tok, 1, 0, logits))) {
+            fprintf(stderr, "\nkvtier run: %s\n", kvt_errmsg());
+            break;
+        }
+    }
+    fwrite(pending, 1, n_pending, stdout);
+    fputc('\n', stdout);
+    double t2 = kvt_now();
+    fprintf(stderr, "kvtier run: prompt %zu tokens, prefill %.1f tok/s; generated %ld tokens, decode %.1f tok/s; seed %llu\n",
+            n_tok, (double)n_tok / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_out,
+            (double)n_out / (t2 - t1 > 0 ? t2 - t1 : 1e-9), (unsigned long long)sp.seed);
+done:
+    free(logits);
+    kvt_sampler_free(smp);
+    kvt_engine_free(e);
+    free(toks);
+    kvt_model_free(m);
+    return rc ? 1 : 0;
 }

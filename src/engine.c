@@ -1,0 +1,552 @@
+/* The engine: the KV page pool, sequences (page tables) and the forward pass
+ * of llama-family models over a batch of tokens from several sequences.
+ * Attention reads K/V only through page tables; see engine.h for the layout
+ * and the batch-invariance contract. */
+#include "engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "model.h"
+#include "ops.h"
+
+/* Pages start on this boundary so SIMD loads of K/V rows can be aligned. */
+#define PAGE_ALIGN 64
+/* Free-list terminator and "no page" marker. */
+#define NO_PAGE (-1)
+
+/* ggml (and so the reference outputs) computes Q·K with Q rounded to the K
+ * dtype and the softmax weights rounded to the V dtype before P·V. Doing the
+ * same for an f16 cache keeps us within a few ulps of llama.cpp at no cost. */
+#define ATTN_ROUND_TO_KV_DTYPE 1
+
+typedef struct {
+    int active;
+    int32_t len;      /* tokens */
+    int32_t n_pages;  /* ceil(len / B) */
+    int32_t *pages;   /* (max_pages_per_seq) */
+} seq_state;
+
+struct kvt_engine {
+    const kvt_model *model;
+    kvt_engine_params p;
+    kvt_pool *pool;
+    int elem;                /* bytes per KV element */
+    int32_t kv_dim;          /* n_head_kv * head_dim */
+    int32_t q_dim;           /* n_head * head_dim */
+
+    /* page pool */
+    size_t page_bytes, page_stride; /* stride = page_bytes rounded up to PAGE_ALIGN */
+    uint8_t *page_mem;              /* (n_pages, page_stride) */
+    int32_t *refcount;              /* (n_pages) */
+    int32_t *free_next;             /* (n_pages) free-list links */
+    int32_t free_head, n_free;
+
+    /* sequences */
+    seq_state *seqs;                /* (max_seqs) */
+    int32_t max_pages_per_seq;
+    int32_t *batch_count;           /* (max_seqs) scratch for decode() checks */
+
+    /* activations for one chunk of up to nb = n_batch tokens */
+    float *x;        /* (nb, n_embd) residual stream */
+    float *xb;       /* (nb, n_embd) normed input / projection output */
+    float *q;        /* (nb, q_dim) */
+    float *k;        /* (nb, kv_dim) */
+    float *v;        /* (nb, kv_dim) */
+    float *att;      /* (nb, q_dim) attention output, heads concatenated */
+    float *hb;       /* (nb, n_ff) gate, then silu(gate) * up */
+    float *hb2;      /* (nb, n_ff) up */
+    float *rope_cos; /* (nb, rope_dim/2) */
+    float *rope_sin; /* (nb, rope_dim/2) */
+    int32_t *pos;    /* (nb) position of each token in its sequence */
+    int32_t *tseq;   /* (nb) sequence of each token */
+    int32_t *tpage;  /* (nb) page receiving each token's K/V */
+    int32_t *tslot;  /* (nb) slot within that page */
+    int32_t *wanted; /* (nb) chunk rows that want logits */
+    float *scratch;  /* (n_threads, n_ctx + head_dim) attention scores and rounded q */
+    size_t scratch_stride;
+};
+
+kvt_engine_params kvt_engine_default_params(void) {
+    kvt_engine_params p = {0};
+    p.block_size = KVT_DEFAULT_BLOCK_SIZE;
+    p.kv_dtype = KVT_KV_F16;
+    p.kv_active_bytes = KVT_DEFAULT_KV_ACTIVE_BYTES;
+    p.n_pages = 0;
+    p.n_threads = 1;
+    p.n_batch = KVT_DEFAULT_N_BATCH;
+    p.max_seqs = KVT_DEFAULT_MAX_SEQS;
+    p.n_ctx = 0;
+    return p;
+}
+
+static float *alloc_f32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
+static int32_t *alloc_i32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
+
+int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out) {
+    *out = NULL;
+    if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
+    const kvt_hparams *hp = &model->hp;
+    if (p.block_size < 1 || p.n_threads < 1 || p.n_batch < 1 || p.max_seqs < 1 || p.n_ctx < 0 || p.n_pages < 0 ||
+        (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32))
+        return kvt_fail(KVT_EARG, "invalid engine parameters");
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
+
+    kvt_engine *e = kvt_xcalloc(1, sizeof *e);
+    e->model = model;
+    e->elem = p.kv_dtype == KVT_KV_F16 ? 2 : 4;
+    e->kv_dim = hp->n_head_kv * hp->head_dim;
+    e->q_dim = hp->n_head * hp->head_dim;
+    e->page_bytes = (size_t)kvt_model_kv_bytes_per_token(model, e->elem) * (size_t)p.block_size;
+    e->page_stride = (e->page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+    if (p.n_pages == 0) {
+        uint64_t n = p.kv_active_bytes / e->page_stride;
+        p.n_pages = n > INT32_MAX ? INT32_MAX : (int32_t)n;
+    }
+    if (p.n_pages < 1) {
+        int rc = kvt_fail(KVT_ELIMIT, "KV budget of %llu bytes holds no page of %zu bytes",
+                          (unsigned long long)p.kv_active_bytes, e->page_bytes);
+        free(e);
+        return rc;
+    }
+    e->p = p;
+    uint64_t pool_bytes;
+    if (kvt_mul_ovf((uint64_t)p.n_pages, e->page_stride, &pool_bytes) || pool_bytes > SIZE_MAX / 2) {
+        free(e);
+        return kvt_fail(KVT_ELIMIT, "KV pool of %d pages is too large", p.n_pages);
+    }
+    e->page_mem = aligned_alloc(PAGE_ALIGN, (size_t)pool_bytes);
+    if (!e->page_mem) {
+        free(e);
+        return kvt_fail(-ENOMEM, "cannot allocate %llu bytes of KV pages", (unsigned long long)pool_bytes);
+    }
+    e->refcount = kvt_xcalloc((size_t)p.n_pages, sizeof(int32_t));
+    e->free_next = alloc_i32(p.n_pages);
+    /* free list in ascending id order so allocation order is reproducible */
+    for (int32_t i = 0; i < p.n_pages; i++) e->free_next[i] = i + 1 < p.n_pages ? i + 1 : NO_PAGE;
+    e->free_head = 0;
+    e->n_free = p.n_pages;
+
+    e->max_pages_per_seq = (p.n_ctx + p.block_size - 1) / p.block_size;
+    e->seqs = kvt_xcalloc((size_t)p.max_seqs, sizeof *e->seqs);
+    e->batch_count = alloc_i32(p.max_seqs);
+
+    e->pool = kvt_pool_new(p.n_threads);
+    if (!e->pool) {
+        kvt_engine_free(e);
+        return kvt_fail(-ENOMEM, "cannot start %d worker threads", p.n_threads);
+    }
+    int64_t nb = p.n_batch, rope_half = hp->rope_dim / 2;
+    e->x = alloc_f32(nb * hp->n_embd);
+    e->xb = alloc_f32(nb * hp->n_embd);
+    e->q = alloc_f32(nb * e->q_dim);
+    e->k = alloc_f32(nb * e->kv_dim);
+    e->v = alloc_f32(nb * e->kv_dim);
+    e->att = alloc_f32(nb * e->q_dim);
+    e->hb = alloc_f32(nb * hp->n_ff);
+    e->hb2 = alloc_f32(nb * hp->n_ff);
+    e->rope_cos = alloc_f32(nb * rope_half);
+    e->rope_sin = alloc_f32(nb * rope_half);
+    e->pos = alloc_i32(nb);
+    e->tseq = alloc_i32(nb);
+    e->tpage = alloc_i32(nb);
+    e->tslot = alloc_i32(nb);
+    e->wanted = alloc_i32(nb);
+    e->scratch_stride = (size_t)p.n_ctx + (size_t)hp->head_dim;
+    e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
+    *out = e;
+    return 0;
+}
+
+void kvt_engine_free(kvt_engine *e) {
+    if (!e) return;
+    if (e->seqs)
+        for (int32_t s = 0; s < e->p.max_seqs; s++) free(e->seqs[s].pages);
+    free(e->seqs);
+    free(e->batch_count);
+    free(e->page_mem);
+    free(e->refcount);
+    free(e->free_next);
+    if (e->pool) kvt_pool_free(e->pool);
+    free(e->x), free(e->xb), free(e->q), free(e->k), free(e->v), free(e->att);
+    free(e->hb), free(e->hb2), free(e->rope_cos), free(e->rope_sin);
+    free(e->pos), free(e->tseq), free(e->tpage), free(e->tslot), free(e->wanted);
+    free(e->scratch);
+    free(e);
+}
+
+const kvt_model *kvt_engine_model(const kvt_engine *e) { return e->model; }
+kvt_engine_params kvt_engine_params_of(const kvt_engine *e) { return e->p; }
+kvt_pool *kvt_engine_pool(kvt_engine *e) { return e->pool; }
+int32_t kvt_engine_n_vocab(const kvt_engine *e) { return e->model->hp.n_vocab; }
+
+/* ---- pages ---------------------------------------------------------------- */
+
+size_t kvt_page_bytes(const kvt_engine *e) { return e->page_bytes; }
+size_t kvt_page_stride_head(const kvt_engine *e) {
+    return (size_t)e->p.block_size * (size_t)e->model->hp.head_dim * (size_t)e->elem;
+}
+int32_t kvt_page_count(const kvt_engine *e) { return e->p.n_pages; }
+int32_t kvt_page_free_count(const kvt_engine *e) { return e->n_free; }
+
+static int page_valid(const kvt_engine *e, int32_t id) { return id >= 0 && id < e->p.n_pages; }
+
+int kvt_page_alloc(kvt_engine *e, int32_t *id) {
+    if (e->free_head == NO_PAGE) return kvt_fail(KVT_ELIMIT, "KV page pool exhausted (%d pages)", e->p.n_pages);
+    int32_t p = e->free_head;
+    e->free_head = e->free_next[p];
+    e->n_free--;
+    e->refcount[p] = 1;
+    *id = p;
+    return 0;
+}
+
+void kvt_page_ref(kvt_engine *e, int32_t id) {
+    if (!page_valid(e, id) || e->refcount[id] < 1) {
+        kvt_log(KVT_LOG_ERROR, "kvt_page_ref on free or invalid page %d", id);
+        return;
+    }
+    e->refcount[id]++;
+}
+
+int32_t kvt_page_unref(kvt_engine *e, int32_t id) {
+    if (!page_valid(e, id) || e->refcount[id] < 1) {
+        kvt_log(KVT_LOG_ERROR, "kvt_page_unref on free or invalid page %d", id);
+        return 0;
+    }
+    if (--e->refcount[id] == 0) {
+        e->free_next[id] = e->free_head;
+        e->free_head = id;
+        e->n_free++;
+    }
+    return e->refcount[id];
+}
+
+int32_t kvt_page_refcount(const kvt_engine *e, int32_t id) { return page_valid(e, id) ? e->refcount[id] : 0; }
+int kvt_page_is_shared(const kvt_engine *e, int32_t id) { return page_valid(e, id) && e->refcount[id] > 1; }
+void *kvt_page_data(kvt_engine *e, int32_t id) { return e->page_mem + (size_t)id * e->page_stride; }
+const void *kvt_page_data_const(const kvt_engine *e, int32_t id) {
+    return e->page_mem + (size_t)id * e->page_stride;
+}
+
+/* ---- sequences ------------------------------------------------------------ */
+
+static seq_state *seq_get(const kvt_engine *e, int32_t seq) {
+    if (seq < 0 || seq >= e->p.max_seqs || !e->seqs[seq].active) return NULL;
+    return &e->seqs[seq];
+}
+
+int kvt_seq_new(kvt_engine *e, const int32_t *pages, int32_t n_pages, int32_t n_tokens, int32_t *seq) {
+    int32_t B = e->p.block_size;
+    if (n_pages < 0 || n_tokens < 0 || (n_pages > 0 && !pages) ||
+        (int64_t)n_pages != ((int64_t)n_tokens + B - 1) / B)
+        return kvt_fail(KVT_EARG, "%d tokens do not fill %d pages of %d", n_tokens, n_pages, B);
+    if (n_tokens > e->p.n_ctx) return kvt_fail(KVT_ELIMIT, "%d tokens exceed the context of %d", n_tokens, e->p.n_ctx);
+    for (int32_t i = 0; i < n_pages; i++)
+        if (!page_valid(e, pages[i]) || e->refcount[pages[i]] < 1)
+            return kvt_fail(KVT_EARG, "page %d is not allocated", pages[i]);
+    for (int32_t s = 0; s < e->p.max_seqs; s++) {
+        seq_state *st = &e->seqs[s];
+        if (st->active) continue;
+        if (!st->pages) st->pages = alloc_i32(e->max_pages_per_seq);
+        st->active = 1;
+        st->len = n_tokens;
+        st->n_pages = n_pages;
+        for (int32_t i = 0; i < n_pages; i++) {
+            st->pages[i] = pages[i];
+            e->refcount[pages[i]]++;
+        }
+        *seq = s;
+        return 0;
+    }
+    return kvt_fail(KVT_ELIMIT, "all %d sequence slots are in use", e->p.max_seqs);
+}
+
+void kvt_seq_free(kvt_engine *e, int32_t seq) {
+    seq_state *st = seq_get(e, seq);
+    if (!st) return;
+    for (int32_t i = 0; i < st->n_pages; i++) kvt_page_unref(e, st->pages[i]);
+    st->active = 0;
+    st->len = st->n_pages = 0;
+}
+
+int32_t kvt_seq_len(const kvt_engine *e, int32_t seq) {
+    const seq_state *st = seq_get(e, seq);
+    return st ? st->len : -1;
+}
+
+const int32_t *kvt_seq_pages(const kvt_engine *e, int32_t seq, int32_t *n_pages) {
+    const seq_state *st = seq_get(e, seq);
+    if (!st) return NULL;
+    if (n_pages) *n_pages = st->n_pages;
+    return st->pages;
+}
+
+/* Pages that appending `add` tokens to st will take from the pool: new pages
+ * past the table, plus one copy if the tail page is partial and shared. */
+static int64_t pages_needed(const kvt_engine *e, const seq_state *st, int32_t add) {
+    if (add <= 0) return 0;
+    int32_t B = e->p.block_size;
+    int64_t total = ((int64_t)st->len + add + B - 1) / B;
+    int64_t need = total - st->n_pages;
+    if (st->len % B && e->refcount[st->pages[st->n_pages - 1]] > 1) need++;
+    return need;
+}
+
+/* Makes room for one more token in st and returns where its K/V go. Never
+ * fails: decode() checked that the pool has the pages. */
+static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_t *slot) {
+    int32_t B = e->p.block_size;
+    int32_t s = st->len % B;
+    if (s == 0) {
+        int32_t id = NO_PAGE;
+        kvt_page_alloc(e, &id);
+        st->pages[st->n_pages++] = id;
+    } else {
+        int32_t *tail = &st->pages[st->n_pages - 1];
+        if (e->refcount[*tail] > 1) {
+            /* copy on write: others still read the shared page */
+            int32_t id = NO_PAGE;
+            kvt_page_alloc(e, &id);
+            memcpy(kvt_page_data(e, id), kvt_page_data(e, *tail), e->page_bytes);
+            kvt_page_unref(e, *tail);
+            *tail = id;
+        }
+    }
+    *page = st->pages[st->n_pages - 1];
+    *slot = s;
+    st->len++;
+}
+
+/* ---- forward pass ----------------------------------------------------------- */
+
+/* Byte offset in a page of the K (kv = 0) or V (kv = 1) row of (layer, kv head, slot). */
+static size_t kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
+    const kvt_hparams *hp = &e->model->hp;
+    size_t row = (((size_t)layer * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) * (size_t)e->p.block_size +
+                 (size_t)slot;
+    return row * (size_t)hp->head_dim * (size_t)e->elem;
+}
+
+/* cos/sin of every rotated pair for one position. theta_i = pos * base^(-2i/rope_dim),
+ * built by repeated multiplication in f32 the way ggml does, then divided by the
+ * llama3 frequency factor and multiplied by the linear scale. */
+static void rope_angles(const kvt_model *m, int32_t pos, float *cs, float *sn) {
+    const kvt_hparams *hp = &m->hp;
+    int32_t half = hp->rope_dim / 2;
+    float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
+    float theta = (float)pos;
+    for (int32_t i = 0; i < half; i++) {
+        float ff = m->rope_freq_factors ? m->rope_freq_factors[i] : 1.0f;
+        float t = hp->rope_freq_scale * (theta / ff);
+        cs[i] = cosf(t);
+        sn[i] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+/* Rotates the leading rope_dim dims of each head of one token's q or k row. */
+static void rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, const float *cs, const float *sn) {
+    int32_t half = hp->rope_dim / 2;
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *v = row + (size_t)h * (size_t)hp->head_dim;
+        for (int32_t i = 0; i < half; i++) {
+            /* NORM pairs neighbours (2i, 2i+1); NEOX pairs the two halves (i, i+half) */
+            int32_t a = hp->rope_style == KVT_ROPE_NEOX ? i : 2 * i;
+            int32_t b = hp->rope_style == KVT_ROPE_NEOX ? i + half : 2 * i + 1;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cs[i] - x1 * sn[i];
+            v[b] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+typedef struct {
+    kvt_engine *e;
+    int32_t layer, n;
+} attn_job;
+
+/* One (token, head) of attention. The order of every reduction depends only on
+ * the token's position, never on the batch: that is the batch invariance. */
+static void attn_one(kvt_engine *e, int32_t layer, int32_t i, int32_t h, float *scores, float *qh) {
+    const kvt_hparams *hp = &e->model->hp;
+    const int32_t hd = hp->head_dim, B = e->p.block_size;
+    const int32_t g = h / (hp->n_head / hp->n_head_kv); /* GQA: kv head shared by n_head/n_head_kv heads */
+    const int32_t pos = e->pos[i];
+    const seq_state *st = &e->seqs[e->tseq[i]];
+    const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)h * (size_t)hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *out = e->att + (size_t)i * (size_t)e->q_dim + (size_t)h * (size_t)hd;
+    const int f16 = e->p.kv_dtype == KVT_KV_F16;
+
+    if (f16 && ATTN_ROUND_TO_KV_DTYPE) {
+        for (int32_t d = 0; d < hd; d++) qh[d] = kvt_f16_to_f32(kvt_f32_to_f16(q[d]));
+        q = qh;
+    }
+    for (int32_t j = 0; j <= pos; j++) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[j / B]);
+        const void *kr = pg + kv_offset(e, layer, 0, g, j % B);
+        float s = f16 ? kvt_dot_f32_f16(q, kr, hd) : kvt_dot_f32(q, kr, hd);
+        scores[j] = s * scale;
+    }
+    kvt_softmax(scores, (int64_t)pos + 1);
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int32_t j = 0; j <= pos; j++) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[j / B]);
+        const void *vr = pg + kv_offset(e, layer, 1, g, j % B);
+        if (f16) {
+            float w = ATTN_ROUND_TO_KV_DTYPE ? kvt_f16_to_f32(kvt_f32_to_f16(scores[j])) : scores[j];
+            kvt_axpy_f16(out, w, vr, hd);
+        } else {
+            kvt_axpy_f32(out, scores[j], vr, hd);
+        }
+    }
+}
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    attn_job *job = ctx;
+    kvt_engine *e = job->e;
+    const int32_t n_head = e->model->hp.n_head;
+    float *scores = e->scratch + (size_t)ith * e->scratch_stride;
+    float *qh = scores + e->p.n_ctx;
+    int64_t items = (int64_t)job->n * n_head;
+    for (int64_t w = ith; w < items; w += nth) attn_one(e, job->layer, (int32_t)(w / n_head), (int32_t)(w % n_head), scores, qh);
+}
+
+/* Writes one token's k and v rows (already roped) into its page slot, rounded to the KV dtype. */
+static void store_kv(kvt_engine *e, int32_t layer, int32_t i) {
+    const kvt_hparams *hp = &e->model->hp;
+    uint8_t *pg = kvt_page_data(e, e->tpage[i]);
+    for (int32_t g = 0; g < hp->n_head_kv; g++) {
+        const float *kr = e->k + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
+        const float *vr = e->v + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
+        void *kd = pg + kv_offset(e, layer, 0, g, e->tslot[i]);
+        void *vd = pg + kv_offset(e, layer, 1, g, e->tslot[i]);
+        if (e->p.kv_dtype == KVT_KV_F16) {
+            kvt_f32_to_f16_row(kr, kd, hp->head_dim);
+            kvt_f32_to_f16_row(vr, vd, hp->head_dim);
+        } else {
+            memcpy(kd, kr, (size_t)hp->head_dim * sizeof(float));
+            memcpy(vd, vr, (size_t)hp->head_dim * sizeof(float));
+        }
+    }
+}
+
+static void add_bias(float *y, const float *bias, int32_t n, int32_t width) {
+    if (!bias) return;
+    for (int32_t i = 0; i < n; i++) kvt_add(y + (size_t)i * (size_t)width, bias, width);
+}
+
+/* Runs n (<= n_batch) tokens whose slots are reserved (pos/tseq/tpage/tslot
+ * filled, embeddings in x) through the layers; writes the logits of the n_want
+ * rows listed in wanted to logits. */
+static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+    const kvt_model *m = e->model;
+    const kvt_hparams *hp = &m->hp;
+    const int64_t D = hp->n_embd, F = hp->n_ff, half = hp->rope_dim / 2;
+    kvt_pool *pool = e->pool;
+
+    for (int32_t i = 0; i < n; i++) rope_angles(m, e->pos[i], e->rope_cos + i * half, e->rope_sin + i * half);
+
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const kvt_layer *L = &m->layers[l];
+        /* attention block */
+        for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->attn_norm, D, hp->rms_eps);
+        kvt_matmul(pool, &L->wq, e->xb, D, n, e->q, e->q_dim);
+        kvt_matmul(pool, &L->wk, e->xb, D, n, e->k, e->kv_dim);
+        kvt_matmul(pool, &L->wv, e->xb, D, n, e->v, e->kv_dim);
+        add_bias(e->q, L->bq, n, e->q_dim);
+        add_bias(e->k, L->bk, n, e->kv_dim);
+        add_bias(e->v, L->bv, n, e->kv_dim);
+        for (int32_t i = 0; i < n; i++) {
+            rope_apply(hp, e->q + (size_t)i * (size_t)e->q_dim, hp->n_head, e->rope_cos + i * half, e->rope_sin + i * half);
+            rope_apply(hp, e->k + (size_t)i * (size_t)e->kv_dim, hp->n_head_kv, e->rope_cos + i * half,
+                       e->rope_sin + i * half);
+            store_kv(e, l, i);
+        }
+        /* every token of the chunk is in the pages before any attends, so each
+         * reads its predecessors as stored bytes, exactly as a later batch would */
+        attn_job job = {e, l, n};
+        kvt_pool_run(pool, attn_worker, &job);
+        kvt_matmul(pool, &L->wo, e->att, e->q_dim, n, e->xb, D);
+        for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
+
+        /* feed-forward block: x += W_down · (silu(W_gate·h) * (W_up·h)) */
+        for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->ffn_norm, D, hp->rms_eps);
+        kvt_matmul(pool, &L->w_gate, e->xb, D, n, e->hb, F);
+        kvt_matmul(pool, &L->w_up, e->xb, D, n, e->hb2, F);
+        for (int32_t i = 0; i < n; i++) kvt_silu_mul(e->hb + i * F, e->hb2 + i * F, F);
+        kvt_matmul(pool, &L->w_down, e->hb, F, n, e->xb, D);
+        for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
+    }
+
+    if (n_want == 0) return;
+    /* final norm only for the rows that want logits, packed so one matmul serves them */
+    for (int32_t w = 0; w < n_want; w++)
+        kvt_rmsnorm(e->xb + w * D, e->x + (int64_t)e->wanted[w] * D, m->output_norm, D, hp->rms_eps);
+    kvt_matmul(pool, &m->output, e->xb, D, n_want, logits, hp->n_vocab);
+}
+
+int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
+    const kvt_hparams *hp = &e->model->hp;
+    if (!b || b->n < 0 || (b->n > 0 && (!b->token || !b->seq))) return kvt_fail(KVT_EARG, "invalid batch");
+    memset(e->batch_count, 0, (size_t)e->p.max_seqs * sizeof(int32_t));
+    int64_t n_want_total = 0;
+    for (int32_t i = 0; i < b->n; i++) {
+        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab)
+            return kvt_fail(KVT_EARG, "batch entry %d: token %d is outside the vocabulary of %d", i, b->token[i],
+                            hp->n_vocab);
+        if (!seq_get(e, b->seq[i])) return kvt_fail(KVT_EARG, "batch entry %d: no sequence %d", i, b->seq[i]);
+        e->batch_count[b->seq[i]]++;
+        if (b->want_logits ? b->want_logits[i] != 0 : i == b->n - 1) n_want_total++;
+    }
+    if (n_want_total && !logits) return kvt_fail(KVT_EARG, "logits are wanted but no output buffer was given");
+    int64_t need = 0;
+    for (int32_t s = 0; s < e->p.max_seqs; s++) {
+        if (!e->batch_count[s]) continue;
+        const seq_state *st = &e->seqs[s];
+        if ((int64_t)st->len + e->batch_count[s] > e->p.n_ctx)
+            return kvt_fail(KVT_ELIMIT, "sequence %d: %d + %d tokens exceed the context of %d", s, st->len,
+                            e->batch_count[s], e->p.n_ctx);
+        need += pages_needed(e, st, e->batch_count[s]);
+    }
+    if (need > e->n_free)
+        return kvt_fail(KVT_ELIMIT, "batch needs %lld free KV pages, the pool has %d of %d", (long long)need,
+                        e->n_free, e->p.n_pages);
+
+    float *out = logits;
+    for (int32_t c0 = 0; c0 < b->n; c0 += e->p.n_batch) {
+        int32_t n = KVT_MIN(e->p.n_batch, b->n - c0);
+        int32_t n_want = 0;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t bi = c0 + i;
+            seq_state *st = &e->seqs[b->seq[bi]];
+            e->tseq[i] = b->seq[bi];
+            e->pos[i] = st->len;
+            seq_reserve_slot(e, st, &e->tpage[i], &e->tslot[i]);
+            kvt_wmat_row_f32(&e->model->tok_embd, b->token[bi], e->x + (int64_t)i * hp->n_embd);
+            if (b->want_logits ? b->want_logits[bi] != 0 : bi == b->n - 1) e->wanted[n_want++] = i;
+        }
+        forward_chunk(e, n, n_want, out);
+        if (n_want) out += (int64_t)n_want * hp->n_vocab;
+    }
+    return 0;
+}
+
+int kvt_engine_feed(kvt_engine *e, int32_t seq, const int32_t *tokens, int32_t n, int all_logits, float *logits) {
+    if (n < 0 || (n > 0 && !tokens)) return kvt_fail(KVT_EARG, "invalid token array");
+    int32_t *seqs = alloc_i32(n);
+    int8_t *want = kvt_xmalloc((size_t)(n > 0 ? n : 1));
+    for (int32_t i = 0; i < n; i++) {
+        seqs[i] = seq;
+        want[i] = logits && (all_logits || i == n - 1);
+    }
+    kvt_batch b = {n, tokens, seqs, want};
+    int rc = kvt_engine_decode(e, &b, logits);
+    free(seqs);
+    free(want);
+    return rc;
+}

@@ -1,0 +1,137 @@
+/* The inference engine: a pool of KV pages, sequences that own page tables,
+ * and the forward pass over a batch of tokens from any number of sequences.
+ *
+ * Pages. A page holds the K and V of every layer for B consecutive tokens of
+ * one sequence (B = block_size) in ONE contiguous allocation, laid out as
+ *     [layer][K|V][kv_head][token-in-page][head_dim]
+ * so a page can be copied to RAM, disk or the network as one block and copied
+ * back byte for byte. Pages are refcounted. A page whose refcount is above 1 is
+ * shared and is never written: a sequence that would append into a shared,
+ * partially filled page first copies it into a fresh page (copy on write).
+ *
+ * Sequences. A sequence is a page table plus a length. Token i of a sequence
+ * lives in page table[i / B], slot i % B. Positions are implicit: a token fed
+ * to a sequence is appended at position = current length.
+ *
+ * Numerics. Each (token, head) attention is computed in one fixed order —
+ * scores for positions 0..pos in order, softmax, then V accumulated in order —
+ * reading every K/V (including the batch's own tokens) from the pages, after
+ * rounding to the KV dtype. With the batch-invariant kvt_matmul, a token's
+ * logits are bit-identical whatever the batch size, chunking, thread count,
+ * and whether its prefix was computed now, shared, or restored from copied bytes.
+ *
+ * Thread-safety: an engine is used by one thread at a time; it runs its own
+ * worker pool inside kvt_engine_decode().
+ */
+#ifndef KVT_ENGINE_H
+#define KVT_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+#include "threadpool.h"
+
+typedef struct kvt_engine kvt_engine;
+
+typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1 } kvt_kv_dtype;
+
+#define KVT_DEFAULT_BLOCK_SIZE 32
+#define KVT_DEFAULT_N_BATCH 512
+#define KVT_DEFAULT_MAX_SEQS 16
+#define KVT_DEFAULT_KV_ACTIVE_BYTES (256ull << 20)
+
+typedef struct {
+    int32_t block_size;       /* tokens per page (B) */
+    kvt_kv_dtype kv_dtype;    /* element type of K and V in pages */
+    uint64_t kv_active_bytes; /* page pool budget; n_pages = budget / page bytes */
+    int32_t n_pages;          /* if > 0, the pool size in pages (overrides kv_active_bytes) */
+    int32_t n_threads;        /* worker threads for matmuls and attention */
+    int32_t n_batch;          /* decode() processes a batch in chunks of at most this many tokens */
+    int32_t max_seqs;         /* sequences that can exist at once */
+    int32_t n_ctx;            /* max tokens per sequence; 0 = the model's training context */
+} kvt_engine_params;
+
+kvt_engine_params kvt_engine_default_params(void);
+
+/* Creates an engine for a loaded model. The model must outlive the engine.
+ * Fails with KVT_EARG for nonsensical params and KVT_ELIMIT when the budget
+ * holds no page. *out is NULL on failure. */
+int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
+/* Frees the engine, its pages and sequences. NULL is a no-op. */
+void kvt_engine_free(kvt_engine *e);
+
+const kvt_model *kvt_engine_model(const kvt_engine *e);
+kvt_engine_params kvt_engine_params_of(const kvt_engine *e); /* effective params (n_pages, n_ctx filled in) */
+kvt_pool *kvt_engine_pool(kvt_engine *e);                    /* owned by the engine */
+int32_t kvt_engine_n_vocab(const kvt_engine *e);
+
+/* ---- pages ---------------------------------------------------------------- */
+
+/* Bytes of one page (every page has this size). */
+size_t kvt_page_bytes(const kvt_engine *e);
+/* Bytes of K (or V) of one layer and kv head inside a page: B * head_dim * elem. */
+size_t kvt_page_stride_head(const kvt_engine *e);
+int32_t kvt_page_count(const kvt_engine *e);      /* pool size */
+int32_t kvt_page_free_count(const kvt_engine *e); /* pages with refcount 0 */
+
+/* Takes a free page with refcount 1 into *id. Its contents are unspecified.
+ * Returns KVT_ELIMIT (pool exhausted) without side effects. */
+int kvt_page_alloc(kvt_engine *e, int32_t *id);
+/* Adds a reference. The page must be allocated (refcount >= 1). */
+void kvt_page_ref(kvt_engine *e, int32_t id);
+/* Drops a reference; at 0 the page returns to the free list. Returns the new refcount. */
+int32_t kvt_page_unref(kvt_engine *e, int32_t id);
+int32_t kvt_page_refcount(const kvt_engine *e, int32_t id);
+/* True if more than one holder references the page; such a page must not be written. */
+int kvt_page_is_shared(const kvt_engine *e, int32_t id);
+/* The page's kvt_page_bytes() bytes, owned by the engine, valid until kvt_engine_free().
+ * Writing is only allowed to a page the caller holds the only reference to. */
+void *kvt_page_data(kvt_engine *e, int32_t id);
+const void *kvt_page_data_const(const kvt_engine *e, int32_t id);
+
+/* ---- sequences ------------------------------------------------------------ */
+
+/* Creates a sequence whose first n_pages pages are the given existing pages
+ * holding its first n_tokens tokens ((n_pages-1)*B < n_tokens <= n_pages*B, or
+ * both 0 for an empty sequence). The sequence takes its own reference on each
+ * page; the caller keeps its references (drop them to hand the pages over).
+ * The sequence never writes a page while it is shared. Returns the sequence id
+ * in *seq. Errors: KVT_EARG (bad counts or page ids), KVT_ELIMIT (no free
+ * sequence slot, or n_tokens over n_ctx). */
+int kvt_seq_new(kvt_engine *e, const int32_t *pages, int32_t n_pages, int32_t n_tokens, int32_t *seq);
+/* Releases the sequence's page references and its id. Unknown ids are ignored. */
+void kvt_seq_free(kvt_engine *e, int32_t seq);
+/* Tokens in the sequence; -1 for an unknown id. */
+int32_t kvt_seq_len(const kvt_engine *e, int32_t seq);
+/* The page table (ceil(len / B) ids), owned by the engine, valid until the
+ * sequence next grows or is freed. NULL for an unknown id. */
+const int32_t *kvt_seq_pages(const kvt_engine *e, int32_t seq, int32_t *n_pages);
+
+/* ---- forward pass ----------------------------------------------------------- */
+
+/* A batch: entry i appends token[i] to sequence seq[i] (entries of one sequence
+ * in order). want_logits[i] != 0 asks for entry i's next-token logits; a NULL
+ * want_logits means "only the last entry". */
+typedef struct {
+    int32_t n;
+    const int32_t *token;       /* (n) */
+    const int32_t *seq;         /* (n) */
+    const int8_t *want_logits;  /* (n) or NULL */
+} kvt_batch;
+
+/* Runs the model over the batch in chunks of n_batch tokens, appending each
+ * token's K/V to its sequence. Logits of the entries that want them are written
+ * to logits, one row of n_vocab floats per such entry, in batch order (caller
+ * allocates n_wanted * n_vocab floats; may be NULL if none are wanted).
+ * Checks before computing anything, so a failure leaves every sequence as it
+ * was: KVT_EARG (bad token or sequence id), KVT_ELIMIT (a sequence would exceed
+ * n_ctx, or the pool has too few free pages — kvt_errmsg() says how many). */
+int kvt_engine_decode(kvt_engine *e, const kvt_batch *batch, float *logits);
+
+/* Convenience: appends n tokens to seq; writes the last token's logits to
+ * logits (n_vocab floats) if non-NULL, or every token's (n * n_vocab) when
+ * all_logits is nonzero. */
+int kvt_engine_feed(kvt_engine *e, int32_t seq, const int32_t *tokens, int32_t n, int all_logits, float *logits);
+
+#endif

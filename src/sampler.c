@@ -1,0 +1,114 @@
+/* Samplers (see sampler.h). Candidates are ordered by logit then id, so the
+ * outcome never depends on sort stability or on how ties were stored. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+/* PCG32 (O'Neill): 64-bit LCG state, xorshift-rotate output. */
+#define PCG_MULT 6364136223846793005ull
+#define PCG_INC 1442695040888963407ull
+/* 24 random bits make a uniform float in [0, 1) with every value exact. */
+#define UNIFORM_BITS 24
+
+struct kvt_sampler {
+    kvt_sampler_params p;
+    int32_t n_vocab;
+    uint64_t state;
+    int32_t *idx; /* (n_vocab) candidate ids */
+    float *prob;  /* (n_vocab) candidate probabilities */
+};
+
+kvt_sampler_params kvt_sampler_default_params(void) {
+    kvt_sampler_params p = {0};
+    p.temp = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.seed = 0;
+    return p;
+}
+
+uint32_t kvt_sampler_rand(kvt_sampler *s) {
+    uint64_t old = s->state;
+    s->state = old * PCG_MULT + PCG_INC;
+    uint32_t xs = (uint32_t)(((old >> 18) ^ old) >> 27);
+    uint32_t rot = (uint32_t)(old >> 59);
+    return (xs >> rot) | (xs << ((32 - rot) & 31));
+}
+
+kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
+    if (n_vocab < 1) return NULL;
+    kvt_sampler *s = kvt_xcalloc(1, sizeof *s);
+    s->p = params;
+    s->n_vocab = n_vocab;
+    s->state = 0;
+    kvt_sampler_rand(s);
+    s->state += params.seed;
+    kvt_sampler_rand(s);
+    s->idx = kvt_xmalloc((size_t)n_vocab * sizeof *s->idx);
+    s->prob = kvt_xmalloc((size_t)n_vocab * sizeof *s->prob);
+    return s;
+}
+
+void kvt_sampler_free(kvt_sampler *s) {
+    if (!s) return;
+    free(s->idx);
+    free(s->prob);
+    free(s);
+}
+
+int32_t kvt_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static const float *sort_logits; /* qsort has no context argument; samplers are not thread-shared */
+
+static int by_logit_desc(const void *a, const void *b) {
+    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
+    float la = sort_logits[ia], lb = sort_logits[ib];
+    if (la != lb) return la > lb ? -1 : 1;
+    return ia < ib ? -1 : ia > ib;
+}
+
+int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
+    if (s->p.temp <= 0.0f) return kvt_argmax(logits, s->n_vocab);
+    int32_t n = s->n_vocab;
+    for (int32_t i = 0; i < n; i++) s->idx[i] = i;
+    sort_logits = logits;
+    qsort(s->idx, (size_t)n, sizeof *s->idx, by_logit_desc);
+    if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
+
+    /* softmax over the survivors at temperature T, in double so long tails add up */
+    double max = (double)logits[s->idx[0]] / s->p.temp, sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double e = exp((double)logits[s->idx[i]] / s->p.temp - max);
+        s->prob[i] = (float)e;
+        sum += e;
+    }
+    if (s->p.top_p < 1.0f) {
+        double cum = 0;
+        int32_t keep = n;
+        for (int32_t i = 0; i < n; i++) {
+            cum += s->prob[i] / sum;
+            if (cum >= s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+        sum = 0;
+        for (int32_t i = 0; i < n; i++) sum += s->prob[i];
+    }
+    double u = (double)(kvt_sampler_rand(s) >> (32 - UNIFORM_BITS)) / (double)(1u << UNIFORM_BITS) * sum;
+    double cum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        cum += s->prob[i];
+        if (u < cum) return s->idx[i];
+    }
+    return s->idx[n - 1]; /* u landed in rounding slack at the very end */
+}
