@@ -14,11 +14,6 @@ int kvt_cmd_tokenize(int argc, char **argv); /* cli_tokenize.c */
 int kvt_cmd_eval(int argc, char **argv);     /* cli_run.c */
 int kvt_cmd_run(int argc, char **argv);      /* cli_run.c */
 
-/* Writes the path of the default model used by `kvtier run` without -m
- * (a random-weight model generated with `kvtier mkmodel` into a cache dir)
- * into buf (cap bytes, NUL-terminated). Returns 0, or a negative code with
- * kvt_errmsg() set. (Placeholder in cli_default_model.c until implemented.) */
-int kvt_default_model_path(char *buf, size_t cap);
 
 /* Shared helpers for subcommands. */
 /* True if argv[i] is -h or --help. */
