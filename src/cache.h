@@ -1,0 +1,114 @@
+/* The cache policy: ties the engine's page pool (T0), the prefix index and the
+ * RAM tier (T1) together.
+ *
+ * T0. Every full page whose block is indexed holds one extra reference owned
+ * by the cache, so a finished sequence's pages stay resident (refcount 1 =
+ * "idle") and later sequences attach them zero-copy. When the engine needs
+ * pages, kvt_cache_reserve() reclaims idle pages: least recently used leaf
+ * first (a block is a T0 leaf when no T0 block names it as parent, so a parent
+ * outlives its children and the longest suffix goes first); a reclaimed page
+ * is demoted to T1 (write-back) before it is freed.
+ *
+ * T1. A host-RAM store with its own byte budget (tier_ram.h). Restoring a
+ * block copies it into a fresh page, which becomes T0-resident again.
+ *
+ * Identity. A block hit requires the chained key, the parent key and the B
+ * token ids to be equal (prefix.h), and the key chain is rooted in the model
+ * fingerprint, KV layout/dtype, B, the kernels' numerics id and a tenant salt,
+ * so a restored page holds exactly the bytes a cold run would compute.
+ *
+ * Thread-safety: none; the engine's owner serialises every call. */
+#ifndef KVT_CACHE_H
+#define KVT_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blockhash.h"
+#include "engine.h"
+#include "prefix.h"
+#include "tier_ram.h"
+
+typedef struct kvt_cache kvt_cache;
+
+typedef struct {
+    uint64_t ram_bytes; /* T1 budget (--kv-ram); 0 disables T1 */
+} kvt_cache_params;
+
+kvt_cache_params kvt_cache_default_params(void);
+
+/* Creates the policy over an engine (borrowed; must outlive the cache).
+ * Returns 0, or a negative code with kvt_errmsg() set. */
+int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out);
+/* Drops the cache's page references and frees T1 and the index. */
+void kvt_cache_free(kvt_cache *c);
+
+/* The key root for a tenant salt (NULL/0 = the shared default). */
+int kvt_cache_root(const kvt_cache *c, const void *salt, size_t salt_len, kvt_hash128 *out);
+
+/* What a lookup found: the leading full blocks available in some tier. */
+typedef struct {
+    int32_t n_blocks;
+    int32_t n_tokens;                       /* n_blocks * B */
+    int32_t tier_blocks[KVT_TIER_COUNT];    /* by the fastest tier holding each */
+} kvt_cache_match;
+
+/* Longest cached prefix of tokens[0..n) under root; changes nothing but stats. */
+void kvt_cache_lookup(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out);
+
+/* How a sequence was started by kvt_cache_attach. */
+typedef struct {
+    int32_t n_reused;                       /* prompt tokens whose K/V came from the cache */
+    int32_t tier_tokens[KVT_TIER_COUNT];    /* of those, by the tier they came from */
+    double restore_ms;                      /* time spent copying T1 blocks into pages */
+} kvt_attach_info;
+
+/* Creates a sequence that already holds the longest cached prefix of
+ * tokens[0..n), reusing at most max_reuse tokens (callers pass n - 1 so at
+ * least one token is computed and yields logits). T0 blocks are attached
+ * zero-copy; T1 blocks are copied into fresh pages (reclaiming idle pages if
+ * needed) and become T0-resident. If the reusable run ends inside a block, the
+ * sequence holds that block's page with fewer tokens (the engine copies it on
+ * the first append). Returns 0 and *seq, or KVT_ELIMIT (no sequence slot). */
+int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                     int32_t *seq, kvt_attach_info *info);
+
+/* Makes at least n_pages pages free, reclaiming idle T0 pages (demoted to T1).
+ * Returns 0, or KVT_ELIMIT with a message when running sequences and pins
+ * hold too much of the pool. */
+int kvt_cache_reserve(kvt_cache *c, int32_t n_pages);
+
+/* Registers the full blocks of seq not registered yet. tokens holds the
+ * sequence's token ids (at least kvt_seq_len(seq) of them); *n_done counts the
+ * blocks of this sequence already registered (start at 0) and is advanced.
+ * Blocks already cached keep their existing page. A key collision stops
+ * registration of this sequence (its later blocks could not be reached). */
+void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *tokens, int32_t *n_done);
+
+/* Pins the cached prefix of tokens in T0 (restoring T1 blocks into pages):
+ * pinned pages are never reclaimed until kvt_cache_unpin. Returns the number
+ * of pinned tokens (>= 0) or a negative code. *pin receives a handle (NULL if
+ * nothing was pinned) that the caller releases with kvt_cache_unpin. */
+typedef struct kvt_pin kvt_pin;
+int kvt_cache_pin(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin);
+void kvt_cache_unpin(kvt_cache *c, kvt_pin *pin);
+
+typedef struct {
+    int32_t t0_pages_cached;   /* pages holding an indexed block */
+    int32_t t0_pages_idle;     /* of those, referenced by no sequence or pin */
+    int32_t t0_pages_total, t0_pages_free;
+    uint64_t t0_bytes_cached;
+    uint64_t t0_evictions;     /* pages reclaimed */
+    uint64_t t1_demotions;     /* reclaimed pages written to T1 */
+    uint64_t t1_restores;      /* blocks copied from T1 into pages */
+    kvt_ram_stats t1;
+    kvt_prefix_stats index;
+    uint64_t lookups, hit_tokens, lookup_tokens;
+} kvt_cache_stats;
+
+void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+
+/* The index (for tests and the other tiers). Owned by the cache. */
+kvt_prefix *kvt_cache_index(kvt_cache *c);
+
+#endif

@@ -1,0 +1,87 @@
+/* kvt_generate: the request loop over the engine and the cache policy. */
+#include "generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* Pages a sequence of len tokens needs for n more: new pages past its last
+ * one, plus one for copying a shared partial last page. */
+static int32_t pages_needed(int32_t len, int32_t n, int32_t B) {
+    int32_t have = (len + B - 1) / B, want = (len + n + B - 1) / B;
+    return want - have + (len % B ? 1 : 0);
+}
+
+int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n_prompt, const kvt_gen_params *p,
+                 int32_t **tokens_out, kvt_gen_result *res) {
+    memset(res, 0, sizeof *res);
+    res->n_prompt = n_prompt;
+    if (tokens_out) *tokens_out = NULL;
+    kvt_engine_params ep = kvt_engine_params_of(e);
+    const int32_t B = ep.block_size, n_vocab = kvt_engine_n_vocab(e);
+    if (n_prompt <= 0) return kvt_fail(KVT_EARG, "empty prompt");
+    if (n_prompt >= ep.n_ctx)
+        return kvt_fail(KVT_ELIMIT, "the prompt has %d tokens; the context holds %d", n_prompt, ep.n_ctx);
+    double t_start = kvt_now();
+    int32_t cap = KVT_MIN(ep.n_ctx, n_prompt + KVT_MAX(p->max_tokens, 0) + 1);
+    int32_t *toks = kvt_xmalloc((size_t)cap * sizeof *toks);
+    memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
+    int32_t n_toks = n_prompt;
+    float *logits = kvt_xmalloc((size_t)n_vocab * sizeof *logits);
+    kvt_hash128 root = {0, 0};
+    int32_t seq = -1, n_done = 0;
+    int rc = 0;
+
+    if (cache) {
+        kvt_attach_info ai;
+        if ((rc = kvt_cache_root(cache, p->salt, p->salt_len, &root)) ||
+            (rc = kvt_cache_attach(cache, root, prompt, n_prompt, n_prompt - 1, &seq, &ai)))
+            goto out;
+        res->n_reused = ai.n_reused;
+        memcpy(res->tier_tokens, ai.tier_tokens, sizeof res->tier_tokens);
+        res->restore_ms = ai.restore_ms;
+    } else if ((rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
+        goto out;
+    }
+    double t_pre = kvt_now();
+    int32_t start = kvt_seq_len(e, seq);
+    res->n_computed = n_prompt - start;
+    if (cache && (rc = kvt_cache_reserve(cache, pages_needed(start, n_prompt - start, B)))) goto out;
+    if ((rc = kvt_engine_feed(e, seq, prompt + start, n_prompt - start, 0, logits))) goto out;
+    res->prefill_ms = (kvt_now() - t_pre) * 1e3;
+    if (p->first_logits) memcpy(p->first_logits, logits, (size_t)n_vocab * sizeof *logits);
+    if (cache) kvt_cache_commit(cache, root, seq, toks, &n_done);
+
+    double t_dec = kvt_now();
+    res->stop = KVT_STOP_LENGTH;
+    for (int32_t i = 0; i < p->max_tokens; i++) {
+        int32_t tok = kvt_sampler_sample(p->sampler, logits);
+        if (i == 0) res->ttft_ms = (kvt_now() - t_start) * 1e3;
+        if (p->tok && (kvt_tokenizer_is_eog(p->tok, tok) || tok == kvt_tokenizer_eos(p->tok))) {
+            res->stop = KVT_STOP_EOG;
+            break;
+        }
+        toks[n_toks++] = tok;
+        res->n_generated++;
+        if (p->on_token && p->on_token(p->ctx, tok)) {
+            res->stop = KVT_STOP_CALLER;
+            break;
+        }
+        if (i + 1 == p->max_tokens) break;
+        if (kvt_seq_len(e, seq) + 1 >= ep.n_ctx) {
+            res->stop = KVT_STOP_CTX;
+            break;
+        }
+        if (cache && (rc = kvt_cache_reserve(cache, pages_needed(kvt_seq_len(e, seq), 1, B)))) break;
+        if ((rc = kvt_engine_feed(e, seq, &tok, 1, 0, logits))) break;
+        if (cache) kvt_cache_commit(cache, root, seq, toks, &n_done);
+    }
+    res->decode_ms = (kvt_now() - t_dec) * 1e3;
+out:
+    if (seq >= 0) kvt_seq_free(e, seq);
+    free(logits);
+    if (!rc && tokens_out) *tokens_out = toks;
+    else free(toks);
+    return rc;
+}

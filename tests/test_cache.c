@@ -1,0 +1,286 @@
+/* Prefix reuse end to end: greedy output and logits with a cache hit are
+ * bit-identical to a cold run — from T0, from T1, after a partial-block
+ * match, after a mismatch in the middle of a block, with generated tokens
+ * reused, under forced hash collisions — budgets hold under churn, and salts
+ * isolate tenants. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "blockhash.h"
+#include "cache.h"
+#include "generate.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "testutil.h"
+
+#define B 8
+#define N_GEN 12
+
+static kvt_model *model;
+static int32_t n_vocab;
+
+typedef struct {
+    int32_t *tokens; /* prompt + generated */
+    int32_t n;
+    float *logits;   /* first generated position */
+    kvt_gen_result res;
+} run_out;
+
+static kvt_engine *new_engine(int32_t n_pages) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = B;
+    ep.n_pages = n_pages;
+    ep.n_threads = 2;
+    ep.n_ctx = 512;
+    kvt_engine *e = NULL;
+    int rc = kvt_engine_new(model, ep, &e);
+    CHECKF(rc == 0, "engine: %s", kvt_errmsg());
+    return e;
+}
+
+static run_out run(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, const char *salt) {
+    run_out o = {0};
+    kvt_sampler_params sp = kvt_sampler_default_params();
+    sp.temp = 0;
+    kvt_sampler *s = kvt_sampler_new(sp, n_vocab);
+    o.logits = malloc((size_t)n_vocab * sizeof(float));
+    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits};
+    if (salt) {
+        gp.salt = salt;
+        gp.salt_len = strlen(salt);
+    }
+    int rc = kvt_generate(e, c, prompt, n, &gp, &o.tokens, &o.res);
+    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
+    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
+    kvt_sampler_free(s);
+    return o;
+}
+
+static void free_out(run_out *o) {
+    free(o->tokens);
+    free(o->logits);
+}
+
+/* The cold reference: a fresh engine without a cache. */
+static run_out cold(const int32_t *prompt, int32_t n) {
+    kvt_engine *e = new_engine(128);
+    run_out o = run(e, NULL, prompt, n, NULL);
+    kvt_engine_free(e);
+    return o;
+}
+
+static int same(const run_out *a, const run_out *b) {
+    return a->n == b->n && !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
+           !memcmp(a->logits, b->logits, (size_t)n_vocab * sizeof(float));
+}
+
+static void random_tokens(int32_t *t, int32_t n, unsigned *seed) {
+    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
+}
+
+/* Every cached page is indexed in T0 under its own page id. */
+static void check_consistent(kvt_cache *c) {
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    CHECKF((uint64_t)st.t0_pages_cached == st.index.tier_entries[KVT_TIER_T0], "%d cached pages, %llu T0 entries",
+           st.t0_pages_cached, (unsigned long long)st.index.tier_entries[KVT_TIER_T0]);
+    CHECK(st.t1.bytes_used <= st.t1.budget_bytes);
+    CHECK(st.t0_pages_free + st.t0_pages_cached <= st.t0_pages_total);
+}
+
+static void test_tiers(void) {
+    unsigned seed = 1;
+    int32_t p[100];
+    random_tokens(p, 100, &seed);
+    run_out ref = cold(p, 100);
+
+    /* a pool of 30 pages of 8 tokens with a T1 big enough for everything */
+    kvt_engine *e = new_engine(30);
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.ram_bytes = 64ull << 20;
+    kvt_cache *c = NULL;
+    CHECKF(kvt_cache_new(e, &cp, &c) == 0, "%s", kvt_errmsg());
+    if (!c) return;
+
+    run_out first = run(e, c, p, 100, NULL);
+    CHECK(first.res.n_reused == 0 && first.res.n_computed == 100);
+    CHECK(same(&first, &ref));
+
+    /* warm from T0: the 12 full blocks (96 tokens) are reused, the partial tail recomputed */
+    run_out warm0 = run(e, c, p, 100, NULL);
+    CHECKF(warm0.res.n_reused == 96 && warm0.res.tier_tokens[KVT_TIER_T0] == 96, "reused %d (T0 %d)",
+           warm0.res.n_reused, warm0.res.tier_tokens[KVT_TIER_T0]);
+    CHECK(warm0.res.n_computed == 4);
+    CHECK(same(&warm0, &ref));
+
+    /* a prompt that is exactly its cached blocks reuses all but its last token */
+    run_out ref96 = cold(p, 96);
+    run_out warm96 = run(e, c, p, 96, NULL);
+    CHECKF(warm96.res.n_reused == 95 && warm96.res.n_computed == 1, "reused %d", warm96.res.n_reused);
+    CHECK(same(&warm96, &ref96));
+    CHECK(same(&warm0, &ref));
+    check_consistent(c);
+
+    /* churn the pool with other prompts: p's pages get demoted to T1 */
+    for (int k = 0; k < 4; k++) {
+        int32_t q[100];
+        random_tokens(q, 100, &seed);
+        run_out o = run(e, c, q, 100, NULL);
+        free_out(&o);
+        check_consistent(c);
+    }
+    kvt_cache_match m;
+    kvt_hash128 root;
+    kvt_cache_root(c, NULL, 0, &root);
+    kvt_cache_lookup(c, root, p, 100, &m);
+    CHECKF(m.n_blocks == 12 && m.tier_blocks[KVT_TIER_T1] > 0, "lookup %d blocks, T1 %d", m.n_blocks,
+           m.tier_blocks[KVT_TIER_T1]);
+    run_out warm1 = run(e, c, p, 100, NULL);
+    CHECKF(warm1.res.tier_tokens[KVT_TIER_T1] > 0 && warm1.res.n_reused == 96, "T1 %d, reused %d",
+           warm1.res.tier_tokens[KVT_TIER_T1], warm1.res.n_reused);
+    CHECK(same(&warm1, &ref));
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    CHECK(st.t1_demotions > 0 && st.t1_restores > 0 && st.t0_evictions > 0);
+    check_consistent(c);
+
+    /* partial-block match: 36 shared tokens = 4 full blocks + 4 tokens */
+    int32_t p2[70];
+    memcpy(p2, p, 36 * sizeof(int32_t));
+    random_tokens(p2 + 36, 34, &seed);
+    run_out ref2 = cold(p2, 70);
+    run_out warm2 = run(e, c, p2, 70, NULL);
+    CHECKF(warm2.res.n_reused == 32, "partial: reused %d", warm2.res.n_reused);
+    CHECK(same(&warm2, &ref2));
+
+    /* mismatch in the middle of block 5 */
+    int32_t p3[100];
+    memcpy(p3, p, sizeof p3);
+    p3[44] = p3[44] == 300 ? 301 : 300;
+    run_out ref3 = cold(p3, 100);
+    run_out warm3 = run(e, c, p3, 100, NULL);
+    CHECKF(warm3.res.n_reused == 40, "mid-block: reused %d", warm3.res.n_reused);
+    CHECK(same(&warm3, &ref3));
+
+    /* generated tokens become cacheable: next turn = previous prompt + reply + more */
+    int32_t turn2[160];
+    int32_t n1 = first.n;
+    memcpy(turn2, first.tokens, (size_t)n1 * sizeof(int32_t));
+    random_tokens(turn2 + n1, 20, &seed);
+    run_out ref4 = cold(turn2, n1 + 20);
+    run_out warm4 = run(e, c, turn2, n1 + 20, NULL);
+    /* the last generated token was sampled but never fed, so its K/V does not exist */
+    int32_t expect = (n1 - 1) / B * B;
+    CHECKF(warm4.res.n_reused == expect && expect > 100, "turn 2: reused %d, expected %d", warm4.res.n_reused,
+           expect);
+    CHECK(same(&warm4, &ref4));
+
+    /* salts isolate: the same prompt under another salt gets no hit, then hits its own */
+    run_out s1 = run(e, c, p, 100, "tenant-a");
+    CHECK(s1.res.n_reused == 0 && same(&s1, &ref));
+    run_out s2 = run(e, c, p, 100, "tenant-a");
+    CHECK(s2.res.n_reused == 96 && same(&s2, &ref));
+    run_out s3 = run(e, c, p, 100, "tenant-b");
+    CHECK(s3.res.n_reused == 0);
+
+    /* pins keep a prefix resident */
+    kvt_pin *pin = NULL;
+    CHECK(kvt_cache_pin(c, root, p, 100, &pin) == 96 && pin);
+    for (int k = 0; k < 4; k++) {
+        int32_t q[100];
+        random_tokens(q, 100, &seed);
+        run_out o = run(e, c, q, 100, NULL);
+        free_out(&o);
+    }
+    kvt_cache_lookup(c, root, p, 100, &m);
+    CHECK(m.tier_blocks[KVT_TIER_T0] == 12);
+    kvt_cache_unpin(c, pin);
+
+    run_out *all[] = {&ref, &first, &warm0, &ref96, &warm96, &warm1, &ref2, &warm2, &ref3, &warm3, &ref4, &warm4, &s1, &s2, &s3};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free_out(all[i]);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
+/* Many prompts over a few shared prefixes with tiny budgets: every output
+ * equals its cold run and the budgets hold after every request. */
+static void test_churn(int collision_bits) {
+    kvt_blockhash_test_bits = (unsigned)collision_bits;
+    kvt_engine *e = new_engine(20);
+    kvt_cache_params cp = kvt_cache_default_params();
+    kvt_cache *c = NULL;
+    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    kvt_cache_free(c);
+    /* T1 holds about 6 blocks */
+    cp.ram_bytes = 6 * (kvt_page_bytes(e) + 1024);
+    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    unsigned seed = 7 + (unsigned)collision_bits;
+    int32_t prefixes[4][48];
+    for (int i = 0; i < 4; i++) random_tokens(prefixes[i], 48, &seed);
+    int mismatches = 0, reused_any = 0;
+    for (int it = 0; it < 30; it++) {
+        int32_t p[80];
+        int32_t plen = 8 + (int32_t)(rand_r(&seed) % 41);
+        memcpy(p, prefixes[rand_r(&seed) % 4], (size_t)plen * sizeof(int32_t));
+        int32_t n = plen + 1 + (int32_t)(rand_r(&seed) % 30);
+        random_tokens(p + plen, n - plen, &seed);
+        run_out ref = cold(p, n);
+        run_out o = run(e, c, p, n, NULL);
+        if (!same(&o, &ref)) mismatches++;
+        reused_any += o.res.n_reused > 0;
+        check_consistent(c);
+        free_out(&o);
+        free_out(&ref);
+    }
+    CHECKF(mismatches == 0, "%d outputs differ from their cold run (collision bits %d)", mismatches, collision_bits);
+    if (!collision_bits) CHECKF(reused_any > 5, "only %d requests reused anything", reused_any);
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    if (collision_bits) CHECKF(st.index.collisions + st.index.mismatches > 0, "no collision was provoked");
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+    kvt_blockhash_test_bits = 0;
+}
+
+/* A pool too small for the request fails cleanly and leaves the cache usable. */
+static void test_exhaustion(void) {
+    kvt_engine *e = new_engine(4);
+    kvt_cache_params cp = kvt_cache_default_params();
+    kvt_cache *c = NULL;
+    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    unsigned seed = 3;
+    int32_t p[60];
+    random_tokens(p, 60, &seed);
+    kvt_sampler *s = kvt_sampler_new(kvt_sampler_default_params(), n_vocab);
+    kvt_gen_params gp = {.max_tokens = 4, .sampler = s};
+    kvt_gen_result r;
+    CHECK(kvt_generate(e, c, p, 60, &gp, NULL, &r) == KVT_ELIMIT);
+    CHECK(strstr(kvt_errmsg(), "kv-active") != NULL);
+    CHECK(kvt_generate(e, c, p, 20, &gp, NULL, &r) == 0);
+    check_consistent(c);
+    kvt_sampler_free(s);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
+int main(void) {
+    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
+    mp.dim = 64;
+    mp.layers = 2;
+    mp.heads = 4;
+    mp.kv_heads = 2;
+    mp.ff = 128;
+    mp.vocab = 600;
+    const char *path = kvt_test_path(kvt_test_tmpdir(), "m.gguf");
+    if (kvt_mkmodel(&mp, path) || kvt_model_load(path, kvt_model_default_params(), &model)) {
+        CHECKF(0, "model: %s", kvt_errmsg());
+        return kvt_test_done("test_cache");
+    }
+    n_vocab = model->hp.n_vocab;
+    test_tiers();
+    test_churn(0);
+    test_churn(3);
+    test_exhaustion();
+    kvt_model_free(model);
+    return kvt_test_done("test_cache");
+}
