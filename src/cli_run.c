@@ -1,5 +1,6 @@
 /* `kvtier run` (stream a completion) and `kvtier eval` (prompt logits and a
  * greedy continuation as one JSON line, comparable with llama.cpp's). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +11,9 @@
 
 #include "cli.h"
 #include "common.h"
+#include "cache.h"
 #include "engine.h"
+#include "generate.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -253,20 +256,53 @@ static size_t utf8_complete_prefix(const unsigned char *buf, size_t n) {
     return n; /* not valid UTF-8 anyway: print as is */
 }
 
+/* Parses a byte size: a number with an optional K/M/G/T suffix (powers of 1024). */
+static int parse_bytes(const char *opt, const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    double mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (errno || end == v || *end || !(d >= 0) || d * mult > 1e18) {
+        fprintf(stderr, "kvtier: %s expects a size like 512M or 4G, got '%s'\n", opt, v);
+        return -1;
+    }
+    *out = (uint64_t)(d * mult);
+    return 0;
+}
+
 static void run_usage(FILE *f) {
     fprintf(f,
-            "usage: kvtier run [-m MODEL] -p PROMPT [options]\n\n"
-            "Generates a completion of PROMPT and streams it to stdout as it is produced;\n"
-            "statistics go to stderr. Stops at end-of-generation tokens or after N tokens.\n\n"
+            "usage: kvtier run [-m MODEL] (-p PROMPT | -f FILE) [options]\n\n"
+            "Generates a completion of each prompt and streams it to stdout as it is produced;\n"
+            "statistics go to stderr. Stops at end-of-generation tokens or after N tokens.\n"
+            "All prompts of one invocation share one KV cache: a prompt that starts with\n"
+            "tokens seen before (in a prompt or a generated reply) reuses their K/V.\n\n"
             "  -m, --model FILE    GGUF model; without it a small random-weight model is\n"
             "                      generated (and cached) so kvtier works out of the box\n"
             "  -p, --prompt TEXT   the prompt (special tokens in it are recognized)\n"
-            "  -n N                tokens to generate at most (default %d)\n"
+            "  -f, --file FILE     many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\n"
+            "                      each gets a stats line: prompt tokens, cached tokens by tier,\n"
+            "                      computed tokens, time to first token\n"
+            "  -n N                tokens to generate at most per prompt (default %d)\n"
             "  --temp T            sampling temperature; 0 = greedy (default %.2g)\n"
             "  --top-k K           sample among the K most likely tokens; 0 = all (default %d)\n"
             "  --top-p P           sample among the smallest set of probability >= P (default %.2g)\n"
             "  --seed S            random seed; the same seed gives the same text (default: clock)\n"
             "  -t, --threads N     worker threads (default: all CPUs)\n"
+            "  --kv-active BYTES   T0: the engine's KV page pool, e.g. 256M (default: enough for\n"
+            "                      --ctx tokens plus room to keep finished prompts cached)\n"
+            "  --kv-ram BYTES      T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
+            "  --salt TEXT         cache salt: prompts under different salts never share KV\n"
+            "  --no-cache          do not reuse or keep KV between prompts\n"
             "  --kv-f32            keep K/V in f32 instead of f16\n"
             "  --block-size B      tokens per KV page / cache block (default %d)\n"
             "  --ctx N             context length: prompt + generated tokens (default: the model's)\n"
@@ -275,10 +311,81 @@ static void run_usage(FILE *f) {
             (double)kvt_sampler_default_params().top_p, KVT_DEFAULT_BLOCK_SIZE);
 }
 
+/* Streams generated tokens to stdout, holding back split UTF-8 characters. */
+typedef struct {
+    const kvt_tokenizer *tok;
+    unsigned char pending[2 * PIECE_MAX];
+    size_t n_pending;
+} stream_state;
+
+static int stream_token(void *ctx, int32_t tok) {
+    stream_state *s = ctx;
+    char piece[PIECE_MAX];
+    int len = kvt_token_piece(s->tok, tok, piece, sizeof piece, 0);
+    if (len <= 0) return 0;
+    if (len > PIECE_MAX) len = PIECE_MAX;
+    if (s->n_pending + (size_t)len > sizeof s->pending) { /* cannot happen with valid UTF-8; never lose text */
+        fwrite(s->pending, 1, s->n_pending, stdout);
+        s->n_pending = 0;
+    }
+    memcpy(s->pending + s->n_pending, piece, (size_t)len);
+    s->n_pending += (size_t)len;
+    size_t ok = utf8_complete_prefix(s->pending, s->n_pending);
+    fwrite(s->pending, 1, ok, stdout);
+    fflush(stdout);
+    memmove(s->pending, s->pending + ok, s->n_pending - ok);
+    s->n_pending -= ok;
+    return 0;
+}
+
+/* Reads the prompts of -f: one per line; a line starting with '{' is JSON with
+ * a "prompt" string. Empty lines are skipped. Returns the count or -1. */
+static long read_prompts(const char *path, char ***out) {
+    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kvtier run: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char **v = NULL, *line = NULL;
+    size_t cap = 0, n = 0, alloc = 0;
+    ssize_t len;
+    long lineno = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        char *prompt = NULL;
+        if (line[0] == '{') {
+            cJSON *j = cJSON_Parse(line);
+            const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
+            if (!cJSON_IsString(pr)) {
+                fprintf(stderr, "kvtier run: %s:%ld: expected a JSON object with a \"prompt\" string\n", path, lineno);
+                cJSON_Delete(j);
+                for (size_t i = 0; i < n; i++) free(v[i]);
+                free(v);
+                free(line);
+                if (f != stdin) fclose(f);
+                return -1;
+            }
+            prompt = kvt_xstrdup(pr->valuestring);
+            cJSON_Delete(j);
+        } else {
+            prompt = kvt_xstrdup(line);
+        }
+        if (n == alloc) v = kvt_xrealloc(v, (alloc = alloc ? alloc * 2 : 16) * sizeof *v);
+        v[n++] = prompt;
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+    *out = v;
+    return (long)n;
+}
+
 int kvt_cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *salt = NULL;
     long n_gen = RUN_DEFAULT_N, n_ctx = 0, block = KVT_DEFAULT_BLOCK_SIZE;
-    int threads = default_threads(), seed_given = 0;
+    int threads = default_threads(), seed_given = 0, use_cache = 1;
+    uint64_t kv_active = 0, kv_ram = 0;
     kvt_kv_dtype dt = KVT_KV_F16;
     kvt_sampler_params sp = kvt_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -292,6 +399,8 @@ int kvt_cmd_run(int argc, char **argv) {
             if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (!(prompt = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(prompt_file = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
         } else if (!strcmp(a, "--temp")) {
@@ -314,6 +423,14 @@ int kvt_cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) return 2;
             threads = (int)l;
+        } else if (!strcmp(a, "--kv-active")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &kv_active)) return 2;
+        } else if (!strcmp(a, "--kv-ram")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &kv_ram)) return 2;
+        } else if (!strcmp(a, "--salt")) {
+            if (!(salt = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--no-cache")) {
+            use_cache = 0;
         } else if (!strcmp(a, "--kv-f32")) {
             dt = KVT_KV_F32;
         } else if (!strcmp(a, "--block-size")) {
@@ -326,15 +443,25 @@ int kvt_cmd_run(int argc, char **argv) {
             return 2;
         }
     }
-    if (!prompt) {
-        fprintf(stderr, "kvtier run: needs -p PROMPT\n");
+    if (!prompt == !prompt_file) {
+        fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
         run_usage(stderr);
         return 2;
     }
     if (!seed_given) sp.seed = (uint64_t)time(NULL);
+    char **prompts = NULL;
+    long n_prompts = 1;
+    if (prompt_file) {
+        if ((n_prompts = read_prompts(prompt_file, &prompts)) < 0) return 1;
+        if (n_prompts == 0) {
+            fprintf(stderr, "kvtier run: %s holds no prompts\n", prompt_file);
+            return 1;
+        }
+    } else {
+        prompts = kvt_xmalloc(sizeof *prompts);
+        prompts[0] = kvt_xstrdup(prompt);
+    }
 
-    /* DEFAULT-MODEL HOOK: without -m, kvt_default_model_path() (cli.h) supplies
-     * a generated random-weight model from the cache directory. */
     char default_path[PATH_MAX_LEN];
     if (!model_path) {
         if (kvt_default_model_path(default_path, sizeof default_path)) {
@@ -343,83 +470,93 @@ int kvt_cmd_run(int argc, char **argv) {
         }
         model_path = default_path;
     }
-
     kvt_model *m = NULL;
+    kvt_engine *e = NULL;
+    kvt_cache *cache = NULL;
+    kvt_sampler *smp = NULL;
+    int failures = 0;
     int rc = kvt_model_load(model_path, kvt_model_default_params(), &m);
     if (rc) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
-        return 1;
-    }
-    int32_t *toks = NULL;
-    size_t n_tok = 0;
-    kvt_engine *e = NULL;
-    kvt_sampler *smp = NULL;
-    float *logits = NULL;
-    int32_t seq = 0;
-    kvt_fail(0, "%s", ""); /* so a stale detail is not shown with the tokenizer's error */
-    if ((rc = kvt_tokenize(m->tok, prompt, strlen(prompt), kvt_tokenizer_add_bos_default(m->tok), 1, &toks, &n_tok))) {
-        fprintf(stderr, "kvtier run: cannot tokenize the prompt: %s %s\n", kvt_strerror(rc), kvt_errmsg());
         goto done;
     }
-    if (n_ctx == 0) n_ctx = KVT_MAX((long)m->hp.n_ctx_train, (long)n_tok + 1);
-    if (n_tok == 0 || (long)n_tok >= n_ctx) {
-        fprintf(stderr, "kvtier run: the prompt has %zu tokens; the context holds %ld\n", n_tok, n_ctx);
-        rc = KVT_ELIMIT;
-        goto done;
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.n_threads = threads;
+    ep.n_ctx = (int32_t)n_ctx;
+    ep.block_size = (int32_t)block;
+    ep.kv_dtype = dt;
+    ep.max_seqs = 1;
+    if (kv_active) {
+        ep.kv_active_bytes = kv_active;
+    } else {
+        /* one full context, plus as much again (at least the default budget) to keep prompts cached */
+        ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, 2 * ((n_ctx + block - 1) / block) + 1);
     }
-    if ((rc = make_engine(m, threads, (int32_t)n_ctx, (int32_t)block, dt, &e)) ||
-        (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
+    if ((rc = kvt_engine_new(m, ep, &e))) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
         goto done;
+    }
+    if (use_cache) {
+        kvt_cache_params cp = kvt_cache_default_params();
+        cp.ram_bytes = kv_ram;
+        if ((rc = kvt_cache_new(e, &cp, &cache))) {
+            fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
+            goto done;
+        }
     }
     smp = kvt_sampler_new(sp, m->hp.n_vocab);
-    logits = kvt_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
-
-    double t0 = kvt_now();
-    if ((rc = kvt_engine_feed(e, seq, toks, (int32_t)n_tok, 0, logits))) {
-        fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
-        goto done;
-    }
-    double t1 = kvt_now();
-    unsigned char pending[2 * PIECE_MAX];
-    size_t n_pending = 0;
-    long n_out = 0;
-    while (n_out < n_gen) {
-        int32_t tok = kvt_sampler_sample(smp, logits);
-        if (kvt_tokenizer_is_eog(m->tok, tok) || tok == kvt_tokenizer_eos(m->tok)) break;
-        n_out++;
-        char piece[PIECE_MAX];
-        int len = kvt_token_piece(m->tok, tok, piece, sizeof piece, 0);
-        if (len > 0) {
-            if (n_pending + (size_t)len > sizeof pending) { /* cannot happen with valid UTF-8; never lose text */
-                fwrite(pending, 1, n_pending, stdout);
-                n_pending = 0;
-            }
-            memcpy(pending + n_pending, piece, (size_t)len);
-            n_pending += (size_t)len;
-            size_t ok = utf8_complete_prefix(pending, n_pending);
-            fwrite(pending, 1, ok, stdout);
-            fflush(stdout);
-            memmove(pending, pending + ok, n_pending - ok);
-            n_pending -= ok;
+    for (long k = 0; k < n_prompts; k++) {
+        int32_t *toks = NULL;
+        size_t n_tok = 0;
+        kvt_fail(0, "%s", "");
+        if ((rc = kvt_tokenize(m->tok, prompts[k], strlen(prompts[k]), kvt_tokenizer_add_bos_default(m->tok), 1,
+                               &toks, &n_tok))) {
+            fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
+            failures++;
+            continue;
         }
-        if (n_out == n_gen || kvt_seq_len(e, seq) >= n_ctx) break;
-        if ((rc = kvt_engine_feed(e, seq, &tok, 1, 0, logits))) {
-            fprintf(stderr, "\nkvtier run: %s\n", kvt_errmsg());
-            break;
+        stream_state ss = {.tok = m->tok};
+        kvt_gen_params gp = {.max_tokens = (int32_t)n_gen, .sampler = smp, .tok = m->tok, .on_token = stream_token,
+                             .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
+        kvt_gen_result r;
+        rc = kvt_generate(e, cache, toks, (int32_t)n_tok, &gp, NULL, &r);
+        fwrite(ss.pending, 1, ss.n_pending, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        free(toks);
+        if (rc) {
+            fprintf(stderr, "kvtier run: prompt %ld: %s\n", k + 1, kvt_errmsg());
+            failures++;
+            continue;
         }
+        double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
+        fprintf(stderr,
+                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d), computed %d; "
+                "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
+                "seed %llu\n",
+                k + 1, n_prompts, r.n_prompt, r.n_reused, r.tier_tokens[KVT_TIER_T0], r.tier_tokens[KVT_TIER_T1],
+                r.n_computed, r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
+                r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
+                (unsigned long long)sp.seed);
     }
-    fwrite(pending, 1, n_pending, stdout);
-    fputc('\n', stdout);
-    double t2 = kvt_now();
-    fprintf(stderr, "kvtier run: prompt %zu tokens, prefill %.1f tok/s; generated %ld tokens, decode %.1f tok/s; seed %llu\n",
-            n_tok, (double)n_tok / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_out,
-            (double)n_out / (t2 - t1 > 0 ? t2 - t1 : 1e-9), (unsigned long long)sp.seed);
+    if (cache && n_prompts > 1) {
+        kvt_cache_stats st;
+        kvt_cache_get_stats(cache, &st);
+        fprintf(stderr,
+                "kvtier run: cache: %llu of %llu prompt tokens reused; T0 %d pages cached (%d idle) of %d, "
+                "%llu evicted; T1 %llu blocks, %.1f of %.1f MB, %llu restores\n",
+                (unsigned long long)st.hit_tokens, (unsigned long long)st.lookup_tokens, st.t0_pages_cached,
+                st.t0_pages_idle, st.t0_pages_total, (unsigned long long)st.t0_evictions,
+                (unsigned long long)st.t1.blocks, (double)st.t1.bytes_used / 1e6, (double)st.t1.budget_bytes / 1e6,
+                (unsigned long long)st.t1_restores);
+    }
 done:
-    free(logits);
     kvt_sampler_free(smp);
+    kvt_cache_free(cache);
     kvt_engine_free(e);
-    free(toks);
     kvt_model_free(m);
-    return rc ? 1 : 0;
+    for (long k = 0; k < n_prompts && prompts; k++) free(prompts[k]);
+    free(prompts);
+    return rc || failures ? 1 : 0;
 }
