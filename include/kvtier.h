@@ -66,6 +66,146 @@ void kvt_model_free(kvt_model *model);
 /* The model's fingerprint (valid for every loaded model, including vocab-only). */
 kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 
+
+/* Tokenizes len bytes of text with the model's tokenizer (special-token text
+ * such as "<|im_start|>" maps to those tokens when parse_special). *out is
+ * malloc'd; the caller frees it. Returns 0 or a negative code. */
+int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_bos, int parse_special,
+                       int32_t **out, size_t *n_out);
+
+/* ---- engine -------------------------------------------------------------- */
+
+/* The compute engine: a pool of KV pages (T0) and the forward pass. One thread
+ * uses an engine at a time; it runs its own worker threads inside. */
+typedef struct kvt_engine kvt_engine;
+
+typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1 } kvt_kv_dtype;
+
+#define KVT_DEFAULT_BLOCK_SIZE 32
+#define KVT_DEFAULT_N_BATCH 512
+#define KVT_DEFAULT_MAX_SEQS 16
+#define KVT_DEFAULT_KV_ACTIVE_BYTES (256ull << 20)
+
+typedef struct {
+    int32_t block_size;       /* tokens per page = cache block (B) */
+    kvt_kv_dtype kv_dtype;    /* element type of K and V in pages */
+    uint64_t kv_active_bytes; /* page pool budget (T0, --kv-active); n_pages = budget / page bytes */
+    int32_t n_pages;          /* if > 0, the pool size in pages (overrides kv_active_bytes) */
+    int32_t n_threads;        /* worker threads for matmuls and attention */
+    int32_t n_batch;          /* prefill chunk: at most this many tokens per forward pass */
+    int32_t max_seqs;         /* sequences that can exist at once */
+    int32_t n_ctx;            /* max tokens per sequence; 0 = the model's training context */
+} kvt_engine_params;
+
+kvt_engine_params kvt_engine_default_params(void);
+
+/* Creates an engine for a loaded model. The model must outlive the engine.
+ * Fails with KVT_EARG for nonsensical params and KVT_ELIMIT when the budget
+ * holds no page. *out is NULL on failure. Free with kvt_engine_free. */
+int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
+void kvt_engine_free(kvt_engine *e);
+
+/* ---- cache ------------------------------------------------------------------ */
+
+/* Cache tiers, fastest first. */
+typedef enum {
+    KVT_TIER_T0 = 0, /* active: the engine's page pool */
+    KVT_TIER_T1 = 1, /* host RAM */
+    KVT_TIER_T2 = 2, /* local disk */
+    KVT_TIER_T3 = 3, /* shared remote store */
+    KVT_TIER_COUNT
+} kvt_tier;
+
+/* The KV cache over an engine: prefix index, T0 residency, the RAM tier.
+ * Not thread-safe: the engine's owner serialises every call. */
+typedef struct kvt_cache kvt_cache;
+
+typedef struct {
+    uint64_t ram_bytes; /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
+} kvt_cache_params;
+
+kvt_cache_params kvt_cache_default_params(void);
+
+/* Creates a cache over an engine (borrowed: it must outlive the cache). Free
+ * the cache before the engine. Returns 0 or a negative code. */
+int kvt_cache_new(kvt_engine *e, const kvt_cache_params *params, kvt_cache **out);
+void kvt_cache_free(kvt_cache *c);
+
+/* What a lookup found: the leading full blocks of a token sequence available
+ * in some tier (a block is B tokens; a partial tail is never cached). */
+typedef struct {
+    int32_t n_blocks;
+    int32_t n_tokens;                    /* n_blocks * B */
+    int32_t tier_blocks[KVT_TIER_COUNT]; /* by the fastest tier holding each block */
+} kvt_cache_match;
+
+/* Longest cached prefix of tokens[0..n) for a tenant salt (NULL, 0 = shared).
+ * Changes nothing but statistics. Returns 0 or a negative code. */
+int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                     kvt_cache_match *out);
+
+/* Pins the cached prefix of tokens in T0 (restoring lower-tier blocks into
+ * pages): pinned blocks are never evicted until released. Returns the number
+ * of pinned tokens (>= 0) or a negative code; *pin receives a handle (NULL when
+ * nothing was pinned) owned by the caller until kvt_cache_release. */
+typedef struct kvt_pin kvt_pin;
+int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len, kvt_pin **pin);
+/* Releases a pin (NULL is a no-op); the blocks become evictable again. */
+void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
+
+typedef struct {
+    int32_t t0_pages_total, t0_pages_free;
+    int32_t t0_pages_cached;     /* pages holding an indexed block */
+    int32_t t0_pages_idle;       /* of those, used by no sequence or pin (evictable) */
+    uint64_t t0_bytes_cached;
+    uint64_t t0_evictions;       /* pages reclaimed from T0 */
+    uint64_t t1_blocks, t1_bytes_used, t1_budget_bytes;
+    uint64_t t1_demotions;       /* blocks written to T1 when evicted from T0 */
+    uint64_t t1_restores;        /* blocks copied from T1 back into pages */
+    uint64_t t1_evictions;       /* blocks evicted from T1 */
+    uint64_t index_entries[KVT_TIER_COUNT];
+    uint64_t collisions;         /* block keys that named another block (a miss, never wrong KV) */
+    uint64_t lookups;            /* requests matched against the cache */
+    uint64_t lookup_tokens;      /* their prompt tokens */
+    uint64_t hit_tokens;         /* of those, restored instead of computed */
+} kvt_cache_stats;
+
+void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+
+/* ---- requests ---------------------------------------------------------------- */
+
+typedef struct {
+    int32_t max_tokens;     /* tokens to generate at most */
+    float temp;             /* <= 0: greedy */
+    int32_t top_k;          /* <= 0: all */
+    float top_p;            /* >= 1: all */
+    uint64_t seed;
+    const void *salt;       /* tenant salt; NULL = shared */
+    size_t salt_len;
+    /* Called with each generated token; a nonzero return stops generation. */
+    int (*on_token)(void *ctx, int32_t token);
+    void *ctx;
+} kvt_request;
+
+kvt_request kvt_request_default(void);
+
+typedef struct {
+    int32_t n_prompt;
+    int32_t n_cached;                     /* prompt tokens restored from the cache */
+    int32_t tier_tokens[KVT_TIER_COUNT];  /* ... by tier */
+    int32_t n_computed;                   /* prompt tokens prefilled */
+    int32_t n_generated;
+    double restore_ms, prefill_ms, ttft_ms, decode_ms;
+} kvt_request_stats;
+
+/* Runs one request on the cache's engine: reuses the longest cached prefix of
+ * the prompt, prefills the rest, generates, and keeps every completed block
+ * (prompt and generated) cached. *tokens_out (if non-NULL) receives a malloc'd
+ * array of the prompt followed by the generated tokens. Greedy output is
+ * bit-identical to a run without the cache. Returns 0 or a negative code. */
+int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req, int32_t **tokens_out,
+                 kvt_request_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,7 +118,7 @@ static size_t match(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32
     return max ? kvt_prefix_lookup(c->index, root, tokens, (size_t)n, *hits, max) : 0;
 }
 
-void kvt_cache_lookup(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out) {
+void kvt_cache_lookup_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out) {
     memset(out, 0, sizeof *out);
     kvt_prefix_hit *hits;
     size_t k = match(c, root, tokens, n, &hits);
@@ -295,7 +295,7 @@ void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t
 
 /* ---- pins ------------------------------------------------------------------------ */
 
-int kvt_cache_pin(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin) {
+int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin) {
     *pin = NULL;
     kvt_prefix_hit *hits;
     size_t k = match(c, root, tokens, n, &hits);
@@ -314,7 +314,7 @@ int kvt_cache_pin(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t
     return got * c->B;
 }
 
-void kvt_cache_unpin(kvt_cache *c, kvt_pin *pin) {
+void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
     if (!pin) return;
     for (int32_t i = 0; i < pin->n; i++) kvt_page_unref(c->e, pin->pages[i]);
     free(pin->pages);
@@ -322,6 +322,35 @@ void kvt_cache_unpin(kvt_cache *c, kvt_pin *pin) {
 }
 
 /* ---- stats -------------------------------------------------------------------------- */
+
+int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                     kvt_cache_match *out) {
+    kvt_hash128 root;
+    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    if (rc) return rc;
+    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
+    kvt_cache_lookup_root(c, root, tokens, n, out);
+    return 0;
+}
+
+int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len, kvt_pin **pin) {
+    *pin = NULL;
+    kvt_hash128 root;
+    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    if (rc) return rc;
+    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
+    return kvt_cache_pin_root(c, root, tokens, n, pin);
+}
+
+kvt_engine *kvt_cache_engine(kvt_cache *c) { return c->e; }
+
+void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_stats *index) {
+    if (t1) {
+        memset(t1, 0, sizeof *t1);
+        if (c->ram) kvt_ram_get_stats(c->ram, t1);
+    }
+    if (index) kvt_prefix_get_stats(c->index, index);
+}
 
 void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     memset(out, 0, sizeof *out);
@@ -336,8 +365,15 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t0_evictions = c->evictions;
     out->t1_demotions = c->demotions;
     out->t1_restores = c->restores;
-    if (c->ram) kvt_ram_get_stats(c->ram, &out->t1);
-    kvt_prefix_get_stats(c->index, &out->index);
+    kvt_ram_stats t1;
+    kvt_prefix_stats ix;
+    kvt_cache_get_tier_stats(c, &t1, &ix);
+    out->t1_blocks = t1.blocks;
+    out->t1_bytes_used = t1.bytes_used;
+    out->t1_budget_bytes = t1.budget_bytes;
+    out->t1_evictions = t1.evictions;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) out->index_entries[t] = ix.tier_entries[t];
+    out->collisions = ix.collisions + ix.mismatches;
     out->lookups = c->lookups;
     out->hit_tokens = c->hit_tokens;
     out->lookup_tokens = c->lookup_tokens;

@@ -29,32 +29,15 @@
 #include "prefix.h"
 #include "tier_ram.h"
 
-typedef struct kvt_cache kvt_cache;
-
-typedef struct {
-    uint64_t ram_bytes; /* T1 budget (--kv-ram); 0 disables T1 */
-} kvt_cache_params;
-
-kvt_cache_params kvt_cache_default_params(void);
-
-/* Creates the policy over an engine (borrowed; must outlive the cache).
- * Returns 0, or a negative code with kvt_errmsg() set. */
-int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out);
-/* Drops the cache's page references and frees T1 and the index. */
-void kvt_cache_free(kvt_cache *c);
+/* kvt_cache, kvt_cache_params, kvt_cache_new/free, kvt_cache_match,
+ * kvt_cache_lookup/pin/release, kvt_cache_stats and kvt_cache_get_stats are
+ * declared in kvtier.h; below are the engine-facing parts. */
 
 /* The key root for a tenant salt (NULL/0 = the shared default). */
 int kvt_cache_root(const kvt_cache *c, const void *salt, size_t salt_len, kvt_hash128 *out);
 
-/* What a lookup found: the leading full blocks available in some tier. */
-typedef struct {
-    int32_t n_blocks;
-    int32_t n_tokens;                       /* n_blocks * B */
-    int32_t tier_blocks[KVT_TIER_COUNT];    /* by the fastest tier holding each */
-} kvt_cache_match;
-
 /* Longest cached prefix of tokens[0..n) under root; changes nothing but stats. */
-void kvt_cache_lookup(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out);
+void kvt_cache_lookup_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out);
 
 /* How a sequence was started by kvt_cache_attach. */
 typedef struct {
@@ -89,24 +72,13 @@ void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t
  * pinned pages are never reclaimed until kvt_cache_unpin. Returns the number
  * of pinned tokens (>= 0) or a negative code. *pin receives a handle (NULL if
  * nothing was pinned) that the caller releases with kvt_cache_unpin. */
-typedef struct kvt_pin kvt_pin;
-int kvt_cache_pin(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin);
-void kvt_cache_unpin(kvt_cache *c, kvt_pin *pin);
+int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin);
 
-typedef struct {
-    int32_t t0_pages_cached;   /* pages holding an indexed block */
-    int32_t t0_pages_idle;     /* of those, referenced by no sequence or pin */
-    int32_t t0_pages_total, t0_pages_free;
-    uint64_t t0_bytes_cached;
-    uint64_t t0_evictions;     /* pages reclaimed */
-    uint64_t t1_demotions;     /* reclaimed pages written to T1 */
-    uint64_t t1_restores;      /* blocks copied from T1 into pages */
-    kvt_ram_stats t1;
-    kvt_prefix_stats index;
-    uint64_t lookups, hit_tokens, lookup_tokens;
-} kvt_cache_stats;
+/* Detailed statistics of the RAM tier and the index (kvt_cache_get_stats has the summary). */
+void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_stats *index);
 
-void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+/* The engine the cache was created over. */
+kvt_engine *kvt_cache_engine(kvt_cache *c);
 
 /* The index (for tests and the other tiers). Owned by the cache. */
 kvt_prefix *kvt_cache_index(kvt_cache *c);

@@ -548,7 +548,7 @@ int kvt_cmd_run(int argc, char **argv) {
                 "%llu evicted; T1 %llu blocks, %.1f of %.1f MB, %llu restores\n",
                 (unsigned long long)st.hit_tokens, (unsigned long long)st.lookup_tokens, st.t0_pages_cached,
                 st.t0_pages_idle, st.t0_pages_total, (unsigned long long)st.t0_evictions,
-                (unsigned long long)st.t1.blocks, (double)st.t1.bytes_used / 1e6, (double)st.t1.budget_bytes / 1e6,
+                (unsigned long long)st.t1_blocks, (double)st.t1_bytes_used / 1e6, (double)st.t1_budget_bytes / 1e6,
                 (unsigned long long)st.t1_restores);
     }
 done:

@@ -32,34 +32,8 @@
 #include "kvtier.h"
 #include "threadpool.h"
 
-typedef struct kvt_engine kvt_engine;
-
-typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1 } kvt_kv_dtype;
-
-#define KVT_DEFAULT_BLOCK_SIZE 32
-#define KVT_DEFAULT_N_BATCH 512
-#define KVT_DEFAULT_MAX_SEQS 16
-#define KVT_DEFAULT_KV_ACTIVE_BYTES (256ull << 20)
-
-typedef struct {
-    int32_t block_size;       /* tokens per page (B) */
-    kvt_kv_dtype kv_dtype;    /* element type of K and V in pages */
-    uint64_t kv_active_bytes; /* page pool budget; n_pages = budget / page bytes */
-    int32_t n_pages;          /* if > 0, the pool size in pages (overrides kv_active_bytes) */
-    int32_t n_threads;        /* worker threads for matmuls and attention */
-    int32_t n_batch;          /* decode() processes a batch in chunks of at most this many tokens */
-    int32_t max_seqs;         /* sequences that can exist at once */
-    int32_t n_ctx;            /* max tokens per sequence; 0 = the model's training context */
-} kvt_engine_params;
-
-kvt_engine_params kvt_engine_default_params(void);
-
-/* Creates an engine for a loaded model. The model must outlive the engine.
- * Fails with KVT_EARG for nonsensical params and KVT_ELIMIT when the budget
- * holds no page. *out is NULL on failure. */
-int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
-/* Frees the engine, its pages and sequences. NULL is a no-op. */
-void kvt_engine_free(kvt_engine *e);
+/* kvt_engine, kvt_kv_dtype, kvt_engine_params, kvt_engine_default_params,
+ * kvt_engine_new and kvt_engine_free are declared in kvtier.h. */
 
 const kvt_model *kvt_engine_model(const kvt_engine *e);
 kvt_engine_params kvt_engine_params_of(const kvt_engine *e); /* effective params (n_pages, n_ctx filled in) */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "model.h"
 
 /* Pages a sequence of len tokens needs for n more: new pages past its last
  * one, plus one for copying a shared partial last page. */
@@ -83,5 +84,37 @@ out:
     free(logits);
     if (!rc && tokens_out) *tokens_out = toks;
     else free(toks);
+    return rc;
+}
+
+kvt_request kvt_request_default(void) {
+    kvt_sampler_params sp = kvt_sampler_default_params();
+    kvt_request r = {.max_tokens = 128, .temp = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed};
+    return r;
+}
+
+int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req, int32_t **tokens_out,
+                 kvt_request_stats *stats) {
+    kvt_engine *e = kvt_cache_engine(c);
+    kvt_sampler_params sp = {.temp = req->temp, .top_k = req->top_k, .top_p = req->top_p, .seed = req->seed};
+    kvt_sampler *s = kvt_sampler_new(sp, kvt_engine_n_vocab(e));
+    if (!s) return kvt_fail(KVT_EARG, "bad sampling parameters");
+    kvt_gen_params gp = {.max_tokens = req->max_tokens, .sampler = s, .tok = kvt_engine_model(e)->tok,
+                         .on_token = req->on_token, .ctx = req->ctx, .salt = req->salt, .salt_len = req->salt_len};
+    kvt_gen_result r;
+    int rc = kvt_generate(e, c, prompt, n_prompt, &gp, tokens_out, &r);
+    kvt_sampler_free(s);
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->n_prompt = r.n_prompt;
+        stats->n_cached = r.n_reused;
+        memcpy(stats->tier_tokens, r.tier_tokens, sizeof stats->tier_tokens);
+        stats->n_computed = r.n_computed;
+        stats->n_generated = r.n_generated;
+        stats->restore_ms = r.restore_ms;
+        stats->prefill_ms = r.prefill_ms;
+        stats->ttft_ms = r.ttft_ms;
+        stats->decode_ms = r.decode_ms;
+    }
     return rc;
 }

@@ -312,3 +312,8 @@ uint64_t kvt_model_kv_bytes_per_token(const kvt_model *m, int kv_elem_bytes) {
 void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]) {
     snprintf(out, 33, "%016llx%016llx", (unsigned long long)fp.hi, (unsigned long long)fp.lo);
 }
+
+int kvt_model_tokenize(const kvt_model *m, const char *text, size_t len, int add_bos, int parse_special,
+                       int32_t **out, size_t *n_out) {
+    return kvt_tokenize(m->tok, text, len, add_bos, parse_special, out, n_out);
+}

@@ -36,13 +36,8 @@
 #include "blockhash.h"
 
 /* Tiers from fastest to slowest; the order is the restore preference. */
-typedef enum {
-    KVT_TIER_T0 = 0, /* active: the engine's page pool; handle = page id */
-    KVT_TIER_T1 = 1, /* host RAM (tier_ram.h); handle = store slot */
-    KVT_TIER_T2 = 2, /* local disk; handle = record location */
-    KVT_TIER_T3 = 3, /* shared remote store; handle is the tier's */
-    KVT_TIER_COUNT
-} kvt_tier;
+/* kvt_tier (T0 active: handle = page id; T1 RAM: store slot; T2 disk: record
+ * location; T3 remote) is declared in kvtier.h. */
 
 /* Mask bit of a tier in kvt_prefix_info.tiers / kvt_prefix_hit.tiers. */
 #define KVT_TIER_BIT(t) (1u << (t))
