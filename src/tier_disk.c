@@ -60,8 +60,10 @@ enum {
 #define HEADER_TITLE "kvtier-disk-cache"
 /* Header reads during a scan: enough for the largest header (B = KVT_BLOCK_TOKENS_MAX). */
 #define SCAN_READ_BYTES (2 * KVT_DISK_ALIGN)
-/* Adjacent records are read as one extent up to this size. */
-#define COALESCE_MAX (8u << 20)
+/* Adjacent records are read as one extent up to this size: big enough to cut
+ * per-read overhead, small enough that several reads stay in flight while the
+ * CRC and copy of finished ones run. */
+#define COALESCE_MAX (1u << 20)
 /* Reads kept in flight by one batch. */
 #define READ_DEPTH 64
 /* Records rewritten to the head per reclaim, as a fraction of a segment. */
