@@ -20,6 +20,7 @@ static const cli_command commands[] = {
     {"eval", kvt_cmd_eval, "print prompt tokens, top-5 logits per position and a greedy continuation as JSON"},
     {"info", kvt_cmd_info, "describe a GGUF model: architecture, shapes, types, tokenizer, fingerprint, KV size"},
     {"tokenize", kvt_cmd_tokenize, "print the token ids of a text"},
+    {"cache", kvt_cmd_cache, "inspect or maintain a disk cache directory: stats, ls, verify, gc, clear"},
     {"mkmodel", kvt_cmd_mkmodel, "write a random-weight GGUF model (llama or qwen2) for tests and demos"},
 };
 

@@ -1,0 +1,194 @@
+/* Disk tier bandwidth: a plain O_DIRECT sequential read of the cache's
+ * filesystem against kvtier's restore (get_many of a request's blocks, cold:
+ * O_DIRECT or page cache dropped), plus the open-time header scan and a full
+ * verify of a large cache. Prints numbers and ratios; never pass/fail.
+ * usage: bench_disk [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "blockhash.h"
+#include "common.h"
+#include "tier_disk.h"
+
+#define MIB (1024.0 * 1024.0)
+#define SEQ_CHUNK (4u << 20) /* read size of the sequential baseline */
+#define SEQ_FILE_MIB 1024
+
+/* Evicts dir's files from the page cache (for buffered runs and scans). */
+static void drop_cache(const char *dir) {
+    int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+    sync();
+    if (fd >= 0) {
+        if (write(fd, "1\n", 2) != 2) { /* fall through to fadvise */
+        }
+        close(fd);
+    }
+    DIR *dh = opendir(dir);
+    struct dirent *e;
+    while (dh && (e = readdir(dh))) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        int f = open(p, O_RDONLY);
+        if (f >= 0) {
+            posix_fadvise(f, 0, 0, POSIX_FADV_DONTNEED);
+            close(f);
+        }
+    }
+    if (dh) closedir(dh);
+}
+
+static double seq_read(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/seqread.bin", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+    int direct = fd >= 0;
+    if (fd < 0) fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        perror(path);
+        exit(1);
+    }
+    void *buf;
+    if (posix_memalign(&buf, KVT_DISK_ALIGN, SEQ_CHUNK)) exit(1);
+    memset(buf, 0xA5, SEQ_CHUNK);
+    uint64_t total = (uint64_t)SEQ_FILE_MIB << 20;
+    for (uint64_t off = 0; off < total; off += SEQ_CHUNK)
+        if (pwrite(fd, buf, SEQ_CHUNK, (off_t)off) != SEQ_CHUNK) exit(1);
+    fsync(fd);
+    drop_cache(dir);
+    double t0 = kvt_now();
+    for (uint64_t off = 0; off < total; off += SEQ_CHUNK)
+        if (pread(fd, buf, SEQ_CHUNK, (off_t)off) != SEQ_CHUNK) exit(1);
+    double dt = kvt_now() - t0;
+    close(fd);
+    unlink(path);
+    free(buf);
+    double bw = (double)total / MIB / dt;
+    printf("sequential read (%s, %u MiB chunks): %.0f MiB/s\n", direct ? "O_DIRECT" : "buffered", SEQ_CHUNK >> 20, bw);
+    return bw;
+}
+
+typedef struct {
+    uint64_t records, bytes, bad;
+} walk_count;
+
+static int count_fn(void *ctx, const kvt_disk_walk_info *w) {
+    walk_count *c = ctx;
+    c->records++;
+    c->bytes += w->bytes;
+    c->bad += w->status != 0;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = "bench/out/disk";
+    size_t payload = 1 << 20;
+    int blocks = 64, sets = 8, scan_mib = 2048, zstd = 0, buffered = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--payload-kib") && i + 1 < argc) payload = (size_t)atol(argv[++i]) << 10;
+        else if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) sets = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--scan-mib") && i + 1 < argc) scan_mib = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--zstd")) zstd = 1;
+        else if (!strcmp(argv[i], "--buffered")) buffered = 1;
+        else {
+            fprintf(stderr, "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    mkdir("bench/out", 0755);
+    mkdir(dir, 0755);
+    kvt_disk_clear(dir, NULL);
+    double seq = seq_read(dir);
+
+    const uint32_t B = 32;
+    kvt_disk_params p = kvt_disk_default_params();
+    p.dir = dir;
+    p.payload_bytes = payload;
+    p.block_tokens = B;
+    p.ns.lo = 0xBE7C;
+    p.size_bytes = 64ull << 30;
+    p.codec = zstd ? KVT_DISK_CODEC_ZSTD : KVT_DISK_CODEC_RAW;
+    p.use_o_direct = !buffered;
+    p.queue_depth = 8;
+    uint64_t total_blocks = (uint64_t)scan_mib * (1u << 20) / payload;
+    if (total_blocks < (uint64_t)blocks * sets) total_blocks = (uint64_t)blocks * sets;
+    kvt_hash128 *h = kvt_xmalloc(total_blocks * sizeof *h), *par = kvt_xmalloc(total_blocks * sizeof *par);
+    int32_t *tok = kvt_xmalloc(total_blocks * B * sizeof *tok);
+    uint8_t *pay = kvt_xmalloc(payload);
+    for (size_t i = 0; i < payload; i++) pay[i] = (uint8_t)(i * 2654435761u >> 13);
+    kvt_disk *d;
+    if (kvt_disk_open(&p, &d)) {
+        fprintf(stderr, "open: %s\n", kvt_errmsg());
+        return 1;
+    }
+    double t0 = kvt_now();
+    for (uint64_t i = 0; i < total_blocks; i++) {
+        for (uint32_t t = 0; t < B; t++) tok[i * B + t] = (int32_t)(i * B + t);
+        par[i] = i % (uint64_t)blocks ? h[i - 1] : p.ns;
+        h[i] = kvt_block_hash(par[i], tok + i * B, B);
+        memcpy(pay, &i, sizeof i); /* every payload differs */
+        while (kvt_disk_put(d, h[i], par[i], tok + i * B, pay) == KVT_ELIMIT) kvt_disk_flush(d);
+    }
+    kvt_disk_flush(d);
+    double wt = kvt_now() - t0;
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    printf("wrote %llu blocks of %zu KiB (%.0f MiB) in %.2f s: %.0f MiB/s; io_uring %d, O_DIRECT %d, zstd ratio %.2f\n",
+           (unsigned long long)total_blocks, payload >> 10, (double)st.bytes_written / MIB, wt,
+           (double)st.bytes_written / MIB / wt, st.io_uring, st.o_direct, st.compression_ratio);
+    kvt_disk_close(d);
+
+    /* open-time header scan of the whole cache, page cache dropped */
+    drop_cache(dir);
+    if (kvt_disk_open(&p, &d)) return 1;
+    kvt_disk_get_stats(d, &st);
+    printf("open scan: %llu records, %.0f MiB in %llu segments, %.3f s (headers only)\n",
+           (unsigned long long)st.records, (double)st.bytes_used / MIB, (unsigned long long)st.segments,
+           st.open_scan_seconds);
+
+    /* restore: get_many of `blocks` consecutive blocks, cold */
+    uint8_t *outs = kvt_xmalloc((size_t)blocks * payload);
+    kvt_disk_read *rq = kvt_xcalloc((size_t)blocks, sizeof *rq);
+    double best = 0, sum = 0;
+    for (int s = 0; s < sets; s++) {
+        if (buffered) drop_cache(dir);
+        uint64_t base = (uint64_t)s * blocks;
+        for (int k = 0; k < blocks; k++)
+            rq[k] = (kvt_disk_read){h[base + k], par[base + k], tok + (base + k) * B, outs + (size_t)k * payload, -1};
+        double r0 = kvt_now();
+        size_t hits = kvt_disk_get_many(d, rq, (size_t)blocks);
+        double dt = kvt_now() - r0;
+        if (hits != (size_t)blocks) printf("  set %d: only %zu hits\n", s, hits);
+        double bw = (double)blocks * (double)payload / MIB / dt;
+        sum += bw;
+        if (bw > best) best = bw;
+    }
+    double mean = sum / sets;
+    printf("restore (get_many of %d x %zu KiB, %s): mean %.0f MiB/s, best %.0f MiB/s\n", blocks, payload >> 10,
+           buffered ? "page cache dropped" : "O_DIRECT", mean, best);
+    printf("restore / sequential read: %.2f (target >= 0.70)\n", mean / seq);
+    kvt_disk_close(d);
+
+    drop_cache(dir);
+    walk_count c = {0, 0, 0};
+    double v0 = kvt_now();
+    kvt_disk_walk(dir, 1, count_fn, &c);
+    double vt = kvt_now() - v0;
+    printf("full verify (read + CRC every record): %llu records, %.0f MiB in %.3f s: %.0f MiB/s\n",
+           (unsigned long long)c.records, (double)c.bytes / MIB, vt, (double)c.bytes / MIB / vt);
+    kvt_disk_clear(dir, NULL);
+    free(h);
+    free(par);
+    free(tok);
+    free(pay);
+    free(outs);
+    free(rq);
+    return 0;
+}

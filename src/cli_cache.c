@@ -1,0 +1,243 @@
+/* `kvtier cache`: inspect and maintain a disk-tier cache directory (stats, ls,
+ * verify, gc, clear). Reading commands work beside a running server; gc and
+ * clear take the directory's lock. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "tier_disk.h"
+
+#define MAX_NAMESPACES 64
+#define PROGRESS_INTERVAL_S 0.5
+#define LS_DEFAULT_LIMIT 0 /* 0: no limit */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvtier cache <stats|ls|verify|gc|clear> --kv-disk DIR [options]\n\n"
+            "Inspect or maintain a disk-tier (T2) cache directory.\n\n"
+            "commands:\n"
+            "  stats    segment files, bytes, records (valid / corrupt / other format) and usage per namespace\n"
+            "  ls       one line per record: segment, offset, bytes, namespace, hash, parent, B, codec, sizes\n"
+            "  verify   read every record and check its CRC (and decode it); exit status 1 if any is bad\n"
+            "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
+            "           and duplicate copies; needs the directory's lock (no server running on it)\n"
+            "  clear    remove every segment file; needs the lock; keeps the header\n\n"
+            "options:\n"
+            "  --kv-disk DIR        the cache directory (required)\n"
+            "  --namespace HEX      gc: keep only this namespace (32 hex digits, as `stats` prints it);\n"
+            "                       default: the namespace in the directory's header\n"
+            "  --all-namespaces     gc: keep every namespace (drop only corrupt, foreign-format and duplicates)\n"
+            "  --limit N            ls: print at most N records\n"
+            "  -h, --help           this help\n");
+}
+
+static int parse_ns(const char *s, kvt_hash128 *out) {
+    if (strlen(s) != 32) return -1;
+    char hi[17], lo[17];
+    memcpy(hi, s, 16);
+    hi[16] = 0;
+    memcpy(lo, s + 16, 16);
+    lo[16] = 0;
+    char *e1, *e2;
+    out->hi = strtoull(hi, &e1, 16);
+    out->lo = strtoull(lo, &e2, 16);
+    return *e1 || *e2 ? -1 : 0;
+}
+
+typedef struct {
+    kvt_hash128 ns;
+    uint64_t records, bytes;
+} ns_usage;
+
+typedef struct {
+    uint64_t records, valid, corrupt, foreign, bytes, payload, stored;
+    ns_usage ns[MAX_NAMESPACES];
+    size_t n_ns, ns_overflow;
+    /* ls */
+    int ls;
+    long limit, printed;
+    /* verify progress */
+    int progress;
+    double last;
+    uint64_t total_bytes;
+    const char *last_segment;
+    uint64_t segments;
+} walk_state;
+
+static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
+    walk_state *s = ctx;
+    if (!s->last_segment || strcmp(s->last_segment, w->segment)) s->segments++;
+    s->last_segment = w->segment;
+    s->bytes += w->bytes;
+    if (w->status == KVT_EUNSUPPORTED) {
+        s->foreign++;
+        return 0;
+    }
+    if (w->status) {
+        s->corrupt++;
+        if (s->ls) printf("%s %10" PRIu64 " %9" PRIu64 " CORRUPT\n", w->segment, w->offset, w->bytes);
+        return 0;
+    }
+    s->records++;
+    s->valid++;
+    s->payload += w->rec.payload_bytes;
+    s->stored += w->rec.stored_bytes;
+    size_t i;
+    for (i = 0; i < s->n_ns; i++)
+        if (kvt_hash128_eq(s->ns[i].ns, w->rec.ns)) break;
+    if (i == s->n_ns) {
+        if (s->n_ns < MAX_NAMESPACES) s->ns[s->n_ns++].ns = w->rec.ns;
+        else s->ns_overflow++;
+    }
+    if (i < s->n_ns) {
+        s->ns[i].records++;
+        s->ns[i].bytes += w->bytes;
+    }
+    if (s->ls && (!s->limit || s->printed < s->limit)) {
+        s->printed++;
+        printf("%s %10" PRIu64 " %9" PRIu64 " ns=%016" PRIx64 "%016" PRIx64 " hash=%016" PRIx64 "%016" PRIx64
+               " parent=%016" PRIx64 "%016" PRIx64 " B=%u %s payload=%" PRIu64 " stored=%" PRIu64 "\n",
+               w->segment, w->offset, w->bytes, w->rec.ns.hi, w->rec.ns.lo, w->rec.hash.hi, w->rec.hash.lo,
+               w->rec.parent.hi, w->rec.parent.lo, w->rec.block_tokens,
+               w->rec.codec == KVT_DISK_CODEC_ZSTD ? "zstd" : "raw", w->rec.payload_bytes, w->rec.stored_bytes);
+    }
+    if (s->progress) {
+        double now = kvt_now();
+        if (now - s->last >= PROGRESS_INTERVAL_S) {
+            s->last = now;
+            fprintf(stderr, "\rverify: %.0f / %.0f MiB, %" PRIu64 " records, %" PRIu64 " bad", (double)s->bytes / 1048576.0,
+                    (double)s->total_bytes / 1048576.0, s->valid, s->corrupt);
+            fflush(stderr);
+        }
+    }
+    return 0;
+}
+
+/* Bytes of every segment file (for the verify progress total). */
+static int size_fn(void *ctx, const kvt_disk_walk_info *w) {
+    *(uint64_t *)ctx += w->bytes;
+    return 0;
+}
+
+static void print_header(const char *dir) {
+    uint32_t v;
+    kvt_hash128 ns;
+    int rc = kvt_disk_read_header(dir, &v, &ns);
+    if (rc == 0)
+        printf("header: format version %u%s, namespace %016" PRIx64 "%016" PRIx64 "\n", v,
+               v == KVT_DISK_FORMAT_VERSION ? "" : " (NOT this build's)", ns.hi, ns.lo);
+    else
+        printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : "malformed");
+}
+
+int kvt_cmd_cache(int argc, char **argv) {
+    const char *cmd = NULL, *dir = NULL, *ns_text = NULL;
+    int all_ns = 0;
+    long limit = LS_DEFAULT_LIMIT;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (kvt_cli_is_help(a)) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--kv-disk")) {
+            if (!(dir = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--namespace")) {
+            if (!(ns_text = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--all-namespaces")) {
+            all_ns = 1;
+        } else if (!strcmp(a, "--limit")) {
+            const char *v = kvt_cli_value(argc, argv, &i);
+            if (!v || (limit = kvt_cli_parse_long("--limit", v, 1, 1L << 40)) < 0) return 2;
+        } else if (a[0] != '-' && !cmd) {
+            cmd = a;
+        } else {
+            fprintf(stderr, "kvtier cache: unknown option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!cmd || !dir) {
+        fprintf(stderr, "kvtier cache: %s\n\n", !cmd ? "which command? (stats, ls, verify, gc, clear)" : "--kv-disk DIR is required");
+        usage(stderr);
+        return 2;
+    }
+    if (access(dir, R_OK) != 0) {
+        fprintf(stderr, "kvtier cache: cannot read %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    walk_state *s = kvt_xcalloc(1, sizeof *s);
+    int rc = 0;
+    if (!strcmp(cmd, "stats") || !strcmp(cmd, "ls") || !strcmp(cmd, "verify")) {
+        int verify = !strcmp(cmd, "verify");
+        s->ls = !strcmp(cmd, "ls");
+        s->limit = limit;
+        if (verify) {
+            kvt_disk_walk(dir, 0, size_fn, &s->total_bytes);
+            s->progress = isatty(2) || getenv("KVT_PROGRESS") != NULL;
+            s->last = kvt_now();
+        }
+        int wrc = kvt_disk_walk(dir, verify, walk_fn, s);
+        if (s->progress) fprintf(stderr, "\n");
+        if (wrc) {
+            fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
+            rc = 1;
+        } else if (!s->ls) {
+            print_header(dir);
+            printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->bytes / 1048576.0);
+            printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid,
+                   s->corrupt, verify ? "corrupt (CRC, length or decode)" : "corrupt headers", s->foreign);
+            if (s->stored)
+                printf("payload: %.1f MiB stored for %.1f MiB (compression ratio %.2f)\n", (double)s->stored / 1048576.0,
+                       (double)s->payload / 1048576.0, (double)s->payload / (double)s->stored);
+            for (size_t i = 0; i < s->n_ns; i++)
+                printf("namespace %016" PRIx64 "%016" PRIx64 ": %" PRIu64 " records, %.1f MiB\n", s->ns[i].ns.hi,
+                       s->ns[i].ns.lo, s->ns[i].records, (double)s->ns[i].bytes / 1048576.0);
+            if (s->ns_overflow) printf("(%zu records in further namespaces not itemised)\n", s->ns_overflow);
+            if (verify) rc = s->corrupt ? 1 : 0;
+        }
+    } else if (!strcmp(cmd, "gc")) {
+        kvt_hash128 ns;
+        const kvt_hash128 *keep = NULL;
+        if (ns_text) {
+            if (parse_ns(ns_text, &ns)) {
+                fprintf(stderr, "kvtier cache: --namespace expects 32 hex digits, got '%s'\n", ns_text);
+                free(s);
+                return 2;
+            }
+            keep = &ns;
+        } else if (!all_ns) {
+            uint32_t v;
+            if (kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION) keep = &ns;
+            else fprintf(stderr, "kvtier cache: no usable header: keeping every namespace\n");
+        }
+        kvt_disk_gc_report rep;
+        int grc = kvt_disk_compact(dir, keep, &rep);
+        if (grc) {
+            fprintf(stderr, "kvtier cache: gc: %s\n", kvt_errmsg());
+            rc = 1;
+        }
+        printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
+               " duplicate; %.1f -> %.1f MiB\n",
+               rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup, (double)rep.bytes_before / 1048576.0,
+               (double)rep.bytes_after / 1048576.0);
+    } else if (!strcmp(cmd, "clear")) {
+        uint64_t freed;
+        if (kvt_disk_clear(dir, &freed)) {
+            fprintf(stderr, "kvtier cache: clear: %s\n", kvt_errmsg());
+            rc = 1;
+        } else {
+            printf("clear: removed %.1f MiB of segments from %s\n", (double)freed / 1048576.0, dir);
+        }
+    } else {
+        fprintf(stderr, "kvtier cache: unknown command '%s'\n\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    free(s);
+    return rc;
+}

@@ -1,0 +1,1537 @@
+/* T2 disk store: the record format and its parser, the cache directory (lock,
+ * header, segment files), the open-time header scan, the writer thread with
+ * its bounded queue and segment reclaim, batched verified reads, the
+ * admission sketch, and the maintenance walks behind `kvtier cache`. */
+#include "tier_disk.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "common.h"
+#include "crc32c.h"
+#include "disk_io.h"
+#include "hmap128.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the disk record format is little-endian; add byte swapping for this target"
+#endif
+
+/* Record header field offsets (see tier_disk.h for the layout). */
+enum {
+    RH_MAGIC = 0,
+    RH_VERSION = 4,
+    RH_CODEC = 6,
+    RH_HEADER_BYTES = 8,
+    RH_BLOCK_TOKENS = 12,
+    RH_PAYLOAD_BYTES = 16,
+    RH_STORED_BYTES = 24,
+    RH_NS = 32,
+    RH_HASH = 48,
+    RH_PARENT = 64,
+    RH_HEADER_CRC = 80,
+    RH_CRC = 84,
+    RH_RESERVED = 88,
+    RH_TOKENS = KVT_DISK_HEADER_FIXED,
+};
+#define RH_CRC_FIELDS_BYTES 8 /* both CRC fields, read as zero while checksumming */
+
+#define DISK_DEFAULT_SIZE (16ull << 30)
+#define LOCK_NAME "lock"
+#define HEADER_NAME "header"
+#define HEADER_TMP_NAME "header.tmp"
+#define PROBE_NAME ".odirect-probe"
+#define SEG_PREFIX "seg-"
+#define SEG_SUFFIX ".kvt"
+#define TMP_SUFFIX ".tmp"
+#define SEG_NAME_MAX 64
+#define HEADER_TEXT_MAX 256
+#define HEADER_TITLE "kvtier-disk-cache"
+/* Header reads during a scan: enough for the largest header (B = KVT_BLOCK_TOKENS_MAX). */
+#define SCAN_READ_BYTES (2 * KVT_DISK_ALIGN)
+/* Adjacent records are read as one extent up to this size: big enough to cut
+ * per-read overhead, small enough that several reads stay in flight while the
+ * CRC and copy of finished ones run. */
+#define COALESCE_MAX (1u << 20)
+/* Reads kept in flight by one batch. */
+#define READ_DEPTH 64
+/* Records rewritten to the head per reclaim, as a fraction of a segment. */
+#define REINSERT_DIVISOR 4
+/* zstd level for new records: KV pages compress little, so favour speed. */
+#define ZSTD_LEVEL 1
+/* Admission sketch: rows x width saturating counters, halved every AGE_FACTOR x width sightings. */
+#define SKETCH_ROWS 4
+#define SKETCH_WIDTH 4096
+#define SKETCH_AGE_FACTOR 8
+#define SKETCH_MAX 15
+#define ADMIT_THRESHOLD 2
+#define RECS_MIN_CAP 64
+
+static_assert(RH_TOKENS == RH_RESERVED + 8, "record header layout");
+static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
+
+static uint64_t align_up(uint64_t n) { return (n + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN; }
+
+static uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static kvt_hash128 rdh(const uint8_t *p) {
+    kvt_hash128 h;
+    memcpy(&h.lo, p, 8);
+    memcpy(&h.hi, p + 8, 8);
+    return h;
+}
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static void wrh(uint8_t *p, kvt_hash128 h) {
+    memcpy(p, &h.lo, 8);
+    memcpy(p + 8, &h.hi, 8);
+}
+
+/* CRC of a header with its two CRC fields taken as zero. */
+static uint32_t header_crc(const uint8_t *h, uint32_t header_bytes) {
+    static const uint8_t zeros[RH_CRC_FIELDS_BYTES];
+    uint32_t c = kvt_crc32c(0, h, RH_HEADER_CRC);
+    c = kvt_crc32c(c, zeros, sizeof zeros);
+    return kvt_crc32c(c, h + RH_RESERVED, header_bytes - RH_RESERVED);
+}
+
+/* ---- record format ----------------------------------------------------- */
+
+int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record *out) {
+    const uint8_t *b = buf;
+    memset(out, 0, sizeof *out);
+    if (len < KVT_DISK_HEADER_FIXED || rd32(b + RH_MAGIC) != KVT_DISK_MAGIC)
+        return kvt_fail(KVT_EFORMAT, "not a disk record");
+    uint16_t version;
+    memcpy(&version, b + RH_VERSION, 2);
+    out->version = version;
+    if (version != KVT_DISK_FORMAT_VERSION)
+        return kvt_fail(KVT_EUNSUPPORTED, "record format version %u (this build reads %d)", version,
+                        KVT_DISK_FORMAT_VERSION);
+    uint16_t codec;
+    memcpy(&codec, b + RH_CODEC, 2);
+    out->codec = codec;
+    out->header_bytes = rd32(b + RH_HEADER_BYTES);
+    out->block_tokens = rd32(b + RH_BLOCK_TOKENS);
+    out->payload_bytes = rd64(b + RH_PAYLOAD_BYTES);
+    out->stored_bytes = rd64(b + RH_STORED_BYTES);
+    if (out->block_tokens == 0 || out->block_tokens > KVT_BLOCK_TOKENS_MAX ||
+        out->header_bytes != KVT_DISK_HEADER_FIXED + 4 * out->block_tokens)
+        return kvt_fail(KVT_EFORMAT, "record header: bad block size %u / header bytes %u", out->block_tokens,
+                        out->header_bytes);
+    if (codec >= KVT_DISK_CODEC_COUNT) return kvt_fail(KVT_EFORMAT, "record header: unknown codec %u", codec);
+    if (out->payload_bytes == 0 || out->payload_bytes > KVT_DISK_PAYLOAD_MAX || out->stored_bytes == 0 ||
+        out->stored_bytes > KVT_DISK_PAYLOAD_MAX ||
+        (codec == KVT_DISK_CODEC_RAW && out->stored_bytes != out->payload_bytes))
+        return kvt_fail(KVT_EFORMAT, "record header: bad lengths %" PRIu64 "/%" PRIu64, out->payload_bytes,
+                        out->stored_bytes);
+    if (len < out->header_bytes) return kvt_fail(KVT_EFORMAT, "record header truncated");
+    out->header_crc = rd32(b + RH_HEADER_CRC);
+    out->crc = rd32(b + RH_CRC);
+    uint32_t hc = header_crc(b, out->header_bytes);
+    if (hc != out->header_crc) return kvt_fail(KVT_EFORMAT, "record header CRC mismatch");
+    if (rd64(b + RH_RESERVED) != 0) return kvt_fail(KVT_EFORMAT, "record header: reserved field set");
+    out->record_bytes = align_up(out->header_bytes + out->stored_bytes);
+    out->ns = rdh(b + RH_NS);
+    out->hash = rdh(b + RH_HASH);
+    out->parent = rdh(b + RH_PARENT);
+    out->tokens = (const int32_t *)(const void *)(b + RH_TOKENS);
+    if (!full) return 0;
+    if (len < out->header_bytes + out->stored_bytes) return kvt_fail(KVT_EFORMAT, "record payload truncated");
+    out->stored = b + out->header_bytes;
+    if (kvt_crc32c(hc, out->stored, out->stored_bytes) != out->crc) {
+        out->stored = NULL;
+        return kvt_fail(KVT_EFORMAT, "record CRC mismatch");
+    }
+    return 0;
+}
+
+static int decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap) {
+    if (!r->stored) return kvt_fail(KVT_EARG, "record payload not parsed");
+    if (cap < r->payload_bytes) return kvt_fail(KVT_ELIMIT, "payload of %" PRIu64 " bytes > %zu", r->payload_bytes, cap);
+    if (r->codec == KVT_DISK_CODEC_RAW) {
+        memcpy(out, r->stored, r->payload_bytes);
+        return 0;
+    }
+    size_t n = dc ? ZSTD_decompressDCtx(dc, out, r->payload_bytes, r->stored, r->stored_bytes)
+                  : ZSTD_decompress(out, r->payload_bytes, r->stored, r->stored_bytes);
+    if (ZSTD_isError(n) || n != r->payload_bytes) return kvt_fail(KVT_EFORMAT, "zstd payload does not decode");
+    return 0;
+}
+
+int kvt_disk_record_decode(const kvt_disk_record *r, void *out, size_t cap) { return decode_with(NULL, r, out, cap); }
+
+/* Writes a record header into h (header_bytes) for a stored payload at
+ * h + header_bytes, and both CRCs. Returns the padded record length; zeroes
+ * the padding. */
+static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
+                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent) {
+    uint32_t header_bytes = KVT_DISK_HEADER_FIXED + 4 * B;
+    wr32(h + RH_MAGIC, KVT_DISK_MAGIC);
+    wr16(h + RH_VERSION, KVT_DISK_FORMAT_VERSION);
+    wr16(h + RH_CODEC, (uint16_t)codec);
+    wr32(h + RH_HEADER_BYTES, header_bytes);
+    wr32(h + RH_BLOCK_TOKENS, B);
+    wr64(h + RH_PAYLOAD_BYTES, payload_bytes);
+    wr64(h + RH_STORED_BYTES, stored_bytes);
+    wrh(h + RH_NS, ns);
+    wrh(h + RH_HASH, hash);
+    wrh(h + RH_PARENT, parent);
+    wr64(h + RH_RESERVED, 0);
+    uint32_t hc = header_crc(h, header_bytes);
+    wr32(h + RH_HEADER_CRC, hc);
+    wr32(h + RH_CRC, kvt_crc32c(hc, h + header_bytes, stored_bytes));
+    uint64_t total = align_up(header_bytes + stored_bytes);
+    memset(h + header_bytes + stored_bytes, 0, total - header_bytes - stored_bytes);
+    return total;
+}
+
+/* ---- directory: lock, header, segment names ---------------------------- */
+
+static void path_join(char *out, size_t cap, const char *dir, const char *name) {
+    snprintf(out, cap, "%s/%s", dir, name);
+}
+
+/* Takes the directory's exclusive lock. Returns the lock fd (>= 0), or a
+ * negative error naming the holder. A directory where the lock file can be
+ * neither created nor opened (read-only and never used) gets -1 with
+ * *unlocked set: there is nothing a writer could corrupt. */
+static int lock_dir(const char *dir, int *unlocked) {
+    char path[PATH_MAX];
+    path_join(path, sizeof path, dir, LOCK_NAME);
+    *unlocked = 0;
+    int writable = 1;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno == EROFS || errno == EACCES)) {
+        writable = 0;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) {
+            *unlocked = 1;
+            return -1;
+        }
+    }
+    if (fd < 0) return kvt_fail(-errno, "cache dir %s: cannot open %s: %s", dir, path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "?";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        if (n > 0) {
+            pid[n] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+        }
+        close(fd);
+        if (e == EWOULDBLOCK) return kvt_fail(-EWOULDBLOCK, "cache dir %s is in use by pid %s", dir, pid);
+        return kvt_fail(-e, "cache dir %s: cannot lock: %s", dir, strerror(e));
+    }
+    if (writable) {
+        char pid[32];
+        int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+            kvt_log(KVT_LOG_DEBUG, "cache dir %s: cannot record our pid in the lock file", dir);
+    }
+    return fd;
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* Header file: three text lines, replaced atomically (temp, fsync, rename). */
+static int write_header(const char *dir, kvt_hash128 ns) {
+    char tmp[PATH_MAX], path[PATH_MAX], text[HEADER_TEXT_MAX];
+    path_join(tmp, sizeof tmp, dir, HEADER_TMP_NAME);
+    path_join(path, sizeof path, dir, HEADER_NAME);
+    int n = snprintf(text, sizeof text, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
+                     KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -errno;
+    int rc = 0;
+    if (write(fd, text, (size_t)n) != n) rc = errno ? -errno : -EIO;
+    if (!rc && fsync(fd)) rc = -errno;
+    close(fd);
+    if (!rc && rename(tmp, path)) rc = -errno;
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    fsync_dir(dir);
+    return 0;
+}
+
+int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
+    char path[PATH_MAX], text[HEADER_TEXT_MAX];
+    path_join(path, sizeof path, dir, HEADER_NAME);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? kvt_fail(KVT_ENOTFOUND, "%s: no header", dir) : -errno;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n < 0) return -errno;
+    text[n] = 0;
+    unsigned v;
+    uint64_t hi, lo;
+    char title[sizeof HEADER_TITLE + 1];
+    if (sscanf(text, "%18s version %u namespace %16" SCNx64 "%16" SCNx64, title, &v, &hi, &lo) != 4 ||
+        strcmp(title, HEADER_TITLE))
+        return kvt_fail(KVT_EFORMAT, "%s: malformed header file", path);
+    *version = v;
+    ns->hi = hi;
+    ns->lo = lo;
+    return 0;
+}
+
+/* 1 and *id if name is a segment file name. */
+static int parse_seg_name(const char *name, uint64_t *id) {
+    size_t lp = strlen(SEG_PREFIX), ls = strlen(SEG_SUFFIX), n = strlen(name);
+    if (n != lp + 16 + ls || strncmp(name, SEG_PREFIX, lp) || strcmp(name + lp + 16, SEG_SUFFIX)) return 0;
+    uint64_t v = 0;
+    for (size_t i = lp; i < lp + 16; i++) {
+        char c = name[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    *id = v;
+    return 1;
+}
+
+static void seg_name(char *out, size_t cap, uint64_t id) {
+    snprintf(out, cap, SEG_PREFIX "%016" PRIx64 SEG_SUFFIX, id);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Segment ids in dir, ascending. warn_foreign logs each unknown file.
+ * Returns the count (>= 0) and *ids (caller frees), or -errno. */
+static long list_segments(const char *dir, int warn_foreign, uint64_t **ids) {
+    DIR *dh = opendir(dir);
+    *ids = NULL;
+    if (!dh) return -errno;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        const char *nm = e->d_name;
+        uint64_t id;
+        if (parse_seg_name(nm, &id)) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                *ids = kvt_xrealloc(*ids, cap * sizeof **ids);
+            }
+            (*ids)[n++] = id;
+            continue;
+        }
+        size_t len = strlen(nm), lt = strlen(TMP_SUFFIX);
+        int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
+                    !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) ||
+                    (len > lt && !strcmp(nm + len - lt, TMP_SUFFIX) && !strncmp(nm, SEG_PREFIX, strlen(SEG_PREFIX)));
+        if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
+    }
+    closedir(dh);
+    if (n) qsort(*ids, n, sizeof **ids, cmp_u64);
+    return (long)n;
+}
+
+static void *aligned_buf(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, KVT_DISK_ALIGN, n ? align_up(n) : KVT_DISK_ALIGN)) {
+        kvt_log(KVT_LOG_ERROR, "out of memory allocating %zu aligned bytes", n);
+        abort();
+    }
+    return p;
+}
+
+/* Walks the records of one segment file: reads each header (and with verify
+ * the whole record), calls fn(ctx, off, bytes, status, rec) per record or bad
+ * 4 KiB step. A bad header is stepped over one KVT_DISK_ALIGN at a time, so
+ * the next intact record is found again; a record running past the end of the
+ * file (a torn tail) is reported corrupt and ends the walk. buf is an aligned
+ * scratch of SCAN_READ_BYTES; vbuf/vcap an aligned scratch for verify that
+ * grows as needed. Returns 0 or fn's nonzero value. */
+typedef int (*scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                       const uint8_t *raw);
+
+static int scan_segment(int fd, uint64_t size, int verify, uint8_t *buf, uint8_t **vbuf, size_t *vcap, scan_fn fn,
+                        void *ctx) {
+    uint64_t off = 0;
+    while (off + KVT_DISK_HEADER_FIXED <= size) {
+        ssize_t n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
+        if (n <= 0) break;
+        kvt_disk_record rec;
+        int st = kvt_disk_record_parse(buf, (size_t)n, 0, &rec);
+        if (st == 0 && off + rec.header_bytes + rec.stored_bytes > size) {
+            int r = fn(ctx, off, size - off, KVT_EFORMAT, &rec, NULL);
+            return r;
+        }
+        if (st != 0) {
+            int r = fn(ctx, off, KVT_DISK_ALIGN, st, &rec, NULL);
+            if (r) return r;
+            off += KVT_DISK_ALIGN;
+            continue;
+        }
+        const uint8_t *raw = NULL;
+        if (verify) {
+            if (*vcap < rec.record_bytes) {
+                free(*vbuf);
+                *vcap = rec.record_bytes;
+                *vbuf = aligned_buf(*vcap);
+            }
+            ssize_t k = pread(fd, *vbuf, rec.record_bytes, (off_t)off);
+            uint64_t want = rec.header_bytes + rec.stored_bytes;
+            if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(*vbuf, (size_t)k, 1, &rec)) st = KVT_EFORMAT;
+            else raw = *vbuf;
+        }
+        int r = fn(ctx, off, rec.record_bytes, st, &rec, raw);
+        if (r) return r;
+        off += rec.record_bytes;
+    }
+    return 0;
+}
+
+/* ---- the store ---------------------------------------------------------- */
+
+typedef struct disk_seg {
+    uint64_t id;
+    int fd;
+    uint64_t bytes; /* file length: records appended so far */
+    uint32_t refs;  /* reads (and reinsertion copies) using fd */
+    int dead;       /* reclaimed and unlinked: fd closes with the last ref */
+} disk_seg;
+
+typedef struct {
+    kvt_hash128 hash;
+    disk_seg *seg; /* NULL while a reclaim moves the record (reads miss meanwhile) */
+    uint64_t off;
+    uint32_t bytes;
+    uint8_t used, hit, moving;
+} disk_rec;
+
+/* An index update made off the owner's thread, applied by it in order. */
+typedef struct {
+    int add; /* 1: add (hash, parent, tokens) at slot; 0: remove hash */
+    kvt_hash128 hash, parent;
+    uint32_t slot;
+    int32_t *tokens; /* owned; add only */
+} disk_event;
+
+typedef struct {
+    kvt_hash128 hash, parent;
+    uint8_t *buf; /* record buffer: tokens at RH_TOKENS, payload at header_bytes */
+} disk_qslot;
+
+struct kvt_disk {
+    kvt_disk_params p;
+    char *dir;
+    int lock_fd;
+    uint32_t header_bytes;
+    uint64_t rec_max; /* padded bytes of a raw record */
+    int o_direct;
+
+    pthread_mutex_t mu; /* guards everything below that the writer touches */
+    pthread_cond_t cv_work, cv_idle;
+    pthread_t writer;
+    int writer_started, stop;
+
+    disk_qslot *q;
+    uint32_t q_head, q_count;
+    int writer_busy;
+
+    kvt_hmap128 map; /* key -> slot in recs */
+    disk_rec *recs;
+    uint32_t n_recs, cap_recs, *free_slots, n_free;
+
+    disk_seg **segs; /* live segments, oldest first; head is the last while open */
+    size_t n_segs, cap_segs;
+    disk_seg *head;
+    uint64_t next_seg_id;
+
+    disk_event *ev;
+    size_t n_ev, cap_ev;
+
+    int write_err; /* first write error; writes are disabled once set */
+
+    /* owner thread only */
+    kvt_dio *rio;
+    uint8_t *rbuf;
+    size_t rbuf_cap;
+    ZSTD_DCtx *zd;
+    uint8_t *sketch;
+    uint64_t sketch_adds;
+
+    /* writer thread only */
+    kvt_dio *wio;
+    uint8_t *wbuf;
+    ZSTD_CCtx *zc;
+
+    kvt_disk_stats st;
+};
+
+kvt_disk_params kvt_disk_default_params(void) {
+    kvt_disk_params p;
+    memset(&p, 0, sizeof p);
+    p.size_bytes = DISK_DEFAULT_SIZE;
+    p.segment_bytes = KVT_DISK_SEGMENT_DEFAULT;
+    p.block_tokens = KVT_BLOCK_TOKENS_DEFAULT;
+    p.codec = KVT_DISK_CODEC_RAW;
+    p.queue_depth = KVT_DISK_QUEUE_DEFAULT;
+    p.use_io_uring = 1;
+    p.use_o_direct = 1;
+    return p;
+}
+
+static void seg_path(const kvt_disk *d, char *out, size_t cap, uint64_t id) {
+    char nm[SEG_NAME_MAX];
+    seg_name(nm, sizeof nm, id);
+    path_join(out, cap, d->dir, nm);
+}
+
+/* Drops one reference; closes and frees a reclaimed segment with its last. mu held. */
+static void seg_unref(disk_seg *s) {
+    if (--s->refs == 0 && s->dead) {
+        close(s->fd);
+        free(s);
+    }
+}
+
+static uint32_t rec_alloc(kvt_disk *d) {
+    if (d->n_free) return d->free_slots[--d->n_free];
+    if (d->n_recs == d->cap_recs) {
+        d->cap_recs = d->cap_recs ? 2 * d->cap_recs : RECS_MIN_CAP;
+        d->recs = kvt_xrealloc(d->recs, d->cap_recs * sizeof *d->recs);
+        d->free_slots = kvt_xrealloc(d->free_slots, d->cap_recs * sizeof *d->free_slots);
+    }
+    return d->n_recs++;
+}
+
+static void push_event(kvt_disk *d, int add, kvt_hash128 hash, kvt_hash128 parent, uint32_t slot,
+                       const int32_t *tokens) {
+    if (!d->p.index) return;
+    if (d->n_ev == d->cap_ev) {
+        d->cap_ev = d->cap_ev ? 2 * d->cap_ev : RECS_MIN_CAP;
+        d->ev = kvt_xrealloc(d->ev, d->cap_ev * sizeof *d->ev);
+    }
+    disk_event *e = &d->ev[d->n_ev++];
+    e->add = add;
+    e->hash = hash;
+    e->parent = parent;
+    e->slot = slot;
+    e->tokens = NULL;
+    if (add) {
+        e->tokens = kvt_xmalloc(d->p.block_tokens * sizeof(int32_t));
+        memcpy(e->tokens, tokens, d->p.block_tokens * sizeof(int32_t));
+    }
+}
+
+/* Forgets the record at slot (mu held): map, slot, index (via an event). */
+static void rec_drop(kvt_disk *d, uint32_t slot) {
+    disk_rec *r = &d->recs[slot];
+    kvt_hmap128_del(&d->map, r->hash);
+    push_event(d, 0, r->hash, r->hash, slot, NULL);
+    d->st.live_bytes -= r->bytes;
+    r->used = 0;
+    r->seg = NULL;
+    d->free_slots[d->n_free++] = slot;
+}
+
+/* Records a new record (mu held). An existing record under the key is
+ * replaced (it is a copy of the same block or a collision the index sorts out). */
+static void rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, disk_seg *seg,
+                       uint64_t off, uint32_t bytes) {
+    uint32_t slot;
+    if (kvt_hmap128_get(&d->map, hash, &slot)) rec_drop(d, slot);
+    slot = rec_alloc(d);
+    disk_rec *r = &d->recs[slot];
+    memset(r, 0, sizeof *r);
+    r->hash = hash;
+    r->seg = seg;
+    r->off = off;
+    r->bytes = bytes;
+    r->used = 1;
+    kvt_hmap128_put(&d->map, hash, slot);
+    d->st.live_bytes += bytes;
+    push_event(d, 1, hash, parent, slot, tokens);
+}
+
+/* Applies queued index updates on the owner's thread. A refused add (the key
+ * names another block in the index) drops the record from the store. */
+static void apply_events_locked(kvt_disk *d) {
+    for (size_t i = 0; i < d->n_ev; i++) {
+        disk_event *e = &d->ev[i];
+        if (e->add) {
+            int rc = kvt_prefix_add(d->p.index, e->hash, e->parent, e->tokens, KVT_TIER_T2, e->slot);
+            if (rc == -EEXIST) {
+                d->st.collisions++;
+                uint32_t slot;
+                if (kvt_hmap128_get(&d->map, e->hash, &slot) && slot == e->slot) {
+                    /* not in the index: drop without a remove event */
+                    kvt_prefix *idx = d->p.index;
+                    d->p.index = NULL;
+                    rec_drop(d, slot);
+                    d->p.index = idx;
+                }
+            }
+            free(e->tokens);
+        } else {
+            kvt_prefix_remove(d->p.index, e->hash, KVT_TIER_T2); /* KVT_ENOTFOUND after a refused add */
+        }
+    }
+    d->n_ev = 0;
+}
+
+void kvt_disk_poll(kvt_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static uint64_t segs_bytes(const kvt_disk *d) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < d->n_segs; i++) s += d->segs[i]->bytes;
+    return s;
+}
+
+static void segs_push(kvt_disk *d, disk_seg *s) {
+    if (d->n_segs == d->cap_segs) {
+        d->cap_segs = d->cap_segs ? 2 * d->cap_segs : 16;
+        d->segs = kvt_xrealloc(d->segs, d->cap_segs * sizeof *d->segs);
+    }
+    d->segs[d->n_segs++] = s;
+}
+
+/* Disables writes after the first failure, with one warning (mu held). */
+static void disable_writes(kvt_disk *d, int err, const char *what) {
+    d->st.write_errors++;
+    if (d->write_err) return;
+    d->write_err = err ? err : -EIO;
+    d->st.writes_disabled = 1;
+    kvt_log(KVT_LOG_WARN, "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir, what,
+            strerror(-d->write_err));
+}
+
+/* One reinsertion candidate taken out of a reclaimed segment. */
+typedef struct {
+    uint32_t slot;
+    uint64_t at; /* offset in the reinsertion buffer */
+    uint32_t bytes;
+} disk_move;
+
+/* Reclaims the oldest segments until the sealed ones fit in size_bytes (mu
+ * held). Records that were hit are marked moving and listed in *moves (up to
+ * move_cap bytes in total), with their segment referenced in *srcs so the
+ * caller can copy them; the rest leave the store. */
+static size_t reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves, size_t *n_moves, disk_seg ***srcs,
+                             uint64_t **src_offs) {
+    size_t reclaimed = 0;
+    uint64_t used = segs_bytes(d), moved = 0;
+    while (d->n_segs && used > d->p.size_bytes && d->segs[0] != d->head) {
+        disk_seg *v = d->segs[0];
+        memmove(d->segs, d->segs + 1, (d->n_segs - 1) * sizeof *d->segs);
+        d->n_segs--;
+        for (uint32_t i = 0; i < d->n_recs; i++) {
+            disk_rec *r = &d->recs[i];
+            if (!r->used || r->seg != v) continue;
+            if (r->hit && moves && moved + r->bytes <= move_cap) {
+                *moves = kvt_xrealloc(*moves, (*n_moves + 1) * sizeof **moves);
+                *srcs = kvt_xrealloc(*srcs, (*n_moves + 1) * sizeof **srcs);
+                *src_offs = kvt_xrealloc(*src_offs, (*n_moves + 1) * sizeof **src_offs);
+                (*moves)[*n_moves] = (disk_move){i, moved, r->bytes};
+                (*srcs)[*n_moves] = v;
+                (*src_offs)[*n_moves] = r->off;
+                (*n_moves)++;
+                moved += r->bytes;
+                v->refs++;
+                r->seg = NULL;
+                r->moving = 1;
+            } else {
+                rec_drop(d, i);
+                d->st.evicted++;
+            }
+        }
+        char path[PATH_MAX];
+        seg_path(d, path, sizeof path, v->id);
+        if (unlink(path) && errno != ENOENT)
+            kvt_log(KVT_LOG_WARN, "disk tier: cannot remove %s: %s", path, strerror(errno));
+        used -= v->bytes;
+        v->dead = 1;
+        v->refs++;
+        seg_unref(v);
+        d->st.segments_reclaimed++;
+        reclaimed++;
+    }
+    return reclaimed;
+}
+
+/* Starts a new head segment: seals the current one, reclaims old segments,
+ * creates the file, and rewrites the reclaimed records that were hit.
+ * Writer thread. Returns 0 or -errno (writes then disabled). */
+static int rotate(kvt_disk *d) {
+    uint64_t move_cap = align_up(d->p.segment_bytes / REINSERT_DIVISOR);
+    disk_move *moves = NULL;
+    disk_seg **srcs = NULL;
+    uint64_t *src_offs = NULL;
+    size_t n_moves = 0;
+    if (d->head) fdatasync(d->head->fd); /* only this thread changes head */
+    pthread_mutex_lock(&d->mu);
+    d->head = NULL;
+    reclaim_locked(d, move_cap, &moves, &n_moves, &srcs, &src_offs);
+    pthread_mutex_unlock(&d->mu);
+
+    /* copy the moving records out before their files are closed */
+    uint8_t *mbuf = n_moves ? aligned_buf(move_cap) : NULL;
+    int *ok = n_moves ? kvt_xcalloc(n_moves, sizeof *ok) : NULL;
+    for (size_t i = 0; i < n_moves; i++) {
+        kvt_dio_req rq = {srcs[i]->fd, src_offs[i], moves[i].bytes, mbuf + moves[i].at, 0, NULL};
+        kvt_dio_read_batch(d->wio, &rq, 1, NULL, NULL);
+        kvt_disk_record rec;
+        ok[i] = rq.res == (ssize_t)moves[i].bytes && kvt_disk_record_parse(rq.buf, moves[i].bytes, 1, &rec) == 0;
+    }
+
+    int rc = 0;
+    disk_seg *s = kvt_xcalloc(1, sizeof *s);
+    s->id = d->next_seg_id++;
+    char path[PATH_MAX];
+    seg_path(d, path, sizeof path, s->id);
+    s->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (d->o_direct ? O_DIRECT : 0), 0644);
+    if (s->fd < 0) {
+        rc = -errno;
+        free(s);
+        s = NULL;
+    }
+
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < n_moves; i++) seg_unref(srcs[i]);
+    if (s) {
+        segs_push(d, s);
+        d->head = s;
+    } else {
+        disable_writes(d, rc, "creating a segment");
+    }
+    pthread_mutex_unlock(&d->mu);
+
+    for (size_t i = 0; i < n_moves; i++) {
+        int wrc = -1;
+        if (s && ok[i] && s->bytes + moves[i].bytes <= d->p.segment_bytes) {
+            double t0 = kvt_now();
+            wrc = kvt_dio_write(d->wio, s->fd, mbuf + moves[i].at, moves[i].bytes, s->bytes);
+            pthread_mutex_lock(&d->mu);
+            d->st.write_seconds += kvt_now() - t0;
+            if (wrc) disable_writes(d, wrc, "rewriting a hit record");
+            pthread_mutex_unlock(&d->mu);
+        }
+        pthread_mutex_lock(&d->mu);
+        disk_rec *r = &d->recs[moves[i].slot];
+        if (r->used && r->moving) { /* not removed meanwhile */
+            r->moving = 0;
+            if (wrc == 0) {
+                r->seg = s;
+                r->off = s->bytes;
+                r->hit = 0;
+                s->bytes += moves[i].bytes;
+                d->st.reinserted++;
+                d->st.bytes_written += moves[i].bytes;
+            } else {
+                rec_drop(d, moves[i].slot);
+                d->st.evicted++;
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+    free(mbuf);
+    free(ok);
+    free(moves);
+    free(srcs);
+    free(src_offs);
+    return rc;
+}
+
+/* Encodes and appends one queued block. Writer thread. */
+static void write_block(kvt_disk *d, disk_qslot *q) {
+    pthread_mutex_lock(&d->mu);
+    int skip = d->write_err ? 1 : kvt_hmap128_get(&d->map, q->hash, NULL) ? 2 : 0;
+    if (skip == 1) d->st.dropped++;
+    if (skip == 2) d->st.dup_puts++;
+    pthread_mutex_unlock(&d->mu);
+    if (skip) return;
+
+    uint32_t hb = d->header_bytes;
+    uint8_t *rec = q->buf;
+    uint64_t stored = d->p.payload_bytes;
+    kvt_disk_codec codec = KVT_DISK_CODEC_RAW;
+    if (d->p.codec == KVT_DISK_CODEC_ZSTD) {
+        /* keep zstd only when it saves space; otherwise the raw record is smaller */
+        size_t n = ZSTD_compressCCtx(d->zc, d->wbuf + hb, d->p.payload_bytes - 1, q->buf + hb, d->p.payload_bytes,
+                                     ZSTD_LEVEL);
+        if (!ZSTD_isError(n)) {
+            memcpy(d->wbuf + RH_TOKENS, q->buf + RH_TOKENS, hb - RH_TOKENS);
+            rec = d->wbuf;
+            stored = n;
+            codec = KVT_DISK_CODEC_ZSTD;
+        }
+    }
+    uint64_t bytes = record_encode(rec, d->p.block_tokens, codec, d->p.payload_bytes, stored, d->p.ns, q->hash,
+                                   q->parent);
+    int rc = 0;
+    if (!d->head || d->head->bytes + bytes > d->p.segment_bytes) rc = rotate(d);
+    if (rc) {
+        pthread_mutex_lock(&d->mu);
+        d->st.dropped++;
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    disk_seg *s = d->head;
+    double t0 = kvt_now();
+    rc = kvt_dio_write(d->wio, s->fd, rec, bytes, s->bytes);
+    double dt = kvt_now() - t0;
+    pthread_mutex_lock(&d->mu);
+    d->st.write_seconds += dt;
+    if (rc) {
+        disable_writes(d, rc, "writing a record");
+        d->st.dropped++;
+    } else {
+        rec_insert(d, q->hash, q->parent, (const int32_t *)(const void *)(rec + RH_TOKENS), s, s->bytes,
+                   (uint32_t)bytes);
+        s->bytes += bytes;
+        d->st.puts++;
+        d->st.bytes_written += bytes;
+        d->st.payload_in += d->p.payload_bytes;
+        d->st.stored_out += stored;
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void *writer_main(void *arg) {
+    kvt_disk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->q_count && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
+        if (!d->q_count) break;
+        disk_qslot *q = &d->q[d->q_head];
+        d->writer_busy = 1;
+        pthread_mutex_unlock(&d->mu);
+        write_block(d, q);
+        pthread_mutex_lock(&d->mu);
+        d->q_head = (d->q_head + 1) % d->p.queue_depth;
+        d->q_count--;
+        d->writer_busy = 0;
+        if (!d->q_count) pthread_cond_broadcast(&d->cv_idle);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* ---- open ---------------------------------------------------------------- */
+
+/* Tries O_DIRECT in dir: an aligned write and read of one block. */
+static int probe_o_direct(const char *dir) {
+    char path[PATH_MAX];
+    path_join(path, sizeof path, dir, PROBE_NAME);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+    if (fd < 0) return -errno;
+    uint8_t *b = aligned_buf(KVT_DISK_ALIGN);
+    memset(b, 0, KVT_DISK_ALIGN);
+    int rc = 0;
+    if (pwrite(fd, b, KVT_DISK_ALIGN, 0) != KVT_DISK_ALIGN || pread(fd, b, KVT_DISK_ALIGN, 0) != KVT_DISK_ALIGN)
+        rc = errno ? -errno : -EIO;
+    free(b);
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+typedef struct {
+    kvt_disk *d;
+    disk_seg *seg;
+    uint64_t bad_run_end; /* end of the last bad 4 KiB run, to count a run once */
+} open_scan;
+
+static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                        const uint8_t *raw) {
+    open_scan *o = ctx;
+    kvt_disk *d = o->d;
+    if (status == KVT_EUNSUPPORTED) {
+        d->st.foreign++;
+        return 0;
+    }
+    if (status) {
+        if (off != o->bad_run_end) d->st.corrupt++;
+        o->bad_run_end = off + bytes;
+        return 0;
+    }
+    if (!kvt_hash128_eq(rec->ns, d->p.ns) || rec->block_tokens != d->p.block_tokens ||
+        rec->payload_bytes != d->p.payload_bytes) {
+        d->st.foreign++;
+        return 0;
+    }
+    /* a later copy (reinsertion) supersedes an earlier one */
+    rec_insert(d, rec->hash, rec->parent, rec->tokens, o->seg, off, (uint32_t)bytes);
+    return 0;
+}
+
+/* Opens every existing segment and indexes its records. */
+static int scan_dir(kvt_disk *d, int ignore_records) {
+    uint64_t *ids;
+    long n = list_segments(d->dir, 1, &ids);
+    if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", d->dir, strerror((int)-n));
+    uint8_t *buf = aligned_buf(SCAN_READ_BYTES);
+    for (long i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        seg_path(d, path, sizeof path, ids[i]);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | (d->o_direct ? O_DIRECT : 0));
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb)) {
+            kvt_log(KVT_LOG_WARN, "disk tier: cannot open %s: %s", path, strerror(errno));
+            d->st.read_errors++;
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        disk_seg *s = kvt_xcalloc(1, sizeof *s);
+        s->id = ids[i];
+        s->fd = fd;
+        s->bytes = (uint64_t)sb.st_size;
+        segs_push(d, s);
+        if (ignore_records) continue;
+        open_scan o = {d, s, UINT64_MAX};
+        scan_segment(fd, s->bytes, 0, buf, NULL, NULL, open_scan_fn, &o);
+    }
+    d->next_seg_id = n ? ids[n - 1] + 1 : 0;
+    free(buf);
+    free(ids);
+    return 0;
+}
+
+static void disk_free(kvt_disk *d);
+
+int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
+    *out = NULL;
+    if (!p->dir || !*p->dir) return kvt_fail(KVT_EARG, "disk tier: no directory");
+    if (!p->payload_bytes || p->payload_bytes > KVT_DISK_PAYLOAD_MAX)
+        return kvt_fail(KVT_EARG, "disk tier: payload_bytes %zu outside 1..%llu", p->payload_bytes,
+                        (unsigned long long)KVT_DISK_PAYLOAD_MAX);
+    if (p->block_tokens == 0 || p->block_tokens > KVT_BLOCK_TOKENS_MAX)
+        return kvt_fail(KVT_EARG, "disk tier: block size %u outside 1..%d", p->block_tokens, KVT_BLOCK_TOKENS_MAX);
+    if (p->index && kvt_prefix_block_tokens(p->index) != p->block_tokens)
+        return kvt_fail(KVT_EARG, "disk tier: block size %u but the index uses %u", p->block_tokens,
+                        kvt_prefix_block_tokens(p->index));
+    if (p->codec >= KVT_DISK_CODEC_COUNT) return kvt_fail(KVT_EARG, "disk tier: unknown codec %d", (int)p->codec);
+    if (!p->queue_depth) return kvt_fail(KVT_EARG, "disk tier: queue_depth is 0");
+    uint32_t hb = KVT_DISK_HEADER_FIXED + 4 * p->block_tokens;
+    uint64_t rec_max = align_up(hb + p->payload_bytes);
+    if (p->segment_bytes % KVT_DISK_ALIGN || p->segment_bytes < rec_max)
+        return kvt_fail(KVT_EARG, "disk tier: segment size %llu must be a multiple of %d holding a %llu-byte record",
+                        (unsigned long long)p->segment_bytes, KVT_DISK_ALIGN, (unsigned long long)rec_max);
+    if (p->size_bytes / 2 < p->segment_bytes)
+        return kvt_fail(KVT_EARG, "disk tier: size %llu must hold at least two %llu-byte segments",
+                        (unsigned long long)p->size_bytes, (unsigned long long)p->segment_bytes);
+
+    if (mkdir(p->dir, 0755) && errno != EEXIST)
+        return kvt_fail(-errno, "cache dir %s: cannot create: %s", p->dir, strerror(errno));
+    int unlocked;
+    int lock_fd = lock_dir(p->dir, &unlocked);
+    if (lock_fd < 0 && !unlocked) return lock_fd;
+
+    kvt_disk *d = kvt_xcalloc(1, sizeof *d);
+    d->p = *p;
+    d->dir = kvt_xstrdup(p->dir);
+    d->p.dir = d->dir;
+    d->lock_fd = lock_fd;
+    d->header_bytes = hb;
+    d->rec_max = rec_max;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv_work, NULL);
+    pthread_cond_init(&d->cv_idle, NULL);
+    d->st.budget_bytes = p->size_bytes;
+    d->st.compression_ratio = 1.0;
+    d->q = kvt_xcalloc(p->queue_depth, sizeof *d->q);
+    d->zd = ZSTD_createDCtx();
+    d->sketch = kvt_xcalloc(SKETCH_ROWS * SKETCH_WIDTH, 1);
+    double t0 = kvt_now();
+
+    /* The header names the format of everything here: another version means
+     * the existing records cannot be trusted to parse; they stay foreign (and
+     * are reclaimed oldest-first) and the header is rewritten for ours. */
+    uint32_t version = KVT_DISK_FORMAT_VERSION;
+    kvt_hash128 hns = p->ns;
+    int hrc = kvt_disk_read_header(d->dir, &version, &hns);
+    int ignore_records = 0, need_header = hrc != 0;
+    if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+    if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
+        kvt_log(KVT_LOG_WARN, "cache dir %s has format version %u, this build uses %d: its records are ignored",
+                d->dir, version, KVT_DISK_FORMAT_VERSION);
+        ignore_records = 1;
+        need_header = 1;
+    } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
+                ": records of other namespaces are misses",
+                d->dir, hns.hi, hns.lo);
+        need_header = 1;
+    }
+    if (unlocked) {
+        disable_writes(d, -EROFS, "creating the lock file");
+    } else if (access(d->dir, W_OK) != 0) {
+        disable_writes(d, -errno, "opening the directory for writing");
+    } else if (need_header) {
+        int wrc = write_header(d->dir, p->ns);
+        if (wrc) disable_writes(d, wrc, "writing the header");
+    }
+
+    if (p->use_o_direct && !d->write_err) {
+        int prc = probe_o_direct(d->dir);
+        d->o_direct = prc == 0;
+        if (prc)
+            kvt_log(KVT_LOG_INFO, "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
+                    strerror(-prc));
+    }
+    int rc = scan_dir(d, ignore_records);
+    if (rc) {
+        disk_free(d);
+        return rc;
+    }
+    /* a smaller budget than last time: trim before anything is written */
+    reclaim_locked(d, 0, NULL, NULL, NULL, NULL);
+    d->st.open_scan_seconds = kvt_now() - t0;
+
+    kvt_dio_new(READ_DEPTH, p->use_io_uring, &d->rio);
+    kvt_dio_new(1, p->use_io_uring, &d->wio);
+    if (p->use_io_uring && !kvt_dio_uses_uring(d->rio))
+        kvt_log(KVT_LOG_INFO, "disk tier %s: io_uring unavailable; using pread/pwrite", d->dir);
+    d->st.io_uring = kvt_dio_uses_uring(d->rio);
+    d->st.o_direct = d->o_direct;
+    if (p->codec == KVT_DISK_CODEC_ZSTD) {
+        d->zc = ZSTD_createCCtx();
+        d->wbuf = aligned_buf(rec_max);
+    }
+    apply_events_locked(d);
+    if (pthread_create(&d->writer, NULL, writer_main, d)) {
+        disk_free(d);
+        return kvt_fail(-EAGAIN, "disk tier: cannot start the writer thread");
+    }
+    d->writer_started = 1;
+    kvt_log(KVT_LOG_DEBUG, "disk tier %s: %zu records in %zu segments, scanned in %.3f s", d->dir,
+            (size_t)d->map.count, d->n_segs, d->st.open_scan_seconds);
+    *out = d;
+    return 0;
+}
+
+static void disk_free(kvt_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    if (d->p.index)
+        for (uint32_t i = 0; i < d->n_recs; i++)
+            if (d->recs[i].used) kvt_prefix_remove(d->p.index, d->recs[i].hash, KVT_TIER_T2);
+    pthread_mutex_unlock(&d->mu);
+    for (size_t i = 0; i < d->n_segs; i++) {
+        close(d->segs[i]->fd);
+        free(d->segs[i]);
+    }
+    for (uint32_t i = 0; i < d->p.queue_depth; i++) free(d->q[i].buf);
+    free(d->q);
+    free(d->segs);
+    free(d->recs);
+    free(d->free_slots);
+    free(d->ev);
+    kvt_hmap128_free(&d->map);
+    kvt_dio_free(d->rio);
+    kvt_dio_free(d->wio);
+    free(d->rbuf);
+    free(d->wbuf);
+    ZSTD_freeDCtx(d->zd);
+    ZSTD_freeCCtx(d->zc);
+    free(d->sketch);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv_work);
+    pthread_cond_destroy(&d->cv_idle);
+    if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
+    free(d->dir);
+    free(d);
+}
+
+void kvt_disk_close(kvt_disk *d) {
+    if (!d) return;
+    if (d->writer_started) {
+        pthread_mutex_lock(&d->mu);
+        d->stop = 1;
+        pthread_cond_broadcast(&d->cv_work);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->writer, NULL); /* drains the queue first */
+    }
+    if (d->head) fdatasync(d->head->fd);
+    disk_free(d);
+}
+
+/* ---- owner API ---------------------------------------------------------- */
+
+int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    int rc = 0;
+    if (d->write_err) rc = KVT_EUNSUPPORTED;
+    else if (kvt_hmap128_get(&d->map, hash, NULL)) rc = 1;
+    else if (d->q_count == d->p.queue_depth) rc = KVT_ELIMIT;
+    if (rc < 0) d->st.dropped++;
+    if (rc == 1) d->st.dup_puts++;
+    uint32_t at = (d->q_head + d->q_count) % d->p.queue_depth;
+    pthread_mutex_unlock(&d->mu);
+    if (rc) return rc;
+    /* The slot past the tail is ours until q_count covers it: only this
+     * (serialised) caller fills slots, the writer only drains committed ones. */
+    disk_qslot *q = &d->q[at];
+    if (!q->buf) q->buf = aligned_buf(d->rec_max);
+    q->hash = hash;
+    q->parent = parent;
+    memcpy(q->buf + RH_TOKENS, tokens, d->p.block_tokens * sizeof(int32_t));
+    memcpy(q->buf + d->header_bytes, payload, d->p.payload_bytes);
+    pthread_mutex_lock(&d->mu);
+    d->q_count++;
+    pthread_cond_signal(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+/* One planned record read of a batch. */
+typedef struct {
+    kvt_disk_read *req;
+    uint32_t slot;
+    disk_seg *seg;
+    uint64_t off;
+    uint32_t bytes;
+    uint8_t *buf;  /* where the record lands in the read arena */
+    int status;    /* 0 hit, 1 miss (mismatch), 2 corrupt, 3 read error */
+} disk_plan;
+
+typedef struct {
+    disk_plan **plans; /* sorted by (segment, offset) */
+    size_t first, count;
+} disk_extent;
+
+typedef struct {
+    kvt_disk *d;
+} read_ctx;
+
+static int plan_cmp(const void *a, const void *b) {
+    const disk_plan *x = *(disk_plan *const *)a, *y = *(disk_plan *const *)b;
+    if (x->seg->id != y->seg->id) return x->seg->id < y->seg->id ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Checks and decodes one record read into its arena slot. */
+static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
+    if (got < 0) {
+        pl->status = 3;
+        return;
+    }
+    kvt_disk_record rec;
+    if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes) {
+        pl->status = 2;
+        return;
+    }
+    kvt_disk_read *r = pl->req;
+    if (!kvt_hash128_eq(rec.ns, d->p.ns) || !kvt_hash128_eq(rec.hash, r->hash) ||
+        !kvt_hash128_eq(rec.parent, r->parent) || rec.block_tokens != d->p.block_tokens ||
+        rec.payload_bytes != d->p.payload_bytes || memcmp(rec.tokens, r->tokens, d->p.block_tokens * sizeof(int32_t))) {
+        pl->status = 1;
+        return;
+    }
+    pl->status = decode_with(d->zd, &rec, r->out, d->p.payload_bytes) ? 2 : 0;
+}
+
+static void extent_done(void *ctx, kvt_dio_req *rq) {
+    kvt_disk *d = ((read_ctx *)ctx)->d;
+    disk_extent *e = rq->user;
+    for (size_t i = 0; i < e->count; i++) {
+        disk_plan *pl = e->plans[e->first + i];
+        ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
+        ssize_t got = rq->res < 0 ? rq->res : rq->res > rel ? KVT_MIN(rq->res - rel, (ssize_t)pl->bytes) : 0;
+        finish_plan(d, pl, got);
+    }
+}
+
+size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
+    if (!n) return 0;
+    disk_plan *plans = kvt_xcalloc(n, sizeof *plans);
+    disk_plan **order = kvt_xcalloc(n, sizeof *order);
+    size_t np = 0;
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].result = KVT_ENOTFOUND;
+        uint32_t slot;
+        if (!kvt_hmap128_get(&d->map, reqs[i].hash, &slot) || !d->recs[slot].seg) continue;
+        disk_rec *r = &d->recs[slot];
+        disk_plan *pl = &plans[np];
+        *pl = (disk_plan){&reqs[i], slot, r->seg, r->off, r->bytes, NULL, 2};
+        r->seg->refs++; /* the file stays open until this read is done */
+        order[np++] = pl;
+    }
+    pthread_mutex_unlock(&d->mu);
+
+    qsort(order, np, sizeof *order, plan_cmp);
+    disk_extent *ext = kvt_xcalloc(np ? np : 1, sizeof *ext);
+    kvt_dio_req *rq = kvt_xcalloc(np ? np : 1, sizeof *rq);
+    size_t ne = 0, total = 0;
+    for (size_t i = 0; i < np; i++) {
+        disk_plan *pl = order[i];
+        disk_extent *last = ne ? &ext[ne - 1] : NULL;
+        disk_plan *prev = i ? order[i - 1] : NULL;
+        if (last && prev->seg == pl->seg && prev->off + prev->bytes == pl->off &&
+            rq[ne - 1].len + pl->bytes <= COALESCE_MAX) {
+            last->count++;
+            rq[ne - 1].len += pl->bytes;
+        } else {
+            ext[ne] = (disk_extent){order, i, 1};
+            rq[ne] = (kvt_dio_req){pl->seg->fd, pl->off, pl->bytes, (void *)(uintptr_t)total, 0, &ext[ne]};
+            ne++;
+        }
+        total += pl->bytes;
+    }
+    if (total > d->rbuf_cap) {
+        free(d->rbuf);
+        d->rbuf_cap = total;
+        d->rbuf = aligned_buf(total);
+    }
+    for (size_t i = 0; i < ne; i++) {
+        size_t at = (size_t)(uintptr_t)rq[i].buf;
+        rq[i].buf = d->rbuf + at;
+        for (size_t k = 0; k < ext[i].count; k++) {
+            disk_plan *pl = order[ext[i].first + k];
+            pl->buf = d->rbuf + at + (pl->off - rq[i].off);
+        }
+    }
+    double t0 = kvt_now();
+    read_ctx rc = {d};
+    kvt_dio_read_batch(d->rio, rq, ne, extent_done, &rc);
+    double dt = kvt_now() - t0;
+
+    size_t hits = 0;
+    pthread_mutex_lock(&d->mu);
+    d->st.read_seconds += dt;
+    for (size_t i = 0; i < ne; i++)
+        if (rq[i].res > 0) d->st.bytes_read += (uint64_t)rq[i].res;
+    for (size_t i = 0; i < np; i++) {
+        disk_plan *pl = &plans[i];
+        disk_rec *r = &d->recs[pl->slot];
+        int same = r->used && r->seg == pl->seg && r->off == pl->off;
+        if (pl->status == 0) {
+            pl->req->result = 0;
+            hits++;
+            if (same) r->hit = 1;
+        } else if (pl->status >= 2) {
+            if (pl->status == 2) d->st.corrupt++;
+            else d->st.read_errors++;
+            kvt_log(KVT_LOG_WARN, "disk tier %s: record at segment %016" PRIx64 " offset %" PRIu64 " is %s; dropped",
+                    d->dir, pl->seg->id, pl->off, pl->status == 2 ? "corrupt" : "unreadable");
+            if (same) rec_drop(d, pl->slot);
+        }
+        seg_unref(pl->seg);
+    }
+    d->st.hits += hits;
+    d->st.misses += n - hits;
+    apply_events_locked(d);
+    pthread_mutex_unlock(&d->mu);
+    free(ext);
+    free(rq);
+    free(order);
+    free(plans);
+    return hits;
+}
+
+int kvt_disk_get(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out) {
+    kvt_disk_read r = {hash, parent, tokens, out, 0};
+    kvt_disk_get_many(d, &r, 1);
+    return r.result;
+}
+
+int kvt_disk_contains(kvt_disk *d, kvt_hash128 hash) {
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    int in = kvt_hmap128_get(&d->map, hash, NULL);
+    pthread_mutex_unlock(&d->mu);
+    return in;
+}
+
+int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash) {
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    uint32_t slot;
+    int rc = KVT_ENOTFOUND;
+    if (kvt_hmap128_get(&d->map, hash, &slot)) {
+        rec_drop(d, slot);
+        d->st.removes++;
+        rc = 0;
+    }
+    apply_events_locked(d);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+/* Sketch row i's counter for a key: the four 32-bit lanes of the 128-bit key
+ * are independent hashes already. */
+static uint32_t sketch_index(kvt_hash128 h, int row) {
+    uint64_t w = row < 2 ? h.lo : h.hi;
+    return (uint32_t)(row & 1 ? w >> 32 : w) % SKETCH_WIDTH;
+}
+
+int kvt_disk_admit(kvt_disk *d, kvt_hash128 hash) {
+    uint8_t est = SKETCH_MAX;
+    for (int row = 0; row < SKETCH_ROWS; row++) {
+        uint8_t *c = &d->sketch[row * SKETCH_WIDTH + sketch_index(hash, row)];
+        if (*c < SKETCH_MAX) (*c)++;
+        if (*c < est) est = *c;
+    }
+    /* aging: halve every counter now and then so one-time blocks of long ago
+     * do not add up to false admissions */
+    if (++d->sketch_adds >= (uint64_t)SKETCH_AGE_FACTOR * SKETCH_WIDTH) {
+        for (size_t i = 0; i < SKETCH_ROWS * SKETCH_WIDTH; i++) d->sketch[i] >>= 1;
+        d->sketch_adds = 0;
+    }
+    return d->p.admit_all || est >= ADMIT_THRESHOLD;
+}
+
+int kvt_disk_flush(kvt_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    while (d->q_count) pthread_cond_wait(&d->cv_idle, &d->mu);
+    apply_events_locked(d);
+    int rc = d->write_err;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+void kvt_disk_get_stats(kvt_disk *d, kvt_disk_stats *out) {
+    pthread_mutex_lock(&d->mu);
+    apply_events_locked(d);
+    *out = d->st;
+    out->bytes_used = segs_bytes(d);
+    out->records = d->map.count;
+    out->segments = d->n_segs;
+    out->queued = d->q_count;
+    out->compression_ratio = d->st.stored_out ? (double)d->st.payload_in / (double)d->st.stored_out : 1.0;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- directory maintenance ---------------------------------------------- */
+
+typedef struct {
+    int (*fn)(void *ctx, const kvt_disk_walk_info *w);
+    void *ctx;
+    const char *segment;
+    ZSTD_DCtx *zd;
+    uint8_t *dec;
+    size_t dec_cap;
+} walk_ctx;
+
+static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                        const uint8_t *raw) {
+    walk_ctx *w = ctx;
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec};
+    if (status == 0 && raw) {
+        kvt_disk_record full;
+        kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
+        if (w->dec_cap < full.payload_bytes) {
+            free(w->dec);
+            w->dec_cap = full.payload_bytes;
+            w->dec = kvt_xmalloc(w->dec_cap);
+        }
+        if (decode_with(w->zd, &full, w->dec, w->dec_cap)) info.status = KVT_EFORMAT;
+    }
+    info.rec.tokens = NULL;
+    info.rec.stored = NULL;
+    return w->fn(w->ctx, &info);
+}
+
+int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx) {
+    uint64_t *ids;
+    long n = list_segments(dir, 0, &ids);
+    if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    uint8_t *buf = aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
+    size_t vcap = 0;
+    walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0};
+    int rc = 0;
+    for (long i = 0; i < n && !rc; i++) {
+        char nm[SEG_NAME_MAX], path[PATH_MAX];
+        seg_name(nm, sizeof nm, ids[i]);
+        path_join(path, sizeof path, dir, nm);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0) continue; /* reclaimed meanwhile */
+        if (fstat(fd, &sb) == 0) {
+            w.segment = nm;
+            rc = scan_segment(fd, (uint64_t)sb.st_size, verify, buf, &vbuf, &vcap, walk_scan_fn, &w);
+        }
+        close(fd);
+    }
+    ZSTD_freeDCtx(w.zd);
+    free(w.dec);
+    free(buf);
+    free(vbuf);
+    free(ids);
+    return rc;
+}
+
+/* Copies the keepers of one segment to a temp file and renames it over the
+ * segment (or removes the segment when nothing is kept). */
+typedef struct {
+    const kvt_hash128 *keep_ns;
+    kvt_hmap128 *seen;
+    kvt_disk_gc_report *rep;
+    int out_fd;
+    uint64_t out_bytes;
+    int dropped, err;
+} gc_ctx;
+
+static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                      const uint8_t *raw) {
+    gc_ctx *g = ctx;
+    if (status == KVT_EUNSUPPORTED) {
+        g->rep->dropped_foreign++;
+        g->dropped = 1;
+        return 0;
+    }
+    if (status) {
+        g->rep->dropped_corrupt++;
+        g->dropped = 1;
+        return 0;
+    }
+    if (g->keep_ns && !kvt_hash128_eq(rec->ns, *g->keep_ns)) {
+        g->rep->dropped_foreign++;
+        g->dropped = 1;
+        return 0;
+    }
+    if (kvt_hmap128_get(g->seen, rec->hash, NULL)) {
+        g->rep->dropped_dup++;
+        g->dropped = 1;
+        return 0;
+    }
+    kvt_hmap128_put(g->seen, rec->hash, 1);
+    g->rep->kept++;
+    ssize_t w = pwrite(g->out_fd, raw, bytes, (off_t)g->out_bytes);
+    if (w != (ssize_t)bytes) {
+        g->err = w < 0 ? -errno : -EIO;
+        return 1;
+    }
+    g->out_bytes += bytes;
+    return 0;
+}
+
+int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    int unlocked;
+    int lock_fd = lock_dir(dir, &unlocked);
+    if (lock_fd < 0) return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
+    uint64_t *ids;
+    long n = list_segments(dir, 0, &ids);
+    if (n < 0) {
+        close(lock_fd);
+        return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    }
+    kvt_hmap128 seen;
+    kvt_hmap128_init(&seen);
+    uint8_t *buf = aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
+    size_t vcap = 0;
+    int rc = 0;
+    /* newest first, so the copy a reinsertion wrote last is the one kept */
+    for (long i = n - 1; i >= 0 && !rc; i--) {
+        char nm[SEG_NAME_MAX], path[PATH_MAX], tmp[PATH_MAX + sizeof TMP_SUFFIX];
+        seg_name(nm, sizeof nm, ids[i]);
+        path_join(path, sizeof path, dir, nm);
+        snprintf(tmp, sizeof tmp, "%s%s", path, TMP_SUFFIX);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb)) {
+            rc = -errno;
+            if (fd >= 0) close(fd);
+            break;
+        }
+        rep->bytes_before += (uint64_t)sb.st_size;
+        int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (out < 0) {
+            rc = -errno;
+            close(fd);
+            break;
+        }
+        gc_ctx g = {keep_ns, &seen, rep, out, 0, 0, 0};
+        scan_segment(fd, (uint64_t)sb.st_size, 1, buf, &vbuf, &vcap, gc_scan_fn, &g);
+        close(fd);
+        if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
+        if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
+        close(out);
+        if (g.err) {
+            unlink(tmp);
+            rc = kvt_fail(g.err, "cache dir %s: rewriting %s: %s", dir, nm, strerror(-g.err));
+        } else if (!g.dropped) {
+            unlink(tmp);
+            rep->bytes_after += (uint64_t)sb.st_size;
+        } else if (!g.out_bytes) {
+            unlink(tmp);
+            unlink(path);
+        } else if (rename(tmp, path)) {
+            rc = -errno;
+            unlink(tmp);
+        } else {
+            rep->bytes_after += g.out_bytes;
+        }
+    }
+    fsync_dir(dir);
+    kvt_hmap128_free(&seen);
+    free(buf);
+    free(vbuf);
+    free(ids);
+    close(lock_fd);
+    return rc;
+}
+
+int kvt_disk_clear(const char *dir, uint64_t *removed) {
+    if (removed) *removed = 0;
+    int unlocked;
+    int lock_fd = lock_dir(dir, &unlocked);
+    if (lock_fd < 0) return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        int e = errno;
+        close(lock_fd);
+        return kvt_fail(-e, "cache dir %s: cannot list: %s", dir, strerror(e));
+    }
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        uint64_t id;
+        size_t len = strlen(e->d_name), lt = strlen(TMP_SUFFIX);
+        int tmp = len > lt && !strcmp(e->d_name + len - lt, TMP_SUFFIX) &&
+                  !strncmp(e->d_name, SEG_PREFIX, strlen(SEG_PREFIX));
+        if (!parse_seg_name(e->d_name, &id) && !tmp) continue;
+        char path[PATH_MAX];
+        path_join(path, sizeof path, dir, e->d_name);
+        struct stat sb;
+        uint64_t sz = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        if (unlink(path)) rc = kvt_fail(-errno, "cannot remove %s: %s", path, strerror(errno));
+        else if (removed) *removed += sz;
+    }
+    closedir(dh);
+    fsync_dir(dir);
+    close(lock_fd);
+    return rc;
+}

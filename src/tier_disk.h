@@ -1,0 +1,256 @@
+/* T2, the disk block store (DESIGN.md "Tiers", "Disk tier (T2) format"): block
+ * records appended to fixed-size segment files in one cache directory, found
+ * again after a restart, evicted a whole segment at a time, oldest first.
+ *
+ * Directory. `lock` (flock'd by the one owning process, which writes its pid
+ * there, so a second opener is told who holds it), `header` (format version
+ * and namespace, replaced atomically: temp file, fsync, rename), and segment
+ * files `seg-<16 hex digits>.kvt` whose number gives the FIFO order. Any other
+ * file is ignored with a warning. A new segment is started at every open, so
+ * a torn tail left by a crash is never appended to.
+ *
+ * Record (little-endian), padded with zeros to KVT_DISK_ALIGN so that records
+ * start on 4 KiB boundaries and O_DIRECT can read them:
+ *   u32 magic, u16 format version, u16 codec, u32 header bytes (96 + 4B),
+ *   u32 B, u64 payload bytes (as the caller sees them), u64 stored bytes (after
+ *   the codec), 16B namespace, 16B block hash, 16B parent hash, u32 header
+ *   CRC, u32 record CRC, u64 reserved (0), B x i32 token ids; stored payload.
+ * The header CRC covers the header (both CRC fields read as zero) and lets a
+ * scan trust the lengths without reading payloads; the record CRC extends it
+ * over the stored payload and is checked on every read.
+ *
+ * Open scans record headers only (measured on a 2 GiB cache of 1 MiB records,
+ * page cache dropped: 0.13 s for the header scan, 8 s for a full read and CRC
+ * of every record; with 64 KiB records the header scan is 4.9 s, which is where
+ * batched header reads or a checkpointed index would pay off), so a record
+ * whose payload was torn is indexed and then refused by its CRC at the first
+ * read: it is never served, is counted as corrupt, and leaves the index.
+ * Records of another namespace or format version are skipped and counted as
+ * foreign (a miss, not an error); a bad header is skipped by stepping to the
+ * next 4 KiB boundary, so one corrupt record costs only itself.
+ *
+ * Writes. kvt_disk_put copies the block into a bounded queue and returns; a
+ * writer thread encodes (CRC, optional zstd), appends and indexes it. A full
+ * queue drops the block and counts it: put never blocks the caller. The first
+ * write error (full disk, read-only directory, EIO) disables writes with one
+ * warning; reads continue.
+ *
+ * Eviction. The segment files never total more than size_bytes plus one
+ * segment. When the head segment is full the oldest segments are reclaimed
+ * until the sealed ones fit in size_bytes; a record in a reclaimed segment
+ * that was hit since it was last written is rewritten to the new head
+ * (at most a quarter of a segment per reclaim), the rest leave the store. A
+ * reclaimed file is unlinked at once but closed only when the last read that
+ * holds it finishes.
+ *
+ * Prefix index. If params.index is set, the store keeps the index's T2
+ * presence exact itself (handle = an opaque record slot): records found at
+ * open are added during kvt_disk_open; records written, reclaimed or found
+ * corrupt by the writer thread reach the index at the start of the next
+ * kvt_disk_ call on the owner's thread (kvt_disk_poll does only that). Nobody
+ * else may add or remove T2 presence in that index. A record whose key names a
+ * different block in the index (a collision) is dropped from the store.
+ * kvt_disk_remove is not persistent: after a restart the record may be found
+ * again (it is still valid data) until its segment is reclaimed.
+ *
+ * Thread-safety: the owner serialises every kvt_disk_ call on one handle
+ * (like the index it updates); the store's writer thread is internal. The
+ * directory functions at the end (walk, compact, clear) are standalone. */
+#ifndef KVT_TIER_DISK_H
+#define KVT_TIER_DISK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blockhash.h"
+#include "prefix.h"
+
+/* Records start on, and are padded to, this boundary (O_DIRECT's unit). */
+#define KVT_DISK_ALIGN 4096
+/* On-disk format version of records and of the header file. */
+#define KVT_DISK_FORMAT_VERSION 1
+#define KVT_DISK_MAGIC 0x5232544Bu /* "KT2R" read as little-endian bytes */
+/* Bytes of a record header before the token ids. */
+#define KVT_DISK_HEADER_FIXED 96
+/* Largest payload (before and after the codec) a record may declare: bounds
+ * what a scan or the fuzzer will believe. */
+#define KVT_DISK_PAYLOAD_MAX (256ull << 20)
+#define KVT_DISK_SEGMENT_DEFAULT (64ull << 20)
+#define KVT_DISK_QUEUE_DEFAULT 32
+
+typedef enum { KVT_DISK_CODEC_RAW = 0, KVT_DISK_CODEC_ZSTD = 1, KVT_DISK_CODEC_COUNT } kvt_disk_codec;
+
+typedef struct kvt_disk kvt_disk;
+
+typedef struct {
+    const char *dir;          /* cache directory; created if missing. Copied. */
+    uint64_t size_bytes;      /* --kv-disk-size: budget for segment files, >= 2 segments */
+    uint64_t segment_bytes;   /* segment file size (KVT_DISK_ALIGN multiple, holds >= 1 record) */
+    size_t payload_bytes;     /* bytes of one block's K/V; > 0, <= KVT_DISK_PAYLOAD_MAX */
+    uint32_t block_tokens;    /* B, 1..KVT_BLOCK_TOKENS_MAX (and equal to the index's) */
+    kvt_hash128 ns;           /* namespace: the root hash of the model/layout/tenant */
+    kvt_prefix *index;        /* optional; borrowed, must outlive the store */
+    kvt_disk_codec codec;     /* for new records; any codec is read */
+    int admit_all;            /* kvt_disk_admit always says yes */
+    uint32_t queue_depth;     /* blocks waiting for the writer (>= 1); memory: depth x record */
+    int use_io_uring;         /* try io_uring (falls back to pread/pwrite with a log line) */
+    int use_o_direct;         /* try O_DIRECT (falls back to buffered I/O with a log line) */
+} kvt_disk_params;
+
+typedef struct {
+    uint64_t budget_bytes, bytes_used; /* bytes_used: all segment files, dead records included */
+    uint64_t live_bytes;               /* bytes of indexed records */
+    uint64_t records, segments;
+    uint64_t hits, misses;             /* get / get_many outcomes per block */
+    uint64_t corrupt;                  /* records refused: bad header at open, bad CRC or length at read */
+    uint64_t foreign;                  /* records of another namespace or format version (skipped) */
+    uint64_t puts, dup_puts;           /* blocks written; puts of a block already stored */
+    uint64_t dropped;                  /* blocks not written: queue full, writes disabled, write error */
+    uint64_t removes, evicted, reinserted, segments_reclaimed;
+    uint64_t collisions;               /* records refused by the index (key names another block) */
+    uint64_t read_errors, write_errors;
+    uint64_t bytes_written, bytes_read;
+    double write_seconds, read_seconds; /* wall time inside write and read batches */
+    uint64_t payload_in, stored_out;   /* payload bytes given to the codec and bytes it stored */
+    double compression_ratio;          /* payload_in / stored_out (1 when nothing written) */
+    uint32_t queued;                   /* blocks waiting for the writer now */
+    int writes_disabled, io_uring, o_direct;
+    double open_scan_seconds;          /* time kvt_disk_open spent rebuilding the index */
+} kvt_disk_stats;
+
+/* One block of a kvt_disk_get_many batch. The caller fills the first four
+ * fields; result is set to 0 (hit: out holds the payload) or KVT_ENOTFOUND. */
+typedef struct {
+    kvt_hash128 hash, parent;
+    const int32_t *tokens; /* B ids, borrowed for the call */
+    void *out;             /* payload_bytes; contents undefined on a miss */
+    int result;
+} kvt_disk_read;
+
+/* size 16 GiB, segment KVT_DISK_SEGMENT_DEFAULT, B KVT_BLOCK_TOKENS_DEFAULT,
+ * codec raw, queue KVT_DISK_QUEUE_DEFAULT, io_uring and O_DIRECT on, the rest
+ * 0/NULL. The caller sets dir, payload_bytes and ns. */
+kvt_disk_params kvt_disk_default_params(void);
+
+/* Opens (creating if needed) the cache directory, takes its lock, rebuilds
+ * the record index from the segment headers (adding each record to
+ * params.index) and starts the writer thread. Returns 0 and *out, or
+ *   KVT_EARG      bad parameters (message says which),
+ *   -EWOULDBLOCK  "cache dir X is in use by pid N",
+ *   -errno        the directory cannot be created or read.
+ * A directory that can be read but not written opens with writes disabled
+ * (one warning). Close with kvt_disk_close. */
+int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out);
+
+/* Waits for queued writes, syncs the head segment, stops the writer, removes
+ * the store's T2 presence from the index (which must still be alive), and
+ * releases the lock. The records stay on disk for the next open. */
+void kvt_disk_close(kvt_disk *d);
+
+/* Queues a copy of a block for writing: tokens (B ids) and payload
+ * (payload_bytes) are copied before return; the caller keeps both. Returns
+ *   0            queued (written later; visible to get once written),
+ *   1            a block with this key is already stored (nothing queued),
+ *   KVT_ELIMIT   the queue is full: the block is dropped and counted,
+ *   KVT_EUNSUPPORTED  writes are disabled: dropped and counted.
+ * Never blocks on I/O. */
+int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload);
+
+/* Reads block hash into out (payload_bytes) if it is stored, its CRC holds,
+ * and its stored parent and tokens equal parent and tokens. Returns 0 (hit) or
+ * KVT_ENOTFOUND (absent, still queued, corrupt, unreadable, or another block
+ * under the same key). A corrupt or unreadable record leaves the store. */
+int kvt_disk_get(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out);
+
+/* kvt_disk_get for a batch (one request's blocks): every read is issued
+ * together, records adjacent on disk are read as one extent. Sets each
+ * reqs[i].result; returns the number of hits. */
+size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n);
+
+/* 1 if a record with this key is stored (written, not just queued), else 0. */
+int kvt_disk_contains(kvt_disk *d, kvt_hash128 hash);
+
+/* Forgets a stored block (its bytes go with its segment). Returns 0 or
+ * KVT_ENOTFOUND. Not persistent across restarts (see above). */
+int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash);
+
+/* Admission filter: records one sighting of hash in a small counting sketch
+ * (approximate, aged so old sightings fade) and returns 1 if the block has now
+ * been seen at least twice, or if admit_all is set; else 0. */
+int kvt_disk_admit(kvt_disk *d, kvt_hash128 hash);
+
+/* Waits until every block queued so far has been written or dropped, then
+ * applies the writer's index updates. Returns 0, or the write error that
+ * disabled writes (negative) if writes are disabled. */
+int kvt_disk_flush(kvt_disk *d);
+
+/* Applies pending index updates from the writer thread (see above). */
+void kvt_disk_poll(kvt_disk *d);
+
+void kvt_disk_get_stats(kvt_disk *d, kvt_disk_stats *out);
+
+/* ---- records, exposed for the CLI and the fuzzer ---------------------- */
+
+/* A parsed record. Pointers point into the buffer given to the parser. */
+typedef struct {
+    uint32_t version, codec, block_tokens, header_bytes;
+    uint64_t payload_bytes, stored_bytes;
+    uint64_t record_bytes; /* header + stored payload, padded to KVT_DISK_ALIGN */
+    kvt_hash128 ns, hash, parent;
+    uint32_t header_crc, crc;
+    const int32_t *tokens;  /* B ids (unaligned access is fine: 4-byte aligned in a record) */
+    const uint8_t *stored;  /* stored_bytes, only when the parse covered the payload */
+} kvt_disk_record;
+
+/* Parses the record at buf[0..len). With full == 0 only the header is needed
+ * and checked (magic, version, lengths within limits, header CRC); with
+ * full != 0 the stored payload must be in buf too and the record CRC must
+ * hold. Returns 0, KVT_EFORMAT (corrupt, truncated or not a record), or
+ * KVT_EUNSUPPORTED (a record of another format version; out->version set).
+ * Never reads outside buf. Pure; thread-safe. */
+int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record *out);
+
+/* Decodes a fully parsed record's payload into out (cap bytes). Returns 0
+ * when exactly payload_bytes came out, else KVT_EFORMAT (or KVT_ELIMIT if cap
+ * is too small). Thread-safe. */
+int kvt_disk_record_decode(const kvt_disk_record *r, void *out, size_t cap);
+
+/* ---- directory maintenance (kvtier cache) ----------------------------- */
+
+/* What kvt_disk_walk reports for each record slot it finds. */
+typedef struct {
+    const char *segment;  /* file name, valid during the callback */
+    uint64_t offset;      /* within the segment */
+    uint64_t bytes;       /* record bytes, or the bytes skipped for a bad one */
+    int status;           /* 0 valid, KVT_EFORMAT corrupt, KVT_EUNSUPPORTED other version */
+    kvt_disk_record rec;  /* header fields when status is 0 (pointers invalid) */
+} kvt_disk_walk_info;
+
+/* Walks every segment of dir in FIFO order without taking the lock (files
+ * may change under a live server: a vanished segment is skipped). With
+ * verify, every record's payload is read and its CRC checked (and decoded);
+ * otherwise headers only. Calls fn per record; a nonzero return stops the walk
+ * and is returned. Returns 0 or -errno if dir cannot be read. */
+int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx);
+
+/* Reads the directory's header file: 0 and *version, *ns; KVT_ENOTFOUND if
+ * there is none; KVT_EFORMAT if it is malformed. */
+int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns);
+
+typedef struct {
+    uint64_t kept, dropped_corrupt, dropped_foreign, dropped_dup;
+    uint64_t bytes_before, bytes_after;
+} kvt_disk_gc_report;
+
+/* Takes the lock (failing like kvt_disk_open if held) and rewrites every
+ * segment that holds corrupt records, records of another version, records of
+ * a namespace other than *keep_ns (NULL: keep every namespace) or duplicate
+ * keys, keeping the rest; each rewrite is a temp file, fsync, rename.
+ * Segments left empty are removed. Returns 0 or a negative error. */
+int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep);
+
+/* Takes the lock and removes every segment file (and temp file) in dir; the
+ * header and lock files stay. *removed gets the bytes freed (may be NULL). */
+int kvt_disk_clear(const char *dir, uint64_t *removed);
+
+#endif

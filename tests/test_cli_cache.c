@@ -1,0 +1,112 @@
+/* `kvtier cache`: stats and ls describe the records, verify finds a corrupted
+ * payload (exit 1) that a header scan cannot, gc removes it and foreign
+ * namespaces, clear honours the lock, --help documents every flag. */
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "testutil.h"
+#include "tier_disk.h"
+
+#define PAYLOAD 5000
+
+static char out_path[512];
+
+/* Runs kvt_cmd_cache with stdout captured; returns its exit code, output in *text (caller frees). */
+static int run(char **text, int argc, char **argv) {
+    fflush(stdout);
+    int saved = dup(1), fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    close(fd);
+    int rc = kvt_cmd_cache(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    *text = kvt_test_read_file(out_path, NULL);
+    return rc;
+}
+
+static void fill(kvt_disk *d, kvt_hash128 ns, int n, int first) {
+    uint8_t pay[PAYLOAD];
+    int32_t tok[4];
+    for (int i = 0; i < n; i++) {
+        memset(pay, first + i, sizeof pay);
+        for (int t = 0; t < 4; t++) tok[t] = first + i + t;
+        kvt_hash128 h = kvt_block_hash(ns, tok, 4);
+        while (kvt_disk_put(d, h, ns, tok, pay) == KVT_ELIMIT) kvt_disk_flush(d);
+    }
+    kvt_disk_flush(d);
+}
+
+int main(void) {
+    const char *dir = kvt_test_path(kvt_test_tmpdir(), "cache");
+    snprintf(out_path, sizeof out_path, "%s/out.txt", kvt_test_tmpdir());
+    kvt_disk_params p = kvt_disk_default_params();
+    p.dir = dir;
+    p.payload_bytes = PAYLOAD;
+    p.block_tokens = 4;
+    p.segment_bytes = 1 << 16;
+    p.size_bytes = 1 << 22;
+    p.ns = (kvt_hash128){0x1111, 0x2222};
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    fill(d, p.ns, 10, 0);
+    kvt_disk_close(d);
+    kvt_disk_params q = p;
+    q.ns = (kvt_hash128){0x3333, 0x4444};
+    CHECK(kvt_disk_open(&q, &d) == 0);
+    fill(d, q.ns, 3, 100);
+    kvt_disk_close(d);
+    /* the header now names q.ns; corrupt one payload byte of the first record */
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/seg-0000000000000000.kvt", dir);
+    int fd = open(seg, O_RDWR);
+    uint8_t b = 0xEE;
+    CHECK(pwrite(fd, &b, 1, 3000) == 1);
+    close(fd);
+
+    char *t;
+    char *a_stats[] = {"cache", "stats", "--kv-disk", (char *)dir};
+    CHECK(run(&t, 4, a_stats) == 0);
+    CHECKF(t && strstr(t, "13 valid") && strstr(t, "namespace 00000000000022220000000000001111: 10 records") &&
+               strstr(t, "namespace 00000000000044440000000000003333: 3 records"),
+           "%s", t);
+    free(t);
+    char *a_ls[] = {"cache", "ls", "--kv-disk", (char *)dir, "--limit", "2"};
+    CHECK(run(&t, 6, a_ls) == 0);
+    int lines = 0;
+    for (char *c = t; c && *c; c++) lines += *c == '\n';
+    CHECKF(lines == 2 && strstr(t, "hash="), "%s", t);
+    free(t);
+    char *a_verify[] = {"cache", "verify", "--kv-disk", (char *)dir};
+    CHECK(run(&t, 4, a_verify) == 1);
+    CHECKF(t && strstr(t, "12 valid, 1 corrupt"), "%s", t);
+    free(t);
+    /* gc keeps the header's namespace (q.ns) by default; --namespace picks another */
+    char *a_gc[] = {"cache", "gc", "--kv-disk", (char *)dir, "--namespace", "00000000000022220000000000001111"};
+    CHECK(run(&t, 6, a_gc) == 0);
+    CHECKF(t && strstr(t, "kept 9 records; dropped 1 corrupt, 3 foreign"), "%s", t);
+    free(t);
+    CHECK(run(&t, 4, a_verify) == 0);
+    free(t);
+    /* clear refuses while the store is open, then works */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    char *a_clear[] = {"cache", "clear", "--kv-disk", (char *)dir};
+    CHECK(run(&t, 4, a_clear) == 1);
+    free(t);
+    kvt_disk_close(d);
+    CHECK(run(&t, 4, a_clear) == 0);
+    free(t);
+    CHECK(run(&t, 4, a_stats) == 0);
+    CHECKF(t && strstr(t, "0 valid"), "%s", t);
+    free(t);
+    char *a_help[] = {"cache", "--help"};
+    CHECK(run(&t, 2, a_help) == 0);
+    CHECK(t && strstr(t, "--kv-disk") && strstr(t, "--namespace") && strstr(t, "--all-namespaces") &&
+          strstr(t, "--limit"));
+    free(t);
+    char *a_bad[] = {"cache", "stats"};
+    CHECK(kvt_cmd_cache(2, a_bad) == 2);
+    return kvt_test_done("test_cli_cache");
+}

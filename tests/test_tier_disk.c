@@ -1,0 +1,491 @@
+/* Disk tier: round trip and restart, batched reads, the index's T2 presence,
+ * kill -9 crashes, corrupted / truncated / foreign files, namespace and
+ * version changes, the size budget under churn with reinsertion, the lock
+ * (in process and from a child), a full disk and a read-only directory, and
+ * the admission filter. Payloads come from a generator keyed by block hash,
+ * so any served byte can be checked. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blockhash.h"
+#include "common.h"
+#include "prefix.h"
+#include "testutil.h"
+#include "tier_disk.h"
+
+#define B 4
+#define PAYLOAD 12000 /* not a multiple of 4 KiB: records carry padding */
+#define SEG (64 * 1024)
+#define NBLK 200
+
+static kvt_hash128 root;
+static kvt_hash128 hashes[NBLK], parents[NBLK];
+static int32_t toks[NBLK][B];
+
+static void fill_payload(kvt_hash128 h, uint8_t *p, int compressible) {
+    uint64_t x = h.lo ^ (h.hi << 1) ^ 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < PAYLOAD; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        p[i] = compressible ? (uint8_t)(i / 64 + (x & 1)) : (uint8_t)x;
+    }
+}
+
+/* Chains of 10 blocks each. */
+static void make_blocks(void) {
+    kvt_root_params rp = kvt_root_default_params();
+    rp.block_tokens = B;
+    rp.fingerprint.lo = 77;
+    kvt_block_root(&rp, &root);
+    for (int i = 0; i < NBLK; i++) {
+        for (int t = 0; t < B; t++) toks[i][t] = i * 31 + t * 7;
+        parents[i] = i % 10 ? hashes[i - 1] : root;
+        hashes[i] = kvt_block_hash(parents[i], toks[i], B);
+    }
+}
+
+static kvt_disk_params params(const char *dir) {
+    kvt_disk_params p = kvt_disk_default_params();
+    p.dir = dir;
+    p.payload_bytes = PAYLOAD;
+    p.block_tokens = B;
+    p.ns = root;
+    p.segment_bytes = SEG;
+    p.size_bytes = 64 * SEG;
+    p.queue_depth = 8;
+    return p;
+}
+
+static const char *subdir(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s", kvt_test_tmpdir(), name);
+    return b;
+}
+
+/* Puts blocks [a, b), retrying on a full queue (the test wants them all). */
+static void put_range(kvt_disk *d, int a, int b, int compressible) {
+    uint8_t pay[PAYLOAD];
+    for (int i = a; i < b; i++) {
+        fill_payload(hashes[i], pay, compressible);
+        int rc;
+        while ((rc = kvt_disk_put(d, hashes[i], parents[i], toks[i], pay)) == KVT_ELIMIT) kvt_disk_flush(d);
+        CHECKF(rc == 0 || rc == 1, "put %d: %d", i, rc);
+    }
+}
+
+/* 1 if block i is served with the right bytes, 0 on a miss; a wrong payload fails the test. */
+static int get_ok(kvt_disk *d, int i, int compressible) {
+    uint8_t got[PAYLOAD], want[PAYLOAD];
+    int rc = kvt_disk_get(d, hashes[i], parents[i], toks[i], got);
+    if (rc) return 0;
+    fill_payload(hashes[i], want, compressible);
+    CHECKF(!memcmp(got, want, PAYLOAD), "block %d served with wrong bytes", i);
+    return 1;
+}
+
+static uint64_t dir_bytes(const char *dir) {
+    DIR *dh = opendir(dir);
+    uint64_t s = 0;
+    struct dirent *e;
+    while (dh && (e = readdir(dh))) {
+        struct stat sb;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.' && strncmp(e->d_name, "seg-", 4) == 0 && stat(p, &sb) == 0)
+            s += (uint64_t)sb.st_size;
+    }
+    if (dh) closedir(dh);
+    return s;
+}
+
+/* Name of the first (oldest) segment file of dir, into out. */
+static int first_segment(const char *dir, char *out, size_t cap) {
+    DIR *dh = opendir(dir);
+    struct dirent *e;
+    char best[256] = "";
+    while (dh && (e = readdir(dh)))
+        if (!strncmp(e->d_name, "seg-", 4) && (!best[0] || strcmp(e->d_name, best) < 0))
+            snprintf(best, sizeof best, "%s", e->d_name);
+    if (dh) closedir(dh);
+    snprintf(out, cap, "%s/%s", dir, best);
+    return best[0] != 0;
+}
+
+static int index_t2_count(kvt_prefix *idx) {
+    kvt_prefix_stats s;
+    kvt_prefix_get_stats(idx, &s);
+    return (int)s.tier_entries[KVT_TIER_T2];
+}
+
+static void test_roundtrip(kvt_disk_codec codec) {
+    const char *dir = subdir(codec == KVT_DISK_CODEC_ZSTD ? "rt-zstd" : "rt-raw");
+    int comp = codec == KVT_DISK_CODEC_ZSTD;
+    kvt_prefix *idx;
+    kvt_prefix_new(B, &idx);
+    kvt_disk_params p = params(dir);
+    p.codec = codec;
+    p.index = idx;
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 100, comp);
+    CHECK(kvt_disk_flush(d) == 0);
+    CHECK(index_t2_count(idx) == 100);
+    int hits = 0;
+    for (int i = 0; i < 100; i++) hits += get_ok(d, i, comp);
+    CHECK(hits == 100);
+    CHECK(kvt_disk_contains(d, hashes[5]) && !kvt_disk_contains(d, hashes[150]));
+    /* a block under the same key with another parent or other tokens is a miss */
+    uint8_t buf[PAYLOAD];
+    int32_t other[B] = {1, 2, 3, 4};
+    CHECK(kvt_disk_get(d, hashes[3], root, toks[3], buf) == KVT_ENOTFOUND);
+    CHECK(kvt_disk_get(d, hashes[3], parents[3], other, buf) == KVT_ENOTFOUND);
+    /* a repeated put stores nothing new */
+    fill_payload(hashes[0], buf, comp);
+    CHECK(kvt_disk_put(d, hashes[0], parents[0], toks[0], buf) == 1);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.records == 100 && st.puts == 100 && st.hits == 100 && st.misses == 2);
+    if (comp) CHECKF(st.compression_ratio > 2.0, "ratio %.2f", st.compression_ratio);
+    else CHECK(st.compression_ratio == 1.0);
+    kvt_disk_close(d);
+    CHECK(index_t2_count(idx) == 0);
+
+    /* restart: a new handle finds every block, and the index learns them again */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(index_t2_count(idx) == 100);
+    kvt_prefix_hit ph[12];
+    int32_t seq[10 * B];
+    for (int j = 0; j < 10; j++) memcpy(seq + j * B, toks[20 + j], sizeof toks[0]);
+    CHECK(kvt_prefix_lookup(idx, root, seq, 10 * B, ph, 12) == 10 && ph[9].tier == KVT_TIER_T2);
+    /* one batch of 40 blocks: adjacent records coalesce into few reads */
+    static uint8_t outs[40][PAYLOAD];
+    kvt_disk_read rq[40];
+    for (int k = 0; k < 40; k++) rq[k] = (kvt_disk_read){hashes[k * 2], parents[k * 2], toks[k * 2], outs[k], -1};
+    rq[39].hash = hashes[150]; /* never written */
+    rq[39].parent = parents[150];
+    rq[39].tokens = toks[150];
+    CHECK(kvt_disk_get_many(d, rq, 40) == 39);
+    for (int k = 0; k < 39; k++) {
+        fill_payload(hashes[k * 2], buf, comp);
+        CHECK(rq[k].result == 0 && !memcmp(outs[k], buf, PAYLOAD));
+    }
+    CHECK(rq[39].result == KVT_ENOTFOUND);
+    CHECK(kvt_disk_remove(d, hashes[7]) == 0 && kvt_disk_remove(d, hashes[7]) == KVT_ENOTFOUND);
+    CHECK(!get_ok(d, 7, comp) && index_t2_count(idx) == 99);
+    kvt_disk_close(d);
+    kvt_prefix_free(idx);
+}
+
+/* A second opener, in this process or another, is refused naming the owner. */
+static void test_lock(void) {
+    const char *dir = subdir("lock");
+    kvt_disk_params p = params(dir);
+    kvt_disk *d, *d2;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(kvt_disk_open(&p, &d2) == -EWOULDBLOCK);
+    char want[64];
+    snprintf(want, sizeof want, "in use by pid %ld", (long)getpid());
+    CHECKF(strstr(kvt_errmsg(), want) != NULL, "message: %s", kvt_errmsg());
+    pid_t c = fork();
+    if (c == 0) {
+        kvt_disk *d3;
+        int rc = kvt_disk_open(&p, &d3);
+        _exit(rc == -EWOULDBLOCK && strstr(kvt_errmsg(), want) ? 0 : 1);
+    }
+    int ws;
+    waitpid(c, &ws, 0);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    uint64_t freed;
+    CHECK(kvt_disk_clear(dir, &freed) == -EWOULDBLOCK);
+    kvt_disk_close(d);
+    CHECK(kvt_disk_open(&p, &d2) == 0); /* released on close */
+    kvt_disk_close(d2);
+}
+
+/* kill -9 a writer at random moments: nothing torn or corrupt is ever served. */
+static void test_crash(void) {
+    const char *dir = subdir("crash");
+    kvt_disk_params p = params(dir);
+    p.size_bytes = 16 * SEG;
+    srand(4242);
+    int served_total = 0;
+    for (int round = 0; round < 20; round++) {
+        pid_t c = fork();
+        if (c == 0) {
+            kvt_disk *d;
+            if (kvt_disk_open(&p, &d)) _exit(3);
+            for (int k = 0;; k++) put_range(d, (k * 7) % NBLK, (k * 7) % NBLK + 1, 0);
+        }
+        struct timespec ts = {0, (long)(rand() % 40 + 1) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(c, SIGKILL);
+        int ws;
+        waitpid(c, &ws, 0);
+        CHECK(WIFSIGNALED(ws));
+        /* also tear the tail the way a power cut could: chop the newest segment mid-record */
+        kvt_disk *d;
+        int rc = kvt_disk_open(&p, &d);
+        CHECKF(rc == 0, "reopen after crash %d: %s", round, kvt_errmsg());
+        if (rc) continue;
+        int served = 0;
+        for (int i = 0; i < NBLK; i++) served += get_ok(d, i, 0);
+        served_total += served;
+        kvt_disk_stats st;
+        kvt_disk_get_stats(d, &st);
+        CHECK(st.bytes_used <= p.size_bytes + p.segment_bytes);
+        kvt_disk_close(d);
+    }
+    CHECKF(served_total > 0, "no block survived any crash");
+    printf("crash: %d blocks served over 20 kills\n", served_total);
+}
+
+static void flip(const char *path, uint64_t off) {
+    int fd = open(path, O_RDWR);
+    uint8_t b;
+    CHECK(pread(fd, &b, 1, (off_t)off) == 1);
+    b ^= 0x5A;
+    CHECK(pwrite(fd, &b, 1, (off_t)off) == 1);
+    close(fd);
+}
+
+static void test_corruption(void) {
+    const char *dir = subdir("corrupt");
+    kvt_disk_params p = params(dir);
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 20, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    /* 12000-byte payload + 112-byte header -> 12 KiB records, 5 per 64 KiB segment */
+    const uint64_t rec = 3 * 4096;
+    char seg[1024];
+    CHECK(first_segment(dir, seg, sizeof seg));
+    flip(seg, 0 * rec + 50);          /* block 0: header */
+    flip(seg, 1 * rec + 4000);        /* block 1: payload */
+    flip(seg, 2 * rec + rec - 10);    /* block 2: padding, not covered: still fine */
+    CHECK(truncate(seg, 4 * rec + 5000) == 0); /* block 4 torn, block 3 intact */
+    FILE *f = fopen(kvt_test_path(dir, "notes.txt"), "w");
+    fputs("not a segment\n", f);
+    fclose(f);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.corrupt >= 2, "corrupt at open %llu", (unsigned long long)st.corrupt);
+    CHECK(!get_ok(d, 0, 0));
+    CHECK(!get_ok(d, 1, 0)); /* header fine, CRC refuses the payload */
+    CHECK(get_ok(d, 2, 0) && get_ok(d, 3, 0));
+    CHECK(!get_ok(d, 4, 0));
+    int rest = 0;
+    for (int i = 5; i < 20; i++) rest += get_ok(d, i, 0);
+    CHECK(rest == 15);
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.corrupt >= 3 && !kvt_disk_contains(d, hashes[1]));
+    /* the store keeps working */
+    put_range(d, 20, 30, 0);
+    kvt_disk_flush(d);
+    CHECK(get_ok(d, 25, 0));
+    kvt_disk_close(d);
+
+    /* walk and verify see the damage; gc removes it */
+    kvt_disk_gc_report rep;
+    CHECK(kvt_disk_compact(dir, &root, &rep) == 0);
+    CHECKF(rep.dropped_corrupt >= 2 && rep.kept == 27, "kept %llu corrupt %llu", (unsigned long long)rep.kept,
+           (unsigned long long)rep.dropped_corrupt);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.corrupt == 0 && st.records == 27);
+    kvt_disk_close(d);
+
+    /* another namespace: records are misses, counted foreign, not errors */
+    kvt_disk_params q = p;
+    q.ns.lo ^= 1;
+    CHECK(kvt_disk_open(&q, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.records == 0 && st.foreign == 27 && !get_ok(d, 5, 0));
+    kvt_disk_close(d);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(get_ok(d, 5, 0));
+    kvt_disk_close(d);
+
+    /* another format version in the header: nothing is trusted, nothing crashes */
+    FILE *h = fopen(kvt_test_path(dir, "header"), "w");
+    fprintf(h, "kvtier-disk-cache\nversion 99\nnamespace %016llx%016llx\n", (unsigned long long)root.hi,
+            (unsigned long long)root.lo);
+    fclose(h);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.records == 0 && !get_ok(d, 5, 0));
+    kvt_disk_close(d);
+    /* garbage header file: a warning, then rewritten */
+    h = fopen(kvt_test_path(dir, "header"), "w");
+    fputs("\x01\x02garbage", h);
+    fclose(h);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_close(d);
+    uint32_t v;
+    kvt_hash128 ns;
+    CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION && kvt_hash128_eq(ns, root));
+}
+
+/* Heavy churn with reads: the files never exceed budget + one segment, and hit
+ * blocks are reinserted rather than lost. */
+static void test_budget(void) {
+    const char *dir = subdir("budget");
+    kvt_prefix *idx;
+    kvt_prefix_new(B, &idx);
+    kvt_disk_params p = params(dir);
+    p.size_bytes = 4 * SEG;
+    p.index = idx;
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    uint64_t worst = 0;
+    for (int round = 0; round < 20; round++) {
+        put_range(d, (round * 10) % NBLK, (round * 10) % NBLK + 10, 0);
+        kvt_disk_flush(d);
+        get_ok(d, 0, 0); /* block 0 is hot */
+        uint64_t b = dir_bytes(dir);
+        if (b > worst) worst = b;
+        CHECK(b <= p.size_bytes + p.segment_bytes);
+        kvt_disk_stats st;
+        kvt_disk_get_stats(d, &st);
+        CHECK(st.bytes_used == b);
+        CHECK(index_t2_count(idx) == (int)st.records);
+    }
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.segments_reclaimed > 0 && st.evicted > 0 && st.reinserted > 0);
+    CHECK(get_ok(d, 0, 0)); /* survived many reclaims */
+    printf("budget: worst %llu bytes of %llu + %d; %llu reclaimed, %llu reinserted\n", (unsigned long long)worst,
+           (unsigned long long)p.size_bytes, SEG, (unsigned long long)st.segments_reclaimed,
+           (unsigned long long)st.reinserted);
+    kvt_disk_close(d);
+    /* a smaller budget at the next open trims at once */
+    p.size_bytes = 2 * SEG;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(dir_bytes(dir) <= p.size_bytes);
+    kvt_disk_get_stats(d, &st);
+    CHECK(index_t2_count(idx) == (int)st.records);
+    kvt_disk_close(d);
+    kvt_prefix_free(idx);
+}
+
+/* Counts lines containing what in file. */
+static int count_lines(const char *path, const char *what) {
+    size_t n;
+    char *s = kvt_test_read_file(path, &n);
+    int c = 0;
+    for (char *q = s; q && (q = strstr(q, what)); q++) c++;
+    free(s);
+    return c;
+}
+
+static void test_full_and_readonly(void) {
+    const char *mnt = subdir("small-fs");
+    mkdir(mnt, 0755);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=256k")) {
+        printf("SKIP part: cannot mount a small tmpfs (%s): full-disk and read-only checks not run\n",
+               strerror(errno));
+        return;
+    }
+    const char *dir = subdir("small-fs/cache");
+    kvt_disk_params p = params(dir);
+    p.size_bytes = 64 * SEG; /* far more than the filesystem holds */
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    /* capture stderr to count warnings */
+    const char *log = subdir("full.log");
+    fflush(stderr);
+    int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(lf, 2);
+    put_range(d, 0, 10, 0);
+    kvt_disk_flush(d);
+    uint8_t pay[PAYLOAD];
+    /* more than the filesystem holds; retry a full queue so the disk, not the queue, runs out */
+    for (int i = 10; i < 60; i++) {
+        fill_payload(hashes[i], pay, 0);
+        int rc;
+        while ((rc = kvt_disk_put(d, hashes[i], parents[i], toks[i], pay)) == KVT_ELIMIT) kvt_disk_flush(d);
+        if (rc == KVT_EUNSUPPORTED) break;
+    }
+    int frc = kvt_disk_flush(d);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(lf);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(frc == -ENOSPC && st.writes_disabled && st.dropped > 0, "flush %d disabled %d dropped %llu records %llu", frc, st.writes_disabled, (unsigned long long)st.dropped, (unsigned long long)st.records);
+    CHECKF(count_lines(log, "writes disabled") == 1, "%d warnings", count_lines(log, "writes disabled"));
+    int served = 0;
+    for (int i = 0; i < 60; i++) served += get_ok(d, i, 0);
+    CHECK(served >= 10 && get_ok(d, 3, 0)); /* reads continue */
+    CHECK(kvt_disk_put(d, hashes[70], parents[70], toks[70], pay) == KVT_EUNSUPPORTED);
+    kvt_disk_close(d);
+
+    /* read-only filesystem: opens, serves, refuses writes */
+    if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL)) {
+        printf("SKIP part: cannot remount read-only (%s)\n", strerror(errno));
+    } else {
+        CHECK(kvt_disk_open(&p, &d) == 0);
+        kvt_disk_get_stats(d, &st);
+        CHECK(st.writes_disabled && st.records >= 10);
+        CHECK(get_ok(d, 3, 0));
+        CHECK(kvt_disk_put(d, hashes[70], parents[70], toks[70], pay) == KVT_EUNSUPPORTED);
+        kvt_disk_close(d);
+    }
+    umount(mnt);
+}
+
+static void test_admit(void) {
+    const char *dir = subdir("admit");
+    kvt_disk_params p = params(dir);
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(kvt_disk_admit(d, hashes[1]) == 0);
+    CHECK(kvt_disk_admit(d, hashes[1]) == 1);
+    int once = 0;
+    for (int i = 2; i < NBLK; i++) once += kvt_disk_admit(d, hashes[i]);
+    CHECKF(once < 5, "%d blocks seen once admitted", once);
+    kvt_disk_close(d);
+    p.admit_all = 1;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(kvt_disk_admit(d, hashes[1]) == 1);
+    kvt_disk_close(d);
+}
+
+static void test_params(void) {
+    kvt_disk_params p = params(subdir("params"));
+    kvt_disk *d;
+    p.size_bytes = SEG;
+    CHECK(kvt_disk_open(&p, &d) == KVT_EARG);
+    p = params(subdir("params"));
+    p.segment_bytes = 4096;
+    CHECK(kvt_disk_open(&p, &d) == KVT_EARG);
+    p = params(subdir("params"));
+    p.payload_bytes = 0;
+    CHECK(kvt_disk_open(&p, &d) == KVT_EARG);
+}
+
+int main(void) {
+    make_blocks();
+    test_params();
+    test_roundtrip(KVT_DISK_CODEC_RAW);
+    test_roundtrip(KVT_DISK_CODEC_ZSTD);
+    test_lock();
+    test_corruption();
+    test_budget();
+    test_admit();
+    test_crash();
+    test_full_and_readonly();
+    return kvt_test_done("test_tier_disk");
+}
