@@ -120,15 +120,38 @@ typedef enum {
  * Not thread-safe: the engine's owner serialises every call. */
 typedef struct kvt_cache kvt_cache;
 
+/* Whether blocks matched on disk are read back or recomputed. */
+typedef enum {
+    KVT_RESTORE_AUTO = 0,   /* read only where measured read time < measured prefill time */
+    KVT_RESTORE_ALWAYS = 1, /* always read */
+    KVT_RESTORE_NEVER = 2,  /* never read from disk (recompute) */
+} kvt_restore_policy;
+
+#define KVT_DEFAULT_DISK_BYTES (16ull << 30)
+
 typedef struct {
-    uint64_t ram_bytes; /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
+    uint64_t ram_bytes;      /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
+    const char *disk_dir;    /* T2 cache directory (--kv-disk); NULL disables T2. Borrowed for kvt_cache_new. */
+    uint64_t disk_bytes;     /* T2 budget (--kv-disk-size); the directory never exceeds it plus one segment */
+    int disk_zstd;           /* compress T2 records with zstd (lossless) */
+    int disk_admit_all;      /* write every evicted block to T2 (default: blocks seen at least twice) */
+    int write_through;       /* also write each new block to T2 as soon as it is computed */
+    kvt_restore_policy restore;
 } kvt_cache_params;
 
 kvt_cache_params kvt_cache_default_params(void);
 
 /* Creates a cache over an engine (borrowed: it must outlive the cache). Free
- * the cache before the engine. Returns 0 or a negative code. */
+ * the cache before the engine. With a disk directory, opens it (taking its
+ * lock: a second process gets -EWOULDBLOCK and a message naming the owner) and
+ * indexes the blocks a previous run left there. Returns 0 or a negative code. */
 int kvt_cache_new(kvt_engine *e, const kvt_cache_params *params, kvt_cache **out);
+/* Graceful shutdown: writes every cached block the disk tier does not hold
+ * (T0 pages and the RAM tier's blocks) to disk and waits for the writes. The
+ * RAM tier is empty afterwards. No-op without a disk tier. Returns 0 or the
+ * disk's write error. */
+int kvt_cache_flush(kvt_cache *c);
+/* Frees the cache without flushing (call kvt_cache_flush first to persist). */
 void kvt_cache_free(kvt_cache *c);
 
 /* What a lookup found: the leading full blocks of a token sequence available
@@ -163,6 +186,16 @@ typedef struct {
     uint64_t t1_demotions;       /* blocks written to T1 when evicted from T0 */
     uint64_t t1_restores;        /* blocks copied from T1 back into pages */
     uint64_t t1_evictions;       /* blocks evicted from T1 */
+    uint64_t t2_records, t2_bytes_used, t2_budget_bytes;
+    uint64_t t2_demotions;       /* blocks queued for writing to T2 */
+    uint64_t t2_writes;          /* records written */
+    uint64_t t2_dropped;         /* writes dropped (queue full, disk full, errors) */
+    uint64_t t2_not_admitted;    /* evicted blocks the admission filter kept off the disk */
+    uint64_t t2_restores;        /* blocks read back into pages */
+    uint64_t t2_recompute_decisions; /* requests that recomputed disk blocks as cheaper than reading */
+    uint64_t t2_bytes_read, t2_bytes_written, t2_corrupt;
+    int t2_writes_disabled;      /* the disk failed (full, read-only): serving from RAM */
+    double t2_compression_ratio;
     uint64_t index_entries[KVT_TIER_COUNT];
     uint64_t collisions;         /* block keys that named another block (a miss, never wrong KV) */
     uint64_t lookups;            /* requests matched against the cache */
@@ -196,6 +229,7 @@ typedef struct {
     int32_t n_computed;                   /* prompt tokens prefilled */
     int32_t n_generated;
     double restore_ms, prefill_ms, ttft_ms, decode_ms;
+    int t2_recomputed;                    /* disk blocks matched but recomputing was cheaper */
 } kvt_request_stats;
 
 /* Runs one request on the cache's engine: reuses the longest cached prefix of

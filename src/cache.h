@@ -39,12 +39,19 @@ int kvt_cache_root(const kvt_cache *c, const void *salt, size_t salt_len, kvt_ha
 /* Longest cached prefix of tokens[0..n) under root; changes nothing but stats. */
 void kvt_cache_lookup_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out);
 
+typedef enum { KVT_T2_NONE = 0, KVT_T2_RESTORE = 1, KVT_T2_RECOMPUTE = 2 } kvt_t2_decision;
+
 /* How a sequence was started by kvt_cache_attach. */
 typedef struct {
     int32_t n_reused;                       /* prompt tokens whose K/V came from the cache */
     int32_t tier_tokens[KVT_TIER_COUNT];    /* of those, by the tier they came from */
-    double restore_ms;                      /* time spent copying T1 blocks into pages */
+    double restore_ms;                      /* time spent copying T1/T2 blocks into pages */
+    kvt_t2_decision t2_decision;            /* whether matched disk blocks were read or recomputed */
+    double t2_est_read_ms, t2_est_compute_ms; /* the estimates behind it (0: not measured yet) */
 } kvt_attach_info;
+
+/* Feeds the restore-or-recompute model: a prefill of n_tokens took seconds. */
+void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds);
 
 /* Creates a sequence that already holds the longest cached prefix of
  * tokens[0..n), reusing at most max_reuse tokens (callers pass n - 1 so at

@@ -2,6 +2,7 @@
  * greedy continuation as one JSON line, comparable with llama.cpp's). */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +302,15 @@ static void run_usage(FILE *f) {
             "  --kv-active BYTES   T0: the engine's KV page pool, e.g. 256M (default: enough for\n"
             "                      --ctx tokens plus room to keep finished prompts cached)\n"
             "  --kv-ram BYTES      T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
+            "  --kv-disk DIR       T2: a persistent KV cache directory on local disk (survives\n"
+            "                      restarts; one process at a time)\n"
+            "  --kv-disk-size BYTES  T2 budget (default 16G)\n"
+            "  --kv-disk-zstd      compress disk records with zstd (lossless)\n"
+            "  --kv-disk-admit-all write every block evicted from RAM to disk (default: only\n"
+            "                      blocks seen at least twice)\n"
+            "  --write-through     write each new block to disk as soon as it is computed\n"
+            "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
+            "                      measured), always, never (default auto)\n"
             "  --salt TEXT         cache salt: prompts under different salts never share KV\n"
             "  --no-cache          do not reuse or keep KV between prompts\n"
             "  --kv-f32            keep K/V in f32 instead of f16\n"
@@ -318,8 +328,26 @@ typedef struct {
     size_t n_pending;
 } stream_state;
 
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* SIGINT/SIGTERM end the run gracefully: the current generation stops, the
+ * cache is flushed to disk, the process exits. */
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static int stream_token(void *ctx, int32_t tok) {
     stream_state *s = ctx;
+    if (stop_requested) return 1;
     char piece[PIECE_MAX];
     int len = kvt_token_piece(s->tok, tok, piece, sizeof piece, 0);
     if (len <= 0) return 0;
@@ -386,6 +414,7 @@ int kvt_cmd_run(int argc, char **argv) {
     long n_gen = RUN_DEFAULT_N, n_ctx = 0, block = KVT_DEFAULT_BLOCK_SIZE;
     int threads = default_threads(), seed_given = 0, use_cache = 1;
     uint64_t kv_active = 0, kv_ram = 0;
+    kvt_cache_params cp = kvt_cache_default_params();
     kvt_kv_dtype dt = KVT_KV_F16;
     kvt_sampler_params sp = kvt_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -427,6 +456,25 @@ int kvt_cmd_run(int argc, char **argv) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &kv_active)) return 2;
         } else if (!strcmp(a, "--kv-ram")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &kv_ram)) return 2;
+        } else if (!strcmp(a, "--kv-disk")) {
+            if (!(cp.disk_dir = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv-disk-size")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &cp.disk_bytes)) return 2;
+        } else if (!strcmp(a, "--kv-disk-zstd")) {
+            cp.disk_zstd = 1;
+        } else if (!strcmp(a, "--kv-disk-admit-all")) {
+            cp.disk_admit_all = 1;
+        } else if (!strcmp(a, "--write-through")) {
+            cp.write_through = 1;
+        } else if (!strcmp(a, "--restore")) {
+            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!strcmp(v, "auto")) cp.restore = KVT_RESTORE_AUTO;
+            else if (!strcmp(v, "always")) cp.restore = KVT_RESTORE_ALWAYS;
+            else if (!strcmp(v, "never")) cp.restore = KVT_RESTORE_NEVER;
+            else {
+                fprintf(stderr, "kvtier run: --restore must be auto, always or never\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--salt")) {
             if (!(salt = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-cache")) {
@@ -498,7 +546,6 @@ int kvt_cmd_run(int argc, char **argv) {
         goto done;
     }
     if (use_cache) {
-        kvt_cache_params cp = kvt_cache_default_params();
         cp.ram_bytes = kv_ram;
         if ((rc = kvt_cache_new(e, &cp, &cache))) {
             fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
@@ -506,7 +553,8 @@ int kvt_cmd_run(int argc, char **argv) {
         }
     }
     smp = kvt_sampler_new(sp, m->hp.n_vocab);
-    for (long k = 0; k < n_prompts; k++) {
+    install_stop_handlers();
+    for (long k = 0; k < n_prompts && !stop_requested; k++) {
         int32_t *toks = NULL;
         size_t n_tok = 0;
         kvt_fail(0, "%s", "");
@@ -532,24 +580,33 @@ int kvt_cmd_run(int argc, char **argv) {
         }
         double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
         fprintf(stderr,
-                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d), computed %d; "
+                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d), computed %d%s; "
                 "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
                 "seed %llu\n",
                 k + 1, n_prompts, r.n_prompt, r.n_reused, r.tier_tokens[KVT_TIER_T0], r.tier_tokens[KVT_TIER_T1],
-                r.n_computed, r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
+                r.tier_tokens[KVT_TIER_T2], r.n_computed,
+                r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "", r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
                 r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
                 (unsigned long long)sp.seed);
     }
-    if (cache && n_prompts > 1) {
+    if (cache && cp.disk_dir) {
+        double t0 = kvt_now();
+        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier run: flushing the disk cache: %s\n", kvt_errmsg());
+        else kvt_log(KVT_LOG_INFO, "flushed the KV cache to %s in %.2f s", cp.disk_dir, kvt_now() - t0);
+    }
+    if (cache && (n_prompts > 1 || cp.disk_dir)) {
         kvt_cache_stats st;
         kvt_cache_get_stats(cache, &st);
         fprintf(stderr,
                 "kvtier run: cache: %llu of %llu prompt tokens reused; T0 %d pages cached (%d idle) of %d, "
-                "%llu evicted; T1 %llu blocks, %.1f of %.1f MB, %llu restores\n",
+                "%llu evicted; T1 %llu blocks, %.1f of %.1f MB, %llu restores; T2 %llu records, %.1f of %.1f MB, "
+                "%llu restores, %llu writes (%llu dropped)\n",
                 (unsigned long long)st.hit_tokens, (unsigned long long)st.lookup_tokens, st.t0_pages_cached,
                 st.t0_pages_idle, st.t0_pages_total, (unsigned long long)st.t0_evictions,
                 (unsigned long long)st.t1_blocks, (double)st.t1_bytes_used / 1e6, (double)st.t1_budget_bytes / 1e6,
-                (unsigned long long)st.t1_restores);
+                (unsigned long long)st.t1_restores, (unsigned long long)st.t2_records, (double)st.t2_bytes_used / 1e6,
+                (double)st.t2_budget_bytes / 1e6, (unsigned long long)st.t2_restores,
+                (unsigned long long)st.t2_writes, (unsigned long long)st.t2_dropped);
     }
 done:
     kvt_sampler_free(smp);

@@ -42,6 +42,7 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
         res->n_reused = ai.n_reused;
         memcpy(res->tier_tokens, ai.tier_tokens, sizeof res->tier_tokens);
         res->restore_ms = ai.restore_ms;
+        res->t2_decision = ai.t2_decision;
     } else if ((rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         goto out;
     }
@@ -51,6 +52,7 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
     if (cache && (rc = kvt_cache_reserve(cache, pages_needed(start, n_prompt - start, B)))) goto out;
     if ((rc = kvt_engine_feed(e, seq, prompt + start, n_prompt - start, 0, logits))) goto out;
     res->prefill_ms = (kvt_now() - t_pre) * 1e3;
+    if (cache) kvt_cache_note_prefill(cache, n_prompt - start, res->prefill_ms / 1e3);
     if (p->first_logits) memcpy(p->first_logits, logits, (size_t)n_vocab * sizeof *logits);
     if (cache) kvt_cache_commit(cache, root, seq, toks, &n_done);
 
@@ -115,6 +117,7 @@ int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kv
         stats->prefill_ms = r.prefill_ms;
         stats->ttft_ms = r.ttft_ms;
         stats->decode_ms = r.decode_ms;
+        stats->t2_recomputed = r.t2_decision == KVT_T2_RECOMPUTE;
     }
     return rc;
 }

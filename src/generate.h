@@ -39,6 +39,7 @@ typedef struct {
     int32_t n_generated;
     double restore_ms, prefill_ms, ttft_ms, decode_ms;
     kvt_stop_reason stop;
+    kvt_t2_decision t2_decision;            /* disk blocks matched: restored, recomputed, or none */
 } kvt_gen_result;
 
 /* Runs one request. cache may be NULL (no reuse, nothing registered). On
