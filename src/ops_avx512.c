@@ -7,6 +7,7 @@
  * activations stay in L2 while the RM rows (converted on the fly) stay in L1. */
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "ops_impl.h"
 
@@ -157,6 +158,11 @@ static T512 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int6
                           int64_t ldy) {
     const uint8_t *base = w->data;
     const int64_t chunk = chunk_tokens(a->kpad, RN, sizeof(float));
+    /* With several token tiles per W row group, widen the rows to f32 once
+     * (exact) so the inner loop spends no port on conversions. If the buffer
+     * cannot be had, the converting kernels give the same bits, just slower. */
+    const int widen = w->type != KVT_TYPE_F32 && a->n > RN;
+    float *wbuf = widen ? aligned_alloc(64, sizeof(float) * RM * (size_t)a->kpad) : NULL;
     float out[RM * RN];
     for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
         const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
@@ -164,6 +170,20 @@ static T512 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int6
             const uint8_t *wr[RM];
             for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */
                 wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+            if (wbuf) {
+                for (int i = 0; i < RM; i++) {
+                    float *dst = wbuf + i * a->kpad;
+                    int64_t kk = 0;
+                    for (; kk + V <= a->k; kk += V)
+                        _mm512_store_ps(dst + kk, w->type == KVT_TYPE_F16 ? ldw_f16(wr[i], kk) : ldw_bf16(wr[i], kk));
+                    if (kk < a->k) {
+                        __mmask16 m = (__mmask16)((1u << (a->k - kk)) - 1);
+                        _mm512_store_ps(dst + kk, w->type == KVT_TYPE_F16 ? ldw_f16_m(wr[i], kk, m)
+                                                                          : ldw_bf16_m(wr[i], kk, m));
+                    }
+                    wr[i] = (const uint8_t *)dst;
+                }
+            }
             for (int64_t t = c0; t < c1; t += RN) {
                 const int rn = c1 - t < RN ? (int)(c1 - t) : RN;
                 const float *xr[RN];
@@ -171,7 +191,9 @@ static T512 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int6
 #define CALL_F32(M, N) tile_f32(wr, xr, M, N, a->k, out)
 #define CALL_F16(M, N) tile_f16(wr, xr, M, N, a->k, out)
 #define CALL_BF16(M, N) tile_bf16(wr, xr, M, N, a->k, out)
-                if (w->type == KVT_TYPE_F16) {
+                if (wbuf) {
+                    TILE_SWITCH(CALL_F32, RM, rn)
+                } else if (w->type == KVT_TYPE_F16) {
                     TILE_SWITCH(CALL_F16, RM, rn)
                 } else if (w->type == KVT_TYPE_BF16) {
                     TILE_SWITCH(CALL_BF16, RM, rn)
@@ -182,6 +204,7 @@ static T512 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int6
             }
         }
     }
+    free(wbuf);
 }
 
 static T512 void mm_q8(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
