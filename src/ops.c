@@ -341,10 +341,8 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
         }
         return;
     }
-    if (w->type == KVT_TYPE_F16) {
-        ops()->f16_to_f32_row((const uint16_t *)(const void *)row, out, w->cols);
-        return;
-    }
+    /* element by element: rows need not be 2- or 4-byte aligned, and one row
+     * per token is cheap */
     for (int64_t k = 0; k < w->cols; k++) out[k] = w_elem(w->type, row, k);
 }
 
