@@ -1,126 +1,444 @@
-/* Scalar reference kernels (placeholder until the SIMD kernels land). */
+/* Kernel front end: float conversions, variant dispatch, activation rounding,
+ * the threaded matmul driver, and the scalar variant — the executable
+ * definition of the canonical numerics (ops.h) that the SIMD variants match. */
 #include "ops.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "ops_impl.h"
 
-uint16_t kvt_f32_to_f16(float f) {
-    _Float16 h = (_Float16)f;
-    uint16_t u;
-    memcpy(&u, &h, 2);
+#define OPS_NUMERICS_ID "kvt-ops-l16-v1"
+/* Rows handed to one thread are a multiple of this (every tile height divides it). */
+#define OPS_ROW_ALIGN 16
+/* Convert activations on the pool only when there are at least this many tokens. */
+#define OPS_PARALLEL_CONVERT_MIN 16
+/* Scratch alignment: a cache line (and an AVX-512 vector). */
+#define OPS_SCRATCH_ALIGN 64
+/* Q8_0 quantization of activations: values map to [-127, 127] (llama.cpp). */
+#define OPS_Q8_MAX 127.0f
+
+/* ---- scalar conversions ------------------------------------------------ */
+
+#define F32_SIGN 0x80000000u
+#define F32_ABS 0x7fffffffu
+#define F32_INF 0x7f800000u
+#define F32_QUIET 0x00400000u
+#define F16_SIGN 0x8000u
+#define F16_INF 0x7c00u
+#define F16_QUIET 0x0200u
+#define F16_MANT 0x03ffu
+#define F16_MANT_BITS 10
+#define F16_EXP_MAX 0x1f
+/* f32 and f16 exponent biases differ by 127 - 15. */
+#define F16_REBIAS 112
+/* |f| >= 65520 rounds to f16 infinity; |f| < 2^-14 is an f16 subnormal. */
+#define F32_F16_OVERFLOW 0x477ff000u
+#define F32_F16_MIN_NORMAL 0x38800000u
+/* f32 mantissa bits dropped going to f16: 23 - 10. */
+#define F16_DROP_BITS 13
+#define BF16_QUIET 0x0040u
+#define BF16_SHIFT 16
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
     return u;
 }
-float kvt_f16_to_f32(uint16_t u) {
-    _Float16 h;
-    memcpy(&h, &u, 2);
-    return (float)h;
-}
-uint16_t kvt_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 64);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-float kvt_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+static inline float bits_f32(uint32_t u) {
     float f;
-    memcpy(&f, &u, 4);
+    memcpy(&f, &u, sizeof f);
     return f;
 }
-void kvt_f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
+
+/* Rounds v >> shift to nearest, ties to even (shift >= 1). */
+static inline uint32_t shift_rne(uint32_t v, unsigned shift) {
+    uint32_t q = v >> shift, rem = v & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return q;
+}
+
+uint16_t kvt_f32_to_f16(float f) {
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u & F32_SIGN) >> BF16_SHIFT);
+    u &= F32_ABS;
+    if (u > F32_INF) /* NaN: quiet it, keep the top of the payload (as F16C does) */
+        return (uint16_t)(sign | F16_INF | F16_QUIET | ((u >> F16_DROP_BITS) & F16_MANT));
+    if (u >= F32_F16_OVERFLOW) return (uint16_t)(sign | F16_INF);
+    if (u >= F32_F16_MIN_NORMAL) /* normal: rebias; a rounding carry may bump the exponent */
+        return (uint16_t)(sign | shift_rne(u - ((uint32_t)F16_REBIAS << KVT_F32_MANT_BITS), F16_DROP_BITS));
+    /* f16 subnormal (or zero): units of 2^-24, value = mant * 2^(e - 126) units */
+    uint32_t e = u >> KVT_F32_MANT_BITS;
+    if (e == 0) return sign; /* f32 subnormals are far below half the smallest f16 */
+    uint32_t mant = (u & ((1u << KVT_F32_MANT_BITS) - 1)) | (1u << KVT_F32_MANT_BITS);
+    unsigned shift = (unsigned)(KVT_F32_EXP_BIAS - 1) - e;
+    if (shift > KVT_F32_MANT_BITS + 1) return sign;
+    return (uint16_t)(sign | shift_rne(mant, shift));
+}
+
+float kvt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & F16_SIGN) << BF16_SHIFT;
+    uint32_t e = (h >> F16_MANT_BITS) & F16_EXP_MAX, mant = h & F16_MANT;
+    if (e == 0) { /* zero or subnormal: exact in f32 */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (e == F16_EXP_MAX) /* inf, or NaN made quiet (as F16C does) */
+        return bits_f32(sign | F32_INF | (mant ? F32_QUIET : 0) | (mant << F16_DROP_BITS));
+    return bits_f32(sign | ((e + F16_REBIAS) << KVT_F32_MANT_BITS) | (mant << F16_DROP_BITS));
+}
+
+uint16_t kvt_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & F32_ABS) > F32_INF) return (uint16_t)((u >> BF16_SHIFT) | BF16_QUIET);
+    /* round to nearest even: add 0x7fff plus the lowest kept bit, then truncate */
+    return (uint16_t)((u + 0x7fffu + ((u >> BF16_SHIFT) & 1)) >> BF16_SHIFT);
+}
+
+float kvt_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << BF16_SHIFT); }
+
+/* ---- the canonical exp ------------------------------------------------- */
+
+float kvt_expf(float x) {
+    /* comparisons written as the SIMD min/max behave (NaN takes the bound) */
+    float xc = x < KVT_EXP_HI ? x : KVT_EXP_HI;
+    xc = xc > KVT_EXP_LO ? xc : KVT_EXP_LO;
+    float nf = fmaf(xc, KVT_EXP_LOG2E, KVT_EXP_ROUND) - KVT_EXP_ROUND;
+    float r = fmaf(nf, -KVT_EXP_LN2_HI, xc);
+    r = fmaf(nf, -KVT_EXP_LN2_LO, r);
+    float p = KVT_EXP_C7;
+    p = fmaf(p, r, KVT_EXP_C6);
+    p = fmaf(p, r, KVT_EXP_C5);
+    p = fmaf(p, r, KVT_EXP_C4);
+    p = fmaf(p, r, KVT_EXP_C3);
+    p = fmaf(p, r, KVT_EXP_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int32_t n = (int32_t)nf;
+    float scale = bits_f32((uint32_t)(n + KVT_F32_EXP_BIAS) << KVT_F32_MANT_BITS);
+    return x < KVT_EXP_LO ? 0.0f : p * scale;
+}
+
+/* ---- scalar variant ---------------------------------------------------- */
+
+/* The canonical lane tree (ops.h). */
+static float lanes_sum(const float *l) {
+    float s8[8], s4[4], s2[2];
+    for (int i = 0; i < 8; i++) s8[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
+    for (int i = 0; i < 2; i++) s2[i] = s4[i] + s4[i + 2];
+    return s2[0] + s2[1];
+}
+
+/* Element k of a row of type `type` as f32. */
+static inline float w_elem(uint32_t type, const uint8_t *row, int64_t k) {
+    switch (type) {
+    case KVT_TYPE_F16: return kvt_f16_to_f32(kvt_load_u16(row + 2 * k));
+    case KVT_TYPE_BF16: return kvt_bf16_to_f32(kvt_load_u16(row + 2 * k));
+    default: {
+        float v;
+        memcpy(&v, row + 4 * k, sizeof v);
+        return v;
+    }
+    }
+}
+
+static float sc_dot_row(uint32_t type, const uint8_t *row, const float *x, int64_t k) {
+    float l[KVT_LANES] = {0};
+    for (int64_t kk = 0; kk < k; kk += KVT_LANES)
+        for (int j = 0; j < KVT_LANES; j++) {
+            int64_t e = kk + j;
+            float wv = e < k ? w_elem(type, row, e) : 0.0f, xv = e < k ? x[e] : 0.0f;
+            l[j] = fmaf(wv, xv, l[j]);
+        }
+    return lanes_sum(l);
+}
+
+static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, int64_t k) {
+    float l[KVT_LANES] = {0};
+    int64_t nb = k / KVT_Q8_0_BLOCK;
+    const int groups = KVT_Q8_0_BLOCK / KVT_Q8_GROUP; /* 8 lanes per block */
+    for (int64_t b0 = 0; b0 < nb; b0 += 2)
+        for (int h = 0; h < 2; h++) {
+            int64_t b = b0 + h;
+            const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
+            float d = b < nb ? kvt_f16_to_f32(kvt_load_u16(blk)) * xd[b] : 0.0f;
+            for (int g = 0; g < groups; g++) {
+                int32_t isum = 0;
+                for (int e = 0; b < nb && e < KVT_Q8_GROUP; e++) {
+                    int idx = g * KVT_Q8_GROUP + e;
+                    int32_t wq = (int8_t)blk[KVT_Q8_0_SCALE_BYTES + idx];
+                    int32_t aq = (int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS;
+                    isum += wq * aq;
+                }
+                l[h * groups + g] = fmaf((float)isum, d, l[h * groups + g]);
+            }
+        }
+    return lanes_sum(l);
+}
+
+static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                           int64_t ldy) {
+    const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
+    for (int64_t t = 0; t < a->n; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            y[t * ldy + r] = w->type == KVT_TYPE_Q8_0
+                                 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k)
+                                 : sc_dot_row(w->type, row, a->xf + t * a->kpad, a->k);
+        }
+}
+
+static float sc_dot_f32(const float *a, const float *b, int64_t n) {
+    return sc_dot_row(KVT_TYPE_F32, (const uint8_t *)b, a, n);
+}
+static float sc_dot_f32_f16(const float *a, const uint16_t *b, int64_t n) {
+    return sc_dot_row(KVT_TYPE_F16, (const uint8_t *)b, a, n);
+}
+static void sc_axpy_f32(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+static void sc_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, kvt_f16_to_f32(x[i]), y[i]);
+}
+static void sc_f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kvt_f32_to_f16(x[i]);
 }
-void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
+static void sc_f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kvt_f16_to_f32(x[i]);
+}
+static void sc_round_f16_row(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = kvt_f16_to_f32(kvt_f32_to_f16(x[i]));
+}
+static void sc_round_bf16_row(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = kvt_bf16_to_f32(kvt_f32_to_bf16(x[i]));
+}
+static float sc_exp_sum(float *x, float m, int64_t n) {
+    float l[KVT_LANES] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = kvt_expf(x[i] - m);
+        l[i % KVT_LANES] += x[i];
+    }
+    return lanes_sum(l);
+}
+static float sc_max(const float *x, int64_t n) {
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+static void sc_silu_mul(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + kvt_expf(-g)) * up[i];
+    }
+}
+
+static const kvt_ops_vtable ops_scalar = {
+    .name = "scalar",
+    .matmul_rows = sc_matmul_rows,
+    .dot_f32 = sc_dot_f32,
+    .dot_f32_f16 = sc_dot_f32_f16,
+    .axpy_f32 = sc_axpy_f32,
+    .axpy_f16 = sc_axpy_f16,
+    .f32_to_f16_row = sc_f32_to_f16_row,
+    .f16_to_f32_row = sc_f16_to_f32_row,
+    .round_f16_row = sc_round_f16_row,
+    .round_bf16_row = sc_round_bf16_row,
+    .exp_sum = sc_exp_sum,
+    .max = sc_max,
+    .silu_mul = sc_silu_mul,
+};
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+static const kvt_ops_vtable *g_ops;
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+
+static const kvt_ops_vtable *variant_by_name(const char *name) {
+    if (!strcmp(name, "scalar")) return &ops_scalar;
+    if (!strcmp(name, "avx2")) return kvt_ops_avx2();
+    if (!strcmp(name, "avx512")) return kvt_ops_avx512();
+    return NULL;
+}
+
+static void ops_select_default(void) {
+    const char *env = getenv("KVT_OPS_VARIANT");
+    const kvt_ops_vtable *v = env && *env ? variant_by_name(env) : NULL;
+    if (!v) v = kvt_ops_avx512();
+    if (!v) v = kvt_ops_avx2();
+    if (!v) v = &ops_scalar;
+    if (!g_ops) g_ops = v;
+}
+
+static inline const kvt_ops_vtable *ops(void) {
+    pthread_once(&g_ops_once, ops_select_default);
+    return g_ops;
+}
+
+int kvt_ops_force_variant(const char *name) {
+    const kvt_ops_vtable *v = name ? variant_by_name(name) : NULL;
+    if (!v) return -1;
+    pthread_once(&g_ops_once, ops_select_default);
+    g_ops = v;
+    return 0;
+}
+
+const char *kvt_ops_variant(void) { return ops()->name; }
+const char *kvt_ops_numerics_id(void) { return OPS_NUMERICS_ID; }
+
+/* ---- public elementwise ops -------------------------------------------- */
+
+void kvt_f32_to_f16_row(const float *x, uint16_t *y, int64_t n) { ops()->f32_to_f16_row(x, y, n); }
+void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n) { ops()->f16_to_f32_row(x, y, n); }
+float kvt_dot_f32_f16(const float *a, const uint16_t *b, int64_t n) { return ops()->dot_f32_f16(a, b, n); }
+float kvt_dot_f32(const float *a, const float *b, int64_t n) { return ops()->dot_f32(a, b, n); }
+void kvt_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) { ops()->axpy_f16(y, a, x, n); }
+void kvt_axpy_f32(float *y, float a, const float *x, int64_t n) { ops()->axpy_f32(y, a, x, n); }
+void kvt_silu_mul(float *gate, const float *up, int64_t n) { ops()->silu_mul(gate, up, n); }
+
+void kvt_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    float mean = ops()->dot_f32(x, x, n) / (float)n;
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
+void kvt_softmax(float *x, int64_t n) {
+    const kvt_ops_vtable *v = ops();
+    float m = v->max(x, n);
+    float inv = 1.0f / v->exp_sum(x, m, n);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ---- weight matrices --------------------------------------------------- */
+
+size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols) {
+    if (cols < 0) return 0;
+    switch (type) {
+    case KVT_TYPE_F32: return (size_t)cols * sizeof(float);
+    case KVT_TYPE_F16:
+    case KVT_TYPE_BF16: return (size_t)cols * sizeof(uint16_t);
+    case KVT_TYPE_Q8_0:
+        return cols % KVT_Q8_0_BLOCK ? 0 : (size_t)(cols / KVT_Q8_0_BLOCK) * KVT_Q8_0_BYTES;
+    default: return 0;
+    }
 }
 
 void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    for (int64_t k = 0; k < w->cols; k++) {
-        switch (w->type) {
-        case KVT_TYPE_F32: memcpy(&out[k], row + 4 * k, 4); break;
-        case KVT_TYPE_F16: {
-            uint16_t h;
-            memcpy(&h, row + 2 * k, 2);
-            out[k] = kvt_f16_to_f32(h);
-            break;
+    if (w->type == KVT_TYPE_Q8_0) {
+        for (int64_t b = 0; b < w->cols / KVT_Q8_0_BLOCK; b++) {
+            const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
+            float d = kvt_f16_to_f32(kvt_load_u16(blk));
+            for (int i = 0; i < KVT_Q8_0_BLOCK; i++)
+                out[b * KVT_Q8_0_BLOCK + i] = d * (float)(int8_t)blk[KVT_Q8_0_SCALE_BYTES + i];
         }
-        case KVT_TYPE_BF16: {
-            uint16_t h;
-            memcpy(&h, row + 2 * k, 2);
-            out[k] = kvt_bf16_to_f32(h);
-            break;
-        }
-        case KVT_TYPE_Q8_0: {
-            const uint8_t *b = row + (k / 32) * 34;
-            uint16_t d;
-            memcpy(&d, b, 2);
-            out[k] = kvt_f16_to_f32(d) * (float)(int8_t)b[2 + k % 32];
-            break;
-        }
-        default: out[k] = 0; break;
-        }
+        return;
+    }
+    /* element by element: rows need not be 2- or 4-byte aligned, and one row
+     * per token is cheap */
+    for (int64_t k = 0; k < w->cols; k++) out[k] = w_elem(w->type, row, k);
+}
+
+/* ---- matmul driver ----------------------------------------------------- */
+
+/* llama.cpp's quantize_row_q8_0 (reference version): d = amax/127 rounded to
+ * f16, q = roundf(x / d) computed as x * (1/d) with the unrounded d. */
+static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d) {
+    for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
+        const float *xb = x + b * KVT_Q8_0_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / OPS_Q8_MAX, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++)
+            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)((int)roundf(xb[i] * id) + KVT_Q8_ACT_BIAS);
     }
 }
 
 typedef struct {
+    const kvt_ops_vtable *v;
     const kvt_wmat *w;
     const float *x;
-    int64_t ldx, n;
+    int64_t ldx;
+    kvt_acts a;
+    float *xf;
+    uint8_t *xq;
+    float *xd;
     float *y;
     int64_t ldy;
-} mm_job;
+} matmul_job;
 
-static void mm_worker(void *ctx, int ith, int nth) {
-    mm_job *j = ctx;
-    float row[16384];
-    for (int64_t r = ith; r < j->w->rows; r += nth) {
-        kvt_wmat_row_f32(j->w, r, row);
-        for (int64_t t = 0; t < j->n; t++) j->y[t * j->ldy + r] = kvt_dot_f32(row, j->x + t * j->ldx, j->w->cols);
+static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
+    const int64_t k = j->a.k, kpad = j->a.kpad, nbp = kpad / KVT_Q8_0_BLOCK;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *src = j->x + t * j->ldx;
+        switch (j->w->type) {
+        case KVT_TYPE_Q8_0:
+            quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp);
+            memset(j->xq + t * kpad + k, KVT_Q8_ACT_BIAS, (size_t)(kpad - k));
+            for (int64_t b = k / KVT_Q8_0_BLOCK; b < nbp; b++) j->xd[t * nbp + b] = 0.0f;
+            continue;
+        case KVT_TYPE_F16: j->v->round_f16_row(src, j->xf + t * kpad, k); break;
+        case KVT_TYPE_BF16: j->v->round_bf16_row(src, j->xf + t * kpad, k); break;
+        default: memcpy(j->xf + t * kpad, src, (size_t)k * sizeof(float)); break;
+        }
+        memset(j->xf + t * kpad + k, 0, (size_t)(kpad - k) * sizeof(float));
     }
 }
 
-void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy) {
-    mm_job j = {w, x, ldx, n, y, ldy};
-    kvt_pool_run(pool, mm_worker, &j);
+static void convert_task(void *ctx, int ith, int nth) {
+    matmul_job *j = ctx;
+    convert_tokens(j, j->a.n * ith / nth, j->a.n * (ith + 1) / nth);
 }
 
-void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    float ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
-}
-void kvt_silu_mul(float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
-void kvt_add(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
-}
-float kvt_dot_f32_f16(const float *a, const uint16_t *b, int64_t n) {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * kvt_f16_to_f32(b[i]);
-    return s;
-}
-void kvt_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * kvt_f16_to_f32(x[i]);
-}
-float kvt_dot_f32(const float *a, const float *b, int64_t n) {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-void kvt_axpy_f32(float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-void kvt_softmax(float *x, int64_t n) {
-    float m = -INFINITY, s = 0;
-    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    for (int64_t i = 0; i < n; i++) s += (x[i] = expf(x[i] - m));
-    for (int64_t i = 0; i < n; i++) x[i] /= s;
+static void matmul_task(void *ctx, int ith, int nth) {
+    matmul_job *j = ctx;
+    int64_t units = (j->w->rows + OPS_ROW_ALIGN - 1) / OPS_ROW_ALIGN;
+    int64_t r0 = units * ith / nth * OPS_ROW_ALIGN, r1 = units * (ith + 1) / nth * OPS_ROW_ALIGN;
+    if (r1 > j->w->rows) r1 = j->w->rows;
+    if (r0 < r1) j->v->matmul_rows(j->w, &j->a, r0, r1, j->y, j->ldy);
 }
 
-const char *kvt_ops_numerics_id(void) { return "scalar-ref-0"; }
-int kvt_ops_force_variant(const char *name) { return -1; }
+static void *scratch_alloc(size_t bytes) {
+    size_t rounded = (bytes + OPS_SCRATCH_ALIGN - 1) / OPS_SCRATCH_ALIGN * OPS_SCRATCH_ALIGN;
+    void *p = aligned_alloc(OPS_SCRATCH_ALIGN, rounded ? rounded : OPS_SCRATCH_ALIGN);
+    if (!p) {
+        fprintf(stderr, "kvtier: out of memory for %zu bytes of matmul scratch\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                int64_t ldy) {
+    if (n <= 0 || w->rows <= 0) return;
+    const int64_t pad = 2 * KVT_Q8_0_BLOCK;
+    matmul_job j = {.v = ops(), .w = w, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
+    j.a.n = n;
+    j.a.k = w->cols;
+    j.a.kpad = (w->cols + pad - 1) / pad * pad;
+    if (w->type == KVT_TYPE_Q8_0) {
+        j.xq = scratch_alloc((size_t)(n * j.a.kpad));
+        j.xd = scratch_alloc((size_t)(n * (j.a.kpad / KVT_Q8_0_BLOCK)) * sizeof(float));
+    } else {
+        j.xf = scratch_alloc((size_t)(n * j.a.kpad) * sizeof(float));
+    }
+    j.a.xf = j.xf;
+    j.a.xq = j.xq;
+    j.a.xd = j.xd;
+    if (n >= OPS_PARALLEL_CONVERT_MIN && kvt_pool_threads(pool) > 1)
+        kvt_pool_run(pool, convert_task, &j);
+    else
+        convert_tokens(&j, 0, n);
+    kvt_pool_run(pool, matmul_task, &j);
+    free(j.xf);
+    free(j.xq);
+    free(j.xd);
+}

@@ -1,45 +1,110 @@
-/* Compute kernels: conversions, batch-invariant matmul, per-token elementwise ops.
- * (Reference scalar version; the SIMD kernels replace ops.c behind this API.) */
+/* Compute kernels for the forward pass: float conversions, the weight-matrix
+ * product (F32, F16, BF16, Q8_0 weights) and the per-token elementwise ops.
+ *
+ * Numerics. Every reduction follows one canonical order, the same in every
+ * code path and every instruction-set variant (scalar, AVX2, AVX-512):
+ *   - a dot product of length K runs 16 f32 lanes, lane j accumulating with a
+ *     fused multiply-add the elements k = j, j+16, j+32, ... in increasing k
+ *     (missing tail elements count as +0 * +0), then the lanes are summed by the
+ *     tree s8[i]=l[i]+l[i+8], s4[i]=s8[i]+s8[i+4], s2[i]=s4[i]+s4[i+2], s2[0]+s2[1];
+ *   - Q8_0: for block pair (2m, 2m+1), lane j < 8 takes the exact integer sum
+ *     of elements 4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
+ *     lane = fma((float)isum, d_w * d_x, lane); then the same tree.
+ * Hence results are batch invariant (independent of the batch size, the
+ * token's position in it, the thread count and the tiling), and all variants
+ * give the same bits; tests/test_ops.c checks both.
+ *
+ * Activations are first rounded the way llama.cpp's CPU backend does for the
+ * weight type: to f16 for F16 weights, to bf16 for BF16 weights, to Q8_0 per
+ * 32-block for Q8_0 weights (d = amax/127 stored as f16, q = round(x/d), ties
+ * away from zero); F32 weights take f32 activations.
+ */
 #ifndef KVT_OPS_H
 #define KVT_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gguf.h"
 #include "threadpool.h"
 
+/* ---- scalar conversions ------------------------------------------------ */
+
+/* IEEE binary16 <-> binary32, round to nearest even; inf, NaN (quiet, payload
+ * truncated) and subnormals handled. */
 uint16_t kvt_f32_to_f16(float f);
 float kvt_f16_to_f32(uint16_t h);
+/* bfloat16: round to nearest even; a NaN stays a (quiet) NaN. bf16 -> f32 is exact. */
 uint16_t kvt_f32_to_bf16(float f);
 float kvt_bf16_to_f32(uint16_t h);
+/* Row conversions; the same bits as the scalar functions. x and y must not overlap. */
 void kvt_f32_to_f16_row(const float *x, uint16_t *y, int64_t n);
 void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
 
-/* A weight matrix in GGUF layout: `rows` rows of `cols` elements, row-major. */
+/* ---- weight matrices --------------------------------------------------- */
+
+/* A weight matrix in GGUF layout: `rows` rows of `cols` elements, row-major.
+ * rows = output features, cols = input features (GGUF ne[1], ne[0]). Row r
+ * starts at data + r * row_bytes; no alignment is required. For Q8_0, cols is
+ * a multiple of KVT_Q8_0_BLOCK. */
 typedef struct {
-    uint32_t type;        /* KVT_TYPE_F32, F16, BF16 or Q8_0 */
-    int64_t rows, cols;   /* rows = output features (GGUF ne[1]), cols = input features (ne[0]) */
-    const void *data;
+    uint32_t type;      /* KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16 or KVT_TYPE_Q8_0 */
+    int64_t rows, cols;
+    const void *data;   /* borrowed; must outlive every call that uses it */
     size_t row_bytes;
 } kvt_wmat;
 
-/* Y[t][r] = sum_k W[r][k] * X[t][k], t < n, r < rows. X: n x cols (stride ldx),
- * Y: n x rows (stride ldy). Batch invariant: Y[t][r]'s bits depend only on X[t],
- * row r and the kernel variant. */
-void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy);
-/* Row r of w converted to cols floats. */
+/* Bytes of one row of `cols` elements of `type` (0 for an unsupported type or
+ * a Q8_0 cols that is not a multiple of 32). */
+size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols);
+
+/* Y[t][r] = sum_k W[r][k] * X[t][k] for t in [0,n), r in [0,rows).
+ * X is n rows of w->cols floats with row stride ldx (>= cols); Y is n rows of
+ * w->rows floats with row stride ldy (>= rows); X and Y must not overlap.
+ * Splits the rows over the pool's threads (pool may be NULL: caller only).
+ * Batch invariant as described at the top. Allocates a scratch copy of the
+ * rounded activations; aborts with a message if that allocation fails. */
+void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n,
+                float *y, int64_t ldy);
+
+/* Converts row r (0 <= r < rows) of w to w->cols floats in out (exact for
+ * F32/F16/BF16; d*q for Q8_0). */
 void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out);
 
-void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
-void kvt_silu_mul(float *gate, const float *up, int64_t n);
-void kvt_add(float *y, const float *x, int64_t n);
-float kvt_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
-void kvt_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
-float kvt_dot_f32(const float *a, const float *b, int64_t n);
-void kvt_axpy_f32(float *y, float a, const float *x, int64_t n);
-void kvt_softmax(float *x, int64_t n);
+/* ---- per-token elementwise ops (same bits for a token whatever the batch) */
 
+/* out = x / sqrt(mean(x^2) + eps) * weight, n elements; out may equal x. */
+void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
+/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
+void kvt_silu_mul(float *gate, const float *up, int64_t n);
+/* y[i] += x[i]. */
+void kvt_add(float *y, const float *x, int64_t n);
+/* Dot products in the canonical order; b is f16 (a KV cache row). */
+float kvt_dot_f32_f16(const float *a, const uint16_t *b, int64_t n);
+float kvt_dot_f32(const float *a, const float *b, int64_t n);
+/* y[i] = fma(a, x[i], y[i]) (one rounding). */
+void kvt_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
+void kvt_axpy_f32(float *y, float a, const float *x, int64_t n);
+/* In place: x[i] = exp(x[i] - max) / sum, sum in the canonical order, exp the
+ * kernels' own (|rel err| < 2e-7 vs expf, the same bits in every variant).
+ * Scores of -inf get exactly 0. n >= 1. */
+void kvt_softmax(float *x, int64_t n);
+/* The kernels' exp, exposed for tests and for callers that need the same bits
+ * (e.g. a scalar softmax elsewhere). Inputs below ~-87.3 give 0, above 88 give exp(88). */
+float kvt_expf(float x);
+
+/* ---- variants ---------------------------------------------------------- */
+
+/* Identifies the numerics of the kernels ("kvt-ops-l16-v1"). Every variant
+ * computes the same bits, so the id does not name the variant; it changes
+ * whenever any kernel's results change. Cache keys include it. */
 const char *kvt_ops_numerics_id(void);
+/* Name of the selected variant: "avx512", "avx2" or "scalar". */
+const char *kvt_ops_variant(void);
+/* Forces a variant ("scalar", "avx2", "avx512"); returns 0, or -1 if the name
+ * is unknown or the CPU lacks it (the selection is then unchanged). Not
+ * thread-safe: call before any work. Without a call the best available variant
+ * is used (KVT_OPS_VARIANT in the environment overrides that choice). */
 int kvt_ops_force_variant(const char *name);
 
 #endif

@@ -1,0 +1,96 @@
+/* Matmul throughput for the benchmark model's shapes (llama, dim 1024, ff 2816,
+ * vocab 32000, F16 weights): GFLOP/s at n = 1, 32, 512 tokens with 1 and 2
+ * threads, per variant. Prints the best of repeated calls (GFLOP/s, and ms for 2 threads);
+ * never passes or fails on time.
+ * Usage: bench_ops [variant] [type: f16|f32|bf16|q8_0] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops.h"
+
+/* Repeat each case until this much time has passed (after one warm-up call). */
+#define BENCH_MIN_SECONDS 0.3
+#define BENCH_MAX_THREADS 2
+
+typedef struct {
+    const char *name;
+    int64_t rows, cols;
+} shape;
+
+static const shape shapes[] = {
+    {"attn_q/o 1024x1024", 1024, 1024}, {"attn_k/v 256x1024", 256, 1024},
+    {"ffn_gate/up 2816x1024", 2816, 1024}, {"ffn_down 1024x2816", 1024, 2816},
+    {"output 32000x1024", 32000, 1024},
+};
+static const int64_t token_counts[] = {1, 32, 512};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint32_t type_by_name(const char *s) {
+    if (!strcmp(s, "f32")) return KVT_TYPE_F32;
+    if (!strcmp(s, "bf16")) return KVT_TYPE_BF16;
+    if (!strcmp(s, "q8_0")) return KVT_TYPE_Q8_0;
+    return KVT_TYPE_F16;
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
+    const uint32_t type = type_by_name(argc > 2 ? argv[2] : "f16");
+    static const char *const variants[] = {"avx512", "avx2", "scalar"};
+    int64_t max_tok = token_counts[sizeof token_counts / sizeof token_counts[0] - 1];
+    int64_t max_rows = 32000, max_cols = 2816;
+    float *x = malloc(sizeof(float) * (size_t)(max_tok * max_cols));
+    float *y = malloc(sizeof(float) * (size_t)(max_tok * max_rows));
+    if (!x || !y) return 1;
+    for (int64_t i = 0; i < max_tok * max_cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    kvt_pool *pools[BENCH_MAX_THREADS];
+    for (int t = 0; t < BENCH_MAX_THREADS; t++) pools[t] = kvt_pool_new(t + 1);
+
+    printf("numerics %s, weights type %u\n", kvt_ops_numerics_id(), type);
+    printf("%-8s %-24s %6s %8s %8s %9s\n", "variant", "shape", "n", "1 thr", "2 thr", "ms (2t)");
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        if (only && strcmp(only, variants[v])) continue;
+        if (kvt_ops_force_variant(variants[v]) != 0) continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const shape *sh = &shapes[s];
+            size_t rb = kvt_wmat_row_bytes(type, sh->cols);
+            uint8_t *wd = malloc(rb * (size_t)sh->rows);
+            if (!wd) return 1;
+            for (size_t i = 0; i < rb * (size_t)sh->rows; i++) wd[i] = (uint8_t)(i * 131 % 61); /* small finite values */
+            kvt_wmat w = {.type = type, .rows = sh->rows, .cols = sh->cols, .data = wd, .row_bytes = rb};
+            for (size_t ni = 0; ni < sizeof token_counts / sizeof token_counts[0]; ni++) {
+                int64_t n = token_counts[ni];
+                if (!strcmp(variants[v], "scalar") && n > 1) continue; /* minutes per case */
+                double gf[BENCH_MAX_THREADS], ms = 0;
+                for (int t = 0; t < BENCH_MAX_THREADS; t++) {
+                    kvt_matmul(pools[t], &w, x, sh->cols, n, y, sh->rows); /* warm-up */
+                    /* best of the repetitions: the machine may be shared, and
+                     * the fastest call is the least disturbed one */
+                    double t0 = now(), best = 1e30;
+                    do {
+                        double c0 = now();
+                        kvt_matmul(pools[t], &w, x, sh->cols, n, y, sh->rows);
+                        double c = now() - c0;
+                        best = c < best ? c : best;
+                    } while (now() - t0 < BENCH_MIN_SECONDS);
+                    gf[t] = 2.0 * (double)sh->rows * (double)sh->cols * (double)n / best * 1e-9;
+                    ms = best * 1e3;
+                }
+                printf("%-8s %-24s %6lld %8.1f %8.1f %9.3f\n", variants[v], sh->name, (long long)n, gf[0], gf[1], ms);
+                fflush(stdout);
+            }
+            free(wd);
+        }
+    }
+    for (int t = 0; t < BENCH_MAX_THREADS; t++) kvt_pool_free(pools[t]);
+    free(x);
+    free(y);
+    return 0;
+}

@@ -1,0 +1,409 @@
+/* AVX2 + FMA + F16C variant of the kernels, for x86-64 CPUs without AVX-512.
+ * The canonical 16-lane accumulator (ops.h) is a pair of ymm registers (lanes
+ * 0-7, 8-15), so the bits equal the scalar and AVX-512 variants'. Fewer
+ * registers than AVX-512 means smaller tiles; otherwise the same structure. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops_impl.h"
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE2 static inline __attribute__((always_inline)) T2
+
+/* Float tile: 2 rows x 3 tokens x 2 halves = 12 accumulators + 2 W halves + x. */
+#define RM 2
+#define RN 3
+/* Q8_0 tile: 2 rows x 2 tokens x 2 blocks = 8 accumulators. */
+#define QRM 2
+#define QRN 2
+#define CHUNK_BYTES (1 << 20)
+#define V 16 /* canonical lanes */
+#define H 8  /* lanes per ymm */
+
+typedef struct {
+    __m256 lo, hi;
+} v16;
+
+INLINE2 float hsum16(v16 v) {
+    __m256 s8 = _mm256_add_ps(v.lo, v.hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+INLINE2 v16 fma16(v16 a, v16 b, v16 c) {
+    return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+INLINE2 v16 load16(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + H)}; }
+INLINE2 v16 zero16(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+INLINE2 __m256 cvt_f16(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+INLINE2 __m256 cvt_bf16(const uint8_t *p) {
+    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+INLINE2 v16 ldw_f32(const uint8_t *row, int64_t k) { return load16((const float *)(const void *)(row + 4 * k)); }
+INLINE2 v16 ldw_f16(const uint8_t *row, int64_t k) {
+    return (v16){cvt_f16(row + 2 * k), cvt_f16(row + 2 * k + 2 * H)};
+}
+INLINE2 v16 ldw_bf16(const uint8_t *row, int64_t k) {
+    return (v16){cvt_bf16(row + 2 * k), cvt_bf16(row + 2 * k + 2 * H)};
+}
+
+/* The last partial vector of a row: copy the `left` valid elements into a
+ * zeroed buffer, then load as usual (no reads past the row). */
+INLINE2 v16 ldw_tail(v16 (*ld)(const uint8_t *, int64_t), const uint8_t *row, int64_t k, int64_t left,
+                     size_t elem) {
+    uint8_t buf[V * sizeof(float)] = {0};
+    memcpy(buf, row + (size_t)k * elem, (size_t)left * elem);
+    return ld(buf, 0);
+}
+
+#define DEF_TILE(NAME, LDW, ELEM)                                                                  \
+    INLINE2 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k,   \
+                      float *out) {                                                                \
+        v16 acc[RM][RN];                                                                           \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = zero16();            \
+        for (int64_t kk = 0; kk < k; kk += V) {                                                    \
+            v16 wv[RM];                                                                            \
+            if (kk + V <= k) {                                                                     \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDW(wr[i], kk);      \
+            } else {                                                                               \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
+                    wv[i] = ldw_tail(LDW, wr[i], kk, k - kk, ELEM);                               \
+            }                                                                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
+                v16 xv = load16(xr[j] + kk); /* zero padded past k */                              \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
+                    acc[i][j] = fma16(wv[i], xv, acc[i][j]);                                       \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]); \
+    }
+
+DEF_TILE(tile_f32, ldw_f32, sizeof(float))
+DEF_TILE(tile_f16, ldw_f16, sizeof(uint16_t))
+DEF_TILE(tile_bf16, ldw_bf16, sizeof(uint16_t))
+
+/* Exact sums of each 4 products of one Q8_0 block, in the lane order
+ * g0 g1 g4 g5 g2 g3 g6 g7 (what hadd of two madds yields); q8_unpermute fixes
+ * the order once at the end, which is exact since lanes never mix before. */
+INLINE2 __m256i q8_block_sums(const uint8_t *wq, const uint8_t *xq) {
+    const __m256i bias = _mm256_set1_epi16(KVT_Q8_ACT_BIAS);
+    __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)wq));
+    __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(wq + 16)));
+    __m256i x0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)xq)), bias);
+    __m256i x1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(xq + 16))), bias);
+    return _mm256_hadd_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+}
+INLINE2 __m256 q8_unpermute(__m256 v) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+}
+
+INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
+                     int rn, int64_t k, float *out) {
+    const int64_t nb = k / KVT_Q8_0_BLOCK;
+    v16 acc[QRM][QRN];
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = zero16();
+    for (int64_t b = 0; b < nb; b += 2) {
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
+            const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
+            const float dlo = _cvtsh_ss(kvt_load_u16(blk));
+            const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+                const uint8_t *xb = xq[j] + b * KVT_Q8_0_BLOCK;
+                __m256 plo = _mm256_cvtepi32_ps(q8_block_sums(blk + KVT_Q8_0_SCALE_BYTES, xb));
+                __m256 phi = _mm256_setzero_ps();
+                if (b + 1 < nb)
+                    phi = _mm256_cvtepi32_ps(
+                        q8_block_sums(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
+                acc[i][j].lo = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j].lo);
+                acc[i][j].hi = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j].hi);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            v16 a = {q8_unpermute(acc[i][j].lo), q8_unpermute(acc[i][j].hi)};
+            out[i * rn + j] = hsum16(a);
+        }
+}
+
+#define TILE_SWITCH(CALL, RMV, RNV)                                                                 \
+    switch (RNV) {                                                                                 \
+    case 1: CALL(RMV, 1); break;                                                                   \
+    case 2: CALL(RMV, 2); break;                                                                   \
+    default: CALL(RMV, 3); break;                                                                  \
+    }
+
+static int64_t chunk_tokens(int64_t kpad, int rn, size_t elem) {
+    int64_t c = (int64_t)(CHUNK_BYTES / ((size_t)kpad * elem)) / rn * rn;
+    return c > rn ? c : rn;
+}
+
+static void store_tile(const float *out, int rm, int rn, int64_t r, int64_t r1, int64_t t, float *y,
+                       int64_t ldy) {
+    for (int i = 0; i < rm && r + i < r1; i++)
+        for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
+}
+
+static T2 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy) {
+    const uint8_t *base = w->data;
+    const int64_t chunk = chunk_tokens(a->kpad, RN, sizeof(float));
+    float out[RM * RN];
+    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
+        for (int64_t r = r0; r < r1; r += RM) {
+            const uint8_t *wr[RM];
+            for (int i = 0; i < RM; i++)
+                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+            for (int64_t t = c0; t < c1; t += RN) {
+                const int rn = c1 - t < RN ? (int)(c1 - t) : RN;
+                const float *xr[RN];
+                for (int j = 0; j < rn; j++) xr[j] = a->xf + (t + j) * a->kpad;
+#define CALL_F32(M, N) tile_f32(wr, xr, M, N, a->k, out)
+#define CALL_F16(M, N) tile_f16(wr, xr, M, N, a->k, out)
+#define CALL_BF16(M, N) tile_bf16(wr, xr, M, N, a->k, out)
+                if (w->type == KVT_TYPE_F16) {
+                    TILE_SWITCH(CALL_F16, RM, rn)
+                } else if (w->type == KVT_TYPE_BF16) {
+                    TILE_SWITCH(CALL_BF16, RM, rn)
+                } else {
+                    TILE_SWITCH(CALL_F32, RM, rn)
+                }
+                store_tile(out, RM, rn, r, r1, t, y, ldy);
+            }
+        }
+    }
+}
+
+static T2 void mm_q8(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                     int64_t ldy) {
+    const uint8_t *base = w->data;
+    const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
+    const int64_t chunk = chunk_tokens(a->kpad, QRN, 1);
+    float out[QRM * QRN];
+    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
+        for (int64_t r = r0; r < r1; r += QRM) {
+            const uint8_t *wr[QRM];
+            for (int i = 0; i < QRM; i++)
+                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+            for (int64_t t = c0; t < c1; t += QRN) {
+                const int rn = c1 - t < QRN ? (int)(c1 - t) : QRN;
+                const uint8_t *xq[QRN];
+                const float *xd[QRN];
+                for (int j = 0; j < rn; j++) {
+                    xq[j] = a->xq + (t + j) * a->kpad;
+                    xd[j] = a->xd + (t + j) * nbp;
+                }
+                if (rn == 1)
+                    tile_q8(wr, xq, xd, QRM, 1, a->k, out);
+                else
+                    tile_q8(wr, xq, xd, QRM, 2, a->k, out);
+                store_tile(out, QRM, rn, r, r1, t, y, ldy);
+            }
+        }
+    }
+}
+
+static T2 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                       int64_t ldy) {
+    if (w->type == KVT_TYPE_Q8_0)
+        mm_q8(w, a, r0, r1, y, ldy);
+    else
+        mm_float(w, a, r0, r1, y, ldy);
+}
+
+/* ---- vector ops ---------------------------------------------------------- */
+
+/* Tail handling for the vector ops: stage the last partial vector through a
+ * zeroed 16-float buffer (exact; lanes past n stay +0). */
+static T2 float dot_f32(const float *a, const float *b, int64_t n) {
+    v16 acc = zero16();
+    int64_t i = 0;
+    for (; i + V <= n; i += V) acc = fma16(load16(b + i), load16(a + i), acc);
+    if (i < n) {
+        float ta[V] = {0}, tb[V] = {0};
+        memcpy(ta, a + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tb, b + i, (size_t)(n - i) * sizeof(float));
+        acc = fma16(load16(tb), load16(ta), acc);
+    }
+    return hsum16(acc);
+}
+
+static T2 float dot_f32_f16(const float *a, const uint16_t *b, int64_t n) {
+    v16 acc = zero16();
+    int64_t i = 0;
+    for (; i + V <= n; i += V) acc = fma16(ldw_f16((const uint8_t *)b, i), load16(a + i), acc);
+    if (i < n) {
+        float ta[V] = {0};
+        uint16_t tb[V] = {0};
+        memcpy(ta, a + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tb, b + i, (size_t)(n - i) * sizeof(uint16_t));
+        acc = fma16(ldw_f16((const uint8_t *)tb, 0), load16(ta), acc);
+    }
+    return hsum16(acc);
+}
+
+static T2 void axpy_f32(float *y, float a, const float *x, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + H <= n; i += H)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = __builtin_fmaf(a, x[i], y[i]);
+}
+
+static T2 void axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + H <= n; i += H)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, cvt_f16((const uint8_t *)(x + i)), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = __builtin_fmaf(a, _cvtsh_ss(x[i]), y[i]);
+}
+
+static T2 void f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + H <= n; i += H)
+        _mm_storeu_si128((__m128i *)(void *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+static T2 void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + H <= n; i += H) _mm256_storeu_ps(y + i, cvt_f16((const uint8_t *)(x + i)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
+}
+
+static T2 void round_f16_row(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + H <= n; i += H)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+INLINE2 __m256 round_bf16(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    __m256i nan = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    __m256 isnan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(nan), isnan));
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+static T2 void round_bf16_row(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + H <= n; i += H) _mm256_storeu_ps(y + i, round_bf16(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float t[H] = {0};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(t, round_bf16(_mm256_loadu_ps(t)));
+        memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+/* kvt_expf, lane for lane. */
+INLINE2 __m256 exp8(__m256 x) {
+    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(KVT_EXP_HI));
+    xc = _mm256_max_ps(xc, _mm256_set1_ps(KVT_EXP_LO));
+    const __m256 rnd = _mm256_set1_ps(KVT_EXP_ROUND);
+    __m256 nf = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(KVT_EXP_LOG2E), rnd), rnd);
+    __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-KVT_EXP_LN2_HI), xc);
+    r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-KVT_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(KVT_EXP_C7);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i n = _mm256_cvttps_epi32(nf);
+    __m256 scale = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(KVT_F32_EXP_BIAS)), KVT_F32_MANT_BITS));
+    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(KVT_EXP_LO), _CMP_NLT_UQ);
+    return _mm256_and_ps(_mm256_mul_ps(p, scale), keep);
+}
+
+static T2 float exp_sum(float *x, float m, int64_t n) {
+    const __m256 mv = _mm256_set1_ps(m);
+    v16 acc = zero16();
+    int64_t i = 0;
+    for (; i + V <= n; i += V) {
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + H), mv));
+        _mm256_storeu_ps(x + i, e0);
+        _mm256_storeu_ps(x + i + H, e1);
+        acc.lo = _mm256_add_ps(acc.lo, e0);
+        acc.hi = _mm256_add_ps(acc.hi, e1);
+    }
+    if (i < n) { /* lanes past n must not be added at all (not even +0) */
+        float t[V], l[V];
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        for (int64_t j = n - i; j < V; j++) t[j] = m;
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv));
+        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t + H), mv));
+        _mm256_storeu_ps(t, e0);
+        _mm256_storeu_ps(t + H, e1);
+        memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(l, acc.lo);
+        _mm256_storeu_ps(l + H, acc.hi);
+        for (int64_t j = 0; j < n - i; j++) l[j] += t[j];
+        acc = load16(l);
+    }
+    return hsum16(acc);
+}
+
+static T2 float vmax(const float *x, int64_t n) {
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+INLINE2 __m256 silu8(__m256 g) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static T2 void silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + H <= n; i += H)
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[H] = {0}, u[H] = {0};
+        memcpy(g, gate + i, (size_t)(n - i) * sizeof(float));
+        memcpy(u, up + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(g, _mm256_mul_ps(silu8(_mm256_loadu_ps(g)), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+static const kvt_ops_vtable ops_avx2 = {
+    .name = "avx2",
+    .matmul_rows = mm_rows,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .f32_to_f16_row = f32_to_f16_row,
+    .f16_to_f32_row = f16_to_f32_row,
+    .round_f16_row = round_f16_row,
+    .round_bf16_row = round_bf16_row,
+    .exp_sum = exp_sum,
+    .max = vmax,
+    .silu_mul = silu_mul,
+};
+
+const kvt_ops_vtable *kvt_ops_avx2(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &ops_avx2;
+    return NULL;
+}

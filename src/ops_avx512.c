@@ -1,0 +1,443 @@
+/* AVX-512 variant (F, BW, VL, DQ, VNNI + F16C/FMA) of the kernels. Same bits as
+ * the scalar variant in ops.c: one 16-lane accumulator per output element,
+ * stepped through k in order, then the canonical lane tree.
+ *
+ * Matmul blocking: the W rows of a thread are processed RM at a time against
+ * tiles of RN tokens; tokens are walked in chunks sized so the chunk's
+ * activations stay in L2 while the RM rows (converted on the fly) stay in L1. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "ops_impl.h"
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINE512 static inline __attribute__((always_inline)) T512
+
+/* Float tile: 4 W rows x 6 tokens = 24 accumulators + 4 W vectors + 1 x (of 32 zmm). */
+#define RM 4
+#define RN 6
+/* Q8_0 tile: each W row needs 3 vectors (quants, bias correction, scales). */
+#define QRM 2
+#define QRN 6
+/* Activation bytes per token chunk kept in L2 (half of a 2 MiB L2). */
+#define CHUNK_BYTES (1 << 20)
+/* f32 element size, and the AVX-512 vector in elements. */
+#define V 16
+
+INLINE512 float hsum16(__m512 v) {
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* 16 weights from element k of a row, as f32; the _m forms load only `m` lanes. */
+INLINE512 __m512 ldw_f32(const uint8_t *row, int64_t k) { return _mm512_loadu_ps(row + 4 * k); }
+INLINE512 __m512 ldw_f32_m(const uint8_t *row, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, row + 4 * k);
+}
+INLINE512 __m512 ldw_f16(const uint8_t *row, int64_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k)));
+}
+INLINE512 __m512 ldw_f16_m(const uint8_t *row, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * k));
+}
+INLINE512 __m512 bf16_widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+INLINE512 __m512 ldw_bf16(const uint8_t *row, int64_t k) {
+    return bf16_widen(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k)));
+}
+INLINE512 __m512 ldw_bf16_m(const uint8_t *row, int64_t k, __mmask16 m) {
+    return bf16_widen(_mm256_maskz_loadu_epi16(m, row + 2 * k));
+}
+
+/* out[i*rn + j] = dot(W row wr[i], x row xr[j]) over k elements; rm, rn are
+ * compile-time constants after inlining, so acc[][] lives in registers. */
+#define DEF_TILE(NAME, LDW, LDWM)                                                                  \
+    INLINE512 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k, \
+                        float *out) {                                                              \
+        __m512 acc[RM][RN];                                                                        \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps(); \
+        int64_t kk = 0;                                                                            \
+        for (; kk + V <= k; kk += V) {                                                             \
+            __m512 wv[RM];                                                                         \
+            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDW(wr[i], kk);          \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
+                __m512 xv = _mm512_loadu_ps(xr[j] + kk);                                           \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
+                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);                             \
+            }                                                                                      \
+        }                                                                                          \
+        if (kk < k) {                                                                              \
+            __mmask16 m = (__mmask16)((1u << (k - kk)) - 1);                                       \
+            __m512 wv[RM];                                                                         \
+            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDWM(wr[i], kk, m);      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
+                __m512 xv = _mm512_loadu_ps(xr[j] + kk); /* zero padded */                        \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
+                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);                             \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]); \
+    }
+
+DEF_TILE(tile_f32, ldw_f32, ldw_f32_m)
+DEF_TILE(tile_f16, ldw_f16, ldw_f16_m)
+DEF_TILE(tile_bf16, ldw_bf16, ldw_bf16_m)
+
+/* Q8_0: one block pair (64 weights) per step; see ops.h for the lane layout. */
+INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
+                       int rm, int rn, int64_t k, float *out) {
+    const int64_t nb = k / KVT_Q8_0_BLOCK;
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512 acc[QRM][QRN];
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int has_hi = b + 1 < nb;
+        __m512i wq[QRM], corr[QRM];
+        __m512 dw[QRM];
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
+            const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
+            __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q8_0_SCALE_BYTES));
+            __m256i hi = _mm256_setzero_si256();
+            float dhi = 0.0f;
+            if (has_hi) {
+                hi = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES));
+                dhi = _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES));
+            }
+            wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            /* sum of each 4 weights, times the activation bias, to subtract */
+            corr[i] = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), 7);
+            dw[i] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(kvt_load_u16(blk))),
+                                       _mm256_set1_ps(dhi), 1);
+        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            __m512i xv = _mm512_loadu_si512(xq[j] + b * KVT_Q8_0_BLOCK);
+            __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(xd[j][b]), _mm256_set1_ps(xd[j][b + 1]), 1);
+            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
+                __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wq[i]), corr[i]);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[i], dx), acc[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
+}
+
+/* Tile dispatch on the (runtime) token count of the tile; each case is a
+ * separate fully unrolled kernel. */
+#define TILE_SWITCH(CALL, RMV, RNV)                                                                 \
+    switch (RNV) {                                                                                 \
+    case 1: CALL(RMV, 1); break;                                                                   \
+    case 2: CALL(RMV, 2); break;                                                                   \
+    case 3: CALL(RMV, 3); break;                                                                   \
+    case 4: CALL(RMV, 4); break;                                                                   \
+    case 5: CALL(RMV, 5); break;                                                                   \
+    default: CALL(RMV, 6); break;                                                                  \
+    }
+
+static T512 int64_t chunk_tokens(int64_t kpad, int rn, size_t elem) {
+    int64_t c = (int64_t)(CHUNK_BYTES / ((size_t)kpad * elem)) / rn * rn;
+    return c > rn ? c : rn;
+}
+
+/* Stores a tile, skipping clamped duplicate rows. */
+static T512 void store_tile(const float *out, int rm, int rn, int64_t r, int64_t r1, int64_t t,
+                            float *y, int64_t ldy) {
+    for (int i = 0; i < rm && r + i < r1; i++)
+        for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
+}
+
+static T512 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                          int64_t ldy) {
+    const uint8_t *base = w->data;
+    const int64_t chunk = chunk_tokens(a->kpad, RN, sizeof(float));
+    /* With several token tiles per W row group, widen the rows to f32 once
+     * (exact) so the inner loop spends no port on conversions. If the buffer
+     * cannot be had, the converting kernels give the same bits, just slower. */
+    const int widen = w->type != KVT_TYPE_F32 && a->n > RN;
+    float *wbuf = widen ? aligned_alloc(64, sizeof(float) * RM * (size_t)a->kpad) : NULL;
+    float out[RM * RN];
+    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
+        for (int64_t r = r0; r < r1; r += RM) {
+            const uint8_t *wr[RM];
+            for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */
+                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+            if (wbuf) {
+                for (int i = 0; i < RM; i++) {
+                    float *dst = wbuf + i * a->kpad;
+                    int64_t kk = 0;
+                    for (; kk + V <= a->k; kk += V)
+                        _mm512_store_ps(dst + kk, w->type == KVT_TYPE_F16 ? ldw_f16(wr[i], kk) : ldw_bf16(wr[i], kk));
+                    if (kk < a->k) {
+                        __mmask16 m = (__mmask16)((1u << (a->k - kk)) - 1);
+                        _mm512_store_ps(dst + kk, w->type == KVT_TYPE_F16 ? ldw_f16_m(wr[i], kk, m)
+                                                                          : ldw_bf16_m(wr[i], kk, m));
+                    }
+                    wr[i] = (const uint8_t *)dst;
+                }
+            }
+            for (int64_t t = c0; t < c1; t += RN) {
+                const int rn = c1 - t < RN ? (int)(c1 - t) : RN;
+                const float *xr[RN];
+                for (int j = 0; j < rn; j++) xr[j] = a->xf + (t + j) * a->kpad;
+#define CALL_F32(M, N) tile_f32(wr, xr, M, N, a->k, out)
+#define CALL_F16(M, N) tile_f16(wr, xr, M, N, a->k, out)
+#define CALL_BF16(M, N) tile_bf16(wr, xr, M, N, a->k, out)
+                if (wbuf) {
+                    TILE_SWITCH(CALL_F32, RM, rn)
+                } else if (w->type == KVT_TYPE_F16) {
+                    TILE_SWITCH(CALL_F16, RM, rn)
+                } else if (w->type == KVT_TYPE_BF16) {
+                    TILE_SWITCH(CALL_BF16, RM, rn)
+                } else {
+                    TILE_SWITCH(CALL_F32, RM, rn)
+                }
+                store_tile(out, RM, rn, r, r1, t, y, ldy);
+            }
+        }
+    }
+    free(wbuf);
+}
+
+static T512 void mm_q8(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                       int64_t ldy) {
+    const uint8_t *base = w->data;
+    const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
+    const int64_t chunk = chunk_tokens(a->kpad, QRN, 1);
+    float out[QRM * QRN];
+    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
+        for (int64_t r = r0; r < r1; r += QRM) {
+            const uint8_t *wr[QRM];
+            for (int i = 0; i < QRM; i++)
+                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+            for (int64_t t = c0; t < c1; t += QRN) {
+                const int rn = c1 - t < QRN ? (int)(c1 - t) : QRN;
+                const uint8_t *xq[QRN];
+                const float *xd[QRN];
+                for (int j = 0; j < rn; j++) {
+                    xq[j] = a->xq + (t + j) * a->kpad;
+                    xd[j] = a->xd + (t + j) * nbp;
+                }
+#define CALL_Q8(M, N) tile_q8(wr, xq, xd, M, N, a->k, out)
+                TILE_SWITCH(CALL_Q8, QRM, rn)
+                store_tile(out, QRM, rn, r, r1, t, y, ldy);
+            }
+        }
+    }
+}
+
+static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                         int64_t ldy) {
+    if (w->type == KVT_TYPE_Q8_0)
+        mm_q8(w, a, r0, r1, y, ldy);
+    else
+        mm_float(w, a, r0, r1, y, ldy);
+}
+
+/* ---- vector ops ---------------------------------------------------------- */
+
+INLINE512 __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left) - 1); }
+
+static T512 float dot_f32(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + V <= n; i += V) acc = _mm512_fmadd_ps(_mm512_loadu_ps(b + i), _mm512_loadu_ps(a + i), acc);
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, b + i), _mm512_maskz_loadu_ps(m, a + i), acc);
+    }
+    return hsum16(acc);
+}
+
+static T512 float dot_f32_f16(const float *a, const uint16_t *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + V <= n; i += V)
+        acc = _mm512_fmadd_ps(ldw_f16((const uint8_t *)b, i), _mm512_loadu_ps(a + i), acc);
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        acc = _mm512_fmadd_ps(ldw_f16_m((const uint8_t *)b, i, m), _mm512_maskz_loadu_ps(m, a + i), acc);
+    }
+    return hsum16(acc);
+}
+
+static T512 void axpy_f32(float *y, float a, const float *x, int64_t n) {
+    const __m512 av = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + V <= n; i += V)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static T512 void axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
+    const __m512 av = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + V <= n; i += V)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, ldw_f16((const uint8_t *)x, i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_fmadd_ps(av, ldw_f16_m((const uint8_t *)x, i, m), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static T512 void f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + V <= n; i += V)
+        _mm256_storeu_si256((__m256i *)(void *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
+static T512 void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + V <= n; i += V) _mm512_storeu_ps(y + i, ldw_f16((const uint8_t *)x, i));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, ldw_f16_m((const uint8_t *)x, i, m));
+    }
+}
+
+INLINE512 __m512 round_f16(__m512 v) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* bf16 round to nearest even with NaN kept quiet, as kvt_f32_to_bf16. */
+INLINE512 __m512 round_bf16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    __m512i nan = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+    __mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, isnan, nan);
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+static T512 void round_f16_row(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + V <= n; i += V) _mm512_storeu_ps(y + i, round_f16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, round_f16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+static T512 void round_bf16_row(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + V <= n; i += V) _mm512_storeu_ps(y + i, round_bf16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, round_bf16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* kvt_expf, lane for lane (same operations, same order). */
+INLINE512 __m512 exp16(__m512 x) {
+    __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(KVT_EXP_HI));
+    xc = _mm512_max_ps(xc, _mm512_set1_ps(KVT_EXP_LO));
+    const __m512 rnd = _mm512_set1_ps(KVT_EXP_ROUND);
+    __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(KVT_EXP_LOG2E), rnd), rnd);
+    __m512 r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-KVT_EXP_LN2_HI), xc);
+    r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-KVT_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(KVT_EXP_C7);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i n = _mm512_cvttps_epi32(nf);
+    __m512 scale = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(KVT_F32_EXP_BIAS)), KVT_F32_MANT_BITS));
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KVT_EXP_LO), _CMP_LT_OQ);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, scale);
+}
+
+static T512 float exp_sum(float *x, float m, int64_t n) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + V <= n; i += V) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        __mmask16 mk = tail_mask(n - i);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mv));
+        _mm512_mask_storeu_ps(x + i, mk, e);
+        acc = _mm512_mask_add_ps(acc, mk, acc, e);
+    }
+    return hsum16(acc);
+}
+
+static T512 float vmax(const float *x, int64_t n) {
+    float m = x[0];
+    int64_t i = 0;
+    if (n >= V) {
+        __m512 mv = _mm512_loadu_ps(x);
+        for (i = V; i + V <= n; i += V) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+        m = _mm512_reduce_max_ps(mv);
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static T512 void silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + V <= n; i += V) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
+static const kvt_ops_vtable ops_avx512 = {
+    .name = "avx512",
+    .matmul_rows = mm_rows,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .f32_to_f16_row = f32_to_f16_row,
+    .f16_to_f32_row = f16_to_f32_row,
+    .round_f16_row = round_f16_row,
+    .round_bf16_row = round_bf16_row,
+    .exp_sum = exp_sum,
+    .max = vmax,
+    .silu_mul = silu_mul,
+};
+
+const kvt_ops_vtable *kvt_ops_avx512(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return &ops_avx512;
+    return NULL;
+}

@@ -1,0 +1,80 @@
+/* Internal to the kernels: the per-variant function table and the prepared
+ * (rounded, zero-padded) activations that kvt_matmul hands to a variant.
+ * Every variant must produce the canonical numerics described in ops.h. */
+#ifndef KVT_OPS_IMPL_H
+#define KVT_OPS_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* Lanes of the canonical dot product (one AVX-512 vector, two AVX2 ones). */
+#define KVT_LANES 16
+/* Q8_0 block geometry: scale bytes, then KVT_Q8_0_BLOCK int8 values. */
+#define KVT_Q8_0_SCALE_BYTES 2
+#define KVT_Q8_0_BYTES (KVT_Q8_0_SCALE_BYTES + KVT_Q8_0_BLOCK)
+/* Integer sums of this many adjacent int8 products form one Q8_0 lane value. */
+#define KVT_Q8_GROUP 4
+/* Activation int8 values are stored offset by this (as u8) so that AVX-512
+ * VNNI (unsigned x signed bytes) can take them; kernels subtract it back. */
+#define KVT_Q8_ACT_BIAS 128
+
+/* Activations after rounding for the weight type. Rows are zero padded to
+ * `kpad` elements (a multiple of 2 * KVT_Q8_0_BLOCK) so kernels may read whole
+ * vectors past cols; padded Q8_0 values are q = 0 with d = 0. */
+typedef struct {
+    int64_t n, k, kpad;
+    const float *xf;   /* F32/F16/BF16: n x kpad floats (already rounded) */
+    const uint8_t *xq; /* Q8_0: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
+    const float *xd;   /* Q8_0: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+} kvt_acts;
+
+typedef struct {
+    const char *name;
+    /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0}. */
+    void (*matmul_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                        int64_t ldy);
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
+    void (*axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
+    void (*f32_to_f16_row)(const float *x, uint16_t *y, int64_t n);
+    void (*f16_to_f32_row)(const uint16_t *x, float *y, int64_t n);
+    /* y[i] = x[i] rounded to f16 (resp. bf16) and back; y may equal x. */
+    void (*round_f16_row)(const float *x, float *y, int64_t n);
+    void (*round_bf16_row)(const float *x, float *y, int64_t n);
+    /* x[i] = exp(x[i] - m) (kvt_expf), returns their canonical lane sum (plain adds). */
+    float (*exp_sum)(float *x, float m, int64_t n);
+    float (*max)(const float *x, int64_t n);
+    void (*silu_mul)(float *gate, const float *up, int64_t n);
+} kvt_ops_vtable;
+
+/* NULL when the compiler or CPU cannot run the variant. */
+const kvt_ops_vtable *kvt_ops_avx512(void);
+const kvt_ops_vtable *kvt_ops_avx2(void);
+
+/* The canonical exp's constants (ops.c's scalar code and the SIMD kernels). */
+#define KVT_EXP_HI 88.0f          /* inputs clamped here (exp stays finite) */
+#define KVT_EXP_LO -87.33654f     /* ln(FLT_MIN): below it the result is 0 */
+#define KVT_EXP_LOG2E 1.44269504088896341f
+#define KVT_EXP_LN2_HI 0.693145751953125f /* ln 2 split so n*LN2_HI is exact */
+#define KVT_EXP_LN2_LO 1.42860682030941723212e-6f
+#define KVT_EXP_ROUND 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+/* Taylor coefficients 1/k! for k = 7..2, then 1, 1 (Horner, highest first). */
+#define KVT_EXP_C7 (1.0f / 5040.0f)
+#define KVT_EXP_C6 (1.0f / 720.0f)
+#define KVT_EXP_C5 (1.0f / 120.0f)
+#define KVT_EXP_C4 (1.0f / 24.0f)
+#define KVT_EXP_C3 (1.0f / 6.0f)
+#define KVT_EXP_C2 0.5f
+#define KVT_F32_EXP_BIAS 127
+#define KVT_F32_MANT_BITS 23
+
+static inline uint16_t kvt_load_u16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#endif

@@ -1,0 +1,500 @@
+/* Kernel tests: conversions against first-principles references, matmul for
+ * every weight type against a double-precision reference, batch invariance
+ * (bitwise) across batch sizes, positions, thread counts and variants, and the
+ * elementwise ops against naive code. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "testutil.h"
+
+/* Matmul tolerance: |y - ref| <= MM_REL_TOL * sum_k |w_k x_k| + MM_ABS_TOL.
+ * f32 accumulation over 16 lanes of <= 200 terms errs by ~(K/16 + 4) * 2^-24
+ * of that sum (~1e-6); 1e-5 leaves margin yet catches any wrong term. */
+#define MM_REL_TOL 1e-5
+#define MM_ABS_TOL 1e-30
+#define N_VARIANTS 3
+static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512"};
+static const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rndf(void) { return (float)((double)rnd32() / 4294967296.0 * 2.0 - 1.0); } /* [-1, 1) */
+
+static float bits_f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* ---- conversions --------------------------------------------------------- */
+
+/* Value of a half from its fields (inf as 65536 so it orders after 65504). */
+static double half_value(uint16_t h) {
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? 65536.0 : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Nearest half to finite f, ties to even, found by search over the ordered
+ * non-negative halves 0x0000..0x7c00 (0x7c00 = inf standing in at 65536). */
+static uint16_t ref_f32_to_f16(float f) {
+    double a = fabs((double)f);
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    unsigned lo = 0, hi = 0x7c00;
+    if (a >= 65536.0) return sign | 0x7c00;
+    while (hi - lo > 1) { /* invariant: value(lo) <= a < value(hi) */
+        unsigned mid = (lo + hi) / 2;
+        if (half_value((uint16_t)mid) <= a) lo = mid;
+        else hi = mid;
+    }
+    double dl = a - half_value((uint16_t)lo), dh = half_value((uint16_t)hi) - a;
+    unsigned r = dl < dh ? lo : dh < dl ? hi : (lo & 1 ? hi : lo);
+    return (uint16_t)(sign | r);
+}
+
+static uint16_t ref_f32_to_bf16(float f) {
+    uint32_t u = f_bits(f), t = u & 0xffff0000u;
+    double a = (double)f, vl = (double)bits_f(t), vh = (double)bits_f(t + 0x10000u);
+    if ((t & 0x7f800000u) == 0x7f800000u) return (uint16_t)(t >> 16); /* inf */
+    if (((t + 0x10000u) & 0x7fffffffu) >= 0x7f800000u) vh = copysign(ldexp(1.0, 128), a);
+    double dl = fabs(a - vl), dh = fabs(vh - a);
+    uint32_t r = dl < dh ? t : dh < dl ? t + 0x10000u : ((t >> 16) & 1 ? t + 0x10000u : t);
+    return (uint16_t)(r >> 16);
+}
+
+static float special_float(int i) {
+    static const float sp[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f,
+                               1e-8f, 5.96e-8f, 2.98e-8f, 2.9802322e-8f, 6.1035156e-5f, 6.1e-5f,
+                               1e-45f, 3.4e38f, 0x1.0p-24f, 0x1.8p-24f, 0x1.0p-25f, 0x1.000002p-25f,
+                               0x1.ffep-15f, 0x1.002p0f, 0x1.003p0f, 0x1.001p0f, 0x1.0018p0f};
+    return sp[i];
+}
+#define N_SPECIAL 25
+
+static void test_conversions(void) {
+    /* f16 -> f32 for every half; then back (identity except NaN payload quieting) */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = kvt_f16_to_f32((uint16_t)h);
+        int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        if (e == 31 && m) {
+            bad += !isnan(f);
+            bad += (kvt_f32_to_f16(f) & 0x7e00) != 0x7e00; /* stays a quiet NaN */
+            continue;
+        }
+        double want = e == 31 ? ((h & 0x8000) ? -INFINITY : INFINITY) : half_value((uint16_t)h);
+        bad += (double)f != want || (signbit(f) != 0) != ((h & 0x8000) != 0);
+        bad += kvt_f32_to_f16(f) != h;
+    }
+    CHECKF(bad == 0, "%d f16 round-trip mismatches", bad);
+
+    /* f32 -> f16 rounding vs the reference, random floats over the f16 range
+     * plus values near ties, subnormals and overflow */
+    bad = 0;
+    for (int i = 0; i < 200000 + N_SPECIAL; i++) {
+        float f;
+        if (i < N_SPECIAL) f = special_float(i);
+        else if (i % 3 == 0) f = bits_f((rnd32() & 0x80000000u) | (0x33000000u + rnd32() % 0x14800000u));
+        else if (i % 3 == 1) /* exact ties: a half plus half an ulp */
+            f = (float)((half_value((uint16_t)(rnd32() % 0x7bff)) + half_value((uint16_t)(rnd32() % 0x7bff))) * 0.5);
+        else f = bits_f(rnd32());
+        if (isnan(f)) continue;
+        uint16_t got = kvt_f32_to_f16(f), want = ref_f32_to_f16(f);
+        if (got != want && bad++ < 5) fprintf(stderr, "f16(%a) = %04x, want %04x\n", (double)f, got, want);
+    }
+    CHECKF(bad == 0, "%d f32->f16 rounding mismatches", bad);
+    CHECK(kvt_f32_to_f16(INFINITY) == 0x7c00 && kvt_f32_to_f16(-INFINITY) == 0xfc00);
+    CHECK(isnan(kvt_f16_to_f32(kvt_f32_to_f16(NAN))));
+    CHECK(kvt_f32_to_f16(0x1.0p-25f) == 0x0000);          /* tie to even: 0 */
+    CHECK(kvt_f32_to_f16(0x1.8p-24f) == 0x0002);          /* 1.5 units: tie to even 2 */
+    CHECK(kvt_f32_to_f16(65520.0f) == 0x7c00);            /* overflow tie goes to inf */
+
+    /* bf16 */
+    bad = 0;
+    for (int i = 0; i < 200000 + N_SPECIAL; i++) {
+        float f = i < N_SPECIAL ? special_float(i) : bits_f(rnd32());
+        if (i % 5 == 0) f = bits_f((f_bits(f) & 0xffff0000u) | 0x8000u); /* exact tie */
+        uint16_t got = kvt_f32_to_bf16(f);
+        if (isnan(f)) {
+            bad += !isnan(kvt_bf16_to_f32(got));
+            continue;
+        }
+        uint16_t want = ref_f32_to_bf16(f);
+        if (got != want && bad++ < 5) fprintf(stderr, "bf16(%a) = %04x, want %04x\n", (double)f, got, want);
+        bad += f_bits(kvt_bf16_to_f32(got)) != (uint32_t)got << 16;
+    }
+    CHECKF(bad == 0, "%d bf16 mismatches", bad);
+    CHECK(kvt_f32_to_bf16(bits_f(0x3f808000u)) == 0x3f80); /* tie, even stays */
+    CHECK(kvt_f32_to_bf16(bits_f(0x3f818000u)) == 0x3f82); /* tie, odd rounds up */
+    CHECK(kvt_f32_to_bf16(bits_f(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
+    CHECK(isnan(kvt_bf16_to_f32(kvt_f32_to_bf16(bits_f(0x7f800001u))))); /* sNaN stays NaN */
+
+    /* row conversions: every variant equals the scalar functions bit for bit */
+    enum { NR = 1000 };
+    static float xs[NR], back[NR];
+    static uint16_t hs[NR], hall[65536];
+    static float fall[65536];
+    for (int i = 0; i < NR; i++) xs[i] = i < N_SPECIAL ? special_float(i) : bits_f(rnd32());
+    xs[NR - 1] = NAN;
+    for (uint32_t h = 0; h < 65536; h++) hall[h] = (uint16_t)h;
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (kvt_ops_force_variant(variants[v]) != 0) continue;
+        for (int n = NR - 37; n <= NR; n += 37) { /* odd lengths exercise tails */
+            memset(hs, 0, sizeof hs);
+            kvt_f32_to_f16_row(xs, hs, n);
+            int rb = 0;
+            for (int i = 0; i < n; i++) rb += hs[i] != kvt_f32_to_f16(xs[i]);
+            for (int i = n; i < NR; i++) rb += hs[i] != 0; /* no write past n */
+            CHECKF(rb == 0, "%s: f32_to_f16_row n=%d: %d mismatches", variants[v], n, rb);
+        }
+        kvt_f16_to_f32_row(hall, fall, 65535);
+        int rb = 0;
+        for (uint32_t h = 0; h < 65535; h++) {
+            float s = kvt_f16_to_f32((uint16_t)h);
+            rb += memcmp(&s, &fall[h], 4) != 0;
+        }
+        CHECKF(rb == 0, "%s: f16_to_f32_row: %d mismatches", variants[v], rb);
+        (void)back;
+    }
+    kvt_ops_force_variant("scalar");
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+typedef struct {
+    kvt_wmat w;
+    uint8_t *buf;
+    double *deq; /* rows x cols dequantized values */
+} test_mat;
+
+static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
+    size_t rb = kvt_wmat_row_bytes(type, cols);
+    m->buf = malloc(rb * (size_t)rows + 1);
+    m->deq = malloc(sizeof(double) * (size_t)(rows * cols));
+    /* start 1 byte in: kernels must not need aligned rows */
+    uint8_t *base = m->buf + 1;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = base + (size_t)r * rb;
+        for (int64_t k = 0; k < cols; k++) {
+            float v = rndf();
+            double dv;
+            if (type == KVT_TYPE_F32) {
+                memcpy(row + 4 * k, &v, 4);
+                dv = v;
+            } else if (type == KVT_TYPE_F16) {
+                uint16_t h = kvt_f32_to_f16(v);
+                memcpy(row + 2 * k, &h, 2);
+                dv = half_value(h);
+            } else if (type == KVT_TYPE_BF16) {
+                uint16_t h = kvt_f32_to_bf16(v);
+                memcpy(row + 2 * k, &h, 2);
+                dv = (double)kvt_bf16_to_f32(h);
+            } else {
+                uint8_t *blk = row + (k / 32) * 34;
+                if (k % 32 == 0) {
+                    uint16_t d = kvt_f32_to_f16(0.01f + 0.02f * (float)(rnd32() % 100) / 100.0f);
+                    memcpy(blk, &d, 2);
+                }
+                /* the full int8 range, -128 included */
+                int8_t q = (int8_t)(rnd32() & 0xff);
+                blk[2 + k % 32] = (uint8_t)q;
+                uint16_t d;
+                memcpy(&d, blk, 2);
+                dv = half_value(d) * q;
+            }
+            m->deq[r * cols + k] = dv;
+        }
+    }
+    m->w = (kvt_wmat){.type = type, .rows = rows, .cols = cols, .data = base, .row_bytes = rb};
+}
+
+static void free_mat(test_mat *m) {
+    free(m->buf);
+    free(m->deq);
+}
+
+/* The activation rounding ops.h specifies, written independently. */
+static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out) {
+    for (int64_t b = 0; b < k; b += 32) {
+        double amax = 0;
+        for (int64_t i = b; i < b + 32 && i < k; i++) amax = fmax(amax, fabs((double)x[i]));
+        float d = (float)amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        double dr = half_value(kvt_f32_to_f16(d));
+        for (int64_t i = b; i < b + 32 && i < k; i++) {
+            switch (type) {
+            case KVT_TYPE_F16: out[i] = half_value(kvt_f32_to_f16(x[i])); break;
+            case KVT_TYPE_BF16: out[i] = (double)kvt_bf16_to_f32(ref_f32_to_bf16(x[i])); break;
+            case KVT_TYPE_Q8_0: out[i] = dr * roundf(x[i] * id); break;
+            default: out[i] = x[i]; break;
+            }
+        }
+    }
+}
+
+static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int64_t n, const float *y,
+                            int64_t ldy) {
+    int64_t k = m->w.cols;
+    double *xa = malloc(sizeof(double) * (size_t)k);
+    int bad = 0;
+    for (int64_t t = 0; t < n; t++) {
+        ref_round_acts(m->w.type, x + t * ldx, k, xa);
+        for (int64_t r = 0; r < m->w.rows; r++) {
+            double s = 0, sa = 0;
+            for (int64_t i = 0; i < k; i++) {
+                s += m->deq[r * k + i] * xa[i];
+                sa += fabs(m->deq[r * k + i] * xa[i]);
+            }
+            double err = fabs((double)y[t * ldy + r] - s);
+            if (!(err <= MM_REL_TOL * sa + MM_ABS_TOL) && bad++ < 3)
+                fprintf(stderr, "type %u t=%lld r=%lld: %.9g vs ref %.9g (scale %.3g)\n", m->w.type,
+                        (long long)t, (long long)r, (double)y[t * ldy + r], s, sa);
+        }
+    }
+    free(xa);
+    return bad;
+}
+
+static void test_matmul_reference(kvt_pool *pool2) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t type = types[ti];
+        const int64_t rows = 37, cols = type == KVT_TYPE_Q8_0 ? 160 : 83; /* odd shapes */
+        const int64_t ldx = cols + 5, ldy = rows + 3, nmax = 70;
+        test_mat m;
+        make_mat(&m, type, rows, cols);
+        float *x = malloc(sizeof(float) * (size_t)(nmax * ldx));
+        float *y = malloc(sizeof(float) * (size_t)(nmax * ldy));
+        for (int64_t i = 0; i < nmax * ldx; i++) x[i] = rndf() * 3.0f;
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (kvt_ops_force_variant(variants[v]) != 0) continue;
+            int bad = 0;
+            for (int64_t n = 1; n <= nmax; n += (v == 0 ? 7 : 1)) {
+                for (int64_t i = 0; i < nmax * ldy; i++) y[i] = NAN;
+                kvt_matmul(pool2, &m.w, x, ldx, n, y, ldy);
+                bad += check_matmul_ref(&m, x, ldx, n, y, ldy);
+                /* the stride gaps and the rows past n stay untouched */
+                for (int64_t t = 0; t < nmax; t++)
+                    for (int64_t r = t < n ? rows : 0; r < ldy; r++) bad += !isnan(y[t * ldy + r]);
+            }
+            CHECKF(bad == 0, "%s: type %u: %d elements off the reference", variants[v], type, bad);
+        }
+        free(x);
+        free(y);
+        free_mat(&m);
+    }
+    kvt_ops_force_variant("scalar");
+}
+
+/* The Y of token t alone (n = 1) equals its row in any batch, with any thread
+ * count; and every variant gives the same bits. */
+static void test_batch_invariance(kvt_pool **pools) {
+    static const int64_t batches[] = {7, 64, 200};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t type = types[ti];
+        const int64_t rows = 45, cols = type == KVT_TYPE_Q8_0 ? 96 : 71;
+        const int64_t ntok = 210, ldx = cols + 3, ldy = rows + 1;
+        test_mat m;
+        make_mat(&m, type, rows, cols);
+        float *x = malloc(sizeof(float) * (size_t)(ntok * ldx));
+        float *single = malloc(sizeof(float) * (size_t)(ntok * rows));
+        float *first = malloc(sizeof(float) * (size_t)(ntok * rows));
+        float *y = malloc(sizeof(float) * (size_t)(ntok * ldy));
+        for (int64_t i = 0; i < ntok * ldx; i++) x[i] = rndf() * (i % 11 == 0 ? 40.0f : 1.0f);
+        int have_first = 0;
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (kvt_ops_force_variant(variants[v]) != 0) {
+                printf("variant %s not available here\n", variants[v]);
+                continue;
+            }
+            for (int64_t t = 0; t < ntok; t++) kvt_matmul(NULL, &m.w, x + t * ldx, ldx, 1, single + t * rows, rows);
+            if (!have_first) {
+                memcpy(first, single, sizeof(float) * (size_t)(ntok * rows));
+                have_first = 1;
+            } else {
+                CHECKF(!memcmp(first, single, sizeof(float) * (size_t)(ntok * rows)),
+                       "type %u: variant %s differs from %s", type, variants[v], variants[0]);
+            }
+            int bad = 0;
+            for (int pi = 0; pi < 3; pi++)
+                for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                    int64_t n = batches[bi], start = (int64_t)(bi * 3) % (ntok - n + 1);
+                    kvt_matmul(pools[pi], &m.w, x + start * ldx, ldx, n, y, ldy);
+                    for (int64_t t = 0; t < n; t++)
+                        bad += memcmp(y + t * ldy, single + (start + t) * rows, sizeof(float) * (size_t)rows) != 0;
+                }
+            CHECKF(bad == 0, "%s type %u: %d token rows differ from their n=1 result", variants[v], type, bad);
+        }
+        free(x);
+        free(single);
+        free(first);
+        free(y);
+        free_mat(&m);
+    }
+    kvt_ops_force_variant("scalar");
+}
+
+static void test_wmat_row(void) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        test_mat m;
+        make_mat(&m, types[ti], 5, 64);
+        float out[64];
+        int bad = 0;
+        for (int64_t r = 0; r < 5; r++) {
+            kvt_wmat_row_f32(&m.w, r, out);
+            for (int k = 0; k < 64; k++) bad += (double)out[k] != (float)m.deq[r * 64 + k];
+        }
+        CHECKF(bad == 0, "wmat_row_f32 type %u: %d wrong", types[ti], bad);
+        free_mat(&m);
+    }
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+static void test_elementwise(void) {
+    enum { N = 1000 };
+    static float a[N], b[N], y0[N], y1[N], out[N], wt[N];
+    static uint16_t bh[N];
+    float ref_dot[N_VARIANTS] = {0}, ref_soft[N_VARIANTS][8] = {{0}};
+    for (int i = 0; i < N; i++) {
+        a[i] = rndf() * 4;
+        b[i] = rndf() * 4;
+        wt[i] = 1.0f + rndf() * 0.5f;
+        bh[i] = kvt_f32_to_f16(b[i]);
+    }
+    /* exp: accurate, 0 below the range, finite above */
+    double maxrel = 0;
+    for (int i = 0; i <= 20000; i++) {
+        float xv = -87.0f + 175.0f * (float)i / 20000.0f;
+        double rel = fabs(kvt_expf(xv) / exp((double)xv) - 1.0);
+        if (rel > maxrel) maxrel = rel;
+    }
+    CHECKF(maxrel < 1e-6, "kvt_expf max rel err %g", maxrel);
+    CHECK(kvt_expf(-INFINITY) == 0.0f && kvt_expf(-100.0f) == 0.0f && kvt_expf(0.0f) == 1.0f);
+    CHECK(isfinite(kvt_expf(1000.0f)));
+
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (kvt_ops_force_variant(variants[v]) != 0) continue;
+        const int n = N - 3; /* odd, and the same for every variant (bits compared) */
+        double sd = 0, sdh = 0, sa = 0;
+        for (int i = 0; i < n; i++) {
+            sd += (double)a[i] * b[i];
+            sdh += (double)a[i] * half_value(bh[i]);
+            sa += fabs((double)a[i] * b[i]);
+        }
+        float d = kvt_dot_f32(a, b, n), dh = kvt_dot_f32_f16(a, bh, n);
+        CHECKF(fabs(d - sd) <= 1e-5 * sa, "%s dot %g vs %g", variants[v], d, sd);
+        CHECKF(fabs(dh - sdh) <= 1e-5 * sa, "%s dot_f16 %g vs %g", variants[v], dh, sdh);
+        ref_dot[v] = d + dh;
+        if (v > 0 && ref_dot[0] != 0) CHECKF(ref_dot[v] == ref_dot[0], "%s dot bits differ from scalar", variants[v]);
+
+        /* axpy: one fused rounding per element, exactly */
+        memcpy(y0, b, sizeof b);
+        memcpy(y1, b, sizeof b);
+        kvt_axpy_f32(y0, 0.37f, a, n);
+        kvt_axpy_f16(y1, -1.25f, bh, n);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float e0 = i < n ? fmaf(0.37f, a[i], b[i]) : b[i];
+            float e1 = i < n ? fmaf(-1.25f, kvt_f16_to_f32(bh[i]), b[i]) : b[i];
+            bad += y0[i] != e0 || y1[i] != e1;
+        }
+        CHECKF(bad == 0, "%s axpy: %d wrong", variants[v], bad);
+
+        /* rmsnorm, in place too */
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)a[i] * a[i];
+        double sc = 1.0 / sqrt(ss / n + 1e-5);
+        kvt_rmsnorm(out, a, wt, n, 1e-5f);
+        memcpy(y0, a, sizeof a);
+        kvt_rmsnorm(y0, y0, wt, n, 1e-5f);
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            bad += fabs(out[i] - a[i] * sc * wt[i]) > 1e-5 * fabs(a[i] * sc * wt[i]) + 1e-7;
+            bad += out[i] != y0[i];
+        }
+        CHECKF(bad == 0, "%s rmsnorm: %d wrong", variants[v], bad);
+
+        /* silu_mul */
+        memcpy(y0, a, sizeof a);
+        y0[0] = -200.0f;
+        y0[1] = 200.0f;
+        kvt_silu_mul(y0, b, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            double g = i == 0 ? -200.0 : i == 1 ? 200.0 : a[i];
+            double e = g / (1.0 + exp(-g)) * b[i];
+            bad += !(fabs(y0[i] - e) <= 1e-6 * fabs(e) + 1e-30);
+        }
+        CHECKF(bad == 0, "%s silu_mul: %d wrong", variants[v], bad);
+
+        /* softmax over lengths that end mid-vector; -inf scores get exactly 0 */
+        for (int len = 1; len <= 40; len += 13) {
+            for (int i = 0; i < len; i++) y0[i] = a[i] * 10;
+            if (len > 3) y0[2] = -INFINITY;
+            double mx = -INFINITY, sum = 0;
+            for (int i = 0; i < len; i++) mx = fmax(mx, y0[i]);
+            for (int i = 0; i < len; i++) sum += exp(y0[i] - mx);
+            memcpy(y1, y0, sizeof(float) * (size_t)len);
+            kvt_softmax(y1, len);
+            bad = 0;
+            double tot = 0;
+            for (int i = 0; i < len; i++) {
+                double e = exp(y0[i] - mx) / sum;
+                bad += !(fabs(y1[i] - e) <= 1e-6 * e + 1e-9);
+                tot += y1[i];
+            }
+            if (len > 3) bad += y1[2] != 0.0f;
+            CHECKF(bad == 0 && fabs(tot - 1) < 1e-5, "%s softmax len %d: %d wrong", variants[v], len, bad);
+            ref_soft[v][len % 8] = y1[len - 1];
+            if (v > 0 && ref_soft[0][len % 8] != 0)
+                CHECKF(ref_soft[v][len % 8] == ref_soft[0][len % 8], "%s softmax bits differ", variants[v]);
+        }
+        /* long softmax bits equal the scalar variant's */
+        static float s0[N], s1[N];
+        for (int i = 0; i < N; i++) s0[i] = a[i] * 7;
+        memcpy(s1, s0, sizeof s0);
+        kvt_softmax(s1, N - 5);
+        kvt_ops_force_variant("scalar");
+        kvt_softmax(s0, N - 5);
+        kvt_silu_mul(memcpy(y0, a, sizeof a), b, n);
+        kvt_ops_force_variant(variants[v]);
+        kvt_silu_mul(memcpy(y1, a, sizeof a), b, n);
+        CHECKF(!memcmp(s0, s1, sizeof s0), "%s softmax differs from scalar", variants[v]);
+        CHECKF(!memcmp(y0, y1, sizeof y0), "%s silu differs from scalar", variants[v]);
+
+        memcpy(y0, b, sizeof b);
+        kvt_add(y0, a, n);
+        bad = 0;
+        for (int i = 0; i < N; i++) bad += y0[i] != (i < n ? b[i] + a[i] : b[i]);
+        CHECKF(bad == 0, "%s add: %d wrong", variants[v], bad);
+    }
+    kvt_ops_force_variant("scalar");
+}
+
+int main(void) {
+    printf("numerics %s, default variant %s\n", kvt_ops_numerics_id(), kvt_ops_variant());
+    CHECK(kvt_ops_force_variant("no-such-variant") == -1);
+    CHECK(kvt_ops_force_variant("scalar") == 0 && !strcmp(kvt_ops_variant(), "scalar"));
+    kvt_pool *pools[3] = {kvt_pool_new(1), kvt_pool_new(2), kvt_pool_new(3)};
+    CHECK(pools[0] && pools[1] && pools[2]);
+    CHECK(kvt_pool_threads(pools[2]) == 3);
+    test_conversions();
+    test_wmat_row();
+    test_elementwise();
+    test_matmul_reference(pools[1]);
+    test_batch_invariance(pools);
+    for (int i = 0; i < 3; i++) kvt_pool_free(pools[i]);
+    return kvt_test_done("test_ops");
+}
