@@ -15,8 +15,8 @@
 
 /* Bumped whenever the engine's arithmetic changes in a way that changes K/V
  * bytes; part of every key root together with the kernels' numerics id. */
-#define ENGINE_NUMERICS_VERSION "engine-v1"
-#define KV_LAYOUT "page[layer][K|V][kv_head][token][head_dim]"
+#define ENGINE_NUMERICS_VERSION "engine-v3"
+#define KV_LAYOUT "page[layer][K:[kv_head][head_dim][token] | V:[kv_head][token][head_dim]]"
 #define NUMERICS_MAX 128
 
 typedef struct {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "common.h"
 #include "model.h"
 #include "ops.h"
@@ -155,7 +156,10 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->tpage = alloc_i32(nb);
     e->tslot = alloc_i32(nb);
     e->wanted = alloc_i32(nb);
-    e->scratch_stride = (size_t)p.n_ctx + (size_t)hp->head_dim;
+    {   /* per thread: scores (G, n_ctx), rounded q (G, head_dim), f16 staging (n_ctx) */
+        size_t G = (size_t)(hp->n_head / hp->n_head_kv);
+        e->scratch_stride = G * (size_t)p.n_ctx + G * (size_t)hp->head_dim + ((size_t)p.n_ctx + 1) / 2 + 16;
+    }
     e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
     *out = e;
     return 0;
@@ -369,51 +373,55 @@ typedef struct {
     int32_t layer, n;
 } attn_job;
 
-/* One (token, head) of attention. The order of every reduction depends only on
- * the token's position, never on the batch: that is the batch invariance. */
-static void attn_one(kvt_engine *e, int32_t layer, int32_t i, int32_t h, float *scores, float *qh) {
+/* Attention of one token for the G query heads sharing KV head gk. Scores
+ * and outputs go through attn.h, whose per-element operation order depends
+ * only on the token's own inputs: that is the batch invariance. */
+static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, float *scratch) {
     const kvt_hparams *hp = &e->model->hp;
-    const int32_t hd = hp->head_dim, B = e->p.block_size;
-    const int32_t g = h / (hp->n_head / hp->n_head_kv); /* GQA: kv head shared by n_head/n_head_kv heads */
-    const int32_t pos = e->pos[i];
+    const int32_t hd = hp->head_dim, B = e->p.block_size, G = hp->n_head / hp->n_head_kv;
+    const int32_t pos = e->pos[i], n_keys = pos + 1;
+    const int64_t ld = e->p.n_ctx;
     const seq_state *st = &e->seqs[e->tseq[i]];
-    const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)h * (size_t)hd;
+    const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
+    float *out = e->att + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
+    float *scores = scratch;                         /* (G, ld) */
+    float *qh = scores + (size_t)G * (size_t)ld;     /* (G, hd) */
+    uint16_t *tmp = (uint16_t *)(qh + (size_t)G * (size_t)hd); /* (ld) */
     const float scale = 1.0f / sqrtf((float)hd);
-    float *out = e->att + (size_t)i * (size_t)e->q_dim + (size_t)h * (size_t)hd;
     const int f16 = e->p.kv_dtype == KVT_KV_F16;
 
-    if (f16 && ATTN_ROUND_TO_KV_DTYPE) {
-        for (int32_t d = 0; d < hd; d++) qh[d] = kvt_f16_to_f32(kvt_f32_to_f16(q[d]));
+    if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* as llama.cpp: q meets an f16 cache in f16 */
+        kvt_f32_to_f16_row(q, tmp, (int64_t)G * hd);
+        kvt_f16_to_f32_row(tmp, qh, (int64_t)G * hd);
         q = qh;
     }
-    for (int32_t j = 0; j <= pos; j++) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[j / B]);
-        const void *kr = pg + kv_offset(e, layer, 0, g, j % B);
-        float s = f16 ? kvt_dot_f32_f16(q, kr, hd) : kvt_dot_f32(q, kr, hd);
-        scores[j] = s * scale;
+    for (int32_t t0 = 0; t0 < n_keys; t0 += B) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]);
+        kvt_attn_qk(q, G, hd, pg + kv_offset(e, layer, 0, gk, 0), B, f16, KVT_MIN(B, n_keys - t0), scale, scores + t0,
+                    ld);
     }
-    kvt_softmax(scores, (int64_t)pos + 1);
-    memset(out, 0, (size_t)hd * sizeof(float));
-    for (int32_t j = 0; j <= pos; j++) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[j / B]);
-        const void *vr = pg + kv_offset(e, layer, 1, g, j % B);
-        if (f16) {
-            float w = ATTN_ROUND_TO_KV_DTYPE ? kvt_f16_to_f32(kvt_f32_to_f16(scores[j])) : scores[j];
-            kvt_axpy_f16(out, w, vr, hd);
-        } else {
-            kvt_axpy_f32(out, scores[j], vr, hd);
+    for (int32_t g = 0; g < G; g++) {
+        float *sg = scores + (size_t)g * (size_t)ld;
+        kvt_softmax(sg, n_keys);
+        if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* and so do the softmax weights */
+            kvt_f32_to_f16_row(sg, tmp, n_keys);
+            kvt_f16_to_f32_row(tmp, sg, n_keys);
         }
+    }
+    memset(out, 0, (size_t)G * (size_t)hd * sizeof(float));
+    for (int32_t t0 = 0; t0 < n_keys; t0 += B) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]);
+        kvt_attn_av(scores + t0, ld, G, pg + kv_offset(e, layer, 1, gk, 0), f16, KVT_MIN(B, n_keys - t0), hd, out);
     }
 }
 
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *job = ctx;
     kvt_engine *e = job->e;
-    const int32_t n_head = e->model->hp.n_head;
-    float *scores = e->scratch + (size_t)ith * e->scratch_stride;
-    float *qh = scores + e->p.n_ctx;
-    int64_t items = (int64_t)job->n * n_head;
-    for (int64_t w = ith; w < items; w += nth) attn_one(e, job->layer, (int32_t)(w / n_head), (int32_t)(w % n_head), scores, qh);
+    const int32_t n_kv = e->model->hp.n_head_kv;
+    float *scratch = e->scratch + (size_t)ith * e->scratch_stride;
+    int64_t items = (int64_t)job->n * n_kv;
+    for (int64_t w = ith; w < items; w += nth) attn_group(e, job->layer, (int32_t)(w / n_kv), (int32_t)(w % n_kv), scratch);
 }
 
 /* Writes one token's k and v rows (already roped) into its page slot, rounded to the KV dtype. */
@@ -423,13 +431,14 @@ static void store_kv(kvt_engine *e, int32_t layer, int32_t i) {
     for (int32_t g = 0; g < hp->n_head_kv; g++) {
         const float *kr = e->k + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
         const float *vr = e->v + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
-        void *kd = pg + kv_offset(e, layer, 0, g, e->tslot[i]);
+        uint8_t *kd = pg + kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B] */
         void *vd = pg + kv_offset(e, layer, 1, g, e->tslot[i]);
+        const int32_t B = e->p.block_size, slot = e->tslot[i];
         if (e->p.kv_dtype == KVT_KV_F16) {
-            kvt_f32_to_f16_row(kr, kd, hp->head_dim);
+            for (int32_t d = 0; d < hp->head_dim; d++) ((uint16_t *)(void *)kd)[(size_t)d * B + slot] = kvt_f32_to_f16(kr[d]);
             kvt_f32_to_f16_row(vr, vd, hp->head_dim);
         } else {
-            memcpy(kd, kr, (size_t)hp->head_dim * sizeof(float));
+            for (int32_t d = 0; d < hp->head_dim; d++) ((float *)(void *)kd)[(size_t)d * B + slot] = kr[d];
             memcpy(vd, vr, (size_t)hp->head_dim * sizeof(float));
         }
     }

@@ -3,7 +3,9 @@
  *
  * Pages. A page holds the K and V of every layer for B consecutive tokens of
  * one sequence (B = block_size) in ONE contiguous allocation, laid out as
- *     [layer][K|V][kv_head][token-in-page][head_dim]
+ *     [layer][K|V][kv_head] blocks; a K block is [head_dim][token-in-page]
+ *     (transposed, so attention loads 16 keys per vector), a V block is
+ *     [token-in-page][head_dim]
  * so a page can be copied to RAM, disk or the network as one block and copied
  * back byte for byte. Pages are refcounted. A page whose refcount is above 1 is
  * shared and is never written: a sequence that would append into a shared,

@@ -1,0 +1,141 @@
+/* Attention kernels (see attn.h): an AVX-512 path and a scalar path that
+ * performs the same operations in the same order, chosen like the other
+ * kernels (kvt_ops_variant). */
+#include "attn.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+#define LANES 16
+#define GROUP_MAX 8 /* query heads processed together per K row */
+#define AV_HEADS 4  /* value pass: heads x chunks of accumulators kept in registers */
+#define AV_CHUNKS 4
+
+static float k_at(const void *k, int f16, int64_t i) {
+    if (f16) return kvt_f16_to_f32(((const uint16_t *)k)[i]);
+    return ((const float *)k)[i];
+}
+
+static void qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                      float scale, float *scores, int64_t ld) {
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t t = 0; t < T; t++) {
+            float acc = 0.0f;
+            for (int32_t d = 0; d < hd; d++) acc = fmaf(q[(int64_t)g * hd + d], k_at(kt, f16, (int64_t)d * stride + t), acc);
+            scores[(int64_t)g * ld + t] = acc * scale;
+        }
+}
+
+static void av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                      float *out) {
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t g = 0; g < G; g++) {
+            float wt = w[(int64_t)g * ld + t];
+            for (int32_t d = 0; d < hd; d++)
+                out[(int64_t)g * hd + d] = fmaf(wt, k_at(v, f16, (int64_t)t * hd + d), out[(int64_t)g * hd + d]);
+        }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
+
+AVX512 static inline __m512 load_row(const void *p, int f16, int64_t off, __mmask16 m) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + off));
+    return _mm512_maskz_loadu_ps(m, (const float *)p + off);
+}
+
+/* Key vectors (of 16 keys) per call of the inner kernel: GROUP_MAX heads x
+ * QK_KVEC accumulators stay in registers. */
+#define QK_KVEC 2
+
+AVX512 static void qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16,
+                             int32_t T, float scale, float *scores, int64_t ld) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int32_t t0 = 0; t0 < T; t0 += LANES * QK_KVEC) {
+        int32_t nvec = (T - t0 + LANES - 1) / LANES;
+        if (nvec > QK_KVEC) nvec = QK_KVEC;
+        __mmask16 m[QK_KVEC];
+        for (int32_t vi = 0; vi < nvec; vi++) {
+            int32_t left = T - t0 - vi * LANES;
+            m[vi] = left >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        }
+        for (int32_t g0 = 0; g0 < G; g0 += GROUP_MAX) {
+            int32_t gn = G - g0 < GROUP_MAX ? G - g0 : GROUP_MAX;
+            __m512 acc[GROUP_MAX][QK_KVEC];
+            for (int32_t g = 0; g < gn; g++)
+                for (int32_t vi = 0; vi < nvec; vi++) acc[g][vi] = _mm512_setzero_ps();
+            for (int32_t d = 0; d < hd; d++) {
+                __m512 kx[QK_KVEC];
+                for (int32_t vi = 0; vi < nvec; vi++) kx[vi] = load_row(kt, f16, (int64_t)d * stride + t0 + vi * LANES, m[vi]);
+                for (int32_t g = 0; g < gn; g++) {
+                    __m512 qd = _mm512_set1_ps(q[(int64_t)(g0 + g) * hd + d]);
+                    for (int32_t vi = 0; vi < nvec; vi++) acc[g][vi] = _mm512_fmadd_ps(qd, kx[vi], acc[g][vi]);
+                }
+            }
+            for (int32_t g = 0; g < gn; g++)
+                for (int32_t vi = 0; vi < nvec; vi++)
+                    _mm512_mask_storeu_ps(scores + (int64_t)(g0 + g) * ld + t0 + vi * LANES, m[vi],
+                                          _mm512_mul_ps(acc[g][vi], vscale));
+        }
+    }
+}
+
+AVX512 static void av_avx512(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                             float *out) {
+    int32_t chunks = (hd + LANES - 1) / LANES;
+    for (int32_t g0 = 0; g0 < G; g0 += AV_HEADS) {
+        int32_t gn = G - g0 < AV_HEADS ? G - g0 : AV_HEADS;
+        for (int32_t c0 = 0; c0 < chunks; c0 += AV_CHUNKS) {
+            int32_t cn = chunks - c0 < AV_CHUNKS ? chunks - c0 : AV_CHUNKS;
+            __m512 acc[AV_HEADS][AV_CHUNKS];
+            __mmask16 mask[AV_CHUNKS];
+            for (int32_t c = 0; c < cn; c++) {
+                int32_t left = hd - (c0 + c) * LANES;
+                mask[c] = left >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+                for (int32_t g = 0; g < gn; g++)
+                    acc[g][c] = _mm512_maskz_loadu_ps(mask[c], out + (int64_t)(g0 + g) * hd + (c0 + c) * LANES);
+            }
+            for (int32_t t = 0; t < T; t++) {
+                __m512 vx[AV_CHUNKS];
+                for (int32_t c = 0; c < cn; c++) vx[c] = load_row(v, f16, (int64_t)t * hd + (c0 + c) * LANES, mask[c]);
+                for (int32_t g = 0; g < gn; g++) {
+                    __m512 wt = _mm512_set1_ps(w[(int64_t)(g0 + g) * ld + t]);
+                    for (int32_t c = 0; c < cn; c++) acc[g][c] = _mm512_fmadd_ps(wt, vx[c], acc[g][c]);
+                }
+            }
+            for (int32_t c = 0; c < cn; c++)
+                for (int32_t g = 0; g < gn; g++)
+                    _mm512_mask_storeu_ps(out + (int64_t)(g0 + g) * hd + (c0 + c) * LANES, mask[c], acc[g][c]);
+        }
+    }
+}
+
+static int use_avx512(void) { return !strcmp(kvt_ops_variant(), "avx512"); }
+#else
+static int use_avx512(void) { return 0; }
+#endif
+
+void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                 float scale, float *scores, int64_t ld) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (use_avx512()) {
+        qk_avx512(q, G, hd, kt, stride, f16, T, scale, scores, ld);
+        return;
+    }
+#endif
+    qk_scalar(q, G, hd, kt, stride, f16, T, scale, scores, ld);
+}
+
+void kvt_attn_av(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd, float *out) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (use_avx512()) {
+        av_avx512(w, ld, G, v, f16, T, hd, out);
+        return;
+    }
+#endif
+    av_scalar(w, ld, G, v, f16, T, hd, out);
+}
