@@ -311,6 +311,7 @@ static void run_usage(FILE *f) {
             "  --write-through     write each new block to disk as soon as it is computed\n"
             "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
             "                      measured), always, never (default auto)\n"
+            "  --ignore-eos        keep generating past end-of-generation tokens (benchmarks)\n"
             "  --salt TEXT         cache salt: prompts under different salts never share KV\n"
             "  --no-cache          do not reuse or keep KV between prompts\n"
             "  --kv-f32            keep K/V in f32 instead of f16\n"
@@ -412,7 +413,7 @@ static long read_prompts(const char *path, char ***out) {
 int kvt_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *salt = NULL;
     long n_gen = RUN_DEFAULT_N, n_ctx = 0, block = KVT_DEFAULT_BLOCK_SIZE;
-    int threads = default_threads(), seed_given = 0, use_cache = 1;
+    int threads = default_threads(), seed_given = 0, use_cache = 1, ignore_eos = 0;
     uint64_t kv_active = 0, kv_ram = 0;
     kvt_cache_params cp = kvt_cache_default_params();
     kvt_kv_dtype dt = KVT_KV_F16;
@@ -477,6 +478,8 @@ int kvt_cmd_run(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--salt")) {
             if (!(salt = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = 1;
         } else if (!strcmp(a, "--no-cache")) {
             use_cache = 0;
         } else if (!strcmp(a, "--kv-f32")) {
@@ -565,7 +568,8 @@ int kvt_cmd_run(int argc, char **argv) {
             continue;
         }
         stream_state ss = {.tok = m->tok};
-        kvt_gen_params gp = {.max_tokens = (int32_t)n_gen, .sampler = smp, .tok = m->tok, .on_token = stream_token,
+        kvt_gen_params gp = {.max_tokens = (int32_t)n_gen, .sampler = smp, .tok = ignore_eos ? NULL : m->tok,
+                             .on_token = stream_token,
                              .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
         kvt_gen_result r;
         rc = kvt_generate(e, cache, toks, (int32_t)n_tok, &gp, NULL, &r);

@@ -22,7 +22,7 @@ typedef enum {
 typedef struct {
     int32_t max_tokens;             /* tokens to generate at most */
     kvt_sampler *sampler;           /* borrowed */
-    const kvt_tokenizer *tok;       /* for end-of-generation tokens; may be NULL */
+    const kvt_tokenizer *tok;       /* for end-of-generation tokens; may be NULL (never stop early) */
     /* Called with each generated token before it is fed back; nonzero stops. */
     int (*on_token)(void *ctx, int32_t token);
     void *ctx;

@@ -1,0 +1,215 @@
+/* The disk tier behind the cache policy: blocks demoted RAM -> disk and
+ * persisted across a restart (a new cache on the same directory) are restored
+ * with greedy output and logits bit-identical to a cold run; the admission
+ * filter keeps once-seen blocks off the disk; restore-or-recompute reports its
+ * decision; a corrupted record is a miss, never wrong KV; a second opener of
+ * the directory gets a clear error. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "generate.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "testutil.h"
+
+#define B 8
+#define N_GEN 10
+
+static kvt_model *model;
+static int32_t n_vocab;
+
+typedef struct {
+    int32_t *tokens;
+    int32_t n;
+    float *logits;
+    kvt_gen_result res;
+} run_out;
+
+static kvt_engine *new_engine(void) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = B;
+    ep.n_pages = 40;
+    ep.n_threads = 2;
+    ep.n_ctx = 512;
+    kvt_engine *e = NULL;
+    CHECK(kvt_engine_new(model, ep, &e) == 0);
+    return e;
+}
+
+static run_out run(kvt_engine *e, kvt_cache *c, const int32_t *p, int32_t n) {
+    run_out o = {0};
+    kvt_sampler_params sp = kvt_sampler_default_params();
+    sp.temp = 0;
+    kvt_sampler *s = kvt_sampler_new(sp, n_vocab);
+    o.logits = malloc((size_t)n_vocab * sizeof(float));
+    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits};
+    int rc = kvt_generate(e, c, p, n, &gp, &o.tokens, &o.res);
+    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
+    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
+    kvt_sampler_free(s);
+    return o;
+}
+
+static int same(const run_out *a, const run_out *b) {
+    return a->n == b->n && !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
+           !memcmp(a->logits, b->logits, (size_t)n_vocab * sizeof(float));
+}
+
+static void free_out(run_out *o) {
+    free(o->tokens);
+    free(o->logits);
+}
+
+static void random_tokens(int32_t *t, int32_t n, unsigned *seed) {
+    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
+}
+
+static kvt_cache *open_cache(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore) {
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.ram_bytes = 4 * (kvt_page_bytes(e) + 2048); /* a tiny T1: blocks move on to disk */
+    cp.disk_dir = dir;
+    cp.disk_bytes = 64 << 20;
+    cp.disk_admit_all = admit_all;
+    cp.restore = restore;
+    kvt_cache *c = NULL;
+    int rc = kvt_cache_new(e, &cp, &c);
+    CHECKF(rc == 0, "cache on %s: %s", dir, kvt_errmsg());
+    return c;
+}
+
+/* Flips one byte in the payload of every record file in dir. */
+static int corrupt_records(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *en;
+    int n = 0;
+    while ((en = readdir(d))) {
+        if (strncmp(en->d_name, "seg-", 4)) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, en->d_name);
+        int fd = open(path, O_RDWR);
+        if (fd < 0) continue;
+        off_t size = lseek(fd, 0, SEEK_END);
+        for (off_t off = 8192; off < size; off += 65536) { /* inside payloads */
+            unsigned char b;
+            if (pread(fd, &b, 1, off) == 1) {
+                b ^= 0x5a;
+                n += pwrite(fd, &b, 1, off) == 1;
+            }
+        }
+        close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+int main(void) {
+    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
+    mp.dim = 64;
+    mp.layers = 2;
+    mp.heads = 4;
+    mp.kv_heads = 2;
+    mp.ff = 128;
+    mp.vocab = 600;
+    char mpath[4096], dir[4096];
+    snprintf(mpath, sizeof mpath, "%s/m.gguf", kvt_test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/kvdisk", kvt_test_tmpdir());
+    if (kvt_mkmodel(&mp, mpath) || kvt_model_load(mpath, kvt_model_default_params(), &model)) {
+        CHECKF(0, "model: %s", kvt_errmsg());
+        return kvt_test_done("test_cache_disk");
+    }
+    n_vocab = model->hp.n_vocab;
+    unsigned seed = 5;
+    int32_t p[120];
+    random_tokens(p, 120, &seed);
+
+    kvt_engine *cold_e = new_engine();
+    run_out ref = run(cold_e, NULL, p, 120);
+    kvt_engine_free(cold_e);
+
+    /* process 1: compute, persist on shutdown */
+    kvt_engine *e = new_engine();
+    kvt_cache *c = open_cache(e, dir, 0, KVT_RESTORE_ALWAYS);
+    if (!c) return kvt_test_done("test_cache_disk");
+    /* a second opener of the same directory is refused, naming the problem */
+    kvt_cache *c2 = NULL;
+    CHECK(kvt_cache_new(e, &(kvt_cache_params){.disk_dir = dir, .disk_bytes = 64 << 20}, &c2) < 0 && !c2);
+    CHECKF(strstr(kvt_errmsg(), "in use") != NULL, "lock message: %s", kvt_errmsg());
+    run_out first = run(e, c, p, 120);
+    CHECK(same(&first, &ref));
+    CHECK(kvt_cache_flush(c) == 0);
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    CHECKF(st.t2_records >= 15, "%llu records on disk", (unsigned long long)st.t2_records);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+
+    /* process 2: a restart finds the prefix on disk, output bit-identical */
+    e = new_engine();
+    c = open_cache(e, dir, 0, KVT_RESTORE_ALWAYS);
+    run_out warm = run(e, c, p, 120);
+    CHECKF(warm.res.tier_tokens[KVT_TIER_T2] == 119, "restored %d tokens from T2",
+           warm.res.tier_tokens[KVT_TIER_T2]);
+    CHECK(warm.res.t2_decision == KVT_T2_RESTORE);
+    CHECK(same(&warm, &ref));
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+
+    /* restore-or-recompute: "never" recomputes and says so, same output */
+    e = new_engine();
+    c = open_cache(e, dir, 0, KVT_RESTORE_NEVER);
+    run_out never = run(e, c, p, 120);
+    CHECK(never.res.tier_tokens[KVT_TIER_T2] == 0 && never.res.t2_decision == KVT_T2_RECOMPUTE);
+    CHECK(same(&never, &ref));
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+
+    /* corrupted records on disk: misses, never wrong KV */
+    int flipped = corrupt_records(dir);
+    CHECKF(flipped > 0, "no record bytes flipped in %s", dir);
+    e = new_engine();
+    c = open_cache(e, dir, 0, KVT_RESTORE_ALWAYS);
+    run_out after = run(e, c, p, 120);
+    CHECK(same(&after, &ref));
+    CHECKF(after.res.tier_tokens[KVT_TIER_T2] < 119, "corrupt records were restored (%d tokens)",
+           after.res.tier_tokens[KVT_TIER_T2]);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+
+    /* admission: blocks seen once are not written when RAM evicts them */
+    char dir2[4096];
+    snprintf(dir2, sizeof dir2, "%s/kvdisk2", kvt_test_tmpdir());
+    e = new_engine();
+    c = open_cache(e, dir2, 0, KVT_RESTORE_AUTO);
+    for (int k = 0; k < 6; k++) { /* distinct prompts churn T0 and T1 */
+        int32_t q[100];
+        random_tokens(q, 100, &seed);
+        run_out o = run(e, c, q, 100);
+        free_out(&o);
+    }
+    kvt_cache_get_stats(c, &st);
+    CHECKF(st.t2_not_admitted > 0 && st.t2_demotions == 0, "not admitted %llu, written %llu",
+           (unsigned long long)st.t2_not_admitted, (unsigned long long)st.t2_demotions);
+    /* a block reused once is admitted on its next eviction */
+    run_out a1 = run(e, c, p, 120), a2 = run(e, c, p, 120);
+    for (int k = 0; k < 6; k++) {
+        int32_t q[100];
+        random_tokens(q, 100, &seed);
+        run_out o = run(e, c, q, 100);
+        free_out(&o);
+    }
+    kvt_cache_get_stats(c, &st);
+    CHECKF(st.t2_demotions > 0, "reused blocks never reached the disk");
+    CHECK(same(&a2, &ref));
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+
+    run_out *all[] = {&ref, &first, &warm, &never, &after, &a1, &a2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free_out(all[i]);
+    kvt_model_free(model);
+    return kvt_test_done("test_cache_disk");
+}
