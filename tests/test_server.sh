@@ -45,6 +45,15 @@ ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; ret
 # the SSE stream in $TMP/sse: concatenated text deltas
 sse_text() { grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -j '.choices[0]? | (.delta.content // .text // "")'; }
 
+"$BIN" serve --help >"$TMP/help" 2>&1
+check "serve --help exits 0" is "$?" 0
+for flag in --model --host --port --parallel --queue --ctx --kv-active --kv-ram --threads --api-key --api-key-file \
+  --chat-template --max-body --max-tokens-limit --prefill-chunk --timeout --alias; do
+  check "serve --help explains $flag" grep -q -- "$flag" "$TMP/help"
+done
+"$BIN" serve --bogus >/dev/null 2>&1; check "serve unknown flag is a usage error" is "$?" 2
+"$BIN" serve --chat-template nope >/dev/null 2>&1; check "serve bad template is a usage error" is "$?" 2
+
 LONG="The quick brown fox jumps over the lazy dog while the cache keeps every block it has seen before, so a repeat is cheap."
 start_server main --parallel 4 --timeout 2 --max-body 65536 --max-tokens-limit 512 --ctx 1024
 MAIN_PID=$SRV_PID
