@@ -682,7 +682,7 @@ typedef struct {
 } stream_state;
 
 static void sse_event(stream_state *st, char *json) {
-    size_t n = strlen(json), need = st->len + n + 8;
+    size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
     if (need > st->cap) {
         st->cap = KVT_MAX(st->cap * 2, need);
         st->buf = kvt_xrealloc(st->buf, st->cap);
