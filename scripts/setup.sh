@@ -3,7 +3,7 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev)
+PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev curl jq nodejs npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

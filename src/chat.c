@@ -1,8 +1,19 @@
-/* Chat template detection (rendering lands with the server). Templates are
- * recognised by the special markers each family uses, not by executing Jinja. */
+/* Chat templates: detection by the special markers each family uses (not by
+ * executing Jinja), rendering conversations straight to token ids, and the
+ * reply map that lets a follow-up turn reuse the exact ids of a reply.
+ *
+ * Rendering tokenizes markup and content separately so message text can never
+ * produce control tokens. With SentencePiece vocabularies each piece gets the
+ * tokenizer's prefix space; the result stays stable from turn to turn, which
+ * is what prefix reuse needs. */
 #include "chat.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
+
+#include "common.h"
 
 kvt_chat_family kvt_chat_detect(const char *t) {
     if (!t) return KVT_CHAT_UNKNOWN;
@@ -20,4 +31,217 @@ const char *kvt_chat_family_name(kvt_chat_family f) {
     case KVT_CHAT_MISTRAL: return "mistral";
     default: return "unknown";
     }
+}
+
+kvt_chat_family kvt_chat_family_parse(const char *name) {
+    static const kvt_chat_family all[] = {KVT_CHAT_CHATML, KVT_CHAT_LLAMA3, KVT_CHAT_LLAMA2, KVT_CHAT_MISTRAL};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++)
+        if (name && !strcmp(name, kvt_chat_family_name(all[i]))) return all[i];
+    return KVT_CHAT_UNKNOWN;
+}
+
+/* ---- rendering ------------------------------------------------------------- */
+
+typedef struct {
+    const kvt_tokenizer *t;
+    int32_t *ids;
+    size_t n, cap;
+    int rc;
+} ids_buf;
+
+static void push_ids(ids_buf *b, const int32_t *ids, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = KVT_MAX(b->cap * 2, b->n + n + 64);
+        b->ids = kvt_xrealloc(b->ids, b->cap * sizeof *b->ids);
+    }
+    memcpy(b->ids + b->n, ids, n * sizeof *ids);
+    b->n += n;
+}
+
+/* Appends the tokens of text; special = 1 for template markup. */
+static void push_text(ids_buf *b, const char *text, int special) {
+    if (b->rc || !*text) return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if ((b->rc = kvt_tokenize(b->t, text, strlen(text), 0, special, &ids, &n))) return;
+    push_ids(b, ids, n);
+    free(ids);
+}
+
+static void push_id(ids_buf *b, int32_t id) {
+    if (!b->rc && id >= 0) push_ids(b, &id, 1);
+}
+
+/* Content of an assistant message: the ids kvtier generated for it if known. */
+static void push_reply(ids_buf *b, const char *text, kvt_chat_reply_fn lookup, void *ctx) {
+    int32_t *ids = NULL;
+    size_t n = lookup && !b->rc ? lookup(ctx, text, &ids) : 0;
+    if (n) push_ids(b, ids, n);
+    else push_text(b, text, 0);
+    free(ids);
+}
+
+static int is_role(const kvt_chat_msg *m, const char *role) { return !strcmp(m->role, role); }
+
+static void render_chatml(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
+    for (size_t i = 0; i < n; i++) {
+        push_text(b, "<|im_start|>", 1);
+        push_text(b, msgs[i].role, 0);
+        push_text(b, "\n", 1);
+        if (is_role(&msgs[i], "assistant")) push_reply(b, msgs[i].content, lookup, ctx);
+        else push_text(b, msgs[i].content, 0);
+        push_text(b, "<|im_end|>\n", 1);
+    }
+    push_text(b, "<|im_start|>assistant\n", 1);
+}
+
+static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
+    push_id(b, kvt_tokenizer_bos(b->t));
+    for (size_t i = 0; i < n; i++) {
+        push_text(b, "<|start_header_id|>", 1);
+        push_text(b, msgs[i].role, 0);
+        push_text(b, "<|end_header_id|>\n\n", 1);
+        if (is_role(&msgs[i], "assistant")) push_reply(b, msgs[i].content, lookup, ctx);
+        else push_text(b, msgs[i].content, 0);
+        push_text(b, "<|eot_id|>", 1);
+    }
+    push_text(b, "<|start_header_id|>assistant<|end_header_id|>\n\n", 1);
+}
+
+/* Llama 2 and Mistral: [INST] user [/INST] assistant </s>, the system prompt
+ * folded into the first user turn (Llama 2 inside <<SYS>>, Mistral as a
+ * leading paragraph). Each [INST] opens with BOS as the reference templates do. */
+static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llama2, kvt_chat_reply_fn lookup,
+                        void *ctx) {
+    const char *system = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const kvt_chat_msg *m = &msgs[i];
+        if (is_role(m, "system")) {
+            system = m->content;
+            continue;
+        }
+        if (is_role(m, "assistant")) {
+            push_text(b, " ", 0);
+            push_reply(b, m->content, lookup, ctx);
+            push_id(b, kvt_tokenizer_eos(b->t));
+            continue;
+        }
+        push_id(b, kvt_tokenizer_bos(b->t));
+        push_text(b, "[INST] ", 1);
+        if (system) {
+            if (llama2) {
+                push_text(b, "<<SYS>>\n", 1);
+                push_text(b, system, 0);
+                push_text(b, "\n<</SYS>>\n\n", 1);
+            } else {
+                push_text(b, system, 0);
+                push_text(b, "\n\n", 0);
+            }
+            system = NULL;
+        }
+        push_text(b, m->content, 0);
+        push_text(b, " [/INST]", 1);
+    }
+}
+
+int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
+                    kvt_chat_reply_fn lookup, void *lookup_ctx, int32_t **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    ids_buf b = {.t = t};
+    switch (f) {
+    case KVT_CHAT_CHATML: render_chatml(&b, msgs, n, lookup, lookup_ctx); break;
+    case KVT_CHAT_LLAMA3: render_llama3(&b, msgs, n, lookup, lookup_ctx); break;
+    case KVT_CHAT_LLAMA2: render_inst(&b, msgs, n, 1, lookup, lookup_ctx); break;
+    case KVT_CHAT_MISTRAL: render_inst(&b, msgs, n, 0, lookup, lookup_ctx); break;
+    default: return kvt_fail(KVT_EARG, "no chat template family to render with");
+    }
+    if (b.rc) {
+        free(b.ids);
+        return b.rc;
+    }
+    *out = b.ids;
+    *n_out = b.n;
+    return 0;
+}
+
+/* ---- reply map ------------------------------------------------------------- */
+
+typedef struct {
+    XXH128_hash_t key; /* of salt and text; text is compared too, so a collision is a miss */
+    char *text;
+    int32_t *ids;
+    size_t n;
+} reply_entry;
+
+struct kvt_reply_map {
+    pthread_mutex_t mu;
+    reply_entry *ring; /* FIFO: the oldest entry is overwritten first */
+    size_t cap, next, max_ids;
+};
+
+kvt_reply_map *kvt_reply_map_new(size_t max_entries, size_t max_ids) {
+    kvt_reply_map *m = kvt_xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    m->cap = KVT_MAX(max_entries, 1);
+    m->ring = kvt_xcalloc(m->cap, sizeof *m->ring);
+    m->max_ids = max_ids;
+    return m;
+}
+
+void kvt_reply_map_free(kvt_reply_map *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->ring[i].text);
+        free(m->ring[i].ids);
+    }
+    free(m->ring);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static XXH128_hash_t reply_key(const void *salt, size_t salt_len, const char *text) {
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    uint64_t sl = salt_len; /* length first, so salt and text cannot trade bytes */
+    XXH3_128bits_update(st, &sl, sizeof sl);
+    if (salt_len) XXH3_128bits_update(st, salt, salt_len);
+    XXH3_128bits_update(st, text, strlen(text));
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, const int32_t *ids,
+                       size_t n) {
+    if (!n || n > m->max_ids || !*text) return;
+    XXH128_hash_t k = reply_key(salt, salt_len, text);
+    char *t = kvt_xstrdup(text);
+    int32_t *copy = kvt_xmalloc(n * sizeof *copy);
+    memcpy(copy, ids, n * sizeof *copy);
+    pthread_mutex_lock(&m->mu);
+    reply_entry *e = &m->ring[m->next];
+    m->next = (m->next + 1) % m->cap;
+    free(e->text);
+    free(e->ids);
+    *e = (reply_entry){.key = k, .text = t, .ids = copy, .n = n};
+    pthread_mutex_unlock(&m->mu);
+}
+
+size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids) {
+    *ids = NULL;
+    XXH128_hash_t k = reply_key(salt, salt_len, text);
+    size_t n = 0;
+    pthread_mutex_lock(&m->mu);
+    /* newest first: a reply generated twice maps to its latest ids */
+    for (size_t i = 0; i < m->cap && !n; i++) {
+        reply_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
+        if (e->text && XXH128_isEqual(e->key, k) && !strcmp(e->text, text)) {
+            n = e->n;
+            *ids = kvt_xmalloc(n * sizeof **ids);
+            memcpy(*ids, e->ids, n * sizeof **ids);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }

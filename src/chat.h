@@ -1,7 +1,15 @@
 /* Chat templates: recognises the family of a model's tokenizer.chat_template
- * (ChatML, Llama 3, Llama 2, Mistral) and renders conversations for it. */
+ * (ChatML, Llama 3, Llama 2, Mistral) and renders conversations for it to
+ * token ids. Also the reply map: assistant replies kvtier generated, keyed by
+ * their text, so the next turn reuses the exact token ids instead of a
+ * re-tokenization that would diverge from the cached sequence. */
 #ifndef KVT_CHAT_H
 #define KVT_CHAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
 
 typedef enum {
     KVT_CHAT_UNKNOWN = 0,
@@ -15,5 +23,42 @@ typedef enum {
 kvt_chat_family kvt_chat_detect(const char *tmpl);
 /* "chatml", "llama3", "llama2", "mistral" or "unknown". */
 const char *kvt_chat_family_name(kvt_chat_family f);
+/* The family named name (as kvt_chat_family_name spells it), or KVT_CHAT_UNKNOWN. */
+kvt_chat_family kvt_chat_family_parse(const char *name);
+
+/* One message of a conversation; both strings are NUL-terminated and borrowed. */
+typedef struct {
+    const char *role;    /* "system", "user", "assistant" (others render like "user" where the family has no slot) */
+    const char *content;
+} kvt_chat_msg;
+
+/* Looks up the token ids kvtier generated for an assistant reply's text.
+ * Returns the number of ids copied into a malloc'd *ids (caller frees), or 0
+ * when the text is unknown. */
+typedef size_t (*kvt_chat_reply_fn)(void *ctx, const char *text, int32_t **ids);
+
+/* Renders msgs[0..n) in family f, followed by the assistant generation prompt,
+ * to token ids in a malloc'd *out (caller frees). Template markup is tokenized
+ * with special tokens recognised; message content is tokenized as plain text
+ * (a user cannot inject "<|im_start|>"); an assistant message whose text
+ * lookup (may be NULL) knows is spliced in as the exact ids it names. f must
+ * not be KVT_CHAT_UNKNOWN. Returns 0, or a negative code with kvt_errmsg(). */
+int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
+                    kvt_chat_reply_fn lookup, void *lookup_ctx, int32_t **out, size_t *n_out);
+
+/* A bounded map (salt, reply text) -> token ids, oldest entries dropped first.
+ * Thread-safe: every function may be called from any thread. */
+typedef struct kvt_reply_map kvt_reply_map;
+
+/* A map holding at most max_entries replies of at most max_ids ids each. */
+kvt_reply_map *kvt_reply_map_new(size_t max_entries, size_t max_ids);
+void kvt_reply_map_free(kvt_reply_map *m);
+/* Remembers text -> ids[0..n) under salt (copies everything). Replies longer
+ * than max_ids or empty are ignored. */
+void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, const int32_t *ids,
+                       size_t n);
+/* Copies the ids remembered for (salt, text) into a malloc'd *ids (caller
+ * frees) and returns their count, or 0 (and *ids = NULL) if unknown. */
+size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids);
 
 #endif

@@ -17,6 +17,7 @@ typedef struct {
 
 static const cli_command commands[] = {
     {"run", kvt_cmd_run, "generate a completion for a prompt (default job; no -m uses a generated model)"},
+    {"serve", kvt_cmd_serve, "OpenAI-compatible HTTP server with continuous batching and cache reporting"},
     {"eval", kvt_cmd_eval, "print prompt tokens, top-5 logits per position and a greedy continuation as JSON"},
     {"info", kvt_cmd_info, "describe a GGUF model: architecture, shapes, types, tokenizer, fingerprint, KV size"},
     {"tokenize", kvt_cmd_tokenize, "print the token ids of a text"},
@@ -86,4 +87,27 @@ const char *kvt_cli_value(int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+/* Parses a byte size: a number with an optional K/M/G/T suffix (powers of 1024). */
+int kvt_cli_parse_bytes(const char *opt, const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    double mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (errno || end == v || *end || !(d >= 0) || d * mult > 1e18) {
+        fprintf(stderr, "kvtier: %s expects a size like 512M or 4G, got '%s'\n", opt, v);
+        return -1;
+    }
+    *out = (uint64_t)(d * mult);
+    return 0;
 }

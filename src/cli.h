@@ -5,6 +5,7 @@
 #define KVT_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 int kvt_cli_main(int argc, char **argv);
 
@@ -14,6 +15,7 @@ int kvt_cmd_tokenize(int argc, char **argv); /* cli_tokenize.c */
 int kvt_cmd_eval(int argc, char **argv);     /* cli_run.c */
 int kvt_cmd_run(int argc, char **argv);      /* cli_run.c */
 int kvt_cmd_cache(int argc, char **argv);    /* cli_cache.c */
+int kvt_cmd_serve(int argc, char **argv);    /* cli_serve.c */
 
 
 /* Shared helpers for subcommands. */
@@ -23,6 +25,9 @@ int kvt_cli_is_help(const char *arg);
 long kvt_cli_parse_long(const char *opt, const char *val, long min, long max);
 /* Parses a float option value; prints an error and returns NAN if bad. */
 double kvt_cli_parse_double(const char *opt, const char *val);
+/* Parses a byte size such as 512M or 4G (K/M/G/T = powers of 1024) into *out;
+ * prints an error naming opt and returns -1 if bad. */
+int kvt_cli_parse_bytes(const char *opt, const char *val, uint64_t *out);
 /* Fetches the value following option argv[*i]; prints an error and returns NULL if missing. */
 const char *kvt_cli_value(int argc, char **argv, int *i);
 

@@ -257,28 +257,6 @@ static size_t utf8_complete_prefix(const unsigned char *buf, size_t n) {
     return n; /* not valid UTF-8 anyway: print as is */
 }
 
-/* Parses a byte size: a number with an optional K/M/G/T suffix (powers of 1024). */
-static int parse_bytes(const char *opt, const char *v, uint64_t *out) {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    double mult = 1;
-    switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'I') end++;
-    if (*end == 'b' || *end == 'B') end++;
-    if (errno || end == v || *end || !(d >= 0) || d * mult > 1e18) {
-        fprintf(stderr, "kvtier: %s expects a size like 512M or 4G, got '%s'\n", opt, v);
-        return -1;
-    }
-    *out = (uint64_t)(d * mult);
-    return 0;
-}
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -454,13 +432,13 @@ int kvt_cmd_run(int argc, char **argv) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) return 2;
             threads = (int)l;
         } else if (!strcmp(a, "--kv-active")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &kv_active)) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_active)) return 2;
         } else if (!strcmp(a, "--kv-ram")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &kv_ram)) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_ram)) return 2;
         } else if (!strcmp(a, "--kv-disk")) {
             if (!(cp.disk_dir = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--kv-disk-size")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_bytes(a, v, &cp.disk_bytes)) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &cp.disk_bytes)) return 2;
         } else if (!strcmp(a, "--kv-disk-zstd")) {
             cp.disk_zstd = 1;
         } else if (!strcmp(a, "--kv-disk-admit-all")) {

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Multi-session agent workload over HTTP against an OpenAI-compatible server
+(kvtier serve, or llama.cpp's llama-server for comparison).
+
+6 sessions x 3 rounds. Each session: a shared ~300-word system prompt, its own
+~1,200-word document, and a history that grows by one ~60-word tool result per
+round (plus the assistant's previous replies). 16 generated tokens, temperature
+0, sessions served round-robin. Prints TTFT per request, TTFT p50 per round,
+prompt tokens computed per round (prompt_tokens - cached_tokens, or llama.cpp's
+timings.prompt_n), and total wall time. Loopback only. Standard library only.
+
+usage: agent_bench.py --url http://127.0.0.1:8090 [--label NAME] [--sessions 6] [--rounds 3]
+"""
+import argparse
+import http.client
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+WORDS = ("the cache keeps attention state for tokens it has already seen so that later requests "
+         "reuse it instead of recomputing prefill over identical input while memory tiers hold "
+         "blocks of keys and values in order from fast to slow with disks and remote stores "
+         "adding capacity rather than speed agents call tools read documents write answers plan "
+         "steps check results and keep their growing context warm between steps").split()
+
+
+def text(rng, n_words):
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def post_stream(url, body):
+    """Streams a chat completion; returns (ttft_s, total_s, final_json_with_usage)."""
+    u = urllib.parse.urlparse(url)
+    assert u.hostname in ("127.0.0.1", "localhost", "::1"), "loopback only"
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+    t0 = time.monotonic()
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    ttft, usage, timings, content = None, None, None, []
+    buf = b""
+    while True:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    continue
+                obj = json.loads(data)
+                for ch in obj.get("choices", []):
+                    delta = ch.get("delta", {}).get("content")
+                    if delta:
+                        if ttft is None:
+                            ttft = time.monotonic() - t0
+                        content.append(delta)
+                if obj.get("usage"):
+                    usage = obj["usage"]
+                if obj.get("timings"):
+                    timings = obj["timings"]
+                if obj.get("kvtier"):
+                    usage = dict(usage or {}, kvtier=obj["kvtier"])
+    total = time.monotonic() - t0
+    conn.close()
+    return (ttft if ttft is not None else total), total, usage, timings, "".join(content)
+
+
+def computed_tokens(usage, timings):
+    if timings and "prompt_n" in timings:  # llama.cpp: tokens it evaluated
+        return timings["prompt_n"]
+    if usage:
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
+        return usage.get("prompt_tokens", 0) - cached
+    return -1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", default="http://127.0.0.1:8090")
+    ap.add_argument("--label", default="server")
+    ap.add_argument("--sessions", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=2,
+                    help="client threads; sessions are dealt round-robin to them (match --parallel)")
+    args = ap.parse_args()
+
+    rng = random.Random(1234)
+    system = "You are an agent that works through tasks with tools. " + text(rng, 300)
+    sessions = []
+    for s in range(args.sessions):
+        doc = f"Document {s}: " + text(rng, 1200)
+        sessions.append([{"role": "system", "content": system},
+                         {"role": "user", "content": doc + "\nTask: summarise the document, then call tools."}])
+    tool_results = [[f"Tool result {r}: " + text(rng, 60) for r in range(args.rounds)] for _ in sessions]
+    t_start = time.monotonic()
+    lock = threading.Lock()
+    for r in range(args.rounds):
+        ttfts, stats = [], {"computed": 0, "prompt": 0}
+
+        def worker(ids):
+            for s in ids:
+                msgs = sessions[s]
+                if r > 0:
+                    msgs.append({"role": "user", "content": tool_results[s][r]})
+                body = {"model": "default", "messages": msgs, "max_tokens": args.max_tokens, "temperature": 0,
+                        "stream": True, "stream_options": {"include_usage": True}}
+                ttft, total, usage, timings, reply = post_stream(args.url, body)
+                msgs.append({"role": "assistant", "content": reply})
+                c = computed_tokens(usage, timings)
+                p = (usage or {}).get("prompt_tokens", 0) if usage else (timings or {}).get("prompt_n", 0)
+                with lock:
+                    stats["computed"] += max(c, 0)
+                    stats["prompt"] += p or 0
+                    ttfts.append(ttft)
+                    print(f"[{args.label}] round {r} session {s}: prompt {p} tokens, computed {c}, "
+                          f"ttft {ttft:.2f} s, total {total:.2f} s", flush=True)
+
+        n = max(1, args.concurrency)
+        threads = [threading.Thread(target=worker, args=(list(range(i, len(sessions), n)),)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        computed, prompt_total = stats["computed"], stats["prompt"]
+        print(f"[{args.label}] round {r}: TTFT p50 {statistics.median(ttfts):.2f} s, max {max(ttfts):.2f} s; "
+              f"prompt tokens {prompt_total}, computed {computed} "
+              f"({100.0 * computed / max(prompt_total, 1):.1f}%)", flush=True)
+    print(f"[{args.label}] total wall time {time.monotonic() - t_start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

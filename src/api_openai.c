@@ -1,0 +1,467 @@
+/* OpenAI request parsing/validation and response JSON (cJSON). Errors name the
+ * offending field in "param", as OpenAI does, so clients can show them. */
+#include "api_openai.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define MAX_TEMPERATURE 2.0
+#define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
+#define UTF8_REPLACEMENT "\xEF\xBF\xBD"
+#define UTF8_REPLACEMENT_LEN 3
+
+static const char *const INVALID = "invalid_request_error";
+
+int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
+                   const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->param = param;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- UTF-8 ----------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid or truncated. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    /* overlong forms, surrogates and values past U+10FFFF are invalid */
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+char *kvt_utf8_sanitize(const char *in, size_t n, size_t *out_len) {
+    const unsigned char *s = (const unsigned char *)in;
+    char *out = kvt_xmalloc(n * UTF8_REPLACEMENT_LEN + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(s + i, n - i);
+        if (l == 0 || s[i] == 0) {
+            memcpy(out + o, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
+            o += UTF8_REPLACEMENT_LEN;
+            i++;
+        } else {
+            memcpy(out + o, s + i, l);
+            o += l;
+            i += l;
+        }
+    }
+    out[o] = 0;
+    if (out_len) *out_len = o;
+    return out;
+}
+
+size_t kvt_utf8_complete_prefix(const char *buf, size_t n) {
+    const unsigned char *s = (const unsigned char *)buf;
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        unsigned char c = s[n - back];
+        if ((c & 0xC0) == 0x80) continue; /* continuation byte: look further back for the lead */
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        if (want <= back) return n;
+        /* hold back only a lead whose continuation bytes so far are right: it may still complete */
+        return n - back;
+    }
+    return n;
+}
+
+/* ---- parsing --------------------------------------------------------------- */
+
+static int get_number(const cJSON *root, const char *name, double lo, double hi, int integer, double *out, int *has,
+                      kvt_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (has) *has = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v))
+        return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be a number", name);
+    double d = v->valuedouble;
+    if (!isfinite(d) || (integer && (d != floor(d) || fabs(d) > MAX_SAFE_INT)))
+        return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be an integer", name);
+    if (d < lo || d > hi)
+        return kvt_api_errorf(err, 400, INVALID, name, "invalid_value", "'%s' must be between %g and %g, got %g",
+                              name, lo, hi, d);
+    *out = d;
+    if (has) *has = 1;
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *name, int *out, kvt_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v))
+        return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Text content of a chat message: a string, or an array of {type:"text", text} parts. */
+static int message_content(const cJSON *c, char **out, kvt_api_error *err) {
+    if (!c || cJSON_IsNull(c)) {
+        *out = kvt_xstrdup("");
+        return 0;
+    }
+    if (cJSON_IsString(c)) {
+        *out = kvt_xstrdup(c->valuestring);
+        return 0;
+    }
+    if (!cJSON_IsArray(c))
+        return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
+                              "message content must be a string or an array of text parts");
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+            return kvt_api_errorf(err, 400, INVALID, "messages", "unsupported_content",
+                                  "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        len += strlen(text->valuestring);
+    }
+    char *s = kvt_xmalloc(len + 1);
+    size_t o = 0;
+    cJSON_ArrayForEach(part, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t l = strlen(t);
+        memcpy(s + o, t, l);
+        o += l;
+    }
+    s[o] = 0;
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant"};
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!m) return kvt_api_errorf(err, 400, INVALID, "messages", "missing_required_parameter", "'messages' is required");
+    if (!cJSON_IsArray(m))
+        return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type", "'messages' must be an array");
+    int n = cJSON_GetArraySize(m);
+    if (n < 1 || n > KVT_API_MAX_MESSAGES)
+        return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
+                              "'messages' must hold between 1 and %d messages", KVT_API_MAX_MESSAGES);
+    r->msgs = kvt_xcalloc((size_t)n, sizeof *r->msgs);
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, m) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(role))
+            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
+                                  "messages[%zu] must be an object with a string 'role'", r->n_msgs);
+        const char *rs = role->valuestring;
+        size_t k = 0;
+        while (k < KVT_ARRAY_LEN(roles) && strcmp(rs, roles[k])) k++;
+        if (k == KVT_ARRAY_LEN(roles))
+            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
+                                  "messages[%zu].role must be system, developer, user or assistant", r->n_msgs);
+        char *content = NULL;
+        if (message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), &content, err)) return -1;
+        /* "developer" is OpenAI's newer name for the system role */
+        r->msgs[r->n_msgs].role = kvt_xstrdup(k <= 1 ? "system" : rs);
+        r->msgs[r->n_msgs].content = content;
+        r->n_msgs++;
+    }
+    return 0;
+}
+
+static int parse_prompt(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!p) return kvt_api_errorf(err, 400, INVALID, "prompt", "missing_required_parameter", "'prompt' is required");
+    if (cJSON_IsString(p)) {
+        r->prompt = kvt_xstrdup(p->valuestring);
+        return 0;
+    }
+    if (cJSON_IsArray(p)) {
+        int n = cJSON_GetArraySize(p);
+        const cJSON *first = cJSON_GetArrayItem(p, 0);
+        if (n == 1 && cJSON_IsString(first)) {
+            r->prompt = kvt_xstrdup(first->valuestring);
+            return 0;
+        }
+        if (n > 1 && cJSON_IsString(first))
+            return kvt_api_errorf(err, 400, INVALID, "prompt", "unsupported_value",
+                                  "only one prompt per request is supported");
+        if (n >= 1 && cJSON_IsNumber(first)) {
+            r->prompt_ids = kvt_xmalloc((size_t)n * sizeof *r->prompt_ids);
+            const cJSON *t;
+            cJSON_ArrayForEach(t, p) {
+                double d = cJSON_IsNumber(t) ? t->valuedouble : -1;
+                if (d != floor(d) || d < 0 || d >= n_vocab)
+                    return kvt_api_errorf(err, 400, INVALID, "prompt", "invalid_value",
+                                          "prompt token ids must be integers in [0, %d)", n_vocab);
+                r->prompt_ids[r->n_prompt_ids++] = (int32_t)d;
+            }
+            return 0;
+        }
+    }
+    return kvt_api_errorf(err, 400, INVALID, "prompt", "invalid_type",
+                          "'prompt' must be a string, an array of one string, or an array of token ids");
+}
+
+static int parse_stop(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (!s || cJSON_IsNull(s)) return 0;
+    if (cJSON_IsString(s)) {
+        if (strlen(s->valuestring) > KVT_API_MAX_STOP_LEN)
+            return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_value", "a stop string is longer than %d bytes",
+                                  KVT_API_MAX_STOP_LEN);
+        if (*s->valuestring) r->stop[r->n_stop++] = kvt_xstrdup(s->valuestring);
+        return 0;
+    }
+    if (!cJSON_IsArray(s))
+        return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+    if (cJSON_GetArraySize(s) > KVT_API_MAX_STOP)
+        return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_value", "at most %d stop strings are allowed",
+                              KVT_API_MAX_STOP);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, s) {
+        if (!cJSON_IsString(e))
+            return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_type", "'stop' must be an array of strings");
+        if (strlen(e->valuestring) > KVT_API_MAX_STOP_LEN)
+            return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_value", "a stop string is longer than %d bytes",
+                                  KVT_API_MAX_STOP_LEN);
+        if (*e->valuestring) r->stop[r->n_stop++] = kvt_xstrdup(e->valuestring);
+    }
+    return 0;
+}
+
+static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
+                      kvt_api_request *r, kvt_api_error *err) {
+    if (!cJSON_IsObject(root))
+        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model))
+            return kvt_api_errorf(err, 400, INVALID, "model", "invalid_type", "'model' must be a string");
+        r->model = kvt_xstrdup(model->valuestring);
+    }
+    if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err)) return -1;
+
+    double d;
+    int has, has2;
+    /* max_completion_tokens is the newer name; either is accepted, the newer wins */
+    double mt = 0, mct = 0;
+    if (get_number(root, "max_tokens", 1, max_tokens_limit, 1, &mt, &has, err) ||
+        get_number(root, "max_completion_tokens", 1, max_tokens_limit, 1, &mct, &has2, err))
+        return -1;
+    r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
+    r->temperature = 1.0f;
+    if (get_number(root, "temperature", 0, MAX_TEMPERATURE, 0, &d, &has, err)) return -1;
+    if (has) r->temperature = (float)d;
+    r->top_p = 1.0f;
+    if (get_number(root, "top_p", 0, 1, 0, &d, &has, err)) return -1;
+    if (has) {
+        if (d <= 0) return kvt_api_errorf(err, 400, INVALID, "top_p", "invalid_value", "'top_p' must be above 0");
+        r->top_p = (float)d;
+    }
+    if (get_number(root, "top_k", -1, INT32_MAX, 1, &d, &has, err)) return -1;
+    if (has) r->top_k = d < 0 ? 0 : (int32_t)d;
+    if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
+    if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
+    if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
+    if (has && d != 1)
+        return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
+    if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err)) return -1;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so))
+            return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_type",
+                                  "'stream_options' must be an object");
+        if (get_bool(so, "include_usage", &r->include_usage, err)) return -1;
+    }
+    const cJSON *salt = cJSON_GetObjectItemCaseSensitive(root, "cache_salt");
+    if (salt && !cJSON_IsNull(salt)) {
+        if (!cJSON_IsString(salt))
+            return kvt_api_errorf(err, 400, INVALID, "cache_salt", "invalid_type", "'cache_salt' must be a string");
+        if (strlen(salt->valuestring) > KVT_API_MAX_SALT)
+            return kvt_api_errorf(err, 400, INVALID, "cache_salt", "invalid_value",
+                                  "'cache_salt' is longer than %d bytes", KVT_API_MAX_SALT);
+        if (*salt->valuestring) r->cache_salt = kvt_xstrdup(salt->valuestring);
+    }
+    return 0;
+}
+
+int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t max_tokens_limit,
+                  kvt_api_request *out, kvt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) {
+        kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
+                       "the request body is not valid JSON (error near byte %td)",
+                       cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : (ptrdiff_t)0);
+        return -1;
+    }
+    int rc = parse_root(root, kind, n_vocab, max_tokens_limit, out, err);
+    cJSON_Delete(root);
+    if (rc) {
+        kvt_api_request_free(out);
+        out->kind = kind;
+    }
+    return rc;
+}
+
+void kvt_api_request_free(kvt_api_request *r) {
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free((char *)r->msgs[i].role);
+        free((char *)r->msgs[i].content);
+    }
+    free(r->msgs);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->cache_salt);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- responses --------------------------------------------------------------- */
+
+static char *print_free(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) s = kvt_xstrdup("{}"); /* cJSON fails only when out of memory */
+    return s;
+}
+
+static cJSON *head_obj(const kvt_api_head *h, int chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", h->id);
+    cJSON_AddStringToObject(o, "object",
+                            h->kind == KVT_API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                    : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)h->created);
+    cJSON_AddStringToObject(o, "model", h->model);
+    cJSON_AddNullToObject(o, "system_fingerprint");
+    return o;
+}
+
+static cJSON *usage_obj(const kvt_api_usage *u) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
+    return o;
+}
+
+static cJSON *kvtier_obj(const kvt_api_usage *u) {
+    static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
+    cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
+    for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
+    cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
+    cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
+    cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);
+    cJSON_AddNumberToObject(o, "ttft_ms", u->ttft_ms);
+    return o;
+}
+
+static void add_reason(cJSON *o, const char *finish_reason) {
+    if (finish_reason) cJSON_AddStringToObject(o, "finish_reason", finish_reason);
+    else cJSON_AddNullToObject(o, "finish_reason");
+}
+
+char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
+                            const kvt_api_usage *u) {
+    cJSON *o = head_obj(h, 0);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (h->kind == KVT_API_CHAT) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text);
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    add_reason(c, finish_reason);
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddItemToObject(o, "usage", usage_obj(u));
+    cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
+                         const kvt_api_usage *u) {
+    cJSON *o = head_obj(h, 1);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (h->kind == KVT_API_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role_only) {
+            cJSON_AddStringToObject(d, "role", "assistant");
+            cJSON_AddStringToObject(d, "content", "");
+        } else if (text && *text) {
+            cJSON_AddStringToObject(d, "content", text);
+        }
+    } else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    add_reason(c, finish_reason);
+    cJSON_AddItemToArray(choices, c);
+    if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
+    cJSON *o = head_obj(h, 1);
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", usage_obj(u));
+    cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_error_json(const kvt_api_error *e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *er = cJSON_AddObjectToObject(o, "error");
+    char *msg = kvt_utf8_sanitize(e->message, strlen(e->message), NULL);
+    cJSON_AddStringToObject(er, "message", msg);
+    free(msg);
+    cJSON_AddStringToObject(er, "type", e->type ? e->type : INVALID);
+    if (e->param) cJSON_AddStringToObject(er, "param", e->param);
+    else cJSON_AddNullToObject(er, "param");
+    if (e->code) cJSON_AddStringToObject(er, "code", e->code);
+    else cJSON_AddNullToObject(er, "code");
+    return print_free(o);
+}
+
+char *kvt_api_models_json(const char *model_id, int64_t created) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddStringToObject(m, "owned_by", "kvtier");
+    cJSON_AddItemToArray(data, m);
+    return print_free(o);
+}

@@ -1,0 +1,108 @@
+/* The OpenAI-compatible HTTP surface as data: parsing and validating request
+ * bodies of /v1/completions and /v1/chat/completions, and building the JSON
+ * of responses, stream chunks, errors and the model list. No I/O here.
+ *
+ * Thread-safety: every function is reentrant (no shared state). */
+#ifndef KVT_API_OPENAI_H
+#define KVT_API_OPENAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chat.h"
+#include "kvtier.h"
+
+typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
+
+#define KVT_API_MAX_STOP 16       /* stop strings per request (OpenAI allows 4) */
+#define KVT_API_MAX_STOP_LEN 256  /* bytes of one stop string */
+#define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
+#define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
+
+/* A validated request. Every pointer is owned by the struct
+ * (kvt_api_request_free releases them). */
+typedef struct {
+    kvt_api_kind kind;
+    char *model;             /* NULL if absent */
+    char *prompt;            /* completions: prompt text, NULL when prompt_ids is used */
+    int32_t *prompt_ids;     /* completions: a prompt given as token ids */
+    size_t n_prompt_ids;
+    kvt_chat_msg *msgs;      /* chat: messages (role/content strings owned here) */
+    size_t n_msgs;
+    int32_t max_tokens;      /* 0 = not given (the server picks) */
+    float temperature;       /* default 1 */
+    float top_p;             /* default 1 */
+    int32_t top_k;           /* 0 = off */
+    uint64_t seed;
+    int has_seed;
+    char *stop[KVT_API_MAX_STOP];
+    int n_stop;
+    int stream, include_usage;
+    char *cache_salt;        /* NULL if absent or empty */
+} kvt_api_request;
+
+/* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
+typedef struct {
+    int status;              /* HTTP status */
+    char message[512];
+    const char *type;        /* "invalid_request_error", ... (static) */
+    const char *param;       /* offending field or NULL (static) */
+    const char *code;        /* machine-readable code or NULL (static) */
+} kvt_api_error;
+
+/* Fills e and returns -1 (so callers can `return kvt_api_errorf(...)`). */
+int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Parses and validates body[0..len) (need not be NUL-terminated) as a request
+ * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
+ * above max_tokens_limit is an error. Unknown fields are ignored, as OpenAI
+ * clients send many. Returns 0 and *out (free with kvt_api_request_free), or
+ * -1 with *err filled (status 400) and *out zeroed. */
+int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t max_tokens_limit,
+                  kvt_api_request *out, kvt_api_error *err);
+void kvt_api_request_free(kvt_api_request *r);
+
+/* Usage and kvtier's cache report for one request. */
+typedef struct {
+    int32_t prompt_tokens, completion_tokens;
+    int32_t cached_tokens;                 /* prompt tokens restored from the cache */
+    int32_t tier_tokens[KVT_TIER_COUNT];   /* ... by tier */
+    int32_t computed_tokens;               /* prompt tokens prefilled */
+    double restore_ms, prefill_ms, ttft_ms;
+} kvt_api_usage;
+
+/* Identity of one response, shared by its chunks. Strings borrowed. */
+typedef struct {
+    kvt_api_kind kind;
+    const char *id;
+    int64_t created;
+    const char *model;
+} kvt_api_head;
+
+/* The JSON of responses, malloc'd NUL-terminated strings the caller frees.
+ * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). */
+char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
+                            const kvt_api_usage *u);
+/* One streaming chunk. role_only: the chat opener (delta {role, content:""}).
+ * finish_reason non-NULL marks the last choice chunk, which also carries the
+ * "kvtier" cache report from u (u may be NULL otherwise). */
+char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
+                         const kvt_api_usage *u);
+/* The usage chunk (stream_options.include_usage): choices [] and usage. */
+char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
+char *kvt_api_error_json(const kvt_api_error *e);
+char *kvt_api_models_json(const char *model_id, int64_t created);
+
+/* Copies in[0..n) to a malloc'd NUL-terminated string of valid UTF-8: each
+ * invalid or truncated sequence and each NUL byte becomes U+FFFD, so the text
+ * is safe for JSON and C strings. *out_len gets the length (may be NULL).
+ * Decoding is left to right and local, so sanitizing two parts split on a
+ * character boundary equals sanitizing the whole. */
+char *kvt_utf8_sanitize(const char *in, size_t n, size_t *out_len);
+
+/* Length of the longest prefix of buf[0..n) that does not end inside an
+ * incomplete (so far valid) multi-byte UTF-8 character. */
+size_t kvt_utf8_complete_prefix(const char *buf, size_t n);
+
+#endif

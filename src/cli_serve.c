@@ -1,0 +1,257 @@
+/* `kvtier serve`: loads the model, builds the engine and the cache, starts the
+ * OpenAI-compatible server (server.h) and waits for SIGINT/SIGTERM. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "chat.h"
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "model.h"
+#include "server.h"
+
+#define PATH_MAX_LEN 4096
+#define MAX_THREADS 512
+#define MAX_PARALLEL 256
+#define MAX_QUEUE 65536
+#define MAX_API_KEYS 1024
+#define MAX_KEY_LINE 4096
+#define MAX_TIMEOUT_S 86400
+#define MAX_CTX (1L << 24)
+#define MODEL_ID_MAX PATH_MAX_LEN
+
+static void serve_usage(FILE *f) {
+    kvt_server_params d = kvt_server_default_params();
+    fprintf(f,
+            "usage: kvtier serve [-m MODEL] [options]\n\n"
+            "Serves an OpenAI-compatible HTTP API with continuous batching; every response\n"
+            "reports the prompt tokens reused from the KV cache (usage.prompt_tokens_details.\n"
+            "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
+            "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
+            "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n\n"
+            "  -m, --model FILE      GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\n"
+            "                        or $KVT_DEFAULT_MODEL; its text is noise)\n"
+            "  --host ADDR           IPv4 address to bind (default %s: this machine only)\n"
+            "  --port N              TCP port (default %d; 0 = any free port, printed at start)\n"
+            "  --parallel N          sequences decoded together in one batch (default %d)\n"
+            "  --queue N             requests waiting for a sequence at most; more get 503 (default %d)\n"
+            "  --ctx N               context length per sequence: prompt + generated (default: the model's)\n"
+            "  --kv-active BYTES     T0: the engine's KV page pool, e.g. 256M (default: --parallel full\n"
+            "                        contexts plus one more to keep finished prompts cached)\n"
+            "  --kv-ram BYTES        T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
+            "  -t, --threads N       worker threads for the forward pass (default: all CPUs)\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' on /v1/* (repeatable); each key\n"
+            "                        gets its own cache namespace (tenants never share cached KV)\n"
+            "  --api-key-file FILE   more keys, one per line (blank lines and # comments ignored)\n"
+            "  --chat-template NAME  chatml, llama3, llama2 or mistral (default: detected from the\n"
+            "                        model's tokenizer.chat_template; chatml if it has none)\n"
+            "  --max-body BYTES      largest request body; larger gets 413 (default %zu)\n"
+            "  --max-tokens-limit N  largest max_tokens a request may ask for (default %d)\n"
+            "  --prefill-chunk N     prompt tokens per engine step, so long prompts do not stall\n"
+            "                        running sequences (default %d)\n"
+            "  --timeout S           close connections idle (or stalled mid-request) for S seconds\n"
+            "                        (default %u)\n"
+            "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
+            "  -h, --help            this help\n\n"
+            "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
+            "SIGINT or SIGTERM stops the server gracefully.\n",
+            d.host, d.port, d.parallel, d.queue, d.max_body, d.max_tokens_limit, d.prefill_chunk, d.timeout_s);
+}
+
+/* Appends the keys in path (one per line) to keys. Returns 0 or -1 after printing why. */
+static int read_key_file(const char *path, char **keys, size_t *n) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kvtier serve: cannot open --api-key-file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[MAX_KEY_LINE];
+    while (fgets(line, sizeof line, f)) {
+        size_t l = strcspn(line, "\r\n");
+        line[l] = 0;
+        char *k = line;
+        while (*k == ' ' || *k == '\t') k++;
+        if (!*k || *k == '#') continue;
+        if (*n == MAX_API_KEYS) {
+            fprintf(stderr, "kvtier serve: more than %d API keys\n", MAX_API_KEYS);
+            fclose(f);
+            return -1;
+        }
+        keys[(*n)++] = kvt_xstrdup(k);
+    }
+    fclose(f);
+    return 0;
+}
+
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+int kvt_cmd_serve(int argc, char **argv) {
+    kvt_server_params sp = kvt_server_default_params();
+    const char *model_path = NULL, *template_name = NULL, *alias = NULL;
+    long n_ctx = 0, l;
+    uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body;
+    int threads = default_threads();
+    char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
+    size_t n_keys = 0;
+    int ret = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (kvt_cli_is_help(a)) {
+            serve_usage(stdout);
+            ret = 0;
+            goto done;
+        }
+        int takes_value = a[0] == '-' && strcmp(a, "-h");
+        if (takes_value && !(v = kvt_cli_value(argc, argv, &i))) goto done;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "--host")) sp.host = v;
+        else if (!strcmp(a, "--port")) {
+            if ((l = kvt_cli_parse_long(a, v, 0, 65535)) < 0) goto done;
+            sp.port = (int)l;
+        } else if (!strcmp(a, "--parallel")) {
+            if ((l = kvt_cli_parse_long(a, v, 1, MAX_PARALLEL)) < 0) goto done;
+            sp.parallel = (int32_t)l;
+        } else if (!strcmp(a, "--queue")) {
+            if ((l = kvt_cli_parse_long(a, v, 1, MAX_QUEUE)) < 0) goto done;
+            sp.queue = (int32_t)l;
+        } else if (!strcmp(a, "--ctx")) {
+            if ((n_ctx = kvt_cli_parse_long(a, v, 2, MAX_CTX)) < 0) goto done;
+        } else if (!strcmp(a, "--kv-active")) {
+            if (kvt_cli_parse_bytes(a, v, &kv_active)) goto done;
+        } else if (!strcmp(a, "--kv-ram")) {
+            if (kvt_cli_parse_bytes(a, v, &kv_ram)) goto done;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if ((l = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) goto done;
+            threads = (int)l;
+        } else if (!strcmp(a, "--api-key")) {
+            if (!*v || n_keys == MAX_API_KEYS) {
+                fprintf(stderr, "kvtier serve: --api-key needs a non-empty key (at most %d keys)\n", MAX_API_KEYS);
+                goto done;
+            }
+            keys[n_keys++] = kvt_xstrdup(v);
+        } else if (!strcmp(a, "--api-key-file")) {
+            if (read_key_file(v, keys, &n_keys)) goto done;
+        } else if (!strcmp(a, "--chat-template")) {
+            template_name = v;
+            if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
+                fprintf(stderr, "kvtier serve: --chat-template must be chatml, llama3, llama2 or mistral, got '%s'\n",
+                        v);
+                goto done;
+            }
+        } else if (!strcmp(a, "--max-body")) {
+            if (kvt_cli_parse_bytes(a, v, &max_body) || max_body == 0) goto done;
+        } else if (!strcmp(a, "--max-tokens-limit")) {
+            if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) goto done;
+            sp.max_tokens_limit = (int32_t)l;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) goto done;
+            sp.prefill_chunk = (int32_t)l;
+        } else if (!strcmp(a, "--timeout")) {
+            if ((l = kvt_cli_parse_long(a, v, 1, MAX_TIMEOUT_S)) < 0) goto done;
+            sp.timeout_s = (unsigned)l;
+        } else if (!strcmp(a, "--alias")) {
+            alias = v;
+        } else {
+            fprintf(stderr, "kvtier serve: unknown argument '%s'\n", a);
+            serve_usage(stderr);
+            goto done;
+        }
+    }
+    sp.max_body = (size_t)max_body;
+    sp.api_keys = (const char *const *)keys;
+    sp.n_api_keys = n_keys;
+
+    ret = 1;
+    char default_path[PATH_MAX_LEN];
+    if (!model_path) {
+        if (kvt_default_model_path(default_path, sizeof default_path)) goto done;
+        model_path = default_path;
+    }
+    kvt_model *m = NULL;
+    kvt_engine *e = NULL;
+    kvt_cache *cache = NULL;
+    kvt_server *srv = NULL;
+    if (kvt_model_load(model_path, kvt_model_default_params(), &m)) {
+        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        goto done;
+    }
+    if (template_name) {
+        sp.chat = kvt_chat_family_parse(template_name);
+    } else if ((sp.chat = kvt_chat_detect(m->chat_template)) == KVT_CHAT_UNKNOWN) {
+        sp.chat = KVT_CHAT_CHATML;
+        kvt_log(KVT_LOG_WARN, "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
+                m->chat_template ? "not recognised" : "missing");
+    }
+    char model_id[MODEL_ID_MAX];
+    if (alias) {
+        snprintf(model_id, sizeof model_id, "%s", alias);
+    } else {
+        const char *base = strrchr(model_path, '/');
+        snprintf(model_id, sizeof model_id, "%s", base ? base + 1 : model_path);
+        char *dot = strstr(model_id, ".gguf");
+        if (dot && !dot[strlen(".gguf")]) *dot = 0;
+    }
+    sp.model_id = model_id;
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.n_threads = threads;
+    ep.n_ctx = (int32_t)n_ctx;
+    ep.max_seqs = sp.parallel;
+    ep.n_batch = KVT_MAX(ep.n_batch, sp.parallel + sp.prefill_chunk);
+    if (kv_active) {
+        ep.kv_active_bytes = kv_active;
+    } else {
+        long per_ctx = (n_ctx + ep.block_size - 1) / ep.block_size + 1;
+        ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, per_ctx * (sp.parallel + 1));
+    }
+    if (kvt_engine_new(m, ep, &e)) {
+        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        goto free_all;
+    }
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.ram_bytes = kv_ram;
+    if (kvt_cache_new(e, &cp, &cache)) {
+        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        goto free_all;
+    }
+    /* block the stop signals in every thread the server starts; this one waits for them */
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
+    if (kvt_server_start(m, e, cache, &sp, &srv)) {
+        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        goto free_all;
+    }
+    kvt_engine_params eff = kvt_engine_params_of(e);
+    fprintf(stderr,
+            "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, T0 %d pages of %zu bytes, "
+            "T1 %llu bytes, %zu API key(s)\n",
+            model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
+            (unsigned long long)kv_ram, n_keys);
+    fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
+    int sig = 0;
+    sigwait(&stop_set, &sig);
+    fprintf(stderr, "kvtier serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    kvt_server_stop(srv);
+    ret = 0;
+free_all:
+    kvt_cache_free(cache);
+    kvt_engine_free(e);
+    kvt_model_free(m);
+done:
+    for (size_t i = 0; i < n_keys; i++) free(keys[i]);
+    free(keys);
+    return ret;
+}

@@ -1,0 +1,169 @@
+/* Prometheus metrics: counters kept under one mutex, rendered on demand into
+ * a growable buffer. Metric names carry the kvtier_ prefix and unit suffixes
+ * (_total, _seconds, _bytes) as Prometheus naming asks. */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define MAX_REQUEST_SERIES 64 /* distinct (endpoint, status) pairs kept; more fold into the last */
+static const double ttft_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+#define N_TTFT_BUCKETS ((int)KVT_ARRAY_LEN(ttft_buckets))
+static const char *const tier_names[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
+
+typedef struct {
+    const char *endpoint;
+    int status;
+    uint64_t count;
+} request_series;
+
+struct kvt_metrics {
+    pthread_mutex_t mu;
+    request_series req[MAX_REQUEST_SERIES];
+    int n_req;
+    uint64_t prompt_tokens, generated_tokens, computed_tokens, finished;
+    uint64_t cached_tokens[KVT_TIER_COUNT];
+    uint64_t ttft_bucket[N_TTFT_BUCKETS]; /* non-cumulative; summed when rendered */
+    uint64_t ttft_count;
+    double ttft_sum;
+};
+
+kvt_metrics *kvt_metrics_new(void) {
+    kvt_metrics *m = kvt_xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void kvt_metrics_free(kvt_metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void kvt_metrics_count_request(kvt_metrics *m, const char *endpoint, int status) {
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_req && !(m->req[i].status == status && !strcmp(m->req[i].endpoint, endpoint))) i++;
+    if (i == m->n_req) {
+        if (m->n_req < MAX_REQUEST_SERIES) m->req[m->n_req++] = (request_series){endpoint, status, 0};
+        else i = MAX_REQUEST_SERIES - 1;
+    }
+    m->req[i].count++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated, const int32_t cached[KVT_TIER_COUNT],
+                              int32_t computed) {
+    pthread_mutex_lock(&m->mu);
+    m->finished++;
+    m->prompt_tokens += (uint64_t)KVT_MAX(prompt, 0);
+    m->generated_tokens += (uint64_t)KVT_MAX(generated, 0);
+    m->computed_tokens += (uint64_t)KVT_MAX(computed, 0);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) m->cached_tokens[t] += (uint64_t)KVT_MAX(cached[t], 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds) {
+    pthread_mutex_lock(&m->mu);
+    int b = 0;
+    while (b < N_TTFT_BUCKETS && seconds > ttft_buckets[b]) b++;
+    if (b < N_TTFT_BUCKETS) m->ttft_bucket[b]++;
+    m->ttft_count++;
+    m->ttft_sum += seconds;
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+} strbuf;
+
+static void __attribute__((format(printf, 2, 3))) put(strbuf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = b->cap * 2 + (size_t)n + 1;
+        b->s = kvt_xrealloc(b->s, b->cap);
+    }
+}
+
+static void header(strbuf *b, const char *name, const char *type, const char *help) {
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
+    strbuf b = {.cap = 4096};
+    b.s = kvt_xmalloc(b.cap);
+    b.s[0] = 0;
+    pthread_mutex_lock(&m->mu);
+    header(&b, "kvtier_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+    for (int i = 0; i < m->n_req; i++)
+        put(&b, "kvtier_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
+            (unsigned long long)m->req[i].count);
+    header(&b, "kvtier_generations_total", "counter", "Generations that ran to an end.");
+    put(&b, "kvtier_generations_total %llu\n", (unsigned long long)m->finished);
+    header(&b, "kvtier_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
+    put(&b, "kvtier_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    header(&b, "kvtier_generated_tokens_total", "counter", "Tokens generated.");
+    put(&b, "kvtier_generated_tokens_total %llu\n", (unsigned long long)m->generated_tokens);
+    header(&b, "kvtier_cached_tokens_total", "counter", "Prompt tokens restored from the cache, by tier.");
+    for (int t = 0; t < KVT_TIER_COUNT; t++)
+        put(&b, "kvtier_cached_tokens_total{tier=\"%s\"} %llu\n", tier_names[t],
+            (unsigned long long)m->cached_tokens[t]);
+    header(&b, "kvtier_computed_tokens_total", "counter", "Prompt tokens prefilled (not restored).");
+    put(&b, "kvtier_computed_tokens_total %llu\n", (unsigned long long)m->computed_tokens);
+    header(&b, "kvtier_time_to_first_token_seconds", "histogram", "From arrival to the first generated token.");
+    uint64_t cum = 0;
+    for (int i = 0; i < N_TTFT_BUCKETS; i++) {
+        cum += m->ttft_bucket[i];
+        put(&b, "kvtier_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", ttft_buckets[i],
+            (unsigned long long)cum);
+    }
+    put(&b, "kvtier_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->ttft_count);
+    put(&b, "kvtier_time_to_first_token_seconds_sum %.6f\n", m->ttft_sum);
+    put(&b, "kvtier_time_to_first_token_seconds_count %llu\n", (unsigned long long)m->ttft_count);
+    pthread_mutex_unlock(&m->mu);
+
+    const kvt_cache_stats *c = &g->cache;
+    uint64_t t0_used = (uint64_t)(c->t0_pages_total - c->t0_pages_free) * g->page_bytes;
+    uint64_t used[KVT_TIER_COUNT] = {t0_used, c->t1_bytes_used, 0, 0};
+    uint64_t budget[KVT_TIER_COUNT] = {(uint64_t)c->t0_pages_total * g->page_bytes, c->t1_budget_bytes, 0, 0};
+    uint64_t evictions[KVT_TIER_COUNT] = {c->t0_evictions, c->t1_evictions, 0, 0};
+    header(&b, "kvtier_tier_bytes_used", "gauge", "Bytes of KV held per tier (T0: pages in use, cached or running).");
+    for (int t = 0; t < KVT_TIER_COUNT; t++)
+        put(&b, "kvtier_tier_bytes_used{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)used[t]);
+    header(&b, "kvtier_tier_bytes_budget", "gauge", "Byte budget per tier (0: tier not configured).");
+    for (int t = 0; t < KVT_TIER_COUNT; t++)
+        put(&b, "kvtier_tier_bytes_budget{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)budget[t]);
+    header(&b, "kvtier_tier_evictions_total", "counter", "Blocks evicted from each tier.");
+    for (int t = 0; t < KVT_TIER_COUNT; t++)
+        put(&b, "kvtier_tier_evictions_total{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)evictions[t]);
+    header(&b, "kvtier_cache_blocks", "gauge", "Blocks indexed per tier.");
+    for (int t = 0; t < KVT_TIER_COUNT; t++)
+        put(&b, "kvtier_cache_blocks{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)c->index_entries[t]);
+    header(&b, "kvtier_cache_lookup_tokens_total", "counter", "Prompt tokens matched against the cache.");
+    put(&b, "kvtier_cache_lookup_tokens_total %llu\n", (unsigned long long)c->lookup_tokens);
+    header(&b, "kvtier_cache_hit_tokens_total", "counter", "Of those, tokens restored instead of computed.");
+    put(&b, "kvtier_cache_hit_tokens_total %llu\n", (unsigned long long)c->hit_tokens);
+    header(&b, "kvtier_cache_hit_ratio", "gauge", "hit_tokens / lookup_tokens since start.");
+    put(&b, "kvtier_cache_hit_ratio %.6f\n", c->lookup_tokens ? (double)c->hit_tokens / (double)c->lookup_tokens : 0.0);
+    header(&b, "kvtier_queue_depth", "gauge", "Requests waiting for a sequence slot.");
+    put(&b, "kvtier_queue_depth %d\n", g->queue_depth);
+    header(&b, "kvtier_sequences_active", "gauge", "Sequences being prefilled or decoded.");
+    put(&b, "kvtier_sequences_active %d\n", g->active);
+    header(&b, "kvtier_sequences_max", "gauge", "Sequences decoded together at most (--parallel).");
+    put(&b, "kvtier_sequences_max %d\n", g->parallel);
+    return b.s;
+}

@@ -1,0 +1,42 @@
+/* Server metrics in the Prometheus text format: request counters by endpoint
+ * and status, token counters (prompt, generated, cached by tier, computed),
+ * a time-to-first-token histogram, and gauges the caller samples (queue depth,
+ * running sequences, cache tiers).
+ *
+ * Thread-safety: every function may be called from any thread (one mutex). */
+#ifndef KVT_METRICS_H
+#define KVT_METRICS_H
+
+#include <stdint.h>
+
+#include "kvtier.h"
+
+typedef struct kvt_metrics kvt_metrics;
+
+kvt_metrics *kvt_metrics_new(void);
+void kvt_metrics_free(kvt_metrics *m);
+
+/* Counts one HTTP request answered with status on endpoint (a short static
+ * label such as "completions"; unknown routes use "other"). */
+void kvt_metrics_count_request(kvt_metrics *m, const char *endpoint, int status);
+
+/* Counts one finished generation's tokens. */
+void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated, const int32_t cached[KVT_TIER_COUNT],
+                              int32_t computed);
+
+/* Records one time to first token, in seconds. */
+void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds);
+
+/* Values sampled by the caller at render time. */
+typedef struct {
+    kvt_cache_stats cache;
+    uint64_t page_bytes;   /* bytes of one T0 page */
+    int32_t queue_depth;   /* requests waiting for a sequence */
+    int32_t active;        /* sequences running */
+    int32_t parallel;      /* sequences that can run at once */
+} kvt_metrics_gauges;
+
+/* The exposition text, malloc'd and NUL-terminated; the caller frees it. */
+char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g);
+
+#endif

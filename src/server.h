@@ -1,0 +1,68 @@
+/* The HTTP server behind `kvtier serve`: libmicrohttpd (one thread per
+ * connection) in front of ONE engine thread that owns the engine and the
+ * cache and runs continuous batching over up to `parallel` sequences.
+ *
+ * Flow. A handler thread parses and validates a request (api_openai.h),
+ * renders/tokenizes its prompt (the tokenizer is immutable, so this is safe on
+ * any thread), and enqueues it in a bounded queue (full: 503 + Retry-After).
+ * The engine thread admits queued requests into free sequence slots
+ * (kvt_cache_attach restores the cached prefix under the request's salt
+ * root), then loops: one kvt_batch holds a decode token of every generating
+ * sequence plus one prefill chunk of at most one prompting sequence, pages are
+ * reserved (kvt_cache_reserve), kvt_engine_decode runs, completed blocks are
+ * registered (kvt_cache_commit), tokens are sampled per request and their text
+ * published to the waiting handler (non-streaming) or SSE reader (streaming).
+ * A client that goes away cancels its request; its sequence is freed and its
+ * full blocks stay cached. */
+#ifndef KVT_SERVER_H
+#define KVT_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chat.h"
+#include "kvtier.h"
+
+#define KVT_SERVER_DEFAULT_PORT 8080
+#define KVT_SERVER_DEFAULT_PARALLEL 4
+#define KVT_SERVER_DEFAULT_QUEUE 64
+#define KVT_SERVER_DEFAULT_MAX_BODY (8u << 20)
+#define KVT_SERVER_DEFAULT_MAX_TOKENS 4096
+#define KVT_SERVER_DEFAULT_TIMEOUT_S 30
+#define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
+
+typedef struct {
+    const char *host;           /* IPv4 address to bind; "127.0.0.1" by default */
+    int port;                   /* 0 = any free port (see kvt_server_port) */
+    int32_t parallel;           /* sequences decoded together (engine max_seqs must be >= this) */
+    int32_t queue;              /* requests waiting for a slot at most */
+    size_t max_body;            /* request body bytes at most (413 above) */
+    int32_t max_tokens_limit;   /* max_tokens a request may ask for */
+    int32_t prefill_chunk;      /* prompt tokens per engine step for one sequence */
+    unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */
+    const char *const *api_keys; /* n_api_keys keys (borrowed); none = no authentication */
+    size_t n_api_keys;
+    kvt_chat_family chat;       /* template for /v1/chat/completions */
+    const char *model_id;       /* name in /v1/models and responses (borrowed) */
+} kvt_server_params;
+
+kvt_server_params kvt_server_default_params(void);
+
+typedef struct kvt_server kvt_server;
+
+/* Starts listening and the engine thread. The model, engine and cache are
+ * borrowed and must outlive the server; from now on only the engine thread
+ * touches the engine and cache. params' strings must outlive the server.
+ * Returns 0 and *out, or a negative code with kvt_errmsg() (e.g. the port is
+ * taken). */
+int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const kvt_server_params *params,
+                     kvt_server **out);
+
+/* The port actually bound. */
+int kvt_server_port(const kvt_server *s);
+
+/* Graceful stop: refuses new requests (503), ends running ones (503 or an
+ * error event for streams), joins every thread, frees s. Call from one thread. */
+void kvt_server_stop(kvt_server *s);
+
+#endif

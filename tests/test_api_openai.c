@@ -1,0 +1,196 @@
+/* api_openai.c and chat.c without a server: request validation (types,
+ * ranges, defaults), UTF-8 sanitizing and holding back split characters,
+ * response shapes, ChatML rendering with reply-id splicing, the reply map. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_openai.h"
+#include "chat.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "testutil.h"
+
+static int parse(kvt_api_kind k, const char *json, kvt_api_request *r, kvt_api_error *e) {
+    return kvt_api_parse(k, json, strlen(json), 100, 64, r, e);
+}
+
+/* The request fails with status 400 naming param (NULL: none). */
+static void expect_error(kvt_api_kind k, const char *json, const char *param) {
+    kvt_api_request r;
+    kvt_api_error e;
+    int rc = parse(k, json, &r, &e);
+    CHECKF(rc == -1 && e.status == 400, "%s", json);
+    if (rc == -1) {
+        CHECKF(param ? e.param && !strcmp(e.param, param) : !e.param, "%s: param %s", json, e.param ? e.param : "null");
+    } else {
+        kvt_api_request_free(&r);
+    }
+}
+
+static void test_parse(void) {
+    kvt_api_request r;
+    kvt_api_error e;
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,"
+                                    "\"seed\":-7,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
+                                    "\"stream_options\":{\"include_usage\":true},\"cache_salt\":\"s\",\"user\":\"x\"}",
+                &r, &e) == 0);
+    CHECK(!strcmp(r.prompt, "hi") && r.max_tokens == 5 && r.temperature == 0 && r.top_p == 0.5f && r.top_k == 3);
+    CHECK(r.has_seed && r.seed == (uint64_t)(int64_t)-7 && r.n_stop == 2 && !strcmp(r.stop[1], "bc"));
+    CHECK(r.stream && r.include_usage && !strcmp(r.cache_salt, "s"));
+    kvt_api_request_free(&r);
+
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":[1,2,3],\"max_completion_tokens\":7,\"max_tokens\":3}", &r, &e) == 0);
+    CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 3 && r.max_tokens == 7);
+    CHECK(r.temperature == 1 && r.top_p == 1 && !r.has_seed && !r.stream && !r.cache_salt);
+    kvt_api_request_free(&r);
+
+    CHECK(parse(KVT_API_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                              "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],\"stop\":\"x\"}",
+                &r, &e) == 0);
+    CHECK(r.n_msgs == 2 && !strcmp(r.msgs[0].role, "system") && !strcmp(r.msgs[1].content, "ab") && r.n_stop == 1);
+    kvt_api_request_free(&r);
+
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":", NULL);
+    expect_error(KVT_API_COMPLETION, "[]", NULL);
+    expect_error(KVT_API_COMPLETION, "{}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":true}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,100]}", "prompt");   /* outside the vocabulary */
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,2.5]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":65}", "max_tokens"); /* over the limit */
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"3\"}", "max_tokens");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"temperature\":3}", "temperature");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":1}", "cache_salt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model");
+    expect_error(KVT_API_CHAT, "{\"messages\":[]}", "messages");
+    expect_error(KVT_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages");
+    expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages");
+    expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+                 "messages");
+}
+
+static void test_utf8(void) {
+    size_t n;
+    char *s = kvt_utf8_sanitize("a\xC3\xA9\xFF\x00z", 6, &n);
+    CHECK(n == 1 + 2 + 3 + 3 + 1 && !strcmp(s, "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBDz"));
+    free(s);
+    s = kvt_utf8_sanitize("\xE2\x82", 2, &n); /* truncated: each byte replaced */
+    CHECK(n == 6);
+    free(s);
+    s = kvt_utf8_sanitize("\xED\xA0\x80", 3, &n); /* a surrogate is not UTF-8 */
+    CHECK(n == 9);
+    free(s);
+    CHECK(kvt_utf8_complete_prefix("ab\xE2\x82", 4) == 2);
+    CHECK(kvt_utf8_complete_prefix("ab\xE2\x82\xAC", 5) == 5);
+    CHECK(kvt_utf8_complete_prefix("ab\xC3", 3) == 2);
+    CHECK(kvt_utf8_complete_prefix("abc", 3) == 3);
+}
+
+static void test_responses(void) {
+    kvt_api_head h = {.kind = KVT_API_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m"};
+    kvt_api_usage u = {.prompt_tokens = 10, .completion_tokens = 2, .cached_tokens = 8, .tier_tokens = {8, 0, 0, 0},
+                       .computed_tokens = 2};
+    char *j = kvt_api_response_json(&h, "hi", "stop", &u);
+    cJSON *o = cJSON_Parse(j);
+    CHECK(o);
+    CHECK(!strcmp(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion"));
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "content")->valuestring, "hi"));
+    cJSON *usage = cJSON_GetObjectItem(o, "usage");
+    CHECK(cJSON_GetObjectItem(usage, "total_tokens")->valueint == 12);
+    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "prompt_tokens_details"), "cached_tokens")->valueint == 8);
+    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "kvtier"), "cached_tokens_by_tier"), "T0")
+              ->valueint == 8);
+    cJSON_Delete(o);
+    free(j);
+    j = kvt_api_chunk_json(&h, "x", 0, NULL, NULL);
+    o = cJSON_Parse(j);
+    CHECK(o && !cJSON_GetObjectItem(o, "kvtier") &&
+          cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "finish_reason")));
+    cJSON_Delete(o);
+    free(j);
+    kvt_api_error e;
+    kvt_api_errorf(&e, 400, "invalid_request_error", "n", "bad", "only %d", 1);
+    j = kvt_api_error_json(&e);
+    CHECK(!strcmp(j, "{\"error\":{\"message\":\"only 1\",\"type\":\"invalid_request_error\",\"param\":\"n\",\"code\":\"bad\"}}"));
+    free(j);
+}
+
+static size_t fixed_lookup(void *ctx, const char *text, int32_t **ids) {
+    (void)ctx;
+    if (strcmp(text, "REPLY")) return 0;
+    *ids = malloc(2 * sizeof **ids);
+    (*ids)[0] = 7;
+    (*ids)[1] = 9;
+    return 2;
+}
+
+static void test_chat(void) {
+    const char *path = kvt_test_path(kvt_test_tmpdir(), "chat.gguf");
+    kvt_mkmodel_params p = kvt_mkmodel_default_params();
+    p.dim = 64;
+    p.layers = 1;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.ff = 128;
+    CHECK(kvt_mkmodel(&p, path) == 0);
+    kvt_model *m = NULL;
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1;
+    CHECK(kvt_model_load(path, mp, &m) == 0);
+    if (!m) return;
+    CHECK(kvt_chat_detect(m->chat_template) == KVT_CHAT_CHATML);
+    CHECK(kvt_chat_family_parse("llama3") == KVT_CHAT_LLAMA3 && kvt_chat_family_parse("x") == KVT_CHAT_UNKNOWN);
+    int32_t im_start = kvt_tokenizer_find(m->tok, "<|im_start|>", 12), im_end = kvt_tokenizer_find(m->tok, "<|im_end|>", 10);
+    kvt_chat_msg msgs[] = {{"user", "<|im_start|>"}, {"assistant", "REPLY"}, {"user", "ok"}};
+    int32_t *ids;
+    size_t n;
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, &ids, &n) == 0);
+    int starts = 0, ends = 0, spliced = 0;
+    for (size_t i = 0; i < n; i++) {
+        starts += ids[i] == im_start;
+        ends += ids[i] == im_end;
+        if (i + 2 < n && ids[i] == 7 && ids[i + 1] == 9 && ids[i + 2] == im_end) spliced = 1;
+    }
+    CHECK(starts == 4 && ends == 3); /* user text "<|im_start|>" stays plain text */
+    CHECK(spliced);
+    char *text;
+    CHECK(kvt_detokenize(m->tok, ids, n, 1, &text, NULL) == 0);
+    CHECK(!strncmp(text, "<|im_start|>user\n<|im_start|><|im_end|>\n<|im_start|>assistant\n", 60));
+    CHECK(strlen(text) > 22 && !strcmp(text + strlen(text) - 22, "<|im_start|>assistant\n"));
+    free(text);
+    free(ids);
+    kvt_model_free(m);
+
+    kvt_reply_map *rm = kvt_reply_map_new(2, 4);
+    int32_t a[] = {1, 2, 3}, *got;
+    kvt_reply_map_put(rm, "s", 1, "one", a, 3);
+    CHECK(kvt_reply_map_get(rm, "s", 1, "one", &got) == 3 && got[2] == 3);
+    free(got);
+    CHECK(kvt_reply_map_get(rm, "t", 1, "one", &got) == 0 && !got); /* another salt sees nothing */
+    CHECK(kvt_reply_map_get(rm, NULL, 0, "one", &got) == 0);
+    kvt_reply_map_put(rm, NULL, 0, "two", a, 2);
+    kvt_reply_map_put(rm, NULL, 0, "three", a, 1);
+    CHECK(kvt_reply_map_get(rm, "s", 1, "one", &got) == 0); /* the oldest was dropped */
+    CHECK(kvt_reply_map_get(rm, NULL, 0, "three", &got) == 1);
+    free(got);
+    int32_t big[5] = {0};
+    kvt_reply_map_put(rm, NULL, 0, "big", big, 5); /* over max_ids: ignored */
+    CHECK(kvt_reply_map_get(rm, NULL, 0, "big", &got) == 0);
+    kvt_reply_map_free(rm);
+}
+
+int main(void) {
+    test_parse();
+    test_utf8();
+    test_responses();
+    test_chat();
+    return kvt_test_done("test_api_openai");
+}

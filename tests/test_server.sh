@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# kvtier serve end to end over loopback with a tiny generated model: the
+# OpenAI endpoints (plain and streaming), cache reporting and reuse (repeat
+# requests, chat turns through the reply map), tenant isolation (keys,
+# cache_salt), limits and malformed input, slow and vanishing clients,
+# concurrent clients, metrics, graceful shutdown. Needs curl and jq.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; head -n 30 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+# start_server NAME ARGS...: starts `kvtier serve` on a free port; sets URL and SRV_PID
+start_server() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; PORT=$port; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+
+# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+jb() { jq -r "$1" "$TMP/body"; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
+ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
+# the SSE stream in $TMP/sse: concatenated text deltas
+sse_text() { grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -j '.choices[0]? | (.delta.content // .text // "")'; }
+
+"$BIN" serve --help >"$TMP/help" 2>&1
+check "serve --help exits 0" is "$?" 0
+for flag in --model --host --port --parallel --queue --ctx --kv-active --kv-ram --threads --api-key --api-key-file \
+  --chat-template --max-body --max-tokens-limit --prefill-chunk --timeout --alias; do
+  check "serve --help explains $flag" grep -q -- "$flag" "$TMP/help"
+done
+"$BIN" serve --bogus >/dev/null 2>&1; check "serve unknown flag is a usage error" is "$?" 2
+"$BIN" serve --chat-template nope >/dev/null 2>&1; check "serve bad template is a usage error" is "$?" 2
+
+LONG="The quick brown fox jumps over the lazy dog while the cache keeps every block it has seen before, so a repeat is cheap."
+start_server main --parallel 4 --timeout 2 --max-body 65536 --max-tokens-limit 512 --ctx 1024
+MAIN_PID=$SRV_PID
+
+# ---- basics -------------------------------------------------------------------------
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/health")
+check "health 200" is "$CODE" 200
+check "health ok" is "$(jb .status)" ok
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/models")
+check "models 200" is "$CODE" 200
+check "models lists the model" is "$(jb '.data[0].id')" m
+
+post /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0}"
+check "completion 200" is "$CODE" 200
+check "completion object" is "$(jb .object)" text_completion
+check "completion finish_reason" is "$(jb '.choices[0].finish_reason')" length
+check "completion tokens" is "$(jb .usage.completion_tokens)" 8
+check "total tokens" is "$(jb '.usage.total_tokens == .usage.prompt_tokens + .usage.completion_tokens')" true
+check "first request computes everything" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+check "kvtier report per tier" is "$(jb '.kvtier.cached_tokens_by_tier | keys | join(",")')" T0,T1,T2,T3
+check "kvtier computed" is "$(jb '.kvtier.computed_tokens == .usage.prompt_tokens')" true
+TEXT1=$(jb '.choices[0].text')
+P1=$(jb .usage.prompt_tokens)
+post /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0}"
+check "repeat reports cached tokens" gt "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+check "repeat cached from T0" is "$(jb '.kvtier.cached_tokens_by_tier.T0 == .usage.prompt_tokens_details.cached_tokens')" true
+check "repeat cached + computed = prompt" is "$(jb '.kvtier.cached_tokens + .kvtier.computed_tokens == .usage.prompt_tokens')" true
+check "greedy repeat is identical" is "$(jb '.choices[0].text')" "$TEXT1"
+
+# streaming completion equals the plain one
+curl -sN -m 60 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}" "$URL/v1/completions" >"$TMP/sse"
+check "completion stream ends with [DONE]" is "$(tail -n 2 "$TMP/sse" | head -n 1)" "data: [DONE]"
+check "completion stream text = plain text" is "$(sse_text)" "$TEXT1"
+check "completion stream final chunk has kvtier" is "$(grep '^data: {' "$TMP/sse" | tail -n 1 | sed 's/^data: //' | jq -r '.kvtier.cached_tokens > 0')" true
+
+# max_tokens and stop strings
+post /v1/completions "{\"prompt\":\"$LONG\",\"max_completion_tokens\":3,\"temperature\":0}"
+check "max_completion_tokens" is "$(jb .usage.completion_tokens)" 3
+STOP=$(printf '%s' "$TEXT1" | jq -Rr '.[2:4]')
+if [ -n "$STOP" ]; then
+  post /v1/completions "$(jq -nc --arg p "$LONG" --arg s "$STOP" '{prompt:$p,max_tokens:8,temperature:0,stop:[$s]}')"
+  check "stop finish_reason" is "$(jb '.choices[0].finish_reason')" stop
+  check "text ends before the stop string" is "$(jb '.choices[0].text')" "$(printf '%s' "$TEXT1" | jq -Rr '.[0:2]')"
+fi
+
+# chat: plain and streamed agree; role chunk, usage chunk, kvtier in the final chunk
+CHAT='{"messages":[{"role":"system","content":"You are a terse assistant that answers in one word."},{"role":"user","content":"Name a colour of the sky on a clear day."}],"max_tokens":40,"temperature":0}'
+post /v1/chat/completions "$CHAT"
+check "chat 200" is "$CODE" 200
+check "chat object" is "$(jb .object)" chat.completion
+check "chat role" is "$(jb '.choices[0].message.role')" assistant
+REPLY=$(jb '.choices[0].message.content')
+CP=$(jb .usage.prompt_tokens)
+CC=$(jb .usage.completion_tokens)
+curl -sN -m 60 -H 'Content-Type: application/json' -d "$(jq -c '. + {stream:true, stream_options:{include_usage:true}}' <<<"$CHAT")" "$URL/v1/chat/completions" >"$TMP/sse"
+check "chat stream role chunk" is "$(grep '^data: {' "$TMP/sse" | head -n 1 | sed 's/^data: //' | jq -r '.choices[0].delta.role')" assistant
+check "chat stream text = plain reply" is "$(sse_text)" "$REPLY"
+check "chat stream usage chunk" is "$(grep '^data: {' "$TMP/sse" | tail -n 1 | sed 's/^data: //' | jq -r '(.choices|length)==0 and .usage.completion_tokens > 0 and (.kvtier|type)=="object"')" true
+check "chat stream [DONE]" grep -q '^data: \[DONE\]' "$TMP/sse"
+
+# the second turn reuses the first turn's tokens, the reply kvtier generated included
+TURN2=$(jq -c --arg r "$REPLY" '.messages += [{"role":"assistant","content":$r},{"role":"user","content":"And at night?"}]' <<<"$CHAT")
+post /v1/chat/completions "$TURN2"
+check "turn 2 200" is "$CODE" 200
+C2=$(jb .usage.prompt_tokens_details.cached_tokens)
+# the first turn's sequence held its prompt and all but the last reply token
+WANT=$(( (CP + CC - 1) / 32 * 32 ))
+check "turn 2 reuses whole blocks of turn 1 incl. the reply ($C2 >= $WANT)" ge "$C2" "$WANT"
+if [ "$WANT" -gt "$CP" ]; then
+  check "turn 2 reuse goes past the first prompt into the reply" gt "$C2" "$CP"
+else
+  echo "note: the reply was too short to span a block; reply reuse not observable" >&2
+fi
+
+# ---- errors ------------------------------------------------------------------------------
+post /v1/completions '{"prompt": "x",'
+check "malformed JSON 400" is "$CODE" 400
+check "malformed JSON error shape" is "$(jb '.error | has("message") and has("type") and has("param") and has("code")')" true
+post /v1/completions '[1,2]'
+check "non-object body 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":"5"}'
+check "wrong type 400" is "$CODE" 400
+check "wrong type names param" is "$(jb .error.param)" max_tokens
+post /v1/completions '{"prompt":"x","temperature":"hot"}'
+check "temperature type 400" is "$(jb .error.param)" temperature
+post /v1/completions '{"prompt":"x","n":2}'
+check "n=2 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":100000}'
+check "max_tokens over limit 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":0}'
+check "max_tokens 0 400" is "$CODE" 400
+post /v1/completions '{"max_tokens":3}'
+check "missing prompt 400" is "$(jb .error.param)" prompt
+post /v1/chat/completions '{"messages":"hi"}'
+check "messages type 400" is "$CODE" 400
+post /v1/chat/completions '{"messages":[{"role":"wizard","content":"hi"}]}'
+check "bad role 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","stop":5}'
+check "stop type 400" is "$(jb .error.param)" stop
+post /v1/completions '{"prompt":[1,2,99999]}'
+check "token id outside vocab 400" is "$CODE" 400
+post /v1/completions "$(jq -nc --arg p "$(head -c 3000 /dev/zero | tr '\0' a)" '{prompt:$p}')"
+check "prompt over context 400" is "$CODE" 400
+check "prompt over context explained" is "$(jb .error.code)" context_length_exceeded
+head -c 70000 /dev/zero | tr '\0' a >"$TMP/huge"
+CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/huge" "$URL/v1/completions")
+check "huge body 413" is "$CODE" 413
+CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' -H 'Transfer-Encoding: chunked' -H 'Content-Type: application/json' --data-binary @"$TMP/huge" "$URL/v1/completions")
+check "huge chunked body 413" is "$CODE" 413
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v2/nothing")
+check "unknown route 404" is "$CODE" 404
+CODE=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/v1/completions")
+check "GET on a POST route 405" is "$CODE" 405
+CODE=$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST "$URL/health")
+check "POST on a GET route 405" is "$CODE" 405
+
+# malformed HTTP and a slowloris client: answered or dropped, the server stays up
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"; printf 'THIS IS NOT HTTP\r\n\r\n' >&3; timeout 5 cat <&3 >"$TMP/garbage"; exec 3>&-
+check "malformed request line gets 4xx" grep -q '^HTTP/1.[01] 4' "$TMP/garbage"
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"; printf 'GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n' >&3; timeout 5 cat <&3 >"$TMP/garbage"; exec 3>&-
+check "absurd Content-Length answered" grep -q '^HTTP/1.[01] [45]' "$TMP/garbage"
+exec 4<>"/dev/tcp/127.0.0.1/$PORT"; printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len' >&4
+CODE=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/health")
+check "serves others while a client stalls" is "$CODE" 200
+T0=$(date +%s)
+timeout 10 cat <&4 >/dev/null; exec 4>&-
+check "stalled connection closed by the timeout" ge 8 "$(( $(date +%s) - T0 ))"
+check "still up after slowloris" kill -0 "$MAIN_PID"
+
+# ---- concurrency: 8 clients at once get what each gets alone --------------------------------
+for i in $(seq 8); do
+  post /v1/completions "{\"prompt\":\"Client $i asks: $LONG\",\"max_tokens\":12,\"temperature\":0,\"cache_salt\":\"solo\"}"
+  jb '.choices[0].text' >"$TMP/solo$i"
+done
+# waits for the background clients in CLIENTS (not the servers)
+wait_clients() { for j in "${CLIENTS[@]}"; do wait "$j"; done; CLIENTS=(); }
+CLIENTS=()
+for i in $(seq 8); do
+  curl -s -m 60 -o "$TMP/par$i.json" -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"Client $i asks: $LONG\",\"max_tokens\":12,\"temperature\":0,\"cache_salt\":\"par\"}" "$URL/v1/completions" &
+  CLIENTS+=($!)
+done
+wait_clients
+same=0
+for i in $(seq 8); do
+  jq -r '.choices[0].text' "$TMP/par$i.json" >"$TMP/partext$i" 2>/dev/null
+  [ "$(jq -r .usage.completion_tokens "$TMP/par$i.json" 2>/dev/null)" = 12 ] && cmp -s "$TMP/solo$i" "$TMP/partext$i" && same=$((same + 1))
+done
+check "8 concurrent clients: complete and equal to solo outputs ($same/8)" is "$same" 8
+
+# ---- tenant isolation by cache_salt -------------------------------------------------------
+SALTED="{\"prompt\":\"Salted request: $LONG\",\"max_tokens\":2,\"temperature\":0"
+post /v1/completions "$SALTED,\"cache_salt\":\"alice\"}"
+post /v1/completions "$SALTED,\"cache_salt\":\"alice\"}"
+check "same salt reuses" gt "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+post /v1/completions "$SALTED,\"cache_salt\":\"bob\"}"
+check "other salt sees nothing" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+post /v1/completions "$SALTED}"
+check "no salt sees nothing" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+
+# ---- a client that goes away frees its sequence -----------------------------------------------
+curl -sN -m 2 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":512,\"stream\":true}" "$URL/v1/completions" >/dev/null 2>&1
+curl -s -m 2 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":512}" "$URL/v1/completions" >/dev/null 2>&1
+busy=1
+for _ in $(seq 50); do
+  busy=$(curl -s -m 5 "$URL/health" | jq -r .slots_busy)
+  [ "$busy" = 0 ] && break
+  sleep 0.2
+done
+check "disconnected clients' sequences freed" is "$busy" 0
+
+# ---- metrics -------------------------------------------------------------------------------------
+curl -s -m 10 "$URL/metrics" >"$TMP/metrics"
+for m in 'kvtier_requests_total{endpoint="completions",code="200"}' 'kvtier_requests_total{endpoint="completions",code="400"}' \
+  'kvtier_cached_tokens_total{tier="T0"}' 'kvtier_tier_bytes_used{tier="T0"}' 'kvtier_tier_bytes_budget{tier="T1"}' \
+  kvtier_cache_hit_ratio kvtier_queue_depth 'kvtier_tier_evictions_total{tier="T0"}' kvtier_time_to_first_token_seconds_count \
+  kvtier_generated_tokens_total; do
+  check "metrics has $m" grep -qF "$m " "$TMP/metrics"
+done
+check "metrics count cached T0 tokens" gt "$(grep -F 'kvtier_cached_tokens_total{tier="T0"}' "$TMP/metrics" | awk '{print $2}')" 0
+
+# ---- graceful shutdown ----------------------------------------------------------------------------
+kill -TERM "$MAIN_PID"
+stopped=0
+for _ in $(seq 50); do kill -0 "$MAIN_PID" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
+check "SIGTERM stops the server" is "$stopped" 1
+wait "$MAIN_PID"; check "exit status 0 after SIGTERM" is "$?" 0
+
+# ---- API keys: 401 without a valid key; each key its own cache namespace ----------------------------
+printf '# keys\n\nkey-two\n' >"$TMP/keys"
+start_server keys --api-key key-one --api-key-file "$TMP/keys" --parallel 1 --queue 1
+KEYED="{\"prompt\":\"Keyed: $LONG\",\"max_tokens\":2,\"temperature\":0}"
+post /v1/completions "$KEYED"
+check "no key 401" is "$CODE" 401
+check "401 error shape" is "$(jb .error.code)" invalid_api_key
+post /v1/completions "$KEYED" -H 'Authorization: Bearer wrong'
+check "wrong key 401" is "$CODE" 401
+CODE=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/v1/models")
+check "models needs a key" is "$CODE" 401
+CODE=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/health")
+check "health needs no key" is "$CODE" 200
+post /v1/completions "$KEYED" -H 'Authorization: Bearer key-one'
+check "key one 200" is "$CODE" 200
+post /v1/completions "$KEYED" -H 'Authorization: Bearer key-one'
+check "key one reuses its cache" gt "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+post /v1/completions "$KEYED" -H 'Authorization: Bearer key-two'
+check "key from file 200" is "$CODE" 200
+check "key two does not see key one's cache" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+
+# ---- a full queue answers 503 with Retry-After -------------------------------------------------
+for i in 1 2 3 4; do
+  curl -s -m 30 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":400,\"temperature\":0}" "$URL/v1/completions" >"$TMP/qc$i" &
+  CLIENTS+=($!)
+done
+wait_clients
+n503=0
+for i in 1 2 3 4; do
+  if [ "$(cat "$TMP/qc$i")" = 503 ]; then n503=$((n503 + 1)); grep -qi '^Retry-After:' "$TMP/qh$i" || bad "503 lacks Retry-After"; fi
+done
+check "queue full gives 503 ($n503)" gt "$n503" 0
+kill -INT "$SRV_PID"; wait "$SRV_PID"; check "SIGINT exits 0" is "$?" 0
+
+echo "test_server: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
