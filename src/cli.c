@@ -111,3 +111,42 @@ int kvt_cli_parse_bytes(const char *opt, const char *v, uint64_t *out) {
     *out = (uint64_t)(d * mult);
     return 0;
 }
+
+void kvt_cli_cache_flags_help(FILE *f) {
+    fprintf(f, "  --kv-disk DIR       T2: a persistent KV cache directory on local disk (survives\n"
+               "                      restarts; one process at a time)\n"
+               "  --kv-disk-size BYTES  T2 budget (default 16G); the directory stays within it plus one segment\n"
+               "  --kv-disk-zstd      compress disk records with zstd (lossless)\n"
+               "  --kv-disk-admit-all write every block evicted from RAM to disk (default: only\n"
+               "                      blocks seen at least twice)\n"
+               "  --write-through     write each new block to disk as soon as it is computed\n"
+               "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
+               "                      measured), always, never (default auto)\n");
+}
+
+int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--kv-disk")) {
+        if (!(cp->disk_dir = kvt_cli_value(argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--kv-disk-size")) {
+        if (!(v = kvt_cli_value(argc, argv, i)) || kvt_cli_parse_bytes(a, v, &cp->disk_bytes)) return -1;
+    } else if (!strcmp(a, "--kv-disk-zstd")) {
+        cp->disk_zstd = 1;
+    } else if (!strcmp(a, "--kv-disk-admit-all")) {
+        cp->disk_admit_all = 1;
+    } else if (!strcmp(a, "--write-through")) {
+        cp->write_through = 1;
+    } else if (!strcmp(a, "--restore")) {
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "auto")) cp->restore = KVT_RESTORE_AUTO;
+        else if (!strcmp(v, "always")) cp->restore = KVT_RESTORE_ALWAYS;
+        else if (!strcmp(v, "never")) cp->restore = KVT_RESTORE_NEVER;
+        else {
+            fprintf(stderr, "kvtier: --restore must be auto, always or never, not '%s'\n", v);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}

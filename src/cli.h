@@ -5,6 +5,9 @@
 #define KVT_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "kvtier.h"
 #include <stdint.h>
 
 int kvt_cli_main(int argc, char **argv);
@@ -30,6 +33,14 @@ double kvt_cli_parse_double(const char *opt, const char *val);
 int kvt_cli_parse_bytes(const char *opt, const char *val, uint64_t *out);
 /* Fetches the value following option argv[*i]; prints an error and returns NULL if missing. */
 const char *kvt_cli_value(int argc, char **argv, int *i);
+
+/* The disk-tier flags shared by run and serve: --kv-disk, --kv-disk-size,
+ * --kv-disk-zstd, --kv-disk-admit-all, --write-through, --restore. If argv[*i]
+ * is one of them, stores it in cp (advancing *i past a value) and returns 1;
+ * returns 0 for other arguments and -1 (after printing why) for a bad value. */
+int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp);
+/* Prints the help lines of those flags. */
+void kvt_cli_cache_flags_help(FILE *f);
 
 #endif
 

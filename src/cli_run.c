@@ -280,15 +280,6 @@ static void run_usage(FILE *f) {
             "  --kv-active BYTES   T0: the engine's KV page pool, e.g. 256M (default: enough for\n"
             "                      --ctx tokens plus room to keep finished prompts cached)\n"
             "  --kv-ram BYTES      T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
-            "  --kv-disk DIR       T2: a persistent KV cache directory on local disk (survives\n"
-            "                      restarts; one process at a time)\n"
-            "  --kv-disk-size BYTES  T2 budget (default 16G)\n"
-            "  --kv-disk-zstd      compress disk records with zstd (lossless)\n"
-            "  --kv-disk-admit-all write every block evicted from RAM to disk (default: only\n"
-            "                      blocks seen at least twice)\n"
-            "  --write-through     write each new block to disk as soon as it is computed\n"
-            "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
-            "                      measured), always, never (default auto)\n"
             "  --ignore-eos        keep generating past end-of-generation tokens (benchmarks)\n"
             "  --salt TEXT         cache salt: prompts under different salts never share KV\n"
             "  --no-cache          do not reuse or keep KV between prompts\n"
@@ -298,6 +289,7 @@ static void run_usage(FILE *f) {
             "  -h, --help          this help\n",
             RUN_DEFAULT_N, (double)kvt_sampler_default_params().temp, kvt_sampler_default_params().top_k,
             (double)kvt_sampler_default_params().top_p, KVT_DEFAULT_BLOCK_SIZE);
+    kvt_cli_cache_flags_help(f);
 }
 
 /* Streams generated tokens to stdout, holding back split UTF-8 characters. */
@@ -400,6 +392,9 @@ int kvt_cmd_run(int argc, char **argv) {
         const char *a = argv[i], *v;
         double d;
         long l;
+        int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
+        if (cf < 0) return 2;
+        if (cf > 0) continue;
         if (kvt_cli_is_help(a)) {
             run_usage(stdout);
             return 0;
@@ -435,25 +430,6 @@ int kvt_cmd_run(int argc, char **argv) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_active)) return 2;
         } else if (!strcmp(a, "--kv-ram")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_ram)) return 2;
-        } else if (!strcmp(a, "--kv-disk")) {
-            if (!(cp.disk_dir = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--kv-disk-size")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &cp.disk_bytes)) return 2;
-        } else if (!strcmp(a, "--kv-disk-zstd")) {
-            cp.disk_zstd = 1;
-        } else if (!strcmp(a, "--kv-disk-admit-all")) {
-            cp.disk_admit_all = 1;
-        } else if (!strcmp(a, "--write-through")) {
-            cp.write_through = 1;
-        } else if (!strcmp(a, "--restore")) {
-            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
-            if (!strcmp(v, "auto")) cp.restore = KVT_RESTORE_AUTO;
-            else if (!strcmp(v, "always")) cp.restore = KVT_RESTORE_ALWAYS;
-            else if (!strcmp(v, "never")) cp.restore = KVT_RESTORE_NEVER;
-            else {
-                fprintf(stderr, "kvtier run: --restore must be auto, always or never\n");
-                return 2;
-            }
         } else if (!strcmp(a, "--salt")) {
             if (!(salt = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--ignore-eos")) {

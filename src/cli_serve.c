@@ -60,8 +60,10 @@ static void serve_usage(FILE *f) {
             "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
             "  -h, --help            this help\n\n"
             "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
-            "SIGINT or SIGTERM stops the server gracefully.\n",
+            "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
+            "disk tier:\n",
             d.host, d.port, d.parallel, d.queue, d.max_body, d.max_tokens_limit, d.prefill_chunk, d.timeout_s);
+    kvt_cli_cache_flags_help(f);
 }
 
 /* Appends the keys in path (one per line) to keys. Returns 0 or -1 after printing why. */
@@ -100,6 +102,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     long n_ctx = 0, l;
     uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body;
     int threads = default_threads();
+    kvt_cache_params cp = kvt_cache_default_params();
     char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
     size_t n_keys = 0;
     int ret = 2;
@@ -110,6 +113,9 @@ int kvt_cmd_serve(int argc, char **argv) {
             ret = 0;
             goto done;
         }
+        int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
+        if (cf < 0) goto done;
+        if (cf > 0) continue;
         int takes_value = a[0] == '-' && strcmp(a, "-h");
         if (takes_value && !(v = kvt_cli_value(argc, argv, &i))) goto done;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
@@ -217,7 +223,6 @@ int kvt_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
         goto free_all;
     }
-    kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = kv_ram;
     if (kvt_cache_new(e, &cp, &cache)) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
@@ -237,15 +242,20 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, T0 %d pages of %zu bytes, "
-            "T1 %llu bytes, %zu API key(s)\n",
+            "T1 %llu bytes, T2 %s, %zu API key(s)\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
-            (unsigned long long)kv_ram, n_keys);
+            (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
     fprintf(stderr, "kvtier serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     kvt_server_stop(srv);
     ret = 0;
+    if (cp.disk_dir) { /* graceful shutdown: what T0 and T1 hold goes to disk for the next start */
+        double t0 = kvt_now();
+        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier serve: flushing the disk cache: %s\n", kvt_errmsg());
+        else fprintf(stderr, "kvtier serve: flushed the KV cache to %s in %.2f s\n", cp.disk_dir, kvt_now() - t0);
+    }
 free_all:
     kvt_cache_free(cache);
     kvt_engine_free(e);

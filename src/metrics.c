@@ -138,8 +138,9 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
 
     const kvt_cache_stats *c = &g->cache;
     uint64_t t0_used = (uint64_t)(c->t0_pages_total - c->t0_pages_free) * g->page_bytes;
-    uint64_t used[KVT_TIER_COUNT] = {t0_used, c->t1_bytes_used, 0, 0};
-    uint64_t budget[KVT_TIER_COUNT] = {(uint64_t)c->t0_pages_total * g->page_bytes, c->t1_budget_bytes, 0, 0};
+    uint64_t used[KVT_TIER_COUNT] = {t0_used, c->t1_bytes_used, c->t2_bytes_used, 0};
+    uint64_t budget[KVT_TIER_COUNT] = {(uint64_t)c->t0_pages_total * g->page_bytes, c->t1_budget_bytes,
+                                       c->t2_budget_bytes, 0};
     uint64_t evictions[KVT_TIER_COUNT] = {c->t0_evictions, c->t1_evictions, 0, 0};
     header(&b, "kvtier_tier_bytes_used", "gauge", "Bytes of KV held per tier (T0: pages in use, cached or running).");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
@@ -153,6 +154,18 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_cache_blocks", "gauge", "Blocks indexed per tier.");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
         put(&b, "kvtier_cache_blocks{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)c->index_entries[t]);
+    header(&b, "kvtier_disk_bytes_total", "counter", "Disk tier (T2) I/O in bytes, by direction.");
+    put(&b, "kvtier_disk_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t2_bytes_read);
+    put(&b, "kvtier_disk_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t2_bytes_written);
+    header(&b, "kvtier_disk_records_written_total", "counter", "Blocks written to the disk tier.");
+    put(&b, "kvtier_disk_records_written_total %llu\n", (unsigned long long)c->t2_writes);
+    header(&b, "kvtier_disk_writes_dropped_total", "counter", "Disk writes dropped (queue full, disk full, errors).");
+    put(&b, "kvtier_disk_writes_dropped_total %llu\n", (unsigned long long)c->t2_dropped);
+    header(&b, "kvtier_disk_restores_total", "counter", "Blocks read back from disk into pages.");
+    put(&b, "kvtier_disk_restores_total %llu\n", (unsigned long long)c->t2_restores);
+    header(&b, "kvtier_disk_recompute_decisions_total", "counter",
+           "Requests that recomputed disk blocks because reading them was measured slower.");
+    put(&b, "kvtier_disk_recompute_decisions_total %llu\n", (unsigned long long)c->t2_recompute_decisions);
     header(&b, "kvtier_cache_lookup_tokens_total", "counter", "Prompt tokens matched against the cache.");
     put(&b, "kvtier_cache_lookup_tokens_total %llu\n", (unsigned long long)c->lookup_tokens);
     header(&b, "kvtier_cache_hit_tokens_total", "counter", "Of those, tokens restored instead of computed.");

@@ -411,6 +411,7 @@ static void engine_step(kvt_server *s) {
     if (pf) {
         pf->n_fed += chunk;
         pf->r->usage.prefill_ms += ms;
+        if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
         kvt_cache_commit(s->cache, pf->root, pf->seq, pf->toks, &pf->n_done);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
