@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "mkmodel.h" /* only to make a model file; a user would bring one */
 #include "testutil.h"
 
 static int count_tokens(void *ctx, int32_t tok) {
@@ -14,15 +13,11 @@ static int count_tokens(void *ctx, int32_t tok) {
 }
 
 int main(void) {
-    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
-    mp.dim = 64;
-    mp.layers = 2;
-    mp.heads = 4;
-    mp.kv_heads = 2;
-    mp.ff = 128;
-    mp.vocab = 1000;
-    const char *path = kvt_test_path(kvt_test_tmpdir(), "api.gguf");
-    CHECK(kvt_mkmodel(&mp, path) == 0);
+    kvt_model *made = kvt_test_tiny_model("api.gguf", 1000);
+    CHECK(made != NULL);
+    kvt_model_free(made); /* the file stays; below it is loaded through the public API */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/api.gguf", kvt_test_tmpdir());
 
     kvt_model *m = NULL;
     CHECK(kvt_model_load("/no/such/model.gguf", kvt_model_default_params(), &m) < 0 && !m);

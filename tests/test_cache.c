@@ -9,7 +9,6 @@
 #include "blockhash.h"
 #include "cache.h"
 #include "generate.h"
-#include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -264,16 +263,8 @@ static void test_exhaustion(void) {
 }
 
 int main(void) {
-    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
-    mp.dim = 64;
-    mp.layers = 2;
-    mp.heads = 4;
-    mp.kv_heads = 2;
-    mp.ff = 128;
-    mp.vocab = 600;
-    const char *path = kvt_test_path(kvt_test_tmpdir(), "m.gguf");
-    if (kvt_mkmodel(&mp, path) || kvt_model_load(path, kvt_model_default_params(), &model)) {
-        CHECKF(0, "model: %s", kvt_errmsg());
+    if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
+        CHECK(model != NULL);
         return kvt_test_done("test_cache");
     }
     n_vocab = model->hp.n_vocab;

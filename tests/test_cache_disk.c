@@ -12,7 +12,6 @@
 
 #include "cache.h"
 #include "generate.h"
-#include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -108,18 +107,10 @@ static int corrupt_records(const char *dir) {
 }
 
 int main(void) {
-    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
-    mp.dim = 64;
-    mp.layers = 2;
-    mp.heads = 4;
-    mp.kv_heads = 2;
-    mp.ff = 128;
-    mp.vocab = 600;
-    char mpath[4096], dir[4096];
-    snprintf(mpath, sizeof mpath, "%s/m.gguf", kvt_test_tmpdir());
+    char dir[4096];
     snprintf(dir, sizeof dir, "%s/kvdisk", kvt_test_tmpdir());
-    if (kvt_mkmodel(&mp, mpath) || kvt_model_load(mpath, kvt_model_default_params(), &model)) {
-        CHECKF(0, "model: %s", kvt_errmsg());
+    if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
+        CHECK(model != NULL);
         return kvt_test_done("test_cache_disk");
     }
     n_vocab = model->hp.n_vocab;

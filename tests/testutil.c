@@ -5,6 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvtier.h"
+#include "mkmodel.h"
+
 int kvt_test_failures;
 int kvt_test_checks;
 
@@ -65,4 +68,21 @@ int kvt_test_done(const char *name) {
 void kvt_test_skip(const char *why) {
     printf("SKIP: %s\n", why);
     exit(77);
+}
+
+struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab) {
+    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
+    mp.dim = 64;
+    mp.layers = 2;
+    mp.heads = 4;
+    mp.kv_heads = 2;
+    mp.ff = 128;
+    mp.vocab = n_vocab;
+    const char *path = kvt_test_path(kvt_test_tmpdir(), file_name);
+    kvt_model *m = NULL;
+    if (kvt_mkmodel(&mp, path) || kvt_model_load(path, kvt_model_default_params(), &m)) {
+        fprintf(stderr, "tiny model %s: %s\n", path, kvt_errmsg());
+        return NULL;
+    }
+    return m;
 }

@@ -40,6 +40,10 @@ const char *kvt_test_path(const char *dir, const char *name);
 const char *kvt_test_tmpdir(void);
 /* Reads a whole file; NULL if it cannot. Caller frees. */
 char *kvt_test_read_file(const char *path, size_t *len);
+/* Writes a tiny random-weight llama (dim 64, 2 layers, 4 heads / 2 kv heads,
+ * ff 128, built-in vocabulary of n_vocab tokens) into the temporary directory
+ * and loads it. Returns NULL after printing why if it cannot. */
+struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab);
 /* Prints "N checks, M failed" and returns the process exit code. */
 int kvt_test_done(const char *name);
 /* Prints why and exits 77 (CTest: skipped). */
