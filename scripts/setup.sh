@@ -3,11 +3,18 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev curl jq nodejs npm)
+PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev)
+# Tools the tests call, installed only when the command is missing: a machine may
+# already have them from elsewhere (e.g. a Node.js build that ships npm, which
+# Debian's npm package would conflict with).
+TOOLS=(curl:curl jq:jq node:nodejs npm:npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+for t in "${TOOLS[@]}"; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
