@@ -1,11 +1,14 @@
-/* Fuzz driver: the GGUF reader and model binding must reject any byte string
- * cleanly. Built for libFuzzer with clang (-DKVT_FUZZ=ON) and, in every build,
+/* Fuzz driver: the GGUF reader and the tokenizer built from its metadata must
+ * reject any byte string cleanly. Built for libFuzzer with clang (-DKVT_FUZZ=ON) and, in every build,
  * as a replay test over fuzz/corpus/gguf plus deterministic mutations. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "gguf.h"
+#include "tokenizer.h"
+
+#include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,6 +38,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kvt_gguf_tensor *t = &g->tensors[i];
         if (t->nbytes) sink += ((const uint8_t *)t->data)[t->nbytes - 1];
+    }
+    /* the tokenizer reads the most metadata: load it and use it if it loads */
+    kvt_tokenizer *tok;
+    if (kvt_tokenizer_load(g, &tok) == 0) {
+        static const char text[] = "Hello world <|im_start|> \xc3\xa9\xff 123";
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (kvt_tokenize(tok, text, sizeof text - 1, 1, 1, &ids, &n) == 0) {
+            char *back = NULL;
+            size_t blen;
+            if (kvt_detokenize(tok, ids, n, 1, &back, &blen) == 0) free(back);
+            free(ids);
+        }
+        kvt_tokenizer_free(tok);
     }
     kvt_gguf_close(g);
     return 0;

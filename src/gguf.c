@@ -457,8 +457,13 @@ int64_t kvt_gguf_arr_int(const kvt_gguf_kv *kv, uint64_t i) {
     int64_t v = 0;
     double d;
     if (read_int(kv->arr_type, kv->arr + i * vtype_size[kv->arr_type], &v) &&
-        !read_float(kv->arr_type, kv->arr + i * vtype_size[kv->arr_type], &d))
-        v = (int64_t)d;
+        !read_float(kv->arr_type, kv->arr + i * vtype_size[kv->arr_type], &d)) {
+        /* a float element: saturate, since converting an out-of-range or NaN double is undefined */
+        if (d != d) v = 0;
+        else if (d >= 0x1p63) v = INT64_MAX;
+        else if (d < -0x1p63) v = INT64_MIN;
+        else v = (int64_t)d;
+    }
     return v;
 }
 

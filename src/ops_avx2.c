@@ -403,7 +403,7 @@ static const kvt_ops_vtable ops_avx2 = {
 
 const kvt_ops_vtable *kvt_ops_avx2(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && kvt_cpu_has_f16c())
         return &ops_avx2;
     return NULL;
 }

@@ -437,7 +437,7 @@ const kvt_ops_vtable *kvt_ops_avx512(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+        kvt_cpu_has_f16c())
         return &ops_avx512;
     return NULL;
 }

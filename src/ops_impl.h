@@ -77,4 +77,8 @@ static inline uint16_t kvt_load_u16(const void *p) {
     return v;
 }
 
+/* F16C support from CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports
+ * does not know "f16c", gcc's does; one definition serves both. */
+int kvt_cpu_has_f16c(void);
+
 #endif
