@@ -376,6 +376,7 @@ static cJSON *kvtier_obj(const kvt_api_usage *u) {
     for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
     cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
     cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
+    if (u->disk_decision) cJSON_AddStringToObject(o, "disk_blocks", u->disk_decision);
     cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);
     cJSON_AddNumberToObject(o, "ttft_ms", u->ttft_ms);
     return o;

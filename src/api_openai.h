@@ -70,6 +70,7 @@ typedef struct {
     int32_t tier_tokens[KVT_TIER_COUNT];   /* ... by tier */
     int32_t computed_tokens;               /* prompt tokens prefilled */
     double restore_ms, prefill_ms, ttft_ms;
+    const char *disk_decision;             /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
 } kvt_api_usage;
 
 /* Identity of one response, shared by its chunks. Strings borrowed. */

@@ -281,6 +281,8 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     memcpy(r->usage.tier_tokens, ai.tier_tokens, sizeof ai.tier_tokens);
     r->usage.computed_tokens = r->n_prompt - ai.n_reused;
     r->usage.restore_ms = ai.restore_ms;
+    r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"
+                             : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
 }
 
 /* Where a stop string starts in the unemitted text, or -1; *hold gets how many
