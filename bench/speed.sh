@@ -23,5 +23,5 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
     { gsub(/"/, ""); p = $col["n_prompt"]; g = $col["n_gen"]; ts = $col["avg_ts"]
       if (p == 512) printf "ratio prefill  512: %.2f (kvtier %s / llama.cpp %.1f)\n", k512 / ts, k512, ts
       if (p == 2048) printf "ratio prefill 2048: %.2f (kvtier %s / llama.cpp %.1f)\n", k2048 / ts, k2048, ts
-      if (g > 0) printf "ratio decode:       %.2f (kvtier %s / llama.cpp %.1f)\n", kdec / ts, kdec, ts }'
+      if (g > 0) printf "ratio decode:       %.2f (kvtier %s / llama.cpp %.1f)\n", kdec / ts, kdec, ts }' /tmp/llama-speed.csv
 fi
