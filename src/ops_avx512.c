@@ -6,6 +6,7 @@
  * tiles of RN tokens; tokens are walked in chunks sized so the chunk's
  * activations stay in L2 while the RM rows (converted on the fly) stay in L1. */
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -63,13 +64,16 @@ INLINE512 __m512 ldw_bf16_m(const uint8_t *row, int64_t k, __mmask16 m) {
     INLINE512 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k, \
                         float *out) {                                                              \
         __m512 acc[RM][RN];                                                                        \
+        /* the same place in the next tile's rows (rows are contiguous; a clamped    \
+         * tail makes this a harmless prefetch of data already read) */              \
+        const ptrdiff_t pf_ahead = rm > 1 ? (wr[1] - wr[0]) * rm : PF_BYTES;                      \
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps(); \
         int64_t kk = 0;                                                                            \
         for (; kk + V <= k; kk += V) {                                                             \
             __m512 wv[RM];                                                                         \
             _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {                                \
-                if (rn <= 2) _mm_prefetch((const char *)wr[i] + (kk * (ELEM)) + PF_BYTES, _MM_HINT_T0); \
+                if (rn <= 2) _mm_prefetch((const char *)wr[i] + pf_ahead + kk * (ELEM), _MM_HINT_T0);   \
                 wv[i] = LDW(wr[i], kk);                                                            \
             }                                                                                      \
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
