@@ -30,7 +30,11 @@ check "cache verify finds every record intact" "$BIN" cache verify --kv-disk "$T
 # a second process on the same directory is refused with a clear message
 "$BIN" run -m "$M" -p "hold the lock" -n 100000 --ignore-eos --temp 0 --kv-disk "$TMP/d" --ctx 100000 > /dev/null 2>&1 &
 holder=$!
-sleep 0.5
+# wait (up to 10 s) until the holder has opened the cache: its pid is in the lock file
+for _ in $(seq 1 100); do
+  [ "$(tr -dc 0-9 < "$TMP/d/lock" 2>/dev/null)" = "$holder" ] && break
+  sleep 0.1
+done
 "${RUN[@]}" --kv-disk "$TMP/d" > /dev/null 2> "$TMP/lock.err"
 rc=$?
 kill -TERM $holder 2>/dev/null; wait $holder 2>/dev/null
