@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "kvtier.h"
 
 typedef struct {
@@ -149,4 +150,11 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
         return 0;
     }
     return 1;
+}
+
+long kvt_cli_default_ctx(long n_ctx_train) {
+    if (n_ctx_train <= KVT_CLI_DEFAULT_CTX_CAP) return n_ctx_train;
+    kvt_log(KVT_LOG_INFO, "context %d tokens (the model was trained for %ld; --ctx N to change)",
+            KVT_CLI_DEFAULT_CTX_CAP, n_ctx_train);
+    return KVT_CLI_DEFAULT_CTX_CAP;
 }

@@ -34,6 +34,12 @@ int kvt_cli_parse_bytes(const char *opt, const char *val, uint64_t *out);
 /* Fetches the value following option argv[*i]; prints an error and returns NULL if missing. */
 const char *kvt_cli_value(int argc, char **argv, int *i);
 
+/* Context length when --ctx is not given: the model's training context, capped
+ * at KVT_CLI_DEFAULT_CTX_CAP (a 128k-context model would otherwise reserve KV
+ * pages for 128k tokens per sequence); logs when it caps. */
+#define KVT_CLI_DEFAULT_CTX_CAP 8192
+long kvt_cli_default_ctx(long n_ctx_train);
+
 /* The disk-tier flags shared by run and serve: --kv-disk, --kv-disk-size,
  * --kv-disk-zstd, --kv-disk-admit-all, --write-through, --restore. If argv[*i]
  * is one of them, stores it in cp (advancing *i past a value) and returns 1;

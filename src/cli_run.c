@@ -285,7 +285,8 @@ static void run_usage(FILE *f) {
             "  --no-cache          do not reuse or keep KV between prompts\n"
             "  --kv-f32            keep K/V in f32 instead of f16\n"
             "  --block-size B      tokens per KV page / cache block (default %d)\n"
-            "  --ctx N             context length: prompt + generated tokens (default: the model's)\n"
+            "  --ctx N             context length: prompt + generated tokens (default: the model's,\n"
+            "                      at most 8192)\n"
             "  -h, --help          this help\n",
             RUN_DEFAULT_N, (double)kvt_sampler_default_params().temp, kvt_sampler_default_params().top_k,
             (double)kvt_sampler_default_params().top_p, KVT_DEFAULT_BLOCK_SIZE);
@@ -485,7 +486,7 @@ int kvt_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
         goto done;
     }
-    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(m->hp.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;

@@ -41,7 +41,8 @@ static void serve_usage(FILE *f) {
             "  --port N              TCP port (default %d; 0 = any free port, printed at start)\n"
             "  --parallel N          sequences decoded together in one batch (default %d)\n"
             "  --queue N             requests waiting for a sequence at most; more get 503 (default %d)\n"
-            "  --ctx N               context length per sequence: prompt + generated (default: the model's)\n"
+            "  --ctx N               context length per sequence: prompt + generated (default: the model's,\n"
+            "                        at most 8192)\n"
             "  --kv-active BYTES     T0: the engine's KV page pool, e.g. 256M (default: --parallel full\n"
             "                        contexts plus one more to keep finished prompts cached)\n"
             "  --kv-ram BYTES        T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
@@ -207,7 +208,7 @@ int kvt_cmd_serve(int argc, char **argv) {
         if (dot && !dot[strlen(".gguf")]) *dot = 0;
     }
     sp.model_id = model_id;
-    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(m->hp.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
