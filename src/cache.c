@@ -377,6 +377,7 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
     int32_t got = acquire_run(c, root, tokens, hits, n_blocks, pages, tier_blocks, &restore_s, info);
     if (c->disk && !c->params.disk_admit_all)
         for (int32_t i = 0; i < got; i++) kvt_disk_admit(c->disk, hits[i].hash); /* a reuse is a sighting */
+    if (c->disk) kvt_disk_note_lookup(c->disk, (uint64_t)n / (uint64_t)c->B, (uint64_t)tier_blocks[KVT_TIER_T2]);
     if (got < n_blocks) reuse = got * c->B; /* a block could not be restored: reuse what we have */
     int rc = kvt_seq_new(c->e, pages, got, reuse, seq);
     for (int32_t i = 0; i < got; i++) kvt_page_unref(c->e, pages[i]);

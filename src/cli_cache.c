@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "usage: kvtier cache <stats|ls|verify|gc|clear> --kv-disk DIR [options]\n\n"
             "Inspect or maintain a disk-tier (T2) cache directory.\n\n"
             "commands:\n"
-            "  stats    segment files, bytes, records (valid / corrupt / other format) and usage per namespace\n"
+            "  stats    segment files, bytes, records (valid / corrupt / other format), usage per namespace,\n"
+            "           and lifetime counters: disk hit rate of prompt blocks, writes, drops, I/O\n"
             "  ls       one line per record: segment, offset, bytes, namespace, hash, parent, B, codec, sizes\n"
             "  verify   read every record and check its CRC (and decode it); exit status 1 if any is bad\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
@@ -198,6 +199,16 @@ int kvt_cmd_cache(int argc, char **argv) {
                 printf("namespace %016" PRIx64 "%016" PRIx64 ": %" PRIu64 " records, %.1f MiB\n", s->ns[i].ns.hi,
                        s->ns[i].ns.lo, s->ns[i].records, (double)s->ns[i].bytes / 1048576.0);
             if (s->ns_overflow) printf("(%zu records in further namespaces not itemised)\n", s->ns_overflow);
+            kvt_disk_lifetime lt;
+            if (kvt_disk_read_lifetime(dir, &lt) == 0) {
+                printf("lifetime (%" PRIu64 " sessions): %" PRIu64 " of %" PRIu64 " prompt blocks looked up were served "
+                       "from disk (hit rate %.1f%%); %" PRIu64 " records written, %" PRIu64 " writes dropped, %" PRIu64
+                       " evicted, %" PRIu64 " corrupt; %.1f MiB read, %.1f MiB written\n",
+                       lt.sessions, lt.lookup_hits, lt.lookup_blocks,
+                       lt.lookup_blocks ? 100.0 * (double)lt.lookup_hits / (double)lt.lookup_blocks : 0.0,
+                       lt.records_written, lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
+                       (double)lt.bytes_written / 1048576.0);
+            }
             if (verify) rc = s->corrupt ? 1 : 0;
         }
     } else if (!strcmp(cmd, "gc")) {

@@ -52,6 +52,8 @@ enum {
 #define HEADER_NAME "header"
 #define HEADER_TMP_NAME "header.tmp"
 #define PROBE_NAME ".odirect-probe"
+#define STATS_NAME "stats"          /* lifetime counters, text, rewritten atomically at close */
+#define STATS_TMP_NAME "stats.tmp"
 #define SEG_PREFIX "seg-"
 #define SEG_SUFFIX ".kvt"
 #define TMP_SUFFIX ".tmp"
@@ -348,7 +350,8 @@ static long list_segments(const char *dir, int warn_foreign, uint64_t **ids) {
         }
         size_t len = strlen(nm), lt = strlen(TMP_SUFFIX);
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
-                    !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) ||
+                    !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
+                    !strcmp(nm, STATS_TMP_NAME) ||
                     (len > lt && !strcmp(nm + len - lt, TMP_SUFFIX) && !strncmp(nm, SEG_PREFIX, strlen(SEG_PREFIX)));
         if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
@@ -474,6 +477,7 @@ struct kvt_disk {
     size_t n_ev, cap_ev;
 
     int write_err; /* first write error; writes are disabled once set */
+    uint64_t lookup_blocks, lookup_hits; /* kvt_disk_note_lookup, this session */
 
     /* owner thread only */
     kvt_dio *rio;
@@ -1071,6 +1075,65 @@ static void disk_free(kvt_disk *d) {
     free(d);
 }
 
+void kvt_disk_note_lookup(kvt_disk *d, uint64_t blocks, uint64_t hits) {
+    pthread_mutex_lock(&d->mu);
+    d->lookup_blocks += blocks;
+    d->lookup_hits += hits;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* The lifetime file: one "name value" line per counter, in this order. */
+#define LIFETIME_FIELDS(X)                                                                         \
+    X(sessions) X(lookup_blocks) X(lookup_hits) X(reads) X(read_misses) X(records_written)         \
+    X(writes_dropped) X(corrupt) X(bytes_read) X(bytes_written) X(evicted)
+
+int kvt_disk_read_lifetime(const char *dir, kvt_disk_lifetime *out) {
+    memset(out, 0, sizeof *out);
+    char path[PATH_MAX];
+    path_join(path, sizeof path, dir, STATS_NAME);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? KVT_ENOTFOUND : -errno;
+    char name[64];
+    unsigned long long v;
+    while (fscanf(f, "%63s %llu", name, &v) == 2) {
+#define READ_FIELD(F) if (!strcmp(name, #F)) out->F = v;
+        LIFETIME_FIELDS(READ_FIELD)
+#undef READ_FIELD
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Adds this session's counters to the lifetime file (temp, fsync, rename).
+ * Best effort: a read-only or full directory keeps the old file. */
+static void write_lifetime(kvt_disk *d) {
+    kvt_disk_lifetime t;
+    kvt_disk_read_lifetime(d->dir, &t);
+    t.sessions++;
+    t.lookup_blocks += d->lookup_blocks;
+    t.lookup_hits += d->lookup_hits;
+    t.reads += d->st.hits;
+    t.read_misses += d->st.misses;
+    t.records_written += d->st.puts;
+    t.writes_dropped += d->st.dropped;
+    t.corrupt += d->st.corrupt;
+    t.bytes_read += d->st.bytes_read;
+    t.bytes_written += d->st.bytes_written;
+    t.evicted += d->st.evicted;
+    char tmp[PATH_MAX], path[PATH_MAX];
+    path_join(tmp, sizeof tmp, d->dir, STATS_TMP_NAME);
+    path_join(path, sizeof path, d->dir, STATS_NAME);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+#define WRITE_FIELD(F) fprintf(f, "%s %llu\n", #F, (unsigned long long)t.F);
+    LIFETIME_FIELDS(WRITE_FIELD)
+#undef WRITE_FIELD
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0) fsync_dir(d->dir);
+    else unlink(tmp);
+}
+
 void kvt_disk_close(kvt_disk *d) {
     if (!d) return;
     if (d->writer_started) {
@@ -1081,6 +1144,7 @@ void kvt_disk_close(kvt_disk *d) {
         pthread_join(d->writer, NULL); /* drains the queue first */
     }
     if (d->head) fdatasync(d->head->fd);
+    if (d->lock_fd >= 0) write_lifetime(d); /* we own the directory: nobody else writes it */
     disk_free(d);
 }
 

@@ -242,6 +242,22 @@ typedef struct {
     uint64_t bytes_before, bytes_after;
 } kvt_disk_gc_report;
 
+/* Counters summed over every session that closed the directory (kept in its
+ * "stats" file, rewritten atomically by kvt_disk_close). lookup_* count the
+ * full prompt blocks the cache policy asked for and those this tier served
+ * (kvt_disk_note_lookup); reads/read_misses are kvt_disk_get outcomes. */
+typedef struct {
+    uint64_t sessions, lookup_blocks, lookup_hits, reads, read_misses, records_written, writes_dropped, corrupt,
+        bytes_read, bytes_written, evicted;
+} kvt_disk_lifetime;
+
+/* Reads dir's lifetime counters. Returns 0, KVT_ENOTFOUND (none yet) or -errno. */
+int kvt_disk_read_lifetime(const char *dir, kvt_disk_lifetime *out);
+
+/* Records that a request looked up `blocks` full prompt blocks and `hits` of
+ * them were served by this tier (for the hit rate in the lifetime counters). */
+void kvt_disk_note_lookup(kvt_disk *d, uint64_t blocks, uint64_t hits);
+
 /* Takes the lock (failing like kvt_disk_open if held) and rewrites every
  * segment that holds corrupt records, records of another version, records of
  * a namespace other than *keep_ns (NULL: keep every namespace) or duplicate

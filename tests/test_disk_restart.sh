@@ -26,6 +26,8 @@ check "restarted run equals a cold run" cmp -s "$TMP/cold.out" "$TMP/run2.out"
 t2=$(grep -m1 '\[1/6\]' "$TMP/run2.err" | sed -n 's/.*T2 \([0-9]*\)).*/\1/p')
 check "the first prompt after a restart comes from disk (T2 $t2 tokens)" test "${t2:-0}" -gt 0
 check "cache verify finds every record intact" "$BIN" cache verify --kv-disk "$TMP/d"
+"$BIN" cache stats --kv-disk "$TMP/d" > "$TMP/stats.txt" 2>&1
+check "cache stats reports a disk hit rate over 2 sessions" grep -q "lifetime (2 sessions): [1-9][0-9]* of [0-9]* prompt blocks" "$TMP/stats.txt"
 
 # a second process on the same directory is refused with a clear message
 "$BIN" run -m "$M" -p "hold the lock" -n 100000 --ignore-eos --temp 0 --kv-disk "$TMP/d" --ctx 100000 > /dev/null 2>&1 &
