@@ -283,7 +283,9 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
     if (has && d != 1)
         return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
-    if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err)) return -1;
+    if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||
+        get_bool(root, "ignore_eos", &r->ignore_eos, err))
+        return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so))

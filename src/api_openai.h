@@ -38,6 +38,7 @@ typedef struct {
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    int ignore_eos;          /* llama.cpp extension: do not stop at end-of-generation tokens */
     char *cache_salt;        /* NULL if absent or empty */
 } kvt_api_request;
 

@@ -47,6 +47,7 @@ typedef struct srv_req {
     int32_t *prompt;
     int32_t n_prompt, max_tokens;
     kvt_sampler_params sp;
+    int ignore_eos;            /* llama.cpp's extension: generate past end-of-generation tokens */
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     unsigned char *salt;
@@ -315,7 +316,7 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         r->usage.ttft_ms = ttft * 1e3;
         kvt_metrics_observe_ttft(s->metrics, ttft);
     }
-    if (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok)) {
+    if (!r->ignore_eos && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
     }
@@ -625,6 +626,7 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
                                              : KVT_MIN(16, s->p.max_tokens_limit);
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
+    r->ignore_eos = a->ignore_eos;
     r->sp.temp = a->temperature;
     r->sp.top_p = a->top_p;
     r->sp.top_k = a->top_k;

@@ -42,8 +42,12 @@ static void test_parse(void) {
 
     CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":[1,2,3],\"max_completion_tokens\":7,\"max_tokens\":3}", &r, &e) == 0);
     CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 3 && r.max_tokens == 7);
-    CHECK(r.temperature == 1 && r.top_p == 1 && !r.has_seed && !r.stream && !r.cache_salt);
+    CHECK(r.temperature == 1 && r.top_p == 1 && !r.has_seed && !r.stream && !r.cache_salt && !r.ignore_eos);
     kvt_api_request_free(&r);
+
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":true}", &r, &e) == 0 && r.ignore_eos);
+    kvt_api_request_free(&r);
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":\"yes\"}", "ignore_eos");
 
     CHECK(parse(KVT_API_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
                               "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],\"stop\":\"x\"}",

@@ -268,9 +268,11 @@ check "key from file 200" is "$CODE" 200
 check "key two does not see key one's cache" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
 
 # ---- a full queue answers 503 with Retry-After -------------------------------------------------
+# ignore_eos keeps every request generating its 400 tokens, so the first still
+# holds the slot and the second the queue when the others arrive
 for i in 1 2 3 4; do
   curl -s -m 30 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
-    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":400,\"temperature\":0}" "$URL/v1/completions" >"$TMP/qc$i" &
+    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true}" "$URL/v1/completions" >"$TMP/qc$i" &
   CLIENTS+=($!)
 done
 wait_clients
