@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "kvtier.h"
@@ -157,4 +158,26 @@ long kvt_cli_default_ctx(long n_ctx_train) {
     kvt_log(KVT_LOG_INFO, "context %d tokens (the model was trained for %ld; --ctx N to change)",
             KVT_CLI_DEFAULT_CTX_CAP, n_ctx_train);
     return KVT_CLI_DEFAULT_CTX_CAP;
+}
+
+int kvt_cli_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > KVT_CLI_MAX_THREADS ? KVT_CLI_MAX_THREADS : (int)n;
+}
+
+void kvt_cli_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+            else fputc(*p, f);
+        }
+    }
+    fputc('"', f);
 }

@@ -34,6 +34,13 @@ int kvt_cli_parse_bytes(const char *opt, const char *val, uint64_t *out);
 /* Fetches the value following option argv[*i]; prints an error and returns NULL if missing. */
 const char *kvt_cli_value(int argc, char **argv, int *i);
 
+/* Worker threads by default: the online CPUs, at most KVT_CLI_MAX_THREADS. */
+#define KVT_CLI_MAX_THREADS 512
+int kvt_cli_default_threads(void);
+
+/* Writes s as a JSON string literal (quotes and escapes included). */
+void kvt_cli_json_string(FILE *f, const char *s);
+
 /* Context length when --ctx is not given: the model's training context, capped
  * at KVT_CLI_DEFAULT_CTX_CAP (a 128k-context model would otherwise reserve KV
  * pages for 128k tokens per sequence); logs when it caps. */

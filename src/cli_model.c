@@ -207,16 +207,6 @@ static void weight_types(const kvt_gguf *g, char *buf, size_t cap) {
     }
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 int kvt_cmd_info(int argc, char **argv) {
     const char *path = NULL;
     int json = 0;
@@ -264,9 +254,9 @@ int kvt_cmd_info(int argc, char **argv) {
     const kvt_tokenizer *tk = m->tok;
     if (json) {
         printf("{\"path\":");
-        json_str(stdout, path);
+        kvt_cli_json_string(stdout, path);
         printf(",\"name\":");
-        json_str(stdout, name);
+        kvt_cli_json_string(stdout, name);
         printf(",\"vocab_only\":%s", vocab_only ? "true" : "false");
         if (!vocab_only)
             printf(",\"arch\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
@@ -281,9 +271,9 @@ int kvt_cmd_info(int argc, char **argv) {
                    (unsigned long long)m->weight_bytes, (unsigned long long)kv16,
                    (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32);
         printf(",\"weight_types\":");
-        json_str(stdout, types);
+        kvt_cli_json_string(stdout, types);
         printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
-        json_str(stdout, kvt_tokenizer_pre(tk));
+        kvt_cli_json_string(stdout, kvt_tokenizer_pre(tk));
         printf(",\"vocab_tokens\":%d,\"bos\":%d,\"eos\":%d,\"chat_template\":\"%s\",\"fingerprint\":\"%s\"}\n",
                kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk), chat, fp);
     } else {

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "api_openai.h"
 #include "cache.h"
 #include "engine.h"
 #include "generate.h"
@@ -24,15 +25,8 @@
 #define TOP_N 5              /* logits printed per prompt position */
 #define PIECE_MAX 256        /* bytes of one token's text */
 #define PATH_MAX_LEN 4096
-#define MAX_THREADS 512
 #define MAX_TOKENS (1L << 24)
 #define MAX_BLOCK 4096
-#define UTF8_MAX_SEQ 4
-
-static int default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
-}
 
 /* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
 static int parse_tokens(const char *s, int32_t **out, size_t *n) {
@@ -57,23 +51,6 @@ static int parse_tokens(const char *s, int32_t **out, size_t *n) {
     *out = t;
     *n = len;
     return 0;
-}
-
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        default:
-            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-            else fputc(*p, f);
-        }
-    }
-    fputc('"', f);
 }
 
 static void top_n(const float *x, int32_t n, int32_t *idx) {
@@ -121,7 +98,7 @@ static void eval_usage(FILE *f) {
 
 int kvt_cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *text = NULL, *tokens_arg = NULL;
-    int add_bos = 1, threads = default_threads();
+    int add_bos = 1, threads = kvt_cli_default_threads();
     long n_gen = EVAL_DEFAULT_N;
     kvt_kv_dtype dt = KVT_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -141,7 +118,7 @@ int kvt_cmd_eval(int argc, char **argv) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             long t;
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (t = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (t = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return 2;
             threads = (int)t;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "kvtier eval: unknown option '%s'\n", a);
@@ -205,9 +182,9 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     printf("{\"model\":");
     const char *base = strrchr(model_path, '/');
-    json_string(stdout, base ? base + 1 : model_path);
+    kvt_cli_json_string(stdout, base ? base + 1 : model_path);
     printf(",\"prompt\":");
-    json_string(stdout, text ? text : "");
+    kvt_cli_json_string(stdout, text ? text : "");
     printf(",\"add_bos\":%s,\"prompt_tokens\":[", add_bos ? "true" : "false");
     for (size_t i = 0; i < n_tok; i++) printf("%s%d", i ? "," : "", toks[i]);
     printf("],\"prompt_logits_top5\":[");
@@ -244,19 +221,6 @@ int kvt_cmd_eval(int argc, char **argv) {
 }
 
 /* ---- run -------------------------------------------------------------------- */
-
-/* Bytes of buf[0..n) that end on a UTF-8 character boundary: a multi-byte
- * character split across tokens is held back until its last byte arrives. */
-static size_t utf8_complete_prefix(const unsigned char *buf, size_t n) {
-    for (size_t back = 1; back <= UTF8_MAX_SEQ && back <= n; back++) {
-        unsigned char c = buf[n - back];
-        if ((c & 0xC0) == 0x80) continue; /* continuation byte: keep looking for the lead */
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        return want > back ? n - back : n;
-    }
-    return n; /* not valid UTF-8 anyway: print as is */
-}
-
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -330,7 +294,7 @@ static int stream_token(void *ctx, int32_t tok) {
     }
     memcpy(s->pending + s->n_pending, piece, (size_t)len);
     s->n_pending += (size_t)len;
-    size_t ok = utf8_complete_prefix(s->pending, s->n_pending);
+    size_t ok = kvt_utf8_complete_prefix((const char *)s->pending, s->n_pending);
     fwrite(s->pending, 1, ok, stdout);
     fflush(stdout);
     memmove(s->pending, s->pending + ok, s->n_pending - ok);
@@ -384,7 +348,7 @@ static long read_prompts(const char *path, char ***out) {
 int kvt_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *salt = NULL;
     long n_gen = RUN_DEFAULT_N, n_ctx = 0, block = KVT_DEFAULT_BLOCK_SIZE;
-    int threads = default_threads(), seed_given = 0, use_cache = 1, ignore_eos = 0;
+    int threads = kvt_cli_default_threads(), seed_given = 0, use_cache = 1, ignore_eos = 0;
     uint64_t kv_active = 0, kv_ram = 0;
     kvt_cache_params cp = kvt_cache_default_params();
     kvt_kv_dtype dt = KVT_KV_F16;
@@ -425,7 +389,7 @@ int kvt_cmd_run(int argc, char **argv) {
             sp.seed = (uint64_t)l;
             seed_given = 1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return 2;
             threads = (int)l;
         } else if (!strcmp(a, "--kv-active")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_active)) return 2;

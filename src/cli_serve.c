@@ -17,7 +17,6 @@
 #include "server.h"
 
 #define PATH_MAX_LEN 4096
-#define MAX_THREADS 512
 #define MAX_PARALLEL 256
 #define MAX_QUEUE 65536
 #define MAX_API_KEYS 1024
@@ -92,17 +91,12 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
     return 0;
 }
 
-static int default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
-}
-
 int kvt_cmd_serve(int argc, char **argv) {
     kvt_server_params sp = kvt_server_default_params();
     const char *model_path = NULL, *template_name = NULL, *alias = NULL;
     long n_ctx = 0, l;
     uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body;
-    int threads = default_threads();
+    int threads = kvt_cli_default_threads();
     kvt_cache_params cp = kvt_cache_default_params();
     char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
     size_t n_keys = 0;
@@ -137,7 +131,7 @@ int kvt_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-ram")) {
             if (kvt_cli_parse_bytes(a, v, &kv_ram)) goto done;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, MAX_THREADS)) < 0) goto done;
+            if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) goto done;
             threads = (int)l;
         } else if (!strcmp(a, "--api-key")) {
             if (!*v || n_keys == MAX_API_KEYS) {
