@@ -240,7 +240,7 @@ int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
 
 /* Makes block `hit` T0-resident; returns its page with one extra reference
  * for the caller, or -1 if it could not (no room, or T1 lost it). */
-static int32_t acquire_page(kvt_cache *c, kvt_hash128 root, const kvt_prefix_hit *hit, kvt_hash128 parent,
+static int32_t acquire_page(kvt_cache *c, const kvt_prefix_hit *hit, kvt_hash128 parent,
                             const int32_t *tokens, double *restore_s) {
     if (hit->tier == KVT_TIER_T0) {
         int32_t p = (int32_t)hit->handle;
@@ -266,7 +266,6 @@ static int32_t acquire_page(kvt_cache *c, kvt_hash128 root, const kvt_prefix_hit
     c->pages[p] = (page_rec){.cached = 1, .hash = hit->hash, .tick = ++c->tick};
     c->restores++;
     kvt_page_ref(c->e, p); /* the allocation's reference is the cache's; this one is the caller's */
-    (void)root;
     return p;
 }
 
@@ -316,7 +315,7 @@ static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
             reqs[n_req] = (kvt_disk_read){.hash = hits[i].hash, .parent = parent, .tokens = bt,
                                           .out = kvt_page_data(c->e, p)};
             req_block[n_req++] = i;
-        } else if ((p = acquire_page(c, root, &hits[i], parent, bt, restore_s)) < 0) {
+        } else if ((p = acquire_page(c, &hits[i], parent, bt, restore_s)) < 0) {
             break;
         }
         pages[got++] = p;
