@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
         kvt_disk_clear(dir, NULL);
         cp.disk_dir = dir;
         cp.disk_bytes = 2ull << 30;
-        cp.disk_admit_all = 1;
+        cp.disk_admit = KVT_ADMIT_ALL;
         cp.restore = KVT_RESTORE_ALWAYS;
     }
     kvt_cache *c;

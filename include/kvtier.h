@@ -128,13 +128,35 @@ typedef enum {
 } kvt_restore_policy;
 
 #define KVT_DEFAULT_DISK_BYTES (16ull << 30)
+#define KVT_DEFAULT_ADMIT_LIVE_S 600.0
+
+/* Which blocks leaving RAM are written to disk. */
+typedef enum {
+    KVT_ADMIT_ALL = 0,    /* every one: inactive KV is kept while the disk has room (default) */
+    KVT_ADMIT_REUSED = 1, /* blocks used within admit_live_s always; older ones only if seen twice */
+} kvt_admit_policy;
+
+/* Why a request reused fewer tokens than its lookup matched. */
+typedef enum {
+    KVT_SHORTFALL_NONE = 0,
+    KVT_SHORTFALL_RECOMPUTE = 1, /* disk blocks skipped: recomputing was measured faster */
+    KVT_SHORTFALL_NO_ROOM = 2,   /* the active pool could not hold the whole run */
+    KVT_SHORTFALL_LOST = 3,      /* a block vanished or failed its checks between lookup and restore */
+    KVT_SHORTFALL_COUNT
+} kvt_shortfall;
+
+/* "none", "recompute_cheaper", "no_room", "lost"; static storage. */
+const char *kvt_shortfall_name(kvt_shortfall s);
 
 typedef struct {
     uint64_t ram_bytes;      /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
     const char *disk_dir;    /* T2 cache directory (--kv-disk); NULL disables T2. Borrowed for kvt_cache_new. */
     uint64_t disk_bytes;     /* T2 budget (--kv-disk-size); the directory never exceeds it plus one segment */
     int disk_zstd;           /* compress T2 records with zstd (lossless) */
-    int disk_admit_all;      /* write every evicted block to T2 (default: blocks seen at least twice) */
+    kvt_admit_policy disk_admit; /* which blocks leaving RAM go to disk (default all) */
+    double admit_live_s;     /* KVT_ADMIT_REUSED: blocks used this recently always go down (default 600) */
+    uint32_t disk_put_wait_ms; /* back-pressure: how long a demotion waits for the disk writer before
+                                  the block is dropped and counted (default 5000) */
     int write_through;       /* also write each new block to T2 as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;
@@ -189,7 +211,13 @@ typedef struct {
     uint64_t t2_records, t2_bytes_used, t2_budget_bytes;
     uint64_t t2_demotions;       /* blocks queued for writing to T2 */
     uint64_t t2_writes;          /* records written */
-    uint64_t t2_dropped;         /* writes dropped (queue full, disk full, errors) */
+    uint64_t t2_dropped;         /* writes dropped (queue full past the wait, disk full, errors) */
+    uint64_t t2_put_waits;       /* demotions that waited for the disk writer (back-pressure) */
+    uint64_t t2_queue_hits;      /* blocks restored from the disk's write queue (not yet on disk) */
+    uint64_t discarded;          /* blocks that left T0/T1 and reached no lower tier (none, or full) */
+    int32_t t0_pages_pinned;     /* pages held by pins (kvt_cache_pin) */
+    uint64_t shortfalls[KVT_SHORTFALL_COUNT]; /* requests that reused less than matched, by cause */
+    uint64_t shortfall_tokens;   /* matched tokens those requests recomputed */
     uint64_t t2_not_admitted;    /* evicted blocks the admission filter kept off the disk */
     uint64_t t2_restores;        /* blocks read back into pages */
     uint64_t t2_recompute_decisions; /* requests that recomputed disk blocks as cheaper than reading */
@@ -230,6 +258,8 @@ typedef struct {
     int32_t n_generated;
     double restore_ms, prefill_ms, ttft_ms, decode_ms;
     int t2_recomputed;                    /* disk blocks matched but recomputing was cheaper */
+    int32_t n_planned;                    /* prompt tokens the lookup matched (n_cached when none were lost) */
+    kvt_shortfall shortfall;              /* why n_cached < n_planned */
 } kvt_request_stats;
 
 /* Runs one request on the cache's engine: reuses the longest cached prefix of

@@ -374,6 +374,8 @@ static cJSON *kvtier_obj(const kvt_api_usage *u) {
     static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
+    cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
+    if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
     cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
     for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
     cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);

@@ -72,6 +72,8 @@ typedef struct {
     int32_t computed_tokens;               /* prompt tokens prefilled */
     double restore_ms, prefill_ms, ttft_ms;
     const char *disk_decision;             /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
+    int32_t planned_tokens;                /* prompt tokens the lookup matched (>= cached_tokens) */
+    const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
 } kvt_api_usage;
 
 /* Identity of one response, shared by its chunks. Strings borrowed. */

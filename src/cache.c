@@ -23,6 +23,7 @@ typedef struct {
     int cached;          /* the cache holds a reference and the index has T0 presence */
     kvt_hash128 hash;
     uint64_t tick;       /* last use, for LRU */
+    double t_use;        /* last use in kvt_now() seconds, for disk admission */
 } page_rec;
 
 struct kvt_pin {
@@ -49,16 +50,24 @@ struct kvt_cache {
     uint32_t kv_type;
     char numerics[NUMERICS_MAX];
     int32_t *scratch_tokens; /* B ids */
-    uint64_t evictions, demotions, restores;
+    uint64_t evictions, demotions, restores, discarded;
     uint64_t t2_demotions, t2_restores, t2_recompute, t2_not_admitted;
+    uint64_t shortfalls[KVT_SHORTFALL_COUNT], shortfall_tokens;
+    int32_t pinned_pages;
     uint64_t lookups, hit_tokens, lookup_tokens;
 };
 
 kvt_cache_params kvt_cache_default_params(void) {
     kvt_cache_params p = {.ram_bytes = 0, .disk_dir = NULL, .disk_bytes = KVT_DEFAULT_DISK_BYTES,
-                          .disk_zstd = 0, .disk_admit_all = 0, .write_through = 0,
+                          .disk_zstd = 0, .disk_admit = KVT_ADMIT_ALL, .admit_live_s = KVT_DEFAULT_ADMIT_LIVE_S,
+                          .disk_put_wait_ms = KVT_DISK_PUT_WAIT_MS_DEFAULT, .write_through = 0,
                           .restore = KVT_RESTORE_AUTO};
     return p;
+}
+
+const char *kvt_shortfall_name(kvt_shortfall s) {
+    static const char *const names[KVT_SHORTFALL_COUNT] = {"none", "recompute_cheaper", "no_room", "lost"};
+    return s >= 0 && s < KVT_SHORTFALL_COUNT ? names[s] : "?";
 }
 
 #define EWMA_OLD 0.7 /* weight of the previous estimate */
@@ -66,24 +75,54 @@ kvt_cache_params kvt_cache_default_params(void) {
 
 static void ewma(double *v, double sample) { *v = *v > 0 ? EWMA_OLD * *v + (1 - EWMA_OLD) * sample : sample; }
 
-/* Writes a block to T2, waiting for queue room when flushing (shutdown). */
-static void disk_write(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                       const void *payload) {
+static void touch_page(kvt_cache *c, int32_t p) {
+    c->pages[p].tick = ++c->tick;
+    c->pages[p].t_use = kvt_now();
+}
+
+/* Writes a block to T2. The disk tier waits (bounded) for its writer when the
+ * queue is full; when flushing (shutdown) we keep waiting. Returns 1 if the
+ * block is in T2 afterwards (queued, or already stored). */
+static int disk_write(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                      const void *payload) {
     int rc;
     while ((rc = kvt_disk_put(c->disk, hash, parent, tokens, payload)) == KVT_ELIMIT && c->flushing)
         if (kvt_disk_flush(c->disk)) break;
     if (rc == 0) c->t2_demotions++;
+    return rc == 0 || rc == 1;
 }
 
-/* T1 eviction: write back to T2 if the block passes the admission filter
- * (seen at least twice: a block that was never reused stays off the SSD). */
+/* Whether a block leaving the upper tiers goes to disk. By default all do
+ * (inactive KV is kept, never discarded, while the disk has room). With
+ * KVT_ADMIT_REUSED, a block used within the last admit_live_s seconds (a live
+ * session's context, read once per step) still always goes down; only blocks
+ * idle longer must have been seen twice, to keep one-shot prompts off the SSD. */
+static int admit_to_disk(kvt_cache *c, kvt_hash128 hash, double last_use) {
+    if (c->flushing || c->params.disk_admit == KVT_ADMIT_ALL) return 1;
+    if (kvt_now() - last_use < c->params.admit_live_s) return 1;
+    return kvt_disk_admit(c->disk, hash);
+}
+
+/* A block leaves RAM (T1 eviction) or T0 with no RAM tier: down to T2 if
+ * admitted. Counts it as discarded if it ends up in no tier. */
+static void demote_to_disk(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                           const void *payload, double last_use) {
+    if (!c->disk) {
+        c->discarded++;
+        return;
+    }
+    if (!admit_to_disk(c, hash, last_use)) {
+        c->t2_not_admitted++;
+        c->discarded++;
+        return;
+    }
+    if (!disk_write(c, hash, parent, tokens, payload)) c->discarded++;
+}
+
 static void on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload,
-                         size_t bytes) {
-    kvt_cache *c = ctx;
+                         size_t bytes, double last_use) {
     (void)bytes;
-    if (!c->disk) return;
-    if (c->flushing || c->params.disk_admit_all || kvt_disk_admit(c->disk, hash)) disk_write(c, hash, parent, tokens, payload);
-    else c->t2_not_admitted++;
+    demote_to_disk(ctx, hash, parent, tokens, payload, last_use);
 }
 
 int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
@@ -120,7 +159,7 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
         dp.block_tokens = (uint32_t)c->B;
         dp.index = c->index;
         dp.codec = p->disk_zstd ? KVT_DISK_CODEC_ZSTD : KVT_DISK_CODEC_RAW;
-        dp.admit_all = p->disk_admit_all;
+        dp.put_wait_ms = p->disk_put_wait_ms;
         /* the namespace is the unsalted root: model, layout, dtype, B, numerics;
          * tenants are kept apart by their salted keys */
         if (!(rc = kvt_cache_root(c, NULL, 0, &dp.ns))) {
@@ -202,20 +241,20 @@ static int32_t pick_victim(kvt_cache *c) {
     return best;
 }
 
-/* Writes page p's block to T1 (if enabled), drops its T0 presence and frees it. */
+/* Moves page p's block down a tier and frees the page: to T1 when it has
+ * room, else straight to T2 (unless the disk already holds it). A block is
+ * discarded only when no lower tier can take it (counted). */
 static void reclaim(kvt_cache *c, int32_t p) {
     page_rec *r = &c->pages[p];
     kvt_prefix_info info;
-    if ((c->ram || c->disk) && !kvt_prefix_get(c->index, r->hash, &info)) {
+    if (!kvt_prefix_get(c->index, r->hash, &info)) {
         kvt_hash128 parent = info.parent;
-        uint32_t tiers = info.tiers;
+        uint32_t lower = info.tiers & ~KVT_TIER_BIT(KVT_TIER_T0);
         memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t)); /* info dies on index change */
-        if (c->ram) {
-            if (kvt_ram_put(c->ram, r->hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p)) == 0)
-                c->demotions++;
-        } else if (!(tiers & KVT_TIER_BIT(KVT_TIER_T2))) {
-            on_ram_evict(c, r->hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p), c->page_bytes);
-        }
+        const void *payload = kvt_page_data_const(c->e, p);
+        int rc = c->ram ? kvt_ram_put(c->ram, r->hash, parent, c->scratch_tokens, payload) : -1;
+        if (rc == 0) c->demotions++;
+        else if (rc != 1 && !lower) demote_to_disk(c, r->hash, parent, c->scratch_tokens, payload, r->t_use);
     }
     kvt_prefix_remove(c->index, r->hash, KVT_TIER_T0);
     r->cached = 0;
@@ -238,35 +277,28 @@ int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
 
 /* ---- restore ------------------------------------------------------------------ */
 
-/* Makes block `hit` T0-resident; returns its page with one extra reference
- * for the caller, or -1 if it could not (no room, or T1 lost it). */
-static int32_t acquire_page(kvt_cache *c, const kvt_prefix_hit *hit, kvt_hash128 parent,
-                            const int32_t *tokens, double *restore_s) {
-    if (hit->tier == KVT_TIER_T0) {
-        int32_t p = (int32_t)hit->handle;
-        if (p < 0 || p >= c->n_pages || !c->pages[p].cached || !kvt_hash128_eq(c->pages[p].hash, hit->hash))
-            return -1; /* cannot happen while the index and pages agree; never attach a wrong page */
-        kvt_page_ref(c->e, p);
-        c->pages[p].tick = ++c->tick;
-        return p;
-    }
-    if (hit->tier != KVT_TIER_T1 || !c->ram) return -1;
-    int32_t p;
-    if (kvt_cache_reserve(c, 1) || kvt_page_alloc(c->e, &p)) return -1;
-    double t0 = kvt_now();
-    if (kvt_ram_get(c->ram, hit->hash, parent, tokens, kvt_page_data(c->e, p))) {
-        kvt_page_unref(c->e, p);
-        return -1;
-    }
-    *restore_s += kvt_now() - t0;
-    if (kvt_prefix_add(c->index, hit->hash, parent, tokens, KVT_TIER_T0, (uint64_t)p)) {
-        kvt_page_unref(c->e, p);
-        return -1;
-    }
-    c->pages[p] = (page_rec){.cached = 1, .hash = hit->hash, .tick = ++c->tick};
-    c->restores++;
-    kvt_page_ref(c->e, p); /* the allocation's reference is the cache's; this one is the caller's */
+/* References the T0 page of hit for the caller, or -1 if the index and the
+ * pages disagree (cannot happen; never attach a wrong page). */
+static int32_t ref_t0(kvt_cache *c, const kvt_prefix_hit *hit) {
+    int32_t p = (int32_t)hit->handle;
+    if (p < 0 || p >= c->n_pages || !c->pages[p].cached || !kvt_hash128_eq(c->pages[p].hash, hit->hash)) return -1;
+    kvt_page_ref(c->e, p);
+    touch_page(c, p);
     return p;
+}
+
+/* Page p now holds block (hash, parent, tokens): index it in T0 and give the
+ * caller a reference (the allocation's reference becomes the cache's).
+ * Returns 0, or -1 (p is freed) if the index refuses it. */
+static int adopt_page(kvt_cache *c, int32_t p, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens) {
+    if (kvt_prefix_add(c->index, hash, parent, tokens, KVT_TIER_T0, (uint64_t)p)) {
+        kvt_page_unref(c->e, p);
+        return -1;
+    }
+    c->pages[p] = (page_rec){.cached = 1, .hash = hash};
+    touch_page(c, p);
+    kvt_page_ref(c->e, p);
+    return 0;
 }
 
 /* Restore-or-recompute for a run of n T2 blocks: restore unless measurements
@@ -280,13 +312,47 @@ static int t2_worth_restoring(kvt_cache *c, int32_t n, double *read_ms, double *
     return *read_ms < *compute_ms;
 }
 
-/* Acquires pages for the first n_blocks hits, stopping at the first failure.
- * T0 pages are referenced, T1 blocks copied in, and all T2 blocks read in one
- * batch (adjacent records coalesced by the disk tier). Returns how many were
- * acquired; pages[] holds them (one caller ref each). */
+/* Reads the listed T2 blocks into their pages in one batch (adjacent records
+ * coalesced by the disk tier) and indexes the ones that arrived. Returns the
+ * first block index that failed (INT32_MAX if none). */
+static int32_t restore_t2(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
+                          kvt_disk_read *reqs, const int32_t *req_block, int32_t n_req, int32_t *pages,
+                          double *restore_s) {
+    int32_t bad = INT32_MAX;
+    if (!n_req) return bad;
+    double t0 = kvt_now();
+    size_t n_hit = kvt_disk_get_many(c->disk, reqs, (size_t)n_req);
+    double dt = kvt_now() - t0;
+    *restore_s += dt;
+    if (n_hit && dt > 0) ewma(&c->t2_bytes_per_s, (double)n_hit * (double)c->page_bytes / dt);
+    for (int32_t r = 0; r < n_req; r++) {
+        int32_t i = req_block[r];
+        kvt_hash128 parent = i ? hits[i - 1].hash : root;
+        if (reqs[r].result) {
+            kvt_page_unref(c->e, pages[i]); /* not restored: back to the free list */
+        } else if (adopt_page(c, pages[i], hits[i].hash, parent, tokens + (size_t)i * (size_t)c->B) == 0) {
+            c->t2_restores++;
+            continue;
+        }
+        pages[i] = -1;
+        bad = KVT_MIN(bad, i);
+    }
+    return bad;
+}
+
+/* Makes the first n_blocks hits T0-resident for the caller, stopping at the
+ * first block it cannot restore. The whole matched run is pinned from the
+ * start: every T0 block is referenced first (so making room cannot reclaim
+ * it), then pages for all other blocks are reserved at once, and only then is
+ * each block's current tier looked up again (making room may have pushed a
+ * T1 block down to T2, where it is still found) and restored: T1 by copy, T2
+ * in one batch. Returns how many were acquired; pages[] holds them (one
+ * caller reference each) and tier_of[] the tier each came from. *why says
+ * why fewer than n_blocks were acquired. */
 static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
-                           int32_t n_blocks, int32_t *pages, int32_t *tier_blocks, double *restore_s,
-                           kvt_attach_info *info) {
+                           int32_t n_blocks, int32_t *pages, kvt_tier *tier_of, double *restore_s,
+                           kvt_attach_info *info, kvt_shortfall *why) {
+    *why = KVT_SHORTFALL_NONE;
     int32_t n_t2 = 0, first_t2 = -1;
     for (int32_t i = 0; i < n_blocks; i++)
         if (hits[i].tier == KVT_TIER_T2 && n_t2++ == 0) first_t2 = i;
@@ -300,60 +366,79 @@ static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
         }
         if (!yes) {
             n_blocks = first_t2; /* reuse stops where recomputing is cheaper */
+            *why = KVT_SHORTFALL_RECOMPUTE;
             c->t2_recompute++;
         }
     }
-    kvt_disk_read *reqs = kvt_xmalloc((size_t)(n_t2 ? n_t2 : 1) * sizeof *reqs);
-    int32_t *req_block = kvt_xmalloc((size_t)(n_t2 ? n_t2 : 1) * sizeof *req_block);
-    int32_t got = 0, n_req = 0;
+    /* 1. pin the resident part of the run */
+    int32_t need = 0;
     for (int32_t i = 0; i < n_blocks; i++) {
+        pages[i] = -1;
+        if (hits[i].tier != KVT_TIER_T0) {
+            need++;
+        } else if ((pages[i] = ref_t0(c, &hits[i])) < 0) {
+            n_blocks = i;
+            *why = KVT_SHORTFALL_LOST;
+            break;
+        }
+    }
+    need = 0; /* recount below a cut */
+    for (int32_t i = 0; i < n_blocks; i++) need += pages[i] < 0;
+    /* 2. room for everything else at once; if the pool cannot hold it all,
+     * the run is cut where the free pages run out */
+    if (need && kvt_cache_reserve(c, need)) {
+        int32_t room = kvt_page_free_count(c->e);
+        for (int32_t i = 0; i < n_blocks; i++)
+            if (pages[i] < 0 && room-- == 0) {
+                n_blocks = i;
+                break;
+            }
+        *why = KVT_SHORTFALL_NO_ROOM;
+    }
+    /* 3. restore, from wherever each block is now */
+    kvt_disk_read *reqs = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *reqs);
+    int32_t *req_block = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *req_block);
+    int32_t n_req = 0, ok = n_blocks;
+    for (int32_t i = 0; i < n_blocks; i++) {
+        tier_of[i] = KVT_TIER_T0;
+        if (pages[i] >= 0) continue;
         kvt_hash128 parent = i ? hits[i - 1].hash : root;
         const int32_t *bt = tokens + (size_t)i * (size_t)c->B;
+        kvt_prefix_info pi;
+        uint32_t tiers = kvt_prefix_get(c->index, hits[i].hash, &pi) ? 0 : pi.tiers;
         int32_t p;
-        if (hits[i].tier == KVT_TIER_T2) {
-            if (kvt_cache_reserve(c, 1) || kvt_page_alloc(c->e, &p)) break;
+        if (!(tiers & (KVT_TIER_BIT(KVT_TIER_T1) | KVT_TIER_BIT(KVT_TIER_T2))) || kvt_page_alloc(c->e, &p)) {
+            ok = i;
+            break;
+        }
+        if (c->ram && (tiers & KVT_TIER_BIT(KVT_TIER_T1))) {
+            tier_of[i] = KVT_TIER_T1;
+            double t0 = kvt_now();
+            int rc = kvt_ram_get(c->ram, hits[i].hash, parent, bt, kvt_page_data(c->e, p));
+            *restore_s += kvt_now() - t0;
+            if (rc || adopt_page(c, p, hits[i].hash, parent, bt)) {
+                if (rc) kvt_page_unref(c->e, p);
+                ok = i;
+                break;
+            }
+            c->restores++;
+            pages[i] = p;
+        } else if (c->disk) {
+            tier_of[i] = KVT_TIER_T2;
             reqs[n_req] = (kvt_disk_read){.hash = hits[i].hash, .parent = parent, .tokens = bt,
                                           .out = kvt_page_data(c->e, p)};
             req_block[n_req++] = i;
-        } else if ((p = acquire_page(c, &hits[i], parent, bt, restore_s)) < 0) {
+            pages[i] = p;
+        } else {
+            kvt_page_unref(c->e, p);
+            ok = i;
             break;
         }
-        pages[got++] = p;
     }
-    int32_t ok = got; /* blocks [0, ok) are usable */
-    if (n_req) {
-        double t0 = kvt_now();
-        kvt_disk_get_many(c->disk, reqs, (size_t)n_req);
-        double dt = kvt_now() - t0;
-        *restore_s += dt;
-        int32_t n_hit = 0;
-        for (int32_t r = 0; r < n_req; r++) {
-            if (reqs[r].result) {
-                ok = KVT_MIN(ok, req_block[r]);
-                continue;
-            }
-            n_hit++;
-        }
-        if (n_hit && dt > 0) ewma(&c->t2_bytes_per_s, (double)n_hit * (double)c->page_bytes / dt);
-        for (int32_t r = 0; r < n_req; r++) {
-            int32_t i = req_block[r], p = pages[i];
-            kvt_hash128 parent = i ? hits[i - 1].hash : root;
-            if (i < ok && kvt_prefix_add(c->index, hits[i].hash, parent, tokens + (size_t)i * (size_t)c->B,
-                                         KVT_TIER_T0, (uint64_t)p) == 0) {
-                c->pages[p] = (page_rec){.cached = 1, .hash = hits[i].hash, .tick = ++c->tick};
-                c->t2_restores++;
-                kvt_page_ref(c->e, p); /* the allocation's reference is the cache's; this one the caller's */
-            } else {
-                ok = KVT_MIN(ok, i);
-                kvt_page_unref(c->e, p); /* not restored: back to the free list */
-                pages[i] = -1;
-            }
-        }
-    }
-    for (int32_t i = ok; i < got; i++)
+    ok = KVT_MIN(ok, restore_t2(c, root, tokens, hits, reqs, req_block, n_req, pages, restore_s));
+    if (ok < n_blocks && *why == KVT_SHORTFALL_NONE) *why = KVT_SHORTFALL_LOST;
+    for (int32_t i = ok; i < n_blocks; i++)
         if (pages[i] >= 0) kvt_page_unref(c->e, pages[i]);
-    if (tier_blocks)
-        for (int32_t i = 0; i < ok; i++) tier_blocks[hits[i].tier]++;
     free(reqs);
     free(req_block);
     return ok;
@@ -368,28 +453,38 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
     c->lookup_tokens += (uint64_t)n;
     if (max_reuse < 0) max_reuse = 0;
     /* blocks needed to cover min(k*B, max_reuse) tokens */
-    int32_t reuse = KVT_MIN((int32_t)k * c->B, max_reuse);
+    int32_t planned = KVT_MIN((int32_t)k * c->B, max_reuse), reuse = planned;
     int32_t n_blocks = (reuse + c->B - 1) / c->B;
     int32_t *pages = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *pages);
-    int32_t tier_blocks[KVT_TIER_COUNT] = {0};
+    kvt_tier *tier_of = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *tier_of);
     double restore_s = 0;
-    int32_t got = acquire_run(c, root, tokens, hits, n_blocks, pages, tier_blocks, &restore_s, info);
-    if (c->disk && !c->params.disk_admit_all)
+    kvt_shortfall why;
+    int32_t got = acquire_run(c, root, tokens, hits, n_blocks, pages, tier_of, &restore_s, info, &why);
+    if (c->disk && c->params.disk_admit == KVT_ADMIT_REUSED)
         for (int32_t i = 0; i < got; i++) kvt_disk_admit(c->disk, hits[i].hash); /* a reuse is a sighting */
-    if (c->disk) kvt_disk_note_lookup(c->disk, (uint64_t)n / (uint64_t)c->B, (uint64_t)tier_blocks[KVT_TIER_T2]);
+    int32_t from_t2 = 0;
+    for (int32_t i = 0; i < got; i++) from_t2 += tier_of[i] == KVT_TIER_T2;
+    if (c->disk) kvt_disk_note_lookup(c->disk, (uint64_t)n / (uint64_t)c->B, (uint64_t)from_t2);
     if (got < n_blocks) reuse = got * c->B; /* a block could not be restored: reuse what we have */
     int rc = kvt_seq_new(c->e, pages, got, reuse, seq);
     for (int32_t i = 0; i < got; i++) kvt_page_unref(c->e, pages[i]);
     if (!rc) {
         info->n_reused = reuse;
+        info->n_planned = planned;
+        info->shortfall = reuse < planned ? why : KVT_SHORTFALL_NONE;
+        if (reuse < planned) {
+            c->shortfalls[info->shortfall]++;
+            c->shortfall_tokens += (uint64_t)(planned - reuse);
+        }
         /* the last block may be partly reused; count tokens per tier exactly */
         for (int32_t i = 0; i < got; i++) {
             int32_t t = KVT_MIN(c->B, reuse - i * c->B);
-            info->tier_tokens[hits[i].tier] += t;
+            info->tier_tokens[tier_of[i]] += t;
         }
         info->restore_ms = restore_s * 1e3;
         c->hit_tokens += (uint64_t)reuse;
     }
+    free(tier_of);
     free(pages);
     free(hits);
     return rc;
@@ -416,7 +511,7 @@ void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t
                 *n_done = INT32_MAX;
                 break;
             }
-            c->pages[p].tick = ++c->tick; /* already resident (maybe this very page): keep it */
+            touch_page(c, p); /* already resident (maybe this very page): keep it */
             continue;
         }
         int32_t p = pages[i];
@@ -426,7 +521,8 @@ void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t
             break;
         }
         kvt_page_ref(c->e, p);
-        c->pages[p] = (page_rec){.cached = 1, .hash = hashes[i], .tick = ++c->tick};
+        c->pages[p] = (page_rec){.cached = 1, .hash = hashes[i]};
+        touch_page(c, p);
         *n_done = i + 1;
         if (c->disk && c->params.write_through) disk_write(c, hashes[i], parent, bt, kvt_page_data_const(c->e, p));
     }
@@ -441,9 +537,12 @@ int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, in
     kvt_prefix_hit *hits;
     size_t k = match(c, root, tokens, n, &hits);
     int32_t *pages = kvt_xmalloc((k ? k : 1) * sizeof *pages);
+    kvt_tier *tier_of = kvt_xmalloc((k ? k : 1) * sizeof *tier_of);
     double restore_s = 0;
-    int32_t got = acquire_run(c, root, tokens, hits, (int32_t)k, pages, NULL, &restore_s, NULL);
+    kvt_shortfall why;
+    int32_t got = acquire_run(c, root, tokens, hits, (int32_t)k, pages, tier_of, &restore_s, NULL, &why);
     free(hits);
+    free(tier_of);
     if (!got) {
         free(pages);
         return 0;
@@ -451,6 +550,7 @@ int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, in
     kvt_pin *p = kvt_xmalloc(sizeof *p);
     p->n = got;
     p->pages = pages;
+    c->pinned_pages += got;
     *pin = p;
     return got * c->B;
 }
@@ -458,6 +558,7 @@ int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, in
 void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
     if (!pin) return;
     for (int32_t i = 0; i < pin->n; i++) kvt_page_unref(c->e, pin->pages[i]);
+    c->pinned_pages -= pin->n;
     free(pin->pages);
     free(pin);
 }
@@ -522,6 +623,8 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
         out->t2_budget_bytes = ds.budget_bytes;
         out->t2_writes = ds.puts;
         out->t2_dropped = ds.dropped;
+        out->t2_put_waits = ds.put_waits;
+        out->t2_queue_hits = ds.queue_hits;
         out->t2_bytes_read = ds.bytes_read;
         out->t2_bytes_written = ds.bytes_written;
         out->t2_corrupt = ds.corrupt;
@@ -532,6 +635,10 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t2_restores = c->t2_restores;
     out->t2_recompute_decisions = c->t2_recompute;
     out->t2_not_admitted = c->t2_not_admitted;
+    out->discarded = c->discarded;
+    out->t0_pages_pinned = c->pinned_pages;
+    memcpy(out->shortfalls, c->shortfalls, sizeof out->shortfalls);
+    out->shortfall_tokens = c->shortfall_tokens;
     out->collisions = ix.collisions + ix.mismatches;
     out->lookups = c->lookups;
     out->hit_tokens = c->hit_tokens;

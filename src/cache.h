@@ -48,6 +48,8 @@ typedef struct {
     double restore_ms;                      /* time spent copying T1/T2 blocks into pages */
     kvt_t2_decision t2_decision;            /* whether matched disk blocks were read or recomputed */
     double t2_est_read_ms, t2_est_compute_ms; /* the estimates behind it (0: not measured yet) */
+    int32_t n_planned;                      /* tokens the lookup matched (capped by max_reuse) */
+    kvt_shortfall shortfall;                /* why n_reused < n_planned */
 } kvt_attach_info;
 
 /* Feeds the restore-or-recompute model: a prefill of n_tokens took seconds. */

@@ -119,8 +119,14 @@ void kvt_cli_cache_flags_help(FILE *f) {
                "                      restarts; one process at a time)\n"
                "  --kv-disk-size BYTES  T2 budget (default 16G); the directory stays within it plus one segment\n"
                "  --kv-disk-zstd      compress disk records with zstd (lossless)\n"
-               "  --kv-disk-admit-all write every block evicted from RAM to disk (default: only\n"
-               "                      blocks seen at least twice)\n"
+               "  --kv-disk-admit POLICY  which blocks leaving RAM go to disk: all (default: inactive\n"
+               "                      KV is kept, never discarded, while the disk has room) or reused\n"
+               "                      (blocks used in the last --kv-disk-live-window seconds always go;\n"
+               "                      older ones only if they were seen twice)\n"
+               "  --kv-disk-live-window SECONDS  with --kv-disk-admit reused (default 600)\n"
+               "  --kv-disk-admit-all same as --kv-disk-admit all\n"
+               "  --kv-disk-wait-ms MS  back-pressure: how long eviction waits for the disk writer\n"
+               "                      before a block is dropped and counted (default 5000)\n"
                "  --write-through     write each new block to disk as soon as it is computed\n"
                "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
                "                      measured), always, never (default auto)\n");
@@ -135,7 +141,32 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
     } else if (!strcmp(a, "--kv-disk-zstd")) {
         cp->disk_zstd = 1;
     } else if (!strcmp(a, "--kv-disk-admit-all")) {
-        cp->disk_admit_all = 1;
+        cp->disk_admit = KVT_ADMIT_ALL;
+    } else if (!strcmp(a, "--kv-disk-admit")) {
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "all")) cp->disk_admit = KVT_ADMIT_ALL;
+        else if (!strcmp(v, "reused")) cp->disk_admit = KVT_ADMIT_REUSED;
+        else {
+            fprintf(stderr, "kvtier: --kv-disk-admit must be all or reused, not '%s'\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--kv-disk-live-window")) {
+        char *end;
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        cp->admit_live_s = strtod(v, &end);
+        if (end == v || *end || !(cp->admit_live_s >= 0)) {
+            fprintf(stderr, "kvtier: --kv-disk-live-window expects seconds >= 0, got '%s'\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--kv-disk-wait-ms")) {
+        char *end;
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        unsigned long ms = strtoul(v, &end, 10);
+        if (end == v || *end || ms > 600000) {
+            fprintf(stderr, "kvtier: --kv-disk-wait-ms expects 0..600000, got '%s'\n", v);
+            return -1;
+        }
+        cp->disk_put_wait_ms = (uint32_t)ms;
     } else if (!strcmp(a, "--write-through")) {
         cp->write_through = 1;
     } else if (!strcmp(a, "--restore")) {

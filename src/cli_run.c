@@ -503,11 +503,12 @@ int kvt_cmd_run(int argc, char **argv) {
         }
         double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
         fprintf(stderr,
-                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d), computed %d%s; "
+                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s; "
                 "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
                 "seed %llu\n",
                 k + 1, n_prompts, r.n_prompt, r.n_reused, r.tier_tokens[KVT_TIER_T0], r.tier_tokens[KVT_TIER_T1],
-                r.tier_tokens[KVT_TIER_T2], r.n_computed,
+                r.tier_tokens[KVT_TIER_T2], r.n_planned, r.shortfall ? ": " : "",
+                r.shortfall ? kvt_shortfall_name(r.shortfall) : "", r.n_computed,
                 r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "", r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
                 r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
                 (unsigned long long)sp.seed);
@@ -523,13 +524,14 @@ int kvt_cmd_run(int argc, char **argv) {
         fprintf(stderr,
                 "kvtier run: cache: %llu of %llu prompt tokens reused; T0 %d pages cached (%d idle) of %d, "
                 "%llu evicted; T1 %llu blocks, %.1f of %.1f MB, %llu restores; T2 %llu records, %.1f of %.1f MB, "
-                "%llu restores, %llu writes (%llu dropped)\n",
+                "%llu restores, %llu writes (%llu dropped, %llu waited); %llu discarded\n",
                 (unsigned long long)st.hit_tokens, (unsigned long long)st.lookup_tokens, st.t0_pages_cached,
                 st.t0_pages_idle, st.t0_pages_total, (unsigned long long)st.t0_evictions,
                 (unsigned long long)st.t1_blocks, (double)st.t1_bytes_used / 1e6, (double)st.t1_budget_bytes / 1e6,
                 (unsigned long long)st.t1_restores, (unsigned long long)st.t2_records, (double)st.t2_bytes_used / 1e6,
                 (double)st.t2_budget_bytes / 1e6, (unsigned long long)st.t2_restores,
-                (unsigned long long)st.t2_writes, (unsigned long long)st.t2_dropped);
+                (unsigned long long)st.t2_writes, (unsigned long long)st.t2_dropped,
+                (unsigned long long)st.t2_put_waits, (unsigned long long)st.discarded);
     }
 done:
     kvt_sampler_free(smp);

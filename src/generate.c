@@ -43,6 +43,8 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
         memcpy(res->tier_tokens, ai.tier_tokens, sizeof res->tier_tokens);
         res->restore_ms = ai.restore_ms;
         res->t2_decision = ai.t2_decision;
+        res->n_planned = ai.n_planned;
+        res->shortfall = ai.shortfall;
     } else if ((rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         goto out;
     }
@@ -118,6 +120,8 @@ int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kv
         stats->ttft_ms = r.ttft_ms;
         stats->decode_ms = r.decode_ms;
         stats->t2_recomputed = r.t2_decision == KVT_T2_RECOMPUTE;
+        stats->n_planned = r.n_planned;
+        stats->shortfall = r.shortfall;
     }
     return rc;
 }

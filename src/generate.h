@@ -40,6 +40,8 @@ typedef struct {
     double restore_ms, prefill_ms, ttft_ms, decode_ms;
     kvt_stop_reason stop;
     kvt_t2_decision t2_decision;            /* disk blocks matched: restored, recomputed, or none */
+    int32_t n_planned;                      /* prompt tokens the lookup matched */
+    kvt_shortfall shortfall;                /* why n_reused < n_planned */
 } kvt_gen_result;
 
 /* Runs one request. cache may be NULL (no reuse, nothing registered). On

@@ -284,6 +284,8 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     r->usage.restore_ms = ai.restore_ms;
     r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"
                              : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
+    r->usage.planned_tokens = ai.n_planned;
+    r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
 }
 
 /* Where a stop string starts in the unemitted text, or -1; *hold gets how many

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -79,6 +80,11 @@ enum {
 #define SKETCH_MAX 15
 #define ADMIT_THRESHOLD 2
 #define RECS_MIN_CAP 64
+/* The index handle of a block that is still in the write queue. */
+#define QUEUED_HANDLE UINT64_MAX
+/* Dropped writes are logged: the first few, then one in this many. */
+#define DROP_LOG_FIRST 5
+#define DROP_LOG_EVERY 1000
 
 static_assert(RH_TOKENS == RH_RESERVED + 8, "record header layout");
 static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
@@ -444,7 +450,8 @@ typedef struct {
 
 typedef struct {
     kvt_hash128 hash, parent;
-    uint8_t *buf; /* record buffer: tokens at RH_TOKENS, payload at header_bytes */
+    uint8_t *buf;  /* record buffer: tokens at RH_TOKENS, payload at header_bytes */
+    int cancelled; /* kvt_disk_remove while queued: the writer skips it (mu) */
 } disk_qslot;
 
 struct kvt_disk {
@@ -456,9 +463,10 @@ struct kvt_disk {
     int o_direct;
 
     pthread_mutex_t mu; /* guards everything below that the writer touches */
-    pthread_cond_t cv_work, cv_idle;
+    pthread_cond_t cv_work, cv_idle, cv_room; /* cv_room: a queue slot was freed (monotonic clock) */
     pthread_t writer;
     int writer_started, stop;
+    int paused; /* kvt_disk_pause_writer */
 
     disk_qslot *q;
     uint32_t q_head, q_count;
@@ -503,6 +511,7 @@ kvt_disk_params kvt_disk_default_params(void) {
     p.block_tokens = KVT_BLOCK_TOKENS_DEFAULT;
     p.codec = KVT_DISK_CODEC_RAW;
     p.queue_depth = KVT_DISK_QUEUE_DEFAULT;
+    p.put_wait_ms = KVT_DISK_PUT_WAIT_MS_DEFAULT;
     p.use_io_uring = 1;
     p.use_o_direct = 1;
     return p;
@@ -773,11 +782,23 @@ static int rotate(kvt_disk *d) {
     return rc;
 }
 
+/* A queued block that will not be written (writes disabled or failed): it
+ * leaves the tier. Its index presence was added by kvt_disk_put, so it is
+ * removed through an event like any record (mu held). */
+static void queued_lost(kvt_disk *d, const disk_qslot *q) {
+    d->st.dropped++;
+    if (!kvt_hmap128_get(&d->map, q->hash, NULL)) push_event(d, 0, q->hash, q->hash, 0, NULL);
+    /* with writes disabled, disable_writes has said so once already */
+    if (!d->write_err && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
+        kvt_log(KVT_LOG_WARN, "disk tier %s: a block could not be written (%" PRIu64 " dropped so far)", d->dir,
+                d->st.dropped);
+}
+
 /* Encodes and appends one queued block. Writer thread. */
 static void write_block(kvt_disk *d, disk_qslot *q) {
     pthread_mutex_lock(&d->mu);
-    int skip = d->write_err ? 1 : kvt_hmap128_get(&d->map, q->hash, NULL) ? 2 : 0;
-    if (skip == 1) d->st.dropped++;
+    int skip = q->cancelled ? 3 : d->write_err ? 1 : kvt_hmap128_get(&d->map, q->hash, NULL) ? 2 : 0;
+    if (skip == 1) queued_lost(d, q);
     if (skip == 2) d->st.dup_puts++;
     pthread_mutex_unlock(&d->mu);
     if (skip) return;
@@ -803,7 +824,7 @@ static void write_block(kvt_disk *d, disk_qslot *q) {
     if (!d->head || d->head->bytes + bytes > d->p.segment_bytes) rc = rotate(d);
     if (rc) {
         pthread_mutex_lock(&d->mu);
-        d->st.dropped++;
+        queued_lost(d, q);
         pthread_mutex_unlock(&d->mu);
         return;
     }
@@ -815,7 +836,7 @@ static void write_block(kvt_disk *d, disk_qslot *q) {
     d->st.write_seconds += dt;
     if (rc) {
         disable_writes(d, rc, "writing a record");
-        d->st.dropped++;
+        queued_lost(d, q);
     } else {
         rec_insert(d, q->hash, q->parent, (const int32_t *)(const void *)(rec + RH_TOKENS), s, s->bytes,
                    (uint32_t)bytes);
@@ -832,7 +853,7 @@ static void *writer_main(void *arg) {
     kvt_disk *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while (!d->q_count && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
+        while ((!d->q_count || d->paused) && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
         if (!d->q_count) break;
         disk_qslot *q = &d->q[d->q_head];
         d->writer_busy = 1;
@@ -842,6 +863,7 @@ static void *writer_main(void *arg) {
         d->q_head = (d->q_head + 1) % d->p.queue_depth;
         d->q_count--;
         d->writer_busy = 0;
+        pthread_cond_broadcast(&d->cv_room);
         if (!d->q_count) pthread_cond_broadcast(&d->cv_idle);
     }
     pthread_mutex_unlock(&d->mu);
@@ -968,6 +990,11 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv_work, NULL);
     pthread_cond_init(&d->cv_idle, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cv_room, &ca);
+    pthread_condattr_destroy(&ca);
     d->st.budget_bytes = p->size_bytes;
     d->st.compression_ratio = 1.0;
     d->q = kvt_xcalloc(p->queue_depth, sizeof *d->q);
@@ -1070,6 +1097,7 @@ static void disk_free(kvt_disk *d) {
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv_work);
     pthread_cond_destroy(&d->cv_idle);
+    pthread_cond_destroy(&d->cv_room);
     if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
     free(d->dir);
     free(d);
@@ -1150,31 +1178,92 @@ void kvt_disk_close(kvt_disk *d) {
 
 /* ---- owner API ---------------------------------------------------------- */
 
+/* The queue slot holding hash, or NULL (mu held). */
+static disk_qslot *queued_slot(kvt_disk *d, kvt_hash128 hash) {
+    for (uint32_t i = 0; i < d->q_count; i++) {
+        disk_qslot *q = &d->q[(d->q_head + i) % d->p.queue_depth];
+        if (!q->cancelled && kvt_hash128_eq(q->hash, hash)) return q;
+    }
+    return NULL;
+}
+
+/* Waits (mu held) until the queue has a free slot or wait_ms pass. */
+static void wait_for_room(kvt_disk *d) {
+    if (d->q_count < d->p.queue_depth || !d->p.put_wait_ms) return;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += d->p.put_wait_ms / 1000;
+    until.tv_nsec += (long)(d->p.put_wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    double t0 = kvt_now();
+    d->st.put_waits++;
+    while (d->q_count == d->p.queue_depth && !d->write_err)
+        if (pthread_cond_timedwait(&d->cv_room, &d->mu, &until) == ETIMEDOUT) break;
+    d->st.put_wait_seconds += kvt_now() - t0;
+}
+
 int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
     pthread_mutex_lock(&d->mu);
     apply_events_locked(d);
     int rc = 0;
     if (d->write_err) rc = KVT_EUNSUPPORTED;
-    else if (kvt_hmap128_get(&d->map, hash, NULL)) rc = 1;
-    else if (d->q_count == d->p.queue_depth) rc = KVT_ELIMIT;
-    if (rc < 0) d->st.dropped++;
+    else if (kvt_hmap128_get(&d->map, hash, NULL) || queued_slot(d, hash)) rc = 1;
+    if (!rc) wait_for_room(d);
+    if (!rc && d->write_err) rc = KVT_EUNSUPPORTED;
+    else if (!rc && d->q_count == d->p.queue_depth) rc = KVT_ELIMIT;
+    /* Visible from now on: the index learns of the block before it is
+     * written, and reads serve it from the queue until then. All earlier
+     * events were applied above, so none can undo this presence. */
+    if (!rc && d->p.index && kvt_prefix_add(d->p.index, hash, parent, tokens, KVT_TIER_T2, QUEUED_HANDLE)) {
+        d->st.collisions++;
+        rc = -EEXIST;
+    }
+    if (rc == KVT_ELIMIT || rc == KVT_EUNSUPPORTED) d->st.dropped++;
+    if (rc == KVT_ELIMIT && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
+        kvt_log(KVT_LOG_WARN,
+                "disk tier %s: the writer stayed behind for %u ms; a block was dropped (%" PRIu64 " so far)",
+                d->dir, d->p.put_wait_ms, d->st.dropped);
     if (rc == 1) d->st.dup_puts++;
     uint32_t at = (d->q_head + d->q_count) % d->p.queue_depth;
+    if (!rc) {
+        /* The slot past the tail is ours until q_count covers it: only this
+         * (serialised) caller fills slots, the writer only drains committed
+         * ones. Filled under mu so that a concurrent reader of the queue
+         * (this same thread, later) sees a whole slot. */
+        disk_qslot *q = &d->q[at];
+        if (!q->buf) q->buf = aligned_buf(d->rec_max);
+        q->hash = hash;
+        q->parent = parent;
+        q->cancelled = 0;
+        memcpy(q->buf + RH_TOKENS, tokens, d->p.block_tokens * sizeof(int32_t));
+        memcpy(q->buf + d->header_bytes, payload, d->p.payload_bytes);
+        d->q_count++;
+        pthread_cond_signal(&d->cv_work);
+    }
     pthread_mutex_unlock(&d->mu);
-    if (rc) return rc;
-    /* The slot past the tail is ours until q_count covers it: only this
-     * (serialised) caller fills slots, the writer only drains committed ones. */
-    disk_qslot *q = &d->q[at];
-    if (!q->buf) q->buf = aligned_buf(d->rec_max);
-    q->hash = hash;
-    q->parent = parent;
-    memcpy(q->buf + RH_TOKENS, tokens, d->p.block_tokens * sizeof(int32_t));
-    memcpy(q->buf + d->header_bytes, payload, d->p.payload_bytes);
-    pthread_mutex_lock(&d->mu);
-    d->q_count++;
-    pthread_cond_signal(&d->cv_work);
-    pthread_mutex_unlock(&d->mu);
-    return 0;
+    return rc;
+}
+
+/* Serves reqs that are still queued for writing from the queue (mu held);
+ * the writer only reads the payload and tokens of a slot, so copying them
+ * here is safe. Returns the hits. */
+static size_t read_queued(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i].result == 0 || kvt_hmap128_get(&d->map, reqs[i].hash, NULL)) continue;
+        disk_qslot *q = queued_slot(d, reqs[i].hash);
+        if (!q || !kvt_hash128_eq(q->parent, reqs[i].parent) ||
+            memcmp(q->buf + RH_TOKENS, reqs[i].tokens, d->p.block_tokens * sizeof(int32_t)))
+            continue;
+        memcpy(reqs[i].out, q->buf + d->header_bytes, d->p.payload_bytes);
+        reqs[i].result = 0;
+        hits++;
+    }
+    d->st.queue_hits += hits;
+    return hits;
 }
 
 /* One planned record read of a batch. */
@@ -1242,8 +1331,10 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
     size_t np = 0;
     pthread_mutex_lock(&d->mu);
     apply_events_locked(d);
+    for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
+    size_t queue_hits = read_queued(d, reqs, n);
     for (size_t i = 0; i < n; i++) {
-        reqs[i].result = KVT_ENOTFOUND;
+        if (reqs[i].result == 0) continue;
         uint32_t slot;
         if (!kvt_hmap128_get(&d->map, reqs[i].hash, &slot) || !d->recs[slot].seg) continue;
         disk_rec *r = &d->recs[slot];
@@ -1291,7 +1382,7 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
     kvt_dio_read_batch(d->rio, rq, ne, extent_done, &rc);
     double dt = kvt_now() - t0;
 
-    size_t hits = 0;
+    size_t hits = queue_hits;
     pthread_mutex_lock(&d->mu);
     d->st.read_seconds += dt;
     for (size_t i = 0; i < ne; i++)
@@ -1333,7 +1424,7 @@ int kvt_disk_get(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_
 int kvt_disk_contains(kvt_disk *d, kvt_hash128 hash) {
     pthread_mutex_lock(&d->mu);
     apply_events_locked(d);
-    int in = kvt_hmap128_get(&d->map, hash, NULL);
+    int in = kvt_hmap128_get(&d->map, hash, NULL) || queued_slot(d, hash);
     pthread_mutex_unlock(&d->mu);
     return in;
 }
@@ -1343,11 +1434,17 @@ int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash) {
     apply_events_locked(d);
     uint32_t slot;
     int rc = KVT_ENOTFOUND;
+    disk_qslot *q = queued_slot(d, hash);
     if (kvt_hmap128_get(&d->map, hash, &slot)) {
         rec_drop(d, slot);
         d->st.removes++;
         rc = 0;
+    } else if (q) {
+        push_event(d, 0, hash, hash, 0, NULL);
+        d->st.removes++;
+        rc = 0;
     }
+    if (q) q->cancelled = 1; /* the writer skips it */
     apply_events_locked(d);
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -1376,8 +1473,17 @@ int kvt_disk_admit(kvt_disk *d, kvt_hash128 hash) {
     return d->p.admit_all || est >= ADMIT_THRESHOLD;
 }
 
+void kvt_disk_pause_writer(kvt_disk *d, int paused) {
+    pthread_mutex_lock(&d->mu);
+    d->paused = paused;
+    pthread_cond_broadcast(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+}
+
 int kvt_disk_flush(kvt_disk *d) {
     pthread_mutex_lock(&d->mu);
+    d->paused = 0; /* a flush waits for the queue: it must drain */
+    pthread_cond_broadcast(&d->cv_work);
     while (d->q_count) pthread_cond_wait(&d->cv_idle, &d->mu);
     apply_events_locked(d);
     int rc = d->write_err;

@@ -30,10 +30,14 @@
  * next 4 KiB boundary, so one corrupt record costs only itself.
  *
  * Writes. kvt_disk_put copies the block into a bounded queue and returns; a
- * writer thread encodes (CRC, optional zstd), appends and indexes it. A full
- * queue drops the block and counts it: put never blocks the caller. The first
- * write error (full disk, read-only directory, EIO) disables writes with one
- * warning; reads continue.
+ * writer thread encodes (CRC, optional zstd), appends and indexes it. The
+ * block is in the tier from the moment put returns 0: the index has its T2
+ * presence at once and reads serve it from the queue until it is written, so
+ * a block demoted here is never in no tier while it moves. When the queue is
+ * full, put waits for the writer (back-pressure) up to put_wait_ms; only
+ * then is the block dropped, counted and logged. The first write error (full
+ * disk, read-only directory, EIO) disables writes with one warning; a queued
+ * block that cannot be written leaves the index again; reads continue.
  *
  * Eviction. The segment files never total more than size_bytes plus one
  * segment. When the head segment is full the oldest segments are reclaimed
@@ -45,7 +49,8 @@
  *
  * Prefix index. If params.index is set, the store keeps the index's T2
  * presence exact itself (handle = an opaque record slot): records found at
- * open are added during kvt_disk_open; records written, reclaimed or found
+ * open are added during kvt_disk_open; queued blocks by kvt_disk_put itself;
+ * records written, reclaimed or found
  * corrupt by the writer thread reach the index at the start of the next
  * kvt_disk_ call on the owner's thread (kvt_disk_poll does only that). Nobody
  * else may add or remove T2 presence in that index. A record whose key names a
@@ -77,6 +82,7 @@
 #define KVT_DISK_PAYLOAD_MAX (256ull << 20)
 #define KVT_DISK_SEGMENT_DEFAULT (64ull << 20)
 #define KVT_DISK_QUEUE_DEFAULT 32
+#define KVT_DISK_PUT_WAIT_MS_DEFAULT 5000
 
 typedef enum { KVT_DISK_CODEC_RAW = 0, KVT_DISK_CODEC_ZSTD = 1, KVT_DISK_CODEC_COUNT } kvt_disk_codec;
 
@@ -93,6 +99,7 @@ typedef struct {
     kvt_disk_codec codec;     /* for new records; any codec is read */
     int admit_all;            /* kvt_disk_admit always says yes */
     uint32_t queue_depth;     /* blocks waiting for the writer (>= 1); memory: depth x record */
+    uint32_t put_wait_ms;     /* how long a put waits for queue room before dropping (0: never waits) */
     int use_io_uring;         /* try io_uring (falls back to pread/pwrite with a log line) */
     int use_o_direct;         /* try O_DIRECT (falls back to buffered I/O with a log line) */
 } kvt_disk_params;
@@ -106,6 +113,9 @@ typedef struct {
     uint64_t foreign;                  /* records of another namespace or format version (skipped) */
     uint64_t puts, dup_puts;           /* blocks written; puts of a block already stored */
     uint64_t dropped;                  /* blocks not written: queue full, writes disabled, write error */
+    uint64_t put_waits;                /* puts that found the queue full and waited for the writer */
+    double put_wait_seconds;           /* time those puts waited */
+    uint64_t queue_hits;               /* blocks read from the write queue (not yet on disk) */
     uint64_t removes, evicted, reinserted, segments_reclaimed;
     uint64_t collisions;               /* records refused by the index (key names another block) */
     uint64_t read_errors, write_errors;
@@ -128,7 +138,8 @@ typedef struct {
 } kvt_disk_read;
 
 /* size 16 GiB, segment KVT_DISK_SEGMENT_DEFAULT, B KVT_BLOCK_TOKENS_DEFAULT,
- * codec raw, queue KVT_DISK_QUEUE_DEFAULT, io_uring and O_DIRECT on, the rest
+ * codec raw, queue KVT_DISK_QUEUE_DEFAULT, put wait KVT_DISK_PUT_WAIT_MS_DEFAULT,
+ * io_uring and O_DIRECT on, the rest
  * 0/NULL. The caller sets dir, payload_bytes and ns. */
 kvt_disk_params kvt_disk_default_params(void);
 
@@ -149,17 +160,18 @@ void kvt_disk_close(kvt_disk *d);
 
 /* Queues a copy of a block for writing: tokens (B ids) and payload
  * (payload_bytes) are copied before return; the caller keeps both. Returns
- *   0            queued (written later; visible to get once written),
- *   1            a block with this key is already stored (nothing queued),
- *   KVT_ELIMIT   the queue is full: the block is dropped and counted,
- *   KVT_EUNSUPPORTED  writes are disabled: dropped and counted.
- * Never blocks on I/O. */
+ *   0            queued: in the tier (index, get, contains) from now on,
+ *   1            a block with this key is already stored or queued,
+ *   KVT_ELIMIT   the queue stayed full for put_wait_ms: dropped and counted,
+ *   KVT_EUNSUPPORTED  writes are disabled: dropped and counted,
+ *   -EEXIST      the key names another block in the index (a collision).
+ * Never does I/O itself; waits at most put_wait_ms for the writer. */
 int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload);
 
-/* Reads block hash into out (payload_bytes) if it is stored, its CRC holds,
- * and its stored parent and tokens equal parent and tokens. Returns 0 (hit) or
- * KVT_ENOTFOUND (absent, still queued, corrupt, unreadable, or another block
- * under the same key). A corrupt or unreadable record leaves the store. */
+/* Reads block hash into out (payload_bytes) if it is stored or queued, its
+ * CRC holds (stored), and its parent and tokens equal parent and tokens.
+ * Returns 0 (hit) or KVT_ENOTFOUND (absent, corrupt, unreadable, or another
+ * block under the same key). A corrupt or unreadable record leaves the store. */
 int kvt_disk_get(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out);
 
 /* kvt_disk_get for a batch (one request's blocks): every read is issued
@@ -167,7 +179,7 @@ int kvt_disk_get(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_
  * reqs[i].result; returns the number of hits. */
 size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n);
 
-/* 1 if a record with this key is stored (written, not just queued), else 0. */
+/* 1 if a block with this key is stored or queued for writing, else 0. */
 int kvt_disk_contains(kvt_disk *d, kvt_hash128 hash);
 
 /* Forgets a stored block (its bytes go with its segment). Returns 0 or
@@ -183,6 +195,11 @@ int kvt_disk_admit(kvt_disk *d, kvt_hash128 hash);
  * applies the writer's index updates. Returns 0, or the write error that
  * disabled writes (negative) if writes are disabled. */
 int kvt_disk_flush(kvt_disk *d);
+
+/* Holds (paused != 0) or resumes the writer thread: queued blocks stay in
+ * the queue, still readable, until it resumes. For tests of the queue and of
+ * back-pressure; kvt_disk_flush and kvt_disk_close resume it. */
+void kvt_disk_pause_writer(kvt_disk *d, int paused);
 
 /* Applies pending index updates from the writer thread (see above). */
 void kvt_disk_poll(kvt_disk *d);

@@ -19,6 +19,7 @@
 typedef struct {
     kvt_hash128 hash, parent;
     uint64_t tick;     /* last use; larger is more recent */
+    double t_use;      /* last use, kvt_now() seconds (handed to on_evict) */
     uint32_t heap_pos; /* index in r->heap, or NOT_IN_HEAP (not a leaf, or free) */
     uint8_t *mem;      /* payload at 0, tokens at r->tok_off; NULL when free */
 } ram_rec;
@@ -169,6 +170,7 @@ static uint32_t alloc_id(kvt_ram *r) {
 
 static void touch(kvt_ram *r, uint32_t id) {
     r->recs[id].tick = ++r->clock;
+    r->recs[id].t_use = kvt_now();
     if (r->recs[id].heap_pos != NOT_IN_HEAP) sift_down(r, r->recs[id].heap_pos); /* its key only grew */
 }
 
@@ -179,6 +181,7 @@ static void drop(kvt_ram *r, uint32_t id, int evict, int unindex) {
     ram_rec *x = &r->recs[id];
     kvt_hash128 hash = x->hash, parent = x->parent;
     uint8_t *mem = x->mem;
+    double t_use = x->t_use;
     heap_remove(r, id);
     kvt_hmap128_del(&r->map, hash);
     x->mem = NULL;
@@ -195,7 +198,7 @@ static void drop(kvt_ram *r, uint32_t id, int evict, int unindex) {
         r->st.evictions++;
         if (r->p.on_evict)
             r->p.on_evict(r->p.evict_ctx, hash, parent, (const int32_t *)(const void *)(mem + r->tok_off), mem,
-                          r->p.payload_bytes);
+                          r->p.payload_bytes, t_use);
     }
     free(mem);
 }
@@ -249,6 +252,7 @@ int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t 
     x->mem = mem;
     x->heap_pos = NOT_IN_HEAP;
     x->tick = ++r->clock;
+    x->t_use = kvt_now();
     kvt_hmap128_put(&r->map, hash, id);
     if (!kids_of(r, hash)) heap_push(r, id);
     r->st.bytes_used += r->cost;

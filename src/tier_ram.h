@@ -50,9 +50,10 @@ typedef struct kvt_ram kvt_ram;
  * the call. The callback may call kvt_ram_contains, kvt_ram_foreach and
  * kvt_ram_get_stats, and may update other tiers and the index (e.g. record a
  * T2 copy); it must not call any other kvt_ram_ function on this store.
- * Explicit kvt_ram_remove and kvt_ram_free do not call it. */
+ * Explicit kvt_ram_remove and kvt_ram_free do not call it. last_use is the
+ * block's last put or get, in kvt_now() seconds (admission policies use it). */
 typedef void (*kvt_ram_evict_fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                                 const void *payload, size_t payload_bytes);
+                                 const void *payload, size_t payload_bytes, double last_use);
 
 typedef struct {
     uint64_t budget_bytes;    /* --kv-ram; 0 is valid (every put is refused) */

@@ -72,7 +72,9 @@ static kvt_cache *open_cache(kvt_engine *e, const char *dir, int admit_all, kvt_
     cp.ram_bytes = 4 * (kvt_page_bytes(e) + 2048); /* a tiny T1: blocks move on to disk */
     cp.disk_dir = dir;
     cp.disk_bytes = 64 << 20;
-    cp.disk_admit_all = admit_all;
+    /* "seen twice" over every block (no live window), or the default: all */
+    cp.disk_admit = admit_all ? KVT_ADMIT_ALL : KVT_ADMIT_REUSED;
+    cp.admit_live_s = 0;
     cp.restore = restore;
     kvt_cache *c = NULL;
     int rc = kvt_cache_new(e, &cp, &c);

@@ -6,6 +6,7 @@
  * so any served byte can be checked. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,6 +477,100 @@ static void test_params(void) {
     CHECK(kvt_disk_open(&p, &d) == KVT_EARG);
 }
 
+/* A queued block is in the tier at once: the index, contains and reads find
+ * it while the writer is held, and it stays found once written. */
+static void test_queue_visible(void) {
+    kvt_prefix *idx;
+    CHECK(kvt_prefix_new(B, &idx) == 0);
+    kvt_disk_params p = params(subdir("queue"));
+    p.index = idx;
+    p.queue_depth = 16;
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_pause_writer(d, 1);
+    put_range(d, 0, 10, 0);
+    kvt_prefix_hit hits[10];
+    size_t k = kvt_prefix_lookup(idx, root, toks[0], 10 * B, hits, 10);
+    CHECKF(k == 10, "index found %zu of 10 queued blocks", k);
+    int served = 0;
+    for (int i = 0; i < 10; i++) served += kvt_disk_contains(d, hashes[i]) && get_ok(d, i, 0);
+    CHECKF(served == 10, "%d of 10 queued blocks served", served);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.queue_hits == 10 && st.queued == 10 && st.puts == 0, "queue hits %llu, queued %u, written %llu",
+           (unsigned long long)st.queue_hits, st.queued, (unsigned long long)st.puts);
+    /* a second put of a queued block is a duplicate, not a second copy */
+    uint8_t pay[PAYLOAD];
+    fill_payload(hashes[3], pay, 0);
+    CHECK(kvt_disk_put(d, hashes[3], parents[3], toks[3], pay) == 1);
+    /* a wrong parent or token list is a miss even in the queue */
+    int32_t other[B];
+    memcpy(other, toks[4], sizeof other);
+    other[0]++;
+    CHECK(kvt_disk_get(d, hashes[4], parents[4], other, pay) == KVT_ENOTFOUND);
+    /* removing a queued block: gone from the index, never written */
+    CHECK(kvt_disk_remove(d, hashes[9]) == 0 && !kvt_disk_contains(d, hashes[9]));
+    CHECK(kvt_disk_flush(d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.puts == 9 && st.dropped == 0, "written %llu, dropped %llu", (unsigned long long)st.puts,
+           (unsigned long long)st.dropped);
+    k = kvt_prefix_lookup(idx, root, toks[0], 10 * B, hits, 10);
+    CHECKF(k == 9, "index found %zu of 9 written blocks", k);
+    served = 0;
+    for (int i = 0; i < 9; i++) served += get_ok(d, i, 0);
+    CHECK(served == 9 && !kvt_disk_contains(d, hashes[9]));
+    kvt_disk_close(d);
+    kvt_prefix_free(idx);
+}
+
+static void *resume_later(void *arg) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kvt_disk_pause_writer(arg, 0);
+    return NULL;
+}
+
+/* Back-pressure: a put into a full queue waits for the writer instead of
+ * dropping; with no wait allowed, the drop is counted. */
+static void test_backpressure(void) {
+    kvt_disk_params p = params(subdir("backpressure"));
+    p.queue_depth = 2;
+    p.put_wait_ms = 60000; /* far beyond the writer's 100 ms pause: the put must not give up */
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    uint8_t pay[PAYLOAD];
+    kvt_disk_pause_writer(d, 1);
+    for (int i = 0; i < 2; i++) {
+        fill_payload(hashes[i], pay, 0);
+        CHECK(kvt_disk_put(d, hashes[i], parents[i], toks[i], pay) == 0);
+    }
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, resume_later, d) == 0);
+    fill_payload(hashes[2], pay, 0);
+    CHECK(kvt_disk_put(d, hashes[2], parents[2], toks[2], pay) == 0); /* waits for room */
+    pthread_join(t, NULL);
+    CHECK(kvt_disk_flush(d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.put_waits == 1 && st.dropped == 0 && st.puts == 3, "waits %llu, dropped %llu, written %llu",
+           (unsigned long long)st.put_waits, (unsigned long long)st.dropped, (unsigned long long)st.puts);
+    CHECK(get_ok(d, 0, 0) && get_ok(d, 1, 0) && get_ok(d, 2, 0));
+    kvt_disk_close(d);
+
+    p = params(subdir("nowait"));
+    p.queue_depth = 1;
+    p.put_wait_ms = 0;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_pause_writer(d, 1);
+    fill_payload(hashes[0], pay, 0);
+    CHECK(kvt_disk_put(d, hashes[0], parents[0], toks[0], pay) == 0);
+    fill_payload(hashes[1], pay, 0);
+    CHECK(kvt_disk_put(d, hashes[1], parents[1], toks[1], pay) == KVT_ELIMIT);
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.dropped == 1 && !kvt_disk_contains(d, hashes[1]) && kvt_disk_contains(d, hashes[0]));
+    kvt_disk_close(d);
+}
+
 int main(void) {
     make_blocks();
     test_params();
@@ -487,5 +582,7 @@ int main(void) {
     test_admit();
     test_crash();
     test_full_and_readonly();
+    test_queue_visible();
+    test_backpressure();
     return kvt_test_done("test_tier_disk");
 }

@@ -97,7 +97,8 @@ static int is_leaf(int c) {
 }
 
 static void on_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload,
-                     size_t payload_bytes) {
+                     size_t payload_bytes, double last_use) {
+    (void)last_use;
     (void)ctx;
     int c = canon_of(hash);
     if (c < 0 || !m.held[c]) {
