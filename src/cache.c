@@ -435,7 +435,8 @@ static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
             break;
         }
     }
-    ok = KVT_MIN(ok, restore_t2(c, root, tokens, hits, reqs, req_block, n_req, pages, restore_s));
+    int32_t t2_bad = restore_t2(c, root, tokens, hits, reqs, req_block, n_req, pages, restore_s);
+    ok = KVT_MIN(ok, t2_bad);
     if (ok < n_blocks && *why == KVT_SHORTFALL_NONE) *why = KVT_SHORTFALL_LOST;
     for (int32_t i = ok; i < n_blocks; i++)
         if (pages[i] >= 0) kvt_page_unref(c->e, pages[i]);

@@ -1,0 +1,263 @@
+/* KV expansion under pressure (DESIGN.md "Tiers"): an agent workload whose
+ * sessions outnumber the active pool keeps every session's KV in RAM and on
+ * disk and gets it back.
+ *
+ * - 12 sessions x 3 rounds over a T0 that holds about 4 of them, a T1 that
+ *   holds about 4 more, and a disk tier for the rest, against the same
+ *   workload with an unlimited T0: greedy replies and logits are identical,
+ *   and from round 1 on every request computes only its new tokens (within
+ *   one block), exactly as many as with the unlimited T0. Nothing is dropped,
+ *   discarded or planned-but-not-obtained.
+ * - A long churn of distinct prompts with tiny T0 and T1 budgets and a disk
+ *   queue of depth 1: afterwards every block ever registered is still found.
+ * - The "seen twice" filter (--kv-disk-admit reused) never applies to blocks
+ *   a live session touched recently. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "generate.h"
+#include "model.h"
+#include "testutil.h"
+
+#define B 8
+#define N_GEN 10
+#define SESSIONS 12
+#define ROUNDS 3
+#define SYS_TOKENS 48
+#define DOC_TOKENS 80
+#define STEP_TOKENS 20
+#define CTX 512
+
+static kvt_model *model;
+static int32_t n_vocab;
+
+typedef struct {
+    int32_t *tokens; /* prompt + generated */
+    int32_t n;
+    float *logits;   /* at the prompt's last position */
+    kvt_gen_result res;
+} run_out;
+
+static kvt_engine *new_engine(int32_t n_pages) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = B;
+    ep.n_pages = n_pages;
+    ep.n_threads = 2;
+    ep.n_ctx = CTX;
+    kvt_engine *e = NULL;
+    CHECKF(kvt_engine_new(model, ep, &e) == 0, "engine: %s", kvt_errmsg());
+    return e;
+}
+
+static kvt_cache *new_cache(kvt_engine *e, uint64_t ram_blocks, const char *dir, kvt_admit_policy admit,
+                            double live_s) {
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.ram_bytes = ram_blocks * (kvt_page_bytes(e) + 1024);
+    cp.disk_dir = dir;
+    cp.disk_bytes = 64 << 20;
+    cp.restore = KVT_RESTORE_ALWAYS; /* the tiny model computes faster than any disk: measure reuse, not speed */
+    cp.disk_admit = admit;
+    cp.admit_live_s = live_s;
+    kvt_cache *c = NULL;
+    CHECKF(kvt_cache_new(e, &cp, &c) == 0, "cache: %s", kvt_errmsg());
+    return c;
+}
+
+static run_out run(kvt_engine *e, kvt_cache *c, const int32_t *p, int32_t n) {
+    run_out o = {0};
+    kvt_sampler_params sp = kvt_sampler_default_params();
+    sp.temp = 0;
+    kvt_sampler *s = kvt_sampler_new(sp, n_vocab);
+    o.logits = malloc((size_t)n_vocab * sizeof(float));
+    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits};
+    int rc = kvt_generate(e, c, p, n, &gp, &o.tokens, &o.res);
+    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
+    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
+    kvt_sampler_free(s);
+    return o;
+}
+
+static void fill(int32_t *t, int32_t n, unsigned *seed) {
+    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
+}
+
+typedef struct {
+    int32_t computed[ROUNDS][SESSIONS];
+    int32_t tier_tokens[KVT_TIER_COUNT]; /* rounds >= 1 */
+    int32_t *out[ROUNDS][SESSIONS];      /* prompt + reply of each request */
+    int32_t n_out[ROUNDS][SESSIONS];
+    float *logits[ROUNDS][SESSIONS];
+    kvt_cache_stats st;
+} workload;
+
+/* Round-robin agent loop: round r of session s is its previous request's
+ * prompt and reply plus STEP_TOKENS new tokens (a tool result). */
+static void agent_workload(kvt_engine *e, kvt_cache *c, workload *w) {
+    unsigned seed = 11;
+    int32_t sys[SYS_TOKENS];
+    fill(sys, SYS_TOKENS, &seed);
+    memset(w, 0, sizeof *w);
+    for (int r = 0; r < ROUNDS; r++)
+        for (int s = 0; s < SESSIONS; s++) {
+            unsigned step_seed = 1000u * (unsigned)s + (unsigned)r;
+            int32_t n_prev = r ? w->n_out[r - 1][s] : 0;
+            int32_t n = r ? n_prev + STEP_TOKENS : SYS_TOKENS + DOC_TOKENS;
+            int32_t *p = malloc((size_t)n * sizeof *p);
+            if (r) {
+                memcpy(p, w->out[r - 1][s], (size_t)n_prev * sizeof *p);
+                fill(p + n_prev, STEP_TOKENS, &step_seed);
+            } else {
+                memcpy(p, sys, sizeof sys);
+                fill(p + SYS_TOKENS, DOC_TOKENS, &step_seed);
+            }
+            run_out o = run(e, c, p, n);
+            w->computed[r][s] = o.res.n_computed;
+            if (r)
+                for (int t = 0; t < KVT_TIER_COUNT; t++) w->tier_tokens[t] += o.res.tier_tokens[t];
+            CHECKF(o.res.n_reused == o.res.n_planned && o.res.shortfall == KVT_SHORTFALL_NONE,
+                   "round %d session %d: planned %d cached tokens, got %d (%s)", r, s, o.res.n_planned,
+                   o.res.n_reused, kvt_shortfall_name(o.res.shortfall));
+            w->out[r][s] = o.tokens;
+            w->n_out[r][s] = o.n;
+            w->logits[r][s] = o.logits;
+            free(p);
+        }
+    if (c) {
+        kvt_cache_get_stats(c, &w->st);
+        /* no page leaked: with every sequence done, a page is free or an idle cached block */
+        CHECKF(w->st.t0_pages_idle == w->st.t0_pages_cached &&
+                   w->st.t0_pages_free + w->st.t0_pages_cached == w->st.t0_pages_total,
+               "pages: %d total, %d free, %d cached, %d idle", w->st.t0_pages_total, w->st.t0_pages_free,
+               w->st.t0_pages_cached, w->st.t0_pages_idle);
+    }
+}
+
+static void workload_free(workload *w) {
+    for (int r = 0; r < ROUNDS; r++)
+        for (int s = 0; s < SESSIONS; s++) {
+            free(w->out[r][s]);
+            free(w->logits[r][s]);
+        }
+}
+
+static void test_sessions_outnumber_t0(void) {
+    /* one session at round 2 holds ~22 blocks; the shared system prompt 6 */
+    kvt_engine *big = new_engine(2048);
+    kvt_cache *cb = new_cache(big, 0, NULL, KVT_ADMIT_ALL, 0);
+    workload ref;
+    agent_workload(big, cb, &ref);
+
+    kvt_engine *small = new_engine(4 * 16 + 30); /* ~4 sessions' context plus the running one */
+    kvt_cache *cs = new_cache(small, 4 * 16, kvt_test_path(kvt_test_tmpdir(), "sessions"), KVT_ADMIT_ALL, 0);
+    workload w;
+    agent_workload(small, cs, &w);
+
+    int same = 1;
+    int32_t total_small = 0, total_big = 0;
+    for (int r = 0; r < ROUNDS; r++)
+        for (int s = 0; s < SESSIONS; s++) {
+            same &= w.n_out[r][s] == ref.n_out[r][s] &&
+                    !memcmp(w.out[r][s], ref.out[r][s], (size_t)w.n_out[r][s] * sizeof(int32_t)) &&
+                    !memcmp(w.logits[r][s], ref.logits[r][s], (size_t)n_vocab * sizeof(float));
+            if (r == 0) continue;
+            total_small += w.computed[r][s];
+            total_big += ref.computed[r][s];
+            CHECKF(w.computed[r][s] <= STEP_TOKENS + B, "round %d session %d computed %d tokens (new %d, block %d)", r,
+                   s, w.computed[r][s], STEP_TOKENS, B);
+            CHECKF(w.computed[r][s] == ref.computed[r][s], "round %d session %d computed %d, unlimited T0 %d", r, s,
+                   w.computed[r][s], ref.computed[r][s]);
+        }
+    CHECKF(same, "replies differ from the unlimited-T0 run");
+    printf("rounds 1-%d: computed %d tokens over a small T0, %d over an unlimited one; restored T0 %d, T1 %d, T2 %d\n",
+           ROUNDS - 1, total_small, total_big, w.tier_tokens[KVT_TIER_T0], w.tier_tokens[KVT_TIER_T1],
+           w.tier_tokens[KVT_TIER_T2]);
+    /* the workload really went through every tier */
+    CHECKF(w.st.t0_evictions > 0 && w.tier_tokens[KVT_TIER_T1] > 0 && w.tier_tokens[KVT_TIER_T2] > 0,
+           "evictions %llu, from T1 %d, from T2 %d", (unsigned long long)w.st.t0_evictions,
+           w.tier_tokens[KVT_TIER_T1], w.tier_tokens[KVT_TIER_T2]);
+    CHECKF(w.st.t2_dropped == 0 && w.st.discarded == 0 && w.st.shortfall_tokens == 0,
+           "dropped %llu, discarded %llu, shortfall %llu tokens", (unsigned long long)w.st.t2_dropped,
+           (unsigned long long)w.st.discarded, (unsigned long long)w.st.shortfall_tokens);
+    kvt_cache_free(cs);
+    kvt_engine_free(small);
+    kvt_cache_free(cb);
+    kvt_engine_free(big);
+    workload_free(&w);
+    workload_free(&ref);
+}
+
+/* Churn with tiny budgets: every block registered is found afterwards. */
+static void test_churn_keeps_everything(void) {
+    kvt_engine *e = new_engine(24);
+    kvt_cache *c = new_cache(e, 6, kvt_test_path(kvt_test_tmpdir(), "churn"), KVT_ADMIT_ALL, 0);
+    enum { PROMPTS = 40, LEN = 64 };
+    static int32_t prompts[PROMPTS][LEN + N_GEN];
+    unsigned seed = 3;
+    int32_t n_full[PROMPTS];
+    for (int k = 0; k < PROMPTS; k++) {
+        fill(prompts[k], LEN, &seed);
+        run_out o = run(e, c, prompts[k], LEN);
+        memcpy(prompts[k], o.tokens, (size_t)o.n * sizeof(int32_t));
+        n_full[k] = (o.n - 1) / B; /* the last sampled token is never fed */
+        free(o.tokens);
+        free(o.logits);
+    }
+    int lost = 0;
+    for (int k = 0; k < PROMPTS; k++) {
+        kvt_cache_match m;
+        CHECK(kvt_cache_lookup(c, prompts[k], n_full[k] * B, NULL, 0, &m) == 0);
+        lost += m.n_blocks != n_full[k];
+    }
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    CHECKF(lost == 0, "%d of %d prompts lost blocks after churn", lost, PROMPTS);
+    CHECKF(st.t2_dropped == 0 && st.discarded == 0, "dropped %llu, discarded %llu",
+           (unsigned long long)st.t2_dropped, (unsigned long long)st.discarded);
+    CHECKF(st.t1_bytes_used <= st.t1_budget_bytes, "T1 %llu bytes over its %llu budget",
+           (unsigned long long)st.t1_bytes_used, (unsigned long long)st.t1_budget_bytes);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
+/* The frequency filter chooses only among blocks no live session touched
+ * recently: with a live window, nothing is kept off the disk; without one,
+ * once-seen blocks are. */
+static void test_admission_spares_live_sessions(void) {
+    for (int live = 0; live < 2; live++) {
+        kvt_engine *e = new_engine(24);
+        kvt_cache *c = new_cache(e, 6, kvt_test_path(kvt_test_tmpdir(), live ? "admit-live" : "admit-old"),
+                                 KVT_ADMIT_REUSED, live ? 600.0 : 0.0);
+        unsigned seed = 9;
+        for (int k = 0; k < 12; k++) {
+            int32_t p[64];
+            fill(p, 64, &seed);
+            run_out o = run(e, c, p, 64);
+            free(o.tokens);
+            free(o.logits);
+        }
+        kvt_cache_stats st;
+        kvt_cache_get_stats(c, &st);
+        if (live)
+            CHECKF(st.t2_not_admitted == 0 && st.discarded == 0 && st.t2_demotions > 0,
+                   "live window: %llu kept off the disk, %llu written", (unsigned long long)st.t2_not_admitted,
+                   (unsigned long long)st.t2_demotions);
+        else
+            CHECKF(st.t2_not_admitted > 0, "no live window: every once-seen block was written");
+        kvt_cache_free(c);
+        kvt_engine_free(e);
+    }
+}
+
+int main(void) {
+    if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
+        CHECK(model != NULL);
+        return kvt_test_done("test_expansion");
+    }
+    n_vocab = model->hp.n_vocab;
+    test_sessions_outnumber_t0();
+    test_churn_keeps_everything();
+    test_admission_spares_live_sessions();
+    kvt_model_free(model);
+    return kvt_test_done("test_expansion");
+}
