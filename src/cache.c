@@ -493,42 +493,37 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
 
 /* ---- registration -------------------------------------------------------------- */
 
-void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *tokens, int32_t *n_done) {
+void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chain *ch) {
     int32_t np;
     const int32_t *pages = kvt_seq_pages(c->e, seq, &np);
     int32_t len = kvt_seq_len(c->e, seq);
-    if (!pages || len < 0) return;
+    if (!pages || len < 0 || ch->n_done == INT32_MAX) return;
     int32_t full = len / c->B;
-    if (*n_done >= full) return;
-    kvt_hash128 *hashes = kvt_xmalloc((size_t)full * sizeof *hashes);
-    kvt_block_hashes(root, tokens, (size_t)full * (size_t)c->B, (uint32_t)c->B, hashes, (size_t)full);
-    for (int32_t i = *n_done; i < full; i++) {
-        kvt_hash128 parent = i ? hashes[i - 1] : root;
+    for (int32_t i = ch->n_done; i < full; i++) {
+        kvt_hash128 parent = ch->last;
         const int32_t *bt = tokens + (size_t)i * (size_t)c->B;
+        kvt_hash128 hash = kvt_block_hash(parent, bt, (uint32_t)c->B);
         kvt_prefix_info info;
-        if (!kvt_prefix_get(c->index, hashes[i], &info) && (info.tiers & KVT_TIER_BIT(KVT_TIER_T0))) {
-            int32_t p = (int32_t)info.handle[KVT_TIER_T0];
-            if (kvt_prefix_check(c->index, hashes[i], parent, bt)) { /* same key, other block: collision */
-                *n_done = INT32_MAX;
-                break;
+        if (!kvt_prefix_get(c->index, hash, &info) && (info.tiers & KVT_TIER_BIT(KVT_TIER_T0))) {
+            if (kvt_prefix_check(c->index, hash, parent, bt)) { /* same key, other block: collision */
+                ch->n_done = INT32_MAX;
+                return;
             }
-            touch_page(c, p); /* already resident (maybe this very page): keep it */
-            continue;
+            touch_page(c, (int32_t)info.handle[KVT_TIER_T0]); /* already resident (maybe this very page) */
+        } else if (!c->pages[pages[i]].cached) {
+            int32_t p = pages[i];
+            if (kvt_prefix_add(c->index, hash, parent, bt, KVT_TIER_T0, (uint64_t)p)) {
+                ch->n_done = INT32_MAX; /* collision: later blocks of this sequence cannot be reached */
+                return;
+            }
+            kvt_page_ref(c->e, p);
+            c->pages[p] = (page_rec){.cached = 1, .hash = hash};
+            touch_page(c, p);
+            if (c->disk && c->params.write_through) disk_write(c, hash, parent, bt, kvt_page_data_const(c->e, p));
         }
-        int32_t p = pages[i];
-        if (c->pages[p].cached) continue; /* page already holds another indexed block: cannot happen */
-        if (kvt_prefix_add(c->index, hashes[i], parent, bt, KVT_TIER_T0, (uint64_t)p)) {
-            *n_done = INT32_MAX; /* collision: later blocks of this sequence cannot be reached */
-            break;
-        }
-        kvt_page_ref(c->e, p);
-        c->pages[p] = (page_rec){.cached = 1, .hash = hashes[i]};
-        touch_page(c, p);
-        *n_done = i + 1;
-        if (c->disk && c->params.write_through) disk_write(c, hashes[i], parent, bt, kvt_page_data_const(c->e, p));
+        ch->last = hash;
+        ch->n_done = i + 1;
     }
-    if (*n_done != INT32_MAX && *n_done < full) *n_done = full;
-    free(hashes);
 }
 
 /* ---- pins ------------------------------------------------------------------------ */

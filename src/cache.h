@@ -70,12 +70,26 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
  * hold too much of the pool. */
 int kvt_cache_reserve(kvt_cache *c, int32_t n_pages);
 
-/* Registers the full blocks of seq not registered yet. tokens holds the
- * sequence's token ids (at least kvt_seq_len(seq) of them); *n_done counts the
- * blocks of this sequence already registered (start at 0) and is advanced.
- * Blocks already cached keep their existing page. A key collision stops
- * registration of this sequence (its later blocks could not be reached). */
-void kvt_cache_commit(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *tokens, int32_t *n_done);
+/* A sequence's key chain as far as it is registered: each block is hashed
+ * once, when it completes (h[i] chains from h[i-1]). */
+typedef struct {
+    kvt_hash128 root;  /* the key root (tenant salt) */
+    kvt_hash128 last;  /* key of block n_done - 1; root while n_done is 0 */
+    int32_t n_done;    /* blocks registered; INT32_MAX after a collision (no more) */
+} kvt_chain;
+
+static inline void kvt_chain_init(kvt_chain *ch, kvt_hash128 root) {
+    ch->root = root;
+    ch->last = root;
+    ch->n_done = 0;
+}
+
+/* Registers the full blocks of seq not registered yet (ch says how far it
+ * got; start with kvt_chain_init). tokens holds the sequence's token ids (at
+ * least kvt_seq_len(seq) of them). Blocks already cached keep their existing
+ * page. A key collision stops registration of this sequence (its later
+ * blocks could not be reached). */
+void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chain *ch);
 
 /* Pins the cached prefix of tokens in T0 (restoring T1 blocks into pages):
  * pinned pages are never reclaimed until kvt_cache_unpin. Returns the number

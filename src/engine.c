@@ -300,6 +300,11 @@ static int64_t pages_needed(const kvt_engine *e, const seq_state *st, int32_t ad
     return need;
 }
 
+int32_t kvt_seq_pages_needed(const kvt_engine *e, int32_t seq, int32_t add) {
+    const seq_state *st = seq_get(e, seq);
+    return st ? (int32_t)pages_needed(e, st, add) : 0;
+}
+
 /* Makes room for one more token in st and returns where its K/V go. Never
  * fails: decode() checked that the pool has the pages. */
 static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_t *slot) {

@@ -83,6 +83,10 @@ int32_t kvt_seq_len(const kvt_engine *e, int32_t seq);
 /* The page table (ceil(len / B) ids), owned by the engine, valid until the
  * sequence next grows or is freed. NULL for an unknown id. */
 const int32_t *kvt_seq_pages(const kvt_engine *e, int32_t seq, int32_t *n_pages);
+/* Pages appending `add` tokens to seq will take from the pool (new pages, plus
+ * a copy of a shared, partly filled last page): what to kvt_cache_reserve
+ * before feeding them. 0 for an invalid seq. */
+int32_t kvt_seq_pages_needed(const kvt_engine *e, int32_t seq, int32_t add);
 
 /* ---- forward pass ----------------------------------------------------------- */
 

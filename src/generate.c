@@ -7,20 +7,13 @@
 #include "common.h"
 #include "model.h"
 
-/* Pages a sequence of len tokens needs for n more: new pages past its last
- * one, plus one for copying a shared partial last page. */
-static int32_t pages_needed(int32_t len, int32_t n, int32_t B) {
-    int32_t have = (len + B - 1) / B, want = (len + n + B - 1) / B;
-    return want - have + (len % B ? 1 : 0);
-}
-
 int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n_prompt, const kvt_gen_params *p,
                  int32_t **tokens_out, kvt_gen_result *res) {
     memset(res, 0, sizeof *res);
     res->n_prompt = n_prompt;
     if (tokens_out) *tokens_out = NULL;
     kvt_engine_params ep = kvt_engine_params_of(e);
-    const int32_t B = ep.block_size, n_vocab = kvt_engine_n_vocab(e);
+    const int32_t n_vocab = kvt_engine_n_vocab(e);
     if (n_prompt <= 0) return kvt_fail(KVT_EARG, "empty prompt");
     if (n_prompt >= ep.n_ctx)
         return kvt_fail(KVT_ELIMIT, "the prompt has %d tokens; the context holds %d", n_prompt, ep.n_ctx);
@@ -31,7 +24,8 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
     int32_t n_toks = n_prompt;
     float *logits = kvt_xmalloc((size_t)n_vocab * sizeof *logits);
     kvt_hash128 root = {0, 0};
-    int32_t seq = -1, n_done = 0;
+    int32_t seq = -1;
+    kvt_chain chain;
     int rc = 0;
 
     if (cache) {
@@ -51,12 +45,13 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
     double t_pre = kvt_now();
     int32_t start = kvt_seq_len(e, seq);
     res->n_computed = n_prompt - start;
-    if (cache && (rc = kvt_cache_reserve(cache, pages_needed(start, n_prompt - start, B)))) goto out;
+    if (cache && (rc = kvt_cache_reserve(cache, kvt_seq_pages_needed(e, seq, n_prompt - start)))) goto out;
     if ((rc = kvt_engine_feed(e, seq, prompt + start, n_prompt - start, 0, logits))) goto out;
     res->prefill_ms = (kvt_now() - t_pre) * 1e3;
     if (cache) kvt_cache_note_prefill(cache, n_prompt - start, res->prefill_ms / 1e3);
     if (p->first_logits) memcpy(p->first_logits, logits, (size_t)n_vocab * sizeof *logits);
-    if (cache) kvt_cache_commit(cache, root, seq, toks, &n_done);
+    kvt_chain_init(&chain, root);
+    if (cache) kvt_cache_commit(cache, seq, toks, &chain);
 
     double t_dec = kvt_now();
     res->stop = KVT_STOP_LENGTH;
@@ -78,9 +73,9 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
             res->stop = KVT_STOP_CTX;
             break;
         }
-        if (cache && (rc = kvt_cache_reserve(cache, pages_needed(kvt_seq_len(e, seq), 1, B)))) break;
+        if (cache && (rc = kvt_cache_reserve(cache, kvt_seq_pages_needed(e, seq, 1)))) break;
         if ((rc = kvt_engine_feed(e, seq, &tok, 1, 0, logits))) break;
-        if (cache) kvt_cache_commit(cache, root, seq, toks, &n_done);
+        if (cache) kvt_cache_commit(cache, seq, toks, &chain);
     }
     res->decode_ms = (kvt_now() - t_dec) * 1e3;
 out:

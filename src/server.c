@@ -68,8 +68,7 @@ typedef struct srv_req {
 typedef struct {
     srv_req *r;                /* NULL: the slot is free */
     int32_t seq;
-    kvt_hash128 root;
-    int32_t n_done;            /* blocks registered (kvt_cache_commit) */
+    kvt_chain chain;           /* key chain, registered blocks (kvt_cache_commit) */
     int32_t *toks;             /* prompt then generated ids (n_toks of cap) */
     int32_t n_toks, cap;
     int32_t n_fed;             /* tokens in the sequence while prefilling */
@@ -169,13 +168,6 @@ static void req_fail_locked(srv_req *r, int status, const char *msg) {
 
 /* ---- engine thread ------------------------------------------------------------------ */
 
-/* Pages a sequence of len tokens needs for n more: new pages past its last
- * one, plus one for copying a shared, partially filled last page. */
-static int32_t pages_needed(int32_t len, int32_t n, int32_t B) {
-    int32_t have = (len + B - 1) / B, want = (len + n + B - 1) / B;
-    return want - have + (len % B ? 1 : 0);
-}
-
 static void slot_clear(kvt_server *s, slot *sl) {
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
@@ -252,8 +244,9 @@ static void slot_admit(kvt_server *s, srv_req *r) {
         if (!s->slots[i].r) sl = &s->slots[i];
     kvt_attach_info ai;
     int32_t seq = -1;
-    int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &sl->root);
-    if (!rc) rc = kvt_cache_attach(s->cache, sl->root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
+    kvt_hash128 root;
+    int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &root);
+    if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
     if (rc) {
         kvt_log(KVT_LOG_WARN, "serve: cannot start %s: %s", r->id, kvt_errmsg());
         pthread_mutex_lock(&s->mu);
@@ -265,7 +258,7 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     }
     sl->r = r;
     sl->seq = seq;
-    sl->n_done = 0;
+    kvt_chain_init(&sl->chain, root);
     sl->cap = r->n_prompt + r->max_tokens + 1;
     sl->toks = kvt_xmalloc((size_t)sl->cap * sizeof *sl->toks);
     memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof *sl->toks);
@@ -353,7 +346,7 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
 /* One engine step: a decode token of every generating slot plus one prefill
  * chunk of the oldest prompting slot, in one batch. */
 static void engine_step(kvt_server *s) {
-    const int32_t P = s->p.parallel, B = s->block;
+    const int32_t P = s->p.parallel;
     int32_t n = 0, pages = 0;
     slot *dec[P > 0 ? P : 1];
     int32_t n_dec = 0;
@@ -367,7 +360,7 @@ static void engine_step(kvt_server *s) {
             s->b_seq[n] = sl->seq;
             s->b_want[n] = 1;
             n++;
-            pages += pages_needed(kvt_seq_len(s->e, sl->seq), 1, B);
+            pages += kvt_seq_pages_needed(s->e, sl->seq, 1);
         } else if (!pf || sl->admitted < pf->admitted) {
             pf = sl;
         }
@@ -375,7 +368,7 @@ static void engine_step(kvt_server *s) {
     int32_t chunk = 0, pf_pages = 0;
     if (pf) {
         chunk = KVT_MIN(pf->r->n_prompt - pf->n_fed, s->p.prefill_chunk);
-        pf_pages = pages_needed(pf->n_fed, chunk, B);
+        pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
     }
     int rc = kvt_cache_reserve(s->cache, pages + pf_pages);
     if (rc && pf && n_dec) {
@@ -412,12 +405,12 @@ static void engine_step(kvt_server *s) {
         return;
     }
     /* register completed blocks before any slot is finished and its sequence freed */
-    for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->root, dec[i]->seq, dec[i]->toks, &dec[i]->n_done);
+    for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
     if (pf) {
         pf->n_fed += chunk;
         pf->r->usage.prefill_ms += ms;
         if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
-        kvt_cache_commit(s->cache, pf->root, pf->seq, pf->toks, &pf->n_done);
+        kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
     if (pf && pf->n_fed == pf->r->n_prompt) {
