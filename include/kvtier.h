@@ -198,6 +198,26 @@ int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *sa
 /* Releases a pin (NULL is a no-op); the blocks become evictable again. */
 void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
 
+/* Sessions. An agent waiting on a tool can ask the cache to keep its context
+ * warm: kvt_cache_keep_warm pins the T0-resident prefix of tokens (typically
+ * the prompt and reply just finished) under a session name for `seconds`. A
+ * warm session is a soft pin: when running work needs the pages, sessions
+ * give them up, lowest priority first, then the soonest to expire; their
+ * blocks are then demoted to RAM and disk like any idle block, never lost.
+ * A new call for the same session replaces its pin; seconds <= 0 (or
+ * kvt_cache_end_session) ends it. Returns the tokens kept warm (>= 0) or a
+ * negative code (KVT_EARG: bad name). Session names are 1..KVT_SESSION_NAME_MAX
+ * bytes; they are copied. */
+#define KVT_SESSION_NAME_MAX 128
+int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
+                        size_t salt_len, int priority, double seconds);
+/* Ends a warm session (its pages become evictable). 0 or KVT_ENOTFOUND. */
+int kvt_cache_end_session(kvt_cache *c, const char *session);
+/* Restores the cached prefix of tokens into T0 now (from T1/T2), so a request
+ * that follows finds it resident; the pages stay cached but unpinned.
+ * Returns the tokens resident afterwards (>= 0) or a negative code. */
+int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len);
+
 typedef struct {
     int32_t t0_pages_total, t0_pages_free;
     int32_t t0_pages_cached;     /* pages holding an indexed block */
@@ -215,7 +235,11 @@ typedef struct {
     uint64_t t2_put_waits;       /* demotions that waited for the disk writer (back-pressure) */
     uint64_t t2_queue_hits;      /* blocks restored from the disk's write queue (not yet on disk) */
     uint64_t discarded;          /* blocks that left T0/T1 and reached no lower tier (none, or full) */
-    int32_t t0_pages_pinned;     /* pages held by pins (kvt_cache_pin) */
+    int32_t t0_pages_pinned;     /* pages held by pins and warm sessions */
+    int32_t warm_sessions;       /* sessions kept warm now (kvt_cache_keep_warm) */
+    uint64_t sessions_released;  /* warm sessions released early because running work needed the pages */
+    uint64_t sessions_expired;   /* warm sessions whose time ran out */
+    uint64_t prefetched_blocks;  /* blocks restored into T0 ahead of a request (pins, prefetch) */
     uint64_t shortfalls[KVT_SHORTFALL_COUNT]; /* requests that reused less than matched, by cause */
     uint64_t shortfall_tokens;   /* matched tokens those requests recomputed */
     uint64_t t2_not_admitted;    /* evicted blocks the admission filter kept off the disk */

@@ -18,6 +18,9 @@
 #define ENGINE_NUMERICS_VERSION "engine-v3"
 #define KV_LAYOUT "page[layer][K:[kv_head][head_dim][token] | V:[kv_head][token][head_dim]]"
 #define NUMERICS_MAX 128
+/* Pins (kvt_cache_pin) may hold at most this share of the active pages, so
+ * requests can always run; warm sessions yield under pressure instead. */
+#define KVT_PIN_MAX_FRACTION 0.5
 
 typedef struct {
     int cached;          /* the cache holds a reference and the index has T0 presence */
@@ -30,6 +33,16 @@ struct kvt_pin {
     int32_t n;
     int32_t *pages;
 };
+
+/* A session kept warm: its context pinned in T0 until it expires, or until
+ * the pool needs the pages (lowest priority first, then the soonest to
+ * expire); released pages become idle and are demoted like any other. */
+typedef struct {
+    char name[KVT_SESSION_NAME_MAX + 1];
+    kvt_pin *pin;
+    double expires;  /* kvt_now() seconds */
+    int priority;
+} warm_session;
 
 struct kvt_cache {
     kvt_engine *e;
@@ -54,6 +67,9 @@ struct kvt_cache {
     uint64_t t2_demotions, t2_restores, t2_recompute, t2_not_admitted;
     uint64_t shortfalls[KVT_SHORTFALL_COUNT], shortfall_tokens;
     int32_t pinned_pages;
+    warm_session *sessions;
+    int32_t n_sessions, cap_sessions;
+    uint64_t sessions_released, sessions_expired, prefetched_blocks;
     uint64_t lookups, hit_tokens, lookup_tokens;
 };
 
@@ -179,6 +195,8 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
 
 void kvt_cache_free(kvt_cache *c) {
     if (!c) return;
+    while (c->n_sessions) kvt_cache_release(c, c->sessions[--c->n_sessions].pin);
+    free(c->sessions);
     for (int32_t p = 0; p < c->n_pages; p++)
         if (c->pages[p].cached) {
             kvt_prefix_remove(c->index, c->pages[p].hash, KVT_TIER_T0);
@@ -262,9 +280,43 @@ static void reclaim(kvt_cache *c, int32_t p) {
     c->evictions++;
 }
 
+static void session_drop(kvt_cache *c, int32_t i) {
+    kvt_cache_release(c, c->sessions[i].pin);
+    c->sessions[i] = c->sessions[--c->n_sessions];
+}
+
+/* Releases sessions whose keep-warm time is over. */
+static void expire_sessions(kvt_cache *c) {
+    double now = kvt_now();
+    for (int32_t i = c->n_sessions; i-- > 0;)
+        if (c->sessions[i].expires <= now) {
+            session_drop(c, i);
+            c->sessions_expired++;
+        }
+}
+
+/* Under pressure, the warm session to give up first: lowest priority, then
+ * the soonest to expire. -1 if none. */
+static int32_t session_victim(const kvt_cache *c) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < c->n_sessions; i++) {
+        const warm_session *s = &c->sessions[i], *b = best >= 0 ? &c->sessions[best] : NULL;
+        if (!b || s->priority < b->priority || (s->priority == b->priority && s->expires < b->expires)) best = i;
+    }
+    return best;
+}
+
 int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
+    if (c->n_sessions) expire_sessions(c);
     while (kvt_page_free_count(c->e) < n_pages) {
         int32_t v = pick_victim(c);
+        int32_t w = v < 0 ? session_victim(c) : -1;
+        if (w >= 0) { /* a warm session's context yields to running work; it moves down, not out */
+            kvt_log(KVT_LOG_DEBUG, "cache: releasing warm session '%s' early for room", c->sessions[w].name);
+            session_drop(c, w);
+            c->sessions_released++;
+            continue;
+        }
         if (v < 0)
             return kvt_fail(KVT_ELIMIT,
                             "KV active memory exhausted: %d pages needed, %d free of %d and none reclaimable "
@@ -350,7 +402,7 @@ static int32_t restore_t2(kvt_cache *c, kvt_hash128 root, const int32_t *tokens,
  * caller reference each) and tier_of[] the tier each came from. *why says
  * why fewer than n_blocks were acquired. */
 static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
-                           int32_t n_blocks, int32_t *pages, kvt_tier *tier_of, double *restore_s,
+                           int32_t n_blocks, int32_t max_new, int32_t *pages, kvt_tier *tier_of, double *restore_s,
                            kvt_attach_info *info, kvt_shortfall *why) {
     *why = KVT_SHORTFALL_NONE;
     int32_t n_t2 = 0, first_t2 = -1;
@@ -382,8 +434,15 @@ static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
             break;
         }
     }
-    need = 0; /* recount below a cut */
-    for (int32_t i = 0; i < n_blocks; i++) need += pages[i] < 0;
+    need = 0; /* recount below a cut, and stop where max_new pages are used */
+    for (int32_t i = 0; i < n_blocks; i++)
+        if (pages[i] < 0 && need++ == max_new) {
+            for (int32_t k = i; k < n_blocks; k++)
+                if (pages[k] >= 0) kvt_page_unref(c->e, pages[k]);
+            n_blocks = i;
+            need = max_new;
+            break;
+        }
     /* 2. room for everything else at once; if the pool cannot hold it all,
      * the run is cut where the free pages run out */
     if (need && kvt_cache_reserve(c, need)) {
@@ -460,7 +519,7 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
     kvt_tier *tier_of = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *tier_of);
     double restore_s = 0;
     kvt_shortfall why;
-    int32_t got = acquire_run(c, root, tokens, hits, n_blocks, pages, tier_of, &restore_s, info, &why);
+    int32_t got = acquire_run(c, root, tokens, hits, n_blocks, INT32_MAX, pages, tier_of, &restore_s, info, &why);
     if (c->disk && c->params.disk_admit == KVT_ADMIT_REUSED)
         for (int32_t i = 0; i < got; i++) kvt_disk_admit(c->disk, hits[i].hash); /* a reuse is a sighting */
     int32_t from_t2 = 0;
@@ -528,27 +587,94 @@ void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chai
 
 /* ---- pins ------------------------------------------------------------------------ */
 
-int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin) {
-    *pin = NULL;
+/* Acquires the cached prefix of tokens (at most max_new pages restored from
+ * lower tiers); returns a pin holding it, or NULL when nothing was acquired. */
+static kvt_pin *pin_prefix(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_new) {
     kvt_prefix_hit *hits;
     size_t k = match(c, root, tokens, n, &hits);
     int32_t *pages = kvt_xmalloc((k ? k : 1) * sizeof *pages);
     kvt_tier *tier_of = kvt_xmalloc((k ? k : 1) * sizeof *tier_of);
     double restore_s = 0;
     kvt_shortfall why;
-    int32_t got = acquire_run(c, root, tokens, hits, (int32_t)k, pages, tier_of, &restore_s, NULL, &why);
+    int32_t got = acquire_run(c, root, tokens, hits, (int32_t)k, max_new, pages, tier_of, &restore_s, NULL, &why);
+    for (int32_t i = 0; i < got; i++) c->prefetched_blocks += tier_of[i] != KVT_TIER_T0;
     free(hits);
     free(tier_of);
     if (!got) {
         free(pages);
-        return 0;
+        return NULL;
     }
     kvt_pin *p = kvt_xmalloc(sizeof *p);
     p->n = got;
     p->pages = pages;
     c->pinned_pages += got;
-    *pin = p;
-    return got * c->B;
+    return p;
+}
+
+int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin) {
+    *pin = NULL;
+    kvt_cache_match m;
+    kvt_cache_lookup_root(c, root, tokens, n, &m);
+    int32_t limit = (int32_t)(c->n_pages * KVT_PIN_MAX_FRACTION);
+    if (c->pinned_pages + m.n_blocks > limit)
+        return kvt_fail(KVT_ELIMIT, "pinning %d more blocks would hold more than %d of the %d active pages in pins",
+                        m.n_blocks, limit, c->n_pages);
+    *pin = pin_prefix(c, root, tokens, n, INT32_MAX);
+    return *pin ? (*pin)->n * c->B : 0;
+}
+
+int32_t kvt_cache_prefetch_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_new) {
+    kvt_pin *p = pin_prefix(c, root, tokens, n, max_new);
+    int32_t got = p ? p->n * c->B : 0;
+    kvt_cache_release(c, p);
+    return got;
+}
+
+int kvt_cache_keep_warm_root(kvt_cache *c, kvt_hash128 root, const char *session, const int32_t *tokens, int32_t n,
+                             int priority, double seconds) {
+    if (!session || !*session || strlen(session) > KVT_SESSION_NAME_MAX)
+        return kvt_fail(KVT_EARG, "a session name is 1..%d bytes", KVT_SESSION_NAME_MAX);
+    kvt_cache_end_session(c, session);
+    if (!(seconds > 0)) return 0;
+    expire_sessions(c);
+    kvt_pin *p = pin_prefix(c, root, tokens, n, 0); /* what is resident now; nothing is restored for it */
+    if (!p) return 0;
+    if (c->n_sessions == c->cap_sessions) {
+        c->cap_sessions = c->cap_sessions ? 2 * c->cap_sessions : 16;
+        c->sessions = kvt_xrealloc(c->sessions, (size_t)c->cap_sessions * sizeof *c->sessions);
+    }
+    warm_session *s = &c->sessions[c->n_sessions++];
+    snprintf(s->name, sizeof s->name, "%s", session);
+    s->pin = p;
+    s->expires = kvt_now() + seconds;
+    s->priority = priority;
+    return p->n * c->B;
+}
+
+int kvt_cache_end_session(kvt_cache *c, const char *session) {
+    for (int32_t i = 0; i < c->n_sessions; i++)
+        if (!strcmp(c->sessions[i].name, session)) {
+            session_drop(c, i);
+            return 0;
+        }
+    return KVT_ENOTFOUND;
+}
+
+int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
+                        size_t salt_len, int priority, double seconds) {
+    kvt_hash128 root;
+    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    if (rc) return rc;
+    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
+    return kvt_cache_keep_warm_root(c, root, session, tokens, n, priority, seconds);
+}
+
+int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len) {
+    kvt_hash128 root;
+    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    if (rc) return rc;
+    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
+    return kvt_cache_prefetch_root(c, root, tokens, n, INT32_MAX);
 }
 
 void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
@@ -633,6 +759,10 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t2_not_admitted = c->t2_not_admitted;
     out->discarded = c->discarded;
     out->t0_pages_pinned = c->pinned_pages;
+    out->warm_sessions = c->n_sessions;
+    out->sessions_released = c->sessions_released;
+    out->sessions_expired = c->sessions_expired;
+    out->prefetched_blocks = c->prefetched_blocks;
     memcpy(out->shortfalls, c->shortfalls, sizeof out->shortfalls);
     out->shortfall_tokens = c->shortfall_tokens;
     out->collisions = ix.collisions + ix.mismatches;

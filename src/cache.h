@@ -91,11 +91,18 @@ static inline void kvt_chain_init(kvt_chain *ch, kvt_hash128 root) {
  * blocks could not be reached). */
 void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chain *ch);
 
-/* Pins the cached prefix of tokens in T0 (restoring T1 blocks into pages):
- * pinned pages are never reclaimed until kvt_cache_unpin. Returns the number
- * of pinned tokens (>= 0) or a negative code. *pin receives a handle (NULL if
- * nothing was pinned) that the caller releases with kvt_cache_unpin. */
+/* Pins the cached prefix of tokens in T0 (restoring lower-tier blocks into
+ * pages): pinned pages are never reclaimed until kvt_cache_release. Pins may
+ * hold at most half of the active pages (KVT_ELIMIT beyond). Returns the
+ * number of pinned tokens (>= 0) or a negative code. *pin receives a handle
+ * (NULL if nothing was pinned) that the caller releases with kvt_cache_release. */
 int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin);
+
+/* kvt_cache_keep_warm and kvt_cache_prefetch for a known root. Prefetch
+ * restores at most max_new blocks from lower tiers (INT32_MAX: all). */
+int kvt_cache_keep_warm_root(kvt_cache *c, kvt_hash128 root, const char *session, const int32_t *tokens, int32_t n,
+                             int priority, double seconds);
+int32_t kvt_cache_prefetch_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_new);
 
 /* Detailed statistics of the RAM tier and the index (kvt_cache_get_stats has the summary). */
 void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_stats *index);

@@ -11,9 +11,13 @@
  * - A long churn of distinct prompts with tiny T0 and T1 budgets and a disk
  *   queue of depth 1: afterwards every block ever registered is still found.
  * - The "seen twice" filter (--kv-disk-admit reused) never applies to blocks
- *   a live session touched recently. */
+ *   a live session touched recently.
+ * - Session hints: a session kept warm stays in T0 through a flood (and not
+ *   without the hint); the lower priority yields first; expiry lets go.
+ * - Prefetch brings a session back into T0 before its request. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache.h"
 #include "generate.h"
@@ -249,6 +253,110 @@ static void test_admission_spares_live_sessions(void) {
     }
 }
 
+/* Runs a prompt of n tokens drawn from seed; returns prompt + reply (malloc'd). */
+static int32_t *run_fresh(kvt_engine *e, kvt_cache *c, int32_t n, unsigned seed, int32_t *n_out) {
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    fill(p, n, &seed);
+    run_out o = run(e, c, p, n);
+    free(p);
+    free(o.logits);
+    *n_out = o.n;
+    return o.tokens;
+}
+
+/* Sessions kept warm stay in T0 through a flood of other work; without the
+ * hint they do not. Under pressure the lower priority yields first, and an
+ * expired session lets go. */
+static void test_keep_warm(void) {
+    for (int warm = 0; warm < 2; warm++) {
+        kvt_engine *e = new_engine(48);
+        kvt_cache *c = new_cache(e, 256, NULL, KVT_ADMIT_ALL, 0);
+        int32_t n_s;
+        int32_t *s = run_fresh(e, c, 100, 1, &n_s);
+        if (warm) CHECK(kvt_cache_keep_warm(c, "agent-1", s, n_s - 1, NULL, 0, 0, 600) > 0);
+        for (unsigned k = 0; k < 8; k++) { /* other sessions churn T0 */
+            int32_t n_f;
+            free(run_fresh(e, c, 100, 100 + k, &n_f));
+        }
+        run_out o = run(e, c, s, n_s);
+        int all_t0 = o.res.tier_tokens[KVT_TIER_T0] == o.res.n_reused && o.res.n_reused >= (n_s - 1) / B * B;
+        if (warm) CHECKF(all_t0, "warm session: %d of %d tokens from T0", o.res.tier_tokens[KVT_TIER_T0], o.res.n_reused);
+        else CHECKF(!all_t0, "without keep-warm the flood should have moved the session out of T0");
+        CHECKF(o.res.n_reused == o.res.n_planned, "planned %d, got %d", o.res.n_planned, o.res.n_reused);
+        free(o.tokens);
+        free(o.logits);
+        free(s);
+        kvt_cache_free(c);
+        kvt_engine_free(e);
+    }
+
+    /* priority: a request that needs more than the free and idle pages takes
+     * them from the lower-priority session only */
+    kvt_engine *e = new_engine(48);
+    kvt_cache *c = new_cache(e, 256, NULL, KVT_ADMIT_ALL, 0);
+    int32_t n_a, n_b, n_big;
+    int32_t *a = run_fresh(e, c, 110, 2, &n_a);
+    CHECK(kvt_cache_keep_warm(c, "high", a, n_a - 1, NULL, 0, 5, 600) > 0);
+    int32_t *b = run_fresh(e, c, 110, 3, &n_b);
+    CHECK(kvt_cache_keep_warm(c, "low", b, n_b - 1, NULL, 0, 1, 600) > 0);
+    free(run_fresh(e, c, 200, 4, &n_big)); /* needs 26 pages; 48 - 2 x 14 pinned leaves 20 */
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    CHECKF(st.sessions_released == 1 && st.warm_sessions == 1, "released %llu, warm %d",
+           (unsigned long long)st.sessions_released, st.warm_sessions);
+    kvt_cache_match m;
+    CHECK(kvt_cache_lookup(c, a, (n_a - 1) / B * B, NULL, 0, &m) == 0);
+    CHECKF(m.tier_blocks[KVT_TIER_T0] == (n_a - 1) / B, "high-priority session: %d of %d blocks in T0",
+           m.tier_blocks[KVT_TIER_T0], (n_a - 1) / B);
+    CHECK(kvt_cache_lookup(c, b, (n_b - 1) / B * B, NULL, 0, &m) == 0);
+    CHECKF(m.n_blocks == (n_b - 1) / B && m.tier_blocks[KVT_TIER_T0] < m.n_blocks,
+           "the low-priority session moved down (T0 %d of %d), and is still found", m.tier_blocks[KVT_TIER_T0],
+           m.n_blocks);
+    /* ending and expiring */
+    CHECK(kvt_cache_end_session(c, "high") == 0 && kvt_cache_end_session(c, "high") == KVT_ENOTFOUND);
+    CHECK(kvt_cache_keep_warm(c, "brief", a, n_a - 1, NULL, 0, 0, 0.01) > 0);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK(kvt_cache_reserve(c, 1) == 0);
+    kvt_cache_get_stats(c, &st);
+    CHECKF(st.sessions_expired == 1 && st.warm_sessions == 0 && st.t0_pages_pinned == 0,
+           "expired %llu, warm %d, pinned %d", (unsigned long long)st.sessions_expired, st.warm_sessions,
+           st.t0_pages_pinned);
+    CHECK(kvt_cache_keep_warm(c, "", a, n_a, NULL, 0, 0, 10) == KVT_EARG);
+    free(a);
+    free(b);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
+/* Prefetch brings a session's blocks back into T0 before its request. */
+static void test_prefetch(void) {
+    kvt_engine *e = new_engine(48);
+    kvt_cache *c = new_cache(e, 256, kvt_test_path(kvt_test_tmpdir(), "prefetch"), KVT_ADMIT_ALL, 0);
+    int32_t n_s, n_f;
+    int32_t *s = run_fresh(e, c, 100, 5, &n_s);
+    for (unsigned k = 0; k < 8; k++) free(run_fresh(e, c, 100, 200 + k, &n_f));
+    int32_t full = (n_s - 1) / B * B;
+    kvt_cache_match m;
+    CHECK(kvt_cache_lookup(c, s, full, NULL, 0, &m) == 0);
+    CHECKF(m.n_blocks == full / B && m.tier_blocks[KVT_TIER_T0] < m.n_blocks, "before: T0 %d of %d",
+           m.tier_blocks[KVT_TIER_T0], m.n_blocks);
+    CHECK(kvt_cache_prefetch(c, s, full, NULL, 0) == full);
+    CHECK(kvt_cache_lookup(c, s, full, NULL, 0, &m) == 0);
+    CHECKF(m.tier_blocks[KVT_TIER_T0] == full / B, "after prefetch: T0 %d of %d", m.tier_blocks[KVT_TIER_T0],
+           full / B);
+    run_out o = run(e, c, s, n_s);
+    CHECK(o.res.tier_tokens[KVT_TIER_T0] == o.res.n_reused && o.res.n_reused >= full);
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    CHECK(st.prefetched_blocks > 0 && st.t0_pages_pinned == 0);
+    free(o.tokens);
+    free(o.logits);
+    free(s);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
         CHECK(model != NULL);
@@ -258,6 +366,8 @@ int main(void) {
     test_sessions_outnumber_t0();
     test_churn_keeps_everything();
     test_admission_spares_live_sessions();
+    test_keep_warm();
+    test_prefetch();
     kvt_model_free(model);
     return kvt_test_done("test_expansion");
 }
