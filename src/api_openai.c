@@ -18,6 +18,8 @@
 
 static const char *const INVALID = "invalid_request_error";
 
+static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err);
+
 int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) {
     e->status = status;
@@ -302,7 +304,45 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
                                   "'cache_salt' is longer than %d bytes", KVT_API_MAX_SALT);
         if (*salt->valuestring) r->cache_salt = kvt_xstrdup(salt->valuestring);
     }
+    return parse_kvtier(root, r, err);
+}
+
+int kvt_api_parse_session(const cJSON *kv, kvt_api_session *out, kvt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->keep_warm_s = -1;
+    if (!kv || cJSON_IsNull(kv)) return 0;
+    if (!cJSON_IsObject(kv))
+        return kvt_api_errorf(err, 400, INVALID, "kvtier", "invalid_type", "'kvtier' must be an object");
+    static const char *const known[] = {"session_id", "priority", "keep_warm_s"};
+    for (const cJSON *f = kv->child; f; f = f->next) {
+        size_t i = 0;
+        while (i < KVT_ARRAY_LEN(known) && strcmp(f->string, known[i])) i++;
+        if (i == KVT_ARRAY_LEN(known))
+            return kvt_api_errorf(err, 400, INVALID, "kvtier", "unknown_field",
+                                  "'kvtier.%.64s' is not a field kvtier knows (session_id, priority, keep_warm_s)",
+                                  f->string);
+    }
+    const cJSON *sid = cJSON_GetObjectItemCaseSensitive(kv, "session_id");
+    if (sid && !cJSON_IsNull(sid)) {
+        if (!cJSON_IsString(sid) || !*sid->valuestring || strlen(sid->valuestring) > KVT_SESSION_NAME_MAX)
+            return kvt_api_errorf(err, 400, INVALID, "kvtier.session_id", "invalid_value",
+                                  "'kvtier.session_id' must be a string of 1..%d bytes", KVT_SESSION_NAME_MAX);
+        snprintf(out->session_id, sizeof out->session_id, "%s", sid->valuestring);
+    }
+    double d;
+    int has;
+    if (get_number(kv, "priority", KVT_API_PRIORITY_MIN, KVT_API_PRIORITY_MAX, 1, &d, &has, err)) return -1;
+    if (has) out->priority = (int)d;
+    if (get_number(kv, "keep_warm_s", 0, KVT_API_KEEP_WARM_MAX_S, 0, &d, &has, err)) return -1;
+    if (has) out->keep_warm_s = d;
+    if (out->keep_warm_s >= 0 && !out->session_id[0])
+        return kvt_api_errorf(err, 400, INVALID, "kvtier.keep_warm_s", "invalid_value",
+                              "'kvtier.keep_warm_s' needs a 'kvtier.session_id' to keep warm");
     return 0;
+}
+
+static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    return kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(root, "kvtier"), &r->session, err);
 }
 
 int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t max_tokens_limit,
@@ -376,6 +416,7 @@ static cJSON *kvtier_obj(const kvt_api_usage *u) {
     cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
     cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
     if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
+    if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
     cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
     for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
     cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);

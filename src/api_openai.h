@@ -19,6 +19,20 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
 #define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
 
+#define KVT_API_PRIORITY_MIN (-1000)
+#define KVT_API_PRIORITY_MAX 1000
+#define KVT_API_KEEP_WARM_MAX_S 86400
+
+/* kvtier's own request object, {"kvtier": {session_id, priority, keep_warm_s}}:
+ * which agent session a request belongs to, how much its KV matters against
+ * other sessions' (higher is kept longer and scheduled first), and how long
+ * to keep it warm in T0 after the reply while the agent waits on a tool. */
+typedef struct {
+    char session_id[KVT_SESSION_NAME_MAX + 1]; /* "" = none */
+    int priority;                              /* default 0 */
+    double keep_warm_s;                        /* < 0: not given (the server's default applies) */
+} kvt_api_session;
+
 /* A validated request. Every pointer is owned by the struct
  * (kvt_api_request_free releases them). */
 typedef struct {
@@ -40,6 +54,7 @@ typedef struct {
     int stream, include_usage;
     int ignore_eos;          /* llama.cpp extension: do not stop at end-of-generation tokens */
     char *cache_salt;        /* NULL if absent or empty */
+    kvt_api_session session; /* the "kvtier" object */
 } kvt_api_request;
 
 /* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
@@ -64,6 +79,12 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
                   kvt_api_request *out, kvt_api_error *err);
 void kvt_api_request_free(kvt_api_request *r);
 
+/* Parses the "kvtier" object kv (NULL or JSON null: defaults). Unknown fields
+ * are a 400 naming them: each one would change how the KV is kept. Returns 0
+ * or -1 with *err filled. */
+struct cJSON;
+int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_error *err);
+
 /* Usage and kvtier's cache report for one request. */
 typedef struct {
     int32_t prompt_tokens, completion_tokens;
@@ -73,6 +94,7 @@ typedef struct {
     double restore_ms, prefill_ms, ttft_ms;
     const char *disk_decision;             /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
     int32_t planned_tokens;                /* prompt tokens the lookup matched (>= cached_tokens) */
+    int32_t prefetched_tokens;             /* of the cached ones, restored into T0 while the request waited */
     const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
 } kvt_api_usage;
 

@@ -708,6 +708,17 @@ int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *sa
 
 kvt_engine *kvt_cache_engine(kvt_cache *c) { return c->e; }
 
+void kvt_cache_tier_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]) {
+    memset(tokens, 0, KVT_TIER_COUNT * sizeof *tokens);
+    tokens[KVT_TIER_T0] = (uint64_t)c->n_pages * (uint64_t)c->B;
+    if (c->ram) tokens[KVT_TIER_T1] = c->params.ram_bytes / kvt_ram_block_cost(c->ram) * (uint64_t)c->B;
+    if (c->disk) {
+        uint64_t rec = ((uint64_t)KVT_DISK_HEADER_FIXED + 4u * (uint64_t)c->B + c->page_bytes + KVT_DISK_ALIGN - 1) /
+                       KVT_DISK_ALIGN * KVT_DISK_ALIGN;
+        tokens[KVT_TIER_T2] = c->params.disk_bytes / rec * (uint64_t)c->B;
+    }
+}
+
 void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_stats *index) {
     if (t1) {
         memset(t1, 0, sizeof *t1);

@@ -107,6 +107,11 @@ int32_t kvt_cache_prefetch_root(kvt_cache *c, kvt_hash128 root, const int32_t *t
 /* Detailed statistics of the RAM tier and the index (kvt_cache_get_stats has the summary). */
 void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_stats *index);
 
+/* Tokens of KV each tier can hold at its budget (T0: the page pool; T1: RAM
+ * blocks with their overhead; T2: disk records with their header and
+ * padding; 0 where a tier is off). */
+void kvt_cache_tier_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]);
+
 /* The engine the cache was created over. */
 kvt_engine *kvt_cache_engine(kvt_cache *c);
 

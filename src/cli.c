@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "common.h"
 #include "kvtier.h"
 
@@ -182,6 +183,19 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
         return 0;
     }
     return 1;
+}
+
+void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_t session_tokens) {
+    static const char *const what[KVT_TIER_COUNT] = {"T0 active", "T1 RAM", "T2 disk", "T3 remote"};
+    uint64_t tok[KVT_TIER_COUNT];
+    kvt_cache_tier_capacity(c, tok);
+    fprintf(f, "%s: KV capacity", who);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) {
+        if (!tok[t]) continue;
+        fprintf(f, "%s %s %llu tokens (%.1f sessions of %d)", t ? ";" : "", what[t], (unsigned long long)tok[t],
+                session_tokens > 0 ? (double)tok[t] / session_tokens : 0.0, session_tokens);
+    }
+    fputc('\n', f);
 }
 
 long kvt_cli_default_ctx(long n_ctx_train) {

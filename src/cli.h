@@ -47,6 +47,10 @@ void kvt_cli_json_string(FILE *f, const char *s);
 #define KVT_CLI_DEFAULT_CTX_CAP 8192
 long kvt_cli_default_ctx(long n_ctx_train);
 
+/* Prints what each tier holds for the loaded model: tokens, and sessions of
+ * session_tokens (the context), e.g. for the start-up line. */
+void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_t session_tokens);
+
 /* The disk-tier flags shared by run and serve: --kv-disk, --kv-disk-size,
  * --kv-disk-zstd, --kv-disk-admit-all, --write-through, --restore. If argv[*i]
  * is one of them, stores it in cp (advancing *i past a value) and returns 1;

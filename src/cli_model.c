@@ -14,6 +14,8 @@
 #include "model.h"
 #include "tokenizer.h"
 
+/* Session length for the capacity line of `info`: the default context cap of run/serve. */
+#define SESSION_TOKENS KVT_CLI_DEFAULT_CTX_CAP
 #define DEFAULT_BLOCK_TOKENS 32
 #define F16_BYTES 2
 #define F32_BYTES 4
@@ -263,13 +265,14 @@ int kvt_cmd_info(int argc, char **argv) {
                    "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":%g,\"rope_dim\":%d,"
                    "\"rope_style\":\"%s\",\"rope_freq_scale\":%g,\"tied_output\":%s,\"n_params\":%llu,"
                    "\"weight_bytes\":%llu,\"kv_bytes_per_token_f16\":%llu,\"kv_bytes_per_block_f16\":%llu,"
-                   "\"kv_bytes_per_token_f32\":%llu",
+                   "\"kv_bytes_per_token_f32\":%llu,\"kv_tokens_per_gib_f16\":%llu",
                    hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
                    hp->n_vocab, hp->n_ctx_train, (double)hp->rope_base, hp->rope_dim,
                    hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_freq_scale,
                    hp->tied_output ? "true" : "false", (unsigned long long)m->n_params,
                    (unsigned long long)m->weight_bytes, (unsigned long long)kv16,
-                   (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32);
+                   (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32,
+                   (unsigned long long)(kv16 ? (1ull << 30) / kv16 : 0));
         printf(",\"weight_types\":");
         kvt_cli_json_string(stdout, types);
         printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
@@ -295,6 +298,10 @@ int kvt_cmd_info(int argc, char **argv) {
             printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32\n",
                    (unsigned long long)kv16, (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
                    (unsigned long long)kv32);
+            int32_t sess = hp->n_ctx_train < SESSION_TOKENS ? hp->n_ctx_train : SESSION_TOKENS;
+            double per_gib = kv16 ? (double)(1ull << 30) / (double)kv16 : 0;
+            printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens (any tier: T0, RAM or disk)\n",
+                   per_gib, sess > 0 ? per_gib / sess : 0.0, sess);
         }
         printf("tokenizer      %s, pre-tokenizer %s, %d tokens, bos %d, eos %d\n", kvt_tokenizer_kind(tk),
                kvt_tokenizer_pre(tk), kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk));

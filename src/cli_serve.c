@@ -58,11 +58,20 @@ static void serve_usage(FILE *f) {
             "  --timeout S           close connections idle (or stalled mid-request) for S seconds\n"
             "                        (default %u)\n"
             "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
+            "  --session-keep-warm S  a request that names its agent session (X-Session-Id header or\n"
+            "                        \"kvtier\": {\"session_id\": ...}) without its own keep_warm_s keeps its\n"
+            "                        context warm in T0 for S seconds after the reply (default %g; 0: off)\n"
             "  -h, --help            this help\n\n"
-            "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
+            "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests', and\n"
+            "\"kvtier\": {\"session_id\": S, \"priority\": P, \"keep_warm_s\": T}: the agent session they belong\n"
+            "to, how much its KV matters against other sessions' (higher is kept longer and scheduled\n"
+            "first), and how long to keep its context warm in T0 while the agent runs a tool.\n"
+            "Cache admin (behind the API key when set): POST /v1/cache/pin, /v1/cache/unpin,\n"
+            "/v1/cache/prefetch (a \"prompt\" or \"messages\" body), /v1/cache/flush, GET /v1/cache/stats.\n"
             "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
             "disk tier:\n",
-            d.host, d.port, d.parallel, d.queue, d.max_body, d.max_tokens_limit, d.prefill_chunk, d.timeout_s);
+            d.host, d.port, d.parallel, d.queue, d.max_body, d.max_tokens_limit, d.prefill_chunk, d.timeout_s,
+            d.session_keep_warm_s);
     kvt_cli_cache_flags_help(f);
 }
 
@@ -161,6 +170,13 @@ int kvt_cmd_serve(int argc, char **argv) {
             sp.timeout_s = (unsigned)l;
         } else if (!strcmp(a, "--alias")) {
             alias = v;
+        } else if (!strcmp(a, "--session-keep-warm")) {
+            char *end;
+            sp.session_keep_warm_s = strtod(v, &end);
+            if (end == v || *end || !(sp.session_keep_warm_s >= 0) || sp.session_keep_warm_s > 86400) {
+                fprintf(stderr, "kvtier serve: --session-keep-warm expects seconds in 0..86400, got '%s'\n", v);
+                goto done;
+            }
         } else {
             fprintf(stderr, "kvtier serve: unknown argument '%s'\n", a);
             serve_usage(stderr);
@@ -240,6 +256,7 @@ int kvt_cmd_serve(int argc, char **argv) {
             "T1 %llu bytes, T2 %s, %zu API key(s)\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
             (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys);
+    kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);

@@ -172,6 +172,30 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_cache_hit_tokens_total %llu\n", (unsigned long long)c->hit_tokens);
     header(&b, "kvtier_cache_hit_ratio", "gauge", "hit_tokens / lookup_tokens since start.");
     put(&b, "kvtier_cache_hit_ratio %.6f\n", c->lookup_tokens ? (double)c->hit_tokens / (double)c->lookup_tokens : 0.0);
+    header(&b, "kvtier_disk_write_waits_total", "counter",
+           "Demotions that waited for the disk writer (back-pressure instead of a drop).");
+    put(&b, "kvtier_disk_write_waits_total %llu\n", (unsigned long long)c->t2_put_waits);
+    header(&b, "kvtier_disk_queue_hits_total", "counter", "Blocks restored from the disk write queue before they reached the disk.");
+    put(&b, "kvtier_disk_queue_hits_total %llu\n", (unsigned long long)c->t2_queue_hits);
+    header(&b, "kvtier_cache_discarded_blocks_total", "counter",
+           "Blocks that left T0/T1 and reached no lower tier (none configured, or full).");
+    put(&b, "kvtier_cache_discarded_blocks_total %llu\n", (unsigned long long)c->discarded);
+    header(&b, "kvtier_cache_shortfalls_total", "counter",
+           "Requests that reused fewer tokens than their lookup matched, by cause.");
+    for (int k = 1; k < KVT_SHORTFALL_COUNT; k++)
+        put(&b, "kvtier_cache_shortfalls_total{cause=\"%s\"} %llu\n", kvt_shortfall_name((kvt_shortfall)k),
+            (unsigned long long)c->shortfalls[k]);
+    header(&b, "kvtier_cache_shortfall_tokens_total", "counter", "Matched tokens those requests recomputed.");
+    put(&b, "kvtier_cache_shortfall_tokens_total %llu\n", (unsigned long long)c->shortfall_tokens);
+    header(&b, "kvtier_sessions_warm", "gauge", "Agent sessions kept warm in T0 now.");
+    put(&b, "kvtier_sessions_warm %d\n", c->warm_sessions);
+    header(&b, "kvtier_sessions_released_total", "counter", "Warm sessions let go, by why.");
+    put(&b, "kvtier_sessions_released_total{why=\"pressure\"} %llu\n", (unsigned long long)c->sessions_released);
+    put(&b, "kvtier_sessions_released_total{why=\"expired\"} %llu\n", (unsigned long long)c->sessions_expired);
+    header(&b, "kvtier_pinned_pages", "gauge", "T0 pages held by pins and warm sessions.");
+    put(&b, "kvtier_pinned_pages %d\n", c->t0_pages_pinned);
+    header(&b, "kvtier_prefetched_blocks_total", "counter", "Blocks restored into T0 ahead of their request.");
+    put(&b, "kvtier_prefetched_blocks_total %llu\n", (unsigned long long)c->prefetched_blocks);
     header(&b, "kvtier_queue_depth", "gauge", "Requests waiting for a sequence slot.");
     put(&b, "kvtier_queue_depth %d\n", g->queue_depth);
     header(&b, "kvtier_sequences_active", "gauge", "Sequences being prefilled or decoded.");

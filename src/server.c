@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "api_openai.h"
 #include "cache.h"
 #include "common.h"
@@ -35,6 +37,16 @@
 #define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
 #define ID_LEN 64
 #define BEARER "Bearer "
+#define SESSION_HEADER "X-Session-Id"
+/* Cache-aware scheduling: among the first SCHED_WINDOW queued requests the
+ * one with the highest priority, then the most T0-resident prefix, goes
+ * first; one passed over SCHED_MAX_SKIPS times goes next regardless. */
+#define SCHED_WINDOW 8
+#define SCHED_MAX_SKIPS 4
+/* Prefetch for a waiting request leaves this many free pages per running
+ * sequence (plus a prefill chunk) for the work in flight. */
+#define PREFETCH_MARGIN_PER_SLOT 2
+#define ADMIN_WAIT_MS 100
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -53,6 +65,11 @@ typedef struct srv_req {
     unsigned char *salt;
     size_t salt_len;
     double t_arrival;
+    kvt_api_session session;   /* kvtier.{session_id, priority, keep_warm_s}, or X-Session-Id */
+    /* engine thread only */
+    int skipped;               /* admissions that passed it over (cache-aware scheduling) */
+    int prefetched;            /* its prefix was restored into T0 while it waited */
+    int32_t prefetched_tokens;
     /* published by the engine thread, under s->mu */
     char *text;                /* valid UTF-8 emitted so far */
     size_t text_len, text_cap;
@@ -108,6 +125,13 @@ struct kvt_server {
     float *logits;             /* (parallel + 1, n_vocab) */
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
+    /* admin jobs (/v1/cache/...): queued under mu, run by the engine thread */
+    struct admin_job *jobs;
+    pthread_cond_t job_cv;
+    /* engine thread only: pins made through /v1/cache/pin */
+    struct server_pin *pins;
+    int32_t n_pins, cap_pins;
+    uint64_t next_pin;
 };
 
 kvt_server_params kvt_server_default_params(void) {
@@ -120,6 +144,7 @@ kvt_server_params kvt_server_default_params(void) {
                            .prefill_chunk = KVT_SERVER_DEFAULT_PREFILL_CHUNK,
                            .timeout_s = KVT_SERVER_DEFAULT_TIMEOUT_S,
                            .chat = KVT_CHAT_CHATML,
+                           .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier"};
     return p;
 }
@@ -218,6 +243,10 @@ static void slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut,
             if (k < sl->n_gen && sl->tok_end[k] == cut)
                 kvt_reply_map_put(s->replies, r->salt, r->salt_len, r->text, sl->toks + r->n_prompt, (size_t)k + 1);
         }
+        /* the agent now waits on a tool: keep its whole context (prompt and reply) warm in T0 */
+        if (r->session.session_id[0] && r->session.keep_warm_s > 0)
+            kvt_cache_keep_warm_root(s->cache, sl->chain.root, r->session.session_id, sl->toks, sl->n_toks,
+                                     r->session.priority, r->session.keep_warm_s);
     }
     kvt_api_usage *u = &r->usage;
     u->prompt_tokens = r->n_prompt;
@@ -278,6 +307,7 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"
                              : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
     r->usage.planned_tokens = ai.n_planned;
+    r->usage.prefetched_tokens = r->prefetched_tokens;
     r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
 }
 
@@ -419,21 +449,82 @@ static void engine_step(kvt_server *s) {
     }
 }
 
+/* T0-resident leading blocks of r's prompt (engine thread). */
+static int32_t resident_blocks(kvt_server *s, const srv_req *r) {
+    kvt_hash128 root;
+    if (kvt_cache_root(s->cache, r->salt, r->salt_len, &root)) return 0;
+    kvt_cache_match m;
+    kvt_cache_lookup_root(s->cache, root, r->prompt, r->n_prompt - 1, &m);
+    return m.tier_blocks[KVT_TIER_T0];
+}
+
+/* Takes the next request to admit out of the queue (engine thread, mu held):
+ * cache-aware, SGLang-style longest-resident-prefix first within a window,
+ * priority before that, and no request passed over more than SCHED_MAX_SKIPS
+ * times. */
+static srv_req *queue_take_locked(kvt_server *s) {
+    int32_t w = KVT_MIN(s->q_len, SCHED_WINDOW), best = 0, best_res = -1;
+    for (int32_t i = 0; i < w; i++) {
+        srv_req *r = s->queue[(s->q_head + i) % s->p.queue];
+        if (r->cancelled || r->skipped >= SCHED_MAX_SKIPS) {
+            best = i;
+            break;
+        }
+        const srv_req *b = s->queue[(s->q_head + best) % s->p.queue];
+        if (i && r->session.priority < b->session.priority) continue;
+        int32_t res = resident_blocks(s, r);
+        if (i == 0 || r->session.priority > b->session.priority || res > best_res) {
+            best = i;
+            best_res = res;
+        }
+    }
+    srv_req *r = s->queue[(s->q_head + best) % s->p.queue];
+    for (int32_t k = best; k > 0; k--) { /* close the gap; the ones before it were passed over */
+        srv_req *prev = s->queue[(s->q_head + k - 1) % s->p.queue];
+        prev->skipped++;
+        s->queue[(s->q_head + k) % s->p.queue] = prev;
+    }
+    s->q_head = (s->q_head + 1) % s->p.queue;
+    s->q_len--;
+    return r;
+}
+
+/* While r waits for a slot, restores its cached prefix into free T0 pages
+ * (never evicting for it), so it is resident when its turn comes. */
+static void prefetch_waiting(kvt_server *s, srv_req *r) {
+    int32_t margin = s->p.parallel * PREFETCH_MARGIN_PER_SLOT + s->p.prefill_chunk / s->block + 1;
+    int32_t room = kvt_page_free_count(s->e) - margin;
+    r->prefetched = 1;
+    kvt_hash128 root;
+    if (room <= 0 || kvt_cache_root(s->cache, r->salt, r->salt_len, &root)) return;
+    kvt_cache_match m;
+    kvt_cache_lookup_root(s->cache, root, r->prompt, r->n_prompt - 1, &m);
+    if (m.n_blocks == m.tier_blocks[KVT_TIER_T0]) return; /* nothing below T0 to bring up */
+    int32_t before = m.tier_blocks[KVT_TIER_T0] * s->block;
+    int32_t got = kvt_cache_prefetch_root(s->cache, root, r->prompt, r->n_prompt - 1, room);
+    if (got > before) r->prefetched_tokens = got - before;
+}
+
+static void run_jobs(kvt_server *s, struct admin_job *jobs);
+static void fail_jobs_locked(kvt_server *s);
+
 static void *engine_main(void *arg) {
     kvt_server *s = arg;
     const int32_t P = s->p.parallel;
     srv_req *admit[P > 0 ? P : 1];
     for (;;) {
         int32_t n_admit = 0, free_slots = 0;
+        srv_req *waiting = NULL;
         pthread_mutex_lock(&s->mu);
         kvt_cache_get_stats(s->cache, &s->snap);
-        while (!s->stopping && s->q_len == 0 && s->n_active == 0) pthread_cond_wait(&s->engine_cv, &s->mu);
+        while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs)
+            pthread_cond_wait(&s->engine_cv, &s->mu);
         int stopping = s->stopping;
+        struct admin_job *jobs = stopping ? NULL : s->jobs;
+        if (jobs) s->jobs = NULL;
         for (int32_t i = 0; i < P; i++) free_slots += !s->slots[i].r;
         while (!stopping && s->q_len > 0 && n_admit < free_slots) {
-            srv_req *r = s->queue[s->q_head];
-            s->q_head = (s->q_head + 1) % s->p.queue;
-            s->q_len--;
+            srv_req *r = queue_take_locked(s);
             if (r->cancelled) {
                 r->done = 1;
                 req_unref_locked(r);
@@ -441,6 +532,10 @@ static void *engine_main(void *arg) {
             }
             admit[n_admit++] = r;
             s->n_active++;
+        }
+        if (!stopping && s->q_len > 0 && !s->queue[s->q_head]->prefetched) {
+            waiting = s->queue[s->q_head];
+            waiting->refs++;
         }
         int cancelled[P > 0 ? P : 1];
         for (int32_t i = 0; i < P; i++) cancelled[i] = s->slots[i].r && s->slots[i].r->cancelled;
@@ -457,24 +552,206 @@ static void *engine_main(void *arg) {
                 req_fail_locked(r, 503, "the server is shutting down");
                 req_unref_locked(r);
             }
+            fail_jobs_locked(s);
             pthread_mutex_unlock(&s->mu);
             return NULL;
         }
+        if (jobs) run_jobs(s, jobs);
         for (int32_t i = 0; i < P; i++)
             if (cancelled[i] && s->slots[i].r) {
                 kvt_log(KVT_LOG_INFO, "serve: %s cancelled by its client", s->slots[i].r->id);
                 slot_finish(s, &s->slots[i], "cancelled", 0, 0, NULL);
             }
         for (int32_t i = 0; i < n_admit; i++) slot_admit(s, admit[i]);
+        if (waiting) {
+            prefetch_waiting(s, waiting);
+            req_unref(s, waiting);
+        }
         int any = 0;
         for (int32_t i = 0; i < P; i++) any |= s->slots[i].r != NULL;
         if (any) engine_step(s);
     }
 }
 
+/* ---- admin jobs (/v1/cache/...) --------------------------------------------------------------- */
+
+typedef enum { JOB_PIN, JOB_UNPIN, JOB_PREFETCH, JOB_FLUSH, JOB_STATS } job_kind;
+
+typedef struct admin_job {
+    job_kind kind;
+    srv_req *r;              /* prompt and salt (pin, prefetch); NULL otherwise */
+    char *pin_id;            /* unpin: a pin id, or NULL */
+    char *session;           /* unpin: a warm session, or NULL */
+    int status;              /* HTTP status of the result */
+    char *json;              /* the response body (owned) */
+    int done;
+    struct admin_job *next;
+} admin_job;
+
+typedef struct server_pin {
+    char id[ID_LEN];
+    kvt_pin *pin;
+    int32_t tokens;
+} server_pin;
+
+static char *json_take(cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+static char *job_error(admin_job *j, int status, const char *code, const char *msg) {
+    kvt_api_error e;
+    kvt_api_errorf(&e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, "%s", msg);
+    j->status = status;
+    return kvt_api_error_json(&e);
+}
+
+static cJSON *stats_json(kvt_server *s) {
+    kvt_cache_stats st;
+    kvt_cache_get_stats(s->cache, &st);
+    size_t page = kvt_page_bytes(s->e);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "block_tokens", s->block);
+    cJSON *t0 = cJSON_AddObjectToObject(o, "T0");
+    cJSON_AddNumberToObject(t0, "pages_total", st.t0_pages_total);
+    cJSON_AddNumberToObject(t0, "pages_free", st.t0_pages_free);
+    cJSON_AddNumberToObject(t0, "pages_cached", st.t0_pages_cached);
+    cJSON_AddNumberToObject(t0, "pages_idle", st.t0_pages_idle);
+    cJSON_AddNumberToObject(t0, "pages_pinned", st.t0_pages_pinned);
+    cJSON_AddNumberToObject(t0, "budget_bytes", (double)st.t0_pages_total * (double)page);
+    cJSON_AddNumberToObject(t0, "evictions", (double)st.t0_evictions);
+    cJSON *t1 = cJSON_AddObjectToObject(o, "T1");
+    cJSON_AddNumberToObject(t1, "blocks", (double)st.t1_blocks);
+    cJSON_AddNumberToObject(t1, "bytes_used", (double)st.t1_bytes_used);
+    cJSON_AddNumberToObject(t1, "budget_bytes", (double)st.t1_budget_bytes);
+    cJSON_AddNumberToObject(t1, "restores", (double)st.t1_restores);
+    cJSON *t2 = cJSON_AddObjectToObject(o, "T2");
+    cJSON_AddNumberToObject(t2, "records", (double)st.t2_records);
+    cJSON_AddNumberToObject(t2, "bytes_used", (double)st.t2_bytes_used);
+    cJSON_AddNumberToObject(t2, "budget_bytes", (double)st.t2_budget_bytes);
+    cJSON_AddNumberToObject(t2, "restores", (double)st.t2_restores);
+    cJSON_AddNumberToObject(t2, "writes", (double)st.t2_writes);
+    cJSON_AddNumberToObject(t2, "writes_dropped", (double)st.t2_dropped);
+    cJSON_AddNumberToObject(t2, "writes_waited", (double)st.t2_put_waits);
+    cJSON_AddNumberToObject(o, "discarded_blocks", (double)st.discarded);
+    cJSON_AddNumberToObject(o, "lookup_tokens", (double)st.lookup_tokens);
+    cJSON_AddNumberToObject(o, "hit_tokens", (double)st.hit_tokens);
+    cJSON *sf = cJSON_AddObjectToObject(o, "shortfalls");
+    for (int k = 1; k < KVT_SHORTFALL_COUNT; k++)
+        cJSON_AddNumberToObject(sf, kvt_shortfall_name((kvt_shortfall)k), (double)st.shortfalls[k]);
+    cJSON_AddNumberToObject(o, "warm_sessions", st.warm_sessions);
+    cJSON_AddNumberToObject(o, "sessions_released_early", (double)st.sessions_released);
+    cJSON_AddNumberToObject(o, "sessions_expired", (double)st.sessions_expired);
+    cJSON_AddNumberToObject(o, "prefetched_blocks", (double)st.prefetched_blocks);
+    cJSON *pins = cJSON_AddArrayToObject(o, "pins");
+    for (int32_t i = 0; i < s->n_pins; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "pin_id", s->pins[i].id);
+        cJSON_AddNumberToObject(p, "tokens", s->pins[i].tokens);
+        cJSON_AddItemToArray(pins, p);
+    }
+    return o;
+}
+
+static char *job_run(kvt_server *s, admin_job *j) {
+    j->status = MHD_HTTP_OK;
+    cJSON *o = NULL;
+    kvt_hash128 root;
+    switch (j->kind) {
+    case JOB_PIN: {
+        if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        kvt_pin *pin = NULL;
+        int n = kvt_cache_pin_root(s->cache, root, j->r->prompt, j->r->n_prompt, &pin);
+        if (n < 0) return job_error(j, 409, "pin_limit", kvt_errmsg());
+        o = cJSON_CreateObject();
+        if (pin) {
+            if (s->n_pins == s->cap_pins) {
+                s->cap_pins = s->cap_pins ? 2 * s->cap_pins : 8;
+                s->pins = kvt_xrealloc(s->pins, (size_t)s->cap_pins * sizeof *s->pins);
+            }
+            server_pin *sp = &s->pins[s->n_pins++];
+            snprintf(sp->id, sizeof sp->id, "pin-%llu", (unsigned long long)++s->next_pin);
+            sp->pin = pin;
+            sp->tokens = n;
+            cJSON_AddStringToObject(o, "pin_id", sp->id);
+        } else {
+            cJSON_AddNullToObject(o, "pin_id");
+        }
+        cJSON_AddNumberToObject(o, "pinned_tokens", n);
+        cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
+        break;
+    }
+    case JOB_UNPIN: {
+        int found = 0;
+        for (int32_t i = 0; j->pin_id && i < s->n_pins && !found; i++)
+            if (!strcmp(s->pins[i].id, j->pin_id)) {
+                kvt_cache_release(s->cache, s->pins[i].pin);
+                s->pins[i] = s->pins[--s->n_pins];
+                found = 1;
+            }
+        if (j->session) found |= kvt_cache_end_session(s->cache, j->session) == 0;
+        if (!found) return job_error(j, 404, "not_found", "no such pin or warm session");
+        o = cJSON_CreateObject();
+        cJSON_AddTrueToObject(o, "released");
+        break;
+    }
+    case JOB_PREFETCH: {
+        if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        int32_t n = kvt_cache_prefetch_root(s->cache, root, j->r->prompt, j->r->n_prompt, INT32_MAX);
+        o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "resident_tokens", n);
+        cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
+        break;
+    }
+    case JOB_FLUSH: {
+        double t0 = kvt_now();
+        int rc = kvt_cache_flush(s->cache);
+        if (rc) return job_error(j, 500, "flush_failed", kvt_errmsg());
+        o = cJSON_CreateObject();
+        cJSON_AddTrueToObject(o, "flushed");
+        cJSON_AddNumberToObject(o, "seconds", kvt_now() - t0);
+        break;
+    }
+    case JOB_STATS:
+        o = stats_json(s);
+        break;
+    }
+    return json_take(o);
+}
+
+static void run_jobs(kvt_server *s, admin_job *jobs) {
+    for (admin_job *j = jobs; j; j = j->next) j->json = job_run(s, j);
+    pthread_mutex_lock(&s->mu);
+    for (admin_job *j = jobs; j; j = j->next) j->done = 1;
+    pthread_cond_broadcast(&s->job_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void fail_jobs_locked(kvt_server *s) {
+    for (admin_job *j = s->jobs; j; j = j->next) {
+        j->json = job_error(j, 503, "shutting_down", "the server is shutting down");
+        j->done = 1;
+    }
+    s->jobs = NULL;
+    pthread_cond_broadcast(&s->job_cv);
+}
+
 /* ---- HTTP ---------------------------------------------------------------------------- */
 
-typedef enum { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS } route;
+typedef enum {
+    R_NONE,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_MODELS,
+    R_HEALTH,
+    R_METRICS,
+    R_CACHE_PIN,
+    R_CACHE_UNPIN,
+    R_CACHE_PREFETCH,
+    R_CACHE_FLUSH,
+    R_CACHE_STATS
+} route;
 
 static const struct {
     const char *url, *method, *label;
@@ -485,6 +762,11 @@ static const struct {
     {"/v1/models", "GET", "models", R_MODELS},
     {"/health", "GET", "health", R_HEALTH},
     {"/metrics", "GET", "metrics", R_METRICS},
+    {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN},
+    {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN},
+    {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
+    {"/v1/cache/flush", "POST", "cache_flush", R_CACHE_FLUSH},
+    {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS},
 };
 
 /* Per-connection-request state (MHD's con_cls). */
@@ -622,6 +904,7 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
     r->ignore_eos = a->ignore_eos;
+    r->session = a->session;
     r->sp.temp = a->temperature;
     r->sp.top_p = a->top_p;
     r->sp.top_k = a->top_k;
@@ -758,6 +1041,16 @@ static void stream_free(void *cls) {
 
 /* ---- request handling ---------------------------------------------------------------------- */
 
+/* X-Session-Id names the session when the body does not; a named session
+ * without keep_warm_s gets the server's default keep-warm time. */
+static void apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r) {
+    kvt_api_session *ss = &r->session;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, SESSION_HEADER);
+    if (!ss->session_id[0] && h && *h && strlen(h) <= KVT_SESSION_NAME_MAX)
+        snprintf(ss->session_id, sizeof ss->session_id, "%s", h);
+    if (ss->session_id[0] && ss->keep_warm_s < 0) ss->keep_warm_s = s->p.session_keep_warm_s;
+}
+
 static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     kvt_api_request a;
     kvt_api_error err;
@@ -767,6 +1060,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     srv_req *r = make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
     if (!r) return send_error(s, c, cs->label, &err, NULL, NULL);
+    apply_session_header(s, c, r);
     if (enqueue(s, r)) {
         req_unref(s, r);
         kvt_api_errorf(&err, 503, "server_error", NULL, "overloaded",
@@ -823,6 +1117,66 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     return ret;
 }
 
+/* The admin endpoints run on the engine thread (the cache is its alone):
+ * the handler queues a job and waits for its answer. */
+static enum MHD_Result handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    admin_job *j = kvt_xcalloc(1, sizeof *j);
+    kvt_api_error err;
+    j->kind = cs->r == R_CACHE_PIN ? JOB_PIN : cs->r == R_CACHE_UNPIN ? JOB_UNPIN
+              : cs->r == R_CACHE_PREFETCH ? JOB_PREFETCH : cs->r == R_CACHE_FLUSH ? JOB_FLUSH : JOB_STATS;
+    enum MHD_Result ret;
+    if (j->kind == JOB_PIN || j->kind == JOB_PREFETCH) {
+        /* the body names a prompt as the generation endpoints do: "messages" (chat) or "prompt" */
+        cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+        kvt_api_kind kind = root && cJSON_GetObjectItemCaseSensitive(root, "messages") ? KVT_API_CHAT
+                                                                                       : KVT_API_COMPLETION;
+        cJSON_Delete(root);
+        kvt_api_request a;
+        if (kvt_api_parse(kind, cs->body ? cs->body : "", cs->len, s->n_vocab, s->p.max_tokens_limit, &a, &err)) {
+            ret = send_error(s, c, cs->label, &err, NULL, NULL);
+            goto done;
+        }
+        j->r = make_request(s, &a, cs->key, &err);
+        kvt_api_request_free(&a);
+        if (!j->r) {
+            ret = send_error(s, c, cs->label, &err, NULL, NULL);
+            goto done;
+        }
+    } else if (j->kind == JOB_UNPIN) {
+        cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+        const cJSON *pid = root ? cJSON_GetObjectItemCaseSensitive(root, "pin_id") : NULL;
+        const cJSON *sid = root ? cJSON_GetObjectItemCaseSensitive(root, "session_id") : NULL;
+        if (cJSON_IsString(pid)) j->pin_id = kvt_xstrdup(pid->valuestring);
+        if (cJSON_IsString(sid)) j->session = kvt_xstrdup(sid->valuestring);
+        cJSON_Delete(root);
+        if (!j->pin_id && !j->session) {
+            ret = send_errorf(s, c, cs->label, 400, "invalid_request_error", "invalid_value",
+                              "give the \"pin_id\" that /v1/cache/pin returned, or a \"session_id\" kept warm");
+            goto done;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        ret = send_errorf(s, c, cs->label, 503, "server_error", "shutting_down", "the server is shutting down");
+        goto done;
+    }
+    j->next = s->jobs;
+    s->jobs = j;
+    pthread_cond_signal(&s->engine_cv);
+    while (!j->done) cond_wait_ms(&s->job_cv, &s->mu, ADMIN_WAIT_MS);
+    pthread_mutex_unlock(&s->mu);
+    ret = send_text(s, c, cs->label, j->status, "application/json", j->json, NULL, NULL);
+    j->json = NULL;
+done:
+    if (j->r) req_unref(s, j->r);
+    free(j->json);
+    free(j->pin_id);
+    free(j->session);
+    free(j);
+    return ret;
+}
+
 static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     if (cs->r == R_HEALTH) {
         char *b = kvt_xmalloc(128);
@@ -856,7 +1210,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (i == KVT_ARRAY_LEN(routes))
             return send_errorf(s, c, "other", MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/health and /metrics");
+                               "/v1/cache/{pin,unpin,prefetch,flush,stats}, /health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
@@ -867,7 +1221,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (s->p.n_api_keys && !strncmp(url, "/v1/", 4) && !(key = authenticate(s, c)))
             return send_errorf(s, c, routes[i].label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
                                "invalid_api_key", "a valid API key is required: Authorization: Bearer KEY");
-        if (routes[i].r == R_COMPLETIONS || routes[i].r == R_CHAT) {
+        if (!strcmp(routes[i].method, "POST")) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
             if (cl && strtoull(cl, NULL, 10) > s->p.max_body) {
                 char msg[128];
@@ -909,6 +1263,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                            msg);
     }
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
+    if (cs->r >= R_CACHE_PIN) return handle_admin(s, c, cs);
     return handle_get(s, c, cs);
 }
 
@@ -935,6 +1290,9 @@ static void server_free(kvt_server *s) {
     free(s->b_want);
     kvt_reply_map_free(s->replies);
     kvt_metrics_free(s->metrics);
+    for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
+    free(s->pins);
+    pthread_cond_destroy(&s->job_cv);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -964,6 +1322,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->metrics = kvt_metrics_new();
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
+    cond_init_monotonic(&s->job_cv);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);
     s->slots = kvt_xcalloc((size_t)s->p.parallel, sizeof *s->slots);
     for (int32_t i = 0; i < s->p.parallel; i++) s->slots[i].seq = -1;

@@ -13,7 +13,22 @@
  * registered (kvt_cache_commit), tokens are sampled per request and their text
  * published to the waiting handler (non-streaming) or SSE reader (streaming).
  * A client that goes away cancels its request; its sequence is freed and its
- * full blocks stay cached. */
+ * full blocks stay cached.
+ *
+ * Sessions. A request may name its agent session, priority and keep-warm
+ * time ({"kvtier": {"session_id", "priority", "keep_warm_s"}}, or the
+ * X-Session-Id header). When it finishes, its whole context is kept warm in
+ * T0 (kvt_cache_keep_warm) while the agent runs its tool; under pressure warm
+ * sessions yield, lowest priority first, and their blocks move down a tier.
+ *
+ * Scheduling. Among the first SCHED_WINDOW queued requests, the highest
+ * priority and then the longest T0-resident prefix is admitted first (as
+ * SGLang's longest-prefix-first), bounded: a request passed over
+ * SCHED_MAX_SKIPS times goes next. The request at the head of the queue has
+ * its cached prefix restored from T1/T2 into free pages while it waits.
+ *
+ * Admin. /v1/cache/pin, /unpin, /prefetch, /flush and GET /v1/cache/stats
+ * (behind the API key when one is set) run as jobs on the engine thread. */
 #ifndef KVT_SERVER_H
 #define KVT_SERVER_H
 
@@ -30,6 +45,7 @@
 #define KVT_SERVER_DEFAULT_MAX_TOKENS 4096
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
+#define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
 
 typedef struct {
     const char *host;           /* IPv4 address to bind; "127.0.0.1" by default */
@@ -44,6 +60,7 @@ typedef struct {
     size_t n_api_keys;
     kvt_chat_family chat;       /* template for /v1/chat/completions */
     const char *model_id;       /* name in /v1/models and responses (borrowed) */
+    double session_keep_warm_s; /* keep-warm time of a named session that gives none (0: off) */
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);
