@@ -417,6 +417,10 @@ static cJSON *kvtier_obj(const kvt_api_usage *u) {
     cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
     if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
+    if (u->admission_seq) {
+        cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);
+        cJSON_AddNumberToObject(o, "admission_seq", (double)u->admission_seq);
+    }
     cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
     for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
     cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);

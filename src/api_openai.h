@@ -95,6 +95,9 @@ typedef struct {
     const char *disk_decision;             /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
     int32_t planned_tokens;                /* prompt tokens the lookup matched (>= cached_tokens) */
     int32_t prefetched_tokens;             /* of the cached ones, restored into T0 while the request waited */
+    double queued_ms;                      /* from arrival to admission into a sequence slot */
+    int64_t admission_seq;                 /* the order of admissions (1, 2, ...; 0: none); cache-aware
+                                              scheduling may admit a later arrival first */
     const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
 } kvt_api_usage;
 

@@ -308,6 +308,8 @@ static void slot_admit(kvt_server *s, srv_req *r) {
                              : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
     r->usage.planned_tokens = ai.n_planned;
     r->usage.prefetched_tokens = r->prefetched_tokens;
+    r->usage.queued_ms = (kvt_now() - r->t_arrival) * 1e3;
+    r->usage.admission_seq = (int64_t)sl->admitted + 1;
     r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
 }
 
@@ -489,11 +491,15 @@ static srv_req *queue_take_locked(kvt_server *s) {
     return r;
 }
 
-/* While r waits for a slot, restores its cached prefix into free T0 pages
- * (never evicting for it), so it is resident when its turn comes. */
+/* While r waits for a slot, restores its cached prefix into T0 pages that
+ * are free or idle (idle blocks move down a tier, as for any request; pages
+ * of running sequences and pins are never taken), leaving a margin for the
+ * running sequences' next steps, so r is resident when its turn comes. */
 static void prefetch_waiting(kvt_server *s, srv_req *r) {
     int32_t margin = s->p.parallel * PREFETCH_MARGIN_PER_SLOT + s->p.prefill_chunk / s->block + 1;
-    int32_t room = kvt_page_free_count(s->e) - margin;
+    kvt_cache_stats st;
+    kvt_cache_get_stats(s->cache, &st);
+    int32_t room = st.t0_pages_free + st.t0_pages_idle - margin;
     r->prefetched = 1;
     kvt_hash128 root;
     if (room <= 0 || kvt_cache_root(s->cache, r->salt, r->salt_len, &root)) return;
@@ -533,8 +539,10 @@ static void *engine_main(void *arg) {
             admit[n_admit++] = r;
             s->n_active++;
         }
-        if (!stopping && s->q_len > 0 && !s->queue[s->q_head]->prefetched) {
-            waiting = s->queue[s->q_head];
+        for (int32_t i = 0; !stopping && !waiting && i < KVT_MIN(s->q_len, SCHED_WINDOW); i++) {
+            srv_req *q = s->queue[(s->q_head + i) % s->p.queue];
+            if (q->prefetched || q->cancelled) continue;
+            waiting = q; /* one prefetch per engine step: the running sequences go on meanwhile */
             waiting->refs++;
         }
         int cancelled[P > 0 ? P : 1];

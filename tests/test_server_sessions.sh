@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# kvtier serve: agent sessions and the cache admin endpoints, end to end over
+# loopback with generated models.
+# - /v1/cache/pin, /unpin, /prefetch, /flush, /stats: shapes, errors, the pin
+#   limit, and the API key in front of them.
+# - A session kept warm (kvtier.keep_warm_s) comes back entirely from T0
+#   after a flood of other prompts; the same session without keep-warm does
+#   not.
+# - Scheduling while one long request holds the only slot: a later request of
+#   higher priority is admitted first; a request whose prefix was pushed down
+#   to RAM is prefetched into T0 while it waits and then admitted before an
+#   earlier cold one (longest resident prefix first).
+# Needs curl and jq.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
+lt() { [ "$1" -lt "$2" ] 2>/dev/null || { echo "  got '$1', want < $2" >&2; return 1; }; }
+
+start_server() { # NAME MODEL ARGS...: sets URL
+  local name=$1 model=$2; shift 2
+  "$BIN" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  PIDS+=("$!")
+  for _ in $(seq 200); do
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+# post PATH JSON [curl args]: body in $TMP/body, status in $CODE
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 120 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+jb() { jq -r "$1" "$TMP/body"; }
+# words N SEED: pseudo-random words, about N tokens of the built-in vocabulary (~6 per word), the same for the
+# same seed
+words() { awk -v n="$1" -v s="$2" 'BEGIN { srand(s); for (i = 0; i < n / 6; i++) printf "w%d ", int(rand() * 5000); }'; }
+health() { curl -s "$URL/health" | jq -r "$1"; }
+wait_health() { # JQ VALUE: waits until /health's field reaches the value
+  for _ in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.05; done
+  echo "  /health $1 never became $2" >&2; return 1
+}
+
+"$BIN" mkmodel -o "$TMP/tiny.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 512 >/dev/null 2>&1 ||
+  { echo "mkmodel failed"; exit 1; }
+
+# ---- admin endpoints ---------------------------------------------------------------
+start_server admin "$TMP/tiny.gguf" --parallel 1 --kv-active 160K --kv-ram 4M --kv-disk "$TMP/kv" --kv-disk-size 64M \
+  --api-key sekrit
+AUTH=(-H 'Authorization: Bearer sekrit')
+P1="$(words 100 1)"
+post /v1/cache/stats '' -X GET
+check "stats needs the API key" is "$CODE" 401
+post /v1/cache/pin "{\"prompt\": \"$P1\"}"
+check "pin needs the API key" is "$CODE" 401
+post /v1/completions "{\"prompt\": \"$P1\", \"max_tokens\": 4, \"temperature\": 0}" "${AUTH[@]}"
+check "completion" is "$CODE" 200
+post /v1/cache/pin "{\"prompt\": \"$P1\"}" "${AUTH[@]}"
+check "pin 200" is "$CODE" 200
+PIN=$(jb .pin_id)
+check "pin returns an id" is "${PIN:0:4}" "pin-"
+check "pin holds the cached prefix" gt "$(jb .pinned_tokens)" 63
+curl -s "${AUTH[@]}" "$URL/v1/cache/stats" >"$TMP/body"
+check "stats lists the pin" is "$(jb '.pins[0].pin_id')" "$PIN"
+check "stats counts pinned pages" gt "$(jb .T0.pages_pinned)" 0
+check "stats has the tiers" is "$(jb '.T1.budget_bytes > 0 and .T2.budget_bytes > 0')" true
+# flood: the pinned prefix stays in T0
+for k in 2 3 4 5 6; do post /v1/completions "{\"prompt\": \"$(words 100 $k)\", \"max_tokens\": 4}" "${AUTH[@]}"; done
+post /v1/completions "{\"prompt\": \"$P1\", \"max_tokens\": 4, \"temperature\": 0}" "${AUTH[@]}"
+check "a pinned prefix survives a flood in T0" is "$(jb '.kvtier.cached_tokens_by_tier.T0 == .kvtier.cached_tokens and .kvtier.cached_tokens > 63')" true
+post /v1/cache/unpin "{\"pin_id\": \"$PIN\"}" "${AUTH[@]}"
+check "unpin 200" is "$CODE" 200
+post /v1/cache/unpin "{\"pin_id\": \"$PIN\"}" "${AUTH[@]}"
+check "unpin twice is 404" is "$CODE" 404
+post /v1/cache/unpin '{}' "${AUTH[@]}"
+check "unpin without an id is 400" is "$CODE" 400
+# the pin limit: pins hold at most half of the pool
+for k in 7 8 9 10; do
+  post /v1/completions "{\"prompt\": \"$(words 100 $k)\", \"max_tokens\": 1}" "${AUTH[@]}"
+  post /v1/cache/pin "{\"prompt\": \"$(words 100 $k)\"}" "${AUTH[@]}"
+  last=$CODE
+done
+check "pins beyond half the pool are refused with 409" is "$last" 409
+check "the refusal says why" grep -q "active pages in pins" "$TMP/body"
+# prefetch brings a prefix pushed down to RAM back into T0
+for k in 11 12 13 14 15; do post /v1/completions "{\"prompt\": \"$(words 100 $k)\", \"max_tokens\": 4}" "${AUTH[@]}"; done
+post /v1/cache/prefetch "{\"prompt\": \"$P1\"}" "${AUTH[@]}"
+check "prefetch 200" is "$CODE" 200
+check "prefetch makes the prefix resident" gt "$(jb .resident_tokens)" 63
+post /v1/cache/flush '' "${AUTH[@]}"
+check "flush 200" is "$CODE" 200
+curl -s "${AUTH[@]}" "$URL/v1/cache/stats" >"$TMP/body"
+check "flush wrote the cache to disk" gt "$(jb .T2.records)" 0
+check "nothing was discarded" is "$(jb .discarded_blocks)" 0
+post /v1/completions "{\"prompt\": \"x\", \"kvtier\": {\"session\": \"a\"}}" "${AUTH[@]}"
+check "an unknown kvtier field is a 400" is "$CODE" 400
+check "the 400 names the field" grep -q "kvtier.session" "$TMP/body"
+post /v1/completions "{\"prompt\": \"x\", \"kvtier\": {\"keep_warm_s\": 5}}" "${AUTH[@]}"
+check "keep_warm_s without a session is a 400" is "$CODE" 400
+curl -s "${AUTH[@]}" "$URL/metrics" >"$TMP/metrics"
+for m in kvtier_cache_shortfalls_total kvtier_cache_discarded_blocks_total kvtier_sessions_warm kvtier_pinned_pages \
+  kvtier_disk_write_waits_total kvtier_prefetched_blocks_total; do
+  check "/metrics has $m" grep -q "^$m" "$TMP/metrics"
+done
+
+# ---- sessions kept warm ---------------------------------------------------------------
+start_server warm "$TMP/tiny.gguf" --parallel 1 --kv-active 160K --kv-ram 4M --session-keep-warm 0
+S1="$(words 180 21)" S2="$(words 180 22)"
+post /v1/completions "{\"prompt\": \"$S1\", \"max_tokens\": 4, \"kvtier\": {\"session_id\": \"s1\", \"keep_warm_s\": 600}}"
+check "warm session request" is "$CODE" 200
+post /v1/completions "{\"prompt\": \"$S2\", \"max_tokens\": 4}" -H 'X-Session-Id: s2'
+check "session by header" is "$CODE" 200
+curl -s "$URL/v1/cache/stats" >"$TMP/body"
+check "one session is warm (s2 has no keep-warm time: --session-keep-warm 0)" is "$(jb .warm_sessions)" 1
+for k in 31 32 33 34; do post /v1/completions "{\"prompt\": \"$(words 180 $k)\", \"max_tokens\": 4}"; done
+post /v1/completions "{\"prompt\": \"$S1\", \"max_tokens\": 4, \"kvtier\": {\"session_id\": \"s1\"}}"
+check "the warm session resumes entirely from T0" \
+  is "$(jb '.kvtier.cached_tokens > 127 and .kvtier.cached_tokens_by_tier.T0 == .kvtier.cached_tokens')" true
+post /v1/completions "{\"prompt\": \"$S2\", \"max_tokens\": 4}" -H 'X-Session-Id: s2'
+check "the session without keep-warm was moved out of T0 by the flood" \
+  is "$(jb '.kvtier.cached_tokens_by_tier.T0 < .kvtier.cached_tokens')" true
+check "... and still comes back whole from RAM" is "$(jb '.kvtier.cached_tokens == .kvtier.planned_cached_tokens and .kvtier.cached_tokens > 127')" true
+
+# ---- scheduling and prefetch behind a long request ---------------------------------------
+"$BIN" mkmodel -o "$TMP/med.gguf" --dim 384 --layers 6 --heads 6 --kv-heads 2 --ff 1024 --ctx 2048 >/dev/null 2>&1
+start_server sched "$TMP/med.gguf" --parallel 1 --ctx 2048 --kv-active 6M --kv-ram 32M --session-keep-warm 0
+X="$(words 250 41)"
+post /v1/completions "{\"prompt\": \"$X\", \"max_tokens\": 4, \"temperature\": 0}"
+check "X computed" is "$CODE" 200
+for k in 42 43 44 45 46; do post /v1/completions "{\"prompt\": \"$(words 420 $k)\", \"max_tokens\": 2}"; done
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/a.json" \
+  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true}' "$URL/v1/completions" &
+A=$!
+check "the long request holds the slot" wait_health .slots_busy 1
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/b.json" \
+  -d "{\"prompt\": \"$(words 60 47)\", \"max_tokens\": 4}" "$URL/v1/completions" &
+B=$!
+check "B waits" wait_health .queued 1
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/x.json" \
+  -d "{\"prompt\": \"$X\", \"max_tokens\": 4, \"temperature\": 0}" "$URL/v1/completions" &
+XP=$!
+check "X waits" wait_health .queued 2
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/d.json" \
+  -d "{\"prompt\": \"$(words 60 48)\", \"max_tokens\": 4, \"kvtier\": {\"session_id\": \"vip\", \"priority\": 5}}" \
+  "$URL/v1/completions" &
+D=$!
+check "D waits" wait_health .queued 3
+check "A was still running when all three were queued" is "$(health .slots_busy)" 1
+wait $A $B $XP $D
+a=$(jq .kvtier.admission_seq "$TMP/a.json") b=$(jq .kvtier.admission_seq "$TMP/b.json")
+x=$(jq .kvtier.admission_seq "$TMP/x.json") d=$(jq .kvtier.admission_seq "$TMP/d.json")
+check "the higher priority (D) goes first ($a: A, $b: B, $x: X, $d: D)" lt "$d" "$x"
+check "X, prefetched while waiting, goes before the earlier cold B" lt "$x" "$b"
+check "X's prefix was prefetched into T0 while it waited" gt "$(jq '.kvtier.prefetched_tokens // 0' "$TMP/x.json")" 0
+check "X came entirely from T0" \
+  is "$(jq '.kvtier.cached_tokens > 200 and .kvtier.cached_tokens_by_tier.T0 == .kvtier.cached_tokens' "$TMP/x.json")" true
+
+echo "test_server_sessions: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
