@@ -234,7 +234,11 @@ static void run_usage(FILE *f) {
             "  -p, --prompt TEXT   the prompt (special tokens in it are recognized)\n"
             "  -f, --file FILE     many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\n"
             "                      each gets a stats line: prompt tokens, cached tokens by tier,\n"
-            "                      computed tokens, time to first token\n"
+            "                      computed tokens, time to first token. JSON lines may add\n"
+            "                      \"kvtier\": {\"session_id\", \"priority\", \"keep_warm_s\"} (keep that\n"
+            "                      session's context warm in T0 afterwards, as serve does), or\n"
+            "                      \"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n"
+            "                      \"end_session\" (with kvtier.session_id) instead of generating\n"
             "  -n N                tokens to generate at most per prompt (default %d)\n"
             "  --temp T            sampling temperature; 0 = greedy (default %.2g)\n"
             "  --top-k K           sample among the K most likely tokens; 0 = all (default %d)\n"
@@ -302,47 +306,135 @@ static int stream_token(void *ctx, int32_t tok) {
     return 0;
 }
 
-/* Reads the prompts of -f: one per line; a line starting with '{' is JSON with
- * a "prompt" string. Empty lines are skipped. Returns the count or -1. */
-static long read_prompts(const char *path, char ***out) {
+/* What one line of -f asks for. JSON lines may carry kvtier's session
+ * controls, as the server's requests do: {"prompt", "kvtier": {session_id,
+ * priority, keep_warm_s}} keeps that session's context warm after the line
+ * runs; {"action": "prefetch" | "pin", "prompt"} restores / pins a prefix
+ * (pins hold until the run ends or an {"action": "unpin", "prompt"} line);
+ * {"action": "end_session", "kvtier": {"session_id"}} ends a warm session. */
+typedef enum { LINE_GENERATE, LINE_PREFETCH, LINE_PIN, LINE_UNPIN, LINE_END_SESSION } line_action;
+
+typedef struct {
+    char *prompt;            /* NULL for end_session */
+    line_action action;
+    kvt_api_session session;
+} run_line;
+
+static const char *const line_actions[] = {"generate", "prefetch", "pin", "unpin", "end_session"};
+
+/* Parses one JSON line into *out. Returns 0, or -1 after printing why. */
+static int parse_json_line(const char *path, long lineno, const char *line, run_line *out) {
+    cJSON *j = cJSON_Parse(line);
+    const char *why = NULL;
+    kvt_api_error err;
+    if (!cJSON_IsObject(j)) why = "expected a JSON object with a \"prompt\" string";
+    for (const cJSON *f = j ? j->child : NULL; f && !why; f = f->next)
+        if (strcmp(f->string, "prompt") && strcmp(f->string, "kvtier") && strcmp(f->string, "action") &&
+            strcmp(f->string, "id"))
+            why = "unknown field (known: prompt, kvtier, action, id)";
+    const cJSON *act = j ? cJSON_GetObjectItemCaseSensitive(j, "action") : NULL;
+    if (!why && act) {
+        size_t a = 0;
+        while (a < KVT_ARRAY_LEN(line_actions) && !(cJSON_IsString(act) && !strcmp(act->valuestring, line_actions[a])))
+            a++;
+        if (a == KVT_ARRAY_LEN(line_actions)) why = "\"action\" must be generate, prefetch, pin, unpin or end_session";
+        else out->action = (line_action)a;
+    }
+    if (!why && kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err))
+        why = err.message;
+    const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
+    if (!why && out->action != LINE_END_SESSION && !cJSON_IsString(pr)) why = "expected a \"prompt\" string";
+    if (!why && out->action == LINE_END_SESSION && !out->session.session_id[0])
+        why = "end_session needs \"kvtier\": {\"session_id\": ...}";
+    if (why) fprintf(stderr, "kvtier run: %s:%ld: %s\n", path, lineno, why);
+    else if (cJSON_IsString(pr)) out->prompt = kvt_xstrdup(pr->valuestring);
+    cJSON_Delete(j);
+    return why ? -1 : 0;
+}
+
+/* Reads the prompts of -f: one per line; a line starting with '{' is JSON
+ * (see run_line). Empty lines are skipped. Returns the count or -1. */
+static long read_prompts(const char *path, run_line **out) {
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!f) {
         fprintf(stderr, "kvtier run: cannot open %s: %s\n", path, strerror(errno));
         return -1;
     }
-    char **v = NULL, *line = NULL;
+    run_line *v = NULL;
+    char *line = NULL;
     size_t cap = 0, n = 0, alloc = 0;
     ssize_t len;
     long lineno = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
+    int bad = 0;
+    while (!bad && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (!len) continue;
-        char *prompt = NULL;
-        if (line[0] == '{') {
-            cJSON *j = cJSON_Parse(line);
-            const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
-            if (!cJSON_IsString(pr)) {
-                fprintf(stderr, "kvtier run: %s:%ld: expected a JSON object with a \"prompt\" string\n", path, lineno);
-                cJSON_Delete(j);
-                for (size_t i = 0; i < n; i++) free(v[i]);
-                free(v);
-                free(line);
-                if (f != stdin) fclose(f);
-                return -1;
-            }
-            prompt = kvt_xstrdup(pr->valuestring);
-            cJSON_Delete(j);
-        } else {
-            prompt = kvt_xstrdup(line);
-        }
         if (n == alloc) v = kvt_xrealloc(v, (alloc = alloc ? alloc * 2 : 16) * sizeof *v);
-        v[n++] = prompt;
+        run_line *l = &v[n];
+        memset(l, 0, sizeof *l);
+        l->session.keep_warm_s = -1;
+        if (line[0] == '{') bad = parse_json_line(path, lineno, line, l);
+        else l->prompt = kvt_xstrdup(line);
+        n += !bad;
     }
     free(line);
     if (f != stdin) fclose(f);
+    if (bad) {
+        for (size_t i = 0; i < n; i++) free(v[i].prompt);
+        free(v);
+        return -1;
+    }
     *out = v;
     return (long)n;
+}
+
+/* A pin made by a "pin" line, released by "unpin" with the same prompt or at the end. */
+typedef struct {
+    char *prompt;
+    kvt_pin *pin;
+} run_pin;
+
+/* Runs a non-generating line (prefetch, pin, unpin, end_session) against the cache. */
+static void run_action(kvt_cache *cache, const run_line *l, const int32_t *toks, size_t n_tok, const char *salt,
+                       run_pin **pins, size_t *n_pins, long k) {
+    size_t sl = salt ? strlen(salt) : 0;
+    int rc = 0;
+    switch (l->action) {
+    case LINE_PREFETCH:
+        rc = kvt_cache_prefetch(cache, toks, (int32_t)n_tok, salt, sl);
+        if (rc >= 0) fprintf(stderr, "kvtier run: [%ld] prefetch: %d of %zu tokens resident\n", k, rc, n_tok);
+        break;
+    case LINE_PIN: {
+        kvt_pin *pin = NULL;
+        rc = kvt_cache_pin(cache, toks, (int32_t)n_tok, salt, sl, &pin);
+        if (rc >= 0) {
+            fprintf(stderr, "kvtier run: [%ld] pin: %d of %zu tokens pinned in T0\n", k, rc, n_tok);
+            *pins = kvt_xrealloc(*pins, (*n_pins + 1) * sizeof **pins);
+            (*pins)[(*n_pins)++] = (run_pin){kvt_xstrdup(l->prompt), pin};
+        }
+        break;
+    }
+    case LINE_UNPIN:
+        for (size_t i = 0; i < *n_pins; i++)
+            if (!strcmp((*pins)[i].prompt, l->prompt)) {
+                kvt_cache_release(cache, (*pins)[i].pin);
+                free((*pins)[i].prompt);
+                (*pins)[i] = (*pins)[--*n_pins];
+                fprintf(stderr, "kvtier run: [%ld] unpinned\n", k);
+                return;
+            }
+        fprintf(stderr, "kvtier run: [%ld] unpin: no pin for that prompt\n", k);
+        return;
+    case LINE_END_SESSION:
+        rc = kvt_cache_end_session(cache, l->session.session_id);
+        fprintf(stderr, "kvtier run: [%ld] end_session %s: %s\n", k, l->session.session_id,
+                rc ? "not warm" : "released");
+        return;
+    case LINE_GENERATE:
+        return;
+    }
+    if (rc < 0) fprintf(stderr, "kvtier run: [%ld] %s: %s\n", k, line_actions[l->action], kvt_errmsg());
 }
 
 int kvt_cmd_run(int argc, char **argv) {
@@ -419,7 +511,9 @@ int kvt_cmd_run(int argc, char **argv) {
         return 2;
     }
     if (!seed_given) sp.seed = (uint64_t)time(NULL);
-    char **prompts = NULL;
+    run_line *prompts = NULL;
+    run_pin *pins = NULL;
+    size_t n_pins = 0;
     long n_prompts = 1;
     if (prompt_file) {
         if ((n_prompts = read_prompts(prompt_file, &prompts)) < 0) return 1;
@@ -428,8 +522,9 @@ int kvt_cmd_run(int argc, char **argv) {
             return 1;
         }
     } else {
-        prompts = kvt_xmalloc(sizeof *prompts);
-        prompts[0] = kvt_xstrdup(prompt);
+        prompts = kvt_xcalloc(1, sizeof *prompts);
+        prompts[0].prompt = kvt_xstrdup(prompt);
+        prompts[0].session.keep_warm_s = -1;
     }
 
     char default_path[PATH_MAX_LEN];
@@ -480,10 +575,25 @@ int kvt_cmd_run(int argc, char **argv) {
         int32_t *toks = NULL;
         size_t n_tok = 0;
         kvt_fail(0, "%s", "");
-        if ((rc = kvt_tokenize(m->tok, prompts[k], strlen(prompts[k]), kvt_tokenizer_add_bos_default(m->tok), 1,
+        const run_line *ln = &prompts[k];
+        if (ln->action != LINE_GENERATE && !cache) {
+            fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1, line_actions[ln->action]);
+            failures++;
+            continue;
+        }
+        if (ln->action == LINE_END_SESSION) {
+            run_action(cache, ln, NULL, 0, salt, &pins, &n_pins, k + 1);
+            continue;
+        }
+        if ((rc = kvt_tokenize(m->tok, ln->prompt, strlen(ln->prompt), kvt_tokenizer_add_bos_default(m->tok), 1,
                                &toks, &n_tok))) {
             fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
             failures++;
+            continue;
+        }
+        if (ln->action != LINE_GENERATE) {
+            run_action(cache, ln, toks, n_tok, salt, &pins, &n_pins, k + 1);
+            free(toks);
             continue;
         }
         stream_state ss = {.tok = m->tok};
@@ -491,7 +601,12 @@ int kvt_cmd_run(int argc, char **argv) {
                              .on_token = stream_token,
                              .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
         kvt_gen_result r;
-        rc = kvt_generate(e, cache, toks, (int32_t)n_tok, &gp, NULL, &r);
+        int32_t *all = NULL;
+        rc = kvt_generate(e, cache, toks, (int32_t)n_tok, &gp, &all, &r);
+        if (!rc && cache && ln->session.session_id[0] && ln->session.keep_warm_s > 0)
+            kvt_cache_keep_warm(cache, ln->session.session_id, all, r.n_prompt + r.n_generated, salt,
+                                salt ? strlen(salt) : 0, ln->session.priority, ln->session.keep_warm_s);
+        free(all);
         fwrite(ss.pending, 1, ss.n_pending, stdout);
         fputc('\n', stdout);
         fflush(stdout);
@@ -538,7 +653,12 @@ done:
     kvt_cache_free(cache);
     kvt_engine_free(e);
     kvt_model_free(m);
-    for (long k = 0; k < n_prompts && prompts; k++) free(prompts[k]);
+    for (size_t i = 0; i < n_pins; i++) {
+        kvt_cache_release(cache, pins[i].pin);
+        free(pins[i].prompt);
+    }
+    free(pins);
+    for (long k = 0; k < n_prompts && prompts; k++) free(prompts[k].prompt);
     free(prompts);
     return rc || failures ? 1 : 0;
 }

@@ -58,5 +58,32 @@ check "info not gguf explained" has "not a GGUF"
 check "info on a directory" expect_rc 1 "$BIN" info -m "$TMP"
 check "info needs a value" expect_rc 2 "$BIN" info -m
 
+# run -f JSON lines carry the session controls serve has
+"$BIN" mkmodel -o "$TMP/s.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 512 >/dev/null 2>&1
+A="an agent session prompt that is long enough to fill a few cache blocks of thirty two tokens each, so that it is kept"
+OTHER="another prompt about something else entirely, also long enough to fill a few cache blocks of thirty two tokens"
+cat >"$TMP/s.jsonl" <<JL
+{"prompt": "$A", "kvtier": {"session_id": "a", "priority": 2, "keep_warm_s": 600}}
+{"prompt": "$OTHER"}
+{"action": "pin", "prompt": "$OTHER"}
+{"action": "prefetch", "prompt": "$A"}
+{"action": "unpin", "prompt": "$OTHER"}
+{"action": "end_session", "kvtier": {"session_id": "a"}}
+{"action": "end_session", "kvtier": {"session_id": "a"}}
+JL
+check "run -f with session controls" expect_rc 0 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/s.jsonl" -n 4 --temp 0
+check "a pin line pins its cached prefix" has "pin: [1-9][0-9]* of"
+check "a prefetch line reports what is resident" has "prefetch: [1-9][0-9]* of"
+check "unpin releases" has "unpinned"
+check "end_session releases a warm session" has "end_session a: released"
+check "a second end_session finds none" has "end_session a: not warm"
+printf '{"prompt": "x", "kvtier": {"session": "a"}}\n' >"$TMP/bad.jsonl"
+check "an unknown kvtier field is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
+check "... naming it" has "kvtier.session"
+printf '{"prompt": "x", "temprature": 0}\n' >"$TMP/bad.jsonl"
+check "an unknown line field is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
+printf '{"action": "explode", "prompt": "x"}\n' >"$TMP/bad.jsonl"
+check "an unknown action is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
