@@ -53,6 +53,29 @@ done
 "${RUN[@]}" --kv-disk "$TMP/k" --restore always > "$TMP/after_kill.out" 2> "$TMP/after_kill.err"
 check "after kill -9 loops the output equals a cold run" cmp -s "$TMP/cold.out" "$TMP/after_kill.out"
 
+# kill -9 during heavy demotion (a tiny T0 and T1, so every prompt pushes blocks down to disk), once the
+# directory holds written records: the tier opens cleanly afterwards and serves output equal to a cold run
+for i in $(seq 1 60); do echo "demotion prompt $i: $((i * 7919 % 1000)) words of its own $((i * 104729 % 977)) to fill pages"; done \
+  > "$TMP/demote.txt"
+DEM=("$BIN" run -m "$M" -f "$TMP/demote.txt" -n 12 --temp 0 --block-size 8 --kv-active 40K --kv-ram 20K)
+"${DEM[@]}" --no-cache > "$TMP/demote_cold.out" 2>/dev/null
+"${DEM[@]}" --kv-disk "$TMP/dm" --kv-disk-size 64M > /dev/null 2>&1 &
+pid=$!
+written=0
+for _ in $(seq 1 400); do
+  written=$(cat "$TMP"/dm/seg-*.kvt 2>/dev/null | wc -c)
+  [ "$written" -ge 65536 ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.01
+done
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+check "records were on disk when the demoting run was killed ($written bytes)" test "$written" -ge 65536
+"${DEM[@]}" --kv-disk "$TMP/dm" --kv-disk-size 64M --restore always > "$TMP/demote_after.out" 2> "$TMP/demote_after.err"
+check "after kill -9 during demotion the disk tier opens and the run succeeds" test $? -eq 0
+check "... with output equal to a cold run" cmp -s "$TMP/demote_cold.out" "$TMP/demote_after.out"
+t2=$(sed -n 's/.*T2 \([0-9]*\)).*/\1/p' "$TMP/demote_after.err" | awk '{s += $1} END {print s + 0}')
+check "... restoring blocks the killed run had written ($t2 tokens from T2)" test "$t2" -gt 0
+
 # a full disk: a 256 KiB tmpfs (needs root; skipped otherwise)
 MNT=$TMP/full
 mkdir -p "$MNT"
