@@ -10,6 +10,11 @@ prompt tokens computed per round (prompt_tokens - cached_tokens, or llama.cpp's
 timings.prompt_n), and total wall time. Loopback only. Standard library only.
 
 usage: agent_bench.py --url http://127.0.0.1:8090 [--label NAME] [--sessions 6] [--rounds 3]
+       [--system-words 300] [--doc-words 1200] [--tool-words 60] [--kvtier-sessions] [--summary FILE]
+
+--kvtier-sessions names each session (kvtier.session_id), as an agent framework
+would; --summary appends one JSON line per round (computed, TTFT p50/p99, wall
+time, cached tokens by tier) for bench/expansion.sh.
 """
 import argparse
 import http.client
@@ -75,6 +80,11 @@ def post_stream(url, body):
     return (ttft if ttft is not None else total), total, usage, timings, "".join(content)
 
 
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
 def computed_tokens(usage, timings):
     if timings and "prompt_n" in timings:  # llama.cpp: tokens it evaluated
         return timings["prompt_n"]
@@ -93,20 +103,26 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=2,
                     help="client threads; sessions are dealt round-robin to them (match --parallel)")
+    ap.add_argument("--system-words", type=int, default=300)
+    ap.add_argument("--doc-words", type=int, default=1200)
+    ap.add_argument("--tool-words", type=int, default=60)
+    ap.add_argument("--kvtier-sessions", action="store_true", help="name each session (kvtier.session_id)")
+    ap.add_argument("--summary", help="append one JSON line per round to this file")
     args = ap.parse_args()
 
     rng = random.Random(1234)
-    system = "You are an agent that works through tasks with tools. " + text(rng, 300)
+    system = "You are an agent that works through tasks with tools. " + text(rng, args.system_words)
     sessions = []
     for s in range(args.sessions):
-        doc = f"Document {s}: " + text(rng, 1200)
+        doc = f"Document {s}: " + text(rng, args.doc_words)
         sessions.append([{"role": "system", "content": system},
                          {"role": "user", "content": doc + "\nTask: summarise the document, then call tools."}])
-    tool_results = [[f"Tool result {r}: " + text(rng, 60) for r in range(args.rounds)] for _ in sessions]
+    tool_results = [[f"Tool result {r}: " + text(rng, args.tool_words) for r in range(args.rounds)] for _ in sessions]
     t_start = time.monotonic()
     lock = threading.Lock()
     for r in range(args.rounds):
-        ttfts, stats = [], {"computed": 0, "prompt": 0}
+        ttfts, stats = [], {"computed": 0, "prompt": 0, "tiers": {}}
+        t_round = time.monotonic()
 
         def worker(ids):
             for s in ids:
@@ -115,11 +131,15 @@ def main():
                     msgs.append({"role": "user", "content": tool_results[s][r]})
                 body = {"model": "default", "messages": msgs, "max_tokens": args.max_tokens, "temperature": 0,
                         "stream": True, "stream_options": {"include_usage": True}}
+                if args.kvtier_sessions:
+                    body["kvtier"] = {"session_id": f"agent-{s}"}
                 ttft, total, usage, timings, reply = post_stream(args.url, body)
                 msgs.append({"role": "assistant", "content": reply})
                 c = computed_tokens(usage, timings)
                 p = (usage or {}).get("prompt_tokens", 0) if usage else (timings or {}).get("prompt_n", 0)
                 with lock:
+                    for tier, n in ((usage or {}).get("kvtier") or {}).get("cached_tokens_by_tier", {}).items():
+                        stats["tiers"][tier] = stats["tiers"].get(tier, 0) + n
                     stats["computed"] += max(c, 0)
                     stats["prompt"] += p or 0
                     ttfts.append(ttft)
@@ -133,9 +153,17 @@ def main():
         for t in threads:
             t.join()
         computed, prompt_total = stats["computed"], stats["prompt"]
-        print(f"[{args.label}] round {r}: TTFT p50 {statistics.median(ttfts):.2f} s, max {max(ttfts):.2f} s; "
-              f"prompt tokens {prompt_total}, computed {computed} "
-              f"({100.0 * computed / max(prompt_total, 1):.1f}%)", flush=True)
+        wall = time.monotonic() - t_round
+        print(f"[{args.label}] round {r}: TTFT p50 {statistics.median(ttfts):.2f} s, p99 {percentile(ttfts, 0.99):.2f} s, "
+              f"max {max(ttfts):.2f} s; prompt tokens {prompt_total}, computed {computed} "
+              f"({100.0 * computed / max(prompt_total, 1):.1f}%); wall {wall:.1f} s; cached by tier {stats['tiers']}",
+              flush=True)
+        if args.summary:
+            with open(args.summary, "a") as f:
+                f.write(json.dumps({"label": args.label, "sessions": args.sessions, "round": r,
+                                    "prompt": prompt_total, "computed": computed,
+                                    "ttft_p50": statistics.median(ttfts), "ttft_p99": percentile(ttfts, 0.99),
+                                    "wall": wall, "tiers": stats["tiers"]}) + "\n")
     print(f"[{args.label}] total wall time {time.monotonic() - t_start:.1f} s", flush=True)
 
 
