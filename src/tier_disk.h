@@ -9,6 +9,20 @@
  * file is ignored with a warning. A new segment is started at every open, so
  * a torn tail left by a crash is never appended to.
  *
+ * The directory is the user's own. The store, gc and clear create it (and any
+ * missing parent) 0700 and refuse, with -EACCES and a message that says how to
+ * fix it, one owned by another user or writable by group or others: whoever
+ * can write it could plant links, FIFOs or records. The directory is opened
+ * once (its last component never through a symlink: -ELOOP) and every file
+ * relative to that fd, with O_NOFOLLOW: a file only counts if it is a regular
+ * file (a FIFO is never waited on), one we write must have no other hard
+ * link, temporaries are created O_EXCL after unlinking whatever holds their
+ * name, and renames and unlinks stay inside the directory. A link or FIFO
+ * under a segment's name is skipped with a warning; under the lock's name it
+ * is refused. Files are created 0600. The readers (walk, read_header,
+ * read_lifetime) write nothing and so accept any owner (an administrator may
+ * inspect a user's directory), with the same rules for what they open.
+ *
  * Record (little-endian), padded with zeros to KVT_DISK_ALIGN so that records
  * start on 4 KiB boundaries and O_DIRECT can read them:
  *   u32 magic, u16 format version, u16 codec, u32 header bytes (96 + 4B),
@@ -137,6 +151,10 @@ kvt_disk_params kvt_disk_default_params(void);
  * params.index) and starts the writer thread. Returns 0 and *out, or
  *   KVT_EARG      bad parameters (message says which),
  *   -EWOULDBLOCK  "cache dir X is in use by pid N",
+ *   -EACCES       the directory belongs to another user or is writable by
+ *                 group or others (message says which, and the fix),
+ *   -ELOOP        the directory, or its lock file, is a symbolic link,
+ *   -EINVAL       the lock file is not a regular file or has other links,
  *   -errno        the directory cannot be created or read.
  * A directory that can be read but not written opens with writes disabled
  * (one warning). Close with kvt_disk_close. */
@@ -227,7 +245,8 @@ typedef struct {
 } kvt_disk_walk_info;
 
 /* Walks every segment of dir in FIFO order without taking the lock (files
- * may change under a live server: a vanished segment is skipped). With
+ * may change under a live server: a vanished segment is skipped, and so is
+ * a link or a FIFO under a segment's name, with a warning). With
  * verify, every record's payload is read and its CRC checked (and decoded);
  * otherwise headers only. Calls fn per record; a nonzero return stops the walk
  * and is returned. Returns 0 or -errno if dir cannot be read. */
@@ -262,11 +281,14 @@ void kvt_disk_note_lookup(kvt_disk *d, uint64_t blocks, uint64_t hits);
  * segment that holds corrupt records, records of another version, records of
  * a namespace other than *keep_ns (NULL: keep every namespace) or duplicate
  * keys, keeping the rest; each rewrite is a temp file, fsync, rename.
- * Segments left empty are removed. Returns 0 or a negative error. */
+ * Segments left empty are removed; a link or FIFO under a segment's name is
+ * left alone. Refuses a directory as kvt_disk_open does. Returns 0 or a
+ * negative error. */
 int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep);
 
-/* Takes the lock and removes every segment file (and temp file) in dir; the
- * header and lock files stay. *removed gets the bytes freed (may be NULL). */
+/* Takes the lock and removes every segment file (and temp file) in dir, and
+ * any link under such a name (the link, never its target); the header and
+ * lock files stay. Refuses a directory as kvt_disk_open does. *removed gets the bytes freed (may be NULL). */
 int kvt_disk_clear(const char *dir, uint64_t *removed);
 
 #endif

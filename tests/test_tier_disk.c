@@ -121,6 +121,12 @@ static int first_segment(const char *dir, char *out, size_t cap) {
     return best[0] != 0;
 }
 
+static int count_walk(void *ctx, const kvt_disk_walk_info *w) {
+    (void)w;
+    ++*(uint64_t *)ctx;
+    return 0;
+}
+
 static int index_t2_count(kvt_prefix *idx) {
     kvt_prefix_stats s;
     kvt_prefix_get_stats(idx, &s);
@@ -463,6 +469,162 @@ static void test_admit(void) {
     kvt_disk_close(d);
 }
 
+/* A file outside the cache directory that planted links point at: it must
+ * never change. */
+#define VICTIM_TEXT "precious bytes that kvtier must never touch\n"
+
+static const char *make_victim(const char *name) {
+    const char *v = subdir(name);
+    FILE *f = fopen(v, "w");
+    fputs(VICTIM_TEXT, f);
+    fclose(f);
+    return v;
+}
+
+static int victim_intact(const char *v) {
+    size_t n;
+    char *s = kvt_test_read_file(v, &n);
+    int ok = s && n == strlen(VICTIM_TEXT) && !memcmp(s, VICTIM_TEXT, n);
+    free(s);
+    return ok;
+}
+
+static void plant_link(const char *dir, const char *name, const char *target) {
+    const char *at = kvt_test_path(dir, name);
+    unlink(at);
+    CHECKF(symlink(target, at) == 0, "symlink %s: %s", at, strerror(errno));
+}
+
+static int is_link(const char *dir, const char *name) {
+    struct stat sb;
+    return lstat(kvt_test_path(dir, name), &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* Links planted under every name the store writes (lock, header.tmp,
+ * .odirect-probe, stats.tmp, a segment, a gc temp) never lead a write outside
+ * the directory: temporaries are replaced, the lock and segments refused or
+ * skipped. A hard-linked lock, a FIFO named like a segment, a directory that
+ * is a link, writable by others or owned by someone else are refused. */
+static void test_dir_security(void) {
+    const char *dir = subdir("sec/links"); /* parent "sec" does not exist yet: created 0700 too */
+    const char *victim = make_victim("victim.txt");
+    kvt_disk_params p = params(dir);
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 10, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    struct stat sb;
+    CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700);
+    CHECK(stat(subdir("sec"), &sb) == 0 && (sb.st_mode & 0777) == 0700);
+    CHECK(stat(kvt_test_path(dir, "lock"), &sb) == 0 && (sb.st_mode & 0777) == 0600);
+
+    /* a lock that is a link: refused, naming the file */
+    unlink(kvt_test_path(dir, "lock"));
+    plant_link(dir, "lock", victim);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECKF(strstr(kvt_errmsg(), "lock is a symbolic link"), "%s", kvt_errmsg());
+    uint64_t freed;
+    CHECK(kvt_disk_clear(dir, &freed) == -ELOOP);
+    kvt_disk_gc_report rep;
+    CHECK(kvt_disk_compact(dir, &root, &rep) == -ELOOP);
+    CHECK(victim_intact(victim));
+    /* a lock hard-linked to another file: refused (the pid would land there) */
+    unlink(kvt_test_path(dir, "lock"));
+    CHECK(link(victim, kvt_test_path(dir, "lock")) == 0);
+    CHECK(kvt_disk_open(&p, &d) == -EINVAL);
+    CHECKF(strstr(kvt_errmsg(), "hard links"), "%s", kvt_errmsg());
+    CHECK(victim_intact(victim));
+    unlink(kvt_test_path(dir, "lock"));
+
+    /* temporaries and a segment name that are links: the store works around them */
+    plant_link(dir, "header.tmp", victim);
+    plant_link(dir, ".odirect-probe", victim);
+    plant_link(dir, "stats.tmp", victim);
+    plant_link(dir, "seg-00000000000000ff.kvt", victim);
+    unlink(kvt_test_path(dir, "header")); /* so that open rewrites it through header.tmp */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 10, "%llu records", (unsigned long long)st.records);
+    int hits = 0;
+    for (int i = 0; i < 10; i++) hits += get_ok(d, i, 0);
+    CHECK(hits == 10);
+    put_range(d, 10, 30, 0); /* new segments are numbered past the planted name */
+    kvt_disk_flush(d);
+    CHECK(get_ok(d, 25, 0));
+    kvt_disk_close(d);
+    CHECK(victim_intact(victim));
+    CHECK(!is_link(dir, "header.tmp") && !is_link(dir, ".odirect-probe") && !is_link(dir, "stats.tmp"));
+    uint32_t v;
+    kvt_hash128 ns;
+    CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && kvt_hash128_eq(ns, root));
+    kvt_disk_lifetime lt;
+    CHECK(kvt_disk_read_lifetime(dir, &lt) == 0 && lt.sessions >= 2);
+
+    /* gc: a link under a segment's temp name is replaced, not written through */
+    plant_link(dir, "seg-0000000000000000.kvt.tmp", victim);
+    plant_link(dir, "seg-0000000000000100.kvt.tmp", victim);
+    flip(kvt_test_path(dir, "seg-0000000000000100.kvt"), 5000); /* force a rewrite of that segment */
+    CHECK(kvt_disk_compact(dir, &root, &rep) == 0);
+    CHECK(victim_intact(victim));
+    CHECK(is_link(dir, "seg-00000000000000ff.kvt")); /* not ours: left alone */
+    /* the walk skips the link too */
+    uint64_t seen = 0;
+    CHECK(kvt_disk_walk(dir, 1, count_walk, &seen) == 0 && seen > 0);
+    /* clear removes the link itself, not its target */
+    CHECK(kvt_disk_clear(dir, &freed) == 0);
+    CHECK(victim_intact(victim) && !is_link(dir, "seg-00000000000000ff.kvt"));
+
+    /* a FIFO named like a segment is skipped, not waited on (alarm: a hang kills the test) */
+    CHECK(mkfifo(kvt_test_path(dir, "seg-0000000000000fff.kvt"), 0600) == 0);
+    alarm(60);
+    seen = 0;
+    CHECK(kvt_disk_walk(dir, 0, count_walk, &seen) == 0);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_close(d);
+    CHECK(kvt_disk_compact(dir, &root, &rep) == 0);
+    alarm(0);
+    CHECK(kvt_disk_clear(dir, &freed) == 0);
+
+    /* the directory itself a link (with or without a trailing slash): refused */
+    const char *ldir = subdir("sec/dirlink");
+    CHECK(symlink(dir, ldir) == 0);
+    p = params(ldir);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECKF(strstr(kvt_errmsg(), "symbolic link"), "%s", kvt_errmsg());
+    char slash[600];
+    snprintf(slash, sizeof slash, "%s/", ldir);
+    p = params(slash);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECK(kvt_disk_walk(ldir, 0, count_walk, &seen) == -ELOOP);
+
+    /* writable by others: refused with the fix in the message; readers may still look */
+    const char *wdir = subdir("sec/open");
+    CHECK(mkdir(wdir, 0700) == 0 && chmod(wdir, 0777) == 0);
+    p = params(wdir);
+    CHECK(kvt_disk_open(&p, &d) == -EACCES);
+    CHECKF(strstr(kvt_errmsg(), "writable by others") && strstr(kvt_errmsg(), "chmod 700"), "%s", kvt_errmsg());
+    CHECK(kvt_disk_clear(wdir, &freed) == -EACCES && kvt_disk_compact(wdir, NULL, &rep) == -EACCES);
+    CHECK(chmod(wdir, 0770) == 0 && kvt_disk_open(&p, &d) == -EACCES);
+    CHECKF(strstr(kvt_errmsg(), "writable by its group"), "%s", kvt_errmsg());
+    CHECK(kvt_disk_walk(wdir, 0, count_walk, &seen) == 0);
+    CHECK(chmod(wdir, 0755) == 0 && kvt_disk_open(&p, &d) == 0); /* readable by others is fine */
+    kvt_disk_close(d);
+
+    /* owned by another user (needs root to chown) */
+    if (geteuid() == 0) {
+        const char *odir = subdir("sec/theirs");
+        CHECK(mkdir(odir, 0700) == 0 && chown(odir, 65534, 65534) == 0);
+        p = params(odir);
+        CHECK(kvt_disk_open(&p, &d) == -EACCES);
+        CHECKF(strstr(kvt_errmsg(), "belongs to uid 65534"), "%s", kvt_errmsg());
+        CHECK(kvt_disk_clear(odir, &freed) == -EACCES);
+    } else {
+        printf("SKIP part: not root, cannot chown a directory to another user\n");
+    }
+}
+
 static void test_params(void) {
     kvt_disk_params p = params(subdir("params"));
     kvt_disk *d;
@@ -487,5 +649,6 @@ int main(void) {
     test_admit();
     test_crash();
     test_full_and_readonly();
+    test_dir_security();
     return kvt_test_done("test_tier_disk");
 }
