@@ -66,14 +66,16 @@ typedef struct {
     int progress;
     double last;
     uint64_t total_bytes;
-    const char *last_segment;
+    char last_segment[64]; /* a copy: the walk reuses its name buffer for every segment */
     uint64_t segments;
 } walk_state;
 
 static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     walk_state *s = ctx;
-    if (!s->last_segment || strcmp(s->last_segment, w->segment)) s->segments++;
-    s->last_segment = w->segment;
+    if (strcmp(s->last_segment, w->segment)) {
+        s->segments++;
+        snprintf(s->last_segment, sizeof s->last_segment, "%s", w->segment);
+    }
     s->bytes += w->bytes;
     if (w->status == KVT_EUNSUPPORTED) {
         s->foreign++;
@@ -228,14 +230,15 @@ int kvt_cmd_cache(int argc, char **argv) {
         }
         kvt_disk_gc_report rep;
         int grc = kvt_disk_compact(dir, keep, &rep);
-        if (grc) {
+        if (grc) { /* refused (lock, ownership) or failed: no summary of work not done */
             fprintf(stderr, "kvtier cache: gc: %s\n", kvt_errmsg());
             rc = 1;
+        } else {
+            printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
+                   " duplicate; %.1f -> %.1f MiB\n",
+                   rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup,
+                   (double)rep.bytes_before / 1048576.0, (double)rep.bytes_after / 1048576.0);
         }
-        printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
-               " duplicate; %.1f -> %.1f MiB\n",
-               rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup, (double)rep.bytes_before / 1048576.0,
-               (double)rep.bytes_after / 1048576.0);
     } else if (!strcmp(cmd, "clear")) {
         uint64_t freed;
         if (kvt_disk_clear(dir, &freed)) {
