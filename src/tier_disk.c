@@ -17,6 +17,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zstd.h>
 
 #include "common.h"
@@ -42,7 +43,9 @@ enum {
     RH_PARENT = 64,
     RH_HEADER_CRC = 80,
     RH_CRC = 84,
-    RH_RESERVED = 88,
+    RH_FLAGS = 88,
+    RH_KEY_ID = 92,
+    RH_MAC = 96,
     RH_TOKENS = KVT_DISK_HEADER_FIXED,
 };
 #define RH_CRC_FIELDS_BYTES 8 /* both CRC fields, read as zero while checksumming */
@@ -54,6 +57,8 @@ enum {
 #define PROBE_NAME ".odirect-probe"
 #define STATS_NAME "stats"          /* lifetime counters, text, rewritten atomically at close */
 #define STATS_TMP_NAME "stats.tmp"
+#define KEY_NAME "key"              /* the directory's MAC key: KVT_DISK_KEY_BYTES random bytes, 0600 */
+#define KEY_TMP_NAME "key.tmp"
 #define SEG_PREFIX "seg-"
 #define SEG_SUFFIX ".kvt"
 #define TMP_SUFFIX ".tmp"
@@ -84,7 +89,12 @@ enum {
 #define ADMIT_THRESHOLD 2
 #define RECS_MIN_CAP 64
 
-static_assert(RH_TOKENS == RH_RESERVED + 8, "record header layout");
+static_assert(RH_FLAGS == RH_CRC + 4 && RH_MAC == RH_KEY_ID + 4, "record header layout");
+static_assert(RH_TOKENS == RH_MAC + KVT_DISK_MAC_BYTES, "record header layout");
+static_assert(KVT_DISK_MAC_BYTES >= crypto_generichash_BYTES_MIN && KVT_DISK_MAC_BYTES <= crypto_generichash_BYTES_MAX,
+              "MAC length BLAKE2b can produce");
+static_assert(KVT_DISK_KEY_BYTES >= crypto_generichash_KEYBYTES_MIN && KVT_DISK_KEY_BYTES <= crypto_generichash_KEYBYTES_MAX,
+              "key length BLAKE2b accepts");
 static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
 
 static uint64_t align_up(uint64_t n) { return (n + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN; }
@@ -118,7 +128,41 @@ static uint32_t header_crc(const uint8_t *h, uint32_t header_bytes) {
     static const uint8_t zeros[RH_CRC_FIELDS_BYTES];
     uint32_t c = kvt_crc32c(0, h, RH_HEADER_CRC);
     c = kvt_crc32c(c, zeros, sizeof zeros);
-    return kvt_crc32c(c, h + RH_RESERVED, header_bytes - RH_RESERVED);
+    return kvt_crc32c(c, h + RH_FLAGS, header_bytes - RH_FLAGS);
+}
+
+/* Keyed BLAKE2b of a record: every header byte except the two CRCs and the
+ * MAC itself (so magic, version, codec, lengths, namespace, hash, parent,
+ * flags and token ids are all bound), then the stored payload. A record can
+ * then only be made by whoever holds the key, and a payload moved under
+ * another key, parent or token list no longer matches. */
+static void record_mac(const uint8_t *h, uint32_t header_bytes, const uint8_t *stored, uint64_t stored_bytes,
+                       const uint8_t key[KVT_DISK_KEY_BYTES], uint8_t out[KVT_DISK_MAC_BYTES]) {
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, key, KVT_DISK_KEY_BYTES, KVT_DISK_MAC_BYTES);
+    crypto_generichash_update(&st, h, RH_HEADER_CRC);
+    crypto_generichash_update(&st, h + RH_FLAGS, RH_MAC - RH_FLAGS);
+    crypto_generichash_update(&st, h + RH_TOKENS, header_bytes - RH_TOKENS);
+    crypto_generichash_update(&st, stored, stored_bytes);
+    crypto_generichash_final(&st, out, KVT_DISK_MAC_BYTES);
+}
+
+/* A directory's MAC key and its id. The id (a keyed hash of a constant: it
+ * says nothing about the key) is stored in every record, so a scan can tell a
+ * record signed under another key (the key file was lost: a miss) from a
+ * forged one (its MAC fails at read: corrupt) without reading payloads. */
+typedef struct {
+    uint8_t bytes[KVT_DISK_KEY_BYTES];
+    uint32_t id;
+} mac_key;
+
+#define KEY_ID_CONTEXT "kvtier disk key id"
+
+static void key_set_id(mac_key *k) {
+    uint8_t h[crypto_generichash_BYTES_MIN];
+    crypto_generichash(h, sizeof h, (const uint8_t *)KEY_ID_CONTEXT, sizeof KEY_ID_CONTEXT - 1, k->bytes,
+                       KVT_DISK_KEY_BYTES);
+    memcpy(&k->id, h, sizeof k->id);
 }
 
 /* ---- record format ----------------------------------------------------- */
@@ -156,7 +200,12 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
     out->crc = rd32(b + RH_CRC);
     uint32_t hc = header_crc(b, out->header_bytes);
     if (hc != out->header_crc) return kvt_fail(KVT_EFORMAT, "record header CRC mismatch");
-    if (rd64(b + RH_RESERVED) != 0) return kvt_fail(KVT_EFORMAT, "record header: reserved field set");
+    out->flags = rd32(b + RH_FLAGS);
+    out->key_id = rd32(b + RH_KEY_ID);
+    if ((out->flags & ~(uint32_t)KVT_DISK_FLAG_MAC) || (!(out->flags & KVT_DISK_FLAG_MAC) && out->key_id))
+        return kvt_fail(KVT_EFORMAT, "record header: unknown flags %08x, or a key id without a MAC", out->flags);
+    memcpy(out->mac, b + RH_MAC, KVT_DISK_MAC_BYTES);
+    out->raw = b;
     out->record_bytes = align_up(out->header_bytes + out->stored_bytes);
     out->ns = rdh(b + RH_NS);
     out->hash = rdh(b + RH_HASH);
@@ -187,11 +236,22 @@ static int decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_
 
 int kvt_disk_record_decode(const kvt_disk_record *r, void *out, size_t cap) { return decode_with(NULL, r, out, cap); }
 
+int kvt_disk_record_check_mac(const kvt_disk_record *r, const uint8_t key[KVT_DISK_KEY_BYTES]) {
+    if (!r->raw || !r->stored) return kvt_fail(KVT_EARG, "record payload not parsed");
+    if (!(r->flags & KVT_DISK_FLAG_MAC)) return kvt_fail(KVT_EFORMAT, "record carries no MAC");
+    uint8_t mac[KVT_DISK_MAC_BYTES];
+    record_mac(r->raw, r->header_bytes, r->stored, r->stored_bytes, key, mac);
+    if (sodium_memcmp(mac, r->mac, KVT_DISK_MAC_BYTES))
+        return kvt_fail(KVT_EFORMAT, "record MAC mismatch: altered, or written under another key");
+    return 0;
+}
+
 /* Writes a record header into h (header_bytes) for a stored payload at
- * h + header_bytes, and both CRCs. Returns the padded record length; zeroes
- * the padding. */
+ * h + header_bytes, its MAC under key (none when key is NULL), and both CRCs.
+ * Returns the padded record length; zeroes the padding. */
 static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
-                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent) {
+                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
+                              const mac_key *key) {
     uint32_t header_bytes = KVT_DISK_HEADER_FIXED + 4 * B;
     wr32(h + RH_MAGIC, KVT_DISK_MAGIC);
     wr16(h + RH_VERSION, KVT_DISK_FORMAT_VERSION);
@@ -203,7 +263,10 @@ static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
     wrh(h + RH_NS, ns);
     wrh(h + RH_HASH, hash);
     wrh(h + RH_PARENT, parent);
-    wr64(h + RH_RESERVED, 0);
+    wr32(h + RH_FLAGS, key ? KVT_DISK_FLAG_MAC : 0);
+    wr32(h + RH_KEY_ID, key ? key->id : 0);
+    memset(h + RH_MAC, 0, KVT_DISK_MAC_BYTES);
+    if (key) record_mac(h, header_bytes, h + header_bytes, stored_bytes, key->bytes, h + RH_MAC);
     uint32_t hc = header_crc(h, header_bytes);
     wr32(h + RH_HEADER_CRC, hc);
     wr32(h + RH_CRC, kvt_crc32c(hc, h + header_bytes, stored_bytes));
@@ -419,6 +482,58 @@ int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
     return rc;
 }
 
+/* Reads the directory's MAC key. It must be a regular file of exactly
+ * KVT_DISK_KEY_BYTES, mode 0600, owned by owner (the directory's owner):
+ * anyone else who could write it could choose the key and forge records, and
+ * anyone who could read it could sign them. Returns 0, KVT_ENOTFOUND (no key
+ * file) or a negative error whose message says why and what to do. */
+static int key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
+    int fd = file_open(dfd, dir, KEY_NAME, O_RDONLY, 0);
+    if (fd == -ENOENT) return KVT_ENOTFOUND;
+    if (fd < 0) return fd;
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb)) rc = -errno;
+    else if (sb.st_uid != owner)
+        rc = kvt_fail(-EACCES,
+                      "cache dir %s: the key file belongs to uid %u, not to the directory's owner (uid %u): refusing "
+                      "it; remove it (records signed with it become misses)",
+                      dir, (unsigned)sb.st_uid, (unsigned)owner);
+    else if ((sb.st_mode & 07777) != FILE_MODE)
+        rc = kvt_fail(-EACCES,
+                      "cache dir %s: the key file has mode %03o, not 600: refusing it, since others could read or "
+                      "change it; fix it with `chmod 600 %s/%s`",
+                      dir, (unsigned)(sb.st_mode & 07777), dir, KEY_NAME);
+    else if (sb.st_size != KVT_DISK_KEY_BYTES || read(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES)
+        rc = kvt_fail(KVT_EFORMAT,
+                      "cache dir %s: the key file is not %d bytes: refusing it; remove it (records signed with it "
+                      "become misses)",
+                      dir, KVT_DISK_KEY_BYTES);
+    close(fd);
+    if (!rc) key_set_id(key);
+    return rc;
+}
+
+/* Creates the directory's key: random bytes into a temp file (O_EXCL, 0600,
+ * fsync'd), then linked to its name only if the name is free (linkat never
+ * replaces), so a crash leaves no key or a whole one. Lock held. */
+static int key_create(int dfd, const char *dir, mac_key *key) {
+    int fd = tmp_create(dfd, dir, KEY_TMP_NAME, 0);
+    if (fd < 0) return fd;
+    randombytes_buf(key->bytes, KVT_DISK_KEY_BYTES);
+    key_set_id(key);
+    int rc = 0;
+    if (fchmod(fd, FILE_MODE)) rc = -errno; /* a umask may have narrowed it; key_read wants 0600 exactly */
+    else if (write(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES) rc = errno ? -errno : -EIO;
+    else if (fsync(fd)) rc = -errno;
+    close(fd);
+    if (!rc && linkat(dfd, KEY_TMP_NAME, dfd, KEY_NAME, 0)) rc = -errno;
+    unlinkat(dfd, KEY_TMP_NAME, 0);
+    if (rc) return kvt_fail(rc, "cache dir %s: cannot create the key file: %s", dir, strerror(-rc));
+    fsync(dfd);
+    return 0;
+}
+
 /* 1 and *id if name is a segment file name. */
 static int parse_seg_name(const char *name, uint64_t *id) {
     size_t lp = strlen(SEG_PREFIX), ls = strlen(SEG_SUFFIX), n = strlen(name);
@@ -479,7 +594,7 @@ static long list_segments(int dfd, const char *dir, int warn_foreign, uint64_t *
         size_t len = strlen(nm), lt = strlen(TMP_SUFFIX);
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
                     !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
-                    !strcmp(nm, STATS_TMP_NAME) ||
+                    !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
                     (len > lt && !strcmp(nm + len - lt, TMP_SUFFIX) && !strncmp(nm, SEG_PREFIX, strlen(SEG_PREFIX)));
         if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
@@ -498,7 +613,8 @@ static void *aligned_buf(size_t n) {
 }
 
 /* Walks the records of one segment file: reads each header (and with verify
- * the whole record), calls fn(ctx, off, bytes, status, rec) per record or bad
+ * the whole record, checking its MAC if key is set and the record carries one
+ * under that key's id), calls fn(ctx, off, bytes, status, rec) per record or bad
  * 4 KiB step. A bad header is stepped over one KVT_DISK_ALIGN at a time, so
  * the next intact record is found again; a record running past the end of the
  * file (a torn tail) is reported corrupt and ends the walk. buf is an aligned
@@ -507,8 +623,8 @@ static void *aligned_buf(size_t n) {
 typedef int (*scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                        const uint8_t *raw);
 
-static int scan_segment(int fd, uint64_t size, int verify, uint8_t *buf, uint8_t **vbuf, size_t *vcap, scan_fn fn,
-                        void *ctx) {
+static int scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
+                        size_t *vcap, scan_fn fn, void *ctx) {
     uint64_t off = 0;
     while (off + KVT_DISK_HEADER_FIXED <= size) {
         ssize_t n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
@@ -535,6 +651,9 @@ static int scan_segment(int fd, uint64_t size, int verify, uint8_t *buf, uint8_t
             ssize_t k = pread(fd, *vbuf, rec.record_bytes, (off_t)off);
             uint64_t want = rec.header_bytes + rec.stored_bytes;
             if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(*vbuf, (size_t)k, 1, &rec)) st = KVT_EFORMAT;
+            else if (key && (rec.flags & KVT_DISK_FLAG_MAC) && rec.key_id == key->id &&
+                     kvt_disk_record_check_mac(&rec, key->bytes))
+                st = KVT_EFORMAT;
             else raw = *vbuf;
         }
         int r = fn(ctx, off, rec.record_bytes, st, &rec, raw);
@@ -583,6 +702,11 @@ struct kvt_disk {
     uint32_t header_bytes;
     uint64_t rec_max; /* padded bytes of a raw record */
     int o_direct;
+    /* With p.mac: the directory's key, read (or made) at open and constant
+     * after, so both threads read it unlocked. key_state says whether records
+     * already on disk can be checked with it. */
+    mac_key key;
+    int key_state;
 
     pthread_mutex_t mu; /* guards everything below that the writer touches */
     pthread_cond_t cv_work, cv_idle;
@@ -624,6 +748,13 @@ struct kvt_disk {
     kvt_disk_stats st;
 };
 
+/* kvt_disk.key_state */
+enum {
+    KEY_NONE = 0, /* MAC off, or no key (read-only directory without one): MAC'd records are not trusted */
+    KEY_NEW,      /* made by this open (any MAC'd record already there was signed with a lost key) */
+    KEY_READ,     /* read from the key file */
+};
+
 kvt_disk_params kvt_disk_default_params(void) {
     kvt_disk_params p;
     memset(&p, 0, sizeof p);
@@ -634,6 +765,7 @@ kvt_disk_params kvt_disk_default_params(void) {
     p.queue_depth = KVT_DISK_QUEUE_DEFAULT;
     p.use_io_uring = 1;
     p.use_o_direct = 1;
+    p.mac = 1;
     return p;
 }
 
@@ -923,7 +1055,7 @@ static void write_block(kvt_disk *d, disk_qslot *q) {
         }
     }
     uint64_t bytes = record_encode(rec, d->p.block_tokens, codec, d->p.payload_bytes, stored, d->p.ns, q->hash,
-                                   q->parent);
+                                   q->parent, d->p.mac ? &d->key : NULL);
     int rc = 0;
     if (!d->head || d->head->bytes + bytes > d->p.segment_bytes) rc = rotate(d);
     if (rc) {
@@ -994,6 +1126,7 @@ typedef struct {
     kvt_disk *d;
     disk_seg *seg;
     uint64_t bad_run_end; /* end of the last bad 4 KiB run, to count a run once */
+    uint64_t no_mac, lost_key; /* with MAC on: records without one, and signed under a key we lack */
 } open_scan;
 
 static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
@@ -1014,6 +1147,16 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         d->st.foreign++;
         return 0;
     }
+    /* With MAC on, only records whose MAC can be checked at read are indexed;
+     * the MAC itself is checked when the payload is read (the scan reads
+     * headers only). Without MAC every CRC-valid record is taken. */
+    if (d->p.mac &&
+        (!(rec->flags & KVT_DISK_FLAG_MAC) || d->key_state == KEY_NONE || rec->key_id != d->key.id)) {
+        if (rec->flags & KVT_DISK_FLAG_MAC) o->lost_key++;
+        else o->no_mac++;
+        d->st.foreign++;
+        return 0;
+    }
     /* a later copy (reinsertion) supersedes an earlier one */
     rec_insert(d, rec->hash, rec->parent, rec->tokens, o->seg, off, (uint32_t)bytes);
     return 0;
@@ -1025,6 +1168,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     long n = list_segments(d->dir_fd, d->dir, 1, &ids);
     if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", d->dir, strerror((int)-n));
     uint8_t *buf = aligned_buf(SCAN_READ_BYTES);
+    uint64_t no_mac = 0, lost_key = 0;
     for (long i = 0; i < n; i++) {
         char nm[SEG_NAME_MAX];
         seg_name(nm, sizeof nm, ids[i]);
@@ -1043,9 +1187,19 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         s->bytes = (uint64_t)sb.st_size;
         segs_push(d, s);
         if (ignore_records) continue;
-        open_scan o = {d, s, UINT64_MAX};
-        scan_segment(fd, s->bytes, 0, buf, NULL, NULL, open_scan_fn, &o);
+        open_scan o = {d, s, UINT64_MAX, 0, 0};
+        scan_segment(fd, s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
+        no_mac += o.no_mac;
+        lost_key += o.lost_key;
     }
+    if (lost_key)
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
+                "was lost%s): they are misses",
+                d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
+    if (no_mac)
+        kvt_log(KVT_LOG_INFO, "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
+                d->dir, no_mac);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
     free(buf);
     free(ids);
@@ -1131,6 +1285,21 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         int wrc = write_header(d->dir_fd, d->dir, p->ns);
         if (wrc) disable_writes(d, wrc, "writing the header");
     }
+    if (p->mac) {
+        /* the key is made under the lock, so two openers never race to make it */
+        int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
+        if (!krc) krc = key_read(d->dir_fd, d->dir, geteuid(), &d->key);
+        if (krc == 0) {
+            d->key_state = KEY_READ;
+        } else if (krc == KVT_ENOTFOUND && !d->write_err) {
+            krc = key_create(d->dir_fd, d->dir, &d->key);
+            if (krc == 0) d->key_state = KEY_NEW;
+            else disable_writes(d, krc, "creating the key file"); /* no key: nothing can be written or trusted */
+        } else if (krc != KVT_ENOTFOUND) {
+            disk_free(d); /* a key someone else could read or have chosen: refuse the directory */
+            return krc;
+        }
+    }
 
     if (p->use_o_direct && !d->write_err) {
         int prc = probe_o_direct(d->dir_fd, d->dir);
@@ -1200,6 +1369,7 @@ static void disk_free(kvt_disk *d) {
     pthread_cond_destroy(&d->cv_idle);
     if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
     close(d->dir_fd);
+    sodium_memzero(&d->key, sizeof d->key);
     free(d->dir);
     free(d);
 }
@@ -1354,7 +1524,8 @@ static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
         return;
     }
     kvt_disk_record rec;
-    if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes) {
+    if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes ||
+        (d->p.mac && kvt_disk_record_check_mac(&rec, d->key.bytes))) {
         pl->status = 2;
         return;
     }
@@ -1550,12 +1721,13 @@ typedef struct {
     ZSTD_DCtx *zd;
     uint8_t *dec;
     size_t dec_cap;
+    const mac_key *key; /* verify checks MACs under it (scan_segment refuses a bad one) */
 } walk_ctx;
 
 static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                         const uint8_t *raw) {
     walk_ctx *w = ctx;
-    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec};
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE};
     if (status == 0 && raw) {
         kvt_disk_record full;
         kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
@@ -1566,8 +1738,12 @@ static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         }
         if (decode_with(w->zd, &full, w->dec, w->dec_cap)) info.status = KVT_EFORMAT;
     }
+    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)          ? KVT_DISK_MAC_NONE
+               : raw && w->key && rec->key_id == w->key->id ? KVT_DISK_MAC_OK
+                                                            : KVT_DISK_MAC_UNCHECKED;
     info.rec.tokens = NULL;
     info.rec.stored = NULL;
+    info.rec.raw = NULL;
     return w->fn(w->ctx, &info);
 }
 
@@ -1580,9 +1756,23 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
         close(dfd);
         return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
     }
+    /* verify checks MACs with the directory's key: its owner's, as the store would */
+    mac_key key;
+    int have_key = 0;
+    struct stat db;
+    if (verify && fstat(dfd, &db) == 0) {
+        int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
+        if (!krc) krc = key_read(dfd, dir, db.st_uid, &key);
+        if (krc && krc != KVT_ENOTFOUND) {
+            free(ids);
+            close(dfd);
+            return krc;
+        }
+        have_key = krc == 0;
+    }
     uint8_t *buf = aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
     size_t vcap = 0;
-    walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0};
+    walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0, have_key ? &key : NULL};
     int rc = 0;
     for (long i = 0; i < n && !rc; i++) {
         char nm[SEG_NAME_MAX];
@@ -1596,7 +1786,7 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
         }
         if (fstat(fd, &sb) == 0) {
             w.segment = nm;
-            rc = scan_segment(fd, (uint64_t)sb.st_size, verify, buf, &vbuf, &vcap, walk_scan_fn, &w);
+            rc = scan_segment(fd, (uint64_t)sb.st_size, verify, w.key, buf, &vbuf, &vcap, walk_scan_fn, &w);
         }
         close(fd);
     }
@@ -1606,6 +1796,7 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     free(vbuf);
     free(ids);
     close(dfd);
+    sodium_memzero(&key, sizeof key);
     return rc;
 }
 
@@ -1613,6 +1804,7 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
  * segment (or removes the segment when nothing is kept). */
 typedef struct {
     const kvt_hash128 *keep_ns;
+    const mac_key *key; /* NULL without a key file: MAC'd records are kept unchecked */
     kvt_hmap128 *seen;
     kvt_disk_gc_report *rep;
     int out_fd;
@@ -1633,7 +1825,9 @@ static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const
         g->dropped = 1;
         return 0;
     }
-    if (g->keep_ns && !kvt_hash128_eq(rec->ns, *g->keep_ns)) {
+    /* signed under a lost key: never usable again, like another namespace */
+    if ((g->keep_ns && !kvt_hash128_eq(rec->ns, *g->keep_ns)) ||
+        (g->key && (rec->flags & KVT_DISK_FLAG_MAC) && rec->key_id != g->key->id)) {
         g->rep->dropped_foreign++;
         g->dropped = 1;
         return 0;
@@ -1671,6 +1865,17 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
         close(dfd);
         return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
     }
+    /* with the key, a record whose MAC fails is dropped as corrupt; without
+     * one, MAC'd records are kept (the key may come back from a backup) */
+    mac_key key;
+    int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
+    if (!krc) krc = key_read(dfd, dir, geteuid(), &key);
+    if (krc && krc != KVT_ENOTFOUND) {
+        free(ids);
+        close(lock_fd);
+        close(dfd);
+        return krc;
+    }
     kvt_hmap128 seen;
     kvt_hmap128_init(&seen);
     uint8_t *buf = aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
@@ -1699,8 +1904,8 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
             close(fd);
             break;
         }
-        gc_ctx g = {keep_ns, &seen, rep, out, 0, 0, 0};
-        scan_segment(fd, (uint64_t)sb.st_size, 1, buf, &vbuf, &vcap, gc_scan_fn, &g);
+        gc_ctx g = {keep_ns, krc ? NULL : &key, &seen, rep, out, 0, 0, 0};
+        scan_segment(fd, (uint64_t)sb.st_size, 1, g.key, buf, &vbuf, &vcap, gc_scan_fn, &g);
         close(fd);
         if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
         if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
@@ -1728,6 +1933,7 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     free(ids);
     close(lock_fd);
     close(dfd);
+    sodium_memzero(&key, sizeof key);
     return rc;
 }
 
