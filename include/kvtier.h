@@ -135,6 +135,8 @@ typedef struct {
     uint64_t disk_bytes;     /* T2 budget (--kv-disk-size); the directory never exceeds it plus one segment */
     int disk_zstd;           /* compress T2 records with zstd (lossless) */
     int disk_admit_all;      /* write every evicted block to T2 (default: blocks seen at least twice) */
+    int disk_no_mac;         /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
+                                so whoever can write the directory can choose what is served (default: MAC on) */
     int write_through;       /* also write each new block to T2 as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;

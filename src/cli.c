@@ -121,6 +121,9 @@ void kvt_cli_cache_flags_help(FILE *f) {
                "  --kv-disk-zstd      compress disk records with zstd (lossless)\n"
                "  --kv-disk-admit-all write every block evicted from RAM to disk (default: only\n"
                "                      blocks seen at least twice)\n"
+               "  --kv-disk-no-mac    do not sign disk records with the directory's key (default: each\n"
+               "                      record carries a keyed MAC and a forged or altered one is never\n"
+               "                      served); CRCs still catch accidents\n"
                "  --write-through     write each new block to disk as soon as it is computed\n"
                "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
                "                      measured), always, never (default auto)\n");
@@ -136,6 +139,8 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
         cp->disk_zstd = 1;
     } else if (!strcmp(a, "--kv-disk-admit-all")) {
         cp->disk_admit_all = 1;
+    } else if (!strcmp(a, "--kv-disk-no-mac")) {
+        cp->disk_no_mac = 1;
     } else if (!strcmp(a, "--write-through")) {
         cp->write_through = 1;
     } else if (!strcmp(a, "--restore")) {

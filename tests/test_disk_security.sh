@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The cache directory is ours alone, checked through the CLI: symlinks planted
 # under every name kvtier writes (lock, header.tmp, .odirect-probe, stats.tmp,
-# a segment, a gc temp file) never lead a write outside it; a FIFO named like
+# a segment, a gc temp file) never lead a write outside it; the MAC key file is
+# 0600 and --kv-disk-no-mac works without one; a FIFO named like
 # a segment hangs nothing; a directory writable by others or owned by another
 # user is refused with a message that says why and how to fix it.
 set -u
@@ -37,6 +38,16 @@ check "restarted run equals a cold run" cmp -s "$TMP/cold.out" "$TMP/run2.out"
 t2=$(grep -m1 '\[1/3\]' "$TMP/run2.err" | sed -n 's/.*T2 \([0-9]*\)).*/\1/p')
 check "the restart is served from disk (T2 ${t2:-0} tokens)" test "${t2:-0}" -gt 0
 check "the victim is unchanged after the second run" intact
+
+check "the directory's MAC key file is 0600 ($(stat -c %a "$D/key" 2>/dev/null))" test "$(stat -c %a "$D/key" 2>/dev/null)" = 600
+
+# --kv-disk-no-mac: no key, records without a MAC, still served across a restart
+"${RUN[@]}" --kv-disk "$TMP/nomac" --kv-disk-no-mac > /dev/null 2>&1
+"${RUN[@]}" --kv-disk "$TMP/nomac" --kv-disk-no-mac --restore always > "$TMP/nomac.out" 2> "$TMP/nomac.err"
+check "--kv-disk-no-mac: a restart equals a cold run" cmp -s "$TMP/cold.out" "$TMP/nomac.out"
+t2=$(grep -m1 '\[1/3\]' "$TMP/nomac.err" | sed -n 's/.*T2 \([0-9]*\)).*/\1/p')
+check "--kv-disk-no-mac: served from disk (T2 ${t2:-0} tokens)" test "${t2:-0}" -gt 0
+check "--kv-disk-no-mac: no key file" test ! -e "$TMP/nomac/key"
 
 # cache gc writes seg-*.kvt.tmp for every segment it rewrites: plant links under those names
 for s in "$D"/seg-*.kvt; do [ -L "$s" ] || ln -sf "$TMP/victim" "$s.tmp"; done
