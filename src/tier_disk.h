@@ -58,11 +58,13 @@
  * signed under another key (the key file was lost; a new one is made), are
  * foreign: misses, never wrong output.
  * Cost: one BLAKE2b pass over each payload written and read, on one core.
- * bench_disk, 1 MiB blocks, O_DIRECT, on the 2-core dev VM (Debian's
- * libsodium 1.0.18 takes its SSE4.1 BLAKE2b path there, 0.5-0.8 GiB/s):
- * restore 0.49-0.63 GiB/s with the MAC against 0.83-1.09 without (0.52-0.61
- * of a sequential read, was 1.03-1.09); writes 0.32 against 0.63-0.76 GiB/s;
- * the header-only open scan is unchanged.
+ * bench_disk, 1 MiB blocks, O_DIRECT, 1 GiB cache, on the shared 2-core dev
+ * VM (Debian's libsodium 1.0.18 takes its non-AVX2 BLAKE2b path there: 0.5-0.8
+ * GiB/s), three interleaved runs of each: restore 490-632 MiB/s with the MAC
+ * against 659-1271 without; writes 256-329 against 512-825 MiB/s; verify
+ * 188-266 against 290-519 MiB/s; the header-only open scan is unchanged. The
+ * MAC is the restore bottleneck there: verifying on more cores, or AES-GMAC
+ * where AES-NI exists, would be the next step if that matters.
  *
  * Open scans record headers only (measured on a 2 GiB cache of 1 MiB records,
  * page cache dropped: 0.13 s for the header scan, 8 s for a full read and CRC
