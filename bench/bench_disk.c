@@ -2,7 +2,10 @@
  * filesystem against kvtier's restore (get_many of a request's blocks, cold:
  * O_DIRECT or page cache dropped), plus the open-time header scan and a full
  * verify of a large cache. Prints numbers and ratios; never pass/fail.
- * usage: bench_disk [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] */
+ * --no-mac measures records without the keyed MAC (--kv-disk-no-mac), to
+ * price the MAC against the default.
+ * usage: bench_disk [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered]
+ *                   [--no-mac] */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +90,7 @@ static int count_fn(void *ctx, const kvt_disk_walk_info *w) {
 int main(int argc, char **argv) {
     const char *dir = "bench/out/disk";
     size_t payload = 1 << 20;
-    int blocks = 64, sets = 8, scan_mib = 2048, zstd = 0, buffered = 0;
+    int blocks = 64, sets = 8, scan_mib = 2048, zstd = 0, buffered = 0, mac = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--payload-kib") && i + 1 < argc) payload = (size_t)atol(argv[++i]) << 10;
@@ -96,8 +99,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--scan-mib") && i + 1 < argc) scan_mib = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--zstd")) zstd = 1;
         else if (!strcmp(argv[i], "--buffered")) buffered = 1;
+        else if (!strcmp(argv[i], "--no-mac")) mac = 0;
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered]\n",
+            fprintf(stderr, "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] "
+                    "[--no-mac]\n",
                     argv[0]);
             return 2;
         }
@@ -117,6 +122,7 @@ int main(int argc, char **argv) {
     p.codec = zstd ? KVT_DISK_CODEC_ZSTD : KVT_DISK_CODEC_RAW;
     p.use_o_direct = !buffered;
     p.queue_depth = 8;
+    p.mac = mac;
     uint64_t total_blocks = (uint64_t)scan_mib * (1u << 20) / payload;
     if (total_blocks < (uint64_t)blocks * sets) total_blocks = (uint64_t)blocks * sets;
     kvt_hash128 *h = kvt_xmalloc(total_blocks * sizeof *h), *par = kvt_xmalloc(total_blocks * sizeof *par);
@@ -140,9 +146,10 @@ int main(int argc, char **argv) {
     double wt = kvt_now() - t0;
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);
-    printf("wrote %llu blocks of %zu KiB (%.0f MiB) in %.2f s: %.0f MiB/s; io_uring %d, O_DIRECT %d, zstd ratio %.2f\n",
+    printf("wrote %llu blocks of %zu KiB (%.0f MiB) in %.2f s: %.0f MiB/s; io_uring %d, O_DIRECT %d, zstd ratio %.2f, "
+           "MAC %s\n",
            (unsigned long long)total_blocks, payload >> 10, (double)st.bytes_written / MIB, wt,
-           (double)st.bytes_written / MIB / wt, st.io_uring, st.o_direct, st.compression_ratio);
+           (double)st.bytes_written / MIB / wt, st.io_uring, st.o_direct, st.compression_ratio, mac ? "on" : "off");
     kvt_disk_close(d);
 
     /* open-time header scan of the whole cache, page cache dropped */
@@ -181,8 +188,8 @@ int main(int argc, char **argv) {
     double v0 = kvt_now();
     kvt_disk_walk(dir, 1, count_fn, &c);
     double vt = kvt_now() - v0;
-    printf("full verify (read + CRC every record): %llu records, %.0f MiB in %.3f s: %.0f MiB/s\n",
-           (unsigned long long)c.records, (double)c.bytes / MIB, vt, (double)c.bytes / MIB / vt);
+    printf("full verify (read + CRC%s every record): %llu records, %.0f MiB in %.3f s: %.0f MiB/s\n",
+           mac ? " + MAC" : "", (unsigned long long)c.records, (double)c.bytes / MIB, vt, (double)c.bytes / MIB / vt);
     kvt_disk_clear(dir, NULL);
     free(h);
     free(par);

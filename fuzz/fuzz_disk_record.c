@@ -1,5 +1,5 @@
-/* Fuzz driver: the disk-tier record parser and decoder must reject any byte
- * string cleanly and never read outside it. Built for libFuzzer with clang
+/* Fuzz driver: the disk-tier record parser, MAC check and decoder must reject
+ * any byte string cleanly and never read outside it. Built for libFuzzer with clang
  * (-DKVT_FUZZ=ON) and, in every build, as a replay test over
  * fuzz/corpus/disk_record plus deterministic mutations. */
 #include <stddef.h>
@@ -11,6 +11,9 @@
 
 /* Decode at most this much: a declared length is attacker-controlled. */
 #define FUZZ_DECODE_MAX (4u << 20)
+/* The corpus records are signed with this key (KVT_DISK_KEY_BYTES of 'K'), so
+ * mutations reach both the matching and the failing MAC path. */
+#define FUZZ_KEY_BYTE 0x4b
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,6 +26,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcpy(&t, (const uint8_t *)r.tokens + 4 * i, 4);
             sink += (uint32_t)t;
         }
+    }
+    if (kvt_disk_record_parse(data, size, 1, &r) == 0) {
+        uint8_t key[KVT_DISK_KEY_BYTES];
+        memset(key, FUZZ_KEY_BYTE, sizeof key);
+        sink += (uint64_t)kvt_disk_record_check_mac(&r, key);
     }
     if (kvt_disk_record_parse(data, size, 1, &r) == 0 && r.payload_bytes <= FUZZ_DECODE_MAX) {
         uint8_t *out = malloc(r.payload_bytes);

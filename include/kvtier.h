@@ -157,6 +157,8 @@ typedef struct {
     double admit_live_s;     /* KVT_ADMIT_REUSED: blocks used this recently always go down (default 600) */
     uint32_t disk_put_wait_ms; /* back-pressure: how long a demotion waits for the disk writer before
                                   the block is dropped and counted (default 5000) */
+    int disk_no_mac;         /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
+                                so whoever can write the directory can choose what is served (default: MAC on) */
     int write_through;       /* also write each new block to T2 as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;

@@ -3,7 +3,7 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev)
+PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev libsodium-dev)
 # Tools the tests call, installed only when the command is missing: a machine may
 # already have them from elsewhere (e.g. a Node.js build that ships npm, which
 # Debian's npm package would conflict with).

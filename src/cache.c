@@ -176,6 +176,7 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
         dp.index = c->index;
         dp.codec = p->disk_zstd ? KVT_DISK_CODEC_ZSTD : KVT_DISK_CODEC_RAW;
         dp.put_wait_ms = p->disk_put_wait_ms;
+        dp.mac = !p->disk_no_mac;
         /* the namespace is the unsalted root: model, layout, dtype, B, numerics;
          * tenants are kept apart by their salted keys */
         if (!(rc = kvt_cache_root(c, NULL, 0, &dp.ns))) {

@@ -128,6 +128,9 @@ void kvt_cli_cache_flags_help(FILE *f) {
                "  --kv-disk-admit-all same as --kv-disk-admit all\n"
                "  --kv-disk-wait-ms MS  back-pressure: how long eviction waits for the disk writer\n"
                "                      before a block is dropped and counted (default 5000)\n"
+               "  --kv-disk-no-mac    do not sign disk records with the directory's key (default: each\n"
+               "                      record carries a keyed MAC and a forged or altered one is never\n"
+               "                      served); CRCs still catch accidents\n"
                "  --write-through     write each new block to disk as soon as it is computed\n"
                "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
                "                      measured), always, never (default auto)\n");
@@ -168,6 +171,8 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
             return -1;
         }
         cp->disk_put_wait_ms = (uint32_t)ms;
+    } else if (!strcmp(a, "--kv-disk-no-mac")) {
+        cp->disk_no_mac = 1;
     } else if (!strcmp(a, "--write-through")) {
         cp->write_through = 1;
     } else if (!strcmp(a, "--restore")) {

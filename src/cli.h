@@ -52,7 +52,7 @@ long kvt_cli_default_ctx(long n_ctx_train);
 void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_t session_tokens);
 
 /* The disk-tier flags shared by run and serve: --kv-disk, --kv-disk-size,
- * --kv-disk-zstd, --kv-disk-admit-all, --write-through, --restore. If argv[*i]
+ * --kv-disk-zstd, --kv-disk-admit-all, --kv-disk-no-mac, --write-through, --restore. If argv[*i]
  * is one of them, stores it in cp (advancing *i past a value) and returns 1;
  * returns 0 for other arguments and -1 (after printing why) for a bad value. */
 int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp);

@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "  stats    segment files, bytes, records (valid / corrupt / other format), usage per namespace,\n"
             "           and lifetime counters: disk hit rate of prompt blocks, writes, drops, I/O\n"
             "  ls       one line per record: segment, offset, bytes, namespace, hash, parent, B, codec, sizes\n"
-            "  verify   read every record and check its CRC (and decode it); exit status 1 if any is bad\n"
+            "  verify   read every record and check its CRC and its MAC under the directory's key file (and\n"
+            "           decode it); exit status 1 if any is bad, or carries a MAC that cannot be checked\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
@@ -57,6 +58,8 @@ typedef struct {
 
 typedef struct {
     uint64_t records, valid, corrupt, foreign, bytes, payload, stored;
+    int verify;
+    uint64_t mac_ok, no_mac, unverified; /* verify: MAC checked, absent, present but no key to check it */
     ns_usage ns[MAX_NAMESPACES];
     size_t n_ns, ns_overflow;
     /* ls */
@@ -66,14 +69,16 @@ typedef struct {
     int progress;
     double last;
     uint64_t total_bytes;
-    const char *last_segment;
+    char last_segment[64]; /* a copy: the walk reuses its name buffer for every segment */
     uint64_t segments;
 } walk_state;
 
 static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     walk_state *s = ctx;
-    if (!s->last_segment || strcmp(s->last_segment, w->segment)) s->segments++;
-    s->last_segment = w->segment;
+    if (strcmp(s->last_segment, w->segment)) {
+        s->segments++;
+        snprintf(s->last_segment, sizeof s->last_segment, "%s", w->segment);
+    }
     s->bytes += w->bytes;
     if (w->status == KVT_EUNSUPPORTED) {
         s->foreign++;
@@ -84,6 +89,12 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
         if (s->ls) printf("%s %10" PRIu64 " %9" PRIu64 " CORRUPT\n", w->segment, w->offset, w->bytes);
         return 0;
     }
+    if (s->verify && w->mac == KVT_DISK_MAC_UNCHECKED) { /* no key file: cannot vouch for it */
+        s->unverified++;
+        return 0;
+    }
+    s->mac_ok += w->mac == KVT_DISK_MAC_OK;
+    s->no_mac += w->mac == KVT_DISK_MAC_NONE;
     s->records++;
     s->valid++;
     s->payload += w->rec.payload_bytes;
@@ -102,10 +113,11 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     if (s->ls && (!s->limit || s->printed < s->limit)) {
         s->printed++;
         printf("%s %10" PRIu64 " %9" PRIu64 " ns=%016" PRIx64 "%016" PRIx64 " hash=%016" PRIx64 "%016" PRIx64
-               " parent=%016" PRIx64 "%016" PRIx64 " B=%u %s payload=%" PRIu64 " stored=%" PRIu64 "\n",
+               " parent=%016" PRIx64 "%016" PRIx64 " B=%u %s payload=%" PRIu64 " stored=%" PRIu64 " mac=%s\n",
                w->segment, w->offset, w->bytes, w->rec.ns.hi, w->rec.ns.lo, w->rec.hash.hi, w->rec.hash.lo,
                w->rec.parent.hi, w->rec.parent.lo, w->rec.block_tokens,
-               w->rec.codec == KVT_DISK_CODEC_ZSTD ? "zstd" : "raw", w->rec.payload_bytes, w->rec.stored_bytes);
+               w->rec.codec == KVT_DISK_CODEC_ZSTD ? "zstd" : "raw", w->rec.payload_bytes, w->rec.stored_bytes,
+               w->mac == KVT_DISK_MAC_NONE ? "no" : "yes");
     }
     if (s->progress) {
         double now = kvt_now();
@@ -176,6 +188,7 @@ int kvt_cmd_cache(int argc, char **argv) {
     if (!strcmp(cmd, "stats") || !strcmp(cmd, "ls") || !strcmp(cmd, "verify")) {
         int verify = !strcmp(cmd, "verify");
         s->ls = !strcmp(cmd, "ls");
+        s->verify = verify;
         s->limit = limit;
         if (verify) {
             kvt_disk_walk(dir, 0, size_fn, &s->total_bytes);
@@ -191,7 +204,15 @@ int kvt_cmd_cache(int argc, char **argv) {
             print_header(dir);
             printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->bytes / 1048576.0);
             printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid,
-                   s->corrupt, verify ? "corrupt (CRC, length or decode)" : "corrupt headers", s->foreign);
+                   s->corrupt, verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
+            if (verify) {
+                printf("MAC: %" PRIu64 " verified with the directory's key, %" PRIu64 " records without one", s->mac_ok,
+                       s->no_mac);
+                if (s->unverified)
+                    printf(", %" PRIu64 " that cannot be checked (no key file, or signed under another key): not valid",
+                           s->unverified);
+                printf("\n");
+            }
             if (s->stored)
                 printf("payload: %.1f MiB stored for %.1f MiB (compression ratio %.2f)\n", (double)s->stored / 1048576.0,
                        (double)s->payload / 1048576.0, (double)s->payload / (double)s->stored);
@@ -209,7 +230,7 @@ int kvt_cmd_cache(int argc, char **argv) {
                        lt.records_written, lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
                        (double)lt.bytes_written / 1048576.0);
             }
-            if (verify) rc = s->corrupt ? 1 : 0;
+            if (verify) rc = s->corrupt || s->unverified ? 1 : 0;
         }
     } else if (!strcmp(cmd, "gc")) {
         kvt_hash128 ns;
@@ -228,14 +249,15 @@ int kvt_cmd_cache(int argc, char **argv) {
         }
         kvt_disk_gc_report rep;
         int grc = kvt_disk_compact(dir, keep, &rep);
-        if (grc) {
+        if (grc) { /* refused (lock, ownership) or failed: no summary of work not done */
             fprintf(stderr, "kvtier cache: gc: %s\n", kvt_errmsg());
             rc = 1;
+        } else {
+            printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
+                   " duplicate; %.1f -> %.1f MiB\n",
+                   rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup,
+                   (double)rep.bytes_before / 1048576.0, (double)rep.bytes_after / 1048576.0);
         }
-        printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
-               " duplicate; %.1f -> %.1f MiB\n",
-               rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup, (double)rep.bytes_before / 1048576.0,
-               (double)rep.bytes_after / 1048576.0);
     } else if (!strcmp(cmd, "clear")) {
         uint64_t freed;
         if (kvt_disk_clear(dir, &freed)) {

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zstd.h>
 
 #include "common.h"
@@ -43,7 +44,9 @@ enum {
     RH_PARENT = 64,
     RH_HEADER_CRC = 80,
     RH_CRC = 84,
-    RH_RESERVED = 88,
+    RH_FLAGS = 88,
+    RH_KEY_ID = 92,
+    RH_MAC = 96,
     RH_TOKENS = KVT_DISK_HEADER_FIXED,
 };
 #define RH_CRC_FIELDS_BYTES 8 /* both CRC fields, read as zero while checksumming */
@@ -55,10 +58,16 @@ enum {
 #define PROBE_NAME ".odirect-probe"
 #define STATS_NAME "stats"          /* lifetime counters, text, rewritten atomically at close */
 #define STATS_TMP_NAME "stats.tmp"
+#define KEY_NAME "key"              /* the directory's MAC key: KVT_DISK_KEY_BYTES random bytes, 0600 */
+#define KEY_TMP_NAME "key.tmp"
 #define SEG_PREFIX "seg-"
 #define SEG_SUFFIX ".kvt"
 #define TMP_SUFFIX ".tmp"
 #define SEG_NAME_MAX 64
+#define TMP_NAME_MAX (SEG_NAME_MAX + sizeof TMP_SUFFIX)
+/* The directory and its files are ours alone (see dir_open). */
+#define DIR_MODE 0700
+#define FILE_MODE 0600
 #define HEADER_TEXT_MAX 256
 #define HEADER_TITLE "kvtier-disk-cache"
 /* Header reads during a scan: enough for the largest header (B = KVT_BLOCK_TOKENS_MAX). */
@@ -86,7 +95,12 @@ enum {
 #define DROP_LOG_FIRST 5
 #define DROP_LOG_EVERY 1000
 
-static_assert(RH_TOKENS == RH_RESERVED + 8, "record header layout");
+static_assert(RH_FLAGS == RH_CRC + 4 && RH_MAC == RH_KEY_ID + 4, "record header layout");
+static_assert(RH_TOKENS == RH_MAC + KVT_DISK_MAC_BYTES, "record header layout");
+static_assert(KVT_DISK_MAC_BYTES >= crypto_generichash_BYTES_MIN && KVT_DISK_MAC_BYTES <= crypto_generichash_BYTES_MAX,
+              "MAC length BLAKE2b can produce");
+static_assert(KVT_DISK_KEY_BYTES >= crypto_generichash_KEYBYTES_MIN && KVT_DISK_KEY_BYTES <= crypto_generichash_KEYBYTES_MAX,
+              "key length BLAKE2b accepts");
 static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
 
 static uint64_t align_up(uint64_t n) { return (n + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN; }
@@ -120,7 +134,41 @@ static uint32_t header_crc(const uint8_t *h, uint32_t header_bytes) {
     static const uint8_t zeros[RH_CRC_FIELDS_BYTES];
     uint32_t c = kvt_crc32c(0, h, RH_HEADER_CRC);
     c = kvt_crc32c(c, zeros, sizeof zeros);
-    return kvt_crc32c(c, h + RH_RESERVED, header_bytes - RH_RESERVED);
+    return kvt_crc32c(c, h + RH_FLAGS, header_bytes - RH_FLAGS);
+}
+
+/* Keyed BLAKE2b of a record: every header byte except the two CRCs and the
+ * MAC itself (so magic, version, codec, lengths, namespace, hash, parent,
+ * flags and token ids are all bound), then the stored payload. A record can
+ * then only be made by whoever holds the key, and a payload moved under
+ * another key, parent or token list no longer matches. */
+static void record_mac(const uint8_t *h, uint32_t header_bytes, const uint8_t *stored, uint64_t stored_bytes,
+                       const uint8_t key[KVT_DISK_KEY_BYTES], uint8_t out[KVT_DISK_MAC_BYTES]) {
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, key, KVT_DISK_KEY_BYTES, KVT_DISK_MAC_BYTES);
+    crypto_generichash_update(&st, h, RH_HEADER_CRC);
+    crypto_generichash_update(&st, h + RH_FLAGS, RH_MAC - RH_FLAGS);
+    crypto_generichash_update(&st, h + RH_TOKENS, header_bytes - RH_TOKENS);
+    crypto_generichash_update(&st, stored, stored_bytes);
+    crypto_generichash_final(&st, out, KVT_DISK_MAC_BYTES);
+}
+
+/* A directory's MAC key and its id. The id (a keyed hash of a constant: it
+ * says nothing about the key) is stored in every record, so a scan can tell a
+ * record signed under another key (the key file was lost: a miss) from a
+ * forged one (its MAC fails at read: corrupt) without reading payloads. */
+typedef struct {
+    uint8_t bytes[KVT_DISK_KEY_BYTES];
+    uint32_t id;
+} mac_key;
+
+#define KEY_ID_CONTEXT "kvtier disk key id"
+
+static void key_set_id(mac_key *k) {
+    uint8_t h[crypto_generichash_BYTES_MIN];
+    crypto_generichash(h, sizeof h, (const uint8_t *)KEY_ID_CONTEXT, sizeof KEY_ID_CONTEXT - 1, k->bytes,
+                       KVT_DISK_KEY_BYTES);
+    memcpy(&k->id, h, sizeof k->id);
 }
 
 /* ---- record format ----------------------------------------------------- */
@@ -158,7 +206,12 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
     out->crc = rd32(b + RH_CRC);
     uint32_t hc = header_crc(b, out->header_bytes);
     if (hc != out->header_crc) return kvt_fail(KVT_EFORMAT, "record header CRC mismatch");
-    if (rd64(b + RH_RESERVED) != 0) return kvt_fail(KVT_EFORMAT, "record header: reserved field set");
+    out->flags = rd32(b + RH_FLAGS);
+    out->key_id = rd32(b + RH_KEY_ID);
+    if ((out->flags & ~(uint32_t)KVT_DISK_FLAG_MAC) || (!(out->flags & KVT_DISK_FLAG_MAC) && out->key_id))
+        return kvt_fail(KVT_EFORMAT, "record header: unknown flags %08x, or a key id without a MAC", out->flags);
+    memcpy(out->mac, b + RH_MAC, KVT_DISK_MAC_BYTES);
+    out->raw = b;
     out->record_bytes = align_up(out->header_bytes + out->stored_bytes);
     out->ns = rdh(b + RH_NS);
     out->hash = rdh(b + RH_HASH);
@@ -189,11 +242,22 @@ static int decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_
 
 int kvt_disk_record_decode(const kvt_disk_record *r, void *out, size_t cap) { return decode_with(NULL, r, out, cap); }
 
+int kvt_disk_record_check_mac(const kvt_disk_record *r, const uint8_t key[KVT_DISK_KEY_BYTES]) {
+    if (!r->raw || !r->stored) return kvt_fail(KVT_EARG, "record payload not parsed");
+    if (!(r->flags & KVT_DISK_FLAG_MAC)) return kvt_fail(KVT_EFORMAT, "record carries no MAC");
+    uint8_t mac[KVT_DISK_MAC_BYTES];
+    record_mac(r->raw, r->header_bytes, r->stored, r->stored_bytes, key, mac);
+    if (sodium_memcmp(mac, r->mac, KVT_DISK_MAC_BYTES))
+        return kvt_fail(KVT_EFORMAT, "record MAC mismatch: altered, or written under another key");
+    return 0;
+}
+
 /* Writes a record header into h (header_bytes) for a stored payload at
- * h + header_bytes, and both CRCs. Returns the padded record length; zeroes
- * the padding. */
+ * h + header_bytes, its MAC under key (none when key is NULL), and both CRCs.
+ * Returns the padded record length; zeroes the padding. */
 static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
-                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent) {
+                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
+                              const mac_key *key) {
     uint32_t header_bytes = KVT_DISK_HEADER_FIXED + 4 * B;
     wr32(h + RH_MAGIC, KVT_DISK_MAGIC);
     wr16(h + RH_VERSION, KVT_DISK_FORMAT_VERSION);
@@ -205,7 +269,10 @@ static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
     wrh(h + RH_NS, ns);
     wrh(h + RH_HASH, hash);
     wrh(h + RH_PARENT, parent);
-    wr64(h + RH_RESERVED, 0);
+    wr32(h + RH_FLAGS, key ? KVT_DISK_FLAG_MAC : 0);
+    wr32(h + RH_KEY_ID, key ? key->id : 0);
+    memset(h + RH_MAC, 0, KVT_DISK_MAC_BYTES);
+    if (key) record_mac(h, header_bytes, h + header_bytes, stored_bytes, key->bytes, h + RH_MAC);
     uint32_t hc = header_crc(h, header_bytes);
     wr32(h + RH_HEADER_CRC, hc);
     wr32(h + RH_CRC, kvt_crc32c(hc, h + header_bytes, stored_bytes));
@@ -214,31 +281,142 @@ static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
     return total;
 }
 
-/* ---- directory: lock, header, segment names ---------------------------- */
+/* ---- directory: opened once, every file relative to it ------------------ */
 
-static void path_join(char *out, size_t cap, const char *dir, const char *name) {
-    snprintf(out, cap, "%s/%s", dir, name);
+/* How dir_open treats the directory. Writers (the store, gc, clear) must own
+ * it; readers (walk, header, lifetime) write nothing, so they may inspect
+ * another user's directory, but still never follow a link to reach it. */
+enum { DIR_READ = 0, DIR_OWNED = 1, DIR_CREATE = 2 };
+
+/* Creates the missing parents of path, 0700 like the cache directory itself;
+ * an existing parent is left as it is. A failure surfaces at the final mkdir. */
+static void mkdir_parents(const char *path) {
+    char *p = kvt_xstrdup(path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        (void)mkdir(p, DIR_MODE);
+        *s = '/';
+    }
+    free(p);
+}
+
+/* Opens the cache directory and returns its fd (or a negative error, with a
+ * message that says why and what to do). The last component is never followed
+ * through a symlink: a planted link would send every file we create elsewhere.
+ * Parents may be links (a home directory often is one). With DIR_CREATE the
+ * directory (and missing parents) is created 0700. With DIR_OWNED or
+ * DIR_CREATE a directory owned by another user, or writable by group or
+ * others, is refused with -EACCES: whoever can write it can plant links,
+ * FIFOs or forged records. */
+static int dir_open(const char *dir, int how) {
+    char path[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof path) return kvt_fail(-ENAMETOOLONG, "cache dir %s: path too long", dir);
+    memcpy(path, dir, n + 1);
+    /* "link/" resolves the link in spite of O_NOFOLLOW: drop trailing slashes */
+    while (n > 1 && path[n - 1] == '/') path[--n] = 0;
+    if (how == DIR_CREATE) {
+        mkdir_parents(path);
+        if (mkdir(path, DIR_MODE) && errno != EEXIST)
+            return kvt_fail(-errno, "cache dir %s: cannot create: %s", dir, strerror(errno));
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat lb;
+        if ((e == ELOOP || e == ENOTDIR) && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode))
+            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
+                            dir);
+        return kvt_fail(-e, "cache dir %s: cannot open: %s", dir, strerror(e));
+    }
+    if (how == DIR_READ) return fd;
+    struct stat sb;
+    if (fstat(fd, &sb)) {
+        int e = errno;
+        close(fd);
+        return kvt_fail(-e, "cache dir %s: cannot stat: %s", dir, strerror(e));
+    }
+    if (sb.st_uid != geteuid()) {
+        close(fd);
+        return kvt_fail(-EACCES,
+                        "cache dir %s belongs to uid %u, not to this user (uid %u): refusing it, since its owner could "
+                        "plant links or forged records there; use a directory of your own",
+                        dir, (unsigned)sb.st_uid, (unsigned)geteuid());
+    }
+    if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
+        close(fd);
+        return kvt_fail(-EACCES,
+                        "cache dir %s is writable by %s (mode %03o): refusing it, since they could plant links or "
+                        "forged records there; fix it with `chmod 700 %s`",
+                        dir, sb.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(sb.st_mode & 0777), dir);
+    }
+    return fd;
+}
+
+/* Opens an existing (or, with O_CREAT, possibly new) file of the directory
+ * dfd. Never through a symlink, and only a regular file: a FIFO would block a
+ * read forever, a device would be written to. O_NONBLOCK keeps the open of a
+ * FIFO from blocking; it is cleared again because io_uring turns it into
+ * -EAGAIN on reads that wait for the disk. O_DIRECT is likewise set only once
+ * the file is known to be regular (a FIFO refuses it at open with a vaguer
+ * error). A file opened for writing must have no other hard link (we would
+ * write into the other name's file too).
+ * Returns the fd, or -ELOOP (a link), -EINVAL (not a regular file, or linked
+ * elsewhere) or -errno, with a message naming the file. */
+static int file_open(int dfd, const char *dir, const char *name, int flags, mode_t mode) {
+    int fd = openat(dfd, name, (flags & ~O_DIRECT) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP) return kvt_fail(-ELOOP, "cache dir %s: %s is a symbolic link: not followed", dir, name);
+        return kvt_fail(-e, "cache dir %s: cannot open %s: %s", dir, name, strerror(e));
+    }
+    struct stat sb;
+    int e = 0;
+    if (fstat(fd, &sb)) e = -errno;
+    else if (!S_ISREG(sb.st_mode)) e = kvt_fail(-EINVAL, "cache dir %s: %s is not a regular file: not used", dir, name);
+    else if ((flags & O_ACCMODE) != O_RDONLY && sb.st_nlink > 1)
+        e = kvt_fail(-EINVAL, "cache dir %s: %s has other hard links: not written", dir, name);
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, (fl & ~O_NONBLOCK) | (flags & O_DIRECT))) e = -errno;
+    }
+    if (e) {
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+/* Creates the temporary name in dfd for writing, afresh: O_EXCL, so nothing
+ * already there (a stale temp from a crash, or a link planted under its name)
+ * is ever opened. The old entry is unlinked first; unlinkat removes a link
+ * itself, never its target. Returns the fd or a negative error. */
+static int tmp_create(int dfd, const char *dir, const char *name, int extra_flags) {
+    if (unlinkat(dfd, name, 0) && errno != ENOENT)
+        return kvt_fail(-errno, "cache dir %s: cannot remove the stale %s: %s", dir, name, strerror(errno));
+    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | extra_flags, FILE_MODE);
+    if (fd < 0) return kvt_fail(-errno, "cache dir %s: cannot create %s: %s", dir, name, strerror(errno));
+    return fd;
 }
 
 /* Takes the directory's exclusive lock. Returns the lock fd (>= 0), or a
  * negative error naming the holder. A directory where the lock file can be
  * neither created nor opened (read-only and never used) gets -1 with
  * *unlocked set: there is nothing a writer could corrupt. */
-static int lock_dir(const char *dir, int *unlocked) {
-    char path[PATH_MAX];
-    path_join(path, sizeof path, dir, LOCK_NAME);
+static int lock_dir(int dfd, const char *dir, int *unlocked) {
     *unlocked = 0;
     int writable = 1;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0 && (errno == EROFS || errno == EACCES)) {
+    int fd = file_open(dfd, dir, LOCK_NAME, O_RDWR | O_CREAT, FILE_MODE);
+    if (fd == -EROFS || fd == -EACCES) {
         writable = 0;
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT) {
+        fd = file_open(dfd, dir, LOCK_NAME, O_RDONLY, 0);
+        if (fd == -ENOENT) {
             *unlocked = 1;
             return -1;
         }
     }
-    if (fd < 0) return kvt_fail(-errno, "cache dir %s: cannot open %s: %s", dir, path, strerror(errno));
+    if (fd < 0) return fd; /* file_open said why */
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         char pid[32] = "?";
@@ -260,41 +438,32 @@ static int lock_dir(const char *dir, int *unlocked) {
     return fd;
 }
 
-static int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int rc = fsync(fd) ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 /* Header file: three text lines, replaced atomically (temp, fsync, rename). */
-static int write_header(const char *dir, kvt_hash128 ns) {
-    char tmp[PATH_MAX], path[PATH_MAX], text[HEADER_TEXT_MAX];
-    path_join(tmp, sizeof tmp, dir, HEADER_TMP_NAME);
-    path_join(path, sizeof path, dir, HEADER_NAME);
+static int write_header(int dfd, const char *dir, kvt_hash128 ns) {
+    char text[HEADER_TEXT_MAX];
     int n = snprintf(text, sizeof text, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
                      KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return -errno;
+    int fd = tmp_create(dfd, dir, HEADER_TMP_NAME, 0);
+    if (fd < 0) return fd;
     int rc = 0;
     if (write(fd, text, (size_t)n) != n) rc = errno ? -errno : -EIO;
     if (!rc && fsync(fd)) rc = -errno;
     close(fd);
-    if (!rc && rename(tmp, path)) rc = -errno;
+    if (!rc && renameat(dfd, HEADER_TMP_NAME, dfd, HEADER_NAME)) rc = -errno;
     if (rc) {
-        unlink(tmp);
+        unlinkat(dfd, HEADER_TMP_NAME, 0);
         return rc;
     }
-    fsync_dir(dir);
+    fsync(dfd);
     return 0;
 }
 
-int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
-    char path[PATH_MAX], text[HEADER_TEXT_MAX];
-    path_join(path, sizeof path, dir, HEADER_NAME);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? kvt_fail(KVT_ENOTFOUND, "%s: no header", dir) : -errno;
+static int read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns) {
+    char text[HEADER_TEXT_MAX];
+    int fd = file_open(dfd, dir, HEADER_NAME, O_RDONLY, 0);
+    if (fd == -ENOENT) return kvt_fail(KVT_ENOTFOUND, "%s: no header", dir);
+    if (fd == -ELOOP || fd == -EINVAL) return KVT_EFORMAT; /* a link or a FIFO is no header: rewritten */
+    if (fd < 0) return fd;
     ssize_t n = read(fd, text, sizeof text - 1);
     close(fd);
     if (n < 0) return -errno;
@@ -304,10 +473,70 @@ int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
     char title[sizeof HEADER_TITLE + 1];
     if (sscanf(text, "%18s version %u namespace %16" SCNx64 "%16" SCNx64, title, &v, &hi, &lo) != 4 ||
         strcmp(title, HEADER_TITLE))
-        return kvt_fail(KVT_EFORMAT, "%s: malformed header file", path);
+        return kvt_fail(KVT_EFORMAT, "%s/%s: malformed header file", dir, HEADER_NAME);
     *version = v;
     ns->hi = hi;
     ns->lo = lo;
+    return 0;
+}
+
+int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
+    int dfd = dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    int rc = read_header_at(dfd, dir, version, ns);
+    close(dfd);
+    return rc;
+}
+
+/* Reads the directory's MAC key. It must be a regular file of exactly
+ * KVT_DISK_KEY_BYTES, mode 0600, owned by owner (the directory's owner):
+ * anyone else who could write it could choose the key and forge records, and
+ * anyone who could read it could sign them. Returns 0, KVT_ENOTFOUND (no key
+ * file) or a negative error whose message says why and what to do. */
+static int key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
+    int fd = file_open(dfd, dir, KEY_NAME, O_RDONLY, 0);
+    if (fd == -ENOENT) return KVT_ENOTFOUND;
+    if (fd < 0) return fd;
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb)) rc = -errno;
+    else if (sb.st_uid != owner)
+        rc = kvt_fail(-EACCES,
+                      "cache dir %s: the key file belongs to uid %u, not to the directory's owner (uid %u): refusing "
+                      "it; remove it (records signed with it become misses)",
+                      dir, (unsigned)sb.st_uid, (unsigned)owner);
+    else if ((sb.st_mode & 07777) != FILE_MODE)
+        rc = kvt_fail(-EACCES,
+                      "cache dir %s: the key file has mode %03o, not 600: refusing it, since others could read or "
+                      "change it; fix it with `chmod 600 %s/%s`",
+                      dir, (unsigned)(sb.st_mode & 07777), dir, KEY_NAME);
+    else if (sb.st_size != KVT_DISK_KEY_BYTES || read(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES)
+        rc = kvt_fail(KVT_EFORMAT,
+                      "cache dir %s: the key file is not %d bytes: refusing it; remove it (records signed with it "
+                      "become misses)",
+                      dir, KVT_DISK_KEY_BYTES);
+    close(fd);
+    if (!rc) key_set_id(key);
+    return rc;
+}
+
+/* Creates the directory's key: random bytes into a temp file (O_EXCL, 0600,
+ * fsync'd), then linked to its name only if the name is free (linkat never
+ * replaces), so a crash leaves no key or a whole one. Lock held. */
+static int key_create(int dfd, const char *dir, mac_key *key) {
+    int fd = tmp_create(dfd, dir, KEY_TMP_NAME, 0);
+    if (fd < 0) return fd;
+    randombytes_buf(key->bytes, KVT_DISK_KEY_BYTES);
+    key_set_id(key);
+    int rc = 0;
+    if (fchmod(fd, FILE_MODE)) rc = -errno; /* a umask may have narrowed it; key_read wants 0600 exactly */
+    else if (write(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES) rc = errno ? -errno : -EIO;
+    else if (fsync(fd)) rc = -errno;
+    close(fd);
+    if (!rc && linkat(dfd, KEY_TMP_NAME, dfd, KEY_NAME, 0)) rc = -errno;
+    unlinkat(dfd, KEY_TMP_NAME, 0);
+    if (rc) return kvt_fail(rc, "cache dir %s: cannot create the key file: %s", dir, strerror(-rc));
+    fsync(dfd);
     return 0;
 }
 
@@ -335,10 +564,24 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Segment ids in dir, ascending. warn_foreign logs each unknown file.
- * Returns the count (>= 0) and *ids (caller frees), or -errno. */
-static long list_segments(const char *dir, int warn_foreign, uint64_t **ids) {
-    DIR *dh = opendir(dir);
+/* A fresh directory stream over dfd (its own file description, so listings
+ * never share a read position). NULL with errno set on failure. */
+static DIR *dir_list(int dfd) {
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    DIR *dh = fdopendir(fd);
+    if (!dh) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return dh;
+}
+
+/* Segment ids in the directory dfd, ascending. warn_foreign logs each unknown
+ * file. Returns the count (>= 0) and *ids (caller frees), or -errno. */
+static long list_segments(int dfd, const char *dir, int warn_foreign, uint64_t **ids) {
+    DIR *dh = dir_list(dfd);
     *ids = NULL;
     if (!dh) return -errno;
     size_t n = 0, cap = 0;
@@ -357,7 +600,7 @@ static long list_segments(const char *dir, int warn_foreign, uint64_t **ids) {
         size_t len = strlen(nm), lt = strlen(TMP_SUFFIX);
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
                     !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
-                    !strcmp(nm, STATS_TMP_NAME) ||
+                    !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
                     (len > lt && !strcmp(nm + len - lt, TMP_SUFFIX) && !strncmp(nm, SEG_PREFIX, strlen(SEG_PREFIX)));
         if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
@@ -376,7 +619,8 @@ static void *aligned_buf(size_t n) {
 }
 
 /* Walks the records of one segment file: reads each header (and with verify
- * the whole record), calls fn(ctx, off, bytes, status, rec) per record or bad
+ * the whole record, checking its MAC if key is set and the record carries one
+ * under that key's id), calls fn(ctx, off, bytes, status, rec) per record or bad
  * 4 KiB step. A bad header is stepped over one KVT_DISK_ALIGN at a time, so
  * the next intact record is found again; a record running past the end of the
  * file (a torn tail) is reported corrupt and ends the walk. buf is an aligned
@@ -385,8 +629,8 @@ static void *aligned_buf(size_t n) {
 typedef int (*scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                        const uint8_t *raw);
 
-static int scan_segment(int fd, uint64_t size, int verify, uint8_t *buf, uint8_t **vbuf, size_t *vcap, scan_fn fn,
-                        void *ctx) {
+static int scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
+                        size_t *vcap, scan_fn fn, void *ctx) {
     uint64_t off = 0;
     while (off + KVT_DISK_HEADER_FIXED <= size) {
         ssize_t n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
@@ -413,6 +657,9 @@ static int scan_segment(int fd, uint64_t size, int verify, uint8_t *buf, uint8_t
             ssize_t k = pread(fd, *vbuf, rec.record_bytes, (off_t)off);
             uint64_t want = rec.header_bytes + rec.stored_bytes;
             if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(*vbuf, (size_t)k, 1, &rec)) st = KVT_EFORMAT;
+            else if (key && (rec.flags & KVT_DISK_FLAG_MAC) && rec.key_id == key->id &&
+                     kvt_disk_record_check_mac(&rec, key->bytes))
+                st = KVT_EFORMAT;
             else raw = *vbuf;
         }
         int r = fn(ctx, off, rec.record_bytes, st, &rec, raw);
@@ -457,10 +704,16 @@ typedef struct {
 struct kvt_disk {
     kvt_disk_params p;
     char *dir;
+    int dir_fd; /* every file is opened relative to it, never by path */
     int lock_fd;
     uint32_t header_bytes;
     uint64_t rec_max; /* padded bytes of a raw record */
     int o_direct;
+    /* With p.mac: the directory's key, read (or made) at open and constant
+     * after, so both threads read it unlocked. key_state says whether records
+     * already on disk can be checked with it. */
+    mac_key key;
+    int key_state;
 
     pthread_mutex_t mu; /* guards everything below that the writer touches */
     pthread_cond_t cv_work, cv_idle, cv_room; /* cv_room: a queue slot was freed (monotonic clock) */
@@ -503,6 +756,13 @@ struct kvt_disk {
     kvt_disk_stats st;
 };
 
+/* kvt_disk.key_state */
+enum {
+    KEY_NONE = 0, /* MAC off, or no key (read-only directory without one): MAC'd records are not trusted */
+    KEY_NEW,      /* made by this open (any MAC'd record already there was signed with a lost key) */
+    KEY_READ,     /* read from the key file */
+};
+
 kvt_disk_params kvt_disk_default_params(void) {
     kvt_disk_params p;
     memset(&p, 0, sizeof p);
@@ -514,13 +774,8 @@ kvt_disk_params kvt_disk_default_params(void) {
     p.put_wait_ms = KVT_DISK_PUT_WAIT_MS_DEFAULT;
     p.use_io_uring = 1;
     p.use_o_direct = 1;
+    p.mac = 1;
     return p;
-}
-
-static void seg_path(const kvt_disk *d, char *out, size_t cap, uint64_t id) {
-    char nm[SEG_NAME_MAX];
-    seg_name(nm, sizeof nm, id);
-    path_join(out, cap, d->dir, nm);
 }
 
 /* Drops one reference; closes and frees a reclaimed segment with its last. mu held. */
@@ -685,10 +940,10 @@ static size_t reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves, 
                 d->st.evicted++;
             }
         }
-        char path[PATH_MAX];
-        seg_path(d, path, sizeof path, v->id);
-        if (unlink(path) && errno != ENOENT)
-            kvt_log(KVT_LOG_WARN, "disk tier: cannot remove %s: %s", path, strerror(errno));
+        char nm[SEG_NAME_MAX];
+        seg_name(nm, sizeof nm, v->id);
+        if (unlinkat(d->dir_fd, nm, 0) && errno != ENOENT)
+            kvt_log(KVT_LOG_WARN, "disk tier %s: cannot remove %s: %s", d->dir, nm, strerror(errno));
         used -= v->bytes;
         v->dead = 1;
         v->refs++;
@@ -727,9 +982,11 @@ static int rotate(kvt_disk *d) {
     int rc = 0;
     disk_seg *s = kvt_xcalloc(1, sizeof *s);
     s->id = d->next_seg_id++;
-    char path[PATH_MAX];
-    seg_path(d, path, sizeof path, s->id);
-    s->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (d->o_direct ? O_DIRECT : 0), 0644);
+    char nm[SEG_NAME_MAX];
+    seg_name(nm, sizeof nm, s->id);
+    /* O_EXCL: a new name, never an existing file or a link planted under it */
+    s->fd = openat(d->dir_fd, nm, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (d->o_direct ? O_DIRECT : 0),
+                   FILE_MODE);
     if (s->fd < 0) {
         rc = -errno;
         free(s);
@@ -819,7 +1076,7 @@ static void write_block(kvt_disk *d, disk_qslot *q) {
         }
     }
     uint64_t bytes = record_encode(rec, d->p.block_tokens, codec, d->p.payload_bytes, stored, d->p.ns, q->hash,
-                                   q->parent);
+                                   q->parent, d->p.mac ? &d->key : NULL);
     int rc = 0;
     if (!d->head || d->head->bytes + bytes > d->p.segment_bytes) rc = rotate(d);
     if (rc) {
@@ -873,11 +1130,9 @@ static void *writer_main(void *arg) {
 /* ---- open ---------------------------------------------------------------- */
 
 /* Tries O_DIRECT in dir: an aligned write and read of one block. */
-static int probe_o_direct(const char *dir) {
-    char path[PATH_MAX];
-    path_join(path, sizeof path, dir, PROBE_NAME);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd < 0) return -errno;
+static int probe_o_direct(int dfd, const char *dir) {
+    int fd = tmp_create(dfd, dir, PROBE_NAME, O_DIRECT);
+    if (fd < 0) return fd;
     uint8_t *b = aligned_buf(KVT_DISK_ALIGN);
     memset(b, 0, KVT_DISK_ALIGN);
     int rc = 0;
@@ -885,7 +1140,7 @@ static int probe_o_direct(const char *dir) {
         rc = errno ? -errno : -EIO;
     free(b);
     close(fd);
-    unlink(path);
+    unlinkat(dfd, PROBE_NAME, 0);
     return rc;
 }
 
@@ -893,6 +1148,7 @@ typedef struct {
     kvt_disk *d;
     disk_seg *seg;
     uint64_t bad_run_end; /* end of the last bad 4 KiB run, to count a run once */
+    uint64_t no_mac, lost_key; /* with MAC on: records without one, and signed under a key we lack */
 } open_scan;
 
 static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
@@ -913,6 +1169,16 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         d->st.foreign++;
         return 0;
     }
+    /* With MAC on, only records whose MAC can be checked at read are indexed;
+     * the MAC itself is checked when the payload is read (the scan reads
+     * headers only). Without MAC every CRC-valid record is taken. */
+    if (d->p.mac &&
+        (!(rec->flags & KVT_DISK_FLAG_MAC) || d->key_state == KEY_NONE || rec->key_id != d->key.id)) {
+        if (rec->flags & KVT_DISK_FLAG_MAC) o->lost_key++;
+        else o->no_mac++;
+        d->st.foreign++;
+        return 0;
+    }
     /* a later copy (reinsertion) supersedes an earlier one */
     rec_insert(d, rec->hash, rec->parent, rec->tokens, o->seg, off, (uint32_t)bytes);
     return 0;
@@ -921,16 +1187,18 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
 /* Opens every existing segment and indexes its records. */
 static int scan_dir(kvt_disk *d, int ignore_records) {
     uint64_t *ids;
-    long n = list_segments(d->dir, 1, &ids);
+    long n = list_segments(d->dir_fd, d->dir, 1, &ids);
     if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", d->dir, strerror((int)-n));
     uint8_t *buf = aligned_buf(SCAN_READ_BYTES);
+    uint64_t no_mac = 0, lost_key = 0;
     for (long i = 0; i < n; i++) {
-        char path[PATH_MAX];
-        seg_path(d, path, sizeof path, ids[i]);
-        int fd = open(path, O_RDONLY | O_CLOEXEC | (d->o_direct ? O_DIRECT : 0));
+        char nm[SEG_NAME_MAX];
+        seg_name(nm, sizeof nm, ids[i]);
+        /* a link or a FIFO under a segment's name is skipped, never followed or waited on */
+        int fd = file_open(d->dir_fd, d->dir, nm, O_RDONLY | (d->o_direct ? O_DIRECT : 0), 0);
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb)) {
-            kvt_log(KVT_LOG_WARN, "disk tier: cannot open %s: %s", path, strerror(errno));
+            kvt_log(KVT_LOG_WARN, "%s", fd < 0 ? kvt_errmsg() : strerror(errno));
             d->st.read_errors++;
             if (fd >= 0) close(fd);
             continue;
@@ -941,9 +1209,19 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         s->bytes = (uint64_t)sb.st_size;
         segs_push(d, s);
         if (ignore_records) continue;
-        open_scan o = {d, s, UINT64_MAX};
-        scan_segment(fd, s->bytes, 0, buf, NULL, NULL, open_scan_fn, &o);
+        open_scan o = {d, s, UINT64_MAX, 0, 0};
+        scan_segment(fd, s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
+        no_mac += o.no_mac;
+        lost_key += o.lost_key;
     }
+    if (lost_key)
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
+                "was lost%s): they are misses",
+                d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
+    if (no_mac)
+        kvt_log(KVT_LOG_INFO, "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
+                d->dir, no_mac);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
     free(buf);
     free(ids);
@@ -974,16 +1252,20 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         return kvt_fail(KVT_EARG, "disk tier: size %llu must hold at least two %llu-byte segments",
                         (unsigned long long)p->size_bytes, (unsigned long long)p->segment_bytes);
 
-    if (mkdir(p->dir, 0755) && errno != EEXIST)
-        return kvt_fail(-errno, "cache dir %s: cannot create: %s", p->dir, strerror(errno));
+    int dfd = dir_open(p->dir, DIR_CREATE);
+    if (dfd < 0) return dfd;
     int unlocked;
-    int lock_fd = lock_dir(p->dir, &unlocked);
-    if (lock_fd < 0 && !unlocked) return lock_fd;
+    int lock_fd = lock_dir(dfd, p->dir, &unlocked);
+    if (lock_fd < 0 && !unlocked) {
+        close(dfd);
+        return lock_fd;
+    }
 
     kvt_disk *d = kvt_xcalloc(1, sizeof *d);
     d->p = *p;
     d->dir = kvt_xstrdup(p->dir);
     d->p.dir = d->dir;
+    d->dir_fd = dfd;
     d->lock_fd = lock_fd;
     d->header_bytes = hb;
     d->rec_max = rec_max;
@@ -1007,7 +1289,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
      * are reclaimed oldest-first) and the header is rewritten for ours. */
     uint32_t version = KVT_DISK_FORMAT_VERSION;
     kvt_hash128 hns = p->ns;
-    int hrc = kvt_disk_read_header(d->dir, &version, &hns);
+    int hrc = read_header_at(d->dir_fd, d->dir, &version, &hns);
     int ignore_records = 0, need_header = hrc != 0;
     if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
     if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
@@ -1024,15 +1306,30 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     }
     if (unlocked) {
         disable_writes(d, -EROFS, "creating the lock file");
-    } else if (access(d->dir, W_OK) != 0) {
+    } else if (faccessat(d->dir_fd, ".", W_OK, 0) != 0) {
         disable_writes(d, -errno, "opening the directory for writing");
     } else if (need_header) {
-        int wrc = write_header(d->dir, p->ns);
+        int wrc = write_header(d->dir_fd, d->dir, p->ns);
         if (wrc) disable_writes(d, wrc, "writing the header");
+    }
+    if (p->mac) {
+        /* the key is made under the lock, so two openers never race to make it */
+        int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
+        if (!krc) krc = key_read(d->dir_fd, d->dir, geteuid(), &d->key);
+        if (krc == 0) {
+            d->key_state = KEY_READ;
+        } else if (krc == KVT_ENOTFOUND && !d->write_err) {
+            krc = key_create(d->dir_fd, d->dir, &d->key);
+            if (krc == 0) d->key_state = KEY_NEW;
+            else disable_writes(d, krc, "creating the key file"); /* no key: nothing can be written or trusted */
+        } else if (krc != KVT_ENOTFOUND) {
+            disk_free(d); /* a key someone else could read or have chosen: refuse the directory */
+            return krc;
+        }
     }
 
     if (p->use_o_direct && !d->write_err) {
-        int prc = probe_o_direct(d->dir);
+        int prc = probe_o_direct(d->dir_fd, d->dir);
         d->o_direct = prc == 0;
         if (prc)
             kvt_log(KVT_LOG_INFO, "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
@@ -1099,6 +1396,8 @@ static void disk_free(kvt_disk *d) {
     pthread_cond_destroy(&d->cv_idle);
     pthread_cond_destroy(&d->cv_room);
     if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
+    close(d->dir_fd);
+    sodium_memzero(&d->key, sizeof d->key);
     free(d->dir);
     free(d);
 }
@@ -1115,12 +1414,15 @@ void kvt_disk_note_lookup(kvt_disk *d, uint64_t blocks, uint64_t hits) {
     X(sessions) X(lookup_blocks) X(lookup_hits) X(reads) X(read_misses) X(records_written)         \
     X(writes_dropped) X(corrupt) X(bytes_read) X(bytes_written) X(evicted)
 
-int kvt_disk_read_lifetime(const char *dir, kvt_disk_lifetime *out) {
+static int read_lifetime_at(int dfd, const char *dir, kvt_disk_lifetime *out) {
     memset(out, 0, sizeof *out);
-    char path[PATH_MAX];
-    path_join(path, sizeof path, dir, STATS_NAME);
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? KVT_ENOTFOUND : -errno;
+    int fd = file_open(dfd, dir, STATS_NAME, O_RDONLY, 0);
+    if (fd < 0) return fd == -ENOENT ? KVT_ENOTFOUND : fd;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return -ENOMEM;
+    }
     char name[64];
     unsigned long long v;
     while (fscanf(f, "%63s %llu", name, &v) == 2) {
@@ -1132,11 +1434,20 @@ int kvt_disk_read_lifetime(const char *dir, kvt_disk_lifetime *out) {
     return 0;
 }
 
+int kvt_disk_read_lifetime(const char *dir, kvt_disk_lifetime *out) {
+    memset(out, 0, sizeof *out);
+    int dfd = dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    int rc = read_lifetime_at(dfd, dir, out);
+    close(dfd);
+    return rc;
+}
+
 /* Adds this session's counters to the lifetime file (temp, fsync, rename).
  * Best effort: a read-only or full directory keeps the old file. */
 static void write_lifetime(kvt_disk *d) {
     kvt_disk_lifetime t;
-    kvt_disk_read_lifetime(d->dir, &t);
+    read_lifetime_at(d->dir_fd, d->dir, &t);
     t.sessions++;
     t.lookup_blocks += d->lookup_blocks;
     t.lookup_hits += d->lookup_hits;
@@ -1148,18 +1459,21 @@ static void write_lifetime(kvt_disk *d) {
     t.bytes_read += d->st.bytes_read;
     t.bytes_written += d->st.bytes_written;
     t.evicted += d->st.evicted;
-    char tmp[PATH_MAX], path[PATH_MAX];
-    path_join(tmp, sizeof tmp, d->dir, STATS_TMP_NAME);
-    path_join(path, sizeof path, d->dir, STATS_NAME);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return;
+    int fd = tmp_create(d->dir_fd, d->dir, STATS_TMP_NAME, 0);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlinkat(d->dir_fd, STATS_TMP_NAME, 0);
+        return;
+    }
 #define WRITE_FIELD(F) fprintf(f, "%s %llu\n", #F, (unsigned long long)t.F);
     LIFETIME_FIELDS(WRITE_FIELD)
 #undef WRITE_FIELD
     int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0) fsync_dir(d->dir);
-    else unlink(tmp);
+    if (ok && renameat(d->dir_fd, STATS_TMP_NAME, d->dir_fd, STATS_NAME) == 0) fsync(d->dir_fd);
+    else unlinkat(d->dir_fd, STATS_TMP_NAME, 0);
 }
 
 void kvt_disk_close(kvt_disk *d) {
@@ -1299,7 +1613,8 @@ static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
         return;
     }
     kvt_disk_record rec;
-    if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes) {
+    if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes ||
+        (d->p.mac && kvt_disk_record_check_mac(&rec, d->key.bytes))) {
         pl->status = 2;
         return;
     }
@@ -1512,12 +1827,13 @@ typedef struct {
     ZSTD_DCtx *zd;
     uint8_t *dec;
     size_t dec_cap;
+    const mac_key *key; /* verify checks MACs under it (scan_segment refuses a bad one) */
 } walk_ctx;
 
 static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                         const uint8_t *raw) {
     walk_ctx *w = ctx;
-    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec};
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE};
     if (status == 0 && raw) {
         kvt_disk_record full;
         kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
@@ -1528,29 +1844,55 @@ static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         }
         if (decode_with(w->zd, &full, w->dec, w->dec_cap)) info.status = KVT_EFORMAT;
     }
+    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)          ? KVT_DISK_MAC_NONE
+               : raw && w->key && rec->key_id == w->key->id ? KVT_DISK_MAC_OK
+                                                            : KVT_DISK_MAC_UNCHECKED;
     info.rec.tokens = NULL;
     info.rec.stored = NULL;
+    info.rec.raw = NULL;
     return w->fn(w->ctx, &info);
 }
 
 int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx) {
+    int dfd = dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
     uint64_t *ids;
-    long n = list_segments(dir, 0, &ids);
-    if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    long n = list_segments(dfd, dir, 0, &ids);
+    if (n < 0) {
+        close(dfd);
+        return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    }
+    /* verify checks MACs with the directory's key: its owner's, as the store would */
+    mac_key key;
+    int have_key = 0;
+    struct stat db;
+    if (verify && fstat(dfd, &db) == 0) {
+        int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
+        if (!krc) krc = key_read(dfd, dir, db.st_uid, &key);
+        if (krc && krc != KVT_ENOTFOUND) {
+            free(ids);
+            close(dfd);
+            return krc;
+        }
+        have_key = krc == 0;
+    }
     uint8_t *buf = aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
     size_t vcap = 0;
-    walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0};
+    walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0, have_key ? &key : NULL};
     int rc = 0;
     for (long i = 0; i < n && !rc; i++) {
-        char nm[SEG_NAME_MAX], path[PATH_MAX];
+        char nm[SEG_NAME_MAX];
         seg_name(nm, sizeof nm, ids[i]);
-        path_join(path, sizeof path, dir, nm);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = file_open(dfd, dir, nm, O_RDONLY, 0);
         struct stat sb;
-        if (fd < 0) continue; /* reclaimed meanwhile */
+        if (fd == -ENOENT) continue; /* reclaimed meanwhile */
+        if (fd < 0) {                /* a link or a FIFO: skipped, never followed or waited on */
+            kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+            continue;
+        }
         if (fstat(fd, &sb) == 0) {
             w.segment = nm;
-            rc = scan_segment(fd, (uint64_t)sb.st_size, verify, buf, &vbuf, &vcap, walk_scan_fn, &w);
+            rc = scan_segment(fd, (uint64_t)sb.st_size, verify, w.key, buf, &vbuf, &vcap, walk_scan_fn, &w);
         }
         close(fd);
     }
@@ -1559,6 +1901,8 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     free(buf);
     free(vbuf);
     free(ids);
+    close(dfd);
+    sodium_memzero(&key, sizeof key);
     return rc;
 }
 
@@ -1566,6 +1910,7 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
  * segment (or removes the segment when nothing is kept). */
 typedef struct {
     const kvt_hash128 *keep_ns;
+    const mac_key *key; /* NULL without a key file: MAC'd records are kept unchecked */
     kvt_hmap128 *seen;
     kvt_disk_gc_report *rep;
     int out_fd;
@@ -1586,7 +1931,9 @@ static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const
         g->dropped = 1;
         return 0;
     }
-    if (g->keep_ns && !kvt_hash128_eq(rec->ns, *g->keep_ns)) {
+    /* signed under a lost key: never usable again, like another namespace */
+    if ((g->keep_ns && !kvt_hash128_eq(rec->ns, *g->keep_ns)) ||
+        (g->key && (rec->flags & KVT_DISK_FLAG_MAC) && rec->key_id != g->key->id)) {
         g->rep->dropped_foreign++;
         g->dropped = 1;
         return 0;
@@ -1609,14 +1956,31 @@ static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const
 
 int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep) {
     memset(rep, 0, sizeof *rep);
+    int dfd = dir_open(dir, DIR_OWNED);
+    if (dfd < 0) return dfd;
     int unlocked;
-    int lock_fd = lock_dir(dir, &unlocked);
-    if (lock_fd < 0) return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
+    int lock_fd = lock_dir(dfd, dir, &unlocked);
+    if (lock_fd < 0) {
+        close(dfd);
+        return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
+    }
     uint64_t *ids;
-    long n = list_segments(dir, 0, &ids);
+    long n = list_segments(dfd, dir, 0, &ids);
     if (n < 0) {
         close(lock_fd);
+        close(dfd);
         return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    }
+    /* with the key, a record whose MAC fails is dropped as corrupt; without
+     * one, MAC'd records are kept (the key may come back from a backup) */
+    mac_key key;
+    int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
+    if (!krc) krc = key_read(dfd, dir, geteuid(), &key);
+    if (krc && krc != KVT_ENOTFOUND) {
+        free(ids);
+        close(lock_fd);
+        close(dfd);
+        return krc;
     }
     kvt_hmap128 seen;
     kvt_hmap128_init(&seen);
@@ -1625,64 +1989,75 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     int rc = 0;
     /* newest first, so the copy a reinsertion wrote last is the one kept */
     for (long i = n - 1; i >= 0 && !rc; i--) {
-        char nm[SEG_NAME_MAX], path[PATH_MAX], tmp[PATH_MAX + sizeof TMP_SUFFIX];
+        char nm[SEG_NAME_MAX], tmp[TMP_NAME_MAX];
         seg_name(nm, sizeof nm, ids[i]);
-        path_join(path, sizeof path, dir, nm);
-        snprintf(tmp, sizeof tmp, "%s%s", path, TMP_SUFFIX);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        snprintf(tmp, sizeof tmp, "%s%s", nm, TMP_SUFFIX);
+        int fd = file_open(dfd, dir, nm, O_RDONLY, 0);
+        if (fd == -ELOOP || fd == -EINVAL) { /* not a segment we wrote: leave it alone */
+            kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+            continue;
+        }
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb)) {
-            rc = -errno;
+            rc = fd < 0 ? fd : -errno;
             if (fd >= 0) close(fd);
             break;
         }
         rep->bytes_before += (uint64_t)sb.st_size;
-        int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int out = tmp_create(dfd, dir, tmp, 0);
         if (out < 0) {
-            rc = -errno;
+            rc = out;
             close(fd);
             break;
         }
-        gc_ctx g = {keep_ns, &seen, rep, out, 0, 0, 0};
-        scan_segment(fd, (uint64_t)sb.st_size, 1, buf, &vbuf, &vcap, gc_scan_fn, &g);
+        gc_ctx g = {keep_ns, krc ? NULL : &key, &seen, rep, out, 0, 0, 0};
+        scan_segment(fd, (uint64_t)sb.st_size, 1, g.key, buf, &vbuf, &vcap, gc_scan_fn, &g);
         close(fd);
         if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
         if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
         close(out);
         if (g.err) {
-            unlink(tmp);
+            unlinkat(dfd, tmp, 0);
             rc = kvt_fail(g.err, "cache dir %s: rewriting %s: %s", dir, nm, strerror(-g.err));
         } else if (!g.dropped) {
-            unlink(tmp);
+            unlinkat(dfd, tmp, 0);
             rep->bytes_after += (uint64_t)sb.st_size;
         } else if (!g.out_bytes) {
-            unlink(tmp);
-            unlink(path);
-        } else if (rename(tmp, path)) {
+            unlinkat(dfd, tmp, 0);
+            unlinkat(dfd, nm, 0);
+        } else if (renameat(dfd, tmp, dfd, nm)) {
             rc = -errno;
-            unlink(tmp);
+            unlinkat(dfd, tmp, 0);
         } else {
             rep->bytes_after += g.out_bytes;
         }
     }
-    fsync_dir(dir);
+    fsync(dfd);
     kvt_hmap128_free(&seen);
     free(buf);
     free(vbuf);
     free(ids);
     close(lock_fd);
+    close(dfd);
+    sodium_memzero(&key, sizeof key);
     return rc;
 }
 
 int kvt_disk_clear(const char *dir, uint64_t *removed) {
     if (removed) *removed = 0;
+    int dfd = dir_open(dir, DIR_OWNED);
+    if (dfd < 0) return dfd;
     int unlocked;
-    int lock_fd = lock_dir(dir, &unlocked);
-    if (lock_fd < 0) return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
-    DIR *dh = opendir(dir);
+    int lock_fd = lock_dir(dfd, dir, &unlocked);
+    if (lock_fd < 0) {
+        close(dfd);
+        return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
+    }
+    DIR *dh = dir_list(dfd);
     if (!dh) {
         int e = errno;
         close(lock_fd);
+        close(dfd);
         return kvt_fail(-e, "cache dir %s: cannot list: %s", dir, strerror(e));
     }
     int rc = 0;
@@ -1693,15 +2068,16 @@ int kvt_disk_clear(const char *dir, uint64_t *removed) {
         int tmp = len > lt && !strcmp(e->d_name + len - lt, TMP_SUFFIX) &&
                   !strncmp(e->d_name, SEG_PREFIX, strlen(SEG_PREFIX));
         if (!parse_seg_name(e->d_name, &id) && !tmp) continue;
-        char path[PATH_MAX];
-        path_join(path, sizeof path, dir, e->d_name);
+        /* unlinkat removes a link planted under a segment's name, not its target */
         struct stat sb;
-        uint64_t sz = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-        if (unlink(path)) rc = kvt_fail(-errno, "cannot remove %s: %s", path, strerror(errno));
+        uint64_t sz = fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)
+                          ? (uint64_t)sb.st_size : 0;
+        if (unlinkat(dfd, e->d_name, 0)) rc = kvt_fail(-errno, "cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
         else if (removed) *removed += sz;
     }
     closedir(dh);
-    fsync_dir(dir);
+    fsync(dfd);
     close(lock_fd);
+    close(dfd);
     return rc;
 }

@@ -2,8 +2,10 @@
  * persisted across a restart (a new cache on the same directory) are restored
  * with greedy output and logits bit-identical to a cold run; the admission
  * filter keeps once-seen blocks off the disk; restore-or-recompute reports its
- * decision; a corrupted record is a miss, never wrong KV; a second opener of
- * the directory gets a clear error. */
+ * decision; a corrupted record is a miss, never wrong KV, and so is a forged
+ * one (payload zeroed or swapped, CRCs recomputed: only the MAC can tell) or
+ * one whose key file is gone; a second opener of the directory gets a clear
+ * error. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "disk_forge.h"
 #include "generate.h"
 #include "model.h"
 #include "testutil.h"
@@ -67,8 +70,10 @@ static void random_tokens(int32_t *t, int32_t n, unsigned *seed) {
     for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
 }
 
-static kvt_cache *open_cache(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore) {
+static kvt_cache *open_cache_mac(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore,
+                                 int no_mac) {
     kvt_cache_params cp = kvt_cache_default_params();
+    cp.disk_no_mac = no_mac;
     cp.ram_bytes = 4 * (kvt_page_bytes(e) + 2048); /* a tiny T1: blocks move on to disk */
     cp.disk_dir = dir;
     cp.disk_bytes = 64 << 20;
@@ -80,6 +85,74 @@ static kvt_cache *open_cache(kvt_engine *e, const char *dir, int admit_all, kvt_
     int rc = kvt_cache_new(e, &cp, &c);
     CHECKF(rc == 0, "cache on %s: %s", dir, kvt_errmsg());
     return c;
+}
+
+static kvt_cache *open_cache(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore) {
+    return open_cache_mac(e, dir, admit_all, restore, 0);
+}
+
+/* One process: a cache on dir runs p (restore always); returns the run, with
+ * the cache's T2 corrupt count in *corrupt. */
+static run_out run_once(const char *dir, const int32_t *p, int32_t n, int no_mac, uint64_t *corrupt) {
+    kvt_engine *e = new_engine();
+    kvt_cache *c = open_cache_mac(e, dir, 0, KVT_RESTORE_ALWAYS, no_mac);
+    run_out o = run(e, c, p, n);
+    kvt_cache_stats st;
+    kvt_cache_get_stats(c, &st);
+    *corrupt = st.t2_corrupt;
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+    return o;
+}
+
+/* Computes p into a fresh cache on dir and flushes it to disk. */
+static void fill_dir(const char *dir, const int32_t *p, int32_t n) {
+    kvt_engine *e = new_engine();
+    kvt_cache *c = open_cache(e, dir, 0, KVT_RESTORE_ALWAYS);
+    run_out o = run(e, c, p, n);
+    CHECK(kvt_cache_flush(c) == 0);
+    free_out(&o);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
+/* The issue's attack end to end: payloads zeroed or swapped with both CRCs
+ * recomputed, or the key file removed: output equals a cold run and nothing
+ * is restored; without the MAC the zeroed KV would be served. */
+static void test_forged(const int32_t *p, int32_t n, const run_out *ref) {
+    char dir[4096];
+    uint64_t corrupt;
+    snprintf(dir, sizeof dir, "%s/forged-zero", kvt_test_tmpdir());
+    fill_dir(dir, p, n);
+    CHECKF(forge_dir(dir, 0) >= 14, "forged too few records in %s", dir);
+    run_out o = run_once(dir, p, n, 0, &corrupt);
+    CHECK(same(&o, ref));
+    CHECKF(o.res.tier_tokens[KVT_TIER_T2] == 0 && corrupt > 0, "restored %d forged tokens, %llu corrupt",
+           o.res.tier_tokens[KVT_TIER_T2], (unsigned long long)corrupt);
+    free_out(&o);
+    /* the control: with --kv-disk-no-mac the CRCs pass and the forged KV is served */
+    o = run_once(dir, p, n, 1, &corrupt);
+    CHECKF(o.res.tier_tokens[KVT_TIER_T2] > 0 && !same(&o, ref), "no-MAC run restored %d tokens",
+           o.res.tier_tokens[KVT_TIER_T2]);
+    free_out(&o);
+
+    snprintf(dir, sizeof dir, "%s/forged-swap", kvt_test_tmpdir());
+    fill_dir(dir, p, n);
+    CHECK(forge_dir(dir, 1) >= 2);
+    o = run_once(dir, p, n, 0, &corrupt);
+    CHECK(same(&o, ref));
+    CHECKF(o.res.tier_tokens[KVT_TIER_T2] < n - 1 && corrupt > 0, "restored %d swapped tokens",
+           o.res.tier_tokens[KVT_TIER_T2]);
+    free_out(&o);
+
+    snprintf(dir, sizeof dir, "%s/no-key", kvt_test_tmpdir());
+    fill_dir(dir, p, n);
+    char key[4200];
+    snprintf(key, sizeof key, "%s/key", dir);
+    CHECK(unlink(key) == 0);
+    o = run_once(dir, p, n, 0, &corrupt);
+    CHECK(same(&o, ref) && o.res.tier_tokens[KVT_TIER_T2] == 0);
+    free_out(&o);
 }
 
 /* Flips one byte in the payload of every record file in dir. */
@@ -172,6 +245,8 @@ int main(void) {
            after.res.tier_tokens[KVT_TIER_T2]);
     kvt_cache_free(c);
     kvt_engine_free(e);
+
+    test_forged(p, 120, &ref);
 
     /* admission: blocks seen once are not written when RAM evicts them */
     char dir2[4096];

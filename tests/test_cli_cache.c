@@ -72,6 +72,9 @@ int main(void) {
     CHECKF(t && strstr(t, "13 valid") && strstr(t, "namespace 00000000000022220000000000001111: 10 records") &&
                strstr(t, "namespace 00000000000044440000000000003333: 3 records"),
            "%s", t);
+    /* 10 records of 8 KiB fill one 64 KiB segment and start a second; the next
+     * session starts a third: every segment is counted, not just the first */
+    CHECKF(t && strstr(t, "segments: 3,"), "%s", t);
     free(t);
     char *a_ls[] = {"cache", "ls", "--kv-disk", (char *)dir, "--limit", "2"};
     CHECK(run(&t, 6, a_ls) == 0);
@@ -90,10 +93,13 @@ int main(void) {
     free(t);
     CHECK(run(&t, 4, a_verify) == 0);
     free(t);
-    /* clear refuses while the store is open, then works */
+    /* clear and gc refuse while the store is open (gc without a summary of work it did not do), then work */
     CHECK(kvt_disk_open(&p, &d) == 0);
     char *a_clear[] = {"cache", "clear", "--kv-disk", (char *)dir};
     CHECK(run(&t, 4, a_clear) == 1);
+    free(t);
+    CHECK(run(&t, 6, a_gc) == 1);
+    CHECKF(t && !strstr(t, "kept"), "%s", t);
     free(t);
     kvt_disk_close(d);
     CHECK(run(&t, 4, a_clear) == 0);

@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "blockhash.h"
+#include "cli.h"
 #include "common.h"
+#include "disk_forge.h"
 #include "prefix.h"
 #include "testutil.h"
 #include "tier_disk.h"
@@ -120,6 +122,12 @@ static int first_segment(const char *dir, char *out, size_t cap) {
     if (dh) closedir(dh);
     snprintf(out, cap, "%s/%s", dir, best);
     return best[0] != 0;
+}
+
+static int count_walk(void *ctx, const kvt_disk_walk_info *w) {
+    (void)w;
+    ++*(uint64_t *)ctx;
+    return 0;
 }
 
 static int index_t2_count(kvt_prefix *idx) {
@@ -267,7 +275,7 @@ static void test_corruption(void) {
     put_range(d, 0, 20, 0);
     kvt_disk_flush(d);
     kvt_disk_close(d);
-    /* 12000-byte payload + 112-byte header -> 12 KiB records, 5 per 64 KiB segment */
+    /* 12000-byte payload + 144-byte header -> 12 KiB records, 5 per 64 KiB segment */
     const uint64_t rec = 3 * 4096;
     char seg[1024];
     CHECK(first_segment(dir, seg, sizeof seg));
@@ -464,6 +472,351 @@ static void test_admit(void) {
     kvt_disk_close(d);
 }
 
+/* A file outside the cache directory that planted links point at: it must
+ * never change. */
+#define VICTIM_TEXT "precious bytes that kvtier must never touch\n"
+
+static const char *make_victim(const char *name) {
+    const char *v = subdir(name);
+    FILE *f = fopen(v, "w");
+    fputs(VICTIM_TEXT, f);
+    fclose(f);
+    return v;
+}
+
+static int victim_intact(const char *v) {
+    size_t n;
+    char *s = kvt_test_read_file(v, &n);
+    int ok = s && n == strlen(VICTIM_TEXT) && !memcmp(s, VICTIM_TEXT, n);
+    free(s);
+    return ok;
+}
+
+static void plant_link(const char *dir, const char *name, const char *target) {
+    const char *at = kvt_test_path(dir, name);
+    unlink(at);
+    CHECKF(symlink(target, at) == 0, "symlink %s: %s", at, strerror(errno));
+}
+
+static int is_link(const char *dir, const char *name) {
+    struct stat sb;
+    return lstat(kvt_test_path(dir, name), &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+/* Links planted under every name the store writes (lock, header.tmp,
+ * .odirect-probe, stats.tmp, a segment, a gc temp) never lead a write outside
+ * the directory: temporaries are replaced, the lock and segments refused or
+ * skipped. A hard-linked lock, a FIFO named like a segment, a directory that
+ * is a link, writable by others or owned by someone else are refused. */
+static void test_dir_security(void) {
+    const char *dir = subdir("sec/links"); /* parent "sec" does not exist yet: created 0700 too */
+    const char *victim = make_victim("victim.txt");
+    kvt_disk_params p = params(dir);
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 10, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    struct stat sb;
+    CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700);
+    CHECK(stat(subdir("sec"), &sb) == 0 && (sb.st_mode & 0777) == 0700);
+    CHECK(stat(kvt_test_path(dir, "lock"), &sb) == 0 && (sb.st_mode & 0777) == 0600);
+
+    /* a lock that is a link: refused, naming the file */
+    unlink(kvt_test_path(dir, "lock"));
+    plant_link(dir, "lock", victim);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECKF(strstr(kvt_errmsg(), "lock is a symbolic link"), "%s", kvt_errmsg());
+    uint64_t freed;
+    CHECK(kvt_disk_clear(dir, &freed) == -ELOOP);
+    kvt_disk_gc_report rep;
+    CHECK(kvt_disk_compact(dir, &root, &rep) == -ELOOP);
+    CHECK(victim_intact(victim));
+    /* a lock hard-linked to another file: refused (the pid would land there) */
+    unlink(kvt_test_path(dir, "lock"));
+    CHECK(link(victim, kvt_test_path(dir, "lock")) == 0);
+    CHECK(kvt_disk_open(&p, &d) == -EINVAL);
+    CHECKF(strstr(kvt_errmsg(), "hard links"), "%s", kvt_errmsg());
+    CHECK(victim_intact(victim));
+    unlink(kvt_test_path(dir, "lock"));
+
+    /* temporaries and a segment name that are links: the store works around them */
+    plant_link(dir, "header.tmp", victim);
+    plant_link(dir, ".odirect-probe", victim);
+    plant_link(dir, "stats.tmp", victim);
+    plant_link(dir, "seg-00000000000000ff.kvt", victim);
+    unlink(kvt_test_path(dir, "header")); /* so that open rewrites it through header.tmp */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 10, "%llu records", (unsigned long long)st.records);
+    int hits = 0;
+    for (int i = 0; i < 10; i++) hits += get_ok(d, i, 0);
+    CHECK(hits == 10);
+    put_range(d, 10, 30, 0); /* new segments are numbered past the planted name */
+    kvt_disk_flush(d);
+    CHECK(get_ok(d, 25, 0));
+    kvt_disk_close(d);
+    CHECK(victim_intact(victim));
+    CHECK(!is_link(dir, "header.tmp") && !is_link(dir, ".odirect-probe") && !is_link(dir, "stats.tmp"));
+    uint32_t v;
+    kvt_hash128 ns;
+    CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && kvt_hash128_eq(ns, root));
+    kvt_disk_lifetime lt;
+    CHECK(kvt_disk_read_lifetime(dir, &lt) == 0 && lt.sessions >= 2);
+
+    /* gc: a link under a segment's temp name is replaced, not written through */
+    plant_link(dir, "seg-0000000000000000.kvt.tmp", victim);
+    plant_link(dir, "seg-0000000000000100.kvt.tmp", victim);
+    flip(kvt_test_path(dir, "seg-0000000000000100.kvt"), 5000); /* force a rewrite of that segment */
+    CHECK(kvt_disk_compact(dir, &root, &rep) == 0);
+    CHECK(victim_intact(victim));
+    CHECK(is_link(dir, "seg-00000000000000ff.kvt")); /* not ours: left alone */
+    /* the walk skips the link too */
+    uint64_t seen = 0;
+    CHECK(kvt_disk_walk(dir, 1, count_walk, &seen) == 0 && seen > 0);
+    /* clear removes the link itself, not its target */
+    CHECK(kvt_disk_clear(dir, &freed) == 0);
+    CHECK(victim_intact(victim) && !is_link(dir, "seg-00000000000000ff.kvt"));
+
+    /* a FIFO named like a segment is skipped, not waited on (alarm: a hang kills the test) */
+    CHECK(mkfifo(kvt_test_path(dir, "seg-0000000000000fff.kvt"), 0600) == 0);
+    alarm(60);
+    seen = 0;
+    CHECK(kvt_disk_walk(dir, 0, count_walk, &seen) == 0);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_close(d);
+    CHECK(kvt_disk_compact(dir, &root, &rep) == 0);
+    alarm(0);
+    CHECK(kvt_disk_clear(dir, &freed) == 0);
+
+    /* the directory itself a link (with or without a trailing slash): refused */
+    const char *ldir = subdir("sec/dirlink");
+    CHECK(symlink(dir, ldir) == 0);
+    p = params(ldir);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECKF(strstr(kvt_errmsg(), "symbolic link"), "%s", kvt_errmsg());
+    char slash[600];
+    snprintf(slash, sizeof slash, "%s/", ldir);
+    p = params(slash);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECK(kvt_disk_walk(ldir, 0, count_walk, &seen) == -ELOOP);
+
+    /* writable by others: refused with the fix in the message; readers may still look */
+    const char *wdir = subdir("sec/open");
+    CHECK(mkdir(wdir, 0700) == 0 && chmod(wdir, 0777) == 0);
+    p = params(wdir);
+    CHECK(kvt_disk_open(&p, &d) == -EACCES);
+    CHECKF(strstr(kvt_errmsg(), "writable by others") && strstr(kvt_errmsg(), "chmod 700"), "%s", kvt_errmsg());
+    CHECK(kvt_disk_clear(wdir, &freed) == -EACCES && kvt_disk_compact(wdir, NULL, &rep) == -EACCES);
+    CHECK(chmod(wdir, 0770) == 0 && kvt_disk_open(&p, &d) == -EACCES);
+    CHECKF(strstr(kvt_errmsg(), "writable by its group"), "%s", kvt_errmsg());
+    CHECK(kvt_disk_walk(wdir, 0, count_walk, &seen) == 0);
+    CHECK(chmod(wdir, 0755) == 0 && kvt_disk_open(&p, &d) == 0); /* readable by others is fine */
+    kvt_disk_close(d);
+
+    /* owned by another user (needs root to chown) */
+    if (geteuid() == 0) {
+        const char *odir = subdir("sec/theirs");
+        CHECK(mkdir(odir, 0700) == 0 && chown(odir, 65534, 65534) == 0);
+        p = params(odir);
+        CHECK(kvt_disk_open(&p, &d) == -EACCES);
+        CHECKF(strstr(kvt_errmsg(), "belongs to uid 65534"), "%s", kvt_errmsg());
+        CHECK(kvt_disk_clear(odir, &freed) == -EACCES);
+    } else {
+        printf("SKIP part: not root, cannot chown a directory to another user\n");
+    }
+}
+
+typedef struct {
+    uint64_t valid, corrupt, mac_ok, no_mac;
+} mac_walk;
+
+static int mac_walk_fn(void *ctx, const kvt_disk_walk_info *w) {
+    mac_walk *m = ctx;
+    if (w->status) {
+        m->corrupt++;
+        return 0;
+    }
+    m->valid++;
+    m->mac_ok += w->mac == KVT_DISK_MAC_OK;
+    m->no_mac += w->mac == KVT_DISK_MAC_NONE;
+    return 0;
+}
+
+/* `kvtier cache verify --kv-disk dir`, stdout into a file; returns its exit
+ * code and the output in *text (caller frees). */
+static int cli_verify(const char *dir, char **text) {
+    const char *out = subdir("verify.out");
+    fflush(stdout);
+    int saved = dup(1), fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    close(fd);
+    char *argv[] = {"cache", "verify", "--kv-disk", (char *)dir};
+    int rc = kvt_cmd_cache(4, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    *text = kvt_test_read_file(out, NULL);
+    return rc;
+}
+
+/* The issue's attack: records whose payload was zeroed, or swapped with a
+ * neighbour's, with both CRCs recomputed. CRCs pass; the keyed MAC refuses
+ * them: misses counted corrupt, never served, and `cache verify` says invalid.
+ * Without the MAC (params.mac = 0) the same records are served: the MAC is
+ * what stops them. The key file is 0600; without it MAC'd records are misses. */
+static void test_mac(void) {
+    const char *dir = subdir("mac");
+    kvt_disk_params p = params(dir);
+    kvt_disk_gc_report rep;
+    CHECK(p.mac == 1); /* on by default */
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 20, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    struct stat sb;
+    CHECK(lstat(kvt_test_path(dir, "key"), &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == 0600 &&
+          sb.st_size == KVT_DISK_KEY_BYTES && sb.st_uid == geteuid());
+    mac_walk m = {0};
+    CHECK(kvt_disk_walk(dir, 1, mac_walk_fn, &m) == 0);
+    CHECKF(m.valid == 20 && m.mac_ok == 20 && m.corrupt == 0, "valid %llu mac %llu", (unsigned long long)m.valid,
+           (unsigned long long)m.mac_ok);
+
+    /* zero every payload of the first segment (5 records), CRCs recomputed */
+    char seg[1024];
+    CHECK(first_segment(dir, seg, sizeof seg));
+    CHECK(forge_segment(seg, 0) == 5);
+    /* the CRCs alone now vouch for them: a walk without the key finds nothing wrong */
+    kvt_disk_record r;
+    uint8_t *rec;
+    int fd = open(seg, O_RDONLY);
+    CHECK(forge_read(fd, 0, &rec, &r) == 0);
+    close(fd);
+    uint8_t key[KVT_DISK_KEY_BYTES];
+    FILE *kf = fopen(kvt_test_path(dir, "key"), "rb");
+    CHECK(kf && fread(key, 1, sizeof key, kf) == sizeof key);
+    if (kf) fclose(kf);
+    CHECK(kvt_disk_record_check_mac(&r, key) == KVT_EFORMAT);
+    free(rec);
+    memset(&m, 0, sizeof m);
+    CHECK(kvt_disk_walk(dir, 1, mac_walk_fn, &m) == 0);
+    CHECKF(m.corrupt == 5 && m.valid == 15, "corrupt %llu valid %llu", (unsigned long long)m.corrupt,
+           (unsigned long long)m.valid);
+    char *text;
+    CHECK(cli_verify(dir, &text) == 1);
+    CHECKF(text && strstr(text, "15 valid, 5 corrupt"), "%s", text);
+    free(text);
+
+    /* without the MAC the forged payloads are served: what the MAC stops */
+    kvt_disk_params nomac = p;
+    nomac.mac = 0;
+    CHECK(kvt_disk_open(&nomac, &d) == 0);
+    uint8_t got[PAYLOAD], zero[PAYLOAD] = {0};
+    CHECK(kvt_disk_get(d, hashes[1], parents[1], toks[1], got) == 0 && !memcmp(got, zero, PAYLOAD));
+    kvt_disk_close(d);
+
+    /* with it: every forged record a miss, counted corrupt; the rest served */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    int hits = 0;
+    for (int i = 0; i < 20; i++) hits += get_ok(d, i, 0); /* a served forged payload fails get_ok */
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(hits == 15 && st.corrupt == 5, "hits %d corrupt %llu", hits, (unsigned long long)st.corrupt);
+    for (int i = 0; i < 5; i++) CHECK(!kvt_disk_contains(d, hashes[i]));
+    kvt_disk_close(d);
+
+    /* payloads swapped between neighbours, CRCs recomputed: refused too */
+    const char *sdir = subdir("mac-swap");
+    p = params(sdir);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 20, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    CHECK(first_segment(sdir, seg, sizeof seg));
+    CHECK(forge_segment(seg, 1) == 4); /* records 0<->1, 2<->3 */
+    CHECK(cli_verify(sdir, &text) == 1);
+    CHECKF(text && strstr(text, "16 valid, 4 corrupt"), "%s", text);
+    free(text);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    hits = 0;
+    for (int i = 0; i < 20; i++) hits += get_ok(d, i, 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(hits == 16 && st.corrupt == 4, "hits %d corrupt %llu", hits, (unsigned long long)st.corrupt);
+    kvt_disk_close(d);
+
+    /* no key file: MAC'd records cannot be checked, so they are misses (a new key is made) */
+    CHECK(unlink(kvt_test_path(sdir, "key")) == 0);
+    CHECK(cli_verify(sdir, &text) == 1);
+    CHECKF(text && strstr(text, "20 that cannot be checked (no key file"), "%s", text);
+    free(text);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 0 && st.foreign == 20, "records %llu foreign %llu", (unsigned long long)st.records,
+           (unsigned long long)st.foreign);
+    hits = 0;
+    for (int i = 0; i < 20; i++) hits += get_ok(d, i, 0);
+    CHECK(hits == 0);
+    put_range(d, 30, 35, 0); /* signed with the new key */
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    CHECK(lstat(kvt_test_path(sdir, "key"), &sb) == 0 && (sb.st_mode & 07777) == 0600);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    CHECK(get_ok(d, 32, 0) && !get_ok(d, 5, 0));
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.corrupt == 0); /* the old key's records are foreign, not taken for forgeries */
+    kvt_disk_close(d);
+    /* verify cannot vouch for them; gc drops them like another namespace */
+    CHECK(cli_verify(sdir, &text) == 1);
+    CHECKF(text && strstr(text, "5 verified") && strstr(text, "20 that cannot be checked"), "%s", text);
+    free(text);
+    CHECK(kvt_disk_compact(sdir, NULL, &rep) == 0);
+    CHECKF(rep.kept == 5 && rep.dropped_foreign == 20, "kept %llu foreign %llu", (unsigned long long)rep.kept,
+           (unsigned long long)rep.dropped_foreign);
+    CHECK(cli_verify(sdir, &text) == 0);
+    free(text);
+
+    /* records written without a MAC are misses for a store that wants one */
+    const char *ndir = subdir("mac-none");
+    p = params(ndir);
+    p.mac = 0;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 5, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    CHECK(access(kvt_test_path(ndir, "key"), F_OK) != 0); /* MAC off makes no key */
+    memset(&m, 0, sizeof m);
+    CHECK(kvt_disk_walk(ndir, 1, mac_walk_fn, &m) == 0 && m.valid == 5 && m.no_mac == 5);
+    p.mac = 1;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.records == 0 && st.foreign == 5 && !get_ok(d, 2, 0));
+    kvt_disk_close(d);
+
+    /* a key file others could read or change, of the wrong size, or a link: refused */
+    const char *key_path = kvt_test_path(sdir, "key");
+    p = params(sdir);
+    CHECK(chmod(key_path, 0644) == 0);
+    CHECK(kvt_disk_open(&p, &d) == -EACCES);
+    CHECKF(strstr(kvt_errmsg(), "chmod 600"), "%s", kvt_errmsg());
+    CHECK(cli_verify(sdir, &text) != 0);
+    free(text);
+    CHECK(chmod(key_path, 0600) == 0 && truncate(key_path, 16) == 0);
+    CHECK(kvt_disk_open(&p, &d) == KVT_EFORMAT);
+    CHECKF(strstr(kvt_errmsg(), "not 32 bytes"), "%s", kvt_errmsg());
+    CHECK(unlink(key_path) == 0 && symlink(subdir("victim.txt"), key_path) == 0);
+    CHECK(kvt_disk_open(&p, &d) == -ELOOP);
+    CHECK(unlink(key_path) == 0);
+    if (geteuid() == 0) {
+        CHECK(kvt_disk_open(&p, &d) == 0); /* makes a new key */
+        kvt_disk_close(d);
+        CHECK(chown(key_path, 65534, 65534) == 0);
+        CHECK(kvt_disk_open(&p, &d) == -EACCES);
+        CHECKF(strstr(kvt_errmsg(), "key file belongs to uid 65534"), "%s", kvt_errmsg());
+    }
+}
+
 static void test_params(void) {
     kvt_disk_params p = params(subdir("params"));
     kvt_disk *d;
@@ -584,5 +937,7 @@ int main(void) {
     test_full_and_readonly();
     test_queue_visible();
     test_backpressure();
+    test_dir_security();
+    test_mac();
     return kvt_test_done("test_tier_disk");
 }
