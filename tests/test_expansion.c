@@ -14,8 +14,13 @@
  *   a live session touched recently.
  * - Session hints: a session kept warm stays in T0 through a flood (and not
  *   without the hint); the lower priority yields first; expiry lets go.
- * - Prefetch brings a session back into T0 before its request. */
+ * - Prefetch brings a session back into T0 before its request.
+ * - Budgets hold under churn: T1's accounting, the cache directory's size on
+ *   disk, and the process's resident memory. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 
@@ -357,6 +362,66 @@ static void test_prefetch(void) {
     kvt_engine_free(e);
 }
 
+static uint64_t dir_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    uint64_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) n += (uint64_t)st.st_size;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kb;
+}
+
+/* Budgets hold under churn: T1 by its own accounting, T2 by the directory's
+ * size on disk, and the process by its resident memory. */
+static void test_budgets_hold(void) {
+    const char *dir = kvt_test_path(kvt_test_tmpdir(), "budgets");
+    kvt_engine *e = new_engine(24);
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.ram_bytes = 12 * (kvt_page_bytes(e) + 1024);
+    cp.disk_dir = dir;
+    cp.disk_bytes = 1 << 20;
+    cp.restore = KVT_RESTORE_ALWAYS;
+    kvt_cache *c = NULL;
+    CHECKF(kvt_cache_new(e, &cp, &c) == 0, "cache: %s", kvt_errmsg());
+    if (!c) return;
+    long rss0 = rss_kib();
+    uint64_t worst_dir = 0, seg = 0;
+    int over_t1 = 0;
+    for (unsigned k = 0; k < 150; k++) {
+        int32_t n;
+        free(run_fresh(e, c, 64 + (int32_t)(k % 5) * 16, 500 + k, &n));
+        kvt_cache_stats st;
+        kvt_cache_get_stats(c, &st);
+        over_t1 += st.t1_bytes_used > st.t1_budget_bytes;
+        uint64_t db = dir_bytes(dir);
+        if (db > worst_dir) worst_dir = db;
+        seg = st.t2_budget_bytes;
+    }
+    long rss1 = rss_kib();
+    CHECKF(over_t1 == 0, "T1 over its budget after %d requests", over_t1);
+    /* the directory holds the segments (at most the budget plus one segment,
+     * a quarter of this small budget) and a few small files */
+    CHECKF(worst_dir <= seg + seg / 4 + 64 * 1024, "cache dir reached %llu bytes for a %llu budget",
+           (unsigned long long)worst_dir, (unsigned long long)seg);
+    /* 150 requests through T0, T1 and a small disk: the process does not grow past its budgets */
+    CHECKF(rss0 < 0 || rss1 - rss0 < 8 * 1024, "resident memory grew by %ld KiB", rss1 - rss0);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
         CHECK(model != NULL);
@@ -368,6 +433,7 @@ int main(void) {
     test_admission_spares_live_sessions();
     test_keep_warm();
     test_prefetch();
+    test_budgets_hold();
     kvt_model_free(model);
     return kvt_test_done("test_expansion");
 }
