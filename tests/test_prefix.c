@@ -2,6 +2,7 @@
  * or mismatching block, mid-block changes, partial tails), per-tier presence
  * and handles, child counts and ghosts, and forced hash collisions that must
  * only ever cost misses, never another sequence's blocks. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -209,7 +210,10 @@ static void test_collisions(void) {
         uint64_t handles[CBLK];
         for (int j = 0; j < CBLK; j++) handles[j] = ((uint64_t)s << 8) | (uint64_t)j;
         int n = kvt_prefix_add_chain(idx, root, seqs[s], h, CBLK, (kvt_tier)(s % KVT_TIER_COUNT), handles);
-        CHECK(n >= 0);
+        CHECK(n >= 0 && n <= CBLK);
+        /* a chain stops only where its key names another block (a real collision) */
+        if (n >= 0 && n < CBLK)
+            CHECK(kvt_prefix_check(idx, h[n], n ? h[n - 1] : root, seqs[s] + n * B) == -EEXIST);
         added_blocks += n;
     }
     kvt_prefix_stats st;
@@ -288,16 +292,29 @@ static void test_churn(void) {
         for (int i = 0; i < NB * B; i++) seqs[s][i] = i < share * B ? seqs[from][i] : rand();
         kvt_block_hashes(root, seqs[s], NB * B, B, hs[s], NB);
     }
+    /* a model of the presence masks, by block key (shared prefixes share keys) */
+    static kvt_hash128 keys[NS * NB];
+    static uint32_t mask[NS * NB];
+    int n_keys = 0;
     for (int op = 0; op < 4000; op++) {
         int s = rand() % NS, j = rand() % NB;
         kvt_tier t = (kvt_tier)(rand() % KVT_TIER_COUNT);
+        int k = 0;
+        while (k < n_keys && !kvt_hash128_eq(keys[k], hs[s][j])) k++;
+        if (k == n_keys) keys[n_keys++] = hs[s][j];
         if (rand() % 3) {
             kvt_hash128 parent = j ? hs[s][j - 1] : root;
             CHECK(kvt_prefix_add(idx, hs[s][j], parent, seqs[s] + j * B, t, (uint64_t)op) == 0);
+            mask[k] |= KVT_TIER_BIT(t);
         } else {
             int rc = kvt_prefix_remove(idx, hs[s][j], t);
-            CHECK(rc == 0 || rc == KVT_ENOTFOUND);
+            CHECKF(rc == ((mask[k] & KVT_TIER_BIT(t)) ? 0 : KVT_ENOTFOUND), "remove returned %d", rc);
+            mask[k] &= ~KVT_TIER_BIT(t);
         }
+        kvt_prefix_info info;
+        int got = kvt_prefix_get(idx, hs[s][j], &info);
+        CHECKF(mask[k] ? got == 0 && info.tiers == mask[k] : got == KVT_ENOTFOUND, "op %d: tiers %x, model %x", op,
+               got ? 0u : info.tiers, mask[k]);
         if (op % 50 == 0 && check_counts(idx)) break;
     }
     check_counts(idx);

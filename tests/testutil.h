@@ -44,7 +44,11 @@ char *kvt_test_read_file(const char *path, size_t *len);
  * ff 128, built-in vocabulary of n_vocab tokens) into the temporary directory
  * and loads it. Returns NULL after printing why if it cannot. */
 struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab);
-/* Prints "N checks, M failed" and returns the process exit code. */
+/* Records that part of a test could not run (e.g. ../shared is missing). */
+void kvt_test_skip_part(const char *why);
+/* Prints "N checks, M failed" and returns the process exit code: 1 on a
+ * failure or when no check ran at all, 77 (CTest: skipped, with the reasons)
+ * when a part was skipped, else 0. */
 int kvt_test_done(const char *name);
 /* Prints why and exits 77 (CTest: skipped). */
 void kvt_test_skip(const char *why) __attribute__((noreturn));
