@@ -266,12 +266,16 @@ check "key from file 200" is "$CODE" 200
 check "key two does not see key one's cache" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
 
 # ---- a full queue answers 503 with Retry-After -------------------------------------------------
-# ignore_eos keeps every request generating its 400 tokens, so the first still
-# holds the slot and the second the queue when the others arrive
+# ignore_eos keeps the first request generating (its context's worth of tokens) in the one slot
+# and the second waits in the one queue place (both seen on /health) before the others arrive
+health() { curl -s -m 10 "$URL/health" | jq -r "$1"; }
+wait_health() { for _ in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.02; done; return 1; }
 for i in 1 2 3 4; do
-  curl -s -m 30 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
-    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true}" "$URL/v1/completions" >"$TMP/qc$i" &
+  curl -s -m 60 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}" "$URL/v1/completions" >"$TMP/qc$i" &
   CLIENTS+=($!)
+  [ "$i" = 1 ] && { wait_health .slots_busy 1 || bad "the first request never held the slot"; }
+  [ "$i" = 2 ] && { wait_health .queued 1 || bad "the second request never waited in the queue"; }
 done
 wait_clients
 n503=0
