@@ -24,51 +24,17 @@
 static kvt_model *model;
 static int32_t n_vocab;
 
-typedef struct {
-    int32_t *tokens;
-    int32_t n;
-    float *logits;
-    kvt_gen_result res;
-} run_out;
+typedef kvt_test_gen run_out;
+#define new_engine() kvt_test_engine(model, B, 40, 512)
+#define run(e, c, p, n) kvt_test_generate((e), (c), (p), (n), N_GEN, NULL)
+#define same kvt_test_same
+#define free_out kvt_test_gen_free
+#define random_tokens(t, n, seed) kvt_test_random_tokens((t), (n), n_vocab, (seed))
 
-static kvt_engine *new_engine(void) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = 40;
-    ep.n_threads = 2;
-    ep.n_ctx = 512;
-    kvt_engine *e = NULL;
-    CHECK(kvt_engine_new(model, ep, &e) == 0);
-    return e;
-}
 
-static run_out run(kvt_engine *e, kvt_cache *c, const int32_t *p, int32_t n) {
-    run_out o = {0};
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    sp.temp = 0;
-    kvt_sampler *s = kvt_sampler_new(sp, n_vocab);
-    o.logits = malloc((size_t)n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits};
-    int rc = kvt_generate(e, c, p, n, &gp, &o.tokens, &o.res);
-    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
-    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
-    kvt_sampler_free(s);
-    return o;
-}
 
-static int same(const run_out *a, const run_out *b) {
-    return a->n == b->n && !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
-           !memcmp(a->logits, b->logits, (size_t)n_vocab * sizeof(float));
-}
 
-static void free_out(run_out *o) {
-    free(o->tokens);
-    free(o->logits);
-}
 
-static void random_tokens(int32_t *t, int32_t n, unsigned *seed) {
-    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
-}
 
 static kvt_cache *open_cache_mac(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore,
                                  int no_mac) {

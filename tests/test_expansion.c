@@ -41,23 +41,10 @@
 static kvt_model *model;
 static int32_t n_vocab;
 
-typedef struct {
-    int32_t *tokens; /* prompt + generated */
-    int32_t n;
-    float *logits;   /* at the prompt's last position */
-    kvt_gen_result res;
-} run_out;
+typedef kvt_test_gen run_out;
+#define new_engine(n_pages) kvt_test_engine(model, B, (n_pages), CTX)
+#define run(e, c, p, n) kvt_test_generate((e), (c), (p), (n), N_GEN, NULL)
 
-static kvt_engine *new_engine(int32_t n_pages) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = n_pages;
-    ep.n_threads = 2;
-    ep.n_ctx = CTX;
-    kvt_engine *e = NULL;
-    CHECKF(kvt_engine_new(model, ep, &e) == 0, "engine: %s", kvt_errmsg());
-    return e;
-}
 
 static kvt_cache *new_cache(kvt_engine *e, uint64_t ram_blocks, const char *dir, kvt_admit_policy admit,
                             double live_s) {
@@ -73,19 +60,6 @@ static kvt_cache *new_cache(kvt_engine *e, uint64_t ram_blocks, const char *dir,
     return c;
 }
 
-static run_out run(kvt_engine *e, kvt_cache *c, const int32_t *p, int32_t n) {
-    run_out o = {0};
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    sp.temp = 0;
-    kvt_sampler *s = kvt_sampler_new(sp, n_vocab);
-    o.logits = malloc((size_t)n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits};
-    int rc = kvt_generate(e, c, p, n, &gp, &o.tokens, &o.res);
-    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
-    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
-    kvt_sampler_free(s);
-    return o;
-}
 
 static void fill(int32_t *t, int32_t n, unsigned *seed) {
     for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));

@@ -7,6 +7,8 @@
 
 #include "kvtier.h"
 #include "mkmodel.h"
+#include "model.h"
+#include "sampler.h"
 
 int kvt_test_failures;
 int kvt_test_checks;
@@ -102,4 +104,53 @@ struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab) {
         return NULL;
     }
     return m;
+}
+
+kvt_engine *kvt_test_engine(const kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = block;
+    ep.n_pages = n_pages;
+    ep.n_threads = 2;
+    ep.n_ctx = n_ctx;
+    kvt_engine *e = NULL;
+    int rc = kvt_engine_new(model, ep, &e);
+    CHECKF(rc == 0, "engine: %s", kvt_errmsg());
+    return e;
+}
+
+kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                               const char *salt) {
+    kvt_test_gen o = {0};
+    o.n_vocab = kvt_engine_n_vocab(e);
+    kvt_sampler_params sp = kvt_sampler_default_params();
+    sp.temp = 0;
+    kvt_sampler *s = kvt_sampler_new(sp, o.n_vocab);
+    o.logits = malloc((size_t)o.n_vocab * sizeof(float));
+    kvt_gen_params gp = {.max_tokens = n_gen, .sampler = s, .first_logits = o.logits};
+    if (salt) {
+        gp.salt = salt;
+        gp.salt_len = strlen(salt);
+    }
+    int rc = kvt_generate(e, c, prompt, n, &gp, &o.tokens, &o.res);
+    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
+    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
+    kvt_sampler_free(s);
+    return o;
+}
+
+int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b) {
+    return a->n == b->n && a->n_vocab == b->n_vocab &&
+           !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
+           !memcmp(a->logits, b->logits, (size_t)a->n_vocab * sizeof(float));
+}
+
+void kvt_test_gen_free(kvt_test_gen *g) {
+    free(g->tokens);
+    free(g->logits);
+    g->tokens = NULL;
+    g->logits = NULL;
+}
+
+void kvt_test_random_tokens(int32_t *t, int32_t n, int32_t n_vocab, unsigned *seed) {
+    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
 }

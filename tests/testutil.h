@@ -44,6 +44,31 @@ char *kvt_test_read_file(const char *path, size_t *len);
  * ff 128, built-in vocabulary of n_vocab tokens) into the temporary directory
  * and loads it. Returns NULL after printing why if it cannot. */
 struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab);
+/* ---- cache tests: greedy generation compared bit for bit ---- */
+#include "generate.h"
+
+/* One greedy run through kvt_generate. */
+typedef struct {
+    int32_t *tokens; /* prompt + generated */
+    int32_t n;
+    float *logits;   /* at the prompt's last position (the first sampled token's) */
+    int32_t n_vocab;
+    kvt_gen_result res;
+} kvt_test_gen;
+
+/* An engine over model with B-token pages, n_pages of them, context n_ctx,
+ * 2 threads; NULL (and a failed check) if it cannot be made. */
+kvt_engine *kvt_test_engine(const struct kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx);
+/* Greedy generation of n_gen tokens after prompt[0..n) (cache may be NULL;
+ * salt NULL: shared). A failure is a failed check and an empty result. */
+kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                               const char *salt);
+/* 1 if both runs produced the same tokens and bit-identical logits. */
+int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b);
+void kvt_test_gen_free(kvt_test_gen *g);
+/* n random ids in [300, n_vocab) (clear of the built-in vocabulary's specials). */
+void kvt_test_random_tokens(int32_t *t, int32_t n, int32_t n_vocab, unsigned *seed);
+
 /* Records that part of a test could not run (e.g. ../shared is missing). */
 void kvt_test_skip_part(const char *why);
 /* Prints "N checks, M failed" and returns the process exit code: 1 on a
