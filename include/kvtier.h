@@ -116,8 +116,10 @@ typedef enum {
     KVT_TIER_COUNT
 } kvt_tier;
 
-/* The KV cache over an engine: prefix index, T0 residency, the RAM tier.
- * Not thread-safe: the engine's owner serialises every call. */
+/* The KV cache over an engine: the prefix index, T0 residency (the engine's
+ * page pool) and the tiers below it (host RAM, local disk), with demotion,
+ * restore, pins and warm sessions. Not thread-safe: the engine's owner
+ * serialises every call. */
 typedef struct kvt_cache kvt_cache;
 
 /* Whether blocks matched on disk are read back or recomputed. */

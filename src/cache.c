@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "common.h"
 #include "gguf.h"
 #include "model.h"
@@ -47,12 +48,18 @@ typedef struct {
 struct kvt_cache {
     kvt_engine *e;
     kvt_prefix *index;
-    kvt_ram *ram;         /* NULL when T1 is disabled */
-    kvt_disk *disk;       /* NULL when T2 is disabled */
+    /* The tiers below T0, by tier id (tiers[T0] unused; ops NULL where off).
+     * The policy below talks to them only through tier.h; ram and disk are
+     * the same instances, kept typed for their configuration and detailed
+     * statistics. */
+    kvt_tier_ref tiers[KVT_TIER_COUNT];
+    kvt_ram *ram;
+    kvt_disk *disk;
+    kvt_admit *admit;     /* KVT_ADMIT_REUSED: the seen-twice sketch for persistent tiers */
     kvt_cache_params params;
-    int flushing;         /* shutdown: write every evicted block to T2, waiting for room */
-    /* restore-or-recompute: measured T2 read bandwidth and prefill cost */
-    double t2_bytes_per_s;      /* EWMA of get_many throughput; 0 = not measured yet */
+    int flushing;         /* shutdown: every block goes down, waiting for room */
+    /* restore-or-recompute: measured read bandwidth of the measured tiers and prefill cost */
+    double tier_bytes_per_s[KVT_TIER_COUNT]; /* EWMA of get_many throughput; 0 = not measured yet */
     double prefill_s_per_token; /* EWMA; 0 = not measured yet */
     int32_t B;
     size_t page_bytes;
@@ -63,8 +70,9 @@ struct kvt_cache {
     uint32_t kv_type;
     char numerics[NUMERICS_MAX];
     int32_t *scratch_tokens; /* B ids */
-    uint64_t evictions, demotions, restores, discarded;
-    uint64_t t2_demotions, t2_restores, t2_recompute, t2_not_admitted;
+    uint64_t evictions, discarded;
+    uint64_t demotions[KVT_TIER_COUNT], restores[KVT_TIER_COUNT];
+    uint64_t t2_recompute, t2_not_admitted;
     uint64_t shortfalls[KVT_SHORTFALL_COUNT], shortfall_tokens;
     int32_t pinned_pages;
     warm_session *sessions;
@@ -96,49 +104,66 @@ static void touch_page(kvt_cache *c, int32_t p) {
     c->pages[p].t_use = kvt_now();
 }
 
-/* Writes a block to T2. The disk tier waits (bounded) for its writer when the
- * queue is full; when flushing (shutdown) we keep waiting. Returns 1 if the
- * block is in T2 afterwards (queued, or already stored). */
-static int disk_write(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                      const void *payload) {
+/* Puts a block into tier t. A persistent tier's writer may be behind: the
+ * tier itself waits (bounded) for room; when flushing (shutdown) we keep
+ * waiting. Returns >= 0 if the block is in the tier afterwards. */
+static int tier_put(kvt_cache *c, kvt_tier t, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                    const void *payload) {
+    const kvt_tier_ref *x = &c->tiers[t];
     int rc;
-    while ((rc = kvt_disk_put(c->disk, hash, parent, tokens, payload)) == KVT_ELIMIT && c->flushing)
-        if (kvt_disk_flush(c->disk)) break;
-    if (rc == 0) c->t2_demotions++;
-    return rc == 0 || rc == 1;
+    while ((rc = x->ops->put(x->impl, hash, parent, tokens, payload)) == KVT_ELIMIT && c->flushing && x->ops->persistent)
+        if (x->ops->flush(x->impl)) break;
+    if (rc == 0) c->demotions[t]++;
+    return rc;
 }
 
-/* Whether a block leaving the upper tiers goes to disk. By default all do
- * (inactive KV is kept, never discarded, while the disk has room). With
- * KVT_ADMIT_REUSED, a block used within the last admit_live_s seconds (a live
- * session's context, read once per step) still always goes down; only blocks
- * idle longer must have been seen twice, to keep one-shot prompts off the SSD. */
-static int admit_to_disk(kvt_cache *c, kvt_hash128 hash, double last_use) {
+/* --write-through: a block goes into every persistent tier as soon as it is computed. */
+static void write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                          const void *payload) {
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->persistent) tier_put(c, (kvt_tier)t, hash, parent, tokens, payload);
+}
+
+/* Whether a block goes into a persistent tier. By default all do (inactive
+ * KV is kept, never discarded, while a tier has room). With KVT_ADMIT_REUSED,
+ * a block used within the last admit_live_s seconds (a live session's
+ * context, read once per step) still always goes down; only blocks idle
+ * longer must have been seen twice, to keep one-shot prompts off the SSD. */
+static int admitted(kvt_cache *c, kvt_hash128 hash, double last_use) {
     if (c->flushing || c->params.disk_admit == KVT_ADMIT_ALL) return 1;
     if (kvt_now() - last_use < c->params.admit_live_s) return 1;
-    return kvt_disk_admit(c->disk, hash);
+    return kvt_admit_sight(c->admit, hash);
 }
 
-/* A block leaves RAM (T1 eviction) or T0 with no RAM tier: down to T2 if
- * admitted. Counts it as discarded if it ends up in no tier. */
-static void demote_to_disk(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                           const void *payload, double last_use) {
-    if (!c->disk) {
-        c->discarded++;
-        return;
+/* A block leaves tier `from` (T0 reclaim, or a T1 eviction): it goes into
+ * the next tier down that takes it. Held is the mask of tiers that hold it
+ * now; past the first lower tier, a tier at or above one that holds it is
+ * skipped (a lower copy is findable already). Counted as discarded only when
+ * no tier takes it. */
+static void demote(kvt_cache *c, kvt_tier from, uint32_t held, kvt_hash128 hash, kvt_hash128 parent,
+                   const int32_t *tokens, const void *payload, double last_use) {
+    int first = 1;
+    for (int t = from + 1; t < KVT_TIER_COUNT; t++) {
+        if (!c->tiers[t].ops) continue;
+        if (!first && (held >> t)) return; /* a copy at this tier or below: still findable */
+        first = 0;
+        if (c->tiers[t].ops->persistent && !admitted(c, hash, last_use)) {
+            c->t2_not_admitted++;
+            break;
+        }
+        if (tier_put(c, (kvt_tier)t, hash, parent, tokens, payload) >= 0) return;
     }
-    if (!admit_to_disk(c, hash, last_use)) {
-        c->t2_not_admitted++;
-        c->discarded++;
-        return;
-    }
-    if (!disk_write(c, hash, parent, tokens, payload)) c->discarded++;
+    if (!(held >> (from + 1))) c->discarded++;
 }
 
+/* T1's evict hook: the block has left T1 and its index presence. */
 static void on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload,
                          size_t bytes, double last_use) {
+    kvt_cache *c = ctx;
     (void)bytes;
-    demote_to_disk(ctx, hash, parent, tokens, payload, last_use);
+    kvt_prefix_info info;
+    uint32_t held = kvt_prefix_get(c->index, hash, &info) ? 0 : info.tiers;
+    demote(c, KVT_TIER_T1, held, hash, parent, tokens, payload, last_use);
 }
 
 int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
@@ -156,6 +181,7 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
     c->scratch_tokens = kvt_xmalloc((size_t)c->B * sizeof(int32_t));
     c->params = *p;
     c->params.disk_dir = NULL; /* not kept: the caller owns the string */
+    if (p->disk_admit == KVT_ADMIT_REUSED) c->admit = kvt_admit_new();
     int rc = kvt_prefix_new((uint32_t)c->B, &c->index);
     if (!rc && p->ram_bytes) {
         kvt_ram_params rp = kvt_ram_default_params();
@@ -165,7 +191,7 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
         rp.index = c->index;
         rp.on_evict = on_ram_evict;
         rp.evict_ctx = c;
-        rc = kvt_ram_new(&rp, &c->ram);
+        if (!(rc = kvt_ram_new(&rp, &c->ram))) c->tiers[KVT_TIER_T1] = (kvt_tier_ref){&kvt_ram_tier_ops, c->ram};
     }
     if (!rc && p->disk_dir) {
         kvt_disk_params dp = kvt_disk_default_params();
@@ -183,7 +209,7 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
             if (dp.segment_bytes * 2 > dp.size_bytes) dp.segment_bytes = dp.size_bytes / 4 / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
             if (dp.segment_bytes < c->page_bytes + KVT_DISK_ALIGN * 2)
                 dp.segment_bytes = (c->page_bytes / KVT_DISK_ALIGN + 2) * KVT_DISK_ALIGN;
-            rc = kvt_disk_open(&dp, &c->disk);
+            if (!(rc = kvt_disk_open(&dp, &c->disk))) c->tiers[KVT_TIER_T2] = (kvt_tier_ref){&kvt_disk_tier_ops, c->disk};
         }
     }
     if (rc) {
@@ -205,6 +231,7 @@ void kvt_cache_free(kvt_cache *c) {
         }
     kvt_ram_free(c->ram);
     kvt_disk_close(c->disk);
+    kvt_admit_free(c->admit);
     kvt_prefix_free(c->index);
     free(c->scratch_tokens);
     free(c->pages);
@@ -260,20 +287,15 @@ static int32_t pick_victim(kvt_cache *c) {
     return best;
 }
 
-/* Moves page p's block down a tier and frees the page: to T1 when it has
- * room, else straight to T2 (unless the disk already holds it). A block is
- * discarded only when no lower tier can take it (counted). */
+/* Moves page p's block down a tier (see demote) and frees the page. */
 static void reclaim(kvt_cache *c, int32_t p) {
     page_rec *r = &c->pages[p];
     kvt_prefix_info info;
     if (!kvt_prefix_get(c->index, r->hash, &info)) {
         kvt_hash128 parent = info.parent;
-        uint32_t lower = info.tiers & ~KVT_TIER_BIT(KVT_TIER_T0);
+        uint32_t held = info.tiers & ~KVT_TIER_BIT(KVT_TIER_T0);
         memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t)); /* info dies on index change */
-        const void *payload = kvt_page_data_const(c->e, p);
-        int rc = c->ram ? kvt_ram_put(c->ram, r->hash, parent, c->scratch_tokens, payload) : -1;
-        if (rc == 0) c->demotions++;
-        else if (rc != 1 && !lower) demote_to_disk(c, r->hash, parent, c->scratch_tokens, payload, r->t_use);
+        demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p), r->t_use);
     }
     kvt_prefix_remove(c->index, r->hash, KVT_TIER_T0);
     r->cached = 0;
@@ -354,37 +376,55 @@ static int adopt_page(kvt_cache *c, int32_t p, kvt_hash128 hash, kvt_hash128 par
     return 0;
 }
 
-/* Restore-or-recompute for a run of n T2 blocks: restore unless measurements
- * say reading them takes longer than prefilling their tokens. */
-static int t2_worth_restoring(kvt_cache *c, int32_t n, double *read_ms, double *compute_ms) {
-    *read_ms = c->t2_bytes_per_s > 0 ? 1e3 * (double)n * (double)c->page_bytes / c->t2_bytes_per_s : 0;
-    *compute_ms = 1e3 * (double)n * c->B * c->prefill_s_per_token;
+/* The fastest tier below T0 that holds a block now, per its presence mask,
+ * or KVT_TIER_T0 if none does. */
+static kvt_tier lower_tier(const kvt_cache *c, uint32_t tiers) {
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && (tiers & KVT_TIER_BIT(t))) return (kvt_tier)t;
+    return KVT_TIER_T0;
+}
+
+/* Restore-or-recompute for blocks found first in measured (slow) tiers:
+ * restore unless measurements say reading them takes longer than prefilling
+ * their tokens. n[t] counts such blocks per tier. */
+static int worth_restoring(kvt_cache *c, const int32_t n[KVT_TIER_COUNT], double *read_ms, double *compute_ms) {
+    int32_t total = 0, unmeasured = 0;
+    *read_ms = 0;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) {
+        if (!n[t]) continue;
+        total += n[t];
+        if (c->tier_bytes_per_s[t] > 0) *read_ms += 1e3 * (double)n[t] * (double)c->page_bytes / c->tier_bytes_per_s[t];
+        else unmeasured = 1;
+    }
+    *compute_ms = 1e3 * (double)total * c->B * c->prefill_s_per_token;
     if (c->params.restore == KVT_RESTORE_ALWAYS) return 1;
     if (c->params.restore == KVT_RESTORE_NEVER) return 0;
-    if (c->t2_bytes_per_s <= 0 || c->prefill_s_per_token <= 0) return 1; /* unmeasured: try, and measure */
+    if (unmeasured || c->prefill_s_per_token <= 0) return 1; /* unmeasured: try, and measure */
     return *read_ms < *compute_ms;
 }
 
-/* Reads the listed T2 blocks into their pages in one batch (adjacent records
- * coalesced by the disk tier) and indexes the ones that arrived. Returns the
- * first block index that failed (INT32_MAX if none). */
-static int32_t restore_t2(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
-                          kvt_disk_read *reqs, const int32_t *req_block, int32_t n_req, int32_t *pages,
-                          double *restore_s) {
+/* Reads the listed blocks from tier t into their pages in one batch (a disk
+ * tier coalesces adjacent records) and indexes the ones that arrived in T0.
+ * Returns the first block index that failed (INT32_MAX if none). */
+static int32_t restore_from(kvt_cache *c, kvt_tier t, kvt_hash128 root, const int32_t *tokens,
+                            const kvt_prefix_hit *hits, kvt_tier_read *reqs, const int32_t *req_block, int32_t n_req,
+                            int32_t *pages, double *restore_s) {
     int32_t bad = INT32_MAX;
     if (!n_req) return bad;
+    const kvt_tier_ref *x = &c->tiers[t];
     double t0 = kvt_now();
-    size_t n_hit = kvt_disk_get_many(c->disk, reqs, (size_t)n_req);
+    size_t n_hit = x->ops->get_many(x->impl, reqs, (size_t)n_req);
     double dt = kvt_now() - t0;
     *restore_s += dt;
-    if (n_hit && dt > 0) ewma(&c->t2_bytes_per_s, (double)n_hit * (double)c->page_bytes / dt);
+    if (x->ops->measured && n_hit && dt > 0)
+        ewma(&c->tier_bytes_per_s[t], (double)n_hit * (double)c->page_bytes / dt);
     for (int32_t r = 0; r < n_req; r++) {
         int32_t i = req_block[r];
         kvt_hash128 parent = i ? hits[i - 1].hash : root;
         if (reqs[r].result) {
             kvt_page_unref(c->e, pages[i]); /* not restored: back to the free list */
         } else if (adopt_page(c, pages[i], hits[i].hash, parent, tokens + (size_t)i * (size_t)c->B) == 0) {
-            c->t2_restores++;
+            c->restores[t]++;
             continue;
         }
         pages[i] = -1;
@@ -398,44 +438,45 @@ static int32_t restore_t2(kvt_cache *c, kvt_hash128 root, const int32_t *tokens,
  * start: every T0 block is referenced first (so making room cannot reclaim
  * it), then pages for all other blocks are reserved at once, and only then is
  * each block's current tier looked up again (making room may have pushed a
- * T1 block down to T2, where it is still found) and restored: T1 by copy, T2
- * in one batch. Returns how many were acquired; pages[] holds them (one
+ * RAM block down to disk, where it is still found) and the blocks are read,
+ * one batch per tier. Returns how many were acquired; pages[] holds them (one
  * caller reference each) and tier_of[] the tier each came from. *why says
  * why fewer than n_blocks were acquired. */
 static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
                            int32_t n_blocks, int32_t max_new, int32_t *pages, kvt_tier *tier_of, double *restore_s,
                            kvt_attach_info *info, kvt_shortfall *why) {
     *why = KVT_SHORTFALL_NONE;
-    int32_t n_t2 = 0, first_t2 = -1;
-    for (int32_t i = 0; i < n_blocks; i++)
-        if (hits[i].tier == KVT_TIER_T2 && n_t2++ == 0) first_t2 = i;
-    if (n_t2) {
+    int32_t n_slow[KVT_TIER_COUNT] = {0}, first_slow = -1;
+    for (int32_t i = 0; i < n_blocks; i++) {
+        kvt_tier t = hits[i].tier;
+        if (t == KVT_TIER_T0 || !c->tiers[t].ops || !c->tiers[t].ops->measured) continue;
+        if (first_slow < 0) first_slow = i;
+        n_slow[t]++;
+    }
+    if (first_slow >= 0) {
         double read_ms = 0, compute_ms = 0;
-        int yes = c->disk && t2_worth_restoring(c, n_t2, &read_ms, &compute_ms);
+        int yes = worth_restoring(c, n_slow, &read_ms, &compute_ms);
         if (info) {
             info->t2_decision = yes ? KVT_T2_RESTORE : KVT_T2_RECOMPUTE;
             info->t2_est_read_ms = read_ms;
             info->t2_est_compute_ms = compute_ms;
         }
         if (!yes) {
-            n_blocks = first_t2; /* reuse stops where recomputing is cheaper */
+            n_blocks = first_slow; /* reuse stops where recomputing is cheaper */
             *why = KVT_SHORTFALL_RECOMPUTE;
             c->t2_recompute++;
         }
     }
     /* 1. pin the resident part of the run */
-    int32_t need = 0;
     for (int32_t i = 0; i < n_blocks; i++) {
         pages[i] = -1;
-        if (hits[i].tier != KVT_TIER_T0) {
-            need++;
-        } else if ((pages[i] = ref_t0(c, &hits[i])) < 0) {
+        if (hits[i].tier == KVT_TIER_T0 && (pages[i] = ref_t0(c, &hits[i])) < 0) {
             n_blocks = i;
             *why = KVT_SHORTFALL_LOST;
             break;
         }
     }
-    need = 0; /* recount below a cut, and stop where max_new pages are used */
+    int32_t need = 0; /* pages to restore into, stopping where max_new pages are used */
     for (int32_t i = 0; i < n_blocks; i++)
         if (pages[i] < 0 && need++ == max_new) {
             for (int32_t k = i; k < n_blocks; k++)
@@ -455,48 +496,33 @@ static int32_t acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
             }
         *why = KVT_SHORTFALL_NO_ROOM;
     }
-    /* 3. restore, from wherever each block is now */
-    kvt_disk_read *reqs = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *reqs);
-    int32_t *req_block = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *req_block);
-    int32_t n_req = 0, ok = n_blocks;
+    /* 3. restore, from wherever each block is now: one batch per tier */
+    size_t cap = (size_t)(n_blocks ? n_blocks : 1);
+    kvt_tier_read *reqs = kvt_xmalloc((size_t)KVT_TIER_COUNT * cap * sizeof *reqs);
+    int32_t *req_block = kvt_xmalloc((size_t)KVT_TIER_COUNT * cap * sizeof *req_block);
+    int32_t n_req[KVT_TIER_COUNT] = {0}, ok = n_blocks;
     for (int32_t i = 0; i < n_blocks; i++) {
         tier_of[i] = KVT_TIER_T0;
         if (pages[i] >= 0) continue;
-        kvt_hash128 parent = i ? hits[i - 1].hash : root;
-        const int32_t *bt = tokens + (size_t)i * (size_t)c->B;
         kvt_prefix_info pi;
-        uint32_t tiers = kvt_prefix_get(c->index, hits[i].hash, &pi) ? 0 : pi.tiers;
+        kvt_tier t = lower_tier(c, kvt_prefix_get(c->index, hits[i].hash, &pi) ? 0 : pi.tiers);
         int32_t p;
-        if (!(tiers & (KVT_TIER_BIT(KVT_TIER_T1) | KVT_TIER_BIT(KVT_TIER_T2))) || kvt_page_alloc(c->e, &p)) {
+        if (t == KVT_TIER_T0 || kvt_page_alloc(c->e, &p)) {
             ok = i;
             break;
         }
-        if (c->ram && (tiers & KVT_TIER_BIT(KVT_TIER_T1))) {
-            tier_of[i] = KVT_TIER_T1;
-            double t0 = kvt_now();
-            int rc = kvt_ram_get(c->ram, hits[i].hash, parent, bt, kvt_page_data(c->e, p));
-            *restore_s += kvt_now() - t0;
-            if (rc || adopt_page(c, p, hits[i].hash, parent, bt)) {
-                if (rc) kvt_page_unref(c->e, p);
-                ok = i;
-                break;
-            }
-            c->restores++;
-            pages[i] = p;
-        } else if (c->disk) {
-            tier_of[i] = KVT_TIER_T2;
-            reqs[n_req] = (kvt_disk_read){.hash = hits[i].hash, .parent = parent, .tokens = bt,
-                                          .out = kvt_page_data(c->e, p)};
-            req_block[n_req++] = i;
-            pages[i] = p;
-        } else {
-            kvt_page_unref(c->e, p);
-            ok = i;
-            break;
-        }
+        tier_of[i] = t;
+        pages[i] = p;
+        size_t at = (size_t)t * cap + (size_t)n_req[t]++;
+        reqs[at] = (kvt_tier_read){.hash = hits[i].hash, .parent = i ? hits[i - 1].hash : root,
+                                   .tokens = tokens + (size_t)i * (size_t)c->B, .out = kvt_page_data(c->e, p)};
+        req_block[at] = i;
     }
-    int32_t t2_bad = restore_t2(c, root, tokens, hits, reqs, req_block, n_req, pages, restore_s);
-    ok = KVT_MIN(ok, t2_bad);
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
+        int32_t bad = restore_from(c, (kvt_tier)t, root, tokens, hits, reqs + (size_t)t * cap,
+                                   req_block + (size_t)t * cap, n_req[t], pages, restore_s);
+        ok = KVT_MIN(ok, bad);
+    }
     if (ok < n_blocks && *why == KVT_SHORTFALL_NONE) *why = KVT_SHORTFALL_LOST;
     for (int32_t i = ok; i < n_blocks; i++)
         if (pages[i] >= 0) kvt_page_unref(c->e, pages[i]);
@@ -521,8 +547,8 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
     double restore_s = 0;
     kvt_shortfall why;
     int32_t got = acquire_run(c, root, tokens, hits, n_blocks, INT32_MAX, pages, tier_of, &restore_s, info, &why);
-    if (c->disk && c->params.disk_admit == KVT_ADMIT_REUSED)
-        for (int32_t i = 0; i < got; i++) kvt_disk_admit(c->disk, hits[i].hash); /* a reuse is a sighting */
+    if (c->admit)
+        for (int32_t i = 0; i < got; i++) kvt_admit_sight(c->admit, hits[i].hash); /* a reuse is a sighting */
     int32_t from_t2 = 0;
     for (int32_t i = 0; i < got; i++) from_t2 += tier_of[i] == KVT_TIER_T2;
     if (c->disk) kvt_disk_note_lookup(c->disk, (uint64_t)n / (uint64_t)c->B, (uint64_t)from_t2);
@@ -579,7 +605,7 @@ void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chai
             kvt_page_ref(c->e, p);
             c->pages[p] = (page_rec){.cached = 1, .hash = hash};
             touch_page(c, p);
-            if (c->disk && c->params.write_through) disk_write(c, hash, parent, bt, kvt_page_data_const(c->e, p));
+            if (c->params.write_through) write_through(c, hash, parent, bt, kvt_page_data_const(c->e, p));
         }
         ch->last = hash;
         ch->n_done = i + 1;
@@ -712,11 +738,12 @@ kvt_engine *kvt_cache_engine(kvt_cache *c) { return c->e; }
 void kvt_cache_tier_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]) {
     memset(tokens, 0, KVT_TIER_COUNT * sizeof *tokens);
     tokens[KVT_TIER_T0] = (uint64_t)c->n_pages * (uint64_t)c->B;
-    if (c->ram) tokens[KVT_TIER_T1] = c->params.ram_bytes / kvt_ram_block_cost(c->ram) * (uint64_t)c->B;
-    if (c->disk) {
-        uint64_t rec = ((uint64_t)KVT_DISK_HEADER_FIXED + 4u * (uint64_t)c->B + c->page_bytes + KVT_DISK_ALIGN - 1) /
-                       KVT_DISK_ALIGN * KVT_DISK_ALIGN;
-        tokens[KVT_TIER_T2] = c->params.disk_bytes / rec * (uint64_t)c->B;
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
+        const kvt_tier_ref *x = &c->tiers[t];
+        kvt_tier_stats st;
+        if (!x->ops) continue;
+        x->ops->stats(x->impl, &st);
+        if (st.block_cost) tokens[t] = st.budget_bytes / st.block_cost * (uint64_t)c->B;
     }
 }
 
@@ -739,8 +766,8 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t0_pages_free = kvt_page_free_count(c->e);
     out->t0_bytes_cached = (uint64_t)out->t0_pages_cached * c->page_bytes;
     out->t0_evictions = c->evictions;
-    out->t1_demotions = c->demotions;
-    out->t1_restores = c->restores;
+    out->t1_demotions = c->demotions[KVT_TIER_T1];
+    out->t1_restores = c->restores[KVT_TIER_T1];
     kvt_ram_stats t1;
     kvt_prefix_stats ix;
     kvt_cache_get_tier_stats(c, &t1, &ix);
@@ -765,8 +792,8 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
         out->t2_writes_disabled = ds.writes_disabled;
         out->t2_compression_ratio = ds.compression_ratio;
     }
-    out->t2_demotions = c->t2_demotions;
-    out->t2_restores = c->t2_restores;
+    out->t2_demotions = c->demotions[KVT_TIER_T2];
+    out->t2_restores = c->restores[KVT_TIER_T2];
     out->t2_recompute_decisions = c->t2_recompute;
     out->t2_not_admitted = c->t2_not_admitted;
     out->discarded = c->discarded;
@@ -787,24 +814,41 @@ void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds) {
     if (n_tokens >= MIN_PREFILL_SAMPLE && seconds > 0) ewma(&c->prefill_s_per_token, seconds / n_tokens);
 }
 
-/* Cached T0 blocks the disk does not hold yet, written through. */
-static void flush_t0(kvt_cache *c) {
+/* The first persistent tier, or KVT_TIER_T0 if none is configured. */
+static kvt_tier persistent_tier(const kvt_cache *c) {
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->persistent) return (kvt_tier)t;
+    return KVT_TIER_T0;
+}
+
+/* Cached T0 blocks that no persistent tier holds yet, written to the first one. */
+static void flush_t0(kvt_cache *c, kvt_tier dst) {
+    uint32_t persistent = 0;
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->persistent) persistent |= KVT_TIER_BIT(t);
     for (int32_t p = 0; p < c->n_pages; p++) {
         if (!c->pages[p].cached) continue;
         kvt_prefix_info info;
-        if (kvt_prefix_get(c->index, c->pages[p].hash, &info) || (info.tiers & KVT_TIER_BIT(KVT_TIER_T2))) continue;
+        if (kvt_prefix_get(c->index, c->pages[p].hash, &info) || (info.tiers & persistent)) continue;
         kvt_hash128 parent = info.parent;
         memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t));
-        disk_write(c, c->pages[p].hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p));
+        tier_put(c, dst, c->pages[p].hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p));
     }
 }
 
 int kvt_cache_flush(kvt_cache *c) {
-    if (!c->disk) return 0;
+    kvt_tier dst = persistent_tier(c);
+    if (dst == KVT_TIER_T0) return 0;
     c->flushing = 1;
-    flush_t0(c);
-    if (c->ram) kvt_ram_flush(c->ram); /* every T1 block leaves through on_ram_evict -> T2 */
-    int rc = kvt_disk_flush(c->disk);
+    flush_t0(c, dst);
+    /* upper tiers first: RAM empties itself through its evict hook, down into the persistent tiers */
+    int rc = 0;
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
+        const kvt_tier_ref *x = &c->tiers[t];
+        if (!x->ops) continue;
+        int r = x->ops->flush(x->impl);
+        if (r && x->ops->persistent && !rc) rc = r;
+    }
     c->flushing = 0;
     return rc;
 }

@@ -1,16 +1,27 @@
-/* The cache policy: ties the engine's page pool (T0), the prefix index and the
- * RAM tier (T1) together.
+/* The cache policy: ties the engine's page pool (T0), the prefix index and
+ * the tiers below T0 together. The lower tiers (T1 RAM, T2 disk, T3 remote)
+ * are reached only through the tier interface (tier.h): the policy has no
+ * special case per tier, only per property (persistent, measured).
  *
  * T0. Every full page whose block is indexed holds one extra reference owned
  * by the cache, so a finished sequence's pages stay resident (refcount 1 =
  * "idle") and later sequences attach them zero-copy. When the engine needs
  * pages, kvt_cache_reserve() reclaims idle pages: least recently used leaf
  * first (a block is a T0 leaf when no T0 block names it as parent, so a parent
- * outlives its children and the longest suffix goes first); a reclaimed page
- * is demoted to T1 (write-back) before it is freed.
+ * outlives its children and the longest suffix goes first); warm sessions
+ * yield their pages when nothing else is idle.
  *
- * T1. A host-RAM store with its own byte budget (tier_ram.h). Restoring a
- * block copies it into a fresh page, which becomes T0-resident again.
+ * Demotion (write-back). A block leaving a tier goes into the next tier down
+ * that takes it: T0 -> T1 -> T2 -> T3, a tier that refuses passed over, a
+ * persistent tier behind the admission rule (kvt_admit_policy). A block is
+ * never in no tier while it moves (tier.h: put returns once it is findable),
+ * and one that no tier takes is counted as discarded.
+ *
+ * Restore. A request's matched run is pinned from lookup through restore
+ * (acquire_run): its T0 pages referenced, room for the rest reserved, then
+ * each block read from the fastest tier that holds it now, one batch per
+ * tier, into a fresh page that becomes T0-resident again. Blocks in measured
+ * (slow) tiers are read only where that is faster than recomputing them.
  *
  * Identity. A block hit requires the chained key, the parent key and the B
  * token ids to be equal (prefix.h), and the key chain is rooted in the model

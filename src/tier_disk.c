@@ -1,7 +1,7 @@
 /* T2 disk store: the record format and its parser, the cache directory (lock,
  * header, segment files), the open-time header scan, the writer thread with
  * its bounded queue and segment reclaim, batched verified reads, the
- * admission sketch, and the maintenance walks behind `kvtier cache`. */
+ * and the maintenance walks behind `kvtier cache`. */
 #include "tier_disk.h"
 
 #include <assert.h>
@@ -82,12 +82,6 @@ enum {
 #define REINSERT_DIVISOR 4
 /* zstd level for new records: KV pages compress little, so favour speed. */
 #define ZSTD_LEVEL 1
-/* Admission sketch: rows x width saturating counters, halved every AGE_FACTOR x width sightings. */
-#define SKETCH_ROWS 4
-#define SKETCH_WIDTH 4096
-#define SKETCH_AGE_FACTOR 8
-#define SKETCH_MAX 15
-#define ADMIT_THRESHOLD 2
 #define RECS_MIN_CAP 64
 /* The index handle of a block that is still in the write queue. */
 #define QUEUED_HANDLE UINT64_MAX
@@ -745,8 +739,6 @@ struct kvt_disk {
     uint8_t *rbuf;
     size_t rbuf_cap;
     ZSTD_DCtx *zd;
-    uint8_t *sketch;
-    uint64_t sketch_adds;
 
     /* writer thread only */
     kvt_dio *wio;
@@ -1281,7 +1273,6 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     d->st.compression_ratio = 1.0;
     d->q = kvt_xcalloc(p->queue_depth, sizeof *d->q);
     d->zd = ZSTD_createDCtx();
-    d->sketch = kvt_xcalloc(SKETCH_ROWS * SKETCH_WIDTH, 1);
     double t0 = kvt_now();
 
     /* The header names the format of everything here: another version means
@@ -1390,7 +1381,6 @@ static void disk_free(kvt_disk *d) {
     free(d->wbuf);
     ZSTD_freeDCtx(d->zd);
     ZSTD_freeCCtx(d->zc);
-    free(d->sketch);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv_work);
     pthread_cond_destroy(&d->cv_idle);
@@ -1765,29 +1755,6 @@ int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash) {
     return rc;
 }
 
-/* Sketch row i's counter for a key: the four 32-bit lanes of the 128-bit key
- * are independent hashes already. */
-static uint32_t sketch_index(kvt_hash128 h, int row) {
-    uint64_t w = row < 2 ? h.lo : h.hi;
-    return (uint32_t)(row & 1 ? w >> 32 : w) % SKETCH_WIDTH;
-}
-
-int kvt_disk_admit(kvt_disk *d, kvt_hash128 hash) {
-    uint8_t est = SKETCH_MAX;
-    for (int row = 0; row < SKETCH_ROWS; row++) {
-        uint8_t *c = &d->sketch[row * SKETCH_WIDTH + sketch_index(hash, row)];
-        if (*c < SKETCH_MAX) (*c)++;
-        if (*c < est) est = *c;
-    }
-    /* aging: halve every counter now and then so one-time blocks of long ago
-     * do not add up to false admissions */
-    if (++d->sketch_adds >= (uint64_t)SKETCH_AGE_FACTOR * SKETCH_WIDTH) {
-        for (size_t i = 0; i < SKETCH_ROWS * SKETCH_WIDTH; i++) d->sketch[i] >>= 1;
-        d->sketch_adds = 0;
-    }
-    return d->p.admit_all || est >= ADMIT_THRESHOLD;
-}
-
 void kvt_disk_pause_writer(kvt_disk *d, int paused) {
     pthread_mutex_lock(&d->mu);
     d->paused = paused;
@@ -2081,3 +2048,27 @@ int kvt_disk_clear(const char *dir, uint64_t *removed) {
     close(dfd);
     return rc;
 }
+
+/* ---- the tier interface (tier.h) ---- */
+
+static int ops_put(void *t, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
+    return kvt_disk_put(t, hash, parent, tokens, payload);
+}
+static size_t ops_get_many(void *t, kvt_tier_read *reqs, size_t n) { return kvt_disk_get_many(t, reqs, n); }
+static int ops_contains(void *t, kvt_hash128 hash) { return kvt_disk_contains(t, hash); }
+static int ops_remove(void *t, kvt_hash128 hash) { return kvt_disk_remove(t, hash); }
+static int ops_flush(void *t) { return kvt_disk_flush(t); }
+
+static void ops_stats(void *t, kvt_tier_stats *out) {
+    kvt_disk_stats ds;
+    kvt_disk_get_stats(t, &ds);
+    *out = (kvt_tier_stats){.blocks = ds.records, .bytes_used = ds.bytes_used, .budget_bytes = ds.budget_bytes,
+                            .block_cost = ((kvt_disk *)t)->rec_max,
+                            .hits = ds.hits, .misses = ds.misses, .puts = ds.puts, .evictions = ds.evicted,
+                            .dropped = ds.dropped};
+}
+
+const kvt_tier_ops kvt_disk_tier_ops = {
+    .name = "T2 disk", .persistent = 1, .measured = 1, .put = ops_put, .get_many = ops_get_many,
+    .contains = ops_contains, .remove = ops_remove, .flush = ops_flush, .stats = ops_stats,
+};

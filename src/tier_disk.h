@@ -116,6 +116,7 @@
 
 #include "blockhash.h"
 #include "prefix.h"
+#include "tier.h"
 
 /* Records start on, and are padded to, this boundary (O_DIRECT's unit). */
 #define KVT_DISK_ALIGN 4096
@@ -149,7 +150,6 @@ typedef struct {
     kvt_hash128 ns;           /* namespace: the root hash of the model/layout/tenant */
     kvt_prefix *index;        /* optional; borrowed, must outlive the store */
     kvt_disk_codec codec;     /* for new records; any codec is read */
-    int admit_all;            /* kvt_disk_admit always says yes */
     uint32_t queue_depth;     /* blocks waiting for the writer (>= 1); memory: depth x record */
     uint32_t put_wait_ms;     /* how long a put waits for queue room before dropping (0: never waits) */
     int use_io_uring;         /* try io_uring (falls back to pread/pwrite with a log line) */
@@ -182,14 +182,11 @@ typedef struct {
     double open_scan_seconds;          /* time kvt_disk_open spent rebuilding the index */
 } kvt_disk_stats;
 
-/* One block of a kvt_disk_get_many batch. The caller fills the first four
- * fields; result is set to 0 (hit: out holds the payload) or KVT_ENOTFOUND. */
-typedef struct {
-    kvt_hash128 hash, parent;
-    const int32_t *tokens; /* B ids, borrowed for the call */
-    void *out;             /* payload_bytes; contents undefined on a miss */
-    int result;
-} kvt_disk_read;
+/* One block of a kvt_disk_get_many batch (see tier.h). */
+typedef kvt_tier_read kvt_disk_read;
+
+/* The disk tier behind the tier interface (tier.h); the instance is a kvt_disk. */
+extern const kvt_tier_ops kvt_disk_tier_ops;
 
 /* size 16 GiB, segment KVT_DISK_SEGMENT_DEFAULT, B KVT_BLOCK_TOKENS_DEFAULT,
  * codec raw, queue KVT_DISK_QUEUE_DEFAULT, put wait KVT_DISK_PUT_WAIT_MS_DEFAULT,
@@ -247,10 +244,6 @@ int kvt_disk_contains(kvt_disk *d, kvt_hash128 hash);
  * KVT_ENOTFOUND. Not persistent across restarts (see above). */
 int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash);
 
-/* Admission filter: records one sighting of hash in a small counting sketch
- * (approximate, aged so old sightings fade) and returns 1 if the block has now
- * been seen at least twice, or if admit_all is set; else 0. */
-int kvt_disk_admit(kvt_disk *d, kvt_hash128 hash);
 
 /* Waits until every block queued so far has been written or dropped, then
  * applies the writer's index updates. Returns 0, or the write error that

@@ -331,3 +331,37 @@ int kvt_ram_foreach(const kvt_ram *r,
 }
 
 void kvt_ram_get_stats(const kvt_ram *r, kvt_ram_stats *out) { *out = r->st; }
+
+/* ---- the tier interface (tier.h) ---- */
+
+static int ops_put(void *t, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
+    return kvt_ram_put(t, hash, parent, tokens, payload);
+}
+
+static size_t ops_get_many(void *t, kvt_tier_read *reqs, size_t n) {
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++)
+        hits += (reqs[i].result = kvt_ram_get(t, reqs[i].hash, reqs[i].parent, reqs[i].tokens, reqs[i].out)) == 0;
+    return hits;
+}
+
+static int ops_contains(void *t, kvt_hash128 hash) { return kvt_ram_contains(t, hash); }
+static int ops_remove(void *t, kvt_hash128 hash) { return kvt_ram_remove(t, hash); }
+
+static int ops_flush(void *t) {
+    kvt_ram_flush(t);
+    return 0;
+}
+
+static void ops_stats(void *t, kvt_tier_stats *out) {
+    const kvt_ram *r = t;
+    *out = (kvt_tier_stats){.blocks = r->st.blocks, .bytes_used = r->st.bytes_used, .budget_bytes = r->st.budget_bytes,
+                            .block_cost = r->cost,
+                            .hits = r->st.hits, .misses = r->st.misses, .puts = r->st.puts,
+                            .evictions = r->st.evictions};
+}
+
+const kvt_tier_ops kvt_ram_tier_ops = {
+    .name = "T1 RAM", .persistent = 0, .measured = 0, .put = ops_put, .get_many = ops_get_many,
+    .contains = ops_contains, .remove = ops_remove, .flush = ops_flush, .stats = ops_stats,
+};

@@ -37,6 +37,7 @@
 
 #include "blockhash.h"
 #include "prefix.h"
+#include "tier.h"
 
 /* Payload and token arrays start on a cache line: restores are memcpys of
  * whole pages, and the engine may use aligned SIMD loads. */
@@ -130,5 +131,9 @@ int kvt_ram_foreach(const kvt_ram *r,
                     int (*fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens), void *ctx);
 
 void kvt_ram_get_stats(const kvt_ram *r, kvt_ram_stats *out);
+
+/* The RAM tier behind the tier interface (tier.h); the instance is a kvt_ram.
+ * Its flush evicts every block through on_evict. */
+extern const kvt_tier_ops kvt_ram_tier_ops;
 
 #endif

@@ -455,22 +455,6 @@ static void test_full_and_readonly(void) {
     umount(mnt);
 }
 
-static void test_admit(void) {
-    const char *dir = subdir("admit");
-    kvt_disk_params p = params(dir);
-    kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    CHECK(kvt_disk_admit(d, hashes[1]) == 0);
-    CHECK(kvt_disk_admit(d, hashes[1]) == 1);
-    int once = 0;
-    for (int i = 2; i < NBLK; i++) once += kvt_disk_admit(d, hashes[i]);
-    CHECKF(once < 5, "%d blocks seen once admitted", once);
-    kvt_disk_close(d);
-    p.admit_all = 1;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    CHECK(kvt_disk_admit(d, hashes[1]) == 1);
-    kvt_disk_close(d);
-}
 
 /* A file outside the cache directory that planted links point at: it must
  * never change. */
@@ -932,7 +916,6 @@ int main(void) {
     test_lock();
     test_corruption();
     test_budget();
-    test_admit();
     test_crash();
     test_full_and_readonly();
     test_queue_visible();
