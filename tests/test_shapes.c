@@ -50,6 +50,7 @@ static const sweep_budget LONG = {400, 2048, 300, 1024, 2000, 3};
 #define MAX_THREADS 3
 #define LARGE_CTX 4096   /* "large" context: far above any prompt here */
 #define CACHE_RAM (64ull << 20)
+#define LONG_PROGRESS 25 /* long mode: a progress line every this many cases */
 
 /* (heads, kv heads): MHA, GQA and MQA, with odd and prime counts. */
 static const int32_t HEADS[][2] = {{1, 1}, {2, 1}, {3, 1}, {3, 3}, {4, 1}, {4, 2}, {5, 5}, {5, 1},
@@ -368,6 +369,10 @@ int main(void) {
     for (int i = 0; i < bud->cases; i++) {
         rng_state = seed0 + (uint64_t)i; /* each case reproducible alone */
         run_case(i, bud);
+        if (bud == &LONG && (i + 1) % LONG_PROGRESS == 0) {
+            printf("%d/%d cases, %d failed checks\n", i + 1, bud->cases, kvt_test_failures);
+            fflush(stdout);
+        }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
