@@ -68,9 +68,12 @@ kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 
 
 /* Tokenizes len bytes of text with the model's tokenizer (special-token text
- * such as "<|im_start|>" maps to those tokens when parse_special). *out is
- * malloc'd; the caller frees it. Returns 0 or a negative code. */
-int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_bos, int parse_special,
+ * such as "<|im_start|>" maps to those tokens when parse_special). With
+ * add_special, BOS and EOS are added as llama.cpp adds them for this model
+ * (tokenizer.ggml.add_bos_token / add_eos_token, else BOS for SentencePiece
+ * vocabularies and llama3-style BPE ones, never EOS); without, neither. *out
+ * is malloc'd; the caller frees it. Returns 0 or a negative code. */
+int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
                        int32_t **out, size_t *n_out);
 
 /* ---- engine -------------------------------------------------------------- */

@@ -88,7 +88,9 @@ static void eval_usage(FILE *f) {
             "  -m, --model FILE   GGUF model (required)\n"
             "  TEXT               prompt text, tokenized with the model's tokenizer\n"
             "  --tokens \"1 2 3\"   use these token ids verbatim instead of TEXT (no BOS added)\n"
-            "  --no-bos           do not prepend BOS when tokenizing TEXT\n"
+            "  --no-bos           do not prepend BOS when tokenizing TEXT (by default BOS and\n"
+            "                     EOS are added as llama.cpp does for the model; the\n"
+            "                     add_bos field says whether BOS was)\n"
             "  -n N               greedy tokens to generate (default %d)\n"
             "  -t, --threads N    worker threads (default: all CPUs)\n"
             "  --kv-f32           keep K/V in f32 instead of f16\n"
@@ -98,7 +100,7 @@ static void eval_usage(FILE *f) {
 
 int kvt_cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *text = NULL, *tokens_arg = NULL;
-    int add_bos = 1, threads = kvt_cli_default_threads();
+    int no_bos = 0, threads = kvt_cli_default_threads();
     long n_gen = EVAL_DEFAULT_N;
     kvt_kv_dtype dt = KVT_KV_F16;
     for (int i = 1; i < argc; i++) {
@@ -111,7 +113,7 @@ int kvt_cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--tokens")) {
             if (!(tokens_arg = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-bos")) {
-            add_bos = 0;
+            no_bos = 1;
         } else if (!strcmp(a, "--kv-f32")) {
             dt = KVT_KV_F32;
         } else if (!strcmp(a, "-n")) {
@@ -144,14 +146,15 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     int32_t *toks = NULL;
     size_t n_tok = 0;
+    /* the same rule as run, serve and tokenize */
+    int add = tokens_arg ? 0 : kvt_tokenizer_add_special(m->tok) & ~(no_bos ? KVT_TOK_ADD_BOS : 0);
     if (tokens_arg) {
-        add_bos = 0;
         if (parse_tokens(tokens_arg, &toks, &n_tok)) {
             fprintf(stderr, "kvtier eval: --tokens expects token ids, got '%s'\n", tokens_arg);
             kvt_model_free(m);
             return 2;
         }
-    } else if ((kvt_fail(0, "%s", ""), rc = kvt_tokenize(m->tok, text, strlen(text), add_bos, 0, &toks, &n_tok))) {
+    } else if ((kvt_fail(0, "%s", ""), rc = kvt_tokenize(m->tok, text, strlen(text), add, 0, &toks, &n_tok))) {
         fprintf(stderr, "kvtier eval: cannot tokenize: %s %s\n", kvt_strerror(rc), kvt_errmsg());
         kvt_model_free(m);
         return 1;
@@ -185,7 +188,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     kvt_cli_json_string(stdout, base ? base + 1 : model_path);
     printf(",\"prompt\":");
     kvt_cli_json_string(stdout, text ? text : "");
-    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add_bos ? "true" : "false");
+    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add & KVT_TOK_ADD_BOS ? "true" : "false");
     for (size_t i = 0; i < n_tok; i++) printf("%s%d", i ? "," : "", toks[i]);
     printf("],\"prompt_logits_top5\":[");
 
@@ -585,7 +588,7 @@ int kvt_cmd_run(int argc, char **argv) {
             run_action(cache, ln, NULL, 0, salt, &pins, &n_pins, k + 1);
             continue;
         }
-        if ((rc = kvt_tokenize(m->tok, ln->prompt, strlen(ln->prompt), kvt_tokenizer_add_bos_default(m->tok), 1,
+        if ((rc = kvt_tokenize(m->tok, ln->prompt, strlen(ln->prompt), kvt_tokenizer_add_special(m->tok), 1,
                                &toks, &n_tok))) {
             fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
             failures++;

@@ -19,8 +19,9 @@ static void usage(FILE *f) {
             "Prints the token ids of TEXT on one line, separated by spaces.\n\n"
             "  -m, --model MODEL  GGUF file to take the tokenizer from (vocab-only files work)\n"
             "  -f, --file FILE    read the text from FILE (all bytes, as is) instead of TEXT\n"
-            "  --no-bos           do not prepend the BOS token (default: as the model says,\n"
-            "                     tokenizer.ggml.add_bos_token, else SPM yes, BPE no)\n"
+            "  --no-bos           do not prepend the BOS token. By default BOS and EOS are\n"
+            "                     added as llama.cpp does: tokenizer.ggml.add_bos_token /\n"
+            "                     add_eos_token, else BOS for SPM and llama3-style BPE only\n"
             "  --special          parse control-token text such as <|im_start|> into those\n"
             "                     tokens (otherwise it is tokenized as plain text)\n"
             "  --pieces           after the ids line, print one token per line: id, then\n"
@@ -143,10 +144,10 @@ int kvt_cmd_tokenize(int argc, char **argv) {
         free(buf);
         return 1;
     }
-    int add_bos = !no_bos && kvt_tokenizer_add_bos_default(t);
+    int add = kvt_tokenizer_add_special(t) & ~(no_bos ? KVT_TOK_ADD_BOS : 0);
     int32_t *ids;
     size_t n;
-    rc = kvt_tokenize(t, text, len, add_bos, special, &ids, &n);
+    rc = kvt_tokenize(t, text, len, add, special, &ids, &n);
     free(buf);
     if (rc) {
         fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());

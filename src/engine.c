@@ -16,6 +16,8 @@
 
 /* Pages start on this boundary so SIMD loads of K/V rows can be aligned. */
 #define PAGE_ALIGN 64
+/* Per-thread attention scratch starts on a cache line, so workers never share one. */
+#define SCRATCH_ALIGN 64
 /* Free-list terminator and "no page" marker. */
 #define NO_PAGE (-1)
 
@@ -67,8 +69,9 @@ struct kvt_engine {
     int32_t *tpage;  /* (nb) page receiving each token's K/V */
     int32_t *tslot;  /* (nb) slot within that page */
     int32_t *wanted; /* (nb) chunk rows that want logits */
-    float *scratch;  /* (n_threads, n_ctx + head_dim) attention scores and rounded q */
-    size_t scratch_stride;
+    /* per-thread attention scratch, see attn_scratch_layout() */
+    float *scratch;  /* (n_threads, scratch_stride) */
+    size_t scratch_stride, scratch_qh, scratch_half; /* in floats: row stride, offsets of qh and half */
 };
 
 kvt_engine_params kvt_engine_default_params(void) {
@@ -82,6 +85,24 @@ kvt_engine_params kvt_engine_default_params(void) {
     p.max_seqs = KVT_DEFAULT_MAX_SEQS;
     p.n_ctx = 0;
     return p;
+}
+
+/* One worker's attention scratch, each region sized for the largest thing
+ * attn_group() puts in it (G = n_head / n_head_kv query heads per KV head):
+ *   scores (G, n_ctx) floats: one row per head, n_keys <= n_ctx columns used;
+ *   qh     (G, head_dim) floats: the group's q rounded to f16 and back;
+ *   half   max(G * head_dim, n_ctx) f16 values: staging for that rounding of q
+ *          (G * head_dim), then for one head's softmax weights (n_keys <= n_ctx).
+ * The stride is a whole number of cache lines so workers never share one. */
+static void attn_scratch_layout(kvt_engine *e) {
+    const kvt_hparams *hp = &e->model->hp;
+    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, ctx = (size_t)e->p.n_ctx;
+    const size_t halves = KVT_MAX(G * hd, ctx);
+    const size_t line = SCRATCH_ALIGN / sizeof(float);
+    e->scratch_qh = G * ctx;
+    e->scratch_half = e->scratch_qh + G * hd;
+    size_t end = e->scratch_half + (halves * sizeof(uint16_t) + sizeof(float) - 1) / sizeof(float);
+    e->scratch_stride = (end + line - 1) / line * line;
 }
 
 static float *alloc_f32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
@@ -156,11 +177,12 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->tpage = alloc_i32(nb);
     e->tslot = alloc_i32(nb);
     e->wanted = alloc_i32(nb);
-    {   /* per thread: scores (G, n_ctx), rounded q (G, head_dim), f16 staging (n_ctx) */
-        size_t G = (size_t)(hp->n_head / hp->n_head_kv);
-        e->scratch_stride = G * (size_t)p.n_ctx + G * (size_t)hp->head_dim + ((size_t)p.n_ctx + 1) / 2 + 16;
+    attn_scratch_layout(e);
+    e->scratch = aligned_alloc(SCRATCH_ALIGN, (size_t)kvt_pool_threads(e->pool) * e->scratch_stride * sizeof(float));
+    if (!e->scratch) {
+        kvt_engine_free(e);
+        return kvt_fail(-ENOMEM, "cannot allocate attention scratch");
     }
-    e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
     *out = e;
     return 0;
 }
@@ -389,9 +411,9 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     const seq_state *st = &e->seqs[e->tseq[i]];
     const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
     float *out = e->att + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
-    float *scores = scratch;                         /* (G, ld) */
-    float *qh = scores + (size_t)G * (size_t)ld;     /* (G, hd) */
-    uint16_t *tmp = (uint16_t *)(qh + (size_t)G * (size_t)hd); /* (ld) */
+    float *scores = scratch;                               /* (G, ld) */
+    float *qh = scratch + e->scratch_qh;                   /* (G, hd) */
+    uint16_t *tmp = (uint16_t *)(scratch + e->scratch_half); /* (max(G * hd, ld)) */
     const float scale = 1.0f / sqrtf((float)hd);
     const int f16 = e->p.kv_dtype == KVT_KV_F16;
 

@@ -313,7 +313,8 @@ void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]) {
     snprintf(out, 33, "%016llx%016llx", (unsigned long long)fp.hi, (unsigned long long)fp.lo);
 }
 
-int kvt_model_tokenize(const kvt_model *m, const char *text, size_t len, int add_bos, int parse_special,
+int kvt_model_tokenize(const kvt_model *m, const char *text, size_t len, int add_special, int parse_special,
                        int32_t **out, size_t *n_out) {
-    return kvt_tokenize(m->tok, text, len, add_bos, parse_special, out, n_out);
+    return kvt_tokenize(m->tok, text, len, add_special ? kvt_tokenizer_add_special(m->tok) : 0, parse_special, out,
+                        n_out);
 }

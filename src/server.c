@@ -883,7 +883,7 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
         memcpy(r->prompt, a->prompt_ids, n * sizeof *r->prompt);
     } else {
-        rc = kvt_tokenize(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_bos_default(s->tok), 1, &r->prompt,
+        rc = kvt_tokenize(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1, &r->prompt,
                           &n);
     }
     if (rc) {

@@ -259,7 +259,9 @@ static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
     read_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab, &eom);
 
     int64_t v;
+    /* the file's word over the vocabulary type's default (set before this) */
     if (kvt_gguf_get_int(g, "tokenizer.ggml.add_bos_token", &v) == 0) t->add_bos = v != 0;
+    if (kvt_gguf_get_int(g, "tokenizer.ggml.add_eos_token", &v) == 0) t->add_eos = v != 0;
     if (kvt_gguf_get_int(g, "tokenizer.ggml.add_space_prefix", &v) == 0) t->add_space_prefix = v != 0;
 
     for (size_t i = 0; i < KVT_ARRAY_LEN(control_names); i++) {
@@ -347,7 +349,9 @@ int32_t kvt_tokenizer_eos(const kvt_tokenizer *t) { return t->eos; }
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok) {
     return tok >= 0 && tok < t->n_vocab && t->eog[tok];
 }
-int kvt_tokenizer_add_bos_default(const kvt_tokenizer *t) { return t->add_bos; }
+int kvt_tokenizer_add_special(const kvt_tokenizer *t) {
+    return (t->add_bos ? KVT_TOK_ADD_BOS : 0) | (t->add_eos ? KVT_TOK_ADD_EOS : 0);
+}
 const char *kvt_tokenizer_kind(const kvt_tokenizer *t) {
     return t->kind == KVT_TOK_SPM ? "llama (SentencePiece)" : "gpt2 (byte-level BPE)";
 }
@@ -433,18 +437,19 @@ static void split_specials(const kvt_tokenizer *t, const char *text, size_t len,
     free(next.v);
 }
 
-int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
                  int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
     if (!text && len) return kvt_fail(KVT_EARG, "tokenize: NULL text");
     if (len > KVT_TOKENIZE_MAX_BYTES)
         return kvt_fail(KVT_ELIMIT, "tokenize: %zu bytes of text (at most %zu)", len, KVT_TOKENIZE_MAX_BYTES);
+    if ((add & KVT_TOK_ADD_BOS) && t->bos < 0)
+        return kvt_fail(KVT_ENOTFOUND, "tokenize: the vocabulary has no BOS token");
+    if ((add & KVT_TOK_ADD_EOS) && t->eos < 0)
+        return kvt_fail(KVT_ENOTFOUND, "tokenize: the vocabulary has no EOS token");
     kvt_tokvec tv = {0};
-    if (add_bos) {
-        if (t->bos < 0) return kvt_fail(KVT_ENOTFOUND, "tokenize: the vocabulary has no BOS token");
-        kvt_tokvec_push(&tv, t->bos);
-    }
+    if (add & KVT_TOK_ADD_BOS) kvt_tokvec_push(&tv, t->bos);
     fragvec fv = {0};
     if (len) split_specials(t, text, len, parse_special, &fv);
     int rc = 0;
@@ -467,6 +472,10 @@ int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add_b
         free(tv.v);
         return rc;
     }
+    if (add & KVT_TOK_ADD_EOS) kvt_tokvec_push(&tv, t->eos);
+    /* as llama.cpp: legal, but almost always a prompt that already had its BOS */
+    if ((add & KVT_TOK_ADD_BOS) && tv.n >= 2 && tv.v[1] == t->bos)
+        kvt_log(KVT_LOG_WARN, "tokenize: the text starts with BOS and another was added: two BOS tokens");
     *out = tv.v;
     *n_out = tv.n;
     return 0;

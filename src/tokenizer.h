@@ -45,9 +45,15 @@ int32_t kvt_tokenizer_eos(const kvt_tokenizer *t);
 /* 1 if tok ends generation (eos, eot, eom, <|im_end|>, <|eot_id|>, <|end|>,
  * <|endoftext|>, ...), else 0 (also for an invalid id). */
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok);
-/* Whether prompts get a BOS by default: tokenizer.ggml.add_bos_token if present,
- * else 1 for SPM and for the BPE pre-tokenizers that want it (llama3), else 0. */
-int kvt_tokenizer_add_bos_default(const kvt_tokenizer *t);
+/* What kvt_tokenize adds around the text (flags). */
+enum { KVT_TOK_ADD_BOS = 1, KVT_TOK_ADD_EOS = 2 };
+/* The special tokens a prompt gets, by llama.cpp's rule (its add_special):
+ * tokenizer.ggml.add_bos_token / tokenizer.ggml.add_eos_token when the file has
+ * them; otherwise the vocabulary type's default, as llama.cpp build 4748 has it:
+ * SPM adds BOS; BPE adds BOS only for the llama3, llama-v3, llama-bpe and
+ * falcon3 pre-tokenizers; neither adds EOS. Returns KVT_TOK_ADD_* flags. Every
+ * prompt path (run, serve, eval, tokenize, kvt_model_tokenize) uses this. */
+int kvt_tokenizer_add_special(const kvt_tokenizer *t);
 /* "llama (SentencePiece)" or "gpt2 (byte-level BPE)". Static storage. */
 const char *kvt_tokenizer_kind(const kvt_tokenizer *t);
 /* Name of the pre-tokenizer actually used ("gpt-2", "llama3", "default", ...;
@@ -65,13 +71,15 @@ const char *kvt_tokenizer_token_text(const kvt_tokenizer *t, int32_t tok, size_t
 int32_t kvt_tokenizer_find(const kvt_tokenizer *t, const char *text, size_t len);
 
 /* Tokenizes len bytes of text (need not be NUL-terminated or valid UTF-8).
- * add_bos prepends BOS (KVT_ENOTFOUND if there is none). parse_special makes
+ * add is a set of KVT_TOK_ADD_* flags: ADD_BOS prepends BOS, ADD_EOS appends
+ * EOS (KVT_ENOTFOUND if the vocabulary lacks that token); pass
+ * kvt_tokenizer_add_special(t) for what the model wants. parse_special makes
  * the text of control tokens (e.g. "<|im_start|>") map to those tokens;
  * otherwise it is plain text. User-defined tokens are always matched, as in
  * llama.cpp. Invalid UTF-8 is not an error: such bytes become byte tokens.
  * On success returns 0, *out is malloc'd (caller frees; NULL when *n_out == 0).
  * On failure returns a negative code, *out = NULL, *n_out = 0. */
-int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
                  int32_t **out, size_t *n_out);
 
 /* The bytes of one token: SPM maps U+2581 to a space and <0xNN> to the byte;

@@ -57,7 +57,10 @@ typedef struct {
 static const pre_def pre_defs[] = {
     {"default", "default", 0, 0,
      {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"llama3|llama-v3|llama-bpe|falcon3|dbrx|smaug-bpe", "llama3", 1, 1, {RE_LLAMA3_WITH("{1,3}")}},
+    /* add_bos: llama.cpp (build 4748) sets it for these four only */
+    {"llama3|llama-v3|llama-bpe|falcon3", "llama3", 1, 1, {RE_LLAMA3_WITH("{1,3}")}},
+    /* llama3's regex, but neither BOS nor ignore_merges */
+    {"dbrx|smaug-bpe", "dbrx", 0, 0, {RE_LLAMA3_WITH("{1,3}")}},
     {"deepseek-llm", "deepseek-llm", 0, 0,
      {"[\\r\\n]", RE_DEEPSEEK_LETTERS,
       "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$", RE_CJK,
@@ -233,7 +236,7 @@ int kvt_bpe_init(kvt_tokenizer *t, const kvt_gguf *g) {
         else kvt_log(KVT_LOG_WARN, "tokenizer: unknown pre-tokenizer '%s'; using 'default' (tokens may differ)", pre);
     }
     t->pre_name = def->canonical;
-    t->add_bos = def->add_bos;
+    t->add_bos = def->add_bos; /* the vocabulary type's default; add_bos_token overrides it */
     t->ignore_merges = def->ignore_merges;
 
     for (size_t i = 0; i < KVT_BPE_MAX_REGEX && def->re[i]; i++) {

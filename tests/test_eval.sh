@@ -1,14 +1,19 @@
 #!/bin/bash
-# `kvtier eval` end to end: the JSON line for aidreams260K's reference prompts
-# (fed as token ids) matches llama.cpp's: same tokens, same top-5 ids up to
-# near-ties, logits within the engine test's tolerance, identical greedy text.
-# Also checks `run`/`eval` usage errors.
+# `kvtier eval` end to end against llama.cpp's reference outputs
+# (../shared/reference/*.jsonl), for every reference model: eval tokenizes each
+# reference prompt itself, so the token ids must equal llama.cpp's exactly, BOS
+# included or not as llama.cpp's rule says for the vocabulary (the BPE
+# tiny-qwen2 gets none). Then, at every prompt position, the top-5 logits must be
+# within the model's tolerance rank by rank, and the ids must match wherever the
+# reference's gaps to the neighbouring candidates rule out a near-tie
+# (eval_compare.py, which first runs itself on doctored references that it must
+# reject, so it cannot pass vacuously). Also checks `run`/`eval` usage errors.
 set -u
 BIN=${KVT_BIN:?KVT_BIN not set}
 SHARED=${KVT_SHARED:-../shared}
-REF=$SHARED/reference/aidreams260K.jsonl
+REFDIR=$SHARED/reference
 MODEL=$SHARED/models/aidreams260K.gguf
-[ -f "$REF" ] && [ -f "$MODEL" ] || { echo "SKIP: no reference assets"; exit 77; }
+[ -d "$REFDIR" ] && [ -f "$MODEL" ] || { echo "SKIP: no reference assets in $SHARED"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 needed to compare JSON"; exit 77; }
 fail=0
 
@@ -18,21 +23,15 @@ fail=0
 "$BIN" run -m "$MODEL" >/dev/null 2>&1; [ $? -eq 2 ] || { echo "run without -p should exit 2"; fail=1; }
 "$BIN" eval -m "$MODEL" --tokens "1 99999" >/dev/null 2>&1; [ $? -eq 2 ] || { echo "out-of-vocab token should exit 2"; fail=1; }
 
-while IFS= read -r line; do
-    toks=$(python3 -c 'import json,sys; print(" ".join(map(str, json.loads(sys.argv[1])["prompt_tokens"])))' "$line")
-    n=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["greedy"]))' "$line")
-    out=$("$BIN" eval -m "$MODEL" -t 2 -n "$n" --tokens "$toks") || { echo "eval failed"; fail=1; continue; }
-    python3 - "$line" "$out" <<'PY' || fail=1
-import json, sys
-ref, got = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-TOL = 2e-3  # REF_TOL_AIDREAMS in test_engine.c
-assert got["prompt_tokens"] == ref["prompt_tokens"], "prompt tokens differ"
-assert len(got["prompt_logits_top5"]) == len(ref["prompt_logits_top5"])
-for p, (g, r) in enumerate(zip(got["prompt_logits_top5"], ref["prompt_logits_top5"])):
-    for (gi, gl), (ri, rl) in zip(g, r):
-        assert abs(gl - rl) <= TOL and (gi == ri or abs(gl - rl) <= TOL), f"pos {p}: {g} vs {r}"
-assert got["greedy"] == ref["greedy"], f"greedy differs: {got['greedy']} vs {ref['greedy']}"
-print("ok:", ref["prompt"])
-PY
-done < "$REF"
+# tolerances: test_engine.c's REF_TOL_* (about 2x the maxima measured);
+# aidreams260K is trained (clear gaps), so its greedy text must match exactly,
+# the random-weight models' continuations are checked through their logits
+CMP=$(dirname "$0")/eval_compare.py
+for spec in aidreams260K:2e-3:--greedy-exact tiny-llama-f32:1e-4: tiny-llama-f16:1e-3: tiny-qwen2-f16:1e-3:; do
+  IFS=: read -r name tol flag <<<"$spec"
+  model=$SHARED/models/$name.gguf ref=$REFDIR/$name.jsonl
+  if [ ! -f "$model" ] || [ ! -f "$ref" ]; then echo "FAIL: $name: model or reference missing"; fail=1; continue; fi
+  python3 "$CMP" "$BIN" "$model" "$ref" "$tol" $flag || fail=1
+done
 exit $fail
+

@@ -243,7 +243,7 @@ static void test_reference(void) {
                 size_t n_want = parse_ids(ids_copy, ids_copy + strlen(ids_copy), &want);
                 int32_t *got;
                 size_t n_got;
-                int rc = kvt_tokenize(t, prompt, plen, kvt_tokenizer_add_bos_default(t), 1, &got, &n_got);
+                int rc = kvt_tokenize(t, prompt, plen, kvt_tokenizer_add_special(t), 1, &got, &n_got);
                 int same = rc == 0 && n_got == n_want && !memcmp(got, want, n_got * sizeof *got);
                 CHECKF(same, "%s: prompt '%.40s...' tokenizes differently", e->d_name, prompt);
                 if (!same) {
@@ -283,7 +283,7 @@ static void test_api(void) {
     CHECK(kvt_tokenizer_bos(spm) == 1 && kvt_tokenizer_eos(spm) == 2);
     CHECK(kvt_tokenizer_is_eog(spm, 2) && !kvt_tokenizer_is_eog(spm, 1) && !kvt_tokenizer_is_eog(spm, -5));
     CHECK(kvt_tokenizer_is_eog(g2, 50256));
-    CHECK(kvt_tokenizer_add_bos_default(spm) == 1 && kvt_tokenizer_add_bos_default(g2) == 0);
+    CHECK(kvt_tokenizer_add_special(spm) == KVT_TOK_ADD_BOS && kvt_tokenizer_add_special(g2) == 0);
     CHECK(!strcmp(kvt_tokenizer_pre(g2), "gpt-2"));
     CHECK(!strcmp(kvt_tokenizer_kind(spm), "llama (SentencePiece)"));
     CHECK(kvt_tokenizer_token_type(g2, 50256) == KVT_TOKEN_CONTROL);
@@ -488,11 +488,133 @@ static void test_all_pre(void) {
         CHECKF(rc == 0, "pre %s: %s", pres[i][0], kvt_errmsg());
         if (rc) continue;
         CHECKF(!strcmp(kvt_tokenizer_pre(t), pres[i][1]), "pre %s -> %s", pres[i][0], kvt_tokenizer_pre(t));
-        CHECK(kvt_tokenizer_add_bos_default(t) == !strcmp(pres[i][1], "llama3"));
+        CHECK(kvt_tokenizer_add_special(t) == (strcmp(pres[i][1], "llama3") ? 0 : KVT_TOK_ADD_BOS));
         int32_t *ids;
         size_t n;
         CHECK(kvt_tokenize(t, text, sizeof text - 1, 0, 0, &ids, &n) == 0 && n > 0 && ids[0] == 2);
         free(ids);
+        kvt_tokenizer_free(t);
+    }
+}
+
+/* ---- BOS / EOS: llama.cpp's add_special rule ---- */
+
+/* What llama.cpp (build 4748, llama-vocab.cpp) adds for each shared vocabulary,
+ * from the file's tokenizer.ggml.add_bos_token / add_eos_token where present,
+ * else the vocabulary type's default (SPM: BOS; BPE: BOS only for the llama3
+ * pre-tokenizers; EOS never). */
+static const struct {
+    const char *file;
+    int add;
+} VOCAB_ADD[] = {
+    {"ggml-vocab-baichuan.gguf", KVT_TOK_ADD_BOS},       /* SPM, no keys */
+    {"ggml-vocab-deepseek-coder.gguf", KVT_TOK_ADD_BOS}, /* BPE, add_bos_token true */
+    {"ggml-vocab-deepseek-llm.gguf", KVT_TOK_ADD_BOS},   /* BPE, add_bos_token true */
+    {"ggml-vocab-falcon.gguf", 0},                       /* BPE falcon, no keys */
+    {"ggml-vocab-gpt-2.gguf", 0},                        /* BPE gpt-2, no keys */
+    {"ggml-vocab-gpt-neox.gguf", 0},                     /* BPE without a pre, no keys */
+    {"ggml-vocab-llama-spm.gguf", KVT_TOK_ADD_BOS},      /* SPM, add_bos_token true */
+    {"ggml-vocab-mpt.gguf", 0},
+    {"ggml-vocab-phi-3.gguf", KVT_TOK_ADD_BOS},          /* SPM, add_bos_token true */
+    {"ggml-vocab-refact.gguf", 0},
+    {"ggml-vocab-starcoder.gguf", 0},
+};
+
+/* Tokenizes "Hello world" with the tokenizer's own flags and checks what surrounds it. */
+static void check_added(const kvt_tokenizer *t, int want_add, const char *what) {
+    int add = kvt_tokenizer_add_special(t);
+    CHECKF(add == want_add, "%s: add_special %d, expected %d", what, add, want_add);
+    int32_t *plain, *ids;
+    size_t n_plain, n;
+    if (kvt_tokenize(t, "Hello world", 11, 0, 0, &plain, &n_plain) ||
+        kvt_tokenize(t, "Hello world", 11, add, 0, &ids, &n)) {
+        CHECKF(0, "%s: tokenize: %s", what, kvt_errmsg());
+        return;
+    }
+    size_t lead = (add & KVT_TOK_ADD_BOS) != 0, trail = (add & KVT_TOK_ADD_EOS) != 0;
+    CHECKF(n == n_plain + lead + trail, "%s: %zu tokens, %zu without specials", what, n, n_plain);
+    if (n == n_plain + lead + trail) {
+        if (lead) CHECKF(ids[0] == kvt_tokenizer_bos(t), "%s: first token %d is not BOS", what, ids[0]);
+        if (trail) CHECKF(ids[n - 1] == kvt_tokenizer_eos(t), "%s: last token %d is not EOS", what, ids[n - 1]);
+        CHECKF(!memcmp(ids + lead, plain, n_plain * sizeof *ids), "%s: the text's tokens changed", what);
+    }
+    free(plain);
+    free(ids);
+}
+
+static void test_add_special(void) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/vocab", kvt_test_shared());
+    int found = 0;
+    for (size_t i = 0; i < KVT_ARRAY_LEN(VOCAB_ADD); i++) {
+        FILE *f = fopen(kvt_test_path(dir, VOCAB_ADD[i].file), "rb");
+        if (!f) continue;
+        fclose(f);
+        kvt_tokenizer *t = load_path(kvt_test_path(dir, VOCAB_ADD[i].file));
+        if (!t) continue;
+        found++;
+        check_added(t, VOCAB_ADD[i].add, VOCAB_ADD[i].file);
+        kvt_tokenizer_free(t);
+    }
+    if (!found) printf("note: no shared vocab files; BOS/EOS checked on synthetic vocabularies only\n");
+
+    /* synthetic: the keys override each type's default, both ways */
+    static const char *const toks[] = {"<s>", "</s>", "H", "e", "l", "o", " ", "w", "r", "d",
+                                       "\xc4\xa0", "\xe2\x96\x81", "<unk>"};
+    static const char *const merges[] = {"l l"};
+    static const struct {
+        const char *model, *pre;
+        int bos_key, eos_key; /* -1: absent */
+        int want;
+    } cases[] = {
+        {"gpt2", "llama3", -1, -1, KVT_TOK_ADD_BOS},
+        {"gpt2", "llama-bpe", -1, -1, KVT_TOK_ADD_BOS},
+        {"gpt2", "falcon3", -1, -1, KVT_TOK_ADD_BOS},
+        {"gpt2", "dbrx", -1, -1, 0},
+        {"gpt2", "smaug-bpe", -1, -1, 0},
+        {"gpt2", "qwen2", -1, -1, 0},
+        {"gpt2", "llama3", 0, -1, 0},
+        {"gpt2", "gpt-2", 1, 1, KVT_TOK_ADD_BOS | KVT_TOK_ADD_EOS},
+        {"gpt2", "qwen2", -1, 1, KVT_TOK_ADD_EOS},
+        {"llama", NULL, -1, -1, KVT_TOK_ADD_BOS},
+        {"llama", NULL, 0, -1, 0},
+        {"llama", NULL, 0, 1, KVT_TOK_ADD_EOS},
+        {"llama", NULL, 1, 1, KVT_TOK_ADD_BOS | KVT_TOK_ADD_EOS},
+    };
+    for (size_t i = 0; i < KVT_ARRAY_LEN(cases); i++) {
+        kvt_gguf_writer *w = kvt_gguf_writer_new();
+        kvt_gguf_w_str(w, "tokenizer.ggml.model", cases[i].model);
+        if (cases[i].pre) kvt_gguf_w_str(w, "tokenizer.ggml.pre", cases[i].pre);
+        kvt_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, KVT_ARRAY_LEN(toks));
+        if (!strcmp(cases[i].model, "gpt2")) kvt_gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+        kvt_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 0);
+        kvt_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1);
+        kvt_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 12);
+        if (cases[i].bos_key >= 0) kvt_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", cases[i].bos_key);
+        if (cases[i].eos_key >= 0) kvt_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", cases[i].eos_key);
+        kvt_tokenizer *t;
+        int rc = load_written(w, &t);
+        CHECKF(rc == 0, "case %zu: %s", i, kvt_errmsg());
+        if (rc) continue;
+        char what[64];
+        snprintf(what, sizeof what, "%s/%s bos_key %d eos_key %d", cases[i].model, cases[i].pre ? cases[i].pre : "-",
+                 cases[i].bos_key, cases[i].eos_key);
+        check_added(t, cases[i].want, what);
+        kvt_tokenizer_free(t);
+    }
+
+    /* a flag whose token the vocabulary lacks is an error, not a silent skip */
+    kvt_gguf_writer *w = kvt_gguf_writer_new();
+    kvt_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    kvt_gguf_w_str(w, "tokenizer.ggml.pre", "gpt-2");
+    kvt_gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, KVT_ARRAY_LEN(toks));
+    kvt_gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    kvt_tokenizer *t;
+    if (load_written(w, &t) == 0) {
+        int32_t *ids;
+        size_t n;
+        CHECK(kvt_tokenize(t, "He", 2, KVT_TOK_ADD_EOS, 0, &ids, &n) == KVT_ENOTFOUND && ids == NULL);
+        CHECK(kvt_tokenize(t, "He", 2, KVT_TOK_ADD_BOS, 0, &ids, &n) == KVT_ENOTFOUND && ids == NULL);
         kvt_tokenizer_free(t);
     }
 }
@@ -541,6 +663,7 @@ int main(void) {
     test_api();
     test_malformed();
     test_all_pre();
+    test_add_special();
     test_perf();
     return kvt_test_done("test_tokenizer");
 }
