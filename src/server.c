@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -548,13 +549,17 @@ static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
     return found;
 }
 
-/* Whether the client closed its connection (checked while a request waits). */
+/* Whether the client is gone (checked while a request waits). A FIN alone is
+ * not departure: a client may half-close (shutdown(SHUT_WR), `nc -N`, some
+ * proxies) and still read the answer. So only a reset or a socket error
+ * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
+ * client that closed without a reset is noticed when a write to it fails:
+ * at its next stream event, or when a non-streamed answer is sent. */
 static int peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
-    char b;
-    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
 }
 
 typedef struct {

