@@ -772,7 +772,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     kvt_api_request a;
     kvt_api_error err;
     if (kvt_api_parse(cs->r == R_CHAT ? KVT_API_CHAT : KVT_API_COMPLETION, cs->body ? cs->body : "", cs->len,
-                      s->n_vocab, s->p.max_tokens_limit, &a, &err))
+                      s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a, &err))
         return send_error(s, c, cs->label, &err, NULL, NULL);
     srv_req *r = make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);

@@ -54,7 +54,7 @@ raw_request() {
   printf '%b' "$bytes" | RAW send "$PORT" "$@" >"$TMP/raw"
 }
 
-start_server main --parallel 2 --ctx 1024 --max-body 65536 --max-tokens-limit 512
+start_server main --parallel 2 --ctx 1024 --max-body 9M --max-tokens-limit 512
 MAIN_PID=$SRV_PID
 BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
 
@@ -66,6 +66,29 @@ SBODY='{"prompt":"A half-closed client still reads its stream.","max_tokens":300
 raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#SBODY}\r\n\r\n$SBODY" --shut-wr
 check "half-closed client: stream 200" is "$(raw_status)" 200
 check "half-closed client: stream reaches [DONE]" grep -q 'data: \[DONE\]' "$TMP/raw"
+
+# ---- finding 7: exactly one JSON value; no NUL that would cut the prompt --------------------------
+post /v1/completions '{"prompt":"x","max_tokens":1} trailing'
+check "trailing garbage after the JSON object: 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":1}{"prompt":"y"}'
+check "two concatenated objects: 400" is "$CODE" 400
+post /v1/completions '{"prompt":"25 tokens become 6 \u0000 when a NUL cuts the text","max_tokens":1}'
+check "u0000 in the prompt: 400" is "$CODE" 400
+check "u0000 in the prompt: names the field" is "$(jb .error.param)" prompt
+post /v1/chat/completions '{"messages":[{"role":"user","content":"a\u0000b"}],"max_tokens":1}'
+check "u0000 in a message: 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
+
+# ---- finding 3: an 8 MB body of token ids is refused on its length, without materialising it ------
+rss_peak_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+post /v1/completions '{"prompt":"warm up","max_tokens":1}'
+PEAK0=$(rss_peak_kb "$MAIN_PID")
+{ printf '{"prompt":['; head -c $((4 * 1024 * 1024)) /dev/zero | tr '\0' '1' | sed 's/1/1,/g'; printf '1]}'; } >"$TMP/ids.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+check "8 MB of token ids: 400" is "$CODE" 400
+check "8 MB of token ids: context_length_exceeded" is "$(jb .error.code)" context_length_exceeded
+PEAK1=$(rss_peak_kb "$MAIN_PID")
+# before the fix the peak grew by ~350 MB; the body itself is 8 MB
+check "8 MB of token ids: peak memory grew $(( (PEAK1 - PEAK0) / 1024 )) MB (< 64 MB)" test $((PEAK1 - PEAK0)) -lt $((64 * 1024))
 
 kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
 echo "test_server_hardening: $pass passed, $fail failed"
