@@ -52,6 +52,10 @@ static void serve_usage(FILE *f) {
             "  --chat-template NAME  chatml, llama3, llama2 or mistral (default: detected from the\n"
             "                        model's tokenizer.chat_template; chatml if it has none)\n"
             "  --max-body BYTES      largest request body; larger gets 413 (default %zu)\n"
+            "  --max-inflight-bytes BYTES\n"
+            "                        request body bytes held in memory by all requests in flight\n"
+            "                        together; a request past it gets 503 + Retry-After (default %llu,\n"
+            "                        or --max-body if larger; at least --max-body)\n"
             "  --max-tokens-limit N  largest max_tokens a request may ask for (default %d)\n"
             "  --prefill-chunk N     prompt tokens per engine step, so long prompts do not stall\n"
             "                        running sequences (default %d)\n"
@@ -62,7 +66,8 @@ static void serve_usage(FILE *f) {
             "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
             "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
             "disk tier:\n",
-            d.host, d.port, d.parallel, d.queue, d.max_body, d.max_tokens_limit, d.prefill_chunk, d.timeout_s);
+            d.host, d.port, d.parallel, d.queue, d.max_body, (unsigned long long)d.max_inflight_bytes,
+            d.max_tokens_limit, d.prefill_chunk, d.timeout_s);
     kvt_cli_cache_flags_help(f);
 }
 
@@ -95,7 +100,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_server_params sp = kvt_server_default_params();
     const char *model_path = NULL, *template_name = NULL, *alias = NULL;
     long n_ctx = 0, l;
-    uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body;
+    uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body, max_inflight = 0;
     int threads = kvt_cli_default_threads();
     kvt_cache_params cp = kvt_cache_default_params();
     char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
@@ -149,7 +154,17 @@ int kvt_cmd_serve(int argc, char **argv) {
                 goto done;
             }
         } else if (!strcmp(a, "--max-body")) {
-            if (kvt_cli_parse_bytes(a, v, &max_body) || max_body == 0) goto done;
+            if (kvt_cli_parse_bytes(a, v, &max_body)) goto done;
+            if (max_body == 0) {
+                fprintf(stderr, "kvtier serve: --max-body must be at least 1 byte\n");
+                goto done;
+            }
+        } else if (!strcmp(a, "--max-inflight-bytes")) {
+            if (kvt_cli_parse_bytes(a, v, &max_inflight)) goto done;
+            if (max_inflight == 0) {
+                fprintf(stderr, "kvtier serve: --max-inflight-bytes must be at least 1 byte\n");
+                goto done;
+            }
         } else if (!strcmp(a, "--max-tokens-limit")) {
             if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) goto done;
             sp.max_tokens_limit = (int32_t)l;
@@ -168,6 +183,14 @@ int kvt_cmd_serve(int argc, char **argv) {
         }
     }
     sp.max_body = (size_t)max_body;
+    if (!max_inflight) {
+        max_inflight = KVT_MAX(sp.max_inflight_bytes, max_body);
+    } else if (max_inflight < max_body) {
+        fprintf(stderr, "kvtier serve: --max-inflight-bytes (%llu) must be at least --max-body (%llu)\n",
+                (unsigned long long)max_inflight, (unsigned long long)max_body);
+        goto done;
+    }
+    sp.max_inflight_bytes = max_inflight;
     sp.api_keys = (const char *const *)keys;
     sp.n_api_keys = n_keys;
 

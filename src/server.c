@@ -22,6 +22,7 @@
 #include "cache.h"
 #include "common.h"
 #include "engine.h"
+#include "http_guard.h"
 #include "metrics.h"
 #include "model.h"
 #include "sampler.h"
@@ -93,6 +94,7 @@ struct kvt_server {
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
     kvt_metrics *metrics;
+    kvt_http_guard *guard;     /* the request body budget */
     struct MHD_Daemon *mhd;
     int port;
     pthread_t engine_thread;
@@ -118,6 +120,7 @@ kvt_server_params kvt_server_default_params(void) {
                            .parallel = KVT_SERVER_DEFAULT_PARALLEL,
                            .queue = KVT_SERVER_DEFAULT_QUEUE,
                            .max_body = KVT_SERVER_DEFAULT_MAX_BODY,
+                           .max_inflight_bytes = KVT_SERVER_DEFAULT_MAX_INFLIGHT,
                            .max_tokens_limit = KVT_SERVER_DEFAULT_MAX_TOKENS,
                            .prefill_chunk = KVT_SERVER_DEFAULT_PREFILL_CHUNK,
                            .timeout_s = KVT_SERVER_DEFAULT_TIMEOUT_S,
@@ -499,8 +502,9 @@ typedef struct {
     const char *label;
     char *body;
     size_t len, cap;
-    int too_large;
-    const char *key;  /* the API key the request authenticated with (borrowed), or NULL */
+    uint64_t reserved; /* bytes of the body budget (s->guard) this request holds */
+    int refused;       /* 0, or the status that answers once the body has been read: 413 or 503 */
+    const char *key;   /* the API key the request authenticated with (borrowed), or NULL */
 } conn_state;
 
 static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
@@ -528,6 +532,21 @@ static enum MHD_Result send_errorf(kvt_server *s, struct MHD_Connection *c, cons
     kvt_api_error e;
     kvt_api_errorf(&e, status, type, NULL, code, "%s", msg);
     return send_error(s, c, label, &e, NULL, NULL);
+}
+
+/* Refuses a request body: 413 over --max-body, 503 (+ Retry-After) when the
+ * bodies of the requests in flight would pass --max-inflight-bytes. */
+static enum MHD_Result send_refusal(kvt_server *s, struct MHD_Connection *c, const char *label, int status) {
+    kvt_api_error e;
+    if (status == MHD_HTTP_CONTENT_TOO_LARGE) {
+        kvt_api_errorf(&e, status, "invalid_request_error", NULL, "request_too_large",
+                       "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
+        return send_error(s, c, label, &e, NULL, NULL);
+    }
+    kvt_api_errorf(&e, status, "server_error", NULL, "overloaded",
+                   "the server holds %llu bytes of request bodies at most (--max-inflight-bytes) and is full; "
+                   "retry later", (unsigned long long)s->p.max_inflight_bytes);
+    return send_error(s, c, label, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
 }
 
 /* Compares without an early exit, so response time does not reveal how much of a key matched. */
@@ -877,57 +896,64 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (s->p.n_api_keys && !strncmp(url, "/v1/", 4) && !(key = authenticate(s, c)))
             return send_errorf(s, c, routes[i].label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
                                "invalid_api_key", "a valid API key is required: Authorization: Bearer KEY");
+        uint64_t declared = 0;
         if (routes[i].r == R_COMPLETIONS || routes[i].r == R_CHAT) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl && strtoull(cl, NULL, 10) > s->p.max_body) {
-                char msg[128];
-                snprintf(msg, sizeof msg, "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
-                return send_errorf(s, c, routes[i].label, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                                   "request_too_large", msg);
-            }
+            declared = cl ? strtoull(cl, NULL, 10) : 0;
+            if (declared > s->p.max_body) return send_refusal(s, c, routes[i].label, MHD_HTTP_CONTENT_TOO_LARGE);
+            /* the declared body is reserved before a byte of it is read */
+            if (declared && kvt_http_guard_reserve(s->guard, declared))
+                return send_refusal(s, c, routes[i].label, MHD_HTTP_SERVICE_UNAVAILABLE);
         }
         cs = kvt_xcalloc(1, sizeof *cs);
         cs->r = routes[i].r;
         cs->label = routes[i].label;
         cs->key = key;
+        cs->reserved = declared;
+        if (declared) {
+            cs->cap = (size_t)declared + 1;
+            cs->body = kvt_xmalloc(cs->cap);
+        }
         *con_cls = cs;
         return MHD_YES;
     }
     if (*upload_size) {
-        /* keep reading past the limit (without storing) so the 413 can be sent after the body */
-        if (!cs->too_large && cs->len + *upload_size > s->p.max_body) {
-            cs->too_large = 1;
+        /* past a limit, keep reading (without storing) so the refusal can be sent after the body */
+        size_t len = cs->len + *upload_size;
+        if (!cs->refused && len > s->p.max_body) cs->refused = MHD_HTTP_CONTENT_TOO_LARGE;
+        /* a chunked body reserves as it arrives */
+        if (!cs->refused && len > cs->reserved) {
+            if (kvt_http_guard_reserve(s->guard, len - cs->reserved)) cs->refused = MHD_HTTP_SERVICE_UNAVAILABLE;
+            else cs->reserved = len;
+        }
+        if (cs->refused) {
             free(cs->body);
             cs->body = NULL;
             cs->len = cs->cap = 0;
-        }
-        if (!cs->too_large) {
-            if (cs->len + *upload_size + 1 > cs->cap) {
-                cs->cap = KVT_MAX(cs->cap * 2, cs->len + *upload_size + 1);
+            kvt_http_guard_release(s->guard, cs->reserved);
+            cs->reserved = 0;
+        } else {
+            if (len + 1 > cs->cap) {
+                cs->cap = KVT_MAX(cs->cap * 2, len + 1);
                 cs->body = kvt_xrealloc(cs->body, cs->cap);
             }
             memcpy(cs->body + cs->len, upload_data, *upload_size);
-            cs->len += *upload_size;
+            cs->len = len;
         }
         *upload_size = 0;
         return MHD_YES;
     }
-    if (cs->too_large) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
-        return send_errorf(s, c, cs->label, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request_too_large",
-                           msg);
-    }
+    if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
     return handle_get(s, c, cs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
     (void)c;
     (void)toe;
     conn_state *cs = *con_cls;
     if (!cs) return;
+    kvt_http_guard_release(((kvt_server *)cls)->guard, cs->reserved);
     free(cs->body);
     free(cs);
     *con_cls = NULL;
@@ -945,6 +971,7 @@ static void server_free(kvt_server *s) {
     free(s->b_want);
     kvt_reply_map_free(s->replies);
     kvt_metrics_free(s->metrics);
+    kvt_http_guard_free(s->guard);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -958,6 +985,9 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
         params->max_tokens_limit < 1 || params->chat == KVT_CHAT_UNKNOWN)
         return kvt_fail(KVT_EARG, "bad server parameters (parallel %d, engine sequences %d, queue %d)",
                         params->parallel, ep.max_seqs, params->queue);
+    if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
+        return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
+                        (unsigned long long)params->max_inflight_bytes, params->max_body);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)params->port)};
     if (inet_pton(AF_INET, params->host, &addr.sin_addr) != 1)
         return kvt_fail(KVT_EARG, "--host expects an IPv4 address such as 127.0.0.1, got '%s'", params->host);
@@ -972,6 +1002,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->metrics = kvt_metrics_new();
+    s->guard = kvt_http_guard_new(s->p.max_inflight_bytes);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);

@@ -28,6 +28,7 @@
 #define KVT_SERVER_DEFAULT_PARALLEL 4
 #define KVT_SERVER_DEFAULT_QUEUE 64
 #define KVT_SERVER_DEFAULT_MAX_BODY (8u << 20)
+#define KVT_SERVER_DEFAULT_MAX_INFLIGHT (64u << 20)
 #define KVT_SERVER_DEFAULT_MAX_TOKENS 4096
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
@@ -38,6 +39,8 @@ typedef struct {
     int32_t parallel;           /* sequences decoded together (engine max_seqs must be >= this) */
     int32_t queue;              /* requests waiting for a slot at most */
     size_t max_body;            /* request body bytes at most (413 above) */
+    uint64_t max_inflight_bytes; /* body bytes held by all requests in flight at most (503 + Retry-After
+                                    above); at least max_body */
     int32_t max_tokens_limit;   /* max_tokens a request may ask for */
     int32_t prefill_chunk;      /* prompt tokens per engine step for one sequence */
     unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */

@@ -54,7 +54,7 @@ raw_request() {
   printf '%b' "$bytes" | RAW send "$PORT" "$@" >"$TMP/raw"
 }
 
-start_server main --parallel 2 --ctx 1024 --max-body 9M --max-tokens-limit 512
+start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512
 MAIN_PID=$SRV_PID
 BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
 
@@ -89,6 +89,26 @@ check "8 MB of token ids: context_length_exceeded" is "$(jb .error.code)" contex
 PEAK1=$(rss_peak_kb "$MAIN_PID")
 # before the fix the peak grew by ~350 MB; the body itself is 8 MB
 check "8 MB of token ids: peak memory grew $(( (PEAK1 - PEAK0) / 1024 )) MB (< 64 MB)" test $((PEAK1 - PEAK0)) -lt $((64 * 1024))
+
+# ---- finding 3: the bodies of requests in flight share --max-inflight-bytes (12M here) -----------
+# one client declares an 8 MB body and sends 10 bytes of it: its 8 MB are reserved
+exec 5<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\n\r\n{"prompt":' >&5
+sleep 0.3
+CODE=$(curl -s -m 30 -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+check "a second 8 MB body past the budget: 503" is "$CODE" 503
+check "budget 503 has Retry-After" grep -qi '^Retry-After:' "$TMP/headers"
+CODE=$(curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+check "a chunked 8 MB body past the budget: 503" is "$CODE" 503
+post /v1/completions '{"prompt":"small","max_tokens":1}'
+check "a small body still fits the budget: 200" is "$CODE" 200
+exec 5>&-   # the held body goes away and gives its bytes back
+for _ in $(seq 50); do
+  CODE=$(curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+  [ "$CODE" = 503 ] || break
+  sleep 0.1
+done
+check "once the held body is gone, an 8 MB body is read again (400 on its length)" is "$CODE" 400
 
 kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
 echo "test_server_hardening: $pass passed, $fail failed"
