@@ -613,17 +613,27 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     }
     int rc = 0;
     size_t n = 0;
+    /* a prompt must leave one token to generate; tokenizing stops past that */
+    size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
-        rc = kvt_chat_render(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, &r->prompt, &n);
+        rc = kvt_chat_render(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, &r->prompt, &n);
     } else if (a->prompt_ids) {
         n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
         memcpy(r->prompt, a->prompt_ids, n * sizeof *r->prompt);
     } else {
-        rc = kvt_tokenize(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_bos_default(s->tok), 1, &r->prompt,
-                          &n);
+        rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_bos_default(s->tok), 1,
+                              max_prompt, &r->prompt, &n);
+    }
+    if (rc == KVT_ELIMIT) {
+        kvt_api_errorf(err, 400, "invalid_request_error", a->kind == KVT_API_CHAT ? "messages" : "prompt",
+                       "context_length_exceeded",
+                       "This model's maximum context length is %d tokens. However, your prompt has more than %zu "
+                       "tokens; shorten it (at least one token must be left to generate).",
+                       s->n_ctx, max_prompt);
+        goto fail;
     }
     if (rc) {
         kvt_api_errorf(err, 400, "invalid_request_error", a->kind == KVT_API_CHAT ? "messages" : "prompt", NULL,

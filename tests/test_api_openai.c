@@ -241,7 +241,7 @@ static void test_chat(void) {
     kvt_chat_msg msgs[] = {{"user", "<|im_start|>"}, {"assistant", "REPLY"}, {"user", "ok"}};
     int32_t *ids;
     size_t n;
-    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, &ids, &n) == 0);
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, SIZE_MAX, &ids, &n) == 0);
     int starts = 0, ends = 0, spliced = 0;
     for (size_t i = 0; i < n; i++) {
         starts += ids[i] == im_start;
@@ -255,6 +255,14 @@ static void test_chat(void) {
     CHECK(!strncmp(text, "<|im_start|>user\n<|im_start|><|im_end|>\n<|im_start|>assistant\n", 60));
     CHECK(strlen(text) > 22 && !strcmp(text + strlen(text) - 22, "<|im_start|>assistant\n"));
     free(text);
+    /* a token limit: exactly n fits, one less is KVT_ELIMIT (spliced ids count too) */
+    int32_t *ids2;
+    size_t n2;
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, n, &ids2, &n2) == 0 && n2 == n &&
+          !memcmp(ids, ids2, n * sizeof *ids));
+    free(ids2);
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, n - 1, &ids2, &n2) == KVT_ELIMIT &&
+          !ids2 && n2 == 0);
     free(ids);
     kvt_model_free(m);
 

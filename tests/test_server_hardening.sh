@@ -90,6 +90,14 @@ PEAK1=$(rss_peak_kb "$MAIN_PID")
 # before the fix the peak grew by ~350 MB; the body itself is 8 MB
 check "8 MB of token ids: peak memory grew $(( (PEAK1 - PEAK0) / 1024 )) MB (< 64 MB)" test $((PEAK1 - PEAK0)) -lt $((64 * 1024))
 
+# ---- finding 9: an 8 MB prompt is refused once the context is known to be exceeded -------------
+head -c $((8 * 1024 * 1024 - 64)) /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt":"/; s/$/","max_tokens":1}/' >"$TMP/text.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/text.json" "$URL/v1/completions")
+check "8 MB prompt text: 400 context_length_exceeded" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
+jq -c '{messages: [{role: "user", content: .prompt}], max_tokens: 1}' "$TMP/text.json" >"$TMP/chat.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/chat.json" "$URL/v1/chat/completions")
+check "8 MB chat message: 400 context_length_exceeded" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
+
 # ---- finding 3: the bodies of requests in flight share --max-inflight-bytes (12M here) -----------
 # one client declares an 8 MB body and sends 10 bytes of it: its 8 MB are reserved
 exec 5<>"/dev/tcp/127.0.0.1/$PORT"
