@@ -1,12 +1,37 @@
 /* Defences of kvtier's HTTP layer that libmicrohttpd (0.9.75) does not give:
- * a budget for the request bodies held in memory at once, so many large
- * requests together answer 503 instead of exhausting memory.
+ *  - a budget for the request bodies held in memory at once, so many large
+ *    requests together answer 503 instead of exhausting memory;
+ *  - checks of a request's framing headers, which MHD accepts in forms that
+ *    let a request be smuggled past a proxy that reads them differently.
  *
  * Thread-safety: every function may be called from any thread (one mutex). */
 #ifndef KVT_HTTP_GUARD_H
 #define KVT_HTTP_GUARD_H
 
+#include <microhttpd.h>
 #include <stdint.h>
+
+/* MHD's strictness option, for MHD_start_daemon's option list. MHD >= 0.9.77
+ * (client discipline level 1) answers 400 to bare LF line ends, folded header
+ * lines, NUL and whitespace before a header's colon. 0.9.75 only has
+ * STRICT_FOR_CLIENT, whose -1 (counter to its name) is the value that rejects
+ * whitespace before the colon; it turns bare LF into a line end, glues a folded
+ * line to the header's name and cuts a value at a NUL before kvtier sees them,
+ * so those cannot be told from well-formed requests. */
+#if MHD_VERSION >= 0x00097701
+#define KVT_HTTP_STRICTNESS MHD_OPTION_CLIENT_DISCIPLINE_LVL, (int)1
+#else
+#define KVT_HTTP_STRICTNESS MHD_OPTION_STRICT_FOR_CLIENT, (int)-1
+#endif
+
+/* Why c's request must be refused with 400 and its connection closed (static
+ * text), or NULL. Refused: Content-Length together with Transfer-Encoding
+ * (where MHD and a proxy may each pick another), Content-Length headers that
+ * differ or a value that is not digits, more than one Transfer-Encoding or one
+ * other than "chunked" (MHD would wait for a body it cannot delimit), a header
+ * name with characters outside RFC 9110's token. Call on a request's first
+ * access-handler call, before its body is read. */
+const char *kvt_http_framing_error(struct MHD_Connection *c);
 
 typedef struct kvt_http_guard kvt_http_guard;
 

@@ -890,6 +890,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     conn_state *cs = *con_cls;
     if (!cs) {
+        const char *bad_framing = kvt_http_framing_error(c);
+        if (bad_framing) {
+            /* where this request's body ends is in doubt, so nothing after it on this connection is read */
+            kvt_api_error e;
+            kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing",
+                           "malformed request: %s", bad_framing);
+            return send_error(s, c, "other", &e, MHD_HTTP_HEADER_CONNECTION, "close");
+        }
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
         if (i == KVT_ARRAY_LEN(routes))
@@ -1029,7 +1037,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
                               NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)CONNECTION_LIMIT, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_END);
+                              KVT_HTTP_STRICTNESS, MHD_OPTION_END);
     if (!s->mhd) {
         int err = errno;
         server_free(s);
