@@ -22,6 +22,7 @@
 #define MAX_API_KEYS 1024
 #define MAX_KEY_LINE 4096
 #define MAX_TIMEOUT_S 86400
+#define MAX_CONNS_PER_IP 65536
 #define MAX_CTX (1L << 24)
 #define MODEL_ID_MAX PATH_MAX_LEN
 
@@ -61,13 +62,19 @@ static void serve_usage(FILE *f) {
             "                        running sequences (default %d)\n"
             "  --timeout S           close connections idle (or stalled mid-request) for S seconds\n"
             "                        (default %u)\n"
+            "  --request-timeout S   close a connection that has not sent a whole request (headers and\n"
+            "                        body) S seconds after it opened or after its previous response,\n"
+            "                        however steadily it trickles bytes (default %u; 0 = no deadline)\n"
+            "  --max-conns-per-ip N  open connections from one IP address at most; more are closed at\n"
+            "                        once (default %u; 0 = no limit; behind a proxy every client\n"
+            "                        shares the proxy's address)\n"
             "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
             "  -h, --help            this help\n\n"
             "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
             "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
             "disk tier:\n",
             d.host, d.port, d.parallel, d.queue, d.max_body, (unsigned long long)d.max_inflight_bytes,
-            d.max_tokens_limit, d.prefill_chunk, d.timeout_s);
+            d.max_tokens_limit, d.prefill_chunk, d.timeout_s, d.request_timeout_s, d.max_conns_per_ip);
     kvt_cli_cache_flags_help(f);
 }
 
@@ -174,6 +181,12 @@ int kvt_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout")) {
             if ((l = kvt_cli_parse_long(a, v, 1, MAX_TIMEOUT_S)) < 0) goto done;
             sp.timeout_s = (unsigned)l;
+        } else if (!strcmp(a, "--request-timeout")) {
+            if ((l = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) goto done;
+            sp.request_timeout_s = (unsigned)l;
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            if ((l = kvt_cli_parse_long(a, v, 0, MAX_CONNS_PER_IP)) < 0) goto done;
+            sp.max_conns_per_ip = (unsigned)l;
         } else if (!strcmp(a, "--alias")) {
             alias = v;
         } else {

@@ -94,7 +94,7 @@ struct kvt_server {
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
     kvt_metrics *metrics;
-    kvt_http_guard *guard;     /* the request body budget */
+    kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;
     int port;
     pthread_t engine_thread;
@@ -124,6 +124,8 @@ kvt_server_params kvt_server_default_params(void) {
                            .max_tokens_limit = KVT_SERVER_DEFAULT_MAX_TOKENS,
                            .prefill_chunk = KVT_SERVER_DEFAULT_PREFILL_CHUNK,
                            .timeout_s = KVT_SERVER_DEFAULT_TIMEOUT_S,
+                           .request_timeout_s = KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S,
+                           .max_conns_per_ip = KVT_SERVER_DEFAULT_CONNS_PER_IP,
                            .chat = KVT_CHAT_CHATML,
                            .model_id = "kvtier"};
     return p;
@@ -568,6 +570,12 @@ static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
     return found;
 }
 
+/* The deadline handle of c's connection (on_connection made it), or NULL. */
+static kvt_http_conn *tracked(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 /* Whether the client is gone (checked while a request waits). A FIN alone is
  * not departure: a client may half-close (shutdown(SHUT_WR), `nc -N`, some
  * proxies) and still read the answer. So only a reset or a socket error
@@ -961,20 +969,35 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
     if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
     return handle_get(s, c, cs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
+    kvt_server *s = cls;
     (void)toe;
+    kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadline starts */
     conn_state *cs = *con_cls;
     if (!cs) return;
-    kvt_http_guard_release(((kvt_server *)cls)->guard, cs->reserved);
+    kvt_http_guard_release(s->guard, cs->reserved);
     free(cs->body);
     free(cs);
     *con_cls = NULL;
+}
+
+/* MHD's connection start and end: the whole-request deadline watches each. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    kvt_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? kvt_http_guard_conn_open(s->guard, ci->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        kvt_http_guard_conn_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------- */
@@ -1020,7 +1043,6 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->metrics = kvt_metrics_new();
-    s->guard = kvt_http_guard_new(s->p.max_inflight_bytes);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);
@@ -1032,12 +1054,17 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->b_seq = kvt_xmalloc(max_batch * sizeof *s->b_seq);
     s->b_want = kvt_xmalloc(max_batch * sizeof *s->b_want);
     kvt_cache_get_stats(c, &s->snap);
+    if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s))) {
+        server_free(s);
+        return KVT_ELIMIT; /* kvt_errmsg() says why */
+    }
 
     s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
                               NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)CONNECTION_LIMIT, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              KVT_HTTP_STRICTNESS, MHD_OPTION_END);
+                              (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                              s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, KVT_HTTP_STRICTNESS, MHD_OPTION_END);
     if (!s->mhd) {
         int err = errno;
         server_free(s);

@@ -31,6 +31,8 @@
 #define KVT_SERVER_DEFAULT_MAX_INFLIGHT (64u << 20)
 #define KVT_SERVER_DEFAULT_MAX_TOKENS 4096
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
+#define KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S 60
+#define KVT_SERVER_DEFAULT_CONNS_PER_IP 64
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 
 typedef struct {
@@ -44,6 +46,9 @@ typedef struct {
     int32_t max_tokens_limit;   /* max_tokens a request may ask for */
     int32_t prefill_chunk;      /* prompt tokens per engine step for one sequence */
     unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */
+    unsigned request_timeout_s; /* a connection must deliver each request's headers and body within this,
+                                   from its start or its previous response's end; 0 = no deadline */
+    unsigned max_conns_per_ip;  /* open connections from one IP address at most; 0 = no limit */
     const char *const *api_keys; /* n_api_keys keys (borrowed); none = no authentication */
     size_t n_api_keys;
     kvt_chat_family chat;       /* template for /v1/chat/completions */

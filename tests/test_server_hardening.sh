@@ -55,7 +55,8 @@ raw_request() {
   RAW_RC=$? # 3: the server left the connection open
 }
 
-start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512
+start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512 \
+  --request-timeout 3 --max-conns-per-ip 12
 MAIN_PID=$SRV_PID
 BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
 
@@ -152,6 +153,17 @@ else
   echo "note: bare LF, folded headers and NUL in a header value not checked: libmicrohttpd" \
     "$(pkg-config --modversion libmicrohttpd 2>/dev/null || echo '(version unknown)') normalises them before kvtier sees the request (0.9.77+ rejects them)" >&2
 fi
+
+# ---- finding 6: slowloris; a whole-request deadline (3 s here) and a per-IP connection cap (12) -------
+# three clients each send a header byte every 0.5 s: MHD's idle timeout (30 s) never fires,
+# the deadline must; 15 s is a generous bound on "closed by the server"
+RAW slow "$PORT" 3 0.5 15 >"$TMP/slow"
+check "trickling clients closed by the request deadline ($(cat "$TMP/slow") s)" test $? -eq 0
+check "the server logs the deadline" grep -q 'sent no whole request in 3 s' "$TMP/main.log"
+post /v1/completions '{"prompt":"after the slow clients","max_tokens":1}'
+check "the server answers after the slow clients" is "$CODE" 200
+RAW per-ip "$PORT" 12 >"$TMP/per-ip"
+check "13th connection from one IP closed, the 12 held ones served ($(tr '\n' ';' <"$TMP/per-ip"))" test $? -eq 0
 
 kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
 echo "test_server_hardening: $pass passed, $fail failed"
