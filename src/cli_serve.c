@@ -48,8 +48,12 @@ static void serve_usage(FILE *f) {
             "  --kv-ram BYTES        T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
             "  -t, --threads N       worker threads for the forward pass (default: all CPUs)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' on /v1/* (repeatable); each key\n"
-            "                        gets its own cache namespace (tenants never share cached KV)\n"
+            "                        gets its own cache namespace (tenants never share cached KV).\n"
+            "                        Arguments show in ps: prefer --api-key-file or $KVTIER_API_KEY\n"
             "  --api-key-file FILE   more keys, one per line (blank lines and # comments ignored)\n"
+            "  --metrics-key KEY     the only key that opens /metrics, which shows every tenant's\n"
+            "                        counters (also $KVTIER_METRICS_KEY). Without it, /metrics needs an\n"
+            "                        API key when there are any, else it is open. /health is always open\n"
             "  --chat-template NAME  chatml, llama3, llama2 or mistral (default: detected from the\n"
             "                        model's tokenizer.chat_template; chatml if it has none)\n"
             "  --max-body BYTES      largest request body; larger gets 413 (default %zu)\n"
@@ -71,6 +75,8 @@ static void serve_usage(FILE *f) {
             "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
             "  -h, --help            this help\n\n"
             "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
+            "$KVTIER_API_KEY, if set, is one more API key. A missing or wrong key is 401 whatever the\n"
+            "method.\n"
             "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
             "disk tier:\n",
             d.host, d.port, d.parallel, d.queue, d.max_body, (unsigned long long)d.max_inflight_bytes,
@@ -105,7 +111,7 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
 
 int kvt_cmd_serve(int argc, char **argv) {
     kvt_server_params sp = kvt_server_default_params();
-    const char *model_path = NULL, *template_name = NULL, *alias = NULL;
+    const char *model_path = NULL, *template_name = NULL, *alias = NULL, *metrics_key = getenv("KVTIER_METRICS_KEY");
     long n_ctx = 0, l;
     uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body, max_inflight = 0;
     int threads = kvt_cli_default_threads();
@@ -153,6 +159,8 @@ int kvt_cmd_serve(int argc, char **argv) {
             keys[n_keys++] = kvt_xstrdup(v);
         } else if (!strcmp(a, "--api-key-file")) {
             if (read_key_file(v, keys, &n_keys)) goto done;
+        } else if (!strcmp(a, "--metrics-key")) {
+            metrics_key = v;
         } else if (!strcmp(a, "--chat-template")) {
             template_name = v;
             if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
@@ -195,6 +203,19 @@ int kvt_cmd_serve(int argc, char **argv) {
             goto done;
         }
     }
+    const char *env_key = getenv("KVTIER_API_KEY");
+    if (env_key && *env_key) {
+        if (n_keys == MAX_API_KEYS) {
+            fprintf(stderr, "kvtier serve: more than %d API keys\n", MAX_API_KEYS);
+            goto done;
+        }
+        keys[n_keys++] = kvt_xstrdup(env_key);
+    }
+    if (metrics_key && !*metrics_key) {
+        fprintf(stderr, "kvtier serve: the metrics key (--metrics-key or $KVTIER_METRICS_KEY) is empty\n");
+        goto done;
+    }
+    sp.metrics_key = metrics_key;
     sp.max_body = (size_t)max_body;
     if (!max_inflight) {
         max_inflight = KVT_MAX(sp.max_inflight_bytes, max_body);
@@ -273,9 +294,10 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, T0 %d pages of %zu bytes, "
-            "T1 %llu bytes, T2 %s, %zu API key(s)\n",
+            "T1 %llu bytes, T2 %s, %zu API key(s), /metrics %s\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
-            (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys);
+            (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
+            metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);

@@ -559,15 +559,31 @@ static int key_equal(const char *a, const char *b) {
     return d == 0;
 }
 
+/* The bearer token of c's request, or NULL. */
+static const char *bearer(struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && !strncmp(h, BEARER, strlen(BEARER)) ? h + strlen(BEARER) : NULL;
+}
+
 /* The API key the request carries if it is a configured one, else NULL. */
 static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, BEARER, strlen(BEARER))) return NULL;
-    h += strlen(BEARER);
+    const char *h = bearer(c);
     const char *found = NULL;
-    for (size_t i = 0; i < s->p.n_api_keys; i++)
+    for (size_t i = 0; h && i < s->p.n_api_keys; i++)
         if (key_equal(h, s->p.api_keys[i])) found = s->p.api_keys[i];
     return found;
+}
+
+/* Who may use a path. The /v1/ paths are the tenants' API. /metrics shows every
+ * tenant's counters: with a metrics key only that key opens it, else with API
+ * keys any of them does. /health stays open (it tells slot counts only). */
+typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY } access_rule;
+
+static access_rule access_of(const kvt_server *s, const char *url) {
+    if (!strncmp(url, "/v1/", 4)) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    if (!strcmp(url, "/metrics"))
+        return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    return ACCESS_OPEN;
 }
 
 /* The deadline handle of c's connection (on_connection made it), or NULL. */
@@ -908,20 +924,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
+        const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
+        /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
+        const char *key = NULL;
+        access_rule rule = access_of(s, url);
+        if (rule == ACCESS_API_KEY && !(key = authenticate(s, c)))
+            return send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                               "a valid API key is required: Authorization: Bearer KEY");
+        if (rule == ACCESS_METRICS_KEY && !(bearer(c) && key_equal(bearer(c), s->p.metrics_key)))
+            return send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                               "the metrics key is required: Authorization: Bearer KEY (--metrics-key)");
         if (i == KVT_ARRAY_LEN(routes))
-            return send_errorf(s, c, "other", MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
+            return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
                                "/health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
                            "%s needs %s, not %s", routes[i].url, routes[i].method, method);
-            return send_error(s, c, routes[i].label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
+            return send_error(s, c, label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
         }
-        const char *key = NULL;
-        if (s->p.n_api_keys && !strncmp(url, "/v1/", 4) && !(key = authenticate(s, c)))
-            return send_errorf(s, c, routes[i].label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
-                               "invalid_api_key", "a valid API key is required: Authorization: Bearer KEY");
+        if (rule != ACCESS_API_KEY) key = NULL; /* only an API key names a tenant */
         uint64_t declared = 0;
         if (routes[i].r == R_COMPLETIONS || routes[i].r == R_CHAT) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);

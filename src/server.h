@@ -49,8 +49,10 @@ typedef struct {
     unsigned request_timeout_s; /* a connection must deliver each request's headers and body within this,
                                    from its start or its previous response's end; 0 = no deadline */
     unsigned max_conns_per_ip;  /* open connections from one IP address at most; 0 = no limit */
-    const char *const *api_keys; /* n_api_keys keys (borrowed); none = no authentication */
+    const char *const *api_keys; /* n_api_keys keys for the /v1/ paths (borrowed); none = no authentication */
     size_t n_api_keys;
+    const char *metrics_key;    /* the only key that opens /metrics (borrowed); NULL: with api_keys any
+                                   of them does, without, /metrics is open. /health is always open. */
     kvt_chat_family chat;       /* template for /v1/chat/completions */
     const char *model_id;       /* name in /v1/models and responses (borrowed) */
 } kvt_server_params;

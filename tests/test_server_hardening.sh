@@ -166,5 +166,33 @@ RAW per-ip "$PORT" 12 >"$TMP/per-ip"
 check "13th connection from one IP closed, the 12 held ones served ($(tr '\n' ';' <"$TMP/per-ip"))" test $? -eq 0
 
 kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
+# ---- finding 8: keys from a file and the environment; /metrics behind its own key; 401 on every method ----
+printf '# tenants\nfile-key\n' >"$TMP/keys"
+KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret start_server keys --api-key-file "$TMP/keys" --parallel 1
+KEYS_PID=$SRV_PID
+check "keys from the environment stay out of the command line" bash -c "! tr '\\0' ' ' </proc/$KEYS_PID/cmdline | grep -q -e env-key -e metrics-secret"
+ask() { curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$@"; }
+BODY='{"prompt":"keyed","max_tokens":1}'
+check "key from \$KVTIER_API_KEY: 200" is "$(ask -H 'Authorization: Bearer env-key' -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions")" 200
+check "key from --api-key-file: 200" is "$(ask -H 'Authorization: Bearer file-key' -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions")" 200
+check "the metrics key is no API key: 401" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/v1/models")" 401
+check "/metrics without a key: 401" is "$(ask "$URL/metrics")" 401
+check "/metrics with an API key: 401 (tenants do not see each other's counters)" is "$(ask -H 'Authorization: Bearer env-key' "$URL/metrics")" 401
+check "/metrics with the metrics key: 200" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/metrics")" 200
+check "/health stays open: 200" is "$(ask "$URL/health")" 200
+for m in GET POST PUT DELETE PATCH OPTIONS; do
+  check "wrong key, $m /v1/completions: 401" is "$(ask -X "$m" -H 'Authorization: Bearer wrong' "$URL/v1/completions")" 401
+  check "no key, $m /v1/no-such-route: 401" is "$(ask -X "$m" "$URL/v1/no-such-route")" 401
+  check "wrong key, $m /metrics: 401" is "$(ask -X "$m" -H 'Authorization: Bearer wrong' "$URL/metrics")" 401
+done
+check "wrong key, HEAD /v1/models: 401" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -I -H 'Authorization: Bearer wrong' "$URL/v1/models")" 401
+check "a valid key still gets 405 for a wrong method" is "$(ask -X PUT -H 'Authorization: Bearer env-key' "$URL/v1/completions")" 405
+kill -TERM "$KEYS_PID"; wait "$KEYS_PID"
+# without a metrics key, the API keys guard /metrics
+start_server apikey --api-key only-key --parallel 1
+check "/metrics with API keys and no metrics key: 401 without a key" is "$(ask "$URL/metrics")" 401
+check "/metrics with API keys and no metrics key: 200 with one" is "$(ask -H 'Authorization: Bearer only-key' "$URL/metrics")" 200
+kill -TERM "$SRV_PID"; wait "$SRV_PID"
+
 echo "test_server_hardening: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
