@@ -56,6 +56,14 @@ echo "this is not a model" > "$TMP/text.gguf"
 check "info not gguf" expect_rc 1 "$BIN" info -m "$TMP/text.gguf"
 check "info not gguf explained" has "not a GGUF"
 check "info on a directory" expect_rc 1 "$BIN" info -m "$TMP"
+if mkfifo "$TMP/fifo.gguf" 2>/dev/null; then
+  # without a writer, opening a FIFO for reading blocks; timeout's 124 would mean a hang
+  check "info on a FIFO fails at once" expect_rc 1 timeout 20 "$BIN" info -m "$TMP/fifo.gguf"
+  check "info on a FIFO explained" has "not a regular file"
+  check "run on a FIFO fails at once" expect_rc 1 timeout 20 "$BIN" run -m "$TMP/fifo.gguf" -p hi -n 1
+else
+  echo "note: FIFO checks skipped: mkfifo failed" >&2
+fi
 check "info needs a value" expect_rc 2 "$BIN" info -m
 
 echo "test_cli: $pass passed, $fail failed"
