@@ -66,5 +66,16 @@ else
 fi
 check "info needs a value" expect_rc 2 "$BIN" info -m
 
+# Ctrl-C ends a run gracefully (its summary is printed) with status 130, as shells expect
+# (issue 14, finding 11). The default-size model decodes slowly enough to be caught mid-run.
+if "$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1; then
+  "$BIN" run -m "$TMP/slow.gguf" -p "count" -n 4000 --ignore-eos -t 1 >"$TMP/run.out" 2>"$TMP/run.err" &
+  RUN_PID=$!
+  for _ in $(seq 200); do [ -s "$TMP/run.out" ] && break; sleep 0.05; done # generating: the handlers are in place
+  kill -INT "$RUN_PID"; wait "$RUN_PID"; RUN_RC=$?
+  check "run stopped by SIGINT exits 130 (got $RUN_RC)" test "$RUN_RC" -eq 130
+  check "run stopped by SIGINT still prints its summary" grep -q '\[1/1\] prompt' "$TMP/run.err"
+fi
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
