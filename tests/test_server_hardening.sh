@@ -55,6 +55,16 @@ raw_request() {
   RAW_RC=$? # 3: the server left the connection open
 }
 
+"$BIN" serve --help >"$TMP/help" 2>&1
+for flag in --max-inflight-bytes --request-timeout --max-conns-per-ip --metrics-key KVTIER_API_KEY KVTIER_METRICS_KEY \
+  '/health is always open'; do
+  check "serve --help explains $flag" grep -q -- "$flag" "$TMP/help"
+done
+"$BIN" serve --max-body 0 >/dev/null 2>"$TMP/err"
+check "serve --max-body 0: usage error that says why" is "$?/$(grep -c 'at least 1 byte' "$TMP/err")" 2/1
+"$BIN" serve --max-body 2M --max-inflight-bytes 1M >/dev/null 2>"$TMP/err"
+check "serve --max-inflight-bytes below --max-body: usage error" is "$?/$(grep -c 'at least --max-body' "$TMP/err")" 2/1
+
 start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512 \
   --request-timeout 3 --max-conns-per-ip 12
 MAIN_PID=$SRV_PID
