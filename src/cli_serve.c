@@ -23,6 +23,7 @@
 #define MAX_KEY_LINE 4096
 #define MAX_TIMEOUT_S 86400
 #define MAX_CONNS_PER_IP 65536
+#define DRAIN_POLL_NS 100000000L /* how often a drain looks at the requests in flight */
 #define MAX_CTX (1L << 24)
 #define MODEL_ID_MAX PATH_MAX_LEN
 
@@ -72,15 +73,20 @@ static void serve_usage(FILE *f) {
             "  --max-conns-per-ip N  open connections from one IP address at most; more are closed at\n"
             "                        once (default %u; 0 = no limit; behind a proxy every client\n"
             "                        shares the proxy's address)\n"
+            "  --drain-timeout S     on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n"
+            "                        (default %d; 0 = end them at once with 503)\n"
             "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
             "  -h, --help            this help\n\n"
             "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests'.\n"
             "$KVTIER_API_KEY, if set, is one more API key. A missing or wrong key is 401 whatever the\n"
             "method.\n"
-            "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
+            "SIGINT or SIGTERM stops the server gracefully: new connections are refused, requests on open\n"
+            "ones get 503, the requests in flight finish (for --drain-timeout seconds at most; a second\n"
+            "signal stops at once), and with --kv-disk the cache is flushed to disk; the exit status is 0.\n\n"
             "disk tier:\n",
             d.host, d.port, d.parallel, d.queue, d.max_body, (unsigned long long)d.max_inflight_bytes,
-            d.max_tokens_limit, d.prefill_chunk, d.timeout_s, d.request_timeout_s, d.max_conns_per_ip);
+            d.max_tokens_limit, d.prefill_chunk, d.timeout_s, d.request_timeout_s, d.max_conns_per_ip,
+            KVT_SERVER_DEFAULT_DRAIN_S);
     kvt_cli_cache_flags_help(f);
 }
 
@@ -112,7 +118,7 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
 int kvt_cmd_serve(int argc, char **argv) {
     kvt_server_params sp = kvt_server_default_params();
     const char *model_path = NULL, *template_name = NULL, *alias = NULL, *metrics_key = getenv("KVTIER_METRICS_KEY");
-    long n_ctx = 0, l;
+    long n_ctx = 0, l, drain_s = KVT_SERVER_DEFAULT_DRAIN_S;
     uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body, max_inflight = 0;
     int threads = kvt_cli_default_threads();
     kvt_cache_params cp = kvt_cache_default_params();
@@ -195,6 +201,8 @@ int kvt_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-conns-per-ip")) {
             if ((l = kvt_cli_parse_long(a, v, 0, MAX_CONNS_PER_IP)) < 0) goto done;
             sp.max_conns_per_ip = (unsigned)l;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            if ((drain_s = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) goto done;
         } else if (!strcmp(a, "--alias")) {
             alias = v;
         } else {
@@ -301,7 +309,24 @@ int kvt_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
-    fprintf(stderr, "kvtier serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    int32_t in_flight = kvt_server_in_flight(srv);
+    if (drain_s && in_flight) {
+        /* drain: no new connections or requests; the ones in flight finish, up to the deadline */
+        fprintf(stderr,
+                "kvtier serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
+                "at once)\n",
+                sig_name, in_flight, drain_s);
+        kvt_server_quiesce(srv);
+        double end = kvt_now() + (double)drain_s;
+        const struct timespec slice = {0, DRAIN_POLL_NS};
+        while ((in_flight = kvt_server_in_flight(srv)) > 0 && kvt_now() < end)
+            if (sigtimedwait(&stop_set, NULL, &slice) > 0) break;
+        if (in_flight) fprintf(stderr, "kvtier serve: stopping with %d request(s) unfinished\n", in_flight);
+        else fprintf(stderr, "kvtier serve: every request finished, stopping\n");
+    } else {
+        fprintf(stderr, "kvtier serve: %s received, stopping\n", sig_name);
+    }
     kvt_server_stop(srv);
     ret = 0;
     if (cp.disk_dir) { /* graceful shutdown: what T0 and T1 hold goes to disk for the next start */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api_openai.h"
 #include "cache.h"
@@ -103,6 +104,8 @@ struct kvt_server {
     srv_req **queue;           /* ring of p.queue */
     int32_t q_head, q_len;
     int stopping;
+    int draining;              /* under mu: kvt_server_quiesce ran; new requests get 503 */
+    int32_t n_requests;        /* under mu: requests from their headers to the end of their response */
     uint64_t next_id;
     kvt_cache_stats snap;      /* under mu: sampled by the engine thread for /metrics */
     int32_t n_active;          /* under mu */
@@ -706,7 +709,7 @@ fail:
 /* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
 static int enqueue(kvt_server *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->q_len >= s->p.queue) {
+    if (s->stopping || s->draining || s->q_len >= s->p.queue) {
         pthread_mutex_unlock(&s->mu);
         return -1;
     }
@@ -954,6 +957,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (declared && kvt_http_guard_reserve(s->guard, declared))
                 return send_refusal(s, c, routes[i].label, MHD_HTTP_SERVICE_UNAVAILABLE);
         }
+        pthread_mutex_lock(&s->mu);
+        s->n_requests++; /* until on_completed */
+        pthread_mutex_unlock(&s->mu);
         cs = kvt_xcalloc(1, sizeof *cs);
         cs->r = routes[i].r;
         cs->label = routes[i].label;
@@ -1008,6 +1014,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(cs->body);
     free(cs);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->n_requests--;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* MHD's connection start and end: the whole-request deadline watches each. */
@@ -1082,7 +1091,10 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
         return KVT_ELIMIT; /* kvt_errmsg() says why */
     }
 
-    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+    /* ITC: MHD_quiesce_daemon needs it in this threading mode */
+    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                                  MHD_USE_ITC,
+                              0, NULL,
                               NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
@@ -1106,6 +1118,22 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 }
 
 int kvt_server_port(const kvt_server *s) { return s->port; }
+
+void kvt_server_quiesce(kvt_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    /* MHD hands the listening socket back: closing it refuses new connections */
+    MHD_socket ls = MHD_quiesce_daemon(s->mhd);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+}
+
+int32_t kvt_server_in_flight(kvt_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int32_t n = s->n_requests;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
 
 void kvt_server_stop(kvt_server *s) {
     if (!s) return;

@@ -33,6 +33,7 @@
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
 #define KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S 60
 #define KVT_SERVER_DEFAULT_CONNS_PER_IP 64
+#define KVT_SERVER_DEFAULT_DRAIN_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 
 typedef struct {
@@ -72,8 +73,18 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 /* The port actually bound. */
 int kvt_server_port(const kvt_server *s);
 
-/* Graceful stop: refuses new requests (503), ends running ones (503 or an
- * error event for streams), joins every thread, frees s. Call from one thread. */
+/* Begins a graceful drain: new connections are refused (the listening socket
+ * closes) and requests arriving on open connections get 503 + Retry-After,
+ * while queued and running requests go on. Call from one thread; then wait
+ * for kvt_server_in_flight to reach 0 (or a deadline) and kvt_server_stop. */
+void kvt_server_quiesce(kvt_server *s);
+
+/* Requests from their headers to the end of their response: queued, running,
+ * or being sent. Thread-safe. */
+int32_t kvt_server_in_flight(kvt_server *s);
+
+/* Stop: refuses new requests (503), ends running ones (503 or an error event
+ * for streams), joins every thread, frees s. Call from one thread. */
 void kvt_server_stop(kvt_server *s);
 
 #endif

@@ -204,5 +204,27 @@ check "/metrics with API keys and no metrics key: 401 without a key" is "$(ask "
 check "/metrics with API keys and no metrics key: 200 with one" is "$(ask -H 'Authorization: Bearer only-key' "$URL/metrics")" 200
 kill -TERM "$SRV_PID"; wait "$SRV_PID"
 
+# ---- graceful drain: SIGTERM lets the request in flight finish, refuses new connections, exits 0 ----
+# the default-size model decodes slowly enough (~1 ms a token) for the signal to land mid-request
+"$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+"$BIN" serve -m "$TMP/slow.gguf" --host 127.0.0.1 --port 0 -t 1 --parallel 1 >"$TMP/drain.log" 2>&1 &
+SRV_PID=$!; PIDS+=("$SRV_PID")
+for _ in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/drain.log" | grep -o '[0-9]*$'); [ -n "$PORT" ] && break; sleep 0.1; done
+URL="http://127.0.0.1:$PORT"
+curl -s -m 120 -o "$TMP/drained" -w '%{http_code}' -H 'Content-Type: application/json' \
+  -d '{"prompt":"drain","max_tokens":1500,"ignore_eos":true}' "$URL/v1/completions" >"$TMP/drained.code" &
+CLIENT=$!
+for _ in $(seq 100); do [ "$(curl -s -m 5 "$URL/health" | jq -r .slots_busy)" = 1 ] && break; sleep 0.05; done
+kill -TERM "$SRV_PID"
+for _ in $(seq 100); do grep -q 'finishing 1 request' "$TMP/drain.log" && break; sleep 0.05; done
+check "drain: the server says it finishes the request in flight" grep -q 'finishing 1 request' "$TMP/drain.log"
+CODE=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$URL/health")
+check "drain: new connections are refused" is "$CODE" 000
+wait "$CLIENT"
+check "drain: the request in flight completes (200)" is "$(cat "$TMP/drained.code")" 200
+check "drain: ... with all its tokens" is "$(jq -r .usage.completion_tokens "$TMP/drained")" 1500
+wait "$SRV_PID"; check "drain: exit status 0" is "$?" 0
+check "drain: every request finished" grep -q 'every request finished' "$TMP/drain.log"
+
 echo "test_server_hardening: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
