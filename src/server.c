@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "api_openai.h"
 #include "cache.h"
@@ -38,6 +39,14 @@
 #define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
 #define ID_LEN 64
 #define BEARER "Bearer "
+#define STATUS_CLIENT_GONE 499      /* nginx's "client closed request", for metrics and the access log */
+#define REQUEST_ID_HEADER "X-Request-Id"
+#define REQUEST_ID_MAX 65           /* bytes of a request id, with its NUL */
+#define REQUEST_ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+#define ACCESS_METHOD_MAX 16        /* bytes of a method in the access log */
+#define ACCESS_PATH_MAX 128         /* bytes of a path in the access log */
+#define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
+#define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -105,6 +114,8 @@ struct kvt_server {
     int32_t q_head, q_len;
     int stopping;
     int draining;              /* under mu: kvt_server_quiesce ran; new requests get 503 */
+    uint64_t next_request;     /* under mu: numbers request ids the server makes */
+    int64_t started;           /* time() at start, in request ids so they differ across restarts */
     int32_t n_requests;        /* under mu: requests from their headers to the end of their response */
     uint64_t next_id;
     kvt_cache_stats snap;      /* under mu: sampled by the engine thread for /metrics */
@@ -501,16 +512,50 @@ static const struct {
     {"/metrics", "GET", "metrics", R_METRICS},
 };
 
-/* Per-connection-request state (MHD's con_cls). */
+/* Per-connection-request state (MHD's con_cls), from the request's headers to
+ * on_completed; every request has one. */
 typedef struct {
-    route r;
+    route r;           /* R_NONE until the route is known (and for unknown ones) */
     const char *label;
     char *body;
     size_t len, cap;
     uint64_t reserved; /* bytes of the body budget (s->guard) this request holds */
     int refused;       /* 0, or the status that answers once the body has been read: 413 or 503 */
     const char *key;   /* the API key the request authenticated with (borrowed), or NULL */
+    /* for the access log */
+    double t_start;    /* kvt_now() at the headers */
+    int status;        /* the status sent, 0 before */
+    char method[ACCESS_METHOD_MAX], path[ACCESS_PATH_MAX];
+    char request_id[REQUEST_ID_MAX]; /* the client's X-Request-Id when usable, else ours; echoed */
+    kvt_api_usage usage;             /* of a generation, once it ended */
+    int has_usage;
 } conn_state;
+
+/* Per-connection state (MHD's socket context): the whole-request deadline's
+ * handle and the request being served (one at a time on a connection). */
+typedef struct {
+    kvt_http_conn *watch;
+    conn_state *cur;
+} conn_ctx;
+
+static conn_ctx *ctx_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The request being served on c, or NULL. */
+static conn_state *current(struct MHD_Connection *c) {
+    conn_ctx *x = ctx_of(c);
+    return x ? x->cur : NULL;
+}
+
+/* Notes the status a response carries for the access log, and echoes the request id. */
+static void note_response(struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+    conn_state *cs = current(c);
+    if (!cs) return;
+    cs->status = status;
+    MHD_add_response_header(resp, REQUEST_ID_HEADER, cs->request_id);
+}
 
 static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
                                  const char *ctype, char *body, const char *h_name, const char *h_value) {
@@ -521,6 +566,7 @@ static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const 
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h_name) MHD_add_response_header(resp, h_name, h_value);
+    note_response(c, resp, status);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     kvt_metrics_count_request(s->metrics, label, status);
@@ -591,8 +637,8 @@ static access_rule access_of(const kvt_server *s, const char *url) {
 
 /* The deadline handle of c's connection (on_connection made it), or NULL. */
 static kvt_http_conn *tracked(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
+    conn_ctx *x = ctx_of(c);
+    return x ? x->watch : NULL;
 }
 
 /* Whether the client is gone (checked while a request waits). A FIN alone is
@@ -740,6 +786,7 @@ static kvt_api_head head_of(kvt_server *s, const srv_req *r) {
 typedef struct {
     kvt_server *s;
     srv_req *r;
+    conn_state *cs;         /* for the access log: valid while the stream is read */
     struct MHD_Connection *conn;
     char *buf;              /* SSE bytes not yet handed to MHD */
     size_t len, off, cap;
@@ -802,6 +849,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage));
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
+            st->cs->usage = r->usage;
+            st->cs->has_usage = 1;
             size_t need = st->len + sizeof "data: [DONE]\n\n";
             if (need > st->cap) st->buf = kvt_xrealloc(st->buf, st->cap = need);
             st->len += (size_t)sprintf(st->buf + st->len, "data: [DONE]\n\n");
@@ -843,6 +892,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         stream_state *st = kvt_xcalloc(1, sizeof *st);
         st->s = s;
         st->r = r;
+        st->cs = cs;
         st->conn = c;
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
@@ -852,6 +902,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        note_response(c, resp, MHD_HTTP_OK);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         kvt_metrics_count_request(s->metrics, cs->label, MHD_HTTP_OK);
@@ -869,11 +920,14 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
             pthread_cond_signal(&s->engine_cv);
             req_unref_locked(r);
             pthread_mutex_unlock(&s->mu);
-            kvt_metrics_count_request(s->metrics, cs->label, 499); /* nginx's "client closed request" */
+            cs->status = STATUS_CLIENT_GONE;
+            kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
             return MHD_NO;
         }
     }
     pthread_mutex_unlock(&s->mu);
+    cs->usage = r->usage; /* done is final: the engine no longer writes r */
+    cs->has_usage = 1;
     enum MHD_Result ret;
     if (r->err_status) {
         kvt_api_errorf(&err, r->err_status, r->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
@@ -911,12 +965,61 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
                      NULL, NULL);
 }
 
+/* Copies src into dst[0..cap) for a log line: bytes outside printable ASCII become '?'. */
+static void log_copy(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < cap; i++) dst[i] = src[i] > ' ' && src[i] < 0x7f ? src[i] : '?';
+    dst[i] = 0;
+}
+
+/* A client's X-Request-Id is kept when it is 1 to REQUEST_ID_MAX - 1 of [A-Za-z0-9._:-]. */
+static int request_id_ok(const char *id) {
+    size_t n = id ? strlen(id) : 0;
+    return n > 0 && n < REQUEST_ID_MAX && strspn(id, REQUEST_ID_CHARS) == n;
+}
+
+/* A new request's state, current on its connection and counted in flight until on_completed. */
+static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const char *url, const char *method) {
+    conn_state *cs = kvt_xcalloc(1, sizeof *cs);
+    cs->label = "other";
+    cs->t_start = kvt_now();
+    log_copy(cs->method, sizeof cs->method, method);
+    log_copy(cs->path, sizeof cs->path, url);
+    const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, REQUEST_ID_HEADER);
+    pthread_mutex_lock(&s->mu);
+    s->n_requests++;
+    uint64_t n = s->next_request++;
+    pthread_mutex_unlock(&s->mu);
+    if (request_id_ok(id)) snprintf(cs->request_id, sizeof cs->request_id, "%s", id);
+    else snprintf(cs->request_id, sizeof cs->request_id, "req-%llx-%llx", (unsigned long long)s->started,
+                  (unsigned long long)n);
+    conn_ctx *x = ctx_of(c);
+    if (x) x->cur = cs;
+    return cs;
+}
+
+/* One line per request: what was asked, the answer, the cache's share and the times. */
+static void access_log(const conn_state *cs, enum MHD_RequestTerminationCode toe) {
+    char tenant[TENANT_HEX_LEN + 1] = "-";
+    if (cs->key) snprintf(tenant, sizeof tenant, "%08x", (unsigned)XXH64(cs->key, strlen(cs->key), 0));
+    char tokens[ACCESS_TOKENS_MAX] = "";
+    if (cs->has_usage) {
+        const kvt_api_usage *u = &cs->usage;
+        snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f",
+                 u->prompt_tokens, u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
+    }
+    kvt_log(KVT_LOG_INFO, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f%s", cs->method, cs->path, cs->status,
+            cs->request_id, tenant, tokens, (kvt_now() - cs->t_start) * 1e3,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     kvt_server *s = cls;
     (void)version;
     conn_state *cs = *con_cls;
     if (!cs) {
+        *con_cls = cs = request_begin(s, c, url, method);
         const char *bad_framing = kvt_http_framing_error(c);
         if (bad_framing) {
             /* where this request's body ends is in doubt, so nothing after it on this connection is read */
@@ -957,10 +1060,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (declared && kvt_http_guard_reserve(s->guard, declared))
                 return send_refusal(s, c, routes[i].label, MHD_HTTP_SERVICE_UNAVAILABLE);
         }
-        pthread_mutex_lock(&s->mu);
-        s->n_requests++; /* until on_completed */
-        pthread_mutex_unlock(&s->mu);
-        cs = kvt_xcalloc(1, sizeof *cs);
         cs->r = routes[i].r;
         cs->label = routes[i].label;
         cs->key = key;
@@ -969,7 +1068,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             cs->cap = (size_t)declared + 1;
             cs->body = kvt_xmalloc(cs->cap);
         }
-        *con_cls = cs;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -1006,10 +1104,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     kvt_server *s = cls;
-    (void)toe;
     kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadline starts */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    access_log(cs, toe);
+    conn_ctx *x = ctx_of(c);
+    if (x && x->cur == cs) x->cur = NULL;
     kvt_http_guard_release(s->guard, cs->reserved);
     free(cs->body);
     free(cs);
@@ -1025,9 +1125,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     kvt_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? kvt_http_guard_conn_open(s->guard, ci->connect_fd) : NULL;
+        conn_ctx *x = kvt_xcalloc(1, sizeof *x);
+        if (ci) x->watch = kvt_http_guard_conn_open(s->guard, ci->connect_fd);
+        *socket_context = x;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        kvt_http_guard_conn_close(s->guard, *socket_context);
+        conn_ctx *x = *socket_context;
+        if (x) kvt_http_guard_conn_close(s->guard, x->watch);
+        free(x);
         *socket_context = NULL;
     }
 }
@@ -1075,6 +1179,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->metrics = kvt_metrics_new();
+    s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);

@@ -175,6 +175,21 @@ check "the server answers after the slow clients" is "$CODE" 200
 RAW per-ip "$PORT" 12 >"$TMP/per-ip"
 check "13th connection from one IP closed, the 12 held ones served ($(tr '\n' ';' <"$TMP/per-ip"))" test $? -eq 0
 
+# ---- an access line per request; X-Request-Id honoured and echoed ------------------------------
+CODE=$(curl -s -m 30 -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' -H 'X-Request-Id: trace-42' \
+  -H 'Content-Type: application/json' -d '{"prompt":"logged","max_tokens":3,"ignore_eos":true}' "$URL/v1/completions")
+check "X-Request-Id echoed" grep -qi '^X-Request-Id: trace-42' "$TMP/headers"
+curl -s -m 30 -o /dev/null -D "$TMP/headers" -H 'X-Request-Id: not ok!' "$URL/health"
+check "an unusable X-Request-Id is replaced by the server's" grep -qi '^X-Request-Id: req-' "$TMP/headers"
+curl -s -m 30 -N -o /dev/null -H 'X-Request-Id: trace-sse' -H 'Content-Type: application/json' \
+  -d '{"prompt":"streamed","max_tokens":2,"ignore_eos":true,"stream":true}' "$URL/v1/completions"
+curl -s -m 30 -o /dev/null -H 'X-Request-Id: trace-404' "$URL/nope"
+for _ in $(seq 20); do grep -q 'id=trace-404' "$TMP/main.log" && break; sleep 0.1; done
+check "access line: method, path, status, id, tokens, times" \
+  grep -Eq 'access: POST /v1/completions 200 id=trace-42 tenant=- prompt=[0-9]+ cached=[0-9]+ computed=[0-9]+ generated=3 ttft_ms=[0-9.]+ total_ms=[0-9.]+' "$TMP/main.log"
+check "access line for a stream" grep -Eq 'access: POST /v1/completions 200 id=trace-sse .*generated=2 ' "$TMP/main.log"
+check "access line for a 404" grep -Eq 'access: GET /nope 404 id=trace-404 ' "$TMP/main.log"
+
 kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
 # ---- finding 8: keys from a file and the environment; /metrics behind its own key; 401 on every method ----
 printf '# tenants\nfile-key\n' >"$TMP/keys"
@@ -190,6 +205,8 @@ check "/metrics without a key: 401" is "$(ask "$URL/metrics")" 401
 check "/metrics with an API key: 401 (tenants do not see each other's counters)" is "$(ask -H 'Authorization: Bearer env-key' "$URL/metrics")" 401
 check "/metrics with the metrics key: 200" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/metrics")" 200
 check "/health stays open: 200" is "$(ask "$URL/health")" 200
+check "the access log names the tenant by a hash, never the key" \
+  bash -c "grep -q 'access: POST /v1/completions 200 id=.* tenant=[0-9a-f]\{8\} ' '$TMP/keys.log' && ! grep -q 'env-key\|file-key' '$TMP/keys.log'"
 for m in GET POST PUT DELETE PATCH OPTIONS; do
   check "wrong key, $m /v1/completions: 401" is "$(ask -X "$m" -H 'Authorization: Bearer wrong' "$URL/v1/completions")" 401
   check "no key, $m /v1/no-such-route: 401" is "$(ask -X "$m" "$URL/v1/no-such-route")" 401
