@@ -409,10 +409,14 @@ static void frag_push(fragvec *fv, size_t off, size_t len, int32_t id) {
 }
 
 /* llama.cpp's order: each special token in turn (longest first) splits every
- * remaining text fragment at each of its occurrences. */
-static void split_specials(const kvt_tokenizer *t, const char *text, size_t len, int parse_special, fragvec *fv) {
+ * remaining text fragment at each of its occurrences. Gives up, returning -1,
+ * once more than max_special special tokens are found (each is a token of the
+ * result, so a text with that many cannot fit); else 0. */
+static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, int parse_special, size_t max_special,
+                          fragvec *fv) {
     frag_push(fv, 0, len, -1);
     fragvec next = {0};
+    size_t n_special = 0; /* special fragments in fv */
     for (size_t s = 0; s < t->n_special; s++) {
         int32_t id = t->special[s];
         const kvt_tok_info *ti = &t->tok[id];
@@ -431,6 +435,10 @@ static void split_specials(const kvt_tokenizer *t, const char *text, size_t len,
                 const char *m = memmem(text + off, end - off, needle, ti->len);
                 if (!m) break;
                 found = 1;
+                if (++n_special > max_special) {
+                    free(next.v);
+                    return -1;
+                }
                 size_t mpos = (size_t)(m - text);
                 size_t left_end = mpos;
                 if (ti->strip & KVT_TOK_LSTRIP)
@@ -450,6 +458,7 @@ static void split_specials(const kvt_tokenizer *t, const char *text, size_t len,
         }
     }
     free(next.v);
+    return 0;
 }
 
 int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
@@ -470,9 +479,12 @@ int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int a
         kvt_tokvec_push(&tv, t->bos);
     }
     fragvec fv = {0};
-    if (len) split_specials(t, text, len, parse_special, &fv);
     int rc = 0;
-    if (max_tokens != SIZE_MAX) {
+    if (len && split_specials(t, text, len, parse_special, max_tokens - KVT_MIN(tv.n, max_tokens), &fv)) {
+        rc = KVT_ELIMIT;
+        fv.n = 0;
+    }
+    if (!rc && max_tokens != SIZE_MAX) {
         /* at least one token per special fragment and per max_cover bytes of text */
         size_t lower = tv.n;
         for (size_t f = 0; f < fv.n && t->max_cover; f++)
