@@ -214,12 +214,12 @@ for m in GET POST PUT DELETE PATCH OPTIONS; do
 done
 check "wrong key, HEAD /v1/models: 401" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -I -H 'Authorization: Bearer wrong' "$URL/v1/models")" 401
 check "a valid key still gets 405 for a wrong method" is "$(ask -X PUT -H 'Authorization: Bearer env-key' "$URL/v1/completions")" 405
-kill -TERM "$KEYS_PID"; wait "$KEYS_PID"
+kill -TERM "$KEYS_PID"; wait "$KEYS_PID"; check "keys server: exit 0" is "$?" 0
 # without a metrics key, the API keys guard /metrics
 start_server apikey --api-key only-key --parallel 1
 check "/metrics with API keys and no metrics key: 401 without a key" is "$(ask "$URL/metrics")" 401
 check "/metrics with API keys and no metrics key: 200 with one" is "$(ask -H 'Authorization: Bearer only-key' "$URL/metrics")" 200
-kill -TERM "$SRV_PID"; wait "$SRV_PID"
+kill -TERM "$SRV_PID"; wait "$SRV_PID"; check "api-key server: exit 0" is "$?" 0
 
 # ---- graceful drain: SIGTERM lets the request in flight finish, refuses new connections, exits 0 ----
 # the default-size model decodes slowly enough (~1 ms a token) for the signal to land mid-request
