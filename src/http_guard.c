@@ -21,7 +21,7 @@ struct kvt_http_conn {
 
 struct kvt_http_guard {
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* wakes the watchdog: a first connection, or stop */
+    pthread_cond_t cv;         /* wakes the watchdog: a deadline when it had none, or stop */
     uint64_t budget;           /* 0: none */
     uint64_t held;             /* under mu */
     double timeout;            /* seconds; 0: no deadlines */

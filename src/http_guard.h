@@ -64,7 +64,7 @@ void kvt_http_guard_request_in(kvt_http_guard *g, kvt_http_conn *c);
  * keep-alive connection is closed by the deadline too, if MHD's idle timeout
  * has not closed it first). */
 void kvt_http_guard_request_done(kvt_http_guard *g, kvt_http_conn *c);
-/* Connections the deadline has shut down so far. */
+/* Connections the deadline has shut down so far (for /metrics). */
 uint64_t kvt_http_guard_expired(kvt_http_guard *g);
 
 /* Takes n bytes of the body budget for a request about to hold them. Returns
@@ -73,7 +73,7 @@ uint64_t kvt_http_guard_expired(kvt_http_guard *g);
 int kvt_http_guard_reserve(kvt_http_guard *g, uint64_t n);
 void kvt_http_guard_release(kvt_http_guard *g, uint64_t n);
 
-/* Body bytes held now (for tests and metrics). */
+/* Body bytes held now (for /metrics). */
 uint64_t kvt_http_guard_held(kvt_http_guard *g);
 
 #endif

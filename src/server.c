@@ -955,7 +955,10 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
     if (cs->r == R_MODELS)
         return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
                          kvt_api_models_json(s->p.model_id, (int64_t)time(NULL)), NULL, NULL);
-    kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e), .parallel = s->p.parallel};
+    kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
+                            .parallel = s->p.parallel,
+                            .inflight_body_bytes = kvt_http_guard_held(s->guard),
+                            .deadline_closed = kvt_http_guard_expired(s->guard)};
     pthread_mutex_lock(&s->mu);
     g.cache = s->snap;
     g.queue_depth = s->q_len;

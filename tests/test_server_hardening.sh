@@ -170,6 +170,8 @@ fi
 RAW slow "$PORT" 3 0.5 15 >"$TMP/slow"
 check "trickling clients closed by the request deadline ($(cat "$TMP/slow") s)" test $? -eq 0
 check "the server logs the deadline" grep -q 'sent no whole request in 3 s' "$TMP/main.log"
+check "/metrics counts the connections the deadline closed" \
+  bash -c "curl -s -m 10 '$URL/metrics' | awk '/^kvtier_http_deadline_closed_total / {exit !(\$2 >= 3)}'"
 post /v1/completions '{"prompt":"after the slow clients","max_tokens":1}'
 check "the server answers after the slow clients" is "$CODE" 200
 RAW per-ip "$PORT" 12 >"$TMP/per-ip"
