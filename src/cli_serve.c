@@ -1,11 +1,13 @@
 /* `kvtier serve`: loads the model, builds the engine and the cache, starts the
  * OpenAI-compatible server (server.h) and waits for SIGINT/SIGTERM. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -96,9 +98,19 @@ static void serve_usage(FILE *f) {
 
 /* Appends the keys in path (one per line) to keys. Returns 0 or -1 after printing why. */
 static int read_key_file(const char *path, char **keys, size_t *n) {
-    FILE *f = fopen(path, "r");
+    /* O_NONBLOCK and a regular file only: a FIFO would otherwise hold the start for ever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "kvtier serve: cannot read --api-key-file %s: %s\n", path,
+                fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    FILE *f = fdopen(fd, "r");
     if (!f) {
-        fprintf(stderr, "kvtier serve: cannot open --api-key-file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "kvtier serve: cannot read --api-key-file %s: %s\n", path, strerror(errno));
+        close(fd);
         return -1;
     }
     char line[MAX_KEY_LINE];

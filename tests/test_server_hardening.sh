@@ -62,6 +62,10 @@ for flag in --max-inflight-bytes --request-timeout --max-conns-per-ip --metrics-
 done
 "$BIN" serve --max-body 0 >/dev/null 2>"$TMP/err"
 check "serve --max-body 0: usage error that says why" is "$?/$(grep -c 'at least 1 byte' "$TMP/err")" 2/1
+if mkfifo "$TMP/keys.fifo" 2>/dev/null; then
+  timeout 20 "$BIN" serve -m "$TMP/m.gguf" --port 0 --api-key-file "$TMP/keys.fifo" >/dev/null 2>"$TMP/err"
+  check "serve --api-key-file on a FIFO fails at once (status $?)" grep -q 'not a regular file' "$TMP/err"
+fi
 "$BIN" serve --max-body 2M --max-inflight-bytes 1M >/dev/null 2>"$TMP/err"
 check "serve --max-inflight-bytes below --max-body: usage error" is "$?/$(grep -c 'at least --max-body' "$TMP/err")" 2/1
 
