@@ -10,6 +10,7 @@
 
 #define FUZZ_VOCAB 1000
 #define FUZZ_MAX_TOKENS 4096
+#define FUZZ_CTX 8192
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,8 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = size - 1;
     kvt_api_request r;
     kvt_api_error err;
-    if (kvt_api_parse(kind, body, len, FUZZ_VOCAB, FUZZ_MAX_TOKENS, &r, &err) == 0) {
+    if (kvt_api_parse(kind, body, len, FUZZ_VOCAB, FUZZ_CTX, FUZZ_MAX_TOKENS, &r, &err) == 0) {
         if (r.max_tokens < 0 || r.max_tokens > FUZZ_MAX_TOKENS) abort();
+        if (r.n_prompt_ids >= FUZZ_CTX) abort();
         for (size_t i = 0; i < r.n_prompt_ids; i++)
             if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= FUZZ_VOCAB) abort();
         kvt_api_request_free(&r);

@@ -7,7 +7,7 @@ PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-d
 # Tools the tests call, installed only when the command is missing: a machine may
 # already have them from elsewhere (e.g. a Node.js build that ships npm, which
 # Debian's npm package would conflict with).
-TOOLS=(curl:curl jq:jq node:nodejs npm:npm)
+TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

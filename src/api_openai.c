@@ -345,16 +345,108 @@ static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *er
     return kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(root, "kvtier"), &r->session, err);
 }
 
-int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t max_tokens_limit,
-                  kvt_api_request *out, kvt_api_error *err) {
+/* ---- the raw text, before parsing -------------------------------------------- */
+
+/* Top-level fields whose strings kvtier reads: a NUL in them would cut the text. */
+static const char *const STRING_FIELDS[] = {"model", "prompt", "messages", "stop", "cache_salt"};
+
+/* What one lexical pass over the raw body learns before anything is allocated.
+ * The pass assumes nothing about validity (cJSON judges that afterwards); on
+ * valid JSON its counts are exact or slightly high, never low. */
+typedef struct {
+    size_t values;           /* JSON values, at most: 1 + commas + containers outside strings */
+    size_t prompt_items;     /* items in the top-level "prompt" array (1 for an empty one), or 0 */
+    const char *nul_field;   /* the first field of STRING_FIELDS holding a \u0000 escape, or NULL */
+} body_scan;
+
+static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static const char *string_field(const char *key, size_t len) {
+    for (size_t i = 0; key && i < KVT_ARRAY_LEN(STRING_FIELDS); i++)
+        if (strlen(STRING_FIELDS[i]) == len && !memcmp(key, STRING_FIELDS[i], len)) return STRING_FIELDS[i];
+    return NULL;
+}
+
+static void scan_body(const char *b, size_t n, body_scan *sc) {
+    memset(sc, 0, sizeof *sc);
+    sc->values = 1;
+    long depth = 0;
+    const char *field = NULL; /* the top-level key whose value the scan is in (static name), or NULL */
+    int in_prompt = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (c == '"') {
+            size_t j = i + 1;
+            int nul = 0;
+            while (j < n && b[j] != '"') {
+                if (b[j] == '\\' && j + 1 < n) {
+                    nul |= b[j + 1] == 'u' && j + 5 < n && !memcmp(b + j + 2, "0000", 4);
+                    j += 2;
+                } else {
+                    j++;
+                }
+            }
+            size_t k = j + 1;
+            while (k < n && json_space(b[k])) k++;
+            /* a string right inside the root object and followed by ':' is a key */
+            if (depth == 1 && k < n && b[k] == ':') field = string_field(b + i + 1, j - i - 1);
+            if (nul && field && !sc->nul_field) sc->nul_field = field;
+            i = j;
+        } else if (c == '{' || c == '[') {
+            sc->values++;
+            /* at depth 1, a container is the value of the latest key */
+            if (++depth == 2 && c == '[' && field && !strcmp(field, "prompt")) {
+                in_prompt = 1;
+                sc->prompt_items = 1;
+            }
+        } else if (c == '}' || c == ']') {
+            if (depth-- == 2) in_prompt = 0;
+        } else if (c == ',') {
+            sc->values++;
+            if (in_prompt && depth == 2) sc->prompt_items++;
+        }
+    }
+}
+
+int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t n_ctx,
+                  int32_t max_tokens_limit, kvt_api_request *out, kvt_api_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    const char *nul = memchr(body, 0, len);
+    if (nul)
+        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
+                              "the request body holds a NUL byte (at byte %td), which JSON does not allow", nul - body);
+    body_scan sc;
+    scan_body(body, len, &sc);
+    if (kind == KVT_API_COMPLETION && sc.prompt_items >= (size_t)KVT_MAX(n_ctx, 1))
+        return kvt_api_errorf(err, 400, INVALID, "prompt", "context_length_exceeded",
+                              "This model's maximum context length is %d tokens. However, your prompt array has %zu "
+                              "items; shorten it (at least one token must be left to generate).",
+                              n_ctx, sc.prompt_items);
+    size_t max_values = (size_t)KVT_MAX(n_ctx, 0) + KVT_API_MAX_JSON_VALUES;
+    if (sc.values > max_values)
+        return kvt_api_errorf(err, 400, INVALID, NULL, "too_many_values",
+                              "the request body holds more than %zu JSON values", max_values);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
                        "the request body is not valid JSON (error near byte %td)",
                        cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : (ptrdiff_t)0);
         return -1;
+    }
+    while (end < body + len && json_space(*end)) end++;
+    if (end < body + len) {
+        cJSON_Delete(root);
+        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
+                              "the request body holds more than one JSON value (unexpected text at byte %td)",
+                              end - body);
+    }
+    if (sc.nul_field) {
+        cJSON_Delete(root);
+        return kvt_api_errorf(err, 400, INVALID, sc.nul_field, "invalid_value",
+                              "'%s' holds a NUL character (\\u0000), which kvtier does not accept in text",
+                              sc.nul_field);
     }
     int rc = parse_root(root, kind, n_vocab, max_tokens_limit, out, err);
     cJSON_Delete(root);

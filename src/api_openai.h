@@ -18,6 +18,7 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_STOP_LEN 256  /* bytes of one stop string */
 #define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
 #define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
+#define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
 
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
@@ -73,10 +74,23 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
  * above max_tokens_limit is an error. Unknown fields are ignored, as OpenAI
- * clients send many. Returns 0 and *out (free with kvt_api_request_free), or
- * -1 with *err filled (status 400) and *out zeroed. */
-int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t max_tokens_limit,
-                  kvt_api_request *out, kvt_api_error *err);
+ * clients send many.
+ *
+ * Memory stays proportional to what a valid request can use: before anything
+ * is parsed, a pass over the raw text rejects a prompt of n_ctx or more token
+ * ids ("context_length_exceeded": one token must be left to generate) and a
+ * body of more than n_ctx + KVT_API_MAX_JSON_VALUES JSON values.
+ *
+ * The body must be exactly one JSON value, with only whitespace around it
+ * (trailing text or a second object is an error). C strings cannot carry NUL,
+ * so a NUL byte in the body, or a \u0000 escape in a field kvtier reads
+ * (model, prompt, messages, stop, cache_salt), is an error naming the field
+ * rather than a silently shortened string.
+ *
+ * Returns 0 and *out (free with kvt_api_request_free), or -1 with *err filled
+ * (status 400) and *out zeroed. */
+int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t n_ctx,
+                  int32_t max_tokens_limit, kvt_api_request *out, kvt_api_error *err);
 void kvt_api_request_free(kvt_api_request *r);
 
 /* Parses the "kvtier" object kv (NULL or JSON null: defaults). Unknown fields

@@ -46,10 +46,15 @@ typedef struct {
     const kvt_tokenizer *t;
     int32_t *ids;
     size_t n, cap;
+    size_t max; /* ids at most (KVT_ELIMIT past it) */
     int rc;
 } ids_buf;
 
 static void push_ids(ids_buf *b, const int32_t *ids, size_t n) {
+    if (n > b->max - b->n) {
+        b->rc = kvt_fail(KVT_ELIMIT, "the conversation has more than %zu tokens", b->max);
+        return;
+    }
     if (b->n + n > b->cap) {
         b->cap = KVT_MAX(b->cap * 2, b->n + n + 64);
         b->ids = kvt_xrealloc(b->ids, b->cap * sizeof *b->ids);
@@ -63,7 +68,11 @@ static void push_text(ids_buf *b, const char *text, int special) {
     if (b->rc || !*text) return;
     int32_t *ids = NULL;
     size_t n = 0;
-    if ((b->rc = kvt_tokenize(b->t, text, strlen(text), 0, special, &ids, &n))) return;
+    /* a text past the room left stops tokenizing early (an 8 MB message costs little) */
+    if ((b->rc = kvt_tokenize_max(b->t, text, strlen(text), 0, special, b->max - b->n, &ids, &n))) {
+        if (b->rc == KVT_ELIMIT) kvt_fail(KVT_ELIMIT, "the conversation has more than %zu tokens", b->max);
+        return;
+    }
     push_ids(b, ids, n);
     free(ids);
 }
@@ -145,10 +154,10 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
 }
 
 int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
-                    kvt_chat_reply_fn lookup, void *lookup_ctx, int32_t **out, size_t *n_out) {
+                    kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    ids_buf b = {.t = t};
+    ids_buf b = {.t = t, .max = max_tokens};
     switch (f) {
     case KVT_CHAT_CHATML: render_chatml(&b, msgs, n, lookup, lookup_ctx); break;
     case KVT_CHAT_LLAMA3: render_llama3(&b, msgs, n, lookup, lookup_ctx); break;

@@ -42,9 +42,11 @@ typedef size_t (*kvt_chat_reply_fn)(void *ctx, const char *text, int32_t **ids);
  * with special tokens recognised; message content is tokenized as plain text
  * (a user cannot inject "<|im_start|>"); an assistant message whose text
  * lookup (may be NULL) knows is spliced in as the exact ids it names. f must
- * not be KVT_CHAT_UNKNOWN. Returns 0, or a negative code with kvt_errmsg(). */
+ * not be KVT_CHAT_UNKNOWN. A conversation of more than max_tokens ids fails
+ * with KVT_ELIMIT, and rendering stops as soon as that is known (SIZE_MAX: no
+ * limit). Returns 0, or a negative code with kvt_errmsg(). */
 int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
-                    kvt_chat_reply_fn lookup, void *lookup_ctx, int32_t **out, size_t *n_out);
+                    kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, int32_t **out, size_t *n_out);
 
 /* A bounded map (salt, reply text) -> token ids, oldest entries dropped first.
  * Thread-safe: every function may be called from any thread. */

@@ -27,6 +27,7 @@
 #define PATH_MAX_LEN 4096
 #define MAX_TOKENS (1L << 24)
 #define MAX_BLOCK 4096
+#define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
 
 /* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
 static int parse_tokens(const char *s, int32_t **out, size_t *n) {
@@ -271,15 +272,13 @@ typedef struct {
     size_t n_pending;
 } stream_state;
 
-static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t stop_requested; /* the stop signal received, or 0 */
 
-static void on_stop_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
+static void on_stop_signal(int sig) { stop_requested = sig; }
 
 /* SIGINT/SIGTERM end the run gracefully: the current generation stops, the
- * cache is flushed to disk, the process exits. */
+ * cache is flushed to disk, the process exits with 128 + the signal's number
+ * (130 for Ctrl-C), as shells report a process the signal ended. */
 static void install_stop_handlers(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -663,5 +662,6 @@ done:
     free(pins);
     for (long k = 0; k < n_prompts && prompts; k++) free(prompts[k].prompt);
     free(prompts);
+    if (stop_requested) return SIGNAL_EXIT_BASE + stop_requested;
     return rc || failures ? 1 : 0;
 }

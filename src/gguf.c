@@ -328,7 +328,8 @@ int kvt_gguf_open_mem(const void *data, size_t size, kvt_gguf **out) {
 
 int kvt_gguf_open(const char *path, kvt_gguf **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, for ever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return kvt_fail(-e, "%s: cannot open: %s", path, strerror(e));

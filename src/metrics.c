@@ -202,5 +202,11 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_sequences_active %d\n", g->active);
     header(&b, "kvtier_sequences_max", "gauge", "Sequences decoded together at most (--parallel).");
     put(&b, "kvtier_sequences_max %d\n", g->parallel);
+    header(&b, "kvtier_http_inflight_body_bytes", "gauge",
+           "Request body bytes held by requests in flight (--max-inflight-bytes bounds it).");
+    put(&b, "kvtier_http_inflight_body_bytes %llu\n", (unsigned long long)g->inflight_body_bytes);
+    header(&b, "kvtier_http_deadline_closed_total", "counter",
+           "Connections closed for not sending a whole request within --request-timeout.");
+    put(&b, "kvtier_http_deadline_closed_total %llu\n", (unsigned long long)g->deadline_closed);
     return b.s;
 }

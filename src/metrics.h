@@ -34,6 +34,8 @@ typedef struct {
     int32_t queue_depth;   /* requests waiting for a sequence */
     int32_t active;        /* sequences running */
     int32_t parallel;      /* sequences that can run at once */
+    uint64_t inflight_body_bytes; /* request body bytes held now (http_guard) */
+    uint64_t deadline_closed;     /* connections the whole-request deadline closed so far */
 } kvt_metrics_gauges;
 
 /* The exposition text, malloc'd and NUL-terminated; the caller frees it. */

@@ -193,6 +193,13 @@ static int bind_weights(loader *L) {
     }
     if ((rc = bind_vec(L, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freq_factors, 1))) return rc;
     hp->has_freq_factors = m->rope_freq_factors != NULL;
+    /* the tensor directory (itself bounded by the file's size) bounds the layer
+     * count before anything per layer is allocated: a crafted block_count of
+     * 2^31 would ask for 687 GB. A count just past the layers present is left
+     * to the more telling "tensor blk.N... is missing" below. */
+    if ((uint64_t)hp->n_layer > m->gguf->n_tensors)
+        return kvt_fail(KVT_EFORMAT, "block_count %d is more than the file's %llu tensors (each layer has several)",
+                        hp->n_layer, (unsigned long long)m->gguf->n_tensors);
     m->layers = kvt_xcalloc((size_t)hp->n_layer, sizeof *m->layers);
     for (int32_t i = 0; i < hp->n_layer; i++) {
         kvt_layer *l = &m->layers[i];

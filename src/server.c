@@ -10,12 +10,15 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <cjson/cJSON.h>
 
@@ -23,6 +26,7 @@
 #include "cache.h"
 #include "common.h"
 #include "engine.h"
+#include "http_guard.h"
 #include "metrics.h"
 #include "model.h"
 #include "sampler.h"
@@ -47,6 +51,14 @@
  * sequence (plus a prefill chunk) for the work in flight. */
 #define PREFETCH_MARGIN_PER_SLOT 2
 #define ADMIN_WAIT_MS 100
+#define STATUS_CLIENT_GONE 499      /* nginx's "client closed request", for metrics and the access log */
+#define REQUEST_ID_HEADER "X-Request-Id"
+#define REQUEST_ID_MAX 65           /* bytes of a request id, with its NUL */
+#define REQUEST_ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+#define ACCESS_METHOD_MAX 16        /* bytes of a method in the access log */
+#define ACCESS_PATH_MAX 128         /* bytes of a path in the access log */
+#define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
+#define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -108,6 +120,7 @@ struct kvt_server {
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
     kvt_metrics *metrics;
+    kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;
     int port;
     pthread_t engine_thread;
@@ -116,6 +129,10 @@ struct kvt_server {
     srv_req **queue;           /* ring of p.queue */
     int32_t q_head, q_len;
     int stopping;
+    int draining;              /* under mu: kvt_server_quiesce ran; new requests get 503 */
+    uint64_t next_request;     /* under mu: numbers request ids the server makes */
+    int64_t started;           /* time() at start, in request ids so they differ across restarts */
+    int32_t n_requests;        /* under mu: requests from their headers to the end of their response */
     uint64_t next_id;
     kvt_cache_stats snap;      /* under mu: sampled by the engine thread for /metrics */
     int32_t n_active;          /* under mu */
@@ -140,9 +157,12 @@ kvt_server_params kvt_server_default_params(void) {
                            .parallel = KVT_SERVER_DEFAULT_PARALLEL,
                            .queue = KVT_SERVER_DEFAULT_QUEUE,
                            .max_body = KVT_SERVER_DEFAULT_MAX_BODY,
+                           .max_inflight_bytes = KVT_SERVER_DEFAULT_MAX_INFLIGHT,
                            .max_tokens_limit = KVT_SERVER_DEFAULT_MAX_TOKENS,
                            .prefill_chunk = KVT_SERVER_DEFAULT_PREFILL_CHUNK,
                            .timeout_s = KVT_SERVER_DEFAULT_TIMEOUT_S,
+                           .request_timeout_s = KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S,
+                           .max_conns_per_ip = KVT_SERVER_DEFAULT_CONNS_PER_IP,
                            .chat = KVT_CHAT_CHATML,
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier"};
@@ -777,15 +797,50 @@ static const struct {
     {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS},
 };
 
-/* Per-connection-request state (MHD's con_cls). */
+/* Per-connection-request state (MHD's con_cls), from the request's headers to
+ * on_completed; every request has one. */
 typedef struct {
-    route r;
+    route r;           /* R_NONE until the route is known (and for unknown ones) */
     const char *label;
     char *body;
     size_t len, cap;
-    int too_large;
-    const char *key;  /* the API key the request authenticated with (borrowed), or NULL */
+    uint64_t reserved; /* bytes of the body budget (s->guard) this request holds */
+    int refused;       /* 0, or the status that answers once the body has been read: 413 or 503 */
+    const char *key;   /* the API key the request authenticated with (borrowed), or NULL */
+    /* for the access log */
+    double t_start;    /* kvt_now() at the headers */
+    int status;        /* the status sent, 0 before */
+    char method[ACCESS_METHOD_MAX], path[ACCESS_PATH_MAX];
+    char request_id[REQUEST_ID_MAX]; /* the client's X-Request-Id when usable, else ours; echoed */
+    kvt_api_usage usage;             /* of a generation, once it ended */
+    int has_usage;
 } conn_state;
+
+/* Per-connection state (MHD's socket context): the whole-request deadline's
+ * handle and the request being served (one at a time on a connection). */
+typedef struct {
+    kvt_http_conn *watch;
+    conn_state *cur;
+} conn_ctx;
+
+static conn_ctx *ctx_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The request being served on c, or NULL. */
+static conn_state *current(struct MHD_Connection *c) {
+    conn_ctx *x = ctx_of(c);
+    return x ? x->cur : NULL;
+}
+
+/* Notes the status a response carries for the access log, and echoes the request id. */
+static void note_response(struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+    conn_state *cs = current(c);
+    if (!cs) return;
+    cs->status = status;
+    MHD_add_response_header(resp, REQUEST_ID_HEADER, cs->request_id);
+}
 
 static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
                                  const char *ctype, char *body, const char *h_name, const char *h_value) {
@@ -796,6 +851,7 @@ static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const 
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h_name) MHD_add_response_header(resp, h_name, h_value);
+    note_response(c, resp, status);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     kvt_metrics_count_request(s->metrics, label, status);
@@ -814,6 +870,21 @@ static enum MHD_Result send_errorf(kvt_server *s, struct MHD_Connection *c, cons
     return send_error(s, c, label, &e, NULL, NULL);
 }
 
+/* Refuses a request body: 413 over --max-body, 503 (+ Retry-After) when the
+ * bodies of the requests in flight would pass --max-inflight-bytes. */
+static enum MHD_Result send_refusal(kvt_server *s, struct MHD_Connection *c, const char *label, int status) {
+    kvt_api_error e;
+    if (status == MHD_HTTP_CONTENT_TOO_LARGE) {
+        kvt_api_errorf(&e, status, "invalid_request_error", NULL, "request_too_large",
+                       "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
+        return send_error(s, c, label, &e, NULL, NULL);
+    }
+    kvt_api_errorf(&e, status, "server_error", NULL, "overloaded",
+                   "the server holds %llu bytes of request bodies at most (--max-inflight-bytes) and is full; "
+                   "retry later", (unsigned long long)s->p.max_inflight_bytes);
+    return send_error(s, c, label, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+}
+
 /* Compares without an early exit, so response time does not reveal how much of a key matched. */
 static int key_equal(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
@@ -822,24 +893,50 @@ static int key_equal(const char *a, const char *b) {
     return d == 0;
 }
 
+/* The bearer token of c's request, or NULL. */
+static const char *bearer(struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && !strncmp(h, BEARER, strlen(BEARER)) ? h + strlen(BEARER) : NULL;
+}
+
 /* The API key the request carries if it is a configured one, else NULL. */
 static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, BEARER, strlen(BEARER))) return NULL;
-    h += strlen(BEARER);
+    const char *h = bearer(c);
     const char *found = NULL;
-    for (size_t i = 0; i < s->p.n_api_keys; i++)
+    for (size_t i = 0; h && i < s->p.n_api_keys; i++)
         if (key_equal(h, s->p.api_keys[i])) found = s->p.api_keys[i];
     return found;
 }
 
-/* Whether the client closed its connection (checked while a request waits). */
+/* Who may use a path. The /v1/ paths are the tenants' API. /metrics shows every
+ * tenant's counters: with a metrics key only that key opens it, else with API
+ * keys any of them does. /health stays open (it tells slot counts only). */
+typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY } access_rule;
+
+static access_rule access_of(const kvt_server *s, const char *url) {
+    if (!strncmp(url, "/v1/", 4)) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    if (!strcmp(url, "/metrics"))
+        return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    return ACCESS_OPEN;
+}
+
+/* The deadline handle of c's connection (on_connection made it), or NULL. */
+static kvt_http_conn *tracked(struct MHD_Connection *c) {
+    conn_ctx *x = ctx_of(c);
+    return x ? x->watch : NULL;
+}
+
+/* Whether the client is gone (checked while a request waits). A FIN alone is
+ * not departure: a client may half-close (shutdown(SHUT_WR), `nc -N`, some
+ * proxies) and still read the answer. So only a reset or a socket error
+ * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
+ * client that closed without a reset is noticed when a write to it fails:
+ * at its next stream event, or when a non-streamed answer is sent. */
 static int peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
-    char b;
-    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
 }
 
 typedef struct {
@@ -874,17 +971,27 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     }
     int rc = 0;
     size_t n = 0;
+    /* a prompt must leave one token to generate; tokenizing stops past that */
+    size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
-        rc = kvt_chat_render(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, &r->prompt, &n);
+        rc = kvt_chat_render(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, &r->prompt, &n);
     } else if (a->prompt_ids) {
         n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
         memcpy(r->prompt, a->prompt_ids, n * sizeof *r->prompt);
     } else {
-        rc = kvt_tokenize(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1, &r->prompt,
-                          &n);
+        rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1,
+                              max_prompt, &r->prompt, &n);
+    }
+    if (rc == KVT_ELIMIT) {
+        kvt_api_errorf(err, 400, "invalid_request_error", a->kind == KVT_API_CHAT ? "messages" : "prompt",
+                       "context_length_exceeded",
+                       "This model's maximum context length is %d tokens. However, your prompt has more than %zu "
+                       "tokens; shorten it (at least one token must be left to generate).",
+                       s->n_ctx, max_prompt);
+        goto fail;
     }
     if (rc) {
         kvt_api_errorf(err, 400, "invalid_request_error", a->kind == KVT_API_CHAT ? "messages" : "prompt", NULL,
@@ -934,7 +1041,7 @@ fail:
 /* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
 static int enqueue(kvt_server *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->q_len >= s->p.queue) {
+    if (s->stopping || s->draining || s->q_len >= s->p.queue) {
         pthread_mutex_unlock(&s->mu);
         return -1;
     }
@@ -965,6 +1072,7 @@ static kvt_api_head head_of(kvt_server *s, const srv_req *r) {
 typedef struct {
     kvt_server *s;
     srv_req *r;
+    conn_state *cs;         /* for the access log: valid while the stream is read */
     struct MHD_Connection *conn;
     char *buf;              /* SSE bytes not yet handed to MHD */
     size_t len, off, cap;
@@ -1027,6 +1135,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage));
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
+            st->cs->usage = r->usage;
+            st->cs->has_usage = 1;
             size_t need = st->len + sizeof "data: [DONE]\n\n";
             if (need > st->cap) st->buf = kvt_xrealloc(st->buf, st->cap = need);
             st->len += (size_t)sprintf(st->buf + st->len, "data: [DONE]\n\n");
@@ -1063,7 +1173,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     kvt_api_request a;
     kvt_api_error err;
     if (kvt_api_parse(cs->r == R_CHAT ? KVT_API_CHAT : KVT_API_COMPLETION, cs->body ? cs->body : "", cs->len,
-                      s->n_vocab, s->p.max_tokens_limit, &a, &err))
+                      s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a, &err))
         return send_error(s, c, cs->label, &err, NULL, NULL);
     srv_req *r = make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
@@ -1079,6 +1189,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         stream_state *st = kvt_xcalloc(1, sizeof *st);
         st->s = s;
         st->r = r;
+        st->cs = cs;
         st->conn = c;
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
@@ -1088,6 +1199,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        note_response(c, resp, MHD_HTTP_OK);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         kvt_metrics_count_request(s->metrics, cs->label, MHD_HTTP_OK);
@@ -1105,11 +1217,14 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
             pthread_cond_signal(&s->engine_cv);
             req_unref_locked(r);
             pthread_mutex_unlock(&s->mu);
-            kvt_metrics_count_request(s->metrics, cs->label, 499); /* nginx's "client closed request" */
+            cs->status = STATUS_CLIENT_GONE;
+            kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
             return MHD_NO;
         }
     }
     pthread_mutex_unlock(&s->mu);
+    cs->usage = r->usage; /* done is final: the engine no longer writes r */
+    cs->has_usage = 1;
     enum MHD_Result ret;
     if (r->err_status) {
         kvt_api_errorf(&err, r->err_status, r->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
@@ -1140,7 +1255,8 @@ static enum MHD_Result handle_admin(kvt_server *s, struct MHD_Connection *c, con
                                                                                        : KVT_API_COMPLETION;
         cJSON_Delete(root);
         kvt_api_request a;
-        if (kvt_api_parse(kind, cs->body ? cs->body : "", cs->len, s->n_vocab, s->p.max_tokens_limit, &a, &err)) {
+        if (kvt_api_parse(kind, cs->body ? cs->body : "", cs->len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a,
+                          &err)) {
             ret = send_error(s, c, cs->label, &err, NULL, NULL);
             goto done;
         }
@@ -1197,7 +1313,10 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
     if (cs->r == R_MODELS)
         return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
                          kvt_api_models_json(s->p.model_id, (int64_t)time(NULL)), NULL, NULL);
-    kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e), .parallel = s->p.parallel};
+    kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
+                            .parallel = s->p.parallel,
+                            .inflight_body_bytes = kvt_http_guard_held(s->guard),
+                            .deadline_closed = kvt_http_guard_expired(s->guard)};
     pthread_mutex_lock(&s->mu);
     g.cache = s->snap;
     g.queue_depth = s->q_len;
@@ -1207,83 +1326,176 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
                      NULL, NULL);
 }
 
+/* Copies src into dst[0..cap) for a log line: bytes outside printable ASCII become '?'. */
+static void log_copy(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < cap; i++) dst[i] = src[i] > ' ' && src[i] < 0x7f ? src[i] : '?';
+    dst[i] = 0;
+}
+
+/* A client's X-Request-Id is kept when it is 1 to REQUEST_ID_MAX - 1 of [A-Za-z0-9._:-]. */
+static int request_id_ok(const char *id) {
+    size_t n = id ? strlen(id) : 0;
+    return n > 0 && n < REQUEST_ID_MAX && strspn(id, REQUEST_ID_CHARS) == n;
+}
+
+/* A new request's state, current on its connection and counted in flight until on_completed. */
+static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const char *url, const char *method) {
+    conn_state *cs = kvt_xcalloc(1, sizeof *cs);
+    cs->label = "other";
+    cs->t_start = kvt_now();
+    log_copy(cs->method, sizeof cs->method, method);
+    log_copy(cs->path, sizeof cs->path, url);
+    const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, REQUEST_ID_HEADER);
+    pthread_mutex_lock(&s->mu);
+    s->n_requests++;
+    uint64_t n = s->next_request++;
+    pthread_mutex_unlock(&s->mu);
+    if (request_id_ok(id)) snprintf(cs->request_id, sizeof cs->request_id, "%s", id);
+    else snprintf(cs->request_id, sizeof cs->request_id, "req-%llx-%llx", (unsigned long long)s->started,
+                  (unsigned long long)n);
+    conn_ctx *x = ctx_of(c);
+    if (x) x->cur = cs;
+    return cs;
+}
+
+/* One line per request: what was asked, the answer, the cache's share and the times. */
+static void access_log(const conn_state *cs, enum MHD_RequestTerminationCode toe) {
+    char tenant[TENANT_HEX_LEN + 1] = "-";
+    if (cs->key) snprintf(tenant, sizeof tenant, "%08x", (unsigned)XXH64(cs->key, strlen(cs->key), 0));
+    char tokens[ACCESS_TOKENS_MAX] = "";
+    if (cs->has_usage) {
+        const kvt_api_usage *u = &cs->usage;
+        snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f",
+                 u->prompt_tokens, u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
+    }
+    kvt_log(KVT_LOG_INFO, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f%s", cs->method, cs->path, cs->status,
+            cs->request_id, tenant, tokens, (kvt_now() - cs->t_start) * 1e3,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     kvt_server *s = cls;
     (void)version;
     conn_state *cs = *con_cls;
     if (!cs) {
+        *con_cls = cs = request_begin(s, c, url, method);
+        const char *bad_framing = kvt_http_framing_error(c);
+        if (bad_framing) {
+            /* where this request's body ends is in doubt, so nothing after it on this connection is read */
+            kvt_api_error e;
+            kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing",
+                           "malformed request: %s", bad_framing);
+            return send_error(s, c, "other", &e, MHD_HTTP_HEADER_CONNECTION, "close");
+        }
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
+        const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
+        /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
+        const char *key = NULL;
+        access_rule rule = access_of(s, url);
+        if (rule == ACCESS_API_KEY && !(key = authenticate(s, c)))
+            return send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                               "a valid API key is required: Authorization: Bearer KEY");
+        if (rule == ACCESS_METRICS_KEY && !(bearer(c) && key_equal(bearer(c), s->p.metrics_key)))
+            return send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                               "the metrics key is required: Authorization: Bearer KEY (--metrics-key)");
         if (i == KVT_ARRAY_LEN(routes))
-            return send_errorf(s, c, "other", MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
+            return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
                                "/v1/cache/{pin,unpin,prefetch,flush,stats}, /health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
                            "%s needs %s, not %s", routes[i].url, routes[i].method, method);
-            return send_error(s, c, routes[i].label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
+            return send_error(s, c, label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
         }
-        const char *key = NULL;
-        if (s->p.n_api_keys && !strncmp(url, "/v1/", 4) && !(key = authenticate(s, c)))
-            return send_errorf(s, c, routes[i].label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
-                               "invalid_api_key", "a valid API key is required: Authorization: Bearer KEY");
+        if (rule != ACCESS_API_KEY) key = NULL; /* only an API key names a tenant */
+        uint64_t declared = 0;
         if (!strcmp(routes[i].method, "POST")) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl && strtoull(cl, NULL, 10) > s->p.max_body) {
-                char msg[128];
-                snprintf(msg, sizeof msg, "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
-                return send_errorf(s, c, routes[i].label, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                                   "request_too_large", msg);
-            }
+            declared = cl ? strtoull(cl, NULL, 10) : 0;
+            if (declared > s->p.max_body) return send_refusal(s, c, routes[i].label, MHD_HTTP_CONTENT_TOO_LARGE);
+            /* the declared body is reserved before a byte of it is read */
+            if (declared && kvt_http_guard_reserve(s->guard, declared))
+                return send_refusal(s, c, routes[i].label, MHD_HTTP_SERVICE_UNAVAILABLE);
         }
-        cs = kvt_xcalloc(1, sizeof *cs);
         cs->r = routes[i].r;
         cs->label = routes[i].label;
         cs->key = key;
-        *con_cls = cs;
+        cs->reserved = declared;
+        if (declared) {
+            cs->cap = (size_t)declared + 1;
+            cs->body = kvt_xmalloc(cs->cap);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
-        /* keep reading past the limit (without storing) so the 413 can be sent after the body */
-        if (!cs->too_large && cs->len + *upload_size > s->p.max_body) {
-            cs->too_large = 1;
+        /* past a limit, keep reading (without storing) so the refusal can be sent after the body */
+        size_t len = cs->len + *upload_size;
+        if (!cs->refused && len > s->p.max_body) cs->refused = MHD_HTTP_CONTENT_TOO_LARGE;
+        /* a chunked body reserves as it arrives */
+        if (!cs->refused && len > cs->reserved) {
+            if (kvt_http_guard_reserve(s->guard, len - cs->reserved)) cs->refused = MHD_HTTP_SERVICE_UNAVAILABLE;
+            else cs->reserved = len;
+        }
+        if (cs->refused) {
             free(cs->body);
             cs->body = NULL;
             cs->len = cs->cap = 0;
-        }
-        if (!cs->too_large) {
-            if (cs->len + *upload_size + 1 > cs->cap) {
-                cs->cap = KVT_MAX(cs->cap * 2, cs->len + *upload_size + 1);
+            kvt_http_guard_release(s->guard, cs->reserved);
+            cs->reserved = 0;
+        } else {
+            if (len + 1 > cs->cap) {
+                cs->cap = KVT_MAX(cs->cap * 2, len + 1);
                 cs->body = kvt_xrealloc(cs->body, cs->cap);
             }
             memcpy(cs->body + cs->len, upload_data, *upload_size);
-            cs->len += *upload_size;
+            cs->len = len;
         }
         *upload_size = 0;
         return MHD_YES;
     }
-    if (cs->too_large) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
-        return send_errorf(s, c, cs->label, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request_too_large",
-                           msg);
-    }
+    kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
+    if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
     if (cs->r >= R_CACHE_PIN) return handle_admin(s, c, cs);
     return handle_get(s, c, cs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
-    (void)toe;
+    kvt_server *s = cls;
+    kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadline starts */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    access_log(cs, toe);
+    conn_ctx *x = ctx_of(c);
+    if (x && x->cur == cs) x->cur = NULL;
+    kvt_http_guard_release(s->guard, cs->reserved);
     free(cs->body);
     free(cs);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->n_requests--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* MHD's connection start and end: the whole-request deadline watches each. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    kvt_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn_ctx *x = kvt_xcalloc(1, sizeof *x);
+        if (ci) x->watch = kvt_http_guard_conn_open(s->guard, ci->connect_fd);
+        *socket_context = x;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_ctx *x = *socket_context;
+        if (x) kvt_http_guard_conn_close(s->guard, x->watch);
+        free(x);
+        *socket_context = NULL;
+    }
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------- */
@@ -1301,6 +1513,7 @@ static void server_free(kvt_server *s) {
     for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
     free(s->pins);
     pthread_cond_destroy(&s->job_cv);
+    kvt_http_guard_free(s->guard);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -1314,6 +1527,9 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
         params->max_tokens_limit < 1 || params->chat == KVT_CHAT_UNKNOWN)
         return kvt_fail(KVT_EARG, "bad server parameters (parallel %d, engine sequences %d, queue %d)",
                         params->parallel, ep.max_seqs, params->queue);
+    if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
+        return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
+                        (unsigned long long)params->max_inflight_bytes, params->max_body);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)params->port)};
     if (inet_pton(AF_INET, params->host, &addr.sin_addr) != 1)
         return kvt_fail(KVT_EARG, "--host expects an IPv4 address such as 127.0.0.1, got '%s'", params->host);
@@ -1328,6 +1544,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->metrics = kvt_metrics_new();
+    s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
     cond_init_monotonic(&s->job_cv);
@@ -1340,12 +1557,20 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->b_seq = kvt_xmalloc(max_batch * sizeof *s->b_seq);
     s->b_want = kvt_xmalloc(max_batch * sizeof *s->b_want);
     kvt_cache_get_stats(c, &s->snap);
+    if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s))) {
+        server_free(s);
+        return KVT_ELIMIT; /* kvt_errmsg() says why */
+    }
 
-    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+    /* ITC: MHD_quiesce_daemon needs it in this threading mode */
+    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                                  MHD_USE_ITC,
+                              0, NULL,
                               NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)CONNECTION_LIMIT, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_END);
+                              (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                              s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, KVT_HTTP_STRICTNESS, MHD_OPTION_END);
     if (!s->mhd) {
         int err = errno;
         server_free(s);
@@ -1364,6 +1589,22 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 }
 
 int kvt_server_port(const kvt_server *s) { return s->port; }
+
+void kvt_server_quiesce(kvt_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    /* MHD hands the listening socket back: closing it refuses new connections */
+    MHD_socket ls = MHD_quiesce_daemon(s->mhd);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+}
+
+int32_t kvt_server_in_flight(kvt_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int32_t n = s->n_requests;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
 
 void kvt_server_stop(kvt_server *s) {
     if (!s) return;

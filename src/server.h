@@ -12,8 +12,9 @@
  * reserved (kvt_cache_reserve), kvt_engine_decode runs, completed blocks are
  * registered (kvt_cache_commit), tokens are sampled per request and their text
  * published to the waiting handler (non-streaming) or SSE reader (streaming).
- * A client that goes away cancels its request; its sequence is freed and its
- * full blocks stay cached.
+ * A client that goes away (a reset, or a write to it that fails; a half-close
+ * is not leaving) cancels its request; its sequence is freed and its full
+ * blocks stay cached.
  *
  * Sessions. A request may name its agent session, priority and keep-warm
  * time ({"kvtier": {"session_id", "priority", "keep_warm_s"}}, or the
@@ -42,8 +43,12 @@
 #define KVT_SERVER_DEFAULT_PARALLEL 4
 #define KVT_SERVER_DEFAULT_QUEUE 64
 #define KVT_SERVER_DEFAULT_MAX_BODY (8u << 20)
+#define KVT_SERVER_DEFAULT_MAX_INFLIGHT (64u << 20)
 #define KVT_SERVER_DEFAULT_MAX_TOKENS 4096
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
+#define KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S 60
+#define KVT_SERVER_DEFAULT_CONNS_PER_IP 64
+#define KVT_SERVER_DEFAULT_DRAIN_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
 
@@ -53,11 +58,18 @@ typedef struct {
     int32_t parallel;           /* sequences decoded together (engine max_seqs must be >= this) */
     int32_t queue;              /* requests waiting for a slot at most */
     size_t max_body;            /* request body bytes at most (413 above) */
+    uint64_t max_inflight_bytes; /* body bytes held by all requests in flight at most (503 + Retry-After
+                                    above); at least max_body */
     int32_t max_tokens_limit;   /* max_tokens a request may ask for */
     int32_t prefill_chunk;      /* prompt tokens per engine step for one sequence */
     unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */
-    const char *const *api_keys; /* n_api_keys keys (borrowed); none = no authentication */
+    unsigned request_timeout_s; /* a connection must deliver each request's headers and body within this,
+                                   from its start or its previous response's end; 0 = no deadline */
+    unsigned max_conns_per_ip;  /* open connections from one IP address at most; 0 = no limit */
+    const char *const *api_keys; /* n_api_keys keys for the /v1/ paths (borrowed); none = no authentication */
     size_t n_api_keys;
+    const char *metrics_key;    /* the only key that opens /metrics (borrowed); NULL: with api_keys any
+                                   of them does, without, /metrics is open. /health is always open. */
     kvt_chat_family chat;       /* template for /v1/chat/completions */
     const char *model_id;       /* name in /v1/models and responses (borrowed) */
     double session_keep_warm_s; /* keep-warm time of a named session that gives none (0: off) */
@@ -78,8 +90,18 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 /* The port actually bound. */
 int kvt_server_port(const kvt_server *s);
 
-/* Graceful stop: refuses new requests (503), ends running ones (503 or an
- * error event for streams), joins every thread, frees s. Call from one thread. */
+/* Begins a graceful drain: new connections are refused (the listening socket
+ * closes) and requests arriving on open connections get 503 + Retry-After,
+ * while queued and running requests go on. Call from one thread; then wait
+ * for kvt_server_in_flight to reach 0 (or a deadline) and kvt_server_stop. */
+void kvt_server_quiesce(kvt_server *s);
+
+/* Requests from their headers to the end of their response: queued, running,
+ * or being sent. Thread-safe. */
+int32_t kvt_server_in_flight(kvt_server *s);
+
+/* Stop: refuses new requests (503), ends running ones (503 or an error event
+ * for streams), joins every thread, frees s. Call from one thread. */
 void kvt_server_stop(kvt_server *s);
 
 #endif

@@ -1770,6 +1770,9 @@ int kvt_disk_flush(kvt_disk *d) {
     apply_events_locked(d);
     int rc = d->write_err;
     pthread_mutex_unlock(&d->mu);
+    /* the writer thread's own message is its thread's; say it again on the caller's */
+    if (rc) kvt_fail(rc, "disk tier %s: a write failed (%s), so writes stopped; blocks not yet written are lost",
+                     d->dir, kvt_strerror(rc));
     return rc;
 }
 

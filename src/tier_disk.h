@@ -247,7 +247,7 @@ int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash);
 
 /* Waits until every block queued so far has been written or dropped, then
  * applies the writer's index updates. Returns 0, or the write error that
- * disabled writes (negative) if writes are disabled. */
+ * disabled writes (negative) if writes are disabled, with kvt_errmsg() set. */
 int kvt_disk_flush(kvt_disk *d);
 
 /* Holds (paused != 0) or resumes the writer thread: queued blocks stay in

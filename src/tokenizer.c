@@ -287,6 +287,24 @@ static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
     free(order);
 }
 
+/* See tokenizer_impl.h: why every byte of a fragment is covered, and by how much. */
+static uint32_t cover_bound(const kvt_tokenizer *t) {
+    /* SPM: merges only ever form tokens, and a symbol that is no token becomes
+     * one byte (or <unk>) token per byte, or the call fails. BPE: the same
+     * holds when every byte has a token and every merge forms a token. */
+    if (t->kind == KVT_TOK_BPE) {
+        for (int b = 0; b < KVT_N_BYTES; b++)
+            if (t->byte_tok[b] < 0) return 0;
+        for (uint64_t i = 0; t->merges && i <= t->merge_mask; i++)
+            if (t->merges[i].rank >= 0 && t->merges[i].result < 0) return 0;
+    }
+    /* a token's text is at least as long as the raw bytes it stands for: SPM
+     * writes a space as 3 bytes, byte-level BPE each byte as 1 or 2 */
+    uint32_t m = 1;
+    for (int32_t i = 0; i < t->n_vocab; i++) m = KVT_MAX(m, t->tok[i].len);
+    return m;
+}
+
 int kvt_tokenizer_load(const kvt_gguf *g, kvt_tokenizer **out) {
     *out = NULL;
     const char *model;
@@ -326,6 +344,7 @@ int kvt_tokenizer_load(const kvt_gguf *g, kvt_tokenizer **out) {
     const char *pre = NULL;
     kvt_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
     set_strip_attrs(t, g, pre);
+    t->max_cover = cover_bound(t);
     *out = t;
     return 0;
 }
@@ -394,10 +413,14 @@ static void frag_push(fragvec *fv, size_t off, size_t len, int32_t id) {
 }
 
 /* llama.cpp's order: each special token in turn (longest first) splits every
- * remaining text fragment at each of its occurrences. */
-static void split_specials(const kvt_tokenizer *t, const char *text, size_t len, int parse_special, fragvec *fv) {
+ * remaining text fragment at each of its occurrences. Gives up, returning -1,
+ * once more than max_special special tokens are found (each is a token of the
+ * result, so a text with that many cannot fit); else 0. */
+static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, int parse_special, size_t max_special,
+                          fragvec *fv) {
     frag_push(fv, 0, len, -1);
     fragvec next = {0};
+    size_t n_special = 0; /* special fragments in fv */
     for (size_t s = 0; s < t->n_special; s++) {
         int32_t id = t->special[s];
         const kvt_tok_info *ti = &t->tok[id];
@@ -416,6 +439,10 @@ static void split_specials(const kvt_tokenizer *t, const char *text, size_t len,
                 const char *m = memmem(text + off, end - off, needle, ti->len);
                 if (!m) break;
                 found = 1;
+                if (++n_special > max_special) {
+                    free(next.v);
+                    return -1;
+                }
                 size_t mpos = (size_t)(m - text);
                 size_t left_end = mpos;
                 if (ti->strip & KVT_TOK_LSTRIP)
@@ -435,10 +462,16 @@ static void split_specials(const kvt_tokenizer *t, const char *text, size_t len,
         }
     }
     free(next.v);
+    return 0;
 }
 
 int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
                  int32_t **out, size_t *n_out) {
+    return kvt_tokenize_max(t, text, len, add, parse_special, SIZE_MAX, out, n_out);
+}
+
+int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
+                     size_t max_tokens, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
     if (!text && len) return kvt_fail(KVT_EARG, "tokenize: NULL text");
@@ -451,23 +484,35 @@ int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, 
     kvt_tokvec tv = {0};
     if (add & KVT_TOK_ADD_BOS) kvt_tokvec_push(&tv, t->bos);
     fragvec fv = {0};
-    if (len) split_specials(t, text, len, parse_special, &fv);
     int rc = 0;
+    if (len && split_specials(t, text, len, parse_special, max_tokens - KVT_MIN(tv.n, max_tokens), &fv)) {
+        rc = KVT_ELIMIT;
+        fv.n = 0;
+    }
+    if (!rc && max_tokens != SIZE_MAX) {
+        /* at least one token per special fragment and per max_cover bytes of text */
+        size_t lower = tv.n;
+        for (size_t f = 0; f < fv.n && t->max_cover; f++)
+            lower += fv.v[f].id >= 0 ? 1 : (fv.v[f].len + t->max_cover - 1) / t->max_cover;
+        if (lower > max_tokens) rc = KVT_ELIMIT;
+    }
     int prev_special = 1; /* SPM prefixes a space at the start and after each special token */
     for (size_t f = 0; f < fv.n && !rc; f++) {
         const fragment *fr = &fv.v[f];
         if (fr->id >= 0) {
             kvt_tokvec_push(&tv, fr->id);
             prev_special = 1;
-            continue;
+        } else {
+            if (t->kind == KVT_TOK_SPM)
+                rc = kvt_spm_tokenize(t, text + fr->off, fr->len, t->add_space_prefix && prev_special, &tv);
+            else
+                rc = kvt_bpe_tokenize(t, text + fr->off, fr->len, max_tokens, &tv);
+            prev_special = 0;
         }
-        if (t->kind == KVT_TOK_SPM)
-            rc = kvt_spm_tokenize(t, text + fr->off, fr->len, t->add_space_prefix && prev_special, &tv);
-        else
-            rc = kvt_bpe_tokenize(t, text + fr->off, fr->len, &tv);
-        prev_special = 0;
+        if (!rc && tv.n > max_tokens) rc = KVT_ELIMIT;
     }
     free(fv.v);
+    if (rc == KVT_ELIMIT) kvt_fail(rc, "tokenize: the text has more than %zu tokens", max_tokens);
     if (rc) {
         free(tv.v);
         return rc;

@@ -82,6 +82,15 @@ int32_t kvt_tokenizer_find(const kvt_tokenizer *t, const char *text, size_t len)
 int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
                  int32_t **out, size_t *n_out);
 
+/* kvt_tokenize for a text that must fit in max_tokens tokens (a context):
+ * the same result when it does, else KVT_ELIMIT with *out = NULL, *n_out = 0.
+ * The work stays proportional to max_tokens, not to len: a lower bound from
+ * the fragments' lengths (each token stands for a bounded number of bytes)
+ * rejects most oversized texts before tokenizing, and tokenizing stops once
+ * more than max_tokens tokens exist. The answer is exact either way. */
+int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
+                     size_t max_tokens, int32_t **out, size_t *n_out);
+
 /* The bytes of one token: SPM maps U+2581 to a space and <0xNN> to the byte;
  * BPE maps its byte-level characters back to bytes. Control and unknown tokens
  * render as their text when render_special, else as nothing; user-defined

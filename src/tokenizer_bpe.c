@@ -396,7 +396,7 @@ static void bpe_word(const kvt_tokenizer *t, const char *word, size_t len, char 
 #define JIT_STACK_START (32 * 1024)
 #define JIT_STACK_MAX (8 * 1024 * 1024)
 
-int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, kvt_tokvec *out) {
+int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, size_t max_n, kvt_tokvec *out) {
     if (!len) return 0;
     spanvec a = {0}, b = {0};
     span_push(&a, 0, len);
@@ -423,7 +423,7 @@ int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, kvt_t
         size_t scratch_cap = 0, sym_cap = 0;
         bpe_symbol *sym = NULL;
         kvt_bigram_heap heap = {0};
-        for (size_t k = 0; k < a.n; k++)
+        for (size_t k = 0; k < a.n && out->n <= max_n; k++)
             bpe_word(t, text + a.v[k].off, a.v[k].len, &scratch, &scratch_cap, &sym, &sym_cap, &heap, out);
         free(scratch);
         free(sym);

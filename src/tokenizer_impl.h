@@ -55,6 +55,12 @@ struct kvt_tokenizer {
      * byte-level character (or -1). */
     int32_t byte_tok[KVT_N_BYTES];
 
+    /* Raw text bytes one emitted token stands for at most, when every byte of
+     * a text fragment is sure to end up in an emitted token; 0 when that is not
+     * so (a BPE vocabulary lacking byte tokens, or with merges whose result is
+     * no token, drops bytes). Gives kvt_tokenize_max its lower bound. */
+    uint32_t max_cover;
+
     /* BPE */
     kvt_merge_slot *merges;
     uint64_t merge_mask;
@@ -102,8 +108,9 @@ int kvt_spm_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int a
  * bytes. Called by kvt_tokenizer_load once the vocabulary is in place. */
 int kvt_bpe_init(kvt_tokenizer *t, const kvt_gguf *g);
 void kvt_bpe_free(kvt_tokenizer *t);
-/* BPE: tokenizes one text fragment. Appends to out. Returns 0 or a negative code. */
-int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, kvt_tokvec *out);
+/* BPE: tokenizes one text fragment. Appends to out, stopping between words
+ * once out holds more than max_n ids. Returns 0 or a negative code. */
+int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, size_t max_n, kvt_tokvec *out);
 /* BPE: decodes byte-level text s[0..n) into buf (up to cap bytes); returns the
  * full decoded length. */
 size_t kvt_bpe_decode(const char *s, size_t n, char *buf, size_t cap);

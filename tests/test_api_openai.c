@@ -11,8 +11,10 @@
 #include "model.h"
 #include "testutil.h"
 
+#define TEST_CTX 16 /* context of the parser tests: prompts of token ids stay under it */
+
 static int parse(kvt_api_kind k, const char *json, kvt_api_request *r, kvt_api_error *e) {
-    return kvt_api_parse(k, json, strlen(json), 100, 64, r, e);
+    return kvt_api_parse(k, json, strlen(json), 100, TEST_CTX, 64, r, e);
 }
 
 /* The request fails with status 400 naming param (NULL: none). */
@@ -78,6 +80,89 @@ static void test_parse(void) {
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
                  "messages");
+}
+
+/* The body fails with status 400, naming param (NULL: none) and code. */
+static void expect_code(kvt_api_kind k, const char *body, size_t len, const char *param, const char *code) {
+    kvt_api_request r;
+    kvt_api_error e;
+    int rc = kvt_api_parse(k, body, len, 100, TEST_CTX, 64, &r, &e);
+    CHECKF(rc == -1 && e.status == 400, "%.60s", body);
+    if (rc) {
+        CHECKF(param ? e.param && !strcmp(e.param, param) : !e.param, "%.60s: param %s", body,
+               e.param ? e.param : "null");
+        CHECKF(e.code && !strcmp(e.code, code), "%.60s: code %s, want %s", body, e.code ? e.code : "null", code);
+    } else {
+        kvt_api_request_free(&r);
+    }
+}
+
+/* "[1,1,...]" of n ids inside a completion body; caller frees. */
+static char *ids_body(size_t n, const char *before) {
+    size_t cap = strlen(before) + 2 * n + 64, o = 0;
+    char *b = malloc(cap);
+    o += (size_t)snprintf(b, cap, "{%s\"prompt\":[", before);
+    for (size_t i = 0; i < n; i++) o += (size_t)snprintf(b + o, cap - o, i ? ",1" : "1");
+    snprintf(b + o, cap - o, "]}");
+    return b;
+}
+
+/* Issue 14, findings 7 and 3: exactly one JSON value; no NUL that a C string
+ * would cut; prompt ids and JSON values bounded before parsing. */
+static void test_strict_json(void) {
+    kvt_api_request r;
+    kvt_api_error e;
+    const char *ok = "{\"prompt\":\"x\"} \r\n\t";
+    CHECK(parse(KVT_API_COMPLETION, ok, &r, &e) == 0); /* whitespace after the object is fine */
+    kvt_api_request_free(&r);
+    const char *trailing = "{\"prompt\":\"x\"} garbage";
+    expect_code(KVT_API_COMPLETION, trailing, strlen(trailing), NULL, "invalid_json");
+    const char *two = "{\"prompt\":\"x\"}{\"prompt\":\"y\"}";
+    expect_code(KVT_API_COMPLETION, two, strlen(two), NULL, "invalid_json");
+    const char raw_nul[] = "{\"prompt\":\"a\0b\"}";
+    expect_code(KVT_API_COMPLETION, raw_nul, sizeof raw_nul - 1, NULL, "invalid_json");
+
+    const char *nul_prompt = "{\"prompt\":\"first\\u0000second\"}";
+    expect_code(KVT_API_COMPLETION, nul_prompt, strlen(nul_prompt), "prompt", "invalid_value");
+    const char *nul_msg = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}";
+    expect_code(KVT_API_CHAT, nul_msg, strlen(nul_msg), "messages", "invalid_value");
+    const char *nul_stop = "{\"prompt\":\"x\",\"stop\":[\"a\",\"\\u0000\"]}";
+    expect_code(KVT_API_COMPLETION, nul_stop, strlen(nul_stop), "stop", "invalid_value");
+    const char *nul_salt = "{\"prompt\":\"x\", \"cache_salt\" : \"s\\u0000\"}";
+    expect_code(KVT_API_COMPLETION, nul_salt, strlen(nul_salt), "cache_salt", "invalid_value");
+    /* a field kvtier ignores may hold one; an escaped backslash before "u0000" is no NUL */
+    CHECK(parse(KVT_API_COMPLETION, "{\"user\":\"a\\u0000\",\"prompt\":\"b\\\\u0000\"}", &r, &e) == 0);
+    CHECK(r.prompt && !strcmp(r.prompt, "b\\u0000"));
+    kvt_api_request_free(&r);
+
+    /* prompt ids: one token must be left to generate in TEST_CTX */
+    char *b = ids_body(TEST_CTX - 1, "");
+    CHECK(parse(KVT_API_COMPLETION, b, &r, &e) == 0 && r.n_prompt_ids == TEST_CTX - 1);
+    kvt_api_request_free(&r);
+    free(b);
+    b = ids_body(TEST_CTX, "");
+    expect_code(KVT_API_COMPLETION, b, strlen(b), "prompt", "context_length_exceeded");
+    free(b);
+    b = ids_body(1000000, ""); /* rejected on its length, before a million cJSON items exist */
+    expect_code(KVT_API_COMPLETION, b, strlen(b), "prompt", "context_length_exceeded");
+    free(b);
+    /* a nested "prompt" is no prompt; its values count like any others */
+    b = ids_body(TEST_CTX - 1, "\"x\":{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18]},");
+    CHECK(parse(KVT_API_COMPLETION, b, &r, &e) == 0);
+    kvt_api_request_free(&r);
+    free(b);
+    /* values besides the prompt: KVT_API_MAX_JSON_VALUES + TEST_CTX at most */
+    size_t n = KVT_API_MAX_JSON_VALUES + TEST_CTX;
+    char *big = malloc(2 * n + 64);
+    size_t o = (size_t)sprintf(big, "{\"prompt\":\"x\",\"junk\":[");
+    for (size_t i = 0; i < n; i++) o += (size_t)sprintf(big + o, i ? ",0" : "0");
+    sprintf(big + o, "]}");
+    expect_code(KVT_API_COMPLETION, big, strlen(big), NULL, "too_many_values");
+    big[strlen("{\"prompt\":\"x\",\"junk\":[") + 2 * 100 - 1] = 0; /* 100 items: fine */
+    strcat(big, "]}");
+    CHECK(parse(KVT_API_COMPLETION, big, &r, &e) == 0);
+    kvt_api_request_free(&r);
+    free(big);
 }
 
 static void test_utf8(void) {
@@ -156,7 +241,7 @@ static void test_chat(void) {
     kvt_chat_msg msgs[] = {{"user", "<|im_start|>"}, {"assistant", "REPLY"}, {"user", "ok"}};
     int32_t *ids;
     size_t n;
-    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, &ids, &n) == 0);
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, SIZE_MAX, &ids, &n) == 0);
     int starts = 0, ends = 0, spliced = 0;
     for (size_t i = 0; i < n; i++) {
         starts += ids[i] == im_start;
@@ -170,6 +255,14 @@ static void test_chat(void) {
     CHECK(!strncmp(text, "<|im_start|>user\n<|im_start|><|im_end|>\n<|im_start|>assistant\n", 60));
     CHECK(strlen(text) > 22 && !strcmp(text + strlen(text) - 22, "<|im_start|>assistant\n"));
     free(text);
+    /* a token limit: exactly n fits, one less is KVT_ELIMIT (spliced ids count too) */
+    int32_t *ids2;
+    size_t n2;
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, n, &ids2, &n2) == 0 && n2 == n &&
+          !memcmp(ids, ids2, n * sizeof *ids));
+    free(ids2);
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_CHATML, msgs, 3, fixed_lookup, NULL, n - 1, &ids2, &n2) == KVT_ELIMIT &&
+          !ids2 && n2 == 0);
     free(ids);
     kvt_model_free(m);
 
@@ -193,6 +286,7 @@ static void test_chat(void) {
 
 int main(void) {
     test_parse();
+    test_strict_json();
     test_utf8();
     test_responses();
     test_chat();

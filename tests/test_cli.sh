@@ -56,6 +56,14 @@ echo "this is not a model" > "$TMP/text.gguf"
 check "info not gguf" expect_rc 1 "$BIN" info -m "$TMP/text.gguf"
 check "info not gguf explained" has "not a GGUF"
 check "info on a directory" expect_rc 1 "$BIN" info -m "$TMP"
+if mkfifo "$TMP/fifo.gguf" 2>/dev/null; then
+  # without a writer, opening a FIFO for reading blocks; timeout's 124 would mean a hang
+  check "info on a FIFO fails at once" expect_rc 1 timeout 20 "$BIN" info -m "$TMP/fifo.gguf"
+  check "info on a FIFO explained" has "not a regular file"
+  check "run on a FIFO fails at once" expect_rc 1 timeout 20 "$BIN" run -m "$TMP/fifo.gguf" -p hi -n 1
+else
+  echo "note: FIFO checks skipped: mkfifo failed" >&2
+fi
 check "info needs a value" expect_rc 2 "$BIN" info -m
 
 # run -f JSON lines carry the session controls serve has
@@ -84,6 +92,17 @@ printf '{"prompt": "x", "temprature": 0}\n' >"$TMP/bad.jsonl"
 check "an unknown line field is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
 printf '{"action": "explode", "prompt": "x"}\n' >"$TMP/bad.jsonl"
 check "an unknown action is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
+
+# Ctrl-C ends a run gracefully (its summary is printed) with status 130, as shells expect
+# (issue 14, finding 11). The default-size model decodes slowly enough to be caught mid-run.
+if "$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1; then
+  "$BIN" run -m "$TMP/slow.gguf" -p "count" -n 4000 --ignore-eos -t 1 >"$TMP/run.out" 2>"$TMP/run.err" &
+  RUN_PID=$!
+  for _ in $(seq 200); do [ -s "$TMP/run.out" ] && break; sleep 0.05; done # generating: the handlers are in place
+  kill -INT "$RUN_PID"; wait "$RUN_PID"; RUN_RC=$?
+  check "run stopped by SIGINT exits 130 (got $RUN_RC)" test "$RUN_RC" -eq 130
+  check "run stopped by SIGINT still prints its summary" grep -q '\[1/1\] prompt' "$TMP/run.err"
+fi
 
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,12 +1,17 @@
 /* Model loading rejects what it cannot run with a message naming the problem:
  * missing tensors, wrong shapes, unsupported types/architectures, bad metadata.
  * Every case is a real file derived from a valid mkmodel output. */
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
+
+#define FIFO_ALARM_S 20
 
 typedef struct {
     const char *drop_kv;           /* metadata key to leave out */
@@ -115,9 +120,24 @@ int main(void) {
     e = (edit){.set_u32_key = "llama.block_count", .set_u32_val = 3}; /* blk.2.* missing */
     CHECK(load_edited(src, e, "blk.2.") == KVT_ENOTFOUND);
 
+    /* issue 14, finding 10: a huge count is an error naming it, not an abort allocating 687 GB */
+    e = (edit){.set_u32_key = "llama.block_count", .set_u32_val = 0x7fffffff};
+    CHECK(load_edited(src, e, "block_count 2147483647") == KVT_EFORMAT);
+
     e = (edit){.set_str_key = "llama.rope.scaling.type", .set_str_val = "linear"};
     CHECK(load_edited(src, e, NULL) == 0); /* factor absent: scale 1 */
     kvt_model *m;
     CHECK(kvt_model_load("/nonexistent.gguf", kvt_model_default_params(), &m) < 0 && m == NULL);
+    /* a FIFO is refused at once instead of waiting for a writer (the alarm ends a hang as a failure) */
+    const char *fifo = kvt_test_path(kvt_test_tmpdir(), "fifo.gguf");
+    if (mkfifo(fifo, 0600) == 0) {
+        alarm(FIFO_ALARM_S);
+        CHECK(kvt_model_load(fifo, kvt_model_default_params(), &m) == KVT_EFORMAT && m == NULL);
+        CHECKF(strstr(kvt_errmsg(), "not a regular file") != NULL, "message '%s'", kvt_errmsg());
+        alarm(0);
+        unlink(fifo);
+    } else {
+        printf("note: FIFO check skipped: mkfifo: %s\n", strerror(errno));
+    }
     return kvt_test_done("test_model");
 }

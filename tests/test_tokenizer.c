@@ -53,6 +53,24 @@ static size_t parse_ids(const char *line, const char *end, int32_t **out) {
     return n;
 }
 
+/* kvt_tokenize_max(text) agrees with kvt_tokenize: the same ids with room for
+ * exactly them, KVT_ELIMIT with one token less. */
+static void check_max(const kvt_tokenizer *t, const char *name, const char *s, size_t len, int add_bos, int special) {
+    int32_t *ids, *ids2;
+    size_t n, n2;
+    if (kvt_tokenize(t, s, len, add_bos, special, &ids, &n)) return;
+    int rc = kvt_tokenize_max(t, s, len, add_bos, special, n, &ids2, &n2);
+    CHECKF(rc == 0 && n2 == n && (n == 0 || !memcmp(ids, ids2, n * sizeof *ids)), "%s: max %zu of '%.*s'", name, n,
+           (int)KVT_MIN(len, 60), s);
+    free(ids2);
+    if (n) {
+        rc = kvt_tokenize_max(t, s, len, add_bos, special, n - 1, &ids2, &n2);
+        CHECKF(rc == KVT_ELIMIT && !ids2 && n2 == 0, "%s: max %zu of '%.*s' (%zu tokens) gave %d", name, n - 1,
+               (int)KVT_MIN(len, 60), s, n, rc);
+    }
+    free(ids);
+}
+
 static void test_vocab_file(const char *dir, const char *name, int *files_ok) {
     char inp_name[512], out_name[512];
     snprintf(inp_name, sizeof inp_name, "%s.inp", name);
@@ -104,6 +122,8 @@ static void test_vocab_file(const char *dir, const char *name, int *files_ok) {
             print_ids("got", got, n_got);
         }
         CHECK(same);
+        check_max(t, name, s, slen, 0, 0);
+        check_max(t, name, s, slen, 1, 1);
         if (rc == 0) {
             char *back;
             size_t blen;
@@ -657,6 +677,40 @@ static void test_perf(void) {
     time_one(dir, "ggml-vocab-deepseek-llm.gguf");
 }
 
+/* A text far past the context is refused without tokenizing it all (issue 14,
+ * finding 9); the time is printed, not asserted. Texts of special tokens and
+ * of spaces alone, whose fragments the lower bound treats differently, too. */
+static void test_max_big(void) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/vocab", kvt_test_shared());
+    const char *files[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"};
+    const size_t big = 8u << 20, ctx = 8192;
+    static const char para[] = "The quick brown fox jumps over the lazy dog; 1234 caf\xc3\xa9s. ";
+    char *text = malloc(big);
+    for (size_t f = 0; f < KVT_ARRAY_LEN(files); f++) {
+        kvt_tokenizer *t = load_path(kvt_test_path(dir, files[f]));
+        if (!t) continue;
+        for (int k = 0; k < 3; k++) {
+            for (size_t i = 0; i < big; i++) text[i] = k == 0 ? para[i % (sizeof para - 1)] : ' ';
+            if (k == 2) { /* the end-of-text token's text, over and over */
+                size_t el;
+                const char *e = kvt_tokenizer_token_text(t, kvt_tokenizer_eos(t), &el);
+                for (size_t i = 0; e && el && i + el <= big; i += el) memcpy(text + i, e, el);
+            }
+            int32_t *ids;
+            size_t n;
+            double t0 = kvt_now();
+            int rc = kvt_tokenize_max(t, text, big, 1, 1, ctx, &ids, &n);
+            CHECKF(rc == KVT_ELIMIT && !ids, "%s: 8 MB text %d: %d", files[f], k, rc);
+            printf("tokenize_max: %s, 8 MB text %d past a %zu-token context refused in %.1f ms\n", files[f], k, ctx,
+                   (kvt_now() - t0) * 1e3);
+            check_max(t, files[f], text, 3000, 1, 1); /* a short text of the same kind: exact either way */
+        }
+        kvt_tokenizer_free(t);
+    }
+    free(text);
+}
+
 int main(void) {
     test_vocab_dir();
     test_reference();
@@ -665,5 +719,6 @@ int main(void) {
     test_all_pre();
     test_add_special();
     test_perf();
+    test_max_big();
     return kvt_test_done("test_tokenizer");
 }

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Raw HTTP over a TCP socket to 127.0.0.1, for what curl cannot send: malformed
+framing, half-closed sockets, slow and idle connections. Used by
+test_server_hardening.sh.
+
+  http_raw.py send PORT [--shut-wr] [--wait S]
+      sends stdin as is (after shutdown(SHUT_WR) with --shut-wr) and prints what
+      the server answers until it closes the connection; exit 3 if it is still
+      open after S seconds (default 10).
+  http_raw.py slow PORT N INTERVAL BOUND
+      opens N connections that each send the start of a request and then one
+      header byte every INTERVAL seconds; prints, per connection, the seconds
+      until the server closed it. Exit 0 if the server closed all of them within
+      BOUND seconds, 1 otherwise.
+  http_raw.py per-ip PORT LIMIT
+      opens LIMIT idle connections and one more; exit 0 if the server closes the
+      extra one within 10 s and still answers GET /health on the first LIMIT.
+"""
+import socket
+import sys
+import time
+
+HOST = "127.0.0.1"
+
+
+def connect(port):
+    return socket.create_connection((HOST, port), timeout=10)
+
+
+def closed_by_server(s, wait):
+    """Reads until the server closes s (EOF or reset): True, or False after wait seconds."""
+    end = time.monotonic() + wait
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        s.settimeout(left)
+        try:
+            if not s.recv(65536):
+                return True
+        except socket.timeout:
+            return False
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+
+
+def cmd_send(port, args):
+    shut = "--shut-wr" in args
+    wait = float(args[args.index("--wait") + 1]) if "--wait" in args else 10.0
+    data = sys.stdin.buffer.read()
+    s = connect(port)
+    s.sendall(data)
+    if shut:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    end = time.monotonic() + wait
+    rc = 0
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            rc = 3
+            break
+        s.settimeout(left)
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            rc = 3
+            break
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        out += b
+    s.close()
+    sys.stdout.buffer.write(out)
+    return rc
+
+
+def cmd_slow(port, n, interval, bound):
+    start = time.monotonic()
+    conns = []
+    for _ in range(n):
+        s = connect(port)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.setblocking(False)
+        conns.append(s)
+    closed = [None] * n
+    while time.monotonic() - start < bound and None in closed:
+        time.sleep(interval)
+        for i, s in enumerate(conns):
+            if closed[i] is not None:
+                continue
+            try:
+                if s.recv(65536) == b"":
+                    closed[i] = time.monotonic() - start
+                    continue
+            except BlockingIOError:
+                pass
+            except (ConnectionResetError, BrokenPipeError):
+                closed[i] = time.monotonic() - start
+                continue
+            try:
+                s.send(b"a")
+            except (ConnectionResetError, BrokenPipeError):
+                closed[i] = time.monotonic() - start
+    for s in conns:
+        s.close()
+    print(" ".join("open" if c is None else "%.1f" % c for c in closed))
+    return 0 if None not in closed else 1
+
+
+def cmd_per_ip(port, limit):
+    held = [connect(port) for _ in range(limit)]
+    time.sleep(0.5)  # let the server register them before the extra one arrives
+    extra = connect(port)
+    ok = closed_by_server(extra, 10)
+    extra.close()
+    print("extra connection closed by the server" if ok else "extra connection still open")
+    s = held[0]
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    s.settimeout(10)
+    answer = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            answer += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    first = answer.split(b"\r\n", 1)[0].decode("latin-1")
+    print("held connection answered: " + first)
+    for h in held:
+        h.close()
+    return 0 if ok and first.startswith("HTTP/1.1 200") else 1
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, port, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    if cmd == "send":
+        return cmd_send(port, args)
+    if cmd == "slow":
+        return cmd_slow(port, int(args[0]), float(args[1]), float(args[2]))
+    if cmd == "per-ip":
+        return cmd_per_ip(port, int(args[0]))
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

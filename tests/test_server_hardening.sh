@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# kvtier serve against hostile or unusual clients, over loopback with a tiny
+# generated model (issue 14's findings, one check each): half-closed sockets,
+# lenient JSON, oversized bodies and prompts, HTTP framing that enables request
+# smuggling, slow and crowding connections, keys for /metrics.
+# Needs curl and jq; the raw-socket checks need python3 (tests/http_raw.py).
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+HERE=$(cd "$(dirname "$0")" && pwd)
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: needs python3 for raw-socket requests"; exit 77; }
+RAW() { python3 "$HERE/http_raw.py" "$@"; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 30 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+# start_server NAME ARGS...: starts `kvtier serve` on a free port; sets URL, PORT and SRV_PID
+start_server() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; PORT=$port; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+jb() { jq -r "$1" "$TMP/body"; }
+# status line of a raw response in $TMP/raw
+raw_status() { head -n 1 "$TMP/raw" | tr -d '\r' | cut -d' ' -f2; }
+# raw_request BYTES [http_raw.py send args...]: sends BYTES (backslash escapes such as \r\n expanded), response in $TMP/raw
+raw_request() {
+  local bytes=$1; shift
+  printf '%b' "$bytes" | RAW send "$PORT" "$@" >"$TMP/raw"
+  RAW_RC=$? # 3: the server left the connection open
+}
+
+"$BIN" serve --help >"$TMP/help" 2>&1
+for flag in --max-inflight-bytes --request-timeout --max-conns-per-ip --metrics-key KVTIER_API_KEY KVTIER_METRICS_KEY \
+  '/health is always open'; do
+  check "serve --help explains $flag" grep -q -- "$flag" "$TMP/help"
+done
+"$BIN" serve --max-body 0 >/dev/null 2>"$TMP/err"
+check "serve --max-body 0: usage error that says why" is "$?/$(grep -c 'at least 1 byte' "$TMP/err")" 2/1
+if mkfifo "$TMP/keys.fifo" 2>/dev/null; then
+  timeout 20 "$BIN" serve -m "$TMP/m.gguf" --port 0 --api-key-file "$TMP/keys.fifo" >/dev/null 2>"$TMP/err"
+  check "serve --api-key-file on a FIFO fails at once (status $?)" grep -q 'not a regular file' "$TMP/err"
+fi
+"$BIN" serve --max-body 2M --max-inflight-bytes 1M >/dev/null 2>"$TMP/err"
+check "serve --max-inflight-bytes below --max-body: usage error" is "$?/$(grep -c 'at least --max-body' "$TMP/err")" 2/1
+
+start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512 \
+  --request-timeout 3 --max-conns-per-ip 12
+MAIN_PID=$SRV_PID
+BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
+
+# ---- finding 4: a client that half-closes (shutdown(SHUT_WR)) gets the whole answer -------------
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#BODY}\r\n\r\n$BODY" --shut-wr
+check "half-closed client: 200" is "$(raw_status)" 200
+check "half-closed client: complete JSON answer" is "$(sed '1,/^\r$/d' "$TMP/raw" | jq -r '.usage.completion_tokens')" 300
+SBODY='{"prompt":"A half-closed client still reads its stream.","max_tokens":300,"ignore_eos":true,"stream":true}'
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#SBODY}\r\n\r\n$SBODY" --shut-wr
+check "half-closed client: stream 200" is "$(raw_status)" 200
+check "half-closed client: stream reaches [DONE]" grep -q 'data: \[DONE\]' "$TMP/raw"
+
+# ---- finding 7: exactly one JSON value; no NUL that would cut the prompt --------------------------
+post /v1/completions '{"prompt":"x","max_tokens":1} trailing'
+check "trailing garbage after the JSON object: 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":1}{"prompt":"y"}'
+check "two concatenated objects: 400" is "$CODE" 400
+post /v1/completions '{"prompt":"25 tokens become 6 \u0000 when a NUL cuts the text","max_tokens":1}'
+check "u0000 in the prompt: 400" is "$CODE" 400
+check "u0000 in the prompt: names the field" is "$(jb .error.param)" prompt
+post /v1/chat/completions '{"messages":[{"role":"user","content":"a\u0000b"}],"max_tokens":1}'
+check "u0000 in a message: 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
+
+# ---- finding 3: an 8 MB body of token ids is refused on its length, without materialising it ------
+rss_peak_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+post /v1/completions '{"prompt":"warm up","max_tokens":1}'
+PEAK0=$(rss_peak_kb "$MAIN_PID")
+{ printf '{"prompt":['; head -c $((4 * 1024 * 1024)) /dev/zero | tr '\0' '1' | sed 's/1/1,/g'; printf '1]}'; } >"$TMP/ids.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+check "8 MB of token ids: 400" is "$CODE" 400
+check "8 MB of token ids: context_length_exceeded" is "$(jb .error.code)" context_length_exceeded
+PEAK1=$(rss_peak_kb "$MAIN_PID")
+# before the fix the peak grew by ~350 MB; the body itself is 8 MB
+check "8 MB of token ids: peak memory grew $(( (PEAK1 - PEAK0) / 1024 )) MB (< 64 MB)" test $((PEAK1 - PEAK0)) -lt $((64 * 1024))
+
+# ---- finding 9: an 8 MB prompt is refused once the context is known to be exceeded -------------
+head -c $((8 * 1024 * 1024 - 64)) /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt":"/; s/$/","max_tokens":1}/' >"$TMP/text.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/text.json" "$URL/v1/completions")
+check "8 MB prompt text: 400 context_length_exceeded" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
+jq -c '{messages: [{role: "user", content: .prompt}], max_tokens: 1}' "$TMP/text.json" >"$TMP/chat.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/chat.json" "$URL/v1/chat/completions")
+check "8 MB chat message: 400 context_length_exceeded" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
+
+# ---- finding 3: the bodies of requests in flight share --max-inflight-bytes (12M here) -----------
+# one client declares an 8 MB body and sends 10 bytes of it: its 8 MB are reserved
+exec 5<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\n\r\n{"prompt":' >&5
+sleep 0.3
+CODE=$(curl -s -m 30 -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+check "a second 8 MB body past the budget: 503" is "$CODE" 503
+check "budget 503 has Retry-After" grep -qi '^Retry-After:' "$TMP/headers"
+CODE=$(curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+check "a chunked 8 MB body past the budget: 503" is "$CODE" 503
+post /v1/completions '{"prompt":"small","max_tokens":1}'
+check "a small body still fits the budget: 200" is "$CODE" 200
+exec 5>&-   # the held body goes away and gives its bytes back
+for _ in $(seq 50); do
+  CODE=$(curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
+  [ "$CODE" = 503 ] || break
+  sleep 0.1
+done
+check "once the held body is gone, an 8 MB body is read again (400 on its length)" is "$CODE" 400
+
+# ---- finding 5: framing that lets a request be smuggled past a proxy is 400, and the connection closes ----
+B='{"prompt":"x","max_tokens":1}'
+SMUGGLED='GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n'
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${#B}\r\nTransfer-Encoding: chunked\r\n\r\n$(printf '%x' ${#B})\r\n$B\r\n0\r\n\r\n$SMUGGLED"
+check "Content-Length + chunked: 400" is "$(raw_status)" 400
+check "Content-Length + chunked: the request behind it is not answered" is "$(grep -c '^HTTP/1' "$TMP/raw")" 1
+check "Content-Length + chunked: the server closes the connection" is "$RAW_RC" 0
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${#B}\r\nContent-Length: 5\r\n\r\n$B$SMUGGLED"
+check "two different Content-Lengths: 400" is "$(raw_status)" 400
+check "two different Content-Lengths: nothing more answered" is "$(grep -c '^HTTP/1' "$TMP/raw")" 1
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${#B}\r\nContent-Length: ${#B}\r\nConnection: close\r\n\r\n$B"
+check "two equal Content-Lengths are one: 200" is "$(raw_status)" 200
+raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n$(printf '%x' ${#B})\r\n$B\r\n0\r\n\r\n" --wait 10
+check "Transfer-Encoding: gzip, chunked: 400 (not a hang)" is "$(raw_status)/$RAW_RC" 400/0
+raw_request "GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n"
+check "space before a header's colon: 400" is "$(raw_status)" 400
+raw_request "GET /health HTTP/1.1\r\nHost: x\r\nX-A(b: c\r\n\r\n"
+check "a header name outside RFC 9110's token: 400" is "$(raw_status)" 400
+raw_request "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n"
+check "Content-Length that is not digits: 400" is "$(raw_status)" 400
+# MHD >= 0.9.77 rejects these itself (client discipline level 1); 0.9.75 turns them into a
+# well-formed request before kvtier sees it (see KVT_HTTP_STRICTNESS in src/http_guard.h)
+if [ "$(printf '%s\n0.9.77\n' "$(pkg-config --modversion libmicrohttpd 2>/dev/null || echo 0)" | sort -V | head -n 1)" = 0.9.77 ]; then
+  raw_request "GET /health HTTP/1.1\nHost: x\n\n"
+  check "bare LF line ends: 400" is "$(raw_status)" 400
+  raw_request "GET /health HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n"
+  check "a folded header line: 400" is "$(raw_status)" 400
+  raw_request "GET /health HTTP/1.1\r\nHost: x\r\nX-A: b\0c\r\n\r\n"
+  check "NUL in a header: 400" is "$(raw_status)" 400
+else
+  echo "note: bare LF, folded headers and NUL in a header value not checked: libmicrohttpd" \
+    "$(pkg-config --modversion libmicrohttpd 2>/dev/null || echo '(version unknown)') normalises them before kvtier sees the request (0.9.77+ rejects them)" >&2
+fi
+
+# ---- finding 6: slowloris; a whole-request deadline (3 s here) and a per-IP connection cap (12) -------
+# three clients each send a header byte every 0.5 s: MHD's idle timeout (30 s) never fires,
+# the deadline must; 15 s is a generous bound on "closed by the server"
+RAW slow "$PORT" 3 0.5 15 >"$TMP/slow"
+check "trickling clients closed by the request deadline ($(cat "$TMP/slow") s)" test $? -eq 0
+check "the server logs the deadline" grep -q 'sent no whole request in 3 s' "$TMP/main.log"
+check "/metrics counts the connections the deadline closed" \
+  bash -c "curl -s -m 10 '$URL/metrics' | awk '/^kvtier_http_deadline_closed_total / {exit !(\$2 >= 3)}'"
+post /v1/completions '{"prompt":"after the slow clients","max_tokens":1}'
+check "the server answers after the slow clients" is "$CODE" 200
+RAW per-ip "$PORT" 12 >"$TMP/per-ip"
+check "13th connection from one IP closed, the 12 held ones served ($(tr '\n' ';' <"$TMP/per-ip"))" test $? -eq 0
+
+# ---- an access line per request; X-Request-Id honoured and echoed ------------------------------
+CODE=$(curl -s -m 30 -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' -H 'X-Request-Id: trace-42' \
+  -H 'Content-Type: application/json' -d '{"prompt":"logged","max_tokens":3,"ignore_eos":true}' "$URL/v1/completions")
+check "X-Request-Id echoed" grep -qi '^X-Request-Id: trace-42' "$TMP/headers"
+curl -s -m 30 -o /dev/null -D "$TMP/headers" -H 'X-Request-Id: not ok!' "$URL/health"
+check "an unusable X-Request-Id is replaced by the server's" grep -qi '^X-Request-Id: req-' "$TMP/headers"
+curl -s -m 30 -N -o /dev/null -H 'X-Request-Id: trace-sse' -H 'Content-Type: application/json' \
+  -d '{"prompt":"streamed","max_tokens":2,"ignore_eos":true,"stream":true}' "$URL/v1/completions"
+curl -s -m 30 -o /dev/null -H 'X-Request-Id: trace-404' "$URL/nope"
+for _ in $(seq 20); do grep -q 'id=trace-404' "$TMP/main.log" && break; sleep 0.1; done
+check "access line: method, path, status, id, tokens, times" \
+  grep -Eq 'access: POST /v1/completions 200 id=trace-42 tenant=- prompt=[0-9]+ cached=[0-9]+ computed=[0-9]+ generated=3 ttft_ms=[0-9.]+ total_ms=[0-9.]+' "$TMP/main.log"
+check "access line for a stream" grep -Eq 'access: POST /v1/completions 200 id=trace-sse .*generated=2 ' "$TMP/main.log"
+check "access line for a 404" grep -Eq 'access: GET /nope 404 id=trace-404 ' "$TMP/main.log"
+
+kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
+# ---- finding 8: keys from a file and the environment; /metrics behind its own key; 401 on every method ----
+printf '# tenants\nfile-key\n' >"$TMP/keys"
+KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret start_server keys --api-key-file "$TMP/keys" --parallel 1
+KEYS_PID=$SRV_PID
+check "keys from the environment stay out of the command line" bash -c "! tr '\\0' ' ' </proc/$KEYS_PID/cmdline | grep -q -e env-key -e metrics-secret"
+ask() { curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$@"; }
+BODY='{"prompt":"keyed","max_tokens":1}'
+check "key from \$KVTIER_API_KEY: 200" is "$(ask -H 'Authorization: Bearer env-key' -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions")" 200
+check "key from --api-key-file: 200" is "$(ask -H 'Authorization: Bearer file-key' -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions")" 200
+check "the metrics key is no API key: 401" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/v1/models")" 401
+check "/metrics without a key: 401" is "$(ask "$URL/metrics")" 401
+check "/metrics with an API key: 401 (tenants do not see each other's counters)" is "$(ask -H 'Authorization: Bearer env-key' "$URL/metrics")" 401
+check "/metrics with the metrics key: 200" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/metrics")" 200
+check "/health stays open: 200" is "$(ask "$URL/health")" 200
+check "the access log names the tenant by a hash, never the key" \
+  bash -c "grep -q 'access: POST /v1/completions 200 id=.* tenant=[0-9a-f]\{8\} ' '$TMP/keys.log' && ! grep -q 'env-key\|file-key' '$TMP/keys.log'"
+for m in GET POST PUT DELETE PATCH OPTIONS; do
+  check "wrong key, $m /v1/completions: 401" is "$(ask -X "$m" -H 'Authorization: Bearer wrong' "$URL/v1/completions")" 401
+  check "no key, $m /v1/no-such-route: 401" is "$(ask -X "$m" "$URL/v1/no-such-route")" 401
+  check "wrong key, $m /metrics: 401" is "$(ask -X "$m" -H 'Authorization: Bearer wrong' "$URL/metrics")" 401
+done
+check "wrong key, HEAD /v1/models: 401" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -I -H 'Authorization: Bearer wrong' "$URL/v1/models")" 401
+check "a valid key still gets 405 for a wrong method" is "$(ask -X PUT -H 'Authorization: Bearer env-key' "$URL/v1/completions")" 405
+kill -TERM "$KEYS_PID"; wait "$KEYS_PID"; check "keys server: exit 0" is "$?" 0
+# without a metrics key, the API keys guard /metrics
+start_server apikey --api-key only-key --parallel 1
+check "/metrics with API keys and no metrics key: 401 without a key" is "$(ask "$URL/metrics")" 401
+check "/metrics with API keys and no metrics key: 200 with one" is "$(ask -H 'Authorization: Bearer only-key' "$URL/metrics")" 200
+kill -TERM "$SRV_PID"; wait "$SRV_PID"; check "api-key server: exit 0" is "$?" 0
+
+# ---- graceful drain: SIGTERM lets the request in flight finish, refuses new connections, exits 0 ----
+# the default-size model decodes slowly enough (~1 ms a token) for the signal to land mid-request
+"$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+"$BIN" serve -m "$TMP/slow.gguf" --host 127.0.0.1 --port 0 -t 1 --parallel 1 >"$TMP/drain.log" 2>&1 &
+SRV_PID=$!; PIDS+=("$SRV_PID")
+for _ in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/drain.log" | grep -o '[0-9]*$'); [ -n "$PORT" ] && break; sleep 0.1; done
+URL="http://127.0.0.1:$PORT"
+curl -s -m 120 -o "$TMP/drained" -w '%{http_code}' -H 'Content-Type: application/json' \
+  -d '{"prompt":"drain","max_tokens":1500,"ignore_eos":true}' "$URL/v1/completions" >"$TMP/drained.code" &
+CLIENT=$!
+for _ in $(seq 100); do [ "$(curl -s -m 5 "$URL/health" | jq -r .slots_busy)" = 1 ] && break; sleep 0.05; done
+kill -TERM "$SRV_PID"
+for _ in $(seq 100); do grep -q 'finishing 1 request' "$TMP/drain.log" && break; sleep 0.05; done
+check "drain: the server says it finishes the request in flight" grep -q 'finishing 1 request' "$TMP/drain.log"
+CODE=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$URL/health")
+check "drain: new connections are refused" is "$CODE" 000
+wait "$CLIENT"
+check "drain: the request in flight completes (200)" is "$(cat "$TMP/drained.code")" 200
+check "drain: ... with all its tokens" is "$(jq -r .usage.completion_tokens "$TMP/drained")" 1500
+wait "$SRV_PID"; check "drain: exit status 0" is "$?" 0
+check "drain: every request finished" grep -q 'every request finished' "$TMP/drain.log"
+
+echo "test_server_hardening: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
