@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
+#include "kv_quant.h"
 #include "model.h"
 #include "server.h"
 
@@ -69,9 +70,11 @@ static void serve_usage(FILE *f) {
             "Cache admin (behind the API key when set): POST /v1/cache/pin, /v1/cache/unpin,\n"
             "/v1/cache/prefetch (a \"prompt\" or \"messages\" body), /v1/cache/flush, GET /v1/cache/stats.\n"
             "SIGINT or SIGTERM stops the server gracefully (with --kv-disk, the cache is flushed to disk).\n\n"
-            "disk tier:\n",
+            "KV type:\n",
             d.host, d.port, d.parallel, d.queue, d.max_body, d.max_tokens_limit, d.prefill_chunk, d.timeout_s,
             d.session_keep_warm_s);
+    kvt_cli_kv_type_help(f);
+    fprintf(f, "\ndisk tier:\n");
     kvt_cli_cache_flags_help(f);
 }
 
@@ -107,6 +110,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body;
     int threads = kvt_cli_default_threads();
     kvt_cache_params cp = kvt_cache_default_params();
+    kvt_kv_dtype dt = KVT_KV_F16;
     char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
     size_t n_keys = 0;
     int ret = 2;
@@ -118,6 +122,7 @@ int kvt_cmd_serve(int argc, char **argv) {
             goto done;
         }
         int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
+        if (cf == 0) cf = kvt_cli_kv_type_flag(argc, argv, &i, &dt);
         if (cf < 0) goto done;
         if (cf > 0) continue;
         int takes_value = a[0] == '-' && strcmp(a, "-h");
@@ -223,6 +228,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
     ep.max_seqs = sp.parallel;
+    ep.kv_dtype = dt;
     ep.n_batch = KVT_MAX(ep.n_batch, sp.parallel + sp.prefill_chunk);
     if (kv_active) {
         ep.kv_active_bytes = kv_active;
@@ -252,9 +258,10 @@ int kvt_cmd_serve(int argc, char **argv) {
     }
     kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
-            "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, T0 %d pages of %zu bytes, "
-            "T1 %llu bytes, T2 %s, %zu API key(s)\n",
-            model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
+            "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
+            "bytes, T1 %llu bytes, T2 %s, %zu API key(s)\n",
+            model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
+            eff.n_pages, kvt_page_bytes(e),
             (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys);
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
