@@ -21,7 +21,9 @@
  * a key. The f16/f32 string is unchanged since before q8_0, so caches written
  * then stay valid. */
 #define KV_LAYOUT "page[layer][K:[kv_head][head_dim][token] | V:[kv_head][token][head_dim]]"
-#define KV_LAYOUT_Q8_0 "page[layer][K:[kv_head][token][q8_0 blocks of head_dim] | V:[kv_head][token][q8_0 blocks of head_dim]]"
+#define KV_LAYOUT_Q8_0                                                                                        \
+    "page[layer][K:[kv_head][head_dim/32][token] f16 scales, [head_dim][token] int8 | "                       \
+    "V:[kv_head][token][head_dim/32 q8_0 blocks]]"
 #define NUMERICS_MAX 128
 /* Pins (kvt_cache_pin) may hold at most this share of the active pages, so
  * requests can always run; warm sessions yield under pressure instead. */

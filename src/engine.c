@@ -75,6 +75,7 @@ struct kvt_engine {
     float *scratch;
     size_t scratch_stride;
     size_t sc_qh, sc_kdq, sc_vdq, sc_tmp;
+    uint8_t *qrow;   /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
 };
 
 kvt_engine_params kvt_engine_default_params(void) {
@@ -189,6 +190,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->wanted = alloc_i32(nb);
     scratch_layout(e);
     e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
+    e->qrow = kvt_xmalloc(e->row_bytes);
     *out = e;
     return 0;
 }
@@ -207,6 +209,7 @@ void kvt_engine_free(kvt_engine *e) {
     free(e->hb), free(e->hb2), free(e->rope_cos), free(e->rope_sin);
     free(e->pos), free(e->tseq), free(e->tpage), free(e->tslot), free(e->wanted);
     free(e->scratch);
+    free(e->qrow);
     free(e);
 }
 
@@ -363,13 +366,16 @@ static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_
  *   f16/f32  K block: [head_dim][B] elements (transposed: row d holds dimension
  *            d of the page's B tokens, so kvt_attn_qk loads 16 keys per vector);
  *            V block: [B][head_dim] elements.
- *   q8_0     K and V blocks: [B] rows, one per token, each head_dim / 32
- *            q8_0 blocks of 34 bytes (kv_quant.h). K is not transposed: a
- *            token is quantized along head_dim when it is stored, one row at a
- *            time, and attention dequantizes a page's K into the transposed
- *            f32 layout in its scratch.
- * kv_offset gives the byte offset of the block of (layer, kv, head) plus slot
- * rows; for a transposed K block only slot 0 (the block start) is meaningful. */
+ *   q8_0     each token's K and V rows are quantized along head_dim when they
+ *            are stored, in blocks of 32 (an f16 scale and 32 int8; kv_quant.h).
+ *            V block: [B] rows of head_dim / 32 such blocks (kv_quant.h "rows").
+ *            K block: the same bytes in columns, f16 scales [head_dim / 32][B]
+ *            then int8 [head_dim][B] (kv_quant.h "columns"), so that
+ *            attention dequantizes a page's K straight into the transposed f32
+ *            [head_dim][B] that kvt_attn_qk takes, one vector per 16 keys.
+ * Every block of a page has B * row_bytes bytes. kv_offset gives the byte
+ * offset of the block of (layer, kv, head) plus slot rows; for a transposed or
+ * column K block only slot 0 (the block start) is meaningful. */
 static size_t kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
     const kvt_hparams *hp = &e->model->hp;
     size_t row = (((size_t)layer * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) * (size_t)e->p.block_size +
@@ -446,7 +452,7 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
         const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 0, gk, 0);
         const int32_t T = KVT_MIN(B, n_keys - t0);
         if (q8) {
-            kvt_kv_q8_dequant_rows_t(pg, T, hd, kdq, B);
+            kvt_kv_q8_dequant_columns(pg, B, T, hd, kdq);
             kvt_attn_qk(q, G, hd, kdq, B, 0, T, scale, scores + t0, ld);
         } else {
             kvt_attn_qk(q, G, hd, pg, B, f16, T, scale, scores + t0, ld);
@@ -492,9 +498,10 @@ static void store_kv(kvt_engine *e, int32_t layer, int32_t i) {
         const float *vr = e->v + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
         const int32_t B = e->p.block_size, slot = e->tslot[i];
         void *vd = pg + kv_offset(e, layer, 1, g, slot);
-        if (e->p.kv_dtype == KVT_KV_Q8_0) { /* K and V: one row per token */
-            kvt_kv_q8_quantize_row(kr, hp->head_dim, pg + kv_offset(e, layer, 0, g, slot));
+        if (e->p.kv_dtype == KVT_KV_Q8_0) { /* V as a row, K as a column */
             kvt_kv_q8_quantize_row(vr, hp->head_dim, vd);
+            kvt_kv_q8_quantize_row(kr, hp->head_dim, e->qrow);
+            kvt_kv_q8_put_column(e->qrow, hp->head_dim, B, slot, pg + kv_offset(e, layer, 0, g, 0));
             continue;
         }
         uint8_t *kd = pg + kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B] */

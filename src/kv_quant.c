@@ -1,5 +1,7 @@
-/* KV row sizes per dtype and the q8_0 row codec (see kv_quant.h for the exact
- * arithmetic, which the cache's bit-identity rests on). */
+/* KV row sizes per dtype and the q8_0 codec in its row and column layouts
+ * (see kv_quant.h for the exact arithmetic, which the cache's bit-identity
+ * rests on): a scalar path and an AVX-512 path that compute the same products,
+ * chosen like the other kernels (kvt_ops_variant). */
 #include "kv_quant.h"
 
 #include <math.h>
@@ -62,9 +64,14 @@ void kvt_kv_q8_quantize_row(const float *x, int32_t n, uint8_t *out) {
     }
 }
 
-static float block_scale(const uint8_t *blk) { return kvt_f16_to_f32((uint16_t)(blk[0] | (uint16_t)blk[1] << 8)); }
+static float block_scale(const uint8_t *p) { return kvt_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8)); }
 
-void kvt_kv_q8_dequant_rows(const uint8_t *rows, int32_t T, int32_t n, float *out) {
+/* ---- scalar ---------------------------------------------------------------------- */
+
+/* Columns dequantized per pass of the scalar path: their scales are converted once. */
+#define SCALAR_TILE 64
+
+static void dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
     for (int32_t t = 0; t < T; t++)
         for (int32_t b = 0; b < nb; b++) {
@@ -75,13 +82,100 @@ void kvt_kv_q8_dequant_rows(const uint8_t *rows, int32_t T, int32_t n, float *ou
         }
 }
 
-void kvt_kv_q8_dequant_rows_t(const uint8_t *rows, int32_t T, int32_t n, float *out, int32_t ld) {
+static void dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
+    const int32_t nb = n / KVT_KV_Q8_BLOCK;
+    const uint8_t *scales = cols;                                                                /* (nb, B) f16 */
+    const int8_t *q = (const int8_t *)(const void *)(cols + (size_t)nb * (size_t)B * KVT_KV_Q8_SCALE_BYTES); /* (n, B) */
+    float d[SCALAR_TILE];
+    for (int32_t t0 = 0; t0 < T; t0 += SCALAR_TILE) {
+        const int32_t tn = KVT_MIN(SCALAR_TILE, T - t0);
+        for (int32_t b = 0; b < nb; b++) {
+            for (int32_t t = 0; t < tn; t++)
+                d[t] = block_scale(scales + ((size_t)b * (size_t)B + (size_t)(t0 + t)) * KVT_KV_Q8_SCALE_BYTES);
+            for (int32_t i = b * KVT_KV_Q8_BLOCK; i < (b + 1) * KVT_KV_Q8_BLOCK; i++) {
+                const int8_t *qi = q + (size_t)i * (size_t)B + (size_t)t0;
+                float *o = out + (size_t)i * (size_t)B + (size_t)t0;
+                for (int32_t t = 0; t < tn; t++) o[t] = d[t] * (float)qi[t];
+            }
+        }
+    }
+}
+
+/* ---- AVX-512: the same products, 16 at a time ---------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+#define LANES 16
+
+AVX512 static void dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
     for (int32_t t = 0; t < T; t++)
         for (int32_t b = 0; b < nb; b++) {
             const uint8_t *blk = rows + ((size_t)t * (size_t)nb + (size_t)b) * KVT_KV_Q8_BLOCK_BYTES;
-            const int8_t *q = (const int8_t *)(const void *)(blk + KVT_KV_Q8_SCALE_BYTES);
-            float d = block_scale(blk), *o = out + (size_t)b * KVT_KV_Q8_BLOCK * (size_t)ld + (size_t)t;
-            for (int i = 0; i < KVT_KV_Q8_BLOCK; i++) o[(size_t)i * (size_t)ld] = d * (float)q[i];
+            const uint8_t *q = blk + KVT_KV_Q8_SCALE_BYTES;
+            float *o = out + (size_t)t * (size_t)n + (size_t)b * KVT_KV_Q8_BLOCK;
+            __m512 d = _mm512_set1_ps(block_scale(blk));
+            for (int h = 0; h < KVT_KV_Q8_BLOCK; h += LANES) {
+                __m128i qb = _mm_loadu_si128((const __m128i *)(const void *)(q + h));
+                _mm512_storeu_ps(o + h, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qb))));
+            }
         }
+}
+
+AVX512 static void dequant_columns_avx512(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
+    const int32_t nb = n / KVT_KV_Q8_BLOCK;
+    const uint16_t *scales = (const uint16_t *)(const void *)cols; /* (nb, B) f16, little-endian like x86 */
+    const int8_t *q = (const int8_t *)(const void *)(cols + (size_t)nb * (size_t)B * KVT_KV_Q8_SCALE_BYTES);
+    for (int32_t t0 = 0; t0 < T; t0 += LANES) {
+        const int32_t left = T - t0;
+        const __mmask16 m = left >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        for (int32_t b = 0; b < nb; b++) {
+            __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scales + (size_t)b * (size_t)B + (size_t)t0));
+            for (int32_t i = b * KVT_KV_Q8_BLOCK; i < (b + 1) * KVT_KV_Q8_BLOCK; i++) {
+                __m128i qb = _mm_maskz_loadu_epi8(m, q + (size_t)i * (size_t)B + (size_t)t0);
+                _mm512_mask_storeu_ps(out + (size_t)i * (size_t)B + (size_t)t0, m,
+                                      _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qb))));
+            }
+        }
+    }
+}
+
+static int use_avx512(void) { return !strcmp(kvt_ops_variant(), "avx512"); }
+#else
+static int use_avx512(void) { return 0; }
+#endif
+
+/* ---- public ---------------------------------------------------------------------- */
+
+void kvt_kv_q8_dequant_rows(const uint8_t *rows, int32_t T, int32_t n, float *out) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (use_avx512()) {
+        dequant_rows_avx512(rows, T, n, out);
+        return;
+    }
+#endif
+    dequant_rows_scalar(rows, T, n, out);
+}
+
+void kvt_kv_q8_dequant_columns(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (use_avx512()) {
+        dequant_columns_avx512(cols, B, T, n, out);
+        return;
+    }
+#endif
+    dequant_columns_scalar(cols, B, T, n, out);
+}
+
+void kvt_kv_q8_put_column(const uint8_t *row, int32_t n, int32_t B, int32_t t, uint8_t *cols) {
+    const int32_t nb = n / KVT_KV_Q8_BLOCK;
+    uint8_t *scales = cols, *q = cols + (size_t)nb * (size_t)B * KVT_KV_Q8_SCALE_BYTES;
+    for (int32_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row + (size_t)b * KVT_KV_Q8_BLOCK_BYTES;
+        memcpy(scales + ((size_t)b * (size_t)B + (size_t)t) * KVT_KV_Q8_SCALE_BYTES, blk, KVT_KV_Q8_SCALE_BYTES);
+        for (int i = 0; i < KVT_KV_Q8_BLOCK; i++)
+            q[((size_t)b * KVT_KV_Q8_BLOCK + (size_t)i) * (size_t)B + (size_t)t] = blk[KVT_KV_Q8_SCALE_BYTES + i];
+    }
 }

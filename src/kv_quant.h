@@ -16,10 +16,22 @@
  *   read back: value_i = f32(f16 d) * (float)q_i, one correctly rounded f32
  *          multiply.
  * |x_i - value_i| <= d/2 + 127 * |d - f16(d)| (about 0.56 d) for finite x.
- * Both directions work on one row at a time, elementwise: a token's stored
- * bytes depend only on its own K/V row, and the values read back only on those
- * bytes. That keeps cold and warm runs bit-identical (DESIGN.md "Correctness
- * invariant"). All functions are pure and thread-safe. */
+ *
+ * Two layouts of the same blocks:
+ *   rows (V):  T rows, row t = its n / 32 blocks of 34 bytes, as above.
+ *   columns (K): a block of up to B tokens in two parts, the f16 scales
+ *              [n / 32][B] and then the int8 values [n][B]: the bytes of
+ *              token t's blocks are column t. Attention wants K transposed,
+ *              [dim][token] (attn.h), and from columns that is one contiguous,
+ *              vectorized pass per dimension; from rows it is a strided scalar
+ *              transpose (which made prefill 10x slower on tiny-llama).
+ *              Both parts together take the same B * n / 32 * 34 bytes.
+ * Either way a token is quantized on its own row, elementwise: its stored
+ * bytes depend only on its own K/V, and the values read back only on those
+ * bytes, in every instruction-set variant (a product of an exact f16 and an
+ * exact small integer, one rounding). That keeps cold and warm runs
+ * bit-identical (DESIGN.md "Correctness invariant"). All functions are pure
+ * and thread-safe. */
 #ifndef KVT_KV_QUANT_H
 #define KVT_KV_QUANT_H
 
@@ -51,9 +63,14 @@ void kvt_kv_q8_quantize_row(const float *x, int32_t n, uint8_t *out);
  * [token][dim] layout of a V block. */
 void kvt_kv_q8_dequant_rows(const uint8_t *rows, int32_t T, int32_t n, float *out);
 
-/* The same values transposed: out[i * ld + t] for i < n, t < T (ld >= T), the
- * [dim][token] layout a K block has for kvt_attn_qk. Columns t >= T are left
- * untouched. */
-void kvt_kv_q8_dequant_rows_t(const uint8_t *rows, int32_t T, int32_t n, float *out, int32_t ld);
+/* Copies one quantized row (kvt_kv_q8_quantize_row's output for n values)
+ * into column t (< B) of a column block of B tokens (cols). */
+void kvt_kv_q8_put_column(const uint8_t *row, int32_t n, int32_t B, int32_t t, uint8_t *cols);
+
+/* Dequantizes columns 0..T-1 (T <= B) of a column block of B tokens into
+ * out[i * B + t], i < n: the [dim][token] layout kvt_attn_qk takes with stride
+ * B. The values equal kvt_kv_q8_dequant_rows' for the same quantized rows;
+ * columns t >= T of out are left untouched. */
+void kvt_kv_q8_dequant_columns(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
 
 #endif

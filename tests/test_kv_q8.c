@@ -68,31 +68,47 @@ static void test_codec(void) {
     bad[1] = INFINITY;
     kvt_kv_q8_quantize_row(bad, KVT_KV_Q8_BLOCK, blk);
 
-    /* random rows: the error bound of kv_quant.h, and both dequantized layouts agree */
-    enum { T = 5, N = 64 };
-    float rows[T * N], plain[T * N], trans[N * (T + 3)];
-    uint8_t q[T * 68];
+    /* random rows: the error bound of kv_quant.h; the column layout holds the
+     * same values; the scalar and AVX-512 paths give the same bits */
+    enum { T = 21, N = 64, COLS = 24 };
+    static float rows[T * N], plain[T * N], trans[N * COLS], ref_rows[T * N], ref_trans[N * COLS];
+    static uint8_t q[T * 68], cols[COLS * 68];
     unsigned seed = 11;
     for (int i = 0; i < T * N; i++) rows[i] = ((float)rand_r(&seed) / (float)RAND_MAX - 0.5f) * (float)(1 + i % 7);
-    for (int t = 0; t < T; t++) kvt_kv_q8_quantize_row(rows + t * N, N, q + t * 68);
-    kvt_kv_q8_dequant_rows(q, T, N, plain);
-    for (int i = 0; i < N * (T + 3); i++) trans[i] = -1.0f;
-    kvt_kv_q8_dequant_rows_t(q, T, N, trans, T + 3);
-    int over = 0, mismatch = 0;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < N; i++) {
-            const uint8_t *b = q + t * 68 + (i / KVT_KV_Q8_BLOCK) * KVT_KV_Q8_BLOCK_BYTES;
-            float amax = 0;
-            for (int k = 0; k < KVT_KV_Q8_BLOCK; k++)
-                amax = fmaxf(amax, fabsf(rows[t * N + i / KVT_KV_Q8_BLOCK * KVT_KV_Q8_BLOCK + k]));
-            float v = plain[t * N + i];
-            over += fabsf(v - rows[t * N + i]) > 0.57f * amax / 127.0f;
-            mismatch += v != deq(b, i % KVT_KV_Q8_BLOCK) || trans[i * (T + 3) + t] != v;
+    for (int t = 0; t < T; t++) {
+        kvt_kv_q8_quantize_row(rows + t * N, N, q + t * 68);
+        kvt_kv_q8_put_column(q + t * 68, N, COLS, t, cols);
+    }
+    const char *variant = kvt_ops_variant();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && kvt_ops_force_variant("scalar")) break;
+        kvt_kv_q8_dequant_rows(q, T, N, plain);
+        for (int i = 0; i < N * COLS; i++) trans[i] = -1.0f;
+        kvt_kv_q8_dequant_columns(cols, COLS, T, N, trans);
+        int over = 0, mismatch = 0, touched = 0;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < N; i++) {
+                const uint8_t *b = q + t * 68 + (i / KVT_KV_Q8_BLOCK) * KVT_KV_Q8_BLOCK_BYTES;
+                float amax = 0;
+                for (int k = 0; k < KVT_KV_Q8_BLOCK; k++)
+                    amax = fmaxf(amax, fabsf(rows[t * N + i / KVT_KV_Q8_BLOCK * KVT_KV_Q8_BLOCK + k]));
+                float v = plain[t * N + i];
+                over += fabsf(v - rows[t * N + i]) > 0.57f * amax / 127.0f;
+                mismatch += v != deq(b, i % KVT_KV_Q8_BLOCK) || trans[i * COLS + t] != v;
+            }
+        for (int i = 0; i < N; i++)
+            for (int t = T; t < COLS; t++) touched += trans[i * COLS + t] != -1.0f; /* columns past T */
+        CHECKF(over == 0, "%s: %d values off by more than 0.57 d", kvt_ops_variant(), over);
+        CHECKF(mismatch == 0, "%s: %d dequantized values differ between layouts", kvt_ops_variant(), mismatch);
+        CHECKF(touched == 0, "%s: %d values written past column T", kvt_ops_variant(), touched);
+        if (pass == 0) {
+            memcpy(ref_rows, plain, sizeof plain);
+            memcpy(ref_trans, trans, sizeof trans);
+        } else {
+            CHECK(!memcmp(ref_rows, plain, sizeof plain) && !memcmp(ref_trans, trans, sizeof trans));
         }
-    CHECKF(over == 0, "%d values off by more than 0.57 d", over);
-    CHECKF(mismatch == 0, "%d dequantized values differ between layouts", mismatch);
-    for (int i = 0; i < N; i++)
-        for (int t = T; t < T + 3; t++) CHECK(trans[i * (T + 3) + t] == -1.0f); /* columns past T untouched */
+    }
+    kvt_ops_force_variant(variant);
 }
 
 /* ---- models and runs ----------------------------------------------------------- */
