@@ -5,9 +5,9 @@
  * one sequence (B = block_size) in ONE contiguous allocation, laid out as
  *     [layer][K|V][kv_head] blocks; for f16/f32 a K block is
  *     [head_dim][token-in-page] (transposed, so attention loads 16 keys per
- *     vector), a V block is [token-in-page][head_dim]; for q8_0 both are
- *     [token-in-page] rows of head_dim / 32 q8_0 blocks (kv_quant.h; engine.c
- *     kv_offset has the details)
+ *     vector), a V block is [token-in-page][head_dim]; for q8_0 each token's
+ *     rows are quantized in blocks of 32 along head_dim, V stored as rows and
+ *     K as columns (kv_quant.h; engine.c kv_offset has the details)
  * so a page can be copied to RAM, disk or the network as one block and copied
  * back byte for byte. Pages are refcounted. A page whose refcount is above 1 is
  * shared and is never written: a sequence that would append into a shared,
