@@ -224,7 +224,8 @@ static void bench_model(const char *path, int threads, int32_t n_prompt, int32_t
         printf("  speed (%d threads, median of %d): prefill %d tokens f16 %.1f tok/s, q8_0 %.1f tok/s (%.2fx); "
                "decode %d tokens f16 %.1f tok/s, q8_0 %.1f tok/s (%.2fx)\n",
                threads, reps, n_prompt, s16.prefill_tok_s, s8.prefill_tok_s, s8.prefill_tok_s / s16.prefill_tok_s,
-               n_decode, s16.decode_tok_s, s8.decode_tok_s, s16.decode_tok_s > 0 ? s8.decode_tok_s / s16.decode_tok_s : 0);
+               n_decode, s16.decode_tok_s, s8.decode_tok_s,
+               s16.decode_tok_s > 0 ? s8.decode_tok_s / s16.decode_tok_s : 0);
         free(s16.greedy);
         free(s8.greedy);
     }

@@ -94,7 +94,9 @@ kvt_engine_params kvt_engine_default_params(void) {
 static float *alloc_f32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static int32_t *alloc_i32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
 
-static size_t round_up_floats(size_t n) { return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS; }
+static size_t round_up_floats(size_t n) {
+    return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
+}
 
 /* Lays out one thread's attention scratch (attn_group), each region sized for
  * its largest use and starting on a 64-byte boundary:

@@ -84,8 +84,9 @@ static void dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float
 
 static void dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
-    const uint8_t *scales = cols;                                                                /* (nb, B) f16 */
-    const int8_t *q = (const int8_t *)(const void *)(cols + (size_t)nb * (size_t)B * KVT_KV_Q8_SCALE_BYTES); /* (n, B) */
+    const uint8_t *scales = cols; /* (nb, B) f16 */
+    /* (n, B) int8, after the scales */
+    const int8_t *q = (const int8_t *)(const void *)(cols + (size_t)nb * (size_t)B * KVT_KV_Q8_SCALE_BYTES);
     float d[SCALAR_TILE];
     for (int32_t t0 = 0; t0 < T; t0 += SCALAR_TILE) {
         const int32_t tn = KVT_MIN(SCALAR_TILE, T - t0);
