@@ -93,7 +93,7 @@ static void eval_usage(FILE *f) {
             "  -t, --threads N    worker threads (default: all CPUs)\n",
             TOP_N, EVAL_DEFAULT_N);
     kvt_cli_kv_type_help(f);
-    fprintf(f, "  -h, --help          this help\n");
+    fprintf(f, "  -h, --help         this help\n");
 }
 
 int kvt_cmd_eval(int argc, char **argv) {
