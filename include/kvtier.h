@@ -82,7 +82,12 @@ int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int
  * uses an engine at a time; it runs its own worker threads inside. */
 typedef struct kvt_engine kvt_engine;
 
-typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1 } kvt_kv_dtype;
+/* Element type of K and V in the page pool, and so in every tier (T1 blocks
+ * and T2 records are copies of pages). Bytes per token, relative to f16:
+ * f32 2x, q8_0 34/64 (blocks of 32 values: an f16 scale and 32 int8, as
+ * llama.cpp's -ctk/-ctv q8_0). q8_0 needs a head_dim that is a multiple of 32.
+ * Cache keys include the dtype, so blocks of different dtypes never mix. */
+typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 } kvt_kv_dtype;
 
 #define KVT_DEFAULT_BLOCK_SIZE 32
 #define KVT_DEFAULT_N_BATCH 512
@@ -103,7 +108,8 @@ typedef struct {
 kvt_engine_params kvt_engine_default_params(void);
 
 /* Creates an engine for a loaded model. The model must outlive the engine.
- * Fails with KVT_EARG for nonsensical params and KVT_ELIMIT when the budget
+ * Fails with KVT_EARG for nonsensical params (including q8_0 KV for a model
+ * whose head_dim is not a multiple of 32) and KVT_ELIMIT when the budget
  * holds no page. *out is NULL on failure. Free with kvt_engine_free. */
 int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
 void kvt_engine_free(kvt_engine *e);

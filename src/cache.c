@@ -17,7 +17,14 @@
 /* Bumped whenever the engine's arithmetic changes in a way that changes K/V
  * bytes; part of every key root together with the kernels' numerics id. */
 #define ENGINE_NUMERICS_VERSION "engine-v3"
+/* How K/V sit in a page, per dtype (engine.c kv_offset); part of every key
+ * root together with the dtype itself, so f16, f32 and q8_0 blocks never share
+ * a key. The f16/f32 string is unchanged since before q8_0, so caches written
+ * then stay valid. */
 #define KV_LAYOUT "page[layer][K:[kv_head][head_dim][token] | V:[kv_head][token][head_dim]]"
+#define KV_LAYOUT_Q8_0                                                                                        \
+    "page[layer][K:[kv_head][head_dim/32][token] f16 scales, [head_dim][token] int8 | "                       \
+    "V:[kv_head][token][head_dim/32 q8_0 blocks]]"
 #define NUMERICS_MAX 128
 /* Pins (kvt_cache_pin) may hold at most this share of the active pages, so
  * requests can always run; warm sessions yield under pressure instead. */
@@ -176,7 +183,7 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
     c->n_pages = kvt_page_count(e);
     c->pages = kvt_xcalloc((size_t)c->n_pages, sizeof *c->pages);
     c->fp = kvt_model_fingerprint(kvt_engine_model(e));
-    c->kv_type = ep.kv_dtype == KVT_KV_F32 ? KVT_TYPE_F32 : KVT_TYPE_F16;
+    c->kv_type = ep.kv_dtype == KVT_KV_F32 ? KVT_TYPE_F32 : ep.kv_dtype == KVT_KV_Q8_0 ? KVT_TYPE_Q8_0 : KVT_TYPE_F16;
     snprintf(c->numerics, sizeof c->numerics, "%s/%s", ENGINE_NUMERICS_VERSION, kvt_ops_numerics_id());
     c->scratch_tokens = kvt_xmalloc((size_t)c->B * sizeof(int32_t));
     c->params = *p;
@@ -241,7 +248,7 @@ void kvt_cache_free(kvt_cache *c) {
 int kvt_cache_root(const kvt_cache *c, const void *salt, size_t salt_len, kvt_hash128 *out) {
     kvt_root_params rp = kvt_root_default_params();
     rp.fingerprint = c->fp;
-    rp.kv_layout = KV_LAYOUT;
+    rp.kv_layout = c->kv_type == KVT_TYPE_Q8_0 ? KV_LAYOUT_Q8_0 : KV_LAYOUT;
     rp.kv_dtype = c->kv_type;
     rp.block_tokens = (uint32_t)c->B;
     rp.numerics = c->numerics;

@@ -10,6 +10,7 @@
 
 #include "cache.h"
 #include "common.h"
+#include "kv_quant.h"
 #include "kvtier.h"
 
 typedef struct {
@@ -186,6 +187,29 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
         }
     } else {
         return 0;
+    }
+    return 1;
+}
+
+void kvt_cli_kv_type_help(FILE *f) {
+    fprintf(f, "  --kv-type TYPE      element type of the KV cache in every tier: f16 (default), f32,\n"
+               "                      or q8_0 (34 bytes per 32 values, about half of f16: more sessions\n"
+               "                      per byte, at a small cost in logit accuracy; needs a head_dim that\n"
+               "                      is a multiple of 32). Cached blocks of one type never serve another.\n"
+               "  --kv-f32            same as --kv-type f32\n");
+}
+
+int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--kv-f32")) {
+        *dt = KVT_KV_F32;
+        return 1;
+    }
+    if (strcmp(a, "--kv-type")) return 0;
+    if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+    if (kvt_kv_dtype_parse(v, dt)) {
+        fprintf(stderr, "kvtier: --kv-type must be f16, f32 or q8_0, not '%s'\n", v);
+        return -1;
     }
     return 1;
 }

@@ -59,6 +59,14 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp);
 /* Prints the help lines of those flags. */
 void kvt_cli_cache_flags_help(FILE *f);
 
+/* The KV dtype flags of run, serve and eval: --kv-type f16|f32|q8_0 and its
+ * older alias --kv-f32. If argv[*i] is one of them, stores the dtype in *dt
+ * (advancing *i past a value) and returns 1; returns 0 for other arguments and
+ * -1 (after printing why) for a bad value. */
+int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt);
+/* Prints the help lines of those flags. */
+void kvt_cli_kv_type_help(FILE *f);
+
 #endif
 
 /* Path of the model used when a command gets no -m: $KVT_DEFAULT_MODEL if set,

@@ -10,6 +10,7 @@
 #include "chat.h"
 #include "cli.h"
 #include "common.h"
+#include "kv_quant.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -17,8 +18,6 @@
 /* Session length for the capacity line of `info`: the default context cap of run/serve. */
 #define SESSION_TOKENS KVT_CLI_DEFAULT_CTX_CAP
 #define DEFAULT_BLOCK_TOKENS 32
-#define F16_BYTES 2
-#define F32_BYTES 4
 #define DEFAULT_MODEL_VOCAB 4096 /* built-in BPE with merges, so text is not one token per byte */
 
 /* ---- mkmodel ---------------------------------------------------------------- */
@@ -187,7 +186,8 @@ static void info_usage(FILE *f) {
     fprintf(f, "usage: kvtier info [-m MODEL.gguf] [--json]\n\n"
                "Describes a GGUF model: architecture, shapes, weight types, context length,\n"
                "tokenizer, chat template family, fingerprint (the root of its cache keys) and\n"
-               "the KV-cache bytes per token and per block. Vocab-only files print the tokenizer.\n\n"
+               "the KV-cache bytes per token and per block for each --kv-type (f16, f32, q8_0).\n"
+               "Vocab-only files print the tokenizer.\n\n"
                "options:\n"
                "  -m, --model PATH   the model (default: kvtier's generated random-weight model)\n"
                "  --json             one JSON object instead of text\n"
@@ -251,8 +251,9 @@ int kvt_cmd_info(int argc, char **argv) {
     const char *name = "";
     kvt_gguf_get_str(m->gguf, "general.name", &name);
     const char *chat = kvt_chat_family_name(kvt_chat_detect(m->chat_template));
-    uint64_t kv16 = vocab_only ? 0 : kvt_model_kv_bytes_per_token(m, F16_BYTES);
-    uint64_t kv32 = vocab_only ? 0 : kvt_model_kv_bytes_per_token(m, F32_BYTES);
+    uint64_t kv16 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_F16);
+    uint64_t kv32 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_F32);
+    uint64_t kvq8 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_Q8_0); /* 0: head_dim does not allow it */
     const kvt_tokenizer *tk = m->tok;
     if (json) {
         printf("{\"path\":");
@@ -273,6 +274,12 @@ int kvt_cmd_info(int argc, char **argv) {
                    (unsigned long long)m->weight_bytes, (unsigned long long)kv16,
                    (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32,
                    (unsigned long long)(kv16 ? (1ull << 30) / kv16 : 0));
+        if (!vocab_only && kvq8)
+            printf(",\"kv_bytes_per_token_q8_0\":%llu,\"kv_bytes_per_block_q8_0\":%llu,\"kv_tokens_per_gib_q8_0\":%llu",
+                   (unsigned long long)kvq8, (unsigned long long)(kvq8 * DEFAULT_BLOCK_TOKENS),
+                   (unsigned long long)((1ull << 30) / kvq8));
+        else if (!vocab_only)
+            printf(",\"kv_bytes_per_token_q8_0\":null");
         printf(",\"weight_types\":");
         kvt_cli_json_string(stdout, types);
         printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
@@ -295,13 +302,21 @@ int kvt_cmd_info(int argc, char **argv) {
             printf("rope           %s, theta %g, %d dims, freq scale %g%s\n",
                    hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_base, hp->rope_dim,
                    (double)hp->rope_freq_scale, hp->has_freq_factors ? ", llama3 freq factors" : "");
-            printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32\n",
+            printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32, ",
                    (unsigned long long)kv16, (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
                    (unsigned long long)kv32);
+            if (kvq8)
+                printf("%llu bytes/token q8_0 (%llu per block)\n", (unsigned long long)kvq8,
+                       (unsigned long long)(kvq8 * DEFAULT_BLOCK_TOKENS));
+            else
+                printf("no q8_0 (head_dim %d is not a multiple of %d)\n", hp->head_dim, KVT_KV_Q8_BLOCK);
             int32_t sess = hp->n_ctx_train < SESSION_TOKENS ? hp->n_ctx_train : SESSION_TOKENS;
             double per_gib = kv16 ? (double)(1ull << 30) / (double)kv16 : 0;
-            printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens (any tier: T0, RAM or disk)\n",
-                   per_gib, sess > 0 ? per_gib / sess : 0.0, sess);
+            double per_gib_q8 = kvq8 ? (double)(1ull << 30) / (double)kvq8 : 0;
+            printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens", per_gib,
+                   sess > 0 ? per_gib / sess : 0.0, sess);
+            if (kvq8) printf("; %.0f tokens q8_0 = %.1f sessions", per_gib_q8, sess > 0 ? per_gib_q8 / sess : 0.0);
+            printf(" (any tier: T0, RAM or disk)\n");
         }
         printf("tokenizer      %s, pre-tokenizer %s, %d tokens, bos %d, eos %d\n", kvt_tokenizer_kind(tk),
                kvt_tokenizer_pre(tk), kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk));

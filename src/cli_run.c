@@ -93,10 +93,10 @@ static void eval_usage(FILE *f) {
             "                     EOS are added as llama.cpp does for the model; the\n"
             "                     add_bos field says whether BOS was)\n"
             "  -n N               greedy tokens to generate (default %d)\n"
-            "  -t, --threads N    worker threads (default: all CPUs)\n"
-            "  --kv-f32           keep K/V in f32 instead of f16\n"
-            "  -h, --help         this help\n",
+            "  -t, --threads N    worker threads (default: all CPUs)\n",
             TOP_N, EVAL_DEFAULT_N);
+    kvt_cli_kv_type_help(f);
+    fprintf(f, "  -h, --help         this help\n");
 }
 
 int kvt_cmd_eval(int argc, char **argv) {
@@ -106,6 +106,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     kvt_kv_dtype dt = KVT_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int kf;
         if (kvt_cli_is_help(a)) {
             eval_usage(stdout);
             return 0;
@@ -115,8 +116,8 @@ int kvt_cmd_eval(int argc, char **argv) {
             if (!(tokens_arg = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-bos")) {
             no_bos = 1;
-        } else if (!strcmp(a, "--kv-f32")) {
-            dt = KVT_KV_F32;
+        } else if ((kf = kvt_cli_kv_type_flag(argc, argv, &i, &dt))) {
+            if (kf < 0) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -254,14 +255,16 @@ static void run_usage(FILE *f) {
             "  --kv-ram BYTES      T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
             "  --ignore-eos        keep generating past end-of-generation tokens (benchmarks)\n"
             "  --salt TEXT         cache salt: prompts under different salts never share KV\n"
-            "  --no-cache          do not reuse or keep KV between prompts\n"
-            "  --kv-f32            keep K/V in f32 instead of f16\n"
+            "  --no-cache          do not reuse or keep KV between prompts\n",
+            RUN_DEFAULT_N, (double)kvt_sampler_default_params().temp, kvt_sampler_default_params().top_k,
+            (double)kvt_sampler_default_params().top_p);
+    kvt_cli_kv_type_help(f);
+    fprintf(f,
             "  --block-size B      tokens per KV page / cache block (default %d)\n"
             "  --ctx N             context length: prompt + generated tokens (default: the model's,\n"
             "                      at most 8192)\n"
             "  -h, --help          this help\n",
-            RUN_DEFAULT_N, (double)kvt_sampler_default_params().temp, kvt_sampler_default_params().top_k,
-            (double)kvt_sampler_default_params().top_p, KVT_DEFAULT_BLOCK_SIZE);
+            KVT_DEFAULT_BLOCK_SIZE);
     kvt_cli_cache_flags_help(f);
 }
 
@@ -452,6 +455,7 @@ int kvt_cmd_run(int argc, char **argv) {
         double d;
         long l;
         int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
+        if (cf == 0) cf = kvt_cli_kv_type_flag(argc, argv, &i, &dt);
         if (cf < 0) return 2;
         if (cf > 0) continue;
         if (kvt_cli_is_help(a)) {
@@ -495,8 +499,6 @@ int kvt_cmd_run(int argc, char **argv) {
             ignore_eos = 1;
         } else if (!strcmp(a, "--no-cache")) {
             use_cache = 0;
-        } else if (!strcmp(a, "--kv-f32")) {
-            dt = KVT_KV_F32;
         } else if (!strcmp(a, "--block-size")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0) return 2;
         } else if (!strcmp(a, "--ctx")) {

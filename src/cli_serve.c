@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
+#include "kv_quant.h"
 #include "model.h"
 #include "server.h"
 
@@ -97,10 +98,12 @@ static void serve_usage(FILE *f) {
             "SIGINT or SIGTERM stops the server gracefully: new connections are refused, requests on open\n"
             "ones get 503, the requests in flight finish (for --drain-timeout seconds at most; a second\n"
             "signal stops at once), and with --kv-disk the cache is flushed to disk; the exit status is 0.\n\n"
-            "disk tier:\n",
+            "KV type:\n",
             d.host, d.port, d.parallel, d.queue, d.max_body, (unsigned long long)d.max_inflight_bytes,
             d.max_tokens_limit, d.prefill_chunk, d.timeout_s, d.request_timeout_s, d.max_conns_per_ip,
             KVT_SERVER_DEFAULT_DRAIN_S, d.session_keep_warm_s);
+    kvt_cli_kv_type_help(f);
+    fprintf(f, "\ndisk tier:\n");
     kvt_cli_cache_flags_help(f);
 }
 
@@ -146,6 +149,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body, max_inflight = 0;
     int threads = kvt_cli_default_threads();
     kvt_cache_params cp = kvt_cache_default_params();
+    kvt_kv_dtype dt = KVT_KV_F16;
     char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
     size_t n_keys = 0;
     int ret = 2;
@@ -157,6 +161,7 @@ int kvt_cmd_serve(int argc, char **argv) {
             goto done;
         }
         int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
+        if (cf == 0) cf = kvt_cli_kv_type_flag(argc, argv, &i, &dt);
         if (cf < 0) goto done;
         if (cf > 0) continue;
         int takes_value = a[0] == '-' && strcmp(a, "-h");
@@ -303,6 +308,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
     ep.max_seqs = sp.parallel;
+    ep.kv_dtype = dt;
     ep.n_batch = KVT_MAX(ep.n_batch, sp.parallel + sp.prefill_chunk);
     if (kv_active) {
         ep.kv_active_bytes = kv_active;
@@ -332,10 +338,10 @@ int kvt_cmd_serve(int argc, char **argv) {
     }
     kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
-            "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, T0 %d pages of %zu bytes, "
-            "T1 %llu bytes, T2 %s, %zu API key(s), /metrics %s\n",
-            model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
-            (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
+            "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
+            "bytes, T1 %llu bytes, T2 %s, %zu API key(s), /metrics %s\n",
+            model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
+            eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));

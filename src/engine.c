@@ -11,15 +11,16 @@
 
 #include "attn.h"
 #include "common.h"
+#include "kv_quant.h"
 #include "model.h"
 #include "ops.h"
 
 /* Pages start on this boundary so SIMD loads of K/V rows can be aligned. */
 #define PAGE_ALIGN 64
-/* Per-thread attention scratch starts on a cache line, so workers never share one. */
-#define SCRATCH_ALIGN 64
 /* Free-list terminator and "no page" marker. */
 #define NO_PAGE (-1)
+/* Per-thread attention scratch regions start on this many floats (64 bytes). */
+#define SCRATCH_ALIGN_FLOATS 16
 
 /* ggml (and so the reference outputs) computes Q·K with Q rounded to the K
  * dtype and the softmax weights rounded to the V dtype before P·V. Doing the
@@ -37,7 +38,7 @@ struct kvt_engine {
     const kvt_model *model;
     kvt_engine_params p;
     kvt_pool *pool;
-    int elem;                /* bytes per KV element */
+    size_t row_bytes;        /* bytes of one stored K or V row (head_dim values of kv_dtype) */
     int32_t kv_dim;          /* n_head_kv * head_dim */
     int32_t q_dim;           /* n_head * head_dim */
 
@@ -69,9 +70,12 @@ struct kvt_engine {
     int32_t *tpage;  /* (nb) page receiving each token's K/V */
     int32_t *tslot;  /* (nb) slot within that page */
     int32_t *wanted; /* (nb) chunk rows that want logits */
-    /* per-thread attention scratch, see attn_scratch_layout() */
-    float *scratch;  /* (n_threads, scratch_stride) */
-    size_t scratch_stride, scratch_qh, scratch_half; /* in floats: row stride, offsets of qh and half */
+    /* per-thread attention scratch, scratch_stride floats per thread, in regions
+     * at these float offsets (see scratch_layout) */
+    float *scratch;
+    size_t scratch_stride;
+    size_t sc_qh, sc_kdq, sc_vdq, sc_tmp;
+    uint8_t *qrow;   /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
 };
 
 kvt_engine_params kvt_engine_default_params(void) {
@@ -87,42 +91,51 @@ kvt_engine_params kvt_engine_default_params(void) {
     return p;
 }
 
-/* One worker's attention scratch, each region sized for the largest thing
- * attn_group() puts in it (G = n_head / n_head_kv query heads per KV head):
- *   scores (G, n_ctx) floats: one row per head, n_keys <= n_ctx columns used;
- *   qh     (G, head_dim) floats: the group's q rounded to f16 and back;
- *   half   max(G * head_dim, n_ctx) f16 values: staging for that rounding of q
- *          (G * head_dim), then for one head's softmax weights (n_keys <= n_ctx).
- * The stride is a whole number of cache lines so workers never share one. */
-static void attn_scratch_layout(kvt_engine *e) {
-    const kvt_hparams *hp = &e->model->hp;
-    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, ctx = (size_t)e->p.n_ctx;
-    const size_t halves = KVT_MAX(G * hd, ctx);
-    const size_t line = SCRATCH_ALIGN / sizeof(float);
-    e->scratch_qh = G * ctx;
-    e->scratch_half = e->scratch_qh + G * hd;
-    size_t end = e->scratch_half + (halves * sizeof(uint16_t) + sizeof(float) - 1) / sizeof(float);
-    e->scratch_stride = (end + line - 1) / line * line;
-}
-
 static float *alloc_f32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static int32_t *alloc_i32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
+
+static size_t round_up_floats(size_t n) {
+    return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
+}
+
+/* Lays out one thread's attention scratch (attn_group), each region sized for
+ * its largest use and starting on a 64-byte boundary:
+ *   scores (G, n_ctx) f32       softmax weights of the group's G query heads
+ *   qh     (G, head_dim) f32    q rounded to f16 (f16 KV)
+ *   kdq    (head_dim, B) f32    one page's K dequantized, transposed (q8_0 KV)
+ *   vdq    (B, head_dim) f32    one page's V dequantized (q8_0 KV)
+ *   tmp    (max(G * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV) */
+static void scratch_layout(kvt_engine *e) {
+    const kvt_hparams *hp = &e->model->hp;
+    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
+    const size_t ctx = (size_t)e->p.n_ctx;
+    const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
+    size_t tmp_u16 = KVT_MAX(G * hd, ctx);
+    e->sc_qh = round_up_floats(G * ctx);
+    e->sc_kdq = e->sc_qh + round_up_floats(f16 ? G * hd : 0);
+    e->sc_vdq = e->sc_kdq + round_up_floats(q8 ? hd * B : 0);
+    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? B * hd : 0);
+    e->scratch_stride = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
+}
 
 int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out) {
     *out = NULL;
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
     const kvt_hparams *hp = &model->hp;
     if (p.block_size < 1 || p.n_threads < 1 || p.n_batch < 1 || p.max_seqs < 1 || p.n_ctx < 0 || p.n_pages < 0 ||
-        (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32))
+        (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32 && p.kv_dtype != KVT_KV_Q8_0))
         return kvt_fail(KVT_EARG, "invalid engine parameters");
+    if (kvt_kv_row_bytes(p.kv_dtype, hp->head_dim) == 0)
+        return kvt_fail(KVT_EARG, "KV type %s needs a head_dim that is a multiple of %d; this model's head_dim is %d",
+                        kvt_kv_dtype_name(p.kv_dtype), KVT_KV_Q8_BLOCK, hp->head_dim);
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
 
     kvt_engine *e = kvt_xcalloc(1, sizeof *e);
     e->model = model;
-    e->elem = p.kv_dtype == KVT_KV_F16 ? 2 : 4;
+    e->row_bytes = kvt_kv_row_bytes(p.kv_dtype, hp->head_dim);
     e->kv_dim = hp->n_head_kv * hp->head_dim;
     e->q_dim = hp->n_head * hp->head_dim;
-    e->page_bytes = (size_t)kvt_model_kv_bytes_per_token(model, e->elem) * (size_t)p.block_size;
+    e->page_bytes = (size_t)kvt_model_kv_token_bytes(model, p.kv_dtype) * (size_t)p.block_size;
     e->page_stride = (e->page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
     if (p.n_pages == 0) {
         uint64_t n = p.kv_active_bytes / e->page_stride;
@@ -177,12 +190,9 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->tpage = alloc_i32(nb);
     e->tslot = alloc_i32(nb);
     e->wanted = alloc_i32(nb);
-    attn_scratch_layout(e);
-    e->scratch = aligned_alloc(SCRATCH_ALIGN, (size_t)kvt_pool_threads(e->pool) * e->scratch_stride * sizeof(float));
-    if (!e->scratch) {
-        kvt_engine_free(e);
-        return kvt_fail(-ENOMEM, "cannot allocate attention scratch");
-    }
+    scratch_layout(e);
+    e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
+    e->qrow = kvt_xmalloc(e->row_bytes);
     *out = e;
     return 0;
 }
@@ -201,6 +211,7 @@ void kvt_engine_free(kvt_engine *e) {
     free(e->hb), free(e->hb2), free(e->rope_cos), free(e->rope_sin);
     free(e->pos), free(e->tseq), free(e->tpage), free(e->tslot), free(e->wanted);
     free(e->scratch);
+    free(e->qrow);
     free(e);
 }
 
@@ -212,9 +223,7 @@ int32_t kvt_engine_n_vocab(const kvt_engine *e) { return e->model->hp.n_vocab; }
 /* ---- pages ---------------------------------------------------------------- */
 
 size_t kvt_page_bytes(const kvt_engine *e) { return e->page_bytes; }
-size_t kvt_page_stride_head(const kvt_engine *e) {
-    return (size_t)e->p.block_size * (size_t)e->model->hp.head_dim * (size_t)e->elem;
-}
+size_t kvt_page_stride_head(const kvt_engine *e) { return (size_t)e->p.block_size * e->row_bytes; }
 int32_t kvt_page_count(const kvt_engine *e) { return e->p.n_pages; }
 int32_t kvt_page_free_count(const kvt_engine *e) { return e->n_free; }
 
@@ -354,12 +363,26 @@ static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_
 
 /* ---- forward pass ----------------------------------------------------------- */
 
-/* Byte offset in a page of the K (kv = 0) or V (kv = 1) row of (layer, kv head, slot). */
+/* Page layout. A page is n_layer * 2 * n_head_kv blocks, in the order
+ * [layer][K, V][kv head], each of B rows of row_bytes:
+ *   f16/f32  K block: [head_dim][B] elements (transposed: row d holds dimension
+ *            d of the page's B tokens, so kvt_attn_qk loads 16 keys per vector);
+ *            V block: [B][head_dim] elements.
+ *   q8_0     each token's K and V rows are quantized along head_dim when they
+ *            are stored, in blocks of 32 (an f16 scale and 32 int8; kv_quant.h).
+ *            V block: [B] rows of head_dim / 32 such blocks (kv_quant.h "rows").
+ *            K block: the same bytes in columns, f16 scales [head_dim / 32][B]
+ *            then int8 [head_dim][B] (kv_quant.h "columns"), so that
+ *            attention dequantizes a page's K straight into the transposed f32
+ *            [head_dim][B] that kvt_attn_qk takes, one vector per 16 keys.
+ * Every block of a page has B * row_bytes bytes. kv_offset gives the byte
+ * offset of the block of (layer, kv, head) plus slot rows; for a transposed or
+ * column K block only slot 0 (the block start) is meaningful. */
 static size_t kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
     const kvt_hparams *hp = &e->model->hp;
     size_t row = (((size_t)layer * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) * (size_t)e->p.block_size +
                  (size_t)slot;
-    return row * (size_t)hp->head_dim * (size_t)e->elem;
+    return row * e->row_bytes;
 }
 
 /* cos/sin of every rotated pair for one position. theta_i = pos * base^(-2i/rope_dim),
@@ -411,21 +434,31 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     const seq_state *st = &e->seqs[e->tseq[i]];
     const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
     float *out = e->att + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
-    float *scores = scratch;                               /* (G, ld) */
-    float *qh = scratch + e->scratch_qh;                   /* (G, hd) */
-    uint16_t *tmp = (uint16_t *)(scratch + e->scratch_half); /* (max(G * hd, ld)) */
+    float *scores = scratch;                         /* (G, ld) */
+    float *qh = scratch + e->sc_qh;                  /* (G, hd), f16 KV */
+    float *kdq = scratch + e->sc_kdq;                /* (hd, B), q8_0 KV */
+    float *vdq = scratch + e->sc_vdq;                /* (B, hd), q8_0 KV */
+    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp); /* (max(G * hd, ld)), f16 KV */
     const float scale = 1.0f / sqrtf((float)hd);
-    const int f16 = e->p.kv_dtype == KVT_KV_F16;
+    const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
 
     if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* as llama.cpp: q meets an f16 cache in f16 */
         kvt_f32_to_f16_row(q, tmp, (int64_t)G * hd);
         kvt_f16_to_f32_row(tmp, qh, (int64_t)G * hd);
         q = qh;
     }
+    /* q8_0 pages are read as f32: each page's rows are dequantized (elementwise,
+     * so the values depend only on the stored bytes) into the scratch in the
+     * layouts the kernels take, then the f32 kernels run on them */
     for (int32_t t0 = 0; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]);
-        kvt_attn_qk(q, G, hd, pg + kv_offset(e, layer, 0, gk, 0), B, f16, KVT_MIN(B, n_keys - t0), scale, scores + t0,
-                    ld);
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 0, gk, 0);
+        const int32_t T = KVT_MIN(B, n_keys - t0);
+        if (q8) {
+            kvt_kv_q8_dequant_columns(pg, B, T, hd, kdq);
+            kvt_attn_qk(q, G, hd, kdq, B, 0, T, scale, scores + t0, ld);
+        } else {
+            kvt_attn_qk(q, G, hd, pg, B, f16, T, scale, scores + t0, ld);
+        }
     }
     for (int32_t g = 0; g < G; g++) {
         float *sg = scores + (size_t)g * (size_t)ld;
@@ -437,8 +470,14 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     }
     memset(out, 0, (size_t)G * (size_t)hd * sizeof(float));
     for (int32_t t0 = 0; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]);
-        kvt_attn_av(scores + t0, ld, G, pg + kv_offset(e, layer, 1, gk, 0), f16, KVT_MIN(B, n_keys - t0), hd, out);
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 1, gk, 0);
+        const int32_t T = KVT_MIN(B, n_keys - t0);
+        if (q8) {
+            kvt_kv_q8_dequant_rows(pg, T, hd, vdq);
+            kvt_attn_av(scores + t0, ld, G, vdq, 0, T, hd, out);
+        } else {
+            kvt_attn_av(scores + t0, ld, G, pg, f16, T, hd, out);
+        }
     }
 }
 
@@ -451,16 +490,23 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (int64_t w = ith; w < items; w += nth) attn_group(e, job->layer, (int32_t)(w / n_kv), (int32_t)(w % n_kv), scratch);
 }
 
-/* Writes one token's k and v rows (already roped) into its page slot, rounded to the KV dtype. */
+/* Writes one token's k and v rows (already roped) into its page slot, rounded
+ * to (or, for q8_0, quantized as) the KV dtype: see the page layout above kv_offset. */
 static void store_kv(kvt_engine *e, int32_t layer, int32_t i) {
     const kvt_hparams *hp = &e->model->hp;
     uint8_t *pg = kvt_page_data(e, e->tpage[i]);
     for (int32_t g = 0; g < hp->n_head_kv; g++) {
         const float *kr = e->k + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
         const float *vr = e->v + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
-        uint8_t *kd = pg + kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B] */
-        void *vd = pg + kv_offset(e, layer, 1, g, e->tslot[i]);
         const int32_t B = e->p.block_size, slot = e->tslot[i];
+        void *vd = pg + kv_offset(e, layer, 1, g, slot);
+        if (e->p.kv_dtype == KVT_KV_Q8_0) { /* V as a row, K as a column */
+            kvt_kv_q8_quantize_row(vr, hp->head_dim, vd);
+            kvt_kv_q8_quantize_row(kr, hp->head_dim, e->qrow);
+            kvt_kv_q8_put_column(e->qrow, hp->head_dim, B, slot, pg + kv_offset(e, layer, 0, g, 0));
+            continue;
+        }
+        uint8_t *kd = pg + kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B] */
         if (e->p.kv_dtype == KVT_KV_F16) {
             for (int32_t d = 0; d < hp->head_dim; d++) ((uint16_t *)(void *)kd)[(size_t)d * B + slot] = kvt_f32_to_f16(kr[d]);
             kvt_f32_to_f16_row(vr, vd, hp->head_dim);

@@ -3,9 +3,11 @@
  *
  * Pages. A page holds the K and V of every layer for B consecutive tokens of
  * one sequence (B = block_size) in ONE contiguous allocation, laid out as
- *     [layer][K|V][kv_head] blocks; a K block is [head_dim][token-in-page]
- *     (transposed, so attention loads 16 keys per vector), a V block is
- *     [token-in-page][head_dim]
+ *     [layer][K|V][kv_head] blocks; for f16/f32 a K block is
+ *     [head_dim][token-in-page] (transposed, so attention loads 16 keys per
+ *     vector), a V block is [token-in-page][head_dim]; for q8_0 each token's
+ *     rows are quantized in blocks of 32 along head_dim, V stored as rows and
+ *     K as columns (kv_quant.h; engine.c kv_offset has the details)
  * so a page can be copied to RAM, disk or the network as one block and copied
  * back byte for byte. Pages are refcounted. A page whose refcount is above 1 is
  * shared and is never written: a sequence that would append into a shared,
@@ -18,7 +20,8 @@
  * Numerics. Each (token, head) attention is computed in one fixed order —
  * scores for positions 0..pos in order, softmax, then V accumulated in order —
  * reading every K/V (including the batch's own tokens) from the pages, after
- * rounding to the KV dtype. With the batch-invariant kvt_matmul, a token's
+ * rounding to (or quantizing as) the KV dtype; q8_0 rows are dequantized
+ * elementwise before the f32 kernels read them. With the batch-invariant kvt_matmul, a token's
  * logits are bit-identical whatever the batch size, chunking, thread count,
  * and whether its prefix was computed now, shared, or restored from copied bytes.
  *
@@ -46,7 +49,8 @@ int32_t kvt_engine_n_vocab(const kvt_engine *e);
 
 /* Bytes of one page (every page has this size). */
 size_t kvt_page_bytes(const kvt_engine *e);
-/* Bytes of K (or V) of one layer and kv head inside a page: B * head_dim * elem. */
+/* Bytes of K (or V) of one layer and kv head inside a page: B rows of
+ * kvt_kv_row_bytes(kv_dtype, head_dim). */
 size_t kvt_page_stride_head(const kvt_engine *e);
 int32_t kvt_page_count(const kvt_engine *e);      /* pool size */
 int32_t kvt_page_free_count(const kvt_engine *e); /* pages with refcount 0 */

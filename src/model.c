@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "kv_quant.h"
 #include "tokenizer.h"
 
 #define DEFAULT_RMS_EPS 1e-5f
@@ -311,9 +312,9 @@ void kvt_model_free(kvt_model *m) {
 
 kvt_fingerprint kvt_model_fingerprint(const kvt_model *m) { return m->fingerprint; }
 
-uint64_t kvt_model_kv_bytes_per_token(const kvt_model *m, int kv_elem_bytes) {
+uint64_t kvt_model_kv_token_bytes(const kvt_model *m, kvt_kv_dtype dt) {
     const kvt_hparams *hp = &m->hp;
-    return 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)kv_elem_bytes;
+    return 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)kvt_kv_row_bytes(dt, hp->head_dim);
 }
 
 void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]) {

@@ -66,8 +66,10 @@ struct kvt_model {
     uint64_t weight_bytes;
 };
 
-/* Bytes of K+V for one token across all layers, for a KV element size in bytes. */
-uint64_t kvt_model_kv_bytes_per_token(const kvt_model *m, int kv_elem_bytes);
+/* Bytes of K+V for one token across all layers when stored as dt; 0 when dt
+ * cannot hold this model's rows (q8_0 with a head_dim that is not a multiple
+ * of 32). */
+uint64_t kvt_model_kv_token_bytes(const kvt_model *m, kvt_kv_dtype dt);
 
 /* Fingerprint as 32 lowercase hex digits + NUL (hi then lo). */
 void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]);

@@ -104,5 +104,41 @@ if "$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1; then
   check "run stopped by SIGINT still prints its summary" grep -q '\[1/1\] prompt' "$TMP/run.err"
 fi
 
+# --kv-type: f16|f32|q8_0 on run, eval and serve; q8_0 needs a head_dim that is a multiple of 32
+"$BIN" mkmodel -o "$TMP/q.gguf" --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --ctx 512 --vocab 512 \
+  >/dev/null 2>&1
+declare -A job=([run]="-p x -n 1" [eval]="--tokens 1 -n 1" [serve]="--port 0")
+for cmd in run eval serve; do
+  check "$cmd help" expect_rc 0 "$BIN" "$cmd" --help
+  check "$cmd help explains --kv-type" has "--kv-type TYPE"
+  check "... and q8_0" has "or q8_0"
+  check "$cmd help keeps --kv-f32" has "--kv-f32"
+  # shellcheck disable=SC2086
+  check "$cmd rejects an unknown --kv-type" expect_rc 2 "$BIN" "$cmd" -m "$TMP/q.gguf" --kv-type q4_0 ${job[$cmd]}
+  check "... naming it" has "'q4_0'"
+  # shellcheck disable=SC2086
+  check "$cmd: q8_0 on head_dim 16 fails" expect_rc 1 "$BIN" "$cmd" -m "$TMP/s.gguf" --kv-type q8_0 ${job[$cmd]}
+  check "... naming the head_dim" has "head_dim is 16"
+done
+check "info gives q8_0 bytes per token" expect_rc 0 "$BIN" info -m "$TMP/q.gguf"
+check "... 2 layers x 2 kv heads x K,V x 34 bytes" has "272 bytes/token q8_0"
+check "info says when q8_0 cannot be used" expect_rc 0 "$BIN" info -m "$TMP/s.gguf"
+check "... and why" has "no q8_0 (head_dim 16"
+for t in f16 f32 q8_0; do
+  check "eval --kv-type $t" expect_rc 0 "$BIN" eval -m "$TMP/q.gguf" --kv-type $t --tokens "1 300 301 302" -n 2
+done
+check "eval --kv-f32 is --kv-type f32" expect_rc 0 "$BIN" eval -m "$TMP/q.gguf" --kv-f32 --tokens "1 300 301 302" -n 2
+# a q8_0 prompt restored from the disk tier by a second process replies exactly as the first
+Q="a prompt for the q8_0 cache that is long enough to fill a few blocks of thirty two tokens, twice over, or more"
+run_q8() { "$BIN" run -m "$TMP/q.gguf" --kv-type q8_0 -p "$Q" -n 12 --temp 0 --kv-disk "$TMP/q8disk" --restore always; }
+check "q8_0 run with a disk tier" expect_rc 0 run_q8
+cp "$TMP/out" "$TMP/q8first"
+check "q8_0 run again" expect_rc 0 run_q8
+check "... reuses its KV from disk" has "T2 [1-9]"
+check "... and replies the same" cmp -s <(grep -av "kvtier" "$TMP/q8first") <(grep -av "kvtier" "$TMP/out")
+check "f16 on the same disk dir finds no q8_0 KV" expect_rc 0 "$BIN" run -m "$TMP/q.gguf" -p "$Q" -n 1 --temp 0 \
+  --kv-disk "$TMP/q8disk" --restore always
+check "... cached 0" has "cached 0 "
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

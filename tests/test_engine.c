@@ -312,7 +312,7 @@ static void test_pages(void) {
     const int B = 4, P = 4;
     kvt_engine *e = engine(m, 1, KVT_DEFAULT_N_BATCH, B, P);
     CHECK(kvt_page_count(e) == P && kvt_page_free_count(e) == P);
-    CHECK(kvt_page_bytes(e) == kvt_model_kv_bytes_per_token(m, 2) * (uint64_t)B);
+    CHECK(kvt_page_bytes(e) == kvt_model_kv_token_bytes(m, KVT_KV_F16) * (uint64_t)B);
     int32_t toks[20];
     for (int i = 0; i < 20; i++) toks[i] = 1 + i;
     int32_t s;
