@@ -8,7 +8,7 @@
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 SHARED=${KVT_SHARED:-../shared}
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
 VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
 [ -f "$VOCAB" ] || { echo "SKIP: $VOCAB is missing (the models need its tokenizer)"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 needed to compare JSON"; exit 77; }

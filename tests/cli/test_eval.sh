@@ -26,7 +26,7 @@ fail=0
 # tolerances: test_engine.c's REF_TOL_* (about 2x the maxima measured);
 # aidreams260K is trained (clear gaps), so its greedy text must match exactly,
 # the random-weight models' continuations are checked through their logits
-CMP=$(dirname "$0")/eval_compare.py
+CMP=${KVT_SRC:?KVT_SRC must point to the source tree}/tests/eval_compare.py
 for spec in aidreams260K:2e-3:--greedy-exact tiny-llama-f32:1e-4: tiny-llama-f16:1e-3: tiny-qwen2-f16:1e-3:; do
   IFS=: read -r name tol flag <<<"$spec"
   model=$SHARED/models/$name.gguf ref=$REFDIR/$name.jsonl

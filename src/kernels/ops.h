@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "types.h"
 #include "threadpool.h"
 
 /* ---- scalar conversions ------------------------------------------------ */

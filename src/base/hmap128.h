@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "blockhash.h"
+#include "hash128.h"
 
 typedef struct {
     kvt_hash128 key;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash128.h"
 #include "kvtier.h"
 
 /* Largest block size (tokens per block) kvtier accepts. Bounds the on-stack
@@ -15,12 +16,6 @@
 /* Default block size B (DESIGN.md). */
 #define KVT_BLOCK_TOKENS_DEFAULT 32
 
-/* A 128-bit key: XXH3-128 low and high halves. Compare with kvt_hash128_eq. */
-typedef struct {
-    uint64_t lo, hi;
-} kvt_hash128;
-
-static inline int kvt_hash128_eq(kvt_hash128 a, kvt_hash128 b) { return a.lo == b.lo && a.hi == b.hi; }
 
 /* Everything that makes a block's K/V bytes differ for the same tokens. Two
  * roots are equal only if every field is. Strings are NUL-terminated; NULL

@@ -6,7 +6,7 @@
 # Needs curl and jq; the raw-socket checks need python3 (tests/http_raw.py).
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: needs python3 for raw-socket requests"; exit 77; }
 RAW() { python3 "$HERE/http_raw.py" "$@"; }
