@@ -81,14 +81,25 @@
  * CRC-valid record is served. With it on, records without a MAC (a downgrade
  * is refused), and records signed under another key (the key file was lost;
  * a new one is made), are foreign: misses, never wrong output.
- * Cost: one BLAKE2b pass over each payload written and read, on one core.
- * bench_disk, 1 MiB blocks, O_DIRECT, 1 GiB cache, on the shared 2-core dev
- * VM (Debian's libsodium 1.0.18 takes its non-AVX2 BLAKE2b path there: 0.5-0.8
- * GiB/s), three interleaved runs of each: restore 490-632 MiB/s with the MAC
- * against 659-1271 without; writes 256-329 against 512-825 MiB/s; verify
- * 188-266 against 290-519 MiB/s; the header-only open scan is unchanged. The
- * MAC is the restore bottleneck there: verifying on more cores, or AES-GMAC
- * where AES-NI exists, would be the next step if that matters.
+ * Cost: one MAC pass over each record written and read, on one core, as
+ * each read of a batch lands (while the others are still in flight).
+ * bench_disk, 1 MiB blocks, O_DIRECT, 1 GiB cache, restores of 64 blocks, on
+ * the shared 2-core dev VM (AES-NI, PCLMUL; Debian's libsodium 1.0.18: GMAC
+ * 4-5.7 GB/s, BLAKE2b 0.5-0.7 GB/s on its non-AVX2 path; the disk's
+ * sequential O_DIRECT read ranged 600-1180 MiB/s between runs, once 2146),
+ * six interleaved runs of each, restore MiB/s (median) and its ratio to the
+ * sequential read of the same run (median):
+ *     MAC off          736-1061 (957)   0.84-1.39 (0.98)
+ *     GMAC             673-958  (786)   0.68-1.36 (0.93; 0.36 in the 2146 run)
+ *     BLAKE2b          389-717  (600)   0.41-0.86 (0.71)
+ *     BLAKE2b, format 2 (before GMAC): 280-594 (378), 0.39-0.65 (0.48)
+ * Against MAC off in the same round, restore keeps 0.71-1.27 with GMAC,
+ * 0.39-0.93 with BLAKE2b (the noisier ratio on this VM). Writes:
+ * 565-1124 MiB/s off, 386-813 GMAC, 307-453 BLAKE2b; full verify (buffered,
+ * one read at a time) 237-557, 224-474, 140-299; the header-only open scan is
+ * unchanged. Checking after the whole batch has landed instead of as each
+ * read completes cut restore to 341-640 MiB/s (GMAC; 701-879 in flight) and
+ * 210-338 (BLAKE2b; 210-471), three interleaved runs each.
  *
  * Open scans record headers only (measured on a 2 GiB cache of 1 MiB records,
  * page cache dropped: 0.13 s for the header scan, 8 s for a full read and CRC
