@@ -1330,8 +1330,8 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
                 d->dir, no_mac);
     if (no_scheme)
         kvt_log(KVT_LOG_WARN,
-                "cache dir %s: %" PRIu64 " records carry a MAC this machine cannot compute (AES-256-GCM needs AES-NI "
-                "and PCLMUL): they are misses",
+                "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
+                "without AES-NI and PCLMUL, or a later build's): they are misses",
                 d->dir, no_scheme);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
     free(buf);
