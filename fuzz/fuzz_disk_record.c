@@ -11,8 +11,9 @@
 
 /* Decode at most this much: a declared length is attacker-controlled. */
 #define FUZZ_DECODE_MAX (4u << 20)
-/* The corpus records are signed with this key (KVT_DISK_KEY_BYTES of 'K'), so
- * mutations reach both the matching and the failing MAC path. */
+/* The corpus records are signed with this key (KVT_DISK_KEY_BYTES of 'K'),
+ * under both MAC schemes (gmac-*, blake2b-*), so mutations reach the matching
+ * and the failing path of each; v1-* and v2-* are older formats (foreign). */
 #define FUZZ_KEY_BYTE 0x4b
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

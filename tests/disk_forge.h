@@ -1,8 +1,9 @@
 /* Test helper: tampers with disk-tier records the way an attacker without the
- * directory's key can (issue 14, finding 2): change a record's stored payload,
- * then recompute both CRC32Cs from the layout documented in tier_disk.h, so
- * every CRC check passes and only the keyed MAC can tell. Header-only, for
- * the tests that need it. */
+ * directory's key can (issue 14, finding 2): change a record's stored payload
+ * or header fields (flags, MAC scheme, GMAC nonce), then recompute both
+ * CRC32Cs from the layout documented in tier_disk.h, so every CRC check
+ * passes and only the keyed MAC can tell. Header-only, for the tests that
+ * need it. */
 #ifndef KVT_TEST_DISK_FORGE_H
 #define KVT_TEST_DISK_FORGE_H
 
@@ -21,6 +22,10 @@
 #define FORGE_HEADER_CRC 80
 #define FORGE_RECORD_CRC 84
 #define FORGE_AFTER_CRCS 88
+#define FORGE_FLAGS 88
+#define FORGE_KEY_ID 92
+#define FORGE_MAC 96
+#define FORGE_NONCE (FORGE_MAC + KVT_DISK_GMAC_TAG_BYTES) /* GMAC's nonce, after its tag */
 
 /* Rewrites both CRCs of the record in rec[0..header_bytes + stored_bytes). */
 static inline void forge_fix_crcs(uint8_t *rec, uint32_t header_bytes, uint64_t stored_bytes) {
@@ -90,6 +95,32 @@ static inline int forge_segment(const char *path, int swap) {
         }
         free(a);
         off = next;
+    }
+    close(fd);
+    return changed;
+}
+
+/* Calls edit on the bytes of every record of the segment file path (header
+ * and stored payload; r is its parse before the edit), then fixes both CRCs
+ * and writes it back. Returns the number of records changed. */
+static inline int forge_segment_edit(const char *path, void (*edit)(uint8_t *rec, const kvt_disk_record *r)) {
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return 0;
+    off_t size = lseek(fd, 0, SEEK_END);
+    int changed = 0;
+    uint64_t off = 0;
+    while (off < (uint64_t)size) {
+        uint8_t *a;
+        kvt_disk_record ra;
+        if (forge_read(fd, off, &a, &ra)) {
+            off += KVT_DISK_ALIGN;
+            continue;
+        }
+        edit(a, &ra);
+        forge_fix_crcs(a, ra.header_bytes, ra.stored_bytes);
+        changed += pwrite(fd, a, ra.record_bytes, (off_t)off) == (ssize_t)ra.record_bytes;
+        off += ra.record_bytes;
+        free(a);
     }
     close(fd);
     return changed;

@@ -95,6 +95,13 @@ static_assert(KVT_DISK_MAC_BYTES >= crypto_generichash_BYTES_MIN && KVT_DISK_MAC
               "MAC length BLAKE2b can produce");
 static_assert(KVT_DISK_KEY_BYTES >= crypto_generichash_KEYBYTES_MIN && KVT_DISK_KEY_BYTES <= crypto_generichash_KEYBYTES_MAX,
               "key length BLAKE2b accepts");
+static_assert(KVT_DISK_GMAC_TAG_BYTES == crypto_aead_aes256gcm_ABYTES &&
+                  KVT_DISK_GMAC_NONCE_BYTES == crypto_aead_aes256gcm_NPUBBYTES &&
+                  KVT_DISK_GMAC_TAG_BYTES + KVT_DISK_GMAC_NONCE_BYTES <= KVT_DISK_MAC_BYTES,
+              "GMAC's tag and nonce fit the MAC field");
+static_assert(crypto_aead_aes256gcm_KEYBYTES >= crypto_generichash_BYTES_MIN &&
+                  crypto_aead_aes256gcm_KEYBYTES <= crypto_generichash_BYTES_MAX,
+              "BLAKE2b can derive an AES-256 key");
 static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
 
 static uint64_t align_up(uint64_t n) { return (n + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN; }
@@ -131,38 +138,117 @@ static uint32_t header_crc(const uint8_t *h, uint32_t header_bytes) {
     return kvt_crc32c(c, h + RH_FLAGS, header_bytes - RH_FLAGS);
 }
 
-/* Keyed BLAKE2b of a record: every header byte except the two CRCs and the
- * MAC itself (so magic, version, codec, lengths, namespace, hash, parent,
- * flags and token ids are all bound), then the stored payload. A record can
- * then only be made by whoever holds the key, and a payload moved under
- * another key, parent or token list no longer matches. */
-static void record_mac(const uint8_t *h, uint32_t header_bytes, const uint8_t *stored, uint64_t stored_bytes,
-                       const uint8_t key[KVT_DISK_KEY_BYTES], uint8_t out[KVT_DISK_MAC_BYTES]) {
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, key, KVT_DISK_KEY_BYTES, KVT_DISK_MAC_BYTES);
-    crypto_generichash_update(&st, h, RH_HEADER_CRC);
-    crypto_generichash_update(&st, h + RH_FLAGS, RH_MAC - RH_FLAGS);
-    crypto_generichash_update(&st, h + RH_TOKENS, header_bytes - RH_TOKENS);
-    crypto_generichash_update(&st, stored, stored_bytes);
-    crypto_generichash_final(&st, out, KVT_DISK_MAC_BYTES);
+/* KVT_DISK_MAC_SCHEME=blake2b: behave as a CPU without AES-GCM (tests, benchmarks). */
+#define MAC_SCHEME_ENV "KVT_DISK_MAC_SCHEME"
+#define MAC_SCHEME_PORTABLE "blake2b"
+
+/* 1 if this process computes GMAC: libsodium found AES-NI and PCLMUL (it
+ * must be initialised to look) and the environment does not say otherwise. */
+static int gmac_usable(void) {
+    if (sodium_init() < 0) return 0;
+    const char *s = getenv(MAC_SCHEME_ENV);
+    if (s && !strcmp(s, MAC_SCHEME_PORTABLE)) return 0;
+    return crypto_aead_aes256gcm_is_available();
 }
 
-/* A directory's MAC key and its id. The id (a keyed hash of a constant: it
- * says nothing about the key) is stored in every record, so a scan can tell a
- * record signed under another key (the key file was lost: a miss) from a
- * forged one (its MAC fails at read: corrupt) without reading payloads. */
+kvt_disk_mac_scheme kvt_disk_mac_scheme_default(void) {
+    return gmac_usable() ? KVT_DISK_SCHEME_GMAC : KVT_DISK_SCHEME_BLAKE2B;
+}
+
+/* A directory's MAC key, its id, and what this process computes with it. The
+ * id (a keyed hash of a constant: it says nothing about the key) is stored in
+ * every record, so a scan can tell a record signed under another key (the key
+ * file was lost: a miss) from a forged one (its MAC fails at read: corrupt)
+ * without reading payloads. */
 typedef struct {
-    uint8_t bytes[KVT_DISK_KEY_BYTES];
+    uint8_t bytes[KVT_DISK_KEY_BYTES]; /* the directory's key: BLAKE2b's key */
     uint32_t id;
+    int gmac;                          /* GMAC is computed here: gcm is set */
+    crypto_aead_aes256gcm_state gcm;   /* the derived AES-256 key, expanded once */
 } mac_key;
 
 #define KEY_ID_CONTEXT "kvtier disk key id"
+#define GMAC_KEY_CONTEXT "kvtier disk aes-256-gcm key"
 
-static void key_set_id(mac_key *k) {
+/* Fills in k's id and, where GMAC is computed, its AES key: the directory
+ * key's BLAKE2b of a domain-separation string, so the raw key never serves
+ * two algorithms. k->bytes is set. */
+static void key_prepare(mac_key *k) {
     uint8_t h[crypto_generichash_BYTES_MIN];
     crypto_generichash(h, sizeof h, (const uint8_t *)KEY_ID_CONTEXT, sizeof KEY_ID_CONTEXT - 1, k->bytes,
                        KVT_DISK_KEY_BYTES);
     memcpy(&k->id, h, sizeof k->id);
+    k->gmac = gmac_usable();
+    if (k->gmac) {
+        uint8_t aes[crypto_aead_aes256gcm_KEYBYTES];
+        crypto_generichash(aes, sizeof aes, (const uint8_t *)GMAC_KEY_CONTEXT, sizeof GMAC_KEY_CONTEXT - 1, k->bytes,
+                           KVT_DISK_KEY_BYTES);
+        crypto_aead_aes256gcm_beforenm(&k->gcm, aes);
+        sodium_memzero(aes, sizeof aes);
+    }
+}
+
+/* 1 if a record's MAC under scheme can be computed with k here. */
+static int scheme_usable(const mac_key *k, uint32_t scheme) {
+    return scheme == KVT_DISK_SCHEME_BLAKE2B || (scheme == KVT_DISK_SCHEME_GMAC && k->gmac);
+}
+
+/* The MAC field of the record rec[0..len) (header and stored payload) under
+ * scheme (usable with k): the MAC covers every byte, with the two CRC fields
+ * and the MAC field read as zero, so magic, version, codec, lengths,
+ * namespace, hash, parent, flags, key id and token ids are all bound. A
+ * record can then only be made by whoever holds the key, and a payload moved
+ * under another key, parent or token list no longer matches. GMAC takes its
+ * additional data as one buffer, so those fields are zeroed in rec while it
+ * runs and then restored: rec is unchanged on return, but must not be read by
+ * another thread meanwhile (it never is: see the callers). nonce is GMAC's;
+ * it goes into the field after the tag. out may point into rec. */
+static void record_mac(const mac_key *k, uint32_t scheme, uint8_t *rec, uint64_t len,
+                       const uint8_t nonce[KVT_DISK_GMAC_NONCE_BYTES], uint8_t out[KVT_DISK_MAC_BYTES]) {
+    static const uint8_t zeros[KVT_DISK_MAC_BYTES];
+    uint8_t mac[KVT_DISK_MAC_BYTES] = {0};
+    if (scheme == KVT_DISK_SCHEME_BLAKE2B) {
+        crypto_generichash_state st;
+        crypto_generichash_init(&st, k->bytes, KVT_DISK_KEY_BYTES, KVT_DISK_MAC_BYTES);
+        crypto_generichash_update(&st, rec, RH_HEADER_CRC);
+        crypto_generichash_update(&st, zeros, RH_CRC_FIELDS_BYTES);
+        crypto_generichash_update(&st, rec + RH_FLAGS, RH_MAC - RH_FLAGS);
+        crypto_generichash_update(&st, zeros, KVT_DISK_MAC_BYTES);
+        crypto_generichash_update(&st, rec + RH_TOKENS, len - RH_TOKENS);
+        crypto_generichash_final(&st, mac, KVT_DISK_MAC_BYTES);
+    } else {
+        assert(scheme == KVT_DISK_SCHEME_GMAC && k->gmac);
+        uint8_t crcs[RH_CRC_FIELDS_BYTES], field[KVT_DISK_MAC_BYTES], empty = 0;
+        memcpy(crcs, rec + RH_HEADER_CRC, sizeof crcs);
+        memcpy(field, rec + RH_MAC, sizeof field);
+        memset(rec + RH_HEADER_CRC, 0, sizeof crcs);
+        memset(rec + RH_MAC, 0, sizeof field);
+        crypto_aead_aes256gcm_encrypt_detached_afternm(&empty, mac, NULL, &empty, 0, rec, len, NULL, nonce, &k->gcm);
+        memcpy(rec + RH_HEADER_CRC, crcs, sizeof crcs);
+        memcpy(rec + RH_MAC, field, sizeof field);
+        memcpy(mac + KVT_DISK_GMAC_TAG_BYTES, nonce, KVT_DISK_GMAC_NONCE_BYTES);
+    }
+    memcpy(out, mac, KVT_DISK_MAC_BYTES);
+}
+
+/* Checks a fully parsed record's MAC under k, in constant time. buf is the
+ * record's bytes (r->raw), writable for record_mac. Returns 0, KVT_EFORMAT
+ * (no MAC, or a mismatch) or KVT_EUNSUPPORTED (a scheme not computed here). */
+static int record_verify(const kvt_disk_record *r, const mac_key *k, uint8_t *buf) {
+    assert(buf == r->raw && r->stored == buf + r->header_bytes);
+    if (!(r->flags & KVT_DISK_FLAG_MAC)) return kvt_fail(KVT_EFORMAT, "record carries no MAC");
+    if (!scheme_usable(k, r->mac_scheme))
+        return kvt_fail(KVT_EUNSUPPORTED, "record MAC scheme %u cannot be computed here", r->mac_scheme);
+    uint8_t mac[KVT_DISK_MAC_BYTES];
+    record_mac(k, r->mac_scheme, buf, r->header_bytes + r->stored_bytes, r->mac + KVT_DISK_GMAC_TAG_BYTES, mac);
+    if (sodium_memcmp(mac, r->mac, KVT_DISK_MAC_BYTES))
+        return kvt_fail(KVT_EFORMAT, "record MAC mismatch: altered, or written under another key");
+    return 0;
+}
+
+/* 1 if k can check r's MAC: it carries one, under k's id and a scheme usable here. */
+static int mac_checkable(const mac_key *k, const kvt_disk_record *r) {
+    return k && (r->flags & KVT_DISK_FLAG_MAC) && r->key_id == k->id && scheme_usable(k, r->mac_scheme);
 }
 
 /* ---- record format ----------------------------------------------------- */
@@ -202,8 +288,11 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
     if (hc != out->header_crc) return kvt_fail(KVT_EFORMAT, "record header CRC mismatch");
     out->flags = rd32(b + RH_FLAGS);
     out->key_id = rd32(b + RH_KEY_ID);
-    if ((out->flags & ~(uint32_t)KVT_DISK_FLAG_MAC) || (!(out->flags & KVT_DISK_FLAG_MAC) && out->key_id))
-        return kvt_fail(KVT_EFORMAT, "record header: unknown flags %08x, or a key id without a MAC", out->flags);
+    out->mac_scheme = (out->flags & KVT_DISK_FLAG_SCHEME_MASK) >> KVT_DISK_FLAG_SCHEME_SHIFT;
+    if ((out->flags & ~(KVT_DISK_FLAG_MAC | KVT_DISK_FLAG_SCHEME_MASK)) ||
+        (!(out->flags & KVT_DISK_FLAG_MAC) && (out->key_id || out->mac_scheme)))
+        return kvt_fail(KVT_EFORMAT, "record header: unknown flags %08x, or a key id or scheme without a MAC",
+                        out->flags);
     memcpy(out->mac, b + RH_MAC, KVT_DISK_MAC_BYTES);
     out->raw = b;
     out->record_bytes = align_up(out->header_bytes + out->stored_bytes);
@@ -239,15 +328,26 @@ int kvt_disk_record_decode(const kvt_disk_record *r, void *out, size_t cap) { re
 int kvt_disk_record_check_mac(const kvt_disk_record *r, const uint8_t key[KVT_DISK_KEY_BYTES]) {
     if (!r->raw || !r->stored) return kvt_fail(KVT_EARG, "record payload not parsed");
     if (!(r->flags & KVT_DISK_FLAG_MAC)) return kvt_fail(KVT_EFORMAT, "record carries no MAC");
-    uint8_t mac[KVT_DISK_MAC_BYTES];
-    record_mac(r->raw, r->header_bytes, r->stored, r->stored_bytes, key, mac);
-    if (sodium_memcmp(mac, r->mac, KVT_DISK_MAC_BYTES))
-        return kvt_fail(KVT_EFORMAT, "record MAC mismatch: altered, or written under another key");
-    return 0;
+    mac_key k;
+    memcpy(k.bytes, key, KVT_DISK_KEY_BYTES);
+    key_prepare(&k);
+    /* a copy: GMAC works in place, and the caller's buffer may be read-only */
+    size_t len = r->header_bytes + r->stored_bytes;
+    uint8_t *copy = kvt_xmalloc(len);
+    memcpy(copy, r->raw, len);
+    kvt_disk_record c = *r;
+    c.raw = copy;
+    c.stored = copy + r->header_bytes;
+    c.tokens = (const int32_t *)(const void *)(copy + RH_TOKENS);
+    int rc = record_verify(&c, &k, copy);
+    free(copy);
+    sodium_memzero(&k, sizeof k);
+    return rc;
 }
 
 /* Writes a record header into h (header_bytes) for a stored payload at
- * h + header_bytes, its MAC under key (none when key is NULL), and both CRCs.
+ * h + header_bytes, its MAC under key (none when key is NULL; GMAC where key
+ * computes it, with a fresh random nonce, else BLAKE2b), and both CRCs.
  * Returns the padded record length; zeroes the padding. */
 static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
                               uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
@@ -263,10 +363,16 @@ static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
     wrh(h + RH_NS, ns);
     wrh(h + RH_HASH, hash);
     wrh(h + RH_PARENT, parent);
-    wr32(h + RH_FLAGS, key ? KVT_DISK_FLAG_MAC : 0);
+    uint32_t scheme = key && key->gmac ? KVT_DISK_SCHEME_GMAC : KVT_DISK_SCHEME_BLAKE2B;
+    wr32(h + RH_FLAGS, key ? KVT_DISK_FLAG_MAC | scheme << KVT_DISK_FLAG_SCHEME_SHIFT : 0);
     wr32(h + RH_KEY_ID, key ? key->id : 0);
     memset(h + RH_MAC, 0, KVT_DISK_MAC_BYTES);
-    if (key) record_mac(h, header_bytes, h + header_bytes, stored_bytes, key->bytes, h + RH_MAC);
+    if (key) {
+        /* a GCM nonce must never repeat under one key: 96 random bits per record (tier_disk.h, "MAC") */
+        uint8_t nonce[KVT_DISK_GMAC_NONCE_BYTES] = {0};
+        if (scheme == KVT_DISK_SCHEME_GMAC) randombytes_buf(nonce, sizeof nonce);
+        record_mac(key, scheme, h, header_bytes + stored_bytes, nonce, h + RH_MAC);
+    }
     uint32_t hc = header_crc(h, header_bytes);
     wr32(h + RH_HEADER_CRC, hc);
     wr32(h + RH_CRC, kvt_crc32c(hc, h + header_bytes, stored_bytes));
@@ -510,7 +616,7 @@ static int key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
                       "become misses)",
                       dir, KVT_DISK_KEY_BYTES);
     close(fd);
-    if (!rc) key_set_id(key);
+    if (!rc) key_prepare(key);
     return rc;
 }
 
@@ -521,7 +627,7 @@ static int key_create(int dfd, const char *dir, mac_key *key) {
     int fd = tmp_create(dfd, dir, KEY_TMP_NAME, 0);
     if (fd < 0) return fd;
     randombytes_buf(key->bytes, KVT_DISK_KEY_BYTES);
-    key_set_id(key);
+    key_prepare(key);
     int rc = 0;
     if (fchmod(fd, FILE_MODE)) rc = -errno; /* a umask may have narrowed it; key_read wants 0600 exactly */
     else if (write(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES) rc = errno ? -errno : -EIO;
@@ -613,8 +719,8 @@ static void *aligned_buf(size_t n) {
 }
 
 /* Walks the records of one segment file: reads each header (and with verify
- * the whole record, checking its MAC if key is set and the record carries one
- * under that key's id), calls fn(ctx, off, bytes, status, rec) per record or bad
+ * the whole record, checking its MAC if key is set and can check it: see
+ * mac_checkable), calls fn(ctx, off, bytes, status, rec) per record or bad
  * 4 KiB step. A bad header is stepped over one KVT_DISK_ALIGN at a time, so
  * the next intact record is found again; a record running past the end of the
  * file (a torn tail) is reported corrupt and ends the walk. buf is an aligned
@@ -651,9 +757,7 @@ static int scan_segment(int fd, uint64_t size, int verify, const mac_key *key, u
             ssize_t k = pread(fd, *vbuf, rec.record_bytes, (off_t)off);
             uint64_t want = rec.header_bytes + rec.stored_bytes;
             if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(*vbuf, (size_t)k, 1, &rec)) st = KVT_EFORMAT;
-            else if (key && (rec.flags & KVT_DISK_FLAG_MAC) && rec.key_id == key->id &&
-                     kvt_disk_record_check_mac(&rec, key->bytes))
-                st = KVT_EFORMAT;
+            else if (mac_checkable(key, &rec) && record_verify(&rec, key, *vbuf)) st = KVT_EFORMAT;
             else raw = *vbuf;
         }
         int r = fn(ctx, off, rec.record_bytes, st, &rec, raw);
@@ -1140,7 +1244,8 @@ typedef struct {
     kvt_disk *d;
     disk_seg *seg;
     uint64_t bad_run_end; /* end of the last bad 4 KiB run, to count a run once */
-    uint64_t no_mac, lost_key; /* with MAC on: records without one, and signed under a key we lack */
+    uint64_t no_mac, lost_key, no_scheme; /* with MAC on: records without one, signed under a key we lack, or
+                                             under a scheme not computed here */
 } open_scan;
 
 static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
@@ -1164,10 +1269,10 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
     /* With MAC on, only records whose MAC can be checked at read are indexed;
      * the MAC itself is checked when the payload is read (the scan reads
      * headers only). Without MAC every CRC-valid record is taken. */
-    if (d->p.mac &&
-        (!(rec->flags & KVT_DISK_FLAG_MAC) || d->key_state == KEY_NONE || rec->key_id != d->key.id)) {
-        if (rec->flags & KVT_DISK_FLAG_MAC) o->lost_key++;
-        else o->no_mac++;
+    if (d->p.mac && (d->key_state == KEY_NONE || !mac_checkable(&d->key, rec))) {
+        if (!(rec->flags & KVT_DISK_FLAG_MAC)) o->no_mac++;
+        else if (d->key_state == KEY_NONE || rec->key_id != d->key.id) o->lost_key++;
+        else o->no_scheme++;
         d->st.foreign++;
         return 0;
     }
@@ -1182,7 +1287,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     long n = list_segments(d->dir_fd, d->dir, 1, &ids);
     if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", d->dir, strerror((int)-n));
     uint8_t *buf = aligned_buf(SCAN_READ_BYTES);
-    uint64_t no_mac = 0, lost_key = 0;
+    uint64_t no_mac = 0, lost_key = 0, no_scheme = 0;
     for (long i = 0; i < n; i++) {
         char nm[SEG_NAME_MAX];
         seg_name(nm, sizeof nm, ids[i]);
@@ -1201,10 +1306,11 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         s->bytes = (uint64_t)sb.st_size;
         segs_push(d, s);
         if (ignore_records) continue;
-        open_scan o = {d, s, UINT64_MAX, 0, 0};
+        open_scan o = {d, s, UINT64_MAX, 0, 0, 0};
         scan_segment(fd, s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
         no_mac += o.no_mac;
         lost_key += o.lost_key;
+        no_scheme += o.no_scheme;
     }
     if (lost_key)
         kvt_log(KVT_LOG_WARN,
@@ -1214,6 +1320,11 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     if (no_mac)
         kvt_log(KVT_LOG_INFO, "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
                 d->dir, no_mac);
+    if (no_scheme)
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
+                "without AES-NI and PCLMUL, or a later build's): they are misses",
+                d->dir, no_scheme);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
     free(buf);
     free(ids);
@@ -1304,6 +1415,10 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         if (wrc) disable_writes(d, wrc, "writing the header");
     }
     if (p->mac) {
+        const char *scheme = getenv(MAC_SCHEME_ENV);
+        if (scheme && *scheme && strcmp(scheme, MAC_SCHEME_PORTABLE))
+            kvt_log(KVT_LOG_WARN, "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
+                    scheme, MAC_SCHEME_PORTABLE);
         /* the key is made under the lock, so two openers never race to make it */
         int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
         if (!krc) krc = key_read(d->dir_fd, d->dir, geteuid(), &d->key);
@@ -1351,8 +1466,9 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         return kvt_fail(-EAGAIN, "disk tier: cannot start the writer thread");
     }
     d->writer_started = 1;
-    kvt_log(KVT_LOG_DEBUG, "disk tier %s: %zu records in %zu segments, scanned in %.3f s", d->dir,
-            (size_t)d->map.count, d->n_segs, d->st.open_scan_seconds);
+    kvt_log(KVT_LOG_DEBUG, "disk tier %s: %zu records in %zu segments, scanned in %.3f s; MAC %s", d->dir,
+            (size_t)d->map.count, d->n_segs, d->st.open_scan_seconds,
+            !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b");
     *out = d;
     return 0;
 }
@@ -1604,7 +1720,7 @@ static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
     }
     kvt_disk_record rec;
     if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes ||
-        (d->p.mac && kvt_disk_record_check_mac(&rec, d->key.bytes))) {
+        (d->p.mac && record_verify(&rec, &d->key, pl->buf))) {
         pl->status = 2;
         return;
     }
@@ -1814,9 +1930,9 @@ static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         }
         if (decode_with(w->zd, &full, w->dec, w->dec_cap)) info.status = KVT_EFORMAT;
     }
-    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)          ? KVT_DISK_MAC_NONE
-               : raw && w->key && rec->key_id == w->key->id ? KVT_DISK_MAC_OK
-                                                            : KVT_DISK_MAC_UNCHECKED;
+    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)   ? KVT_DISK_MAC_NONE
+               : raw && mac_checkable(w->key, rec) ? KVT_DISK_MAC_OK
+                                                   : KVT_DISK_MAC_UNCHECKED;
     info.rec.tokens = NULL;
     info.rec.stored = NULL;
     info.rec.raw = NULL;

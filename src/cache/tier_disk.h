@@ -24,26 +24,49 @@
  * inspect a user's directory), with the same rules for what they open.
  *
  * Record (little-endian), padded with zeros to KVT_DISK_ALIGN so that records
- * start on 4 KiB boundaries and O_DIRECT can read them (format version 2):
+ * start on 4 KiB boundaries and O_DIRECT can read them (format version 3):
  *     0 u32 magic            4 u16 format version    6 u16 codec
  *     8 u32 header bytes (128 + 4B)                 12 u32 B
  *    16 u64 payload bytes (as the caller sees them)
  *    24 u64 stored bytes (after the codec)
  *    32 16B namespace       48 16B block hash       64 16B parent hash
  *    80 u32 header CRC      84 u32 record CRC
- *    88 u32 flags (bit 0: the record carries a MAC; other bits 0)
- *    92 u32 key id (0 without a MAC)                 96 32B MAC (zeros without one)
+ *    88 u32 flags (bit 0: the record carries a MAC; bits 1-3: its scheme,
+ *       KVT_DISK_SCHEME_*, 0 without a MAC; other bits 0)
+ *    92 u32 key id (0 without a MAC)
+ *    96 32B MAC field: BLAKE2b's 32-byte MAC, or GMAC's 16-byte tag, then its
+ *       12-byte nonce, then 4 zero bytes; zeros without a MAC
  *   128 B x i32 token ids; then the stored payload.
  * The header CRC covers the header (both CRC fields read as zero) and lets a
  * scan trust the lengths without reading payloads; the record CRC extends it
- * over the stored payload and is checked on every read. Version 1 records
- * (no flags or MAC) are foreign to this build: misses.
+ * over the stored payload and is checked on every read. Records of versions 1
+ * (no MAC) and 2 (BLAKE2b only, over differently chosen bytes) are foreign to
+ * this build: misses.
  *
  * MAC. CRCs catch accidents, not intent: anyone who can write a segment can
- * recompute them. So a record also carries a keyed BLAKE2b (libsodium's
- * crypto_generichash) over every header byte but the CRCs and the MAC itself
- * (namespace, hash, parent, token ids, lengths, codec, flags) and the stored
- * payload, under the directory's key: the file `key`, KVT_DISK_KEY_BYTES
+ * recompute them. So a record also carries a MAC under the directory's key
+ * over the whole record as written, header and stored payload (namespace,
+ * hash, parent, token ids, lengths, codec, flags, key id), with the two CRC
+ * fields and the MAC field read as zero. The flags name one of two schemes:
+ *   GMAC (KVT_DISK_SCHEME_GMAC), written wherever the CPU has AES-NI and
+ *     PCLMUL: AES-256-GCM with those bytes as additional data and an empty
+ *     message (libsodium's crypto_aead_aes256gcm), under an AES key derived
+ *     from the directory's key (its keyed BLAKE2b of a domain-separation
+ *     string, so no key serves two algorithms), with a fresh random 96-bit
+ *     nonce per record kept beside the tag. A GCM nonce must never repeat
+ *     under one key: random nonces make a repeat less likely than 2^-32 until
+ *     2^32 records (4 PiB of 1 MiB blocks) have been written under one key
+ *     file (NIST SP 800-38D's bound).
+ *   BLAKE2b (KVT_DISK_SCHEME_BLAKE2B), the portable one where AES-GCM is
+ *     unavailable: keyed BLAKE2b-256 (crypto_generichash) under the key itself.
+ * A reader verifies each record with the scheme its flags name, so both can
+ * share a directory (moved between machines); a record under a scheme this
+ * machine cannot compute (GMAC without AES-NI, or a later build's) is a miss,
+ * counted foreign, never served, kept by gc and reported as not checkable by
+ * `cache verify`. KVT_DISK_MAC_SCHEME=blake2b in the environment makes the
+ * process behave as a machine without AES-GCM (it writes BLAKE2b and cannot
+ * check GMAC records): for tests and benchmarks only.
+ * The key: the file `key`, KVT_DISK_KEY_BYTES
  * random bytes made at the first open (O_EXCL, 0600, fsync'd, under the lock)
  * and refused (-EACCES / KVT_EFORMAT, with the fix in the message) unless it is
  * a regular 0600 file of the directory's owner and of that exact size. A
@@ -52,19 +75,31 @@
  * revealing nothing of the key) tells a record signed under another key
  * (the key file was lost and a new one made: foreign, a miss) from a forged
  * one without reading payloads. The scan reads headers only, so the MAC is
- * checked on full reads (get, verify, gc). params.mac (default on;
+ * checked on full reads (get, verify, gc), as each read of a batch completes,
+ * while the others are still in flight. params.mac (default on;
  * --kv-disk-no-mac) turns it off: records are written without a MAC and any
- * CRC-valid record is served. With it on, records without a MAC, and records
- * signed under another key (the key file was lost; a new one is made), are
- * foreign: misses, never wrong output.
- * Cost: one BLAKE2b pass over each payload written and read, on one core.
- * bench_disk, 1 MiB blocks, O_DIRECT, 1 GiB cache, on the shared 2-core dev
- * VM (Debian's libsodium 1.0.18 takes its non-AVX2 BLAKE2b path there: 0.5-0.8
- * GiB/s), three interleaved runs of each: restore 490-632 MiB/s with the MAC
- * against 659-1271 without; writes 256-329 against 512-825 MiB/s; verify
- * 188-266 against 290-519 MiB/s; the header-only open scan is unchanged. The
- * MAC is the restore bottleneck there: verifying on more cores, or AES-GMAC
- * where AES-NI exists, would be the next step if that matters.
+ * CRC-valid record is served. With it on, records without a MAC (a downgrade
+ * is refused), and records signed under another key (the key file was lost;
+ * a new one is made), are foreign: misses, never wrong output.
+ * Cost: one MAC pass over each record written and read, on one core, as
+ * each read of a batch lands (while the others are still in flight).
+ * bench_disk, 1 MiB blocks, O_DIRECT, 1 GiB cache, restores of 64 blocks, on
+ * the shared 2-core dev VM (AES-NI, PCLMUL; Debian's libsodium 1.0.18: GMAC
+ * 4-5.7 GB/s, BLAKE2b 0.5-0.7 GB/s on its non-AVX2 path; the disk's
+ * sequential O_DIRECT read ranged 600-1180 MiB/s between runs, once 2146),
+ * six interleaved runs of each, restore MiB/s (median) and its ratio to the
+ * sequential read of the same run (median):
+ *     MAC off          736-1061 (957)   0.84-1.39 (0.98)
+ *     GMAC             673-958  (786)   0.68-1.36 (0.93; 0.36 in the 2146 run)
+ *     BLAKE2b          389-717  (600)   0.41-0.86 (0.71)
+ *     BLAKE2b, format 2 (before GMAC): 280-594 (378), 0.39-0.65 (0.48)
+ * Against MAC off in the same round, restore keeps 0.71-1.27 with GMAC,
+ * 0.39-0.93 with BLAKE2b (the noisier ratio on this VM). Writes:
+ * 565-1124 MiB/s off, 386-813 GMAC, 307-453 BLAKE2b; full verify (buffered,
+ * one read at a time) 237-557, 224-474, 140-299; the header-only open scan is
+ * unchanged. Checking after the whole batch has landed instead of as each
+ * read completes cut restore to 341-640 MiB/s (GMAC; 701-879 in flight) and
+ * 210-338 (BLAKE2b; 210-471), three interleaved runs each.
  *
  * Open scans record headers only (measured on a 2 GiB cache of 1 MiB records,
  * page cache dropped: 0.13 s for the header scan, 8 s for a full read and CRC
@@ -121,15 +156,21 @@
 /* Records start on, and are padded to, this boundary (O_DIRECT's unit). */
 #define KVT_DISK_ALIGN 4096
 /* On-disk format version of records and of the header file. */
-#define KVT_DISK_FORMAT_VERSION 2
+#define KVT_DISK_FORMAT_VERSION 3
 #define KVT_DISK_MAGIC 0x5232544Bu /* "KT2R" read as little-endian bytes */
 /* Bytes of a record header before the token ids. */
 #define KVT_DISK_HEADER_FIXED 128
-/* The directory's MAC key, and the MAC each record carries (keyed BLAKE2b). */
+/* The directory's MAC key, and the MAC field each record carries (see "MAC"). */
 #define KVT_DISK_KEY_BYTES 32
 #define KVT_DISK_MAC_BYTES 32
-/* Record flags. */
+#define KVT_DISK_GMAC_TAG_BYTES 16   /* GMAC's tag, at the start of the MAC field */
+#define KVT_DISK_GMAC_NONCE_BYTES 12 /* GMAC's nonce, right after the tag */
+/* Record flags: bit 0 says the record carries a MAC; bits 1-3 name its scheme. */
 #define KVT_DISK_FLAG_MAC 1u
+#define KVT_DISK_FLAG_SCHEME_SHIFT 1
+#define KVT_DISK_FLAG_SCHEME_MASK (7u << KVT_DISK_FLAG_SCHEME_SHIFT)
+/* MAC schemes (a 3-bit field: values past these are a later build's). */
+typedef enum { KVT_DISK_SCHEME_BLAKE2B = 0, KVT_DISK_SCHEME_GMAC = 1 } kvt_disk_mac_scheme;
 /* Largest payload (before and after the codec) a record may declare: bounds
  * what a scan or the fuzzer will believe. */
 #define KVT_DISK_PAYLOAD_MAX (256ull << 20)
@@ -270,6 +311,7 @@ typedef struct {
     kvt_hash128 ns, hash, parent;
     uint32_t header_crc, crc;
     uint32_t flags;                   /* KVT_DISK_FLAG_* */
+    uint32_t mac_scheme;              /* KVT_DISK_SCHEME_* (from flags), with KVT_DISK_FLAG_MAC */
     uint32_t key_id;                  /* id of the key the MAC is under (0 without one) */
     uint8_t mac[KVT_DISK_MAC_BYTES];  /* as stored; meaningful with KVT_DISK_FLAG_MAC */
     const uint8_t *raw;     /* the record's first byte (the buffer given to the parser) */
@@ -291,20 +333,27 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
  * is too small). Thread-safe. */
 int kvt_disk_record_decode(const kvt_disk_record *r, void *out, size_t cap);
 
-/* Checks a fully parsed record's MAC under key (KVT_DISK_KEY_BYTES), in
- * constant time. Returns 0 if the record carries a MAC and it matches,
- * KVT_EFORMAT if it carries none or it does not match, KVT_EARG if the parse
- * did not cover the payload. Reads only the buffer the record was parsed
- * from. Thread-safe. */
+/* Checks a fully parsed record's MAC under the directory key `key`
+ * (KVT_DISK_KEY_BYTES), with the scheme its flags name, in constant time.
+ * Returns 0 if the record carries a MAC and it matches, KVT_EFORMAT if it
+ * carries none or it does not match, KVT_EUNSUPPORTED if its scheme cannot be
+ * computed here (see "MAC"), KVT_EARG if the parse did not cover the payload.
+ * Reads only the buffer the record was parsed from (and never writes it: it
+ * works on a copy). Thread-safe. */
 int kvt_disk_record_check_mac(const kvt_disk_record *r, const uint8_t key[KVT_DISK_KEY_BYTES]);
+
+/* The scheme this process signs new records with: KVT_DISK_SCHEME_GMAC where
+ * libsodium finds AES-NI and PCLMUL and KVT_DISK_MAC_SCHEME is not "blake2b",
+ * else KVT_DISK_SCHEME_BLAKE2B. Thread-safe. */
+kvt_disk_mac_scheme kvt_disk_mac_scheme_default(void);
 
 /* ---- directory maintenance (kvtier cache) ----------------------------- */
 
 /* kvt_disk_walk_info.mac */
 enum {
     KVT_DISK_MAC_NONE = 0,      /* the record carries no MAC (written with mac off) */
-    KVT_DISK_MAC_UNCHECKED = 1, /* it carries one, not checked: a header walk, no key file, or signed under
-                                   another key than the key file's */
+    KVT_DISK_MAC_UNCHECKED = 1, /* it carries one, not checked: a header walk, no key file, signed under
+                                   another key than the key file's, or under a scheme not computed here */
     KVT_DISK_MAC_OK = 2,        /* it carries one and it verified */
 };
 
@@ -355,7 +404,8 @@ void kvt_disk_note_lookup(kvt_disk *d, uint64_t blocks, uint64_t hits);
 
 /* Takes the lock (failing like kvt_disk_open if held) and rewrites every
  * segment that holds corrupt records (CRC, or MAC when the key file exists;
- * then records signed under another key go too, as foreign), records of another version, records of
+ * then records signed under another key go too, as foreign, while those under
+ * a MAC scheme not computed here stay, unchecked), records of another version, records of
  * a namespace other than *keep_ns (NULL: keep every namespace) or duplicate
  * keys, keeping the rest; each rewrite is a temp file, fsync, rename.
  * Segments left empty are removed; a link or FIFO under a segment's name is

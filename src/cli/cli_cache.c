@@ -23,7 +23,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  stats    segment files, bytes, records (valid / corrupt / other format), usage per namespace,\n"
             "           and lifetime counters: disk hit rate of prompt blocks, writes, drops, I/O\n"
-            "  ls       one line per record: segment, offset, bytes, namespace, hash, parent, B, codec, sizes\n"
+            "  ls       one line per record: segment, offset, bytes, namespace, hash, parent, B, codec, sizes,\n"
+            "           MAC scheme (no, gmac or blake2b)\n"
             "  verify   read every record and check its CRC and its MAC under the directory's key file (and\n"
             "           decode it); exit status 1 if any is bad, or carries a MAC that cannot be checked\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
@@ -59,7 +60,7 @@ typedef struct {
 typedef struct {
     uint64_t records, valid, corrupt, foreign, bytes, payload, stored;
     int verify;
-    uint64_t mac_ok, no_mac, unverified; /* verify: MAC checked, absent, present but no key to check it */
+    uint64_t mac_ok, no_mac, unverified; /* verify: MAC checked, absent, present but not checkable here */
     ns_usage ns[MAX_NAMESPACES];
     size_t n_ns, ns_overflow;
     /* ls */
@@ -89,7 +90,7 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
         if (s->ls) printf("%s %10" PRIu64 " %9" PRIu64 " CORRUPT\n", w->segment, w->offset, w->bytes);
         return 0;
     }
-    if (s->verify && w->mac == KVT_DISK_MAC_UNCHECKED) { /* no key file: cannot vouch for it */
+    if (s->verify && w->mac == KVT_DISK_MAC_UNCHECKED) { /* no key, or no way to compute its MAC: cannot vouch */
         s->unverified++;
         return 0;
     }
@@ -117,7 +118,10 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
                w->segment, w->offset, w->bytes, w->rec.ns.hi, w->rec.ns.lo, w->rec.hash.hi, w->rec.hash.lo,
                w->rec.parent.hi, w->rec.parent.lo, w->rec.block_tokens,
                w->rec.codec == KVT_DISK_CODEC_ZSTD ? "zstd" : "raw", w->rec.payload_bytes, w->rec.stored_bytes,
-               w->mac == KVT_DISK_MAC_NONE ? "no" : "yes");
+               w->mac == KVT_DISK_MAC_NONE                        ? "no"
+               : w->rec.mac_scheme == KVT_DISK_SCHEME_GMAC    ? "gmac"
+               : w->rec.mac_scheme == KVT_DISK_SCHEME_BLAKE2B ? "blake2b"
+                                                              : "other");
     }
     if (s->progress) {
         double now = kvt_now();
@@ -209,7 +213,8 @@ int kvt_cmd_cache(int argc, char **argv) {
                 printf("MAC: %" PRIu64 " verified with the directory's key, %" PRIu64 " records without one", s->mac_ok,
                        s->no_mac);
                 if (s->unverified)
-                    printf(", %" PRIu64 " that cannot be checked (no key file, or signed under another key): not valid",
+                    printf(", %" PRIu64 " that cannot be checked (no key file, signed under another key, or under a "
+                           "MAC scheme this machine cannot compute): not valid",
                            s->unverified);
                 printf("\n");
             }

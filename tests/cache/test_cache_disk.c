@@ -82,14 +82,26 @@ static void fill_dir(const char *dir, const int32_t *p, int32_t n) {
     kvt_engine_free(e);
 }
 
+static int scheme_walk(void *ctx, const kvt_disk_walk_info *w) {
+    uint64_t *by_scheme = ctx;
+    if (!w->status && w->mac != KVT_DISK_MAC_NONE && w->rec.mac_scheme < 2) by_scheme[w->rec.mac_scheme]++;
+    return 0;
+}
+
 /* The issue's attack end to end: payloads zeroed or swapped with both CRCs
  * recomputed, or the key file removed: output equals a cold run and nothing
- * is restored; without the MAC the zeroed KV would be served. */
-static void test_forged(const int32_t *p, int32_t n, const run_out *ref) {
+ * is restored; without the MAC the zeroed KV would be served. Run once per
+ * MAC scheme (the caller sets KVT_DISK_MAC_SCHEME; tag names the run). */
+static void test_forged(const int32_t *p, int32_t n, const run_out *ref, const char *tag) {
     char dir[4096];
     uint64_t corrupt;
-    snprintf(dir, sizeof dir, "%s/forged-zero", kvt_test_tmpdir());
+    kvt_disk_mac_scheme scheme = kvt_disk_mac_scheme_default();
+    snprintf(dir, sizeof dir, "%s/forged-zero-%s", kvt_test_tmpdir(), tag);
     fill_dir(dir, p, n);
+    uint64_t by_scheme[2] = {0, 0};
+    CHECK(kvt_disk_walk(dir, 0, scheme_walk, by_scheme) == 0);
+    CHECKF(by_scheme[scheme] >= 14 && by_scheme[!scheme] == 0, "%s: %llu records under scheme %d, %llu under the other",
+           tag, (unsigned long long)by_scheme[scheme], (int)scheme, (unsigned long long)by_scheme[!scheme]);
     CHECKF(forge_dir(dir, 0) >= 14, "forged too few records in %s", dir);
     run_out o = run_once(dir, p, n, 0, &corrupt);
     CHECK(same(&o, ref));
@@ -102,7 +114,7 @@ static void test_forged(const int32_t *p, int32_t n, const run_out *ref) {
            o.res.tier_tokens[KVT_TIER_T2]);
     free_out(&o);
 
-    snprintf(dir, sizeof dir, "%s/forged-swap", kvt_test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/forged-swap-%s", kvt_test_tmpdir(), tag);
     fill_dir(dir, p, n);
     CHECK(forge_dir(dir, 1) >= 2);
     o = run_once(dir, p, n, 0, &corrupt);
@@ -111,7 +123,7 @@ static void test_forged(const int32_t *p, int32_t n, const run_out *ref) {
            o.res.tier_tokens[KVT_TIER_T2]);
     free_out(&o);
 
-    snprintf(dir, sizeof dir, "%s/no-key", kvt_test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/no-key-%s", kvt_test_tmpdir(), tag);
     fill_dir(dir, p, n);
     char key[4200];
     snprintf(key, sizeof key, "%s/key", dir);
@@ -212,7 +224,11 @@ int main(void) {
     kvt_cache_free(c);
     kvt_engine_free(e);
 
-    test_forged(p, 120, &ref);
+    /* under the scheme this CPU signs with, then under the portable one */
+    test_forged(p, 120, &ref, "default");
+    CHECK(setenv("KVT_DISK_MAC_SCHEME", "blake2b", 1) == 0);
+    test_forged(p, 120, &ref, "blake2b");
+    CHECK(unsetenv("KVT_DISK_MAC_SCHEME") == 0);
 
     /* admission: blocks seen once are not written when RAM evicts them */
     char dir2[4096];

@@ -1,9 +1,10 @@
 /* Disk tier: round trip and restart, batched reads, the index's T2 presence,
  * kill -9 crashes, corrupted / truncated / foreign files, namespace and
  * version changes, the size budget under churn with reinsertion, the lock
- * (in process and from a child), a full disk and a read-only directory, and
- * the admission filter. Payloads come from a generator keyed by block hash,
- * so any served byte can be checked. */
+ * (in process and from a child), a full disk and a read-only directory, the
+ * admission filter, and the record MAC under both schemes (forged payloads,
+ * nonces and scheme flags; downgrades; mixed directories). Payloads come from
+ * a generator keyed by block hash, so any served byte can be checked. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -614,6 +615,7 @@ static void test_dir_security(void) {
 
 typedef struct {
     uint64_t valid, corrupt, mac_ok, no_mac;
+    uint64_t scheme[2]; /* valid records carrying a MAC, by KVT_DISK_SCHEME_* */
 } mac_walk;
 
 static int mac_walk_fn(void *ctx, const kvt_disk_walk_info *w) {
@@ -625,7 +627,16 @@ static int mac_walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     m->valid++;
     m->mac_ok += w->mac == KVT_DISK_MAC_OK;
     m->no_mac += w->mac == KVT_DISK_MAC_NONE;
+    if (w->mac != KVT_DISK_MAC_NONE && w->rec.mac_scheme < 2) m->scheme[w->rec.mac_scheme]++;
     return 0;
+}
+
+/* subdir(prefix-tag), copied into out (subdir's buffers are reused). */
+static const char *tagged_dir(char *out, size_t cap, const char *prefix, const char *tag) {
+    char name[128];
+    snprintf(name, sizeof name, "%s-%s", prefix, tag);
+    snprintf(out, cap, "%s", subdir(name));
+    return out;
 }
 
 /* `kvtier cache verify --kv-disk dir`, stdout into a file; returns its exit
@@ -649,9 +660,12 @@ static int cli_verify(const char *dir, char **text) {
  * neighbour's, with both CRCs recomputed. CRCs pass; the keyed MAC refuses
  * them: misses counted corrupt, never served, and `cache verify` says invalid.
  * Without the MAC (params.mac = 0) the same records are served: the MAC is
- * what stops them. The key file is 0600; without it MAC'd records are misses. */
-static void test_mac(void) {
-    const char *dir = subdir("mac");
+ * what stops them. The key file is 0600; without it MAC'd records are misses.
+ * Run once per scheme (tag names it; the caller sets KVT_DISK_MAC_SCHEME);
+ * records must carry `scheme`. */
+static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
+    char dir_buf[512], sdir_buf[512], ndir_buf[512];
+    const char *dir = tagged_dir(dir_buf, sizeof dir_buf, "mac", tag);
     kvt_disk_params p = params(dir);
     kvt_disk_gc_report rep;
     CHECK(p.mac == 1); /* on by default */
@@ -667,6 +681,8 @@ static void test_mac(void) {
     CHECK(kvt_disk_walk(dir, 1, mac_walk_fn, &m) == 0);
     CHECKF(m.valid == 20 && m.mac_ok == 20 && m.corrupt == 0, "valid %llu mac %llu", (unsigned long long)m.valid,
            (unsigned long long)m.mac_ok);
+    CHECKF(m.scheme[scheme] == 20, "%s: %llu of 20 records under scheme %d", tag,
+           (unsigned long long)m.scheme[scheme], (int)scheme);
 
     /* zero every payload of the first segment (5 records), CRCs recomputed */
     char seg[1024];
@@ -712,7 +728,7 @@ static void test_mac(void) {
     kvt_disk_close(d);
 
     /* payloads swapped between neighbours, CRCs recomputed: refused too */
-    const char *sdir = subdir("mac-swap");
+    const char *sdir = tagged_dir(sdir_buf, sizeof sdir_buf, "mac-swap", tag);
     p = params(sdir);
     CHECK(kvt_disk_open(&p, &d) == 0);
     put_range(d, 0, 20, 0);
@@ -762,7 +778,7 @@ static void test_mac(void) {
     free(text);
 
     /* records written without a MAC are misses for a store that wants one */
-    const char *ndir = subdir("mac-none");
+    const char *ndir = tagged_dir(ndir_buf, sizeof ndir_buf, "mac-none", tag);
     p = params(ndir);
     p.mac = 0;
     CHECK(kvt_disk_open(&p, &d) == 0);
@@ -799,6 +815,170 @@ static void test_mac(void) {
         CHECK(kvt_disk_open(&p, &d) == -EACCES);
         CHECKF(strstr(kvt_errmsg(), "key file belongs to uid 65534"), "%s", kvt_errmsg());
     }
+}
+
+/* Segment files of dir in FIFO order: the n-th (from 0) into out. */
+static int nth_segment(const char *dir, int n, char *out, size_t cap) {
+    char names[64][64];
+    int k = 0;
+    DIR *dh = opendir(dir);
+    struct dirent *e;
+    while (dh && (e = readdir(dh)) && k < 64)
+        if (!strncmp(e->d_name, "seg-", 4) && strlen(e->d_name) < sizeof names[0]) snprintf(names[k++], 64, "%s", e->d_name);
+    if (dh) closedir(dh);
+    qsort(names, (size_t)k, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    if (n >= k) return 0;
+    snprintf(out, cap, "%s/%s", dir, names[n]);
+    return 1;
+}
+
+/* Record edits an attacker without the key can make (disk_forge.h fixes the CRCs). */
+static void edit_nonce(uint8_t *rec, const kvt_disk_record *r) {
+    (void)r;
+    rec[FORGE_NONCE] ^= 1;
+}
+static void edit_flip_scheme(uint8_t *rec, const kvt_disk_record *r) {
+    uint32_t f = r->flags ^ (KVT_DISK_SCHEME_GMAC << KVT_DISK_FLAG_SCHEME_SHIFT); /* GMAC <-> BLAKE2b */
+    memcpy(rec + FORGE_FLAGS, &f, 4);
+}
+static void edit_strip_mac(uint8_t *rec, const kvt_disk_record *r) {
+    (void)r;
+    memset(rec + FORGE_FLAGS, 0, 8); /* flags and key id */
+    memset(rec + FORGE_MAC, 0, KVT_DISK_MAC_BYTES);
+}
+#define SCHEME_UNKNOWN 5u /* no build computes it (yet) */
+static void edit_unknown_scheme(uint8_t *rec, const kvt_disk_record *r) {
+    uint32_t f = (r->flags & ~KVT_DISK_FLAG_SCHEME_MASK) | SCHEME_UNKNOWN << KVT_DISK_FLAG_SCHEME_SHIFT;
+    memcpy(rec + FORGE_FLAGS, &f, 4);
+}
+
+typedef struct {
+    uint8_t nonce[NBLK][KVT_DISK_GMAC_NONCE_BYTES];
+    int n;
+} nonce_walk;
+
+static int nonce_walk_fn(void *ctx, const kvt_disk_walk_info *w) {
+    nonce_walk *nw = ctx;
+    if (!w->status && w->rec.mac_scheme == KVT_DISK_SCHEME_GMAC && nw->n < NBLK)
+        memcpy(nw->nonce[nw->n++], w->rec.mac + KVT_DISK_GMAC_TAG_BYTES, KVT_DISK_GMAC_NONCE_BYTES);
+    return 0;
+}
+
+/* The scheme flag and the nonce are bound like everything else: a record
+ * whose GMAC nonce or scheme flag was altered (CRCs recomputed) is refused at
+ * read; one stripped of its MAC (a downgrade) or naming a scheme no build
+ * computes is a miss. Every GMAC record has a nonce of its own. Where GMAC is
+ * computed, a directory holding both schemes serves both, and a process that
+ * cannot compute GMAC (KVT_DISK_MAC_SCHEME=blake2b) counts GMAC records
+ * foreign, never serves them, cannot verify them, and gc keeps them. */
+static void test_mac_scheme(void) {
+    int gmac = kvt_disk_mac_scheme_default() == KVT_DISK_SCHEME_GMAC;
+    if (!gmac) printf("SKIP part: this CPU has no AES-GCM: records are BLAKE2b, no GMAC cases\n");
+    char dir[512], seg[1024];
+    snprintf(dir, sizeof dir, "%s", subdir("scheme"));
+    kvt_disk_params p = params(dir);
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 25, 0); /* 5 records per segment: segment k holds blocks 5k..5k+4 */
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    if (gmac) {
+        nonce_walk nw = {.n = 0};
+        CHECK(kvt_disk_walk(dir, 0, nonce_walk_fn, &nw) == 0);
+        CHECKF(nw.n == 25, "%d of 25 records under GMAC", nw.n);
+        int repeats = 0;
+        for (int i = 0; i < nw.n; i++)
+            for (int j = 0; j < i; j++) repeats += !memcmp(nw.nonce[i], nw.nonce[j], KVT_DISK_GMAC_NONCE_BYTES);
+        CHECKF(repeats == 0, "%d repeated GMAC nonces", repeats);
+    }
+
+    uint8_t key[KVT_DISK_KEY_BYTES];
+    FILE *kf = fopen(kvt_test_path(dir, "key"), "rb");
+    CHECK(kf && fread(key, 1, sizeof key, kf) == sizeof key);
+    if (kf) fclose(kf);
+    void (*edits[4])(uint8_t *, const kvt_disk_record *) = {edit_nonce, edit_flip_scheme, edit_strip_mac,
+                                                             edit_unknown_scheme};
+    for (int k = 0; k < 4; k++) {
+        CHECK(nth_segment(dir, k, seg, sizeof seg));
+        CHECKF(forge_segment_edit(seg, edits[k]) == 5, "edit %d", k);
+    }
+    /* the edits themselves, record by record */
+    int want_check[4] = {KVT_EFORMAT, gmac ? KVT_EFORMAT : KVT_EUNSUPPORTED, KVT_EFORMAT, KVT_EUNSUPPORTED};
+    for (int k = 0; k < 4; k++) {
+        CHECK(nth_segment(dir, k, seg, sizeof seg));
+        int fd = open(seg, O_RDONLY);
+        uint8_t *rec = NULL;
+        kvt_disk_record r;
+        CHECK(forge_read(fd, 0, &rec, &r) == 0);
+        close(fd);
+        int rc = rec ? kvt_disk_record_check_mac(&r, key) : 0;
+        CHECKF(rc == want_check[k], "edit %d: check_mac %d, want %d", k, rc, want_check[k]);
+        free(rec);
+    }
+    /* altered nonce or scheme: indexed (the header is well formed), refused
+     * at read, counted corrupt; stripped or unknown: foreign at open */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    uint64_t want_foreign = gmac ? 10 : 15; /* without AES-GCM the flipped BLAKE2b records claim GMAC */
+    CHECKF(st.foreign == want_foreign && st.records == 25 - want_foreign, "foreign %llu records %llu",
+           (unsigned long long)st.foreign, (unsigned long long)st.records);
+    int hits = 0;
+    for (int i = 0; i < 25; i++) hits += get_ok(d, i, 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(hits == 5 && st.corrupt == 20 - want_foreign, "hits %d corrupt %llu", hits, (unsigned long long)st.corrupt);
+    for (int i = 20; i < 25; i++) CHECK(get_ok(d, i, 0)); /* the untouched segment */
+    kvt_disk_close(d);
+    char *text;
+    CHECK(cli_verify(dir, &text) == 1);
+    free(text);
+    if (!gmac) return;
+
+    /* both schemes in one directory; a process without AES-GCM */
+    char mdir[512];
+    snprintf(mdir, sizeof mdir, "%s", subdir("scheme-mixed"));
+    p = params(mdir);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    put_range(d, 0, 10, 0); /* GMAC */
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+    CHECK(setenv("KVT_DISK_MAC_SCHEME", "blake2b", 1) == 0);
+    CHECK(kvt_disk_mac_scheme_default() == KVT_DISK_SCHEME_BLAKE2B);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 0 && st.foreign == 10, "records %llu foreign %llu", (unsigned long long)st.records,
+           (unsigned long long)st.foreign);
+    hits = 0;
+    for (int i = 0; i < 10; i++) hits += get_ok(d, i, 0);
+    CHECK(hits == 0);
+    put_range(d, 10, 20, 0); /* BLAKE2b */
+    kvt_disk_flush(d);
+    for (int i = 10; i < 20; i++) hits += get_ok(d, i, 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(hits == 10 && st.corrupt == 0, "hits %d corrupt %llu", hits, (unsigned long long)st.corrupt);
+    kvt_disk_close(d);
+    mac_walk m = {0};
+    CHECK(kvt_disk_walk(mdir, 1, mac_walk_fn, &m) == 0);
+    CHECKF(m.valid == 20 && m.mac_ok == 10 && m.scheme[KVT_DISK_SCHEME_GMAC] == 10 &&
+               m.scheme[KVT_DISK_SCHEME_BLAKE2B] == 10,
+           "valid %llu verified %llu", (unsigned long long)m.valid, (unsigned long long)m.mac_ok);
+    CHECK(cli_verify(mdir, &text) == 1);
+    CHECKF(text && strstr(text, "10 that cannot be checked"), "%s", text);
+    free(text);
+    kvt_disk_gc_report rep;
+    CHECK(kvt_disk_compact(mdir, NULL, &rep) == 0);
+    CHECKF(rep.kept == 20 && rep.dropped_foreign == 0 && rep.dropped_corrupt == 0, "kept %llu",
+           (unsigned long long)rep.kept);
+    CHECK(unsetenv("KVT_DISK_MAC_SCHEME") == 0);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    hits = 0;
+    for (int i = 0; i < 20; i++) hits += get_ok(d, i, 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(hits == 20 && st.corrupt == 0 && st.foreign == 0, "hits %d corrupt %llu foreign %llu", hits,
+           (unsigned long long)st.corrupt, (unsigned long long)st.foreign);
+    kvt_disk_close(d);
+    CHECK(cli_verify(mdir, &text) == 0);
+    free(text);
 }
 
 static void test_params(void) {
@@ -921,6 +1101,11 @@ int main(void) {
     test_queue_visible();
     test_backpressure();
     test_dir_security();
-    test_mac();
+    /* every MAC test under both schemes: the one this CPU signs with, then the portable one */
+    test_mac("default", kvt_disk_mac_scheme_default());
+    CHECK(setenv("KVT_DISK_MAC_SCHEME", "blake2b", 1) == 0);
+    test_mac("blake2b", KVT_DISK_SCHEME_BLAKE2B);
+    CHECK(unsetenv("KVT_DISK_MAC_SCHEME") == 0);
+    test_mac_scheme();
     return kvt_test_done("test_tier_disk");
 }
