@@ -1,17 +1,14 @@
-/* kvtier serve: HTTP handling (libmicrohttpd, thread per connection) and the
- * engine thread's continuous-batching scheduler. See server.h for the flow.
- *
- * Locking: one mutex (s->mu) guards the queue, every request's shared state
- * (text published so far, done/cancelled flags, refcount) and the metrics
- * snapshot. The engine thread never holds it while computing. */
-#include "server.h"
+/* kvtier serve's HTTP layer (see server_impl.h): libmicrohttpd with a
+ * thread per connection, routing, keys, request framing and deadlines
+ * (http_guard), the OpenAI endpoints with SSE streaming, the cache admin
+ * endpoints, the access log, and the server's lifecycle. The engine thread
+ * is in scheduler.c. See server.h for the flow. */
+#include "server_impl.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,134 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "api_openai.h"
-#include "cache.h"
 #include "common.h"
-#include "engine.h"
-#include "http_guard.h"
-#include "metrics.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
-
-#define CONNECTION_LIMIT 512        /* open connections at most; each has a thread */
-#define WAIT_SLICE_MS 100           /* how often a waiting handler checks that its client is still there */
-#define STREAM_BLOCK 4096           /* MHD buffer for streamed responses */
-#define RETRY_AFTER_S "1"           /* Retry-After on 503 when the queue is full */
-#define REPLY_MAP_ENTRIES 4096      /* replies remembered for the next chat turn */
-#define REPLY_MAX_IDS 65536         /* longer replies are not remembered */
-#define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
-#define ID_LEN 64
-#define BEARER "Bearer "
-#define SESSION_HEADER "X-Session-Id"
-/* Cache-aware scheduling: among the first SCHED_WINDOW queued requests the
- * one with the highest priority, then the most T0-resident prefix, goes
- * first; one passed over SCHED_MAX_SKIPS times goes next regardless. */
-#define SCHED_WINDOW 8
-#define SCHED_MAX_SKIPS 4
-/* Prefetch for a waiting request leaves this many free pages per running
- * sequence (plus a prefill chunk) for the work in flight. */
-#define PREFETCH_MARGIN_PER_SLOT 2
-#define ADMIN_WAIT_MS 100
-#define STATUS_CLIENT_GONE 499      /* nginx's "client closed request", for metrics and the access log */
-#define REQUEST_ID_HEADER "X-Request-Id"
-#define REQUEST_ID_MAX 65           /* bytes of a request id, with its NUL */
-#define REQUEST_ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
-#define ACCESS_METHOD_MAX 16        /* bytes of a method in the access log */
-#define ACCESS_PATH_MAX 128         /* bytes of a path in the access log */
-#define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
-#define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
-
-/* ---- shared request state ------------------------------------------------------ */
-
-typedef struct srv_req {
-    int refs;                  /* under s->mu: the handler's and the engine's */
-    kvt_api_kind kind;
-    int stream, include_usage;
-    char id[ID_LEN];
-    int64_t created;
-    int32_t *prompt;
-    int32_t n_prompt, max_tokens;
-    kvt_sampler_params sp;
-    int ignore_eos;            /* llama.cpp's extension: generate past end-of-generation tokens */
-    char *stop[KVT_API_MAX_STOP];
-    int n_stop;
-    unsigned char *salt;
-    size_t salt_len;
-    double t_arrival;
-    kvt_api_session session;   /* kvtier.{session_id, priority, keep_warm_s}, or X-Session-Id */
-    /* engine thread only */
-    int skipped;               /* admissions that passed it over (cache-aware scheduling) */
-    int prefetched;            /* its prefix was restored into T0 while it waited */
-    int32_t prefetched_tokens;
-    /* published by the engine thread, under s->mu */
-    char *text;                /* valid UTF-8 emitted so far */
-    size_t text_len, text_cap;
-    int done, cancelled;
-    const char *finish_reason; /* "stop" / "length" */
-    int err_status;            /* 0 or the HTTP status of a failure */
-    char err_msg[256];
-    kvt_api_usage usage;
-    pthread_cond_t cv;
-} srv_req;
-
-/* A running sequence: engine-thread state only. */
-typedef struct {
-    srv_req *r;                /* NULL: the slot is free */
-    int32_t seq;
-    kvt_chain chain;           /* key chain, registered blocks (kvt_cache_commit) */
-    int32_t *toks;             /* prompt then generated ids (n_toks of cap) */
-    int32_t n_toks, cap;
-    int32_t n_fed;             /* tokens in the sequence while prefilling */
-    int prefilling;
-    uint64_t admitted;         /* admission order: the oldest prompt is prefilled first */
-    kvt_sampler *smp;
-    int32_t n_gen;
-    int32_t pending;           /* sampled, to be fed next step */
-    char *raw;                 /* generated bytes */
-    size_t raw_len, raw_cap, raw_emitted;
-    size_t *tok_end;           /* raw_len after each generated token */
-} slot;
-
-struct kvt_server {
-    kvt_server_params p;
-    const kvt_model *model;
-    const kvt_tokenizer *tok;
-    kvt_engine *e;
-    kvt_cache *cache;
-    int32_t n_ctx, n_vocab, block;
-    kvt_reply_map *replies;
-    kvt_metrics *metrics;
-    kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
-    struct MHD_Daemon *mhd;
-    int port;
-    pthread_t engine_thread;
-    pthread_mutex_t mu;
-    pthread_cond_t engine_cv;
-    srv_req **queue;           /* ring of p.queue */
-    int32_t q_head, q_len;
-    int stopping;
-    int draining;              /* under mu: kvt_server_quiesce ran; new requests get 503 */
-    uint64_t next_request;     /* under mu: numbers request ids the server makes */
-    int64_t started;           /* time() at start, in request ids so they differ across restarts */
-    int32_t n_requests;        /* under mu: requests from their headers to the end of their response */
-    uint64_t next_id;
-    kvt_cache_stats snap;      /* under mu: sampled by the engine thread for /metrics */
-    int32_t n_active;          /* under mu */
-    /* engine thread only */
-    slot *slots;
-    uint64_t n_admitted;
-    float *logits;             /* (parallel + 1, n_vocab) */
-    int32_t *b_tok, *b_seq;
-    int8_t *b_want;
-    /* admin jobs (/v1/cache/...): queued under mu, run by the engine thread */
-    struct admin_job *jobs;
-    pthread_cond_t job_cv;
-    /* engine thread only: pins made through /v1/cache/pin */
-    struct server_pin *pins;
-    int32_t n_pins, cap_pins;
-    uint64_t next_pin;
-};
 
 kvt_server_params kvt_server_default_params(void) {
     kvt_server_params p = {.host = "127.0.0.1",
@@ -167,602 +37,6 @@ kvt_server_params kvt_server_default_params(void) {
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier"};
     return p;
-}
-
-static void cond_init_monotonic(pthread_cond_t *cv) {
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-}
-
-static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-/* Drops a reference; the last one frees. Caller holds s->mu. */
-static void req_unref_locked(srv_req *r) {
-    if (--r->refs > 0) return;
-    free(r->prompt);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
-    free(r->salt);
-    free(r->text);
-    pthread_cond_destroy(&r->cv);
-    free(r);
-}
-
-static void req_unref(kvt_server *s, srv_req *r) {
-    pthread_mutex_lock(&s->mu);
-    req_unref_locked(r);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Ends r with an error (engine thread or shutdown). Caller holds s->mu. */
-static void req_fail_locked(srv_req *r, int status, const char *msg) {
-    r->err_status = status;
-    snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
-    r->done = 1;
-    pthread_cond_broadcast(&r->cv);
-}
-
-/* ---- engine thread ------------------------------------------------------------------ */
-
-static void slot_clear(kvt_server *s, slot *sl) {
-    if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
-    kvt_sampler_free(sl->smp);
-    free(sl->toks);
-    free(sl->raw);
-    free(sl->tok_end);
-    memset(sl, 0, sizeof *sl);
-    sl->seq = -1;
-}
-
-/* Publishes generated bytes raw[raw_emitted..upto) as UTF-8 text; unless
- * final, an incomplete trailing character waits for its next byte. */
-static void slot_emit(kvt_server *s, slot *sl, size_t upto, int final) {
-    size_t end = final ? upto : sl->raw_emitted + kvt_utf8_complete_prefix(sl->raw + sl->raw_emitted,
-                                                                             upto - sl->raw_emitted);
-    if (end <= sl->raw_emitted) return;
-    size_t n;
-    char *clean = kvt_utf8_sanitize(sl->raw + sl->raw_emitted, end - sl->raw_emitted, &n);
-    sl->raw_emitted = end;
-    srv_req *r = sl->r;
-    pthread_mutex_lock(&s->mu);
-    if (r->text_len + n + 1 > r->text_cap) {
-        r->text_cap = KVT_MAX(r->text_cap * 2, r->text_len + n + 1);
-        r->text = kvt_xrealloc(r->text, r->text_cap);
-    }
-    memcpy(r->text + r->text_len, clean, n + 1);
-    r->text_len += n;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&s->mu);
-    free(clean);
-}
-
-/* Ends a slot's request. reason NULL with status: an error. cut: generated
- * bytes that belong to the reply (text after a stop string is dropped). */
-static void slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut, int status, const char *msg) {
-    srv_req *r = sl->r;
-    int cancelled;
-    pthread_mutex_lock(&s->mu);
-    cancelled = r->cancelled;
-    pthread_mutex_unlock(&s->mu);
-    if (!status && !cancelled) {
-        slot_emit(s, sl, cut, 1);
-        /* remember the reply's exact ids for the next chat turn: only when the
-         * text is exactly the bytes of whole tokens */
-        if (r->kind == KVT_API_CHAT && r->text_len) {
-            int32_t k = 0;
-            while (k < sl->n_gen && sl->tok_end[k] < cut) k++;
-            if (k < sl->n_gen && sl->tok_end[k] == cut)
-                kvt_reply_map_put(s->replies, r->salt, r->salt_len, r->text, sl->toks + r->n_prompt, (size_t)k + 1);
-        }
-        /* the agent now waits on a tool: keep its whole context (prompt and reply) warm in T0 */
-        if (r->session.session_id[0] && r->session.keep_warm_s > 0)
-            kvt_cache_keep_warm_root(s->cache, sl->chain.root, r->session.session_id, sl->toks, sl->n_toks,
-                                     r->session.priority, r->session.keep_warm_s);
-    }
-    kvt_api_usage *u = &r->usage;
-    u->prompt_tokens = r->n_prompt;
-    u->completion_tokens = sl->n_gen;
-    kvt_metrics_count_tokens(s->metrics, u->prompt_tokens, u->completion_tokens, u->tier_tokens, u->computed_tokens);
-    slot_clear(s, sl);
-    pthread_mutex_lock(&s->mu);
-    if (status) {
-        req_fail_locked(r, status, msg);
-    } else {
-        r->finish_reason = reason;
-        r->done = 1;
-        pthread_cond_broadcast(&r->cv);
-    }
-    s->n_active--;
-    req_unref_locked(r);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Starts a sequence for r in a free slot: attach restores its cached prefix. */
-static void slot_admit(kvt_server *s, srv_req *r) {
-    slot *sl = NULL;
-    for (int32_t i = 0; i < s->p.parallel && !sl; i++)
-        if (!s->slots[i].r) sl = &s->slots[i];
-    kvt_attach_info ai;
-    int32_t seq = -1;
-    kvt_hash128 root;
-    int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &root);
-    if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
-    if (rc) {
-        kvt_log(KVT_LOG_WARN, "serve: cannot start %s: %s", r->id, kvt_errmsg());
-        pthread_mutex_lock(&s->mu);
-        req_fail_locked(r, 503, "no KV memory or sequence slot is available; retry later");
-        s->n_active--;
-        req_unref_locked(r);
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-    sl->r = r;
-    sl->seq = seq;
-    kvt_chain_init(&sl->chain, root);
-    sl->cap = r->n_prompt + r->max_tokens + 1;
-    sl->toks = kvt_xmalloc((size_t)sl->cap * sizeof *sl->toks);
-    memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof *sl->toks);
-    sl->n_toks = r->n_prompt;
-    sl->n_fed = kvt_seq_len(s->e, seq);
-    sl->prefilling = 1;
-    sl->admitted = s->n_admitted++;
-    sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
-    sl->raw_cap = PIECE_INIT;
-    sl->raw = kvt_xmalloc(sl->raw_cap);
-    sl->tok_end = kvt_xmalloc(((size_t)r->max_tokens + 1) * sizeof *sl->tok_end);
-    /* the engine thread is the only writer of usage until done is set */
-    r->usage.cached_tokens = ai.n_reused;
-    memcpy(r->usage.tier_tokens, ai.tier_tokens, sizeof ai.tier_tokens);
-    r->usage.computed_tokens = r->n_prompt - ai.n_reused;
-    r->usage.restore_ms = ai.restore_ms;
-    r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"
-                             : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
-    r->usage.planned_tokens = ai.n_planned;
-    r->usage.prefetched_tokens = r->prefetched_tokens;
-    r->usage.queued_ms = (kvt_now() - r->t_arrival) * 1e3;
-    r->usage.admission_seq = (int64_t)sl->admitted + 1;
-    r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
-}
-
-/* Where a stop string starts in the unemitted text, or -1; *hold gets how many
- * trailing bytes could still begin a stop string. */
-static long find_stop(const slot *sl, size_t *hold) {
-    const srv_req *r = sl->r;
-    const char *t = sl->raw + sl->raw_emitted;
-    size_t n = sl->raw_len - sl->raw_emitted;
-    long best = -1;
-    *hold = 0;
-    for (int i = 0; i < r->n_stop; i++) {
-        size_t sn = strlen(r->stop[i]);
-        const char *hit = memmem(t, n, r->stop[i], sn);
-        if (hit && (best < 0 || hit - t < best)) best = hit - t;
-        for (size_t k = KVT_MIN(sn - 1, n); k > *hold; k--)
-            if (!memcmp(t + n - k, r->stop[i], k)) {
-                *hold = k;
-                break;
-            }
-    }
-    return best;
-}
-
-/* Handles one sampled token of a slot; may finish the slot. */
-static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
-    srv_req *r = sl->r;
-    int32_t tok = kvt_sampler_sample(sl->smp, logits);
-    if (sl->n_gen == 0) {
-        double ttft = kvt_now() - r->t_arrival;
-        r->usage.ttft_ms = ttft * 1e3;
-        kvt_metrics_observe_ttft(s->metrics, ttft);
-    }
-    if (!r->ignore_eos && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
-        slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
-        return;
-    }
-    sl->toks[sl->n_toks++] = tok;
-    char small[PIECE_INIT];
-    int len = kvt_token_piece(s->tok, tok, small, sizeof small, 0);
-    if (len < 0) len = 0;
-    if (sl->raw_len + (size_t)len > sl->raw_cap) {
-        sl->raw_cap = KVT_MAX(sl->raw_cap * 2, sl->raw_len + (size_t)len);
-        sl->raw = kvt_xrealloc(sl->raw, sl->raw_cap);
-    }
-    if ((size_t)len <= sizeof small) memcpy(sl->raw + sl->raw_len, small, (size_t)len);
-    else kvt_token_piece(s->tok, tok, sl->raw + sl->raw_len, (size_t)len, 0);
-    sl->raw_len += (size_t)len;
-    sl->tok_end[sl->n_gen++] = sl->raw_len;
-
-    size_t hold;
-    long stop = find_stop(sl, &hold);
-    if (stop >= 0) {
-        slot_finish(s, sl, "stop", sl->raw_emitted + (size_t)stop, 0, NULL);
-        return;
-    }
-    slot_emit(s, sl, sl->raw_len - hold, 0);
-    /* the next step feeds tok: the sequence would then hold n_toks tokens */
-    if (sl->n_gen >= r->max_tokens || sl->n_toks >= s->n_ctx) {
-        slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
-        return;
-    }
-    sl->pending = tok;
-}
-
-/* One engine step: a decode token of every generating slot plus one prefill
- * chunk of the oldest prompting slot, in one batch. */
-static void engine_step(kvt_server *s) {
-    const int32_t P = s->p.parallel;
-    int32_t n = 0, pages = 0;
-    slot *dec[P > 0 ? P : 1];
-    int32_t n_dec = 0;
-    slot *pf = NULL;
-    for (int32_t i = 0; i < P; i++) {
-        slot *sl = &s->slots[i];
-        if (!sl->r) continue;
-        if (!sl->prefilling) {
-            dec[n_dec++] = sl;
-            s->b_tok[n] = sl->pending;
-            s->b_seq[n] = sl->seq;
-            s->b_want[n] = 1;
-            n++;
-            pages += kvt_seq_pages_needed(s->e, sl->seq, 1);
-        } else if (!pf || sl->admitted < pf->admitted) {
-            pf = sl;
-        }
-    }
-    int32_t chunk = 0, pf_pages = 0;
-    if (pf) {
-        chunk = KVT_MIN(pf->r->n_prompt - pf->n_fed, s->p.prefill_chunk);
-        pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
-    }
-    int rc = kvt_cache_reserve(s->cache, pages + pf_pages);
-    if (rc && pf && n_dec) {
-        /* no room for the prompt chunk: let the generating sequences go on, they free pages when done */
-        pf = NULL;
-        rc = kvt_cache_reserve(s->cache, pages);
-    }
-    if (rc) {
-        /* not even one step fits: give up the youngest sequence so the others can go on */
-        slot *victim = pf;
-        for (int32_t i = 0; i < n_dec; i++)
-            if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
-        kvt_log(KVT_LOG_WARN, "serve: KV memory exhausted, ending %s: %s", victim->r->id, kvt_errmsg());
-        slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
-        return;
-    }
-    if (pf) {
-        for (int32_t k = 0; k < chunk; k++) {
-            s->b_tok[n] = pf->toks[pf->n_fed + k];
-            s->b_seq[n] = pf->seq;
-            s->b_want[n] = 0;
-            n++;
-        }
-        if (pf->n_fed + chunk == pf->r->n_prompt) s->b_want[n - 1] = 1;
-    }
-    kvt_batch batch = {.n = n, .token = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
-    double t0 = kvt_now();
-    rc = kvt_engine_decode(s->e, &batch, s->logits);
-    double ms = (kvt_now() - t0) * 1e3;
-    if (rc) {
-        kvt_log(KVT_LOG_ERROR, "serve: decode failed: %s", kvt_errmsg());
-        for (int32_t i = 0; i < n_dec; i++) slot_finish(s, dec[i], NULL, 0, 500, "the engine failed");
-        if (pf) slot_finish(s, pf, NULL, 0, 500, "the engine failed");
-        return;
-    }
-    /* register completed blocks before any slot is finished and its sequence freed */
-    for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
-    if (pf) {
-        pf->n_fed += chunk;
-        pf->r->usage.prefill_ms += ms;
-        if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
-        kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
-    }
-    for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
-    if (pf && pf->n_fed == pf->r->n_prompt) {
-        pf->prefilling = 0;
-        slot_on_logits(s, pf, s->logits + (size_t)n_dec * (size_t)s->n_vocab);
-    }
-}
-
-/* T0-resident leading blocks of r's prompt (engine thread). */
-static int32_t resident_blocks(kvt_server *s, const srv_req *r) {
-    kvt_hash128 root;
-    if (kvt_cache_root(s->cache, r->salt, r->salt_len, &root)) return 0;
-    kvt_cache_match m;
-    kvt_cache_lookup_root(s->cache, root, r->prompt, r->n_prompt - 1, &m);
-    return m.tier_blocks[KVT_TIER_T0];
-}
-
-/* Takes the next request to admit out of the queue (engine thread, mu held):
- * cache-aware, SGLang-style longest-resident-prefix first within a window,
- * priority before that, and no request passed over more than SCHED_MAX_SKIPS
- * times. */
-static srv_req *queue_take_locked(kvt_server *s) {
-    int32_t w = KVT_MIN(s->q_len, SCHED_WINDOW), best = 0, best_res = -1;
-    for (int32_t i = 0; i < w; i++) {
-        srv_req *r = s->queue[(s->q_head + i) % s->p.queue];
-        if (r->cancelled || r->skipped >= SCHED_MAX_SKIPS) {
-            best = i;
-            break;
-        }
-        const srv_req *b = s->queue[(s->q_head + best) % s->p.queue];
-        if (i && r->session.priority < b->session.priority) continue;
-        int32_t res = resident_blocks(s, r);
-        if (i == 0 || r->session.priority > b->session.priority || res > best_res) {
-            best = i;
-            best_res = res;
-        }
-    }
-    srv_req *r = s->queue[(s->q_head + best) % s->p.queue];
-    for (int32_t k = best; k > 0; k--) { /* close the gap; the ones before it were passed over */
-        srv_req *prev = s->queue[(s->q_head + k - 1) % s->p.queue];
-        prev->skipped++;
-        s->queue[(s->q_head + k) % s->p.queue] = prev;
-    }
-    s->q_head = (s->q_head + 1) % s->p.queue;
-    s->q_len--;
-    return r;
-}
-
-/* While r waits for a slot, restores its cached prefix into T0 pages that
- * are free or idle (idle blocks move down a tier, as for any request; pages
- * of running sequences and pins are never taken), leaving a margin for the
- * running sequences' next steps, so r is resident when its turn comes. */
-static void prefetch_waiting(kvt_server *s, srv_req *r) {
-    int32_t margin = s->p.parallel * PREFETCH_MARGIN_PER_SLOT + s->p.prefill_chunk / s->block + 1;
-    kvt_cache_stats st;
-    kvt_cache_get_stats(s->cache, &st);
-    int32_t room = st.t0_pages_free + st.t0_pages_idle - margin;
-    r->prefetched = 1;
-    kvt_hash128 root;
-    if (room <= 0 || kvt_cache_root(s->cache, r->salt, r->salt_len, &root)) return;
-    kvt_cache_match m;
-    kvt_cache_lookup_root(s->cache, root, r->prompt, r->n_prompt - 1, &m);
-    if (m.n_blocks == m.tier_blocks[KVT_TIER_T0]) return; /* nothing below T0 to bring up */
-    int32_t before = m.tier_blocks[KVT_TIER_T0] * s->block;
-    int32_t got = kvt_cache_prefetch_root(s->cache, root, r->prompt, r->n_prompt - 1, room);
-    if (got > before) r->prefetched_tokens = got - before;
-}
-
-static void run_jobs(kvt_server *s, struct admin_job *jobs);
-static void fail_jobs_locked(kvt_server *s);
-
-static void *engine_main(void *arg) {
-    kvt_server *s = arg;
-    const int32_t P = s->p.parallel;
-    srv_req *admit[P > 0 ? P : 1];
-    for (;;) {
-        int32_t n_admit = 0, free_slots = 0;
-        srv_req *waiting = NULL;
-        pthread_mutex_lock(&s->mu);
-        kvt_cache_get_stats(s->cache, &s->snap);
-        while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs)
-            pthread_cond_wait(&s->engine_cv, &s->mu);
-        int stopping = s->stopping;
-        struct admin_job *jobs = stopping ? NULL : s->jobs;
-        if (jobs) s->jobs = NULL;
-        for (int32_t i = 0; i < P; i++) free_slots += !s->slots[i].r;
-        while (!stopping && s->q_len > 0 && n_admit < free_slots) {
-            srv_req *r = queue_take_locked(s);
-            if (r->cancelled) {
-                r->done = 1;
-                req_unref_locked(r);
-                continue;
-            }
-            admit[n_admit++] = r;
-            s->n_active++;
-        }
-        for (int32_t i = 0; !stopping && !waiting && i < KVT_MIN(s->q_len, SCHED_WINDOW); i++) {
-            srv_req *q = s->queue[(s->q_head + i) % s->p.queue];
-            if (q->prefetched || q->cancelled) continue;
-            waiting = q; /* one prefetch per engine step: the running sequences go on meanwhile */
-            waiting->refs++;
-        }
-        int cancelled[P > 0 ? P : 1];
-        for (int32_t i = 0; i < P; i++) cancelled[i] = s->slots[i].r && s->slots[i].r->cancelled;
-        pthread_mutex_unlock(&s->mu);
-
-        if (stopping) {
-            for (int32_t i = 0; i < P; i++)
-                if (s->slots[i].r) slot_finish(s, &s->slots[i], NULL, 0, 503, "the server is shutting down");
-            pthread_mutex_lock(&s->mu);
-            while (s->q_len > 0) {
-                srv_req *r = s->queue[s->q_head];
-                s->q_head = (s->q_head + 1) % s->p.queue;
-                s->q_len--;
-                req_fail_locked(r, 503, "the server is shutting down");
-                req_unref_locked(r);
-            }
-            fail_jobs_locked(s);
-            pthread_mutex_unlock(&s->mu);
-            return NULL;
-        }
-        if (jobs) run_jobs(s, jobs);
-        for (int32_t i = 0; i < P; i++)
-            if (cancelled[i] && s->slots[i].r) {
-                kvt_log(KVT_LOG_INFO, "serve: %s cancelled by its client", s->slots[i].r->id);
-                slot_finish(s, &s->slots[i], "cancelled", 0, 0, NULL);
-            }
-        for (int32_t i = 0; i < n_admit; i++) slot_admit(s, admit[i]);
-        if (waiting) {
-            prefetch_waiting(s, waiting);
-            req_unref(s, waiting);
-        }
-        int any = 0;
-        for (int32_t i = 0; i < P; i++) any |= s->slots[i].r != NULL;
-        if (any) engine_step(s);
-    }
-}
-
-/* ---- admin jobs (/v1/cache/...) --------------------------------------------------------------- */
-
-typedef enum { JOB_PIN, JOB_UNPIN, JOB_PREFETCH, JOB_FLUSH, JOB_STATS } job_kind;
-
-typedef struct admin_job {
-    job_kind kind;
-    srv_req *r;              /* prompt and salt (pin, prefetch); NULL otherwise */
-    char *pin_id;            /* unpin: a pin id, or NULL */
-    char *session;           /* unpin: a warm session, or NULL */
-    int status;              /* HTTP status of the result */
-    char *json;              /* the response body (owned) */
-    int done;
-    struct admin_job *next;
-} admin_job;
-
-typedef struct server_pin {
-    char id[ID_LEN];
-    kvt_pin *pin;
-    int32_t tokens;
-} server_pin;
-
-static char *json_take(cJSON *o) {
-    char *t = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return t;
-}
-
-static char *job_error(admin_job *j, int status, const char *code, const char *msg) {
-    kvt_api_error e;
-    kvt_api_errorf(&e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, "%s", msg);
-    j->status = status;
-    return kvt_api_error_json(&e);
-}
-
-static cJSON *stats_json(kvt_server *s) {
-    kvt_cache_stats st;
-    kvt_cache_get_stats(s->cache, &st);
-    size_t page = kvt_page_bytes(s->e);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "block_tokens", s->block);
-    cJSON *t0 = cJSON_AddObjectToObject(o, "T0");
-    cJSON_AddNumberToObject(t0, "pages_total", st.t0_pages_total);
-    cJSON_AddNumberToObject(t0, "pages_free", st.t0_pages_free);
-    cJSON_AddNumberToObject(t0, "pages_cached", st.t0_pages_cached);
-    cJSON_AddNumberToObject(t0, "pages_idle", st.t0_pages_idle);
-    cJSON_AddNumberToObject(t0, "pages_pinned", st.t0_pages_pinned);
-    cJSON_AddNumberToObject(t0, "budget_bytes", (double)st.t0_pages_total * (double)page);
-    cJSON_AddNumberToObject(t0, "evictions", (double)st.t0_evictions);
-    cJSON *t1 = cJSON_AddObjectToObject(o, "T1");
-    cJSON_AddNumberToObject(t1, "blocks", (double)st.t1_blocks);
-    cJSON_AddNumberToObject(t1, "bytes_used", (double)st.t1_bytes_used);
-    cJSON_AddNumberToObject(t1, "budget_bytes", (double)st.t1_budget_bytes);
-    cJSON_AddNumberToObject(t1, "restores", (double)st.t1_restores);
-    cJSON *t2 = cJSON_AddObjectToObject(o, "T2");
-    cJSON_AddNumberToObject(t2, "records", (double)st.t2_records);
-    cJSON_AddNumberToObject(t2, "bytes_used", (double)st.t2_bytes_used);
-    cJSON_AddNumberToObject(t2, "budget_bytes", (double)st.t2_budget_bytes);
-    cJSON_AddNumberToObject(t2, "restores", (double)st.t2_restores);
-    cJSON_AddNumberToObject(t2, "writes", (double)st.t2_writes);
-    cJSON_AddNumberToObject(t2, "writes_dropped", (double)st.t2_dropped);
-    cJSON_AddNumberToObject(t2, "writes_waited", (double)st.t2_put_waits);
-    cJSON_AddNumberToObject(o, "discarded_blocks", (double)st.discarded);
-    cJSON_AddNumberToObject(o, "lookup_tokens", (double)st.lookup_tokens);
-    cJSON_AddNumberToObject(o, "hit_tokens", (double)st.hit_tokens);
-    cJSON *sf = cJSON_AddObjectToObject(o, "shortfalls");
-    for (int k = 1; k < KVT_SHORTFALL_COUNT; k++)
-        cJSON_AddNumberToObject(sf, kvt_shortfall_name((kvt_shortfall)k), (double)st.shortfalls[k]);
-    cJSON_AddNumberToObject(o, "warm_sessions", st.warm_sessions);
-    cJSON_AddNumberToObject(o, "sessions_released_early", (double)st.sessions_released);
-    cJSON_AddNumberToObject(o, "sessions_expired", (double)st.sessions_expired);
-    cJSON_AddNumberToObject(o, "prefetched_blocks", (double)st.prefetched_blocks);
-    cJSON *pins = cJSON_AddArrayToObject(o, "pins");
-    for (int32_t i = 0; i < s->n_pins; i++) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "pin_id", s->pins[i].id);
-        cJSON_AddNumberToObject(p, "tokens", s->pins[i].tokens);
-        cJSON_AddItemToArray(pins, p);
-    }
-    return o;
-}
-
-static char *job_run(kvt_server *s, admin_job *j) {
-    j->status = MHD_HTTP_OK;
-    cJSON *o = NULL;
-    kvt_hash128 root;
-    switch (j->kind) {
-    case JOB_PIN: {
-        if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
-        kvt_pin *pin = NULL;
-        int n = kvt_cache_pin_root(s->cache, root, j->r->prompt, j->r->n_prompt, &pin);
-        if (n < 0) return job_error(j, 409, "pin_limit", kvt_errmsg());
-        o = cJSON_CreateObject();
-        if (pin) {
-            if (s->n_pins == s->cap_pins) {
-                s->cap_pins = s->cap_pins ? 2 * s->cap_pins : 8;
-                s->pins = kvt_xrealloc(s->pins, (size_t)s->cap_pins * sizeof *s->pins);
-            }
-            server_pin *sp = &s->pins[s->n_pins++];
-            snprintf(sp->id, sizeof sp->id, "pin-%llu", (unsigned long long)++s->next_pin);
-            sp->pin = pin;
-            sp->tokens = n;
-            cJSON_AddStringToObject(o, "pin_id", sp->id);
-        } else {
-            cJSON_AddNullToObject(o, "pin_id");
-        }
-        cJSON_AddNumberToObject(o, "pinned_tokens", n);
-        cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
-        break;
-    }
-    case JOB_UNPIN: {
-        int found = 0;
-        for (int32_t i = 0; j->pin_id && i < s->n_pins && !found; i++)
-            if (!strcmp(s->pins[i].id, j->pin_id)) {
-                kvt_cache_release(s->cache, s->pins[i].pin);
-                s->pins[i] = s->pins[--s->n_pins];
-                found = 1;
-            }
-        if (j->session) found |= kvt_cache_end_session(s->cache, j->session) == 0;
-        if (!found) return job_error(j, 404, "not_found", "no such pin or warm session");
-        o = cJSON_CreateObject();
-        cJSON_AddTrueToObject(o, "released");
-        break;
-    }
-    case JOB_PREFETCH: {
-        if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
-        int32_t n = kvt_cache_prefetch_root(s->cache, root, j->r->prompt, j->r->n_prompt, INT32_MAX);
-        o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "resident_tokens", n);
-        cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
-        break;
-    }
-    case JOB_FLUSH: {
-        double t0 = kvt_now();
-        int rc = kvt_cache_flush(s->cache);
-        if (rc) return job_error(j, 500, "flush_failed", kvt_errmsg());
-        o = cJSON_CreateObject();
-        cJSON_AddTrueToObject(o, "flushed");
-        cJSON_AddNumberToObject(o, "seconds", kvt_now() - t0);
-        break;
-    }
-    case JOB_STATS:
-        o = stats_json(s);
-        break;
-    }
-    return json_take(o);
-}
-
-static void run_jobs(kvt_server *s, admin_job *jobs) {
-    for (admin_job *j = jobs; j; j = j->next) j->json = job_run(s, j);
-    pthread_mutex_lock(&s->mu);
-    for (admin_job *j = jobs; j; j = j->next) j->done = 1;
-    pthread_cond_broadcast(&s->job_cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void fail_jobs_locked(kvt_server *s) {
-    for (admin_job *j = s->jobs; j; j = j->next) {
-        j->json = job_error(j, 503, "shutting_down", "the server is shutting down");
-        j->done = 1;
-    }
-    s->jobs = NULL;
-    pthread_cond_broadcast(&s->job_cv);
 }
 
 /* ---- HTTP ---------------------------------------------------------------------------- */
@@ -960,7 +234,7 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     r->include_usage = a->include_usage;
     r->t_arrival = kvt_now();
     r->created = (int64_t)time(NULL);
-    cond_init_monotonic(&r->cv);
+    kvt_srv_cond_init(&r->cv);
     /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
     size_t kl = key ? strlen(key) + 1 : 0, cl = a->cache_salt ? strlen(a->cache_salt) : 0;
     if (kl + cl) {
@@ -1033,7 +307,7 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     return r;
 fail:
     pthread_mutex_lock(&s->mu);
-    req_unref_locked(r);
+    kvt_srv_req_unref_locked(r);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -1103,7 +377,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         st->opened = 1;
         pthread_mutex_lock(&s->mu);
         while (!r->done && r->text_len == st->sent && st->len == 0) {
-            cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
+            kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
             if (r->done || r->text_len != st->sent) break;
             pthread_mutex_unlock(&s->mu);
             int gone = peer_gone(st->conn);
@@ -1152,7 +426,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 static void stream_free(void *cls) {
     stream_state *st = cls;
     cancel(st->s, st->r); /* a no-op when it finished; otherwise the client went away */
-    req_unref(st->s, st->r);
+    kvt_srv_req_unref(st->s, st->r);
     free(st->buf);
     free(st);
 }
@@ -1180,7 +454,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     if (!r) return send_error(s, c, cs->label, &err, NULL, NULL);
     apply_session_header(s, c, r);
     if (enqueue(s, r)) {
-        req_unref(s, r);
+        kvt_srv_req_unref(s, r);
         kvt_api_errorf(&err, 503, "server_error", NULL, "overloaded",
                        "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
         return send_error(s, c, cs->label, &err, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
@@ -1207,7 +481,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     }
     pthread_mutex_lock(&s->mu);
     while (!r->done) {
-        cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
+        kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
         if (r->done) break;
         pthread_mutex_unlock(&s->mu);
         int gone = peer_gone(c);
@@ -1215,7 +489,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         if (gone) {
             r->cancelled = 1;
             pthread_cond_signal(&s->engine_cv);
-            req_unref_locked(r);
+            kvt_srv_req_unref_locked(r);
             pthread_mutex_unlock(&s->mu);
             cs->status = STATUS_CLIENT_GONE;
             kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
@@ -1236,7 +510,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
                         kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage), NULL, NULL);
     }
-    req_unref(s, r);
+    kvt_srv_req_unref(s, r);
     return ret;
 }
 
@@ -1288,12 +562,12 @@ static enum MHD_Result handle_admin(kvt_server *s, struct MHD_Connection *c, con
     j->next = s->jobs;
     s->jobs = j;
     pthread_cond_signal(&s->engine_cv);
-    while (!j->done) cond_wait_ms(&s->job_cv, &s->mu, ADMIN_WAIT_MS);
+    while (!j->done) kvt_srv_cond_wait_ms(&s->job_cv, &s->mu, ADMIN_WAIT_MS);
     pthread_mutex_unlock(&s->mu);
     ret = send_text(s, c, cs->label, j->status, "application/json", j->json, NULL, NULL);
     j->json = NULL;
 done:
-    if (j->r) req_unref(s, j->r);
+    if (j->r) kvt_srv_req_unref(s, j->r);
     free(j->json);
     free(j->pin_id);
     free(j->session);
@@ -1501,7 +775,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 /* ---- lifecycle --------------------------------------------------------------------------- */
 
 static void server_free(kvt_server *s) {
-    for (int32_t i = 0; s->slots && i < s->p.parallel; i++) slot_clear(s, &s->slots[i]);
+    for (int32_t i = 0; s->slots && i < s->p.parallel; i++) kvt_srv_slot_clear(s, &s->slots[i]);
     free(s->slots);
     free(s->queue);
     free(s->logits);
@@ -1547,7 +821,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
-    cond_init_monotonic(&s->job_cv);
+    kvt_srv_cond_init(&s->job_cv);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);
     s->slots = kvt_xcalloc((size_t)s->p.parallel, sizeof *s->slots);
     for (int32_t i = 0; i < s->p.parallel; i++) s->slots[i].seq = -1;
@@ -1579,7 +853,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : params->port;
-    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
+    if (pthread_create(&s->engine_thread, NULL, kvt_srv_engine_main, s)) {
         MHD_stop_daemon(s->mhd);
         server_free(s);
         return kvt_fail(KVT_ELIMIT, "cannot start the engine thread");
@@ -1617,3 +891,4 @@ void kvt_server_stop(kvt_server *s) {
     MHD_stop_daemon(s->mhd);
     server_free(s);
 }
+
