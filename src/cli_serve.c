@@ -253,9 +253,9 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, T0 %d pages of %zu bytes, "
-            "T1 %llu bytes, T2 %s, %zu API key(s)\n",
+            "T1 %llu bytes, T2 %s, T3 %s, %zu API key(s)\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, eff.n_pages, kvt_page_bytes(e),
-            (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys);
+            (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", cp.remote_url ? "on" : "off", n_keys);
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
@@ -263,10 +263,11 @@ int kvt_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "kvtier serve: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     kvt_server_stop(srv);
     ret = 0;
-    if (cp.disk_dir) { /* graceful shutdown: what T0 and T1 hold goes to disk for the next start */
+    if (cp.disk_dir || cp.remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
         double t0 = kvt_now();
-        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier serve: flushing the disk cache: %s\n", kvt_errmsg());
-        else fprintf(stderr, "kvtier serve: flushed the KV cache to %s in %.2f s\n", cp.disk_dir, kvt_now() - t0);
+        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier serve: flushing the KV cache: %s\n", kvt_errmsg());
+        else fprintf(stderr, "kvtier serve: flushed the KV cache to %s in %.2f s\n",
+                     cp.disk_dir ? cp.disk_dir : "the remote tier", kvt_now() - t0);
     }
 free_all:
     kvt_cache_free(cache);
