@@ -501,6 +501,40 @@ static void test_two_nodes(void) {
     kvt_test_gen_free(&gc);
     kvt_cache_free(cc);
     kvt_engine_free(ec);
+
+    /* sharing without write-through: a node with a disk tier puts what it
+     * persists into T3 as well (tier.h "Sharing"); a fresh node finds it */
+    CHECK(cmd("FLUSHALL") == 0);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/node-d", kvt_test_tmpdir());
+    kvt_engine *ed = kvt_test_engine(model, B, 40, 256);
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.disk_dir = dir;
+    cp.disk_bytes = 64 << 20;
+    cp.remote_url = url;
+    cp.remote_key_file = key_file;
+    cp.remote_bytes = 64 << 20;
+    kvt_cache *d = NULL;
+    CHECKF(kvt_cache_new(ed, &cp, &d) == 0, "cache: %s", kvt_errmsg());
+    if (d) {
+        kvt_test_gen gd = kvt_test_generate(ed, d, p, n, 8, NULL);
+        CHECK(kvt_cache_flush(d) == 0); /* T0 -> T2, shared into T3 */
+        kvt_cache_get_stats(d, &st);
+        CHECKF(st.t2_demotions >= 5 && st.t3_demotions == st.t2_demotions && st.t3_writes == st.t3_demotions,
+               "T2 %llu, T3 %llu demotions, %llu written", (unsigned long long)st.t2_demotions,
+               (unsigned long long)st.t3_demotions, (unsigned long long)st.t3_writes);
+        kvt_engine *ee = kvt_test_engine(model, B, 40, 256);
+        kvt_cache *ce = node(ee, key_file);
+        kvt_test_gen ge = kvt_test_generate(ee, ce, p, n, 8, NULL);
+        CHECKF(ge.res.tier_tokens[KVT_TIER_T3] >= 5 * B && kvt_test_same(&ge, &cold), "fresh node: %d from T3",
+               ge.res.tier_tokens[KVT_TIER_T3]);
+        kvt_test_gen_free(&ge);
+        kvt_test_gen_free(&gd);
+        kvt_cache_free(ce);
+        kvt_engine_free(ee);
+        kvt_cache_free(d);
+    }
+    kvt_engine_free(ed);
     kvt_test_gen_free(&gs);
     kvt_test_gen_free(&gb);
     kvt_test_gen_free(&ga);
