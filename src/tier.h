@@ -20,7 +20,10 @@
  * write; see cache.h "Demotion").
  *
  * Index. Every tier keeps its own presence in the prefix index exact
- * (prefix.h); the cache never adds or removes another tier's presence.
+ * (prefix.h); the cache never adds or removes another tier's presence. A
+ * shared tier's presence is what it last knew (others write and its server
+ * evicts): a miss on read removes it, and kvt_remote_probe adds what other
+ * nodes wrote (the cache asks where its local match ends short).
  *
  * Thread-safety: like the tiers themselves, every call comes from the cache
  * owner's thread. */
