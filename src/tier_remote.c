@@ -281,13 +281,18 @@ static redisContext *conn_get(kvt_remote *r, conn *k, double timeout_s) {
         conn_failed(k);
         return NULL;
     }
+    /* the backoff is reset by the first reply (conn_answered), not here: a
+     * hung server still accepts connections, and must not be retried at the
+     * shortest interval */
     k->up = 1;
-    k->backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3;
     pthread_mutex_lock(&r->mu);
     r->st.connects++;
     pthread_mutex_unlock(&r->mu);
     return k->c;
 }
+
+/* The server answered: the next failure starts the backoff afresh. */
+static void conn_answered(conn *k) { k->backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3; }
 
 /* Reads the next pipelined reply before deadline, lowering the socket timeout
  * as the deadline nears so the whole call stays within it. NULL on a timeout
@@ -409,6 +414,7 @@ static void write_batch(kvt_remote *r, uint32_t k) {
                 conn_failed(&r->wr);
                 break;
             }
+            conn_answered(&r->wr);
             ok[i] = rep->type == REDIS_REPLY_STATUS;
             if (!ok[i]) note_error(r, 0, "%s: SET refused: %s", r->wr.who, rep->type == REDIS_REPLY_ERROR ? rep->str : "?");
             stored += ok[i];
@@ -640,6 +646,7 @@ size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
                 conn_failed(&r->rd);
                 break; /* the rest of the pipeline is lost with the connection: misses */
             }
+            conn_answered(&r->rd);
             if (rep->type == REDIS_REPLY_STRING) {
                 bytes += rep->len;
                 if (!accept_value(r, rep->str, rep->len, &reqs[i])) {
@@ -699,6 +706,7 @@ size_t kvt_remote_probe(kvt_remote *r, kvt_hash128 parent, const int32_t *tokens
                 conn_failed(&r->rd);
                 break;
             }
+            conn_answered(&r->rd);
             int found = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
             freeReplyObject(rep);
             /* registration contract: only the leading run, each after its parent */
