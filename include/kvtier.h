@@ -139,6 +139,7 @@ typedef enum {
 } kvt_restore_policy;
 
 #define KVT_DEFAULT_DISK_BYTES (16ull << 30)
+#define KVT_DEFAULT_REMOTE_BYTES (4ull << 30)
 #define KVT_DEFAULT_ADMIT_LIVE_S 600.0
 
 /* Which blocks leaving RAM are written to disk. */
@@ -170,7 +171,15 @@ typedef struct {
                                   the block is dropped and counted (default 5000) */
     int disk_no_mac;         /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
                                 so whoever can write the directory can choose what is served (default: MAC on) */
-    int write_through;       /* also write each new block to T2 as soon as it is computed */
+    const char *remote_url;  /* T3 shared store (--kv-remote redis://[user:pass@]host:port[/db] or
+                                unix:///path); NULL disables T3. Borrowed for kvt_cache_new. */
+    uint64_t remote_bytes;   /* T3 soft budget (--kv-remote-size): capacity and stats; Redis's own
+                                maxmemory policy evicts */
+    uint32_t remote_ttl_s;   /* T3 value expiry (--kv-remote-ttl); 0: none */
+    const char *remote_key_file; /* T3 MAC key (--kv-remote-key-file), required with remote_url:
+                                    32 bytes, 0600, shared by the fleet. Borrowed for kvt_cache_new. */
+    uint32_t remote_timeout_ms;  /* T3 per-call read deadline (--kv-remote-timeout-ms; default 250) */
+    int write_through;       /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;
 
@@ -261,6 +270,20 @@ typedef struct {
     uint64_t t2_bytes_read, t2_bytes_written, t2_corrupt;
     int t2_writes_disabled;      /* the disk failed (full, read-only): serving from RAM */
     double t2_compression_ratio;
+    /* T3 (remote): known = blocks this node believes are in the store */
+    uint64_t t3_known, t3_budget_bytes, t3_value_bytes;
+    uint64_t t3_demotions;       /* blocks queued for the store (demotions and sharing) */
+    uint64_t t3_writes;          /* values stored (SET answered) */
+    uint64_t t3_dropped;         /* writes dropped (queue full, Redis down, errors) */
+    uint64_t t3_restores;        /* blocks read back into pages */
+    uint64_t t3_hits, t3_misses; /* reads per block (misses: absent, evicted, refused, unreachable) */
+    uint64_t t3_bad;             /* values refused by CRC, MAC or identity checks */
+    uint64_t t3_bytes_read, t3_bytes_written;
+    uint64_t t3_errors, t3_timeouts; /* connection failures, deadlines passed, error replies */
+    uint64_t t3_probes, t3_probe_found; /* lookups that asked the store, blocks they found */
+    uint64_t t3_round_trips;     /* read calls that reached the store */
+    double t3_latency_sum_s;     /* their wall time */
+    int t3_connected;            /* 1 while the read connection is up; -1 when T3 is off */
     uint64_t index_entries[KVT_TIER_COUNT];
     uint64_t collisions;         /* block keys that named another block (a miss, never wrong KV) */
     uint64_t lookups;            /* requests matched against the cache */

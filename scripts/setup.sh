@@ -3,11 +3,13 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev libsodium-dev)
+PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev libsodium-dev libhiredis-dev)
 # Tools the tests call, installed only when the command is missing: a machine may
 # already have them from elsewhere (e.g. a Node.js build that ships npm, which
 # Debian's npm package would conflict with).
-TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm)
+# redis-server (with redis-cli, redis-benchmark) backs the T3 tests and bench/remote.sh;
+# each test starts its own server on a loopback port.
+TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm redis-server:redis-server)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

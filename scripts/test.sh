@@ -18,11 +18,11 @@ scripts/build.sh build-asan -DKVT_WERROR=ON -DKVT_SANITIZE=ON
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   KVT_SANITIZED=1 ctest --output-on-failure -j"$jobs") || status=1
 
-echo "== ThreadSanitizer build + the threaded tests (pool, kernels, disk writer, server, q8_0 attention scratch)"
+echo "== ThreadSanitizer build + the threaded tests (pool, kernels, disk and remote writers, server, q8_0 attention scratch)"
 scripts/build.sh build-tsan -DKVT_WERROR=ON -DKVT_TSAN=ON
 # halt_on_error: a race in a server process kills it, which fails the test that drives it
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
-  ctest --output-on-failure -R "threadpool|test_ops|tier_disk|cache_disk|disk_restart|server|kv_q8") || status=1
+  ctest --output-on-failure -R "threadpool|test_ops|tier_disk|tier_remote|cache_disk|disk_restart|server|kv_q8") || status=1
 
 if [ $status -ne 0 ]; then echo "== tests FAILED"; else echo "== all tests passed"; fi
 exit $status

@@ -13,6 +13,7 @@
 #include "model.h"
 #include "ops.h"
 #include "tier_disk.h"
+#include "tier_remote.h"
 
 /* Bumped whenever the engine's arithmetic changes in a way that changes K/V
  * bytes; part of every key root together with the kernels' numerics id. */
@@ -29,6 +30,8 @@
 /* Pins (kvt_cache_pin) may hold at most this share of the active pages, so
  * requests can always run; warm sessions yield under pressure instead. */
 #define KVT_PIN_MAX_FRACTION 0.5
+/* Blocks one lookup asks the shared tier about at most (one round trip). */
+#define KVT_PROBE_MAX_BLOCKS 4096
 
 typedef struct {
     int cached;          /* the cache holds a reference and the index has T0 presence */
@@ -62,6 +65,7 @@ struct kvt_cache {
     kvt_tier_ref tiers[KVT_TIER_COUNT];
     kvt_ram *ram;
     kvt_disk *disk;
+    kvt_remote *remote;
     kvt_admit *admit;     /* KVT_ADMIT_REUSED: the seen-twice sketch for persistent tiers */
     kvt_cache_params params;
     int flushing;         /* shutdown: every block goes down, waiting for room */
@@ -92,6 +96,8 @@ kvt_cache_params kvt_cache_default_params(void) {
     kvt_cache_params p = {.ram_bytes = 0, .disk_dir = NULL, .disk_bytes = KVT_DEFAULT_DISK_BYTES,
                           .disk_zstd = 0, .disk_admit = KVT_ADMIT_ALL, .admit_live_s = KVT_DEFAULT_ADMIT_LIVE_S,
                           .disk_put_wait_ms = KVT_DISK_PUT_WAIT_MS_DEFAULT, .write_through = 0,
+                          .remote_bytes = KVT_DEFAULT_REMOTE_BYTES,
+                          .remote_timeout_ms = KVT_REMOTE_TIMEOUT_MS_DEFAULT,
                           .restore = KVT_RESTORE_AUTO};
     return p;
 }
@@ -113,18 +119,28 @@ static void touch_page(kvt_cache *c, int32_t p) {
 
 /* Puts a block into tier t. A persistent tier's writer may be behind: the
  * tier itself waits (bounded) for room; when flushing (shutdown) we keep
- * waiting. Returns >= 0 if the block is in the tier afterwards. */
+ * waiting. A block newly stored in a persistent, unshared tier is also put
+ * into every shared tier below it (tier.h "Sharing": what this node keeps is
+ * what other nodes will want). Returns >= 0 if the block is in tier t
+ * afterwards. */
 static int tier_put(kvt_cache *c, kvt_tier t, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
                     const void *payload) {
     const kvt_tier_ref *x = &c->tiers[t];
     int rc;
     while ((rc = x->ops->put(x->impl, hash, parent, tokens, payload)) == KVT_ELIMIT && c->flushing && x->ops->persistent)
         if (x->ops->flush(x->impl)) break;
-    if (rc == 0) c->demotions[t]++;
+    if (rc == 0) {
+        c->demotions[t]++;
+        if (x->ops->persistent && !x->ops->shared)
+            for (int s = t + 1; s < KVT_TIER_COUNT; s++)
+                if (c->tiers[s].ops && c->tiers[s].ops->shared) tier_put(c, (kvt_tier)s, hash, parent, tokens, payload);
+    }
     return rc;
 }
 
-/* --write-through: a block goes into every persistent tier as soon as it is computed. */
+/* --write-through: a block goes into every persistent tier as soon as it is
+ * computed (a shared tier below the first one gets it through tier_put too;
+ * its second put is a cheap "already held"). */
 static void write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
                           const void *payload) {
     for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
@@ -219,6 +235,21 @@ int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
             if (!(rc = kvt_disk_open(&dp, &c->disk))) c->tiers[KVT_TIER_T2] = (kvt_tier_ref){&kvt_disk_tier_ops, c->disk};
         }
     }
+    if (!rc && p->remote_url) {
+        kvt_remote_params xp = kvt_remote_default_params();
+        xp.url = p->remote_url;
+        xp.key_file = p->remote_key_file;
+        xp.size_bytes = p->remote_bytes;
+        xp.ttl_s = p->remote_ttl_s;
+        if (p->remote_timeout_ms) xp.timeout_ms = p->remote_timeout_ms;
+        xp.payload_bytes = c->page_bytes;
+        xp.block_tokens = (uint32_t)c->B;
+        xp.index = c->index;
+        /* the same namespace as the disk's: the unsalted root; salted keys keep tenants apart */
+        if (!(rc = kvt_cache_root(c, NULL, 0, &xp.ns)) && !(rc = kvt_remote_open(&xp, &c->remote)))
+            c->tiers[KVT_TIER_T3] = (kvt_tier_ref){&kvt_remote_tier_ops, c->remote};
+    }
+    c->params.remote_url = c->params.remote_key_file = NULL; /* not kept: the caller owns the strings */
     if (rc) {
         kvt_cache_free(c);
         return rc;
@@ -238,6 +269,7 @@ void kvt_cache_free(kvt_cache *c) {
         }
     kvt_ram_free(c->ram);
     kvt_disk_close(c->disk);
+    kvt_remote_close(c->remote);
     kvt_admit_free(c->admit);
     kvt_prefix_free(c->index);
     free(c->scratch_tokens);
@@ -266,6 +298,28 @@ static size_t match(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32
     size_t max = (size_t)n / (size_t)c->B;
     *hits = kvt_xmalloc((max ? max : 1) * sizeof **hits);
     return max ? kvt_prefix_lookup(c->index, root, tokens, (size_t)n, *hits, max) : 0;
+}
+
+/* match(), then the shared tier: it holds blocks other nodes wrote, which the
+ * local index cannot know of. Where the local match ends short of the first
+ * `want` full blocks, the next ones' keys are asked of T3 in one pipelined
+ * round trip (bounded by KVT_PROBE_MAX_BLOCKS and the tier's timeout); the
+ * leading run it holds becomes T3 presence and the match is redone. */
+static size_t match_shared(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, size_t want,
+                           kvt_prefix_hit **hits) {
+    size_t k = match(c, root, tokens, n, hits);
+    want = KVT_MIN(want, (size_t)n / (size_t)c->B);
+    if (!c->remote || k >= want) return k;
+    size_t m = KVT_MIN(want - k, (size_t)KVT_PROBE_MAX_BLOCKS);
+    kvt_hash128 parent = k ? (*hits)[k - 1].hash : root;
+    kvt_hash128 *keys = kvt_xmalloc(m * sizeof *keys);
+    const int32_t *bt = tokens + k * (size_t)c->B;
+    for (size_t i = 0; i < m; i++) keys[i] = kvt_block_hash(i ? keys[i - 1] : parent, bt + i * (size_t)c->B, (uint32_t)c->B);
+    size_t found = kvt_remote_probe(c->remote, parent, bt, keys, m);
+    free(keys);
+    if (!found) return k;
+    free(*hits);
+    return match(c, root, tokens, n, hits);
 }
 
 void kvt_cache_lookup_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out) {
@@ -542,7 +596,8 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
                      int32_t *seq, kvt_attach_info *info) {
     memset(info, 0, sizeof *info);
     kvt_prefix_hit *hits;
-    size_t k = match(c, root, tokens, n, &hits);
+    size_t k = match_shared(c, root, tokens, n, max_reuse > 0 ? ((size_t)max_reuse + (size_t)c->B - 1) / (size_t)c->B : 0,
+                            &hits);
     c->lookups++;
     c->lookup_tokens += (uint64_t)n;
     if (max_reuse < 0) max_reuse = 0;
@@ -625,7 +680,8 @@ void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chai
  * lower tiers); returns a pin holding it, or NULL when nothing was acquired. */
 static kvt_pin *pin_prefix(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_new) {
     kvt_prefix_hit *hits;
-    size_t k = match(c, root, tokens, n, &hits);
+    /* a warm session keeps only what is resident (max_new 0): no need to ask T3 */
+    size_t k = max_new ? match_shared(c, root, tokens, n, (size_t)n / (size_t)c->B, &hits) : match(c, root, tokens, n, &hits);
     int32_t *pages = kvt_xmalloc((k ? k : 1) * sizeof *pages);
     kvt_tier *tier_of = kvt_xmalloc((k ? k : 1) * sizeof *tier_of);
     double restore_s = 0;
@@ -799,6 +855,30 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
         out->t2_writes_disabled = ds.writes_disabled;
         out->t2_compression_ratio = ds.compression_ratio;
     }
+    out->t3_connected = -1;
+    if (c->remote) {
+        kvt_remote_stats rs;
+        kvt_remote_get_stats(c->remote, &rs);
+        out->t3_known = rs.known;
+        out->t3_budget_bytes = rs.budget_bytes;
+        out->t3_value_bytes = rs.value_bytes;
+        out->t3_writes = rs.puts;
+        out->t3_dropped = rs.dropped;
+        out->t3_hits = rs.hits;
+        out->t3_misses = rs.misses;
+        out->t3_bad = rs.bad;
+        out->t3_bytes_read = rs.bytes_read;
+        out->t3_bytes_written = rs.bytes_written;
+        out->t3_errors = rs.errors;
+        out->t3_timeouts = rs.timeouts;
+        out->t3_probes = rs.probes;
+        out->t3_probe_found = rs.probe_found;
+        out->t3_round_trips = rs.round_trips;
+        out->t3_latency_sum_s = rs.latency_sum_s;
+        out->t3_connected = rs.connected;
+    }
+    out->t3_demotions = c->demotions[KVT_TIER_T3];
+    out->t3_restores = c->restores[KVT_TIER_T3];
     out->t2_demotions = c->demotions[KVT_TIER_T2];
     out->t2_restores = c->restores[KVT_TIER_T2];
     out->t2_recompute_decisions = c->t2_recompute;

@@ -13,14 +13,20 @@
  *
  * Demotion (write-back). A block leaving a tier goes into the next tier down
  * that takes it: T0 -> T1 -> T2 -> T3, a tier that refuses passed over, a
- * persistent tier behind the admission rule (kvt_admit_policy). A block is
+ * persistent tier behind the admission rule (kvt_admit_policy). A block
+ * newly stored in a persistent tier is also put into every shared tier below
+ * it (T3: tier.h "Sharing"), so what one node persists other nodes find; and
+ * --write-through reaches T3 the same way. A block is
  * never in no tier while it moves (tier.h: put returns once it is findable),
  * and one that no tier takes is counted as discarded.
  *
  * Restore. A request's matched run is pinned from lookup through restore
  * (acquire_run): its T0 pages referenced, room for the rest reserved, then
  * each block read from the fastest tier that holds it now, one batch per
- * tier, into a fresh page that becomes T0-resident again. Blocks in measured
+ * tier, into a fresh page that becomes T0-resident again. Where the local
+ * index matches fewer of a prompt's full blocks than the request can use and
+ * a shared tier is on, the next blocks' keys are probed there first (one
+ * round trip) and the ones found join the match as T3 presence. Blocks in measured
  * (slow) tiers are read only where that is faster than recomputing them.
  *
  * Identity. A block hit requires the chained key, the parent key and the B

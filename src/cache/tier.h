@@ -1,5 +1,5 @@
 /* One small interface for the KV tiers below T0 (DESIGN.md "Tiers"): T1 host
- * RAM (tier_ram.h), T2 local disk (tier_disk.h), and the remote tier to come.
+ * RAM (tier_ram.h), T2 local disk (tier_disk.h) and T3 remote (tier_remote.h).
  * The cache policy (cache.c) moves blocks through it without knowing which
  * tier it talks to: demotion puts a block into the next tier down, restores
  * read batches from whichever tier holds a block, shutdown flushes each tier
@@ -12,8 +12,18 @@
  * Evictions. A tier that evicts (RAM) hands each evicted block to the evict
  * hook it was created with; the cache passes it on to the next tier down.
  *
+ * Sharing. A shared tier (T3) is one that other nodes read too. The cache
+ * writes a block into it not only when nothing above takes the block, but
+ * also whenever the block is newly stored in a persistent tier above it: a
+ * block worth keeping on this node's disk is what other nodes will want, so
+ * it is shared as it is persisted (write-back to T3 from the first persistent
+ * write; see cache.h "Demotion").
+ *
  * Index. Every tier keeps its own presence in the prefix index exact
- * (prefix.h); the cache never adds or removes another tier's presence.
+ * (prefix.h); the cache never adds or removes another tier's presence. A
+ * shared tier's presence is what it last knew (others write and its server
+ * evicts): a miss on read removes it, and kvt_remote_probe adds what other
+ * nodes wrote (the cache asks where its local match ends short).
  *
  * Thread-safety: like the tiers themselves, every call comes from the cache
  * owner's thread. */
@@ -48,6 +58,8 @@ typedef struct {
     const char *name;
     int persistent;  /* survives a restart (admission filters apply to such tiers) */
     int measured;    /* slow enough that restore-or-recompute weighs its measured bandwidth */
+    int shared;      /* other nodes read it: blocks persisted above it are copied into it (see Sharing);
+                        the index learns of blocks others wrote by probing it (tier_remote.h) */
     /* Stores a copy of the block (tokens and payload are copied). Returns 0
      * (stored, or accepted for writing: findable from now on), 1 (already
      * held) or a negative code (refused: not in this tier). */

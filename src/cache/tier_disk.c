@@ -23,6 +23,7 @@
 
 #include "common.h"
 #include "crc32c.h"
+#include "disk_record.h"
 #include "disk_io.h"
 #include "hmap128.h"
 
@@ -379,6 +380,31 @@ static uint64_t record_encode(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
     uint64_t total = align_up(header_bytes + stored_bytes);
     memset(h + header_bytes + stored_bytes, 0, total - header_bytes - stored_bytes);
     return total;
+}
+
+/* The writing side for other tiers (disk_record.h): the same encoder, with
+ * the key passed as bytes. */
+uint32_t kvt_disk_record_key_id(const uint8_t key[KVT_DISK_KEY_BYTES]) {
+    mac_key k;
+    memcpy(k.bytes, key, KVT_DISK_KEY_BYTES);
+    key_prepare(&k);
+    uint32_t id = k.id;
+    sodium_memzero(&k, sizeof k);
+    return id;
+}
+
+uint64_t kvt_disk_record_encode(uint8_t *rec, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
+                                uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
+                                const uint8_t *key, uint32_t key_id) {
+    mac_key k;
+    if (key) {
+        memcpy(k.bytes, key, KVT_DISK_KEY_BYTES);
+        key_prepare(&k); /* the scheme this machine signs with, as the disk tier does */
+        k.id = key_id;
+    }
+    uint64_t n = record_encode(rec, B, codec, payload_bytes, stored_bytes, ns, hash, parent, key ? &k : NULL);
+    if (key) sodium_memzero(&k, sizeof k);
+    return n;
 }
 
 /* ---- directory: opened once, every file relative to it ------------------ */

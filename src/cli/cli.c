@@ -132,7 +132,16 @@ void kvt_cli_cache_flags_help(FILE *f) {
                "  --kv-disk-no-mac    do not sign disk records with the directory's key (default: each\n"
                "                      record carries a keyed MAC and a forged or altered one is never\n"
                "                      served); CRCs still catch accidents\n"
-               "  --write-through     write each new block to disk as soon as it is computed\n"
+               "  --kv-remote URL     T3: a KV store shared by every node on one Redis/Valkey:\n"
+               "                      redis://[user:pass@]host:port[/db] or unix:///path (README \"Shared tier\")\n"
+               "  --kv-remote-key-file FILE  T3's MAC key, required with --kv-remote: 32 random bytes,\n"
+               "                      mode 0600, the same file on every node; values that do not verify are misses\n"
+               "  --kv-remote-size BYTES  T3 soft budget (default 4G): capacity and stats; Redis's maxmemory\n"
+               "                      policy does the evicting\n"
+               "  --kv-remote-ttl SECONDS  T3 values expire after this long (default: never; SET ... EX)\n"
+               "  --kv-remote-timeout-ms MS  T3 reads give up after this long per request (default 250):\n"
+               "                      a slow or absent Redis costs misses, never a stuck request\n"
+               "  --write-through     write each new block to disk (and T3) as soon as it is computed\n"
                "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
                "                      measured), always, never (default auto)\n");
 }
@@ -174,6 +183,24 @@ int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
         cp->disk_put_wait_ms = (uint32_t)ms;
     } else if (!strcmp(a, "--kv-disk-no-mac")) {
         cp->disk_no_mac = 1;
+    } else if (!strcmp(a, "--kv-remote")) {
+        if (!(cp->remote_url = kvt_cli_value(argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--kv-remote-key-file")) {
+        if (!(cp->remote_key_file = kvt_cli_value(argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--kv-remote-size")) {
+        if (!(v = kvt_cli_value(argc, argv, i)) || kvt_cli_parse_bytes(a, v, &cp->remote_bytes)) return -1;
+        if (!cp->remote_bytes) {
+            fprintf(stderr, "kvtier: --kv-remote-size must be > 0\n");
+            return -1;
+        }
+    } else if (!strcmp(a, "--kv-remote-ttl")) {
+        long ttl;
+        if (!(v = kvt_cli_value(argc, argv, i)) || (ttl = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
+        cp->remote_ttl_s = (uint32_t)ttl;
+    } else if (!strcmp(a, "--kv-remote-timeout-ms")) {
+        long ms;
+        if (!(v = kvt_cli_value(argc, argv, i)) || (ms = kvt_cli_parse_long(a, v, 1, 600000)) < 0) return -1;
+        cp->remote_timeout_ms = (uint32_t)ms;
     } else if (!strcmp(a, "--write-through")) {
         cp->write_through = 1;
     } else if (!strcmp(a, "--restore")) {

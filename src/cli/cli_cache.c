@@ -1,6 +1,7 @@
 /* `kvtier cache`: inspect and maintain a disk-tier cache directory (stats, ls,
- * verify, gc, clear). Reading commands work beside a running server; gc and
- * clear take the directory's lock. */
+ * verify, gc, clear), or the shared remote tier (stats, clear). Reading
+ * commands work beside a running server; gc and clear take the directory's
+ * lock. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "cli.h"
 #include "common.h"
 #include "tier_disk.h"
+#include "tier_remote.h"
 
 #define MAX_NAMESPACES 64
 #define PROGRESS_INTERVAL_S 0.5
@@ -18,8 +20,10 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvtier cache <stats|ls|verify|gc|clear> --kv-disk DIR [options]\n\n"
-            "Inspect or maintain a disk-tier (T2) cache directory.\n\n"
+            "usage: kvtier cache <stats|ls|verify|gc|clear> --kv-disk DIR [options]\n"
+            "       kvtier cache stats --kv-remote URL\n"
+            "       kvtier cache clear --kv-remote URL --namespace HEX\n\n"
+            "Inspect or maintain a disk-tier (T2) cache directory, or the shared remote tier (T3).\n\n"
             "commands:\n"
             "  stats    segment files, bytes, records (valid / corrupt / other format), usage per namespace,\n"
             "           and lifetime counters: disk hit rate of prompt blocks, writes, drops, I/O\n"
@@ -31,7 +35,12 @@ static void usage(FILE *f) {
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
             "options:\n"
-            "  --kv-disk DIR        the cache directory (required)\n"
+            "  --kv-disk DIR        the cache directory (required for the disk tier)\n"
+            "  --kv-remote URL      the remote tier's Redis: redis://[user:pass@]host:port[/db] or unix:///path;\n"
+            "                       stats: values and bytes per namespace (SCAN, never KEYS); clear: UNLINK every\n"
+            "                       value of --namespace (other namespaces and other data are left alone)\n"
+            "  --kv-remote-key-file FILE  accepted for symmetry with serve; stats and clear read only key names\n"
+            "                       and lengths, so they need no key\n"
             "  --namespace HEX      gc: keep only this namespace (32 hex digits, as `stats` prints it);\n"
             "                       default: the namespace in the directory's header\n"
             "  --all-namespaces     gc: keep every namespace (drop only corrupt, foreign-format and duplicates)\n"
@@ -152,8 +161,47 @@ static void print_header(const char *dir) {
         printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : "malformed");
 }
 
+#define REMOTE_TIMEOUT_MS 5000 /* maintenance may wait longer than a request would */
+
+/* stats / clear on the remote tier. */
+static int remote_cmd(const char *cmd, const char *url, const char *ns_text) {
+    if (!strcmp(cmd, "stats")) {
+        kvt_remote_ns_usage u[MAX_NAMESPACES], other;
+        size_t n;
+        if (kvt_remote_scan(url, REMOTE_TIMEOUT_MS, u, MAX_NAMESPACES, &n, &other)) {
+            fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
+            return 1;
+        }
+        uint64_t values = other.values, bytes = other.bytes;
+        for (size_t i = 0; i < n; i++) values += u[i].values, bytes += u[i].bytes;
+        printf("remote: %" PRIu64 " values, %.1f MiB in %zu namespace(s)\n", values, (double)bytes / 1048576.0, n);
+        for (size_t i = 0; i < n; i++)
+            printf("namespace %016" PRIx64 "%016" PRIx64 ": %" PRIu64 " values, %.1f MiB\n", u[i].ns.hi, u[i].ns.lo,
+                   u[i].values, (double)u[i].bytes / 1048576.0);
+        if (other.values)
+            printf("(%" PRIu64 " values in further namespaces not itemised)\n", other.values);
+        return 0;
+    }
+    if (!strcmp(cmd, "clear")) {
+        kvt_hash128 ns;
+        if (!ns_text || parse_ns(ns_text, &ns)) {
+            fprintf(stderr, "kvtier cache: clear --kv-remote needs --namespace with 32 hex digits (as stats prints it)\n");
+            return 2;
+        }
+        uint64_t removed;
+        if (kvt_remote_clear(url, REMOTE_TIMEOUT_MS, ns, &removed)) {
+            fprintf(stderr, "kvtier cache: clear: %s\n", kvt_errmsg());
+            return 1;
+        }
+        printf("clear: unlinked %" PRIu64 " values of namespace %s\n", removed, ns_text);
+        return 0;
+    }
+    fprintf(stderr, "kvtier cache: %s is not available for --kv-remote (stats, clear)\n", cmd);
+    return 2;
+}
+
 int kvt_cmd_cache(int argc, char **argv) {
-    const char *cmd = NULL, *dir = NULL, *ns_text = NULL;
+    const char *cmd = NULL, *dir = NULL, *ns_text = NULL, *remote = NULL;
     int all_ns = 0;
     long limit = LS_DEFAULT_LIMIT;
     for (int i = 1; i < argc; i++) {
@@ -163,6 +211,10 @@ int kvt_cmd_cache(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--kv-disk")) {
             if (!(dir = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv-remote")) {
+            if (!(remote = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv-remote-key-file")) {
+            if (!kvt_cli_value(argc, argv, &i)) return 2;
         } else if (!strcmp(a, "--namespace")) {
             if (!(ns_text = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--all-namespaces")) {
@@ -178,6 +230,7 @@ int kvt_cmd_cache(int argc, char **argv) {
             return 2;
         }
     }
+    if (cmd && remote && !dir) return remote_cmd(cmd, remote, ns_text);
     if (!cmd || !dir) {
         fprintf(stderr, "kvtier cache: %s\n\n", !cmd ? "which command? (stats, ls, verify, gc, clear)" : "--kv-disk DIR is required");
         usage(stderr);

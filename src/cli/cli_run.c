@@ -632,10 +632,11 @@ int kvt_cmd_run(int argc, char **argv) {
                 r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
                 (unsigned long long)sp.seed);
     }
-    if (cache && cp.disk_dir) {
+    if (cache && (cp.disk_dir || cp.remote_url)) {
         double t0 = kvt_now();
-        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier run: flushing the disk cache: %s\n", kvt_errmsg());
-        else kvt_log(KVT_LOG_INFO, "flushed the KV cache to %s in %.2f s", cp.disk_dir, kvt_now() - t0);
+        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier run: flushing the KV cache: %s\n", kvt_errmsg());
+        else kvt_log(KVT_LOG_INFO, "flushed the KV cache to %s in %.2f s", cp.disk_dir ? cp.disk_dir : "the remote tier",
+                     kvt_now() - t0);
     }
     if (cache && (n_prompts > 1 || cp.disk_dir)) {
         kvt_cache_stats st;

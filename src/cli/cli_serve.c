@@ -332,18 +332,30 @@ int kvt_cmd_serve(int argc, char **argv) {
     sigaddset(&stop_set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
+    kvt_engine_params eff = kvt_engine_params_of(e);
+    /* the capacity line reads the tiers' statistics: taken before the engine
+     * thread starts using them (the cache is single-threaded), printed after */
+    char *capacity = NULL;
+    size_t capacity_len = 0;
+    FILE *cap_f = open_memstream(&capacity, &capacity_len);
+    if (cap_f) {
+        kvt_cli_print_capacity(cap_f, "kvtier serve", cache, eff.n_ctx);
+        fclose(cap_f);
+    }
     if (kvt_server_start(m, e, cache, &sp, &srv)) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        free(capacity);
         goto free_all;
     }
-    kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
-            "bytes, T1 %llu bytes, T2 %s, %zu API key(s), /metrics %s\n",
+            "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
-            eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
+            eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
+            cp.remote_url ? "on" : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
-    kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
+    if (capacity) fputs(capacity, stderr);
+    free(capacity);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
@@ -367,10 +379,11 @@ int kvt_cmd_serve(int argc, char **argv) {
     }
     kvt_server_stop(srv);
     ret = 0;
-    if (cp.disk_dir) { /* graceful shutdown: what T0 and T1 hold goes to disk for the next start */
+    if (cp.disk_dir || cp.remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
         double t0 = kvt_now();
-        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier serve: flushing the disk cache: %s\n", kvt_errmsg());
-        else fprintf(stderr, "kvtier serve: flushed the KV cache to %s in %.2f s\n", cp.disk_dir, kvt_now() - t0);
+        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier serve: flushing the KV cache: %s\n", kvt_errmsg());
+        else fprintf(stderr, "kvtier serve: flushed the KV cache to %s in %.2f s\n",
+                     cp.disk_dir ? cp.disk_dir : "the remote tier", kvt_now() - t0);
     }
 free_all:
     kvt_cache_free(cache);

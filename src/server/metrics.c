@@ -138,9 +138,10 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
 
     const kvt_cache_stats *c = &g->cache;
     uint64_t t0_used = (uint64_t)(c->t0_pages_total - c->t0_pages_free) * g->page_bytes;
-    uint64_t used[KVT_TIER_COUNT] = {t0_used, c->t1_bytes_used, c->t2_bytes_used, 0};
+    /* T3: what this node believes the shared store holds of its blocks */
+    uint64_t used[KVT_TIER_COUNT] = {t0_used, c->t1_bytes_used, c->t2_bytes_used, c->t3_known * c->t3_value_bytes};
     uint64_t budget[KVT_TIER_COUNT] = {(uint64_t)c->t0_pages_total * g->page_bytes, c->t1_budget_bytes,
-                                       c->t2_budget_bytes, 0};
+                                       c->t2_budget_bytes, c->t3_budget_bytes};
     uint64_t evictions[KVT_TIER_COUNT] = {c->t0_evictions, c->t1_evictions, 0, 0};
     header(&b, "kvtier_tier_bytes_used", "gauge", "Bytes of KV held per tier (T0: pages in use, cached or running).");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
@@ -166,6 +167,33 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_disk_recompute_decisions_total", "counter",
            "Requests that recomputed disk blocks because reading them was measured slower.");
     put(&b, "kvtier_disk_recompute_decisions_total %llu\n", (unsigned long long)c->t2_recompute_decisions);
+    header(&b, "kvtier_remote_connected", "gauge", "1 while the T3 (Redis) read connection is up, 0 while down, -1 when T3 is off.");
+    put(&b, "kvtier_remote_connected %d\n", c->t3_connected);
+    header(&b, "kvtier_remote_reads_total", "counter", "T3 block reads, by result (miss: absent, evicted, refused or unreachable).");
+    put(&b, "kvtier_remote_reads_total{result=\"hit\"} %llu\n", (unsigned long long)c->t3_hits);
+    put(&b, "kvtier_remote_reads_total{result=\"miss\"} %llu\n", (unsigned long long)c->t3_misses);
+    header(&b, "kvtier_remote_bad_values_total", "counter", "T3 values refused: CRC, MAC, namespace, parent or tokens did not match.");
+    put(&b, "kvtier_remote_bad_values_total %llu\n", (unsigned long long)c->t3_bad);
+    header(&b, "kvtier_remote_bytes_total", "counter", "T3 value bytes, by direction.");
+    put(&b, "kvtier_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t3_bytes_read);
+    put(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t3_bytes_written);
+    header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
+    put(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
+    header(&b, "kvtier_remote_writes_dropped_total", "counter", "T3 writes dropped (queue full, Redis down, errors).");
+    put(&b, "kvtier_remote_writes_dropped_total %llu\n", (unsigned long long)c->t3_dropped);
+    header(&b, "kvtier_remote_restores_total", "counter", "Blocks read back from T3 into pages.");
+    put(&b, "kvtier_remote_restores_total %llu\n", (unsigned long long)c->t3_restores);
+    header(&b, "kvtier_remote_errors_total", "counter", "T3 connection failures, timeouts and error replies.");
+    put(&b, "kvtier_remote_errors_total %llu\n", (unsigned long long)c->t3_errors);
+    header(&b, "kvtier_remote_timeouts_total", "counter", "T3 read calls cut by their deadline (--kv-remote-timeout-ms).");
+    put(&b, "kvtier_remote_timeouts_total %llu\n", (unsigned long long)c->t3_timeouts);
+    header(&b, "kvtier_remote_probes_total", "counter", "Lookups that asked T3 for blocks the local index lacked.");
+    put(&b, "kvtier_remote_probes_total %llu\n", (unsigned long long)c->t3_probes);
+    header(&b, "kvtier_remote_probe_found_blocks_total", "counter", "Blocks those probes found in T3.");
+    put(&b, "kvtier_remote_probe_found_blocks_total %llu\n", (unsigned long long)c->t3_probe_found);
+    header(&b, "kvtier_remote_latency_seconds", "summary", "Wall time of T3 read calls (one pipelined round trip each).");
+    put(&b, "kvtier_remote_latency_seconds_sum %.6f\n", c->t3_latency_sum_s);
+    put(&b, "kvtier_remote_latency_seconds_count %llu\n", (unsigned long long)c->t3_round_trips);
     header(&b, "kvtier_cache_lookup_tokens_total", "counter", "Prompt tokens matched against the cache.");
     put(&b, "kvtier_cache_lookup_tokens_total %llu\n", (unsigned long long)c->lookup_tokens);
     header(&b, "kvtier_cache_hit_tokens_total", "counter", "Of those, tokens restored instead of computed.");

@@ -487,6 +487,27 @@ static cJSON *stats_json(kvt_server *s) {
     cJSON_AddNumberToObject(t2, "writes", (double)st.t2_writes);
     cJSON_AddNumberToObject(t2, "writes_dropped", (double)st.t2_dropped);
     cJSON_AddNumberToObject(t2, "writes_waited", (double)st.t2_put_waits);
+    if (st.t3_connected >= 0) {
+        cJSON *t3 = cJSON_AddObjectToObject(o, "T3");
+        cJSON_AddBoolToObject(t3, "connected", st.t3_connected == 1);
+        cJSON_AddNumberToObject(t3, "known_blocks", (double)st.t3_known);
+        cJSON_AddNumberToObject(t3, "budget_bytes", (double)st.t3_budget_bytes);
+        cJSON_AddNumberToObject(t3, "value_bytes", (double)st.t3_value_bytes);
+        cJSON_AddNumberToObject(t3, "restores", (double)st.t3_restores);
+        cJSON_AddNumberToObject(t3, "hits", (double)st.t3_hits);
+        cJSON_AddNumberToObject(t3, "misses", (double)st.t3_misses);
+        cJSON_AddNumberToObject(t3, "bad_values", (double)st.t3_bad);
+        cJSON_AddNumberToObject(t3, "writes", (double)st.t3_writes);
+        cJSON_AddNumberToObject(t3, "writes_dropped", (double)st.t3_dropped);
+        cJSON_AddNumberToObject(t3, "errors", (double)st.t3_errors);
+        cJSON_AddNumberToObject(t3, "timeouts", (double)st.t3_timeouts);
+        cJSON_AddNumberToObject(t3, "probes", (double)st.t3_probes);
+        cJSON_AddNumberToObject(t3, "probe_found_blocks", (double)st.t3_probe_found);
+        cJSON_AddNumberToObject(t3, "bytes_read", (double)st.t3_bytes_read);
+        cJSON_AddNumberToObject(t3, "bytes_written", (double)st.t3_bytes_written);
+        cJSON_AddNumberToObject(t3, "latency_ms_avg",
+                                st.t3_round_trips ? 1e3 * st.t3_latency_sum_s / (double)st.t3_round_trips : 0.0);
+    }
     cJSON_AddNumberToObject(o, "discarded_blocks", (double)st.discarded);
     cJSON_AddNumberToObject(o, "lookup_tokens", (double)st.lookup_tokens);
     cJSON_AddNumberToObject(o, "hit_tokens", (double)st.hit_tokens);

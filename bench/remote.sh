@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The shared tier (T3) against cold and T2, on the ~250M llama of the issues
+# (bench/speed.sh's model; MODEL=... for another) with a ~2,048-token prefix:
+# node A computes it (cold TTFT) with --write-through into T2 and T3; node B,
+# a fresh process on the same Redis, answers its first request from T3 (three
+# fresh B processes, each its first request); then A restarts on its disk
+# alone and answers from T2. Then T3's restore bandwidth (value bytes / restore
+# time) against `redis-benchmark -t get` at the same value size, on one
+# pipelined connection like T3's reads and with 50 clients. Starts its own
+# redis-server on a free loopback port. Numbers only; never passes or fails
+# on time.
+# usage: bench/remote.sh [THREADS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${1:-2}
+BIN=./build/kvtier
+MODEL=${MODEL:-bench/out/llama250m-f16.gguf}
+mkdir -p bench/out
+[ -f "$MODEL" ] || "$BIN" mkmodel -o "$MODEL" --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816 \
+  --vocab 32000 --type f16 --ctx 4096 --name bench-llama-250m
+command -v redis-server >/dev/null || { echo "bench/remote.sh: needs redis-server" >&2; exit 1; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+for _ in $(seq 20); do
+  RPORT=$((20000 + RANDOM % 30000))
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    --maxmemory 2gb --maxmemory-policy allkeys-lru >"$TMP/redis.log" 2>&1 &
+  RPID=$!
+  PIDS+=("$RPID")
+  for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break 2; sleep 0.1; done
+done
+head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
+REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key")
+
+# a prompt of about 2,048 tokens under this model's tokenizer
+words=(cache tier block page restore prefix shared remote disk memory token layer value record server)
+make_prompt() { local n=$1 s=""; for ((i = 0; i < n; i++)); do s+="${words[i % ${#words[@]}]}$((i % 97)) "; done; echo "$s"; }
+nw=400
+while :; do
+  PROMPT=$(make_prompt $nw)
+  nt=$("$BIN" tokenize -m "$MODEL" "$PROMPT" 2>/dev/null | wc -w)
+  [ "$nt" -ge 2048 ] && break
+  nw=$((nw * 2048 / (nt > 0 ? nt : 1) + 8))
+done
+while [ "$nt" -gt 2080 ]; do nw=$((nw - 4)); PROMPT=$(make_prompt $nw); nt=$("$BIN" tokenize -m "$MODEL" "$PROMPT" 2>/dev/null | wc -w); done
+BODY=$(jq -n --arg p "$PROMPT" '{prompt: $p, max_tokens: 1, temperature: 0}')
+
+start() { # start NAME ARGS...: sets URL
+  local name=$1; shift
+  "$BIN" serve -m "$MODEL" --host 127.0.0.1 --port 0 -t "$T" --ctx 4096 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV=$!
+  PIDS+=("$SRV")
+  for _ in $(seq 600); do
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$' || true)
+    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
+    sleep 0.1
+  done
+  cat "$TMP/$name.log" >&2; exit 1
+}
+ask() { curl -s -m 600 -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions"; }
+show() { jq -r "\"\(.kvtier.ttft_ms | floor) ms TTFT; cached T0/T1/T2/T3 \(.kvtier.cached_tokens_by_tier | [.T0,.T1,.T2,.T3] | join(\"/\")), computed \(.kvtier.computed_tokens), restore \(.kvtier.restore_ms * 10 | floor / 10) ms\"" "$1"; }
+
+echo "model $MODEL, prompt $nt tokens, $T threads, Redis on 127.0.0.1:$RPORT"
+start A --kv-disk "$TMP/kvA" "${REMOTE[@]}" --write-through
+APID=$SRV
+ask >"$TMP/cold.json"
+echo "cold (node A computes):   $(show "$TMP/cold.json")"
+for _ in $(seq 100); do [ "$(redis-cli -p "$RPORT" dbsize)" -ge $((nt / 32)) ] && break; sleep 0.1; done
+for i in 1 2 3; do
+  start "B$i" "${REMOTE[@]}"
+  ask >"$TMP/t3-$i.json"
+  echo "T3 (fresh node B, run $i): $(show "$TMP/t3-$i.json")"
+  kill -9 "$SRV"
+done
+kill -TERM "$APID"; wait "$APID" 2>/dev/null || true
+start A2 --kv-disk "$TMP/kvA" --restore always
+ask >"$TMP/t2.json"
+echo "T2 (node A restarted, disk only; page cache warm): $(show "$TMP/t2.json")"
+
+value=$(redis-cli -p "$RPORT" strlen "$(redis-cli -p "$RPORT" --scan --pattern 'kvt:*' | head -1)")
+cold=$(jq '.kvtier.ttft_ms' "$TMP/cold.json")
+echo "value size: $value bytes (one page and the record header)"
+for i in 1 2 3; do
+  jq -r --argjson cold "$cold" --argjson v "$value" \
+    '"T3 run: TTFT \(.kvtier.ttft_ms / $cold * 1000 | floor / 10)% of cold; restore \((.kvtier.cached_tokens_by_tier.T3 / 32 | ceil) * $v / (.kvtier.restore_ms / 1000) / 1e6 | floor) MB/s"' "$TMP/t3-$i.json"
+done
+echo "T2: TTFT $(jq --argjson cold "$cold" '.kvtier.ttft_ms / $cold * 1000 | floor / 10' "$TMP/t2.json")% of cold"
+for args in "-c 1 -P 64" "-c 50"; do
+  # set,get: GET needs the key that the SET run writes
+  rps=$(redis-benchmark -p "$RPORT" -t set,get -d "$value" -n 2000 $args -q 2>/dev/null | tr '\r' '\n' | grep -o 'GET: [0-9.]*' | tail -1 | grep -o '[0-9.]*$')
+  echo "redis-benchmark -t get -d $value $args: $rps GET/s = $(awk -v r="$rps" -v v="$value" 'BEGIN { printf "%.0f", r * v / 1e6 }') MB/s"
+done

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Two `kvtier serve` nodes (A and B) on one redis-server that this test starts
+# on a free loopback port, with one shared key file: B's first request for a
+# prompt of 3+ blocks that A computed is served from T3 (>= 95% of its full
+# blocks) with the same greedy completion as a node without T3; tenant salts
+# (cache_salt) keep tenants apart in T3 too; /v1/cache/stats and /metrics
+# report T3; a node without the key file refuses to start; Redis killed under
+# B gives misses, not failed requests, and B uses T3 again after a restart.
+set -u
+BIN=${KVT_BIN:?}
+command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed (apt-get install redis-server)"; exit 77; }
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+REDIS_PID=
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  [ -n "$REDIS_PID" ] && kill -9 "$REDIS_PID" 2>/dev/null
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+
+# A free loopback port for Redis (redis 7 cannot be told --port 0): try random
+# ones until a server stays up on one.
+start_redis() {
+  for _ in $(seq 20); do
+    RPORT=${RPORT:-$((20000 + RANDOM % 30000))}
+    redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+      >"$TMP/redis.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 50); do
+      redis-cli -p "$RPORT" ping >/dev/null 2>&1 && return 0
+      kill -0 "$REDIS_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$REDIS_PID" 2>/dev/null; REDIS_PID=; unset RPORT
+  done
+  echo "redis-server did not start" >&2; exit 1
+}
+stop_redis() { kill -9 "$REDIS_PID" 2>/dev/null; wait "$REDIS_PID" 2>/dev/null; REDIS_PID=; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
+head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
+start_redis
+REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key")
+
+# start NAME ARGS...: a server on a free port; sets URL_<NAME> and PID_<NAME>
+start() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 100); do
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
+    if [ -n "$port" ]; then eval "URL_$name=http://127.0.0.1:$port PID_$name=$pid"; return 0; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+LONG="A long and fixed system prompt that every request of this service starts with: you are a careful assistant that answers questions about the tiered key-value cache, its random-access memory tier, its disk tier and its shared remote tier, and you always explain which tier served the prompt and why the output stays the same."
+# ask URL OUT [SALT]: a greedy completion of the long prompt into OUT
+ask() {
+  local salt=${3:+,\"cache_salt\":\"$3\"}
+  curl -s -m 60 -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"$LONG\",\"max_tokens\":16,\"temperature\":0$salt}" "$1/v1/completions" >"$2"
+}
+t3() { jq -r '.kvtier.cached_tokens_by_tier.T3' "$1"; }
+
+"$BIN" serve -m "$TMP/m.gguf" --port 0 --kv-remote "redis://127.0.0.1:$RPORT" >"$TMP/nokey.log" 2>&1
+check "T3 without a key file refuses to start" test $? -ne 0
+check "... and says which flag it needs" grep -q -- "--kv-remote-key-file" "$TMP/nokey.log"
+
+start A "${REMOTE[@]}" --write-through
+start B "${REMOTE[@]}"
+start C # no T3: the cold reference
+ask "$URL_C" "$TMP/cold.json"
+ask "$URL_A" "$TMP/a.json"
+n=$(jq -r '.usage.prompt_tokens' "$TMP/a.json")
+blk=$(curl -s "$URL_A/v1/cache/stats" | jq -r '.block_tokens')
+full=$(( n / blk * blk ))
+check "the prompt spans 2+ full blocks ($n tokens, B=$blk)" test "$full" -ge $((2 * blk))
+check "A computed it (no T3 hit on a cold store)" test "$(t3 "$TMP/a.json")" = 0
+# A's write-through queue drains in the background; wait until its values are in Redis
+for _ in $(seq 50); do
+  [ "$(redis-cli -p "$RPORT" --scan --pattern 'kvt:*' | wc -l)" -ge $((full / blk)) ] && break
+  sleep 0.1
+done
+ask "$URL_B" "$TMP/b.json"
+got=$(t3 "$TMP/b.json")
+check "B's first request is served from T3 ($got of $full tokens)" test $((got * 100)) -ge $((full * 95))
+check "B's output equals a cold run's" test "$(jq -r '.choices[0].text' "$TMP/b.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
+check "A's output equals a cold run's" test "$(jq -r '.choices[0].text' "$TMP/a.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
+check "B computed only the tail" test "$(jq -r '.kvtier.computed_tokens' "$TMP/b.json")" -le "$blk"
+
+# tenants: A computes the prompt for tenant x; B finds it for x, never for y
+ask "$URL_B" "$TMP/y0.json" tenant-y
+check "another tenant gets nothing from T3" test "$(t3 "$TMP/y0.json")" = 0
+ask "$URL_A" "$TMP/xa.json" tenant-x
+sleep 0.5
+ask "$URL_B" "$TMP/xb.json" tenant-x
+check "the same tenant shares through T3" test "$(t3 "$TMP/xb.json")" -gt 0
+ask "$URL_B" "$TMP/z.json" tenant-z
+check "a third tenant still gets nothing" test "$(t3 "$TMP/z.json")" = 0
+check "tenant outputs equal the cold run" test "$(jq -r '.choices[0].text' "$TMP/xb.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
+
+curl -s "$URL_B/v1/cache/stats" >"$TMP/stats.json"
+check "stats have a T3 object, connected" test "$(jq -r '.T3.connected' "$TMP/stats.json")" = true
+check "stats count T3 restores" test "$(jq -r '.T3.restores' "$TMP/stats.json")" -gt 0
+curl -s "$URL_B/metrics" >"$TMP/metrics.txt"
+check "metrics: T3 connected" grep -q '^kvtier_remote_connected 1' "$TMP/metrics.txt"
+check "metrics: T3 hits" grep -q '^kvtier_remote_reads_total{result="hit"} [1-9]' "$TMP/metrics.txt"
+check "metrics: T3 latency" grep -q '^kvtier_remote_latency_seconds_count [1-9]' "$TMP/metrics.txt"
+check "metrics: T3 cached tokens" grep -q '^kvtier_cached_tokens_total{tier="T3"} [1-9]' "$TMP/metrics.txt"
+check "metrics: T3 budget" grep -q '^kvtier_tier_bytes_budget{tier="T3"} [1-9]' "$TMP/metrics.txt"
+check "the start-up line counts T3 capacity" grep -q 'T3 remote [1-9]' "$TMP/B.log"
+
+# Redis goes away under B: requests still succeed (misses), then T3 comes back
+stop_redis
+ask "$URL_B" "$TMP/down.json" tenant-w
+check "with Redis down a request still succeeds" test "$(jq -r '.choices[0].text' "$TMP/down.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
+curl -s "$URL_B/metrics" >"$TMP/metrics2.txt"
+check "metrics: T3 disconnected" grep -q '^kvtier_remote_connected 0' "$TMP/metrics2.txt"
+check "metrics: T3 errors counted" grep -q '^kvtier_remote_errors_total [1-9]' "$TMP/metrics2.txt"
+start_redis
+ask "$URL_A" "$TMP/va.json" tenant-v
+sleep 6 # past the reconnect backoff of both nodes
+ask "$URL_A" "$TMP/va2.json" tenant-v2
+sleep 0.5
+ask "$URL_B" "$TMP/vb.json" tenant-v2
+check "after Redis restarts B uses T3 again" test "$(t3 "$TMP/vb.json")" -gt 0
+
+"$BIN" cache stats --kv-remote "redis://127.0.0.1:$RPORT" >"$TMP/cstats.txt" 2>&1
+check "cache stats lists a namespace" grep -q "namespace" "$TMP/cstats.txt"
+ns=$(grep -o '[0-9a-f]\{32\}' "$TMP/cstats.txt" | head -1)
+"$BIN" cache clear --kv-remote "redis://127.0.0.1:$RPORT" --namespace "$ns" >"$TMP/cclear.txt" 2>&1
+check "cache clear removes the namespace's values" test "$(redis-cli -p "$RPORT" --scan --pattern "kvt:$ns:*" | wc -l)" = 0
+
+for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+PIDS=()
+echo "test_server_remote: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
