@@ -1,8 +1,9 @@
-/* T2, the disk block store (tier_disk.h): the writer thread with its bounded
- * queue and segment reclaim, the open-time scan of the directory, batched
- * verified reads, and the owner API with its tier interface (tier.h). The
- * record format is disk_record.c's, the directory's files disk_dir.c's, and
- * the maintenance walks behind `kvtier cache` disk_maint.c's. */
+/* T2, the disk block store (tier_disk.h): open (the scan of the directory's
+ * segments), close, the record index and the events that keep the prefix
+ * index in step, the owner API and the tier interface (tier.h). Its writer
+ * thread is disk_writer.c, its batched reads disk_read.c; the record format
+ * is disk_record.c's, the directory's files disk_dir.c's, and the maintenance
+ * walks behind `kvtier cache` disk_maint.c's. */
 #include "tier_disk.h"
 
 #include <errno.h>
@@ -19,120 +20,14 @@
 #include <zstd.h>
 
 #include "common.h"
-#include "crc32c.h"
-#include "disk_internal.h"
-#include "disk_io.h"
-#include "hmap128.h"
+#include "disk_store.h"
 
 #define DISK_DEFAULT_SIZE (16ull << 30)
-/* Adjacent records are read as one extent up to this size: big enough to cut
- * per-read overhead, small enough that several reads stay in flight while the
- * CRC and copy of finished ones run. */
-#define COALESCE_MAX (1u << 20)
 /* Reads kept in flight by one batch. */
 #define READ_DEPTH 64
-/* Records rewritten to the head per reclaim, as a fraction of a segment. */
-#define REINSERT_DIVISOR 4
-/* zstd level for new records: KV pages compress little, so favour speed. */
-#define ZSTD_LEVEL 1
 #define RECS_MIN_CAP 64
 /* The index handle of a block that is still in the write queue. */
 #define QUEUED_HANDLE UINT64_MAX
-/* Dropped writes are logged: the first few, then one in this many. */
-#define DROP_LOG_FIRST 5
-#define DROP_LOG_EVERY 1000
-
-/* ---- the store ---------------------------------------------------------- */
-
-typedef struct disk_seg {
-    uint64_t id;
-    int fd;
-    uint64_t bytes; /* file length: records appended so far */
-    uint32_t refs;  /* reads (and reinsertion copies) using fd */
-    int dead;       /* reclaimed and unlinked: fd closes with the last ref */
-} disk_seg;
-
-typedef struct {
-    kvt_hash128 hash;
-    disk_seg *seg; /* NULL while a reclaim moves the record (reads miss meanwhile) */
-    uint64_t off;
-    uint32_t bytes;
-    uint8_t used, hit, moving;
-} disk_rec;
-
-/* An index update made off the owner's thread, applied by it in order. */
-typedef struct {
-    int add; /* 1: add (hash, parent, tokens) at slot; 0: remove hash */
-    kvt_hash128 hash, parent;
-    uint32_t slot;
-    int32_t *tokens; /* owned; add only */
-} disk_event;
-
-typedef struct {
-    kvt_hash128 hash, parent;
-    uint8_t *buf;  /* record buffer: tokens at RH_TOKENS, payload at header_bytes */
-    int cancelled; /* kvt_disk_remove while queued: the writer skips it (mu) */
-} disk_qslot;
-
-struct kvt_disk {
-    kvt_disk_params p;
-    char *dir;
-    int dir_fd; /* every file is opened relative to it, never by path */
-    int lock_fd;
-    uint32_t header_bytes;
-    uint64_t rec_max; /* padded bytes of a raw record */
-    int o_direct;
-    /* With p.mac: the directory's key, read (or made) at open and constant
-     * after, so both threads read it unlocked. key_state says whether records
-     * already on disk can be checked with it. */
-    mac_key key;
-    int key_state;
-
-    pthread_mutex_t mu; /* guards everything below that the writer touches */
-    pthread_cond_t cv_work, cv_idle, cv_room; /* cv_room: a queue slot was freed (monotonic clock) */
-    pthread_t writer;
-    int writer_started, stop;
-    int paused; /* kvt_disk_pause_writer */
-
-    disk_qslot *q;
-    uint32_t q_head, q_count;
-    int writer_busy;
-
-    kvt_hmap128 map; /* key -> slot in recs */
-    disk_rec *recs;
-    uint32_t n_recs, cap_recs, *free_slots, n_free;
-
-    disk_seg **segs; /* live segments, oldest first; head is the last while open */
-    size_t n_segs, cap_segs;
-    disk_seg *head;
-    uint64_t next_seg_id;
-
-    disk_event *ev;
-    size_t n_ev, cap_ev;
-
-    int write_err; /* first write error; writes are disabled once set */
-    uint64_t lookup_blocks, lookup_hits; /* kvt_disk_note_lookup, this session */
-
-    /* owner thread only */
-    kvt_dio *rio;
-    uint8_t *rbuf;
-    size_t rbuf_cap;
-    ZSTD_DCtx *zd;
-
-    /* writer thread only */
-    kvt_dio *wio;
-    uint8_t *wbuf;
-    ZSTD_CCtx *zc;
-
-    kvt_disk_stats st;
-};
-
-/* kvt_disk.key_state */
-enum {
-    KEY_NONE = 0, /* MAC off, or no key (read-only directory without one): MAC'd records are not trusted */
-    KEY_NEW,      /* made by this open (any MAC'd record already there was signed with a lost key) */
-    KEY_READ,     /* read from the key file */
-};
 
 kvt_disk_params kvt_disk_default_params(void) {
     kvt_disk_params p;
@@ -150,7 +45,7 @@ kvt_disk_params kvt_disk_default_params(void) {
 }
 
 /* Drops one reference; closes and frees a reclaimed segment with its last. mu held. */
-static void seg_unref(disk_seg *s) {
+void kvt_disk_seg_unref(disk_seg *s) {
     if (--s->refs == 0 && s->dead) {
         close(s->fd);
         free(s);
@@ -167,8 +62,8 @@ static uint32_t rec_alloc(kvt_disk *d) {
     return d->n_recs++;
 }
 
-static void push_event(kvt_disk *d, int add, kvt_hash128 hash, kvt_hash128 parent, uint32_t slot,
-                       const int32_t *tokens) {
+void kvt_disk_push_event(kvt_disk *d, int add, kvt_hash128 hash, kvt_hash128 parent, uint32_t slot,
+                         const int32_t *tokens) {
     if (!d->p.index) return;
     if (d->n_ev == d->cap_ev) {
         d->cap_ev = d->cap_ev ? 2 * d->cap_ev : RECS_MIN_CAP;
@@ -187,10 +82,10 @@ static void push_event(kvt_disk *d, int add, kvt_hash128 hash, kvt_hash128 paren
 }
 
 /* Forgets the record at slot (mu held): map, slot, index (via an event). */
-static void rec_drop(kvt_disk *d, uint32_t slot) {
+void kvt_disk_rec_drop(kvt_disk *d, uint32_t slot) {
     disk_rec *r = &d->recs[slot];
     kvt_hmap128_del(&d->map, r->hash);
-    push_event(d, 0, r->hash, r->hash, slot, NULL);
+    kvt_disk_push_event(d, 0, r->hash, r->hash, slot, NULL);
     d->st.live_bytes -= r->bytes;
     r->used = 0;
     r->seg = NULL;
@@ -199,10 +94,10 @@ static void rec_drop(kvt_disk *d, uint32_t slot) {
 
 /* Records a new record (mu held). An existing record under the key is
  * replaced (it is a copy of the same block or a collision the index sorts out). */
-static void rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, disk_seg *seg,
-                       uint64_t off, uint32_t bytes) {
+void kvt_disk_rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, disk_seg *seg,
+                         uint64_t off, uint32_t bytes) {
     uint32_t slot;
-    if (kvt_hmap128_get(&d->map, hash, &slot)) rec_drop(d, slot);
+    if (kvt_hmap128_get(&d->map, hash, &slot)) kvt_disk_rec_drop(d, slot);
     slot = rec_alloc(d);
     disk_rec *r = &d->recs[slot];
     memset(r, 0, sizeof *r);
@@ -213,12 +108,12 @@ static void rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const 
     r->used = 1;
     kvt_hmap128_put(&d->map, hash, slot);
     d->st.live_bytes += bytes;
-    push_event(d, 1, hash, parent, slot, tokens);
+    kvt_disk_push_event(d, 1, hash, parent, slot, tokens);
 }
 
 /* Applies queued index updates on the owner's thread. A refused add (the key
  * names another block in the index) drops the record from the store. */
-static void apply_events_locked(kvt_disk *d) {
+void kvt_disk_apply_events_locked(kvt_disk *d) {
     for (size_t i = 0; i < d->n_ev; i++) {
         disk_event *e = &d->ev[i];
         if (e->add) {
@@ -230,7 +125,7 @@ static void apply_events_locked(kvt_disk *d) {
                     /* not in the index: drop without a remove event */
                     kvt_prefix *idx = d->p.index;
                     d->p.index = NULL;
-                    rec_drop(d, slot);
+                    kvt_disk_rec_drop(d, slot);
                     d->p.index = idx;
                 }
             }
@@ -244,17 +139,17 @@ static void apply_events_locked(kvt_disk *d) {
 
 void kvt_disk_poll(kvt_disk *d) {
     pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     pthread_mutex_unlock(&d->mu);
 }
 
-static uint64_t segs_bytes(const kvt_disk *d) {
+uint64_t kvt_disk_segs_bytes(const kvt_disk *d) {
     uint64_t s = 0;
     for (size_t i = 0; i < d->n_segs; i++) s += d->segs[i]->bytes;
     return s;
 }
 
-static void segs_push(kvt_disk *d, disk_seg *s) {
+void kvt_disk_segs_push(kvt_disk *d, disk_seg *s) {
     if (d->n_segs == d->cap_segs) {
         d->cap_segs = d->cap_segs ? 2 * d->cap_segs : 16;
         d->segs = kvt_xrealloc(d->segs, d->cap_segs * sizeof *d->segs);
@@ -263,239 +158,13 @@ static void segs_push(kvt_disk *d, disk_seg *s) {
 }
 
 /* Disables writes after the first failure, with one warning (mu held). */
-static void disable_writes(kvt_disk *d, int err, const char *what) {
+void kvt_disk_disable_writes(kvt_disk *d, int err, const char *what) {
     d->st.write_errors++;
     if (d->write_err) return;
     d->write_err = err ? err : -EIO;
     d->st.writes_disabled = 1;
     kvt_log(KVT_LOG_WARN, "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir, what,
             strerror(-d->write_err));
-}
-
-/* One reinsertion candidate taken out of a reclaimed segment. */
-typedef struct {
-    uint32_t slot;
-    uint64_t at; /* offset in the reinsertion buffer */
-    uint32_t bytes;
-} disk_move;
-
-/* Reclaims the oldest segments until the sealed ones fit in size_bytes (mu
- * held). Records that were hit are marked moving and listed in *moves (up to
- * move_cap bytes in total), with their segment referenced in *srcs so the
- * caller can copy them; the rest leave the store. */
-static size_t reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves, size_t *n_moves, disk_seg ***srcs,
-                             uint64_t **src_offs) {
-    size_t reclaimed = 0;
-    uint64_t used = segs_bytes(d), moved = 0;
-    while (d->n_segs && used > d->p.size_bytes && d->segs[0] != d->head) {
-        disk_seg *v = d->segs[0];
-        memmove(d->segs, d->segs + 1, (d->n_segs - 1) * sizeof *d->segs);
-        d->n_segs--;
-        for (uint32_t i = 0; i < d->n_recs; i++) {
-            disk_rec *r = &d->recs[i];
-            if (!r->used || r->seg != v) continue;
-            if (r->hit && moves && moved + r->bytes <= move_cap) {
-                *moves = kvt_xrealloc(*moves, (*n_moves + 1) * sizeof **moves);
-                *srcs = kvt_xrealloc(*srcs, (*n_moves + 1) * sizeof **srcs);
-                *src_offs = kvt_xrealloc(*src_offs, (*n_moves + 1) * sizeof **src_offs);
-                (*moves)[*n_moves] = (disk_move){i, moved, r->bytes};
-                (*srcs)[*n_moves] = v;
-                (*src_offs)[*n_moves] = r->off;
-                (*n_moves)++;
-                moved += r->bytes;
-                v->refs++;
-                r->seg = NULL;
-                r->moving = 1;
-            } else {
-                rec_drop(d, i);
-                d->st.evicted++;
-            }
-        }
-        char nm[SEG_NAME_MAX];
-        kvt_disk_seg_name(nm, sizeof nm, v->id);
-        if (unlinkat(d->dir_fd, nm, 0) && errno != ENOENT)
-            kvt_log(KVT_LOG_WARN, "disk tier %s: cannot remove %s: %s", d->dir, nm, strerror(errno));
-        used -= v->bytes;
-        v->dead = 1;
-        v->refs++;
-        seg_unref(v);
-        d->st.segments_reclaimed++;
-        reclaimed++;
-    }
-    return reclaimed;
-}
-
-/* Starts a new head segment: seals the current one, reclaims old segments,
- * creates the file, and rewrites the reclaimed records that were hit.
- * Writer thread. Returns 0 or -errno (writes then disabled). */
-static int rotate(kvt_disk *d) {
-    uint64_t move_cap = kvt_disk_align_up(d->p.segment_bytes / REINSERT_DIVISOR);
-    disk_move *moves = NULL;
-    disk_seg **srcs = NULL;
-    uint64_t *src_offs = NULL;
-    size_t n_moves = 0;
-    if (d->head) fdatasync(d->head->fd); /* only this thread changes head */
-    pthread_mutex_lock(&d->mu);
-    d->head = NULL;
-    reclaim_locked(d, move_cap, &moves, &n_moves, &srcs, &src_offs);
-    pthread_mutex_unlock(&d->mu);
-
-    /* copy the moving records out before their files are closed */
-    uint8_t *mbuf = n_moves ? kvt_disk_aligned_buf(move_cap) : NULL;
-    int *ok = n_moves ? kvt_xcalloc(n_moves, sizeof *ok) : NULL;
-    for (size_t i = 0; i < n_moves; i++) {
-        kvt_dio_req rq = {srcs[i]->fd, src_offs[i], moves[i].bytes, mbuf + moves[i].at, 0, NULL};
-        kvt_dio_read_batch(d->wio, &rq, 1, NULL, NULL);
-        kvt_disk_record rec;
-        ok[i] = rq.res == (ssize_t)moves[i].bytes && kvt_disk_record_parse(rq.buf, moves[i].bytes, 1, &rec) == 0;
-    }
-
-    int rc = 0;
-    disk_seg *s = kvt_xcalloc(1, sizeof *s);
-    s->id = d->next_seg_id++;
-    char nm[SEG_NAME_MAX];
-    kvt_disk_seg_name(nm, sizeof nm, s->id);
-    /* O_EXCL: a new name, never an existing file or a link planted under it */
-    s->fd = openat(d->dir_fd, nm, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (d->o_direct ? O_DIRECT : 0),
-                   FILE_MODE);
-    if (s->fd < 0) {
-        rc = -errno;
-        free(s);
-        s = NULL;
-    }
-
-    pthread_mutex_lock(&d->mu);
-    for (size_t i = 0; i < n_moves; i++) seg_unref(srcs[i]);
-    if (s) {
-        segs_push(d, s);
-        d->head = s;
-    } else {
-        disable_writes(d, rc, "creating a segment");
-    }
-    pthread_mutex_unlock(&d->mu);
-
-    for (size_t i = 0; i < n_moves; i++) {
-        int wrc = -1;
-        if (s && ok[i] && s->bytes + moves[i].bytes <= d->p.segment_bytes) {
-            double t0 = kvt_now();
-            wrc = kvt_dio_write(d->wio, s->fd, mbuf + moves[i].at, moves[i].bytes, s->bytes);
-            pthread_mutex_lock(&d->mu);
-            d->st.write_seconds += kvt_now() - t0;
-            if (wrc) disable_writes(d, wrc, "rewriting a hit record");
-            pthread_mutex_unlock(&d->mu);
-        }
-        pthread_mutex_lock(&d->mu);
-        disk_rec *r = &d->recs[moves[i].slot];
-        if (r->used && r->moving) { /* not removed meanwhile */
-            r->moving = 0;
-            if (wrc == 0) {
-                r->seg = s;
-                r->off = s->bytes;
-                r->hit = 0;
-                s->bytes += moves[i].bytes;
-                d->st.reinserted++;
-                d->st.bytes_written += moves[i].bytes;
-            } else {
-                rec_drop(d, moves[i].slot);
-                d->st.evicted++;
-            }
-        }
-        pthread_mutex_unlock(&d->mu);
-    }
-    free(mbuf);
-    free(ok);
-    free(moves);
-    free(srcs);
-    free(src_offs);
-    return rc;
-}
-
-/* A queued block that will not be written (writes disabled or failed): it
- * leaves the tier. Its index presence was added by kvt_disk_put, so it is
- * removed through an event like any record (mu held). */
-static void queued_lost(kvt_disk *d, const disk_qslot *q) {
-    d->st.dropped++;
-    if (!kvt_hmap128_get(&d->map, q->hash, NULL)) push_event(d, 0, q->hash, q->hash, 0, NULL);
-    /* with writes disabled, disable_writes has said so once already */
-    if (!d->write_err && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
-        kvt_log(KVT_LOG_WARN, "disk tier %s: a block could not be written (%" PRIu64 " dropped so far)", d->dir,
-                d->st.dropped);
-}
-
-/* Encodes and appends one queued block. Writer thread. */
-static void write_block(kvt_disk *d, disk_qslot *q) {
-    pthread_mutex_lock(&d->mu);
-    int skip = q->cancelled ? 3 : d->write_err ? 1 : kvt_hmap128_get(&d->map, q->hash, NULL) ? 2 : 0;
-    if (skip == 1) queued_lost(d, q);
-    if (skip == 2) d->st.dup_puts++;
-    pthread_mutex_unlock(&d->mu);
-    if (skip) return;
-
-    uint32_t hb = d->header_bytes;
-    uint8_t *rec = q->buf;
-    uint64_t stored = d->p.payload_bytes;
-    kvt_disk_codec codec = KVT_DISK_CODEC_RAW;
-    if (d->p.codec == KVT_DISK_CODEC_ZSTD) {
-        /* keep zstd only when it saves space; otherwise the raw record is smaller */
-        size_t n = ZSTD_compressCCtx(d->zc, d->wbuf + hb, d->p.payload_bytes - 1, q->buf + hb, d->p.payload_bytes,
-                                     ZSTD_LEVEL);
-        if (!ZSTD_isError(n)) {
-            memcpy(d->wbuf + RH_TOKENS, q->buf + RH_TOKENS, hb - RH_TOKENS);
-            rec = d->wbuf;
-            stored = n;
-            codec = KVT_DISK_CODEC_ZSTD;
-        }
-    }
-    uint64_t bytes = kvt_disk_encode_with(rec, d->p.block_tokens, codec, d->p.payload_bytes, stored, d->p.ns,
-                                          q->hash, q->parent, d->p.mac ? &d->key : NULL);
-    int rc = 0;
-    if (!d->head || d->head->bytes + bytes > d->p.segment_bytes) rc = rotate(d);
-    if (rc) {
-        pthread_mutex_lock(&d->mu);
-        queued_lost(d, q);
-        pthread_mutex_unlock(&d->mu);
-        return;
-    }
-    disk_seg *s = d->head;
-    double t0 = kvt_now();
-    rc = kvt_dio_write(d->wio, s->fd, rec, bytes, s->bytes);
-    double dt = kvt_now() - t0;
-    pthread_mutex_lock(&d->mu);
-    d->st.write_seconds += dt;
-    if (rc) {
-        disable_writes(d, rc, "writing a record");
-        queued_lost(d, q);
-    } else {
-        rec_insert(d, q->hash, q->parent, (const int32_t *)(const void *)(rec + RH_TOKENS), s, s->bytes,
-                   (uint32_t)bytes);
-        s->bytes += bytes;
-        d->st.puts++;
-        d->st.bytes_written += bytes;
-        d->st.payload_in += d->p.payload_bytes;
-        d->st.stored_out += stored;
-    }
-    pthread_mutex_unlock(&d->mu);
-}
-
-static void *writer_main(void *arg) {
-    kvt_disk *d = arg;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while ((!d->q_count || d->paused) && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
-        if (!d->q_count) break;
-        disk_qslot *q = &d->q[d->q_head];
-        d->writer_busy = 1;
-        pthread_mutex_unlock(&d->mu);
-        write_block(d, q);
-        pthread_mutex_lock(&d->mu);
-        d->q_head = (d->q_head + 1) % d->p.queue_depth;
-        d->q_count--;
-        d->writer_busy = 0;
-        pthread_cond_broadcast(&d->cv_room);
-        if (!d->q_count) pthread_cond_broadcast(&d->cv_idle);
-    }
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
 }
 
 /* ---- open ---------------------------------------------------------------- */
@@ -537,7 +206,7 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         return 0;
     }
     /* a later copy (reinsertion) supersedes an earlier one */
-    rec_insert(d, rec->hash, rec->parent, rec->tokens, o->seg, off, (uint32_t)bytes);
+    kvt_disk_rec_insert(d, rec->hash, rec->parent, rec->tokens, o->seg, off, (uint32_t)bytes);
     return 0;
 }
 
@@ -564,7 +233,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         s->id = ids[i];
         s->fd = fd;
         s->bytes = (uint64_t)sb.st_size;
-        segs_push(d, s);
+        kvt_disk_segs_push(d, s);
         if (ignore_records) continue;
         open_scan o = {d, s, UINT64_MAX, 0, 0, 0};
         kvt_disk_scan_segment(fd, s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
@@ -667,12 +336,12 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         need_header = 1;
     }
     if (unlocked) {
-        disable_writes(d, -EROFS, "creating the lock file");
+        kvt_disk_disable_writes(d, -EROFS, "creating the lock file");
     } else if (faccessat(d->dir_fd, ".", W_OK, 0) != 0) {
-        disable_writes(d, -errno, "opening the directory for writing");
+        kvt_disk_disable_writes(d, -errno, "opening the directory for writing");
     } else if (need_header) {
         int wrc = kvt_disk_write_header(d->dir_fd, d->dir, p->ns);
-        if (wrc) disable_writes(d, wrc, "writing the header");
+        if (wrc) kvt_disk_disable_writes(d, wrc, "writing the header");
     }
     if (p->mac) {
         const char *scheme = getenv(MAC_SCHEME_ENV);
@@ -687,7 +356,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         } else if (krc == KVT_ENOTFOUND && !d->write_err) {
             krc = kvt_disk_key_create(d->dir_fd, d->dir, &d->key);
             if (krc == 0) d->key_state = KEY_NEW;
-            else disable_writes(d, krc, "creating the key file"); /* no key: nothing can be written or trusted */
+            else kvt_disk_disable_writes(d, krc, "creating the key file"); /* no key: nothing can be written or trusted */
         } else if (krc != KVT_ENOTFOUND) {
             disk_free(d); /* a key someone else could read or have chosen: refuse the directory */
             return krc;
@@ -707,7 +376,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         return rc;
     }
     /* a smaller budget than last time: trim before anything is written */
-    reclaim_locked(d, 0, NULL, NULL, NULL, NULL);
+    kvt_disk_reclaim_locked(d, 0, NULL, NULL, NULL, NULL);
     d->st.open_scan_seconds = kvt_now() - t0;
 
     kvt_dio_new(READ_DEPTH, p->use_io_uring, &d->rio);
@@ -720,8 +389,8 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         d->zc = ZSTD_createCCtx();
         d->wbuf = kvt_disk_aligned_buf(rec_max);
     }
-    apply_events_locked(d);
-    if (pthread_create(&d->writer, NULL, writer_main, d)) {
+    kvt_disk_apply_events_locked(d);
+    if (pthread_create(&d->writer, NULL, kvt_disk_writer_main, d)) {
         disk_free(d);
         return kvt_fail(-EAGAIN, "disk tier: cannot start the writer thread");
     }
@@ -735,7 +404,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
 
 static void disk_free(kvt_disk *d) {
     pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     if (d->p.index)
         for (uint32_t i = 0; i < d->n_recs; i++)
             if (d->recs[i].used) kvt_prefix_remove(d->p.index, d->recs[i].hash, KVT_TIER_T2);
@@ -791,6 +460,7 @@ static void write_lifetime(kvt_disk *d) {
     s.evicted = d->st.evicted;
     kvt_disk_lifetime_add(d->dir_fd, d->dir, &s);
 }
+
 void kvt_disk_close(kvt_disk *d) {
     if (!d) return;
     if (d->writer_started) {
@@ -808,7 +478,7 @@ void kvt_disk_close(kvt_disk *d) {
 /* ---- owner API ---------------------------------------------------------- */
 
 /* The queue slot holding hash, or NULL (mu held). */
-static disk_qslot *queued_slot(kvt_disk *d, kvt_hash128 hash) {
+disk_qslot *kvt_disk_queued_slot(kvt_disk *d, kvt_hash128 hash) {
     for (uint32_t i = 0; i < d->q_count; i++) {
         disk_qslot *q = &d->q[(d->q_head + i) % d->p.queue_depth];
         if (!q->cancelled && kvt_hash128_eq(q->hash, hash)) return q;
@@ -836,10 +506,10 @@ static void wait_for_room(kvt_disk *d) {
 
 int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
     pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     int rc = 0;
     if (d->write_err) rc = KVT_EUNSUPPORTED;
-    else if (kvt_hmap128_get(&d->map, hash, NULL) || queued_slot(d, hash)) rc = 1;
+    else if (kvt_hmap128_get(&d->map, hash, NULL) || kvt_disk_queued_slot(d, hash)) rc = 1;
     if (!rc) wait_for_room(d);
     if (!rc && d->write_err) rc = KVT_EUNSUPPORTED;
     else if (!rc && d->q_count == d->p.queue_depth) rc = KVT_ELIMIT;
@@ -876,206 +546,32 @@ int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_
     return rc;
 }
 
-/* Serves reqs that are still queued for writing from the queue (mu held);
- * the writer only reads the payload and tokens of a slot, so copying them
- * here is safe. Returns the hits. */
-static size_t read_queued(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
-    size_t hits = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (reqs[i].result == 0 || kvt_hmap128_get(&d->map, reqs[i].hash, NULL)) continue;
-        disk_qslot *q = queued_slot(d, reqs[i].hash);
-        if (!q || !kvt_hash128_eq(q->parent, reqs[i].parent) ||
-            memcmp(q->buf + RH_TOKENS, reqs[i].tokens, d->p.block_tokens * sizeof(int32_t)))
-            continue;
-        memcpy(reqs[i].out, q->buf + d->header_bytes, d->p.payload_bytes);
-        reqs[i].result = 0;
-        hits++;
-    }
-    d->st.queue_hits += hits;
-    return hits;
-}
-
-/* One planned record read of a batch. */
-typedef struct {
-    kvt_disk_read *req;
-    uint32_t slot;
-    disk_seg *seg;
-    uint64_t off;
-    uint32_t bytes;
-    uint8_t *buf;  /* where the record lands in the read arena */
-    int status;    /* 0 hit, 1 miss (mismatch), 2 corrupt, 3 read error */
-} disk_plan;
-
-typedef struct {
-    disk_plan **plans; /* sorted by (segment, offset) */
-    size_t first, count;
-} disk_extent;
-
-typedef struct {
-    kvt_disk *d;
-} read_ctx;
-
-static int plan_cmp(const void *a, const void *b) {
-    const disk_plan *x = *(disk_plan *const *)a, *y = *(disk_plan *const *)b;
-    if (x->seg->id != y->seg->id) return x->seg->id < y->seg->id ? -1 : 1;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Checks and decodes one record read into its arena slot. */
-static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
-    if (got < 0) {
-        pl->status = 3;
-        return;
-    }
-    kvt_disk_record rec;
-    if (kvt_disk_record_parse(pl->buf, (size_t)got, 1, &rec) || rec.record_bytes != pl->bytes ||
-        (d->p.mac && kvt_disk_record_verify(&rec, &d->key, pl->buf))) {
-        pl->status = 2;
-        return;
-    }
-    kvt_disk_read *r = pl->req;
-    if (!kvt_hash128_eq(rec.ns, d->p.ns) || !kvt_hash128_eq(rec.hash, r->hash) ||
-        !kvt_hash128_eq(rec.parent, r->parent) || rec.block_tokens != d->p.block_tokens ||
-        rec.payload_bytes != d->p.payload_bytes || memcmp(rec.tokens, r->tokens, d->p.block_tokens * sizeof(int32_t))) {
-        pl->status = 1;
-        return;
-    }
-    pl->status = kvt_disk_decode_with(d->zd, &rec, r->out, d->p.payload_bytes) ? 2 : 0;
-}
-
-static void extent_done(void *ctx, kvt_dio_req *rq) {
-    kvt_disk *d = ((read_ctx *)ctx)->d;
-    disk_extent *e = rq->user;
-    for (size_t i = 0; i < e->count; i++) {
-        disk_plan *pl = e->plans[e->first + i];
-        ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
-        ssize_t got = rq->res < 0 ? rq->res : rq->res > rel ? KVT_MIN(rq->res - rel, (ssize_t)pl->bytes) : 0;
-        finish_plan(d, pl, got);
-    }
-}
-
-size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
-    if (!n) return 0;
-    disk_plan *plans = kvt_xcalloc(n, sizeof *plans);
-    disk_plan **order = kvt_xcalloc(n, sizeof *order);
-    size_t np = 0;
-    pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
-    for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
-    size_t queue_hits = read_queued(d, reqs, n);
-    for (size_t i = 0; i < n; i++) {
-        if (reqs[i].result == 0) continue;
-        uint32_t slot;
-        if (!kvt_hmap128_get(&d->map, reqs[i].hash, &slot) || !d->recs[slot].seg) continue;
-        disk_rec *r = &d->recs[slot];
-        disk_plan *pl = &plans[np];
-        *pl = (disk_plan){&reqs[i], slot, r->seg, r->off, r->bytes, NULL, 2};
-        r->seg->refs++; /* the file stays open until this read is done */
-        order[np++] = pl;
-    }
-    pthread_mutex_unlock(&d->mu);
-
-    qsort(order, np, sizeof *order, plan_cmp);
-    disk_extent *ext = kvt_xcalloc(np ? np : 1, sizeof *ext);
-    kvt_dio_req *rq = kvt_xcalloc(np ? np : 1, sizeof *rq);
-    size_t ne = 0, total = 0;
-    for (size_t i = 0; i < np; i++) {
-        disk_plan *pl = order[i];
-        disk_extent *last = ne ? &ext[ne - 1] : NULL;
-        disk_plan *prev = i ? order[i - 1] : NULL;
-        if (last && prev->seg == pl->seg && prev->off + prev->bytes == pl->off &&
-            rq[ne - 1].len + pl->bytes <= COALESCE_MAX) {
-            last->count++;
-            rq[ne - 1].len += pl->bytes;
-        } else {
-            ext[ne] = (disk_extent){order, i, 1};
-            rq[ne] = (kvt_dio_req){pl->seg->fd, pl->off, pl->bytes, (void *)(uintptr_t)total, 0, &ext[ne]};
-            ne++;
-        }
-        total += pl->bytes;
-    }
-    if (total > d->rbuf_cap) {
-        free(d->rbuf);
-        d->rbuf_cap = total;
-        d->rbuf = kvt_disk_aligned_buf(total);
-    }
-    for (size_t i = 0; i < ne; i++) {
-        size_t at = (size_t)(uintptr_t)rq[i].buf;
-        rq[i].buf = d->rbuf + at;
-        for (size_t k = 0; k < ext[i].count; k++) {
-            disk_plan *pl = order[ext[i].first + k];
-            pl->buf = d->rbuf + at + (pl->off - rq[i].off);
-        }
-    }
-    double t0 = kvt_now();
-    read_ctx rc = {d};
-    kvt_dio_read_batch(d->rio, rq, ne, extent_done, &rc);
-    double dt = kvt_now() - t0;
-
-    size_t hits = queue_hits;
-    pthread_mutex_lock(&d->mu);
-    d->st.read_seconds += dt;
-    for (size_t i = 0; i < ne; i++)
-        if (rq[i].res > 0) d->st.bytes_read += (uint64_t)rq[i].res;
-    for (size_t i = 0; i < np; i++) {
-        disk_plan *pl = &plans[i];
-        disk_rec *r = &d->recs[pl->slot];
-        int same = r->used && r->seg == pl->seg && r->off == pl->off;
-        if (pl->status == 0) {
-            pl->req->result = 0;
-            hits++;
-            if (same) r->hit = 1;
-        } else if (pl->status >= 2) {
-            if (pl->status == 2) d->st.corrupt++;
-            else d->st.read_errors++;
-            kvt_log(KVT_LOG_WARN, "disk tier %s: record at segment %016" PRIx64 " offset %" PRIu64 " is %s; dropped",
-                    d->dir, pl->seg->id, pl->off, pl->status == 2 ? "corrupt" : "unreadable");
-            if (same) rec_drop(d, pl->slot);
-        }
-        seg_unref(pl->seg);
-    }
-    d->st.hits += hits;
-    d->st.misses += n - hits;
-    apply_events_locked(d);
-    pthread_mutex_unlock(&d->mu);
-    free(ext);
-    free(rq);
-    free(order);
-    free(plans);
-    return hits;
-}
-
-int kvt_disk_get(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out) {
-    kvt_disk_read r = {hash, parent, tokens, out, 0};
-    kvt_disk_get_many(d, &r, 1);
-    return r.result;
-}
 
 int kvt_disk_contains(kvt_disk *d, kvt_hash128 hash) {
     pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
-    int in = kvt_hmap128_get(&d->map, hash, NULL) || queued_slot(d, hash);
+    kvt_disk_apply_events_locked(d);
+    int in = kvt_hmap128_get(&d->map, hash, NULL) || kvt_disk_queued_slot(d, hash);
     pthread_mutex_unlock(&d->mu);
     return in;
 }
 
 int kvt_disk_remove(kvt_disk *d, kvt_hash128 hash) {
     pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     uint32_t slot;
     int rc = KVT_ENOTFOUND;
-    disk_qslot *q = queued_slot(d, hash);
+    disk_qslot *q = kvt_disk_queued_slot(d, hash);
     if (kvt_hmap128_get(&d->map, hash, &slot)) {
-        rec_drop(d, slot);
+        kvt_disk_rec_drop(d, slot);
         d->st.removes++;
         rc = 0;
     } else if (q) {
-        push_event(d, 0, hash, hash, 0, NULL);
+        kvt_disk_push_event(d, 0, hash, hash, 0, NULL);
         d->st.removes++;
         rc = 0;
     }
     if (q) q->cancelled = 1; /* the writer skips it */
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
@@ -1092,7 +588,7 @@ int kvt_disk_flush(kvt_disk *d) {
     d->paused = 0; /* a flush waits for the queue: it must drain */
     pthread_cond_broadcast(&d->cv_work);
     while (d->q_count) pthread_cond_wait(&d->cv_idle, &d->mu);
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     int rc = d->write_err;
     pthread_mutex_unlock(&d->mu);
     /* the writer thread's own message is its thread's; say it again on the caller's */
@@ -1103,9 +599,9 @@ int kvt_disk_flush(kvt_disk *d) {
 
 void kvt_disk_get_stats(kvt_disk *d, kvt_disk_stats *out) {
     pthread_mutex_lock(&d->mu);
-    apply_events_locked(d);
+    kvt_disk_apply_events_locked(d);
     *out = d->st;
-    out->bytes_used = segs_bytes(d);
+    out->bytes_used = kvt_disk_segs_bytes(d);
     out->records = d->map.count;
     out->segments = d->n_segs;
     out->queued = d->q_count;
