@@ -104,6 +104,22 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     return rc;
 }
 
+/* Opens dir as its owner and takes its lock, as the maintenance that writes
+ * it (compact, clear) must. Returns the directory's fd and *lock_fd (close
+ * both), or a negative error: the lock's holder, or -EROFS for a read-only
+ * directory that has no lock file. */
+static int open_locked(const char *dir, int *lock_fd) {
+    int dfd = kvt_disk_dir_open(dir, DIR_OWNED);
+    if (dfd < 0) return dfd;
+    int unlocked;
+    *lock_fd = kvt_disk_lock_dir(dfd, dir, &unlocked);
+    if (*lock_fd < 0) {
+        close(dfd);
+        return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : *lock_fd;
+    }
+    return dfd;
+}
+
 /* Copies the keepers of one segment to a temp file and renames it over the
  * segment (or removes the segment when nothing is kept). */
 typedef struct {
@@ -154,14 +170,9 @@ static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const
 
 int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep) {
     memset(rep, 0, sizeof *rep);
-    int dfd = kvt_disk_dir_open(dir, DIR_OWNED);
+    int lock_fd;
+    int dfd = open_locked(dir, &lock_fd);
     if (dfd < 0) return dfd;
-    int unlocked;
-    int lock_fd = kvt_disk_lock_dir(dfd, dir, &unlocked);
-    if (lock_fd < 0) {
-        close(dfd);
-        return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
-    }
     uint64_t *ids;
     long n = kvt_disk_list_segments(dfd, dir, 0, &ids);
     if (n < 0) {
@@ -243,14 +254,9 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
 
 int kvt_disk_clear(const char *dir, uint64_t *removed) {
     if (removed) *removed = 0;
-    int dfd = kvt_disk_dir_open(dir, DIR_OWNED);
+    int lock_fd;
+    int dfd = open_locked(dir, &lock_fd);
     if (dfd < 0) return dfd;
-    int unlocked;
-    int lock_fd = kvt_disk_lock_dir(dfd, dir, &unlocked);
-    if (lock_fd < 0) {
-        close(dfd);
-        return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : lock_fd;
-    }
     DIR *dh = kvt_disk_dir_list(dfd);
     if (!dh) {
         int e = errno;
