@@ -28,6 +28,7 @@
 #define STATS_TMP_NAME "stats.tmp"
 #define KEY_NAME "key"              /* the directory's MAC key: KVT_DISK_KEY_BYTES random bytes, 0600 */
 #define KEY_TMP_NAME "key.tmp"
+#define SEG_PREFIX "seg-"
 #define SEG_SUFFIX ".kvt"
 #define HEADER_TEXT_MAX 256
 #define HEADER_TITLE "kvtier-disk-cache"
@@ -241,7 +242,7 @@ int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
  * anyone else who could write it could choose the key and forge records, and
  * anyone who could read it could sign them. Returns 0, KVT_ENOTFOUND (no key
  * file) or a negative error whose message says why and what to do. */
-int kvt_disk_key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
+static int key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
     int fd = kvt_disk_file_open(dfd, dir, KEY_NAME, O_RDONLY, 0);
     if (fd == -ENOENT) return KVT_ENOTFOUND;
     if (fd < 0) return fd;
@@ -268,6 +269,13 @@ int kvt_disk_key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
     return rc;
 }
 
+/* libsodium must be started before the key is prepared: every reader of the key
+ * file (the store, walk, compact) starts it here. */
+int kvt_disk_key_load(int dfd, const char *dir, uid_t owner, mac_key *key) {
+    if (sodium_init() < 0) return kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start");
+    return key_read(dfd, dir, owner, key);
+}
+
 /* Creates the directory's key: random bytes into a temp file (O_EXCL, 0600,
  * fsync'd), then linked to its name only if the name is free (linkat never
  * replaces), so a crash leaves no key or a whole one. Lock held. */
@@ -277,7 +285,7 @@ int kvt_disk_key_create(int dfd, const char *dir, mac_key *key) {
     randombytes_buf(key->bytes, KVT_DISK_KEY_BYTES);
     kvt_disk_key_prepare(key);
     int rc = 0;
-    if (fchmod(fd, FILE_MODE)) rc = -errno; /* a umask may have narrowed it; kvt_disk_key_read wants 0600 exactly */
+    if (fchmod(fd, FILE_MODE)) rc = -errno; /* a umask may have narrowed it; key_read wants 0600 exactly */
     else if (write(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES) rc = errno ? -errno : -EIO;
     else if (fsync(fd)) rc = -errno;
     close(fd);
@@ -305,6 +313,11 @@ int kvt_disk_parse_seg_name(const char *name, uint64_t *id) {
 
 void kvt_disk_seg_name(char *out, size_t cap, uint64_t id) {
     snprintf(out, cap, SEG_PREFIX "%016" PRIx64 SEG_SUFFIX, id);
+}
+
+int kvt_disk_is_seg_tmp_name(const char *name) {
+    size_t len = strlen(name), lt = strlen(TMP_SUFFIX);
+    return len > lt && !strcmp(name + len - lt, TMP_SUFFIX) && !strncmp(name, SEG_PREFIX, strlen(SEG_PREFIX));
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -345,11 +358,10 @@ long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t
             (*ids)[n++] = id;
             continue;
         }
-        size_t len = strlen(nm), lt = strlen(TMP_SUFFIX);
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
                     !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
                     !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
-                    (len > lt && !strcmp(nm + len - lt, TMP_SUFFIX) && !strncmp(nm, SEG_PREFIX, strlen(SEG_PREFIX)));
+                    kvt_disk_is_seg_tmp_name(nm);
         if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
     closedir(dh);

@@ -91,7 +91,6 @@ uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
 
 /* ---- the directory (disk_dir.c) ----------------------------------------- */
 
-#define SEG_PREFIX "seg-"
 #define TMP_SUFFIX ".tmp"
 #define SEG_NAME_MAX 64
 #define TMP_NAME_MAX (SEG_NAME_MAX + sizeof TMP_SUFFIX)
@@ -121,14 +120,17 @@ int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked);
 int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns);
 int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns);
 
-/* The key file: read (KVT_ENOTFOUND when there is none; refused unless
- * owner's, 0600, and whole) or created (lock held). Both prepare *key. */
-int kvt_disk_key_read(int dfd, const char *dir, uid_t owner, mac_key *key);
+/* The key file: loaded (libsodium started, then the file read: KVT_ENOTFOUND
+ * when there is none, KVT_EUNSUPPORTED when libsodium cannot start; refused
+ * unless owner's, 0600, and whole) or created (lock held). Both prepare *key. */
+int kvt_disk_key_load(int dfd, const char *dir, uid_t owner, mac_key *key);
 int kvt_disk_key_create(int dfd, const char *dir, mac_key *key);
 
 /* Segment names: 1 and *id if name is one; the name of segment id. */
 int kvt_disk_parse_seg_name(const char *name, uint64_t *id);
 void kvt_disk_seg_name(char *out, size_t cap, uint64_t id);
+/* 1 if name is a segment's temporary (compact's rewrite: a SEG_PREFIX name ending in TMP_SUFFIX). */
+int kvt_disk_is_seg_tmp_name(const char *name);
 /* A fresh directory stream over dfd; NULL with errno set on failure. */
 DIR *kvt_disk_dir_list(int dfd);
 /* Segment ids in dfd, ascending: the count and *ids (caller frees), or -errno. */

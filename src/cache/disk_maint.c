@@ -65,8 +65,7 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     int have_key = 0;
     struct stat db;
     if (verify && fstat(dfd, &db) == 0) {
-        int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
-        if (!krc) krc = kvt_disk_key_read(dfd, dir, db.st_uid, &key);
+        int krc = kvt_disk_key_load(dfd, dir, db.st_uid, &key);
         if (krc && krc != KVT_ENOTFOUND) {
             free(ids);
             close(dfd);
@@ -183,8 +182,7 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     /* with the key, a record whose MAC fails is dropped as corrupt; without
      * one, MAC'd records are kept (the key may come back from a backup) */
     mac_key key;
-    int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
-    if (!krc) krc = kvt_disk_key_read(dfd, dir, geteuid(), &key);
+    int krc = kvt_disk_key_load(dfd, dir, geteuid(), &key);
     if (krc && krc != KVT_ENOTFOUND) {
         free(ids);
         close(lock_fd);
@@ -268,10 +266,7 @@ int kvt_disk_clear(const char *dir, uint64_t *removed) {
     struct dirent *e;
     while ((e = readdir(dh))) {
         uint64_t id;
-        size_t len = strlen(e->d_name), lt = strlen(TMP_SUFFIX);
-        int tmp = len > lt && !strcmp(e->d_name + len - lt, TMP_SUFFIX) &&
-                  !strncmp(e->d_name, SEG_PREFIX, strlen(SEG_PREFIX));
-        if (!kvt_disk_parse_seg_name(e->d_name, &id) && !tmp) continue;
+        if (!kvt_disk_parse_seg_name(e->d_name, &id) && !kvt_disk_is_seg_tmp_name(e->d_name)) continue;
         /* unlinkat removes a link planted under a segment's name, not its target */
         struct stat sb;
         uint64_t sz = fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)

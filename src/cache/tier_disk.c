@@ -349,8 +349,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
             kvt_log(KVT_LOG_WARN, "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
                     scheme, MAC_SCHEME_PORTABLE);
         /* the key is made under the lock, so two openers never race to make it */
-        int krc = sodium_init() < 0 ? kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start") : 0;
-        if (!krc) krc = kvt_disk_key_read(d->dir_fd, d->dir, geteuid(), &d->key);
+        int krc = kvt_disk_key_load(d->dir_fd, d->dir, geteuid(), &d->key);
         if (krc == 0) {
             d->key_state = KEY_READ;
         } else if (krc == KVT_ENOTFOUND && !d->write_err) {
