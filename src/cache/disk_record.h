@@ -3,7 +3,7 @@
  * the remote tier (tier_remote.h) stores one record per Redis value. Parsing,
  * decoding and MAC checks are declared in tier_disk.h; this adds the writing
  * side. The format, its version and its MAC stay defined in one place,
- * tier_disk.c, so a record means the same thing in every tier.
+ * disk_record.c, so a record means the same thing in every tier.
  *
  * Thread-safety: every function is pure (reads and writes only its arguments). */
 #ifndef KVT_DISK_RECORD_H

@@ -1,0 +1,497 @@
+/* The cache directory (tier_disk.h "Directory"): opened once and every file
+ * relative to it: ownership and mode checks, the lock, the header file, the
+ * key file, segment names, listing and scanning, the O_DIRECT probe and the
+ * lifetime stats file. No state of its own: the store and the maintenance
+ * walks pass the directory's fd. */
+#include "disk_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sodium.h>
+
+#include "common.h"
+
+#define LOCK_NAME "lock"
+#define HEADER_NAME "header"
+#define HEADER_TMP_NAME "header.tmp"
+#define PROBE_NAME ".odirect-probe"
+#define STATS_NAME "stats"          /* lifetime counters, text, rewritten atomically at close */
+#define STATS_TMP_NAME "stats.tmp"
+#define KEY_NAME "key"              /* the directory's MAC key: KVT_DISK_KEY_BYTES random bytes, 0600 */
+#define KEY_TMP_NAME "key.tmp"
+#define SEG_PREFIX "seg-"
+#define SEG_SUFFIX ".kvt"
+#define HEADER_TEXT_MAX 256
+#define HEADER_TITLE "kvtier-disk-cache"
+
+static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
+
+/* ---- directory: opened once, every file relative to it ------------------ */
+
+/* Creates the missing parents of path, 0700 like the cache directory itself;
+ * an existing parent is left as it is. A failure surfaces at the final mkdir. */
+static void mkdir_parents(const char *path) {
+    char *p = kvt_xstrdup(path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        (void)mkdir(p, DIR_MODE);
+        *s = '/';
+    }
+    free(p);
+}
+
+/* Opens the cache directory and returns its fd (or a negative error, with a
+ * message that says why and what to do). The last component is never followed
+ * through a symlink: a planted link would send every file we create elsewhere.
+ * Parents may be links (a home directory often is one). With DIR_CREATE the
+ * directory (and missing parents) is created 0700. With DIR_OWNED or
+ * DIR_CREATE a directory owned by another user, or writable by group or
+ * others, is refused with -EACCES: whoever can write it can plant links,
+ * FIFOs or forged records. */
+int kvt_disk_dir_open(const char *dir, int how) {
+    char path[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof path) return kvt_fail(-ENAMETOOLONG, "cache dir %s: path too long", dir);
+    memcpy(path, dir, n + 1);
+    /* "link/" resolves the link in spite of O_NOFOLLOW: drop trailing slashes */
+    while (n > 1 && path[n - 1] == '/') path[--n] = 0;
+    if (how == DIR_CREATE) {
+        mkdir_parents(path);
+        if (mkdir(path, DIR_MODE) && errno != EEXIST)
+            return kvt_fail(-errno, "cache dir %s: cannot create: %s", dir, strerror(errno));
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat lb;
+        if ((e == ELOOP || e == ENOTDIR) && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode))
+            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
+                            dir);
+        return kvt_fail(-e, "cache dir %s: cannot open: %s", dir, strerror(e));
+    }
+    if (how == DIR_READ) return fd;
+    struct stat sb;
+    if (fstat(fd, &sb)) {
+        int e = errno;
+        close(fd);
+        return kvt_fail(-e, "cache dir %s: cannot stat: %s", dir, strerror(e));
+    }
+    if (sb.st_uid != geteuid()) {
+        close(fd);
+        return kvt_fail(-EACCES,
+                        "cache dir %s belongs to uid %u, not to this user (uid %u): refusing it, since its owner could "
+                        "plant links or forged records there; use a directory of your own",
+                        dir, (unsigned)sb.st_uid, (unsigned)geteuid());
+    }
+    if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
+        close(fd);
+        return kvt_fail(-EACCES,
+                        "cache dir %s is writable by %s (mode %03o): refusing it, since they could plant links or "
+                        "forged records there; fix it with `chmod 700 %s`",
+                        dir, sb.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(sb.st_mode & 0777), dir);
+    }
+    return fd;
+}
+
+/* Opens an existing (or, with O_CREAT, possibly new) file of the directory
+ * dfd. Never through a symlink, and only a regular file: a FIFO would block a
+ * read forever, a device would be written to. O_NONBLOCK keeps the open of a
+ * FIFO from blocking; it is cleared again because io_uring turns it into
+ * -EAGAIN on reads that wait for the disk. O_DIRECT is likewise set only once
+ * the file is known to be regular (a FIFO refuses it at open with a vaguer
+ * error). A file opened for writing must have no other hard link (we would
+ * write into the other name's file too).
+ * Returns the fd, or -ELOOP (a link), -EINVAL (not a regular file, or linked
+ * elsewhere) or -errno, with a message naming the file. */
+int kvt_disk_file_open(int dfd, const char *dir, const char *name, int flags, mode_t mode) {
+    int fd = openat(dfd, name, (flags & ~O_DIRECT) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP) return kvt_fail(-ELOOP, "cache dir %s: %s is a symbolic link: not followed", dir, name);
+        return kvt_fail(-e, "cache dir %s: cannot open %s: %s", dir, name, strerror(e));
+    }
+    struct stat sb;
+    int e = 0;
+    if (fstat(fd, &sb)) e = -errno;
+    else if (!S_ISREG(sb.st_mode)) e = kvt_fail(-EINVAL, "cache dir %s: %s is not a regular file: not used", dir, name);
+    else if ((flags & O_ACCMODE) != O_RDONLY && sb.st_nlink > 1)
+        e = kvt_fail(-EINVAL, "cache dir %s: %s has other hard links: not written", dir, name);
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, (fl & ~O_NONBLOCK) | (flags & O_DIRECT))) e = -errno;
+    }
+    if (e) {
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+/* Creates the temporary name in dfd for writing, afresh: O_EXCL, so nothing
+ * already there (a stale temp from a crash, or a link planted under its name)
+ * is ever opened. The old entry is unlinked first; unlinkat removes a link
+ * itself, never its target. Returns the fd or a negative error. */
+int kvt_disk_tmp_create(int dfd, const char *dir, const char *name, int extra_flags) {
+    if (unlinkat(dfd, name, 0) && errno != ENOENT)
+        return kvt_fail(-errno, "cache dir %s: cannot remove the stale %s: %s", dir, name, strerror(errno));
+    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | extra_flags, FILE_MODE);
+    if (fd < 0) return kvt_fail(-errno, "cache dir %s: cannot create %s: %s", dir, name, strerror(errno));
+    return fd;
+}
+
+/* Takes the directory's exclusive lock. Returns the lock fd (>= 0), or a
+ * negative error naming the holder. A directory where the lock file can be
+ * neither created nor opened (read-only and never used) gets -1 with
+ * *unlocked set: there is nothing a writer could corrupt. */
+int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked) {
+    *unlocked = 0;
+    int writable = 1;
+    int fd = kvt_disk_file_open(dfd, dir, LOCK_NAME, O_RDWR | O_CREAT, FILE_MODE);
+    if (fd == -EROFS || fd == -EACCES) {
+        writable = 0;
+        fd = kvt_disk_file_open(dfd, dir, LOCK_NAME, O_RDONLY, 0);
+        if (fd == -ENOENT) {
+            *unlocked = 1;
+            return -1;
+        }
+    }
+    if (fd < 0) return fd; /* kvt_disk_file_open said why */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "?";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        if (n > 0) {
+            pid[n] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+        }
+        close(fd);
+        if (e == EWOULDBLOCK) return kvt_fail(-EWOULDBLOCK, "cache dir %s is in use by pid %s", dir, pid);
+        return kvt_fail(-e, "cache dir %s: cannot lock: %s", dir, strerror(e));
+    }
+    if (writable) {
+        char pid[32];
+        int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+            kvt_log(KVT_LOG_DEBUG, "cache dir %s: cannot record our pid in the lock file", dir);
+    }
+    return fd;
+}
+
+/* Header file: three text lines, replaced atomically (temp, fsync, rename). */
+int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns) {
+    char text[HEADER_TEXT_MAX];
+    int n = snprintf(text, sizeof text, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
+                     KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
+    int fd = kvt_disk_tmp_create(dfd, dir, HEADER_TMP_NAME, 0);
+    if (fd < 0) return fd;
+    int rc = 0;
+    if (write(fd, text, (size_t)n) != n) rc = errno ? -errno : -EIO;
+    if (!rc && fsync(fd)) rc = -errno;
+    close(fd);
+    if (!rc && renameat(dfd, HEADER_TMP_NAME, dfd, HEADER_NAME)) rc = -errno;
+    if (rc) {
+        unlinkat(dfd, HEADER_TMP_NAME, 0);
+        return rc;
+    }
+    fsync(dfd);
+    return 0;
+}
+
+int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns) {
+    char text[HEADER_TEXT_MAX];
+    int fd = kvt_disk_file_open(dfd, dir, HEADER_NAME, O_RDONLY, 0);
+    if (fd == -ENOENT) return kvt_fail(KVT_ENOTFOUND, "%s: no header", dir);
+    if (fd == -ELOOP || fd == -EINVAL) return KVT_EFORMAT; /* a link or a FIFO is no header: rewritten */
+    if (fd < 0) return fd;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n < 0) return -errno;
+    text[n] = 0;
+    unsigned v;
+    uint64_t hi, lo;
+    char title[sizeof HEADER_TITLE + 1];
+    if (sscanf(text, "%18s version %u namespace %16" SCNx64 "%16" SCNx64, title, &v, &hi, &lo) != 4 ||
+        strcmp(title, HEADER_TITLE))
+        return kvt_fail(KVT_EFORMAT, "%s/%s: malformed header file", dir, HEADER_NAME);
+    *version = v;
+    ns->hi = hi;
+    ns->lo = lo;
+    return 0;
+}
+
+int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    int rc = kvt_disk_read_header_at(dfd, dir, version, ns);
+    close(dfd);
+    return rc;
+}
+
+/* Reads the directory's MAC key. It must be a regular file of exactly
+ * KVT_DISK_KEY_BYTES, mode 0600, owned by owner (the directory's owner):
+ * anyone else who could write it could choose the key and forge records, and
+ * anyone who could read it could sign them. Returns 0, KVT_ENOTFOUND (no key
+ * file) or a negative error whose message says why and what to do. */
+static int key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
+    int fd = kvt_disk_file_open(dfd, dir, KEY_NAME, O_RDONLY, 0);
+    if (fd == -ENOENT) return KVT_ENOTFOUND;
+    if (fd < 0) return fd;
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb)) rc = -errno;
+    else if (sb.st_uid != owner)
+        rc = kvt_fail(-EACCES,
+                      "cache dir %s: the key file belongs to uid %u, not to the directory's owner (uid %u): refusing "
+                      "it; remove it (records signed with it become misses)",
+                      dir, (unsigned)sb.st_uid, (unsigned)owner);
+    else if ((sb.st_mode & 07777) != FILE_MODE)
+        rc = kvt_fail(-EACCES,
+                      "cache dir %s: the key file has mode %03o, not 600: refusing it, since others could read or "
+                      "change it; fix it with `chmod 600 %s/%s`",
+                      dir, (unsigned)(sb.st_mode & 07777), dir, KEY_NAME);
+    else if (sb.st_size != KVT_DISK_KEY_BYTES || read(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES)
+        rc = kvt_fail(KVT_EFORMAT,
+                      "cache dir %s: the key file is not %d bytes: refusing it; remove it (records signed with it "
+                      "become misses)",
+                      dir, KVT_DISK_KEY_BYTES);
+    close(fd);
+    if (!rc) kvt_disk_key_prepare(key);
+    return rc;
+}
+
+/* libsodium must be started before the key is prepared: every reader of the key
+ * file (the store, walk, compact) starts it here. */
+int kvt_disk_key_load(int dfd, const char *dir, uid_t owner, mac_key *key) {
+    if (sodium_init() < 0) return kvt_fail(KVT_EUNSUPPORTED, "libsodium cannot start");
+    return key_read(dfd, dir, owner, key);
+}
+
+/* Creates the directory's key: random bytes into a temp file (O_EXCL, 0600,
+ * fsync'd), then linked to its name only if the name is free (linkat never
+ * replaces), so a crash leaves no key or a whole one. Lock held. */
+int kvt_disk_key_create(int dfd, const char *dir, mac_key *key) {
+    int fd = kvt_disk_tmp_create(dfd, dir, KEY_TMP_NAME, 0);
+    if (fd < 0) return fd;
+    randombytes_buf(key->bytes, KVT_DISK_KEY_BYTES);
+    kvt_disk_key_prepare(key);
+    int rc = 0;
+    if (fchmod(fd, FILE_MODE)) rc = -errno; /* a umask may have narrowed it; key_read wants 0600 exactly */
+    else if (write(fd, key->bytes, KVT_DISK_KEY_BYTES) != KVT_DISK_KEY_BYTES) rc = errno ? -errno : -EIO;
+    else if (fsync(fd)) rc = -errno;
+    close(fd);
+    if (!rc && linkat(dfd, KEY_TMP_NAME, dfd, KEY_NAME, 0)) rc = -errno;
+    unlinkat(dfd, KEY_TMP_NAME, 0);
+    if (rc) return kvt_fail(rc, "cache dir %s: cannot create the key file: %s", dir, strerror(-rc));
+    fsync(dfd);
+    return 0;
+}
+
+/* 1 and *id if name is a segment file name. */
+int kvt_disk_parse_seg_name(const char *name, uint64_t *id) {
+    size_t lp = strlen(SEG_PREFIX), ls = strlen(SEG_SUFFIX), n = strlen(name);
+    if (n != lp + 16 + ls || strncmp(name, SEG_PREFIX, lp) || strcmp(name + lp + 16, SEG_SUFFIX)) return 0;
+    uint64_t v = 0;
+    for (size_t i = lp; i < lp + 16; i++) {
+        char c = name[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    *id = v;
+    return 1;
+}
+
+void kvt_disk_seg_name(char *out, size_t cap, uint64_t id) {
+    snprintf(out, cap, SEG_PREFIX "%016" PRIx64 SEG_SUFFIX, id);
+}
+
+int kvt_disk_is_seg_tmp_name(const char *name) {
+    size_t len = strlen(name), lt = strlen(TMP_SUFFIX);
+    return len > lt && !strcmp(name + len - lt, TMP_SUFFIX) && !strncmp(name, SEG_PREFIX, strlen(SEG_PREFIX));
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A fresh directory stream over dfd (its own file description, so listings
+ * never share a read position). NULL with errno set on failure. */
+DIR *kvt_disk_dir_list(int dfd) {
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    DIR *dh = fdopendir(fd);
+    if (!dh) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return dh;
+}
+
+/* Segment ids in the directory dfd, ascending. warn_foreign logs each unknown
+ * file. Returns the count (>= 0) and *ids (caller frees), or -errno. */
+long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t **ids) {
+    DIR *dh = kvt_disk_dir_list(dfd);
+    *ids = NULL;
+    if (!dh) return -errno;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        const char *nm = e->d_name;
+        uint64_t id;
+        if (kvt_disk_parse_seg_name(nm, &id)) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                *ids = kvt_xrealloc(*ids, cap * sizeof **ids);
+            }
+            (*ids)[n++] = id;
+            continue;
+        }
+        int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
+                    !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
+                    !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
+                    kvt_disk_is_seg_tmp_name(nm);
+        if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
+    }
+    closedir(dh);
+    if (n) qsort(*ids, n, sizeof **ids, cmp_u64);
+    return (long)n;
+}
+
+void *kvt_disk_aligned_buf(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, KVT_DISK_ALIGN, n ? kvt_disk_align_up(n) : KVT_DISK_ALIGN)) {
+        kvt_log(KVT_LOG_ERROR, "out of memory allocating %zu aligned bytes", n);
+        abort();
+    }
+    return p;
+}
+
+/* Walks the records of one segment file: reads each header (and with verify
+ * the whole record, checking its MAC if key is set and can check it: see
+ * kvt_disk_mac_checkable), calls fn(ctx, off, bytes, status, rec) per record or bad
+ * 4 KiB step. A bad header is stepped over one KVT_DISK_ALIGN at a time, so
+ * the next intact record is found again; a record running past the end of the
+ * file (a torn tail) is reported corrupt and ends the walk. buf is an aligned
+ * scratch of SCAN_READ_BYTES; vbuf/vcap an aligned scratch for verify that
+ * grows as needed. Returns 0 or fn's nonzero value. */
+int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
+                          size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
+    uint64_t off = 0;
+    while (off + KVT_DISK_HEADER_FIXED <= size) {
+        ssize_t n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
+        if (n <= 0) break;
+        kvt_disk_record rec;
+        int st = kvt_disk_record_parse(buf, (size_t)n, 0, &rec);
+        if (st == 0 && off + rec.header_bytes + rec.stored_bytes > size) {
+            int r = fn(ctx, off, size - off, KVT_EFORMAT, &rec, NULL);
+            return r;
+        }
+        if (st != 0) {
+            int r = fn(ctx, off, KVT_DISK_ALIGN, st, &rec, NULL);
+            if (r) return r;
+            off += KVT_DISK_ALIGN;
+            continue;
+        }
+        const uint8_t *raw = NULL;
+        if (verify) {
+            if (*vcap < rec.record_bytes) {
+                free(*vbuf);
+                *vcap = rec.record_bytes;
+                *vbuf = kvt_disk_aligned_buf(*vcap);
+            }
+            ssize_t k = pread(fd, *vbuf, rec.record_bytes, (off_t)off);
+            uint64_t want = rec.header_bytes + rec.stored_bytes;
+            if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(*vbuf, (size_t)k, 1, &rec)) st = KVT_EFORMAT;
+            else if (kvt_disk_mac_checkable(key, &rec) && kvt_disk_record_verify(&rec, key, *vbuf)) st = KVT_EFORMAT;
+            else raw = *vbuf;
+        }
+        int r = fn(ctx, off, rec.record_bytes, st, &rec, raw);
+        if (r) return r;
+        off += rec.record_bytes;
+    }
+    return 0;
+}
+
+/* Tries O_DIRECT in dir: an aligned write and read of one block. */
+int kvt_disk_probe_o_direct(int dfd, const char *dir) {
+    int fd = kvt_disk_tmp_create(dfd, dir, PROBE_NAME, O_DIRECT);
+    if (fd < 0) return fd;
+    uint8_t *b = kvt_disk_aligned_buf(KVT_DISK_ALIGN);
+    memset(b, 0, KVT_DISK_ALIGN);
+    int rc = 0;
+    if (pwrite(fd, b, KVT_DISK_ALIGN, 0) != KVT_DISK_ALIGN || pread(fd, b, KVT_DISK_ALIGN, 0) != KVT_DISK_ALIGN)
+        rc = errno ? -errno : -EIO;
+    free(b);
+    close(fd);
+    unlinkat(dfd, PROBE_NAME, 0);
+    return rc;
+}
+
+/* The lifetime file: one "name value" line per counter, in this order. */
+#define LIFETIME_FIELDS(X)                                                                         \
+    X(sessions) X(lookup_blocks) X(lookup_hits) X(reads) X(read_misses) X(records_written)         \
+    X(writes_dropped) X(corrupt) X(bytes_read) X(bytes_written) X(evicted)
+
+static int read_lifetime_at(int dfd, const char *dir, kvt_disk_lifetime *out) {
+    memset(out, 0, sizeof *out);
+    int fd = kvt_disk_file_open(dfd, dir, STATS_NAME, O_RDONLY, 0);
+    if (fd < 0) return fd == -ENOENT ? KVT_ENOTFOUND : fd;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return -ENOMEM;
+    }
+    char name[64];
+    unsigned long long v;
+    while (fscanf(f, "%63s %llu", name, &v) == 2) {
+#define READ_FIELD(F) if (!strcmp(name, #F)) out->F = v;
+        LIFETIME_FIELDS(READ_FIELD)
+#undef READ_FIELD
+    }
+    fclose(f);
+    return 0;
+}
+
+int kvt_disk_read_lifetime(const char *dir, kvt_disk_lifetime *out) {
+    memset(out, 0, sizeof *out);
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    int rc = read_lifetime_at(dfd, dir, out);
+    close(dfd);
+    return rc;
+}
+
+void kvt_disk_lifetime_add(int dfd, const char *dir, const kvt_disk_lifetime *session) {
+    kvt_disk_lifetime t;
+    read_lifetime_at(dfd, dir, &t);
+#define ADD_FIELD(F) t.F += session->F;
+    LIFETIME_FIELDS(ADD_FIELD)
+#undef ADD_FIELD
+    int fd = kvt_disk_tmp_create(dfd, dir, STATS_TMP_NAME, 0);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlinkat(dfd, STATS_TMP_NAME, 0);
+        return;
+    }
+#define WRITE_FIELD(F) fprintf(f, "%s %llu\n", #F, (unsigned long long)t.F);
+    LIFETIME_FIELDS(WRITE_FIELD)
+#undef WRITE_FIELD
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && renameat(dfd, STATS_TMP_NAME, dfd, STATS_NAME) == 0) fsync(dfd);
+    else unlinkat(dfd, STATS_TMP_NAME, 0);
+}

@@ -1,0 +1,158 @@
+/* The disk tier's shared internals, private to src/cache: the record header's
+ * field offsets and MAC key (disk_record.c), and the cache directory's files
+ * (disk_dir.c), as the store (tier_disk.c) and the maintenance walks
+ * (disk_maint.c) use them. The contract of everything here is tier_disk.h's:
+ * the record layout, the directory rules (every file opened relative to the
+ * directory's fd, never through a symlink, only regular files, temporaries
+ * O_EXCL) and what a MAC binds. Nothing here is for other tiers: they use
+ * disk_record.h.
+ *
+ * Errors: functions returning int give 0 (or a count/fd >= 0) or a negative
+ * error whose message (kvt_errmsg) says why, unless said otherwise.
+ * Thread-safety: all functions are reentrant; a mac_key is read-only once
+ * prepared. */
+#ifndef KVT_DISK_INTERNAL_H
+#define KVT_DISK_INTERNAL_H
+
+#include <dirent.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sodium.h>
+#include <zstd.h>
+
+#include "tier_disk.h"
+
+/* ---- the record format (disk_record.c) ---------------------------------- */
+
+/* Record header field offsets (see tier_disk.h for the layout). */
+enum {
+    RH_MAGIC = 0,
+    RH_VERSION = 4,
+    RH_CODEC = 6,
+    RH_HEADER_BYTES = 8,
+    RH_BLOCK_TOKENS = 12,
+    RH_PAYLOAD_BYTES = 16,
+    RH_STORED_BYTES = 24,
+    RH_NS = 32,
+    RH_HASH = 48,
+    RH_PARENT = 64,
+    RH_HEADER_CRC = 80,
+    RH_CRC = 84,
+    RH_FLAGS = 88,
+    RH_KEY_ID = 92,
+    RH_MAC = 96,
+    RH_TOKENS = KVT_DISK_HEADER_FIXED,
+};
+#define RH_CRC_FIELDS_BYTES 8 /* both CRC fields, read as zero while checksumming */
+
+/* KVT_DISK_MAC_SCHEME=blake2b: behave as a CPU without AES-GCM (tests, benchmarks). */
+#define MAC_SCHEME_ENV "KVT_DISK_MAC_SCHEME"
+#define MAC_SCHEME_PORTABLE "blake2b"
+
+/* n rounded up to the next KVT_DISK_ALIGN boundary: a record's padded length. */
+static inline uint64_t kvt_disk_align_up(uint64_t n) {
+    return (n + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
+}
+
+/* A directory's MAC key, its id, and what this process computes with it. The
+ * id (a keyed hash of a constant: it says nothing about the key) is stored in
+ * every record, so a scan can tell a record signed under another key (the key
+ * file was lost: a miss) from a forged one (its MAC fails at read: corrupt)
+ * without reading payloads. */
+typedef struct {
+    uint8_t bytes[KVT_DISK_KEY_BYTES]; /* the directory's key: BLAKE2b's key */
+    uint32_t id;
+    int gmac;                          /* GMAC is computed here: gcm is set */
+    crypto_aead_aes256gcm_state gcm;   /* the derived AES-256 key, expanded once */
+} mac_key;
+
+/* Fills in k's id and, where GMAC is computed, its AES key; k->bytes is set. */
+void kvt_disk_key_prepare(mac_key *k);
+
+/* Checks a fully parsed record's MAC under k, in constant time; buf is the
+ * record's bytes (r->raw), writable. Returns 0, KVT_EFORMAT (no MAC, or a
+ * mismatch) or KVT_EUNSUPPORTED (a scheme not computed here). */
+int kvt_disk_record_verify(const kvt_disk_record *r, const mac_key *k, uint8_t *buf);
+
+/* 1 if k (may be NULL) can check r's MAC: it carries one, under k's id and a
+ * scheme usable here. */
+int kvt_disk_mac_checkable(const mac_key *k, const kvt_disk_record *r);
+
+/* kvt_disk_record_decode with a reusable zstd context (dc may be NULL). */
+int kvt_disk_decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap);
+
+/* Writes a record header into h for a stored payload at h + header bytes, its
+ * MAC under key (none when NULL) and both CRCs; zeroes the padding. Returns
+ * the padded record length. */
+uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
+                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
+                              const mac_key *key);
+
+/* ---- the directory (disk_dir.c) ----------------------------------------- */
+
+#define TMP_SUFFIX ".tmp"
+#define SEG_NAME_MAX 64
+#define TMP_NAME_MAX (SEG_NAME_MAX + sizeof TMP_SUFFIX)
+/* The directory and its files are ours alone (see kvt_disk_dir_open). */
+#define DIR_MODE 0700
+#define FILE_MODE 0600
+/* Header reads during a scan: enough for the largest header (B = KVT_BLOCK_TOKENS_MAX). */
+#define SCAN_READ_BYTES (2 * KVT_DISK_ALIGN)
+
+/* How kvt_disk_dir_open treats the directory. Writers (the store, gc, clear)
+ * must own it; readers (walk, header, lifetime) write nothing, so they may
+ * inspect another user's directory, but still never follow a link to reach it. */
+enum { DIR_READ = 0, DIR_OWNED = 1, DIR_CREATE = 2 };
+
+/* Opens the cache directory (how: DIR_*) and returns its fd. */
+int kvt_disk_dir_open(const char *dir, int how);
+/* Opens a file of the directory dfd: never through a symlink, only a regular
+ * file, and one opened for writing has no other hard link. Returns the fd. */
+int kvt_disk_file_open(int dfd, const char *dir, const char *name, int flags, mode_t mode);
+/* Creates name in dfd afresh (unlinked first, then O_EXCL), 0600. Returns the fd. */
+int kvt_disk_tmp_create(int dfd, const char *dir, const char *name, int extra_flags);
+/* Takes the directory's exclusive lock: the lock fd, or -1 with *unlocked set
+ * where no lock file can exist (read-only, never used), or a negative error. */
+int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked);
+
+/* The header file: written atomically; read gives KVT_ENOTFOUND or KVT_EFORMAT. */
+int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns);
+int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns);
+
+/* The key file: loaded (libsodium started, then the file read: KVT_ENOTFOUND
+ * when there is none, KVT_EUNSUPPORTED when libsodium cannot start; refused
+ * unless owner's, 0600, and whole) or created (lock held). Both prepare *key. */
+int kvt_disk_key_load(int dfd, const char *dir, uid_t owner, mac_key *key);
+int kvt_disk_key_create(int dfd, const char *dir, mac_key *key);
+
+/* Segment names: 1 and *id if name is one; the name of segment id. */
+int kvt_disk_parse_seg_name(const char *name, uint64_t *id);
+void kvt_disk_seg_name(char *out, size_t cap, uint64_t id);
+/* 1 if name is a segment's temporary (compact's rewrite: a SEG_PREFIX name ending in TMP_SUFFIX). */
+int kvt_disk_is_seg_tmp_name(const char *name);
+/* A fresh directory stream over dfd; NULL with errno set on failure. */
+DIR *kvt_disk_dir_list(int dfd);
+/* Segment ids in dfd, ascending: the count and *ids (caller frees), or -errno. */
+long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t **ids);
+
+/* n bytes (rounded up to KVT_DISK_ALIGN) aligned for O_DIRECT; aborts when out of memory. */
+void *kvt_disk_aligned_buf(size_t n);
+
+/* Called per record (status 0, rec parsed; raw the whole verified record when
+ * the scan verifies) or per bad step (status < 0) of a segment scan. A nonzero
+ * return ends the scan. */
+typedef int (*kvt_disk_scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                                const uint8_t *raw);
+/* Walks the records of one segment file (fd, size bytes): see disk_dir.c. */
+int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
+                          size_t *vcap, kvt_disk_scan_fn fn, void *ctx);
+
+/* Tries O_DIRECT in the directory: 0 if an aligned write and read work. */
+int kvt_disk_probe_o_direct(int dfd, const char *dir);
+
+/* Adds session's counters to the directory's lifetime file (temp, fsync,
+ * rename). Best effort: a read-only or full directory keeps the old file. */
+void kvt_disk_lifetime_add(int dfd, const char *dir, const kvt_disk_lifetime *session);
+
+#endif

@@ -1,0 +1,282 @@
+/* Directory maintenance behind `kvtier cache`: walk (list and verify every
+ * record), compact (rewrite segments without corrupt, foreign or duplicate
+ * records) and clear. Each opens the directory itself; compact and clear
+ * take its lock, as the store does, and walk only reads. */
+#include "tier_disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sodium.h>
+#include <zstd.h>
+
+#include "common.h"
+#include "disk_internal.h"
+#include "hmap128.h"
+
+typedef struct {
+    int (*fn)(void *ctx, const kvt_disk_walk_info *w);
+    void *ctx;
+    const char *segment;
+    ZSTD_DCtx *zd;
+    uint8_t *dec;
+    size_t dec_cap;
+    const mac_key *key; /* verify checks MACs under it (kvt_disk_scan_segment refuses a bad one) */
+} walk_ctx;
+
+static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                        const uint8_t *raw) {
+    walk_ctx *w = ctx;
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE};
+    if (status == 0 && raw) {
+        kvt_disk_record full;
+        kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
+        if (w->dec_cap < full.payload_bytes) {
+            free(w->dec);
+            w->dec_cap = full.payload_bytes;
+            w->dec = kvt_xmalloc(w->dec_cap);
+        }
+        if (kvt_disk_decode_with(w->zd, &full, w->dec, w->dec_cap)) info.status = KVT_EFORMAT;
+    }
+    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)   ? KVT_DISK_MAC_NONE
+               : raw && kvt_disk_mac_checkable(w->key, rec) ? KVT_DISK_MAC_OK
+                                                   : KVT_DISK_MAC_UNCHECKED;
+    info.rec.tokens = NULL;
+    info.rec.stored = NULL;
+    info.rec.raw = NULL;
+    return w->fn(w->ctx, &info);
+}
+
+int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx) {
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    uint64_t *ids;
+    long n = kvt_disk_list_segments(dfd, dir, 0, &ids);
+    if (n < 0) {
+        close(dfd);
+        return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    }
+    /* verify checks MACs with the directory's key: its owner's, as the store would */
+    mac_key key;
+    int have_key = 0;
+    struct stat db;
+    if (verify && fstat(dfd, &db) == 0) {
+        int krc = kvt_disk_key_load(dfd, dir, db.st_uid, &key);
+        if (krc && krc != KVT_ENOTFOUND) {
+            free(ids);
+            close(dfd);
+            return krc;
+        }
+        have_key = krc == 0;
+    }
+    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
+    size_t vcap = 0;
+    walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0, have_key ? &key : NULL};
+    int rc = 0;
+    for (long i = 0; i < n && !rc; i++) {
+        char nm[SEG_NAME_MAX];
+        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
+        int fd = kvt_disk_file_open(dfd, dir, nm, O_RDONLY, 0);
+        struct stat sb;
+        if (fd == -ENOENT) continue; /* reclaimed meanwhile */
+        if (fd < 0) {                /* a link or a FIFO: skipped, never followed or waited on */
+            kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+            continue;
+        }
+        if (fstat(fd, &sb) == 0) {
+            w.segment = nm;
+            rc = kvt_disk_scan_segment(fd, (uint64_t)sb.st_size, verify, w.key, buf, &vbuf, &vcap, walk_scan_fn, &w);
+        }
+        close(fd);
+    }
+    ZSTD_freeDCtx(w.zd);
+    free(w.dec);
+    free(buf);
+    free(vbuf);
+    free(ids);
+    close(dfd);
+    sodium_memzero(&key, sizeof key);
+    return rc;
+}
+
+/* Opens dir as its owner and takes its lock, as the maintenance that writes
+ * it (compact, clear) must. Returns the directory's fd and *lock_fd (close
+ * both), or a negative error: the lock's holder, or -EROFS for a read-only
+ * directory that has no lock file. */
+static int open_locked(const char *dir, int *lock_fd) {
+    int dfd = kvt_disk_dir_open(dir, DIR_OWNED);
+    if (dfd < 0) return dfd;
+    int unlocked;
+    *lock_fd = kvt_disk_lock_dir(dfd, dir, &unlocked);
+    if (*lock_fd < 0) {
+        close(dfd);
+        return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : *lock_fd;
+    }
+    return dfd;
+}
+
+/* Copies the keepers of one segment to a temp file and renames it over the
+ * segment (or removes the segment when nothing is kept). */
+typedef struct {
+    const kvt_hash128 *keep_ns;
+    const mac_key *key; /* NULL without a key file: MAC'd records are kept unchecked */
+    kvt_hmap128 *seen;
+    kvt_disk_gc_report *rep;
+    int out_fd;
+    uint64_t out_bytes;
+    int dropped, err;
+} gc_ctx;
+
+static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
+                      const uint8_t *raw) {
+    gc_ctx *g = ctx;
+    if (status == KVT_EUNSUPPORTED) {
+        g->rep->dropped_foreign++;
+        g->dropped = 1;
+        return 0;
+    }
+    if (status) {
+        g->rep->dropped_corrupt++;
+        g->dropped = 1;
+        return 0;
+    }
+    /* signed under a lost key: never usable again, like another namespace */
+    if ((g->keep_ns && !kvt_hash128_eq(rec->ns, *g->keep_ns)) ||
+        (g->key && (rec->flags & KVT_DISK_FLAG_MAC) && rec->key_id != g->key->id)) {
+        g->rep->dropped_foreign++;
+        g->dropped = 1;
+        return 0;
+    }
+    if (kvt_hmap128_get(g->seen, rec->hash, NULL)) {
+        g->rep->dropped_dup++;
+        g->dropped = 1;
+        return 0;
+    }
+    kvt_hmap128_put(g->seen, rec->hash, 1);
+    g->rep->kept++;
+    ssize_t w = pwrite(g->out_fd, raw, bytes, (off_t)g->out_bytes);
+    if (w != (ssize_t)bytes) {
+        g->err = w < 0 ? -errno : -EIO;
+        return 1;
+    }
+    g->out_bytes += bytes;
+    return 0;
+}
+
+int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    int lock_fd;
+    int dfd = open_locked(dir, &lock_fd);
+    if (dfd < 0) return dfd;
+    uint64_t *ids;
+    long n = kvt_disk_list_segments(dfd, dir, 0, &ids);
+    if (n < 0) {
+        close(lock_fd);
+        close(dfd);
+        return kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n));
+    }
+    /* with the key, a record whose MAC fails is dropped as corrupt; without
+     * one, MAC'd records are kept (the key may come back from a backup) */
+    mac_key key;
+    int krc = kvt_disk_key_load(dfd, dir, geteuid(), &key);
+    if (krc && krc != KVT_ENOTFOUND) {
+        free(ids);
+        close(lock_fd);
+        close(dfd);
+        return krc;
+    }
+    kvt_hmap128 seen;
+    kvt_hmap128_init(&seen);
+    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
+    size_t vcap = 0;
+    int rc = 0;
+    /* newest first, so the copy a reinsertion wrote last is the one kept */
+    for (long i = n - 1; i >= 0 && !rc; i--) {
+        char nm[SEG_NAME_MAX], tmp[TMP_NAME_MAX];
+        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
+        snprintf(tmp, sizeof tmp, "%s%s", nm, TMP_SUFFIX);
+        int fd = kvt_disk_file_open(dfd, dir, nm, O_RDONLY, 0);
+        if (fd == -ELOOP || fd == -EINVAL) { /* not a segment we wrote: leave it alone */
+            kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+            continue;
+        }
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb)) {
+            rc = fd < 0 ? fd : -errno;
+            if (fd >= 0) close(fd);
+            break;
+        }
+        rep->bytes_before += (uint64_t)sb.st_size;
+        int out = kvt_disk_tmp_create(dfd, dir, tmp, 0);
+        if (out < 0) {
+            rc = out;
+            close(fd);
+            break;
+        }
+        gc_ctx g = {keep_ns, krc ? NULL : &key, &seen, rep, out, 0, 0, 0};
+        kvt_disk_scan_segment(fd, (uint64_t)sb.st_size, 1, g.key, buf, &vbuf, &vcap, gc_scan_fn, &g);
+        close(fd);
+        if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
+        if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
+        close(out);
+        if (g.err) {
+            unlinkat(dfd, tmp, 0);
+            rc = kvt_fail(g.err, "cache dir %s: rewriting %s: %s", dir, nm, strerror(-g.err));
+        } else if (!g.dropped) {
+            unlinkat(dfd, tmp, 0);
+            rep->bytes_after += (uint64_t)sb.st_size;
+        } else if (!g.out_bytes) {
+            unlinkat(dfd, tmp, 0);
+            unlinkat(dfd, nm, 0);
+        } else if (renameat(dfd, tmp, dfd, nm)) {
+            rc = -errno;
+            unlinkat(dfd, tmp, 0);
+        } else {
+            rep->bytes_after += g.out_bytes;
+        }
+    }
+    fsync(dfd);
+    kvt_hmap128_free(&seen);
+    free(buf);
+    free(vbuf);
+    free(ids);
+    close(lock_fd);
+    close(dfd);
+    sodium_memzero(&key, sizeof key);
+    return rc;
+}
+
+int kvt_disk_clear(const char *dir, uint64_t *removed) {
+    if (removed) *removed = 0;
+    int lock_fd;
+    int dfd = open_locked(dir, &lock_fd);
+    if (dfd < 0) return dfd;
+    DIR *dh = kvt_disk_dir_list(dfd);
+    if (!dh) {
+        int e = errno;
+        close(lock_fd);
+        close(dfd);
+        return kvt_fail(-e, "cache dir %s: cannot list: %s", dir, strerror(e));
+    }
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        uint64_t id;
+        if (!kvt_disk_parse_seg_name(e->d_name, &id) && !kvt_disk_is_seg_tmp_name(e->d_name)) continue;
+        /* unlinkat removes a link planted under a segment's name, not its target */
+        struct stat sb;
+        uint64_t sz = fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)
+                          ? (uint64_t)sb.st_size : 0;
+        if (unlinkat(dfd, e->d_name, 0)) rc = kvt_fail(-errno, "cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
+        else if (removed) *removed += sz;
+    }
+    closedir(dh);
+    fsync(dfd);
+    close(lock_fd);
+    close(dfd);
+    return rc;
+}
