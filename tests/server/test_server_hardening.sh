@@ -230,11 +230,11 @@ kill -TERM "$SRV_PID"; wait "$SRV_PID"; check "api-key server: exit 0" is "$?" 0
 # ---- graceful drain: SIGTERM lets the request in flight finish, refuses new connections, exits 0 ----
 # the default-size model decodes slowly enough (~1 ms a token) for the signal to land mid-request
 "$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-"$BIN" serve -m "$TMP/slow.gguf" --host 127.0.0.1 --port 0 -t 1 --parallel 1 >"$TMP/drain.log" 2>&1 &
+"$BIN" serve -m "$TMP/slow.gguf" --host 127.0.0.1 --port 0 -t 1 --parallel 1 --drain-timeout 600 >"$TMP/drain.log" 2>&1 &
 SRV_PID=$!; PIDS+=("$SRV_PID")
 for _ in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/drain.log" | grep -o '[0-9]*$'); [ -n "$PORT" ] && break; sleep 0.1; done
 URL="http://127.0.0.1:$PORT"
-curl -s -m 120 -o "$TMP/drained" -w '%{http_code}' -H 'Content-Type: application/json' \
+curl -s -m 900 -o "$TMP/drained" -w '%{http_code}' -H 'Content-Type: application/json' \
   -d '{"prompt":"drain","max_tokens":1500,"ignore_eos":true}' "$URL/v1/completions" >"$TMP/drained.code" &
 CLIENT=$!
 for _ in $(seq 100); do [ "$(curl -s -m 5 "$URL/health" | jq -r .slots_busy)" = 1 ] && break; sleep 0.05; done
