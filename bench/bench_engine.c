@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
         cp.restore = KVT_RESTORE_ALWAYS;
     }
     kvt_cache *c;
-    if (kvt_cache_new(e, &cp, &c)) {
+    if (kvt_cache_new(e, cp, &c)) {
         fprintf(stderr, "bench: %s\n", kvt_errmsg());
         return 1;
     }
@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
         seqbw[rep] = seq_read_mb_s(dir);
         drop_page_cache(&dropped);
         double t_o = kvt_now();
-        if (kvt_cache_new(e, &cp, &c)) {
+        if (kvt_cache_new(e, cp, &c)) {
             fprintf(stderr, "bench: %s\n", kvt_errmsg());
             goto done;
         }

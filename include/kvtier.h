@@ -189,7 +189,7 @@ kvt_cache_params kvt_cache_default_params(void);
  * the cache before the engine. With a disk directory, opens it (taking its
  * lock: a second process gets -EWOULDBLOCK and a message naming the owner) and
  * indexes the blocks a previous run left there. Returns 0 or a negative code. */
-int kvt_cache_new(kvt_engine *e, const kvt_cache_params *params, kvt_cache **out);
+int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out);
 /* Graceful shutdown: writes every cached block the disk tier does not hold
  * (T0 pages and the RAM tier's blocks) to disk and waits for the writes. The
  * RAM tier is empty afterwards. No-op without a disk tier. Returns 0 or the
@@ -308,7 +308,7 @@ typedef struct {
     void *ctx;
 } kvt_request;
 
-kvt_request kvt_request_default(void);
+kvt_request kvt_request_default_params(void);
 
 typedef struct {
     int32_t n_prompt;

@@ -189,7 +189,8 @@ static void on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const 
     demote(c, KVT_TIER_T1, held, hash, parent, tokens, payload, last_use);
 }
 
-int kvt_cache_new(kvt_engine *e, const kvt_cache_params *p, kvt_cache **out) {
+int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
+    const kvt_cache_params *p = &params;
     *out = NULL;
     kvt_engine_params ep = kvt_engine_params_of(e);
     kvt_cache *c = kvt_xcalloc(1, sizeof *c);

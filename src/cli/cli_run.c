@@ -568,7 +568,7 @@ int kvt_cmd_run(int argc, char **argv) {
     }
     if (use_cache) {
         cp.ram_bytes = kv_ram;
-        if ((rc = kvt_cache_new(e, &cp, &cache))) {
+        if ((rc = kvt_cache_new(e, cp, &cache))) {
             fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
             goto done;
         }

@@ -321,7 +321,7 @@ int kvt_cmd_serve(int argc, char **argv) {
         goto free_all;
     }
     cp.ram_bytes = kv_ram;
-    if (kvt_cache_new(e, &cp, &cache)) {
+    if (kvt_cache_new(e, cp, &cache)) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
         goto free_all;
     }

@@ -86,7 +86,7 @@ out:
     return rc;
 }
 
-kvt_request kvt_request_default(void) {
+kvt_request kvt_request_default_params(void) {
     kvt_sampler_params sp = kvt_sampler_default_params();
     kvt_request r = {.max_tokens = 128, .temp = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed};
     return r;

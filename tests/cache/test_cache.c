@@ -59,7 +59,7 @@ static void test_tiers(void) {
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = 64ull << 20;
     kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, &cp, &c) == 0, "%s", kvt_errmsg());
+    CHECKF(kvt_cache_new(e, cp, &c) == 0, "%s", kvt_errmsg());
     if (!c) return;
 
     run_out first = run(e, c, p, 100, NULL);
@@ -169,11 +169,11 @@ static void test_churn(int collision_bits) {
     kvt_engine *e = new_engine(20);
     kvt_cache_params cp = kvt_cache_default_params();
     kvt_cache *c = NULL;
-    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    CHECK(kvt_cache_new(e, cp, &c) == 0);
     kvt_cache_free(c);
     /* T1 holds about 6 blocks */
     cp.ram_bytes = 6 * (kvt_page_bytes(e) + 1024);
-    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    CHECK(kvt_cache_new(e, cp, &c) == 0);
     unsigned seed = 7 + (unsigned)collision_bits;
     int32_t prefixes[4][48];
     for (int i = 0; i < 4; i++) random_tokens(prefixes[i], 48, &seed);
@@ -207,7 +207,7 @@ static void test_exhaustion(void) {
     kvt_engine *e = new_engine(4);
     kvt_cache_params cp = kvt_cache_default_params();
     kvt_cache *c = NULL;
-    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    CHECK(kvt_cache_new(e, cp, &c) == 0);
     unsigned seed = 3;
     int32_t p[60];
     random_tokens(p, 60, &seed);

@@ -48,7 +48,7 @@ static kvt_cache *open_cache_mac(kvt_engine *e, const char *dir, int admit_all, 
     cp.admit_live_s = 0;
     cp.restore = restore;
     kvt_cache *c = NULL;
-    int rc = kvt_cache_new(e, &cp, &c);
+    int rc = kvt_cache_new(e, cp, &c);
     CHECKF(rc == 0, "cache on %s: %s", dir, kvt_errmsg());
     return c;
 }
@@ -181,7 +181,7 @@ int main(void) {
     if (!c) return kvt_test_done("test_cache_disk");
     /* a second opener of the same directory is refused, naming the problem */
     kvt_cache *c2 = NULL;
-    CHECK(kvt_cache_new(e, &(kvt_cache_params){.disk_dir = dir, .disk_bytes = 64 << 20}, &c2) < 0 && !c2);
+    CHECK(kvt_cache_new(e, (kvt_cache_params){.disk_dir = dir, .disk_bytes = 64 << 20}, &c2) < 0 && !c2);
     CHECKF(strstr(kvt_errmsg(), "in use") != NULL, "lock message: %s", kvt_errmsg());
     run_out first = run(e, c, p, 120);
     CHECK(same(&first, &ref));

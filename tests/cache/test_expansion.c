@@ -56,7 +56,7 @@ static kvt_cache *new_cache(kvt_engine *e, uint64_t ram_blocks, const char *dir,
     cp.disk_admit = admit;
     cp.admit_live_s = live_s;
     kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, &cp, &c) == 0, "cache: %s", kvt_errmsg());
+    CHECKF(kvt_cache_new(e, cp, &c) == 0, "cache: %s", kvt_errmsg());
     return c;
 }
 
@@ -369,7 +369,7 @@ static void test_budgets_hold(void) {
     cp.disk_bytes = 1 << 20;
     cp.restore = KVT_RESTORE_ALWAYS;
     kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, &cp, &c) == 0, "cache: %s", kvt_errmsg());
+    CHECKF(kvt_cache_new(e, cp, &c) == 0, "cache: %s", kvt_errmsg());
     if (!c) return;
     long rss0 = rss_kib();
     uint64_t worst_dir = 0, seg = 0;

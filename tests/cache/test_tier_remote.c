@@ -454,7 +454,7 @@ static kvt_cache *node(kvt_engine *e, const char *kf) {
     cp.write_through = 1;
     cp.restore = KVT_RESTORE_ALWAYS;
     kvt_cache *c = NULL;
-    int rc = kvt_cache_new(e, &cp, &c);
+    int rc = kvt_cache_new(e, cp, &c);
     CHECKF(rc == 0, "cache: %s", kvt_errmsg());
     return c;
 }
@@ -515,7 +515,7 @@ static void test_two_nodes(void) {
     cp.remote_key_file = key_file;
     cp.remote_bytes = 64 << 20;
     kvt_cache *d = NULL;
-    CHECKF(kvt_cache_new(ed, &cp, &d) == 0, "cache: %s", kvt_errmsg());
+    CHECKF(kvt_cache_new(ed, cp, &d) == 0, "cache: %s", kvt_errmsg());
     if (d) {
         kvt_test_gen gd = kvt_test_generate(ed, d, p, n, 8, NULL);
         CHECK(kvt_cache_flush(d) == 0); /* T0 -> T2, shared into T3 */

@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 /* Largest |our logit - llama.cpp's| allowed for a reference top-5 token, set
- * about 2x above the maxima measured on this build (scalar placeholder kernels):
+ * about 2x above the maxima measured with the dispatched kernels:
  *   aidreams260K   1.05e-3  (F32 weights, trained: logits up to ~11, so ~1e-4 relative)
  *   tiny-llama-f32 4.7e-5   (F32)
  *   tiny-llama-f16 4.5e-4   (F16; 3.7e-4 when activations are rounded to f16
@@ -26,7 +26,7 @@
 
 /* Sanitizer builds check memory, not numerics again: they compare every 4th
  * position's logits (the full comparison runs in the normal build) so the
- * scalar placeholder kernels stay inside the time budget. */
+ * instrumented kernels stay inside the time budget. */
 #if defined(__SANITIZE_ADDRESS__)
 #define REF_POS_STRIDE 4
 #else

@@ -234,7 +234,7 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = CACHE_RAM;
     kvt_cache *cache = NULL;
-    CHECKF(e && kvt_cache_new(e, &cp, &cache) == 0, "cache_new: %s", kvt_errmsg());
+    CHECKF(e && kvt_cache_new(e, cp, &cache) == 0, "cache_new: %s", kvt_errmsg());
     if (!cache) {
         kvt_engine_free(e);
         gen_free(&cold);

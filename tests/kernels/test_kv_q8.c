@@ -293,7 +293,7 @@ static kvt_cache *open_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes)
     cp.disk_bytes = 64 << 20;
     cp.restore = KVT_RESTORE_ALWAYS;
     kvt_cache *c = NULL;
-    int rc = kvt_cache_new(e, &cp, &c);
+    int rc = kvt_cache_new(e, cp, &c);
     CHECKF(rc == 0, "cache: %s", kvt_errmsg());
     return c;
 }

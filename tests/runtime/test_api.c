@@ -42,10 +42,10 @@ int main(void) {
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = 8 << 20;
     kvt_cache *c = NULL;
-    CHECK(kvt_cache_new(e, &cp, &c) == 0);
+    CHECK(kvt_cache_new(e, cp, &c) == 0);
     if (!e || !c) return kvt_test_done("test_api");
 
-    kvt_request req = kvt_request_default();
+    kvt_request req = kvt_request_default_params();
     req.max_tokens = 10;
     req.temp = 0;
     int seen = 0;
