@@ -29,6 +29,7 @@
 #define DRAIN_POLL_NS 100000000L /* how often a drain looks at the requests in flight */
 #define MAX_CTX (1L << 24)
 #define MODEL_ID_MAX PATH_MAX_LEN
+#define MAX_CORS_ORIGINS 64
 
 static void serve_usage(FILE *f) {
     kvt_server_params d = kvt_server_default_params();
@@ -38,10 +39,12 @@ static void serve_usage(FILE *f) {
             "reports the prompt tokens reused from the KV cache (usage.prompt_tokens_details.\n"
             "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
-            "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n\n"
+            "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
+            "POST /tokenize, POST /detokenize and GET /props (llama-server's).\n\n"
             "  -m, --model FILE      GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\n"
             "                        or $KVT_DEFAULT_MODEL; its text is noise)\n"
-            "  --host ADDR           IPv4 address to bind (default %s: this machine only)\n"
+            "  --host ADDR           address to bind: IPv4, IPv6 (::1 or [::1]) or a host name (localhost;\n"
+            "                        its IPv4 address first) (default %s: this machine only)\n"
             "  --port N              TCP port (default %d; 0 = any free port, printed at start)\n"
             "  --parallel N          sequences decoded together in one batch (default %d)\n"
             "  --queue N             requests waiting for a sequence at most; more get 503 (default %d)\n"
@@ -78,6 +81,9 @@ static void serve_usage(FILE *f) {
             "                        shares the proxy's address)\n"
             "  --drain-timeout S     on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n"
             "                        (default %d; 0 = end them at once with 503)\n"
+            "  --cors-origin ORIGIN  let browser pages from ORIGIN (e.g. http://localhost:3000; repeatable,\n"
+            "                        or * for any) call the API: OPTIONS preflights are answered and\n"
+            "                        responses carry Access-Control-Allow-Origin. Without it OPTIONS is 405\n"
             "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
             "  --session-keep-warm S  a request that names its agent session (X-Session-Id header or\n"
             "                        \"kvtier\": {\"session_id\": ...}) without its own keep_warm_s keeps its\n"
@@ -151,6 +157,8 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_cache_params cp = kvt_cache_default_params();
     kvt_kv_dtype dt = KVT_KV_F16;
     char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
+    const char *cors[MAX_CORS_ORIGINS];
+    size_t n_cors = 0;
     size_t n_keys = 0;
     int ret = 2;
     for (int i = 1; i < argc; i++) {
@@ -232,6 +240,12 @@ int kvt_cmd_serve(int argc, char **argv) {
             sp.max_conns_per_ip = (unsigned)l;
         } else if (!strcmp(a, "--drain-timeout")) {
             if ((drain_s = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) goto done;
+        } else if (!strcmp(a, "--cors-origin")) {
+            if (!*v || n_cors == MAX_CORS_ORIGINS) {
+                fprintf(stderr, "kvtier serve: --cors-origin needs an origin or * (at most %d)\n", MAX_CORS_ORIGINS);
+                goto done;
+            }
+            cors[n_cors++] = v;
         } else if (!strcmp(a, "--alias")) {
             alias = v;
         } else if (!strcmp(a, "--session-keep-warm")) {
@@ -269,6 +283,8 @@ int kvt_cmd_serve(int argc, char **argv) {
         goto done;
     }
     sp.max_inflight_bytes = max_inflight;
+    sp.cors_origins = cors;
+    sp.n_cors_origins = n_cors;
     sp.api_keys = (const char *const *)keys;
     sp.n_api_keys = n_keys;
 
@@ -344,7 +360,7 @@ int kvt_cmd_serve(int argc, char **argv) {
             eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
-    fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
+    fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", kvt_server_address(srv), kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
     const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";

@@ -595,15 +595,22 @@ char *kvt_api_error_json(const kvt_api_error *e) {
     return print_free(o);
 }
 
-char *kvt_api_models_json(const char *model_id, int64_t created) {
+char *kvt_api_models_json(const kvt_api_model_info *mi) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", model_id);
+    cJSON_AddStringToObject(m, "id", mi->id);
     cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddNumberToObject(m, "created", (double)mi->created);
     cJSON_AddStringToObject(m, "owned_by", "kvtier");
+    cJSON_AddNumberToObject(m, "context_length", mi->n_ctx);
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx", mi->n_ctx);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", mi->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_vocab", mi->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_embd", mi->n_embd);
+    cJSON_AddNumberToObject(meta, "n_params", (double)mi->n_params);
     cJSON_AddItemToArray(data, m);
     return print_free(o);
 }

@@ -135,7 +135,18 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
 char *kvt_api_error_json(const kvt_api_error *e);
-char *kvt_api_models_json(const char *model_id, int64_t created);
+/* What /v1/models says of the served model. Strings borrowed. */
+typedef struct {
+    const char *id;
+    int64_t created;
+    int32_t n_ctx;           /* the context a request may use (prompt + generated) */
+    int32_t n_ctx_train, n_vocab, n_embd;
+    uint64_t n_params;
+} kvt_api_model_info;
+
+/* The model list: one model with context_length and a "meta" object
+ * (n_ctx, n_ctx_train, n_vocab, n_embd, n_params; llama-server's names). */
+char *kvt_api_models_json(const kvt_api_model_info *m);
 
 /* Copies in[0..n) to a malloc'd NUL-terminated string of valid UTF-8: each
  * invalid or truncated sequence and each NUL byte becomes U+FFFD, so the text

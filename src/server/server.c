@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -19,7 +20,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_llama.h"
 #include "common.h"
+#include "kv_quant.h"
 
 kvt_server_params kvt_server_default_params(void) {
     kvt_server_params p = {.host = "127.0.0.1",
@@ -48,7 +51,10 @@ typedef enum {
     R_MODELS,
     R_HEALTH,
     R_METRICS,
-    R_CACHE_PIN,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_PROPS,
+    R_CACHE_PIN, /* the admin routes last: handle_admin serves from here on */
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
     R_CACHE_FLUSH,
@@ -64,6 +70,9 @@ static const struct {
     {"/v1/models", "GET", "models", R_MODELS},
     {"/health", "GET", "health", R_HEALTH},
     {"/metrics", "GET", "metrics", R_METRICS},
+    {"/tokenize", "POST", "tokenize", R_TOKENIZE},
+    {"/detokenize", "POST", "detokenize", R_DETOKENIZE},
+    {"/props", "GET", "props", R_PROPS},
     {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN},
     {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN},
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
@@ -108,8 +117,31 @@ static conn_state *current(struct MHD_Connection *c) {
     return x ? x->cur : NULL;
 }
 
-/* Notes the status a response carries for the access log, and echoes the request id. */
-static void note_response(struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+/* The Access-Control-Allow-Origin value for c's request: "*" when --cors-origin
+ * allows any, the request's Origin when it is one of those allowed, else NULL
+ * (no CORS headers: the browser then keeps the answer from the page). */
+static const char *cors_allow(const kvt_server *s, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    for (size_t i = 0; i < s->p.n_cors_origins; i++) {
+        if (!strcmp(s->p.cors_origins[i], "*")) return "*";
+        if (origin && !strcmp(origin, s->p.cors_origins[i])) return s->p.cors_origins[i];
+    }
+    return NULL;
+}
+
+static void add_cors(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
+    const char *allow = cors_allow(s, c);
+    if (!allow) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
+    /* a named origin makes the answer differ by Origin: caches must key on it */
+    if (strcmp(allow, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", REQUEST_ID_HEADER);
+}
+
+/* Notes the status a response carries for the access log, echoes the request
+ * id, and adds the CORS headers an allowed origin gets. */
+static void note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+    add_cors(s, c, resp);
     conn_state *cs = current(c);
     if (!cs) return;
     cs->status = status;
@@ -125,7 +157,7 @@ static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const 
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h_name) MHD_add_response_header(resp, h_name, h_value);
-    note_response(c, resp, status);
+    note_response(s, c, resp, status);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     kvt_metrics_count_request(s->metrics, label, status);
@@ -188,7 +220,10 @@ static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
 typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY } access_rule;
 
 static access_rule access_of(const kvt_server *s, const char *url) {
-    if (!strncmp(url, "/v1/", 4)) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    /* /tokenize, /detokenize and /props are the tenants' API too (llama-server's paths) */
+    if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
+        !strcmp(url, "/props"))
+        return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     if (!strcmp(url, "/metrics"))
         return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     return ACCESS_OPEN;
@@ -473,7 +508,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        note_response(c, resp, MHD_HTTP_OK);
+        note_response(s, c, resp, MHD_HTTP_OK);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         kvt_metrics_count_request(s->metrics, cs->label, MHD_HTTP_OK);
@@ -575,6 +610,35 @@ done:
     return ret;
 }
 
+/* POST /tokenize and /detokenize: the tokenizer is immutable, so the handler thread answers. */
+static enum MHD_Result handle_tokenize(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    kvt_api_error err;
+    const char *body = cs->body ? cs->body : "";
+    char *json = cs->r == R_TOKENIZE ? kvt_api_tokenize(s->tok, body, cs->len, &err)
+                                     : kvt_api_detokenize(s->tok, body, cs->len, &err);
+    if (!json) return send_error(s, c, cs->label, &err, NULL, NULL);
+    return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+}
+
+/* A CORS preflight (OPTIONS with --cors-origin): 204 with what the browser may
+ * send. An origin not allowed gets no Allow-Origin, so the browser refuses. */
+static enum MHD_Result send_preflight(kvt_server *s, struct MHD_Connection *c, const char *label) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    if (cors_allow(s, c)) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", CORS_METHODS);
+        const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        /* echo the headers asked for: the key, the content type and kvtier's own are all fine to send */
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : CORS_HEADERS);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE_S);
+    }
+    note_response(s, c, resp, MHD_HTTP_NO_CONTENT);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    kvt_metrics_count_request(s->metrics, label, MHD_HTTP_NO_CONTENT);
+    return ret;
+}
+
 static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     if (cs->r == R_HEALTH) {
         char *b = kvt_xmalloc(128);
@@ -584,9 +648,28 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
         pthread_mutex_unlock(&s->mu);
         return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", b, NULL, NULL);
     }
-    if (cs->r == R_MODELS)
-        return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                         kvt_api_models_json(s->p.model_id, (int64_t)time(NULL)), NULL, NULL);
+    const kvt_hparams *hp = &s->model->hp;
+    if (cs->r == R_MODELS) {
+        kvt_api_model_info mi = {.id = s->p.model_id, .created = (int64_t)time(NULL), .n_ctx = s->n_ctx,
+                                 .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab, .n_embd = hp->n_embd,
+                                 .n_params = s->model->n_params};
+        return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_models_json(&mi), NULL, NULL);
+    }
+    if (cs->r == R_PROPS) {
+        kvt_engine_params ep = kvt_engine_params_of(s->e);
+        kvt_api_props p = {.model_id = s->p.model_id, .model_path = s->model->path, .arch = hp->arch_name,
+                           .n_ctx = s->n_ctx, .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab,
+                           .n_embd = hp->n_embd, .n_layer = hp->n_layer, .n_params = s->model->n_params,
+                           .block_size = s->block, .parallel = s->p.parallel,
+                           .chat_family = kvt_chat_family_name(s->p.chat), .chat_template = s->model->chat_template,
+                           .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype), .max_tokens_default = s->p.max_tokens_limit};
+        pthread_mutex_lock(&s->mu);
+        p.tier_budget_bytes[KVT_TIER_T0] = (uint64_t)s->snap.t0_pages_total * kvt_page_bytes(s->e);
+        p.tier_budget_bytes[KVT_TIER_T1] = s->snap.t1_budget_bytes;
+        p.tier_budget_bytes[KVT_TIER_T2] = s->snap.t2_budget_bytes;
+        pthread_mutex_unlock(&s->mu);
+        return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_props_json(&p), NULL, NULL);
+    }
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
                             .parallel = s->p.parallel,
                             .inflight_body_bytes = kvt_http_guard_held(s->guard),
@@ -666,6 +749,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
         const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
+        /* a CORS preflight carries no key (browsers never send one), so it is answered before the key check */
+        if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return send_preflight(s, c, label);
         /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
         const char *key = NULL;
         access_rule rule = access_of(s, url);
@@ -678,7 +763,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (i == KVT_ARRAY_LEN(routes))
             return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/v1/cache/{pin,unpin,prefetch,flush,stats}, /health and /metrics");
+                               "/v1/cache/{pin,unpin,prefetch,flush,stats}, /tokenize, /detokenize, /props, "
+                               "/health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
@@ -734,6 +820,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
     if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
+    if (cs->r == R_TOKENIZE || cs->r == R_DETOKENIZE) return handle_tokenize(s, c, cs);
     if (cs->r >= R_CACHE_PIN) return handle_admin(s, c, cs);
     return handle_get(s, c, cs);
 }
@@ -793,6 +880,43 @@ static void server_free(kvt_server *s) {
     free(s);
 }
 
+/* The address to bind for host (IPv4, IPv6 with or without brackets, or a
+ * name) and port. A name resolves with getaddrinfo and its first IPv4 address
+ * wins, so "localhost" stays 127.0.0.1 as before; a name with only IPv6
+ * addresses binds the first. Returns 0 or KVT_EARG with kvt_errmsg(). */
+static int resolve_host(const char *host, int port, struct sockaddr_storage *out, int *v6) {
+    char name[HOST_MAX];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') { /* [::1], as URLs write IPv6 */
+        host++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof name) return kvt_fail(KVT_EARG, "--host '%s' is not an address or host name", host);
+    memcpy(name, host, n);
+    name[n] = 0;
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(name, port_s, &hints, &res);
+    if (rc) return kvt_fail(KVT_EARG, "--host '%s': %s", name, gai_strerror(rc));
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == AF_INET) pick = a;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == AF_INET6) pick = a;
+    if (!pick) {
+        freeaddrinfo(res);
+        return kvt_fail(KVT_EARG, "--host '%s' has no IPv4 or IPv6 address", name);
+    }
+    memset(out, 0, sizeof *out);
+    memcpy(out, pick->ai_addr, pick->ai_addrlen);
+    *v6 = pick->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    return 0;
+}
+
 int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const kvt_server_params *params,
                      kvt_server **out) {
     *out = NULL;
@@ -804,9 +928,9 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
         return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
                         (unsigned long long)params->max_inflight_bytes, params->max_body);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)params->port)};
-    if (inet_pton(AF_INET, params->host, &addr.sin_addr) != 1)
-        return kvt_fail(KVT_EARG, "--host expects an IPv4 address such as 127.0.0.1, got '%s'", params->host);
+    struct sockaddr_storage addr;
+    int v6 = 0;
+    if (resolve_host(params->host, params->port, &addr, &v6)) return KVT_EARG; /* kvt_errmsg() says why */
     kvt_server *s = kvt_xcalloc(1, sizeof *s);
     s->p = *params;
     s->model = model;
@@ -837,8 +961,11 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     }
 
     /* ITC: MHD_quiesce_daemon needs it in this threading mode */
-    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                  MHD_USE_ITC,
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    /* MHD binds IPv6 only when told; "::" also takes IPv4 clients (dual stack) */
+    if (v6) flags |= IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&addr)->sin6_addr) ? MHD_USE_DUAL_STACK
+                                                                                         : MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags,
                               0, NULL,
                               NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
@@ -853,6 +980,11 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : params->port;
+    char num[INET6_ADDRSTRLEN];
+    const void *raw = v6 ? (const void *)&((struct sockaddr_in6 *)&addr)->sin6_addr
+                         : (const void *)&((struct sockaddr_in *)&addr)->sin_addr;
+    if (!inet_ntop(v6 ? AF_INET6 : AF_INET, raw, num, sizeof num)) snprintf(num, sizeof num, "?");
+    snprintf(s->address, sizeof s->address, v6 ? "[%s]" : "%s", num);
     if (pthread_create(&s->engine_thread, NULL, kvt_srv_engine_main, s)) {
         MHD_stop_daemon(s->mhd);
         server_free(s);
@@ -863,6 +995,8 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 }
 
 int kvt_server_port(const kvt_server *s) { return s->port; }
+
+const char *kvt_server_address(const kvt_server *s) { return s->address; }
 
 void kvt_server_quiesce(kvt_server *s) {
     pthread_mutex_lock(&s->mu);

@@ -52,6 +52,10 @@
 #define ACCESS_PATH_MAX 128         /* bytes of a path in the access log */
 #define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
 #define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
+#define HOST_MAX 256                /* bytes of a --host name or address */
+#define CORS_METHODS "GET, POST, OPTIONS"
+#define CORS_HEADERS "Authorization, Content-Type, X-Session-Id, X-Request-Id"
+#define CORS_MAX_AGE_S "600"        /* how long a browser may reuse a preflight's answer */
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -136,6 +140,7 @@ struct kvt_server {
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;
     int port;
+    char address[HOST_MAX];    /* the bound address, numeric, IPv6 in brackets */
     pthread_t engine_thread;
     pthread_mutex_t mu;
     pthread_cond_t engine_cv;

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# What agent clients call besides generation, end to end over loopback:
+# llama-server's /tokenize, /detokenize and /props, /v1/models' metadata,
+# CORS (--cors-origin), binding IPv6 and host names (--host). Needs curl and jq.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; head -n 30 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
+ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+# start_server NAME HOSTPATTERN ARGS...: starts `kvtier serve` on a free port; sets URL and SRV_PID
+start_server() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    local u; u=$(grep -o 'listening on http://[^ ]*:[0-9]*' "$TMP/$name.log" | sed 's/listening on //')
+    if [ -n "$u" ]; then URL=$u; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+stop_server() { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; }
+# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+get() { CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' "$@"); }
+jb() { jq -r "$1" "$TMP/body"; }
+
+start_server main --host 127.0.0.1 --ctx 512 --parallel 2 --cors-origin http://app.example
+# ---- /tokenize and /detokenize ------------------------------------------------------------
+post /tokenize '{"content":"Hello world, hello cache"}'
+check "tokenize 200" is "$CODE" 200
+N=$(jb '.tokens | length')
+check "tokenize gives ids" gt "$N" 2
+check "tokenize ids are numbers" is "$(jb '[.tokens[] | type] | unique | join(",")')" number
+IDS=$(jq -c .tokens "$TMP/body")
+post /detokenize "{\"tokens\":$IDS}"
+check "detokenize 200" is "$CODE" 200
+check "detokenize(tokenize(s)) == s" is "$(jb .content)" "Hello world, hello cache"
+post /tokenize '{"content":"Hello world","with_pieces":true}'
+check "with_pieces: objects" is "$(jb '.tokens[0] | keys | join(",")')" id,piece
+check "with_pieces: pieces concatenate to the text" is "$(jb '[.tokens[].piece] | join("")' | sed 's/^ //')" "Hello world"
+post /tokenize '{"content":"Hello","add_special":true}'
+ADD=$(jb '.tokens | length')
+post /tokenize '{"content":"Hello"}'
+check "add_special adds the model's BOS" is "$ADD" "$(( $(jb '.tokens | length') + 1 ))"
+post /tokenize '{"text":"x"}'
+check "tokenize without content is 400" is "$CODE" 400
+check "the 400 names content" is "$(jb .error.param)" content
+post /detokenize '{"tokens":[1,99999999]}'
+check "detokenize of a bad id is 400" is "$CODE" 400
+get -X GET "$URL/tokenize"
+check "GET /tokenize is 405" is "$CODE" 405
+
+# ---- /props and /v1/models ------------------------------------------------------------------------
+get "$URL/props"
+check "props 200" is "$CODE" 200
+check "props n_ctx" is "$(jb .n_ctx)" 512
+check "props block size" gt "$(jb .block_size)" 0
+check "props chat template family" is "$(jb .chat_template_family)" chatml
+check "props kv dtype" is "$(jb .kv_dtype)" f16
+check "props T0 budget" gt "$(jb .tiers.T0.budget_bytes)" 0
+check "props T1 off" is "$(jb .tiers.T1.enabled)" false
+check "props slots" is "$(jb .total_slots)" 2
+get "$URL/v1/models"
+check "models context_length" is "$(jb '.data[0].context_length')" 512
+check "models meta n_ctx" is "$(jb '.data[0].meta.n_ctx')" 512
+check "models meta n_vocab" gt "$(jb '.data[0].meta.n_vocab')" 0
+check "models meta n_params" gt "$(jb '.data[0].meta.n_params')" 0
+
+# ---- CORS --------------------------------------------------------------------------------------
+H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://app.example' \
+  -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type, authorization' \
+  "$URL/v1/chat/completions" | tr -d '\r')
+check "preflight 204" grep -q '^HTTP/1.1 204' <<<"$H"
+check "preflight allows the origin" grep -qi '^Access-Control-Allow-Origin: http://app.example$' <<<"$H"
+check "preflight allows POST" grep -qi '^Access-Control-Allow-Methods: .*POST' <<<"$H"
+check "preflight allows the headers asked" grep -qi '^Access-Control-Allow-Headers: content-type, authorization' <<<"$H"
+H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://evil.example' "$URL/v1/models" | tr -d '\r')
+check "another origin gets no Allow-Origin" bash -c "! grep -qi '^Access-Control-Allow-Origin' <<<\"\$1\"" _ "$H"
+H=$(curl -s -m 10 -D - -o /dev/null -H 'Origin: http://app.example' "$URL/v1/models" | tr -d '\r')
+check "a response carries Allow-Origin" grep -qi '^Access-Control-Allow-Origin: http://app.example$' <<<"$H"
+stop_server
+
+start_server plain --host localhost --ctx 256
+check "localhost binds 127.0.0.1" grep -q 'listening on http://127.0.0.1:' "$TMP/plain.log"
+get -X OPTIONS "$URL/v1/models"
+check "OPTIONS without --cors-origin is 405" is "$CODE" 405
+stop_server
+
+# ---- IPv6 ------------------------------------------------------------------------------------------
+if curl -s -m 2 -g "http://[::1]:9/" >/dev/null 2>&1; [ $? -eq 7 ] && ip -6 addr show lo 2>/dev/null | grep -q '::1'; then
+  for h in ::1 '[::1]'; do
+    start_server v6 --host "$h" --ctx 256
+    check "--host $h listens on [::1]" grep -q 'listening on http://\[::1\]:' "$TMP/v6.log"
+    get -g "$URL/health"
+    check "--host $h answers over IPv6" is "$CODE" 200
+    stop_server
+  done
+else
+  echo "NOTE: no IPv6 loopback here; the [::1] checks are skipped"
+fi
+"$BIN" serve -m "$TMP/m.gguf" --host no-such-host.invalid --port 0 -t 1 >"$TMP/badhost.log" 2>&1
+check "an unresolvable --host fails" is "$?" 1
+
+echo "test_server_agentapi: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
