@@ -322,7 +322,8 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     r->n_prompt = (int32_t)n;
     int32_t room = s->n_ctx - r->n_prompt;
     /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat */
-    int32_t want = a->max_tokens ? a->max_tokens
+    int32_t want = a->max_tokens           ? a->max_tokens
+                   : s->p.default_max_tokens ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
                    : a->kind == KVT_API_CHAT ? s->p.max_tokens_limit
                                              : KVT_MIN(16, s->p.max_tokens_limit);
     r->max_tokens = KVT_MIN(want, room);

@@ -46,7 +46,10 @@ post() {
 get() { CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' "$@"); }
 jb() { jq -r "$1" "$TMP/body"; }
 
-start_server main --host 127.0.0.1 --ctx 512 --parallel 2 --cors-origin http://app.example
+# llama.cpp's spellings: -c, -np, -n (the default max_tokens), --opt=value
+start_server main --host=127.0.0.1 -c 512 -np 2 -n 3 --cors-origin http://app.example
+post /v1/completions '{"prompt":"count with me","ignore_eos":true,"temperature":0}'
+check "-n sets the default max_tokens" is "$(jb .usage.completion_tokens)" 3
 # ---- /tokenize and /detokenize ------------------------------------------------------------
 post /tokenize '{"content":"Hello world, hello cache"}'
 check "tokenize 200" is "$CODE" 200
