@@ -126,5 +126,35 @@ fi
 "$BIN" serve -m "$TMP/m.gguf" --host no-such-host.invalid --port 0 -t 1 >"$TMP/badhost.log" 2>&1
 check "an unresolvable --host fails" is "$?" 1
 
+# ---- the ChatML fallback keeps a chat's earlier turns cached -----------------------------------------
+# A SentencePiece vocabulary without <|im_start|>: the ChatML markup is plain text there, and the
+# generation header must tokenize as it does once it is history, or turn 3 recomputes turn 2's reply.
+SPM=${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf
+if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
+    --vocab-from "$SPM" >/dev/null 2>&1; then
+  "$BIN" serve -m "$TMP/spm.gguf" --port 0 -t 1 --ctx 1024 >"$TMP/spm.log" 2>&1 &
+  SRV_PID=$!; PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    URL=$(grep -o 'listening on http://[^ ]*' "$TMP/spm.log" | sed 's/listening on //'); [ -n "$URL" ] && break; sleep 0.1
+  done
+  get "$URL/props"
+  B=$(jb .block_size)
+  check "the spm model has no ChatML tokens: chatml fallback" is "$(jb .chat_template_family)" chatml
+  U1="You are a careful assistant. Please tell me a long story about a cache that remembered every block it saw."
+  chat() { post /v1/chat/completions "{\"messages\":$1,\"max_tokens\":24,\"temperature\":0}"; }
+  M1=$(jq -cn --arg u "$U1" '[{role:"user",content:$u}]')
+  chat "$M1"; R1=$(jb '.choices[0].message.content')
+  M2=$(jq -cn --arg u "$U1" --arg r "$R1" '[{role:"user",content:$u},{role:"assistant",content:$r},{role:"user",content:"And then what happened next in that story?"}]')
+  chat "$M2"; R2=$(jb '.choices[0].message.content'); P2=$(jb .usage.prompt_tokens); C2=$(jb .usage.completion_tokens)
+  M3=$(jq -cn --argjson m "$M2" --arg r "$R2" '$m + [{role:"assistant",content:$r},{role:"user",content:"Finish it."}]')
+  chat "$M3"
+  # turn 2's sequence held its prompt and all but its last sampled token
+  WANT=$(( (P2 + C2 - 1) / B * B ))
+  check "turn 3 reuses turn 2's prompt and reply blocks ($WANT tokens)" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" "$WANT"
+  stop_server
+else
+  echo "NOTE: $SPM is missing; the ChatML fallback check is skipped"
+fi
+
 echo "test_server_agentapi: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
