@@ -66,6 +66,27 @@ int32_t kvt_argmax(const float *x, int32_t n) {
     return best;
 }
 
+void kvt_logprobs(const float *logits, int32_t n, int32_t chosen, int32_t n_top, double *chosen_lp, int32_t *top_id,
+                  double *top_lp) {
+    double max = logits[0], sum = 0;
+    for (int32_t i = 1; i < n; i++) max = logits[i] > max ? logits[i] : max;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)logits[i] - max);
+    double norm = max + log(sum); /* log sum exp(logits) */
+    *chosen_lp = (double)logits[chosen] - norm;
+    /* insertion into a short sorted list: n_top is small (OpenAI allows 20) */
+    int32_t k = 0;
+    for (int32_t i = 0; i < n && n_top > 0; i++) {
+        if (k == n_top && logits[i] <= logits[top_id[k - 1]]) continue;
+        int32_t j = k < n_top ? k++ : n_top - 1;
+        while (j > 0 && logits[i] > logits[top_id[j - 1]]) {
+            top_id[j] = top_id[j - 1];
+            j--;
+        }
+        top_id[j] = i;
+    }
+    for (int32_t j = 0; j < k; j++) top_lp[j] = (double)logits[top_id[j]] - norm;
+}
+
 static const float *sort_logits; /* qsort has no context argument; samplers are not thread-shared */
 
 static int by_logit_desc(const void *a, const void *b) {

@@ -26,6 +26,15 @@ void kvt_sampler_free(kvt_sampler *s);
  * seed and the sequence of calls. Not thread-safe per sampler. */
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);
 
+/* Log-probabilities for OpenAI's logprobs, from the logits the sampler is
+ * given: log-softmax over all n_vocab logits at temperature 1, before any
+ * temperature, top-k or top-p (the model's own distribution, as OpenAI
+ * reports it), computed in double (max-shifted log-sum-exp). *chosen_lp gets
+ * chosen's; top_id/top_lp[0..n_top) get the n_top most likely tokens, most
+ * likely first, ties to the lower id (n_top <= n_vocab; 0: none). */
+void kvt_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n_top, double *chosen_lp,
+                  int32_t *top_id, double *top_lp);
+
 /* Index of the largest logit, ties to the lowest index. */
 int32_t kvt_argmax(const float *logits, int32_t n);
 

@@ -249,6 +249,27 @@ static int parse_stop(const cJSON *root, kvt_api_request *r, kvt_api_error *err)
     return 0;
 }
 
+/* Chat: "logprobs": bool and "top_logprobs": N (which needs logprobs, as
+ * OpenAI rules). Completions: "logprobs": N, the alternatives per token. */
+static int parse_logprobs(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    double d;
+    int has;
+    if (r->kind == KVT_API_COMPLETION) {
+        if (get_number(root, "logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, 1, &d, &has, err)) return -1;
+        r->logprobs = has;
+        r->top_logprobs = has ? (int32_t)d : 0;
+        return 0;
+    }
+    if (get_bool(root, "logprobs", &r->logprobs, err) ||
+        get_number(root, "top_logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, 1, &d, &has, err))
+        return -1;
+    if (has && d > 0 && !r->logprobs)
+        return kvt_api_errorf(err, 400, INVALID, "top_logprobs", "invalid_value",
+                              "'top_logprobs' needs 'logprobs' to be true");
+    r->top_logprobs = has ? (int32_t)d : 0;
+    return 0;
+}
+
 static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
                       kvt_api_request *r, kvt_api_error *err) {
     if (!cJSON_IsObject(root))
@@ -282,6 +303,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (has) r->top_k = d < 0 ? 0 : (int32_t)d;
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
+    if (parse_logprobs(root, r, err)) return -1;
     if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
     if (has && d != 1)
         return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
@@ -528,8 +550,82 @@ static void add_reason(cJSON *o, const char *finish_reason) {
     else cJSON_AddNullToObject(o, "finish_reason");
 }
 
+/* A token's text for logprobs: its bytes (control tokens as their text),
+ * malloc'd into *bytes (*n of them), and as a valid UTF-8 string (returned). */
+static char *token_text(const kvt_tokenizer *t, int32_t id, char **bytes, size_t *n) {
+    char small[64];
+    int len = kvt_token_piece(t, id, small, sizeof small, 1);
+    if (len < 0) len = 0;
+    *bytes = kvt_xmalloc((size_t)len + 1);
+    if ((size_t)len <= sizeof small) memcpy(*bytes, small, (size_t)len);
+    else kvt_token_piece(t, id, *bytes, (size_t)len, 1);
+    *n = (size_t)len;
+    return kvt_utf8_sanitize(*bytes, *n, NULL);
+}
+
+/* {"token", "logprob", "bytes"} of one token (chat's shape). */
+static cJSON *chat_token(const kvt_tokenizer *t, int32_t id, double logprob) {
+    char *bytes;
+    size_t n;
+    char *text = token_text(t, id, &bytes, &n);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", text);
+    cJSON_AddNumberToObject(o, "logprob", logprob);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)bytes[i]));
+    free(text);
+    free(bytes);
+    return o;
+}
+
+static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
+    if (!lp) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    if (kind == KVT_API_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = 0; i < lp->n; i++) {
+            const kvt_api_logprob *it = &lp->items[i];
+            cJSON *e = chat_token(lp->tok, it->id, it->logprob);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int32_t k = 0; k < it->n_top; k++)
+                cJSON_AddItemToArray(top, chat_token(lp->tok, it->top_id[k], it->top_logprob[k]));
+            cJSON_AddItemToArray(content, e);
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return o;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    size_t off = lp->text_offset;
+    for (size_t i = 0; i < lp->n; i++) {
+        const kvt_api_logprob *it = &lp->items[i];
+        char *bytes;
+        size_t n;
+        char *text = token_text(lp->tok, it->id, &bytes, &n);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(text));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(it->logprob));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += n;
+        free(text);
+        free(bytes);
+        cJSON *top = cJSON_CreateObject();
+        for (int32_t k = 0; k < it->n_top; k++) {
+            char *tb;
+            size_t tn;
+            char *tt = token_text(lp->tok, it->top_id[k], &tb, &tn);
+            cJSON_AddNumberToObject(top, tt, it->top_logprob[k]);
+            free(tt);
+            free(tb);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    return o;
+}
+
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u) {
+                            const kvt_api_usage *u, const kvt_api_logprobs *lp) {
     cJSON *o = head_obj(h, 0);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -541,7 +637,7 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
@@ -550,7 +646,7 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
 }
 
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
-                         const kvt_api_usage *u) {
+                         const kvt_api_usage *u, const kvt_api_logprobs *lp) {
     cJSON *o = head_obj(h, 1);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -566,7 +662,7 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
     if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));

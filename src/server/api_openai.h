@@ -19,6 +19,7 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
 #define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
 #define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
+#define KVT_API_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
 
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
@@ -54,6 +55,10 @@ typedef struct {
     int n_stop;
     int stream, include_usage;
     int ignore_eos;          /* llama.cpp extension: do not stop at end-of-generation tokens */
+    int logprobs;            /* return each generated token's logprob (chat: logprobs true; completions:
+                                "logprobs": N given) */
+    int32_t top_logprobs;    /* ... and the N most likely alternatives (chat: top_logprobs; completions:
+                                logprobs), 0..KVT_API_MAX_TOP_LOGPROBS */
     char *cache_salt;        /* NULL if absent or empty */
     kvt_api_session session; /* the "kvtier" object */
 } kvt_api_request;
@@ -115,6 +120,26 @@ typedef struct {
     const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
 } kvt_api_usage;
 
+/* One generated token's log-probability and its most likely alternatives
+ * (kvt_logprobs: log-softmax of the sampler's logits in double). */
+typedef struct {
+    int32_t id;
+    double logprob;
+    int32_t n_top;
+    int32_t top_id[KVT_API_MAX_TOP_LOGPROBS];
+    double top_logprob[KVT_API_MAX_TOP_LOGPROBS];
+} kvt_api_logprob;
+
+/* The logprobs of a response or chunk: items[0..n) in generation order. The
+ * tokenizer gives each token's text. text_offset (completions) is the byte
+ * offset of items[0]'s text in the whole completion. */
+typedef struct {
+    const kvt_api_logprob *items;
+    size_t n;
+    const kvt_tokenizer *tok;
+    size_t text_offset;
+} kvt_api_logprobs;
+
 /* Identity of one response, shared by its chunks. Strings borrowed. */
 typedef struct {
     kvt_api_kind kind;
@@ -124,14 +149,18 @@ typedef struct {
 } kvt_api_head;
 
 /* The JSON of responses, malloc'd NUL-terminated strings the caller frees.
- * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). */
+ * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). lp NULL:
+ * "logprobs": null; else OpenAI's shape for the kind: chat {"content":
+ * [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]},
+ * completions {tokens, token_logprobs, top_logprobs: [{token: logprob}],
+ * text_offset}. */
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u);
+                            const kvt_api_usage *u, const kvt_api_logprobs *lp);
 /* One streaming chunk. role_only: the chat opener (delta {role, content:""}).
  * finish_reason non-NULL marks the last choice chunk, which also carries the
  * "kvtier" cache report from u (u may be NULL otherwise). */
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
-                         const kvt_api_usage *u);
+                         const kvt_api_usage *u, const kvt_api_logprobs *lp);
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
 char *kvt_api_error_json(const kvt_api_error *e);

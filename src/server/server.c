@@ -329,6 +329,8 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
     r->ignore_eos = a->ignore_eos;
+    r->logprobs = a->logprobs;
+    r->top_logprobs = a->top_logprobs;
     r->session = a->session;
     r->sp.temp = a->temperature;
     r->sp.top_p = a->top_p;
@@ -387,6 +389,8 @@ typedef struct {
     char *buf;              /* SSE bytes not yet handed to MHD */
     size_t len, off, cap;
     size_t sent;            /* bytes of r->text already turned into events */
+    size_t lp_sent;         /* logprob entries already sent */
+    size_t lp_offset;       /* completions: text bytes those entries stand for */
     int opened, finished;
 } stream_state;
 
@@ -409,7 +413,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         st->off = st->len = 0;
         kvt_api_head h = head_of(s, r);
-        if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL));
+        if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL, NULL));
         st->opened = 1;
         pthread_mutex_lock(&s->mu);
         while (!r->done && r->text_len == st->sent && st->len == 0) {
@@ -430,10 +434,24 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             memcpy(delta, r->text + st->sent, r->text_len - st->sent + 1);
             st->sent = r->text_len;
         }
+        /* the logprobs published since the last event ride with this one (the engine appends only) */
+        kvt_api_logprob *lps = NULL;
+        size_t n_lps = 0;
+        if (r->logprobs && r->n_lp > st->lp_sent) {
+            n_lps = r->n_lp - st->lp_sent;
+            lps = kvt_xmalloc(n_lps * sizeof *lps);
+            memcpy(lps, r->lp + st->lp_sent, n_lps * sizeof *lps);
+            st->lp_sent = r->n_lp;
+        }
         int done = r->done;
         pthread_mutex_unlock(&s->mu);
-        if (delta) sse_event(st, kvt_api_chunk_json(&h, delta, 0, NULL, NULL));
+        kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = st->lp_offset};
+        char piece[PIECE_INIT]; /* the length is all that is wanted here */
+        for (size_t i = 0; i < n_lps; i++)
+            st->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[i].id, piece, sizeof piece, 1), 0);
+        if (delta || n_lps) sse_event(st, kvt_api_chunk_json(&h, delta ? delta : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
         free(delta);
+        free(lps);
         if (done) {
             /* done is final: the engine no longer writes r */
             if (r->err_status) {
@@ -442,7 +460,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                                NULL, NULL, "%s", r->err_msg);
                 sse_event(st, kvt_api_error_json(&e));
             } else {
-                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage));
+                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL));
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
             st->cs->usage = r->usage;
@@ -543,8 +561,11 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
                          RETRY_AFTER_S);
     } else {
         kvt_api_head h = head_of(s, r);
+        kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                        kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage), NULL, NULL);
+                        kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage,
+                                              r->logprobs ? &lp : NULL),
+                        NULL, NULL);
     }
     kvt_srv_req_unref(s, r);
     return ret;

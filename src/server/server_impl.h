@@ -32,6 +32,7 @@
 #define REPLY_MAP_ENTRIES 4096      /* replies remembered for the next chat turn */
 #define REPLY_MAX_IDS 65536         /* longer replies are not remembered */
 #define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
+#define LOGPROBS_INIT 16            /* logprob entries of a request, grown as needed */
 #define ID_LEN 64
 #define BEARER "Bearer "
 #define SESSION_HEADER "X-Session-Id"
@@ -69,6 +70,8 @@ typedef struct srv_req {
     int32_t n_prompt, max_tokens;
     kvt_sampler_params sp;
     int ignore_eos;            /* llama.cpp's extension: generate past end-of-generation tokens */
+    int logprobs;              /* record each generated token's logprob ... */
+    int32_t top_logprobs;      /* ... and this many alternatives */
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     unsigned char *salt;
@@ -82,6 +85,8 @@ typedef struct srv_req {
     /* published by the engine thread, under s->mu */
     char *text;                /* valid UTF-8 emitted so far */
     size_t text_len, text_cap;
+    kvt_api_logprob *lp;       /* one per generated token when logprobs (n_lp of cap_lp) */
+    size_t n_lp, cap_lp;
     int done, cancelled;
     const char *finish_reason; /* "stop" / "length" */
     int err_status;            /* 0 or the HTTP status of a failure */

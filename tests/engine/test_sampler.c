@@ -67,5 +67,19 @@ int main(void) {
         CHECKF(fabs((double)count[i] / DRAWS - p) <= 4 * sd + 1e-9, "id %d: %.4f vs %.4f", i, (double)count[i] / DRAWS, p);
     }
     kvt_sampler_free(s);
+
+    /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
+    double lp, top_lp[3];
+    int32_t top_id[3];
+    kvt_logprobs(logits, V, 2, 3, &lp, top_id, top_lp);
+    CHECKF(fabs(lp - (logits[2] - log(z))) < 1e-12, "logprob %.17g", lp);
+    CHECK(top_id[0] == 1 && top_id[1] == 3 && fabs(top_lp[0] - (logits[1] - log(z))) < 1e-12);
+    for (int i = 0; i < V; i++) CHECK(i == 1 || i == 3 || logits[i] <= logits[top_id[2]]);
+    double total = 0;
+    for (int i = 0; i < V; i++) {
+        kvt_logprobs(logits, V, i, 0, &lp, top_id, top_lp);
+        total += exp(lp);
+    }
+    CHECKF(fabs(total - 1) < 1e-12, "probabilities add up to %.17g", total);
     return kvt_test_done("test_sampler");
 }

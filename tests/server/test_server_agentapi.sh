@@ -44,7 +44,7 @@ post() {
   CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
 }
 get() { CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' "$@"); }
-jb() { jq -r "$1" "$TMP/body"; }
+jb() { if [ "$1" = -c ]; then jq -c "$2" "$TMP/body"; else jq -r "$1" "$TMP/body"; fi; }
 
 # llama.cpp's spellings: -c, -np, -n (the default max_tokens), --opt=value
 start_server main --host=127.0.0.1 -c 512 -np 2 -n 3 --cors-origin http://app.example
@@ -155,6 +155,57 @@ if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --head
 else
   echo "NOTE: $SPM is missing; the ChatML fallback check is skipped"
 fi
+
+# ---- logprobs: computed from the logits the sampler sees, checked against kvtier eval -----------------
+start_server lp --ctx 256
+PIDS_TXT=$("$BIN" eval -m "$TMP/m.gguf" "The quick brown fox jumps" -n 6 2>/dev/null)
+PROMPT=$(jq -c .prompt_tokens <<<"$PIDS_TXT")
+GREEDY=$(jq -c .greedy <<<"$PIDS_TXT")
+# the logits at each generated position: eval over the prompt and all but the last greedy token
+ALL=$(jq -rn --argjson p "$PROMPT" --argjson g "$GREEDY" '$p + $g[:-1] | map(tostring) | join(" ")')
+"$BIN" eval -m "$TMP/m.gguf" --tokens "$ALL" -n 1 2>/dev/null >"$TMP/eval.json"
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":5}"
+cp "$TMP/body" "$TMP/lp.json"
+post /detokenize "{\"tokens\":$GREEDY}"
+check "greedy completion follows eval's greedy tokens" is "$(jq -r '.choices[0].text' "$TMP/lp.json")" "$(jb .content)"
+check "logprobs has one entry per token" is "$(jq '.choices[0].logprobs.token_logprobs | length' "$TMP/lp.json")" 6
+# log-softmax differences are logit differences: chosen - k-th most likely == eval's top-1 - top-k
+check "logprobs agree with eval's logits within 1e-4" python3 - "$TMP/lp.json" "$TMP/eval.json" "$(jq length <<<"$PROMPT")" <<'PY'
+import json, sys
+keep_all = lambda pairs: pairs  # the legacy top_logprobs maps text to logprob; equal texts must not collapse
+lp = json.load(open(sys.argv[1]), object_pairs_hook=keep_all)
+lp = dict(lp)["choices"][0]
+lp = dict(dict(lp)["logprobs"])
+ev = json.load(open(sys.argv[2]))["prompt_logits_top5"]
+n_prompt = int(sys.argv[3])
+bad = 0 if len(lp["token_logprobs"]) == 6 and len(ev) == n_prompt + 5 else 1
+for j, (chosen, top) in enumerate(zip(lp["token_logprobs"], lp["top_logprobs"])):
+    logits = [l for _, l in ev[n_prompt - 1 + j]]
+    vals = sorted((v for _, v in top), reverse=True)
+    if len(vals) != 5 or abs(vals[0] - chosen) > 1e-9 or chosen > 0:
+        bad += 1
+    for k in range(1, 5):
+        if abs((chosen - vals[k]) - (logits[0] - logits[k])) > 1e-4:
+            print("position", j, "k", k, chosen - vals[k], logits[0] - logits[k]); bad += 1
+sys.exit(1 if bad else 0)
+PY
+# chat: OpenAI's shape, streamed and not, the same numbers
+BODY='{"messages":[{"role":"user","content":"hi there"}],"max_tokens":5,"temperature":0,"ignore_eos":true,"logprobs":true,"top_logprobs":3}'
+post /v1/chat/completions "$BODY"
+check "chat logprobs.content per token" is "$(jb '.choices[0].logprobs.content | length')" 5
+check "chat top_logprobs has 3" is "$(jb '[.choices[0].logprobs.content[].top_logprobs | length] | unique | join(",")')" 3
+check "chat entries carry bytes" is "$(jb '.choices[0].logprobs.content[0] | has("bytes")')" true
+NS=$(jb -c '[.choices[0].logprobs.content[].logprob]')
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "${BODY%\}},\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
+ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -c '.choices[0].logprobs.content // [] | .[].logprob' | jq -sc .)
+check "streamed chat logprobs equal the non-streamed ones" is "$ST" "$NS"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}'
+check "top_logprobs without logprobs is 400" is "$CODE" 400
+post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}'
+check "top_logprobs above 20 is 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":1}'
+check "no logprobs asked: null" is "$(jb '.choices[0].logprobs')" null
+stop_server
 
 echo "test_server_agentapi: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
