@@ -207,5 +207,34 @@ post /v1/completions '{"prompt":"x","max_tokens":1}'
 check "no logprobs asked: null" is "$(jb '.choices[0].logprobs')" null
 stop_server
 
+# ---- the field audit: a field that would change the output is honoured or a 400 naming it -------------
+start_server audit --ctx 256
+BASE='"messages":[{"role":"user","content":"hello"}],"max_tokens":6,"temperature":0,"ignore_eos":true'
+post /v1/chat/completions "{$BASE}"
+REF=$(jb '.choices[0].message.content')
+NEUTRAL='"user":"u1","metadata":{"a":"b"},"store":false,"service_tier":"auto","tools":[],"tool_choice":"none",
+  "response_format":{"type":"text"},"presence_penalty":0,"frequency_penalty":0,"repeat_penalty":1,"min_p":0,
+  "logit_bias":{},"modalities":["text"],"parallel_tool_calls":true,"reasoning_effort":null,"audio":null,"n":1'
+post /v1/chat/completions "{$BASE,$NEUTRAL}"
+check "neutral values are accepted" is "$CODE" 200
+check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
+for f in '"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]' '"tool_choice":"required"' \
+  '"response_format":{"type":"json_object"}' '"presence_penalty":0.5' '"frequency_penalty":1' '"repeat_penalty":1.1' \
+  '"min_p":0.05' '"logit_bias":{"5":10}' '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
+  '"functions":[{"name":"f"}]' '"function_call":"auto2"'; do
+  post /v1/chat/completions "{$BASE,$f}"
+  name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
+  check "$f is a 400" is "$CODE" 400
+  check "... naming $name" is "$(jb .error.param)" "$name"
+done
+for f in '"echo":true' '"best_of":3' '"suffix":"end"'; do
+  post /v1/completions "{\"prompt\":\"hi\",$f}"
+  name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
+  check "completions $f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$name"
+done
+post /v1/completions '{"prompt":"hi","n_predict":4,"ignore_eos":true}'
+check "llama.cpp's n_predict is max_tokens" is "$(jb .usage.completion_tokens)" 4
+stop_server
+
 echo "test_server_agentapi: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
