@@ -78,8 +78,12 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
- * above max_tokens_limit is an error. Unknown fields are ignored, as OpenAI
- * clients send many.
+ * above max_tokens_limit is an error. The fields OpenAI's and llama.cpp's
+ * clients send that kvtier does not support yet (penalties, logit_bias,
+ * tools, response_format, echo, ...) are a 400 naming them unless they hold
+ * their neutral value, so none that would change the output is silently
+ * ignored (the audit table in api_openai.c and README.md); other unknown
+ * fields are ignored, as OpenAI clients send many.
  *
  * Memory stays proportional to what a valid request can use: before anything
  * is parsed, a pass over the raw text rejects a prompt of n_ctx or more token
