@@ -429,10 +429,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     sigaddset(&stop_set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
-    if (kvt_server_start(m, e, cache, &sp, &srv)) {
-        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
-        goto free_all;
-    }
+    /* the cache is the engine thread's once the server starts: describe it before */
     kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
@@ -441,6 +438,10 @@ int kvt_cmd_serve(int argc, char **argv) {
             eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
+    if (kvt_server_start(m, e, cache, &sp, &srv)) {
+        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        goto free_all;
+    }
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", kvt_server_address(srv), kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);

@@ -12,6 +12,9 @@
 #include "common.h"
 
 #define MAX_TEMPERATURE 2.0
+#define MAX_PENALTY 2.0        /* presence and frequency penalties, as OpenAI bounds them */
+#define MAX_REPEAT_PENALTY 10.0
+#define MAX_LOGIT_BIAS 100.0
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
 #define UTF8_REPLACEMENT "\xEF\xBF\xBD"
 #define UTF8_REPLACEMENT_LEN 3
@@ -308,16 +311,10 @@ static const audit_field AUDIT[] = {
     {"prediction", AUDIT_ACCEPT, 0, NULL},          /* predicted outputs speed up; the output stays the same */
     {"parallel_tool_calls", AUDIT_ACCEPT, 0, NULL}, /* means nothing without tools, which are refused */
     {"cache_prompt", AUDIT_ACCEPT, 0, NULL},        /* llama.cpp: kvtier always caches */
-    {"penalty_last_n", AUDIT_ACCEPT, 0, NULL},      /* llama.cpp: only with penalties, which are refused */
     /* not supported yet: refused unless neutral */
     {"best_of", AUDIT_NUMBER, 1, "1"},
     {"echo", AUDIT_FALSE, 0, "false"},
     {"suffix", AUDIT_EMPTY, 0, "\"\""},
-    {"logit_bias", AUDIT_EMPTY, 0, "{}"},
-    {"presence_penalty", AUDIT_NUMBER, 0, "0"},
-    {"frequency_penalty", AUDIT_NUMBER, 0, "0"},
-    {"repeat_penalty", AUDIT_NUMBER, 1, "1"},
-    {"min_p", AUDIT_NUMBER, 0, "0"},
     {"typical_p", AUDIT_NUMBER, 1, "1"},
     {"tfs_z", AUDIT_NUMBER, 1, "1"},
     {"mirostat", AUDIT_NUMBER, 0, "0"},
@@ -382,6 +379,57 @@ static int audit_fields(const cJSON *root, kvt_api_error *err) {
     return 0;
 }
 
+/* presence_penalty, frequency_penalty (OpenAI), repeat_penalty, penalty_last_n
+ * and min_p (llama.cpp) and logit_bias {"id": bias} (OpenAI). */
+static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
+    double d;
+    int has;
+    r->repeat_penalty = 1.0f;
+    if (get_number(root, "presence_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
+    if (has) r->presence_penalty = (float)d;
+    if (get_number(root, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
+    if (has) r->frequency_penalty = (float)d;
+    if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, 0, &d, &has, err)) return -1;
+    if (has) {
+        if (d <= 0)
+            return kvt_api_errorf(err, 400, INVALID, "repeat_penalty", "invalid_value", "'repeat_penalty' must be above 0");
+        r->repeat_penalty = (float)d;
+    }
+    if (get_number(root, "min_p", 0, 1, 0, &d, &has, err)) return -1;
+    if (has) r->min_p = (float)d;
+    if (get_number(root, "penalty_last_n", -1, INT32_MAX, 1, &d, &has, err)) return -1;
+    if (has && d == 0) { /* llama.cpp: a window of 0 tokens turns the penalties off */
+        r->presence_penalty = r->frequency_penalty = 0;
+        r->repeat_penalty = 1;
+    }
+    if (has && d > 0) r->penalty_last_n = (int32_t)d;
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb))
+        return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_type",
+                              "'logit_bias' must be an object of token ids to biases");
+    int n = cJSON_GetArraySize(lb);
+    if (n > KVT_API_MAX_LOGIT_BIAS)
+        return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value", "'logit_bias' has more than %d entries",
+                              KVT_API_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
+    r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        char *end;
+        long id = strtol(e->string, &end, 10);
+        if (end == e->string || *end || id < 0 || id >= n_vocab)
+            return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
+                                  "'logit_bias' keys must be token ids in [0, %d)", n_vocab);
+        if (!cJSON_IsNumber(e) || !(fabs(e->valuedouble) <= MAX_LOGIT_BIAS))
+            return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
+                                  "'logit_bias' values must be numbers in [-100, 100]");
+        r->bias_id[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)e->valuedouble;
+    }
+    return 0;
+}
+
 static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
                       kvt_api_request *r, kvt_api_error *err) {
     if (!cJSON_IsObject(root))
@@ -420,7 +468,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (has) r->top_k = d < 0 ? 0 : (int32_t)d;
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
-    if (parse_logprobs(root, r, err)) return -1;
+    if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
     if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
     if (has && d != 1)
         return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
@@ -607,6 +655,8 @@ void kvt_api_request_free(kvt_api_request *r) {
     free(r->msgs);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->cache_salt);
+    free(r->bias_id);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }
 

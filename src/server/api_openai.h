@@ -19,6 +19,7 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
 #define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
 #define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
+#define KVT_API_MAX_LOGIT_BIAS 1024 /* logit_bias entries at most */
 #define KVT_API_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
 
 #define KVT_API_PRIORITY_MIN (-1000)
@@ -49,6 +50,13 @@ typedef struct {
     float temperature;       /* default 1 */
     float top_p;             /* default 1 */
     int32_t top_k;           /* 0 = off */
+    float min_p;             /* 0 = off */
+    float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
+    float repeat_penalty;    /* llama.cpp's; 1 = off */
+    int32_t penalty_last_n;  /* llama.cpp's: the penalties see the last N generated tokens; 0 = all */
+    int32_t *bias_id;        /* logit_bias: n_bias token ids and their biases in [-100, 100] */
+    float *bias;
+    int32_t n_bias;
     uint64_t seed;
     int has_seed;
     char *stop[KVT_API_MAX_STOP];
@@ -79,8 +87,8 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
  * above max_tokens_limit is an error. The fields OpenAI's and llama.cpp's
- * clients send that kvtier does not support yet (penalties, logit_bias,
- * tools, response_format, echo, ...) are a 400 naming them unless they hold
+ * clients send that kvtier does not support yet (tools, response_format,
+ * echo, best_of, mirostat, ...) are a 400 naming them unless they hold
  * their neutral value, so none that would change the output is silently
  * ignored (the audit table in api_openai.c and README.md); other unknown
  * fields are ignored, as OpenAI clients send many.

@@ -38,6 +38,8 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->salt);
     free(r->text);
     free(r->lp);
+    free(r->bias_id);
+    free(r->bias);
     pthread_cond_destroy(&r->cv);
     free(r);
 }

@@ -335,6 +335,20 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     r->sp.temp = a->temperature;
     r->sp.top_p = a->top_p;
     r->sp.top_k = a->top_k;
+    r->sp.min_p = a->min_p;
+    r->sp.presence_penalty = a->presence_penalty;
+    r->sp.frequency_penalty = a->frequency_penalty;
+    r->sp.repeat_penalty = a->repeat_penalty;
+    r->sp.penalty_last_n = a->penalty_last_n;
+    if (a->n_bias) {
+        r->bias_id = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias_id);
+        r->bias = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias);
+        memcpy(r->bias_id, a->bias_id, (size_t)a->n_bias * sizeof *r->bias_id);
+        memcpy(r->bias, a->bias, (size_t)a->n_bias * sizeof *r->bias);
+        r->sp.bias_id = r->bias_id;
+        r->sp.bias = r->bias;
+        r->sp.n_bias = a->n_bias;
+    }
     pthread_mutex_lock(&s->mu);
     uint64_t id = s->next_id++;
     pthread_mutex_unlock(&s->mu);

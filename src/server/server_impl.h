@@ -68,7 +68,9 @@ typedef struct srv_req {
     int64_t created;
     int32_t *prompt;
     int32_t n_prompt, max_tokens;
-    kvt_sampler_params sp;
+    kvt_sampler_params sp;     /* sp.bias_id and sp.bias point at bias_id and bias */
+    int32_t *bias_id;          /* logit_bias (owned) */
+    float *bias;
     int ignore_eos;            /* llama.cpp's extension: generate past end-of-generation tokens */
     int logprobs;              /* record each generated token's logprob ... */
     int32_t top_logprobs;      /* ... and this many alternatives */

@@ -219,8 +219,7 @@ post /v1/chat/completions "{$BASE,$NEUTRAL}"
 check "neutral values are accepted" is "$CODE" 200
 check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
 for f in '"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]' '"tool_choice":"required"' \
-  '"response_format":{"type":"json_object"}' '"presence_penalty":0.5' '"frequency_penalty":1' '"repeat_penalty":1.1' \
-  '"min_p":0.05' '"logit_bias":{"5":10}' '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
+  '"response_format":{"type":"json_object"}' '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
   '"functions":[{"name":"f"}]' '"function_call":"auto2"'; do
   post /v1/chat/completions "{$BASE,$f}"
   name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
@@ -234,6 +233,22 @@ for f in '"echo":true' '"best_of":3' '"suffix":"end"'; do
 done
 post /v1/completions '{"prompt":"hi","n_predict":4,"ignore_eos":true}'
 check "llama.cpp's n_predict is max_tokens" is "$(jb .usage.completion_tokens)" 4
+# the penalties, min_p and logit_bias are honoured
+for f in '"presence_penalty":0.5' '"frequency_penalty":1' '"repeat_penalty":1.1' '"min_p":0.05' '"penalty_last_n":8'; do
+  post /v1/chat/completions "{$BASE,$f}"
+  check "$f is honoured (200)" is "$CODE" 200
+done
+G0=$(jq '.[0]' <<<"$GREEDY")
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"temperature\":0}"
+FIRST=$(jb '.choices[0].text')
+post /detokenize "{\"tokens\":[$G0]}"
+check "greedy's first token is eval's" is "$FIRST" "$(jb .content)"
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"temperature\":0,\"logit_bias\":{\"$G0\":-100}}"
+check "logit_bias -100 bans greedy's first token" bash -c '[ "$1" != "$2" ]' _ "$(jb '.choices[0].text')" "$FIRST"
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"logit_bias\":{\"-3\":1}}"
+check "a bad logit_bias id is a 400 naming it" is "$CODE/$(jb .error.param)" 400/logit_bias
+post /v1/chat/completions "{$BASE,\"presence_penalty\":3}"
+check "presence_penalty past 2 is a 400" is "$CODE" 400
 stop_server
 
 echo "test_server_agentapi: $pass passed, $fail failed"
