@@ -89,7 +89,8 @@ typedef int (*kvt_cli_handler)(void *ctx, int id, const char *val, const char *f
  * with getopt_long. llama.cpp's two-letter short options -np and -ngl are
  * rewritten to --parallel and --n-gpu-layers first. Positional arguments and
  * unknown options are usage errors naming them. Returns 0, KVT_CLI_PARSE_HELP
- * or KVT_CLI_PARSE_USAGE (after printing why). argv is not modified. */
+ * or KVT_CLI_PARSE_USAGE (after printing why). argv is not modified. Not
+ * thread-safe: getopt_long keeps its state in globals. */
 int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
                   kvt_cli_handler fn, void *ctx);
 /* Writes the sections' --help lines, each with its environment variable, and -h. */
