@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     assert_utf8((const unsigned char *)clean, n);
     kvt_api_head h = {kind, "cmpl-fuzz", 0, "m"};
     kvt_api_usage u = {.prompt_tokens = (int32_t)len, .completion_tokens = (int32_t)n};
-    char *resp = kvt_api_response_json(&h, clean, "stop", &u);
+    char *resp = kvt_api_response_json(&h, clean, "stop", &u, NULL);
     free(resp);
     free(clean);
     return 0;

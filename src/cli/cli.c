@@ -2,10 +2,12 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -32,13 +34,16 @@ static const cli_command commands[] = {
 static void usage(FILE *f) {
     fprintf(f,
             "kvtier %s - LLM inference with a tiered, reusable KV cache\n\n"
-            "usage: kvtier <command> [options]\n\ncommands:\n",
+            "usage: kvtier <command> [options]\n"
+            "       kvtier [run options]   (run is the default job: kvtier -m MODEL -p PROMPT)\n\ncommands:\n",
             KVT_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f,
             "\n`kvtier <command> --help` explains every option of a command.\n"
-            "Environment: KVT_LOG=0..3 sets log verbosity (error, warning, info, debug).\n");
+            "Environment: KVT_LOG=0..3 sets log verbosity (error, warning, info, debug); every option of\n"
+            "run and serve can also be set as KVTIER_<NAME> (e.g. KVTIER_MODEL, KVTIER_CTX_SIZE,\n"
+            "KVTIER_PORT), the command line winning.\n");
 }
 
 int kvt_cli_main(int argc, char **argv) {
@@ -56,6 +61,8 @@ int kvt_cli_main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    /* `kvtier -m M -p hi`: options without a command are run's, the default job (as llama-cli) */
+    if (argv[1][0] == '-') return kvt_cmd_run(argc, argv);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
@@ -116,106 +123,282 @@ int kvt_cli_parse_bytes(const char *opt, const char *v, uint64_t *out) {
     return 0;
 }
 
-void kvt_cli_cache_flags_help(FILE *f) {
-    fprintf(f, "  --kv-disk DIR       T2: a persistent KV cache directory on local disk (survives\n"
-               "                      restarts; one process at a time)\n"
-               "  --kv-disk-size BYTES  T2 budget (default 16G); the directory stays within it plus one segment\n"
-               "  --kv-disk-zstd      compress disk records with zstd (lossless)\n"
-               "  --kv-disk-admit POLICY  which blocks leaving RAM go to disk: all (default: inactive\n"
-               "                      KV is kept, never discarded, while the disk has room) or reused\n"
-               "                      (blocks used in the last --kv-disk-live-window seconds always go;\n"
-               "                      older ones only if they were seen twice)\n"
-               "  --kv-disk-live-window SECONDS  with --kv-disk-admit reused (default 600)\n"
-               "  --kv-disk-admit-all same as --kv-disk-admit all\n"
-               "  --kv-disk-wait-ms MS  back-pressure: how long eviction waits for the disk writer\n"
-               "                      before a block is dropped and counted (default 5000)\n"
-               "  --kv-disk-no-mac    do not sign disk records with the directory's key (default: each\n"
-               "                      record carries a keyed MAC and a forged or altered one is never\n"
-               "                      served); CRCs still catch accidents\n"
-               "  --kv-remote URL     T3: a KV store shared by every node on one Redis/Valkey:\n"
-               "                      redis://[user:pass@]host:port[/db] or unix:///path (README \"Shared tier\")\n"
-               "  --kv-remote-key-file FILE  T3's MAC key, required with --kv-remote: 32 random bytes,\n"
-               "                      mode 0600, the same file on every node; values that do not verify are misses\n"
-               "  --kv-remote-size BYTES  T3 soft budget (default 4G): capacity and stats; Redis's maxmemory\n"
-               "                      policy does the evicting\n"
-               "  --kv-remote-ttl SECONDS  T3 values expire after this long (default: never; SET ... EX)\n"
-               "  --kv-remote-timeout-ms MS  T3 reads give up after this long per request (default 250):\n"
-               "                      a slow or absent Redis costs misses, never a stuck request\n"
-               "  --write-through     write each new block to disk (and T3) as soon as it is computed\n"
-               "  --restore MODE      disk blocks: auto (read only where faster than recomputing,\n"
-               "                      measured), always, never (default auto)\n");
+/* ---- table-driven options --------------------------------------------------------- */
+
+#define OPT_COLUMN 26     /* --help: where the explanations start */
+#define ENV_PREFIX "KVTIER_"
+#define ENV_NAME_MAX 64
+#define MAX_OPTS 128      /* options of one command, aliases included */
+#define LONG_ID_BASE 256  /* getopt_long's value for a long-only option: past every char */
+
+/* $KVTIER_<NAME> for a long option name. */
+static void env_name(const char *name, char *out, size_t cap) {
+    size_t o = snprintf(out, cap, "%s", ENV_PREFIX);
+    for (const char *p = name; *p && o + 1 < cap; p++)
+        out[o++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    out[o] = 0;
 }
 
-int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp) {
-    const char *a = argv[*i], *v;
-    if (!strcmp(a, "--kv-disk")) {
-        if (!(cp->disk_dir = kvt_cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "--kv-disk-size")) {
-        if (!(v = kvt_cli_value(argc, argv, i)) || kvt_cli_parse_bytes(a, v, &cp->disk_bytes)) return -1;
-    } else if (!strcmp(a, "--kv-disk-zstd")) {
-        cp->disk_zstd = 1;
-    } else if (!strcmp(a, "--kv-disk-admit-all")) {
-        cp->disk_admit = KVT_ADMIT_ALL;
-    } else if (!strcmp(a, "--kv-disk-admit")) {
-        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+void kvt_cli_print_opts(FILE *f, const kvt_cli_section *secs, size_t n_secs) {
+    for (size_t si = 0; si < n_secs; si++) {
+        if (secs[si].title) fprintf(f, "\n%s:\n", secs[si].title);
+        for (size_t i = 0; i < secs[si].n; i++) {
+            const kvt_cli_opt *o = &secs[si].opts[i];
+            char left[128];
+            int l = snprintf(left, sizeof left, "  %s%c%s--%s%s%s%s%s", o->short_name ? "-" : "",
+                             o->short_name ? o->short_name : ' ', o->short_name ? ", " : "", o->name,
+                             o->alias ? ", --" : "", o->alias ? o->alias : "", o->arg ? " " : "", o->arg ? o->arg : "");
+            if (!o->short_name) memmove(left + 2, left + 3, strlen(left + 3) + 1), l--; /* no "- " for a long-only */
+            fputs(left, f);
+            const char *h = o->help;
+            if (l + 1 > OPT_COLUMN) fprintf(f, "\n%*s", OPT_COLUMN, "");
+            else fprintf(f, "%*s", OPT_COLUMN - l, "");
+            for (; *h; h++) {
+                fputc(*h, f);
+                if (*h == '\n') fprintf(f, "%*s", OPT_COLUMN, "");
+            }
+            if (!(o->flags & KVT_CLI_NO_ENV)) {
+                char env[ENV_NAME_MAX];
+                env_name(o->name, env, sizeof env);
+                fprintf(f, " [$%s]", env);
+            }
+            fputc('\n', f);
+        }
+    }
+    fprintf(f, "  -h, --help%*sthis help\n", OPT_COLUMN - 12, "");
+}
+
+/* Whether an environment value turns a switch on: anything but "", 0, false, no, off. */
+static int env_true(const char *v) {
+    return *v && strcmp(v, "0") && strcasecmp(v, "false") && strcasecmp(v, "no") && strcasecmp(v, "off");
+}
+
+int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
+                  kvt_cli_handler fn, void *ctx) {
+    const kvt_cli_opt *rows[MAX_OPTS];
+    struct option longs[2 * MAX_OPTS + 2];
+    char shorts[3 * MAX_OPTS + 4] = ":h"; /* leading ':': a missing value is reported as ':', not '?' */
+    size_t n_rows = 0, n_long = 0, n_short = 2;
+    for (size_t si = 0; si < n_secs; si++)
+        for (size_t i = 0; i < secs[si].n && n_rows < MAX_OPTS; i++) {
+            const kvt_cli_opt *o = &secs[si].opts[i];
+            int has = o->arg ? required_argument : no_argument;
+            int val = o->short_name ? o->short_name : LONG_ID_BASE + (int)n_rows;
+            longs[n_long++] = (struct option){o->name, has, NULL, val};
+            if (o->alias) longs[n_long++] = (struct option){o->alias, has, NULL, val};
+            if (o->short_name) {
+                shorts[n_short++] = o->short_name;
+                if (o->arg) shorts[n_short++] = ':';
+            }
+            rows[n_rows++] = o;
+        }
+    longs[n_long++] = (struct option){"help", no_argument, NULL, 'h'};
+    longs[n_long] = (struct option){0, 0, 0, 0};
+    shorts[n_short] = 0;
+
+    /* getopt_long knows one-letter short options only, and would read llama.cpp's
+     * -np 4 as -n p: such two-letter ones are rewritten to their long names first */
+    static const char *const two_letter[][2] = {{"-np", "--parallel"}, {"-ngl", "--n-gpu-layers"}};
+    char **av = kvt_xcalloc((size_t)argc + 1, sizeof *av);
+    for (int i = 0; i < argc; i++) {
+        av[i] = argv[i];
+        for (size_t k = 0; i && k < KVT_ARRAY_LEN(two_letter); k++)
+            if (!strcmp(argv[i], two_letter[k][0])) av[i] = (char *)two_letter[k][1];
+    }
+    unsigned char given[MAX_OPTS] = {0};
+    int ret = 0;
+    optind = 0; /* glibc: 0 re-initialises getopt, so each parse starts afresh */
+    opterr = 0; /* kvtier prints its own messages, naming the command */
+    for (;;) {
+        int li = -1;
+        int c = getopt_long(argc, av, shorts, longs, &li);
+        if (c == -1) break;
+        if (c == 'h') {
+            ret = KVT_CLI_PARSE_HELP;
+            break;
+        }
+        if (c == '?' || c == ':') {
+            /* a long option (or one given a value it does not take) is the argument just read; a short
+             * one may sit inside a cluster (-xm), so optopt names it */
+            const char *what = av[optind - 1];
+            char one[3] = {'-', (char)optopt, 0};
+            if (optopt > 0 && optopt < LONG_ID_BASE && strncmp(what, "--", 2)) what = one;
+            if (c == '?') fprintf(stderr, "kvtier %s: unknown option '%s' (see kvtier %s --help)\n", cmd, what, cmd);
+            else fprintf(stderr, "kvtier %s: option '%s' needs a value\n", cmd, what);
+            ret = KVT_CLI_PARSE_USAGE;
+            break;
+        }
+        size_t r = 0;
+        if (c >= LONG_ID_BASE) r = (size_t)(c - LONG_ID_BASE);
+        else
+            while (r < n_rows && rows[r]->short_name != c) r++;
+        char flag[ENV_NAME_MAX + 4];
+        if (li >= 0) snprintf(flag, sizeof flag, "--%s", longs[li].name);
+        else snprintf(flag, sizeof flag, "-%c", c);
+        for (size_t k = 0; k < n_rows; k++) given[k] |= rows[k]->id == rows[r]->id;
+        if (fn(ctx, rows[r]->id, rows[r]->arg ? optarg : NULL, flag)) {
+            ret = KVT_CLI_PARSE_USAGE;
+            break;
+        }
+    }
+    if (!ret && optind < argc) {
+        fprintf(stderr, "kvtier %s: unexpected argument '%s' (options start with - or --)\n", cmd, av[optind]);
+        ret = KVT_CLI_PARSE_USAGE;
+    }
+    for (size_t r = 0; !ret && r < n_rows; r++) {
+        if (given[r] || (rows[r]->flags & KVT_CLI_NO_ENV)) continue;
+        char env[ENV_NAME_MAX], flag[ENV_NAME_MAX + 1];
+        env_name(rows[r]->name, env, sizeof env);
+        const char *v = getenv(env);
+        if (!v) continue;
+        for (size_t k = r; k < n_rows; k++) given[k] |= rows[k]->id == rows[r]->id;
+        snprintf(flag, sizeof flag, "$%s", env);
+        if (!rows[r]->arg && !env_true(v)) continue;
+        if (fn(ctx, rows[r]->id, rows[r]->arg ? v : NULL, flag)) ret = KVT_CLI_PARSE_USAGE;
+    }
+    free(av);
+    return ret;
+}
+
+enum {
+    CACHE_DISK = KVT_CLI_CACHE_ID_BASE,
+    CACHE_DISK_SIZE,
+    CACHE_ZSTD,
+    CACHE_ADMIT,
+    CACHE_ADMIT_ALL,
+    CACHE_LIVE_WINDOW,
+    CACHE_WAIT_MS,
+    CACHE_NO_MAC,
+    CACHE_REMOTE,
+    CACHE_REMOTE_KEY,
+    CACHE_REMOTE_SIZE,
+    CACHE_REMOTE_TTL,
+    CACHE_REMOTE_TIMEOUT,
+    CACHE_WRITE_THROUGH,
+    CACHE_RESTORE,
+};
+
+static const kvt_cli_opt cache_opts[] = {
+    {CACHE_DISK, 0, "kv-disk", NULL, "DIR",
+     "T2: a persistent KV cache directory on local disk (survives\nrestarts; one process at a time)", 0},
+    {CACHE_DISK_SIZE, 0, "kv-disk-size", NULL, "BYTES",
+     "T2 budget (default 16G); the directory stays within it plus one segment", 0},
+    {CACHE_ZSTD, 0, "kv-disk-zstd", NULL, NULL, "compress disk records with zstd (lossless)", 0},
+    {CACHE_ADMIT, 0, "kv-disk-admit", NULL, "POLICY",
+     "which blocks leaving RAM go to disk: all (default: inactive\nKV is kept, never discarded, while the disk has "
+     "room) or reused\n(blocks used in the last --kv-disk-live-window seconds always go;\nolder ones only if they were "
+     "seen twice)", 0},
+    {CACHE_LIVE_WINDOW, 0, "kv-disk-live-window", NULL, "SECONDS", "with --kv-disk-admit reused (default 600)", 0},
+    {CACHE_ADMIT_ALL, 0, "kv-disk-admit-all", NULL, NULL, "same as --kv-disk-admit all", 0},
+    {CACHE_WAIT_MS, 0, "kv-disk-wait-ms", NULL, "MS",
+     "back-pressure: how long eviction waits for the disk writer\nbefore a block is dropped and counted (default 5000)", 0},
+    {CACHE_NO_MAC, 0, "kv-disk-no-mac", NULL, NULL,
+     "do not sign disk records with the directory's key (default: each\nrecord carries a keyed MAC and a forged or "
+     "altered one is never\nserved); CRCs still catch accidents", 0},
+    {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
+     "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path "
+     "(README \"Shared tier\")", 0},
+    {CACHE_REMOTE_KEY, 0, "kv-remote-key-file", NULL, "FILE",
+     "T3's MAC key, required with --kv-remote: 32 random bytes,\nmode 0600, the same file on every node; values that "
+     "do not verify are misses", 0},
+    {CACHE_REMOTE_SIZE, 0, "kv-remote-size", NULL, "BYTES",
+     "T3 soft budget (default 4G): capacity and stats; Redis's maxmemory\npolicy does the evicting", 0},
+    {CACHE_REMOTE_TTL, 0, "kv-remote-ttl", NULL, "SECONDS", "T3 values expire after this long (default: never; SET ... EX)",
+     0},
+    {CACHE_REMOTE_TIMEOUT, 0, "kv-remote-timeout-ms", NULL, "MS",
+     "T3 reads give up after this long per request (default 250):\na slow or absent Redis costs misses, never a stuck "
+     "request", 0},
+    {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL, "write each new block to disk (and T3) as soon as it is computed", 0},
+    {CACHE_RESTORE, 0, "restore", NULL, "MODE",
+     "disk blocks: auto (read only where faster than recomputing,\nmeasured), always, never (default auto)", 0},
+};
+const kvt_cli_section kvt_cli_cache_section = {"disk and remote tiers", cache_opts, KVT_ARRAY_LEN(cache_opts)};
+
+int kvt_cli_cache_opt(int id, const char *v, const char *flag, kvt_cache_params *cp) {
+    char *end;
+    switch (id) {
+    case CACHE_DISK: cp->disk_dir = v; return 0;
+    case CACHE_DISK_SIZE: return kvt_cli_parse_bytes(flag, v, &cp->disk_bytes);
+    case CACHE_ZSTD: cp->disk_zstd = 1; return 0;
+    case CACHE_ADMIT_ALL: cp->disk_admit = KVT_ADMIT_ALL; return 0;
+    case CACHE_ADMIT:
         if (!strcmp(v, "all")) cp->disk_admit = KVT_ADMIT_ALL;
         else if (!strcmp(v, "reused")) cp->disk_admit = KVT_ADMIT_REUSED;
         else {
-            fprintf(stderr, "kvtier: --kv-disk-admit must be all or reused, not '%s'\n", v);
+            fprintf(stderr, "kvtier: %s must be all or reused, not '%s'\n", flag, v);
             return -1;
         }
-    } else if (!strcmp(a, "--kv-disk-live-window")) {
-        char *end;
-        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        return 0;
+    case CACHE_LIVE_WINDOW:
         cp->admit_live_s = strtod(v, &end);
         if (end == v || *end || !(cp->admit_live_s >= 0)) {
-            fprintf(stderr, "kvtier: --kv-disk-live-window expects seconds >= 0, got '%s'\n", v);
+            fprintf(stderr, "kvtier: %s expects seconds >= 0, got '%s'\n", flag, v);
             return -1;
         }
-    } else if (!strcmp(a, "--kv-disk-wait-ms")) {
-        char *end;
-        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
-        unsigned long ms = strtoul(v, &end, 10);
-        if (end == v || *end || ms > 600000) {
-            fprintf(stderr, "kvtier: --kv-disk-wait-ms expects 0..600000, got '%s'\n", v);
-            return -1;
-        }
+        return 0;
+    case CACHE_WAIT_MS: {
+        long ms = kvt_cli_parse_long(flag, v, 0, 600000);
+        if (ms < 0) return -1;
         cp->disk_put_wait_ms = (uint32_t)ms;
-    } else if (!strcmp(a, "--kv-disk-no-mac")) {
-        cp->disk_no_mac = 1;
-    } else if (!strcmp(a, "--kv-remote")) {
-        if (!(cp->remote_url = kvt_cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "--kv-remote-key-file")) {
-        if (!(cp->remote_key_file = kvt_cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "--kv-remote-size")) {
-        if (!(v = kvt_cli_value(argc, argv, i)) || kvt_cli_parse_bytes(a, v, &cp->remote_bytes)) return -1;
+        return 0;
+    }
+    case CACHE_NO_MAC: cp->disk_no_mac = 1; return 0;
+    case CACHE_REMOTE: cp->remote_url = v; return 0;
+    case CACHE_REMOTE_KEY: cp->remote_key_file = v; return 0;
+    case CACHE_REMOTE_SIZE:
+        if (kvt_cli_parse_bytes(flag, v, &cp->remote_bytes)) return -1;
         if (!cp->remote_bytes) {
-            fprintf(stderr, "kvtier: --kv-remote-size must be > 0\n");
+            fprintf(stderr, "kvtier: %s must be > 0\n", flag);
             return -1;
         }
-    } else if (!strcmp(a, "--kv-remote-ttl")) {
-        long ttl;
-        if (!(v = kvt_cli_value(argc, argv, i)) || (ttl = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
+        return 0;
+    case CACHE_REMOTE_TTL: {
+        long ttl = kvt_cli_parse_long(flag, v, 0, INT32_MAX);
+        if (ttl < 0) return -1;
         cp->remote_ttl_s = (uint32_t)ttl;
-    } else if (!strcmp(a, "--kv-remote-timeout-ms")) {
-        long ms;
-        if (!(v = kvt_cli_value(argc, argv, i)) || (ms = kvt_cli_parse_long(a, v, 1, 600000)) < 0) return -1;
+        return 0;
+    }
+    case CACHE_REMOTE_TIMEOUT: {
+        long ms = kvt_cli_parse_long(flag, v, 1, 600000);
+        if (ms < 0) return -1;
         cp->remote_timeout_ms = (uint32_t)ms;
-    } else if (!strcmp(a, "--write-through")) {
-        cp->write_through = 1;
-    } else if (!strcmp(a, "--restore")) {
-        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        return 0;
+    }
+    case CACHE_WRITE_THROUGH: cp->write_through = 1; return 0;
+    case CACHE_RESTORE:
         if (!strcmp(v, "auto")) cp->restore = KVT_RESTORE_AUTO;
         else if (!strcmp(v, "always")) cp->restore = KVT_RESTORE_ALWAYS;
         else if (!strcmp(v, "never")) cp->restore = KVT_RESTORE_NEVER;
         else {
-            fprintf(stderr, "kvtier: --restore must be auto, always or never, not '%s'\n", v);
+            fprintf(stderr, "kvtier: %s must be auto, always or never, not '%s'\n", flag, v);
             return -1;
         }
-    } else {
+        return 0;
+    default: return -1;
+    }
+}
+
+enum { KV_TYPE = KVT_CLI_KV_ID_BASE, KV_F32 };
+
+static const kvt_cli_opt kv_opts[] = {
+    {KV_TYPE, 0, "kv-type", NULL, "TYPE",
+     "element type of the KV cache in every tier: f16 (default), f32,\nor q8_0 (34 bytes per 32 values, about half of "
+     "f16: more sessions\nper byte, at a small cost in logit accuracy; needs a head_dim that\nis a multiple of 32). "
+     "Cached blocks of one type never serve another.", 0},
+    {KV_F32, 0, "kv-f32", NULL, NULL, "same as --kv-type f32", 0},
+};
+const kvt_cli_section kvt_cli_kv_section = {"KV type", kv_opts, KVT_ARRAY_LEN(kv_opts)};
+
+int kvt_cli_kv_opt(int id, const char *v, const char *flag, kvt_kv_dtype *dt) {
+    if (id == KV_F32) {
+        *dt = KVT_KV_F32;
         return 0;
     }
-    return 1;
+    if (kvt_kv_dtype_parse(v, dt)) {
+        fprintf(stderr, "kvtier: %s must be f16, f32 or q8_0, not '%s'\n", flag, v);
+        return -1;
+    }
+    return 0;
 }
 
 void kvt_cli_kv_type_help(FILE *f) {

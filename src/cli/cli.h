@@ -51,15 +51,68 @@ long kvt_cli_default_ctx(long n_ctx_train);
  * session_tokens (the context), e.g. for the start-up line. */
 void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_t session_tokens);
 
-/* The disk-tier flags shared by run and serve: --kv-disk, --kv-disk-size,
- * --kv-disk-zstd, --kv-disk-admit-all, --kv-disk-no-mac, --write-through, --restore. If argv[*i]
- * is one of them, stores it in cp (advancing *i past a value) and returns 1;
- * returns 0 for other arguments and -1 (after printing why) for a bad value. */
-int kvt_cli_cache_flag(int argc, char **argv, int *i, kvt_cache_params *cp);
-/* Prints the help lines of those flags. */
-void kvt_cli_cache_flags_help(FILE *f);
+/* ---- table-driven options (run, serve) ----------------------------------------
+ * One table per command parses its command line with getopt_long (so
+ * --opt=value works and an unknown option is named) and writes its --help,
+ * so every flag is explained. Every option can also come from the environment
+ * as KVTIER_<NAME> (the long name upper-cased, '-' as '_': --ctx-size is
+ * $KVTIER_CTX_SIZE); the command line wins over the environment. */
 
-/* The KV dtype flags of run, serve and eval: --kv-type f16|f32|q8_0 and its
+enum { KVT_CLI_NO_ENV = 1 }; /* kvt_cli_opt.flags: no environment variable (the command reads its own) */
+
+typedef struct {
+    int id;               /* what the command's handler switches on; > 0, unique within a command */
+    char short_name;      /* 'm' for -m, or 0 */
+    const char *name;     /* the long name, without "--" */
+    const char *alias;    /* a second long name (llama.cpp's spelling), or NULL */
+    const char *arg;      /* the value's name in --help ("N", "FILE"); NULL: a switch */
+    const char *help;     /* the explanation; '\n' starts a continuation line */
+    int flags;            /* KVT_CLI_NO_ENV */
+} kvt_cli_opt;
+
+typedef struct {
+    const char *title;    /* heading printed above the section in --help, or NULL */
+    const kvt_cli_opt *opts;
+    size_t n;
+} kvt_cli_section;
+
+/* Called once per option: first those on the command line, in order, then,
+ * for each option the command line did not give, its environment variable if
+ * set. flag names where the value came from ("--port", "$KVTIER_PORT") for
+ * messages; val is NULL for a switch. Returns 0, or -1 after printing why. */
+typedef int (*kvt_cli_handler)(void *ctx, int id, const char *val, const char *flag);
+
+#define KVT_CLI_PARSE_HELP 1  /* kvt_cli_parse: -h/--help was given */
+#define KVT_CLI_PARSE_USAGE 2 /* kvt_cli_parse: a usage error, already printed */
+
+/* Parses argv[1..argc) of command cmd ("run") against the sections' options
+ * with getopt_long. llama.cpp's two-letter short options -np and -ngl are
+ * rewritten to --parallel and --n-gpu-layers first. Positional arguments and
+ * unknown options are usage errors naming them. Returns 0, KVT_CLI_PARSE_HELP
+ * or KVT_CLI_PARSE_USAGE (after printing why). argv is not modified. Not
+ * thread-safe: getopt_long keeps its state in globals. */
+int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
+                  kvt_cli_handler fn, void *ctx);
+/* Writes the sections' --help lines, each with its environment variable, and -h. */
+void kvt_cli_print_opts(FILE *f, const kvt_cli_section *secs, size_t n_secs);
+
+/* The disk-tier options shared by run and serve (--kv-disk, --kv-disk-size,
+ * --kv-disk-zstd, --kv-disk-admit[-all], --kv-disk-live-window,
+ * --kv-disk-wait-ms, --kv-disk-no-mac, --write-through, --restore), ids from
+ * KVT_CLI_CACHE_ID_BASE, and their handler: stores the value in cp. Returns
+ * 0, or -1 after printing why. */
+#define KVT_CLI_CACHE_ID_BASE 1000
+extern const kvt_cli_section kvt_cli_cache_section;
+int kvt_cli_cache_opt(int id, const char *val, const char *flag, kvt_cache_params *cp);
+/* The KV dtype options (--kv-type, --kv-f32), ids from KVT_CLI_KV_ID_BASE. */
+#define KVT_CLI_KV_ID_BASE 1100
+extern const kvt_cli_section kvt_cli_kv_section;
+int kvt_cli_kv_opt(int id, const char *val, const char *flag, kvt_kv_dtype *dt);
+/* True for the ids of the two shared sections. */
+#define KVT_CLI_IS_CACHE_ID(id) ((id) >= KVT_CLI_CACHE_ID_BASE && (id) < KVT_CLI_KV_ID_BASE)
+#define KVT_CLI_IS_KV_ID(id) ((id) >= KVT_CLI_KV_ID_BASE && (id) < KVT_CLI_KV_ID_BASE + 100)
+
+/* eval's KV dtype flags (a hand-written loop): --kv-type f16|f32|q8_0 and its
  * older alias --kv-f32. If argv[*i] is one of them, stores the dtype in *dt
  * (advancing *i past a value) and returns 1; returns 0 for other arguments and
  * -1 (after printing why) for a bad value. */

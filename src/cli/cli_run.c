@@ -28,6 +28,8 @@
 #define MAX_TOKENS (1L << 24)
 #define MAX_BLOCK 4096
 #define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a default's value in --help text */
 
 /* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
 static int parse_tokens(const char *s, int32_t **out, size_t *n) {
@@ -227,45 +229,124 @@ int kvt_cmd_eval(int argc, char **argv) {
 
 /* ---- run -------------------------------------------------------------------- */
 
+enum {
+    R_MODEL = 1, R_PROMPT, R_FILE, R_N_PREDICT, R_TEMP, R_TOP_K, R_TOP_P, R_SEED, R_THREADS, R_KV_ACTIVE, R_KV_RAM,
+    R_IGNORE_EOS, R_SALT, R_NO_CACHE, R_BLOCK_SIZE, R_CTX, R_NGL,
+};
+
+static const kvt_cli_opt run_opts[] = {
+    {R_MODEL, 'm', "model", NULL, "FILE",
+     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box", 0},
+    {R_PROMPT, 'p', "prompt", NULL, "TEXT", "the prompt (special tokens in it are recognized)", 0},
+    {R_FILE, 'f', "file", NULL, "FILE",
+     "many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\neach gets a stats line: prompt tokens, cached "
+     "tokens by tier,\ncomputed tokens, time to first token. JSON lines may add\n\"kvtier\": {\"session_id\", "
+     "\"priority\", \"keep_warm_s\"} (keep that\nsession's context warm in T0 afterwards, as serve does), or\n"
+     "\"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n\"end_session\" (with kvtier.session_id) "
+     "instead of generating", 0},
+    {R_N_PREDICT, 'n', "n-predict", NULL, "N", "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) ")",
+     0},
+    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0},
+    {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0},
+    {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)", 0},
+    {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0},
+    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0},
+    {R_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
+     "(also -ngl)", 0},
+    {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
+     "T0: the engine's KV page pool, e.g. 256M (default: enough for\n--ctx-size tokens plus room to keep finished "
+     "prompts cached)", 0},
+    {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0},
+    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)", 0},
+    {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0},
+    {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0},
+    {R_BLOCK_SIZE, 0, "block-size", NULL, "B", "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE)
+     ")", 0},
+    {R_CTX, 'c', "ctx-size", "ctx", "N",
+     "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0},
+};
+
+/* run's sections: its own table, then the shared KV-type and disk-tier tables. */
+static void run_sections(kvt_cli_section out[3]) {
+    out[0] = (kvt_cli_section){NULL, run_opts, KVT_ARRAY_LEN(run_opts)};
+    out[1] = kvt_cli_kv_section;
+    out[2] = kvt_cli_cache_section;
+}
+
 static void run_usage(FILE *f) {
+    kvt_cli_section secs[3];
+    run_sections(secs);
     fprintf(f,
-            "usage: kvtier run [-m MODEL] (-p PROMPT | -f FILE) [options]\n\n"
+            "usage: kvtier run [-m MODEL] (-p PROMPT | -f FILE) [options]\n"
+            "       kvtier [-m MODEL] (-p PROMPT | -f FILE) [options]   (run is the default job)\n\n"
             "Generates a completion of each prompt and streams it to stdout as it is produced;\n"
             "statistics go to stderr. Stops at end-of-generation tokens or after N tokens.\n"
             "All prompts of one invocation share one KV cache: a prompt that starts with\n"
             "tokens seen before (in a prompt or a generated reply) reuses their K/V.\n\n"
-            "  -m, --model FILE    GGUF model; without it a small random-weight model is\n"
-            "                      generated (and cached) so kvtier works out of the box\n"
-            "  -p, --prompt TEXT   the prompt (special tokens in it are recognized)\n"
-            "  -f, --file FILE     many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\n"
-            "                      each gets a stats line: prompt tokens, cached tokens by tier,\n"
-            "                      computed tokens, time to first token. JSON lines may add\n"
-            "                      \"kvtier\": {\"session_id\", \"priority\", \"keep_warm_s\"} (keep that\n"
-            "                      session's context warm in T0 afterwards, as serve does), or\n"
-            "                      \"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n"
-            "                      \"end_session\" (with kvtier.session_id) instead of generating\n"
-            "  -n N                tokens to generate at most per prompt (default %d)\n"
-            "  --temp T            sampling temperature; 0 = greedy (default %.2g)\n"
-            "  --top-k K           sample among the K most likely tokens; 0 = all (default %d)\n"
-            "  --top-p P           sample among the smallest set of probability >= P (default %.2g)\n"
-            "  --seed S            random seed; the same seed gives the same text (default: clock)\n"
-            "  -t, --threads N     worker threads (default: all CPUs)\n"
-            "  --kv-active BYTES   T0: the engine's KV page pool, e.g. 256M (default: enough for\n"
-            "                      --ctx tokens plus room to keep finished prompts cached)\n"
-            "  --kv-ram BYTES      T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
-            "  --ignore-eos        keep generating past end-of-generation tokens (benchmarks)\n"
-            "  --salt TEXT         cache salt: prompts under different salts never share KV\n"
-            "  --no-cache          do not reuse or keep KV between prompts\n",
-            RUN_DEFAULT_N, (double)kvt_sampler_default_params().temp, kvt_sampler_default_params().top_k,
-            (double)kvt_sampler_default_params().top_p);
-    kvt_cli_kv_type_help(f);
-    fprintf(f,
-            "  --block-size B      tokens per KV page / cache block (default %d)\n"
-            "  --ctx N             context length: prompt + generated tokens (default: the model's,\n"
-            "                      at most 8192)\n"
-            "  -h, --help          this help\n",
-            KVT_DEFAULT_BLOCK_SIZE);
-    kvt_cli_cache_flags_help(f);
+            "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
+            "environment variable in brackets, the command line winning.\n\n");
+    kvt_cli_print_opts(f, secs, 3);
+}
+
+/* What run's command line sets. */
+typedef struct {
+    const char *model_path, *prompt, *prompt_file, *salt;
+    long n_gen, n_ctx, block;
+    int threads, seed_given, use_cache, ignore_eos;
+    uint64_t kv_active, kv_ram;
+    kvt_cache_params cp;
+    kvt_kv_dtype dt;
+    kvt_sampler_params sp;
+} run_args;
+
+static int run_opt(void *ctx, int id, const char *v, const char *a) {
+    run_args *x = ctx;
+    double d;
+    long l;
+    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, v, a, &x->cp);
+    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, v, a, &x->dt);
+    switch (id) {
+    case R_MODEL: x->model_path = v; return 0;
+    case R_PROMPT: x->prompt = v; return 0;
+    case R_FILE: x->prompt_file = v; return 0;
+    case R_N_PREDICT: return (x->n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0 ? -1 : 0;
+    case R_TEMP:
+        if (isnan(d = kvt_cli_parse_double(a, v))) return -1;
+        x->sp.temp = (float)d;
+        return 0;
+    case R_TOP_K:
+        if ((l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
+        x->sp.top_k = (int32_t)l;
+        return 0;
+    case R_TOP_P:
+        if (isnan(d = kvt_cli_parse_double(a, v))) return -1;
+        if (d <= 0 || d > 1) {
+            fprintf(stderr, "kvtier run: %s must be in (0, 1]\n", a);
+            return -1;
+        }
+        x->sp.top_p = (float)d;
+        return 0;
+    case R_SEED:
+        if ((l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
+        x->sp.seed = (uint64_t)l;
+        x->seed_given = 1;
+        return 0;
+    case R_THREADS:
+        if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return -1;
+        x->threads = (int)l;
+        return 0;
+    case R_NGL:
+        fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a);
+        return 0;
+    case R_KV_ACTIVE: return kvt_cli_parse_bytes(a, v, &x->kv_active);
+    case R_KV_RAM: return kvt_cli_parse_bytes(a, v, &x->kv_ram);
+    case R_SALT: x->salt = v; return 0;
+    case R_IGNORE_EOS: x->ignore_eos = 1; return 0;
+    case R_NO_CACHE: x->use_cache = 0; return 0;
+    case R_BLOCK_SIZE: return (x->block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0 ? -1 : 0;
+    case R_CTX: return (x->n_ctx = kvt_cli_parse_long(a, v, 1, MAX_TOKENS)) < 0 ? -1 : 0;
+    default: return -1;
+    }
 }
 
 /* Streams generated tokens to stdout, holding back split UTF-8 characters. */
@@ -443,72 +524,24 @@ static void run_action(kvt_cache *cache, const run_line *l, const int32_t *toks,
 }
 
 int kvt_cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *salt = NULL;
-    long n_gen = RUN_DEFAULT_N, n_ctx = 0, block = KVT_DEFAULT_BLOCK_SIZE;
-    int threads = kvt_cli_default_threads(), seed_given = 0, use_cache = 1, ignore_eos = 0;
-    uint64_t kv_active = 0, kv_ram = 0;
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_kv_dtype dt = KVT_KV_F16;
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        double d;
-        long l;
-        int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
-        if (cf == 0) cf = kvt_cli_kv_type_flag(argc, argv, &i, &dt);
-        if (cf < 0) return 2;
-        if (cf > 0) continue;
-        if (kvt_cli_is_help(a)) {
-            run_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(prompt_file = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(d = kvt_cli_parse_double(a, v))) return 2;
-            sp.temp = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return 2;
-            sp.top_k = (int32_t)l;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(d = kvt_cli_parse_double(a, v))) return 2;
-            if (d <= 0 || d > 1) {
-                fprintf(stderr, "kvtier run: --top-p must be in (0, 1]\n");
-                return 2;
-            }
-            sp.top_p = (float)d;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return 2;
-            sp.seed = (uint64_t)l;
-            seed_given = 1;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return 2;
-            threads = (int)l;
-        } else if (!strcmp(a, "--kv-active")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_active)) return 2;
-        } else if (!strcmp(a, "--kv-ram")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || kvt_cli_parse_bytes(a, v, &kv_ram)) return 2;
-        } else if (!strcmp(a, "--salt")) {
-            if (!(salt = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = 1;
-        } else if (!strcmp(a, "--no-cache")) {
-            use_cache = 0;
-        } else if (!strcmp(a, "--block-size")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0) return 2;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (n_ctx = kvt_cli_parse_long(a, v, 1, MAX_TOKENS)) < 0) return 2;
-        } else {
-            fprintf(stderr, "kvtier run: unknown argument '%s'\n", a);
-            run_usage(stderr);
-            return 2;
-        }
+    run_args x = {.n_gen = RUN_DEFAULT_N, .block = KVT_DEFAULT_BLOCK_SIZE, .threads = kvt_cli_default_threads(),
+                  .use_cache = 1, .cp = kvt_cache_default_params(), .dt = KVT_KV_F16,
+                  .sp = kvt_sampler_default_params()};
+    kvt_cli_section secs[3];
+    run_sections(secs);
+    int pr = kvt_cli_parse("run", argc, argv, secs, 3, run_opt, &x);
+    if (pr == KVT_CLI_PARSE_HELP) {
+        run_usage(stdout);
+        return 0;
     }
+    if (pr) return 2;
+    const char *model_path = x.model_path, *prompt = x.prompt, *prompt_file = x.prompt_file, *salt = x.salt;
+    long n_gen = x.n_gen, n_ctx = x.n_ctx, block = x.block;
+    int threads = x.threads, seed_given = x.seed_given, use_cache = x.use_cache, ignore_eos = x.ignore_eos;
+    uint64_t kv_active = x.kv_active, kv_ram = x.kv_ram;
+    kvt_cache_params cp = x.cp;
+    kvt_kv_dtype dt = x.dt;
+    kvt_sampler_params sp = x.sp;
     if (!prompt == !prompt_file) {
         fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
         run_usage(stderr);

@@ -29,82 +29,121 @@
 #define DRAIN_POLL_NS 100000000L /* how often a drain looks at the requests in flight */
 #define MAX_CTX (1L << 24)
 #define MODEL_ID_MAX PATH_MAX_LEN
+#define MAX_CORS_ORIGINS 64
+
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a default's value in --help text */
+
+enum {
+    O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_QUEUE, O_CTX, O_KV_ACTIVE, O_KV_RAM, O_THREADS, O_API_KEY,
+    O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
+    O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
+    O_SESSION_KEEP_WARM, O_NGL,
+};
+
+static const kvt_cli_opt serve_opts[] = {
+    {O_MODEL, 'm', "model", NULL, "FILE",
+     "GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\nor $KVT_DEFAULT_MODEL; its text is noise)", 0},
+    {O_HOST, 0, "host", NULL, "ADDR",
+     "address to bind: IPv4, IPv6 (::1 or [::1]) or a host name\n(localhost: its IPv4 address first) "
+     "(default 127.0.0.1: this\nmachine only)", 0},
+    {O_PORT, 0, "port", NULL, "N", "TCP port (default " STR(KVT_SERVER_DEFAULT_PORT) "; 0 = any free port, printed "
+     "at start)", 0},
+    {O_PARALLEL, 0, "parallel", NULL, "N",
+     "sequences decoded together in one batch (default " STR(KVT_SERVER_DEFAULT_PARALLEL) "; also -np)", 0},
+    {O_QUEUE, 0, "queue", NULL, "N",
+     "requests waiting for a sequence at most; more get 503 (default " STR(KVT_SERVER_DEFAULT_QUEUE) ")", 0},
+    {O_CTX, 'c', "ctx-size", "ctx", "N",
+     "context length per sequence: prompt + generated (default: the\nmodel's, at most " STR(KVT_CLI_DEFAULT_CTX_CAP)
+     ")", 0},
+    {O_N_PREDICT, 'n', "n-predict", NULL, "N",
+     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)", 0},
+    {O_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
+     "T0: the engine's KV page pool, e.g. 256M (default: --parallel full\ncontexts plus one more to keep finished "
+     "prompts cached)", 0},
+    {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0},
+    {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)", 0},
+    {O_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
+     "(also -ngl)", 0},
+    {O_API_KEY, 0, "api-key", NULL, "KEY",
+     "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable); each key gets its "
+     "own cache\nnamespace (tenants never share cached KV). Arguments show in ps:\nprefer --api-key-file or "
+     "$KVTIER_API_KEY, which is one more key", KVT_CLI_NO_ENV},
+    {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE", "more keys, one per line (blank lines and # comments ignored)",
+     0},
+    {O_METRICS_KEY, 0, "metrics-key", NULL, "KEY",
+     "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
+     "when there are\nany, else it is open. /health is always open", 0},
+    {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
+     "chatml, llama3, llama2 or mistral (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
+     "none)", 0},
+    {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0},
+    {O_MAX_INFLIGHT, 0, "max-inflight-bytes", NULL, "BYTES",
+     "request body bytes held in memory by all requests in flight\ntogether; a request past it gets 503 + Retry-After "
+     "(default 64M,\nor --max-body if larger; at least --max-body)", 0},
+    {O_MAX_TOKENS_LIMIT, 0, "max-tokens-limit", NULL, "N",
+     "largest max_tokens a request may ask for (default " STR(KVT_SERVER_DEFAULT_MAX_TOKENS) ")", 0},
+    {O_PREFILL_CHUNK, 0, "prefill-chunk", NULL, "N",
+     "prompt tokens per engine step, so long prompts do not stall\nrunning sequences (default "
+     STR(KVT_SERVER_DEFAULT_PREFILL_CHUNK) ")", 0},
+    {O_TIMEOUT, 0, "timeout", NULL, "S",
+     "close connections idle (or stalled mid-request) for S seconds\n(default " STR(KVT_SERVER_DEFAULT_TIMEOUT_S) ")",
+     0},
+    {O_REQUEST_TIMEOUT, 0, "request-timeout", NULL, "S",
+     "close a connection that has not sent a whole request (headers and\nbody) S seconds after it opened or after its "
+     "previous response,\nhowever steadily it trickles bytes (default " STR(KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S)
+     "; 0 = no deadline)", 0},
+    {O_MAX_CONNS_PER_IP, 0, "max-conns-per-ip", NULL, "N",
+     "open connections from one IP address at most; more are closed at\nonce (default "
+     STR(KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit; behind a proxy every client\nshares the proxy's address)", 0},
+    {O_DRAIN_TIMEOUT, 0, "drain-timeout", NULL, "S",
+     "on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n(default " STR(KVT_SERVER_DEFAULT_DRAIN_S)
+     "; 0 = end them at once with 503)", 0},
+    {O_CORS_ORIGIN, 0, "cors-origin", NULL, "ORIGIN",
+     "let browser pages from ORIGIN (e.g. http://localhost:3000;\nrepeatable, or * for any) call the API: OPTIONS "
+     "preflights are\nanswered and responses carry Access-Control-Allow-Origin.\nWithout it OPTIONS is 405", 0},
+    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)", 0},
+    {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
+     "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
+     "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)", 0},
+};
+
+/* serve's sections: its own table, then the shared KV-type and disk-tier tables. */
+static void sections(kvt_cli_section out[3]) {
+    out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
+    out[1] = kvt_cli_kv_section;
+    out[2] = kvt_cli_cache_section;
+}
 
 static void serve_usage(FILE *f) {
-    kvt_server_params d = kvt_server_default_params();
+    kvt_cli_section secs[3];
+    sections(secs);
     fprintf(f,
             "usage: kvtier serve [-m MODEL] [options]\n\n"
             "Serves an OpenAI-compatible HTTP API with continuous batching; every response\n"
             "reports the prompt tokens reused from the KV cache (usage.prompt_tokens_details.\n"
             "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
-            "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n\n"
-            "  -m, --model FILE      GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\n"
-            "                        or $KVT_DEFAULT_MODEL; its text is noise)\n"
-            "  --host ADDR           IPv4 address to bind (default %s: this machine only)\n"
-            "  --port N              TCP port (default %d; 0 = any free port, printed at start)\n"
-            "  --parallel N          sequences decoded together in one batch (default %d)\n"
-            "  --queue N             requests waiting for a sequence at most; more get 503 (default %d)\n"
-            "  --ctx N               context length per sequence: prompt + generated (default: the model's,\n"
-            "                        at most 8192)\n"
-            "  --kv-active BYTES     T0: the engine's KV page pool, e.g. 256M (default: --parallel full\n"
-            "                        contexts plus one more to keep finished prompts cached)\n"
-            "  --kv-ram BYTES        T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)\n"
-            "  -t, --threads N       worker threads for the forward pass (default: all CPUs)\n"
-            "  --api-key KEY         require 'Authorization: Bearer KEY' on /v1/* (repeatable); each key\n"
-            "                        gets its own cache namespace (tenants never share cached KV).\n"
-            "                        Arguments show in ps: prefer --api-key-file or $KVTIER_API_KEY\n"
-            "  --api-key-file FILE   more keys, one per line (blank lines and # comments ignored)\n"
-            "  --metrics-key KEY     the only key that opens /metrics, which shows every tenant's\n"
-            "                        counters (also $KVTIER_METRICS_KEY). Without it, /metrics needs an\n"
-            "                        API key when there are any, else it is open. /health is always open\n"
-            "  --chat-template NAME  chatml, llama3, llama2 or mistral (default: detected from the\n"
-            "                        model's tokenizer.chat_template; chatml if it has none)\n"
-            "  --max-body BYTES      largest request body; larger gets 413 (default %zu)\n"
-            "  --max-inflight-bytes BYTES\n"
-            "                        request body bytes held in memory by all requests in flight\n"
-            "                        together; a request past it gets 503 + Retry-After (default %llu,\n"
-            "                        or --max-body if larger; at least --max-body)\n"
-            "  --max-tokens-limit N  largest max_tokens a request may ask for (default %d)\n"
-            "  --prefill-chunk N     prompt tokens per engine step, so long prompts do not stall\n"
-            "                        running sequences (default %d)\n"
-            "  --timeout S           close connections idle (or stalled mid-request) for S seconds\n"
-            "                        (default %u)\n"
-            "  --request-timeout S   close a connection that has not sent a whole request (headers and\n"
-            "                        body) S seconds after it opened or after its previous response,\n"
-            "                        however steadily it trickles bytes (default %u; 0 = no deadline)\n"
-            "  --max-conns-per-ip N  open connections from one IP address at most; more are closed at\n"
-            "                        once (default %u; 0 = no limit; behind a proxy every client\n"
-            "                        shares the proxy's address)\n"
-            "  --drain-timeout S     on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n"
-            "                        (default %d; 0 = end them at once with 503)\n"
-            "  --alias NAME          model name in /v1/models and responses (default: the file name)\n"
-            "  --session-keep-warm S  a request that names its agent session (X-Session-Id header or\n"
-            "                        \"kvtier\": {\"session_id\": ...}) without its own keep_warm_s keeps its\n"
-            "                        context warm in T0 for S seconds after the reply (default %g; 0: off)\n"
-            "  -h, --help            this help\n\n"
-            "Requests may carry \"cache_salt\" to keep their cached KV apart from other requests', and\n"
+            "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
+            "POST /tokenize, POST /detokenize and GET /props (llama-server's).\n\n"
+            "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
+            "environment variable in brackets, the command line winning.\n\n");
+    kvt_cli_print_opts(f, secs, 3);
+    fprintf(f,
+            "\nRequests may carry \"cache_salt\" to keep their cached KV apart from other requests', and\n"
             "\"kvtier\": {\"session_id\": S, \"priority\": P, \"keep_warm_s\": T}: the agent session they belong\n"
             "to, how much its KV matters against other sessions' (higher is kept longer and scheduled\n"
             "first), and how long to keep its context warm in T0 while the agent runs a tool.\n"
             "Cache admin (behind the API key when set): POST /v1/cache/pin, /v1/cache/unpin,\n"
             "/v1/cache/prefetch (a \"prompt\" or \"messages\" body), /v1/cache/flush, GET /v1/cache/stats.\n"
-            "$KVTIER_API_KEY, if set, is one more API key. A missing or wrong key is 401 whatever the\n"
-            "method.\n"
+            "A missing or wrong key is 401 whatever the method.\n"
             "Each request gets one access line on stderr (method, path, status, request id, tenant as a\n"
             "hash of its key, prompt/cached/computed/generated tokens, TTFT, total ms; KVT_LOG=1 hides\n"
             "them). A client's X-Request-Id ([A-Za-z0-9._:-], up to 64) is kept, else one is made; every\n"
             "response carries it.\n"
             "SIGINT or SIGTERM stops the server gracefully: new connections are refused, requests on open\n"
             "ones get 503, the requests in flight finish (for --drain-timeout seconds at most; a second\n"
-            "signal stops at once), and with --kv-disk the cache is flushed to disk; the exit status is 0.\n\n"
-            "KV type:\n",
-            d.host, d.port, d.parallel, d.queue, d.max_body, (unsigned long long)d.max_inflight_bytes,
-            d.max_tokens_limit, d.prefill_chunk, d.timeout_s, d.request_timeout_s, d.max_conns_per_ip,
-            KVT_SERVER_DEFAULT_DRAIN_S, d.session_keep_warm_s);
-    kvt_cli_kv_type_help(f);
-    fprintf(f, "\ndisk tier:\n");
-    kvt_cli_cache_flags_help(f);
+            "signal stops at once), and with --kv-disk the cache is flushed to disk; the exit status is 0.\n");
 }
 
 /* Appends the keys in path (one per line) to keys. Returns 0 or -1 after printing why. */
@@ -142,111 +181,167 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
     return 0;
 }
 
-int kvt_cmd_serve(int argc, char **argv) {
-    kvt_server_params sp = kvt_server_default_params();
-    const char *model_path = NULL, *template_name = NULL, *alias = NULL, *metrics_key = getenv("KVTIER_METRICS_KEY");
-    long n_ctx = 0, l, drain_s = KVT_SERVER_DEFAULT_DRAIN_S;
-    uint64_t kv_active = 0, kv_ram = 0, max_body = sp.max_body, max_inflight = 0;
-    int threads = kvt_cli_default_threads();
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_kv_dtype dt = KVT_KV_F16;
-    char **keys = kvt_xcalloc(MAX_API_KEYS, sizeof *keys);
-    size_t n_keys = 0;
-    int ret = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (kvt_cli_is_help(a)) {
-            serve_usage(stdout);
-            ret = 0;
-            goto done;
+/* What serve's command line sets. */
+typedef struct {
+    kvt_server_params sp;
+    const char *model_path, *template_name, *alias, *metrics_key;
+    long n_ctx, drain_s;
+    uint64_t kv_active, kv_ram, max_body, max_inflight;
+    int threads;
+    kvt_cache_params cp;
+    kvt_kv_dtype dt;
+    char **keys;
+    size_t n_keys;
+    const char *cors[MAX_CORS_ORIGINS];
+    size_t n_cors;
+} serve_args;
+
+static int serve_opt(void *ctx, int id, const char *v, const char *a) {
+    serve_args *x = ctx;
+    kvt_server_params *sp = &x->sp;
+    long l;
+    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, v, a, &x->cp);
+    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, v, a, &x->dt);
+    switch (id) {
+    case O_MODEL: x->model_path = v; return 0;
+    case O_HOST: sp->host = v; return 0;
+    case O_PORT:
+        if ((l = kvt_cli_parse_long(a, v, 0, 65535)) < 0) return -1;
+        sp->port = (int)l;
+        return 0;
+    case O_PARALLEL:
+        if ((l = kvt_cli_parse_long(a, v, 1, MAX_PARALLEL)) < 0) return -1;
+        sp->parallel = (int32_t)l;
+        return 0;
+    case O_QUEUE:
+        if ((l = kvt_cli_parse_long(a, v, 1, MAX_QUEUE)) < 0) return -1;
+        sp->queue = (int32_t)l;
+        return 0;
+    case O_CTX: return (x->n_ctx = kvt_cli_parse_long(a, v, 2, MAX_CTX)) < 0 ? -1 : 0;
+    case O_N_PREDICT:
+        if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) return -1;
+        sp->default_max_tokens = (int32_t)l;
+        return 0;
+    case O_KV_ACTIVE: return kvt_cli_parse_bytes(a, v, &x->kv_active);
+    case O_KV_RAM: return kvt_cli_parse_bytes(a, v, &x->kv_ram);
+    case O_THREADS:
+        if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return -1;
+        x->threads = (int)l;
+        return 0;
+    case O_NGL:
+        fprintf(stderr, "kvtier serve: %s is ignored: this build runs on the CPU\n", a);
+        return 0;
+    case O_API_KEY:
+        if (!*v || x->n_keys == MAX_API_KEYS) {
+            fprintf(stderr, "kvtier serve: --api-key needs a non-empty key (at most %d keys)\n", MAX_API_KEYS);
+            return -1;
         }
-        int cf = kvt_cli_cache_flag(argc, argv, &i, &cp);
-        if (cf == 0) cf = kvt_cli_kv_type_flag(argc, argv, &i, &dt);
-        if (cf < 0) goto done;
-        if (cf > 0) continue;
-        int takes_value = a[0] == '-' && strcmp(a, "-h");
-        if (takes_value && !(v = kvt_cli_value(argc, argv, &i))) goto done;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
-        else if (!strcmp(a, "--host")) sp.host = v;
-        else if (!strcmp(a, "--port")) {
-            if ((l = kvt_cli_parse_long(a, v, 0, 65535)) < 0) goto done;
-            sp.port = (int)l;
-        } else if (!strcmp(a, "--parallel")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, MAX_PARALLEL)) < 0) goto done;
-            sp.parallel = (int32_t)l;
-        } else if (!strcmp(a, "--queue")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, MAX_QUEUE)) < 0) goto done;
-            sp.queue = (int32_t)l;
-        } else if (!strcmp(a, "--ctx")) {
-            if ((n_ctx = kvt_cli_parse_long(a, v, 2, MAX_CTX)) < 0) goto done;
-        } else if (!strcmp(a, "--kv-active")) {
-            if (kvt_cli_parse_bytes(a, v, &kv_active)) goto done;
-        } else if (!strcmp(a, "--kv-ram")) {
-            if (kvt_cli_parse_bytes(a, v, &kv_ram)) goto done;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) goto done;
-            threads = (int)l;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!*v || n_keys == MAX_API_KEYS) {
-                fprintf(stderr, "kvtier serve: --api-key needs a non-empty key (at most %d keys)\n", MAX_API_KEYS);
-                goto done;
-            }
-            keys[n_keys++] = kvt_xstrdup(v);
-        } else if (!strcmp(a, "--api-key-file")) {
-            if (read_key_file(v, keys, &n_keys)) goto done;
-        } else if (!strcmp(a, "--metrics-key")) {
-            metrics_key = v;
-        } else if (!strcmp(a, "--chat-template")) {
-            template_name = v;
-            if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-                fprintf(stderr, "kvtier serve: --chat-template must be chatml, llama3, llama2 or mistral, got '%s'\n",
-                        v);
-                goto done;
-            }
-        } else if (!strcmp(a, "--max-body")) {
-            if (kvt_cli_parse_bytes(a, v, &max_body)) goto done;
-            if (max_body == 0) {
-                fprintf(stderr, "kvtier serve: --max-body must be at least 1 byte\n");
-                goto done;
-            }
-        } else if (!strcmp(a, "--max-inflight-bytes")) {
-            if (kvt_cli_parse_bytes(a, v, &max_inflight)) goto done;
-            if (max_inflight == 0) {
-                fprintf(stderr, "kvtier serve: --max-inflight-bytes must be at least 1 byte\n");
-                goto done;
-            }
-        } else if (!strcmp(a, "--max-tokens-limit")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) goto done;
-            sp.max_tokens_limit = (int32_t)l;
-        } else if (!strcmp(a, "--prefill-chunk")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) goto done;
-            sp.prefill_chunk = (int32_t)l;
-        } else if (!strcmp(a, "--timeout")) {
-            if ((l = kvt_cli_parse_long(a, v, 1, MAX_TIMEOUT_S)) < 0) goto done;
-            sp.timeout_s = (unsigned)l;
-        } else if (!strcmp(a, "--request-timeout")) {
-            if ((l = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) goto done;
-            sp.request_timeout_s = (unsigned)l;
-        } else if (!strcmp(a, "--max-conns-per-ip")) {
-            if ((l = kvt_cli_parse_long(a, v, 0, MAX_CONNS_PER_IP)) < 0) goto done;
-            sp.max_conns_per_ip = (unsigned)l;
-        } else if (!strcmp(a, "--drain-timeout")) {
-            if ((drain_s = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) goto done;
-        } else if (!strcmp(a, "--alias")) {
-            alias = v;
-        } else if (!strcmp(a, "--session-keep-warm")) {
-            char *end;
-            sp.session_keep_warm_s = strtod(v, &end);
-            if (end == v || *end || !(sp.session_keep_warm_s >= 0) || sp.session_keep_warm_s > 86400) {
-                fprintf(stderr, "kvtier serve: --session-keep-warm expects seconds in 0..86400, got '%s'\n", v);
-                goto done;
-            }
-        } else {
-            fprintf(stderr, "kvtier serve: unknown argument '%s'\n", a);
-            serve_usage(stderr);
-            goto done;
+        x->keys[x->n_keys++] = kvt_xstrdup(v);
+        return 0;
+    case O_API_KEY_FILE: return read_key_file(v, x->keys, &x->n_keys);
+    case O_METRICS_KEY: x->metrics_key = v; return 0;
+    case O_CHAT_TEMPLATE:
+        x->template_name = v;
+        if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
+            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2 or mistral, got '%s'\n", a, v);
+            return -1;
         }
+        return 0;
+    case O_MAX_BODY:
+        if (kvt_cli_parse_bytes(a, v, &x->max_body)) return -1;
+        if (x->max_body == 0) {
+            fprintf(stderr, "kvtier serve: --max-body must be at least 1 byte\n");
+            return -1;
+        }
+        return 0;
+    case O_MAX_INFLIGHT:
+        if (kvt_cli_parse_bytes(a, v, &x->max_inflight)) return -1;
+        if (x->max_inflight == 0) {
+            fprintf(stderr, "kvtier serve: --max-inflight-bytes must be at least 1 byte\n");
+            return -1;
+        }
+        return 0;
+    case O_MAX_TOKENS_LIMIT:
+        if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) return -1;
+        sp->max_tokens_limit = (int32_t)l;
+        return 0;
+    case O_PREFILL_CHUNK:
+        if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) return -1;
+        sp->prefill_chunk = (int32_t)l;
+        return 0;
+    case O_TIMEOUT:
+        if ((l = kvt_cli_parse_long(a, v, 1, MAX_TIMEOUT_S)) < 0) return -1;
+        sp->timeout_s = (unsigned)l;
+        return 0;
+    case O_REQUEST_TIMEOUT:
+        if ((l = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) return -1;
+        sp->request_timeout_s = (unsigned)l;
+        return 0;
+    case O_MAX_CONNS_PER_IP:
+        if ((l = kvt_cli_parse_long(a, v, 0, MAX_CONNS_PER_IP)) < 0) return -1;
+        sp->max_conns_per_ip = (unsigned)l;
+        return 0;
+    case O_DRAIN_TIMEOUT: return (x->drain_s = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0 ? -1 : 0;
+    case O_CORS_ORIGIN:
+        if (!*v || x->n_cors == MAX_CORS_ORIGINS) {
+            fprintf(stderr, "kvtier serve: --cors-origin needs an origin or * (at most %d)\n", MAX_CORS_ORIGINS);
+            return -1;
+        }
+        x->cors[x->n_cors++] = v;
+        return 0;
+    case O_ALIAS: x->alias = v; return 0;
+    case O_SESSION_KEEP_WARM: {
+        char *end;
+        sp->session_keep_warm_s = strtod(v, &end);
+        if (end == v || *end || !(sp->session_keep_warm_s >= 0) || sp->session_keep_warm_s > 86400) {
+            fprintf(stderr, "kvtier serve: %s expects seconds in 0..86400, got '%s'\n", a, v);
+            return -1;
+        }
+        return 0;
     }
+    default: return -1;
+    }
+}
+
+int kvt_cmd_serve(int argc, char **argv) {
+    serve_args x = {.sp = kvt_server_default_params(), .drain_s = KVT_SERVER_DEFAULT_DRAIN_S,
+                    .threads = kvt_cli_default_threads(), .cp = kvt_cache_default_params(), .dt = KVT_KV_F16};
+    x.max_body = x.sp.max_body;
+    x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
+    kvt_server_params sp;
+    const char *model_path, *template_name, *alias, *metrics_key;
+    long n_ctx, drain_s;
+    uint64_t kv_active, kv_ram, max_body, max_inflight;
+    int threads;
+    kvt_cache_params cp;
+    kvt_kv_dtype dt;
+    char **keys = x.keys;
+    size_t n_keys;
+    int ret = 2;
+    kvt_cli_section secs[3];
+    sections(secs);
+    int pr = kvt_cli_parse("serve", argc, argv, secs, 3, serve_opt, &x);
+    n_keys = x.n_keys;
+    if (pr == KVT_CLI_PARSE_HELP) {
+        serve_usage(stdout);
+        ret = 0;
+        goto done;
+    }
+    if (pr) goto done;
+    sp = x.sp;
+    model_path = x.model_path;
+    template_name = x.template_name;
+    alias = x.alias;
+    metrics_key = x.metrics_key;
+    n_ctx = x.n_ctx;
+    drain_s = x.drain_s;
+    kv_active = x.kv_active;
+    kv_ram = x.kv_ram;
+    max_body = x.max_body;
+    max_inflight = x.max_inflight;
+    threads = x.threads;
+    cp = x.cp;
+    dt = x.dt;
     const char *env_key = getenv("KVTIER_API_KEY");
     if (env_key && *env_key) {
         if (n_keys == MAX_API_KEYS) {
@@ -269,6 +364,8 @@ int kvt_cmd_serve(int argc, char **argv) {
         goto done;
     }
     sp.max_inflight_bytes = max_inflight;
+    sp.cors_origins = x.cors;
+    sp.n_cors_origins = x.n_cors;
     sp.api_keys = (const char *const *)keys;
     sp.n_api_keys = n_keys;
 
@@ -332,21 +429,8 @@ int kvt_cmd_serve(int argc, char **argv) {
     sigaddset(&stop_set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
+    /* the cache is the engine thread's once the server starts: describe it before */
     kvt_engine_params eff = kvt_engine_params_of(e);
-    /* the capacity line reads the tiers' statistics: taken before the engine
-     * thread starts using them (the cache is single-threaded), printed after */
-    char *capacity = NULL;
-    size_t capacity_len = 0;
-    FILE *cap_f = open_memstream(&capacity, &capacity_len);
-    if (cap_f) {
-        kvt_cli_print_capacity(cap_f, "kvtier serve", cache, eff.n_ctx);
-        fclose(cap_f);
-    }
-    if (kvt_server_start(m, e, cache, &sp, &srv)) {
-        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
-        free(capacity);
-        goto free_all;
-    }
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s\n",
@@ -354,9 +438,12 @@ int kvt_cmd_serve(int argc, char **argv) {
             eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
             cp.remote_url ? "on" : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
-    if (capacity) fputs(capacity, stderr);
-    free(capacity);
-    fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
+    kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
+    if (kvt_server_start(m, e, cache, &sp, &srv)) {
+        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        goto free_all;
+    }
+    fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", kvt_server_address(srv), kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
     const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";

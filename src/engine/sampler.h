@@ -1,6 +1,10 @@
-/* Token samplers: greedy, or temperature with optional top-k and top-p
- * (nucleus) filtering, drawing from a seeded PCG32 generator so a seed always
- * gives the same tokens for the same logits. */
+/* Token samplers: greedy, or temperature with optional top-k, min-p and
+ * top-p (nucleus) filtering, drawing from a seeded PCG32 generator so a seed
+ * always gives the same tokens for the same logits. Before either, the logits
+ * may get a per-token bias (OpenAI's logit_bias) and penalties on the tokens
+ * already generated (OpenAI's presence and frequency penalties, llama.cpp's
+ * repeat penalty). Every addition is off at its zero value, and then the
+ * sampler's path and output are exactly those without it. */
 #ifndef KVT_SAMPLER_H
 #define KVT_SAMPLER_H
 
@@ -13,6 +17,17 @@ typedef struct {
     int32_t top_k; /* keep the k most likely tokens; <= 0: all */
     float top_p;   /* keep the smallest set whose probability reaches p; >= 1: all */
     uint64_t seed; /* RNG seed; the same seed replays the same choices */
+    /* The history below is the tokens this sampler returned (not the prompt). */
+    float presence_penalty;  /* subtracted once from the logit of each token in the history (OpenAI); 0: off */
+    float frequency_penalty; /* subtracted from a token's logit once per occurrence in the history; 0: off */
+    float repeat_penalty;    /* llama.cpp's: a token in the history has a positive logit divided by it, a
+                                negative one multiplied; 0 or 1: off */
+    int32_t penalty_last_n;  /* the penalties look at the last N tokens of the history; <= 0: all of it */
+    float min_p;             /* drop tokens whose probability (at temperature 1) is below min_p times the
+                                most likely one's, after top-k; <= 0: off */
+    const int32_t *bias_id;  /* logit_bias: bias[i] is added to the logit of token bias_id[i] (ids outside */
+    const float *bias;       /* the vocabulary are skipped); copied by kvt_sampler_new */
+    int32_t n_bias;
 } kvt_sampler_params;
 
 kvt_sampler_params kvt_sampler_default_params(void);
@@ -23,8 +38,18 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab);
 void kvt_sampler_free(kvt_sampler *s);
 
 /* Picks a token from n_vocab logits (not modified). Deterministic given the
- * seed and the sequence of calls. Not thread-safe per sampler. */
+ * seed and the sequence of calls (the penalties' history is what earlier
+ * calls returned). Not thread-safe per sampler. */
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);
+
+/* Log-probabilities for OpenAI's logprobs, from the logits the sampler is
+ * given: log-softmax over all n_vocab logits at temperature 1, before any
+ * logit bias, penalty, temperature, top-k, min-p or top-p (the model's own
+ * distribution, as OpenAI reports it), computed in double (max-shifted log-sum-exp). *chosen_lp gets
+ * chosen's; top_id/top_lp[0..n_top) get the n_top most likely tokens, most
+ * likely first, ties to the lower id (n_top <= n_vocab; 0: none). */
+void kvt_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n_top, double *chosen_lp,
+                  int32_t *top_id, double *top_lp);
 
 /* Index of the largest logit, ties to the lowest index. */
 int32_t kvt_argmax(const float *logits, int32_t n);

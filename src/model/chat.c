@@ -92,16 +92,26 @@ static void push_reply(ids_buf *b, const char *text, kvt_chat_reply_fn lookup, v
 
 static int is_role(const kvt_chat_msg *m, const char *role) { return !strcmp(m->role, role); }
 
+/* A ChatML turn's header, "<|im_start|>ROLE\n", in three pieces. The
+ * generation header goes through here too, so it tokenizes exactly as the
+ * same header does once it is history: on a vocabulary without the ChatML
+ * specials (the fallback) the markup is plain text, and "<|im_start|>assistant\n"
+ * as one piece would tokenize differently from its three pieces, so the next
+ * turn's prompt would leave the cached reply behind at the header. */
+static void chatml_header(ids_buf *b, const char *role) {
+    push_text(b, "<|im_start|>", 1);
+    push_text(b, role, 0);
+    push_text(b, "\n", 1);
+}
+
 static void render_chatml(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
     for (size_t i = 0; i < n; i++) {
-        push_text(b, "<|im_start|>", 1);
-        push_text(b, msgs[i].role, 0);
-        push_text(b, "\n", 1);
+        chatml_header(b, msgs[i].role);
         if (is_role(&msgs[i], "assistant")) push_reply(b, msgs[i].content, lookup, ctx);
         else push_text(b, msgs[i].content, 0);
         push_text(b, "<|im_end|>\n", 1);
     }
-    push_text(b, "<|im_start|>assistant\n", 1);
+    chatml_header(b, "assistant");
 }
 
 static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {

@@ -12,6 +12,9 @@
 #include "common.h"
 
 #define MAX_TEMPERATURE 2.0
+#define MAX_PENALTY 2.0        /* presence and frequency penalties, as OpenAI bounds them */
+#define MAX_REPEAT_PENALTY 10.0
+#define MAX_LOGIT_BIAS 100.0
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
 #define UTF8_REPLACEMENT "\xEF\xBF\xBD"
 #define UTF8_REPLACEMENT_LEN 3
@@ -249,6 +252,184 @@ static int parse_stop(const cJSON *root, kvt_api_request *r, kvt_api_error *err)
     return 0;
 }
 
+/* Chat: "logprobs": bool and "top_logprobs": N (which needs logprobs, as
+ * OpenAI rules). Completions: "logprobs": N, the alternatives per token. */
+static int parse_logprobs(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    double d;
+    int has;
+    if (r->kind == KVT_API_COMPLETION) {
+        if (get_number(root, "logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, 1, &d, &has, err)) return -1;
+        r->logprobs = has;
+        r->top_logprobs = has ? (int32_t)d : 0;
+        return 0;
+    }
+    if (get_bool(root, "logprobs", &r->logprobs, err) ||
+        get_number(root, "top_logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, 1, &d, &has, err))
+        return -1;
+    if (has && d > 0 && !r->logprobs)
+        return kvt_api_errorf(err, 400, INVALID, "top_logprobs", "invalid_value",
+                              "'top_logprobs' needs 'logprobs' to be true");
+    r->top_logprobs = has ? (int32_t)d : 0;
+    return 0;
+}
+
+/* ---- the field audit ------------------------------------------------------ */
+
+/* Every request field OpenAI's and llama.cpp's clients send that kvtier does
+ * not read elsewhere, with what kvtier does with it. The rule for the whole
+ * API: a field that would change the output is honoured or rejected with a
+ * 400 naming it, never silently ignored. A field here is accepted at its
+ * neutral value (null, absent, or the value that changes nothing) and
+ * rejected at any other; AUDIT_ACCEPT fields never change the output. The
+ * table in README.md's Server section lists the same, with the honoured ones. */
+typedef enum {
+    AUDIT_ACCEPT,   /* does not change the output: accepted and ignored */
+    AUDIT_NUMBER,   /* a number equal to neutral */
+    AUDIT_FALSE,    /* false */
+    AUDIT_EMPTY,    /* "", [] or {} */
+    AUDIT_STRINGS,  /* one of the comma-separated strings in allowed */
+    AUDIT_NULL,     /* null (or absent) only */
+    AUDIT_TEXT_FORMAT, /* response_format {"type": "text"} */
+    AUDIT_TEXT_MODALITY, /* modalities ["text"] */
+} audit_rule;
+
+typedef struct {
+    const char *name;
+    audit_rule rule;
+    double neutral;      /* AUDIT_NUMBER */
+    const char *allowed; /* AUDIT_STRINGS; also how the message names the neutral value */
+} audit_field;
+
+static const audit_field AUDIT[] = {
+    /* the output does not depend on these */
+    {"user", AUDIT_ACCEPT, 0, NULL},
+    {"metadata", AUDIT_ACCEPT, 0, NULL},
+    {"store", AUDIT_ACCEPT, 0, NULL},
+    {"service_tier", AUDIT_ACCEPT, 0, NULL},
+    {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
+    {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
+    {"prediction", AUDIT_ACCEPT, 0, NULL},          /* predicted outputs speed up; the output stays the same */
+    {"parallel_tool_calls", AUDIT_ACCEPT, 0, NULL}, /* means nothing without tools, which are refused */
+    {"cache_prompt", AUDIT_ACCEPT, 0, NULL},        /* llama.cpp: kvtier always caches */
+    /* not supported yet: refused unless neutral */
+    {"best_of", AUDIT_NUMBER, 1, "1"},
+    {"echo", AUDIT_FALSE, 0, "false"},
+    {"suffix", AUDIT_EMPTY, 0, "\"\""},
+    {"typical_p", AUDIT_NUMBER, 1, "1"},
+    {"tfs_z", AUDIT_NUMBER, 1, "1"},
+    {"mirostat", AUDIT_NUMBER, 0, "0"},
+    {"dynatemp_range", AUDIT_NUMBER, 0, "0"},
+    {"xtc_probability", AUDIT_NUMBER, 0, "0"},
+    {"dry_multiplier", AUDIT_NUMBER, 0, "0"},
+    {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
+    {"tools", AUDIT_EMPTY, 0, "[]"},
+    {"tool_choice", AUDIT_STRINGS, 0, "none,auto"},
+    {"functions", AUDIT_EMPTY, 0, "[]"},
+    {"function_call", AUDIT_STRINGS, 0, "none,auto"},
+    {"response_format", AUDIT_TEXT_FORMAT, 0, "{\"type\": \"text\"}"},
+    {"grammar", AUDIT_EMPTY, 0, "\"\""},
+    {"json_schema", AUDIT_EMPTY, 0, "{}"},
+    {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]"},
+    {"audio", AUDIT_NULL, 0, "null"},
+    {"reasoning_effort", AUDIT_NULL, 0, "null"},
+    {"verbosity", AUDIT_NULL, 0, "null"},
+    {"web_search_options", AUDIT_NULL, 0, "null"},
+};
+
+static int audit_neutral(const audit_field *f, const cJSON *v) {
+    switch (f->rule) {
+    case AUDIT_ACCEPT: return 1;
+    case AUDIT_NUMBER: return cJSON_IsNumber(v) && v->valuedouble == f->neutral;
+    case AUDIT_FALSE: return cJSON_IsFalse(v);
+    case AUDIT_EMPTY:
+        return (cJSON_IsString(v) && !*v->valuestring) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child);
+    case AUDIT_STRINGS: {
+        if (!cJSON_IsString(v)) return 0;
+        size_t n = strlen(v->valuestring);
+        for (const char *p = f->allowed; *p;) {
+            size_t l = strcspn(p, ",");
+            if (l == n && !strncmp(p, v->valuestring, n)) return 1;
+            p += l + (p[l] == ',');
+        }
+        return 0;
+    }
+    case AUDIT_NULL: return 0;
+    case AUDIT_TEXT_FORMAT: {
+        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+        return cJSON_IsString(t) && !strcmp(t->valuestring, "text");
+    }
+    case AUDIT_TEXT_MODALITY:
+        return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child) &&
+               !strcmp(v->child->valuestring, "text");
+    }
+    return 0;
+}
+
+/* A 400 naming the first field of AUDIT that is present and not neutral. */
+static int audit_fields(const cJSON *root, kvt_api_error *err) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(AUDIT); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, AUDIT[i].name);
+        if (!v || cJSON_IsNull(v) || audit_neutral(&AUDIT[i], v)) continue;
+        const char *name = AUDIT[i].name; /* static: err->param may keep it */
+        return kvt_api_errorf(err, 400, INVALID, name, "unsupported_parameter",
+                              "'%s' is not supported yet: kvtier would ignore it and the output would differ from what "
+                              "it asks; leave it out or send null or %s",
+                              name, AUDIT[i].allowed);
+    }
+    return 0;
+}
+
+/* presence_penalty, frequency_penalty (OpenAI), repeat_penalty, penalty_last_n
+ * and min_p (llama.cpp) and logit_bias {"id": bias} (OpenAI). */
+static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
+    double d;
+    int has;
+    r->repeat_penalty = 1.0f;
+    if (get_number(root, "presence_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
+    if (has) r->presence_penalty = (float)d;
+    if (get_number(root, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
+    if (has) r->frequency_penalty = (float)d;
+    if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, 0, &d, &has, err)) return -1;
+    if (has) {
+        if (d <= 0)
+            return kvt_api_errorf(err, 400, INVALID, "repeat_penalty", "invalid_value", "'repeat_penalty' must be above 0");
+        r->repeat_penalty = (float)d;
+    }
+    if (get_number(root, "min_p", 0, 1, 0, &d, &has, err)) return -1;
+    if (has) r->min_p = (float)d;
+    if (get_number(root, "penalty_last_n", -1, INT32_MAX, 1, &d, &has, err)) return -1;
+    if (has && d == 0) { /* llama.cpp: a window of 0 tokens turns the penalties off */
+        r->presence_penalty = r->frequency_penalty = 0;
+        r->repeat_penalty = 1;
+    }
+    if (has && d > 0) r->penalty_last_n = (int32_t)d;
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb))
+        return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_type",
+                              "'logit_bias' must be an object of token ids to biases");
+    int n = cJSON_GetArraySize(lb);
+    if (n > KVT_API_MAX_LOGIT_BIAS)
+        return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value", "'logit_bias' has more than %d entries",
+                              KVT_API_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
+    r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        char *end;
+        long id = strtol(e->string, &end, 10);
+        if (end == e->string || *end || id < 0 || id >= n_vocab)
+            return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
+                                  "'logit_bias' keys must be token ids in [0, %d)", n_vocab);
+        if (!cJSON_IsNumber(e) || !(fabs(e->valuedouble) <= MAX_LOGIT_BIAS))
+            return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
+                                  "'logit_bias' values must be numbers in [-100, 100]");
+        r->bias_id[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)e->valuedouble;
+    }
+    return 0;
+}
+
 static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
                       kvt_api_request *r, kvt_api_error *err) {
     if (!cJSON_IsObject(root))
@@ -260,6 +441,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         r->model = kvt_xstrdup(model->valuestring);
     }
     if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err)) return -1;
+    if (audit_fields(root, err)) return -1;
 
     double d;
     int has, has2;
@@ -269,6 +451,10 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         get_number(root, "max_completion_tokens", 1, max_tokens_limit, 1, &mct, &has2, err))
         return -1;
     r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
+    /* llama.cpp's name for it, read when neither OpenAI name is given; -1 there means "no limit" */
+    double np = 0;
+    if (!r->max_tokens && get_number(root, "n_predict", -1, max_tokens_limit, 1, &np, &has, err)) return -1;
+    if (!r->max_tokens && has && np > 0) r->max_tokens = (int32_t)np;
     r->temperature = 1.0f;
     if (get_number(root, "temperature", 0, MAX_TEMPERATURE, 0, &d, &has, err)) return -1;
     if (has) r->temperature = (float)d;
@@ -282,6 +468,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (has) r->top_k = d < 0 ? 0 : (int32_t)d;
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
+    if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
     if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
     if (has && d != 1)
         return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
@@ -468,6 +655,8 @@ void kvt_api_request_free(kvt_api_request *r) {
     free(r->msgs);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->cache_salt);
+    free(r->bias_id);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }
 
@@ -528,8 +717,82 @@ static void add_reason(cJSON *o, const char *finish_reason) {
     else cJSON_AddNullToObject(o, "finish_reason");
 }
 
+/* A token's text for logprobs: its bytes (control tokens as their text),
+ * malloc'd into *bytes (*n of them), and as a valid UTF-8 string (returned). */
+static char *token_text(const kvt_tokenizer *t, int32_t id, char **bytes, size_t *n) {
+    char small[64];
+    int len = kvt_token_piece(t, id, small, sizeof small, 1);
+    if (len < 0) len = 0;
+    *bytes = kvt_xmalloc((size_t)len + 1);
+    if ((size_t)len <= sizeof small) memcpy(*bytes, small, (size_t)len);
+    else kvt_token_piece(t, id, *bytes, (size_t)len, 1);
+    *n = (size_t)len;
+    return kvt_utf8_sanitize(*bytes, *n, NULL);
+}
+
+/* {"token", "logprob", "bytes"} of one token (chat's shape). */
+static cJSON *chat_token(const kvt_tokenizer *t, int32_t id, double logprob) {
+    char *bytes;
+    size_t n;
+    char *text = token_text(t, id, &bytes, &n);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", text);
+    cJSON_AddNumberToObject(o, "logprob", logprob);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)bytes[i]));
+    free(text);
+    free(bytes);
+    return o;
+}
+
+static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
+    if (!lp) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    if (kind == KVT_API_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = 0; i < lp->n; i++) {
+            const kvt_api_logprob *it = &lp->items[i];
+            cJSON *e = chat_token(lp->tok, it->id, it->logprob);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int32_t k = 0; k < it->n_top; k++)
+                cJSON_AddItemToArray(top, chat_token(lp->tok, it->top_id[k], it->top_logprob[k]));
+            cJSON_AddItemToArray(content, e);
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return o;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    size_t off = lp->text_offset;
+    for (size_t i = 0; i < lp->n; i++) {
+        const kvt_api_logprob *it = &lp->items[i];
+        char *bytes;
+        size_t n;
+        char *text = token_text(lp->tok, it->id, &bytes, &n);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(text));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(it->logprob));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += n;
+        free(text);
+        free(bytes);
+        cJSON *top = cJSON_CreateObject();
+        for (int32_t k = 0; k < it->n_top; k++) {
+            char *tb;
+            size_t tn;
+            char *tt = token_text(lp->tok, it->top_id[k], &tb, &tn);
+            cJSON_AddNumberToObject(top, tt, it->top_logprob[k]);
+            free(tt);
+            free(tb);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    return o;
+}
+
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u) {
+                            const kvt_api_usage *u, const kvt_api_logprobs *lp) {
     cJSON *o = head_obj(h, 0);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -541,7 +804,7 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
@@ -550,7 +813,7 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
 }
 
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
-                         const kvt_api_usage *u) {
+                         const kvt_api_usage *u, const kvt_api_logprobs *lp) {
     cJSON *o = head_obj(h, 1);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -566,7 +829,7 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
     } else {
         cJSON_AddStringToObject(c, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
     if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
@@ -595,15 +858,22 @@ char *kvt_api_error_json(const kvt_api_error *e) {
     return print_free(o);
 }
 
-char *kvt_api_models_json(const char *model_id, int64_t created) {
+char *kvt_api_models_json(const kvt_api_model_info *mi) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", model_id);
+    cJSON_AddStringToObject(m, "id", mi->id);
     cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddNumberToObject(m, "created", (double)mi->created);
     cJSON_AddStringToObject(m, "owned_by", "kvtier");
+    cJSON_AddNumberToObject(m, "context_length", mi->n_ctx);
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx", mi->n_ctx);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", mi->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_vocab", mi->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_embd", mi->n_embd);
+    cJSON_AddNumberToObject(meta, "n_params", (double)mi->n_params);
     cJSON_AddItemToArray(data, m);
     return print_free(o);
 }

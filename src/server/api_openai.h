@@ -19,6 +19,8 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
 #define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
 #define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
+#define KVT_API_MAX_LOGIT_BIAS 1024 /* logit_bias entries at most */
+#define KVT_API_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
 
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
@@ -48,12 +50,23 @@ typedef struct {
     float temperature;       /* default 1 */
     float top_p;             /* default 1 */
     int32_t top_k;           /* 0 = off */
+    float min_p;             /* 0 = off */
+    float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
+    float repeat_penalty;    /* llama.cpp's; 1 = off */
+    int32_t penalty_last_n;  /* llama.cpp's: the penalties see the last N generated tokens; 0 = all */
+    int32_t *bias_id;        /* logit_bias: n_bias token ids and their biases in [-100, 100] */
+    float *bias;
+    int32_t n_bias;
     uint64_t seed;
     int has_seed;
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
     int ignore_eos;          /* llama.cpp extension: do not stop at end-of-generation tokens */
+    int logprobs;            /* return each generated token's logprob (chat: logprobs true; completions:
+                                "logprobs": N given) */
+    int32_t top_logprobs;    /* ... and the N most likely alternatives (chat: top_logprobs; completions:
+                                logprobs), 0..KVT_API_MAX_TOP_LOGPROBS */
     char *cache_salt;        /* NULL if absent or empty */
     kvt_api_session session; /* the "kvtier" object */
 } kvt_api_request;
@@ -73,8 +86,12 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
- * above max_tokens_limit is an error. Unknown fields are ignored, as OpenAI
- * clients send many.
+ * above max_tokens_limit is an error. The fields OpenAI's and llama.cpp's
+ * clients send that kvtier does not support yet (tools, response_format,
+ * echo, best_of, mirostat, ...) are a 400 naming them unless they hold
+ * their neutral value, so none that would change the output is silently
+ * ignored (the audit table in api_openai.c and README.md); other unknown
+ * fields are ignored, as OpenAI clients send many.
  *
  * Memory stays proportional to what a valid request can use: before anything
  * is parsed, a pass over the raw text rejects a prompt of n_ctx or more token
@@ -115,6 +132,26 @@ typedef struct {
     const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
 } kvt_api_usage;
 
+/* One generated token's log-probability and its most likely alternatives
+ * (kvt_logprobs: log-softmax of the sampler's logits in double). */
+typedef struct {
+    int32_t id;
+    double logprob;
+    int32_t n_top;
+    int32_t top_id[KVT_API_MAX_TOP_LOGPROBS];
+    double top_logprob[KVT_API_MAX_TOP_LOGPROBS];
+} kvt_api_logprob;
+
+/* The logprobs of a response or chunk: items[0..n) in generation order. The
+ * tokenizer gives each token's text. text_offset (completions) is the byte
+ * offset of items[0]'s text in the whole completion. */
+typedef struct {
+    const kvt_api_logprob *items;
+    size_t n;
+    const kvt_tokenizer *tok;
+    size_t text_offset;
+} kvt_api_logprobs;
+
 /* Identity of one response, shared by its chunks. Strings borrowed. */
 typedef struct {
     kvt_api_kind kind;
@@ -124,18 +161,33 @@ typedef struct {
 } kvt_api_head;
 
 /* The JSON of responses, malloc'd NUL-terminated strings the caller frees.
- * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). */
+ * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). lp NULL:
+ * "logprobs": null; else OpenAI's shape for the kind: chat {"content":
+ * [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]},
+ * completions {tokens, token_logprobs, top_logprobs: [{token: logprob}],
+ * text_offset}. */
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u);
+                            const kvt_api_usage *u, const kvt_api_logprobs *lp);
 /* One streaming chunk. role_only: the chat opener (delta {role, content:""}).
  * finish_reason non-NULL marks the last choice chunk, which also carries the
  * "kvtier" cache report from u (u may be NULL otherwise). */
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
-                         const kvt_api_usage *u);
+                         const kvt_api_usage *u, const kvt_api_logprobs *lp);
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
 char *kvt_api_error_json(const kvt_api_error *e);
-char *kvt_api_models_json(const char *model_id, int64_t created);
+/* What /v1/models says of the served model. Strings borrowed. */
+typedef struct {
+    const char *id;
+    int64_t created;
+    int32_t n_ctx;           /* the context a request may use (prompt + generated) */
+    int32_t n_ctx_train, n_vocab, n_embd;
+    uint64_t n_params;
+} kvt_api_model_info;
+
+/* The model list: one model with context_length and a "meta" object
+ * (n_ctx, n_ctx_train, n_vocab, n_embd, n_params; llama-server's names). */
+char *kvt_api_models_json(const kvt_api_model_info *m);
 
 /* Copies in[0..n) to a malloc'd NUL-terminated string of valid UTF-8: each
  * invalid or truncated sequence and each NUL byte becomes U+FFFD, so the text

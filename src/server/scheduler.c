@@ -37,6 +37,9 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->salt);
     free(r->text);
+    free(r->lp);
+    free(r->bias_id);
+    free(r->bias);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -210,6 +213,19 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     if (!r->ignore_eos && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
+    }
+    if (r->logprobs) {
+        /* from the logits the sampler just saw: the model's distribution, before temperature and filters */
+        kvt_api_logprob e = {.id = tok, .n_top = r->top_logprobs};
+        kvt_logprobs(logits, s->n_vocab, tok, KVT_MIN(r->top_logprobs, s->n_vocab), &e.logprob, e.top_id,
+                     e.top_logprob);
+        pthread_mutex_lock(&s->mu);
+        if (r->n_lp == r->cap_lp) {
+            r->cap_lp = r->cap_lp ? 2 * r->cap_lp : LOGPROBS_INIT;
+            r->lp = kvt_xrealloc(r->lp, r->cap_lp * sizeof *r->lp);
+        }
+        r->lp[r->n_lp++] = e;
+        pthread_mutex_unlock(&s->mu);
     }
     sl->toks[sl->n_toks++] = tok;
     char small[PIECE_INIT];

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -19,7 +20,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_llama.h"
 #include "common.h"
+#include "kv_quant.h"
 
 kvt_server_params kvt_server_default_params(void) {
     kvt_server_params p = {.host = "127.0.0.1",
@@ -48,7 +51,10 @@ typedef enum {
     R_MODELS,
     R_HEALTH,
     R_METRICS,
-    R_CACHE_PIN,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_PROPS,
+    R_CACHE_PIN, /* the admin routes last: handle_admin serves from here on */
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
     R_CACHE_FLUSH,
@@ -64,6 +70,9 @@ static const struct {
     {"/v1/models", "GET", "models", R_MODELS},
     {"/health", "GET", "health", R_HEALTH},
     {"/metrics", "GET", "metrics", R_METRICS},
+    {"/tokenize", "POST", "tokenize", R_TOKENIZE},
+    {"/detokenize", "POST", "detokenize", R_DETOKENIZE},
+    {"/props", "GET", "props", R_PROPS},
     {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN},
     {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN},
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
@@ -108,8 +117,31 @@ static conn_state *current(struct MHD_Connection *c) {
     return x ? x->cur : NULL;
 }
 
-/* Notes the status a response carries for the access log, and echoes the request id. */
-static void note_response(struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+/* The Access-Control-Allow-Origin value for c's request: "*" when --cors-origin
+ * allows any, the request's Origin when it is one of those allowed, else NULL
+ * (no CORS headers: the browser then keeps the answer from the page). */
+static const char *cors_allow(const kvt_server *s, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    for (size_t i = 0; i < s->p.n_cors_origins; i++) {
+        if (!strcmp(s->p.cors_origins[i], "*")) return "*";
+        if (origin && !strcmp(origin, s->p.cors_origins[i])) return s->p.cors_origins[i];
+    }
+    return NULL;
+}
+
+static void add_cors(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
+    const char *allow = cors_allow(s, c);
+    if (!allow) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
+    /* a named origin makes the answer differ by Origin: caches must key on it */
+    if (strcmp(allow, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", REQUEST_ID_HEADER);
+}
+
+/* Notes the status a response carries for the access log, echoes the request
+ * id, and adds the CORS headers an allowed origin gets. */
+static void note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+    add_cors(s, c, resp);
     conn_state *cs = current(c);
     if (!cs) return;
     cs->status = status;
@@ -125,7 +157,7 @@ static enum MHD_Result send_text(kvt_server *s, struct MHD_Connection *c, const 
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h_name) MHD_add_response_header(resp, h_name, h_value);
-    note_response(c, resp, status);
+    note_response(s, c, resp, status);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     kvt_metrics_count_request(s->metrics, label, status);
@@ -188,7 +220,10 @@ static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
 typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY } access_rule;
 
 static access_rule access_of(const kvt_server *s, const char *url) {
-    if (!strncmp(url, "/v1/", 4)) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    /* /tokenize, /detokenize and /props are the tenants' API too (llama-server's paths) */
+    if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
+        !strcmp(url, "/props"))
+        return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     if (!strcmp(url, "/metrics"))
         return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     return ACCESS_OPEN;
@@ -287,16 +322,33 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     r->n_prompt = (int32_t)n;
     int32_t room = s->n_ctx - r->n_prompt;
     /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat */
-    int32_t want = a->max_tokens ? a->max_tokens
+    int32_t want = a->max_tokens           ? a->max_tokens
+                   : s->p.default_max_tokens ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
                    : a->kind == KVT_API_CHAT ? s->p.max_tokens_limit
                                              : KVT_MIN(16, s->p.max_tokens_limit);
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
     r->ignore_eos = a->ignore_eos;
+    r->logprobs = a->logprobs;
+    r->top_logprobs = a->top_logprobs;
     r->session = a->session;
     r->sp.temp = a->temperature;
     r->sp.top_p = a->top_p;
     r->sp.top_k = a->top_k;
+    r->sp.min_p = a->min_p;
+    r->sp.presence_penalty = a->presence_penalty;
+    r->sp.frequency_penalty = a->frequency_penalty;
+    r->sp.repeat_penalty = a->repeat_penalty;
+    r->sp.penalty_last_n = a->penalty_last_n;
+    if (a->n_bias) {
+        r->bias_id = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias_id);
+        r->bias = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias);
+        memcpy(r->bias_id, a->bias_id, (size_t)a->n_bias * sizeof *r->bias_id);
+        memcpy(r->bias, a->bias, (size_t)a->n_bias * sizeof *r->bias);
+        r->sp.bias_id = r->bias_id;
+        r->sp.bias = r->bias;
+        r->sp.n_bias = a->n_bias;
+    }
     pthread_mutex_lock(&s->mu);
     uint64_t id = s->next_id++;
     pthread_mutex_unlock(&s->mu);
@@ -351,6 +403,8 @@ typedef struct {
     char *buf;              /* SSE bytes not yet handed to MHD */
     size_t len, off, cap;
     size_t sent;            /* bytes of r->text already turned into events */
+    size_t lp_sent;         /* logprob entries already sent */
+    size_t lp_offset;       /* completions: text bytes those entries stand for */
     int opened, finished;
 } stream_state;
 
@@ -373,7 +427,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         st->off = st->len = 0;
         kvt_api_head h = head_of(s, r);
-        if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL));
+        if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL, NULL));
         st->opened = 1;
         pthread_mutex_lock(&s->mu);
         while (!r->done && r->text_len == st->sent && st->len == 0) {
@@ -394,10 +448,24 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             memcpy(delta, r->text + st->sent, r->text_len - st->sent + 1);
             st->sent = r->text_len;
         }
+        /* the logprobs published since the last event ride with this one (the engine appends only) */
+        kvt_api_logprob *lps = NULL;
+        size_t n_lps = 0;
+        if (r->logprobs && r->n_lp > st->lp_sent) {
+            n_lps = r->n_lp - st->lp_sent;
+            lps = kvt_xmalloc(n_lps * sizeof *lps);
+            memcpy(lps, r->lp + st->lp_sent, n_lps * sizeof *lps);
+            st->lp_sent = r->n_lp;
+        }
         int done = r->done;
         pthread_mutex_unlock(&s->mu);
-        if (delta) sse_event(st, kvt_api_chunk_json(&h, delta, 0, NULL, NULL));
+        kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = st->lp_offset};
+        char piece[PIECE_INIT]; /* the length is all that is wanted here */
+        for (size_t i = 0; i < n_lps; i++)
+            st->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[i].id, piece, sizeof piece, 1), 0);
+        if (delta || n_lps) sse_event(st, kvt_api_chunk_json(&h, delta ? delta : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
         free(delta);
+        free(lps);
         if (done) {
             /* done is final: the engine no longer writes r */
             if (r->err_status) {
@@ -406,7 +474,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                                NULL, NULL, "%s", r->err_msg);
                 sse_event(st, kvt_api_error_json(&e));
             } else {
-                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage));
+                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL));
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
             st->cs->usage = r->usage;
@@ -473,7 +541,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        note_response(c, resp, MHD_HTTP_OK);
+        note_response(s, c, resp, MHD_HTTP_OK);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         kvt_metrics_count_request(s->metrics, cs->label, MHD_HTTP_OK);
@@ -507,8 +575,11 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
                          RETRY_AFTER_S);
     } else {
         kvt_api_head h = head_of(s, r);
+        kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                        kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage), NULL, NULL);
+                        kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage,
+                                              r->logprobs ? &lp : NULL),
+                        NULL, NULL);
     }
     kvt_srv_req_unref(s, r);
     return ret;
@@ -575,6 +646,35 @@ done:
     return ret;
 }
 
+/* POST /tokenize and /detokenize: the tokenizer is immutable, so the handler thread answers. */
+static enum MHD_Result handle_tokenize(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    kvt_api_error err;
+    const char *body = cs->body ? cs->body : "";
+    char *json = cs->r == R_TOKENIZE ? kvt_api_tokenize(s->tok, body, cs->len, &err)
+                                     : kvt_api_detokenize(s->tok, body, cs->len, &err);
+    if (!json) return send_error(s, c, cs->label, &err, NULL, NULL);
+    return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+}
+
+/* A CORS preflight (OPTIONS with --cors-origin): 204 with what the browser may
+ * send. An origin not allowed gets no Allow-Origin, so the browser refuses. */
+static enum MHD_Result send_preflight(kvt_server *s, struct MHD_Connection *c, const char *label) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    if (cors_allow(s, c)) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", CORS_METHODS);
+        const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        /* echo the headers asked for: the key, the content type and kvtier's own are all fine to send */
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : CORS_HEADERS);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE_S);
+    }
+    note_response(s, c, resp, MHD_HTTP_NO_CONTENT);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    kvt_metrics_count_request(s->metrics, label, MHD_HTTP_NO_CONTENT);
+    return ret;
+}
+
 static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     if (cs->r == R_HEALTH) {
         char *b = kvt_xmalloc(128);
@@ -584,9 +684,28 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
         pthread_mutex_unlock(&s->mu);
         return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", b, NULL, NULL);
     }
-    if (cs->r == R_MODELS)
-        return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                         kvt_api_models_json(s->p.model_id, (int64_t)time(NULL)), NULL, NULL);
+    const kvt_hparams *hp = &s->model->hp;
+    if (cs->r == R_MODELS) {
+        kvt_api_model_info mi = {.id = s->p.model_id, .created = (int64_t)time(NULL), .n_ctx = s->n_ctx,
+                                 .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab, .n_embd = hp->n_embd,
+                                 .n_params = s->model->n_params};
+        return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_models_json(&mi), NULL, NULL);
+    }
+    if (cs->r == R_PROPS) {
+        kvt_engine_params ep = kvt_engine_params_of(s->e);
+        kvt_api_props p = {.model_id = s->p.model_id, .model_path = s->model->path, .arch = hp->arch_name,
+                           .n_ctx = s->n_ctx, .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab,
+                           .n_embd = hp->n_embd, .n_layer = hp->n_layer, .n_params = s->model->n_params,
+                           .block_size = s->block, .parallel = s->p.parallel,
+                           .chat_family = kvt_chat_family_name(s->p.chat), .chat_template = s->model->chat_template,
+                           .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype), .max_tokens_default = s->p.max_tokens_limit};
+        pthread_mutex_lock(&s->mu);
+        p.tier_budget_bytes[KVT_TIER_T0] = (uint64_t)s->snap.t0_pages_total * kvt_page_bytes(s->e);
+        p.tier_budget_bytes[KVT_TIER_T1] = s->snap.t1_budget_bytes;
+        p.tier_budget_bytes[KVT_TIER_T2] = s->snap.t2_budget_bytes;
+        pthread_mutex_unlock(&s->mu);
+        return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_props_json(&p), NULL, NULL);
+    }
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
                             .parallel = s->p.parallel,
                             .inflight_body_bytes = kvt_http_guard_held(s->guard),
@@ -666,6 +785,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
         const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
+        /* a CORS preflight carries no key (browsers never send one), so it is answered before the key check */
+        if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return send_preflight(s, c, label);
         /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
         const char *key = NULL;
         access_rule rule = access_of(s, url);
@@ -678,7 +799,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (i == KVT_ARRAY_LEN(routes))
             return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/v1/cache/{pin,unpin,prefetch,flush,stats}, /health and /metrics");
+                               "/v1/cache/{pin,unpin,prefetch,flush,stats}, /tokenize, /detokenize, /props, "
+                               "/health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
@@ -734,6 +856,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
     if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
+    if (cs->r == R_TOKENIZE || cs->r == R_DETOKENIZE) return handle_tokenize(s, c, cs);
     if (cs->r >= R_CACHE_PIN) return handle_admin(s, c, cs);
     return handle_get(s, c, cs);
 }
@@ -793,6 +916,43 @@ static void server_free(kvt_server *s) {
     free(s);
 }
 
+/* The address to bind for host (IPv4, IPv6 with or without brackets, or a
+ * name) and port. A name resolves with getaddrinfo and its first IPv4 address
+ * wins, so "localhost" stays 127.0.0.1 as before; a name with only IPv6
+ * addresses binds the first. Returns 0 or KVT_EARG with kvt_errmsg(). */
+static int resolve_host(const char *host, int port, struct sockaddr_storage *out, int *v6) {
+    char name[HOST_MAX];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') { /* [::1], as URLs write IPv6 */
+        host++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof name) return kvt_fail(KVT_EARG, "--host '%s' is not an address or host name", host);
+    memcpy(name, host, n);
+    name[n] = 0;
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(name, port_s, &hints, &res);
+    if (rc) return kvt_fail(KVT_EARG, "--host '%s': %s", name, gai_strerror(rc));
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == AF_INET) pick = a;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == AF_INET6) pick = a;
+    if (!pick) {
+        freeaddrinfo(res);
+        return kvt_fail(KVT_EARG, "--host '%s' has no IPv4 or IPv6 address", name);
+    }
+    memset(out, 0, sizeof *out);
+    memcpy(out, pick->ai_addr, pick->ai_addrlen);
+    *v6 = pick->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    return 0;
+}
+
 int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const kvt_server_params *params,
                      kvt_server **out) {
     *out = NULL;
@@ -804,9 +964,9 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
         return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
                         (unsigned long long)params->max_inflight_bytes, params->max_body);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)params->port)};
-    if (inet_pton(AF_INET, params->host, &addr.sin_addr) != 1)
-        return kvt_fail(KVT_EARG, "--host expects an IPv4 address such as 127.0.0.1, got '%s'", params->host);
+    struct sockaddr_storage addr;
+    int v6 = 0;
+    if (resolve_host(params->host, params->port, &addr, &v6)) return KVT_EARG; /* kvt_errmsg() says why */
     kvt_server *s = kvt_xcalloc(1, sizeof *s);
     s->p = *params;
     s->model = model;
@@ -837,8 +997,11 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     }
 
     /* ITC: MHD_quiesce_daemon needs it in this threading mode */
-    s->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                  MHD_USE_ITC,
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    /* MHD binds IPv6 only when told; "::" also takes IPv4 clients (dual stack) */
+    if (v6) flags |= IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&addr)->sin6_addr) ? MHD_USE_DUAL_STACK
+                                                                                         : MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags,
                               0, NULL,
                               NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
@@ -853,6 +1016,11 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : params->port;
+    char num[INET6_ADDRSTRLEN];
+    const void *raw = v6 ? (const void *)&((struct sockaddr_in6 *)&addr)->sin6_addr
+                         : (const void *)&((struct sockaddr_in *)&addr)->sin_addr;
+    if (!inet_ntop(v6 ? AF_INET6 : AF_INET, raw, num, sizeof num)) snprintf(num, sizeof num, "?");
+    snprintf(s->address, sizeof s->address, v6 ? "[%s]" : "%s", num);
     if (pthread_create(&s->engine_thread, NULL, kvt_srv_engine_main, s)) {
         MHD_stop_daemon(s->mhd);
         server_free(s);
@@ -863,6 +1031,8 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 }
 
 int kvt_server_port(const kvt_server *s) { return s->port; }
+
+const char *kvt_server_address(const kvt_server *s) { return s->address; }
 
 void kvt_server_quiesce(kvt_server *s) {
     pthread_mutex_lock(&s->mu);

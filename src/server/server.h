@@ -28,6 +28,9 @@
  * SCHED_MAX_SKIPS times goes next. The request at the head of the queue has
  * its cached prefix restored from T1/T2 into free pages while it waits.
  *
+ * llama-server's extras. POST /tokenize and /detokenize, GET /props (behind
+ * the API key when one is set), and CORS for browser clients (--cors-origin).
+ *
  * Admin. /v1/cache/pin, /unpin, /prefetch, /flush and GET /v1/cache/stats
  * (behind the API key when one is set) run as jobs on the engine thread. */
 #ifndef KVT_SERVER_H
@@ -53,7 +56,8 @@
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
 
 typedef struct {
-    const char *host;           /* IPv4 address to bind; "127.0.0.1" by default */
+    const char *host;           /* address to bind: IPv4, IPv6 ("::1" or "[::1]") or a host name resolved
+                                   with getaddrinfo (an IPv4 address preferred); "127.0.0.1" by default */
     int port;                   /* 0 = any free port (see kvt_server_port) */
     int32_t parallel;           /* sequences decoded together (engine max_seqs must be >= this) */
     int32_t queue;              /* requests waiting for a slot at most */
@@ -61,6 +65,7 @@ typedef struct {
     uint64_t max_inflight_bytes; /* body bytes held by all requests in flight at most (503 + Retry-After
                                     above); at least max_body */
     int32_t max_tokens_limit;   /* max_tokens a request may ask for */
+    int32_t default_max_tokens; /* max_tokens of a request that gives none (-n); 0: OpenAI's defaults */
     int32_t prefill_chunk;      /* prompt tokens per engine step for one sequence */
     unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */
     unsigned request_timeout_s; /* a connection must deliver each request's headers and body within this,
@@ -73,6 +78,9 @@ typedef struct {
     kvt_chat_family chat;       /* template for /v1/chat/completions */
     const char *model_id;       /* name in /v1/models and responses (borrowed) */
     double session_keep_warm_s; /* keep-warm time of a named session that gives none (0: off) */
+    const char *const *cors_origins; /* n_cors_origins browser origins allowed (borrowed); "*" allows any.
+                                        None: no CORS headers and OPTIONS is 405 */
+    size_t n_cors_origins;
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);
@@ -89,6 +97,9 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 
 /* The port actually bound. */
 int kvt_server_port(const kvt_server *s);
+/* The address bound, numeric, as a URL writes it ("127.0.0.1", "[::1]");
+ * valid until kvt_server_stop. */
+const char *kvt_server_address(const kvt_server *s);
 
 /* Begins a graceful drain: new connections are refused (the listening socket
  * closes) and requests arriving on open connections get 503 + Retry-After,

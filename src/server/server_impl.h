@@ -32,6 +32,7 @@
 #define REPLY_MAP_ENTRIES 4096      /* replies remembered for the next chat turn */
 #define REPLY_MAX_IDS 65536         /* longer replies are not remembered */
 #define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
+#define LOGPROBS_INIT 16            /* logprob entries of a request, grown as needed */
 #define ID_LEN 64
 #define BEARER "Bearer "
 #define SESSION_HEADER "X-Session-Id"
@@ -52,6 +53,10 @@
 #define ACCESS_PATH_MAX 128         /* bytes of a path in the access log */
 #define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
 #define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
+#define HOST_MAX 256                /* bytes of a --host name or address */
+#define CORS_METHODS "GET, POST, OPTIONS"
+#define CORS_HEADERS "Authorization, Content-Type, X-Session-Id, X-Request-Id"
+#define CORS_MAX_AGE_S "600"        /* how long a browser may reuse a preflight's answer */
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -63,8 +68,12 @@ typedef struct srv_req {
     int64_t created;
     int32_t *prompt;
     int32_t n_prompt, max_tokens;
-    kvt_sampler_params sp;
+    kvt_sampler_params sp;     /* sp.bias_id and sp.bias point at bias_id and bias */
+    int32_t *bias_id;          /* logit_bias (owned) */
+    float *bias;
     int ignore_eos;            /* llama.cpp's extension: generate past end-of-generation tokens */
+    int logprobs;              /* record each generated token's logprob ... */
+    int32_t top_logprobs;      /* ... and this many alternatives */
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     unsigned char *salt;
@@ -78,6 +87,8 @@ typedef struct srv_req {
     /* published by the engine thread, under s->mu */
     char *text;                /* valid UTF-8 emitted so far */
     size_t text_len, text_cap;
+    kvt_api_logprob *lp;       /* one per generated token when logprobs (n_lp of cap_lp) */
+    size_t n_lp, cap_lp;
     int done, cancelled;
     const char *finish_reason; /* "stop" / "length" */
     int err_status;            /* 0 or the HTTP status of a failure */
@@ -136,6 +147,7 @@ struct kvt_server {
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;
     int port;
+    char address[HOST_MAX];    /* the bound address, numeric, IPv6 in brackets */
     pthread_t engine_thread;
     pthread_mutex_t mu;
     pthread_cond_t engine_cv;

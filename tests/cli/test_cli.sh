@@ -16,6 +16,7 @@ expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
   local rc=$?
   [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
 }
+is_same() { [ "$1" = "$2" ] || { echo "  got '$2', want '$1'" >&2; return 1; }; }
 has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
 
 check "top-level help" expect_rc 0 "$BIN" --help
@@ -139,6 +140,41 @@ check "... and replies the same" cmp -s <(grep -av "kvtier" "$TMP/q8first") <(gr
 check "f16 on the same disk dir finds no q8_0 KV" expect_rc 0 "$BIN" run -m "$TMP/q.gguf" -p "$Q" -n 1 --temp 0 \
   --kv-disk "$TMP/q8disk" --restore always
 check "... cached 0" has "cached 0 "
+
+# ---- the command line a llama.cpp user expects (run and serve) ----------------------------------
+M="$TMP/q.gguf"
+greedy() { "$BIN" "$@" 2>/dev/null; }
+REF=$(greedy run -m "$M" -p "hello there" -n 6 --temp 0 --ctx 128)
+check "--opt=value" is_same "$REF" "$(greedy run --model="$M" --prompt="hello there" --n-predict=6 --temp=0 --ctx=128)"
+check "-c and --ctx-size are --ctx" is_same "$REF" "$(greedy run -m "$M" -p "hello there" -n 6 --temp 0 -c 128)"
+check "--ctx-size" is_same "$REF" "$(greedy run -m "$M" -p "hello there" -n 6 --temp 0 --ctx-size 128)"
+check "no command runs run" is_same "$REF" "$(greedy -m "$M" -p "hello there" -n 6 --temp 0 -c 128)"
+check "options from the environment" is_same "$REF" \
+  "$(KVTIER_MODEL="$M" KVTIER_PROMPT="hello there" KVTIER_N_PREDICT=6 KVTIER_TEMP=0 KVTIER_CTX_SIZE=128 greedy run)"
+check "the command line wins over the environment" is_same "$REF" \
+  "$(KVTIER_MODEL=/nonexistent.gguf KVTIER_N_PREDICT=1 greedy run -m "$M" -p "hello there" -n 6 --temp 0 -c 128)"
+check "-ngl is accepted" expect_rc 0 "$BIN" run -m "$M" -p "hi" -n 1 -ngl 99
+check "... with a notice" has "ignored"
+check "--n-gpu-layers=N is accepted" expect_rc 0 "$BIN" run -m "$M" -p "hi" -n 1 --n-gpu-layers=99
+check "a trailing unknown flag is named" expect_rc 2 "$BIN" run -m "$M" -p hi --bogus
+check "... as unknown" has "unknown option '--bogus'"
+check "serve: unknown flag named" expect_rc 2 "$BIN" serve --frob=1
+check "... as unknown" has "unknown option '--frob=1'"
+check "a missing value is named" expect_rc 2 "$BIN" serve --port
+check "... as needing a value" has "'--port' needs a value"
+check "a stray argument is an error" expect_rc 2 "$BIN" run -m "$M" -p hi extra
+check "a bad environment value is named" expect_rc 2 env KVTIER_PORT=abc "$BIN" serve -m "$M"
+check "... by its variable" has 'KVTIER_PORT'
+for cmd in run serve; do
+  "$BIN" $cmd --help >"$TMP/help" 2>&1
+  for f in --ctx-size -c, --n-predict -n, --n-gpu-layers '$KVTIER_MODEL' '$KVTIER_CTX_SIZE' '$KVTIER_KV_DISK'; do
+    check "$cmd --help lists $f" grep -q -- "$f" "$TMP/help"
+  done
+done
+"$BIN" serve --help >"$TMP/help" 2>&1
+check "serve --help lists -np" grep -q -- "-np" "$TMP/help"
+check "serve --help lists \$KVTIER_PORT" grep -q -- '$KVTIER_PORT' "$TMP/help"
+check "serve --help says OPTIONS is 405 without --cors-origin" grep -q -- "OPTIONS is 405" "$TMP/help"
 
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -12,7 +12,7 @@
 static const float logits[V] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f, 2.5f, 0.0f};
 
 static kvt_sampler *make(float temp, int top_k, float top_p, uint64_t seed) {
-    kvt_sampler_params p = {temp, top_k, top_p, seed};
+    kvt_sampler_params p = {.temp = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
     kvt_sampler *s = kvt_sampler_new(p, V);
     CHECK(s != NULL);
     return s;
@@ -67,5 +67,69 @@ int main(void) {
         CHECKF(fabs((double)count[i] / DRAWS - p) <= 4 * sd + 1e-9, "id %d: %.4f vs %.4f", i, (double)count[i] / DRAWS, p);
     }
     kvt_sampler_free(s);
+
+    /* bias and penalties: at their neutral values the draws are exactly those without them */
+    kvt_sampler_params np = {.temp = 1.0f, .top_p = 1.0f, .seed = 11, .repeat_penalty = 1.0f};
+    kvt_sampler_params pp = np;
+    pp.repeat_penalty = 0;
+    float zero_bias = 0;
+    int32_t bias_id = 1;
+    np.bias_id = &bias_id;
+    np.bias = &zero_bias;
+    np.n_bias = 1;
+    kvt_sampler *sa = kvt_sampler_new(np, V), *sb = kvt_sampler_new(pp, V);
+    int same_neutral = 1;
+    for (int i = 0; i < 500; i++) same_neutral &= kvt_sampler_sample(sa, logits) == kvt_sampler_sample(sb, logits);
+    CHECK(same_neutral);
+    kvt_sampler_free(sa);
+    kvt_sampler_free(sb);
+    /* logit_bias: -100 bans the argmax; the tie at 3.0 then goes to id 3 */
+    kvt_sampler_params bp = {.temp = 0, .bias_id = &bias_id, .bias = (float[]){-100.0f}, .n_bias = 1};
+    sa = kvt_sampler_new(bp, V);
+    CHECK(kvt_sampler_sample(sa, logits) == 3);
+    kvt_sampler_free(sa);
+    /* presence: each returned token loses 0.6 once: 1 (3.0), then 3 (3.0), then 6 (2.5 beats 2.4) */
+    kvt_sampler_params pres = {.temp = 0, .presence_penalty = 0.6f};
+    sa = kvt_sampler_new(pres, V);
+    int32_t got[4];
+    for (int i = 0; i < 4; i++) got[i] = kvt_sampler_sample(sa, logits);
+    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 1, "presence %d %d %d %d", got[0], got[1], got[2], got[3]);
+    kvt_sampler_free(sa);
+    /* frequency: 1 falls by 2 per use (3, 1, -1, ...); repeat: a positive logit is divided */
+    kvt_sampler_params fr = {.temp = 0, .frequency_penalty = 2.0f};
+    sa = kvt_sampler_new(fr, V);
+    for (int i = 0; i < 4; i++) got[i] = kvt_sampler_sample(sa, logits);
+    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 2, "frequency %d %d %d %d", got[0], got[1], got[2], got[3]);
+    kvt_sampler_free(sa);
+    kvt_sampler_params rp = {.temp = 0, .repeat_penalty = 2.0f, .penalty_last_n = 1};
+    sa = kvt_sampler_new(rp, V);
+    for (int i = 0; i < 3; i++) got[i] = kvt_sampler_sample(sa, logits);
+    /* the window of 1 forgets 1 as soon as 3 is returned, so 1 comes back */
+    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 1, "repeat %d %d %d", got[0], got[1], got[2]);
+    kvt_sampler_free(sa);
+    /* min_p 0.99 at temperature 1 keeps only the two tokens at 3.0 */
+    kvt_sampler_params mp = {.temp = 1.0f, .top_p = 1.0f, .min_p = 0.99f, .seed = 5};
+    sa = kvt_sampler_new(mp, V);
+    int only_top = 1;
+    for (int i = 0; i < 200; i++) {
+        int32_t t = kvt_sampler_sample(sa, logits);
+        only_top &= t == 1 || t == 3;
+    }
+    CHECK(only_top);
+    kvt_sampler_free(sa);
+
+    /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
+    double lp, top_lp[3];
+    int32_t top_id[3];
+    kvt_logprobs(logits, V, 2, 3, &lp, top_id, top_lp);
+    CHECKF(fabs(lp - (logits[2] - log(z))) < 1e-12, "logprob %.17g", lp);
+    CHECK(top_id[0] == 1 && top_id[1] == 3 && fabs(top_lp[0] - (logits[1] - log(z))) < 1e-12);
+    for (int i = 0; i < V; i++) CHECK(i == 1 || i == 3 || logits[i] <= logits[top_id[2]]);
+    double total = 0;
+    for (int i = 0; i < V; i++) {
+        kvt_logprobs(logits, V, i, 0, &lp, top_id, top_lp);
+        total += exp(lp);
+    }
+    CHECKF(fabs(total - 1) < 1e-12, "probabilities add up to %.17g", total);
     return kvt_test_done("test_sampler");
 }

@@ -186,7 +186,7 @@ static void test_responses(void) {
     kvt_api_head h = {.kind = KVT_API_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m"};
     kvt_api_usage u = {.prompt_tokens = 10, .completion_tokens = 2, .cached_tokens = 8, .tier_tokens = {8, 0, 0, 0},
                        .computed_tokens = 2};
-    char *j = kvt_api_response_json(&h, "hi", "stop", &u);
+    char *j = kvt_api_response_json(&h, "hi", "stop", &u, NULL);
     cJSON *o = cJSON_Parse(j);
     CHECK(o);
     CHECK(!strcmp(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion"));
@@ -199,7 +199,7 @@ static void test_responses(void) {
               ->valueint == 8);
     cJSON_Delete(o);
     free(j);
-    j = kvt_api_chunk_json(&h, "x", 0, NULL, NULL);
+    j = kvt_api_chunk_json(&h, "x", 0, NULL, NULL, NULL);
     o = cJSON_Parse(j);
     CHECK(o && !cJSON_GetObjectItem(o, "kvtier") &&
           cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "finish_reason")));

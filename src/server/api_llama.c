@@ -1,0 +1,188 @@
+/* /tokenize, /detokenize and /props (see api_llama.h): llama-server's names
+ * and shapes, built with cJSON. */
+#include "api_llama.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define PIECE_INIT 64 /* bytes of one token's text, grown as needed */
+
+static const char *const INVALID = "invalid_request_error";
+
+static char *print_free(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s ? s : kvt_xstrdup("{}"); /* cJSON fails only when out of memory */
+}
+
+/* The body as a JSON object, or NULL with *err. */
+static cJSON *parse_object(const char *body, size_t len, kvt_api_error *err) {
+    if (memchr(body, 0, len)) {
+        kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body holds a NUL byte");
+        return NULL;
+    }
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+static int opt_bool(const cJSON *root, const char *name, int dflt, int *out, kvt_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    *out = dflt;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* Whether s[0..n) is valid UTF-8 without NUL bytes (sanitizing would change nothing). */
+static int utf8_clean(const char *s, size_t n) {
+    size_t m;
+    char *c = kvt_utf8_sanitize(s, n, &m);
+    int same = m == n && !memcmp(c, s, n);
+    free(c);
+    return same;
+}
+
+char *kvt_api_tokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt_api_error *err) {
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return NULL;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
+    int add_special, parse_special, with_pieces;
+    if (!cJSON_IsString(content)) {
+        kvt_api_errorf(err, 400, INVALID, "content", content ? "invalid_type" : "missing_required_parameter",
+                       "'content' must be a string");
+        goto fail;
+    }
+    /* llama-server's defaults: no BOS unless asked, control tokens recognised */
+    if (opt_bool(root, "add_special", 0, &add_special, err) || opt_bool(root, "parse_special", 1, &parse_special, err) ||
+        opt_bool(root, "with_pieces", 0, &with_pieces, err))
+        goto fail;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = content->valuestring;
+    int rc = kvt_tokenize(t, text, strlen(text), add_special ? kvt_tokenizer_add_special(t) : 0, parse_special, &ids, &n);
+    if (rc) {
+        kvt_api_errorf(err, 400, INVALID, "content", NULL, "cannot tokenize: %s", kvt_errmsg());
+        goto fail;
+    }
+    cJSON_Delete(root);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+    size_t cap = PIECE_INIT;
+    char *piece = kvt_xmalloc(cap);
+    for (size_t i = 0; i < n; i++) {
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
+        int pl = kvt_token_piece(t, ids[i], piece, cap, 1);
+        if (pl > (int)cap) {
+            piece = kvt_xrealloc(piece, cap = (size_t)pl);
+            pl = kvt_token_piece(t, ids[i], piece, cap, 1);
+        }
+        if (pl < 0) pl = 0;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", ids[i]);
+        if (utf8_clean(piece, (size_t)pl)) {
+            char *s = kvt_xmalloc((size_t)pl + 1);
+            memcpy(s, piece, (size_t)pl);
+            s[pl] = 0;
+            cJSON_AddStringToObject(e, "piece", s);
+            free(s);
+        } else { /* part of a character: the bytes, as llama-server gives them */
+            cJSON *b = cJSON_AddArrayToObject(e, "piece");
+            for (int k = 0; k < pl; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)piece[k]));
+        }
+        cJSON_AddItemToArray(arr, e);
+    }
+    free(piece);
+    free(ids);
+    return print_free(o);
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+char *kvt_api_detokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt_api_error *err) {
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return NULL;
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    int32_t n_vocab = kvt_tokenizer_n_vocab(t);
+    if (!cJSON_IsArray(toks)) {
+        kvt_api_errorf(err, 400, INVALID, "tokens", toks ? "invalid_type" : "missing_required_parameter",
+                       "'tokens' must be an array of token ids");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(toks), k = 0;
+    int32_t *ids = kvt_xmalloc((n ? n : 1) * sizeof *ids);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, toks) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        if (d != floor(d) || d < 0 || d >= n_vocab) {
+            kvt_api_errorf(err, 400, INVALID, "tokens", "invalid_value", "token ids must be integers in [0, %d)",
+                           n_vocab);
+            free(ids);
+            cJSON_Delete(root);
+            return NULL;
+        }
+        ids[k++] = (int32_t)d;
+    }
+    cJSON_Delete(root);
+    char *text = NULL;
+    size_t tl = 0;
+    int rc = n ? kvt_detokenize(t, ids, n, 1, &text, &tl) : 0;
+    free(ids);
+    if (rc) {
+        kvt_api_errorf(err, 400, INVALID, "tokens", NULL, "cannot detokenize: %s", kvt_errmsg());
+        return NULL;
+    }
+    char *clean = kvt_utf8_sanitize(text ? text : "", tl, NULL);
+    free(text);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", clean);
+    free(clean);
+    return print_free(o);
+}
+
+char *kvt_api_props_json(const kvt_api_props *p) {
+    static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
+    static const char *const what[KVT_TIER_COUNT] = {"active", "ram", "disk", "remote"};
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", p->model_id);
+    cJSON_AddStringToObject(o, "model_path", p->model_path);
+    cJSON_AddNumberToObject(o, "n_ctx", p->n_ctx);
+    cJSON_AddNumberToObject(o, "block_size", p->block_size);
+    cJSON_AddNumberToObject(o, "total_slots", p->parallel);
+    cJSON_AddStringToObject(o, "kv_dtype", p->kv_dtype);
+    cJSON_AddStringToObject(o, "chat_template_family", p->chat_family);
+    if (p->chat_template) cJSON_AddStringToObject(o, "chat_template", p->chat_template);
+    else cJSON_AddNullToObject(o, "chat_template");
+    cJSON *m = cJSON_AddObjectToObject(o, "model_meta");
+    cJSON_AddStringToObject(m, "arch", p->arch);
+    cJSON_AddNumberToObject(m, "n_ctx_train", p->n_ctx_train);
+    cJSON_AddNumberToObject(m, "n_vocab", p->n_vocab);
+    cJSON_AddNumberToObject(m, "n_embd", p->n_embd);
+    cJSON_AddNumberToObject(m, "n_layer", p->n_layer);
+    cJSON_AddNumberToObject(m, "n_params", (double)p->n_params);
+    cJSON *t = cJSON_AddObjectToObject(o, "tiers");
+    for (int i = 0; i < KVT_TIER_COUNT; i++) {
+        cJSON *e = cJSON_AddObjectToObject(t, tiers[i]);
+        cJSON_AddStringToObject(e, "kind", what[i]);
+        cJSON_AddBoolToObject(e, "enabled", p->tier_budget_bytes[i] > 0);
+        cJSON_AddNumberToObject(e, "budget_bytes", (double)p->tier_budget_bytes[i]);
+    }
+    cJSON *g = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON_AddNumberToObject(g, "n_ctx", p->n_ctx);
+    cJSON_AddNumberToObject(g, "max_tokens", p->max_tokens_default);
+    return print_free(o);
+}

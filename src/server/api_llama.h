@@ -1,0 +1,52 @@
+/* The llama-server-style endpoints beside the OpenAI ones, as data: request
+ * parsing and response JSON of POST /tokenize and POST /detokenize (the names
+ * and shapes llama-server uses, so its clients work unchanged), and GET /props
+ * (what the server runs: model, context, block size, chat template, tiers).
+ * No I/O here.
+ *
+ * Thread-safety: every function is reentrant; the tokenizer is immutable. */
+#ifndef KVT_API_LLAMA_H
+#define KVT_API_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api_openai.h"
+#include "kvtier.h"
+#include "tokenizer.h"
+
+/* POST /tokenize {"content": TEXT, "add_special": false, "parse_special": true,
+ * "with_pieces": false}. Answers {"tokens": [ids]} or, with with_pieces,
+ * {"tokens": [{"id", "piece"}]} where piece is the token's text when it is
+ * valid UTF-8, else the array of its bytes (as llama-server does).
+ * add_special adds what the model's prompts get (kvt_tokenizer_add_special);
+ * parse_special maps the text of control tokens to those tokens.
+ * Returns a malloc'd JSON body (caller frees), or NULL with *err (400). */
+char *kvt_api_tokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt_api_error *err);
+
+/* POST /detokenize {"tokens": [ids]} answers {"content": TEXT}: the pieces
+ * concatenated (control tokens as their text), invalid UTF-8 replaced by
+ * U+FFFD. Ids outside [0, n_vocab) are a 400. Returns a malloc'd JSON body
+ * (caller frees), or NULL with *err. */
+char *kvt_api_detokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt_api_error *err);
+
+/* What GET /props reports. Strings borrowed. */
+typedef struct {
+    const char *model_id;     /* the served name (--alias) */
+    const char *model_path;
+    const char *arch;         /* "llama", "qwen2" */
+    int32_t n_ctx, n_ctx_train, n_vocab, n_embd, n_layer;
+    uint64_t n_params;
+    int32_t block_size;       /* tokens per KV page / cache block */
+    int32_t parallel;         /* sequences decoded together (llama-server's total_slots) */
+    const char *chat_family;  /* "chatml", ... as rendered */
+    const char *chat_template; /* the model's Jinja template, or NULL */
+    const char *kv_dtype;     /* "f16", "f32", "q8_0" */
+    uint64_t tier_budget_bytes[KVT_TIER_COUNT]; /* 0: the tier is off */
+    int32_t max_tokens_default; /* max_tokens of a request that gives none (chat) */
+} kvt_api_props;
+
+/* The JSON of GET /props (malloc'd; caller frees). */
+char *kvt_api_props_json(const kvt_api_props *p);
+
+#endif

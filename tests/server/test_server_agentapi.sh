@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# What agent clients call besides generation, end to end over loopback:
+# llama-server's /tokenize, /detokenize and /props, /v1/models' metadata,
+# CORS (--cors-origin), binding IPv6 and host names (--host). Needs curl and jq.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; head -n 30 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
+ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+# start_server NAME HOSTPATTERN ARGS...: starts `kvtier serve` on a free port; sets URL and SRV_PID
+start_server() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    local u; u=$(grep -o 'listening on http://[^ ]*:[0-9]*' "$TMP/$name.log" | sed 's/listening on //')
+    if [ -n "$u" ]; then URL=$u; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+stop_server() { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; }
+# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+get() { CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' "$@"); }
+jb() { if [ "$1" = -c ]; then jq -c "$2" "$TMP/body"; else jq -r "$1" "$TMP/body"; fi; }
+
+# llama.cpp's spellings: -c, -np, -n (the default max_tokens), --opt=value
+start_server main --host=127.0.0.1 -c 512 -np 2 -n 3 --cors-origin http://app.example
+post /v1/completions '{"prompt":"count with me","ignore_eos":true,"temperature":0}'
+check "-n sets the default max_tokens" is "$(jb .usage.completion_tokens)" 3
+# ---- /tokenize and /detokenize ------------------------------------------------------------
+post /tokenize '{"content":"Hello world, hello cache"}'
+check "tokenize 200" is "$CODE" 200
+N=$(jb '.tokens | length')
+check "tokenize gives ids" gt "$N" 2
+check "tokenize ids are numbers" is "$(jb '[.tokens[] | type] | unique | join(",")')" number
+IDS=$(jq -c .tokens "$TMP/body")
+post /detokenize "{\"tokens\":$IDS}"
+check "detokenize 200" is "$CODE" 200
+check "detokenize(tokenize(s)) == s" is "$(jb .content)" "Hello world, hello cache"
+post /tokenize '{"content":"Hello world","with_pieces":true}'
+check "with_pieces: objects" is "$(jb '.tokens[0] | keys | join(",")')" id,piece
+check "with_pieces: pieces concatenate to the text" is "$(jb '[.tokens[].piece] | join("")' | sed 's/^ //')" "Hello world"
+post /tokenize '{"content":"Hello","add_special":true}'
+ADD=$(jb '.tokens | length')
+post /tokenize '{"content":"Hello"}'
+check "add_special adds the model's BOS" is "$ADD" "$(( $(jb '.tokens | length') + 1 ))"
+post /tokenize '{"text":"x"}'
+check "tokenize without content is 400" is "$CODE" 400
+check "the 400 names content" is "$(jb .error.param)" content
+post /detokenize '{"tokens":[1,99999999]}'
+check "detokenize of a bad id is 400" is "$CODE" 400
+get -X GET "$URL/tokenize"
+check "GET /tokenize is 405" is "$CODE" 405
+
+# ---- /props and /v1/models ------------------------------------------------------------------------
+get "$URL/props"
+check "props 200" is "$CODE" 200
+check "props n_ctx" is "$(jb .n_ctx)" 512
+check "props block size" gt "$(jb .block_size)" 0
+check "props chat template family" is "$(jb .chat_template_family)" chatml
+check "props kv dtype" is "$(jb .kv_dtype)" f16
+check "props T0 budget" gt "$(jb .tiers.T0.budget_bytes)" 0
+check "props T1 off" is "$(jb .tiers.T1.enabled)" false
+check "props slots" is "$(jb .total_slots)" 2
+get "$URL/v1/models"
+check "models context_length" is "$(jb '.data[0].context_length')" 512
+check "models meta n_ctx" is "$(jb '.data[0].meta.n_ctx')" 512
+check "models meta n_vocab" gt "$(jb '.data[0].meta.n_vocab')" 0
+check "models meta n_params" gt "$(jb '.data[0].meta.n_params')" 0
+
+# ---- CORS --------------------------------------------------------------------------------------
+H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://app.example' \
+  -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type, authorization' \
+  "$URL/v1/chat/completions" | tr -d '\r')
+check "preflight 204" grep -q '^HTTP/1.1 204' <<<"$H"
+check "preflight allows the origin" grep -qi '^Access-Control-Allow-Origin: http://app.example$' <<<"$H"
+check "preflight allows POST" grep -qi '^Access-Control-Allow-Methods: .*POST' <<<"$H"
+check "preflight allows the headers asked" grep -qi '^Access-Control-Allow-Headers: content-type, authorization' <<<"$H"
+H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://evil.example' "$URL/v1/models" | tr -d '\r')
+check "another origin gets no Allow-Origin" bash -c "! grep -qi '^Access-Control-Allow-Origin' <<<\"\$1\"" _ "$H"
+H=$(curl -s -m 10 -D - -o /dev/null -H 'Origin: http://app.example' "$URL/v1/models" | tr -d '\r')
+check "a response carries Allow-Origin" grep -qi '^Access-Control-Allow-Origin: http://app.example$' <<<"$H"
+stop_server
+
+start_server plain --host localhost --ctx 256
+check "localhost binds 127.0.0.1" grep -q 'listening on http://127.0.0.1:' "$TMP/plain.log"
+get -X OPTIONS "$URL/v1/models"
+check "OPTIONS without --cors-origin is 405" is "$CODE" 405
+stop_server
+
+# ---- IPv6 ------------------------------------------------------------------------------------------
+# ::1 is configured when /proc/net/if_inet6 lists 0000...0001
+if grep -q '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
+  for h in ::1 '[::1]'; do
+    start_server v6 --host "$h" --ctx 256
+    check "--host $h listens on [::1]" grep -q 'listening on http://\[::1\]:' "$TMP/v6.log"
+    get -g "$URL/health"
+    check "--host $h answers over IPv6" is "$CODE" 200
+    stop_server
+  done
+else
+  echo "NOTE: no IPv6 loopback here; the [::1] checks are skipped"
+fi
+"$BIN" serve -m "$TMP/m.gguf" --host no-such-host.invalid --port 0 -t 1 >"$TMP/badhost.log" 2>&1
+check "an unresolvable --host fails" is "$?" 1
+
+# ---- the ChatML fallback keeps a chat's earlier turns cached -----------------------------------------
+# A SentencePiece vocabulary without <|im_start|>: the ChatML markup is plain text there, and the
+# generation header must tokenize as it does once it is history, or turn 3 recomputes turn 2's reply.
+SPM=${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf
+if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
+    --vocab-from "$SPM" >/dev/null 2>&1; then
+  "$BIN" serve -m "$TMP/spm.gguf" --port 0 -t 1 --ctx 1024 >"$TMP/spm.log" 2>&1 &
+  SRV_PID=$!; PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    URL=$(grep -o 'listening on http://[^ ]*' "$TMP/spm.log" | sed 's/listening on //'); [ -n "$URL" ] && break; sleep 0.1
+  done
+  get "$URL/props"
+  B=$(jb .block_size)
+  check "the spm model has no ChatML tokens: chatml fallback" is "$(jb .chat_template_family)" chatml
+  U1="You are a careful assistant. Please tell me a long story about a cache that remembered every block it saw."
+  chat() { post /v1/chat/completions "{\"messages\":$1,\"max_tokens\":24,\"temperature\":0}"; }
+  M1=$(jq -cn --arg u "$U1" '[{role:"user",content:$u}]')
+  chat "$M1"; R1=$(jb '.choices[0].message.content')
+  M2=$(jq -cn --arg u "$U1" --arg r "$R1" '[{role:"user",content:$u},{role:"assistant",content:$r},{role:"user",content:"And then what happened next in that story?"}]')
+  chat "$M2"; R2=$(jb '.choices[0].message.content'); P2=$(jb .usage.prompt_tokens); C2=$(jb .usage.completion_tokens)
+  M3=$(jq -cn --argjson m "$M2" --arg r "$R2" '$m + [{role:"assistant",content:$r},{role:"user",content:"Finish it."}]')
+  chat "$M3"
+  # turn 2's sequence held its prompt and all but its last sampled token
+  WANT=$(( (P2 + C2 - 1) / B * B ))
+  check "turn 3 reuses turn 2's prompt and reply blocks ($WANT tokens)" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" "$WANT"
+  stop_server
+else
+  echo "NOTE: $SPM is missing; the ChatML fallback check is skipped"
+fi
+
+# ---- logprobs: computed from the logits the sampler sees, checked against kvtier eval -----------------
+start_server lp --ctx 256
+PIDS_TXT=$("$BIN" eval -m "$TMP/m.gguf" "The quick brown fox jumps" -n 6 2>/dev/null)
+PROMPT=$(jq -c .prompt_tokens <<<"$PIDS_TXT")
+GREEDY=$(jq -c .greedy <<<"$PIDS_TXT")
+# the logits at each generated position: eval over the prompt and all but the last greedy token
+ALL=$(jq -rn --argjson p "$PROMPT" --argjson g "$GREEDY" '$p + $g[:-1] | map(tostring) | join(" ")')
+"$BIN" eval -m "$TMP/m.gguf" --tokens "$ALL" -n 1 2>/dev/null >"$TMP/eval.json"
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":5}"
+cp "$TMP/body" "$TMP/lp.json"
+post /detokenize "{\"tokens\":$GREEDY}"
+check "greedy completion follows eval's greedy tokens" is "$(jq -r '.choices[0].text' "$TMP/lp.json")" "$(jb .content)"
+check "logprobs has one entry per token" is "$(jq '.choices[0].logprobs.token_logprobs | length' "$TMP/lp.json")" 6
+# log-softmax differences are logit differences: chosen - k-th most likely == eval's top-1 - top-k
+check "logprobs agree with eval's logits within 1e-4" python3 - "$TMP/lp.json" "$TMP/eval.json" "$(jq length <<<"$PROMPT")" <<'PY'
+import json, sys
+keep_all = lambda pairs: pairs  # the legacy top_logprobs maps text to logprob; equal texts must not collapse
+lp = json.load(open(sys.argv[1]), object_pairs_hook=keep_all)
+lp = dict(lp)["choices"][0]
+lp = dict(dict(lp)["logprobs"])
+ev = json.load(open(sys.argv[2]))["prompt_logits_top5"]
+n_prompt = int(sys.argv[3])
+bad = 0 if len(lp["token_logprobs"]) == 6 and len(ev) == n_prompt + 5 else 1
+for j, (chosen, top) in enumerate(zip(lp["token_logprobs"], lp["top_logprobs"])):
+    logits = [l for _, l in ev[n_prompt - 1 + j]]
+    vals = sorted((v for _, v in top), reverse=True)
+    if len(vals) != 5 or abs(vals[0] - chosen) > 1e-9 or chosen > 0:
+        bad += 1
+    for k in range(1, 5):
+        if abs((chosen - vals[k]) - (logits[0] - logits[k])) > 1e-4:
+            print("position", j, "k", k, chosen - vals[k], logits[0] - logits[k]); bad += 1
+sys.exit(1 if bad else 0)
+PY
+# chat: OpenAI's shape, streamed and not, the same numbers
+BODY='{"messages":[{"role":"user","content":"hi there"}],"max_tokens":5,"temperature":0,"ignore_eos":true,"logprobs":true,"top_logprobs":3}'
+post /v1/chat/completions "$BODY"
+check "chat logprobs.content per token" is "$(jb '.choices[0].logprobs.content | length')" 5
+check "chat top_logprobs has 3" is "$(jb '[.choices[0].logprobs.content[].top_logprobs | length] | unique | join(",")')" 3
+check "chat entries carry bytes" is "$(jb '.choices[0].logprobs.content[0] | has("bytes")')" true
+NS=$(jb -c '[.choices[0].logprobs.content[].logprob]')
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "${BODY%\}},\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
+ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -c '.choices[0].logprobs.content // [] | .[].logprob' | jq -sc .)
+check "streamed chat logprobs equal the non-streamed ones" is "$ST" "$NS"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}'
+check "top_logprobs without logprobs is 400" is "$CODE" 400
+post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}'
+check "top_logprobs above 20 is 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","max_tokens":1}'
+check "no logprobs asked: null" is "$(jb '.choices[0].logprobs')" null
+stop_server
+
+# ---- the field audit: a field that would change the output is honoured or a 400 naming it -------------
+start_server audit --ctx 256
+BASE='"messages":[{"role":"user","content":"hello"}],"max_tokens":6,"temperature":0,"ignore_eos":true'
+post /v1/chat/completions "{$BASE}"
+REF=$(jb '.choices[0].message.content')
+NEUTRAL='"user":"u1","metadata":{"a":"b"},"store":false,"service_tier":"auto","tools":[],"tool_choice":"none",
+  "response_format":{"type":"text"},"presence_penalty":0,"frequency_penalty":0,"repeat_penalty":1,"min_p":0,
+  "logit_bias":{},"modalities":["text"],"parallel_tool_calls":true,"reasoning_effort":null,"audio":null,"n":1'
+post /v1/chat/completions "{$BASE,$NEUTRAL}"
+check "neutral values are accepted" is "$CODE" 200
+check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
+for f in '"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]' '"tool_choice":"required"' \
+  '"response_format":{"type":"json_object"}' '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
+  '"functions":[{"name":"f"}]' '"function_call":"auto2"'; do
+  post /v1/chat/completions "{$BASE,$f}"
+  name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
+  check "$f is a 400" is "$CODE" 400
+  check "... naming $name" is "$(jb .error.param)" "$name"
+done
+for f in '"echo":true' '"best_of":3' '"suffix":"end"'; do
+  post /v1/completions "{\"prompt\":\"hi\",$f}"
+  name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
+  check "completions $f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$name"
+done
+post /v1/completions '{"prompt":"hi","n_predict":4,"ignore_eos":true}'
+check "llama.cpp's n_predict is max_tokens" is "$(jb .usage.completion_tokens)" 4
+# the penalties, min_p and logit_bias are honoured
+for f in '"presence_penalty":0.5' '"frequency_penalty":1' '"repeat_penalty":1.1' '"min_p":0.05' '"penalty_last_n":8'; do
+  post /v1/chat/completions "{$BASE,$f}"
+  check "$f is honoured (200)" is "$CODE" 200
+done
+G0=$(jq '.[0]' <<<"$GREEDY")
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"temperature\":0}"
+FIRST=$(jb '.choices[0].text')
+post /detokenize "{\"tokens\":[$G0]}"
+check "greedy's first token is eval's" is "$FIRST" "$(jb .content)"
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"temperature\":0,\"logit_bias\":{\"$G0\":-100}}"
+check "logit_bias -100 bans greedy's first token" bash -c '[ "$1" != "$2" ]' _ "$(jb '.choices[0].text')" "$FIRST"
+post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"logit_bias\":{\"-3\":1}}"
+check "a bad logit_bias id is a 400 naming it" is "$CODE/$(jb .error.param)" 400/logit_bias
+post /v1/chat/completions "{$BASE,\"presence_penalty\":3}"
+check "presence_penalty past 2 is a 400" is "$CODE" 400
+stop_server
+
+echo "test_server_agentapi: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
