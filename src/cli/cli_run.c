@@ -15,6 +15,7 @@
 #include "api_openai.h"
 #include "cache.h"
 #include "engine.h"
+#include "explain.h"
 #include "generate.h"
 #include "model.h"
 #include "sampler.h"
@@ -27,6 +28,7 @@
 #define PATH_MAX_LEN 4096
 #define MAX_TOKENS (1L << 24)
 #define MAX_BLOCK 4096
+#define STOP_LINE_MAX 320    /* bytes of the "reuse stopped" explanation on a stats line */
 #define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
 
 /* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
@@ -621,14 +623,17 @@ int kvt_cmd_run(int argc, char **argv) {
             continue;
         }
         double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
+        char why[STOP_LINE_MAX] = "";
+        if (cache) kvt_reuse_stop_line(m->tok, &r.reuse_stop, why, sizeof why);
         fprintf(stderr,
-                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s; "
+                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
                 "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
                 "seed %llu\n",
                 k + 1, n_prompts, r.n_prompt, r.n_reused, r.tier_tokens[KVT_TIER_T0], r.tier_tokens[KVT_TIER_T1],
                 r.tier_tokens[KVT_TIER_T2], r.n_planned, r.shortfall ? ": " : "",
                 r.shortfall ? kvt_shortfall_name(r.shortfall) : "", r.n_computed,
-                r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "", r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
+                r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
+                why[0] ? "; reuse stopped: " : "", why, r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
                 r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
                 (unsigned long long)sp.seed);
     }

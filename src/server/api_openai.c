@@ -508,6 +508,20 @@ static cJSON *kvtier_obj(const kvt_api_usage *u) {
     cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
     cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
     if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
+    if (u->has_reuse_stop) {
+        const kvt_reuse_stop *rs = &u->reuse_stop;
+        cJSON *w = cJSON_AddObjectToObject(o, "reuse_stop");
+        cJSON_AddNumberToObject(w, "block", rs->block);
+        cJSON_AddNumberToObject(w, "token_offset", rs->token_offset);
+        cJSON_AddStringToObject(w, "reason", kvt_reuse_reason_name(rs->reason));
+        if (rs->reason == KVT_REUSE_DIVERGED) {
+            cJSON_AddStringToObject(w, "prompt_text", u->stop_prompt_text);
+            cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
+            cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens"), *b = cJSON_AddArrayToObject(w, "cached_tokens");
+            for (int32_t i = 0; i < rs->n_prompt_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
+            for (int32_t i = 0; i < rs->n_cached_ids; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber(rs->cached_ids[i]));
+        }
+    }
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
     if (u->admission_seq) {
         cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);

@@ -23,6 +23,7 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
 #define KVT_API_KEEP_WARM_MAX_S 86400
+#define KVT_API_STOP_TEXT_MAX 96 /* bytes of each differing-text excerpt in reuse_stop */
 
 /* kvtier's own request object, {"kvtier": {session_id, priority, keep_warm_s}}:
  * which agent session a request belongs to, how much its KV matters against
@@ -113,6 +114,10 @@ typedef struct {
     int64_t admission_seq;                 /* the order of admissions (1, 2, ...; 0: none); cache-aware
                                               scheduling may admit a later arrival first */
     const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
+    int has_reuse_stop;                    /* reuse_stop is filled (a request that went through the cache) */
+    kvt_reuse_stop reuse_stop;             /* where reuse stopped and why */
+    char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
+    char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
 } kvt_api_usage;
 
 /* Identity of one response, shared by its chunks. Strings borrowed. */
