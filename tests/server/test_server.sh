@@ -97,6 +97,18 @@ for _ in 1 2; do post /v1/completions '{"prompt":"Hi there","max_tokens":2,"temp
 check "short prompt twice: shorter than a block" is "$(jb .kvtier.reuse_stop.reason)" prompt_shorter_than_block
 post /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":2,\"temperature\":0,\"cache_salt\":\"t-explain\"}"
 check "salted repeat: different namespace" is "$(jb .kvtier.reuse_stop.reason)" different_namespace
+# GET /v1/cache/lint over the tenant's last prompts: a planted timestamp near the top
+for i in 1 2 3; do
+  post /v1/completions "{\"prompt\":\"Now: 2026-11-30 09:1$i:0$i. $LONG Question $i?\",\"max_tokens\":1,\"cache_salt\":\"lint-t\"}"
+done
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?cache_salt=lint-t")
+check "lint 200" is "$CODE" 200
+check "lint sees only this tenant's prompts" is "$(jb .prompts)" 3
+check "lint names the timestamp" is "$(jb '.causes[0].cause')" timestamp
+check "lint: fixes raise the fraction" is "$(jb '.reusable_fraction_after_fixes > .reusable_fraction')" true
+check "lint advice moves the timestamp" is "$(jb '.advice[0] | test("move the timestamp")')" true
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?n=0")
+check "lint bad n is 400" is "$CODE" 400
 
 # streaming completion equals the plain one
 curl -sN -m 60 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}" "$URL/v1/completions" >"$TMP/sse"
