@@ -76,6 +76,30 @@ kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
                        int32_t **out, size_t *n_out);
 
+/* Fixed context blocks (README "Documents"). A document is rendered as the
+ * text "Document <id>:\n<text>\n" (tokenized as plain text: special-token
+ * text in it stays text), then padded with the padding token (the model's
+ * newline token; its space token where a newline is not one token) to a
+ * multiple of block_size tokens. The documents are inserted, in the order
+ * given, at token offset `at` of prompt[0..n), which is itself padded to a
+ * block boundary first. So every document starts and ends on a cache-block
+ * boundary, its KV blocks never straddle two documents, and the same
+ * document after the same preceding tokens is always the same blocks.
+ * kvtier inserts them before the prompt (after BOS) for completions and
+ * before the last user message's content for chat.
+ * *out is malloc'd (caller frees). Returns 0, KVT_EARG (at > n, a NULL text
+ * or id, block_size < 1) or KVT_EUNSUPPORTED (no single-token padding). */
+typedef struct {
+    const char *id;   /* shown in the rendered text; borrowed */
+    const char *text; /* borrowed */
+} kvt_document;
+
+int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
+                         const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
+
+/* The token kvt_render_documents pads with, or a negative code. */
+int32_t kvt_document_pad_token(const kvt_model *model);
+
 /* ---- engine -------------------------------------------------------------- */
 
 /* The compute engine: a pool of KV pages (T0) and the forward pass. One thread

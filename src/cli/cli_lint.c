@@ -1,7 +1,8 @@
 /* `kvtier lint`: how cacheable a set of prompts is (lint.h), as text or JSON.
  * Prompts are read and tokenized as `kvtier run -f` reads them: one per line,
  * a line starting with '{' is JSON ({"prompt"} or chat {"messages"}, rendered
- * with the model's chat template). */
+ * with the model's chat template, and "kvtier": {"documents"} rendered as
+ * fixed context blocks, where the server puts them). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "api_lint.h"
+#include "api_openai.h"
 #include "chat.h"
 #include "cli.h"
 #include "common.h"
@@ -37,15 +39,17 @@ static void lint_usage(FILE *f) {
 }
 
 /* Tokenizes one line; returns 0 or -1 after printing why. */
-static int line_tokens(const kvt_model *m, kvt_chat_family fam, const char *path, long lineno, const char *line,
-                       int32_t **toks, size_t *n) {
+static int line_tokens(const kvt_model *m, kvt_chat_family fam, int32_t block, const char *path, long lineno,
+                       const char *line, int32_t **toks, size_t *n) {
     const kvt_tokenizer *t = m->tok;
     if (line[0] != '{') return kvt_tokenize(t, line, strlen(line), kvt_tokenizer_add_special(t), 1, toks, n) ? -1 : 0;
     cJSON *j = cJSON_Parse(line);
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
     int rc = -1;
+    size_t at = 0; /* where kvtier.documents go, as the server puts them */
     if (cJSON_IsString(pr)) {
         rc = kvt_tokenize(t, pr->valuestring, strlen(pr->valuestring), kvt_tokenizer_add_special(t), 1, toks, n) ? -1 : 0;
+        if (!rc && *n && (*toks)[0] == kvt_tokenizer_bos(t)) at = 1;
     } else if (cJSON_IsArray(ms)) {
         int k = cJSON_GetArraySize(ms), ok = k > 0;
         kvt_chat_msg *msgs = kvt_xcalloc((size_t)(k ? k : 1), sizeof *msgs);
@@ -55,9 +59,31 @@ static int line_tokens(const kvt_model *m, kvt_chat_family fam, const char *path
             ok = cJSON_IsString(ro) && cJSON_IsString(co);
             if (ok) msgs[i] = (kvt_chat_msg){ro->valuestring, co->valuestring};
         }
-        if (ok) rc = kvt_chat_render(t, fam, msgs, (size_t)k, NULL, NULL, SIZE_MAX, toks, n) ? -1 : 0;
+        size_t last_user = (size_t)k;
+        for (int i = 0; i < k && ok; i++)
+            if (!strcmp(msgs[i].role, "user")) last_user = (size_t)i;
+        if (ok) rc = kvt_chat_render_at(t, fam, msgs, (size_t)k, NULL, NULL, SIZE_MAX, last_user, &at, toks, n) ? -1 : 0;
         free(msgs);
     }
+    kvt_document *docs = NULL;
+    size_t nd = 0;
+    kvt_api_error err;
+    if (!rc && kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &docs, &nd, &err)) {
+        fprintf(stderr, "kvtier lint: %s:%ld: %s\n", path, lineno, err.message);
+        free(*toks);
+        *toks = NULL;
+        cJSON_Delete(j);
+        return -1;
+    }
+    if (!rc && nd) {
+        int32_t *with = NULL;
+        size_t nw = 0;
+        rc = kvt_render_documents(m, block, *toks, *n, at, docs, nd, &with, &nw) ? -1 : 0;
+        free(*toks);
+        *toks = with;
+        *n = nw;
+    }
+    kvt_api_documents_free(docs, nd);
     if (rc) fprintf(stderr, "kvtier lint: %s:%ld: %s\n", path, lineno,
                     j ? (pr || ms ? kvt_errmsg() : "expected \"prompt\" or \"messages\"") : "not valid JSON");
     cJSON_Delete(j);
@@ -168,7 +194,7 @@ int kvt_cmd_lint(int argc, char **argv) {
         }
         int32_t *toks = NULL;
         size_t nt = 0;
-        if (line_tokens(m, fam, path, lineno, line, &toks, &nt)) {
+        if (line_tokens(m, fam, (int32_t)block, path, lineno, line, &toks, &nt)) {
             bad = 1;
             break;
         }

@@ -325,6 +325,8 @@ typedef struct {
     char *prompt;            /* NULL for end_session */
     line_action action;
     kvt_api_session session;
+    kvt_document *docs;      /* "kvtier": {"documents": [...]}: fixed context blocks before the prompt */
+    size_t n_docs;
 } run_line;
 
 static const char *const line_actions[] = {"generate", "prefetch", "pin", "unpin", "end_session"};
@@ -347,14 +349,21 @@ static int parse_json_line(const char *path, long lineno, const char *line, run_
         if (a == KVT_ARRAY_LEN(line_actions)) why = "\"action\" must be generate, prefetch, pin, unpin or end_session";
         else out->action = (line_action)a;
     }
-    if (!why && kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err))
+    if (!why && (kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err) ||
+                 kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err)))
         why = err.message;
     const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
     if (!why && out->action != LINE_END_SESSION && !cJSON_IsString(pr)) why = "expected a \"prompt\" string";
     if (!why && out->action == LINE_END_SESSION && !out->session.session_id[0])
         why = "end_session needs \"kvtier\": {\"session_id\": ...}";
-    if (why) fprintf(stderr, "kvtier run: %s:%ld: %s\n", path, lineno, why);
-    else if (cJSON_IsString(pr)) out->prompt = kvt_xstrdup(pr->valuestring);
+    if (why) {
+        fprintf(stderr, "kvtier run: %s:%ld: %s\n", path, lineno, why);
+        kvt_api_documents_free(out->docs, out->n_docs);
+        out->docs = NULL;
+        out->n_docs = 0;
+    } else if (cJSON_IsString(pr)) {
+        out->prompt = kvt_xstrdup(pr->valuestring);
+    }
     cJSON_Delete(j);
     return why ? -1 : 0;
 }
@@ -388,7 +397,10 @@ static long read_prompts(const char *path, run_line **out) {
     free(line);
     if (f != stdin) fclose(f);
     if (bad) {
-        for (size_t i = 0; i < n; i++) free(v[i].prompt);
+        for (size_t i = 0; i < n; i++) {
+            free(v[i].prompt);
+            kvt_api_documents_free(v[i].docs, v[i].n_docs);
+        }
         free(v);
         return -1;
     }
@@ -597,6 +609,20 @@ int kvt_cmd_run(int argc, char **argv) {
             failures++;
             continue;
         }
+        if (ln->n_docs) { /* the documents go before the prompt, after BOS, as fixed context blocks */
+            size_t at = n_tok && toks[0] == kvt_tokenizer_bos(m->tok) ? 1 : 0;
+            int32_t *with = NULL;
+            size_t nw = 0;
+            if ((rc = kvt_render_documents(m, (int32_t)block, toks, n_tok, at, ln->docs, ln->n_docs, &with, &nw))) {
+                fprintf(stderr, "kvtier run: prompt %ld: cannot render its documents: %s\n", k + 1, kvt_errmsg());
+                free(toks);
+                failures++;
+                continue;
+            }
+            free(toks);
+            toks = with;
+            n_tok = nw;
+        }
         if (ln->action != LINE_GENERATE) {
             run_action(cache, ln, toks, n_tok, salt, &pins, &n_pins, k + 1);
             free(toks);
@@ -667,7 +693,10 @@ done:
         free(pins[i].prompt);
     }
     free(pins);
-    for (long k = 0; k < n_prompts && prompts; k++) free(prompts[k].prompt);
+    for (long k = 0; k < n_prompts && prompts; k++) {
+        free(prompts[k].prompt);
+        kvt_api_documents_free(prompts[k].docs, prompts[k].n_docs);
+    }
     free(prompts);
     if (stop_requested) return SIGNAL_EXIT_BASE + stop_requested;
     return rc || failures ? 1 : 0;

@@ -11,7 +11,7 @@
 #include "common.h"
 
 #define PIECE_CAP 128
-#define MAX_RUN_LINES 64  /* lines compared when looking for a reordered run */
+#define MAX_RUN_LINES 256 /* lines compared when looking for a reordered run (padding lines included) */
 #define MAX_VALUE_TOKENS 12 /* longest differing run taken for a timestamp or an id */
 
 const char *kvt_lint_cause_name(kvt_lint_cause c) {
@@ -126,15 +126,15 @@ static int seg_ref_cmp(const void *x, const void *y) {
 static int same_lines_reordered(const kvt_tokenizer *t, const kvt_lint_prompt *p, const seg *ls, int32_t a,
                                 const kvt_lint_prompt *q, const seg *lq, int32_t b, int32_t m) {
     seg_ref x[MAX_RUN_LINES], y[MAX_RUN_LINES];
-    int in_order = 1;
+    int in_order = 1, blank = 0; /* blank lines (document padding) take part but are not the reordered items */
     for (int32_t k = 0; k < m; k++) {
         const int32_t *xp = p->tokens + ls[a + k].start, *yp = q->tokens + lq[b + k].start;
         x[k] = (seg_ref){xp, trimmed_len(t, xp, ls[a + k].end - ls[a + k].start)};
         y[k] = (seg_ref){yp, trimmed_len(t, yp, lq[b + k].end - lq[b + k].start)};
-        if (!x[k].n || !y[k].n) return 0; /* blank lines and markup are no tools */
+        blank += !x[k].n;
         if (seg_ref_cmp(&x[k], &y[k])) in_order = 0;
     }
-    if (in_order) return 0;
+    if (in_order || m - blank < 2) return 0;
     qsort(x, (size_t)m, sizeof *x, seg_ref_cmp);
     qsort(y, (size_t)m, sizeof *y, seg_ref_cmp);
     for (int32_t k = 0; k < m; k++)

@@ -251,9 +251,14 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     /* a prompt must leave one token to generate; tokenizing stops past that */
     size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");
+    size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
-        rc = kvt_chat_render(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, &r->prompt, &n);
+        size_t last_user = a->n_msgs;
+        for (size_t i = 0; i < a->n_msgs; i++)
+            if (!strcmp(a->msgs[i].role, "user")) last_user = i;
+        rc = kvt_chat_render_at(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, last_user, &at,
+                                &r->prompt, &n);
     } else if (a->prompt_ids) {
         n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
@@ -261,6 +266,20 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     } else {
         rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1,
                               max_prompt, &r->prompt, &n);
+    }
+    if (!rc && a->n_docs) {
+        /* after BOS for completions; the documents as fixed context blocks (kvt_render_documents) */
+        if (a->kind != KVT_API_CHAT && n && r->prompt[0] == kvt_tokenizer_bos(s->tok)) at = 1;
+        int32_t *with = NULL;
+        size_t nw = 0;
+        if ((rc = kvt_render_documents(s->model, s->block, r->prompt, n, at, a->docs, a->n_docs, &with, &nw))) {
+            kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", NULL, "cannot render the documents: %s",
+                           kvt_errmsg());
+            goto fail;
+        }
+        free(r->prompt);
+        r->prompt = with;
+        n = nw;
     }
     if (rc == KVT_ELIMIT) {
         kvt_api_errorf(err, 400, "invalid_request_error", a->kind == KVT_API_CHAT ? "messages" : "prompt",

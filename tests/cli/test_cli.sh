@@ -17,6 +17,7 @@ expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
   [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
 }
 is_json_cause() { [ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["causes"][0]["cause"])' "$TMP/out")" = reordered ]; }
+docs_reused() { local c; c=$(grep -o '\[2/2\] prompt [0-9]* tokens: cached [0-9]*' "$TMP/out" | awk '{print $NF}'); [ "${c:-0}" -ge 48 ] || { echo "  cached '$c'" >&2; return 1; }; }
 has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
 
 check "top-level help" expect_rc 0 "$BIN" --help
@@ -161,5 +162,10 @@ printf 'The time is 2026-11-30 09:14:07 and the quick brown fox jumps over the l
 check "run explains a miss" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/ts.txt" -n 1 --block-size 16
 check "... on its stats line" has "reuse stopped: diverged@block"
 
+# documents from run -f: the same two documents before two questions; the second reuses them
+printf '%s\n' '{"prompt":"When will my order ship?","kvtier":{"documents":[{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."},{"id":"b","text":"Refunds go back to the original card within five business days."}]}}' \
+  '{"prompt":"Where does my refund go?","kvtier":{"documents":[{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."},{"id":"b","text":"Refunds go back to the original card within five business days."}]}}' >"$TMP/docs.jsonl"
+check "run -f with documents" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/docs.jsonl" -n 1 --block-size 16 --temp 0
+check "... reuses the document blocks" docs_reused
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -107,6 +107,19 @@ check "lint sees only this tenant's prompts" is "$(jb .prompts)" 3
 check "lint names the timestamp" is "$(jb '.causes[0].cause')" timestamp
 check "lint: fixes raise the fraction" is "$(jb '.reusable_fraction_after_fixes > .reusable_fraction')" true
 check "lint advice moves the timestamp" is "$(jb '.advice[0] | test("move the timestamp")')" true
+# fixed context blocks: kvtier.documents in chat, A,B twice, then B,A
+DA='{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."}'
+DB='{"id":"b","text":"Refunds go back to the original card within five business days."}'
+chat_docs() { post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"}],\"max_tokens\":2,\"temperature\":0,\"kvtier\":{\"documents\":[$2]}}"; }
+chat_docs "When will my order ship?" "$DA,$DB"
+check "documents 200" is "$CODE" 200
+chat_docs "Where does my refund go?" "$DA,$DB"
+check "same documents: every document block reused" is "$(jb '.kvtier.reuse_stop.block >= 3 and .kvtier.cached_tokens >= 96')" true
+chat_docs "When will my order ship?" "$DB,$DA"
+check "documents B,A after A,B: diverged at the first document's block" is "$(jb '.kvtier.reuse_stop | "\(.reason) \(.block)"')" "diverged 1"
+chat_docs "x" '{"id":"a","text":"t","extra":1}'
+check "a document with an unknown field is 400" is "$CODE" 400
+check "... naming kvtier.documents" is "$(jb .error.param)" kvtier.documents
 CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?n=0")
 check "lint bad n is 400" is "$CODE" 400
 
