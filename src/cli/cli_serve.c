@@ -332,18 +332,29 @@ int kvt_cmd_serve(int argc, char **argv) {
     sigaddset(&stop_set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
+    kvt_engine_params eff = kvt_engine_params_of(e);
+    /* the capacity line reads the tiers' statistics: taken before the engine
+     * thread starts using them (the cache is single-threaded), printed after */
+    char *capacity = NULL;
+    size_t capacity_len = 0;
+    FILE *cap_f = open_memstream(&capacity, &capacity_len);
+    if (cap_f) {
+        kvt_cli_print_capacity(cap_f, "kvtier serve", cache, eff.n_ctx);
+        fclose(cap_f);
+    }
     if (kvt_server_start(m, e, cache, &sp, &srv)) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        free(capacity);
         goto free_all;
     }
-    kvt_engine_params eff = kvt_engine_params_of(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
             "bytes, T1 %llu bytes, T2 %s, %zu API key(s), /metrics %s\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
             eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
-    kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
+    if (capacity) fputs(capacity, stderr);
+    free(capacity);
     fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", sp.host, kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
