@@ -33,6 +33,7 @@ typedef struct {
 } buf;
 
 static void put(buf *b, const int32_t *ids, size_t n) {
+    if (!n) return; /* memcpy with a NULL buffer is undefined even for 0 bytes */
     if (b->n + n > b->cap) {
         b->cap = KVT_MAX(b->n + n, 2 * b->cap);
         b->v = kvt_xrealloc(b->v, b->cap * sizeof *b->v);
