@@ -51,6 +51,7 @@ static void test_layout(void) {
     int32_t *none = NULL;
     size_t n_none;
     CHECK(kvt_render_documents(model, B, q, nq, 0, NULL, 0, &none, &n_none) == 0 && n_none == nq);
+    free(none);
     CHECK(kvt_render_documents(model, B, q, nq, nq + 1, ab, 2, &none, &n_none) == KVT_EARG);
     free(none);
     free(q);
