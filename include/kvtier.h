@@ -76,6 +76,30 @@ kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
                        int32_t **out, size_t *n_out);
 
+/* Fixed context blocks (README "Documents"). A document is rendered as the
+ * text "Document <id>:\n<text>\n" (tokenized as plain text: special-token
+ * text in it stays text), then padded with the padding token (the model's
+ * newline token; its space token where a newline is not one token) to a
+ * multiple of block_size tokens. The documents are inserted, in the order
+ * given, at token offset `at` of prompt[0..n), which is itself padded to a
+ * block boundary first. So every document starts and ends on a cache-block
+ * boundary, its KV blocks never straddle two documents, and the same
+ * document after the same preceding tokens is always the same blocks.
+ * kvtier inserts them before the prompt (after BOS) for completions and
+ * before the last user message's content for chat.
+ * *out is malloc'd (caller frees). Returns 0, KVT_EARG (at > n, a NULL text
+ * or id, block_size < 1) or KVT_EUNSUPPORTED (no single-token padding). */
+typedef struct {
+    const char *id;   /* shown in the rendered text; borrowed */
+    const char *text; /* borrowed */
+} kvt_document;
+
+int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
+                         const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
+
+/* The token kvt_render_documents pads with, or a negative code. */
+int32_t kvt_document_pad_token(const kvt_model *model);
+
 /* ---- engine -------------------------------------------------------------- */
 
 /* The compute engine: a pool of KV pages (T0) and the forward pass. One thread
@@ -159,6 +183,43 @@ typedef enum {
 
 /* "none", "recompute_cheaper", "no_room", "lost"; static storage. */
 const char *kvt_shortfall_name(kvt_shortfall s);
+
+/* Where a request's reuse stopped, and why (README "Why did this miss?"). */
+typedef enum {
+    KVT_REUSE_END_OF_PROMPT = 0,   /* every full cached block of the prompt was reused: not a miss */
+    KVT_REUSE_SHORT_PROMPT = 1,    /* fewer than B prompt tokens: no full block to cache or reuse */
+    KVT_REUSE_DIVERGED = 2,        /* a cached block continues the same parent but its tokens differ */
+    KVT_REUSE_NEVER_SEEN = 3,      /* no cached block continues this parent at all */
+    KVT_REUSE_EVICTED = 4,         /* this very block was cached, and recently left every tier */
+    KVT_REUSE_NAMESPACE = 5,       /* block 0 is cached in the shared (unsalted) namespace, not this one */
+    KVT_REUSE_RESTORE_SLOWER = 6,  /* matched disk blocks recomputed: measured cheaper than reading */
+    KVT_REUSE_NO_ROOM = 7,         /* the active pool could not hold the whole matched run */
+    KVT_REUSE_LOST = 8,            /* a matched block vanished or failed its checks before restore */
+    KVT_REUSE_REASON_COUNT
+} kvt_reuse_reason;
+
+/* "end_of_prompt", "prompt_shorter_than_block", "diverged", "never_seen",
+ * "evicted", "different_namespace", "restore_skipped_slower", "no_room",
+ * "lost"; "?" otherwise. Static storage. */
+const char *kvt_reuse_reason_name(kvt_reuse_reason r);
+
+#define KVT_REUSE_STOP_TOKENS 6 /* differing tokens reported on each side */
+
+/* The explanation. block is the first prompt block not reused (0-based);
+ * token_offset the first prompt token not taken from the cache, except for
+ * diverged, where it is the first token that differs from the nearest cached
+ * block (same parent, longest common token prefix with the prompt's block),
+ * so token_offset - block * B prompt tokens agreed with it. prompt_ids and
+ * cached_ids hold up to KVT_REUSE_STOP_TOKENS tokens from token_offset on,
+ * from the prompt and from that cached block (diverged only). */
+typedef struct {
+    kvt_reuse_reason reason;
+    int32_t block;
+    int32_t token_offset;
+    int32_t n_prompt_ids, n_cached_ids;
+    int32_t prompt_ids[KVT_REUSE_STOP_TOKENS];
+    int32_t cached_ids[KVT_REUSE_STOP_TOKENS];
+} kvt_reuse_stop;
 
 typedef struct {
     uint64_t ram_bytes;      /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
@@ -289,6 +350,7 @@ typedef struct {
     uint64_t lookups;            /* requests matched against the cache */
     uint64_t lookup_tokens;      /* their prompt tokens */
     uint64_t hit_tokens;         /* of those, restored instead of computed */
+    uint64_t reuse_stops[KVT_REUSE_REASON_COUNT]; /* requests by where their reuse stopped (kvt_reuse_stop) */
 } kvt_cache_stats;
 
 void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
@@ -320,6 +382,7 @@ typedef struct {
     int t2_recomputed;                    /* disk blocks matched but recomputing was cheaper */
     int32_t n_planned;                    /* prompt tokens the lookup matched (n_cached when none were lost) */
     kvt_shortfall shortfall;              /* why n_cached < n_planned */
+    kvt_reuse_stop reuse_stop;            /* where reuse stopped and why */
 } kvt_request_stats;
 
 /* Runs one request on the cache's engine: reuses the longest cached prefix of

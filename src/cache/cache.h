@@ -67,7 +67,16 @@ typedef struct {
     double t2_est_read_ms, t2_est_compute_ms; /* the estimates behind it (0: not measured yet) */
     int32_t n_planned;                      /* tokens the lookup matched (capped by max_reuse) */
     kvt_shortfall shortfall;                /* why n_reused < n_planned */
+    kvt_reuse_stop stop;                    /* where reuse stopped and why */
 } kvt_attach_info;
+
+/* Explains where reuse of tokens[0..n) under root stops when n_reused tokens
+ * were taken from the cache and the attach ended with shortfall (see
+ * kvt_reuse_stop). Looks only at the index: O(blocks matched) hashes plus one
+ * scan of the stopping parent's children (bounded), the recently-evicted ring
+ * and one lookup under the shared root. Changes nothing. */
+void kvt_cache_explain(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t n_reused,
+                       kvt_shortfall shortfall, kvt_reuse_stop *out);
 
 /* Feeds the restore-or-recompute model: a prefill of n_tokens took seconds. */
 void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds);

@@ -1,6 +1,11 @@
 /* The prefix index: a key -> entry table (hmap128) over a dense entry array
  * with a free list, token ids in a parallel array, and per-tier child counts
- * kept exact on every add/remove so tiers can find leaves in O(1). */
+ * kept exact on every add/remove so tiers can find leaves in O(1). Each
+ * parent also heads an intrusive doubly linked list of its present children
+ * (ids, 12 bytes per entry), so "which cached blocks continue this parent"
+ * costs O(children), never a scan of the index. A small ring remembers the
+ * keys of blocks that recently left every tier, to tell "evicted" from
+ * "never seen" when a miss is explained. */
 #include "prefix.h"
 
 #include <assert.h>
@@ -12,6 +17,7 @@
 #include "hmap128.h"
 
 #define ENTRIES_MIN_CAP 64
+#define NO_ID UINT32_MAX /* end of a child list */
 
 typedef struct {
     kvt_hash128 hash, parent; /* parent is meaningful only while tiers != 0 */
@@ -19,6 +25,9 @@ typedef struct {
     uint32_t children[KVT_TIER_COUNT];
     uint32_t children_any;
     uint32_t tiers; /* presence mask; 0 = ghost (kept only for its counts) */
+    /* children list: first_child heads this entry's list of present children;
+     * prev/next link this entry into its parent's list while it is present */
+    uint32_t first_child, prev_sib, next_sib;
 } entry;
 
 struct kvt_prefix {
@@ -29,6 +38,8 @@ struct kvt_prefix {
     uint32_t *free_ids;
     uint32_t cap, n_free, n_used; /* ids >= n_used were never handed out */
     kvt_prefix_stats st;          /* counters; bytes/ghosts filled on read */
+    kvt_hash128 gone[KVT_PREFIX_GONE_RING]; /* keys that recently left every tier */
+    uint32_t gone_next, gone_count;
 };
 
 const char *kvt_tier_name(kvt_tier t) {
@@ -81,6 +92,7 @@ static uint32_t get_or_ghost(kvt_prefix *idx, kvt_hash128 key) {
     entry *e = &idx->ents[id];
     memset(e, 0, sizeof *e);
     e->hash = key;
+    e->first_child = e->prev_sib = e->next_sib = NO_ID;
     kvt_hmap128_put(&idx->map, key, id);
     return id;
 }
@@ -92,6 +104,24 @@ static void release_if_unused(kvt_prefix *idx, uint32_t id) {
     for (int t = 0; t < KVT_TIER_COUNT; t++) assert(e->children[t] == 0);
     kvt_hmap128_del(&idx->map, e->hash);
     idx->free_ids[idx->n_free++] = id;
+}
+
+/* Puts present entry id at the head of parent pid's child list. */
+static void link_child(kvt_prefix *idx, uint32_t pid, uint32_t id) {
+    entry *p = &idx->ents[pid], *e = &idx->ents[id];
+    e->prev_sib = NO_ID;
+    e->next_sib = p->first_child;
+    if (p->first_child != NO_ID) idx->ents[p->first_child].prev_sib = id;
+    p->first_child = id;
+}
+
+/* Takes entry id (no longer present anywhere) out of parent pid's list. */
+static void unlink_child(kvt_prefix *idx, uint32_t pid, uint32_t id) {
+    entry *e = &idx->ents[id];
+    if (e->prev_sib != NO_ID) idx->ents[e->prev_sib].next_sib = e->next_sib;
+    else idx->ents[pid].first_child = e->next_sib;
+    if (e->next_sib != NO_ID) idx->ents[e->next_sib].prev_sib = e->prev_sib;
+    e->prev_sib = e->next_sib = NO_ID;
 }
 
 static int same_block(const kvt_prefix *idx, uint32_t id, kvt_hash128 parent, const int32_t *tokens) {
@@ -142,7 +172,10 @@ int kvt_prefix_add(kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const 
     uint32_t pid = get_or_ghost(idx, parent); /* may move idx->ents */
     entry *p = &idx->ents[pid];
     p->children[tier]++;
-    if (!was_live) p->children_any++;
+    if (!was_live) {
+        p->children_any++;
+        link_child(idx, pid, id);
+    }
     return 0;
 }
 
@@ -180,6 +213,10 @@ int kvt_prefix_remove(kvt_prefix *idx, kvt_hash128 hash, kvt_tier tier) {
     if (now_gone) {
         assert(p->children_any > 0);
         p->children_any--;
+        unlink_child(idx, pid, id);
+        idx->gone[idx->gone_next] = hash;
+        idx->gone_next = (idx->gone_next + 1) % KVT_PREFIX_GONE_RING;
+        if (idx->gone_count < KVT_PREFIX_GONE_RING) idx->gone_count++;
     }
     release_if_unused(idx, id);
     release_if_unused(idx, pid);
@@ -263,4 +300,37 @@ void kvt_prefix_get_stats(const kvt_prefix *idx, kvt_prefix_stats *out) {
     out->ghosts = idx->map.count - idx->st.entries;
     out->bytes = sizeof *idx + kvt_hmap128_bytes(&idx->map) +
                  (size_t)idx->cap * (sizeof *idx->ents + sizeof *idx->free_ids + (size_t)idx->B * sizeof *idx->toks);
+}
+
+int kvt_prefix_nearest_child(const kvt_prefix *idx, kvt_hash128 parent, const int32_t *tokens, kvt_prefix_info *out,
+                             uint32_t *common) {
+    uint32_t pid;
+    if (!kvt_hmap128_get(&idx->map, parent, &pid)) return 0;
+    uint32_t best = NO_ID, best_len = 0, seen = 0;
+    for (uint32_t id = idx->ents[pid].first_child; id != NO_ID && seen < KVT_PREFIX_SCAN_CHILDREN_MAX;
+         id = idx->ents[id].next_sib, seen++) {
+        const int32_t *t = entry_tokens(idx, id);
+        uint32_t l = 0;
+        while (l < idx->B && t[l] == tokens[l]) l++;
+        if (best == NO_ID || l > best_len) best = id, best_len = l;
+    }
+    if (best == NO_ID) return 0;
+    fill_info(idx, best, out);
+    *common = best_len;
+    return 1;
+}
+
+size_t kvt_prefix_children(const kvt_prefix *idx, kvt_hash128 parent, kvt_hash128 *out, size_t max) {
+    uint32_t pid;
+    size_t n = 0;
+    if (!kvt_hmap128_get(&idx->map, parent, &pid)) return 0;
+    for (uint32_t id = idx->ents[pid].first_child; id != NO_ID; id = idx->ents[id].next_sib, n++)
+        if (n < max) out[n] = idx->ents[id].hash;
+    return n;
+}
+
+int kvt_prefix_recently_gone(const kvt_prefix *idx, kvt_hash128 hash) {
+    for (uint32_t i = 0; i < idx->gone_count; i++)
+        if (kvt_hash128_eq(idx->gone[i], hash)) return 1;
+    return 0;
 }

@@ -135,4 +135,32 @@ int kvt_prefix_foreach(const kvt_prefix *idx, int (*fn)(void *ctx, const kvt_pre
 
 void kvt_prefix_get_stats(const kvt_prefix *idx, kvt_prefix_stats *out);
 
+/* Parent -> children. Every parent key (a present entry or a ghost) heads a
+ * list of the entries present in some tier that name it as parent, kept exact
+ * by add/remove in O(1) (three ids per entry). Used to explain a miss: the
+ * cached blocks that continue the prompt's last matched block. */
+
+/* At most this many children are compared by kvt_prefix_nearest_child: a
+ * parent with more (the root of a busy server) is sampled, newest first,
+ * so explaining a miss stays bounded (B token compares per child). */
+#define KVT_PREFIX_SCAN_CHILDREN_MAX 1024
+
+/* Among the present children of parent, the one whose B tokens share the
+ * longest common prefix with tokens[0..B) (ties: the most recently added).
+ * Returns 1 with *out (valid until the next mutation) and *common = that
+ * prefix length in tokens (0..B), or 0 when parent has no present child.
+ * Costs O(min(children, KVT_PREFIX_SCAN_CHILDREN_MAX) * B). */
+int kvt_prefix_nearest_child(const kvt_prefix *idx, kvt_hash128 parent, const int32_t *tokens, kvt_prefix_info *out,
+                             uint32_t *common);
+
+/* Keys of the present children of parent: fills out[0..min(n, max)) and
+ * returns n, the number of children (which may exceed max). */
+size_t kvt_prefix_children(const kvt_prefix *idx, kvt_hash128 parent, kvt_hash128 *out, size_t max);
+
+/* Keys of the last KVT_PREFIX_GONE_RING blocks that left their last tier are
+ * remembered (16 bytes each), so a miss can say "evicted" rather than "never
+ * seen". Older evictions are forgotten: then the answer is 0. O(ring). */
+#define KVT_PREFIX_GONE_RING 4096
+int kvt_prefix_recently_gone(const kvt_prefix *idx, kvt_hash128 hash);
+
 #endif

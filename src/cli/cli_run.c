@@ -15,6 +15,7 @@
 #include "api_openai.h"
 #include "cache.h"
 #include "engine.h"
+#include "explain.h"
 #include "generate.h"
 #include "model.h"
 #include "sampler.h"
@@ -27,6 +28,7 @@
 #define PATH_MAX_LEN 4096
 #define MAX_TOKENS (1L << 24)
 #define MAX_BLOCK 4096
+#define STOP_LINE_MAX 320    /* bytes of the "reuse stopped" explanation on a stats line */
 #define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
 #define STR_(x) #x
 #define STR(x) STR_(x) /* a default's value in --help text */
@@ -404,6 +406,8 @@ typedef struct {
     char *prompt;            /* NULL for end_session */
     line_action action;
     kvt_api_session session;
+    kvt_document *docs;      /* "kvtier": {"documents": [...]}: fixed context blocks before the prompt */
+    size_t n_docs;
 } run_line;
 
 static const char *const line_actions[] = {"generate", "prefetch", "pin", "unpin", "end_session"};
@@ -426,14 +430,21 @@ static int parse_json_line(const char *path, long lineno, const char *line, run_
         if (a == KVT_ARRAY_LEN(line_actions)) why = "\"action\" must be generate, prefetch, pin, unpin or end_session";
         else out->action = (line_action)a;
     }
-    if (!why && kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err))
+    if (!why && (kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err) ||
+                 kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err)))
         why = err.message;
     const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
     if (!why && out->action != LINE_END_SESSION && !cJSON_IsString(pr)) why = "expected a \"prompt\" string";
     if (!why && out->action == LINE_END_SESSION && !out->session.session_id[0])
         why = "end_session needs \"kvtier\": {\"session_id\": ...}";
-    if (why) fprintf(stderr, "kvtier run: %s:%ld: %s\n", path, lineno, why);
-    else if (cJSON_IsString(pr)) out->prompt = kvt_xstrdup(pr->valuestring);
+    if (why) {
+        fprintf(stderr, "kvtier run: %s:%ld: %s\n", path, lineno, why);
+        kvt_api_documents_free(out->docs, out->n_docs);
+        out->docs = NULL;
+        out->n_docs = 0;
+    } else if (cJSON_IsString(pr)) {
+        out->prompt = kvt_xstrdup(pr->valuestring);
+    }
     cJSON_Delete(j);
     return why ? -1 : 0;
 }
@@ -467,7 +478,10 @@ static long read_prompts(const char *path, run_line **out) {
     free(line);
     if (f != stdin) fclose(f);
     if (bad) {
-        for (size_t i = 0; i < n; i++) free(v[i].prompt);
+        for (size_t i = 0; i < n; i++) {
+            free(v[i].prompt);
+            kvt_api_documents_free(v[i].docs, v[i].n_docs);
+        }
         free(v);
         return -1;
     }
@@ -628,6 +642,20 @@ int kvt_cmd_run(int argc, char **argv) {
             failures++;
             continue;
         }
+        if (ln->n_docs) { /* the documents go before the prompt, after BOS, as fixed context blocks */
+            size_t at = n_tok && toks[0] == kvt_tokenizer_bos(m->tok) ? 1 : 0;
+            int32_t *with = NULL;
+            size_t nw = 0;
+            if ((rc = kvt_render_documents(m, (int32_t)block, toks, n_tok, at, ln->docs, ln->n_docs, &with, &nw))) {
+                fprintf(stderr, "kvtier run: prompt %ld: cannot render its documents: %s\n", k + 1, kvt_errmsg());
+                free(toks);
+                failures++;
+                continue;
+            }
+            free(toks);
+            toks = with;
+            n_tok = nw;
+        }
         if (ln->action != LINE_GENERATE) {
             run_action(cache, ln, toks, n_tok, salt, &pins, &n_pins, k + 1);
             free(toks);
@@ -654,14 +682,17 @@ int kvt_cmd_run(int argc, char **argv) {
             continue;
         }
         double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
+        char why[STOP_LINE_MAX] = "";
+        if (cache) kvt_reuse_stop_line(m->tok, &r.reuse_stop, why, sizeof why);
         fprintf(stderr,
-                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s; "
+                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
                 "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
                 "seed %llu\n",
                 k + 1, n_prompts, r.n_prompt, r.n_reused, r.tier_tokens[KVT_TIER_T0], r.tier_tokens[KVT_TIER_T1],
                 r.tier_tokens[KVT_TIER_T2], r.n_planned, r.shortfall ? ": " : "",
                 r.shortfall ? kvt_shortfall_name(r.shortfall) : "", r.n_computed,
-                r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "", r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
+                r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
+                why[0] ? "; reuse stopped: " : "", why, r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
                 r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
                 (unsigned long long)sp.seed);
     }
@@ -696,7 +727,10 @@ done:
         free(pins[i].prompt);
     }
     free(pins);
-    for (long k = 0; k < n_prompts && prompts; k++) free(prompts[k].prompt);
+    for (long k = 0; k < n_prompts && prompts; k++) {
+        free(prompts[k].prompt);
+        kvt_api_documents_free(prompts[k].docs, prompts[k].n_docs);
+    }
     free(prompts);
     if (stop_requested) return SIGNAL_EXIT_BASE + stop_requested;
     return rc || failures ? 1 : 0;

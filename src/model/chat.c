@@ -48,7 +48,13 @@ typedef struct {
     size_t n, cap;
     size_t max; /* ids at most (KVT_ELIMIT past it) */
     int rc;
+    size_t mark_msg, mark_at; /* where message mark_msg's content starts (kvt_chat_render_at) */
 } ids_buf;
+
+/* Records that message i's content starts here, if i is the marked one. */
+static void mark(ids_buf *b, size_t i) {
+    if (i == b->mark_msg) b->mark_at = b->n;
+}
 
 static void push_ids(ids_buf *b, const int32_t *ids, size_t n) {
     if (n > b->max - b->n) {
@@ -107,6 +113,7 @@ static void chatml_header(ids_buf *b, const char *role) {
 static void render_chatml(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
     for (size_t i = 0; i < n; i++) {
         chatml_header(b, msgs[i].role);
+        mark(b, i);
         if (is_role(&msgs[i], "assistant")) push_reply(b, msgs[i].content, lookup, ctx);
         else push_text(b, msgs[i].content, 0);
         push_text(b, "<|im_end|>\n", 1);
@@ -120,6 +127,7 @@ static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_ch
         push_text(b, "<|start_header_id|>", 1);
         push_text(b, msgs[i].role, 0);
         push_text(b, "<|end_header_id|>\n\n", 1);
+        mark(b, i);
         if (is_role(&msgs[i], "assistant")) push_reply(b, msgs[i].content, lookup, ctx);
         else push_text(b, msgs[i].content, 0);
         push_text(b, "<|eot_id|>", 1);
@@ -137,10 +145,13 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
         const kvt_chat_msg *m = &msgs[i];
         if (is_role(m, "system")) {
             system = m->content;
+            mark(b, i); /* folded into the next user turn; marked where that turn starts */
+            if (i == b->mark_msg) b->mark_msg = i + 1;
             continue;
         }
         if (is_role(m, "assistant")) {
             push_text(b, " ", 0);
+            mark(b, i);
             push_reply(b, m->content, lookup, ctx);
             push_id(b, kvt_tokenizer_eos(b->t));
             continue;
@@ -158,6 +169,7 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
             }
             system = NULL;
         }
+        mark(b, i);
         push_text(b, m->content, 0);
         push_text(b, " [/INST]", 1);
     }
@@ -165,9 +177,16 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
 
 int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
                     kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, int32_t **out, size_t *n_out) {
+    size_t at;
+    return kvt_chat_render_at(t, f, msgs, n, lookup, lookup_ctx, max_tokens, SIZE_MAX, &at, out, n_out);
+}
+
+int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
+                       kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, size_t msg, size_t *at,
+                       int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    ids_buf b = {.t = t, .max = max_tokens};
+    ids_buf b = {.t = t, .max = max_tokens, .mark_msg = msg, .mark_at = SIZE_MAX};
     switch (f) {
     case KVT_CHAT_CHATML: render_chatml(&b, msgs, n, lookup, lookup_ctx); break;
     case KVT_CHAT_LLAMA3: render_llama3(&b, msgs, n, lookup, lookup_ctx); break;
@@ -181,6 +200,7 @@ int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_ms
     }
     *out = b.ids;
     *n_out = b.n;
+    *at = b.mark_at == SIZE_MAX ? b.n : b.mark_at;
     return 0;
 }
 

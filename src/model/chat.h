@@ -48,6 +48,14 @@ typedef size_t (*kvt_chat_reply_fn)(void *ctx, const char *text, int32_t **ids);
 int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
                     kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, int32_t **out, size_t *n_out);
 
+/* kvt_chat_render, also reporting in *at the token offset where the content
+ * of msgs[msg] begins (after its role markup; for Llama 2 / Mistral, a system
+ * message folds into the next user turn, so its offset is that turn's). *at is
+ * the end of the conversation when msg is out of range. */
+int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
+                       kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, size_t msg, size_t *at,
+                       int32_t **out, size_t *n_out);
+
 /* A bounded map (salt, reply text) -> token ids, oldest entries dropped first.
  * Thread-safe: every function may be called from any thread. */
 typedef struct kvt_reply_map kvt_reply_map;

@@ -39,6 +39,7 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
         res->t2_decision = ai.t2_decision;
         res->n_planned = ai.n_planned;
         res->shortfall = ai.shortfall;
+        res->reuse_stop = ai.stop;
     } else if ((rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         goto out;
     }
@@ -117,6 +118,7 @@ int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kv
         stats->t2_recomputed = r.t2_decision == KVT_T2_RECOMPUTE;
         stats->n_planned = r.n_planned;
         stats->shortfall = r.shortfall;
+        stats->reuse_stop = r.reuse_stop;
     }
     return rc;
 }

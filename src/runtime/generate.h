@@ -42,6 +42,7 @@ typedef struct {
     kvt_t2_decision t2_decision;            /* disk blocks matched: restored, recomputed, or none */
     int32_t n_planned;                      /* prompt tokens the lookup matched */
     kvt_shortfall shortfall;                /* why n_reused < n_planned */
+    kvt_reuse_stop reuse_stop;              /* where reuse stopped and why (cache only) */
 } kvt_gen_result;
 
 /* Runs one request. cache may be NULL (no reuse, nothing registered). On

@@ -500,13 +500,14 @@ int kvt_api_parse_session(const cJSON *kv, kvt_api_session *out, kvt_api_error *
     if (!kv || cJSON_IsNull(kv)) return 0;
     if (!cJSON_IsObject(kv))
         return kvt_api_errorf(err, 400, INVALID, "kvtier", "invalid_type", "'kvtier' must be an object");
-    static const char *const known[] = {"session_id", "priority", "keep_warm_s"};
+    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents"};
     for (const cJSON *f = kv->child; f; f = f->next) {
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(known) && strcmp(f->string, known[i])) i++;
         if (i == KVT_ARRAY_LEN(known))
             return kvt_api_errorf(err, 400, INVALID, "kvtier", "unknown_field",
-                                  "'kvtier.%.64s' is not a field kvtier knows (session_id, priority, keep_warm_s)",
+                                  "'kvtier.%.64s' is not a field kvtier knows (session_id, priority, keep_warm_s, "
+                                  "documents)",
                                   f->string);
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(kv, "session_id");
@@ -528,14 +529,56 @@ int kvt_api_parse_session(const cJSON *kv, kvt_api_session *out, kvt_api_error *
     return 0;
 }
 
+void kvt_api_documents_free(kvt_document *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free((char *)d[i].id);
+        free((char *)d[i].text);
+    }
+    free(d);
+}
+
+int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, kvt_api_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    const cJSON *ds = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "documents") : NULL;
+    if (!ds || cJSON_IsNull(ds)) return 0;
+    int n = cJSON_IsArray(ds) ? cJSON_GetArraySize(ds) : -1;
+    if (n < 0 || n > KVT_API_MAX_DOCUMENTS)
+        return kvt_api_errorf(err, 400, INVALID, "kvtier.documents", "invalid_type",
+                              "'kvtier.documents' must be an array of at most %d {\"id\", \"text\"} objects",
+                              KVT_API_MAX_DOCUMENTS);
+    kvt_document *d = kvt_xcalloc((size_t)(n ? n : 1), sizeof *d);
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(ds, i);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *tx = cJSON_GetObjectItemCaseSensitive(e, "text");
+        int fields = 0;
+        for (const cJSON *f = cJSON_IsObject(e) ? e->child : NULL; f; f = f->next) fields++;
+        if (!cJSON_IsString(id) || !*id->valuestring || strlen(id->valuestring) > KVT_API_MAX_DOC_ID ||
+            !cJSON_IsString(tx) || fields != 2) {
+            kvt_api_documents_free(d, (size_t)i);
+            return kvt_api_errorf(err, 400, INVALID, "kvtier.documents", "invalid_value",
+                                  "'kvtier.documents[%d]' must be {\"id\": 1..%d bytes, \"text\": string} and "
+                                  "nothing else",
+                                  i, KVT_API_MAX_DOC_ID);
+        }
+        d[i].id = kvt_xstrdup(id->valuestring);
+        d[i].text = kvt_xstrdup(tx->valuestring);
+    }
+    *out = d;
+    *n_out = (size_t)n;
+    return 0;
+}
+
 static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
-    return kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(root, "kvtier"), &r->session, err);
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "kvtier");
+    if (kvt_api_parse_session(kv, &r->session, err)) return -1;
+    return kvt_api_parse_documents(kv, &r->docs, &r->n_docs, err);
 }
 
 /* ---- the raw text, before parsing -------------------------------------------- */
 
 /* Top-level fields whose strings kvtier reads: a NUL in them would cut the text. */
-static const char *const STRING_FIELDS[] = {"model", "prompt", "messages", "stop", "cache_salt"};
+static const char *const STRING_FIELDS[] = {"model", "prompt", "messages", "stop", "cache_salt", "kvtier"};
 
 /* What one lexical pass over the raw body learns before anything is allocated.
  * The pass assumes nothing about validity (cJSON judges that afterwards); on
@@ -657,6 +700,7 @@ void kvt_api_request_free(kvt_api_request *r) {
     free(r->cache_salt);
     free(r->bias_id);
     free(r->bias);
+    kvt_api_documents_free(r->docs, r->n_docs);
     memset(r, 0, sizeof *r);
 }
 
@@ -697,6 +741,20 @@ static cJSON *kvtier_obj(const kvt_api_usage *u) {
     cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
     cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
     if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
+    if (u->has_reuse_stop) {
+        const kvt_reuse_stop *rs = &u->reuse_stop;
+        cJSON *w = cJSON_AddObjectToObject(o, "reuse_stop");
+        cJSON_AddNumberToObject(w, "block", rs->block);
+        cJSON_AddNumberToObject(w, "token_offset", rs->token_offset);
+        cJSON_AddStringToObject(w, "reason", kvt_reuse_reason_name(rs->reason));
+        if (rs->reason == KVT_REUSE_DIVERGED) {
+            cJSON_AddStringToObject(w, "prompt_text", u->stop_prompt_text);
+            cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
+            cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens"), *b = cJSON_AddArrayToObject(w, "cached_tokens");
+            for (int32_t i = 0; i < rs->n_prompt_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
+            for (int32_t i = 0; i < rs->n_cached_ids; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber(rs->cached_ids[i]));
+        }
+    }
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
     if (u->admission_seq) {
         cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);

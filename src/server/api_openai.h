@@ -25,6 +25,9 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
 #define KVT_API_KEEP_WARM_MAX_S 86400
+#define KVT_API_MAX_DOCUMENTS 256 /* kvtier.documents per request */
+#define KVT_API_MAX_DOC_ID 256    /* bytes of a document id */
+#define KVT_API_STOP_TEXT_MAX 96 /* bytes of each differing-text excerpt in reuse_stop */
 
 /* kvtier's own request object, {"kvtier": {session_id, priority, keep_warm_s}}:
  * which agent session a request belongs to, how much its KV matters against
@@ -69,6 +72,8 @@ typedef struct {
                                 logprobs), 0..KVT_API_MAX_TOP_LOGPROBS */
     char *cache_salt;        /* NULL if absent or empty */
     kvt_api_session session; /* the "kvtier" object */
+    kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
+    size_t n_docs;
 } kvt_api_request;
 
 /* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
@@ -101,7 +106,7 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
  * The body must be exactly one JSON value, with only whitespace around it
  * (trailing text or a second object is an error). C strings cannot carry NUL,
  * so a NUL byte in the body, or a \u0000 escape in a field kvtier reads
- * (model, prompt, messages, stop, cache_salt), is an error naming the field
+ * (model, prompt, messages, stop, cache_salt, kvtier), is an error naming the field
  * rather than a silently shortened string.
  *
  * Returns 0 and *out (free with kvt_api_request_free), or -1 with *err filled
@@ -115,6 +120,13 @@ void kvt_api_request_free(kvt_api_request *r);
  * or -1 with *err filled. */
 struct cJSON;
 int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_error *err);
+
+/* kvtier.documents of the "kvtier" object kv (NULL, or no "documents": none):
+ * [{"id": 1..KVT_API_MAX_DOC_ID bytes, "text": string}], at most
+ * KVT_API_MAX_DOCUMENTS. Returns 0 and a malloc'd *out of *n (strings owned;
+ * free with kvt_api_documents_free), or -1 with *err filled. */
+int kvt_api_parse_documents(const struct cJSON *kv, kvt_document **out, size_t *n, kvt_api_error *err);
+void kvt_api_documents_free(kvt_document *d, size_t n);
 
 /* Usage and kvtier's cache report for one request. */
 typedef struct {
@@ -130,6 +142,10 @@ typedef struct {
     int64_t admission_seq;                 /* the order of admissions (1, 2, ...; 0: none); cache-aware
                                               scheduling may admit a later arrival first */
     const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
+    int has_reuse_stop;                    /* reuse_stop is filled (a request that went through the cache) */
+    kvt_reuse_stop reuse_stop;             /* where reuse stopped and why */
+    char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
+    char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
 } kvt_api_usage;
 
 /* One generated token's log-probability and its most likely alternatives

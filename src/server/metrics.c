@@ -213,6 +213,14 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     for (int k = 1; k < KVT_SHORTFALL_COUNT; k++)
         put(&b, "kvtier_cache_shortfalls_total{cause=\"%s\"} %llu\n", kvt_shortfall_name((kvt_shortfall)k),
             (unsigned long long)c->shortfalls[k]);
+    header(&b, "kvtier_cache_misses_total", "counter",
+           "Requests whose reuse stopped before the end of the prompt, by reason (README \"Why did this miss?\").");
+    for (int k = KVT_REUSE_END_OF_PROMPT + 1; k < KVT_REUSE_REASON_COUNT; k++)
+        put(&b, "kvtier_cache_misses_total{reason=\"%s\"} %llu\n", kvt_reuse_reason_name((kvt_reuse_reason)k),
+            (unsigned long long)c->reuse_stops[k]);
+    header(&b, "kvtier_cache_full_reuse_total", "counter",
+           "Requests that reused every full cached block of their prompt (reason end_of_prompt).");
+    put(&b, "kvtier_cache_full_reuse_total %llu\n", (unsigned long long)c->reuse_stops[KVT_REUSE_END_OF_PROMPT]);
     header(&b, "kvtier_cache_shortfall_tokens_total", "counter", "Matched tokens those requests recomputed.");
     put(&b, "kvtier_cache_shortfall_tokens_total %llu\n", (unsigned long long)c->shortfall_tokens);
     header(&b, "kvtier_sessions_warm", "gauge", "Agent sessions kept warm in T0 now.");

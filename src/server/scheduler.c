@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "common.h"
+#include "explain.h"
 #include "server_impl.h"
 
 void kvt_srv_cond_init(pthread_cond_t *cv) {
@@ -133,6 +134,17 @@ static void slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut,
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Text of a few differing token ids for the kvtier report, as valid UTF-8 (a
+ * token cut mid-character becomes U+FFFD) in out[KVT_API_STOP_TEXT_MAX]. */
+static void stop_text(kvt_server *s, const int32_t *ids, int32_t n, char *out) {
+    char raw[KVT_API_STOP_TEXT_MAX / 3];
+    kvt_reuse_stop_text(s->tok, ids, n, raw, sizeof raw);
+    size_t len;
+    char *clean = kvt_utf8_sanitize(raw, strlen(raw), &len);
+    snprintf(out, KVT_API_STOP_TEXT_MAX, "%s", clean);
+    free(clean);
+}
+
 /* Starts a sequence for r in a free slot: attach restores its cached prefix. */
 static void slot_admit(kvt_server *s, srv_req *r) {
     slot *sl = NULL;
@@ -178,6 +190,12 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     r->usage.queued_ms = (kvt_now() - r->t_arrival) * 1e3;
     r->usage.admission_seq = (int64_t)sl->admitted + 1;
     r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
+    r->usage.has_reuse_stop = 1;
+    r->usage.reuse_stop = ai.stop;
+    if (ai.stop.reason == KVT_REUSE_DIVERGED) {
+        stop_text(s, ai.stop.prompt_ids, ai.stop.n_prompt_ids, r->usage.stop_prompt_text);
+        stop_text(s, ai.stop.cached_ids, ai.stop.n_cached_ids, r->usage.stop_cached_text);
+    }
 }
 
 /* Where a stop string starts in the unemitted text, or -1; *hold gets how many

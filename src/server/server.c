@@ -3,6 +3,7 @@
  * (http_guard), the OpenAI endpoints with SSE streaming, the cache admin
  * endpoints, the access log, and the server's lifecycle. The engine thread
  * is in scheduler.c. See server.h for the flow. */
+#include "api_lint.h"
 #include "server_impl.h"
 
 #include <arpa/inet.h>
@@ -58,7 +59,8 @@ typedef enum {
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
     R_CACHE_FLUSH,
-    R_CACHE_STATS
+    R_CACHE_STATS,
+    R_CACHE_LINT
 } route;
 
 static const struct {
@@ -78,6 +80,7 @@ static const struct {
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
     {"/v1/cache/flush", "POST", "cache_flush", R_CACHE_FLUSH},
     {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS},
+    {"/v1/cache/lint", "GET", "cache_lint", R_CACHE_LINT},
 };
 
 /* Per-connection-request state (MHD's con_cls), from the request's headers to
@@ -283,9 +286,14 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     /* a prompt must leave one token to generate; tokenizing stops past that */
     size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");
+    size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
-        rc = kvt_chat_render(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, &r->prompt, &n);
+        size_t last_user = a->n_msgs;
+        for (size_t i = 0; i < a->n_msgs; i++)
+            if (!strcmp(a->msgs[i].role, "user")) last_user = i;
+        rc = kvt_chat_render_at(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, last_user, &at,
+                                &r->prompt, &n);
     } else if (a->prompt_ids) {
         n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
@@ -293,6 +301,20 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     } else {
         rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1,
                               max_prompt, &r->prompt, &n);
+    }
+    if (!rc && a->n_docs) {
+        /* after BOS for completions; the documents as fixed context blocks (kvt_render_documents) */
+        if (a->kind != KVT_API_CHAT && n && r->prompt[0] == kvt_tokenizer_bos(s->tok)) at = 1;
+        int32_t *with = NULL;
+        size_t nw = 0;
+        if ((rc = kvt_render_documents(s->model, s->block, r->prompt, n, at, a->docs, a->n_docs, &with, &nw))) {
+            kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", NULL, "cannot render the documents: %s",
+                           kvt_errmsg());
+            goto fail;
+        }
+        free(r->prompt);
+        r->prompt = with;
+        n = nw;
     }
     if (rc == KVT_ELIMIT) {
         kvt_api_errorf(err, 400, "invalid_request_error", a->kind == KVT_API_CHAT ? "messages" : "prompt",
@@ -520,6 +542,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     srv_req *r = make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
     if (!r) return send_error(s, c, cs->label, &err, NULL, NULL);
+    kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
     apply_session_header(s, c, r);
     if (enqueue(s, r)) {
         kvt_srv_req_unref(s, r);
@@ -675,7 +698,43 @@ static enum MHD_Result send_preflight(kvt_server *s, struct MHD_Connection *c, c
     return ret;
 }
 
+/* GET /v1/cache/lint[?n=N&cache_salt=S]: lints the tenant's last N prompts
+ * (the API key's, under that cache_salt; default all that are kept) as
+ * `kvtier lint --json` does. Runs on the HTTP thread over copies. */
+static enum MHD_Result handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    const char *nv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "n");
+    const char *cv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+    char *end = NULL;
+    long max = nv ? strtol(nv, &end, 10) : KVT_PROMPT_RING_DEFAULT;
+    if (nv && (*end || max < 1 || max > KVT_LINT_MAX_PROMPTS)) {
+        kvt_api_error e;
+        kvt_api_errorf(&e, 400, "invalid_request_error", "n", "invalid_value", "n must be 1..%d", KVT_LINT_MAX_PROMPTS);
+        return send_error(s, c, cs->label, &e, NULL, NULL);
+    }
+    /* the same tenant salt make_request builds: the key with its NUL, then cache_salt */
+    const char *key = cs->key;
+    size_t kl = key ? strlen(key) + 1 : 0, cl = cv ? strlen(cv) : 0;
+    char *salt = kvt_xmalloc(kl + cl + 1);
+    if (kl) memcpy(salt, key, kl);
+    if (cl) memcpy(salt + kl, cv, cl);
+    kvt_lint_prompt *ps = NULL;
+    int32_t n = kvt_prompt_ring_take(s->recent, salt, kl + cl, (int32_t)max, &ps);
+    free(salt);
+    kvt_lint_report rep;
+    char *body;
+    if (n && kvt_lint_run(s->tok, ps, n, s->block, &rep) == 0) {
+        body = kvt_lint_json(s->tok, ps, &rep);
+        kvt_lint_free(&rep);
+    } else {
+        body = kvt_xmalloc(64);
+        snprintf(body, 64, "{\"prompts\":0,\"block_size\":%d,\"advice\":[]}", s->block);
+    }
+    kvt_prompt_ring_release(ps, n);
+    return send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", body, NULL, NULL);
+}
+
 static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    if (cs->r == R_CACHE_LINT) return handle_lint(s, c, cs);
     if (cs->r == R_HEALTH) {
         char *b = kvt_xmalloc(128);
         pthread_mutex_lock(&s->mu);
@@ -799,8 +858,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (i == KVT_ARRAY_LEN(routes))
             return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/v1/cache/{pin,unpin,prefetch,flush,stats}, /tokenize, /detokenize, /props, "
-                               "/health and /metrics");
+                               "/v1/cache/{pin,unpin,prefetch,flush,stats,lint}, /tokenize, /detokenize, "
+                               "/props, /health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
@@ -857,7 +916,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
     if (cs->r == R_TOKENIZE || cs->r == R_DETOKENIZE) return handle_tokenize(s, c, cs);
-    if (cs->r >= R_CACHE_PIN) return handle_admin(s, c, cs);
+    if (cs->r >= R_CACHE_PIN && cs->r != R_CACHE_LINT) return handle_admin(s, c, cs);
     return handle_get(s, c, cs);
 }
 
@@ -906,6 +965,7 @@ static void server_free(kvt_server *s) {
     free(s->b_seq);
     free(s->b_want);
     kvt_reply_map_free(s->replies);
+    kvt_prompt_ring_free(s->recent);
     kvt_metrics_free(s->metrics);
     for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
     free(s->pins);
@@ -977,6 +1037,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->block = ep.block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
+    s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->metrics = kvt_metrics_new();
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);

@@ -20,6 +20,7 @@
 #include "engine.h"
 #include "http_guard.h"
 #include "metrics.h"
+#include "prompt_ring.h"
 #include "model.h"
 #include "sampler.h"
 #include "server.h"
@@ -143,6 +144,7 @@ struct kvt_server {
     kvt_cache *cache;
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
+    kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
     kvt_metrics *metrics;
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;

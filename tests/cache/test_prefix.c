@@ -62,6 +62,14 @@ static int check_counts(kvt_prefix *idx) {
             for (int t = 0; t < KVT_TIER_COUNT; t++) kids[t] += (s.e[j].tiers >> t) & 1;
         }
         if (any != s.e[i].children_any || memcmp(kids, s.e[i].children, sizeof kids)) bad++;
+        /* the parent -> children list holds exactly the present children */
+        kvt_hash128 listed[64];
+        size_t nl = kvt_prefix_children(idx, s.e[i].hash, listed, KVT_ARRAY_LEN(listed));
+        if (nl != any) bad++;
+        for (size_t l = 0; l < nl && l < KVT_ARRAY_LEN(listed); l++) {
+            kvt_prefix_info c;
+            if (kvt_prefix_get(idx, listed[l], &c) || !kvt_hash128_eq(c.parent, s.e[i].hash)) bad++;
+        }
     }
     if (st.entries != (uint64_t)s.n) bad++;
     for (int t = 0; t < KVT_TIER_COUNT; t++)
@@ -327,7 +335,36 @@ static void test_churn(void) {
     kvt_prefix_free(idx);
 }
 
+/* nearest_child picks the child sharing the longest token prefix; a removed
+ * block is remembered as recently gone. */
+static void test_nearest_child(void) {
+    kvt_prefix *idx = new_index();
+    kvt_hash128 root = make_root(5);
+    int32_t a[B] = {1, 2, 3, 4}, b[B] = {1, 2, 9, 9}, c[B] = {7, 7, 7, 7}, q[B] = {1, 2, 3, 8};
+    kvt_hash128 ha = kvt_block_hash(root, a, B), hb = kvt_block_hash(root, b, B), hc = kvt_block_hash(ha, c, B);
+    kvt_prefix_info near;
+    uint32_t common = 99;
+    CHECK(kvt_prefix_nearest_child(idx, root, q, &near, &common) == 0);
+    CHECK(kvt_prefix_add(idx, ha, root, a, KVT_TIER_T1, 0) == 0);
+    CHECK(kvt_prefix_add(idx, hb, root, b, KVT_TIER_T0, 0) == 0);
+    CHECK(kvt_prefix_add(idx, hc, ha, c, KVT_TIER_T0, 0) == 0);
+    CHECK(kvt_prefix_nearest_child(idx, root, q, &near, &common) == 1);
+    CHECK(kvt_hash128_eq(near.hash, ha) && common == 3);
+    CHECK(kvt_prefix_nearest_child(idx, ha, q, &near, &common) == 1 && kvt_hash128_eq(near.hash, hc) && common == 0);
+    CHECK(kvt_prefix_children(idx, root, NULL, 0) == 2);
+    CHECK(!kvt_prefix_recently_gone(idx, ha));
+    CHECK(kvt_prefix_remove(idx, ha, KVT_TIER_T1) == 0); /* ha leaves its only tier; hc keeps its key as a ghost */
+    CHECK(kvt_prefix_recently_gone(idx, ha) && !kvt_prefix_recently_gone(idx, hb));
+    CHECK(kvt_prefix_nearest_child(idx, root, q, &near, &common) == 1 && kvt_hash128_eq(near.hash, hb) && common == 2);
+    CHECK(kvt_prefix_children(idx, ha, NULL, 0) == 1); /* the ghost still heads hc */
+    CHECK(kvt_prefix_add(idx, ha, root, a, KVT_TIER_T2, 0) == 0); /* back: the ghost's list survives */
+    CHECK(kvt_prefix_children(idx, root, NULL, 0) == 2 && kvt_prefix_children(idx, ha, NULL, 0) == 1);
+    check_counts(idx);
+    kvt_prefix_free(idx);
+}
+
 int main(void) {
+    test_nearest_child();
     test_lookup_across_tiers();
     test_child_counts();
     test_collisions();

@@ -17,6 +17,8 @@ expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
   [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
 }
 is_same() { [ "$1" = "$2" ] || { echo "  got '$2', want '$1'" >&2; return 1; }; }
+is_json_cause() { [ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["causes"][0]["cause"])' "$TMP/out")" = reordered ]; }
+docs_reused() { local c; c=$(grep -o '\[2/2\] prompt [0-9]* tokens: cached [0-9]*' "$TMP/out" | awk '{print $NF}'); [ "${c:-0}" -ge 48 ] || { echo "  cached '$c'" >&2; return 1; }; }
 has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
 
 check "top-level help" expect_rc 0 "$BIN" --help
@@ -176,5 +178,30 @@ check "serve --help lists -np" grep -q -- "-np" "$TMP/help"
 check "serve --help lists \$KVTIER_PORT" grep -q -- '$KVTIER_PORT' "$TMP/help"
 check "serve --help says OPTIONS is 405 without --cors-origin" grep -q -- "OPTIONS is 405" "$TMP/help"
 
+# kvtier lint: a reordered tool list, and the miss explained on run's stats lines
+python3 - "$TMP/lint.jsonl" <<'PY'
+import json, sys
+tools = ["tool get_order(id): returns an order", "tool refund(order): refunds it", "tool search(query): searches help"]
+with open(sys.argv[1], "w") as f:
+    for i, q in enumerate(["Where is my order?", "Can I get a refund?", "Is there a phone number?"]):
+        t = tools if i != 1 else tools[::-1]
+        f.write(json.dumps({"messages": [{"role": "system", "content": "You are a support assistant. Answer briefly and follow the policy.\n" + "\n".join(t)}, {"role": "user", "content": q}]}) + "\n")
+PY
+check "lint help" expect_rc 0 "$BIN" lint --help
+check "lint needs a file" expect_rc 2 "$BIN" lint -m "$TMP/m.gguf"
+check "lint runs" expect_rc 0 "$BIN" lint -m "$TMP/m.gguf" --block-size 16 "$TMP/lint.jsonl"
+check "... finds the reordered tools" has "reordered tools/documents"
+check "... advises sorting them" has "sort the tools"
+check "lint --json" expect_rc 0 "$BIN" lint -m "$TMP/m.gguf" --block-size 16 --json "$TMP/lint.jsonl"
+check "... is JSON with the cause" is_json_cause
+printf 'The time is 2026-11-30 09:14:07 and the quick brown fox jumps over the lazy dog.\nThe time is 2026-11-30 09:15:52 and the quick brown fox jumps over the lazy dog.\n' >"$TMP/ts.txt"
+check "run explains a miss" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/ts.txt" -n 1 --block-size 16
+check "... on its stats line" has "reuse stopped: diverged@block"
+
+# documents from run -f: the same two documents before two questions; the second reuses them
+printf '%s\n' '{"prompt":"When will my order ship?","kvtier":{"documents":[{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."},{"id":"b","text":"Refunds go back to the original card within five business days."}]}}' \
+  '{"prompt":"Where does my refund go?","kvtier":{"documents":[{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."},{"id":"b","text":"Refunds go back to the original card within five business days."}]}}' >"$TMP/docs.jsonl"
+check "run -f with documents" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/docs.jsonl" -n 1 --block-size 16 --temp 0
+check "... reuses the document blocks" docs_reused
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

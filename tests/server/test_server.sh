@@ -79,6 +79,7 @@ check "total tokens" is "$(jb '.usage.total_tokens == .usage.prompt_tokens + .us
 check "first request computes everything" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
 check "kvtier report per tier" is "$(jb '.kvtier.cached_tokens_by_tier | keys | join(",")')" T0,T1,T2,T3
 check "kvtier computed" is "$(jb '.kvtier.computed_tokens == .usage.prompt_tokens')" true
+check "first request: reuse stopped at block 0, never seen" is "$(jb '.kvtier.reuse_stop | "\(.reason) \(.block) \(.token_offset)"')" "never_seen 0 0"
 TEXT1=$(jb '.choices[0].text')
 P1=$(jb .usage.prompt_tokens)
 post /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0}"
@@ -86,6 +87,41 @@ check "repeat reports cached tokens" gt "$(jb .usage.prompt_tokens_details.cache
 check "repeat cached from T0" is "$(jb '.kvtier.cached_tokens_by_tier.T0 == .usage.prompt_tokens_details.cached_tokens')" true
 check "repeat cached + computed = prompt" is "$(jb '.kvtier.cached_tokens + .kvtier.computed_tokens == .usage.prompt_tokens')" true
 check "greedy repeat is identical" is "$(jb '.choices[0].text')" "$TEXT1"
+check "repeat: everything reusable reused" is "$(jb .kvtier.reuse_stop.reason)" end_of_prompt
+# why did this miss? the same text with one word changed in the middle
+post /v1/completions "{\"prompt\":\"${LONG/lazy dog/lazy cat}\",\"max_tokens\":2,\"temperature\":0}"
+check "changed word: diverged" is "$(jb .kvtier.reuse_stop.reason)" diverged
+check "changed word: offset past the block start" is "$(jb '.kvtier.reuse_stop.token_offset >= .kvtier.reuse_stop.block * 32 and .kvtier.reuse_stop.token_offset > 0')" true
+check "changed word: the texts differ" is "$(jb '.kvtier.reuse_stop | (.prompt_text | test("c")) and (.cached_text | test("d"))')" true
+for _ in 1 2; do post /v1/completions '{"prompt":"Hi there","max_tokens":2,"temperature":0}'; done
+check "short prompt twice: shorter than a block" is "$(jb .kvtier.reuse_stop.reason)" prompt_shorter_than_block
+post /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":2,\"temperature\":0,\"cache_salt\":\"t-explain\"}"
+check "salted repeat: different namespace" is "$(jb .kvtier.reuse_stop.reason)" different_namespace
+# GET /v1/cache/lint over the tenant's last prompts: a planted timestamp near the top
+for i in 1 2 3; do
+  post /v1/completions "{\"prompt\":\"Now: 2026-11-30 09:1$i:0$i. $LONG Question $i?\",\"max_tokens\":1,\"cache_salt\":\"lint-t\"}"
+done
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?cache_salt=lint-t")
+check "lint 200" is "$CODE" 200
+check "lint sees only this tenant's prompts" is "$(jb .prompts)" 3
+check "lint names the timestamp" is "$(jb '.causes[0].cause')" timestamp
+check "lint: fixes raise the fraction" is "$(jb '.reusable_fraction_after_fixes > .reusable_fraction')" true
+check "lint advice moves the timestamp" is "$(jb '.advice[0] | test("move the timestamp")')" true
+# fixed context blocks: kvtier.documents in chat, A,B twice, then B,A
+DA='{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."}'
+DB='{"id":"b","text":"Refunds go back to the original card within five business days."}'
+chat_docs() { post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$1\"}],\"max_tokens\":2,\"temperature\":0,\"kvtier\":{\"documents\":[$2]}}"; }
+chat_docs "When will my order ship?" "$DA,$DB"
+check "documents 200" is "$CODE" 200
+chat_docs "Where does my refund go?" "$DA,$DB"
+check "same documents: every document block reused" is "$(jb '.kvtier.reuse_stop.block >= 3 and .kvtier.cached_tokens >= 96')" true
+chat_docs "When will my order ship?" "$DB,$DA"
+check "documents B,A after A,B: diverged at the first document's block" is "$(jb '.kvtier.reuse_stop | "\(.reason) \(.block)"')" "diverged 1"
+chat_docs "x" '{"id":"a","text":"t","extra":1}'
+check "a document with an unknown field is 400" is "$CODE" 400
+check "... naming kvtier.documents" is "$(jb .error.param)" kvtier.documents
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?n=0")
+check "lint bad n is 400" is "$CODE" 400
 
 # streaming completion equals the plain one
 curl -sN -m 60 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}" "$URL/v1/completions" >"$TMP/sse"
@@ -235,6 +271,8 @@ for m in 'kvtier_requests_total{endpoint="completions",code="200"}' 'kvtier_requ
   kvtier_generated_tokens_total; do
   check "metrics has $m" grep -qF "$m " "$TMP/metrics"
 done
+check "metrics count misses by reason" ge "$(grep -F 'kvtier_cache_misses_total{reason="diverged"}' "$TMP/metrics" | awk '{print $2}')" 1
+check "metrics count short-prompt misses" ge "$(grep -F 'kvtier_cache_misses_total{reason="prompt_shorter_than_block"}' "$TMP/metrics" | awk '{print $2}')" 2
 check "metrics count cached T0 tokens" gt "$(grep -F 'kvtier_cached_tokens_total{tier="T0"}' "$TMP/metrics" | awk '{print $2}')" 0
 
 # ---- graceful shutdown ----------------------------------------------------------------------------
