@@ -33,7 +33,7 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
-    return -1;
+    return KVT_EARG;
 }
 
 /* ---- UTF-8 ----------------------------------------------------------------- */
@@ -494,7 +494,13 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     return parse_kvtier(root, r, err);
 }
 
+static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *err);
+
 int kvt_api_parse_session(const cJSON *kv, kvt_api_session *out, kvt_api_error *err) {
+    return session_parse(kv, out, err) ? KVT_EARG : 0;
+}
+
+static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *err) {
     memset(out, 0, sizeof *out);
     out->keep_warm_s = -1;
     if (!kv || cJSON_IsNull(kv)) return 0;
@@ -663,7 +669,7 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
         kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
                        "the request body is not valid JSON (error near byte %td)",
                        cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : (ptrdiff_t)0);
-        return -1;
+        return KVT_EARG;
     }
     while (end < body + len && json_space(*end)) end++;
     if (end < body + len) {
@@ -684,7 +690,7 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
         kvt_api_request_free(out);
         out->kind = kind;
     }
-    return rc;
+    return rc ? KVT_EARG : 0; /* the field parsers stop with -1 and *err filled: one code outside */
 }
 
 void kvt_api_request_free(kvt_api_request *r) {

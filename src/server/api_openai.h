@@ -85,7 +85,7 @@ typedef struct {
     const char *code;        /* machine-readable code or NULL (static) */
 } kvt_api_error;
 
-/* Fills e and returns -1 (so callers can `return kvt_api_errorf(...)`). */
+/* Fills e and returns KVT_EARG (so callers can `return kvt_api_errorf(...)`). */
 int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
@@ -109,7 +109,7 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
  * (model, prompt, messages, stop, cache_salt, kvtier), is an error naming the field
  * rather than a silently shortened string.
  *
- * Returns 0 and *out (free with kvt_api_request_free), or -1 with *err filled
+ * Returns 0 and *out (free with kvt_api_request_free), or KVT_EARG with *err filled
  * (status 400) and *out zeroed. */
 int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t n_ctx,
                   int32_t max_tokens_limit, kvt_api_request *out, kvt_api_error *err);
@@ -117,14 +117,14 @@ void kvt_api_request_free(kvt_api_request *r);
 
 /* Parses the "kvtier" object kv (NULL or JSON null: defaults). Unknown fields
  * are a 400 naming them: each one would change how the KV is kept. Returns 0
- * or -1 with *err filled. */
+ * or KVT_EARG with *err filled. */
 struct cJSON;
 int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_error *err);
 
 /* kvtier.documents of the "kvtier" object kv (NULL, or no "documents": none):
  * [{"id": 1..KVT_API_MAX_DOC_ID bytes, "text": string}], at most
  * KVT_API_MAX_DOCUMENTS. Returns 0 and a malloc'd *out of *n (strings owned;
- * free with kvt_api_documents_free), or -1 with *err filled. */
+ * free with kvt_api_documents_free), or KVT_EARG with *err filled. */
 int kvt_api_parse_documents(const struct cJSON *kv, kvt_document **out, size_t *n, kvt_api_error *err);
 void kvt_api_documents_free(kvt_document *d, size_t n);
 

@@ -22,8 +22,8 @@ static void expect_error(kvt_api_kind k, const char *json, const char *param) {
     kvt_api_request r;
     kvt_api_error e;
     int rc = parse(k, json, &r, &e);
-    CHECKF(rc == -1 && e.status == 400, "%s", json);
-    if (rc == -1) {
+    CHECKF(rc == KVT_EARG && e.status == 400, "%s", json);
+    if (rc == KVT_EARG) {
         CHECKF(param ? e.param && !strcmp(e.param, param) : !e.param, "%s: param %s", json, e.param ? e.param : "null");
     } else {
         kvt_api_request_free(&r);
@@ -87,7 +87,7 @@ static void expect_code(kvt_api_kind k, const char *body, size_t len, const char
     kvt_api_request r;
     kvt_api_error e;
     int rc = kvt_api_parse(k, body, len, 100, TEST_CTX, 64, &r, &e);
-    CHECKF(rc == -1 && e.status == 400, "%.60s", body);
+    CHECKF(rc == KVT_EARG && e.status == 400, "%.60s", body);
     if (rc) {
         CHECKF(param ? e.param && !strcmp(e.param, param) : !e.param, "%.60s: param %s", body,
                e.param ? e.param : "null");
