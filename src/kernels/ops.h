@@ -12,7 +12,7 @@
  *     lane = fma((float)isum, d_w * d_x, lane); then the same tree.
  * Hence results are batch invariant (independent of the batch size, the
  * token's position in it, the thread count and the tiling), and all variants
- * give the same bits; tests/test_ops.c checks both.
+ * give the same bits; tests/kernels/test_ops.c checks both.
  *
  * Activations are first rounded the way llama.cpp's CPU backend does for the
  * weight type: to f16 for F16 weights, to bf16 for BF16 weights, to Q8_0 per
