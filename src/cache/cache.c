@@ -829,20 +829,28 @@ int kvt_cache_end_session(kvt_cache *c, const char *session) {
     return KVT_ENOTFOUND;
 }
 
+/* The checks and key root every public entry point taking a token array and
+ * a tenant salt starts with. */
+static int public_root(const kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                       kvt_hash128 *root) {
+    int rc = kvt_cache_root(c, salt, salt_len, root);
+    if (rc) return rc;
+    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
+    return 0;
+}
+
 int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
                         size_t salt_len, int priority, double seconds) {
     kvt_hash128 root;
-    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    int rc = public_root(c, tokens, n, salt, salt_len, &root);
     if (rc) return rc;
-    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
     return kvt_cache_keep_warm_root(c, root, session, tokens, n, priority, seconds);
 }
 
 int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len) {
     kvt_hash128 root;
-    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    int rc = public_root(c, tokens, n, salt, salt_len, &root);
     if (rc) return rc;
-    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
     return kvt_cache_prefetch_root(c, root, tokens, n, INT32_MAX);
 }
 
@@ -859,9 +867,8 @@ void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
 int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
                      kvt_cache_match *out) {
     kvt_hash128 root;
-    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    int rc = public_root(c, tokens, n, salt, salt_len, &root);
     if (rc) return rc;
-    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
     kvt_cache_lookup_root(c, root, tokens, n, out);
     return 0;
 }
@@ -869,9 +876,8 @@ int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void 
 int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len, kvt_pin **pin) {
     *pin = NULL;
     kvt_hash128 root;
-    int rc = kvt_cache_root(c, salt, salt_len, &root);
+    int rc = public_root(c, tokens, n, salt, salt_len, &root);
     if (rc) return rc;
-    if (n < 0 || (n && !tokens)) return kvt_fail(KVT_EARG, "bad token array");
     return kvt_cache_pin_root(c, root, tokens, n, pin);
 }
 
