@@ -22,6 +22,14 @@ extern "C" {
 
 #define KVT_VERSION "0.1.0"
 
+/* Marks the functions of this API: the only symbols libkvtier.so exports (the
+ * library is built with hidden visibility by default). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVT_API __attribute__((visibility("default")))
+#else
+#define KVT_API
+#endif
+
 /* kvtier's own error codes: a reserved negative range, well away from -errno. */
 enum {
     KVT_ERR_FIRST = -30000,
@@ -35,11 +43,11 @@ enum {
 };
 
 /* Name of an error code (ours or -errno). Never NULL; static storage. */
-const char *kvt_strerror(int err);
+KVT_API const char *kvt_strerror(int err);
 
 /* Detail of the calling thread's last failure. Never NULL (empty if none);
  * valid until the next failing kvtier call on this thread. */
-const char *kvt_errmsg(void);
+KVT_API const char *kvt_errmsg(void);
 
 /* ---- models ------------------------------------------------------------ */
 
@@ -56,15 +64,15 @@ typedef struct {
     int vocab_only; /* load tokenizer metadata only; tensors may be absent */
 } kvt_model_params;
 
-kvt_model_params kvt_model_default_params(void);
+KVT_API kvt_model_params kvt_model_default_params(void);
 
 /* Opens and validates a GGUF model. The file is memory-mapped and stays mapped
  * until kvt_model_free(). On failure *out is NULL and kvt_errmsg() says why. */
-int kvt_model_load(const char *path, kvt_model_params params, kvt_model **out);
-void kvt_model_free(kvt_model *model);
+KVT_API int kvt_model_load(const char *path, kvt_model_params params, kvt_model **out);
+KVT_API void kvt_model_free(kvt_model *model);
 
 /* The model's fingerprint (valid for every loaded model, including vocab-only). */
-kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
+KVT_API kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 
 
 /* Tokenizes len bytes of text with the model's tokenizer (special-token text
@@ -73,8 +81,8 @@ kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
  * (tokenizer.ggml.add_bos_token / add_eos_token, else BOS for SentencePiece
  * vocabularies and llama3-style BPE ones, never EOS); without, neither. *out
  * is malloc'd; the caller frees it. Returns 0 or a negative code. */
-int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
-                       int32_t **out, size_t *n_out);
+KVT_API int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
+                               int32_t **out, size_t *n_out);
 
 /* Fixed context blocks (README "Documents"). A document is rendered as the
  * text "Document <id>:\n<text>\n" (tokenized as plain text: special-token
@@ -94,11 +102,11 @@ typedef struct {
     const char *text; /* borrowed */
 } kvt_document;
 
-int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
-                         const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
+KVT_API int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
+                                 const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
 
 /* The token kvt_render_documents pads with, or a negative code. */
-int32_t kvt_document_pad_token(const kvt_model *model);
+KVT_API int32_t kvt_document_pad_token(const kvt_model *model);
 
 /* ---- engine -------------------------------------------------------------- */
 
@@ -129,14 +137,14 @@ typedef struct {
     int32_t n_ctx;            /* max tokens per sequence; 0 = the model's training context */
 } kvt_engine_params;
 
-kvt_engine_params kvt_engine_default_params(void);
+KVT_API kvt_engine_params kvt_engine_default_params(void);
 
 /* Creates an engine for a loaded model. The model must outlive the engine.
  * Fails with KVT_EARG for nonsensical params (including q8_0 KV for a model
  * whose head_dim is not a multiple of 32) and KVT_ELIMIT when the budget
  * holds no page. *out is NULL on failure. Free with kvt_engine_free. */
-int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
-void kvt_engine_free(kvt_engine *e);
+KVT_API int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
+KVT_API void kvt_engine_free(kvt_engine *e);
 
 /* ---- cache ------------------------------------------------------------------ */
 
@@ -182,7 +190,7 @@ typedef enum {
 } kvt_shortfall;
 
 /* "none", "recompute_cheaper", "no_room", "lost"; static storage. */
-const char *kvt_shortfall_name(kvt_shortfall s);
+KVT_API const char *kvt_shortfall_name(kvt_shortfall s);
 
 /* Where a request's reuse stopped, and why (README "Why did this miss?"). */
 typedef enum {
@@ -201,7 +209,7 @@ typedef enum {
 /* "end_of_prompt", "prompt_shorter_than_block", "diverged", "never_seen",
  * "evicted", "different_namespace", "restore_skipped_slower", "no_room",
  * "lost"; "?" otherwise. Static storage. */
-const char *kvt_reuse_reason_name(kvt_reuse_reason r);
+KVT_API const char *kvt_reuse_reason_name(kvt_reuse_reason r);
 
 #define KVT_REUSE_STOP_TOKENS 6 /* differing tokens reported on each side */
 
@@ -244,20 +252,20 @@ typedef struct {
     kvt_restore_policy restore;
 } kvt_cache_params;
 
-kvt_cache_params kvt_cache_default_params(void);
+KVT_API kvt_cache_params kvt_cache_default_params(void);
 
 /* Creates a cache over an engine (borrowed: it must outlive the cache). Free
  * the cache before the engine. With a disk directory, opens it (taking its
  * lock: a second process gets -EWOULDBLOCK and a message naming the owner) and
  * indexes the blocks a previous run left there. Returns 0 or a negative code. */
-int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out);
+KVT_API int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out);
 /* Graceful shutdown: writes every cached block the disk tier does not hold
  * (T0 pages and the RAM tier's blocks) to disk and waits for the writes. The
  * RAM tier is empty afterwards. No-op without a disk tier. Returns 0 or the
  * disk's write error. */
-int kvt_cache_flush(kvt_cache *c);
+KVT_API int kvt_cache_flush(kvt_cache *c);
 /* Frees the cache without flushing (call kvt_cache_flush first to persist). */
-void kvt_cache_free(kvt_cache *c);
+KVT_API void kvt_cache_free(kvt_cache *c);
 
 /* What a lookup found: the leading full blocks of a token sequence available
  * in some tier (a block is B tokens; a partial tail is never cached). */
@@ -269,17 +277,18 @@ typedef struct {
 
 /* Longest cached prefix of tokens[0..n) for a tenant salt (NULL, 0 = shared).
  * Changes nothing but statistics. Returns 0 or a negative code. */
-int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
-                     kvt_cache_match *out);
+KVT_API int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                             kvt_cache_match *out);
 
 /* Pins the cached prefix of tokens in T0 (restoring lower-tier blocks into
  * pages): pinned blocks are never evicted until released. Returns the number
  * of pinned tokens (>= 0) or a negative code; *pin receives a handle (NULL when
  * nothing was pinned) owned by the caller until kvt_cache_release. */
 typedef struct kvt_pin kvt_pin;
-int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len, kvt_pin **pin);
+KVT_API int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                          kvt_pin **pin);
 /* Releases a pin (NULL is a no-op); the blocks become evictable again. */
-void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
+KVT_API void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
 
 /* Sessions. An agent waiting on a tool can ask the cache to keep its context
  * warm: kvt_cache_keep_warm pins the T0-resident prefix of tokens (typically
@@ -292,14 +301,14 @@ void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
  * negative code (KVT_EARG: bad name). Session names are 1..KVT_SESSION_NAME_MAX
  * bytes; they are copied. */
 #define KVT_SESSION_NAME_MAX 128
-int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
-                        size_t salt_len, int priority, double seconds);
+KVT_API int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
+                                size_t salt_len, int priority, double seconds);
 /* Ends a warm session (its pages become evictable). 0 or KVT_ENOTFOUND. */
-int kvt_cache_end_session(kvt_cache *c, const char *session);
+KVT_API int kvt_cache_end_session(kvt_cache *c, const char *session);
 /* Restores the cached prefix of tokens into T0 now (from T1/T2), so a request
  * that follows finds it resident; the pages stay cached but unpinned.
  * Returns the tokens resident afterwards (>= 0) or a negative code. */
-int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len);
+KVT_API int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len);
 
 typedef struct {
     int32_t t0_pages_total, t0_pages_free;
@@ -353,7 +362,7 @@ typedef struct {
     uint64_t reuse_stops[KVT_REUSE_REASON_COUNT]; /* requests by where their reuse stopped (kvt_reuse_stop) */
 } kvt_cache_stats;
 
-void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+KVT_API void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
 
 /* ---- requests ---------------------------------------------------------------- */
 
@@ -370,7 +379,7 @@ typedef struct {
     void *ctx;
 } kvt_request;
 
-kvt_request kvt_request_default_params(void);
+KVT_API kvt_request kvt_request_default_params(void);
 
 typedef struct {
     int32_t n_prompt;
@@ -390,8 +399,8 @@ typedef struct {
  * (prompt and generated) cached. *tokens_out (if non-NULL) receives a malloc'd
  * array of the prompt followed by the generated tokens. Greedy output is
  * bit-identical to a run without the cache. Returns 0 or a negative code. */
-int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req, int32_t **tokens_out,
-                 kvt_request_stats *stats);
+KVT_API int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req,
+                         int32_t **tokens_out, kvt_request_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -84,7 +84,7 @@ static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t b
 
 /* ---- eval ------------------------------------------------------------------ */
 
-static void eval_usage(FILE *f) {
+void kvt_usage_eval(FILE *f) {
     fprintf(f,
             "usage: kvtier eval -m MODEL [options] [TEXT]\n\n"
             "Prints one JSON line: the prompt's token ids, the top-%d logits at every prompt\n"
@@ -112,7 +112,7 @@ int kvt_cmd_eval(int argc, char **argv) {
         const char *a = argv[i], *v;
         int kf;
         if (kvt_cli_is_help(a)) {
-            eval_usage(stdout);
+            kvt_usage_eval(stdout);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
@@ -130,7 +130,7 @@ int kvt_cmd_eval(int argc, char **argv) {
             threads = (int)t;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "kvtier eval: unknown option '%s'\n", a);
-            eval_usage(stderr);
+            kvt_usage_eval(stderr);
             return 2;
         } else if (!text) {
             text = a;
@@ -141,7 +141,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     if (!model_path || (!text == !tokens_arg)) {
         fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
-        eval_usage(stderr);
+        kvt_usage_eval(stderr);
         return 2;
     }
     kvt_model *m = NULL;
@@ -238,34 +238,43 @@ enum {
 
 static const kvt_cli_opt run_opts[] = {
     {R_MODEL, 'm', "model", NULL, "FILE",
-     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box", 0},
-    {R_PROMPT, 'p', "prompt", NULL, "TEXT", "the prompt (special tokens in it are recognized)", 0},
+     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box",
+     0, KVT_CLI_PLAIN},
+    {R_PROMPT, 'p', "prompt", NULL, "TEXT", "the prompt (special tokens in it are recognized)", 0, KVT_CLI_PLAIN},
     {R_FILE, 'f', "file", NULL, "FILE",
      "many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\neach gets a stats line: prompt tokens, cached "
      "tokens by tier,\ncomputed tokens, time to first token. JSON lines may add\n\"kvtier\": {\"session_id\", "
      "\"priority\", \"keep_warm_s\"} (keep that\nsession's context warm in T0 afterwards, as serve does), or\n"
      "\"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n\"end_session\" (with kvtier.session_id) "
-     "instead of generating", 0},
+     "instead of generating", 0, KVT_CLI_PLAIN},
     {R_N_PREDICT, 'n', "n-predict", NULL, "N", "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) ")",
-     0},
-    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0},
-    {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0},
-    {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)", 0},
-    {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0},
-    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0},
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TOKENS)},
+    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0,
+     KVT_CLI_RANGE(KVT_CLI_NUM, -INFINITY, INFINITY)},
+    {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)",
+     KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
     {R_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)", 0},
+     "(also -ngl)", 0, KVT_CLI_PLAIN},
     {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: enough for\n--ctx-size tokens plus room to keep finished "
-     "prompts cached)", 0},
-    {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0},
-    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)", 0},
-    {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0},
-    {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0},
+     "prompts cached)", 0, KVT_CLI_ANY_BYTES},
+    {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
+     KVT_CLI_ANY_BYTES},
+    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)",
+     0, KVT_CLI_PLAIN},
+    {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0, KVT_CLI_PLAIN},
+    {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0, KVT_CLI_PLAIN},
     {R_BLOCK_SIZE, 0, "block-size", NULL, "B", "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE)
-     ")", 0},
+     ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_BLOCK)},
     {R_CTX, 'c', "ctx-size", "ctx", "N",
-     "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0},
+     "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TOKENS)},
 };
 
 /* run's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -275,7 +284,7 @@ static void run_sections(kvt_cli_section out[3]) {
     out[2] = kvt_cli_cache_section;
 }
 
-static void run_usage(FILE *f) {
+void kvt_usage_run(FILE *f) {
     kvt_cli_section secs[3];
     run_sections(secs);
     fprintf(f,
@@ -301,52 +310,33 @@ typedef struct {
     kvt_sampler_params sp;
 } run_args;
 
-static int run_opt(void *ctx, int id, const char *v, const char *a) {
+static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
-    double d;
-    long l;
-    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, v, a, &x->cp);
-    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, v, a, &x->dt);
-    switch (id) {
-    case R_MODEL: x->model_path = v; return 0;
-    case R_PROMPT: x->prompt = v; return 0;
-    case R_FILE: x->prompt_file = v; return 0;
-    case R_N_PREDICT: return (x->n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0 ? -1 : 0;
-    case R_TEMP:
-        if (isnan(d = kvt_cli_parse_double(a, v))) return -1;
-        x->sp.temp = (float)d;
-        return 0;
-    case R_TOP_K:
-        if ((l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
-        x->sp.top_k = (int32_t)l;
-        return 0;
-    case R_TOP_P:
-        if (isnan(d = kvt_cli_parse_double(a, v))) return -1;
-        if (d <= 0 || d > 1) {
-            fprintf(stderr, "kvtier run: %s must be in (0, 1]\n", a);
-            return -1;
-        }
-        x->sp.top_p = (float)d;
-        return 0;
+    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
+    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
+    switch (id) { /* the values are checked against the table already */
+    case R_MODEL: x->model_path = a->str; return 0;
+    case R_PROMPT: x->prompt = a->str; return 0;
+    case R_FILE: x->prompt_file = a->str; return 0;
+    case R_N_PREDICT: x->n_gen = a->i; return 0;
+    case R_TEMP: x->sp.temp = (float)a->d; return 0;
+    case R_TOP_K: x->sp.top_k = (int32_t)a->i; return 0;
+    case R_TOP_P: x->sp.top_p = (float)a->d; return 0;
     case R_SEED:
-        if ((l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
-        x->sp.seed = (uint64_t)l;
+        x->sp.seed = (uint64_t)a->i;
         x->seed_given = 1;
         return 0;
-    case R_THREADS:
-        if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return -1;
-        x->threads = (int)l;
-        return 0;
+    case R_THREADS: x->threads = (int)a->i; return 0;
     case R_NGL:
-        fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a);
+        fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a->flag);
         return 0;
-    case R_KV_ACTIVE: return kvt_cli_parse_bytes(a, v, &x->kv_active);
-    case R_KV_RAM: return kvt_cli_parse_bytes(a, v, &x->kv_ram);
-    case R_SALT: x->salt = v; return 0;
+    case R_KV_ACTIVE: x->kv_active = a->bytes; return 0;
+    case R_KV_RAM: x->kv_ram = a->bytes; return 0;
+    case R_SALT: x->salt = a->str; return 0;
     case R_IGNORE_EOS: x->ignore_eos = 1; return 0;
     case R_NO_CACHE: x->use_cache = 0; return 0;
-    case R_BLOCK_SIZE: return (x->block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0 ? -1 : 0;
-    case R_CTX: return (x->n_ctx = kvt_cli_parse_long(a, v, 1, MAX_TOKENS)) < 0 ? -1 : 0;
+    case R_BLOCK_SIZE: x->block = a->i; return 0;
+    case R_CTX: x->n_ctx = a->i; return 0;
     default: return -1;
     }
 }
@@ -545,7 +535,7 @@ int kvt_cmd_run(int argc, char **argv) {
     run_sections(secs);
     int pr = kvt_cli_parse("run", argc, argv, secs, 3, run_opt, &x);
     if (pr == KVT_CLI_PARSE_HELP) {
-        run_usage(stdout);
+        kvt_usage_run(stdout);
         return 0;
     }
     if (pr) return 2;
@@ -558,7 +548,7 @@ int kvt_cmd_run(int argc, char **argv) {
     kvt_sampler_params sp = x.sp;
     if (!prompt == !prompt_file) {
         fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
-        run_usage(stderr);
+        kvt_usage_run(stderr);
         return 2;
     }
     if (!seed_given) sp.seed = (uint64_t)time(NULL);

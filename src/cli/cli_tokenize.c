@@ -13,7 +13,7 @@
 /* Piece rendering buffer; longer pieces get a heap buffer. */
 #define PIECE_BUF 256
 
-static void usage(FILE *f) {
+void kvt_usage_tokenize(FILE *f) {
     fprintf(f,
             "usage: kvtier tokenize -m MODEL [--no-bos] [--special] [--pieces] (TEXT | -f FILE)\n\n"
             "Prints the token ids of TEXT on one line, separated by spaces.\n\n"
@@ -77,7 +77,7 @@ int kvt_cmd_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (kvt_cli_is_help(a)) {
-            usage(stdout);
+            kvt_usage_tokenize(stdout);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = kvt_cli_value(argc, argv, &i))) return 2;
@@ -91,7 +91,7 @@ int kvt_cmd_tokenize(int argc, char **argv) {
             pieces = 1;
         } else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
             fprintf(stderr, "kvtier tokenize: unknown option '%s'\n", a);
-            usage(stderr);
+            kvt_usage_tokenize(stderr);
             return 2;
         } else {
             if (!strcmp(a, "--")) {
@@ -107,12 +107,12 @@ int kvt_cmd_tokenize(int argc, char **argv) {
     }
     if (!model) {
         fprintf(stderr, "kvtier tokenize: -m MODEL is required\n");
-        usage(stderr);
+        kvt_usage_tokenize(stderr);
         return 2;
     }
     if (!text == !file) {
         fprintf(stderr, "kvtier tokenize: give either TEXT or -f FILE\n");
-        usage(stderr);
+        kvt_usage_tokenize(stderr);
         return 2;
     }
 
