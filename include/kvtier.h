@@ -51,6 +51,18 @@ KVT_API const char *kvt_errmsg(void);
 
 /* ---- models ------------------------------------------------------------ */
 
+/* Element type of K and V in the page pool, and so in every tier (T1 blocks
+ * and T2 records are copies of pages). Bytes per token, relative to f16:
+ * f32 2x, q8_0 34/64 (blocks of 32 values: an f16 scale and 32 int8, as
+ * llama.cpp's -ctk/-ctv q8_0). q8_0 needs a head_dim that is a multiple of 32.
+ * Cache keys include the dtype, so blocks of different dtypes never mix. */
+typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 } kvt_kv_dtype;
+
+/* "f16", "f32", "q8_0"; static storage. */
+KVT_API const char *kvt_kv_dtype_name(kvt_kv_dtype dt);
+/* Parses one of those names into *out. Returns 0 or KVT_EARG. */
+KVT_API int kvt_kv_dtype_parse(const char *name, kvt_kv_dtype *out);
+
 typedef struct kvt_model kvt_model;
 
 /* 128-bit model fingerprint: covers the architecture, every shape and rope
@@ -73,6 +85,31 @@ KVT_API void kvt_model_free(kvt_model *model);
 
 /* The model's fingerprint (valid for every loaded model, including vocab-only). */
 KVT_API kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
+
+/* What an embedder needs to know of a loaded model. */
+typedef struct {
+    int32_t n_vocab;             /* token ids are 0..n_vocab-1 */
+    int32_t n_ctx_train;         /* the context the model was trained for */
+    int32_t n_embd, n_layer, n_head, n_head_kv, head_dim;
+    int32_t bos, eos;            /* -1 where the vocabulary has none */
+    const char *chat_template;   /* tokenizer.chat_template (Jinja text) or NULL; valid until kvt_model_free */
+} kvt_model_info;
+
+KVT_API kvt_model_info kvt_model_get_info(const kvt_model *model);
+
+/* The text of one token: the bytes it stands for (a piece may be part of a
+ * UTF-8 character: print pieces in sequence). Control tokens render as their
+ * text with render_special, else as nothing. Writes up to cap bytes (no NUL)
+ * and returns the full length: call again with a larger buffer if it is
+ * > cap. KVT_EARG for an id outside the vocabulary. */
+KVT_API int kvt_model_token_piece(const kvt_model *model, int32_t token, char *buf, size_t cap, int render_special);
+
+/* 1 if token ends generation (EOS, EOT and the like), else 0. kvt_complete
+ * stops at these. */
+KVT_API int kvt_model_is_eog(const kvt_model *model, int32_t token);
+
+/* Bytes of K and V per token in every tier for a KV dtype (all layers). */
+KVT_API uint64_t kvt_model_kv_token_bytes(const kvt_model *model, kvt_kv_dtype dt);
 
 
 /* Tokenizes len bytes of text with the model's tokenizer (special-token text
@@ -114,12 +151,6 @@ KVT_API int32_t kvt_document_pad_token(const kvt_model *model);
  * uses an engine at a time; it runs its own worker threads inside. */
 typedef struct kvt_engine kvt_engine;
 
-/* Element type of K and V in the page pool, and so in every tier (T1 blocks
- * and T2 records are copies of pages). Bytes per token, relative to f16:
- * f32 2x, q8_0 34/64 (blocks of 32 values: an f16 scale and 32 int8, as
- * llama.cpp's -ctk/-ctv q8_0). q8_0 needs a head_dim that is a multiple of 32.
- * Cache keys include the dtype, so blocks of different dtypes never mix. */
-typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 } kvt_kv_dtype;
 
 #define KVT_DEFAULT_BLOCK_SIZE 32
 #define KVT_DEFAULT_N_BATCH 512
@@ -145,6 +176,10 @@ KVT_API kvt_engine_params kvt_engine_default_params(void);
  * holds no page. *out is NULL on failure. Free with kvt_engine_free. */
 KVT_API int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
 KVT_API void kvt_engine_free(kvt_engine *e);
+/* The engine's effective params: n_pages, n_ctx and the rest as created. */
+KVT_API kvt_engine_params kvt_engine_get_params(const kvt_engine *e);
+/* Bytes of one page of the pool: one block of K and V for every layer. */
+KVT_API size_t kvt_engine_page_bytes(const kvt_engine *e);
 
 /* ---- cache ------------------------------------------------------------------ */
 
@@ -363,6 +398,11 @@ typedef struct {
 } kvt_cache_stats;
 
 KVT_API void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+
+/* Tokens of KV each tier can hold at its budget (T0: the page pool; T1: RAM
+ * blocks with their overhead; T2: disk records with their header and
+ * padding; 0 where a tier is off), for capacity planning. */
+KVT_API void kvt_cache_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]);
 
 /* ---- requests ---------------------------------------------------------------- */
 
