@@ -10,9 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "common.h"
-#include "kv_quant.h"
+#include "common.h" /* base utilities: logging, allocation, KVT_ARRAY_LEN */
 #include "kvtier.h"
 
 const kvt_cli_command kvt_cli_commands[] = {
@@ -283,7 +281,7 @@ int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt) {
 void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_t session_tokens) {
     static const char *const what[KVT_TIER_COUNT] = {"T0 active", "T1 RAM", "T2 disk", "T3 remote"};
     uint64_t tok[KVT_TIER_COUNT];
-    kvt_cache_tier_capacity(c, tok);
+    kvt_cache_capacity(c, tok);
     fprintf(f, "%s: KV capacity", who);
     for (int t = 0; t < KVT_TIER_COUNT; t++) {
         if (!tok[t]) continue;

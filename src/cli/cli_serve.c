@@ -10,14 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "chat.h"
+#include "chat.h"   /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
 #include "common.h"
-#include "engine.h"
-#include "kv_quant.h"
-#include "model.h"
-#include "server.h"
+#include "kvtier.h"
+#include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
 
 #define PATH_MAX_LEN 4096
 #define MAX_PARALLEL 256
@@ -345,12 +342,13 @@ int kvt_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
         goto done;
     }
+    kvt_model_info info = kvt_model_get_info(m);
     if (template_name) {
         sp.chat = kvt_chat_family_parse(template_name);
-    } else if ((sp.chat = kvt_chat_detect(m->chat_template)) == KVT_CHAT_UNKNOWN) {
+    } else if ((sp.chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
         sp.chat = KVT_CHAT_CHATML;
         kvt_log(KVT_LOG_WARN, "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
-                m->chat_template ? "not recognised" : "missing");
+                info.chat_template ? "not recognised" : "missing");
     }
     char model_id[MODEL_ID_MAX];
     if (alias) {
@@ -362,7 +360,7 @@ int kvt_cmd_serve(int argc, char **argv) {
         if (dot && !dot[strlen(".gguf")]) *dot = 0;
     }
     sp.model_id = model_id;
-    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(m->hp.n_ctx_train);
+    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
@@ -392,12 +390,12 @@ int kvt_cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
     /* the cache is the engine thread's once the server starts: describe it before */
-    kvt_engine_params eff = kvt_engine_params_of(e);
+    kvt_engine_params eff = kvt_engine_get_params(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
-            eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
+            eff.n_pages, kvt_engine_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
             cp.remote_url ? "on" : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
