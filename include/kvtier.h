@@ -86,12 +86,14 @@ KVT_API void kvt_model_free(kvt_model *model);
 /* The model's fingerprint (valid for every loaded model, including vocab-only). */
 KVT_API kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 
-/* What an embedder needs to know of a loaded model. */
+/* What an embedder needs to know of a loaded model. A vocab-only model has
+ * its vocabulary and tokens but zero shapes (n_ctx_train, n_embd, ...). */
 typedef struct {
     int32_t n_vocab;             /* token ids are 0..n_vocab-1 */
     int32_t n_ctx_train;         /* the context the model was trained for */
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim;
     int32_t bos, eos;            /* -1 where the vocabulary has none */
+    int add_bos, add_eos;        /* whether kvt_model_tokenize's add_special adds them for this model */
     const char *chat_template;   /* tokenizer.chat_template (Jinja text) or NULL; valid until kvt_model_free */
 } kvt_model_info;
 
@@ -114,10 +116,15 @@ KVT_API uint64_t kvt_model_kv_token_bytes(const kvt_model *model, kvt_kv_dtype d
 
 /* Tokenizes len bytes of text with the model's tokenizer (special-token text
  * such as "<|im_start|>" maps to those tokens when parse_special). With
- * add_special, BOS and EOS are added as llama.cpp adds them for this model
- * (tokenizer.ggml.add_bos_token / add_eos_token, else BOS for SentencePiece
- * vocabularies and llama3-style BPE ones, never EOS); without, neither. *out
- * is malloc'd; the caller frees it. Returns 0 or a negative code. */
+ * add_special (KVT_TOKENIZE_ADD_SPECIAL, or any nonzero value), BOS and EOS
+ * are added as llama.cpp adds them for this model (tokenizer.ggml.add_bos_token
+ * / add_eos_token, else BOS for SentencePiece vocabularies and llama3-style
+ * BPE ones, never EOS; kvt_model_info's add_bos / add_eos say which); with
+ * KVT_TOKENIZE_NO_BOS also set, BOS is left out (llama.cpp's --no-bos); with
+ * 0, neither. *out is malloc'd; the caller frees it. Returns 0 or a negative
+ * code. */
+#define KVT_TOKENIZE_ADD_SPECIAL 1
+#define KVT_TOKENIZE_NO_BOS 2
 KVT_API int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
                                int32_t **out, size_t *n_out);
 

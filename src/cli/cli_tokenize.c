@@ -7,8 +7,7 @@
 
 #include "cli.h"
 #include "common.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "kvtier.h"
 
 /* Piece rendering buffer; longer pieces get a heap buffer. */
 #define PIECE_BUF 256
@@ -52,13 +51,13 @@ static char *read_all(const char *path, size_t *len) {
     return buf;
 }
 
-static void print_piece(const kvt_tokenizer *t, int32_t id) {
+static void print_piece(const kvt_model *t, int32_t id) {
     char small[PIECE_BUF];
     char *buf = small;
-    int n = kvt_token_piece(t, id, buf, sizeof small, 1);
+    int n = kvt_model_token_piece(t, id, buf, sizeof small, 1);
     if (n > (int)sizeof small) {
         buf = kvt_xmalloc((size_t)n);
-        kvt_token_piece(t, id, buf, (size_t)n, 1);
+        kvt_model_token_piece(t, id, buf, (size_t)n, 1);
     }
     printf("%d '", id);
     for (int i = 0; i < n; i++) {
@@ -129,29 +128,23 @@ int kvt_cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
 
-    kvt_gguf *g;
-    int rc = kvt_gguf_open(model, &g);
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1; /* the tokenizer's metadata is enough: tensors may be absent */
+    kvt_model *t;
+    int rc = kvt_model_load(model, mp, &t);
     if (rc) {
         fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
         free(buf);
         return 1;
     }
-    kvt_tokenizer *t;
-    rc = kvt_tokenizer_load(g, &t);
-    kvt_gguf_close(g);
-    if (rc) {
-        fprintf(stderr, "kvtier tokenize: %s: %s\n", model, kvt_errmsg());
-        free(buf);
-        return 1;
-    }
-    int add = kvt_tokenizer_add_special(t) & ~(no_bos ? KVT_TOK_ADD_BOS : 0);
     int32_t *ids;
     size_t n;
-    rc = kvt_tokenize(t, text, len, add, special, &ids, &n);
+    rc = kvt_model_tokenize(t, text, len, KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0), special,
+                            &ids, &n);
     free(buf);
     if (rc) {
         fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
-        kvt_tokenizer_free(t);
+        kvt_model_free(t);
         return 1;
     }
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
@@ -159,6 +152,6 @@ int kvt_cmd_tokenize(int argc, char **argv) {
     if (pieces)
         for (size_t i = 0; i < n; i++) print_piece(t, ids[i]);
     free(ids);
-    kvt_tokenizer_free(t);
+    kvt_model_free(t);
     return fflush(stdout) == 0 ? 0 : 1;
 }

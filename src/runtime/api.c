@@ -9,8 +9,9 @@
 
 kvt_model_info kvt_model_get_info(const kvt_model *m) {
     const kvt_hparams *hp = &m->hp;
+    int add = kvt_tokenizer_add_special(m->tok);
     return (kvt_model_info){
-        .n_vocab = hp->n_vocab,
+        .n_vocab = m->vocab_only ? kvt_tokenizer_n_vocab(m->tok) : hp->n_vocab,
         .n_ctx_train = hp->n_ctx_train,
         .n_embd = hp->n_embd,
         .n_layer = hp->n_layer,
@@ -19,6 +20,8 @@ kvt_model_info kvt_model_get_info(const kvt_model *m) {
         .head_dim = hp->head_dim,
         .bos = kvt_tokenizer_bos(m->tok),
         .eos = kvt_tokenizer_eos(m->tok),
+        .add_bos = (add & KVT_TOK_ADD_BOS) != 0,
+        .add_eos = (add & KVT_TOK_ADD_EOS) != 0,
         .chat_template = m->chat_template,
     };
 }
