@@ -5,14 +5,7 @@
 # are accepted. Values are checked in order, so "OPT VALUE --help" exits 0 when
 # VALUE is accepted, without loading a model.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-check() { # check DESCRIPTION COMMAND...
-  local d=$1; shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi
-}
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 rejects() { # rejects "TEXT THE ERROR MUST HOLD" COMMAND ARGS...: exit 2, the message names flag and range
   local want=$1; shift
   "$@" >"$TMP/out" 2>&1
@@ -58,5 +51,4 @@ check "env top-p" rejects "\$KVTIER_TOP_P must be a number in (0, 1]" env KVTIER
 # --help states the defaults the bounds protect
 check "serve --help" accepts "$BIN" serve
 
-echo "test_cli_opts: $pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+kvt_test_done test_cli_opts

@@ -7,16 +7,9 @@
 # second process finds it on disk (T2) with the same greedy text. Then the man
 # page: it renders without warnings and names every option of every --help.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 SRC=${KVT_SRC:?KVT_SRC must point to the source tree}
 BUILD=$(cd "$(dirname "$BIN")" && pwd)
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-check() { # check DESCRIPTION COMMAND...
-  local d=$1; shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi
-}
 for tool in cc pkg-config nm readelf; do
   command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/setup.sh installs it)"; exit 77; }
 done
@@ -123,5 +116,4 @@ for o in --kv-disk-live-window --max-inflight-bytes --api-key-file KVTIER_CTX_SI
   check "man page has $o" grep -qF -- "$o" "$TMP/man.txt"
 done
 
-echo "test_install: $pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+kvt_test_done test_install
