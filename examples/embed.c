@@ -59,11 +59,12 @@ static int run_one(kvt_model *model, kvt_cache *cache, int k, const char *questi
         fprintf(stderr, "embed: request %d: %s (%s)\n", k, kvt_errmsg(), kvt_strerror(rc));
         return rc;
     }
+    char why[320]; /* where reuse stopped and why: the reason, the block, the differing tokens' text */
     printf("request %d: prompt %d tokens, cached %d (T0 %d, T1 %d, T2 %d, T3 %d), computed %d, generated %d; "
            "reuse stopped: %s\n",
            k, st.n_prompt, st.n_cached, st.tier_tokens[KVT_TIER_T0], st.tier_tokens[KVT_TIER_T1],
            st.tier_tokens[KVT_TIER_T2], st.tier_tokens[KVT_TIER_T3], st.n_computed, st.n_generated,
-           kvt_reuse_reason_name(st.reuse_stop.reason));
+           kvt_reuse_stop_describe(model, &st.reuse_stop, why, sizeof why));
     return 0;
 }
 

@@ -271,6 +271,12 @@ typedef struct {
     int32_t cached_ids[KVT_REUSE_STOP_TOKENS];
 } kvt_reuse_stop;
 
+/* One line for a log or a stats line: "reason@block/token_offset", plus for
+ * diverged ' "prompt text" vs "cached text"' (the differing tokens' text,
+ * control characters escaped), as `kvtier run` prints it. model may be NULL
+ * (no texts). Writes at most cap bytes, NUL-terminated; returns buf. */
+KVT_API char *kvt_reuse_stop_describe(const kvt_model *model, const kvt_reuse_stop *stop, char *buf, size_t cap);
+
 typedef struct {
     uint64_t ram_bytes;      /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
     const char *disk_dir;    /* T2 cache directory (--kv-disk); NULL disables T2. Borrowed for kvt_cache_new. */

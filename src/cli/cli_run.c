@@ -12,14 +12,13 @@
 
 #include "cli.h"
 #include "common.h"
-#include "api_openai.h"
-#include "cache.h"
-#include "engine.h"
-#include "explain.h"
-#include "generate.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "kvtier.h"
+/* What kvtier.h does not give (yet), and why these commands need it: */
+#include "api_openai.h" /* run -f's JSON lines: the server's session and document parsers */
+#include "engine.h"     /* eval: logits at every prompt position; the public API returns tokens only */
+#include "generate.h"   /* run: one sampler across the prompts of -f, --no-cache and --ignore-eos */
+#include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
+#include "sampler.h"    /* run's sampler; eval's argmax */
 
 #define EVAL_DEFAULT_N 16
 #define RUN_DEFAULT_N 128
@@ -153,19 +152,22 @@ int kvt_cmd_eval(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n_tok = 0;
     /* the same rule as run, serve and tokenize */
-    int add = tokens_arg ? 0 : kvt_tokenizer_add_special(m->tok) & ~(no_bos ? KVT_TOK_ADD_BOS : 0);
+    kvt_model_info info = kvt_model_get_info(m);
+    int add_bos = !tokens_arg && !no_bos && info.add_bos;
     if (tokens_arg) {
         if (parse_tokens(tokens_arg, &toks, &n_tok)) {
             fprintf(stderr, "kvtier eval: --tokens expects token ids, got '%s'\n", tokens_arg);
             kvt_model_free(m);
             return 2;
         }
-    } else if ((kvt_fail(0, "%s", ""), rc = kvt_tokenize(m->tok, text, strlen(text), add, 0, &toks, &n_tok))) {
+    } else if ((kvt_fail(0, "%s", ""), rc = kvt_model_tokenize(m, text, strlen(text),
+                                                         KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0),
+                                                         0, &toks, &n_tok))) {
         fprintf(stderr, "kvtier eval: cannot tokenize: %s %s\n", kvt_strerror(rc), kvt_errmsg());
         kvt_model_free(m);
         return 1;
     }
-    int32_t V = m->hp.n_vocab;
+    int32_t V = info.n_vocab;
     for (size_t i = 0; i < n_tok; i++)
         if (toks[i] < 0 || toks[i] >= V) {
             fprintf(stderr, "kvtier eval: token %d is outside the vocabulary of %d\n", toks[i], V);
@@ -194,7 +196,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     kvt_cli_json_string(stdout, base ? base + 1 : model_path);
     printf(",\"prompt\":");
     kvt_cli_json_string(stdout, text ? text : "");
-    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add & KVT_TOK_ADD_BOS ? "true" : "false");
+    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add_bos ? "true" : "false");
     for (size_t i = 0; i < n_tok; i++) printf("%s%d", i ? "," : "", toks[i]);
     printf("],\"prompt_logits_top5\":[");
 
@@ -343,7 +345,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
 
 /* Streams generated tokens to stdout, holding back split UTF-8 characters. */
 typedef struct {
-    const kvt_tokenizer *tok;
+    const kvt_model *model;
     unsigned char pending[2 * PIECE_MAX];
     size_t n_pending;
 } stream_state;
@@ -367,7 +369,7 @@ static int stream_token(void *ctx, int32_t tok) {
     stream_state *s = ctx;
     if (stop_requested) return 1;
     char piece[PIECE_MAX];
-    int len = kvt_token_piece(s->tok, tok, piece, sizeof piece, 0);
+    int len = kvt_model_token_piece(s->model, tok, piece, sizeof piece, 0);
     if (len <= 0) return 0;
     if (len > PIECE_MAX) len = PIECE_MAX;
     if (s->n_pending + (size_t)len > sizeof s->pending) { /* cannot happen with valid UTF-8; never lose text */
@@ -586,7 +588,8 @@ int kvt_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
         goto done;
     }
-    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(m->hp.n_ctx_train);
+    kvt_model_info info = kvt_model_get_info(m);
+    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
@@ -610,7 +613,7 @@ int kvt_cmd_run(int argc, char **argv) {
             goto done;
         }
     }
-    smp = kvt_sampler_new(sp, m->hp.n_vocab);
+    smp = kvt_sampler_new(sp, info.n_vocab);
     install_stop_handlers();
     for (long k = 0; k < n_prompts && !stop_requested; k++) {
         int32_t *toks = NULL;
@@ -626,14 +629,13 @@ int kvt_cmd_run(int argc, char **argv) {
             run_action(cache, ln, NULL, 0, salt, &pins, &n_pins, k + 1);
             continue;
         }
-        if ((rc = kvt_tokenize(m->tok, ln->prompt, strlen(ln->prompt), kvt_tokenizer_add_special(m->tok), 1,
-                               &toks, &n_tok))) {
+        if ((rc = kvt_model_tokenize(m, ln->prompt, strlen(ln->prompt), KVT_TOKENIZE_ADD_SPECIAL, 1, &toks, &n_tok))) {
             fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
             failures++;
             continue;
         }
         if (ln->n_docs) { /* the documents go before the prompt, after BOS, as fixed context blocks */
-            size_t at = n_tok && toks[0] == kvt_tokenizer_bos(m->tok) ? 1 : 0;
+            size_t at = n_tok && toks[0] == info.bos ? 1 : 0;
             int32_t *with = NULL;
             size_t nw = 0;
             if ((rc = kvt_render_documents(m, (int32_t)block, toks, n_tok, at, ln->docs, ln->n_docs, &with, &nw))) {
@@ -651,7 +653,7 @@ int kvt_cmd_run(int argc, char **argv) {
             free(toks);
             continue;
         }
-        stream_state ss = {.tok = m->tok};
+        stream_state ss = {.model = m};
         kvt_gen_params gp = {.max_tokens = (int32_t)n_gen, .sampler = smp, .tok = ignore_eos ? NULL : m->tok,
                              .on_token = stream_token,
                              .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
@@ -673,7 +675,7 @@ int kvt_cmd_run(int argc, char **argv) {
         }
         double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
         char why[STOP_LINE_MAX] = "";
-        if (cache) kvt_reuse_stop_line(m->tok, &r.reuse_stop, why, sizeof why);
+        if (cache) kvt_reuse_stop_describe(m, &r.reuse_stop, why, sizeof why);
         fprintf(stderr,
                 "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
                 "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "

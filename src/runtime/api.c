@@ -3,6 +3,7 @@
  * so a program built on the public header alone needs nothing else. */
 #include "cache.h"
 #include "engine.h"
+#include "explain.h"
 #include "kvtier.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -37,3 +38,7 @@ kvt_engine_params kvt_engine_get_params(const kvt_engine *e) { return kvt_engine
 size_t kvt_engine_page_bytes(const kvt_engine *e) { return kvt_page_bytes(e); }
 
 void kvt_cache_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]) { kvt_cache_tier_capacity(c, tokens); }
+
+char *kvt_reuse_stop_describe(const kvt_model *m, const kvt_reuse_stop *stop, char *buf, size_t cap) {
+    return kvt_reuse_stop_line(m ? m->tok : NULL, stop, buf, cap);
+}
