@@ -9,6 +9,12 @@
  *    string is owned by kvtier and valid until the next failing call on that thread.
  *  - Handles are opaque; free them with the matching *_free / *_close.
  *  - Params structs are passed by value; get defaults from *_default_params().
+ *
+ * This header is the whole API and includes only <stddef.h> and <stdint.h>.
+ * Build against the installed library with `pkg-config --cflags --libs kvtier`
+ * (libkvtier.so, SONAME libkvtier.so.<major of KVT_VERSION>) or
+ * `pkg-config --static --libs kvtier` with libkvtier.a; examples/embed.c is a
+ * complete program.
  */
 #ifndef KVTIER_H
 #define KVTIER_H
@@ -200,9 +206,9 @@ typedef enum {
 } kvt_tier;
 
 /* The KV cache over an engine: the prefix index, T0 residency (the engine's
- * page pool) and the tiers below it (host RAM, local disk), with demotion,
- * restore, pins and warm sessions. Not thread-safe: the engine's owner
- * serialises every call. */
+ * page pool) and the tiers below it (T1 host RAM, T2 local disk, T3 a shared
+ * Redis/Valkey store; each optional), with demotion, restore, pins and warm
+ * sessions. Not thread-safe: the engine's owner serialises every call. */
 typedef struct kvt_cache kvt_cache;
 
 /* Whether blocks matched on disk are read back or recomputed. */
@@ -307,10 +313,11 @@ KVT_API kvt_cache_params kvt_cache_default_params(void);
  * lock: a second process gets -EWOULDBLOCK and a message naming the owner) and
  * indexes the blocks a previous run left there. Returns 0 or a negative code. */
 KVT_API int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out);
-/* Graceful shutdown: writes every cached block the disk tier does not hold
- * (T0 pages and the RAM tier's blocks) to disk and waits for the writes. The
- * RAM tier is empty afterwards. No-op without a disk tier. Returns 0 or the
- * disk's write error. */
+/* Graceful shutdown: writes every cached block no persistent tier holds (T0
+ * pages and the RAM tier's blocks) to the first persistent tier (the disk,
+ * else the remote store) and waits for the writes. The RAM tier is empty
+ * afterwards. No-op without a persistent tier. Returns 0 or a persistent
+ * tier's write error. */
 KVT_API int kvt_cache_flush(kvt_cache *c);
 /* Frees the cache without flushing (call kvt_cache_flush first to persist). */
 KVT_API void kvt_cache_free(kvt_cache *c);
