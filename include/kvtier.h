@@ -9,6 +9,12 @@
  *    string is owned by kvtier and valid until the next failing call on that thread.
  *  - Handles are opaque; free them with the matching *_free / *_close.
  *  - Params structs are passed by value; get defaults from *_default_params().
+ *
+ * This header is the whole API and includes only <stddef.h> and <stdint.h>.
+ * Build against the installed library with `pkg-config --cflags --libs kvtier`
+ * (libkvtier.so, SONAME libkvtier.so.<major of KVT_VERSION>) or
+ * `pkg-config --static --libs kvtier` with libkvtier.a; examples/embed.c is a
+ * complete program.
  */
 #ifndef KVTIER_H
 #define KVTIER_H
@@ -21,6 +27,14 @@ extern "C" {
 #endif
 
 #define KVT_VERSION "0.1.0"
+
+/* Marks the functions of this API: the only symbols libkvtier.so exports (the
+ * library is built with hidden visibility by default). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVT_API __attribute__((visibility("default")))
+#else
+#define KVT_API
+#endif
 
 /* kvtier's own error codes: a reserved negative range, well away from -errno. */
 enum {
@@ -35,13 +49,25 @@ enum {
 };
 
 /* Name of an error code (ours or -errno). Never NULL; static storage. */
-const char *kvt_strerror(int err);
+KVT_API const char *kvt_strerror(int err);
 
 /* Detail of the calling thread's last failure. Never NULL (empty if none);
  * valid until the next failing kvtier call on this thread. */
-const char *kvt_errmsg(void);
+KVT_API const char *kvt_errmsg(void);
 
 /* ---- models ------------------------------------------------------------ */
+
+/* Element type of K and V in the page pool, and so in every tier (T1 blocks
+ * and T2 records are copies of pages). Bytes per token, relative to f16:
+ * f32 2x, q8_0 34/64 (blocks of 32 values: an f16 scale and 32 int8, as
+ * llama.cpp's -ctk/-ctv q8_0). q8_0 needs a head_dim that is a multiple of 32.
+ * Cache keys include the dtype, so blocks of different dtypes never mix. */
+typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 } kvt_kv_dtype;
+
+/* "f16", "f32", "q8_0"; static storage. */
+KVT_API const char *kvt_kv_dtype_name(kvt_kv_dtype dt);
+/* Parses one of those names into *out. Returns 0 or KVT_EARG. */
+KVT_API int kvt_kv_dtype_parse(const char *name, kvt_kv_dtype *out);
 
 typedef struct kvt_model kvt_model;
 
@@ -56,25 +82,57 @@ typedef struct {
     int vocab_only; /* load tokenizer metadata only; tensors may be absent */
 } kvt_model_params;
 
-kvt_model_params kvt_model_default_params(void);
+KVT_API kvt_model_params kvt_model_default_params(void);
 
 /* Opens and validates a GGUF model. The file is memory-mapped and stays mapped
  * until kvt_model_free(). On failure *out is NULL and kvt_errmsg() says why. */
-int kvt_model_load(const char *path, kvt_model_params params, kvt_model **out);
-void kvt_model_free(kvt_model *model);
+KVT_API int kvt_model_load(const char *path, kvt_model_params params, kvt_model **out);
+KVT_API void kvt_model_free(kvt_model *model);
 
 /* The model's fingerprint (valid for every loaded model, including vocab-only). */
-kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
+KVT_API kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
+
+/* What an embedder needs to know of a loaded model. A vocab-only model has
+ * its vocabulary and tokens but zero shapes (n_ctx_train, n_embd, ...). */
+typedef struct {
+    int32_t n_vocab;             /* token ids are 0..n_vocab-1 */
+    int32_t n_ctx_train;         /* the context the model was trained for */
+    int32_t n_embd, n_layer, n_head, n_head_kv, head_dim;
+    int32_t bos, eos;            /* -1 where the vocabulary has none */
+    int add_bos, add_eos;        /* whether kvt_model_tokenize's add_special adds them for this model */
+    const char *chat_template;   /* tokenizer.chat_template (Jinja text) or NULL; valid until kvt_model_free */
+} kvt_model_info;
+
+KVT_API kvt_model_info kvt_model_get_info(const kvt_model *model);
+
+/* The text of one token: the bytes it stands for (a piece may be part of a
+ * UTF-8 character: print pieces in sequence). Control tokens render as their
+ * text with render_special, else as nothing. Writes up to cap bytes (no NUL)
+ * and returns the full length: call again with a larger buffer if it is
+ * > cap. KVT_EARG for an id outside the vocabulary. */
+KVT_API int kvt_model_token_piece(const kvt_model *model, int32_t token, char *buf, size_t cap, int render_special);
+
+/* 1 if token ends generation (EOS, EOT and the like), else 0. kvt_complete
+ * stops at these. */
+KVT_API int kvt_model_is_eog(const kvt_model *model, int32_t token);
+
+/* Bytes of K and V per token in every tier for a KV dtype (all layers). */
+KVT_API uint64_t kvt_model_kv_token_bytes(const kvt_model *model, kvt_kv_dtype dt);
 
 
 /* Tokenizes len bytes of text with the model's tokenizer (special-token text
  * such as "<|im_start|>" maps to those tokens when parse_special). With
- * add_special, BOS and EOS are added as llama.cpp adds them for this model
- * (tokenizer.ggml.add_bos_token / add_eos_token, else BOS for SentencePiece
- * vocabularies and llama3-style BPE ones, never EOS); without, neither. *out
- * is malloc'd; the caller frees it. Returns 0 or a negative code. */
-int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
-                       int32_t **out, size_t *n_out);
+ * add_special (KVT_TOKENIZE_ADD_SPECIAL, or any nonzero value), BOS and EOS
+ * are added as llama.cpp adds them for this model (tokenizer.ggml.add_bos_token
+ * / add_eos_token, else BOS for SentencePiece vocabularies and llama3-style
+ * BPE ones, never EOS; kvt_model_info's add_bos / add_eos say which); with
+ * KVT_TOKENIZE_NO_BOS also set, BOS is left out (llama.cpp's --no-bos); with
+ * 0, neither. *out is malloc'd; the caller frees it. Returns 0 or a negative
+ * code. */
+#define KVT_TOKENIZE_ADD_SPECIAL 1
+#define KVT_TOKENIZE_NO_BOS 2
+KVT_API int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
+                               int32_t **out, size_t *n_out);
 
 /* Fixed context blocks (README "Documents"). A document is rendered as the
  * text "Document <id>:\n<text>\n" (tokenized as plain text: special-token
@@ -94,11 +152,11 @@ typedef struct {
     const char *text; /* borrowed */
 } kvt_document;
 
-int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
-                         const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
+KVT_API int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
+                                 const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
 
 /* The token kvt_render_documents pads with, or a negative code. */
-int32_t kvt_document_pad_token(const kvt_model *model);
+KVT_API int32_t kvt_document_pad_token(const kvt_model *model);
 
 /* ---- engine -------------------------------------------------------------- */
 
@@ -106,12 +164,6 @@ int32_t kvt_document_pad_token(const kvt_model *model);
  * uses an engine at a time; it runs its own worker threads inside. */
 typedef struct kvt_engine kvt_engine;
 
-/* Element type of K and V in the page pool, and so in every tier (T1 blocks
- * and T2 records are copies of pages). Bytes per token, relative to f16:
- * f32 2x, q8_0 34/64 (blocks of 32 values: an f16 scale and 32 int8, as
- * llama.cpp's -ctk/-ctv q8_0). q8_0 needs a head_dim that is a multiple of 32.
- * Cache keys include the dtype, so blocks of different dtypes never mix. */
-typedef enum { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 } kvt_kv_dtype;
 
 #define KVT_DEFAULT_BLOCK_SIZE 32
 #define KVT_DEFAULT_N_BATCH 512
@@ -129,14 +181,18 @@ typedef struct {
     int32_t n_ctx;            /* max tokens per sequence; 0 = the model's training context */
 } kvt_engine_params;
 
-kvt_engine_params kvt_engine_default_params(void);
+KVT_API kvt_engine_params kvt_engine_default_params(void);
 
 /* Creates an engine for a loaded model. The model must outlive the engine.
  * Fails with KVT_EARG for nonsensical params (including q8_0 KV for a model
  * whose head_dim is not a multiple of 32) and KVT_ELIMIT when the budget
  * holds no page. *out is NULL on failure. Free with kvt_engine_free. */
-int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
-void kvt_engine_free(kvt_engine *e);
+KVT_API int kvt_engine_new(const kvt_model *model, kvt_engine_params params, kvt_engine **out);
+KVT_API void kvt_engine_free(kvt_engine *e);
+/* The engine's effective params: n_pages, n_ctx and the rest as created. */
+KVT_API kvt_engine_params kvt_engine_get_params(const kvt_engine *e);
+/* Bytes of one page of the pool: one block of K and V for every layer. */
+KVT_API size_t kvt_engine_page_bytes(const kvt_engine *e);
 
 /* ---- cache ------------------------------------------------------------------ */
 
@@ -150,9 +206,9 @@ typedef enum {
 } kvt_tier;
 
 /* The KV cache over an engine: the prefix index, T0 residency (the engine's
- * page pool) and the tiers below it (host RAM, local disk), with demotion,
- * restore, pins and warm sessions. Not thread-safe: the engine's owner
- * serialises every call. */
+ * page pool) and the tiers below it (T1 host RAM, T2 local disk, T3 a shared
+ * Redis/Valkey store; each optional), with demotion, restore, pins and warm
+ * sessions. Not thread-safe: the engine's owner serialises every call. */
 typedef struct kvt_cache kvt_cache;
 
 /* Whether blocks matched on disk are read back or recomputed. */
@@ -182,7 +238,7 @@ typedef enum {
 } kvt_shortfall;
 
 /* "none", "recompute_cheaper", "no_room", "lost"; static storage. */
-const char *kvt_shortfall_name(kvt_shortfall s);
+KVT_API const char *kvt_shortfall_name(kvt_shortfall s);
 
 /* Where a request's reuse stopped, and why (README "Why did this miss?"). */
 typedef enum {
@@ -201,7 +257,7 @@ typedef enum {
 /* "end_of_prompt", "prompt_shorter_than_block", "diverged", "never_seen",
  * "evicted", "different_namespace", "restore_skipped_slower", "no_room",
  * "lost"; "?" otherwise. Static storage. */
-const char *kvt_reuse_reason_name(kvt_reuse_reason r);
+KVT_API const char *kvt_reuse_reason_name(kvt_reuse_reason r);
 
 #define KVT_REUSE_STOP_TOKENS 6 /* differing tokens reported on each side */
 
@@ -220,6 +276,12 @@ typedef struct {
     int32_t prompt_ids[KVT_REUSE_STOP_TOKENS];
     int32_t cached_ids[KVT_REUSE_STOP_TOKENS];
 } kvt_reuse_stop;
+
+/* One line for a log or a stats line: "reason@block/token_offset", plus for
+ * diverged ' "prompt text" vs "cached text"' (the differing tokens' text,
+ * control characters escaped), as `kvtier run` prints it. model may be NULL
+ * (no texts). Writes at most cap bytes, NUL-terminated; returns buf. */
+KVT_API char *kvt_reuse_stop_describe(const kvt_model *model, const kvt_reuse_stop *stop, char *buf, size_t cap);
 
 typedef struct {
     uint64_t ram_bytes;      /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
@@ -244,20 +306,21 @@ typedef struct {
     kvt_restore_policy restore;
 } kvt_cache_params;
 
-kvt_cache_params kvt_cache_default_params(void);
+KVT_API kvt_cache_params kvt_cache_default_params(void);
 
 /* Creates a cache over an engine (borrowed: it must outlive the cache). Free
  * the cache before the engine. With a disk directory, opens it (taking its
  * lock: a second process gets -EWOULDBLOCK and a message naming the owner) and
  * indexes the blocks a previous run left there. Returns 0 or a negative code. */
-int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out);
-/* Graceful shutdown: writes every cached block the disk tier does not hold
- * (T0 pages and the RAM tier's blocks) to disk and waits for the writes. The
- * RAM tier is empty afterwards. No-op without a disk tier. Returns 0 or the
- * disk's write error. */
-int kvt_cache_flush(kvt_cache *c);
+KVT_API int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out);
+/* Graceful shutdown: writes every cached block no persistent tier holds (T0
+ * pages and the RAM tier's blocks) to the first persistent tier (the disk,
+ * else the remote store) and waits for the writes. The RAM tier is empty
+ * afterwards. No-op without a persistent tier. Returns 0 or a persistent
+ * tier's write error. */
+KVT_API int kvt_cache_flush(kvt_cache *c);
 /* Frees the cache without flushing (call kvt_cache_flush first to persist). */
-void kvt_cache_free(kvt_cache *c);
+KVT_API void kvt_cache_free(kvt_cache *c);
 
 /* What a lookup found: the leading full blocks of a token sequence available
  * in some tier (a block is B tokens; a partial tail is never cached). */
@@ -269,17 +332,18 @@ typedef struct {
 
 /* Longest cached prefix of tokens[0..n) for a tenant salt (NULL, 0 = shared).
  * Changes nothing but statistics. Returns 0 or a negative code. */
-int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
-                     kvt_cache_match *out);
+KVT_API int kvt_cache_lookup(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                             kvt_cache_match *out);
 
 /* Pins the cached prefix of tokens in T0 (restoring lower-tier blocks into
  * pages): pinned blocks are never evicted until released. Returns the number
  * of pinned tokens (>= 0) or a negative code; *pin receives a handle (NULL when
  * nothing was pinned) owned by the caller until kvt_cache_release. */
 typedef struct kvt_pin kvt_pin;
-int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len, kvt_pin **pin);
+KVT_API int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len,
+                          kvt_pin **pin);
 /* Releases a pin (NULL is a no-op); the blocks become evictable again. */
-void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
+KVT_API void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
 
 /* Sessions. An agent waiting on a tool can ask the cache to keep its context
  * warm: kvt_cache_keep_warm pins the T0-resident prefix of tokens (typically
@@ -292,14 +356,14 @@ void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
  * negative code (KVT_EARG: bad name). Session names are 1..KVT_SESSION_NAME_MAX
  * bytes; they are copied. */
 #define KVT_SESSION_NAME_MAX 128
-int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
-                        size_t salt_len, int priority, double seconds);
+KVT_API int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
+                                size_t salt_len, int priority, double seconds);
 /* Ends a warm session (its pages become evictable). 0 or KVT_ENOTFOUND. */
-int kvt_cache_end_session(kvt_cache *c, const char *session);
+KVT_API int kvt_cache_end_session(kvt_cache *c, const char *session);
 /* Restores the cached prefix of tokens into T0 now (from T1/T2), so a request
  * that follows finds it resident; the pages stay cached but unpinned.
  * Returns the tokens resident afterwards (>= 0) or a negative code. */
-int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len);
+KVT_API int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len);
 
 typedef struct {
     int32_t t0_pages_total, t0_pages_free;
@@ -353,7 +417,12 @@ typedef struct {
     uint64_t reuse_stops[KVT_REUSE_REASON_COUNT]; /* requests by where their reuse stopped (kvt_reuse_stop) */
 } kvt_cache_stats;
 
-void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+KVT_API void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out);
+
+/* Tokens of KV each tier can hold at its budget (T0: the page pool; T1: RAM
+ * blocks with their overhead; T2: disk records with their header and
+ * padding; 0 where a tier is off), for capacity planning. */
+KVT_API void kvt_cache_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]);
 
 /* ---- requests ---------------------------------------------------------------- */
 
@@ -370,7 +439,7 @@ typedef struct {
     void *ctx;
 } kvt_request;
 
-kvt_request kvt_request_default_params(void);
+KVT_API kvt_request kvt_request_default_params(void);
 
 typedef struct {
     int32_t n_prompt;
@@ -390,8 +459,8 @@ typedef struct {
  * (prompt and generated) cached. *tokens_out (if non-NULL) receives a malloc'd
  * array of the prompt followed by the generated tokens. Greedy output is
  * bit-identical to a run without the cache. Returns 0 or a negative code. */
-int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req, int32_t **tokens_out,
-                 kvt_request_stats *stats);
+KVT_API int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req,
+                         int32_t **tokens_out, kvt_request_stats *stats);
 
 #ifdef __cplusplus
 }

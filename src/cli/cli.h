@@ -32,6 +32,8 @@ double kvt_cli_parse_double(const char *opt, const char *val);
 /* Parses a byte size such as 512M or 4G (K/M/G/T = powers of 1024) into *out;
  * prints an error naming opt and returns -1 if bad. */
 int kvt_cli_parse_bytes(const char *opt, const char *val, uint64_t *out);
+/* The same without a message: 0, or -1 if val is not a size up to 1e18 bytes. */
+int kvt_cli_bytes_value(const char *val, uint64_t *out);
 /* Fetches the value following option argv[*i]; prints an error and returns NULL if missing. */
 const char *kvt_cli_value(int argc, char **argv, int *i);
 
@@ -59,7 +61,21 @@ void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_
  * as KVTIER_<NAME> (the long name upper-cased, '-' as '_': --ctx-size is
  * $KVTIER_CTX_SIZE); the command line wins over the environment. */
 
-enum { KVT_CLI_NO_ENV = 1 }; /* kvt_cli_opt.flags: no environment variable (the command reads its own) */
+/* kvt_cli_opt.flags */
+enum {
+    KVT_CLI_NO_ENV = 1,   /* no environment variable (the command reads its own) */
+    KVT_CLI_MIN_OPEN = 2, /* the lower bound is excluded: (min, max] */
+};
+
+/* What an option's value is; the parser checks it, and the bounds, before the
+ * handler sees it, so an out-of-range value is an error naming the flag and
+ * the range. */
+typedef enum {
+    KVT_CLI_TEXT = 0, /* any string (or a switch when arg is NULL) */
+    KVT_CLI_INT,      /* a decimal integer in [min, max] */
+    KVT_CLI_NUM,      /* a finite number in [min, max] (or (min, max] with KVT_CLI_MIN_OPEN) */
+    KVT_CLI_BYTES,    /* a size such as 512M or 4G (K/M/G/T = powers of 1024), in [min, max] bytes */
+} kvt_cli_kind;
 
 typedef struct {
     int id;               /* what the command's handler switches on; > 0, unique within a command */
@@ -68,8 +84,15 @@ typedef struct {
     const char *alias;    /* a second long name (llama.cpp's spelling), or NULL */
     const char *arg;      /* the value's name in --help ("N", "FILE"); NULL: a switch */
     const char *help;     /* the explanation; '\n' starts a continuation line */
-    int flags;            /* KVT_CLI_NO_ENV */
+    int flags;            /* KVT_CLI_NO_ENV, KVT_CLI_MIN_OPEN */
+    kvt_cli_kind kind;    /* KVT_CLI_TEXT unless given */
+    double min, max;      /* bounds of INT, NUM and BYTES values */
 } kvt_cli_opt;
+
+/* Bounds for a row: KVT_CLI_RANGE(KVT_CLI_INT, 1, 512) after the flags. */
+#define KVT_CLI_RANGE(kind, lo, hi) (kind), (double)(lo), (double)(hi)
+#define KVT_CLI_ANY_BYTES KVT_CLI_BYTES, 0.0, 1e18
+#define KVT_CLI_PLAIN KVT_CLI_TEXT, 0.0, 0.0 /* text or a switch: no bounds */
 
 typedef struct {
     const char *title;    /* heading printed above the section in --help, or NULL */
@@ -77,11 +100,19 @@ typedef struct {
     size_t n;
 } kvt_cli_section;
 
+/* One option's value as the handler gets it, already checked against its row. */
+typedef struct {
+    const char *str;      /* the text given; NULL for a switch */
+    const char *flag;     /* where it came from ("--port", "$KVTIER_PORT"), for messages */
+    long i;               /* KVT_CLI_INT */
+    double d;             /* KVT_CLI_NUM */
+    uint64_t bytes;       /* KVT_CLI_BYTES */
+} kvt_cli_arg;
+
 /* Called once per option: first those on the command line, in order, then,
  * for each option the command line did not give, its environment variable if
- * set. flag names where the value came from ("--port", "$KVTIER_PORT") for
- * messages; val is NULL for a switch. Returns 0, or -1 after printing why. */
-typedef int (*kvt_cli_handler)(void *ctx, int id, const char *val, const char *flag);
+ * set. Returns 0, or -1 after printing why. */
+typedef int (*kvt_cli_handler)(void *ctx, int id, const kvt_cli_arg *a);
 
 #define KVT_CLI_PARSE_HELP 1  /* kvt_cli_parse: -h/--help was given */
 #define KVT_CLI_PARSE_USAGE 2 /* kvt_cli_parse: a usage error, already printed */
@@ -94,8 +125,41 @@ typedef int (*kvt_cli_handler)(void *ctx, int id, const char *val, const char *f
  * thread-safe: getopt_long keeps its state in globals. */
 int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
                   kvt_cli_handler fn, void *ctx);
-/* Writes the sections' --help lines, each with its environment variable, and -h. */
+/* Writes the sections' --help lines, each with its environment variable, and -h.
+ * While man mode is on (kvt_cli_man), writes them as man(7) markup instead. */
 void kvt_cli_print_opts(FILE *f, const kvt_cli_section *secs, size_t n_secs);
+
+/* ---- the manual page (cli_man.c) -------------------------------------------------- */
+/* Each command's --help text (cli_*.c); the man page is made of them. */
+void kvt_usage_run(FILE *f);
+void kvt_usage_serve(FILE *f);
+void kvt_usage_eval(FILE *f);
+void kvt_usage_info(FILE *f);
+void kvt_usage_tokenize(FILE *f);
+void kvt_usage_cache(FILE *f);
+void kvt_usage_lint(FILE *f);
+void kvt_usage_mkmodel(FILE *f);
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    void (*usage)(FILE *f);
+    const char *summary;
+} kvt_cli_command;
+extern const kvt_cli_command kvt_cli_commands[];
+extern const size_t kvt_cli_n_commands;
+/* The top-level --help (cli.c). */
+void kvt_cli_usage(FILE *f);
+
+/* Writes kvtier.1 (man(7)) to f: the top-level help, then every command's
+ * --help, the option tables of run and serve as tagged paragraphs; so the
+ * page says what --help says. Returns 0 or -1 (out of memory). */
+int kvt_cli_man(FILE *f);
+/* Man mode for kvt_cli_print_opts: its markup goes between these two bytes,
+ * so kvt_cli_man can tell it from the plain text it escapes. */
+#define KVT_CLI_MAN_BEGIN '\x01'
+#define KVT_CLI_MAN_END '\x02'
+void kvt_cli_set_man_mode(int on);
 
 /* The disk-tier options shared by run and serve (--kv-disk, --kv-disk-size,
  * --kv-disk-zstd, --kv-disk-admit[-all], --kv-disk-live-window,
@@ -104,11 +168,11 @@ void kvt_cli_print_opts(FILE *f, const kvt_cli_section *secs, size_t n_secs);
  * 0, or -1 after printing why. */
 #define KVT_CLI_CACHE_ID_BASE 1000
 extern const kvt_cli_section kvt_cli_cache_section;
-int kvt_cli_cache_opt(int id, const char *val, const char *flag, kvt_cache_params *cp);
+int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp);
 /* The KV dtype options (--kv-type, --kv-f32), ids from KVT_CLI_KV_ID_BASE. */
 #define KVT_CLI_KV_ID_BASE 1100
 extern const kvt_cli_section kvt_cli_kv_section;
-int kvt_cli_kv_opt(int id, const char *val, const char *flag, kvt_kv_dtype *dt);
+int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt);
 /* True for the ids of the two shared sections. */
 #define KVT_CLI_IS_CACHE_ID(id) ((id) >= KVT_CLI_CACHE_ID_BASE && (id) < KVT_CLI_KV_ID_BASE)
 #define KVT_CLI_IS_KV_ID(id) ((id) >= KVT_CLI_KV_ID_BASE && (id) < KVT_CLI_KV_ID_BASE + 100)

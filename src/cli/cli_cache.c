@@ -18,7 +18,7 @@
 #define PROGRESS_INTERVAL_S 0.5
 #define LS_DEFAULT_LIMIT 0 /* 0: no limit */
 
-static void usage(FILE *f) {
+void kvt_usage_cache(FILE *f) {
     fprintf(f,
             "usage: kvtier cache <stats|ls|verify|gc|clear> --kv-disk DIR [options]\n"
             "       kvtier cache stats --kv-remote URL\n"
@@ -207,7 +207,7 @@ int kvt_cmd_cache(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (kvt_cli_is_help(a)) {
-            usage(stdout);
+            kvt_usage_cache(stdout);
             return 0;
         } else if (!strcmp(a, "--kv-disk")) {
             if (!(dir = kvt_cli_value(argc, argv, &i))) return 2;
@@ -226,14 +226,14 @@ int kvt_cmd_cache(int argc, char **argv) {
             cmd = a;
         } else {
             fprintf(stderr, "kvtier cache: unknown option '%s'\n\n", a);
-            usage(stderr);
+            kvt_usage_cache(stderr);
             return 2;
         }
     }
     if (cmd && remote && !dir) return remote_cmd(cmd, remote, ns_text);
     if (!cmd || !dir) {
         fprintf(stderr, "kvtier cache: %s\n\n", !cmd ? "which command? (stats, ls, verify, gc, clear)" : "--kv-disk DIR is required");
-        usage(stderr);
+        kvt_usage_cache(stderr);
         return 2;
     }
     if (access(dir, R_OK) != 0) {
@@ -326,7 +326,7 @@ int kvt_cmd_cache(int argc, char **argv) {
         }
     } else {
         fprintf(stderr, "kvtier cache: unknown command '%s'\n\n", cmd);
-        usage(stderr);
+        kvt_usage_cache(stderr);
         rc = 2;
     }
     free(s);

@@ -20,7 +20,7 @@
 
 #define LINT_TEXT_MAX 120
 
-static void lint_usage(FILE *f) {
+void kvt_usage_lint(FILE *f) {
     fprintf(f,
             "usage: kvtier lint -m MODEL PROMPTS.jsonl|txt [--json] [--block-size B] [--chat-template NAME]\n\n"
             "Reports how much of the prompts kvtier would reuse if they ran in order through an\n"
@@ -135,7 +135,7 @@ int kvt_cmd_lint(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (kvt_cli_is_help(a)) {
-            lint_usage(stdout);
+            kvt_usage_lint(stdout);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
@@ -154,13 +154,13 @@ int kvt_cmd_lint(int argc, char **argv) {
             path = a;
         } else {
             fprintf(stderr, "kvtier lint: unknown argument '%s'\n", a);
-            lint_usage(stderr);
+            kvt_usage_lint(stderr);
             return 2;
         }
     }
     if (!model_path || !path) {
         fprintf(stderr, "kvtier lint: needs -m MODEL and a prompts file\n");
-        lint_usage(stderr);
+        kvt_usage_lint(stderr);
         return 2;
     }
     kvt_model_params mp = kvt_model_default_params();

@@ -22,7 +22,7 @@
 
 /* ---- mkmodel ---------------------------------------------------------------- */
 
-static void mkmodel_usage(FILE *f) {
+void kvt_usage_mkmodel(FILE *f) {
     kvt_mkmodel_params d = kvt_mkmodel_default_params();
     fprintf(f,
             "usage: kvtier mkmodel -o OUT.gguf [options]\n\n"
@@ -71,7 +71,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
         const char *a = argv[i], *v;
         long n = 0;
         if (kvt_cli_is_help(a)) {
-            mkmodel_usage(stdout);
+            kvt_usage_mkmodel(stdout);
             return 0;
         }
         struct {
@@ -182,7 +182,7 @@ int kvt_default_model_path(char *buf, size_t cap) {
 
 /* ---- info ------------------------------------------------------------------- */
 
-static void info_usage(FILE *f) {
+void kvt_usage_info(FILE *f) {
     fprintf(f, "usage: kvtier info [-m MODEL.gguf] [--json]\n\n"
                "Describes a GGUF model: architecture, shapes, weight types, context length,\n"
                "tokenizer, chat template family, fingerprint (the root of its cache keys) and\n"
@@ -215,7 +215,7 @@ int kvt_cmd_info(int argc, char **argv) {
     char defpath[4096];
     for (int i = 1; i < argc; i++) {
         if (kvt_cli_is_help(argv[i])) {
-            info_usage(stdout);
+            kvt_usage_info(stdout);
             return 0;
         } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
             if (!(path = kvt_cli_value(argc, argv, &i))) return 2;

@@ -12,14 +12,13 @@
 
 #include "cli.h"
 #include "common.h"
-#include "api_openai.h"
-#include "cache.h"
-#include "engine.h"
-#include "explain.h"
-#include "generate.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "kvtier.h"
+/* What kvtier.h does not give (yet), and why these commands need it: */
+#include "api_openai.h" /* run -f's JSON lines: the server's session and document parsers */
+#include "engine.h"     /* eval: logits at every prompt position; the public API returns tokens only */
+#include "generate.h"   /* run: one sampler across the prompts of -f, --no-cache and --ignore-eos */
+#include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
+#include "sampler.h"    /* run's sampler; eval's argmax */
 
 #define EVAL_DEFAULT_N 16
 #define RUN_DEFAULT_N 128
@@ -84,7 +83,7 @@ static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t b
 
 /* ---- eval ------------------------------------------------------------------ */
 
-static void eval_usage(FILE *f) {
+void kvt_usage_eval(FILE *f) {
     fprintf(f,
             "usage: kvtier eval -m MODEL [options] [TEXT]\n\n"
             "Prints one JSON line: the prompt's token ids, the top-%d logits at every prompt\n"
@@ -112,7 +111,7 @@ int kvt_cmd_eval(int argc, char **argv) {
         const char *a = argv[i], *v;
         int kf;
         if (kvt_cli_is_help(a)) {
-            eval_usage(stdout);
+            kvt_usage_eval(stdout);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
@@ -130,7 +129,7 @@ int kvt_cmd_eval(int argc, char **argv) {
             threads = (int)t;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "kvtier eval: unknown option '%s'\n", a);
-            eval_usage(stderr);
+            kvt_usage_eval(stderr);
             return 2;
         } else if (!text) {
             text = a;
@@ -141,7 +140,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     if (!model_path || (!text == !tokens_arg)) {
         fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
-        eval_usage(stderr);
+        kvt_usage_eval(stderr);
         return 2;
     }
     kvt_model *m = NULL;
@@ -153,19 +152,22 @@ int kvt_cmd_eval(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n_tok = 0;
     /* the same rule as run, serve and tokenize */
-    int add = tokens_arg ? 0 : kvt_tokenizer_add_special(m->tok) & ~(no_bos ? KVT_TOK_ADD_BOS : 0);
+    kvt_model_info info = kvt_model_get_info(m);
+    int add_bos = !tokens_arg && !no_bos && info.add_bos;
     if (tokens_arg) {
         if (parse_tokens(tokens_arg, &toks, &n_tok)) {
             fprintf(stderr, "kvtier eval: --tokens expects token ids, got '%s'\n", tokens_arg);
             kvt_model_free(m);
             return 2;
         }
-    } else if ((kvt_fail(0, "%s", ""), rc = kvt_tokenize(m->tok, text, strlen(text), add, 0, &toks, &n_tok))) {
+    } else if ((kvt_fail(0, "%s", ""), rc = kvt_model_tokenize(m, text, strlen(text),
+                                                         KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0),
+                                                         0, &toks, &n_tok))) {
         fprintf(stderr, "kvtier eval: cannot tokenize: %s %s\n", kvt_strerror(rc), kvt_errmsg());
         kvt_model_free(m);
         return 1;
     }
-    int32_t V = m->hp.n_vocab;
+    int32_t V = info.n_vocab;
     for (size_t i = 0; i < n_tok; i++)
         if (toks[i] < 0 || toks[i] >= V) {
             fprintf(stderr, "kvtier eval: token %d is outside the vocabulary of %d\n", toks[i], V);
@@ -194,7 +196,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     kvt_cli_json_string(stdout, base ? base + 1 : model_path);
     printf(",\"prompt\":");
     kvt_cli_json_string(stdout, text ? text : "");
-    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add & KVT_TOK_ADD_BOS ? "true" : "false");
+    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add_bos ? "true" : "false");
     for (size_t i = 0; i < n_tok; i++) printf("%s%d", i ? "," : "", toks[i]);
     printf("],\"prompt_logits_top5\":[");
 
@@ -238,34 +240,43 @@ enum {
 
 static const kvt_cli_opt run_opts[] = {
     {R_MODEL, 'm', "model", NULL, "FILE",
-     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box", 0},
-    {R_PROMPT, 'p', "prompt", NULL, "TEXT", "the prompt (special tokens in it are recognized)", 0},
+     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box",
+     0, KVT_CLI_PLAIN},
+    {R_PROMPT, 'p', "prompt", NULL, "TEXT", "the prompt (special tokens in it are recognized)", 0, KVT_CLI_PLAIN},
     {R_FILE, 'f', "file", NULL, "FILE",
      "many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\neach gets a stats line: prompt tokens, cached "
      "tokens by tier,\ncomputed tokens, time to first token. JSON lines may add\n\"kvtier\": {\"session_id\", "
      "\"priority\", \"keep_warm_s\"} (keep that\nsession's context warm in T0 afterwards, as serve does), or\n"
      "\"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n\"end_session\" (with kvtier.session_id) "
-     "instead of generating", 0},
+     "instead of generating", 0, KVT_CLI_PLAIN},
     {R_N_PREDICT, 'n', "n-predict", NULL, "N", "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) ")",
-     0},
-    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0},
-    {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0},
-    {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)", 0},
-    {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0},
-    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0},
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TOKENS)},
+    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0,
+     KVT_CLI_RANGE(KVT_CLI_NUM, -INFINITY, INFINITY)},
+    {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)",
+     KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
     {R_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)", 0},
+     "(also -ngl)", 0, KVT_CLI_PLAIN},
     {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: enough for\n--ctx-size tokens plus room to keep finished "
-     "prompts cached)", 0},
-    {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0},
-    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)", 0},
-    {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0},
-    {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0},
+     "prompts cached)", 0, KVT_CLI_ANY_BYTES},
+    {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
+     KVT_CLI_ANY_BYTES},
+    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)",
+     0, KVT_CLI_PLAIN},
+    {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0, KVT_CLI_PLAIN},
+    {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0, KVT_CLI_PLAIN},
     {R_BLOCK_SIZE, 0, "block-size", NULL, "B", "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE)
-     ")", 0},
+     ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_BLOCK)},
     {R_CTX, 'c', "ctx-size", "ctx", "N",
-     "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0},
+     "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TOKENS)},
 };
 
 /* run's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -275,7 +286,7 @@ static void run_sections(kvt_cli_section out[3]) {
     out[2] = kvt_cli_cache_section;
 }
 
-static void run_usage(FILE *f) {
+void kvt_usage_run(FILE *f) {
     kvt_cli_section secs[3];
     run_sections(secs);
     fprintf(f,
@@ -301,59 +312,40 @@ typedef struct {
     kvt_sampler_params sp;
 } run_args;
 
-static int run_opt(void *ctx, int id, const char *v, const char *a) {
+static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
-    double d;
-    long l;
-    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, v, a, &x->cp);
-    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, v, a, &x->dt);
-    switch (id) {
-    case R_MODEL: x->model_path = v; return 0;
-    case R_PROMPT: x->prompt = v; return 0;
-    case R_FILE: x->prompt_file = v; return 0;
-    case R_N_PREDICT: return (x->n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0 ? -1 : 0;
-    case R_TEMP:
-        if (isnan(d = kvt_cli_parse_double(a, v))) return -1;
-        x->sp.temp = (float)d;
-        return 0;
-    case R_TOP_K:
-        if ((l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
-        x->sp.top_k = (int32_t)l;
-        return 0;
-    case R_TOP_P:
-        if (isnan(d = kvt_cli_parse_double(a, v))) return -1;
-        if (d <= 0 || d > 1) {
-            fprintf(stderr, "kvtier run: %s must be in (0, 1]\n", a);
-            return -1;
-        }
-        x->sp.top_p = (float)d;
-        return 0;
+    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
+    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
+    switch (id) { /* the values are checked against the table already */
+    case R_MODEL: x->model_path = a->str; return 0;
+    case R_PROMPT: x->prompt = a->str; return 0;
+    case R_FILE: x->prompt_file = a->str; return 0;
+    case R_N_PREDICT: x->n_gen = a->i; return 0;
+    case R_TEMP: x->sp.temp = (float)a->d; return 0;
+    case R_TOP_K: x->sp.top_k = (int32_t)a->i; return 0;
+    case R_TOP_P: x->sp.top_p = (float)a->d; return 0;
     case R_SEED:
-        if ((l = kvt_cli_parse_long(a, v, 0, INT32_MAX)) < 0) return -1;
-        x->sp.seed = (uint64_t)l;
+        x->sp.seed = (uint64_t)a->i;
         x->seed_given = 1;
         return 0;
-    case R_THREADS:
-        if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return -1;
-        x->threads = (int)l;
-        return 0;
+    case R_THREADS: x->threads = (int)a->i; return 0;
     case R_NGL:
-        fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a);
+        fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a->flag);
         return 0;
-    case R_KV_ACTIVE: return kvt_cli_parse_bytes(a, v, &x->kv_active);
-    case R_KV_RAM: return kvt_cli_parse_bytes(a, v, &x->kv_ram);
-    case R_SALT: x->salt = v; return 0;
+    case R_KV_ACTIVE: x->kv_active = a->bytes; return 0;
+    case R_KV_RAM: x->kv_ram = a->bytes; return 0;
+    case R_SALT: x->salt = a->str; return 0;
     case R_IGNORE_EOS: x->ignore_eos = 1; return 0;
     case R_NO_CACHE: x->use_cache = 0; return 0;
-    case R_BLOCK_SIZE: return (x->block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0 ? -1 : 0;
-    case R_CTX: return (x->n_ctx = kvt_cli_parse_long(a, v, 1, MAX_TOKENS)) < 0 ? -1 : 0;
+    case R_BLOCK_SIZE: x->block = a->i; return 0;
+    case R_CTX: x->n_ctx = a->i; return 0;
     default: return -1;
     }
 }
 
 /* Streams generated tokens to stdout, holding back split UTF-8 characters. */
 typedef struct {
-    const kvt_tokenizer *tok;
+    const kvt_model *model;
     unsigned char pending[2 * PIECE_MAX];
     size_t n_pending;
 } stream_state;
@@ -377,7 +369,7 @@ static int stream_token(void *ctx, int32_t tok) {
     stream_state *s = ctx;
     if (stop_requested) return 1;
     char piece[PIECE_MAX];
-    int len = kvt_token_piece(s->tok, tok, piece, sizeof piece, 0);
+    int len = kvt_model_token_piece(s->model, tok, piece, sizeof piece, 0);
     if (len <= 0) return 0;
     if (len > PIECE_MAX) len = PIECE_MAX;
     if (s->n_pending + (size_t)len > sizeof s->pending) { /* cannot happen with valid UTF-8; never lose text */
@@ -545,7 +537,7 @@ int kvt_cmd_run(int argc, char **argv) {
     run_sections(secs);
     int pr = kvt_cli_parse("run", argc, argv, secs, 3, run_opt, &x);
     if (pr == KVT_CLI_PARSE_HELP) {
-        run_usage(stdout);
+        kvt_usage_run(stdout);
         return 0;
     }
     if (pr) return 2;
@@ -558,7 +550,7 @@ int kvt_cmd_run(int argc, char **argv) {
     kvt_sampler_params sp = x.sp;
     if (!prompt == !prompt_file) {
         fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
-        run_usage(stderr);
+        kvt_usage_run(stderr);
         return 2;
     }
     if (!seed_given) sp.seed = (uint64_t)time(NULL);
@@ -596,7 +588,8 @@ int kvt_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
         goto done;
     }
-    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(m->hp.n_ctx_train);
+    kvt_model_info info = kvt_model_get_info(m);
+    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
@@ -620,7 +613,7 @@ int kvt_cmd_run(int argc, char **argv) {
             goto done;
         }
     }
-    smp = kvt_sampler_new(sp, m->hp.n_vocab);
+    smp = kvt_sampler_new(sp, info.n_vocab);
     install_stop_handlers();
     for (long k = 0; k < n_prompts && !stop_requested; k++) {
         int32_t *toks = NULL;
@@ -636,14 +629,13 @@ int kvt_cmd_run(int argc, char **argv) {
             run_action(cache, ln, NULL, 0, salt, &pins, &n_pins, k + 1);
             continue;
         }
-        if ((rc = kvt_tokenize(m->tok, ln->prompt, strlen(ln->prompt), kvt_tokenizer_add_special(m->tok), 1,
-                               &toks, &n_tok))) {
+        if ((rc = kvt_model_tokenize(m, ln->prompt, strlen(ln->prompt), KVT_TOKENIZE_ADD_SPECIAL, 1, &toks, &n_tok))) {
             fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
             failures++;
             continue;
         }
         if (ln->n_docs) { /* the documents go before the prompt, after BOS, as fixed context blocks */
-            size_t at = n_tok && toks[0] == kvt_tokenizer_bos(m->tok) ? 1 : 0;
+            size_t at = n_tok && toks[0] == info.bos ? 1 : 0;
             int32_t *with = NULL;
             size_t nw = 0;
             if ((rc = kvt_render_documents(m, (int32_t)block, toks, n_tok, at, ln->docs, ln->n_docs, &with, &nw))) {
@@ -661,7 +653,7 @@ int kvt_cmd_run(int argc, char **argv) {
             free(toks);
             continue;
         }
-        stream_state ss = {.tok = m->tok};
+        stream_state ss = {.model = m};
         kvt_gen_params gp = {.max_tokens = (int32_t)n_gen, .sampler = smp, .tok = ignore_eos ? NULL : m->tok,
                              .on_token = stream_token,
                              .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
@@ -683,7 +675,7 @@ int kvt_cmd_run(int argc, char **argv) {
         }
         double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
         char why[STOP_LINE_MAX] = "";
-        if (cache) kvt_reuse_stop_line(m->tok, &r.reuse_stop, why, sizeof why);
+        if (cache) kvt_reuse_stop_describe(m, &r.reuse_stop, why, sizeof why);
         fprintf(stderr,
                 "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
                 "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "

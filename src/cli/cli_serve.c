@@ -10,14 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "chat.h"
+#include "chat.h"   /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
 #include "common.h"
-#include "engine.h"
-#include "kv_quant.h"
-#include "model.h"
-#include "server.h"
+#include "kvtier.h"
+#include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
 
 #define PATH_MAX_LEN 4096
 #define MAX_PARALLEL 256
@@ -43,69 +40,81 @@ enum {
 
 static const kvt_cli_opt serve_opts[] = {
     {O_MODEL, 'm', "model", NULL, "FILE",
-     "GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\nor $KVT_DEFAULT_MODEL; its text is noise)", 0},
+     "GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\nor $KVT_DEFAULT_MODEL; its text is noise)",
+     0, KVT_CLI_PLAIN},
     {O_HOST, 0, "host", NULL, "ADDR",
      "address to bind: IPv4, IPv6 (::1 or [::1]) or a host name\n(localhost: its IPv4 address first) "
-     "(default 127.0.0.1: this\nmachine only)", 0},
+     "(default 127.0.0.1: this\nmachine only)", 0, KVT_CLI_PLAIN},
     {O_PORT, 0, "port", NULL, "N", "TCP port (default " STR(KVT_SERVER_DEFAULT_PORT) "; 0 = any free port, printed "
-     "at start)", 0},
+     "at start)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, 65535)},
     {O_PARALLEL, 0, "parallel", NULL, "N",
-     "sequences decoded together in one batch (default " STR(KVT_SERVER_DEFAULT_PARALLEL) "; also -np)", 0},
+     "sequences decoded together in one batch (default " STR(KVT_SERVER_DEFAULT_PARALLEL) "; also -np)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_PARALLEL)},
     {O_QUEUE, 0, "queue", NULL, "N",
-     "requests waiting for a sequence at most; more get 503 (default " STR(KVT_SERVER_DEFAULT_QUEUE) ")", 0},
+     "requests waiting for a sequence at most; more get 503 (default " STR(KVT_SERVER_DEFAULT_QUEUE) ")",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_QUEUE)},
     {O_CTX, 'c', "ctx-size", "ctx", "N",
      "context length per sequence: prompt + generated (default: the\nmodel's, at most " STR(KVT_CLI_DEFAULT_CTX_CAP)
-     ")", 0},
+     ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 2, MAX_CTX)},
     {O_N_PREDICT, 'n', "n-predict", NULL, "N",
-     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)", 0},
+     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: --parallel full\ncontexts plus one more to keep finished "
-     "prompts cached)", 0},
-    {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0},
-    {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)", 0},
+     "prompts cached)", 0, KVT_CLI_ANY_BYTES},
+    {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)",
+     0, KVT_CLI_ANY_BYTES},
+    {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
     {O_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)", 0},
+     "(also -ngl)", 0, KVT_CLI_PLAIN},
     {O_API_KEY, 0, "api-key", NULL, "KEY",
      "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable); each key gets its "
      "own cache\nnamespace (tenants never share cached KV). Arguments show in ps:\nprefer --api-key-file or "
-     "$KVTIER_API_KEY, which is one more key", KVT_CLI_NO_ENV},
+     "$KVTIER_API_KEY, which is one more key", KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
     {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE", "more keys, one per line (blank lines and # comments ignored)",
-     0},
+     0, KVT_CLI_PLAIN},
     {O_METRICS_KEY, 0, "metrics-key", NULL, "KEY",
      "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
-     "when there are\nany, else it is open. /health is always open", 0},
+     "when there are\nany, else it is open. /health is always open", 0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
      "chatml, llama3, llama2 or mistral (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
-     "none)", 0},
-    {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0},
+     "none)", 0, KVT_CLI_PLAIN},
+    {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)",
+     0, KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
     {O_MAX_INFLIGHT, 0, "max-inflight-bytes", NULL, "BYTES",
      "request body bytes held in memory by all requests in flight\ntogether; a request past it gets 503 + Retry-After "
-     "(default 64M,\nor --max-body if larger; at least --max-body)", 0},
+     "(default 64M,\nor --max-body if larger; at least --max-body)", 0, KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
     {O_MAX_TOKENS_LIMIT, 0, "max-tokens-limit", NULL, "N",
-     "largest max_tokens a request may ask for (default " STR(KVT_SERVER_DEFAULT_MAX_TOKENS) ")", 0},
+     "largest max_tokens a request may ask for (default " STR(KVT_SERVER_DEFAULT_MAX_TOKENS) ")",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_PREFILL_CHUNK, 0, "prefill-chunk", NULL, "N",
      "prompt tokens per engine step, so long prompts do not stall\nrunning sequences (default "
-     STR(KVT_SERVER_DEFAULT_PREFILL_CHUNK) ")", 0},
+     STR(KVT_SERVER_DEFAULT_PREFILL_CHUNK) ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_TIMEOUT, 0, "timeout", NULL, "S",
      "close connections idle (or stalled mid-request) for S seconds\n(default " STR(KVT_SERVER_DEFAULT_TIMEOUT_S) ")",
-     0},
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TIMEOUT_S)},
     {O_REQUEST_TIMEOUT, 0, "request-timeout", NULL, "S",
      "close a connection that has not sent a whole request (headers and\nbody) S seconds after it opened or after its "
      "previous response,\nhowever steadily it trickles bytes (default " STR(KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S)
-     "; 0 = no deadline)", 0},
+     "; 0 = no deadline)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
     {O_MAX_CONNS_PER_IP, 0, "max-conns-per-ip", NULL, "N",
      "open connections from one IP address at most; more are closed at\nonce (default "
-     STR(KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit; behind a proxy every client\nshares the proxy's address)", 0},
+     STR(KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit; behind a proxy every client\nshares the proxy's address)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS_PER_IP)},
     {O_DRAIN_TIMEOUT, 0, "drain-timeout", NULL, "S",
      "on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n(default " STR(KVT_SERVER_DEFAULT_DRAIN_S)
-     "; 0 = end them at once with 503)", 0},
+     "; 0 = end them at once with 503)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
     {O_CORS_ORIGIN, 0, "cors-origin", NULL, "ORIGIN",
      "let browser pages from ORIGIN (e.g. http://localhost:3000;\nrepeatable, or * for any) call the API: OPTIONS "
-     "preflights are\nanswered and responses carry Access-Control-Allow-Origin.\nWithout it OPTIONS is 405", 0},
-    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)", 0},
+     "preflights are\nanswered and responses carry Access-Control-Allow-Origin.\nWithout it OPTIONS is 405",
+     0, KVT_CLI_PLAIN},
+    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)",
+     0, KVT_CLI_PLAIN},
     {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
-     "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)", 0},
+     "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)",
+     0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_TIMEOUT_S)},
 };
 
 /* serve's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -115,7 +124,7 @@ static void sections(kvt_cli_section out[3]) {
     out[2] = kvt_cli_cache_section;
 }
 
-static void serve_usage(FILE *f) {
+void kvt_usage_serve(FILE *f) {
     kvt_cli_section secs[3];
     sections(secs);
     fprintf(f,
@@ -196,40 +205,25 @@ typedef struct {
     size_t n_cors;
 } serve_args;
 
-static int serve_opt(void *ctx, int id, const char *v, const char *a) {
+static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     serve_args *x = ctx;
     kvt_server_params *sp = &x->sp;
-    long l;
-    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, v, a, &x->cp);
-    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, v, a, &x->dt);
-    switch (id) {
+    const char *v = a->str;
+    if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
+    if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
+    switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
-    case O_PORT:
-        if ((l = kvt_cli_parse_long(a, v, 0, 65535)) < 0) return -1;
-        sp->port = (int)l;
-        return 0;
-    case O_PARALLEL:
-        if ((l = kvt_cli_parse_long(a, v, 1, MAX_PARALLEL)) < 0) return -1;
-        sp->parallel = (int32_t)l;
-        return 0;
-    case O_QUEUE:
-        if ((l = kvt_cli_parse_long(a, v, 1, MAX_QUEUE)) < 0) return -1;
-        sp->queue = (int32_t)l;
-        return 0;
-    case O_CTX: return (x->n_ctx = kvt_cli_parse_long(a, v, 2, MAX_CTX)) < 0 ? -1 : 0;
-    case O_N_PREDICT:
-        if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) return -1;
-        sp->default_max_tokens = (int32_t)l;
-        return 0;
-    case O_KV_ACTIVE: return kvt_cli_parse_bytes(a, v, &x->kv_active);
-    case O_KV_RAM: return kvt_cli_parse_bytes(a, v, &x->kv_ram);
-    case O_THREADS:
-        if ((l = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return -1;
-        x->threads = (int)l;
-        return 0;
+    case O_PORT: sp->port = (int)a->i; return 0;
+    case O_PARALLEL: sp->parallel = (int32_t)a->i; return 0;
+    case O_QUEUE: sp->queue = (int32_t)a->i; return 0;
+    case O_CTX: x->n_ctx = a->i; return 0;
+    case O_N_PREDICT: sp->default_max_tokens = (int32_t)a->i; return 0;
+    case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
+    case O_KV_RAM: x->kv_ram = a->bytes; return 0;
+    case O_THREADS: x->threads = (int)a->i; return 0;
     case O_NGL:
-        fprintf(stderr, "kvtier serve: %s is ignored: this build runs on the CPU\n", a);
+        fprintf(stderr, "kvtier serve: %s is ignored: this build runs on the CPU\n", a->flag);
         return 0;
     case O_API_KEY:
         if (!*v || x->n_keys == MAX_API_KEYS) {
@@ -243,45 +237,18 @@ static int serve_opt(void *ctx, int id, const char *v, const char *a) {
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2 or mistral, got '%s'\n", a, v);
+            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2 or mistral, got '%s'\n", a->flag, v);
             return -1;
         }
         return 0;
-    case O_MAX_BODY:
-        if (kvt_cli_parse_bytes(a, v, &x->max_body)) return -1;
-        if (x->max_body == 0) {
-            fprintf(stderr, "kvtier serve: --max-body must be at least 1 byte\n");
-            return -1;
-        }
-        return 0;
-    case O_MAX_INFLIGHT:
-        if (kvt_cli_parse_bytes(a, v, &x->max_inflight)) return -1;
-        if (x->max_inflight == 0) {
-            fprintf(stderr, "kvtier serve: --max-inflight-bytes must be at least 1 byte\n");
-            return -1;
-        }
-        return 0;
-    case O_MAX_TOKENS_LIMIT:
-        if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) return -1;
-        sp->max_tokens_limit = (int32_t)l;
-        return 0;
-    case O_PREFILL_CHUNK:
-        if ((l = kvt_cli_parse_long(a, v, 1, MAX_CTX)) < 0) return -1;
-        sp->prefill_chunk = (int32_t)l;
-        return 0;
-    case O_TIMEOUT:
-        if ((l = kvt_cli_parse_long(a, v, 1, MAX_TIMEOUT_S)) < 0) return -1;
-        sp->timeout_s = (unsigned)l;
-        return 0;
-    case O_REQUEST_TIMEOUT:
-        if ((l = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0) return -1;
-        sp->request_timeout_s = (unsigned)l;
-        return 0;
-    case O_MAX_CONNS_PER_IP:
-        if ((l = kvt_cli_parse_long(a, v, 0, MAX_CONNS_PER_IP)) < 0) return -1;
-        sp->max_conns_per_ip = (unsigned)l;
-        return 0;
-    case O_DRAIN_TIMEOUT: return (x->drain_s = kvt_cli_parse_long(a, v, 0, MAX_TIMEOUT_S)) < 0 ? -1 : 0;
+    case O_MAX_BODY: x->max_body = a->bytes; return 0;
+    case O_MAX_INFLIGHT: x->max_inflight = a->bytes; return 0;
+    case O_MAX_TOKENS_LIMIT: sp->max_tokens_limit = (int32_t)a->i; return 0;
+    case O_PREFILL_CHUNK: sp->prefill_chunk = (int32_t)a->i; return 0;
+    case O_TIMEOUT: sp->timeout_s = (unsigned)a->i; return 0;
+    case O_REQUEST_TIMEOUT: sp->request_timeout_s = (unsigned)a->i; return 0;
+    case O_MAX_CONNS_PER_IP: sp->max_conns_per_ip = (unsigned)a->i; return 0;
+    case O_DRAIN_TIMEOUT: x->drain_s = a->i; return 0;
     case O_CORS_ORIGIN:
         if (!*v || x->n_cors == MAX_CORS_ORIGINS) {
             fprintf(stderr, "kvtier serve: --cors-origin needs an origin or * (at most %d)\n", MAX_CORS_ORIGINS);
@@ -290,15 +257,7 @@ static int serve_opt(void *ctx, int id, const char *v, const char *a) {
         x->cors[x->n_cors++] = v;
         return 0;
     case O_ALIAS: x->alias = v; return 0;
-    case O_SESSION_KEEP_WARM: {
-        char *end;
-        sp->session_keep_warm_s = strtod(v, &end);
-        if (end == v || *end || !(sp->session_keep_warm_s >= 0) || sp->session_keep_warm_s > 86400) {
-            fprintf(stderr, "kvtier serve: %s expects seconds in 0..86400, got '%s'\n", a, v);
-            return -1;
-        }
-        return 0;
-    }
+    case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
     default: return -1;
     }
 }
@@ -323,7 +282,7 @@ int kvt_cmd_serve(int argc, char **argv) {
     int pr = kvt_cli_parse("serve", argc, argv, secs, 3, serve_opt, &x);
     n_keys = x.n_keys;
     if (pr == KVT_CLI_PARSE_HELP) {
-        serve_usage(stdout);
+        kvt_usage_serve(stdout);
         ret = 0;
         goto done;
     }
@@ -383,12 +342,13 @@ int kvt_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
         goto done;
     }
+    kvt_model_info info = kvt_model_get_info(m);
     if (template_name) {
         sp.chat = kvt_chat_family_parse(template_name);
-    } else if ((sp.chat = kvt_chat_detect(m->chat_template)) == KVT_CHAT_UNKNOWN) {
+    } else if ((sp.chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
         sp.chat = KVT_CHAT_CHATML;
         kvt_log(KVT_LOG_WARN, "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
-                m->chat_template ? "not recognised" : "missing");
+                info.chat_template ? "not recognised" : "missing");
     }
     char model_id[MODEL_ID_MAX];
     if (alias) {
@@ -400,7 +360,7 @@ int kvt_cmd_serve(int argc, char **argv) {
         if (dot && !dot[strlen(".gguf")]) *dot = 0;
     }
     sp.model_id = model_id;
-    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(m->hp.n_ctx_train);
+    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = threads;
     ep.n_ctx = (int32_t)n_ctx;
@@ -430,12 +390,12 @@ int kvt_cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
     /* the cache is the engine thread's once the server starts: describe it before */
-    kvt_engine_params eff = kvt_engine_params_of(e);
+    kvt_engine_params eff = kvt_engine_get_params(e);
     fprintf(stderr,
             "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s\n",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
-            eff.n_pages, kvt_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
+            eff.n_pages, kvt_engine_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
             cp.remote_url ? "on" : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
     kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);

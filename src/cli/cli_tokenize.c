@@ -7,13 +7,12 @@
 
 #include "cli.h"
 #include "common.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "kvtier.h"
 
 /* Piece rendering buffer; longer pieces get a heap buffer. */
 #define PIECE_BUF 256
 
-static void usage(FILE *f) {
+void kvt_usage_tokenize(FILE *f) {
     fprintf(f,
             "usage: kvtier tokenize -m MODEL [--no-bos] [--special] [--pieces] (TEXT | -f FILE)\n\n"
             "Prints the token ids of TEXT on one line, separated by spaces.\n\n"
@@ -52,13 +51,13 @@ static char *read_all(const char *path, size_t *len) {
     return buf;
 }
 
-static void print_piece(const kvt_tokenizer *t, int32_t id) {
+static void print_piece(const kvt_model *t, int32_t id) {
     char small[PIECE_BUF];
     char *buf = small;
-    int n = kvt_token_piece(t, id, buf, sizeof small, 1);
+    int n = kvt_model_token_piece(t, id, buf, sizeof small, 1);
     if (n > (int)sizeof small) {
         buf = kvt_xmalloc((size_t)n);
-        kvt_token_piece(t, id, buf, (size_t)n, 1);
+        kvt_model_token_piece(t, id, buf, (size_t)n, 1);
     }
     printf("%d '", id);
     for (int i = 0; i < n; i++) {
@@ -77,7 +76,7 @@ int kvt_cmd_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (kvt_cli_is_help(a)) {
-            usage(stdout);
+            kvt_usage_tokenize(stdout);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = kvt_cli_value(argc, argv, &i))) return 2;
@@ -91,7 +90,7 @@ int kvt_cmd_tokenize(int argc, char **argv) {
             pieces = 1;
         } else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
             fprintf(stderr, "kvtier tokenize: unknown option '%s'\n", a);
-            usage(stderr);
+            kvt_usage_tokenize(stderr);
             return 2;
         } else {
             if (!strcmp(a, "--")) {
@@ -107,12 +106,12 @@ int kvt_cmd_tokenize(int argc, char **argv) {
     }
     if (!model) {
         fprintf(stderr, "kvtier tokenize: -m MODEL is required\n");
-        usage(stderr);
+        kvt_usage_tokenize(stderr);
         return 2;
     }
     if (!text == !file) {
         fprintf(stderr, "kvtier tokenize: give either TEXT or -f FILE\n");
-        usage(stderr);
+        kvt_usage_tokenize(stderr);
         return 2;
     }
 
@@ -129,29 +128,23 @@ int kvt_cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
 
-    kvt_gguf *g;
-    int rc = kvt_gguf_open(model, &g);
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1; /* the tokenizer's metadata is enough: tensors may be absent */
+    kvt_model *t;
+    int rc = kvt_model_load(model, mp, &t);
     if (rc) {
         fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
         free(buf);
         return 1;
     }
-    kvt_tokenizer *t;
-    rc = kvt_tokenizer_load(g, &t);
-    kvt_gguf_close(g);
-    if (rc) {
-        fprintf(stderr, "kvtier tokenize: %s: %s\n", model, kvt_errmsg());
-        free(buf);
-        return 1;
-    }
-    int add = kvt_tokenizer_add_special(t) & ~(no_bos ? KVT_TOK_ADD_BOS : 0);
     int32_t *ids;
     size_t n;
-    rc = kvt_tokenize(t, text, len, add, special, &ids, &n);
+    rc = kvt_model_tokenize(t, text, len, KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0), special,
+                            &ids, &n);
     free(buf);
     if (rc) {
         fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
-        kvt_tokenizer_free(t);
+        kvt_model_free(t);
         return 1;
     }
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
@@ -159,6 +152,6 @@ int kvt_cmd_tokenize(int argc, char **argv) {
     if (pieces)
         for (size_t i = 0; i < n; i++) print_piece(t, ids[i]);
     free(ids);
-    kvt_tokenizer_free(t);
+    kvt_model_free(t);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -323,6 +323,7 @@ void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]) {
 
 int kvt_model_tokenize(const kvt_model *m, const char *text, size_t len, int add_special, int parse_special,
                        int32_t **out, size_t *n_out) {
-    return kvt_tokenize(m->tok, text, len, add_special ? kvt_tokenizer_add_special(m->tok) : 0, parse_special, out,
-                        n_out);
+    int add = add_special ? kvt_tokenizer_add_special(m->tok) : 0;
+    if (add_special & KVT_TOKENIZE_NO_BOS) add &= ~KVT_TOK_ADD_BOS;
+    return kvt_tokenize(m->tok, text, len, add, parse_special, out, n_out);
 }

@@ -2,14 +2,7 @@
 # The kvtier CLI: help for every command, clear errors and exit codes for bad
 # usage and bad files, mkmodel -> info round trip.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-check() { # check DESCRIPTION COMMAND...
-  local d=$1; shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi
-}
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
   local want=$1; shift
   "$@" >"$TMP/out" 2>&1
@@ -203,5 +196,4 @@ printf '%s\n' '{"prompt":"When will my order ship?","kvtier":{"documents":[{"id"
   '{"prompt":"Where does my refund go?","kvtier":{"documents":[{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."},{"id":"b","text":"Refunds go back to the original card within five business days."}]}}' >"$TMP/docs.jsonl"
 check "run -f with documents" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/docs.jsonl" -n 1 --block-size 16 --temp 0
 check "... reuses the document blocks" docs_reused
-echo "test_cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_cli

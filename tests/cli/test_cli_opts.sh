@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# run's and serve's option tables carry each numeric option's kind and bounds:
+# a value outside them, or not a number, is a usage error (exit 2) that names
+# the flag (or the environment variable) and the range; the bounds themselves
+# are accepted. Values are checked in order, so "OPT VALUE --help" exits 0 when
+# VALUE is accepted, without loading a model.
+set -u
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
+rejects() { # rejects "TEXT THE ERROR MUST HOLD" COMMAND ARGS...: exit 2, the message names flag and range
+  local want=$1; shift
+  "$@" >"$TMP/out" 2>&1
+  local rc=$?
+  [ "$rc" -eq 2 ] || { echo "  '$*' exited $rc, expected 2" >&2; return 1; }
+  grep -qF -- "$want" "$TMP/out" || { echo "  '$*' said: $(head -2 "$TMP/out"), expected '$want'" >&2; return 1; }
+}
+accepts() { "$@" --help >/dev/null 2>"$TMP/err" || { echo "  '$*' rejected: $(head -2 "$TMP/err")" >&2; return 1; }; }
+
+# integers
+check "port above range" rejects "--port must be an integer in [0, 65535], got '65536'" "$BIN" serve --port 65536
+check "port negative" rejects "--port must be an integer in [0, 65535], got '-1'" "$BIN" serve --port=-1
+check "port 0 and 65535 accepted" accepts "$BIN" serve --port 0 --port 65535
+check "parallel 0" rejects "--parallel must be an integer in [1, 256], got '0'" "$BIN" serve --parallel 0
+check "-np 257 named as --parallel" rejects "--parallel must be an integer in [1, 256], got '257'" "$BIN" serve -np 257
+check "ctx 1 (serve needs 2), named as typed" rejects "-c must be an integer in [2, 16777216]" "$BIN" serve -c 1
+check "alias --ctx named as given" rejects "--ctx must be an integer" "$BIN" serve --ctx 1
+check "threads not a number" rejects "-t must be an integer in [1, 512], got '4x'" "$BIN" run -t 4x
+check "threads 0" rejects "--threads must be an integer in [1, 512], got '0'" "$BIN" run --threads 0
+check "n-predict negative" rejects "--n-predict must be an integer in [0, 16777216], got '-1'" "$BIN" run --n-predict -1 -p x
+check "block size 0" rejects "--block-size must be an integer in [1, 4096]" "$BIN" run --block-size 0
+check "drain timeout past a day" rejects "--drain-timeout must be an integer in [0, 86400]" "$BIN" serve --drain-timeout 86401
+check "disk wait past 10 min" rejects "--kv-disk-wait-ms must be an integer in [0, 600000]" "$BIN" run --kv-disk-wait-ms 600001
+check "remote timeout 0" rejects "--kv-remote-timeout-ms must be an integer in [1, 600000]" "$BIN" serve --kv-remote-timeout-ms 0
+check "request-timeout 0 and timeout 1 accepted" accepts "$BIN" serve --request-timeout 0 --timeout 1
+# numbers
+check "top-p 0 (open bound)" rejects "--top-p must be a number in (0, 1], got '0'" "$BIN" run --top-p 0
+check "top-p above 1" rejects "--top-p must be a number in (0, 1], got '1.01'" "$BIN" run --top-p 1.01
+check "top-p 1 accepted" accepts "$BIN" run --top-p 1
+check "temp not a number" rejects "--temp must be a number, got 'hot'" "$BIN" run --temp hot
+check "temp inf" rejects "--temp must be a number, got 'inf'" "$BIN" run --temp inf
+check "temp 0 and 2.5 accepted" accepts "$BIN" run --temp 0 --temp 2.5
+check "keep-warm above a day" rejects "--session-keep-warm must be a number in [0, 86400]" "$BIN" serve --session-keep-warm 86400.5
+check "live window negative" rejects "--kv-disk-live-window must be a number >= 0, got '-1'" "$BIN" run --kv-disk-live-window -1
+# sizes
+check "max-body 0" rejects "--max-body must be a size like 512M or 4G, at least 1 byte, got '0'" "$BIN" serve --max-body 0
+check "kv-ram unit unknown" rejects "--kv-ram must be a size like 512M or 4G, at least 0 bytes, got '2Q'" "$BIN" run --kv-ram 2Q
+check "remote size 0" rejects "--kv-remote-size must be a size like 512M or 4G, at least 1 byte" "$BIN" serve --kv-remote-size 0
+check "sizes with units accepted" accepts "$BIN" serve --kv-ram 2G --kv-active 256MiB --max-body 1k --kv-disk-size 1T
+# the environment is checked the same way and named as such
+check "env port" rejects "\$KVTIER_PORT must be an integer in [0, 65535], got '99999'" env KVTIER_PORT=99999 "$BIN" serve
+check "env top-p" rejects "\$KVTIER_TOP_P must be a number in (0, 1]" env KVTIER_TOP_P=2 "$BIN" run -p x
+# --help states the defaults the bounds protect
+check "serve --help" accepts "$BIN" serve
+
+kvt_test_done test_cli_opts
