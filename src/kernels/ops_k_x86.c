@@ -20,7 +20,7 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
 
-#define RM 4       /* weight rows per tile */
+#define RM 4       /* weight rows per tile (hsum4x8_epi32 sums exactly four) */
 #define TCHUNK 64  /* tokens per chunk: each unpacked super-block serves them all */
 
 typedef struct {
@@ -135,18 +135,29 @@ INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
                        _mm256_mullo_epi16(sc, _mm256_set1_epi16((short)kvt_qk_code_offset(type))));
 }
 
-/* ---- the tile driver, shared by both variants through a dot callback ---- */
+/* ---- the tile driver, shared by both variants ---- */
 
-/* S and M of one unpacked super-block against one token's Q8_K block. */
+_Static_assert(RM == 4, "the drivers sum and scale four rows per vector");
+
+/* [sum(s0), sum(s1), sum(s2), sum(s3)] of four 8-lane int32 vectors (exact). */
+INLINE2 __m128i hsum4x8_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3) {
+    __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+}
+
+/* For RM unpacked rows against one token's Q8_K block, DOT gives the RM
+ * values S and M (ops.h) as int32 lanes; then, row by row, the two fused
+ * multiply-adds of the scalar dot (lanes do not interact). */
 #define DEF_MM(NAME, TARGET, PREP, DOT)                                                                  \
     TARGET void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
         const uint8_t *base = w->data;                                                                   \
         const size_t bb = kvt_qk_block_bytes(w->type);                                                   \
         const int has_min = kvt_qk_has_min(w->type);                                                     \
         const int64_t nb = a->k / KVT_QK, kpad = a->kpad;                                                \
+        const __m128 sign = _mm_set1_ps(-0.0f);                                                          \
         kblk kb[RM];                                                                                     \
         PREP##_vecs sv[RM];                                                                              \
-        float acc[RM][TCHUNK];                                                                           \
+        _Alignas(16) float acc[TCHUNK][RM];                                                              \
         for (int64_t c0 = 0; c0 < a->n; c0 += TCHUNK) {                                                  \
             const int64_t nt = a->n - c0 < TCHUNK ? a->n - c0 : TCHUNK;                                  \
             for (int64_t r = r0; r < r1; r += RM) {                                                      \
@@ -159,21 +170,23 @@ INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
                         unpack_k(w->type, wr[i] + (size_t)b * bb, &kb[i]);                               \
                         PREP(&kb[i], &sv[i]);                                                            \
                     }                                                                                    \
+                    const __m128 dw = _mm_setr_ps(kb[0].d, kb[1].d, kb[2].d, kb[3].d);                   \
+                    const __m128 mw = _mm_setr_ps(kb[0].dmin, kb[1].dmin, kb[2].dmin, kb[3].dmin);       \
                     for (int64_t t = 0; t < nt; t++) {                                                   \
                         const int64_t tok = c0 + t;                                                      \
                         const int8_t *q = a->kq + tok * kpad + b * KVT_QK;                               \
                         const int16_t *bs = a->kbs + tok * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP;    \
-                        const float dx = a->kd[tok * (kpad / KVT_QK) + b];                               \
-                        for (int i = 0; i < RM; i++) {                                                   \
-                            int32_t S, M;                                                                \
-                            DOT(&kb[i], &sv[i], q, bs, &S, &M);                                          \
-                            acc[i][t] = __builtin_fmaf((float)S, kb[i].d * dx, acc[i][t]);               \
-                            if (has_min) acc[i][t] = __builtin_fmaf(-(float)M, kb[i].dmin * dx, acc[i][t]); \
-                        }                                                                                \
+                        const __m128 dx = _mm_set1_ps(a->kd[tok * (kpad / KVT_QK) + b]);                 \
+                        __m128i S, M;                                                                    \
+                        DOT(kb, sv, q, bs, &S, &M);                                                      \
+                        __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(dw, dx), _mm_load_ps(acc[t])); \
+                        if (has_min)                                                                     \
+                            v = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(mw, dx), v); \
+                        _mm_store_ps(acc[t], v);                                                         \
                     }                                                                                    \
                 }                                                                                        \
                 for (int i = 0; i < RM && r + i < r1; i++)                                               \
-                    for (int64_t t = 0; t < nt; t++) y[(c0 + t) * ldy + r + i] = acc[i][t];              \
+                    for (int64_t t = 0; t < nt; t++) y[(c0 + t) * ldy + r + i] = acc[t][i];              \
             }                                                                                            \
         }                                                                                                \
     }
@@ -184,13 +197,6 @@ typedef struct {
     __m256i scl[KVT_QK / 32]; /* per 32 codes: 8 lanes of sc[2p], 8 of sc[2p+1] */
 } prep2_vecs;
 
-INLINE2 int32_t hsum8_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
 INLINE2 void prep2(const kblk *k, prep2_vecs *v) {
     const __m256i sc = _mm256_load_si256((const __m256i *)(const void *)k->sc);
     /* dword p holds (sc[2p], sc[2p+1]); spread the first over the low lane, the second the high */
@@ -200,17 +206,24 @@ INLINE2 void prep2(const kblk *k, prep2_vecs *v) {
         v->scl[p] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(p)), spread);
 }
 
-INLINE2 void dot2(const kblk *k, const prep2_vecs *v, const int8_t *q, const int16_t *bs, int32_t *S, int32_t *M) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int p = 0; p < KVT_QK / 32; p++) {
-        __m256i prod = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(const void *)(k->u + 32 * p)),
-                                            _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * p)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, v->scl[p]));
-    }
+/* Per row: 8 lanes of scaled code products minus the offset correction, and
+ * 8 lanes of mins times group sums; then summed four rows at once. */
+INLINE2 void dot2(const kblk *k, const prep2_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S, __m128i *M) {
     const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)bs);
-    acc = _mm256_sub_epi32(acc, _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k->corr)));
-    *S = hsum8_epi32(acc);
-    *M = hsum8_epi32(_mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k->mn)));
+    __m256i s[RM], m[RM];
+    for (int i = 0; i < RM; i++)
+        s[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].corr)));
+    for (int p = 0; p < KVT_QK / 32; p++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * p));
+        for (int i = 0; i < RM; i++) {
+            __m256i prod = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(const void *)(k[i].u + 32 * p)), x);
+            s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(prod, v[i].scl[p]));
+        }
+    }
+    for (int i = 0; i < RM; i++) m[i] = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].mn));
+    *S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);
+    *M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);
 }
 
 DEF_MM(kvt_qk_mm_avx2, T2, prep2, dot2)
@@ -234,19 +247,26 @@ INLINE512 void prep512(const kblk *k, prep512_vecs *v) {
     }
 }
 
-INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, int32_t *S,
-                      int32_t *M) {
-    __m512i acc = _mm512_setzero_si512();
-    for (int p = 0; p < KVT_QK / 64; p++) {
-        __m512i prod = _mm512_maddubs_epi16(_mm512_load_si512((const void *)(k->u + 64 * p)),
-                                            _mm512_loadu_si512((const void *)(q + 64 * p)));
-        acc = _mm512_dpwssd_epi32(acc, prod, v->scl[p]);
-    }
+INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S,
+                      __m128i *M) {
     const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)bs);
-    __m256i corr = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k->corr));
-    __m256i s8 = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), corr);
-    *S = hsum8_epi32(s8);
-    *M = hsum8_epi32(_mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k->mn)));
+    __m512i acc[RM];
+    for (int i = 0; i < RM; i++) acc[i] = _mm512_setzero_si512();
+    for (int p = 0; p < KVT_QK / 64; p++) {
+        const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * p));
+        for (int i = 0; i < RM; i++)
+            acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_maddubs_epi16(_mm512_load_si512((const void *)(k[i].u + 64 * p)), x),
+                                         v[i].scl[p]);
+    }
+    __m256i s[RM], m[RM];
+    for (int i = 0; i < RM; i++) {
+        __m256i corr = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].corr));
+        s[i] = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc[i]), _mm512_extracti64x4_epi64(acc[i], 1)),
+                                corr);
+        m[i] = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].mn));
+    }
+    *S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);
+    *M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);
 }
 
 DEF_MM(kvt_qk_mm_avx512, T512, prep512, dot512)
