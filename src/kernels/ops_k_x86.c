@@ -58,32 +58,32 @@ INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
     uint32_t a0, a1, a2;
     switch (type) {
     case KVT_TYPE_Q2_K: {
-        __m128i s = _mm_loadu_si128((const __m128i *)(const void *)blk);
+        __m128i s = _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q2K_SCALES));
         widen16(o->sc, _mm_and_si128(s, _mm_set1_epi8(0xF)), 0);
         widen16(o->mn, _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0xF)), 0);
-        o->d = _cvtsh_ss(kvt_load_u16(blk + 80));
-        o->dmin = _cvtsh_ss(kvt_load_u16(blk + 82));
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q2K_D));
+        o->dmin = _cvtsh_ss(kvt_load_u16(blk + KVT_Q2K_DMIN));
         for (int h = 0; h < 2; h++) {
-            __m256i v = ld256(blk + 16 + 32 * h);
+            __m256i v = ld256(blk + KVT_Q2K_QS + 32 * h);
             for (int j = 0; j < 4; j++) st256(o->u + 128 * h + 32 * j, bits8(v, 2 * j, 3));
         }
         break;
     }
     case KVT_TYPE_Q3_K: {
-        a0 = ld32(blk + 96);
-        a1 = ld32(blk + 100);
-        a2 = ld32(blk + 104);
+        a0 = ld32(blk + KVT_Q3K_SCALES);
+        a1 = ld32(blk + KVT_Q3K_SCALES + 4);
+        a2 = ld32(blk + KVT_Q3K_SCALES + 8);
         const uint32_t lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
         __m128i s = _mm_set_epi32((int)(((a1 >> 4) & lo4) | (((a2 >> 6) & hi2) << 4)),
                                   (int)(((a0 >> 4) & lo4) | (((a2 >> 4) & hi2) << 4)),
                                   (int)((a1 & lo4) | (((a2 >> 2) & hi2) << 4)), (int)((a0 & lo4) | ((a2 & hi2) << 4)));
         widen16(o->sc, _mm_sub_epi8(s, _mm_set1_epi8(32)), 1);
         memset(o->mn, 0, sizeof o->mn);
-        o->d = _cvtsh_ss(kvt_load_u16(blk + 108));
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q3K_D));
         o->dmin = 0.0f;
-        __m256i hm = ld256(blk);
+        __m256i hm = ld256(blk + KVT_Q3K_HMASK);
         for (int h = 0; h < 2; h++) {
-            __m256i v = ld256(blk + 32 + 32 * h);
+            __m256i v = ld256(blk + KVT_Q3K_QS + 32 * h);
             for (int j = 0; j < 4; j++)
                 st256(o->u + 128 * h + 32 * j, _mm256_or_si256(bits8(v, 2 * j, 3), bit_to(hm, 4 * h + j, 4)));
         }
@@ -91,19 +91,19 @@ INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
     }
     case KVT_TYPE_Q4_K:
     case KVT_TYPE_Q5_K: {
-        a0 = ld32(blk + 4);
-        a1 = ld32(blk + 8);
-        a2 = ld32(blk + 12);
+        a0 = ld32(blk + KVT_Q45K_SCALES);
+        a1 = ld32(blk + KVT_Q45K_SCALES + 4);
+        a2 = ld32(blk + KVT_Q45K_SCALES + 8);
         const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
         __m128i s = _mm_set_epi32(0, 0, (int)((a2 & lo4) | (((a0 >> 6) & hi2) << 4)), (int)(a0 & lo6));
         __m128i m = _mm_set_epi32(0, 0, (int)(((a2 >> 4) & lo4) | (((a1 >> 6) & hi2) << 4)), (int)(a1 & lo6));
         widen16(o->sc, _mm_unpacklo_epi8(s, s), 0); /* one scale per 32 = two groups */
         widen16(o->mn, _mm_unpacklo_epi8(m, m), 0);
-        o->d = _cvtsh_ss(kvt_load_u16(blk));
-        o->dmin = _cvtsh_ss(kvt_load_u16(blk + 2));
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_D));
+        o->dmin = _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN));
         const int q5 = type == KVT_TYPE_Q5_K;
-        const uint8_t *qs = blk + (q5 ? 48 : 16);
-        __m256i qh = q5 ? ld256(blk + 16) : _mm256_setzero_si256();
+        const uint8_t *qs = blk + (q5 ? KVT_Q5K_QS : KVT_Q4K_QS);
+        __m256i qh = q5 ? ld256(blk + KVT_Q5K_QH) : _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i v = ld256(qs + 32 * c), lo = bits8(v, 0, 0xF), hi = bits8(v, 4, 0xF);
             if (q5) {
@@ -116,12 +116,13 @@ INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
         break;
     }
     default: { /* Q6_K */
-        widen16(o->sc, _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)), 1);
+        widen16(o->sc, _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)), 1);
         memset(o->mn, 0, sizeof o->mn);
-        o->d = _cvtsh_ss(kvt_load_u16(blk + 208));
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q6K_D));
         o->dmin = 0.0f;
         for (int h = 0; h < 2; h++) {
-            __m256i l0 = ld256(blk + 64 * h), l1 = ld256(blk + 64 * h + 32), qh = ld256(blk + 128 + 32 * h);
+            __m256i l0 = ld256(blk + KVT_Q6K_QL + 64 * h), l1 = ld256(blk + KVT_Q6K_QL + 64 * h + 32),
+                    qh = ld256(blk + KVT_Q6K_QH + 32 * h);
             st256(o->u + 128 * h, _mm256_or_si256(bits8(l0, 0, 0xF), _mm256_slli_epi16(bits8(qh, 0, 3), 4)));
             st256(o->u + 128 * h + 32, _mm256_or_si256(bits8(l1, 0, 0xF), _mm256_slli_epi16(bits8(qh, 2, 3), 4)));
             st256(o->u + 128 * h + 64, _mm256_or_si256(bits8(l0, 4, 0xF), _mm256_slli_epi16(bits8(qh, 4, 3), 4)));

@@ -8,26 +8,6 @@
 
 #include "ops_impl.h"
 
-/* Byte offsets inside a super-block, per type (see quant_k.h). */
-#define Q2K_SCALES 0
-#define Q2K_QS 16
-#define Q2K_D 80
-#define Q2K_DMIN 82
-#define Q3K_HMASK 0
-#define Q3K_QS 32
-#define Q3K_SCALES 96
-#define Q3K_D 108
-#define Q45K_D 0
-#define Q45K_DMIN 2
-#define Q45K_SCALES 4
-#define Q4K_QS 16
-#define Q5K_QH 16
-#define Q5K_QS 48
-#define Q6K_QL 0
-#define Q6K_QH 128
-#define Q6K_SCALES 192
-#define Q6K_D 208
-
 #define Q3K_SCALE_BIAS 32
 #define Q3K_OFF 4
 #define Q6K_OFF 32
@@ -91,36 +71,36 @@ void kvt_qk_unpack_scales(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
     switch (type) {
     case KVT_TYPE_Q2_K:
         for (int g = 0; g < KVT_QK_NGROUP; g++) {
-            b->sc[g] = blk[Q2K_SCALES + g] & 0xF;
-            b->mn[g] = blk[Q2K_SCALES + g] >> 4;
+            b->sc[g] = blk[KVT_Q2K_SCALES + g] & 0xF;
+            b->mn[g] = blk[KVT_Q2K_SCALES + g] >> 4;
         }
-        b->d = f16_at(blk + Q2K_D);
-        b->dmin = f16_at(blk + Q2K_DMIN);
+        b->d = f16_at(blk + KVT_Q2K_D);
+        b->dmin = f16_at(blk + KVT_Q2K_DMIN);
         break;
     case KVT_TYPE_Q3_K:
         for (int g = 0; g < KVT_QK_NGROUP; g++) {
-            b->sc[g] = (int16_t)q3_scale(blk + Q3K_SCALES, g);
+            b->sc[g] = (int16_t)q3_scale(blk + KVT_Q3K_SCALES, g);
             b->mn[g] = 0;
         }
-        b->d = f16_at(blk + Q3K_D);
+        b->d = f16_at(blk + KVT_Q3K_D);
         b->dmin = 0.0f;
         break;
     case KVT_TYPE_Q4_K:
     case KVT_TYPE_Q5_K:
         for (int j = 0; j < KVT_QK / SUB32; j++) {
-            unpack_scales6(blk + Q45K_SCALES, j, &sc, &mn);
+            unpack_scales6(blk + KVT_Q45K_SCALES, j, &sc, &mn);
             b->sc[2 * j] = b->sc[2 * j + 1] = sc;
             b->mn[2 * j] = b->mn[2 * j + 1] = mn;
         }
-        b->d = f16_at(blk + Q45K_D);
-        b->dmin = f16_at(blk + Q45K_DMIN);
+        b->d = f16_at(blk + KVT_Q45K_D);
+        b->dmin = f16_at(blk + KVT_Q45K_DMIN);
         break;
     case KVT_TYPE_Q6_K:
         for (int g = 0; g < KVT_QK_NGROUP; g++) {
-            b->sc[g] = (int8_t)blk[Q6K_SCALES + g];
+            b->sc[g] = (int8_t)blk[KVT_Q6K_SCALES + g];
             b->mn[g] = 0;
         }
-        b->d = f16_at(blk + Q6K_D);
+        b->d = f16_at(blk + KVT_Q6K_D);
         b->dmin = 0.0f;
         break;
     }
@@ -137,17 +117,17 @@ void kvt_qk_unpack(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
         int h = i / 128, j = (i % 128) / 32, l = i % 32, c = i / 64, s = (i % 64) / 32;
         unsigned u = 0;
         switch (type) {
-        case KVT_TYPE_Q2_K: u = (blk[Q2K_QS + 32 * h + l] >> (2 * j)) & 3; break;
+        case KVT_TYPE_Q2_K: u = (blk[KVT_Q2K_QS + 32 * h + l] >> (2 * j)) & 3; break;
         case KVT_TYPE_Q3_K:
-            u = ((blk[Q3K_QS + 32 * h + l] >> (2 * j)) & 3) | (((blk[Q3K_HMASK + l] >> (4 * h + j)) & 1) << 2);
+            u = ((blk[KVT_Q3K_QS + 32 * h + l] >> (2 * j)) & 3) | (((blk[KVT_Q3K_HMASK + l] >> (4 * h + j)) & 1) << 2);
             break;
-        case KVT_TYPE_Q4_K: u = (blk[Q4K_QS + 32 * c + l] >> (4 * s)) & 0xF; break;
+        case KVT_TYPE_Q4_K: u = (blk[KVT_Q4K_QS + 32 * c + l] >> (4 * s)) & 0xF; break;
         case KVT_TYPE_Q5_K:
-            u = ((blk[Q5K_QS + 32 * c + l] >> (4 * s)) & 0xF) | (((blk[Q5K_QH + l] >> (2 * c + s)) & 1) << 4);
+            u = ((blk[KVT_Q5K_QS + 32 * c + l] >> (4 * s)) & 0xF) | (((blk[KVT_Q5K_QH + l] >> (2 * c + s)) & 1) << 4);
             break;
         case KVT_TYPE_Q6_K:
-            u = ((blk[Q6K_QL + 64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0xF) |
-                (((blk[Q6K_QH + 32 * h + l] >> (2 * j)) & 3) << 4);
+            u = ((blk[KVT_Q6K_QL + 64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0xF) |
+                (((blk[KVT_Q6K_QH + 32 * h + l] >> (2 * j)) & 3) << 4);
             break;
         }
         b->u[i] = (uint8_t)u;
@@ -159,17 +139,17 @@ void kvt_qk_pack(uint32_t type, const kvt_qk_block *b, uint16_t d, uint16_t dmin
     uint8_t sc8[8], mn8[8];
     switch (type) {
     case KVT_TYPE_Q2_K:
-        for (int g = 0; g < KVT_QK_NGROUP; g++) blk[Q2K_SCALES + g] = (uint8_t)(b->sc[g] | (b->mn[g] << 4));
-        memcpy(blk + Q2K_D, &d, 2);
-        memcpy(blk + Q2K_DMIN, &dmin, 2);
+        for (int g = 0; g < KVT_QK_NGROUP; g++) blk[KVT_Q2K_SCALES + g] = (uint8_t)(b->sc[g] | (b->mn[g] << 4));
+        memcpy(blk + KVT_Q2K_D, &d, 2);
+        memcpy(blk + KVT_Q2K_DMIN, &dmin, 2);
         break;
     case KVT_TYPE_Q3_K:
         for (int g = 0; g < KVT_QK_NGROUP; g++) {
             int v = b->sc[g] + Q3K_SCALE_BIAS;
-            blk[Q3K_SCALES + (g % 8)] |= (uint8_t)((v & 0xF) << (g < 8 ? 0 : 4));
-            blk[Q3K_SCALES + 8 + g % 4] |= (uint8_t)((v >> 4) << (2 * (g / 4)));
+            blk[KVT_Q3K_SCALES + (g % 8)] |= (uint8_t)((v & 0xF) << (g < 8 ? 0 : 4));
+            blk[KVT_Q3K_SCALES + 8 + g % 4] |= (uint8_t)((v >> 4) << (2 * (g / 4)));
         }
-        memcpy(blk + Q3K_D, &d, 2);
+        memcpy(blk + KVT_Q3K_D, &d, 2);
         break;
     case KVT_TYPE_Q4_K:
     case KVT_TYPE_Q5_K:
@@ -177,32 +157,32 @@ void kvt_qk_pack(uint32_t type, const kvt_qk_block *b, uint16_t d, uint16_t dmin
             sc8[j] = (uint8_t)b->sc[2 * j];
             mn8[j] = (uint8_t)b->mn[2 * j];
         }
-        pack_scales6(sc8, mn8, blk + Q45K_SCALES);
-        memcpy(blk + Q45K_D, &d, 2);
-        memcpy(blk + Q45K_DMIN, &dmin, 2);
+        pack_scales6(sc8, mn8, blk + KVT_Q45K_SCALES);
+        memcpy(blk + KVT_Q45K_D, &d, 2);
+        memcpy(blk + KVT_Q45K_DMIN, &dmin, 2);
         break;
     case KVT_TYPE_Q6_K:
-        for (int g = 0; g < KVT_QK_NGROUP; g++) blk[Q6K_SCALES + g] = (uint8_t)(int8_t)b->sc[g];
-        memcpy(blk + Q6K_D, &d, 2);
+        for (int g = 0; g < KVT_QK_NGROUP; g++) blk[KVT_Q6K_SCALES + g] = (uint8_t)(int8_t)b->sc[g];
+        memcpy(blk + KVT_Q6K_D, &d, 2);
         break;
     }
     for (int i = 0; i < KVT_QK; i++) {
         int h = i / 128, j = (i % 128) / 32, l = i % 32, c = i / 64, s = (i % 64) / 32;
         unsigned u = b->u[i];
         switch (type) {
-        case KVT_TYPE_Q2_K: blk[Q2K_QS + 32 * h + l] |= (uint8_t)((u & 3) << (2 * j)); break;
+        case KVT_TYPE_Q2_K: blk[KVT_Q2K_QS + 32 * h + l] |= (uint8_t)((u & 3) << (2 * j)); break;
         case KVT_TYPE_Q3_K:
-            blk[Q3K_QS + 32 * h + l] |= (uint8_t)((u & 3) << (2 * j));
-            blk[Q3K_HMASK + l] |= (uint8_t)(((u >> 2) & 1) << (4 * h + j));
+            blk[KVT_Q3K_QS + 32 * h + l] |= (uint8_t)((u & 3) << (2 * j));
+            blk[KVT_Q3K_HMASK + l] |= (uint8_t)(((u >> 2) & 1) << (4 * h + j));
             break;
-        case KVT_TYPE_Q4_K: blk[Q4K_QS + 32 * c + l] |= (uint8_t)((u & 0xF) << (4 * s)); break;
+        case KVT_TYPE_Q4_K: blk[KVT_Q4K_QS + 32 * c + l] |= (uint8_t)((u & 0xF) << (4 * s)); break;
         case KVT_TYPE_Q5_K:
-            blk[Q5K_QS + 32 * c + l] |= (uint8_t)((u & 0xF) << (4 * s));
-            blk[Q5K_QH + l] |= (uint8_t)(((u >> 4) & 1) << (2 * c + s));
+            blk[KVT_Q5K_QS + 32 * c + l] |= (uint8_t)((u & 0xF) << (4 * s));
+            blk[KVT_Q5K_QH + l] |= (uint8_t)(((u >> 4) & 1) << (2 * c + s));
             break;
         case KVT_TYPE_Q6_K:
-            blk[Q6K_QL + 64 * h + 32 * (j % 2) + l] |= (uint8_t)((u & 0xF) << (4 * (j / 2)));
-            blk[Q6K_QH + 32 * h + l] |= (uint8_t)(((u >> 4) & 3) << (2 * j));
+            blk[KVT_Q6K_QL + 64 * h + 32 * (j % 2) + l] |= (uint8_t)((u & 0xF) << (4 * (j / 2)));
+            blk[KVT_Q6K_QH + 32 * h + l] |= (uint8_t)(((u >> 4) & 3) << (2 * j));
             break;
         }
     }

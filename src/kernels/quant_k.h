@@ -35,6 +35,27 @@
 #define KVT_QK_NGROUP (KVT_QK / KVT_QK_GROUP)
 #define KVT_Q8K_MAX 127  /* Q8_K activations lie in [-127, 127] */
 
+/* Byte offsets inside a super-block, per type (the layouts above). */
+#define KVT_Q2K_SCALES 0
+#define KVT_Q2K_QS 16
+#define KVT_Q2K_D 80
+#define KVT_Q2K_DMIN 82
+#define KVT_Q3K_HMASK 0
+#define KVT_Q3K_QS 32
+#define KVT_Q3K_SCALES 96
+#define KVT_Q3K_D 108
+#define KVT_Q45K_D 0
+#define KVT_Q45K_DMIN 2
+#define KVT_Q45K_SCALES 4
+#define KVT_Q4K_QS 16
+#define KVT_Q5K_QH 16
+#define KVT_Q5K_QS 48
+#define KVT_Q6K_QL 0
+#define KVT_Q6K_QH 128
+#define KVT_Q6K_SCALES 192
+#define KVT_Q6K_D 208
+
+
 typedef struct {
     uint8_t u[KVT_QK];        /* codes: Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 */
     int16_t sc[KVT_QK_NGROUP];
