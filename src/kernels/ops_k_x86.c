@@ -165,7 +165,7 @@ INLINE2 __m128i hsum4x8_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3) {
                 const uint8_t *wr[RM];                                                                   \
                 for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */        \
                     wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;                 \
-                memset(acc, 0, sizeof acc);                                                              \
+                memset(acc, 0, sizeof acc[0] * (size_t)nt);                                              \
                 for (int64_t b = 0; b < nb; b++) {                                                       \
                     for (int i = 0; i < RM; i++) {                                                       \
                         unpack_k(w->type, wr[i] + (size_t)b * bb, &kb[i]);                               \
