@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Speed report for the engine and the cache tiers on the ~250M llama of the
 # issues, made with `kvtier mkmodel` (dim 1024, 16 layers, 16/4 heads, ff 2816,
-# vocab 32000, F16). Prints kvtier's prefill (512, 2048) and decode tok/s,
+# vocab 32000; F16, or the weight type given: q8_0, q4_k_m, ...). Prints kvtier's
+# prefill (512, 2048) and decode tok/s,
 # TTFT cold vs warm from T0/T1/T2, T2 restore vs sequential read bandwidth, the
 # quality and speed cost of q8_0 KV against f16 (bench_kv_q8);
 # with LLAMA_BENCH=/path/to/llama-bench, llama.cpp's figures on the same model
 # and the ratios. Numbers only; nothing here passes or fails on time.
-# usage: bench/speed.sh [THREADS]
+# usage: bench/speed.sh [THREADS] [TYPE]   (TYPE: any `kvtier mkmodel --type`, default f16;
+# llama-bench then runs on the same file)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-2}
-MODEL=bench/out/llama250m-f16.gguf
+TYPE=${2:-f16}
+MODEL=bench/out/llama250m-$TYPE.gguf
 mkdir -p bench/out
 [ -f "$MODEL" ] || ./build/kvtier mkmodel -o "$MODEL" --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816 \
-  --vocab 32000 --type f16 --ctx 4096 --name bench-llama-250m
+  --vocab 32000 --type "$TYPE" --ctx 4096 --name bench-llama-250m
 ./build/bench_engine -m "$MODEL" -t "$T" | tee /tmp/kvtier-speed.txt
 # the cost of --kv-type q8_0 against f16: bytes per token, logit deviation, top-1 agreement, speed
 ./build/bench_kv_q8 -m "$MODEL" -m ../shared/models/tiny-llama-f16.gguf -t "$T" | tee /tmp/kvtier-kv-q8.txt

@@ -38,7 +38,12 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --ff N                 feed-forward width [%d]\n"
             "  --vocab N              vocabulary rows; 0 = the tokenizer's size [%d]\n"
             "  --ctx N                context_length metadata [%d]\n"
-            "  --type T               weight type: f32, f16, bf16, q8_0 [f16]\n"
+            "  --type T               weight type: f32, f16, bf16, q8_0, q2_k, q3_k, q4_k, q5_k,\n"
+            "                         q6_k (every matrix that type), or a llama.cpp K-quant mix:\n"
+            "                         q2_k_s, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s,\n"
+            "                         q5_k_m (per-tensor types as llama-quantize picks them).\n"
+            "                         A K type needs rows that are multiples of 256; other rows\n"
+            "                         fall back to q8_0 (f16 if not a multiple of 32) [f16]\n"
             "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
             "                         default: a built-in byte-level BPE vocabulary\n"
             "  --tied                 no output.weight: the output projection reuses token_embd\n"
@@ -50,17 +55,27 @@ void kvt_usage_mkmodel(FILE *f) {
             (unsigned long long)d.seed, d.name);
 }
 
-static int parse_type(const char *s, uint32_t *out) {
+/* A plain type, every matrix in it (q2_k and q6_k included: here they mean
+ * the pure types, not llama.cpp's Q2_K mix), else a K-quant mix. */
+static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", KVT_TYPE_F32}, {"f16", KVT_TYPE_F16}, {"bf16", KVT_TYPE_BF16}, {"q8_0", KVT_TYPE_Q8_0}};
+    } types[] = {{"f32", KVT_TYPE_F32},   {"f16", KVT_TYPE_F16},   {"bf16", KVT_TYPE_BF16},
+                 {"q8_0", KVT_TYPE_Q8_0}, {"q2_k", KVT_TYPE_Q2_K}, {"q3_k", KVT_TYPE_Q3_K},
+                 {"q4_k", KVT_TYPE_Q4_K}, {"q5_k", KVT_TYPE_Q5_K}, {"q6_k", KVT_TYPE_Q6_K}};
+    *mix = KVT_MIX_NONE;
     for (size_t i = 0; i < KVT_ARRAY_LEN(types); i++)
         if (!strcasecmp(s, types[i].name)) {
             *out = types[i].type;
             return 0;
         }
-    fprintf(stderr, "kvtier mkmodel: --type must be f32, f16, bf16 or q8_0, not '%s'\n", s);
+    if ((*mix = kvt_quant_mix_by_name(s)) != KVT_MIX_NONE) {
+        *out = kvt_quant_mix_base(*mix);
+        return 0;
+    }
+    fprintf(stderr, "kvtier mkmodel: --type must be f32, f16, bf16, q8_0, q2_k..q6_k or a K-quant mix "
+                    "(q4_k_m, ...), not '%s'\n", s);
     return -1;
 }
 
@@ -95,7 +110,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--arch")) {
             if (!(p.arch = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--type")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_type(v, &p.type)) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || parse_type(v, &p.type, &p.mix)) return 2;
         } else if (!strcmp(a, "--vocab-from")) {
             if (!(p.vocab_from = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--tied")) {

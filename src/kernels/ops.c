@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ops_impl.h"
+#include "quant_k.h"
 
 #define OPS_NUMERICS_ID "kvt-ops-l16-v1"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
@@ -243,6 +244,7 @@ static void sc_silu_mul(float *gate, const float *up, int64_t n) {
 static const kvt_ops_vtable ops_scalar = {
     .name = "scalar",
     .matmul_rows = sc_matmul_rows,
+    .matmul_k_rows = kvt_qk_mm_scalar,
     .dot_f32 = sc_dot_f32,
     .dot_f32_f16 = sc_dot_f32_f16,
     .axpy_f32 = sc_axpy_f32,
@@ -330,7 +332,9 @@ size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols) {
     case KVT_TYPE_BF16: return (size_t)cols * sizeof(uint16_t);
     case KVT_TYPE_Q8_0:
         return cols % KVT_Q8_0_BLOCK ? 0 : (size_t)(cols / KVT_Q8_0_BLOCK) * KVT_Q8_0_BYTES;
-    default: return 0;
+    default:
+        if (kvt_qk_is_k(type)) return cols % KVT_QK ? 0 : (size_t)(cols / KVT_QK) * kvt_qk_block_bytes(type);
+        return 0;
     }
 }
 
@@ -343,6 +347,10 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
             for (int i = 0; i < KVT_Q8_0_BLOCK; i++)
                 out[b * KVT_Q8_0_BLOCK + i] = d * (float)(int8_t)blk[KVT_Q8_0_SCALE_BYTES + i];
         }
+        return;
+    }
+    if (kvt_qk_is_k(w->type)) {
+        kvt_qk_dequant_row(w->type, row, w->cols, out);
         return;
     }
     /* element by element: rows need not be 2- or 4-byte aligned, and one row
@@ -375,6 +383,9 @@ typedef struct {
     float *xf;
     uint8_t *xq;
     float *xd;
+    int8_t *kq;
+    float *kd;
+    int16_t *kbs;
     float *y;
     int64_t ldy;
 } matmul_job;
@@ -383,6 +394,11 @@ static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
     const int64_t k = j->a.k, kpad = j->a.kpad, nbp = kpad / KVT_Q8_0_BLOCK;
     for (int64_t t = t0; t < t1; t++) {
         const float *src = j->x + t * j->ldx;
+        if (kvt_qk_is_k(j->w->type)) { /* k is a multiple of 256, so kpad == k */
+            kvt_qk_quantize_acts(src, k, j->kq + t * kpad, j->kd + t * (kpad / KVT_QK),
+                                 j->kbs + t * (kpad / KVT_QK_GROUP));
+            continue;
+        }
         switch (j->w->type) {
         case KVT_TYPE_Q8_0:
             quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp);
@@ -407,7 +423,8 @@ static void matmul_task(void *ctx, int ith, int nth) {
     int64_t units = (j->w->rows + OPS_ROW_ALIGN - 1) / OPS_ROW_ALIGN;
     int64_t r0 = units * ith / nth * OPS_ROW_ALIGN, r1 = units * (ith + 1) / nth * OPS_ROW_ALIGN;
     if (r1 > j->w->rows) r1 = j->w->rows;
-    if (r0 < r1) j->v->matmul_rows(j->w, &j->a, r0, r1, j->y, j->ldy);
+    if (r0 < r1)
+        (kvt_qk_is_k(j->w->type) ? j->v->matmul_k_rows : j->v->matmul_rows)(j->w, &j->a, r0, r1, j->y, j->ldy);
 }
 
 static void *scratch_alloc(size_t bytes) {
@@ -428,7 +445,11 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     j.a.n = n;
     j.a.k = w->cols;
     j.a.kpad = (w->cols + pad - 1) / pad * pad;
-    if (w->type == KVT_TYPE_Q8_0) {
+    if (kvt_qk_is_k(w->type)) {
+        j.kq = scratch_alloc((size_t)(n * j.a.kpad));
+        j.kd = scratch_alloc((size_t)(n * (j.a.kpad / KVT_QK)) * sizeof(float));
+        j.kbs = scratch_alloc((size_t)(n * (j.a.kpad / KVT_QK_GROUP)) * sizeof(int16_t));
+    } else if (w->type == KVT_TYPE_Q8_0) {
         j.xq = scratch_alloc((size_t)(n * j.a.kpad));
         j.xd = scratch_alloc((size_t)(n * (j.a.kpad / KVT_Q8_0_BLOCK)) * sizeof(float));
     } else {
@@ -437,6 +458,9 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     j.a.xf = j.xf;
     j.a.xq = j.xq;
     j.a.xd = j.xd;
+    j.a.kq = j.kq;
+    j.a.kd = j.kd;
+    j.a.kbs = j.kbs;
     if (n >= OPS_PARALLEL_CONVERT_MIN && kvt_pool_threads(pool) > 1)
         kvt_pool_run(pool, convert_task, &j);
     else
@@ -445,6 +469,9 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     free(j.xf);
     free(j.xq);
     free(j.xd);
+    free(j.kq);
+    free(j.kd);
+    free(j.kbs);
 }
 
 #define CPUID_ECX_F16C (1u << 29)

@@ -1,5 +1,6 @@
 /* Compute kernels for the forward pass: float conversions, the weight-matrix
- * product (F32, F16, BF16, Q8_0 weights) and the per-token elementwise ops.
+ * product (F32, F16, BF16, Q8_0 and the K-quant weights Q2_K..Q6_K) and the
+ * per-token elementwise ops.
  *
  * Numerics. Every reduction follows one canonical order, the same in every
  * code path and every instruction-set variant (scalar, AVX2, AVX-512):
@@ -10,6 +11,15 @@
  *   - Q8_0: for block pair (2m, 2m+1), lane j < 8 takes the exact integer sum
  *     of elements 4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
  *     lane = fma((float)isum, d_w * d_x, lane); then the same tree.
+ *   - K types (Q2_K..Q6_K, quant_k.h): no lanes. One f32 accumulator starts at
+ *     +0 and takes the super-blocks b = 0, 1, ... in order; for each, two exact
+ *     integers over its 16 groups g of 16 weights (unpacked codes u, group
+ *     scales sc and mins mn, code offset off, Q8_K quants q and group sums bs):
+ *       S = sum_g sc[g] * (sum_{i in g} u[i] * q[i] - off * bs[g]),
+ *       M = sum_g mn[g] * bs[g],
+ *     then acc = fma((float)S, d_w * d_x, acc) and, for the types with mins
+ *     (Q2_K, Q4_K, Q5_K), acc = fma(-(float)M, dmin_w * d_x, acc). As the
+ *     integers are exact, SIMD code may form them in any order.
  * Hence results are batch invariant (independent of the batch size, the
  * token's position in it, the thread count and the tiling), and all variants
  * give the same bits; tests/kernels/test_ops.c checks both.
@@ -17,7 +27,10 @@
  * Activations are first rounded the way llama.cpp's CPU backend does for the
  * weight type: to f16 for F16 weights, to bf16 for BF16 weights, to Q8_0 per
  * 32-block for Q8_0 weights (d = amax/127 stored as f16, q = round(x/d), ties
- * away from zero); F32 weights take f32 activations.
+ * away from zero), to Q8_K per 256-block for the K types (quant_k.h:
+ * iscale = -127/(the value of largest magnitude), q = round-half-even(x *
+ * iscale) capped at 127, d = 1/iscale in f32, sums of each 16 q); F32 weights
+ * take f32 activations.
  */
 #ifndef KVT_OPS_H
 #define KVT_OPS_H
@@ -46,16 +59,16 @@ void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
 /* A weight matrix in GGUF layout: `rows` rows of `cols` elements, row-major.
  * rows = output features, cols = input features (GGUF ne[1], ne[0]). Row r
  * starts at data + r * row_bytes; no alignment is required. For Q8_0, cols is
- * a multiple of KVT_Q8_0_BLOCK. */
+ * a multiple of KVT_Q8_0_BLOCK; for the K types, of 256. */
 typedef struct {
-    uint32_t type;      /* KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16 or KVT_TYPE_Q8_0 */
+    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, or Q2_K..Q6_K */
     int64_t rows, cols;
     const void *data;   /* borrowed; must outlive every call that uses it */
     size_t row_bytes;
 } kvt_wmat;
 
-/* Bytes of one row of `cols` elements of `type` (0 for an unsupported type or
- * a Q8_0 cols that is not a multiple of 32). */
+/* Bytes of one row of `cols` elements of `type` (0 for an unsupported type, a
+ * Q8_0 cols that is not a multiple of 32 or a K-type cols not of 256). */
 size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols);
 
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t in [0,n), r in [0,rows).
@@ -68,7 +81,8 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
                 float *y, int64_t ldy);
 
 /* Converts row r (0 <= r < rows) of w to w->cols floats in out (exact for
- * F32/F16/BF16; d*q for Q8_0). */
+ * F32/F16/BF16; d*q for Q8_0; the K types as llama.cpp's dequantize_row_*,
+ * see quant_k.h). */
 void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out);
 
 /* ---- per-token elementwise ops (same bits for a token whatever the batch) */

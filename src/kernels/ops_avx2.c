@@ -388,6 +388,7 @@ static T2 void silu_mul(float *gate, const float *up, int64_t n) {
 static const kvt_ops_vtable ops_avx2 = {
     .name = "avx2",
     .matmul_rows = mm_rows,
+    .matmul_k_rows = kvt_qk_mm_avx2,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,

@@ -430,6 +430,7 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
 static const kvt_ops_vtable ops_avx512 = {
     .name = "avx512",
     .matmul_rows = mm_rows,
+    .matmul_k_rows = kvt_qk_mm_avx512,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,

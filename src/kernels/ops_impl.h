@@ -28,6 +28,9 @@ typedef struct {
     const float *xf;   /* F32/F16/BF16: n x kpad floats (already rounded) */
     const uint8_t *xq; /* Q8_0: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
     const float *xd;   /* Q8_0: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+    const int8_t *kq;  /* K types (Q8_K, quant_k.h): n x kpad int8 quants */
+    const float *kd;   /* K types: n x (kpad / 256) super-block scales */
+    const int16_t *kbs; /* K types: n x (kpad / 16) sums of each 16 quants */
 } kvt_acts;
 
 typedef struct {
@@ -35,6 +38,9 @@ typedef struct {
     /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0}. */
     void (*matmul_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                         int64_t ldy);
+    /* The same for the K types (Q2_K..Q6_K) with Q8_K activations (kq, kd, kbs). */
+    void (*matmul_k_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                          int64_t ldy);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
@@ -53,6 +59,10 @@ typedef struct {
 /* NULL when the compiler or CPU cannot run the variant. */
 const kvt_ops_vtable *kvt_ops_avx512(void);
 const kvt_ops_vtable *kvt_ops_avx2(void);
+/* K-quant matmul_k_rows of each variant (quant_k.c, ops_k_x86.c). */
+void kvt_qk_mm_scalar(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 
 /* The canonical exp's constants (ops.c's scalar code and the SIMD kernels). */
 #define KVT_EXP_HI 88.0f          /* inputs clamped here (exp stays finite) */

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "gguf.h"
 #include "ops.h"
+#include "quant_k.h"
 
 #define N_BYTE_TOKENS 256
 #define GGUF_TOKEN_NORMAL 1
@@ -227,9 +228,20 @@ static tensor_plan plan_for(const char *name) {
     return t;
 }
 
+/* The type a matrix is written in: the mix's recipe, or `type` with the K-type fallback. */
+static uint32_t matrix_type(const char *name) {
+    const kvt_mkmodel_params *p = &plan.p;
+    tensor_plan t = plan_for(name);
+    if (t.ones || t.rows == 1) return t.type;
+    if (p->mix == KVT_MIX_NONE) return kvt_quant_fallback(t.type, t.cols);
+    kvt_quant_model_info info = {.n_layer = p->layers, .n_gqa = p->heads / p->kv_heads, .has_output = !p->tied};
+    return kvt_quant_mix_type(p->mix, name, t.cols, &info);
+}
+
 static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes) {
     fill_ctx *ctx = vctx;
     tensor_plan t = plan_for(name);
+    t.type = matrix_type(name);
     uint64_t s = ctx->seed ^ XXH3_64bits(name, strlen(name));
     size_t row_bytes = kvt_ggml_row_bytes(t.type, (uint64_t)t.cols);
     float *row = kvt_xmalloc((size_t)t.cols * sizeof(float));
@@ -238,6 +250,11 @@ static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes)
         uint8_t *dst = (uint8_t *)buf + (size_t)r * row_bytes;
         switch (t.type) {
         case KVT_TYPE_F32: memcpy(dst, row, (size_t)t.cols * 4); break;
+        case KVT_TYPE_Q2_K:
+        case KVT_TYPE_Q3_K:
+        case KVT_TYPE_Q4_K:
+        case KVT_TYPE_Q5_K:
+        case KVT_TYPE_Q6_K: kvt_qk_quantize_row(t.type, row, t.cols, dst); break;
         case KVT_TYPE_F16:
             for (int64_t c = 0; c < t.cols; c++) {
                 uint16_t h = kvt_f32_to_f16(row[c]);
@@ -278,8 +295,8 @@ static int check_params(const kvt_mkmodel_params *p) {
     if (p->heads % p->kv_heads)
         return kvt_fail(KVT_EARG, "heads %d is not a multiple of kv-heads %d", p->heads, p->kv_heads);
     if ((p->dim / p->heads) % 2) return kvt_fail(KVT_EARG, "head dim %d must be even for rope", p->dim / p->heads);
-    if (p->type != KVT_TYPE_F32 && p->type != KVT_TYPE_F16 && p->type != KVT_TYPE_BF16 && p->type != KVT_TYPE_Q8_0)
-        return kvt_fail(KVT_EARG, "weight type must be f32, f16, bf16 or q8_0");
+    if (!kvt_quant_can_write(p->type))
+        return kvt_fail(KVT_EARG, "weight type must be f32, f16, bf16, q8_0 or q2_k..q6_k");
     if (p->type == KVT_TYPE_Q8_0 && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
         return kvt_fail(KVT_EARG, "q8_0 needs dim and ff to be multiples of %d", KVT_Q8_0_BLOCK);
     return 0;
@@ -342,12 +359,12 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
     uint64_t ne[2];
     ne[0] = (uint64_t)p->dim;
     ne[1] = (uint64_t)vocab;
-    kvt_gguf_w_tensor(w, "token_embd.weight", p->type, 2, ne, fill_tensor, &fc);
+    kvt_gguf_w_tensor(w, "token_embd.weight", matrix_type("token_embd.weight"), 2, ne, fill_tensor, &fc);
     ne[0] = (uint64_t)p->dim;
     kvt_gguf_w_tensor(w, "output_norm.weight", KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
     if (!p->tied) {
         ne[1] = (uint64_t)vocab;
-        kvt_gguf_w_tensor(w, "output.weight", p->type, 2, ne, fill_tensor, &fc);
+        kvt_gguf_w_tensor(w, "output.weight", matrix_type("output.weight"), 2, ne, fill_tensor, &fc);
     }
     for (int32_t l = 0; l < p->layers; l++) {
         char name[96];
@@ -366,7 +383,8 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
             snprintf(name, sizeof name, "blk.%d.%s", l, ts[i].suffix);
             ne[0] = (uint64_t)ts[i].cols;
             ne[1] = (uint64_t)ts[i].rows;
-            kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : p->type, ts[i].vec ? 1 : 2, ne, fill_tensor, &fc);
+            kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : matrix_type(name), ts[i].vec ? 1 : 2, ne, fill_tensor,
+                              &fc);
         }
         if (!strcmp(a, "qwen2")) {
             const char *bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};

@@ -121,8 +121,8 @@ static int load_hparams(kvt_model *m) {
     return 0;
 }
 
-static int matmul_type_ok(uint32_t t) {
-    return t == KVT_TYPE_F32 || t == KVT_TYPE_F16 || t == KVT_TYPE_BF16 || t == KVT_TYPE_Q8_0;
+static int matmul_type_ok(uint32_t t, int64_t cols) {
+    return kvt_wmat_row_bytes(t, cols) != 0 || t == KVT_TYPE_F32 || t == KVT_TYPE_F16 || t == KVT_TYPE_BF16;
 }
 
 static int bind_wmat(loader *L, const char *name, int64_t rows, int64_t cols, kvt_wmat *out) {
@@ -132,8 +132,8 @@ static int bind_wmat(loader *L, const char *name, int64_t rows, int64_t cols, kv
         return kvt_fail(KVT_EFORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
                         (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
                         (long long)cols, (long long)rows);
-    if (!matmul_type_ok(t->type))
-        return kvt_fail(KVT_EUNSUPPORTED, "tensor %s has type %s; supported: F32, F16, BF16, Q8_0", name,
+    if (!matmul_type_ok(t->type, cols))
+        return kvt_fail(KVT_EUNSUPPORTED, "tensor %s has type %s; supported: F32, F16, BF16, Q8_0, Q2_K..Q6_K", name,
                         kvt_ggml_type_name(t->type));
     out->type = t->type;
     out->rows = rows;

@@ -17,7 +17,11 @@
 #define MM_ABS_TOL 1e-30
 #define N_VARIANTS 3
 static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512"};
-static const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};
+static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q2_K,
+                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+static int is_k(uint32_t t) { return t >= KVT_TYPE_Q2_K && t <= KVT_TYPE_Q6_K; }
+/* columns for the matmul tests: K types need multiples of 256 */
+static int64_t test_cols(uint32_t t, int64_t plain, int64_t q8) { return is_k(t) ? 512 : t == KVT_TYPE_Q8_0 ? q8 : plain; }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd32(void) {
@@ -172,21 +176,118 @@ static void test_conversions(void) {
     kvt_ops_force_variant("scalar");
 }
 
+/* ---- K-quant reference dequantization -------------------------------------
+ * Written from the format's published loops, independently of quant_k.c's
+ * per-weight unpack: exact values in double, and llama.cpp's f32 formula
+ * ((d*sc) * q - dmin*m, each product rounded) for kvt_wmat_row_f32. */
+
+static double hv(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return half_value(h);
+}
+static void k_scale_min(const uint8_t *q, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+/* w = d*sc*q - dmin*m for 256 weights: (sc, q, m) per weight, then both forms */
+static void k_ref_block(uint32_t type, const uint8_t *x, double *out, float *outf) {
+    int sc[256], q[256], mn[256];
+    double d = 0, dmin = 0;
+    if (type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q3_K) {
+        const uint8_t *qs = x + (type == KVT_TYPE_Q2_K ? 16 : 32);
+        int y = 0, is = 0;
+        for (int n = 0; n < 256; n += 128, qs += 32)
+            for (int j = 0; j < 4; j++)
+                for (int half = 0; half < 2; half++, is++)
+                    for (int l = 0; l < 16; l++, y++) {
+                        q[y] = (qs[l + 16 * half] >> (2 * j)) & 3;
+                        if (type == KVT_TYPE_Q2_K) {
+                            sc[y] = x[is] & 0xF;
+                            mn[y] = x[is] >> 4;
+                        } else {
+                            const uint8_t *s = x + 96;
+                            int lo = is < 8 ? s[is] & 0xF : s[is - 8] >> 4;
+                            sc[y] = (lo | (((s[8 + is % 4] >> (2 * (is / 4))) & 3) << 4)) - 32;
+                            mn[y] = 0;
+                            q[y] -= (x[l + 16 * half] & (1 << (4 * (n / 128) + j))) ? 0 : 4;
+                        }
+                    }
+        d = hv(x + (type == KVT_TYPE_Q2_K ? 80 : 108));
+        dmin = type == KVT_TYPE_Q2_K ? hv(x + 82) : 0;
+    } else if (type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K) {
+        const uint8_t *qs = x + (type == KVT_TYPE_Q4_K ? 16 : 48), *qh = x + 16;
+        for (int j = 0, y = 0; j < 4; j++, qs += 32)
+            for (int half = 0; half < 2; half++) {
+                int s, m;
+                k_scale_min(x + 4, 2 * j + half, &s, &m);
+                for (int l = 0; l < 32; l++, y++) {
+                    q[y] = (qs[l] >> (4 * half)) & 0xF;
+                    if (type == KVT_TYPE_Q5_K) q[y] += (qh[l] & (1 << (2 * j + half))) ? 16 : 0;
+                    sc[y] = s;
+                    mn[y] = m;
+                }
+            }
+        d = hv(x);
+        dmin = hv(x + 2);
+    } else {
+        const uint8_t *ql = x, *qh = x + 128;
+        const int8_t *s = (const int8_t *)(x + 192);
+        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, s += 8)
+            for (int l = 0; l < 32; l++)
+                for (int k = 0; k < 4; k++) {
+                    int y = n + 32 * k + l;
+                    q[y] = (((ql[l + 32 * (k & 1)] >> (4 * (k >> 1))) & 0xF) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+                    sc[y] = s[l / 16 + 2 * k];
+                    mn[y] = 0;
+                }
+        d = hv(x + 208);
+    }
+    for (int i = 0; i < 256; i++) {
+        out[i] = d * sc[i] * q[i] - dmin * mn[i];
+        float dl = (float)d * (float)sc[i], ml = (float)dmin * (float)mn[i];
+        float p = dl * (float)q[i];
+        outf[i] = p - ml;
+    }
+}
+static size_t k_block_bytes(uint32_t t) {
+    return t == KVT_TYPE_Q2_K ? 84 : t == KVT_TYPE_Q3_K ? 110 : t == KVT_TYPE_Q4_K ? 144 : t == KVT_TYPE_Q5_K ? 176 : 210;
+}
+
 /* ---- matmul ---------------------------------------------------------------- */
 
 typedef struct {
     kvt_wmat w;
     uint8_t *buf;
     double *deq; /* rows x cols dequantized values */
+    float *deqf; /* K types: llama.cpp's f32 dequantization */
 } test_mat;
 
 static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
     size_t rb = kvt_wmat_row_bytes(type, cols);
     m->buf = malloc(rb * (size_t)rows + 1);
     m->deq = malloc(sizeof(double) * (size_t)(rows * cols));
+    m->deqf = malloc(sizeof(float) * (size_t)(rows * cols));
     /* start 1 byte in: kernels must not need aligned rows */
     uint8_t *base = m->buf + 1;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; is_k(type) && r < rows; r++)
+        for (int64_t b = 0; b < cols / 256; b++) {
+            /* random codes and scales (every bit pattern), then sane f16 super-scales */
+            uint8_t *blk = base + (size_t)r * rb + (size_t)b * k_block_bytes(type);
+            for (size_t i = 0; i < k_block_bytes(type); i++) blk[i] = (uint8_t)rnd32();
+            uint16_t d = kvt_f32_to_f16(0.001f + 0.002f * (float)(rnd32() % 100) / 100.0f);
+            uint16_t dm = kvt_f32_to_f16(0.002f * (float)(rnd32() % 100) / 100.0f);
+            size_t dpos = type == KVT_TYPE_Q2_K ? 80 : type == KVT_TYPE_Q3_K ? 108 : type == KVT_TYPE_Q6_K ? 208 : 0;
+            memcpy(blk + dpos, &d, 2);
+            if (type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K) memcpy(blk + dpos + 2, &dm, 2);
+            k_ref_block(type, blk, m->deq + r * cols + b * 256, m->deqf + r * cols + b * 256);
+        }
+    for (int64_t r = 0; !is_k(type) && r < rows; r++) {
         uint8_t *row = base + (size_t)r * rb;
         for (int64_t k = 0; k < cols; k++) {
             float v = rndf();
@@ -224,10 +325,24 @@ static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
 static void free_mat(test_mat *m) {
     free(m->buf);
     free(m->deq);
+    free(m->deqf);
 }
 
 /* The activation rounding ops.h specifies, written independently. */
 static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out) {
+    if (is_k(type)) { /* Q8_K: per 256, the signed value of largest magnitude maps to -127 */
+        for (int64_t b = 0; b < k; b += 256) {
+            float big = 0;
+            for (int64_t i = b; i < b + 256; i++)
+                if (fabsf(x[i]) > fabsf(big)) big = x[i];
+            float is = big != 0 ? -127.0f / big : 0;
+            for (int64_t i = b; i < b + 256; i++) {
+                float v = is * x[i];
+                out[i] = big != 0 ? (double)(1.0f / is) * fmin(127.0, nearbyint(v)) : 0.0;
+            }
+        }
+        return;
+    }
     for (int64_t b = 0; b < k; b += 32) {
         double amax = 0;
         for (int64_t i = b; i < b + 32 && i < k; i++) amax = fmax(amax, fabs((double)x[i]));
@@ -270,7 +385,7 @@ static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int6
 static void test_matmul_reference(kvt_pool *pool2) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 37, cols = type == KVT_TYPE_Q8_0 ? 160 : 83; /* odd shapes */
+        const int64_t rows = 37, cols = test_cols(type, 83, 160); /* odd shapes */
         const int64_t ldx = cols + 5, ldy = rows + 3, nmax = 70;
         test_mat m;
         make_mat(&m, type, rows, cols);
@@ -303,7 +418,7 @@ static void test_batch_invariance(kvt_pool **pools) {
     static const int64_t batches[] = {7, 64, 200};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 45, cols = type == KVT_TYPE_Q8_0 ? 96 : 71;
+        const int64_t rows = 45, cols = test_cols(type, 71, 96);
         const int64_t ntok = 210, ldx = cols + 3, ldy = rows + 1;
         test_mat m;
         make_mat(&m, type, rows, cols);
@@ -348,12 +463,14 @@ static void test_batch_invariance(kvt_pool **pools) {
 static void test_wmat_row(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         test_mat m;
-        make_mat(&m, types[ti], 5, 64);
-        float out[64];
+        const int64_t cols = is_k(types[ti]) ? 512 : 64;
+        make_mat(&m, types[ti], 5, cols);
+        float out[512];
         int bad = 0;
         for (int64_t r = 0; r < 5; r++) {
             kvt_wmat_row_f32(&m.w, r, out);
-            for (int k = 0; k < 64; k++) bad += (double)out[k] != (float)m.deq[r * 64 + k];
+            for (int k = 0; k < cols; k++)
+                bad += out[k] != (is_k(types[ti]) ? m.deqf[r * cols + k] : (float)m.deq[r * cols + k]);
         }
         CHECKF(bad == 0, "wmat_row_f32 type %u: %d wrong", types[ti], bad);
         free_mat(&m);

@@ -1,0 +1,273 @@
+/* AVX2 and AVX-512 (VNNI) kernels for the K-quant weights against Q8_K
+ * activations. Both compute the canonical K-quant reduction of ops.h: two
+ * exact integers per super-block (any summation order gives them), then the
+ * same f32 fused multiply-adds in the same order as quant_k.c's scalar dot.
+ *
+ * A super-block is first unpacked (as kvt_qk_unpack, with vector shifts) into
+ * 256 unsigned codes and 16 int16 group scales; the integer dot is then
+ * maddubs (u8 x s8 -> pairs of int16, no saturation: 63 * 127 * 2 < 2^15)
+ * followed by madd / dpwssd against the group scales. Rows are taken RM at a
+ * time; each unpacked super-block serves every token of a chunk. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops_impl.h"
+#include "quant_k.h"
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE2 static inline __attribute__((always_inline)) T2
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINE512 static inline __attribute__((always_inline)) T512
+
+#define RM 4       /* weight rows per tile (hsum4x8_epi32 sums exactly four) */
+#define TCHUNK 64  /* tokens per chunk: each unpacked super-block serves them all */
+
+typedef struct {
+    _Alignas(64) uint8_t u[KVT_QK];
+    _Alignas(32) int16_t sc[KVT_QK_NGROUP];
+    _Alignas(32) int16_t corr[KVT_QK_NGROUP]; /* off * sc[g], subtracted times the group's sum */
+    _Alignas(32) int16_t mn[KVT_QK_NGROUP];
+    float d, dmin;
+} kblk;
+
+/* ---- unpacking (AVX2 instructions; the AVX-512 kernel inlines them too) ---- */
+
+INLINE2 __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+INLINE2 void st256(uint8_t *p, __m256i v) { _mm256_store_si256((__m256i *)(void *)p, v); }
+/* bits [s, s+width) of every byte */
+INLINE2 __m256i bits8(__m256i v, int s, int mask) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8((char)mask));
+}
+/* `val` in bytes whose bit `bit` is set, else 0 */
+INLINE2 __m256i bit_to(__m256i v, int bit, int val) {
+    const __m256i m = _mm256_set1_epi8((char)(1 << bit));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8((char)val));
+}
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+/* 16 bytes to 16 int16 in o (signed or not) */
+INLINE2 void widen16(int16_t *o, __m128i b, int is_signed) {
+    _mm256_store_si256((__m256i *)(void *)o, is_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
+}
+
+INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
+    uint32_t a0, a1, a2;
+    switch (type) {
+    case KVT_TYPE_Q2_K: {
+        __m128i s = _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q2K_SCALES));
+        widen16(o->sc, _mm_and_si128(s, _mm_set1_epi8(0xF)), 0);
+        widen16(o->mn, _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0xF)), 0);
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q2K_D));
+        o->dmin = _cvtsh_ss(kvt_load_u16(blk + KVT_Q2K_DMIN));
+        for (int h = 0; h < 2; h++) {
+            __m256i v = ld256(blk + KVT_Q2K_QS + 32 * h);
+            for (int j = 0; j < 4; j++) st256(o->u + 128 * h + 32 * j, bits8(v, 2 * j, 3));
+        }
+        break;
+    }
+    case KVT_TYPE_Q3_K: {
+        a0 = ld32(blk + KVT_Q3K_SCALES);
+        a1 = ld32(blk + KVT_Q3K_SCALES + 4);
+        a2 = ld32(blk + KVT_Q3K_SCALES + 8);
+        const uint32_t lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+        __m128i s = _mm_set_epi32((int)(((a1 >> 4) & lo4) | (((a2 >> 6) & hi2) << 4)),
+                                  (int)(((a0 >> 4) & lo4) | (((a2 >> 4) & hi2) << 4)),
+                                  (int)((a1 & lo4) | (((a2 >> 2) & hi2) << 4)), (int)((a0 & lo4) | ((a2 & hi2) << 4)));
+        widen16(o->sc, _mm_sub_epi8(s, _mm_set1_epi8(32)), 1);
+        memset(o->mn, 0, sizeof o->mn);
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q3K_D));
+        o->dmin = 0.0f;
+        __m256i hm = ld256(blk + KVT_Q3K_HMASK);
+        for (int h = 0; h < 2; h++) {
+            __m256i v = ld256(blk + KVT_Q3K_QS + 32 * h);
+            for (int j = 0; j < 4; j++)
+                st256(o->u + 128 * h + 32 * j, _mm256_or_si256(bits8(v, 2 * j, 3), bit_to(hm, 4 * h + j, 4)));
+        }
+        break;
+    }
+    case KVT_TYPE_Q4_K:
+    case KVT_TYPE_Q5_K: {
+        a0 = ld32(blk + KVT_Q45K_SCALES);
+        a1 = ld32(blk + KVT_Q45K_SCALES + 4);
+        a2 = ld32(blk + KVT_Q45K_SCALES + 8);
+        const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+        __m128i s = _mm_set_epi32(0, 0, (int)((a2 & lo4) | (((a0 >> 6) & hi2) << 4)), (int)(a0 & lo6));
+        __m128i m = _mm_set_epi32(0, 0, (int)(((a2 >> 4) & lo4) | (((a1 >> 6) & hi2) << 4)), (int)(a1 & lo6));
+        widen16(o->sc, _mm_unpacklo_epi8(s, s), 0); /* one scale per 32 = two groups */
+        widen16(o->mn, _mm_unpacklo_epi8(m, m), 0);
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_D));
+        o->dmin = _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN));
+        const int q5 = type == KVT_TYPE_Q5_K;
+        const uint8_t *qs = blk + (q5 ? KVT_Q5K_QS : KVT_Q4K_QS);
+        __m256i qh = q5 ? ld256(blk + KVT_Q5K_QH) : _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i v = ld256(qs + 32 * c), lo = bits8(v, 0, 0xF), hi = bits8(v, 4, 0xF);
+            if (q5) {
+                lo = _mm256_or_si256(lo, bit_to(qh, 2 * c, 16));
+                hi = _mm256_or_si256(hi, bit_to(qh, 2 * c + 1, 16));
+            }
+            st256(o->u + 64 * c, lo);
+            st256(o->u + 64 * c + 32, hi);
+        }
+        break;
+    }
+    default: { /* Q6_K */
+        widen16(o->sc, _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)), 1);
+        memset(o->mn, 0, sizeof o->mn);
+        o->d = _cvtsh_ss(kvt_load_u16(blk + KVT_Q6K_D));
+        o->dmin = 0.0f;
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = ld256(blk + KVT_Q6K_QL + 64 * h), l1 = ld256(blk + KVT_Q6K_QL + 64 * h + 32),
+                    qh = ld256(blk + KVT_Q6K_QH + 32 * h);
+            st256(o->u + 128 * h, _mm256_or_si256(bits8(l0, 0, 0xF), _mm256_slli_epi16(bits8(qh, 0, 3), 4)));
+            st256(o->u + 128 * h + 32, _mm256_or_si256(bits8(l1, 0, 0xF), _mm256_slli_epi16(bits8(qh, 2, 3), 4)));
+            st256(o->u + 128 * h + 64, _mm256_or_si256(bits8(l0, 4, 0xF), _mm256_slli_epi16(bits8(qh, 4, 3), 4)));
+            st256(o->u + 128 * h + 96, _mm256_or_si256(bits8(l1, 4, 0xF), _mm256_slli_epi16(bits8(qh, 6, 3), 4)));
+        }
+        break;
+    }
+    }
+    const __m256i sc = _mm256_load_si256((const __m256i *)(const void *)o->sc);
+    _mm256_store_si256((__m256i *)(void *)o->corr,
+                       _mm256_mullo_epi16(sc, _mm256_set1_epi16((short)kvt_qk_code_offset(type))));
+}
+
+/* ---- the tile driver, shared by both variants ---- */
+
+_Static_assert(RM == 4, "the drivers sum and scale four rows per vector");
+
+/* [sum(s0), sum(s1), sum(s2), sum(s3)] of four 8-lane int32 vectors (exact). */
+INLINE2 __m128i hsum4x8_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3) {
+    __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+}
+
+/* For RM unpacked rows against one token's Q8_K block, DOT gives the RM
+ * values S and M (ops.h) as int32 lanes; then, row by row, the two fused
+ * multiply-adds of the scalar dot (lanes do not interact). */
+#define DEF_MM(NAME, TARGET, PREP, DOT)                                                                  \
+    TARGET void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
+        const uint8_t *base = w->data;                                                                   \
+        const size_t bb = kvt_qk_block_bytes(w->type);                                                   \
+        const int has_min = kvt_qk_has_min(w->type);                                                     \
+        const int64_t nb = a->k / KVT_QK, kpad = a->kpad;                                                \
+        const __m128 sign = _mm_set1_ps(-0.0f);                                                          \
+        kblk kb[RM];                                                                                     \
+        PREP##_vecs sv[RM];                                                                              \
+        _Alignas(16) float acc[TCHUNK][RM];                                                              \
+        for (int64_t c0 = 0; c0 < a->n; c0 += TCHUNK) {                                                  \
+            const int64_t nt = a->n - c0 < TCHUNK ? a->n - c0 : TCHUNK;                                  \
+            for (int64_t r = r0; r < r1; r += RM) {                                                      \
+                const uint8_t *wr[RM];                                                                   \
+                for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */        \
+                    wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;                 \
+                memset(acc, 0, sizeof acc[0] * (size_t)nt);                                              \
+                for (int64_t b = 0; b < nb; b++) {                                                       \
+                    for (int i = 0; i < RM; i++) {                                                       \
+                        unpack_k(w->type, wr[i] + (size_t)b * bb, &kb[i]);                               \
+                        PREP(&kb[i], &sv[i]);                                                            \
+                    }                                                                                    \
+                    const __m128 dw = _mm_setr_ps(kb[0].d, kb[1].d, kb[2].d, kb[3].d);                   \
+                    const __m128 mw = _mm_setr_ps(kb[0].dmin, kb[1].dmin, kb[2].dmin, kb[3].dmin);       \
+                    for (int64_t t = 0; t < nt; t++) {                                                   \
+                        const int64_t tok = c0 + t;                                                      \
+                        const int8_t *q = a->kq + tok * kpad + b * KVT_QK;                               \
+                        const int16_t *bs = a->kbs + tok * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP;    \
+                        const __m128 dx = _mm_set1_ps(a->kd[tok * (kpad / KVT_QK) + b]);                 \
+                        __m128i S, M;                                                                    \
+                        DOT(kb, sv, q, bs, &S, &M);                                                      \
+                        __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(dw, dx), _mm_load_ps(acc[t])); \
+                        if (has_min)                                                                     \
+                            v = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(mw, dx), v); \
+                        _mm_store_ps(acc[t], v);                                                         \
+                    }                                                                                    \
+                }                                                                                        \
+                for (int i = 0; i < RM && r + i < r1; i++)                                               \
+                    for (int64_t t = 0; t < nt; t++) y[(c0 + t) * ldy + r + i] = acc[t][i];              \
+            }                                                                                            \
+        }                                                                                                \
+    }
+
+/* ---- AVX2 ---- */
+
+typedef struct {
+    __m256i scl[KVT_QK / 32]; /* per 32 codes: 8 lanes of sc[2p], 8 of sc[2p+1] */
+} prep2_vecs;
+
+INLINE2 void prep2(const kblk *k, prep2_vecs *v) {
+    const __m256i sc = _mm256_load_si256((const __m256i *)(const void *)k->sc);
+    /* dword p holds (sc[2p], sc[2p+1]); spread the first over the low lane, the second the high */
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                                            2, 3, 2, 3, 2, 3, 2, 3);
+    for (int p = 0; p < KVT_QK / 32; p++)
+        v->scl[p] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(p)), spread);
+}
+
+/* Per row: 8 lanes of scaled code products minus the offset correction, and
+ * 8 lanes of mins times group sums; then summed four rows at once. */
+INLINE2 void dot2(const kblk *k, const prep2_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S, __m128i *M) {
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)bs);
+    __m256i s[RM], m[RM];
+    for (int i = 0; i < RM; i++)
+        s[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].corr)));
+    for (int p = 0; p < KVT_QK / 32; p++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * p));
+        for (int i = 0; i < RM; i++) {
+            __m256i prod = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(const void *)(k[i].u + 32 * p)), x);
+            s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(prod, v[i].scl[p]));
+        }
+    }
+    for (int i = 0; i < RM; i++) m[i] = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].mn));
+    *S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);
+    *M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);
+}
+
+DEF_MM(kvt_qk_mm_avx2, T2, prep2, dot2)
+
+/* ---- AVX-512 VNNI ---- */
+
+typedef struct {
+    __m512i scl[KVT_QK / 64]; /* per 64 codes: 8 lanes each of sc[4p..4p+3] */
+} prep512_vecs;
+
+INLINE512 void prep512(const kblk *k, prep512_vecs *v) {
+    const __m512i sc = _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)(const void *)k->sc));
+    for (int p = 0; p < KVT_QK / 64; p++) {
+        /* lane l takes group 4p + l/8 */
+        const __m512i idx = _mm512_add_epi16(
+            _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
+                                               13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                              3),
+            _mm512_set1_epi16((short)(4 * p)));
+        v->scl[p] = _mm512_permutexvar_epi16(idx, sc);
+    }
+}
+
+INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S,
+                      __m128i *M) {
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)bs);
+    __m512i acc[RM];
+    for (int i = 0; i < RM; i++) acc[i] = _mm512_setzero_si512();
+    for (int p = 0; p < KVT_QK / 64; p++) {
+        const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * p));
+        for (int i = 0; i < RM; i++)
+            acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_maddubs_epi16(_mm512_load_si512((const void *)(k[i].u + 64 * p)), x),
+                                         v[i].scl[p]);
+    }
+    __m256i s[RM], m[RM];
+    for (int i = 0; i < RM; i++) {
+        __m256i corr = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].corr));
+        s[i] = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc[i]), _mm512_extracti64x4_epi64(acc[i], 1)),
+                                corr);
+        m[i] = _mm256_madd_epi16(b, _mm256_load_si256((const __m256i *)(const void *)k[i].mn));
+    }
+    *S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);
+    *M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);
+}
+
+DEF_MM(kvt_qk_mm_avx512, T512, prep512, dot512)

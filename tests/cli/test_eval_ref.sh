@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Quantized numerics against llama.cpp (tests/reference/README.md): for every
+# model in the table, rebuilds it with mkmodel, checks it is the same bytes the
+# reference was made from, then compares `kvtier eval` with llama.cpp through
+# eval_compare.py. Each tolerance sits above the deviation measured at commit
+# time (README's table), so a real regression in a type's path fails.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+SHARED=${KVT_SHARED:-../shared}
+HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
+VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
+[ -f "$VOCAB" ] || { echo "SKIP: $VOCAB is missing (the models need its tokenizer)"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 needed to compare JSON"; exit 77; }
+command -v sha256sum >/dev/null || { echo "SKIP: sha256sum needed to check the rebuilt models"; exit 77; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+
+# the small llama shapes: dim 128 (F16, Q8_0) and dim 256 (rows the K types can hold)
+D128="--dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 384 --tied"
+D256="--dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --tied"
+D256M="--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512"
+# name | sha256 | tolerance | min top-1 agreement | type and shape
+while IFS='|' read -r name sha tol top1 args; do
+  [ -n "$name" ] || continue
+  model=$TMP/$name.gguf
+  # shellcheck disable=SC2086  # args holds several options
+  "$BIN" mkmodel -o "$model" $args --ctx 2048 --seed 42 --vocab-from "$VOCAB" --name "$name" 2>/dev/null ||
+    { echo "FAIL: mkmodel $name"; fail=1; continue; }
+  got=$(sha256sum "$model" | cut -d' ' -f1)
+  if [ "$got" != "$sha" ]; then
+    echo "FAIL: mkmodel now writes other bytes for $name ($got); make tests/reference/$name.jsonl again"
+    fail=1
+    continue
+  fi
+  python3 "$HERE/eval_compare.py" "$BIN" "$model" "$HERE/reference/$name.jsonl" "$tol" --min-top1 "$top1" ||
+    fail=1
+  rm -f "$model"
+done <<TABLE
+mk-llama-f16|645c76496f21f100990aaed1044f5c476345b02a55d93b7d9ba1f338b18f0a98|2e-2|0.99|--type f16 $D128
+mk-llama-q8_0|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|0.3|0.99|--type q8_0 $D128
+mk-llama-q2_k|313977b25d7de709c48a35cefeff85796701ea3e5662ff6163c6d2f25e0b8dd7|1.0|0.99|--type q2_k $D256
+mk-llama-q3_k|ee235fff2d8c7b05b67732a72e4e966f9267d8059433d44d34881155d2512279|0.8|0.99|--type q3_k $D256
+mk-llama-q4_k|8a496c4f976067facb1ba3d4da15f902ce0b1ea1033816ee81c78c8175694613|0.8|0.99|--type q4_k $D256
+mk-llama-q5_k|3830f9f3edd4166d784586bff279994d733893541611a3b0014cd191f52121c9|1.0|0.99|--type q5_k $D256
+mk-llama-q6_k|9a4f7550723c21759a9beddb21cae5f5b5c5bb28ad4698aede096081cd524766|1.0|0.99|--type q6_k $D256
+mk-llama-q4_k_m|e5baaa89d54ec8eb1c5ea10dd5b19c5590492ce64cfedb4bab787a0521ff9840|0.15|0.93|--type q4_k_m $D256M
+TABLE
+exit $fail
