@@ -28,6 +28,7 @@ static const cli_command commands[] = {
     {"info", kvt_cmd_info, "describe a GGUF model: architecture, shapes, types, tokenizer, fingerprint, KV size"},
     {"tokenize", kvt_cmd_tokenize, "print the token ids of a text"},
     {"cache", kvt_cmd_cache, "inspect or maintain a disk cache directory: stats, ls, verify, gc, clear"},
+    {"rag", kvt_cmd_rag, "cache-aware RAG: index a corpus (BM25 over fixed context blocks), query it, prewarm a server"},
     {"lint", kvt_cmd_lint, "how cacheable a set of prompts is: shared prefixes, divergences, causes, advice"},
     {"mkmodel", kvt_cmd_mkmodel, "write a random-weight GGUF model (llama or qwen2) for tests and demos"},
 };
