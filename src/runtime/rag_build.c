@@ -262,7 +262,7 @@ int kvt_rag_build_finish(kvt_rag_builder *b, kvt_rag_index **out) {
     x->terms = kvt_xmalloc((b->n_tr ? b->n_tr : 1) * sizeof *x->terms);
     x->post_off = kvt_xmalloc((b->n_tr + 1) * sizeof *x->post_off);
     for (size_t i = 0; i < b->n_tr; i++) {
-        if (!i || strcmp(b->tr[i].term, b->tr[i - 1].term)) {
+        if (!x->n_terms || strcmp(b->tr[i].term, x->terms[x->n_terms - 1])) {
             x->post_off[x->n_terms] = (uint32_t)i;
             x->terms[x->n_terms++] = b->tr[i].term;
         } else {

@@ -176,6 +176,25 @@ static void test_file(kvt_rag_index *x) {
     free(bytes);
 }
 
+/* terms shared by many chunks are one term each, in the index and in its file */
+static void test_shared_terms(void) {
+    kvt_rag_builder *b = NULL;
+    CHECK(kvt_rag_build_new(model, B, CHUNK, &b) == 0);
+    const char *names[] = {"a", "b", "c", "d"};
+    for (int i = 0; i < 4; i++) CHECK(kvt_rag_build_add(b, names[i], "alpha beta gamma", 16) == 0);
+    kvt_rag_index *x = NULL, *y = NULL;
+    CHECK(kvt_rag_build_finish(b, &x) == 0);
+    if (!x) return;
+    CHECKF(kvt_rag_n_terms(x) == 3, "%d terms", kvt_rag_n_terms(x));
+    const char *path = kvt_test_path(kvt_test_tmpdir(), "shared.idx");
+    CHECK(kvt_rag_save(x, path) == 0);
+    CHECKF(kvt_rag_load(path, &y) == 0 && kvt_rag_n_terms(y) == 3, "%s", kvt_errmsg());
+    kvt_rag_hit h[4];
+    CHECK(y && kvt_rag_query(y, "beta", 4, h) == 4 && h[0].chunk == 0 && h[3].chunk == 3); /* ties: chunk order */
+    kvt_rag_free(x);
+    kvt_rag_free(y);
+}
+
 static void test_plan(kvt_rag_index *x) {
     kvt_rag_hit a[3] = {{3, 2.0, 0}, {0, 1.5, 1}, {1, 1.0, 2}}, b[3] = {{1, 4.0, 0}, {3, 3.0, 1}, {0, 0.5, 2}};
     kvt_document da[3], db[3];
@@ -263,6 +282,7 @@ int main(void) {
     model = kvt_test_tiny_model("rag.gguf", 2048);
     if (!model) return 1;
     test_chunks();
+    test_shared_terms();
     kvt_rag_index *x = build(CHUNK);
     if (x) {
         for (int32_t i = 0; i < kvt_rag_n_chunks(x); i++) CHECK(kvt_rag_chunk_at(x, i)->tokens <= CHUNK);
