@@ -79,7 +79,7 @@ def run(args):
         computed += kv["computed_tokens"]
         cached += kv["cached_tokens"]
         ttft.append(kv["ttft_ms"])
-        plan.append(kv["rag"]["plan_ms"])
+        plan.append(kv["rag"]["plan_ms"] + kv["rag"]["retrieve_ms"])
         chunks += len(kv["rag"]["chunks"])
         cached_chunks += kv["rag"]["cached_chunks"]
     wall = time.time() - t0
