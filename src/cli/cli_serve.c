@@ -132,7 +132,9 @@ static void serve_usage(FILE *f) {
             "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
             "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
-            "POST /tokenize, POST /detokenize and GET /props (llama-server's).\n\n"
+            "POST /tokenize, POST /detokenize and GET /props (llama-server's), the cache admin\n"
+            "endpoints /v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, and with\n"
+            "--rag-index POST /v1/rag/chat/completions (retrieval as reusable context blocks).\n\n"
             "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
             "environment variable in brackets, the command line winning.\n\n");
     kvt_cli_print_opts(f, secs, 3);

@@ -140,19 +140,6 @@ static void w_str(wbuf *b, const char *s) {
     w_put(b, s, n);
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 int kvt_rag_save(const kvt_rag_index *x, const char *path) {
     wbuf pl = {0}, h = {0};
     for (int32_t i = 0; i < x->n_chunks; i++) {
@@ -184,8 +171,8 @@ int kvt_rag_save(const kvt_rag_index *x, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) rc = -errno;
-    if (!rc) rc = write_all(fd, h.p, h.len);
-    if (!rc) rc = write_all(fd, pl.p, pl.len);
+    if (!rc) rc = kvt_write_all(fd, h.p, h.len);
+    if (!rc) rc = kvt_write_all(fd, pl.p, pl.len);
     if (!rc && fsync(fd) < 0) rc = -errno;
     if (fd >= 0 && close(fd) < 0 && !rc) rc = -errno;
     if (!rc && rename(tmp, path) < 0) rc = -errno;
