@@ -46,6 +46,7 @@
 #define KVT_RAG_DOC_MAX 200           /* bytes of a document name kept (ids stay under 256) */
 #define KVT_RAG_K1 1.2
 #define KVT_RAG_B 0.75
+#define KVT_RAG_HEADER_BYTES 44 /* the header; its CRC32C is its last 4 bytes, the payload's the 4 before */
 
 typedef struct kvt_rag_index kvt_rag_index;
 
@@ -81,6 +82,9 @@ int kvt_rag_save(const kvt_rag_index *idx, const char *path);
  * KVT_EFORMAT with the reason ("bad magic", "checksum mismatch", ...),
  * KVT_EUNSUPPORTED for another version, -errno for I/O. */
 int kvt_rag_load(const char *path, kvt_rag_index **out);
+/* kvt_rag_load's checks over an index already in memory (buf[0..len),
+ * borrowed); name is used in messages. */
+int kvt_rag_parse(const void *buf, size_t len, const char *name, kvt_rag_index **out);
 void kvt_rag_free(kvt_rag_index *idx);
 
 int32_t kvt_rag_n_chunks(const kvt_rag_index *idx);

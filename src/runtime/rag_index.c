@@ -16,7 +16,8 @@
 
 #define MAGIC "KVTRAGIX"
 #define MAGIC_LEN 8
-#define HEADER_BYTES (MAGIC_LEN + 5 * 4 + 8 + 4 + 4)
+#define HEADER_BYTES KVT_RAG_HEADER_BYTES
+_Static_assert(HEADER_BYTES == MAGIC_LEN + 5 * 4 + 8 + 4 + 4, "the header layout of rag.h");
 
 /* ---- terms ------------------------------------------------------------------------- */
 
@@ -305,9 +306,15 @@ int kvt_rag_load(const char *path, kvt_rag_index **out) {
         got += (size_t)k;
     }
     close(fd);
-    kvt_rag_index *x = kvt_xcalloc(1, sizeof *x);
-    int rc = got == len ? parse(path, p, len, x) : kvt_fail(-EIO, "%s: short read", path);
+    int rc = got == len ? kvt_rag_parse(p, len, path, out) : kvt_fail(-EIO, "%s: short read", path);
     free(p);
+    return rc;
+}
+
+int kvt_rag_parse(const void *buf, size_t len, const char *name, kvt_rag_index **out) {
+    *out = NULL;
+    kvt_rag_index *x = kvt_xcalloc(1, sizeof *x);
+    int rc = parse(name, buf, len, x);
     if (rc) {
         kvt_rag_free(x);
         return rc;
