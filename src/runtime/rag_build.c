@@ -77,7 +77,7 @@ static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 static uint32_t index_terms(kvt_rag_builder *b, int32_t chunk, const char *text) {
     char **terms = NULL;
     size_t n = kvt_rag_terms(text, strlen(text), &terms);
-    qsort(terms, n, sizeof *terms, kvt_rag_strcmp);
+    if (n) qsort(terms, n, sizeof *terms, kvt_rag_strcmp); /* qsort with a NULL array is undefined even for 0 */
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && !strcmp(terms[i], terms[j])) free(terms[j++]);

@@ -352,7 +352,7 @@ int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, k
     if (k <= 0) return 0;
     char **terms = NULL;
     size_t n = kvt_rag_terms(question, strlen(question), &terms);
-    qsort(terms, n, sizeof *terms, kvt_rag_strcmp);
+    if (n) qsort(terms, n, sizeof *terms, kvt_rag_strcmp); /* qsort with a NULL array is undefined even for 0 */
     double *score = kvt_xcalloc((size_t)x->n_chunks, sizeof *score);
     for (size_t i = 0; i < n; i++) {
         if (i && !strcmp(terms[i], terms[i - 1])) continue; /* each distinct term once */
