@@ -62,9 +62,6 @@ int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_r
         return kvt_api_errorf(err, 400, INVALID, "kvtier.documents", "unsupported_parameter",
                               "'kvtier.documents' cannot be given here: /v1/rag/chat/completions retrieves the "
                               "documents itself (use /v1/chat/completions to send your own)");
-    if (a->stream)
-        return kvt_api_errorf(err, 400, INVALID, "stream", "unsupported_parameter",
-                              "'stream' is not supported on /v1/rag/chat/completions yet");
     if (!a->n_msgs || strcmp(a->msgs[a->n_msgs - 1].role, "user") || !*a->msgs[a->n_msgs - 1].content)
         return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
                               "the last message must be the user's question (role \"user\", non-empty content)");

@@ -26,8 +26,7 @@ int kvt_api_rag_options(const char *rag_json, int32_t default_k, kvt_api_rag *ou
 
 /* Retrieves for the question (a's last message, which must be the user's),
  * plans the order, and puts the chunks into a->docs as fixed context blocks
- * (owned by a). A request that brings its own kvtier.documents, or streams,
- * is a 400. Returns 0 or KVT_EARG with *err. */
+ * (owned by a). A request that brings its own kvtier.documents is a 400. Returns 0 or KVT_EARG with *err. */
 int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_rag *rag, kvt_api_error *err);
 
 /* Where the chunks ended up in the prompt, as the engine admitted it. */

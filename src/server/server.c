@@ -437,7 +437,15 @@ typedef struct {
     size_t lp_sent;         /* logprob entries already sent */
     size_t lp_offset;       /* completions: text bytes those entries stand for */
     int opened, finished;
+    kvt_api_rag *rag;       /* /v1/rag/chat/completions: what was retrieved (owned), for the last chunk */
 } stream_state;
+
+/* The response JSON with kvtier.rag added (README "RAG"): chunk positions,
+ * tiers and order as the engine admitted r. Takes json. */
+static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, char *json) {
+    kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block, r->plan_ms};
+    return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
+}
 
 static void sse_event(stream_state *st, char *json) {
     size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
@@ -505,7 +513,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                                NULL, NULL, "%s", r->err_msg);
                 sse_event(st, kvt_api_error_json(&e));
             } else {
-                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL));
+                char *last = kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL);
+                sse_event(st, st->rag ? with_rag(s, r, st->rag, last) : last);
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
             st->cs->usage = r->usage;
@@ -527,6 +536,7 @@ static void stream_free(void *cls) {
     cancel(st->s, st->r); /* a no-op when it finished; otherwise the client went away */
     kvt_srv_req_unref(st->s, st->r);
     free(st->buf);
+    free(st->rag);
     free(st);
 }
 
@@ -601,6 +611,10 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         st->r = r;
         st->cs = cs;
         st->conn = c;
+        if (cs->r == R_RAG) {
+            st->rag = kvt_xmalloc(sizeof *st->rag);
+            *st->rag = rag;
+        }
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
         if (!resp) {
@@ -647,11 +661,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         char *json = cs->r == R_PREFILL ? kvt_api_prefill_json(&r->usage, s->block)
                                         : kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason,
                                                                 &r->usage, r->logprobs ? &lp : NULL);
-        if (cs->r == R_RAG) {
-            kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block,
-                                      r->plan_ms};
-            json = kvt_api_rag_response(json, s->p.rag, &rag, &lay, &r->usage);
-        }
+        if (cs->r == R_RAG) json = with_rag(s, r, &rag, json);
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
     }
     kvt_srv_req_unref(s, r);

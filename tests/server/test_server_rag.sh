@@ -7,8 +7,8 @@
 #   (stable order), where score order misses at the first chunk; the planner follows a
 #   cached path (a set whose canonical order would miss reuses the cached chunk);
 #   greedy output and logprobs with hits equal a cold server's; kvtier.rag reports
-#   chunk ids, scores, ranks, cached tokens and tiers.
-# - Errors: unknown kvtier.rag fields, kvtier.rag elsewhere, kvtier.documents or stream
+#   chunk ids, scores, ranks, cached tokens and tiers (streamed: in the last chunk).
+# - Errors: unknown kvtier.rag fields, kvtier.rag elsewhere, kvtier.documents
 #   on the RAG route, a bad k or order, no question, no index: 4xx naming the field.
 # - POST /v1/cache/prefill and `kvtier rag prewarm --server`: chunks computed without
 #   generating, then found cached by the first question.
@@ -172,8 +172,17 @@ post /v1/chat/completions '{"messages":[{"role":"user","content":"Lyon"}],"kvtie
 check "kvtier.rag elsewhere: 400" is "$CODE/$(jb .error.param)" "400/kvtier.rag"
 post /v1/rag/chat/completions '{"messages":[{"role":"user","content":"Lyon"}],"kvtier":{"documents":[{"id":"a","text":"b"}]}}'
 check "own documents on the RAG route: 400" is "$CODE/$(jb .error.param)" "400/kvtier.documents"
-post /v1/rag/chat/completions '{"messages":[{"role":"user","content":"Lyon"}],"stream":true}'
-check "stream on the RAG route: 400" is "$CODE/$(jb .error.param)" "400/stream"
+# streamed: the same text, and the last chunk carries kvtier.rag
+curl -s -m 120 -N -H 'Content-Type: application/json' "$URL/v1/rag/chat/completions" -d "$(jq -cn --arg s "$SYS" \
+  --arg q "$Q2" '{messages: [{role: "system", content: $s}, {role: "user", content: $q}], max_tokens: 8,
+  temperature: 0, ignore_eos: true, stream: true}')" >"$TMP/sse"
+check "streamed RAG: ends with [DONE]" is "$(tail -n 2 "$TMP/sse" | head -n 1)" "data: [DONE]"
+sed -n 's/^data: //p' "$TMP/sse" | grep -v '^\[DONE\]' >"$TMP/events"
+check "streamed RAG: the same text as unstreamed" is "$(jq -rj '.choices[0].delta.content // empty' "$TMP/events")" \
+  "$(echo "$WARM" | jq -r .c)"
+check "streamed RAG: the last chunk reports the chunks, all cached" is \
+  "$(jq -sr '[.[] | select(.kvtier)] | last | .kvtier.rag | "\(.cached_chunks) \([.chunks[].id] | join(","))"' "$TMP/events")" \
+  "2 $ORDER2"
 post /v1/rag/chat/completions '{"messages":[{"role":"user","content":"Lyon"},{"role":"assistant","content":"x"}]}'
 check "no question last: 400" is "$CODE/$(jb .error.param)" "400/messages"
 
