@@ -14,10 +14,17 @@
 #       prewarm    `kvtier rag prewarm` first ([system][chunk] for every chunk), then cached
 # Prints prompt tokens computed, cached fraction, TTFT p50/p95, plan time and
 # wall time per variant, then ratios. Numbers only, never pass/fail.
-# usage: bench/rag.sh   (MODEL=..., THREADS=2, TOPICS=20, BLOCKS=40, WORDS=240)
+# usage: bench/rag.sh   (MODEL=..., THREADS=2, TOPICS=20, BLOCKS=40, WORDS=240;
+#                        SMALL=1: a dim-256, 4-layer llama instead of the ~250M one, for a loaded machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${MODEL:-bench/out/llama250m-spm-f16.gguf}
+if [ "${SMALL:-0}" = 1 ]; then
+  MODEL=${MODEL:-bench/out/llama-small-spm-f16.gguf}
+  SHAPE=(--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512)
+else
+  MODEL=${MODEL:-bench/out/llama250m-spm-f16.gguf}
+  SHAPE=(--dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816)
+fi
 T=${THREADS:-2}
 TOPICS=${TOPICS:-20}
 BLOCKS=${BLOCKS:-40}
@@ -29,8 +36,7 @@ if [ ! -f "$MODEL" ]; then
   vocab=../shared/vocab/ggml-vocab-llama-spm.gguf
   extra=()
   [ -f "$vocab" ] && extra=(--vocab-from "$vocab")
-  ./build/kvtier mkmodel -o "$MODEL" --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 \
-    --type f16 --ctx 16384 "${extra[@]}"
+  ./build/kvtier mkmodel -o "$MODEL" "${SHAPE[@]}" --vocab 32000 --type f16 --ctx 16384 "${extra[@]}"
 fi
 python3 bench/rag_bench.py corpus --docs "$OUT/docs" --blocks "$BLOCKS" --words "$WORDS"
 ./build/kvtier rag index -m "$MODEL" --docs "$OUT/docs" -o "$OUT/corpus.idx" --chunk-tokens 384
