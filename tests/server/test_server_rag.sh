@@ -11,7 +11,8 @@
 # - Errors: unknown kvtier.rag fields, kvtier.rag elsewhere, kvtier.documents
 #   on the RAG route, a bad k or order, no question, no index: 4xx naming the field.
 # - POST /v1/cache/prefill and `kvtier rag prewarm --server`: chunks computed without
-#   generating, then found cached by the first question.
+#   generating, then found cached by the first question; with --flush, from the disk
+#   tier after a restart.
 # Needs curl and jq.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
@@ -35,7 +36,7 @@ start_server() { # NAME ARGS...: sets URL
   "$BIN" serve -m "$TMP/tiny.gguf" --host 127.0.0.1 --port 0 -t 1 -c 1024 "$@" >"$TMP/$name.log" 2>&1 &
   PIDS+=("$!")
   for _ in $(seq 200); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
+    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" 2>/dev/null | grep -o '[0-9]*$')
     if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
     sleep 0.1
   done
@@ -208,6 +209,15 @@ check "rag prewarm covers every chunk" has "$out" "prewarmed 13 chunks"
 ask "How long does a worker bee live?"
 check "after prewarm: the first chunk is cached" is "$(jb '.kvtier.rag.chunks[0] | .cached_tokens == .tokens')" true
 check "after prewarm: from T0" is "$(jb '.kvtier.rag.chunks[0].tiers.T0 == .kvtier.rag.chunks[0].tokens')" true
+# prewarm --flush stores the chunks on the disk tier: a restarted server restores them from T2
+start_server persist1 --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kv" --kv-disk-size 64M
+out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --flush 2>&1)
+check "rag prewarm --flush" has "$out" "flushed to the disk tier"
+kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null
+start_server persist2 --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kv" --kv-disk-size 64M --restore always
+ask "How long does a worker bee live?"
+check "after a restart: the first chunk comes from T2" is \
+  "$(jb '.kvtier.rag.chunks[0] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)')" true
 out=$("$BIN" rag prewarm --server "http://127.0.0.1:1" "$IDX" 2>&1); rc=$?
 check "rag prewarm: no server is an error" is "$rc/$(echo "$out" | grep -c 'cannot connect')" "1/1"
 
