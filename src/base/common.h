@@ -37,6 +37,10 @@ void kvt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Monotonic clock in seconds. */
 double kvt_now(void);
 
+/* Writes all n bytes of buf to fd, retrying short writes and EINTR.
+ * Returns 0 or -errno. */
+int kvt_write_all(int fd, const void *buf, size_t n);
+
 /* malloc that never returns NULL for n > 0: out of memory is fatal (logged). */
 void *kvt_xmalloc(size_t n);
 void *kvt_xcalloc(size_t n, size_t size);

@@ -343,6 +343,15 @@ void kvt_cache_lookup_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
     free(hits);
 }
 
+int32_t kvt_cache_block_tiers(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, uint8_t *tiers,
+                              int32_t cap) {
+    kvt_prefix_hit *hits;
+    size_t k = match(c, root, tokens, n, &hits);
+    for (size_t i = 0; i < k && i < (size_t)cap; i++) tiers[i] = (uint8_t)hits[i].tier;
+    free(hits);
+    return (int32_t)k;
+}
+
 /* ---- T0 reclaim -------------------------------------------------------------- */
 
 /* The idle T0 leaf used longest ago, or -1. */

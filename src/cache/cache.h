@@ -56,6 +56,12 @@ int kvt_cache_root(const kvt_cache *c, const void *salt, size_t salt_len, kvt_ha
 /* Longest cached prefix of tokens[0..n) under root; changes nothing but stats. */
 void kvt_cache_lookup_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_cache_match *out);
 
+/* kvt_cache_lookup_root, block by block: the fastest tier holding each
+ * matched leading block of tokens[0..n) goes to tiers[i] (at most cap of
+ * them). Returns the number of matched blocks. Changes nothing. */
+int32_t kvt_cache_block_tiers(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, uint8_t *tiers,
+                              int32_t cap);
+
 typedef enum { KVT_T2_NONE = 0, KVT_T2_RESTORE = 1, KVT_T2_RECOMPUTE = 2 } kvt_t2_decision;
 
 /* How a sequence was started by kvt_cache_attach. */

@@ -25,6 +25,8 @@ const kvt_cli_command kvt_cli_commands[] = {
     {"tokenize", kvt_cmd_tokenize, kvt_usage_tokenize, "print the token ids of a text"},
     {"cache", kvt_cmd_cache, kvt_usage_cache,
      "inspect or maintain a disk cache directory: stats, ls, verify, gc, clear"},
+    {"rag", kvt_cmd_rag, kvt_usage_rag,
+     "cache-aware RAG: index a corpus (BM25 over fixed context blocks), query it, prewarm a server"},
     {"lint", kvt_cmd_lint, kvt_usage_lint,
      "how cacheable a set of prompts is: shared prefixes, divergences, causes, advice"},
     {"mkmodel", kvt_cmd_mkmodel, kvt_usage_mkmodel,

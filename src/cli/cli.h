@@ -20,6 +20,7 @@ int kvt_cmd_run(int argc, char **argv);      /* cli_run.c */
 int kvt_cmd_cache(int argc, char **argv);    /* cli_cache.c */
 int kvt_cmd_serve(int argc, char **argv);    /* cli_serve.c */
 int kvt_cmd_lint(int argc, char **argv);     /* cli_lint.c */
+int kvt_cmd_rag(int argc, char **argv);      /* cli_rag.c */
 
 
 /* Shared helpers for subcommands. */
@@ -138,6 +139,7 @@ void kvt_usage_info(FILE *f);
 void kvt_usage_tokenize(FILE *f);
 void kvt_usage_cache(FILE *f);
 void kvt_usage_lint(FILE *f);
+void kvt_usage_rag(FILE *f);
 void kvt_usage_mkmodel(FILE *f);
 
 typedef struct {

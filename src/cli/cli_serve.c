@@ -15,6 +15,7 @@
 #include "common.h"
 #include "kvtier.h"
 #include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
+#include "rag.h"
 
 #define PATH_MAX_LEN 4096
 #define MAX_PARALLEL 256
@@ -35,7 +36,7 @@ enum {
     O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_QUEUE, O_CTX, O_KV_ACTIVE, O_KV_RAM, O_THREADS, O_API_KEY,
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
-    O_SESSION_KEEP_WARM, O_NGL,
+    O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -115,6 +116,13 @@ static const kvt_cli_opt serve_opts[] = {
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
      "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)",
      0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_TIMEOUT_S)},
+    {O_RAG_INDEX, 0, "rag-index", NULL, "INDEX",
+     "serve POST /v1/rag/chat/completions over this index (made by\n`kvtier rag index`): the last user message "
+     "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (README \"RAG\")", 0,
+     KVT_CLI_PLAIN},
+    {O_RAG_K, 0, "rag-k", NULL, "K",
+     "chunks a RAG request retrieves when it gives no kvtier.rag.k\n(default " STR(KVT_RAG_DEFAULT_K) ", at most "
+     STR(KVT_RAG_MAX_K) ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_RAG_MAX_K)},
 };
 
 /* serve's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -134,7 +142,9 @@ void kvt_usage_serve(FILE *f) {
             "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
             "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
-            "POST /tokenize, POST /detokenize and GET /props (llama-server's).\n\n"
+            "POST /tokenize, POST /detokenize and GET /props (llama-server's), the cache admin\n"
+            "endpoints /v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, and with\n"
+            "--rag-index POST /v1/rag/chat/completions (retrieval as reusable context blocks).\n\n"
             "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
             "environment variable in brackets, the command line winning.\n\n");
     kvt_cli_print_opts(f, secs, 3);
@@ -193,7 +203,7 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
 /* What serve's command line sets. */
 typedef struct {
     kvt_server_params sp;
-    const char *model_path, *template_name, *alias, *metrics_key;
+    const char *model_path, *template_name, *alias, *metrics_key, *rag_path;
     long n_ctx, drain_s;
     uint64_t kv_active, kv_ram, max_body, max_inflight;
     int threads;
@@ -258,6 +268,8 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         return 0;
     case O_ALIAS: x->alias = v; return 0;
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
+    case O_RAG_INDEX: x->rag_path = v; return 0;
+    case O_RAG_K: sp->rag_k = (int32_t)a->i; return 0;
     default: return -1;
     }
 }
@@ -338,6 +350,17 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_engine *e = NULL;
     kvt_cache *cache = NULL;
     kvt_server *srv = NULL;
+    kvt_rag_index *rag = NULL;
+    if (x.rag_path) {
+        /* before the model: a bad index is a clear error in a second, not after loading gigabytes */
+        if (kvt_rag_load(x.rag_path, &rag)) {
+            fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+            goto done;
+        }
+        sp.rag = rag;
+        fprintf(stderr, "kvtier serve: RAG index %s: %d chunks of at most %d tokens, %d terms\n", x.rag_path,
+                kvt_rag_n_chunks(rag), kvt_rag_chunk_tokens(rag), kvt_rag_n_terms(rag));
+    }
     if (kvt_model_load(model_path, kvt_model_default_params(), &m)) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
         goto done;
@@ -373,6 +396,10 @@ int kvt_cmd_serve(int argc, char **argv) {
         long per_ctx = (n_ctx + ep.block_size - 1) / ep.block_size + 1;
         ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, per_ctx * (sp.parallel + 1));
     }
+    if (rag && kvt_rag_block_size(rag) != ep.block_size)
+        kvt_log(KVT_LOG_WARN, "serve: the RAG index was cut for blocks of %d tokens, the cache uses %d: chunks still "
+                "start on block boundaries, but may take more blocks than they need", kvt_rag_block_size(rag),
+                ep.block_size);
     if (kvt_engine_new(m, ep, &e)) {
         fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
         goto free_all;
@@ -436,6 +463,7 @@ free_all:
     kvt_cache_free(cache);
     kvt_engine_free(e);
     kvt_model_free(m);
+    kvt_rag_free(rag);
 done:
     for (size_t i = 0; i < n_keys; i++) free(keys[i]);
     free(keys);

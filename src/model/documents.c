@@ -48,6 +48,11 @@ static void pad_to(buf *b, int32_t pad, int32_t B) {
 
 int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
                          const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out) {
+    return kvt_render_documents_spans(model, block_size, prompt, n, at, docs, n_docs, out, n_out, NULL);
+}
+
+int kvt_render_documents_spans(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
+                               const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out, size_t *starts) {
     *out = NULL;
     *n_out = 0;
     if (block_size < 1 || at > n || (n && !prompt) || (n_docs && !docs))
@@ -60,6 +65,7 @@ int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32
     put(&b, prompt, at);
     if (n_docs) pad_to(&b, pad, block_size);
     for (size_t i = 0; i < n_docs; i++) {
+        if (starts) starts[i] = b.n;
         size_t len = strlen(DOC_HEADER) + strlen(docs[i].id) + strlen(docs[i].text) + 4;
         char *text = kvt_xmalloc(len);
         snprintf(text, len, DOC_HEADER "%s:\n%s\n", docs[i].id, docs[i].text);
@@ -75,6 +81,7 @@ int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32
         free(ids);
         pad_to(&b, pad, block_size);
     }
+    if (starts && n_docs) starts[n_docs] = b.n;
     put(&b, prompt + at, n - at);
     if (!b.v) b.v = kvt_xmalloc(sizeof *b.v);
     *out = b.v;

@@ -619,20 +619,6 @@ void kvt_gguf_w_tensor(kvt_gguf_writer *w, const char *name, uint32_t type, uint
     t->nbytes = row * rows;
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
     if (w->failed) return kvt_fail(KVT_EARG, "%s: a tensor has a shape its type cannot hold", path);
     const uint64_t align = KVT_GGUF_DEFAULT_ALIGNMENT;
@@ -664,7 +650,7 @@ int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
         free(head.p);
         return kvt_fail(-e, "%s: cannot create: %s", tmp, strerror(e));
     }
-    int rc = write_all(fd, head.p, head.len);
+    int rc = kvt_write_all(fd, head.p, head.len);
     free(head.p);
     uint8_t *buf = NULL;
     uint64_t buf_cap = 0;
@@ -677,7 +663,7 @@ int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
         }
         memset(buf, 0, padded);
         if (t->fill && (rc = t->fill(t->ctx, t->name, buf, t->nbytes))) break;
-        rc = write_all(fd, buf, padded);
+        rc = kvt_write_all(fd, buf, padded);
     }
     free(buf);
     if (!rc && fsync(fd) < 0) rc = -errno;

@@ -506,14 +506,14 @@ static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *e
     if (!kv || cJSON_IsNull(kv)) return 0;
     if (!cJSON_IsObject(kv))
         return kvt_api_errorf(err, 400, INVALID, "kvtier", "invalid_type", "'kvtier' must be an object");
-    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents"};
+    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents", "rag"};
     for (const cJSON *f = kv->child; f; f = f->next) {
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(known) && strcmp(f->string, known[i])) i++;
         if (i == KVT_ARRAY_LEN(known))
             return kvt_api_errorf(err, 400, INVALID, "kvtier", "unknown_field",
                                   "'kvtier.%.64s' is not a field kvtier knows (session_id, priority, keep_warm_s, "
-                                  "documents)",
+                                  "documents, rag)",
                                   f->string);
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(kv, "session_id");
@@ -578,6 +578,8 @@ int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, 
 static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "kvtier");
     if (kvt_api_parse_session(kv, &r->session, err)) return -1;
+    const cJSON *rag = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "rag") : NULL;
+    if (rag && !cJSON_IsNull(rag)) r->rag_json = cJSON_PrintUnformatted(rag); /* the RAG endpoint reads it */
     return kvt_api_parse_documents(kv, &r->docs, &r->n_docs, err);
 }
 
@@ -707,6 +709,7 @@ void kvt_api_request_free(kvt_api_request *r) {
     free(r->bias_id);
     free(r->bias);
     kvt_api_documents_free(r->docs, r->n_docs);
+    free(r->rag_json);
     memset(r, 0, sizeof *r);
 }
 
@@ -741,7 +744,7 @@ static cJSON *usage_obj(const kvt_api_usage *u) {
     return o;
 }
 
-static cJSON *kvtier_obj(const kvt_api_usage *u) {
+cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
     static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
@@ -872,7 +875,7 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
-    cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
+    cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
     return print_free(o);
 }
 
@@ -896,7 +899,7 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
     cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
-    if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
+    if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
     return print_free(o);
 }
 
@@ -904,7 +907,7 @@ char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
     cJSON *o = head_obj(h, 1);
     cJSON_AddArrayToObject(o, "choices");
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
-    cJSON_AddItemToObject(o, "kvtier", kvtier_obj(u));
+    cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
     return print_free(o);
 }
 

@@ -74,6 +74,7 @@ typedef struct {
     kvt_api_session session; /* the "kvtier" object */
     kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
     size_t n_docs;
+    char *rag_json;          /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
 } kvt_api_request;
 
 /* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
@@ -189,6 +190,9 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
  * "kvtier" cache report from u (u may be NULL otherwise). */
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
                          const kvt_api_usage *u, const kvt_api_logprobs *lp);
+/* The "kvtier" object of a response: cached tokens by tier, reuse_stop,
+ * computed tokens, timings. A new cJSON object the caller owns. */
+struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
 char *kvt_api_error_json(const kvt_api_error *e);

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "explain.h"
 #include "server_impl.h"
+#include "rag.h"
 
 void kvt_srv_cond_init(pthread_cond_t *cv) {
     pthread_condattr_t a;
@@ -41,6 +42,9 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->lp);
     free(r->bias_id);
     free(r->bias);
+    free(r->doc_starts);
+    free(r->block_tiers);
+    free(r->doc_order);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -154,6 +158,19 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     int32_t seq = -1;
     kvt_hash128 root;
     int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &root);
+    if (!rc && r->plan_cached && r->n_docs > 1) {
+        /* RAG: follow the cached path among the retrieved chunks, as the cache is now */
+        double t0 = kvt_now();
+        r->doc_order = kvt_xmalloc(r->n_docs * sizeof *r->doc_order);
+        kvt_rag_plan_cached(s->cache, root, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, r->doc_order);
+        r->plan_ms = (kvt_now() - t0) * 1e3;
+    }
+    if (!rc && r->want_block_tiers) {
+        /* RAG: which tier each reusable block comes from, looked up just before attach restores them */
+        r->block_tiers = kvt_xmalloc((size_t)r->n_prompt / (size_t)s->block + 1);
+        r->n_block_tiers = kvt_cache_block_tiers(s->cache, root, r->prompt, r->n_prompt - 1, r->block_tiers,
+                                                 r->n_prompt / s->block + 1);
+    }
     if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
     if (rc) {
         kvt_log(KVT_LOG_WARN, "serve: cannot start %s: %s", r->id, kvt_errmsg());
@@ -343,7 +360,11 @@ static void engine_step(kvt_server *s) {
         kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
-    if (pf && pf->n_fed == pf->r->n_prompt) {
+    if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {
+        /* /v1/cache/prefill: the prompt's blocks are committed; nothing to generate */
+        pf->r->usage.ttft_ms = (kvt_now() - pf->r->t_arrival) * 1e3;
+        slot_finish(s, pf, "prefill", 0, 0, NULL);
+    } else if (pf && pf->n_fed == pf->r->n_prompt) {
         pf->prefilling = 0;
         slot_on_logits(s, pf, s->logits + (size_t)n_dec * (size_t)s->n_vocab);
     }

@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "api_llama.h"
+#include "api_rag.h"
 #include "common.h"
 #include "kv_quant.h"
 
@@ -39,7 +40,8 @@ kvt_server_params kvt_server_default_params(void) {
                            .max_conns_per_ip = KVT_SERVER_DEFAULT_CONNS_PER_IP,
                            .chat = KVT_CHAT_CHATML,
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
-                           .model_id = "kvtier"};
+                           .model_id = "kvtier",
+                           .rag_k = KVT_RAG_DEFAULT_K};
     return p;
 }
 
@@ -55,6 +57,8 @@ typedef enum {
     R_TOKENIZE,
     R_DETOKENIZE,
     R_PROPS,
+    R_RAG,
+    R_PREFILL,
     R_CACHE_PIN, /* the admin routes last: handle_admin serves from here on */
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
@@ -75,6 +79,8 @@ static const struct {
     {"/tokenize", "POST", "tokenize", R_TOKENIZE},
     {"/detokenize", "POST", "detokenize", R_DETOKENIZE},
     {"/props", "GET", "props", R_PROPS},
+    {"/v1/rag/chat/completions", "POST", "rag_chat_completions", R_RAG},
+    {"/v1/cache/prefill", "POST", "cache_prefill", R_PREFILL},
     {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN},
     {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN},
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
@@ -307,7 +313,10 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
         if (a->kind != KVT_API_CHAT && n && r->prompt[0] == kvt_tokenizer_bos(s->tok)) at = 1;
         int32_t *with = NULL;
         size_t nw = 0;
-        if ((rc = kvt_render_documents(s->model, s->block, r->prompt, n, at, a->docs, a->n_docs, &with, &nw))) {
+        r->doc_starts = kvt_xmalloc((a->n_docs + 1) * sizeof *r->doc_starts);
+        r->n_docs = a->n_docs;
+        if ((rc = kvt_render_documents_spans(s->model, s->block, r->prompt, n, at, a->docs, a->n_docs, &with, &nw,
+                                             r->doc_starts))) {
             kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", NULL, "cannot render the documents: %s",
                            kvt_errmsg());
             goto fail;
@@ -428,7 +437,15 @@ typedef struct {
     size_t lp_sent;         /* logprob entries already sent */
     size_t lp_offset;       /* completions: text bytes those entries stand for */
     int opened, finished;
+    kvt_api_rag *rag;       /* /v1/rag/chat/completions: what was retrieved (owned), for the last chunk */
 } stream_state;
+
+/* The response JSON with kvtier.rag added (README "RAG"): chunk positions,
+ * tiers and order as the engine admitted r. Takes json. */
+static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, char *json) {
+    kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block, r->plan_ms};
+    return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
+}
 
 static void sse_event(stream_state *st, char *json) {
     size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
@@ -496,7 +513,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                                NULL, NULL, "%s", r->err_msg);
                 sse_event(st, kvt_api_error_json(&e));
             } else {
-                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL));
+                char *last = kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL);
+                sse_event(st, st->rag ? with_rag(s, r, st->rag, last) : last);
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
             st->cs->usage = r->usage;
@@ -518,6 +536,7 @@ static void stream_free(void *cls) {
     cancel(st->s, st->r); /* a no-op when it finished; otherwise the client went away */
     kvt_srv_req_unref(st->s, st->r);
     free(st->buf);
+    free(st->rag);
     free(st);
 }
 
@@ -533,15 +552,51 @@ static void apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_re
     if (ss->session_id[0] && ss->keep_warm_s < 0) ss->keep_warm_s = s->p.session_keep_warm_s;
 }
 
+/* The request kind of a body: chat for the chat routes, and for the prefill
+ * route when it has "messages"; completions otherwise. */
+static kvt_api_kind kind_of(const conn_state *cs) {
+    if (cs->r == R_CHAT || cs->r == R_RAG) return KVT_API_CHAT;
+    if (cs->r != R_PREFILL && cs->r != R_CACHE_PIN && cs->r != R_CACHE_PREFETCH) return KVT_API_COMPLETION;
+    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+    kvt_api_kind k = root && cJSON_GetObjectItemCaseSensitive(root, "messages") ? KVT_API_CHAT : KVT_API_COMPLETION;
+    cJSON_Delete(root);
+    return k;
+}
+
+/* RAG (README "RAG"): kvtier.rag is read only on its route; there the
+ * question retrieves chunks that become the request's documents. */
+static int rag_prepare(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_rag *rag, kvt_api_error *err) {
+    if (cs->r != R_RAG)
+        return a->rag_json ? kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.rag", "unsupported_parameter",
+                                             "'kvtier.rag' is read only by /v1/rag/chat/completions")
+                           : 0;
+    if (!s->p.rag)
+        return kvt_api_errorf(err, 404, "invalid_request_error", NULL, "not_found",
+                              "this server has no RAG index: start it with --rag-index INDEX");
+    if (kvt_api_rag_options(a->rag_json, s->p.rag_k, rag, err)) return KVT_EARG;
+    return kvt_api_rag_retrieve(s->p.rag, a, rag, err);
+}
+
 static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     kvt_api_request a;
     kvt_api_error err;
-    if (kvt_api_parse(cs->r == R_CHAT ? KVT_API_CHAT : KVT_API_COMPLETION, cs->body ? cs->body : "", cs->len,
-                      s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a, &err))
+    kvt_api_rag rag = {0};
+    if (kvt_api_parse(kind_of(cs), cs->body ? cs->body : "", cs->len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit,
+                      &a, &err))
         return send_error(s, c, cs->label, &err, NULL, NULL);
+    if (rag_prepare(s, cs, &a, &rag, &err) ||
+        (cs->r == R_PREFILL && a.stream &&
+         kvt_api_errorf(&err, 400, "invalid_request_error", "stream", "unsupported_parameter",
+                        "'stream' is not supported on /v1/cache/prefill"))) {
+        kvt_api_request_free(&a);
+        return send_error(s, c, cs->label, &err, NULL, NULL);
+    }
     srv_req *r = make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
     if (!r) return send_error(s, c, cs->label, &err, NULL, NULL);
+    r->prefill_only = cs->r == R_PREFILL;
+    r->want_block_tiers = cs->r == R_RAG;
+    r->plan_cached = cs->r == R_RAG && rag.order == KVT_RAG_ORDER_CACHED;
     kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
     apply_session_header(s, c, r);
     if (enqueue(s, r)) {
@@ -556,6 +611,10 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         st->r = r;
         st->cs = cs;
         st->conn = c;
+        if (cs->r == R_RAG) {
+            st->rag = kvt_xmalloc(sizeof *st->rag);
+            *st->rag = rag;
+        }
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
         if (!resp) {
@@ -599,10 +658,11 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     } else {
         kvt_api_head h = head_of(s, r);
         kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
-        ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                        kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage,
-                                              r->logprobs ? &lp : NULL),
-                        NULL, NULL);
+        char *json = cs->r == R_PREFILL ? kvt_api_prefill_json(&r->usage, s->block)
+                                        : kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason,
+                                                                &r->usage, r->logprobs ? &lp : NULL);
+        if (cs->r == R_RAG) json = with_rag(s, r, &rag, json);
+        ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
     }
     kvt_srv_req_unref(s, r);
     return ret;
@@ -618,17 +678,16 @@ static enum MHD_Result handle_admin(kvt_server *s, struct MHD_Connection *c, con
     enum MHD_Result ret;
     if (j->kind == JOB_PIN || j->kind == JOB_PREFETCH) {
         /* the body names a prompt as the generation endpoints do: "messages" (chat) or "prompt" */
-        cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
-        kvt_api_kind kind = root && cJSON_GetObjectItemCaseSensitive(root, "messages") ? KVT_API_CHAT
-                                                                                       : KVT_API_COMPLETION;
-        cJSON_Delete(root);
         kvt_api_request a;
-        if (kvt_api_parse(kind, cs->body ? cs->body : "", cs->len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a,
+        if (kvt_api_parse(kind_of(cs), cs->body ? cs->body : "", cs->len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a,
                           &err)) {
             ret = send_error(s, c, cs->label, &err, NULL, NULL);
             goto done;
         }
-        j->r = make_request(s, &a, cs->key, &err);
+        j->r = a.rag_json ? NULL : make_request(s, &a, cs->key, &err);
+        if (a.rag_json)
+            kvt_api_errorf(&err, 400, "invalid_request_error", "kvtier.rag", "unsupported_parameter",
+                           "'kvtier.rag' is read only by /v1/rag/chat/completions");
         kvt_api_request_free(&a);
         if (!j->r) {
             ret = send_error(s, c, cs->label, &err, NULL, NULL);
@@ -858,7 +917,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (i == KVT_ARRAY_LEN(routes))
             return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
-                               "/v1/cache/{pin,unpin,prefetch,flush,stats,lint}, /tokenize, /detokenize, "
+                               "/v1/rag/chat/completions, /v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, "
+                               "/tokenize, /detokenize, "
                                "/props, /health and /metrics");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
@@ -914,7 +974,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
     if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
-    if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) return handle_generate(s, c, cs);
+    if (cs->r == R_COMPLETIONS || cs->r == R_CHAT || cs->r == R_RAG || cs->r == R_PREFILL)
+        return handle_generate(s, c, cs);
     if (cs->r == R_TOKENIZE || cs->r == R_DETOKENIZE) return handle_tokenize(s, c, cs);
     if (cs->r >= R_CACHE_PIN && cs->r != R_CACHE_LINT) return handle_admin(s, c, cs);
     return handle_get(s, c, cs);

@@ -81,6 +81,8 @@ typedef struct {
     const char *const *cors_origins; /* n_cors_origins browser origins allowed (borrowed); "*" allows any.
                                         None: no CORS headers and OPTIONS is 405 */
     size_t n_cors_origins;
+    const struct kvt_rag_index *rag; /* --rag-index: serves POST /v1/rag/chat/completions (borrowed); NULL: 404 */
+    int32_t rag_k;              /* chunks a RAG request retrieves when it gives no kvtier.rag.k */
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

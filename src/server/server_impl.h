@@ -81,6 +81,15 @@ typedef struct srv_req {
     size_t salt_len;
     double t_arrival;
     kvt_api_session session;   /* kvtier.{session_id, priority, keep_warm_s}, or X-Session-Id */
+    size_t *doc_starts;        /* kvtier.documents: n_docs + 1 offsets in prompt (kvt_render_documents_spans); owned */
+    size_t n_docs;
+    int prefill_only;          /* /v1/cache/prefill: done once the prompt's KV is computed and cached */
+    int plan_cached;           /* RAG "cached" order: kvt_rag_plan_cached reorders the documents at admission, */
+    int32_t *doc_order;        /* ... doc_order[i] = the canonical index of the document at position i (owned) */
+    double plan_ms;            /* ... and how long it took */
+    int want_block_tiers;      /* RAG: record the tier of each matched block at admission ... */
+    uint8_t *block_tiers;      /* ... here (owned; written by the engine thread before done) */
+    int32_t n_block_tiers;
     /* engine thread only */
     int skipped;               /* admissions that passed it over (cache-aware scheduling) */
     int prefetched;            /* its prefix was restored into T0 while it waited */

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Cache-aware RAG (README "RAG"): many questions over one corpus whose retrieved
+# sets overlap, on the ~250M llama over HTTP (bench/rag_bench.py):
+#   - corpus: 40 documents of ~240 words (~300 tokens), one chunk each, indexed
+#     with `kvtier rag index`; topic t is chunks 2t, 2t+1, 2t+2, so neighbouring
+#     topics share a chunk;
+#   - 60 questions, 20 topics x 3: the questions of a topic retrieve the same 3
+#     chunks (k = 3) with a different one ranked first; shuffled;
+#   - variants, each on a fresh `kvtier serve` (one client, --parallel 1):
+#       cold       every request in a namespace of its own (cache_salt): no reuse
+#       naive      chunks in score order, best first (what most RAG code does)
+#       canonical  chunks by chunk number: the same set is the same bytes
+#       cached     kvtier's planner: follow the cached path, then canonical
+#       prewarm    `kvtier rag prewarm` first ([system][chunk] for every chunk), then cached
+# Prints prompt tokens computed, cached fraction, TTFT p50/p95, plan time and
+# wall time per variant, then ratios. Numbers only, never pass/fail.
+# usage: bench/rag.sh   (MODEL=..., THREADS=2, TOPICS=20, BLOCKS=40, WORDS=240;
+#                        SMALL=1: a dim-256, 4-layer llama instead of the ~250M one, for a loaded machine)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${SMALL:-0}" = 1 ]; then
+  MODEL=${MODEL:-bench/out/llama-small-spm-f16.gguf}
+  SHAPE=(--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512)
+else
+  MODEL=${MODEL:-bench/out/llama250m-spm-f16.gguf}
+  SHAPE=(--dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816)
+fi
+T=${THREADS:-2}
+TOPICS=${TOPICS:-20}
+BLOCKS=${BLOCKS:-40}
+WORDS=${WORDS:-240}
+OUT=bench/out/rag
+mkdir -p "$OUT"
+rm -rf "$OUT/docs" "$OUT/results.jsonl"
+if [ ! -f "$MODEL" ]; then
+  vocab=../shared/vocab/ggml-vocab-llama-spm.gguf
+  extra=()
+  [ -f "$vocab" ] && extra=(--vocab-from "$vocab")
+  ./build/kvtier mkmodel -o "$MODEL" "${SHAPE[@]}" --vocab 32000 --type f16 --ctx 16384 "${extra[@]}"
+fi
+python3 bench/rag_bench.py corpus --docs "$OUT/docs" --blocks "$BLOCKS" --words "$WORDS"
+./build/kvtier rag index -m "$MODEL" --docs "$OUT/docs" -o "$OUT/corpus.idx" --chunk-tokens 384
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
+
+listen_port() { # LOG PID: the port `kvtier serve --port 0` printed, once it listens
+  for _ in $(seq 1 600); do
+    local p; p=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$1" | grep -o '[0-9]*$' || true)
+    [ -n "$p" ] && { echo "$p"; return 0; }
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "kvtier serve did not start:" >&2; cat "$1" >&2; return 1
+}
+
+variant() { # LABEL ORDER [--cold] [--prewarm]
+  local label=$1 order=$2 cold="" prewarm=""
+  [ "${3:-}" = --cold ] && cold=--cold
+  [ "${3:-}" = --prewarm ] && prewarm=1
+  ./build/kvtier serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 1 -t "$T" --ctx 2048 \
+    --kv-active 1G --rag-index "$OUT/corpus.idx" >"$OUT/$label.log" 2>&1 &
+  local pid=$! port
+  trap "kill $pid 2>/dev/null || true" EXIT
+  port=$(listen_port "$OUT/$label.log" "$pid")
+  if [ -n "$prewarm" ]; then
+    local t0; t0=$(date +%s.%N)
+    ./build/kvtier rag prewarm --server "http://127.0.0.1:$port" "$OUT/corpus.idx" \
+      --system "You answer questions about the documents below. Quote the document id." 2>/dev/null
+    echo "prewarm took $(echo "$(date +%s.%N) - $t0" | bc) s (not counted below)"
+  fi
+  python3 bench/rag_bench.py run --url "http://127.0.0.1:$port" --order "$order" $cold --label "$label" \
+    --topics "$TOPICS" --blocks "$BLOCKS" | tee -a "$OUT/results.jsonl"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  trap - EXIT
+}
+
+variant cold canonical --cold
+variant naive score
+variant canonical canonical
+variant cached cached
+variant prewarm cached --prewarm
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$OUT/results.jsonl" <<'EOF'
+import json, sys
+r = {j["label"]: j for j in map(json.loads, open(sys.argv[1]))}
+print(f'{"variant":10} {"computed":>9} {"cached":>7} {"chunks hit":>10} {"TTFT p50":>9} {"p95":>8} {"plan ms":>8} {"wall s":>7}')
+for k in ["cold", "naive", "canonical", "cached", "prewarm"]:
+    j = r[k]
+    print(f'{k:10} {j["computed_tokens"]:9d} {100*j["cached_fraction"]:6.1f}% {j["cached_chunks"]:4d}/{j["chunks"]:<5d} '
+          f'{j["ttft_p50_ms"]:8.0f}m {j["ttft_p95_ms"]:7.0f}m {j["plan_ms_mean"]:8.3f} {j["wall_s"]:7.1f}')
+c, n = r["cached"], r["naive"]
+print(f'prompt tokens computed, naive / cached: {n["computed_tokens"] / c["computed_tokens"]:.2f}x '
+      f'(naive / prewarm: {n["computed_tokens"] / r["prewarm"]["computed_tokens"]:.2f}x, '
+      f'naive / canonical: {n["computed_tokens"] / r["canonical"]["computed_tokens"]:.2f}x)')
+print(f'TTFT p50, cold / cached: {r["cold"]["ttft_p50_ms"] / c["ttft_p50_ms"]:.2f}x, naive / cached: '
+      f'{n["ttft_p50_ms"] / c["ttft_p50_ms"]:.2f}x, cold / prewarm: {r["cold"]["ttft_p50_ms"] / r["prewarm"]["ttft_p50_ms"]:.2f}x')
+print(f'planning (retrieve + order, server side): mean {c["plan_ms_mean"]:.3f} ms, max {c["plan_ms_max"]:.3f} ms per request')
+EOF

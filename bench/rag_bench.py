@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""RAG workload for bench/rag.sh (README "RAG").
+
+corpus: writes N_BLOCKS documents of about WORDS words, each one chunk: filler
+words common to all, plus its own keyword (kw<b>, several times, a count that
+varies per block) and a marker word (mk<b>, once). Topic t is blocks 2t, 2t+1,
+2t+2 (mod N_BLOCKS): neighbouring topics share a block, so retrieved sets overlap.
+
+questions: three per topic, each naming the topic's three keywords and the
+marker of one of its blocks, so the three retrieve the same three chunks with
+a different chunk ranked first; shuffled with a fixed seed (topics interleave).
+
+run: sends the questions one at a time to /v1/rag/chat/completions with a
+kvtier.rag order, and prints one JSON line: prompt tokens, computed tokens,
+cached fraction, TTFT p50/p95 (the server's kvtier.ttft_ms), plan_ms, wall time.
+No pass/fail; numbers only."""
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+import urllib.request
+
+FILLER = ("the a system cache block token memory layer store order ship river stone light field paper engine "
+          "signal market garden winter harbor valley record method number pattern reason answer window "
+          "station letter minute report design budget").split()
+
+
+def corpus(args):
+    os.makedirs(args.docs, exist_ok=True)
+    for b in range(args.blocks):
+        rnd = random.Random(b)
+        words = [rnd.choice(FILLER) for _ in range(args.words)]
+        reps = 3 + (b * 7) % 5  # how strongly the block is about its keyword
+        for i in range(reps):
+            words[rnd.randrange(len(words))] = f"kw{b}"
+        words[rnd.randrange(len(words))] = f"mk{b}"
+        with open(os.path.join(args.docs, f"block{b:03d}.txt"), "w") as f:
+            f.write(" ".join(words) + ".\n")
+
+
+def questions(args):
+    out = []
+    for t in range(args.topics):
+        blocks = [(2 * t + i) % args.blocks for i in range(3)]
+        for j in range(3):
+            kws = " ".join(f"kw{b}" for b in blocks)
+            out.append(f"Topic {t} question {j}: what do {kws} say about mk{blocks[j]}?")
+    random.Random(42).shuffle(out)
+    return out
+
+
+def post(url, body, timeout=600):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
+
+
+def run(args):
+    qs = questions(args)
+    prompt = computed = cached = 0
+    ttft, plan, cached_chunks, chunks = [], [], 0, 0
+    t0 = time.time()
+    for i, q in enumerate(qs):
+        body = {"messages": [{"role": "system", "content": args.system}, {"role": "user", "content": q}],
+                "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
+                "kvtier": {"rag": {"k": 3, "order": args.order}}}
+        if args.cold:
+            body["cache_salt"] = f"cold-{i}"  # a namespace of its own: nothing to reuse
+        r = post(args.url + "/v1/rag/chat/completions", body)
+        kv, u = r["kvtier"], r["usage"]
+        prompt += u["prompt_tokens"]
+        computed += kv["computed_tokens"]
+        cached += kv["cached_tokens"]
+        ttft.append(kv["ttft_ms"])
+        plan.append(kv["rag"]["plan_ms"] + kv["rag"]["retrieve_ms"])
+        chunks += len(kv["rag"]["chunks"])
+        cached_chunks += kv["rag"]["cached_chunks"]
+    wall = time.time() - t0
+    print(json.dumps({"label": args.label, "questions": len(qs), "prompt_tokens": prompt, "computed_tokens": computed,
+                      "cached_fraction": round(cached / prompt, 4), "chunks": chunks, "cached_chunks": cached_chunks,
+                      "ttft_p50_ms": round(statistics.median(ttft), 1), "ttft_p95_ms": round(pct(ttft, 95), 1),
+                      "plan_ms_mean": round(statistics.mean(plan), 4), "plan_ms_max": round(max(plan), 4),
+                      "wall_s": round(wall, 1)}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["corpus", "run"])
+    ap.add_argument("--docs", default="bench/out/rag/docs")
+    ap.add_argument("--blocks", type=int, default=40)
+    ap.add_argument("--topics", type=int, default=20)
+    ap.add_argument("--words", type=int, default=240)
+    ap.add_argument("--url")
+    ap.add_argument("--order", default="cached")
+    ap.add_argument("--cold", action="store_true")
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--max-tokens", type=int, default=4)
+    ap.add_argument("--system", default="You answer questions about the documents below. Quote the document id.")
+    args = ap.parse_args()
+    corpus(args) if args.what == "corpus" else run(args)
+
+
+if __name__ == "__main__":
+    main()

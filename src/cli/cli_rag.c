@@ -1,0 +1,490 @@
+/* `kvtier rag`: index a corpus into fixed context blocks with a BM25 index
+ * (rag.h), query it, and prewarm a server's cache with every chunk through
+ * POST /v1/cache/prefill (README "RAG"). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "common.h"
+#include "model.h"
+#include "rag.h"
+
+#define PROGRESS_EVERY_S 1.0
+#define DOC_MAX_BYTES (256u << 20) /* one document file at most */
+#define SNIPPET 100                /* bytes of a chunk's text that `query` shows */
+#define HTTP_MAX_REPLY (16u << 20)
+
+void kvt_usage_rag(FILE *f) {
+    fprintf(f,
+            "usage: kvtier rag index -m MODEL --docs DIR|FILE.jsonl|FILE -o INDEX [--chunk-tokens N] [--block-size B]\n"
+            "       kvtier rag query INDEX \"question\" [-k K] [--json]\n"
+            "       kvtier rag prewarm --server URL INDEX [--system TEXT] [--api-key KEY] [--flush]\n\n"
+            "index    splits documents into chunks that render as whole runs of cache blocks (paragraphs\n"
+            "         first, then sentences, words, bytes) and writes a BM25 index (one checksummed file).\n"
+            "  -m, --model MODEL   the model whose tokenizer measures the chunks (a vocab-only GGUF will do)\n"
+            "  --docs PATH         a directory (each regular file is a document named by its file name;\n"
+            "                      hidden files and symbolic links are skipped), a JSONL file of\n"
+            "                      {\"id\": ..., \"text\": ...} lines, or one text file\n"
+            "  -o, --output INDEX  the index file to write (atomically)\n"
+            "  --chunk-tokens N    tokens per chunk at most, a multiple of the block size (default %d)\n"
+            "  --block-size B      the cache block size the server uses (default %d)\n"
+            "query    prints the K best chunks for a question: rank, BM25 score, id, tokens, text.\n"
+            "  -k K                chunks to print (default %d)\n"
+            "  --json              one JSON object instead of text\n"
+            "prewarm  computes [system][chunk] for every chunk on a running `kvtier serve` (POST\n"
+            "         /v1/cache/prefill), so the first question that retrieves a chunk first finds it cached.\n"
+            "  --server URL        http://HOST:PORT of the server\n"
+            "  --system TEXT       the system prompt the RAG requests will carry (default: none)\n"
+            "  --api-key KEY       the server's API key (default $KVTIER_API_KEY)\n"
+            "  --flush             then write the cache down to the server's disk tier (POST /v1/cache/flush)\n",
+            KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K);
+}
+
+/* ---- index ------------------------------------------------------------------------------ */
+
+/* Reads a whole regular file opened relative to dfd without following links.
+ * Returns the malloc'd bytes or NULL (errno set; EINVAL: not a regular file or too big). */
+static char *slurp_at(int dfd, const char *name, size_t *len) {
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > DOC_MAX_BYTES) {
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    char *p = kvt_xmalloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t k = read(fd, p + got, (size_t)st.st_size - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    p[got] = 0;
+    *len = got;
+    return p;
+}
+
+typedef struct {
+    kvt_rag_builder *b;
+    long docs;
+    uint64_t bytes;
+    double t_start, t_last;
+} index_run;
+
+static int add_doc(index_run *x, const char *name, const char *text, size_t len) {
+    if (kvt_rag_build_add(x->b, name, text, len)) {
+        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        return -1;
+    }
+    x->docs++;
+    x->bytes += len;
+    double now = kvt_now();
+    if (now - x->t_last >= PROGRESS_EVERY_S) {
+        fprintf(stderr, "rag index: %ld documents, %d chunks, %.1f MB, %.0f s\n", x->docs, kvt_rag_build_chunks(x->b),
+                (double)x->bytes / 1e6, now - x->t_start);
+        x->t_last = now;
+    }
+    return 0;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int index_dir(index_run *x, const char *path) {
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        fprintf(stderr, "kvtier rag index: cannot open directory %s: %s\n", path, strerror(errno));
+        if (dfd >= 0) close(dfd);
+        return -1;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (n == cap) names = kvt_xrealloc(names, (cap = cap ? 2 * cap : 64) * sizeof *names);
+        names[n++] = kvt_xstrdup(e->d_name);
+    }
+    qsort(names, n, sizeof *names, name_cmp); /* a stable corpus order: the same directory, the same chunk numbers */
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t len;
+        char *text = slurp_at(dirfd(d), names[i], &len);
+        if (!text) {
+            fprintf(stderr, "kvtier rag index: skipping %s/%s: %s\n", path, names[i],
+                    errno == ELOOP ? "a symbolic link" : errno == EINVAL ? "not a regular file (or over 256 MB)"
+                                                                          : strerror(errno));
+            continue;
+        }
+        rc = add_doc(x, names[i], text, len);
+        free(text);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    closedir(d);
+    return rc;
+}
+
+static int index_jsonl(index_run *x, const char *path, char *text) {
+    long lineno = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+        if (!*line) continue;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id"), *tx = cJSON_GetObjectItemCaseSensitive(j, "text");
+        if (!cJSON_IsString(id) || !cJSON_IsString(tx) || !*id->valuestring) {
+            fprintf(stderr, "kvtier rag index: %s:%ld: expected {\"id\": \"non-empty\", \"text\": \"...\"}\n", path,
+                    lineno);
+            cJSON_Delete(j);
+            return -1;
+        }
+        int rc = add_doc(x, id->valuestring, tx->valuestring, strlen(tx->valuestring));
+        cJSON_Delete(j);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int cmd_index(int argc, char **argv) {
+    const char *model_path = NULL, *docs = NULL, *out = NULL;
+    long chunk = KVT_RAG_DEFAULT_CHUNK_TOKENS, block = KVT_DEFAULT_BLOCK_SIZE;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--docs")) {
+            if (!(docs = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--chunk-tokens")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (chunk = kvt_cli_parse_long(a, v, 2, 1 << 20)) < 0) return 2;
+        } else if (!strcmp(a, "--block-size")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (block = kvt_cli_parse_long(a, v, 1, 4096)) < 0) return 2;
+        } else {
+            fprintf(stderr, "kvtier rag index: unknown argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!model_path || !docs || !out) {
+        fprintf(stderr, "kvtier rag index: needs -m MODEL, --docs PATH and -o INDEX\n");
+        kvt_usage_rag(stderr);
+        return 2;
+    }
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1;
+    kvt_model *m = NULL;
+    if (kvt_model_load(model_path, mp, &m)) {
+        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        return 1;
+    }
+    index_run x = {.t_start = kvt_now(), .t_last = kvt_now()};
+    if (kvt_rag_build_new(m, (int32_t)block, (int32_t)chunk, &x.b)) {
+        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        kvt_model_free(m);
+        return 2;
+    }
+    struct stat st;
+    int rc = -1;
+    if (lstat(docs, &st) < 0) {
+        fprintf(stderr, "kvtier rag index: %s: %s\n", docs, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = index_dir(&x, docs);
+    } else {
+        size_t len;
+        char *text = slurp_at(AT_FDCWD, docs, &len);
+        size_t pl = strlen(docs);
+        if (!text) {
+            fprintf(stderr, "kvtier rag index: cannot read %s: %s\n", docs,
+                    errno == ELOOP ? "a symbolic link (give the file itself)" : errno == EINVAL ? "not a regular file"
+                                                                                              : strerror(errno));
+        } else if (pl > 6 && !strcmp(docs + pl - 6, ".jsonl")) {
+            rc = index_jsonl(&x, docs, text);
+        } else {
+            const char *base = strrchr(docs, '/');
+            rc = add_doc(&x, base ? base + 1 : docs, text, len);
+        }
+        free(text);
+    }
+    kvt_rag_index *idx = NULL;
+    if (!rc && kvt_rag_build_finish(x.b, &idx)) {
+        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        rc = -1;
+    } else if (rc) {
+        kvt_rag_build_free(x.b);
+    }
+    if (!rc && kvt_rag_save(idx, out)) {
+        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        rc = -1;
+    }
+    if (!rc) {
+        uint64_t tokens = 0;
+        for (int32_t i = 0; i < kvt_rag_n_chunks(idx); i++) tokens += kvt_rag_chunk_at(idx, i)->tokens;
+        printf("indexed %ld documents (%.1f MB) into %d chunks (%llu tokens as blocks of %ld, at most %ld per chunk), "
+               "%d terms, in %.1f s: %s\n",
+               x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, block, chunk,
+               kvt_rag_n_terms(idx), kvt_now() - x.t_start, out);
+    }
+    kvt_rag_free(idx);
+    kvt_model_free(m);
+    return rc ? 1 : 0;
+}
+
+/* ---- query ---------------------------------------------------------------------------- */
+
+static int cmd_query(int argc, char **argv) {
+    const char *path = NULL, *question = NULL;
+    long k = KVT_RAG_DEFAULT_K;
+    int json = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-k")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0) return 2;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (a[0] != '-' && !path) {
+            path = a;
+        } else if ((a[0] != '-' || !a[1]) && !question) {
+            question = a;
+        } else {
+            fprintf(stderr, "kvtier rag query: unknown argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!path || !question) {
+        fprintf(stderr, "kvtier rag query: needs INDEX and a question\n");
+        kvt_usage_rag(stderr);
+        return 2;
+    }
+    kvt_rag_index *idx = NULL;
+    if (kvt_rag_load(path, &idx)) {
+        fprintf(stderr, "kvtier rag query: %s\n", kvt_errmsg());
+        return 1;
+    }
+    kvt_rag_hit hits[KVT_RAG_MAX_K];
+    double t0 = kvt_now();
+    int32_t n = kvt_rag_query(idx, question, (int32_t)k, hits);
+    double ms = (kvt_now() - t0) * 1e3;
+    if (json) {
+        cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "chunks");
+        cJSON_AddNumberToObject(o, "query_ms", ms);
+        for (int32_t i = 0; i < n; i++) {
+            const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rank", i);
+            cJSON_AddNumberToObject(e, "chunk", hits[i].chunk);
+            cJSON_AddStringToObject(e, "id", c->id);
+            cJSON_AddNumberToObject(e, "score", hits[i].score);
+            cJSON_AddNumberToObject(e, "tokens", c->tokens);
+            cJSON_AddStringToObject(e, "text", c->text);
+            cJSON_AddItemToArray(arr, e);
+        }
+        char *s = cJSON_PrintUnformatted(o);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("%d chunk(s) for \"%s\" (%d in the index, %.2f ms)\n", n, question, kvt_rag_n_chunks(idx), ms);
+        for (int32_t i = 0; i < n; i++) {
+            const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
+            char snip[SNIPPET + 1];
+            size_t j = 0;
+            for (const char *p = c->text; *p && j < SNIPPET; p++) snip[j++] = *p == '\n' || *p == '\t' ? ' ' : *p;
+            snip[j] = 0;
+            printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id,
+                   c->tokens, snip, strlen(c->text) > SNIPPET ? "..." : "");
+        }
+    }
+    kvt_rag_free(idx);
+    return 0;
+}
+
+/* ---- prewarm over HTTP -------------------------------------------------------------------------- */
+
+/* POSTs body to http://host:port/path; returns the status (or -1 after
+ * printing why) and the reply's body in *reply (malloc'd). */
+static int http_post(const char *host, const char *port, const char *path, const char *key, const char *body,
+                     char **reply) {
+    *reply = NULL;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(host, port, &hints, &res);
+    if (gai) {
+        fprintf(stderr, "kvtier rag prewarm: cannot resolve %s: %s\n", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        fprintf(stderr, "kvtier rag prewarm: cannot connect to %s:%s: %s\n", host, port, strerror(errno));
+        return -1;
+    }
+    size_t blen = strlen(body), hcap = 512 + strlen(host) + strlen(path) + (key ? strlen(key) : 0);
+    char *req = kvt_xmalloc(hcap + blen);
+    int h = snprintf(req, hcap,
+                     "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n%s%s%s\r\n",
+                     path, host, port, blen, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "");
+    memcpy(req + h, body, blen);
+    size_t n = (size_t)h + blen, off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, req + off, n - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    free(req);
+    size_t len = 0, cap = 4096;
+    char *buf = kvt_xmalloc(cap + 1);
+    for (;;) {
+        if (len == cap) {
+            if (cap >= HTTP_MAX_REPLY) break;
+            buf = kvt_xrealloc(buf, (cap *= 2) + 1);
+        }
+        ssize_t r = recv(fd, buf + len, cap - len, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = 0;
+    int status = -1;
+    char *sep = strstr(buf, "\r\n\r\n");
+    if (off < n || sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || !sep) {
+        fprintf(stderr, "kvtier rag prewarm: no HTTP answer from %s:%s%s\n", host, port, path);
+        free(buf);
+        return -1;
+    }
+    *reply = kvt_xstrdup(sep + 4);
+    free(buf);
+    return status;
+}
+
+static int cmd_prewarm(int argc, char **argv) {
+    const char *url = NULL, *path = NULL, *system = NULL, *key = getenv("KVTIER_API_KEY");
+    int flush = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--server")) {
+            if (!(url = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--system")) {
+            if (!(system = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--api-key")) {
+            if (!(key = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--flush")) {
+            flush = 1;
+        } else if (a[0] != '-' && !path) {
+            path = a;
+        } else {
+            fprintf(stderr, "kvtier rag prewarm: unknown argument '%s'\n", a);
+            return 2;
+        }
+    }
+    char host[256], port[16] = "80";
+    if (!url || !path || sscanf(url, "http://%255[^:/]:%15[0-9]", host, port) < 1) {
+        fprintf(stderr, "kvtier rag prewarm: needs --server http://HOST:PORT and INDEX\n");
+        kvt_usage_rag(stderr);
+        return 2;
+    }
+    if (key && !*key) key = NULL;
+    kvt_rag_index *idx = NULL;
+    if (kvt_rag_load(path, &idx)) {
+        fprintf(stderr, "kvtier rag prewarm: %s\n", kvt_errmsg());
+        return 1;
+    }
+    int32_t n = kvt_rag_n_chunks(idx);
+    long computed = 0, cached = 0, stored = 0;
+    double t0 = kvt_now(), t_last = t0;
+    int rc = 0;
+    for (int32_t i = 0; i < n && !rc; i++) {
+        const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, i);
+        /* the prompt a RAG request has up to the end of its first chunk: [system][user turn: chunk] */
+        cJSON *o = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(o, "messages"), *m;
+        if (system) {
+            cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
+            cJSON_AddStringToObject(m, "role", "system");
+            cJSON_AddStringToObject(m, "content", system);
+        }
+        cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", "");
+        cJSON *docs = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "kvtier"), "documents"), *d;
+        cJSON_AddItemToArray(docs, d = cJSON_CreateObject());
+        cJSON_AddStringToObject(d, "id", c->id);
+        cJSON_AddStringToObject(d, "text", c->text);
+        char *body = cJSON_PrintUnformatted(o), *reply = NULL;
+        cJSON_Delete(o);
+        int status = http_post(host, port, "/v1/cache/prefill", key, body, &reply);
+        free(body);
+        cJSON *r = reply ? cJSON_Parse(reply) : NULL;
+        if (status != 200 || !r) {
+            if (status > 0) fprintf(stderr, "kvtier rag prewarm: chunk %s: HTTP %d: %s\n", c->id, status, reply);
+            rc = 1;
+        } else {
+            computed += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "computed_tokens"));
+            cached += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "cached_tokens"));
+            stored += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "stored_tokens"));
+        }
+        cJSON_Delete(r);
+        free(reply);
+        double now = kvt_now();
+        if (now - t_last >= PROGRESS_EVERY_S || i + 1 == n) {
+            fprintf(stderr, "rag prewarm: %d/%d chunks, %ld tokens computed, %ld already cached, %.0f s\n", i + 1, n,
+                    computed, cached, now - t0);
+            t_last = now;
+        }
+    }
+    if (!rc && flush) {
+        char *reply = NULL;
+        int status = http_post(host, port, "/v1/cache/flush", key, "{}", &reply);
+        if (status != 200) {
+            if (status > 0) fprintf(stderr, "kvtier rag prewarm: flush: HTTP %d: %s\n", status, reply);
+            rc = 1;
+        }
+        free(reply);
+    }
+    if (!rc)
+        printf("prewarmed %d chunks: %ld prompt tokens computed, %ld were already cached, %ld stored as whole "
+               "blocks%s, in %.1f s\n",
+               n, computed, cached, stored, flush ? " and flushed to the disk tier" : "", kvt_now() - t0);
+    kvt_rag_free(idx);
+    return rc;
+}
+
+int kvt_cmd_rag(int argc, char **argv) {
+    if (argc < 2 || kvt_cli_is_help(argv[1])) {
+        kvt_usage_rag(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 2; i < argc; i++)
+        if (kvt_cli_is_help(argv[i])) {
+            kvt_usage_rag(stdout);
+            return 0;
+        }
+    if (!strcmp(argv[1], "index")) return cmd_index(argc, argv);
+    if (!strcmp(argv[1], "query")) return cmd_query(argc, argv);
+    if (!strcmp(argv[1], "prewarm")) return cmd_prewarm(argc, argv);
+    fprintf(stderr, "kvtier rag: unknown subcommand '%s' (index, query, prewarm)\n", argv[1]);
+    kvt_usage_rag(stderr);
+    return 2;
+}

@@ -1,0 +1,35 @@
+/* What the RAG index's two files share (rag_build.c builds, rag_index.c
+ * saves, loads and queries): the index's layout and the term splitter.
+ * Private to src/runtime/rag_*.c. */
+#ifndef KVT_RAG_INTERNAL_H
+#define KVT_RAG_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rag.h"
+
+#define KVT_RAG_TERM_MAX 64 /* bytes of a term; longer runs are cut */
+
+struct kvt_rag_index {
+    int32_t B, chunk_tokens, n_chunks, n_terms;
+    kvt_rag_chunk *chunks;  /* n_chunks; strings owned */
+    char **terms;           /* n_terms, sorted by strcmp; owned */
+    uint32_t *post_off;     /* n_terms + 1: term t's postings are [post_off[t], post_off[t+1]) */
+    uint32_t *post_chunk;   /* n_post chunk numbers, ascending within a term */
+    uint32_t *post_tf;      /* n_post term frequencies */
+    size_t n_post;
+    double avg_len;         /* mean n_terms over the chunks (kvt_rag_index_finish) */
+};
+
+/* The BM25 terms of text[0..len) in order (rag.h), malloc'd strings in a
+ * malloc'd *out (NULL when none). Returns how many. */
+size_t kvt_rag_terms(const char *text, size_t len, char ***out);
+int kvt_rag_strcmp(const void *a, const void *b); /* qsort over char * */
+char *kvt_rag_strndup(const char *s, size_t n);
+char *kvt_rag_chunk_id(const char *doc, uint32_t seq); /* "<doc>#<seq>", malloc'd */
+void kvt_rag_chunk_free(kvt_rag_chunk *c);
+/* Computes the derived fields (avg_len) of a built or loaded index. */
+void kvt_rag_index_finish(kvt_rag_index *x);
+
+#endif
