@@ -240,6 +240,9 @@ typedef struct {
     const char *remote_key_file; /* T3 MAC key (--kv-remote-key-file), required with remote_url:
                                     32 bytes, 0600, shared by the fleet. Borrowed for kvt_cache_new. */
     uint32_t remote_timeout_ms;  /* T3 per-call read deadline (--kv-remote-timeout-ms; default 250) */
+    int remote_zstd;         /* compress T3 values with zstd (--kv-remote-compress zstd); readers take either */
+    int remote_zstd_level;   /* with remote_zstd (--kv-remote-zstd-level); 0: the default, 1 */
+    uint32_t remote_read_conns; /* T3 read connections and threads (--kv-remote-conns); 0: the default, 4 */
     int write_through;       /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;

@@ -101,6 +101,9 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         xp.size_bytes = p->remote_bytes;
         xp.ttl_s = p->remote_ttl_s;
         if (p->remote_timeout_ms) xp.timeout_ms = p->remote_timeout_ms;
+        if (p->remote_read_conns) xp.read_conns = p->remote_read_conns;
+        xp.compress = p->remote_zstd ? KVT_REMOTE_COMPRESS_ZSTD : KVT_REMOTE_COMPRESS_NONE;
+        if (p->remote_zstd_level) xp.zstd_level = p->remote_zstd_level;
         xp.payload_bytes = c->page_bytes;
         xp.block_tokens = (uint32_t)c->B;
         xp.index = c->index;

@@ -5,10 +5,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -17,6 +20,8 @@
 #define DEFAULT_PORT 6379
 #define URL_REDIS "redis://"
 #define URL_UNIX "unix://"
+/* The longest reply line read (an error message, a bulk length). */
+#define LINE_MAX_BYTES 512
 
 static int copy_part(char *dst, const char *s, size_t n, const char *what, const char *url) {
     if (n >= KVT_REMOTE_URL_PART_MAX) return kvt_fail(KVT_EARG, "--kv-remote %s: the %s is too long", url, what);
@@ -200,4 +205,123 @@ redisReply *kvt_remote_next_reply(kvt_remote *r, kvt_remote_conn *k, double dead
     }
     conn_answered(k);
     return rep;
+}
+
+/* A failed call on k: counted, logged, connection dropped. */
+static void call_failed(kvt_remote *r, kvt_remote_conn *k, int timed_out, const char *detail) {
+    kvt_remote_note_error(r, timed_out, "%s: %s", k->who, timed_out ? "timed out" : detail);
+    conn_failed(k);
+}
+
+int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k) {
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(k->c, &done) != REDIS_OK) {
+            call_failed(r, k, k->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK), k->c->errstr);
+            return -1;
+        }
+    /* kvt_remote_read_bulk reads the socket itself: the library must hold no reply bytes */
+    if (k->c->reader->pos != k->c->reader->len) {
+        call_failed(r, k, 0, "replies out of step");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- bulk replies straight from the socket --------------------------------------- */
+
+/* Reads 1..cap bytes into dst before deadline: > 0 bytes, 0 timed out, -1
+ * connection error or closed (errno set). */
+static ssize_t read_some(int fd, void *dst, size_t cap, double deadline) {
+    for (;;) {
+        ssize_t n = recv(fd, dst, cap, MSG_DONTWAIT);
+        if (n > 0) return n;
+        if (n == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        double left = deadline - kvt_now();
+        if (left <= 0) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)ceil(left * 1e3)) < 0 && errno != EINTR) return -1;
+    }
+}
+
+/* Exactly n bytes into dst (NULL: dropped), from the read-ahead first, then
+ * straight from the socket. 0, or the read_some result that stopped it. */
+static ssize_t read_exact(int fd, kvt_remote_inbuf *in, uint8_t *dst, size_t n, double deadline) {
+    size_t have = KVT_MIN(n, in->len - in->pos);
+    if (dst) memcpy(dst, in->buf + in->pos, have);
+    in->pos += have;
+    for (size_t got = have; got < n;) {
+        ssize_t k = dst ? read_some(fd, dst + got, n - got, deadline)
+                        : read_some(fd, in->buf, KVT_MIN(n - got, in->cap), deadline);
+        if (k <= 0) return k;
+        got += (size_t)k;
+    }
+    return 1;
+}
+
+/* The next line (without its CRLF, NUL-terminated in line). Same results as read_exact. */
+static ssize_t read_line(int fd, kvt_remote_inbuf *in, char *line, double deadline) {
+    for (;;) {
+        uint8_t *s = in->buf + in->pos, *e = in->len > in->pos ? memchr(s, '\n', in->len - in->pos) : NULL;
+        if (e) {
+            size_t n = (size_t)(e - s);
+            if (n == 0 || s[n - 1] != '\r' || n > LINE_MAX_BYTES) break;
+            memcpy(line, s, n - 1);
+            line[n - 1] = 0;
+            in->pos += n + 1;
+            return 1;
+        }
+        if (in->len - in->pos > LINE_MAX_BYTES) break;
+        memmove(in->buf, s, in->len - in->pos); /* at most a line's bytes */
+        in->len -= in->pos;
+        in->pos = 0;
+        ssize_t k = read_some(fd, in->buf + in->len, in->cap - in->len, deadline);
+        if (k <= 0) return k;
+        in->len += (size_t)k;
+    }
+    errno = EPROTO;
+    return -1;
+}
+
+int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
+                         size_t cap, size_t *len) {
+    char line[LINE_MAX_BYTES + 1], crlf[2];
+    int fd = k->c->fd;
+    *len = 0;
+    ssize_t rc = read_line(fd, in, line, deadline);
+    if (rc > 0 && line[0] == '-') {
+        conn_answered(k);
+        kvt_remote_note_error(r, 0, "%s: refused: %s", k->who, line + 1);
+        return KVT_BULK_ERROR;
+    }
+    char *end = NULL;
+    long long n = rc > 0 && line[0] == '$' ? strtoll(line + 1, &end, 10) : -2;
+    if (rc > 0 && end && !*end && n == -1) {
+        conn_answered(k);
+        return KVT_BULK_NIL;
+    }
+    if (rc > 0 && (!end || *end || n < 0)) {
+        errno = EPROTO;
+        rc = -1;
+    }
+    if (rc > 0) {
+        *len = (size_t)n;
+        rc = read_exact(fd, in, *len <= cap ? dst : NULL, *len, deadline);
+    }
+    if (rc > 0) rc = read_exact(fd, in, (uint8_t *)crlf, 2, deadline);
+    if (rc > 0 && memcmp(crlf, "\r\n", 2)) {
+        errno = EPROTO;
+        rc = -1;
+    }
+    if (rc <= 0) {
+        call_failed(r, k, rc == 0, strerror(errno));
+        return KVT_BULK_FAILED;
+    }
+    conn_answered(k);
+    return *len <= cap ? KVT_BULK_VALUE : KVT_BULK_TOO_LONG;
 }

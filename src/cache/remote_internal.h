@@ -2,12 +2,15 @@
  * its files:
  *   tier_remote.c   open/close, the key file, the known set, the owner API
  *   remote_conn.c   URLs, connections with deadlines and backoff, error logging
- *   remote_read.c   get_many and probe: pipelined GETs/EXISTS and value checks
- *   remote_writer.c the write queue's writer thread: sign and SET
+ *   remote_read.c   get_many (over the reader threads) and probe
+ *   remote_value.c  the value codec: record, zstd, MAC; checks a value against
+ *                   the block asked for
+ *   remote_writer.c the write queue's writer thread: encode and SET
  *   remote_maint.c  SCAN/UNLINK maintenance (kvtier cache --kv-remote)
  * Threading as in tier_remote.h: `mu` guards the queue, the lost list and
- * the stats; the owner's thread alone touches rd and the known set, the
- * writer alone touches wr. */
+ * the stats; the owner's thread alone touches the known set and (through
+ * get_many's pool, one reader per thread) the readers, the writer alone
+ * touches wr. */
 #ifndef KVT_REMOTE_INTERNAL_H
 #define KVT_REMOTE_INTERNAL_H
 
@@ -15,12 +18,17 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <zstd.h>
 
+#include "disk_record.h"
 #include "hmap128.h"
+#include "threadpool.h"
 #include "tier_disk.h"
 #include "tier_remote.h"
 
 #define KVT_REMOTE_URL_PART_MAX 256
+/* SETs sent in one pipelined batch by the writer (and its compression buffers). */
+#define WRITE_BATCH_SLOTS 32
 
 /* One connection with its own reconnect schedule. Owned by one thread. */
 typedef struct {
@@ -30,6 +38,20 @@ typedef struct {
     int up;
     const char *who;   /* "reads", "writes": for log lines */
 } kvt_remote_conn;
+
+/* Bytes read from a socket ahead of the reply being parsed. */
+typedef struct {
+    uint8_t *buf;
+    size_t pos, len, cap;
+} kvt_remote_inbuf;
+
+/* One of get_many's readers: a connection and the buffers its thread uses. */
+typedef struct {
+    kvt_remote_conn conn;
+    kvt_remote_inbuf in;
+    uint8_t *value;  /* one value as read (value_bytes; checked in place) */
+    ZSTD_DCtx *dctx; /* created on the first compressed value */
+} kvt_remote_reader;
 
 typedef struct {
     kvt_hash128 hash, parent;
@@ -53,12 +75,12 @@ struct kvt_remote {
     kvt_remote_params p;
     char *url_text;
     kvt_remote_url url;
-    uint8_t key[KVT_DISK_KEY_BYTES];
-    uint32_t key_id;
+    kvt_disk_record_key *key; /* prepared once; read by every thread */
     size_t header_bytes, value_bytes, buf_bytes;
 
     /* owner thread only */
-    kvt_remote_conn rd;
+    kvt_remote_reader rd[KVT_REMOTE_READ_CONNS_MAX]; /* [0] also serves probe */
+    kvt_pool *pool;                                  /* read_conns threads, the owner's included */
     kvt_hmap128 known;          /* hash -> position in ring */
     kvt_remote_known_ent *ring; /* FIFO of known blocks, oldest at ring_head */
     uint32_t ring_cap, ring_head, ring_count;
@@ -76,7 +98,10 @@ struct kvt_remote {
     uint64_t unlogged;   /* errors since the last log line */
     kvt_remote_stats st;
 
-    kvt_remote_conn wr; /* writer thread only */
+    /* writer thread only */
+    kvt_remote_conn wr;
+    ZSTD_CCtx *cctx;
+    uint8_t **zbuf; /* per batch slot: a compressed record (with compression on) */
 };
 
 /* ---- remote_conn.c ---- */
@@ -103,6 +128,39 @@ void kvt_remote_conn_drop(kvt_remote_conn *k);
  * timeout). On a timeout or connection error: counted, logged, the
  * connection dropped (the pipeline is out of step) and NULL. */
 redisReply *kvt_remote_next_reply(kvt_remote *r, kvt_remote_conn *k, double deadline, double full_s);
+
+/* Sends the commands appended to k's context. 0, or -1 (counted, logged,
+ * connection dropped). */
+int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k);
+
+/* Outcomes of kvt_remote_read_bulk. */
+enum { KVT_BULK_FAILED = -1, KVT_BULK_VALUE = 0, KVT_BULK_NIL = 1, KVT_BULK_TOO_LONG = 2, KVT_BULK_ERROR = 3 };
+
+/* Reads the next pipelined reply on k, expected to be a bulk string, without
+ * the client library: its bytes go from the socket into dst (cap bytes)
+ * through the small read-ahead buffer in, before deadline. Returns
+ * KVT_BULK_VALUE (*len bytes in dst), KVT_BULK_NIL, KVT_BULK_TOO_LONG (a value
+ * over cap, *len long, read and dropped), KVT_BULK_ERROR (an error reply,
+ * logged) or KVT_BULK_FAILED (timeout, connection error or a reply of
+ * another type: counted, logged, connection dropped). Only on a connection
+ * whose client-library reader holds no bytes (kvt_remote_send checks). */
+int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
+                         size_t cap, size_t *len);
+
+/* ---- remote_value.c ---- */
+
+/* Whether value[0..len) is the record of exactly the block req asks for
+ * (namespace, key, parent, tokens, B, payload size), intact (CRCs) and signed
+ * under our key; if so its payload is decoded into req->out and 0 returned,
+ * else -1. value is modified during the MAC check and restored. *dctx is
+ * created on the first compressed value. */
+int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len,
+                            const kvt_tier_read *req);
+
+/* Encodes a queued block as a value: raw in place in q->buf, or (with
+ * compression on, when it shrinks) zstd into zbuf (buf_bytes). Signs it.
+ * Returns the value and its length in *len. Writer thread. */
+const uint8_t *kvt_remote_value_encode(kvt_remote *r, kvt_remote_qslot *q, uint8_t *zbuf, size_t *len);
 
 /* ---- tier_remote.c: the known set (owner thread) and the queue (mu held) ---- */
 

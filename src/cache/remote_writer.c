@@ -11,10 +11,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "disk_record.h"
 
-/* SETs sent in one pipelined batch by the writer. */
-#define WRITE_BATCH_MAX 32
 
 /* A block the writer could not store (mu held). */
 static void lost_locked(kvt_remote *r, kvt_hash128 hash) {
@@ -26,34 +23,39 @@ static void lost_locked(kvt_remote *r, kvt_hash128 hash) {
     r->lost[r->n_lost++] = hash;
 }
 
-/* Signs and sends slots [q_head, q_head + k) as one pipeline of SETs. The
+/* Encodes and sends slots [q_head, q_head + k) as one pipeline of SETs. The
  * slots stay in the queue (readable by get_many) until this returns. */
 static void write_batch(kvt_remote *r, uint32_t k) {
-    kvt_remote_qslot *batch[WRITE_BATCH_MAX];
-    int skip[WRITE_BATCH_MAX];
+    kvt_remote_qslot *batch[WRITE_BATCH_SLOTS];
+    int skip[WRITE_BATCH_SLOTS];
     pthread_mutex_lock(&r->mu);
     for (uint32_t i = 0; i < k; i++) {
         batch[i] = &r->q[(r->q_head + i) % r->p.queue_depth];
         skip[i] = batch[i]->cancelled;
     }
     pthread_mutex_unlock(&r->mu);
-    /* the MAC pass over each payload runs here, off the engine's thread; it
-     * writes only header bytes, which get_many never reads from a slot */
-    for (uint32_t i = 0; i < k; i++)
-        if (!skip[i])
-            kvt_disk_record_encode(batch[i]->buf, r->p.block_tokens, KVT_DISK_CODEC_RAW, r->p.payload_bytes,
-                                   r->p.payload_bytes, r->p.ns, batch[i]->hash, batch[i]->parent, r->key, r->key_id);
+    /* compression and the MAC pass run here, off the engine's thread */
+    const uint8_t *value[WRITE_BATCH_SLOTS];
+    size_t vlen[WRITE_BATCH_SLOTS];
+    uint32_t zipped = 0, encoded = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        if (skip[i]) continue;
+        encoded++;
+        if (r->zbuf && !r->zbuf[i]) r->zbuf[i] = kvt_xmalloc(r->buf_bytes);
+        value[i] = kvt_remote_value_encode(r, batch[i], r->zbuf ? r->zbuf[i] : NULL, &vlen[i]);
+        zipped += value[i] != batch[i]->buf;
+    }
     double full = r->p.write_timeout_ms / 1e3, deadline = kvt_now() + full;
     redisContext *c = kvt_remote_conn_get(r, &r->wr, full);
     uint32_t sent = 0, stored = 0;
-    int ok[WRITE_BATCH_MAX] = {0};
+    int ok[WRITE_BATCH_SLOTS] = {0};
     if (c) {
         char ttl[24];
         snprintf(ttl, sizeof ttl, "%u", r->p.ttl_s);
         for (uint32_t i = 0; i < k; i++) {
             if (skip[i]) continue;
-            const char *argv[5] = {"SET", batch[i]->key, (const char *)batch[i]->buf, "EX", ttl};
-            size_t len[5] = {3, KVT_REMOTE_KEY_LEN, r->value_bytes, 2, strlen(ttl)};
+            const char *argv[5] = {"SET", batch[i]->key, (const char *)value[i], "EX", ttl};
+            size_t len[5] = {3, KVT_REMOTE_KEY_LEN, vlen[i], 2, strlen(ttl)};
             redisAppendCommandArgv(c, r->p.ttl_s ? 5 : 3, argv, len);
             sent++;
         }
@@ -71,11 +73,16 @@ static void write_batch(kvt_remote *r, uint32_t k) {
     }
     pthread_mutex_lock(&r->mu);
     r->writer_failed = sent && !stored && !r->wr.up;
+    if (r->zbuf) {
+        r->st.compressed += zipped;
+        r->st.incompressible += encoded - zipped;
+    }
     for (uint32_t i = 0; i < k; i++) {
         if (skip[i]) continue;
         if (ok[i]) {
             r->st.puts++;
-            r->st.bytes_written += r->value_bytes;
+            r->st.bytes_written += vlen[i];
+            r->st.payload_written += r->p.payload_bytes;
         } else {
             lost_locked(r, batch[i]->hash);
         }
@@ -90,7 +97,7 @@ void *kvt_remote_writer_main(void *arg) {
     for (;;) {
         while ((!r->q_count || r->paused) && !r->stop) pthread_cond_wait(&r->cv_work, &r->mu);
         if (!r->q_count) break;
-        uint32_t k = KVT_MIN(r->q_count, (uint32_t)WRITE_BATCH_MAX);
+        uint32_t k = KVT_MIN(r->q_count, (uint32_t)WRITE_BATCH_SLOTS);
         pthread_mutex_unlock(&r->mu);
         write_batch(r, k);
         pthread_mutex_lock(&r->mu);

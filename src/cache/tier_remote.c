@@ -19,6 +19,8 @@
 #include "disk_record.h"
 
 #define DEFAULT_SIZE (4ull << 30)
+/* Socket read-ahead per reader: reply lines, and at most this much of a value copied through it. */
+#define READ_AHEAD_BYTES (16u << 10)
 /* Cap on the known set whatever the budget says (index memory: B ids per block). */
 #define KNOWN_MAX (1u << 22)
 
@@ -31,7 +33,16 @@ kvt_remote_params kvt_remote_default_params(void) {
     p.queue_depth = KVT_REMOTE_QUEUE_DEFAULT;
     p.put_wait_ms = KVT_REMOTE_PUT_WAIT_MS_DEFAULT;
     p.block_tokens = KVT_BLOCK_TOKENS_DEFAULT;
+    p.read_conns = KVT_REMOTE_READ_CONNS_DEFAULT;
+    p.zstd_level = KVT_REMOTE_ZSTD_LEVEL_DEFAULT;
     return p;
+}
+
+int kvt_remote_compress_parse(const char *s, kvt_remote_compress *out) {
+    if (!strcmp(s, "none")) *out = KVT_REMOTE_COMPRESS_NONE;
+    else if (!strcmp(s, "zstd")) *out = KVT_REMOTE_COMPRESS_ZSTD;
+    else return kvt_fail(KVT_EARG, "--kv-remote-compress %s: expected zstd or none", s);
+    return 0;
 }
 
 void kvt_remote_key(kvt_hash128 ns, kvt_hash128 hash, char out[KVT_REMOTE_KEY_LEN + 1]) {
@@ -123,13 +134,22 @@ static void remote_free(kvt_remote *r) {
     free(r->lost);
     free(r->ring);
     kvt_hmap128_free(&r->known);
-    kvt_remote_conn_drop(&r->rd);
+    for (int i = 0; i < KVT_REMOTE_READ_CONNS_MAX; i++) {
+        kvt_remote_conn_drop(&r->rd[i].conn);
+        free(r->rd[i].in.buf);
+        free(r->rd[i].value);
+        ZSTD_freeDCtx(r->rd[i].dctx);
+    }
+    kvt_pool_free(r->pool);
     kvt_remote_conn_drop(&r->wr);
+    ZSTD_freeCCtx(r->cctx);
+    for (int i = 0; r->zbuf && i < WRITE_BATCH_SLOTS; i++) free(r->zbuf[i]);
+    free(r->zbuf);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv_work);
     pthread_cond_destroy(&r->cv_room);
     pthread_cond_destroy(&r->cv_idle);
-    memset(r->key, 0, sizeof r->key);
+    kvt_disk_record_key_free(r->key);
     free(r->url_text);
     free(r);
 }
@@ -139,8 +159,11 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     if (!p->url) return kvt_fail(KVT_EARG, "remote tier: no URL");
     if (!p->payload_bytes || p->payload_bytes > KVT_DISK_PAYLOAD_MAX || !p->block_tokens ||
         p->block_tokens > KVT_BLOCK_TOKENS_MAX || !p->size_bytes || !p->queue_depth || !p->timeout_ms ||
-        !p->write_timeout_ms)
+        !p->write_timeout_ms || !p->read_conns || p->read_conns > KVT_REMOTE_READ_CONNS_MAX)
         return kvt_fail(KVT_EARG, "remote tier: bad parameters");
+    if (p->compress == KVT_REMOTE_COMPRESS_ZSTD && (p->zstd_level < ZSTD_minCLevel() || p->zstd_level > ZSTD_maxCLevel()))
+        return kvt_fail(KVT_EARG, "--kv-remote-zstd-level %d: expected %d..%d", p->zstd_level, ZSTD_minCLevel(),
+                        ZSTD_maxCLevel());
     kvt_remote *r = kvt_xcalloc(1, sizeof *r);
     r->p = *p;
     r->url_text = kvt_xstrdup(p->url);
@@ -154,18 +177,28 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&r->cv_work, NULL);
     pthread_cond_init(&r->cv_idle, NULL);
-    r->rd = (kvt_remote_conn){.who = "reads", .backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3};
+    for (int i = 0; i < KVT_REMOTE_READ_CONNS_MAX; i++)
+        r->rd[i].conn = (kvt_remote_conn){.who = "reads", .backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3};
     r->wr = (kvt_remote_conn){.who = "writes", .backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3};
     int rc = kvt_remote_parse_url(p->url, &r->url);
-    if (!rc) rc = read_key_file(p->key_file, r->key);
+    uint8_t key[KVT_DISK_KEY_BYTES];
+    if (!rc) rc = read_key_file(p->key_file, key);
     if (rc) {
         remote_free(r);
         return rc;
     }
-    r->key_id = kvt_disk_record_key_id(r->key);
+    r->key = kvt_disk_record_key_new(key);
+    memset(key, 0, sizeof key);
     r->header_bytes = KVT_DISK_RECORD_HEADER_BYTES(p->block_tokens);
     r->value_bytes = r->header_bytes + p->payload_bytes;
     r->buf_bytes = (r->value_bytes + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
+    /* the readers' buffers are touched now: a first restore pays no page faults for them */
+    for (uint32_t i = 0; i < p->read_conns; i++) {
+        r->rd[i].in = (kvt_remote_inbuf){.buf = kvt_xmalloc(READ_AHEAD_BYTES), .cap = READ_AHEAD_BYTES};
+        r->rd[i].value = kvt_xmalloc(r->value_bytes);
+        memset(r->rd[i].value, 0, r->value_bytes);
+    }
+    if (p->compress == KVT_REMOTE_COMPRESS_ZSTD) r->zbuf = kvt_xcalloc(WRITE_BATCH_SLOTS, sizeof *r->zbuf);
     uint64_t cap = p->size_bytes / r->value_bytes;
     r->ring_cap = (uint32_t)KVT_MAX(KVT_MIN(cap, (uint64_t)KNOWN_MAX), (uint64_t)KVT_REMOTE_KNOWN_MIN);
     r->ring = kvt_xcalloc(r->ring_cap, sizeof *r->ring);
@@ -176,6 +209,10 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
      * not kill the process with SIGPIPE (left alone if someone handles it) */
     struct sigaction sa;
     if (!sigaction(SIGPIPE, NULL, &sa) && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+    if (p->read_conns > 1 && !(r->pool = kvt_pool_new((int)p->read_conns))) {
+        remote_free(r);
+        return kvt_fail(-EAGAIN, "remote tier: cannot start %u reader threads", p->read_conns);
+    }
     if (pthread_create(&r->writer, NULL, kvt_remote_writer_main, r)) {
         remote_free(r);
         return kvt_fail(-EAGAIN, "remote tier: cannot start the writer thread");
@@ -291,7 +328,7 @@ void kvt_remote_get_stats(kvt_remote *r, kvt_remote_stats *out) {
     *out = r->st;
     out->known = r->known.count;
     out->queued = r->q_count;
-    out->connected = r->rd.up;
+    out->connected = r->rd[0].conn.up;
     pthread_mutex_unlock(&r->mu);
 }
 

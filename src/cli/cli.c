@@ -275,6 +275,9 @@ enum {
     CACHE_REMOTE_SIZE,
     CACHE_REMOTE_TTL,
     CACHE_REMOTE_TIMEOUT,
+    CACHE_REMOTE_COMPRESS,
+    CACHE_REMOTE_ZSTD_LEVEL,
+    CACHE_REMOTE_CONNS,
     CACHE_WRITE_THROUGH,
     CACHE_RESTORE,
 };
@@ -309,6 +312,14 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_REMOTE_TIMEOUT, 0, "kv-remote-timeout-ms", NULL, "MS",
      "T3 reads give up after this long per request (default 250):\na slow or absent Redis costs misses, never a stuck "
      "request", 0},
+    {CACHE_REMOTE_COMPRESS, 0, "kv-remote-compress", NULL, "CODEC",
+     "how this node writes T3 values: none (default) or zstd (lossless;\nthe value's header names its codec, so "
+     "every node reads both)", 0},
+    {CACHE_REMOTE_ZSTD_LEVEL, 0, "kv-remote-zstd-level", NULL, "N",
+     "zstd level for T3 writes: -7..-1 (fast) or 1..19 (default 1:\nREADME \"Shared tier\" has the measurements)", 0},
+    {CACHE_REMOTE_CONNS, 0, "kv-remote-conns", NULL, "N",
+     "T3 read connections, one thread each, that split a restore's\nGETs and check values in parallel (1..16, "
+     "default 4)", 0},
     {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL, "write each new block to disk (and T3) as soon as it is computed", 0},
     {CACHE_RESTORE, 0, "restore", NULL, "MODE",
      "disk blocks: auto (read only where faster than recomputing,\nmeasured), always, never (default auto)", 0},
@@ -363,6 +374,28 @@ int kvt_cli_cache_opt(int id, const char *v, const char *flag, kvt_cache_params 
         long ms = kvt_cli_parse_long(flag, v, 1, 600000);
         if (ms < 0) return -1;
         cp->remote_timeout_ms = (uint32_t)ms;
+        return 0;
+    }
+    case CACHE_REMOTE_COMPRESS:
+        if (!strcmp(v, "zstd") || !strcmp(v, "none")) {
+            cp->remote_zstd = !strcmp(v, "zstd");
+            return 0;
+        }
+        fprintf(stderr, "kvtier: %s must be zstd or none, not '%s'\n", flag, v);
+        return -1;
+    case CACHE_REMOTE_ZSTD_LEVEL: {
+        long level = strtol(v, &end, 10); /* negative levels are zstd's fast ones */
+        if (end == v || *end || level < -7 || level > 19 || level == 0) {
+            fprintf(stderr, "kvtier: %s expects -7..-1 or 1..19, got '%s'\n", flag, v);
+            return -1;
+        }
+        cp->remote_zstd_level = (int)level;
+        return 0;
+    }
+    case CACHE_REMOTE_CONNS: {
+        long n = kvt_cli_parse_long(flag, v, 1, 16);
+        if (n < 0) return -1;
+        cp->remote_read_conns = (uint32_t)n;
         return 0;
     }
     case CACHE_WRITE_THROUGH: cp->write_through = 1; return 0;
