@@ -238,6 +238,12 @@ int kvt_cache_pin(kvt_cache *c, const int32_t *tokens, int32_t n, const void *sa
 
 kvt_engine *kvt_cache_engine(kvt_cache *c) { return c->e; }
 
+int kvt_cache_has_shared_tier(const kvt_cache *c) {
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->shared) return 1;
+    return 0;
+}
+
 void kvt_cache_tier_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]) {
     memset(tokens, 0, KVT_TIER_COUNT * sizeof *tokens);
     tokens[KVT_TIER_T0] = (uint64_t)c->n_pages * (uint64_t)c->B;
