@@ -341,8 +341,10 @@ typedef struct {
     uint64_t t3_dropped;         /* writes dropped (queue full, Redis down, errors) */
     uint64_t t3_restores;        /* blocks read back into pages */
     uint64_t t3_hits, t3_misses; /* reads per block (misses: absent, evicted, refused, unreachable) */
-    uint64_t t3_bad;             /* values refused by CRC, MAC or identity checks */
+    uint64_t t3_bad;             /* values refused by CRC, MAC, codec or identity checks */
     uint64_t t3_bytes_read, t3_bytes_written;
+    uint64_t t3_payload_written; /* payload bytes of the values written, before compression */
+    uint64_t t3_compressed, t3_incompressible; /* values written zstd-compressed; raw because they did not shrink */
     uint64_t t3_errors, t3_timeouts; /* connection failures, deadlines passed, error replies */
     uint64_t t3_probes, t3_probe_found; /* lookups that asked the store, blocks they found */
     uint64_t t3_round_trips;     /* read calls that reached the store */

@@ -315,6 +315,9 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
         out->t3_bad = rs.bad;
         out->t3_bytes_read = rs.bytes_read;
         out->t3_bytes_written = rs.bytes_written;
+        out->t3_payload_written = rs.payload_written;
+        out->t3_compressed = rs.compressed;
+        out->t3_incompressible = rs.incompressible;
         out->t3_errors = rs.errors;
         out->t3_timeouts = rs.timeouts;
         out->t3_probes = rs.probes;

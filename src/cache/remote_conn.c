@@ -320,6 +320,7 @@ int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in
     }
     if (rc <= 0) {
         call_failed(r, k, rc == 0, strerror(errno));
+        in->pos = in->len = 0; /* the read-ahead belonged to the dropped connection */
         return KVT_BULK_FAILED;
     }
     conn_answered(k);

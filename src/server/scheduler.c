@@ -544,6 +544,11 @@ static cJSON *stats_json(kvt_server *s) {
         cJSON_AddNumberToObject(t3, "probe_found_blocks", (double)st.t3_probe_found);
         cJSON_AddNumberToObject(t3, "bytes_read", (double)st.t3_bytes_read);
         cJSON_AddNumberToObject(t3, "bytes_written", (double)st.t3_bytes_written);
+        cJSON_AddNumberToObject(t3, "compressed_values", (double)st.t3_compressed);
+        cJSON_AddNumberToObject(t3, "incompressible_values", (double)st.t3_incompressible);
+        /* payload over stored bytes of what this node wrote (1: raw; the header counts as stored) */
+        cJSON_AddNumberToObject(t3, "compression_ratio",
+                                st.t3_bytes_written ? (double)st.t3_payload_written / (double)st.t3_bytes_written : 1.0);
         cJSON_AddNumberToObject(t3, "latency_ms_avg",
                                 st.t3_round_trips ? 1e3 * st.t3_latency_sum_s / (double)st.t3_round_trips : 0.0);
     }
