@@ -22,22 +22,9 @@ MODEL=${MODEL:-bench/out/llama250m-f16.gguf}
 mkdir -p bench/out
 [ -f "$MODEL" ] || "$BIN" mkmodel -o "$MODEL" --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816 \
   --vocab 32000 --type f16 --ctx 4096 --name bench-llama-250m
-command -v redis-server >/dev/null || { echo "bench/remote.sh: needs redis-server" >&2; exit 1; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
-
-for _ in $(seq 20); do
-  RPORT=$((20000 + RANDOM % 30000))
-  redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-    --maxmemory 2gb --maxmemory-policy allkeys-lru >"$TMP/redis.log" 2>&1 &
-  RPID=$!
-  PIDS+=("$RPID")
-  for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break 2; sleep 0.1; done
-done
-head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
-REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key")
+. bench/redis_lib.sh
+SERVE_ARGS=(-t "$T" --ctx 4096)
+start_redis 2gb
 
 # a prompt of about 2,048 tokens under this model's tokenizer
 words=(cache tier block page restore prefix shared remote disk memory token layer value record server)
@@ -52,18 +39,6 @@ done
 while [ "$nt" -gt 2080 ]; do nw=$((nw - 4)); PROMPT=$(make_prompt $nw); nt=$("$BIN" tokenize -m "$MODEL" "$PROMPT" 2>/dev/null | wc -w); done
 BODY=$(jq -n --arg p "$PROMPT" '{prompt: $p, max_tokens: 1, temperature: 0}')
 
-start() { # start NAME ARGS...: sets URL
-  local name=$1; shift
-  "$BIN" serve -m "$MODEL" --host 127.0.0.1 --port 0 -t "$T" --ctx 4096 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV=$!
-  PIDS+=("$SRV")
-  for _ in $(seq 600); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$' || true)
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    sleep 0.1
-  done
-  cat "$TMP/$name.log" >&2; exit 1
-}
 ask() { curl -s -m 600 -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions"; }
 show() { jq -r "\"\(.kvtier.ttft_ms | floor) ms TTFT; cached T0/T1/T2/T3 \(.kvtier.cached_tokens_by_tier | [.T0,.T1,.T2,.T3] | join(\"/\")), computed \(.kvtier.computed_tokens), restore \(.kvtier.restore_ms * 10 | floor / 10) ms\"" "$1"; }
 

@@ -17,7 +17,6 @@ cd "$(dirname "$0")/.."
 MODEL=${1:-bench/out/llama250m-spm-f16.gguf}
 SESSIONS=${SESSIONS:-4} ROUNDS=${ROUNDS:-2} DOC_WORDS=${DOC_WORDS:-600} T=${THREADS:-1}
 BIN=./build/kvtier
-command -v redis-server >/dev/null || { echo "bench/remote_agents.sh: needs redis-server" >&2; exit 1; }
 if [ ! -f "$MODEL" ]; then
   vocab=../shared/vocab/ggml-vocab-llama-spm.gguf
   extra=()
@@ -26,33 +25,11 @@ if [ ! -f "$MODEL" ]; then
   "$BIN" mkmodel -o "$MODEL" --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 \
     --type f16 --ctx 16384 "${extra[@]}"
 fi
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+. bench/redis_lib.sh
+# --timeout: a long prefill on a busy machine sends nothing for a while; the connection must outlive it
+SERVE_ARGS=(-t "$T" --parallel 2 --ctx 16384 --timeout 600)
+start_redis 4gb
 
-for _ in $(seq 20); do
-  RPORT=$((20000 + RANDOM % 30000))
-  redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-    --maxmemory 4gb --maxmemory-policy allkeys-lru >"$TMP/redis.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break 2; sleep 0.1; done
-done
-head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
-REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key")
-
-start() { # start NAME ARGS...: sets URL and SRV
-  local name=$1; shift
-  "$BIN" serve -m "$MODEL" --host 127.0.0.1 --port 0 -t "$T" --parallel 2 --ctx 16384 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV=$!
-  PIDS+=("$SRV")
-  for _ in $(seq 600); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$' || true)
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    sleep 0.1
-  done
-  cat "$TMP/$name.log" >&2; exit 1
-}
 workload() { # LABEL URL_A [URL_B]
   local b=()
   [ -n "${3:-}" ] && b=(--url2 "$3" --switch-round 1)

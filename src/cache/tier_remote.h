@@ -71,7 +71,9 @@
  * (maxmemory with allkeys-lru; README "Shared tier").
  *
  * Thread-safety: the owner serialises every kvt_remote_ call on one handle
- * (like the index it updates); the writer thread is internal. The maintenance
+ * (like the index it updates); the writer thread and get_many's reader
+ * threads (params.read_conns - 1 of them, the caller being the first) are
+ * internal. The maintenance
  * functions at the end (kvt_remote_scan, kvt_remote_clear) are standalone. */
 #ifndef KVT_TIER_REMOTE_H
 #define KVT_TIER_REMOTE_H
