@@ -153,6 +153,9 @@ static kvt_remote *open_tier_with(kvt_prefix *index, const char *kf, uint64_t si
     p.index = index;
     p.timeout_ms = TIMEOUT_MS;
     p.write_timeout_ms = 1000;
+    /* puts wait for queue room as long as it takes: the tests here are not about back-pressure,
+     * and a slow writer (sanitizers, a loaded machine) must not turn puts into drops */
+    p.put_wait_ms = 60000;
     if (size) p.size_bytes = size;
     kvt_remote *r = NULL;
     int rc = kvt_remote_open(&p, &r);
