@@ -51,8 +51,11 @@ static void call_end_locked(kvt_remote *r, const read_call *k) {
     r->st.connected = r->rd[0].conn.up;
 }
 
-/* get_many's fetch of the blocks not served from the queue: reader ith
- * takes todo[n*ith/nth .. n*(ith+1)/nth) on its own connection. */
+/* get_many's fetch of the blocks not served from the queue: reader ith takes
+ * todo[ith], todo[ith + nth], ... on its own connection. Strided, not in
+ * runs: Redis writes the connections' replies in turns, so the blocks arrive
+ * roughly in prefix order across the readers, and a call cut by its deadline
+ * still leaves a usable leading run (a restore stops at its first miss). */
 typedef struct {
     kvt_remote *r;
     kvt_tier_read *reqs;
@@ -68,18 +71,18 @@ typedef struct {
 static void fetch_part(void *ctx, int ith, int nth) {
     fetch_job *j = ctx;
     kvt_remote *r = j->r;
-    size_t a = j->n * (size_t)ith / (size_t)nth, b = j->n * (size_t)(ith + 1) / (size_t)nth;
+    size_t step = (size_t)nth;
     kvt_remote_reader *rd = &r->rd[ith];
-    redisContext *c = a < b ? kvt_remote_conn_get(r, &rd->conn, j->call->full) : NULL;
+    redisContext *c = (size_t)ith < j->n ? kvt_remote_conn_get(r, &rd->conn, j->call->full) : NULL;
     if (!c) return;
     j->part[ith].reached = 1;
     char key[KVT_REMOTE_KEY_LEN + 1];
-    for (size_t i = a; i < b; i++) {
+    for (size_t i = (size_t)ith; i < j->n; i += step) {
         kvt_remote_key(r->p.ns, j->reqs[j->todo[i]].hash, key);
         redisAppendCommand(c, "GET %b", key, (size_t)KVT_REMOTE_KEY_LEN);
     }
     if (kvt_remote_send(r, &rd->conn)) return;
-    for (size_t i = a; i < b; i++) {
+    for (size_t i = (size_t)ith; i < j->n; i += step) {
         kvt_tier_read *q = &j->reqs[j->todo[i]];
         size_t len;
         int rc = kvt_remote_read_bulk(r, &rd->conn, &rd->in, j->call->deadline, rd->value, r->value_bytes, &len);
