@@ -231,9 +231,11 @@ int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k) {
 /* ---- bulk replies straight from the socket --------------------------------------- */
 
 /* Reads 1..cap bytes into dst before deadline: > 0 bytes, 0 timed out, -1
- * connection error or closed (errno set). */
+ * connection error or closed (errno set). The deadline is checked before
+ * every read, so a server that trickles bytes cannot stretch the call. */
 static ssize_t read_some(int fd, void *dst, size_t cap, double deadline) {
     for (;;) {
+        if (kvt_now() >= deadline) return 0;
         ssize_t n = recv(fd, dst, cap, MSG_DONTWAIT);
         if (n > 0) return n;
         if (n == 0) {

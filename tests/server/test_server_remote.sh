@@ -71,6 +71,9 @@ ask() {
     -d "{\"prompt\":\"$LONG\",\"max_tokens\":16,\"temperature\":0$salt}" "$1/v1/completions" >"$2"
 }
 t3() { jq -r '.kvtier.cached_tokens_by_tier.T3' "$1"; }
+# A's write-through queue drains in the background; a flush waits until it has (not a fixed
+# sleep, which a loaded machine outlasts)
+flush_a() { curl -s -m 60 -X POST -H 'Content-Type: application/json' -d '' "$URL_A/v1/cache/flush" >/dev/null; }
 
 "$BIN" serve -m "$TMP/m.gguf" --port 0 --kv-remote "redis://127.0.0.1:$RPORT" >"$TMP/nokey.log" 2>&1
 check "T3 without a key file refuses to start" test $? -ne 0
@@ -102,7 +105,7 @@ check "B computed only the tail" test "$(jq -r '.kvtier.computed_tokens' "$TMP/b
 ask "$URL_B" "$TMP/y0.json" tenant-y
 check "another tenant gets nothing from T3" test "$(t3 "$TMP/y0.json")" = 0
 ask "$URL_A" "$TMP/xa.json" tenant-x
-sleep 0.5
+flush_a
 ask "$URL_B" "$TMP/xb.json" tenant-x
 check "the same tenant shares through T3" test "$(t3 "$TMP/xb.json")" -gt 0
 ask "$URL_B" "$TMP/z.json" tenant-z
@@ -131,7 +134,7 @@ start_redis
 ask "$URL_A" "$TMP/va.json" tenant-v
 sleep 6 # past the reconnect backoff of both nodes
 ask "$URL_A" "$TMP/va2.json" tenant-v2
-sleep 0.5
+flush_a
 ask "$URL_B" "$TMP/vb.json" tenant-v2
 check "after Redis restarts B uses T3 again" test "$(t3 "$TMP/vb.json")" -gt 0
 
