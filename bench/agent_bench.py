@@ -11,10 +11,13 @@ timings.prompt_n), and total wall time. Loopback only. Standard library only.
 
 usage: agent_bench.py --url http://127.0.0.1:8090 [--label NAME] [--sessions 6] [--rounds 3]
        [--system-words 300] [--doc-words 1200] [--tool-words 60] [--kvtier-sessions] [--summary FILE]
+       [--url2 URL [--switch-round 1]]
 
 --kvtier-sessions names each session (kvtier.session_id), as an agent framework
 would; --summary appends one JSON line per round (computed, TTFT p50/p99, wall
-time, cached tokens by tier) for bench/expansion.sh.
+time, cached tokens by tier) for bench/expansion.sh. --url2 sends the rounds
+from --switch-round on to a second server (node B continues the sessions
+node A started: bench/remote_agents.sh, where the two share T3).
 """
 import argparse
 import http.client
@@ -108,6 +111,8 @@ def main():
     ap.add_argument("--tool-words", type=int, default=60)
     ap.add_argument("--kvtier-sessions", action="store_true", help="name each session (kvtier.session_id)")
     ap.add_argument("--summary", help="append one JSON line per round to this file")
+    ap.add_argument("--url2", help="a second server for the rounds from --switch-round on")
+    ap.add_argument("--switch-round", type=int, default=1)
     args = ap.parse_args()
 
     rng = random.Random(1234)
@@ -133,7 +138,8 @@ def main():
                         "stream": True, "stream_options": {"include_usage": True}}
                 if args.kvtier_sessions:
                     body["kvtier"] = {"session_id": f"agent-{s}"}
-                ttft, total, usage, timings, reply = post_stream(args.url, body)
+                url = args.url2 if args.url2 and r >= args.switch_round else args.url
+                ttft, total, usage, timings, reply = post_stream(url, body)
                 msgs.append({"role": "assistant", "content": reply})
                 c = computed_tokens(usage, timings)
                 p = (usage or {}).get("prompt_tokens", 0) if usage else (timings or {}).get("prompt_n", 0)
@@ -154,10 +160,12 @@ def main():
             t.join()
         computed, prompt_total = stats["computed"], stats["prompt"]
         wall = time.monotonic() - t_round
-        print(f"[{args.label}] round {r}: TTFT p50 {statistics.median(ttfts):.2f} s, p99 {percentile(ttfts, 0.99):.2f} s, "
+        node = " on node B" if args.url2 and r >= args.switch_round else ""
+        frac = " ".join(f"{t} {100.0 * n / max(prompt_total, 1):.1f}%" for t, n in sorted(stats["tiers"].items()))
+        print(f"[{args.label}] round {r}{node}: TTFT p50 {statistics.median(ttfts):.2f} s, p99 {percentile(ttfts, 0.99):.2f} s, "
               f"max {max(ttfts):.2f} s; prompt tokens {prompt_total}, computed {computed} "
-              f"({100.0 * computed / max(prompt_total, 1):.1f}%); wall {wall:.1f} s; cached by tier {stats['tiers']}",
-              flush=True)
+              f"({100.0 * computed / max(prompt_total, 1):.1f}%); wall {wall:.1f} s; cached by tier {stats['tiers']}"
+              f" = {frac or 'none'} of prompt tokens", flush=True)
         if args.summary:
             with open(args.summary, "a") as f:
                 f.write(json.dumps({"label": args.label, "sessions": args.sessions, "round": r,

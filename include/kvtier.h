@@ -302,6 +302,9 @@ typedef struct {
     const char *remote_key_file; /* T3 MAC key (--kv-remote-key-file), required with remote_url:
                                     32 bytes, 0600, shared by the fleet. Borrowed for kvt_cache_new. */
     uint32_t remote_timeout_ms;  /* T3 per-call read deadline (--kv-remote-timeout-ms; default 250) */
+    int remote_zstd;         /* compress T3 values with zstd (--kv-remote-compress zstd); readers take either */
+    int remote_zstd_level;   /* with remote_zstd (--kv-remote-zstd-level); 0: the default, 1 */
+    uint32_t remote_read_conns; /* T3 read connections and threads (--kv-remote-conns); 0: the default, 4 */
     int write_through;       /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;
@@ -402,8 +405,10 @@ typedef struct {
     uint64_t t3_dropped;         /* writes dropped (queue full, Redis down, errors) */
     uint64_t t3_restores;        /* blocks read back into pages */
     uint64_t t3_hits, t3_misses; /* reads per block (misses: absent, evicted, refused, unreachable) */
-    uint64_t t3_bad;             /* values refused by CRC, MAC or identity checks */
+    uint64_t t3_bad;             /* values refused by CRC, MAC, codec or identity checks */
     uint64_t t3_bytes_read, t3_bytes_written;
+    uint64_t t3_payload_written; /* payload bytes of the values written, before compression */
+    uint64_t t3_compressed, t3_incompressible; /* values written zstd-compressed; raw because they did not shrink */
     uint64_t t3_errors, t3_timeouts; /* connection failures, deadlines passed, error replies */
     uint64_t t3_probes, t3_probe_found; /* lookups that asked the store, blocks they found */
     uint64_t t3_round_trips;     /* read calls that reached the store */

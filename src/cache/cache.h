@@ -144,6 +144,10 @@ void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_
  * padding; 0 where a tier is off). */
 void kvt_cache_tier_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COUNT]);
 
+/* 1 if a shared tier (T3) is on: a lookup that misses locally may still
+ * find blocks there (kvt_cache_attach and kvt_cache_prefetch_root ask it). */
+int kvt_cache_has_shared_tier(const kvt_cache *c);
+
 /* The engine the cache was created over. */
 kvt_engine *kvt_cache_engine(kvt_cache *c);
 

@@ -318,3 +318,37 @@ uint64_t kvt_disk_record_encode(uint8_t *rec, uint32_t B, kvt_disk_codec codec, 
     if (key) sodium_memzero(&k, sizeof k);
     return n;
 }
+
+/* ---- prepared keys (disk_record.h) --------------------------------------- */
+
+struct kvt_disk_record_key {
+    mac_key k;
+};
+
+kvt_disk_record_key *kvt_disk_record_key_new(const uint8_t key[KVT_DISK_KEY_BYTES]) {
+    kvt_disk_record_key *k = kvt_xcalloc(1, sizeof *k);
+    memcpy(k->k.bytes, key, KVT_DISK_KEY_BYTES);
+    kvt_disk_key_prepare(&k->k);
+    return k;
+}
+
+void kvt_disk_record_key_free(kvt_disk_record_key *k) {
+    if (!k) return;
+    sodium_memzero(k, sizeof *k);
+    free(k);
+}
+
+uint64_t kvt_disk_record_sign(uint8_t *rec, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
+                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
+                              const kvt_disk_record_key *k) {
+    return kvt_disk_encode_with(rec, B, codec, payload_bytes, stored_bytes, ns, hash, parent, k ? &k->k : NULL);
+}
+
+int kvt_disk_record_verify_in_place(const kvt_disk_record *r, const kvt_disk_record_key *k, uint8_t *buf) {
+    if (!r->raw || !r->stored) return kvt_fail(KVT_EARG, "record payload not parsed");
+    return kvt_disk_record_verify(r, &k->k, buf);
+}
+
+int kvt_disk_record_decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap) {
+    return kvt_disk_decode_with(dc, r, out, cap);
+}

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <zstd.h>
+
 #include "blockhash.h"
 #include "tier_disk.h"
 
@@ -34,5 +36,31 @@ uint32_t kvt_disk_record_key_id(const uint8_t key[KVT_DISK_KEY_BYTES]);
 uint64_t kvt_disk_record_encode(uint8_t *rec, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
                                 uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
                                 const uint8_t *key, uint32_t key_id);
+
+/* ---- the same, with a key prepared once (the remote tier's hot path) ---- */
+
+/* A MAC key with its id and derived AES key computed once, for many records.
+ * Immutable after creation: one key may serve several threads at once. */
+typedef struct kvt_disk_record_key kvt_disk_record_key;
+
+/* Prepares key (KVT_DISK_KEY_BYTES). Free with kvt_disk_record_key_free,
+ * which wipes it. */
+kvt_disk_record_key *kvt_disk_record_key_new(const uint8_t key[KVT_DISK_KEY_BYTES]);
+void kvt_disk_record_key_free(kvt_disk_record_key *k);
+
+/* kvt_disk_record_encode under a prepared key (NULL: no MAC). */
+uint64_t kvt_disk_record_sign(uint8_t *rec, uint32_t B, kvt_disk_codec codec, uint64_t payload_bytes,
+                              uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
+                              const kvt_disk_record_key *k);
+
+/* kvt_disk_record_check_mac under a prepared key, without the copy: buf is
+ * the record's bytes (r->raw), writable; it is briefly modified during the
+ * check and restored before return, so no other thread may read it meanwhile.
+ * Same results as kvt_disk_record_check_mac. */
+int kvt_disk_record_verify_in_place(const kvt_disk_record *r, const kvt_disk_record_key *k, uint8_t *buf);
+
+/* kvt_disk_record_decode with a zstd context reused across calls (dc may be
+ * NULL: a context per call). */
+int kvt_disk_record_decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap);
 
 #endif

@@ -26,16 +26,29 @@
  * Reads never block a request beyond params.timeout_ms: get_many and probe
  * send their commands pipelined (one GET or EXISTS per block, never MGET, so
  * the keys may live on different Redis Cluster slots) and read the replies
- * against one deadline for the whole call. A timeout or connection error
+ * against one deadline for the whole call. get_many splits a batch over
+ * params.read_conns connections, one per thread of its own pool, each with
+ * its share of the GETs in flight: a value is read from the socket straight
+ * into that thread's buffer (no client-library copies), checked there (CRC,
+ * MAC, identity; the MAC pass is the costly one, so it is spread over the
+ * threads) and decoded into the caller's page, while the other threads' values
+ * are still arriving. Measured: bench/remote.sh, README "Shared tier". A timeout or connection error
  * drops the connection (its pipeline is out of step) and turns the rest of
  * the call into misses; reconnects are tried with exponential backoff
  * (KVT_REMOTE_BACKOFF_MIN_MS doubling to KVT_REMOTE_BACKOFF_MAX_MS), not on
  * every call, and calls in between are misses at once. Errors are counted and
  * logged at most once per KVT_REMOTE_LOG_INTERVAL_S.
  *
+ * Compression. With params.compress = KVT_REMOTE_COMPRESS_ZSTD the writer
+ * compresses each payload with zstd at params.zstd_level before signing; the
+ * record's codec field says which (the disk record's, so every reader knows),
+ * and a payload that does not shrink is stored raw. Readers decode either,
+ * whatever their own setting. A compressed value that does not decode to
+ * exactly one payload is refused like any other bad value (counted in bad).
+ *
  * Writes. kvt_remote_put copies the block into a bounded queue and returns; a
- * writer thread with its own connection signs the records (the MAC is computed
- * off the caller's thread) and sends them as pipelined SETs (with EX ttl when
+ * writer thread with its own connection compresses and signs the records (off
+ * the caller's thread) and sends them as pipelined SETs (with EX ttl when
  * params.ttl_s is set). A queued block is visible from the moment put returns:
  * its index presence is added at once and get_many serves it from the queue
  * until it is sent. A full queue makes put wait up to put_wait_ms for the
@@ -58,7 +71,9 @@
  * (maxmemory with allkeys-lru; README "Shared tier").
  *
  * Thread-safety: the owner serialises every kvt_remote_ call on one handle
- * (like the index it updates); the writer thread is internal. The maintenance
+ * (like the index it updates); the writer thread and get_many's reader
+ * threads (params.read_conns - 1 of them, the caller being the first) are
+ * internal. The maintenance
  * functions at the end (kvt_remote_scan, kvt_remote_clear) are standalone. */
 #ifndef KVT_TIER_REMOTE_H
 #define KVT_TIER_REMOTE_H
@@ -73,6 +88,9 @@
 #define KVT_REMOTE_TIMEOUT_MS_DEFAULT 250       /* whole get_many / probe call */
 #define KVT_REMOTE_WRITE_TIMEOUT_MS_DEFAULT 2000 /* one pipelined batch of SETs */
 #define KVT_REMOTE_QUEUE_DEFAULT 64
+#define KVT_REMOTE_READ_CONNS_DEFAULT 4 /* get_many's connections and threads */
+#define KVT_REMOTE_READ_CONNS_MAX 16
+#define KVT_REMOTE_ZSTD_LEVEL_DEFAULT 1 /* chosen by measurement: README "Shared tier" */
 #define KVT_REMOTE_PUT_WAIT_MS_DEFAULT 50       /* shorter than the disk's: a network write may be dropped */
 #define KVT_REMOTE_BACKOFF_MIN_MS 100
 #define KVT_REMOTE_BACKOFF_MAX_MS 5000
@@ -83,6 +101,8 @@
 #define KVT_REMOTE_KEY_LEN (4 + 32 + 1 + 32)
 
 typedef struct kvt_remote kvt_remote;
+
+typedef enum { KVT_REMOTE_COMPRESS_NONE = 0, KVT_REMOTE_COMPRESS_ZSTD = 1 } kvt_remote_compress;
 
 typedef struct {
     const char *url;          /* redis://[user:pass@]host[:port][/db] or unix:///path. Copied. */
@@ -97,6 +117,9 @@ typedef struct {
     uint32_t write_timeout_ms; /* per pipelined batch of SETs; >= 1 */
     uint32_t queue_depth;     /* blocks waiting for the writer; memory: depth x value */
     uint32_t put_wait_ms;     /* how long a put waits for queue room before dropping */
+    uint32_t read_conns;      /* 1..KVT_REMOTE_READ_CONNS_MAX: get_many's connections (and threads) */
+    kvt_remote_compress compress; /* how the writer stores payloads (readers take either) */
+    int zstd_level;           /* with KVT_REMOTE_COMPRESS_ZSTD: ZSTD_minCLevel()..ZSTD_maxCLevel() */
 } kvt_remote_params;
 
 typedef struct {
@@ -110,6 +133,8 @@ typedef struct {
     uint64_t put_waits;                 /* puts that found the queue full and waited */
     uint64_t forgotten;                 /* known blocks forgotten to stay within the known cap */
     uint64_t bytes_read, bytes_written; /* value bytes */
+    uint64_t payload_written;           /* payload bytes of the values written (before compression) */
+    uint64_t compressed, incompressible; /* values written zstd-compressed; values that did not shrink (raw) */
     uint64_t errors;                    /* connection failures, timeouts, error replies */
     uint64_t timeouts;                  /* of those, calls cut by their deadline */
     uint64_t connects;                  /* successful (re)connections, both threads */
@@ -124,8 +149,8 @@ typedef struct {
 /* The remote tier behind the tier interface (tier.h); the instance is a kvt_remote. */
 extern const kvt_tier_ops kvt_remote_tier_ops;
 
-/* size 4 GiB, no TTL, timeouts, queue and put wait at their defaults, the
- * rest 0/NULL. The caller sets url, key_file, payload_bytes, block_tokens, ns. */
+/* size 4 GiB, no TTL, timeouts, queue, put wait, read connections and zstd
+ * level at their defaults, no compression, the rest 0/NULL. The caller sets url, key_file, payload_bytes, block_tokens, ns. */
 kvt_remote_params kvt_remote_default_params(void);
 
 /* Checks the parameters, reads the key file and starts the writer thread.
@@ -179,6 +204,9 @@ int kvt_remote_flush(kvt_remote *r);
 void kvt_remote_pause_writer(kvt_remote *r, int paused);
 
 void kvt_remote_get_stats(kvt_remote *r, kvt_remote_stats *out);
+
+/* "none" or "zstd" into *out: 0, or KVT_EARG naming the flag. */
+int kvt_remote_compress_parse(const char *s, kvt_remote_compress *out);
 
 /* The Redis key of a block: KVT_REMOTE_KEY_LEN chars and a NUL in out. */
 void kvt_remote_key(kvt_hash128 ns, kvt_hash128 hash, char out[KVT_REMOTE_KEY_LEN + 1]);

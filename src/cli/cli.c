@@ -150,6 +150,9 @@ enum {
     CACHE_REMOTE_SIZE,
     CACHE_REMOTE_TTL,
     CACHE_REMOTE_TIMEOUT,
+    CACHE_REMOTE_COMPRESS,
+    CACHE_REMOTE_ZSTD_LEVEL,
+    CACHE_REMOTE_CONNS,
     CACHE_WRITE_THROUGH,
     CACHE_RESTORE,
 };
@@ -187,6 +190,15 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_REMOTE_TIMEOUT, 0, "kv-remote-timeout-ms", NULL, "MS",
      "T3 reads give up after this long per request (default 250):\na slow or absent Redis costs misses, never a stuck "
      "request", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_WAIT_MS)},
+    {CACHE_REMOTE_COMPRESS, 0, "kv-remote-compress", NULL, "CODEC",
+     "how this node writes T3 values: none (default) or zstd (lossless;\nthe value's header names its codec, so "
+     "every node reads both)", 0, KVT_CLI_PLAIN},
+    {CACHE_REMOTE_ZSTD_LEVEL, 0, "kv-remote-zstd-level", NULL, "N",
+     "zstd level for T3 writes: -7..-1 (fast) or 1..19 (default 1:\nREADME \"Shared tier\" has the measurements)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, -7, 19)},
+    {CACHE_REMOTE_CONNS, 0, "kv-remote-conns", NULL, "N",
+     "T3 read connections, one thread each, that split a restore's\nGETs and check values in parallel (1..16, "
+     "default 4)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, 16)},
     {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL, "write each new block to disk (and T3) as soon as it is computed",
      0, KVT_CLI_PLAIN},
     {CACHE_RESTORE, 0, "restore", NULL, "MODE",
@@ -218,6 +230,21 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
     case CACHE_REMOTE_SIZE: cp->remote_bytes = a->bytes; return 0;
     case CACHE_REMOTE_TTL: cp->remote_ttl_s = (uint32_t)a->i; return 0;
     case CACHE_REMOTE_TIMEOUT: cp->remote_timeout_ms = (uint32_t)a->i; return 0;
+    case CACHE_REMOTE_COMPRESS:
+        if (!strcmp(v, "zstd") || !strcmp(v, "none")) {
+            cp->remote_zstd = !strcmp(v, "zstd");
+            return 0;
+        }
+        fprintf(stderr, "kvtier: %s must be zstd or none, not '%s'\n", a->flag, v);
+        return -1;
+    case CACHE_REMOTE_ZSTD_LEVEL:
+        if (a->i == 0) { /* negative levels are zstd's fast ones; 0 would mean its default */
+            fprintf(stderr, "kvtier: %s expects -7..-1 or 1..19, got '%s'\n", a->flag, v);
+            return -1;
+        }
+        cp->remote_zstd_level = (int)a->i;
+        return 0;
+    case CACHE_REMOTE_CONNS: cp->remote_read_conns = (uint32_t)a->i; return 0;
     case CACHE_WRITE_THROUGH: cp->write_through = 1; return 0;
     case CACHE_RESTORE:
         if (!strcmp(v, "auto")) cp->restore = KVT_RESTORE_AUTO;

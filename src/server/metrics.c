@@ -179,6 +179,13 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t3_bytes_written);
     header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
     put(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
+    header(&b, "kvtier_remote_payload_bytes_written_total", "counter",
+           "Payload bytes of the T3 values written, before compression (over write bytes: the ratio).");
+    put(&b, "kvtier_remote_payload_bytes_written_total %llu\n", (unsigned long long)c->t3_payload_written);
+    header(&b, "kvtier_remote_values_encoded_total", "counter",
+           "T3 values encoded with --kv-remote-compress zstd, by codec (raw: did not shrink).");
+    put(&b, "kvtier_remote_values_encoded_total{codec=\"zstd\"} %llu\n", (unsigned long long)c->t3_compressed);
+    put(&b, "kvtier_remote_values_encoded_total{codec=\"raw\"} %llu\n", (unsigned long long)c->t3_incompressible);
     header(&b, "kvtier_remote_writes_dropped_total", "counter", "T3 writes dropped (queue full, Redis down, errors).");
     put(&b, "kvtier_remote_writes_dropped_total %llu\n", (unsigned long long)c->t3_dropped);
     header(&b, "kvtier_remote_restores_total", "counter", "Blocks read back from T3 into pages.");

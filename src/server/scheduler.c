@@ -413,7 +413,10 @@ static srv_req *queue_take_locked(kvt_server *s) {
 /* While r waits for a slot, restores its cached prefix into T0 pages that
  * are free or idle (idle blocks move down a tier, as for any request; pages
  * of running sequences and pins are never taken), leaving a margin for the
- * running sequences' next steps, so r is resident when its turn comes. */
+ * running sequences' next steps, so r is resident when its turn comes. With
+ * a shared tier (T3) on, blocks the local index does not know are asked of
+ * it too (kvt_cache_prefetch_root probes where the local match ends short),
+ * so a prefix another node computed is fetched while r waits. */
 static void prefetch_waiting(kvt_server *s, srv_req *r) {
     int32_t margin = s->p.parallel * PREFETCH_MARGIN_PER_SLOT + s->p.prefill_chunk / s->block + 1;
     kvt_cache_stats st;
@@ -424,7 +427,9 @@ static void prefetch_waiting(kvt_server *s, srv_req *r) {
     if (room <= 0 || kvt_cache_root(s->cache, r->salt, r->salt_len, &root)) return;
     kvt_cache_match m;
     kvt_cache_lookup_root(s->cache, root, r->prompt, r->n_prompt - 1, &m);
-    if (m.n_blocks == m.tier_blocks[KVT_TIER_T0]) return; /* nothing below T0 to bring up */
+    int32_t full = (r->n_prompt - 1) / s->block;
+    int ask_shared = m.n_blocks < full && kvt_cache_has_shared_tier(s->cache);
+    if (m.n_blocks == m.tier_blocks[KVT_TIER_T0] && !ask_shared) return; /* nothing below T0 to bring up */
     int32_t before = m.tier_blocks[KVT_TIER_T0] * s->block;
     int32_t got = kvt_cache_prefetch_root(s->cache, root, r->prompt, r->n_prompt - 1, room);
     if (got > before) r->prefetched_tokens = got - before;
@@ -560,6 +565,11 @@ static cJSON *stats_json(kvt_server *s) {
         cJSON_AddNumberToObject(t3, "probe_found_blocks", (double)st.t3_probe_found);
         cJSON_AddNumberToObject(t3, "bytes_read", (double)st.t3_bytes_read);
         cJSON_AddNumberToObject(t3, "bytes_written", (double)st.t3_bytes_written);
+        cJSON_AddNumberToObject(t3, "compressed_values", (double)st.t3_compressed);
+        cJSON_AddNumberToObject(t3, "incompressible_values", (double)st.t3_incompressible);
+        /* payload over stored bytes of what this node wrote (1: raw; the header counts as stored) */
+        cJSON_AddNumberToObject(t3, "compression_ratio",
+                                st.t3_bytes_written ? (double)st.t3_payload_written / (double)st.t3_bytes_written : 1.0);
         cJSON_AddNumberToObject(t3, "latency_ms_avg",
                                 st.t3_round_trips ? 1e3 * st.t3_latency_sum_s / (double)st.t3_round_trips : 0.0);
     }

@@ -5,7 +5,9 @@
  * key are misses, never wrong KV; Redis killed mid-run gives fast misses and
  * T3 comes back after a restart (reconnect with backoff); DEBUG SLEEP longer
  * than the timeout gives misses within the timeout; a tiny maxmemory with
- * allkeys-lru evicts, and evictions are misses. Then two caches ("nodes") on
+ * allkeys-lru evicts, and evictions are misses. zstd-compressed values are
+ * read by a node that does not compress, and a corrupt compressed value is a
+ * counted miss. Then two caches ("nodes") on
  * one Redis: node B restores node A's prompt from T3 with output and logits
  * bit-identical to a cold run, and a tenant salt keeps tenants apart.
  * Skips (77) only when redis-server is not installed. */
@@ -137,8 +139,12 @@ static block *make_chain(size_t n, kvt_hash128 root, unsigned seed) {
     return b;
 }
 
-static kvt_remote *open_tier(kvt_prefix *index, const char *kf, uint64_t size) {
+static kvt_remote *open_tier_with(kvt_prefix *index, const char *kf, uint64_t size, int zstd_level) {
     kvt_remote_params p = kvt_remote_default_params();
+    if (zstd_level) {
+        p.compress = KVT_REMOTE_COMPRESS_ZSTD;
+        p.zstd_level = zstd_level;
+    }
     p.url = url;
     p.key_file = kf;
     p.payload_bytes = PAYLOAD;
@@ -147,11 +153,18 @@ static kvt_remote *open_tier(kvt_prefix *index, const char *kf, uint64_t size) {
     p.index = index;
     p.timeout_ms = TIMEOUT_MS;
     p.write_timeout_ms = 1000;
+    /* puts wait for queue room as long as it takes: the tests here are not about back-pressure,
+     * and a slow writer (sanitizers, a loaded machine) must not turn puts into drops */
+    p.put_wait_ms = 60000;
     if (size) p.size_bytes = size;
     kvt_remote *r = NULL;
     int rc = kvt_remote_open(&p, &r);
     CHECKF(rc == 0, "open: %s", kvt_errmsg());
     return r;
+}
+
+static kvt_remote *open_tier(kvt_prefix *index, const char *kf, uint64_t size) {
+    return open_tier_with(index, kf, size, 0);
 }
 
 static void put_all(kvt_remote *r, const block *b, size_t n) {
@@ -345,6 +358,86 @@ static void test_bad_values(void) {
     free(v);
     CHECK(read_all(r, b, 1) == 1);
     kvt_remote_close(r);
+    free(b);
+}
+
+/* The value stored under a block's key (malloc'd; *len), or NULL. */
+static uint8_t *get_raw(kvt_hash128 h, size_t *len) {
+    char k[KVT_REMOTE_KEY_LEN + 1];
+    kvt_remote_key(ns, h, k);
+    redisContext *c = cli();
+    redisReply *r = c ? redisCommand(c, "GET %s", k) : NULL;
+    uint8_t *v = NULL;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        v = kvt_xmalloc(r->len);
+        memcpy(v, r->str, r->len);
+        *len = r->len;
+    }
+    if (r) freeReplyObject(r);
+    if (c) redisFree(c);
+    return v;
+}
+
+/* --kv-remote-compress zstd: values are stored compressed (the codec field
+ * says so) and a node that does not compress reads them; a payload that does
+ * not shrink is stored raw; a compressed value altered in Redis, one that is
+ * correctly signed but does not decode, and one longer than any value are
+ * misses counted as bad, and the rest of the pipeline is still served. */
+static void test_compressed(void) {
+    kvt_hash128 root = {11, 12};
+    block *b = make_chain(6, root, 6);
+    uint64_t s = 42;
+    for (size_t k = 0; k < PAYLOAD; k++) { /* block 5: random bytes, which zstd cannot shrink */
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        b[5].payload[k] = (unsigned char)s;
+    }
+    kvt_remote *a = open_tier_with(NULL, key_file, 0, 1), *rb = open_tier(NULL, key_file, 0);
+    put_all(a, b, 6);
+    CHECK(kvt_remote_flush(a) == 0);
+    kvt_remote_stats st;
+    kvt_remote_get_stats(a, &st);
+    CHECKF(st.compressed == 5 && st.incompressible == 1 && st.payload_written == 6 * PAYLOAD &&
+               st.bytes_written < 5 * st.value_bytes / 2 + st.value_bytes,
+           "%llu compressed, %llu raw, %llu bytes written", (unsigned long long)st.compressed,
+           (unsigned long long)st.incompressible, (unsigned long long)st.bytes_written);
+    size_t len, len5;
+    uint8_t *v = get_raw(b[0].hash, &len), *raw5 = get_raw(b[5].hash, &len5);
+    kvt_disk_record rec;
+    CHECK(v && kvt_disk_record_parse(v, len, 1, &rec) == 0 && rec.codec == KVT_DISK_CODEC_ZSTD && len < st.value_bytes);
+    CHECK(raw5 && kvt_disk_record_parse(raw5, len5, 1, &rec) == 0 && rec.codec == KVT_DISK_CODEC_RAW);
+    free(raw5);
+    CHECK(read_all(rb, b, 6) == 6); /* the reader does not compress; it decodes either */
+
+    /* 0: a byte of the compressed payload flipped; 1: signed with our key but
+     * not zstd; 2: longer than any value */
+    if (v) {
+        v[len - 3] ^= 0x40;
+        set_raw(b[0].hash, v, len);
+    }
+    free(v);
+    uint8_t key[KVT_DISK_KEY_BYTES];
+    int fd = open(key_file, O_RDONLY);
+    CHECK(fd >= 0 && read(fd, key, sizeof key) == (ssize_t)sizeof key);
+    close(fd);
+    size_t hb = KVT_DISK_RECORD_HEADER_BYTES(B), garbage = 100;
+    uint8_t *bad = kvt_xcalloc(1, hb + PAYLOAD + KVT_DISK_ALIGN);
+    memcpy(bad + KVT_DISK_HEADER_FIXED, b[1].tokens, sizeof b[1].tokens);
+    memset(bad + hb, 0xab, garbage);
+    kvt_disk_record_encode(bad, B, KVT_DISK_CODEC_ZSTD, PAYLOAD, garbage, ns, b[1].hash, b[1].parent, key,
+                           kvt_disk_record_key_id(key));
+    set_raw(b[1].hash, bad, hb + garbage);
+    CHECK(kvt_disk_record_parse(bad, hb + garbage, 1, &rec) == 0 && kvt_disk_record_check_mac(&rec, key) == 0);
+    free(bad);
+    uint8_t *big = kvt_xcalloc(1, st.value_bytes + 1000);
+    set_raw(b[2].hash, big, st.value_bytes + 1000);
+    free(big);
+    kvt_remote_stats before;
+    kvt_remote_get_stats(rb, &before);
+    CHECK(read_all(rb, b, 6) == 3); /* 3, 4 and 5 still arrive, after the bad ones in the same pipeline */
+    kvt_remote_get_stats(rb, &st);
+    CHECKF(st.bad - before.bad == 3 && st.connected == 1, "%llu bad", (unsigned long long)(st.bad - before.bad));
+    kvt_remote_close(a);
+    kvt_remote_close(rb);
     free(b);
 }
 
@@ -561,6 +654,7 @@ int main(void) {
     test_round_trip();
     test_batch();
     test_bad_values();
+    test_compressed();
     test_redis_down();
     test_slow_redis();
     test_eviction();

@@ -6,6 +6,8 @@
 # (cache_salt) keep tenants apart in T3 too; /v1/cache/stats and /metrics
 # report T3; a node without the key file refuses to start; Redis killed under
 # B gives misses, not failed requests, and B uses T3 again after a restart.
+# A request waiting for a slot has its T3 blocks prefetched into T0, with
+# output identical to the node that computed it.
 set -u
 BIN=${KVT_BIN:?}
 command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed (apt-get install redis-server)"; exit 77; }
@@ -50,7 +52,7 @@ REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key")
 # start NAME ARGS...: a server on a free port; sets URL_<NAME> and PID_<NAME>
 start() {
   local name=$1; shift
-  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  "$BIN" serve -m "${MODEL:-$TMP/m.gguf}" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
   for _ in $(seq 100); do
@@ -69,6 +71,9 @@ ask() {
     -d "{\"prompt\":\"$LONG\",\"max_tokens\":16,\"temperature\":0$salt}" "$1/v1/completions" >"$2"
 }
 t3() { jq -r '.kvtier.cached_tokens_by_tier.T3' "$1"; }
+# A's write-through queue drains in the background; a flush waits until it has (not a fixed
+# sleep, which a loaded machine outlasts)
+flush_a() { curl -s -m 60 -X POST -H 'Content-Type: application/json' -d '' "$URL_A/v1/cache/flush" >/dev/null; }
 
 "$BIN" serve -m "$TMP/m.gguf" --port 0 --kv-remote "redis://127.0.0.1:$RPORT" >"$TMP/nokey.log" 2>&1
 check "T3 without a key file refuses to start" test $? -ne 0
@@ -100,7 +105,7 @@ check "B computed only the tail" test "$(jq -r '.kvtier.computed_tokens' "$TMP/b
 ask "$URL_B" "$TMP/y0.json" tenant-y
 check "another tenant gets nothing from T3" test "$(t3 "$TMP/y0.json")" = 0
 ask "$URL_A" "$TMP/xa.json" tenant-x
-sleep 0.5
+flush_a
 ask "$URL_B" "$TMP/xb.json" tenant-x
 check "the same tenant shares through T3" test "$(t3 "$TMP/xb.json")" -gt 0
 ask "$URL_B" "$TMP/z.json" tenant-z
@@ -129,7 +134,7 @@ start_redis
 ask "$URL_A" "$TMP/va.json" tenant-v
 sleep 6 # past the reconnect backoff of both nodes
 ask "$URL_A" "$TMP/va2.json" tenant-v2
-sleep 0.5
+flush_a
 ask "$URL_B" "$TMP/vb.json" tenant-v2
 check "after Redis restarts B uses T3 again" test "$(t3 "$TMP/vb.json")" -gt 0
 
@@ -138,6 +143,43 @@ check "cache stats lists a namespace" grep -q "namespace" "$TMP/cstats.txt"
 ns=$(grep -o '[0-9a-f]\{32\}' "$TMP/cstats.txt" | head -1)
 "$BIN" cache clear --kv-remote "redis://127.0.0.1:$RPORT" --namespace "$ns" >"$TMP/cclear.txt" 2>&1
 check "cache clear removes the namespace's values" test "$(redis-cli -p "$RPORT" --scan --pattern "kvt:$ns:*" | wc -l)" = 0
+
+# Prefetch asks T3: on node Q (one slot), a request for a prefix node P
+# computed waits behind a long request; while it waits the scheduler fetches
+# its blocks from T3 into T0, so it starts with them resident.
+"$BIN" mkmodel -o "$TMP/med.gguf" --dim 384 --layers 6 --heads 6 --kv-heads 2 --ff 1024 --ctx 2048 >/dev/null 2>&1
+MODEL="$TMP/med.gguf" start P "${REMOTE[@]}" --write-through --ctx 2048
+MODEL="$TMP/med.gguf" start Q "${REMOTE[@]}" --parallel 1 --ctx 2048 --session-keep-warm 0
+X=$(awk 'BEGIN { srand(7); for (i = 0; i < 50; i++) printf "w%d ", int(rand() * 5000); }')
+xbody="{\"prompt\":\"$X\",\"max_tokens\":8,\"temperature\":0}"
+curl -s -m 120 -H 'Content-Type: application/json' -d "$xbody" "$URL_P/v1/completions" >"$TMP/xp.json"
+xn=$(jq -r '.usage.prompt_tokens' "$TMP/xp.json")
+xblocks=$(( (xn - 1) / blk ))
+check "X spans 2+ full blocks ($xn tokens)" test "$xblocks" -ge 2
+for _ in $(seq 100); do # P's write-through reaches Redis in the background
+  [ "$(curl -s "$URL_P/v1/cache/stats" | jq -r '.T3.writes')" -ge "$xblocks" ] && break
+  sleep 0.1
+done
+health() { curl -s "$URL_Q/health" | jq -r "$1"; }
+wait_health() { for _ in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.05; done; return 1; }
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/long.json" \
+  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true}' "$URL_Q/v1/completions" &
+LP=$!
+check "the long request holds Q's slot" wait_health .slots_busy 1
+curl -s -m 300 -H 'Content-Type: application/json' -d "$xbody" "$URL_Q/v1/completions" >"$TMP/xq.json" &
+XP=$!
+check "X waits on Q" wait_health .queued 1
+check "the long request was still running when X queued" test "$(health .slots_busy)" = 1
+wait $LP $XP
+curl -s "$URL_Q/v1/cache/stats" >"$TMP/qstats.json"
+check "X's T3 blocks were prefetched while it waited ($(jq '.kvtier.prefetched_tokens // 0' "$TMP/xq.json") tokens)" \
+  test "$(jq '.kvtier.prefetched_tokens // 0' "$TMP/xq.json")" -ge $((xblocks * blk))
+check "Q's stats count them: prefetched blocks and T3 restores" \
+  test "$(jq '.prefetched_blocks >= '"$xblocks"' and .T3.restores >= '"$xblocks" "$TMP/qstats.json")" = true
+check "X then started from T0" \
+  test "$(jq '.kvtier.cached_tokens_by_tier.T0 >= '"$((xblocks * blk))" "$TMP/xq.json")" = true
+check "X's output on Q equals P's cold run" \
+  test "$(jq -r '.choices[0].text' "$TMP/xq.json")" = "$(jq -r '.choices[0].text' "$TMP/xp.json")"
 
 for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done

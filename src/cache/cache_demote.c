@@ -1,0 +1,172 @@
+/* Demotion and eviction in the cache policy (cache.h "Demotion"): a block
+ * leaving a tier goes into the next one down that takes it, shared tiers get
+ * what persistent tiers keep, T0 reclaims idle leaves first, and a flush
+ * writes everything down at shutdown. */
+#include "cache_internal.h"
+
+#include <string.h>
+
+
+/* Puts a block into tier t. A persistent tier's writer may be behind: the
+ * tier itself waits (bounded) for room; when flushing (shutdown) we keep
+ * waiting. A block newly stored in a persistent, unshared tier is also put
+ * into every shared tier below it (tier.h "Sharing": what this node keeps is
+ * what other nodes will want). Returns >= 0 if the block is in tier t
+ * afterwards. */
+static int tier_put(kvt_cache *c, kvt_tier t, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                    const void *payload) {
+    const kvt_tier_ref *x = &c->tiers[t];
+    int rc;
+    while ((rc = x->ops->put(x->impl, hash, parent, tokens, payload)) == KVT_ELIMIT && c->flushing && x->ops->persistent)
+        if (x->ops->flush(x->impl)) break;
+    if (rc == 0) {
+        c->demotions[t]++;
+        if (x->ops->persistent && !x->ops->shared)
+            for (int s = t + 1; s < KVT_TIER_COUNT; s++)
+                if (c->tiers[s].ops && c->tiers[s].ops->shared) tier_put(c, (kvt_tier)s, hash, parent, tokens, payload);
+    }
+    return rc;
+}
+
+/* --write-through: a block goes into every persistent tier as soon as it is
+ * computed (a shared tier below the first one gets it through tier_put too;
+ * its second put is a cheap "already held"). */
+void kvt_cache_write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                          const void *payload) {
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->persistent) tier_put(c, (kvt_tier)t, hash, parent, tokens, payload);
+}
+
+/* Whether a block goes into a persistent tier. By default all do (inactive
+ * KV is kept, never discarded, while a tier has room). With KVT_ADMIT_REUSED,
+ * a block used within the last admit_live_s seconds (a live session's
+ * context, read once per step) still always goes down; only blocks idle
+ * longer must have been seen twice, to keep one-shot prompts off the SSD. */
+static int admitted(kvt_cache *c, kvt_hash128 hash, double last_use) {
+    if (c->flushing || c->params.disk_admit == KVT_ADMIT_ALL) return 1;
+    if (kvt_now() - last_use < c->params.admit_live_s) return 1;
+    return kvt_admit_sight(c->admit, hash);
+}
+
+/* A block leaves tier `from` (T0 reclaim, or a T1 eviction): it goes into
+ * the next tier down that takes it. Held is the mask of tiers that hold it
+ * now; past the first lower tier, a tier at or above one that holds it is
+ * skipped (a lower copy is findable already). Counted as discarded only when
+ * no tier takes it. */
+static void demote(kvt_cache *c, kvt_tier from, uint32_t held, kvt_hash128 hash, kvt_hash128 parent,
+                   const int32_t *tokens, const void *payload, double last_use) {
+    int first = 1;
+    for (int t = from + 1; t < KVT_TIER_COUNT; t++) {
+        if (!c->tiers[t].ops) continue;
+        if (!first && (held >> t)) return; /* a copy at this tier or below: still findable */
+        first = 0;
+        if (c->tiers[t].ops->persistent && !admitted(c, hash, last_use)) {
+            c->t2_not_admitted++;
+            break;
+        }
+        if (tier_put(c, (kvt_tier)t, hash, parent, tokens, payload) >= 0) return;
+    }
+    if (!(held >> (from + 1))) c->discarded++;
+}
+
+/* T1's evict hook: the block has left T1 and its index presence. */
+void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
+                            const void *payload, size_t bytes, double last_use) {
+    kvt_cache *c = ctx;
+    (void)bytes;
+    kvt_prefix_info info;
+    uint32_t held = kvt_prefix_get(c->index, hash, &info) ? 0 : info.tiers;
+    demote(c, KVT_TIER_T1, held, hash, parent, tokens, payload, last_use);
+}
+
+/* ---- T0 reclaim -------------------------------------------------------------- */
+
+/* The idle T0 leaf used longest ago, or -1. */
+static int32_t pick_victim(kvt_cache *c) {
+    int32_t best = -1;
+    for (int32_t p = 0; p < c->n_pages; p++) {
+        page_rec *r = &c->pages[p];
+        if (!r->cached || kvt_page_refcount(c->e, p) != 1) continue;
+        if (best >= 0 && r->tick >= c->pages[best].tick) continue;
+        kvt_prefix_info info;
+        if (kvt_prefix_get(c->index, r->hash, &info) || info.children[KVT_TIER_T0]) continue;
+        best = p;
+    }
+    return best;
+}
+
+/* Moves page p's block down a tier (see demote) and frees the page. */
+static void reclaim(kvt_cache *c, int32_t p) {
+    page_rec *r = &c->pages[p];
+    kvt_prefix_info info;
+    if (!kvt_prefix_get(c->index, r->hash, &info)) {
+        kvt_hash128 parent = info.parent;
+        uint32_t held = info.tiers & ~KVT_TIER_BIT(KVT_TIER_T0);
+        memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t)); /* info dies on index change */
+        demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p), r->t_use);
+    }
+    kvt_prefix_remove(c->index, r->hash, KVT_TIER_T0);
+    r->cached = 0;
+    kvt_page_unref(c->e, p);
+    c->evictions++;
+}
+
+int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
+    if (c->n_sessions) kvt_cache_expire_sessions(c);
+    while (kvt_page_free_count(c->e) < n_pages) {
+        int32_t v = pick_victim(c);
+        int32_t w = v < 0 ? kvt_cache_session_victim(c) : -1;
+        if (w >= 0) { /* a warm session's context yields to running work; it moves down, not out */
+            kvt_log(KVT_LOG_DEBUG, "cache: releasing warm session '%s' early for room", c->sessions[w].name);
+            kvt_cache_session_drop(c, w);
+            c->sessions_released++;
+            continue;
+        }
+        if (v < 0)
+            return kvt_fail(KVT_ELIMIT,
+                            "KV active memory exhausted: %d pages needed, %d free of %d and none reclaimable "
+                            "(running sequences and pins hold the rest); raise --kv-active",
+                            n_pages, kvt_page_free_count(c->e), c->n_pages);
+        reclaim(c, v);
+    }
+    return 0;
+}
+
+/* The first persistent tier, or KVT_TIER_T0 if none is configured. */
+static kvt_tier persistent_tier(const kvt_cache *c) {
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->persistent) return (kvt_tier)t;
+    return KVT_TIER_T0;
+}
+
+/* Cached T0 blocks that no persistent tier holds yet, written to the first one. */
+static void flush_t0(kvt_cache *c, kvt_tier dst) {
+    uint32_t persistent = 0;
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
+        if (c->tiers[t].ops && c->tiers[t].ops->persistent) persistent |= KVT_TIER_BIT(t);
+    for (int32_t p = 0; p < c->n_pages; p++) {
+        if (!c->pages[p].cached) continue;
+        kvt_prefix_info info;
+        if (kvt_prefix_get(c->index, c->pages[p].hash, &info) || (info.tiers & persistent)) continue;
+        kvt_hash128 parent = info.parent;
+        memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t));
+        tier_put(c, dst, c->pages[p].hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p));
+    }
+}
+
+int kvt_cache_flush(kvt_cache *c) {
+    kvt_tier dst = persistent_tier(c);
+    if (dst == KVT_TIER_T0) return 0;
+    c->flushing = 1;
+    flush_t0(c, dst);
+    /* upper tiers first: RAM empties itself through its evict hook, down into the persistent tiers */
+    int rc = 0;
+    for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
+        const kvt_tier_ref *x = &c->tiers[t];
+        if (!x->ops) continue;
+        int r = x->ops->flush(x->impl);
+        if (r && x->ops->persistent && !rc) rc = r;
+    }
+    c->flushing = 0;
+    return rc;
+}

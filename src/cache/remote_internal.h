@@ -1,0 +1,181 @@
+/* The remote tier's private parts (tier_remote.h is the contract), shared by
+ * its files:
+ *   tier_remote.c   open/close, the key file, the known set, the owner API
+ *   remote_conn.c   URLs, connections with deadlines and backoff, error logging
+ *   remote_read.c   get_many (over the reader threads) and probe
+ *   remote_value.c  the value codec: record, zstd, MAC; checks a value against
+ *                   the block asked for
+ *   remote_writer.c the write queue's writer thread: encode and SET
+ *   remote_maint.c  SCAN/UNLINK maintenance (kvtier cache --kv-remote)
+ * Threading as in tier_remote.h: `mu` guards the queue, the lost list and
+ * the stats; the owner's thread alone touches the known set and (through
+ * get_many's pool, one reader per thread) the readers, the writer alone
+ * touches wr. */
+#ifndef KVT_REMOTE_INTERNAL_H
+#define KVT_REMOTE_INTERNAL_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zstd.h>
+
+#include "disk_record.h"
+#include "hmap128.h"
+#include "threadpool.h"
+#include "tier_disk.h"
+#include "tier_remote.h"
+
+#define KVT_REMOTE_URL_PART_MAX 256
+/* SETs sent in one pipelined batch by the writer (and its compression buffers). */
+#define WRITE_BATCH_SLOTS 32
+
+/* One connection with its own reconnect schedule. Owned by one thread. */
+typedef struct {
+    redisContext *c;
+    double next_try;   /* kvt_now() before which no reconnect is tried */
+    double backoff_s;  /* the wait after the next failure */
+    int up;
+    const char *who;   /* "reads", "writes": for log lines */
+} kvt_remote_conn;
+
+/* Bytes read from a socket ahead of the reply being parsed. */
+typedef struct {
+    uint8_t *buf;
+    size_t pos, len, cap;
+} kvt_remote_inbuf;
+
+/* One of get_many's readers: a connection and the buffers its thread uses. */
+typedef struct {
+    kvt_remote_conn conn;
+    kvt_remote_inbuf in;
+    uint8_t *value;  /* one value as read (value_bytes; checked in place) */
+    ZSTD_DCtx *dctx; /* created on the first compressed value */
+} kvt_remote_reader;
+
+typedef struct {
+    kvt_hash128 hash, parent;
+    char key[KVT_REMOTE_KEY_LEN + 1];
+    uint8_t *buf;  /* record: tokens at KVT_DISK_HEADER_FIXED, payload after the header (room for padding) */
+    int cancelled; /* kvt_remote_remove while queued (mu) */
+} kvt_remote_qslot;
+
+typedef struct {
+    kvt_hash128 hash;
+    int live; /* 0: removed since it was pushed (its map entry is gone) */
+} kvt_remote_known_ent;
+
+typedef struct {
+    char host[KVT_REMOTE_URL_PART_MAX], path[KVT_REMOTE_URL_PART_MAX], user[KVT_REMOTE_URL_PART_MAX],
+        pass[KVT_REMOTE_URL_PART_MAX];
+    int port, db, is_unix;
+} kvt_remote_url;
+
+struct kvt_remote {
+    kvt_remote_params p;
+    char *url_text;
+    kvt_remote_url url;
+    kvt_disk_record_key *key; /* prepared once; read by every thread */
+    size_t header_bytes, value_bytes, buf_bytes;
+
+    /* owner thread only */
+    kvt_remote_reader rd[KVT_REMOTE_READ_CONNS_MAX]; /* [0] also serves probe */
+    kvt_pool *pool;                                  /* read_conns threads, the owner's included */
+    kvt_hmap128 known;          /* hash -> position in ring */
+    kvt_remote_known_ent *ring; /* FIFO of known blocks, oldest at ring_head */
+    uint32_t ring_cap, ring_head, ring_count;
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv_work, cv_room, cv_idle;
+    pthread_t writer;
+    int writer_started, stop, paused;
+    kvt_remote_qslot *q;
+    uint32_t q_head, q_count;
+    kvt_hash128 *lost;   /* blocks the writer dropped: their presence leaves at the next owner call */
+    size_t n_lost, cap_lost;
+    int writer_failed;   /* the writer's last batch could not reach Redis */
+    double last_log;
+    uint64_t unlogged;   /* errors since the last log line */
+    kvt_remote_stats st;
+
+    /* writer thread only */
+    kvt_remote_conn wr;
+    ZSTD_CCtx *cctx;
+    uint8_t **zbuf; /* per batch slot: a compressed record (with compression on) */
+};
+
+/* ---- remote_conn.c ---- */
+
+/* redis://[user:pass@]host[:port][/db] or unix:///path into u. 0 or KVT_EARG
+ * (the message names the part). The password is kept for AUTH, never printed. */
+int kvt_remote_parse_url(const char *url, kvt_remote_url *u);
+
+/* A connection to u with timeout_s for connect and every call, authenticated
+ * and on its database; NULL with the reason in err. */
+redisContext *kvt_remote_connect_url(const kvt_remote_url *u, double timeout_s, char *err, size_t cap);
+
+/* Counts an error and logs it, at most once per KVT_REMOTE_LOG_INTERVAL_S
+ * (takes mu). fmt has two %s: who and detail. */
+void kvt_remote_note_error(kvt_remote *r, int timeout, const char *fmt, const char *who, const char *detail);
+
+/* k's connection, (re)connecting if its backoff allows, with every call's
+ * socket timeout set to timeout_s; NULL while Redis is unreachable. */
+redisContext *kvt_remote_conn_get(kvt_remote *r, kvt_remote_conn *k, double timeout_s);
+
+void kvt_remote_conn_drop(kvt_remote_conn *k);
+
+/* The next pipelined reply on k before deadline (full_s: the call's whole
+ * timeout). On a timeout or connection error: counted, logged, the
+ * connection dropped (the pipeline is out of step) and NULL. */
+redisReply *kvt_remote_next_reply(kvt_remote *r, kvt_remote_conn *k, double deadline, double full_s);
+
+/* Sends the commands appended to k's context. 0, or -1 (counted, logged,
+ * connection dropped). */
+int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k);
+
+/* Outcomes of kvt_remote_read_bulk. */
+enum { KVT_BULK_FAILED = -1, KVT_BULK_VALUE = 0, KVT_BULK_NIL = 1, KVT_BULK_TOO_LONG = 2, KVT_BULK_ERROR = 3 };
+
+/* Reads the next pipelined reply on k, expected to be a bulk string, without
+ * the client library: its bytes go from the socket into dst (cap bytes)
+ * through the small read-ahead buffer in, before deadline. Returns
+ * KVT_BULK_VALUE (*len bytes in dst), KVT_BULK_NIL, KVT_BULK_TOO_LONG (a value
+ * over cap, *len long, read and dropped), KVT_BULK_ERROR (an error reply,
+ * logged) or KVT_BULK_FAILED (timeout, connection error or a reply of
+ * another type: counted, logged, connection dropped). Only on a connection
+ * whose client-library reader holds no bytes (kvt_remote_send checks). */
+int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
+                         size_t cap, size_t *len);
+
+/* ---- remote_value.c ---- */
+
+/* Whether value[0..len) is the record of exactly the block req asks for
+ * (namespace, key, parent, tokens, B, payload size), intact (CRCs) and signed
+ * under our key; if so its payload is decoded into req->out and 0 returned,
+ * else -1. value is modified during the MAC check and restored. *dctx is
+ * created on the first compressed value. */
+int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len,
+                            const kvt_tier_read *req);
+
+/* Encodes a queued block as a value: raw in place in q->buf, or (with
+ * compression on, when it shrinks) zstd into zbuf (buf_bytes). Signs it.
+ * Returns the value and its length in *len. Writer thread. */
+const uint8_t *kvt_remote_value_encode(kvt_remote *r, kvt_remote_qslot *q, uint8_t *zbuf, size_t *len);
+
+/* ---- tier_remote.c: the known set (owner thread) and the queue (mu held) ---- */
+
+/* Records T3 presence of a block (the oldest known block is forgotten when
+ * the known set is full). 0, or -EEXIST if the index refuses it. */
+int kvt_remote_known_add(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens);
+void kvt_remote_known_del(kvt_remote *r, kvt_hash128 hash);
+/* The queue slot holding hash, or NULL (mu held). */
+kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash);
+/* Blocks the writer dropped leave the index (owner thread, mu held). */
+void kvt_remote_apply_lost_locked(kvt_remote *r);
+
+/* ---- remote_writer.c ---- */
+
+/* The writer thread: drains the queue in pipelined batches. arg: the tier. */
+void *kvt_remote_writer_main(void *arg);
+
+#endif

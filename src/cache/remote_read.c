@@ -1,0 +1,175 @@
+/* The remote tier's reads (remote_internal.h): get_many serves queued blocks
+ * from the write queue and the rest with pipelined GETs split over its
+ * readers (one connection and one pool thread each), accepting a value only
+ * when it is the signed record of exactly the block asked for; probe asks
+ * which of a run of blocks exist with pipelined EXISTS on the first reader's
+ * connection. Both keep to one deadline per call. */
+#include "remote_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* Serves requests still in the write queue (mu held). */
+static size_t read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        kvt_remote_qslot *q = kvt_remote_queued_slot(r, reqs[i].hash);
+        if (!q || !kvt_hash128_eq(q->parent, reqs[i].parent) ||
+            memcmp(q->buf + KVT_DISK_HEADER_FIXED, reqs[i].tokens, r->p.block_tokens * sizeof(int32_t)))
+            continue;
+        memcpy(reqs[i].out, q->buf + r->header_bytes, r->p.payload_bytes);
+        reqs[i].result = 0;
+        hits++;
+    }
+    r->st.queue_hits += hits;
+    return hits;
+}
+
+/* One read call: its deadline, and whether it reached Redis. */
+typedef struct {
+    double t0, full, deadline;
+    int reached;
+} read_call;
+
+static void call_begin(kvt_remote *r, read_call *k) {
+    k->full = r->p.timeout_ms / 1e3;
+    k->t0 = kvt_now();
+    k->deadline = k->t0 + k->full;
+    k->reached = 0;
+}
+
+/* Counts the round trip if it reached Redis (mu held). */
+static void call_end_locked(kvt_remote *r, const read_call *k) {
+    if (k->reached) {
+        r->st.round_trips++;
+        r->st.latency_sum_s += kvt_now() - k->t0;
+    }
+    r->st.connected = r->rd[0].conn.up;
+}
+
+/* get_many's fetch of the blocks not served from the queue: reader ith takes
+ * todo[ith], todo[ith + nth], ... on its own connection. Strided, not in
+ * runs: Redis writes the connections' replies in turns, so the blocks arrive
+ * roughly in prefix order across the readers, and a call cut by its deadline
+ * still leaves a usable leading run (a restore stops at its first miss). */
+typedef struct {
+    kvt_remote *r;
+    kvt_tier_read *reqs;
+    const size_t *todo;
+    size_t n;
+    const read_call *call;
+    struct {
+        uint64_t hits, bad, bytes;
+        int reached;
+    } part[KVT_REMOTE_READ_CONNS_MAX];
+} fetch_job;
+
+static void fetch_part(void *ctx, int ith, int nth) {
+    fetch_job *j = ctx;
+    kvt_remote *r = j->r;
+    size_t step = (size_t)nth;
+    kvt_remote_reader *rd = &r->rd[ith];
+    redisContext *c = (size_t)ith < j->n ? kvt_remote_conn_get(r, &rd->conn, j->call->full) : NULL;
+    if (!c) return;
+    j->part[ith].reached = 1;
+    char key[KVT_REMOTE_KEY_LEN + 1];
+    for (size_t i = (size_t)ith; i < j->n; i += step) {
+        kvt_remote_key(r->p.ns, j->reqs[j->todo[i]].hash, key);
+        redisAppendCommand(c, "GET %b", key, (size_t)KVT_REMOTE_KEY_LEN);
+    }
+    if (kvt_remote_send(r, &rd->conn)) return;
+    for (size_t i = (size_t)ith; i < j->n; i += step) {
+        kvt_tier_read *q = &j->reqs[j->todo[i]];
+        size_t len;
+        int rc = kvt_remote_read_bulk(r, &rd->conn, &rd->in, j->call->deadline, rd->value, r->value_bytes, &len);
+        if (rc == KVT_BULK_FAILED) break; /* the rest of the pipeline is lost with the connection: misses */
+        j->part[ith].bytes += len;
+        if (rc == KVT_BULK_VALUE && !kvt_remote_value_accept(r, &rd->dctx, rd->value, len, q)) {
+            q->result = 0;
+            j->part[ith].hits++;
+        } else if (rc == KVT_BULK_VALUE || rc == KVT_BULK_TOO_LONG) {
+            j->part[ith].bad++;
+        }
+    }
+}
+
+size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
+    if (!n) return 0;
+    for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
+    pthread_mutex_lock(&r->mu);
+    kvt_remote_apply_lost_locked(r);
+    size_t hits = read_queued(r, reqs, n);
+    pthread_mutex_unlock(&r->mu);
+    read_call k;
+    call_begin(r, &k);
+    size_t *todo = kvt_xmalloc(n * sizeof *todo), n_todo = 0;
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].result) todo[n_todo++] = i;
+    fetch_job j = {.r = r, .reqs = reqs, .todo = todo, .n = n_todo, .call = &k};
+    if (n_todo > 1) kvt_pool_run(r->pool, fetch_part, &j);
+    else if (n_todo) fetch_part(&j, 0, 1);
+    free(todo);
+    uint64_t bad = 0, bytes = 0;
+    for (int t = 0; t < KVT_REMOTE_READ_CONNS_MAX; t++) {
+        hits += j.part[t].hits;
+        bad += j.part[t].bad;
+        bytes += j.part[t].bytes;
+        k.reached |= j.part[t].reached;
+    }
+    pthread_mutex_lock(&r->mu);
+    call_end_locked(r, &k);
+    r->st.bytes_read += bytes;
+    r->st.bad += bad;
+    r->st.hits += hits;
+    r->st.misses += n - hits;
+    pthread_mutex_unlock(&r->mu);
+    if (bad) kvt_log(KVT_LOG_DEBUG, "remote tier: %" PRIu64 " values refused (CRC, MAC, codec or identity)", bad);
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].result) kvt_remote_known_del(r, reqs[i].hash); /* evicted, expired, refused or unreachable */
+    return hits;
+}
+
+size_t kvt_remote_probe(kvt_remote *r, kvt_hash128 parent, const int32_t *tokens, const kvt_hash128 *hashes,
+                        size_t n_blocks) {
+    if (!n_blocks) return 0;
+    pthread_mutex_lock(&r->mu);
+    kvt_remote_apply_lost_locked(r);
+    r->st.probes++;
+    r->st.probe_blocks += n_blocks;
+    pthread_mutex_unlock(&r->mu);
+    read_call k;
+    call_begin(r, &k);
+    kvt_remote_conn *conn = &r->rd[0].conn;
+    redisContext *c = kvt_remote_conn_get(r, conn, k.full);
+    k.reached = c != NULL;
+    size_t run = 0;
+    int in_run = 1;
+    if (c) {
+        char key[KVT_REMOTE_KEY_LEN + 1];
+        for (size_t i = 0; i < n_blocks; i++) {
+            kvt_remote_key(r->p.ns, hashes[i], key);
+            redisAppendCommand(c, "EXISTS %b", key, (size_t)KVT_REMOTE_KEY_LEN);
+        }
+        for (size_t i = 0; i < n_blocks; i++) {
+            redisReply *rep = kvt_remote_next_reply(r, conn, k.deadline, k.full);
+            if (!rep) break;
+            int found = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+            freeReplyObject(rep);
+            /* registration contract: only the leading run, each after its parent */
+            if (in_run && found &&
+                !kvt_remote_known_add(r, hashes[i], i ? hashes[i - 1] : parent, tokens + i * (size_t)r->p.block_tokens))
+                run++;
+            else
+                in_run = 0;
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    call_end_locked(r, &k);
+    r->st.probe_found += run;
+    pthread_mutex_unlock(&r->mu);
+    return run;
+}
