@@ -10,7 +10,9 @@
  *    prompt is longer than the sliding windows, and the test also shows that
  *    the pass notices a missing window or a wrong local rope base, so it can
  *    fail where they matter.
- * 2. The cache invariant on sliding-window models (gemma2, gemma3): a miss, a
+ * 2. Windows over pages: the block size, the batch and the KV dtype's layout
+ *    (f16, f32, q8_0) change no bit of the logits.
+ * 3. The cache invariant on sliding-window models (gemma2, gemma3): a miss, a
  *    T0 hit, a T1 hit and, after a restart, a T2 hit all equal a cold run bit
  *    for bit, with prompts several windows long.
  *
@@ -25,6 +27,7 @@
 #include "common.h"
 #include "engine.h"
 #include "gguf.h"
+#include "kv_quant.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
@@ -362,6 +365,51 @@ static void check_against_naive(const char *arch) {
     kvt_model_free(m);
 }
 
+/* ---- windows across pages: block size and batch do not change a bit --------- */
+
+static float *window_logits(const kvt_model *m, kvt_kv_dtype dt, int32_t block, int32_t n_batch, const int32_t *p,
+                            int32_t n) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.kv_dtype = dt;
+    ep.n_ctx = n;
+    ep.block_size = block;
+    ep.n_batch = n_batch;
+    ep.n_threads = 2;
+    ep.max_seqs = 1;
+    kvt_engine *e = NULL;
+    int32_t seq;
+    float *out = malloc((size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
+    int rc = kvt_engine_new(m, ep, &e);
+    if (!rc) rc = kvt_seq_new(e, NULL, 0, 0, &seq);
+    if (!rc) rc = kvt_engine_feed(e, seq, p, n, 1, out);
+    CHECKF(rc == 0, "window run: %s", kvt_errmsg());
+    kvt_engine_free(e);
+    return out;
+}
+
+/* A window that starts mid-page, over pages of 3 and of 16 tokens, in chunks
+ * of 5 and of the whole prompt, for every KV dtype: the same bits. */
+static void check_window_invariance(const char *arch) {
+    kvt_mkmodel_params mp = arch_params(arch);
+    mp.type = KVT_TYPE_F16;
+    char file[64];
+    snprintf(file, sizeof file, "window-%s.gguf", arch);
+    kvt_model *m = make_model(&mp, file);
+    if (!m) return;
+    int32_t p[PROMPT];
+    unsigned seed = 3;
+    kvt_test_random_tokens(p, PROMPT, m->hp.n_vocab, &seed);
+    const kvt_kv_dtype dts[] = {KVT_KV_F16, KVT_KV_F32, KVT_KV_Q8_0};
+    for (size_t d = 0; d < KVT_ARRAY_LEN(dts); d++) {
+        float *a = window_logits(m, dts[d], 3, 5, p, PROMPT), *b = window_logits(m, dts[d], 16, PROMPT, p, PROMPT);
+        CHECKF(!memcmp(a, b, (size_t)PROMPT * (size_t)m->hp.n_vocab * sizeof(float)),
+               "%s, KV %s: pages of 3 and 16 tokens give different logits", arch, kvt_kv_dtype_name(dts[d]));
+        free(a);
+        free(b);
+    }
+    kvt_model_free(m);
+}
+
 /* ---- the cache invariant on sliding-window models -------------------------- */
 
 static kvt_cache *open_cache(kvt_engine *e, const char *dir) {
@@ -435,6 +483,8 @@ static void check_cache_tiers(const char *arch) {
 int main(void) {
     const char *archs[] = {"qwen3", "gemma3", "phi3", "gemma2"};
     for (size_t i = 0; i < KVT_ARRAY_LEN(archs); i++) check_against_naive(archs[i]);
+    check_window_invariance("gemma2");
+    check_window_invariance("phi3");
     check_cache_tiers("gemma2");
     check_cache_tiers("gemma3");
     return kvt_test_done("test_archs");
