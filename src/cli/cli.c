@@ -29,7 +29,7 @@ static const cli_command commands[] = {
     {"tokenize", kvt_cmd_tokenize, "print the token ids of a text"},
     {"cache", kvt_cmd_cache, "inspect or maintain a disk cache directory: stats, ls, verify, gc, clear"},
     {"lint", kvt_cmd_lint, "how cacheable a set of prompts is: shared prefixes, divergences, causes, advice"},
-    {"mkmodel", kvt_cmd_mkmodel, "write a random-weight GGUF model (llama or qwen2) for tests and demos"},
+    {"mkmodel", kvt_cmd_mkmodel, "write a random-weight GGUF model (any supported architecture) for tests and demos"},
 };
 
 static void usage(FILE *f) {
