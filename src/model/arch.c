@@ -46,12 +46,16 @@ int kvt_arch_layer_slides(const kvt_hparams *hp, int32_t il) {
     return il % hp->swa_pattern < hp->swa_pattern - 1;
 }
 
+static const char *arch_key(char *buf, size_t cap, const char *arch, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", arch, suffix);
+    return buf;
+}
+
 /* An optional non-negative integer "<arch>.<suffix>"; *found says whether it was there. */
 static int opt_u32(const kvt_gguf *g, const char *arch, const char *suffix, int32_t *out, int *found) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int64_t v;
-    int rc = kvt_gguf_get_int(g, key, &v);
+    int rc = kvt_gguf_get_int(g, arch_key(key, sizeof key, arch, suffix), &v);
     *found = rc == 0;
     if (rc == KVT_ENOTFOUND) return 0;
     if (rc) return rc;
@@ -63,9 +67,8 @@ static int opt_u32(const kvt_gguf *g, const char *arch, const char *suffix, int3
 /* An optional float "<arch>.<suffix>" >= 0, left unchanged when absent. */
 static int opt_f32(const kvt_gguf *g, const char *arch, const char *suffix, float *out) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
     double v;
-    int rc = kvt_gguf_get_float(g, key, &v);
+    int rc = kvt_gguf_get_float(g, arch_key(key, sizeof key, arch, suffix), &v);
     if (rc == KVT_ENOTFOUND) return 0;
     if (rc) return rc;
     if (!isfinite(v) || v < 0) return kvt_fail(KVT_EFORMAT, "metadata '%s' = %g is out of range", key, v);

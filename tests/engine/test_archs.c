@@ -307,6 +307,27 @@ static double max_rel_dev(const float *got, const double *ref, int64_t T, int64_
     return d;
 }
 
+/* Logits of every position of p[0..n) through an engine with this KV dtype, page size and batch. */
+static float *run_logits(const kvt_model *m, kvt_kv_dtype dt, int32_t block, int32_t n_batch, const int32_t *p,
+                            int32_t n) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.kv_dtype = dt;
+    ep.n_ctx = n;
+    ep.block_size = block;
+    ep.n_batch = n_batch;
+    ep.n_threads = 2;
+    ep.max_seqs = 1;
+    kvt_engine *e = NULL;
+    int32_t seq;
+    float *out = malloc((size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
+    int rc = kvt_engine_new(m, ep, &e);
+    if (!rc) rc = kvt_seq_new(e, NULL, 0, 0, &seq);
+    if (!rc) rc = kvt_engine_feed(e, seq, p, n, 1, out);
+    CHECKF(rc == 0, "engine run: %s", kvt_errmsg());
+    kvt_engine_free(e);
+    return out;
+}
+
 static void check_against_naive(const char *arch) {
     kvt_mkmodel_params mp = arch_params(arch);
     char file[64];
@@ -318,18 +339,8 @@ static void check_against_naive(const char *arch) {
     unsigned seed = 11;
     kvt_test_random_tokens(tokens, PROMPT, (int32_t)V, &seed);
 
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.kv_dtype = KVT_KV_F32;
-    ep.n_ctx = PROMPT;
-    ep.n_batch = 7; /* several chunks: later tokens read earlier ones from the pages */
-    ep.n_threads = 2;
-    ep.max_seqs = 1;
-    kvt_engine *e = NULL;
-    int32_t seq;
-    float *got = malloc((size_t)(PROMPT * V) * sizeof(float));
-    CHECKF(kvt_engine_new(m, ep, &e) == 0, "engine: %s", kvt_errmsg());
-    CHECK(e && kvt_seq_new(e, NULL, 0, 0, &seq) == 0);
-    CHECKF(e && kvt_engine_feed(e, seq, tokens, PROMPT, 1, got) == 0, "feed: %s", kvt_errmsg());
+    /* several chunks of 7: later tokens read earlier ones from the pages */
+    float *got = run_logits(m, KVT_KV_F32, CACHE_BLOCK, 7, tokens, PROMPT);
 
     net n;
     net_init(&n, m->gguf, arch);
@@ -361,31 +372,10 @@ static void check_against_naive(const char *arch) {
     }
     free(ref);
     free(got);
-    kvt_engine_free(e);
     kvt_model_free(m);
 }
 
 /* ---- windows across pages: block size and batch do not change a bit --------- */
-
-static float *window_logits(const kvt_model *m, kvt_kv_dtype dt, int32_t block, int32_t n_batch, const int32_t *p,
-                            int32_t n) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.kv_dtype = dt;
-    ep.n_ctx = n;
-    ep.block_size = block;
-    ep.n_batch = n_batch;
-    ep.n_threads = 2;
-    ep.max_seqs = 1;
-    kvt_engine *e = NULL;
-    int32_t seq;
-    float *out = malloc((size_t)n * (size_t)m->hp.n_vocab * sizeof(float));
-    int rc = kvt_engine_new(m, ep, &e);
-    if (!rc) rc = kvt_seq_new(e, NULL, 0, 0, &seq);
-    if (!rc) rc = kvt_engine_feed(e, seq, p, n, 1, out);
-    CHECKF(rc == 0, "window run: %s", kvt_errmsg());
-    kvt_engine_free(e);
-    return out;
-}
 
 /* A window that starts mid-page, over pages of 3 and of 16 tokens, in chunks
  * of 5 and of the whole prompt, for every KV dtype: the same bits. */
@@ -401,7 +391,7 @@ static void check_window_invariance(const char *arch) {
     kvt_test_random_tokens(p, PROMPT, m->hp.n_vocab, &seed);
     const kvt_kv_dtype dts[] = {KVT_KV_F16, KVT_KV_F32, KVT_KV_Q8_0};
     for (size_t d = 0; d < KVT_ARRAY_LEN(dts); d++) {
-        float *a = window_logits(m, dts[d], 3, 5, p, PROMPT), *b = window_logits(m, dts[d], 16, PROMPT, p, PROMPT);
+        float *a = run_logits(m, dts[d], 3, 5, p, PROMPT), *b = run_logits(m, dts[d], 16, PROMPT, p, PROMPT);
         CHECKF(!memcmp(a, b, (size_t)PROMPT * (size_t)m->hp.n_vocab * sizeof(float)),
                "%s, KV %s: pages of 3 and 16 tokens give different logits", arch, kvt_kv_dtype_name(dts[d]));
         free(a);
