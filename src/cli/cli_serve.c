@@ -75,7 +75,7 @@ static const kvt_cli_opt serve_opts[] = {
      "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
      "when there are\nany, else it is open. /health is always open", 0},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
-     "chatml, llama3, llama2 or mistral (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
+     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
      "none)", 0},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0},
     {O_MAX_INFLIGHT, 0, "max-inflight-bytes", NULL, "BYTES",
@@ -243,7 +243,7 @@ static int serve_opt(void *ctx, int id, const char *v, const char *a) {
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2 or mistral, got '%s'\n", a, v);
+            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2, mistral, qwen3, gemma or phi3, got '%s'\n", a, v);
             return -1;
         }
         return 0;
