@@ -7,7 +7,9 @@
 #   llama F16 twin 0.0104 and Q8_0 0.18 (both 100% top-1; tightening Q8_0 is
 #   issue 10's numerics item); phi3 F16 0.0020 and gemma2 F16 0.0035, both
 #   100% top-1 with all 16 greedy tokens equal, so their continuations must
-#   match exactly.
+#   match exactly; their Q8_0 twins 0.037 (99.3% top-1 on a prompt) and 0.073
+#   (90% on the 10-token prompt, where the final soft-cap leaves near-ties),
+#   the Q8_0 gap of issue 10's numerics item, so their bounds are loose.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 SHARED=${KVT_SHARED:-../shared}
@@ -27,6 +29,8 @@ mk-llama-f16|645c76496f21f100990aaed1044f5c476345b02a55d93b7d9ba1f338b18f0a98|2e
 mk-llama-q8_0|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|0.3|0.99|0|--type q8_0 $SMALL --layers 2 --tied --ctx 2048
 mk-phi3-f16|9d118f4ac45c6a946dcf810d28c55b2046e6af8fdd651e88290e48a78ee33def|1e-2|0.99|1|--arch phi3 --type f16 $SMALL --layers 2 --ctx 512 --swa 64
 mk-gemma2-f16|2d69a5f3d8c0f222ae35602537ac3a06248d130249f431465825f0166be33cb9|1e-2|0.99|1|--arch gemma2 --type f16 $SMALL --layers 26 --ctx 2048 --swa 64
+mk-phi3-q8_0|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|0.1|0.95|0|--arch phi3 --type q8_0 $SMALL --layers 2 --ctx 512 --swa 64
+mk-gemma2-q8_0|d188dfdf33f01db43e7238238702eb1991b8311e6a46bac814f7f0f9152b851b|0.15|0.85|0|--arch gemma2 --type q8_0 $SMALL --layers 26 --ctx 2048 --swa 64
 "
 while IFS='|' read -r name sha tol top1 greedy args; do
   [ -n "$name" ] || continue
