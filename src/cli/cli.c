@@ -30,7 +30,7 @@ const kvt_cli_command kvt_cli_commands[] = {
     {"lint", kvt_cmd_lint, kvt_usage_lint,
      "how cacheable a set of prompts is: shared prefixes, divergences, causes, advice"},
     {"mkmodel", kvt_cmd_mkmodel, kvt_usage_mkmodel,
-     "write a random-weight GGUF model (llama or qwen2) for tests and demos"},
+     "write a random-weight GGUF model (any supported architecture) for tests and demos"},
 };
 const size_t kvt_cli_n_commands = KVT_ARRAY_LEN(kvt_cli_commands);
 

@@ -33,7 +33,8 @@ void kvt_usage_lint(FILE *f) {
             "                      (chat, rendered with the model's template); '-' reads stdin\n"
             "  --json              one JSON object (the format of GET /v1/cache/lint)\n"
             "  --block-size B      tokens per cache block (default %d)\n"
-            "  --chat-template F   chatml, llama3, llama2 or mistral (default: from the model, else chatml)\n"
+            "  --chat-template F   chatml, llama3, llama2, mistral, qwen3, gemma or phi3\n"
+            "                      (default: from the model, else chatml)\n"
             "  -h, --help          this help\n",
             KVT_DEFAULT_BLOCK_SIZE);
 }

@@ -30,7 +30,10 @@ void kvt_usage_mkmodel(FILE *f) {
             "demos and benchmarks. It is not a trained model: its text is noise.\n\n"
             "options:\n"
             "  -o, --output PATH      file to write (atomically: temp file + fsync + rename)\n"
-            "  --arch NAME            llama or qwen2 (qwen2 adds q/k/v biases, NEOX rope) [%s]\n"
+            "  --arch NAME            llama, qwen2 (q/k/v biases, NEOX rope), qwen3 (q/k norms),\n"
+            "                         phi3 (fused qkv and gate-up, LongRoPE factors, sliding window),\n"
+            "                         gemma2 (post-norms, GELU, soft-capping, sliding window on even\n"
+            "                         layers), gemma3 (q/k norms, 5 sliding layers per global one) [%s]\n"
             "  --dim N                model width (embedding length) [%d]\n"
             "  --layers N             transformer blocks [%d]\n"
             "  --heads N              attention heads; dim must be a multiple [%d]\n"
@@ -47,11 +50,13 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
             "                         default: a built-in byte-level BPE vocabulary\n"
             "  --tied                 no output.weight: the output projection reuses token_embd\n"
-            "  --rope-base F          rope theta [%g]\n"
+            "  --rope-base F          rope theta; 0 = the architecture's (1e6 qwen3/gemma3, else 1e4) [%g]\n"
+            "  --swa N                sliding window of phi3/gemma2/gemma3; 0 = the architecture's\n"
+            "                         (phi3 2047, gemma2 4096, gemma3 512) [%d]\n"
             "  --seed N               weights seed [%llu]\n"
             "  --name NAME            general.name [%s]\n"
             "  -h, --help             this help\n",
-            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.ff, d.vocab, d.ctx, (double)d.rope_base,
+            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.ff, d.vocab, d.ctx, (double)d.rope_base, d.swa,
             (unsigned long long)d.seed, d.name);
 }
 
@@ -95,7 +100,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             long min;
         } ints[] = {{"--dim", &p.dim, 2}, {"--layers", &p.layers, 1}, {"--heads", &p.heads, 1},
                     {"--kv-heads", &p.kv_heads, 1}, {"--ff", &p.ff, 1}, {"--vocab", &p.vocab, 0},
-                    {"--ctx", &p.ctx, 1}};
+                    {"--ctx", &p.ctx, 1}, {"--swa", &p.swa, 0}};
         int matched = 0;
         for (size_t k = 0; k < KVT_ARRAY_LEN(ints); k++) {
             if (strcmp(a, ints[k].opt)) continue;
@@ -117,7 +122,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             p.tied = 1;
         } else if (!strcmp(a, "--rope-base")) {
             double f;
-            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v)) || f <= 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v)) || f < 0) return 2;
             p.rope_base = (float)f;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (n = kvt_cli_parse_long(a, v, 0, LONG_MAX)) < 0) return 2;
@@ -289,6 +294,12 @@ int kvt_cmd_info(int argc, char **argv) {
                    (unsigned long long)m->weight_bytes, (unsigned long long)kv16,
                    (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32,
                    (unsigned long long)(kv16 ? (1ull << 30) / kv16 : 0));
+        if (!vocab_only) {
+            char var[256];
+            kvt_arch_describe(hp, var, sizeof var);
+            printf(",\"variations\":");
+            kvt_cli_json_string(stdout, var);
+        }
         if (!vocab_only && kvq8)
             printf(",\"kv_bytes_per_token_q8_0\":%llu,\"kv_bytes_per_block_q8_0\":%llu,\"kv_tokens_per_gib_q8_0\":%llu",
                    (unsigned long long)kvq8, (unsigned long long)(kvq8 * DEFAULT_BLOCK_TOKENS),
@@ -313,10 +324,13 @@ int kvt_cmd_info(int argc, char **argv) {
                    (double)m->weight_bytes / 1e6);
             printf("weight types   %s\n", types);
             printf("output         %s\n", hp->tied_output ? "tied to token_embd" : "own output.weight");
+            char var[256];
+            kvt_arch_describe(hp, var, sizeof var);
+            printf("variations     %s\n", var);
             printf("context        %d tokens (trained)\n", hp->n_ctx_train);
             printf("rope           %s, theta %g, %d dims, freq scale %g%s\n",
                    hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_base, hp->rope_dim,
-                   (double)hp->rope_freq_scale, hp->has_freq_factors ? ", llama3 freq factors" : "");
+                   (double)hp->rope_freq_scale, hp->has_freq_factors ? (hp->arch == KVT_ARCH_PHI3 ? ", LongRoPE freq factors" : ", llama3 freq factors") : "");
             printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32, ",
                    (unsigned long long)kv16, (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
                    (unsigned long long)kv32);

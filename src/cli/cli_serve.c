@@ -79,7 +79,7 @@ static const kvt_cli_opt serve_opts[] = {
      "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
      "when there are\nany, else it is open. /health is always open", 0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
-     "chatml, llama3, llama2 or mistral (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
+     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
      "none)", 0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)",
      0, KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
@@ -247,7 +247,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2 or mistral, got '%s'\n", a->flag, v);
+            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2, mistral, qwen3, gemma or phi3, got '%s'\n", a->flag, v);
             return -1;
         }
         return 0;

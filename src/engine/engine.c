@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch_ops.h"
 #include "attn.h"
 #include "common.h"
 #include "kv_quant.h"
@@ -65,6 +66,8 @@ struct kvt_engine {
     float *hb2;      /* (nb, n_ff) up */
     float *rope_cos; /* (nb, rope_dim/2) */
     float *rope_sin; /* (nb, rope_dim/2) */
+    float *rope_cos_alt; /* (nb, rope_dim/2) sliding layers with their own rope base (gemma3), else NULL */
+    float *rope_sin_alt; /* (nb, rope_dim/2) */
     int32_t *pos;    /* (nb) position of each token in its sequence */
     int32_t *tseq;   /* (nb) sequence of each token */
     int32_t *tpage;  /* (nb) page receiving each token's K/V */
@@ -185,6 +188,10 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->hb2 = alloc_f32(nb * hp->n_ff);
     e->rope_cos = alloc_f32(nb * rope_half);
     e->rope_sin = alloc_f32(nb * rope_half);
+    if (hp->rope_base_swa > 0) {
+        e->rope_cos_alt = alloc_f32(nb * rope_half);
+        e->rope_sin_alt = alloc_f32(nb * rope_half);
+    }
     e->pos = alloc_i32(nb);
     e->tseq = alloc_i32(nb);
     e->tpage = alloc_i32(nb);
@@ -208,7 +215,7 @@ void kvt_engine_free(kvt_engine *e) {
     free(e->free_next);
     if (e->pool) kvt_pool_free(e->pool);
     free(e->x), free(e->xb), free(e->q), free(e->k), free(e->v), free(e->att);
-    free(e->hb), free(e->hb2), free(e->rope_cos), free(e->rope_sin);
+    free(e->hb), free(e->hb2), free(e->rope_cos), free(e->rope_sin), free(e->rope_cos_alt), free(e->rope_sin_alt);
     free(e->pos), free(e->tseq), free(e->tpage), free(e->tslot), free(e->wanted);
     free(e->scratch);
     free(e->qrow);
@@ -387,17 +394,26 @@ static size_t kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head
 
 /* cos/sin of every rotated pair for one position. theta_i = pos * base^(-2i/rope_dim),
  * built by repeated multiplication in f32 the way ggml does, then divided by the
- * llama3 frequency factor and multiplied by the linear scale. */
-static void rope_angles(const kvt_model *m, int32_t pos, float *cs, float *sn) {
+ * frequency factor (llama3, phi3) and multiplied by the linear scale; phi3's
+ * LongRoPE also scales cos and sin by its attention factor. alt: the rope of
+ * sliding layers that have their own (gemma3: rope_base_swa, no scaling). */
+static void rope_angles(const kvt_model *m, int32_t pos, int alt, float *cs, float *sn) {
     const kvt_hparams *hp = &m->hp;
     int32_t half = hp->rope_dim / 2;
-    float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
+    const float base = alt ? hp->rope_base_swa : hp->rope_base, fscale = alt ? 1.0f : hp->rope_freq_scale;
+    const float *factors = alt ? NULL : m->rope_freq_factors;
+    const float mscale = hp->rope_attn_factor;
+    float theta_scale = powf(base, -2.0f / (float)hp->rope_dim);
     float theta = (float)pos;
     for (int32_t i = 0; i < half; i++) {
-        float ff = m->rope_freq_factors ? m->rope_freq_factors[i] : 1.0f;
-        float t = hp->rope_freq_scale * (theta / ff);
+        float ff = factors ? factors[i] : 1.0f;
+        float t = fscale * (theta / ff);
         cs[i] = cosf(t);
         sn[i] = sinf(t);
+        if (mscale != 1.0f) {
+            cs[i] *= mscale;
+            sn[i] *= mscale;
+        }
         theta *= theta_scale;
     }
 }
@@ -429,7 +445,12 @@ typedef struct {
 static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, float *scratch) {
     const kvt_hparams *hp = &e->model->hp;
     const int32_t hd = hp->head_dim, B = e->p.block_size, G = hp->n_head / hp->n_head_kv;
+    const kvt_layer *L = &e->model->layers[layer];
     const int32_t pos = e->pos[i], n_keys = pos + 1;
+    /* a sliding layer sees keys [lo, pos]. Scores are indexed from lo, never
+     * from a page boundary, so the softmax and the value sums run over the
+     * same elements in the same order whatever the block size. */
+    const int32_t lo = L->window && pos >= L->window ? pos - L->window + 1 : 0, n_att = n_keys - lo;
     const int64_t ld = e->p.n_ctx;
     const seq_state *st = &e->seqs[e->tseq[i]];
     const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
@@ -439,7 +460,7 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     float *kdq = scratch + e->sc_kdq;                /* (hd, B), q8_0 KV */
     float *vdq = scratch + e->sc_vdq;                /* (B, hd), q8_0 KV */
     uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp); /* (max(G * hd, ld)), f16 KV */
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd); /* q_scale: q is scaled already */
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
 
     if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* as llama.cpp: q meets an f16 cache in f16 */
@@ -450,33 +471,37 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     /* q8_0 pages are read as f32: each page's rows are dequantized (elementwise,
      * so the values depend only on the stored bytes) into the scratch in the
      * layouts the kernels take, then the f32 kernels run on them */
-    for (int32_t t0 = 0; t0 < n_keys; t0 += B) {
+    const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float); /* f16/f32 element */
+    for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
         const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 0, gk, 0);
-        const int32_t T = KVT_MIN(B, n_keys - t0);
+        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a; /* keys t0+a .. t0+a+T-1 */
+        float *sc = scores + (t0 + a - lo);
         if (q8) {
-            kvt_kv_q8_dequant_columns(pg, B, T, hd, kdq);
-            kvt_attn_qk(q, G, hd, kdq, B, 0, T, scale, scores + t0, ld);
+            kvt_kv_q8_dequant_columns(pg, B, a + T, hd, kdq);
+            kvt_attn_qk(q, G, hd, kdq + a, B, 0, T, scale, sc, ld);
         } else {
-            kvt_attn_qk(q, G, hd, pg, B, f16, T, scale, scores + t0, ld);
+            kvt_attn_qk(q, G, hd, pg + (size_t)a * esz, B, f16, T, scale, sc, ld);
         }
     }
     for (int32_t g = 0; g < G; g++) {
         float *sg = scores + (size_t)g * (size_t)ld;
-        kvt_softmax(sg, n_keys);
+        if (hp->attn_softcap > 0) kvt_softcap(sg, n_att, hp->attn_softcap);
+        kvt_softmax(sg, n_att);
         if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* and so do the softmax weights */
-            kvt_f32_to_f16_row(sg, tmp, n_keys);
-            kvt_f16_to_f32_row(tmp, sg, n_keys);
+            kvt_f32_to_f16_row(sg, tmp, n_att);
+            kvt_f16_to_f32_row(tmp, sg, n_att);
         }
     }
     memset(out, 0, (size_t)G * (size_t)hd * sizeof(float));
-    for (int32_t t0 = 0; t0 < n_keys; t0 += B) {
+    for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
         const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 1, gk, 0);
-        const int32_t T = KVT_MIN(B, n_keys - t0);
+        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
+        const float *w = scores + (t0 + a - lo);
         if (q8) {
-            kvt_kv_q8_dequant_rows(pg, T, hd, vdq);
-            kvt_attn_av(scores + t0, ld, G, vdq, 0, T, hd, out);
+            kvt_kv_q8_dequant_rows(pg, a + T, hd, vdq);
+            kvt_attn_av(w, ld, G, vdq + (size_t)a * (size_t)hd, 0, T, hd, out);
         } else {
-            kvt_attn_av(scores + t0, ld, G, pg, f16, T, hd, out);
+            kvt_attn_av(w, ld, G, pg + (size_t)a * (size_t)hd * esz, f16, T, hd, out);
         }
     }
 }
@@ -531,10 +556,15 @@ static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logit
     const int64_t D = hp->n_embd, F = hp->n_ff, half = hp->rope_dim / 2;
     kvt_pool *pool = e->pool;
 
-    for (int32_t i = 0; i < n; i++) rope_angles(m, e->pos[i], e->rope_cos + i * half, e->rope_sin + i * half);
+    for (int32_t i = 0; i < n; i++) {
+        rope_angles(m, e->pos[i], 0, e->rope_cos + i * half, e->rope_sin + i * half);
+        if (e->rope_cos_alt) rope_angles(m, e->pos[i], 1, e->rope_cos_alt + i * half, e->rope_sin_alt + i * half);
+    }
+    if (hp->embd_scale != 1.0f) kvt_scale(e->x, (int64_t)n * D, hp->embd_scale);
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const kvt_layer *L = &m->layers[l];
+        const float *rc = L->alt_rope ? e->rope_cos_alt : e->rope_cos, *rs = L->alt_rope ? e->rope_sin_alt : e->rope_sin;
         /* attention block */
         for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->attn_norm, D, hp->rms_eps);
         kvt_matmul(pool, &L->wq, e->xb, D, n, e->q, e->q_dim);
@@ -544,9 +574,16 @@ static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logit
         add_bias(e->k, L->bk, n, e->kv_dim);
         add_bias(e->v, L->bv, n, e->kv_dim);
         for (int32_t i = 0; i < n; i++) {
-            rope_apply(hp, e->q + (size_t)i * (size_t)e->q_dim, hp->n_head, e->rope_cos + i * half, e->rope_sin + i * half);
-            rope_apply(hp, e->k + (size_t)i * (size_t)e->kv_dim, hp->n_head_kv, e->rope_cos + i * half,
-                       e->rope_sin + i * half);
+            float *qi = e->q + (size_t)i * (size_t)e->q_dim, *ki = e->k + (size_t)i * (size_t)e->kv_dim;
+            if (L->q_norm) { /* qwen3, gemma3: each head RMS-normed before rope */
+                for (int32_t h = 0; h < hp->n_head; h++)
+                    kvt_rmsnorm(qi + h * hp->head_dim, qi + h * hp->head_dim, L->q_norm, hp->head_dim, hp->rms_eps);
+                for (int32_t h = 0; h < hp->n_head_kv; h++)
+                    kvt_rmsnorm(ki + h * hp->head_dim, ki + h * hp->head_dim, L->k_norm, hp->head_dim, hp->rms_eps);
+            }
+            rope_apply(hp, qi, hp->n_head, rc + i * half, rs + i * half);
+            rope_apply(hp, ki, hp->n_head_kv, rc + i * half, rs + i * half);
+            if (hp->q_scale > 0) kvt_scale(qi, e->q_dim, hp->q_scale);
             store_kv(e, l, i);
         }
         /* every token of the chunk is in the pages before any attends, so each
@@ -554,14 +591,21 @@ static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logit
         attn_job job = {e, l, n};
         kvt_pool_run(pool, attn_worker, &job);
         kvt_matmul(pool, &L->wo, e->att, e->q_dim, n, e->xb, D);
+        if (L->post_attn_norm)
+            for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->xb + i * D, L->post_attn_norm, D, hp->rms_eps);
         for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
 
-        /* feed-forward block: x += W_down · (silu(W_gate·h) * (W_up·h)) */
+        /* feed-forward block: x += W_down · (act(W_gate·h) * (W_up·h)), act silu or gelu */
         for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->ffn_norm, D, hp->rms_eps);
         kvt_matmul(pool, &L->w_gate, e->xb, D, n, e->hb, F);
         kvt_matmul(pool, &L->w_up, e->xb, D, n, e->hb2, F);
-        for (int32_t i = 0; i < n; i++) kvt_silu_mul(e->hb + i * F, e->hb2 + i * F, F);
+        for (int32_t i = 0; i < n; i++) {
+            if (hp->ffn_act == KVT_FFN_GELU) kvt_gelu_mul(e->hb + i * F, e->hb2 + i * F, F);
+            else kvt_silu_mul(e->hb + i * F, e->hb2 + i * F, F);
+        }
         kvt_matmul(pool, &L->w_down, e->hb, F, n, e->xb, D);
+        if (L->post_ffn_norm)
+            for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->xb + i * D, L->post_ffn_norm, D, hp->rms_eps);
         for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
     }
 
@@ -570,6 +614,7 @@ static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logit
     for (int32_t w = 0; w < n_want; w++)
         kvt_rmsnorm(e->xb + w * D, e->x + (int64_t)e->wanted[w] * D, m->output_norm, D, hp->rms_eps);
     kvt_matmul(pool, &m->output, e->xb, D, n_want, logits, hp->n_vocab);
+    if (hp->final_softcap > 0) kvt_softcap(logits, (int64_t)n_want * hp->n_vocab, hp->final_softcap);
 }
 
 int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {

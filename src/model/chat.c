@@ -9,6 +9,7 @@
 #include "chat.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -17,6 +18,9 @@
 
 kvt_chat_family kvt_chat_detect(const char *t) {
     if (!t) return KVT_CHAT_UNKNOWN;
+    if (strstr(t, "<start_of_turn>")) return KVT_CHAT_GEMMA;
+    if (strstr(t, "<|user|>") && strstr(t, "<|end|>")) return KVT_CHAT_PHI3;
+    if (strstr(t, "<|im_start|>") && strstr(t, "<think>")) return KVT_CHAT_QWEN3;
     if (strstr(t, "<|im_start|>")) return KVT_CHAT_CHATML;
     if (strstr(t, "<|start_header_id|>")) return KVT_CHAT_LLAMA3;
     if (strstr(t, "[INST]")) return strstr(t, "<<SYS>>") ? KVT_CHAT_LLAMA2 : KVT_CHAT_MISTRAL;
@@ -29,12 +33,16 @@ const char *kvt_chat_family_name(kvt_chat_family f) {
     case KVT_CHAT_LLAMA3: return "llama3";
     case KVT_CHAT_LLAMA2: return "llama2";
     case KVT_CHAT_MISTRAL: return "mistral";
+    case KVT_CHAT_QWEN3: return "qwen3";
+    case KVT_CHAT_GEMMA: return "gemma";
+    case KVT_CHAT_PHI3: return "phi3";
     default: return "unknown";
     }
 }
 
 kvt_chat_family kvt_chat_family_parse(const char *name) {
-    static const kvt_chat_family all[] = {KVT_CHAT_CHATML, KVT_CHAT_LLAMA3, KVT_CHAT_LLAMA2, KVT_CHAT_MISTRAL};
+    static const kvt_chat_family all[] = {KVT_CHAT_CHATML, KVT_CHAT_LLAMA3, KVT_CHAT_LLAMA2, KVT_CHAT_MISTRAL,
+                                          KVT_CHAT_QWEN3,  KVT_CHAT_GEMMA,  KVT_CHAT_PHI3};
     for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++)
         if (name && !strcmp(name, kvt_chat_family_name(all[i]))) return all[i];
     return KVT_CHAT_UNKNOWN;
@@ -175,6 +183,114 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
     }
 }
 
+/* Qwen3: ChatML, but an assistant turn's reasoning ("<think>...</think>" in
+ * its text) is kept only after the last user message, as the model's template
+ * does; earlier turns keep their answer alone, so a conversation's cache is
+ * reused up to the reply before the last question. A reply kvtier generated
+ * whose text the template renders unchanged is spliced as its exact ids. */
+static void render_qwen3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
+    size_t last_user = 0;
+    for (size_t i = 0; i < n; i++)
+        if (is_role(&msgs[i], "user")) last_user = i;
+    for (size_t i = 0; i < n; i++) {
+        chatml_header(b, msgs[i].role);
+        mark(b, i);
+        const char *c = msgs[i].content, *end = strstr(c, "</think>");
+        if (!is_role(&msgs[i], "assistant")) {
+            push_text(b, c, 0);
+        } else if (!end) {
+            push_reply(b, c, lookup, ctx);
+        } else {
+            /* as the template splits it: reasoning before the first </think>
+             * (after the last <think> there), answer after the last </think>,
+             * newlines trimmed at the seams */
+            const char *last = end, *r = c, *p;
+            while ((p = strstr(last + 1, "</think>"))) last = p;
+            const char *answer = last + strlen("</think>");
+            while (*answer == '\n') answer++;
+            for (p = c; (p = strstr(p, "<think>")) && p < end; p++) r = p + strlen("<think>");
+            const char *re = end;
+            while (re > r && re[-1] == '\n') re--;
+            while (r < re && *r == '\n') r++;
+            if (i > last_user || i + 1 == n) {
+                size_t rl = (size_t)(re - r), al = strlen(answer);
+                char *full = kvt_xmalloc(rl + al + 32);
+                snprintf(full, rl + al + 32, "<think>\n%.*s\n</think>\n\n%s", (int)rl, r, answer);
+                int32_t *ids = NULL;
+                size_t k = lookup && !b->rc ? lookup(ctx, full, &ids) : 0;
+                if (k) {
+                    push_ids(b, ids, k);
+                } else {
+                    char *reason = kvt_xmalloc(rl + 1);
+                    memcpy(reason, r, rl);
+                    reason[rl] = 0;
+                    push_text(b, "<think>\n", 1);
+                    push_text(b, reason, 0);
+                    push_text(b, "\n</think>\n\n", 1);
+                    push_text(b, answer, 0);
+                    free(reason);
+                }
+                free(ids);
+                free(full);
+            } else {
+                push_reply(b, answer, lookup, ctx);
+            }
+        }
+        push_text(b, "<|im_end|>\n", 1);
+    }
+    chatml_header(b, "assistant");
+}
+
+/* Gemma 2 and 3: BOS, then "<start_of_turn>ROLE\n" content "<end_of_turn>\n"
+ * with the assistant as "model"; a leading system message is folded into the
+ * first turn as its first paragraph; contents are trimmed of surrounding
+ * whitespace as the template's trim filter does. */
+static void render_gemma(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
+    push_id(b, kvt_tokenizer_bos(b->t));
+    size_t first = n > 0 && is_role(&msgs[0], "system") ? 1 : 0;
+    for (size_t i = first; i < n; i++) {
+        const int model = is_role(&msgs[i], "assistant");
+        push_text(b, "<start_of_turn>", 1);
+        push_text(b, model ? "model" : msgs[i].role, 0);
+        push_text(b, "\n", 1);
+        if (i == first && first) {
+            mark(b, 0);
+            push_text(b, msgs[0].content, 0);
+            push_text(b, "\n\n", 0);
+        }
+        mark(b, i);
+        const char *c = msgs[i].content;
+        size_t len = strlen(c);
+        while (len && strchr(" \t\n\r", c[len - 1])) len--;
+        while (len && strchr(" \t\n\r", *c)) c++, len--;
+        char *trimmed = kvt_xmalloc(len + 1);
+        memcpy(trimmed, c, len);
+        trimmed[len] = 0;
+        if (model) push_reply(b, trimmed, lookup, ctx);
+        else push_text(b, trimmed, 0);
+        free(trimmed);
+        push_text(b, "<end_of_turn>\n", 1);
+    }
+    push_text(b, "<start_of_turn>", 1);
+    push_text(b, "model", 0);
+    push_text(b, "\n", 1);
+}
+
+/* Phi-3: "<|system|>\n", "<|user|>\n" or "<|assistant|>\n", the content, "<|end|>\n". */
+static void render_phi3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_chat_reply_fn lookup, void *ctx) {
+    for (size_t i = 0; i < n; i++) {
+        const int asst = is_role(&msgs[i], "assistant");
+        push_text(b, asst ? "<|assistant|>" : is_role(&msgs[i], "system") ? "<|system|>" : "<|user|>", 1);
+        push_text(b, "\n", 1);
+        mark(b, i);
+        if (asst) push_reply(b, msgs[i].content, lookup, ctx);
+        else push_text(b, msgs[i].content, 0);
+        push_text(b, "<|end|>\n", 1);
+    }
+    push_text(b, "<|assistant|>", 1);
+    push_text(b, "\n", 1);
+}
+
 int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
                     kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, int32_t **out, size_t *n_out) {
     size_t at;
@@ -192,6 +308,9 @@ int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat
     case KVT_CHAT_LLAMA3: render_llama3(&b, msgs, n, lookup, lookup_ctx); break;
     case KVT_CHAT_LLAMA2: render_inst(&b, msgs, n, 1, lookup, lookup_ctx); break;
     case KVT_CHAT_MISTRAL: render_inst(&b, msgs, n, 0, lookup, lookup_ctx); break;
+    case KVT_CHAT_QWEN3: render_qwen3(&b, msgs, n, lookup, lookup_ctx); break;
+    case KVT_CHAT_GEMMA: render_gemma(&b, msgs, n, lookup, lookup_ctx); break;
+    case KVT_CHAT_PHI3: render_phi3(&b, msgs, n, lookup, lookup_ctx); break;
     default: return kvt_fail(KVT_EARG, "no chat template family to render with");
     }
     if (b.rc) {

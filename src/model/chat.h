@@ -1,5 +1,5 @@
 /* Chat templates: recognises the family of a model's tokenizer.chat_template
- * (ChatML, Llama 3, Llama 2, Mistral) and renders conversations for it to
+ * (ChatML, Llama 3, Llama 2, Mistral, Qwen3, Gemma, Phi-3) and renders conversations for it to
  * token ids. Also the reply map: assistant replies kvtier generated, keyed by
  * their text, so the next turn reuses the exact token ids instead of a
  * re-tokenization that would diverge from the cached sequence. */
@@ -17,11 +17,14 @@ typedef enum {
     KVT_CHAT_LLAMA3,
     KVT_CHAT_LLAMA2,
     KVT_CHAT_MISTRAL,
+    KVT_CHAT_QWEN3,  /* ChatML with Qwen3's <think> handling of assistant turns */
+    KVT_CHAT_GEMMA,  /* <start_of_turn>user/model, system folded into the first turn (Gemma 2 and 3) */
+    KVT_CHAT_PHI3,   /* <|user|> ... <|end|> (Phi-3, Phi-3.5, Phi-4-mini) */
 } kvt_chat_family;
 
 /* Family of a Jinja template by its markers; KVT_CHAT_UNKNOWN for NULL or unrecognised. */
 kvt_chat_family kvt_chat_detect(const char *tmpl);
-/* "chatml", "llama3", "llama2", "mistral" or "unknown". */
+/* "chatml", "llama3", "llama2", "mistral", "qwen3", "gemma", "phi3" or "unknown". */
 const char *kvt_chat_family_name(kvt_chat_family f);
 /* The family named name (as kvt_chat_family_name spells it), or KVT_CHAT_UNKNOWN. */
 kvt_chat_family kvt_chat_family_parse(const char *name);

@@ -1,4 +1,4 @@
-/* `kvtier mkmodel`: random-weight llama/qwen2 GGUFs. Tensor data is generated
+/* `kvtier mkmodel`: random-weight GGUFs of every architecture kvtier runs. Tensor data is generated
  * on the fly by the writer callback from a per-tensor seed, so a 250M-parameter
  * model never sits in memory and the bytes depend only on (seed, name, shape). */
 #include "mkmodel.h"
@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "gguf.h"
+#include "model.h"
 #include "ops.h"
 #include "quant_k.h"
 
@@ -19,6 +20,15 @@
 #define GGUF_TOKEN_CONTROL 3
 #define BIAS_SCALE 0.02f
 #define EMBD_SCALE 1.0f
+#define NORM_SPREAD 0.25f        /* qwen3/phi3/gemma norms: 1 +- this */
+#define ROPE_FACTOR_SPREAD 1.0f  /* phi3 LongRoPE factors in [1, 3) */
+#define ROPE_BASE 10000.0f
+#define ROPE_BASE_LONG 1000000.0f /* qwen3, gemma3 */
+#define PHI3_SWA 2047             /* the usual windows, as the released models have them */
+#define GEMMA2_SWA 4096
+#define GEMMA3_SWA 512
+#define GEMMA2_ATTN_SOFTCAP 50.0f
+#define GEMMA2_FINAL_SOFTCAP 30.0f
 
 static const char *const builtin_specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 #define N_SPECIALS ((int32_t)KVT_ARRAY_LEN(builtin_specials))
@@ -28,11 +38,40 @@ static const char builtin_chat_template[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/* The templates of the families, written as their models ship them (short forms). */
+static const char qwen3_chat_template[] =
+    "{%- for message in messages %}{%- if message.role == 'assistant' %}{%- set content = message.content %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}"
+    "{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}"
+    "{%- endif %}";
+static const char gemma_chat_template[] =
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + "
+    "'\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = '' %}{% set loop_messages "
+    "= messages %}{% endif %}{% for message in loop_messages %}{% if message['role'] == 'assistant' %}{% set role = "
+    "'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + "
+    "(first_user_prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+static const char phi3_chat_template[] =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + "
+    "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+static const char *chat_template_for(const char *arch) {
+    if (!strcmp(arch, "qwen3")) return qwen3_chat_template;
+    if (!strcmp(arch, "phi3")) return phi3_chat_template;
+    if (!strcmp(arch, "gemma2") || !strcmp(arch, "gemma3")) return gemma_chat_template;
+    return builtin_chat_template;
+}
+
 kvt_mkmodel_params kvt_mkmodel_default_params(void) {
     kvt_mkmodel_params p = {
         .arch = "llama", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 4, .ff = 768, .vocab = 0,
         .ctx = 4096, .type = KVT_TYPE_F16, .vocab_from = NULL, .seed = 42, .tied = 0,
-        .rope_base = 10000.0f, .name = "kvtier-random",
+        .rope_base = 0.0f, .swa = 0, .name = "kvtier-random",
     };
     return p;
 }
@@ -140,7 +179,7 @@ static void free_vocab(bpe_vocab *v) {
     free(v->merges);
 }
 
-static void write_builtin_tokenizer(kvt_gguf_writer *w, int32_t size) {
+static void write_builtin_tokenizer(kvt_gguf_writer *w, int32_t size, const char *arch) {
     bpe_vocab v = {0};
     build_builtin_vocab(&v, size);
     int32_t *types = kvt_xmalloc((size_t)size * sizeof *types);
@@ -157,7 +196,7 @@ static void write_builtin_tokenizer(kvt_gguf_writer *w, int32_t size) {
     kvt_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", N_BYTE_TOKENS);
     kvt_gguf_w_u32(w, "tokenizer.ggml.eot_token_id", N_BYTE_TOKENS + 2);
     kvt_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 1);
-    kvt_gguf_w_str(w, "tokenizer.chat_template", builtin_chat_template);
+    kvt_gguf_w_str(w, "tokenizer.chat_template", chat_template_for(arch));
     free(types);
     free_vocab(&v);
 }
@@ -188,7 +227,8 @@ typedef struct {
     uint32_t type;
     int64_t cols, rows; /* rows = 1 for vectors */
     float scale;
-    int ones; /* norms */
+    int ones;     /* norms of llama/qwen2 */
+    float offset; /* values are offset + scale * uniform[-1, 1) */
 } tensor_plan;
 
 static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes);
@@ -200,13 +240,28 @@ typedef struct {
 
 static model_plan plan; /* read by fill_tensor; kvt_mkmodel is not reentrant */
 
+static int is_arch(const char *name) { return !strcmp(plan.p.arch, name); }
+/* the architectures added after llama/qwen2 get norms that are not all ones,
+ * so a norm applied in the wrong place shows; llama/qwen2 keep their bytes */
+static int varied_norms(void) { return !is_arch("llama") && !is_arch("qwen2"); }
+
 static tensor_plan plan_for(const char *name) {
     const kvt_mkmodel_params *p = &plan.p;
     int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
-    tensor_plan t = {p->type, p->dim, 1, 0, 0};
+    tensor_plan t = {p->type, p->dim, 1, 0, 0, 0.0f};
     if (ends_with(name, "norm.weight")) {
         t.type = KVT_TYPE_F32;
-        t.ones = 1;
+        if (strstr(name, "attn_q_norm") || strstr(name, "attn_k_norm")) t.cols = hd;
+        t.ones = !varied_norms();
+        t.offset = 1.0f;
+        t.scale = NORM_SPREAD;
+        return t;
+    }
+    if (strstr(name, "rope_factors_")) { /* LongRoPE factors: in [1, 1 + 2 * spread) */
+        t.type = KVT_TYPE_F32;
+        t.cols = hd / 2;
+        t.offset = 1.0f + ROPE_FACTOR_SPREAD;
+        t.scale = ROPE_FACTOR_SPREAD;
         return t;
     }
     if (ends_with(name, ".bias")) {
@@ -218,14 +273,25 @@ static tensor_plan plan_for(const char *name) {
     if (!strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight")) {
         t.rows = plan.vocab;
         t.scale = strcmp(name, "output.weight") ? EMBD_SCALE : sqrtf(3.0f / (float)p->dim);
+        /* gemma scales the embeddings by sqrt(dim) and projects with them: keep both at unit scale */
+        if (!strcmp(name, "token_embd.weight") && (is_arch("gemma2") || is_arch("gemma3")))
+            t.scale = sqrtf(3.0f / (float)p->dim);
         return t;
     }
-    if (strstr(name, "attn_k.") || strstr(name, "attn_v.")) t.rows = kv;
+    if (strstr(name, "attn_qkv")) t.rows = p->dim + 2 * kv;
+    else if (strstr(name, "attn_k.") || strstr(name, "attn_v.")) t.rows = kv;
+    else if (strstr(name, "ffn_up") && is_arch("phi3")) t.rows = 2 * (int64_t)p->ff; /* gate and up, fused */
     else if (strstr(name, "ffn_gate") || strstr(name, "ffn_up")) t.rows = p->ff;
     else if (strstr(name, "ffn_down")) { t.rows = p->dim; t.cols = p->ff; }
     else t.rows = p->dim; /* attn_q, attn_output */
     t.scale = sqrtf(3.0f / (float)t.cols); /* unit-variance outputs for unit-variance inputs */
     return t;
+}
+
+/* gemma projects with token_embd; phi3 always has its own output matrix */
+static int has_output(const kvt_mkmodel_params *p) {
+    if (!strcmp(p->arch, "gemma2") || !strcmp(p->arch, "gemma3")) return 0;
+    return !p->tied || !strcmp(p->arch, "phi3");
 }
 
 /* The type a matrix is written in: the mix's recipe, or `type` with the K-type fallback. */
@@ -234,7 +300,7 @@ static uint32_t matrix_type(const char *name) {
     tensor_plan t = plan_for(name);
     if (t.ones || t.rows == 1) return t.type;
     if (p->mix == KVT_MIX_NONE) return kvt_quant_fallback(t.type, t.cols);
-    kvt_quant_model_info info = {.n_layer = p->layers, .n_gqa = p->heads / p->kv_heads, .has_output = !p->tied};
+    kvt_quant_model_info info = {.n_layer = p->layers, .n_gqa = p->heads / p->kv_heads, .has_output = has_output(p)};
     return kvt_quant_mix_type(p->mix, name, t.cols, &info);
 }
 
@@ -246,7 +312,7 @@ static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes)
     size_t row_bytes = kvt_ggml_row_bytes(t.type, (uint64_t)t.cols);
     float *row = kvt_xmalloc((size_t)t.cols * sizeof(float));
     for (int64_t r = 0; r < t.rows; r++) {
-        for (int64_t c = 0; c < t.cols; c++) row[c] = t.ones ? 1.0f : t.scale * rand_unit(&s);
+        for (int64_t c = 0; c < t.cols; c++) row[c] = t.ones ? 1.0f : t.offset + t.scale * rand_unit(&s);
         uint8_t *dst = (uint8_t *)buf + (size_t)r * row_bytes;
         switch (t.type) {
         case KVT_TYPE_F32: memcpy(dst, row, (size_t)t.cols * 4); break;
@@ -287,8 +353,10 @@ static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes)
 }
 
 static int check_params(const kvt_mkmodel_params *p) {
-    if (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2"))
-        return kvt_fail(KVT_EARG, "--arch must be llama or qwen2, not '%s'", p->arch);
+    if (!kvt_arch_known(p->arch))
+        return kvt_fail(KVT_EARG, "--arch must be one of %s, not '%s'", kvt_arch_names(), p->arch);
+    if (p->swa < 0) return kvt_fail(KVT_EARG, "--swa must be >= 0");
+    if (p->rope_base < 0) return kvt_fail(KVT_EARG, "--rope-base must be >= 0");
     if (p->dim <= 0 || p->layers <= 0 || p->heads <= 0 || p->kv_heads <= 0 || p->ff <= 0 || p->ctx <= 0)
         return kvt_fail(KVT_EARG, "dimensions must be positive");
     if (p->dim % p->heads) return kvt_fail(KVT_EARG, "dim %d is not a multiple of heads %d", p->dim, p->heads);
@@ -300,6 +368,78 @@ static int check_params(const kvt_mkmodel_params *p) {
     if (p->type == KVT_TYPE_Q8_0 && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
         return kvt_fail(KVT_EARG, "q8_0 needs dim and ff to be multiples of %d", KVT_Q8_0_BLOCK);
     return 0;
+}
+
+static float arch_rope_base(const kvt_mkmodel_params *p) {
+    if (p->rope_base > 0) return p->rope_base;
+    return !strcmp(p->arch, "qwen3") || !strcmp(p->arch, "gemma3") ? ROPE_BASE_LONG : ROPE_BASE;
+}
+
+/* The keys llama.cpp reads for each family beyond the common ones. */
+static void write_arch_metadata(kvt_gguf_writer *w, const kvt_mkmodel_params *p) {
+    const char *a = p->arch;
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+    int32_t hd = p->dim / p->heads;
+    if (!strcmp(a, "qwen3") || !strcmp(a, "gemma2") || !strcmp(a, "gemma3")) {
+        kvt_gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)hd);
+        kvt_gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    }
+    if (!strcmp(a, "phi3")) {
+        kvt_gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->swa ? p->swa : PHI3_SWA));
+        /* trained past its original context, so the long factors apply (model.c) */
+        uint32_t orig = (uint32_t)(p->ctx / 2 > 0 ? p->ctx / 2 : 1);
+        kvt_gguf_w_u32(w, KEY("rope.scaling.original_context_length"), orig);
+        kvt_gguf_w_f32(w, KEY("rope.scaling.attn_factor"),
+                       orig > 1 ? sqrtf(1.0f + logf((float)p->ctx / (float)orig) / logf((float)orig)) : 1.0f);
+    } else if (!strcmp(a, "gemma2")) {
+        kvt_gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->swa ? p->swa : GEMMA2_SWA));
+        kvt_gguf_w_f32(w, KEY("attn_logit_softcapping"), GEMMA2_ATTN_SOFTCAP);
+        kvt_gguf_w_f32(w, KEY("final_logit_softcapping"), GEMMA2_FINAL_SOFTCAP);
+    } else if (!strcmp(a, "gemma3")) {
+        kvt_gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->swa ? p->swa : GEMMA3_SWA));
+    }
+#undef KEY
+}
+
+static void write_layer(kvt_gguf_writer *w, const kvt_mkmodel_params *p, int32_t l, fill_ctx *fc) {
+    const char *a = p->arch;
+    const int phi3 = !strcmp(a, "phi3"), gemma = !strcmp(a, "gemma2") || !strcmp(a, "gemma3");
+    const int qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3");
+    int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
+    struct {
+        const char *suffix;
+        int64_t cols, rows;
+        int vec, want;
+    } const ts[] = {
+        {"attn_norm.weight", p->dim, 1, 1, 1},
+        {"attn_qkv.weight", p->dim, p->dim + 2 * kv, 0, phi3},
+        {"attn_q.weight", p->dim, p->dim, 0, !phi3},
+        {"attn_k.weight", p->dim, kv, 0, !phi3},
+        {"attn_v.weight", p->dim, kv, 0, !phi3},
+        {"attn_q_norm.weight", hd, 1, 1, qk_norm},
+        {"attn_k_norm.weight", hd, 1, 1, qk_norm},
+        {"attn_output.weight", p->dim, p->dim, 0, 1},
+        {"post_attention_norm.weight", p->dim, 1, 1, gemma},
+        {"ffn_norm.weight", p->dim, 1, 1, 1},
+        {"ffn_gate.weight", p->dim, p->ff, 0, !phi3},
+        {"ffn_up.weight", p->dim, phi3 ? 2 * (int64_t)p->ff : p->ff, 0, 1},
+        {"ffn_down.weight", p->ff, p->dim, 0, 1},
+        {"post_ffw_norm.weight", p->dim, 1, 1, gemma},
+        {"attn_q.bias", p->dim, 1, 1, !strcmp(a, "qwen2")},
+        {"attn_k.bias", kv, 1, 1, !strcmp(a, "qwen2")},
+        {"attn_v.bias", kv, 1, 1, !strcmp(a, "qwen2")},
+    };
+    char name[96];
+    uint64_t ne[2];
+    for (size_t i = 0; i < KVT_ARRAY_LEN(ts); i++) {
+        if (!ts[i].want) continue;
+        snprintf(name, sizeof name, "blk.%d.%s", l, ts[i].suffix);
+        ne[0] = (uint64_t)ts[i].cols;
+        ne[1] = (uint64_t)ts[i].rows;
+        kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : matrix_type(name), ts[i].vec ? 1 : 2, ne, fill_tensor,
+                          fc);
+    }
 }
 
 int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
@@ -344,57 +484,42 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
     kvt_gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)p->ff);
     kvt_gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)p->heads);
     kvt_gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->kv_heads);
-    kvt_gguf_w_f32(w, KEY("rope.freq_base"), p->rope_base);
+    kvt_gguf_w_f32(w, KEY("rope.freq_base"), arch_rope_base(p));
     kvt_gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)(p->dim / p->heads));
     kvt_gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
     kvt_gguf_w_u32(w, KEY("vocab_size"), (uint32_t)vocab);
 #undef KEY
+    write_arch_metadata(w, p);
     if (src) {
-        for (uint64_t i = 0; i < src->n_kv; i++)
-            if (!strncmp(src->kv[i].key, "tokenizer.", 10)) kvt_gguf_w_copy(w, &src->kv[i]);
+        int has_template = 0;
+        for (uint64_t i = 0; i < src->n_kv; i++) {
+            if (strncmp(src->kv[i].key, "tokenizer.", 10)) continue;
+            kvt_gguf_w_copy(w, &src->kv[i]);
+            has_template |= !strcmp(src->kv[i].key, "tokenizer.chat_template");
+        }
+        /* the newer families carry their own template (llama/qwen2 files keep their bytes) */
+        if (!has_template && strcmp(a, "llama") && strcmp(a, "qwen2"))
+            kvt_gguf_w_str(w, "tokenizer.chat_template", chat_template_for(a));
     } else {
-        write_builtin_tokenizer(w, (int32_t)vocab);
+        write_builtin_tokenizer(w, (int32_t)vocab, a);
     }
-    int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
+    int64_t hd = p->dim / p->heads;
     uint64_t ne[2];
     ne[0] = (uint64_t)p->dim;
     ne[1] = (uint64_t)vocab;
     kvt_gguf_w_tensor(w, "token_embd.weight", matrix_type("token_embd.weight"), 2, ne, fill_tensor, &fc);
     ne[0] = (uint64_t)p->dim;
     kvt_gguf_w_tensor(w, "output_norm.weight", KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
-    if (!p->tied) {
+    if (has_output(p)) {
         ne[1] = (uint64_t)vocab;
         kvt_gguf_w_tensor(w, "output.weight", matrix_type("output.weight"), 2, ne, fill_tensor, &fc);
     }
-    for (int32_t l = 0; l < p->layers; l++) {
-        char name[96];
-        struct {
-            const char *suffix;
-            int64_t cols, rows;
-            int vec;
-        } const ts[] = {
-            {"attn_norm.weight", p->dim, 1, 1}, {"attn_q.weight", p->dim, p->dim, 0},
-            {"attn_k.weight", p->dim, kv, 0},   {"attn_v.weight", p->dim, kv, 0},
-            {"attn_output.weight", p->dim, p->dim, 0}, {"ffn_norm.weight", p->dim, 1, 1},
-            {"ffn_gate.weight", p->dim, p->ff, 0}, {"ffn_up.weight", p->dim, p->ff, 0},
-            {"ffn_down.weight", p->ff, p->dim, 0},
-        };
-        for (size_t i = 0; i < KVT_ARRAY_LEN(ts); i++) {
-            snprintf(name, sizeof name, "blk.%d.%s", l, ts[i].suffix);
-            ne[0] = (uint64_t)ts[i].cols;
-            ne[1] = (uint64_t)ts[i].rows;
-            kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : matrix_type(name), ts[i].vec ? 1 : 2, ne, fill_tensor,
-                              &fc);
-        }
-        if (!strcmp(a, "qwen2")) {
-            const char *bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
-            for (int i = 0; i < 3; i++) {
-                snprintf(name, sizeof name, "blk.%d.%s", l, bias[i]);
-                ne[0] = (uint64_t)(i ? kv : p->dim);
-                kvt_gguf_w_tensor(w, name, KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
-            }
-        }
+    if (!strcmp(a, "phi3")) { /* LongRoPE: one pair for every layer */
+        ne[0] = (uint64_t)(hd / 2);
+        kvt_gguf_w_tensor(w, "rope_factors_long.weight", KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
+        kvt_gguf_w_tensor(w, "rope_factors_short.weight", KVT_TYPE_F32, 1, ne, fill_tensor, &fc);
     }
+    for (int32_t l = 0; l < p->layers; l++) write_layer(w, p, l, &fc);
     rc = kvt_gguf_write(w, path);
     kvt_gguf_writer_free(w);
     kvt_gguf_close(src);

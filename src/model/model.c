@@ -64,17 +64,8 @@ static int load_hparams(kvt_model *m) {
     const char *arch;
     int rc = kvt_gguf_get_str(g, "general.architecture", &arch);
     if (rc) return rc;
-    if (!strcmp(arch, "llama")) {
-        hp->arch = KVT_ARCH_LLAMA;
-        hp->arch_name = "llama";
-        hp->rope_style = KVT_ROPE_NORM;
-    } else if (!strcmp(arch, "qwen2")) {
-        hp->arch = KVT_ARCH_QWEN2;
-        hp->arch_name = "qwen2";
-        hp->rope_style = KVT_ROPE_NEOX;
-    } else {
-        return kvt_fail(KVT_EUNSUPPORTED, "architecture '%s' is not supported (llama and qwen2 are)", arch);
-    }
+    if (!kvt_arch_known(arch))
+        return kvt_fail(KVT_EUNSUPPORTED, "architecture '%s' is not supported (%s are)", arch, kvt_arch_names());
     if ((rc = get_i32(g, arch, "embedding_length", &hp->n_embd, 1, 0)) ||
         (rc = get_i32(g, arch, "block_count", &hp->n_layer, 1, 0)) ||
         (rc = get_i32(g, arch, "feed_forward_length", &hp->n_ff, 1, 0)) ||
@@ -118,7 +109,7 @@ static int load_hparams(kvt_model *m) {
         hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
         hp->rope_freq_scale = 1.0f / factor;
     }
-    return 0;
+    return kvt_arch_load_hparams(g, arch, hp);
 }
 
 static int matmul_type_ok(uint32_t t, int64_t cols) {
@@ -172,6 +163,113 @@ static int bind_vec(loader *L, const char *name, int64_t n, const float **out, i
     return 0;
 }
 
+/* Rows [r0, r0 + rows) of w as a matrix of their own: the same bytes, so a
+ * product with the view equals those rows of a product with w, bit for bit. */
+static kvt_wmat row_view(const kvt_wmat *w, int64_t r0, int64_t rows) {
+    kvt_wmat v = *w;
+    v.rows = rows;
+    v.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    return v;
+}
+
+/* Per-dimension rope frequency factors: llama3's rope_freqs, or phi3's
+ * LongRoPE pair. Of the pair, llama.cpp takes the long factors when the
+ * context it runs at exceeds rope.scaling.original_context_length; kvtier
+ * decides once per model, from the trained context, so K/V (and the cache
+ * keys) never depend on the context a server is started with: a model
+ * trained past its original context (Phi-3-*-128k) uses the long factors. */
+static int bind_rope_factors(loader *L) {
+    kvt_model *m = L->m;
+    kvt_hparams *hp = &m->hp;
+    int rc;
+    if ((rc = bind_vec(L, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freq_factors, 1))) return rc;
+    if (!m->rope_freq_factors && hp->arch == KVT_ARCH_PHI3) {
+        const float *lng = NULL, *shrt = NULL;
+        if ((rc = bind_vec(L, "rope_factors_long.weight", hp->rope_dim / 2, &lng, 1)) ||
+            (rc = bind_vec(L, "rope_factors_short.weight", hp->rope_dim / 2, &shrt, 1)))
+            return rc;
+        char key[128];
+        int64_t orig = hp->n_ctx_train;
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", hp->arch_name);
+        if (kvt_gguf_find(m->gguf, key) && (rc = kvt_gguf_get_int(m->gguf, key, &orig))) return rc;
+        m->rope_freq_factors = hp->n_ctx_train > orig ? lng : shrt;
+    }
+    hp->has_freq_factors = m->rope_freq_factors != NULL;
+    return 0;
+}
+
+/* Attention projections: separate q/k/v, or phi3's fused attn_qkv split into
+ * three row views (q rows, then k, then v). */
+static int bind_qkv(loader *L, int32_t i, int64_t q_dim, int64_t kv_dim, kvt_layer *l) {
+    const kvt_hparams *hp = &L->m->hp;
+    char name[128];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", i);
+    if (kvt_gguf_tensor_find(L->m->gguf, name)) {
+        kvt_wmat qkv;
+        int rc = bind_wmat(L, name, q_dim + 2 * kv_dim, hp->n_embd, &qkv);
+        if (rc) return rc;
+        l->wq = row_view(&qkv, 0, q_dim);
+        l->wk = row_view(&qkv, q_dim, kv_dim);
+        l->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
+        return 0;
+    }
+    int rc;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
+    if ((rc = bind_wmat(L, NAME("attn_q.weight"), q_dim, hp->n_embd, &l->wq)) ||
+        (rc = bind_wmat(L, NAME("attn_k.weight"), kv_dim, hp->n_embd, &l->wk)) ||
+        (rc = bind_wmat(L, NAME("attn_v.weight"), kv_dim, hp->n_embd, &l->wv)))
+        return rc;
+#undef NAME
+    return 0;
+}
+
+/* Feed-forward: gate and up, or phi3's fused ffn_up of 2*n_ff rows, gate
+ * first (its silu half), split into two views. */
+static int bind_ffn(loader *L, int32_t i, kvt_layer *l) {
+    const kvt_hparams *hp = &L->m->hp;
+    char name[128];
+    int rc;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
+    if (hp->arch == KVT_ARCH_PHI3 && !kvt_gguf_tensor_find(L->m->gguf, NAME("ffn_gate.weight"))) {
+        kvt_wmat up;
+        if ((rc = bind_wmat(L, NAME("ffn_up.weight"), 2 * (int64_t)hp->n_ff, hp->n_embd, &up))) return rc;
+        l->w_gate = row_view(&up, 0, hp->n_ff);
+        l->w_up = row_view(&up, hp->n_ff, hp->n_ff);
+    } else if ((rc = bind_wmat(L, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, &l->w_gate)) ||
+               (rc = bind_wmat(L, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, &l->w_up))) {
+        return rc;
+    }
+    return bind_wmat(L, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, &l->w_down);
+#undef NAME
+}
+
+static int bind_layer(loader *L, int32_t i, int64_t q_dim, int64_t kv_dim) {
+    const kvt_hparams *hp = &L->m->hp;
+    kvt_layer *l = &L->m->layers[i];
+    int opt_bias = hp->arch != KVT_ARCH_QWEN2;
+    char name[128];
+    int rc;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
+    if ((rc = bind_vec(L, NAME("attn_norm.weight"), hp->n_embd, &l->attn_norm, 0)) ||
+        (rc = bind_qkv(L, i, q_dim, kv_dim, l)) ||
+        (rc = bind_wmat(L, NAME("attn_output.weight"), hp->n_embd, q_dim, &l->wo)) ||
+        (rc = bind_vec(L, NAME("attn_q.bias"), q_dim, &l->bq, opt_bias)) ||
+        (rc = bind_vec(L, NAME("attn_k.bias"), kv_dim, &l->bk, opt_bias)) ||
+        (rc = bind_vec(L, NAME("attn_v.bias"), kv_dim, &l->bv, opt_bias)) ||
+        (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, &l->ffn_norm, 0)) || (rc = bind_ffn(L, i, l)))
+        return rc;
+    if (hp->qk_norm && ((rc = bind_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, &l->q_norm, 0)) ||
+                        (rc = bind_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, &l->k_norm, 0))))
+        return rc;
+    if (hp->post_norms && ((rc = bind_vec(L, NAME("post_attention_norm.weight"), hp->n_embd, &l->post_attn_norm, 0)) ||
+                           (rc = bind_vec(L, NAME("post_ffw_norm.weight"), hp->n_embd, &l->post_ffn_norm, 0))))
+        return rc;
+#undef NAME
+    l->window = kvt_arch_layer_slides(hp, i) ? hp->n_swa : 0;
+    l->alt_rope = l->window && hp->rope_base_swa > 0;
+    return 0;
+}
+
 static int bind_weights(loader *L) {
     kvt_model *m = L->m;
     kvt_hparams *hp = &m->hp;
@@ -182,18 +280,18 @@ static int bind_weights(loader *L) {
     hp->n_vocab = (int32_t)te->ne[1];
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     int rc;
-    char name[128];
     if ((rc = bind_wmat(L, "token_embd.weight", hp->n_vocab, hp->n_embd, &m->tok_embd)) ||
         (rc = bind_vec(L, "output_norm.weight", hp->n_embd, &m->output_norm, 0)))
         return rc;
-    if (kvt_gguf_tensor_find(m->gguf, "output.weight")) {
+    /* gemma always projects with token_embd, whatever else the file holds */
+    int tied_arch = hp->arch == KVT_ARCH_GEMMA2 || hp->arch == KVT_ARCH_GEMMA3;
+    if (!tied_arch && kvt_gguf_tensor_find(m->gguf, "output.weight")) {
         if ((rc = bind_wmat(L, "output.weight", hp->n_vocab, hp->n_embd, &m->output))) return rc;
     } else {
         m->output = m->tok_embd;
         hp->tied_output = 1;
     }
-    if ((rc = bind_vec(L, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freq_factors, 1))) return rc;
-    hp->has_freq_factors = m->rope_freq_factors != NULL;
+    if ((rc = bind_rope_factors(L))) return rc;
     /* the tensor directory (itself bounded by the file's size) bounds the layer
      * count before anything per layer is allocated: a crafted block_count of
      * 2^31 would ask for 687 GB. A count just past the layers present is left
@@ -202,25 +300,8 @@ static int bind_weights(loader *L) {
         return kvt_fail(KVT_EFORMAT, "block_count %d is more than the file's %llu tensors (each layer has several)",
                         hp->n_layer, (unsigned long long)m->gguf->n_tensors);
     m->layers = kvt_xcalloc((size_t)hp->n_layer, sizeof *m->layers);
-    for (int32_t i = 0; i < hp->n_layer; i++) {
-        kvt_layer *l = &m->layers[i];
-        int opt_bias = hp->arch != KVT_ARCH_QWEN2;
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
-        if ((rc = bind_vec(L, NAME("attn_norm.weight"), hp->n_embd, &l->attn_norm, 0)) ||
-            (rc = bind_wmat(L, NAME("attn_q.weight"), q_dim, hp->n_embd, &l->wq)) ||
-            (rc = bind_wmat(L, NAME("attn_k.weight"), kv_dim, hp->n_embd, &l->wk)) ||
-            (rc = bind_wmat(L, NAME("attn_v.weight"), kv_dim, hp->n_embd, &l->wv)) ||
-            (rc = bind_wmat(L, NAME("attn_output.weight"), hp->n_embd, q_dim, &l->wo)) ||
-            (rc = bind_vec(L, NAME("attn_q.bias"), q_dim, &l->bq, opt_bias)) ||
-            (rc = bind_vec(L, NAME("attn_k.bias"), kv_dim, &l->bk, opt_bias)) ||
-            (rc = bind_vec(L, NAME("attn_v.bias"), kv_dim, &l->bv, opt_bias)) ||
-            (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, &l->ffn_norm, 0)) ||
-            (rc = bind_wmat(L, NAME("ffn_gate.weight"), hp->n_ff, hp->n_embd, &l->w_gate)) ||
-            (rc = bind_wmat(L, NAME("ffn_up.weight"), hp->n_ff, hp->n_embd, &l->w_up)) ||
-            (rc = bind_wmat(L, NAME("ffn_down.weight"), hp->n_embd, hp->n_ff, &l->w_down)))
-            return rc;
-#undef NAME
-    }
+    for (int32_t i = 0; i < hp->n_layer; i++)
+        if ((rc = bind_layer(L, i, q_dim, kv_dim))) return rc;
     return 0;
 }
 
@@ -249,6 +330,23 @@ static void compute_fingerprint(kvt_model *m) {
     hash_u64(s, (uint64_t)hp->rope_style);
     hash_u64(s, (uint64_t)hp->rope_scaling);
     hash_f32(s, hp->rope_freq_scale);
+    if (hp->arch != KVT_ARCH_LLAMA && hp->arch != KVT_ARCH_QWEN2) {
+        /* the variations (src/model/arch.c); llama and qwen2 keep their fingerprints */
+        hash_u64(s, (uint64_t)hp->qk_norm);
+        hash_u64(s, (uint64_t)hp->post_norms);
+        hash_u64(s, (uint64_t)hp->ffn_act);
+        hash_f32(s, hp->embd_scale);
+        hash_f32(s, hp->q_scale);
+        hash_f32(s, hp->attn_softcap);
+        hash_f32(s, hp->final_softcap);
+        hash_u64(s, (uint64_t)hp->n_swa);
+        hash_u64(s, (uint64_t)hp->swa_pattern);
+        hash_f32(s, hp->rope_base_swa);
+        hash_f32(s, hp->rope_attn_factor);
+        hash_u64(s, (uint64_t)(m->rope_freq_factors ? 1 : 0));
+        if (m->rope_freq_factors)
+            XXH3_128bits_update(s, m->rope_freq_factors, (size_t)(hp->rope_dim / 2) * sizeof(float));
+    }
     const kvt_gguf *g = m->gguf;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kvt_gguf_tensor *t = &g->tensors[i];

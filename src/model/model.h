@@ -1,17 +1,30 @@
 /* A loaded model: hyperparameters from GGUF metadata, weights bound to the
  * mapped tensors (shape- and type-checked), its tokenizer and fingerprint.
- * Architectures: llama (1/2/3, Mistral, GQA, rope scaling) and qwen2 (q/k/v
- * biases, NEOX rope). */
+ * Architectures: llama (1/2/3, Mistral, GQA, rope scaling), qwen2 (q/k/v
+ * biases, NEOX rope), and the variations of src/model/arch.c: qwen3, phi3,
+ * gemma2, gemma3. */
 #ifndef KVT_MODEL_H
 #define KVT_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gguf.h"
 #include "kvtier.h"
 #include "ops.h"
 
-typedef enum { KVT_ARCH_LLAMA = 0, KVT_ARCH_QWEN2 = 1 } kvt_arch;
+typedef enum {
+    KVT_ARCH_LLAMA = 0,
+    KVT_ARCH_QWEN2 = 1,
+    KVT_ARCH_QWEN3 = 2,
+    KVT_ARCH_PHI3 = 3,
+    KVT_ARCH_GEMMA2 = 4,
+    KVT_ARCH_GEMMA3 = 5,
+} kvt_arch;
+
+/* The feed-forward activation: silu(gate) * up, or gelu(gate) * up (gemma,
+ * GELU's tanh form evaluated as llama.cpp's CPU backend does; see arch_ops.h). */
+typedef enum { KVT_FFN_SILU = 0, KVT_FFN_GELU = 1 } kvt_ffn_act;
 
 /* How rotary embeddings pair up dimensions: llama rotates (2i, 2i+1), NEOX
  * (qwen2) rotates (i, i + rope_dim/2). */
@@ -37,14 +50,33 @@ typedef struct {
     float rope_freq_scale; /* positions are multiplied by this (1/factor for linear scaling) */
     int has_freq_factors;  /* llama3-style per-dimension factors from rope_freqs.weight */
     int tied_output;       /* output projection shares token_embd */
+    /* architecture variations (src/model/arch.c); their neutral values are llama's */
+    int qk_norm;           /* q and k RMS-normed per head (attn_q_norm/attn_k_norm) before rope: qwen3, gemma3 */
+    int post_norms;        /* each block's output RMS-normed before the residual add: gemma2/3 */
+    kvt_ffn_act ffn_act;
+    float embd_scale;      /* embeddings multiplied by this (gemma: sqrt(n_embd)), else 1 */
+    float q_scale;         /* q multiplied by this after rope and scores left unscaled (phi3, gemma);
+                              0: scores scaled by 1/sqrt(head_dim) (llama, qwen) */
+    float attn_softcap;    /* scores s -> c * tanh(s / c) before the softmax (gemma2); 0 = off */
+    float final_softcap;   /* the same on the output logits (gemma2); 0 = off */
+    int32_t n_swa;         /* sliding window: a query sees its n_swa latest positions, itself included; 0 = none */
+    int32_t swa_pattern;   /* which layers slide (n_swa > 0): 1 every layer, P > 1 the layers with il % P < P - 1 */
+    float rope_base_swa;   /* rope base of sliding layers (gemma3: 10000, unscaled); 0: the same rope as the others */
+    float rope_attn_factor; /* cos and sin multiplied by this (phi3 LongRoPE), else 1 */
 } kvt_hparams;
 
 typedef struct {
     const float *attn_norm;          /* (n_embd) */
     kvt_wmat wq, wk, wv, wo;         /* (n_head*head_dim, n_embd), (n_head_kv*head_dim, n_embd) x2, (n_embd, n_head*head_dim) */
     const float *bq, *bk, *bv;       /* qwen2 biases, NULL for llama */
+    const float *q_norm, *k_norm;    /* (head_dim) qk_norm archs, else NULL */
+    const float *post_attn_norm;     /* (n_embd) post_norms archs, else NULL */
+    const float *post_ffn_norm;      /* (n_embd) post_norms archs, else NULL */
+    int32_t window;                  /* sliding window of this layer (n_swa), 0 = full attention */
+    int alt_rope;                    /* uses rope_base_swa instead of rope_base and no scaling */
     const float *ffn_norm;           /* (n_embd) */
-    kvt_wmat w_gate, w_up, w_down;   /* (n_ff, n_embd) x2, (n_embd, n_ff) */
+    kvt_wmat w_gate, w_up, w_down;   /* (n_ff, n_embd) x2, (n_embd, n_ff); phi3: views of one fused
+                                        attn_qkv and one fused ffn_up (gate rows first) */
 } kvt_layer;
 
 struct kvt_model {
@@ -80,5 +112,21 @@ void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]);
  * entries; untouched when n_docs is 0). */
 int kvt_render_documents_spans(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
                                const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out, size_t *starts);
+
+/* ---- architecture table (src/model/arch.c) ---- */
+
+/* Sets hp->arch, arch_name, rope_style and the variation fields for the
+ * architecture named name, reading its own metadata keys; the common keys
+ * (shapes, rope base, eps) are already in hp. KVT_EUNSUPPORTED for an unknown name. */
+int kvt_arch_load_hparams(const kvt_gguf *g, const char *name, kvt_hparams *hp);
+/* Whether the architecture named name exists ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"). */
+int kvt_arch_known(const char *name);
+/* The names, comma-separated, for messages and --help. */
+const char *kvt_arch_names(void);
+/* The variations of hp in words ("q/k norms, post-norms, gelu, ...", or
+ * "none") into buf (always NUL-terminated, truncated to cap). */
+void kvt_arch_describe(const kvt_hparams *hp, char *buf, size_t cap);
+/* Whether layer il of hp slides (see swa_pattern). */
+int kvt_arch_layer_slides(const kvt_hparams *hp, int32_t il);
 
 #endif

@@ -24,7 +24,7 @@ check "unknown command" expect_rc 2 "$BIN" frobnicate
 check "unknown command named" has "frobnicate"
 
 check "mkmodel help" expect_rc 0 "$BIN" mkmodel --help
-for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --rope-base --seed --name; do
+for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --rope-base --swa --seed --name; do
   check "mkmodel help explains $flag" has "$flag"
 done
 check "mkmodel without -o" expect_rc 2 "$BIN" mkmodel
@@ -52,6 +52,19 @@ for field in architecture shapes "weight types" context tokenizer "chat template
 done
 check "info json" expect_rc 0 "$BIN" info -m "$TMP/m.gguf" --json
 check "info json has fingerprint" has '"fingerprint":"'
+# every architecture: mkmodel writes it, info names it, its variations and chat template
+for spec in qwen3:q/k:chatml gemma2:soft-cap:gemma gemma3:window:gemma phi3:LongRoPE:phi3; do
+  IFS=: read -r arch word tmpl <<<"$spec"
+  [ "$arch" = qwen3 ] && tmpl=qwen3
+  check "mkmodel --arch $arch" expect_rc 0 "$BIN" mkmodel -o "$TMP/$arch.gguf" --arch "$arch" --dim 64 --layers 2 --heads 2 \
+    --kv-heads 1 --ff 64 --swa 8
+  check "info $arch" expect_rc 0 "$BIN" info -m "$TMP/$arch.gguf"
+  check "info names $arch" has "architecture   $arch"
+  check "info shows $arch's variations ($word)" has "$word"
+  check "info shows $arch's chat template" has "chat template  $tmpl"
+done
+check "mkmodel unknown arch" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --arch mamba
+check "mkmodel unknown arch lists the known" has "gemma3"
 check "info missing file" expect_rc 1 "$BIN" info -m "$TMP/none.gguf"
 check "info missing file named" has "none.gguf"
 head -c 1000 "$TMP/m.gguf" > "$TMP/trunc.gguf"

@@ -1,6 +1,6 @@
 /* Shape sweep (issue 10): random-weight models of random shapes — odd head
  * counts and GQA groups, head_dim 32..256 with SIMD tails, every weight type,
- * both architectures — run at contexts from 1 token to large, with random
+ * every architecture (sliding windows from 1 token to past the prompt) — run at contexts from 1 token to large, with random
  * batch sizes, block sizes and thread counts. Meant for the sanitizer builds,
  * where a scratch buffer sized for the wrong maximum is caught at once.
  *
@@ -60,6 +60,7 @@ static const int32_t HEAD_DIMS[] = {32, 40, 48, 64, 72, 96, 128, 136, 160, 200, 
 static const int32_t BLOCK_SIZES[] = {1, 3, 5, 8, 16, 32, 48};
 static const uint32_t TYPES[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};
 static const char *const SIMD_VARIANTS[] = {"avx512", "avx2"};
+static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
 
 static uint64_t rng_state;
 static uint64_t rng_next(void) { /* splitmix64 */
@@ -279,7 +280,7 @@ static void make_case(shape_case *c, const sweep_budget *bud) {
         hk = HEADS[rng_next() % KVT_ARRAY_LEN(HEADS)];
         hd = PICK(HEAD_DIMS);
     } while (hk[0] * hd > bud->max_dim);
-    mp.arch = rng_next() % 2 ? "qwen2" : "llama";
+    mp.arch = PICK(ARCHS);
     mp.heads = hk[0];
     mp.kv_heads = hk[1];
     mp.dim = hk[0] * hd;
@@ -296,6 +297,8 @@ static void make_case(shape_case *c, const sweep_budget *bud) {
     c->kv = rng_next() % 4 ? KVT_KV_F16 : KVT_KV_F32;
 
     c->n_prompt = rnd(1, bud->max_prompt);
+    /* windows archs: a window from 1 token to past the prompt */
+    c->mp.swa = rnd(1, c->n_prompt + 2);
     switch (rng_next() % 7) { /* the context: the edges around the prompt, tiny, large, the model's */
     case 0: c->n_ctx = 1; break;
     case 1: c->n_ctx = KVT_MAX(1, c->n_prompt - rnd(1, 3)); break; /* shorter than the prompt */
@@ -317,7 +320,8 @@ static void run_case(int idx, const sweep_budget *bud) {
     snprintf(name, sizeof name, "shape-%d.gguf", idx);
     const char *path = kvt_test_path(kvt_test_tmpdir(), name);
     snprintf(desc, sizeof desc,
-             "case %d: %s %s dim %d heads %d/%d hd %d ff %d layers %d vocab %d, kv %s, prompt %d, ctx %d", idx, c.mp.arch, kvt_ggml_type_name(c.mp.type), c.mp.dim, c.mp.heads, c.mp.kv_heads,
+             "case %d: %s (window %d) %s dim %d heads %d/%d hd %d ff %d layers %d vocab %d, kv %s, prompt %d, ctx %d",
+             idx, c.mp.arch, c.mp.swa, kvt_ggml_type_name(c.mp.type), c.mp.dim, c.mp.heads, c.mp.kv_heads,
              c.mp.dim / c.mp.heads, c.mp.ff, c.mp.layers, c.mp.vocab, c.kv == KVT_KV_F16 ? "f16" : "f32",
              c.n_prompt, c.ctx_eff);
     int failures_before = kvt_test_failures;
