@@ -173,9 +173,9 @@ void kvt_log(int level, const char *fmt, ...) {
         lb_puts(&b, "\"}");
     } else {
         lb_puts(&b, ts);
-        lb_putc(&b, ' ');
+        lb_puts(&b, " kvtier: ");
         lb_puts(&b, kvt_log_level_name(level));
-        lb_putc(&b, ' ');
+        lb_puts(&b, ": ");
         lb_puts(&b, msg);
     }
     lb_putc(&b, '\n');

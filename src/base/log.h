@@ -1,7 +1,7 @@
 /* Logging: one line per event, each with an ISO-8601 UTC timestamp (ms) and
  * a level, as text or as JSON objects, to stderr or to a file.
  *
- *   text: 2026-12-01T02:19:13.123Z info serve: listening on http://127.0.0.1:8080
+ *   text: 2026-12-01T02:19:13.123Z kvtier: info: serve: listening on http://127.0.0.1:8080
  *   json: {"ts":"2026-12-01T02:19:13.123Z","level":"info","msg":"serve: listening on ..."}
  *
  * Levels 0 error, 1 warn, 2 info, 3 debug; KVT_LOG in the environment sets

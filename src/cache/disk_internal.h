@@ -92,6 +92,9 @@ uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
 /* ---- the directory (disk_dir.c) ----------------------------------------- */
 
 #define TMP_SUFFIX ".tmp"
+/* The index checkpoint (disk_ckpt.c) and its temporary. */
+#define CKPT_NAME "index"
+#define CKPT_TMP_NAME "index.tmp"
 #define SEG_NAME_MAX 64
 #define TMP_NAME_MAX (SEG_NAME_MAX + sizeof TMP_SUFFIX)
 /* The directory and its files are ours alone (see kvt_disk_dir_open). */
@@ -147,6 +150,15 @@ typedef int (*kvt_disk_scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int sta
 /* Walks the records of one segment file (fd, size bytes): see disk_dir.c. */
 int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
                           size_t *vcap, kvt_disk_scan_fn fn, void *ctx);
+
+/* The same from offset start (a record boundary: the end of what an index
+ * checkpoint covers). */
+int kvt_disk_scan_segment_from(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key, uint8_t *buf,
+                               uint8_t **vbuf, size_t *vcap, kvt_disk_scan_fn fn, void *ctx);
+
+/* Removes the index checkpoint and its temporary (disk_ckpt.c): gc and clear
+ * change segments it describes. */
+void kvt_disk_ckpt_remove(int dfd);
 
 /* Tries O_DIRECT in the directory: 0 if an aligned write and read work. */
 int kvt_disk_probe_o_direct(int dfd, const char *dir);

@@ -53,13 +53,13 @@ int main(void) {
     if (t) {
         const char *stamp = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z ";
         char re[256];
-        snprintf(re, sizeof re, "%sinfo hello 42$", stamp);
+        snprintf(re, sizeof re, "%skvtier: info: hello 42$", stamp);
         CHECKF(matches(re, t), "%s", t);
-        snprintf(re, sizeof re, "%swarn careful$", stamp);
+        snprintf(re, sizeof re, "%skvtier: warn: careful$", stamp);
         CHECK(matches(re, t));
-        snprintf(re, sizeof re, "%sdebug shown at debug$", stamp);
+        snprintf(re, sizeof re, "%skvtier: debug: shown at debug$", stamp);
         CHECK(matches(re, t));
-        snprintf(re, sizeof re, "%serror broken$", stamp);
+        snprintf(re, sizeof re, "%skvtier: error: broken$", stamp);
         CHECK(matches(re, t));
         CHECK(!strstr(t, "hidden"));
         CHECKF(count_lines(t) == 4, "%zu lines", count_lines(t));
