@@ -926,6 +926,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     conn_state *cs = *con_cls;
     if (!cs) return;
     access_log(cs, toe);
+    kvt_metrics_observe_duration(s->metrics, cs->label, kvt_now() - cs->t_start);
     conn_ctx *x = ctx_of(c);
     if (x && x->cur == cs) x->cur = NULL;
     kvt_http_guard_release(s->guard, cs->reserved);
