@@ -23,6 +23,7 @@
 
 #include "api_llama.h"
 #include "common.h"
+#include "dashboard.h"
 #include "kv_quant.h"
 
 kvt_server_params kvt_server_default_params(void) {
@@ -55,6 +56,7 @@ typedef enum {
     R_TOKENIZE,
     R_DETOKENIZE,
     R_PROPS,
+    R_DASHBOARD,
     R_CACHE_PIN, /* the admin routes last: handle_admin serves from here on */
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
@@ -75,6 +77,7 @@ static const struct {
     {"/tokenize", "POST", "tokenize", R_TOKENIZE},
     {"/detokenize", "POST", "detokenize", R_DETOKENIZE},
     {"/props", "GET", "props", R_PROPS},
+    {"/dashboard", "GET", "dashboard", R_DASHBOARD},
     {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN},
     {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN},
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
@@ -227,7 +230,7 @@ static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
         !strcmp(url, "/props"))
         return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
-    if (!strcmp(url, "/metrics"))
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard")) /* the page shows what /metrics does */
         return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     return ACCESS_OPEN;
 }
@@ -774,8 +777,14 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
     g.queue_depth = s->q_len;
     g.active = s->n_active;
     pthread_mutex_unlock(&s->mu);
-    return send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", kvt_metrics_render(s->metrics, &g),
-                     NULL, NULL);
+    char *text = kvt_metrics_render(s->metrics, &g);
+    if (cs->r == R_DASHBOARD) {
+        char *html = kvt_dashboard_html(text);
+        free(text);
+        return send_text(s, c, cs->label, MHD_HTTP_OK, "text/html; charset=utf-8", html, "Content-Security-Policy",
+                         KVT_DASHBOARD_CSP);
+    }
+    return send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", text, NULL, NULL);
 }
 
 /* Copies src into dst[0..cap) for a log line: bytes outside printable ASCII become '?'. */
@@ -859,7 +868,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
                                "/v1/cache/{pin,unpin,prefetch,flush,stats,lint}, /tokenize, /detokenize, "
-                               "/props, /health and /metrics");
+                               "/props, /health, /metrics and /dashboard");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
