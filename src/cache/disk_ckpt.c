@@ -42,24 +42,6 @@ static const uint8_t ckpt_magic[8] = {'K', 'V', 'T', 'I', 'D', 'X', 0, 1};
 /* Larger is not a checkpoint we wrote (16 GiB: ~90M records of 32 tokens). */
 #define CKPT_MAX_BYTES (16ull << 30)
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static void put_hash(uint8_t *p, kvt_hash128 h) {
-    put64(p, h.lo);
-    put64(p + 8, h.hi);
-}
-static kvt_hash128 get_hash(const uint8_t *p) { return (kvt_hash128){.lo = get64(p), .hi = get64(p + 8)}; }
-
 static uint32_t ckpt_flags(const kvt_disk *d) {
     return d->p.mac ? CKPT_F_MAC | (d->key.gmac ? CKPT_F_GMAC : 0) : 0;
 }
@@ -81,11 +63,11 @@ uint8_t *kvt_disk_ckpt_build(kvt_disk *d, size_t *len) {
         const disk_seg *s = d->segs[i];
         struct stat sb;
         if (fstat(s->fd, &sb)) memset(&sb, 0, sizeof sb); /* inode 0 never matches: that segment is rescanned */
-        put64(p, s->id);
-        put64(p + 8, s->bytes);
-        put64(p + 16, (uint64_t)sb.st_ino);
-        put64(p + 24, (uint64_t)sb.st_mtim.tv_sec);
-        put64(p + 32, (uint64_t)sb.st_mtim.tv_nsec);
+        disk_wr64(p, s->id);
+        disk_wr64(p + 8, s->bytes);
+        disk_wr64(p + 16, (uint64_t)sb.st_ino);
+        disk_wr64(p + 24, (uint64_t)sb.st_mtim.tv_sec);
+        disk_wr64(p + 32, (uint64_t)sb.st_mtim.tv_nsec);
     }
     uint64_t written = 0;
     for (uint32_t i = 0; i < d->n_recs; i++) {
@@ -94,11 +76,11 @@ uint8_t *kvt_disk_ckpt_build(kvt_disk *d, size_t *len) {
         if (!r->used || !r->seg || kvt_prefix_get(d->p.index, r->hash, &info) ||
             !(info.tiers & KVT_TIER_BIT(KVT_TIER_T2)))
             continue;
-        put64(p, r->seg->id);
-        put64(p + 8, r->off);
-        put32(p + 16, r->bytes);
-        put_hash(p + 24, r->hash);
-        put_hash(p + 40, info.parent);
+        disk_wr64(p, r->seg->id);
+        disk_wr64(p + 8, r->off);
+        disk_wr32(p + 16, r->bytes);
+        disk_wrh(p + 24, r->hash);
+        disk_wrh(p + 40, info.parent);
         memcpy(p + CKPT_REC_FIXED, info.tokens, 4ull * d->p.block_tokens);
         p += re;
         written++;
@@ -107,17 +89,17 @@ uint8_t *kvt_disk_ckpt_build(kvt_disk *d, size_t *len) {
     pthread_mutex_unlock(&d->mu);
     *len = (size_t)(p - b);
     memcpy(b, ckpt_magic, sizeof ckpt_magic);
-    put32(b + 8, CKPT_VERSION);
-    put64(b + 16, *len);
-    put_hash(b + 24, d->p.ns);
-    put32(b + 40, d->p.block_tokens);
-    put32(b + 44, ckpt_flags(d));
-    put64(b + 48, d->p.payload_bytes);
-    put32(b + 56, d->p.mac ? d->key.id : 0);
-    put64(b + 64, n_segs);
-    put64(b + 72, written);
-    put64(b + 80, (uint64_t)time(NULL));
-    put32(b + CKPT_CRC_OFF, kvt_crc32c(0, b, *len));
+    disk_wr32(b + 8, CKPT_VERSION);
+    disk_wr64(b + 16, *len);
+    disk_wrh(b + 24, d->p.ns);
+    disk_wr32(b + 40, d->p.block_tokens);
+    disk_wr32(b + 44, ckpt_flags(d));
+    disk_wr64(b + 48, d->p.payload_bytes);
+    disk_wr32(b + 56, d->p.mac ? d->key.id : 0);
+    disk_wr64(b + 64, n_segs);
+    disk_wr64(b + 72, written);
+    disk_wr64(b + 80, (uint64_t)time(NULL));
+    disk_wr32(b + CKPT_CRC_OFF, kvt_crc32c(0, b, *len));
     return b;
 }
 
@@ -179,22 +161,22 @@ int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
     close(fd);
     const uint8_t *b = c->buf;
     if (got != c->len) return refuse(c, d->dir, "cannot be read whole");
-    if (memcmp(b, ckpt_magic, sizeof ckpt_magic) || get32(b + 8) != CKPT_VERSION)
+    if (memcmp(b, ckpt_magic, sizeof ckpt_magic) || disk_rd32(b + 8) != CKPT_VERSION)
         return refuse(c, d->dir, "has another format");
-    if (get64(b + 16) != c->len) return refuse(c, d->dir, "is truncated");
-    uint32_t crc = get32(b + CKPT_CRC_OFF);
-    put32(c->buf + CKPT_CRC_OFF, 0);
+    if (disk_rd64(b + 16) != c->len) return refuse(c, d->dir, "is truncated");
+    uint32_t crc = disk_rd32(b + CKPT_CRC_OFF);
+    disk_wr32(c->buf + CKPT_CRC_OFF, 0);
     if (kvt_crc32c(0, b, c->len) != crc) return refuse(c, d->dir, "fails its CRC");
-    c->n_segs = get64(b + 64);
-    c->n_recs = get64(b + 72);
+    c->n_segs = disk_rd64(b + 64);
+    c->n_recs = disk_rd64(b + 72);
     uint64_t re = rec_entry_bytes(d);
-    if (get32(b + 40) != d->p.block_tokens || c->n_segs > (c->len - CKPT_HDR) / CKPT_SEG ||
+    if (disk_rd32(b + 40) != d->p.block_tokens || c->n_segs > (c->len - CKPT_HDR) / CKPT_SEG ||
         c->n_recs > (c->len - CKPT_HDR - c->n_segs * CKPT_SEG) / re ||
         CKPT_HDR + c->n_segs * CKPT_SEG + c->n_recs * re != c->len)
         return refuse(c, d->dir, "has inconsistent lengths");
     /* records it lists were taken under these rules; under others, rescan */
-    if (!kvt_hash128_eq(get_hash(b + 24), d->p.ns) || get64(b + 48) != d->p.payload_bytes ||
-        get32(b + 44) != ckpt_flags(d) || get32(b + 56) != (d->p.mac ? d->key.id : 0) ||
+    if (!kvt_hash128_eq(disk_rdh(b + 24), d->p.ns) || disk_rd64(b + 48) != d->p.payload_bytes ||
+        disk_rd32(b + 44) != ckpt_flags(d) || disk_rd32(b + 56) != (d->p.mac ? d->key.id : 0) ||
         (d->p.mac && d->key_state != KEY_READ))
         return refuse(c, d->dir, "was written for another namespace, block size or MAC key");
     c->segs = b + CKPT_HDR;
@@ -205,12 +187,12 @@ int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
 uint64_t kvt_disk_ckpt_covers(const disk_ckpt *c, uint64_t id, const struct stat *sb) {
     for (uint64_t i = 0; i < c->n_segs; i++) {
         const uint8_t *s = c->segs + i * CKPT_SEG;
-        if (get64(s) != id) continue;
-        uint64_t bytes = get64(s + 8);
+        if (disk_rd64(s) != id) continue;
+        uint64_t bytes = disk_rd64(s + 8);
         /* the same file, unchanged since (appends after the checkpoint changed
          * its mtime too: then it is scanned whole, once) */
-        if (get64(s + 16) != (uint64_t)sb->st_ino || (uint64_t)sb->st_size < bytes ||
-            get64(s + 24) != (uint64_t)sb->st_mtim.tv_sec || get64(s + 32) != (uint64_t)sb->st_mtim.tv_nsec)
+        if (disk_rd64(s + 16) != (uint64_t)sb->st_ino || (uint64_t)sb->st_size < bytes ||
+            disk_rd64(s + 24) != (uint64_t)sb->st_mtim.tv_sec || disk_rd64(s + 32) != (uint64_t)sb->st_mtim.tv_nsec)
             return UINT64_MAX;
         return bytes;
     }
@@ -223,8 +205,8 @@ uint64_t kvt_disk_ckpt_apply(kvt_disk *d, const disk_ckpt *c, disk_seg *const *s
     size_t k = 0;
     for (uint64_t i = 0; i < c->n_recs; i++) {
         const uint8_t *p = c->recs + i * re;
-        uint64_t id = get64(p), off = get64(p + 8);
-        uint32_t bytes = get32(p + 16);
+        uint64_t id = disk_rd64(p), off = disk_rd64(p + 8);
+        uint32_t bytes = disk_rd32(p + 16);
         /* records come in slot order, so look the segment up (usually the same as the last) */
         if (k >= n_segs || segs[k]->id != id) {
             size_t lo = 0, hi = n_segs;
@@ -241,7 +223,7 @@ uint64_t kvt_disk_ckpt_apply(kvt_disk *d, const disk_ckpt *c, disk_seg *const *s
             continue;
         /* entries sit at multiples of 8 bytes in a malloc'd buffer: the ids are aligned */
         const int32_t *tokens = (const int32_t *)(const void *)(p + CKPT_REC_FIXED);
-        kvt_disk_rec_insert(d, get_hash(p + 24), get_hash(p + 40), tokens, segs[k], off, bytes);
+        kvt_disk_rec_insert(d, disk_rdh(p + 24), disk_rdh(p + 40), tokens, segs[k], off, bytes);
         added++;
     }
     return added;

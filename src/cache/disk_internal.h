@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sodium.h>
 #include <zstd.h>
@@ -49,6 +50,32 @@ enum {
 /* KVT_DISK_MAC_SCHEME=blake2b: behave as a CPU without AES-GCM (tests, benchmarks). */
 #define MAC_SCHEME_ENV "KVT_DISK_MAC_SCHEME"
 #define MAC_SCHEME_PORTABLE "blake2b"
+
+/* Little-endian fields of the on-disk formats (records, the index checkpoint),
+ * read and written through memcpy: any alignment. */
+static inline uint32_t disk_rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t disk_rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline kvt_hash128 disk_rdh(const uint8_t *p) {
+    kvt_hash128 h;
+    memcpy(&h.lo, p, 8);
+    memcpy(&h.hi, p + 8, 8);
+    return h;
+}
+static inline void disk_wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void disk_wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void disk_wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline void disk_wrh(uint8_t *p, kvt_hash128 h) {
+    memcpy(p, &h.lo, 8);
+    memcpy(p + 8, &h.hi, 8);
+}
 
 /* n rounded up to the next KVT_DISK_ALIGN boundary: a record's padded length. */
 static inline uint64_t kvt_disk_align_up(uint64_t n) {
