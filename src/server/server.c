@@ -1069,6 +1069,14 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 
     /* ITC: MHD_quiesce_daemon needs it in this threading mode */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    /* $KVT_HTTP_THREAD_POOL=N, for bench/http_modes.sh only: MHD's epoll mode with N threads instead of
+     * one per connection. The handlers block while a generation runs, so N bounds what is answered at
+     * once, /health included (the bench measures both modes). */
+    const char *pool_env = getenv("KVT_HTTP_THREAD_POOL");
+    unsigned pool = pool_env ? (unsigned)strtoul(pool_env, NULL, 10) : 0;
+    if (pool) flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC;
+    struct MHD_OptionItem pool_opt[] = {{pool > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool, NULL},
+                                        {MHD_OPTION_END, 0, NULL}};
     /* MHD binds IPv6 only when told; "::" also takes IPv4 clients (dual stack) */
     if (v6) flags |= IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&addr)->sin6_addr) ? MHD_USE_DUAL_STACK
                                                                                          : MHD_USE_IPv6;
@@ -1078,7 +1086,8 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                               s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, KVT_HTTP_STRICTNESS, MHD_OPTION_END);
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_ARRAY, pool_opt,
+                              KVT_HTTP_STRICTNESS, MHD_OPTION_END);
     if (!s->mhd) {
         int err = errno;
         server_free(s);
