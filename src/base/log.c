@@ -117,10 +117,31 @@ static void lb_puts(line_buf *b, const char *s) {
     for (; *s; s++) lb_putc(b, *s);
 }
 
-/* s as the inside of a JSON string: quotes, backslashes and control bytes escaped. */
+/* Length of the well-formed UTF-8 sequence at p (2-4), or 0. */
+static int utf8_len(const unsigned char *p) {
+    int n = *p >= 0xF0 && *p <= 0xF4 ? 4 : *p >= 0xE0 ? 3 : *p >= 0xC2 && *p < 0xE0 ? 2 : 0;
+    if (*p >= 0xF8) n = 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((*p == 0xE0 && p[1] < 0xA0) || (*p == 0xED && p[1] >= 0xA0))) return 0; /* overlong, surrogate */
+    if (n == 4 && ((*p == 0xF0 && p[1] < 0x90) || (*p == 0xF4 && p[1] >= 0x90))) return 0; /* overlong, > U+10FFFF */
+    return n;
+}
+
+/* s as the inside of a JSON string: quotes, backslashes and control bytes
+ * escaped, a byte that is not part of well-formed UTF-8 replaced by U+FFFD, so
+ * every line parses whatever a message carries (a path, a peer's text). */
 static void lb_put_json(line_buf *b, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
+        if (*p >= 0x80) {
+            int n = utf8_len(p);
+            if (!n) {
+                lb_puts(b, "\\ufffd");
+                continue;
+            }
+            for (int i = 0; i < n; i++) lb_putc(b, (char)p[i]);
+            p += n - 1;
+        } else if (*p == '"' || *p == '\\') {
             lb_putc(b, '\\');
             lb_putc(b, (char)*p);
         } else if (*p < 0x20 || *p == 0x7f) {

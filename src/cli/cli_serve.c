@@ -131,6 +131,7 @@ static void serve_usage(FILE *f) {
             "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
             "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
+            "GET /dashboard (a live page of the metrics, behind the same key),\n"
             "POST /tokenize, POST /detokenize and GET /props (llama-server's).\n\n"
             "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
             "environment variable in brackets, the command line winning.\n\n");

@@ -73,7 +73,7 @@ int main(void) {
     kvt_log_set_format(KVT_LOG_JSON);
     CHECK(kvt_log_open_file(path) == 0);
     kvt_log(KVT_LOG_WARN, "quote \" backslash \\ tab \t newline \n bell \a end");
-    kvt_log(KVT_LOG_INFO, "%s", "plain");
+    kvt_log(KVT_LOG_INFO, "%s", "plain \xc3\xa9 bad \xff\xc3 cut");
     kvt_log_close_file();
     kvt_log_set_format(KVT_LOG_TEXT);
     t = kvt_test_read_file(path, NULL);
@@ -95,7 +95,8 @@ int main(void) {
             cJSON_Delete(j);
         }
         cJSON *j2 = cJSON_Parse(nl + 1);
-        CHECK(j2 && !strcmp(cJSON_GetObjectItem(j2, "msg")->valuestring, "plain"));
+        /* well-formed UTF-8 kept, stray bytes replaced */
+    CHECK(j2 && !strcmp(cJSON_GetObjectItem(j2, "msg")->valuestring, "plain \xc3\xa9 bad \xef\xbf\xbd\xef\xbf\xbd cut"));
         cJSON_Delete(j2);
         free(t);
     }
