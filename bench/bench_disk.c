@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -101,18 +102,24 @@ static double timed_open(kvt_disk_params *p, const char *what) {
     if (kvt_prefix_new(p->block_tokens, &idx)) exit(1);
     p->index = idx;
     kvt_disk *d;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
     double t0 = kvt_now();
     if (kvt_disk_open(p, &d)) {
         fprintf(stderr, "open: %s\n", kvt_errmsg());
         exit(1);
     }
     double dt = kvt_now() - t0;
+    getrusage(RUSAGE_SELF, &r1);
+    double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                 (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) * 1e-6;
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);
-    printf("open %s: %llu records (%llu from the checkpoint, %.0f MiB of headers scanned) in %.3f s: %.2f s per "
-           "million records\n",
+    printf("open %s: %llu records (%llu from the checkpoint, %.0f MiB of headers scanned) in %.3f s (CPU %.3f s): "
+           "%.2f s per million records (CPU %.2f s)\n",
            what, (unsigned long long)st.records, (unsigned long long)st.checkpoint_records,
-           (double)st.open_scanned_bytes / MIB, dt, st.records ? dt * 1e6 / (double)st.records : 0.0);
+           (double)st.open_scanned_bytes / MIB, dt, cpu, st.records ? dt * 1e6 / (double)st.records : 0.0,
+           st.records ? cpu * 1e6 / (double)st.records : 0.0);
     kvt_disk_close(d);
     kvt_prefix_free(idx);
     return dt;
