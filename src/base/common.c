@@ -48,26 +48,6 @@ int kvt_fail_prefix(int err, const char *fmt, ...) {
     return err;
 }
 
-static int log_threshold(void) {
-    static int level = -1;
-    if (level < 0) {
-        const char *e = getenv("KVT_LOG");
-        level = e ? atoi(e) : KVT_LOG_INFO;
-    }
-    return level;
-}
-
-void kvt_log(int level, const char *fmt, ...) {
-    if (level > log_threshold()) return;
-    static const char *const names[] = {"error", "warning", "info", "debug"};
-    fprintf(stderr, "kvtier: %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
 double kvt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -89,7 +69,7 @@ int kvt_write_all(int fd, const void *buf, size_t n) {
 }
 
 static void oom(size_t n) {
-    fprintf(stderr, "kvtier: out of memory allocating %zu bytes\n", n);
+    kvt_log(KVT_LOG_ERROR, "out of memory allocating %zu bytes", n);
     abort();
 }
 

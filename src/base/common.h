@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kvtier.h"
+#include "log.h"
 
 #define KVT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KVT_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -29,10 +30,7 @@ static inline int kvt_add_ovf(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
-/* Logging to stderr. Level: 0 error, 1 warn, 2 info, 3 debug; KVT_LOG env sets
- * the threshold (default info). */
-enum { KVT_LOG_ERROR = 0, KVT_LOG_WARN = 1, KVT_LOG_INFO = 2, KVT_LOG_DEBUG = 3 };
-void kvt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logging (timestamps, levels, text or JSON, stderr or a file): log.h. */
 
 /* Monotonic clock in seconds. */
 double kvt_now(void);

@@ -361,6 +361,7 @@ long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
                     !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
                     !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
+                    !strcmp(nm, CKPT_NAME) || !strcmp(nm, CKPT_TMP_NAME) ||
                     kvt_disk_is_seg_tmp_name(nm);
         if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
@@ -388,7 +389,12 @@ void *kvt_disk_aligned_buf(size_t n) {
  * grows as needed. Returns 0 or fn's nonzero value. */
 int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
                           size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
-    uint64_t off = 0;
+    return kvt_disk_scan_segment_from(fd, 0, size, verify, key, buf, vbuf, vcap, fn, ctx);
+}
+
+int kvt_disk_scan_segment_from(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key, uint8_t *buf,
+                               uint8_t **vbuf, size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
+    uint64_t off = start;
     while (off + KVT_DISK_HEADER_FIXED <= size) {
         ssize_t n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
         if (n <= 0) break;

@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sodium.h>
 #include <zstd.h>
@@ -49,6 +50,32 @@ enum {
 /* KVT_DISK_MAC_SCHEME=blake2b: behave as a CPU without AES-GCM (tests, benchmarks). */
 #define MAC_SCHEME_ENV "KVT_DISK_MAC_SCHEME"
 #define MAC_SCHEME_PORTABLE "blake2b"
+
+/* Little-endian fields of the on-disk formats (records, the index checkpoint),
+ * read and written through memcpy: any alignment. */
+static inline uint32_t disk_rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t disk_rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline kvt_hash128 disk_rdh(const uint8_t *p) {
+    kvt_hash128 h;
+    memcpy(&h.lo, p, 8);
+    memcpy(&h.hi, p + 8, 8);
+    return h;
+}
+static inline void disk_wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void disk_wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void disk_wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline void disk_wrh(uint8_t *p, kvt_hash128 h) {
+    memcpy(p, &h.lo, 8);
+    memcpy(p + 8, &h.hi, 8);
+}
 
 /* n rounded up to the next KVT_DISK_ALIGN boundary: a record's padded length. */
 static inline uint64_t kvt_disk_align_up(uint64_t n) {
@@ -92,6 +119,9 @@ uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
 /* ---- the directory (disk_dir.c) ----------------------------------------- */
 
 #define TMP_SUFFIX ".tmp"
+/* The index checkpoint (disk_ckpt.c) and its temporary. */
+#define CKPT_NAME "index"
+#define CKPT_TMP_NAME "index.tmp"
 #define SEG_NAME_MAX 64
 #define TMP_NAME_MAX (SEG_NAME_MAX + sizeof TMP_SUFFIX)
 /* The directory and its files are ours alone (see kvt_disk_dir_open). */
@@ -147,6 +177,15 @@ typedef int (*kvt_disk_scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int sta
 /* Walks the records of one segment file (fd, size bytes): see disk_dir.c. */
 int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
                           size_t *vcap, kvt_disk_scan_fn fn, void *ctx);
+
+/* The same from offset start (a record boundary: the end of what an index
+ * checkpoint covers). */
+int kvt_disk_scan_segment_from(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key, uint8_t *buf,
+                               uint8_t **vbuf, size_t *vcap, kvt_disk_scan_fn fn, void *ctx);
+
+/* Removes the index checkpoint and its temporary (disk_ckpt.c): gc and clear
+ * change segments it describes. */
+void kvt_disk_ckpt_remove(int dfd);
 
 /* Tries O_DIRECT in the directory: 0 if an aligned write and read work. */
 int kvt_disk_probe_o_direct(int dfd, const char *dir);

@@ -15,6 +15,7 @@
 #include <zstd.h>
 
 #include "common.h"
+#include "progress.h"
 #include "disk_internal.h"
 #include "hmap128.h"
 
@@ -116,6 +117,7 @@ static int open_locked(const char *dir, int *lock_fd) {
         close(dfd);
         return unlocked ? kvt_fail(-EROFS, "cache dir %s is read-only", dir) : *lock_fd;
     }
+    kvt_disk_ckpt_remove(dfd); /* the segments are about to change under it */
     return dfd;
 }
 
@@ -194,8 +196,13 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
     size_t vcap = 0;
     int rc = 0;
+    kvt_progress prog;
+    char what[sizeof prog.what];
+    snprintf(what, sizeof what, "cache gc %s", dir);
+    kvt_progress_begin(&prog, what, (uint64_t)n, "segments");
     /* newest first, so the copy a reinsertion wrote last is the one kept */
     for (long i = n - 1; i >= 0 && !rc; i--) {
+        kvt_progress_update(&prog, (uint64_t)(n - 1 - i));
         char nm[SEG_NAME_MAX], tmp[TMP_NAME_MAX];
         kvt_disk_seg_name(nm, sizeof nm, ids[i]);
         snprintf(tmp, sizeof tmp, "%s%s", nm, TMP_SUFFIX);
@@ -239,6 +246,7 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
             rep->bytes_after += g.out_bytes;
         }
     }
+    kvt_progress_end(&prog, (uint64_t)n);
     fsync(dfd);
     kvt_hmap128_free(&seen);
     free(buf);

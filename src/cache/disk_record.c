@@ -33,30 +33,6 @@ static_assert(crypto_aead_aes256gcm_KEYBYTES >= crypto_generichash_BYTES_MIN &&
                   crypto_aead_aes256gcm_KEYBYTES <= crypto_generichash_BYTES_MAX,
               "BLAKE2b can derive an AES-256 key");
 
-static uint32_t rd32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t rd64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static kvt_hash128 rdh(const uint8_t *p) {
-    kvt_hash128 h;
-    memcpy(&h.lo, p, 8);
-    memcpy(&h.hi, p + 8, 8);
-    return h;
-}
-static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static void wrh(uint8_t *p, kvt_hash128 h) {
-    memcpy(p, &h.lo, 8);
-    memcpy(p + 8, &h.hi, 8);
-}
-
 /* CRC of a header with its two CRC fields taken as zero. */
 static uint32_t header_crc(const uint8_t *h, uint32_t header_bytes) {
     static const uint8_t zeros[RH_CRC_FIELDS_BYTES];
@@ -167,7 +143,7 @@ int kvt_disk_mac_checkable(const mac_key *k, const kvt_disk_record *r) {
 int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record *out) {
     const uint8_t *b = buf;
     memset(out, 0, sizeof *out);
-    if (len < KVT_DISK_HEADER_FIXED || rd32(b + RH_MAGIC) != KVT_DISK_MAGIC)
+    if (len < KVT_DISK_HEADER_FIXED || disk_rd32(b + RH_MAGIC) != KVT_DISK_MAGIC)
         return kvt_fail(KVT_EFORMAT, "not a disk record");
     uint16_t version;
     memcpy(&version, b + RH_VERSION, 2);
@@ -178,10 +154,10 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
     uint16_t codec;
     memcpy(&codec, b + RH_CODEC, 2);
     out->codec = codec;
-    out->header_bytes = rd32(b + RH_HEADER_BYTES);
-    out->block_tokens = rd32(b + RH_BLOCK_TOKENS);
-    out->payload_bytes = rd64(b + RH_PAYLOAD_BYTES);
-    out->stored_bytes = rd64(b + RH_STORED_BYTES);
+    out->header_bytes = disk_rd32(b + RH_HEADER_BYTES);
+    out->block_tokens = disk_rd32(b + RH_BLOCK_TOKENS);
+    out->payload_bytes = disk_rd64(b + RH_PAYLOAD_BYTES);
+    out->stored_bytes = disk_rd64(b + RH_STORED_BYTES);
     if (out->block_tokens == 0 || out->block_tokens > KVT_BLOCK_TOKENS_MAX ||
         out->header_bytes != KVT_DISK_HEADER_FIXED + 4 * out->block_tokens)
         return kvt_fail(KVT_EFORMAT, "record header: bad block size %u / header bytes %u", out->block_tokens,
@@ -193,12 +169,12 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
         return kvt_fail(KVT_EFORMAT, "record header: bad lengths %" PRIu64 "/%" PRIu64, out->payload_bytes,
                         out->stored_bytes);
     if (len < out->header_bytes) return kvt_fail(KVT_EFORMAT, "record header truncated");
-    out->header_crc = rd32(b + RH_HEADER_CRC);
-    out->crc = rd32(b + RH_CRC);
+    out->header_crc = disk_rd32(b + RH_HEADER_CRC);
+    out->crc = disk_rd32(b + RH_CRC);
     uint32_t hc = header_crc(b, out->header_bytes);
     if (hc != out->header_crc) return kvt_fail(KVT_EFORMAT, "record header CRC mismatch");
-    out->flags = rd32(b + RH_FLAGS);
-    out->key_id = rd32(b + RH_KEY_ID);
+    out->flags = disk_rd32(b + RH_FLAGS);
+    out->key_id = disk_rd32(b + RH_KEY_ID);
     out->mac_scheme = (out->flags & KVT_DISK_FLAG_SCHEME_MASK) >> KVT_DISK_FLAG_SCHEME_SHIFT;
     if ((out->flags & ~(KVT_DISK_FLAG_MAC | KVT_DISK_FLAG_SCHEME_MASK)) ||
         (!(out->flags & KVT_DISK_FLAG_MAC) && (out->key_id || out->mac_scheme)))
@@ -207,9 +183,9 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
     memcpy(out->mac, b + RH_MAC, KVT_DISK_MAC_BYTES);
     out->raw = b;
     out->record_bytes = kvt_disk_align_up(out->header_bytes + out->stored_bytes);
-    out->ns = rdh(b + RH_NS);
-    out->hash = rdh(b + RH_HASH);
-    out->parent = rdh(b + RH_PARENT);
+    out->ns = disk_rdh(b + RH_NS);
+    out->hash = disk_rdh(b + RH_HASH);
+    out->parent = disk_rdh(b + RH_PARENT);
     out->tokens = (const int32_t *)(const void *)(b + RH_TOKENS);
     if (!full) return 0;
     if (len < out->header_bytes + out->stored_bytes) return kvt_fail(KVT_EFORMAT, "record payload truncated");
@@ -266,19 +242,19 @@ uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
                               uint64_t stored_bytes, kvt_hash128 ns, kvt_hash128 hash, kvt_hash128 parent,
                               const mac_key *key) {
     uint32_t header_bytes = KVT_DISK_HEADER_FIXED + 4 * B;
-    wr32(h + RH_MAGIC, KVT_DISK_MAGIC);
-    wr16(h + RH_VERSION, KVT_DISK_FORMAT_VERSION);
-    wr16(h + RH_CODEC, (uint16_t)codec);
-    wr32(h + RH_HEADER_BYTES, header_bytes);
-    wr32(h + RH_BLOCK_TOKENS, B);
-    wr64(h + RH_PAYLOAD_BYTES, payload_bytes);
-    wr64(h + RH_STORED_BYTES, stored_bytes);
-    wrh(h + RH_NS, ns);
-    wrh(h + RH_HASH, hash);
-    wrh(h + RH_PARENT, parent);
+    disk_wr32(h + RH_MAGIC, KVT_DISK_MAGIC);
+    disk_wr16(h + RH_VERSION, KVT_DISK_FORMAT_VERSION);
+    disk_wr16(h + RH_CODEC, (uint16_t)codec);
+    disk_wr32(h + RH_HEADER_BYTES, header_bytes);
+    disk_wr32(h + RH_BLOCK_TOKENS, B);
+    disk_wr64(h + RH_PAYLOAD_BYTES, payload_bytes);
+    disk_wr64(h + RH_STORED_BYTES, stored_bytes);
+    disk_wrh(h + RH_NS, ns);
+    disk_wrh(h + RH_HASH, hash);
+    disk_wrh(h + RH_PARENT, parent);
     uint32_t scheme = key && key->gmac ? KVT_DISK_SCHEME_GMAC : KVT_DISK_SCHEME_BLAKE2B;
-    wr32(h + RH_FLAGS, key ? KVT_DISK_FLAG_MAC | scheme << KVT_DISK_FLAG_SCHEME_SHIFT : 0);
-    wr32(h + RH_KEY_ID, key ? key->id : 0);
+    disk_wr32(h + RH_FLAGS, key ? KVT_DISK_FLAG_MAC | scheme << KVT_DISK_FLAG_SCHEME_SHIFT : 0);
+    disk_wr32(h + RH_KEY_ID, key ? key->id : 0);
     memset(h + RH_MAC, 0, KVT_DISK_MAC_BYTES);
     if (key) {
         /* a GCM nonce must never repeat under one key: 96 random bits per record (tier_disk.h, "MAC") */
@@ -287,8 +263,8 @@ uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
         record_mac(key, scheme, h, header_bytes + stored_bytes, nonce, h + RH_MAC);
     }
     uint32_t hc = header_crc(h, header_bytes);
-    wr32(h + RH_HEADER_CRC, hc);
-    wr32(h + RH_CRC, kvt_crc32c(hc, h + header_bytes, stored_bytes));
+    disk_wr32(h + RH_HEADER_CRC, hc);
+    disk_wr32(h + RH_CRC, kvt_crc32c(hc, h + header_bytes, stored_bytes));
     uint64_t total = kvt_disk_align_up(header_bytes + stored_bytes);
     memset(h + header_bytes + stored_bytes, 0, total - header_bytes - stored_bytes);
     return total;

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include "disk_internal.h"
@@ -91,9 +92,13 @@ struct kvt_disk {
     size_t n_ev, cap_ev;
 
     int write_err; /* first write error; writes are disabled once set */
+    uint8_t *ckpt_buf; /* a checkpoint for the writer to write (periodic), or NULL */
+    size_t ckpt_len;
     uint64_t lookup_blocks, lookup_hits; /* kvt_disk_note_lookup, this session */
 
     /* owner thread only */
+    double ckpt_last;    /* when the last periodic checkpoint was taken (or the open) */
+    uint64_t ckpt_mark;  /* the store's change count then (puts, evictions, removes, moves) */
     kvt_dio *rio;
     uint8_t *rbuf;
     size_t rbuf_cap;
@@ -141,6 +146,38 @@ void kvt_disk_segs_push(kvt_disk *d, disk_seg *s);
 void kvt_disk_disable_writes(kvt_disk *d, int err, const char *what);
 /* The queue slot holding hash, or NULL (mu held). */
 disk_qslot *kvt_disk_queued_slot(kvt_disk *d, kvt_hash128 hash);
+
+/* ---- the index checkpoint (disk_ckpt.c) ---- */
+
+/* A loaded checkpoint: the file's bytes and its two tables. */
+typedef struct {
+    uint8_t *buf;
+    size_t len;
+    uint64_t n_segs, n_recs;
+    const uint8_t *segs, *recs;
+} disk_ckpt;
+
+/* Serialises the record index (owner's thread: it reads the prefix index for
+ * each record's parent and tokens; takes mu). A malloc'd buffer and *len, or
+ * NULL without a prefix index. */
+uint8_t *kvt_disk_ckpt_build(kvt_disk *d, size_t *len);
+/* Replaces the directory's checkpoint with buf: temp file, fsync, rename. */
+int kvt_disk_ckpt_write(int dfd, const char *dir, const uint8_t *buf, size_t len);
+/* Loads the checkpoint for d's parameters and key: 0 and *c, KVT_ENOTFOUND,
+ * or KVT_EFORMAT (corrupt, truncated, or taken under other rules; the message
+ * says which). */
+int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c);
+void kvt_disk_ckpt_free(disk_ckpt *c);
+/* Bytes of segment id (its fstat sb) that c's records cover, or UINT64_MAX
+ * when c does not cover it (absent, another file, or changed since). */
+uint64_t kvt_disk_ckpt_covers(const disk_ckpt *c, uint64_t id, const struct stat *sb);
+/* Indexes c's records that lie in the covered part of segs[i] (ids
+ * ascending; covered[i] from kvt_disk_ckpt_covers). Returns how many. mu held. */
+uint64_t kvt_disk_ckpt_apply(kvt_disk *d, const disk_ckpt *c, disk_seg *const *segs, const uint64_t *covered,
+                             size_t n_segs);
+/* Writes the checkpoint in d->ckpt_buf and frees it: the writer thread, mu
+ * held (dropped while writing). */
+void kvt_disk_ckpt_write_pending(kvt_disk *d);
 
 /* Reclaims the oldest segments until the sealed ones fit (mu held); see disk_writer.c. */
 size_t kvt_disk_reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves, size_t *n_moves, disk_seg ***srcs,

@@ -221,7 +221,11 @@ void *kvt_disk_writer_main(void *arg) {
     kvt_disk *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while ((!d->q_count || d->paused) && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
+        while ((!d->q_count || d->paused) && !d->stop && !d->ckpt_buf) pthread_cond_wait(&d->cv_work, &d->mu);
+        if (d->ckpt_buf) {
+            kvt_disk_ckpt_write_pending(d);
+            continue;
+        }
         if (!d->q_count) break;
         disk_qslot *q = &d->q[d->q_head];
         d->writer_busy = 1;

@@ -20,6 +20,7 @@
 #include <zstd.h>
 
 #include "common.h"
+#include "progress.h"
 #include "disk_store.h"
 
 #define DISK_DEFAULT_SIZE (16ull << 30)
@@ -41,6 +42,9 @@ kvt_disk_params kvt_disk_default_params(void) {
     p.use_io_uring = 1;
     p.use_o_direct = 1;
     p.mac = 1;
+    p.checkpoint_s = KVT_DISK_CHECKPOINT_S_DEFAULT;
+    const char *e = getenv("KVT_DISK_CHECKPOINT_S");
+    if (e && *e) p.checkpoint_s = KVT_MAX(0.0, atof(e));
     return p;
 }
 
@@ -137,10 +141,13 @@ void kvt_disk_apply_events_locked(kvt_disk *d) {
     d->n_ev = 0;
 }
 
+static void ckpt_maybe(kvt_disk *d);
+
 void kvt_disk_poll(kvt_disk *d) {
     pthread_mutex_lock(&d->mu);
     kvt_disk_apply_events_locked(d);
     pthread_mutex_unlock(&d->mu);
+    ckpt_maybe(d);
 }
 
 uint64_t kvt_disk_segs_bytes(const kvt_disk *d) {
@@ -165,6 +172,48 @@ void kvt_disk_disable_writes(kvt_disk *d, int err, const char *what) {
     d->st.writes_disabled = 1;
     kvt_log(KVT_LOG_WARN, "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir, what,
             strerror(-d->write_err));
+}
+
+/* ---- the index checkpoint ------------------------------------------------ */
+
+/* Changes to the set of records since open (mu held, or before the writer starts). */
+static uint64_t change_count(const kvt_disk *d) {
+    return d->st.puts + d->st.evicted + d->st.removes + d->st.reinserted + d->st.segments_reclaimed + d->st.corrupt;
+}
+
+/* Hands a fresh checkpoint to the writer thread when one is due: every
+ * checkpoint_s seconds, if records changed and the last one is written. */
+static void ckpt_maybe(kvt_disk *d) {
+    if (!d->p.index || d->p.checkpoint_s <= 0 || d->lock_fd < 0) return;
+    double now = kvt_now();
+    if (now - d->ckpt_last < d->p.checkpoint_s) return;
+    d->ckpt_last = now;
+    pthread_mutex_lock(&d->mu);
+    uint64_t mark = change_count(d);
+    int due = mark != d->ckpt_mark && !d->ckpt_buf && !d->write_err;
+    pthread_mutex_unlock(&d->mu);
+    if (!due) return;
+    size_t len;
+    uint8_t *buf = kvt_disk_ckpt_build(d, &len);
+    pthread_mutex_lock(&d->mu);
+    d->ckpt_buf = buf;
+    d->ckpt_len = len;
+    d->ckpt_mark = mark;
+    pthread_cond_broadcast(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* The writer thread writes a checkpoint handed over by ckpt_maybe (mu held; dropped meanwhile). */
+void kvt_disk_ckpt_write_pending(kvt_disk *d) {
+    uint8_t *buf = d->ckpt_buf;
+    size_t len = d->ckpt_len;
+    pthread_mutex_unlock(&d->mu);
+    int rc = kvt_disk_ckpt_write(d->dir_fd, d->dir, buf, len);
+    if (rc) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+    free(buf);
+    pthread_mutex_lock(&d->mu);
+    d->ckpt_buf = NULL;
+    if (!rc) d->st.checkpoints_written++;
 }
 
 /* ---- open ---------------------------------------------------------------- */
@@ -210,13 +259,21 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
     return 0;
 }
 
-/* Opens every existing segment and indexes its records. */
+/* Opens every existing segment and indexes its records: those an index
+ * checkpoint covers from it, the rest (everything appended since, and any
+ * segment it does not cover) by scanning record headers. */
 static int scan_dir(kvt_disk *d, int ignore_records) {
     uint64_t *ids;
     long n = kvt_disk_list_segments(d->dir_fd, d->dir, 1, &ids);
     if (n < 0) return kvt_fail((int)n, "cache dir %s: cannot list: %s", d->dir, strerror((int)-n));
-    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES);
-    uint64_t no_mac = 0, lost_key = 0, no_scheme = 0;
+    disk_ckpt ck;
+    int have_ckpt = 0;
+    if (!ignore_records && d->p.index) {
+        int crc = kvt_disk_ckpt_load(d, &ck);
+        if (crc == 0) have_ckpt = 1;
+        else if (crc != KVT_ENOTFOUND) kvt_log(KVT_LOG_WARN, "%s: scanning every record header instead", kvt_errmsg());
+    }
+    uint64_t *start = kvt_xcalloc((size_t)n + 1, sizeof *start); /* per opened segment: where its scan begins */
     for (long i = 0; i < n; i++) {
         char nm[SEG_NAME_MAX];
         kvt_disk_seg_name(nm, sizeof nm, ids[i]);
@@ -233,14 +290,37 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         s->id = ids[i];
         s->fd = fd;
         s->bytes = (uint64_t)sb.st_size;
+        start[d->n_segs] = have_ckpt ? kvt_disk_ckpt_covers(&ck, s->id, &sb) : UINT64_MAX;
         kvt_disk_segs_push(d, s);
-        if (ignore_records) continue;
+    }
+    if (have_ckpt) {
+        d->st.checkpoint_records = kvt_disk_ckpt_apply(d, &ck, d->segs, start, d->n_segs);
+        d->st.checkpoint_used = 1;
+        kvt_disk_ckpt_free(&ck);
+    }
+    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES);
+    uint64_t no_mac = 0, lost_key = 0, no_scheme = 0, total = 0;
+    for (size_t i = 0; i < d->n_segs; i++) {
+        if (start[i] == UINT64_MAX) start[i] = 0;
+        total += d->segs[i]->bytes - start[i];
+    }
+    kvt_progress prog;
+    char what[sizeof prog.what];
+    snprintf(what, sizeof what, "disk tier %s: scanning record headers", d->dir);
+    kvt_progress_begin(&prog, what, total >> 20, "MiB");
+    uint64_t done = 0;
+    for (size_t i = 0; i < d->n_segs && !ignore_records; i++) {
+        disk_seg *s = d->segs[i];
         open_scan o = {d, s, UINT64_MAX, 0, 0, 0};
-        kvt_disk_scan_segment(fd, s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
+        kvt_disk_scan_segment_from(s->fd, start[i], s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
         no_mac += o.no_mac;
         lost_key += o.lost_key;
         no_scheme += o.no_scheme;
+        done += s->bytes - start[i];
+        d->st.open_scanned_bytes += s->bytes - start[i];
+        kvt_progress_update(&prog, done >> 20);
     }
+    kvt_progress_end(&prog, done >> 20);
     if (lost_key)
         kvt_log(KVT_LOG_WARN,
                 "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
@@ -255,6 +335,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
                 "without AES-NI and PCLMUL, or a later build's): they are misses",
                 d->dir, no_scheme);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
+    free(start);
     free(buf);
     free(ids);
     return 0;
@@ -394,9 +475,14 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         return kvt_fail(-EAGAIN, "disk tier: cannot start the writer thread");
     }
     d->writer_started = 1;
-    kvt_log(KVT_LOG_DEBUG, "disk tier %s: %zu records in %zu segments, scanned in %.3f s; MAC %s", d->dir,
-            (size_t)d->map.count, d->n_segs, d->st.open_scan_seconds,
+    kvt_log(d->map.count ? KVT_LOG_INFO : KVT_LOG_DEBUG,
+            "disk tier %s: %zu records in %zu segments (%" PRIu64 " from the index checkpoint, %.1f MiB of headers "
+            "scanned), opened in %.3f s; MAC %s",
+            d->dir, (size_t)d->map.count, d->n_segs, d->st.checkpoint_records,
+            (double)d->st.open_scanned_bytes / 1048576.0, d->st.open_scan_seconds,
             !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b");
+    d->ckpt_last = kvt_now();
+    d->ckpt_mark = change_count(d);
     *out = d;
     return 0;
 }
@@ -413,6 +499,7 @@ static void disk_free(kvt_disk *d) {
         free(d->segs[i]);
     }
     for (uint32_t i = 0; i < d->p.queue_depth; i++) free(d->q[i].buf);
+    free(d->ckpt_buf);
     free(d->q);
     free(d->segs);
     free(d->recs);
@@ -471,6 +558,12 @@ void kvt_disk_close(kvt_disk *d) {
     }
     if (d->head) fdatasync(d->head->fd);
     if (d->lock_fd >= 0) write_lifetime(d); /* we own the directory: nobody else writes it */
+    if (d->lock_fd >= 0 && !d->write_err && d->p.index) { /* the next open reads this instead of every header */
+        size_t len;
+        uint8_t *buf = kvt_disk_ckpt_build(d, &len);
+        if (kvt_disk_ckpt_write(d->dir_fd, d->dir, buf, len)) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+        free(buf);
+    }
     disk_free(d);
 }
 
@@ -504,6 +597,7 @@ static void wait_for_room(kvt_disk *d) {
 }
 
 int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
+    ckpt_maybe(d);
     pthread_mutex_lock(&d->mu);
     kvt_disk_apply_events_locked(d);
     int rc = 0;

@@ -311,13 +311,16 @@ void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_
     static const char *const what[KVT_TIER_COUNT] = {"T0 active", "T1 RAM", "T2 disk", "T3 remote"};
     uint64_t tok[KVT_TIER_COUNT];
     kvt_cache_capacity(c, tok);
-    fprintf(f, "%s: KV capacity", who);
-    for (int t = 0; t < KVT_TIER_COUNT; t++) {
+    char line[512];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s: KV capacity", who);
+    for (int t = 0; t < KVT_TIER_COUNT && n < sizeof line; t++) {
         if (!tok[t]) continue;
-        fprintf(f, "%s %s %llu tokens (%.1f sessions of %d)", t ? ";" : "", what[t], (unsigned long long)tok[t],
-                session_tokens > 0 ? (double)tok[t] / session_tokens : 0.0, session_tokens);
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s %s %llu tokens (%.1f sessions of %d)", t ? ";" : "",
+                              what[t], (unsigned long long)tok[t],
+                              session_tokens > 0 ? (double)tok[t] / session_tokens : 0.0, session_tokens);
     }
-    fputc('\n', f);
+    if (f) fprintf(f, "%s\n", line);
+    else kvt_log(KVT_LOG_INFO, "%s", line);
 }
 
 long kvt_cli_default_ctx(long n_ctx_train) {

@@ -52,7 +52,8 @@ void kvt_cli_json_string(FILE *f, const char *s);
 long kvt_cli_default_ctx(long n_ctx_train);
 
 /* Prints what each tier holds for the loaded model: tokens, and sessions of
- * session_tokens (the context), e.g. for the start-up line. */
+ * session_tokens (the context), e.g. for the start-up line; to f, or as one
+ * log line (kvt_log, info) when f is NULL. */
 void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_t session_tokens);
 
 /* ---- table-driven options (run, serve) ----------------------------------------

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "progress.h"
 #include "tier_disk.h"
 #include "tier_remote.h"
 
@@ -77,7 +78,7 @@ typedef struct {
     long limit, printed;
     /* verify progress */
     int progress;
-    double last;
+    kvt_progress prog;
     uint64_t total_bytes;
     char last_segment[64]; /* a copy: the walk reuses its name buffer for every segment */
     uint64_t segments;
@@ -132,15 +133,7 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
                : w->rec.mac_scheme == KVT_DISK_SCHEME_BLAKE2B ? "blake2b"
                                                               : "other");
     }
-    if (s->progress) {
-        double now = kvt_now();
-        if (now - s->last >= PROGRESS_INTERVAL_S) {
-            s->last = now;
-            fprintf(stderr, "\rverify: %.0f / %.0f MiB, %" PRIu64 " records, %" PRIu64 " bad", (double)s->bytes / 1048576.0,
-                    (double)s->total_bytes / 1048576.0, s->valid, s->corrupt);
-            fflush(stderr);
-        }
-    }
+    if (s->progress) kvt_progress_update(&s->prog, s->bytes >> 20);
     return 0;
 }
 
@@ -249,11 +242,11 @@ int kvt_cmd_cache(int argc, char **argv) {
         s->limit = limit;
         if (verify) {
             kvt_disk_walk(dir, 0, size_fn, &s->total_bytes);
-            s->progress = isatty(2) || getenv("KVT_PROGRESS") != NULL;
-            s->last = kvt_now();
+            s->progress = 1;
+            kvt_progress_begin(&s->prog, "cache verify", s->total_bytes >> 20, "MiB");
         }
         int wrc = kvt_disk_walk(dir, verify, walk_fn, s);
-        if (s->progress) fprintf(stderr, "\n");
+        if (s->progress) kvt_progress_end(&s->prog, s->bytes >> 20);
         if (wrc) {
             fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
             rc = 1;

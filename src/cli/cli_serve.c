@@ -36,7 +36,7 @@ enum {
     O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_QUEUE, O_CTX, O_KV_ACTIVE, O_KV_RAM, O_THREADS, O_API_KEY,
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
-    O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K,
+    O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -123,6 +123,12 @@ static const kvt_cli_opt serve_opts[] = {
     {O_RAG_K, 0, "rag-k", NULL, "K",
      "chunks a RAG request retrieves when it gives no kvtier.rag.k\n(default " STR(KVT_RAG_DEFAULT_K) ", at most "
      STR(KVT_RAG_MAX_K) ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_RAG_MAX_K)},
+    {O_LOG_FORMAT, 0, "log-format", NULL, "FMT",
+     "text (default) or json: one object per line with ts, level, msg.\nEvery line has an ISO-8601 UTC timestamp "
+     "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)", 0, KVT_CLI_PLAIN},
+    {O_LOG_FILE, 0, "log-file", NULL, "PATH",
+     "append log lines to PATH (created 0600; never through a symbolic\nlink) instead of stderr; usage errors still "
+     "go to stderr", 0, KVT_CLI_PLAIN},
 };
 
 /* serve's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -142,9 +148,10 @@ void kvt_usage_serve(FILE *f) {
             "cached_tokens and a per-tier breakdown under \"kvtier\").\n\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
             "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
-            "POST /tokenize, POST /detokenize and GET /props (llama-server's), the cache admin\n"
-            "endpoints /v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, and with\n"
-            "--rag-index POST /v1/rag/chat/completions (retrieval as reusable context blocks).\n\n"
+            "POST /tokenize, POST /detokenize and GET /props (llama-server's), GET /dashboard\n"
+            "(a live page of the metrics, behind the same key), the cache admin endpoints\n"
+            "/v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, and with --rag-index\n"
+            "POST /v1/rag/chat/completions (retrieval as reusable context blocks).\n\n"
             "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
             "environment variable in brackets, the command line winning.\n\n");
     kvt_cli_print_opts(f, secs, 3);
@@ -156,7 +163,7 @@ void kvt_usage_serve(FILE *f) {
             "Cache admin (behind the API key when set): POST /v1/cache/pin, /v1/cache/unpin,\n"
             "/v1/cache/prefetch (a \"prompt\" or \"messages\" body), /v1/cache/flush, GET /v1/cache/stats.\n"
             "A missing or wrong key is 401 whatever the method.\n"
-            "Each request gets one access line on stderr (method, path, status, request id, tenant as a\n"
+            "Each request gets one access line in the log (method, path, status, request id, tenant as a\n"
             "hash of its key, prompt/cached/computed/generated tokens, TTFT, total ms; KVT_LOG=1 hides\n"
             "them). A client's X-Request-Id ([A-Za-z0-9._:-], up to 64) is kept, else one is made; every\n"
             "response carries it.\n"
@@ -203,7 +210,7 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
 /* What serve's command line sets. */
 typedef struct {
     kvt_server_params sp;
-    const char *model_path, *template_name, *alias, *metrics_key, *rag_path;
+    const char *model_path, *template_name, *alias, *metrics_key, *rag_path, *log_file;
     long n_ctx, drain_s;
     uint64_t kv_active, kv_ram, max_body, max_inflight;
     int threads;
@@ -270,6 +277,13 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
     case O_RAG_INDEX: x->rag_path = v; return 0;
     case O_RAG_K: sp->rag_k = (int32_t)a->i; return 0;
+    case O_LOG_FORMAT:
+        if (kvt_log_set_format_name(v)) {
+            fprintf(stderr, "kvtier serve: %s: %s\n", a->flag, kvt_errmsg());
+            return -1;
+        }
+        return 0;
+    case O_LOG_FILE: x->log_file = v; return 0;
     default: return -1;
     }
 }
@@ -299,6 +313,10 @@ int kvt_cmd_serve(int argc, char **argv) {
         goto done;
     }
     if (pr) goto done;
+    if (x.log_file && kvt_log_open_file(x.log_file)) {
+        fprintf(stderr, "kvtier serve: --log-file: %s\n", kvt_errmsg());
+        goto done;
+    }
     sp = x.sp;
     model_path = x.model_path;
     template_name = x.template_name;
@@ -362,7 +380,7 @@ int kvt_cmd_serve(int argc, char **argv) {
                 kvt_rag_n_chunks(rag), kvt_rag_chunk_tokens(rag), kvt_rag_n_terms(rag));
     }
     if (kvt_model_load(model_path, kvt_model_default_params(), &m)) {
-        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
         goto done;
     }
     kvt_model_info info = kvt_model_get_info(m);
@@ -401,12 +419,12 @@ int kvt_cmd_serve(int argc, char **argv) {
                 "start on block boundaries, but may take more blocks than they need", kvt_rag_block_size(rag),
                 ep.block_size);
     if (kvt_engine_new(m, ep, &e)) {
-        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
         goto free_all;
     }
     cp.ram_bytes = kv_ram;
     if (kvt_cache_new(e, cp, &cache)) {
-        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
         goto free_all;
     }
     /* block the stop signals in every thread the server starts; this one waits for them */
@@ -418,45 +436,45 @@ int kvt_cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
     /* the cache is the engine thread's once the server starts: describe it before */
     kvt_engine_params eff = kvt_engine_get_params(e);
-    fprintf(stderr,
-            "kvtier serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
-            "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s\n",
+    kvt_log(KVT_LOG_INFO,
+            "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
+            "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
             model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
             eff.n_pages, kvt_engine_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
             cp.remote_url ? "on" : "off", n_keys,
             metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
-    kvt_cli_print_capacity(stderr, "kvtier serve", cache, eff.n_ctx);
+    kvt_cli_print_capacity(NULL, "serve", cache, eff.n_ctx);
     if (kvt_server_start(m, e, cache, &sp, &srv)) {
-        fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
+        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
         goto free_all;
     }
-    fprintf(stderr, "kvtier serve: listening on http://%s:%d\n", kvt_server_address(srv), kvt_server_port(srv));
+    kvt_log(KVT_LOG_INFO, "serve: listening on http://%s:%d", kvt_server_address(srv), kvt_server_port(srv));
     int sig = 0;
     sigwait(&stop_set, &sig);
     const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     int32_t in_flight = kvt_server_in_flight(srv);
     if (drain_s && in_flight) {
         /* drain: no new connections or requests; the ones in flight finish, up to the deadline */
-        fprintf(stderr,
-                "kvtier serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
-                "at once)\n",
+        kvt_log(KVT_LOG_INFO,
+                "serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
+                "at once)",
                 sig_name, in_flight, drain_s);
         kvt_server_quiesce(srv);
         double end = kvt_now() + (double)drain_s;
         const struct timespec slice = {0, DRAIN_POLL_NS};
         while ((in_flight = kvt_server_in_flight(srv)) > 0 && kvt_now() < end)
             if (sigtimedwait(&stop_set, NULL, &slice) > 0) break;
-        if (in_flight) fprintf(stderr, "kvtier serve: stopping with %d request(s) unfinished\n", in_flight);
-        else fprintf(stderr, "kvtier serve: every request finished, stopping\n");
+        if (in_flight) kvt_log(KVT_LOG_WARN, "serve: stopping with %d request(s) unfinished", in_flight);
+        else kvt_log(KVT_LOG_INFO, "serve: every request finished, stopping");
     } else {
-        fprintf(stderr, "kvtier serve: %s received, stopping\n", sig_name);
+        kvt_log(KVT_LOG_INFO, "serve: %s received, stopping", sig_name);
     }
     kvt_server_stop(srv);
     ret = 0;
     if (cp.disk_dir || cp.remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
         double t0 = kvt_now();
-        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier serve: flushing the KV cache: %s\n", kvt_errmsg());
-        else fprintf(stderr, "kvtier serve: flushed the KV cache to %s in %.2f s\n",
+        if (kvt_cache_flush(cache)) kvt_log(KVT_LOG_ERROR, "serve: flushing the KV cache: %s", kvt_errmsg());
+        else kvt_log(KVT_LOG_INFO, "serve: flushed the KV cache to %s in %.2f s",
                      cp.disk_dir ? cp.disk_dir : "the remote tier", kvt_now() - t0);
     }
 free_all:
@@ -465,6 +483,7 @@ free_all:
     kvt_model_free(m);
     kvt_rag_free(rag);
 done:
+    kvt_log_close_file();
     for (size_t i = 0; i < n_keys; i++) free(keys[i]);
     free(keys);
     return ret;

@@ -15,6 +15,7 @@
 
 #include "ops_impl.h"
 #include "quant_k.h"
+#include "log.h"
 
 #define OPS_NUMERICS_ID "kvt-ops-l16-v1"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
@@ -431,7 +432,7 @@ static void *scratch_alloc(size_t bytes) {
     size_t rounded = (bytes + OPS_SCRATCH_ALIGN - 1) / OPS_SCRATCH_ALIGN * OPS_SCRATCH_ALIGN;
     void *p = aligned_alloc(OPS_SCRATCH_ALIGN, rounded ? rounded : OPS_SCRATCH_ALIGN);
     if (!p) {
-        fprintf(stderr, "kvtier: out of memory for %zu bytes of matmul scratch\n", bytes);
+        kvt_log(KVT_LOG_ERROR, "out of memory for %zu bytes of matmul scratch", bytes);
         abort();
     }
     return p;

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "progress.h"
 #include "kv_quant.h"
 #include "tokenizer.h"
 
@@ -300,8 +301,15 @@ static int bind_weights(loader *L) {
         return kvt_fail(KVT_EFORMAT, "block_count %d is more than the file's %llu tensors (each layer has several)",
                         hp->n_layer, (unsigned long long)m->gguf->n_tensors);
     m->layers = kvt_xcalloc((size_t)hp->n_layer, sizeof *m->layers);
-    for (int32_t i = 0; i < hp->n_layer; i++)
+    kvt_progress prog; /* binding converts some weight types into owned copies: large files take a while */
+    char what[sizeof prog.what];
+    snprintf(what, sizeof what, "loading %s", m->path);
+    kvt_progress_begin(&prog, what, (uint64_t)hp->n_layer, "layers");
+    for (int32_t i = 0; i < hp->n_layer; i++) {
+        kvt_progress_update(&prog, (uint64_t)i);
         if ((rc = bind_layer(L, i, q_dim, kv_dim))) return rc;
+    }
+    kvt_progress_end(&prog, (uint64_t)hp->n_layer);
     return 0;
 }
 

@@ -8,12 +8,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "common.h"
+#include "ops.h"
+
+#ifndef KVT_GIT_COMMIT
+#define KVT_GIT_COMMIT "unknown" /* CMake sets it from `git describe` at configure time */
+#endif
 
 #define MAX_REQUEST_SERIES 64 /* distinct (endpoint, status) pairs kept; more fold into the last */
+#define MAX_DURATION_SERIES 32 /* endpoints with a duration histogram; more fold into the last */
 static const double ttft_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 #define N_TTFT_BUCKETS ((int)KVT_ARRAY_LEN(ttft_buckets))
+/* request durations run from a /health probe (~0.1 ms) to a long generation (minutes) */
+static const double duration_buckets[] = {0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                          0.5,    1,     2.5,   5,    10,    30,    60,  300};
+#define N_DURATION_BUCKETS ((int)KVT_ARRAY_LEN(duration_buckets))
 static const char *const tier_names[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
 
 typedef struct {
@@ -21,6 +34,13 @@ typedef struct {
     int status;
     uint64_t count;
 } request_series;
+
+typedef struct {
+    const char *endpoint;
+    uint64_t bucket[N_DURATION_BUCKETS]; /* non-cumulative; summed when rendered */
+    uint64_t count;
+    double sum;
+} duration_series;
 
 struct kvt_metrics {
     pthread_mutex_t mu;
@@ -31,6 +51,8 @@ struct kvt_metrics {
     uint64_t ttft_bucket[N_TTFT_BUCKETS]; /* non-cumulative; summed when rendered */
     uint64_t ttft_count;
     double ttft_sum;
+    duration_series dur[MAX_DURATION_SERIES];
+    int n_dur;
 };
 
 kvt_metrics *kvt_metrics_new(void) {
@@ -68,13 +90,35 @@ void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated,
     pthread_mutex_unlock(&m->mu);
 }
 
+/* The bucket an observation falls in (n: above every bound, counted only in +Inf). */
+static int bucket_of(const double *bounds, int n, double v) {
+    int b = 0;
+    while (b < n && v > bounds[b]) b++;
+    return b;
+}
+
 void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds) {
     pthread_mutex_lock(&m->mu);
-    int b = 0;
-    while (b < N_TTFT_BUCKETS && seconds > ttft_buckets[b]) b++;
+    int b = bucket_of(ttft_buckets, N_TTFT_BUCKETS, seconds);
     if (b < N_TTFT_BUCKETS) m->ttft_bucket[b]++;
     m->ttft_count++;
     m->ttft_sum += seconds;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_observe_duration(kvt_metrics *m, const char *endpoint, double seconds) {
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_dur && strcmp(m->dur[i].endpoint, endpoint)) i++;
+    if (i == m->n_dur) {
+        if (m->n_dur < MAX_DURATION_SERIES) m->dur[m->n_dur++].endpoint = endpoint;
+        else i = MAX_DURATION_SERIES - 1;
+    }
+    duration_series *d = &m->dur[i];
+    int b = bucket_of(duration_buckets, N_DURATION_BUCKETS, seconds);
+    if (b < N_DURATION_BUCKETS) d->bucket[b]++;
+    d->count++;
+    d->sum += seconds;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -103,6 +147,76 @@ static void header(strbuf *b, const char *name, const char *type, const char *he
     put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One histogram's series: cumulative buckets, +Inf, sum and count. labels is
+ * "" or `key="value",` (with its trailing comma). */
+static void histogram(strbuf *b, const char *name, const char *labels, const double *bounds, int n,
+                      const uint64_t *bucket, uint64_t count, double sum) {
+    uint64_t cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += bucket[i];
+        put(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, bounds[i], (unsigned long long)cum);
+    }
+    put(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)count);
+    size_t l = strlen(labels);
+    /* the same labels without the trailing comma, for _sum and _count */
+    put(b, "%s_sum%s%.*s%s %.6f\n", name, l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "", sum);
+    put(b, "%s_count%s%.*s%s %llu\n", name, l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "",
+        (unsigned long long)count);
+}
+
+/* The process's own figures, as Prometheus client libraries name them, from
+ * /proc (Linux): CPU time, memory, file descriptors, start time. A figure
+ * that cannot be read is left out rather than reported as 0. */
+static void render_process(strbuf *b) {
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    char stat[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = f ? fread(stat, 1, sizeof stat - 1, f) : 0;
+    if (f) fclose(f);
+    stat[n] = 0;
+    /* fields after the command name (which may hold spaces): state is field 3 */
+    const char *p = strrchr(stat, ')');
+    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
+    long long rss = 0;
+    int ok = p && sscanf(p + 2,
+                         "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %lld",
+                         &utime, &stime, &start, &vsize, &rss) == 5 && tick > 0;
+    if (ok) {
+        header(b, "process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.");
+        put(b, "process_cpu_seconds_total %.2f\n", (double)(utime + stime) / (double)tick);
+        header(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        put(b, "process_resident_memory_bytes %lld\n", rss * page);
+        header(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        put(b, "process_virtual_memory_bytes %llu\n", vsize);
+        /* start: clock ticks after boot; boot: btime in /proc/stat */
+        unsigned long long btime = 0;
+        char line[256];
+        FILE *s = fopen("/proc/stat", "r");
+        while (s && fgets(line, sizeof line, s))
+            if (sscanf(line, "btime %llu", &btime) == 1) break;
+        if (s) fclose(s);
+        if (btime) {
+            header(b, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.");
+            put(b, "process_start_time_seconds %.2f\n", (double)btime + (double)start / (double)tick);
+        }
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long fds = 0;
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (e->d_name[0] != '.') fds++;
+        closedir(d);
+        header(b, "process_open_fds", "gauge", "Open file descriptors.");
+        put(b, "process_open_fds %ld\n", fds - 1); /* not counting the one reading the directory */
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        header(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        put(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+}
+
 char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     strbuf b = {.cap = 4096};
     b.s = kvt_xmalloc(b.cap);
@@ -125,16 +239,22 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_computed_tokens_total", "counter", "Prompt tokens prefilled (not restored).");
     put(&b, "kvtier_computed_tokens_total %llu\n", (unsigned long long)m->computed_tokens);
     header(&b, "kvtier_time_to_first_token_seconds", "histogram", "From arrival to the first generated token.");
-    uint64_t cum = 0;
-    for (int i = 0; i < N_TTFT_BUCKETS; i++) {
-        cum += m->ttft_bucket[i];
-        put(&b, "kvtier_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", ttft_buckets[i],
-            (unsigned long long)cum);
+    histogram(&b, "kvtier_time_to_first_token_seconds", "", ttft_buckets, N_TTFT_BUCKETS, m->ttft_bucket,
+              m->ttft_count, m->ttft_sum);
+    header(&b, "kvtier_request_duration_seconds", "histogram",
+           "From a request's arrival to the end of its response (a stream's last event), by endpoint.");
+    for (int i = 0; i < m->n_dur; i++) {
+        char labels[96];
+        snprintf(labels, sizeof labels, "endpoint=\"%s\",", m->dur[i].endpoint);
+        histogram(&b, "kvtier_request_duration_seconds", labels, duration_buckets, N_DURATION_BUCKETS,
+                  m->dur[i].bucket, m->dur[i].count, m->dur[i].sum);
     }
-    put(&b, "kvtier_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->ttft_count);
-    put(&b, "kvtier_time_to_first_token_seconds_sum %.6f\n", m->ttft_sum);
-    put(&b, "kvtier_time_to_first_token_seconds_count %llu\n", (unsigned long long)m->ttft_count);
     pthread_mutex_unlock(&m->mu);
+    header(&b, "kvtier_build_info", "gauge",
+           "1, labelled with the build: version, git commit, kernel variant in use and numerics id.");
+    put(&b, "kvtier_build_info{version=\"%s\",commit=\"%s\",ops_variant=\"%s\",numerics=\"%s\"} 1\n", KVT_VERSION,
+        KVT_GIT_COMMIT, kvt_ops_variant(), kvt_ops_numerics_id());
+    render_process(&b);
 
     const kvt_cache_stats *c = &g->cache;
     uint64_t t0_used = (uint64_t)(c->t0_pages_total - c->t0_pages_free) * g->page_bytes;

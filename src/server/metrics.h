@@ -1,7 +1,9 @@
 /* Server metrics in the Prometheus text format: request counters by endpoint
  * and status, token counters (prompt, generated, cached by tier, computed),
- * a time-to-first-token histogram, and gauges the caller samples (queue depth,
- * running sequences, cache tiers).
+ * a time-to-first-token histogram, a request-duration histogram per endpoint,
+ * kvtier_build_info, the process's own figures (process_*: CPU, memory, fds,
+ * start time, read from /proc at render time) and gauges the caller samples
+ * (queue depth, running sequences, cache tiers).
  *
  * Thread-safety: every function may be called from any thread (one mutex). */
 #ifndef KVT_METRICS_H
@@ -26,6 +28,10 @@ void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated,
 
 /* Records one time to first token, in seconds. */
 void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds);
+
+/* Records one request's duration, from arrival to the end of its response,
+ * under endpoint (a static label, as for kvt_metrics_count_request). */
+void kvt_metrics_observe_duration(kvt_metrics *m, const char *endpoint, double seconds);
 
 /* Values sampled by the caller at render time. */
 typedef struct {

@@ -24,6 +24,7 @@
 #include "api_llama.h"
 #include "api_rag.h"
 #include "common.h"
+#include "dashboard.h"
 #include "kv_quant.h"
 
 kvt_server_params kvt_server_default_params(void) {
@@ -59,6 +60,7 @@ typedef enum {
     R_PROPS,
     R_RAG,
     R_PREFILL,
+    R_DASHBOARD,
     R_CACHE_PIN, /* the admin routes last: handle_admin serves from here on */
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
@@ -81,6 +83,7 @@ static const struct {
     {"/props", "GET", "props", R_PROPS},
     {"/v1/rag/chat/completions", "POST", "rag_chat_completions", R_RAG},
     {"/v1/cache/prefill", "POST", "cache_prefill", R_PREFILL},
+    {"/dashboard", "GET", "dashboard", R_DASHBOARD},
     {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN},
     {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN},
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH},
@@ -233,7 +236,7 @@ static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
         !strcmp(url, "/props"))
         return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
-    if (!strcmp(url, "/metrics"))
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard")) /* the page shows what /metrics does */
         return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     return ACCESS_OPEN;
 }
@@ -833,8 +836,14 @@ static enum MHD_Result handle_get(kvt_server *s, struct MHD_Connection *c, conn_
     g.queue_depth = s->q_len;
     g.active = s->n_active;
     pthread_mutex_unlock(&s->mu);
-    return send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", kvt_metrics_render(s->metrics, &g),
-                     NULL, NULL);
+    char *text = kvt_metrics_render(s->metrics, &g);
+    if (cs->r == R_DASHBOARD) {
+        char *html = kvt_dashboard_html(text);
+        free(text);
+        return send_text(s, c, cs->label, MHD_HTTP_OK, "text/html; charset=utf-8", html, "Content-Security-Policy",
+                         KVT_DASHBOARD_CSP);
+    }
+    return send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", text, NULL, NULL);
 }
 
 /* Copies src into dst[0..cap) for a log line: bytes outside printable ASCII become '?'. */
@@ -919,7 +928,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                "unknown route; kvtier serves /v1/completions, /v1/chat/completions, /v1/models, "
                                "/v1/rag/chat/completions, /v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, "
                                "/tokenize, /detokenize, "
-                               "/props, /health and /metrics");
+                               "/props, /health, /metrics and /dashboard");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
@@ -987,6 +996,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     conn_state *cs = *con_cls;
     if (!cs) return;
     access_log(cs, toe);
+    kvt_metrics_observe_duration(s->metrics, cs->label, kvt_now() - cs->t_start);
     conn_ctx *x = ctx_of(c);
     if (x && x->cur == cs) x->cur = NULL;
     kvt_http_guard_release(s->guard, cs->reserved);
@@ -1120,6 +1130,14 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
 
     /* ITC: MHD_quiesce_daemon needs it in this threading mode */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    /* $KVT_HTTP_THREAD_POOL=N, for bench/http_modes.sh only: MHD's epoll mode with N threads instead of
+     * one per connection. The handlers block while a generation runs, so N bounds what is answered at
+     * once, /health included (the bench measures both modes). */
+    const char *pool_env = getenv("KVT_HTTP_THREAD_POOL");
+    unsigned pool = pool_env ? (unsigned)strtoul(pool_env, NULL, 10) : 0;
+    if (pool) flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC;
+    struct MHD_OptionItem pool_opt[] = {{pool > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool, NULL},
+                                        {MHD_OPTION_END, 0, NULL}};
     /* MHD binds IPv6 only when told; "::" also takes IPv4 clients (dual stack) */
     if (v6) flags |= IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&addr)->sin6_addr) ? MHD_USE_DUAL_STACK
                                                                                          : MHD_USE_IPv6;
@@ -1129,7 +1147,8 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
                               MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                               s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, KVT_HTTP_STRICTNESS, MHD_OPTION_END);
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_ARRAY, pool_opt,
+                              KVT_HTTP_STRICTNESS, MHD_OPTION_END);
     if (!s->mhd) {
         int err = errno;
         server_free(s);

@@ -86,7 +86,7 @@ if mount -t tmpfs -o size=64k tmpfs "$MNT" 2>/dev/null; then
   "${FULL[@]}" --kv-disk "$MNT/c" --kv-disk-size 4M --kv-disk-admit-all --write-through > "$TMP/full.out" 2> "$TMP/full.err"
   check "full disk: run succeeds" test $? -eq 0
   check "full disk: output equals a cold run" cmp -s "$TMP/many_cold.out" "$TMP/full.out"
-  n=$(grep -aci "warning" "$TMP/full.err")
+  n=$(grep -ac "kvtier: warn: " "$TMP/full.err")
   check "full disk: exactly one warning ($n)" test "$n" -eq 1
   umount "$MNT"; MNT=
 else

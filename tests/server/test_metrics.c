@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "metrics.h"
 #include "testutil.h"
@@ -76,6 +77,10 @@ int main(void) {
     kvt_metrics_count_tokens(m, 50, 3, cached, 50);
     double ttfts[] = {0.001, 0.02, 0.3, 4.0, 1000.0};
     for (size_t i = 0; i < sizeof ttfts / sizeof *ttfts; i++) kvt_metrics_observe_ttft(m, ttfts[i]);
+    kvt_metrics_observe_duration(m, "completions", 0.3);
+    kvt_metrics_observe_duration(m, "completions", 7.0);
+    kvt_metrics_observe_duration(m, "health", 0.0002);
+    kvt_metrics_observe_duration(m, "completions", 1e6); /* past every bound: only +Inf */
     kvt_metrics_gauges g = {.page_bytes = 1000, .queue_depth = 3, .active = 2, .parallel = 4};
     g.cache.t0_pages_total = 10;
     g.cache.t0_pages_free = 4;
@@ -112,6 +117,24 @@ int main(void) {
     CHECK(value_of(t, "kvtier_disk_writes_dropped_total") == 5);
     CHECK(value_of(t, "kvtier_queue_depth") == 3);
     CHECK(value_of(t, "kvtier_sequences_active") == 2);
+    /* request durations: one cumulative histogram per endpoint */
+    CHECK(value_of(t, "kvtier_request_duration_seconds_count{endpoint=\"completions\"}") == 3);
+    CHECK(value_of(t, "kvtier_request_duration_seconds_bucket{endpoint=\"completions\",le=\"0.25\"}") == 0);
+    CHECK(value_of(t, "kvtier_request_duration_seconds_bucket{endpoint=\"completions\",le=\"0.5\"}") == 1);
+    CHECK(value_of(t, "kvtier_request_duration_seconds_bucket{endpoint=\"completions\",le=\"10\"}") == 2);
+    CHECK(value_of(t, "kvtier_request_duration_seconds_bucket{endpoint=\"completions\",le=\"300\"}") == 2);
+    CHECK(value_of(t, "kvtier_request_duration_seconds_bucket{endpoint=\"completions\",le=\"+Inf\"}") == 3);
+    CHECK(value_of(t, "kvtier_request_duration_seconds_bucket{endpoint=\"health\",le=\"0.0005\"}") == 1);
+    double dsum = value_of(t, "kvtier_request_duration_seconds_sum{endpoint=\"completions\"}");
+    CHECKF(dsum > 1000007.2 && dsum < 1000007.4, "duration sum %g", dsum);
+    /* the build and the process */
+    CHECK(strstr(t, "kvtier_build_info{version=\"" KVT_VERSION "\",commit=\"") != NULL);
+    CHECK(strstr(t, "ops_variant=\"") && strstr(t, "numerics=\"kvt-ops-"));
+    CHECK(value_of(t, "process_resident_memory_bytes") > 1e6);
+    CHECK(value_of(t, "process_open_fds") >= 3); /* stdin, stdout, stderr at least */
+    double start = value_of(t, "process_start_time_seconds"), now = (double)time(NULL);
+    CHECKF(start > now - 3600 && start <= now + 1, "start %f, now %f", start, now);
+    CHECK(value_of(t, "process_cpu_seconds_total") >= 0);
     free(t);
     kvt_metrics_free(m);
     return kvt_test_done("test_metrics");

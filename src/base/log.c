@@ -1,0 +1,207 @@
+/* Log lines (log.h): the timestamp, the level and the message, formatted into
+ * one buffer and written with one write(2) to stderr or the log file. */
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define LOG_FILE_MODE 0600
+#define LINE_STACK_BYTES 1024 /* most lines fit; longer ones are built on the heap */
+
+static atomic_int g_level = -1; /* -1: not yet read from KVT_LOG */
+static atomic_int g_format = KVT_LOG_TEXT;
+static atomic_int g_fd = -1; /* -1: stderr */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void read_env(void) {
+    const char *e = getenv("KVT_LOG");
+    int expected = -1;
+    atomic_compare_exchange_strong(&g_level, &expected, e && *e ? KVT_MAX(0, KVT_MIN(atoi(e), 3)) : KVT_LOG_INFO);
+}
+
+int kvt_log_level(void) {
+    pthread_once(&env_once, read_env);
+    return atomic_load_explicit(&g_level, memory_order_relaxed);
+}
+
+void kvt_log_set_level(int level) {
+    pthread_once(&env_once, read_env);
+    atomic_store(&g_level, KVT_MAX(0, KVT_MIN(level, 3)));
+}
+
+int kvt_log_enabled(int level) { return level <= kvt_log_level(); }
+
+const char *kvt_log_level_name(int level) {
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    return names[level < 0 ? 0 : level > 3 ? 3 : level];
+}
+
+void kvt_log_set_format(kvt_log_format f) { atomic_store(&g_format, (int)f); }
+
+int kvt_log_set_format_name(const char *name) {
+    if (!strcmp(name, "text")) kvt_log_set_format(KVT_LOG_TEXT);
+    else if (!strcmp(name, "json")) kvt_log_set_format(KVT_LOG_JSON);
+    else return kvt_fail(KVT_EARG, "log format must be text or json, got '%s'", name);
+    return 0;
+}
+
+int kvt_log_open_file(const char *path) {
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, LOG_FILE_MODE);
+    if (fd < 0) {
+        int e = errno;
+        return kvt_fail(-e, "log file %s: %s", path,
+                        e == ELOOP ? "is a symbolic link (not followed)" : strerror(e));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return kvt_fail(-EINVAL, "log file %s: not a regular file", path);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    int old = atomic_exchange(&g_fd, fd);
+    if (old >= 0) close(old);
+    return 0;
+}
+
+void kvt_log_close_file(void) {
+    int old = atomic_exchange(&g_fd, -1);
+    if (old >= 0) close(old);
+}
+
+void kvt_log_timestamp(char *out, size_t cap) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+/* A growable line buffer: starts on the caller's stack, moves to the heap. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+    int heap;
+} line_buf;
+
+static void lb_reserve(line_buf *b, size_t more) {
+    if (b->len + more + 1 <= b->cap) return;
+    size_t cap = KVT_MAX(b->cap * 2, b->len + more + 1);
+    char *s = malloc(cap);
+    if (!s) return; /* keep the truncated line rather than lose it */
+    memcpy(s, b->s, b->len);
+    if (b->heap) free(b->s);
+    b->s = s;
+    b->cap = cap;
+    b->heap = 1;
+}
+
+static void lb_putc(line_buf *b, char c) {
+    lb_reserve(b, 1);
+    if (b->len + 1 < b->cap) b->s[b->len++] = c;
+}
+
+static void lb_puts(line_buf *b, const char *s) {
+    for (; *s; s++) lb_putc(b, *s);
+}
+
+/* Length of the well-formed UTF-8 sequence at p (2-4), or 0. */
+static int utf8_len(const unsigned char *p) {
+    int n = *p >= 0xF0 && *p <= 0xF4 ? 4 : *p >= 0xE0 ? 3 : *p >= 0xC2 && *p < 0xE0 ? 2 : 0;
+    if (*p >= 0xF8) n = 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((*p == 0xE0 && p[1] < 0xA0) || (*p == 0xED && p[1] >= 0xA0))) return 0; /* overlong, surrogate */
+    if (n == 4 && ((*p == 0xF0 && p[1] < 0x90) || (*p == 0xF4 && p[1] >= 0x90))) return 0; /* overlong, > U+10FFFF */
+    return n;
+}
+
+/* s as the inside of a JSON string: quotes, backslashes and control bytes
+ * escaped, a byte that is not part of well-formed UTF-8 replaced by U+FFFD, so
+ * every line parses whatever a message carries (a path, a peer's text). */
+static void lb_put_json(line_buf *b, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x80) {
+            int n = utf8_len(p);
+            if (!n) {
+                lb_puts(b, "\\ufffd");
+                continue;
+            }
+            for (int i = 0; i < n; i++) lb_putc(b, (char)p[i]);
+            p += n - 1;
+        } else if (*p == '"' || *p == '\\') {
+            lb_putc(b, '\\');
+            lb_putc(b, (char)*p);
+        } else if (*p < 0x20 || *p == 0x7f) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            lb_puts(b, esc);
+        } else {
+            lb_putc(b, (char)*p);
+        }
+    }
+}
+
+static void write_all(int fd, const char *s, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+void kvt_log(int level, const char *fmt, ...) {
+    if (!kvt_log_enabled(level)) return;
+    char msg_stack[LINE_STACK_BYTES];
+    char *msg = msg_stack;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg_stack, sizeof msg_stack, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof msg_stack && (msg = malloc((size_t)n + 1))) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    } else if (!msg) {
+        msg = msg_stack; /* out of memory: the truncated message */
+    }
+    char ts[KVT_LOG_TS_BYTES];
+    kvt_log_timestamp(ts, sizeof ts);
+    char line_stack[LINE_STACK_BYTES + 128];
+    line_buf b = {line_stack, 0, sizeof line_stack, 0};
+    if (atomic_load_explicit(&g_format, memory_order_relaxed) == KVT_LOG_JSON) {
+        lb_puts(&b, "{\"ts\":\"");
+        lb_puts(&b, ts);
+        lb_puts(&b, "\",\"level\":\"");
+        lb_puts(&b, kvt_log_level_name(level));
+        lb_puts(&b, "\",\"msg\":\"");
+        lb_put_json(&b, msg);
+        lb_puts(&b, "\"}");
+    } else {
+        lb_puts(&b, ts);
+        lb_puts(&b, " kvtier: ");
+        lb_puts(&b, kvt_log_level_name(level));
+        lb_puts(&b, ": ");
+        lb_puts(&b, msg);
+    }
+    lb_putc(&b, '\n');
+    int fd = atomic_load_explicit(&g_fd, memory_order_relaxed);
+    write_all(fd >= 0 ? fd : STDERR_FILENO, b.s, b.len);
+    if (b.heap) free(b.s);
+    if (msg != msg_stack) free(msg);
+}

@@ -1,0 +1,51 @@
+/* Logging: one line per event, each with an ISO-8601 UTC timestamp (ms) and
+ * a level, as text or as JSON objects, to stderr or to a file.
+ *
+ *   text: 2026-12-01T02:19:13.123Z kvtier: info: serve: listening on http://127.0.0.1:8080
+ *   json: {"ts":"2026-12-01T02:19:13.123Z","level":"info","msg":"serve: listening on ..."}
+ *
+ * Levels 0 error, 1 warn, 2 info, 3 debug; KVT_LOG in the environment sets
+ * the threshold (default info), kvt_log_set_level overrides it.
+ *
+ * Thread-safety: kvt_log may be called from any thread; each line is one
+ * write(2) (whole lines never interleave on an O_APPEND file or a pipe, up to
+ * PIPE_BUF for pipes). The setters are meant for start-up, before other
+ * threads log, but are atomic. */
+#ifndef KVT_LOG_H
+#define KVT_LOG_H
+
+#include <stddef.h>
+
+enum { KVT_LOG_ERROR = 0, KVT_LOG_WARN = 1, KVT_LOG_INFO = 2, KVT_LOG_DEBUG = 3 };
+typedef enum { KVT_LOG_TEXT = 0, KVT_LOG_JSON = 1 } kvt_log_format;
+
+/* Bytes of a timestamp, "YYYY-MM-DDTHH:MM:SS.mmmZ" plus its NUL. */
+#define KVT_LOG_TS_BYTES 25
+
+/* Logs one line at level if the threshold lets it through. */
+void kvt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 if a line at level would be written. */
+int kvt_log_enabled(int level);
+
+/* The threshold (0..3; values outside are clamped). */
+void kvt_log_set_level(int level);
+int kvt_log_level(void);
+
+/* "text" or "json": 0, or KVT_EARG (message names the value). */
+int kvt_log_set_format_name(const char *name);
+void kvt_log_set_format(kvt_log_format f);
+
+/* Sends every later line to path (appended; created 0600), opened without
+ * following a symbolic link and only if it is a regular file. Returns 0, or a
+ * negative errno with kvt_errmsg() saying why; the previous destination is
+ * kept on failure. kvt_log_close_file goes back to stderr. */
+int kvt_log_open_file(const char *path);
+void kvt_log_close_file(void);
+
+/* The current UTC time as "YYYY-MM-DDTHH:MM:SS.mmmZ" into out (>= KVT_LOG_TS_BYTES). */
+void kvt_log_timestamp(char *out, size_t cap);
+
+/* Level names as written: "error", "warn", "info", "debug". */
+const char *kvt_log_level_name(int level);
+
+#endif

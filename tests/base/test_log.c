@@ -1,0 +1,150 @@
+/* Logging: every line has an ISO-8601 UTC timestamp with milliseconds and a
+ * level, text or JSON (one parseable object per line, control bytes and quotes
+ * escaped), the threshold filters, a log file is appended to and never opened
+ * through a symbolic link; progress lines stay quiet for short work. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "progress.h"
+#include "testutil.h"
+
+static int matches(const char *re, const char *s) {
+    regex_t r;
+    if (regcomp(&r, re, REG_EXTENDED | REG_NEWLINE)) return 0;
+    int ok = regexec(&r, s, 0, NULL, 0) == 0;
+    regfree(&r);
+    return ok;
+}
+
+static size_t count_lines(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+int main(void) {
+    const char *dir = kvt_test_tmpdir();
+    char ts[KVT_LOG_TS_BYTES];
+    kvt_log_timestamp(ts, sizeof ts);
+    CHECKF(matches("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$", ts), "timestamp '%s'", ts);
+
+    /* text lines in a file, filtered by the threshold */
+    const char *path = kvt_test_path(dir, "text.log");
+    CHECK(kvt_log_open_file(path) == 0);
+    kvt_log_set_format(KVT_LOG_TEXT);
+    kvt_log_set_level(KVT_LOG_INFO);
+    kvt_log(KVT_LOG_INFO, "hello %d", 42);
+    kvt_log(KVT_LOG_WARN, "careful");
+    kvt_log(KVT_LOG_DEBUG, "hidden at info");
+    kvt_log_set_level(KVT_LOG_DEBUG);
+    kvt_log(KVT_LOG_DEBUG, "shown at debug");
+    kvt_log_set_level(KVT_LOG_ERROR);
+    kvt_log(KVT_LOG_WARN, "hidden at error");
+    kvt_log(KVT_LOG_ERROR, "broken");
+    kvt_log_close_file();
+    char *t = kvt_test_read_file(path, NULL);
+    CHECK(t != NULL);
+    if (t) {
+        const char *stamp = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z ";
+        char re[256];
+        snprintf(re, sizeof re, "%skvtier: info: hello 42$", stamp);
+        CHECKF(matches(re, t), "%s", t);
+        snprintf(re, sizeof re, "%skvtier: warn: careful$", stamp);
+        CHECK(matches(re, t));
+        snprintf(re, sizeof re, "%skvtier: debug: shown at debug$", stamp);
+        CHECK(matches(re, t));
+        snprintf(re, sizeof re, "%skvtier: error: broken$", stamp);
+        CHECK(matches(re, t));
+        CHECK(!strstr(t, "hidden"));
+        CHECKF(count_lines(t) == 4, "%zu lines", count_lines(t));
+        free(t);
+    }
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+
+    /* JSON: one object per line, with the awkward bytes escaped; appended */
+    kvt_log_set_level(KVT_LOG_INFO);
+    kvt_log_set_format(KVT_LOG_JSON);
+    CHECK(kvt_log_open_file(path) == 0);
+    kvt_log(KVT_LOG_WARN, "quote \" backslash \\ tab \t newline \n bell \a end");
+    kvt_log(KVT_LOG_INFO, "%s", "plain \xc3\xa9 bad \xff\xc3 cut");
+    kvt_log_close_file();
+    kvt_log_set_format(KVT_LOG_TEXT);
+    t = kvt_test_read_file(path, NULL);
+    CHECK(t != NULL);
+    if (t) {
+        CHECKF(count_lines(t) == 6, "%zu lines after appending", count_lines(t));
+        char *line = t;
+        for (int i = 0; i < 4; i++) line = strchr(line, '\n') + 1;
+        char *nl = strchr(line, '\n');
+        *nl = 0;
+        cJSON *j = cJSON_Parse(line);
+        CHECKF(j != NULL, "not JSON: %s", line);
+        if (j) {
+            const cJSON *lv = cJSON_GetObjectItem(j, "level"), *msg = cJSON_GetObjectItem(j, "msg"),
+                        *jts = cJSON_GetObjectItem(j, "ts");
+            CHECK(cJSON_IsString(lv) && !strcmp(lv->valuestring, "warn"));
+            CHECK(cJSON_IsString(msg) && !strcmp(msg->valuestring, "quote \" backslash \\ tab \t newline \n bell \a end"));
+            CHECK(cJSON_IsString(jts) && matches("^[0-9-]{10}T[0-9:]{8}\\.[0-9]{3}Z$", jts->valuestring));
+            cJSON_Delete(j);
+        }
+        cJSON *j2 = cJSON_Parse(nl + 1);
+        /* well-formed UTF-8 kept, stray bytes replaced */
+    CHECK(j2 && !strcmp(cJSON_GetObjectItem(j2, "msg")->valuestring, "plain \xc3\xa9 bad \xef\xbf\xbd\xef\xbf\xbd cut"));
+        cJSON_Delete(j2);
+        free(t);
+    }
+    CHECK(kvt_log_set_format_name("json") == 0);
+    CHECK(kvt_log_set_format_name("xml") == KVT_EARG && strstr(kvt_errmsg(), "xml"));
+    kvt_log_set_format(KVT_LOG_TEXT);
+
+    /* a symbolic link is never followed: its target stays untouched */
+    const char *target = kvt_test_path(dir, "target");
+    const char *link = kvt_test_path(dir, "link.log");
+    FILE *f = fopen(target, "w");
+    fputs("precious\n", f);
+    fclose(f);
+    CHECK(symlink(target, link) == 0);
+    int rc = kvt_log_open_file(link);
+    CHECKF(rc == -ELOOP && strstr(kvt_errmsg(), "symbolic link"), "rc %d: %s", rc, kvt_errmsg());
+    t = kvt_test_read_file(target, NULL);
+    CHECK(t && !strcmp(t, "precious\n"));
+    free(t);
+    /* a directory (or FIFO) is refused too */
+    CHECK(kvt_log_open_file(dir) < 0);
+
+    /* progress: short work prints nothing (not a terminal, KVT_PROGRESS unset) */
+    unsetenv("KVT_PROGRESS");
+    const char *ppath = kvt_test_path(dir, "progress.log");
+    CHECK(kvt_log_open_file(ppath) == 0);
+    kvt_progress p;
+    kvt_progress_begin(&p, "short work", 100, "items");
+    for (uint64_t i = 0; i < 100; i++) kvt_progress_update(&p, i);
+    kvt_progress_end(&p, 100);
+    CHECK(p.eager || p.shown == 0);
+    /* eager (KVT_PROGRESS): lines appear, at most one per interval, then "done" */
+    setenv("KVT_PROGRESS", "1", 1);
+    kvt_progress_begin(&p, "long work", 10, "items");
+    p.start -= 5 * KVT_PROGRESS_INTERVAL_S; /* as if it started earlier */
+    p.last = p.start;
+    kvt_progress_update(&p, 3);
+    kvt_progress_update(&p, 4); /* within the interval: no line */
+    kvt_progress_end(&p, 10);
+    kvt_log_close_file();
+    t = kvt_test_read_file(ppath, NULL);
+    CHECK(t != NULL);
+    if (t) {
+        CHECKF(count_lines(t) == 2, "%s", t);
+        CHECK(strstr(t, "progress: long work: 3/10 items (30%)") != NULL);
+        CHECK(strstr(t, "progress: long work: 10/10 items (100%)") && strstr(t, ", done"));
+        CHECK(!strstr(t, "short work"));
+        free(t);
+    }
+    return kvt_test_done("test_log");
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# kvtier serve as an operator runs it: JSON logs in a file (every line a JSON
+# object with an ISO-8601 UTC timestamp and a level; a link is never followed),
+# /metrics clean under a strict exposition-format check (tests/promcheck.py,
+# which must also reject broken copies) with build, process and per-endpoint
+# duration series, the /dashboard page (self-contained, its numbers /metrics'
+# numbers: tests/dashboard_check.cjs runs its script in Node), and the disk
+# tier's index checkpoint across a graceful restart and a kill -9.
+# Needs curl and python3; the dashboard's script check needs node.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
+command -v curl >/dev/null || { echo "SKIP: needs curl"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: needs python3 for tests/promcheck.py"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log "$TMP"/*.jsonl; do [ -f "$l" ] && { echo "--- $l" >&2; tail -n 20 "$l" >&2; }; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0 skipped=0
+check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 >/dev/null 2>&1 ||
+  { echo "mkmodel failed"; exit 1; }
+
+# start NAME LOG ARGS...: kvtier serve on a free port, its log lines in LOG; sets URL and SRV_PID
+start() {
+  local name=$1 log=$2; shift 2
+  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 200); do
+    local port; port=$(grep -ao 'listening on http://127.0.0.1:[0-9]*' "$log" 2>/dev/null | grep -o '[0-9]*$')
+    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" "$log" >&2; exit 1
+}
+stop() { kill -TERM "$SRV_PID"; wait "$SRV_PID"; }
+# ask URL PROMPT OUT: a greedy completion
+ask() {
+  curl -s -m 60 -H 'Content-Type: application/json' -o "$3" \
+    -d "{\"prompt\": \"$2\", \"max_tokens\": 8, \"temperature\": 0}" "$1/v1/completions"
+}
+text_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$1"; }
+t2_of() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["kvtier"]["cached_tokens_by_tier"]["T2"])' "$1" 2>/dev/null || echo 0; }
+
+"$BIN" serve --help >"$TMP/help" 2>&1
+check "--help explains --log-format" grep -q -- '--log-format FMT' "$TMP/help"
+check "--help explains --log-file" grep -q -- '--log-file PATH' "$TMP/help"
+check "a bad --log-format is a usage error" bash -c "! '$BIN' serve -m '$TMP/m.gguf' --log-format xml 2>'$TMP/bad.err' && grep -q \"got 'xml'\" '$TMP/bad.err'"
+
+# ---- a log file is never reached through a link ----------------------------------------------------
+echo precious >"$TMP/target"
+ln -s "$TMP/target" "$TMP/link.jsonl"
+"$BIN" serve -m "$TMP/m.gguf" --port 0 --log-file "$TMP/link.jsonl" 2>"$TMP/link.err"
+check "--log-file through a symlink is refused" test $? -ne 0
+check "... saying why" grep -q 'symbolic link' "$TMP/link.err"
+check "... and its target is untouched" test "$(cat "$TMP/target")" = precious
+
+# ---- JSON logs, metrics, dashboard ------------------------------------------------------------------
+LOG=$TMP/a.jsonl
+PROMPT="A long and fixed system prompt that every request of this service starts with, then: what is kept on disk"
+start a "$LOG" --log-format json --log-file "$LOG" --kv-disk "$TMP/kv" --kv-disk-size 64M --write-through \
+  --kv-disk-admit-all
+ask "$URL" "$PROMPT" "$TMP/r1.json"
+check "a completion answers" test -n "$(text_of "$TMP/r1.json")"
+curl -s -m 10 -H 'Content-Type: application/json' -o /dev/null \
+  -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}' "$URL/v1/chat/completions"
+curl -s -m 10 -o /dev/null "$URL/health"
+curl -s -m 10 -o /dev/null "$URL/nope"
+curl -s -m 10 "$URL/metrics" >"$TMP/metrics.txt"
+check "nothing but the log file gets log lines" test ! -s "$TMP/a.log"
+check "every log line is a JSON object with ts, level and msg" python3 - "$LOG" <<'PY'
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) >= 5, lines
+for l in lines:
+    d = json.loads(l)
+    assert set(d) == {"ts", "level", "msg"}, d
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", d["ts"]), d
+    assert d["level"] in ("error", "warn", "info", "debug"), d
+PY
+check "the access line is in it" grep -q '"msg":"access: POST /v1/completions 200 id=' "$LOG"
+check "and the start-up line" grep -q '"level":"info","msg":"serve: listening on http://127.0.0.1:' "$LOG"
+
+check "/metrics passes the strict exposition check" python3 "$HERE/promcheck.py" "$TMP/metrics.txt"
+check "kvtier_build_info names version, commit, kernels and numerics" \
+  grep -Eq '^kvtier_build_info\{version="[0-9.]+",commit="[^"]+",ops_variant="(scalar|avx2|avx512)",numerics="kvt-ops-[^"]+"\} 1$' "$TMP/metrics.txt"
+for m in process_cpu_seconds_total process_resident_memory_bytes process_open_fds process_start_time_seconds; do
+  check "/metrics has $m" grep -Eq "^$m [0-9.e+]+$" "$TMP/metrics.txt"
+done
+check "RSS is a real figure" python3 -c "import sys; v=[float(l.split()[1]) for l in open(sys.argv[1]) if l.startswith('process_resident_memory_bytes ')][0]; sys.exit(0 if v > 1e6 else 1)" "$TMP/metrics.txt"
+check "request durations per endpoint" grep -q '^kvtier_request_duration_seconds_count{endpoint="completions"} 1$' "$TMP/metrics.txt"
+check "... also for chat, health and unknown routes" bash -c "grep -q 'duration_seconds_count{endpoint=\"chat_completions\"} 1' '$TMP/metrics.txt' && grep -q 'duration_seconds_count{endpoint=\"health\"} 1' '$TMP/metrics.txt' && grep -q 'duration_seconds_count{endpoint=\"other\"} 1' '$TMP/metrics.txt'"
+check "the TTFT histogram counts both generations" grep -q '^kvtier_time_to_first_token_seconds_count 2$' "$TMP/metrics.txt"
+# the checker is not vacuous: each broken copy is refused
+broken() { python3 - "$TMP/metrics.txt" "$1" "$TMP/broken.txt" <<'PY'
+import re, sys
+t, kind = open(sys.argv[1]).read(), sys.argv[2]
+if kind == "buckets":  # a bucket below the one before it
+    t = re.sub(r'(kvtier_time_to_first_token_seconds_bucket\{le="\+Inf"\}) \d+', r'\1 0', t)
+elif kind == "help":
+    t = t.replace("# HELP kvtier_queue_depth", "# HELP kvtier_queue_depth x\n# HELP kvtier_queue_depth", 1)
+elif kind == "counter":
+    t = t.replace("kvtier_generations_total", "kvtier_generations")
+elif kind == "split":  # one family's samples in two places
+    t += 'kvtier_cached_tokens_total{tier="T9"} 1\n'
+elif kind == "label":
+    t = t.replace('tier="T1"', 'tier="T\\q1"', 1)
+open(sys.argv[3], "w").write(t)
+PY
+  ! python3 "$HERE/promcheck.py" "$TMP/broken.txt" >/dev/null
+}
+for k in buckets help counter split label; do check "promcheck refuses a broken copy ($k)" broken $k; done
+
+curl -s -m 10 -D "$TMP/dash.h" -o "$TMP/dash.html" "$URL/dashboard"
+curl -s -m 10 "$URL/metrics" >"$TMP/metrics2.txt"
+check "/dashboard is HTML" grep -qi '^content-type: text/html' "$TMP/dash.h"
+check "... with a policy that forbids outside assets" grep -qi "^content-security-policy: default-src 'none'" "$TMP/dash.h"
+check "... and refers to nothing outside itself" bash -c "! grep -Eiq '(src|href)=|https?://|@import|url\(' '$TMP/dash.html'"
+check "... shows the tiers" grep -q '<table id="tiers">' "$TMP/dash.html"
+check "... with T2's budget (64 MiB)" grep -q 'kvtier_tier_bytes_budget{tier=&quot;T2&quot;}" data-f="bytes">64.0 MiB<' "$TMP/dash.html"
+if command -v node >/dev/null; then
+  check "the page's script shows /metrics' numbers and draws the chart" node "$HERE/dashboard_check.cjs" "$TMP/dash.html" "$TMP/metrics2.txt"
+else
+  echo "SKIP part: node is not installed (the dashboard script check)"; skipped=1
+fi
+stop
+check "graceful stop exits 0" test $? -eq 0
+check "the close wrote an index checkpoint" test -f "$TMP/kv/index"
+
+# ---- restart: the index comes from the checkpoint ------------------------------------------------
+start b "$TMP/b.log" --kv-disk "$TMP/kv" --kv-disk-size 64M --restore always
+check "the restart loaded the index from the checkpoint" grep -Eq 'disk tier .*: [1-9][0-9]* records in [0-9]+ segments \([1-9][0-9]* from the index checkpoint, 0.0 MiB of headers scanned\)' "$TMP/b.log"
+ask "$URL" "$PROMPT" "$TMP/r2.json"
+check "the prompt comes from disk after the restart (T2 $(t2_of "$TMP/r2.json"))" test "$(t2_of "$TMP/r2.json")" -gt 0
+check "... with the same completion" test "$(text_of "$TMP/r1.json")" = "$(text_of "$TMP/r2.json")"
+stop
+
+# ---- kill -9 after periodic checkpoints: nothing is lost --------------------------------------------
+P2="Another fixed preamble for a second service, long enough to fill several blocks of tokens, and then a question"
+KVT_DISK_CHECKPOINT_S=0.05 start c "$TMP/c.log" --kv-disk "$TMP/kv" --kv-disk-size 64M --write-through \
+  --kv-disk-admit-all --restore always
+ask "$URL" "$P2" "$TMP/r3.json"
+curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
+sleep 0.2
+ask "$URL" "$P2 and one more" "$TMP/r4.json"
+curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
+kill -9 "$SRV_PID"; wait "$SRV_PID" 2>/dev/null
+start d "$TMP/d.log" --kv-disk "$TMP/kv" --kv-disk-size 64M --restore always
+check "after kill -9 the disk tier opens" grep -Eq 'disk tier .*: [1-9][0-9]* records in' "$TMP/d.log"
+check "... without corrupt records" bash -c "! grep -qi 'corrupt' '$TMP/d.log'"
+for pair in "$PROMPT:r1" "$P2:r3"; do
+  p=${pair%:*} ref=${pair##*:}
+  ask "$URL" "$p" "$TMP/after.json"
+  check "after kill -9: $ref's prompt from disk (T2 $(t2_of "$TMP/after.json"))" test "$(t2_of "$TMP/after.json")" -gt 0
+  check "... with the same completion" test "$(text_of "$TMP/$ref.json")" = "$(text_of "$TMP/after.json")"
+done
+stop
+
+# ---- /dashboard is behind the keys that guard /metrics ----------------------------------------------
+start e "$TMP/e.log" --api-key k1
+AUTH=(-H 'Authorization: Bearer k1')
+check "/dashboard needs the key when keys are set" test "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/dashboard")" = 401
+check "... and opens with it" test "$(curl -s -m 10 "${AUTH[@]}" -o /dev/null -w '%{http_code}' "$URL/dashboard")" = 200
+stop
+
+echo "test_server_ops: $pass passed, $fail failed"
+[ "$fail" -gt 0 ] && exit 1
+[ "$skipped" -gt 0 ] && exit 77
+exit 0
