@@ -386,7 +386,8 @@ static int step(jstate *st, const kvt_jg_schema *s, uint8_t c) {
     switch (f->kind) {
     case F_VALUE:
         if (is_ws(c)) {
-            if (f->ws >= KVT_JG_MAX_WS) return 0;
+            /* a tagged choice starts with its head, exactly */
+            if (f->ws >= KVT_JG_MAX_WS || N(s, f->node)->kind == JN_TAGGED) return 0;
             f->ws++;
             return 1;
         }
@@ -717,7 +718,13 @@ int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
             if (v->plain_chars[i] <= room) mask[v->plain[i]] = 1, count++;
         return count + walk(g, &v->special, left, mask);
     }
-    return count + walk(g, &v->all, left, mask);
+    int32_t n = walk(g, &v->all, left, mask);
+    /* Past the budget already (it counts bytes, and tokens are often longer):
+     * only tokens that bring the end nearer, so the document still finishes
+     * as soon as it can. */
+    int32_t need = min_bytes(&g->st, g->s);
+    if (!n && need > left) n = walk(g, &v->all, need - 1, mask);
+    return count + n;
 }
 
 int kvt_jg_feed(kvt_jg *g, const char *bytes, size_t n) {

@@ -76,8 +76,11 @@ void kvt_jg_free(kvt_jg *g);
 
 /* mask[0..n_vocab) gets 1 for each token that may come next, 0 otherwise,
  * where budget is the number of tokens still allowed, this one included: a
- * token is allowed only if the document can still be finished in the rest.
- * Returns how many are allowed (0: none; the document cannot continue). */
+ * token is allowed only if the document can still be finished in the rest,
+ * counting one token per byte. When even that is past the budget (a long
+ * forced head, tokens longer than a byte), only the tokens that shorten the
+ * shortest completion are allowed. Returns how many are allowed (0: none;
+ * the document cannot continue). */
 int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask);
 /* Advances past token tok. Returns 0, or KVT_EARG (state unchanged) when tok
  * is not allowed here. */

@@ -3,6 +3,7 @@
  * continuous-batching step, publishing text to the waiting handlers, warm
  * sessions at the end of a request, and the admin jobs. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->lp);
     free(r->bias_id);
     free(r->bias);
+    kvt_jg_schema_free(r->grammar);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -64,6 +66,7 @@ void kvt_srv_req_fail_locked(srv_req *r, int status, const char *msg) {
 void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
+    kvt_jg_free(sl->jg);
     free(sl->toks);
     free(sl->raw);
     free(sl->tok_end);
@@ -175,6 +178,14 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     sl->prefilling = 1;
     sl->admitted = s->n_admitted++;
     sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
+    if (r->grammar) {
+        if (!s->jg_vocab) { /* once per server, on the first request that needs it */
+            s->jg_vocab = kvt_jg_vocab_new(s->tok);
+            s->jg_mask = kvt_xmalloc((size_t)s->n_vocab);
+            s->jg_logits = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_logits);
+        }
+        sl->jg = kvt_jg_new(r->grammar, s->jg_vocab);
+    }
     sl->raw_cap = PIECE_INIT;
     sl->raw = kvt_xmalloc(sl->raw_cap);
     sl->tok_end = kvt_xmalloc(((size_t)r->max_tokens + 1) * sizeof *sl->tok_end);
@@ -220,15 +231,33 @@ static long find_stop(const slot *sl, size_t *hold) {
 }
 
 /* Handles one sampled token of a slot; may finish the slot. */
+/* The logits with every token the grammar refuses at -inf (s->jg_logits), or
+ * NULL when none may come: the document cannot go on within the budget. */
+static const float *grammar_logits(kvt_server *s, slot *sl, const float *logits) {
+    int32_t budget = sl->r->max_tokens - sl->n_gen;
+    if (!kvt_jg_mask(sl->jg, budget, s->jg_mask)) return NULL;
+    for (int32_t i = 0; i < s->n_vocab; i++) s->jg_logits[i] = s->jg_mask[i] ? logits[i] : -INFINITY;
+    return s->jg_logits;
+}
+
 static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     srv_req *r = sl->r;
-    int32_t tok = kvt_sampler_sample(sl->smp, logits);
+    const float *allowed = sl->jg ? grammar_logits(s, sl, logits) : logits;
+    if (!allowed) {
+        slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
+        return;
+    }
+    int32_t tok = kvt_sampler_sample(sl->smp, allowed);
+    if (sl->jg && kvt_jg_accept(sl->jg, tok)) { /* cannot happen: the sampler picks among the allowed */
+        slot_finish(s, sl, NULL, 0, 500, "constrained decoding picked a token the grammar refuses");
+        return;
+    }
     if (sl->n_gen == 0) {
         double ttft = kvt_now() - r->t_arrival;
         r->usage.ttft_ms = ttft * 1e3;
         kvt_metrics_observe_ttft(s->metrics, ttft);
     }
-    if (!r->ignore_eos && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
+    if ((!r->ignore_eos || sl->jg) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
     }
@@ -265,6 +294,10 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         return;
     }
     slot_emit(s, sl, sl->raw_len - hold, 0);
+    if (sl->jg && kvt_jg_done(sl->jg)) { /* the document is complete: nothing may follow it */
+        slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
+        return;
+    }
     /* the next step feeds tok: the sequence would then hold n_toks tokens */
     if (sl->n_gen >= r->max_tokens || sl->n_toks >= s->n_ctx) {
         slot_finish(s, sl, "length", sl->raw_len, 0, NULL);

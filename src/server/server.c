@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "api_llama.h"
+#include "api_tools.h"
 #include "common.h"
 #include "kv_quant.h"
 
@@ -287,13 +288,18 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");
     size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
+    if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
+    r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
+    r->parallel_tool_calls = a->parallel_tool_calls;
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
-        size_t last_user = a->n_msgs;
-        for (size_t i = 0; i < a->n_msgs; i++)
-            if (!strcmp(a->msgs[i].role, "user")) last_user = i;
-        rc = kvt_chat_render_at(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, last_user, &at,
-                                &r->prompt, &n);
+        size_t n_msgs, last_user;
+        char **arena;
+        /* tools, tool calls and tool results in the template family's style */
+        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, &n_msgs, &last_user, &arena);
+        rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, reply_lookup, &lc, max_prompt,
+                                last_user == SIZE_MAX ? n_msgs : last_user, &at, &r->prompt, &n);
+        kvt_api_messages_free(msgs, arena);
     } else if (a->prompt_ids) {
         n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
@@ -428,6 +434,7 @@ typedef struct {
     size_t lp_sent;         /* logprob entries already sent */
     size_t lp_offset;       /* completions: text bytes those entries stand for */
     int opened, finished;
+    int tool_calls;         /* the reply was tool calls (finish_reason "tool_calls") */
 } stream_state;
 
 static void sse_event(stream_state *st, char *json) {
@@ -452,9 +459,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL, NULL));
         st->opened = 1;
         pthread_mutex_lock(&s->mu);
-        while (!r->done && r->text_len == st->sent && st->len == 0) {
+        /* a reply read for tool calls is sent whole at the end: its calls are known only then */
+        int hold = r->tools;
+        while (!r->done && (hold || r->text_len == st->sent) && st->len == 0) {
             kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-            if (r->done || r->text_len != st->sent) break;
+            if (r->done || (!hold && r->text_len != st->sent)) break;
             pthread_mutex_unlock(&s->mu);
             int gone = peer_gone(st->conn);
             pthread_mutex_lock(&s->mu);
@@ -465,7 +474,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             }
         }
         char *delta = NULL;
-        if (r->text_len > st->sent) {
+        if (r->text_len > st->sent && !hold) {
             delta = kvt_xmalloc(r->text_len - st->sent + 1);
             memcpy(delta, r->text + st->sent, r->text_len - st->sent + 1);
             st->sent = r->text_len;
@@ -485,7 +494,20 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         char piece[PIECE_INIT]; /* the length is all that is wanted here */
         for (size_t i = 0; i < n_lps; i++)
             st->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[i].id, piece, sizeof piece, 1), 0);
-        if (delta || n_lps) sse_event(st, kvt_api_chunk_json(&h, delta ? delta : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
+        if (hold && done && !r->err_status) {
+            kvt_api_call *calls = NULL;
+            char *content = NULL;
+            size_t nc = kvt_api_parse_calls(s->p.chat, r->text ? r->text : "", r->parallel_tool_calls, r->id, &calls,
+                                            &content);
+            const char *text = nc ? content : r->text ? r->text : "";
+            if (*text || n_lps) sse_event(st, kvt_api_chunk_json(&h, text, 0, NULL, NULL, n_lps ? &lpv : NULL));
+            for (size_t i = 0; i < nc; i++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[i], i));
+            st->tool_calls = nc > 0;
+            kvt_api_calls_free(calls, nc);
+            free(content);
+        } else if (delta || n_lps) {
+            sse_event(st, kvt_api_chunk_json(&h, delta ? delta : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
+        }
         free(delta);
         free(lps);
         if (done) {
@@ -496,7 +518,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                                NULL, NULL, "%s", r->err_msg);
                 sse_event(st, kvt_api_error_json(&e));
             } else {
-                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL));
+                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, st->tool_calls ? "tool_calls" : r->finish_reason,
+                                                 &r->usage, NULL));
                 if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
             }
             st->cs->usage = r->usage;
@@ -599,10 +622,19 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     } else {
         kvt_api_head h = head_of(s, r);
         kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
+        kvt_api_call *calls = NULL;
+        char *content = NULL;
+        if (r->tools)
+            h.n_calls = kvt_api_parse_calls(s->p.chat, r->text ? r->text : "", r->parallel_tool_calls, r->id, &calls,
+                                            &content);
+        h.calls = calls;
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                        kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason, &r->usage,
+                        kvt_api_response_json(&h, h.n_calls ? content : r->text ? r->text : "",
+                                              h.n_calls ? "tool_calls" : r->finish_reason, &r->usage,
                                               r->logprobs ? &lp : NULL),
                         NULL, NULL);
+        kvt_api_calls_free(calls, h.n_calls);
+        free(content);
     }
     kvt_srv_req_unref(s, r);
     return ret;
@@ -961,6 +993,9 @@ static void server_free(kvt_server *s) {
     free(s->slots);
     free(s->queue);
     free(s->logits);
+    kvt_jg_vocab_free(s->jg_vocab);
+    free(s->jg_mask);
+    free(s->jg_logits);
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);
