@@ -21,7 +21,7 @@
 #include "json_grammar_impl.h"
 
 #define MAX_FRAMES (2 * KVT_JG_MAX_DEPTH + 6)
-#define MAX_INT_DIGITS 16
+#define MAX_INT_DIGITS 15 /* KVT_JG_NUMBER_LIMIT */
 #define MAX_FRAC_DIGITS 16
 #define MAX_EXP_DIGITS 3
 #define HEX_DIGITS 4
@@ -186,14 +186,15 @@ static int start_value(jstate *st, const kvt_jg_schema *s, uint8_t c) {
 static int num_terminal(uint8_t sub) { return sub == N_ZERO || sub == N_INT || sub == N_FRAC || sub == N_EXP; }
 
 static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
-    int integer = N(s, f->node)->kind == JN_INTEGER;
+    const jnode *n = N(s, f->node);
+    int integer = n->kind == JN_INTEGER;
     int d = is_digit(c);
     switch (f->sub) {
     case N_BEGIN:
-        if (c == '-') return f->sub = N_SIGN, 1;
+        if (c == '-') return !n->nonneg && (f->sub = N_SIGN, 1);
         /* fallthrough */
     case N_SIGN:
-        if (!d) return 0;
+        if (!d || (c == '0' && n->positive)) return 0;
         f->sub = c == '0' ? N_ZERO : N_INT;
         f->count = 1;
         return 1;
@@ -202,7 +203,7 @@ static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
         /* fallthrough */
     case N_ZERO:
         if (c == '.' && !integer) return f->sub = N_DOT, 1;
-        if ((c == 'e' || c == 'E') && !integer) return f->sub = N_E, 1;
+        if ((c == 'e' || c == 'E') && !integer && !n->no_exp) return f->sub = N_E, 1;
         break;
     case N_DOT:
         if (!d) return 0;
@@ -211,7 +212,7 @@ static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
         return 1;
     case N_FRAC:
         if (d && f->count < MAX_FRAC_DIGITS) return f->count++, 1;
-        if (c == 'e' || c == 'E') return f->sub = N_E, 1;
+        if ((c == 'e' || c == 'E') && !n->no_exp) return f->sub = N_E, 1;
         break;
     case N_E:
         if (c == '+' || c == '-') return f->sub = N_ESIGN, 1;

@@ -13,7 +13,9 @@
  * The schema subset (anything else is refused naming the keyword):
  *   type: object (properties, required, additionalProperties false/true/absent),
  *   array (items, minItems, maxItems), string (minLength, maxLength), number,
- *   integer, boolean, null, or a list of distinct kinds (["string", "null"]);
+ *   integer (minimum 0, integer exclusiveMinimum 0, and bounds at or past
+ *   +-KVT_JG_NUMBER_LIMIT, which the digit limit keeps), boolean, null, or a
+ *   list of distinct kinds (["string", "null"]);
  *   enum and const of scalars; anyOf whose branches start differently (an
  *   object, an array, a string, a number, a boolean, null); nesting to
  *   KVT_JG_MAX_DEPTH. Annotations (title, description, $schema, $id, default,
@@ -41,6 +43,7 @@
 #define KVT_JG_MAX_WS 8         /* consecutive whitespace bytes between tokens of JSON */
 #define KVT_JG_MAX_SET 64       /* enum values, properties of one object, tool alternatives */
 #define KVT_JG_MAX_TOKEN 255    /* bytes of a token the mask considers (longer ones are never allowed) */
+#define KVT_JG_NUMBER_LIMIT 999999999999999.0 /* integer parts have at most 15 digits */
 
 typedef struct kvt_jg_vocab kvt_jg_vocab;
 typedef struct kvt_jg_schema kvt_jg_schema;

@@ -38,6 +38,8 @@ typedef struct {
     int32_t free_value;
     uint32_t min_items, max_items; /* array */
     uint32_t min_len, max_len;     /* string */
+    uint8_t nonneg, positive;      /* number/integer: no minus sign; integer: no zero either */
+    uint8_t no_exp;                /* number: no exponent (so a maximum of 10^15 - 1 holds) */
     int32_t branch[JC_COUNT];      /* union: node per first-byte class, -1: none */
 } jnode;
 

@@ -274,6 +274,30 @@ static int32_t compile_lits(compiler *c, const cJSON *list, int is_const) {
     return i;
 }
 
+/* Numbers: the bounds a byte automaton can keep are the ones clients send
+ * most: none, a minimum of 0 (exclusive: a positive integer), and bounds at
+ * or past +-(10^15 - 1), which the digit limit already keeps (zod's safe
+ * integers). Others are refused by name. */
+static int32_t compile_number(compiler *c, const cJSON *sc, int integer) {
+    int32_t i = new_node(c, integer ? JN_INTEGER : JN_NUMBER);
+    node(c, i)->min_bytes = 1;
+    static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (size_t k = 0; k < KVT_ARRAY_LEN(bounds); k++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(sc, bounds[k]);
+        if (!b) continue;
+        if (!cJSON_IsNumber(b)) return fail(c, "'%s' must be a number", bounds[k]);
+        double v = b->valuedouble;
+        int low = k < 2, exclusive = k & 1;
+        jnode *n = node(c, i);
+        if (low ? v <= -KVT_JG_NUMBER_LIMIT : v >= KVT_JG_NUMBER_LIMIT) n->no_exp = 1;
+        else if (low && v == 0 && !exclusive) n->nonneg = 1;
+        else if (low && v == 0 && exclusive && integer) n->nonneg = n->positive = 1;
+        else return fail(c, "unsupported '%s' of %g (0 or beyond +-%.0f only)", bounds[k], v, KVT_JG_NUMBER_LIMIT);
+    }
+    if (node(c, i)->nonneg && !integer) node(c, i)->no_exp = 1;
+    return i;
+}
+
 static int32_t compile_type(compiler *c, const cJSON *sc, const char *type, int depth) {
     if (!strcmp(type, "object")) return compile_object(c, sc, depth);
     if (!strcmp(type, "array")) return compile_array(c, sc, depth);
@@ -284,11 +308,7 @@ static int32_t compile_type(compiler *c, const cJSON *sc, const char *type, int 
         if (lo > 1u << 20) return fail(c, "'minLength' is too large");
         return string_node(c, lo, hi);
     }
-    if (!strcmp(type, "number") || !strcmp(type, "integer")) {
-        int32_t i = new_node(c, type[0] == 'n' ? JN_NUMBER : JN_INTEGER);
-        node(c, i)->min_bytes = 1;
-        return i;
-    }
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) return compile_number(c, sc, type[0] == 'i');
     if (!strcmp(type, "boolean")) {
         static const char *const tf[] = {"true", "false"};
         return lits_node(c, tf, 2);
@@ -305,7 +325,8 @@ static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$i
 /* Keywords compile() understands. */
 static const char *const UNDERSTOOD[] = {"type",     "properties", "required",  "additionalProperties",
                                          "items",    "minItems",   "maxItems",  "minLength",
-                                         "maxLength", "enum",      "const",     "anyOf"};
+                                         "maxLength", "enum",      "const",     "anyOf",
+                                         "minimum",  "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
 
 static int known_keyword(const char *k) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(ANNOTATIONS); i++)

@@ -2,9 +2,11 @@
 #include "api_tools.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "common.h"
 
@@ -312,9 +314,84 @@ static char *tools_text(const cJSON *tools, kvt_chat_family f) {
     return sb_take(&b);
 }
 
+/* ---- the call memo ---------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t salt;  /* XXH64 of the tenant salt */
+    char *id, *args;
+} memo_entry;
+
+struct kvt_call_memo {
+    pthread_mutex_t mu;
+    memo_entry *ring; /* FIFO: the oldest entry is overwritten first */
+    size_t cap, next;
+};
+
+kvt_call_memo *kvt_call_memo_new(size_t max_entries) {
+    kvt_call_memo *m = kvt_xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    m->cap = KVT_MAX(max_entries, 1);
+    m->ring = kvt_xcalloc(m->cap, sizeof *m->ring);
+    return m;
+}
+
+void kvt_call_memo_free(kvt_call_memo *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->ring[i].id);
+        free(m->ring[i].args);
+    }
+    free(m->ring);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void kvt_call_memo_put(kvt_call_memo *m, const void *salt, size_t salt_len, const kvt_api_call *calls, size_t n) {
+    uint64_t h = XXH64(salt, salt_len, 0);
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+        memo_entry *e = &m->ring[m->next];
+        m->next = (m->next + 1) % m->cap;
+        free(e->id);
+        free(e->args);
+        *e = (memo_entry){h, kvt_xstrdup(calls[i].id), kvt_xstrdup(calls[i].arguments)};
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The remembered arguments of call id under salt (malloc'd), or NULL. */
+static char *memo_get(kvt_call_memo *m, const void *salt, size_t salt_len, const char *id) {
+    if (!m || !id) return NULL;
+    uint64_t h = XXH64(salt, salt_len, 0);
+    char *out = NULL;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->cap && !out; i++) {
+        memo_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
+        if (e->id && e->salt == h && !strcmp(e->id, id)) out = kvt_xstrdup(e->args);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return out;
+}
+
+/* 1 if the texts are the same JSON value (key order aside). */
+static int same_json(const char *a, const char *b) {
+    cJSON *x = cJSON_Parse(a), *y = cJSON_Parse(b);
+    int same = x && y && cJSON_Compare(x, y, 1);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+    return same;
+}
+
+typedef struct {
+    kvt_call_memo *memo;
+    const void *salt;
+    size_t salt_len;
+} memo_ref;
+
 /* An assistant turn with tool calls: its text, then each call in the
- * family's style, exactly as kvtier writes a call it generates. */
-static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family f) {
+ * family's style, exactly as kvtier writes a call it generates (with the
+ * arguments text kvtier generated, when the client sent the same JSON back). */
+static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family f, const memo_ref *mr) {
     call_style st = style_of(f);
     sbuf b = {0};
     if (*content) {
@@ -324,11 +401,15 @@ static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family
     for (const cJSON *c = calls->child; c; c = c->next) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const char *sent = cJSON_IsString(args) && *args->valuestring ? args->valuestring : "{}";
+        char *mine = memo_get(mr->memo, mr->salt, mr->salt_len, cJSON_IsString(id) ? id->valuestring : NULL);
         sb_str(&b, st.pre);
         sb_str(&b, cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
         sb_str(&b, st.mid);
-        sb_str(&b, cJSON_IsString(args) && *args->valuestring ? args->valuestring : "{}");
+        sb_str(&b, mine && same_json(mine, sent) ? mine : sent);
         sb_str(&b, st.tail);
+        free(mine);
         if (c->next) sb_str(&b, "\n");
     }
     return sb_take(&b);
@@ -350,8 +431,9 @@ static char *concat(const char *a, const char *sep, const char *b) {
     return s;
 }
 
-kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, size_t *n_out, size_t *last_user,
-                               char ***arena) {
+kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
+                               size_t salt_len, size_t *n_out, size_t *last_user, char ***arena) {
+    memo_ref mr = {memo, salt, salt_len};
     size_t n = 0, kept = 0;
     *arena = NULL;
     *last_user = SIZE_MAX;
@@ -392,7 +474,7 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, size
         out[n].role = m->role;
         out[n].content = m->content;
         if (!strcmp(m->role, "assistant") && x->tool_calls)
-            out[n].content = keep(arena, &kept, calls_text(m->content, x->tool_calls, f));
+            out[n].content = keep(arena, &kept, calls_text(m->content, x->tool_calls, f, &mr));
         if (!strcmp(m->role, "user")) {
             *last_user = n;
             if (tools) {

@@ -43,14 +43,29 @@ int kvt_api_parse_msg_tools(const struct cJSON *msg, size_t index, const char *r
 /* Frees what the two parsers above stored in r. */
 void kvt_api_tools_free(kvt_api_request *r);
 
+/* The arguments text of the tool calls kvtier generated, by call id and
+ * tenant salt: a bounded map (oldest dropped first). Clients send a call back
+ * re-serialized (LangChain and the AI SDK as JSON.stringify of the parsed
+ * arguments, Python's json.dumps elsewhere), so the history would no longer
+ * hold the bytes kvtier generated and their cached KV would be lost; when the
+ * returned arguments are the same JSON as the remembered ones, the call is
+ * rendered with the remembered text. Thread-safe. */
+typedef struct kvt_call_memo kvt_call_memo;
+kvt_call_memo *kvt_call_memo_new(size_t max_entries);
+void kvt_call_memo_free(kvt_call_memo *m);
+/* Remembers calls[0..n) (id and arguments, copied) under salt. */
+void kvt_call_memo_put(kvt_call_memo *m, const void *salt, size_t salt_len, const kvt_api_call *calls, size_t n);
+
 /* The messages of a, with tools, tool calls and tool results rendered in
  * family f's style, as plain role/content messages for kvt_chat_render.
+ * memo (may be NULL) restores the exact arguments text of calls kvtier
+ * generated for salt.
  * Returns a malloc'd array of *n messages whose strings are owned by *arena
  * or borrowed from a (free both with kvt_api_messages_free; a must outlive
  * the array). *last_user gets the index of the last message that was a user
  * message in a (SIZE_MAX: none), where kvtier.documents go. */
-kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, size_t *n, size_t *last_user,
-                               char ***arena);
+kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
+                               size_t salt_len, size_t *n, size_t *last_user, char ***arena);
 void kvt_api_messages_free(kvt_chat_msg *m, char **arena);
 
 /* 1 when a's output is to be read for tool calls: tools given and

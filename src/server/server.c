@@ -296,7 +296,7 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
         size_t n_msgs, last_user;
         char **arena;
         /* tools, tool calls and tool results in the template family's style */
-        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, &n_msgs, &last_user, &arena);
+        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, s->calls, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
         rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, reply_lookup, &lc, max_prompt,
                                 last_user == SIZE_MAX ? n_msgs : last_user, &at, &r->prompt, &n);
         kvt_api_messages_free(msgs, arena);
@@ -503,6 +503,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             if (*text || n_lps) sse_event(st, kvt_api_chunk_json(&h, text, 0, NULL, NULL, n_lps ? &lpv : NULL));
             for (size_t i = 0; i < nc; i++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[i], i));
             st->tool_calls = nc > 0;
+            kvt_call_memo_put(s->calls, r->salt, r->salt_len, calls, nc);
             kvt_api_calls_free(calls, nc);
             free(content);
         } else if (delta || n_lps) {
@@ -628,6 +629,7 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
             h.n_calls = kvt_api_parse_calls(s->p.chat, r->text ? r->text : "", r->parallel_tool_calls, r->id, &calls,
                                             &content);
         h.calls = calls;
+        kvt_call_memo_put(s->calls, r->salt, r->salt_len, calls, h.n_calls);
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
                         kvt_api_response_json(&h, h.n_calls ? content : r->text ? r->text : "",
                                               h.n_calls ? "tool_calls" : r->finish_reason, &r->usage,
@@ -1000,6 +1002,7 @@ static void server_free(kvt_server *s) {
     free(s->b_seq);
     free(s->b_want);
     kvt_reply_map_free(s->replies);
+    kvt_call_memo_free(s->calls);
     kvt_prompt_ring_free(s->recent);
     kvt_metrics_free(s->metrics);
     for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
@@ -1072,6 +1075,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->block = ep.block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
+    s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->metrics = kvt_metrics_new();
     s->started = (int64_t)time(NULL);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "api_openai.h"
+#include "api_tools.h"
 #include "cache.h"
 #include "engine.h"
 #include "http_guard.h"
@@ -33,6 +34,7 @@
 #define RETRY_AFTER_S "1"           /* Retry-After on 503 when the queue is full */
 #define REPLY_MAP_ENTRIES 4096      /* replies remembered for the next chat turn */
 #define REPLY_MAX_IDS 65536         /* longer replies are not remembered */
+#define CALL_MEMO_ENTRIES 4096      /* tool calls whose exact arguments text is remembered */
 #define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
 #define LOGPROBS_INIT 16            /* logprob entries of a request, grown as needed */
 #define ID_LEN 64
@@ -149,6 +151,7 @@ struct kvt_server {
     kvt_cache *cache;
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
+    kvt_call_memo *calls;      /* the arguments text of generated tool calls, by call id */
     kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
     kvt_metrics *metrics;
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */

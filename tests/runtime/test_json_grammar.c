@@ -95,12 +95,30 @@ static void test_schema(void) {
     kvt_jg_schema_free(s);
 }
 
+/* The numeric bounds kvtier keeps: minimum 0, a positive integer, zod's safe-integer bounds. */
+static void test_number_bounds(void) {
+    kvt_jg_schema *s = compile("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":0},"
+                               "\"p\":{\"type\":\"integer\",\"exclusiveMinimum\":0},\"z\":{\"type\":\"integer\","
+                               "\"minimum\":-9007199254740991,\"maximum\":9007199254740991}}}");
+    if (!s) return;
+    CHECK(accepts(s, "{\"n\":0.5,\"p\":7,\"z\":-123456789012345}"));
+    CHECK(refuses(s, "{\"n\":-"));
+    CHECK(refuses(s, "{\"n\":1e"));
+    CHECK(refuses(s, "{\"p\":0"));
+    CHECK(refuses(s, "{\"p\":-"));
+    CHECK(refuses(s, "{\"z\":1234567890123456"));
+    kvt_jg_schema_free(s);
+}
+
 static void test_refused_keywords(void) {
     static const struct {
         const char *schema, *word;
     } cases[] = {
         {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
-        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":0}}}", "'minimum' at /properties/x"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":5}}}", "'minimum' of 5 (0 or beyond"},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0}", "'exclusiveMinimum'"},
+        {"{\"type\":\"integer\",\"maximum\":100}", "'maximum'"},
+        {"{\"type\":\"integer\",\"multipleOf\":2}", "'multipleOf'"},
         {"{\"$ref\":\"#/defs/a\"}", "'$ref'"},
         {"{\"type\":\"string\",\"format\":\"email\"}", "'format'"},
         {"{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf'"},
@@ -281,6 +299,7 @@ int main(void) {
     test_json_object();
     test_schema();
     test_refused_keywords();
+    test_number_bounds();
     kvt_tokenizer *t = load_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");

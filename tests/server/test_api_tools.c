@@ -50,8 +50,8 @@ static void test_chatml_rendering(void) {
     if (parse(HISTORY, &a) || parse(HISTORY, &b)) return;
     size_t n, nb, last, lb;
     char **arena, **arena_b;
-    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_CHATML, &n, &last, &arena);
-    kvt_chat_msg *mb = kvt_api_messages(&b, KVT_CHAT_CHATML, &nb, &lb, &arena_b);
+    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_CHATML, NULL, NULL, 0, &n, &last, &arena);
+    kvt_chat_msg *mb = kvt_api_messages(&b, KVT_CHAT_CHATML, NULL, NULL, 0, &nb, &lb, &arena_b);
     CHECKF(n == 4, "%zu messages", n);
     if (n == 4) {
         CHECK(!strcmp(m[0].role, "system") && !strncmp(m[0].content, "Be brief.\n\n# Tools", 18));
@@ -87,7 +87,7 @@ static void test_llama3_rendering(void) {
     if (parse(HISTORY, &a)) return;
     size_t n, last;
     char **arena;
-    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_LLAMA3, &n, &last, &arena);
+    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_LLAMA3, NULL, NULL, 0, &n, &last, &arena);
     CHECKF(n == 5, "%zu messages", n);
     if (n == 5) {
         CHECK(!strcmp(m[0].content, "Be brief."));
