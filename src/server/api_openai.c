@@ -463,9 +463,8 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
     if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
-    if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
-    if (has && d != 1)
-        return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
+    if (get_number(root, "n", 1, KVT_API_MAX_N, 1, &d, &has, err)) return -1;
+    r->n = has ? (int32_t)d : 1;
     if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||
         get_bool(root, "ignore_eos", &r->ignore_eos, err))
         return -1;
@@ -852,22 +851,29 @@ static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
 
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
                             const kvt_api_usage *u, const kvt_api_logprobs *lp) {
+    kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls};
+    return kvt_api_response_json_n(h, &c, 1, u);
+}
+
+char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *ch, size_t n, const kvt_api_usage *u) {
     cJSON *o = kvt_api_head_obj(h, 0);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (h->kind == KVT_API_CHAT) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        if (h->n_calls && !*text) cJSON_AddNullToObject(m, "content");
-        else cJSON_AddStringToObject(m, "content", text);
-        if (h->n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(h->calls, h->n_calls, 0));
-    } else {
-        cJSON_AddStringToObject(c, "text", text);
+    for (size_t i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", (double)i);
+        if (h->kind == KVT_API_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", ch[i].text);
+            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(ch[i].calls, ch[i].n_calls, 0));
+        } else {
+            cJSON_AddStringToObject(c, "text", ch[i].text);
+        }
+        cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, ch[i].lp));
+        add_reason(c, ch[i].finish_reason);
+        cJSON_AddItemToArray(choices, c);
     }
-    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
-    add_reason(c, finish_reason);
-    cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
     cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
     return print_free(o);
@@ -878,7 +884,7 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
     cJSON *o = kvt_api_head_obj(h, 1);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", h->index);
     if (h->kind == KVT_API_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role_only) {

@@ -21,6 +21,7 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
 #define KVT_API_MAX_LOGIT_BIAS 1024 /* logit_bias entries at most */
 #define KVT_API_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
+#define KVT_API_MAX_N 16          /* choices per request (n); also at most the server's --parallel */
 
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
@@ -64,6 +65,7 @@ typedef struct {
     kvt_chat_msg *msgs;      /* chat: messages (role/content strings owned here) */
     size_t n_msgs;
     int32_t max_tokens;      /* 0 = not given (the server picks) */
+    int32_t n;               /* choices, 1..KVT_API_MAX_N */
     float temperature;       /* default 1 */
     float top_p;             /* default 1 */
     int32_t top_k;           /* 0 = off */
@@ -207,7 +209,20 @@ typedef struct {
     const char *model;
     const kvt_api_call *calls;
     size_t n_calls;
+    int32_t index;   /* the choice a chunk belongs to (n > 1) */
 } kvt_api_head;
+
+/* One choice of a response with n of them (kvt_api_response_json_n). */
+typedef struct {
+    const char *text;
+    const char *finish_reason;
+    const kvt_api_logprobs *lp; /* NULL: "logprobs": null */
+    const kvt_api_call *calls;  /* chat tool calls, as kvt_api_head's */
+    size_t n_calls;
+} kvt_api_choice;
+
+/* A response of n choices (index 0..n-1); h's calls are ignored. */
+char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *c, size_t n, const kvt_api_usage *u);
 
 /* The response object's common fields (id, object, created, model), for the
  * other builders of responses (api_tools.c). */

@@ -673,7 +673,7 @@ char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size
     cJSON *o = kvt_api_head_obj(h, 1);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddNumberToObject(ch, "index", h->index);
     cJSON *d = cJSON_AddObjectToObject(ch, "delta");
     cJSON *calls = kvt_api_calls_obj(c, 1, 1);
     cJSON_ReplaceItemInObject(calls->child, "index", cJSON_CreateNumber((double)i));

@@ -245,7 +245,7 @@ static kvt_http_conn *tracked(struct MHD_Connection *c) {
  * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
  * client that closed without a reset is noticed when a write to it fails:
  * at its next stream event, or when a non-streamed answer is sent. */
-static int peer_gone(struct MHD_Connection *c) {
+int kvt_srv_peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
@@ -407,142 +407,67 @@ static int enqueue(kvt_server *s, srv_req *r) {
     return 0;
 }
 
-static void cancel(kvt_server *s, srv_req *r) {
-    pthread_mutex_lock(&s->mu);
-    if (!r->done) {
-        r->cancelled = 1;
-        pthread_cond_signal(&s->engine_cv);
+static void cancel_locked(kvt_server *s, srv_req *r) {
+    for (int32_t i = 0; i <= r->n_sib; i++) {
+        srv_req *c = i ? r->sib[i - 1] : r;
+        if (!c->done) c->cancelled = 1;
     }
+    pthread_cond_signal(&s->engine_cv);
+}
+
+void kvt_srv_cancel(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    cancel_locked(s, r);
     pthread_mutex_unlock(&s->mu);
 }
 
-static kvt_api_head head_of(kvt_server *s, const srv_req *r) {
-    kvt_api_head h = {.kind = r->kind, .id = r->id, .created = r->created, .model = s->p.model_id};
-    return h;
+/* Whether r and all its other choices are done (s->mu held). */
+static int all_done(const srv_req *r) {
+    for (int32_t i = 0; i < r->n_sib; i++)
+        if (!r->sib[i]->done) return 0;
+    return r->done;
 }
 
-/* ---- streaming (SSE) ----------------------------------------------------------------- */
-
-typedef struct {
-    kvt_server *s;
-    srv_req *r;
-    conn_state *cs;         /* for the access log: valid while the stream is read */
-    struct MHD_Connection *conn;
-    char *buf;              /* SSE bytes not yet handed to MHD */
-    size_t len, off, cap;
-    size_t sent;            /* bytes of r->text already turned into events */
-    size_t lp_sent;         /* logprob entries already sent */
-    size_t lp_offset;       /* completions: text bytes those entries stand for */
-    int opened, finished;
-    int tool_calls;         /* the reply was tool calls (finish_reason "tool_calls") */
-} stream_state;
-
-static void sse_event(stream_state *st, char *json) {
-    size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
-    if (need > st->cap) {
-        st->cap = KVT_MAX(st->cap * 2, need);
-        st->buf = kvt_xrealloc(st->buf, st->cap);
-    }
-    st->len += (size_t)sprintf(st->buf + st->len, "data: %s\n\n", json);
-    free(json);
+/* Drops the engine's references on r's other choices, before r was queued. */
+static void unref_engine_choices(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < r->n_sib; i++) kvt_srv_req_unref_locked(r->sib[i]);
+    pthread_mutex_unlock(&s->mu);
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
-    stream_state *st = cls;
-    kvt_server *s = st->s;
-    srv_req *r = st->r;
-    (void)pos;
-    while (st->off == st->len) {
-        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        st->off = st->len = 0;
-        kvt_api_head h = head_of(s, r);
-        if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL, NULL));
-        st->opened = 1;
+/* Drops the handler's references on r and its other choices. */
+static void unref_choices(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = r->n_sib; i > 0; i--) kvt_srv_req_unref_locked(r->sib[i - 1]);
+    kvt_srv_req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* n > 1: n - 1 more choices of a's request r, each its own request on the same
+ * prompt (seed + i when a seed is given), forked from r's sequence once its
+ * prompt is in (scheduler.c). 0, or -1 with *err filled. */
+static int add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err) {
+    if (a->n <= 1) return 0;
+    if (a->n > s->p.parallel)
+        return kvt_api_errorf(err, 400, "invalid_request_error", "n", "unsupported_value",
+                              "'n' is at most the server's --parallel (%d): the choices decode side by side",
+                              s->p.parallel);
+    r->sib = kvt_xcalloc((size_t)a->n - 1, sizeof *r->sib);
+    for (int32_t i = 1; i < a->n; i++) {
+        srv_req *c = make_request(s, a, key, err);
+        if (!c) return -1;
+        c->is_sib = 1;
+        memset(&c->session, 0, sizeof c->session); /* the session's context is the first choice's */
+        c->session.keep_warm_s = -1;
+        if (a->has_seed) c->sp.seed = a->seed + (uint64_t)i;
+        c->first = r;
         pthread_mutex_lock(&s->mu);
-        /* a reply read for tool calls is sent whole at the end: its calls are known only then */
-        int hold = r->tools;
-        while (!r->done && (hold || r->text_len == st->sent) && st->len == 0) {
-            kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-            if (r->done || (!hold && r->text_len != st->sent)) break;
-            pthread_mutex_unlock(&s->mu);
-            int gone = peer_gone(st->conn);
-            pthread_mutex_lock(&s->mu);
-            if (gone) {
-                pthread_mutex_unlock(&s->mu);
-                cancel(s, r);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-        }
-        char *delta = NULL;
-        if (r->text_len > st->sent && !hold) {
-            delta = kvt_xmalloc(r->text_len - st->sent + 1);
-            memcpy(delta, r->text + st->sent, r->text_len - st->sent + 1);
-            st->sent = r->text_len;
-        }
-        /* the logprobs published since the last event ride with this one (the engine appends only) */
-        kvt_api_logprob *lps = NULL;
-        size_t n_lps = 0;
-        if (r->logprobs && r->n_lp > st->lp_sent) {
-            n_lps = r->n_lp - st->lp_sent;
-            lps = kvt_xmalloc(n_lps * sizeof *lps);
-            memcpy(lps, r->lp + st->lp_sent, n_lps * sizeof *lps);
-            st->lp_sent = r->n_lp;
-        }
-        int done = r->done;
+        r->refs++;  /* c's, on its first choice (whose cv it wakes) */
+        c->refs++;  /* the engine's */
+        r->sib[r->n_sib++] = c;
         pthread_mutex_unlock(&s->mu);
-        kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = st->lp_offset};
-        char piece[PIECE_INIT]; /* the length is all that is wanted here */
-        for (size_t i = 0; i < n_lps; i++)
-            st->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[i].id, piece, sizeof piece, 1), 0);
-        if (hold && done && !r->err_status) {
-            kvt_api_call *calls = NULL;
-            char *content = NULL;
-            size_t nc = kvt_api_parse_calls(s->p.chat, r->text ? r->text : "", r->parallel_tool_calls, r->id, &calls,
-                                            &content);
-            const char *text = nc ? content : r->text ? r->text : "";
-            if (*text || n_lps) sse_event(st, kvt_api_chunk_json(&h, text, 0, NULL, NULL, n_lps ? &lpv : NULL));
-            for (size_t i = 0; i < nc; i++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[i], i));
-            st->tool_calls = nc > 0;
-            kvt_call_memo_put(s->calls, r->salt, r->salt_len, calls, nc);
-            kvt_api_calls_free(calls, nc);
-            free(content);
-        } else if (delta || n_lps) {
-            sse_event(st, kvt_api_chunk_json(&h, delta ? delta : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
-        }
-        free(delta);
-        free(lps);
-        if (done) {
-            /* done is final: the engine no longer writes r */
-            if (r->err_status) {
-                kvt_api_error e;
-                kvt_api_errorf(&e, r->err_status, r->err_status >= 500 ? "server_error" : "invalid_request_error",
-                               NULL, NULL, "%s", r->err_msg);
-                sse_event(st, kvt_api_error_json(&e));
-            } else {
-                sse_event(st, kvt_api_chunk_json(&h, NULL, 0, st->tool_calls ? "tool_calls" : r->finish_reason,
-                                                 &r->usage, NULL));
-                if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
-            }
-            st->cs->usage = r->usage;
-            st->cs->has_usage = 1;
-            size_t need = st->len + sizeof "data: [DONE]\n\n";
-            if (need > st->cap) st->buf = kvt_xrealloc(st->buf, st->cap = need);
-            st->len += (size_t)sprintf(st->buf + st->len, "data: [DONE]\n\n");
-            st->finished = 1;
-        }
     }
-    size_t n = KVT_MIN(max, st->len - st->off);
-    memcpy(out, st->buf + st->off, n);
-    st->off += n;
-    return (ssize_t)n;
-}
-
-static void stream_free(void *cls) {
-    stream_state *st = cls;
-    cancel(st->s, st->r); /* a no-op when it finished; otherwise the client went away */
-    kvt_srv_req_unref(st->s, st->r);
-    free(st->buf);
-    free(st);
+    return 0;
 }
 
 /* ---- request handling ---------------------------------------------------------------------- */
@@ -564,30 +489,25 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
                       s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a, &err))
         return send_error(s, c, cs->label, &err, NULL, NULL);
     srv_req *r = make_request(s, &a, cs->key, &err);
+    if (r && add_choices(s, &a, cs->key, r, &err)) {
+        unref_engine_choices(s, r);
+        unref_choices(s, r);
+        r = NULL;
+    }
     kvt_api_request_free(&a);
     if (!r) return send_error(s, c, cs->label, &err, NULL, NULL);
     kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
     apply_session_header(s, c, r);
     if (enqueue(s, r)) {
-        kvt_srv_req_unref(s, r);
+        unref_engine_choices(s, r);
+        unref_choices(s, r);
         kvt_api_errorf(&err, 503, "server_error", NULL, "overloaded",
                        "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
         return send_error(s, c, cs->label, &err, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
     }
     if (r->stream) {
-        stream_state *st = kvt_xcalloc(1, sizeof *st);
-        st->s = s;
-        st->r = r;
-        st->cs = cs;
-        st->conn = c;
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
-        if (!resp) {
-            stream_free(st);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        struct MHD_Response *resp = kvt_srv_stream_response(s, r, c, &cs->usage, &cs->has_usage);
+        if (!resp) return MHD_NO;
         note_response(s, c, resp, MHD_HTTP_OK);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
@@ -595,50 +515,37 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         return ret;
     }
     pthread_mutex_lock(&s->mu);
-    while (!r->done) {
+    while (!all_done(r)) {
         kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-        if (r->done) break;
+        if (all_done(r)) break;
         pthread_mutex_unlock(&s->mu);
-        int gone = peer_gone(c);
+        int gone = kvt_srv_peer_gone(c);
         pthread_mutex_lock(&s->mu);
         if (gone) {
-            r->cancelled = 1;
-            pthread_cond_signal(&s->engine_cv);
-            kvt_srv_req_unref_locked(r);
+            cancel_locked(s, r);
             pthread_mutex_unlock(&s->mu);
+            unref_choices(s, r);
             cs->status = STATUS_CLIENT_GONE;
             kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
             return MHD_NO;
         }
     }
     pthread_mutex_unlock(&s->mu);
-    cs->usage = r->usage; /* done is final: the engine no longer writes r */
+    cs->usage = kvt_srv_total_usage(r); /* done is final: the engine no longer writes r */
     cs->has_usage = 1;
     enum MHD_Result ret;
-    if (r->err_status) {
-        kvt_api_errorf(&err, r->err_status, r->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
-                       NULL, "%s", r->err_msg);
-        ret = send_error(s, c, cs->label, &err, r->err_status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
+    srv_req *failed = NULL;
+    for (int32_t i = 0; i <= r->n_sib && !failed; i++)
+        if ((i ? r->sib[i - 1] : r)->err_status) failed = i ? r->sib[i - 1] : r;
+    if (failed) {
+        kvt_api_errorf(&err, failed->err_status, failed->err_status >= 500 ? "server_error" : "invalid_request_error",
+                       NULL, NULL, "%s", failed->err_msg);
+        ret = send_error(s, c, cs->label, &err, failed->err_status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
                          RETRY_AFTER_S);
     } else {
-        kvt_api_head h = head_of(s, r);
-        kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
-        kvt_api_call *calls = NULL;
-        char *content = NULL;
-        if (r->tools)
-            h.n_calls = kvt_api_parse_calls(s->p.chat, r->text ? r->text : "", r->parallel_tool_calls, r->id, &calls,
-                                            &content);
-        h.calls = calls;
-        kvt_call_memo_put(s->calls, r->salt, r->salt_len, calls, h.n_calls);
-        ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
-                        kvt_api_response_json(&h, h.n_calls ? content : r->text ? r->text : "",
-                                              h.n_calls ? "tool_calls" : r->finish_reason, &r->usage,
-                                              r->logprobs ? &lp : NULL),
-                        NULL, NULL);
-        kvt_api_calls_free(calls, h.n_calls);
-        free(content);
+        ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_srv_response_json(s, r), NULL, NULL);
     }
-    kvt_srv_req_unref(s, r);
+    unref_choices(s, r);
     return ret;
 }
 

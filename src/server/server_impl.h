@@ -84,6 +84,11 @@ typedef struct srv_req {
     size_t salt_len;
     double t_arrival;
     kvt_api_session session;   /* kvtier.{session_id, priority, keep_warm_s}, or X-Session-Id */
+    struct srv_req **sib;      /* n > 1: choices 1..n-1, forked from this one's prompt (array owned; the handler
+                                  and the engine each hold a reference on every one) */
+    int32_t n_sib;
+    int is_sib;                /* a choice other than the first: its prompt is counted once, on the first */
+    struct srv_req *first;     /* of a choice other than the first: the first (referenced), whose cv it wakes too */
     kvt_jg_schema *grammar;    /* the output must follow it (a forced tool call, response_format), or NULL (owned) */
     int tools;                 /* read the reply for tool calls (kvt_api_tools_active) */
     int parallel_tool_calls;
@@ -113,6 +118,8 @@ typedef struct {
     int32_t n_toks, cap;
     int32_t n_fed;             /* tokens in the sequence while prefilling */
     int prefilling;
+    int waiting;               /* a choice held for its fork: the first choice (slot fork_of) is prefilling */
+    int32_t fork_of;
     uint64_t admitted;         /* admission order: the oldest prompt is prefilled first */
     kvt_sampler *smp;
     kvt_jg *jg;                /* the request's grammar state, or NULL */
@@ -197,6 +204,22 @@ void kvt_srv_req_unref_locked(srv_req *r);
 void kvt_srv_req_unref(kvt_server *s, srv_req *r);
 /* Ends r with an error status and message (s->mu held). */
 void kvt_srv_req_fail_locked(srv_req *r, int status, const char *msg);
+
+/* Marks r (and its other choices) cancelled; the engine ends them. */
+void kvt_srv_cancel(kvt_server *s, srv_req *r);
+/* Whether c's client is gone (a reset or a socket error). */
+int kvt_srv_peer_gone(struct MHD_Connection *c);
+
+/* Responses (respond.c). The JSON of a finished request and its choices
+ * (tool calls read back and remembered). */
+char *kvt_srv_response_json(kvt_server *s, srv_req *r);
+/* An SSE response streaming r's choices as they are generated; takes over
+ * the handler's references on r and its choices. When it ends, *usage gets
+ * the usage and *has_usage 1 (for the access log; they must outlive it). */
+struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct MHD_Connection *conn,
+                                             kvt_api_usage *usage, int *has_usage);
+/* r's usage with every choice's completion tokens. */
+kvt_api_usage kvt_srv_total_usage(const srv_req *r);
 
 /* The engine thread (scheduler.c): runs until s->stopping, then fails what waits. */
 void *kvt_srv_engine_main(void *arg);

@@ -145,6 +145,37 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}
 check "tool turns without tools render (200)" is "$CODE" 200
 stop_server
 
+# ---- n > 1: one prefill, n sequences on the prompt's pages, each its own sampler -------------------
+start_server choices -np 4
+metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+NP='"prompt":"Once upon a time, in a cache far away, there lived a block of thirty-two tokens and its parent.","ignore_eos":true'
+post /v1/completions "{$NP,\"max_tokens\":6,\"temperature\":0}"
+ONE=$(jb '.choices[0].text') PT=$(jb .usage.prompt_tokens)
+C0=$(metric kvtier_computed_tokens_total) P0=$(metric kvtier_prompt_tokens_total)
+post /v1/completions "{$NP,\"max_tokens\":6,\"temperature\":0,\"n\":3,\"cache_salt\":\"fresh\"}"
+check "n=3: three choices, indexed 0..2" is "$(jb -c '[.choices[].index]')" "[0,1,2]"
+check "... greedy: all equal the single run" is "$(jb -c '[.choices[].text] | unique')" "$(jq -nc --arg t "$ONE" '[$t]')"
+check "... usage: the prompt once, 3 x 6 generated" is "$(jb -c '[.usage.prompt_tokens, .usage.completion_tokens]')" "[$PT,18]"
+# a fresh salt, so nothing was cached: the prompt was prefilled once for the three
+check "... the prompt was computed once" is "$(( $(metric kvtier_computed_tokens_total) - C0 ))" "$PT"
+check "... and counted once" is "$(( $(metric kvtier_prompt_tokens_total) - P0 ))" "$PT"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"seed\":40,\"n\":3,\"ignore_eos\":true}"
+MANY=$(jb -c '[.choices[].message.content]')
+SINGLES=$(for i in 0 1 2; do
+  post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"seed\":$((40 + i)),\"ignore_eos\":true}"
+  jb '.choices[0].message.content'; done | jq -Rsc 'split("\n")[:-1]')
+check "seeded n=3: choice i equals a single run with seed + i" is "$MANY" "$SINGLES"
+check "... and they differ" is "$(jq 'unique | length' <<<"$MANY")" 3
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"seed\":40,\"n\":3,\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$URL/v1/chat/completions" >"$TMP/sse"
+ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc '[.[] | .choices[]? | {i: .index, c: (.delta.content // "")}] | group_by(.i) | map(map(.c) | add)')
+check "streamed n=3 reassembles per index" is "$ST" "$MANY"
+check "... three finish chunks and one usage chunk" is "$(grep -c '"finish_reason":"length"' "$TMP/sse")/$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -s '[.[] | select(.usage)] | .[0].usage.completion_tokens')" "3/24"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":5}"
+check "n above --parallel is a 400 naming n" is "$CODE/$(jb .error.param)" 400/n
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":100,\"seed\":3,\"n\":2}"
+check "n=2 forced calls: both valid" is "$(jb "[.choices[] | .finish_reason==\"tool_calls\" and (.message.tool_calls[0] | $ARGS_OK)] | all")" true
+stop_server
+
 # ---- the Llama 3 style: {"name": ..., "parameters": ...} -------------------------------------------
 start_server llama3 --chat-template llama3
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
