@@ -66,6 +66,8 @@ struct kvt_jg_vocab {
     int32_t *plain;    /* tokens that are plain string text, and their characters */
     uint32_t *plain_chars;
     int32_t n_plain;
+    uint8_t *plain_mask; /* (n_vocab) 1 for the plain ones, copied whole where no maxLength is near */
+    uint32_t max_plain_chars;
     uint8_t *eog;      /* (n_vocab) end-of-generation tokens */
 };
 
@@ -624,11 +626,14 @@ kvt_jg_vocab *kvt_jg_vocab_new(const kvt_tokenizer *tk) {
     v->plain = kvt_xmalloc((size_t)(n ? n : 1) * sizeof *v->plain);
     v->plain_chars = kvt_xmalloc((size_t)(n ? n : 1) * sizeof *v->plain_chars);
     int32_t *other = kvt_xmalloc((size_t)(n ? n : 1) * sizeof *other), n_other = 0;
+    v->plain_mask = kvt_xcalloc((size_t)nv, 1);
     for (int32_t i = 0; i < n; i++) {
         int32_t ch = plain_chars(v->blob + v->off[ids[i]], v->len[ids[i]]);
         if (ch > 0) {
             v->plain[v->n_plain] = ids[i];
             v->plain_chars[v->n_plain++] = (uint32_t)ch;
+            v->plain_mask[ids[i]] = 1;
+            v->max_plain_chars = KVT_MAX(v->max_plain_chars, (uint32_t)ch);
         } else {
             other[n_other++] = ids[i];
         }
@@ -648,6 +653,7 @@ void kvt_jg_vocab_free(kvt_jg_vocab *v) {
     free(v->blob);
     free(v->plain);
     free(v->plain_chars);
+    free(v->plain_mask);
     free(v->eog);
     free(v);
 }
@@ -704,21 +710,28 @@ static int32_t walk(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
 
 int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
     const kvt_jg_vocab *v = g->v;
+    int32_t left = budget - 1;
+    const frame *top = g->st.depth ? &g->st.f[g->st.depth - 1] : NULL;
+    if (!g->st.done && budget >= 1 && top->kind == F_STR && top->sub == S_NORMAL && min_bytes(&g->st, g->s) <= left) {
+        /* inside a string: plain text never lengthens the shortest completion (no end-of-generation here) */
+        uint32_t room = N(g->s, top->node)->max_len - top->count;
+        int32_t count = 0;
+        if (room >= v->max_plain_chars) {
+            memcpy(mask, v->plain_mask, (size_t)v->n_vocab);
+            count = v->n_plain;
+        } else {
+            memset(mask, 0, (size_t)v->n_vocab);
+            for (int32_t i = 0; i < v->n_plain; i++)
+                if (v->plain_chars[i] <= room) mask[v->plain[i]] = 1, count++;
+        }
+        return count + walk(g, &v->special, left, mask);
+    }
     memset(mask, 0, (size_t)v->n_vocab);
     if (g->st.done || budget < 1) return 0;
     int32_t count = 0;
     if (can_end(&g->st, g->s))
         for (int32_t id = 0; id < v->n_vocab; id++)
             if (v->eog[id]) mask[id] = 1, count++;
-    int32_t left = budget - 1;
-    const frame *top = &g->st.f[g->st.depth - 1];
-    if (top->kind == F_STR && top->sub == S_NORMAL && min_bytes(&g->st, g->s) <= left) {
-        /* inside a string: plain text never lengthens the shortest completion */
-        uint32_t room = N(g->s, top->node)->max_len - top->count;
-        for (int32_t i = 0; i < v->n_plain; i++)
-            if (v->plain_chars[i] <= room) mask[v->plain[i]] = 1, count++;
-        return count + walk(g, &v->special, left, mask);
-    }
     int32_t n = walk(g, &v->all, left, mask);
     /* Past the budget already (it counts bytes, and tokens are often longer):
      * only tokens that bring the end nearer, so the document still finishes
