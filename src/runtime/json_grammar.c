@@ -75,7 +75,7 @@ struct kvt_jg {
     const kvt_jg_schema *s;
     const kvt_jg_vocab *v;
     jstate st;
-    jstate *walk;      /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth */
+    jstate *walk;      /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
 };
 
 /* ---- matching ----------------------------------------------------------------- */
@@ -669,7 +669,6 @@ kvt_jg *kvt_jg_new(const kvt_jg_schema *s, const kvt_jg_vocab *v) {
     g->st.depth = 1;
     g->st.f[0].kind = F_VALUE;
     g->st.f[0].node = s->root;
-    g->walk = kvt_xmalloc((KVT_JG_MAX_TOKEN + 1) * sizeof *g->walk);
     return g;
 }
 
@@ -689,6 +688,7 @@ static void state_copy(jstate *dst, const jstate *src) {
  * shortest completion within left bytes. Returns how many it marked. */
 static int32_t walk(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
     int32_t count = 0;
+    if (!g->walk) g->walk = kvt_xmalloc((KVT_JG_MAX_TOKEN + 1) * sizeof *g->walk); /* on first use */
     state_copy(&g->walk[0], &g->st);
     for (int32_t i = 0; i < t->n;) {
         int32_t d = t->depth[i];
