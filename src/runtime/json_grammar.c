@@ -305,6 +305,13 @@ static int start_key(jstate *st, const kvt_jg_schema *s, frame *o) {
     return step(st, s, '"');
 }
 
+/* One more whitespace byte in f's gap, up to KVT_JG_MAX_WS. */
+static int take_ws(frame *f) {
+    if (f->ws >= KVT_JG_MAX_WS) return 0;
+    f->ws++;
+    return 1;
+}
+
 static int has_more_keys(const jnode *n, const frame *o) {
     uint64_t all = n->n >= 64 ? ~0ull : (1ull << n->n) - 1;
     return n->free_keys || (all & ~o->set);
@@ -312,11 +319,7 @@ static int has_more_keys(const jnode *n, const frame *o) {
 
 static int step_obj(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
-    if (is_ws(c)) {
-        if (f->ws >= KVT_JG_MAX_WS) return 0;
-        f->ws++;
-        return 1;
-    }
+    if (is_ws(c)) return take_ws(f);
     f->ws = 0;
     int closable = !(n->required & ~f->set);
     switch (f->sub) {
@@ -339,11 +342,7 @@ static int step_obj(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
 
 static int step_arr(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
-    if (is_ws(c)) {
-        if (f->ws >= KVT_JG_MAX_WS) return 0;
-        f->ws++;
-        return 1;
-    }
+    if (is_ws(c)) return take_ws(f);
     f->ws = 0;
     if (f->sub == A_AFTER_ITEM) {
         if (c == ',') return f->count < n->max_items && (f->sub = A_COMMA, 1);
@@ -388,12 +387,8 @@ static int step(jstate *st, const kvt_jg_schema *s, uint8_t c) {
     frame *f = &st->f[st->depth - 1];
     switch (f->kind) {
     case F_VALUE:
-        if (is_ws(c)) {
-            /* a tagged choice starts with its head, exactly */
-            if (f->ws >= KVT_JG_MAX_WS || N(s, f->node)->kind == JN_TAGGED) return 0;
-            f->ws++;
-            return 1;
-        }
+        /* a tagged choice starts with its head, exactly */
+        if (is_ws(c)) return N(s, f->node)->kind != JN_TAGGED && take_ws(f);
         return start_value(st, s, c);
     case F_OBJ: return step_obj(st, s, f, c);
     case F_ARR: return step_arr(st, s, f, c);
