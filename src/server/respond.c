@@ -138,11 +138,8 @@ static void choice_events(stream_state *st, int32_t i) {
     const char *text = nc ? content : delta;
     if ((text && *text) || n_lps) sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
     for (size_t k = 0; k < nc; k++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
-    if (done && !c->err_status) {
-        /* the kvtier report rides on the first choice's finish chunk */
-        kvt_api_usage u = kvt_srv_total_usage(st->r);
-        sse_event(st, kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &u, NULL));
-    }
+    if (done && !c->err_status) /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
+        sse_event(st, kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL));
     if (done) cs->closed = 1;
     kvt_api_calls_free(calls, nc);
     free(content);
