@@ -295,6 +295,35 @@ static void test_random_walks(const kvt_tokenizer *t, const char *schema_json, i
     kvt_jg_vocab_free(v);
 }
 
+/* A budget below the shortest completion (a long forced head, say): only
+ * tokens that shorten it are allowed, so the document still ends, in at most
+ * as many tokens as it had bytes to go. */
+static void test_over_budget(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *s = compile(PERSON);
+    int32_t nv = kvt_tokenizer_n_vocab(t);
+    uint8_t *mask = malloc((size_t)nv);
+    kvt_jg *g = kvt_jg_new(s, v);
+    int32_t start = kvt_jg_min_bytes(g), steps = 0, shrinking = 1;
+    unsigned seed = 3;
+    while (!kvt_jg_done(g) && steps < start) {
+        int32_t before = kvt_jg_min_bytes(g), n = kvt_jg_mask(g, 1, mask), pick = -1;
+        if (!n) break;
+        seed = seed * 1103515245u + 12345u;
+        for (int32_t k = 0, want = (int32_t)((seed >> 8) % (unsigned)n); k < nv && pick < 0; k++)
+            if (mask[k] && want-- == 0) pick = k;
+        kvt_jg_accept(g, pick);
+        shrinking &= kvt_jg_min_bytes(g) < before;
+        steps++;
+    }
+    CHECKF(kvt_jg_done(g) && shrinking, "over budget: done %d after %d tokens (%d bytes to go at the start)",
+           kvt_jg_done(g), steps, start);
+    kvt_jg_free(g);
+    free(mask);
+    kvt_jg_schema_free(s);
+    kvt_jg_vocab_free(v);
+}
+
 int main(void) {
     test_json_object();
     test_schema();
@@ -309,6 +338,7 @@ int main(void) {
     test_random_walks(t, NULL, 40, 400);
     test_random_walks(t, PERSON, 40, 400);
     test_random_walks(t, PERSON, 20, 60); /* tight: the shortest PERSON is 37 bytes */
+    test_over_budget(t);
     kvt_tokenizer_free(t);
     kvt_tokenizer *spm = load_vocab("ggml-vocab-llama-spm.gguf");
     if (spm) {

@@ -180,6 +180,11 @@ stop_server
 start_server llama3 --chat-template llama3
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
 check "llama3: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
+P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
+# the client sends the arguments back re-serialized (as LangChain does): the call memo restores kvtier's text
+A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
+check "llama3: the next step reuses the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
 stop_server
 
 echo "test_server_tools: $pass passed, $fail failed"
