@@ -140,7 +140,7 @@ static void choice_events(stream_state *st, int32_t i) {
     for (size_t k = 0; k < nc; k++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
     if (done && !c->err_status) /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
         sse_event(st, kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL));
-    if (done) cs->closed = 1;
+    if (done && !c->err_status) cs->closed = 1; /* a failure is sent by stream_read, as the whole response's */
     kvt_api_calls_free(calls, nc);
     free(content);
     free(delta);
@@ -178,10 +178,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        int32_t err = -1, all_done = 1;
+        int32_t err = -1, all_done = 0;
         for (int32_t i = 0; i < st->n; i++) {
             srv_req *c = choice(r, i);
-            all_done &= c->done;
             if (c->done && c->err_status && err < 0) err = i;
         }
         pthread_mutex_unlock(&s->mu);
@@ -194,8 +193,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             kvt_srv_cancel(s, r);
             sse_event(st, kvt_api_error_json(&e));
         } else {
-            for (int32_t i = 0; i < st->n; i++)
+            /* done when every choice's finish chunk went out (a choice may finish while the others' events are made) */
+            all_done = 1;
+            for (int32_t i = 0; i < st->n; i++) {
                 if (!st->ch[i].closed) choice_events(st, i);
+                all_done &= st->ch[i].closed;
+            }
         }
         if (err >= 0 || all_done) {
             kvt_api_head h = head_of(s, r, 0);
