@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n;
     char *clean = kvt_utf8_sanitize(body, len, &n);
     assert_utf8((const unsigned char *)clean, n);
-    kvt_api_head h = {kind, "cmpl-fuzz", 0, "m"};
+    kvt_api_head h = {.kind = kind, .id = "cmpl-fuzz", .created = 0, .model = "m"};
     kvt_api_usage u = {.prompt_tokens = (int32_t)len, .completion_tokens = (int32_t)n};
     char *resp = kvt_api_response_json(&h, clean, "stop", &u, NULL);
     free(resp);

@@ -47,10 +47,10 @@ async function main() {
   check('chat stream usage chunk', usage && usage.completion_tokens === chat.usage.completion_tokens);
 
   try {
-    await client.completions.create({ model: 'm', prompt: 'x', n: 2 });
-    check('n=2 rejected', false);
+    await client.completions.create({ model: 'm', prompt: 'x', n: 3 });
+    check('n=3 (above --parallel 2) rejected', false);
   } catch (e) {
-    check('n=2 is a BadRequestError naming n', e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n');
+    check('n=3 is a BadRequestError naming n', e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n');
   }
   try {
     const bad = new OpenAI({ baseURL: process.env.BASE + '/v1', apiKey: 'wrong', maxRetries: 0 });

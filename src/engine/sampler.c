@@ -164,6 +164,8 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
     for (int32_t i = 0; i < n; i++) s->idx[i] = i;
     sort_logits = logits;
     qsort(s->idx, (size_t)n, sizeof *s->idx, by_logit_desc);
+    /* a token at -inf (refused by a grammar) is never a candidate, not even through rounding at the end */
+    while (n > 1 && isinf(logits[s->idx[n - 1]]) && logits[s->idx[n - 1]] < 0) n--;
     if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
     if (s->p.min_p > 0) {
         /* p_i >= min_p * p_max at temperature 1 is l_i >= l_max + log(min_p), as llama.cpp (before temperature) */

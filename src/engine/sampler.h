@@ -37,7 +37,8 @@ kvt_sampler_params kvt_sampler_default_params(void);
 kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab);
 void kvt_sampler_free(kvt_sampler *s);
 
-/* Picks a token from n_vocab logits (not modified). Deterministic given the
+/* Picks a token from n_vocab logits (not modified); a token whose logit is
+ * -inf is never picked unless all are. Deterministic given the
  * seed and the sequence of calls (the penalties' history is what earlier
  * calls returned). Not thread-safe per sampler. */
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_tools.h"
 #include "common.h"
 
 #define MAX_TEMPERATURE 2.0
@@ -159,7 +160,7 @@ static int message_content(const cJSON *c, char **out, kvt_api_error *err) {
 }
 
 static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
-    static const char *const roles[] = {"system", "developer", "user", "assistant"};
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!m) return kvt_api_errorf(err, 400, INVALID, "messages", "missing_required_parameter", "'messages' is required");
     if (!cJSON_IsArray(m))
@@ -169,6 +170,7 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
         return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
                               "'messages' must hold between 1 and %d messages", KVT_API_MAX_MESSAGES);
     r->msgs = kvt_xcalloc((size_t)n, sizeof *r->msgs);
+    r->msg_tools = kvt_xcalloc((size_t)n, sizeof *r->msg_tools);
     const cJSON *msg;
     cJSON_ArrayForEach(msg, m) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
@@ -180,9 +182,11 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
         while (k < KVT_ARRAY_LEN(roles) && strcmp(rs, roles[k])) k++;
         if (k == KVT_ARRAY_LEN(roles))
             return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
-                                  "messages[%zu].role must be system, developer, user or assistant", r->n_msgs);
+                                  "messages[%zu].role must be system, developer, user, assistant or tool", r->n_msgs);
         char *content = NULL;
-        if (message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), &content, err)) return -1;
+        if (kvt_api_parse_msg_tools(msg, r->n_msgs, rs, &r->msg_tools[r->n_msgs], err) ||
+            message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), &content, err))
+            return -1;
         /* "developer" is OpenAI's newer name for the system role */
         r->msgs[r->n_msgs].role = kvt_xstrdup(k <= 1 ? "system" : rs);
         r->msgs[r->n_msgs].content = content;
@@ -289,7 +293,6 @@ typedef enum {
     AUDIT_EMPTY,    /* "", [] or {} */
     AUDIT_STRINGS,  /* one of the comma-separated strings in allowed */
     AUDIT_NULL,     /* null (or absent) only */
-    AUDIT_TEXT_FORMAT, /* response_format {"type": "text"} */
     AUDIT_TEXT_MODALITY, /* modalities ["text"] */
 } audit_rule;
 
@@ -309,7 +312,6 @@ static const audit_field AUDIT[] = {
     {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
     {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
     {"prediction", AUDIT_ACCEPT, 0, NULL},          /* predicted outputs speed up; the output stays the same */
-    {"parallel_tool_calls", AUDIT_ACCEPT, 0, NULL}, /* means nothing without tools, which are refused */
     {"cache_prompt", AUDIT_ACCEPT, 0, NULL},        /* llama.cpp: kvtier always caches */
     /* not supported yet: refused unless neutral */
     {"best_of", AUDIT_NUMBER, 1, "1"},
@@ -322,13 +324,9 @@ static const audit_field AUDIT[] = {
     {"xtc_probability", AUDIT_NUMBER, 0, "0"},
     {"dry_multiplier", AUDIT_NUMBER, 0, "0"},
     {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
-    {"tools", AUDIT_EMPTY, 0, "[]"},
-    {"tool_choice", AUDIT_STRINGS, 0, "none,auto"},
-    {"functions", AUDIT_EMPTY, 0, "[]"},
-    {"function_call", AUDIT_STRINGS, 0, "none,auto"},
-    {"response_format", AUDIT_TEXT_FORMAT, 0, "{\"type\": \"text\"}"},
-    {"grammar", AUDIT_EMPTY, 0, "\"\""},
-    {"json_schema", AUDIT_EMPTY, 0, "{}"},
+    {"functions", AUDIT_EMPTY, 0, "[] (use tools)"},
+    {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)"},
+    {"grammar", AUDIT_EMPTY, 0, "\"\" (use response_format)"},
     {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]"},
     {"audio", AUDIT_NULL, 0, "null"},
     {"reasoning_effort", AUDIT_NULL, 0, "null"},
@@ -354,10 +352,6 @@ static int audit_neutral(const audit_field *f, const cJSON *v) {
         return 0;
     }
     case AUDIT_NULL: return 0;
-    case AUDIT_TEXT_FORMAT: {
-        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        return cJSON_IsString(t) && !strcmp(t->valuestring, "text");
-    }
     case AUDIT_TEXT_MODALITY:
         return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child) &&
                !strcmp(v->child->valuestring, "text");
@@ -441,7 +435,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         r->model = kvt_xstrdup(model->valuestring);
     }
     if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err)) return -1;
-    if (audit_fields(root, err)) return -1;
+    if (audit_fields(root, err) || kvt_api_parse_tools(root, r, err)) return -1;
 
     double d;
     int has, has2;
@@ -469,9 +463,8 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
     if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
-    if (get_number(root, "n", 1, INT32_MAX, 1, &d, &has, err)) return -1;
-    if (has && d != 1)
-        return kvt_api_errorf(err, 400, INVALID, "n", "unsupported_value", "only n = 1 is supported");
+    if (get_number(root, "n", 1, KVT_API_MAX_N, 1, &d, &has, err)) return -1;
+    r->n = has ? (int32_t)d : 1;
     if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||
         get_bool(root, "ignore_eos", &r->ignore_eos, err))
         return -1;
@@ -704,6 +697,7 @@ void kvt_api_request_free(kvt_api_request *r) {
         free((char *)r->msgs[i].content);
     }
     free(r->msgs);
+    kvt_api_tools_free(r);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->cache_salt);
     free(r->bias_id);
@@ -722,7 +716,7 @@ static char *print_free(cJSON *o) {
     return s;
 }
 
-static cJSON *head_obj(const kvt_api_head *h, int chunk) {
+cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", h->id);
     cJSON_AddStringToObject(o, "object",
@@ -860,20 +854,29 @@ static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
 
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
                             const kvt_api_usage *u, const kvt_api_logprobs *lp) {
-    cJSON *o = head_obj(h, 0);
+    kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls};
+    return kvt_api_response_json_n(h, &c, 1, u);
+}
+
+char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *ch, size_t n, const kvt_api_usage *u) {
+    cJSON *o = kvt_api_head_obj(h, 0);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (h->kind == KVT_API_CHAT) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", text);
-    } else {
-        cJSON_AddStringToObject(c, "text", text);
+    for (size_t i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", (double)i);
+        if (h->kind == KVT_API_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", ch[i].text);
+            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(ch[i].calls, ch[i].n_calls, 0));
+        } else {
+            cJSON_AddStringToObject(c, "text", ch[i].text);
+        }
+        cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, ch[i].lp));
+        add_reason(c, ch[i].finish_reason);
+        cJSON_AddItemToArray(choices, c);
     }
-    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
-    add_reason(c, finish_reason);
-    cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
     cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
     return print_free(o);
@@ -881,10 +884,10 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
 
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
                          const kvt_api_usage *u, const kvt_api_logprobs *lp) {
-    cJSON *o = head_obj(h, 1);
+    cJSON *o = kvt_api_head_obj(h, 1);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", h->index);
     if (h->kind == KVT_API_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role_only) {
@@ -904,7 +907,7 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
 }
 
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
-    cJSON *o = head_obj(h, 1);
+    cJSON *o = kvt_api_head_obj(h, 1);
     cJSON_AddArrayToObject(o, "choices");
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
     cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));

@@ -21,6 +21,7 @@ typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 #define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
 #define KVT_API_MAX_LOGIT_BIAS 1024 /* logit_bias entries at most */
 #define KVT_API_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
+#define KVT_API_MAX_N 16          /* choices per request (n); also at most the server's --parallel */
 
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
@@ -39,6 +40,20 @@ typedef struct {
     double keep_warm_s;                        /* < 0: not given (the server's default applies) */
 } kvt_api_session;
 
+/* tool_choice (OpenAI): whether the model may, must, or must not call a tool. */
+typedef enum { KVT_TOOL_AUTO = 0, KVT_TOOL_NONE, KVT_TOOL_REQUIRED, KVT_TOOL_NAMED } kvt_tool_choice;
+/* response_format (OpenAI), or llama.cpp's top-level json_schema. */
+typedef enum { KVT_FORMAT_TEXT = 0, KVT_FORMAT_JSON_OBJECT, KVT_FORMAT_JSON_SCHEMA } kvt_response_format;
+
+#define KVT_API_MAX_TOOLS 64       /* tools per request (a forced choice is one grammar alternative each) */
+#define KVT_API_MAX_TOOL_NAME 64   /* bytes of a function name, [A-Za-z0-9_-] as OpenAI */
+
+/* What a chat message carries besides role and content (api_tools.c). */
+typedef struct {
+    struct cJSON *tool_calls; /* assistant: [{id, type, function: {name, arguments}}], validated (owned), or NULL */
+    char *tool_call_id;       /* tool: the call it answers (owned), or NULL */
+} kvt_api_msg_tools;
+
 /* A validated request. Every pointer is owned by the struct
  * (kvt_api_request_free releases them). */
 typedef struct {
@@ -50,6 +65,7 @@ typedef struct {
     kvt_chat_msg *msgs;      /* chat: messages (role/content strings owned here) */
     size_t n_msgs;
     int32_t max_tokens;      /* 0 = not given (the server picks) */
+    int32_t n;               /* choices, 1..KVT_API_MAX_N */
     float temperature;       /* default 1 */
     float top_p;             /* default 1 */
     int32_t top_k;           /* 0 = off */
@@ -75,6 +91,14 @@ typedef struct {
     kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
     size_t n_docs;
     char *rag_json;          /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
+    /* tools and structured output (api_tools.c) */
+    kvt_api_msg_tools *msg_tools; /* chat: n_msgs entries */
+    struct cJSON *tools;     /* validated [{type: "function", function: {name, description?, parameters?}}] or NULL */
+    kvt_tool_choice tool_choice;
+    char *tool_name;         /* KVT_TOOL_NAMED: the function */
+    int parallel_tool_calls; /* default 1 */
+    kvt_response_format format;
+    struct cJSON *schema;    /* KVT_FORMAT_JSON_SCHEMA: the schema (owned) */
 } kvt_api_request;
 
 /* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
@@ -169,13 +193,43 @@ typedef struct {
     size_t text_offset;
 } kvt_api_logprobs;
 
-/* Identity of one response, shared by its chunks. Strings borrowed. */
+/* One tool call of a reply, as OpenAI returns it. Strings owned (kvt_api_calls_free). */
+typedef struct {
+    char *id;        /* "call_..." */
+    char *name;
+    char *arguments; /* a JSON object's text */
+} kvt_api_call;
+
+/* Identity of one response, shared by its chunks. Strings borrowed. calls:
+ * the tool calls of a chat reply (message.content is then the text, or null
+ * when empty, and message.tool_calls lists them). */
 typedef struct {
     kvt_api_kind kind;
     const char *id;
     int64_t created;
     const char *model;
+    const kvt_api_call *calls;
+    size_t n_calls;
+    int32_t index;   /* the choice a chunk belongs to (n > 1) */
 } kvt_api_head;
+
+/* One choice of a response with n of them (kvt_api_response_json_n). */
+typedef struct {
+    const char *text;
+    const char *finish_reason;
+    const kvt_api_logprobs *lp; /* NULL: "logprobs": null */
+    const kvt_api_call *calls;  /* chat tool calls, as kvt_api_head's */
+    size_t n_calls;
+} kvt_api_choice;
+
+/* A response of n choices (index 0..n-1); h's calls are ignored. */
+char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *c, size_t n, const kvt_api_usage *u);
+
+/* The response object's common fields (id, object, created, model), for the
+ * other builders of responses (api_tools.c). */
+struct cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk);
+/* The kvtier cache report object of u. */
+struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
 
 /* The JSON of responses, malloc'd NUL-terminated strings the caller frees.
  * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). lp NULL:

@@ -3,6 +3,7 @@
  * continuous-batching step, publishing text to the waiting handlers, warm
  * sessions at the end of a request, and the admin jobs. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,18 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->doc_starts);
     free(r->block_tiers);
     free(r->doc_order);
+    kvt_jg_schema_free(r->grammar);
+    free(r->sib);
     pthread_cond_destroy(&r->cv);
+    srv_req *first = r->first;
     free(r);
+    if (first) kvt_srv_req_unref_locked(first);
+}
+
+/* Wakes the handler waiting on r: r's own, and for another choice its first's. */
+static void wake_locked(srv_req *r) {
+    pthread_cond_broadcast(&r->cv);
+    if (r->first) pthread_cond_broadcast(&r->first->cv);
 }
 
 void kvt_srv_req_unref(kvt_server *s, srv_req *r) {
@@ -60,7 +71,17 @@ void kvt_srv_req_fail_locked(srv_req *r, int status, const char *msg) {
     r->err_status = status;
     snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
     r->done = 1;
-    pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
+}
+
+/* Ends r's other choices with an error and drops the engine's references on
+ * them (they were never admitted). Caller holds s->mu. */
+static void fail_sibs_locked(srv_req *r, int status, const char *msg) {
+    for (int32_t i = 0; i < r->n_sib; i++) {
+        kvt_srv_req_fail_locked(r->sib[i], status, msg);
+        kvt_srv_req_unref_locked(r->sib[i]);
+    }
+    r->n_sib = 0;
 }
 
 /* ---- engine thread ------------------------------------------------------------------ */
@@ -68,6 +89,7 @@ void kvt_srv_req_fail_locked(srv_req *r, int status, const char *msg) {
 void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
+    kvt_jg_free(sl->jg);
     free(sl->toks);
     free(sl->raw);
     free(sl->tok_end);
@@ -92,7 +114,7 @@ static void slot_emit(kvt_server *s, slot *sl, size_t upto, int final) {
     }
     memcpy(r->text + r->text_len, clean, n + 1);
     r->text_len += n;
-    pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
     pthread_mutex_unlock(&s->mu);
     free(clean);
 }
@@ -102,6 +124,12 @@ static void slot_emit(kvt_server *s, slot *sl, size_t upto, int final) {
 static void slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut, int status, const char *msg) {
     srv_req *r = sl->r;
     int cancelled;
+    if (sl->prefilling) /* choices waiting to fork from this prompt end with it */
+        for (int32_t j = 0; j < s->p.parallel; j++) {
+            slot *w = &s->slots[j];
+            if (w->r && w->waiting && w->fork_of == (int32_t)(sl - s->slots))
+                slot_finish(s, w, reason, 0, status, status ? msg : NULL);
+        }
     pthread_mutex_lock(&s->mu);
     cancelled = r->cancelled;
     pthread_mutex_unlock(&s->mu);
@@ -123,7 +151,10 @@ static void slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut,
     kvt_api_usage *u = &r->usage;
     u->prompt_tokens = r->n_prompt;
     u->completion_tokens = sl->n_gen;
-    kvt_metrics_count_tokens(s->metrics, u->prompt_tokens, u->completion_tokens, u->tier_tokens, u->computed_tokens);
+    static const int32_t no_tiers[KVT_TIER_COUNT];
+    /* the prompt of n choices is counted once, on the first */
+    kvt_metrics_count_tokens(s->metrics, r->is_sib ? 0 : u->prompt_tokens, u->completion_tokens,
+                             r->is_sib ? no_tiers : u->tier_tokens, r->is_sib ? 0 : u->computed_tokens);
     kvt_srv_slot_clear(s, sl);
     pthread_mutex_lock(&s->mu);
     if (status) {
@@ -131,7 +162,7 @@ static void slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut,
     } else {
         r->finish_reason = reason;
         r->done = 1;
-        pthread_cond_broadcast(&r->cv);
+        wake_locked(r);
     }
     s->n_active--;
     kvt_srv_req_unref_locked(r);
@@ -149,11 +180,68 @@ static void stop_text(kvt_server *s, const int32_t *ids, int32_t n, char *out) {
     free(clean);
 }
 
-/* Starts a sequence for r in a free slot: attach restores its cached prefix. */
+/* A free slot (admission reserved one). */
+static slot *free_slot(kvt_server *s) {
+    for (int32_t i = 0; i < s->p.parallel; i++)
+        if (!s->slots[i].r) return &s->slots[i];
+    return NULL;
+}
+
+/* Gives slot sl request r and sequence seq (holding the first n_fed tokens of
+ * r's prompt), with its buffers, sampler and grammar. */
+static void slot_setup(kvt_server *s, slot *sl, srv_req *r, int32_t seq) {
+    sl->r = r;
+    sl->seq = seq;
+    sl->cap = r->n_prompt + r->max_tokens + 1;
+    sl->toks = kvt_xmalloc((size_t)sl->cap * sizeof *sl->toks);
+    memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof *sl->toks);
+    sl->n_toks = r->n_prompt;
+    sl->n_fed = kvt_seq_len(s->e, seq);
+    sl->admitted = s->n_admitted++;
+    sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
+    if (r->grammar) {
+        if (!s->jg_vocab) { /* once per server, on the first request that needs it */
+            s->jg_vocab = kvt_jg_vocab_new(s->tok);
+            s->jg_mask = kvt_xmalloc((size_t)s->n_vocab);
+            s->jg_logits = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_logits);
+        }
+        sl->jg = kvt_jg_new(r->grammar, s->jg_vocab);
+    }
+    sl->raw_cap = PIECE_INIT;
+    sl->raw = kvt_xmalloc(sl->raw_cap);
+    sl->tok_end = kvt_xmalloc(((size_t)r->max_tokens + 1) * sizeof *sl->tok_end);
+}
+
+/* The other choices of the request prefilling in slot p start now, in the
+ * slots held for them: each a new sequence on p's very pages (zero-copy; the
+ * shared, partly filled last page is copied when a choice first writes to
+ * it), with p's key chain and prompt report. Returns how many went into
+ * out[] (a choice that cannot get a sequence ends with 503). */
+static int32_t fork_choices(kvt_server *s, slot *p, slot **out) {
+    int32_t n = 0, np = 0;
+    const int32_t *pages = kvt_seq_pages(s->e, p->seq, &np);
+    for (int32_t j = 0; j < s->p.parallel; j++) {
+        slot *w = &s->slots[j];
+        if (!w->r || !w->waiting || w->fork_of != (int32_t)(p - s->slots)) continue;
+        int32_t seq = -1;
+        if (kvt_seq_new(s->e, pages, np, kvt_seq_len(s->e, p->seq), &seq)) {
+            slot_finish(s, w, NULL, 0, 503, "no sequence slot is available for another choice; retry later");
+            continue;
+        }
+        srv_req *r = w->r;
+        w->waiting = 0;
+        slot_setup(s, w, r, seq);
+        w->chain = p->chain;
+        r->usage = p->r->usage; /* the prompt's report; the engine is the only writer until done */
+        out[n++] = w;
+    }
+    return n;
+}
+
+/* Starts a sequence for r in a free slot: attach restores its cached prefix.
+ * r's other choices take a slot each and wait there for the fork. */
 static void slot_admit(kvt_server *s, srv_req *r) {
-    slot *sl = NULL;
-    for (int32_t i = 0; i < s->p.parallel && !sl; i++)
-        if (!s->slots[i].r) sl = &s->slots[i];
+    slot *sl = free_slot(s);
     kvt_attach_info ai;
     int32_t seq = -1;
     kvt_hash128 root;
@@ -176,25 +264,22 @@ static void slot_admit(kvt_server *s, srv_req *r) {
         kvt_log(KVT_LOG_WARN, "serve: cannot start %s: %s", r->id, kvt_errmsg());
         pthread_mutex_lock(&s->mu);
         kvt_srv_req_fail_locked(r, 503, "no KV memory or sequence slot is available; retry later");
-        s->n_active--;
+        s->n_active -= 1 + r->n_sib;
+        fail_sibs_locked(r, 503, "no KV memory or sequence slot is available; retry later");
         kvt_srv_req_unref_locked(r);
         pthread_mutex_unlock(&s->mu);
         return;
     }
-    sl->r = r;
-    sl->seq = seq;
+    slot_setup(s, sl, r, seq);
     kvt_chain_init(&sl->chain, root);
-    sl->cap = r->n_prompt + r->max_tokens + 1;
-    sl->toks = kvt_xmalloc((size_t)sl->cap * sizeof *sl->toks);
-    memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof *sl->toks);
-    sl->n_toks = r->n_prompt;
-    sl->n_fed = kvt_seq_len(s->e, seq);
     sl->prefilling = 1;
-    sl->admitted = s->n_admitted++;
-    sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
-    sl->raw_cap = PIECE_INIT;
-    sl->raw = kvt_xmalloc(sl->raw_cap);
-    sl->tok_end = kvt_xmalloc(((size_t)r->max_tokens + 1) * sizeof *sl->tok_end);
+    for (int32_t i = 0; i < r->n_sib; i++) {
+        slot *w = free_slot(s); /* admission counted them */
+        w->r = r->sib[i];
+        w->seq = -1;
+        w->waiting = 1;
+        w->fork_of = (int32_t)(sl - s->slots);
+    }
     /* the engine thread is the only writer of usage until done is set */
     r->usage.cached_tokens = ai.n_reused;
     memcpy(r->usage.tier_tokens, ai.tier_tokens, sizeof ai.tier_tokens);
@@ -237,15 +322,33 @@ static long find_stop(const slot *sl, size_t *hold) {
 }
 
 /* Handles one sampled token of a slot; may finish the slot. */
+/* The logits with every token the grammar refuses at -inf (s->jg_logits), or
+ * NULL when none may come: the document cannot go on within the budget. */
+static const float *grammar_logits(kvt_server *s, slot *sl, const float *logits) {
+    int32_t budget = sl->r->max_tokens - sl->n_gen;
+    if (!kvt_jg_mask(sl->jg, budget, s->jg_mask)) return NULL;
+    for (int32_t i = 0; i < s->n_vocab; i++) s->jg_logits[i] = s->jg_mask[i] ? logits[i] : -INFINITY;
+    return s->jg_logits;
+}
+
 static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     srv_req *r = sl->r;
-    int32_t tok = kvt_sampler_sample(sl->smp, logits);
+    const float *allowed = sl->jg ? grammar_logits(s, sl, logits) : logits;
+    if (!allowed) {
+        slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
+        return;
+    }
+    int32_t tok = kvt_sampler_sample(sl->smp, allowed);
+    if (sl->jg && kvt_jg_accept(sl->jg, tok)) { /* cannot happen: the sampler picks among the allowed */
+        slot_finish(s, sl, NULL, 0, 500, "constrained decoding picked a token the grammar refuses");
+        return;
+    }
     if (sl->n_gen == 0) {
         double ttft = kvt_now() - r->t_arrival;
         r->usage.ttft_ms = ttft * 1e3;
         kvt_metrics_observe_ttft(s->metrics, ttft);
     }
-    if (!r->ignore_eos && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
+    if ((!r->ignore_eos || sl->jg) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
     }
@@ -282,6 +385,10 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         return;
     }
     slot_emit(s, sl, sl->raw_len - hold, 0);
+    if (sl->jg && kvt_jg_done(sl->jg)) { /* the document is complete: nothing may follow it */
+        slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
+        return;
+    }
     /* the next step feeds tok: the sequence would then hold n_toks tokens */
     if (sl->n_gen >= r->max_tokens || sl->n_toks >= s->n_ctx) {
         slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
@@ -300,7 +407,7 @@ static void engine_step(kvt_server *s) {
     slot *pf = NULL;
     for (int32_t i = 0; i < P; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->r) continue;
+        if (!sl->r || sl->waiting) continue;
         if (!sl->prefilling) {
             dec[n_dec++] = sl;
             s->b_tok[n] = sl->pending;
@@ -365,8 +472,13 @@ static void engine_step(kvt_server *s) {
         pf->r->usage.ttft_ms = (kvt_now() - pf->r->t_arrival) * 1e3;
         slot_finish(s, pf, "prefill", 0, 0, NULL);
     } else if (pf && pf->n_fed == pf->r->n_prompt) {
+        /* n > 1: the other choices share this prompt's pages and its last logits, each with its own sampler */
+        slot *forks[P > 0 ? P : 1];
+        int32_t n_forks = fork_choices(s, pf, forks);
+        const float *row = s->logits + (size_t)n_dec * (size_t)s->n_vocab;
         pf->prefilling = 0;
-        slot_on_logits(s, pf, s->logits + (size_t)n_dec * (size_t)s->n_vocab);
+        slot_on_logits(s, pf, row);
+        for (int32_t i = 0; i < n_forks; i++) slot_on_logits(s, forks[i], row);
     }
 }
 
@@ -383,22 +495,26 @@ static int32_t resident_blocks(kvt_server *s, const srv_req *r) {
  * cache-aware, SGLang-style longest-resident-prefix first within a window,
  * priority before that, and no request passed over more than SCHED_MAX_SKIPS
  * times. */
-static srv_req *queue_take_locked(kvt_server *s) {
-    int32_t w = KVT_MIN(s->q_len, SCHED_WINDOW), best = 0, best_res = -1;
+static srv_req *queue_take_locked(kvt_server *s, int32_t avail) {
+    int32_t w = KVT_MIN(s->q_len, SCHED_WINDOW), best = -1, best_res = -1;
     for (int32_t i = 0; i < w; i++) {
         srv_req *r = s->queue[(s->q_head + i) % s->p.queue];
+        int fits = r->cancelled || 1 + r->n_sib <= avail; /* n choices take n slots */
         if (r->cancelled || r->skipped >= SCHED_MAX_SKIPS) {
+            if (!fits) return NULL; /* it goes next: the others wait until its slots are free */
             best = i;
             break;
         }
-        const srv_req *b = s->queue[(s->q_head + best) % s->p.queue];
-        if (i && r->session.priority < b->session.priority) continue;
+        if (!fits) continue;
+        const srv_req *b = best >= 0 ? s->queue[(s->q_head + best) % s->p.queue] : NULL;
+        if (b && r->session.priority < b->session.priority) continue;
         int32_t res = resident_blocks(s, r);
-        if (i == 0 || r->session.priority > b->session.priority || res > best_res) {
+        if (!b || r->session.priority > b->session.priority || res > best_res) {
             best = i;
             best_res = res;
         }
     }
+    if (best < 0) return NULL;
     srv_req *r = s->queue[(s->q_head + best) % s->p.queue];
     for (int32_t k = best; k > 0; k--) { /* close the gap; the ones before it were passed over */
         srv_req *prev = s->queue[(s->q_head + k - 1) % s->p.queue];
@@ -453,15 +569,18 @@ void *kvt_srv_engine_main(void *arg) {
         struct admin_job *jobs = stopping ? NULL : s->jobs;
         if (jobs) s->jobs = NULL;
         for (int32_t i = 0; i < P; i++) free_slots += !s->slots[i].r;
-        while (!stopping && s->q_len > 0 && n_admit < free_slots) {
-            srv_req *r = queue_take_locked(s);
+        while (!stopping && s->q_len > 0 && free_slots > 0) {
+            srv_req *r = queue_take_locked(s, free_slots);
+            if (!r) break;
             if (r->cancelled) {
                 r->done = 1;
+                fail_sibs_locked(r, 499, "cancelled");
                 kvt_srv_req_unref_locked(r);
                 continue;
             }
             admit[n_admit++] = r;
-            s->n_active++;
+            s->n_active += 1 + r->n_sib;
+            free_slots -= 1 + r->n_sib;
         }
         for (int32_t i = 0; !stopping && !waiting && i < KVT_MIN(s->q_len, SCHED_WINDOW); i++) {
             srv_req *q = s->queue[(s->q_head + i) % s->p.queue];
@@ -482,6 +601,7 @@ void *kvt_srv_engine_main(void *arg) {
                 s->q_head = (s->q_head + 1) % s->p.queue;
                 s->q_len--;
                 kvt_srv_req_fail_locked(r, 503, "the server is shutting down");
+                fail_sibs_locked(r, 503, "the server is shutting down");
                 kvt_srv_req_unref_locked(r);
             }
             fail_jobs_locked(s);

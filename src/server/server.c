@@ -23,6 +23,7 @@
 
 #include "api_llama.h"
 #include "api_rag.h"
+#include "api_tools.h"
 #include "common.h"
 #include "dashboard.h"
 #include "kv_quant.h"
@@ -253,7 +254,7 @@ static kvt_http_conn *tracked(struct MHD_Connection *c) {
  * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
  * client that closed without a reset is noticed when a write to it fails:
  * at its next stream event, or when a non-streamed answer is sent. */
-static int peer_gone(struct MHD_Connection *c) {
+int kvt_srv_peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
@@ -296,13 +297,18 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
     size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");
     size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
+    if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
+    r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
+    r->parallel_tool_calls = a->parallel_tool_calls;
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
-        size_t last_user = a->n_msgs;
-        for (size_t i = 0; i < a->n_msgs; i++)
-            if (!strcmp(a->msgs[i].role, "user")) last_user = i;
-        rc = kvt_chat_render_at(s->tok, s->p.chat, a->msgs, a->n_msgs, reply_lookup, &lc, max_prompt, last_user, &at,
-                                &r->prompt, &n);
+        size_t n_msgs, last_user;
+        char **arena;
+        /* tools, tool calls and tool results in the template family's style */
+        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, s->calls, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
+        rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, reply_lookup, &lc, max_prompt,
+                                last_user == SIZE_MAX ? n_msgs : last_user, &at, &r->prompt, &n);
+        kvt_api_messages_free(msgs, arena);
     } else if (a->prompt_ids) {
         n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
@@ -413,134 +419,67 @@ static int enqueue(kvt_server *s, srv_req *r) {
     return 0;
 }
 
-static void cancel(kvt_server *s, srv_req *r) {
-    pthread_mutex_lock(&s->mu);
-    if (!r->done) {
-        r->cancelled = 1;
-        pthread_cond_signal(&s->engine_cv);
+static void cancel_locked(kvt_server *s, srv_req *r) {
+    for (int32_t i = 0; i <= r->n_sib; i++) {
+        srv_req *c = i ? r->sib[i - 1] : r;
+        if (!c->done) c->cancelled = 1;
     }
+    pthread_cond_signal(&s->engine_cv);
+}
+
+void kvt_srv_cancel(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    cancel_locked(s, r);
     pthread_mutex_unlock(&s->mu);
 }
 
-static kvt_api_head head_of(kvt_server *s, const srv_req *r) {
-    kvt_api_head h = {.kind = r->kind, .id = r->id, .created = r->created, .model = s->p.model_id};
-    return h;
+/* Whether r and all its other choices are done (s->mu held). */
+static int all_done(const srv_req *r) {
+    for (int32_t i = 0; i < r->n_sib; i++)
+        if (!r->sib[i]->done) return 0;
+    return r->done;
 }
 
-/* ---- streaming (SSE) ----------------------------------------------------------------- */
-
-typedef struct {
-    kvt_server *s;
-    srv_req *r;
-    conn_state *cs;         /* for the access log: valid while the stream is read */
-    struct MHD_Connection *conn;
-    char *buf;              /* SSE bytes not yet handed to MHD */
-    size_t len, off, cap;
-    size_t sent;            /* bytes of r->text already turned into events */
-    size_t lp_sent;         /* logprob entries already sent */
-    size_t lp_offset;       /* completions: text bytes those entries stand for */
-    int opened, finished;
-    kvt_api_rag *rag;       /* /v1/rag/chat/completions: what was retrieved (owned), for the last chunk */
-} stream_state;
-
-/* The response JSON with kvtier.rag added (README "RAG"): chunk positions,
- * tiers and order as the engine admitted r. Takes json. */
-static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, char *json) {
-    kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block, r->plan_ms};
-    return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
+/* Drops the engine's references on r's other choices, before r was queued. */
+static void unref_engine_choices(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < r->n_sib; i++) kvt_srv_req_unref_locked(r->sib[i]);
+    pthread_mutex_unlock(&s->mu);
 }
 
-static void sse_event(stream_state *st, char *json) {
-    size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
-    if (need > st->cap) {
-        st->cap = KVT_MAX(st->cap * 2, need);
-        st->buf = kvt_xrealloc(st->buf, st->cap);
-    }
-    st->len += (size_t)sprintf(st->buf + st->len, "data: %s\n\n", json);
-    free(json);
+/* Drops the handler's references on r and its other choices. */
+static void unref_choices(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = r->n_sib; i > 0; i--) kvt_srv_req_unref_locked(r->sib[i - 1]);
+    kvt_srv_req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
-    stream_state *st = cls;
-    kvt_server *s = st->s;
-    srv_req *r = st->r;
-    (void)pos;
-    while (st->off == st->len) {
-        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        st->off = st->len = 0;
-        kvt_api_head h = head_of(s, r);
-        if (!st->opened && r->kind == KVT_API_CHAT) sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL, NULL));
-        st->opened = 1;
+/* n > 1: n - 1 more choices of a's request r, each its own request on the same
+ * prompt (seed + i when a seed is given), forked from r's sequence once its
+ * prompt is in (scheduler.c). 0, or -1 with *err filled. */
+static int add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err) {
+    if (a->n <= 1) return 0;
+    if (a->n > s->p.parallel)
+        return kvt_api_errorf(err, 400, "invalid_request_error", "n", "unsupported_value",
+                              "'n' is at most the server's --parallel (%d): the choices decode side by side",
+                              s->p.parallel);
+    r->sib = kvt_xcalloc((size_t)a->n - 1, sizeof *r->sib);
+    for (int32_t i = 1; i < a->n; i++) {
+        srv_req *c = make_request(s, a, key, err);
+        if (!c) return -1;
+        c->is_sib = 1;
+        memset(&c->session, 0, sizeof c->session); /* the session's context is the first choice's */
+        c->session.keep_warm_s = -1;
+        if (a->has_seed) c->sp.seed = a->seed + (uint64_t)i;
+        c->first = r;
         pthread_mutex_lock(&s->mu);
-        while (!r->done && r->text_len == st->sent && st->len == 0) {
-            kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-            if (r->done || r->text_len != st->sent) break;
-            pthread_mutex_unlock(&s->mu);
-            int gone = peer_gone(st->conn);
-            pthread_mutex_lock(&s->mu);
-            if (gone) {
-                pthread_mutex_unlock(&s->mu);
-                cancel(s, r);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-        }
-        char *delta = NULL;
-        if (r->text_len > st->sent) {
-            delta = kvt_xmalloc(r->text_len - st->sent + 1);
-            memcpy(delta, r->text + st->sent, r->text_len - st->sent + 1);
-            st->sent = r->text_len;
-        }
-        /* the logprobs published since the last event ride with this one (the engine appends only) */
-        kvt_api_logprob *lps = NULL;
-        size_t n_lps = 0;
-        if (r->logprobs && r->n_lp > st->lp_sent) {
-            n_lps = r->n_lp - st->lp_sent;
-            lps = kvt_xmalloc(n_lps * sizeof *lps);
-            memcpy(lps, r->lp + st->lp_sent, n_lps * sizeof *lps);
-            st->lp_sent = r->n_lp;
-        }
-        int done = r->done;
+        r->refs++;  /* c's, on its first choice (whose cv it wakes) */
+        c->refs++;  /* the engine's */
+        r->sib[r->n_sib++] = c;
         pthread_mutex_unlock(&s->mu);
-        kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = st->lp_offset};
-        char piece[PIECE_INIT]; /* the length is all that is wanted here */
-        for (size_t i = 0; i < n_lps; i++)
-            st->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[i].id, piece, sizeof piece, 1), 0);
-        if (delta || n_lps) sse_event(st, kvt_api_chunk_json(&h, delta ? delta : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
-        free(delta);
-        free(lps);
-        if (done) {
-            /* done is final: the engine no longer writes r */
-            if (r->err_status) {
-                kvt_api_error e;
-                kvt_api_errorf(&e, r->err_status, r->err_status >= 500 ? "server_error" : "invalid_request_error",
-                               NULL, NULL, "%s", r->err_msg);
-                sse_event(st, kvt_api_error_json(&e));
-            } else {
-                char *last = kvt_api_chunk_json(&h, NULL, 0, r->finish_reason, &r->usage, NULL);
-                sse_event(st, st->rag ? with_rag(s, r, st->rag, last) : last);
-                if (r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &r->usage));
-            }
-            st->cs->usage = r->usage;
-            st->cs->has_usage = 1;
-            size_t need = st->len + sizeof "data: [DONE]\n\n";
-            if (need > st->cap) st->buf = kvt_xrealloc(st->buf, st->cap = need);
-            st->len += (size_t)sprintf(st->buf + st->len, "data: [DONE]\n\n");
-            st->finished = 1;
-        }
     }
-    size_t n = KVT_MIN(max, st->len - st->off);
-    memcpy(out, st->buf + st->off, n);
-    st->off += n;
-    return (ssize_t)n;
-}
-
-static void stream_free(void *cls) {
-    stream_state *st = cls;
-    cancel(st->s, st->r); /* a no-op when it finished; otherwise the client went away */
-    kvt_srv_req_unref(st->s, st->r);
-    free(st->buf);
-    free(st->rag);
-    free(st);
+    return 0;
 }
 
 /* ---- request handling ---------------------------------------------------------------------- */
@@ -595,6 +534,11 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         return send_error(s, c, cs->label, &err, NULL, NULL);
     }
     srv_req *r = make_request(s, &a, cs->key, &err);
+    if (r && add_choices(s, &a, cs->key, r, &err)) {
+        unref_engine_choices(s, r);
+        unref_choices(s, r);
+        r = NULL;
+    }
     kvt_api_request_free(&a);
     if (!r) return send_error(s, c, cs->label, &err, NULL, NULL);
     r->prefill_only = cs->r == R_PREFILL;
@@ -603,29 +547,16 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
     kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
     apply_session_header(s, c, r);
     if (enqueue(s, r)) {
-        kvt_srv_req_unref(s, r);
+        unref_engine_choices(s, r);
+        unref_choices(s, r);
         kvt_api_errorf(&err, 503, "server_error", NULL, "overloaded",
                        "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
         return send_error(s, c, cs->label, &err, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
     }
     if (r->stream) {
-        stream_state *st = kvt_xcalloc(1, sizeof *st);
-        st->s = s;
-        st->r = r;
-        st->cs = cs;
-        st->conn = c;
-        if (cs->r == R_RAG) {
-            st->rag = kvt_xmalloc(sizeof *st->rag);
-            *st->rag = rag;
-        }
         struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
-        if (!resp) {
-            stream_free(st);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+            kvt_srv_stream_response(s, r, c, &cs->usage, &cs->has_usage, cs->r == R_RAG ? &rag : NULL);
+        if (!resp) return MHD_NO;
         note_response(s, c, resp, MHD_HTTP_OK);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
@@ -633,41 +564,39 @@ static enum MHD_Result handle_generate(kvt_server *s, struct MHD_Connection *c, 
         return ret;
     }
     pthread_mutex_lock(&s->mu);
-    while (!r->done) {
+    while (!all_done(r)) {
         kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-        if (r->done) break;
+        if (all_done(r)) break;
         pthread_mutex_unlock(&s->mu);
-        int gone = peer_gone(c);
+        int gone = kvt_srv_peer_gone(c);
         pthread_mutex_lock(&s->mu);
         if (gone) {
-            r->cancelled = 1;
-            pthread_cond_signal(&s->engine_cv);
-            kvt_srv_req_unref_locked(r);
+            cancel_locked(s, r);
             pthread_mutex_unlock(&s->mu);
+            unref_choices(s, r);
             cs->status = STATUS_CLIENT_GONE;
             kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
             return MHD_NO;
         }
     }
     pthread_mutex_unlock(&s->mu);
-    cs->usage = r->usage; /* done is final: the engine no longer writes r */
+    cs->usage = kvt_srv_total_usage(r); /* done is final: the engine no longer writes r */
     cs->has_usage = 1;
     enum MHD_Result ret;
-    if (r->err_status) {
-        kvt_api_errorf(&err, r->err_status, r->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
-                       NULL, "%s", r->err_msg);
-        ret = send_error(s, c, cs->label, &err, r->err_status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
+    srv_req *failed = NULL;
+    for (int32_t i = 0; i <= r->n_sib && !failed; i++)
+        if ((i ? r->sib[i - 1] : r)->err_status) failed = i ? r->sib[i - 1] : r;
+    if (failed) {
+        kvt_api_errorf(&err, failed->err_status, failed->err_status >= 500 ? "server_error" : "invalid_request_error",
+                       NULL, NULL, "%s", failed->err_msg);
+        ret = send_error(s, c, cs->label, &err, failed->err_status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
                          RETRY_AFTER_S);
     } else {
-        kvt_api_head h = head_of(s, r);
-        kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
         char *json = cs->r == R_PREFILL ? kvt_api_prefill_json(&r->usage, s->block)
-                                        : kvt_api_response_json(&h, r->text ? r->text : "", r->finish_reason,
-                                                                &r->usage, r->logprobs ? &lp : NULL);
-        if (cs->r == R_RAG) json = with_rag(s, r, &rag, json);
+                                        : kvt_srv_response_json(s, r, cs->r == R_RAG ? &rag : NULL);
         ret = send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
     }
-    kvt_srv_req_unref(s, r);
+    unref_choices(s, r);
     return ret;
 }
 
@@ -1032,10 +961,14 @@ static void server_free(kvt_server *s) {
     free(s->slots);
     free(s->queue);
     free(s->logits);
+    kvt_jg_vocab_free(s->jg_vocab);
+    free(s->jg_mask);
+    free(s->jg_logits);
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);
     kvt_reply_map_free(s->replies);
+    kvt_call_memo_free(s->calls);
     kvt_prompt_ring_free(s->recent);
     kvt_metrics_free(s->metrics);
     for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
@@ -1108,6 +1041,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->block = ep.block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
+    s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->metrics = kvt_metrics_new();
     s->started = (int64_t)time(NULL);

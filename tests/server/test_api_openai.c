@@ -69,7 +69,11 @@ static void test_parse(void) {
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"3\"}", "max_tokens");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"temperature\":3}", "temperature");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
-    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"n\":17}", "n");
+    kvt_api_request two;
+    kvt_api_error e2;
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", &two, &e2) == 0 && two.n == 2);
+    kvt_api_request_free(&two);
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");

@@ -177,8 +177,8 @@ check "wrong type 400" is "$CODE" 400
 check "wrong type names param" is "$(jb .error.param)" max_tokens
 post /v1/completions '{"prompt":"x","temperature":"hot"}'
 check "temperature type 400" is "$(jb .error.param)" temperature
-post /v1/completions '{"prompt":"x","n":2}'
-check "n=2 400" is "$CODE" 400
+post /v1/completions '{"prompt":"x","n":17}'
+check "n=17 (above 16) 400" is "$CODE" 400
 post /v1/completions '{"prompt":"x","max_tokens":100000}'
 check "max_tokens over limit 400" is "$CODE" 400
 post /v1/completions '{"prompt":"x","max_tokens":0}'

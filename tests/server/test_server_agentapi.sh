@@ -219,8 +219,9 @@ NEUTRAL='"user":"u1","metadata":{"a":"b"},"store":false,"service_tier":"auto","t
 post /v1/chat/completions "{$BASE,$NEUTRAL}"
 check "neutral values are accepted" is "$CODE" 200
 check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
-for f in '"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]' '"tool_choice":"required"' \
-  '"response_format":{"type":"json_object"}' '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
+for f in '"tools":[{"type":"function","function":{"name":"f g"}}]' '"tool_choice":"required"' \
+  '"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"x"}}}' \
+  '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
   '"functions":[{"name":"f"}]' '"function_call":"auto2"'; do
   post /v1/chat/completions "{$BASE,$f}"
   name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")

@@ -1,0 +1,102 @@
+/* Constrained decoding for JSON: a byte-level pushdown automaton driven by a
+ * compiled JSON Schema (a stated subset), and the per-step token mask that
+ * keeps a model's output a valid, schema-conforming document.
+ *
+ * Three objects:
+ *  - kvt_jg_vocab: every token's bytes, once per model, arranged for fast
+ *    masking (a preorder trie of all tokens, a second one of the tokens that
+ *    are not plain string text, and the list of those that are). Immutable
+ *    after kvt_jg_vocab_new; may be shared by any number of matchers.
+ *  - kvt_jg_schema: a compiled schema. Immutable; shareable.
+ *  - kvt_jg: one generation's matcher state. Not thread-safe; one per sequence.
+ *
+ * The schema subset (anything else is refused naming the keyword):
+ *   type: object (properties, required, additionalProperties false/true/absent),
+ *   array (items, minItems, maxItems), string (minLength, maxLength), number,
+ *   integer (minimum 0, integer exclusiveMinimum 0, and bounds at or past
+ *   +-KVT_JG_NUMBER_LIMIT, which the digit limit keeps), boolean, null, or a
+ *   list of distinct kinds (["string", "null"]);
+ *   enum and const of scalars; anyOf whose branches start differently (an
+ *   object, an array, a string, a number, a boolean, null); nesting to
+ *   KVT_JG_MAX_DEPTH. Annotations (title, description, $schema, $id, default,
+ *   examples, $comment) are accepted and ignored.
+ *   An object with declared properties produces only those (each at most
+ *   once, any order, every required one): the output validates whether or
+ *   not additionalProperties allows others. An object without properties
+ *   and without additionalProperties false takes any keys with any values.
+ *
+ * What the matcher guarantees: every byte the mask lets through keeps the
+ * text a prefix of a valid document; strings are valid UTF-8 with no control
+ * characters or lone surrogate escapes; whitespace runs are at most
+ * KVT_JG_MAX_WS bytes; nothing may follow the document. Given a budget of
+ * tokens, the mask also keeps the shortest completion within it, so a
+ * document whose shortest form fits the budget is always finished. */
+#ifndef KVT_JSON_GRAMMAR_H
+#define KVT_JSON_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+
+#define KVT_JG_MAX_DEPTH 24     /* nesting of objects and arrays */
+#define KVT_JG_MAX_WS 8         /* consecutive whitespace bytes between tokens of JSON */
+#define KVT_JG_MAX_SET 64       /* enum values, properties of one object, tool alternatives */
+#define KVT_JG_MAX_TOKEN 255    /* bytes of a token the mask considers (longer ones are never allowed) */
+#define KVT_JG_NUMBER_LIMIT 999999999999999.0 /* integer parts have at most 15 digits */
+
+typedef struct kvt_jg_vocab kvt_jg_vocab;
+typedef struct kvt_jg_schema kvt_jg_schema;
+typedef struct kvt_jg kvt_jg;
+struct cJSON;
+
+/* The token bytes of t's vocabulary (kvt_token_piece without special
+ * rendering: control tokens have none and are never allowed, except the
+ * end-of-generation ones where a document may end). Returns NULL only for an
+ * empty vocabulary. Free with kvt_jg_vocab_free. */
+kvt_jg_vocab *kvt_jg_vocab_new(const kvt_tokenizer *t);
+void kvt_jg_vocab_free(kvt_jg_vocab *v);
+int32_t kvt_jg_vocab_size(const kvt_jg_vocab *v);
+
+/* Compiles schema (NULL: any JSON object, OpenAI's json_object mode). On
+ * failure returns KVT_EARG, *out NULL and in err[0..cap) a message naming
+ * the offending keyword and where it is ("unsupported schema keyword
+ * 'pattern' at /properties/zip"). Free with kvt_jg_schema_free. */
+int kvt_jg_schema_compile(const struct cJSON *schema, kvt_jg_schema **out, char *err, size_t cap);
+
+/* A choice of n (1..KVT_JG_MAX_SET) alternatives, each the literal text
+ * heads[i], then a value of schemas[i] (NULL: any object), then tails[i]:
+ * the shape of a forced tool call. The heads must be distinct and none a
+ * prefix of another. Same failure contract as kvt_jg_schema_compile. */
+int kvt_jg_schema_tagged(int n, const char *const *heads, const struct cJSON *const *schemas,
+                         const char *const *tails, kvt_jg_schema **out, char *err, size_t cap);
+void kvt_jg_schema_free(kvt_jg_schema *s);
+
+/* A matcher at the start of a document of schema s over v's tokens. Both
+ * must outlive it. Free with kvt_jg_free. */
+kvt_jg *kvt_jg_new(const kvt_jg_schema *s, const kvt_jg_vocab *v);
+void kvt_jg_free(kvt_jg *g);
+
+/* mask[0..n_vocab) gets 1 for each token that may come next, 0 otherwise,
+ * where budget is the number of tokens still allowed, this one included: a
+ * token is allowed only if the document can still be finished in the rest,
+ * counting one token per byte. When even that is past the budget (a long
+ * forced head, tokens longer than a byte), only the tokens that shorten the
+ * shortest completion are allowed. Returns how many are allowed (0: none;
+ * the document cannot continue). */
+int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask);
+/* Advances past token tok. Returns 0, or KVT_EARG (state unchanged) when tok
+ * is not allowed here. */
+int kvt_jg_accept(kvt_jg *g, int32_t tok);
+/* Advances past bytes (the byte-level form of kvt_jg_accept, for tests and
+ * for text that is not tokens). Returns 0, or KVT_EARG with the state as it
+ * was before the first byte refused. */
+int kvt_jg_feed(kvt_jg *g, const char *bytes, size_t n);
+/* 1 when the document is complete and nothing may follow it. */
+int kvt_jg_done(const kvt_jg *g);
+/* 1 when the document may end here (done, or a top-level number). */
+int kvt_jg_can_end(const kvt_jg *g);
+/* Bytes in the shortest text that completes the document from here. */
+int32_t kvt_jg_min_bytes(const kvt_jg *g);
+
+#endif

@@ -1,0 +1,687 @@
+/* Tools and structured output on the OpenAI surface (see api_tools.h). */
+#include "api_tools.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common.h"
+
+static const char *const INVALID = "invalid_request_error";
+
+/* ---- a growing string ------------------------------------------------------------ */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = KVT_MAX(b->cap * 2, b->n + n + 64);
+        b->p = kvt_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static char *sb_take(sbuf *b) { return b->p ? b->p : kvt_xstrdup(""); }
+
+/* ---- JSON as chat templates print it -------------------------------------------------------- */
+
+/* Templates print JSON with Python's json.dumps (", " and ": ", or "," and
+ * newlines with an indent; non-ASCII kept as is), keys in the given order. */
+static void dump_string(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        switch (*p) {
+        case '"': sb_str(b, "\\\""); break;
+        case '\\': sb_str(b, "\\\\"); break;
+        case '\n': sb_str(b, "\\n"); break;
+        case '\r': sb_str(b, "\\r"); break;
+        case '\t': sb_str(b, "\\t"); break;
+        case '\b': sb_str(b, "\\b"); break;
+        case '\f': sb_str(b, "\\f"); break;
+        default:
+            if (*p < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", *p);
+                sb_str(b, esc);
+            } else {
+                sb_put(b, (const char *)p, 1);
+            }
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+static void dump_indent(sbuf *b, int indent, int level) {
+    sb_put(b, "\n", 1);
+    for (int i = 0; i < indent * level; i++) sb_put(b, " ", 1);
+}
+
+static void dump(sbuf *b, const cJSON *v, int indent, int level) {
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        int obj = cJSON_IsObject(v);
+        sb_str(b, obj ? "{" : "[");
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (indent) dump_indent(b, indent, level + 1);
+            if (obj) {
+                dump_string(b, c->string);
+                sb_str(b, ": ");
+            }
+            dump(b, c, indent, level + 1);
+            if (c->next) sb_str(b, indent ? "," : ", ");
+        }
+        if (indent && v->child) dump_indent(b, indent, level);
+        sb_str(b, obj ? "}" : "]");
+    } else if (cJSON_IsString(v)) {
+        dump_string(b, v->valuestring);
+    } else if (cJSON_IsNumber(v)) {
+        cJSON *alone = cJSON_CreateNumber(v->valuedouble);
+        char *t = cJSON_PrintUnformatted(alone);
+        sb_str(b, t ? t : "0");
+        cJSON_free(t);
+        cJSON_Delete(alone);
+    } else {
+        sb_str(b, cJSON_IsTrue(v) ? "true" : cJSON_IsFalse(v) ? "false" : "null");
+    }
+}
+
+/* ---- parsing ------------------------------------------------------------------------ */
+
+static int name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (!n || n > KVT_API_MAX_TOOL_NAME) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static const cJSON *tool_function(const cJSON *tool) {
+    return cJSON_GetObjectItemCaseSensitive(tool, "function");
+}
+
+static const char *tool_name(const cJSON *tool) {
+    return cJSON_GetObjectItemCaseSensitive(tool_function(tool), "name")->valuestring;
+}
+
+static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    int n = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : -1;
+    if (n < 0 || n > KVT_API_MAX_TOOLS)
+        return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type", "'tools' must be an array of at most %d tools",
+                              KVT_API_MAX_TOOLS);
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = tool_function(t);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn))
+            return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
+                                  "tools[%d] must be {\"type\": \"function\", \"function\": {...}}", i);
+        if (!cJSON_IsString(name) || !name_ok(name->valuestring))
+            return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
+                                  "tools[%d].function.name must be 1 to %d of a-z, A-Z, 0-9, _ and -", i,
+                                  KVT_API_MAX_TOOL_NAME);
+        if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) || (desc && !cJSON_IsString(desc)))
+            return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type",
+                                  "tools[%d].function: 'parameters' must be an object and 'description' a string", i);
+        for (const cJSON *u = tools->child; u != t; u = u->next)
+            if (!strcmp(tool_name(u), name->valuestring))
+                return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value", "two tools are named '%s'",
+                                      name->valuestring);
+    }
+    if (n) r->tools = cJSON_Duplicate(tools, 1);
+    return 0;
+}
+
+static int parse_choice(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    r->tool_choice = KVT_TOOL_AUTO;
+    if (!c || cJSON_IsNull(c)) return 0;
+    if (cJSON_IsString(c)) {
+        const char *v = c->valuestring;
+        if (!strcmp(v, "none")) r->tool_choice = KVT_TOOL_NONE;
+        else if (!strcmp(v, "required")) r->tool_choice = KVT_TOOL_REQUIRED;
+        else if (strcmp(v, "auto"))
+            return kvt_api_errorf(err, 400, INVALID, "tool_choice", "invalid_value",
+                                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                                  "\"function\": {\"name\": ...}}");
+    } else {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(name))
+            return kvt_api_errorf(err, 400, INVALID, "tool_choice", "invalid_value",
+                                  "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                                  "\"function\": {\"name\": ...}}");
+        int found = 0;
+        for (const cJSON *t = r->tools ? r->tools->child : NULL; t; t = t->next) found |= !strcmp(tool_name(t), name->valuestring);
+        if (!found)
+            return kvt_api_errorf(err, 400, INVALID, "tool_choice", "invalid_value",
+                                  "'tool_choice' names '%.64s', which is not in 'tools'", name->valuestring);
+        r->tool_choice = KVT_TOOL_NAMED;
+        r->tool_name = kvt_xstrdup(name->valuestring);
+    }
+    if (!r->tools && r->tool_choice != KVT_TOOL_NONE && r->tool_choice != KVT_TOOL_AUTO)
+        return kvt_api_errorf(err, 400, INVALID, "tool_choice", "invalid_value",
+                              "'tool_choice' asks for a tool call, but there are no 'tools'");
+    return 0;
+}
+
+static int parse_format(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema"); /* llama.cpp's */
+    if (rf && !cJSON_IsNull(rf)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        if (!strcmp(t, "json_object")) {
+            r->format = KVT_FORMAT_JSON_OBJECT;
+        } else if (!strcmp(t, "json_schema")) {
+            const cJSON *spec = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(spec, "schema");
+            if (!cJSON_IsObject(sc))
+                return kvt_api_errorf(err, 400, INVALID, "response_format", "invalid_value",
+                                      "'response_format.json_schema.schema' must be a JSON Schema object");
+            r->format = KVT_FORMAT_JSON_SCHEMA;
+            r->schema = cJSON_Duplicate(sc, 1);
+        } else if (strcmp(t, "text")) {
+            return kvt_api_errorf(err, 400, INVALID, "response_format", "invalid_value",
+                                  "'response_format.type' must be text, json_object or json_schema");
+        }
+    }
+    if (js && !cJSON_IsNull(js) && !(cJSON_IsObject(js) && !js->child)) {
+        if (!cJSON_IsObject(js))
+            return kvt_api_errorf(err, 400, INVALID, "json_schema", "invalid_type", "'json_schema' must be an object");
+        if (r->format != KVT_FORMAT_TEXT)
+            return kvt_api_errorf(err, 400, INVALID, "json_schema", "invalid_value",
+                                  "give either 'json_schema' or a JSON 'response_format', not both");
+        r->format = KVT_FORMAT_JSON_SCHEMA;
+        r->schema = cJSON_Duplicate(js, 1);
+    }
+    return 0;
+}
+
+int kvt_api_parse_tools(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    r->parallel_tool_calls = 1;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "parallel_tool_calls");
+    if (p && !cJSON_IsNull(p)) {
+        if (!cJSON_IsBool(p))
+            return kvt_api_errorf(err, 400, INVALID, "parallel_tool_calls", "invalid_type",
+                                  "'parallel_tool_calls' must be a boolean");
+        r->parallel_tool_calls = cJSON_IsTrue(p);
+    }
+    if (parse_tool_list(root, r, err) || parse_choice(root, r, err) || parse_format(root, r, err)) return -1;
+    if (r->tools && r->kind != KVT_API_CHAT)
+        return kvt_api_errorf(err, 400, INVALID, "tools", "unsupported_parameter", "'tools' needs /v1/chat/completions");
+    return 0;
+}
+
+int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kvt_api_msg_tools *out,
+                            kvt_api_error *err) {
+    memset(out, 0, sizeof *out);
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (!strcmp(role, "assistant") && calls && !cJSON_IsNull(calls)) {
+        if (!cJSON_IsArray(calls))
+            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
+                                  "messages[%zu].tool_calls must be an array", index);
+        for (const cJSON *c = calls->child; c; c = c->next) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+            if (!cJSON_IsString(name) || !name_ok(name->valuestring) || (args && !cJSON_IsString(args)))
+                return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
+                                      "messages[%zu].tool_calls[] must be {\"id\", \"type\": \"function\", "
+                                      "\"function\": {\"name\", \"arguments\": a string}}",
+                                      index);
+        }
+        if (cJSON_GetArraySize(calls)) out->tool_calls = cJSON_Duplicate(calls, 1);
+    }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
+    if (!strcmp(role, "tool") && cJSON_IsString(id)) out->tool_call_id = kvt_xstrdup(id->valuestring);
+    return 0;
+}
+
+void kvt_api_tools_free(kvt_api_request *r) {
+    for (size_t i = 0; r->msg_tools && i < r->n_msgs; i++) {
+        cJSON_Delete(r->msg_tools[i].tool_calls);
+        free(r->msg_tools[i].tool_call_id);
+    }
+    free(r->msg_tools);
+    cJSON_Delete(r->tools);
+    cJSON_Delete(r->schema);
+    free(r->tool_name);
+    r->msg_tools = NULL;
+    r->tools = r->schema = NULL;
+    r->tool_name = NULL;
+}
+
+int kvt_api_tools_active(const kvt_api_request *a) { return a->tools && a->tool_choice != KVT_TOOL_NONE; }
+
+/* ---- rendering ------------------------------------------------------------------------------ */
+
+/* How a family writes one call: PRE name MID arguments TAIL. */
+typedef struct {
+    const char *pre, *mid, *tail, *args_key;
+} call_style;
+
+static call_style style_of(kvt_chat_family f) {
+    if (f == KVT_CHAT_LLAMA3) return (call_style){"{\"name\": \"", "\", \"parameters\": ", "}", "parameters"};
+    return (call_style){"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "arguments"};
+}
+
+#define HERMES_TOOLS_HEAD                                                                                         \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "      \
+    "function signatures within <tools></tools> XML tags:\n<tools>"
+#define HERMES_TOOLS_TAIL                                                                                         \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "        \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "                 \
+    "<args-json-object>}\n</tool_call>"
+#define LLAMA3_TOOLS_HEAD                                                                                         \
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments "   \
+    "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "     \
+    "dictionary of argument name and its value}. Do not use variables.\n\n"
+#define LLAMA3_INDENT 4
+
+/* The tool definitions as the family's template shows them. */
+static char *tools_text(const cJSON *tools, kvt_chat_family f) {
+    sbuf b = {0};
+    if (f == KVT_CHAT_LLAMA3) {
+        sb_str(&b, LLAMA3_TOOLS_HEAD);
+        for (const cJSON *t = tools->child; t; t = t->next) {
+            dump(&b, t, LLAMA3_INDENT, 0);
+            sb_str(&b, "\n\n");
+        }
+        return sb_take(&b);
+    }
+    sb_str(&b, HERMES_TOOLS_HEAD);
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        sb_str(&b, "\n");
+        dump(&b, t, 0, 0);
+    }
+    sb_str(&b, HERMES_TOOLS_TAIL);
+    return sb_take(&b);
+}
+
+/* ---- the call memo ---------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t salt;  /* XXH64 of the tenant salt */
+    char *id, *args;
+} memo_entry;
+
+struct kvt_call_memo {
+    pthread_mutex_t mu;
+    memo_entry *ring; /* FIFO: the oldest entry is overwritten first */
+    size_t cap, next;
+};
+
+kvt_call_memo *kvt_call_memo_new(size_t max_entries) {
+    kvt_call_memo *m = kvt_xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    m->cap = KVT_MAX(max_entries, 1);
+    m->ring = kvt_xcalloc(m->cap, sizeof *m->ring);
+    return m;
+}
+
+void kvt_call_memo_free(kvt_call_memo *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->ring[i].id);
+        free(m->ring[i].args);
+    }
+    free(m->ring);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void kvt_call_memo_put(kvt_call_memo *m, const void *salt, size_t salt_len, const kvt_api_call *calls, size_t n) {
+    uint64_t h = XXH64(salt, salt_len, 0);
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+        memo_entry *e = &m->ring[m->next];
+        m->next = (m->next + 1) % m->cap;
+        free(e->id);
+        free(e->args);
+        *e = (memo_entry){h, kvt_xstrdup(calls[i].id), kvt_xstrdup(calls[i].arguments)};
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The remembered arguments of call id under salt (malloc'd), or NULL. */
+static char *memo_get(kvt_call_memo *m, const void *salt, size_t salt_len, const char *id) {
+    if (!m || !id) return NULL;
+    uint64_t h = XXH64(salt, salt_len, 0);
+    char *out = NULL;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->cap && !out; i++) {
+        memo_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
+        if (e->id && e->salt == h && !strcmp(e->id, id)) out = kvt_xstrdup(e->args);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return out;
+}
+
+/* 1 if the texts are the same JSON value (key order aside). */
+static int same_json(const char *a, const char *b) {
+    cJSON *x = cJSON_Parse(a), *y = cJSON_Parse(b);
+    int same = x && y && cJSON_Compare(x, y, 1);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+    return same;
+}
+
+typedef struct {
+    kvt_call_memo *memo;
+    const void *salt;
+    size_t salt_len;
+} memo_ref;
+
+/* An assistant turn with tool calls: its text, then each call in the
+ * family's style, exactly as kvtier writes a call it generates (with the
+ * arguments text kvtier generated, when the client sent the same JSON back). */
+static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family f, const memo_ref *mr) {
+    call_style st = style_of(f);
+    sbuf b = {0};
+    if (*content) {
+        sb_str(&b, content);
+        sb_str(&b, "\n");
+    }
+    for (const cJSON *c = calls->child; c; c = c->next) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const char *sent = cJSON_IsString(args) && *args->valuestring ? args->valuestring : "{}";
+        char *mine = memo_get(mr->memo, mr->salt, mr->salt_len, cJSON_IsString(id) ? id->valuestring : NULL);
+        sb_str(&b, st.pre);
+        sb_str(&b, cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+        sb_str(&b, st.mid);
+        sb_str(&b, mine && same_json(mine, sent) ? mine : sent);
+        sb_str(&b, st.tail);
+        free(mine);
+        if (c->next) sb_str(&b, "\n");
+    }
+    return sb_take(&b);
+}
+
+static char *keep(char ***arena, size_t *n, char *s) {
+    *arena = kvt_xrealloc(*arena, (*n + 2) * sizeof **arena);
+    (*arena)[(*n)++] = s;
+    (*arena)[*n] = NULL;
+    return s;
+}
+
+static char *concat(const char *a, const char *sep, const char *b) {
+    size_t la = strlen(a), ls = strlen(sep), lb = strlen(b);
+    char *s = kvt_xmalloc(la + ls + lb + 1);
+    memcpy(s, a, la);
+    memcpy(s + la, sep, ls);
+    memcpy(s + la + ls, b, lb + 1);
+    return s;
+}
+
+kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
+                               size_t salt_len, size_t *n_out, size_t *last_user, char ***arena) {
+    memo_ref mr = {memo, salt, salt_len};
+    size_t n = 0, kept = 0;
+    *arena = NULL;
+    *last_user = SIZE_MAX;
+    kvt_chat_msg *out = kvt_xcalloc(a->n_msgs + 1, sizeof *out);
+    char *tools = a->tools ? keep(arena, &kept, tools_text(a->tools, f)) : NULL;
+    int llama3 = f == KVT_CHAT_LLAMA3, user_seen = 0;
+    for (size_t u = 0; llama3 && tools && u < a->n_msgs; u++) user_seen |= !strcmp(a->msgs[u].role, "user");
+    /* the tools go first: the system turn (or the first user turn for Llama 3, as its template does) */
+    if (tools && (!llama3 || !user_seen)) {
+        int has_system = a->n_msgs && !strcmp(a->msgs[0].role, "system");
+        out[n].role = "system";
+        out[n++].content = has_system ? keep(arena, &kept, concat(a->msgs[0].content, "\n\n", tools)) : tools;
+        tools = NULL;
+    }
+    for (size_t i = 0; i < a->n_msgs; i++) {
+        const kvt_chat_msg *m = &a->msgs[i];
+        const kvt_api_msg_tools *x = &a->msg_tools[i];
+        if (i == 0 && n && !strcmp(m->role, "system")) continue; /* merged with the tools above */
+        if (!strcmp(m->role, "tool")) {
+            if (llama3) {
+                out[n].role = "ipython";
+                out[n++].content = m->content;
+                continue;
+            }
+            /* consecutive results share one user turn */
+            sbuf b = {0};
+            for (; i < a->n_msgs && !strcmp(a->msgs[i].role, "tool"); i++) {
+                if (b.n) sb_str(&b, "\n");
+                sb_str(&b, "<tool_response>\n");
+                sb_str(&b, a->msgs[i].content);
+                sb_str(&b, "\n</tool_response>");
+            }
+            i--;
+            out[n].role = "user";
+            out[n++].content = keep(arena, &kept, sb_take(&b));
+            continue;
+        }
+        out[n].role = m->role;
+        out[n].content = m->content;
+        if (!strcmp(m->role, "assistant") && x->tool_calls)
+            out[n].content = keep(arena, &kept, calls_text(m->content, x->tool_calls, f, &mr));
+        if (!strcmp(m->role, "user")) {
+            *last_user = n;
+            if (tools) {
+                out[n].content = keep(arena, &kept, concat(tools, "", m->content));
+                tools = NULL;
+            }
+        }
+        n++;
+    }
+    *n_out = n;
+    return out;
+}
+
+void kvt_api_messages_free(kvt_chat_msg *m, char **arena) {
+    free(m);
+    for (size_t i = 0; arena && arena[i]; i++) free(arena[i]);
+    free(arena);
+}
+
+/* ---- the grammar ------------------------------------------------------------------------------ */
+
+int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema **out, kvt_api_error *err) {
+    *out = NULL;
+    char msg[256];
+    int forced = a->tools && (a->tool_choice == KVT_TOOL_REQUIRED || a->tool_choice == KVT_TOOL_NAMED);
+    if (a->format != KVT_FORMAT_TEXT && kvt_api_tools_active(a))
+        return kvt_api_errorf(err, 400, INVALID, "response_format", "unsupported_value",
+                              "a JSON 'response_format' leaves no room for tool calls: send it with tool_choice "
+                              "none, or without tools");
+    if (forced) {
+        call_style st = style_of(f);
+        const char *heads[KVT_API_MAX_TOOLS] = {0}, *tails[KVT_API_MAX_TOOLS] = {0};
+        const cJSON *schemas[KVT_API_MAX_TOOLS] = {0};
+        char *owned[KVT_API_MAX_TOOLS] = {0};
+        int n = 0;
+        for (const cJSON *t = a->tools->child; t; t = t->next) {
+            const char *name = tool_name(t);
+            if (a->tool_choice == KVT_TOOL_NAMED && strcmp(name, a->tool_name)) continue;
+            sbuf b = {0};
+            sb_str(&b, st.pre);
+            sb_str(&b, name);
+            sb_str(&b, st.mid);
+            owned[n] = sb_take(&b);
+            heads[n] = owned[n];
+            tails[n] = st.tail;
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(tool_function(t), "parameters");
+            schemas[n] = cJSON_IsObject(p) ? p : NULL;
+            n++;
+        }
+        int rc = kvt_jg_schema_tagged(n, heads, schemas, tails, out, msg, sizeof msg);
+        for (int i = 0; i < n; i++) free(owned[i]);
+        if (rc)
+            return kvt_api_errorf(err, 400, INVALID, "tools", "unsupported_schema",
+                                  "a forced tool call follows the function's parameters, and kvtier cannot: %s", msg);
+        return 0;
+    }
+    if (a->format == KVT_FORMAT_TEXT) return 0;
+    if (kvt_jg_schema_compile(a->format == KVT_FORMAT_JSON_SCHEMA ? a->schema : NULL, out, msg, sizeof msg))
+        return kvt_api_errorf(err, 400, INVALID, "response_format", "unsupported_schema",
+                              "kvtier cannot follow this JSON schema: %s", msg);
+    return 0;
+}
+
+/* ---- reading calls back ------------------------------------------------------------------------- */
+
+static char *dupn(const char *s, size_t n) {
+    char *d = kvt_xmalloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    return p;
+}
+
+static const char *trim_end(const char *p, const char *end) {
+    while (end > p && (end[-1] == ' ' || end[-1] == '\n' || end[-1] == '\t' || end[-1] == '\r')) end--;
+    return end;
+}
+
+/* One call's JSON in body[0..end): {"name": N, KEY: {...}} (KEY "arguments",
+ * or "parameters" for Llama 3). The arguments are kept as the exact text
+ * the model wrote when it is written in kvtier's own form (so the call
+ * renders back to the same text), else as compact JSON. */
+static int parse_one(const char *body, const char *end, call_style st, kvt_api_call *c) {
+    body = skip_ws(body, end);
+    end = trim_end(body, end);
+    const char *pre = strchr(st.pre, '{'); /* the JSON part of the style's opening */
+    size_t lp = strlen(pre), lm = strlen(st.mid);
+    if ((size_t)(end - body) > lp && !memcmp(body, pre, lp)) {
+        const char *name = body + lp, *q = name;
+        while (q < end && *q != '"') q++;
+        if (q < end && (size_t)(end - q) > lm + 1 && !memcmp(q, st.mid, lm) && end[-1] == '}') {
+            cJSON *args = cJSON_ParseWithLength(q + lm, (size_t)(end - 1 - (q + lm)));
+            int ok = cJSON_IsObject(args);
+            cJSON_Delete(args);
+            if (ok) {
+                c->name = dupn(name, (size_t)(q - name));
+                c->arguments = dupn(q + lm, (size_t)(end - 1 - (q + lm)));
+                return 0;
+            }
+        }
+    }
+    cJSON *o = cJSON_ParseWithLength(body, (size_t)(end - body));
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, st.args_key);
+    if (!args) args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    int rc = -1;
+    if (cJSON_IsString(name) && name_ok(name->valuestring) && (cJSON_IsObject(args) || cJSON_IsString(args))) {
+        c->name = kvt_xstrdup(name->valuestring);
+        c->arguments = cJSON_IsString(args) ? kvt_xstrdup(args->valuestring) : cJSON_PrintUnformatted(args);
+        rc = 0;
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
+                           kvt_api_call **calls, char **content) {
+    call_style st = style_of(f);
+    const char *end = text + strlen(text);
+    size_t n = 0, cap = 4;
+    kvt_api_call *c = kvt_xcalloc(cap, sizeof *c);
+    const char *first = NULL;
+    int failed = 0;
+    if (f == KVT_CHAT_LLAMA3) {
+        const char *p = skip_ws(text, end);
+        first = p;
+        failed = p == end || *p != '{' || parse_one(p, end, st, &c[n++]);
+    } else {
+        static const char open[] = "<tool_call>", close[] = "</tool_call>";
+        const char *p = strstr(text, open);
+        first = p;
+        while (p && !failed) {
+            const char *body = p + strlen(open), *stop = strstr(body, close);
+            if (n == cap) c = kvt_xrealloc(c, (cap *= 2) * sizeof *c);
+            memset(&c[n], 0, sizeof c[n]);
+            failed = parse_one(body, stop ? stop : end, st, &c[n++]);
+            p = stop ? skip_ws(stop + strlen(close), end) : end;
+            p = strncmp(p, open, strlen(open)) ? NULL : p;
+        }
+    }
+    if (!first || failed) {
+        kvt_api_calls_free(c, n);
+        *calls = NULL;
+        *content = NULL;
+        return 0;
+    }
+    if (!parallel) {
+        for (size_t i = 1; i < n; i++) {
+            free(c[i].name);
+            free(c[i].arguments);
+            free(c[i].id);
+        }
+        n = 1;
+    }
+    const char *dash = strrchr(response_id, '-');
+    for (size_t i = 0; i < n; i++) {
+        char id[96];
+        snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, i);
+        c[i].id = kvt_xstrdup(id);
+    }
+    *content = dupn(text, (size_t)(trim_end(text, first) - text));
+    *calls = c;
+    return n;
+}
+
+void kvt_api_calls_free(kvt_api_call *c, size_t n) {
+    if (!c) return;
+    for (size_t i = 0; i < n; i++) {
+        free(c[i].id);
+        free(c[i].name);
+        free(c[i].arguments);
+    }
+    free(c);
+}
+
+cJSON *kvt_api_calls_obj(const kvt_api_call *c, size_t n, int index_field) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (index_field) cJSON_AddNumberToObject(o, "index", (double)i);
+        cJSON_AddStringToObject(o, "id", c[i].id);
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON *fn = cJSON_AddObjectToObject(o, "function");
+        cJSON_AddStringToObject(fn, "name", c[i].name);
+        cJSON_AddStringToObject(fn, "arguments", c[i].arguments);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size_t i) {
+    cJSON *o = kvt_api_head_obj(h, 1);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", h->index);
+    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    cJSON *calls = kvt_api_calls_obj(c, 1, 1);
+    cJSON_ReplaceItemInObject(calls->child, "index", cJSON_CreateNumber((double)i));
+    cJSON_AddItemToObject(d, "tool_calls", calls);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s ? s : kvt_xstrdup("{}");
+}

@@ -1,0 +1,99 @@
+/* Tool calling and structured output on the OpenAI surface: parsing tools,
+ * tool_choice, parallel_tool_calls, response_format and the tool turns of a
+ * conversation; rendering tools, tool calls and tool results into the chat
+ * messages a template family expects; the grammar that forces a tool call
+ * or a JSON document; and reading tool calls back out of generated text.
+ *
+ * The rendering is byte-stable: the same tools in the same order give the
+ * same text (function definitions as JSON with ", " and ": " separators, in
+ * the order the client sent their keys), placed before the conversation (the
+ * system turn for ChatML and the generic style, the first user turn for
+ * Llama 3), so an agent's tool block is a cached prefix. A tool call kvtier
+ * generated renders back as exactly the text it generated, so the reply map
+ * splices its exact token ids on the next turn.
+ *
+ * Styles by family:
+ *  - ChatML (Qwen 2.5, Hermes) and the generic style (Llama 2, Mistral,
+ *    unknown): tools inside <tools></tools> in the system turn, calls as
+ *    <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>, results in a
+ *    user turn as <tool_response>\n...\n</tool_response>.
+ *  - Llama 3.x: the function definitions at the top of the first user turn,
+ *    calls as {"name": N, "parameters": {...}}, results in an "ipython" turn.
+ *
+ * Thread-safety: every function is reentrant. */
+#ifndef KVT_API_TOOLS_H
+#define KVT_API_TOOLS_H
+
+#include <stddef.h>
+
+#include "api_openai.h"
+#include "chat.h"
+#include "json_grammar.h"
+
+struct cJSON;
+
+/* tools, tool_choice, parallel_tool_calls, response_format and llama.cpp's
+ * json_schema of a request body root into r. Returns 0, or -1 with *err
+ * filled (400 naming the field). */
+int kvt_api_parse_tools(const struct cJSON *root, kvt_api_request *r, kvt_api_error *err);
+/* A message's tool_calls (assistant) or tool_call_id (tool) into *out.
+ * Returns 0, or -1 with *err filled (nothing left allocated in *out). */
+int kvt_api_parse_msg_tools(const struct cJSON *msg, size_t index, const char *role, kvt_api_msg_tools *out,
+                            kvt_api_error *err);
+/* Frees what the two parsers above stored in r. */
+void kvt_api_tools_free(kvt_api_request *r);
+
+/* The arguments text of the tool calls kvtier generated, by call id and
+ * tenant salt: a bounded map (oldest dropped first). Clients send a call back
+ * re-serialized (LangChain and the AI SDK as JSON.stringify of the parsed
+ * arguments, Python's json.dumps elsewhere), so the history would no longer
+ * hold the bytes kvtier generated and their cached KV would be lost; when the
+ * returned arguments are the same JSON as the remembered ones, the call is
+ * rendered with the remembered text. Thread-safe. */
+typedef struct kvt_call_memo kvt_call_memo;
+kvt_call_memo *kvt_call_memo_new(size_t max_entries);
+void kvt_call_memo_free(kvt_call_memo *m);
+/* Remembers calls[0..n) (id and arguments, copied) under salt. */
+void kvt_call_memo_put(kvt_call_memo *m, const void *salt, size_t salt_len, const kvt_api_call *calls, size_t n);
+
+/* The messages of a, with tools, tool calls and tool results rendered in
+ * family f's style, as plain role/content messages for kvt_chat_render.
+ * memo (may be NULL) restores the exact arguments text of calls kvtier
+ * generated for salt.
+ * Returns a malloc'd array of *n messages whose strings are owned by *arena
+ * or borrowed from a (free both with kvt_api_messages_free; a must outlive
+ * the array). *last_user gets the index of the last message that was a user
+ * message in a (SIZE_MAX: none), where kvtier.documents go. */
+kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
+                               size_t salt_len, size_t *n, size_t *last_user, char ***arena);
+void kvt_api_messages_free(kvt_chat_msg *m, char **arena);
+
+/* 1 when a's output is to be read for tool calls: tools given and
+ * tool_choice other than none. */
+int kvt_api_tools_active(const kvt_api_request *a);
+
+/* The grammar a's output must follow: a forced tool call (tool_choice
+ * required or a named function: one call of one of the allowed functions,
+ * its arguments matching the function's parameters), or a JSON document
+ * (response_format json_object / json_schema); *out NULL when the output is
+ * free. Returns 0, or -1 with *err filled (400 naming the schema keyword
+ * kvtier does not support, or a combination it refuses). Free *out with
+ * kvt_jg_schema_free. */
+int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema **out, kvt_api_error *err);
+
+/* Reads the tool calls out of generated text in family f's style. Returns
+ * their number (0: none; then the text is the content), with *calls
+ * malloc'd (free with kvt_api_calls_free) and *content the text outside the
+ * calls (malloc'd, maybe empty). parallel 0 keeps only the first call. Ids
+ * are "call_<response id>_<index>". */
+size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
+                           kvt_api_call **calls, char **content);
+void kvt_api_calls_free(kvt_api_call *c, size_t n);
+
+/* OpenAI's tool_calls array; index_field adds "index" to each (stream deltas). */
+struct cJSON *kvt_api_calls_obj(const kvt_api_call *c, size_t n, int index_field);
+/* A stream chunk whose delta carries tool call i whole (id, type, name and
+ * arguments at once, which clients reassemble like a split one). */
+char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size_t i);
+
+#endif

@@ -1,0 +1,266 @@
+/* The answers to a generation request: the JSON of a finished one and the
+ * SSE stream of one in progress, for any number of choices (n), with tool
+ * calls read back out of the text (api_tools.c) when the request has tools. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_rag.h"
+#include "common.h"
+#include "server_impl.h"
+
+static kvt_api_head head_of(kvt_server *s, const srv_req *r, int32_t index) {
+    kvt_api_head h = {.kind = r->kind, .id = r->id, .created = r->created, .model = s->p.model_id, .index = index};
+    return h;
+}
+
+/* Choice i of r: r itself, then its other choices. */
+static srv_req *choice(srv_req *r, int32_t i) { return i ? r->sib[i - 1] : r; }
+
+kvt_api_usage kvt_srv_total_usage(const srv_req *r) {
+    kvt_api_usage u = r->usage;
+    for (int32_t i = 0; i < r->n_sib; i++) u.completion_tokens += r->sib[i]->usage.completion_tokens;
+    return u;
+}
+
+/* The tool calls in a finished choice's text (remembered for the next turn),
+ * or 0 when it is text. */
+static size_t read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
+    *calls = NULL;
+    *content = NULL;
+    if (!c->tools) return 0;
+    size_t n = kvt_api_parse_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
+    kvt_call_memo_put(s->calls, c->salt, c->salt_len, *calls, n);
+    return n;
+}
+
+/* The response JSON with kvtier.rag added (README "RAG"): chunk positions,
+ * tiers and order as the engine admitted r. Takes json. */
+static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, char *json) {
+    kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block, r->plan_ms};
+    return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
+}
+
+char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
+    int32_t n = 1 + r->n_sib;
+    kvt_api_choice ch[KVT_API_MAX_N] = {0};
+    kvt_api_logprobs lp[KVT_API_MAX_N];
+    kvt_api_call *calls[KVT_API_MAX_N];
+    char *content[KVT_API_MAX_N];
+    for (int32_t i = 0; i < n; i++) {
+        srv_req *c = choice(r, i);
+        size_t nc = read_calls(s, c, &calls[i], &content[i]);
+        lp[i] = (kvt_api_logprobs){.items = c->lp, .n = c->n_lp, .tok = s->tok};
+        ch[i] = (kvt_api_choice){.text = nc ? content[i] : c->text ? c->text : "",
+                                 .finish_reason = nc ? "tool_calls" : c->finish_reason,
+                                 .lp = c->logprobs ? &lp[i] : NULL,
+                                 .calls = calls[i],
+                                 .n_calls = nc};
+    }
+    kvt_api_head h = head_of(s, r, 0);
+    kvt_api_usage u = kvt_srv_total_usage(r);
+    char *json = kvt_api_response_json_n(&h, ch, (size_t)n, &u);
+    if (rag) json = with_rag(s, r, rag, json);
+    for (int32_t i = 0; i < n; i++) {
+        kvt_api_calls_free(calls[i], ch[i].n_calls);
+        free(content[i]);
+    }
+    return json;
+}
+
+/* ---- streaming (SSE) ----------------------------------------------------------------- */
+
+typedef struct {
+    size_t sent;            /* bytes of the choice's text already turned into events */
+    size_t lp_sent;         /* logprob entries already sent */
+    size_t lp_offset;       /* completions: text bytes those entries stand for */
+    int closed;             /* its finish chunk was sent */
+} choice_state;
+
+typedef struct {
+    kvt_server *s;
+    srv_req *r;
+    struct MHD_Connection *conn;
+    kvt_api_usage *usage;   /* for the access log (the caller's) */
+    int *has_usage;
+    char *buf;              /* SSE bytes not yet handed to MHD */
+    size_t len, off, cap;
+    int opened, finished;
+    int32_t n;
+    choice_state ch[KVT_API_MAX_N];
+    kvt_api_rag *rag;       /* /v1/rag/chat/completions: what was retrieved (owned), for the finish chunk */
+} stream_state;
+
+static void sse_event(stream_state *st, char *json) {
+    size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
+    if (need > st->cap) {
+        st->cap = KVT_MAX(st->cap * 2, need);
+        st->buf = kvt_xrealloc(st->buf, st->cap);
+    }
+    st->len += (size_t)sprintf(st->buf + st->len, "data: %s\n\n", json);
+    free(json);
+}
+
+/* Whether choice i has something to send (s->mu held). A choice read for
+ * tool calls is sent whole once it is done: its calls are known only then. */
+static int has_news(const stream_state *st, int32_t i) {
+    const srv_req *c = choice(st->r, i);
+    const choice_state *cs = &st->ch[i];
+    if (cs->closed) return 0;
+    if (c->done) return 1;
+    return !c->tools && (c->text_len > cs->sent || (c->logprobs && c->n_lp > cs->lp_sent));
+}
+
+/* The events of choice i since the last ones: its text and logprobs, and when
+ * it is done its tool calls and finish chunk. Called without s->mu; reads what
+ * the engine published, copied under the lock. */
+static void choice_events(stream_state *st, int32_t i) {
+    kvt_server *s = st->s;
+    srv_req *c = choice(st->r, i);
+    choice_state *cs = &st->ch[i];
+    kvt_api_head h = head_of(s, st->r, i);
+    pthread_mutex_lock(&s->mu);
+    int done = c->done;
+    char *delta = NULL;
+    if ((!c->tools || done) && c->text_len > cs->sent) {
+        delta = kvt_xmalloc(c->text_len - cs->sent + 1);
+        memcpy(delta, c->text + cs->sent, c->text_len - cs->sent + 1);
+        cs->sent = c->text_len;
+    }
+    /* the logprobs published since the last event ride with this one (the engine appends only) */
+    kvt_api_logprob *lps = NULL;
+    size_t n_lps = 0;
+    if (c->logprobs && c->n_lp > cs->lp_sent && (!c->tools || done)) {
+        n_lps = c->n_lp - cs->lp_sent;
+        lps = kvt_xmalloc(n_lps * sizeof *lps);
+        memcpy(lps, c->lp + cs->lp_sent, n_lps * sizeof *lps);
+        cs->lp_sent = c->n_lp;
+    }
+    pthread_mutex_unlock(&s->mu);
+    kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = cs->lp_offset};
+    char piece[PIECE_INIT]; /* the length is all that is wanted here */
+    for (size_t k = 0; k < n_lps; k++)
+        cs->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[k].id, piece, sizeof piece, 1), 0);
+    kvt_api_call *calls = NULL;
+    char *content = NULL;
+    size_t nc = 0;
+    if (done && !c->err_status) nc = read_calls(s, c, &calls, &content); /* done is final: c->text stays */
+    const char *text = nc ? content : delta;
+    if ((text && *text) || n_lps) sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
+    for (size_t k = 0; k < nc; k++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
+    if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
+        char *last = kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL);
+        sse_event(st, st->rag && !i ? with_rag(s, c, st->rag, last) : last);
+    }
+    if (done && !c->err_status) cs->closed = 1; /* a failure is sent by stream_read, as the whole response's */
+    kvt_api_calls_free(calls, nc);
+    free(content);
+    free(delta);
+    free(lps);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+    stream_state *st = cls;
+    kvt_server *s = st->s;
+    srv_req *r = st->r;
+    (void)pos;
+    while (st->off == st->len) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        st->off = st->len = 0;
+        if (!st->opened && r->kind == KVT_API_CHAT)
+            for (int32_t i = 0; i < st->n; i++) {
+                kvt_api_head h = head_of(s, r, i);
+                sse_event(st, kvt_api_chunk_json(&h, NULL, 1, NULL, NULL, NULL));
+            }
+        st->opened = 1;
+        pthread_mutex_lock(&s->mu);
+        for (;;) {
+            int news = 0;
+            for (int32_t i = 0; i < st->n && !news; i++) news = has_news(st, i);
+            if (news || st->len) break;
+            kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
+            for (int32_t i = 0; i < st->n && !news; i++) news = has_news(st, i);
+            if (news) break;
+            pthread_mutex_unlock(&s->mu);
+            int gone = kvt_srv_peer_gone(st->conn);
+            pthread_mutex_lock(&s->mu);
+            if (gone) {
+                pthread_mutex_unlock(&s->mu);
+                kvt_srv_cancel(s, r);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        int32_t err = -1, all_done = 0;
+        for (int32_t i = 0; i < st->n; i++) {
+            srv_req *c = choice(r, i);
+            if (c->done && c->err_status && err < 0) err = i;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (err >= 0) {
+            /* a failed choice fails the response; done is final, so err_msg stays */
+            srv_req *c = choice(r, err);
+            kvt_api_error e;
+            kvt_api_errorf(&e, c->err_status, c->err_status >= 500 ? "server_error" : "invalid_request_error", NULL,
+                           NULL, "%s", c->err_msg);
+            kvt_srv_cancel(s, r);
+            sse_event(st, kvt_api_error_json(&e));
+        } else {
+            /* done when every choice's finish chunk went out (a choice may finish while the others' events are made) */
+            all_done = 1;
+            for (int32_t i = 0; i < st->n; i++) {
+                if (!st->ch[i].closed) choice_events(st, i);
+                all_done &= st->ch[i].closed;
+            }
+        }
+        if (err >= 0 || all_done) {
+            kvt_api_head h = head_of(s, r, 0);
+            kvt_api_usage u = kvt_srv_total_usage(r);
+            if (err < 0 && r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &u));
+            *st->usage = u;
+            *st->has_usage = 1;
+            size_t need = st->len + sizeof "data: [DONE]\n\n";
+            if (need > st->cap) st->buf = kvt_xrealloc(st->buf, st->cap = need);
+            st->len += (size_t)sprintf(st->buf + st->len, "data: [DONE]\n\n");
+            st->finished = 1;
+        }
+    }
+    size_t n = KVT_MIN(max, st->len - st->off);
+    memcpy(out, st->buf + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    stream_state *st = cls;
+    kvt_srv_cancel(st->s, st->r); /* a no-op when it finished; otherwise the client went away */
+    pthread_mutex_lock(&st->s->mu);
+    for (int32_t i = st->n - 1; i >= 0; i--) kvt_srv_req_unref_locked(choice(st->r, i));
+    pthread_mutex_unlock(&st->s->mu);
+    free(st->buf);
+    free(st->rag);
+    free(st);
+}
+
+struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct MHD_Connection *conn,
+                                             kvt_api_usage *usage, int *has_usage, const kvt_api_rag *rag) {
+    stream_state *st = kvt_xcalloc(1, sizeof *st);
+    if (rag) {
+        st->rag = kvt_xmalloc(sizeof *st->rag);
+        *st->rag = *rag;
+    }
+    st->s = s;
+    st->r = r;
+    st->conn = conn;
+    st->usage = usage;
+    st->has_usage = has_usage;
+    st->n = 1 + r->n_sib;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
+    if (!resp) {
+        stream_free(st);
+        return NULL;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return resp;
+}

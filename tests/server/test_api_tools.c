@@ -1,0 +1,197 @@
+/* Tools on the OpenAI surface as data: tools rendered byte-stable in each
+ * family's style (JSON as the templates print it), tool turns and calls in
+ * history, calls read back out of generated text with their exact
+ * arguments, the forced-call grammar accepting exactly the text a call
+ * renders as, and the request fields' errors. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_tools.h"
+#include "common.h"
+#include "testutil.h"
+
+#define TEST_CTX 4096
+
+static int parse(const char *json, kvt_api_request *r) {
+    kvt_api_error e;
+    int rc = kvt_api_parse(KVT_API_CHAT, json, strlen(json), 1000, TEST_CTX, 512, r, &e);
+    if (rc) fprintf(stderr, "parse: %s\n", e.message);
+    return rc;
+}
+
+static void expect_error(const char *json, const char *param, const char *words) {
+    kvt_api_request r;
+    kvt_api_error e;
+    int rc = kvt_api_parse(KVT_API_CHAT, json, strlen(json), 1000, TEST_CTX, 512, &r, &e);
+    if (!rc) {
+        kvt_jg_schema *g = NULL;
+        rc = kvt_api_grammar(&r, KVT_CHAT_CHATML, &g, &e);
+        kvt_jg_schema_free(g);
+        kvt_api_request_free(&r);
+    }
+    CHECKF(rc && e.status == 400 && e.param && !strcmp(e.param, param) && (!words || strstr(e.message, words)),
+           "%s: rc %d param %s message %s", json, rc, rc && e.param ? e.param : "-", rc ? e.message : "-");
+}
+
+#define TOOL "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"," \
+             "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}"
+#define TOOL_TEXT "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": " \
+                  "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}"
+#define HISTORY                                                                                                   \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Paris?\"},"    \
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"   \
+    "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\","            \
+    "\"tool_call_id\":\"c1\",\"content\":\"sunny\"},{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"21\"}]," \
+    "\"tools\":[" TOOL "]}"
+
+static void test_chatml_rendering(void) {
+    kvt_api_request a, b;
+    if (parse(HISTORY, &a) || parse(HISTORY, &b)) return;
+    size_t n, nb, last, lb;
+    char **arena, **arena_b;
+    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_CHATML, NULL, NULL, 0, &n, &last, &arena);
+    kvt_chat_msg *mb = kvt_api_messages(&b, KVT_CHAT_CHATML, NULL, NULL, 0, &nb, &lb, &arena_b);
+    CHECKF(n == 4, "%zu messages", n);
+    if (n == 4) {
+        CHECK(!strcmp(m[0].role, "system") && !strncmp(m[0].content, "Be brief.\n\n# Tools", 18));
+        CHECKF(strstr(m[0].content, "<tools>\n" TOOL_TEXT "\n</tools>"), "%s", m[0].content);
+        CHECK(!strcmp(m[1].role, "user") && last == 1);
+        CHECKF(!strcmp(m[2].content, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                                     "</tool_call>"),
+               "%s", m[2].content);
+        CHECKF(!strcmp(m[3].role, "user") &&
+                   !strcmp(m[3].content, "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n21\n</tool_response>"),
+               "%s", m[3].content);
+        /* byte-stable: the same request renders the same */
+        int same = nb == n;
+        for (size_t i = 0; same && i < n; i++) same = !strcmp(m[i].content, mb[i].content) && !strcmp(m[i].role, mb[i].role);
+        CHECK(same);
+        /* the call in history reads back as itself */
+        kvt_api_call *calls;
+        char *content;
+        size_t k = kvt_api_parse_calls(KVT_CHAT_CHATML, m[2].content, 1, "chatcmpl-ab", &calls, &content);
+        CHECK(k == 1 && !strcmp(calls[0].name, "get_weather") && !strcmp(calls[0].arguments, "{\"city\": \"Paris\"}") &&
+              !strcmp(calls[0].id, "call_ab_0") && !strcmp(content, ""));
+        kvt_api_calls_free(calls, k);
+        free(content);
+    }
+    kvt_api_messages_free(m, arena);
+    kvt_api_messages_free(mb, arena_b);
+    kvt_api_request_free(&a);
+    kvt_api_request_free(&b);
+}
+
+static void test_llama3_rendering(void) {
+    kvt_api_request a;
+    if (parse(HISTORY, &a)) return;
+    size_t n, last;
+    char **arena;
+    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_LLAMA3, NULL, NULL, 0, &n, &last, &arena);
+    CHECKF(n == 5, "%zu messages", n);
+    if (n == 5) {
+        CHECK(!strcmp(m[0].content, "Be brief."));
+        CHECKF(strstr(m[1].content, "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",") &&
+                   strstr(m[1].content, "\n\nParis?"),
+               "%s", m[1].content);
+        CHECKF(!strcmp(m[2].content, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"), "%s", m[2].content);
+        CHECK(!strcmp(m[3].role, "ipython") && !strcmp(m[3].content, "sunny") && !strcmp(m[4].role, "ipython"));
+        kvt_api_call *calls;
+        char *content;
+        size_t k = kvt_api_parse_calls(KVT_CHAT_LLAMA3, m[2].content, 1, "x", &calls, &content);
+        CHECK(k == 1 && !strcmp(calls[0].arguments, "{\"city\": \"Paris\"}"));
+        kvt_api_calls_free(calls, k);
+        free(content);
+    }
+    kvt_api_messages_free(m, arena);
+    kvt_api_request_free(&a);
+}
+
+static void test_parse_calls(void) {
+    kvt_api_call *calls;
+    char *content;
+    const char *two = "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                      "{\"arguments\":{\"x\":[1,2]},\"name\":\"b\"}\n</tool_call>";
+    size_t k = kvt_api_parse_calls(KVT_CHAT_CHATML, two, 1, "r-1", &calls, &content);
+    CHECK(k == 2 && !strcmp(content, "Let me check.") && !strcmp(calls[1].name, "b") &&
+          !strcmp(calls[1].arguments, "{\"x\":[1,2]}") && !strcmp(calls[1].id, "call_1_1"));
+    kvt_api_calls_free(calls, k);
+    free(content);
+    k = kvt_api_parse_calls(KVT_CHAT_CHATML, two, 0, "r-1", &calls, &content);
+    CHECK(k == 1 && !strcmp(calls[0].name, "a"));
+    kvt_api_calls_free(calls, k);
+    free(content);
+    static const char *const none[] = {"plain text", "<tool_call>\nnot json\n</tool_call>", "<tool_call>{\"name\": 5}"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(none); i++) {
+        k = kvt_api_parse_calls(KVT_CHAT_CHATML, none[i], 1, "r", &calls, &content);
+        CHECKF(k == 0 && !calls, "%s", none[i]);
+    }
+    k = kvt_api_parse_calls(KVT_CHAT_LLAMA3, "plain", 1, "r", &calls, &content);
+    CHECK(k == 0);
+}
+
+/* The forced grammar accepts exactly the text a call renders as. */
+static void test_forced_grammar(void) {
+    kvt_api_request a;
+    if (parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" TOOL "],\"tool_choice\":\"required\"}",
+              &a))
+        return;
+    kvt_api_error e;
+    kvt_jg_schema *g = NULL;
+    CHECK(kvt_api_grammar(&a, KVT_CHAT_CHATML, &g, &e) == 0 && g);
+    if (g) {
+        const char *call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+        kvt_jg *m = kvt_jg_new(g, NULL);
+        CHECK(kvt_jg_feed(m, call, strlen(call)) == 0 && kvt_jg_done(m));
+        kvt_jg_free(m);
+        m = kvt_jg_new(g, NULL);
+        CHECK(kvt_jg_feed(m, " <tool_call>", 12) != 0); /* nothing before the head */
+        kvt_jg_free(m);
+        m = kvt_jg_new(g, NULL);
+        const char *bad = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}";
+        CHECK(kvt_jg_feed(m, bad, strlen(bad)) != 0); /* city is required */
+        kvt_jg_free(m);
+    }
+    kvt_jg_schema_free(g);
+    kvt_api_request_free(&a);
+}
+
+static void test_errors(void) {
+    const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    char body[1024];
+    snprintf(body, sizeof body, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", m);
+    expect_error(body, "tools", "name");
+    snprintf(body, sizeof body, "{%s,\"tools\":[" TOOL "," TOOL "]}", m);
+    expect_error(body, "tools", "two tools");
+    snprintf(body, sizeof body, "{%s,\"tool_choice\":\"required\"}", m);
+    expect_error(body, "tool_choice", "no 'tools'");
+    snprintf(body, sizeof body, "{%s,\"tool_choice\":\"sometimes\"}", m);
+    expect_error(body, "tool_choice", NULL);
+    snprintf(body, sizeof body, "{%s,\"parallel_tool_calls\":1}", m);
+    expect_error(body, "parallel_tool_calls", NULL);
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"xml\"}}", m);
+    expect_error(body, "response_format", NULL);
+    snprintf(body, sizeof body,
+             "{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"oneOf\":[]}}}}", m);
+    expect_error(body, "response_format", "'oneOf'");
+    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"json_object\"},\"json_schema\":{\"type\":\"object\"}}", m);
+    expect_error(body, "json_schema", NULL);
+    snprintf(body, sizeof body, "{%s,\"functions\":[{\"name\":\"f\"}]}", m);
+    expect_error(body, "functions", NULL);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}");
+    expect_error(body, "messages", "arguments");
+    kvt_api_request r;
+    kvt_api_error e;
+    const char *p = "{\"prompt\":\"x\",\"tools\":[" TOOL "]}";
+    CHECK(kvt_api_parse(KVT_API_COMPLETION, p, strlen(p), 1000, TEST_CTX, 512, &r, &e) == KVT_EARG &&
+          !strcmp(e.param, "tools"));
+}
+
+int main(void) {
+    test_chatml_rendering();
+    test_llama3_rendering();
+    test_parse_calls();
+    test_forced_grammar();
+    test_errors();
+    return kvt_test_done("test_api_tools");
+}

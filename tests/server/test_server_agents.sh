@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Agent loops with tools against `kvtier serve`, driven by the clients agents
+# are written with: the official `openai` package (6.x), LangChain
+# (@langchain/openai 1.x) and the AI SDK (ai 6 with @ai-sdk/openai-compatible
+# 2), plus ajv to validate JSON-schema output over 100 seeds; see
+# tests/agent_clients.mjs. The packages are installed once into the build tree
+# (node_agents/); without node/npm or the registry the test is skipped (77).
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+SRC=${KVT_SRC:?KVT_SRC must point to the source tree}
+command -v node >/dev/null && command -v npm >/dev/null || { echo "SKIP: node and npm are not installed"; exit 77; }
+NODE_DIR=$(cd "$(dirname "$BIN")" && pwd)/node_agents
+PKGS="openai@6 @langchain/openai@1 @langchain/core@1 ai@6 @ai-sdk/openai-compatible@2 zod@4 ajv@8"
+if [ ! -f "$NODE_DIR/installed" ] || [ "$(cat "$NODE_DIR/installed")" != "$PKGS" ]; then
+  mkdir -p "$NODE_DIR"
+  ( cd "$NODE_DIR" && { [ -f package.json ] || echo '{"private":true}' >package.json; } &&
+    # shellcheck disable=SC2086
+    timeout 300 npm install --no-audit --no-fund --silent $PKGS ) >"$NODE_DIR/install.log" 2>&1 || {
+    echo "SKIP: 'npm install $PKGS' failed (offline?); see $NODE_DIR/install.log"; exit 77; }
+  echo "$PKGS" >"$NODE_DIR/installed"
+fi
+TMP=$(mktemp -d)
+SRV_PID=
+cleanup() { [ -n "$SRV_PID" ] && kill -9 "$SRV_PID" 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+"$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 -c 4096 --parallel 2 --api-key test-key >"$TMP/log" 2>&1 &
+SRV_PID=$!
+PORT=
+for _ in $(seq 100); do
+  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/log" | grep -o '[0-9]*$') && [ -n "$PORT" ] && break
+  sleep 0.1
+done
+[ -n "$PORT" ] || { echo "server did not start:"; cat "$TMP/log"; exit 1; }
+# ES modules resolve packages beside the script, so it runs from the install folder
+cp "$SRC/tests/agent_clients.mjs" "$NODE_DIR/"
+BASE="http://127.0.0.1:$PORT" KEY=test-key timeout 600 node "$NODE_DIR/agent_clients.mjs"
+rc=$?
+[ $rc -eq 0 ] || tail -n 20 "$TMP/log"
+kill -TERM "$SRV_PID"; wait "$SRV_PID"; SRV_PID=
+exit $rc

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Structured output and tool calling end to end over loopback, on a
+# random-weight model (which writes noise unconstrained, so every valid
+# document below is the grammar's doing): response_format json_object and
+# json_schema over many seeds, unsupported schema keywords refused by name,
+# greedy constrained output bit-identical with a cache hit and cold, forced
+# and named tool calls whose arguments follow the schema, streamed calls equal
+# to non-streamed ones, an agent loop whose next step reuses the tool block
+# and the generated call from the cache, and the Llama 3 call style. Needs
+# curl and jq.
+set -u
+BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
+has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+start_server() {
+  local name=$1; shift
+  "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 1 -c 2048 "$@" >"$TMP/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+  for _ in $(seq 100); do
+    local u; u=$(grep -o 'listening on http://[^ ]*:[0-9]*' "$TMP/$name.log" | sed 's/listening on //')
+    if [ -n "$u" ]; then URL=$u; return 0; fi
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
+}
+stop_server() { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; }
+post() {
+  local path=$1 json=$2; shift 2
+  CODE=$(curl -s -m 120 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
+}
+jb() { if [ "$1" = -c ]; then jq -c "$2" "$TMP/body"; else jq -r "$1" "$TMP/body"; fi; }
+
+MSG='"messages":[{"role":"user","content":"Answer in JSON."}]'
+SCHEMA='{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer"},
+ "tags":{"type":"array","items":{"enum":["a","b",3]},"maxItems":3},"ok":{"type":["boolean","null"]}},
+ "required":["name","age","tags"],"additionalProperties":false}'
+# jq: 1 when the content is a document of SCHEMA
+VALID='(.name|type=="string" and (explode|length)<=12) and (.age|type=="number" and .==floor) and (.tags|type=="array"
+ and length<=3 and all(.[]; .=="a" or .=="b" or .==3)) and ((.ok|type) as $t | $t=="boolean" or $t=="null")
+ and (keys - ["name","age","tags","ok"] | length==0)'
+
+start_server main -np 2
+# ---- response_format ------------------------------------------------------------------------------
+good=0
+for seed in $(seq 1 12); do
+  post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_object\"},\"max_tokens\":120,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && jb '.choices[0].message.content | fromjson | type' 2>/dev/null | grep -qx object && good=$((good + 1))
+done
+check "json_object: 12 of 12 seeds give a JSON object" is "$good" 12
+good=0
+for seed in $(seq 1 12); do
+  post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":$SCHEMA}},\"max_tokens\":150,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && [ "$(jb ".choices[0].message.content | fromjson | $VALID" 2>/dev/null)" = true ] && good=$((good + 1))
+done
+check "json_schema: 12 of 12 seeds validate" is "$good" 12
+check "... and stop when the document is complete" is "$(jb '.choices[0].finish_reason')" stop
+post /v1/completions "{\"prompt\":\"JSON:\",\"json_schema\":$SCHEMA,\"max_tokens\":150,\"seed\":5}"
+check "completions with llama.cpp's json_schema validate" is "$(jb ".choices[0].text | fromjson | $VALID")" true
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]+$\"}}}}}}"
+check "an unsupported keyword is a 400 naming response_format" is "$CODE/$(jb .error.param)" 400/response_format
+check "... and the keyword and where it is" has "$(jb .error.message)" "'pattern' at /properties/zip"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}"
+check "json_schema without a schema is a 400" is "$CODE" 400
+
+# greedy constrained output: a cache hit gives the same bytes as a cold run
+LONG="\"messages\":[{\"role\":\"system\",\"content\":\"$(printf 'You reply with one JSON record about a person. %.0s' $(seq 8))\"},{\"role\":\"user\",\"content\":\"Ada\"}]"
+GREEDY="{$LONG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":$SCHEMA}},\"max_tokens\":150,\"temperature\":0}"
+post /v1/chat/completions "$GREEDY"
+COLD=$(jb '.choices[0].message.content')
+post /v1/chat/completions "$GREEDY"
+check "the repeat is a cache hit" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" 64
+check "... with the same constrained text" is "$(jb '.choices[0].message.content')" "$COLD"
+
+# ---- tools ------------------------------------------------------------------------------------------
+TOOLS='[{"type":"function","function":{"name":"get_weather","description":"The weather in a city",
+ "parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":16},"unit":{"enum":["c","f"]}},
+ "required":["city","unit"],"additionalProperties":false}}},
+ {"type":"function","function":{"name":"add","description":"Adds two numbers","parameters":{"type":"object",
+ "properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"],"additionalProperties":false}}}]'
+ARGS_OK='(.function.name=="get_weather" and (.function.arguments|fromjson|(.city|type=="string") and (.unit=="c" or .unit=="f")
+ and (keys|length==2))) or (.function.name=="add" and (.function.arguments|fromjson|(.a|type=="number") and (.b|type=="number") and (keys|length==2)))'
+good=0
+for seed in $(seq 1 8); do
+  post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":$seed}"
+  [ "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.content==null) and (.choices[0].message.tool_calls|length==1) and (.choices[0].message.tool_calls[0]|$ARGS_OK)" 2>/dev/null)" = true ] && good=$((good + 1))
+done
+check "tool_choice required: 8 of 8 seeds call a tool with valid arguments" is "$good" 8
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":120,\"seed\":4}"
+check "a named function is the one called" is "$(jb '.choices[0].message.tool_calls[0].function.name')" add
+check "... with valid arguments" is "$(jb ".choices[0].message.tool_calls[0] | $ARGS_OK")" true
+check "... and an id" has "$(jb '.choices[0].message.tool_calls[0].id')" call_
+NS=$(jb -c '[.choices[0].message.tool_calls[0].function | .name, .arguments]')
+curl -s -m 120 -N -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":120,\"seed\":4,\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
+ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc '[.[].choices[0].delta.tool_calls // [] | .[] | select(.index==0) | .function] | [(map(.name // "") | add), (map(.arguments // "") | add)]')
+check "a streamed call reassembles to the non-streamed one" is "$ST" "$NS"
+check "... and finishes with tool_calls" is "$(grep -c '"finish_reason":"tool_calls"' "$TMP/sse")" 1
+post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}"
+check "naming a function not in tools is a 400 naming tool_choice" is "$CODE/$(jb .error.param)" 400/tool_choice
+post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"response_format\":{\"type\":\"json_object\"}}"
+check "JSON output with callable tools is a 400 naming response_format" is "$CODE/$(jb .error.param)" 400/response_format
+post /v1/chat/completions "{$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"email\"}}}}}],\"tool_choice\":\"required\"}"
+check "a forced call over an unsupported schema is a 400 naming tools" is "$CODE/$(jb .error.param)" 400/tools
+check "... and the keyword" has "$(jb .error.message)" "'format'"
+post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":\"none\",\"max_tokens\":4}"
+check "tool_choice none: a plain reply" is "$CODE/$(jb '.choices[0].message.tool_calls')" 200/null
+
+# an agent loop: forced call, tool result, next step; each step reuses the tool block and the call itself
+Q='{"role":"user","content":"What is the weather in Paris, and then add 2 and 3?"}'
+post /v1/chat/completions "{\"messages\":[$Q],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":80,\"seed\":9,\"parallel_tool_calls\":false}"
+P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens)
+A1=$(jb -c '.choices[0].message')
+ID1=$(jb '.choices[0].message.tool_calls[0].id')
+check "step 1 called a tool" is "$(jb '.choices[0].finish_reason')" tool_calls
+STEP2="[$Q,$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"sunny, 21 C\"}]"
+post /v1/chat/completions "{\"messages\":$STEP2,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":80,\"seed\":10}"
+check "step 2 (tool result) is accepted" is "$CODE" 200
+CACHED2=$(jb .usage.prompt_tokens_details.cached_tokens)
+# everything step 1 saw and wrote, but its last partial block, comes from the cache: the call was spliced back as its ids
+check "step 2 reuses step 1's prompt and call" ge "$CACHED2" $(( (P1 + C1) / 32 * 32 ))
+A2=$(jb -c '.choices[0].message')
+ID2=$(jb '.choices[0].message.tool_calls[0].id')
+post /v1/chat/completions "{\"messages\":${STEP2%]},$A2,{\"role\":\"tool\",\"tool_call_id\":\"$ID2\",\"content\":\"5\"}],\"tools\":$TOOLS,\"max_tokens\":8,\"seed\":11}"
+check "step 3 (auto, free text) is accepted" is "$CODE" 200
+check "step 3's cache grows" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $((CACHED2 + 32))
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"x\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"1\"}],\"max_tokens\":2}"
+check "tool turns without tools render (200)" is "$CODE" 200
+stop_server
+
+# ---- n > 1: one prefill, n sequences on the prompt's pages, each its own sampler -------------------
+start_server choices -np 4
+metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+NP='"prompt":"Once upon a time, in a cache far away, there lived a block of thirty-two tokens and its parent.","ignore_eos":true'
+post /v1/completions "{$NP,\"max_tokens\":6,\"temperature\":0}"
+ONE=$(jb '.choices[0].text') PT=$(jb .usage.prompt_tokens)
+C0=$(metric kvtier_computed_tokens_total) P0=$(metric kvtier_prompt_tokens_total)
+post /v1/completions "{$NP,\"max_tokens\":6,\"temperature\":0,\"n\":3,\"cache_salt\":\"fresh\"}"
+check "n=3: three choices, indexed 0..2" is "$(jb -c '[.choices[].index]')" "[0,1,2]"
+check "... greedy: all equal the single run" is "$(jb -c '[.choices[].text] | unique')" "$(jq -nc --arg t "$ONE" '[$t]')"
+check "... usage: the prompt once, 3 x 6 generated" is "$(jb -c '[.usage.prompt_tokens, .usage.completion_tokens]')" "[$PT,18]"
+# a fresh salt, so nothing was cached: the prompt was prefilled once for the three
+check "... the prompt was computed once" is "$(( $(metric kvtier_computed_tokens_total) - C0 ))" "$PT"
+check "... and counted once" is "$(( $(metric kvtier_prompt_tokens_total) - P0 ))" "$PT"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"seed\":40,\"n\":3,\"ignore_eos\":true}"
+MANY=$(jb -c '[.choices[].message.content]')
+SINGLES=$(for i in 0 1 2; do
+  post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"seed\":$((40 + i)),\"ignore_eos\":true}"
+  jb '.choices[0].message.content'; done | jq -Rsc 'split("\n")[:-1]')
+check "seeded n=3: choice i equals a single run with seed + i" is "$MANY" "$SINGLES"
+check "... and they differ" is "$(jq 'unique | length' <<<"$MANY")" 3
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"seed\":40,\"n\":3,\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$URL/v1/chat/completions" >"$TMP/sse"
+ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc '[.[] | .choices[]? | {i: .index, c: (.delta.content // "")}] | group_by(.i) | map(map(.c) | add)')
+check "streamed n=3 reassembles per index" is "$ST" "$MANY"
+check "... three finish chunks and one usage chunk" is "$(grep -c '"finish_reason":"length"' "$TMP/sse")/$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -s '[.[] | select(.usage)] | .[0].usage.completion_tokens')" "3/24"
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":5}"
+check "n above --parallel is a 400 naming n" is "$CODE/$(jb .error.param)" 400/n
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":100,\"seed\":3,\"n\":2}"
+check "n=2 forced calls: both valid" is "$(jb "[.choices[] | .finish_reason==\"tool_calls\" and (.message.tool_calls[0] | $ARGS_OK)] | all")" true
+stop_server
+
+# ---- the Llama 3 style: {"name": ..., "parameters": ...} -------------------------------------------
+start_server llama3 --chat-template llama3
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
+check "llama3: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
+P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
+# the client sends the arguments back re-serialized (as LangChain does): the call memo restores kvtier's text
+A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
+check "llama3: the next step reuses the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
+stop_server
+
+echo "test_server_tools: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
