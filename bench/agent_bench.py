@@ -11,13 +11,16 @@ timings.prompt_n), and total wall time. Loopback only. Standard library only.
 
 usage: agent_bench.py --url http://127.0.0.1:8090 [--label NAME] [--sessions 6] [--rounds 3]
        [--system-words 300] [--doc-words 1200] [--tool-words 60] [--kvtier-sessions] [--summary FILE]
-       [--url2 URL [--switch-round 1]]
+       [--url2 URL [--switch-round 1]] [--dump FILE]
 
 --kvtier-sessions names each session (kvtier.session_id), as an agent framework
 would; --summary appends one JSON line per round (computed, TTFT p50/p99, wall
 time, cached tokens by tier) for bench/expansion.sh. --url2 sends the rounds
 from --switch-round on to a second server (node B continues the sessions
-node A started: bench/remote_agents.sh, where the two share T3).
+node A started: bench/remote_agents.sh, where the two share T3). --dump appends
+one JSON line per request (reply text, prompt and completion tokens,
+finish_reason) so runs can be compared reply by reply. A failed request is not
+retried: it stops the run with exit status 1.
 """
 import argparse
 import http.client
@@ -50,7 +53,7 @@ def post_stream(url, body):
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
-    ttft, usage, timings, content = None, None, None, []
+    ttft, usage, timings, content, finish = None, None, None, [], None
     buf = b""
     while True:
         chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
@@ -68,6 +71,8 @@ def post_stream(url, body):
                 obj = json.loads(data)
                 for ch in obj.get("choices", []):
                     delta = ch.get("delta", {}).get("content")
+                    if ch.get("finish_reason"):
+                        finish = ch["finish_reason"]
                     if delta:
                         if ttft is None:
                             ttft = time.monotonic() - t0
@@ -80,7 +85,7 @@ def post_stream(url, body):
                     usage = dict(usage or {}, kvtier=obj["kvtier"])
     total = time.monotonic() - t0
     conn.close()
-    return (ttft if ttft is not None else total), total, usage, timings, "".join(content)
+    return (ttft if ttft is not None else total), total, usage, timings, "".join(content), finish
 
 
 def percentile(xs, q):
@@ -111,6 +116,8 @@ def main():
     ap.add_argument("--tool-words", type=int, default=60)
     ap.add_argument("--kvtier-sessions", action="store_true", help="name each session (kvtier.session_id)")
     ap.add_argument("--summary", help="append one JSON line per round to this file")
+    ap.add_argument("--dump", help="append one JSON line per request (session, round, reply text, token counts, "
+                    "finish_reason) to this file, to compare runs")
     ap.add_argument("--url2", help="a second server for the rounds from --switch-round on")
     ap.add_argument("--switch-round", type=int, default=1)
     args = ap.parse_args()
@@ -125,6 +132,7 @@ def main():
     tool_results = [[f"Tool result {r}: " + text(rng, args.tool_words) for r in range(args.rounds)] for _ in sessions]
     t_start = time.monotonic()
     lock = threading.Lock()
+    failed = []
     for r in range(args.rounds):
         ttfts, stats = [], {"computed": 0, "prompt": 0, "tiers": {}}
         t_round = time.monotonic()
@@ -139,7 +147,15 @@ def main():
                 if args.kvtier_sessions:
                     body["kvtier"] = {"session_id": f"agent-{s}"}
                 url = args.url2 if args.url2 and r >= args.switch_round else args.url
-                ttft, total, usage, timings, reply = post_stream(url, body)
+                try:
+                    ttft, total, usage, timings, reply, finish = post_stream(url, body)
+                except Exception as e:  # no retry: a failed request ends the run (the next rounds would differ)
+                    with lock:
+                        failed.append(f"round {r} session {s}: {e!r}")
+                    print(f"[{args.label}] WARNING: round {r} session {s} failed: {e!r}", flush=True)
+                    return
+                if finish not in ("length", "stop"):
+                    print(f"[{args.label}] WARNING: round {r} session {s} ended with finish_reason {finish!r}", flush=True)
                 msgs.append({"role": "assistant", "content": reply})
                 c = computed_tokens(usage, timings)
                 p = (usage or {}).get("prompt_tokens", 0) if usage else (timings or {}).get("prompt_n", 0)
@@ -149,6 +165,11 @@ def main():
                     stats["computed"] += max(c, 0)
                     stats["prompt"] += p or 0
                     ttfts.append(ttft)
+                    if args.dump:
+                        with open(args.dump, "a") as f:
+                            f.write(json.dumps({"label": args.label, "round": r, "session": s, "prompt_tokens": p,
+                                                "completion_tokens": (usage or {}).get("completion_tokens"),
+                                                "finish_reason": finish, "reply": reply}) + "\n")
                     print(f"[{args.label}] round {r} session {s}: prompt {p} tokens, computed {c}, "
                           f"ttft {ttft:.2f} s, total {total:.2f} s", flush=True)
 
@@ -158,6 +179,9 @@ def main():
             t.start()
         for t in threads:
             t.join()
+        if failed:
+            print(f"[{args.label}] stopped: {len(failed)} request(s) failed in round {r}", flush=True)
+            return 1
         computed, prompt_total = stats["computed"], stats["prompt"]
         wall = time.monotonic() - t_round
         node = " on node B" if args.url2 and r >= args.switch_round else ""

@@ -34,7 +34,8 @@ workload() { # LABEL URL_A [URL_B]
   local b=()
   [ -n "${3:-}" ] && b=(--url2 "$3" --switch-round 1)
   python3 bench/agent_bench.py --url "$2" "${b[@]}" --label "$1" --sessions "$SESSIONS" --rounds "$ROUNDS" \
-    --doc-words "$DOC_WORDS" --concurrency 2 --summary "$TMP/summary.jsonl" | grep -E ' round [0-9]+( on node B)?:'
+    --doc-words "$DOC_WORDS" --concurrency 2 --summary "$TMP/summary.jsonl" --dump "$TMP/replies.jsonl" |
+    grep -E ' round [0-9]+( on node B)?:|WARNING'
 }
 stop_all() { for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
 
@@ -56,15 +57,32 @@ workload "2 nodes+T3" "$UA" "$UB"
 curl -s "$UB/v1/cache/stats" | jq -c '{T3: .T3 | {restores, hits, misses, bad_values, bytes_read, latency_ms_avg}}'
 stop_all "$PA" "$PB"
 
-python3 - "$TMP/summary.jsonl" <<'EOF'
+python3 - "$TMP/summary.jsonl" "$TMP/replies.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+# Round 0 runs on a fresh node A in all three runs with the same requests: greedy replies must
+# be byte-identical (batch composition, timing and cache hits never change greedy output).
+reps = {}
+for l in open(sys.argv[2]):
+    d = json.loads(l)
+    reps.setdefault(d["label"], {})[(d["round"], d["session"])] = d
+labels = list(reps)
+r0 = [k for k in reps[labels[0]] if k[0] == 0]
+bad = [(lab, k) for lab in labels[1:] for k in r0 if reps[lab].get(k, {}).get("reply") != reps[labels[0]][k]["reply"]]
+print(f"round 0 replies identical in all {len(labels)} runs: " + ("yes" if not bad else f"NO, differing: {bad}"))
+# From round 1 on, the prompts differ by design: one node splices its own previous replies back
+# as the exact token ids it generated (the reply map, which is per node); node B never saw those
+# replies, so it re-tokenizes their text, which may give other and more tokens. Hence the 1-node
+# reference runs slightly different prompts (and so gets different replies) from both 2-node runs.
 by = {(r["label"], r["round"]): r for r in rows}
 rounds = sorted({r["round"] for r in rows})
 for k in rounds[1:]:
     cold, t3, one = by.get(("2 nodes", k)), by.get(("2 nodes+T3", k)), by.get(("1 node", k))
     if not (cold and t3 and one):
         continue
+    if one["prompt"] != t3["prompt"] or cold["prompt"] != t3["prompt"]:
+        print(f"round {k} prompt tokens: one node {one['prompt']}, 2 nodes {cold['prompt']}, 2 nodes+T3 {t3['prompt']} "
+              "(node B re-tokenizes the replies node A generated; one node reuses their exact ids)")
     print(f"round {k} on node B: TTFT p50 {t3['ttft_p50']:.2f} s with T3 = {100 * t3['ttft_p50'] / cold['ttft_p50']:.1f}% "
           f"of cold ({cold['ttft_p50']:.2f} s); one node {one['ttft_p50']:.2f} s; computed {t3['computed']} of "
           f"{t3['prompt']} prompt tokens with T3, {cold['computed']} without")
