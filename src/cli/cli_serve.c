@@ -36,7 +36,7 @@ enum {
     O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_QUEUE, O_CTX, O_KV_ACTIVE, O_KV_RAM, O_THREADS, O_API_KEY,
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
-    O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE,
+    O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -116,6 +116,11 @@ static const kvt_cli_opt serve_opts[] = {
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
      "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)",
      0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_TIMEOUT_S)},
+    {O_RETOKENIZE, 0, "retokenize-replies", NULL, NULL,
+     "tokenize chat history from its text only. By default an assistant\nmessage (or tool call) this server generated "
+     "keeps the token ids it\nwas generated with, so the next turn reuses its KV; a restarted\nserver or another node "
+     "re-tokenizes that text, which can split it\ninto other tokens and so change a greedy reply. With this flag\nthe "
+     "output depends on the request alone (README \"Chat history\")", 0, KVT_CLI_PLAIN},
     {O_RAG_INDEX, 0, "rag-index", NULL, "INDEX",
      "serve POST /v1/rag/chat/completions over this index (made by\n`kvtier rag index`): the last user message "
      "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (README \"RAG\")", 0,
@@ -275,6 +280,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         return 0;
     case O_ALIAS: x->alias = v; return 0;
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
+    case O_RETOKENIZE: sp->retokenize_replies = 1; return 0;
     case O_RAG_INDEX: x->rag_path = v; return 0;
     case O_RAG_K: sp->rag_k = (int32_t)a->i; return 0;
     case O_LOG_FORMAT:

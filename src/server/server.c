@@ -305,8 +305,10 @@ static srv_req *make_request(kvt_server *s, const kvt_api_request *a, const char
         size_t n_msgs, last_user;
         char **arena;
         /* tools, tool calls and tool results in the template family's style */
-        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, s->calls, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
-        rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, reply_lookup, &lc, max_prompt,
+        kvt_call_memo *memo = s->p.retokenize_replies ? NULL : s->calls;
+        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, memo, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
+        rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, s->p.retokenize_replies ? NULL : reply_lookup, &lc,
+                                max_prompt,
                                 last_user == SIZE_MAX ? n_msgs : last_user, &at, &r->prompt, &n);
         kvt_api_messages_free(msgs, arena);
     } else if (a->prompt_ids) {

@@ -78,6 +78,9 @@ typedef struct {
     kvt_chat_family chat;       /* template for /v1/chat/completions */
     const char *model_id;       /* name in /v1/models and responses (borrowed) */
     double session_keep_warm_s; /* keep-warm time of a named session that gives none (0: off) */
+    int retokenize_replies;     /* 1: chat history is always tokenized from its text; 0 (default): an assistant
+                                   message (or tool call) this server generated keeps the token ids (and the
+                                   arguments text) it was generated with, so the next turn reuses its KV */
     const char *const *cors_origins; /* n_cors_origins browser origins allowed (borrowed); "*" allows any.
                                         None: no CORS headers and OPTIONS is 405 */
     size_t n_cors_origins;

@@ -130,4 +130,24 @@ done
 check "8 concurrent streams (--parallel 2) = one at a time ($n/$N)" is "$n" $N
 stop_server "$SRV_PID"
 
+# ---- chat history: with --retokenize-replies a follow-up turn depends on the request alone -----
+# (by default a server splices its own replies back as the ids it generated, which a fresh server
+# cannot know; README "Chat history and determinism")
+turn2() { # REPLY_FILE: turn 1's messages, the reply, one more user message
+  local r; r=$(jq -c '.choices[0].message.content' "$1")
+  printf '{"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Task 1: step step step now answer."},{"role":"assistant","content":%s},{"role":"user","content":"And the next step?"}],"max_tokens":16,"temperature":0,"logprobs":true,"top_logprobs":3}' "$SYS" "$r"
+}
+start_server rt1 --retokenize-replies
+post 1 "$TMP/rt_turn1.json"
+curl -s -m 120 -o "$TMP/rt_a.json" -H 'Content-Type: application/json' -d "$(turn2 "$TMP/rt_turn1.json")" "$URL/v1/chat/completions"
+check "--retokenize-replies: turn 2 reuses turn 1's cached prefix" [ "$(jq -r '.usage.prompt_tokens_details.cached_tokens' "$TMP/rt_a.json")" -gt 0 ]
+stop_server "$SRV_PID"
+start_server rt2 --retokenize-replies
+curl -s -m 120 -o "$TMP/rt_b.json" -H 'Content-Type: application/json' -d "$(turn2 "$TMP/rt_turn1.json")" "$URL/v1/chat/completions"
+check "--retokenize-replies: turn 2 on a fresh server has the same prompt" \
+  is "$(jq -r '.usage.prompt_tokens' "$TMP/rt_b.json")" "$(jq -r '.usage.prompt_tokens' "$TMP/rt_a.json")"
+check "--retokenize-replies: turn 2 on a fresh server = on the server that generated turn 1" \
+  is "$(reply "$TMP/rt_b.json")" "$(reply "$TMP/rt_a.json")"
+stop_server "$SRV_PID"
+
 kvt_test_done test_server_determinism
