@@ -47,7 +47,9 @@ stop_redis() { kill -9 "$REDIS_PID" 2>/dev/null; wait "$REDIS_PID" 2>/dev/null; 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
 head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
 start_redis
-REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key")
+# T3 reads give up after --kv-remote-timeout-ms (250 by default), a miss by design; on a loaded
+# CI machine a loopback GET can outlast that, so the checks that need hits give it 10 s
+REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key" --kv-remote-timeout-ms 10000)
 
 # start NAME ARGS...: a server on a free port; sets URL_<NAME> and PID_<NAME>
 start() {
