@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ops_impl.h"
+#include "quant_legacy.h"
 
 #define OPS_NUMERICS_ID "kvt-ops-l16-v1"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
@@ -136,6 +137,7 @@ static float lanes_sum(const float *l) {
     for (int i = 0; i < 2; i++) s2[i] = s4[i] + s4[i + 2];
     return s2[0] + s2[1];
 }
+float kvt_ops_lanes_sum(const float *l) { return lanes_sum(l); }
 
 /* Element k of a row of type `type` as f32. */
 static inline float w_elem(uint32_t type, const uint8_t *row, int64_t k) {
@@ -190,8 +192,10 @@ static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
     for (int64_t t = 0; t < a->n; t++)
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-            y[t * ldy + r] = w->type == KVT_TYPE_Q8_0
-                                 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k)
+            y[t * ldy + r] = w->type == KVT_TYPE_Q8_0 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k)
+                             : kvt_ql_is_legacy(w->type)
+                                 ? kvt_ql_dot_scalar(w->type, row, a->xq + t * a->kpad, a->xd + t * nbp,
+                                                     a->xs ? a->xs + t * nbp : NULL, a->k)
                                  : sc_dot_row(w->type, row, a->xf + t * a->kpad, a->k);
         }
 }
@@ -330,7 +334,10 @@ size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols) {
     case KVT_TYPE_BF16: return (size_t)cols * sizeof(uint16_t);
     case KVT_TYPE_Q8_0:
         return cols % KVT_Q8_0_BLOCK ? 0 : (size_t)(cols / KVT_Q8_0_BLOCK) * KVT_Q8_0_BYTES;
-    default: return 0;
+    default: {
+        const kvt_ql_layout *L = kvt_ql_layout_of(type);
+        return L && cols % KVT_QL_BLOCK == 0 ? (size_t)(cols / KVT_QL_BLOCK) * L->bytes : 0;
+    }
     }
 }
 
@@ -345,6 +352,10 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
         }
         return;
     }
+    if (kvt_ql_is_legacy(w->type)) {
+        kvt_ql_dequant_row(w->type, row, out, w->cols);
+        return;
+    }
     /* element by element: rows need not be 2- or 4-byte aligned, and one row
      * per token is cheap */
     for (int64_t k = 0; k < w->cols; k++) out[k] = w_elem(w->type, row, k);
@@ -353,16 +364,23 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
 /* ---- matmul driver ----------------------------------------------------- */
 
 /* llama.cpp's quantize_row_q8_0 (reference version): d = amax/127 rounded to
- * f16, q = roundf(x / d) computed as x * (1/d) with the unrounded d. */
-static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d) {
+ * f16, q = roundf(x / d) computed as x * (1/d) with the unrounded d. With s
+ * (Q8_1, for Q4_1/Q5_1 weights) also s = d * sum(q) rounded to f16, d unrounded
+ * (llama.cpp's quantize_row_q8_1 reference). */
+static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
     for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
         const float *xb = x + b * KVT_Q8_0_BLOCK;
         float amax = 0.0f;
         for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
         float db = amax / OPS_Q8_MAX, id = db != 0.0f ? 1.0f / db : 0.0f;
         d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
-        for (int i = 0; i < KVT_Q8_0_BLOCK; i++)
-            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)((int)roundf(xb[i] * id) + KVT_Q8_ACT_BIAS);
+        int sum = 0;
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
+            int qi = (int)roundf(xb[i] * id);
+            sum += qi;
+            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)(qi + KVT_Q8_ACT_BIAS);
+        }
+        if (s) s[b] = kvt_f16_to_f32(kvt_f32_to_f16((float)sum * db));
     }
 }
 
@@ -374,7 +392,7 @@ typedef struct {
     kvt_acts a;
     float *xf;
     uint8_t *xq;
-    float *xd;
+    float *xd, *xs;
     float *y;
     int64_t ldy;
 } matmul_job;
@@ -383,12 +401,17 @@ static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
     const int64_t k = j->a.k, kpad = j->a.kpad, nbp = kpad / KVT_Q8_0_BLOCK;
     for (int64_t t = t0; t < t1; t++) {
         const float *src = j->x + t * j->ldx;
-        switch (j->w->type) {
-        case KVT_TYPE_Q8_0:
-            quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp);
+        if (j->xq) { /* Q8_0 and the legacy types */
+            float *xs = j->xs ? j->xs + t * nbp : NULL;
+            quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp, xs);
             memset(j->xq + t * kpad + k, KVT_Q8_ACT_BIAS, (size_t)(kpad - k));
-            for (int64_t b = k / KVT_Q8_0_BLOCK; b < nbp; b++) j->xd[t * nbp + b] = 0.0f;
+            for (int64_t b = k / KVT_Q8_0_BLOCK; b < nbp; b++) {
+                j->xd[t * nbp + b] = 0.0f;
+                if (xs) xs[b] = 0.0f;
+            }
             continue;
+        }
+        switch (j->w->type) {
         case KVT_TYPE_F16: j->v->round_f16_row(src, j->xf + t * kpad, k); break;
         case KVT_TYPE_BF16: j->v->round_bf16_row(src, j->xf + t * kpad, k); break;
         default: memcpy(j->xf + t * kpad, src, (size_t)k * sizeof(float)); break;
@@ -428,15 +451,17 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     j.a.n = n;
     j.a.k = w->cols;
     j.a.kpad = (w->cols + pad - 1) / pad * pad;
-    if (w->type == KVT_TYPE_Q8_0) {
+    if (w->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(w->type)) {
         j.xq = scratch_alloc((size_t)(n * j.a.kpad));
         j.xd = scratch_alloc((size_t)(n * (j.a.kpad / KVT_Q8_0_BLOCK)) * sizeof(float));
+        if (kvt_ql_has_min(w->type)) j.xs = scratch_alloc((size_t)(n * (j.a.kpad / KVT_Q8_0_BLOCK)) * sizeof(float));
     } else {
         j.xf = scratch_alloc((size_t)(n * j.a.kpad) * sizeof(float));
     }
     j.a.xf = j.xf;
     j.a.xq = j.xq;
     j.a.xd = j.xd;
+    j.a.xs = j.xs;
     if (n >= OPS_PARALLEL_CONVERT_MIN && kvt_pool_threads(pool) > 1)
         kvt_pool_run(pool, convert_task, &j);
     else
@@ -445,6 +470,7 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     free(j.xf);
     free(j.xq);
     free(j.xd);
+    free(j.xs);
 }
 
 #define CPUID_ECX_F16C (1u << 29)

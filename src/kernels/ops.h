@@ -1,5 +1,6 @@
 /* Compute kernels for the forward pass: float conversions, the weight-matrix
- * product (F32, F16, BF16, Q8_0 weights) and the per-token elementwise ops.
+ * product (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 weights) and the
+ * per-token elementwise ops.
  *
  * Numerics. Every reduction follows one canonical order, the same in every
  * code path and every instruction-set variant (scalar, AVX2, AVX-512):
@@ -10,14 +11,23 @@
  *   - Q8_0: for block pair (2m, 2m+1), lane j < 8 takes the exact integer sum
  *     of elements 4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
  *     lane = fma((float)isum, d_w * d_x, lane); then the same tree.
+ *   - Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.h): as Q8_0, the weights' integers
+ *     being q - 8 (Q4_0), q - 16 (Q5_0) or q (Q4_1, Q5_1), a missing block of
+ *     an odd count contributing fma(0, 0, lane); then, for Q4_1/Q5_1 only,
+ *     once per block pair after those 16 fmas, every lane does
+ *     lane = fma(m_j, s_j, lane), where m_0, s_0 are the min of block 2m and
+ *     the activation sum s of block 2m, m_8, s_8 those of block 2m+1, and all
+ *     other m_j, s_j are 0.
  * Hence results are batch invariant (independent of the batch size, the
  * token's position in it, the thread count and the tiling), and all variants
  * give the same bits; tests/kernels/test_ops.c checks both.
  *
  * Activations are first rounded the way llama.cpp's CPU backend does for the
  * weight type: to f16 for F16 weights, to bf16 for BF16 weights, to Q8_0 per
- * 32-block for Q8_0 weights (d = amax/127 stored as f16, q = round(x/d), ties
- * away from zero); F32 weights take f32 activations.
+ * 32-block for Q8_0, Q4_0 and Q5_0 weights (d = amax/127 stored as f16,
+ * q = round(x/d), ties away from zero), to Q8_1 for Q4_1 and Q5_1 weights
+ * (Q8_0 plus s = d * sum(q) with the unrounded d, stored as f16); F32
+ * weights take f32 activations.
  */
 #ifndef KVT_OPS_H
 #define KVT_OPS_H
@@ -45,17 +55,17 @@ void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
 
 /* A weight matrix in GGUF layout: `rows` rows of `cols` elements, row-major.
  * rows = output features, cols = input features (GGUF ne[1], ne[0]). Row r
- * starts at data + r * row_bytes; no alignment is required. For Q8_0, cols is
- * a multiple of KVT_Q8_0_BLOCK. */
+ * starts at data + r * row_bytes; no alignment is required. For the quantized
+ * types, cols is a multiple of their block (32). */
 typedef struct {
-    uint32_t type;      /* KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16 or KVT_TYPE_Q8_0 */
+    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 */
     int64_t rows, cols;
     const void *data;   /* borrowed; must outlive every call that uses it */
     size_t row_bytes;
 } kvt_wmat;
 
 /* Bytes of one row of `cols` elements of `type` (0 for an unsupported type or
- * a Q8_0 cols that is not a multiple of 32). */
+ * a quantized type's cols that is not a multiple of its block). */
 size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols);
 
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t in [0,n), r in [0,rows).
@@ -68,7 +78,7 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
                 float *y, int64_t ldy);
 
 /* Converts row r (0 <= r < rows) of w to w->cols floats in out (exact for
- * F32/F16/BF16; d*q for Q8_0). */
+ * F32/F16/BF16; d*q for Q8_0, d*(q - zero) or d*q + m for the legacy types). */
 void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out);
 
 /* ---- per-token elementwise ops (same bits for a token whatever the batch) */

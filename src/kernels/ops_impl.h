@@ -26,13 +26,15 @@
 typedef struct {
     int64_t n, k, kpad;
     const float *xf;   /* F32/F16/BF16: n x kpad floats (already rounded) */
-    const uint8_t *xq; /* Q8_0: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
-    const float *xd;   /* Q8_0: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+    const uint8_t *xq; /* Q8_0 and legacy weights: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
+    const float *xd;   /* Q8_0 and legacy weights: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+    const float *xs;   /* Q8_1 (Q4_1/Q5_1 weights): n x (kpad / 32) block sums d * sum(q), else NULL */
 } kvt_acts;
 
 typedef struct {
     const char *name;
-    /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0}. */
+    /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0} or a
+     * legacy type (Q4_0, Q4_1, Q5_0, Q5_1: xq/xd hold Q8_0 activations, plus xs for Q8_1). */
     void (*matmul_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                         int64_t ldy);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
@@ -50,9 +52,16 @@ typedef struct {
     void (*silu_mul)(float *gate, const float *up, int64_t n);
 } kvt_ops_vtable;
 
+/* The canonical lane tree (ops.h) over KVT_LANES lane values. */
+float kvt_ops_lanes_sum(const float *l);
+
 /* NULL when the compiler or CPU cannot run the variant. */
 const kvt_ops_vtable *kvt_ops_avx512(void);
 const kvt_ops_vtable *kvt_ops_avx2(void);
+/* The legacy types' (Q4_0, Q4_1, Q5_0, Q5_1) matmul_rows of each SIMD variant
+ * (ops_q_avx512.c, ops_q_avx2.c); the scalar one is kvt_ql_dot_scalar. */
+void kvt_ql_matmul_rows_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_ql_matmul_rows_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 
 /* The canonical exp's constants (ops.c's scalar code and the SIMD kernels). */
 #define KVT_EXP_HI 88.0f          /* inputs clamped here (exp stays finite) */

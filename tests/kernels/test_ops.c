@@ -17,7 +17,26 @@
 #define MM_ABS_TOL 1e-30
 #define N_VARIANTS 3
 static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512"};
-static const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};
+static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,
+                                 KVT_TYPE_Q4_0, KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1};
+
+/* The legacy formats (quant_legacy.h), written down again here: block bytes,
+ * offsets of m, qh and qs (-1: absent), and the zero point. */
+typedef struct {
+    uint32_t type;
+    int bytes, m_off, qh_off, qs_off, zero;
+} legacy_fmt;
+static const legacy_fmt legacy_fmts[] = {{KVT_TYPE_Q4_0, 18, -1, -1, 2, 8},
+                                         {KVT_TYPE_Q4_1, 20, 2, -1, 4, 0},
+                                         {KVT_TYPE_Q5_0, 22, -1, 2, 6, 16},
+                                         {KVT_TYPE_Q5_1, 24, 2, 4, 8, 0}};
+static const legacy_fmt *legacy(uint32_t type) {
+    for (size_t i = 0; i < sizeof legacy_fmts / sizeof legacy_fmts[0]; i++)
+        if (legacy_fmts[i].type == type) return &legacy_fmts[i];
+    return NULL;
+}
+/* Q8 activations (every quantized type) need whole blocks of 32. */
+static int is_quant(uint32_t type) { return type == KVT_TYPE_Q8_0 || legacy(type) != NULL; }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd32(void) {
@@ -177,15 +196,44 @@ static void test_conversions(void) {
 typedef struct {
     kvt_wmat w;
     uint8_t *buf;
-    double *deq; /* rows x cols dequantized values */
+    double *deq;  /* rows x cols dequantized values */
+    double *mins; /* Q4_1/Q5_1: rows x (cols / 32) block minimums, else NULL */
 } test_mat;
+
+/* One random legacy block: any quants, a scale of either sign, a min. */
+static void make_legacy_block(const legacy_fmt *f, uint8_t *blk, double *deq, double *min) {
+    float dv = (0.01f + 0.02f * (float)(rnd32() % 100) / 100.0f) * (rnd32() & 1 ? -1.0f : 1.0f);
+    uint16_t d = kvt_f32_to_f16(dv), m = kvt_f32_to_f16(rndf() * 0.5f);
+    memcpy(blk, &d, 2);
+    if (f->m_off >= 0) memcpy(blk + f->m_off, &m, 2);
+    for (int i = 0; i < 16; i++) blk[f->qs_off + i] = (uint8_t)rnd32();
+    uint32_t qh = rnd32() ^ (rnd32() << 16);
+    if (f->qh_off >= 0) memcpy(blk + f->qh_off, &qh, 4);
+    *min = f->m_off >= 0 ? half_value(m) : 0.0;
+    for (int i = 0; i < 32; i++) {
+        int nib = i < 16 ? blk[f->qs_off + i] & 15 : blk[f->qs_off + i - 16] >> 4;
+        int hb = f->qh_off >= 0 ? (int)((qh >> i) & 1) : 0;
+        deq[i] = half_value(d) * (nib + 16 * hb - f->zero) + *min;
+    }
+}
 
 static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
     size_t rb = kvt_wmat_row_bytes(type, cols);
     m->buf = malloc(rb * (size_t)rows + 1);
     m->deq = malloc(sizeof(double) * (size_t)(rows * cols));
+    m->mins = NULL;
     /* start 1 byte in: kernels must not need aligned rows */
     uint8_t *base = m->buf + 1;
+    m->w = (kvt_wmat){.type = type, .rows = rows, .cols = cols, .data = base, .row_bytes = rb};
+    const legacy_fmt *f = legacy(type);
+    if (f) {
+        m->mins = calloc((size_t)(rows * (cols / 32)), sizeof(double));
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t b = 0; b < cols / 32; b++)
+                make_legacy_block(f, base + (size_t)r * rb + (size_t)b * f->bytes, m->deq + r * cols + b * 32,
+                                  m->mins + r * (cols / 32) + b);
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         uint8_t *row = base + (size_t)r * rb;
         for (int64_t k = 0; k < cols; k++) {
@@ -218,16 +266,18 @@ static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
             m->deq[r * cols + k] = dv;
         }
     }
-    m->w = (kvt_wmat){.type = type, .rows = rows, .cols = cols, .data = base, .row_bytes = rb};
 }
 
 static void free_mat(test_mat *m) {
     free(m->buf);
     free(m->deq);
+    free(m->mins);
 }
 
-/* The activation rounding ops.h specifies, written independently. */
-static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out) {
+/* The activation rounding ops.h specifies, written independently. For Q8_1
+ * (Q4_1/Q5_1 weights), ds[b] is how much the kernels' min term m * s differs
+ * from m * (the block's exact activation sum): s = f16(d * sum q), d unrounded. */
+static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out, double *ds) {
     for (int64_t b = 0; b < k; b += 32) {
         double amax = 0;
         for (int64_t i = b; i < b + 32 && i < k; i++) amax = fmax(amax, fabs((double)x[i]));
@@ -237,9 +287,14 @@ static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out
             switch (type) {
             case KVT_TYPE_F16: out[i] = half_value(kvt_f32_to_f16(x[i])); break;
             case KVT_TYPE_BF16: out[i] = (double)kvt_bf16_to_f32(ref_f32_to_bf16(x[i])); break;
-            case KVT_TYPE_Q8_0: out[i] = dr * roundf(x[i] * id); break;
-            default: out[i] = x[i]; break;
+            case KVT_TYPE_F32: out[i] = x[i]; break;
+            default: out[i] = dr * roundf(x[i] * id); break; /* Q8_0 and the legacy types */
             }
+        }
+        if (type == KVT_TYPE_Q4_1 || type == KVT_TYPE_Q5_1) {
+            double qsum = 0;
+            for (int64_t i = b; i < b + 32; i++) qsum += roundf(x[i] * id);
+            ds[b / 32] = half_value(kvt_f32_to_f16((float)qsum * d)) - dr * qsum;
         }
     }
 }
@@ -247,16 +302,17 @@ static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out
 static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int64_t n, const float *y,
                             int64_t ldy) {
     int64_t k = m->w.cols;
-    double *xa = malloc(sizeof(double) * (size_t)k);
+    double *xa = malloc(sizeof(double) * (size_t)k), ds[64] = {0};
     int bad = 0;
     for (int64_t t = 0; t < n; t++) {
-        ref_round_acts(m->w.type, x + t * ldx, k, xa);
+        ref_round_acts(m->w.type, x + t * ldx, k, xa, ds);
         for (int64_t r = 0; r < m->w.rows; r++) {
             double s = 0, sa = 0;
             for (int64_t i = 0; i < k; i++) {
                 s += m->deq[r * k + i] * xa[i];
                 sa += fabs(m->deq[r * k + i] * xa[i]);
             }
+            for (int64_t b = 0; m->mins && b < k / 32; b++) s += m->mins[r * (k / 32) + b] * ds[b];
             double err = fabs((double)y[t * ldy + r] - s);
             if (!(err <= MM_REL_TOL * sa + MM_ABS_TOL) && bad++ < 3)
                 fprintf(stderr, "type %u t=%lld r=%lld: %.9g vs ref %.9g (scale %.3g)\n", m->w.type,
@@ -270,7 +326,7 @@ static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int6
 static void test_matmul_reference(kvt_pool *pool2) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 37, cols = type == KVT_TYPE_Q8_0 ? 160 : 83; /* odd shapes */
+        const int64_t rows = 37, cols = is_quant(type) ? 160 : 83; /* odd shapes (5 blocks) */
         const int64_t ldx = cols + 5, ldy = rows + 3, nmax = 70;
         test_mat m;
         make_mat(&m, type, rows, cols);
@@ -303,7 +359,7 @@ static void test_batch_invariance(kvt_pool **pools) {
     static const int64_t batches[] = {7, 64, 200};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 45, cols = type == KVT_TYPE_Q8_0 ? 96 : 71;
+        const int64_t rows = 45, cols = is_quant(type) ? 96 : 71;
         const int64_t ntok = 210, ldx = cols + 3, ldy = rows + 1;
         test_mat m;
         make_mat(&m, type, rows, cols);
