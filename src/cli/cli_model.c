@@ -38,7 +38,8 @@ static void mkmodel_usage(FILE *f) {
             "  --ff N                 feed-forward width [%d]\n"
             "  --vocab N              vocabulary rows; 0 = the tokenizer's size [%d]\n"
             "  --ctx N                context_length metadata [%d]\n"
-            "  --type T               weight type: f32, f16, bf16, q8_0 [f16]\n"
+            "  --type T               weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
+            "                         (quantized as llama.cpp's reference quantizers do) [f16]\n"
             "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
             "                         default: a built-in byte-level BPE vocabulary\n"
             "  --tied                 no output.weight: the output projection reuses token_embd\n"
@@ -54,13 +55,15 @@ static int parse_type(const char *s, uint32_t *out) {
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", KVT_TYPE_F32}, {"f16", KVT_TYPE_F16}, {"bf16", KVT_TYPE_BF16}, {"q8_0", KVT_TYPE_Q8_0}};
+    } types[] = {{"f32", KVT_TYPE_F32},   {"f16", KVT_TYPE_F16},   {"bf16", KVT_TYPE_BF16},
+                 {"q8_0", KVT_TYPE_Q8_0}, {"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1},
+                 {"q5_0", KVT_TYPE_Q5_0}, {"q5_1", KVT_TYPE_Q5_1}};
     for (size_t i = 0; i < KVT_ARRAY_LEN(types); i++)
         if (!strcasecmp(s, types[i].name)) {
             *out = types[i].type;
             return 0;
         }
-    fprintf(stderr, "kvtier mkmodel: --type must be f32, f16, bf16 or q8_0, not '%s'\n", s);
+    fprintf(stderr, "kvtier mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1, not '%s'\n", s);
     return -1;
 }
 

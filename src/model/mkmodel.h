@@ -11,7 +11,7 @@ typedef struct {
     int32_t dim, layers, heads, kv_heads, ff;
     int32_t vocab;          /* 0: the tokenizer's size */
     int32_t ctx;            /* context_length metadata */
-    uint32_t type;          /* weight type: KVT_TYPE_F32, F16, BF16, Q8_0 */
+    uint32_t type;          /* weight type: KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
     const char *vocab_from; /* GGUF whose tokenizer.* metadata is copied; NULL: built-in */
     uint64_t seed;
     int tied;               /* share token_embd as the output projection */
@@ -23,7 +23,7 @@ kvt_mkmodel_params kvt_mkmodel_default_params(void);
 
 /* Writes the model to path (atomically). Returns 0 or a negative code with
  * kvt_errmsg() set. Shapes are checked first (dim % heads, heads % kv_heads,
- * Q8_0 needs dims that are multiples of 32). */
+ * the quantized types need dims that are multiples of 32). */
 int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path);
 
 /* Size in tokens of the built-in vocabulary for a requested size (>= the
