@@ -30,6 +30,7 @@ static const cli_command commands[] = {
     {"cache", kvt_cmd_cache, "inspect or maintain a disk cache directory: stats, ls, verify, gc, clear"},
     {"lint", kvt_cmd_lint, "how cacheable a set of prompts is: shared prefixes, divergences, causes, advice"},
     {"mkmodel", kvt_cmd_mkmodel, "write a random-weight GGUF model (llama or qwen2) for tests and demos"},
+    {"quantize", kvt_cmd_quantize, "rewrite an F32/F16/BF16 GGUF with its weights in q8_0, q4_0, q4_1, q5_0, q5_1, ..."},
 };
 
 static void usage(FILE *f) {
