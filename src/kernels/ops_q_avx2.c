@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops_impl.h"
+#include "ops_qloop.h"
 #include "quant_legacy.h"
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
@@ -16,7 +17,6 @@
 
 #define QRM 2
 #define QRN 2
-#define CHUNK_BYTES (1 << 20)
 #define BIAS_SHIFT 7 /* 128 = KVT_Q8_ACT_BIAS */
 #define MIN_LANE 0x01 /* lane 0 of a block's 8: where its min term goes */
 
@@ -101,42 +101,16 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
         _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(lo[i][j], hi[i][j]);
 }
 
-INLINE2 void mm(kvt_ql_layout f, const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                int64_t ldy) {
-    const uint8_t *base = w->data;
-    const int64_t nbp = a->kpad / KVT_QL_BLOCK;
-    int64_t chunk = (int64_t)(CHUNK_BYTES / (size_t)a->kpad) / QRN * QRN;
-    if (chunk < QRN) chunk = QRN;
-    float out[QRM * QRN];
-    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
-        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
-        for (int64_t r = r0; r < r1; r += QRM) {
-            const uint8_t *wr[QRM];
-            for (int i = 0; i < QRM; i++)
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-            for (int64_t t = c0; t < c1; t += QRN) {
-                const int rn = c1 - t < QRN ? (int)(c1 - t) : QRN;
-                const uint8_t *xq[QRN];
-                const float *xd[QRN], *xs[QRN];
-                for (int j = 0; j < rn; j++) {
-                    xq[j] = a->xq + (t + j) * a->kpad;
-                    xd[j] = a->xd + (t + j) * nbp;
-                    xs[j] = a->xs ? a->xs + (t + j) * nbp : NULL;
-                }
-                if (rn == 1)
-                    tile(f, wr, xq, xd, xs, QRM, 1, a->k, out);
-                else
-                    tile(f, wr, xq, xd, xs, QRM, 2, a->k, out);
-                for (int i = 0; i < QRM && r + i < r1; i++)
-                    for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
-            }
-        }
-    }
-}
-
-#define DEF_MM(NAME, LAYOUT)                                                                                   \
+#define DEF_MM(NAME, LAYOUT)                                                                              \
+    static T2 void NAME##_tile(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,   \
+                               const float *const *xs, int n, int64_t k, float *out) {                    \
+        if (n == 1)                                                                                       \
+            tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 1, k, out);                                  \
+        else                                                                                              \
+            tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 2, k, out);                                  \
+    }                                                                                                     \
     static T2 void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        mm((kvt_ql_layout)LAYOUT, w, a, r0, r1, y, ldy);                                                       \
+        kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, NAME##_tile);                                           \
     }
 DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
 DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)

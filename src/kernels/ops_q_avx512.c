@@ -4,12 +4,13 @@
  * exact integer dot of 4 of them with the activations (VNNI on the biased u8
  * activations, minus 128 * the weights' sum), then one fma by d_w * d_x, then
  * for Q4_1/Q5_1 one fma of m_w * s_x on lanes 0 and 8; the canonical lane tree
- * at the end. Tiles of QRM rows x QRN tokens as in ops_avx512.c's Q8_0 path. */
+ * at the end. Tiles of QRM rows x QRN tokens (ops_qloop.h). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "ops_impl.h"
+#include "ops_qloop.h"
 #include "quant_legacy.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
@@ -17,7 +18,6 @@
 
 #define QRM 2
 #define QRN 6
-#define CHUNK_BYTES (1 << 20) /* activation bytes per token chunk kept in L2 */
 #define MIN_LANES 0x0101      /* lanes 0 and 8: where the min term of each block goes */
 #define BIAS_SHIFT 7          /* 128 = KVT_Q8_ACT_BIAS */
 
@@ -93,47 +93,22 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
 }
 
-INLINE512 void mm(kvt_ql_layout f, const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    const uint8_t *base = w->data;
-    const int64_t nbp = a->kpad / KVT_QL_BLOCK;
-    int64_t chunk = (int64_t)(CHUNK_BYTES / (size_t)a->kpad) / QRN * QRN;
-    if (chunk < QRN) chunk = QRN;
-    float out[QRM * QRN];
-    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
-        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
-        for (int64_t r = r0; r < r1; r += QRM) {
-            const uint8_t *wr[QRM];
-            for (int i = 0; i < QRM; i++) /* rows past r1 repeat the last (results dropped) */
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-            for (int64_t t = c0; t < c1; t += QRN) {
-                const int rn = c1 - t < QRN ? (int)(c1 - t) : QRN;
-                const uint8_t *xq[QRN];
-                const float *xd[QRN], *xs[QRN];
-                for (int j = 0; j < rn; j++) {
-                    xq[j] = a->xq + (t + j) * a->kpad;
-                    xd[j] = a->xd + (t + j) * nbp;
-                    xs[j] = a->xs ? a->xs + (t + j) * nbp : NULL;
-                }
-                switch (rn) {
-                case 1: tile(f, wr, xq, xd, xs, QRM, 1, a->k, out); break;
-                case 2: tile(f, wr, xq, xd, xs, QRM, 2, a->k, out); break;
-                case 3: tile(f, wr, xq, xd, xs, QRM, 3, a->k, out); break;
-                case 4: tile(f, wr, xq, xd, xs, QRM, 4, a->k, out); break;
-                case 5: tile(f, wr, xq, xd, xs, QRM, 5, a->k, out); break;
-                default: tile(f, wr, xq, xd, xs, QRM, 6, a->k, out); break;
-                }
-                for (int i = 0; i < QRM && r + i < r1; i++)
-                    for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
-            }
-        }
-    }
-}
-
 /* One specialised kernel per type (the layout fields become constants). */
-#define DEF_MM(NAME, LAYOUT)                                                                        \
-    static T512 void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, \
-                          int64_t ldy) {                                                            \
-        mm((kvt_ql_layout)LAYOUT, w, a, r0, r1, y, ldy);                                            \
+#define DEF_MM(NAME, LAYOUT)                                                                              \
+    static T512 void NAME##_tile(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, \
+                                 const float *const *xs, int n, int64_t k, float *out) {                  \
+        const kvt_ql_layout f = LAYOUT;                                                                   \
+        switch (n) {                                                                                      \
+        case 1: tile(f, wr, xq, xd, xs, QRM, 1, k, out); break;                                           \
+        case 2: tile(f, wr, xq, xd, xs, QRM, 2, k, out); break;                                           \
+        case 3: tile(f, wr, xq, xd, xs, QRM, 3, k, out); break;                                           \
+        case 4: tile(f, wr, xq, xd, xs, QRM, 4, k, out); break;                                           \
+        case 5: tile(f, wr, xq, xd, xs, QRM, 5, k, out); break;                                           \
+        default: tile(f, wr, xq, xd, xs, QRM, 6, k, out); break;                                          \
+        }                                                                                                 \
+    }                                                                                                     \
+    static T512 void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
+        kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, NAME##_tile);                                           \
     }
 DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
 DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)

@@ -34,18 +34,10 @@ static int row_f32(uint32_t type, const float *x, uint8_t *out, int64_t n) {
     memcpy(out, x, (size_t)n * sizeof(float));
     return 0;
 }
-static int row_f16(uint32_t type, const float *x, uint8_t *out, int64_t n) {
-    (void)type;
+/* F16 or BF16, rounded to nearest even as ggml does */
+static int row_half(uint32_t type, const float *x, uint8_t *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        uint16_t h = kvt_f32_to_f16(x[i]);
-        memcpy(out + 2 * i, &h, sizeof h);
-    }
-    return 0;
-}
-static int row_bf16(uint32_t type, const float *x, uint8_t *out, int64_t n) {
-    (void)type;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h = kvt_f32_to_bf16(x[i]);
+        uint16_t h = type == KVT_TYPE_F16 ? kvt_f32_to_f16(x[i]) : kvt_f32_to_bf16(x[i]);
         memcpy(out + 2 * i, &h, sizeof h);
     }
     return 0;
@@ -58,8 +50,8 @@ static const struct {
     kvt_quant_row_fn fn;
 } kernels[] = {
     {KVT_TYPE_F32, row_f32},
-    {KVT_TYPE_F16, row_f16},
-    {KVT_TYPE_BF16, row_bf16},
+    {KVT_TYPE_F16, row_half},
+    {KVT_TYPE_BF16, row_half},
     {KVT_TYPE_Q8_0, kvt_ql_quantize_row},
     {KVT_TYPE_Q4_0, kvt_ql_quantize_row},
     {KVT_TYPE_Q4_1, kvt_ql_quantize_row},

@@ -7,7 +7,6 @@
 
 #include "cache.h"
 #include "generate.h"
-#include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -23,25 +22,6 @@ static const struct {
 } types[] = {{"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1}, {"q5_0", KVT_TYPE_Q5_0},
              {"q5_1", KVT_TYPE_Q5_1}, {"q8_0", KVT_TYPE_Q8_0}};
 
-static kvt_model *load_model(uint32_t type, const char *name) {
-    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
-    mp.dim = 64;
-    mp.layers = 2;
-    mp.heads = 4;
-    mp.kv_heads = 2;
-    mp.ff = 128;
-    mp.vocab = VOCAB;
-    mp.type = type;
-    char file[64];
-    snprintf(file, sizeof file, "m-%s.gguf", name);
-    const char *path = kvt_test_path(kvt_test_tmpdir(), file);
-    kvt_model *m = NULL;
-    int rc = kvt_mkmodel(&mp, path);
-    if (!rc) rc = kvt_model_load(path, kvt_model_default_params(), &m);
-    CHECKF(rc == 0, "%s model: %s", name, kvt_errmsg());
-    return m;
-}
-
 static kvt_cache *open_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes) {
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = ram_bytes;
@@ -55,7 +35,10 @@ static kvt_cache *open_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes)
 }
 
 static void test_type(const char *name, uint32_t type) {
-    kvt_model *m = load_model(type, name);
+    char file[64];
+    snprintf(file, sizeof file, "m-%s.gguf", name);
+    kvt_model *m = kvt_test_tiny_model_typed(file, VOCAB, type);
+    CHECKF(m != NULL, "%s model", name);
     if (!m) return;
     const int32_t n_vocab = m->hp.n_vocab;
     unsigned seed = 11;
