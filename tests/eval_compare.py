@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compares `kvtier eval` with llama.cpp reference lines (the format of
-../shared/reference/*.jsonl); used by test_eval.sh and test_eval_types.sh.
+../shared/reference/*.jsonl); used by test_eval.sh and test_eval_ref.sh.
 
 usage: eval_compare.py BIN MODEL REF.jsonl TOL [--greedy-exact] [--min-top1 F]
 

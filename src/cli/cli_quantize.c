@@ -13,7 +13,7 @@
 
 static void quantize_usage(FILE *f) {
     char names[256];
-    kvt_quant_mix_names(names, sizeof names);
+    kvt_quant_ftype_names(names, sizeof names);
     fprintf(f,
             "usage: kvtier quantize IN.gguf OUT.gguf TYPE [--threads N]\n\n"
             "Rewrites a GGUF model whose weights are F32, F16 or BF16 with its weight\n"

@@ -192,10 +192,8 @@ static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
     for (int64_t t = 0; t < a->n; t++)
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-            y[t * ldy + r] = w->type == KVT_TYPE_Q8_0 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k)
-                             : kvt_ql_is_legacy(w->type)
-                                 ? kvt_ql_dot_scalar(w->type, row, a->xq + t * a->kpad, a->xd + t * nbp,
-                                                     a->xs ? a->xs + t * nbp : NULL, a->k)
+            y[t * ldy + r] = w->type == KVT_TYPE_Q8_0
+                                 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k)
                                  : sc_dot_row(w->type, row, a->xf + t * a->kpad, a->k);
         }
 }
@@ -247,6 +245,7 @@ static void sc_silu_mul(float *gate, const float *up, int64_t n) {
 static const kvt_ops_vtable ops_scalar = {
     .name = "scalar",
     .matmul_rows = sc_matmul_rows,
+    .matmul_ql_rows = kvt_ql_mm_scalar,
     .dot_f32 = sc_dot_f32,
     .dot_f32_f16 = sc_dot_f32_f16,
     .axpy_f32 = sc_axpy_f32,
@@ -430,7 +429,8 @@ static void matmul_task(void *ctx, int ith, int nth) {
     int64_t units = (j->w->rows + OPS_ROW_ALIGN - 1) / OPS_ROW_ALIGN;
     int64_t r0 = units * ith / nth * OPS_ROW_ALIGN, r1 = units * (ith + 1) / nth * OPS_ROW_ALIGN;
     if (r1 > j->w->rows) r1 = j->w->rows;
-    if (r0 < r1) j->v->matmul_rows(j->w, &j->a, r0, r1, j->y, j->ldy);
+    if (r0 < r1)
+        (kvt_ql_is_legacy(j->w->type) ? j->v->matmul_ql_rows : j->v->matmul_rows)(j->w, &j->a, r0, r1, j->y, j->ldy);
 }
 
 static void *scratch_alloc(size_t bytes) {

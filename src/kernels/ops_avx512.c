@@ -250,8 +250,6 @@ static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64
                          int64_t ldy) {
     if (w->type == KVT_TYPE_Q8_0)
         mm_q8(w, a, r0, r1, y, ldy);
-    else if (w->type == KVT_TYPE_Q4_0 || w->type == KVT_TYPE_Q4_1 || w->type == KVT_TYPE_Q5_0 || w->type == KVT_TYPE_Q5_1)
-        kvt_ql_matmul_rows_avx512(w, a, r0, r1, y, ldy);
     else
         mm_float(w, a, r0, r1, y, ldy);
 }
@@ -432,6 +430,7 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
 static const kvt_ops_vtable ops_avx512 = {
     .name = "avx512",
     .matmul_rows = mm_rows,
+    .matmul_ql_rows = kvt_ql_mm_avx512,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,

@@ -33,10 +33,13 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0} or a
-     * legacy type (Q4_0, Q4_1, Q5_0, Q5_1: xq/xd hold Q8_0 activations, plus xs for Q8_1). */
+    /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0}. */
     void (*matmul_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                         int64_t ldy);
+    /* The same for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1) with Q8_0 activations
+     * (xq, xd), plus the Q8_1 sums (xs) for Q4_1 and Q5_1. */
+    void (*matmul_ql_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                           int64_t ldy);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
@@ -58,10 +61,10 @@ float kvt_ops_lanes_sum(const float *l);
 /* NULL when the compiler or CPU cannot run the variant. */
 const kvt_ops_vtable *kvt_ops_avx512(void);
 const kvt_ops_vtable *kvt_ops_avx2(void);
-/* The legacy types' (Q4_0, Q4_1, Q5_0, Q5_1) matmul_rows of each SIMD variant
- * (ops_q_avx512.c, ops_q_avx2.c); the scalar one is kvt_ql_dot_scalar. */
-void kvt_ql_matmul_rows_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
-void kvt_ql_matmul_rows_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* Legacy-type matmul_ql_rows of each variant (quant_legacy.c, ops_q_avx2.c, ops_q_avx512.c). */
+void kvt_ql_mm_scalar(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 
 /* The canonical exp's constants (ops.c's scalar code and the SIMD kernels). */
 #define KVT_EXP_HI 88.0f          /* inputs clamped here (exp stays finite) */

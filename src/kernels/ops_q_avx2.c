@@ -117,7 +117,7 @@ DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)
 DEF_MM(mm_q5_0, KVT_QL_LAYOUT_Q5_0)
 DEF_MM(mm_q5_1, KVT_QL_LAYOUT_Q5_1)
 
-void kvt_ql_matmul_rows_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     switch (w->type) {
     case KVT_TYPE_Q4_0: mm_q4_0(w, a, r0, r1, y, ldy); break;
     case KVT_TYPE_Q4_1: mm_q4_1(w, a, r0, r1, y, ldy); break;

@@ -191,3 +191,12 @@ float kvt_ql_dot_scalar(uint32_t type, const uint8_t *row, const uint8_t *xq, co
     }
     return kvt_ops_lanes_sum(l);
 }
+
+void kvt_ql_mm_scalar(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    const int64_t nbp = a->kpad / KVT_QL_BLOCK;
+    for (int64_t t = 0; t < a->n; t++)
+        for (int64_t r = r0; r < r1; r++)
+            y[t * ldy + r] = kvt_ql_dot_scalar(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes,
+                                               a->xq + t * a->kpad, a->xd + t * nbp, a->xs ? a->xs + t * nbp : NULL,
+                                               a->k);
+}

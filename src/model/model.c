@@ -121,9 +121,9 @@ static int load_hparams(kvt_model *m) {
     return 0;
 }
 
-/* The kernels take a type when they know its row size (any block divides 256). */
-#define TYPE_PROBE_COLS 256
-static int matmul_type_ok(uint32_t t) { return kvt_wmat_row_bytes(t, TYPE_PROBE_COLS) != 0; }
+static int matmul_type_ok(uint32_t t, int64_t cols) {
+    return kvt_wmat_row_bytes(t, cols) != 0 || t == KVT_TYPE_F32 || t == KVT_TYPE_F16 || t == KVT_TYPE_BF16;
+}
 
 static int bind_wmat(loader *L, const char *name, int64_t rows, int64_t cols, kvt_wmat *out) {
     const kvt_gguf_tensor *t = kvt_gguf_tensor_find(L->m->gguf, name);
@@ -132,7 +132,7 @@ static int bind_wmat(loader *L, const char *name, int64_t rows, int64_t cols, kv
         return kvt_fail(KVT_EFORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
                         (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
                         (long long)cols, (long long)rows);
-    if (!matmul_type_ok(t->type))
+    if (!matmul_type_ok(t->type, cols))
         return kvt_fail(KVT_EUNSUPPORTED, "tensor %s has type %s; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1", name,
                         kvt_ggml_type_name(t->type));
     out->type = t->type;

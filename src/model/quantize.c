@@ -1,4 +1,4 @@
-/* `kvtier quantize`: the type tables (mixes by name, row quantizers by tensor
+/* `kvtier quantize`: the type tables (file types by name, row quantizers by tensor
  * type), the per-tensor plan that follows llama-quantize, and the rewrite
  * through the GGUF writer with rows quantized on a thread pool. */
 #include "quantize.h"
@@ -65,10 +65,10 @@ static kvt_quant_row_fn kernel_for(uint32_t type) {
     return NULL;
 }
 
-/* The mixes by name. llama.cpp puts Q6_K in output.weight for every quantized
- * mix but Q8_0; Q8_0 stands in until Q6_K is built. The K-quant mixes (q4_k_m,
- * ...) add one row each, with their per-layer rule. */
-static const kvt_quant_mix mixes[] = {
+/* The file types by name. llama.cpp puts Q6_K in output.weight for every
+ * quantized type but Q8_0; Q8_0 stands in until Q6_K is built. The K-quant
+ * mixes (q4_k_m, ...) add one row each, with a rule (their per-layer recipe). */
+static const kvt_quant_ftype ftypes[] = {
     {"f32", KVT_TYPE_F32, FTYPE_ALL_F32, KVT_TYPE_F32, NULL},
     {"f16", KVT_TYPE_F16, FTYPE_F16, KVT_TYPE_F16, NULL},
     {"bf16", KVT_TYPE_BF16, FTYPE_BF16, KVT_TYPE_BF16, NULL},
@@ -84,17 +84,17 @@ static const char *const not_yet[] = {"q2_k",   "q2_k_s", "q3_k",   "q3_k_s", "q
                                       "q4_k",   "q4_k_s", "q4_k_m", "q5_k",   "q5_k_s", "q5_k_m",
                                       "q6_k"};
 
-const kvt_quant_mix *kvt_quant_mix_find(const char *name) {
-    for (size_t i = 0; i < KVT_ARRAY_LEN(mixes); i++)
-        if (!strcasecmp(name, mixes[i].name)) return &mixes[i];
+const kvt_quant_ftype *kvt_quant_ftype_find(const char *name) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(ftypes); i++)
+        if (!strcasecmp(name, ftypes[i].name)) return &ftypes[i];
     return NULL;
 }
 
-void kvt_quant_mix_names(char *buf, size_t cap) {
+void kvt_quant_ftype_names(char *buf, size_t cap) {
     size_t used = 0;
     buf[0] = 0;
-    for (size_t i = 0; i < KVT_ARRAY_LEN(mixes) && used < cap; i++) {
-        int k = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", mixes[i].name);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(ftypes) && used < cap; i++) {
+        int k = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", ftypes[i].name);
         if (k < 0) break;
         used += (size_t)k;
     }
@@ -156,17 +156,30 @@ static int quantizable(const kvt_gguf_tensor *t) {
     return 1;
 }
 
+/* Query heads per KV head, from "ARCH.attention.head_count[_kv]"; 1 if absent. */
+static int32_t gqa_of(const kvt_gguf *g) {
+    const char *arch;
+    int64_t heads, kv_heads;
+    char key[160];
+    if (kvt_gguf_get_str(g, "general.architecture", &arch)) return 1;
+    snprintf(key, sizeof key, "%s.attention.head_count", arch);
+    if (kvt_gguf_get_int(g, key, &heads) || heads <= 0) return 1;
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    if (kvt_gguf_get_int(g, key, &kv_heads) || kv_heads <= 0 || heads % kv_heads) return 1;
+    return (int32_t)(heads / kv_heads);
+}
+
 static int plan_order(const void *a, const void *b) {
     const tensor_plan *x = a, *y = b;
     if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
     return strcmp(x->t->name, y->t->name);
 }
 
-static int make_plan(quant_job *j, const kvt_quant_mix *mix) {
+static int make_plan(quant_job *j, const kvt_quant_ftype *ft) {
     const kvt_gguf *g = j->in;
-    const int tied = kvt_gguf_tensor_find(g, "output.weight") == NULL;
-    int n_layer = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) n_layer = KVT_MAX(n_layer, layer_of(g->tensors[i].name) + 1);
+    kvt_quant_model_facts facts = {0, gqa_of(g), kvt_gguf_tensor_find(g, "output.weight") != NULL};
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        facts.n_layer = KVT_MAX(facts.n_layer, layer_of(g->tensors[i].name) + 1);
     j->plans = kvt_xcalloc(g->n_tensors ? g->n_tensors : 1, sizeof *j->plans);
     j->n = g->n_tensors;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -177,11 +190,11 @@ static int make_plan(quant_job *j, const kvt_quant_mix *mix) {
         pl->layer = layer_of(t->name);
         pl->to = t->type;
         if (!quantizable(t)) continue;
-        uint32_t to = mix->type;
-        if (!strcmp(t->name, "output.weight") || (tied && !strcmp(t->name, "token_embd.weight")))
-            to = mix->output_type;
-        else if (mix->rule)
-            to = mix->rule(t->name, pl->layer, n_layer, to);
+        uint32_t to = ft->type;
+        if (ft->rule)
+            to = ft->rule(ft, t->name, (int64_t)t->ne[0], &facts);
+        else if (!strcmp(t->name, "output.weight") || (!facts.has_output && !strcmp(t->name, "token_embd.weight")))
+            to = ft->output_type;
         if (t->ne[0] % kvt_ggml_block_elems(to)) continue; /* keeps its type (quantize.h) */
         if (to != t->type && t->type != KVT_TYPE_F32 && t->type != KVT_TYPE_F16 && t->type != KVT_TYPE_BF16)
             return kvt_fail(KVT_EARG, "tensor %s is %s: kvtier quantize reads F32, F16 or BF16 weights "
@@ -239,10 +252,10 @@ static int check_paths(const char *in_path, const char *out_path) {
     return 0;
 }
 
-static int find_mix(const char *name, const kvt_quant_mix **out) {
-    if ((*out = kvt_quant_mix_find(name))) return 0;
+static int find_ftype(const char *name, const kvt_quant_ftype **out) {
+    if ((*out = kvt_quant_ftype_find(name))) return 0;
     char names[256];
-    kvt_quant_mix_names(names, sizeof names);
+    kvt_quant_ftype_names(names, sizeof names);
     for (size_t i = 0; i < KVT_ARRAY_LEN(not_yet); i++)
         if (!strcasecmp(name, not_yet[i]))
             return kvt_fail(KVT_EUNSUPPORTED, "type %s is not built yet (the K-quants come with issue 10); "
@@ -251,12 +264,12 @@ static int find_mix(const char *name, const kvt_quant_mix **out) {
 }
 
 int kvt_quantize_file(const char *in_path, const char *out_path, const char *type_name, kvt_quantize_params p) {
-    const kvt_quant_mix *mix;
-    int rc = find_mix(type_name, &mix);
+    const kvt_quant_ftype *ft;
+    int rc = find_ftype(type_name, &ft);
     if (rc || (rc = check_paths(in_path, out_path))) return rc;
     quant_job j = {.p = p, .t0 = kvt_now()};
     if ((rc = kvt_gguf_open(in_path, (kvt_gguf **)&j.in))) return rc;
-    if ((rc = make_plan(&j, mix))) goto done;
+    if ((rc = make_plan(&j, ft))) goto done;
     kvt_gguf_writer *w = kvt_gguf_writer_new();
     for (uint64_t i = 0; i < j.in->n_kv; i++) {
         const kvt_gguf_kv *kv = &j.in->kv[i];
@@ -267,7 +280,7 @@ int kvt_quantize_file(const char *in_path, const char *out_path, const char *typ
             kvt_gguf_w_copy(w, kv);
     }
     kvt_gguf_w_u32(w, KEY_QVERSION, QUANT_VERSION);
-    kvt_gguf_w_u32(w, KEY_FTYPE, mix->ftype);
+    kvt_gguf_w_u32(w, KEY_FTYPE, ft->ftype);
     for (uint64_t i = 0; i < j.n; i++) {
         const kvt_gguf_tensor *t = j.plans[i].t;
         kvt_gguf_w_tensor(w, t->name, j.plans[i].to, t->n_dims, t->ne, fill, &j.plans[i]);

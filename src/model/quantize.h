@@ -6,8 +6,8 @@
  *     norms ("_norm.weight"), MoE gates, position/token-type embeddings and a
  *     few small architecture tensors llama.cpp leaves alone;
  *   - output.weight (or token_embd.weight when there is no output.weight) takes
- *     the mix's output type, higher precision than the rest: llama.cpp uses
- *     Q6_K there for every quantized mix but Q8_0; until the K-quants are built
+ *     the file type's output type, higher precision than the rest: llama.cpp
+ *     uses Q6_K there for every quantized type but Q8_0; until the K-quants are built
  *     kvtier uses Q8_0;
  *   - everything else (1-D tensors: norms, biases) is copied unchanged;
  *   - a matrix whose row length is not a multiple of the type's block keeps
@@ -30,24 +30,34 @@
  * type; returns 0. */
 typedef int (*kvt_quant_row_fn)(uint32_t type, const float *x, uint8_t *out, int64_t n);
 
-/* A per-tensor rule of a mix (the K-quant mixes raise attn_v, ffn_down, ... in
- * some layers): the type for tensor `name` of layer `layer` (-1 outside
- * blk.N) of n_layer, given the mix's default. */
-typedef uint32_t (*kvt_quant_rule_fn)(const char *name, int layer, int n_layer, uint32_t dflt);
-
-/* One row per name `kvtier quantize` takes. */
+/* What a per-tensor rule may ask about the model. */
 typedef struct {
+    int32_t n_layer;  /* blk.N layers */
+    int32_t n_gqa;    /* attention heads per KV head (1 if the metadata lacks them) */
+    int has_output;   /* output.weight exists (else token_embd.weight is the output too) */
+} kvt_quant_model_facts;
+
+typedef struct kvt_quant_ftype kvt_quant_ftype;
+/* A file type's per-tensor recipe (the K-quant mixes give attn_v, ffn_down, ...
+ * more bits in some layers): the type of quantizable tensor `name`, whose rows
+ * have `cols` elements, output.weight included, a fallback for rows the type
+ * cannot hold included. */
+typedef uint32_t (*kvt_quant_rule_fn)(const kvt_quant_ftype *ft, const char *name, int64_t cols,
+                                      const kvt_quant_model_facts *m);
+
+/* One row per file type `kvtier quantize` takes (llama.cpp's "ftype"). */
+struct kvt_quant_ftype {
     const char *name;       /* "q4_0" (case-insensitive on the command line) */
     uint32_t type;          /* the weight matrices' type */
     uint32_t ftype;         /* general.file_type: llama.cpp's llama_ftype */
-    uint32_t output_type;   /* output.weight, or token_embd.weight when tied */
-    kvt_quant_rule_fn rule; /* NULL: every other matrix takes `type` */
-} kvt_quant_mix;
+    uint32_t output_type;   /* output.weight, or token_embd.weight when tied (no rule) */
+    kvt_quant_rule_fn rule; /* NULL: output_type for the output, `type` for the rest */
+};
 
-/* The mix called name, or NULL. */
-const kvt_quant_mix *kvt_quant_mix_find(const char *name);
+/* The file type called name, or NULL. */
+const kvt_quant_ftype *kvt_quant_ftype_find(const char *name);
 /* The supported names, ", "-separated, into buf. */
-void kvt_quant_mix_names(char *buf, size_t cap);
+void kvt_quant_ftype_names(char *buf, size_t cap);
 
 typedef struct {
     uint64_t index, count;   /* this tensor is index (1-based) of count */
@@ -66,7 +76,7 @@ typedef struct {
 
 kvt_quantize_params kvt_quantize_default_params(void);
 
-/* Writes in_path's model to out_path with its matrices in mix `type_name`.
+/* Writes in_path's model to out_path with its matrices in file type `type_name`.
  * Returns 0, or a negative code with kvt_errmsg() saying why: KVT_EARG for an
  * unknown type name, the same file as input and output, or a matrix that must
  * be converted from a type other than F32/F16/BF16 (no requantizing);

@@ -35,8 +35,10 @@ static const legacy_fmt *legacy(uint32_t type) {
         if (legacy_fmts[i].type == type) return &legacy_fmts[i];
     return NULL;
 }
-/* Q8 activations (every quantized type) need whole blocks of 32. */
-static int is_quant(uint32_t type) { return type == KVT_TYPE_Q8_0 || legacy(type) != NULL; }
+/* columns for the matmul tests: the quantized types need whole blocks of 32 */
+static int64_t test_cols(uint32_t t, int64_t plain, int64_t q8) {
+    return t == KVT_TYPE_Q8_0 || legacy(t) ? q8 : plain;
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd32(void) {
@@ -274,10 +276,8 @@ static void free_mat(test_mat *m) {
     free(m->mins);
 }
 
-/* The activation rounding ops.h specifies, written independently. For Q8_1
- * (Q4_1/Q5_1 weights), ds[b] is how much the kernels' min term m * s differs
- * from m * (the block's exact activation sum): s = f16(d * sum q), d unrounded. */
-static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out, double *ds) {
+/* The activation rounding ops.h specifies, written independently. */
+static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out) {
     for (int64_t b = 0; b < k; b += 32) {
         double amax = 0;
         for (int64_t i = b; i < b + 32 && i < k; i++) amax = fmax(amax, fabs((double)x[i]));
@@ -291,11 +291,19 @@ static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out
             default: out[i] = dr * roundf(x[i] * id); break; /* Q8_0 and the legacy types */
             }
         }
-        if (type == KVT_TYPE_Q4_1 || type == KVT_TYPE_Q5_1) {
-            double qsum = 0;
-            for (int64_t i = b; i < b + 32; i++) qsum += roundf(x[i] * id);
-            ds[b / 32] = half_value(kvt_f32_to_f16((float)qsum * d)) - dr * qsum;
-        }
+    }
+}
+
+/* Q8_1 (Q4_1/Q5_1 weights): ds[b] is how much the kernels' min term m * s
+ * differs from m * (block b's exact activation sum): s = f16(d * sum q), d
+ * unrounded (ops.h). */
+static void ref_q8_1_sums(const float *x, int64_t k, double *ds) {
+    for (int64_t b = 0; b < k; b += 32) {
+        double amax = 0, qsum = 0;
+        for (int64_t i = b; i < b + 32; i++) amax = fmax(amax, fabs((double)x[i]));
+        float d = (float)amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t i = b; i < b + 32; i++) qsum += roundf(x[i] * id);
+        ds[b / 32] = half_value(kvt_f32_to_f16((float)qsum * d)) - half_value(kvt_f32_to_f16(d)) * qsum;
     }
 }
 
@@ -305,7 +313,8 @@ static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int6
     double *xa = malloc(sizeof(double) * (size_t)k), ds[64] = {0};
     int bad = 0;
     for (int64_t t = 0; t < n; t++) {
-        ref_round_acts(m->w.type, x + t * ldx, k, xa, ds);
+        ref_round_acts(m->w.type, x + t * ldx, k, xa);
+        if (m->mins) ref_q8_1_sums(x + t * ldx, k, ds);
         for (int64_t r = 0; r < m->w.rows; r++) {
             double s = 0, sa = 0;
             for (int64_t i = 0; i < k; i++) {
@@ -326,7 +335,7 @@ static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int6
 static void test_matmul_reference(kvt_pool *pool2) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 37, cols = is_quant(type) ? 160 : 83; /* odd shapes (5 blocks) */
+        const int64_t rows = 37, cols = test_cols(type, 83, 160); /* odd shapes (5 blocks) */
         const int64_t ldx = cols + 5, ldy = rows + 3, nmax = 70;
         test_mat m;
         make_mat(&m, type, rows, cols);
@@ -359,7 +368,7 @@ static void test_batch_invariance(kvt_pool **pools) {
     static const int64_t batches[] = {7, 64, 200};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 45, cols = is_quant(type) ? 96 : 71;
+        const int64_t rows = 45, cols = test_cols(type, 71, 96);
         const int64_t ntok = 210, ldx = cols + 3, ldy = rows + 1;
         test_mat m;
         make_mat(&m, type, rows, cols);

@@ -99,5 +99,5 @@ out:
 
 int main(void) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_type(types[i].name, types[i].type);
-    return kvt_test_done("test_cache_quant");
+    return kvt_test_done("test_cache_legacy");
 }
