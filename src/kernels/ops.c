@@ -257,6 +257,10 @@ static const kvt_ops_vtable ops_scalar = {
     .exp_sum = sc_exp_sum,
     .max = sc_max,
     .silu_mul = sc_silu_mul,
+    .attn_qk = kvt_attn_qk_scalar,
+    .attn_av = kvt_attn_av_scalar,
+    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_scalar,
+    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_scalar,
 };
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -294,6 +298,7 @@ int kvt_ops_force_variant(const char *name) {
 }
 
 const char *kvt_ops_variant(void) { return ops()->name; }
+const kvt_ops_vtable *kvt_ops_active(void) { return ops(); }
 const char *kvt_ops_numerics_id(void) { return OPS_NUMERICS_ID; }
 
 /* ---- public elementwise ops -------------------------------------------- */

@@ -442,6 +442,10 @@ static const kvt_ops_vtable ops_avx512 = {
     .exp_sum = exp_sum,
     .max = vmax,
     .silu_mul = silu_mul,
+    .attn_qk = kvt_attn_qk_avx512,
+    .attn_av = kvt_attn_av_avx512,
+    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,
+    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512,
 };
 
 const kvt_ops_vtable *kvt_ops_avx512(void) {

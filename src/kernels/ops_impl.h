@@ -53,7 +53,32 @@ typedef struct {
     float (*exp_sum)(float *x, float m, int64_t n);
     float (*max)(const float *x, int64_t n);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
+    /* attention (attn.h): kvt_attn_qk and kvt_attn_av */
+    void (*attn_qk)(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                    float scale, float *scores, int64_t ld);
+    void (*attn_av)(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                    float *out);
+    /* q8_0 KV (kv_quant.h): kvt_kv_q8_dequant_rows and kvt_kv_q8_dequant_columns */
+    void (*kv_q8_dequant_rows)(const uint8_t *rows, int32_t T, int32_t n, float *out);
+    void (*kv_q8_dequant_columns)(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
 } kvt_ops_vtable;
+
+/* The selected variant's table (what kvt_ops_variant() names). */
+const kvt_ops_vtable *kvt_ops_active(void);
+/* attn.c's kernels for the tables: the scalar path and the AVX-512 one. */
+void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                        float scale, float *scores, int64_t ld);
+void kvt_attn_av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                        float *out);
+void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                        float scale, float *scores, int64_t ld);
+void kvt_attn_av_avx512(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                        float *out);
+/* kv_quant.c's, likewise. */
+void kvt_kv_q8_dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out);
+void kvt_kv_q8_dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
+void kvt_kv_q8_dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_t n, float *out);
+void kvt_kv_q8_dequant_columns_avx512(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
 
 /* The canonical lane tree (ops.h) over KVT_LANES lane values. */
 float kvt_ops_lanes_sum(const float *l);
