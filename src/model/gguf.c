@@ -696,11 +696,14 @@ int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
         rc = write_all(fd, buf, padded);
     }
     free(buf);
+    const int fill_failed = rc >= KVT_ERR_FIRST && rc <= KVT_ERR_LAST; /* write_all gives -errno */
     if (!rc && fsync(fd) < 0) rc = -errno;
     if (close(fd) < 0 && !rc) rc = -errno;
     if (!rc && rename(tmp, path) < 0) rc = -errno;
     if (rc) {
         unlink(tmp);
+        /* a fill callback's own error keeps its detail */
+        if (fill_failed) return kvt_fail_prefix(rc, "%s: not written: ", path);
         return kvt_fail(rc, "%s: write failed: %s", path, kvt_strerror(rc));
     }
     sync_parent_dir(path);

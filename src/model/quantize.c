@@ -4,6 +4,7 @@
 #include "quantize.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,7 @@ struct quant_job {
     /* the tensor being converted, for the pool's workers */
     const tensor_plan *cur;
     uint8_t *out;
+    uint64_t bad_row; /* 1 + a row holding a NaN or an infinity (atomic), 0: none */
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -219,6 +221,12 @@ static void convert_task(void *ctx, int ith, int nth) {
     float *row = kvt_xmalloc((size_t)cols * sizeof(float));
     for (uint64_t r = rows * (uint64_t)ith / (uint64_t)nth; r < rows * (uint64_t)(ith + 1) / (uint64_t)nth; r++) {
         kvt_wmat_row_f32(&src, (int64_t)r, row);
+        int64_t c = 0;
+        while (c < cols && isfinite(row[c])) c++;
+        if (c < cols) { /* llama-quantize refuses these too; the quantizers' casts would be undefined */
+            __atomic_store_n(&j->bad_row, r + 1, __ATOMIC_RELAXED);
+            continue;
+        }
         fn(j->cur->to, row, j->out + r * out_row, cols);
     }
     free(row);
@@ -233,6 +241,9 @@ static int fill(void *ctx, const char *name, void *buf, uint64_t nbytes) {
         j->cur = pl;
         j->out = buf;
         kvt_pool_run(j->pool, convert_task, j);
+        if (j->bad_row)
+            return kvt_fail(KVT_EFORMAT, "tensor %s has a NaN or an infinity in row %llu", name,
+                            (unsigned long long)(j->bad_row - 1));
     }
     j->done++;
     if (j->p.progress) {

@@ -3,7 +3,7 @@
 # lossless round trip (F32 -> F16 gives mkmodel's own F16 model's results),
 # the same bytes for any thread count, and clean errors that leave OUT as it
 # was: bad type, K-quant names not built yet, same file, bad input, a quantized
-# input, a write that runs out of room, OUT a symlink.
+# input, a NaN in a weight, a write that runs out of room, OUT a symlink.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 TMP=$(mktemp -d)
@@ -96,6 +96,13 @@ check "out of room" expect_rc 1 bash -c "ulimit -f 64; trap '' XFSZ; exec '$BIN'
 check "out of room: says why" has "write failed"
 check "every failure left OUT as it was" same_file "$TMP/keep" "$TMP/out.gguf"
 check "no temporary file left" no_temp_left
+# a NaN in a weight (the last 4 bytes of an F32 mkmodel file are the last element of blk.1.ffn_down)
+cp "$TMP/m-f32.gguf" "$TMP/nan.gguf"
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.gguf" bs=1 seek=$(($(stat -c %s "$TMP/nan.gguf") - 4)) conv=notrunc 2>/dev/null
+check "NaN in a weight" expect_rc 1 "$BIN" quantize "$TMP/nan.gguf" "$TMP/out.gguf" q4_0
+check "NaN: names the tensor" has "blk.1.ffn_down.weight has a NaN or an infinity"
+check "NaN: OUT as it was" same_file "$TMP/keep" "$TMP/out.gguf"
+check "NaN: no temporary file left" no_temp_left
 # OUT a symlink: replaced by the new file, its target untouched
 cp "$TMP/keep" "$TMP/target"
 ln -s "$TMP/target" "$TMP/link.gguf"
