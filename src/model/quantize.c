@@ -198,6 +198,9 @@ static int make_plan(quant_job *j, const kvt_quant_ftype *ft) {
         else if (!strcmp(t->name, "output.weight") || (!facts.has_output && !strcmp(t->name, "token_embd.weight")))
             to = ft->output_type;
         if (t->ne[0] % kvt_ggml_block_elems(to)) continue; /* keeps its type (quantize.h) */
+        if (to != t->type && !kernel_for(to))
+            return kvt_fail(KVT_EUNSUPPORTED, "tensor %s would be %s, which kvtier cannot write", t->name,
+                            kvt_ggml_type_name(to));
         if (to != t->type && t->type != KVT_TYPE_F32 && t->type != KVT_TYPE_F16 && t->type != KVT_TYPE_BF16)
             return kvt_fail(KVT_EARG, "tensor %s is %s: kvtier quantize reads F32, F16 or BF16 weights "
                                       "(requantizing a quantized file is not supported)",
