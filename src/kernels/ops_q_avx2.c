@@ -108,20 +108,15 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
             tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 1, k, out);                                  \
         else                                                                                              \
             tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 2, k, out);                                  \
-    }                                                                                                     \
-    static T2 void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, NAME##_tile);                                           \
     }
 DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
 DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)
 DEF_MM(mm_q5_0, KVT_QL_LAYOUT_Q5_0)
 DEF_MM(mm_q5_1, KVT_QL_LAYOUT_Q5_1)
 
+/* Q4_0, Q4_1, Q5_0, Q5_1 in kvt_ql_index order */
+static const kvt_qtile_fn tiles[] = {mm_q4_0_tile, mm_q4_1_tile, mm_q5_0_tile, mm_q5_1_tile};
+
 void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    switch (w->type) {
-    case KVT_TYPE_Q4_0: mm_q4_0(w, a, r0, r1, y, ldy); break;
-    case KVT_TYPE_Q4_1: mm_q4_1(w, a, r0, r1, y, ldy); break;
-    case KVT_TYPE_Q5_0: mm_q5_0(w, a, r0, r1, y, ldy); break;
-    default: mm_q5_1(w, a, r0, r1, y, ldy); break;
-    }
+    kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, tiles[kvt_ql_index(w->type)]);
 }

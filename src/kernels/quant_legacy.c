@@ -24,13 +24,7 @@ static const kvt_ql_layout layouts[] = {KVT_QL_LAYOUT_Q4_0, KVT_QL_LAYOUT_Q4_1, 
                                          KVT_QL_LAYOUT_Q5_1};
 
 const kvt_ql_layout *kvt_ql_layout_of(uint32_t type) {
-    switch (type) {
-    case KVT_TYPE_Q4_0: return &layouts[0];
-    case KVT_TYPE_Q4_1: return &layouts[1];
-    case KVT_TYPE_Q5_0: return &layouts[2];
-    case KVT_TYPE_Q5_1: return &layouts[3];
-    default: return NULL;
-    }
+    return kvt_ql_is_legacy(type) ? &layouts[kvt_ql_index(type)] : NULL;
 }
 
 static inline uint32_t load_u32(const uint8_t *p) {

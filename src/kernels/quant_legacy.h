@@ -42,10 +42,18 @@ typedef struct {
 
 /* The layout of a legacy type, or NULL for any other type. */
 const kvt_ql_layout *kvt_ql_layout_of(uint32_t type);
-/* True for Q4_0, Q4_1, Q5_0, Q5_1. */
-static inline int kvt_ql_is_legacy(uint32_t type) {
-    return type == KVT_TYPE_Q4_0 || type == KVT_TYPE_Q4_1 || type == KVT_TYPE_Q5_0 || type == KVT_TYPE_Q5_1;
+/* 0, 1, 2, 3 for Q4_0, Q4_1, Q5_0, Q5_1; -1 for any other type. */
+static inline int kvt_ql_index(uint32_t type) {
+    switch (type) {
+    case KVT_TYPE_Q4_0: return 0;
+    case KVT_TYPE_Q4_1: return 1;
+    case KVT_TYPE_Q5_0: return 2;
+    case KVT_TYPE_Q5_1: return 3;
+    default: return -1;
+    }
 }
+/* True for Q4_0, Q4_1, Q5_0, Q5_1. */
+static inline int kvt_ql_is_legacy(uint32_t type) { return kvt_ql_index(type) >= 0; }
 /* True for the types with a min (Q4_1, Q5_1): their activations are Q8_1. */
 static inline int kvt_ql_has_min(uint32_t type) { return type == KVT_TYPE_Q4_1 || type == KVT_TYPE_Q5_1; }
 
