@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Quantized numerics against llama.cpp (tests/reference/README.md): for every
-# model in the table, rebuilds it with mkmodel, checks it is the same bytes the
-# reference was made from, then compares `kvtier eval` with llama.cpp through
-# eval_compare.py. Each tolerance sits above the deviation measured at commit
-# time (README's table), so a real regression in a type's path fails.
+# model in the table, rebuilds it (with mkmodel, or for a "quantize TYPE" row
+# the mk-llama-f16 model through `kvtier quantize`), checks it is the same bytes
+# the reference was made from (a quantize row's sha256 is also the one of
+# llama-quantize's file from the same F16 model), then compares `kvtier eval`
+# with llama.cpp through eval_compare.py. Each tolerance sits above the
+# deviation measured at commit time (README's table), so a real regression in
+# a type's path fails.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 SHARED=${KVT_SHARED:-../shared}
@@ -16,20 +19,30 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fail=0
 
-# the small llama shapes: dim 128 (F16, Q8_0) and dim 256 (rows the K types can hold)
+# the small llama shapes: dim 128 (F16, Q8_0, the legacy types) and dim 256
+# (rows the K types can hold)
 D128="--dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 384 --tied"
 D256="--dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --tied"
 D256M="--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512"
-# name | sha256 | tolerance | min top-1 agreement | type and shape
+mk() { # mk OUT NAME ARGS...
+  local out=$1 name=$2; shift 2
+  # shellcheck disable=SC2068  # ARGS holds several options
+  "$BIN" mkmodel -o "$out" $@ --ctx 2048 --seed 42 --vocab-from "$VOCAB" --name "$name" 2>/dev/null
+}
+# name | sha256 | tolerance | min top-1 agreement | type and shape, or "quantize TYPE"
 while IFS='|' read -r name sha tol top1 args; do
   [ -n "$name" ] || continue
   model=$TMP/$name.gguf
-  # shellcheck disable=SC2086  # args holds several options
-  "$BIN" mkmodel -o "$model" $args --ctx 2048 --seed 42 --vocab-from "$VOCAB" --name "$name" 2>/dev/null ||
-    { echo "FAIL: mkmodel $name"; fail=1; continue; }
+  case $args in
+    quantize\ *)
+      { [ -f "$TMP/src-f16.gguf" ] || mk "$TMP/src-f16.gguf" mk-llama-f16 --type f16 $D128; } &&
+        "$BIN" quantize "$TMP/src-f16.gguf" "$model" "${args#quantize }" -t 2 2>/dev/null ||
+        { echo "FAIL: $name: $args"; fail=1; continue; } ;;
+    *) mk "$model" "$name" $args || { echo "FAIL: mkmodel $name"; fail=1; continue; } ;;
+  esac
   got=$(sha256sum "$model" | cut -d' ' -f1)
   if [ "$got" != "$sha" ]; then
-    echo "FAIL: mkmodel now writes other bytes for $name ($got); make tests/reference/$name.jsonl again"
+    echo "FAIL: $name is now other bytes ($got); make tests/reference/$name.jsonl again"
     fail=1
     continue
   fi
@@ -39,6 +52,15 @@ while IFS='|' read -r name sha tol top1 args; do
 done <<TABLE
 mk-llama-f16|645c76496f21f100990aaed1044f5c476345b02a55d93b7d9ba1f338b18f0a98|2e-2|0.99|--type f16 $D128
 mk-llama-q8_0|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|0.3|0.99|--type q8_0 $D128
+mk-llama-q4_0|710094e8c17e128dd0bf9ee2462be2236a7833a7ebf75dd308275e9b1bd5565a|0.6|0.99|--type q4_0 $D128
+mk-llama-q4_1|523d9322d4ef773220fcd576854df8040e79c48a11baac52f0dab87d74f8439f|0.5|0.99|--type q4_1 $D128
+mk-llama-q5_0|6ca6cbe45836e26d56263c69543319380f2dcd22acbd19c7bad803130a5d25ee|0.55|0.99|--type q5_0 $D128
+mk-llama-q5_1|7fb141aa8b44ff0c08614b507fdf06b936d0be95d50fb9b5d5ce5f6c9ad72a3e|0.35|0.99|--type q5_1 $D128
+mk-llama-f16-q8_0|4df9ab881678d1fa713e38ffb92660a5098a00618cd5c54964ef96f531b044bc|0.36|0.99|quantize q8_0
+mk-llama-f16-q4_0|0494b1fda0c971af1dd1c67c83dc6bb064f640cd5e17e056bc38b409330fc232|0.41|0.99|quantize q4_0
+mk-llama-f16-q4_1|40b97f26fa933a5a501e6ff533d9af0d578802c9ca5a1feed2469a0424cb5b26|0.46|0.99|quantize q4_1
+mk-llama-f16-q5_0|e471ab474165d6b974f2dcee79d1b4a8daf8f769bab0a31ce141b197e240a5fb|0.33|0.99|quantize q5_0
+mk-llama-f16-q5_1|e35ce3d45663a54eb2186a6bc56b519a315a4ca816344055d4bc69d2b514135f|0.31|0.99|quantize q5_1
 mk-llama-q2_k|313977b25d7de709c48a35cefeff85796701ea3e5662ff6163c6d2f25e0b8dd7|1.0|0.99|--type q2_k $D256
 mk-llama-q3_k|ee235fff2d8c7b05b67732a72e4e966f9267d8059433d44d34881155d2512279|0.8|0.99|--type q3_k $D256
 mk-llama-q4_k|8a496c4f976067facb1ba3d4da15f902ce0b1ea1033816ee81c78c8175694613|0.8|0.99|--type q4_k $D256
