@@ -14,13 +14,17 @@
 #include "common.h"
 #include "gguf.h"
 #include "ops.h"
+#include "quant_k.h"
 #include "quant_legacy.h"
+#include "quant_mix.h"
 #include "threadpool.h"
 
 /* llama.cpp's llama_ftype values (general.file_type). */
 enum {
     FTYPE_ALL_F32 = 0, FTYPE_F16 = 1, FTYPE_Q4_0 = 2, FTYPE_Q4_1 = 3, FTYPE_Q8_0 = 7,
-    FTYPE_Q5_0 = 8, FTYPE_Q5_1 = 9, FTYPE_BF16 = 32,
+    FTYPE_Q5_0 = 8, FTYPE_Q5_1 = 9, FTYPE_Q2_K = 10, FTYPE_Q3_K_S = 11, FTYPE_Q3_K_M = 12,
+    FTYPE_Q3_K_L = 13, FTYPE_Q4_K_S = 14, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_S = 16, FTYPE_Q5_K_M = 17,
+    FTYPE_Q6_K = 18, FTYPE_BF16 = 32,
 };
 #define QUANT_VERSION 2 /* general.quantization_version: ggml's GGML_QNT_VERSION */
 #define KEY_QVERSION "general.quantization_version"
@@ -43,9 +47,11 @@ static int row_half(uint32_t type, const float *x, uint8_t *out, int64_t n) {
     }
     return 0;
 }
+static int row_k(uint32_t type, const float *x, uint8_t *out, int64_t n) {
+    return kvt_qk_quantize_row(type, x, n, out);
+}
 
-/* Row quantizers by tensor type (block sizes come from gguf's type table).
- * The K-quants add one row each here. */
+/* Row quantizers by tensor type (block sizes come from gguf's type table). */
 static const struct {
     uint32_t type;
     kvt_quant_row_fn fn;
@@ -58,6 +64,11 @@ static const struct {
     {KVT_TYPE_Q4_1, kvt_ql_quantize_row},
     {KVT_TYPE_Q5_0, kvt_ql_quantize_row},
     {KVT_TYPE_Q5_1, kvt_ql_quantize_row},
+    {KVT_TYPE_Q2_K, row_k},
+    {KVT_TYPE_Q3_K, row_k},
+    {KVT_TYPE_Q4_K, row_k},
+    {KVT_TYPE_Q5_K, row_k},
+    {KVT_TYPE_Q6_K, row_k},
 };
 
 static kvt_quant_row_fn kernel_for(uint32_t type) {
@@ -66,26 +77,41 @@ static kvt_quant_row_fn kernel_for(uint32_t type) {
     return NULL;
 }
 
+/* The K-quant mixes' rule: their per-layer recipe (quant_mix.h), fallback included. */
+static uint32_t k_rule(const kvt_quant_ftype *ft, const char *name, int64_t cols, const kvt_quant_model_facts *m) {
+    const kvt_quant_model_info info = {m->n_layer, m->n_gqa, m->has_output};
+    return kvt_quant_mix_type(kvt_quant_mix_by_name(ft->name), name, cols, &info);
+}
+
 /* The file types by name. llama.cpp puts Q6_K in output.weight for every
- * quantized type but Q8_0; Q8_0 stands in until Q6_K is built. The K-quant
- * mixes (q4_k_m, ...) add one row each, with a rule (their per-layer recipe). */
+ * quantized type but Q8_0 (Q8_0 when its rows are not a multiple of 256); the
+ * K-quant mixes follow their per-layer recipe. */
 static const kvt_quant_ftype ftypes[] = {
     {"f32", KVT_TYPE_F32, FTYPE_ALL_F32, KVT_TYPE_F32, NULL},
     {"f16", KVT_TYPE_F16, FTYPE_F16, KVT_TYPE_F16, NULL},
     {"bf16", KVT_TYPE_BF16, FTYPE_BF16, KVT_TYPE_BF16, NULL},
     {"q8_0", KVT_TYPE_Q8_0, FTYPE_Q8_0, KVT_TYPE_Q8_0, NULL},
-    {"q4_0", KVT_TYPE_Q4_0, FTYPE_Q4_0, KVT_TYPE_Q8_0, NULL},
-    {"q4_1", KVT_TYPE_Q4_1, FTYPE_Q4_1, KVT_TYPE_Q8_0, NULL},
-    {"q5_0", KVT_TYPE_Q5_0, FTYPE_Q5_0, KVT_TYPE_Q8_0, NULL},
-    {"q5_1", KVT_TYPE_Q5_1, FTYPE_Q5_1, KVT_TYPE_Q8_0, NULL},
+    {"q4_0", KVT_TYPE_Q4_0, FTYPE_Q4_0, KVT_TYPE_Q6_K, NULL},
+    {"q4_1", KVT_TYPE_Q4_1, FTYPE_Q4_1, KVT_TYPE_Q6_K, NULL},
+    {"q5_0", KVT_TYPE_Q5_0, FTYPE_Q5_0, KVT_TYPE_Q6_K, NULL},
+    {"q5_1", KVT_TYPE_Q5_1, FTYPE_Q5_1, KVT_TYPE_Q6_K, NULL},
+    {"q2_k", KVT_TYPE_Q2_K, FTYPE_Q2_K, KVT_TYPE_Q6_K, k_rule},
+    {"q3_k_s", KVT_TYPE_Q3_K, FTYPE_Q3_K_S, KVT_TYPE_Q6_K, k_rule},
+    {"q3_k_m", KVT_TYPE_Q3_K, FTYPE_Q3_K_M, KVT_TYPE_Q6_K, k_rule},
+    {"q3_k_l", KVT_TYPE_Q3_K, FTYPE_Q3_K_L, KVT_TYPE_Q6_K, k_rule},
+    {"q4_k_s", KVT_TYPE_Q4_K, FTYPE_Q4_K_S, KVT_TYPE_Q6_K, k_rule},
+    {"q4_k_m", KVT_TYPE_Q4_K, FTYPE_Q4_K_M, KVT_TYPE_Q6_K, k_rule},
+    {"q5_k_s", KVT_TYPE_Q5_K, FTYPE_Q5_K_S, KVT_TYPE_Q6_K, k_rule},
+    {"q5_k_m", KVT_TYPE_Q5_K, FTYPE_Q5_K_M, KVT_TYPE_Q6_K, k_rule},
+    {"q6_k", KVT_TYPE_Q6_K, FTYPE_Q6_K, KVT_TYPE_Q6_K, k_rule},
 };
 
-/* llama-quantize's names that are not built here yet. */
-static const char *const not_yet[] = {"q2_k",   "q2_k_s", "q3_k",   "q3_k_s", "q3_k_m", "q3_k_l",
-                                      "q4_k",   "q4_k_s", "q4_k_m", "q5_k",   "q5_k_s", "q5_k_m",
-                                      "q6_k"};
+/* llama-quantize's short names for the _M mixes. */
+static const char *const aliases[][2] = {{"q3_k", "q3_k_m"}, {"q4_k", "q4_k_m"}, {"q5_k", "q5_k_m"}};
 
 const kvt_quant_ftype *kvt_quant_ftype_find(const char *name) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(aliases); i++)
+        if (!strcasecmp(name, aliases[i][0])) name = aliases[i][1];
     for (size_t i = 0; i < KVT_ARRAY_LEN(ftypes); i++)
         if (!strcasecmp(name, ftypes[i].name)) return &ftypes[i];
     return NULL;
@@ -196,7 +222,7 @@ static int make_plan(quant_job *j, const kvt_quant_ftype *ft) {
         if (ft->rule)
             to = ft->rule(ft, t->name, (int64_t)t->ne[0], &facts);
         else if (!strcmp(t->name, "output.weight") || (!facts.has_output && !strcmp(t->name, "token_embd.weight")))
-            to = ft->output_type;
+            to = kvt_quant_fallback(ft->output_type, (int64_t)t->ne[0]); /* Q6_K -> Q8_0 -> F16 */
         if (t->ne[0] % kvt_ggml_block_elems(to)) continue; /* keeps its type (quantize.h) */
         if (to != t->type && !kernel_for(to))
             return kvt_fail(KVT_EUNSUPPORTED, "tensor %s would be %s, which kvtier cannot write", t->name,
@@ -270,10 +296,9 @@ static int find_ftype(const char *name, const kvt_quant_ftype **out) {
     if ((*out = kvt_quant_ftype_find(name))) return 0;
     char names[256];
     kvt_quant_ftype_names(names, sizeof names);
-    for (size_t i = 0; i < KVT_ARRAY_LEN(not_yet); i++)
-        if (!strcasecmp(name, not_yet[i]))
-            return kvt_fail(KVT_EUNSUPPORTED, "type %s is not built yet (the K-quants come with issue 10); "
-                                              "supported: %s", name, names);
+    if (!strcasecmp(name, "q2_k_s")) /* llama-quantize refuses it without one too */
+        return kvt_fail(KVT_EUNSUPPORTED, "type %s needs an importance matrix, which kvtier quantize does not "
+                                          "take; supported: %s", name, names);
     return kvt_fail(KVT_EARG, "unknown type '%s'; supported: %s", name, names);
 }
 

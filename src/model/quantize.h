@@ -6,9 +6,13 @@
  *     norms ("_norm.weight"), MoE gates, position/token-type embeddings and a
  *     few small architecture tensors llama.cpp leaves alone;
  *   - output.weight (or token_embd.weight when there is no output.weight) takes
- *     the file type's output type, higher precision than the rest: llama.cpp
- *     uses Q6_K there for every quantized type but Q8_0; until the K-quants are built
- *     kvtier uses Q8_0;
+ *     the file type's output type, higher precision than the rest: Q6_K for
+ *     every quantized type but Q8_0 (Q8_0 when its rows are not a multiple of
+ *     256, as in llama.cpp);
+ *   - the K-quant file types (q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k; q3_k,
+ *     q4_k, q5_k name the _m ones) follow llama.cpp's per-layer recipe and its
+ *     fallback for rows that are not a multiple of 256 (quant_mix.h); q2_k_s is
+ *     refused, as llama-quantize refuses it without an importance matrix;
  *   - everything else (1-D tensors: norms, biases) is copied unchanged;
  *   - a matrix whose row length is not a multiple of the type's block keeps
  *     its type (llama-quantize refuses such a file for the legacy types).
@@ -80,8 +84,8 @@ kvt_quantize_params kvt_quantize_default_params(void);
  * Returns 0, or a negative code with kvt_errmsg() saying why: KVT_EARG for an
  * unknown type name, the same file as input and output, or a matrix that must
  * be converted from a type other than F32/F16/BF16 (no requantizing);
- * KVT_EUNSUPPORTED for a name that exists in llama.cpp but is not built here
- * yet (the K-quant mixes); the reader's codes for a bad input; -errno for a
+ * KVT_EUNSUPPORTED for q2_k_s (it needs an importance matrix) or a tensor
+ * type without a row quantizer; the reader's codes for a bad input; -errno for a
  * failed write (nothing is left at out_path then). */
 int kvt_quantize_file(const char *in_path, const char *out_path, const char *type_name, kvt_quantize_params p);
 

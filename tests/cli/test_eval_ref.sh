@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Quantized numerics against llama.cpp (tests/reference/README.md): for every
-# model in the table, rebuilds it (with mkmodel, or for a "quantize TYPE" row
-# the mk-llama-f16 model through `kvtier quantize`), checks it is the same bytes
-# the reference was made from (a quantize row's sha256 is also the one of
-# llama-quantize's file from the same F16 model), then compares `kvtier eval`
+# model in the table, rebuilds it (with mkmodel, or for a "quantize TYPE [SHAPE]"
+# row an F16 mk-llama-f16 model, of SHAPE or else $D128, through `kvtier
+# quantize`), checks it is the same bytes the reference was made from (a legacy
+# quantize row's sha256 is also the one of llama-quantize's file from the same
+# F16 model; the K quantizers are kvtier's own), then compares `kvtier eval`
 # with llama.cpp through eval_compare.py. Each tolerance sits above the
 # deviation measured at commit time (README's table), so a real regression in
 # a type's path fails.
@@ -29,14 +30,20 @@ mk() { # mk OUT NAME ARGS...
   # shellcheck disable=SC2068  # ARGS holds several options
   "$BIN" mkmodel -o "$out" $@ --ctx 2048 --seed 42 --vocab-from "$VOCAB" --name "$name" 2>/dev/null
 }
-# name | sha256 | tolerance | min top-1 agreement | type and shape, or "quantize TYPE"
+# name | sha256 | tolerance | min top-1 agreement | type and shape, or "quantize TYPE [SHAPE]"
 while IFS='|' read -r name sha tol top1 args; do
   [ -n "$name" ] || continue
   model=$TMP/$name.gguf
   case $args in
     quantize\ *)
-      { [ -f "$TMP/src-f16.gguf" ] || mk "$TMP/src-f16.gguf" mk-llama-f16 --type f16 $D128; } &&
-        "$BIN" quantize "$TMP/src-f16.gguf" "$model" "${args#quantize }" -t 2 2>/dev/null ||
+      # shellcheck disable=SC2086  # args holds the type and the shape's options
+      set -- ${args#quantize }
+      qtype=$1; shift
+      shape=${*:-$D128}
+      src=$TMP/src-f16-$(printf '%s' "$shape" | sha256sum | cut -c1-12).gguf
+      # shellcheck disable=SC2086
+      { [ -f "$src" ] || mk "$src" mk-llama-f16 --type f16 $shape; } &&
+        "$BIN" quantize "$src" "$model" "$qtype" -t 2 2>/dev/null ||
         { echo "FAIL: $name: $args"; fail=1; continue; } ;;
     *) mk "$model" "$name" $args || { echo "FAIL: mkmodel $name"; fail=1; continue; } ;;
   esac
@@ -67,5 +74,6 @@ mk-llama-q4_k|8a496c4f976067facb1ba3d4da15f902ce0b1ea1033816ee81c78c8175694613|0
 mk-llama-q5_k|3830f9f3edd4166d784586bff279994d733893541611a3b0014cd191f52121c9|1.0|0.99|--type q5_k $D256
 mk-llama-q6_k|9a4f7550723c21759a9beddb21cae5f5b5c5bb28ad4698aede096081cd524766|1.0|0.99|--type q6_k $D256
 mk-llama-q4_k_m|e5baaa89d54ec8eb1c5ea10dd5b19c5590492ce64cfedb4bab787a0521ff9840|0.15|0.93|--type q4_k_m $D256M
+mk-llama-f16-q4_k_m|61c2f71aa4052fa16d27cc6f3ec023d822c017f2e714fd0009b246e6d0513480|0.15|0.93|quantize q4_k_m $D256M
 TABLE
 exit $fail

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # kvtier quantize: a progress line per tensor, files that load and run, a
+# K-quant mixes with llama.cpp's per-tensor types and fallbacks, a
 # lossless round trip (F32 -> F16 gives mkmodel's own F16 model's results),
 # the same bytes for any thread count, and clean errors that leave OUT as it
-# was: bad type, K-quant names not built yet, same file, bad input, a quantized
+# was: bad type, q2_k_s (needs an importance matrix), same file, bad input, a quantized
 # input, a NaN in a weight, a write that runs out of room, OUT a symlink.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
@@ -35,7 +36,8 @@ mk f32 "$TMP/m-f32.gguf" || { echo "FAIL: mkmodel"; exit 1; }
 mk f16 "$TMP/m-f16.gguf" && mk q8_0 "$TMP/m-q8.gguf" || { echo "FAIL: mkmodel"; exit 1; }
 
 check "help" expect_rc 0 "$BIN" quantize --help
-for w in --threads IN.gguf OUT.gguf q4_0 q5_1 q8_0 bf16 output.weight "not built yet" llama-quantize; do
+for w in --threads IN.gguf OUT.gguf q4_0 q5_1 q8_0 bf16 q2_k q4_k_m q5_k_s q6_k output.weight Q6_K "importance matrix" \
+  llama-quantize; do
   check "help mentions $w" has "$w"
 done
 check "listed in kvtier --help" expect_rc 0 "$BIN" --help
@@ -55,6 +57,30 @@ for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 Q4_0; do
 done
 check "info on a Q4_1 file" expect_rc 0 "$BIN" info -m "$TMP/m-q4_1.out.gguf"
 check "info shows Q4_1 weights" has "Q4_1"
+# rows of 64: Q4_1 matrices, the output in Q8_0 (Q6_K needs rows of 256, llama.cpp's fallback)
+check "q4_1: the output falls back to Q8_0" has "Q4_1 x 15, Q8_0 x 1"
+
+# the K-quant mixes on rows of 256 (dim 256, ff 512, 2 layers, own output.weight)
+mk f32 "$TMP/k-f32.gguf" --dim 256 --ff 512 || { echo "FAIL: mkmodel"; exit 1; }
+for t in q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k Q4_K; do
+  out=$TMP/k-$t.gguf
+  check "quantize f32 -> $t" expect_rc 0 "$BIN" quantize "$TMP/k-f32.gguf" "$out" "$t" -t 2
+  check "$t: progress line" has "kvtier quantize: \[ 1/"
+  check "$t: eval runs" expect_rc 0 "$BIN" eval -m "$out" -n 2 "hello"
+done
+# llama.cpp's Q4_K_M recipe: attn_v and ffn_down of the last layer and output.weight in Q6_K
+check "q4_k_m info" expect_rc 0 "$BIN" info -m "$TMP/k-q4_k_m.gguf"
+check "q4_k_m per-tensor types" has "Q4_K x 13, Q6_K x 3"
+check "q4_k is q4_k_m" same_file "$TMP/k-q4_k_m.gguf" "$TMP/k-Q4_K.gguf"
+check "q6_k info" expect_rc 0 "$BIN" info -m "$TMP/k-q6_k.gguf"
+check "q6_k: every matrix Q6_K" has "Q6_K x 16"
+check "q2_k info" expect_rc 0 "$BIN" info -m "$TMP/k-q2_k.gguf"
+check "q2_k: Q2_K with Q3_K/Q4_K/Q6_K where llama.cpp puts them" has "Q2_K x .*Q3_K x .*Q6_K x 1"
+# rows of 64 cannot hold K types: Q4_K falls back to Q5_0, Q6_K to Q8_0 (llama.cpp's rule)
+check "q4_k_m on rows of 64" expect_rc 0 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/k-fb.gguf" q4_k_m
+check "fallback info" expect_rc 0 "$BIN" info -m "$TMP/k-fb.gguf"
+check "fallback types" has "Q5_0 x 13, Q8_0 x 3"
+check "fallback runs" expect_rc 0 "$BIN" eval -m "$TMP/k-fb.gguf" -n 2 "hello"
 
 # lossless round trip: F32 quantized to F16 is mkmodel's F16 model, tensor for tensor
 check "f32 -> f16 runs as mkmodel's f16" equal_eval "$TMP/m-f16.out.gguf" "$TMP/m-f16.gguf"
@@ -71,11 +97,9 @@ cp "$TMP/keep" "$TMP/out.gguf"
 check "unknown type" expect_rc 2 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/out.gguf" q3_0
 check "unknown type named" has "unknown type 'q3_0'"
 check "unknown type lists the supported ones" has "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"
-for t in q4_k_m q5_k_m q6_k Q4_K_S; do
-  check "$t not built yet" expect_rc 2 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/out.gguf" "$t"
-  check "$t: says so" has "not built yet"
-  check "$t: lists the supported ones" has "supported: f32"
-done
+check "q2_k_s refused" expect_rc 2 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/out.gguf" Q2_K_S
+check "q2_k_s: says why" has "needs an importance matrix"
+check "q2_k_s: lists the supported ones" has "supported: f32"
 check "same file" expect_rc 2 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/m-f32.gguf" q4_0
 check "same file named" has "same file"
 ln "$TMP/m-f32.gguf" "$TMP/hardlink.gguf"
