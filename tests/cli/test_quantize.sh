@@ -6,14 +6,7 @@
 # was: bad type, q2_k_s (needs an importance matrix), same file, bad input, a quantized
 # input, a NaN in a weight, a write that runs out of room, OUT a symlink.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-check() { # check DESCRIPTION COMMAND...
-  local d=$1; shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi
-}
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
   local want=$1; shift
   "$@" >"$TMP/out" 2>&1
@@ -134,5 +127,4 @@ check "OUT a symlink" expect_rc 0 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/link.g
 check "the link's target is untouched" same_file "$TMP/keep" "$TMP/target"
 check "the link became the model" bash -c "[ ! -L '$TMP/link.gguf' ] && '$BIN' eval -m '$TMP/link.gguf' -n 1 hi >/dev/null 2>&1"
 
-echo "test_quantize: $pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+kvt_test_done test_quantize
