@@ -15,9 +15,10 @@ docs_reused() { local c; c=$(grep -o '\[2/2\] prompt [0-9]* tokens: cached [0-9]
 has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
 
 check "top-level help" expect_rc 0 "$BIN" --help
-for cmd in run eval info tokenize mkmodel; do
+for cmd in run eval info tokenize mkmodel quantize; do
   check "help lists $cmd" has "$cmd"
 done
+check "the manual has kvtier quantize" bash -c "'$BIN' --man | grep -q '^\\.SS \"kvtier quantize\"'"
 check "version" expect_rc 0 "$BIN" --version
 check "no args is a usage error" expect_rc 2 "$BIN"
 check "unknown command" expect_rc 2 "$BIN" frobnicate
