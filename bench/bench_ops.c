@@ -2,7 +2,8 @@
  * vocab 32000, F16 weights): GFLOP/s at n = 1, 32, 512 tokens with 1 and 2
  * threads, per variant. Prints the best of repeated calls (GFLOP/s, and ms for 2 threads);
  * never passes or fails on time.
- * Usage: bench_ops [variant] [type: f16|f32|bf16|q8_0|q2_k|q3_k|q4_k|q5_k|q6_k] */
+ * Usage: bench_ops [variant]
+ *                  [type: f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,10 @@ static uint32_t type_by_name(const char *s) {
     if (!strcmp(s, "f32")) return KVT_TYPE_F32;
     if (!strcmp(s, "bf16")) return KVT_TYPE_BF16;
     if (!strcmp(s, "q8_0")) return KVT_TYPE_Q8_0;
+    if (!strcmp(s, "q4_0")) return KVT_TYPE_Q4_0;
+    if (!strcmp(s, "q4_1")) return KVT_TYPE_Q4_1;
+    if (!strcmp(s, "q5_0")) return KVT_TYPE_Q5_0;
+    if (!strcmp(s, "q5_1")) return KVT_TYPE_Q5_1;
     static const char *const k[] = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
     for (uint32_t i = 0; i < 5; i++)
         if (!strcmp(s, k[i])) return KVT_TYPE_Q2_K + i;

@@ -90,7 +90,12 @@ void kvt_test_skip(const char *why) {
 }
 
 struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab) {
+    return kvt_test_tiny_model_typed(file_name, n_vocab, kvt_mkmodel_default_params().type);
+}
+
+struct kvt_model *kvt_test_tiny_model_typed(const char *file_name, int n_vocab, uint32_t type) {
     kvt_mkmodel_params mp = kvt_mkmodel_default_params();
+    mp.type = type;
     mp.dim = 64;
     mp.layers = 2;
     mp.heads = 4;

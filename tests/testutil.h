@@ -3,6 +3,7 @@
 #ifndef KVT_TESTUTIL_H
 #define KVT_TESTUTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -44,6 +45,8 @@ char *kvt_test_read_file(const char *path, size_t *len);
  * ff 128, built-in vocabulary of n_vocab tokens) into the temporary directory
  * and loads it. Returns NULL after printing why if it cannot. */
 struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab);
+/* The same with weights of type (a KVT_TYPE_*). */
+struct kvt_model *kvt_test_tiny_model_typed(const char *file_name, int n_vocab, uint32_t type);
 /* ---- cache tests: greedy generation compared bit for bit ---- */
 #include "generate.h"
 

@@ -21,6 +21,7 @@ int kvt_cmd_cache(int argc, char **argv);    /* cli_cache.c */
 int kvt_cmd_serve(int argc, char **argv);    /* cli_serve.c */
 int kvt_cmd_lint(int argc, char **argv);     /* cli_lint.c */
 int kvt_cmd_rag(int argc, char **argv);      /* cli_rag.c */
+int kvt_cmd_quantize(int argc, char **argv); /* cli_quantize.c */
 
 
 /* Shared helpers for subcommands. */
@@ -142,6 +143,7 @@ void kvt_usage_cache(FILE *f);
 void kvt_usage_lint(FILE *f);
 void kvt_usage_rag(FILE *f);
 void kvt_usage_mkmodel(FILE *f);
+void kvt_usage_quantize(FILE *f);
 
 typedef struct {
     const char *name;

@@ -1,12 +1,14 @@
 /* Attention kernels (see attn.h): an AVX-512 path and a scalar path that
- * performs the same operations in the same order, chosen like the other
- * kernels (kvt_ops_variant). */
+ * performs the same operations in the same order. The selected kernel
+ * variant's table (ops_impl.h) says which runs: AVX-512 for "avx512", the
+ * scalar path for "avx2" and "scalar". */
 #include "attn.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "ops.h"
+#include "ops_impl.h"
 
 #define LANES 16
 #define GROUP_MAX 8 /* query heads processed together per K row */
@@ -18,8 +20,8 @@ static float k_at(const void *k, int f16, int64_t i) {
     return ((const float *)k)[i];
 }
 
-static void qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                      float scale, float *scores, int64_t ld) {
+void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                        float scale, float *scores, int64_t ld) {
     for (int32_t g = 0; g < G; g++)
         for (int32_t t = 0; t < T; t++) {
             float acc = 0.0f;
@@ -28,8 +30,8 @@ static void qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int
         }
 }
 
-static void av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
-                      float *out) {
+void kvt_attn_av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                        float *out) {
     for (int32_t t = 0; t < T; t++)
         for (int32_t g = 0; g < G; g++) {
             float wt = w[(int64_t)g * ld + t];
@@ -80,7 +82,7 @@ INLINE512 void qk_tile(const float *q, int32_t hd, const void *kt, int32_t strid
         else qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 1);                          \
         break;
 
-AVX512 static void qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16,
+AVX512 void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16,
                              int32_t T, float scale, float *scores, int64_t ld) {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int32_t t0 = 0; t0 < T; t0 += LANES * QK_KVEC) {
@@ -138,7 +140,7 @@ INLINE512 void av_tile(const float *w, int64_t ld, const void *v, int f16, int32
         }                                                                                              \
         break;
 
-AVX512 static void av_avx512(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+AVX512 void kvt_attn_av_avx512(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
                              float *out) {
     int32_t chunks = (hd + LANES - 1) / LANES;
     for (int32_t g0 = 0; g0 < G; g0 += AV_HEADS) {
@@ -152,28 +154,13 @@ AVX512 static void av_avx512(const float *w, int64_t ld, int32_t G, const void *
     }
 }
 
-static int use_avx512(void) { return !strcmp(kvt_ops_variant(), "avx512"); }
-#else
-static int use_avx512(void) { return 0; }
 #endif
 
 void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
                  float scale, float *scores, int64_t ld) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (use_avx512()) {
-        qk_avx512(q, G, hd, kt, stride, f16, T, scale, scores, ld);
-        return;
-    }
-#endif
-    qk_scalar(q, G, hd, kt, stride, f16, T, scale, scores, ld);
+    kvt_ops_active()->attn_qk(q, G, hd, kt, stride, f16, T, scale, scores, ld);
 }
 
 void kvt_attn_av(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd, float *out) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (use_avx512()) {
-        av_avx512(w, ld, G, v, f16, T, hd, out);
-        return;
-    }
-#endif
-    av_scalar(w, ld, G, v, f16, T, hd, out);
+    kvt_ops_active()->attn_av(w, ld, G, v, f16, T, hd, out);
 }

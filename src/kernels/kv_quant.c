@@ -1,7 +1,7 @@
 /* KV row sizes per dtype and the q8_0 codec in its row and column layouts
  * (see kv_quant.h for the exact arithmetic, which the cache's bit-identity
- * rests on): a scalar path and an AVX-512 path that compute the same products,
- * chosen like the other kernels (kvt_ops_variant). */
+ * rests on): a scalar path and an AVX-512 path that compute the same products;
+ * the selected kernel variant's table (ops_impl.h) says which runs. */
 #include "kv_quant.h"
 
 #include <math.h>
@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "ops.h"
+#include "ops_impl.h"
 
 /* Largest |q|: values map to [-127, 127], as llama.cpp's q8_0. */
 #define Q8_MAX 127
@@ -71,7 +72,7 @@ static float block_scale(const uint8_t *p) { return kvt_f16_to_f32((uint16_t)(p[
 /* Columns dequantized per pass of the scalar path: their scales are converted once. */
 #define SCALAR_TILE 64
 
-static void dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out) {
+void kvt_kv_q8_dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
     for (int32_t t = 0; t < T; t++)
         for (int32_t b = 0; b < nb; b++) {
@@ -82,7 +83,7 @@ static void dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float
         }
 }
 
-static void dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
+void kvt_kv_q8_dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
     const uint8_t *scales = cols; /* (nb, B) f16 */
     /* (n, B) int8, after the scales */
@@ -110,7 +111,7 @@ static void dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, in
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define LANES 16
 
-AVX512 static void dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_t n, float *out) {
+AVX512 void kvt_kv_q8_dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
     for (int32_t t = 0; t < T; t++)
         for (int32_t b = 0; b < nb; b++) {
@@ -125,7 +126,7 @@ AVX512 static void dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_t n
         }
 }
 
-AVX512 static void dequant_columns_avx512(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
+AVX512 void kvt_kv_q8_dequant_columns_avx512(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
     const int32_t nb = n / KVT_KV_Q8_BLOCK;
     const uint16_t *scales = (const uint16_t *)(const void *)cols; /* (nb, B) f16, little-endian like x86 */
     const int8_t *q = (const int8_t *)(const void *)(cols + (size_t)nb * (size_t)B * KVT_KV_Q8_SCALE_BYTES);
@@ -143,31 +144,16 @@ AVX512 static void dequant_columns_avx512(const uint8_t *cols, int32_t B, int32_
     }
 }
 
-static int use_avx512(void) { return !strcmp(kvt_ops_variant(), "avx512"); }
-#else
-static int use_avx512(void) { return 0; }
 #endif
 
 /* ---- public ---------------------------------------------------------------------- */
 
 void kvt_kv_q8_dequant_rows(const uint8_t *rows, int32_t T, int32_t n, float *out) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (use_avx512()) {
-        dequant_rows_avx512(rows, T, n, out);
-        return;
-    }
-#endif
-    dequant_rows_scalar(rows, T, n, out);
+    kvt_ops_active()->kv_q8_dequant_rows(rows, T, n, out);
 }
 
 void kvt_kv_q8_dequant_columns(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (use_avx512()) {
-        dequant_columns_avx512(cols, B, T, n, out);
-        return;
-    }
-#endif
-    dequant_columns_scalar(cols, B, T, n, out);
+    kvt_ops_active()->kv_q8_dequant_columns(cols, B, T, n, out);
 }
 
 void kvt_kv_q8_put_column(const uint8_t *row, int32_t n, int32_t B, int32_t t, uint8_t *cols) {

@@ -16,6 +16,7 @@
 #include "ops_impl.h"
 #include "quant_k.h"
 #include "log.h"
+#include "quant_legacy.h"
 
 #define OPS_NUMERICS_ID "kvt-ops-l16-v1"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
@@ -138,6 +139,7 @@ static float lanes_sum(const float *l) {
     for (int i = 0; i < 2; i++) s2[i] = s4[i] + s4[i + 2];
     return s2[0] + s2[1];
 }
+float kvt_ops_lanes_sum(const float *l) { return lanes_sum(l); }
 
 /* Element k of a row of type `type` as f32. */
 static inline float w_elem(uint32_t type, const uint8_t *row, int64_t k) {
@@ -246,6 +248,7 @@ static const kvt_ops_vtable ops_scalar = {
     .name = "scalar",
     .matmul_rows = sc_matmul_rows,
     .matmul_k_rows = kvt_qk_mm_scalar,
+    .matmul_ql_rows = kvt_ql_mm_scalar,
     .dot_f32 = sc_dot_f32,
     .dot_f32_f16 = sc_dot_f32_f16,
     .axpy_f32 = sc_axpy_f32,
@@ -257,6 +260,10 @@ static const kvt_ops_vtable ops_scalar = {
     .exp_sum = sc_exp_sum,
     .max = sc_max,
     .silu_mul = sc_silu_mul,
+    .attn_qk = kvt_attn_qk_scalar,
+    .attn_av = kvt_attn_av_scalar,
+    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_scalar,
+    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_scalar,
 };
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -294,6 +301,7 @@ int kvt_ops_force_variant(const char *name) {
 }
 
 const char *kvt_ops_variant(void) { return ops()->name; }
+const kvt_ops_vtable *kvt_ops_active(void) { return ops(); }
 const char *kvt_ops_numerics_id(void) { return OPS_NUMERICS_ID; }
 
 /* ---- public elementwise ops -------------------------------------------- */
@@ -333,9 +341,11 @@ size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols) {
     case KVT_TYPE_BF16: return (size_t)cols * sizeof(uint16_t);
     case KVT_TYPE_Q8_0:
         return cols % KVT_Q8_0_BLOCK ? 0 : (size_t)(cols / KVT_Q8_0_BLOCK) * KVT_Q8_0_BYTES;
-    default:
+    default: {
         if (kvt_qk_is_k(type)) return cols % KVT_QK ? 0 : (size_t)(cols / KVT_QK) * kvt_qk_block_bytes(type);
-        return 0;
+        const kvt_ql_layout *L = kvt_ql_layout_of(type);
+        return L && cols % KVT_QL_BLOCK == 0 ? (size_t)(cols / KVT_QL_BLOCK) * L->bytes : 0;
+    }
     }
 }
 
@@ -354,6 +364,10 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
         kvt_qk_dequant_row(w->type, row, w->cols, out);
         return;
     }
+    if (kvt_ql_is_legacy(w->type)) {
+        kvt_ql_dequant_row(w->type, row, out, w->cols);
+        return;
+    }
     /* element by element: rows need not be 2- or 4-byte aligned, and one row
      * per token is cheap */
     for (int64_t k = 0; k < w->cols; k++) out[k] = w_elem(w->type, row, k);
@@ -362,16 +376,23 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
 /* ---- matmul driver ----------------------------------------------------- */
 
 /* llama.cpp's quantize_row_q8_0 (reference version): d = amax/127 rounded to
- * f16, q = roundf(x / d) computed as x * (1/d) with the unrounded d. */
-static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d) {
+ * f16, q = roundf(x / d) computed as x * (1/d) with the unrounded d. With s
+ * (Q8_1, for Q4_1/Q5_1 weights) also s = d * sum(q) rounded to f16, d unrounded
+ * (llama.cpp's quantize_row_q8_1 reference). */
+static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
     for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
         const float *xb = x + b * KVT_Q8_0_BLOCK;
         float amax = 0.0f;
         for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
         float db = amax / OPS_Q8_MAX, id = db != 0.0f ? 1.0f / db : 0.0f;
         d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
-        for (int i = 0; i < KVT_Q8_0_BLOCK; i++)
-            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)((int)roundf(xb[i] * id) + KVT_Q8_ACT_BIAS);
+        int sum = 0;
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
+            int qi = (int)roundf(xb[i] * id);
+            sum += qi;
+            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)(qi + KVT_Q8_ACT_BIAS);
+        }
+        if (s) s[b] = kvt_f16_to_f32(kvt_f32_to_f16((float)sum * db));
     }
 }
 
@@ -383,7 +404,7 @@ typedef struct {
     kvt_acts a;
     float *xf;
     uint8_t *xq;
-    float *xd;
+    float *xd, *xs;
     int8_t *kq;
     float *kd;
     int16_t *kbs;
@@ -400,12 +421,17 @@ static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
                                  j->kbs + t * (kpad / KVT_QK_GROUP));
             continue;
         }
-        switch (j->w->type) {
-        case KVT_TYPE_Q8_0:
-            quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp);
+        if (j->xq) { /* Q8_0 and the legacy types */
+            float *xs = j->xs ? j->xs + t * nbp : NULL;
+            quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp, xs);
             memset(j->xq + t * kpad + k, KVT_Q8_ACT_BIAS, (size_t)(kpad - k));
-            for (int64_t b = k / KVT_Q8_0_BLOCK; b < nbp; b++) j->xd[t * nbp + b] = 0.0f;
+            for (int64_t b = k / KVT_Q8_0_BLOCK; b < nbp; b++) {
+                j->xd[t * nbp + b] = 0.0f;
+                if (xs) xs[b] = 0.0f;
+            }
             continue;
+        }
+        switch (j->w->type) {
         case KVT_TYPE_F16: j->v->round_f16_row(src, j->xf + t * kpad, k); break;
         case KVT_TYPE_BF16: j->v->round_bf16_row(src, j->xf + t * kpad, k); break;
         default: memcpy(j->xf + t * kpad, src, (size_t)k * sizeof(float)); break;
@@ -425,7 +451,9 @@ static void matmul_task(void *ctx, int ith, int nth) {
     int64_t r0 = units * ith / nth * OPS_ROW_ALIGN, r1 = units * (ith + 1) / nth * OPS_ROW_ALIGN;
     if (r1 > j->w->rows) r1 = j->w->rows;
     if (r0 < r1)
-        (kvt_qk_is_k(j->w->type) ? j->v->matmul_k_rows : j->v->matmul_rows)(j->w, &j->a, r0, r1, j->y, j->ldy);
+        (kvt_qk_is_k(j->w->type)        ? j->v->matmul_k_rows
+         : kvt_ql_is_legacy(j->w->type) ? j->v->matmul_ql_rows
+                                        : j->v->matmul_rows)(j->w, &j->a, r0, r1, j->y, j->ldy);
 }
 
 static void *scratch_alloc(size_t bytes) {
@@ -450,15 +478,17 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
         j.kq = scratch_alloc((size_t)(n * j.a.kpad));
         j.kd = scratch_alloc((size_t)(n * (j.a.kpad / KVT_QK)) * sizeof(float));
         j.kbs = scratch_alloc((size_t)(n * (j.a.kpad / KVT_QK_GROUP)) * sizeof(int16_t));
-    } else if (w->type == KVT_TYPE_Q8_0) {
+    } else if (w->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(w->type)) {
         j.xq = scratch_alloc((size_t)(n * j.a.kpad));
         j.xd = scratch_alloc((size_t)(n * (j.a.kpad / KVT_Q8_0_BLOCK)) * sizeof(float));
+        if (kvt_ql_has_min(w->type)) j.xs = scratch_alloc((size_t)(n * (j.a.kpad / KVT_Q8_0_BLOCK)) * sizeof(float));
     } else {
         j.xf = scratch_alloc((size_t)(n * j.a.kpad) * sizeof(float));
     }
     j.a.xf = j.xf;
     j.a.xq = j.xq;
     j.a.xd = j.xd;
+    j.a.xs = j.xs;
     j.a.kq = j.kq;
     j.a.kd = j.kd;
     j.a.kbs = j.kbs;
@@ -470,6 +500,7 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     free(j.xf);
     free(j.xq);
     free(j.xd);
+    free(j.xs);
     free(j.kq);
     free(j.kd);
     free(j.kbs);

@@ -1,5 +1,6 @@
 /* Compute kernels for the forward pass: float conversions, the weight-matrix
- * product (F32, F16, BF16, Q8_0 and the K-quant weights Q2_K..Q6_K) and the
+ * product (F32, F16, BF16, Q8_0, the legacy weights Q4_0, Q4_1, Q5_0, Q5_1
+ * and the K-quant weights Q2_K..Q6_K) and the
  * per-token elementwise ops.
  *
  * Numerics. Every reduction follows one canonical order, the same in every
@@ -11,6 +12,13 @@
  *   - Q8_0: for block pair (2m, 2m+1), lane j < 8 takes the exact integer sum
  *     of elements 4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
  *     lane = fma((float)isum, d_w * d_x, lane); then the same tree.
+ *   - Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.h): as Q8_0, the weights' integers
+ *     being q - 8 (Q4_0), q - 16 (Q5_0) or q (Q4_1, Q5_1), a missing block of
+ *     an odd count contributing fma(0, 0, lane); then, for Q4_1/Q5_1 only,
+ *     once per block pair after those 16 fmas, every lane does
+ *     lane = fma(m_j, s_j, lane), where m_0, s_0 are the min of block 2m and
+ *     the activation sum s of block 2m, m_8, s_8 those of block 2m+1, and all
+ *     other m_j, s_j are 0.
  *   - K types (Q2_K..Q6_K, quant_k.h): no lanes. One f32 accumulator starts at
  *     +0 and takes the super-blocks b = 0, 1, ... in order; for each, two exact
  *     integers over its 16 groups g of 16 weights (unpacked codes u, group
@@ -26,11 +34,12 @@
  *
  * Activations are first rounded the way llama.cpp's CPU backend does for the
  * weight type: to f16 for F16 weights, to bf16 for BF16 weights, to Q8_0 per
- * 32-block for Q8_0 weights (d = amax/127 stored as f16, q = round(x/d), ties
- * away from zero), to Q8_K per 256-block for the K types (quant_k.h:
- * iscale = -127/(the value of largest magnitude), q = round-half-even(x *
- * iscale) capped at 127, d = 1/iscale in f32, sums of each 16 q); F32 weights
- * take f32 activations.
+ * 32-block for Q8_0, Q4_0 and Q5_0 weights (d = amax/127 stored as f16,
+ * q = round(x/d), ties away from zero), to Q8_1 for Q4_1 and Q5_1 weights
+ * (Q8_0 plus s = d * sum(q) with the unrounded d, stored as f16), to Q8_K per
+ * 256-block for the K types (quant_k.h: iscale = -127/(the value of largest
+ * magnitude), q = round-half-even(x * iscale) capped at 127, d = 1/iscale in
+ * f32, sums of each 16 q); F32 weights take f32 activations.
  */
 #ifndef KVT_OPS_H
 #define KVT_OPS_H
@@ -58,17 +67,18 @@ void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
 
 /* A weight matrix in GGUF layout: `rows` rows of `cols` elements, row-major.
  * rows = output features, cols = input features (GGUF ne[1], ne[0]). Row r
- * starts at data + r * row_bytes; no alignment is required. For Q8_0, cols is
- * a multiple of KVT_Q8_0_BLOCK; for the K types, of 256. */
+ * starts at data + r * row_bytes; no alignment is required. For the quantized
+ * types, cols is a multiple of their block (32; 256 for the K types). */
 typedef struct {
-    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, or Q2_K..Q6_K */
+    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or Q2_K..Q6_K */
     int64_t rows, cols;
     const void *data;   /* borrowed; must outlive every call that uses it */
     size_t row_bytes;
 } kvt_wmat;
 
-/* Bytes of one row of `cols` elements of `type` (0 for an unsupported type, a
- * Q8_0 cols that is not a multiple of 32 or a K-type cols not of 256). */
+/* Bytes of one row of `cols` elements of `type` (0 for an unsupported type or
+ * a quantized type's cols that is not a multiple of its block: 32, or 256 for
+ * the K types). */
 size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols);
 
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t in [0,n), r in [0,rows).
@@ -81,8 +91,8 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
                 float *y, int64_t ldy);
 
 /* Converts row r (0 <= r < rows) of w to w->cols floats in out (exact for
- * F32/F16/BF16; d*q for Q8_0; the K types as llama.cpp's dequantize_row_*,
- * see quant_k.h). */
+ * F32/F16/BF16; d*q for Q8_0, d*(q - zero) or d*q + m for the legacy types;
+ * the K types as llama.cpp's dequantize_row_*, see quant_k.h). */
 void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out);
 
 /* ---- per-token elementwise ops (same bits for a token whatever the batch) */

@@ -389,6 +389,7 @@ static const kvt_ops_vtable ops_avx2 = {
     .name = "avx2",
     .matmul_rows = mm_rows,
     .matmul_k_rows = kvt_qk_mm_avx2,
+    .matmul_ql_rows = kvt_ql_mm_avx2,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,
@@ -400,6 +401,10 @@ static const kvt_ops_vtable ops_avx2 = {
     .exp_sum = exp_sum,
     .max = vmax,
     .silu_mul = silu_mul,
+    .attn_qk = kvt_attn_qk_scalar, /* no AVX2 attention yet: the scalar path's bits */
+    .attn_av = kvt_attn_av_scalar,
+    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_scalar,
+    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_scalar,
 };
 
 const kvt_ops_vtable *kvt_ops_avx2(void) {

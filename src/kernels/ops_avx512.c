@@ -431,6 +431,7 @@ static const kvt_ops_vtable ops_avx512 = {
     .name = "avx512",
     .matmul_rows = mm_rows,
     .matmul_k_rows = kvt_qk_mm_avx512,
+    .matmul_ql_rows = kvt_ql_mm_avx512,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,
@@ -442,6 +443,10 @@ static const kvt_ops_vtable ops_avx512 = {
     .exp_sum = exp_sum,
     .max = vmax,
     .silu_mul = silu_mul,
+    .attn_qk = kvt_attn_qk_avx512,
+    .attn_av = kvt_attn_av_avx512,
+    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,
+    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512,
 };
 
 const kvt_ops_vtable *kvt_ops_avx512(void) {

@@ -26,8 +26,9 @@
 typedef struct {
     int64_t n, k, kpad;
     const float *xf;   /* F32/F16/BF16: n x kpad floats (already rounded) */
-    const uint8_t *xq; /* Q8_0: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
-    const float *xd;   /* Q8_0: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+    const uint8_t *xq; /* Q8_0 and legacy weights: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
+    const float *xd;   /* Q8_0 and legacy weights: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+    const float *xs;   /* Q8_1 (Q4_1/Q5_1 weights): n x (kpad / 32) block sums d * sum(q), else NULL */
     const int8_t *kq;  /* K types (Q8_K, quant_k.h): n x kpad int8 quants */
     const float *kd;   /* K types: n x (kpad / 256) super-block scales */
     const int16_t *kbs; /* K types: n x (kpad / 16) sums of each 16 quants */
@@ -41,6 +42,10 @@ typedef struct {
     /* The same for the K types (Q2_K..Q6_K) with Q8_K activations (kq, kd, kbs). */
     void (*matmul_k_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                           int64_t ldy);
+    /* The same for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1) with Q8_0 activations
+     * (xq, xd), plus the Q8_1 sums (xs) for Q4_1 and Q5_1. */
+    void (*matmul_ql_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
+                           int64_t ldy);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
@@ -54,7 +59,35 @@ typedef struct {
     float (*exp_sum)(float *x, float m, int64_t n);
     float (*max)(const float *x, int64_t n);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
+    /* attention (attn.h): kvt_attn_qk and kvt_attn_av */
+    void (*attn_qk)(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                    float scale, float *scores, int64_t ld);
+    void (*attn_av)(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                    float *out);
+    /* q8_0 KV (kv_quant.h): kvt_kv_q8_dequant_rows and kvt_kv_q8_dequant_columns */
+    void (*kv_q8_dequant_rows)(const uint8_t *rows, int32_t T, int32_t n, float *out);
+    void (*kv_q8_dequant_columns)(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
 } kvt_ops_vtable;
+
+/* The selected variant's table (what kvt_ops_variant() names). */
+const kvt_ops_vtable *kvt_ops_active(void);
+/* attn.c's kernels for the tables: the scalar path and the AVX-512 one. */
+void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                        float scale, float *scores, int64_t ld);
+void kvt_attn_av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                        float *out);
+void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                        float scale, float *scores, int64_t ld);
+void kvt_attn_av_avx512(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                        float *out);
+/* kv_quant.c's, likewise. */
+void kvt_kv_q8_dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out);
+void kvt_kv_q8_dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
+void kvt_kv_q8_dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_t n, float *out);
+void kvt_kv_q8_dequant_columns_avx512(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);
+
+/* The canonical lane tree (ops.h) over KVT_LANES lane values. */
+float kvt_ops_lanes_sum(const float *l);
 
 /* NULL when the compiler or CPU cannot run the variant. */
 const kvt_ops_vtable *kvt_ops_avx512(void);
@@ -63,6 +96,10 @@ const kvt_ops_vtable *kvt_ops_avx2(void);
 void kvt_qk_mm_scalar(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* Legacy-type matmul_ql_rows of each variant (quant_legacy.c, ops_q_avx2.c, ops_q_avx512.c). */
+void kvt_ql_mm_scalar(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 
 /* The canonical exp's constants (ops.c's scalar code and the SIMD kernels). */
 #define KVT_EXP_HI 88.0f          /* inputs clamped here (exp stays finite) */

@@ -619,6 +619,21 @@ void kvt_gguf_w_tensor(kvt_gguf_writer *w, const char *name, uint32_t type, uint
     t->nbytes = row * rows;
 }
 
+/* Makes a rename in path's directory durable (best effort: the file itself is
+ * already synced). */
+static void sync_parent_dir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) slash[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    fsync(fd);
+    close(fd);
+}
+
 int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
     if (w->failed) return kvt_fail(KVT_EARG, "%s: a tensor has a shape its type cannot hold", path);
     const uint64_t align = KVT_GGUF_DEFAULT_ALIGNMENT;
@@ -644,7 +659,8 @@ int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
 
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* exclusive and not through a link: a planted symlink cannot redirect the write */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
         free(head.p);
@@ -666,12 +682,16 @@ int kvt_gguf_write(kvt_gguf_writer *w, const char *path) {
         rc = kvt_write_all(fd, buf, padded);
     }
     free(buf);
+    const int fill_failed = rc >= KVT_ERR_FIRST && rc <= KVT_ERR_LAST; /* write_all gives -errno */
     if (!rc && fsync(fd) < 0) rc = -errno;
     if (close(fd) < 0 && !rc) rc = -errno;
     if (!rc && rename(tmp, path) < 0) rc = -errno;
     if (rc) {
         unlink(tmp);
+        /* a fill callback's own error keeps its detail */
+        if (fill_failed) return kvt_fail_prefix(rc, "%s: not written: ", path);
         return kvt_fail(rc, "%s: write failed: %s", path, kvt_strerror(rc));
     }
+    sync_parent_dir(path);
     return 0;
 }

@@ -132,7 +132,10 @@ typedef int (*kvt_gguf_fill_fn)(void *ctx, const char *name, void *buf, uint64_t
 /* Declares a tensor; ne[0] is the row length. Data comes from fill at write time. */
 void kvt_gguf_w_tensor(kvt_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                        const uint64_t *ne, kvt_gguf_fill_fn fill, void *ctx);
-/* Writes the file. Returns 0 or a negative code (kvt_errmsg() says why). */
+/* Writes the file atomically: a temporary file beside path (path.tmp.PID,
+ * created exclusively and never through a symlink), fsync, rename over path,
+ * fsync of the directory. On failure path is as it was and the temporary
+ * file is removed. Returns 0 or a negative code (kvt_errmsg() says why). */
 int kvt_gguf_write(kvt_gguf_writer *w, const char *path);
 
 #endif

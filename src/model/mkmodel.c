@@ -14,6 +14,7 @@
 #include "model.h"
 #include "ops.h"
 #include "quant_k.h"
+#include "quant_legacy.h"
 
 #define N_BYTE_TOKENS 256
 #define GGUF_TOKEN_NORMAL 1
@@ -345,6 +346,11 @@ static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes)
                 for (int i = 0; i < KVT_Q8_0_BLOCK; i++) blk[2 + i] = (uint8_t)(int8_t)lrintf(x[i] * id);
             }
             break;
+        default: /* the legacy types, as llama.cpp quantizes them (Q8_0 above keeps
+                  * its own ties-to-even rounding: the committed references were
+                  * made from those bytes) */
+            kvt_ql_quantize_row(t.type, row, dst, t.cols);
+            break;
         }
     }
     free(row);
@@ -364,9 +370,11 @@ static int check_params(const kvt_mkmodel_params *p) {
         return kvt_fail(KVT_EARG, "heads %d is not a multiple of kv-heads %d", p->heads, p->kv_heads);
     if ((p->dim / p->heads) % 2) return kvt_fail(KVT_EARG, "head dim %d must be even for rope", p->dim / p->heads);
     if (!kvt_quant_can_write(p->type))
-        return kvt_fail(KVT_EARG, "weight type must be f32, f16, bf16, q8_0 or q2_k..q6_k");
-    if (p->type == KVT_TYPE_Q8_0 && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
-        return kvt_fail(KVT_EARG, "q8_0 needs dim and ff to be multiples of %d", KVT_Q8_0_BLOCK);
+        return kvt_fail(KVT_EARG, "weight type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or q2_k..q6_k");
+    /* the K types fall back per matrix (quant_mix.h); the 32-blocks have no fallback */
+    if ((p->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(p->type)) && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
+        return kvt_fail(KVT_EARG, "%s needs dim and ff to be multiples of %d", kvt_ggml_type_name(p->type),
+                        KVT_Q8_0_BLOCK);
     return 0;
 }
 

@@ -13,7 +13,8 @@ typedef struct {
     int32_t dim, layers, heads, kv_heads, ff;
     int32_t vocab;          /* 0: the tokenizer's size */
     int32_t ctx;            /* context_length metadata */
-    uint32_t type;          /* weight type: KVT_TYPE_F32, F16, BF16, Q8_0, Q2_K..Q6_K */
+    uint32_t type;          /* weight type: KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+                             * Q5_0, Q5_1, Q2_K..Q6_K */
     kvt_quant_mix mix;      /* KVT_MIX_NONE: every matrix `type` (K types with the
                              * fallback of quant_mix.h); else that mix's recipe */
     const char *vocab_from; /* GGUF whose tokenizer.* metadata is copied; NULL: built-in */
@@ -29,8 +30,9 @@ kvt_mkmodel_params kvt_mkmodel_default_params(void);
 
 /* Writes the model to path (atomically). Returns 0 or a negative code with
  * kvt_errmsg() set. Shapes are checked first (dim % heads, heads % kv_heads,
- * Q8_0 needs dims that are multiples of 32). K types and mixes quantize with
- * kvt_qk_quantize_row. */
+ * Q8_0 and the legacy types need dims that are multiples of 32). K types and
+ * mixes quantize with kvt_qk_quantize_row, the legacy types with
+ * kvt_ql_quantize_row. */
 int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path);
 
 /* Size in tokens of the built-in vocabulary for a requested size (>= the

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "common.h"
+#include "quant_legacy.h"
 #include "types.h"
 
 #define K_ROW 256 /* a K-type row must be a multiple of this */
@@ -43,7 +44,7 @@ uint32_t kvt_quant_mix_base(kvt_quant_mix mix) {
 
 int kvt_quant_can_write(uint32_t type) {
     return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || type == KVT_TYPE_BF16 || type == KVT_TYPE_Q8_0 ||
-           (type >= KVT_TYPE_Q2_K && type <= KVT_TYPE_Q6_K);
+           kvt_ql_is_legacy(type) || (type >= KVT_TYPE_Q2_K && type <= KVT_TYPE_Q6_K);
 }
 
 uint32_t kvt_quant_fallback(uint32_t type, int64_t cols) {

@@ -15,9 +15,10 @@ docs_reused() { local c; c=$(grep -o '\[2/2\] prompt [0-9]* tokens: cached [0-9]
 has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
 
 check "top-level help" expect_rc 0 "$BIN" --help
-for cmd in run eval info tokenize mkmodel; do
+for cmd in run eval info tokenize mkmodel quantize; do
   check "help lists $cmd" has "$cmd"
 done
+check "the manual has kvtier quantize" bash -c "'$BIN' --man | grep -q '^\\.SS \"kvtier quantize\"'"
 check "version" expect_rc 0 "$BIN" --version
 check "no args is a usage error" expect_rc 2 "$BIN"
 check "unknown command" expect_rc 2 "$BIN" frobnicate
@@ -35,14 +36,16 @@ check "mkmodel bad shape" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 60 -
 check "mkmodel bad shape explained" has "multiple"
 check "mkmodel writes" expect_rc 0 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 512
 check "mkmodel says random" has "random"
-# K-quant mix: rows of 256 take the recipe's types; rows of 320 (not of 256) fall back to Q8_0
+# K-quant mix: rows of 256 take the recipe's types; rows of 320 (not of 256) fall back as
+# in llama.cpp (Q4_K to Q5_0)
 check "mkmodel q4_k_m" expect_rc 0 "$BIN" mkmodel -o "$TMP/k.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --vocab 512 --type q4_k_m
 check "q4_k_m info" expect_rc 0 "$BIN" info -m "$TMP/k.gguf"
 check "q4_k_m types" has "Q4_K x 13, Q6_K x 3"
 check "q4_k_m runs" expect_rc 0 "$BIN" run -m "$TMP/k.gguf" -p "hello" -n 4 -t 2
 check "mkmodel q4_k fallback" expect_rc 0 "$BIN" mkmodel -o "$TMP/k.gguf" --dim 320 --layers 1 --heads 5 --kv-heads 5 --ff 640 --vocab 512 --type q4_k
 check "q4_k fallback info" expect_rc 0 "$BIN" info -m "$TMP/k.gguf"
-check "q4_k fallback is q8_0" has "Q8_0 x 9"
+check "q4_k fallback is q5_0" has "Q5_0 x 9"
+check "q4_k fallback runs" expect_rc 0 "$BIN" run -m "$TMP/k.gguf" -p "hello" -n 4 -t 2
 check "q4_k fallback runs" expect_rc 0 "$BIN" run -m "$TMP/k.gguf" -p "hello" -n 4 -t 2
 
 check "info help" expect_rc 0 "$BIN" info --help

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Quantized numerics against llama.cpp (tests/reference/README.md): for every
-# model in the table, rebuilds it with mkmodel, checks it is the same bytes the
-# reference was made from, then compares `kvtier eval` with llama.cpp through
-# eval_compare.py. Each tolerance sits above the deviation measured at commit
-# time (README's table), so a real regression in a type's or an architecture's
-# path fails. Where every greedy token matched llama.cpp at commit time (phi3 and
-# gemma2 in F16), the continuation must match exactly. The Q8_0 and K-type
-# bounds are loose: one activation rounding to a neighbouring int8 value in one
-# engine only spreads through later positions (issue 10's numerics item).
+# model in the table, rebuilds it (with mkmodel, or for a "quantize TYPE [SHAPE]"
+# row an F16 mk-llama-f16 model, of SHAPE or else $D128, through `kvtier
+# quantize`), checks it is the same bytes the reference was made from (a legacy
+# quantize row's sha256 is also the one of llama-quantize's file from the same
+# F16 model; the K quantizers are kvtier's own), then compares `kvtier eval`
+# with llama.cpp through eval_compare.py. Each tolerance sits above the
+# deviation measured at commit time (README's table), so a real regression in
+# a type's or an architecture's path fails. Where every greedy token matched
+# llama.cpp at commit time (phi3 and gemma2 in F16), the continuation must
+# match exactly. The quantized bounds are loose: one activation rounding to a
+# neighbouring int8 value in one engine only spreads through later positions
+# (issue 10's numerics item).
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 SHARED=${KVT_SHARED:-../shared}
@@ -20,7 +24,8 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fail=0
 
-# the small llama shapes: dim 128 (F16, Q8_0) and dim 256 (rows the K types can hold)
+# the small llama shapes: dim 128 (F16, Q8_0, the legacy types) and dim 256
+# (rows the K types can hold)
 D128="--dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 384 --tied --ctx 2048"
 D256="--dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --tied --ctx 2048"
 D256M="--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512 --ctx 2048"
@@ -28,17 +33,32 @@ D256M="--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512 --ctx 2048"
 SMALL="--dim 128 --heads 4 --kv-heads 2 --ff 384"
 PHI3="--arch phi3 $SMALL --layers 2 --ctx 512 --swa 64"
 GEMMA2="--arch gemma2 $SMALL --layers 26 --ctx 2048 --swa 64"
-# name | sha256 | tolerance | min top-1 agreement | greedy exact | type and shape
+mk() { # mk OUT NAME ARGS...
+  local out=$1 name=$2; shift 2
+  # llama.cpp changes Phi-3's token attributes when the name says phi3, so the model is named mk-phi-*
+  # shellcheck disable=SC2068  # ARGS holds several options
+  "$BIN" mkmodel -o "$out" $@ --seed 42 --vocab-from "$VOCAB" --name "${name/phi3/phi}" 2>/dev/null
+}
+# name | sha256 | tolerance | min top-1 agreement | greedy exact | type and shape, or "quantize TYPE [SHAPE]"
 while IFS='|' read -r name sha tol top1 greedy args; do
   [ -n "$name" ] || continue
   model=$TMP/$name.gguf
-  # llama.cpp changes Phi-3's token attributes when the name says phi3, so the model is named mk-phi-*
-  # shellcheck disable=SC2086  # args holds several options
-  "$BIN" mkmodel -o "$model" $args --seed 42 --vocab-from "$VOCAB" --name "${name/phi3/phi}" 2>/dev/null ||
-    { echo "FAIL: mkmodel $name"; fail=1; continue; }
+  case $args in
+    quantize\ *)
+      # shellcheck disable=SC2086  # args holds the type and the shape's options
+      set -- ${args#quantize }
+      qtype=$1; shift
+      shape=${*:-$D128}
+      src=$TMP/src-f16-$(printf '%s' "$shape" | sha256sum | cut -c1-12).gguf
+      # shellcheck disable=SC2086
+      { [ -f "$src" ] || mk "$src" mk-llama-f16 --type f16 $shape; } &&
+        "$BIN" quantize "$src" "$model" "$qtype" -t 2 2>/dev/null ||
+        { echo "FAIL: $name: $args"; fail=1; continue; } ;;
+    *) mk "$model" "$name" $args || { echo "FAIL: mkmodel $name"; fail=1; continue; } ;;
+  esac
   got=$(sha256sum "$model" | cut -d' ' -f1)
   if [ "$got" != "$sha" ]; then
-    echo "FAIL: mkmodel now writes other bytes for $name ($got); make tests/reference/$name.jsonl again"
+    echo "FAIL: $name is now other bytes ($got); make tests/reference/$name.jsonl again"
     fail=1
     continue
   fi
@@ -50,12 +70,22 @@ while IFS='|' read -r name sha tol top1 greedy args; do
 done <<TABLE
 mk-llama-f16|645c76496f21f100990aaed1044f5c476345b02a55d93b7d9ba1f338b18f0a98|2e-2|0.99|0|--type f16 $D128
 mk-llama-q8_0|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|0.3|0.99|0|--type q8_0 $D128
+mk-llama-q4_0|710094e8c17e128dd0bf9ee2462be2236a7833a7ebf75dd308275e9b1bd5565a|0.6|0.99|0|--type q4_0 $D128
+mk-llama-q4_1|523d9322d4ef773220fcd576854df8040e79c48a11baac52f0dab87d74f8439f|0.5|0.99|0|--type q4_1 $D128
+mk-llama-q5_0|6ca6cbe45836e26d56263c69543319380f2dcd22acbd19c7bad803130a5d25ee|0.55|0.99|0|--type q5_0 $D128
+mk-llama-q5_1|7fb141aa8b44ff0c08614b507fdf06b936d0be95d50fb9b5d5ce5f6c9ad72a3e|0.35|0.99|0|--type q5_1 $D128
+mk-llama-f16-q8_0|4df9ab881678d1fa713e38ffb92660a5098a00618cd5c54964ef96f531b044bc|0.36|0.99|0|quantize q8_0
+mk-llama-f16-q4_0|0494b1fda0c971af1dd1c67c83dc6bb064f640cd5e17e056bc38b409330fc232|0.41|0.99|0|quantize q4_0
+mk-llama-f16-q4_1|40b97f26fa933a5a501e6ff533d9af0d578802c9ca5a1feed2469a0424cb5b26|0.46|0.99|0|quantize q4_1
+mk-llama-f16-q5_0|e471ab474165d6b974f2dcee79d1b4a8daf8f769bab0a31ce141b197e240a5fb|0.33|0.99|0|quantize q5_0
+mk-llama-f16-q5_1|e35ce3d45663a54eb2186a6bc56b519a315a4ca816344055d4bc69d2b514135f|0.31|0.99|0|quantize q5_1
 mk-llama-q2_k|313977b25d7de709c48a35cefeff85796701ea3e5662ff6163c6d2f25e0b8dd7|1.0|0.99|0|--type q2_k $D256
 mk-llama-q3_k|ee235fff2d8c7b05b67732a72e4e966f9267d8059433d44d34881155d2512279|0.8|0.99|0|--type q3_k $D256
 mk-llama-q4_k|8a496c4f976067facb1ba3d4da15f902ce0b1ea1033816ee81c78c8175694613|0.8|0.99|0|--type q4_k $D256
 mk-llama-q5_k|3830f9f3edd4166d784586bff279994d733893541611a3b0014cd191f52121c9|1.0|0.99|0|--type q5_k $D256
 mk-llama-q6_k|9a4f7550723c21759a9beddb21cae5f5b5c5bb28ad4698aede096081cd524766|1.0|0.99|0|--type q6_k $D256
 mk-llama-q4_k_m|e5baaa89d54ec8eb1c5ea10dd5b19c5590492ce64cfedb4bab787a0521ff9840|0.15|0.93|0|--type q4_k_m $D256M
+mk-llama-f16-q4_k_m|61c2f71aa4052fa16d27cc6f3ec023d822c017f2e714fd0009b246e6d0513480|0.15|0.93|0|quantize q4_k_m $D256M
 mk-phi3-f16|9d118f4ac45c6a946dcf810d28c55b2046e6af8fdd651e88290e48a78ee33def|1e-2|0.99|1|--type f16 $PHI3
 mk-gemma2-f16|2d69a5f3d8c0f222ae35602537ac3a06248d130249f431465825f0166be33cb9|1e-2|0.99|1|--type f16 $GEMMA2
 mk-phi3-q8_0|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|0.1|0.95|0|--type q8_0 $PHI3

@@ -32,10 +32,10 @@ static void run_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed) {
     void *kt = malloc(el * (size_t)(T * hd));
     for (int32_t t = 0; t < T; t++)
         for (int32_t d = 0; d < hd; d++) memcpy((char *)kt + el * (size_t)(d * T + t), (char *)k + el * (size_t)(t * hd + d), el);
-    const char *variants[] = {"scalar", "avx512"};
-    float *sc[2], *out[2];
+    const char *variants[] = {"scalar", "avx2", "avx512"};
+    float *sc[3], *out[3];
     int nv = 0;
-    for (int vi = 0; vi < 2; vi++) {
+    for (int vi = 0; vi < 3; vi++) {
         if (kvt_ops_force_variant(variants[vi])) continue;
         sc[nv] = calloc((size_t)(G * T), sizeof(float));
         out[nv] = calloc((size_t)(G * hd), sizeof(float));

@@ -17,11 +17,31 @@
 #define MM_ABS_TOL 1e-30
 #define N_VARIANTS 3
 static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512"};
-static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q2_K,
-                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
+                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K,
+                                 KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
 static int is_k(uint32_t t) { return t >= KVT_TYPE_Q2_K && t <= KVT_TYPE_Q6_K; }
-/* columns for the matmul tests: K types need multiples of 256 */
-static int64_t test_cols(uint32_t t, int64_t plain, int64_t q8) { return is_k(t) ? 512 : t == KVT_TYPE_Q8_0 ? q8 : plain; }
+
+/* The legacy formats (quant_legacy.h), written down again here: block bytes,
+ * offsets of m, qh and qs (-1: absent), and the zero point. */
+typedef struct {
+    uint32_t type;
+    int bytes, m_off, qh_off, qs_off, zero;
+} legacy_fmt;
+static const legacy_fmt legacy_fmts[] = {{KVT_TYPE_Q4_0, 18, -1, -1, 2, 8},
+                                         {KVT_TYPE_Q4_1, 20, 2, -1, 4, 0},
+                                         {KVT_TYPE_Q5_0, 22, -1, 2, 6, 16},
+                                         {KVT_TYPE_Q5_1, 24, 2, 4, 8, 0}};
+static const legacy_fmt *legacy(uint32_t type) {
+    for (size_t i = 0; i < sizeof legacy_fmts / sizeof legacy_fmts[0]; i++)
+        if (legacy_fmts[i].type == type) return &legacy_fmts[i];
+    return NULL;
+}
+/* columns for the matmul tests: the K types need multiples of 256, the other
+ * quantized types whole blocks of 32 */
+static int64_t test_cols(uint32_t t, int64_t plain, int64_t q8) {
+    return is_k(t) ? 512 : t == KVT_TYPE_Q8_0 || legacy(t) ? q8 : plain;
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd32(void) {
@@ -264,30 +284,63 @@ static size_t k_block_bytes(uint32_t t) {
 typedef struct {
     kvt_wmat w;
     uint8_t *buf;
-    double *deq; /* rows x cols dequantized values */
-    float *deqf; /* K types: llama.cpp's f32 dequantization */
+    double *deq;  /* rows x cols dequantized values */
+    float *deqf;  /* K types: llama.cpp's f32 dequantization */
+    double *mins; /* Q4_1/Q5_1: rows x (cols / 32) block minimums, else NULL */
 } test_mat;
+
+/* One random legacy block: any quants, a scale of either sign, a min. */
+static void make_legacy_block(const legacy_fmt *f, uint8_t *blk, double *deq, double *min) {
+    float dv = (0.01f + 0.02f * (float)(rnd32() % 100) / 100.0f) * (rnd32() & 1 ? -1.0f : 1.0f);
+    uint16_t d = kvt_f32_to_f16(dv), m = kvt_f32_to_f16(rndf() * 0.5f);
+    memcpy(blk, &d, 2);
+    if (f->m_off >= 0) memcpy(blk + f->m_off, &m, 2);
+    for (int i = 0; i < 16; i++) blk[f->qs_off + i] = (uint8_t)rnd32();
+    uint32_t qh = rnd32() ^ (rnd32() << 16);
+    if (f->qh_off >= 0) memcpy(blk + f->qh_off, &qh, 4);
+    *min = f->m_off >= 0 ? half_value(m) : 0.0;
+    for (int i = 0; i < 32; i++) {
+        int nib = i < 16 ? blk[f->qs_off + i] & 15 : blk[f->qs_off + i - 16] >> 4;
+        int hb = f->qh_off >= 0 ? (int)((qh >> i) & 1) : 0;
+        deq[i] = half_value(d) * (nib + 16 * hb - f->zero) + *min;
+    }
+}
 
 static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
     size_t rb = kvt_wmat_row_bytes(type, cols);
     m->buf = malloc(rb * (size_t)rows + 1);
     m->deq = malloc(sizeof(double) * (size_t)(rows * cols));
     m->deqf = malloc(sizeof(float) * (size_t)(rows * cols));
+    m->mins = NULL;
     /* start 1 byte in: kernels must not need aligned rows */
     uint8_t *base = m->buf + 1;
-    for (int64_t r = 0; is_k(type) && r < rows; r++)
-        for (int64_t b = 0; b < cols / 256; b++) {
-            /* random codes and scales (every bit pattern), then sane f16 super-scales */
-            uint8_t *blk = base + (size_t)r * rb + (size_t)b * k_block_bytes(type);
-            for (size_t i = 0; i < k_block_bytes(type); i++) blk[i] = (uint8_t)rnd32();
-            uint16_t d = kvt_f32_to_f16(0.001f + 0.002f * (float)(rnd32() % 100) / 100.0f);
-            uint16_t dm = kvt_f32_to_f16(0.002f * (float)(rnd32() % 100) / 100.0f);
-            size_t dpos = type == KVT_TYPE_Q2_K ? 80 : type == KVT_TYPE_Q3_K ? 108 : type == KVT_TYPE_Q6_K ? 208 : 0;
-            memcpy(blk + dpos, &d, 2);
-            if (type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K) memcpy(blk + dpos + 2, &dm, 2);
-            k_ref_block(type, blk, m->deq + r * cols + b * 256, m->deqf + r * cols + b * 256);
-        }
-    for (int64_t r = 0; !is_k(type) && r < rows; r++) {
+    m->w = (kvt_wmat){.type = type, .rows = rows, .cols = cols, .data = base, .row_bytes = rb};
+    if (is_k(type)) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t b = 0; b < cols / 256; b++) {
+                /* random codes and scales (every bit pattern), then sane f16 super-scales */
+                uint8_t *blk = base + (size_t)r * rb + (size_t)b * k_block_bytes(type);
+                for (size_t i = 0; i < k_block_bytes(type); i++) blk[i] = (uint8_t)rnd32();
+                uint16_t d = kvt_f32_to_f16(0.001f + 0.002f * (float)(rnd32() % 100) / 100.0f);
+                uint16_t dm = kvt_f32_to_f16(0.002f * (float)(rnd32() % 100) / 100.0f);
+                size_t dpos = type == KVT_TYPE_Q2_K ? 80 : type == KVT_TYPE_Q3_K ? 108 : type == KVT_TYPE_Q6_K ? 208 : 0;
+                memcpy(blk + dpos, &d, 2);
+                if (type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K)
+                    memcpy(blk + dpos + 2, &dm, 2);
+                k_ref_block(type, blk, m->deq + r * cols + b * 256, m->deqf + r * cols + b * 256);
+            }
+        return;
+    }
+    const legacy_fmt *f = legacy(type);
+    if (f) {
+        m->mins = calloc((size_t)(rows * (cols / 32)), sizeof(double));
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t b = 0; b < cols / 32; b++)
+                make_legacy_block(f, base + (size_t)r * rb + (size_t)b * f->bytes, m->deq + r * cols + b * 32,
+                                  m->mins + r * (cols / 32) + b);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
         uint8_t *row = base + (size_t)r * rb;
         for (int64_t k = 0; k < cols; k++) {
             float v = rndf();
@@ -319,13 +372,13 @@ static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
             m->deq[r * cols + k] = dv;
         }
     }
-    m->w = (kvt_wmat){.type = type, .rows = rows, .cols = cols, .data = base, .row_bytes = rb};
 }
 
 static void free_mat(test_mat *m) {
     free(m->buf);
     free(m->deq);
     free(m->deqf);
+    free(m->mins);
 }
 
 /* The activation rounding ops.h specifies, written independently. */
@@ -352,26 +405,41 @@ static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out
             switch (type) {
             case KVT_TYPE_F16: out[i] = half_value(kvt_f32_to_f16(x[i])); break;
             case KVT_TYPE_BF16: out[i] = (double)kvt_bf16_to_f32(ref_f32_to_bf16(x[i])); break;
-            case KVT_TYPE_Q8_0: out[i] = dr * roundf(x[i] * id); break;
-            default: out[i] = x[i]; break;
+            case KVT_TYPE_F32: out[i] = x[i]; break;
+            default: out[i] = dr * roundf(x[i] * id); break; /* Q8_0 and the legacy types */
             }
         }
+    }
+}
+
+/* Q8_1 (Q4_1/Q5_1 weights): ds[b] is how much the kernels' min term m * s
+ * differs from m * (block b's exact activation sum): s = f16(d * sum q), d
+ * unrounded (ops.h). */
+static void ref_q8_1_sums(const float *x, int64_t k, double *ds) {
+    for (int64_t b = 0; b < k; b += 32) {
+        double amax = 0, qsum = 0;
+        for (int64_t i = b; i < b + 32; i++) amax = fmax(amax, fabs((double)x[i]));
+        float d = (float)amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t i = b; i < b + 32; i++) qsum += roundf(x[i] * id);
+        ds[b / 32] = half_value(kvt_f32_to_f16((float)qsum * d)) - half_value(kvt_f32_to_f16(d)) * qsum;
     }
 }
 
 static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int64_t n, const float *y,
                             int64_t ldy) {
     int64_t k = m->w.cols;
-    double *xa = malloc(sizeof(double) * (size_t)k);
+    double *xa = malloc(sizeof(double) * (size_t)k), ds[64] = {0};
     int bad = 0;
     for (int64_t t = 0; t < n; t++) {
         ref_round_acts(m->w.type, x + t * ldx, k, xa);
+        if (m->mins) ref_q8_1_sums(x + t * ldx, k, ds);
         for (int64_t r = 0; r < m->w.rows; r++) {
             double s = 0, sa = 0;
             for (int64_t i = 0; i < k; i++) {
                 s += m->deq[r * k + i] * xa[i];
                 sa += fabs(m->deq[r * k + i] * xa[i]);
             }
+            for (int64_t b = 0; m->mins && b < k / 32; b++) s += m->mins[r * (k / 32) + b] * ds[b];
             double err = fabs((double)y[t * ldy + r] - s);
             if (!(err <= MM_REL_TOL * sa + MM_ABS_TOL) && bad++ < 3)
                 fprintf(stderr, "type %u t=%lld r=%lld: %.9g vs ref %.9g (scale %.3g)\n", m->w.type,
@@ -385,7 +453,7 @@ static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int6
 static void test_matmul_reference(kvt_pool *pool2) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
-        const int64_t rows = 37, cols = test_cols(type, 83, 160); /* odd shapes */
+        const int64_t rows = 37, cols = test_cols(type, 83, 160); /* odd shapes (5 blocks) */
         const int64_t ldx = cols + 5, ldy = rows + 3, nmax = 70;
         test_mat m;
         make_mat(&m, type, rows, cols);

@@ -1,0 +1,122 @@
+/* AVX2 matmul for the legacy weight types Q4_0, Q4_1, Q5_0, Q5_1; same bits
+ * as kvt_ql_dot_scalar (see ops_q_avx512.c). A block's 32 weights are one
+ * ymm of int8 q - zero in natural order; maddubs (biased u8 activations x
+ * int8 weights, no saturation: |255 * 31 * 2| < 2^15) then madd by ones gives
+ * the exact sums of 4 in natural lane order, minus 128 * the weights' sums.
+ * The canonical 16 lanes are two ymm: block 2m in lo, block 2m+1 in hi. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops_impl.h"
+#include "ops_qloop.h"
+#include "quant_legacy.h"
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE2 static inline __attribute__((always_inline)) T2
+
+#define QRM 2
+#define QRN 2
+#define BIAS_SHIFT 7 /* 128 = KVT_Q8_ACT_BIAS */
+#define MIN_LANE 0x01 /* lane 0 of a block's 8: where its min term goes */
+
+INLINE2 float hsum16(__m256 lo, __m256 hi) {
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* The 32 weights of one block as int8 q - zero, natural order. */
+INLINE2 __m256i unpack(kvt_ql_layout f, const uint8_t *blk) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(blk + f.qs_off));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m4)),
+                                        _mm_and_si128(_mm_srli_epi16(qs, 4), m4), 1);
+    if (f.qh_off >= 0) {
+        uint32_t h;
+        memcpy(&h, blk + f.qh_off, sizeof h);
+        /* byte i takes byte i/8 of h, then tests its bit i%8 */
+        const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                                2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+        __m256i hv = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+        hv = _mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit);
+        z = _mm256_or_si256(z, _mm256_and_si256(hv, _mm256_set1_epi8(0x10)));
+    }
+    if (f.zero) z = _mm256_sub_epi8(z, _mm256_set1_epi8((char)f.zero));
+    return z;
+}
+
+/* Exact sums of each 4 products u8 x s8, natural lane order. */
+INLINE2 __m256i sums4(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Per row and block: the weights, 128 * their sums of 4, d, m. */
+typedef struct {
+    __m256i w, corr;
+    float d, m;
+} wblock;
+
+INLINE2 wblock load_block(kvt_ql_layout f, const uint8_t *blk, int present) {
+    wblock b = {_mm256_setzero_si256(), _mm256_setzero_si256(), 0.0f, 0.0f};
+    if (!present) return b; /* contributes fma(0, 0, lane), as the scalar code */
+    b.w = unpack(f, blk);
+    b.corr = _mm256_slli_epi32(sums4(_mm256_set1_epi8(1), b.w), BIAS_SHIFT);
+    b.d = _cvtsh_ss(kvt_load_u16(blk));
+    if (f.m_off >= 0) b.m = _cvtsh_ss(kvt_load_u16(blk + f.m_off));
+    return b;
+}
+
+INLINE2 __m256 block_step(kvt_ql_layout f, const wblock *wb, const uint8_t *xq, float xd, float xs, __m256 acc) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)xq);
+    const __m256i p = _mm256_sub_epi32(sums4(x, wb->w), wb->corr);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wb->d * xd), acc);
+    if (f.m_off >= 0)
+        acc = _mm256_fmadd_ps(_mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(wb->m), MIN_LANE),
+                              _mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(xs), MIN_LANE), acc);
+    return acc;
+}
+
+INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
+                  const float *const *xs, int rm, int rn, int64_t k, float *out) {
+    const int64_t nb = k / KVT_QL_BLOCK;
+    __m256 lo[QRM][QRN], hi[QRM][QRN];
+    _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++) {
+            const uint8_t *blk = wr[i] + b * f.bytes;
+            const wblock w0 = load_block(f, blk, 1), w1 = load_block(f, blk + f.bytes, b + 1 < nb);
+            _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) {
+                const uint8_t *x = xq[j] + b * KVT_QL_BLOCK;
+                const float s0 = f.m_off >= 0 ? xs[j][b] : 0.0f, s1 = f.m_off >= 0 ? xs[j][b + 1] : 0.0f;
+                lo[i][j] = block_step(f, &w0, x, xd[j][b], s0, lo[i][j]);
+                hi[i][j] = block_step(f, &w1, x + KVT_QL_BLOCK, xd[j][b + 1], s1, hi[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(lo[i][j], hi[i][j]);
+}
+
+#define DEF_MM(NAME, LAYOUT)                                                                              \
+    static T2 void NAME##_tile(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,   \
+                               const float *const *xs, int n, int64_t k, float *out) {                    \
+        if (n == 1)                                                                                       \
+            tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 1, k, out);                                  \
+        else                                                                                              \
+            tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 2, k, out);                                  \
+    }
+DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
+DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)
+DEF_MM(mm_q5_0, KVT_QL_LAYOUT_Q5_0)
+DEF_MM(mm_q5_1, KVT_QL_LAYOUT_Q5_1)
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 in kvt_ql_index order */
+static const kvt_qtile_fn tiles[] = {mm_q4_0_tile, mm_q4_1_tile, mm_q5_0_tile, mm_q5_1_tile};
+
+void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, tiles[kvt_ql_index(w->type)]);
+}

@@ -1,0 +1,120 @@
+/* AVX-512 (BW, VNNI) matmul for the legacy weight types Q4_0, Q4_1, Q5_0,
+ * Q5_1. Same bits as kvt_ql_dot_scalar: per block pair, the 64 weights are
+ * unpacked to int8 (q - zero) in natural order, each 32-bit lane takes the
+ * exact integer dot of 4 of them with the activations (VNNI on the biased u8
+ * activations, minus 128 * the weights' sum), then one fma by d_w * d_x, then
+ * for Q4_1/Q5_1 one fma of m_w * s_x on lanes 0 and 8; the canonical lane tree
+ * at the end. Tiles of QRM rows x QRN tokens (ops_qloop.h). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops_impl.h"
+#include "ops_qloop.h"
+#include "quant_legacy.h"
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINE512 static inline __attribute__((always_inline)) T512
+
+#define QRM 2
+#define QRN 6
+#define MIN_LANES 0x0101      /* lanes 0 and 8: where the min term of each block goes */
+#define BIAS_SHIFT 7          /* 128 = KVT_Q8_ACT_BIAS */
+
+INLINE512 float hsum16(__m512 v) {
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+INLINE512 uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Weights of blocks a and (if has_b) b as 64 int8 q - zero, natural order. */
+INLINE512 __m512i unpack_pair(kvt_ql_layout f, const uint8_t *a, const uint8_t *b, int has_b) {
+    const __m128i qa = _mm_loadu_si128((const __m128i *)(const void *)(a + f.qs_off));
+    const __m128i qb = has_b ? _mm_loadu_si128((const __m128i *)(const void *)(b + f.qs_off)) : _mm_setzero_si128();
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    /* 128-bit chunks [a lo, b lo, a hi, b hi] -> [a lo, a hi, b lo, b hi] */
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+    if (f.qh_off >= 0) {
+        uint64_t h = ld32(a + f.qh_off);
+        if (has_b) h |= (uint64_t)ld32(b + f.qh_off) << 32;
+        z = _mm512_or_si512(z, _mm512_maskz_mov_epi8((__mmask64)h, _mm512_set1_epi8(0x10)));
+    }
+    if (f.zero) z = _mm512_sub_epi8(z, _mm512_set1_epi8((char)f.zero));
+    return z;
+}
+
+INLINE512 __m512 pair_ps(float lo, float hi) {
+    return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
+}
+
+INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
+                    const float *const *xs, int rm, int rn, int64_t k, float *out) {
+    const int64_t nb = k / KVT_QL_BLOCK;
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512 acc[QRM][QRN];
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int has_hi = b + 1 < nb;
+        __m512i wq[QRM], corr[QRM];
+        __m512 dw[QRM], mw[QRM];
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
+            const uint8_t *blk = wr[i] + b * f.bytes, *blk2 = blk + f.bytes;
+            wq[i] = unpack_pair(f, blk, blk2, has_hi);
+            corr[i] = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), BIAS_SHIFT);
+            dw[i] = pair_ps(_cvtsh_ss(kvt_load_u16(blk)), has_hi ? _cvtsh_ss(kvt_load_u16(blk2)) : 0.0f);
+            if (f.m_off >= 0)
+                mw[i] = _mm512_maskz_mov_ps(MIN_LANES, pair_ps(_cvtsh_ss(kvt_load_u16(blk + f.m_off)),
+                                                               has_hi ? _cvtsh_ss(kvt_load_u16(blk2 + f.m_off)) : 0.0f));
+        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            const __m512i xv = _mm512_loadu_si512(xq[j] + b * KVT_QL_BLOCK);
+            const __m512 dx = pair_ps(xd[j][b], xd[j][b + 1]);
+            __m512 sx = _mm512_setzero_ps();
+            if (f.m_off >= 0) sx = _mm512_maskz_mov_ps(MIN_LANES, pair_ps(xs[j][b], xs[j][b + 1]));
+            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
+                __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wq[i]), corr[i]);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[i], dx), acc[i][j]);
+                if (f.m_off >= 0) acc[i][j] = _mm512_fmadd_ps(mw[i], sx, acc[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
+}
+
+/* One specialised kernel per type (the layout fields become constants). */
+#define DEF_MM(NAME, LAYOUT)                                                                              \
+    static T512 void NAME##_tile(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, \
+                                 const float *const *xs, int n, int64_t k, float *out) {                  \
+        const kvt_ql_layout f = LAYOUT;                                                                   \
+        switch (n) {                                                                                      \
+        case 1: tile(f, wr, xq, xd, xs, QRM, 1, k, out); break;                                           \
+        case 2: tile(f, wr, xq, xd, xs, QRM, 2, k, out); break;                                           \
+        case 3: tile(f, wr, xq, xd, xs, QRM, 3, k, out); break;                                           \
+        case 4: tile(f, wr, xq, xd, xs, QRM, 4, k, out); break;                                           \
+        case 5: tile(f, wr, xq, xd, xs, QRM, 5, k, out); break;                                           \
+        default: tile(f, wr, xq, xd, xs, QRM, 6, k, out); break;                                          \
+        }                                                                                                 \
+    }
+DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
+DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)
+DEF_MM(mm_q5_0, KVT_QL_LAYOUT_Q5_0)
+DEF_MM(mm_q5_1, KVT_QL_LAYOUT_Q5_1)
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 in kvt_ql_index order */
+static const kvt_qtile_fn tiles[] = {mm_q4_0_tile, mm_q4_1_tile, mm_q5_0_tile, mm_q5_1_tile};
+
+void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, tiles[kvt_ql_index(w->type)]);
+}
