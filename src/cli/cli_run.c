@@ -724,15 +724,15 @@ static void finish_cache(const run_ctx *c) {
 }
 
 static void run_ctx_free(run_ctx *c) {
-    kvt_sampler_free(c->smp);
-    kvt_cache_free(c->cache);
-    kvt_engine_free(c->e);
-    kvt_model_free(c->m);
-    for (size_t i = 0; i < c->n_pins; i++) {
+    for (size_t i = 0; i < c->n_pins; i++) { /* pins first: releasing one unrefs the engine's pages */
         kvt_cache_release(c->cache, c->pins[i].pin);
         free(c->pins[i].prompt);
     }
     free(c->pins);
+    kvt_sampler_free(c->smp);
+    kvt_cache_free(c->cache);
+    kvt_engine_free(c->e);
+    kvt_model_free(c->m);
     for (long k = 0; k < c->n_prompts && c->prompts; k++) {
         free(c->prompts[k].prompt);
         kvt_api_documents_free(c->prompts[k].docs, c->prompts[k].n_docs);
