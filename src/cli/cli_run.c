@@ -529,174 +529,186 @@ static void run_action(kvt_cache *cache, const run_line *l, const int32_t *toks,
     if (rc < 0) fprintf(stderr, "kvtier run: [%ld] %s: %s\n", k, line_actions[l->action], kvt_errmsg());
 }
 
-int kvt_cmd_run(int argc, char **argv) {
-    run_args x = {.n_gen = RUN_DEFAULT_N, .block = KVT_DEFAULT_BLOCK_SIZE, .threads = kvt_cli_default_threads(),
-                  .use_cache = 1, .cp = kvt_cache_default_params(), .dt = KVT_KV_F16,
-                  .sp = kvt_sampler_default_params()};
-    kvt_cli_section secs[3];
-    run_sections(secs);
-    int pr = kvt_cli_parse("run", argc, argv, secs, 3, run_opt, &x);
-    if (pr == KVT_CLI_PARSE_HELP) {
-        kvt_usage_run(stdout);
+/* One run invocation while it goes through its prompts. */
+typedef struct {
+    const run_args *x;
+    kvt_sampler_params sp; /* x->sp with the seed picked */
+    run_line *prompts;
+    long n_prompts;
+    kvt_model *m;
+    kvt_model_info info;
+    kvt_engine *e;
+    kvt_cache *cache;      /* NULL with --no-cache */
+    kvt_sampler *smp;
+    run_pin *pins;         /* made by "pin" lines, released at the end */
+    size_t n_pins;
+} run_ctx;
+
+/* The prompts of -p or -f into c->prompts. 0, or -1 after printing why. */
+static int load_prompts(run_ctx *c) {
+    const run_args *x = c->x;
+    if (!x->prompt_file) {
+        c->prompts = kvt_xcalloc(1, sizeof *c->prompts);
+        c->prompts[0].prompt = kvt_xstrdup(x->prompt);
+        c->prompts[0].session.keep_warm_s = -1;
+        c->n_prompts = 1;
         return 0;
     }
-    if (pr) return 2;
-    const char *model_path = x.model_path, *prompt = x.prompt, *prompt_file = x.prompt_file, *salt = x.salt;
-    long n_gen = x.n_gen, n_ctx = x.n_ctx, block = x.block;
-    int threads = x.threads, seed_given = x.seed_given, use_cache = x.use_cache, ignore_eos = x.ignore_eos;
-    uint64_t kv_active = x.kv_active, kv_ram = x.kv_ram;
-    kvt_cache_params cp = x.cp;
-    kvt_kv_dtype dt = x.dt;
-    kvt_sampler_params sp = x.sp;
-    if (!prompt == !prompt_file) {
-        fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
-        kvt_usage_run(stderr);
-        return 2;
+    if ((c->n_prompts = read_prompts(x->prompt_file, &c->prompts)) < 0) {
+        c->n_prompts = 0;
+        return -1;
     }
-    if (!seed_given) sp.seed = (uint64_t)time(NULL);
-    run_line *prompts = NULL;
-    run_pin *pins = NULL;
-    size_t n_pins = 0;
-    long n_prompts = 1;
-    if (prompt_file) {
-        if ((n_prompts = read_prompts(prompt_file, &prompts)) < 0) return 1;
-        if (n_prompts == 0) {
-            fprintf(stderr, "kvtier run: %s holds no prompts\n", prompt_file);
-            return 1;
-        }
-    } else {
-        prompts = kvt_xcalloc(1, sizeof *prompts);
-        prompts[0].prompt = kvt_xstrdup(prompt);
-        prompts[0].session.keep_warm_s = -1;
+    if (c->n_prompts == 0) {
+        fprintf(stderr, "kvtier run: %s holds no prompts\n", x->prompt_file);
+        return -1;
     }
+    return 0;
+}
 
-    char default_path[PATH_MAX_LEN];
-    if (!model_path) {
-        if (kvt_default_model_path(default_path, sizeof default_path)) {
-            fprintf(stderr, "kvtier run: no -m given and no default model is available: %s\n", kvt_errmsg());
-            return 1;
-        }
-        model_path = default_path;
-    }
-    kvt_model *m = NULL;
-    kvt_engine *e = NULL;
-    kvt_cache *cache = NULL;
-    kvt_sampler *smp = NULL;
-    int failures = 0;
-    int rc = kvt_model_load(model_path, kvt_model_default_params(), &m);
+/* Loads the model and makes the engine (one sequence), the cache and the
+ * sampler. 0, or an error code after printing why. */
+static int open_runtime(run_ctx *c, const char *model_path) {
+    const run_args *x = c->x;
+    int rc = kvt_model_load(model_path, kvt_model_default_params(), &c->m);
     if (rc) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
-        goto done;
+        return rc;
     }
-    kvt_model_info info = kvt_model_get_info(m);
-    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(info.n_ctx_train);
+    c->info = kvt_model_get_info(c->m);
+    long n_ctx = x->n_ctx ? x->n_ctx : kvt_cli_default_ctx(c->info.n_ctx_train), block = x->block;
     kvt_engine_params ep = kvt_engine_default_params();
-    ep.n_threads = threads;
+    ep.n_threads = x->threads;
     ep.n_ctx = (int32_t)n_ctx;
     ep.block_size = (int32_t)block;
-    ep.kv_dtype = dt;
+    ep.kv_dtype = x->dt;
     ep.max_seqs = 1;
-    if (kv_active) {
-        ep.kv_active_bytes = kv_active;
+    if (x->kv_active) {
+        ep.kv_active_bytes = x->kv_active;
     } else {
         /* one full context, plus as much again (at least the default budget) to keep prompts cached */
         ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, 2 * ((n_ctx + block - 1) / block) + 1);
     }
-    if ((rc = kvt_engine_new(m, ep, &e))) {
+    if ((rc = kvt_engine_new(c->m, ep, &c->e))) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
-        goto done;
+        return rc;
     }
-    if (use_cache) {
-        cp.ram_bytes = kv_ram;
-        if ((rc = kvt_cache_new(e, cp, &cache))) {
+    if (x->use_cache) {
+        kvt_cache_params cp = x->cp;
+        cp.ram_bytes = x->kv_ram;
+        if ((rc = kvt_cache_new(c->e, cp, &c->cache))) {
             fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
-            goto done;
+            return rc;
         }
     }
-    smp = kvt_sampler_new(sp, info.n_vocab);
-    install_stop_handlers();
-    for (long k = 0; k < n_prompts && !stop_requested; k++) {
-        int32_t *toks = NULL;
-        size_t n_tok = 0;
-        kvt_fail(0, "%s", "");
-        const run_line *ln = &prompts[k];
-        if (ln->action != LINE_GENERATE && !cache) {
-            fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1, line_actions[ln->action]);
-            failures++;
-            continue;
-        }
-        if (ln->action == LINE_END_SESSION) {
-            run_action(cache, ln, NULL, 0, salt, &pins, &n_pins, k + 1);
-            continue;
-        }
-        if ((rc = kvt_model_tokenize(m, ln->prompt, strlen(ln->prompt), KVT_TOKENIZE_ADD_SPECIAL, 1, &toks, &n_tok))) {
-            fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
-            failures++;
-            continue;
-        }
-        if (ln->n_docs) { /* the documents go before the prompt, after BOS, as fixed context blocks */
-            size_t at = n_tok && toks[0] == info.bos ? 1 : 0;
-            int32_t *with = NULL;
-            size_t nw = 0;
-            if ((rc = kvt_render_documents(m, (int32_t)block, toks, n_tok, at, ln->docs, ln->n_docs, &with, &nw))) {
-                fprintf(stderr, "kvtier run: prompt %ld: cannot render its documents: %s\n", k + 1, kvt_errmsg());
-                free(toks);
-                failures++;
-                continue;
-            }
-            free(toks);
-            toks = with;
-            n_tok = nw;
-        }
-        if (ln->action != LINE_GENERATE) {
-            run_action(cache, ln, toks, n_tok, salt, &pins, &n_pins, k + 1);
-            free(toks);
-            continue;
-        }
-        stream_state ss = {.model = m};
-        kvt_gen_params gp = {.max_tokens = (int32_t)n_gen, .sampler = smp, .tok = ignore_eos ? NULL : m->tok,
-                             .on_token = stream_token,
-                             .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
-        kvt_gen_result r;
-        int32_t *all = NULL;
-        rc = kvt_generate(e, cache, toks, (int32_t)n_tok, &gp, &all, &r);
-        if (!rc && cache && ln->session.session_id[0] && ln->session.keep_warm_s > 0)
-            kvt_cache_keep_warm(cache, ln->session.session_id, all, r.n_prompt + r.n_generated, salt,
-                                salt ? strlen(salt) : 0, ln->session.priority, ln->session.keep_warm_s);
-        free(all);
-        fwrite(ss.pending, 1, ss.n_pending, stdout);
-        fputc('\n', stdout);
-        fflush(stdout);
+    c->smp = kvt_sampler_new(c->sp, c->info.n_vocab);
+    return 0;
+}
+
+/* The statistics line of prompt k's generation, on stderr. */
+static void print_result(const run_ctx *c, long k, const kvt_gen_result *r) {
+    double pre_s = r->prefill_ms / 1e3, dec_s = r->decode_ms / 1e3;
+    char why[STOP_LINE_MAX] = "";
+    if (c->cache) kvt_reuse_stop_describe(c->m, &r->reuse_stop, why, sizeof why);
+    fprintf(stderr,
+            "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
+            "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
+            "seed %llu\n",
+            k + 1, c->n_prompts, r->n_prompt, r->n_reused, r->tier_tokens[KVT_TIER_T0], r->tier_tokens[KVT_TIER_T1],
+            r->tier_tokens[KVT_TIER_T2], r->n_planned, r->shortfall ? ": " : "",
+            r->shortfall ? kvt_shortfall_name(r->shortfall) : "", r->n_computed,
+            r->t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
+            why[0] ? "; reuse stopped: " : "", why, r->ttft_ms, r->restore_ms, r->prefill_ms,
+            r->n_computed / (pre_s > 0 ? pre_s : 1e-9), r->n_generated,
+            r->n_generated > 1 ? (r->n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
+            (unsigned long long)c->sp.seed);
+}
+
+/* The tokens of prompt k: tokenized, its documents before it (after BOS) as
+ * fixed context blocks. 0, or an error code after printing why. */
+static int prompt_tokens(const run_ctx *c, long k, int32_t **toks, size_t *n_tok) {
+    const run_line *ln = &c->prompts[k];
+    int rc = kvt_model_tokenize(c->m, ln->prompt, strlen(ln->prompt), KVT_TOKENIZE_ADD_SPECIAL, 1, toks, n_tok);
+    if (rc) {
+        fprintf(stderr, "kvtier run: cannot tokenize prompt %ld: %s %s\n", k + 1, kvt_strerror(rc), kvt_errmsg());
+        return rc;
+    }
+    if (!ln->n_docs) return 0;
+    size_t at = *n_tok && (*toks)[0] == c->info.bos ? 1 : 0;
+    int32_t *with = NULL;
+    size_t nw = 0;
+    rc = kvt_render_documents(c->m, (int32_t)c->x->block, *toks, *n_tok, at, ln->docs, ln->n_docs, &with, &nw);
+    free(*toks);
+    *toks = NULL;
+    if (rc) {
+        fprintf(stderr, "kvtier run: prompt %ld: cannot render its documents: %s\n", k + 1, kvt_errmsg());
+        return rc;
+    }
+    *toks = with;
+    *n_tok = nw;
+    return 0;
+}
+
+/* Runs line k of the prompts: an action on the cache, or a generation
+ * streamed to stdout. 0, or 1 when it failed (said on stderr). */
+static int run_prompt(run_ctx *c, long k) {
+    const run_args *x = c->x;
+    const run_line *ln = &c->prompts[k];
+    int32_t *toks = NULL;
+    size_t n_tok = 0;
+    kvt_fail(0, "%s", "");
+    if (ln->action != LINE_GENERATE && !c->cache) {
+        fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1, line_actions[ln->action]);
+        return 1;
+    }
+    if (ln->action == LINE_END_SESSION) {
+        run_action(c->cache, ln, NULL, 0, x->salt, &c->pins, &c->n_pins, k + 1);
+        return 0;
+    }
+    if (prompt_tokens(c, k, &toks, &n_tok)) return 1;
+    if (ln->action != LINE_GENERATE) {
+        run_action(c->cache, ln, toks, n_tok, x->salt, &c->pins, &c->n_pins, k + 1);
         free(toks);
-        if (rc) {
-            fprintf(stderr, "kvtier run: prompt %ld: %s\n", k + 1, kvt_errmsg());
-            failures++;
-            continue;
-        }
-        double pre_s = r.prefill_ms / 1e3, dec_s = r.decode_ms / 1e3;
-        char why[STOP_LINE_MAX] = "";
-        if (cache) kvt_reuse_stop_describe(m, &r.reuse_stop, why, sizeof why);
-        fprintf(stderr,
-                "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
-                "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
-                "seed %llu\n",
-                k + 1, n_prompts, r.n_prompt, r.n_reused, r.tier_tokens[KVT_TIER_T0], r.tier_tokens[KVT_TIER_T1],
-                r.tier_tokens[KVT_TIER_T2], r.n_planned, r.shortfall ? ": " : "",
-                r.shortfall ? kvt_shortfall_name(r.shortfall) : "", r.n_computed,
-                r.t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
-                why[0] ? "; reuse stopped: " : "", why, r.ttft_ms, r.restore_ms, r.prefill_ms, r.n_computed / (pre_s > 0 ? pre_s : 1e-9),
-                r.n_generated, r.n_generated > 1 ? (r.n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
-                (unsigned long long)sp.seed);
+        return 0;
     }
-    if (cache && (cp.disk_dir || cp.remote_url)) {
+    const char *salt = x->salt;
+    stream_state ss = {.model = c->m};
+    kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen, .sampler = c->smp, .tok = x->ignore_eos ? NULL : c->m->tok,
+                         .on_token = stream_token,
+                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
+    kvt_gen_result r;
+    int32_t *all = NULL;
+    int rc = kvt_generate(c->e, c->cache, toks, (int32_t)n_tok, &gp, &all, &r);
+    if (!rc && c->cache && ln->session.session_id[0] && ln->session.keep_warm_s > 0)
+        kvt_cache_keep_warm(c->cache, ln->session.session_id, all, r.n_prompt + r.n_generated, salt,
+                            salt ? strlen(salt) : 0, ln->session.priority, ln->session.keep_warm_s);
+    free(all);
+    fwrite(ss.pending, 1, ss.n_pending, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    free(toks);
+    if (rc) {
+        fprintf(stderr, "kvtier run: prompt %ld: %s\n", k + 1, kvt_errmsg());
+        return 1;
+    }
+    print_result(c, k, &r);
+    return 0;
+}
+
+/* After the prompts: the cache goes down to disk / the remote tier when it
+ * has one, and its statistics go to stderr after several prompts or with a
+ * disk tier. */
+static void finish_cache(const run_ctx *c) {
+    const kvt_cache_params *cp = &c->x->cp;
+    if (!c->cache) return;
+    if (cp->disk_dir || cp->remote_url) {
         double t0 = kvt_now();
-        if (kvt_cache_flush(cache)) fprintf(stderr, "kvtier run: flushing the KV cache: %s\n", kvt_errmsg());
-        else kvt_log(KVT_LOG_INFO, "flushed the KV cache to %s in %.2f s", cp.disk_dir ? cp.disk_dir : "the remote tier",
-                     kvt_now() - t0);
+        if (kvt_cache_flush(c->cache)) fprintf(stderr, "kvtier run: flushing the KV cache: %s\n", kvt_errmsg());
+        else kvt_log(KVT_LOG_INFO, "flushed the KV cache to %s in %.2f s",
+                     cp->disk_dir ? cp->disk_dir : "the remote tier", kvt_now() - t0);
     }
-    if (cache && (n_prompts > 1 || cp.disk_dir)) {
+    if (c->n_prompts > 1 || cp->disk_dir) {
         kvt_cache_stats st;
-        kvt_cache_get_stats(cache, &st);
+        kvt_cache_get_stats(c->cache, &st);
         fprintf(stderr,
                 "kvtier run: cache: %llu of %llu prompt tokens reused; T0 %d pages cached (%d idle) of %d, "
                 "%llu evicted; T1 %llu blocks, %.1f of %.1f MB, %llu restores; T2 %llu records, %.1f of %.1f MB, "
@@ -709,21 +721,66 @@ int kvt_cmd_run(int argc, char **argv) {
                 (unsigned long long)st.t2_writes, (unsigned long long)st.t2_dropped,
                 (unsigned long long)st.t2_put_waits, (unsigned long long)st.discarded);
     }
-done:
-    kvt_sampler_free(smp);
-    kvt_cache_free(cache);
-    kvt_engine_free(e);
-    kvt_model_free(m);
-    for (size_t i = 0; i < n_pins; i++) {
-        kvt_cache_release(cache, pins[i].pin);
-        free(pins[i].prompt);
+}
+
+static void run_ctx_free(run_ctx *c) {
+    for (size_t i = 0; i < c->n_pins; i++) { /* pins first: releasing one unrefs the engine's pages */
+        kvt_cache_release(c->cache, c->pins[i].pin);
+        free(c->pins[i].prompt);
     }
-    free(pins);
-    for (long k = 0; k < n_prompts && prompts; k++) {
-        free(prompts[k].prompt);
-        kvt_api_documents_free(prompts[k].docs, prompts[k].n_docs);
+    free(c->pins);
+    kvt_sampler_free(c->smp);
+    kvt_cache_free(c->cache);
+    kvt_engine_free(c->e);
+    kvt_model_free(c->m);
+    for (long k = 0; k < c->n_prompts && c->prompts; k++) {
+        free(c->prompts[k].prompt);
+        kvt_api_documents_free(c->prompts[k].docs, c->prompts[k].n_docs);
     }
-    free(prompts);
+    free(c->prompts);
+}
+
+int kvt_cmd_run(int argc, char **argv) {
+    run_args x = {.n_gen = RUN_DEFAULT_N, .block = KVT_DEFAULT_BLOCK_SIZE, .threads = kvt_cli_default_threads(),
+                  .use_cache = 1, .cp = kvt_cache_default_params(), .dt = KVT_KV_F16,
+                  .sp = kvt_sampler_default_params()};
+    kvt_cli_section secs[3];
+    run_sections(secs);
+    int pr = kvt_cli_parse("run", argc, argv, secs, 3, run_opt, &x);
+    if (pr == KVT_CLI_PARSE_HELP) {
+        kvt_usage_run(stdout);
+        return 0;
+    }
+    if (pr) return 2;
+    if (!x.prompt == !x.prompt_file) {
+        fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
+        kvt_usage_run(stderr);
+        return 2;
+    }
+    run_ctx c = {.x = &x, .sp = x.sp};
+    if (!x.seed_given) c.sp.seed = (uint64_t)time(NULL);
+    if (load_prompts(&c)) {
+        run_ctx_free(&c);
+        return 1;
+    }
+    char default_path[PATH_MAX_LEN];
+    const char *model_path = x.model_path;
+    if (!model_path) {
+        if (kvt_default_model_path(default_path, sizeof default_path)) {
+            fprintf(stderr, "kvtier run: no -m given and no default model is available: %s\n", kvt_errmsg());
+            run_ctx_free(&c);
+            return 1;
+        }
+        model_path = default_path;
+    }
+    int failures = 0;
+    int rc = open_runtime(&c, model_path);
+    if (!rc) {
+        install_stop_handlers();
+        for (long k = 0; k < c.n_prompts && !stop_requested; k++) failures += run_prompt(&c, k);
+        finish_cache(&c);
+    }
+    run_ctx_free(&c);
     if (stop_requested) return SIGNAL_EXIT_BASE + stop_requested;
     return rc || failures ? 1 : 0;
 }

@@ -294,145 +294,163 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     }
 }
 
-int kvt_cmd_serve(int argc, char **argv) {
-    serve_args x = {.sp = kvt_server_default_params(), .drain_s = KVT_SERVER_DEFAULT_DRAIN_S,
-                    .threads = kvt_cli_default_threads(), .cp = kvt_cache_default_params(), .dt = KVT_KV_F16};
-    x.max_body = x.sp.max_body;
-    x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
-    kvt_server_params sp;
-    const char *model_path, *template_name, *alias, *metrics_key;
-    long n_ctx, drain_s;
-    uint64_t kv_active, kv_ram, max_body, max_inflight;
-    int threads;
-    kvt_cache_params cp;
-    kvt_kv_dtype dt;
-    char **keys = x.keys;
-    size_t n_keys;
-    int ret = 2;
-    kvt_cli_section secs[3];
-    sections(secs);
-    int pr = kvt_cli_parse("serve", argc, argv, secs, 3, serve_opt, &x);
-    n_keys = x.n_keys;
-    if (pr == KVT_CLI_PARSE_HELP) {
-        kvt_usage_serve(stdout);
-        ret = 0;
-        goto done;
-    }
-    if (pr) goto done;
-    if (x.log_file && kvt_log_open_file(x.log_file)) {
+/* The server parameters the command line, $KVTIER_API_KEY and the body
+ * limits make (into x->sp; the model's, the chat template and the RAG index
+ * come later). 0, or -1 after printing why. */
+static int serve_settings(serve_args *x) {
+    kvt_server_params *sp = &x->sp;
+    if (x->log_file && kvt_log_open_file(x->log_file)) {
         fprintf(stderr, "kvtier serve: --log-file: %s\n", kvt_errmsg());
-        goto done;
+        return -1;
     }
-    sp = x.sp;
-    model_path = x.model_path;
-    template_name = x.template_name;
-    alias = x.alias;
-    metrics_key = x.metrics_key;
-    n_ctx = x.n_ctx;
-    drain_s = x.drain_s;
-    kv_active = x.kv_active;
-    kv_ram = x.kv_ram;
-    max_body = x.max_body;
-    max_inflight = x.max_inflight;
-    threads = x.threads;
-    cp = x.cp;
-    dt = x.dt;
     const char *env_key = getenv("KVTIER_API_KEY");
     if (env_key && *env_key) {
-        if (n_keys == MAX_API_KEYS) {
+        if (x->n_keys == MAX_API_KEYS) {
             fprintf(stderr, "kvtier serve: more than %d API keys\n", MAX_API_KEYS);
-            goto done;
+            return -1;
         }
-        keys[n_keys++] = kvt_xstrdup(env_key);
+        x->keys[x->n_keys++] = kvt_xstrdup(env_key);
     }
-    if (metrics_key && !*metrics_key) {
+    if (x->metrics_key && !*x->metrics_key) {
         fprintf(stderr, "kvtier serve: the metrics key (--metrics-key or $KVTIER_METRICS_KEY) is empty\n");
-        goto done;
+        return -1;
     }
-    sp.metrics_key = metrics_key;
-    sp.max_body = (size_t)max_body;
+    sp->metrics_key = x->metrics_key;
+    sp->max_body = (size_t)x->max_body;
+    uint64_t max_inflight = x->max_inflight;
     if (!max_inflight) {
-        max_inflight = KVT_MAX(sp.max_inflight_bytes, max_body);
-    } else if (max_inflight < max_body) {
+        max_inflight = KVT_MAX(sp->max_inflight_bytes, x->max_body);
+    } else if (max_inflight < x->max_body) {
         fprintf(stderr, "kvtier serve: --max-inflight-bytes (%llu) must be at least --max-body (%llu)\n",
-                (unsigned long long)max_inflight, (unsigned long long)max_body);
-        goto done;
+                (unsigned long long)max_inflight, (unsigned long long)x->max_body);
+        return -1;
     }
-    sp.max_inflight_bytes = max_inflight;
-    sp.cors_origins = x.cors;
-    sp.n_cors_origins = x.n_cors;
-    sp.api_keys = (const char *const *)keys;
-    sp.n_api_keys = n_keys;
+    sp->max_inflight_bytes = max_inflight;
+    sp->cors_origins = x->cors;
+    sp->n_cors_origins = x->n_cors;
+    sp->api_keys = (const char *const *)x->keys;
+    sp->n_api_keys = x->n_keys;
+    return 0;
+}
 
-    ret = 1;
-    char default_path[PATH_MAX_LEN];
-    if (!model_path) {
-        if (kvt_default_model_path(default_path, sizeof default_path)) goto done;
-        model_path = default_path;
+/* What serve runs on: freed by serve_close. */
+typedef struct {
+    kvt_rag_index *rag;
+    kvt_model *m;
+    kvt_engine *e;
+    kvt_cache *cache;
+    char model_id[MODEL_ID_MAX];
+} serve_runtime;
+
+/* The name /v1/models gives the model: --alias, else the file's name without .gguf. */
+static void model_id_of(const char *model_path, const char *alias, char *out, size_t cap) {
+    if (alias) {
+        snprintf(out, cap, "%s", alias);
+        return;
     }
-    kvt_model *m = NULL;
-    kvt_engine *e = NULL;
-    kvt_cache *cache = NULL;
-    kvt_server *srv = NULL;
-    kvt_rag_index *rag = NULL;
-    if (x.rag_path) {
-        /* before the model: a bad index is a clear error in a second, not after loading gigabytes */
-        if (kvt_rag_load(x.rag_path, &rag)) {
+    const char *base = strrchr(model_path, '/');
+    snprintf(out, cap, "%s", base ? base + 1 : model_path);
+    char *dot = strstr(out, ".gguf");
+    if (dot && !dot[strlen(".gguf")]) *dot = 0;
+}
+
+/* Loads the RAG index (first: a bad one fails in a second, not after
+ * loading gigabytes) and the model, picks the chat template, and makes the
+ * engine (one sequence per --parallel) and the cache; completes x->sp.
+ * 0, or -1 after saying why. */
+static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) {
+    kvt_server_params *sp = &x->sp;
+    if (x->rag_path) {
+        if (kvt_rag_load(x->rag_path, &rt->rag)) {
             fprintf(stderr, "kvtier serve: %s\n", kvt_errmsg());
-            goto done;
+            return -1;
         }
-        sp.rag = rag;
-        fprintf(stderr, "kvtier serve: RAG index %s: %d chunks of at most %d tokens, %d terms\n", x.rag_path,
-                kvt_rag_n_chunks(rag), kvt_rag_chunk_tokens(rag), kvt_rag_n_terms(rag));
+        sp->rag = rt->rag;
+        fprintf(stderr, "kvtier serve: RAG index %s: %d chunks of at most %d tokens, %d terms\n", x->rag_path,
+                kvt_rag_n_chunks(rt->rag), kvt_rag_chunk_tokens(rt->rag), kvt_rag_n_terms(rt->rag));
     }
-    if (kvt_model_load(model_path, kvt_model_default_params(), &m)) {
+    if (kvt_model_load(model_path, kvt_model_default_params(), &rt->m)) {
         kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
-        goto done;
+        return -1;
     }
-    kvt_model_info info = kvt_model_get_info(m);
-    if (template_name) {
-        sp.chat = kvt_chat_family_parse(template_name);
-    } else if ((sp.chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
-        sp.chat = KVT_CHAT_CHATML;
+    kvt_model_info info = kvt_model_get_info(rt->m);
+    if (x->template_name) {
+        sp->chat = kvt_chat_family_parse(x->template_name);
+    } else if ((sp->chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
+        sp->chat = KVT_CHAT_CHATML;
         kvt_log(KVT_LOG_WARN, "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
                 info.chat_template ? "not recognised" : "missing");
     }
-    char model_id[MODEL_ID_MAX];
-    if (alias) {
-        snprintf(model_id, sizeof model_id, "%s", alias);
-    } else {
-        const char *base = strrchr(model_path, '/');
-        snprintf(model_id, sizeof model_id, "%s", base ? base + 1 : model_path);
-        char *dot = strstr(model_id, ".gguf");
-        if (dot && !dot[strlen(".gguf")]) *dot = 0;
-    }
-    sp.model_id = model_id;
-    if (n_ctx == 0) n_ctx = kvt_cli_default_ctx(info.n_ctx_train);
+    model_id_of(model_path, x->alias, rt->model_id, sizeof rt->model_id);
+    sp->model_id = rt->model_id;
+    long n_ctx = x->n_ctx ? x->n_ctx : kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
-    ep.n_threads = threads;
+    ep.n_threads = x->threads;
     ep.n_ctx = (int32_t)n_ctx;
-    ep.max_seqs = sp.parallel;
-    ep.kv_dtype = dt;
-    ep.n_batch = KVT_MAX(ep.n_batch, sp.parallel + sp.prefill_chunk);
-    if (kv_active) {
-        ep.kv_active_bytes = kv_active;
+    ep.max_seqs = sp->parallel;
+    ep.kv_dtype = x->dt;
+    ep.n_batch = KVT_MAX(ep.n_batch, sp->parallel + sp->prefill_chunk);
+    if (x->kv_active) {
+        ep.kv_active_bytes = x->kv_active;
     } else {
         long per_ctx = (n_ctx + ep.block_size - 1) / ep.block_size + 1;
-        ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, per_ctx * (sp.parallel + 1));
+        ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, per_ctx * (sp->parallel + 1));
     }
-    if (rag && kvt_rag_block_size(rag) != ep.block_size)
+    if (rt->rag && kvt_rag_block_size(rt->rag) != ep.block_size)
         kvt_log(KVT_LOG_WARN, "serve: the RAG index was cut for blocks of %d tokens, the cache uses %d: chunks still "
-                "start on block boundaries, but may take more blocks than they need", kvt_rag_block_size(rag),
+                "start on block boundaries, but may take more blocks than they need", kvt_rag_block_size(rt->rag),
                 ep.block_size);
-    if (kvt_engine_new(m, ep, &e)) {
+    if (kvt_engine_new(rt->m, ep, &rt->e)) {
         kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
-        goto free_all;
+        return -1;
     }
-    cp.ram_bytes = kv_ram;
-    if (kvt_cache_new(e, cp, &cache)) {
+    kvt_cache_params cp = x->cp;
+    cp.ram_bytes = x->kv_ram;
+    if (kvt_cache_new(rt->e, cp, &rt->cache)) {
         kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
-        goto free_all;
+        return -1;
     }
+    return 0;
+}
+
+static void serve_close(serve_runtime *rt) {
+    kvt_cache_free(rt->cache);
+    kvt_engine_free(rt->e);
+    kvt_model_free(rt->m);
+    kvt_rag_free(rt->rag);
+}
+
+/* Waits for SIGINT or SIGTERM (blocked in stop_set), then drains: no new
+ * connections or requests, the ones in flight finish, for at most drain_s
+ * seconds or until a second signal. */
+static void serve_until_signal(kvt_server *srv, const sigset_t *stop_set, long drain_s) {
+    int sig = 0;
+    sigwait(stop_set, &sig);
+    const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    int32_t in_flight = kvt_server_in_flight(srv);
+    if (!drain_s || !in_flight) {
+        kvt_log(KVT_LOG_INFO, "serve: %s received, stopping", sig_name);
+        return;
+    }
+    kvt_log(KVT_LOG_INFO,
+            "serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
+            "at once)",
+            sig_name, in_flight, drain_s);
+    kvt_server_quiesce(srv);
+    double end = kvt_now() + (double)drain_s;
+    const struct timespec slice = {0, DRAIN_POLL_NS};
+    while ((in_flight = kvt_server_in_flight(srv)) > 0 && kvt_now() < end)
+        if (sigtimedwait(stop_set, NULL, &slice) > 0) break;
+    if (in_flight) kvt_log(KVT_LOG_WARN, "serve: stopping with %d request(s) unfinished", in_flight);
+    else kvt_log(KVT_LOG_INFO, "serve: every request finished, stopping");
+}
+
+/* Starts the server on rt and serves until a stop signal; then the cache goes
+ * down to disk / the remote tier for the next start. 0, or 1 when the server
+ * cannot start. */
+static int serve_run(const serve_args *x, serve_runtime *rt) {
+    const kvt_cache_params *cp = &x->cp;
+    const kvt_server_params *sp = &x->sp;
     /* block the stop signals in every thread the server starts; this one waits for them */
     sigset_t stop_set;
     sigemptyset(&stop_set);
@@ -441,56 +459,57 @@ int kvt_cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
     /* the cache is the engine thread's once the server starts: describe it before */
-    kvt_engine_params eff = kvt_engine_get_params(e);
+    kvt_engine_params eff = kvt_engine_get_params(rt->e);
     kvt_log(KVT_LOG_INFO,
             "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
-            model_id, kvt_chat_family_name(sp.chat), eff.n_ctx, sp.parallel, kvt_kv_dtype_name(eff.kv_dtype),
-            eff.n_pages, kvt_engine_page_bytes(e), (unsigned long long)kv_ram, cp.disk_dir ? cp.disk_dir : "off",
-            cp.remote_url ? "on" : "off", n_keys,
-            metrics_key ? "behind the metrics key" : n_keys ? "behind the API keys" : "open");
-    kvt_cli_print_capacity(NULL, "serve", cache, eff.n_ctx);
-    if (kvt_server_start(m, e, cache, &sp, &srv)) {
+            rt->model_id, kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel, kvt_kv_dtype_name(eff.kv_dtype),
+            eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
+            cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off", x->n_keys,
+            x->metrics_key ? "behind the metrics key" : x->n_keys ? "behind the API keys" : "open");
+    kvt_cli_print_capacity(NULL, "serve", rt->cache, eff.n_ctx);
+    kvt_server *srv = NULL;
+    if (kvt_server_start(rt->m, rt->e, rt->cache, sp, &srv)) {
         kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
-        goto free_all;
+        return 1;
     }
     kvt_log(KVT_LOG_INFO, "serve: listening on http://%s:%d", kvt_server_address(srv), kvt_server_port(srv));
-    int sig = 0;
-    sigwait(&stop_set, &sig);
-    const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-    int32_t in_flight = kvt_server_in_flight(srv);
-    if (drain_s && in_flight) {
-        /* drain: no new connections or requests; the ones in flight finish, up to the deadline */
-        kvt_log(KVT_LOG_INFO,
-                "serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
-                "at once)",
-                sig_name, in_flight, drain_s);
-        kvt_server_quiesce(srv);
-        double end = kvt_now() + (double)drain_s;
-        const struct timespec slice = {0, DRAIN_POLL_NS};
-        while ((in_flight = kvt_server_in_flight(srv)) > 0 && kvt_now() < end)
-            if (sigtimedwait(&stop_set, NULL, &slice) > 0) break;
-        if (in_flight) kvt_log(KVT_LOG_WARN, "serve: stopping with %d request(s) unfinished", in_flight);
-        else kvt_log(KVT_LOG_INFO, "serve: every request finished, stopping");
-    } else {
-        kvt_log(KVT_LOG_INFO, "serve: %s received, stopping", sig_name);
-    }
+    serve_until_signal(srv, &stop_set, x->drain_s);
     kvt_server_stop(srv);
-    ret = 0;
-    if (cp.disk_dir || cp.remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
+    if (cp->disk_dir || cp->remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
         double t0 = kvt_now();
-        if (kvt_cache_flush(cache)) kvt_log(KVT_LOG_ERROR, "serve: flushing the KV cache: %s", kvt_errmsg());
+        if (kvt_cache_flush(rt->cache)) kvt_log(KVT_LOG_ERROR, "serve: flushing the KV cache: %s", kvt_errmsg());
         else kvt_log(KVT_LOG_INFO, "serve: flushed the KV cache to %s in %.2f s",
-                     cp.disk_dir ? cp.disk_dir : "the remote tier", kvt_now() - t0);
+                     cp->disk_dir ? cp->disk_dir : "the remote tier", kvt_now() - t0);
     }
-free_all:
-    kvt_cache_free(cache);
-    kvt_engine_free(e);
-    kvt_model_free(m);
-    kvt_rag_free(rag);
-done:
+    return 0;
+}
+
+int kvt_cmd_serve(int argc, char **argv) {
+    serve_args x = {.sp = kvt_server_default_params(), .drain_s = KVT_SERVER_DEFAULT_DRAIN_S,
+                    .threads = kvt_cli_default_threads(), .cp = kvt_cache_default_params(), .dt = KVT_KV_F16};
+    x.max_body = x.sp.max_body;
+    x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
+    int ret = 2;
+    kvt_cli_section secs[3];
+    sections(secs);
+    int pr = kvt_cli_parse("serve", argc, argv, secs, 3, serve_opt, &x);
+    if (pr == KVT_CLI_PARSE_HELP) {
+        kvt_usage_serve(stdout);
+        ret = 0;
+    } else if (!pr && !serve_settings(&x)) {
+        ret = 1;
+        char default_path[PATH_MAX_LEN];
+        const char *model_path = x.model_path;
+        if (!model_path && !kvt_default_model_path(default_path, sizeof default_path)) model_path = default_path;
+        if (model_path) {
+            serve_runtime rt = {0};
+            if (!serve_open(&x, model_path, &rt)) ret = serve_run(&x, &rt);
+            serve_close(&rt);
+        }
+    }
     kvt_log_close_file();
-    for (size_t i = 0; i < n_keys; i++) free(keys[i]);
-    free(keys);
+    for (size_t i = 0; i < x.n_keys; i++) free(x.keys[i]);
+    free(x.keys);
     return ret;
 }

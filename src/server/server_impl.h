@@ -1,8 +1,15 @@
-/* The server's private state, shared by its two halves: the HTTP layer
- * (server.c: libmicrohttpd handlers, routing, keys, streaming, the access log,
- * the lifecycle) and the engine thread (scheduler.c: admission, cache-aware
- * scheduling, prefetch, continuous batching, admin jobs). Not for use outside
- * src/server/.
+/* The server's private state and the declarations its files share. Not for
+ * use outside src/server/. The HTTP side runs on libmicrohttpd's threads:
+ *   http.c      the callbacks, the route table and dispatch, keys, framing,
+ *               CORS, the access log, kvt_srv_send_* (what handlers answer with)
+ *   handlers.c  generation, tokenize, and the GET pages
+ *   admin.c     /v1/cache/{pin,unpin,prefetch,flush,stats} (engine jobs) and /v1/cache/lint
+ *   request.c   the engine-side request built from an API request, n > 1
+ *               choices, queueing, cancelling, references
+ *   respond.c   response JSON and SSE streaming
+ *   server.c    the lifecycle: start, quiesce, stop
+ * The engine thread is scheduler.c: admission, cache-aware scheduling,
+ * prefetch, continuous batching, admin jobs.
  *
  * Locking: one mutex (s->mu) guards the queue, every request's shared state
  * (text published so far, done/cancelled flags, refcount), the admin job list
@@ -205,6 +212,115 @@ struct kvt_server {
     int32_t n_pins, cap_pins;
     uint64_t next_pin;
 };
+
+/* ---- HTTP (http.c) ---------------------------------------------------------------- */
+
+typedef enum {
+    R_NONE,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_MODELS,
+    R_HEALTH,
+    R_METRICS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_PROPS,
+    R_RAG,
+    R_PREFILL,
+    R_DASHBOARD,
+    R_CACHE_PIN,
+    R_CACHE_UNPIN,
+    R_CACHE_PREFETCH,
+    R_CACHE_FLUSH,
+    R_CACHE_STATS,
+    R_CACHE_LINT
+} route;
+
+struct conn_state;
+/* A route's handler: answers the request whose whole body is in cs. */
+typedef enum MHD_Result (*route_handler)(kvt_server *s, struct MHD_Connection *c, struct conn_state *cs);
+
+/* Per-connection-request state (MHD's con_cls), from the request's headers to
+ * on_completed; every request has one. */
+typedef struct conn_state {
+    route r;           /* R_NONE until the route is known (and for unknown ones) */
+    route_handler handle; /* the route's, once known */
+    const char *label;
+    char *body;
+    size_t len, cap;
+    uint64_t reserved; /* bytes of the body budget (s->guard) this request holds */
+    int refused;       /* 0, or the status that answers once the body has been read: 413 or 503 */
+    const char *key;   /* the API key the request authenticated with (borrowed), or NULL */
+    /* for the access log */
+    double t_start;    /* kvt_now() at the headers */
+    int status;        /* the status sent, 0 before */
+    char method[ACCESS_METHOD_MAX], path[ACCESS_PATH_MAX];
+    char request_id[REQUEST_ID_MAX]; /* the client's X-Request-Id when usable, else ours; echoed */
+    kvt_api_usage usage;             /* of a generation, once it ended */
+    int has_usage;
+} conn_state;
+
+/* MHD's callbacks: a request's headers, body and end; a connection's start and end. */
+enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls);
+void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+void kvt_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                           enum MHD_ConnectionNotificationCode code);
+/* Notes the status a response carries for the access log, echoes the request
+ * id, and adds the CORS headers an allowed origin gets. */
+void kvt_srv_note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status);
+/* Sends resp with status (noted, queued, counted in the metrics under label) and destroys it. */
+enum MHD_Result kvt_srv_send_response(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
+                                      struct MHD_Response *resp);
+/* Sends body (taken over) as ctype, with one more header when h_name is set. */
+enum MHD_Result kvt_srv_send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
+                                  const char *ctype, char *body, const char *h_name, const char *h_value);
+/* Sends an OpenAI-style error body. */
+enum MHD_Result kvt_srv_send_error(kvt_server *s, struct MHD_Connection *c, const char *label, const kvt_api_error *e,
+                                   const char *h_name, const char *h_value);
+enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
+                                    const char *type, const char *code, const char *msg);
+
+/* ---- handlers (handlers.c, admin.c) ------------------------------------------------- */
+
+/* Parses cs's body as the API request its route takes (completions or chat);
+ * kvtier.rag is refused off the RAG route. 0, or nonzero with *err filled
+ * (and nothing in *a to free). */
+int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_error *err);
+enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* /metrics, and /dashboard (the same numbers as a page) */
+enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+
+/* ---- requests (request.c) ------------------------------------------------------------ */
+
+/* The tenant salt of a key and a cache_salt (either may be NULL): the key with
+ * its NUL (key "ab" + salt "c" differs from key "a" + salt "bc"), then
+ * cache_salt. NULL with *len 0 when both are absent. */
+unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size_t *len);
+/* Builds the engine-side request from a validated API request: salt, prompt
+ * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
+srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err);
+/* n > 1: the other choices of r (see request.c). 0, or -1 with *err filled. */
+int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err);
+/* X-Session-Id names the session when the body does not. */
+void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r);
+/* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
+int kvt_srv_enqueue(kvt_server *s, srv_req *r);
+void kvt_srv_cancel_locked(kvt_server *s, srv_req *r);
+/* Whether r and all its other choices are done (s->mu held). */
+int kvt_srv_all_done(const srv_req *r);
+/* Drops the engine's references on r's other choices, before r was queued. */
+void kvt_srv_unref_engine_choices(kvt_server *s, srv_req *r);
+/* Drops the handler's references on r and its other choices. */
+void kvt_srv_unref_choices(kvt_server *s, srv_req *r);
+
+/* ---- shared helpers ------------------------------------------------------------------ */
 
 /* Condition variables on the monotonic clock, and a bounded wait on one. */
 void kvt_srv_cond_init(pthread_cond_t *cv);

@@ -106,6 +106,11 @@ check "a prefetch line reports what is resident" has "prefetch: [1-9][0-9]* of"
 check "unpin releases" has "unpinned"
 check "end_session releases a warm session" has "end_session a: released"
 check "a second end_session finds none" has "end_session a: not warm"
+# a pin no line releases holds to the end of the run and is released then, before the cache goes
+# (under ASan a release after the cache was freed is a use-after-free)
+printf '{"prompt": "%s"}\n{"action": "pin", "prompt": "%s"}\n' "$OTHER" "$OTHER" >"$TMP/pin.jsonl"
+check "a pin held to the end of run is released cleanly" expect_rc 0 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/pin.jsonl" -n 2 --temp 0
+check "... after pinning" has "pin: [1-9][0-9]* of"
 printf '{"prompt": "x", "kvtier": {"session": "a"}}\n' >"$TMP/bad.jsonl"
 check "an unknown kvtier field is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
 check "... naming it" has "kvtier.session"

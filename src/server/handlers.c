@@ -1,0 +1,193 @@
+/* The generic route handlers: generation (/v1/completions,
+ * /v1/chat/completions, /v1/rag/chat/completions, /v1/cache/prefill), which
+ * queue a request for the engine thread and answer with its JSON or an SSE
+ * stream (respond.c); /tokenize and /detokenize; and the GET pages (/health,
+ * /v1/models, /props, /metrics, /dashboard). The route table and dispatch are
+ * in http.c, the /v1/cache admin handlers in admin.c. */
+#include "server_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "api_llama.h"
+#include "common.h"
+#include "dashboard.h"
+#include "kv_quant.h"
+
+/* The request kind of a body: chat for the chat routes, and for the prefill
+ * route when it has "messages"; completions otherwise. */
+static kvt_api_kind kind_of(const conn_state *cs) {
+    if (cs->r == R_CHAT || cs->r == R_RAG) return KVT_API_CHAT;
+    if (cs->r != R_PREFILL && cs->r != R_CACHE_PIN && cs->r != R_CACHE_PREFETCH) return KVT_API_COMPLETION;
+    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+    kvt_api_kind k = root && cJSON_GetObjectItemCaseSensitive(root, "messages") ? KVT_API_CHAT : KVT_API_COMPLETION;
+    cJSON_Delete(root);
+    return k;
+}
+
+int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_error *err) {
+    if (kvt_api_parse(kind_of(cs), cs->body ? cs->body : "", cs->len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, a,
+                      err))
+        return KVT_EARG;
+    if (cs->r != R_RAG && a->rag_json) {
+        kvt_api_request_free(a);
+        return kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.rag", "unsupported_parameter",
+                              "'kvtier.rag' is read only by /v1/rag/chat/completions");
+    }
+    return 0;
+}
+
+/* RAG (README "RAG"): kvtier.rag is read only on its route (kvt_srv_parse);
+ * there the question retrieves chunks that become the request's documents. */
+static int rag_prepare(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_rag *rag,
+                       kvt_api_error *err) {
+    if (cs->r != R_RAG) return 0;
+    if (!s->p.rag)
+        return kvt_api_errorf(err, 404, "invalid_request_error", NULL, "not_found",
+                              "this server has no RAG index: start it with --rag-index INDEX");
+    if (kvt_api_rag_options(a->rag_json, s->p.rag_k, rag, err)) return KVT_EARG;
+    return kvt_api_rag_retrieve(s->p.rag, a, rag, err);
+}
+
+enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    kvt_api_request a;
+    kvt_api_error err;
+    kvt_api_rag rag = {0};
+    if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    if (rag_prepare(s, cs, &a, &rag, &err) ||
+        (cs->r == R_PREFILL && a.stream &&
+         kvt_api_errorf(&err, 400, "invalid_request_error", "stream", "unsupported_parameter",
+                        "'stream' is not supported on /v1/cache/prefill"))) {
+        kvt_api_request_free(&a);
+        return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    }
+    srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
+    if (r && kvt_srv_add_choices(s, &a, cs->key, r, &err)) {
+        kvt_srv_unref_engine_choices(s, r);
+        kvt_srv_unref_choices(s, r);
+        r = NULL;
+    }
+    kvt_api_request_free(&a);
+    if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    r->prefill_only = cs->r == R_PREFILL;
+    r->want_block_tiers = cs->r == R_RAG;
+    r->plan_cached = cs->r == R_RAG && rag.order == KVT_RAG_ORDER_CACHED;
+    kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
+    kvt_srv_apply_session_header(s, c, r);
+    if (kvt_srv_enqueue(s, r)) {
+        kvt_srv_unref_engine_choices(s, r);
+        kvt_srv_unref_choices(s, r);
+        kvt_api_errorf(&err, 503, "server_error", NULL, "overloaded",
+                       "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
+        return kvt_srv_send_error(s, c, cs->label, &err, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+    }
+    if (r->stream) {
+        struct MHD_Response *resp =
+            kvt_srv_stream_response(s, r, c, &cs->usage, &cs->has_usage, cs->r == R_RAG ? &rag : NULL);
+        if (!resp) return MHD_NO;
+        return kvt_srv_send_response(s, c, cs->label, MHD_HTTP_OK, resp);
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!kvt_srv_all_done(r)) {
+        kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
+        if (kvt_srv_all_done(r)) break;
+        pthread_mutex_unlock(&s->mu);
+        int gone = kvt_srv_peer_gone(c);
+        pthread_mutex_lock(&s->mu);
+        if (gone) {
+            kvt_srv_cancel_locked(s, r);
+            pthread_mutex_unlock(&s->mu);
+            kvt_srv_unref_choices(s, r);
+            cs->status = STATUS_CLIENT_GONE;
+            kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
+            return MHD_NO;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    cs->usage = kvt_srv_total_usage(r); /* done is final: the engine no longer writes r */
+    cs->has_usage = 1;
+    enum MHD_Result ret;
+    srv_req *failed = NULL;
+    for (int32_t i = 0; i <= r->n_sib && !failed; i++)
+        if ((i ? r->sib[i - 1] : r)->err_status) failed = i ? r->sib[i - 1] : r;
+    if (failed) {
+        kvt_api_errorf(&err, failed->err_status, failed->err_status >= 500 ? "server_error" : "invalid_request_error",
+                       NULL, NULL, "%s", failed->err_msg);
+        ret = kvt_srv_send_error(s, c, cs->label, &err, failed->err_status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
+                                 RETRY_AFTER_S);
+    } else {
+        char *json = cs->r == R_PREFILL ? kvt_api_prefill_json(&r->usage, s->block)
+                                        : kvt_srv_response_json(s, r, cs->r == R_RAG ? &rag : NULL);
+        ret = kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+    }
+    kvt_srv_unref_choices(s, r);
+    return ret;
+}
+
+/* POST /tokenize and /detokenize: the tokenizer is immutable, so the handler thread answers. */
+enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    kvt_api_error err;
+    const char *body = cs->body ? cs->body : "";
+    char *json = cs->r == R_TOKENIZE ? kvt_api_tokenize(s->tok, body, cs->len, &err)
+                                     : kvt_api_detokenize(s->tok, body, cs->len, &err);
+    if (!json) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+}
+
+enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    char *b = kvt_xmalloc(128);
+    pthread_mutex_lock(&s->mu);
+    snprintf(b, 128, "{\"status\":\"ok\",\"slots_busy\":%d,\"slots_total\":%d,\"queued\":%d}", s->n_active,
+             s->p.parallel, s->q_len);
+    pthread_mutex_unlock(&s->mu);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", b, NULL, NULL);
+}
+
+enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    const kvt_hparams *hp = &s->model->hp;
+    kvt_api_model_info mi = {.id = s->p.model_id, .created = (int64_t)time(NULL), .n_ctx = s->n_ctx,
+                             .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab, .n_embd = hp->n_embd,
+                             .n_params = s->model->n_params};
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_models_json(&mi), NULL, NULL);
+}
+
+enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    const kvt_hparams *hp = &s->model->hp;
+    kvt_engine_params ep = kvt_engine_params_of(s->e);
+    kvt_api_props p = {.model_id = s->p.model_id, .model_path = s->model->path, .arch = hp->arch_name,
+                       .n_ctx = s->n_ctx, .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab,
+                       .n_embd = hp->n_embd, .n_layer = hp->n_layer, .n_params = s->model->n_params,
+                       .block_size = s->block, .parallel = s->p.parallel,
+                       .chat_family = kvt_chat_family_name(s->p.chat), .chat_template = s->model->chat_template,
+                       .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype), .max_tokens_default = s->p.max_tokens_limit};
+    pthread_mutex_lock(&s->mu);
+    p.tier_budget_bytes[KVT_TIER_T0] = (uint64_t)s->snap.t0_pages_total * kvt_page_bytes(s->e);
+    p.tier_budget_bytes[KVT_TIER_T1] = s->snap.t1_budget_bytes;
+    p.tier_budget_bytes[KVT_TIER_T2] = s->snap.t2_budget_bytes;
+    pthread_mutex_unlock(&s->mu);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_props_json(&p), NULL, NULL);
+}
+
+enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
+                            .parallel = s->p.parallel,
+                            .inflight_body_bytes = kvt_http_guard_held(s->guard),
+                            .deadline_closed = kvt_http_guard_expired(s->guard)};
+    pthread_mutex_lock(&s->mu);
+    g.cache = s->snap;
+    g.queue_depth = s->q_len;
+    g.active = s->n_active;
+    pthread_mutex_unlock(&s->mu);
+    char *text = kvt_metrics_render(s->metrics, &g);
+    if (cs->r == R_DASHBOARD) {
+        char *html = kvt_dashboard_html(text);
+        free(text);
+        return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/html; charset=utf-8", html,
+                                 "Content-Security-Policy", KVT_DASHBOARD_CSP);
+    }
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", text, NULL, NULL);
+}

@@ -1,0 +1,385 @@
+/* The HTTP layer (see server_impl.h): libmicrohttpd's callbacks
+ * (kvt_srv_on_request, kvt_srv_on_completed, kvt_srv_on_connection), the
+ * route table and the dispatch to the handlers, API and metrics keys, request
+ * framing and the body budget (http_guard), CORS, request ids, the access log,
+ * and the helpers every handler answers with (kvt_srv_send_*). The handlers
+ * are in handlers.c and admin.c; the server's lifecycle in server.c. */
+#include "server_impl.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common.h"
+
+/* Every route: its path, method, metrics label, and handler. */
+static const struct {
+    const char *url, *method, *label;
+    route r;
+    route_handler handle;
+} routes[] = {
+    {"/v1/completions", "POST", "completions", R_COMPLETIONS, kvt_srv_handle_generate},
+    {"/v1/chat/completions", "POST", "chat_completions", R_CHAT, kvt_srv_handle_generate},
+    {"/v1/models", "GET", "models", R_MODELS, kvt_srv_handle_models},
+    {"/health", "GET", "health", R_HEALTH, kvt_srv_handle_health},
+    {"/metrics", "GET", "metrics", R_METRICS, kvt_srv_handle_metrics},
+    {"/tokenize", "POST", "tokenize", R_TOKENIZE, kvt_srv_handle_tokenize},
+    {"/detokenize", "POST", "detokenize", R_DETOKENIZE, kvt_srv_handle_tokenize},
+    {"/props", "GET", "props", R_PROPS, kvt_srv_handle_props},
+    {"/v1/rag/chat/completions", "POST", "rag_chat_completions", R_RAG, kvt_srv_handle_generate},
+    {"/v1/cache/prefill", "POST", "cache_prefill", R_PREFILL, kvt_srv_handle_generate},
+    {"/dashboard", "GET", "dashboard", R_DASHBOARD, kvt_srv_handle_metrics},
+    {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN, kvt_srv_handle_admin},
+    {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN, kvt_srv_handle_admin},
+    {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH, kvt_srv_handle_admin},
+    {"/v1/cache/flush", "POST", "cache_flush", R_CACHE_FLUSH, kvt_srv_handle_admin},
+    {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS, kvt_srv_handle_admin},
+    {"/v1/cache/lint", "GET", "cache_lint", R_CACHE_LINT, kvt_srv_handle_lint},
+};
+
+/* Per-connection state (MHD's socket context): the whole-request deadline's
+ * handle and the request being served (one at a time on a connection). */
+typedef struct {
+    kvt_http_conn *watch;
+    conn_state *cur;
+} conn_ctx;
+
+static conn_ctx *ctx_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The request being served on c, or NULL. */
+static conn_state *current(struct MHD_Connection *c) {
+    conn_ctx *x = ctx_of(c);
+    return x ? x->cur : NULL;
+}
+
+/* The Access-Control-Allow-Origin value for c's request: "*" when --cors-origin
+ * allows any, the request's Origin when it is one of those allowed, else NULL
+ * (no CORS headers: the browser then keeps the answer from the page). */
+static const char *cors_allow(const kvt_server *s, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    for (size_t i = 0; i < s->p.n_cors_origins; i++) {
+        if (!strcmp(s->p.cors_origins[i], "*")) return "*";
+        if (origin && !strcmp(origin, s->p.cors_origins[i])) return s->p.cors_origins[i];
+    }
+    return NULL;
+}
+
+static void add_cors(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
+    const char *allow = cors_allow(s, c);
+    if (!allow) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
+    /* a named origin makes the answer differ by Origin: caches must key on it */
+    if (strcmp(allow, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", REQUEST_ID_HEADER);
+}
+
+/* Notes the status a response carries for the access log, echoes the request
+ * id, and adds the CORS headers an allowed origin gets. */
+void kvt_srv_note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status) {
+    add_cors(s, c, resp);
+    conn_state *cs = current(c);
+    if (!cs) return;
+    cs->status = status;
+    MHD_add_response_header(resp, REQUEST_ID_HEADER, cs->request_id);
+}
+
+enum MHD_Result kvt_srv_send_response(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
+                                      struct MHD_Response *resp) {
+    kvt_srv_note_response(s, c, resp, status);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    kvt_metrics_count_request(s->metrics, label, status);
+    return ret;
+}
+
+enum MHD_Result kvt_srv_send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
+                                  const char *ctype, char *body, const char *h_name, const char *h_value) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (h_name) MHD_add_response_header(resp, h_name, h_value);
+    return kvt_srv_send_response(s, c, label, status, resp);
+}
+
+enum MHD_Result kvt_srv_send_error(kvt_server *s, struct MHD_Connection *c, const char *label, const kvt_api_error *e,
+                                   const char *h_name, const char *h_value) {
+    return kvt_srv_send_text(s, c, label, e->status, "application/json", kvt_api_error_json(e), h_name, h_value);
+}
+
+enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
+                                    const char *type, const char *code, const char *msg) {
+    kvt_api_error e;
+    kvt_api_errorf(&e, status, type, NULL, code, "%s", msg);
+    return kvt_srv_send_error(s, c, label, &e, NULL, NULL);
+}
+
+/* Refuses a request body: 413 over --max-body, 503 (+ Retry-After) when the
+ * bodies of the requests in flight would pass --max-inflight-bytes. */
+static enum MHD_Result send_refusal(kvt_server *s, struct MHD_Connection *c, const char *label, int status) {
+    kvt_api_error e;
+    if (status == MHD_HTTP_CONTENT_TOO_LARGE) {
+        kvt_api_errorf(&e, status, "invalid_request_error", NULL, "request_too_large",
+                       "the request body is larger than %zu bytes (--max-body)", s->p.max_body);
+        return kvt_srv_send_error(s, c, label, &e, NULL, NULL);
+    }
+    kvt_api_errorf(&e, status, "server_error", NULL, "overloaded",
+                   "the server holds %llu bytes of request bodies at most (--max-inflight-bytes) and is full; "
+                   "retry later", (unsigned long long)s->p.max_inflight_bytes);
+    return kvt_srv_send_error(s, c, label, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+}
+
+/* Compares without an early exit, so response time does not reveal how much of a key matched. */
+static int key_equal(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = la != lb;
+    for (size_t i = 0; i < la; i++) d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return d == 0;
+}
+
+/* The bearer token of c's request, or NULL. */
+static const char *bearer(struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && !strncmp(h, BEARER, strlen(BEARER)) ? h + strlen(BEARER) : NULL;
+}
+
+/* The API key the request carries if it is a configured one, else NULL. */
+static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
+    const char *h = bearer(c);
+    const char *found = NULL;
+    for (size_t i = 0; h && i < s->p.n_api_keys; i++)
+        if (key_equal(h, s->p.api_keys[i])) found = s->p.api_keys[i];
+    return found;
+}
+
+/* Who may use a path. The /v1/ paths are the tenants' API. /metrics shows every
+ * tenant's counters: with a metrics key only that key opens it, else with API
+ * keys any of them does. /health stays open (it tells slot counts only). */
+typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY } access_rule;
+
+static access_rule access_of(const kvt_server *s, const char *url) {
+    /* /tokenize, /detokenize and /props are the tenants' API too (llama-server's paths) */
+    if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
+        !strcmp(url, "/props"))
+        return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard")) /* the page shows what /metrics does */
+        return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    return ACCESS_OPEN;
+}
+
+/* The deadline handle of c's connection (kvt_srv_on_connection made it), or NULL. */
+static kvt_http_conn *tracked(struct MHD_Connection *c) {
+    conn_ctx *x = ctx_of(c);
+    return x ? x->watch : NULL;
+}
+
+/* Whether the client is gone (checked while a request waits). A FIN alone is
+ * not departure: a client may half-close (shutdown(SHUT_WR), `nc -N`, some
+ * proxies) and still read the answer. So only a reset or a socket error
+ * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
+ * client that closed without a reset is noticed when a write to it fails:
+ * at its next stream event, or when a non-streamed answer is sent. */
+int kvt_srv_peer_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+/* A CORS preflight (OPTIONS with --cors-origin): 204 with what the browser may
+ * send. An origin not allowed gets no Allow-Origin, so the browser refuses. */
+static enum MHD_Result send_preflight(kvt_server *s, struct MHD_Connection *c, const char *label) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    if (cors_allow(s, c)) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", CORS_METHODS);
+        const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        /* echo the headers asked for: the key, the content type and kvtier's own are all fine to send */
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : CORS_HEADERS);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE_S);
+    }
+    return kvt_srv_send_response(s, c, label, MHD_HTTP_NO_CONTENT, resp);
+}
+
+/* Copies src into dst[0..cap) for a log line: bytes outside printable ASCII become '?'. */
+static void log_copy(char *dst, size_t cap, const char *src) {
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < cap; i++) dst[i] = src[i] > ' ' && src[i] < 0x7f ? src[i] : '?';
+    dst[i] = 0;
+}
+
+/* A client's X-Request-Id is kept when it is 1 to REQUEST_ID_MAX - 1 of [A-Za-z0-9._:-]. */
+static int request_id_ok(const char *id) {
+    size_t n = id ? strlen(id) : 0;
+    return n > 0 && n < REQUEST_ID_MAX && strspn(id, REQUEST_ID_CHARS) == n;
+}
+
+/* A new request's state, current on its connection and counted in flight until kvt_srv_on_completed. */
+static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const char *url, const char *method) {
+    conn_state *cs = kvt_xcalloc(1, sizeof *cs);
+    cs->label = "other";
+    cs->t_start = kvt_now();
+    log_copy(cs->method, sizeof cs->method, method);
+    log_copy(cs->path, sizeof cs->path, url);
+    const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, REQUEST_ID_HEADER);
+    pthread_mutex_lock(&s->mu);
+    s->n_requests++;
+    uint64_t n = s->next_request++;
+    pthread_mutex_unlock(&s->mu);
+    if (request_id_ok(id)) snprintf(cs->request_id, sizeof cs->request_id, "%s", id);
+    else snprintf(cs->request_id, sizeof cs->request_id, "req-%llx-%llx", (unsigned long long)s->started,
+                  (unsigned long long)n);
+    conn_ctx *x = ctx_of(c);
+    if (x) x->cur = cs;
+    return cs;
+}
+
+/* One line per request: what was asked, the answer, the cache's share and the times. */
+static void access_log(const conn_state *cs, enum MHD_RequestTerminationCode toe) {
+    char tenant[TENANT_HEX_LEN + 1] = "-";
+    if (cs->key) snprintf(tenant, sizeof tenant, "%08x", (unsigned)XXH64(cs->key, strlen(cs->key), 0));
+    char tokens[ACCESS_TOKENS_MAX] = "";
+    if (cs->has_usage) {
+        const kvt_api_usage *u = &cs->usage;
+        snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f",
+                 u->prompt_tokens, u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
+    }
+    kvt_log(KVT_LOG_INFO, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f%s", cs->method, cs->path, cs->status,
+            cs->request_id, tenant, tokens, (kvt_now() - cs->t_start) * 1e3,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+}
+
+enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
+    kvt_server *s = cls;
+    (void)version;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        *con_cls = cs = request_begin(s, c, url, method);
+        const char *bad_framing = kvt_http_framing_error(c);
+        if (bad_framing) {
+            /* where this request's body ends is in doubt, so nothing after it on this connection is read */
+            kvt_api_error e;
+            kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing",
+                           "malformed request: %s", bad_framing);
+            return kvt_srv_send_error(s, c, "other", &e, MHD_HTTP_HEADER_CONNECTION, "close");
+        }
+        size_t i = 0;
+        while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
+        const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
+        /* a CORS preflight carries no key (browsers never send one), so it is answered before the key check */
+        if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return send_preflight(s, c, label);
+        /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
+        const char *key = NULL;
+        access_rule rule = access_of(s, url);
+        if (rule == ACCESS_API_KEY && !(key = authenticate(s, c)))
+            return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                                       "a valid API key is required: Authorization: Bearer KEY");
+        if (rule == ACCESS_METRICS_KEY && !(bearer(c) && key_equal(bearer(c), s->p.metrics_key)))
+            return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                                       "the metrics key is required: Authorization: Bearer KEY (--metrics-key)");
+        if (i == KVT_ARRAY_LEN(routes))
+            return kvt_srv_send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
+                                       "unknown route; kvtier serves /v1/completions, /v1/chat/completions, "
+                                       "/v1/models, /v1/rag/chat/completions, "
+                                       "/v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, "
+                                       "/tokenize, /detokenize, /props, /health, /metrics and /dashboard");
+        if (strcmp(method, routes[i].method)) {
+            kvt_api_error e;
+            kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
+                           "%s needs %s, not %s", routes[i].url, routes[i].method, method);
+            return kvt_srv_send_error(s, c, label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
+        }
+        if (rule != ACCESS_API_KEY) key = NULL; /* only an API key names a tenant */
+        uint64_t declared = 0;
+        if (!strcmp(routes[i].method, "POST")) {
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            declared = cl ? strtoull(cl, NULL, 10) : 0;
+            if (declared > s->p.max_body) return send_refusal(s, c, routes[i].label, MHD_HTTP_CONTENT_TOO_LARGE);
+            /* the declared body is reserved before a byte of it is read */
+            if (declared && kvt_http_guard_reserve(s->guard, declared))
+                return send_refusal(s, c, routes[i].label, MHD_HTTP_SERVICE_UNAVAILABLE);
+        }
+        cs->r = routes[i].r;
+        cs->handle = routes[i].handle;
+        cs->label = routes[i].label;
+        cs->key = key;
+        cs->reserved = declared;
+        if (declared) {
+            cs->cap = (size_t)declared + 1;
+            cs->body = kvt_xmalloc(cs->cap);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        /* past a limit, keep reading (without storing) so the refusal can be sent after the body */
+        size_t len = cs->len + *upload_size;
+        if (!cs->refused && len > s->p.max_body) cs->refused = MHD_HTTP_CONTENT_TOO_LARGE;
+        /* a chunked body reserves as it arrives */
+        if (!cs->refused && len > cs->reserved) {
+            if (kvt_http_guard_reserve(s->guard, len - cs->reserved)) cs->refused = MHD_HTTP_SERVICE_UNAVAILABLE;
+            else cs->reserved = len;
+        }
+        if (cs->refused) {
+            free(cs->body);
+            cs->body = NULL;
+            cs->len = cs->cap = 0;
+            kvt_http_guard_release(s->guard, cs->reserved);
+            cs->reserved = 0;
+        } else {
+            if (len + 1 > cs->cap) {
+                cs->cap = KVT_MAX(cs->cap * 2, len + 1);
+                cs->body = kvt_xrealloc(cs->body, cs->cap);
+            }
+            memcpy(cs->body + cs->len, upload_data, *upload_size);
+            cs->len = len;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
+    if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
+    return cs->handle(s, c, cs);
+}
+
+void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    kvt_server *s = cls;
+    kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadline starts */
+    conn_state *cs = *con_cls;
+    if (!cs) return;
+    access_log(cs, toe);
+    kvt_metrics_observe_duration(s->metrics, cs->label, kvt_now() - cs->t_start);
+    conn_ctx *x = ctx_of(c);
+    if (x && x->cur == cs) x->cur = NULL;
+    kvt_http_guard_release(s->guard, cs->reserved);
+    free(cs->body);
+    free(cs);
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->n_requests--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* MHD's connection start and end: the whole-request deadline watches each. */
+void kvt_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                           enum MHD_ConnectionNotificationCode code) {
+    kvt_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn_ctx *x = kvt_xcalloc(1, sizeof *x);
+        if (ci) x->watch = kvt_http_guard_conn_open(s->guard, ci->connect_fd);
+        *socket_context = x;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_ctx *x = *socket_context;
+        if (x) kvt_http_guard_conn_close(s->guard, x->watch);
+        free(x);
+        *socket_context = NULL;
+    }
+}

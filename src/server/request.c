@@ -1,0 +1,251 @@
+/* Building the engine-side request (srv_req) from a parsed API request: the
+ * tenant salt, the prompt (chat rendering with remembered replies, documents),
+ * limits and sampling; the extra choices of n > 1; the X-Session-Id header;
+ * and a request's life on the handler's side: queueing, cancelling, waiting
+ * for its choices, dropping references. The engine thread's side is in
+ * scheduler.c. */
+#include "server_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+
+typedef struct {
+    kvt_server *s;
+    const void *salt;
+    size_t salt_len;
+} lookup_ctx;
+
+static size_t reply_lookup(void *ctx, const char *text, int32_t **ids) {
+    lookup_ctx *l = ctx;
+    return kvt_reply_map_get(l->s->replies, l->salt, l->salt_len, text, ids);
+}
+
+unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size_t *len) {
+    size_t kl = key ? strlen(key) + 1 : 0, cl = cache_salt ? strlen(cache_salt) : 0;
+    *len = kl + cl;
+    if (!*len) return NULL;
+    unsigned char *salt = kvt_xmalloc(kl + cl + 1);
+    if (kl) memcpy(salt, key, kl);
+    if (cl) memcpy(salt + kl, cache_salt, cl);
+    return salt;
+}
+
+/* The 400 for a prompt of (more than) n tokens that leaves none to generate. */
+static void too_long(const kvt_server *s, const char *param, const char *more, size_t n, kvt_api_error *err) {
+    kvt_api_errorf(err, 400, "invalid_request_error", param, "context_length_exceeded",
+                   "This model's maximum context length is %d tokens. However, your prompt has %s%zu tokens; "
+                   "shorten it (at least one token must be left to generate).",
+                   s->n_ctx, more, n);
+}
+
+/* Builds the engine-side request from a validated API request: salt, prompt
+ * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
+srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err) {
+    srv_req *r = kvt_xcalloc(1, sizeof *r);
+    r->refs = 1;
+    r->kind = a->kind;
+    r->stream = a->stream;
+    r->include_usage = a->include_usage;
+    r->t_arrival = kvt_now();
+    r->created = (int64_t)time(NULL);
+    kvt_srv_cond_init(&r->cv);
+    /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
+    r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
+    int rc = 0;
+    size_t n = 0;
+    /* a prompt must leave one token to generate; tokenizing stops past that */
+    size_t max_prompt = (size_t)s->n_ctx - 1;
+    kvt_fail(0, "%s", "");
+    size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
+    if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
+    r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
+    r->parallel_tool_calls = a->parallel_tool_calls;
+    if (a->kind == KVT_API_CHAT) {
+        lookup_ctx lc = {s, r->salt, r->salt_len};
+        size_t n_msgs, last_user;
+        char **arena;
+        /* tools, tool calls and tool results in the template family's style */
+        kvt_call_memo *memo = s->p.retokenize_replies ? NULL : s->calls;
+        kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, memo, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
+        rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, s->p.retokenize_replies ? NULL : reply_lookup, &lc,
+                                max_prompt,
+                                last_user == SIZE_MAX ? n_msgs : last_user, &at, &r->prompt, &n);
+        kvt_api_messages_free(msgs, arena);
+    } else if (a->prompt_ids) {
+        n = a->n_prompt_ids;
+        r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
+        memcpy(r->prompt, a->prompt_ids, n * sizeof *r->prompt);
+    } else {
+        rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1,
+                              max_prompt, &r->prompt, &n);
+    }
+    if (!rc && a->n_docs) {
+        /* after BOS for completions; the documents as fixed context blocks (kvt_render_documents) */
+        if (a->kind != KVT_API_CHAT && n && r->prompt[0] == kvt_tokenizer_bos(s->tok)) at = 1;
+        int32_t *with = NULL;
+        size_t nw = 0;
+        r->doc_starts = kvt_xmalloc((a->n_docs + 1) * sizeof *r->doc_starts);
+        r->n_docs = a->n_docs;
+        if ((rc = kvt_render_documents_spans(s->model, s->block, r->prompt, n, at, a->docs, a->n_docs, &with, &nw,
+                                             r->doc_starts))) {
+            kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", NULL, "cannot render the documents: %s",
+                           kvt_errmsg());
+            goto fail;
+        }
+        free(r->prompt);
+        r->prompt = with;
+        n = nw;
+    }
+    const char *param = a->kind == KVT_API_CHAT ? "messages" : "prompt";
+    if (rc == KVT_ELIMIT) {
+        too_long(s, param, "more than ", max_prompt, err);
+        goto fail;
+    }
+    if (rc) {
+        kvt_api_errorf(err, 400, "invalid_request_error", param, NULL, "cannot tokenize the prompt: %s", kvt_errmsg());
+        goto fail;
+    }
+    if (n == 0) {
+        kvt_api_errorf(err, 400, "invalid_request_error", "prompt", "invalid_value", "the prompt is empty");
+        goto fail;
+    }
+    if (n >= (size_t)s->n_ctx) {
+        too_long(s, param, "", n, err);
+        goto fail;
+    }
+    r->n_prompt = (int32_t)n;
+    int32_t room = s->n_ctx - r->n_prompt;
+    /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat */
+    int32_t want = a->max_tokens           ? a->max_tokens
+                   : s->p.default_max_tokens ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
+                   : a->kind == KVT_API_CHAT ? s->p.max_tokens_limit
+                                             : KVT_MIN(16, s->p.max_tokens_limit);
+    r->max_tokens = KVT_MIN(want, room);
+    r->sp = kvt_sampler_default_params();
+    r->ignore_eos = a->ignore_eos;
+    r->logprobs = a->logprobs;
+    r->top_logprobs = a->top_logprobs;
+    r->session = a->session;
+    r->sp.temp = a->temperature;
+    r->sp.top_p = a->top_p;
+    r->sp.top_k = a->top_k;
+    r->sp.min_p = a->min_p;
+    r->sp.presence_penalty = a->presence_penalty;
+    r->sp.frequency_penalty = a->frequency_penalty;
+    r->sp.repeat_penalty = a->repeat_penalty;
+    r->sp.penalty_last_n = a->penalty_last_n;
+    if (a->n_bias) {
+        r->bias_id = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias_id);
+        r->bias = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias);
+        memcpy(r->bias_id, a->bias_id, (size_t)a->n_bias * sizeof *r->bias_id);
+        memcpy(r->bias, a->bias, (size_t)a->n_bias * sizeof *r->bias);
+        r->sp.bias_id = r->bias_id;
+        r->sp.bias = r->bias;
+        r->sp.n_bias = a->n_bias;
+    }
+    pthread_mutex_lock(&s->mu);
+    uint64_t id = s->next_id++;
+    pthread_mutex_unlock(&s->mu);
+    r->sp.seed = a->has_seed ? a->seed : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + id;
+    snprintf(r->id, sizeof r->id, "%s-%llx%06llx", a->kind == KVT_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)r->created, (unsigned long long)id);
+    for (int i = 0; i < a->n_stop; i++) r->stop[r->n_stop++] = kvt_xstrdup(a->stop[i]);
+    return r;
+fail:
+    pthread_mutex_lock(&s->mu);
+    kvt_srv_req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
+int kvt_srv_enqueue(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->draining || s->q_len >= s->p.queue) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    r->refs++;
+    s->queue[(s->q_head + s->q_len) % s->p.queue] = r;
+    s->q_len++;
+    pthread_cond_signal(&s->engine_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void kvt_srv_cancel_locked(kvt_server *s, srv_req *r) {
+    for (int32_t i = 0; i <= r->n_sib; i++) {
+        srv_req *c = i ? r->sib[i - 1] : r;
+        if (!c->done) c->cancelled = 1;
+    }
+    pthread_cond_signal(&s->engine_cv);
+}
+
+void kvt_srv_cancel(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    kvt_srv_cancel_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Whether r and all its other choices are done (s->mu held). */
+int kvt_srv_all_done(const srv_req *r) {
+    for (int32_t i = 0; i < r->n_sib; i++)
+        if (!r->sib[i]->done) return 0;
+    return r->done;
+}
+
+/* Drops the engine's references on r's other choices, before r was queued. */
+void kvt_srv_unref_engine_choices(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < r->n_sib; i++) kvt_srv_req_unref_locked(r->sib[i]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Drops the handler's references on r and its other choices. */
+void kvt_srv_unref_choices(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = r->n_sib; i > 0; i--) kvt_srv_req_unref_locked(r->sib[i - 1]);
+    kvt_srv_req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* n > 1: n - 1 more choices of a's request r, each its own request on the same
+ * prompt (seed + i when a seed is given), forked from r's sequence once its
+ * prompt is in (scheduler.c). 0, or -1 with *err filled. */
+int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err) {
+    if (a->n <= 1) return 0;
+    if (a->n > s->p.parallel)
+        return kvt_api_errorf(err, 400, "invalid_request_error", "n", "unsupported_value",
+                              "'n' is at most the server's --parallel (%d): the choices decode side by side",
+                              s->p.parallel);
+    r->sib = kvt_xcalloc((size_t)a->n - 1, sizeof *r->sib);
+    for (int32_t i = 1; i < a->n; i++) {
+        srv_req *c = kvt_srv_make_request(s, a, key, err);
+        if (!c) return -1;
+        c->is_sib = 1;
+        memset(&c->session, 0, sizeof c->session); /* the session's context is the first choice's */
+        c->session.keep_warm_s = -1;
+        if (a->has_seed) c->sp.seed = a->seed + (uint64_t)i;
+        c->first = r;
+        pthread_mutex_lock(&s->mu);
+        r->refs++;  /* c's, on its first choice (whose cv it wakes) */
+        c->refs++;  /* the engine's */
+        r->sib[r->n_sib++] = c;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return 0;
+}
+
+/* X-Session-Id names the session when the body does not; a named session
+ * without keep_warm_s gets the server's default keep-warm time. */
+void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r) {
+    kvt_api_session *ss = &r->session;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, SESSION_HEADER);
+    if (!ss->session_id[0] && h && *h && strlen(h) <= KVT_SESSION_NAME_MAX)
+        snprintf(ss->session_id, sizeof ss->session_id, "%s", h);
+    if (ss->session_id[0] && ss->keep_warm_s < 0) ss->keep_warm_s = s->p.session_keep_warm_s;
+}
