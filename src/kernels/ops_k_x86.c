@@ -295,30 +295,48 @@ INLINE512 __m512i group_scales512(__m512i sc, int p) {
     return _mm512_permutexvar_epi16(idx, sc);
 }
 
-/* One Q4_K super-block against one token: 16 int32 lanes summing to S, 8 to M. */
-INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m512i *S, __m256i *M) {
-    const uint32_t a0 = ld32(blk + KVT_Q45K_SCALES), a1 = ld32(blk + KVT_Q45K_SCALES + 4),
-                   a2 = ld32(blk + KVT_Q45K_SCALES + 8);
-    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
-    const __m128i s = _mm_set_epi32(0, 0, (int)((a2 & lo4) | (((a0 >> 6) & hi2) << 4)), (int)(a0 & lo6));
-    const __m128i m = _mm_set_epi32(0, 0, (int)(((a2 >> 4) & lo4) | (((a1 >> 6) & hi2) << 4)), (int)(a1 & lo6));
-    /* 16 group scales (one per 32 codes = two groups) as int16 */
-    const __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s)));
+/* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
+ * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
+INLINE512 __m128i scales6_vec(const uint8_t *blk) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q45K_SCALES)); /* 12 used */
+    /* low parts: s[0..3] & 63, s[8..11] & 15, s[4..7] & 63, s[8..11] >> 4 */
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i lo = _mm_and_si128(_mm_blend_epi16(a, _mm_srli_epi16(a, 4), 0xC0),
+                                     _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    /* high 2 bits of scales/mins 4..7: the top bits of s[0..3] / s[4..7], moved to bits 4-5 */
+    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
+}
+
+/* One Q4_K super-block against one token: 16 int32 lanes summing to S, 4 to M
+ * (bs2: the 8 sums of each two groups' activation sums, as int16). */
+INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m512i *S, __m128i *M) {
+    (void)bs;
+    const __m128i sm = scales6_vec(blk);
+    /* int16 lanes 0..7 the scales, 8..15 the mins */
+    const __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
     const __m512i lo = _mm512_set1_epi8(0xF);
+    /* lane l of chunk c (64 codes = sub-blocks 2c, 2c+1) takes scale 2c + l/16 */
+    const __m512i half = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
+                         7, 6, 5, 4, 3, 2, 1, 0),
+        4);
     __m512i acc = _mm512_setzero_si512();
     for (int c = 0; c < 4; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q4K_QS + 32 * c));
         const __m512i u =
             _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), lo);
         const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * c));
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), group_scales512(sc, c));
+        const __m512i scl = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), scl);
     }
     *S = acc;
-    *M = _mm256_madd_epi16(bs, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)));
+    *M = _mm_madd_epi16(bs2, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
 }
 
 /* One Q6_K super-block against one token (code offset 32 taken off via the group sums). */
-INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m512i *S, __m256i *M) {
+INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m512i *S, __m128i *M) {
+    (void)bs2;
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
     const __m512i sc = _mm512_zextsi256_si512(sc16);
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
@@ -337,7 +355,7 @@ INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m51
     /* S = sum(sc * u * q) - 32 * sum_g sc[g] * bs[g] */
     const __m512i corr = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, _mm256_slli_epi16(sc16, 5)));
     *S = _mm512_sub_epi32(acc, corr);
-    *M = _mm256_setzero_si256();
+    *M = _mm_setzero_si128();
 }
 
 #define DEF_DIRECT(NAME, ONE)                                                                               \
@@ -358,12 +376,15 @@ INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m51
                     const __m256i bs = _mm256_loadu_si256(                                                 \
                         (const __m256i *)(const void *)(a->kbs + t * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP)); \
                     const __m128 dx = _mm_set1_ps(a->kd[t * (kpad / KVT_QK) + b]);                         \
+                    const __m256i bsp = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));                       \
+                    const __m128i bs2 = _mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)); \
                     __m512i s5[RM];                                                                        \
-                    __m256i s[RM], m[RM];                                                                  \
+                    __m256i s[RM];                                                                         \
+                    __m128i m[RM];                                                                         \
                     float dw[RM], mw[RM];                                                                  \
                     for (int i = 0; i < RM; i++) {                                                         \
                         const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
-                        ONE(blk, q, bs, &s5[i], &m[i]);                                                    \
+                        ONE(blk, q, bs, bs2, &s5[i], &m[i]);                                                    \
                         s[i] = _mm256_add_epi32(_mm512_castsi512_si256(s5[i]), _mm512_extracti64x4_epi64(s5[i], 1)); \
                     }                                                                                      \
                     for (int i = 0; i < RM; i++) {                                                         \
@@ -374,7 +395,7 @@ INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m51
                     const __m128i S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);                                \
                     acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_loadu_ps(dw), dx), acc);         \
                     if (has_min) {                                                                         \
-                        const __m128i M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);                            \
+                        const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3])); \
                         acc = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(_mm_loadu_ps(mw), dx), acc); \
                     }                                                                                      \
                 }                                                                                          \
