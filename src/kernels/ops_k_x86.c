@@ -7,7 +7,9 @@
  * 256 unsigned codes and 16 int16 group scales; the integer dot is then
  * maddubs (u8 x s8 -> pairs of int16, no saturation: 63 * 127 * 2 < 2^15)
  * followed by madd / dpwssd against the group scales. Rows are taken RM at a
- * time; each unpacked super-block serves every token of a chunk. */
+ * time; each unpacked super-block serves every token of a chunk. At decode
+ * (n <= DIRECT_MAX_TOKENS) the AVX-512 variant skips that staging for Q4_K and
+ * Q6_K and unpacks in registers straight into the dot (see the end of the file). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -235,17 +237,19 @@ typedef struct {
     __m512i scl[KVT_QK / 64]; /* per 64 codes: 8 lanes each of sc[4p..4p+3] */
 } prep512_vecs;
 
+/* int16 lane l of chunk p (64 codes) takes group 4p + l/8 of the 16 group scales in sc */
+INLINE512 __m512i group_scales512(__m512i sc, int p) {
+    const __m512i idx = _mm512_add_epi16(
+        _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                           12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                          3),
+        _mm512_set1_epi16((short)(4 * p)));
+    return _mm512_permutexvar_epi16(idx, sc);
+}
+
 INLINE512 void prep512(const kblk *k, prep512_vecs *v) {
     const __m512i sc = _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)(const void *)k->sc));
-    for (int p = 0; p < KVT_QK / 64; p++) {
-        /* lane l takes group 4p + l/8 */
-        const __m512i idx = _mm512_add_epi16(
-            _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                                               13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                              3),
-            _mm512_set1_epi16((short)(4 * p)));
-        v->scl[p] = _mm512_permutexvar_epi16(idx, sc);
-    }
+    for (int p = 0; p < KVT_QK / 64; p++) v->scl[p] = group_scales512(sc, p);
 }
 
 INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S,
@@ -284,16 +288,6 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * are the same bits as the unpacking path and the scalar dot. */
 
 #define DIRECT_MAX_TOKENS 2 /* up to this many tokens per call take the direct path */
-
-/* int16 lane l of chunk p (64 codes) takes group 4p + l/8 of the 16 group scales in sc */
-INLINE512 __m512i group_scales512(__m512i sc, int p) {
-    const __m512i idx = _mm512_add_epi16(
-        _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
-                                           12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                          3),
-        _mm512_set1_epi16((short)(4 * p)));
-    return _mm512_permutexvar_epi16(idx, sc);
-}
 
 /* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
  * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
