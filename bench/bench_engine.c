@@ -5,7 +5,8 @@
  *   still resident), warm from T1 (pages demoted to host RAM) and warm from T2
  *   (the disk tier after a restart, page cache dropped), and ratios.
  * Prints numbers; never fails on time.
- * usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] */
+ * usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only]
+ * (--decode-only: just the decode figure, for quick before/after comparisons) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,14 +131,15 @@ static double prefill(kvt_engine *e, const int32_t *toks, int32_t n, float *logi
 
 int main(int argc, char **argv) {
     const char *path = DEFAULT_MODEL;
-    int threads = 2, n_decode = DECODE_TOKENS, no_disk = 0;
+    int threads = 2, n_decode = DECODE_TOKENS, no_disk = 0, decode_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_decode = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-disk")) no_disk = 1;
+        else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
         else {
-            fprintf(stderr, "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk]\n");
+            fprintf(stderr, "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only]\n");
             return 2;
         }
     }
@@ -153,8 +155,8 @@ int main(int argc, char **argv) {
            kvt_ops_numerics_id(), threads);
 
     prefill(e, toks, 64, logits); /* warm up: page in the weights */
-    double t512 = prefill(e, toks, 512, logits);
-    double t2048 = prefill(e, toks, 2048, logits);
+    double t512 = decode_only ? 0 : prefill(e, toks, 512, logits);
+    double t2048 = decode_only ? 0 : prefill(e, toks, 2048, logits);
     int32_t seq;
     kvt_seq_new(e, NULL, 0, 0, &seq);
     kvt_engine_feed(e, seq, toks, 16, 0, logits);
@@ -165,9 +167,12 @@ int main(int argc, char **argv) {
     }
     double tdec = kvt_now() - t0;
     kvt_seq_free(e, seq);
-    printf("prefill  512 tokens: %8.1f tok/s (%.2f s)\n", 512 / t512, t512);
-    printf("prefill 2048 tokens: %8.1f tok/s (%.2f s)\n", 2048 / t2048, t2048);
+    if (!decode_only) {
+        printf("prefill  512 tokens: %8.1f tok/s (%.2f s)\n", 512 / t512, t512);
+        printf("prefill 2048 tokens: %8.1f tok/s (%.2f s)\n", 2048 / t2048, t2048);
+    }
     printf("decode %4d tokens:   %8.1f tok/s\n", n_decode, n_decode / tdec);
+    if (decode_only) return 0;
 
     /* time to first token for a 2048-token prompt: cold, warm T0, warm T1 */
     const char *dir = "bench/out/kvdisk";

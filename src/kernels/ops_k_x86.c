@@ -7,7 +7,9 @@
  * 256 unsigned codes and 16 int16 group scales; the integer dot is then
  * maddubs (u8 x s8 -> pairs of int16, no saturation: 63 * 127 * 2 < 2^15)
  * followed by madd / dpwssd against the group scales. Rows are taken RM at a
- * time; each unpacked super-block serves every token of a chunk. */
+ * time; each unpacked super-block serves every token of a chunk. At decode
+ * (n <= DIRECT_MAX_TOKENS) the AVX-512 variant skips that staging for Q4_K and
+ * Q6_K and unpacks in registers straight into the dot (see the end of the file). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -235,17 +237,19 @@ typedef struct {
     __m512i scl[KVT_QK / 64]; /* per 64 codes: 8 lanes each of sc[4p..4p+3] */
 } prep512_vecs;
 
+/* int16 lane l of chunk p (64 codes) takes group 4p + l/8 of the 16 group scales in sc */
+INLINE512 __m512i group_scales512(__m512i sc, int p) {
+    const __m512i idx = _mm512_add_epi16(
+        _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                           12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                          3),
+        _mm512_set1_epi16((short)(4 * p)));
+    return _mm512_permutexvar_epi16(idx, sc);
+}
+
 INLINE512 void prep512(const kblk *k, prep512_vecs *v) {
     const __m512i sc = _mm512_zextsi256_si512(_mm256_load_si256((const __m256i *)(const void *)k->sc));
-    for (int p = 0; p < KVT_QK / 64; p++) {
-        /* lane l takes group 4p + l/8 */
-        const __m512i idx = _mm512_add_epi16(
-            _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                                               13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                              3),
-            _mm512_set1_epi16((short)(4 * p)));
-        v->scl[p] = _mm512_permutexvar_epi16(idx, sc);
-    }
+    for (int p = 0; p < KVT_QK / 64; p++) v->scl[p] = group_scales512(sc, p);
 }
 
 INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S,
@@ -270,4 +274,140 @@ INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, con
     *M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);
 }
 
-DEF_MM(kvt_qk_mm_avx512, T512, prep512, dot512)
+DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
+
+/* ---- AVX-512 decode path: Q4_K and Q6_K straight from the packed bytes ----
+ *
+ * For a few tokens the unpacked form above costs more than it saves: every
+ * super-block would be written out and read back for one or two dots. Here
+ * the codes go from the packed bytes into the VNNI dot in registers (a 32-byte
+ * load of Q4_K nibbles, shifted copy in the upper half, one mask: 64 codes in
+ * activation order; Q6_K: 64 low nibbles and the matching 2-bit highs from one
+ * 64-byte and one 32-byte load), and the scales are decoded per super-block
+ * in registers. The integers S and M are the same exact sums, so the results
+ * are the same bits as the unpacking path and the scalar dot. */
+
+#define DIRECT_MAX_TOKENS 2 /* up to this many tokens per call take the direct path */
+
+/* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
+ * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
+INLINE512 __m128i scales6_vec(const uint8_t *blk) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q45K_SCALES)); /* 12 used */
+    /* low parts: s[0..3] & 63, s[8..11] & 15, s[4..7] & 63, s[8..11] >> 4 */
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i lo = _mm_and_si128(_mm_blend_epi16(a, _mm_srli_epi16(a, 4), 0xC0),
+                                     _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    /* high 2 bits of scales/mins 4..7: the top bits of s[0..3] / s[4..7], moved to bits 4-5 */
+    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
+}
+
+/* One Q4_K super-block against one token: 16 int32 lanes summing to S, 4 to M
+ * (bs2: the 8 sums of each two groups' activation sums, as int16). */
+INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m512i *S, __m128i *M) {
+    (void)bs;
+    const __m128i sm = scales6_vec(blk);
+    /* int16 lanes 0..7 the scales, 8..15 the mins */
+    const __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
+    const __m512i lo = _mm512_set1_epi8(0xF);
+    /* lane l of chunk c (64 codes = sub-blocks 2c, 2c+1) takes scale 2c + l/16 */
+    const __m512i half = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
+                         7, 6, 5, 4, 3, 2, 1, 0),
+        4);
+    __m512i acc = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q4K_QS + 32 * c));
+        const __m512i u =
+            _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), lo);
+        const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * c));
+        const __m512i scl = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), scl);
+    }
+    *S = acc;
+    *M = _mm_madd_epi16(bs2, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+}
+
+/* One Q6_K super-block against one token (code offset 32 taken off via the group sums). */
+INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m512i *S, __m128i *M) {
+    (void)bs2;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
+    const __m512i sc = _mm512_zextsi256_si512(sc16);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    __m512i acc = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        const __m512i l = _mm512_loadu_si512((const void *)(blk + KVT_Q6K_QL + 64 * h));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q6K_QH + 32 * h));
+        const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+        const __m512i u0 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_slli_epi16(hh, 4), m30));
+        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(hh, m30));
+        const __m512i x0 = _mm512_loadu_si512((const void *)(q + 128 * h));
+        const __m512i x1 = _mm512_loadu_si512((const void *)(q + 128 * h + 64));
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u0, x0), group_scales512(sc, 2 * h));
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u1, x1), group_scales512(sc, 2 * h + 1));
+    }
+    /* S = sum(sc * u * q) - 32 * sum_g sc[g] * bs[g] */
+    const __m512i corr = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, _mm256_slli_epi16(sc16, 5)));
+    *S = _mm512_sub_epi32(acc, corr);
+    *M = _mm_setzero_si128();
+}
+
+#define DEF_DIRECT(NAME, ONE)                                                                               \
+    T512 static void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
+        const uint8_t *base = w->data;                                                                     \
+        const size_t bb = kvt_qk_block_bytes(w->type);                                                     \
+        const int has_min = kvt_qk_has_min(w->type);                                                       \
+        const int64_t nb = a->k / KVT_QK, kpad = a->kpad;                                                  \
+        const __m128 sign = _mm_set1_ps(-0.0f);                                                            \
+        for (int64_t r = r0; r < r1; r += RM) {                                                            \
+            const uint8_t *wr[RM];                                                                         \
+            for (int i = 0; i < RM; i++)                                                                   \
+                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;                       \
+            for (int64_t t = 0; t < a->n; t++) {                                                           \
+                __m128 acc = _mm_setzero_ps();                                                             \
+                for (int64_t b = 0; b < nb; b++) {                                                         \
+                    const int8_t *q = a->kq + t * kpad + b * KVT_QK;                                       \
+                    const __m256i bs = _mm256_loadu_si256(                                                 \
+                        (const __m256i *)(const void *)(a->kbs + t * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP)); \
+                    const __m128 dx = _mm_set1_ps(a->kd[t * (kpad / KVT_QK) + b]);                         \
+                    const __m256i bsp = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));                       \
+                    const __m128i bs2 = _mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)); \
+                    __m512i s5[RM];                                                                        \
+                    __m256i s[RM];                                                                         \
+                    __m128i m[RM];                                                                         \
+                    float dw[RM], mw[RM];                                                                  \
+                    for (int i = 0; i < RM; i++) {                                                         \
+                        const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
+                        ONE(blk, q, bs, bs2, &s5[i], &m[i]);                                                    \
+                        s[i] = _mm256_add_epi32(_mm512_castsi512_si256(s5[i]), _mm512_extracti64x4_epi64(s5[i], 1)); \
+                    }                                                                                      \
+                    for (int i = 0; i < RM; i++) {                                                         \
+                        const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
+                        dw[i] = _cvtsh_ss(kvt_load_u16(blk + (has_min ? KVT_Q45K_D : KVT_Q6K_D)));         \
+                        mw[i] = has_min ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN)) : 0.0f;             \
+                    }                                                                                      \
+                    const __m128i S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);                                \
+                    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_loadu_ps(dw), dx), acc);         \
+                    if (has_min) {                                                                         \
+                        const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3])); \
+                        acc = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(_mm_loadu_ps(mw), dx), acc); \
+                    }                                                                                      \
+                }                                                                                          \
+                _Alignas(16) float out[RM];                                                                \
+                _mm_store_ps(out, acc);                                                                    \
+                for (int i = 0; i < RM && r + i < r1; i++) y[t * ldy + r + i] = out[i];                     \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+DEF_DIRECT(q4k_mm_direct512, q4k_direct)
+DEF_DIRECT(q6k_mm_direct512, q6k_direct)
+
+T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K)
+        q4k_mm_direct512(w, a, r0, r1, y, ldy);
+    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K)
+        q6k_mm_direct512(w, a, r0, r1, y, ldy);
+    else
+        qk_mm_unpacked512(w, a, r0, r1, y, ldy);
+}
