@@ -130,7 +130,27 @@ static void test_phi3(void) {
     kvt_model_free(m);
 }
 
+/* Mistral's tool turns: the tools after the first user turn's BOS, a call
+ * and the results outside [INST]. (The llama vocabulary has no Mistral
+ * control tokens, so the markers are text here.) */
+static void test_mistral_tools(void) {
+    kvt_model *m = vocab_model("llama");
+    if (!m) return;
+    kvt_chat_msg msgs[] = {{"tools", "[{\"name\": \"f\"}]"},
+                           {"system", "Be brief."},
+                           {"user", "Hi"},
+                           {"assistant", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]"},
+                           {"tool", "{\"content\": 1, \"call_id\": \"a\"}"},
+                           {"user", "Bye"}};
+    expect(m, KVT_CHAT_MISTRAL, msgs, 6, 1,
+           "[AVAILABLE_TOOLS][{\"name\": \"f\"}][/AVAILABLE_TOOLS][INST] Be brief.\n\nHi [/INST] "
+           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]<|endoftext|>[TOOL_RESULTS]{\"content\": 1, \"call_id\": \"a\"}"
+           "[/TOOL_RESULTS]<|endoftext|>[INST] Bye [/INST]");
+    kvt_model_free(m);
+}
+
 int main(void) {
+    test_mistral_tools();
     test_qwen3();
     test_gemma();
     test_phi3();
