@@ -143,18 +143,25 @@ static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_ch
     push_text(b, "<|start_header_id|>assistant<|end_header_id|>\n\n", 1);
 }
 
-/* An [INST] family's reply. Mistral's tool calls ("[TOOL_CALLS][...]" in the
- * text) have the marker as its control token, unless the reply's own ids are
- * known. */
-static void push_inst_reply(ids_buf *b, const char *text, int mistral, kvt_chat_reply_fn lookup, void *ctx) {
+/* An [INST] family's reply: the ids kvtier generated for it right after
+ * " [/INST]" as they were generated, else " " and its text, where Mistral's
+ * tool calls ("[TOOL_CALLS][...]") have the marker as its control token. */
+static void push_inst_reply(ids_buf *b, size_t i, const char *text, int mistral, kvt_chat_reply_fn lookup,
+                            void *ctx) {
     static const char marker[] = "[TOOL_CALLS]";
-    const char *at = mistral ? strstr(text, marker) : NULL;
     int32_t *ids = NULL;
-    size_t n = at && lookup && !b->rc ? lookup(ctx, text, &ids) : 0;
-    if (!at || n) {
-        if (n) push_ids(b, ids, n);
-        else push_reply(b, text, lookup, ctx);
+    size_t n = lookup && !b->rc ? lookup(ctx, text, &ids) : 0;
+    if (n) {
+        mark(b, i);
+        push_ids(b, ids, n);
         free(ids);
+        return;
+    }
+    push_text(b, " ", 0);
+    mark(b, i);
+    const char *at = mistral ? strstr(text, marker) : NULL;
+    if (!at) {
+        push_text(b, text, 0);
         return;
     }
     char *before = kvt_xmalloc((size_t)(at - text) + 1);
@@ -197,9 +204,7 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
             continue;
         }
         if (is_role(m, "assistant")) {
-            push_text(b, " ", 0);
-            mark(b, i);
-            push_inst_reply(b, m->content, !llama2, lookup, ctx);
+            push_inst_reply(b, i, m->content, !llama2, lookup, ctx);
             push_id(b, kvt_tokenizer_eos(b->t));
             continue;
         }
