@@ -15,6 +15,7 @@ Numbers only; never pass/fail.
 usage: tools_bench.py --url http://127.0.0.1:PORT [--sessions 6] [--steps 6]
 """
 import argparse
+import statistics
 import json
 import time
 import urllib.request
@@ -95,29 +96,32 @@ def agent(args):
           f"{sum(r['cold'] for r in later) / len(later) / args.sessions:.1f} ms")
 
 
-def per_token_ms(url, extra, reps):
-    """Decode time per generated token after the first (wall time less TTFT)."""
-    total_ms, tokens = 0.0, 0
-    for i in range(reps):
-        body = {"messages": [{"role": "user", "content": "Write a long description of a storage cluster."}],
-                "max_tokens": 96, "seed": i, "ignore_eos": True, **extra}
-        r = post(url, body)
-        n = r["usage"]["completion_tokens"]
-        if n > 1:
-            total_ms += r["_wall_ms"] - r["kvtier"]["ttft_ms"]
-            tokens += n - 1
-    return total_ms / max(tokens, 1), tokens
+def per_token_ms(url, extra, seed):
+    """Decode time per generated token after the first (wall time less TTFT) of one request."""
+    body = {"messages": [{"role": "user", "content": "Write a long description of a storage cluster."}],
+            "max_tokens": 96, "seed": seed, "ignore_eos": True, **extra}
+    r = post(url, body)
+    n = r["usage"]["completion_tokens"]
+    return (r["_wall_ms"] - r["kvtier"]["ttft_ms"]) / (n - 1) if n > 1 else None
 
 
 def constrained_cost(args):
-    free, nf = per_token_ms(args.url, {}, args.reps)
+    """The three modes interleaved request by request (so a load swing on a shared machine hits all of
+    them alike), then the median of each mode's per-token times."""
     schema = {"type": "object", "properties": {"summary": {"type": "string", "minLength": 200}},
               "required": ["summary"], "additionalProperties": False}
-    js, nj = per_token_ms(args.url, {"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}},
-                          args.reps)
-    obj, no = per_token_ms(args.url, {"response_format": {"type": "json_object"}}, args.reps)
-    print(f"decode per token: free {free:.2f} ms ({nf} tokens); json_schema {js:.2f} ms ({nj}; "
-          f"+{100 * (js / free - 1):.1f}%); json_object {obj:.2f} ms ({no}; +{100 * (obj / free - 1):.1f}%)")
+    modes = {"free": {}, "json_schema": {"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}},
+             "json_object": {"response_format": {"type": "json_object"}}}
+    times = {m: [] for m in modes}
+    for i in range(args.reps):
+        for m, extra in modes.items():
+            t = per_token_ms(args.url, extra, i)
+            if t is not None:
+                times[m].append(t)
+    med = {m: statistics.median(v) if v else float("nan") for m, v in times.items()}
+    print(f"decode per token (median of {args.reps} interleaved requests): free {med['free']:.2f} ms; "
+          f"json_schema {med['json_schema']:.2f} ms (+{100 * (med['json_schema'] / med['free'] - 1):.1f}%); "
+          f"json_object {med['json_object']:.2f} ms (+{100 * (med['json_object'] / med['free'] - 1):.1f}%)")
 
 
 def main():
@@ -126,7 +130,7 @@ def main():
     ap.add_argument("--sessions", type=int, default=6)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=9)
     args = ap.parse_args()
     agent(args)
     constrained_cost(args)

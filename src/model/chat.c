@@ -143,14 +143,60 @@ static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_ch
     push_text(b, "<|start_header_id|>assistant<|end_header_id|>\n\n", 1);
 }
 
+/* An [INST] family's reply: the ids kvtier generated for it right after
+ * " [/INST]" as they were generated, else " " and its text, where Mistral's
+ * tool calls ("[TOOL_CALLS][...]") have the marker as its control token. */
+static void push_inst_reply(ids_buf *b, size_t i, const char *text, int mistral, kvt_chat_reply_fn lookup,
+                            void *ctx) {
+    static const char marker[] = "[TOOL_CALLS]";
+    int32_t *ids = NULL;
+    size_t n = lookup && !b->rc ? lookup(ctx, text, &ids) : 0;
+    if (n) {
+        mark(b, i);
+        push_ids(b, ids, n);
+        free(ids);
+        return;
+    }
+    push_text(b, " ", 0);
+    mark(b, i);
+    const char *at = mistral ? strstr(text, marker) : NULL;
+    if (!at) {
+        push_text(b, text, 0);
+        return;
+    }
+    char *before = kvt_xmalloc((size_t)(at - text) + 1);
+    memcpy(before, text, (size_t)(at - text));
+    before[at - text] = 0;
+    push_text(b, before, 0);
+    free(before);
+    push_text(b, marker, 1);
+    push_text(b, at + strlen(marker), 0);
+}
+
 /* Llama 2 and Mistral: [INST] user [/INST] assistant </s>, the system prompt
  * folded into the first user turn (Llama 2 inside <<SYS>>, Mistral as a
- * leading paragraph). Each [INST] opens with BOS as the reference templates do. */
+ * leading paragraph). Each [INST] opens with BOS as the reference templates do.
+ * Mistral's tool turns (from the server's tool rendering): a "tools" message
+ * goes as [AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS] after the BOS of the next
+ * user turn, a "tool" message as [TOOL_RESULTS]...[/TOOL_RESULTS]. */
 static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llama2, kvt_chat_reply_fn lookup,
                         void *ctx) {
-    const char *system = NULL;
+    const char *system = NULL, *tools = NULL;
     for (size_t i = 0; i < n; i++) {
         const kvt_chat_msg *m = &msgs[i];
+        if (!llama2 && is_role(m, "tools")) { /* Mistral: shown before the next user turn */
+            tools = m->content;
+            mark(b, i);
+            if (i == b->mark_msg) b->mark_msg = i + 1;
+            continue;
+        }
+        if (!llama2 && is_role(m, "tool")) {
+            push_text(b, "[TOOL_RESULTS]", 1);
+            mark(b, i);
+            push_text(b, m->content, 0);
+            push_text(b, "[/TOOL_RESULTS]", 1);
+            continue;
+        }
         if (is_role(m, "system")) {
             system = m->content;
             mark(b, i); /* folded into the next user turn; marked where that turn starts */
@@ -158,13 +204,17 @@ static void render_inst(ids_buf *b, const kvt_chat_msg *msgs, size_t n, int llam
             continue;
         }
         if (is_role(m, "assistant")) {
-            push_text(b, " ", 0);
-            mark(b, i);
-            push_reply(b, m->content, lookup, ctx);
+            push_inst_reply(b, i, m->content, !llama2, lookup, ctx);
             push_id(b, kvt_tokenizer_eos(b->t));
             continue;
         }
         push_id(b, kvt_tokenizer_bos(b->t));
+        if (tools) {
+            push_text(b, "[AVAILABLE_TOOLS]", 1);
+            push_text(b, tools, 0);
+            push_text(b, "[/AVAILABLE_TOOLS]", 1);
+            tools = NULL;
+        }
         push_text(b, "[INST] ", 1);
         if (system) {
             if (llama2) {

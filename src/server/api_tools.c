@@ -277,6 +277,7 @@ typedef struct {
 } call_style;
 
 static call_style style_of(kvt_chat_family f) {
+    if (f == KVT_CHAT_MISTRAL) return (call_style){"[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ", "}]", "arguments"};
     if (f == KVT_CHAT_LLAMA3) return (call_style){"{\"name\": \"", "\", \"parameters\": ", "}", "parameters"};
     return (call_style){"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "arguments"};
 }
@@ -297,6 +298,15 @@ static call_style style_of(kvt_chat_family f) {
 /* The tool definitions as the family's template shows them. */
 static char *tools_text(const cJSON *tools, kvt_chat_family f) {
     sbuf b = {0};
+    if (f == KVT_CHAT_MISTRAL) { /* the JSON array alone: chat.c adds the markers */
+        sb_str(&b, "[");
+        for (const cJSON *t = tools->child; t; t = t->next) {
+            dump(&b, t, 0, 0);
+            sb_str(&b, t->next ? ", " : "");
+        }
+        sb_str(&b, "]");
+        return sb_take(&b);
+    }
     if (f == KVT_CHAT_LLAMA3) {
         sb_str(&b, LLAMA3_TOOLS_HEAD);
         for (const cJSON *t = tools->child; t; t = t->next) {
@@ -393,6 +403,7 @@ typedef struct {
  * arguments text kvtier generated, when the client sent the same JSON back). */
 static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family f, const memo_ref *mr) {
     call_style st = style_of(f);
+    int mistral = f == KVT_CHAT_MISTRAL; /* one [TOOL_CALLS][...] array for all the calls */
     sbuf b = {0};
     if (*content) {
         sb_str(&b, content);
@@ -404,13 +415,13 @@ static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
         const char *sent = cJSON_IsString(args) && *args->valuestring ? args->valuestring : "{}";
         char *mine = memo_get(mr->memo, mr->salt, mr->salt_len, cJSON_IsString(id) ? id->valuestring : NULL);
-        sb_str(&b, st.pre);
+        sb_str(&b, mistral && c != calls->child ? strchr(st.pre, '{') : st.pre);
         sb_str(&b, cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
         sb_str(&b, st.mid);
         sb_str(&b, mine && same_json(mine, sent) ? mine : sent);
-        sb_str(&b, st.tail);
+        sb_str(&b, mistral && c->next ? "}" : st.tail);
         free(mine);
-        if (c->next) sb_str(&b, "\n");
+        if (c->next) sb_str(&b, mistral ? ", " : "\n");
     }
     return sb_take(&b);
 }
@@ -439,7 +450,12 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
     *last_user = SIZE_MAX;
     kvt_chat_msg *out = kvt_xcalloc(a->n_msgs + 1, sizeof *out);
     char *tools = a->tools ? keep(arena, &kept, tools_text(a->tools, f)) : NULL;
-    int llama3 = f == KVT_CHAT_LLAMA3, user_seen = 0;
+    int llama3 = f == KVT_CHAT_LLAMA3, mistral = f == KVT_CHAT_MISTRAL, user_seen = 0;
+    if (tools && mistral) { /* before the first user turn (see api_tools.h) */
+        out[n].role = "tools";
+        out[n++].content = tools;
+        tools = NULL;
+    }
     for (size_t u = 0; llama3 && tools && u < a->n_msgs; u++) user_seen |= !strcmp(a->msgs[u].role, "user");
     /* the tools go first: the system turn (or the first user turn for Llama 3, as its template does) */
     if (tools && (!llama3 || !user_seen)) {
@@ -451,7 +467,20 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
     for (size_t i = 0; i < a->n_msgs; i++) {
         const kvt_chat_msg *m = &a->msgs[i];
         const kvt_api_msg_tools *x = &a->msg_tools[i];
-        if (i == 0 && n && !strcmp(m->role, "system")) continue; /* merged with the tools above */
+        if (i == 0 && n && !mistral && !strcmp(m->role, "system")) continue; /* merged with the tools above */
+        if (!strcmp(m->role, "tool") && mistral) {
+            sbuf b = {0};
+            sb_str(&b, "{\"content\": ");
+            sb_str(&b, m->content);
+            if (x->tool_call_id) {
+                sb_str(&b, ", \"call_id\": ");
+                dump_string(&b, x->tool_call_id);
+            }
+            sb_str(&b, "}");
+            out[n].role = "tool";
+            out[n++].content = keep(arena, &kept, sb_take(&b));
+            continue;
+        }
         if (!strcmp(m->role, "tool")) {
             if (llama3) {
                 out[n].role = "ipython";
@@ -594,6 +623,38 @@ static int parse_one(const char *body, const char *end, call_style st, kvt_api_c
     return rc;
 }
 
+/* Mistral: [TOOL_CALLS] then a JSON array of calls, each parsed by parse_one
+ * from its exact text. Returns the number of calls read into *c. */
+static size_t parse_array(const char *text, const char *end, call_style st, kvt_api_call **c, size_t *cap,
+                          const char **first, int *failed) {
+    static const char open[] = "[TOOL_CALLS]";
+    const char *p = strstr(text, open);
+    size_t n = 0;
+    *first = p;
+    if (!p) return 0;
+    p = skip_ws(p + strlen(open), end);
+    *failed = p == end || *p != '[';
+    for (p = p + 1; !*failed;) {
+        p = skip_ws(p, end);
+        const char *stop = NULL;
+        cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
+        int ok = cJSON_IsObject(o);
+        cJSON_Delete(o);
+        if (!ok) {
+            *failed = 1;
+            break;
+        }
+        if (n == *cap) *c = kvt_xrealloc(*c, (*cap *= 2) * sizeof **c);
+        memset(&(*c)[n], 0, sizeof (*c)[n]);
+        *failed = parse_one(p, stop, st, &(*c)[n++]);
+        p = skip_ws(stop, end);
+        if (p < end && *p == ',') p++;
+        else if (p < end && *p == ']') break;
+        else *failed = 1;
+    }
+    return n;
+}
+
 size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
                            kvt_api_call **calls, char **content) {
     call_style st = style_of(f);
@@ -606,6 +667,8 @@ size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, co
         const char *p = skip_ws(text, end);
         first = p;
         failed = p == end || *p != '{' || parse_one(p, end, st, &c[n++]);
+    } else if (f == KVT_CHAT_MISTRAL) {
+        n = parse_array(text, end, st, &c, &cap, &first, &failed);
     } else {
         static const char open[] = "<tool_call>", close[] = "</tool_call>";
         const char *p = strstr(text, open);

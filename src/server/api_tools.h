@@ -13,7 +13,15 @@
  * splices its exact token ids on the next turn.
  *
  * Styles by family:
- *  - ChatML (Qwen 2.5, Hermes) and the generic style (Llama 2, Mistral,
+ *  - Mistral: the tools as a JSON array in a "tools" message, which chat.c
+ *    writes as [AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS] before the FIRST user
+ *    turn (Mistral's template puts it before the last one, which moves every
+ *    turn and would break the cached prefix); calls as
+ *    [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] (without Mistral's
+ *    9-character call ids, so a call renders as the text generated); results
+ *    in a "tool" message {"content": ..., "call_id": "..."} written as
+ *    [TOOL_RESULTS]...[/TOOL_RESULTS].
+ *  - ChatML (Qwen 2.5, Hermes) and the generic style (Llama 2,
  *    unknown): tools inside <tools></tools> in the system turn, calls as
  *    <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>, results in a
  *    user turn as <tool_response>\n...\n</tool_response>.

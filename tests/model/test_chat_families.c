@@ -130,7 +130,36 @@ static void test_phi3(void) {
     kvt_model_free(m);
 }
 
+/* Mistral's tool turns: the tools after the first user turn's BOS, a call
+ * and the results outside [INST]. (The llama vocabulary has no Mistral
+ * control tokens, so the markers are text here.) */
+static void test_mistral_tools(void) {
+    kvt_model *m = vocab_model("llama");
+    if (!m) return;
+    kvt_chat_msg msgs[] = {{"tools", "[{\"name\": \"f\"}]"},
+                           {"system", "Be brief."},
+                           {"user", "Hi"},
+                           {"assistant", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]"},
+                           {"tool", "{\"content\": 1, \"call_id\": \"a\"}"},
+                           {"user", "Bye"}};
+    expect(m, KVT_CHAT_MISTRAL, msgs, 6, 1,
+           "[AVAILABLE_TOOLS][{\"name\": \"f\"}][/AVAILABLE_TOOLS][INST] Be brief.\n\nHi [/INST] "
+           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]<|endoftext|>[TOOL_RESULTS]{\"content\": 1, \"call_id\": \"a\"}"
+           "[/TOOL_RESULTS]<|endoftext|>[INST] Bye [/INST]");
+    /* a reply kvtier generated follows the prompt it was generated after, as its exact ids */
+    int32_t *p = NULL, *h = NULL;
+    size_t np = 0, nh = 0;
+    const char *call = msgs[3].content;
+    CHECK(kvt_chat_render(m->tok, KVT_CHAT_MISTRAL, msgs, 3, NULL, NULL, SIZE_MAX, &p, &np) == 0 &&
+          kvt_chat_render(m->tok, KVT_CHAT_MISTRAL, msgs, 6, reply_lookup, (void *)call, SIZE_MAX, &h, &nh) == 0);
+    CHECK(nh > np + 3 && !memcmp(h, p, np * sizeof *p) && h[np] == 301 && h[np + 1] == 302 && h[np + 2] == 303);
+    free(p);
+    free(h);
+    kvt_model_free(m);
+}
+
 int main(void) {
+    test_mistral_tools();
     test_qwen3();
     test_gemma();
     test_phi3();

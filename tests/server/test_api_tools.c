@@ -107,6 +107,76 @@ static void test_llama3_rendering(void) {
     kvt_api_request_free(&a);
 }
 
+/* Mistral: the tools as a JSON array before the first user turn (not the
+ * last, so the tool block stays a cached prefix), calls as one
+ * [TOOL_CALLS][...] array, results as {"content", "call_id"}. */
+static void test_mistral_rendering(void) {
+    kvt_api_request a;
+    if (parse(HISTORY, &a)) return;
+    size_t n, last;
+    char **arena;
+    kvt_chat_msg *m = kvt_api_messages(&a, KVT_CHAT_MISTRAL, NULL, NULL, 0, &n, &last, &arena);
+    CHECKF(n == 6, "%zu messages", n);
+    if (n == 6) {
+        CHECKF(!strcmp(m[0].role, "tools") && !strcmp(m[0].content, "[" TOOL_TEXT "]"), "%s", m[0].content);
+        CHECK(!strcmp(m[1].role, "system") && !strcmp(m[1].content, "Be brief."));
+        CHECK(!strcmp(m[2].role, "user") && last == 2);
+        CHECKF(!strcmp(m[3].content, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"),
+               "%s", m[3].content);
+        CHECKF(!strcmp(m[4].role, "tool") && !strcmp(m[4].content, "{\"content\": sunny, \"call_id\": \"c1\"}"), "%s",
+               m[4].content);
+        CHECK(!strcmp(m[5].role, "tool") && !strcmp(m[5].content, "{\"content\": 21, \"call_id\": \"c2\"}"));
+        kvt_api_call *calls;
+        char *content;
+        size_t k = kvt_api_parse_calls(KVT_CHAT_MISTRAL, m[3].content, 1, "chatcmpl-ab", &calls, &content);
+        CHECK(k == 1 && !strcmp(calls[0].name, "get_weather") && !strcmp(calls[0].arguments, "{\"city\": \"Paris\"}") &&
+              !strcmp(calls[0].id, "call_ab_0") && !strcmp(content, ""));
+        kvt_api_calls_free(calls, k);
+        free(content);
+    }
+    kvt_api_messages_free(m, arena);
+    kvt_api_request_free(&a);
+    /* two calls in history render as one array, and read back as both */
+    const char *two = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":"
+                      "\"\",\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+                      "\"{}\"}},{\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
+                      "\"{\\\"y\\\": 1}\"}}]}],\"tools\":[" TOOL "]}";
+    if (parse(two, &a)) return;
+    m = kvt_api_messages(&a, KVT_CHAT_MISTRAL, NULL, NULL, 0, &n, &last, &arena);
+    const char *want = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": {\"y\": 1}}]";
+    CHECKF(n == 3 && !strcmp(m[2].content, want), "%s", n == 3 ? m[2].content : "-");
+    kvt_api_call *calls;
+    char *content;
+    size_t k = kvt_api_parse_calls(KVT_CHAT_MISTRAL, want, 1, "r-9", &calls, &content);
+    CHECK(k == 2 && !strcmp(calls[0].name, "f") && !strcmp(calls[0].arguments, "{}") && !strcmp(calls[1].name, "g") &&
+          !strcmp(calls[1].arguments, "{\"y\": 1}") && !strcmp(calls[1].id, "call_9_1"));
+    kvt_api_calls_free(calls, k);
+    free(content);
+    kvt_api_messages_free(m, arena);
+    kvt_api_request_free(&a);
+    static const char *const none[] = {"plain", "[TOOL_CALLS]{\"name\": \"f\"}", "[TOOL_CALLS][{\"name\": 5}]",
+                                       "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(none); i++) {
+        k = kvt_api_parse_calls(KVT_CHAT_MISTRAL, none[i], 1, "r", &calls, &content);
+        CHECKF(k == 0 && !calls, "%s", none[i]);
+    }
+    /* the forced grammar accepts exactly a rendered call */
+    if (parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" TOOL "],\"tool_choice\":\"required\"}",
+              &a))
+        return;
+    kvt_api_error e;
+    kvt_jg_schema *g = NULL;
+    CHECK(kvt_api_grammar(&a, KVT_CHAT_MISTRAL, &g, &e) == 0 && g);
+    if (g) {
+        const char *call = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]";
+        kvt_jg *j = kvt_jg_new(g, NULL);
+        CHECK(kvt_jg_feed(j, call, strlen(call)) == 0 && kvt_jg_done(j));
+        kvt_jg_free(j);
+    }
+    kvt_jg_schema_free(g);
+    kvt_api_request_free(&a);
+}
+
 static void test_parse_calls(void) {
     kvt_api_call *calls;
     char *content;
@@ -190,6 +260,7 @@ static void test_errors(void) {
 int main(void) {
     test_chatml_rendering();
     test_llama3_rendering();
+    test_mistral_rendering();
     test_parse_calls();
     test_forced_grammar();
     test_errors();

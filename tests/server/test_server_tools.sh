@@ -6,7 +6,8 @@
 # greedy constrained output bit-identical with a cache hit and cold, forced
 # and named tool calls whose arguments follow the schema, streamed calls equal
 # to non-streamed ones, an agent loop whose next step reuses the tool block
-# and the generated call from the cache, and the Llama 3 call style. Needs
+# and the generated call from the cache, and the Llama 3 and Mistral call
+# styles. Needs
 # curl and jq.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
@@ -185,6 +186,21 @@ P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.cho
 A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
 check "llama3: the next step reuses the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
+stop_server
+
+# ---- the Mistral style: [AVAILABLE_TOOLS] before the first user turn, [TOOL_CALLS][...] -------------
+start_server mistral --chat-template mistral
+post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
+check "mistral: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
+P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
+A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
+H2="{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}"
+post /v1/chat/completions "{\"messages\":[$H2],\"tools\":$TOOLS,\"max_tokens\":4,\"ignore_eos\":true}"
+check "mistral: the next step reuses the tools and the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
+P2=$(jb .usage.prompt_tokens) C2=$(jb .usage.completion_tokens) A2=$(jb -c '.choices[0].message')
+# a new user turn: the tool block stays where it was, so the whole history is a cached prefix
+post /v1/chat/completions "{\"messages\":[$H2,$A2,{\"role\":\"user\",\"content\":\"And 4+4?\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
+check "mistral: a new user turn keeps the history cached" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P2 + C2) / 32 * 32 ))
 stop_server
 
 echo "test_server_tools: $pass passed, $fail failed"
