@@ -1,5 +1,6 @@
 /* Shape sweep (issue 10): random-weight models of random shapes — odd head
- * counts and GQA groups, head_dim 32..256 with SIMD tails, every weight type,
+ * counts and GQA groups, head_dim 32..256 with SIMD tails, every weight type
+ * (F32, F16, BF16, Q8_0, the legacy and the K quants),
  * every architecture (sliding windows from 1 token to past the prompt) — run at contexts from 1 token to large, with random
  * batch sizes, block sizes and thread counts. Meant for the sanitizer builds,
  * where a scratch buffer sized for the wrong maximum is caught at once.
@@ -58,7 +59,14 @@ static const int32_t HEADS[][2] = {{1, 1}, {2, 1}, {3, 1}, {3, 3}, {4, 1}, {4, 2
 /* head_dim: multiples of 32 (Q8_0-able) and widths that leave SIMD tails. */
 static const int32_t HEAD_DIMS[] = {32, 40, 48, 64, 72, 96, 128, 136, 160, 200, 256};
 static const int32_t BLOCK_SIZES[] = {1, 3, 5, 8, 16, 32, 48};
-static const uint32_t TYPES[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};
+static const uint32_t TYPES[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
+                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K,
+                                 KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+/* Types in blocks of 32 need dim and ff to be multiples of 32; the K types fall
+ * back per matrix (mkmodel, as llama-quantize) where a row is not a multiple of 256. */
+static int blocks_of_32(uint32_t t) {
+    return t == KVT_TYPE_Q8_0 || t == KVT_TYPE_Q4_0 || t == KVT_TYPE_Q4_1 || t == KVT_TYPE_Q5_0 || t == KVT_TYPE_Q5_1;
+}
 static const char *const SIMD_VARIANTS[] = {"avx512", "avx2"};
 static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
 
@@ -286,9 +294,9 @@ static void make_case(shape_case *c, const sweep_budget *bud) {
     mp.dim = hk[0] * hd;
     mp.layers = rnd(1, bud->max_layers);
     mp.type = PICK(TYPES);
-    if (mp.type == KVT_TYPE_Q8_0 && mp.dim % KVT_Q8_0_BLOCK) mp.type = KVT_TYPE_F16;
+    if (blocks_of_32(mp.type) && mp.dim % KVT_Q8_0_BLOCK) mp.type = KVT_TYPE_F16;
     mp.ff = rnd(1, bud->max_ff);
-    if (mp.type == KVT_TYPE_Q8_0) mp.ff = (mp.ff + KVT_Q8_0_BLOCK - 1) / KVT_Q8_0_BLOCK * KVT_Q8_0_BLOCK;
+    if (blocks_of_32(mp.type)) mp.ff = (mp.ff + KVT_Q8_0_BLOCK - 1) / KVT_Q8_0_BLOCK * KVT_Q8_0_BLOCK;
     mp.vocab = rnd(kvt_mkmodel_builtin_min_vocab(), bud->max_vocab);
     mp.ctx = rnd(1, 2 * bud->max_prompt);
     mp.tied = rng_next() % 2;
