@@ -15,6 +15,7 @@
 #include "kvtier.h"
 /* What kvtier.h does not give (yet), and why these commands need it: */
 #include "api_openai.h" /* run -f's JSON lines: the server's session and document parsers */
+#include "api_utf8.h"   /* run's streamed text: whole characters only */
 #include "engine.h"     /* eval: logits at every prompt position; the public API returns tokens only */
 #include "generate.h"   /* run: one sampler across the prompts of -f, --no-cache and --ignore-eos */
 #include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */

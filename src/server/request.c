@@ -215,7 +215,7 @@ void kvt_srv_unref_choices(kvt_server *s, srv_req *r) {
 
 /* n > 1: n - 1 more choices of a's request r, each its own request on the same
  * prompt (seed + i when a seed is given), forked from r's sequence once its
- * prompt is in (scheduler.c). 0, or -1 with *err filled. */
+ * prompt is in (sched_admit.c). 0, or -1 with *err filled. */
 int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err) {
     if (a->n <= 1) return 0;
     if (a->n > s->p.parallel)
