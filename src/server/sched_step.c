@@ -106,6 +106,36 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     sl->pending = tok;
 }
 
+/* After a step's batch was decoded (in ms): its completed blocks registered,
+ * then each generating slot's logits handled, and the prefilling slot pf
+ * (chunk more tokens fed, or NULL) finished (a prefill-only request) or
+ * turned generating with its forked choices once its prompt is in. */
+static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int32_t chunk, double ms) {
+    const int32_t P = s->p.parallel;
+    /* register completed blocks before any slot is finished and its sequence freed */
+    for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
+    if (pf) {
+        pf->n_fed += chunk;
+        pf->r->usage.prefill_ms += ms;
+        if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
+        kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
+    }
+    for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
+    if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {
+        /* /v1/cache/prefill: the prompt's blocks are committed; nothing to generate */
+        pf->r->usage.ttft_ms = (kvt_now() - pf->r->t_arrival) * 1e3;
+        kvt_srv_slot_finish(s, pf, "prefill", 0, 0, NULL);
+    } else if (pf && pf->n_fed == pf->r->n_prompt) {
+        /* n > 1: the other choices share this prompt's pages and its last logits, each with its own sampler */
+        slot *forks[P > 0 ? P : 1];
+        int32_t n_forks = kvt_srv_fork_choices(s, pf, forks);
+        const float *row = s->logits + (size_t)n_dec * (size_t)s->n_vocab;
+        pf->prefilling = 0;
+        slot_on_logits(s, pf, row);
+        for (int32_t i = 0; i < n_forks; i++) slot_on_logits(s, forks[i], row);
+    }
+}
+
 /* One engine step: a decode token of every generating slot plus one prefill
  * chunk of the oldest prompting slot, in one batch. */
 void kvt_srv_engine_step(kvt_server *s) {
@@ -167,26 +197,5 @@ void kvt_srv_engine_step(kvt_server *s) {
         if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
         return;
     }
-    /* register completed blocks before any slot is finished and its sequence freed */
-    for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
-    if (pf) {
-        pf->n_fed += chunk;
-        pf->r->usage.prefill_ms += ms;
-        if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
-        kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
-    }
-    for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
-    if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {
-        /* /v1/cache/prefill: the prompt's blocks are committed; nothing to generate */
-        pf->r->usage.ttft_ms = (kvt_now() - pf->r->t_arrival) * 1e3;
-        kvt_srv_slot_finish(s, pf, "prefill", 0, 0, NULL);
-    } else if (pf && pf->n_fed == pf->r->n_prompt) {
-        /* n > 1: the other choices share this prompt's pages and its last logits, each with its own sampler */
-        slot *forks[P > 0 ? P : 1];
-        int32_t n_forks = kvt_srv_fork_choices(s, pf, forks);
-        const float *row = s->logits + (size_t)n_dec * (size_t)s->n_vocab;
-        pf->prefilling = 0;
-        slot_on_logits(s, pf, row);
-        for (int32_t i = 0; i < n_forks; i++) slot_on_logits(s, forks[i], row);
-    }
+    after_decode(s, dec, n_dec, pf, chunk, ms);
 }
