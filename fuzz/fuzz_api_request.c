@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "api_openai.h"
+#include "api_response.h"
+#include "api_utf8.h"
 
 #define FUZZ_VOCAB 1000
 #define FUZZ_MAX_TOKENS 4096

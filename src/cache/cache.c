@@ -264,6 +264,52 @@ void kvt_cache_get_tier_stats(const kvt_cache *c, kvt_ram_stats *t1, kvt_prefix_
     if (index) kvt_prefix_get_stats(c->index, index);
 }
 
+/* The T2 part of the stats (the disk tier's own counters). */
+static void disk_stats(const kvt_cache *c, kvt_cache_stats *out) {
+    kvt_disk_stats ds;
+    kvt_disk_get_stats(c->disk, &ds);
+    out->t2_records = ds.records;
+    out->t2_bytes_used = ds.bytes_used;
+    out->t2_budget_bytes = ds.budget_bytes;
+    out->t2_writes = ds.puts;
+    out->t2_dropped = ds.dropped;
+    out->t2_put_waits = ds.put_waits;
+    out->t2_queue_hits = ds.queue_hits;
+    out->t2_bytes_read = ds.bytes_read;
+    out->t2_bytes_written = ds.bytes_written;
+    out->t2_corrupt = ds.corrupt;
+    out->t2_writes_disabled = ds.writes_disabled;
+    out->t2_compression_ratio = ds.compression_ratio;
+}
+
+/* The T3 part of the stats (t3_connected -1: no shared tier). */
+static void remote_stats(const kvt_cache *c, kvt_cache_stats *out) {
+    out->t3_connected = -1;
+    if (!c->remote) return;
+    kvt_remote_stats rs;
+    kvt_remote_get_stats(c->remote, &rs);
+    out->t3_known = rs.known;
+    out->t3_budget_bytes = rs.budget_bytes;
+    out->t3_value_bytes = rs.value_bytes;
+    out->t3_writes = rs.puts;
+    out->t3_dropped = rs.dropped;
+    out->t3_hits = rs.hits;
+    out->t3_misses = rs.misses;
+    out->t3_bad = rs.bad;
+    out->t3_bytes_read = rs.bytes_read;
+    out->t3_bytes_written = rs.bytes_written;
+    out->t3_payload_written = rs.payload_written;
+    out->t3_compressed = rs.compressed;
+    out->t3_incompressible = rs.incompressible;
+    out->t3_errors = rs.errors;
+    out->t3_timeouts = rs.timeouts;
+    out->t3_probes = rs.probes;
+    out->t3_probe_found = rs.probe_found;
+    out->t3_round_trips = rs.round_trips;
+    out->t3_latency_sum_s = rs.latency_sum_s;
+    out->t3_connected = rs.connected;
+}
+
 void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     memset(out, 0, sizeof *out);
     for (int32_t p = 0; p < c->n_pages; p++) {
@@ -285,47 +331,8 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t1_budget_bytes = t1.budget_bytes;
     out->t1_evictions = t1.evictions;
     for (int t = 0; t < KVT_TIER_COUNT; t++) out->index_entries[t] = ix.tier_entries[t];
-    if (c->disk) {
-        kvt_disk_stats ds;
-        kvt_disk_get_stats(c->disk, &ds);
-        out->t2_records = ds.records;
-        out->t2_bytes_used = ds.bytes_used;
-        out->t2_budget_bytes = ds.budget_bytes;
-        out->t2_writes = ds.puts;
-        out->t2_dropped = ds.dropped;
-        out->t2_put_waits = ds.put_waits;
-        out->t2_queue_hits = ds.queue_hits;
-        out->t2_bytes_read = ds.bytes_read;
-        out->t2_bytes_written = ds.bytes_written;
-        out->t2_corrupt = ds.corrupt;
-        out->t2_writes_disabled = ds.writes_disabled;
-        out->t2_compression_ratio = ds.compression_ratio;
-    }
-    out->t3_connected = -1;
-    if (c->remote) {
-        kvt_remote_stats rs;
-        kvt_remote_get_stats(c->remote, &rs);
-        out->t3_known = rs.known;
-        out->t3_budget_bytes = rs.budget_bytes;
-        out->t3_value_bytes = rs.value_bytes;
-        out->t3_writes = rs.puts;
-        out->t3_dropped = rs.dropped;
-        out->t3_hits = rs.hits;
-        out->t3_misses = rs.misses;
-        out->t3_bad = rs.bad;
-        out->t3_bytes_read = rs.bytes_read;
-        out->t3_bytes_written = rs.bytes_written;
-        out->t3_payload_written = rs.payload_written;
-        out->t3_compressed = rs.compressed;
-        out->t3_incompressible = rs.incompressible;
-        out->t3_errors = rs.errors;
-        out->t3_timeouts = rs.timeouts;
-        out->t3_probes = rs.probes;
-        out->t3_probe_found = rs.probe_found;
-        out->t3_round_trips = rs.round_trips;
-        out->t3_latency_sum_s = rs.latency_sum_s;
-        out->t3_connected = rs.connected;
-    }
+    if (c->disk) disk_stats(c, out);
+    remote_stats(c, out);
     out->t3_demotions = c->demotions[KVT_TIER_T3];
     out->t3_restores = c->restores[KVT_TIER_T3];
     out->t2_demotions = c->demotions[KVT_TIER_T2];

@@ -149,19 +149,12 @@ static int32_t restore_from(kvt_cache *c, kvt_tier t, kvt_hash128 root, const in
     return bad;
 }
 
-/* Makes the first n_blocks hits T0-resident for the caller, stopping at the
- * first block it cannot restore. The whole matched run is pinned from the
- * start: every T0 block is referenced first (so making room cannot reclaim
- * it), then pages for all other blocks are reserved at once, and only then is
- * each block's current tier looked up again (making room may have pushed a
- * RAM block down to disk, where it is still found) and the blocks are read,
- * one batch per tier. Returns how many were acquired; pages[] holds them (one
- * caller reference each) and tier_of[] the tier each came from. *why says
- * why fewer than n_blocks were acquired. */
-int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
-                              int32_t n_blocks, int32_t max_new, int32_t *pages, kvt_tier *tier_of, double *restore_s,
-                              kvt_attach_info *info, kvt_shortfall *why) {
-    *why = KVT_SHORTFALL_NONE;
+/* Whether the run's blocks in measured tiers (disk, remote) are worth
+ * reading or cheaper to recompute (worth_restoring), noted in info (may be
+ * NULL). Returns how many of the n_blocks to reuse: all, or those before the
+ * first measured one (then *why says so). */
+static int32_t restore_or_recompute(kvt_cache *c, const kvt_prefix_hit *hits, int32_t n_blocks, kvt_attach_info *info,
+                                    kvt_shortfall *why) {
     int32_t n_slow[KVT_TIER_COUNT] = {0}, first_slow = -1;
     for (int32_t i = 0; i < n_blocks; i++) {
         kvt_tier t = hits[i].tier;
@@ -183,6 +176,23 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
             c->t2_recompute++;
         }
     }
+    return n_blocks;
+}
+
+/* Makes the first n_blocks hits T0-resident for the caller, stopping at the
+ * first block it cannot restore. The whole matched run is pinned from the
+ * start: every T0 block is referenced first (so making room cannot reclaim
+ * it), then pages for all other blocks are reserved at once, and only then is
+ * each block's current tier looked up again (making room may have pushed a
+ * RAM block down to disk, where it is still found) and the blocks are read,
+ * one batch per tier. Returns how many were acquired; pages[] holds them (one
+ * caller reference each) and tier_of[] the tier each came from. *why says
+ * why fewer than n_blocks were acquired. */
+int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
+                              int32_t n_blocks, int32_t max_new, int32_t *pages, kvt_tier *tier_of, double *restore_s,
+                              kvt_attach_info *info, kvt_shortfall *why) {
+    *why = KVT_SHORTFALL_NONE;
+    n_blocks = restore_or_recompute(c, hits, n_blocks, info, why);
     /* 1. pin the resident part of the run */
     for (int32_t i = 0; i < n_blocks; i++) {
         pages[i] = -1;

@@ -169,6 +169,59 @@ static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const
     return 0;
 }
 
+/* gc of one segment (id): its records that are valid, of keep_ns (NULL:
+ * any) and not already seen in a newer segment are copied to a temporary
+ * file that replaces it (fsync'd first); a segment that keeps everything is
+ * left as it is, one that keeps nothing is removed. buf/vbuf are the scan's
+ * buffers. Returns 0 (also for a file that is not a segment we wrote, left
+ * alone) or a negative error. */
+static int compact_segment(int dfd, const char *dir, uint64_t id, const kvt_hash128 *keep_ns, const mac_key *key,
+                           kvt_hmap128 *seen, kvt_disk_gc_report *rep, uint8_t *buf, uint8_t **vbuf, size_t *vcap) {
+    char nm[SEG_NAME_MAX], tmp[TMP_NAME_MAX];
+    kvt_disk_seg_name(nm, sizeof nm, id);
+    snprintf(tmp, sizeof tmp, "%s%s", nm, TMP_SUFFIX);
+    int fd = kvt_disk_file_open(dfd, dir, nm, O_RDONLY, 0);
+    if (fd == -ELOOP || fd == -EINVAL) { /* not a segment we wrote: leave it alone */
+        kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+        return 0;
+    }
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        int rc = fd < 0 ? fd : -errno;
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    rep->bytes_before += (uint64_t)sb.st_size;
+    int out = kvt_disk_tmp_create(dfd, dir, tmp, 0);
+    if (out < 0) {
+        close(fd);
+        return out;
+    }
+    gc_ctx g = {keep_ns, key, seen, rep, out, 0, 0, 0};
+    kvt_disk_scan_segment(fd, (uint64_t)sb.st_size, 1, g.key, buf, vbuf, vcap, gc_scan_fn, &g);
+    close(fd);
+    if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
+    if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
+    close(out);
+    int rc = 0;
+    if (g.err) {
+        unlinkat(dfd, tmp, 0);
+        rc = kvt_fail(g.err, "cache dir %s: rewriting %s: %s", dir, nm, strerror(-g.err));
+    } else if (!g.dropped) {
+        unlinkat(dfd, tmp, 0);
+        rep->bytes_after += (uint64_t)sb.st_size;
+    } else if (!g.out_bytes) {
+        unlinkat(dfd, tmp, 0);
+        unlinkat(dfd, nm, 0);
+    } else if (renameat(dfd, tmp, dfd, nm)) {
+        rc = -errno;
+        unlinkat(dfd, tmp, 0);
+    } else {
+        rep->bytes_after += g.out_bytes;
+    }
+    return rc;
+}
+
 int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_report *rep) {
     memset(rep, 0, sizeof *rep);
     int lock_fd;
@@ -203,48 +256,7 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     /* newest first, so the copy a reinsertion wrote last is the one kept */
     for (long i = n - 1; i >= 0 && !rc; i--) {
         kvt_progress_update(&prog, (uint64_t)(n - 1 - i));
-        char nm[SEG_NAME_MAX], tmp[TMP_NAME_MAX];
-        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
-        snprintf(tmp, sizeof tmp, "%s%s", nm, TMP_SUFFIX);
-        int fd = kvt_disk_file_open(dfd, dir, nm, O_RDONLY, 0);
-        if (fd == -ELOOP || fd == -EINVAL) { /* not a segment we wrote: leave it alone */
-            kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
-            continue;
-        }
-        struct stat sb;
-        if (fd < 0 || fstat(fd, &sb)) {
-            rc = fd < 0 ? fd : -errno;
-            if (fd >= 0) close(fd);
-            break;
-        }
-        rep->bytes_before += (uint64_t)sb.st_size;
-        int out = kvt_disk_tmp_create(dfd, dir, tmp, 0);
-        if (out < 0) {
-            rc = out;
-            close(fd);
-            break;
-        }
-        gc_ctx g = {keep_ns, krc ? NULL : &key, &seen, rep, out, 0, 0, 0};
-        kvt_disk_scan_segment(fd, (uint64_t)sb.st_size, 1, g.key, buf, &vbuf, &vcap, gc_scan_fn, &g);
-        close(fd);
-        if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
-        if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
-        close(out);
-        if (g.err) {
-            unlinkat(dfd, tmp, 0);
-            rc = kvt_fail(g.err, "cache dir %s: rewriting %s: %s", dir, nm, strerror(-g.err));
-        } else if (!g.dropped) {
-            unlinkat(dfd, tmp, 0);
-            rep->bytes_after += (uint64_t)sb.st_size;
-        } else if (!g.out_bytes) {
-            unlinkat(dfd, tmp, 0);
-            unlinkat(dfd, nm, 0);
-        } else if (renameat(dfd, tmp, dfd, nm)) {
-            rc = -errno;
-            unlinkat(dfd, tmp, 0);
-        } else {
-            rep->bytes_after += g.out_bytes;
-        }
+        rc = compact_segment(dfd, dir, ids[i], keep_ns, krc ? NULL : &key, &seen, rep, buf, &vbuf, &vcap);
     }
     kvt_progress_end(&prog, (uint64_t)n);
     fsync(dfd);

@@ -93,30 +93,11 @@ static void extent_done(void *ctx, kvt_dio_req *rq) {
     }
 }
 
-size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
-    if (!n) return 0;
-    disk_plan *plans = kvt_xcalloc(n, sizeof *plans);
-    disk_plan **order = kvt_xcalloc(n, sizeof *order);
-    size_t np = 0;
-    pthread_mutex_lock(&d->mu);
-    kvt_disk_apply_events_locked(d);
-    for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
-    size_t queue_hits = read_queued(d, reqs, n);
-    for (size_t i = 0; i < n; i++) {
-        if (reqs[i].result == 0) continue;
-        uint32_t slot;
-        if (!kvt_hmap128_get(&d->map, reqs[i].hash, &slot) || !d->recs[slot].seg) continue;
-        disk_rec *r = &d->recs[slot];
-        disk_plan *pl = &plans[np];
-        *pl = (disk_plan){&reqs[i], slot, r->seg, r->off, r->bytes, NULL, 2};
-        r->seg->refs++; /* the file stays open until this read is done */
-        order[np++] = pl;
-    }
-    pthread_mutex_unlock(&d->mu);
-
-    qsort(order, np, sizeof *order, plan_cmp);
-    disk_extent *ext = kvt_xcalloc(np ? np : 1, sizeof *ext);
-    kvt_dio_req *rq = kvt_xcalloc(np ? np : 1, sizeof *rq);
+/* Coalesces the sorted plans order[0..np) into reads of adjacent records of
+ * one segment (at most COALESCE_MAX bytes each): ext[] and rq[] get the
+ * extents (returned: how many), their buffers placed in d->rbuf (grown to
+ * hold them all) and each plan's buf set inside its extent's. */
+static size_t plan_extents(kvt_disk *d, disk_plan **order, size_t np, disk_extent *ext, kvt_dio_req *rq) {
     size_t ne = 0, total = 0;
     for (size_t i = 0; i < np; i++) {
         disk_plan *pl = order[i];
@@ -146,6 +127,34 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
             pl->buf = d->rbuf + at + (pl->off - rq[i].off);
         }
     }
+    return ne;
+}
+
+size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
+    if (!n) return 0;
+    disk_plan *plans = kvt_xcalloc(n, sizeof *plans);
+    disk_plan **order = kvt_xcalloc(n, sizeof *order);
+    size_t np = 0;
+    pthread_mutex_lock(&d->mu);
+    kvt_disk_apply_events_locked(d);
+    for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
+    size_t queue_hits = read_queued(d, reqs, n);
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i].result == 0) continue;
+        uint32_t slot;
+        if (!kvt_hmap128_get(&d->map, reqs[i].hash, &slot) || !d->recs[slot].seg) continue;
+        disk_rec *r = &d->recs[slot];
+        disk_plan *pl = &plans[np];
+        *pl = (disk_plan){&reqs[i], slot, r->seg, r->off, r->bytes, NULL, 2};
+        r->seg->refs++; /* the file stays open until this read is done */
+        order[np++] = pl;
+    }
+    pthread_mutex_unlock(&d->mu);
+
+    qsort(order, np, sizeof *order, plan_cmp);
+    disk_extent *ext = kvt_xcalloc(np ? np : 1, sizeof *ext);
+    kvt_dio_req *rq = kvt_xcalloc(np ? np : 1, sizeof *rq);
+    size_t ne = plan_extents(d, order, np, ext, rq);
     double t0 = kvt_now();
     read_ctx rc = {d};
     kvt_dio_read_batch(d->rio, rq, ne, extent_done, &rc);

@@ -65,6 +65,42 @@ size_t kvt_disk_reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves
     return reclaimed;
 }
 
+/* Rewrites the records rotate copied out (mbuf; ok[i]: read back intact)
+ * at the end of the new head segment s (NULL: none could be made); a record
+ * that cannot be rewritten, or no longer fits, leaves the tier (evicted).
+ * Writer thread. */
+static void write_moves(kvt_disk *d, disk_seg *s, const disk_move *moves, size_t n_moves, uint8_t *mbuf,
+                        const int *ok) {
+    for (size_t i = 0; i < n_moves; i++) {
+        int wrc = -1;
+        if (s && ok[i] && s->bytes + moves[i].bytes <= d->p.segment_bytes) {
+            double t0 = kvt_now();
+            wrc = kvt_dio_write(d->wio, s->fd, mbuf + moves[i].at, moves[i].bytes, s->bytes);
+            pthread_mutex_lock(&d->mu);
+            d->st.write_seconds += kvt_now() - t0;
+            if (wrc) kvt_disk_disable_writes(d, wrc, "rewriting a hit record");
+            pthread_mutex_unlock(&d->mu);
+        }
+        pthread_mutex_lock(&d->mu);
+        disk_rec *r = &d->recs[moves[i].slot];
+        if (r->used && r->moving) { /* not removed meanwhile */
+            r->moving = 0;
+            if (wrc == 0) {
+                r->seg = s;
+                r->off = s->bytes;
+                r->hit = 0;
+                s->bytes += moves[i].bytes;
+                d->st.reinserted++;
+                d->st.bytes_written += moves[i].bytes;
+            } else {
+                kvt_disk_rec_drop(d, moves[i].slot);
+                d->st.evicted++;
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
 /* Starts a new head segment: seals the current one, reclaims old segments,
  * creates the file, and rewrites the reclaimed records that were hit.
  * Writer thread. Returns 0 or -errno (writes then disabled). */
@@ -114,34 +150,7 @@ static int rotate(kvt_disk *d) {
     }
     pthread_mutex_unlock(&d->mu);
 
-    for (size_t i = 0; i < n_moves; i++) {
-        int wrc = -1;
-        if (s && ok[i] && s->bytes + moves[i].bytes <= d->p.segment_bytes) {
-            double t0 = kvt_now();
-            wrc = kvt_dio_write(d->wio, s->fd, mbuf + moves[i].at, moves[i].bytes, s->bytes);
-            pthread_mutex_lock(&d->mu);
-            d->st.write_seconds += kvt_now() - t0;
-            if (wrc) kvt_disk_disable_writes(d, wrc, "rewriting a hit record");
-            pthread_mutex_unlock(&d->mu);
-        }
-        pthread_mutex_lock(&d->mu);
-        disk_rec *r = &d->recs[moves[i].slot];
-        if (r->used && r->moving) { /* not removed meanwhile */
-            r->moving = 0;
-            if (wrc == 0) {
-                r->seg = s;
-                r->off = s->bytes;
-                r->hit = 0;
-                s->bytes += moves[i].bytes;
-                d->st.reinserted++;
-                d->st.bytes_written += moves[i].bytes;
-            } else {
-                kvt_disk_rec_drop(d, moves[i].slot);
-                d->st.evicted++;
-            }
-        }
-        pthread_mutex_unlock(&d->mu);
-    }
+    write_moves(d, s, moves, n_moves, mbuf, ok);
     free(mbuf);
     free(ok);
     free(moves);

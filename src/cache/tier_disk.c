@@ -343,8 +343,9 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
 
 static void disk_free(kvt_disk *d);
 
-int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
-    *out = NULL;
+/* The parameters' checks, before anything is touched (rec_max: the largest
+ * record). 0, or KVT_EARG with the reason. */
+static int check_params(const kvt_disk_params *p, uint64_t rec_max) {
     if (!p->dir || !*p->dir) return kvt_fail(KVT_EARG, "disk tier: no directory");
     if (!p->payload_bytes || p->payload_bytes > KVT_DISK_PAYLOAD_MAX)
         return kvt_fail(KVT_EARG, "disk tier: payload_bytes %zu outside 1..%llu", p->payload_bytes,
@@ -356,14 +357,103 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
                         kvt_prefix_block_tokens(p->index));
     if (p->codec >= KVT_DISK_CODEC_COUNT) return kvt_fail(KVT_EARG, "disk tier: unknown codec %d", (int)p->codec);
     if (!p->queue_depth) return kvt_fail(KVT_EARG, "disk tier: queue_depth is 0");
-    uint32_t hb = KVT_DISK_HEADER_FIXED + 4 * p->block_tokens;
-    uint64_t rec_max = kvt_disk_align_up(hb + p->payload_bytes);
     if (p->segment_bytes % KVT_DISK_ALIGN || p->segment_bytes < rec_max)
         return kvt_fail(KVT_EARG, "disk tier: segment size %llu must be a multiple of %d holding a %llu-byte record",
                         (unsigned long long)p->segment_bytes, KVT_DISK_ALIGN, (unsigned long long)rec_max);
     if (p->size_bytes / 2 < p->segment_bytes)
         return kvt_fail(KVT_EARG, "disk tier: size %llu must hold at least two %llu-byte segments",
                         (unsigned long long)p->size_bytes, (unsigned long long)p->segment_bytes);
+    return 0;
+}
+
+/* Reads the directory's header and decides what its records are worth
+ * (*ignore_records: another format version); rewrites the header for this
+ * format and namespace when it differs and writing is possible (unlocked: the
+ * lock file could not be made, so nothing is written). */
+static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int *ignore_records) {
+    /* The header names the format of everything here: another version means
+     * the existing records cannot be trusted to parse; they stay foreign (and
+     * are reclaimed oldest-first) and the header is rewritten for ours. */
+    uint32_t version = KVT_DISK_FORMAT_VERSION;
+    kvt_hash128 hns = p->ns;
+    int hrc = kvt_disk_read_header_at(d->dir_fd, d->dir, &version, &hns);
+    int need_header = hrc != 0;
+    if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+    if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
+        kvt_log(KVT_LOG_WARN, "cache dir %s has format version %u, this build uses %d: its records are ignored",
+                d->dir, version, KVT_DISK_FORMAT_VERSION);
+        *ignore_records = 1;
+        need_header = 1;
+    } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
+                ": records of other namespaces are misses",
+                d->dir, hns.hi, hns.lo);
+        need_header = 1;
+    }
+    if (unlocked) {
+        kvt_disk_disable_writes(d, -EROFS, "creating the lock file");
+    } else if (faccessat(d->dir_fd, ".", W_OK, 0) != 0) {
+        kvt_disk_disable_writes(d, -errno, "opening the directory for writing");
+    } else if (need_header) {
+        int wrc = kvt_disk_write_header(d->dir_fd, d->dir, p->ns);
+        if (wrc) kvt_disk_disable_writes(d, wrc, "writing the header");
+    }
+}
+
+/* The directory's MAC key (p->mac): read, or made when absent and writes are
+ * possible (under the lock, so two openers never race to make it); no key
+ * disables writes. 0, or the error that refuses the directory (a key file
+ * someone else could read or have chosen). */
+static int open_key(kvt_disk *d, const kvt_disk_params *p) {
+    const char *scheme = getenv(MAC_SCHEME_ENV);
+    if (scheme && *scheme && strcmp(scheme, MAC_SCHEME_PORTABLE))
+        kvt_log(KVT_LOG_WARN, "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
+                scheme, MAC_SCHEME_PORTABLE);
+    /* the key is made under the lock, so two openers never race to make it */
+    int krc = kvt_disk_key_load(d->dir_fd, d->dir, geteuid(), &d->key);
+    if (krc == 0) {
+        d->key_state = KEY_READ;
+    } else if (krc == KVT_ENOTFOUND && !d->write_err) {
+        krc = kvt_disk_key_create(d->dir_fd, d->dir, &d->key);
+        if (krc == 0) d->key_state = KEY_NEW;
+        else kvt_disk_disable_writes(d, krc, "creating the key file"); /* no key: nothing can be written or trusted */
+    } else if (krc != KVT_ENOTFOUND) {
+        return krc; /* a key someone else could read or have chosen: refuse the directory */
+    }
+    return 0;
+}
+
+/* Whether the directory takes O_DIRECT (d->o_direct); buffered I/O when not. */
+static void probe_o_direct(kvt_disk *d) {
+    int prc = kvt_disk_probe_o_direct(d->dir_fd, d->dir);
+    d->o_direct = prc == 0;
+    if (prc)
+        kvt_log(KVT_LOG_INFO, "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
+                strerror(-prc));
+}
+
+/* The I/O backends (io_uring or pread/pwrite, for reads and for the
+ * writer) and the zstd writer's context and buffer; d->o_direct was probed. */
+static void open_io(kvt_disk *d, const kvt_disk_params *p) {
+    kvt_dio_new(READ_DEPTH, p->use_io_uring, &d->rio);
+    kvt_dio_new(1, p->use_io_uring, &d->wio);
+    if (p->use_io_uring && !kvt_dio_uses_uring(d->rio))
+        kvt_log(KVT_LOG_INFO, "disk tier %s: io_uring unavailable; using pread/pwrite", d->dir);
+    d->st.io_uring = kvt_dio_uses_uring(d->rio);
+    d->st.o_direct = d->o_direct;
+    if (p->codec == KVT_DISK_CODEC_ZSTD) {
+        d->zc = ZSTD_createCCtx();
+        d->wbuf = kvt_disk_aligned_buf(d->rec_max);
+    }
+}
+
+int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
+    *out = NULL;
+    uint32_t hb = KVT_DISK_HEADER_FIXED + 4 * p->block_tokens;
+    uint64_t rec_max = kvt_disk_align_up(hb + p->payload_bytes);
+    int crc = check_params(p, rec_max);
+    if (crc) return crc;
 
     int dfd = kvt_disk_dir_open(p->dir, DIR_CREATE);
     if (dfd < 0) return dfd;
@@ -396,60 +486,17 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     d->zd = ZSTD_createDCtx();
     double t0 = kvt_now();
 
-    /* The header names the format of everything here: another version means
-     * the existing records cannot be trusted to parse; they stay foreign (and
-     * are reclaimed oldest-first) and the header is rewritten for ours. */
-    uint32_t version = KVT_DISK_FORMAT_VERSION;
-    kvt_hash128 hns = p->ns;
-    int hrc = kvt_disk_read_header_at(d->dir_fd, d->dir, &version, &hns);
-    int ignore_records = 0, need_header = hrc != 0;
-    if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
-    if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
-        kvt_log(KVT_LOG_WARN, "cache dir %s has format version %u, this build uses %d: its records are ignored",
-                d->dir, version, KVT_DISK_FORMAT_VERSION);
-        ignore_records = 1;
-        need_header = 1;
-    } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {
-        kvt_log(KVT_LOG_WARN,
-                "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
-                ": records of other namespaces are misses",
-                d->dir, hns.hi, hns.lo);
-        need_header = 1;
-    }
-    if (unlocked) {
-        kvt_disk_disable_writes(d, -EROFS, "creating the lock file");
-    } else if (faccessat(d->dir_fd, ".", W_OK, 0) != 0) {
-        kvt_disk_disable_writes(d, -errno, "opening the directory for writing");
-    } else if (need_header) {
-        int wrc = kvt_disk_write_header(d->dir_fd, d->dir, p->ns);
-        if (wrc) kvt_disk_disable_writes(d, wrc, "writing the header");
-    }
+    int ignore_records = 0;
+    open_header(d, p, unlocked, &ignore_records);
     if (p->mac) {
-        const char *scheme = getenv(MAC_SCHEME_ENV);
-        if (scheme && *scheme && strcmp(scheme, MAC_SCHEME_PORTABLE))
-            kvt_log(KVT_LOG_WARN, "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
-                    scheme, MAC_SCHEME_PORTABLE);
-        /* the key is made under the lock, so two openers never race to make it */
-        int krc = kvt_disk_key_load(d->dir_fd, d->dir, geteuid(), &d->key);
-        if (krc == 0) {
-            d->key_state = KEY_READ;
-        } else if (krc == KVT_ENOTFOUND && !d->write_err) {
-            krc = kvt_disk_key_create(d->dir_fd, d->dir, &d->key);
-            if (krc == 0) d->key_state = KEY_NEW;
-            else kvt_disk_disable_writes(d, krc, "creating the key file"); /* no key: nothing can be written or trusted */
-        } else if (krc != KVT_ENOTFOUND) {
-            disk_free(d); /* a key someone else could read or have chosen: refuse the directory */
+        int krc = open_key(d, p);
+        if (krc) {
+            disk_free(d);
             return krc;
         }
     }
 
-    if (p->use_o_direct && !d->write_err) {
-        int prc = kvt_disk_probe_o_direct(d->dir_fd, d->dir);
-        d->o_direct = prc == 0;
-        if (prc)
-            kvt_log(KVT_LOG_INFO, "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
-                    strerror(-prc));
-    }
+    if (p->use_o_direct && !d->write_err) probe_o_direct(d);
     int rc = scan_dir(d, ignore_records);
     if (rc) {
         disk_free(d);
@@ -459,16 +506,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     kvt_disk_reclaim_locked(d, 0, NULL, NULL, NULL, NULL);
     d->st.open_scan_seconds = kvt_now() - t0;
 
-    kvt_dio_new(READ_DEPTH, p->use_io_uring, &d->rio);
-    kvt_dio_new(1, p->use_io_uring, &d->wio);
-    if (p->use_io_uring && !kvt_dio_uses_uring(d->rio))
-        kvt_log(KVT_LOG_INFO, "disk tier %s: io_uring unavailable; using pread/pwrite", d->dir);
-    d->st.io_uring = kvt_dio_uses_uring(d->rio);
-    d->st.o_direct = d->o_direct;
-    if (p->codec == KVT_DISK_CODEC_ZSTD) {
-        d->zc = ZSTD_createCCtx();
-        d->wbuf = kvt_disk_aligned_buf(rec_max);
-    }
+    open_io(d, p);
     kvt_disk_apply_events_locked(d);
     if (pthread_create(&d->writer, NULL, kvt_disk_writer_main, d)) {
         disk_free(d);

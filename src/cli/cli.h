@@ -15,7 +15,7 @@ int kvt_cli_main(int argc, char **argv);
 int kvt_cmd_info(int argc, char **argv);     /* cli_model.c */
 int kvt_cmd_mkmodel(int argc, char **argv);  /* cli_model.c */
 int kvt_cmd_tokenize(int argc, char **argv); /* cli_tokenize.c */
-int kvt_cmd_eval(int argc, char **argv);     /* cli_run.c */
+int kvt_cmd_eval(int argc, char **argv);     /* cli_eval.c */
 int kvt_cmd_run(int argc, char **argv);      /* cli_run.c */
 int kvt_cmd_cache(int argc, char **argv);    /* cli_cache.c */
 int kvt_cmd_serve(int argc, char **argv);    /* cli_serve.c */

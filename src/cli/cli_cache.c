@@ -193,6 +193,98 @@ static int remote_cmd(const char *cmd, const char *url, const char *ns_text) {
     return 2;
 }
 
+/* The summary of a stats or verify walk over dir: header, segments, records,
+ * MACs, compression, namespaces, lifetime counters. */
+static void print_summary(const char *dir, const walk_state *s, int verify) {
+    print_header(dir);
+    printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->bytes / 1048576.0);
+    printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid,
+           s->corrupt, verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
+    if (verify) {
+        printf("MAC: %" PRIu64 " verified with the directory's key, %" PRIu64 " records without one", s->mac_ok,
+               s->no_mac);
+        if (s->unverified)
+            printf(", %" PRIu64 " that cannot be checked (no key file, signed under another key, or under a "
+                   "MAC scheme this machine cannot compute): not valid",
+                   s->unverified);
+        printf("\n");
+    }
+    if (s->stored)
+        printf("payload: %.1f MiB stored for %.1f MiB (compression ratio %.2f)\n", (double)s->stored / 1048576.0,
+               (double)s->payload / 1048576.0, (double)s->payload / (double)s->stored);
+    for (size_t i = 0; i < s->n_ns; i++)
+        printf("namespace %016" PRIx64 "%016" PRIx64 ": %" PRIu64 " records, %.1f MiB\n", s->ns[i].ns.hi,
+               s->ns[i].ns.lo, s->ns[i].records, (double)s->ns[i].bytes / 1048576.0);
+    if (s->ns_overflow) printf("(%zu records in further namespaces not itemised)\n", s->ns_overflow);
+    kvt_disk_lifetime lt;
+    if (kvt_disk_read_lifetime(dir, &lt) == 0) {
+        printf("lifetime (%" PRIu64 " sessions): %" PRIu64 " of %" PRIu64 " prompt blocks looked up were served "
+               "from disk (hit rate %.1f%%); %" PRIu64 " records written, %" PRIu64 " writes dropped, %" PRIu64
+               " evicted, %" PRIu64 " corrupt; %.1f MiB read, %.1f MiB written\n",
+               lt.sessions, lt.lookup_hits, lt.lookup_blocks,
+               lt.lookup_blocks ? 100.0 * (double)lt.lookup_hits / (double)lt.lookup_blocks : 0.0,
+               lt.records_written, lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
+               (double)lt.bytes_written / 1048576.0);
+    }
+}
+
+/* stats, ls or verify (cmd) over the disk tier in dir. Returns the exit code:
+ * verify fails when a record is corrupt or cannot be checked. */
+static int walk_cmd(const char *dir, const char *cmd, long limit) {
+    walk_state *s = kvt_xcalloc(1, sizeof *s);
+    int rc = 0;
+    int verify = !strcmp(cmd, "verify");
+    s->ls = !strcmp(cmd, "ls");
+    s->verify = verify;
+    s->limit = limit;
+    if (verify) {
+        kvt_disk_walk(dir, 0, size_fn, &s->total_bytes);
+        s->progress = 1;
+        kvt_progress_begin(&s->prog, "cache verify", s->total_bytes >> 20, "MiB");
+    }
+    int wrc = kvt_disk_walk(dir, verify, walk_fn, s);
+    if (s->progress) kvt_progress_end(&s->prog, s->bytes >> 20);
+    if (wrc) {
+        fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
+        rc = 1;
+    } else if (!s->ls) {
+        print_summary(dir, s, verify);
+        if (verify) rc = s->corrupt || s->unverified ? 1 : 0;
+    }
+    free(s);
+    return rc;
+}
+
+/* gc: rewrites dir keeping the records of one namespace (--namespace, or the
+ * header's; every one with --all-namespaces or no usable header). Returns
+ * the exit code. */
+static int gc_cmd(const char *dir, const char *ns_text, int all_ns) {
+    kvt_hash128 ns;
+    const kvt_hash128 *keep = NULL;
+    if (ns_text) {
+        if (parse_ns(ns_text, &ns)) {
+            fprintf(stderr, "kvtier cache: --namespace expects 32 hex digits, got '%s'\n", ns_text);
+            return 2;
+        }
+        keep = &ns;
+    } else if (!all_ns) {
+        uint32_t v;
+        if (kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION) keep = &ns;
+        else fprintf(stderr, "kvtier cache: no usable header: keeping every namespace\n");
+    }
+    kvt_disk_gc_report rep;
+    int grc = kvt_disk_compact(dir, keep, &rep);
+    if (grc) { /* refused (lock, ownership) or failed: no summary of work not done */
+        fprintf(stderr, "kvtier cache: gc: %s\n", kvt_errmsg());
+        return 1;
+    }
+    printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
+           " duplicate; %.1f -> %.1f MiB\n",
+           rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup,
+           (double)rep.bytes_before / 1048576.0, (double)rep.bytes_after / 1048576.0);
+    return 0;
+}
+
 int kvt_cmd_cache(int argc, char **argv) {
     const char *cmd = NULL, *dir = NULL, *ns_text = NULL, *remote = NULL;
     int all_ns = 0;
@@ -233,95 +325,18 @@ int kvt_cmd_cache(int argc, char **argv) {
         fprintf(stderr, "kvtier cache: cannot read %s: %s\n", dir, strerror(errno));
         return 1;
     }
-    walk_state *s = kvt_xcalloc(1, sizeof *s);
-    int rc = 0;
-    if (!strcmp(cmd, "stats") || !strcmp(cmd, "ls") || !strcmp(cmd, "verify")) {
-        int verify = !strcmp(cmd, "verify");
-        s->ls = !strcmp(cmd, "ls");
-        s->verify = verify;
-        s->limit = limit;
-        if (verify) {
-            kvt_disk_walk(dir, 0, size_fn, &s->total_bytes);
-            s->progress = 1;
-            kvt_progress_begin(&s->prog, "cache verify", s->total_bytes >> 20, "MiB");
-        }
-        int wrc = kvt_disk_walk(dir, verify, walk_fn, s);
-        if (s->progress) kvt_progress_end(&s->prog, s->bytes >> 20);
-        if (wrc) {
-            fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
-            rc = 1;
-        } else if (!s->ls) {
-            print_header(dir);
-            printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->bytes / 1048576.0);
-            printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid,
-                   s->corrupt, verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
-            if (verify) {
-                printf("MAC: %" PRIu64 " verified with the directory's key, %" PRIu64 " records without one", s->mac_ok,
-                       s->no_mac);
-                if (s->unverified)
-                    printf(", %" PRIu64 " that cannot be checked (no key file, signed under another key, or under a "
-                           "MAC scheme this machine cannot compute): not valid",
-                           s->unverified);
-                printf("\n");
-            }
-            if (s->stored)
-                printf("payload: %.1f MiB stored for %.1f MiB (compression ratio %.2f)\n", (double)s->stored / 1048576.0,
-                       (double)s->payload / 1048576.0, (double)s->payload / (double)s->stored);
-            for (size_t i = 0; i < s->n_ns; i++)
-                printf("namespace %016" PRIx64 "%016" PRIx64 ": %" PRIu64 " records, %.1f MiB\n", s->ns[i].ns.hi,
-                       s->ns[i].ns.lo, s->ns[i].records, (double)s->ns[i].bytes / 1048576.0);
-            if (s->ns_overflow) printf("(%zu records in further namespaces not itemised)\n", s->ns_overflow);
-            kvt_disk_lifetime lt;
-            if (kvt_disk_read_lifetime(dir, &lt) == 0) {
-                printf("lifetime (%" PRIu64 " sessions): %" PRIu64 " of %" PRIu64 " prompt blocks looked up were served "
-                       "from disk (hit rate %.1f%%); %" PRIu64 " records written, %" PRIu64 " writes dropped, %" PRIu64
-                       " evicted, %" PRIu64 " corrupt; %.1f MiB read, %.1f MiB written\n",
-                       lt.sessions, lt.lookup_hits, lt.lookup_blocks,
-                       lt.lookup_blocks ? 100.0 * (double)lt.lookup_hits / (double)lt.lookup_blocks : 0.0,
-                       lt.records_written, lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
-                       (double)lt.bytes_written / 1048576.0);
-            }
-            if (verify) rc = s->corrupt || s->unverified ? 1 : 0;
-        }
-    } else if (!strcmp(cmd, "gc")) {
-        kvt_hash128 ns;
-        const kvt_hash128 *keep = NULL;
-        if (ns_text) {
-            if (parse_ns(ns_text, &ns)) {
-                fprintf(stderr, "kvtier cache: --namespace expects 32 hex digits, got '%s'\n", ns_text);
-                free(s);
-                return 2;
-            }
-            keep = &ns;
-        } else if (!all_ns) {
-            uint32_t v;
-            if (kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION) keep = &ns;
-            else fprintf(stderr, "kvtier cache: no usable header: keeping every namespace\n");
-        }
-        kvt_disk_gc_report rep;
-        int grc = kvt_disk_compact(dir, keep, &rep);
-        if (grc) { /* refused (lock, ownership) or failed: no summary of work not done */
-            fprintf(stderr, "kvtier cache: gc: %s\n", kvt_errmsg());
-            rc = 1;
-        } else {
-            printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
-                   " duplicate; %.1f -> %.1f MiB\n",
-                   rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup,
-                   (double)rep.bytes_before / 1048576.0, (double)rep.bytes_after / 1048576.0);
-        }
-    } else if (!strcmp(cmd, "clear")) {
+    if (!strcmp(cmd, "stats") || !strcmp(cmd, "ls") || !strcmp(cmd, "verify")) return walk_cmd(dir, cmd, limit);
+    if (!strcmp(cmd, "gc")) return gc_cmd(dir, ns_text, all_ns);
+    if (!strcmp(cmd, "clear")) {
         uint64_t freed;
         if (kvt_disk_clear(dir, &freed)) {
             fprintf(stderr, "kvtier cache: clear: %s\n", kvt_errmsg());
-            rc = 1;
-        } else {
-            printf("clear: removed %.1f MiB of segments from %s\n", (double)freed / 1048576.0, dir);
+            return 1;
         }
-    } else {
-        fprintf(stderr, "kvtier cache: unknown command '%s'\n\n", cmd);
-        kvt_usage_cache(stderr);
-        rc = 2;
+        printf("clear: removed %.1f MiB of segments from %s\n", (double)freed / 1048576.0, dir);
+        return 0;
     }
-    free(s);
-    return rc;
+    fprintf(stderr, "kvtier cache: unknown command '%s'\n\n", cmd);
+    kvt_usage_cache(stderr);
+    return 2;
 }

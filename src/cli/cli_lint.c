@@ -129,6 +129,49 @@ static void print_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, const k
     kvt_lint_advice_free(adv, na);
 }
 
+/* The prompts of path ("-": stdin), one a line (empty lines skipped), each
+ * tokenized by line_tokens; the first KVT_LINT_MAX_PROMPTS of them. Returns 0,
+ * or 1 after printing why; either way *out holds *n_out prompts the caller
+ * frees. */
+static int read_lint_prompts(kvt_model *m, kvt_chat_family fam, int32_t block, const char *path,
+                             kvt_lint_prompt **out, int32_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kvtier lint: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    kvt_lint_prompt *ps = NULL;
+    int32_t n = 0, cap = 0, bad = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    long lineno = 0;
+    while (!bad && (len = getline(&line, &lcap, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        if (n == KVT_LINT_MAX_PROMPTS) {
+            fprintf(stderr, "kvtier lint: only the first %d prompts are linted\n", KVT_LINT_MAX_PROMPTS);
+            break;
+        }
+        int32_t *toks = NULL;
+        size_t nt = 0;
+        if (line_tokens(m, fam, block, path, lineno, line, &toks, &nt)) {
+            bad = 1;
+            break;
+        }
+        if (n == cap) ps = kvt_xrealloc(ps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *ps);
+        ps[n++] = (kvt_lint_prompt){toks, (int32_t)nt};
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+    *out = ps;
+    *n_out = n;
+    return bad;
+}
+
 int kvt_cmd_lint(int argc, char **argv) {
     const char *model_path = NULL, *path = NULL, *tmpl = NULL;
     int json = 0;
@@ -173,37 +216,9 @@ int kvt_cmd_lint(int argc, char **argv) {
     }
     kvt_chat_family fam = tmpl ? kvt_chat_family_parse(tmpl) : kvt_chat_detect(m->chat_template);
     if (fam == KVT_CHAT_UNKNOWN) fam = KVT_CHAT_CHATML;
-    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "kvtier lint: cannot open %s: %s\n", path, strerror(errno));
-        kvt_model_free(m);
-        return 1;
-    }
     kvt_lint_prompt *ps = NULL;
-    int32_t n = 0, cap = 0, bad = 0;
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    long lineno = 0;
-    while (!bad && (len = getline(&line, &lcap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (!len) continue;
-        if (n == KVT_LINT_MAX_PROMPTS) {
-            fprintf(stderr, "kvtier lint: only the first %d prompts are linted\n", KVT_LINT_MAX_PROMPTS);
-            break;
-        }
-        int32_t *toks = NULL;
-        size_t nt = 0;
-        if (line_tokens(m, fam, (int32_t)block, path, lineno, line, &toks, &nt)) {
-            bad = 1;
-            break;
-        }
-        if (n == cap) ps = kvt_xrealloc(ps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *ps);
-        ps[n++] = (kvt_lint_prompt){toks, (int32_t)nt};
-    }
-    free(line);
-    if (f != stdin) fclose(f);
+    int32_t n = 0;
+    int bad = read_lint_prompts(m, fam, (int32_t)block, path, &ps, &n);
     int rc = bad ? 1 : 0;
     if (!bad && n == 0) {
         fprintf(stderr, "kvtier lint: %s holds no prompts\n", path);

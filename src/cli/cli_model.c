@@ -234,6 +234,100 @@ static void weight_types(const kvt_gguf *g, char *buf, size_t cap) {
     }
 }
 
+/* What info prints of a loaded model besides its hparams. */
+typedef struct {
+    const char *name, *chat;  /* general.name ("" if none), the chat template family */
+    char fp[33], types[512];  /* the fingerprint in hex; the weight types with their counts */
+    int vocab_only;
+    uint64_t kv16, kv32, kvq8; /* KV bytes per token (0: vocab only; kvq8 0: head_dim does not allow q8_0) */
+} info_facts;
+
+/* info --json: one JSON object. */
+static void print_info_json(const kvt_model *m, const char *path, const info_facts *f) {
+    const kvt_hparams *hp = &m->hp;
+    const kvt_tokenizer *tk = m->tok;
+    printf("{\"path\":");
+    kvt_cli_json_string(stdout, path);
+    printf(",\"name\":");
+    kvt_cli_json_string(stdout, f->name);
+    printf(",\"vocab_only\":%s", f->vocab_only ? "true" : "false");
+    if (!f->vocab_only)
+        printf(",\"arch\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
+               "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":%g,\"rope_dim\":%d,"
+               "\"rope_style\":\"%s\",\"rope_freq_scale\":%g,\"tied_output\":%s,\"n_params\":%llu,"
+               "\"weight_bytes\":%llu,\"kv_bytes_per_token_f16\":%llu,\"kv_bytes_per_block_f16\":%llu,"
+               "\"kv_bytes_per_token_f32\":%llu,\"kv_tokens_per_gib_f16\":%llu",
+               hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
+               hp->n_vocab, hp->n_ctx_train, (double)hp->rope_base, hp->rope_dim,
+               hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_freq_scale,
+               hp->tied_output ? "true" : "false", (unsigned long long)m->n_params,
+               (unsigned long long)m->weight_bytes, (unsigned long long)f->kv16,
+               (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)f->kv32,
+               (unsigned long long)(f->kv16 ? (1ull << 30) / f->kv16 : 0));
+    if (!f->vocab_only) {
+        char var[256];
+        kvt_arch_describe(hp, var, sizeof var);
+        printf(",\"variations\":");
+        kvt_cli_json_string(stdout, var);
+    }
+    if (!f->vocab_only && f->kvq8)
+        printf(",\"kv_bytes_per_token_q8_0\":%llu,\"kv_bytes_per_block_q8_0\":%llu,\"kv_tokens_per_gib_q8_0\":%llu",
+               (unsigned long long)f->kvq8, (unsigned long long)(f->kvq8 * DEFAULT_BLOCK_TOKENS),
+               (unsigned long long)((1ull << 30) / f->kvq8));
+    else if (!f->vocab_only)
+        printf(",\"kv_bytes_per_token_q8_0\":null");
+    printf(",\"weight_types\":");
+    kvt_cli_json_string(stdout, f->types);
+    printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
+    kvt_cli_json_string(stdout, kvt_tokenizer_pre(tk));
+    printf(",\"vocab_tokens\":%d,\"bos\":%d,\"eos\":%d,\"chat_template\":\"%s\",\"fingerprint\":\"%s\"}\n",
+           kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk), f->chat, f->fp);
+}
+
+/* info: aligned "label   value" lines. */
+static void print_info_text(const kvt_model *m, const char *path, const info_facts *f) {
+    const kvt_hparams *hp = &m->hp;
+    const kvt_tokenizer *tk = m->tok;
+    printf("model          %s%s%s\n", path, *f->name ? "  name: " : "", f->name);
+    if (f->vocab_only) {
+        printf("contents       vocabulary only (no tensors)\n");
+    } else {
+        printf("architecture   %s\n", hp->arch_name);
+        printf("shapes         %d layers, dim %d, %d heads / %d kv heads of %d, ff %d, vocab %d\n", hp->n_layer,
+               hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
+        printf("parameters     %.2fM (%.1f MB of weights)\n", (double)m->n_params / 1e6,
+               (double)m->weight_bytes / 1e6);
+        printf("weight types   %s\n", f->types);
+        printf("output         %s\n", hp->tied_output ? "tied to token_embd" : "own output.weight");
+        char var[256];
+        kvt_arch_describe(hp, var, sizeof var);
+        printf("variations     %s\n", var);
+        printf("context        %d tokens (trained)\n", hp->n_ctx_train);
+        printf("rope           %s, theta %g, %d dims, freq scale %g%s\n",
+               hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_base, hp->rope_dim,
+               (double)hp->rope_freq_scale, hp->has_freq_factors ? (hp->arch == KVT_ARCH_PHI3 ? ", LongRoPE freq factors" : ", llama3 freq factors") : "");
+        printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32, ",
+               (unsigned long long)f->kv16, (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
+               (unsigned long long)f->kv32);
+        if (f->kvq8)
+            printf("%llu bytes/token q8_0 (%llu per block)\n", (unsigned long long)f->kvq8,
+                   (unsigned long long)(f->kvq8 * DEFAULT_BLOCK_TOKENS));
+        else
+            printf("no q8_0 (head_dim %d is not a multiple of %d)\n", hp->head_dim, KVT_KV_Q8_BLOCK);
+        int32_t sess = hp->n_ctx_train < SESSION_TOKENS ? hp->n_ctx_train : SESSION_TOKENS;
+        double per_gib = f->kv16 ? (double)(1ull << 30) / (double)f->kv16 : 0;
+        double per_gib_q8 = f->kvq8 ? (double)(1ull << 30) / (double)f->kvq8 : 0;
+        printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens", per_gib,
+               sess > 0 ? per_gib / sess : 0.0, sess);
+        if (f->kvq8) printf("; %.0f tokens q8_0 = %.1f sessions", per_gib_q8, sess > 0 ? per_gib_q8 / sess : 0.0);
+        printf(" (any tier: T0, RAM or disk)\n");
+    }
+    printf("tokenizer      %s, pre-tokenizer %s, %d tokens, bos %d, eos %d\n", kvt_tokenizer_kind(tk),
+           kvt_tokenizer_pre(tk), kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk));
+    printf("chat template  %s\n", f->chat);
+    printf("fingerprint    %s\n", f->fp);
+}
+
 int kvt_cmd_info(int argc, char **argv) {
     const char *path = NULL;
     int json = 0;
@@ -269,94 +363,16 @@ int kvt_cmd_info(int argc, char **argv) {
         fprintf(stderr, "kvtier info: %s\n", kvt_errmsg());
         return 1;
     }
-    const kvt_hparams *hp = &m->hp;
-    char fp[33], types[512];
-    kvt_fingerprint_hex(m->fingerprint, fp);
-    weight_types(m->gguf, types, sizeof types);
-    const char *name = "";
-    kvt_gguf_get_str(m->gguf, "general.name", &name);
-    const char *chat = kvt_chat_family_name(kvt_chat_detect(m->chat_template));
-    uint64_t kv16 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_F16);
-    uint64_t kv32 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_F32);
-    uint64_t kvq8 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_Q8_0); /* 0: head_dim does not allow it */
-    const kvt_tokenizer *tk = m->tok;
-    if (json) {
-        printf("{\"path\":");
-        kvt_cli_json_string(stdout, path);
-        printf(",\"name\":");
-        kvt_cli_json_string(stdout, name);
-        printf(",\"vocab_only\":%s", vocab_only ? "true" : "false");
-        if (!vocab_only)
-            printf(",\"arch\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
-                   "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":%g,\"rope_dim\":%d,"
-                   "\"rope_style\":\"%s\",\"rope_freq_scale\":%g,\"tied_output\":%s,\"n_params\":%llu,"
-                   "\"weight_bytes\":%llu,\"kv_bytes_per_token_f16\":%llu,\"kv_bytes_per_block_f16\":%llu,"
-                   "\"kv_bytes_per_token_f32\":%llu,\"kv_tokens_per_gib_f16\":%llu",
-                   hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
-                   hp->n_vocab, hp->n_ctx_train, (double)hp->rope_base, hp->rope_dim,
-                   hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_freq_scale,
-                   hp->tied_output ? "true" : "false", (unsigned long long)m->n_params,
-                   (unsigned long long)m->weight_bytes, (unsigned long long)kv16,
-                   (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)kv32,
-                   (unsigned long long)(kv16 ? (1ull << 30) / kv16 : 0));
-        if (!vocab_only) {
-            char var[256];
-            kvt_arch_describe(hp, var, sizeof var);
-            printf(",\"variations\":");
-            kvt_cli_json_string(stdout, var);
-        }
-        if (!vocab_only && kvq8)
-            printf(",\"kv_bytes_per_token_q8_0\":%llu,\"kv_bytes_per_block_q8_0\":%llu,\"kv_tokens_per_gib_q8_0\":%llu",
-                   (unsigned long long)kvq8, (unsigned long long)(kvq8 * DEFAULT_BLOCK_TOKENS),
-                   (unsigned long long)((1ull << 30) / kvq8));
-        else if (!vocab_only)
-            printf(",\"kv_bytes_per_token_q8_0\":null");
-        printf(",\"weight_types\":");
-        kvt_cli_json_string(stdout, types);
-        printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
-        kvt_cli_json_string(stdout, kvt_tokenizer_pre(tk));
-        printf(",\"vocab_tokens\":%d,\"bos\":%d,\"eos\":%d,\"chat_template\":\"%s\",\"fingerprint\":\"%s\"}\n",
-               kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk), chat, fp);
-    } else {
-        printf("model          %s%s%s\n", path, *name ? "  name: " : "", name);
-        if (vocab_only) {
-            printf("contents       vocabulary only (no tensors)\n");
-        } else {
-            printf("architecture   %s\n", hp->arch_name);
-            printf("shapes         %d layers, dim %d, %d heads / %d kv heads of %d, ff %d, vocab %d\n", hp->n_layer,
-                   hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
-            printf("parameters     %.2fM (%.1f MB of weights)\n", (double)m->n_params / 1e6,
-                   (double)m->weight_bytes / 1e6);
-            printf("weight types   %s\n", types);
-            printf("output         %s\n", hp->tied_output ? "tied to token_embd" : "own output.weight");
-            char var[256];
-            kvt_arch_describe(hp, var, sizeof var);
-            printf("variations     %s\n", var);
-            printf("context        %d tokens (trained)\n", hp->n_ctx_train);
-            printf("rope           %s, theta %g, %d dims, freq scale %g%s\n",
-                   hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_base, hp->rope_dim,
-                   (double)hp->rope_freq_scale, hp->has_freq_factors ? (hp->arch == KVT_ARCH_PHI3 ? ", LongRoPE freq factors" : ", llama3 freq factors") : "");
-            printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32, ",
-                   (unsigned long long)kv16, (unsigned long long)(kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
-                   (unsigned long long)kv32);
-            if (kvq8)
-                printf("%llu bytes/token q8_0 (%llu per block)\n", (unsigned long long)kvq8,
-                       (unsigned long long)(kvq8 * DEFAULT_BLOCK_TOKENS));
-            else
-                printf("no q8_0 (head_dim %d is not a multiple of %d)\n", hp->head_dim, KVT_KV_Q8_BLOCK);
-            int32_t sess = hp->n_ctx_train < SESSION_TOKENS ? hp->n_ctx_train : SESSION_TOKENS;
-            double per_gib = kv16 ? (double)(1ull << 30) / (double)kv16 : 0;
-            double per_gib_q8 = kvq8 ? (double)(1ull << 30) / (double)kvq8 : 0;
-            printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens", per_gib,
-                   sess > 0 ? per_gib / sess : 0.0, sess);
-            if (kvq8) printf("; %.0f tokens q8_0 = %.1f sessions", per_gib_q8, sess > 0 ? per_gib_q8 / sess : 0.0);
-            printf(" (any tier: T0, RAM or disk)\n");
-        }
-        printf("tokenizer      %s, pre-tokenizer %s, %d tokens, bos %d, eos %d\n", kvt_tokenizer_kind(tk),
-               kvt_tokenizer_pre(tk), kvt_tokenizer_n_vocab(tk), kvt_tokenizer_bos(tk), kvt_tokenizer_eos(tk));
-        printf("chat template  %s\n", chat);
-        printf("fingerprint    %s\n", fp);
-    }
+    info_facts f = {.name = "", .vocab_only = vocab_only};
+    kvt_fingerprint_hex(m->fingerprint, f.fp);
+    weight_types(m->gguf, f.types, sizeof f.types);
+    kvt_gguf_get_str(m->gguf, "general.name", &f.name);
+    f.chat = kvt_chat_family_name(kvt_chat_detect(m->chat_template));
+    f.kv16 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_F16);
+    f.kv32 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_F32);
+    f.kvq8 = vocab_only ? 0 : kvt_model_kv_token_bytes(m, KVT_KV_Q8_0); /* 0: head_dim does not allow it */
+    if (json) print_info_json(m, path, &f);
+    else print_info_text(m, path, &f);
     kvt_model_free(m);
     return 0;
 }

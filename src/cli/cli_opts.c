@@ -171,11 +171,11 @@ static int deliver(const char *cmd, const kvt_cli_opt *o, const char *val, const
     return fn(ctx, o->id, &a);
 }
 
-int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
-                  kvt_cli_handler fn, void *ctx) {
-    const kvt_cli_opt *rows[MAX_OPTS];
-    struct option longs[2 * MAX_OPTS + 2];
-    char shorts[3 * MAX_OPTS + 4] = ":h"; /* leading ':': a missing value is reported as ':', not '?' */
+/* getopt_long's tables for the sections' options: rows[] (at most MAX_OPTS,
+ * returned: how many), longs[] (each name and alias, then --help and the
+ * end), shorts (":h" then each one-letter option, ':' after one taking a value). */
+static size_t getopt_tables(const kvt_cli_section *secs, size_t n_secs, const kvt_cli_opt **rows,
+                            struct option *longs, char *shorts) {
     size_t n_rows = 0, n_long = 0, n_short = 2;
     for (size_t si = 0; si < n_secs; si++)
         for (size_t i = 0; i < secs[si].n && n_rows < MAX_OPTS; i++) {
@@ -193,6 +193,35 @@ int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section 
     longs[n_long++] = (struct option){"help", no_argument, NULL, 'h'};
     longs[n_long] = (struct option){0, 0, 0, 0};
     shorts[n_short] = 0;
+    return n_rows;
+}
+
+/* The options the command line did not give (given[r] 0), from their
+ * environment variables (KVTIER_<NAME>); a switch is on when the variable is
+ * true. Returns 0 or KVT_CLI_PARSE_USAGE (after printing why). */
+static int apply_env(const char *cmd, const kvt_cli_opt **rows, size_t n_rows, unsigned char *given,
+                     kvt_cli_handler fn, void *ctx) {
+    int ret = 0;
+    for (size_t r = 0; !ret && r < n_rows; r++) {
+        if (given[r] || (rows[r]->flags & KVT_CLI_NO_ENV)) continue;
+        char env[ENV_NAME_MAX], flag[ENV_NAME_MAX + 1];
+        env_name(rows[r]->name, env, sizeof env);
+        const char *v = getenv(env);
+        if (!v) continue;
+        for (size_t k = r; k < n_rows; k++) given[k] |= rows[k]->id == rows[r]->id;
+        snprintf(flag, sizeof flag, "$%s", env);
+        if (!rows[r]->arg && !env_true(v)) continue;
+        if (deliver(cmd, rows[r], rows[r]->arg ? v : NULL, flag, fn, ctx)) ret = KVT_CLI_PARSE_USAGE;
+    }
+    return ret;
+}
+
+int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
+                  kvt_cli_handler fn, void *ctx) {
+    const kvt_cli_opt *rows[MAX_OPTS];
+    struct option longs[2 * MAX_OPTS + 2];
+    char shorts[3 * MAX_OPTS + 4] = ":h"; /* leading ':': a missing value is reported as ':', not '?' */
+    size_t n_rows = getopt_tables(secs, n_secs, rows, longs, shorts);
 
     /* getopt_long knows one-letter short options only, and would read llama.cpp's
      * -np 4 as -n p: such two-letter ones are rewritten to their long names first */
@@ -243,17 +272,7 @@ int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section 
         fprintf(stderr, "kvtier %s: unexpected argument '%s' (options start with - or --)\n", cmd, av[optind]);
         ret = KVT_CLI_PARSE_USAGE;
     }
-    for (size_t r = 0; !ret && r < n_rows; r++) {
-        if (given[r] || (rows[r]->flags & KVT_CLI_NO_ENV)) continue;
-        char env[ENV_NAME_MAX], flag[ENV_NAME_MAX + 1];
-        env_name(rows[r]->name, env, sizeof env);
-        const char *v = getenv(env);
-        if (!v) continue;
-        for (size_t k = r; k < n_rows; k++) given[k] |= rows[k]->id == rows[r]->id;
-        snprintf(flag, sizeof flag, "$%s", env);
-        if (!rows[r]->arg && !env_true(v)) continue;
-        if (deliver(cmd, rows[r], rows[r]->arg ? v : NULL, flag, fn, ctx)) ret = KVT_CLI_PARSE_USAGE;
-    }
+    if (!ret) ret = apply_env(cmd, rows, n_rows, given, fn, ctx);
     free(av);
     return ret;
 }

@@ -160,6 +160,34 @@ static int index_jsonl(index_run *x, const char *path, char *text) {
     return 0;
 }
 
+/* Adds the documents at docs to x's index: a directory's files, a .jsonl
+ * file's lines, or one file (named by its base name). 0, or -1 after printing why. */
+static int index_docs(index_run *x, const char *docs) {
+    struct stat st;
+    int rc = -1;
+    if (lstat(docs, &st) < 0) {
+        fprintf(stderr, "kvtier rag index: %s: %s\n", docs, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = index_dir(x, docs);
+    } else {
+        size_t len;
+        char *text = slurp_at(AT_FDCWD, docs, &len);
+        size_t pl = strlen(docs);
+        if (!text) {
+            fprintf(stderr, "kvtier rag index: cannot read %s: %s\n", docs,
+                    errno == ELOOP ? "a symbolic link (give the file itself)" : errno == EINVAL ? "not a regular file"
+                                                                                              : strerror(errno));
+        } else if (pl > 6 && !strcmp(docs + pl - 6, ".jsonl")) {
+            rc = index_jsonl(x, docs, text);
+        } else {
+            const char *base = strrchr(docs, '/');
+            rc = add_doc(x, base ? base + 1 : docs, text, len);
+        }
+        free(text);
+    }
+    return rc;
+}
+
 static int cmd_index(int argc, char **argv) {
     const char *model_path = NULL, *docs = NULL, *out = NULL;
     long chunk = KVT_RAG_DEFAULT_CHUNK_TOKENS, block = KVT_DEFAULT_BLOCK_SIZE;
@@ -198,28 +226,7 @@ static int cmd_index(int argc, char **argv) {
         kvt_model_free(m);
         return 2;
     }
-    struct stat st;
-    int rc = -1;
-    if (lstat(docs, &st) < 0) {
-        fprintf(stderr, "kvtier rag index: %s: %s\n", docs, strerror(errno));
-    } else if (S_ISDIR(st.st_mode)) {
-        rc = index_dir(&x, docs);
-    } else {
-        size_t len;
-        char *text = slurp_at(AT_FDCWD, docs, &len);
-        size_t pl = strlen(docs);
-        if (!text) {
-            fprintf(stderr, "kvtier rag index: cannot read %s: %s\n", docs,
-                    errno == ELOOP ? "a symbolic link (give the file itself)" : errno == EINVAL ? "not a regular file"
-                                                                                              : strerror(errno));
-        } else if (pl > 6 && !strcmp(docs + pl - 6, ".jsonl")) {
-            rc = index_jsonl(&x, docs, text);
-        } else {
-            const char *base = strrchr(docs, '/');
-            rc = add_doc(&x, base ? base + 1 : docs, text, len);
-        }
-        free(text);
-    }
+    int rc = index_docs(&x, docs);
     kvt_rag_index *idx = NULL;
     if (!rc && kvt_rag_build_finish(x.b, &idx)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
@@ -380,6 +387,27 @@ static int http_post(const char *host, const char *port, const char *path, const
     return status;
 }
 
+/* The /v1/cache/prefill body for chunk c: the prompt a RAG request has up to
+ * the end of its first chunk, [system][user turn: chunk]. Malloc'd JSON. */
+static char *prefill_body(const char *system, const kvt_rag_chunk *c) {
+    cJSON *o = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(o, "messages"), *m;
+    if (system) {
+        cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", system);
+    }
+    cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", "");
+    cJSON *docs = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "kvtier"), "documents"), *d;
+    cJSON_AddItemToArray(docs, d = cJSON_CreateObject());
+    cJSON_AddStringToObject(d, "id", c->id);
+    cJSON_AddStringToObject(d, "text", c->text);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return body;
+}
+
 static int cmd_prewarm(int argc, char **argv) {
     const char *url = NULL, *path = NULL, *system = NULL, *key = getenv("KVTIER_API_KEY");
     int flush = 0;
@@ -418,22 +446,7 @@ static int cmd_prewarm(int argc, char **argv) {
     int rc = 0;
     for (int32_t i = 0; i < n && !rc; i++) {
         const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, i);
-        /* the prompt a RAG request has up to the end of its first chunk: [system][user turn: chunk] */
-        cJSON *o = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(o, "messages"), *m;
-        if (system) {
-            cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
-            cJSON_AddStringToObject(m, "role", "system");
-            cJSON_AddStringToObject(m, "content", system);
-        }
-        cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
-        cJSON_AddStringToObject(m, "role", "user");
-        cJSON_AddStringToObject(m, "content", "");
-        cJSON *docs = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "kvtier"), "documents"), *d;
-        cJSON_AddItemToArray(docs, d = cJSON_CreateObject());
-        cJSON_AddStringToObject(d, "id", c->id);
-        cJSON_AddStringToObject(d, "text", c->text);
-        char *body = cJSON_PrintUnformatted(o), *reply = NULL;
-        cJSON_Delete(o);
+        char *body = prefill_body(system, c), *reply = NULL;
         int status = http_post(host, port, "/v1/cache/prefill", key, body, &reply);
         free(body);
         cJSON *r = reply ? cJSON_Parse(reply) : NULL;

@@ -1,28 +1,24 @@
-/* `kvtier run` (stream a completion) and `kvtier eval` (prompt logits and a
- * greedy continuation as one JSON line, comparable with llama.cpp's). */
-#include <cjson/cJSON.h>
-#include <errno.h>
+/* `kvtier run`: its options, streaming each generation to stdout, the
+ * statistics line per prompt, the cache report at the end, and a stop signal
+ * ending the run cleanly. The prompts file (-f) is cli_run_file.c's. */
 #include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli.h"
+#include "cli_run.h"
 #include "common.h"
 #include "kvtier.h"
-/* What kvtier.h does not give (yet), and why these commands need it: */
-#include "api_openai.h" /* run -f's JSON lines: the server's session and document parsers */
-#include "engine.h"     /* eval: logits at every prompt position; the public API returns tokens only */
-#include "generate.h"   /* run: one sampler across the prompts of -f, --no-cache and --ignore-eos */
+/* What kvtier.h does not give (yet), and why run needs it: */
+#include "api_utf8.h"   /* the streamed text: whole characters only */
+#include "generate.h"   /* one sampler across the prompts of -f, --no-cache and --ignore-eos */
 #include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
-#include "sampler.h"    /* run's sampler; eval's argmax */
+#include "sampler.h"    /* the sampler */
 
-#define EVAL_DEFAULT_N 16
 #define RUN_DEFAULT_N 128
-#define TOP_N 5              /* logits printed per prompt position */
 #define PIECE_MAX 256        /* bytes of one token's text */
 #define PATH_MAX_LEN 4096
 #define MAX_TOKENS (1L << 24)
@@ -31,207 +27,6 @@
 #define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
 #define STR_(x) #x
 #define STR(x) STR_(x) /* a default's value in --help text */
-
-/* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
-static int parse_tokens(const char *s, int32_t **out, size_t *n) {
-    size_t cap = 16, len = 0;
-    int32_t *t = kvt_xmalloc(cap * sizeof *t);
-    while (*s) {
-        if (*s == ' ' || *s == ',' || *s == '\t' || *s == '\n') {
-            s++;
-            continue;
-        }
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (errno || end == s || v < 0 || v > INT32_MAX) {
-            free(t);
-            return -1;
-        }
-        if (len == cap) t = kvt_xrealloc(t, (cap *= 2) * sizeof *t);
-        t[len++] = (int32_t)v;
-        s = end;
-    }
-    *out = t;
-    *n = len;
-    return 0;
-}
-
-static void top_n(const float *x, int32_t n, int32_t *idx) {
-    for (int k = 0; k < TOP_N; k++) idx[k] = -1;
-    for (int32_t i = 0; i < n; i++)
-        for (int k = 0; k < TOP_N; k++)
-            if (idx[k] < 0 || x[i] > x[idx[k]]) {
-                memmove(idx + k + 1, idx + k, (size_t)(TOP_N - 1 - k) * sizeof *idx);
-                idx[k] = i;
-                break;
-            }
-}
-
-/* An engine with room for one sequence of n_ctx tokens. */
-static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt,
-                       kvt_engine **e) {
-    kvt_engine_params p = kvt_engine_default_params();
-    p.n_threads = threads;
-    p.n_ctx = n_ctx;
-    p.block_size = block;
-    p.kv_dtype = dt;
-    p.max_seqs = 1;
-    p.n_pages = (n_ctx + block - 1) / block;
-    return kvt_engine_new(m, p, e);
-}
-
-/* ---- eval ------------------------------------------------------------------ */
-
-void kvt_usage_eval(FILE *f) {
-    fprintf(f,
-            "usage: kvtier eval -m MODEL [options] [TEXT]\n\n"
-            "Prints one JSON line: the prompt's token ids, the top-%d logits at every prompt\n"
-            "position, and a greedy continuation (argmax fed back, never stopping early),\n"
-            "in the format of llama.cpp's reference outputs.\n\n"
-            "  -m, --model FILE   GGUF model (required)\n"
-            "  TEXT               prompt text, tokenized with the model's tokenizer\n"
-            "  --tokens \"1 2 3\"   use these token ids verbatim instead of TEXT (no BOS added)\n"
-            "  --no-bos           do not prepend BOS when tokenizing TEXT (by default BOS and\n"
-            "                     EOS are added as llama.cpp does for the model; the\n"
-            "                     add_bos field says whether BOS was)\n"
-            "  -n N               greedy tokens to generate (default %d)\n"
-            "  -t, --threads N    worker threads (default: all CPUs)\n",
-            TOP_N, EVAL_DEFAULT_N);
-    kvt_cli_kv_type_help(f);
-    fprintf(f, "  -h, --help         this help\n");
-}
-
-int kvt_cmd_eval(int argc, char **argv) {
-    const char *model_path = NULL, *text = NULL, *tokens_arg = NULL;
-    int no_bos = 0, threads = kvt_cli_default_threads();
-    long n_gen = EVAL_DEFAULT_N;
-    kvt_kv_dtype dt = KVT_KV_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int kf;
-        if (kvt_cli_is_help(a)) {
-            kvt_usage_eval(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(tokens_arg = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--no-bos")) {
-            no_bos = 1;
-        } else if ((kf = kvt_cli_kv_type_flag(argc, argv, &i, &dt))) {
-            if (kf < 0) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            long t;
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (t = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return 2;
-            threads = (int)t;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "kvtier eval: unknown option '%s'\n", a);
-            kvt_usage_eval(stderr);
-            return 2;
-        } else if (!text) {
-            text = a;
-        } else {
-            fprintf(stderr, "kvtier eval: only one TEXT argument is allowed\n");
-            return 2;
-        }
-    }
-    if (!model_path || (!text == !tokens_arg)) {
-        fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
-        kvt_usage_eval(stderr);
-        return 2;
-    }
-    kvt_model *m = NULL;
-    int rc = kvt_model_load(model_path, kvt_model_default_params(), &m);
-    if (rc) {
-        fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
-        return 1;
-    }
-    int32_t *toks = NULL;
-    size_t n_tok = 0;
-    /* the same rule as run, serve and tokenize */
-    kvt_model_info info = kvt_model_get_info(m);
-    int add_bos = !tokens_arg && !no_bos && info.add_bos;
-    if (tokens_arg) {
-        if (parse_tokens(tokens_arg, &toks, &n_tok)) {
-            fprintf(stderr, "kvtier eval: --tokens expects token ids, got '%s'\n", tokens_arg);
-            kvt_model_free(m);
-            return 2;
-        }
-    } else if ((kvt_fail(0, "%s", ""), rc = kvt_model_tokenize(m, text, strlen(text),
-                                                         KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0),
-                                                         0, &toks, &n_tok))) {
-        fprintf(stderr, "kvtier eval: cannot tokenize: %s %s\n", kvt_strerror(rc), kvt_errmsg());
-        kvt_model_free(m);
-        return 1;
-    }
-    int32_t V = info.n_vocab;
-    for (size_t i = 0; i < n_tok; i++)
-        if (toks[i] < 0 || toks[i] >= V) {
-            fprintf(stderr, "kvtier eval: token %d is outside the vocabulary of %d\n", toks[i], V);
-            free(toks);
-            kvt_model_free(m);
-            return 2;
-        }
-    if (n_tok == 0 || n_tok + (size_t)n_gen > (size_t)INT32_MAX) {
-        fprintf(stderr, "kvtier eval: the prompt is empty or too long\n");
-        free(toks);
-        kvt_model_free(m);
-        return 2;
-    }
-    kvt_engine *e = NULL;
-    int32_t seq = 0;
-    if ((rc = make_engine(m, threads, (int32_t)(n_tok + (size_t)n_gen), KVT_DEFAULT_BLOCK_SIZE, dt, &e)) ||
-        (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
-        fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
-        free(toks);
-        kvt_engine_free(e);
-        kvt_model_free(m);
-        return 1;
-    }
-    printf("{\"model\":");
-    const char *base = strrchr(model_path, '/');
-    kvt_cli_json_string(stdout, base ? base + 1 : model_path);
-    printf(",\"prompt\":");
-    kvt_cli_json_string(stdout, text ? text : "");
-    printf(",\"add_bos\":%s,\"prompt_tokens\":[", add_bos ? "true" : "false");
-    for (size_t i = 0; i < n_tok; i++) printf("%s%d", i ? "," : "", toks[i]);
-    printf("],\"prompt_logits_top5\":[");
-
-    /* the prompt goes in chunks so only one chunk's logits are held at once */
-    int32_t chunk = kvt_engine_params_of(e).n_batch;
-    float *logits = kvt_xmalloc((size_t)chunk * (size_t)V * sizeof(float));
-    int32_t next = 0;
-    for (size_t c0 = 0; c0 < n_tok && !rc; c0 += (size_t)chunk) {
-        int32_t n = (int32_t)KVT_MIN((size_t)chunk, n_tok - c0);
-        if ((rc = kvt_engine_feed(e, seq, toks + c0, n, 1, logits))) break;
-        for (int32_t i = 0; i < n; i++) {
-            const float *lg = logits + (size_t)i * (size_t)V;
-            int32_t idx[TOP_N];
-            top_n(lg, V, idx);
-            printf("%s[", c0 + (size_t)i ? "," : "");
-            for (int k = 0; k < TOP_N; k++) printf("%s[%d,%.9g]", k ? "," : "", idx[k], (double)lg[idx[k]]);
-            printf("]");
-            next = idx[0];
-        }
-    }
-    printf("],\"greedy\":[");
-    for (long g = 0; g < n_gen && !rc; g++) {
-        printf("%s%d", g ? "," : "", next);
-        if (g + 1 < n_gen && !(rc = kvt_engine_feed(e, seq, &next, 1, 0, logits))) next = kvt_argmax(logits, V);
-    }
-    printf("]}\n");
-    if (rc) fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
-    free(logits);
-    free(toks);
-    kvt_engine_free(e);
-    kvt_model_free(m);
-    return rc ? 1 : 0;
-}
-
-/* ---- run -------------------------------------------------------------------- */
 
 enum {
     R_MODEL = 1, R_PROMPT, R_FILE, R_N_PREDICT, R_TEMP, R_TOP_K, R_TOP_P, R_SEED, R_THREADS, R_KV_ACTIVE, R_KV_RAM,
@@ -386,149 +181,6 @@ static int stream_token(void *ctx, int32_t tok) {
     return 0;
 }
 
-/* What one line of -f asks for. JSON lines may carry kvtier's session
- * controls, as the server's requests do: {"prompt", "kvtier": {session_id,
- * priority, keep_warm_s}} keeps that session's context warm after the line
- * runs; {"action": "prefetch" | "pin", "prompt"} restores / pins a prefix
- * (pins hold until the run ends or an {"action": "unpin", "prompt"} line);
- * {"action": "end_session", "kvtier": {"session_id"}} ends a warm session. */
-typedef enum { LINE_GENERATE, LINE_PREFETCH, LINE_PIN, LINE_UNPIN, LINE_END_SESSION } line_action;
-
-typedef struct {
-    char *prompt;            /* NULL for end_session */
-    line_action action;
-    kvt_api_session session;
-    kvt_document *docs;      /* "kvtier": {"documents": [...]}: fixed context blocks before the prompt */
-    size_t n_docs;
-} run_line;
-
-static const char *const line_actions[] = {"generate", "prefetch", "pin", "unpin", "end_session"};
-
-/* Parses one JSON line into *out. Returns 0, or -1 after printing why. */
-static int parse_json_line(const char *path, long lineno, const char *line, run_line *out) {
-    cJSON *j = cJSON_Parse(line);
-    const char *why = NULL;
-    kvt_api_error err;
-    if (!cJSON_IsObject(j)) why = "expected a JSON object with a \"prompt\" string";
-    for (const cJSON *f = j ? j->child : NULL; f && !why; f = f->next)
-        if (strcmp(f->string, "prompt") && strcmp(f->string, "kvtier") && strcmp(f->string, "action") &&
-            strcmp(f->string, "id"))
-            why = "unknown field (known: prompt, kvtier, action, id)";
-    const cJSON *act = j ? cJSON_GetObjectItemCaseSensitive(j, "action") : NULL;
-    if (!why && act) {
-        size_t a = 0;
-        while (a < KVT_ARRAY_LEN(line_actions) && !(cJSON_IsString(act) && !strcmp(act->valuestring, line_actions[a])))
-            a++;
-        if (a == KVT_ARRAY_LEN(line_actions)) why = "\"action\" must be generate, prefetch, pin, unpin or end_session";
-        else out->action = (line_action)a;
-    }
-    if (!why && (kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err) ||
-                 kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err)))
-        why = err.message;
-    const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
-    if (!why && out->action != LINE_END_SESSION && !cJSON_IsString(pr)) why = "expected a \"prompt\" string";
-    if (!why && out->action == LINE_END_SESSION && !out->session.session_id[0])
-        why = "end_session needs \"kvtier\": {\"session_id\": ...}";
-    if (why) {
-        fprintf(stderr, "kvtier run: %s:%ld: %s\n", path, lineno, why);
-        kvt_api_documents_free(out->docs, out->n_docs);
-        out->docs = NULL;
-        out->n_docs = 0;
-    } else if (cJSON_IsString(pr)) {
-        out->prompt = kvt_xstrdup(pr->valuestring);
-    }
-    cJSON_Delete(j);
-    return why ? -1 : 0;
-}
-
-/* Reads the prompts of -f: one per line; a line starting with '{' is JSON
- * (see run_line). Empty lines are skipped. Returns the count or -1. */
-static long read_prompts(const char *path, run_line **out) {
-    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "kvtier run: cannot open %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    run_line *v = NULL;
-    char *line = NULL;
-    size_t cap = 0, n = 0, alloc = 0;
-    ssize_t len;
-    long lineno = 0;
-    int bad = 0;
-    while (!bad && (len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (!len) continue;
-        if (n == alloc) v = kvt_xrealloc(v, (alloc = alloc ? alloc * 2 : 16) * sizeof *v);
-        run_line *l = &v[n];
-        memset(l, 0, sizeof *l);
-        l->session.keep_warm_s = -1;
-        if (line[0] == '{') bad = parse_json_line(path, lineno, line, l);
-        else l->prompt = kvt_xstrdup(line);
-        n += !bad;
-    }
-    free(line);
-    if (f != stdin) fclose(f);
-    if (bad) {
-        for (size_t i = 0; i < n; i++) {
-            free(v[i].prompt);
-            kvt_api_documents_free(v[i].docs, v[i].n_docs);
-        }
-        free(v);
-        return -1;
-    }
-    *out = v;
-    return (long)n;
-}
-
-/* A pin made by a "pin" line, released by "unpin" with the same prompt or at the end. */
-typedef struct {
-    char *prompt;
-    kvt_pin *pin;
-} run_pin;
-
-/* Runs a non-generating line (prefetch, pin, unpin, end_session) against the cache. */
-static void run_action(kvt_cache *cache, const run_line *l, const int32_t *toks, size_t n_tok, const char *salt,
-                       run_pin **pins, size_t *n_pins, long k) {
-    size_t sl = salt ? strlen(salt) : 0;
-    int rc = 0;
-    switch (l->action) {
-    case LINE_PREFETCH:
-        rc = kvt_cache_prefetch(cache, toks, (int32_t)n_tok, salt, sl);
-        if (rc >= 0) fprintf(stderr, "kvtier run: [%ld] prefetch: %d of %zu tokens resident\n", k, rc, n_tok);
-        break;
-    case LINE_PIN: {
-        kvt_pin *pin = NULL;
-        rc = kvt_cache_pin(cache, toks, (int32_t)n_tok, salt, sl, &pin);
-        if (rc >= 0) {
-            fprintf(stderr, "kvtier run: [%ld] pin: %d of %zu tokens pinned in T0\n", k, rc, n_tok);
-            *pins = kvt_xrealloc(*pins, (*n_pins + 1) * sizeof **pins);
-            (*pins)[(*n_pins)++] = (run_pin){kvt_xstrdup(l->prompt), pin};
-        }
-        break;
-    }
-    case LINE_UNPIN:
-        for (size_t i = 0; i < *n_pins; i++)
-            if (!strcmp((*pins)[i].prompt, l->prompt)) {
-                kvt_cache_release(cache, (*pins)[i].pin);
-                free((*pins)[i].prompt);
-                (*pins)[i] = (*pins)[--*n_pins];
-                fprintf(stderr, "kvtier run: [%ld] unpinned\n", k);
-                return;
-            }
-        fprintf(stderr, "kvtier run: [%ld] unpin: no pin for that prompt\n", k);
-        return;
-    case LINE_END_SESSION:
-        rc = kvt_cache_end_session(cache, l->session.session_id);
-        fprintf(stderr, "kvtier run: [%ld] end_session %s: %s\n", k, l->session.session_id,
-                rc ? "not warm" : "released");
-        return;
-    case LINE_GENERATE:
-        return;
-    }
-    if (rc < 0) fprintf(stderr, "kvtier run: [%ld] %s: %s\n", k, line_actions[l->action], kvt_errmsg());
-}
-
 /* One run invocation while it goes through its prompts. */
 typedef struct {
     const run_args *x;
@@ -554,7 +206,7 @@ static int load_prompts(run_ctx *c) {
         c->n_prompts = 1;
         return 0;
     }
-    if ((c->n_prompts = read_prompts(x->prompt_file, &c->prompts)) < 0) {
+    if ((c->n_prompts = kvt_run_read_lines(x->prompt_file, &c->prompts)) < 0) {
         c->n_prompts = 0;
         return -1;
     }
@@ -657,16 +309,16 @@ static int run_prompt(run_ctx *c, long k) {
     size_t n_tok = 0;
     kvt_fail(0, "%s", "");
     if (ln->action != LINE_GENERATE && !c->cache) {
-        fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1, line_actions[ln->action]);
+        fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1, kvt_run_action_name(ln->action));
         return 1;
     }
     if (ln->action == LINE_END_SESSION) {
-        run_action(c->cache, ln, NULL, 0, x->salt, &c->pins, &c->n_pins, k + 1);
+        kvt_run_action(c->cache, ln, NULL, 0, x->salt, &c->pins, &c->n_pins, k + 1);
         return 0;
     }
     if (prompt_tokens(c, k, &toks, &n_tok)) return 1;
     if (ln->action != LINE_GENERATE) {
-        run_action(c->cache, ln, toks, n_tok, x->salt, &c->pins, &c->n_pins, k + 1);
+        kvt_run_action(c->cache, ln, toks, n_tok, x->salt, &c->pins, &c->n_pins, k + 1);
         free(toks);
         return 0;
     }
@@ -733,11 +385,7 @@ static void run_ctx_free(run_ctx *c) {
     kvt_cache_free(c->cache);
     kvt_engine_free(c->e);
     kvt_model_free(c->m);
-    for (long k = 0; k < c->n_prompts && c->prompts; k++) {
-        free(c->prompts[k].prompt);
-        kvt_api_documents_free(c->prompts[k].docs, c->prompts[k].n_docs);
-    }
-    free(c->prompts);
+    kvt_run_lines_free(c->prompts, (size_t)c->n_prompts);
 }
 
 int kvt_cmd_run(int argc, char **argv) {

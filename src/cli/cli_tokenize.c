@@ -70,24 +70,30 @@ static void print_piece(const kvt_model *t, int32_t id) {
     if (buf != small) free(buf);
 }
 
-int kvt_cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *text = NULL;
-    int no_bos = 0, special = 0, pieces = 0;
+/* What tokenize's command line sets. */
+typedef struct {
+    const char *model, *file, *text;
+    int no_bos, special, pieces;
+} tokenize_args;
+
+/* Parses tokenize's command line into *x. Returns 0, -1 after --help, or 2
+ * after printing a usage error. */
+static int tokenize_parse(int argc, char **argv, tokenize_args *x) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (kvt_cli_is_help(a)) {
             kvt_usage_tokenize(stdout);
-            return 0;
+            return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(x->model = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(x->file = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-bos")) {
-            no_bos = 1;
+            x->no_bos = 1;
         } else if (!strcmp(a, "--special")) {
-            special = 1;
+            x->special = 1;
         } else if (!strcmp(a, "--pieces")) {
-            pieces = 1;
+            x->pieces = 1;
         } else if (a[0] == '-' && a[1] && strcmp(a, "--")) {
             fprintf(stderr, "kvtier tokenize: unknown option '%s'\n", a);
             kvt_usage_tokenize(stderr);
@@ -97,24 +103,32 @@ int kvt_cmd_tokenize(int argc, char **argv) {
                 if (++i >= argc) break;
                 a = argv[i];
             }
-            if (text) {
+            if (x->text) {
                 fprintf(stderr, "kvtier tokenize: one TEXT only (quote it)\n");
                 return 2;
             }
-            text = a;
+            x->text = a;
         }
     }
-    if (!model) {
+    if (!x->model) {
         fprintf(stderr, "kvtier tokenize: -m MODEL is required\n");
         kvt_usage_tokenize(stderr);
         return 2;
     }
-    if (!text == !file) {
+    if (!x->text == !x->file) {
         fprintf(stderr, "kvtier tokenize: give either TEXT or -f FILE\n");
         kvt_usage_tokenize(stderr);
         return 2;
     }
+    return 0;
+}
 
+int kvt_cmd_tokenize(int argc, char **argv) {
+    tokenize_args x = {0};
+    int prc = tokenize_parse(argc, argv, &x);
+    if (prc) return prc < 0 ? 0 : prc;
+    const char *model = x.model, *file = x.file, *text = x.text;
+    int no_bos = x.no_bos, special = x.special, pieces = x.pieces;
     size_t len;
     char *buf = NULL;
     if (file) {

@@ -121,6 +121,35 @@ static void scratch_layout(kvt_engine *e) {
     e->scratch_stride = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
 }
 
+/* The forward pass's buffers for a batch of p.n_batch tokens (shapes in
+ * kvt_engine's fields), and the per-thread scratch. */
+static void alloc_activations(kvt_engine *e) {
+    const kvt_hparams *hp = &e->model->hp;
+    int64_t nb = e->p.n_batch, rope_half = hp->rope_dim / 2;
+    e->x = alloc_f32(nb * hp->n_embd);
+    e->xb = alloc_f32(nb * hp->n_embd);
+    e->q = alloc_f32(nb * e->q_dim);
+    e->k = alloc_f32(nb * e->kv_dim);
+    e->v = alloc_f32(nb * e->kv_dim);
+    e->att = alloc_f32(nb * e->q_dim);
+    e->hb = alloc_f32(nb * hp->n_ff);
+    e->hb2 = alloc_f32(nb * hp->n_ff);
+    e->rope_cos = alloc_f32(nb * rope_half);
+    e->rope_sin = alloc_f32(nb * rope_half);
+    if (hp->rope_base_swa > 0) {
+        e->rope_cos_alt = alloc_f32(nb * rope_half);
+        e->rope_sin_alt = alloc_f32(nb * rope_half);
+    }
+    e->pos = alloc_i32(nb);
+    e->tseq = alloc_i32(nb);
+    e->tpage = alloc_i32(nb);
+    e->tslot = alloc_i32(nb);
+    e->wanted = alloc_i32(nb);
+    scratch_layout(e);
+    e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
+    e->qrow = kvt_xmalloc(e->row_bytes);
+}
+
 int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out) {
     *out = NULL;
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
@@ -177,29 +206,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         kvt_engine_free(e);
         return kvt_fail(-ENOMEM, "cannot start %d worker threads", p.n_threads);
     }
-    int64_t nb = p.n_batch, rope_half = hp->rope_dim / 2;
-    e->x = alloc_f32(nb * hp->n_embd);
-    e->xb = alloc_f32(nb * hp->n_embd);
-    e->q = alloc_f32(nb * e->q_dim);
-    e->k = alloc_f32(nb * e->kv_dim);
-    e->v = alloc_f32(nb * e->kv_dim);
-    e->att = alloc_f32(nb * e->q_dim);
-    e->hb = alloc_f32(nb * hp->n_ff);
-    e->hb2 = alloc_f32(nb * hp->n_ff);
-    e->rope_cos = alloc_f32(nb * rope_half);
-    e->rope_sin = alloc_f32(nb * rope_half);
-    if (hp->rope_base_swa > 0) {
-        e->rope_cos_alt = alloc_f32(nb * rope_half);
-        e->rope_sin_alt = alloc_f32(nb * rope_half);
-    }
-    e->pos = alloc_i32(nb);
-    e->tseq = alloc_i32(nb);
-    e->tpage = alloc_i32(nb);
-    e->tslot = alloc_i32(nb);
-    e->wanted = alloc_i32(nb);
-    scratch_layout(e);
-    e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
-    e->qrow = kvt_xmalloc(e->row_bytes);
+    alloc_activations(e);
     *out = e;
     return 0;
 }

@@ -450,31 +450,45 @@ static void write_layer(kvt_gguf_writer *w, const kvt_mkmodel_params *p, int32_t
     }
 }
 
-int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
-    int rc = check_params(p);
-    if (rc) return rc;
-    kvt_gguf *src = NULL;
-    int64_t vocab = p->vocab;
+/* The vocabulary size, and with --vocab-from the GGUF whose tokenizer is
+ * copied (*src, closed by the caller): p->vocab, or the tokenizer's (or the
+ * built-in one's) size when 0; never fewer than the tokenizer has. 0, or an
+ * error code with the reason (*src then NULL). */
+static int resolve_vocab(const kvt_mkmodel_params *p, kvt_gguf **src, int64_t *vocab) {
+    int rc;
+    *src = NULL;
+    *vocab = p->vocab;
     if (p->vocab_from) {
-        if ((rc = kvt_gguf_open(p->vocab_from, &src))) return rc;
+        if ((rc = kvt_gguf_open(p->vocab_from, src))) return rc;
         const kvt_gguf_kv *toks;
-        if ((rc = kvt_gguf_get_arr(src, "tokenizer.ggml.tokens", &toks))) {
-            kvt_gguf_close(src);
+        if ((rc = kvt_gguf_get_arr(*src, "tokenizer.ggml.tokens", &toks))) {
+            kvt_gguf_close(*src);
+            *src = NULL;
             return kvt_fail_prefix(rc, "%s: ", p->vocab_from);
         }
-        if (vocab == 0) vocab = (int64_t)toks->arr_n;
-        if (vocab < (int64_t)toks->arr_n) {
-            kvt_gguf_close(src);
-            return kvt_fail(KVT_EARG, "--vocab %lld is smaller than the tokenizer's %llu tokens", (long long)vocab,
+        if (*vocab == 0) *vocab = (int64_t)toks->arr_n;
+        if (*vocab < (int64_t)toks->arr_n) {
+            kvt_gguf_close(*src);
+            *src = NULL;
+            return kvt_fail(KVT_EARG, "--vocab %lld is smaller than the tokenizer's %llu tokens", (long long)*vocab,
                             (unsigned long long)toks->arr_n);
         }
     } else {
-        if (vocab == 0) vocab = kvt_mkmodel_builtin_min_vocab();
-        if (vocab < kvt_mkmodel_builtin_min_vocab()) {
+        if (*vocab == 0) *vocab = kvt_mkmodel_builtin_min_vocab();
+        if (*vocab < kvt_mkmodel_builtin_min_vocab()) {
             return kvt_fail(KVT_EARG, "--vocab must be at least %d for the built-in vocabulary",
                             kvt_mkmodel_builtin_min_vocab());
         }
     }
+    return 0;
+}
+
+int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
+    int rc = check_params(p);
+    if (rc) return rc;
+    kvt_gguf *src = NULL;
+    int64_t vocab = 0;
+    if ((rc = resolve_vocab(p, &src, &vocab))) return rc;
     plan.p = *p;
     plan.vocab = vocab;
     fill_ctx fc = {p->seed};

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_openai.h"
+#include "api_utf8.h"
 #include "common.h"
 
 #define TEXT_CAP 160

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_utf8.h"
 #include "common.h"
 
 #define PIECE_INIT 64 /* bytes of one token's text, grown as needed */

@@ -1,5 +1,7 @@
-/* OpenAI request parsing/validation and response JSON (cJSON). Errors name the
- * offending field in "param", as OpenAI does, so clients can show them. */
+/* OpenAI request parsing and validation (cJSON, api_openai.h): the raw-body
+ * pass before parsing, then each field. Errors name the offending field in
+ * "param", as OpenAI does, so clients can show them. Responses are in
+ * api_response.c, the field audit in api_audit.c. */
 #include "api_openai.h"
 
 #include <cjson/cJSON.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_audit.h"
 #include "api_tools.h"
 #include "common.h"
 
@@ -17,8 +20,6 @@
 #define MAX_REPEAT_PENALTY 10.0
 #define MAX_LOGIT_BIAS 100.0
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
-#define UTF8_REPLACEMENT "\xEF\xBF\xBD"
-#define UTF8_REPLACEMENT_LEN 3
 
 static const char *const INVALID = "invalid_request_error";
 
@@ -35,63 +36,6 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return KVT_EARG;
-}
-
-/* ---- UTF-8 ----------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid or truncated. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    /* overlong forms, surrogates and values past U+10FFFF are invalid */
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
-char *kvt_utf8_sanitize(const char *in, size_t n, size_t *out_len) {
-    const unsigned char *s = (const unsigned char *)in;
-    char *out = kvt_xmalloc(n * UTF8_REPLACEMENT_LEN + 1);
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(s + i, n - i);
-        if (l == 0 || s[i] == 0) {
-            memcpy(out + o, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
-            o += UTF8_REPLACEMENT_LEN;
-            i++;
-        } else {
-            memcpy(out + o, s + i, l);
-            o += l;
-            i += l;
-        }
-    }
-    out[o] = 0;
-    if (out_len) *out_len = o;
-    return out;
-}
-
-size_t kvt_utf8_complete_prefix(const char *buf, size_t n) {
-    const unsigned char *s = (const unsigned char *)buf;
-    for (size_t back = 1; back <= 4 && back <= n; back++) {
-        unsigned char c = s[n - back];
-        if ((c & 0xC0) == 0x80) continue; /* continuation byte: look further back for the lead */
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (want <= back) return n;
-        /* hold back only a lead whose continuation bytes so far are right: it may still complete */
-        return n - back;
-    }
-    return n;
 }
 
 /* ---- parsing --------------------------------------------------------------- */
@@ -277,102 +221,6 @@ static int parse_logprobs(const cJSON *root, kvt_api_request *r, kvt_api_error *
     return 0;
 }
 
-/* ---- the field audit ------------------------------------------------------ */
-
-/* Every request field OpenAI's and llama.cpp's clients send that kvtier does
- * not read elsewhere, with what kvtier does with it. The rule for the whole
- * API: a field that would change the output is honoured or rejected with a
- * 400 naming it, never silently ignored. A field here is accepted at its
- * neutral value (null, absent, or the value that changes nothing) and
- * rejected at any other; AUDIT_ACCEPT fields never change the output. The
- * table in README.md's Server section lists the same, with the honoured ones. */
-typedef enum {
-    AUDIT_ACCEPT,   /* does not change the output: accepted and ignored */
-    AUDIT_NUMBER,   /* a number equal to neutral */
-    AUDIT_FALSE,    /* false */
-    AUDIT_EMPTY,    /* "", [] or {} */
-    AUDIT_STRINGS,  /* one of the comma-separated strings in allowed */
-    AUDIT_NULL,     /* null (or absent) only */
-    AUDIT_TEXT_MODALITY, /* modalities ["text"] */
-} audit_rule;
-
-typedef struct {
-    const char *name;
-    audit_rule rule;
-    double neutral;      /* AUDIT_NUMBER */
-    const char *allowed; /* AUDIT_STRINGS; also how the message names the neutral value */
-} audit_field;
-
-static const audit_field AUDIT[] = {
-    /* the output does not depend on these */
-    {"user", AUDIT_ACCEPT, 0, NULL},
-    {"metadata", AUDIT_ACCEPT, 0, NULL},
-    {"store", AUDIT_ACCEPT, 0, NULL},
-    {"service_tier", AUDIT_ACCEPT, 0, NULL},
-    {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
-    {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
-    {"prediction", AUDIT_ACCEPT, 0, NULL},          /* predicted outputs speed up; the output stays the same */
-    {"cache_prompt", AUDIT_ACCEPT, 0, NULL},        /* llama.cpp: kvtier always caches */
-    /* not supported yet: refused unless neutral */
-    {"best_of", AUDIT_NUMBER, 1, "1"},
-    {"echo", AUDIT_FALSE, 0, "false"},
-    {"suffix", AUDIT_EMPTY, 0, "\"\""},
-    {"typical_p", AUDIT_NUMBER, 1, "1"},
-    {"tfs_z", AUDIT_NUMBER, 1, "1"},
-    {"mirostat", AUDIT_NUMBER, 0, "0"},
-    {"dynatemp_range", AUDIT_NUMBER, 0, "0"},
-    {"xtc_probability", AUDIT_NUMBER, 0, "0"},
-    {"dry_multiplier", AUDIT_NUMBER, 0, "0"},
-    {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
-    {"functions", AUDIT_EMPTY, 0, "[] (use tools)"},
-    {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)"},
-    {"grammar", AUDIT_EMPTY, 0, "\"\" (use response_format)"},
-    {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]"},
-    {"audio", AUDIT_NULL, 0, "null"},
-    {"reasoning_effort", AUDIT_NULL, 0, "null"},
-    {"verbosity", AUDIT_NULL, 0, "null"},
-    {"web_search_options", AUDIT_NULL, 0, "null"},
-};
-
-static int audit_neutral(const audit_field *f, const cJSON *v) {
-    switch (f->rule) {
-    case AUDIT_ACCEPT: return 1;
-    case AUDIT_NUMBER: return cJSON_IsNumber(v) && v->valuedouble == f->neutral;
-    case AUDIT_FALSE: return cJSON_IsFalse(v);
-    case AUDIT_EMPTY:
-        return (cJSON_IsString(v) && !*v->valuestring) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child);
-    case AUDIT_STRINGS: {
-        if (!cJSON_IsString(v)) return 0;
-        size_t n = strlen(v->valuestring);
-        for (const char *p = f->allowed; *p;) {
-            size_t l = strcspn(p, ",");
-            if (l == n && !strncmp(p, v->valuestring, n)) return 1;
-            p += l + (p[l] == ',');
-        }
-        return 0;
-    }
-    case AUDIT_NULL: return 0;
-    case AUDIT_TEXT_MODALITY:
-        return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child) &&
-               !strcmp(v->child->valuestring, "text");
-    }
-    return 0;
-}
-
-/* A 400 naming the first field of AUDIT that is present and not neutral. */
-static int audit_fields(const cJSON *root, kvt_api_error *err) {
-    for (size_t i = 0; i < KVT_ARRAY_LEN(AUDIT); i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, AUDIT[i].name);
-        if (!v || cJSON_IsNull(v) || audit_neutral(&AUDIT[i], v)) continue;
-        const char *name = AUDIT[i].name; /* static: err->param may keep it */
-        return kvt_api_errorf(err, 400, INVALID, name, "unsupported_parameter",
-                              "'%s' is not supported yet: kvtier would ignore it and the output would differ from what "
-                              "it asks; leave it out or send null or %s",
-                              name, AUDIT[i].allowed);
-    }
-    return 0;
-}
-
 /* presence_penalty, frequency_penalty (OpenAI), repeat_penalty, penalty_last_n
  * and min_p (llama.cpp) and logit_bias {"id": bias} (OpenAI). */
 static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
@@ -435,7 +283,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         r->model = kvt_xstrdup(model->valuestring);
     }
     if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err)) return -1;
-    if (audit_fields(root, err) || kvt_api_parse_tools(root, r, err)) return -1;
+    if (kvt_api_audit_fields(root, err) || kvt_api_parse_tools(root, r, err)) return -1;
 
     double d;
     int has, has2;
@@ -705,245 +553,4 @@ void kvt_api_request_free(kvt_api_request *r) {
     kvt_api_documents_free(r->docs, r->n_docs);
     free(r->rag_json);
     memset(r, 0, sizeof *r);
-}
-
-/* ---- responses --------------------------------------------------------------- */
-
-static char *print_free(cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!s) s = kvt_xstrdup("{}"); /* cJSON fails only when out of memory */
-    return s;
-}
-
-cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", h->id);
-    cJSON_AddStringToObject(o, "object",
-                            h->kind == KVT_API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                    : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)h->created);
-    cJSON_AddStringToObject(o, "model", h->model);
-    cJSON_AddNullToObject(o, "system_fingerprint");
-    return o;
-}
-
-static cJSON *usage_obj(const kvt_api_usage *u) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
-    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
-    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
-    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
-    return o;
-}
-
-cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
-    static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
-    cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
-    if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
-    if (u->has_reuse_stop) {
-        const kvt_reuse_stop *rs = &u->reuse_stop;
-        cJSON *w = cJSON_AddObjectToObject(o, "reuse_stop");
-        cJSON_AddNumberToObject(w, "block", rs->block);
-        cJSON_AddNumberToObject(w, "token_offset", rs->token_offset);
-        cJSON_AddStringToObject(w, "reason", kvt_reuse_reason_name(rs->reason));
-        if (rs->reason == KVT_REUSE_DIVERGED) {
-            cJSON_AddStringToObject(w, "prompt_text", u->stop_prompt_text);
-            cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
-            cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens"), *b = cJSON_AddArrayToObject(w, "cached_tokens");
-            for (int32_t i = 0; i < rs->n_prompt_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
-            for (int32_t i = 0; i < rs->n_cached_ids; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber(rs->cached_ids[i]));
-        }
-    }
-    if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
-    if (u->admission_seq) {
-        cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);
-        cJSON_AddNumberToObject(o, "admission_seq", (double)u->admission_seq);
-    }
-    cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
-    for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
-    cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
-    cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
-    if (u->disk_decision) cJSON_AddStringToObject(o, "disk_blocks", u->disk_decision);
-    cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);
-    cJSON_AddNumberToObject(o, "ttft_ms", u->ttft_ms);
-    return o;
-}
-
-static void add_reason(cJSON *o, const char *finish_reason) {
-    if (finish_reason) cJSON_AddStringToObject(o, "finish_reason", finish_reason);
-    else cJSON_AddNullToObject(o, "finish_reason");
-}
-
-/* A token's text for logprobs: its bytes (control tokens as their text),
- * malloc'd into *bytes (*n of them), and as a valid UTF-8 string (returned). */
-static char *token_text(const kvt_tokenizer *t, int32_t id, char **bytes, size_t *n) {
-    char small[64];
-    int len = kvt_token_piece(t, id, small, sizeof small, 1);
-    if (len < 0) len = 0;
-    *bytes = kvt_xmalloc((size_t)len + 1);
-    if ((size_t)len <= sizeof small) memcpy(*bytes, small, (size_t)len);
-    else kvt_token_piece(t, id, *bytes, (size_t)len, 1);
-    *n = (size_t)len;
-    return kvt_utf8_sanitize(*bytes, *n, NULL);
-}
-
-/* {"token", "logprob", "bytes"} of one token (chat's shape). */
-static cJSON *chat_token(const kvt_tokenizer *t, int32_t id, double logprob) {
-    char *bytes;
-    size_t n;
-    char *text = token_text(t, id, &bytes, &n);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "token", text);
-    cJSON_AddNumberToObject(o, "logprob", logprob);
-    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)bytes[i]));
-    free(text);
-    free(bytes);
-    return o;
-}
-
-static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
-    if (!lp) return cJSON_CreateNull();
-    cJSON *o = cJSON_CreateObject();
-    if (kind == KVT_API_CHAT) {
-        cJSON *content = cJSON_AddArrayToObject(o, "content");
-        for (size_t i = 0; i < lp->n; i++) {
-            const kvt_api_logprob *it = &lp->items[i];
-            cJSON *e = chat_token(lp->tok, it->id, it->logprob);
-            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
-            for (int32_t k = 0; k < it->n_top; k++)
-                cJSON_AddItemToArray(top, chat_token(lp->tok, it->top_id[k], it->top_logprob[k]));
-            cJSON_AddItemToArray(content, e);
-        }
-        cJSON_AddNullToObject(o, "refusal");
-        return o;
-    }
-    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
-    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
-    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
-    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
-    size_t off = lp->text_offset;
-    for (size_t i = 0; i < lp->n; i++) {
-        const kvt_api_logprob *it = &lp->items[i];
-        char *bytes;
-        size_t n;
-        char *text = token_text(lp->tok, it->id, &bytes, &n);
-        cJSON_AddItemToArray(tokens, cJSON_CreateString(text));
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(it->logprob));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += n;
-        free(text);
-        free(bytes);
-        cJSON *top = cJSON_CreateObject();
-        for (int32_t k = 0; k < it->n_top; k++) {
-            char *tb;
-            size_t tn;
-            char *tt = token_text(lp->tok, it->top_id[k], &tb, &tn);
-            cJSON_AddNumberToObject(top, tt, it->top_logprob[k]);
-            free(tt);
-            free(tb);
-        }
-        cJSON_AddItemToArray(tops, top);
-    }
-    return o;
-}
-
-char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u, const kvt_api_logprobs *lp) {
-    kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls};
-    return kvt_api_response_json_n(h, &c, 1, u);
-}
-
-char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *ch, size_t n, const kvt_api_usage *u) {
-    cJSON *o = kvt_api_head_obj(h, 0);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    for (size_t i = 0; i < n; i++) {
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", (double)i);
-        if (h->kind == KVT_API_CHAT) {
-            cJSON *m = cJSON_AddObjectToObject(c, "message");
-            cJSON_AddStringToObject(m, "role", "assistant");
-            if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(m, "content");
-            else cJSON_AddStringToObject(m, "content", ch[i].text);
-            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(ch[i].calls, ch[i].n_calls, 0));
-        } else {
-            cJSON_AddStringToObject(c, "text", ch[i].text);
-        }
-        cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, ch[i].lp));
-        add_reason(c, ch[i].finish_reason);
-        cJSON_AddItemToArray(choices, c);
-    }
-    cJSON_AddItemToObject(o, "usage", usage_obj(u));
-    cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
-    return print_free(o);
-}
-
-char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
-                         const kvt_api_usage *u, const kvt_api_logprobs *lp) {
-    cJSON *o = kvt_api_head_obj(h, 1);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", h->index);
-    if (h->kind == KVT_API_CHAT) {
-        cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        if (role_only) {
-            cJSON_AddStringToObject(d, "role", "assistant");
-            cJSON_AddStringToObject(d, "content", "");
-        } else if (text && *text) {
-            cJSON_AddStringToObject(d, "content", text);
-        }
-    } else {
-        cJSON_AddStringToObject(c, "text", text ? text : "");
-    }
-    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
-    add_reason(c, finish_reason);
-    cJSON_AddItemToArray(choices, c);
-    if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
-    return print_free(o);
-}
-
-char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
-    cJSON *o = kvt_api_head_obj(h, 1);
-    cJSON_AddArrayToObject(o, "choices");
-    cJSON_AddItemToObject(o, "usage", usage_obj(u));
-    cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
-    return print_free(o);
-}
-
-char *kvt_api_error_json(const kvt_api_error *e) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *er = cJSON_AddObjectToObject(o, "error");
-    char *msg = kvt_utf8_sanitize(e->message, strlen(e->message), NULL);
-    cJSON_AddStringToObject(er, "message", msg);
-    free(msg);
-    cJSON_AddStringToObject(er, "type", e->type ? e->type : INVALID);
-    if (e->param) cJSON_AddStringToObject(er, "param", e->param);
-    else cJSON_AddNullToObject(er, "param");
-    if (e->code) cJSON_AddStringToObject(er, "code", e->code);
-    else cJSON_AddNullToObject(er, "code");
-    return print_free(o);
-}
-
-char *kvt_api_models_json(const kvt_api_model_info *mi) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", mi->id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)mi->created);
-    cJSON_AddStringToObject(m, "owned_by", "kvtier");
-    cJSON_AddNumberToObject(m, "context_length", mi->n_ctx);
-    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
-    cJSON_AddNumberToObject(meta, "n_ctx", mi->n_ctx);
-    cJSON_AddNumberToObject(meta, "n_ctx_train", mi->n_ctx_train);
-    cJSON_AddNumberToObject(meta, "n_vocab", mi->n_vocab);
-    cJSON_AddNumberToObject(meta, "n_embd", mi->n_embd);
-    cJSON_AddNumberToObject(meta, "n_params", (double)mi->n_params);
-    cJSON_AddItemToArray(data, m);
-    return print_free(o);
 }

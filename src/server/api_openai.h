@@ -1,6 +1,8 @@
-/* The OpenAI-compatible HTTP surface as data: parsing and validating request
- * bodies of /v1/completions and /v1/chat/completions, and building the JSON
- * of responses, stream chunks, errors and the model list. No I/O here.
+/* The OpenAI-compatible HTTP surface as data, its request side: parsing and
+ * validating request bodies of /v1/completions and /v1/chat/completions into
+ * kvt_api_request, and the errors they get. The JSON of responses, stream
+ * chunks, errors and the model list is api_response.h's; the UTF-8 helpers
+ * both use are api_utf8.h's. No I/O here.
  *
  * Thread-safety: every function is reentrant (no shared state). */
 #ifndef KVT_API_OPENAI_H
@@ -120,7 +122,7 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
  * clients send that kvtier does not support yet (tools, response_format,
  * echo, best_of, mirostat, ...) are a 400 naming them unless they hold
  * their neutral value, so none that would change the output is silently
- * ignored (the audit table in api_openai.c and README.md); other unknown
+ * ignored (the audit table in api_audit.c and README.md); other unknown
  * fields are ignored, as OpenAI clients send many.
  *
  * Memory stays proportional to what a valid request can use: before anything
@@ -152,126 +154,5 @@ int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_
  * free with kvt_api_documents_free), or KVT_EARG with *err filled. */
 int kvt_api_parse_documents(const struct cJSON *kv, kvt_document **out, size_t *n, kvt_api_error *err);
 void kvt_api_documents_free(kvt_document *d, size_t n);
-
-/* Usage and kvtier's cache report for one request. */
-typedef struct {
-    int32_t prompt_tokens, completion_tokens;
-    int32_t cached_tokens;                 /* prompt tokens restored from the cache */
-    int32_t tier_tokens[KVT_TIER_COUNT];   /* ... by tier */
-    int32_t computed_tokens;               /* prompt tokens prefilled */
-    double restore_ms, prefill_ms, ttft_ms;
-    const char *disk_decision;             /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
-    int32_t planned_tokens;                /* prompt tokens the lookup matched (>= cached_tokens) */
-    int32_t prefetched_tokens;             /* of the cached ones, restored into T0 while the request waited */
-    double queued_ms;                      /* from arrival to admission into a sequence slot */
-    int64_t admission_seq;                 /* the order of admissions (1, 2, ...; 0: none); cache-aware
-                                              scheduling may admit a later arrival first */
-    const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
-    int has_reuse_stop;                    /* reuse_stop is filled (a request that went through the cache) */
-    kvt_reuse_stop reuse_stop;             /* where reuse stopped and why */
-    char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
-    char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
-} kvt_api_usage;
-
-/* One generated token's log-probability and its most likely alternatives
- * (kvt_logprobs: log-softmax of the sampler's logits in double). */
-typedef struct {
-    int32_t id;
-    double logprob;
-    int32_t n_top;
-    int32_t top_id[KVT_API_MAX_TOP_LOGPROBS];
-    double top_logprob[KVT_API_MAX_TOP_LOGPROBS];
-} kvt_api_logprob;
-
-/* The logprobs of a response or chunk: items[0..n) in generation order. The
- * tokenizer gives each token's text. text_offset (completions) is the byte
- * offset of items[0]'s text in the whole completion. */
-typedef struct {
-    const kvt_api_logprob *items;
-    size_t n;
-    const kvt_tokenizer *tok;
-    size_t text_offset;
-} kvt_api_logprobs;
-
-/* One tool call of a reply, as OpenAI returns it. Strings owned (kvt_api_calls_free). */
-typedef struct {
-    char *id;        /* "call_..." */
-    char *name;
-    char *arguments; /* a JSON object's text */
-} kvt_api_call;
-
-/* Identity of one response, shared by its chunks. Strings borrowed. calls:
- * the tool calls of a chat reply (message.content is then the text, or null
- * when empty, and message.tool_calls lists them). */
-typedef struct {
-    kvt_api_kind kind;
-    const char *id;
-    int64_t created;
-    const char *model;
-    const kvt_api_call *calls;
-    size_t n_calls;
-    int32_t index;   /* the choice a chunk belongs to (n > 1) */
-} kvt_api_head;
-
-/* One choice of a response with n of them (kvt_api_response_json_n). */
-typedef struct {
-    const char *text;
-    const char *finish_reason;
-    const kvt_api_logprobs *lp; /* NULL: "logprobs": null */
-    const kvt_api_call *calls;  /* chat tool calls, as kvt_api_head's */
-    size_t n_calls;
-} kvt_api_choice;
-
-/* A response of n choices (index 0..n-1); h's calls are ignored. */
-char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *c, size_t n, const kvt_api_usage *u);
-
-/* The response object's common fields (id, object, created, model), for the
- * other builders of responses (api_tools.c). */
-struct cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk);
-/* The kvtier cache report object of u. */
-struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
-
-/* The JSON of responses, malloc'd NUL-terminated strings the caller frees.
- * text must be valid UTF-8 without NUL bytes (kvt_utf8_sanitize). lp NULL:
- * "logprobs": null; else OpenAI's shape for the kind: chat {"content":
- * [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]},
- * completions {tokens, token_logprobs, top_logprobs: [{token: logprob}],
- * text_offset}. */
-char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u, const kvt_api_logprobs *lp);
-/* One streaming chunk. role_only: the chat opener (delta {role, content:""}).
- * finish_reason non-NULL marks the last choice chunk, which also carries the
- * "kvtier" cache report from u (u may be NULL otherwise). */
-char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
-                         const kvt_api_usage *u, const kvt_api_logprobs *lp);
-/* The "kvtier" object of a response: cached tokens by tier, reuse_stop,
- * computed tokens, timings. A new cJSON object the caller owns. */
-struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
-/* The usage chunk (stream_options.include_usage): choices [] and usage. */
-char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
-char *kvt_api_error_json(const kvt_api_error *e);
-/* What /v1/models says of the served model. Strings borrowed. */
-typedef struct {
-    const char *id;
-    int64_t created;
-    int32_t n_ctx;           /* the context a request may use (prompt + generated) */
-    int32_t n_ctx_train, n_vocab, n_embd;
-    uint64_t n_params;
-} kvt_api_model_info;
-
-/* The model list: one model with context_length and a "meta" object
- * (n_ctx, n_ctx_train, n_vocab, n_embd, n_params; llama-server's names). */
-char *kvt_api_models_json(const kvt_api_model_info *m);
-
-/* Copies in[0..n) to a malloc'd NUL-terminated string of valid UTF-8: each
- * invalid or truncated sequence and each NUL byte becomes U+FFFD, so the text
- * is safe for JSON and C strings. *out_len gets the length (may be NULL).
- * Decoding is left to right and local, so sanitizing two parts split on a
- * character boundary equals sanitizing the whole. */
-char *kvt_utf8_sanitize(const char *in, size_t n, size_t *out_len);
-
-/* Length of the longest prefix of buf[0..n) that does not end inside an
- * incomplete (so far valid) multi-byte UTF-8 character. */
-size_t kvt_utf8_complete_prefix(const char *buf, size_t n);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_utf8.h"
 #include "common.h"
 
 #define INVALID "invalid_request_error"

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "api_openai.h"
+#include "api_response.h"
 #include "rag.h"
 
 /* One RAG request: its options and what was retrieved, in prompt order. */

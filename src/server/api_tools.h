@@ -35,6 +35,7 @@
 #include <stddef.h>
 
 #include "api_openai.h"
+#include "api_response.h"
 #include "chat.h"
 #include "json_grammar.h"
 

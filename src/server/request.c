@@ -42,28 +42,15 @@ static void too_long(const kvt_server *s, const char *param, const char *more, s
                    s->n_ctx, more, n);
 }
 
-/* Builds the engine-side request from a validated API request: salt, prompt
- * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
-srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err) {
-    srv_req *r = kvt_xcalloc(1, sizeof *r);
-    r->refs = 1;
-    r->kind = a->kind;
-    r->stream = a->stream;
-    r->include_usage = a->include_usage;
-    r->t_arrival = kvt_now();
-    r->created = (int64_t)time(NULL);
-    kvt_srv_cond_init(&r->cv);
-    /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
-    r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
+/* The prompt's ids into r->prompt (*n of them): the chat rendered in the
+ * template family's style (remembered replies and tool calls reused unless
+ * --retokenize-replies), token ids verbatim, or text tokenized; tokenizing
+ * stops past max_prompt tokens. *at gets where kvtier.documents go: before
+ * the last user message's content (chat). Returns 0 or an error code
+ * (KVT_ELIMIT: longer than max_prompt). */
+static int request_prompt(kvt_server *s, const kvt_api_request *a, srv_req *r, size_t max_prompt, size_t *at,
+                          size_t *n) {
     int rc = 0;
-    size_t n = 0;
-    /* a prompt must leave one token to generate; tokenizing stops past that */
-    size_t max_prompt = (size_t)s->n_ctx - 1;
-    kvt_fail(0, "%s", "");
-    size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
-    if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
-    r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
-    r->parallel_tool_calls = a->parallel_tool_calls;
     if (a->kind == KVT_API_CHAT) {
         lookup_ctx lc = {s, r->salt, r->salt_len};
         size_t n_msgs, last_user;
@@ -73,51 +60,70 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
         kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, memo, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
         rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, s->p.retokenize_replies ? NULL : reply_lookup, &lc,
                                 max_prompt,
-                                last_user == SIZE_MAX ? n_msgs : last_user, &at, &r->prompt, &n);
+                                last_user == SIZE_MAX ? n_msgs : last_user, at, &r->prompt, n);
         kvt_api_messages_free(msgs, arena);
     } else if (a->prompt_ids) {
-        n = a->n_prompt_ids;
-        r->prompt = kvt_xmalloc(n * sizeof *r->prompt);
-        memcpy(r->prompt, a->prompt_ids, n * sizeof *r->prompt);
+        *n = a->n_prompt_ids;
+        r->prompt = kvt_xmalloc(*n * sizeof *r->prompt);
+        memcpy(r->prompt, a->prompt_ids, *n * sizeof *r->prompt);
     } else {
         rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1,
-                              max_prompt, &r->prompt, &n);
+                              max_prompt, &r->prompt, n);
     }
-    if (!rc && a->n_docs) {
-        /* after BOS for completions; the documents as fixed context blocks (kvt_render_documents) */
-        if (a->kind != KVT_API_CHAT && n && r->prompt[0] == kvt_tokenizer_bos(s->tok)) at = 1;
-        int32_t *with = NULL;
-        size_t nw = 0;
-        r->doc_starts = kvt_xmalloc((a->n_docs + 1) * sizeof *r->doc_starts);
-        r->n_docs = a->n_docs;
-        if ((rc = kvt_render_documents_spans(s->model, s->block, r->prompt, n, at, a->docs, a->n_docs, &with, &nw,
-                                             r->doc_starts))) {
-            kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", NULL, "cannot render the documents: %s",
-                           kvt_errmsg());
-            goto fail;
-        }
-        free(r->prompt);
-        r->prompt = with;
-        n = nw;
+    return rc;
+}
+
+/* kvtier.documents into r's prompt of *n tokens at `at` (completions: after
+ * BOS) as fixed context blocks (kvt_render_documents), their offsets in
+ * r->doc_starts. 0, or -1 with *err filled. */
+static int request_documents(kvt_server *s, const kvt_api_request *a, srv_req *r, size_t at, size_t *n,
+                             kvt_api_error *err) {
+    if (a->kind != KVT_API_CHAT && *n && r->prompt[0] == kvt_tokenizer_bos(s->tok)) at = 1;
+    int32_t *with = NULL;
+    size_t nw = 0;
+    r->doc_starts = kvt_xmalloc((a->n_docs + 1) * sizeof *r->doc_starts);
+    r->n_docs = a->n_docs;
+    if (kvt_render_documents_spans(s->model, s->block, r->prompt, *n, at, a->docs, a->n_docs, &with, &nw,
+                                   r->doc_starts)) {
+        kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", NULL, "cannot render the documents: %s",
+                       kvt_errmsg());
+        return -1;
     }
+    free(r->prompt);
+    r->prompt = with;
+    *n = nw;
+    return 0;
+}
+
+/* The 400 for a prompt that could not be made (rc from request_prompt), is
+ * empty, or leaves no token to generate in the context. 0, or -1 with *err
+ * filled. */
+static int check_prompt(const kvt_server *s, const kvt_api_request *a, int rc, size_t n, size_t max_prompt,
+                        kvt_api_error *err) {
     const char *param = a->kind == KVT_API_CHAT ? "messages" : "prompt";
     if (rc == KVT_ELIMIT) {
         too_long(s, param, "more than ", max_prompt, err);
-        goto fail;
+        return -1;
     }
     if (rc) {
         kvt_api_errorf(err, 400, "invalid_request_error", param, NULL, "cannot tokenize the prompt: %s", kvt_errmsg());
-        goto fail;
+        return -1;
     }
     if (n == 0) {
         kvt_api_errorf(err, 400, "invalid_request_error", "prompt", "invalid_value", "the prompt is empty");
-        goto fail;
+        return -1;
     }
     if (n >= (size_t)s->n_ctx) {
         too_long(s, param, "", n, err);
-        goto fail;
+        return -1;
     }
-    r->n_prompt = (int32_t)n;
+    return 0;
+}
+
+/* r's limits and sampling from a (r->n_prompt set): max_tokens within what
+ * the context leaves, the sampler's parameters with logit_bias (copied, owned
+ * by r), logprobs, ignore_eos and the session. The seed is the caller's. */
+static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_req *r) {
     int32_t room = s->n_ctx - r->n_prompt;
     /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat */
     int32_t want = a->max_tokens           ? a->max_tokens
@@ -147,6 +153,35 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
         r->sp.bias = r->bias;
         r->sp.n_bias = a->n_bias;
     }
+}
+
+/* Builds the engine-side request from a validated API request: salt, prompt
+ * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
+srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err) {
+    srv_req *r = kvt_xcalloc(1, sizeof *r);
+    r->refs = 1;
+    r->kind = a->kind;
+    r->stream = a->stream;
+    r->include_usage = a->include_usage;
+    r->t_arrival = kvt_now();
+    r->created = (int64_t)time(NULL);
+    kvt_srv_cond_init(&r->cv);
+    /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
+    r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
+    int rc = 0;
+    size_t n = 0;
+    /* a prompt must leave one token to generate; tokenizing stops past that */
+    size_t max_prompt = (size_t)s->n_ctx - 1;
+    kvt_fail(0, "%s", "");
+    size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
+    if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
+    r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
+    r->parallel_tool_calls = a->parallel_tool_calls;
+    rc = request_prompt(s, a, r, max_prompt, &at, &n);
+    if (!rc && a->n_docs && request_documents(s, a, r, at, &n, err)) goto fail;
+    if (check_prompt(s, a, rc, n, max_prompt, err)) goto fail;
+    r->n_prompt = (int32_t)n;
+    request_sampling(s, a, r);
     pthread_mutex_lock(&s->mu);
     uint64_t id = s->next_id++;
     pthread_mutex_unlock(&s->mu);
@@ -215,7 +250,7 @@ void kvt_srv_unref_choices(kvt_server *s, srv_req *r) {
 
 /* n > 1: n - 1 more choices of a's request r, each its own request on the same
  * prompt (seed + i when a seed is given), forked from r's sequence once its
- * prompt is in (scheduler.c). 0, or -1 with *err filled. */
+ * prompt is in (sched_admit.c). 0, or -1 with *err filled. */
 int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err) {
     if (a->n <= 1) return 0;
     if (a->n > s->p.parallel)

@@ -97,28 +97,19 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *out
     return 0;
 }
 
-int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const kvt_server_params *params,
-                     kvt_server **out) {
-    *out = NULL;
-    kvt_engine_params ep = kvt_engine_params_of(e);
-    if (params->parallel < 1 || params->parallel > ep.max_seqs || params->queue < 1 || params->prefill_chunk < 1 ||
-        params->max_tokens_limit < 1 || params->chat == KVT_CHAT_UNKNOWN)
-        return kvt_fail(KVT_EARG, "bad server parameters (parallel %d, engine sequences %d, queue %d)",
-                        params->parallel, ep.max_seqs, params->queue);
-    if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
-        return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
-                        (unsigned long long)params->max_inflight_bytes, params->max_body);
-    struct sockaddr_storage addr;
-    int v6 = 0;
-    if (resolve_host(params->host, params->port, &addr, &v6)) return KVT_EARG; /* kvt_errmsg() says why */
+/* The server's state for model, e and c (params checked): the reply map,
+ * tool-call memo, recent prompts, metrics, queue, slots and the engine
+ * thread's batch buffers. Nothing runs yet. */
+static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *c, const kvt_server_params *params,
+                              const kvt_engine_params *ep) {
     kvt_server *s = kvt_xcalloc(1, sizeof *s);
     s->p = *params;
     s->model = model;
     s->tok = model->tok;
     s->e = e;
     s->cache = c;
-    s->n_ctx = ep.n_ctx;
-    s->block = ep.block_size;
+    s->n_ctx = ep->n_ctx;
+    s->block = ep->block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
@@ -137,11 +128,12 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     s->b_seq = kvt_xmalloc(max_batch * sizeof *s->b_seq);
     s->b_want = kvt_xmalloc(max_batch * sizeof *s->b_want);
     kvt_cache_get_stats(c, &s->snap);
-    if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s))) {
-        server_free(s);
-        return KVT_ELIMIT; /* kvt_errmsg() says why */
-    }
+    return s;
+}
 
+/* Starts MHD listening on addr (v6: an IPv6 address) with the server's
+ * callbacks and limits. Returns the daemon, or NULL with errno saying why. */
+static struct MHD_Daemon *start_daemon(kvt_server *s, const struct sockaddr_storage *addr, int v6) {
     /* ITC: MHD_quiesce_daemon needs it in this threading mode */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     /* $KVT_HTTP_THREAD_POOL=N, for bench/http_modes.sh only: MHD's epoll mode with N threads instead of
@@ -153,16 +145,48 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     struct MHD_OptionItem pool_opt[] = {{pool > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, pool, NULL},
                                         {MHD_OPTION_END, 0, NULL}};
     /* MHD binds IPv6 only when told; "::" also takes IPv4 clients (dual stack) */
-    if (v6) flags |= IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&addr)->sin6_addr) ? MHD_USE_DUAL_STACK
-                                                                                         : MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(flags,
-                              0, NULL,
-                              NULL, kvt_srv_on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                              MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                              s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, kvt_srv_on_completed, s,
-                              MHD_OPTION_NOTIFY_CONNECTION, kvt_srv_on_connection, s, MHD_OPTION_ARRAY, pool_opt,
-                              KVT_HTTP_STRICTNESS, MHD_OPTION_END);
+    if (v6)
+        flags |= IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr) ? MHD_USE_DUAL_STACK
+                                                                                          : MHD_USE_IPv6;
+    return MHD_start_daemon(flags,
+                            0, NULL,
+                            NULL, kvt_srv_on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
+                            MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, kvt_srv_on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, kvt_srv_on_connection, s, MHD_OPTION_ARRAY, pool_opt,
+                            KVT_HTTP_STRICTNESS, MHD_OPTION_END);
+}
+
+/* The address the server listens on, numeric (IPv6 in brackets), into s->address. */
+static void note_address(kvt_server *s, const struct sockaddr_storage *addr, int v6) {
+    char num[INET6_ADDRSTRLEN];
+    const void *raw = v6 ? (const void *)&((const struct sockaddr_in6 *)addr)->sin6_addr
+                         : (const void *)&((const struct sockaddr_in *)addr)->sin_addr;
+    if (!inet_ntop(v6 ? AF_INET6 : AF_INET, raw, num, sizeof num)) snprintf(num, sizeof num, "?");
+    snprintf(s->address, sizeof s->address, v6 ? "[%s]" : "%s", num);
+}
+
+int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const kvt_server_params *params,
+                     kvt_server **out) {
+    *out = NULL;
+    kvt_engine_params ep = kvt_engine_params_of(e);
+    if (params->parallel < 1 || params->parallel > ep.max_seqs || params->queue < 1 || params->prefill_chunk < 1 ||
+        params->max_tokens_limit < 1 || params->chat == KVT_CHAT_UNKNOWN)
+        return kvt_fail(KVT_EARG, "bad server parameters (parallel %d, engine sequences %d, queue %d)",
+                        params->parallel, ep.max_seqs, params->queue);
+    if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
+        return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
+                        (unsigned long long)params->max_inflight_bytes, params->max_body);
+    struct sockaddr_storage addr;
+    int v6 = 0;
+    if (resolve_host(params->host, params->port, &addr, &v6)) return KVT_EARG; /* kvt_errmsg() says why */
+    kvt_server *s = server_new(model, e, c, params, &ep);
+    if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s))) {
+        server_free(s);
+        return KVT_ELIMIT; /* kvt_errmsg() says why */
+    }
+    s->mhd = start_daemon(s, &addr, v6);
     if (!s->mhd) {
         int err = errno;
         server_free(s);
@@ -171,11 +195,7 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : params->port;
-    char num[INET6_ADDRSTRLEN];
-    const void *raw = v6 ? (const void *)&((struct sockaddr_in6 *)&addr)->sin6_addr
-                         : (const void *)&((struct sockaddr_in *)&addr)->sin_addr;
-    if (!inet_ntop(v6 ? AF_INET6 : AF_INET, raw, num, sizeof num)) snprintf(num, sizeof num, "?");
-    snprintf(s->address, sizeof s->address, v6 ? "[%s]" : "%s", num);
+    note_address(s, &addr, v6);
     if (pthread_create(&s->engine_thread, NULL, kvt_srv_engine_main, s)) {
         MHD_stop_daemon(s->mhd);
         server_free(s);

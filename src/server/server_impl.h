@@ -8,7 +8,8 @@
  *               choices, queueing, cancelling, references
  *   respond.c   response JSON and SSE streaming
  *   server.c    the lifecycle: start, quiesce, stop
- * The engine thread is scheduler.c: admission, cache-aware scheduling,
+ *   srv_req.c   a request's references, waking its handler, failing it
+ * The engine thread is scheduler.c and its parts (scheduler.h): admission, cache-aware scheduling,
  * prefetch, continuous batching, admin jobs.
  *
  * Locking: one mutex (s->mu) guards the queue, every request's shared state
@@ -23,8 +24,10 @@
 #include <stdint.h>
 
 #include "api_openai.h"
+#include "api_response.h"
 #include "api_rag.h"
 #include "api_tools.h"
+#include "api_utf8.h"
 #include "cache.h"
 #include "engine.h"
 #include "http_guard.h"
@@ -322,7 +325,8 @@ void kvt_srv_unref_choices(kvt_server *s, srv_req *r);
 
 /* ---- shared helpers ------------------------------------------------------------------ */
 
-/* Condition variables on the monotonic clock, and a bounded wait on one. */
+/* Condition variables on the monotonic clock, and a bounded wait on one. These
+ * and the request references and failure below are srv_req.c's. */
 void kvt_srv_cond_init(pthread_cond_t *cv);
 void kvt_srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 /* Request references: the last one frees (the _locked forms need s->mu). */
@@ -350,7 +354,7 @@ kvt_api_usage kvt_srv_total_usage(const srv_req *r);
 
 /* The engine thread (scheduler.c): runs until s->stopping, then fails what waits. */
 void *kvt_srv_engine_main(void *arg);
-/* Frees a slot's sequence and buffers (engine thread, or after it stopped). */
+/* Frees a slot's sequence and buffers (engine thread, or after it stopped; sched_finish.c). */
 void kvt_srv_slot_clear(kvt_server *s, slot *sl);
 
 #endif

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "api_openai.h"
+#include "api_response.h"
+#include "api_utf8.h"
 #include "chat.h"
 #include "mkmodel.h"
 #include "model.h"

@@ -1,0 +1,255 @@
+/* OpenAI response JSON (cJSON, api_response.h): whole responses, stream
+ * chunks, the usage chunk, errors and the model list, with kvtier's cache
+ * report and OpenAI's two logprobs shapes. */
+#include "api_response.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_tools.h"
+#include "api_utf8.h"
+#include "common.h"
+
+static const char *const INVALID = "invalid_request_error"; /* an error's default type */
+
+/* ---- responses --------------------------------------------------------------- */
+
+static char *print_free(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) s = kvt_xstrdup("{}"); /* cJSON fails only when out of memory */
+    return s;
+}
+
+cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", h->id);
+    cJSON_AddStringToObject(o, "object",
+                            h->kind == KVT_API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                    : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)h->created);
+    cJSON_AddStringToObject(o, "model", h->model);
+    cJSON_AddNullToObject(o, "system_fingerprint");
+    return o;
+}
+
+static cJSON *usage_obj(const kvt_api_usage *u) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
+    return o;
+}
+
+cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
+    static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
+    cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
+    if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
+    if (u->has_reuse_stop) {
+        const kvt_reuse_stop *rs = &u->reuse_stop;
+        cJSON *w = cJSON_AddObjectToObject(o, "reuse_stop");
+        cJSON_AddNumberToObject(w, "block", rs->block);
+        cJSON_AddNumberToObject(w, "token_offset", rs->token_offset);
+        cJSON_AddStringToObject(w, "reason", kvt_reuse_reason_name(rs->reason));
+        if (rs->reason == KVT_REUSE_DIVERGED) {
+            cJSON_AddStringToObject(w, "prompt_text", u->stop_prompt_text);
+            cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
+            cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens"), *b = cJSON_AddArrayToObject(w, "cached_tokens");
+            for (int32_t i = 0; i < rs->n_prompt_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
+            for (int32_t i = 0; i < rs->n_cached_ids; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber(rs->cached_ids[i]));
+        }
+    }
+    if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
+    if (u->admission_seq) {
+        cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);
+        cJSON_AddNumberToObject(o, "admission_seq", (double)u->admission_seq);
+    }
+    cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
+    for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
+    cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
+    cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
+    if (u->disk_decision) cJSON_AddStringToObject(o, "disk_blocks", u->disk_decision);
+    cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);
+    cJSON_AddNumberToObject(o, "ttft_ms", u->ttft_ms);
+    return o;
+}
+
+static void add_reason(cJSON *o, const char *finish_reason) {
+    if (finish_reason) cJSON_AddStringToObject(o, "finish_reason", finish_reason);
+    else cJSON_AddNullToObject(o, "finish_reason");
+}
+
+/* A token's text for logprobs: its bytes (control tokens as their text),
+ * malloc'd into *bytes (*n of them), and as a valid UTF-8 string (returned). */
+static char *token_text(const kvt_tokenizer *t, int32_t id, char **bytes, size_t *n) {
+    char small[64];
+    int len = kvt_token_piece(t, id, small, sizeof small, 1);
+    if (len < 0) len = 0;
+    *bytes = kvt_xmalloc((size_t)len + 1);
+    if ((size_t)len <= sizeof small) memcpy(*bytes, small, (size_t)len);
+    else kvt_token_piece(t, id, *bytes, (size_t)len, 1);
+    *n = (size_t)len;
+    return kvt_utf8_sanitize(*bytes, *n, NULL);
+}
+
+/* {"token", "logprob", "bytes"} of one token (chat's shape). */
+static cJSON *chat_token(const kvt_tokenizer *t, int32_t id, double logprob) {
+    char *bytes;
+    size_t n;
+    char *text = token_text(t, id, &bytes, &n);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", text);
+    cJSON_AddNumberToObject(o, "logprob", logprob);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)bytes[i]));
+    free(text);
+    free(bytes);
+    return o;
+}
+
+static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
+    if (!lp) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    if (kind == KVT_API_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = 0; i < lp->n; i++) {
+            const kvt_api_logprob *it = &lp->items[i];
+            cJSON *e = chat_token(lp->tok, it->id, it->logprob);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int32_t k = 0; k < it->n_top; k++)
+                cJSON_AddItemToArray(top, chat_token(lp->tok, it->top_id[k], it->top_logprob[k]));
+            cJSON_AddItemToArray(content, e);
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return o;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
+    size_t off = lp->text_offset;
+    for (size_t i = 0; i < lp->n; i++) {
+        const kvt_api_logprob *it = &lp->items[i];
+        char *bytes;
+        size_t n;
+        char *text = token_text(lp->tok, it->id, &bytes, &n);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(text));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(it->logprob));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += n;
+        free(text);
+        free(bytes);
+        cJSON *top = cJSON_CreateObject();
+        for (int32_t k = 0; k < it->n_top; k++) {
+            char *tb;
+            size_t tn;
+            char *tt = token_text(lp->tok, it->top_id[k], &tb, &tn);
+            cJSON_AddNumberToObject(top, tt, it->top_logprob[k]);
+            free(tt);
+            free(tb);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    return o;
+}
+
+char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
+                            const kvt_api_usage *u, const kvt_api_logprobs *lp) {
+    kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls};
+    return kvt_api_response_json_n(h, &c, 1, u);
+}
+
+char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *ch, size_t n, const kvt_api_usage *u) {
+    cJSON *o = kvt_api_head_obj(h, 0);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", (double)i);
+        if (h->kind == KVT_API_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", ch[i].text);
+            if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(ch[i].calls, ch[i].n_calls, 0));
+        } else {
+            cJSON_AddStringToObject(c, "text", ch[i].text);
+        }
+        cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, ch[i].lp));
+        add_reason(c, ch[i].finish_reason);
+        cJSON_AddItemToArray(choices, c);
+    }
+    cJSON_AddItemToObject(o, "usage", usage_obj(u));
+    cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
+                         const kvt_api_usage *u, const kvt_api_logprobs *lp) {
+    cJSON *o = kvt_api_head_obj(h, 1);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", h->index);
+    if (h->kind == KVT_API_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role_only) {
+            cJSON_AddStringToObject(d, "role", "assistant");
+            cJSON_AddStringToObject(d, "content", "");
+        } else if (text && *text) {
+            cJSON_AddStringToObject(d, "content", text);
+        }
+    } else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+    }
+    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, lp));
+    add_reason(c, finish_reason);
+    cJSON_AddItemToArray(choices, c);
+    if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
+    cJSON *o = kvt_api_head_obj(h, 1);
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", usage_obj(u));
+    cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_error_json(const kvt_api_error *e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *er = cJSON_AddObjectToObject(o, "error");
+    char *msg = kvt_utf8_sanitize(e->message, strlen(e->message), NULL);
+    cJSON_AddStringToObject(er, "message", msg);
+    free(msg);
+    cJSON_AddStringToObject(er, "type", e->type ? e->type : INVALID);
+    if (e->param) cJSON_AddStringToObject(er, "param", e->param);
+    else cJSON_AddNullToObject(er, "param");
+    if (e->code) cJSON_AddStringToObject(er, "code", e->code);
+    else cJSON_AddNullToObject(er, "code");
+    return print_free(o);
+}
+
+char *kvt_api_models_json(const kvt_api_model_info *mi) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", mi->id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)mi->created);
+    cJSON_AddStringToObject(m, "owned_by", "kvtier");
+    cJSON_AddNumberToObject(m, "context_length", mi->n_ctx);
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx", mi->n_ctx);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", mi->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_vocab", mi->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_embd", mi->n_embd);
+    cJSON_AddNumberToObject(meta, "n_params", (double)mi->n_params);
+    cJSON_AddItemToArray(data, m);
+    return print_free(o);
+}

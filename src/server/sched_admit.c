@@ -1,0 +1,143 @@
+/* Admission of a request into sequence slots (engine thread): the cache
+ * lookup and attach that restore its prefix, RAG's planning at admission,
+ * its kvtier report, and for n > 1 the other choices forked from its prompt. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "explain.h"
+#include "rag.h"
+#include "scheduler.h"
+#include "server_impl.h"
+
+/* Text of a few differing token ids for the kvtier report, as valid UTF-8 (a
+ * token cut mid-character becomes U+FFFD) in out[KVT_API_STOP_TEXT_MAX]. */
+static void stop_text(kvt_server *s, const int32_t *ids, int32_t n, char *out) {
+    char raw[KVT_API_STOP_TEXT_MAX / 3];
+    kvt_reuse_stop_text(s->tok, ids, n, raw, sizeof raw);
+    size_t len;
+    char *clean = kvt_utf8_sanitize(raw, strlen(raw), &len);
+    snprintf(out, KVT_API_STOP_TEXT_MAX, "%s", clean);
+    free(clean);
+}
+
+/* A free slot (admission reserved one). */
+static slot *free_slot(kvt_server *s) {
+    for (int32_t i = 0; i < s->p.parallel; i++)
+        if (!s->slots[i].r) return &s->slots[i];
+    return NULL;
+}
+
+/* Gives slot sl request r and sequence seq (holding the first n_fed tokens of
+ * r's prompt), with its buffers, sampler and grammar. */
+static void slot_setup(kvt_server *s, slot *sl, srv_req *r, int32_t seq) {
+    sl->r = r;
+    sl->seq = seq;
+    sl->cap = r->n_prompt + r->max_tokens + 1;
+    sl->toks = kvt_xmalloc((size_t)sl->cap * sizeof *sl->toks);
+    memcpy(sl->toks, r->prompt, (size_t)r->n_prompt * sizeof *sl->toks);
+    sl->n_toks = r->n_prompt;
+    sl->n_fed = kvt_seq_len(s->e, seq);
+    sl->admitted = s->n_admitted++;
+    sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
+    if (r->grammar) {
+        if (!s->jg_vocab) { /* once per server, on the first request that needs it */
+            s->jg_vocab = kvt_jg_vocab_new(s->tok);
+            s->jg_mask = kvt_xmalloc((size_t)s->n_vocab);
+            s->jg_logits = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_logits);
+        }
+        sl->jg = kvt_jg_new(r->grammar, s->jg_vocab);
+    }
+    sl->raw_cap = PIECE_INIT;
+    sl->raw = kvt_xmalloc(sl->raw_cap);
+    sl->tok_end = kvt_xmalloc(((size_t)r->max_tokens + 1) * sizeof *sl->tok_end);
+}
+
+/* The other choices of the request prefilling in slot p start now, in the
+ * slots held for them: each a new sequence on p's very pages (zero-copy; the
+ * shared, partly filled last page is copied when a choice first writes to
+ * it), with p's key chain and prompt report. Returns how many went into
+ * out[] (a choice that cannot get a sequence ends with 503). */
+int32_t kvt_srv_fork_choices(kvt_server *s, slot *p, slot **out) {
+    int32_t n = 0, np = 0;
+    const int32_t *pages = kvt_seq_pages(s->e, p->seq, &np);
+    for (int32_t j = 0; j < s->p.parallel; j++) {
+        slot *w = &s->slots[j];
+        if (!w->r || !w->waiting || w->fork_of != (int32_t)(p - s->slots)) continue;
+        int32_t seq = -1;
+        if (kvt_seq_new(s->e, pages, np, kvt_seq_len(s->e, p->seq), &seq)) {
+            kvt_srv_slot_finish(s, w, NULL, 0, 503, "no sequence slot is available for another choice; retry later");
+            continue;
+        }
+        srv_req *r = w->r;
+        w->waiting = 0;
+        slot_setup(s, w, r, seq);
+        w->chain = p->chain;
+        r->usage = p->r->usage; /* the prompt's report; the engine is the only writer until done */
+        out[n++] = w;
+    }
+    return n;
+}
+
+/* Starts a sequence for r in a free slot: attach restores its cached prefix.
+ * r's other choices take a slot each and wait there for the fork. */
+void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
+    slot *sl = free_slot(s);
+    kvt_attach_info ai;
+    int32_t seq = -1;
+    kvt_hash128 root;
+    int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &root);
+    if (!rc && r->plan_cached && r->n_docs > 1) {
+        /* RAG: follow the cached path among the retrieved chunks, as the cache is now */
+        double t0 = kvt_now();
+        r->doc_order = kvt_xmalloc(r->n_docs * sizeof *r->doc_order);
+        kvt_rag_plan_cached(s->cache, root, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, r->doc_order);
+        r->plan_ms = (kvt_now() - t0) * 1e3;
+    }
+    if (!rc && r->want_block_tiers) {
+        /* RAG: which tier each reusable block comes from, looked up just before attach restores them */
+        r->block_tiers = kvt_xmalloc((size_t)r->n_prompt / (size_t)s->block + 1);
+        r->n_block_tiers = kvt_cache_block_tiers(s->cache, root, r->prompt, r->n_prompt - 1, r->block_tiers,
+                                                 r->n_prompt / s->block + 1);
+    }
+    if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
+    if (rc) {
+        kvt_log(KVT_LOG_WARN, "serve: cannot start %s: %s", r->id, kvt_errmsg());
+        pthread_mutex_lock(&s->mu);
+        kvt_srv_req_fail_locked(r, 503, "no KV memory or sequence slot is available; retry later");
+        s->n_active -= 1 + r->n_sib;
+        kvt_srv_fail_choices_locked(r, 503, "no KV memory or sequence slot is available; retry later");
+        kvt_srv_req_unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    slot_setup(s, sl, r, seq);
+    kvt_chain_init(&sl->chain, root);
+    sl->prefilling = 1;
+    for (int32_t i = 0; i < r->n_sib; i++) {
+        slot *w = free_slot(s); /* admission counted them */
+        w->r = r->sib[i];
+        w->seq = -1;
+        w->waiting = 1;
+        w->fork_of = (int32_t)(sl - s->slots);
+    }
+    /* the engine thread is the only writer of usage until done is set */
+    r->usage.cached_tokens = ai.n_reused;
+    memcpy(r->usage.tier_tokens, ai.tier_tokens, sizeof ai.tier_tokens);
+    r->usage.computed_tokens = r->n_prompt - ai.n_reused;
+    r->usage.restore_ms = ai.restore_ms;
+    r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"
+                             : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
+    r->usage.planned_tokens = ai.n_planned;
+    r->usage.prefetched_tokens = r->prefetched_tokens;
+    r->usage.queued_ms = (kvt_now() - r->t_arrival) * 1e3;
+    r->usage.admission_seq = (int64_t)sl->admitted + 1;
+    r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
+    r->usage.has_reuse_stop = 1;
+    r->usage.reuse_stop = ai.stop;
+    if (ai.stop.reason == KVT_REUSE_DIVERGED) {
+        stop_text(s, ai.stop.prompt_ids, ai.stop.n_prompt_ids, r->usage.stop_prompt_text);
+        stop_text(s, ai.stop.cached_ids, ai.stop.n_cached_ids, r->usage.stop_cached_text);
+    }
+}

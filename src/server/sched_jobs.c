@@ -1,0 +1,180 @@
+/* The admin jobs (/v1/cache/pin, unpin, prefetch, flush, stats), run on the
+ * engine thread, which alone touches the cache; admin.c queues them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common.h"
+#include "scheduler.h"
+#include "server_impl.h"
+
+static char *json_take(cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+static char *job_error(admin_job *j, int status, const char *code, const char *msg) {
+    kvt_api_error e;
+    kvt_api_errorf(&e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, code, "%s", msg);
+    j->status = status;
+    return kvt_api_error_json(&e);
+}
+
+static cJSON *stats_json(kvt_server *s) {
+    kvt_cache_stats st;
+    kvt_cache_get_stats(s->cache, &st);
+    size_t page = kvt_page_bytes(s->e);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "block_tokens", s->block);
+    cJSON *t0 = cJSON_AddObjectToObject(o, "T0");
+    cJSON_AddNumberToObject(t0, "pages_total", st.t0_pages_total);
+    cJSON_AddNumberToObject(t0, "pages_free", st.t0_pages_free);
+    cJSON_AddNumberToObject(t0, "pages_cached", st.t0_pages_cached);
+    cJSON_AddNumberToObject(t0, "pages_idle", st.t0_pages_idle);
+    cJSON_AddNumberToObject(t0, "pages_pinned", st.t0_pages_pinned);
+    cJSON_AddNumberToObject(t0, "budget_bytes", (double)st.t0_pages_total * (double)page);
+    cJSON_AddNumberToObject(t0, "evictions", (double)st.t0_evictions);
+    cJSON *t1 = cJSON_AddObjectToObject(o, "T1");
+    cJSON_AddNumberToObject(t1, "blocks", (double)st.t1_blocks);
+    cJSON_AddNumberToObject(t1, "bytes_used", (double)st.t1_bytes_used);
+    cJSON_AddNumberToObject(t1, "budget_bytes", (double)st.t1_budget_bytes);
+    cJSON_AddNumberToObject(t1, "restores", (double)st.t1_restores);
+    cJSON *t2 = cJSON_AddObjectToObject(o, "T2");
+    cJSON_AddNumberToObject(t2, "records", (double)st.t2_records);
+    cJSON_AddNumberToObject(t2, "bytes_used", (double)st.t2_bytes_used);
+    cJSON_AddNumberToObject(t2, "budget_bytes", (double)st.t2_budget_bytes);
+    cJSON_AddNumberToObject(t2, "restores", (double)st.t2_restores);
+    cJSON_AddNumberToObject(t2, "writes", (double)st.t2_writes);
+    cJSON_AddNumberToObject(t2, "writes_dropped", (double)st.t2_dropped);
+    cJSON_AddNumberToObject(t2, "writes_waited", (double)st.t2_put_waits);
+    if (st.t3_connected >= 0) {
+        cJSON *t3 = cJSON_AddObjectToObject(o, "T3");
+        cJSON_AddBoolToObject(t3, "connected", st.t3_connected == 1);
+        cJSON_AddNumberToObject(t3, "known_blocks", (double)st.t3_known);
+        cJSON_AddNumberToObject(t3, "budget_bytes", (double)st.t3_budget_bytes);
+        cJSON_AddNumberToObject(t3, "value_bytes", (double)st.t3_value_bytes);
+        cJSON_AddNumberToObject(t3, "restores", (double)st.t3_restores);
+        cJSON_AddNumberToObject(t3, "hits", (double)st.t3_hits);
+        cJSON_AddNumberToObject(t3, "misses", (double)st.t3_misses);
+        cJSON_AddNumberToObject(t3, "bad_values", (double)st.t3_bad);
+        cJSON_AddNumberToObject(t3, "writes", (double)st.t3_writes);
+        cJSON_AddNumberToObject(t3, "writes_dropped", (double)st.t3_dropped);
+        cJSON_AddNumberToObject(t3, "errors", (double)st.t3_errors);
+        cJSON_AddNumberToObject(t3, "timeouts", (double)st.t3_timeouts);
+        cJSON_AddNumberToObject(t3, "probes", (double)st.t3_probes);
+        cJSON_AddNumberToObject(t3, "probe_found_blocks", (double)st.t3_probe_found);
+        cJSON_AddNumberToObject(t3, "bytes_read", (double)st.t3_bytes_read);
+        cJSON_AddNumberToObject(t3, "bytes_written", (double)st.t3_bytes_written);
+        cJSON_AddNumberToObject(t3, "compressed_values", (double)st.t3_compressed);
+        cJSON_AddNumberToObject(t3, "incompressible_values", (double)st.t3_incompressible);
+        /* payload over stored bytes of what this node wrote (1: raw; the header counts as stored) */
+        cJSON_AddNumberToObject(t3, "compression_ratio",
+                                st.t3_bytes_written ? (double)st.t3_payload_written / (double)st.t3_bytes_written : 1.0);
+        cJSON_AddNumberToObject(t3, "latency_ms_avg",
+                                st.t3_round_trips ? 1e3 * st.t3_latency_sum_s / (double)st.t3_round_trips : 0.0);
+    }
+    cJSON_AddNumberToObject(o, "discarded_blocks", (double)st.discarded);
+    cJSON_AddNumberToObject(o, "lookup_tokens", (double)st.lookup_tokens);
+    cJSON_AddNumberToObject(o, "hit_tokens", (double)st.hit_tokens);
+    cJSON *sf = cJSON_AddObjectToObject(o, "shortfalls");
+    for (int k = 1; k < KVT_SHORTFALL_COUNT; k++)
+        cJSON_AddNumberToObject(sf, kvt_shortfall_name((kvt_shortfall)k), (double)st.shortfalls[k]);
+    cJSON_AddNumberToObject(o, "warm_sessions", st.warm_sessions);
+    cJSON_AddNumberToObject(o, "sessions_released_early", (double)st.sessions_released);
+    cJSON_AddNumberToObject(o, "sessions_expired", (double)st.sessions_expired);
+    cJSON_AddNumberToObject(o, "prefetched_blocks", (double)st.prefetched_blocks);
+    cJSON *pins = cJSON_AddArrayToObject(o, "pins");
+    for (int32_t i = 0; i < s->n_pins; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "pin_id", s->pins[i].id);
+        cJSON_AddNumberToObject(p, "tokens", s->pins[i].tokens);
+        cJSON_AddItemToArray(pins, p);
+    }
+    return o;
+}
+
+static char *job_run(kvt_server *s, admin_job *j) {
+    j->status = MHD_HTTP_OK;
+    cJSON *o = NULL;
+    kvt_hash128 root;
+    switch (j->kind) {
+    case JOB_PIN: {
+        if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        kvt_pin *pin = NULL;
+        int n = kvt_cache_pin_root(s->cache, root, j->r->prompt, j->r->n_prompt, &pin);
+        if (n < 0) return job_error(j, 409, "pin_limit", kvt_errmsg());
+        o = cJSON_CreateObject();
+        if (pin) {
+            if (s->n_pins == s->cap_pins) {
+                s->cap_pins = s->cap_pins ? 2 * s->cap_pins : 8;
+                s->pins = kvt_xrealloc(s->pins, (size_t)s->cap_pins * sizeof *s->pins);
+            }
+            server_pin *sp = &s->pins[s->n_pins++];
+            snprintf(sp->id, sizeof sp->id, "pin-%llu", (unsigned long long)++s->next_pin);
+            sp->pin = pin;
+            sp->tokens = n;
+            cJSON_AddStringToObject(o, "pin_id", sp->id);
+        } else {
+            cJSON_AddNullToObject(o, "pin_id");
+        }
+        cJSON_AddNumberToObject(o, "pinned_tokens", n);
+        cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
+        break;
+    }
+    case JOB_UNPIN: {
+        int found = 0;
+        for (int32_t i = 0; j->pin_id && i < s->n_pins && !found; i++)
+            if (!strcmp(s->pins[i].id, j->pin_id)) {
+                kvt_cache_release(s->cache, s->pins[i].pin);
+                s->pins[i] = s->pins[--s->n_pins];
+                found = 1;
+            }
+        if (j->session) found |= kvt_cache_end_session(s->cache, j->session) == 0;
+        if (!found) return job_error(j, 404, "not_found", "no such pin or warm session");
+        o = cJSON_CreateObject();
+        cJSON_AddTrueToObject(o, "released");
+        break;
+    }
+    case JOB_PREFETCH: {
+        if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        int32_t n = kvt_cache_prefetch_root(s->cache, root, j->r->prompt, j->r->n_prompt, INT32_MAX);
+        o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "resident_tokens", n);
+        cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
+        break;
+    }
+    case JOB_FLUSH: {
+        double t0 = kvt_now();
+        int rc = kvt_cache_flush(s->cache);
+        if (rc) return job_error(j, 500, "flush_failed", kvt_errmsg());
+        o = cJSON_CreateObject();
+        cJSON_AddTrueToObject(o, "flushed");
+        cJSON_AddNumberToObject(o, "seconds", kvt_now() - t0);
+        break;
+    }
+    case JOB_STATS:
+        o = stats_json(s);
+        break;
+    }
+    return json_take(o);
+}
+
+void kvt_srv_run_jobs(kvt_server *s, admin_job *jobs) {
+    for (admin_job *j = jobs; j; j = j->next) j->json = job_run(s, j);
+    pthread_mutex_lock(&s->mu);
+    for (admin_job *j = jobs; j; j = j->next) j->done = 1;
+    pthread_cond_broadcast(&s->job_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kvt_srv_fail_jobs_locked(kvt_server *s) {
+    for (admin_job *j = s->jobs; j; j = j->next) {
+        j->json = job_error(j, 503, "shutting_down", "the server is shutting down");
+        j->done = 1;
+    }
+    s->jobs = NULL;
+    pthread_cond_broadcast(&s->job_cv);
+}

@@ -1,0 +1,201 @@
+/* The continuous-batching step (engine thread): one batch of a decode token
+ * per generating slot plus a prefill chunk of the oldest prompting one, then
+ * each sampled token: grammar mask, end-of-generation, logprobs, stop
+ * strings, limits. */
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "scheduler.h"
+#include "server_impl.h"
+
+/* Where a stop string starts in the unemitted text, or -1; *hold gets how many
+ * trailing bytes could still begin a stop string. */
+static long find_stop(const slot *sl, size_t *hold) {
+    const srv_req *r = sl->r;
+    const char *t = sl->raw + sl->raw_emitted;
+    size_t n = sl->raw_len - sl->raw_emitted;
+    long best = -1;
+    *hold = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sn = strlen(r->stop[i]);
+        const char *hit = memmem(t, n, r->stop[i], sn);
+        if (hit && (best < 0 || hit - t < best)) best = hit - t;
+        for (size_t k = KVT_MIN(sn - 1, n); k > *hold; k--)
+            if (!memcmp(t + n - k, r->stop[i], k)) {
+                *hold = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* The logits with every token the grammar refuses at -inf (s->jg_logits), or
+ * NULL when none may come: the document cannot go on within the budget. */
+static const float *grammar_logits(kvt_server *s, slot *sl, const float *logits) {
+    int32_t budget = sl->r->max_tokens - sl->n_gen;
+    if (!kvt_jg_mask(sl->jg, budget, s->jg_mask)) return NULL;
+    for (int32_t i = 0; i < s->n_vocab; i++) s->jg_logits[i] = s->jg_mask[i] ? logits[i] : -INFINITY;
+    return s->jg_logits;
+}
+
+/* Handles one sampled token of a slot; may finish the slot. */
+static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
+    srv_req *r = sl->r;
+    const float *allowed = sl->jg ? grammar_logits(s, sl, logits) : logits;
+    if (!allowed) {
+        kvt_srv_slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
+        return;
+    }
+    int32_t tok = kvt_sampler_sample(sl->smp, allowed);
+    if (sl->jg && kvt_jg_accept(sl->jg, tok)) { /* cannot happen: the sampler picks among the allowed */
+        kvt_srv_slot_finish(s, sl, NULL, 0, 500, "constrained decoding picked a token the grammar refuses");
+        return;
+    }
+    if (sl->n_gen == 0) {
+        double ttft = kvt_now() - r->t_arrival;
+        r->usage.ttft_ms = ttft * 1e3;
+        kvt_metrics_observe_ttft(s->metrics, ttft);
+    }
+    if ((!r->ignore_eos || sl->jg) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
+        kvt_srv_slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
+        return;
+    }
+    if (r->logprobs) {
+        /* from the logits the sampler just saw: the model's distribution, before temperature and filters */
+        kvt_api_logprob e = {.id = tok, .n_top = r->top_logprobs};
+        kvt_logprobs(logits, s->n_vocab, tok, KVT_MIN(r->top_logprobs, s->n_vocab), &e.logprob, e.top_id,
+                     e.top_logprob);
+        pthread_mutex_lock(&s->mu);
+        if (r->n_lp == r->cap_lp) {
+            r->cap_lp = r->cap_lp ? 2 * r->cap_lp : LOGPROBS_INIT;
+            r->lp = kvt_xrealloc(r->lp, r->cap_lp * sizeof *r->lp);
+        }
+        r->lp[r->n_lp++] = e;
+        pthread_mutex_unlock(&s->mu);
+    }
+    sl->toks[sl->n_toks++] = tok;
+    char small[PIECE_INIT];
+    int len = kvt_token_piece(s->tok, tok, small, sizeof small, 0);
+    if (len < 0) len = 0;
+    if (sl->raw_len + (size_t)len > sl->raw_cap) {
+        sl->raw_cap = KVT_MAX(sl->raw_cap * 2, sl->raw_len + (size_t)len);
+        sl->raw = kvt_xrealloc(sl->raw, sl->raw_cap);
+    }
+    if ((size_t)len <= sizeof small) memcpy(sl->raw + sl->raw_len, small, (size_t)len);
+    else kvt_token_piece(s->tok, tok, sl->raw + sl->raw_len, (size_t)len, 0);
+    sl->raw_len += (size_t)len;
+    sl->tok_end[sl->n_gen++] = sl->raw_len;
+
+    size_t hold;
+    long stop = find_stop(sl, &hold);
+    if (stop >= 0) {
+        kvt_srv_slot_finish(s, sl, "stop", sl->raw_emitted + (size_t)stop, 0, NULL);
+        return;
+    }
+    kvt_srv_slot_emit(s, sl, sl->raw_len - hold, 0);
+    if (sl->jg && kvt_jg_done(sl->jg)) { /* the document is complete: nothing may follow it */
+        kvt_srv_slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
+        return;
+    }
+    /* the next step feeds tok: the sequence would then hold n_toks tokens */
+    if (sl->n_gen >= r->max_tokens || sl->n_toks >= s->n_ctx) {
+        kvt_srv_slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
+        return;
+    }
+    sl->pending = tok;
+}
+
+/* After a step's batch was decoded (in ms): its completed blocks registered,
+ * then each generating slot's logits handled, and the prefilling slot pf
+ * (chunk more tokens fed, or NULL) finished (a prefill-only request) or
+ * turned generating with its forked choices once its prompt is in. */
+static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int32_t chunk, double ms) {
+    const int32_t P = s->p.parallel;
+    /* register completed blocks before any slot is finished and its sequence freed */
+    for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
+    if (pf) {
+        pf->n_fed += chunk;
+        pf->r->usage.prefill_ms += ms;
+        if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
+        kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
+    }
+    for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
+    if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {
+        /* /v1/cache/prefill: the prompt's blocks are committed; nothing to generate */
+        pf->r->usage.ttft_ms = (kvt_now() - pf->r->t_arrival) * 1e3;
+        kvt_srv_slot_finish(s, pf, "prefill", 0, 0, NULL);
+    } else if (pf && pf->n_fed == pf->r->n_prompt) {
+        /* n > 1: the other choices share this prompt's pages and its last logits, each with its own sampler */
+        slot *forks[P > 0 ? P : 1];
+        int32_t n_forks = kvt_srv_fork_choices(s, pf, forks);
+        const float *row = s->logits + (size_t)n_dec * (size_t)s->n_vocab;
+        pf->prefilling = 0;
+        slot_on_logits(s, pf, row);
+        for (int32_t i = 0; i < n_forks; i++) slot_on_logits(s, forks[i], row);
+    }
+}
+
+/* One engine step: a decode token of every generating slot plus one prefill
+ * chunk of the oldest prompting slot, in one batch. */
+void kvt_srv_engine_step(kvt_server *s) {
+    const int32_t P = s->p.parallel;
+    int32_t n = 0, pages = 0;
+    slot *dec[P > 0 ? P : 1];
+    int32_t n_dec = 0;
+    slot *pf = NULL;
+    for (int32_t i = 0; i < P; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->r || sl->waiting) continue;
+        if (!sl->prefilling) {
+            dec[n_dec++] = sl;
+            s->b_tok[n] = sl->pending;
+            s->b_seq[n] = sl->seq;
+            s->b_want[n] = 1;
+            n++;
+            pages += kvt_seq_pages_needed(s->e, sl->seq, 1);
+        } else if (!pf || sl->admitted < pf->admitted) {
+            pf = sl;
+        }
+    }
+    int32_t chunk = 0, pf_pages = 0;
+    if (pf) {
+        chunk = KVT_MIN(pf->r->n_prompt - pf->n_fed, s->p.prefill_chunk);
+        pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
+    }
+    int rc = kvt_cache_reserve(s->cache, pages + pf_pages);
+    if (rc && pf && n_dec) {
+        /* no room for the prompt chunk: let the generating sequences go on, they free pages when done */
+        pf = NULL;
+        rc = kvt_cache_reserve(s->cache, pages);
+    }
+    if (rc) {
+        /* not even one step fits: give up the youngest sequence so the others can go on */
+        slot *victim = pf;
+        for (int32_t i = 0; i < n_dec; i++)
+            if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
+        kvt_log(KVT_LOG_WARN, "serve: KV memory exhausted, ending %s: %s", victim->r->id, kvt_errmsg());
+        kvt_srv_slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
+        return;
+    }
+    if (pf) {
+        for (int32_t k = 0; k < chunk; k++) {
+            s->b_tok[n] = pf->toks[pf->n_fed + k];
+            s->b_seq[n] = pf->seq;
+            s->b_want[n] = 0;
+            n++;
+        }
+        if (pf->n_fed + chunk == pf->r->n_prompt) s->b_want[n - 1] = 1;
+    }
+    kvt_batch batch = {.n = n, .token = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
+    double t0 = kvt_now();
+    rc = kvt_engine_decode(s->e, &batch, s->logits);
+    double ms = (kvt_now() - t0) * 1e3;
+    if (rc) {
+        kvt_log(KVT_LOG_ERROR, "serve: decode failed: %s", kvt_errmsg());
+        for (int32_t i = 0; i < n_dec; i++) kvt_srv_slot_finish(s, dec[i], NULL, 0, 500, "the engine failed");
+        if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
+        return;
+    }
+    after_decode(s, dec, n_dec, pf, chunk, ms);
+}
