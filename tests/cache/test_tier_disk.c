@@ -28,6 +28,15 @@
 
 #include "disk_blocks.h"
 
+/* A disk tier opened with p, given blocks [0, n) and closed again. */
+static void fill(const kvt_disk_params *p, int n) {
+    kvt_disk *d;
+    CHECK(kvt_disk_open(p, &d) == 0);
+    put_range(d, 0, n, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+}
+
 static uint64_t dir_bytes(const char *dir) {
     DIR *dh = opendir(dir);
     uint64_t s = 0;
@@ -203,10 +212,7 @@ static void test_corruption(void) {
     const char *dir = subdir("corrupt");
     kvt_disk_params p = params(dir);
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 20, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 20);
     /* 12000-byte payload + 144-byte header -> 12 KiB records, 5 per 64 KiB segment */
     const uint64_t rec = 3 * 4096;
     char seg[1024];
@@ -429,10 +435,7 @@ static void test_dir_security(void) {
     const char *victim = make_victim("victim.txt");
     kvt_disk_params p = params(dir);
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 10, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 10);
     struct stat sb;
     CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700);
     CHECK(stat(subdir("sec"), &sb) == 0 && (sb.st_mode & 0777) == 0700);
@@ -601,10 +604,7 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     kvt_disk_gc_report rep;
     CHECK(p.mac == 1); /* on by default */
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 20, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 20);
     struct stat sb;
     CHECK(lstat(kvt_test_path(dir, "key"), &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == 0600 &&
           sb.st_size == KVT_DISK_KEY_BYTES && sb.st_uid == geteuid());
@@ -661,10 +661,7 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     /* payloads swapped between neighbours, CRCs recomputed: refused too */
     const char *sdir = tagged_dir(sdir_buf, sizeof sdir_buf, "mac-swap", tag);
     p = params(sdir);
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 20, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 20);
     CHECK(first_segment(sdir, seg, sizeof seg));
     CHECK(forge_segment(seg, 1) == 4); /* records 0<->1, 2<->3 */
     CHECK(cli_verify(sdir, &text) == 1);
@@ -712,10 +709,7 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     const char *ndir = tagged_dir(ndir_buf, sizeof ndir_buf, "mac-none", tag);
     p = params(ndir);
     p.mac = 0;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 5, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 5);
     CHECK(access(kvt_test_path(ndir, "key"), F_OK) != 0); /* MAC off makes no key */
     memset(&m, 0, sizeof m);
     CHECK(kvt_disk_walk(ndir, 1, mac_walk_fn, &m) == 0 && m.valid == 5 && m.no_mac == 5);
@@ -809,10 +803,7 @@ static void test_mac_scheme(void) {
     snprintf(dir, sizeof dir, "%s", subdir("scheme"));
     kvt_disk_params p = params(dir);
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 25, 0); /* 5 records per segment: segment k holds blocks 5k..5k+4 */
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 25); /* 5 records per segment: segment k holds blocks 5k..5k+4 */
     if (gmac) {
         nonce_walk nw = {.n = 0};
         CHECK(kvt_disk_walk(dir, 0, nonce_walk_fn, &nw) == 0);
@@ -869,10 +860,7 @@ static void test_mac_scheme(void) {
     char mdir[512];
     snprintf(mdir, sizeof mdir, "%s", subdir("scheme-mixed"));
     p = params(mdir);
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 10, 0); /* GMAC */
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 10); /* GMAC */
     CHECK(setenv("KVT_DISK_MAC_SCHEME", "blake2b", 1) == 0);
     CHECK(kvt_disk_mac_scheme_default() == KVT_DISK_SCHEME_BLAKE2B);
     CHECK(kvt_disk_open(&p, &d) == 0);

@@ -168,37 +168,6 @@ static int same_run(const run_result *a, const run_result *b, int32_t V) {
 
 /* ---- the cache path ------------------------------------------------------- */
 
-typedef struct {
-    int rc;
-    int32_t *tokens, n;
-    float *logits; /* the prompt's last position */
-    kvt_gen_result res;
-} gen_out;
-
-static gen_out generate(const kvt_model *m, kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n) {
-    gen_out o = {0};
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    sp.temp = 0;
-    kvt_sampler *s = kvt_sampler_new(sp, m->hp.n_vocab);
-    o.logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = N_DECODE, .sampler = s, .first_logits = o.logits};
-    o.rc = kvt_generate(e, cache, prompt, n, &gp, &o.tokens, &o.res);
-    o.n = o.rc ? 0 : o.res.n_prompt + o.res.n_generated;
-    kvt_sampler_free(s);
-    return o;
-}
-
-static void gen_free(gen_out *o) {
-    free(o->tokens);
-    free(o->logits);
-}
-
-static int same_gen(const gen_out *a, const gen_out *b, int32_t V) {
-    return a->rc == 0 && b->rc == 0 && a->n == b->n &&
-           !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
-           !memcmp(a->logits, b->logits, (size_t)V * sizeof(float));
-}
-
 static kvt_engine *gen_engine(const kvt_model *m, const shape_case *c, run_cfg cfg) {
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_ctx = c->n_ctx;
@@ -220,17 +189,17 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     run_cfg cfg = random_cfg(c);
     kvt_engine *e0 = gen_engine(m, c, cfg);
     if (!e0) return;
-    gen_out cold = generate(m, e0, NULL, c->prompt, P);
+    kvt_test_gen cold = kvt_test_generate_rc(e0, NULL, c->prompt, P, N_DECODE, NULL);
     kvt_engine_free(e0);
     if (P >= c->ctx_eff) { /* kvt_generate needs room for one generated token */
         CHECKF(cold.rc == KVT_ELIMIT, "generate: prompt %d, ctx %d gave %d (%s)", P, c->ctx_eff, cold.rc,
                kvt_errmsg());
-        gen_free(&cold);
+        kvt_test_gen_free(&cold);
         return;
     }
     CHECKF(cold.rc == 0, "generate: %s", kvt_errmsg());
     if (cold.rc) {
-        gen_free(&cold);
+        kvt_test_gen_free(&cold);
         return;
     }
     /* the request loop agrees with the engine run: same last-prompt logits and greedy tokens */
@@ -246,35 +215,35 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     CHECKF(e && kvt_cache_new(e, cp, &cache) == 0, "cache_new: %s", kvt_errmsg());
     if (!cache) {
         kvt_engine_free(e);
-        gen_free(&cold);
+        kvt_test_gen_free(&cold);
         return;
     }
     const int32_t B = cfg2.block, full = KVT_MIN(P / B * B, P - 1);
-    gen_out miss = generate(m, e, cache, c->prompt, P);
-    CHECKF(same_gen(&miss, &cold, V), "cache miss differs from the cold run (rc %d: %s)", miss.rc, kvt_errmsg());
-    gen_out t0 = generate(m, e, cache, c->prompt, P);
-    CHECKF(same_gen(&t0, &cold, V), "T0 hit differs from the cold run (rc %d: %s)", t0.rc, kvt_errmsg());
+    kvt_test_gen miss = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
+    CHECKF(kvt_test_same(&miss, &cold), "cache miss differs from the cold run (rc %d: %s)", miss.rc, kvt_errmsg());
+    kvt_test_gen t0 = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
+    CHECKF(kvt_test_same(&t0, &cold), "T0 hit differs from the cold run (rc %d: %s)", t0.rc, kvt_errmsg());
     CHECKF(t0.res.n_reused == full, "T0 hit reused %d of %d tokens (B %d)", t0.res.n_reused, P, B);
     stats.t0_hits += t0.res.n_reused > 0;
 
     /* another prompt of the same length takes the pool; then the first comes back */
     int32_t *other = malloc((size_t)P * sizeof *other);
     for (int32_t i = 0; i < P; i++) other[i] = (c->prompt[i] + 1 + i) % V;
-    gen_out o = generate(m, e, cache, other, P);
+    kvt_test_gen o = kvt_test_generate_rc(e, cache, other, P, N_DECODE, NULL);
     CHECKF(o.rc == 0, "other prompt: %s", kvt_errmsg());
-    gen_out t1 = generate(m, e, cache, c->prompt, P);
-    CHECKF(same_gen(&t1, &cold, V), "hit after eviction differs from the cold run (rc %d: %s)", t1.rc,
+    kvt_test_gen t1 = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
+    CHECKF(kvt_test_same(&t1, &cold), "hit after eviction differs from the cold run (rc %d: %s)", t1.rc,
            kvt_errmsg());
     stats.t1_hits += t1.res.tier_tokens[KVT_TIER_T1] > 0;
 
-    gen_free(&miss);
-    gen_free(&t0);
-    gen_free(&o);
-    gen_free(&t1);
+    kvt_test_gen_free(&miss);
+    kvt_test_gen_free(&t0);
+    kvt_test_gen_free(&o);
+    kvt_test_gen_free(&t1);
     free(other);
     kvt_cache_free(cache);
     kvt_engine_free(e);
-    gen_free(&cold);
+    kvt_test_gen_free(&cold);
 }
 
 /* ---- one case --------------------------------------------------------------- */
