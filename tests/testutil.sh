@@ -22,6 +22,11 @@ is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
 gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
 ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
 lt() { [ "$1" -lt "$2" ] 2>/dev/null || { echo "  got '$1', want < $2" >&2; return 1; }; }
+expect_rc() { # expect_rc RC COMMAND...: COMMAND exits RC (its stdout and stderr in $TMP/out)
+  local want=$1 rc=0; shift
+  "$@" >"$TMP/out" 2>&1 || rc=$?
+  [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
+}
 
 # ---- kvtier serve ------------------------------------------------------------------------------
 # KVT_SERVE_ARGS: the serve flags every kvt_start_server of a test passes first (the

@@ -118,22 +118,27 @@ static run_cfg random_cfg(const shape_case *c) {
 
 static int32_t pages_for(int32_t tokens, int32_t block) { return (tokens + block - 1) / block + 2; }
 
-/* Feeds the prompt (every position's logits) then up to N_DECODE greedy tokens. */
-static int engine_run(const kvt_model *m, const shape_case *c, run_cfg cfg, run_result *out) {
-    memset(out, 0, sizeof *out);
-    const int32_t V = m->hp.n_vocab;
+/* An engine for case c under cfg, with max_seqs sequences and pages for `tokens` tokens (within the context). */
+static kvt_engine *case_engine(const kvt_model *m, const shape_case *c, run_cfg cfg, int32_t max_seqs,
+                               int32_t tokens) {
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_ctx = c->n_ctx;
     ep.kv_dtype = c->kv;
     ep.block_size = cfg.block;
     ep.n_batch = cfg.n_batch;
     ep.n_threads = cfg.threads;
-    ep.max_seqs = 1;
-    ep.n_pages = pages_for(KVT_MIN(c->ctx_eff, c->n_prompt + N_DECODE), cfg.block);
-    kvt_engine *e = NULL;
-    int rc = kvt_engine_new(m, ep, &e);
-    CHECKF(rc == 0, "engine_new: %s", kvt_errmsg());
-    if (rc) return rc;
+    ep.max_seqs = max_seqs;
+    ep.n_pages = pages_for(KVT_MIN(c->ctx_eff, tokens), cfg.block);
+    return kvt_test_engine_new(m, ep);
+}
+
+/* Feeds the prompt (every position's logits) then up to N_DECODE greedy tokens. */
+static int engine_run(const kvt_model *m, const shape_case *c, run_cfg cfg, run_result *out) {
+    memset(out, 0, sizeof *out);
+    const int32_t V = m->hp.n_vocab;
+    kvt_engine *e = case_engine(m, c, cfg, 1, c->n_prompt + N_DECODE);
+    if (!e) return -1;
+    int rc;
     int32_t seq;
     CHECK(kvt_seq_new(e, NULL, 0, 0, &seq) == 0);
     out->logits = malloc((size_t)(c->n_prompt + N_DECODE) * (size_t)V * sizeof(float));
@@ -169,18 +174,8 @@ static int same_run(const run_result *a, const run_result *b, int32_t V) {
 /* ---- the cache path ------------------------------------------------------- */
 
 static kvt_engine *gen_engine(const kvt_model *m, const shape_case *c, run_cfg cfg) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.n_ctx = c->n_ctx;
-    ep.kv_dtype = c->kv;
-    ep.block_size = cfg.block;
-    ep.n_batch = cfg.n_batch;
-    ep.n_threads = cfg.threads;
-    ep.max_seqs = 2;
     /* room for one request only, so the next prompt pushes the last one's pages to T1 */
-    ep.n_pages = pages_for(KVT_MIN(c->ctx_eff, c->n_prompt + N_DECODE + 1), cfg.block);
-    kvt_engine *e = NULL;
-    CHECKF(kvt_engine_new(m, ep, &e) == 0, "engine_new: %s", kvt_errmsg());
-    return e;
+    return case_engine(m, c, cfg, 2, c->n_prompt + N_DECODE + 1);
 }
 
 /* Cold (no cache), then miss, T0 hit, another prompt, T1 hit: all identical. */

@@ -145,26 +145,30 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weath
 check "n=2 forced calls: both valid" is "$(jb "[.choices[] | .finish_reason==\"tool_calls\" and (.message.tool_calls[0] | $ARGS_OK)] | all")" true
 kvt_stop_server choices
 
+# tool_round STYLE FIRST EXTRA WHAT: under STYLE's chat template, a forced call after the messages
+# FIRST, then its result sent back with EXTRA in the request, the arguments re-serialized (as
+# LangChain does: the call memo restores kvtier's text). Checks that the call parses and that the
+# next step reuses WHAT from the cache; the history is left in H2, the next step's answer in $TMP/body.
+tool_round() {
+  local style=$1 first=$2 extra=$3 what=$4 p1 c1 a1 id1
+  post /v1/chat/completions "{\"messages\":[$first],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
+  check "$style: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
+  p1=$(jb .usage.prompt_tokens) c1=$(jb .usage.completion_tokens) a1=$(jb -c '.choices[0].message') id1=$(jb '.choices[0].message.tool_calls[0].id')
+  a1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$a1")
+  H2="$first,$a1,{\"role\":\"tool\",\"tool_call_id\":\"$id1\",\"content\":\"5\"}"
+  post /v1/chat/completions "{\"messages\":[$H2],\"tools\":$TOOLS,\"max_tokens\":4$extra}"
+  check "$style: the next step reuses $what from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (p1 + c1) / 32 * 32 ))
+}
+
 # ---- the Llama 3 style: {"name": ..., "parameters": ...} -------------------------------------------
 kvt_start_server llama3 --chat-template llama3
-post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
-check "llama3: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
-P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
-# the client sends the arguments back re-serialized (as LangChain does): the call memo restores kvtier's text
-A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
-post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
-check "llama3: the next step reuses the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
+tool_round llama3 '{"role":"user","content":"2+3?"}' '' 'the call'
 kvt_stop_server llama3
 
 # ---- the Mistral style: [AVAILABLE_TOOLS] before the first user turn, [TOOL_CALLS][...] -------------
 kvt_start_server mistral --chat-template mistral
-post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
-check "mistral: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
-P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
-A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
-H2="{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}"
-post /v1/chat/completions "{\"messages\":[$H2],\"tools\":$TOOLS,\"max_tokens\":4,\"ignore_eos\":true}"
-check "mistral: the next step reuses the tools and the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
+tool_round mistral '{"role":"system","content":"Be brief."},{"role":"user","content":"2+3?"}' ',"ignore_eos":true' \
+  'the tools and the call'
 P2=$(jb .usage.prompt_tokens) C2=$(jb .usage.completion_tokens) A2=$(jb -c '.choices[0].message')
 # a new user turn: the tool block stays where it was, so the whole history is a cached prefix
 post /v1/chat/completions "{\"messages\":[$H2,$A2,{\"role\":\"user\",\"content\":\"And 4+4?\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
