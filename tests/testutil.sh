@@ -37,14 +37,15 @@ declare -A KVT_PID=() KVT_URL=() KVT_PORT=() KVT_LOG=()
 KVT_REDIS_PID=
 
 # kvt_start_server NAME ARGS...: `$BIN serve --port 0 ${KVT_SERVE_ARGS[@]} ARGS...` in the
-# background, its stdout and stderr in $TMP/NAME.log (or the --log-file ARGS names). Waits
-# until its "listening on" line, which the server logs once the port accepts connections,
-# for at most $KVT_SERVE_WAIT_S seconds (default 60); a server that exits first or never
-# says it fails the test with its log. Sets KVT_PID[NAME], KVT_URL[NAME], KVT_PORT[NAME] and
-# KVT_LOG[NAME], and SRV_NAME, SRV_PID, URL and PORT for the server started last. Assignments before
-# the call (VAR=x kvt_start_server ...) are in the server's environment.
+# background, its stdout and stderr in $TMP/NAME.log ($KVT_SERVE_LOG_DIR/NAME.log when that is
+# set; a --log-file in ARGS gets the log lines instead). Waits until its "listening on" line,
+# which the server logs once the port accepts connections, for at most $KVT_SERVE_WAIT_S
+# seconds (default 60); a server that exits first or never says it fails the test with its
+# log. Sets KVT_PID[NAME], KVT_URL[NAME], KVT_PORT[NAME] and KVT_LOG[NAME], and SRV_NAME,
+# SRV_PID, URL and PORT for the server started last. Assignments before the call
+# (VAR=x kvt_start_server ...) are in the server's environment.
 kvt_start_server() {
-  local name=$1 out=$TMP/$1.log log a prev='' skip=0
+  local name=$1 out=${KVT_SERVE_LOG_DIR:-$TMP}/$1.log log a prev='' skip=0
   shift
   [ -z "${KVT_PID[$name]:-}" ] || { echo "kvt_start_server: server $name is running already" >&2; exit 1; }
   log=$out
@@ -137,6 +138,7 @@ kvt_stop_redis() {
 kvt_cleanup() {
   local p l
   for p in "${KVT_PID[@]}" $KVT_REDIS_PID; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${KVT_PID[@]}" $KVT_REDIS_PID; do wait "$p" 2>/dev/null || true; done # quietly, no "Killed"
   if [ "$fail" -gt 0 ]; then
     for l in "${KVT_LOG[@]}"; do [ -f "$l" ] && { echo "--- $l" >&2; tail -n 30 "$l" >&2; }; done
   fi
