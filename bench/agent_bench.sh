@@ -18,17 +18,18 @@ if [ ! -f "$MODEL" ]; then
 fi
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; return 1; }
 
-./build/kvtier serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --parallel 2 -t 2 --ctx 16384 >/tmp/kvtier-agent-bench.log 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-wait_up "$PORT"
-python3 bench/agent_bench.py --url "http://127.0.0.1:$PORT" --label kvtier
-kill $pid; wait $pid 2>/dev/null || true
+KVT_BIN=./build/kvtier
+. tests/testutil.sh
+# the server's log stays in /tmp/kvtier-agent-bench.log
+KVT_SERVE_WAIT_S=120 KVT_SERVE_LOG_DIR=/tmp kvt_start_server kvtier-agent-bench -m "$MODEL" --host 127.0.0.1 \
+  --port "$PORT" --parallel 2 -t 2 --ctx 16384
+python3 bench/agent_bench.py --url "$URL" --label kvtier
+kvt_stop_server kvtier-agent-bench || true
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
   "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port $((PORT + 1)) -np 2 -c 16384 -t 2 >/tmp/llama-agent-bench.log 2>&1 &
   lpid=$!
-  trap 'kill $lpid 2>/dev/null || true' EXIT
+  trap 'kill $lpid 2>/dev/null || true; kvt_cleanup' EXIT
   wait_up $((PORT + 1))
   python3 bench/agent_bench.py --url "http://127.0.0.1:$((PORT + 1))" --label llama.cpp
   kill $lpid

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-bench/out/llama250m-spm-f16.gguf}
-PORT=${PORT:-8092}   # llama-server's; kvtier picks a free port
+LPORT=${PORT:-8092}  # llama-server's ($PORT); kvtier picks a free port
 T=${THREADS:-2}
 SESSIONS=("${@:-12 24 48}")
 read -r -a SESSIONS <<<"${SESSIONS[*]}"
@@ -34,33 +34,23 @@ if [ ! -f "$MODEL" ]; then
     --type f16 --ctx 16384 "${extra[@]}"
 fi
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; return 1; }
-# listen_port LOG PID: the port `kvtier serve --port 0` printed, once it listens
-listen_port() {
-  for _ in $(seq 1 600); do
-    local p; p=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$1" | grep -o '[0-9]*$' || true)
-    [ -n "$p" ] && { echo "$p"; return 0; }
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.2
-  done
-  echo "kvtier serve did not start:" >&2; cat "$1" >&2; return 1
-}
+KVT_BIN=./build/kvtier
+. tests/testutil.sh
+KVT_SERVE_WAIT_S=120 KVT_SERVE_LOG_DIR=$OUT # the server logs stay in $OUT
+KVT_SERVE_ARGS=(-m "$MODEL" --host 127.0.0.1 --parallel 2 -t "$T" --ctx 4096)
 WORKLOAD=(--rounds 3 --system-words 300 --doc-words 600 --tool-words 60 --max-tokens 16 --concurrency 2)
 
 run_kvtier() { # LABEL SESSIONS serve-args...
   local label=$1 n=$2; shift 2
   local dir; dir=$(mktemp -d /var/tmp/kvtier-expansion.XXXXXX)
-  ./build/kvtier serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 2 -t "$T" --ctx 4096 "$@" \
-    --kv-disk "$dir/kv" --kv-disk-size 4G >"$OUT/$label-$n.log" 2>&1 &
-  local pid=$! port
-  trap "kill $pid 2>/dev/null || true" EXIT
-  port=$(listen_port "$OUT/$label-$n.log" "$pid")
+  kvt_start_server "$label-$n" "$@" --kv-disk "$dir/kv" --kv-disk-size 4G
   grep 'KV capacity' "$OUT/$label-$n.log" || true
-  python3 bench/agent_bench.py --url "http://127.0.0.1:$port" --label "$label" --sessions "$n" "${WORKLOAD[@]}" \
+  python3 bench/agent_bench.py --url "$URL" --label "$label" --sessions "$n" "${WORKLOAD[@]}" \
     --kvtier-sessions --summary "$OUT/summary.jsonl" | grep -v ' session '
-  curl -s "http://127.0.0.1:$port/v1/cache/stats" | jq -r --arg l "$label-$n" \
+  curl -s "$URL/v1/cache/stats" | jq -r --arg l "$label-$n" \
     '"[\($l)] dropped writes \(.T2.writes_dropped), waited \(.T2.writes_waited), discarded \(.discarded_blocks), shortfalls \(.shortfalls | tostring), T2 records \(.T2.records), warm sessions \(.warm_sessions)"' |
     tee -a "$OUT/runs.txt"
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  kvt_stop_server "$label-$n" || true
   rm -rf "$dir"
 }
 
@@ -71,11 +61,11 @@ done
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
   n=${SESSIONS_LLAMA:-12}
-  "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np 2 -c 16384 -t "$T" >"$OUT/llama.log" 2>&1 &
+  "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$LPORT" -np 2 -c 16384 -t "$T" >"$OUT/llama.log" 2>&1 &
   lpid=$!
-  trap "kill $lpid 2>/dev/null || true" EXIT
-  wait_up "$PORT"
-  python3 bench/agent_bench.py --url "http://127.0.0.1:$PORT" --label llama.cpp --sessions "$n" "${WORKLOAD[@]}" \
+  trap "kill $lpid 2>/dev/null || true; kvt_cleanup" EXIT
+  wait_up "$LPORT"
+  python3 bench/agent_bench.py --url "http://127.0.0.1:$LPORT" --label llama.cpp --sessions "$n" "${WORKLOAD[@]}" \
     --summary "$OUT/summary.jsonl" | grep -v ' session '
   kill "$lpid"; wait "$lpid" 2>/dev/null || true
 fi

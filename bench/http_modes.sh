@@ -16,10 +16,8 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--pool N] [--clients C] [--gens G] [--seconds S]" >&2; exit 2 ;;
   esac
 done
-BIN=${KVT_BIN:-build/kvtier}
-TMP=$(mktemp -d)
-SRV=
-trap '[ -n "$SRV" ] && kill -9 $SRV 2>/dev/null; rm -rf "$TMP"' EXIT
+KVT_BIN=${KVT_BIN:-build/kvtier}
+. tests/testutil.sh
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 128 --layers 4 --heads 4 --kv-heads 2 --ff 256 --vocab 2000 >/dev/null 2>&1
 
 cat >"$TMP/load.py" <<'PY'
@@ -58,20 +56,18 @@ q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3 if lat else float(
 print(f"{mode}: {len(lat) / dt:8.0f} /health per s, p50 {q(0.5):7.2f} ms, p99 {q(0.99):8.2f} ms, max {q(1.0):8.1f} ms, {errors[0]} errors")
 PY
 
-run_mode() { # NAME ENV...
+run_mode() { # NAME VAR=VALUE...: a server with these in its environment
   local name=$1; shift
-  env "$@" "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 2 --parallel "$G" --queue 1024 >"$TMP/srv.log" 2>&1 &
-  SRV=$!
-  local port=
-  for _ in $(seq 100); do port=$(grep -ao 'listening on http://127.0.0.1:[0-9]*' "$TMP/srv.log" | grep -o '[0-9]*$'); [ -n "$port" ] && break; sleep 0.1; done
-  python3 "$TMP/load.py" "$port" "A $name, $C clients" "$C" 0 "$S"
-  python3 "$TMP/load.py" "$port" "B $name, 4 clients + $G generations" 4 "$G" "$S" &
+  local -x "$@"
+  kvt_start_server srv -m "$TMP/m.gguf" -t 2 --parallel "$G" --queue 1024
+  python3 "$TMP/load.py" "$PORT" "A $name, $C clients" "$C" 0 "$S"
+  python3 "$TMP/load.py" "$PORT" "B $name, 4 clients + $G generations" 4 "$G" "$S" &
   local lp=$! peak=0
   while kill -0 $lp 2>/dev/null; do
-    local th; th=$(awk '/^Threads/ {print $2}' /proc/$SRV/status); [ "${th:-0}" -gt "$peak" ] && peak=$th; sleep 0.2
+    local th; th=$(awk '/^Threads/ {print $2}' "/proc/$SRV_PID/status"); [ "${th:-0}" -gt "$peak" ] && peak=$th; sleep 0.2
   done
   echo "   $name: at most $peak server threads"
-  kill -TERM $SRV; wait $SRV 2>/dev/null; SRV=
+  kvt_stop_server srv
 }
 echo "kvtier HTTP threading, $(nproc) CPUs; load: python http.client threads on the same machine"
 run_mode "thread-per-connection" KVT_HTTP_THREAD_POOL=

@@ -42,36 +42,26 @@ python3 bench/rag_bench.py corpus --docs "$OUT/docs" --blocks "$BLOCKS" --words 
 ./build/kvtier rag index -m "$MODEL" --docs "$OUT/docs" -o "$OUT/corpus.idx" --chunk-tokens 384
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 
-listen_port() { # LOG PID: the port `kvtier serve --port 0` printed, once it listens
-  for _ in $(seq 1 600); do
-    local p; p=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$1" | grep -o '[0-9]*$' || true)
-    [ -n "$p" ] && { echo "$p"; return 0; }
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.2
-  done
-  echo "kvtier serve did not start:" >&2; cat "$1" >&2; return 1
-}
+KVT_BIN=./build/kvtier
+. tests/testutil.sh
+KVT_SERVE_WAIT_S=120 KVT_SERVE_LOG_DIR=$OUT # the server logs stay in $OUT
+KVT_SERVE_ARGS=(-m "$MODEL" --host 127.0.0.1 --parallel 1 -t "$T" --ctx 2048 --kv-active 1G
+  --rag-index "$OUT/corpus.idx")
 
 variant() { # LABEL ORDER [--cold] [--prewarm]
   local label=$1 order=$2 cold="" prewarm=""
   [ "${3:-}" = --cold ] && cold=--cold
   [ "${3:-}" = --prewarm ] && prewarm=1
-  ./build/kvtier serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 1 -t "$T" --ctx 2048 \
-    --kv-active 1G --rag-index "$OUT/corpus.idx" >"$OUT/$label.log" 2>&1 &
-  local pid=$! port
-  trap "kill $pid 2>/dev/null || true" EXIT
-  port=$(listen_port "$OUT/$label.log" "$pid")
+  kvt_start_server "$label"
   if [ -n "$prewarm" ]; then
     local t0; t0=$(date +%s.%N)
-    ./build/kvtier rag prewarm --server "http://127.0.0.1:$port" "$OUT/corpus.idx" \
+    ./build/kvtier rag prewarm --server "$URL" "$OUT/corpus.idx" \
       --system "You answer questions about the documents below. Quote the document id." 2>/dev/null
     echo "prewarm took $(echo "$(date +%s.%N) - $t0" | bc) s (not counted below)"
   fi
-  python3 bench/rag_bench.py run --url "http://127.0.0.1:$port" --order "$order" $cold --label "$label" \
+  python3 bench/rag_bench.py run --url "$URL" --order "$order" $cold --label "$label" \
     --topics "$TOPICS" --blocks "$BLOCKS" | tee -a "$OUT/results.jsonl"
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  trap - EXIT
+  kvt_stop_server "$label" || true
 }
 
 variant cold canonical --cold

@@ -23,7 +23,7 @@ mkdir -p bench/out
 [ -f "$MODEL" ] || "$BIN" mkmodel -o "$MODEL" --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816 \
   --vocab 32000 --type f16 --ctx 4096 --name bench-llama-250m
 . bench/redis_lib.sh
-SERVE_ARGS=(-t "$T" --ctx 4096)
+KVT_SERVE_ARGS=(-m "$MODEL" --host 127.0.0.1 -t "$T" --ctx 4096)
 start_redis 2gb
 
 # a prompt of about 2,048 tokens under this model's tokenizer
@@ -43,24 +43,23 @@ ask() { curl -s -m 600 -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/c
 show() { jq -r "\"\(.kvtier.ttft_ms | floor) ms TTFT; cached T0/T1/T2/T3 \(.kvtier.cached_tokens_by_tier | [.T0,.T1,.T2,.T3] | join(\"/\")), computed \(.kvtier.computed_tokens), restore \(.kvtier.restore_ms * 10 | floor / 10) ms\"" "$1"; }
 
 echo "model $MODEL, prompt $nt tokens, $T threads, Redis on 127.0.0.1:$RPORT"
-start A --kv-disk "$TMP/kvA" "${REMOTE[@]}" --write-through
-APID=$SRV
+kvt_start_server A --kv-disk "$TMP/kvA" "${REMOTE[@]}" --write-through
 ask >"$TMP/cold.json"
 echo "cold (node A computes):   $(show "$TMP/cold.json")"
 for _ in $(seq 100); do [ "$(redis-cli -p "$RPORT" dbsize)" -ge $((nt / 32)) ] && break; sleep 0.1; done
 # fresh_nodes PREFIX: three fresh nodes on T3, each answers its first request
 fresh_nodes() {
   for i in 1 2 3; do
-    start "$1$i" "${REMOTE[@]}"
+    kvt_start_server "$1$i" "${REMOTE[@]}"
     ask >"$TMP/$1-$i.json"
     curl -s "$URL/v1/cache/stats" >"$TMP/$1-$i.stats"
     echo "T3 (fresh node $1, run $i): $(show "$TMP/$1-$i.json")"
-    kill -9 "$SRV"
+    kvt_stop_server "$1$i" KILL || true
   done
 }
 fresh_nodes B
-kill -TERM "$APID"; wait "$APID" 2>/dev/null || true
-start A2 --kv-disk "$TMP/kvA" --restore always
+kvt_stop_server A || true
+kvt_start_server A2 --kv-disk "$TMP/kvA" --restore always
 ask >"$TMP/t2.json"
 echo "T2 (node A restarted, disk only; page cache warm): $(show "$TMP/t2.json")"
 
@@ -84,10 +83,10 @@ done
 
 [ "${ZSTD:-1}" = 0 ] && exit 0
 redis-cli -p "$RPORT" flushall >/dev/null
-start Z "${REMOTE[@]}" --kv-remote-compress zstd --write-through
+kvt_start_server Z "${REMOTE[@]}" --kv-remote-compress zstd --write-through
 ask >"$TMP/zcold.json"
 for _ in $(seq 100); do [ "$(redis-cli -p "$RPORT" dbsize)" -ge $((nt / 32)) ] && break; sleep 0.1; done
 curl -s "$URL/v1/cache/stats" | jq -r '.T3 | "zstd (node Z writes): \(.compressed_values) values compressed, \(.incompressible_values) stored raw; ratio \(.compression_ratio * 1000 | floor / 1000) (KV bytes / stored bytes)"'
-kill -9 "$SRV"
+kvt_stop_server Z KILL || true
 fresh_nodes Z
 rates Z

@@ -27,7 +27,7 @@ if [ ! -f "$MODEL" ]; then
 fi
 . bench/redis_lib.sh
 # --timeout: a long prefill on a busy machine sends nothing for a while; the connection must outlive it
-SERVE_ARGS=(-t "$T" --parallel 2 --ctx 16384 --timeout 600)
+KVT_SERVE_ARGS=(-m "$MODEL" --host 127.0.0.1 -t "$T" --parallel 2 --ctx 16384 --timeout 600)
 start_redis 4gb
 
 workload() { # LABEL URL_A [URL_B]
@@ -37,25 +37,25 @@ workload() { # LABEL URL_A [URL_B]
     --doc-words "$DOC_WORDS" --concurrency 2 --summary "$TMP/summary.jsonl" --dump "$TMP/replies.jsonl" |
     grep -E ' round [0-9]+( on node B)?:|WARNING'
 }
-stop_all() { for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
+stop_all() { local n; for n in "$@"; do kvt_stop_server "$n" || true; done; }
 
 echo "model $MODEL, $SESSIONS sessions x $ROUNDS rounds, doc $DOC_WORDS words, $T thread(s) per server," \
   "Redis on 127.0.0.1:$RPORT"
-start A1; U1=$URL; P1=$SRV
-workload "1 node" "$U1"
-stop_all "$P1"
+kvt_start_server A1
+workload "1 node" "${KVT_URL[A1]}"
+stop_all A1
 
-start A2; UA=$URL; PA=$SRV
-start B2; UB=$URL; PB=$SRV
-workload "2 nodes" "$UA" "$UB"
-stop_all "$PA" "$PB"
+kvt_start_server A2
+kvt_start_server B2
+workload "2 nodes" "${KVT_URL[A2]}" "${KVT_URL[B2]}"
+stop_all A2 B2
 
 redis-cli -p "$RPORT" flushall >/dev/null
-start A3 "${REMOTE[@]}" --write-through; UA=$URL; PA=$SRV
-start B3 "${REMOTE[@]}"; UB=$URL; PB=$SRV
-workload "2 nodes+T3" "$UA" "$UB"
-curl -s "$UB/v1/cache/stats" | jq -c '{T3: .T3 | {restores, hits, misses, bad_values, bytes_read, latency_ms_avg}}'
-stop_all "$PA" "$PB"
+kvt_start_server A3 "${REMOTE[@]}" --write-through
+kvt_start_server B3 "${REMOTE[@]}"
+workload "2 nodes+T3" "${KVT_URL[A3]}" "${KVT_URL[B3]}"
+curl -s "${KVT_URL[B3]}/v1/cache/stats" | jq -c '{T3: .T3 | {restores, hits, misses, bad_values, bytes_read, latency_ms_avg}}'
+stop_all A3 B3
 
 python3 - "$TMP/summary.jsonl" "$TMP/replies.jsonl" <<'EOF'
 import json, sys

@@ -13,14 +13,7 @@ if [ ! -f "$MODEL" ]; then
   ./build/kvtier mkmodel -o "$MODEL" --arch qwen2 --dim 512 --layers 8 --heads 8 --kv-heads 4 --ff 1408 --type f16 \
     --vocab-from ../shared/vocab/ggml-vocab-gpt-2.gguf
 fi
-LOG=$(mktemp)
-./build/kvtier serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 2 -t "${THREADS:-2}" -c 8192 >"$LOG" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$LOG"' EXIT
-URL=
-for _ in $(seq 300); do
-  URL=$(grep -o 'listening on http://[^ ]*:[0-9]*' "$LOG" | sed 's/listening on //') && [ -n "$URL" ] && break
-  sleep 0.2
-done
-[ -n "$URL" ] || { cat "$LOG"; exit 1; }
+KVT_BIN=./build/kvtier
+. tests/testutil.sh
+kvt_start_server tools -m "$MODEL" --parallel 2 -t "${THREADS:-2}" -c 8192
 python3 bench/tools_bench.py --url "$URL" --sessions "${1:-6}" --steps "${2:-6}"

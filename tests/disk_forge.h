@@ -53,10 +53,21 @@ static inline int forge_read(int fd, uint64_t off, uint8_t **out, kvt_disk_recor
     return 0;
 }
 
-/* Zeroes the stored payload of every record in the segment file path and
- * fixes the CRCs (with swap, exchanges the payloads of neighbouring records
- * of equal size instead). Returns the number of records changed. */
-static inline int forge_segment(const char *path, int swap) {
+/* Rewrites the record rec (parsed as r) at off of fd after fixing its CRCs:
+ * 1 when it was written. */
+static inline int forge_write(int fd, uint64_t off, uint8_t *rec, const kvt_disk_record *r) {
+    forge_fix_crcs(rec, r->header_bytes, r->stored_bytes);
+    return pwrite(fd, rec, r->record_bytes, (off_t)off) == (ssize_t)r->record_bytes;
+}
+
+/* What forge_walk does to one record: rec (parsed as r) is at off of fd and
+ * the next record starts at *next (which it may move on); returns the number
+ * of records it changed. */
+typedef int (*forge_fn)(int fd, uint64_t off, uint8_t *rec, const kvt_disk_record *r, uint64_t *next, void *ctx);
+
+/* Calls fn on every valid record of the segment file path, in file order.
+ * Returns the number of records changed. */
+static inline int forge_walk(const char *path, forge_fn fn, void *ctx) {
     int fd = open(path, O_RDWR);
     if (fd < 0) return 0;
     off_t size = lseek(fd, 0, SEEK_END);
@@ -70,29 +81,7 @@ static inline int forge_segment(const char *path, int swap) {
             continue;
         }
         uint64_t next = off + ra.record_bytes;
-        if (!swap) {
-            memset(a + ra.header_bytes, 0, ra.stored_bytes);
-            forge_fix_crcs(a, ra.header_bytes, ra.stored_bytes);
-            changed += pwrite(fd, a, ra.record_bytes, (off_t)off) == (ssize_t)ra.record_bytes;
-        } else {
-            uint8_t *b;
-            kvt_disk_record rb;
-            if (!forge_read(fd, next, &b, &rb)) {
-                if (rb.stored_bytes == ra.stored_bytes && rb.header_bytes == ra.header_bytes) {
-                    uint8_t *tmp = malloc(ra.stored_bytes);
-                    memcpy(tmp, a + ra.header_bytes, ra.stored_bytes);
-                    memcpy(a + ra.header_bytes, b + rb.header_bytes, ra.stored_bytes);
-                    memcpy(b + rb.header_bytes, tmp, ra.stored_bytes);
-                    free(tmp);
-                    forge_fix_crcs(a, ra.header_bytes, ra.stored_bytes);
-                    forge_fix_crcs(b, rb.header_bytes, rb.stored_bytes);
-                    changed += pwrite(fd, a, ra.record_bytes, (off_t)off) == (ssize_t)ra.record_bytes;
-                    changed += pwrite(fd, b, rb.record_bytes, (off_t)next) == (ssize_t)rb.record_bytes;
-                }
-                next += rb.record_bytes;
-                free(b);
-            }
-        }
+        changed += fn(fd, off, a, &ra, &next, ctx);
         free(a);
         off = next;
     }
@@ -100,30 +89,58 @@ static inline int forge_segment(const char *path, int swap) {
     return changed;
 }
 
+static inline int forge_zero_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next,
+                                void *ctx) {
+    (void)next, (void)ctx;
+    memset(a + ra->header_bytes, 0, ra->stored_bytes);
+    return forge_write(fd, off, a, ra);
+}
+
+/* exchanges the payloads of a and the record after it when both have the same size */
+static inline int forge_swap_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next,
+                                void *ctx) {
+    (void)ctx;
+    uint8_t *b;
+    kvt_disk_record rb;
+    if (forge_read(fd, *next, &b, &rb)) return 0;
+    int changed = 0;
+    if (rb.stored_bytes == ra->stored_bytes && rb.header_bytes == ra->header_bytes) {
+        uint8_t *tmp = malloc(ra->stored_bytes);
+        memcpy(tmp, a + ra->header_bytes, ra->stored_bytes);
+        memcpy(a + ra->header_bytes, b + rb.header_bytes, ra->stored_bytes);
+        memcpy(b + rb.header_bytes, tmp, ra->stored_bytes);
+        free(tmp);
+        changed = forge_write(fd, off, a, ra) + forge_write(fd, *next, b, &rb);
+    }
+    *next += rb.record_bytes;
+    free(b);
+    return changed;
+}
+
+/* Zeroes the stored payload of every record in the segment file path and
+ * fixes the CRCs (with swap, exchanges the payloads of neighbouring records
+ * of equal size instead). Returns the number of records changed. */
+static inline int forge_segment(const char *path, int swap) {
+    return forge_walk(path, swap ? forge_swap_fn : forge_zero_fn, NULL);
+}
+
+typedef struct {
+    void (*edit)(uint8_t *rec, const kvt_disk_record *r);
+} forge_edit_ctx;
+
+static inline int forge_edit_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next,
+                                void *ctx) {
+    (void)next;
+    ((forge_edit_ctx *)ctx)->edit(a, ra);
+    return forge_write(fd, off, a, ra);
+}
+
 /* Calls edit on the bytes of every record of the segment file path (header
  * and stored payload; r is its parse before the edit), then fixes both CRCs
  * and writes it back. Returns the number of records changed. */
 static inline int forge_segment_edit(const char *path, void (*edit)(uint8_t *rec, const kvt_disk_record *r)) {
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return 0;
-    off_t size = lseek(fd, 0, SEEK_END);
-    int changed = 0;
-    uint64_t off = 0;
-    while (off < (uint64_t)size) {
-        uint8_t *a;
-        kvt_disk_record ra;
-        if (forge_read(fd, off, &a, &ra)) {
-            off += KVT_DISK_ALIGN;
-            continue;
-        }
-        edit(a, &ra);
-        forge_fix_crcs(a, ra.header_bytes, ra.stored_bytes);
-        changed += pwrite(fd, a, ra.record_bytes, (off_t)off) == (ssize_t)ra.record_bytes;
-        off += ra.record_bytes;
-        free(a);
-    }
-    close(fd);
-    return changed;
+    forge_edit_ctx ctx = {edit};
+    return forge_walk(path, forge_edit_fn, &ctx);
 }
 
 /* forge_segment over every segment file of dir. */

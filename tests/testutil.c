@@ -93,14 +93,19 @@ struct kvt_model *kvt_test_tiny_model(const char *file_name, int n_vocab) {
     return kvt_test_tiny_model_typed(file_name, n_vocab, kvt_mkmodel_default_params().type);
 }
 
-struct kvt_model *kvt_test_tiny_model_typed(const char *file_name, int n_vocab, uint32_t type) {
+kvt_mkmodel_params kvt_test_tiny_params(void) {
     kvt_mkmodel_params mp = kvt_mkmodel_default_params();
-    mp.type = type;
     mp.dim = 64;
     mp.layers = 2;
     mp.heads = 4;
     mp.kv_heads = 2;
     mp.ff = 128;
+    return mp;
+}
+
+struct kvt_model *kvt_test_tiny_model_typed(const char *file_name, int n_vocab, uint32_t type) {
+    kvt_mkmodel_params mp = kvt_test_tiny_params();
+    mp.type = type;
     mp.vocab = n_vocab;
     const char *path = kvt_test_path(kvt_test_tmpdir(), file_name);
     kvt_model *m = NULL;
@@ -111,20 +116,37 @@ struct kvt_model *kvt_test_tiny_model_typed(const char *file_name, int n_vocab, 
     return m;
 }
 
-kvt_engine *kvt_test_engine(const kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = block;
-    ep.n_pages = n_pages;
-    ep.n_threads = 2;
-    ep.n_ctx = n_ctx;
+kvt_engine *kvt_test_engine_new(const kvt_model *model, kvt_engine_params ep) {
     kvt_engine *e = NULL;
     int rc = kvt_engine_new(model, ep, &e);
     CHECKF(rc == 0, "engine: %s", kvt_errmsg());
     return e;
 }
 
-kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
-                               const char *salt) {
+kvt_engine *kvt_test_engine(const kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = block;
+    ep.n_pages = n_pages;
+    ep.n_threads = 2;
+    ep.n_ctx = n_ctx;
+    return kvt_test_engine_new(model, ep);
+}
+
+kvt_cache *kvt_test_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes) {
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.ram_bytes = ram_bytes;
+    cp.disk_dir = dir;
+    cp.disk_bytes = dir ? 64 << 20 : 0;
+    cp.disk_admit = KVT_ADMIT_ALL;
+    cp.restore = KVT_RESTORE_ALWAYS;
+    kvt_cache *c = NULL;
+    int rc = kvt_cache_new(e, cp, &c);
+    CHECKF(rc == 0, "cache on %s: %s", dir ? dir : "(no disk)", kvt_errmsg());
+    return c;
+}
+
+kvt_test_gen kvt_test_generate_rc(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                  const char *salt) {
     kvt_test_gen o = {0};
     o.n_vocab = kvt_engine_n_vocab(e);
     kvt_sampler_params sp = kvt_sampler_default_params();
@@ -136,15 +158,21 @@ kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *promp
         gp.salt = salt;
         gp.salt_len = strlen(salt);
     }
-    int rc = kvt_generate(e, c, prompt, n, &gp, &o.tokens, &o.res);
-    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
-    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
+    o.rc = kvt_generate(e, c, prompt, n, &gp, &o.tokens, &o.res);
+    o.n = o.rc ? 0 : o.res.n_prompt + o.res.n_generated;
     kvt_sampler_free(s);
     return o;
 }
 
+kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                               const char *salt) {
+    kvt_test_gen o = kvt_test_generate_rc(e, c, prompt, n, n_gen, salt);
+    CHECKF(o.rc == 0, "generate: %s", kvt_errmsg());
+    return o;
+}
+
 int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b) {
-    return a->n == b->n && a->n_vocab == b->n_vocab &&
+    return a->rc == 0 && b->rc == 0 && a->n > 0 && a->n == b->n && a->n_vocab == b->n_vocab &&
            !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
            !memcmp(a->logits, b->logits, (size_t)a->n_vocab * sizeof(float));
 }

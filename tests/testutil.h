@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "mkmodel.h"
+
 extern int kvt_test_failures;
 extern int kvt_test_checks;
 
@@ -41,6 +43,9 @@ const char *kvt_test_path(const char *dir, const char *name);
 const char *kvt_test_tmpdir(void);
 /* Reads a whole file; NULL if it cannot. Caller frees. */
 char *kvt_test_read_file(const char *path, size_t *len);
+/* mkmodel's parameters of the tiny llama below: dim 64, 2 layers, 4 heads /
+ * 2 kv heads, ff 128; a test changes what it needs. */
+kvt_mkmodel_params kvt_test_tiny_params(void);
 /* Writes a tiny random-weight llama (dim 64, 2 layers, 4 heads / 2 kv heads,
  * ff 128, built-in vocabulary of n_vocab tokens) into the temporary directory
  * and loads it. Returns NULL after printing why if it cannot. */
@@ -52,21 +57,31 @@ struct kvt_model *kvt_test_tiny_model_typed(const char *file_name, int n_vocab, 
 
 /* One greedy run through kvt_generate. */
 typedef struct {
+    int rc;          /* kvt_generate's */
     int32_t *tokens; /* prompt + generated */
-    int32_t n;
+    int32_t n;       /* 0 when rc is not 0 */
     float *logits;   /* at the prompt's last position (the first sampled token's) */
     int32_t n_vocab;
     kvt_gen_result res;
 } kvt_test_gen;
 
+/* An engine over model with these params; NULL (and a failed check) if it cannot be made. */
+kvt_engine *kvt_test_engine_new(const struct kvt_model *model, kvt_engine_params ep);
 /* An engine over model with B-token pages, n_pages of them, context n_ctx,
  * 2 threads; NULL (and a failed check) if it cannot be made. */
 kvt_engine *kvt_test_engine(const struct kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx);
+/* A cache over e: a T1 of ram_bytes and, with dir, a 64 MiB disk tier there
+ * that admits every block and restores whatever it holds (KVT_RESTORE_ALWAYS);
+ * NULL (and a failed check) if it cannot be made. */
+kvt_cache *kvt_test_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes);
 /* Greedy generation of n_gen tokens after prompt[0..n) (cache may be NULL;
  * salt NULL: shared). A failure is a failed check and an empty result. */
 kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
                                const char *salt);
-/* 1 if both runs produced the same tokens and bit-identical logits. */
+/* The same for a run that may fail on purpose: the failure is only in .rc. */
+kvt_test_gen kvt_test_generate_rc(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                  const char *salt);
+/* 1 if both runs succeeded and produced the same tokens and bit-identical logits. */
 int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b);
 void kvt_test_gen_free(kvt_test_gen *g);
 /* n random ids in [300, n_vocab) (clear of the built-in vocabulary's specials). */

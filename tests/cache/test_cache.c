@@ -56,10 +56,7 @@ static void test_tiers(void) {
 
     /* a pool of 30 pages of 8 tokens with a T1 big enough for everything */
     kvt_engine *e = new_engine(30);
-    kvt_cache_params cp = kvt_cache_default_params();
-    cp.ram_bytes = 64ull << 20;
-    kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, cp, &c) == 0, "%s", kvt_errmsg());
+    kvt_cache *c = kvt_test_cache(e, NULL, 64ull << 20);
     if (!c) return;
 
     run_out first = run(e, c, p, 100, NULL);
@@ -205,9 +202,7 @@ static void test_churn(int collision_bits) {
 /* A pool too small for the request fails cleanly and leaves the cache usable. */
 static void test_exhaustion(void) {
     kvt_engine *e = new_engine(4);
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_cache *c = NULL;
-    CHECK(kvt_cache_new(e, cp, &c) == 0);
+    kvt_cache *c = kvt_test_cache(e, NULL, 0);
     unsigned seed = 3;
     int32_t p[60];
     random_tokens(p, 60, &seed);

@@ -22,18 +22,6 @@ static const struct {
 } types[] = {{"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1}, {"q5_0", KVT_TYPE_Q5_0},
              {"q5_1", KVT_TYPE_Q5_1}, {"q8_0", KVT_TYPE_Q8_0}};
 
-static kvt_cache *open_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes) {
-    kvt_cache_params cp = kvt_cache_default_params();
-    cp.ram_bytes = ram_bytes;
-    cp.disk_dir = dir;
-    cp.disk_bytes = 64 << 20;
-    cp.disk_admit = KVT_ADMIT_ALL;
-    cp.restore = KVT_RESTORE_ALWAYS;
-    kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, cp, &c) == 0, "cache on %s: %s", dir, kvt_errmsg());
-    return c;
-}
-
 static void test_type(const char *name, uint32_t type) {
     char file[64];
     snprintf(file, sizeof file, "m-%s.gguf", name);
@@ -54,7 +42,7 @@ static void test_type(const char *name, uint32_t type) {
 
     /* a pool of 30 pages and a T1 big enough for everything */
     e = kvt_test_engine(m, B, 30, 512);
-    kvt_cache *c = open_cache(e, dir, 64ull << 20);
+    kvt_cache *c = kvt_test_cache(e, dir, 64ull << 20);
     if (!e || !c) goto out;
     kvt_test_gen first = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
     CHECKF(kvt_test_same(&first, &ref), "%s: first cached run differs from the cold run", name);
@@ -79,7 +67,7 @@ static void test_type(const char *name, uint32_t type) {
 
     /* a new process on the same directory, with a T1 too small to matter: T2 */
     e = kvt_test_engine(m, B, 30, 512);
-    c = open_cache(e, dir, 1);
+    c = kvt_test_cache(e, dir, 1);
     if (c) {
         kvt_test_gen t2 = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
         CHECKF(t2.res.tier_tokens[KVT_TIER_T2] > 0 && t2.res.n_reused == FULL_BLOCK_TOKENS, "%s: T2 %d, reused %d",

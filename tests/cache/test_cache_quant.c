@@ -24,21 +24,9 @@ typedef kvt_test_gen run_out;
 #define new_engine(n_pages) kvt_test_engine(model, B, (n_pages), 512)
 #define run(e, c, p, n) kvt_test_generate((e), (c), (p), (n), N_GEN, NULL)
 
-static kvt_cache *open_cache(kvt_engine *e, const char *dir, uint64_t ram) {
-    kvt_cache_params cp = kvt_cache_default_params();
-    cp.ram_bytes = ram;
-    cp.disk_dir = dir;
-    cp.disk_bytes = dir ? 64 << 20 : 0;
-    cp.disk_admit = KVT_ADMIT_ALL;
-    cp.restore = KVT_RESTORE_ALWAYS;
-    kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, cp, &c) == 0, "cache: %s", kvt_errmsg());
-    return c;
-}
-
 static void test_tiers(const int32_t *p, const run_out *ref, unsigned *seed) {
     kvt_engine *e = new_engine(24);
-    kvt_cache *c = open_cache(e, NULL, 64ull << 20);
+    kvt_cache *c = kvt_test_cache(e, NULL, 64ull << 20);
     if (!c) return;
     run_out first = run(e, c, p, N_PROMPT);
     CHECK(kvt_test_same(&first, ref));
@@ -76,7 +64,7 @@ static void test_disk(const int32_t *p, const run_out *ref) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/kvdisk-quant", kvt_test_tmpdir());
     kvt_engine *e = new_engine(40);
-    kvt_cache *c = open_cache(e, dir, 4 * (kvt_page_bytes(e) + 2048)); /* a tiny T1: blocks go on to disk */
+    kvt_cache *c = kvt_test_cache(e, dir, 4 * (kvt_page_bytes(e) + 2048)); /* a tiny T1: blocks go on to disk */
     if (!c) return;
     run_out first = run(e, c, p, N_PROMPT);
     CHECK(kvt_test_same(&first, ref));
@@ -85,7 +73,7 @@ static void test_disk(const int32_t *p, const run_out *ref) {
     kvt_engine_free(e);
     /* a restart finds the prefix on disk */
     e = new_engine(40);
-    c = open_cache(e, dir, 4 * (kvt_page_bytes(e) + 2048));
+    c = kvt_test_cache(e, dir, 4 * (kvt_page_bytes(e) + 2048));
     if (!c) return;
     run_out warm = run(e, c, p, N_PROMPT);
     CHECKF(warm.res.tier_tokens[KVT_TIER_T2] == N_PROMPT - 1 - (N_PROMPT - 1) % B,

@@ -28,6 +28,30 @@
 
 #include "disk_blocks.h"
 
+/* A disk tier opened with p, given blocks [0, n) and closed again. */
+static void fill(const kvt_disk_params *p, int n) {
+    kvt_disk *d;
+    CHECK(kvt_disk_open(p, &d) == 0);
+    put_range(d, 0, n, 0);
+    kvt_disk_flush(d);
+    kvt_disk_close(d);
+}
+
+/* A disk tier opened with p over blocks [0, n) that it cannot check (another key or
+ * scheme): all n are foreign records, and none is served. */
+static kvt_disk *open_foreign(const kvt_disk_params *p, int n) {
+    kvt_disk *d;
+    kvt_disk_stats st;
+    CHECK(kvt_disk_open(p, &d) == 0);
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 0 && st.foreign == (uint64_t)n, "records %llu foreign %llu", (unsigned long long)st.records,
+           (unsigned long long)st.foreign);
+    int hits = 0;
+    for (int i = 0; i < n; i++) hits += get_ok(d, i, 0);
+    CHECK(hits == 0);
+    return d;
+}
+
 static uint64_t dir_bytes(const char *dir) {
     DIR *dh = opendir(dir);
     uint64_t s = 0;
@@ -203,10 +227,7 @@ static void test_corruption(void) {
     const char *dir = subdir("corrupt");
     kvt_disk_params p = params(dir);
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 20, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 20);
     /* 12000-byte payload + 144-byte header -> 12 KiB records, 5 per 64 KiB segment */
     const uint64_t rec = 3 * 4096;
     char seg[1024];
@@ -429,10 +450,7 @@ static void test_dir_security(void) {
     const char *victim = make_victim("victim.txt");
     kvt_disk_params p = params(dir);
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 10, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 10);
     struct stat sb;
     CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700);
     CHECK(stat(subdir("sec"), &sb) == 0 && (sb.st_mode & 0777) == 0700);
@@ -601,10 +619,7 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     kvt_disk_gc_report rep;
     CHECK(p.mac == 1); /* on by default */
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 20, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 20);
     struct stat sb;
     CHECK(lstat(kvt_test_path(dir, "key"), &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == 0600 &&
           sb.st_size == KVT_DISK_KEY_BYTES && sb.st_uid == geteuid());
@@ -661,10 +676,7 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     /* payloads swapped between neighbours, CRCs recomputed: refused too */
     const char *sdir = tagged_dir(sdir_buf, sizeof sdir_buf, "mac-swap", tag);
     p = params(sdir);
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 20, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 20);
     CHECK(first_segment(sdir, seg, sizeof seg));
     CHECK(forge_segment(seg, 1) == 4); /* records 0<->1, 2<->3 */
     CHECK(cli_verify(sdir, &text) == 1);
@@ -682,13 +694,8 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     CHECK(cli_verify(sdir, &text) == 1);
     CHECKF(text && strstr(text, "20 that cannot be checked (no key file"), "%s", text);
     free(text);
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    kvt_disk_get_stats(d, &st);
-    CHECKF(st.records == 0 && st.foreign == 20, "records %llu foreign %llu", (unsigned long long)st.records,
-           (unsigned long long)st.foreign);
+    d = open_foreign(&p, 20);
     hits = 0;
-    for (int i = 0; i < 20; i++) hits += get_ok(d, i, 0);
-    CHECK(hits == 0);
     put_range(d, 30, 35, 0); /* signed with the new key */
     kvt_disk_flush(d);
     kvt_disk_close(d);
@@ -712,10 +719,7 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     const char *ndir = tagged_dir(ndir_buf, sizeof ndir_buf, "mac-none", tag);
     p = params(ndir);
     p.mac = 0;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 5, 0);
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 5);
     CHECK(access(kvt_test_path(ndir, "key"), F_OK) != 0); /* MAC off makes no key */
     memset(&m, 0, sizeof m);
     CHECK(kvt_disk_walk(ndir, 1, mac_walk_fn, &m) == 0 && m.valid == 5 && m.no_mac == 5);
@@ -809,10 +813,7 @@ static void test_mac_scheme(void) {
     snprintf(dir, sizeof dir, "%s", subdir("scheme"));
     kvt_disk_params p = params(dir);
     kvt_disk *d;
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 25, 0); /* 5 records per segment: segment k holds blocks 5k..5k+4 */
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 25); /* 5 records per segment: segment k holds blocks 5k..5k+4 */
     if (gmac) {
         nonce_walk nw = {.n = 0};
         CHECK(kvt_disk_walk(dir, 0, nonce_walk_fn, &nw) == 0);
@@ -869,19 +870,11 @@ static void test_mac_scheme(void) {
     char mdir[512];
     snprintf(mdir, sizeof mdir, "%s", subdir("scheme-mixed"));
     p = params(mdir);
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    put_range(d, 0, 10, 0); /* GMAC */
-    kvt_disk_flush(d);
-    kvt_disk_close(d);
+    fill(&p, 10); /* GMAC */
     CHECK(setenv("KVT_DISK_MAC_SCHEME", "blake2b", 1) == 0);
     CHECK(kvt_disk_mac_scheme_default() == KVT_DISK_SCHEME_BLAKE2B);
-    CHECK(kvt_disk_open(&p, &d) == 0);
-    kvt_disk_get_stats(d, &st);
-    CHECKF(st.records == 0 && st.foreign == 10, "records %llu foreign %llu", (unsigned long long)st.records,
-           (unsigned long long)st.foreign);
+    d = open_foreign(&p, 10);
     hits = 0;
-    for (int i = 0; i < 10; i++) hits += get_ok(d, i, 0);
-    CHECK(hits == 0);
     put_range(d, 10, 20, 0); /* BLAKE2b */
     kvt_disk_flush(d);
     for (int i = 10; i < 20; i++) hits += get_ok(d, i, 0);

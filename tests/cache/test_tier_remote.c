@@ -192,6 +192,13 @@ static size_t read_all(kvt_remote *r, const block *b, size_t n) {
     return hits;
 }
 
+/* Puts n blocks through w, flushes it, and checks that r reads all n back. */
+static void put_flushed(kvt_remote *w, kvt_remote *r, const block *b, size_t n) {
+    put_all(w, b, n);
+    CHECK(kvt_remote_flush(w) == 0);
+    CHECK(read_all(r, b, n) == n);
+}
+
 static size_t probe_all(kvt_remote *r, const block *b, size_t n, kvt_hash128 root) {
     kvt_hash128 *h = kvt_xmalloc(n * sizeof *h);
     int32_t *t = kvt_xmalloc(n * B * sizeof *t);
@@ -278,9 +285,7 @@ static void test_batch(void) {
     kvt_hash128 root = {3, 4};
     block *b = make_chain(n, root, 2);
     kvt_remote *a = open_tier(NULL, key_file, 0), *rb = open_tier(NULL, key_file, 0);
-    put_all(a, b, n);
-    CHECK(kvt_remote_flush(a) == 0);
-    CHECK(read_all(rb, b, n) == n);
+    put_flushed(a, rb, b, n);
     kvt_remote_stats st;
     kvt_remote_get_stats(rb, &st);
     CHECKF(st.round_trips == 1 && st.hits == n, "%llu round trips for %zu blocks", (unsigned long long)st.round_trips, n);
@@ -447,9 +452,7 @@ static void test_redis_down(void) {
     kvt_hash128 root = {7, 8};
     block *b = make_chain(8, root, 4);
     kvt_remote *r = open_tier(NULL, key_file, 0);
-    put_all(r, b, 4);
-    CHECK(kvt_remote_flush(r) == 0);
-    CHECK(read_all(r, b, 4) == 4);
+    put_flushed(r, r, b, 4);
     redis_stop(); /* killed mid-run */
     CHECK(read_all(r, b, 4) == 0);
     CHECK(read_all(r, b, 4) == 0); /* backing off: not even a connect */
@@ -462,9 +465,7 @@ static void test_redis_down(void) {
     redis_start(); /* empty: no persistence */
     usleep((KVT_REMOTE_BACKOFF_MAX_MS + 200) * 1000); /* past any backoff */
     CHECK(read_all(r, b, 4) == 0); /* reconnects; the values died with the old server */
-    put_all(r, b + 6, 2);
-    CHECK(kvt_remote_flush(r) == 0);
-    CHECK(read_all(r, b + 6, 2) == 2);
+    put_flushed(r, r, b + 6, 2);
     kvt_remote_get_stats(r, &st);
     CHECKF(st.connects > connects && st.connected == 1, "connects %llu -> %llu", (unsigned long long)connects,
            (unsigned long long)st.connects);
@@ -476,9 +477,7 @@ static void test_slow_redis(void) {
     kvt_hash128 root = {9, 10};
     block *b = make_chain(4, root, 5);
     kvt_remote *r = open_tier(NULL, key_file, 0);
-    put_all(r, b, 4);
-    CHECK(kvt_remote_flush(r) == 0);
-    CHECK(read_all(r, b, 4) == 4);
+    put_flushed(r, r, b, 4);
     redisContext *c = cli();
     CHECK(c != NULL);
     if (!c) return;

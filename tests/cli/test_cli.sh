@@ -3,12 +3,6 @@
 # usage and bad files, mkmodel -> info round trip.
 set -u
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
-expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
-  local want=$1; shift
-  "$@" >"$TMP/out" 2>&1
-  local rc=$?
-  [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
-}
 is_same() { [ "$1" = "$2" ] || { echo "  got '$2', want '$1'" >&2; return 1; }; }
 is_json_cause() { [ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["causes"][0]["cause"])' "$TMP/out")" = reordered ]; }
 docs_reused() { local c; c=$(grep -o '\[2/2\] prompt [0-9]* tokens: cached [0-9]*' "$TMP/out" | awk '{print $NF}'); [ "${c:-0}" -ge 48 ] || { echo "  cached '$c'" >&2; return 1; }; }

@@ -4,12 +4,8 @@
 # leads to wrong output; a second process on the directory gets a clear error;
 # a full disk leaves inference running from RAM with one warning.
 set -u
-BIN=${KVT_BIN:?}
-TMP=$(mktemp -d)
-cleanup() { [ -n "${MNT:-}" ] && umount "$MNT" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+. "$(dirname "$0")/../testutil.sh"
+trap '[ -n "${MNT:-}" ] && umount "$MNT" 2>/dev/null; kvt_cleanup' EXIT # the full-disk check mounts a tmpfs
 
 M=$TMP/m.gguf
 "$BIN" mkmodel -o "$M" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
@@ -93,5 +89,4 @@ else
   echo "note: cannot mount a tmpfs here (not root?); full-disk case skipped"
 fi
 
-echo "test_disk_restart: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_disk_restart

@@ -6,11 +6,7 @@
 # a segment hangs nothing; a directory writable by others or owned by another
 # user is refused with a message that says why and how to fix it.
 set -u
-BIN=${KVT_BIN:?}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+. "$(dirname "$0")/../testutil.sh"
 
 M=$TMP/m.gguf
 "$BIN" mkmodel -o "$M" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
@@ -111,5 +107,4 @@ else
   echo "note: not root, cannot chown a directory to another user; that case is skipped"
 fi
 
-echo "test_disk_security: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_disk_security

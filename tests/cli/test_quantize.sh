@@ -7,12 +7,6 @@
 # input, a NaN in a weight, a write that runs out of room, OUT a symlink.
 set -u
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
-expect_rc() { # expect_rc RC COMMAND...  (stdout+stderr in $TMP/out)
-  local want=$1; shift
-  "$@" >"$TMP/out" 2>&1
-  local rc=$?
-  [ "$rc" -eq "$want" ] || { echo "  '$*' exited $rc, expected $want:" >&2; head -5 "$TMP/out" >&2; return 1; }
-}
 has() { grep -q -- "$1" "$TMP/out" || { echo "  output lacks '$1':" >&2; head -5 "$TMP/out" >&2; return 1; }; }
 same_file() { cmp -s "$1" "$2" || { echo "  $1 and $2 differ" >&2; return 1; }; }
 no_temp_left() { ! ls "$TMP"/out.gguf.tmp.* >/dev/null 2>&1 || { echo "  a temporary file was left" >&2; return 1; }; }

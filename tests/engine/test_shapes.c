@@ -118,22 +118,27 @@ static run_cfg random_cfg(const shape_case *c) {
 
 static int32_t pages_for(int32_t tokens, int32_t block) { return (tokens + block - 1) / block + 2; }
 
-/* Feeds the prompt (every position's logits) then up to N_DECODE greedy tokens. */
-static int engine_run(const kvt_model *m, const shape_case *c, run_cfg cfg, run_result *out) {
-    memset(out, 0, sizeof *out);
-    const int32_t V = m->hp.n_vocab;
+/* An engine for case c under cfg, with max_seqs sequences and pages for `tokens` tokens (within the context). */
+static kvt_engine *case_engine(const kvt_model *m, const shape_case *c, run_cfg cfg, int32_t max_seqs,
+                               int32_t tokens) {
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_ctx = c->n_ctx;
     ep.kv_dtype = c->kv;
     ep.block_size = cfg.block;
     ep.n_batch = cfg.n_batch;
     ep.n_threads = cfg.threads;
-    ep.max_seqs = 1;
-    ep.n_pages = pages_for(KVT_MIN(c->ctx_eff, c->n_prompt + N_DECODE), cfg.block);
-    kvt_engine *e = NULL;
-    int rc = kvt_engine_new(m, ep, &e);
-    CHECKF(rc == 0, "engine_new: %s", kvt_errmsg());
-    if (rc) return rc;
+    ep.max_seqs = max_seqs;
+    ep.n_pages = pages_for(KVT_MIN(c->ctx_eff, tokens), cfg.block);
+    return kvt_test_engine_new(m, ep);
+}
+
+/* Feeds the prompt (every position's logits) then up to N_DECODE greedy tokens. */
+static int engine_run(const kvt_model *m, const shape_case *c, run_cfg cfg, run_result *out) {
+    memset(out, 0, sizeof *out);
+    const int32_t V = m->hp.n_vocab;
+    kvt_engine *e = case_engine(m, c, cfg, 1, c->n_prompt + N_DECODE);
+    if (!e) return -1;
+    int rc;
     int32_t seq;
     CHECK(kvt_seq_new(e, NULL, 0, 0, &seq) == 0);
     out->logits = malloc((size_t)(c->n_prompt + N_DECODE) * (size_t)V * sizeof(float));
@@ -168,50 +173,9 @@ static int same_run(const run_result *a, const run_result *b, int32_t V) {
 
 /* ---- the cache path ------------------------------------------------------- */
 
-typedef struct {
-    int rc;
-    int32_t *tokens, n;
-    float *logits; /* the prompt's last position */
-    kvt_gen_result res;
-} gen_out;
-
-static gen_out generate(const kvt_model *m, kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n) {
-    gen_out o = {0};
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    sp.temp = 0;
-    kvt_sampler *s = kvt_sampler_new(sp, m->hp.n_vocab);
-    o.logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = N_DECODE, .sampler = s, .first_logits = o.logits};
-    o.rc = kvt_generate(e, cache, prompt, n, &gp, &o.tokens, &o.res);
-    o.n = o.rc ? 0 : o.res.n_prompt + o.res.n_generated;
-    kvt_sampler_free(s);
-    return o;
-}
-
-static void gen_free(gen_out *o) {
-    free(o->tokens);
-    free(o->logits);
-}
-
-static int same_gen(const gen_out *a, const gen_out *b, int32_t V) {
-    return a->rc == 0 && b->rc == 0 && a->n == b->n &&
-           !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
-           !memcmp(a->logits, b->logits, (size_t)V * sizeof(float));
-}
-
 static kvt_engine *gen_engine(const kvt_model *m, const shape_case *c, run_cfg cfg) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.n_ctx = c->n_ctx;
-    ep.kv_dtype = c->kv;
-    ep.block_size = cfg.block;
-    ep.n_batch = cfg.n_batch;
-    ep.n_threads = cfg.threads;
-    ep.max_seqs = 2;
     /* room for one request only, so the next prompt pushes the last one's pages to T1 */
-    ep.n_pages = pages_for(KVT_MIN(c->ctx_eff, c->n_prompt + N_DECODE + 1), cfg.block);
-    kvt_engine *e = NULL;
-    CHECKF(kvt_engine_new(m, ep, &e) == 0, "engine_new: %s", kvt_errmsg());
-    return e;
+    return case_engine(m, c, cfg, 2, c->n_prompt + N_DECODE + 1);
 }
 
 /* Cold (no cache), then miss, T0 hit, another prompt, T1 hit: all identical. */
@@ -220,17 +184,17 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     run_cfg cfg = random_cfg(c);
     kvt_engine *e0 = gen_engine(m, c, cfg);
     if (!e0) return;
-    gen_out cold = generate(m, e0, NULL, c->prompt, P);
+    kvt_test_gen cold = kvt_test_generate_rc(e0, NULL, c->prompt, P, N_DECODE, NULL);
     kvt_engine_free(e0);
     if (P >= c->ctx_eff) { /* kvt_generate needs room for one generated token */
         CHECKF(cold.rc == KVT_ELIMIT, "generate: prompt %d, ctx %d gave %d (%s)", P, c->ctx_eff, cold.rc,
                kvt_errmsg());
-        gen_free(&cold);
+        kvt_test_gen_free(&cold);
         return;
     }
     CHECKF(cold.rc == 0, "generate: %s", kvt_errmsg());
     if (cold.rc) {
-        gen_free(&cold);
+        kvt_test_gen_free(&cold);
         return;
     }
     /* the request loop agrees with the engine run: same last-prompt logits and greedy tokens */
@@ -246,35 +210,35 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     CHECKF(e && kvt_cache_new(e, cp, &cache) == 0, "cache_new: %s", kvt_errmsg());
     if (!cache) {
         kvt_engine_free(e);
-        gen_free(&cold);
+        kvt_test_gen_free(&cold);
         return;
     }
     const int32_t B = cfg2.block, full = KVT_MIN(P / B * B, P - 1);
-    gen_out miss = generate(m, e, cache, c->prompt, P);
-    CHECKF(same_gen(&miss, &cold, V), "cache miss differs from the cold run (rc %d: %s)", miss.rc, kvt_errmsg());
-    gen_out t0 = generate(m, e, cache, c->prompt, P);
-    CHECKF(same_gen(&t0, &cold, V), "T0 hit differs from the cold run (rc %d: %s)", t0.rc, kvt_errmsg());
+    kvt_test_gen miss = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
+    CHECKF(kvt_test_same(&miss, &cold), "cache miss differs from the cold run (rc %d: %s)", miss.rc, kvt_errmsg());
+    kvt_test_gen t0 = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
+    CHECKF(kvt_test_same(&t0, &cold), "T0 hit differs from the cold run (rc %d: %s)", t0.rc, kvt_errmsg());
     CHECKF(t0.res.n_reused == full, "T0 hit reused %d of %d tokens (B %d)", t0.res.n_reused, P, B);
     stats.t0_hits += t0.res.n_reused > 0;
 
     /* another prompt of the same length takes the pool; then the first comes back */
     int32_t *other = malloc((size_t)P * sizeof *other);
     for (int32_t i = 0; i < P; i++) other[i] = (c->prompt[i] + 1 + i) % V;
-    gen_out o = generate(m, e, cache, other, P);
+    kvt_test_gen o = kvt_test_generate_rc(e, cache, other, P, N_DECODE, NULL);
     CHECKF(o.rc == 0, "other prompt: %s", kvt_errmsg());
-    gen_out t1 = generate(m, e, cache, c->prompt, P);
-    CHECKF(same_gen(&t1, &cold, V), "hit after eviction differs from the cold run (rc %d: %s)", t1.rc,
+    kvt_test_gen t1 = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
+    CHECKF(kvt_test_same(&t1, &cold), "hit after eviction differs from the cold run (rc %d: %s)", t1.rc,
            kvt_errmsg());
     stats.t1_hits += t1.res.tier_tokens[KVT_TIER_T1] > 0;
 
-    gen_free(&miss);
-    gen_free(&t0);
-    gen_free(&o);
-    gen_free(&t1);
+    kvt_test_gen_free(&miss);
+    kvt_test_gen_free(&t0);
+    kvt_test_gen_free(&o);
+    kvt_test_gen_free(&t1);
     free(other);
     kvt_cache_free(cache);
     kvt_engine_free(e);
-    gen_free(&cold);
+    kvt_test_gen_free(&cold);
 }
 
 /* ---- one case --------------------------------------------------------------- */

@@ -140,10 +140,7 @@ static kvt_engine *new_engine(const kvt_model *m, kvt_kv_dtype dt, int threads, 
     ep.n_threads = threads;
     ep.n_batch = n_batch;
     ep.n_ctx = 512;
-    kvt_engine *e = NULL;
-    int rc = kvt_engine_new(m, ep, &e);
-    CHECKF(rc == 0, "engine: %s", kvt_errmsg());
-    return e;
+    return kvt_test_engine_new(m, ep);
 }
 
 /* Logits of every position of toks[0..n), fed in pieces of `chunk`. Caller frees. */
@@ -161,47 +158,12 @@ static float *all_logits(const kvt_model *m, kvt_kv_dtype dt, const int32_t *tok
     return out;
 }
 
-typedef struct {
-    int32_t *tokens; /* prompt + generated */
-    int32_t n;
-    float *logits;   /* the prompt's last position */
-    kvt_gen_result res;
-} run_out;
-
-static run_out run(const kvt_model *m, kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n) {
-    run_out o = {0};
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    sp.temp = 0;
-    kvt_sampler *s = kvt_sampler_new(sp, m->hp.n_vocab);
-    o.logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits};
-    int rc = kvt_generate(e, c, prompt, n, &gp, &o.tokens, &o.res);
-    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
-    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
-    kvt_sampler_free(s);
-    return o;
-}
-
 /* A cold run: a fresh engine without a cache. */
-static run_out cold(const kvt_model *m, kvt_kv_dtype dt, int threads, const int32_t *prompt, int32_t n) {
+static kvt_test_gen cold(const kvt_model *m, kvt_kv_dtype dt, int threads, const int32_t *prompt, int32_t n) {
     kvt_engine *e = new_engine(m, dt, threads, KVT_DEFAULT_N_BATCH, B, 128);
-    run_out o = run(m, e, NULL, prompt, n);
+    kvt_test_gen o = kvt_test_generate(e, NULL, prompt, n, N_GEN, NULL);
     kvt_engine_free(e);
     return o;
-}
-
-static int same(const kvt_model *m, const run_out *a, const run_out *b) {
-    return a->n > 0 && a->n == b->n && !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
-           !memcmp(a->logits, b->logits, (size_t)m->hp.n_vocab * sizeof(float));
-}
-
-static void free_out(run_out *o) {
-    free(o->tokens);
-    free(o->logits);
-}
-
-static void random_tokens(int32_t *t, int32_t n, int32_t n_vocab, unsigned *seed) {
-    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(seed) % (unsigned)(n_vocab - 300));
 }
 
 /* ---- tests ---------------------------------------------------------------------- */
@@ -276,26 +238,14 @@ static void test_invariance(const kvt_model *m, const char *name) {
     /* greedy generation: the same tokens and logits with 1, 2 and 3 threads */
     int32_t p[N_PROMPT];
     unsigned seed = 3;
-    random_tokens(p, N_PROMPT, V, &seed);
-    run_out r1 = cold(m, KVT_KV_Q8_0, 1, p, 50);
+    kvt_test_random_tokens(p, N_PROMPT, V, &seed);
+    kvt_test_gen r1 = cold(m, KVT_KV_Q8_0, 1, p, 50);
     for (int t = 2; t <= 3; t++) {
-        run_out rt = cold(m, KVT_KV_Q8_0, t, p, 50);
-        CHECKF(same(m, &r1, &rt), "%s: greedy q8_0 run with %d threads differs from 1 thread", name, t);
-        free_out(&rt);
+        kvt_test_gen rt = cold(m, KVT_KV_Q8_0, t, p, 50);
+        CHECKF(kvt_test_same(&r1, &rt), "%s: greedy q8_0 run with %d threads differs from 1 thread", name, t);
+        kvt_test_gen_free(&rt);
     }
-    free_out(&r1);
-}
-
-static kvt_cache *open_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes) {
-    kvt_cache_params cp = kvt_cache_default_params();
-    cp.ram_bytes = ram_bytes;
-    cp.disk_dir = dir;
-    cp.disk_bytes = 64 << 20;
-    cp.restore = KVT_RESTORE_ALWAYS;
-    kvt_cache *c = NULL;
-    int rc = kvt_cache_new(e, cp, &c);
-    CHECKF(rc == 0, "cache: %s", kvt_errmsg());
-    return c;
+    kvt_test_gen_free(&r1);
 }
 
 /* A cache hit from T0, T1 and T2 gives what a cold q8_0 run gives, bit for bit. */
@@ -305,47 +255,47 @@ static void test_tiers(const kvt_model *m, const char *name) {
     snprintf(dir, sizeof dir, "%s/tiers-%s", kvt_test_tmpdir(), name);
     unsigned seed = 5;
     int32_t p[N_PROMPT];
-    random_tokens(p, N_PROMPT, V, &seed);
-    run_out ref = cold(m, KVT_KV_Q8_0, 2, p, N_PROMPT);
+    kvt_test_random_tokens(p, N_PROMPT, V, &seed);
+    kvt_test_gen ref = cold(m, KVT_KV_Q8_0, 2, p, N_PROMPT);
 
     /* 30 pages of 8 tokens and a RAM tier big enough for everything */
     kvt_engine *e = new_engine(m, KVT_KV_Q8_0, 2, KVT_DEFAULT_N_BATCH, B, 30);
-    kvt_cache *c = e ? open_cache(e, dir, 16 << 20) : NULL;
+    kvt_cache *c = e ? kvt_test_cache(e, dir, 16 << 20) : NULL;
     if (!c) return;
-    run_out first = run(m, e, c, p, N_PROMPT);
+    kvt_test_gen first = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
     CHECK(first.res.n_reused == 0);
-    CHECKF(same(m, &first, &ref), "%s: first cached run differs from cold", name);
+    CHECKF(kvt_test_same(&first, &ref), "%s: first cached run differs from cold", name);
 
-    run_out w0 = run(m, e, c, p, N_PROMPT);
+    kvt_test_gen w0 = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
     CHECKF(w0.res.tier_tokens[KVT_TIER_T0] == N_PROMPT - 1, "%s: T0 reused %d", name, w0.res.tier_tokens[KVT_TIER_T0]);
-    CHECKF(same(m, &w0, &ref), "%s: warm from T0 differs from cold", name);
+    CHECKF(kvt_test_same(&w0, &ref), "%s: warm from T0 differs from cold", name);
 
     for (int k = 0; k < 4; k++) { /* other prompts push p's pages down to T1 */
         int32_t q[100];
-        random_tokens(q, 100, V, &seed);
-        run_out o = run(m, e, c, q, 100);
-        free_out(&o);
+        kvt_test_random_tokens(q, 100, V, &seed);
+        kvt_test_gen o = kvt_test_generate(e, c, q, 100, N_GEN, NULL);
+        kvt_test_gen_free(&o);
     }
-    run_out w1 = run(m, e, c, p, N_PROMPT);
+    kvt_test_gen w1 = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
     CHECKF(w1.res.tier_tokens[KVT_TIER_T1] > 0 && w1.res.n_reused == N_PROMPT - 1, "%s: T1 %d, reused %d", name,
            w1.res.tier_tokens[KVT_TIER_T1], w1.res.n_reused);
-    CHECKF(same(m, &w1, &ref), "%s: warm from T1 differs from cold", name);
+    CHECKF(kvt_test_same(&w1, &ref), "%s: warm from T1 differs from cold", name);
     CHECK(kvt_cache_flush(c) == 0);
     kvt_cache_free(c);
     kvt_engine_free(e);
 
     /* a restart: the prefix comes back from the disk */
     e = new_engine(m, KVT_KV_Q8_0, 3, KVT_DEFAULT_N_BATCH, B, 30);
-    c = e ? open_cache(e, dir, 0) : NULL;
+    c = e ? kvt_test_cache(e, dir, 0) : NULL;
     if (!c) return;
-    run_out w2 = run(m, e, c, p, N_PROMPT);
+    kvt_test_gen w2 = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
     CHECKF(w2.res.tier_tokens[KVT_TIER_T2] == N_PROMPT - 1, "%s: T2 restored %d tokens", name,
            w2.res.tier_tokens[KVT_TIER_T2]);
-    CHECKF(same(m, &w2, &ref), "%s: warm from T2 differs from cold", name);
+    CHECKF(kvt_test_same(&w2, &ref), "%s: warm from T2 differs from cold", name);
     kvt_cache_free(c);
     kvt_engine_free(e);
-    run_out *all[] = {&ref, &first, &w0, &w1, &w2};
-    for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++) free_out(all[i]);
+    kvt_test_gen *all[] = {&ref, &first, &w0, &w1, &w2};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++) kvt_test_gen_free(all[i]);
 }
 
 /* f16 and q8_0 blocks have different keys: one disk directory serves each
@@ -356,18 +306,18 @@ static void test_namespaces(const kvt_model *m) {
     snprintf(dir, sizeof dir, "%s/shared-dir", kvt_test_tmpdir());
     unsigned seed = 9;
     int32_t p[N_PROMPT];
-    random_tokens(p, N_PROMPT, V, &seed);
-    run_out ref16 = cold(m, KVT_KV_F16, 2, p, N_PROMPT), ref8 = cold(m, KVT_KV_Q8_0, 2, p, N_PROMPT);
+    kvt_test_random_tokens(p, N_PROMPT, V, &seed);
+    kvt_test_gen ref16 = cold(m, KVT_KV_F16, 2, p, N_PROMPT), ref8 = cold(m, KVT_KV_Q8_0, 2, p, N_PROMPT);
     CHECK(memcmp(ref16.logits, ref8.logits, (size_t)V * sizeof(float)) != 0);
 
     /* f16 fills the directory */
     kvt_engine *e16 = new_engine(m, KVT_KV_F16, 2, KVT_DEFAULT_N_BATCH, B, 40);
-    kvt_cache *c = e16 ? open_cache(e16, dir, 0) : NULL;
+    kvt_cache *c = e16 ? kvt_test_cache(e16, dir, 0) : NULL;
     if (!c) return;
     kvt_hash128 root16, root8;
     CHECK(kvt_cache_root(c, NULL, 0, &root16) == 0);
-    run_out a = run(m, e16, c, p, N_PROMPT);
-    CHECK(same(m, &a, &ref16));
+    kvt_test_gen a = kvt_test_generate(e16, c, p, N_PROMPT, N_GEN, NULL);
+    CHECK(kvt_test_same(&a, &ref16));
     CHECK(kvt_cache_flush(c) == 0);
     kvt_cache_stats st;
     kvt_cache_get_stats(c, &st);
@@ -376,35 +326,35 @@ static void test_namespaces(const kvt_model *m) {
 
     /* q8_0 on the same model and directory: a miss, then its own blocks */
     kvt_engine *e8 = new_engine(m, KVT_KV_Q8_0, 2, KVT_DEFAULT_N_BATCH, B, 40);
-    c = e8 ? open_cache(e8, dir, 0) : NULL;
+    c = e8 ? kvt_test_cache(e8, dir, 0) : NULL;
     if (!c) return;
     CHECK(kvt_cache_root(c, NULL, 0, &root8) == 0);
     CHECK(!kvt_hash128_eq(root16, root8));
     kvt_cache_match mt;
     CHECK(kvt_cache_lookup(c, p, N_PROMPT, NULL, 0, &mt) == 0);
     CHECKF(mt.n_blocks == 0, "q8_0 engine matched %d f16 blocks", mt.n_blocks);
-    run_out b = run(m, e8, c, p, N_PROMPT);
+    kvt_test_gen b = kvt_test_generate(e8, c, p, N_PROMPT, N_GEN, NULL);
     CHECKF(b.res.n_reused == 0, "q8_0 reused %d tokens of f16 KV", b.res.n_reused);
-    CHECK(same(m, &b, &ref8));
+    CHECK(kvt_test_same(&b, &ref8));
     CHECK(kvt_cache_flush(c) == 0);
     kvt_cache_free(c);
-    c = open_cache(e8, dir, 0);
-    run_out b2 = c ? run(m, e8, c, p, N_PROMPT) : (run_out){0};
+    c = kvt_test_cache(e8, dir, 0);
+    kvt_test_gen b2 = c ? kvt_test_generate(e8, c, p, N_PROMPT, N_GEN, NULL) : (kvt_test_gen){0};
     CHECKF(b2.res.tier_tokens[KVT_TIER_T2] == N_PROMPT - 1, "q8_0 from its own records: %d",
            b2.res.tier_tokens[KVT_TIER_T2]);
-    CHECK(same(m, &b2, &ref8));
+    CHECK(kvt_test_same(&b2, &ref8));
     kvt_cache_free(c);
 
     /* and f16 still finds only its own */
-    c = open_cache(e16, dir, 0);
-    run_out a2 = c ? run(m, e16, c, p, N_PROMPT) : (run_out){0};
+    c = kvt_test_cache(e16, dir, 0);
+    kvt_test_gen a2 = c ? kvt_test_generate(e16, c, p, N_PROMPT, N_GEN, NULL) : (kvt_test_gen){0};
     CHECKF(a2.res.tier_tokens[KVT_TIER_T2] == N_PROMPT - 1, "f16 after q8_0: %d", a2.res.tier_tokens[KVT_TIER_T2]);
-    CHECK(same(m, &a2, &ref16));
+    CHECK(kvt_test_same(&a2, &ref16));
     kvt_cache_free(c);
     kvt_engine_free(e16);
     kvt_engine_free(e8);
-    run_out *all[] = {&ref16, &ref8, &a, &b, &b2, &a2};
-    for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++) free_out(all[i]);
+    kvt_test_gen *all[] = {&ref16, &ref8, &a, &b, &b2, &a2};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++) kvt_test_gen_free(all[i]);
 }
 
 /* The same byte budgets hold about 64/34 times the tokens in every tier. */
@@ -420,7 +370,7 @@ static void test_capacity(const kvt_model *m) {
         ep.n_ctx = 512;
         kvt_engine *e = NULL;
         CHECK(kvt_engine_new(m, ep, &e) == 0);
-        kvt_cache *c = e ? open_cache(e, q ? dir8 : dir16, 1 << 20) : NULL;
+        kvt_cache *c = e ? kvt_test_cache(e, q ? dir8 : dir16, 1 << 20) : NULL;
         if (!c) return;
         kvt_cache_tier_capacity(c, tok[q]);
         kvt_cache_free(c);

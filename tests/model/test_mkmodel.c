@@ -22,11 +22,7 @@ static kvt_model *make(const char *name, kvt_mkmodel_params p) {
 static int fp_eq(kvt_fingerprint a, kvt_fingerprint b) { return a.lo == b.lo && a.hi == b.hi; }
 
 int main(void) {
-    kvt_mkmodel_params p = kvt_mkmodel_default_params();
-    p.dim = 64;
-    p.layers = 2;
-    p.heads = 4;
-    p.kv_heads = 2;
+    kvt_mkmodel_params p = kvt_test_tiny_params();
     p.ff = 96;
     p.vocab = 300;
     const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};

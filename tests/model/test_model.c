@@ -75,11 +75,7 @@ static int load_edited(const char *src, edit e, const char *expect_in_msg) {
 }
 
 int main(void) {
-    kvt_mkmodel_params p = kvt_mkmodel_default_params();
-    p.dim = 64;
-    p.layers = 2;
-    p.heads = 4;
-    p.kv_heads = 2;
+    kvt_mkmodel_params p = kvt_test_tiny_params();
     p.ff = 96;
     const char *src = kvt_test_path(kvt_test_tmpdir(), "base.gguf");
     if (kvt_mkmodel(&p, src)) {

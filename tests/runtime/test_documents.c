@@ -61,9 +61,7 @@ static void test_layout(void) {
 
 static void test_reuse(void) {
     kvt_engine *e = kvt_test_engine(model, B, 256, 1024);
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_cache *c = NULL;
-    CHECKF(e && kvt_cache_new(e, cp, &c) == 0, "%s", kvt_errmsg());
+    kvt_cache *c = e ? kvt_test_cache(e, NULL, 0) : NULL;
     if (!c) goto out;
     kvt_document ab[2] = {DA, DB}, ba[2] = {DB, DA};
     size_t n1, n2, n3;

@@ -48,9 +48,7 @@ static char *system_prompt(const char *stamp) {
 }
 
 static void test_timestamp(kvt_engine *e) {
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, cp, &c) == 0, "%s", kvt_errmsg());
+    kvt_cache *c = kvt_test_cache(e, NULL, 0);
     if (!c) return;
     char *ta = system_prompt("2026-11-30 09:14:07"), *tb = system_prompt("2026-11-30 09:15:52");
     int32_t na, nb;
@@ -100,9 +98,7 @@ static void test_timestamp(kvt_engine *e) {
 }
 
 static void test_short(kvt_engine *e) {
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, cp, &c) == 0, "%s", kvt_errmsg());
+    kvt_cache *c = kvt_test_cache(e, NULL, 0);
     if (!c) return;
     int32_t n;
     int32_t *p = tokenize("Hi there, what is the capital of France?", &n);
@@ -119,9 +115,7 @@ static void test_short(kvt_engine *e) {
 /* A block that left every tier (no tier below T0 here) is "evicted". */
 static void test_evicted(void) {
     kvt_engine *e = kvt_test_engine(model, B, 12, 512);
-    kvt_cache_params cp = kvt_cache_default_params();
-    kvt_cache *c = NULL;
-    CHECKF(kvt_cache_new(e, cp, &c) == 0, "%s", kvt_errmsg());
+    kvt_cache *c = kvt_test_cache(e, NULL, 0);
     if (!c) goto out;
     unsigned seed = 7;
     int32_t p[4 * B], q[8 * B];

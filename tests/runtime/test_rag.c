@@ -224,8 +224,7 @@ static int32_t *render(kvt_rag_index *x, const int32_t *chunks, size_t n, const 
 
 static void test_plan_cached(kvt_rag_index *x) {
     kvt_engine *e = kvt_test_engine(model, B, 512, 1024), *ec = kvt_test_engine(model, B, 512, 1024);
-    kvt_cache *c = NULL;
-    CHECKF(e && kvt_cache_new(e, kvt_cache_default_params(), &c) == 0, "%s", kvt_errmsg());
+    kvt_cache *c = e ? kvt_test_cache(e, NULL, 0) : NULL;
     if (!c || !ec) goto out;
     kvt_hash128 root;
     CHECK(kvt_cache_root(c, NULL, 0, &root) == 0);

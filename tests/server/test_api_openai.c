@@ -229,12 +229,8 @@ static size_t fixed_lookup(void *ctx, const char *text, int32_t **ids) {
 
 static void test_chat(void) {
     const char *path = kvt_test_path(kvt_test_tmpdir(), "chat.gguf");
-    kvt_mkmodel_params p = kvt_mkmodel_default_params();
-    p.dim = 64;
+    kvt_mkmodel_params p = kvt_test_tiny_params();
     p.layers = 1;
-    p.heads = 4;
-    p.kv_heads = 2;
-    p.ff = 128;
     CHECK(kvt_mkmodel(&p, path) == 0);
     kvt_model *m = NULL;
     kvt_model_params mp = kvt_model_default_params();

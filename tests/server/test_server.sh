@@ -5,47 +5,12 @@
 # cache_salt), limits and malformed input, slow and vanishing clients,
 # concurrent clients, metrics, graceful shutdown. Needs curl and jq.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; head -n 30 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
+. "$(dirname "$0")/../testutil.sh"
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1)
 
-# start_server NAME ARGS...: starts `kvtier serve` on a free port; sets URL and SRV_PID
-start_server() {
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV_PID=$!
-  PIDS+=("$SRV_PID")
-  for _ in $(seq 100); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; PORT=$port; return 0; fi
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-
-# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
-post() {
-  local path=$1 json=$2; shift 2
-  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
-}
-jb() { jq -r "$1" "$TMP/body"; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
-ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
 # the SSE stream in $TMP/sse: concatenated text deltas
 sse_text() { grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -j '.choices[0]? | (.delta.content // .text // "")'; }
 
@@ -59,7 +24,7 @@ done
 "$BIN" serve --chat-template nope >/dev/null 2>&1; check "serve bad template is a usage error" is "$?" 2
 
 LONG="The quick brown fox jumps over the lazy dog while the cache keeps every block it has seen before, so a repeat is cheap."
-start_server main --parallel 4 --timeout 2 --max-body 65536 --max-tokens-limit 512 --ctx 1024
+kvt_start_server main --parallel 4 --timeout 2 --max-body 65536 --max-tokens-limit 512 --ctx 1024
 MAIN_PID=$SRV_PID
 
 # ---- basics -------------------------------------------------------------------------
@@ -280,11 +245,11 @@ kill -TERM "$MAIN_PID"
 stopped=0
 for _ in $(seq 50); do kill -0 "$MAIN_PID" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
 check "SIGTERM stops the server" is "$stopped" 1
-wait "$MAIN_PID"; check "exit status 0 after SIGTERM" is "$?" 0
+kvt_wait_server main; check "exit status 0 after SIGTERM" is "$?" 0
 
 # ---- API keys: 401 without a valid key; each key its own cache namespace ----------------------------
 printf '# keys\n\nkey-two\n' >"$TMP/keys"
-start_server keys --api-key key-one --api-key-file "$TMP/keys" --parallel 1 --queue 1
+kvt_start_server keys --api-key key-one --api-key-file "$TMP/keys" --parallel 1 --queue 1
 KEYED="{\"prompt\":\"Keyed: $LONG\",\"max_tokens\":2,\"temperature\":0}"
 post /v1/completions "$KEYED"
 check "no key 401" is "$CODE" 401
@@ -306,8 +271,6 @@ check "key two does not see key one's cache" is "$(jb .usage.prompt_tokens_detai
 # ---- a full queue answers 503 with Retry-After -------------------------------------------------
 # ignore_eos keeps the first request generating (its context's worth of tokens) in the one slot
 # and the second waits in the one queue place (both seen on /health) before the others arrive
-health() { curl -s -m 10 "$URL/health" | jq -r "$1"; }
-wait_health() { for _ in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.02; done; return 1; }
 for i in 1 2 3 4; do
   curl -s -m 60 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
     -d "{\"prompt\":\"Queue $i\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}" "$URL/v1/completions" >"$TMP/qc$i" &
@@ -321,7 +284,6 @@ for i in 1 2 3 4; do
   if [ "$(cat "$TMP/qc$i")" = 503 ]; then n503=$((n503 + 1)); grep -qi '^Retry-After:' "$TMP/qh$i" || bad "503 lacks Retry-After"; fi
 done
 check "queue full gives 503 ($n503)" gt "$n503" 0
-kill -INT "$SRV_PID"; wait "$SRV_PID"; check "SIGINT exits 0" is "$?" 0
+kvt_stop_server keys INT; check "SIGINT exits 0" is "$?" 0
 
-echo "test_server: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_server

@@ -3,51 +3,15 @@
 # llama-server's /tokenize, /detokenize and /props, /v1/models' metadata,
 # CORS (--cors-origin), binding IPv6 and host names (--host). Needs curl and jq.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; head -n 30 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
-ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
+. "$(dirname "$0")/../testutil.sh"
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-
-# start_server NAME HOSTPATTERN ARGS...: starts `kvtier serve` on a free port; sets URL and SRV_PID
-start_server() {
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV_PID=$!
-  PIDS+=("$SRV_PID")
-  for _ in $(seq 100); do
-    local u; u=$(grep -o 'listening on http://[^ ]*:[0-9]*' "$TMP/$name.log" | sed 's/listening on //')
-    if [ -n "$u" ]; then URL=$u; return 0; fi
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-stop_server() { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; }
-# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
-post() {
-  local path=$1 json=$2; shift 2
-  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
-}
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" -t 1)
 get() { CODE=$(curl -s -m 20 -o "$TMP/body" -w '%{http_code}' "$@"); }
-jb() { if [ "$1" = -c ]; then jq -c "$2" "$TMP/body"; else jq -r "$1" "$TMP/body"; fi; }
 
 # llama.cpp's spellings: -c, -np, -n (the default max_tokens), --opt=value
-start_server main --host=127.0.0.1 -c 512 -np 2 -n 3 --cors-origin http://app.example
+kvt_start_server main --host=127.0.0.1 -c 512 -np 2 -n 3 --cors-origin http://app.example
 post /v1/completions '{"prompt":"count with me","ignore_eos":true,"temperature":0}'
 check "-n sets the default max_tokens" is "$(jb .usage.completion_tokens)" 3
 # ---- /tokenize and /detokenize ------------------------------------------------------------
@@ -103,23 +67,23 @@ H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://evil.example' 
 check "another origin gets no Allow-Origin" bash -c "! grep -qi '^Access-Control-Allow-Origin' <<<\"\$1\"" _ "$H"
 H=$(curl -s -m 10 -D - -o /dev/null -H 'Origin: http://app.example' "$URL/v1/models" | tr -d '\r')
 check "a response carries Allow-Origin" grep -qi '^Access-Control-Allow-Origin: http://app.example$' <<<"$H"
-stop_server
+kvt_stop_server main
 
-start_server plain --host localhost --ctx 256
+kvt_start_server plain --host localhost --ctx 256
 check "localhost binds 127.0.0.1" grep -q 'listening on http://127.0.0.1:' "$TMP/plain.log"
 get -X OPTIONS "$URL/v1/models"
 check "OPTIONS without --cors-origin is 405" is "$CODE" 405
-stop_server
+kvt_stop_server plain
 
 # ---- IPv6 ------------------------------------------------------------------------------------------
 # ::1 is configured when /proc/net/if_inet6 lists 0000...0001
 if grep -q '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
   for h in ::1 '[::1]'; do
-    start_server v6 --host "$h" --ctx 256
+    kvt_start_server v6 --host "$h" --ctx 256
     check "--host $h listens on [::1]" grep -q 'listening on http://\[::1\]:' "$TMP/v6.log"
     get -g "$URL/health"
     check "--host $h answers over IPv6" is "$CODE" 200
-    stop_server
+    kvt_stop_server v6
   done
 else
   echo "NOTE: no IPv6 loopback here; the [::1] checks are skipped"
@@ -133,11 +97,7 @@ check "an unresolvable --host fails" is "$?" 1
 SPM=${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf
 if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
     --vocab-from "$SPM" >/dev/null 2>&1; then
-  "$BIN" serve -m "$TMP/spm.gguf" --port 0 -t 1 --ctx 1024 >"$TMP/spm.log" 2>&1 &
-  SRV_PID=$!; PIDS+=("$SRV_PID")
-  for _ in $(seq 100); do
-    URL=$(grep -o 'listening on http://[^ ]*' "$TMP/spm.log" | sed 's/listening on //'); [ -n "$URL" ] && break; sleep 0.1
-  done
+  kvt_start_server spm -m "$TMP/spm.gguf" --ctx 1024
   get "$URL/props"
   B=$(jb .block_size)
   check "the spm model has no ChatML tokens: chatml fallback" is "$(jb .chat_template_family)" chatml
@@ -152,13 +112,13 @@ if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --head
   # turn 2's sequence held its prompt and all but its last sampled token
   WANT=$(( (P2 + C2 - 1) / B * B ))
   check "turn 3 reuses turn 2's prompt and reply blocks ($WANT tokens)" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" "$WANT"
-  stop_server
+  kvt_stop_server spm
 else
   echo "NOTE: $SPM is missing; the ChatML fallback check is skipped"
 fi
 
 # ---- logprobs: computed from the logits the sampler sees, checked against kvtier eval -----------------
-start_server lp --ctx 256
+kvt_start_server lp --ctx 256
 PIDS_TXT=$("$BIN" eval -m "$TMP/m.gguf" "The quick brown fox jumps" -n 6 2>/dev/null)
 PROMPT=$(jq -c .prompt_tokens <<<"$PIDS_TXT")
 GREEDY=$(jq -c .greedy <<<"$PIDS_TXT")
@@ -206,10 +166,10 @@ post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"logprobs
 check "top_logprobs above 20 is 400" is "$CODE" 400
 post /v1/completions '{"prompt":"x","max_tokens":1}'
 check "no logprobs asked: null" is "$(jb '.choices[0].logprobs')" null
-stop_server
+kvt_stop_server lp
 
 # ---- the field audit: a field that would change the output is honoured or a 400 naming it -------------
-start_server audit --ctx 256
+kvt_start_server audit --ctx 256
 BASE='"messages":[{"role":"user","content":"hello"}],"max_tokens":6,"temperature":0,"ignore_eos":true'
 post /v1/chat/completions "{$BASE}"
 REF=$(jb '.choices[0].message.content')
@@ -251,7 +211,6 @@ post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"logit_bias\":{\"-3\
 check "a bad logit_bias id is a 400 naming it" is "$CODE/$(jb .error.param)" 400/logit_bias
 post /v1/chat/completions "{$BASE,\"presence_penalty\":3}"
 check "presence_penalty past 2 is a 400" is "$CODE" 400
-stop_server
+kvt_stop_server audit
 
-echo "test_server_agentapi: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_server_agentapi

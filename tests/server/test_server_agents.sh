@@ -19,23 +19,13 @@ if [ ! -f "$NODE_DIR/installed" ] || [ "$(cat "$NODE_DIR/installed")" != "$PKGS"
     echo "SKIP: 'npm install $PKGS' failed (offline?); see $NODE_DIR/install.log"; exit 77; }
   echo "$PKGS" >"$NODE_DIR/installed"
 fi
-TMP=$(mktemp -d)
-SRV_PID=
-cleanup() { [ -n "$SRV_PID" ] && kill -9 "$SRV_PID" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+. "$(dirname "$0")/../testutil.sh"
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-"$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 -c 4096 --parallel 2 --api-key test-key >"$TMP/log" 2>&1 &
-SRV_PID=$!
-PORT=
-for _ in $(seq 100); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/log" | grep -o '[0-9]*$') && [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { echo "server did not start:"; cat "$TMP/log"; exit 1; }
+kvt_start_server main -m "$TMP/m.gguf" --host 127.0.0.1 -t 1 -c 4096 --parallel 2 --api-key test-key
 # ES modules resolve packages beside the script, so it runs from the install folder
 cp "$SRC/tests/agent_clients.mjs" "$NODE_DIR/"
-BASE="http://127.0.0.1:$PORT" KEY=test-key timeout 600 node "$NODE_DIR/agent_clients.mjs"
+BASE=$URL KEY=test-key timeout 600 node "$NODE_DIR/agent_clients.mjs"
 rc=$?
-[ $rc -eq 0 ] || tail -n 20 "$TMP/log"
-kill -TERM "$SRV_PID"; wait "$SRV_PID"; SRV_PID=
+[ $rc -eq 0 ] || tail -n 20 "$TMP/main.log"
+kvt_stop_server main
 exit $rc

@@ -13,15 +13,6 @@
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "$fail" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; head -n 30 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-
 # a real vocabulary where there is one (text, not bytes; ~300-token prompts), else mkmodel's own
 VOCAB=${KVT_SHARED:-}/vocab/ggml-vocab-llama-spm.gguf
 extra=()
@@ -29,21 +20,7 @@ extra=()
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 4096 "${extra[@]}" >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
 
-# start_server NAME ARGS...: a fresh `kvtier serve` on a free port; sets URL and SRV_PID
-start_server() {
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 --ctx 4096 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV_PID=$!
-  PIDS+=("$SRV_PID")
-  for _ in $(seq 100); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-stop_server() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --ctx 4096)
 
 # the requests: 6 share a long system prompt (a cached prefix of several blocks), 2 do not
 SYS="You are an agent that plans steps, calls tools and checks results. $(for i in $(seq 24); do printf 'rule %s: keep the cache warm between steps and reuse what was computed. ' "$i"; done)"
@@ -57,7 +34,7 @@ body() { # I [EXTRA_JSON]: request I's body
   fi
   printf '{"messages":%s,"max_tokens":16,"temperature":0,"logprobs":true,"top_logprobs":3%s}' "$msgs" "$extra"
 }
-post() { # I OUT [EXTRA_JSON]
+send() { # I OUT [EXTRA_JSON]
   curl -s -m 120 -o "$2" -H 'Content-Type: application/json' -d "$(body "$1" "${3:-}")" "$URL/v1/chat/completions"
 }
 # reply OUT.json: the text, then the logprobs, as exact bytes
@@ -74,24 +51,24 @@ same_as_ref() {
 # concurrent PREFIX [EXTRA_JSON]: all N requests at once
 concurrent() {
   local c=() i
-  for i in $(seq $N); do post "$i" "$TMP/$1$i.json" "${2:-}" & c+=($!); done
+  for i in $(seq $N); do send "$i" "$TMP/$1$i.json" "${2:-}" & c+=($!); done
   for i in "${c[@]}"; do wait "$i"; done
 }
 
 # ---- reference: one at a time, each cold, on a fresh server ------------------------------------
-start_server solo --parallel 4
+kvt_start_server solo --parallel 4
 for i in $(seq $N); do
-  post "$i" "$TMP/solo$i.json" ",\"cache_salt\":\"solo$i\""
+  send "$i" "$TMP/solo$i.json" ",\"cache_salt\":\"solo$i\""
   reply "$TMP/solo$i.json" >"$TMP/ref$i"
   jq -j '.choices[0].message.content' "$TMP/solo$i.json" >"$TMP/reftext$i"
 done
 check "reference requests complete" is "$(cat "$TMP"/solo*.json | jq -s 'map(.usage.completion_tokens) | add')" $((16 * N))
 check "reference requests were cold" is "$(cat "$TMP"/solo*.json | jq -s 'map(.usage.prompt_tokens_details.cached_tokens) | add')" 0
 check "the prompts differ, so the replies do" [ "$(md5sum "$TMP"/reftext* | cut -d' ' -f1 | sort -u | wc -l)" -gt 1 ]
-stop_server "$SRV_PID"
+kvt_stop_server solo
 
 # ---- all at once on a fresh server: interleaved prefill chunks, shared prefix written meanwhile -
-start_server par --parallel 4 --prefill-chunk 16
+kvt_start_server par --parallel 4 --prefill-chunk 16
 concurrent par
 check "8 concurrent on a fresh server (--parallel 4, 16-token prefill chunks) = one at a time ($(same_as_ref par)/$N)" \
   is "$(same_as_ref par)" $N
@@ -100,22 +77,22 @@ concurrent warm
 check "warm repeat: every prompt reused cached blocks" \
   is "$(cat "$TMP"/warm*.json | jq -s 'map(select(.usage.prompt_tokens_details.cached_tokens > 0)) | length')" $N
 check "8 concurrent cache hits = one at a time cold ($(same_as_ref warm)/$N)" is "$(same_as_ref warm)" $N
-stop_server "$SRV_PID"
+kvt_stop_server par
 
 # ---- a fresh server, shared prefix warmed first, then the rest queued through one slot -----------
-start_server np1 --parallel 1
-post 1 "$TMP/np1_1.json"
+kvt_start_server np1 --parallel 1
+send 1 "$TMP/np1_1.json"
 c=()
-for i in $(seq 2 $N); do post "$i" "$TMP/np1_$i.json" & c+=($!); done
+for i in $(seq 2 $N); do send "$i" "$TMP/np1_$i.json" & c+=($!); done
 for p in "${c[@]}"; do wait "$p"; done
 check "later requests hit the warmed system prompt" \
   is "$(cat "$TMP"/np1_[2-6].json | jq -s 'map(select(.usage.prompt_tokens_details.cached_tokens > 0)) | length')" 5
 for i in $(seq $N); do cp "$TMP/np1_$i.json" "$TMP/np1x$i.json"; done
 check "--parallel 1, queued, prefix hits = one at a time cold ($(same_as_ref np1x)/$N)" is "$(same_as_ref np1x)" $N
-stop_server "$SRV_PID"
+kvt_stop_server np1
 
 # ---- streamed, all at once, --parallel 2: the deltas join to the same text ---------------------
-start_server stream --parallel 2
+kvt_start_server stream --parallel 2
 c=()
 for i in $(seq $N); do
   curl -s -m 120 -N -o "$TMP/sse$i" -H 'Content-Type: application/json' \
@@ -128,7 +105,7 @@ for i in $(seq $N); do
   cmp -s "$TMP/ssetext$i" "$TMP/reftext$i" && n=$((n + 1))
 done
 check "8 concurrent streams (--parallel 2) = one at a time ($n/$N)" is "$n" $N
-stop_server "$SRV_PID"
+kvt_stop_server stream
 
 # ---- chat history: with --retokenize-replies a follow-up turn depends on the request alone -----
 # (by default a server splices its own replies back as the ids it generated, which a fresh server
@@ -137,17 +114,17 @@ turn2() { # REPLY_FILE: turn 1's messages, the reply, one more user message
   local r; r=$(jq -c '.choices[0].message.content' "$1")
   printf '{"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Task 1: step step step now answer."},{"role":"assistant","content":%s},{"role":"user","content":"And the next step?"}],"max_tokens":16,"temperature":0,"logprobs":true,"top_logprobs":3}' "$SYS" "$r"
 }
-start_server rt1 --retokenize-replies
-post 1 "$TMP/rt_turn1.json"
+kvt_start_server rt1 --retokenize-replies
+send 1 "$TMP/rt_turn1.json"
 curl -s -m 120 -o "$TMP/rt_a.json" -H 'Content-Type: application/json' -d "$(turn2 "$TMP/rt_turn1.json")" "$URL/v1/chat/completions"
 check "--retokenize-replies: turn 2 reuses turn 1's cached prefix" [ "$(jq -r '.usage.prompt_tokens_details.cached_tokens' "$TMP/rt_a.json")" -gt 0 ]
-stop_server "$SRV_PID"
-start_server rt2 --retokenize-replies
+kvt_stop_server rt1
+kvt_start_server rt2 --retokenize-replies
 curl -s -m 120 -o "$TMP/rt_b.json" -H 'Content-Type: application/json' -d "$(turn2 "$TMP/rt_turn1.json")" "$URL/v1/chat/completions"
 check "--retokenize-replies: turn 2 on a fresh server has the same prompt" \
   is "$(jq -r '.usage.prompt_tokens' "$TMP/rt_b.json")" "$(jq -r '.usage.prompt_tokens' "$TMP/rt_a.json")"
 check "--retokenize-replies: turn 2 on a fresh server = on the server that generated turn 1" \
   is "$(reply "$TMP/rt_b.json")" "$(reply "$TMP/rt_a.json")"
-stop_server "$SRV_PID"
+kvt_stop_server rt2
 
 kvt_test_done test_server_determinism

@@ -3,39 +3,22 @@
 # a restarted server answers the same request from disk (cached_tokens_by_tier
 # T2 > 0) with the same greedy completion; /metrics reports the disk tier.
 set -u
-BIN=${KVT_BIN:?}
 command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
-TMP=$(mktemp -d)
-SRV_PID=
-cleanup() { [ -n "$SRV_PID" ] && kill -9 "$SRV_PID" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+. "$(dirname "$0")/../testutil.sh"
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
-start() {
-  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 --kv-disk "$TMP/kv" --kv-disk-size 64M "$@" \
-    >"$TMP/srv.log" 2>&1 &
-  SRV_PID=$!
-  for _ in $(seq 1 100); do
-    PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/srv.log" | grep -o '[0-9]*$')
-    [ -n "$PORT" ] && return 0
-    sleep 0.1
-  done
-  echo "server did not start:" >&2; cat "$TMP/srv.log" >&2; return 1
-}
-stop() { kill -TERM "$SRV_PID"; wait "$SRV_PID"; local rc=$?; SRV_PID=; return $rc; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --kv-disk "$TMP/kv" --kv-disk-size 64M)
 BODY='{"prompt": "A long and fixed system prompt that every request of this service starts with, followed by the question: what is kept on disk?", "max_tokens": 12, "temperature": 0}'
 ask() { curl -s -H 'Content-Type: application/json' -d "$BODY" "http://127.0.0.1:$PORT/v1/completions"; }
 
-start || exit 1
+kvt_start_server srv
 ask > "$TMP/r1.json"
 check "first answer has text" grep -q '"text"' "$TMP/r1.json"
-stop
+kvt_stop_server srv
 check "graceful stop exits 0" test $? -eq 0
 check "the stop flushed the cache" grep -q "flushed the KV cache" "$TMP/srv.log"
 
-start --restore always || exit 1
+kvt_start_server srv --restore always
 ask > "$TMP/r2.json"
 t2=$(grep -o '"T2":[0-9]*' "$TMP/r2.json" | grep -o '[0-9]*$')
 check "after a restart the prompt comes from disk (T2 ${t2:-none})" test "${t2:-0}" -gt 0
@@ -46,7 +29,6 @@ check "the response reports the restore decision" grep -q '"disk_blocks":"restor
 curl -s "http://127.0.0.1:$PORT/metrics" > "$TMP/metrics.txt"
 check "metrics report the disk budget" grep -q 'kvtier_tier_bytes_budget{tier="T2"} [1-9]' "$TMP/metrics.txt"
 check "metrics report disk reads" grep -q 'kvtier_disk_bytes_total{direction="read"} [1-9]' "$TMP/metrics.txt"
-stop
+kvt_stop_server srv
 
-echo "test_server_disk: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_server_disk

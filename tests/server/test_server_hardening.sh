@@ -5,47 +5,15 @@
 # smuggling, slow and crowding connections, keys for /metrics.
 # Needs curl and jq; the raw-socket checks need python3 (tests/http_raw.py).
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: needs python3 for raw-socket requests"; exit 77; }
 RAW() { python3 "$HERE/http_raw.py" "$@"; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 30 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
+. "$(dirname "$0")/../testutil.sh"
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
 
-# start_server NAME ARGS...: starts `kvtier serve` on a free port; sets URL, PORT and SRV_PID
-start_server() {
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV_PID=$!
-  PIDS+=("$SRV_PID")
-  for _ in $(seq 100); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; PORT=$port; return 0; fi
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-# post PATH JSON [curl args...]: body in $TMP/body, status in $CODE
-post() {
-  local path=$1 json=$2; shift 2
-  CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
-}
-jb() { jq -r "$1" "$TMP/body"; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1)
 # status line of a raw response in $TMP/raw
 raw_status() { head -n 1 "$TMP/raw" | tr -d '\r' | cut -d' ' -f2; }
 # raw_request BYTES [http_raw.py send args...]: sends BYTES (backslash escapes such as \r\n expanded), response in $TMP/raw
@@ -69,7 +37,7 @@ fi
 "$BIN" serve --max-body 2M --max-inflight-bytes 1M >/dev/null 2>"$TMP/err"
 check "serve --max-inflight-bytes below --max-body: usage error" is "$?/$(grep -c 'at least --max-body' "$TMP/err")" 2/1
 
-start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512 \
+kvt_start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512 \
   --request-timeout 3 --max-conns-per-ip 12
 MAIN_PID=$SRV_PID
 BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
@@ -196,10 +164,10 @@ check "access line: method, path, status, id, tokens, times" \
 check "access line for a stream" grep -Eq 'access: POST /v1/completions 200 id=trace-sse .*generated=2 ' "$TMP/main.log"
 check "access line for a 404" grep -Eq 'access: GET /nope 404 id=trace-404 ' "$TMP/main.log"
 
-kill -TERM "$MAIN_PID"; wait "$MAIN_PID"; check "SIGTERM exits 0" is "$?" 0
+kvt_stop_server main; check "SIGTERM exits 0" is "$?" 0
 # ---- finding 8: keys from a file and the environment; /metrics behind its own key; 401 on every method ----
 printf '# tenants\nfile-key\n' >"$TMP/keys"
-KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret start_server keys --api-key-file "$TMP/keys" --parallel 1
+KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret kvt_start_server keys --api-key-file "$TMP/keys" --parallel 1
 KEYS_PID=$SRV_PID
 check "keys from the environment stay out of the command line" bash -c "! tr '\\0' ' ' </proc/$KEYS_PID/cmdline | grep -q -e env-key -e metrics-secret"
 ask() { curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$@"; }
@@ -220,24 +188,21 @@ for m in GET POST PUT DELETE PATCH OPTIONS; do
 done
 check "wrong key, HEAD /v1/models: 401" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -I -H 'Authorization: Bearer wrong' "$URL/v1/models")" 401
 check "a valid key still gets 405 for a wrong method" is "$(ask -X PUT -H 'Authorization: Bearer env-key' "$URL/v1/completions")" 405
-kill -TERM "$KEYS_PID"; wait "$KEYS_PID"; check "keys server: exit 0" is "$?" 0
+kvt_stop_server keys; check "keys server: exit 0" is "$?" 0
 # without a metrics key, the API keys guard /metrics
-start_server apikey --api-key only-key --parallel 1
+kvt_start_server apikey --api-key only-key --parallel 1
 check "/metrics with API keys and no metrics key: 401 without a key" is "$(ask "$URL/metrics")" 401
 check "/metrics with API keys and no metrics key: 200 with one" is "$(ask -H 'Authorization: Bearer only-key' "$URL/metrics")" 200
-kill -TERM "$SRV_PID"; wait "$SRV_PID"; check "api-key server: exit 0" is "$?" 0
+kvt_stop_server apikey; check "api-key server: exit 0" is "$?" 0
 
 # ---- graceful drain: SIGTERM lets the request in flight finish, refuses new connections, exits 0 ----
 # the default-size model decodes slowly enough (~1 ms a token) for the signal to land mid-request
 "$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-"$BIN" serve -m "$TMP/slow.gguf" --host 127.0.0.1 --port 0 -t 1 --parallel 1 --drain-timeout 600 >"$TMP/drain.log" 2>&1 &
-SRV_PID=$!; PIDS+=("$SRV_PID")
-for _ in $(seq 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/drain.log" | grep -o '[0-9]*$'); [ -n "$PORT" ] && break; sleep 0.1; done
-URL="http://127.0.0.1:$PORT"
+kvt_start_server drain -m "$TMP/slow.gguf" --parallel 1 --drain-timeout 600
 curl -s -m 900 -o "$TMP/drained" -w '%{http_code}' -H 'Content-Type: application/json' \
   -d '{"prompt":"drain","max_tokens":1500,"ignore_eos":true}' "$URL/v1/completions" >"$TMP/drained.code" &
 CLIENT=$!
-for _ in $(seq 100); do [ "$(curl -s -m 5 "$URL/health" | jq -r .slots_busy)" = 1 ] && break; sleep 0.05; done
+wait_health .slots_busy 1
 kill -TERM "$SRV_PID"
 for _ in $(seq 100); do grep -q 'finishing 1 request' "$TMP/drain.log" && break; sleep 0.05; done
 check "drain: the server says it finishes the request in flight" grep -q 'finishing 1 request' "$TMP/drain.log"
@@ -246,8 +211,7 @@ check "drain: new connections are refused" is "$CODE" 000
 wait "$CLIENT"
 check "drain: the request in flight completes (200)" is "$(cat "$TMP/drained.code")" 200
 check "drain: ... with all its tokens" is "$(jq -r .usage.completion_tokens "$TMP/drained")" 1500
-wait "$SRV_PID"; check "drain: exit status 0" is "$?" 0
+kvt_wait_server drain; check "drain: exit status 0" is "$?" 0
 check "drain: every request finished" grep -q 'every request finished' "$TMP/drain.log"
 
-echo "test_server_hardening: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_server_hardening

@@ -14,20 +14,10 @@ if [ ! -d "$NODE_DIR/node_modules/openai" ]; then
     timeout 180 npm install --no-audit --no-fund --silent openai@4 ) >"$NODE_DIR/install.log" 2>&1 || {
     echo "SKIP: 'npm install openai@4' failed (offline?); see $NODE_DIR/install.log"; exit 77; }
 fi
-TMP=$(mktemp -d)
-SRV_PID=
-cleanup() { [ -n "$SRV_PID" ] && kill -9 "$SRV_PID" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+. "$(dirname "$0")/../testutil.sh"
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-"$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 --parallel 2 --api-key test-key >"$TMP/log" 2>&1 &
-SRV_PID=$!
-PORT=
-for _ in $(seq 100); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/log" | grep -o '[0-9]*$') && [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { echo "server did not start:"; cat "$TMP/log"; exit 1; }
-BASE="http://127.0.0.1:$PORT" KEY=test-key NODE_PATH="$NODE_DIR/node_modules" timeout 120 node "$SRC/tests/openai_client.cjs"
+kvt_start_server main -m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --parallel 2 --api-key test-key
+BASE=$URL KEY=test-key NODE_PATH="$NODE_DIR/node_modules" timeout 120 node "$SRC/tests/openai_client.cjs"
 rc=$?
-kill -TERM "$SRV_PID"; wait "$SRV_PID"; SRV_PID=
+kvt_stop_server main
 exit $rc

@@ -8,39 +8,19 @@
 # tier's index checkpoint across a graceful restart and a kill -9.
 # Needs curl and python3; the dashboard's script check needs node.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
 command -v curl >/dev/null || { echo "SKIP: needs curl"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: needs python3 for tests/promcheck.py"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log "$TMP"/*.jsonl; do [ -f "$l" ] && { echo "--- $l" >&2; tail -n 20 "$l" >&2; }; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0 skipped=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
+. "$(dirname "$0")/../testutil.sh"
+skipped=0
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
 
-# start NAME LOG ARGS...: kvtier serve on a free port, its log lines in LOG; sets URL and SRV_PID
-start() {
-  local name=$1 log=$2; shift 2
-  "$BIN" serve -m "$TMP/m.gguf" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV_PID=$!
-  PIDS+=("$SRV_PID")
-  for _ in $(seq 200); do
-    local port; port=$(grep -ao 'listening on http://127.0.0.1:[0-9]*' "$log" 2>/dev/null | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" "$log" >&2; exit 1
-}
-stop() { kill -TERM "$SRV_PID"; wait "$SRV_PID"; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1)
+# start NAME LOG ARGS...: kvtier serve NAME, logging to LOG (its --log-file, else $TMP/NAME.log)
+start() { local name=$1; shift 2; kvt_start_server "$name" "$@"; }
+stop() { kvt_stop_server "$SRV_NAME"; }
 # ask URL PROMPT OUT: a greedy completion
 ask() {
   curl -s -m 60 -H 'Content-Type: application/json' -o "$3" \
@@ -151,7 +131,7 @@ curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
 sleep 0.2
 ask "$URL" "$P2 and one more" "$TMP/r4.json"
 curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
-kill -9 "$SRV_PID"; wait "$SRV_PID" 2>/dev/null
+kvt_stop_server c KILL
 start d "$TMP/d.log" --kv-disk "$TMP/kv" --kv-disk-size 64M --restore always
 check "after kill -9 the disk tier opens" grep -Eq 'disk tier .*: [1-9][0-9]* records in' "$TMP/d.log"
 check "... without corrupt records" bash -c "! grep -qi 'corrupt' '$TMP/d.log'"

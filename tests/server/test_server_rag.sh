@@ -15,37 +15,12 @@
 #   tier after a restart.
 # Needs curl and jq.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
+. "$(dirname "$0")/../testutil.sh"
 has() { case "$1" in *"$2"*) return 0 ;; esac; echo "  '$1' lacks '$2'" >&2; return 1; }
 
-start_server() { # NAME ARGS...: sets URL
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/tiny.gguf" --host 127.0.0.1 --port 0 -t 1 -c 1024 "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 200); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-post() { # PATH JSON: body in $TMP/body, status in $CODE
-  CODE=$(curl -s -m 120 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$URL$1")
-}
-jb() { jq -r "$1" "$TMP/body"; }
+KVT_SERVE_ARGS=(-m "$TMP/tiny.gguf" --host 127.0.0.1 -t 1 -c 1024)
+start_server() { kvt_start_server "$@"; } # NAME ARGS...
 SYS="Answer from the documents."
 ask() { # QUESTION [kvtier.rag JSON]: a greedy RAG request with logprobs
   local rag=${2:-null}
@@ -213,7 +188,7 @@ check "after prewarm: from T0" is "$(jb '.kvtier.rag.chunks[0].tiers.T0 == .kvti
 start_server persist1 --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kv" --kv-disk-size 64M
 out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --flush 2>&1)
 check "rag prewarm --flush" has "$out" "flushed to the disk tier"
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null
+kvt_stop_server persist1
 start_server persist2 --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kv" --kv-disk-size 64M --restore always
 ask "How long does a worker bee live?"
 check "after a restart: the first chunk comes from T2" is \

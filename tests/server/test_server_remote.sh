@@ -9,62 +9,18 @@
 # A request waiting for a slot has its T3 blocks prefetched into T0, with
 # output identical to the node that computed it.
 set -u
-BIN=${KVT_BIN:?}
 command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed (apt-get install redis-server)"; exit 77; }
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-REDIS_PID=
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  [ -n "$REDIS_PID" ] && kill -9 "$REDIS_PID" 2>/dev/null
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
-
-# A free loopback port for Redis (redis 7 cannot be told --port 0): try random
-# ones until a server stays up on one.
-start_redis() {
-  for _ in $(seq 20); do
-    RPORT=${RPORT:-$((20000 + RANDOM % 30000))}
-    redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-      >"$TMP/redis.log" 2>&1 &
-    REDIS_PID=$!
-    for _ in $(seq 50); do
-      redis-cli -p "$RPORT" ping >/dev/null 2>&1 && return 0
-      kill -0 "$REDIS_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$REDIS_PID" 2>/dev/null; REDIS_PID=; unset RPORT
-  done
-  echo "redis-server did not start" >&2; exit 1
-}
-stop_redis() { kill -9 "$REDIS_PID" 2>/dev/null; wait "$REDIS_PID" 2>/dev/null; REDIS_PID=; }
+. "$(dirname "$0")/../testutil.sh"
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
 head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
-start_redis
+kvt_start_redis
 # T3 reads give up after --kv-remote-timeout-ms (250 by default), a miss by design; on a loaded
 # CI machine a loopback GET can outlast that, so the checks that need hits give it 10 s
 REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key" --kv-remote-timeout-ms 10000)
 
-# start NAME ARGS...: a server on a free port; sets URL_<NAME> and PID_<NAME>
-start() {
-  local name=$1; shift
-  "$BIN" serve -m "${MODEL:-$TMP/m.gguf}" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 100); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then eval "URL_$name=http://127.0.0.1:$port PID_$name=$pid"; return 0; fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1)
 LONG="A long and fixed system prompt that every request of this service starts with: you are a careful assistant that answers questions about the tiered key-value cache, its random-access memory tier, its disk tier and its shared remote tier, and you always explain which tier served the prompt and why the output stays the same."
 # ask URL OUT [SALT]: a greedy completion of the long prompt into OUT
 ask() {
@@ -75,22 +31,22 @@ ask() {
 t3() { jq -r '.kvtier.cached_tokens_by_tier.T3' "$1"; }
 # A's write-through queue drains in the background; a flush waits until it has (not a fixed
 # sleep, which a loaded machine outlasts)
-flush_a() { curl -s -m 60 -X POST -H 'Content-Type: application/json' -d '' "$URL_A/v1/cache/flush" >/dev/null; }
+flush_a() { curl -s -m 60 -X POST -H 'Content-Type: application/json' -d '' "${KVT_URL[A]}/v1/cache/flush" >/dev/null; }
 
 "$BIN" serve -m "$TMP/m.gguf" --port 0 --kv-remote "redis://127.0.0.1:$RPORT" >"$TMP/nokey.log" 2>&1
 check "T3 without a key file refuses to start" test $? -ne 0
 check "... and says which flag it needs" grep -q -- "--kv-remote-key-file" "$TMP/nokey.log"
 
-start A "${REMOTE[@]}" --write-through
+kvt_start_server A "${REMOTE[@]}" --write-through
 # B restores whatever T3 holds (--restore always): with the default (auto) a restore is skipped
 # when the measured T3 latency makes recomputing cheaper, which for this tiny model it is on a
 # loaded machine (shortfall recompute_cheaper), and these checks are about sharing, not cost
-start B "${REMOTE[@]}" --restore always
-start C # no T3: the cold reference
-ask "$URL_C" "$TMP/cold.json"
-ask "$URL_A" "$TMP/a.json"
+kvt_start_server B "${REMOTE[@]}" --restore always
+kvt_start_server C # no T3: the cold reference
+ask "${KVT_URL[C]}" "$TMP/cold.json"
+ask "${KVT_URL[A]}" "$TMP/a.json"
 n=$(jq -r '.usage.prompt_tokens' "$TMP/a.json")
-blk=$(curl -s "$URL_A/v1/cache/stats" | jq -r '.block_tokens')
+blk=$(curl -s "${KVT_URL[A]}/v1/cache/stats" | jq -r '.block_tokens')
 full=$(( n / blk * blk ))
 check "the prompt spans 2+ full blocks ($n tokens, B=$blk)" test "$full" -ge $((2 * blk))
 check "A computed it (no T3 hit on a cold store)" test "$(t3 "$TMP/a.json")" = 0
@@ -99,7 +55,7 @@ for _ in $(seq 50); do
   [ "$(redis-cli -p "$RPORT" --scan --pattern 'kvt:*' | wc -l)" -ge $((full / blk)) ] && break
   sleep 0.1
 done
-ask "$URL_B" "$TMP/b.json"
+ask "${KVT_URL[B]}" "$TMP/b.json"
 got=$(t3 "$TMP/b.json")
 check "B's first request is served from T3 ($got of $full tokens)" test $((got * 100)) -ge $((full * 95))
 check "B's output equals a cold run's" test "$(jq -r '.choices[0].text' "$TMP/b.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
@@ -107,20 +63,20 @@ check "A's output equals a cold run's" test "$(jq -r '.choices[0].text' "$TMP/a.
 check "B computed only the tail" test "$(jq -r '.kvtier.computed_tokens' "$TMP/b.json")" -le "$blk"
 
 # tenants: A computes the prompt for tenant x; B finds it for x, never for y
-ask "$URL_B" "$TMP/y0.json" tenant-y
+ask "${KVT_URL[B]}" "$TMP/y0.json" tenant-y
 check "another tenant gets nothing from T3" test "$(t3 "$TMP/y0.json")" = 0
-ask "$URL_A" "$TMP/xa.json" tenant-x
+ask "${KVT_URL[A]}" "$TMP/xa.json" tenant-x
 flush_a
-ask "$URL_B" "$TMP/xb.json" tenant-x
+ask "${KVT_URL[B]}" "$TMP/xb.json" tenant-x
 check "the same tenant shares through T3" test "$(t3 "$TMP/xb.json")" -gt 0
-ask "$URL_B" "$TMP/z.json" tenant-z
+ask "${KVT_URL[B]}" "$TMP/z.json" tenant-z
 check "a third tenant still gets nothing" test "$(t3 "$TMP/z.json")" = 0
 check "tenant outputs equal the cold run" test "$(jq -r '.choices[0].text' "$TMP/xb.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
 
-curl -s "$URL_B/v1/cache/stats" >"$TMP/stats.json"
+curl -s "${KVT_URL[B]}/v1/cache/stats" >"$TMP/stats.json"
 check "stats have a T3 object, connected" test "$(jq -r '.T3.connected' "$TMP/stats.json")" = true
 check "stats count T3 restores" test "$(jq -r '.T3.restores' "$TMP/stats.json")" -gt 0
-curl -s "$URL_B/metrics" >"$TMP/metrics.txt"
+curl -s "${KVT_URL[B]}/metrics" >"$TMP/metrics.txt"
 check "metrics: T3 connected" grep -q '^kvtier_remote_connected 1' "$TMP/metrics.txt"
 check "metrics: T3 hits" grep -q '^kvtier_remote_reads_total{result="hit"} [1-9]' "$TMP/metrics.txt"
 check "metrics: T3 latency" grep -q '^kvtier_remote_latency_seconds_count [1-9]' "$TMP/metrics.txt"
@@ -129,18 +85,18 @@ check "metrics: T3 budget" grep -q '^kvtier_tier_bytes_budget{tier="T3"} [1-9]' 
 check "the start-up line counts T3 capacity" grep -q 'T3 remote [1-9]' "$TMP/B.log"
 
 # Redis goes away under B: requests still succeed (misses), then T3 comes back
-stop_redis
-ask "$URL_B" "$TMP/down.json" tenant-w
+kvt_stop_redis
+ask "${KVT_URL[B]}" "$TMP/down.json" tenant-w
 check "with Redis down a request still succeeds" test "$(jq -r '.choices[0].text' "$TMP/down.json")" = "$(jq -r '.choices[0].text' "$TMP/cold.json")"
-curl -s "$URL_B/metrics" >"$TMP/metrics2.txt"
+curl -s "${KVT_URL[B]}/metrics" >"$TMP/metrics2.txt"
 check "metrics: T3 disconnected" grep -q '^kvtier_remote_connected 0' "$TMP/metrics2.txt"
 check "metrics: T3 errors counted" grep -q '^kvtier_remote_errors_total [1-9]' "$TMP/metrics2.txt"
-start_redis
-ask "$URL_A" "$TMP/va.json" tenant-v
+kvt_start_redis
+ask "${KVT_URL[A]}" "$TMP/va.json" tenant-v
 sleep 6 # past the reconnect backoff of both nodes
-ask "$URL_A" "$TMP/va2.json" tenant-v2
+ask "${KVT_URL[A]}" "$TMP/va2.json" tenant-v2
 flush_a
-ask "$URL_B" "$TMP/vb.json" tenant-v2
+ask "${KVT_URL[B]}" "$TMP/vb.json" tenant-v2
 check "after Redis restarts B uses T3 again" test "$(t3 "$TMP/vb.json")" -gt 0
 
 "$BIN" cache stats --kv-remote "redis://127.0.0.1:$RPORT" >"$TMP/cstats.txt" 2>&1
@@ -153,30 +109,29 @@ check "cache clear removes the namespace's values" test "$(redis-cli -p "$RPORT"
 # computed waits behind a long request; while it waits the scheduler fetches
 # its blocks from T3 into T0, so it starts with them resident.
 "$BIN" mkmodel -o "$TMP/med.gguf" --dim 384 --layers 6 --heads 6 --kv-heads 2 --ff 1024 --ctx 2048 >/dev/null 2>&1
-MODEL="$TMP/med.gguf" start P "${REMOTE[@]}" --write-through --ctx 2048
-MODEL="$TMP/med.gguf" start Q "${REMOTE[@]}" --parallel 1 --ctx 2048 --session-keep-warm 0
+kvt_start_server P -m "$TMP/med.gguf" "${REMOTE[@]}" --write-through --ctx 2048
+kvt_start_server Q -m "$TMP/med.gguf" "${REMOTE[@]}" --parallel 1 --ctx 2048 --session-keep-warm 0
 X=$(awk 'BEGIN { srand(7); for (i = 0; i < 50; i++) printf "w%d ", int(rand() * 5000); }')
 xbody="{\"prompt\":\"$X\",\"max_tokens\":8,\"temperature\":0}"
-curl -s -m 120 -H 'Content-Type: application/json' -d "$xbody" "$URL_P/v1/completions" >"$TMP/xp.json"
+curl -s -m 120 -H 'Content-Type: application/json' -d "$xbody" "${KVT_URL[P]}/v1/completions" >"$TMP/xp.json"
 xn=$(jq -r '.usage.prompt_tokens' "$TMP/xp.json")
 xblocks=$(( (xn - 1) / blk ))
 check "X spans 2+ full blocks ($xn tokens)" test "$xblocks" -ge 2
 for _ in $(seq 100); do # P's write-through reaches Redis in the background
-  [ "$(curl -s "$URL_P/v1/cache/stats" | jq -r '.T3.writes')" -ge "$xblocks" ] && break
+  [ "$(curl -s "${KVT_URL[P]}/v1/cache/stats" | jq -r '.T3.writes')" -ge "$xblocks" ] && break
   sleep 0.1
 done
-health() { curl -s "$URL_Q/health" | jq -r "$1"; }
-wait_health() { for _ in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.05; done; return 1; }
+URL=${KVT_URL[Q]} # wait_health asks Q
 curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/long.json" \
-  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true}' "$URL_Q/v1/completions" &
+  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true}' "${KVT_URL[Q]}/v1/completions" &
 LP=$!
 check "the long request holds Q's slot" wait_health .slots_busy 1
-curl -s -m 300 -H 'Content-Type: application/json' -d "$xbody" "$URL_Q/v1/completions" >"$TMP/xq.json" &
+curl -s -m 300 -H 'Content-Type: application/json' -d "$xbody" "${KVT_URL[Q]}/v1/completions" >"$TMP/xq.json" &
 XP=$!
 check "X waits on Q" wait_health .queued 1
 check "the long request was still running when X queued" test "$(health .slots_busy)" = 1
 wait $LP $XP
-curl -s "$URL_Q/v1/cache/stats" >"$TMP/qstats.json"
+curl -s "${KVT_URL[Q]}/v1/cache/stats" >"$TMP/qstats.json"
 check "X's T3 blocks were prefetched while it waited ($(jq '.kvtier.prefetched_tokens // 0' "$TMP/xq.json") tokens)" \
   test "$(jq '.kvtier.prefetched_tokens // 0' "$TMP/xq.json")" -ge $((xblocks * blk))
 check "Q's stats count them: prefetched blocks and T3 restores" \
@@ -186,8 +141,5 @@ check "X then started from T0" \
 check "X's output on Q equals P's cold run" \
   test "$(jq -r '.choices[0].text' "$TMP/xq.json")" = "$(jq -r '.choices[0].text' "$TMP/xp.json")"
 
-for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-PIDS=()
-echo "test_server_remote: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+for n in "${!KVT_PID[@]}"; do kvt_stop_server "$n"; done
+kvt_test_done test_server_remote

@@ -12,53 +12,18 @@
 #   earlier cold one (longest resident prefix first).
 # Needs curl and jq.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
-lt() { [ "$1" -lt "$2" ] 2>/dev/null || { echo "  got '$1', want < $2" >&2; return 1; }; }
-
-start_server() { # NAME MODEL ARGS...: sets URL
-  local name=$1 model=$2; shift 2
-  "$BIN" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 200); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-# post PATH JSON [curl args]: body in $TMP/body, status in $CODE
-post() {
-  local path=$1 json=$2; shift 2
-  CODE=$(curl -s -m 120 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
-}
-jb() { jq -r "$1" "$TMP/body"; }
+. "$(dirname "$0")/../testutil.sh"
+KVT_SERVE_ARGS=(--host 127.0.0.1 -t 1)
 # words N SEED: pseudo-random words, about N tokens of the built-in vocabulary (~6 per word), the same for the
 # same seed
 words() { awk -v n="$1" -v s="$2" 'BEGIN { srand(s); for (i = 0; i < n / 6; i++) printf "w%d ", int(rand() * 5000); }'; }
-health() { curl -s "$URL/health" | jq -r "$1"; }
-wait_health() { # JQ VALUE: waits until /health's field reaches the value
-  for _ in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.05; done
-  echo "  /health $1 never became $2" >&2; return 1
-}
 
 "$BIN" mkmodel -o "$TMP/tiny.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 512 >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
 
 # ---- admin endpoints ---------------------------------------------------------------
-start_server admin "$TMP/tiny.gguf" --parallel 1 --kv-active 160K --kv-ram 4M --kv-disk "$TMP/kv" --kv-disk-size 64M \
+kvt_start_server admin -m "$TMP/tiny.gguf" --parallel 1 --kv-active 160K --kv-ram 4M --kv-disk "$TMP/kv" --kv-disk-size 64M \
   --api-key sekrit
 AUTH=(-H 'Authorization: Bearer sekrit')
 P1="$(words 100 1)"
@@ -117,7 +82,7 @@ for m in kvtier_cache_shortfalls_total kvtier_cache_discarded_blocks_total kvtie
 done
 
 # ---- sessions kept warm ---------------------------------------------------------------
-start_server warm "$TMP/tiny.gguf" --parallel 1 --kv-active 160K --kv-ram 4M --session-keep-warm 0
+kvt_start_server warm -m "$TMP/tiny.gguf" --parallel 1 --kv-active 160K --kv-ram 4M --session-keep-warm 0
 S1="$(words 180 21)" S2="$(words 180 22)"
 post /v1/completions "{\"prompt\": \"$S1\", \"max_tokens\": 4, \"kvtier\": {\"session_id\": \"s1\", \"keep_warm_s\": 600}}"
 check "warm session request" is "$CODE" 200
@@ -136,7 +101,7 @@ check "... and still comes back whole from RAM" is "$(jb '.kvtier.cached_tokens 
 
 # ---- scheduling and prefetch behind a long request ---------------------------------------
 "$BIN" mkmodel -o "$TMP/med.gguf" --dim 384 --layers 6 --heads 6 --kv-heads 2 --ff 1024 --ctx 2048 >/dev/null 2>&1
-start_server sched "$TMP/med.gguf" --parallel 1 --ctx 2048 --kv-active 6M --kv-ram 32M --session-keep-warm 0
+kvt_start_server sched -m "$TMP/med.gguf" --parallel 1 --ctx 2048 --kv-active 6M --kv-ram 32M --session-keep-warm 0
 X="$(words 250 41)"
 post /v1/completions "{\"prompt\": \"$X\", \"max_tokens\": 4, \"temperature\": 0}"
 check "X computed" is "$CODE" 200
@@ -168,5 +133,4 @@ check "X's prefix was prefetched into T0 while it waited" gt "$(jq '.kvtier.pref
 check "X came entirely from T0" \
   is "$(jq '.kvtier.cached_tokens > 200 and .kvtier.cached_tokens_by_tier.T0 == .kvtier.cached_tokens' "$TMP/x.json")" true
 
-echo "test_server_sessions: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_server_sessions

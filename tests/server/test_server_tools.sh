@@ -10,45 +10,13 @@
 # styles. Needs
 # curl and jq.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-check() { local d=$1; shift; if "$@"; then ok; else bad "$d"; fi; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-ge() { [ "$1" -ge "$2" ] 2>/dev/null || { echo "  got '$1', want >= $2" >&2; return 1; }; }
+. "$(dirname "$0")/../testutil.sh"
 has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; }
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
 
-start_server() {
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 1 -c 2048 "$@" >"$TMP/$name.log" 2>&1 &
-  SRV_PID=$!
-  PIDS+=("$SRV_PID")
-  for _ in $(seq 100); do
-    local u; u=$(grep -o 'listening on http://[^ ]*:[0-9]*' "$TMP/$name.log" | sed 's/listening on //')
-    if [ -n "$u" ]; then URL=$u; return 0; fi
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-stop_server() { kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; }
-post() {
-  local path=$1 json=$2; shift 2
-  CODE=$(curl -s -m 120 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@" -d "$json" "$URL$path")
-}
-jb() { if [ "$1" = -c ]; then jq -c "$2" "$TMP/body"; else jq -r "$1" "$TMP/body"; fi; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" -t 1 -c 2048)
 
 MSG='"messages":[{"role":"user","content":"Answer in JSON."}]'
 SCHEMA='{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer"},
@@ -59,7 +27,7 @@ VALID='(.name|type=="string" and (explode|length)<=12) and (.age|type=="number" 
  and length<=3 and all(.[]; .=="a" or .=="b" or .==3)) and ((.ok|type) as $t | $t=="boolean" or $t=="null")
  and (keys - ["name","age","tags","ok"] | length==0)'
 
-start_server main -np 2
+kvt_start_server main -np 2
 # ---- response_format ------------------------------------------------------------------------------
 good=0
 for seed in $(seq 1 12); do
@@ -144,10 +112,10 @@ check "step 3 (auto, free text) is accepted" is "$CODE" 200
 check "step 3's cache grows" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $((CACHED2 + 32))
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"x\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"1\"}],\"max_tokens\":2}"
 check "tool turns without tools render (200)" is "$CODE" 200
-stop_server
+kvt_stop_server main
 
 # ---- n > 1: one prefill, n sequences on the prompt's pages, each its own sampler -------------------
-start_server choices -np 4
+kvt_start_server choices -np 4
 metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
 NP='"prompt":"Once upon a time, in a cache far away, there lived a block of thirty-two tokens and its parent.","ignore_eos":true'
 post /v1/completions "{$NP,\"max_tokens\":6,\"temperature\":0}"
@@ -175,33 +143,36 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]
 check "n above --parallel is a 400 naming n" is "$CODE/$(jb .error.param)" 400/n
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":100,\"seed\":3,\"n\":2}"
 check "n=2 forced calls: both valid" is "$(jb "[.choices[] | .finish_reason==\"tool_calls\" and (.message.tool_calls[0] | $ARGS_OK)] | all")" true
-stop_server
+kvt_stop_server choices
+
+# tool_round STYLE FIRST EXTRA WHAT: under STYLE's chat template, a forced call after the messages
+# FIRST, then its result sent back with EXTRA in the request, the arguments re-serialized (as
+# LangChain does: the call memo restores kvtier's text). Checks that the call parses and that the
+# next step reuses WHAT from the cache; the history is left in H2, the next step's answer in $TMP/body.
+tool_round() {
+  local style=$1 first=$2 extra=$3 what=$4 p1 c1 a1 id1
+  post /v1/chat/completions "{\"messages\":[$first],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
+  check "$style: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
+  p1=$(jb .usage.prompt_tokens) c1=$(jb .usage.completion_tokens) a1=$(jb -c '.choices[0].message') id1=$(jb '.choices[0].message.tool_calls[0].id')
+  a1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$a1")
+  H2="$first,$a1,{\"role\":\"tool\",\"tool_call_id\":\"$id1\",\"content\":\"5\"}"
+  post /v1/chat/completions "{\"messages\":[$H2],\"tools\":$TOOLS,\"max_tokens\":4$extra}"
+  check "$style: the next step reuses $what from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (p1 + c1) / 32 * 32 ))
+}
 
 # ---- the Llama 3 style: {"name": ..., "parameters": ...} -------------------------------------------
-start_server llama3 --chat-template llama3
-post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
-check "llama3: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
-P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
-# the client sends the arguments back re-serialized (as LangChain does): the call memo restores kvtier's text
-A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
-post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
-check "llama3: the next step reuses the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
-stop_server
+kvt_start_server llama3 --chat-template llama3
+tool_round llama3 '{"role":"user","content":"2+3?"}' '' 'the call'
+kvt_stop_server llama3
 
 # ---- the Mistral style: [AVAILABLE_TOOLS] before the first user turn, [TOOL_CALLS][...] -------------
-start_server mistral --chat-template mistral
-post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":2}"
-check "mistral: a forced call parses" is "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.tool_calls[0] | $ARGS_OK)")" true
-P1=$(jb .usage.prompt_tokens) C1=$(jb .usage.completion_tokens) A1=$(jb -c '.choices[0].message') ID1=$(jb '.choices[0].message.tool_calls[0].id')
-A1=$(jq -c '.tool_calls[0].function.arguments |= (fromjson | tojson)' <<<"$A1")
-H2="{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"2+3?\"},$A1,{\"role\":\"tool\",\"tool_call_id\":\"$ID1\",\"content\":\"5\"}"
-post /v1/chat/completions "{\"messages\":[$H2],\"tools\":$TOOLS,\"max_tokens\":4,\"ignore_eos\":true}"
-check "mistral: the next step reuses the tools and the call from the cache" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P1 + C1) / 32 * 32 ))
+kvt_start_server mistral --chat-template mistral
+tool_round mistral '{"role":"system","content":"Be brief."},{"role":"user","content":"2+3?"}' ',"ignore_eos":true' \
+  'the tools and the call'
 P2=$(jb .usage.prompt_tokens) C2=$(jb .usage.completion_tokens) A2=$(jb -c '.choices[0].message')
 # a new user turn: the tool block stays where it was, so the whole history is a cached prefix
 post /v1/chat/completions "{\"messages\":[$H2,$A2,{\"role\":\"user\",\"content\":\"And 4+4?\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
 check "mistral: a new user turn keeps the history cached" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" $(( (P2 + C2) / 32 * 32 ))
-stop_server
+kvt_stop_server mistral
 
-echo "test_server_tools: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+kvt_test_done test_server_tools
