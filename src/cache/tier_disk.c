@@ -298,7 +298,9 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         d->st.checkpoint_used = 1;
         kvt_disk_ckpt_free(&ck);
     }
-    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES);
+    /* after a crash most of this is the scan: read ahead in batches, unless told to read header by header */
+    uint8_t *buf = d->p.scan_serial ? kvt_disk_aligned_buf(SCAN_READ_BYTES) : NULL;
+    kvt_disk_scan_reader *rd = d->p.scan_serial ? NULL : kvt_disk_scan_reader_new(d->rec_max, d->p.use_io_uring);
     uint64_t no_mac = 0, lost_key = 0, no_scheme = 0, total = 0;
     for (size_t i = 0; i < d->n_segs; i++) {
         if (start[i] == UINT64_MAX) start[i] = 0;
@@ -312,7 +314,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     for (size_t i = 0; i < d->n_segs && !ignore_records; i++) {
         disk_seg *s = d->segs[i];
         open_scan o = {d, s, UINT64_MAX, 0, 0, 0};
-        kvt_disk_scan_segment_from(s->fd, start[i], s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
+        kvt_disk_scan_segment_from(s->fd, start[i], s->bytes, 0, NULL, rd, buf, NULL, NULL, open_scan_fn, &o);
         no_mac += o.no_mac;
         lost_key += o.lost_key;
         no_scheme += o.no_scheme;
@@ -321,6 +323,13 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         kvt_progress_update(&prog, done >> 20);
     }
     kvt_progress_end(&prog, done >> 20);
+    if (rd) {
+        kvt_disk_scan_counts c;
+        kvt_disk_scan_reader_counts(rd, &c);
+        d->st.open_scan_reads = c.reads;
+        d->st.open_scan_read_bytes = c.bytes;
+        kvt_disk_scan_reader_free(rd);
+    }
     if (lost_key)
         kvt_log(KVT_LOG_WARN,
                 "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
