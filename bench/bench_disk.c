@@ -12,9 +12,11 @@
  * that checkpoint stale and N/10 records after it (batched, then one read per
  * header); and with no checkpoint at all (the full header scan, one read per
  * header as before batched scans, then batched), page cache dropped before
- * each. Prints seconds per million records.
+ * each. Prints seconds per million records. --keep leaves the directory, and
+ * a run that finds one left so only times the full scans again (--batched-only:
+ * only the batched one).
  * usage: bench_disk [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered]
- *                   [--no-mac] [--open-records N [--record-kib K]] */
+ *                   [--no-mac] [--open-records N [--record-kib K] [--keep] [--batched-only]] */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,7 +173,17 @@ static void put_records(kvt_disk_params *p, uint64_t a, uint64_t b, int die) {
  * kill -9 that left a stale checkpoint and a tail of a tenth more records,
  * and after a crash that left none (the full header scan), one read per
  * header (the path before batched scans) and batched. */
-static int open_bench(const char *dir, uint64_t n, uint64_t record_kib) {
+/* 1 if dir holds a segment file. */
+static int has_records(const char *dir) {
+    DIR *dh = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (dh && (e = readdir(dh)) && !found) found = !strncmp(e->d_name, "seg-", 4);
+    if (dh) closedir(dh);
+    return found;
+}
+
+static int open_bench(const char *dir, uint64_t n, uint64_t record_kib, int keep, int serial_too) {
     const uint32_t B = 32;
     kvt_disk_params p = kvt_disk_default_params();
     p.dir = dir;
@@ -181,6 +193,18 @@ static int open_bench(const char *dir, uint64_t n, uint64_t record_kib) {
     uint64_t tail = n / 10 ? n / 10 : 1;
     p.size_bytes = KVT_MAX((n + tail + n / 8 + 1024) * record_kib * 1024, 2 * p.segment_bytes);
     p.checkpoint_s = 0;
+    if (keep && has_records(dir)) { /* a directory left by --keep: the opens again, on the same records */
+        char ck[4096];
+        snprintf(ck, sizeof ck, "%s/index", dir);
+        unlink(ck);
+        p.scan_serial = serial_too;
+        double full_s = serial_too ? timed_open(&p, "with no checkpoint (full scan, one read per header)") : 0;
+        unlink(ck);
+        p.scan_serial = 0;
+        double full_b = timed_open(&p, "with no checkpoint (full scan, batched)");
+        printf("s per million records: full scan: batched %.2f, one by one %.2f\n", full_b, full_s);
+        return 0;
+    }
     put_records(&p, 0, n, 0);
     double with = timed_open(&p, "after a clean close (checkpoint)");
     pid_t c = fork();
@@ -194,11 +218,11 @@ static int open_bench(const char *dir, uint64_t n, uint64_t record_kib) {
     char ck[4096];
     snprintf(ck, sizeof ck, "%s/index", dir);
     /* keep the stale checkpoint for the batched open; the clean close after it writes a fresh one */
-    char keep[4096];
-    snprintf(keep, sizeof keep, "%s/index.bench", dir);
-    if (link(ck, keep)) perror("link");
+    char stale[4096];
+    snprintf(stale, sizeof stale, "%s.stale-index", dir); /* beside the directory: no foreign file in it */
+    if (link(ck, stale)) perror("link");
     double tail_b = timed_open(&p, "after kill -9 (stale checkpoint + tail, batched)");
-    rename(keep, ck);
+    rename(stale, ck);
     p.scan_serial = 1;
     double tail_s = timed_open(&p, "after kill -9 (stale checkpoint + tail, one read per header)");
     unlink(ck);
@@ -209,7 +233,7 @@ static int open_bench(const char *dir, uint64_t n, uint64_t record_kib) {
     printf("s per million records: checkpoint %.2f; stale checkpoint + tail: batched %.2f, one by one %.2f; "
            "full scan: batched %.2f, one by one %.2f (%.1fx)\n",
            with, tail_b, tail_s, full_b, full_s, full_b > 0 ? full_s / full_b : 0.0);
-    kvt_disk_clear(dir, NULL);
+    if (!keep) kvt_disk_clear(dir, NULL);
     return 0;
 }
 
@@ -218,6 +242,7 @@ int main(int argc, char **argv) {
     size_t payload = 1 << 20;
     int blocks = 64, sets = 8, scan_mib = 2048, zstd = 0, buffered = 0, mac = 1;
     uint64_t open_records = 0, record_kib = 4;
+    int keep = 0, serial_too = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--payload-kib") && i + 1 < argc) payload = (size_t)atol(argv[++i]) << 10;
@@ -229,22 +254,24 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-mac")) mac = 0;
         else if (!strcmp(argv[i], "--open-records") && i + 1 < argc) open_records = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--record-kib") && i + 1 < argc) record_kib = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--batched-only")) serial_too = 0;
         else {
             fprintf(stderr, "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] "
-                    "[--no-mac] [--open-records N [--record-kib K]]\n",
+                    "[--no-mac] [--open-records N [--record-kib K] [--keep] [--batched-only]]\n",
                     argv[0]);
             return 2;
         }
     }
     mkdir("bench/out", 0755);
     mkdir(dir, 0755);
-    kvt_disk_clear(dir, NULL);
+    if (!(open_records && keep)) kvt_disk_clear(dir, NULL);
     if (open_records) {
         if (record_kib < 1 || record_kib * 1024 > KVT_DISK_SEGMENT_DEFAULT) {
             fprintf(stderr, "--record-kib: 1..%llu\n", KVT_DISK_SEGMENT_DEFAULT >> 10);
             return 2;
         }
-        return open_bench(dir, open_records, record_kib);
+        return open_bench(dir, open_records, record_kib, keep, serial_too);
     }
     double seq = seq_read(dir);
 

@@ -18,8 +18,8 @@ static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTE
 
 /* Chunked batches: this much of the segment ahead of the walk, as reads of
  * CHUNK_READ_BYTES in flight together. */
-#define CHUNK_BYTES (4u << 20)
-#define CHUNK_READ_BYTES (256u << 10)
+#define CHUNK_BYTES (16u << 20)
+#define CHUNK_READ_BYTES (1u << 20)
 #define CHUNK_READS (CHUNK_BYTES / CHUNK_READ_BYTES)
 /* Header batches: up to this many header reads in flight together (also the
  * ring's depth). A batch whose prediction missed is followed by one of
@@ -37,8 +37,8 @@ enum { WIN_NONE, WIN_CHUNK, WIN_HEADERS };
 struct kvt_disk_scan_reader {
     kvt_dio *io;
     uint64_t hint;   /* the expected record length (0: unknown) */
-    uint8_t *buf;    /* CHUNK_BYTES, aligned: one chunk, or header slots of SCAN_READ_BYTES */
-    uint8_t *one;    /* SCAN_READ_BYTES, aligned: the read of one offset on its own */
+    uint8_t *buf;    /* CHUNK_BYTES, aligned: one chunk, or header slots of SCAN_READ_BYTES (made at first use) */
+    uint8_t *one;    /* SCAN_READ_BYTES, aligned: the read of one offset on its own (made at first use) */
     kvt_dio_req req[HEADER_BATCH_MAX];
     size_t n_req;    /* requests of the last batch */
     int win;         /* WIN_*: what buf holds, for the segment being scanned */
@@ -57,8 +57,6 @@ kvt_disk_scan_reader *kvt_disk_scan_reader_new(uint64_t hint, int use_uring) {
     kvt_disk_scan_reader *rd = kvt_xcalloc(1, sizeof *rd);
     kvt_dio_new(HEADER_BATCH_MAX, use_uring, &rd->io);
     rd->hint = hint;
-    rd->buf = kvt_disk_aligned_buf(CHUNK_BYTES);
-    rd->one = kvt_disk_aligned_buf(SCAN_READ_BYTES);
     return rd;
 }
 
@@ -112,6 +110,7 @@ static void refill(kvt_disk_scan_reader *rd, int fd, uint64_t size, uint64_t off
     uint64_t stride = rd->have_last && off > rd->last_off ? off - rd->last_off : rd->hint;
     if (rd->win == WIN_HEADERS)
         rd->batch = rd->used_end == rd->n_req ? KVT_MIN(2 * rd->batch, HEADER_BATCH_MAX) : HEADER_BATCH_MIN;
+    if (!rd->buf) rd->buf = kvt_disk_aligned_buf(CHUNK_BYTES); /* at the first batch: most opens scan nothing */
     size_t n = 0;
     if (stride <= SCAN_CHUNK_STRIDE_MAX) {
         /* past size only as far as a pread at the last header could read */
@@ -156,6 +155,7 @@ static const uint8_t *reader_get(kvt_disk_scan_reader *rd, int fd, uint64_t size
         p = window_find(rd, off, n);
     }
     if (!p) {
+        if (!rd->one) rd->one = kvt_disk_aligned_buf(SCAN_READ_BYTES);
         *n = pread(fd, rd->one, SCAN_READ_BYTES, (off_t)off);
         rd->n.fallbacks++;
         rd->n.reads++;

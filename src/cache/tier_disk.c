@@ -328,6 +328,8 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         kvt_disk_scan_reader_counts(rd, &c);
         d->st.open_scan_reads = c.reads;
         d->st.open_scan_read_bytes = c.bytes;
+        kvt_log(KVT_LOG_DEBUG, "disk tier %s: the scan read %" PRIu64 " bytes in %" PRIu64 " reads, %" PRIu64
+                " batches, %" PRIu64 " reads on their own", d->dir, c.bytes, c.reads, c.batches, c.fallbacks);
         kvt_disk_scan_reader_free(rd);
     }
     if (lost_key)

@@ -111,8 +111,8 @@
  * next 4 KiB boundary, so one corrupt record costs only itself.
  * A record's place depends on the header before it, so the scan reads ahead
  * by prediction, in batches of reads in flight together (io_uring; disk_scan.c):
- * records up to 32 KiB are read whole, 4 MiB of segment per batch (16 reads of
- * 256 KiB), and their headers parsed from memory; longer ones get one 8 KiB
+ * records up to 32 KiB are read whole, 16 MiB of segment per batch (16 reads of
+ * 1 MiB), and their headers parsed from memory; longer ones get one 8 KiB
  * header read each at the offsets the last record's length predicts, up to 64
  * in flight (2 after a missed prediction, doubling per batch that held). The
  * walk still parses one header at a time and is handed exactly the bytes a
