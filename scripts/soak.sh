@@ -11,7 +11,10 @@
 # root, else a size-limited tmpfs; without root, only a filesystem the cache
 # directory is already on with at most 4 GiB free, say --keep DIR on one), and
 # about every S seconds (at random, 0.5-1.5 S) a filler file takes all its free
-# space for 5-20 s, then is removed. Writes then fail with ENOSPC: the server
+# space for 5-20 s, then is removed. The server then runs with --write-through,
+# so that every computed block goes to disk at once (otherwise the tiny
+# model's KV rarely leaves RAM), and its fresh prompts are 80 random numbers
+# long instead of 3 (several new blocks each); writes fail with ENOSPC: the server
 # must keep answering (writes stop with one warning, inference carries on from
 # RAM) and the kill -9 restarts, full or not, must still come up and lose
 # nothing on disk. Prints a summary; exit 1 if anything grew or failed. Not
@@ -47,7 +50,7 @@ TMP=${KEEP:-$(mktemp -d)}
 mkdir -p "$TMP"
 SRV= CLIENT_PIDS=()
 stop_clients() { for p in "${CLIENT_PIDS[@]}"; do kill "$p" 2>/dev/null; done; for p in "${CLIENT_PIDS[@]}"; do wait "$p" 2>/dev/null; done; CLIENT_PIDS=(); }
-KV=$TMP/kv KVFS= MOUNTED= KV_SIZE=256M
+KV=$TMP/kv KVFS= MOUNTED= KV_SIZE=256M SERVE_EXTRA=() FRESH_WORDS=3
 cleanup() {
   [ -n "$SRV" ] && kill -9 "$SRV" 2>/dev/null; stop_clients
   [ -n "$KVFS" ] && rm -f "$KVFS/filler"
@@ -74,7 +77,7 @@ if [ "$FULL_EVERY" -gt 0 ]; then
     FS_MIB=$((AVAIL >> 20))
   fi
   chmod 700 "$KVFS"
-  KV=$KVFS/kv KV_SIZE=$((FS_MIB / 2))M
+  KV=$KVFS/kv KV_SIZE=$((FS_MIB / 2))M SERVE_EXTRA=(--write-through) FRESH_WORDS=80
 fi
 FILLS=0 FILLED=0 NEXT_FILL=0 FREE_AT=0
 fill_disk() { # takes every free byte of the cache directory's filesystem
@@ -96,7 +99,7 @@ fi
 
 start() {
   "$BIN" serve -m "$MODEL" --host 127.0.0.1 --port 0 -t 2 --parallel 4 --kv-ram 16M --kv-disk "$KV" \
-    --kv-disk-size "$KV_SIZE" >>"$TMP/server.log" 2>&1 &
+    --kv-disk-size "$KV_SIZE" "${SERVE_EXTRA[@]}" >>"$TMP/server.log" 2>&1 &
   SRV=$!
   for _ in $(seq 300); do
     PORT=$(grep -ao 'listening on http://127.0.0.1:[0-9]*' "$TMP/server.log" | tail -n 1 | grep -o '[0-9]*$')
@@ -125,8 +128,10 @@ client() {
     case $r in
       0|1) code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
              -d "{\"prompt\": \"$PREFIX Question $((RANDOM % 20)).\", \"max_tokens\": 8}" "$u/v1/completions") ;;
-      2) code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
-             -d "{\"prompt\": \"fresh $RANDOM $RANDOM $RANDOM text\", \"max_tokens\": 8}" "$u/v1/completions") ;;
+      2) local fresh=fresh
+         for _ in $(seq "$FRESH_WORDS"); do fresh="$fresh $RANDOM"; done
+         code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+             -d "{\"prompt\": \"$fresh text\", \"max_tokens\": 8}" "$u/v1/completions") ;;
       3) code=$(curl -s -m 120 -N -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
              -d '{"messages":[{"role":"user","content":"hello there"}],"max_tokens":8,"stream":true}' "$u/v1/chat/completions") ;;
       4) code=$(curl -s -m 30 -o /dev/null -w '%{http_code}' -d '{"content":"tokenize me please"}' "$u/tokenize") ;;
