@@ -35,7 +35,8 @@ static_assert(HEADER_BATCH_MAX * SCAN_READ_BYTES <= CHUNK_BYTES, "header slots f
 enum { WIN_NONE, WIN_CHUNK, WIN_HEADERS };
 
 struct kvt_disk_scan_reader {
-    kvt_dio *io;
+    kvt_dio *io;     /* made at the first batch */
+    int use_uring;
     uint64_t hint;   /* the expected record length (0: unknown) */
     uint8_t *buf;    /* CHUNK_BYTES, aligned: one chunk, or header slots of SCAN_READ_BYTES (made at first use) */
     uint8_t *one;    /* SCAN_READ_BYTES, aligned: the read of one offset on its own (made at first use) */
@@ -55,7 +56,7 @@ struct kvt_disk_scan_reader {
 
 kvt_disk_scan_reader *kvt_disk_scan_reader_new(uint64_t hint, int use_uring) {
     kvt_disk_scan_reader *rd = kvt_xcalloc(1, sizeof *rd);
-    kvt_dio_new(HEADER_BATCH_MAX, use_uring, &rd->io);
+    rd->use_uring = use_uring;
     rd->hint = hint;
     return rd;
 }
@@ -110,7 +111,10 @@ static void refill(kvt_disk_scan_reader *rd, int fd, uint64_t size, uint64_t off
     uint64_t stride = rd->have_last && off > rd->last_off ? off - rd->last_off : rd->hint;
     if (rd->win == WIN_HEADERS)
         rd->batch = rd->used_end == rd->n_req ? KVT_MIN(2 * rd->batch, HEADER_BATCH_MAX) : HEADER_BATCH_MIN;
-    if (!rd->buf) rd->buf = kvt_disk_aligned_buf(CHUNK_BYTES); /* at the first batch: most opens scan nothing */
+    if (!rd->buf) { /* at the first batch: most opens after a clean stop scan nothing */
+        rd->buf = kvt_disk_aligned_buf(CHUNK_BYTES);
+        kvt_dio_new(HEADER_BATCH_MAX, rd->use_uring, &rd->io);
+    }
     size_t n = 0;
     if (stride <= SCAN_CHUNK_STRIDE_MAX) {
         /* past size only as far as a pread at the last header could read */
