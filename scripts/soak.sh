@@ -5,7 +5,8 @@
 # probe prompt all along. With --kill-every S it also kill -9s the server every
 # S seconds and restarts it on the same disk-tier directory: each restart must
 # come up and answer the probe identically, and find every record the killed
-# process left on disk (`cache ls` after the kill against the open's count).
+# process left on disk (`cache ls` after the kill against the open's count,
+# less what the open lets go to fit the budget).
 # With --disk-full-every S the disk-tier directory lives on a small filesystem
 # of its own (--disk-fs-mib, default 96: a loop-mounted ext4 image when run as
 # root, else a size-limited tmpfs; without root, only a filesystem the cache
@@ -157,7 +158,7 @@ REF=$(probe)
 for i in $(seq "$CLIENTS"); do client >"$TMP/client.$i" 2>/dev/null & CLIENT_PIDS+=($!); done
 END=$(( $(date +%s) + MINUTES * 60 ))
 T0=$(date +%s) LAST_KILL=$(date +%s) KILLS=0 PROBE_BAD=0 RESTART_BAD=0
-ON_DISK=0 FOUND=0 LOST=0 TORN=0 FULL_KILLS=0
+ON_DISK=0 FOUND=0 LOST=0 TORN=0 FULL_KILLS=0 BUDGET_LET_GO=0
 [ "$FULL_EVERY" -gt 0 ] && next_fill
 : >"$TMP/samples"
 while [ "$(date +%s)" -lt "$END" ]; do
@@ -175,11 +176,13 @@ while [ "$(date +%s)" -lt "$END" ]; do
     n_disk=$(disk_records); TORN=$((TORN + $(disk_corrupt)))
     log_lines=$(wc -l <"$TMP/server.log")
     start || { RESTART_BAD=$((RESTART_BAD + 1)); break; }
-    n_open=$(tail -n +"$((log_lines + 1))" "$TMP/server.log" | grep -ao ': [0-9]* records in [0-9]* segments' | tail -n 1 |
-      grep -o '[0-9]* records' | grep -o '[0-9]*')
-    n_open=${n_open:-0}
-    ON_DISK=$((ON_DISK + n_disk)) FOUND=$((FOUND + n_open))
-    [ "$n_open" -lt "$n_disk" ] && LOST=$((LOST + n_disk - n_open))
+    # the open's line: N records in M segments (...) ... K records in S oldest segments let go to fit the budget
+    open_line=$(tail -n +"$((log_lines + 1))" "$TMP/server.log" | grep -a ': [0-9]* records in [0-9]* segments' | tail -n 1)
+    n_open=$(echo "$open_line" | grep -o ': [0-9]* records in' | grep -o '[0-9]*')
+    n_budget=$(echo "$open_line" | grep -o '[0-9]* records in [0-9]* oldest segments let go' | grep -o '^[0-9]*')
+    n_open=${n_open:-0} n_budget=${n_budget:-0}
+    ON_DISK=$((ON_DISK + n_disk)) FOUND=$((FOUND + n_open)) BUDGET_LET_GO=$((BUDGET_LET_GO + n_budget))
+    [ $((n_open + n_budget)) -lt "$n_disk" ] && LOST=$((LOST + n_disk - n_open - n_budget))
     : >"$TMP/samples" # memory and fds start over with the new process
   fi
   sample $((now - T0))
@@ -204,7 +207,7 @@ RSS_FLAT=$(( RSS1 <= RSS0 * 12 / 10 + 16384 ))
 FD_FLAT=$(( FD1 <= FD0 + 4 ))
 echo "soak: $MINUTES min, $CLIENTS clients, $TOTAL requests: $OK ok, $BUSY 503 (queue full), $NOCONN without a connection, $FAILED failed"
 echo "soak: kill -9 cycles $KILLS (restarts that failed: $RESTART_BAD); probe answers that differed: $PROBE_BAD"
-[ "$KILLS" -gt 0 ] && echo "soak: records on disk after the kills $ON_DISK, found by the restarts $FOUND, lost $LOST; torn records skipped $TORN"
+[ "$KILLS" -gt 0 ] && echo "soak: records on disk after the kills $ON_DISK, found by the restarts $FOUND, let go by them to fit the budget $BUDGET_LET_GO, lost $LOST; torn records skipped $TORN"
 if [ "$FULL_EVERY" -gt 0 ]; then
   echo "soak: disk full injected $FILLS times on $FS_KIND ($FULL_KILLS kills while full); 'writes disabled' warnings: $(grep -c 'writes disabled' "$TMP/server.log")"
 fi

@@ -488,10 +488,12 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     d->writer_started = 1;
     kvt_log(d->map.count ? KVT_LOG_INFO : KVT_LOG_DEBUG,
             "disk tier %s: %zu records in %zu segments (%" PRIu64 " from the index checkpoint, %.1f MiB of headers "
-            "scanned), opened in %.3f s; MAC %s",
+            "scanned), opened in %.3f s; MAC %s; %" PRIu64 " records in %" PRIu64
+            " oldest segments let go to fit the budget",
             d->dir, (size_t)d->map.count, d->n_segs, d->st.checkpoint_records,
             (double)d->st.open_scanned_bytes / 1048576.0, d->st.open_scan_seconds,
-            !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b");
+            !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b", d->st.evicted,
+            d->st.segments_reclaimed);
     d->ckpt_last = kvt_now();
     d->ckpt_mark = change_count(d);
     *out = d;
