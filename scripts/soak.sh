@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=$2; shift 2 ;;
     --disk-full-every) FULL_EVERY=$2; shift 2 ;;
     --disk-fs-mib) FS_MIB=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "soak: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
