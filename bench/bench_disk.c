@@ -6,12 +6,18 @@
  * price the MAC against the default (GMAC where the CPU has AES-NI and
  * PCLMUL); KVT_DISK_MAC_SCHEME=blake2b in the environment measures the
  * portable BLAKE2b scheme instead.
- * --open-records N measures only the open: N small records (one 4 KiB record
- * each) with a prefix index, opened with the index checkpoint a clean close
- * leaves and again without it (the full header scan, as after a crash that
- * left no checkpoint), page cache dropped before each.
+ * --open-records N measures only the open: N records (--record-kib K each,
+ * default 4: the most records per byte of disk) with a prefix index, opened
+ * with the index checkpoint a clean close leaves; after a kill -9 that left
+ * that checkpoint stale and N/10 records after it (batched, then one read per
+ * header); and with no checkpoint at all (the full header scan, one read per
+ * header as before batched scans, then batched), page cache dropped before
+ * each. Prints seconds per million records. --keep leaves the directory, and
+ * a run that finds one left so only times the open with its checkpoint and the
+ * full scans again; --batched-only
+ * skips the opens that read one header at a time.
  * usage: bench_disk [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered]
- *                   [--no-mac] [--open-records N] */
+ *                   [--no-mac] [--open-records N [--record-kib K] [--keep] [--batched-only]] */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +26,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "blockhash.h"
 #include "common.h"
@@ -115,58 +123,121 @@ static double timed_open(kvt_disk_params *p, const char *what) {
                  (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) * 1e-6;
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);
-    printf("open %s: %llu records (%llu from the checkpoint, %.0f MiB of headers scanned) in %.3f s (CPU %.3f s): "
-           "%.2f s per million records (CPU %.2f s)\n",
-           what, (unsigned long long)st.records, (unsigned long long)st.checkpoint_records,
-           (double)st.open_scanned_bytes / MIB, dt, cpu, st.records ? dt * 1e6 / (double)st.records : 0.0,
-           st.records ? cpu * 1e6 / (double)st.records : 0.0);
+    printf("open %s: %llu records (%llu from the checkpoint, %.0f MiB of headers scanned", what,
+           (unsigned long long)st.records, (unsigned long long)st.checkpoint_records,
+           (double)st.open_scanned_bytes / MIB);
+    if (st.open_scan_reads)
+        printf(" in %llu batched reads of %.0f MiB", (unsigned long long)st.open_scan_reads,
+               (double)st.open_scan_read_bytes / MIB);
+    printf(") in %.3f s (CPU %.3f s): %.2f s per million records (CPU %.2f s)\n", dt, cpu,
+           st.records ? dt * 1e6 / (double)st.records : 0.0, st.records ? cpu * 1e6 / (double)st.records : 0.0);
+    fflush(stdout);
     kvt_disk_close(d);
     kvt_prefix_free(idx);
-    return dt;
+    return st.records ? dt * 1e6 / (double)st.records : 0.0;
 }
 
-/* --open-records: open time with and without the index checkpoint. */
-static int open_bench(const char *dir, uint64_t n) {
-    const uint32_t B = 32;
-    kvt_disk_params p = kvt_disk_default_params();
-    p.dir = dir;
-    p.payload_bytes = 1024; /* with the header, one 4 KiB record: the most records per byte of disk */
-    p.block_tokens = B;
-    p.ns.lo = 0xBE7C;
-    p.size_bytes = KVT_MAX((n + n / 8 + 1024) * KVT_DISK_ALIGN, 2 * p.segment_bytes);
-    p.checkpoint_s = 0;
+/* Puts records [a, b) (chains of 64 blocks), with a fresh index. */
+static void put_records(kvt_disk_params *p, uint64_t a, uint64_t b, int die) {
     kvt_prefix *idx;
-    if (kvt_prefix_new(B, &idx)) return 1;
-    p.index = idx;
+    if (kvt_prefix_new(p->block_tokens, &idx)) exit(1);
+    p->index = idx;
     kvt_disk *d;
-    if (kvt_disk_open(&p, &d)) {
+    if (kvt_disk_open(p, &d)) {
         fprintf(stderr, "open: %s\n", kvt_errmsg());
-        return 1;
+        exit(1);
     }
-    uint8_t pay[1024];
-    int32_t tok[32];
-    kvt_hash128 parent = p.ns;
+    uint8_t *pay = kvt_xmalloc(p->payload_bytes);
+    int32_t tok[KVT_BLOCK_TOKENS_MAX];
+    kvt_hash128 parent = p->ns;
     double t0 = kvt_now();
-    for (uint64_t i = 0; i < n; i++) {
-        for (uint32_t t = 0; t < B; t++) tok[t] = (int32_t)(i * B + t);
-        memset(pay, (int)(i & 0xff), sizeof pay);
-        kvt_hash128 h = kvt_block_hash(parent, tok, B);
+    for (uint64_t i = a; i < b; i++) {
+        for (uint32_t t = 0; t < p->block_tokens; t++) tok[t] = (int32_t)(i * p->block_tokens + t);
+        memset(pay, (int)(i & 0xff), p->payload_bytes);
+        kvt_hash128 h = kvt_block_hash(parent, tok, p->block_tokens);
         while (kvt_disk_put(d, h, parent, tok, pay) == KVT_ELIMIT) kvt_disk_flush(d);
-        parent = i % 64 == 63 ? p.ns : h; /* chains of 64 blocks */
+        parent = i % 64 == 63 ? p->ns : h;
     }
     kvt_disk_flush(d);
-    printf("wrote %llu records in %.1f s\n", (unsigned long long)n, kvt_now() - t0);
+    printf("wrote %llu records of %llu KiB in %.1f s\n", (unsigned long long)(b - a),
+           (unsigned long long)((KVT_DISK_HEADER_FIXED + 4ull * p->block_tokens + p->payload_bytes + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * 4), kvt_now() - t0);
+    fflush(stdout);
+    free(pay);
+    if (die) raise(SIGKILL); /* a crash: no checkpoint at close, the queue already written */
     double c0 = kvt_now();
     kvt_disk_close(d); /* writes the checkpoint */
     printf("close (with the checkpoint write): %.3f s\n", kvt_now() - c0);
     kvt_prefix_free(idx);
-    double with = timed_open(&p, "with the checkpoint");
+}
+
+/* --open-records: open time after a clean close (the checkpoint), after a
+ * kill -9 that left a stale checkpoint and a tail of a tenth more records,
+ * and after a crash that left none (the full header scan), one read per
+ * header (the path before batched scans) and batched. */
+/* 1 if dir holds a segment file. */
+static int has_records(const char *dir) {
+    DIR *dh = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (dh && (e = readdir(dh)) && !found) found = !strncmp(e->d_name, "seg-", 4);
+    if (dh) closedir(dh);
+    return found;
+}
+
+static int open_bench(const char *dir, uint64_t n, uint64_t record_kib, int keep, int serial_too) {
+    const uint32_t B = 32;
+    kvt_disk_params p = kvt_disk_default_params();
+    p.dir = dir;
+    p.block_tokens = B;
+    p.payload_bytes = record_kib * 1024 - (KVT_DISK_HEADER_FIXED + 4 * B); /* with the header, one record_kib record */
+    p.ns.lo = 0xBE7C;
+    uint64_t tail = n / 10 ? n / 10 : 1;
+    p.size_bytes = KVT_MAX((n + tail + n / 8 + 1024) * record_kib * 1024, 2 * p.segment_bytes);
+    p.checkpoint_s = 0;
+    if (keep && has_records(dir)) { /* a directory left by --keep: the opens again, on the same records */
+        p.size_bytes = 1ull << 50;   /* whatever it holds: never let an open trim it to a budget */
+        char ck[4096];
+        snprintf(ck, sizeof ck, "%s/index", dir);
+        struct stat sb;
+        if (stat(ck, &sb) == 0) timed_open(&p, "with the checkpoint the last close left");
+        unlink(ck);
+        p.scan_serial = serial_too;
+        double full_s = serial_too ? timed_open(&p, "with no checkpoint (full scan, one read per header)") : 0;
+        unlink(ck);
+        p.scan_serial = 0;
+        double full_b = timed_open(&p, "with no checkpoint (full scan, batched)");
+        printf("s per million records: full scan: batched %.2f, one by one %.2f\n", full_b, full_s);
+        return 0;
+    }
+    put_records(&p, 0, n, 0);
+    double with = timed_open(&p, "after a clean close (checkpoint)");
+    pid_t c = fork();
+    if (c == 0) put_records(&p, n, n + tail, 1);
+    int ws;
+    if (c < 0 || waitpid(c, &ws, 0) != c || !WIFSIGNALED(ws)) {
+        fprintf(stderr, "the kill -9 child did not die by its signal\n");
+        return 1;
+    }
+    printf("kill -9 after %llu more records\n", (unsigned long long)tail);
     char ck[4096];
     snprintf(ck, sizeof ck, "%s/index", dir);
+    /* keep the stale checkpoint for the batched open; the clean close after it writes a fresh one */
+    char stale[4096];
+    snprintf(stale, sizeof stale, "%s.stale-index", dir); /* beside the directory: no foreign file in it */
+    if (link(ck, stale)) perror("link");
+    double tail_b = timed_open(&p, "after kill -9 (stale checkpoint + tail, batched)");
+    rename(stale, ck);
+    p.scan_serial = 1;
+    double tail_s = serial_too ? timed_open(&p, "after kill -9 (stale checkpoint + tail, one read per header)") : 0;
     unlink(ck);
-    double without = timed_open(&p, "without it (full header scan)");
-    printf("full scan / checkpoint: %.1fx\n", with > 0 ? without / with : 0.0);
-    kvt_disk_clear(dir, NULL);
+    double full_s = serial_too ? timed_open(&p, "with no checkpoint (full scan, one read per header)") : 0;
+    unlink(ck);
+    p.scan_serial = 0;
+    double full_b = timed_open(&p, "with no checkpoint (full scan, batched)");
+    printf("s per million records: checkpoint %.2f; stale checkpoint + tail: batched %.2f, one by one %.2f; "
+           "full scan: batched %.2f, one by one %.2f (%.1fx)\n",
+           with, tail_b, tail_s, full_b, full_s, full_b > 0 ? full_s / full_b : 0.0);
+    if (!keep) kvt_disk_clear(dir, NULL);
     return 0;
 }
 
@@ -174,7 +245,8 @@ int main(int argc, char **argv) {
     const char *dir = "bench/out/disk";
     size_t payload = 1 << 20;
     int blocks = 64, sets = 8, scan_mib = 2048, zstd = 0, buffered = 0, mac = 1;
-    uint64_t open_records = 0;
+    uint64_t open_records = 0, record_kib = 4;
+    int keep = 0, serial_too = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--payload-kib") && i + 1 < argc) payload = (size_t)atol(argv[++i]) << 10;
@@ -185,17 +257,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--buffered")) buffered = 1;
         else if (!strcmp(argv[i], "--no-mac")) mac = 0;
         else if (!strcmp(argv[i], "--open-records") && i + 1 < argc) open_records = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--record-kib") && i + 1 < argc) record_kib = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--batched-only")) serial_too = 0;
         else {
             fprintf(stderr, "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] "
-                    "[--no-mac] [--open-records N]\n",
+                    "[--no-mac] [--open-records N [--record-kib K] [--keep] [--batched-only]]\n",
                     argv[0]);
             return 2;
         }
     }
     mkdir("bench/out", 0755);
     mkdir(dir, 0755);
-    kvt_disk_clear(dir, NULL);
-    if (open_records) return open_bench(dir, open_records);
+    if (!(open_records && keep)) kvt_disk_clear(dir, NULL);
+    if (open_records) {
+        if (record_kib < 1 || record_kib * 1024 > KVT_DISK_SEGMENT_DEFAULT) {
+            fprintf(stderr, "--record-kib: 1..%llu\n", KVT_DISK_SEGMENT_DEFAULT >> 10);
+            return 2;
+        }
+        return open_bench(dir, open_records, record_kib, keep, serial_too);
+    }
     double seq = seq_read(dir);
 
     const uint32_t B = 32;

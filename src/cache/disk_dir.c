@@ -1,11 +1,10 @@
 /* The cache directory (tier_disk.h "Directory"): opened once and every file
  * relative to it: ownership and mode checks, the lock, the header file, the
- * key file, segment names, listing and scanning, the O_DIRECT probe and the
+ * key file, segment names and listing, the O_DIRECT probe and the
  * lifetime stats file. No state of its own: the store and the maintenance
  * walks pass the directory's fd. */
 #include "disk_internal.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -32,8 +31,6 @@
 #define SEG_SUFFIX ".kvt"
 #define HEADER_TEXT_MAX 256
 #define HEADER_TITLE "kvtier-disk-cache"
-
-static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
 
 /* ---- directory: opened once, every file relative to it ------------------ */
 
@@ -377,57 +374,6 @@ void *kvt_disk_aligned_buf(size_t n) {
         abort();
     }
     return p;
-}
-
-/* Walks the records of one segment file: reads each header (and with verify
- * the whole record, checking its MAC if key is set and can check it: see
- * kvt_disk_mac_checkable), calls fn(ctx, off, bytes, status, rec) per record or bad
- * 4 KiB step. A bad header is stepped over one KVT_DISK_ALIGN at a time, so
- * the next intact record is found again; a record running past the end of the
- * file (a torn tail) is reported corrupt and ends the walk. buf is an aligned
- * scratch of SCAN_READ_BYTES; vbuf/vcap an aligned scratch for verify that
- * grows as needed. Returns 0 or fn's nonzero value. */
-int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
-                          size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
-    return kvt_disk_scan_segment_from(fd, 0, size, verify, key, buf, vbuf, vcap, fn, ctx);
-}
-
-int kvt_disk_scan_segment_from(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key, uint8_t *buf,
-                               uint8_t **vbuf, size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
-    uint64_t off = start;
-    while (off + KVT_DISK_HEADER_FIXED <= size) {
-        ssize_t n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
-        if (n <= 0) break;
-        kvt_disk_record rec;
-        int st = kvt_disk_record_parse(buf, (size_t)n, 0, &rec);
-        if (st == 0 && off + rec.header_bytes + rec.stored_bytes > size) {
-            int r = fn(ctx, off, size - off, KVT_EFORMAT, &rec, NULL);
-            return r;
-        }
-        if (st != 0) {
-            int r = fn(ctx, off, KVT_DISK_ALIGN, st, &rec, NULL);
-            if (r) return r;
-            off += KVT_DISK_ALIGN;
-            continue;
-        }
-        const uint8_t *raw = NULL;
-        if (verify) {
-            if (*vcap < rec.record_bytes) {
-                free(*vbuf);
-                *vcap = rec.record_bytes;
-                *vbuf = kvt_disk_aligned_buf(*vcap);
-            }
-            ssize_t k = pread(fd, *vbuf, rec.record_bytes, (off_t)off);
-            uint64_t want = rec.header_bytes + rec.stored_bytes;
-            if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(*vbuf, (size_t)k, 1, &rec)) st = KVT_EFORMAT;
-            else if (kvt_disk_mac_checkable(key, &rec) && kvt_disk_record_verify(&rec, key, *vbuf)) st = KVT_EFORMAT;
-            else raw = *vbuf;
-        }
-        int r = fn(ctx, off, rec.record_bytes, st, &rec, raw);
-        if (r) return r;
-        off += rec.record_bytes;
-    }
-    return 0;
 }
 
 /* Tries O_DIRECT in dir: an aligned write and read of one block. */

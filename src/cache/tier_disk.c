@@ -298,7 +298,9 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         d->st.checkpoint_used = 1;
         kvt_disk_ckpt_free(&ck);
     }
-    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES);
+    /* after a crash most of this is the scan: read ahead in batches, unless told to read header by header */
+    uint8_t *buf = d->p.scan_serial ? kvt_disk_aligned_buf(SCAN_READ_BYTES) : NULL;
+    kvt_disk_scan_reader *rd = d->p.scan_serial ? NULL : kvt_disk_scan_reader_new(d->rec_max, d->p.use_io_uring);
     uint64_t no_mac = 0, lost_key = 0, no_scheme = 0, total = 0;
     for (size_t i = 0; i < d->n_segs; i++) {
         if (start[i] == UINT64_MAX) start[i] = 0;
@@ -312,7 +314,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     for (size_t i = 0; i < d->n_segs && !ignore_records; i++) {
         disk_seg *s = d->segs[i];
         open_scan o = {d, s, UINT64_MAX, 0, 0, 0};
-        kvt_disk_scan_segment_from(s->fd, start[i], s->bytes, 0, NULL, buf, NULL, NULL, open_scan_fn, &o);
+        kvt_disk_scan_segment_from(s->fd, start[i], s->bytes, 0, NULL, rd, buf, NULL, NULL, open_scan_fn, &o);
         no_mac += o.no_mac;
         lost_key += o.lost_key;
         no_scheme += o.no_scheme;
@@ -321,6 +323,15 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         kvt_progress_update(&prog, done >> 20);
     }
     kvt_progress_end(&prog, done >> 20);
+    if (rd) {
+        kvt_disk_scan_counts c;
+        kvt_disk_scan_reader_counts(rd, &c);
+        d->st.open_scan_reads = c.reads;
+        d->st.open_scan_read_bytes = c.bytes;
+        kvt_log(KVT_LOG_DEBUG, "disk tier %s: the scan read %" PRIu64 " bytes in %" PRIu64 " reads, %" PRIu64
+                " batches, %" PRIu64 " reads on their own", d->dir, c.bytes, c.reads, c.batches, c.fallbacks);
+        kvt_disk_scan_reader_free(rd);
+    }
     if (lost_key)
         kvt_log(KVT_LOG_WARN,
                 "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
@@ -515,10 +526,12 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     d->writer_started = 1;
     kvt_log(d->map.count ? KVT_LOG_INFO : KVT_LOG_DEBUG,
             "disk tier %s: %zu records in %zu segments (%" PRIu64 " from the index checkpoint, %.1f MiB of headers "
-            "scanned), opened in %.3f s; MAC %s",
+            "scanned), opened in %.3f s; MAC %s; %" PRIu64 " records in %" PRIu64
+            " oldest segments let go to fit the budget",
             d->dir, (size_t)d->map.count, d->n_segs, d->st.checkpoint_records,
             (double)d->st.open_scanned_bytes / 1048576.0, d->st.open_scan_seconds,
-            !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b");
+            !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b", d->st.evicted,
+            d->st.segments_reclaimed);
     d->ckpt_last = kvt_now();
     d->ckpt_mark = change_count(d);
     *out = d;
