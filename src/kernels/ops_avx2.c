@@ -340,8 +340,8 @@ static const kvt_ops_vtable ops_avx2 = {
     .exp_sum = exp_sum,
     .max = vmax,
     .silu_mul = silu_mul,
-    .attn_qk = kvt_attn_qk_scalar, /* no AVX2 attention yet: the scalar path's bits */
-    .attn_av = kvt_attn_av_scalar,
+    .attn_qk = kvt_attn_qk_avx2,
+    .attn_av = kvt_attn_av_avx2,
     .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_scalar,
     .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_scalar,
 };
