@@ -9,7 +9,6 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "ops_impl.h"
 #include "ops_tileloop.h"
