@@ -6,7 +6,9 @@
  * to rn tokens, the tokens in chunks whose activations stay in L2. A tile
  * computes out[i * n + j] = dot(row wr[i], token j) for its n <= rn tokens;
  * every tile reduces in the canonical order (ops.h), so the tiling never
- * changes a result. */
+ * changes a result. Call it with the tiles as constants (one call per weight
+ * type, not a pointer picked at run time): inlined with them, the compiler
+ * sees how the token rows are spaced and keeps the accumulators in registers. */
 #ifndef KVT_OPS_TILELOOP_H
 #define KVT_OPS_TILELOOP_H
 
@@ -79,7 +81,6 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
     float *wbuf = tl.widen && a->n > tl.rn
                       ? aligned_alloc(KVT_TILE_ALIGN, sizeof(float) * (size_t)tl.rm * (size_t)a->kpad)
                       : NULL;
-    const kvt_tile_fn tile = wbuf ? tl.tile_f32 : tl.tile;
     float out[KVT_TILE_MAX_RM * KVT_TILE_MAX_RN];
     kvt_tile_x x;
     for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
@@ -104,7 +105,10 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
                         x.xf[j] = a->xf + (t + j) * a->kpad;
                     }
                 }
-                tile(wr, &x, n, a->k, out);
+                if (wbuf) /* two direct calls, not a chosen pointer: each can be inlined */
+                    tl.tile_f32(wr, &x, n, a->k, out);
+                else
+                    tl.tile(wr, &x, n, a->k, out);
                 for (int i = 0; i < tl.rm && r + i < r1; i++)
                     for (int j = 0; j < n; j++) y[(t + j) * ldy + r + i] = out[i * n + j];
             }
