@@ -150,19 +150,7 @@ DEF_TILE_FN(ft_f16, KVT_TILE_BY_N3(CALL_F16))
 DEF_TILE_FN(ft_bf16, KVT_TILE_BY_N3(CALL_BF16))
 DEF_TILE_FN(ft_q8, KVT_TILE_BY_N2(CALL_Q8))
 
-static T2 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                       int64_t ldy) {
-    /* one loop per type, each with its tile as a constant, so the tile is inlined
-     * (through a variable pointer, the F16 tile ran a quarter slower) */
-    switch (w->type) {
-    case KVT_TYPE_Q8_0:
-        kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8});
-        break;
-    case KVT_TYPE_F16: kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f16}); break;
-    case KVT_TYPE_BF16: kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_bf16}); break;
-    default: kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f32}); break;
-    }
-}
+KVT_DEFINE_MM_ROWS(mm_rows, T2, NULL, NULL)
 
 /* ---- vector ops ---------------------------------------------------------- */
 

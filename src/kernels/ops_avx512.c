@@ -167,24 +167,7 @@ INLINE512 void widen_row(const uint8_t *row, int64_t k, float *dst, const int bf
 static T512 void widen_f16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 0); }
 static T512 void widen_bf16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 1); }
 
-static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                         int64_t ldy) {
-    /* one loop per type, each with its tiles as constants, so they are inlined */
-    switch (w->type) {
-    case KVT_TYPE_Q8_0:
-        kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8});
-        break;
-    case KVT_TYPE_F16:
-        kvt_tile_loop(w, a, r0, r1, y, ldy,
-                      (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f16, .widen = widen_f16, .tile_f32 = ft_f32});
-        break;
-    case KVT_TYPE_BF16:
-        kvt_tile_loop(w, a, r0, r1, y, ldy,
-                      (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_bf16, .widen = widen_bf16, .tile_f32 = ft_f32});
-        break;
-    default: kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f32}); break;
-    }
-}
+KVT_DEFINE_MM_ROWS(mm_rows, T512, widen_f16, widen_bf16)
 
 /* ---- vector ops ---------------------------------------------------------- */
 

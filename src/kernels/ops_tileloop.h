@@ -117,6 +117,28 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
     free(wbuf);
 }
 
+/* The matmul_rows (ops_impl.h) NAME of a variant, for F32, F16, BF16 and
+ * Q8_0 weights: its tiles ft_f32, ft_f16, ft_bf16 (RM x RN) and ft_q8
+ * (QRM x QRN), each loop with its tile as a constant. WIDEN_F16/WIDEN_BF16:
+ * kvt_widen_fn or NULL (then F16/BF16 rows are converted inside the tile). */
+#define KVT_DEFINE_MM_ROWS(NAME, ATTR, WIDEN_F16, WIDEN_BF16)                                            \
+    static ATTR void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
+        switch (w->type) {                                                                               \
+        case KVT_TYPE_Q8_0:                                                                              \
+            kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8}); \
+            break;                                                                                       \
+        case KVT_TYPE_F16:                                                                               \
+            kvt_tile_loop(w, a, r0, r1, y, ldy,                                                          \
+                          (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f16, .widen = WIDEN_F16, .tile_f32 = ft_f32}); \
+            break;                                                                                       \
+        case KVT_TYPE_BF16:                                                                              \
+            kvt_tile_loop(w, a, r0, r1, y, ldy,                                                          \
+                          (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_bf16, .widen = WIDEN_BF16, .tile_f32 = ft_f32}); \
+            break;                                                                                       \
+        default: kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f32}); break; \
+        }                                                                                                \
+    }
+
 /* The legacy-type matmul ENTRY (a matmul_ql_rows, ops_impl.h) of a variant,
  * from its always-inlined tile(layout, wr, xq, xd, xs, rm, rn, k, out) and
  * its QRM x QRN tiling: one tile function per type (Q4_0, Q4_1, Q5_0, Q5_1,
