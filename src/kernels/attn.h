@@ -10,7 +10,7 @@
  * acc * scale. Every output element of the value pass is
  * out = fma(w_t, v_t, out) over t in order. So a score or output depends only
  * on its own inputs, never on how many heads, tokens or keys a call covers; the
- * AVX-512 path and the scalar path produce the same bits. */
+ * SIMD paths (AVX-512, AVX2) and the scalar path produce the same bits. */
 #ifndef KVT_ATTN_H
 #define KVT_ATTN_H
 

@@ -1,12 +1,14 @@
 /* AVX2 + FMA + F16C variant of the kernels, for x86-64 CPUs without AVX-512.
  * The canonical 16-lane accumulator (ops.h) is a pair of ymm registers (lanes
  * 0-7, 8-15), so the bits equal the scalar and AVX-512 variants'. Fewer
- * registers than AVX-512 means smaller tiles; otherwise the same structure. */
+ * registers than AVX-512 means smaller tiles; the tiling loop is the same one
+ * (ops_tileloop.h). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "ops_impl.h"
+#include "ops_tileloop.h"
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE2 static inline __attribute__((always_inline)) T2
@@ -17,7 +19,6 @@
 /* Q8_0 tile: 2 rows x 2 tokens x 2 blocks = 8 accumulators. */
 #define QRM 2
 #define QRN 2
-#define CHUNK_BYTES (1 << 20)
 #define V 16 /* canonical lanes */
 #define H 8  /* lanes per ymm */
 
@@ -134,92 +135,22 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
         }
 }
 
-#define TILE_SWITCH(CALL, RMV, RNV)                                                                 \
-    switch (RNV) {                                                                                 \
-    case 1: CALL(RMV, 1); break;                                                                   \
-    case 2: CALL(RMV, 2); break;                                                                   \
-    default: CALL(RMV, 3); break;                                                                  \
+/* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
+ * unrolled instance. */
+#define DEF_TILE_FN(NAME, CALL)                                                                       \
+    static T2 void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
+        CALL                                                                                          \
     }
+#define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
+#define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
+#define CALL_BF16(N) tile_bf16(wr, x->xf, RM, N, k, out)
+#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, QRM, N, k, out)
+DEF_TILE_FN(ft_f32, KVT_TILE_BY_N3(CALL_F32))
+DEF_TILE_FN(ft_f16, KVT_TILE_BY_N3(CALL_F16))
+DEF_TILE_FN(ft_bf16, KVT_TILE_BY_N3(CALL_BF16))
+DEF_TILE_FN(ft_q8, KVT_TILE_BY_N2(CALL_Q8))
 
-static int64_t chunk_tokens(int64_t kpad, int rn, size_t elem) {
-    int64_t c = (int64_t)(CHUNK_BYTES / ((size_t)kpad * elem)) / rn * rn;
-    return c > rn ? c : rn;
-}
-
-static void store_tile(const float *out, int rm, int rn, int64_t r, int64_t r1, int64_t t, float *y,
-                       int64_t ldy) {
-    for (int i = 0; i < rm && r + i < r1; i++)
-        for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
-}
-
-static T2 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                        int64_t ldy) {
-    const uint8_t *base = w->data;
-    const int64_t chunk = chunk_tokens(a->kpad, RN, sizeof(float));
-    float out[RM * RN];
-    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
-        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
-        for (int64_t r = r0; r < r1; r += RM) {
-            const uint8_t *wr[RM];
-            for (int i = 0; i < RM; i++)
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-            for (int64_t t = c0; t < c1; t += RN) {
-                const int rn = c1 - t < RN ? (int)(c1 - t) : RN;
-                const float *xr[RN];
-                for (int j = 0; j < rn; j++) xr[j] = a->xf + (t + j) * a->kpad;
-#define CALL_F32(M, N) tile_f32(wr, xr, M, N, a->k, out)
-#define CALL_F16(M, N) tile_f16(wr, xr, M, N, a->k, out)
-#define CALL_BF16(M, N) tile_bf16(wr, xr, M, N, a->k, out)
-                if (w->type == KVT_TYPE_F16) {
-                    TILE_SWITCH(CALL_F16, RM, rn)
-                } else if (w->type == KVT_TYPE_BF16) {
-                    TILE_SWITCH(CALL_BF16, RM, rn)
-                } else {
-                    TILE_SWITCH(CALL_F32, RM, rn)
-                }
-                store_tile(out, RM, rn, r, r1, t, y, ldy);
-            }
-        }
-    }
-}
-
-static T2 void mm_q8(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                     int64_t ldy) {
-    const uint8_t *base = w->data;
-    const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
-    const int64_t chunk = chunk_tokens(a->kpad, QRN, 1);
-    float out[QRM * QRN];
-    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
-        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
-        for (int64_t r = r0; r < r1; r += QRM) {
-            const uint8_t *wr[QRM];
-            for (int i = 0; i < QRM; i++)
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-            for (int64_t t = c0; t < c1; t += QRN) {
-                const int rn = c1 - t < QRN ? (int)(c1 - t) : QRN;
-                const uint8_t *xq[QRN];
-                const float *xd[QRN];
-                for (int j = 0; j < rn; j++) {
-                    xq[j] = a->xq + (t + j) * a->kpad;
-                    xd[j] = a->xd + (t + j) * nbp;
-                }
-                if (rn == 1)
-                    tile_q8(wr, xq, xd, QRM, 1, a->k, out);
-                else
-                    tile_q8(wr, xq, xd, QRM, 2, a->k, out);
-                store_tile(out, QRM, rn, r, r1, t, y, ldy);
-            }
-        }
-    }
-}
-
-static T2 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                       int64_t ldy) {
-    if (w->type == KVT_TYPE_Q8_0)
-        mm_q8(w, a, r0, r1, y, ldy);
-    else
-        mm_float(w, a, r0, r1, y, ldy);
-}
+KVT_DEFINE_MM_ROWS(mm_rows, T2, NULL, NULL)
 
 /* ---- vector ops ---------------------------------------------------------- */
 
@@ -401,8 +332,8 @@ static const kvt_ops_vtable ops_avx2 = {
     .exp_sum = exp_sum,
     .max = vmax,
     .silu_mul = silu_mul,
-    .attn_qk = kvt_attn_qk_scalar, /* no AVX2 attention yet: the scalar path's bits */
-    .attn_av = kvt_attn_av_scalar,
+    .attn_qk = kvt_attn_qk_avx2,
+    .attn_av = kvt_attn_av_avx2,
     .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_scalar,
     .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_scalar,
 };

@@ -2,15 +2,16 @@
  * the scalar variant in ops.c: one 16-lane accumulator per output element,
  * stepped through k in order, then the canonical lane tree.
  *
- * Matmul blocking: the W rows of a thread are processed RM at a time against
- * tiles of RN tokens; tokens are walked in chunks sized so the chunk's
- * activations stay in L2 while the RM rows (converted on the fly) stay in L1. */
+ * Matmul blocking (ops_tileloop.h, shared with the other variants): the W rows
+ * of a thread are processed RM at a time against tiles of RN tokens; tokens
+ * are walked in chunks sized so the chunk's activations stay in L2 while the
+ * RM rows (converted on the fly, or widened to f32 once) stay in L1. */
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "ops_impl.h"
+#include "ops_tileloop.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
@@ -21,8 +22,6 @@
 /* Q8_0 tile: each W row needs 3 vectors (quants, bias correction, scales). */
 #define QRM 2
 #define QRN 6
-/* Activation bytes per token chunk kept in L2 (half of a 2 MiB L2). */
-#define CHUNK_BYTES (1 << 20)
 /* f32 element size, and the AVX-512 vector in elements. */
 #define V 16
 
@@ -141,118 +140,34 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
 }
 
-/* Tile dispatch on the (runtime) token count of the tile; each case is a
- * separate fully unrolled kernel. */
-#define TILE_SWITCH(CALL, RMV, RNV)                                                                 \
-    switch (RNV) {                                                                                 \
-    case 1: CALL(RMV, 1); break;                                                                   \
-    case 2: CALL(RMV, 2); break;                                                                   \
-    case 3: CALL(RMV, 3); break;                                                                   \
-    case 4: CALL(RMV, 4); break;                                                                   \
-    case 5: CALL(RMV, 5); break;                                                                   \
-    default: CALL(RMV, 6); break;                                                                  \
+/* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
+ * unrolled instance. */
+#define DEF_TILE_FN(NAME, CALL)                                                                         \
+    static T512 void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
+        KVT_TILE_BY_N6(CALL)                                                                            \
     }
+#define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
+#define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
+#define CALL_BF16(N) tile_bf16(wr, x->xf, RM, N, k, out)
+#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, QRM, N, k, out)
+DEF_TILE_FN(ft_f32, CALL_F32)
+DEF_TILE_FN(ft_f16, CALL_F16)
+DEF_TILE_FN(ft_bf16, CALL_BF16)
+DEF_TILE_FN(ft_q8, CALL_Q8)
 
-static T512 int64_t chunk_tokens(int64_t kpad, int rn, size_t elem) {
-    int64_t c = (int64_t)(CHUNK_BYTES / ((size_t)kpad * elem)) / rn * rn;
-    return c > rn ? c : rn;
-}
-
-/* Stores a tile, skipping clamped duplicate rows. */
-static T512 void store_tile(const float *out, int rm, int rn, int64_t r, int64_t r1, int64_t t,
-                            float *y, int64_t ldy) {
-    for (int i = 0; i < rm && r + i < r1; i++)
-        for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
-}
-
-static T512 void mm_float(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                          int64_t ldy) {
-    const uint8_t *base = w->data;
-    const int64_t chunk = chunk_tokens(a->kpad, RN, sizeof(float));
-    /* With several token tiles per W row group, widen the rows to f32 once
-     * (exact) so the inner loop spends no port on conversions. If the buffer
-     * cannot be had, the converting kernels give the same bits, just slower. */
-    const int widen = w->type != KVT_TYPE_F32 && a->n > RN;
-    float *wbuf = widen ? aligned_alloc(64, sizeof(float) * RM * (size_t)a->kpad) : NULL;
-    float out[RM * RN];
-    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
-        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
-        for (int64_t r = r0; r < r1; r += RM) {
-            const uint8_t *wr[RM];
-            for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-            if (wbuf) {
-                for (int i = 0; i < RM; i++) {
-                    float *dst = wbuf + i * a->kpad;
-                    int64_t kk = 0;
-                    for (; kk + V <= a->k; kk += V)
-                        _mm512_store_ps(dst + kk, w->type == KVT_TYPE_F16 ? ldw_f16(wr[i], kk) : ldw_bf16(wr[i], kk));
-                    if (kk < a->k) {
-                        __mmask16 m = (__mmask16)((1u << (a->k - kk)) - 1);
-                        _mm512_store_ps(dst + kk, w->type == KVT_TYPE_F16 ? ldw_f16_m(wr[i], kk, m)
-                                                                          : ldw_bf16_m(wr[i], kk, m));
-                    }
-                    wr[i] = (const uint8_t *)dst;
-                }
-            }
-            for (int64_t t = c0; t < c1; t += RN) {
-                const int rn = c1 - t < RN ? (int)(c1 - t) : RN;
-                const float *xr[RN];
-                for (int j = 0; j < rn; j++) xr[j] = a->xf + (t + j) * a->kpad;
-#define CALL_F32(M, N) tile_f32(wr, xr, M, N, a->k, out)
-#define CALL_F16(M, N) tile_f16(wr, xr, M, N, a->k, out)
-#define CALL_BF16(M, N) tile_bf16(wr, xr, M, N, a->k, out)
-                if (wbuf) {
-                    TILE_SWITCH(CALL_F32, RM, rn)
-                } else if (w->type == KVT_TYPE_F16) {
-                    TILE_SWITCH(CALL_F16, RM, rn)
-                } else if (w->type == KVT_TYPE_BF16) {
-                    TILE_SWITCH(CALL_BF16, RM, rn)
-                } else {
-                    TILE_SWITCH(CALL_F32, RM, rn)
-                }
-                store_tile(out, RM, rn, r, r1, t, y, ldy);
-            }
-        }
-    }
-    free(wbuf);
-}
-
-static T512 void mm_q8(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                       int64_t ldy) {
-    const uint8_t *base = w->data;
-    const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
-    const int64_t chunk = chunk_tokens(a->kpad, QRN, 1);
-    float out[QRM * QRN];
-    for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
-        const int64_t c1 = c0 + chunk < a->n ? c0 + chunk : a->n;
-        for (int64_t r = r0; r < r1; r += QRM) {
-            const uint8_t *wr[QRM];
-            for (int i = 0; i < QRM; i++)
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-            for (int64_t t = c0; t < c1; t += QRN) {
-                const int rn = c1 - t < QRN ? (int)(c1 - t) : QRN;
-                const uint8_t *xq[QRN];
-                const float *xd[QRN];
-                for (int j = 0; j < rn; j++) {
-                    xq[j] = a->xq + (t + j) * a->kpad;
-                    xd[j] = a->xd + (t + j) * nbp;
-                }
-#define CALL_Q8(M, N) tile_q8(wr, xq, xd, M, N, a->k, out)
-                TILE_SWITCH(CALL_Q8, QRM, rn)
-                store_tile(out, QRM, rn, r, r1, t, y, ldy);
-            }
-        }
+/* F16/BF16 rows widened to f32 (exact), for the loop's widening (ops_tileloop.h). */
+INLINE512 void widen_row(const uint8_t *row, int64_t k, float *dst, const int bf16) {
+    int64_t kk = 0;
+    for (; kk + V <= k; kk += V) _mm512_store_ps(dst + kk, bf16 ? ldw_bf16(row, kk) : ldw_f16(row, kk));
+    if (kk < k) {
+        const __mmask16 m = (__mmask16)((1u << (k - kk)) - 1);
+        _mm512_store_ps(dst + kk, bf16 ? ldw_bf16_m(row, kk, m) : ldw_f16_m(row, kk, m));
     }
 }
+static T512 void widen_f16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 0); }
+static T512 void widen_bf16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 1); }
 
-static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                         int64_t ldy) {
-    if (w->type == KVT_TYPE_Q8_0)
-        mm_q8(w, a, r0, r1, y, ldy);
-    else
-        mm_float(w, a, r0, r1, y, ldy);
-}
+KVT_DEFINE_MM_ROWS(mm_rows, T512, widen_f16, widen_bf16)
 
 /* ---- vector ops ---------------------------------------------------------- */
 
@@ -340,23 +255,21 @@ INLINE512 __m512 round_bf16(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-static T512 void round_f16_row(const float *x, float *y, int64_t n) {
+/* y = x rounded to f16 (bf16 = 0) or bf16 (bf16 = 1) and back. */
+INLINE512 void round_row(const float *x, float *y, int64_t n, const int bf16) {
     int64_t i = 0;
-    for (; i + V <= n; i += V) _mm512_storeu_ps(y + i, round_f16(_mm512_loadu_ps(x + i)));
+    for (; i + V <= n; i += V) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        _mm512_storeu_ps(y + i, bf16 ? round_bf16(v) : round_f16(v));
+    }
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, round_f16(_mm512_maskz_loadu_ps(m, x + i)));
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(y + i, m, bf16 ? round_bf16(v) : round_f16(v));
     }
 }
-
-static T512 void round_bf16_row(const float *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + V <= n; i += V) _mm512_storeu_ps(y + i, round_bf16(_mm512_loadu_ps(x + i)));
-    if (i < n) {
-        __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, round_bf16(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
+static T512 void round_f16_row(const float *x, float *y, int64_t n) { round_row(x, y, n, 0); }
+static T512 void round_bf16_row(const float *x, float *y, int64_t n) { round_row(x, y, n, 1); }
 
 /* kvt_expf, lane for lane (same operations, same order). */
 INLINE512 __m512 exp16(__m512 x) {

@@ -71,7 +71,8 @@ typedef struct {
 
 /* The selected variant's table (what kvt_ops_variant() names). */
 const kvt_ops_vtable *kvt_ops_active(void);
-/* attn.c's kernels for the tables: the scalar path and the AVX-512 one. */
+/* The attention kernels for the tables: attn.c's scalar path, attn_avx512.c's
+ * and attn_avx2.c's. */
 void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
                         float scale, float *scores, int64_t ld);
 void kvt_attn_av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
@@ -80,6 +81,10 @@ void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, i
                         float scale, float *scores, int64_t ld);
 void kvt_attn_av_avx512(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
                         float *out);
+void kvt_attn_qk_avx2(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
+                      float scale, float *scores, int64_t ld);
+void kvt_attn_av_avx2(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
+                      float *out);
 /* kv_quant.c's, likewise. */
 void kvt_kv_q8_dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out);
 void kvt_kv_q8_dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T, int32_t n, float *out);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "ops_impl.h"
-#include "ops_qloop.h"
+#include "ops_tileloop.h"
 #include "quant_legacy.h"
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
@@ -101,22 +101,5 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
         _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(lo[i][j], hi[i][j]);
 }
 
-#define DEF_MM(NAME, LAYOUT)                                                                              \
-    static T2 void NAME##_tile(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,   \
-                               const float *const *xs, int n, int64_t k, float *out) {                    \
-        if (n == 1)                                                                                       \
-            tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 1, k, out);                                  \
-        else                                                                                              \
-            tile((kvt_ql_layout)LAYOUT, wr, xq, xd, xs, QRM, 2, k, out);                                  \
-    }
-DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
-DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)
-DEF_MM(mm_q5_0, KVT_QL_LAYOUT_Q5_0)
-DEF_MM(mm_q5_1, KVT_QL_LAYOUT_Q5_1)
-
-/* Q4_0, Q4_1, Q5_0, Q5_1 in kvt_ql_index order */
-static const kvt_qtile_fn tiles[] = {mm_q4_0_tile, mm_q4_1_tile, mm_q5_0_tile, mm_q5_1_tile};
-
-void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, tiles[kvt_ql_index(w->type)]);
-}
+/* kvt_ql_mm_*: one tile per legacy type, run by the shared loop (ops_tileloop.h) */
+KVT_QL_DEFINE_MM(kvt_ql_mm_avx2, T2, KVT_TILE_BY_N2)

@@ -4,13 +4,13 @@
  * exact integer dot of 4 of them with the activations (VNNI on the biased u8
  * activations, minus 128 * the weights' sum), then one fma by d_w * d_x, then
  * for Q4_1/Q5_1 one fma of m_w * s_x on lanes 0 and 8; the canonical lane tree
- * at the end. Tiles of QRM rows x QRN tokens (ops_qloop.h). */
+ * at the end. Tiles of QRM rows x QRN tokens (ops_tileloop.h). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "ops_impl.h"
-#include "ops_qloop.h"
+#include "ops_tileloop.h"
 #include "quant_legacy.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
@@ -93,28 +93,5 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
 }
 
-/* One specialised kernel per type (the layout fields become constants). */
-#define DEF_MM(NAME, LAYOUT)                                                                              \
-    static T512 void NAME##_tile(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, \
-                                 const float *const *xs, int n, int64_t k, float *out) {                  \
-        const kvt_ql_layout f = LAYOUT;                                                                   \
-        switch (n) {                                                                                      \
-        case 1: tile(f, wr, xq, xd, xs, QRM, 1, k, out); break;                                           \
-        case 2: tile(f, wr, xq, xd, xs, QRM, 2, k, out); break;                                           \
-        case 3: tile(f, wr, xq, xd, xs, QRM, 3, k, out); break;                                           \
-        case 4: tile(f, wr, xq, xd, xs, QRM, 4, k, out); break;                                           \
-        case 5: tile(f, wr, xq, xd, xs, QRM, 5, k, out); break;                                           \
-        default: tile(f, wr, xq, xd, xs, QRM, 6, k, out); break;                                          \
-        }                                                                                                 \
-    }
-DEF_MM(mm_q4_0, KVT_QL_LAYOUT_Q4_0)
-DEF_MM(mm_q4_1, KVT_QL_LAYOUT_Q4_1)
-DEF_MM(mm_q5_0, KVT_QL_LAYOUT_Q5_0)
-DEF_MM(mm_q5_1, KVT_QL_LAYOUT_Q5_1)
-
-/* Q4_0, Q4_1, Q5_0, Q5_1 in kvt_ql_index order */
-static const kvt_qtile_fn tiles[] = {mm_q4_0_tile, mm_q4_1_tile, mm_q5_0_tile, mm_q5_1_tile};
-
-void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    kvt_qloop(w, a, r0, r1, y, ldy, QRM, QRN, tiles[kvt_ql_index(w->type)]);
-}
+/* kvt_ql_mm_*: one tile per legacy type, run by the shared loop (ops_tileloop.h) */
+KVT_QL_DEFINE_MM(kvt_ql_mm_avx512, T512, KVT_TILE_BY_N6)
