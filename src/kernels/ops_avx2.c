@@ -14,7 +14,7 @@
 /* Float tile: 2 rows x 3 tokens x 2 halves = 12 accumulators + 2 W halves + x. */
 #define RM 2
 #define RN 3
-/* Q8_0 tile: 2 rows x 2 tokens x 2 blocks = 8 accumulators. */
+/* Q8_0 tile: 2 rows x 2 tokens = 4 accumulators of 8 lanes. */
 #define QRM 2
 #define QRN 2
 #define CHUNK_BYTES (1 << 20)
@@ -25,12 +25,13 @@ typedef struct {
     __m256 lo, hi;
 } v16;
 
-INLINE2 float hsum16(v16 v) {
-    __m256 s8 = _mm256_add_ps(v.lo, v.hi);
+/* The 8-lane tree (the Q8_0 dot's), and the 16-lane one that ends with it. */
+INLINE2 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
+INLINE2 float hsum16(v16 v) { return hsum8(_mm256_add_ps(v.lo, v.hi)); }
 
 INLINE2 v16 fma16(v16 a, v16 b, v16 c) {
     return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
@@ -107,9 +108,9 @@ INLINE2 __m256 q8_unpermute(__m256 v) {
 INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
                      int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
-    v16 acc[QRM][QRN];
+    __m256 acc[QRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = zero16();
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
@@ -118,20 +119,17 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
                 const uint8_t *xb = xq[j] + b * KVT_Q8_0_BLOCK;
                 __m256 plo = _mm256_cvtepi32_ps(q8_block_sums(blk + KVT_Q8_0_SCALE_BYTES, xb));
-                __m256 phi = _mm256_setzero_ps();
-                if (b + 1 < nb)
-                    phi = _mm256_cvtepi32_ps(
+                acc[i][j] = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j]);
+                if (b + 1 < nb) {
+                    __m256 phi = _mm256_cvtepi32_ps(
                         q8_block_sums(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
-                acc[i][j].lo = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j].lo);
-                acc[i][j].hi = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j].hi);
+                    acc[i][j] = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j]);
+                }
             }
         }
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            v16 a = {q8_unpermute(acc[i][j].lo), q8_unpermute(acc[i][j].hi)};
-            out[i * rn + j] = hsum16(a);
-        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(q8_unpermute(acc[i][j]));
 }
 
 #define TILE_SWITCH(CALL, RMV, RNV)                                                                 \
@@ -367,9 +365,30 @@ static T2 float vmax(const float *x, int64_t n) {
     return m;
 }
 
+/* silu with silu's exp (ops_impl.h), lane for lane as ops.c's kvt_ops_silu:
+ * the scale 2^n built from its bits while every |n| <= 126, else the vector
+ * goes element by element through the scalar function. */
 INLINE2 __m256 silu8(__m256 g) {
-    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    const __m256 sh = _mm256_set1_ps(KVT_SEXP_SHIFT);
+    const __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(KVT_SEXP_LOG2E), sh), sh);
+    __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(an, _mm256_set1_ps(KVT_SEXP_NNORMAL), _CMP_NLE_UQ))) {
+        float v[H];
+        _mm256_storeu_ps(v, g);
+        for (int i = 0; i < H; i++) v[i] = kvt_ops_silu(v[i]);
+        return _mm256_loadu_ps(v);
+    }
+    __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_HI), x);
+    b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_LO), b);
+    __m256 u = _mm256_mul_ps(b, b);
+    __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P5), b, _mm256_set1_ps(KVT_SEXP_P4));
+    __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P3), b, _mm256_set1_ps(KVT_SEXP_P2));
+    __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P1), b, _mm256_set1_ps(1.0f));
+    __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, mid), u, lo);
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(KVT_F32_EXP_BIAS)),
+                                  KVT_F32_MANT_BITS);
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(j, _mm256_castsi256_ps(e))));
 }
 
 static T2 void silu_mul(float *gate, const float *up, int64_t n) {

@@ -16,6 +16,8 @@
 #define KVT_Q8_0_BYTES (KVT_Q8_0_SCALE_BYTES + KVT_Q8_0_BLOCK)
 /* Integer sums of this many adjacent int8 products form one Q8_0 lane value. */
 #define KVT_Q8_GROUP 4
+/* Lanes of the Q8_0 dot (ops.h): one per group of a block. */
+#define KVT_Q8_LANES (KVT_Q8_0_BLOCK / KVT_Q8_GROUP)
 /* Activation int8 values are stored offset by this (as u8) so that AVX-512
  * VNNI (unsigned x signed bytes) can take them; kernels subtract it back. */
 #define KVT_Q8_ACT_BIAS 128
@@ -115,8 +117,29 @@ void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
 #define KVT_EXP_C4 (1.0f / 24.0f)
 #define KVT_EXP_C3 (1.0f / 6.0f)
 #define KVT_EXP_C2 0.5f
+/* silu's exp: the approximation llama.cpp's AVX-512 CPU backend evaluates
+ * silu with (ARM's optimized-routines expf: n = round(x log2 e) by the 1.5*2^23
+ * shift, b = x - n ln2 in two fused steps, a degree-5 polynomial in b and
+ * b^2, then scaled by 2^n), so that the FFN's down projection is quantized
+ * from the same bits. |n| > 192 gives 0 (n <= 0) or inf. */
+#define KVT_SEXP_SHIFT 0x1.8p23f
+#define KVT_SEXP_LOG2E 0x1.715476p+0f
+#define KVT_SEXP_LN2_HI 0x1.62e4p-1f
+#define KVT_SEXP_LN2_LO 0x1.7f7d1cp-20f
+#define KVT_SEXP_P1 0x1.ffffecp-1f
+#define KVT_SEXP_P2 0x1.fffdb6p-2f
+#define KVT_SEXP_P3 0x1.555e66p-3f
+#define KVT_SEXP_P4 0x1.573e2ep-5f
+#define KVT_SEXP_P5 0x1.0e4020p-7f
+#define KVT_SEXP_NMAX 192.0f
+/* Below this |n| the scale 2^n is a normal f32 (the AVX2 kernel's fast path). */
+#define KVT_SEXP_NNORMAL 126.0f
 #define KVT_F32_EXP_BIAS 127
 #define KVT_F32_MANT_BITS 23
+
+/* silu(g) = g / (1 + exp(-g)) with the exp above, one element (ops.c); the
+ * SIMD kernels compute the same bits. */
+float kvt_ops_silu(float g);
 
 static inline uint16_t kvt_load_u16(const void *p) {
     uint16_t v;
