@@ -11,7 +11,6 @@
 #include "ops_impl.h"
 
 #define LANES 16
-#define GROUP_MAX 8 /* query heads processed together per K row */
 #define AV_HEADS 4  /* value pass: heads x chunks of accumulators kept in registers */
 #define AV_CHUNKS 4
 
@@ -24,9 +23,10 @@ void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, i
                         float scale, float *scores, int64_t ld) {
     for (int32_t g = 0; g < G; g++)
         for (int32_t t = 0; t < T; t++) {
-            float acc = 0.0f;
-            for (int32_t d = 0; d < hd; d++) acc = fmaf(q[(int64_t)g * hd + d], k_at(kt, f16, (int64_t)d * stride + t), acc);
-            scores[(int64_t)g * ld + t] = acc * scale;
+            float l[LANES] = {0};
+            for (int32_t d = 0; d < hd; d++)
+                l[d % LANES] = fmaf(q[(int64_t)g * hd + d], k_at(kt, f16, (int64_t)d * stride + t), l[d % LANES]);
+            scores[(int64_t)g * ld + t] = kvt_ops_lanes_sum(l) * scale;
         }
 }
 
@@ -50,59 +50,36 @@ AVX512 static inline __m512 load_row(const void *p, int f16, int64_t off, __mmas
     return _mm512_maskz_loadu_ps(m, (const float *)p + off);
 }
 
-/* Key vectors (of 16 keys) per pass: GROUP_MAX heads x QK_KVEC accumulators
- * stay in registers. The inner kernels take their counts as arguments but are
- * always inlined into a switch on constant values, so the accumulator arrays
- * become registers (runtime-sized loops would keep them on the stack). */
-#define QK_KVEC 2
 #define INLINE512 static inline __attribute__((always_inline)) AVX512
 
-INLINE512 void qk_tile(const float *q, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0,
-                       const __mmask16 *m, float *scores, int64_t ld, __m512 vscale, const int gn, const int nvec) {
-    __m512 acc[GROUP_MAX][QK_KVEC];
-    _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
-        _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = _mm512_setzero_ps();
-    for (int32_t d = 0; d < hd; d++) {
-        __m512 kx[QK_KVEC];
-        _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
-            kx[vi] = load_row(kt, f16, (int64_t)d * stride + t0 + vi * LANES, m[vi]);
-        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) {
-            __m512 qd = _mm512_set1_ps(q[(int64_t)g * hd + d]);
-            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = _mm512_fmadd_ps(qd, kx[vi], acc[g][vi]);
-        }
-    }
-    _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
-        _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
-            _mm512_mask_storeu_ps(scores + (int64_t)g * ld + t0 + vi * LANES, m[vi], _mm512_mul_ps(acc[g][vi], vscale));
+/* 16 scores (keys t0.., lanes past T masked) of one head: the 16 lane
+ * classes d mod 16 of the dot each in its own register (vectorized over the
+ * keys), then the canonical tree across them. */
+INLINE512 __m512 qk_scores16(const float *qg, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0,
+                             __mmask16 m) {
+    __m512 l[LANES];
+    _Pragma("GCC unroll 16") for (int j = 0; j < LANES; j++) l[j] = _mm512_setzero_ps();
+    int32_t d = 0;
+    for (; d + LANES <= hd; d += LANES)
+        _Pragma("GCC unroll 16") for (int j = 0; j < LANES; j++)
+            l[j] = _mm512_fmadd_ps(_mm512_set1_ps(qg[d + j]), load_row(kt, f16, (int64_t)(d + j) * stride + t0, m), l[j]);
+    for (int j = 0; d + j < hd; j++)
+        l[j] = _mm512_fmadd_ps(_mm512_set1_ps(qg[d + j]), load_row(kt, f16, (int64_t)(d + j) * stride + t0, m), l[j]);
+    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) l[j] = _mm512_add_ps(l[j], l[j + 8]);
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) l[j] = _mm512_add_ps(l[j], l[j + 4]);
+    _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) l[j] = _mm512_add_ps(l[j], l[j + 2]);
+    return _mm512_add_ps(l[0], l[1]);
 }
-
-#define QK_CASE(GN)                                                                                    \
-    case GN:                                                                                           \
-        if (nvec == 2) qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 2);               \
-        else qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 1);                          \
-        break;
 
 AVX512 void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16,
                              int32_t T, float scale, float *scores, int64_t ld) {
     const __m512 vscale = _mm512_set1_ps(scale);
-    for (int32_t t0 = 0; t0 < T; t0 += LANES * QK_KVEC) {
-        int32_t nvec = (T - t0 + LANES - 1) / LANES;
-        if (nvec > QK_KVEC) nvec = QK_KVEC;
-        __mmask16 m[QK_KVEC] = {0, 0};
-        for (int32_t vi = 0; vi < nvec; vi++) {
-            int32_t left = T - t0 - vi * LANES;
-            m[vi] = left >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-        }
-        for (int32_t g0 = 0; g0 < G; g0 += GROUP_MAX) {
-            int32_t gn = G - g0 < GROUP_MAX ? G - g0 : GROUP_MAX;
-            const float *qg = q + (int64_t)g0 * hd;
-            float *sg = scores + (int64_t)g0 * ld;
-            switch (gn) {
-                QK_CASE(1) QK_CASE(2) QK_CASE(3) QK_CASE(4) QK_CASE(5) QK_CASE(6) QK_CASE(7) default:
-                if (nvec == 2) qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GROUP_MAX, 2);
-                else qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GROUP_MAX, 1);
-            }
-        }
+    for (int32_t t0 = 0; t0 < T; t0 += LANES) {
+        const int32_t left = T - t0;
+        const __mmask16 m = left >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        for (int32_t g = 0; g < G; g++)
+            _mm512_mask_storeu_ps(scores + (int64_t)g * ld + t0, m,
+                                  _mm512_mul_ps(qk_scores16(q + (int64_t)g * hd, hd, kt, stride, f16, t0, m), vscale));
     }
 }
 

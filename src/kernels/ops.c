@@ -227,21 +227,22 @@ static void sc_round_f16_row(const float *x, float *y, int64_t n) {
 static void sc_round_bf16_row(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kvt_bf16_to_f32(kvt_f32_to_bf16(x[i]));
 }
-static float sc_exp_sum(float *x, float m, int64_t n) {
-    float l[KVT_LANES] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = kvt_expf(x[i] - m);
-        l[i % KVT_LANES] += x[i];
+static double sc_exp_sum(float *x, float m, int64_t n, int ph) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ph = 0) {
+        float l[KVT_LANES] = {0};
+        for (int j = ph; j < KVT_LANES && i < n; j++, i++) l[j] = x[i] = kvt_ops_vexpf(x[i] - m);
+        sum += (double)lanes_sum(l);
     }
-    return lanes_sum(l);
+    return sum;
 }
 static float sc_max(const float *x, int64_t n) {
     float m = x[0];
     for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
 }
-/* silu's exp (ops_impl.h): ldexpf scales with one rounding, as scalef does. */
-static float silu_expf(float x) {
+/* The vector exp (ops_impl.h): ldexpf scales with one rounding, as scalef does. */
+float kvt_ops_vexpf(float x) {
     float n = fmaf(x, KVT_SEXP_LOG2E, KVT_SEXP_SHIFT) - KVT_SEXP_SHIFT;
     float b = fmaf(-n, KVT_SEXP_LN2_HI, x);
     b = fmaf(-n, KVT_SEXP_LN2_LO, b);
@@ -252,10 +253,8 @@ static float silu_expf(float x) {
     if (fabsf(n) > KVT_SEXP_NMAX) return n <= 0.0f ? 0.0f : INFINITY;
     return ldexpf(j, (int)n);
 }
-float kvt_ops_silu(float g) { return g / (1.0f + silu_expf(0.0f - g)); }
-
 static void sc_silu_mul(float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gate[i] = kvt_ops_silu(gate[i]) * up[i];
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + kvt_ops_vexpf(0.0f - gate[i])) * up[i];
 }
 
 static const kvt_ops_vtable ops_scalar = {
@@ -345,10 +344,12 @@ void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, flo
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
-void kvt_softmax(float *x, int64_t n) {
+void kvt_softmax(float *x, int64_t n) { kvt_softmax_at(x, n, 0); }
+
+void kvt_softmax_at(float *x, int64_t n, int64_t first) {
     const kvt_ops_vtable *v = ops();
     float m = v->max(x, n);
-    float inv = 1.0f / v->exp_sum(x, m, n);
+    float inv = (float)(1.0 / v->exp_sum(x, m, n, (int)(first % KVT_LANES))); /* as ggml: 1/sum in double */
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 

@@ -120,12 +120,18 @@ float kvt_dot_f32(const float *a, const float *b, int64_t n);
 /* y[i] = fma(a, x[i], y[i]) (one rounding). */
 void kvt_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 void kvt_axpy_f32(float *y, float a, const float *x, int64_t n);
-/* In place: x[i] = exp(x[i] - max) / sum, sum in the canonical order, exp the
- * kernels' own (|rel err| < 2e-7 vs expf, the same bits in every variant).
- * Scores of -inf get exactly 0. n >= 1. */
+/* In place: x[i] = exp(x[i] - max) * (1/sum), as llama.cpp's CPU softmax:
+ * exp the vector exp of silu (ops_impl.h; not kvt_expf), each 16 exps summed
+ * by the 16-lane tree, those sums added in double, 1/sum taken in double and
+ * rounded to f32. The same bits in every variant. Scores of -inf get exactly
+ * 0. n >= 1. */
 void kvt_softmax(float *x, int64_t n);
-/* The kernels' exp, exposed for tests and for callers that need the same bits
- * (e.g. a scalar softmax elsewhere). Inputs below ~-87.3 give 0, above 88 give exp(88). */
+/* The same for scores of keys first, first+1, ... (first >= 0): the exps are
+ * summed as llama.cpp's softmax sums them over a KV cache whose cell i holds
+ * position i, in chunks of 16 cells (kvt_softmax: first = 0). */
+void kvt_softmax_at(float *x, int64_t n, int64_t first);
+/* The kernels' own exp (|rel err| < 2e-7 vs expf), exposed for tests and for
+ * callers that need the same bits. Inputs below ~-87.3 give 0, above 88 give exp(88). */
 float kvt_expf(float x);
 
 /* ---- variants ---------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * 0-7, 8-15), so the bits equal the scalar and AVX-512 variants'. Fewer
  * registers than AVX-512 means smaller tiles; otherwise the same structure. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -307,56 +308,48 @@ static T2 void round_bf16_row(const float *x, float *y, int64_t n) {
     }
 }
 
-/* kvt_expf, lane for lane. */
-INLINE2 __m256 exp8(__m256 x) {
-    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(KVT_EXP_HI));
-    xc = _mm256_max_ps(xc, _mm256_set1_ps(KVT_EXP_LO));
-    const __m256 rnd = _mm256_set1_ps(KVT_EXP_ROUND);
-    __m256 nf = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(KVT_EXP_LOG2E), rnd), rnd);
-    __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-KVT_EXP_LN2_HI), xc);
-    r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-KVT_EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(KVT_EXP_C7);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i n = _mm256_cvttps_epi32(nf);
-    __m256 scale = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(KVT_F32_EXP_BIAS)), KVT_F32_MANT_BITS));
-    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(KVT_EXP_LO), _CMP_NLT_UQ);
-    return _mm256_and_ps(_mm256_mul_ps(p, scale), keep);
+/* The vector exp (ops_impl.h), lane for lane as ops.c's kvt_ops_vexpf: j * 2^n
+ * as two exact-power products (the first exact), so one rounding as scalef. */
+INLINE2 __m256 vexp8(__m256 x) {
+    const __m256 sh = _mm256_set1_ps(KVT_SEXP_SHIFT);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(KVT_SEXP_LOG2E), sh), sh);
+    __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_HI), x);
+    b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_LO), b);
+    __m256 u = _mm256_mul_ps(b, b);
+    __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P5), b, _mm256_set1_ps(KVT_SEXP_P4));
+    __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P3), b, _mm256_set1_ps(KVT_SEXP_P2));
+    __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P1), b, _mm256_set1_ps(1.0f));
+    __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, mid), u, lo);
+    const __m256 nmax = _mm256_set1_ps(KVT_SEXP_NMAX);
+    __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(n, nmax), _mm256_sub_ps(_mm256_setzero_ps(), nmax)));
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(KVT_F32_EXP_BIAS);
+    __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), KVT_F32_MANT_BITS));
+    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), KVT_F32_MANT_BITS));
+    __m256 r = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+    __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    __m256 big = _mm256_cmp_ps(an, nmax, _CMP_GT_OQ);
+    __m256 alt = _mm256_andnot_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ), _mm256_set1_ps(INFINITY));
+    return _mm256_blendv_ps(r, alt, big);
 }
 
-static T2 float exp_sum(float *x, float m, int64_t n) {
+static T2 double exp_sum(float *x, float m, int64_t n, int ph) {
     const __m256 mv = _mm256_set1_ps(m);
-    v16 acc = zero16();
-    int64_t i = 0;
-    for (; i + V <= n; i += V) {
-        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
-        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + H), mv));
-        _mm256_storeu_ps(x + i, e0);
-        _mm256_storeu_ps(x + i + H, e1);
-        acc.lo = _mm256_add_ps(acc.lo, e0);
-        acc.hi = _mm256_add_ps(acc.hi, e1);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ph = 0) { /* lanes ph .. ph+c-1 hold x[i .. i+c-1] */
+        float t[V] = {0};
+        const int64_t c = n - i < V - ph ? n - i : V - ph;
+        memcpy(t + ph, x + i, (size_t)c * sizeof(float));
+        v16 e = {vexp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv)), vexp8(_mm256_sub_ps(_mm256_loadu_ps(t + H), mv))};
+        _mm256_storeu_ps(t, e.lo);
+        _mm256_storeu_ps(t + H, e.hi);
+        for (int k = 0; k < V; k++)
+            if (k < ph || k >= ph + c) t[k] = 0.0f; /* missing lanes are +0 */
+        memcpy(x + i, t + ph, (size_t)c * sizeof(float));
+        sum += (double)hsum16(load16(t));
+        i += c;
     }
-    if (i < n) { /* lanes past n must not be added at all (not even +0) */
-        float t[V], l[V];
-        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-        for (int64_t j = n - i; j < V; j++) t[j] = m;
-        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv));
-        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t + H), mv));
-        _mm256_storeu_ps(t, e0);
-        _mm256_storeu_ps(t + H, e1);
-        memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(l, acc.lo);
-        _mm256_storeu_ps(l + H, acc.hi);
-        for (int64_t j = 0; j < n - i; j++) l[j] += t[j];
-        acc = load16(l);
-    }
-    return hsum16(acc);
+    return sum;
 }
 
 static T2 float vmax(const float *x, int64_t n) {
@@ -365,30 +358,9 @@ static T2 float vmax(const float *x, int64_t n) {
     return m;
 }
 
-/* silu with silu's exp (ops_impl.h), lane for lane as ops.c's kvt_ops_silu:
- * the scale 2^n built from its bits while every |n| <= 126, else the vector
- * goes element by element through the scalar function. */
 INLINE2 __m256 silu8(__m256 g) {
-    const __m256 sh = _mm256_set1_ps(KVT_SEXP_SHIFT);
-    const __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
-    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(KVT_SEXP_LOG2E), sh), sh);
-    __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(an, _mm256_set1_ps(KVT_SEXP_NNORMAL), _CMP_NLE_UQ))) {
-        float v[H];
-        _mm256_storeu_ps(v, g);
-        for (int i = 0; i < H; i++) v[i] = kvt_ops_silu(v[i]);
-        return _mm256_loadu_ps(v);
-    }
-    __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_HI), x);
-    b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_LO), b);
-    __m256 u = _mm256_mul_ps(b, b);
-    __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P5), b, _mm256_set1_ps(KVT_SEXP_P4));
-    __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P3), b, _mm256_set1_ps(KVT_SEXP_P2));
-    __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P1), b, _mm256_set1_ps(1.0f));
-    __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, mid), u, lo);
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(KVT_F32_EXP_BIAS)),
-                                  KVT_F32_MANT_BITS);
-    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(j, _mm256_castsi256_ps(e))));
+    __m256 e = vexp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
 static T2 void silu_mul(float *gate, const float *up, int64_t n) {

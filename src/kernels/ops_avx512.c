@@ -366,61 +366,8 @@ static T512 void round_bf16_row(const float *x, float *y, int64_t n) {
     }
 }
 
-/* kvt_expf, lane for lane (same operations, same order). */
-INLINE512 __m512 exp16(__m512 x) {
-    __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(KVT_EXP_HI));
-    xc = _mm512_max_ps(xc, _mm512_set1_ps(KVT_EXP_LO));
-    const __m512 rnd = _mm512_set1_ps(KVT_EXP_ROUND);
-    __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(KVT_EXP_LOG2E), rnd), rnd);
-    __m512 r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-KVT_EXP_LN2_HI), xc);
-    r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-KVT_EXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(KVT_EXP_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i n = _mm512_cvttps_epi32(nf);
-    __m512 scale = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(KVT_F32_EXP_BIAS)), KVT_F32_MANT_BITS));
-    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KVT_EXP_LO), _CMP_LT_OQ);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, scale);
-}
-
-static T512 float exp_sum(float *x, float m, int64_t n) {
-    const __m512 mv = _mm512_set1_ps(m);
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + V <= n; i += V) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
-        _mm512_storeu_ps(x + i, e);
-        acc = _mm512_add_ps(acc, e);
-    }
-    if (i < n) {
-        __mmask16 mk = tail_mask(n - i);
-        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mv));
-        _mm512_mask_storeu_ps(x + i, mk, e);
-        acc = _mm512_mask_add_ps(acc, mk, acc, e);
-    }
-    return hsum16(acc);
-}
-
-static T512 float vmax(const float *x, int64_t n) {
-    float m = x[0];
-    int64_t i = 0;
-    if (n >= V) {
-        __m512 mv = _mm512_loadu_ps(x);
-        for (i = V; i + V <= n; i += V) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
-        m = _mm512_reduce_max_ps(mv);
-    }
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-/* silu's exp (ops_impl.h), lane for lane as ops.c's scalar silu_expf. */
-INLINE512 __m512 silu_exp16(__m512 x) {
+/* The vector exp (ops_impl.h), lane for lane as ops.c's kvt_ops_vexpf. */
+INLINE512 __m512 vexp16(__m512 x) {
     const __m512 sh = _mm512_set1_ps(KVT_SEXP_SHIFT);
     __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(KVT_SEXP_LOG2E), sh), sh);
     __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(KVT_SEXP_LN2_HI), x);
@@ -437,18 +384,44 @@ INLINE512 __m512 silu_exp16(__m512 x) {
     return _mm512_mask_blend_ps(big, r, _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps()));
 }
 
+static T512 double exp_sum(float *x, float m, int64_t n, int ph) {
+    const __m512 mv = _mm512_set1_ps(m);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ph = 0) { /* lanes ph .. ph+c-1 hold x[i .. i+c-1] */
+        const int64_t c = n - i < V - ph ? n - i : V - ph;
+        const __mmask16 mk = (__mmask16)(tail_mask(c) << ph);
+        __m512 e = _mm512_maskz_mov_ps(mk, vexp16(_mm512_sub_ps(_mm512_maskz_expandloadu_ps(mk, x + i), mv)));
+        _mm512_mask_compressstoreu_ps(x + i, mk, e);
+        sum += (double)hsum16(e);
+        i += c;
+    }
+    return sum;
+}
+
+static T512 float vmax(const float *x, int64_t n) {
+    float m = x[0];
+    int64_t i = 0;
+    if (n >= V) {
+        __m512 mv = _mm512_loadu_ps(x);
+        for (i = V; i + V <= n; i += V) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+        m = _mm512_reduce_max_ps(mv);
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 static T512 void silu_mul(float *gate, const float *up, int64_t n) {
     int64_t i = 0;
     const __m512 one = _mm512_set1_ps(1.0f);
     for (; i + V <= n; i += V) {
         __m512 g = _mm512_loadu_ps(gate + i);
-        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, silu_exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, vexp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
     }
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
         __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, silu_exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, vexp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
     }
 }

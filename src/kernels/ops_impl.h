@@ -57,8 +57,11 @@ typedef struct {
     /* y[i] = x[i] rounded to f16 (resp. bf16) and back; y may equal x. */
     void (*round_f16_row)(const float *x, float *y, int64_t n);
     void (*round_bf16_row)(const float *x, float *y, int64_t n);
-    /* x[i] = exp(x[i] - m) (kvt_expf), returns their canonical lane sum (plain adds). */
-    float (*exp_sum)(float *x, float m, int64_t n);
+    /* x[i] = exp(x[i] - m) (the vector exp), returns the sum as llama.cpp's
+     * softmax forms it: x[i] in lane (ph + i) % 16 of chunk (ph + i) / 16
+     * (0 <= ph < 16), each chunk summed by the 16-lane tree (missing lanes
+     * +0), the chunk sums added in order in double. */
+    double (*exp_sum)(float *x, float m, int64_t n, int ph);
     float (*max)(const float *x, int64_t n);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
     /* attention (attn.h): kvt_attn_qk and kvt_attn_av */
@@ -117,11 +120,13 @@ void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
 #define KVT_EXP_C4 (1.0f / 24.0f)
 #define KVT_EXP_C3 (1.0f / 6.0f)
 #define KVT_EXP_C2 0.5f
-/* silu's exp: the approximation llama.cpp's AVX-512 CPU backend evaluates
- * silu with (ARM's optimized-routines expf: n = round(x log2 e) by the 1.5*2^23
- * shift, b = x - n ln2 in two fused steps, a degree-5 polynomial in b and
- * b^2, then scaled by 2^n), so that the FFN's down projection is quantized
- * from the same bits. |n| > 192 gives 0 (n <= 0) or inf. */
+/* The vector exp: the approximation llama.cpp's AVX-512 CPU backend evaluates
+ * silu and the attention softmax with (ARM's optimized-routines expf: n =
+ * round(x log2 e) by the 1.5*2^23 shift, b = x - n ln2 in two fused steps, a
+ * degree-5 polynomial j in b and b^2, then j * 2^n with one rounding), so that
+ * the matmuls after them see the same bits. |n| > 192 gives 0 (n <= 0) or inf.
+ * For |n| <= 192, j * 2^n = (j * 2^(n>>1)) * 2^(n - (n>>1)): the first product
+ * is exact, both powers are normal, so the AVX2 kernel needs no scalef. */
 #define KVT_SEXP_SHIFT 0x1.8p23f
 #define KVT_SEXP_LOG2E 0x1.715476p+0f
 #define KVT_SEXP_LN2_HI 0x1.62e4p-1f
@@ -132,14 +137,12 @@ void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
 #define KVT_SEXP_P4 0x1.573e2ep-5f
 #define KVT_SEXP_P5 0x1.0e4020p-7f
 #define KVT_SEXP_NMAX 192.0f
-/* Below this |n| the scale 2^n is a normal f32 (the AVX2 kernel's fast path). */
-#define KVT_SEXP_NNORMAL 126.0f
 #define KVT_F32_EXP_BIAS 127
 #define KVT_F32_MANT_BITS 23
 
-/* silu(g) = g / (1 + exp(-g)) with the exp above, one element (ops.c); the
- * SIMD kernels compute the same bits. */
-float kvt_ops_silu(float g);
+/* The vector exp above, one element (ops.c); the SIMD kernels compute the
+ * same bits. */
+float kvt_ops_vexpf(float x);
 
 static inline uint16_t kvt_load_u16(const void *p) {
     uint16_t v;
