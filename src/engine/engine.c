@@ -434,9 +434,12 @@ static void rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, const
             /* NORM pairs neighbours (2i, 2i+1); NEOX pairs the two halves (i, i+half) */
             int32_t a = hp->rope_style == KVT_ROPE_NEOX ? i : 2 * i;
             int32_t b = hp->rope_style == KVT_ROPE_NEOX ? i + half : 2 * i + 1;
+            /* as llama.cpp's rope compiles on x86 (its compiler contracts
+             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each, the
+             * product with cos fused) */
             float x0 = v[a], x1 = v[b];
-            v[a] = x0 * cs[i] - x1 * sn[i];
-            v[b] = x0 * sn[i] + x1 * cs[i];
+            v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+            v[b] = fmaf(x1, cs[i], x0 * sn[i]);
         }
     }
 }
@@ -493,7 +496,7 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     for (int32_t g = 0; g < G; g++) {
         float *sg = scores + (size_t)g * (size_t)ld;
         if (hp->attn_softcap > 0) kvt_softcap(sg, n_att, hp->attn_softcap);
-        kvt_softmax(sg, n_att);
+        kvt_softmax_at(sg, n_att, lo);
         if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* and so do the softmax weights */
             kvt_f32_to_f16_row(sg, tmp, n_att);
             kvt_f16_to_f32_row(tmp, sg, n_att);

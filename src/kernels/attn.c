@@ -11,6 +11,8 @@
 #include "ops.h"
 #include "ops_impl.h"
 
+#define LANES 16 /* lane classes of a score (attn.h) */
+
 static float k_at(const void *k, int f16, int64_t i) {
     if (f16) return kvt_f16_to_f32(((const uint16_t *)k)[i]);
     return ((const float *)k)[i];
@@ -20,9 +22,10 @@ void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, i
                         float scale, float *scores, int64_t ld) {
     for (int32_t g = 0; g < G; g++)
         for (int32_t t = 0; t < T; t++) {
-            float acc = 0.0f;
-            for (int32_t d = 0; d < hd; d++) acc = fmaf(q[(int64_t)g * hd + d], k_at(kt, f16, (int64_t)d * stride + t), acc);
-            scores[(int64_t)g * ld + t] = acc * scale;
+            float l[LANES] = {0};
+            for (int32_t d = 0; d < hd; d++)
+                l[d % LANES] = fmaf(q[(int64_t)g * hd + d], k_at(kt, f16, (int64_t)d * stride + t), l[d % LANES]);
+            scores[(int64_t)g * ld + t] = kvt_ops_lanes_sum(l) * scale;
         }
 }
 

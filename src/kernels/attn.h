@@ -6,8 +6,10 @@
  * [B][head_dim].
  *
  * Numerics (the cache's correctness invariant rests on them): every score is
- * acc = fma(q[d], k[d], acc) for d = 0..hd-1 in order starting from +0, then
- * acc * scale. Every output element of the value pass is
+ * a 16-lane dot, lane j taking l_j = fma(q[d], k[d], l_j) for d = j, j+16, ...
+ * in order from +0, the lanes summed by the canonical tree (ops.h), times
+ * scale: the order of llama.cpp's prefill (tinyBLAS) K*Q product with f16 K,
+ * so the softmax sees its bits. Every output element of the value pass is
  * out = fma(w_t, v_t, out) over t in order. So a score or output depends only
  * on its own inputs, never on how many heads, tokens or keys a call covers; the
  * SIMD paths (AVX-512, AVX2) and the scalar path produce the same bits. */

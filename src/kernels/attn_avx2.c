@@ -15,10 +15,8 @@
 #define ATT_INLINE static inline __attribute__((always_inline)) ATT_TARGET
 #define ATT_LANES 8
 #define ATT_V __m256
-/* 16 ymm registers: scores 6 heads x 2 vectors of keys = 12 accumulators;
- * values 4 heads x 3 vectors of dimensions = 12 */
-#define ATT_GROUP_MAX 6
-#define ATT_QK_KVEC 2
+/* 16 ymm registers: scores keep 16 lane-class accumulators per vector of
+ * keys; values 4 heads x 3 vectors of dimensions = 12 */
 #define ATT_AV_HEADS 4
 #define ATT_AV_CHUNKS 3
 #define ATT_QK_NAME kvt_attn_qk_avx2
@@ -39,6 +37,7 @@ ATT_INLINE __m256 att_zero(void) { return _mm256_setzero_ps(); }
 ATT_INLINE __m256 att_set1(float x) { return _mm256_set1_ps(x); }
 ATT_INLINE __m256 att_fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 ATT_INLINE __m256 att_mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+ATT_INLINE __m256 att_add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 ATT_INLINE __m256 att_load_f32(const float *p, att_m8 m) {
     return m.n == ATT_LANES ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m.lanes);
 }

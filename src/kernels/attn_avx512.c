@@ -12,8 +12,6 @@
 #define ATT_LANES 16
 #define ATT_V __m512
 #define ATT_M __mmask16
-#define ATT_GROUP_MAX 8 /* scores: 8 heads x 2 vectors of keys = 16 accumulators */
-#define ATT_QK_KVEC 2
 #define ATT_AV_HEADS 4 /* values: 4 heads x 4 vectors of dimensions */
 #define ATT_AV_CHUNKS 4
 #define ATT_QK_NAME kvt_attn_qk_avx512
@@ -26,6 +24,7 @@ ATT_INLINE __m512 att_zero(void) { return _mm512_setzero_ps(); }
 ATT_INLINE __m512 att_set1(float x) { return _mm512_set1_ps(x); }
 ATT_INLINE __m512 att_fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 ATT_INLINE __m512 att_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+ATT_INLINE __m512 att_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 ATT_INLINE __m512 att_load(const void *p, int f16, int64_t off, __mmask16 m) {
     if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + off));
     return _mm512_maskz_loadu_ps(m, (const float *)p + off);

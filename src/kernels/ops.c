@@ -18,7 +18,7 @@
 #include "log.h"
 #include "quant_legacy.h"
 
-#define OPS_NUMERICS_ID "kvt-ops-l16-v1"
+#define OPS_NUMERICS_ID "kvt-ops-l16-v2"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
 #define OPS_ROW_ALIGN 16
 /* Convert activations on the pool only when there are at least this many tokens. */
@@ -165,27 +165,30 @@ static float sc_dot_row(uint32_t type, const uint8_t *row, const float *x, int64
     return lanes_sum(l);
 }
 
+/* The Q8_0 lane tree (ops.h): llama.cpp's horizontal sum of 8 lanes. */
+static float q8_lanes_sum(const float *l) {
+    float s4[4];
+    for (int i = 0; i < 4; i++) s4[i] = l[i] + l[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
 static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, int64_t k) {
-    float l[KVT_LANES] = {0};
-    int64_t nb = k / KVT_Q8_0_BLOCK;
-    const int groups = KVT_Q8_0_BLOCK / KVT_Q8_GROUP; /* 8 lanes per block */
-    for (int64_t b0 = 0; b0 < nb; b0 += 2)
-        for (int h = 0; h < 2; h++) {
-            int64_t b = b0 + h;
-            const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
-            float d = b < nb ? kvt_f16_to_f32(kvt_load_u16(blk)) * xd[b] : 0.0f;
-            for (int g = 0; g < groups; g++) {
-                int32_t isum = 0;
-                for (int e = 0; b < nb && e < KVT_Q8_GROUP; e++) {
-                    int idx = g * KVT_Q8_GROUP + e;
-                    int32_t wq = (int8_t)blk[KVT_Q8_0_SCALE_BYTES + idx];
-                    int32_t aq = (int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS;
-                    isum += wq * aq;
-                }
-                l[h * groups + g] = fmaf((float)isum, d, l[h * groups + g]);
+    float l[KVT_Q8_LANES] = {0};
+    for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
+        const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
+        float d = kvt_f16_to_f32(kvt_load_u16(blk)) * xd[b];
+        for (int g = 0; g < KVT_Q8_LANES; g++) {
+            int32_t isum = 0;
+            for (int e = 0; e < KVT_Q8_GROUP; e++) {
+                int idx = g * KVT_Q8_GROUP + e;
+                int32_t wq = (int8_t)blk[KVT_Q8_0_SCALE_BYTES + idx];
+                int32_t aq = (int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS;
+                isum += wq * aq;
             }
+            l[g] = fmaf((float)isum, d, l[g]);
         }
-    return lanes_sum(l);
+    }
+    return q8_lanes_sum(l);
 }
 
 static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
@@ -224,24 +227,34 @@ static void sc_round_f16_row(const float *x, float *y, int64_t n) {
 static void sc_round_bf16_row(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kvt_bf16_to_f32(kvt_f32_to_bf16(x[i]));
 }
-static float sc_exp_sum(float *x, float m, int64_t n) {
-    float l[KVT_LANES] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = kvt_expf(x[i] - m);
-        l[i % KVT_LANES] += x[i];
+static double sc_exp_sum(float *x, float m, int64_t n, int ph) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ph = 0) {
+        float l[KVT_LANES] = {0};
+        for (int j = ph; j < KVT_LANES && i < n; j++, i++) l[j] = x[i] = kvt_ops_vexpf(x[i] - m);
+        sum += (double)lanes_sum(l);
     }
-    return lanes_sum(l);
+    return sum;
 }
 static float sc_max(const float *x, int64_t n) {
     float m = x[0];
     for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
 }
+/* The vector exp (ops_impl.h): ldexpf scales with one rounding, as scalef does. */
+float kvt_ops_vexpf(float x) {
+    float n = fmaf(x, KVT_SEXP_LOG2E, KVT_SEXP_SHIFT) - KVT_SEXP_SHIFT;
+    float b = fmaf(-n, KVT_SEXP_LN2_HI, x);
+    b = fmaf(-n, KVT_SEXP_LN2_LO, b);
+    float u = b * b;
+    float j = fmaf(fmaf(fmaf(KVT_SEXP_P5, b, KVT_SEXP_P4), u, fmaf(KVT_SEXP_P3, b, KVT_SEXP_P2)), u,
+                   fmaf(KVT_SEXP_P1, b, 1.0f));
+    if (n != n) return n;
+    if (fabsf(n) > KVT_SEXP_NMAX) return n <= 0.0f ? 0.0f : INFINITY;
+    return ldexpf(j, (int)n);
+}
 static void sc_silu_mul(float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + kvt_expf(-g)) * up[i];
-    }
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + kvt_ops_vexpf(0.0f - gate[i])) * up[i];
 }
 
 static const kvt_ops_vtable ops_scalar = {
@@ -318,16 +331,25 @@ void kvt_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* As llama.cpp's CPU rms_norm: each square rounded to f32, summed in order in
+ * double, the mean rounded to f32. Per token, so batch invariant. */
 void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    float mean = ops()->dot_f32(x, x, n) / (float)n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float sq = x[i] * x[i];
+        sum += (double)sq;
+    }
+    float mean = (float)(sum / (double)n);
     float scale = 1.0f / sqrtf(mean + eps);
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
-void kvt_softmax(float *x, int64_t n) {
+void kvt_softmax(float *x, int64_t n) { kvt_softmax_at(x, n, 0); }
+
+void kvt_softmax_at(float *x, int64_t n, int64_t first) {
     const kvt_ops_vtable *v = ops();
     float m = v->max(x, n);
-    float inv = 1.0f / v->exp_sum(x, m, n);
+    float inv = (float)(1.0 / v->exp_sum(x, m, n, (int)(first % KVT_LANES))); /* as ggml: 1/sum in double */
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
@@ -375,20 +397,22 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
 
 /* ---- matmul driver ----------------------------------------------------- */
 
-/* llama.cpp's quantize_row_q8_0 (reference version): d = amax/127 rounded to
- * f16, q = roundf(x / d) computed as x * (1/d) with the unrounded d. With s
- * (Q8_1, for Q4_1/Q5_1 weights) also s = d * sum(q) rounded to f16, d unrounded
- * (llama.cpp's quantize_row_q8_1 reference). */
+/* Q8_0 as llama.cpp's CPU backend quantizes activations on x86 (the AVX
+ * quantize_row_q8_0, not the scalar reference): d = amax/127 rounded to f16,
+ * q = round-half-even(x * (127/amax)) (0 when amax is 0). With s (Q8_1, for
+ * Q4_1/Q5_1 weights) also s = d * sum(q) rounded to f16, d unrounded (its AVX
+ * quantize_row_q8_1). 127/amax is not 1/d: the products differ by an ulp for
+ * many x, enough to move a value near a half to the other integer. */
 static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
     for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
         const float *xb = x + b * KVT_Q8_0_BLOCK;
         float amax = 0.0f;
         for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float db = amax / OPS_Q8_MAX, id = db != 0.0f ? 1.0f / db : 0.0f;
+        float db = amax / OPS_Q8_MAX, id = amax != 0.0f ? OPS_Q8_MAX / amax : 0.0f;
         d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
         int sum = 0;
         for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
-            int qi = (int)roundf(xb[i] * id);
+            int qi = (int)nearbyintf(xb[i] * id); /* the default mode: ties to even */
             sum += qi;
             q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)(qi + KVT_Q8_ACT_BIAS);
         }

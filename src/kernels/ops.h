@@ -9,12 +9,18 @@
  *     fused multiply-add the elements k = j, j+16, j+32, ... in increasing k
  *     (missing tail elements count as +0 * +0), then the lanes are summed by the
  *     tree s8[i]=l[i]+l[i+8], s4[i]=s8[i]+s8[i+4], s2[i]=s4[i]+s4[i+2], s2[0]+s2[1];
- *   - Q8_0: for block pair (2m, 2m+1), lane j < 8 takes the exact integer sum
- *     of elements 4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
- *     lane = fma((float)isum, d_w * d_x, lane); then the same tree.
- *   - Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.h): as Q8_0, the weights' integers
- *     being q - 8 (Q4_0), q - 16 (Q5_0) or q (Q4_1, Q5_1), a missing block of
- *     an odd count contributing fma(0, 0, lane); then, for Q4_1/Q5_1 only,
+ *   - Q8_0 (llama.cpp's order on x86, which its ggml_vec_dot_q8_0_q8_0 and
+ *     its tinyBLAS prefill kernel share, so it is batch invariant there too):
+ *     8 lanes from +0; for blocks b = 0, 1, ... in order, lane j takes the
+ *     exact integer sum of elements 4j..4j+3 of block b and does
+ *     lane = fma((float)isum, d_w * d_x, lane); then the 8 lanes are summed by
+ *     s4[i]=l[i]+l[i+4], (s4[0]+s4[2]) + (s4[1]+s4[3]).
+ *   - Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.h; not yet llama.cpp's order): for
+ *     block pair (2m, 2m+1), lane j < 8 takes the exact integer sum of elements
+ *     4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
+ *     lane = fma((float)isum, d_w * d_x, lane), then the 16-lane tree; the
+ *     weights' integers being q - 8 (Q4_0), q - 16 (Q5_0) or q (Q4_1, Q5_1),
+ *     a missing block of an odd count contributing fma(0, 0, lane); then, for Q4_1/Q5_1 only,
  *     once per block pair after those 16 fmas, every lane does
  *     lane = fma(m_j, s_j, lane), where m_0, s_0 are the min of block 2m and
  *     the activation sum s of block 2m, m_8, s_8 those of block 2m+1, and all
@@ -34,8 +40,9 @@
  *
  * Activations are first rounded the way llama.cpp's CPU backend does for the
  * weight type: to f16 for F16 weights, to bf16 for BF16 weights, to Q8_0 per
- * 32-block for Q8_0, Q4_0 and Q5_0 weights (d = amax/127 stored as f16,
- * q = round(x/d), ties away from zero), to Q8_1 for Q4_1 and Q5_1 weights
+ * 32-block for Q8_0, Q4_0 and Q5_0 weights (as llama.cpp's AVX
+ * quantize_row_q8_0: d = amax/127 stored as f16, q = x * (127/amax) rounded
+ * half to even), to Q8_1 for Q4_1 and Q5_1 weights
  * (Q8_0 plus s = d * sum(q) with the unrounded d, stored as f16), to Q8_K per
  * 256-block for the K types (quant_k.h: iscale = -127/(the value of largest
  * magnitude), q = round-half-even(x * iscale) capped at 127, d = 1/iscale in
@@ -97,9 +104,13 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out);
 
 /* ---- per-token elementwise ops (same bits for a token whatever the batch) */
 
-/* out = x / sqrt(mean(x^2) + eps) * weight, n elements; out may equal x. */
+/* out = x / sqrt(mean(x^2) + eps) * weight, n elements; out may equal x. As
+ * llama.cpp: each x*x rounded to f32, summed in order in double, the mean
+ * rounded to f32, then out = (x * (1/sqrt(mean + eps))) * weight. */
 void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
-/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
+/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), exp being
+ * the approximation llama.cpp's AVX-512 backend uses for silu (ops_impl.h),
+ * not kvt_expf, so the FFN's down projection sees llama.cpp's bits. */
 void kvt_silu_mul(float *gate, const float *up, int64_t n);
 /* y[i] += x[i]. */
 void kvt_add(float *y, const float *x, int64_t n);
@@ -109,17 +120,23 @@ float kvt_dot_f32(const float *a, const float *b, int64_t n);
 /* y[i] = fma(a, x[i], y[i]) (one rounding). */
 void kvt_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 void kvt_axpy_f32(float *y, float a, const float *x, int64_t n);
-/* In place: x[i] = exp(x[i] - max) / sum, sum in the canonical order, exp the
- * kernels' own (|rel err| < 2e-7 vs expf, the same bits in every variant).
- * Scores of -inf get exactly 0. n >= 1. */
+/* In place: x[i] = exp(x[i] - max) * (1/sum), as llama.cpp's CPU softmax:
+ * exp the vector exp of silu (ops_impl.h; not kvt_expf), each 16 exps summed
+ * by the 16-lane tree, those sums added in double, 1/sum taken in double and
+ * rounded to f32. The same bits in every variant. Scores of -inf get exactly
+ * 0. n >= 1. */
 void kvt_softmax(float *x, int64_t n);
-/* The kernels' exp, exposed for tests and for callers that need the same bits
- * (e.g. a scalar softmax elsewhere). Inputs below ~-87.3 give 0, above 88 give exp(88). */
+/* The same for scores of keys first, first+1, ... (first >= 0): the exps are
+ * summed as llama.cpp's softmax sums them over a KV cache whose cell i holds
+ * position i, in chunks of 16 cells (kvt_softmax: first = 0). */
+void kvt_softmax_at(float *x, int64_t n, int64_t first);
+/* The kernels' own exp (|rel err| < 2e-7 vs expf), exposed for tests and for
+ * callers that need the same bits. Inputs below ~-87.3 give 0, above 88 give exp(88). */
 float kvt_expf(float x);
 
 /* ---- variants ---------------------------------------------------------- */
 
-/* Identifies the numerics of the kernels ("kvt-ops-l16-v1"). Every variant
+/* Identifies the numerics of the kernels ("kvt-ops-l16-v2"). Every variant
  * computes the same bits, so the id does not name the variant; it changes
  * whenever any kernel's results change. Cache keys include it. */
 const char *kvt_ops_numerics_id(void);

@@ -4,6 +4,7 @@
  * registers than AVX-512 means smaller tiles; the tiling loop is the same one
  * (ops_tileloop.h). */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@
 /* Float tile: 2 rows x 3 tokens x 2 halves = 12 accumulators + 2 W halves + x. */
 #define RM 2
 #define RN 3
-/* Q8_0 tile: 2 rows x 2 tokens x 2 blocks = 8 accumulators. */
+/* Q8_0 tile: 2 rows x 2 tokens = 4 accumulators of 8 lanes. */
 #define QRM 2
 #define QRN 2
 #define V 16 /* canonical lanes */
@@ -26,12 +27,13 @@ typedef struct {
     __m256 lo, hi;
 } v16;
 
-INLINE2 float hsum16(v16 v) {
-    __m256 s8 = _mm256_add_ps(v.lo, v.hi);
+/* The 8-lane tree (the Q8_0 dot's), and the 16-lane one that ends with it. */
+INLINE2 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
+INLINE2 float hsum16(v16 v) { return hsum8(_mm256_add_ps(v.lo, v.hi)); }
 
 INLINE2 v16 fma16(v16 a, v16 b, v16 c) {
     return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
@@ -108,9 +110,9 @@ INLINE2 __m256 q8_unpermute(__m256 v) {
 INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
                      int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
-    v16 acc[QRM][QRN];
+    __m256 acc[QRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = zero16();
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
@@ -119,20 +121,17 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
                 const uint8_t *xb = xq[j] + b * KVT_Q8_0_BLOCK;
                 __m256 plo = _mm256_cvtepi32_ps(q8_block_sums(blk + KVT_Q8_0_SCALE_BYTES, xb));
-                __m256 phi = _mm256_setzero_ps();
-                if (b + 1 < nb)
-                    phi = _mm256_cvtepi32_ps(
+                acc[i][j] = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j]);
+                if (b + 1 < nb) {
+                    __m256 phi = _mm256_cvtepi32_ps(
                         q8_block_sums(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
-                acc[i][j].lo = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j].lo);
-                acc[i][j].hi = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j].hi);
+                    acc[i][j] = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j]);
+                }
             }
         }
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            v16 a = {q8_unpermute(acc[i][j].lo), q8_unpermute(acc[i][j].hi)};
-            out[i * rn + j] = hsum16(a);
-        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(q8_unpermute(acc[i][j]));
 }
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
@@ -240,56 +239,48 @@ static T2 void round_bf16_row(const float *x, float *y, int64_t n) {
     }
 }
 
-/* kvt_expf, lane for lane. */
-INLINE2 __m256 exp8(__m256 x) {
-    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(KVT_EXP_HI));
-    xc = _mm256_max_ps(xc, _mm256_set1_ps(KVT_EXP_LO));
-    const __m256 rnd = _mm256_set1_ps(KVT_EXP_ROUND);
-    __m256 nf = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(KVT_EXP_LOG2E), rnd), rnd);
-    __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-KVT_EXP_LN2_HI), xc);
-    r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-KVT_EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(KVT_EXP_C7);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KVT_EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i n = _mm256_cvttps_epi32(nf);
-    __m256 scale = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(KVT_F32_EXP_BIAS)), KVT_F32_MANT_BITS));
-    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(KVT_EXP_LO), _CMP_NLT_UQ);
-    return _mm256_and_ps(_mm256_mul_ps(p, scale), keep);
+/* The vector exp (ops_impl.h), lane for lane as ops.c's kvt_ops_vexpf: j * 2^n
+ * as two exact-power products (the first exact), so one rounding as scalef. */
+INLINE2 __m256 vexp8(__m256 x) {
+    const __m256 sh = _mm256_set1_ps(KVT_SEXP_SHIFT);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(KVT_SEXP_LOG2E), sh), sh);
+    __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_HI), x);
+    b = _mm256_fnmadd_ps(n, _mm256_set1_ps(KVT_SEXP_LN2_LO), b);
+    __m256 u = _mm256_mul_ps(b, b);
+    __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P5), b, _mm256_set1_ps(KVT_SEXP_P4));
+    __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P3), b, _mm256_set1_ps(KVT_SEXP_P2));
+    __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(KVT_SEXP_P1), b, _mm256_set1_ps(1.0f));
+    __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, mid), u, lo);
+    const __m256 nmax = _mm256_set1_ps(KVT_SEXP_NMAX);
+    __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(n, nmax), _mm256_sub_ps(_mm256_setzero_ps(), nmax)));
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(KVT_F32_EXP_BIAS);
+    __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), KVT_F32_MANT_BITS));
+    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), KVT_F32_MANT_BITS));
+    __m256 r = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+    __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    __m256 big = _mm256_cmp_ps(an, nmax, _CMP_GT_OQ);
+    __m256 alt = _mm256_andnot_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ), _mm256_set1_ps(INFINITY));
+    return _mm256_blendv_ps(r, alt, big);
 }
 
-static T2 float exp_sum(float *x, float m, int64_t n) {
+static T2 double exp_sum(float *x, float m, int64_t n, int ph) {
     const __m256 mv = _mm256_set1_ps(m);
-    v16 acc = zero16();
-    int64_t i = 0;
-    for (; i + V <= n; i += V) {
-        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
-        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + H), mv));
-        _mm256_storeu_ps(x + i, e0);
-        _mm256_storeu_ps(x + i + H, e1);
-        acc.lo = _mm256_add_ps(acc.lo, e0);
-        acc.hi = _mm256_add_ps(acc.hi, e1);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ph = 0) { /* lanes ph .. ph+c-1 hold x[i .. i+c-1] */
+        float t[V] = {0};
+        const int64_t c = n - i < V - ph ? n - i : V - ph;
+        memcpy(t + ph, x + i, (size_t)c * sizeof(float));
+        v16 e = {vexp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv)), vexp8(_mm256_sub_ps(_mm256_loadu_ps(t + H), mv))};
+        _mm256_storeu_ps(t, e.lo);
+        _mm256_storeu_ps(t + H, e.hi);
+        for (int k = 0; k < V; k++)
+            if (k < ph || k >= ph + c) t[k] = 0.0f; /* missing lanes are +0 */
+        memcpy(x + i, t + ph, (size_t)c * sizeof(float));
+        sum += (double)hsum16(load16(t));
+        i += c;
     }
-    if (i < n) { /* lanes past n must not be added at all (not even +0) */
-        float t[V], l[V];
-        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-        for (int64_t j = n - i; j < V; j++) t[j] = m;
-        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv));
-        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(t + H), mv));
-        _mm256_storeu_ps(t, e0);
-        _mm256_storeu_ps(t + H, e1);
-        memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(l, acc.lo);
-        _mm256_storeu_ps(l + H, acc.hi);
-        for (int64_t j = 0; j < n - i; j++) l[j] += t[j];
-        acc = load16(l);
-    }
-    return hsum16(acc);
+    return sum;
 }
 
 static T2 float vmax(const float *x, int64_t n) {
@@ -299,7 +290,7 @@ static T2 float vmax(const float *x, int64_t n) {
 }
 
 INLINE2 __m256 silu8(__m256 g) {
-    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    __m256 e = vexp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
     return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 

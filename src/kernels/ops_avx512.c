@@ -7,6 +7,7 @@
  * are walked in chunks sized so the chunk's activations stay in L2 while the
  * RM rows (converted on the fly, or widened to f32 once) stay in L1. */
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,11 +26,14 @@
 /* f32 element size, and the AVX-512 vector in elements. */
 #define V 16
 
-INLINE512 float hsum16(__m512 v) {
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+/* The 8-lane tree (the Q8_0 dot's), and the 16-lane one that ends with it. */
+INLINE512 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+INLINE512 float hsum16(__m512 v) {
+    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
 /* 16 weights from element k of a row, as f32; the _m forms load only `m` lanes. */
@@ -99,14 +103,15 @@ DEF_TILE(tile_f32, ldw_f32, ldw_f32_m, 4)
 DEF_TILE(tile_f16, ldw_f16, ldw_f16_m, 2)
 DEF_TILE(tile_bf16, ldw_bf16, ldw_bf16_m, 2)
 
-/* Q8_0: one block pair (64 weights) per step; see ops.h for the lane layout. */
+/* Q8_0: one block pair (64 weights) per step, its two blocks taken into the
+ * 8 lanes one after the other; see ops.h for the order. */
 INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
                        int rm, int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     const __m512i ones = _mm512_set1_epi8(1);
-    __m512 acc[QRM][QRN];
+    __m256 acc[QRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
         const int has_hi = b + 1 < nb;
         __m512i wq[QRM], corr[QRM];
@@ -132,12 +137,15 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
             __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(xd[j][b]), _mm256_set1_ps(xd[j][b + 1]), 1);
             _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
                 __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wq[i]), corr[i]);
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[i], dx), acc[i][j]);
+                __m512 pf = _mm512_cvtepi32_ps(p), dd = _mm512_mul_ps(dw[i], dx);
+                /* a missing odd block has p = 0 and d = 0: fma(0, 0, acc) = acc */
+                __m256 lo = _mm256_fmadd_ps(_mm512_castps512_ps256(pf), _mm512_castps512_ps256(dd), acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(pf, 1), _mm512_extractf32x8_ps(dd, 1), lo);
             }
         }
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(acc[i][j]);
 }
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
@@ -271,45 +279,36 @@ INLINE512 void round_row(const float *x, float *y, int64_t n, const int bf16) {
 static T512 void round_f16_row(const float *x, float *y, int64_t n) { round_row(x, y, n, 0); }
 static T512 void round_bf16_row(const float *x, float *y, int64_t n) { round_row(x, y, n, 1); }
 
-/* kvt_expf, lane for lane (same operations, same order). */
-INLINE512 __m512 exp16(__m512 x) {
-    __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(KVT_EXP_HI));
-    xc = _mm512_max_ps(xc, _mm512_set1_ps(KVT_EXP_LO));
-    const __m512 rnd = _mm512_set1_ps(KVT_EXP_ROUND);
-    __m512 nf = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(KVT_EXP_LOG2E), rnd), rnd);
-    __m512 r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-KVT_EXP_LN2_HI), xc);
-    r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-KVT_EXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(KVT_EXP_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KVT_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i n = _mm512_cvttps_epi32(nf);
-    __m512 scale = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(KVT_F32_EXP_BIAS)), KVT_F32_MANT_BITS));
-    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KVT_EXP_LO), _CMP_LT_OQ);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, scale);
+/* The vector exp (ops_impl.h), lane for lane as ops.c's kvt_ops_vexpf. */
+INLINE512 __m512 vexp16(__m512 x) {
+    const __m512 sh = _mm512_set1_ps(KVT_SEXP_SHIFT);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(KVT_SEXP_LOG2E), sh), sh);
+    __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(KVT_SEXP_LN2_HI), x);
+    b = _mm512_fnmadd_ps(n, _mm512_set1_ps(KVT_SEXP_LN2_LO), b);
+    __m512 u = _mm512_mul_ps(b, b);
+    __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(KVT_SEXP_P5), b, _mm512_set1_ps(KVT_SEXP_P4));
+    __m512 mid = _mm512_fmadd_ps(_mm512_set1_ps(KVT_SEXP_P3), b, _mm512_set1_ps(KVT_SEXP_P2));
+    __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(KVT_SEXP_P1), b, _mm512_set1_ps(1.0f));
+    __m512 j = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, u, mid), u, lo);
+    __m512 r = _mm512_scalef_ps(j, n);
+    __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(KVT_SEXP_NMAX), _CMP_GT_OQ);
+    if (!big) return r;
+    __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    return _mm512_mask_blend_ps(big, r, _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps()));
 }
 
-static T512 float exp_sum(float *x, float m, int64_t n) {
+static T512 double exp_sum(float *x, float m, int64_t n, int ph) {
     const __m512 mv = _mm512_set1_ps(m);
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + V <= n; i += V) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
-        _mm512_storeu_ps(x + i, e);
-        acc = _mm512_add_ps(acc, e);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ph = 0) { /* lanes ph .. ph+c-1 hold x[i .. i+c-1] */
+        const int64_t c = n - i < V - ph ? n - i : V - ph;
+        const __mmask16 mk = (__mmask16)(tail_mask(c) << ph);
+        __m512 e = _mm512_maskz_mov_ps(mk, vexp16(_mm512_sub_ps(_mm512_maskz_expandloadu_ps(mk, x + i), mv)));
+        _mm512_mask_compressstoreu_ps(x + i, mk, e);
+        sum += (double)hsum16(e);
+        i += c;
     }
-    if (i < n) {
-        __mmask16 mk = tail_mask(n - i);
-        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mv));
-        _mm512_mask_storeu_ps(x + i, mk, e);
-        acc = _mm512_mask_add_ps(acc, mk, acc, e);
-    }
-    return hsum16(acc);
+    return sum;
 }
 
 static T512 float vmax(const float *x, int64_t n) {
@@ -329,13 +328,13 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (; i + V <= n; i += V) {
         __m512 g = _mm512_loadu_ps(gate + i);
-        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, vexp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
     }
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
         __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, vexp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
     }
 }

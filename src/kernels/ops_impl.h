@@ -16,6 +16,8 @@
 #define KVT_Q8_0_BYTES (KVT_Q8_0_SCALE_BYTES + KVT_Q8_0_BLOCK)
 /* Integer sums of this many adjacent int8 products form one Q8_0 lane value. */
 #define KVT_Q8_GROUP 4
+/* Lanes of the Q8_0 dot (ops.h): one per group of a block. */
+#define KVT_Q8_LANES (KVT_Q8_0_BLOCK / KVT_Q8_GROUP)
 /* Activation int8 values are stored offset by this (as u8) so that AVX-512
  * VNNI (unsigned x signed bytes) can take them; kernels subtract it back. */
 #define KVT_Q8_ACT_BIAS 128
@@ -55,8 +57,11 @@ typedef struct {
     /* y[i] = x[i] rounded to f16 (resp. bf16) and back; y may equal x. */
     void (*round_f16_row)(const float *x, float *y, int64_t n);
     void (*round_bf16_row)(const float *x, float *y, int64_t n);
-    /* x[i] = exp(x[i] - m) (kvt_expf), returns their canonical lane sum (plain adds). */
-    float (*exp_sum)(float *x, float m, int64_t n);
+    /* x[i] = exp(x[i] - m) (the vector exp), returns the sum as llama.cpp's
+     * softmax forms it: x[i] in lane (ph + i) % 16 of chunk (ph + i) / 16
+     * (0 <= ph < 16), each chunk summed by the 16-lane tree (missing lanes
+     * +0), the chunk sums added in order in double. */
+    double (*exp_sum)(float *x, float m, int64_t n, int ph);
     float (*max)(const float *x, int64_t n);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
     /* attention (attn.h): kvt_attn_qk and kvt_attn_av */
@@ -120,8 +125,29 @@ void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
 #define KVT_EXP_C4 (1.0f / 24.0f)
 #define KVT_EXP_C3 (1.0f / 6.0f)
 #define KVT_EXP_C2 0.5f
+/* The vector exp: the approximation llama.cpp's AVX-512 CPU backend evaluates
+ * silu and the attention softmax with (ARM's optimized-routines expf: n =
+ * round(x log2 e) by the 1.5*2^23 shift, b = x - n ln2 in two fused steps, a
+ * degree-5 polynomial j in b and b^2, then j * 2^n with one rounding), so that
+ * the matmuls after them see the same bits. |n| > 192 gives 0 (n <= 0) or inf.
+ * For |n| <= 192, j * 2^n = (j * 2^(n>>1)) * 2^(n - (n>>1)): the first product
+ * is exact, both powers are normal, so the AVX2 kernel needs no scalef. */
+#define KVT_SEXP_SHIFT 0x1.8p23f
+#define KVT_SEXP_LOG2E 0x1.715476p+0f
+#define KVT_SEXP_LN2_HI 0x1.62e4p-1f
+#define KVT_SEXP_LN2_LO 0x1.7f7d1cp-20f
+#define KVT_SEXP_P1 0x1.ffffecp-1f
+#define KVT_SEXP_P2 0x1.fffdb6p-2f
+#define KVT_SEXP_P3 0x1.555e66p-3f
+#define KVT_SEXP_P4 0x1.573e2ep-5f
+#define KVT_SEXP_P5 0x1.0e4020p-7f
+#define KVT_SEXP_NMAX 192.0f
 #define KVT_F32_EXP_BIAS 127
 #define KVT_F32_MANT_BITS 23
+
+/* The vector exp above, one element (ops.c); the SIMD kernels compute the
+ * same bits. */
+float kvt_ops_vexpf(float x);
 
 static inline uint16_t kvt_load_u16(const void *p) {
     uint16_t v;

@@ -9,7 +9,8 @@
  * followed by madd / dpwssd against the group scales. Rows are taken RM at a
  * time; each unpacked super-block serves every token of a chunk. At decode
  * (n <= DIRECT_MAX_TOKENS) the AVX-512 variant skips that staging for Q4_K and
- * Q6_K and unpacks in registers straight into the dot (see the end of the file). */
+ * Q6_K and unpacks in registers straight into the dot, and so does the AVX2
+ * variant with its own instructions (see the end of the file). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -229,7 +230,7 @@ INLINE2 void dot2(const kblk *k, const prep2_vecs *v, const int8_t *q, const int
     *M = hsum4x8_epi32(m[0], m[1], m[2], m[3]);
 }
 
-DEF_MM(kvt_qk_mm_avx2, T2, prep2, dot2)
+DEF_MM(qk_mm_unpacked2, T2 static, prep2, dot2)
 
 /* ---- AVX-512 VNNI ---- */
 
@@ -276,7 +277,7 @@ INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, con
 
 DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
 
-/* ---- AVX-512 decode path: Q4_K and Q6_K straight from the packed bytes ----
+/* ---- decode path: Q4_K and Q6_K straight from the packed bytes ----
  *
  * For a few tokens the unpacked form above costs more than it saves: every
  * super-block would be written out and read back for one or two dots. Here
@@ -285,13 +286,14 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * activation order; Q6_K: 64 low nibbles and the matching 2-bit highs from one
  * 64-byte and one 32-byte load), and the scales are decoded per super-block
  * in registers. The integers S and M are the same exact sums, so the results
- * are the same bits as the unpacking path and the scalar dot. */
+ * are the same bits as the unpacking path and the scalar dot. The AVX2 copy
+ * takes 32 codes per step, maddubs then madd against the group scales. */
 
 #define DIRECT_MAX_TOKENS 2 /* up to this many tokens per call take the direct path */
 
 /* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
  * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
-INLINE512 __m128i scales6_vec(const uint8_t *blk) {
+INLINE2 __m128i scales6_vec(const uint8_t *blk) {
     const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q45K_SCALES)); /* 12 used */
     /* low parts: s[0..3] & 63, s[8..11] & 15, s[4..7] & 63, s[8..11] >> 4 */
     const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
@@ -302,9 +304,9 @@ INLINE512 __m128i scales6_vec(const uint8_t *blk) {
     return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
 }
 
-/* One Q4_K super-block against one token: 16 int32 lanes summing to S, 4 to M
+/* One Q4_K super-block against one token: 8 int32 lanes summing to S, 4 to M
  * (bs2: the 8 sums of each two groups' activation sums, as int16). */
-INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m512i *S, __m128i *M) {
+INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
     (void)bs;
     const __m128i sm = scales6_vec(blk);
     /* int16 lanes 0..7 the scales, 8..15 the mins */
@@ -324,12 +326,12 @@ INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m12
         const __m512i scl = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc);
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), scl);
     }
-    *S = acc;
+    *S = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
     *M = _mm_madd_epi16(bs2, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
 }
 
 /* One Q6_K super-block against one token (code offset 32 taken off via the group sums). */
-INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m512i *S, __m128i *M) {
+INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
     (void)bs2;
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
     const __m512i sc = _mm512_zextsi256_si512(sc16);
@@ -347,13 +349,65 @@ INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m12
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u1, x1), group_scales512(sc, 2 * h + 1));
     }
     /* S = sum(sc * u * q) - 32 * sum_g sc[g] * bs[g] */
-    const __m512i corr = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, _mm256_slli_epi16(sc16, 5)));
-    *S = _mm512_sub_epi32(acc, corr);
+    const __m256i corr = _mm256_madd_epi16(bs, _mm256_slli_epi16(sc16, 5));
+    *S = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), corr);
     *M = _mm_setzero_si128();
 }
 
-#define DEF_DIRECT(NAME, ONE)                                                                               \
-    T512 static void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
+/* The AVX2 copies: the same S and M, 32 codes per step. */
+INLINE2 void q4k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
+    (void)bs;
+    const __m128i sm = scales6_vec(blk);
+    _Alignas(16) uint8_t scm[16];
+    _mm_store_si128((__m128i *)(void *)scm, sm);
+    const __m256i lo = _mm256_set1_epi8(0xF);
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) { /* 64 codes: sub-block 2c in the low nibbles, 2c + 1 in the high */
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q4K_QS + 32 * c));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64 * c));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64 * c + 32));
+        const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, lo), x0);
+        const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo), x1);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(scm[2 * c])));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(scm[2 * c + 1])));
+    }
+    *S = acc;
+    *M = _mm_madd_epi16(bs2, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+}
+
+INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
+    (void)bs2;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
+    /* int16 lanes 0-7 take group 2p's scale, 8-15 group 2p + 1's (as prep2) */
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                                            2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) { /* 128 codes: ql[64h..], qh[32h..] */
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q6K_QL + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q6K_QL + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q6K_QH + 32 * h));
+        const __m256i u[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+            _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+        };
+        for (int j = 0; j < 4; j++) {
+            const int p = 4 * h + j; /* codes 32p..32p+31 */
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * p));
+            const __m256i scl = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p)), spread);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], x), scl));
+        }
+    }
+    const __m256i corr = _mm256_madd_epi16(bs, _mm256_slli_epi16(sc16, 5));
+    *S = _mm256_sub_epi32(acc, corr);
+    *M = _mm_setzero_si128();
+}
+
+#define DEF_DIRECT(NAME, TARGET, ONE)                                                                       \
+    TARGET static void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
         const uint8_t *base = w->data;                                                                     \
         const size_t bb = kvt_qk_block_bytes(w->type);                                                     \
         const int has_min = kvt_qk_has_min(w->type);                                                       \
@@ -372,14 +426,12 @@ INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m12
                     const __m128 dx = _mm_set1_ps(a->kd[t * (kpad / KVT_QK) + b]);                         \
                     const __m256i bsp = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));                       \
                     const __m128i bs2 = _mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)); \
-                    __m512i s5[RM];                                                                        \
                     __m256i s[RM];                                                                         \
                     __m128i m[RM];                                                                         \
                     float dw[RM], mw[RM];                                                                  \
                     for (int i = 0; i < RM; i++) {                                                         \
                         const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
-                        ONE(blk, q, bs, bs2, &s5[i], &m[i]);                                                    \
-                        s[i] = _mm256_add_epi32(_mm512_castsi512_si256(s5[i]), _mm512_extracti64x4_epi64(s5[i], 1)); \
+                        ONE(blk, q, bs, bs2, &s[i], &m[i]);                                                \
                     }                                                                                      \
                     for (int i = 0; i < RM; i++) {                                                         \
                         const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
@@ -400,8 +452,19 @@ INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m12
         }                                                                                                  \
     }
 
-DEF_DIRECT(q4k_mm_direct512, q4k_direct)
-DEF_DIRECT(q6k_mm_direct512, q6k_direct)
+DEF_DIRECT(q4k_mm_direct512, T512, q4k_direct)
+DEF_DIRECT(q6k_mm_direct512, T512, q6k_direct)
+DEF_DIRECT(q4k_mm_direct2, T2, q4k_direct2)
+DEF_DIRECT(q6k_mm_direct2, T2, q6k_direct2)
+
+T2 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K)
+        q4k_mm_direct2(w, a, r0, r1, y, ldy);
+    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K)
+        q6k_mm_direct2(w, a, r0, r1, y, ldy);
+    else
+        qk_mm_unpacked2(w, a, r0, r1, y, ldy);
+}
 
 T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K)

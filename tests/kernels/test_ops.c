@@ -399,14 +399,14 @@ static void ref_round_acts(uint32_t type, const float *x, int64_t k, double *out
     for (int64_t b = 0; b < k; b += 32) {
         double amax = 0;
         for (int64_t i = b; i < b + 32 && i < k; i++) amax = fmax(amax, fabs((double)x[i]));
-        float d = (float)amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = (float)amax / 127.0f, id = amax != 0 ? 127.0f / (float)amax : 0.0f;
         double dr = half_value(kvt_f32_to_f16(d));
         for (int64_t i = b; i < b + 32 && i < k; i++) {
             switch (type) {
             case KVT_TYPE_F16: out[i] = half_value(kvt_f32_to_f16(x[i])); break;
             case KVT_TYPE_BF16: out[i] = (double)kvt_bf16_to_f32(ref_f32_to_bf16(x[i])); break;
             case KVT_TYPE_F32: out[i] = x[i]; break;
-            default: out[i] = dr * roundf(x[i] * id); break; /* Q8_0 and the legacy types */
+            default: out[i] = dr * nearbyint(x[i] * id); break; /* Q8_0 and the legacy types: ties to even */
             }
         }
     }
@@ -419,7 +419,7 @@ static void ref_q8_1_sums(const float *x, int64_t k, double *ds) {
     for (int64_t b = 0; b < k; b += 32) {
         double amax = 0, qsum = 0;
         for (int64_t i = b; i < b + 32; i++) amax = fmax(amax, fabs((double)x[i]));
-        float d = (float)amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = (float)amax / 127.0f, id = amax != 0 ? 127.0f / (float)amax : 0.0f;
         for (int64_t i = b; i < b + 32; i++) qsum += roundf(x[i] * id);
         ds[b / 32] = half_value(kvt_f32_to_f16((float)qsum * d)) - half_value(kvt_f32_to_f16(d)) * qsum;
     }
