@@ -136,8 +136,8 @@ char *kvt_dashboard_html(const char *t) {
           "<th>blocks</th><th>evicted</th><th>served tokens</th></tr>\n", f);
     for (int i = 0; i < 4; i++) {
         char used[64], budget[64], blocks[64], ev[64], cached[64], label[64];
-        snprintf(used, sizeof used, "kvtier_tier_bytes_used{tier=\"%s\"}", tiers[i]);
-        snprintf(budget, sizeof budget, "kvtier_tier_bytes_budget{tier=\"%s\"}", tiers[i]);
+        snprintf(used, sizeof used, "kvtier_tier_used_bytes{tier=\"%s\"}", tiers[i]);
+        snprintf(budget, sizeof budget, "kvtier_tier_budget_bytes{tier=\"%s\"}", tiers[i]);
         snprintf(blocks, sizeof blocks, "kvtier_cache_blocks{tier=\"%s\"}", tiers[i]);
         snprintf(ev, sizeof ev, "kvtier_tier_evictions_total{tier=\"%s\"}", tiers[i]);
         snprintf(cached, sizeof cached, "kvtier_cached_tokens_total{tier=\"%s\"}", tiers[i]);

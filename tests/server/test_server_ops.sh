@@ -110,13 +110,15 @@ elif kind == "counter":
     t = t.replace("kvtier_generations_total", "kvtier_generations")
 elif kind == "split":  # one family's samples in two places
     t += 'kvtier_cached_tokens_total{tier="T9"} 1\n'
+elif kind == "unit":  # the unit not last
+    t = t.replace("kvtier_tier_used_bytes", "kvtier_tier_bytes_used")
 elif kind == "label":
     t = t.replace('tier="T1"', 'tier="T\\q1"', 1)
 open(sys.argv[3], "w").write(t)
 PY
   ! python3 "$HERE/promcheck.py" "$TMP/broken.txt" >/dev/null
 }
-for k in buckets help counter split label; do check "promcheck refuses a broken copy ($k)" broken $k; done
+for k in buckets help counter split unit label; do check "promcheck refuses a broken copy ($k)" broken $k; done
 
 curl -s -m 10 -D "$TMP/dash.h" -o "$TMP/dash.html" "$URL/dashboard"
 curl -s -m 10 "$URL/metrics" >"$TMP/metrics2.txt"
@@ -124,7 +126,7 @@ check "/dashboard is HTML" grep -qi '^content-type: text/html' "$TMP/dash.h"
 check "... with a policy that forbids outside assets" grep -qi "^content-security-policy: default-src 'none'" "$TMP/dash.h"
 check "... and refers to nothing outside itself" bash -c "! grep -Eiq '(src|href)=|https?://|@import|url\(' '$TMP/dash.html'"
 check "... shows the tiers" grep -q '<table id="tiers">' "$TMP/dash.html"
-check "... with T2's budget (64 MiB)" grep -q 'kvtier_tier_bytes_budget{tier=&quot;T2&quot;}" data-f="bytes">64.0 MiB<' "$TMP/dash.html"
+check "... with T2's budget (64 MiB)" grep -q 'kvtier_tier_budget_bytes{tier=&quot;T2&quot;}" data-f="bytes">64.0 MiB<' "$TMP/dash.html"
 if command -v node >/dev/null; then
   check "the page's script shows /metrics' numbers and draws the chart" node "$HERE/dashboard_check.cjs" "$TMP/dash.html" "$TMP/metrics2.txt"
 else
