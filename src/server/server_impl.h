@@ -31,6 +31,7 @@
 #include "json_grammar.h"
 #include "metrics.h"
 #include "prompt_ring.h"
+#include "req_ring.h"
 #include "model.h"
 #include "sampler.h"
 #include "server.h"
@@ -177,6 +178,7 @@ struct kvt_server {
     kvt_reply_map *replies;
     kvt_call_memo *calls;      /* the arguments text of generated tool calls, by call id */
     kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
+    kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
     kvt_metrics *metrics;
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;
@@ -228,6 +230,7 @@ typedef enum {
     R_RAG,
     R_PREFILL,
     R_DASHBOARD,
+    R_DASHBOARD_REQUESTS,
     R_CACHE_PIN,
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
@@ -292,8 +295,11 @@ enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c,
 enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
-/* /metrics, and /dashboard (the same numbers as a page) */
+/* /metrics, /dashboard (the same numbers as a page) and /dashboard/requests (its last requests as JSON) */
 enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* Remembers a finished generation (cs->has_usage) in s->reqs for the dashboard; tenant is the
+ * access log's key hash ("-" without one), total_ms arrival to end. */
+void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant, double total_ms);
 enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 
