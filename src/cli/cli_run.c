@@ -18,6 +18,7 @@
 #include "engine.h"     /* eval: logits at every prompt position; the public API returns tokens only */
 #include "generate.h"   /* run: one sampler across the prompts of -f, --no-cache and --ignore-eos */
 #include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
+#include "progress.h"   /* --progress */
 #include "sampler.h"    /* run's sampler; eval's argmax */
 
 #define EVAL_DEFAULT_N 16
@@ -96,7 +97,10 @@ void kvt_usage_eval(FILE *f) {
             "                     EOS are added as llama.cpp does for the model; the\n"
             "                     add_bos field says whether BOS was)\n"
             "  -n N               greedy tokens to generate (default %d)\n"
-            "  -t, --threads N    worker threads (default: all CPUs)\n",
+            "  -t, --threads N    worker threads (default: all CPUs)\n"
+            "  --progress         progress lines on stderr for the model load and a prefill of\n"
+            "                     " STR(KVT_PREFILL_PROGRESS_TOKENS) "+ tokens, also when stderr is not a terminal (on a\n"
+            "                     terminal they are on anyway); stdout is the same either way\n",
             TOP_N, EVAL_DEFAULT_N);
     kvt_cli_kv_type_help(f);
     fprintf(f, "  -h, --help         this help\n");
@@ -119,6 +123,8 @@ int kvt_cmd_eval(int argc, char **argv) {
             if (!(tokens_arg = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-bos")) {
             no_bos = 1;
+        } else if (!strcmp(a, "--progress")) {
+            kvt_progress_set_forced(1);
         } else if ((kf = kvt_cli_kv_type_flag(argc, argv, &i, &dt))) {
             if (kf < 0) return 2;
         } else if (!strcmp(a, "-n")) {
@@ -204,8 +210,12 @@ int kvt_cmd_eval(int argc, char **argv) {
     int32_t chunk = kvt_engine_params_of(e).n_batch;
     float *logits = kvt_xmalloc((size_t)chunk * (size_t)V * sizeof(float));
     int32_t next = 0;
+    kvt_progress prog;
+    int show = n_tok >= KVT_PREFILL_PROGRESS_TOKENS && kvt_progress_wanted();
+    if (show) kvt_progress_begin(&prog, "prefill", n_tok, "tokens");
     for (size_t c0 = 0; c0 < n_tok && !rc; c0 += (size_t)chunk) {
         int32_t n = (int32_t)KVT_MIN((size_t)chunk, n_tok - c0);
+        if (show && c0) kvt_progress_update(&prog, c0);
         if ((rc = kvt_engine_feed(e, seq, toks + c0, n, 1, logits))) break;
         for (int32_t i = 0; i < n; i++) {
             const float *lg = logits + (size_t)i * (size_t)V;
@@ -217,6 +227,7 @@ int kvt_cmd_eval(int argc, char **argv) {
             next = idx[0];
         }
     }
+    if (show) kvt_progress_end(&prog, rc ? 0 : n_tok);
     printf("],\"greedy\":[");
     for (long g = 0; g < n_gen && !rc; g++) {
         printf("%s%d", g ? "," : "", next);
@@ -235,7 +246,7 @@ int kvt_cmd_eval(int argc, char **argv) {
 
 enum {
     R_MODEL = 1, R_PROMPT, R_FILE, R_N_PREDICT, R_TEMP, R_TOP_K, R_TOP_P, R_SEED, R_THREADS, R_KV_ACTIVE, R_KV_RAM,
-    R_IGNORE_EOS, R_SALT, R_NO_CACHE, R_BLOCK_SIZE, R_CTX, R_NGL,
+    R_IGNORE_EOS, R_SALT, R_NO_CACHE, R_BLOCK_SIZE, R_CTX, R_NGL, R_PROGRESS,
 };
 
 static const kvt_cli_opt run_opts[] = {
@@ -277,6 +288,10 @@ static const kvt_cli_opt run_opts[] = {
     {R_CTX, 'c', "ctx-size", "ctx", "N",
      "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TOKENS)},
+    {R_PROGRESS, 0, "progress", NULL, NULL,
+     "progress lines on stderr for the model load, a disk tier's open and\na prefill of " STR(KVT_PREFILL_PROGRESS_TOKENS)
+     "+ tokens, also when stderr is not a terminal\n(on a terminal they are on anyway); stdout is the same either way",
+     0, KVT_CLI_PLAIN},
 };
 
 /* run's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -339,6 +354,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_NO_CACHE: x->use_cache = 0; return 0;
     case R_BLOCK_SIZE: x->block = a->i; return 0;
     case R_CTX: x->n_ctx = a->i; return 0;
+    case R_PROGRESS: kvt_progress_set_forced(1); return 0;
     default: return -1;
     }
 }
@@ -674,7 +690,7 @@ static int run_prompt(run_ctx *c, long k) {
     stream_state ss = {.model = c->m};
     kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen, .sampler = c->smp, .tok = x->ignore_eos ? NULL : c->m->tok,
                          .on_token = stream_token,
-                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
+                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0, .progress = 1};
     kvt_gen_result r;
     int32_t *all = NULL;
     int rc = kvt_generate(c->e, c->cache, toks, (int32_t)n_tok, &gp, &all, &r);

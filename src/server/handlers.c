@@ -73,6 +73,7 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
     }
     kvt_api_request_free(&a);
     if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    snprintf(r->request_id, sizeof r->request_id, "%s", cs->request_id);
     r->prefill_only = cs->r == R_PREFILL;
     r->want_block_tiers = cs->r == R_RAG;
     r->plan_cached = cs->r == R_RAG && rag.order == KVT_RAG_ORDER_CACHED;

@@ -273,6 +273,7 @@ static void slot_admit(kvt_server *s, srv_req *r) {
     slot_setup(s, sl, r, seq);
     kvt_chain_init(&sl->chain, root);
     sl->prefilling = 1;
+    kvt_srv_log_prefill(r, r->n_prompt - sl->n_fed, sl->n_fed, 0);
     for (int32_t i = 0; i < r->n_sib; i++) {
         slot *w = free_slot(s); /* admission counted them */
         w->r = r->sib[i];
@@ -465,6 +466,7 @@ static void engine_step(kvt_server *s) {
         pf->r->usage.prefill_ms += ms;
         if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
         kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
+        if (pf->n_fed == pf->r->n_prompt) kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
     if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {

@@ -78,6 +78,7 @@ typedef struct srv_req {
     kvt_api_kind kind;
     int stream, include_usage;
     char id[ID_LEN];
+    char request_id[REQUEST_ID_MAX]; /* the HTTP request's (X-Request-Id), for log lines; "" for admin jobs */
     int64_t created;
     int32_t *prompt;
     int32_t n_prompt, max_tokens;
@@ -316,6 +317,10 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
 int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err);
 /* X-Session-Id names the session when the body does not. */
 void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r);
+/* The log line of a long prefill (KVT_PREFILL_PROGRESS_TOKENS or more tokens to
+ * compute): at its start (done 0; cached tokens restored) and at its end
+ * (done 1; with its time). Nothing for a shorter one. Engine thread. */
+void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done);
 /* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
 int kvt_srv_enqueue(kvt_server *s, srv_req *r);
 void kvt_srv_cancel_locked(kvt_server *s, srv_req *r);

@@ -186,5 +186,23 @@ int main(void) {
         CHECK(!strstr(t, "short work"));
         free(t);
     }
+    /* forced (a command's --progress): the first line at once, however short the work, then "done" */
+    unsetenv("KVT_PROGRESS");
+    CHECK(kvt_log_open_file(ppath) == 0);
+    kvt_progress_set_forced(1);
+    CHECK(kvt_progress_wanted());
+    kvt_progress_begin(&p, "quick work", 4, "items");
+    kvt_progress_update(&p, 2); /* within the interval: no line */
+    kvt_progress_end(&p, 4);
+    kvt_progress_set_forced(0);
+    kvt_log_close_file();
+    t = kvt_test_read_file(ppath, NULL);
+    CHECK(t != NULL);
+    if (t) {
+        CHECKF(count_lines(t) == 4, "%s", t);
+        CHECK(strstr(t, "progress: quick work: 0/4 items (0%)") != NULL);
+        CHECK(strstr(t, "progress: quick work: 4/4 items (100%)") && !strstr(t, "quick work: 2/4"));
+        free(t);
+    }
     return kvt_test_done("test_log");
 }
