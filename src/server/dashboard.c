@@ -135,6 +135,12 @@ static void put_esc(FILE *f, const char *s) {
         else fputc(*s, f);
 }
 
+static void td(FILE *f, const char *s) {
+    fputs("<td>", f);
+    put_esc(f, s);
+    fputs("</td>", f);
+}
+
 /* The last requests, newest first: one row each, cells as the script's rows() renders them. */
 static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
     fputs("<h2>Last requests</h2><table id=\"recent\"><thead><tr><th>ended (UTC)</th><th>request id</th>"
@@ -143,7 +149,7 @@ static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
           "</thead><tbody id=\"recent-rows\">", f);
     for (int32_t i = 0; i < n; i++) {
         const kvt_req_entry *x = &e[i];
-        char when[16] = "?", stop[64], num[32];
+        char when[16] = "?", stop[64];
         struct tm tm;
         time_t t = (time_t)x->t_end;
         if (gmtime_r(&t, &tm)) snprintf(when, sizeof when, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
@@ -151,22 +157,18 @@ static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
         fputs("<tr data-id=\"", f);
         put_esc(f, x->request_id);
         fputs("\">", f);
-        const char *text[] = {when, x->request_id, x->endpoint, x->tenant};
-        for (int k = 0; k < 5; k++) { /* when, id, endpoint, status, tenant */
-            fputs("<td>", f);
-            if (k == 3) fprintf(f, "%d", x->status);
-            else put_esc(f, text[k < 3 ? k : 3]);
-            fputs("</td>", f);
-        }
+        char status[16], ttft[32], total[32];
+        snprintf(status, sizeof status, "%d", x->status);
+        snprintf(ttft, sizeof ttft, "%.1f ms", x->ttft_ms);
+        snprintf(total, sizeof total, "%.1f ms", x->total_ms);
+        const char *head[] = {when, x->request_id, x->endpoint, status, x->tenant};
         const int32_t counts[] = {x->prompt_tokens, x->tier_tokens[0], x->tier_tokens[1], x->tier_tokens[2],
                                   x->tier_tokens[3], x->computed_tokens, x->generated_tokens};
+        const char *tail[] = {ttft, total, stop};
+        for (size_t k = 0; k < KVT_ARRAY_LEN(head); k++) td(f, head[k]);
         for (size_t k = 0; k < KVT_ARRAY_LEN(counts); k++) fprintf(f, "<td>%d</td>", counts[k]);
-        snprintf(num, sizeof num, "%.1f ms", x->ttft_ms);
-        fprintf(f, "<td>%s</td>", num);
-        snprintf(num, sizeof num, "%.1f ms", x->total_ms);
-        fprintf(f, "<td>%s</td><td>", num);
-        put_esc(f, stop);
-        fputs("</td></tr>\n", f);
+        for (size_t k = 0; k < KVT_ARRAY_LEN(tail); k++) td(f, tail[k]);
+        fputs("</tr>\n", f);
     }
     fputs("</tbody></table><div class=\"note\">the last generations, newest first: prompt tokens restored from each "
           "tier, computed, generated, and where reuse stopped (reason@block/token, README \"Why did this miss?\")</div>\n",
