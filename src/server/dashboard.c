@@ -92,6 +92,7 @@ static const char page_head[] =
     "table{border-collapse:collapse;background:#fff}th,td{padding:.25em .8em;border:1px solid #ddd;text-align:right}\n"
     "th{text-align:left;font-weight:600;background:#f0f0f0}.note{color:#666;font-size:.9em}\n"
     "svg{background:#fff;border:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:2em}\n"
+    "#recent th,#recent td{padding:.2em .5em;white-space:nowrap}#recent td:nth-child(-n+5),#recent td:last-child{text-align:left}\n"
     "</style></head><body>\n";
 
 /* The refresh script: parses /metrics, refills every cell, plots reuse by tier over time. */
