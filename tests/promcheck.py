@@ -11,7 +11,9 @@ service on install) is too heavy to install for one check, so this does what
  - each family has one HELP and one TYPE, before its samples, and its samples
    are contiguous (no family appears twice); no duplicate series;
  - counters end in _total and are >= 0 (promtool's lint); gauges named *_info
-   are 1; no camelCase; a name with a unit uses base units (seconds, bytes);
+   are 1; no camelCase; a name with a unit uses base units (seconds, bytes)
+   and has it last, before only _total (kvtier_tier_used_bytes, not
+   kvtier_tier_bytes_used; process_cpu_seconds_total);
  - histograms: _bucket series with le, strictly increasing bounds per label
    set, cumulative non-decreasing counts, a +Inf bucket equal to _count, and
    _sum; summaries: _sum and _count;
@@ -26,6 +28,7 @@ LABEL = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*$')
 TYPES = {'counter', 'gauge', 'histogram', 'summary', 'untyped'}
 BAD_UNITS = ('_milliseconds', '_microseconds', '_nanoseconds', '_minutes', '_hours', '_kilobytes', '_megabytes',
              '_gigabytes', '_kib', '_mib', '_gib', '_ms')
+BASE_UNITS = ('_bytes', '_seconds')
 
 
 def parse_value(s):
@@ -157,6 +160,9 @@ def check(text):
             problems.append(f'{fam}: camelCase name')
         if any(fam.endswith(u) or (u + '_') in fam for u in BAD_UNITS):
             problems.append(f'{fam}: use base units (seconds, bytes)')
+        stem = fam[:-len('_total')] if fam.endswith('_total') else fam
+        if any(u + '_' in stem for u in BASE_UNITS):
+            problems.append(f'{fam}: the unit goes last (only _total after it)')
         rows = samples.get(fam, [])
         if t == 'counter':
             if not fam.endswith('_total'):

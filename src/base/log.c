@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -48,6 +49,8 @@ const char *kvt_log_level_name(int level) {
 }
 
 void kvt_log_set_format(kvt_log_format f) { atomic_store(&g_format, (int)f); }
+
+kvt_log_format kvt_log_get_format(void) { return (kvt_log_format)atomic_load_explicit(&g_format, memory_order_relaxed); }
 
 int kvt_log_set_format_name(const char *name) {
     if (!strcmp(name, "text")) kvt_log_set_format(KVT_LOG_TEXT);
@@ -164,6 +167,51 @@ static void write_all(int fd, const char *s, size_t n) {
     }
 }
 
+/* Writes one line: ts, level and msg, then (JSON only) each field as its own key. */
+static void write_line(int level, const char *msg, const kvt_log_field *f, size_t n) {
+    char ts[KVT_LOG_TS_BYTES];
+    kvt_log_timestamp(ts, sizeof ts);
+    char line_stack[LINE_STACK_BYTES + 128];
+    line_buf b = {line_stack, 0, sizeof line_stack, 0};
+    if (kvt_log_get_format() == KVT_LOG_JSON) {
+        lb_puts(&b, "{\"ts\":\"");
+        lb_puts(&b, ts);
+        lb_puts(&b, "\",\"level\":\"");
+        lb_puts(&b, kvt_log_level_name(level));
+        lb_puts(&b, "\",\"msg\":\"");
+        lb_put_json(&b, msg);
+        lb_putc(&b, '"');
+        for (size_t i = 0; i < n; i++) {
+            char num[64];
+            lb_puts(&b, ",\"");
+            lb_puts(&b, f[i].key);
+            lb_puts(&b, "\":");
+            if (f[i].type == KVT_LOG_STR && f[i].s) {
+                lb_putc(&b, '"');
+                lb_put_json(&b, f[i].s);
+                lb_putc(&b, '"');
+                continue;
+            }
+            if (f[i].type == KVT_LOG_INT) snprintf(num, sizeof num, "%lld", f[i].i);
+            else if (f[i].type == KVT_LOG_BOOL) snprintf(num, sizeof num, "%s", f[i].i ? "true" : "false");
+            else if (f[i].type == KVT_LOG_NUM && isfinite(f[i].d)) snprintf(num, sizeof num, "%.3f", f[i].d);
+            else snprintf(num, sizeof num, "null");
+            lb_puts(&b, num);
+        }
+        lb_putc(&b, '}');
+    } else {
+        lb_puts(&b, ts);
+        lb_puts(&b, " kvtier: ");
+        lb_puts(&b, kvt_log_level_name(level));
+        lb_puts(&b, ": ");
+        lb_puts(&b, msg);
+    }
+    lb_putc(&b, '\n');
+    int fd = atomic_load_explicit(&g_fd, memory_order_relaxed);
+    write_all(fd >= 0 ? fd : STDERR_FILENO, b.s, b.len);
+    if (b.heap) free(b.s);
+}
+
 void kvt_log(int level, const char *fmt, ...) {
     if (!kvt_log_enabled(level)) return;
     char msg_stack[LINE_STACK_BYTES];
@@ -180,28 +228,12 @@ void kvt_log(int level, const char *fmt, ...) {
     } else if (!msg) {
         msg = msg_stack; /* out of memory: the truncated message */
     }
-    char ts[KVT_LOG_TS_BYTES];
-    kvt_log_timestamp(ts, sizeof ts);
-    char line_stack[LINE_STACK_BYTES + 128];
-    line_buf b = {line_stack, 0, sizeof line_stack, 0};
-    if (atomic_load_explicit(&g_format, memory_order_relaxed) == KVT_LOG_JSON) {
-        lb_puts(&b, "{\"ts\":\"");
-        lb_puts(&b, ts);
-        lb_puts(&b, "\",\"level\":\"");
-        lb_puts(&b, kvt_log_level_name(level));
-        lb_puts(&b, "\",\"msg\":\"");
-        lb_put_json(&b, msg);
-        lb_puts(&b, "\"}");
-    } else {
-        lb_puts(&b, ts);
-        lb_puts(&b, " kvtier: ");
-        lb_puts(&b, kvt_log_level_name(level));
-        lb_puts(&b, ": ");
-        lb_puts(&b, msg);
-    }
-    lb_putc(&b, '\n');
-    int fd = atomic_load_explicit(&g_fd, memory_order_relaxed);
-    write_all(fd >= 0 ? fd : STDERR_FILENO, b.s, b.len);
-    if (b.heap) free(b.s);
+    write_line(level, msg, NULL, 0);
     if (msg != msg_stack) free(msg);
+}
+
+void kvt_log_fields(int level, const char *msg, const kvt_log_field *f, size_t n, const char *text_msg) {
+    if (!kvt_log_enabled(level)) return;
+    if (kvt_log_get_format() == KVT_LOG_JSON) write_line(level, msg, f, n);
+    else write_line(level, text_msg ? text_msg : msg, NULL, 0);
 }

@@ -27,6 +27,26 @@ void kvt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* 1 if a line at level would be written. */
 int kvt_log_enabled(int level);
 
+/* One field of a structured line (kvt_log_fields). */
+typedef enum { KVT_LOG_STR = 0, KVT_LOG_INT = 1, KVT_LOG_NUM = 2, KVT_LOG_BOOL = 3 } kvt_log_type;
+typedef struct {
+    const char *key;  /* a JSON key: [a-z_]; not escaped */
+    kvt_log_type type;
+    const char *s;    /* KVT_LOG_STR: the value (escaped as JSON); NULL: null */
+    long long i;      /* KVT_LOG_INT, and KVT_LOG_BOOL (0 false, else true) */
+    double d;         /* KVT_LOG_NUM: written with 3 decimals; NaN or infinite: null */
+} kvt_log_field;
+
+/* Logs one event as fields, if the threshold lets it through. JSON: msg, then
+ * every field as its own key after ts, level and msg, so a reader needs no
+ * parsing of the message ({"ts":...,"level":"info","msg":"access","method":
+ * "POST","status":200,...}). Text: text_msg as kvt_log writes it (the fields
+ * are for JSON readers; the text line says the same in its own words). */
+void kvt_log_fields(int level, const char *msg, const kvt_log_field *f, size_t n, const char *text_msg);
+
+/* The format lines are written in now. */
+kvt_log_format kvt_log_get_format(void);
+
 /* The threshold (0..3; values outside are clamped). */
 void kvt_log_set_level(int level);
 int kvt_log_level(void);

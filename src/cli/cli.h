@@ -4,6 +4,9 @@
 #ifndef KVT_CLI_H
 #define KVT_CLI_H
 
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a default's value in --help text */
+
 #include <stddef.h>
 #include <stdio.h>
 

@@ -11,6 +11,8 @@
 #include "kvtier.h"
 /* What kvtier.h does not give (yet), and why eval needs it: */
 #include "engine.h"  /* logits at every prompt position; the public API returns tokens only */
+#include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
+#include "progress.h" /* --progress */
 #include "sampler.h" /* the greedy continuation's argmax */
 
 #define EVAL_DEFAULT_N 16
@@ -87,7 +89,10 @@ void kvt_usage_eval(FILE *f) {
             "                     EOS are added as llama.cpp does for the model; the\n"
             "                     add_bos field says whether BOS was)\n"
             "  -n N               greedy tokens to generate (default %d)\n"
-            "  -t, --threads N    worker threads (default: all CPUs)\n",
+            "  -t, --threads N    worker threads (default: all CPUs)\n"
+            "  --progress         progress lines on stderr for the model load and a prefill of\n"
+            "                     " STR(KVT_PREFILL_PROGRESS_TOKENS) "+ tokens, also when stderr is not a terminal (on a\n"
+            "                     terminal they are on anyway); stdout is the same either way\n",
             TOP_N, EVAL_DEFAULT_N);
     kvt_cli_kv_type_help(f);
     fprintf(f, "  -h, --help         this help\n");
@@ -108,6 +113,8 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
             if (!(x->tokens_arg = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--no-bos")) {
             x->no_bos = 1;
+        } else if (!strcmp(a, "--progress")) {
+            kvt_progress_set_forced(1);
         } else if ((kf = kvt_cli_kv_type_flag(argc, argv, &i, &x->dt))) {
             if (kf < 0) return 2;
         } else if (!strcmp(a, "-n")) {
@@ -191,8 +198,12 @@ static int print_logits(kvt_engine *e, int32_t seq, const int32_t *toks, size_t 
     int32_t chunk = kvt_engine_params_of(e).n_batch;
     float *logits = kvt_xmalloc((size_t)chunk * (size_t)V * sizeof(float));
     int32_t next = 0;
+    kvt_progress prog;
+    int show = n_tok >= KVT_PREFILL_PROGRESS_TOKENS && kvt_progress_wanted();
+    if (show) kvt_progress_begin(&prog, "prefill", n_tok, "tokens");
     for (size_t c0 = 0; c0 < n_tok && !rc; c0 += (size_t)chunk) {
         int32_t n = (int32_t)KVT_MIN((size_t)chunk, n_tok - c0);
+        if (show && c0) kvt_progress_update(&prog, c0);
         if ((rc = kvt_engine_feed(e, seq, toks + c0, n, 1, logits))) break;
         for (int32_t i = 0; i < n; i++) {
             const float *lg = logits + (size_t)i * (size_t)V;
@@ -204,6 +215,7 @@ static int print_logits(kvt_engine *e, int32_t seq, const int32_t *toks, size_t 
             next = idx[0];
         }
     }
+    if (show) kvt_progress_end(&prog, rc ? 0 : n_tok);
     printf("],\"greedy\":[");
     for (long g = 0; g < n_gen && !rc; g++) {
         printf("%s%d", g ? "," : "", next);

@@ -16,6 +16,7 @@
 #include "api_utf8.h"   /* the streamed text: whole characters only */
 #include "generate.h"   /* one sampler across the prompts of -f, --no-cache and --ignore-eos */
 #include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
+#include "progress.h"   /* --progress */
 #include "sampler.h"    /* the sampler */
 
 #define RUN_DEFAULT_N 128
@@ -25,12 +26,10 @@
 #define MAX_BLOCK 4096
 #define STOP_LINE_MAX 320    /* bytes of the "reuse stopped" explanation on a stats line */
 #define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
-#define STR_(x) #x
-#define STR(x) STR_(x) /* a default's value in --help text */
 
 enum {
     R_MODEL = 1, R_PROMPT, R_FILE, R_N_PREDICT, R_TEMP, R_TOP_K, R_TOP_P, R_SEED, R_THREADS, R_KV_ACTIVE, R_KV_RAM,
-    R_IGNORE_EOS, R_SALT, R_NO_CACHE, R_BLOCK_SIZE, R_CTX, R_NGL,
+    R_IGNORE_EOS, R_SALT, R_NO_CACHE, R_BLOCK_SIZE, R_CTX, R_NGL, R_PROGRESS,
 };
 
 static const kvt_cli_opt run_opts[] = {
@@ -72,6 +71,10 @@ static const kvt_cli_opt run_opts[] = {
     {R_CTX, 'c', "ctx-size", "ctx", "N",
      "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TOKENS)},
+    {R_PROGRESS, 0, "progress", NULL, NULL,
+     "progress lines on stderr for the model load, a disk tier's open and\na prefill of " STR(KVT_PREFILL_PROGRESS_TOKENS)
+     "+ tokens, also when stderr is not a terminal\n(on a terminal they are on anyway); stdout is the same either way",
+     0, KVT_CLI_PLAIN},
 };
 
 /* run's sections: its own table, then the shared KV-type and disk-tier tables. */
@@ -134,6 +137,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_NO_CACHE: x->use_cache = 0; return 0;
     case R_BLOCK_SIZE: x->block = a->i; return 0;
     case R_CTX: x->n_ctx = a->i; return 0;
+    case R_PROGRESS: kvt_progress_set_forced(1); return 0;
     default: return -1;
     }
 }
@@ -326,7 +330,7 @@ static int run_prompt(run_ctx *c, long k) {
     stream_state ss = {.model = c->m};
     kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen, .sampler = c->smp, .tok = x->ignore_eos ? NULL : c->m->tok,
                          .on_token = stream_token,
-                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0};
+                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0, .progress = 1};
     kvt_gen_result r;
     int32_t *all = NULL;
     int rc = kvt_generate(c->e, c->cache, toks, (int32_t)n_tok, &gp, &all, &r);

@@ -29,8 +29,6 @@
 #define MODEL_ID_MAX PATH_MAX_LEN
 #define MAX_CORS_ORIGINS 64
 
-#define STR_(x) #x
-#define STR(x) STR_(x) /* a default's value in --help text */
 
 enum {
     O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_QUEUE, O_CTX, O_KV_ACTIVE, O_KV_RAM, O_THREADS, O_API_KEY,

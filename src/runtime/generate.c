@@ -6,6 +6,27 @@
 
 #include "common.h"
 #include "model.h"
+#include "progress.h"
+
+/* Prefills prompt[0..n) into seq, the last position's logits into logits.
+ * With progress, in the engine's own n_batch chunks (the chunks
+ * kvt_engine_decode would cut, so the same arithmetic) with a progress line. */
+static int prefill(kvt_engine *e, int32_t seq, const int32_t *prompt, int32_t n, int progress, float *logits) {
+    int32_t chunk = kvt_engine_params_of(e).n_batch;
+    if (!progress || n < KVT_PREFILL_PROGRESS_TOKENS || chunk <= 0 || !kvt_progress_wanted())
+        return kvt_engine_feed(e, seq, prompt, n, 0, logits);
+    kvt_progress prog;
+    kvt_progress_begin(&prog, "prefill", (uint64_t)n, "tokens");
+    int rc = 0;
+    int32_t done = 0;
+    while (done < n && !rc) {
+        int32_t m = KVT_MIN(chunk, n - done);
+        rc = kvt_engine_feed(e, seq, prompt + done, m, 0, done + m == n ? logits : NULL);
+        if (!rc) kvt_progress_update(&prog, (uint64_t)(done += m));
+    }
+    kvt_progress_end(&prog, (uint64_t)done);
+    return rc;
+}
 
 int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n_prompt, const kvt_gen_params *p,
                  int32_t **tokens_out, kvt_gen_result *res) {
@@ -47,7 +68,7 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
     int32_t start = kvt_seq_len(e, seq);
     res->n_computed = n_prompt - start;
     if (cache && (rc = kvt_cache_reserve(cache, kvt_seq_pages_needed(e, seq, n_prompt - start)))) goto out;
-    if ((rc = kvt_engine_feed(e, seq, prompt + start, n_prompt - start, 0, logits))) goto out;
+    if ((rc = prefill(e, seq, prompt + start, n_prompt - start, p->progress, logits))) goto out;
     res->prefill_ms = (kvt_now() - t_pre) * 1e3;
     if (cache) kvt_cache_note_prefill(cache, n_prompt - start, res->prefill_ms / 1e3);
     if (p->first_logits) memcpy(p->first_logits, logits, (size_t)n_vocab * sizeof *logits);

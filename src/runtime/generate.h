@@ -29,7 +29,13 @@ typedef struct {
     const void *salt;               /* tenant salt (NULL: shared) */
     size_t salt_len;
     float *first_logits;            /* if set, receives the prompt's last-position logits (n_vocab) */
+    int progress;                   /* progress lines (progress.h) while prefilling at least
+                                       KVT_PREFILL_PROGRESS_TOKENS tokens, where kvt_progress_wanted() */
 } kvt_gen_params;
+
+/* A prefill this long is worth a progress line on a terminal (run, eval) and a
+ * log line in serve: seconds of CPU work on a model of a few billion weights. */
+#define KVT_PREFILL_PROGRESS_TOKENS 512
 
 typedef struct {
     int32_t n_prompt;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -91,6 +92,7 @@ static const char page_head[] =
     "table{border-collapse:collapse;background:#fff}th,td{padding:.25em .8em;border:1px solid #ddd;text-align:right}\n"
     "th{text-align:left;font-weight:600;background:#f0f0f0}.note{color:#666;font-size:.9em}\n"
     "svg{background:#fff;border:1px solid #ddd}.grid{display:flex;flex-wrap:wrap;gap:2em}\n"
+    "#recent th,#recent td{padding:.2em .5em;white-space:nowrap}#recent td:nth-child(-n+5),#recent td:last-child{text-align:left}\n"
     "</style></head><body>\n";
 
 /* The refresh script: parses /metrics, refills every cell, plots reuse by tier over time. */
@@ -111,15 +113,70 @@ static const char page_script[] =
     "pts.push(((i-1)/(n-2||1)*W).toFixed(1)+','+(H-Math.max(0,Math.min(1,v))*H).toFixed(1));}"
     "s+='<polyline fill=\"none\" stroke-width=\"'+(k<4?1.5:2.5)+'\" stroke=\"'+(k<4?COLORS[k]:'#000')+'\" points=\"'+pts.join(' ')+'\"/>';}"
     "svg.innerHTML=s;}\n"
+    "function esc(s){return String(s).replace(/[&<>\"']/g,c=>'&#'+c.charCodeAt(0)+';');}\n"
+    "function rows(q){let h='';for(const x of q){const t=x.cached_tokens_by_tier,s=x.reuse_stop;"
+    "const c=[new Date(x.t_end*1000).toISOString().slice(11,19),x.request_id,x.endpoint,x.status,x.tenant,"
+    "x.prompt_tokens,t.T0,t.T1,t.T2,t.T3,x.computed_tokens,x.generated_tokens,x.ttft_ms.toFixed(1)+' ms',"
+    "x.total_ms.toFixed(1)+' ms',s?s.reason+'@'+s.block+'/'+s.token_offset:'-'];"
+    "h+='<tr data-id=\"'+esc(x.request_id)+'\">'+c.map(v=>'<td>'+esc(v)+'</td>').join('')+'</tr>\\n';}"
+    "document.getElementById('recent-rows').innerHTML=h;}\n"
     "async function tick(){try{const r=await fetch('/metrics',{cache:'no-store'});if(!r.ok)throw new Error(r.status);"
-    "const m=parse(await r.text());fill(m);hist.push({prompt:m.get('kvtier_prompt_tokens_total')||0,"
+    "const m=parse(await r.text());fill(m);"
+    "const q=await fetch('/dashboard/requests',{cache:'no-store'});if(q.ok)rows((await q.json()).requests);hist.push({prompt:m.get('kvtier_prompt_tokens_total')||0,"
     "hit:m.get('kvtier_cache_hit_tokens_total')||0,tier:TIERS.map(t=>m.get('kvtier_cached_tokens_total{tier=\"'+t+'\"}')||0)});"
     "if(hist.length>121)hist.shift();plot();document.getElementById('live').textContent='live, every 3 s';}"
     "catch(e){document.getElementById('live').textContent='a snapshot: this browser cannot read /metrics ('+e.message+')';}}\n"
     "tick();setInterval(tick,3000);\n"
     "</script>\n";
 
-char *kvt_dashboard_html(const char *t) {
+/* s with the characters HTML gives meaning to as numeric references, as the script's esc() writes them. */
+static void put_esc(FILE *f, const char *s) {
+    for (; *s; s++)
+        if (strchr("&<>\"'", *s)) fprintf(f, "&#%d;", *s);
+        else fputc(*s, f);
+}
+
+static void td(FILE *f, const char *s) {
+    fputs("<td>", f);
+    put_esc(f, s);
+    fputs("</td>", f);
+}
+
+/* The last requests, newest first: one row each, cells as the script's rows() renders them. */
+static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
+    fputs("<h2>Last requests</h2><table id=\"recent\"><thead><tr><th>ended (UTC)</th><th>request id</th>"
+          "<th>endpoint</th><th>status</th><th>tenant</th><th>prompt</th><th>cached T0</th><th>T1</th><th>T2</th>"
+          "<th>T3</th><th>computed</th><th>generated</th><th>TTFT</th><th>total</th><th>reuse stopped</th></tr>"
+          "</thead><tbody id=\"recent-rows\">", f);
+    for (int32_t i = 0; i < n; i++) {
+        const kvt_req_entry *x = &e[i];
+        char when[16] = "?", stop[64];
+        struct tm tm;
+        time_t t = (time_t)x->t_end;
+        if (gmtime_r(&t, &tm)) snprintf(when, sizeof when, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+        kvt_req_stop_text(x, stop, sizeof stop);
+        fputs("<tr data-id=\"", f);
+        put_esc(f, x->request_id);
+        fputs("\">", f);
+        char status[16], ttft[32], total[32];
+        snprintf(status, sizeof status, "%d", x->status);
+        snprintf(ttft, sizeof ttft, "%.1f ms", x->ttft_ms);
+        snprintf(total, sizeof total, "%.1f ms", x->total_ms);
+        const char *head[] = {when, x->request_id, x->endpoint, status, x->tenant};
+        const int32_t counts[] = {x->prompt_tokens, x->tier_tokens[0], x->tier_tokens[1], x->tier_tokens[2],
+                                  x->tier_tokens[3], x->computed_tokens, x->generated_tokens};
+        const char *tail[] = {ttft, total, stop};
+        for (size_t k = 0; k < KVT_ARRAY_LEN(head); k++) td(f, head[k]);
+        for (size_t k = 0; k < KVT_ARRAY_LEN(counts); k++) fprintf(f, "<td>%d</td>", counts[k]);
+        for (size_t k = 0; k < KVT_ARRAY_LEN(tail); k++) td(f, tail[k]);
+        fputs("</tr>\n", f);
+    }
+    fputs("</tbody></table><div class=\"note\">the last generations, newest first: prompt tokens restored from each "
+          "tier, computed, generated, and where reuse stopped (reason@block/token, README \"Why did this miss?\")</div>\n",
+          f);
+}
+
+char *kvt_dashboard_html(const char *t, const kvt_req_entry *last, int32_t n_last) {
     char *out = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
@@ -136,8 +193,8 @@ char *kvt_dashboard_html(const char *t) {
           "<th>blocks</th><th>evicted</th><th>served tokens</th></tr>\n", f);
     for (int i = 0; i < 4; i++) {
         char used[64], budget[64], blocks[64], ev[64], cached[64], label[64];
-        snprintf(used, sizeof used, "kvtier_tier_bytes_used{tier=\"%s\"}", tiers[i]);
-        snprintf(budget, sizeof budget, "kvtier_tier_bytes_budget{tier=\"%s\"}", tiers[i]);
+        snprintf(used, sizeof used, "kvtier_tier_used_bytes{tier=\"%s\"}", tiers[i]);
+        snprintf(budget, sizeof budget, "kvtier_tier_budget_bytes{tier=\"%s\"}", tiers[i]);
         snprintf(blocks, sizeof blocks, "kvtier_cache_blocks{tier=\"%s\"}", tiers[i]);
         snprintf(ev, sizeof ev, "kvtier_tier_evictions_total{tier=\"%s\"}", tiers[i]);
         snprintf(cached, sizeof cached, "kvtier_cached_tokens_total{tier=\"%s\"}", tiers[i]);
@@ -203,6 +260,7 @@ char *kvt_dashboard_html(const char *t) {
     };
     for (size_t i = 0; i < KVT_ARRAY_LEN(proc); i++) row(f, t, proc[i][0], 1, &proc[i][1]);
     fputs("</table></div></div>\n", f);
+    recent_table(f, last, n_last);
     fputs(page_script, f);
     fputs("</body></html>\n", f);
     fclose(f);

@@ -3,18 +3,25 @@
  * carries a Content-Security-Policy that forbids them), rendered on the server
  * from the /metrics exposition text, so its numbers are there without any
  * script: tier occupancy and budgets, reuse by tier, requests and latency,
- * sessions and pins, disk and remote I/O, the process. Where the browser may
+ * sessions and pins, disk and remote I/O, the process, and the last requests
+ * with their tokens by tier and where reuse stopped. Where the browser may
  * read /metrics itself (no key, or a proxy that adds it), a small inline
- * script refreshes every figure every few seconds and draws the hit rate
- * over time from the counters' deltas.
+ * script refreshes every figure every few seconds (the last requests from
+ * GET /dashboard/requests) and draws the hit rate over time from the
+ * counters' deltas.
  *
  * Thread-safety: pure functions. */
 #ifndef KVT_DASHBOARD_H
 #define KVT_DASHBOARD_H
 
-/* The page for one /metrics text (kvt_metrics_render's): malloc'd,
+#include <stdint.h>
+
+#include "req_ring.h"
+
+/* The page for one /metrics text (kvt_metrics_render's) and the last
+ * requests (reqs[n_reqs], newest first; kvt_req_ring_take's): malloc'd,
  * NUL-terminated; the caller frees it. */
-char *kvt_dashboard_html(const char *metrics_text);
+char *kvt_dashboard_html(const char *metrics_text, const kvt_req_entry *reqs, int32_t n_reqs);
 
 /* The Content-Security-Policy the page is served with. */
 #define KVT_DASHBOARD_CSP                                                                                       \

@@ -73,6 +73,7 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
     }
     kvt_api_request_free(&a);
     if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    snprintf(r->request_id, sizeof r->request_id, "%s", cs->request_id);
     r->prefill_only = cs->r == R_PREFILL;
     r->want_block_tiers = cs->r == R_RAG;
     r->plan_cached = cs->r == R_RAG && rag.order == KVT_RAG_ORDER_CACHED;
@@ -172,7 +173,28 @@ enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, co
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_props_json(&p), NULL, NULL);
 }
 
+_Static_assert(KVT_REQ_ID_MAX == REQUEST_ID_MAX && KVT_REQ_TENANT_MAX == TENANT_HEX_LEN + 1, "req_ring sizes");
+
+void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant, double total_ms) {
+    const kvt_api_usage *u = &cs->usage;
+    kvt_req_entry e = {.t_end = (double)time(NULL), .endpoint = cs->label, .status = cs->status,
+                       .prompt_tokens = u->prompt_tokens, .computed_tokens = u->computed_tokens,
+                       .generated_tokens = u->completion_tokens, .ttft_ms = u->ttft_ms, .total_ms = total_ms,
+                       .has_stop = u->has_reuse_stop, .stop_reason = u->reuse_stop.reason,
+                       .stop_block = u->reuse_stop.block, .stop_token = u->reuse_stop.token_offset};
+    snprintf(e.request_id, sizeof e.request_id, "%s", cs->request_id);
+    snprintf(e.tenant, sizeof e.tenant, "%s", tenant);
+    memcpy(e.tier_tokens, u->tier_tokens, sizeof e.tier_tokens);
+    kvt_req_ring_put(s->reqs, &e);
+}
+
 enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    if (cs->r == R_DASHBOARD_REQUESTS) {
+        kvt_req_entry e[KVT_REQ_RING_DEFAULT];
+        int32_t n = kvt_req_ring_take(s->reqs, e, KVT_REQ_RING_DEFAULT);
+        return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_req_ring_json(e, n), NULL,
+                                 NULL);
+    }
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
                             .parallel = s->p.parallel,
                             .inflight_body_bytes = kvt_http_guard_held(s->guard),
@@ -184,7 +206,9 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
     pthread_mutex_unlock(&s->mu);
     char *text = kvt_metrics_render(s->metrics, &g);
     if (cs->r == R_DASHBOARD) {
-        char *html = kvt_dashboard_html(text);
+        kvt_req_entry e[KVT_REQ_RING_DEFAULT];
+        int32_t n = kvt_req_ring_take(s->reqs, e, KVT_REQ_RING_DEFAULT);
+        char *html = kvt_dashboard_html(text, e, n);
         free(text);
         return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/html; charset=utf-8", html,
                                  "Content-Security-Policy", KVT_DASHBOARD_CSP);

@@ -6,6 +6,7 @@
  * are in handlers.c and admin.c; the server's lifecycle in server.c. */
 #include "server_impl.h"
 
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ static const struct {
     {"/v1/rag/chat/completions", "POST", "rag_chat_completions", R_RAG, kvt_srv_handle_generate},
     {"/v1/cache/prefill", "POST", "cache_prefill", R_PREFILL, kvt_srv_handle_generate},
     {"/dashboard", "GET", "dashboard", R_DASHBOARD, kvt_srv_handle_metrics},
+    {"/dashboard/requests", "GET", "dashboard_requests", R_DASHBOARD_REQUESTS, kvt_srv_handle_metrics},
     {"/v1/cache/pin", "POST", "cache_pin", R_CACHE_PIN, kvt_srv_handle_admin},
     {"/v1/cache/unpin", "POST", "cache_unpin", R_CACHE_UNPIN, kvt_srv_handle_admin},
     {"/v1/cache/prefetch", "POST", "cache_prefetch", R_CACHE_PREFETCH, kvt_srv_handle_admin},
@@ -169,7 +171,8 @@ static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
         !strcmp(url, "/props"))
         return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
-    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard")) /* the page shows what /metrics does */
+    /* the page shows what /metrics does, and every tenant's last requests */
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests"))
         return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     return ACCESS_OPEN;
 }
@@ -241,19 +244,39 @@ static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const 
     return cs;
 }
 
-/* One line per request: what was asked, the answer, the cache's share and the times. */
-static void access_log(const conn_state *cs, enum MHD_RequestTerminationCode toe) {
+/* One line per request: what was asked, the answer, the cache's share and
+ * the times; in JSON logs each of those is its own key (kvt_log_fields). */
+static void access_log(kvt_server *s, const conn_state *cs, enum MHD_RequestTerminationCode toe) {
     char tenant[TENANT_HEX_LEN + 1] = "-";
     if (cs->key) snprintf(tenant, sizeof tenant, "%08x", (unsigned)XXH64(cs->key, strlen(cs->key), 0));
-    char tokens[ACCESS_TOKENS_MAX] = "";
-    if (cs->has_usage) {
-        const kvt_api_usage *u = &cs->usage;
+    const kvt_api_usage *u = &cs->usage;
+    double total_ms = (kvt_now() - cs->t_start) * 1e3;
+    if (cs->has_usage) kvt_srv_note_recent(s, cs, tenant, total_ms);
+    if (!kvt_log_enabled(KVT_LOG_INFO)) return;
+    int complete = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    char tokens[ACCESS_TOKENS_MAX] = "", text[ACCESS_TOKENS_MAX + ACCESS_PATH_MAX + REQUEST_ID_MAX + 96];
+    if (cs->has_usage)
         snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f",
                  u->prompt_tokens, u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
-    }
-    kvt_log(KVT_LOG_INFO, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f%s", cs->method, cs->path, cs->status,
-            cs->request_id, tenant, tokens, (kvt_now() - cs->t_start) * 1e3,
-            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    snprintf(text, sizeof text, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f%s", cs->method, cs->path,
+             cs->status, cs->request_id, tenant, tokens, total_ms, complete ? "" : " (connection ended early)");
+    /* token counts are null for requests that generated nothing (a 404, /metrics, a refused body) */
+    kvt_log_type tk = cs->has_usage ? KVT_LOG_INT : KVT_LOG_STR;
+    const kvt_log_field f[] = {
+        {"method", KVT_LOG_STR, cs->method, 0, 0},
+        {"path", KVT_LOG_STR, cs->path, 0, 0},
+        {"status", KVT_LOG_INT, NULL, cs->status, 0},
+        {"request_id", KVT_LOG_STR, cs->request_id, 0, 0},
+        {"tenant", KVT_LOG_STR, cs->key ? tenant : NULL, 0, 0},
+        {"prompt_tokens", tk, NULL, u->prompt_tokens, 0},
+        {"cached_tokens", tk, NULL, u->cached_tokens, 0},
+        {"computed_tokens", tk, NULL, u->computed_tokens, 0},
+        {"generated_tokens", tk, NULL, u->completion_tokens, 0},
+        {"ttft_ms", KVT_LOG_NUM, NULL, 0, cs->has_usage ? u->ttft_ms : NAN},
+        {"total_ms", KVT_LOG_NUM, NULL, 0, total_ms},
+        {"complete", KVT_LOG_BOOL, NULL, complete, 0},
+    };
+    kvt_log_fields(KVT_LOG_INFO, "access", f, KVT_ARRAY_LEN(f), text);
 }
 
 enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -354,7 +377,7 @@ void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, e
     kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadline starts */
     conn_state *cs = *con_cls;
     if (!cs) return;
-    access_log(cs, toe);
+    access_log(s, cs, toe);
     kvt_metrics_observe_duration(s->metrics, cs->label, kvt_now() - cs->t_start);
     conn_ctx *x = ctx_of(c);
     if (x && x->cur == cs) x->cur = NULL;

@@ -263,12 +263,12 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     uint64_t budget[KVT_TIER_COUNT] = {(uint64_t)c->t0_pages_total * g->page_bytes, c->t1_budget_bytes,
                                        c->t2_budget_bytes, c->t3_budget_bytes};
     uint64_t evictions[KVT_TIER_COUNT] = {c->t0_evictions, c->t1_evictions, 0, 0};
-    header(&b, "kvtier_tier_bytes_used", "gauge", "Bytes of KV held per tier (T0: pages in use, cached or running).");
+    header(&b, "kvtier_tier_used_bytes", "gauge", "Bytes of KV held per tier (T0: pages in use, cached or running).");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_tier_bytes_used{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)used[t]);
-    header(&b, "kvtier_tier_bytes_budget", "gauge", "Byte budget per tier (0: tier not configured).");
+        put(&b, "kvtier_tier_used_bytes{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)used[t]);
+    header(&b, "kvtier_tier_budget_bytes", "gauge", "Byte budget per tier (0: tier not configured).");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_tier_bytes_budget{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)budget[t]);
+        put(&b, "kvtier_tier_budget_bytes{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)budget[t]);
     header(&b, "kvtier_tier_evictions_total", "counter", "Blocks evicted from each tier.");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
         put(&b, "kvtier_tier_evictions_total{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)evictions[t]);
@@ -299,9 +299,9 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t3_bytes_written);
     header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
     put(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
-    header(&b, "kvtier_remote_payload_bytes_written_total", "counter",
+    header(&b, "kvtier_remote_written_payload_bytes_total", "counter",
            "Payload bytes of the T3 values written, before compression (over write bytes: the ratio).");
-    put(&b, "kvtier_remote_payload_bytes_written_total %llu\n", (unsigned long long)c->t3_payload_written);
+    put(&b, "kvtier_remote_written_payload_bytes_total %llu\n", (unsigned long long)c->t3_payload_written);
     header(&b, "kvtier_remote_values_encoded_total", "counter",
            "T3 values encoded with --kv-remote-compress zstd, by codec (raw: did not shrink).");
     put(&b, "kvtier_remote_values_encoded_total{codec=\"zstd\"} %llu\n", (unsigned long long)c->t3_compressed);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
 
 typedef struct {
     kvt_server *s;
@@ -273,6 +274,18 @@ int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key
         pthread_mutex_unlock(&s->mu);
     }
     return 0;
+}
+
+void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done) {
+    if (computed < KVT_PREFILL_PROGRESS_TOKENS || r->is_sib) return;
+    const char *id = r->request_id[0] ? r->request_id : r->id;
+    double s = r->usage.prefill_ms / 1e3;
+    if (!done)
+        kvt_log(KVT_LOG_INFO, "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed,
+                cached);
+    else
+        kvt_log(KVT_LOG_INFO, "serve: prefill %s: %d tokens computed in %.2f s (%.0f tok/s)", id, computed, s,
+                computed / (s > 0 ? s : 1e-9));
 }
 
 /* X-Session-Id names the session when the body does not; a named session

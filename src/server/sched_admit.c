@@ -115,6 +115,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     slot_setup(s, sl, r, seq);
     kvt_chain_init(&sl->chain, root);
     sl->prefilling = 1;
+    kvt_srv_log_prefill(r, r->n_prompt - sl->n_fed, sl->n_fed, 0);
     for (int32_t i = 0; i < r->n_sib; i++) {
         slot *w = free_slot(s); /* admission counted them */
         w->r = r->sib[i];

@@ -50,6 +50,7 @@ static void server_free(kvt_server *s) {
     kvt_reply_map_free(s->replies);
     kvt_call_memo_free(s->calls);
     kvt_prompt_ring_free(s->recent);
+    kvt_req_ring_free(s->reqs);
     kvt_metrics_free(s->metrics);
     for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
     free(s->pins);
@@ -114,6 +115,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
+    s->reqs = kvt_req_ring_new(KVT_REQ_RING_DEFAULT);
     s->metrics = kvt_metrics_new();
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);

@@ -34,6 +34,7 @@
 #include "json_grammar.h"
 #include "metrics.h"
 #include "prompt_ring.h"
+#include "req_ring.h"
 #include "model.h"
 #include "sampler.h"
 #include "server.h"
@@ -80,6 +81,7 @@ typedef struct srv_req {
     kvt_api_kind kind;
     int stream, include_usage;
     char id[ID_LEN];
+    char request_id[REQUEST_ID_MAX]; /* the HTTP request's (X-Request-Id), for log lines; "" for admin jobs */
     int64_t created;
     int32_t *prompt;
     int32_t n_prompt, max_tokens;
@@ -180,6 +182,7 @@ struct kvt_server {
     kvt_reply_map *replies;
     kvt_call_memo *calls;      /* the arguments text of generated tool calls, by call id */
     kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
+    kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
     kvt_metrics *metrics;
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
     struct MHD_Daemon *mhd;
@@ -231,6 +234,7 @@ typedef enum {
     R_RAG,
     R_PREFILL,
     R_DASHBOARD,
+    R_DASHBOARD_REQUESTS,
     R_CACHE_PIN,
     R_CACHE_UNPIN,
     R_CACHE_PREFETCH,
@@ -295,8 +299,11 @@ enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c,
 enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
-/* /metrics, and /dashboard (the same numbers as a page) */
+/* /metrics, /dashboard (the same numbers as a page) and /dashboard/requests (its last requests as JSON) */
 enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* Remembers a finished generation (cs->has_usage) in s->reqs for the dashboard; tenant is the
+ * access log's key hash ("-" without one), total_ms arrival to end. */
+void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant, double total_ms);
 enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 
@@ -313,6 +320,10 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
 int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err);
 /* X-Session-Id names the session when the body does not. */
 void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r);
+/* The log line of a long prefill (KVT_PREFILL_PROGRESS_TOKENS or more tokens to
+ * compute): at its start (done 0; cached tokens restored) and at its end
+ * (done 1; with its time). Nothing for a shorter one. Engine thread. */
+void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done);
 /* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
 int kvt_srv_enqueue(kvt_server *s, srv_req *r);
 void kvt_srv_cancel_locked(kvt_server *s, srv_req *r);

@@ -4,6 +4,7 @@
  * through a symbolic link; progress lines stay quiet for short work. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,45 @@ int main(void) {
     CHECK(kvt_log_set_format_name("xml") == KVT_EARG && strstr(kvt_errmsg(), "xml"));
     kvt_log_set_format(KVT_LOG_TEXT);
 
+    /* structured lines: in JSON each field is its own key (typed); in text the text message */
+    const char *fpath = kvt_test_path(dir, "fields.log");
+    CHECK(kvt_log_open_file(fpath) == 0);
+    const kvt_log_field fl[] = {
+        {"method", KVT_LOG_STR, "POST", 0, 0},    {"path", KVT_LOG_STR, "/a\"b", 0, 0},
+        {"status", KVT_LOG_INT, NULL, 200, 0},    {"tenant", KVT_LOG_STR, NULL, 0, 0},
+        {"ttft_ms", KVT_LOG_NUM, NULL, 0, 12.5},  {"gone_ms", KVT_LOG_NUM, NULL, 0, NAN},
+        {"complete", KVT_LOG_BOOL, NULL, 1, 0},
+    };
+    kvt_log_set_format(KVT_LOG_JSON);
+    CHECK(kvt_log_get_format() == KVT_LOG_JSON);
+    kvt_log_fields(KVT_LOG_INFO, "access", fl, KVT_ARRAY_LEN(fl), "access: POST /a 200");
+    kvt_log_fields(KVT_LOG_DEBUG, "hidden", fl, 1, "hidden"); /* below the threshold */
+    kvt_log_set_format(KVT_LOG_TEXT);
+    kvt_log_fields(KVT_LOG_INFO, "access", fl, KVT_ARRAY_LEN(fl), "access: POST /a 200");
+    kvt_log_close_file();
+    t = kvt_test_read_file(fpath, NULL);
+    CHECK(t && count_lines(t) == 2);
+    if (t) {
+        char *nl = strchr(t, '\n');
+        *nl = 0;
+        cJSON *j = cJSON_Parse(t);
+        CHECKF(j != NULL, "not JSON: %s", t);
+        if (j) {
+            CHECK(!strcmp(cJSON_GetObjectItem(j, "msg")->valuestring, "access"));
+            CHECK(!strcmp(cJSON_GetObjectItem(j, "method")->valuestring, "POST"));
+            CHECK(!strcmp(cJSON_GetObjectItem(j, "path")->valuestring, "/a\"b"));
+            CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "status")) && cJSON_GetObjectItem(j, "status")->valueint == 200);
+            CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "tenant")));
+            CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "ttft_ms")) && cJSON_GetObjectItem(j, "ttft_ms")->valuedouble == 12.5);
+            CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "gone_ms")));
+            CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "complete")));
+            CHECK(cJSON_GetArraySize(j) == 3 + (int)KVT_ARRAY_LEN(fl));
+            cJSON_Delete(j);
+        }
+        CHECKF(matches("Z kvtier: info: access: POST /a 200$", nl + 1), "text line: %s", nl + 1);
+        free(t);
+    }
+
     /* a symbolic link is never followed: its target stays untouched */
     const char *target = kvt_test_path(dir, "target");
     const char *link = kvt_test_path(dir, "link.log");
@@ -144,6 +184,24 @@ int main(void) {
         CHECK(strstr(t, "progress: long work: 3/10 items (30%)") != NULL);
         CHECK(strstr(t, "progress: long work: 10/10 items (100%)") && strstr(t, ", done"));
         CHECK(!strstr(t, "short work"));
+        free(t);
+    }
+    /* forced (a command's --progress): the first line at once, however short the work, then "done" */
+    unsetenv("KVT_PROGRESS");
+    CHECK(kvt_log_open_file(ppath) == 0);
+    kvt_progress_set_forced(1);
+    CHECK(kvt_progress_wanted());
+    kvt_progress_begin(&p, "quick work", 4, "items");
+    kvt_progress_update(&p, 2); /* within the interval: no line */
+    kvt_progress_end(&p, 4);
+    kvt_progress_set_forced(0);
+    kvt_log_close_file();
+    t = kvt_test_read_file(ppath, NULL);
+    CHECK(t != NULL);
+    if (t) {
+        CHECKF(count_lines(t) == 4, "%s", t);
+        CHECK(strstr(t, "progress: quick work: 0/4 items (0%)") != NULL);
+        CHECK(strstr(t, "progress: quick work: 4/4 items (100%)") && !strstr(t, "quick work: 2/4"));
         free(t);
     }
     return kvt_test_done("test_log");

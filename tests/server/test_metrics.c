@@ -111,9 +111,9 @@ int main(void) {
         buckets++;
     }
     CHECK(buckets >= 3 && monotone);
-    CHECK(value_of(t, "kvtier_tier_bytes_used{tier=\"T0\"}") == 6000);
-    CHECK(value_of(t, "kvtier_tier_bytes_budget{tier=\"T0\"}") == 10000);
-    CHECK(value_of(t, "kvtier_tier_bytes_used{tier=\"T1\"}") == 777);
+    CHECK(value_of(t, "kvtier_tier_used_bytes{tier=\"T0\"}") == 6000);
+    CHECK(value_of(t, "kvtier_tier_budget_bytes{tier=\"T0\"}") == 10000);
+    CHECK(value_of(t, "kvtier_tier_used_bytes{tier=\"T1\"}") == 777);
     CHECK(value_of(t, "kvtier_disk_writes_dropped_total") == 5);
     CHECK(value_of(t, "kvtier_queue_depth") == 3);
     CHECK(value_of(t, "kvtier_sequences_active") == 2);

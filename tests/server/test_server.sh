@@ -231,7 +231,7 @@ check "disconnected clients' sequences freed" is "$busy" 0
 # ---- metrics -------------------------------------------------------------------------------------
 curl -s -m 10 "$URL/metrics" >"$TMP/metrics"
 for m in 'kvtier_requests_total{endpoint="completions",code="200"}' 'kvtier_requests_total{endpoint="completions",code="400"}' \
-  'kvtier_cached_tokens_total{tier="T0"}' 'kvtier_tier_bytes_used{tier="T0"}' 'kvtier_tier_bytes_budget{tier="T1"}' \
+  'kvtier_cached_tokens_total{tier="T0"}' 'kvtier_tier_used_bytes{tier="T0"}' 'kvtier_tier_budget_bytes{tier="T1"}' \
   kvtier_cache_hit_ratio kvtier_queue_depth 'kvtier_tier_evictions_total{tier="T0"}' kvtier_time_to_first_token_seconds_count \
   kvtier_generated_tokens_total; do
   check "metrics has $m" grep -qF "$m " "$TMP/metrics"

@@ -27,7 +27,7 @@ text2=$(grep -o '"text":"[^"]*"' "$TMP/r2.json")
 check "same completion after the restart" test "$text1" = "$text2"
 check "the response reports the restore decision" grep -q '"disk_blocks":"restore"' "$TMP/r2.json"
 curl -s "http://127.0.0.1:$PORT/metrics" > "$TMP/metrics.txt"
-check "metrics report the disk budget" grep -q 'kvtier_tier_bytes_budget{tier="T2"} [1-9]' "$TMP/metrics.txt"
+check "metrics report the disk budget" grep -q 'kvtier_tier_budget_bytes{tier="T2"} [1-9]' "$TMP/metrics.txt"
 check "metrics report disk reads" grep -q 'kvtier_disk_bytes_total{direction="read"} [1-9]' "$TMP/metrics.txt"
 kvt_stop_server srv
 

@@ -61,11 +61,34 @@ lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) >= 5, lines
 for l in lines:
     d = json.loads(l)
-    assert set(d) == {"ts", "level", "msg"}, d
+    assert list(d)[:3] == ["ts", "level", "msg"], d
+    assert d["msg"] == "access" or set(d) == {"ts", "level", "msg"}, d
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", d["ts"]), d
     assert d["level"] in ("error", "warn", "info", "debug"), d
 PY
-check "the access line is in it" grep -q '"msg":"access: POST /v1/completions 200 id=' "$LOG"
+check "access lines carry each field as a JSON key, the completion's equal to its response" \
+  python3 - "$LOG" "$TMP/r1.json" <<'PY'
+import json, sys
+acc = [d for d in map(json.loads, open(sys.argv[1])) if d["msg"] == "access"]
+keys = ["ts", "level", "msg", "method", "path", "status", "request_id", "tenant", "prompt_tokens", "cached_tokens",
+        "computed_tokens", "generated_tokens", "ttft_ms", "total_ms", "complete"]
+for d in acc:
+    assert list(d) == keys, d
+    assert d["request_id"].startswith("req-") and d["tenant"] is None and d["complete"] is True, d
+    assert isinstance(d["total_ms"], (int, float)) and d["total_ms"] >= 0, d
+by = {(d["method"], d["path"]): d for d in acc}
+c, r = by[("POST", "/v1/completions")], json.load(open(sys.argv[2]))
+assert c["status"] == 200, c
+assert c["prompt_tokens"] == r["usage"]["prompt_tokens"] > 0, (c, r)
+assert c["generated_tokens"] == r["usage"]["completion_tokens"], (c, r)
+assert c["cached_tokens"] == r["kvtier"]["cached_tokens"], (c, r)
+assert c["computed_tokens"] == r["kvtier"]["computed_tokens"] == c["prompt_tokens"] - c["cached_tokens"], (c, r)
+assert isinstance(c["ttft_ms"], float) and 0 <= c["ttft_ms"] <= c["total_ms"], c
+assert by[("POST", "/v1/chat/completions")]["status"] == 200
+n = by[("GET", "/nope")]
+assert n["status"] == 404 and n["prompt_tokens"] is None and n["ttft_ms"] is None, n
+assert by[("GET", "/health")]["status"] == 200
+PY
 check "and the start-up line" grep -q '"level":"info","msg":"serve: listening on http://127.0.0.1:' "$LOG"
 
 check "/metrics passes the strict exposition check" python3 "$HERE/promcheck.py" "$TMP/metrics.txt"
@@ -90,25 +113,63 @@ elif kind == "counter":
     t = t.replace("kvtier_generations_total", "kvtier_generations")
 elif kind == "split":  # one family's samples in two places
     t += 'kvtier_cached_tokens_total{tier="T9"} 1\n'
+elif kind == "unit":  # the unit not last
+    t = t.replace("kvtier_tier_used_bytes", "kvtier_tier_bytes_used")
 elif kind == "label":
     t = t.replace('tier="T1"', 'tier="T\\q1"', 1)
 open(sys.argv[3], "w").write(t)
 PY
   ! python3 "$HERE/promcheck.py" "$TMP/broken.txt" >/dev/null
 }
-for k in buckets help counter split label; do check "promcheck refuses a broken copy ($k)" broken $k; done
+for k in buckets help counter split unit label; do check "promcheck refuses a broken copy ($k)" broken $k; done
 
+# two generations the "last requests" table must show as their responses say: a repeat (reused) and a new one
+for id in dash-1 dash-2; do
+  p=$PROMPT; [ $id = dash-2 ] && p="Something else entirely, about tiers"
+  curl -s -m 60 -H 'Content-Type: application/json' -H "X-Request-Id: $id" -o "$TMP/$id.json" \
+    -d "{\"prompt\": \"$p\", \"max_tokens\": 4, \"temperature\": 0}" "$URL/v1/completions"
+done
 curl -s -m 10 -D "$TMP/dash.h" -o "$TMP/dash.html" "$URL/dashboard"
 curl -s -m 10 "$URL/metrics" >"$TMP/metrics2.txt"
+curl -s -m 10 "$URL/dashboard/requests" >"$TMP/recent.json"
 check "/dashboard is HTML" grep -qi '^content-type: text/html' "$TMP/dash.h"
 check "... with a policy that forbids outside assets" grep -qi "^content-security-policy: default-src 'none'" "$TMP/dash.h"
 check "... and refers to nothing outside itself" bash -c "! grep -Eiq '(src|href)=|https?://|@import|url\(' '$TMP/dash.html'"
 check "... shows the tiers" grep -q '<table id="tiers">' "$TMP/dash.html"
-check "... with T2's budget (64 MiB)" grep -q 'kvtier_tier_bytes_budget{tier=&quot;T2&quot;}" data-f="bytes">64.0 MiB<' "$TMP/dash.html"
+check "... lists the last requests, the newest first" python3 - "$TMP/dash.html" "$TMP/recent.json" <<'PY'
+import json, re, sys
+page, q = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))["requests"]
+ids = re.findall(r'<tr data-id="([^"]*)">', re.search(r'<tbody id="recent-rows">(.*?)</tbody>', page, re.S)[1])
+assert ids[:2] == ["dash-2", "dash-1"] and ids == [x["request_id"] for x in q] and len(ids) == 4, ids
+assert q[1]["reuse_stop"]["reason"] == "end_of_prompt" and q[1]["cached_tokens_by_tier"]["T0"] > 0, q[1]
+PY
+check "... with T2's budget (64 MiB)" grep -q 'kvtier_tier_budget_bytes{tier=&quot;T2&quot;}" data-f="bytes">64.0 MiB<' "$TMP/dash.html"
 if command -v node >/dev/null; then
-  check "the page's script shows /metrics' numbers and draws the chart" node "$HERE/dashboard_check.cjs" "$TMP/dash.html" "$TMP/metrics2.txt"
+  check "the page's script shows /metrics' numbers and the responses' in the last requests, and draws the chart" \
+    node "$HERE/dashboard_check.cjs" "$TMP/dash.html" "$TMP/metrics2.txt" "$TMP/recent.json" \
+    "dash-1=$TMP/dash-1.json" "dash-2=$TMP/dash-2.json"
 else
   echo "SKIP part: node is not installed (the dashboard script check)"; skipped=1
+fi
+# where a headless Chromium is installed (not in CI: ~220-290 MB), the page in a real browser under its
+# Content-Security-Policy: the script reaches /metrics and /dashboard/requests, says it is live, and its
+# last-requests rows are the server's; and a screenshot
+CHROME=$(command -v chromium-headless-shell || command -v chromium || true)
+if [ -n "$CHROME" ]; then
+  timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --virtual-time-budget=5000 --dump-dom "$URL/dashboard" \
+    >"$TMP/dom.html" 2>/dev/null
+  check "in Chromium the page goes live and shows the server's last requests" python3 - "$TMP/dom.html" "$TMP/dash.html" <<'PY'
+import re, sys
+dom, page = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+assert re.search(r'<span id="live">live, every 3 s</span>', dom), re.findall(r'<span id="live">[^<]*', dom)
+rows = lambda t: re.findall(r'<tr data-id="[^"]*">.*?</tr>', re.search(r'<tbody id="recent-rows">(.*?)</tbody>', t, re.S)[1])
+assert rows(dom) == rows(page) and len(rows(dom)) == 4, (rows(dom), rows(page))
+PY
+  timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --virtual-time-budget=5000 --window-size=1300,1000 \
+    --screenshot="$TMP/dashboard.png" "$URL/dashboard" >/dev/null 2>&1
+  check "... and takes a screenshot" bash -c "head -c 8 '$TMP/dashboard.png' | grep -q PNG"
+else
+  echo "SKIP part: no headless Chromium (chromium-headless-shell or chromium): the in-browser check"
 fi
 stop
 check "graceful stop exits 0" test $? -eq 0

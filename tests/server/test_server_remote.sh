@@ -81,7 +81,7 @@ check "metrics: T3 connected" grep -q '^kvtier_remote_connected 1' "$TMP/metrics
 check "metrics: T3 hits" grep -q '^kvtier_remote_reads_total{result="hit"} [1-9]' "$TMP/metrics.txt"
 check "metrics: T3 latency" grep -q '^kvtier_remote_latency_seconds_count [1-9]' "$TMP/metrics.txt"
 check "metrics: T3 cached tokens" grep -q '^kvtier_cached_tokens_total{tier="T3"} [1-9]' "$TMP/metrics.txt"
-check "metrics: T3 budget" grep -q '^kvtier_tier_bytes_budget{tier="T3"} [1-9]' "$TMP/metrics.txt"
+check "metrics: T3 budget" grep -q '^kvtier_tier_budget_bytes{tier="T3"} [1-9]' "$TMP/metrics.txt"
 check "the start-up line counts T3 capacity" grep -q 'T3 remote [1-9]' "$TMP/B.log"
 
 # Redis goes away under B: requests still succeed (misses), then T3 comes back
