@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat.h"
 #include "cli.h"
 #include "common.h"
 #include "model.h"
@@ -27,7 +28,7 @@
 void kvt_usage_rag(FILE *f) {
     fprintf(f,
             "usage: kvtier rag index -m MODEL --docs DIR|FILE.jsonl|FILE -o INDEX [--chunk-tokens N] [--block-size B]\n"
-            "       kvtier rag query INDEX \"question\" [-k K] [--json]\n"
+            "       kvtier rag query INDEX \"question\" [-k K] [--json] [--prompt -m MODEL [--system TEXT] [--order O]]\n"
             "       kvtier rag prewarm --server URL INDEX [--system TEXT] [--api-key KEY] [--flush]\n\n"
             "index    splits documents into chunks that render as whole runs of cache blocks (paragraphs\n"
             "         first, then sentences, words, bytes) and writes a BM25 index (one checksummed file).\n"
@@ -41,6 +42,13 @@ void kvt_usage_rag(FILE *f) {
             "query    prints the K best chunks for a question: rank, BM25 score, id, tokens, text.\n"
             "  -k K                chunks to print (default %d)\n"
             "  --json              one JSON object instead of text\n"
+            "  --prompt            also print the token ids of the prompt /v1/rag/chat/completions builds for\n"
+            "                      the question ([system][chunks as fixed context blocks][question], the\n"
+            "                      model's chat template), e.g. to send the same prompt to another server\n"
+            "  -m, --model MODEL   the served model (--prompt; a vocab-only GGUF will do)\n"
+            "  --system TEXT       the system message (--prompt; default: none)\n"
+            "  --order O           score (best first, default) or canonical (by id) (--prompt; \"cached\"\n"
+            "                      depends on a server's cache)\n"
             "prewarm  computes [system][chunk] for every chunk on a running `kvtier serve` (POST\n"
             "         /v1/cache/prefill), so the first question that retrieves a chunk first finds it cached.\n"
             "  --server URL        http://HOST:PORT of the server\n"
@@ -238,6 +246,7 @@ static int cmd_index(int argc, char **argv) {
                "%d terms, in %.1f s: %s\n",
                x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, block, chunk,
                kvt_rag_n_terms(idx), kvt_now() - x.t_start, out);
+
     }
     kvt_rag_free(idx);
     kvt_model_free(m);
@@ -246,16 +255,58 @@ static int cmd_index(int argc, char **argv) {
 
 /* ---- query ---------------------------------------------------------------------------- */
 
+/* The prompt the RAG route builds for question over hits[0..n) (planned
+ * for order): the chat template over [system?][user: question] with the
+ * chunks as fixed context blocks before the question. 0 or -1 after printing why. */
+static int rag_prompt(const char *model_path, const kvt_rag_index *idx, const char *system, const char *question,
+                      kvt_rag_order order, kvt_rag_hit *hits, int32_t n, int32_t **out, size_t *n_out) {
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1;
+    kvt_model *m = NULL;
+    if (kvt_model_load(model_path, mp, &m)) {
+        fprintf(stderr, "kvtier rag query: %s\n", kvt_errmsg());
+        return -1;
+    }
+    kvt_chat_family fam = kvt_chat_detect(m->chat_template);
+    if (fam == KVT_CHAT_UNKNOWN) fam = KVT_CHAT_CHATML; /* as `kvtier serve` falls back */
+    kvt_chat_msg msgs[2];
+    size_t nm = 0, at = 0, nt = 0;
+    if (system) msgs[nm++] = (kvt_chat_msg){"system", system};
+    msgs[nm++] = (kvt_chat_msg){"user", question};
+    int32_t *toks = NULL;
+    kvt_document docs[KVT_RAG_MAX_K];
+    kvt_rag_plan(idx, order, hits, n, docs);
+    int rc = kvt_chat_render_at(m->tok, fam, msgs, nm, NULL, NULL, SIZE_MAX, nm - 1, &at, &toks, &nt);
+    if (!rc) rc = kvt_render_documents(m, kvt_rag_block_size(idx), toks, nt, at, docs, (size_t)n, out, n_out);
+    if (rc) fprintf(stderr, "kvtier rag query: cannot build the prompt: %s\n", kvt_errmsg());
+    free(toks);
+    kvt_model_free(m);
+    return rc ? -1 : 0;
+}
+
 static int cmd_query(int argc, char **argv) {
-    const char *path = NULL, *question = NULL;
+    const char *path = NULL, *question = NULL, *model_path = NULL, *system = NULL;
     long k = KVT_RAG_DEFAULT_K;
-    int json = 0;
+    int json = 0, prompt = 0, order = KVT_RAG_ORDER_SCORE;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-k")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0) return 2;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--prompt")) {
+            prompt = 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--system")) {
+            if (!(system = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--order")) {
+            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
+            order = kvt_rag_order_parse(v);
+            if (order != KVT_RAG_ORDER_SCORE && order != KVT_RAG_ORDER_CANONICAL) {
+                fprintf(stderr, "kvtier rag query: --order must be score or canonical\n");
+                return 2;
+            }
         } else if (a[0] != '-' && !path) {
             path = a;
         } else if ((a[0] != '-' || !a[1]) && !question) {
@@ -265,8 +316,8 @@ static int cmd_query(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || !question) {
-        fprintf(stderr, "kvtier rag query: needs INDEX and a question\n");
+    if (!path || !question || (prompt && !model_path)) {
+        fprintf(stderr, "kvtier rag query: needs INDEX and a question%s\n", prompt ? ", and -m MODEL for --prompt" : "");
         kvt_usage_rag(stderr);
         return 2;
     }
@@ -279,15 +330,30 @@ static int cmd_query(int argc, char **argv) {
     double t0 = kvt_now();
     int32_t n = kvt_rag_query(idx, question, (int32_t)k, hits);
     double ms = (kvt_now() - t0) * 1e3;
+    int32_t *ptoks = NULL;
+    size_t np = 0;
+    kvt_rag_hit planned[KVT_RAG_MAX_K];
+    memcpy(planned, hits, (size_t)n * sizeof *hits);
+    if (prompt && rag_prompt(model_path, idx, system, question, (kvt_rag_order)order, planned, n, &ptoks, &np)) {
+        kvt_rag_free(idx);
+        return 1;
+    }
     if (json) {
         cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "chunks");
         cJSON_AddNumberToObject(o, "query_ms", ms);
+        if (prompt) {
+            cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens"), *po = cJSON_AddArrayToObject(o, "prompt_chunks");
+            for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
+            for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(po, cJSON_CreateString(kvt_rag_chunk_at(idx, planned[i].chunk)->id));
+        }
         for (int32_t i = 0; i < n; i++) {
             const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
             cJSON *e = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "rank", i);
             cJSON_AddNumberToObject(e, "chunk", hits[i].chunk);
             cJSON_AddStringToObject(e, "id", c->id);
+            cJSON_AddStringToObject(e, "doc", c->doc);
+            cJSON_AddNumberToObject(e, "seq", c->seq);
             cJSON_AddNumberToObject(e, "score", hits[i].score);
             cJSON_AddNumberToObject(e, "tokens", c->tokens);
             cJSON_AddStringToObject(e, "text", c->text);
@@ -308,7 +374,13 @@ static int cmd_query(int argc, char **argv) {
             printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id,
                    c->tokens, snip, strlen(c->text) > SNIPPET ? "..." : "");
         }
+        if (prompt) {
+            printf("prompt (%s order): %zu tokens:", kvt_rag_order_name((kvt_rag_order)order), np);
+            for (size_t i = 0; i < np; i++) printf(" %d", ptoks[i]);
+            printf("\n");
+        }
     }
+    free(ptoks);
     kvt_rag_free(idx);
     return 0;
 }
