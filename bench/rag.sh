@@ -12,9 +12,13 @@
 #       canonical  chunks by chunk number: the same set is the same bytes
 #       cached     kvtier's planner: follow the cached path, then canonical
 #       prewarm    `kvtier rag prewarm` first ([system][chunk] for every chunk), then cached
+#       llama.cpp  llama.cpp's llama-server (LLAMA_SERVER=path; skipped when unset) on the naive
+#                  prompts as token ids (the same tokens kvtier's naive variant computes), one slot,
+#                  its prompt cache (cache_prompt) on as by default: it reuses the longest common
+#                  prefix with the slot's previous prompt only; llama.cpp-nc: cache_prompt off
 # Prints prompt tokens computed, cached fraction, TTFT p50/p95, plan time and
 # wall time per variant, then ratios. Numbers only, never pass/fail.
-# usage: bench/rag.sh   (MODEL=..., THREADS=2, TOPICS=20, BLOCKS=40, WORDS=240;
+# usage: bench/rag.sh   (MODEL=..., THREADS=2, TOPICS=20, BLOCKS=40, WORDS=240, LLAMA_SERVER=...;
 #                        SMALL=1: a dim-256, 4-layer llama instead of the ~250M one, for a loaded machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +83,31 @@ variant naive score
 variant canonical canonical
 variant cached cached
 variant prewarm cached --prewarm
+
+# ---- llama.cpp's server on the naive prompts ------------------------------------------------
+llama_variant() { # LABEL [--no-cache-prompt]: llama-server, the same model, threads and context, one slot
+  local label=$1 port pid; shift
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" -np 1 -t "$T" -c 2048 >"$OUT/$label.log" 2>&1 &
+  pid=$!
+  trap "kill $pid 2>/dev/null || true" EXIT
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || { echo "llama-server did not start:" >&2; cat "$OUT/$label.log" >&2; exit 1; }
+    sleep 0.2
+  done
+  python3 bench/rag_bench.py llama --url "http://127.0.0.1:$port" --index "$OUT/corpus.idx" --model "$MODEL" \
+    --label "$label" --topics "$TOPICS" --blocks "$BLOCKS" "$@" | tee -a "$OUT/results.jsonl"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  trap - EXIT
+}
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  llama_variant llama.cpp
+  llama_variant llama.cpp-nc --no-cache-prompt
+else
+  echo "llama.cpp variant skipped: set LLAMA_SERVER to a llama-server binary (e.g. /work/llama.cpp/build/bin/llama-server)"
+fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$OUT/results.jsonl" <<'EOF'
@@ -96,4 +125,22 @@ print(f'prompt tokens computed, naive / cached: {n["computed_tokens"] / c["compu
 print(f'TTFT p50, cold / cached: {r["cold"]["ttft_p50_ms"] / c["ttft_p50_ms"]:.2f}x, naive / cached: '
       f'{n["ttft_p50_ms"] / c["ttft_p50_ms"]:.2f}x, cold / prewarm: {r["cold"]["ttft_p50_ms"] / r["prewarm"]["ttft_p50_ms"]:.2f}x')
 print(f'planning (retrieve + order, server side): mean {c["plan_ms_mean"]:.3f} ms, max {c["plan_ms_max"]:.3f} ms per request')
+EOF
+
+python3 - "$OUT/results.jsonl" <<'EOF'
+import json, sys
+r = {j["label"]: j for j in map(json.loads, open(sys.argv[1]))}
+c = r["cached"]
+print(f'planning per request: mean {c["plan_ms_mean"]:.3f} ms, max {c["plan_ms_max"]:.3f} ms (target < 1 ms)')
+for k in ["llama.cpp", "llama.cpp-nc"]:
+    if k not in r:
+        continue
+    j = r[k]
+    print(f'{k:12} computed {j["computed_tokens"]:6d} of {j["prompt_tokens"]} prompt tokens ({100 * j["cached_fraction"]:.1f}% reused), '
+          f'TTFT p50 {j["ttft_p50_ms"]:.0f} / p95 {j["ttft_p95_ms"]:.0f} ms (server prompt_ms; client streamed: '
+          f'{j["ttft_client_p50_ms"]:.0f} / {j["ttft_client_p95_ms"]:.0f} ms)')
+    print(f'  same prompt tokens as kvtier naive: {j["prompt_tokens"] == r["naive"]["prompt_tokens"]}; TTFT p50 {k} / kvtier cached: '
+          f'{j["ttft_p50_ms"] / c["ttft_p50_ms"]:.2f}x (target >= 3x), / kvtier prewarm: '
+          f'{j["ttft_p50_ms"] / r["prewarm"]["ttft_p50_ms"]:.2f}x; computed tokens {k} / kvtier cached: '
+          f'{j["computed_tokens"] / c["computed_tokens"]:.2f}x')
 EOF

@@ -12,7 +12,8 @@
 #   on the RAG route, a bad k or order, no question, no index: 4xx naming the field.
 # - POST /v1/cache/prefill and `kvtier rag prewarm --server`: chunks computed without
 #   generating, then found cached by the first question; with --flush, from the disk
-#   tier after a restart.
+#   tier after a restart; --questions/--pairs caches a logged question's first two
+#   chunks; --cache-dir fills a disk-tier directory with no server, which one then opens.
 # Needs curl and jq.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
@@ -225,6 +226,29 @@ start_server persist2 --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kv" --kv-disk
 ask "How long does a worker bee live?"
 check "after a restart: the first chunk comes from T2" is \
   "$(jb '.kvtier.rag.chunks[0] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)')" true
+# pair prewarm from a question log: the question's first two chunks (canonical order) are both cached
+QP="How long does a worker bee live, and which days does the Lyon warehouse ship?"
+printf '%s\n{"question": "%s"}\nWhy do tides follow the moon?\n' "$QP" "$QP" >"$TMP/questions.txt"
+start_server pairs --rag-index "$IDX" --rag-k 2
+out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --questions "$TMP/questions.txt" -k 2 --pairs 1 2>&1)
+check "rag prewarm --pairs: one pair of three questions" has "$out" "3 questions, the 1 most common opening pairs"
+check "rag prewarm --pairs: reported" has "$out" "chunks and 1 pairs"
+ask "$QP"
+check "after pair prewarm: both chunks cached" is "$(jb '.kvtier.rag.cached_chunks')" 2
+# prewarm with no server, into a disk-tier directory that a server then opens
+out=$("$BIN" rag prewarm --cache-dir "$TMP/kvlocal" -m "$TMP/tiny.gguf" -t 1 "$IDX" --system "$SYS" \
+  --questions "$TMP/questions.txt" -k 2 --pairs 1 2>&1); rc=$?
+check "rag prewarm --cache-dir succeeds" is "$rc" 0
+check "rag prewarm --cache-dir: on disk" has "$out" "in the disk tier"
+check "rag prewarm --cache-dir: progress" has "$out" "rag prewarm: "
+start_server local --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kvlocal" --restore always
+ask "$QP"
+check "after prewarm --cache-dir: both chunks from T2" is \
+  "$(jb '[.kvtier.rag.chunks[] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)] | all')" true
+check "rag prewarm: --cache-dir without -m is an error" is \
+  "$("$BIN" rag prewarm --cache-dir "$TMP/kvx" "$IDX" >/dev/null 2>&1; echo $?)" 2
+check "rag prewarm: --pairs without --questions is an error" is \
+  "$("$BIN" rag prewarm --server "$URL" "$IDX" --pairs 3 >/dev/null 2>&1; echo $?)" 2
 out=$("$BIN" rag prewarm --server "http://127.0.0.1:1" "$IDX" 2>&1); rc=$?
 check "rag prewarm: no server is an error" is "$rc/$(echo "$out" | grep -c 'cannot connect')" "1/1"
 
