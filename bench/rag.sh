@@ -12,6 +12,8 @@
 #       canonical  chunks by chunk number: the same set is the same bytes
 #       cached     kvtier's planner: follow the cached path, then canonical
 #       prewarm    `kvtier rag prewarm` first ([system][chunk] for every chunk), then cached
+#       pairs      prewarm plus the 20 most common opening pairs [system][a][b] of a question log
+#                  (one question per topic, worded unlike the measured ones: `rag_bench.py log`)
 #       llama.cpp  llama.cpp's llama-server (LLAMA_SERVER=path; skipped when unset) on the naive
 #                  prompts as token ids (the same tokens kvtier's naive variant computes), one slot,
 #                  its prompt cache (cache_prompt) on as by default: it reuses the longest common
@@ -56,7 +58,7 @@ listen_port() { # LOG PID: the port `kvtier serve --port 0` printed, once it lis
   echo "kvtier serve did not start:" >&2; cat "$1" >&2; return 1
 }
 
-variant() { # LABEL ORDER [--cold] [--prewarm]
+variant() { # LABEL ORDER [--cold] [--prewarm [PREWARM ARGS...]]
   local label=$1 order=$2 cold="" prewarm=""
   [ "${3:-}" = --cold ] && cold=--cold
   [ "${3:-}" = --prewarm ] && prewarm=1
@@ -68,7 +70,7 @@ variant() { # LABEL ORDER [--cold] [--prewarm]
   if [ -n "$prewarm" ]; then
     local t0; t0=$(date +%s.%N)
     ./build/kvtier rag prewarm --server "http://127.0.0.1:$port" "$OUT/corpus.idx" \
-      --system "You answer questions about the documents below. Quote the document id." 2>/dev/null
+      --system "You answer questions about the documents below. Quote the document id." "${@:4}" 2>/dev/null
     echo "prewarm took $(echo "$(date +%s.%N) - $t0" | bc) s (not counted below)"
   fi
   python3 bench/rag_bench.py run --url "http://127.0.0.1:$port" --order "$order" $cold --label "$label" \
@@ -83,6 +85,10 @@ variant naive score
 variant canonical canonical
 variant cached cached
 variant prewarm cached --prewarm
+
+# ---- prewarm with common pairs from a question log ------------------------------------------
+python3 bench/rag_bench.py log --out "$OUT/log.txt" --topics "$TOPICS" --blocks "$BLOCKS"
+variant pairs cached --prewarm --questions "$OUT/log.txt" -k 3 --pairs "$TOPICS"
 
 # ---- llama.cpp's server on the naive prompts ------------------------------------------------
 llama_variant() { # LABEL [--no-cache-prompt]: llama-server, the same model, threads and context, one slot
@@ -130,8 +136,11 @@ EOF
 python3 - "$OUT/results.jsonl" <<'EOF'
 import json, sys
 r = {j["label"]: j for j in map(json.loads, open(sys.argv[1]))}
-c = r["cached"]
+c, n = r["cached"], r["naive"]
 print(f'planning per request: mean {c["plan_ms_mean"]:.3f} ms, max {c["plan_ms_max"]:.3f} ms (target < 1 ms)')
+p = r["pairs"]
+print(f'pairs      computed {p["computed_tokens"]:6d} ({100 * p["cached_fraction"]:.1f}% cached, {p["cached_chunks"]}/{p["chunks"]} chunks), '
+      f'TTFT p50 {p["ttft_p50_ms"]:.0f} / p95 {p["ttft_p95_ms"]:.0f} ms; naive / pairs: {n["computed_tokens"] / p["computed_tokens"]:.2f}x')
 for k in ["llama.cpp", "llama.cpp-nc"]:
     if k not in r:
         continue
@@ -144,3 +153,9 @@ for k in ["llama.cpp", "llama.cpp-nc"]:
           f'{j["ttft_p50_ms"] / r["prewarm"]["ttft_p50_ms"]:.2f}x; computed tokens {k} / kvtier cached: '
           f'{j["computed_tokens"] / c["computed_tokens"]:.2f}x')
 EOF
+python3 bench/rag_bench.py bound --topics "$TOPICS" --blocks "$BLOCKS" | python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+print(f"chunks computed of {b[\"chunk_uses\"]} (exact reuse, this arrival order): planner {b[\"planner_computed_chunks\"]}, "
+      f"best order knowing the future {b[\"best_order_computed_chunks\"]}, with prewarm {b[\"prewarm_computed_chunks\"]}, "
+      f"with pairs {b[\"pairs_computed_chunks\"]}")'

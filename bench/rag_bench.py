@@ -148,9 +148,61 @@ def llama(args):
                       "plan_ms_mean": None, "plan_ms_max": None, "wall_s": round(wall, 1)}))
 
 
+def log(args):
+    """A question log for `kvtier rag prewarm --questions`: one question per topic, worded
+    unlike the measured ones (yesterday's traffic on the same topics)."""
+    with open(args.out, "w") as f:
+        for t in range(args.topics):
+            kws = " ".join(f"kw{(2 * t + i) % args.blocks}" for i in range(3))
+            f.write(f"Earlier, on topic {t}: how do {kws} relate?\n")
+
+
+def bound(args):
+    """Chunks the first question of each topic must compute with exact prefix reuse, by
+    topic order of arrival: the planner's rule (follow a cached path, else canonical)
+    against the best any order could do knowing the future (each topic can lend its
+    first chunk to one later neighbour). A chunk-level model of the workload above."""
+    first = []
+    for q in questions(args):
+        t = int(q.split()[1])
+        if t not in first:
+            first.append(t)
+    T = args.topics
+
+    def chunks(t):
+        return [(2 * t + i) % args.blocks for i in range(3)]
+
+    def planner():
+        head, computed = {}, 0  # topic -> its first chunk
+        for t in first:
+            lent = [c for c in chunks(t) if any(head.get(u) == c for u in ((t - 1) % T, (t + 1) % T))]
+            head[t] = min(lent) if lent else min(chunks(t), key=lambda c: f"block{c:03d}")
+            computed += 3 - bool(lent)
+        return computed
+
+    head = {}
+
+    def best(i=0):  # a topic that lends nothing puts a shared chunk first (its middle one helps no one)
+        if i == len(first):
+            return 0
+        t, cost = first[i], []
+        lent = [c for c in chunks(t) if any(head.get(u) == c for u in ((t - 1) % T, (t + 1) % T))]
+        for c in lent or chunks(t)[::2]:
+            head[t] = c
+            cost.append(3 - bool(lent) + best(i + 1))
+        del head[t]
+        return min(cost)
+
+    n = 3 * len(first)
+    print(json.dumps({"label": "bound", "chunk_uses": 9 * len(first), "planner_computed_chunks": planner(),
+                      "best_order_computed_chunks": best() if T <= 22 else None,
+                      "prewarm_computed_chunks": n - len(first), "pairs_computed_chunks": len(first)}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["corpus", "run", "llama"])
+    ap.add_argument("what", choices=["corpus", "run", "llama", "log", "bound"])
+    ap.add_argument("--out", help="log: the file to write")
     ap.add_argument("--docs", default="bench/out/rag/docs")
     ap.add_argument("--blocks", type=int, default=40)
     ap.add_argument("--topics", type=int, default=20)
@@ -166,7 +218,7 @@ def main():
     ap.add_argument("--model", help="llama: the model (its tokenizer and chat template)")
     ap.add_argument("--no-cache-prompt", action="store_true", help="llama: send cache_prompt: false")
     args = ap.parse_args()
-    {"corpus": corpus, "run": run, "llama": llama}[args.what](args)
+    {"corpus": corpus, "run": run, "llama": llama, "log": log, "bound": bound}[args.what](args)
 
 
 if __name__ == "__main__":
