@@ -153,9 +153,11 @@ for k in ["llama.cpp", "llama.cpp-nc"]:
           f'{j["ttft_p50_ms"] / r["prewarm"]["ttft_p50_ms"]:.2f}x; computed tokens {k} / kvtier cached: '
           f'{j["computed_tokens"] / c["computed_tokens"]:.2f}x')
 EOF
-python3 bench/rag_bench.py bound --topics "$TOPICS" --blocks "$BLOCKS" | python3 -c '
+python3 bench/rag_bench.py bound --topics "$TOPICS" --blocks "$BLOCKS" >"$OUT/bound.json"
+python3 - "$OUT/bound.json" <<'EOF'
 import json, sys
-b = json.load(sys.stdin)
-print(f"chunks computed of {b[\"chunk_uses\"]} (exact reuse, this arrival order): planner {b[\"planner_computed_chunks\"]}, "
-      f"best order knowing the future {b[\"best_order_computed_chunks\"]}, with prewarm {b[\"prewarm_computed_chunks\"]}, "
-      f"with pairs {b[\"pairs_computed_chunks\"]}")'
+b = json.load(open(sys.argv[1]))
+print(f'chunks computed of {b["chunk_uses"]} uses (exact reuse, this arrival order): planner {b["planner_computed_chunks"]}, '
+      f'best order knowing the future {b["best_order_computed_chunks"]}, with prewarm {b["prewarm_computed_chunks"]}, '
+      f'with pairs {b["pairs_computed_chunks"]}')
+EOF
