@@ -17,7 +17,9 @@
 #       llama.cpp  llama.cpp's llama-server (LLAMA_SERVER=path; skipped when unset) on the naive
 #                  prompts as token ids (the same tokens kvtier's naive variant computes), one slot,
 #                  its prompt cache (cache_prompt) on as by default: it reuses the longest common
-#                  prefix with the slot's previous prompt only; llama.cpp-nc: cache_prompt off
+#                  prefix with the slot's previous prompt only; llama.cpp-nc: cache_prompt off.
+#                  Its OpenMP workers spin-wait: on an oversubscribed machine -t 2 measured 11x slower
+#                  than -t 1 (load 28 on 2 cores), so compare with THREADS=1 there
 # Prints prompt tokens computed, cached fraction, TTFT p50/p95, plan time and
 # wall time per variant, then ratios. Numbers only, never pass/fail.
 # usage: bench/rag.sh   (MODEL=..., THREADS=2, TOPICS=20, BLOCKS=40, WORDS=240, LLAMA_SERVER=...;
