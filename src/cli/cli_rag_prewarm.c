@@ -137,9 +137,10 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
         const char *question = cJSON_IsString(q) ? q->valuestring : line[0] == '{' ? "" : line;
         kvt_rag_hit hits[KVT_RAG_MAX_K];
         kvt_document docs[KVT_RAG_MAX_K];
-        int32_t n = *question ? kvt_rag_query(idx, question, k, hits) : 0;
-        cJSON_Delete(j);
-        if (!*question) continue;
+        int asked = *question != 0;
+        int32_t n = asked ? kvt_rag_query(idx, question, k, hits) : 0;
+        cJSON_Delete(j); /* question may point into it */
+        if (!asked) continue;
         ++*n_questions;
         if (n < 2) continue;
         kvt_rag_plan(idx, KVT_RAG_ORDER_CANONICAL, hits, n, docs);
