@@ -1,20 +1,19 @@
 /* `kvtier rag`: index a corpus into fixed context blocks with a BM25 index
- * (rag.h), query it, and prewarm a server's cache with every chunk through
- * POST /v1/cache/prefill (README "RAG"). */
+ * (rag.h) and query it; `rag prewarm` is cli_rag_prewarm.c (README "RAG"). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "chat.h"
 #include "cli.h"
+#include "cli_rag.h"
 #include "common.h"
 #include "model.h"
 #include "rag.h"
@@ -22,13 +21,13 @@
 #define PROGRESS_EVERY_S 1.0
 #define DOC_MAX_BYTES (256u << 20) /* one document file at most */
 #define SNIPPET 100                /* bytes of a chunk's text that `query` shows */
-#define HTTP_MAX_REPLY (16u << 20)
 
 void kvt_usage_rag(FILE *f) {
     fprintf(f,
             "usage: kvtier rag index -m MODEL --docs DIR|FILE.jsonl|FILE -o INDEX [--chunk-tokens N] [--block-size B]\n"
-            "       kvtier rag query INDEX \"question\" [-k K] [--json]\n"
-            "       kvtier rag prewarm --server URL INDEX [--system TEXT] [--api-key KEY] [--flush]\n\n"
+            "       kvtier rag query INDEX \"question\" [-k K] [--json] [--prompt -m MODEL [--system TEXT] [--order O]]\n"
+            "       kvtier rag prewarm (--server URL | --cache-dir DIR -m MODEL) INDEX [--system TEXT]\n"
+            "                          [--questions FILE [-k K] [--pairs N]] [--flush] [--api-key KEY] [-t N]\n\n"
             "index    splits documents into chunks that render as whole runs of cache blocks (paragraphs\n"
             "         first, then sentences, words, bytes) and writes a BM25 index (one checksummed file).\n"
             "  -m, --model MODEL   the model whose tokenizer measures the chunks (a vocab-only GGUF will do)\n"
@@ -41,20 +40,38 @@ void kvt_usage_rag(FILE *f) {
             "query    prints the K best chunks for a question: rank, BM25 score, id, tokens, text.\n"
             "  -k K                chunks to print (default %d)\n"
             "  --json              one JSON object instead of text\n"
-            "prewarm  computes [system][chunk] for every chunk on a running `kvtier serve` (POST\n"
-            "         /v1/cache/prefill), so the first question that retrieves a chunk first finds it cached.\n"
-            "  --server URL        http://HOST:PORT of the server\n"
+            "  --prompt            also print the token ids of the prompt /v1/rag/chat/completions builds for\n"
+            "                      the question ([system][chunks as fixed context blocks][question], the\n"
+            "                      model's chat template), e.g. to send the same prompt to another server\n"
+            "  -m, --model MODEL   the served model (--prompt; a vocab-only GGUF will do)\n"
+            "  --system TEXT       the system message (--prompt; default: none)\n"
+            "  --order O           score (best first, default) or canonical (by id) (--prompt; \"cached\"\n"
+            "                      depends on a server's cache)\n"
+            "prewarm  computes the KV of [system][chunk] for every chunk, and with --pairs of the most common\n"
+            "         [system][a][b] (a, b the first two of a retrieved set in the planner's canonical order),\n"
+            "         without generating, so the questions that retrieve them find them cached; a progress\n"
+            "         line each second.\n"
+            "  --server URL        on a running `kvtier serve` at http://HOST:PORT (POST /v1/cache/prefill)\n"
+            "  --cache-dir DIR     or in this process, into the disk-tier directory DIR (created if missing;\n"
+            "                      then `kvtier serve -m MODEL --kv-disk DIR` finds them). Needs -m\n"
+            "  -m, --model MODEL   the model the server runs (--cache-dir)\n"
+            "  -t, --threads N     worker threads (--cache-dir; default: the online CPUs)\n"
+            "  --kv-type T         f16 (default), f32 or q8_0: as the server's --kv-type (--cache-dir)\n"
             "  --system TEXT       the system prompt the RAG requests will carry (default: none)\n"
+            "  --questions FILE    a query log or sample questions, one per line (or JSON lines with\n"
+            "                      \"question\"): each is retrieved (top K) to count which chunk pairs open a\n"
+            "                      prompt together\n"
+            "  -k K                chunks per question, as the server's --rag-k / kvtier.rag.k (default %d)\n"
+            "  --pairs N           also prewarm the N most common pairs (default 0; needs --questions)\n"
             "  --api-key KEY       the server's API key (default $KVTIER_API_KEY)\n"
-            "  --flush             then write the cache down to the server's disk tier (POST /v1/cache/flush)\n",
-            KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K);
+            "  --flush             then write the server's cache down to its disk tier (POST /v1/cache/flush;\n"
+            "                      --cache-dir always ends on disk)\n",
+            KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K, KVT_RAG_DEFAULT_K);
 }
 
 /* ---- index ------------------------------------------------------------------------------ */
 
-/* Reads a whole regular file opened relative to dfd without following links.
- * Returns the malloc'd bytes or NULL (errno set; EINVAL: not a regular file or too big). */
-static char *slurp_at(int dfd, const char *name, size_t *len) {
+char *kvt_cli_rag_slurp(int dfd, const char *name, size_t *len) {
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return NULL;
     struct stat st;
@@ -121,7 +138,7 @@ static int index_dir(index_run *x, const char *path) {
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         size_t len;
-        char *text = slurp_at(dirfd(d), names[i], &len);
+        char *text = kvt_cli_rag_slurp(dirfd(d), names[i], &len);
         if (!text) {
             fprintf(stderr, "kvtier rag index: skipping %s/%s: %s\n", path, names[i],
                     errno == ELOOP ? "a symbolic link" : errno == EINVAL ? "not a regular file (or over 256 MB)"
@@ -171,7 +188,7 @@ static int index_docs(index_run *x, const char *docs) {
         rc = index_dir(x, docs);
     } else {
         size_t len;
-        char *text = slurp_at(AT_FDCWD, docs, &len);
+        char *text = kvt_cli_rag_slurp(AT_FDCWD, docs, &len);
         size_t pl = strlen(docs);
         if (!text) {
             fprintf(stderr, "kvtier rag index: cannot read %s: %s\n", docs,
@@ -245,6 +262,7 @@ static int cmd_index(int argc, char **argv) {
                "%d terms, in %.1f s: %s\n",
                x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, block, chunk,
                kvt_rag_n_terms(idx), kvt_now() - x.t_start, out);
+
     }
     kvt_rag_free(idx);
     kvt_model_free(m);
@@ -253,16 +271,63 @@ static int cmd_index(int argc, char **argv) {
 
 /* ---- query ---------------------------------------------------------------------------- */
 
+int kvt_cli_rag_prompt(const kvt_model *m, int32_t block, const char *system, const char *user,
+                       const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out) {
+    kvt_chat_family fam = kvt_chat_detect(m->chat_template);
+    if (fam == KVT_CHAT_UNKNOWN) fam = KVT_CHAT_CHATML; /* as `kvtier serve` falls back */
+    kvt_chat_msg msgs[2];
+    size_t nm = 0, at = 0, nt = 0;
+    if (system) msgs[nm++] = (kvt_chat_msg){"system", system};
+    msgs[nm++] = (kvt_chat_msg){"user", user};
+    int32_t *toks = NULL;
+    int rc = kvt_chat_render_at(m->tok, fam, msgs, nm, NULL, NULL, SIZE_MAX, nm - 1, &at, &toks, &nt);
+    if (!rc) rc = kvt_render_documents(m, block, toks, nt, at, docs, n_docs, out, n_out);
+    free(toks);
+    return rc;
+}
+
+/* --prompt: the prompt the RAG route builds for question over hits[0..n)
+ * (planned for order, in place). 0 or -1 after printing why. */
+static int rag_prompt(const char *model_path, const kvt_rag_index *idx, const char *system, const char *question,
+                      kvt_rag_order order, kvt_rag_hit *hits, int32_t n, int32_t **out, size_t *n_out) {
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1;
+    kvt_model *m = NULL;
+    if (kvt_model_load(model_path, mp, &m)) {
+        fprintf(stderr, "kvtier rag query: %s\n", kvt_errmsg());
+        return -1;
+    }
+    kvt_document docs[KVT_RAG_MAX_K];
+    kvt_rag_plan(idx, order, hits, n, docs);
+    int rc = kvt_cli_rag_prompt(m, kvt_rag_block_size(idx), system, question, docs, (size_t)n, out, n_out);
+    if (rc) fprintf(stderr, "kvtier rag query: cannot build the prompt: %s\n", kvt_errmsg());
+    kvt_model_free(m);
+    return rc ? -1 : 0;
+}
+
 static int cmd_query(int argc, char **argv) {
-    const char *path = NULL, *question = NULL;
+    const char *path = NULL, *question = NULL, *model_path = NULL, *system = NULL;
     long k = KVT_RAG_DEFAULT_K;
-    int json = 0;
+    int json = 0, prompt = 0, order = KVT_RAG_ORDER_SCORE;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-k")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0) return 2;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--prompt")) {
+            prompt = 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--system")) {
+            if (!(system = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--order")) {
+            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
+            order = kvt_rag_order_parse(v);
+            if (order != KVT_RAG_ORDER_SCORE && order != KVT_RAG_ORDER_CANONICAL) {
+                fprintf(stderr, "kvtier rag query: --order must be score or canonical\n");
+                return 2;
+            }
         } else if (a[0] != '-' && !path) {
             path = a;
         } else if ((a[0] != '-' || !a[1]) && !question) {
@@ -272,8 +337,8 @@ static int cmd_query(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || !question) {
-        fprintf(stderr, "kvtier rag query: needs INDEX and a question\n");
+    if (!path || !question || (prompt && !model_path)) {
+        fprintf(stderr, "kvtier rag query: needs INDEX and a question%s\n", prompt ? ", and -m MODEL for --prompt" : "");
         kvt_usage_rag(stderr);
         return 2;
     }
@@ -286,15 +351,30 @@ static int cmd_query(int argc, char **argv) {
     double t0 = kvt_now();
     int32_t n = kvt_rag_query(idx, question, (int32_t)k, hits);
     double ms = (kvt_now() - t0) * 1e3;
+    int32_t *ptoks = NULL;
+    size_t np = 0;
+    kvt_rag_hit planned[KVT_RAG_MAX_K];
+    memcpy(planned, hits, (size_t)n * sizeof *hits);
+    if (prompt && rag_prompt(model_path, idx, system, question, (kvt_rag_order)order, planned, n, &ptoks, &np)) {
+        kvt_rag_free(idx);
+        return 1;
+    }
     if (json) {
         cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "chunks");
         cJSON_AddNumberToObject(o, "query_ms", ms);
+        if (prompt) {
+            cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens"), *po = cJSON_AddArrayToObject(o, "prompt_chunks");
+            for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
+            for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(po, cJSON_CreateString(kvt_rag_chunk_at(idx, planned[i].chunk)->id));
+        }
         for (int32_t i = 0; i < n; i++) {
             const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
             cJSON *e = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "rank", i);
             cJSON_AddNumberToObject(e, "chunk", hits[i].chunk);
             cJSON_AddStringToObject(e, "id", c->id);
+            cJSON_AddStringToObject(e, "doc", c->doc);
+            cJSON_AddNumberToObject(e, "seq", c->seq);
             cJSON_AddNumberToObject(e, "score", hits[i].score);
             cJSON_AddNumberToObject(e, "tokens", c->tokens);
             cJSON_AddStringToObject(e, "text", c->text);
@@ -315,173 +395,15 @@ static int cmd_query(int argc, char **argv) {
             printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id,
                    c->tokens, snip, strlen(c->text) > SNIPPET ? "..." : "");
         }
+        if (prompt) {
+            printf("prompt (%s order): %zu tokens:", kvt_rag_order_name((kvt_rag_order)order), np);
+            for (size_t i = 0; i < np; i++) printf(" %d", ptoks[i]);
+            printf("\n");
+        }
     }
+    free(ptoks);
     kvt_rag_free(idx);
     return 0;
-}
-
-/* ---- prewarm over HTTP -------------------------------------------------------------------------- */
-
-/* POSTs body to http://host:port/path; returns the status (or -1 after
- * printing why) and the reply's body in *reply (malloc'd). */
-static int http_post(const char *host, const char *port, const char *path, const char *key, const char *body,
-                     char **reply) {
-    *reply = NULL;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int gai = getaddrinfo(host, port, &hints, &res);
-    if (gai) {
-        fprintf(stderr, "kvtier rag prewarm: cannot resolve %s: %s\n", host, gai_strerror(gai));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        fprintf(stderr, "kvtier rag prewarm: cannot connect to %s:%s: %s\n", host, port, strerror(errno));
-        return -1;
-    }
-    size_t blen = strlen(body), hcap = 512 + strlen(host) + strlen(path) + (key ? strlen(key) : 0);
-    char *req = kvt_xmalloc(hcap + blen);
-    int h = snprintf(req, hcap,
-                     "POST %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n%s%s%s\r\n",
-                     path, host, port, blen, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "");
-    memcpy(req + h, body, blen);
-    size_t n = (size_t)h + blen, off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, req + off, n - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    free(req);
-    size_t len = 0, cap = 4096;
-    char *buf = kvt_xmalloc(cap + 1);
-    for (;;) {
-        if (len == cap) {
-            if (cap >= HTTP_MAX_REPLY) break;
-            buf = kvt_xrealloc(buf, (cap *= 2) + 1);
-        }
-        ssize_t r = recv(fd, buf + len, cap - len, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = 0;
-    int status = -1;
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (off < n || sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || !sep) {
-        fprintf(stderr, "kvtier rag prewarm: no HTTP answer from %s:%s%s\n", host, port, path);
-        free(buf);
-        return -1;
-    }
-    *reply = kvt_xstrdup(sep + 4);
-    free(buf);
-    return status;
-}
-
-/* The /v1/cache/prefill body for chunk c: the prompt a RAG request has up to
- * the end of its first chunk, [system][user turn: chunk]. Malloc'd JSON. */
-static char *prefill_body(const char *system, const kvt_rag_chunk *c) {
-    cJSON *o = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(o, "messages"), *m;
-    if (system) {
-        cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
-        cJSON_AddStringToObject(m, "role", "system");
-        cJSON_AddStringToObject(m, "content", system);
-    }
-    cJSON_AddItemToArray(msgs, m = cJSON_CreateObject());
-    cJSON_AddStringToObject(m, "role", "user");
-    cJSON_AddStringToObject(m, "content", "");
-    cJSON *docs = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "kvtier"), "documents"), *d;
-    cJSON_AddItemToArray(docs, d = cJSON_CreateObject());
-    cJSON_AddStringToObject(d, "id", c->id);
-    cJSON_AddStringToObject(d, "text", c->text);
-    char *body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return body;
-}
-
-static int cmd_prewarm(int argc, char **argv) {
-    const char *url = NULL, *path = NULL, *system = NULL, *key = getenv("KVTIER_API_KEY");
-    int flush = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--server")) {
-            if (!(url = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--system")) {
-            if (!(system = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--api-key")) {
-            if (!(key = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--flush")) {
-            flush = 1;
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else {
-            fprintf(stderr, "kvtier rag prewarm: unknown argument '%s'\n", a);
-            return 2;
-        }
-    }
-    char host[256], port[16] = "80";
-    if (!url || !path || sscanf(url, "http://%255[^:/]:%15[0-9]", host, port) < 1) {
-        fprintf(stderr, "kvtier rag prewarm: needs --server http://HOST:PORT and INDEX\n");
-        kvt_usage_rag(stderr);
-        return 2;
-    }
-    if (key && !*key) key = NULL;
-    kvt_rag_index *idx = NULL;
-    if (kvt_rag_load(path, &idx)) {
-        fprintf(stderr, "kvtier rag prewarm: %s\n", kvt_errmsg());
-        return 1;
-    }
-    int32_t n = kvt_rag_n_chunks(idx);
-    long computed = 0, cached = 0, stored = 0;
-    double t0 = kvt_now(), t_last = t0;
-    int rc = 0;
-    for (int32_t i = 0; i < n && !rc; i++) {
-        const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, i);
-        char *body = prefill_body(system, c), *reply = NULL;
-        int status = http_post(host, port, "/v1/cache/prefill", key, body, &reply);
-        free(body);
-        cJSON *r = reply ? cJSON_Parse(reply) : NULL;
-        if (status != 200 || !r) {
-            if (status > 0) fprintf(stderr, "kvtier rag prewarm: chunk %s: HTTP %d: %s\n", c->id, status, reply);
-            rc = 1;
-        } else {
-            computed += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "computed_tokens"));
-            cached += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "cached_tokens"));
-            stored += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "stored_tokens"));
-        }
-        cJSON_Delete(r);
-        free(reply);
-        double now = kvt_now();
-        if (now - t_last >= PROGRESS_EVERY_S || i + 1 == n) {
-            fprintf(stderr, "rag prewarm: %d/%d chunks, %ld tokens computed, %ld already cached, %.0f s\n", i + 1, n,
-                    computed, cached, now - t0);
-            t_last = now;
-        }
-    }
-    if (!rc && flush) {
-        char *reply = NULL;
-        int status = http_post(host, port, "/v1/cache/flush", key, "{}", &reply);
-        if (status != 200) {
-            if (status > 0) fprintf(stderr, "kvtier rag prewarm: flush: HTTP %d: %s\n", status, reply);
-            rc = 1;
-        }
-        free(reply);
-    }
-    if (!rc)
-        printf("prewarmed %d chunks: %ld prompt tokens computed, %ld were already cached, %ld stored as whole "
-               "blocks%s, in %.1f s\n",
-               n, computed, cached, stored, flush ? " and flushed to the disk tier" : "", kvt_now() - t0);
-    kvt_rag_free(idx);
-    return rc;
 }
 
 int kvt_cmd_rag(int argc, char **argv) {
@@ -496,7 +418,7 @@ int kvt_cmd_rag(int argc, char **argv) {
         }
     if (!strcmp(argv[1], "index")) return cmd_index(argc, argv);
     if (!strcmp(argv[1], "query")) return cmd_query(argc, argv);
-    if (!strcmp(argv[1], "prewarm")) return cmd_prewarm(argc, argv);
+    if (!strcmp(argv[1], "prewarm")) return kvt_cmd_rag_prewarm(argc, argv);
     fprintf(stderr, "kvtier rag: unknown subcommand '%s' (index, query, prewarm)\n", argv[1]);
     kvt_usage_rag(stderr);
     return 2;

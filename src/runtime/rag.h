@@ -4,10 +4,20 @@
  *
  * Chunks. Each document is split at paragraph breaks (then sentences, then
  * words, then bytes for a run with no break) into chunks whose rendering as a
- * fixed context block ("Document <doc>#<seq>:\n<text>\n", kvt_render_documents)
+ * fixed context block ("Document <id>:\n<text>\n", kvt_render_documents)
  * takes at most chunk_tokens tokens, chunk_tokens a multiple of the cache
  * block B. So a chunk is always a whole run of blocks of its own: after the
  * same prefix its KV blocks are the same whatever question retrieved it.
+ *
+ * Ids. A chunk's id is "<doc>#<hex>": its document's name and the first
+ * KVT_RAG_ID_HEX hex digits of XXH3-64 over its text. It depends on nothing
+ * else, so re-indexing the same text gives the same id (and the same rendered
+ * tokens, so the same KV blocks), and adding, removing or editing other
+ * documents or paragraphs changes no other chunk's id. Canonical order is by
+ * id, so it survives corpus changes too. When an earlier chunk already has
+ * the id (the same text repeated under one document name, or a 32-bit hash
+ * collision), the hash is re-seeded with 1, 2, ... until the id is new: a
+ * repeat's id then depends on the repeats before it. The file stores the ids.
  *
  * Index file (little-endian, written to a temporary file, fsync'd, renamed):
  *   header  magic "KVTRAGIX", u32 version, u32 block_size, u32 chunk_tokens,
@@ -25,7 +35,7 @@
  * non-ASCII bytes, minus a short English stop list; score = sum over the
  * question's distinct terms of idf * tf (k1 + 1) / (tf + k1 (1 - b + b len /
  * avg len)), idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 1.2, b 0.75.
- * Ties rank the lower chunk number first.
+ * Ties rank the lower id first.
  *
  * Thread-safety: an index is immutable once built or loaded; queries on it
  * are reentrant. */
@@ -38,7 +48,8 @@
 #include "hash128.h"
 #include "kvtier.h"
 
-#define KVT_RAG_VERSION 1
+#define KVT_RAG_VERSION 2 /* 2: content-derived ids (chunk token counts measured with them) */
+#define KVT_RAG_ID_HEX 8  /* hex digits of a chunk id's content hash (32 bits: few tokens per chunk) */
 #define KVT_RAG_DEFAULT_CHUNK_TOKENS 256
 #define KVT_RAG_DEFAULT_K 4
 #define KVT_RAG_MAX_K 64
@@ -54,7 +65,7 @@ typedef struct kvt_rag_index kvt_rag_index;
 typedef struct {
     const char *doc;   /* the document's name (file name or JSONL "id") */
     uint32_t seq;      /* its position in the document, from 0 */
-    const char *id;    /* "<doc>#<seq>": the id it is rendered with */
+    const char *id;    /* "<doc>#<hex>" (above, "Ids"): the id it is rendered with */
     const char *text;
     uint32_t tokens;   /* tokens of its rendering, padded to whole blocks */
     uint32_t n_terms;  /* BM25 length */
@@ -108,7 +119,7 @@ int32_t kvt_rag_query(const kvt_rag_index *idx, const char *question, int32_t k,
 /* How the retrieved chunks are ordered in the prompt. */
 typedef enum {
     KVT_RAG_ORDER_CACHED = 0,    /* walk the cache's prefix index, then canonical (the default; kvt_rag_plan_cached) */
-    KVT_RAG_ORDER_CANONICAL = 1, /* by chunk number: the same set is always the same bytes */
+    KVT_RAG_ORDER_CANONICAL = 1, /* by id: the same set is always the same bytes, whatever the corpus around it */
     KVT_RAG_ORDER_SCORE = 2,     /* best first, as naive RAG does: reuse stops at the first moved chunk */
 } kvt_rag_order;
 

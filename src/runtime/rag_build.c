@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "common.h"
 #include "model.h"
 #include "rag_internal.h"
@@ -28,6 +30,8 @@ struct kvt_rag_builder {
     /* the chunk being filled */
     const char *doc;
     uint32_t seq;
+    int32_t *ids;       /* open-addressing set of the ids given so far: chunk number + 1, 0 = empty */
+    size_t ids_cap;     /* a power of two, at least twice n_chunks */
     char *cur;
     size_t cur_len, cur_cap;
     int err;
@@ -49,13 +53,42 @@ int kvt_rag_build_new(const kvt_model *m, int32_t block_size, int32_t chunk_toke
 
 int32_t kvt_rag_build_chunks(const kvt_rag_builder *b) { return b->n_chunks; }
 
-/* Tokens of text rendered as the chunk doc#seq, padded to whole blocks; < 0 on error. */
+/* The slot of id in the id set: where it is, or the empty slot where it would go. */
+static size_t id_slot(const kvt_rag_builder *b, const char *id) {
+    size_t i = (size_t)XXH3_64bits(id, strlen(id)) & (b->ids_cap - 1);
+    while (b->ids[i] && strcmp(b->chunks[b->ids[i] - 1].id, id)) i = (i + 1) & (b->ids_cap - 1);
+    return i;
+}
+
+static void id_insert(kvt_rag_builder *b, int32_t chunk) {
+    if ((size_t)(chunk + 1) * 2 > b->ids_cap) { /* grow and rehash */
+        free(b->ids);
+        b->ids_cap = b->ids_cap ? 2 * b->ids_cap : 256;
+        b->ids = kvt_xcalloc(b->ids_cap, sizeof *b->ids);
+        for (int32_t i = 0; i < chunk; i++) b->ids[id_slot(b, b->chunks[i].id)] = i + 1;
+    }
+    b->ids[id_slot(b, b->chunks[chunk].id)] = chunk + 1;
+}
+
+/* The id text gets as a chunk of the current document: its content hash,
+ * re-seeded (1, 2, ...) while an earlier chunk holds that id (the same text
+ * repeated in the document, or a hash collision). malloc'd. */
+static char *chunk_id(const kvt_rag_builder *b, const char *text, size_t len) {
+    for (uint64_t seed = 0;; seed++) {
+        char *id = kvt_rag_chunk_id(b->doc, text, len, seed);
+        if (!b->ids_cap || !b->ids[id_slot(b, id)]) return id;
+        free(id);
+    }
+}
+
+/* Tokens of text rendered as a chunk of the current document (with the id
+ * emit would give it), padded to whole blocks; < 0 on error. */
 static long rendered_tokens(kvt_rag_builder *b, const char *text, size_t len) {
-    char idbuf[KVT_RAG_DOC_MAX + 16];
-    snprintf(idbuf, sizeof idbuf, "%s#%u", b->doc, b->seq);
-    size_t n = strlen(DOC_HEADER) + strlen(idbuf) + len + 4;
+    char *id = chunk_id(b, text, len);
+    size_t n = strlen(DOC_HEADER) + strlen(id) + len + 4;
     char *s = kvt_xmalloc(n);
-    int k = snprintf(s, n, DOC_HEADER "%s:\n%.*s\n", idbuf, (int)len, text);
+    int k = snprintf(s, n, DOC_HEADER "%s:\n%.*s\n", id, (int)len, text);
+    free(id);
     int32_t *ids = NULL;
     size_t nt = 0;
     int rc = kvt_tokenize(b->m->tok, s, (size_t)k, 0, 0, &ids, &nt);
@@ -106,9 +139,10 @@ static void emit(kvt_rag_builder *b) {
     c->doc = kvt_xstrdup(b->doc);
     c->seq = b->seq++;
     c->text = kvt_rag_strndup(b->cur, b->cur_len);
-    c->id = kvt_rag_chunk_id(c->doc, c->seq);
+    c->id = chunk_id(b, b->cur, b->cur_len);
     c->tokens = (uint32_t)t;
     c->n_terms = index_terms(b, b->n_chunks, c->text);
+    id_insert(b, b->n_chunks);
     b->n_chunks++;
     b->cur_len = 0;
 }
@@ -287,5 +321,6 @@ void kvt_rag_build_free(kvt_rag_builder *b) {
     for (size_t i = 0; i < b->n_tr; i++) free(b->tr[i].term);
     free(b->tr);
     free(b->cur);
+    free(b->ids);
     free(b);
 }

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "common.h"
 #include "crc32c.h"
 #include "rag_internal.h"
@@ -72,10 +74,11 @@ char *kvt_rag_strndup(const char *s, size_t n) {
     return t;
 }
 
-char *kvt_rag_chunk_id(const char *doc, uint32_t seq) {
-    size_t n = strlen(doc) + 16;
+char *kvt_rag_chunk_id(const char *doc, const char *text, size_t len, uint64_t seed) {
+    size_t n = strlen(doc) + 2 + KVT_RAG_ID_HEX;
     char *id = kvt_xmalloc(n);
-    snprintf(id, n, "%s#%u", doc, seq);
+    uint64_t h = XXH3_64bits_withSeed(text, len, seed) >> (64 - 4 * KVT_RAG_ID_HEX);
+    snprintf(id, n, "%s#%0*llx", doc, KVT_RAG_ID_HEX, (unsigned long long)h);
     return id;
 }
 
@@ -146,6 +149,7 @@ int kvt_rag_save(const kvt_rag_index *x, const char *path) {
     for (int32_t i = 0; i < x->n_chunks; i++) {
         const kvt_rag_chunk *c = &x->chunks[i];
         w_str(&pl, c->doc);
+        w_str(&pl, c->id);
         w_u32(&pl, c->seq);
         w_u32(&pl, c->tokens);
         w_u32(&pl, c->n_terms);
@@ -245,11 +249,11 @@ static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *
         kvt_rag_chunk *c = &x->chunks[i];
         x->n_chunks = (int32_t)i + 1;
         c->doc = r_str(&r, KVT_RAG_DOC_MAX);
+        c->id = r_str(&r, KVT_RAG_DOC_MAX + 16);
         c->seq = r_u32(&r);
         c->tokens = r_u32(&r);
         c->n_terms = r_u32(&r);
         c->text = r_str(&r, len);
-        if (c->doc) c->id = kvt_rag_chunk_id(c->doc, c->seq);
     }
     x->terms = kvt_xcalloc(n_terms ? n_terms : 1, sizeof *x->terms);
     x->post_off = kvt_xcalloc((size_t)n_terms + 1, sizeof *x->post_off);
@@ -337,15 +341,21 @@ static int32_t find_term(const kvt_rag_index *x, const char *t) {
     return -1;
 }
 
+/* qsort has no context argument: the index the comparators read ids from,
+ * set by the caller just before sorting (per thread: queries are reentrant) */
+static _Thread_local const kvt_rag_index *sort_index;
+
+/* By id (content-derived, so the order survives re-indexing), then by number for a duplicate id. */
+static int hit_by_id(const void *a, const void *b) {
+    const kvt_rag_hit *x = a, *y = b;
+    int c = strcmp(sort_index->chunks[x->chunk].id, sort_index->chunks[y->chunk].id);
+    return c ? c : (x->chunk > y->chunk) - (x->chunk < y->chunk);
+}
+
 static int hit_by_score(const void *a, const void *b) {
     const kvt_rag_hit *x = a, *y = b;
     if (x->score != y->score) return x->score < y->score ? 1 : -1;
-    return (x->chunk > y->chunk) - (x->chunk < y->chunk);
-}
-
-static int hit_by_chunk(const void *a, const void *b) {
-    const kvt_rag_hit *x = a, *y = b;
-    return (x->chunk > y->chunk) - (x->chunk < y->chunk);
+    return hit_by_id(a, b);
 }
 
 int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, kvt_rag_hit *out) {
@@ -373,6 +383,7 @@ int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, k
     for (int32_t c = 0; c < x->n_chunks; c++)
         if (score[c] > 0) all[m++] = (kvt_rag_hit){c, score[c], 0};
     free(score);
+    sort_index = x;
     qsort(all, (size_t)m, sizeof *all, hit_by_score);
     int32_t got = KVT_MIN(m, k);
     for (int32_t i = 0; i < got; i++) {
@@ -396,6 +407,7 @@ int kvt_rag_order_parse(const char *s) {
 
 void kvt_rag_plan(const kvt_rag_index *x, kvt_rag_order mode, kvt_rag_hit *hits, int32_t n, kvt_document *docs) {
     /* "cached" starts from canonical order too: kvt_rag_plan_cached departs from it only along a cached path */
-    qsort(hits, (size_t)n, sizeof *hits, mode == KVT_RAG_ORDER_SCORE ? hit_by_score : hit_by_chunk);
+    sort_index = x;
+    qsort(hits, (size_t)n, sizeof *hits, mode == KVT_RAG_ORDER_SCORE ? hit_by_score : hit_by_id);
     for (int32_t i = 0; i < n; i++) docs[i] = (kvt_document){x->chunks[hits[i].chunk].id, x->chunks[hits[i].chunk].text};
 }

@@ -27,7 +27,9 @@ struct kvt_rag_index {
 size_t kvt_rag_terms(const char *text, size_t len, char ***out);
 int kvt_rag_strcmp(const void *a, const void *b); /* qsort over char * */
 char *kvt_rag_strndup(const char *s, size_t n);
-char *kvt_rag_chunk_id(const char *doc, uint32_t seq); /* "<doc>#<seq>", malloc'd */
+/* "<doc>#<hex>": the document's name and the first KVT_RAG_ID_HEX hex digits
+ * of XXH3-64 (with seed) over the chunk's text, malloc'd (rag.h, "Ids"). */
+char *kvt_rag_chunk_id(const char *doc, const char *text, size_t len, uint64_t seed);
 void kvt_rag_chunk_free(kvt_rag_chunk *c);
 /* Computes the derived fields (avg_len) of a built or loaded index. */
 void kvt_rag_index_finish(kvt_rag_index *x);

@@ -116,6 +116,8 @@ char *kvt_api_rag_response(char *response, const kvt_rag_index *idx, const kvt_a
         cJSON_AddNumberToObject(e, "position", i);
         cJSON_AddNumberToObject(e, "chunk", h->chunk);
         add_clean_string(e, "id", c->id);
+        add_clean_string(e, "doc", c->doc);
+        cJSON_AddNumberToObject(e, "seq", c->seq);
         cJSON_AddNumberToObject(e, "score", h->score);
         cJSON_AddNumberToObject(e, "rank", h->rank);
         int32_t start = doc_starts ? (int32_t)doc_starts[i] : 0, end = doc_starts ? (int32_t)doc_starts[i + 1] : 0;

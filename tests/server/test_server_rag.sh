@@ -12,7 +12,8 @@
 #   on the RAG route, a bad k or order, no question, no index: 4xx naming the field.
 # - POST /v1/cache/prefill and `kvtier rag prewarm --server`: chunks computed without
 #   generating, then found cached by the first question; with --flush, from the disk
-#   tier after a restart.
+#   tier after a restart; --questions/--pairs caches a logged question's first two
+#   chunks; --cache-dir fills a disk-tier directory with no server, which one then opens.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -68,13 +69,18 @@ IDX="$TMP/corpus.idx"
 "$BIN" rag index -m "$TMP/tiny.gguf" --docs "$TMP/docs" -o "$IDX" --chunk-tokens 160 >"$TMP/index.log" 2>&1
 check "rag index succeeds" is "$?" 0
 check "rag index reports its chunks" has "$(cat "$TMP/index.log")" "6 documents"
-top() { "$BIN" rag query "$IDX" "$1" -k 3 --json | jq -r '.chunks[0].id'; }
+top() { "$BIN" rag query "$IDX" "$1" -k 3 --json | jq -r '.chunks[0] | "\(.doc)#\(.seq)"'; } # ids are hashes: name by place
 check "retrieval: Lyon shipping days" is "$(top 'Which days does the Lyon warehouse ship parcels?')" "lyon.txt#0"
 check "retrieval: Lyon late orders" is "$(top 'What happens to Lyon orders placed after Thursday noon?')" "lyon.txt#1"
 check "retrieval: bee lifetime" is "$(top 'How long does a worker bee live?')" "bees.txt#1"
 check "retrieval: tides" is "$(top 'Why do tides follow the moon?')" "tides.txt#0"
 check "retrieval: refunds" is "$(top 'How is a refund paid back to the card?')" "refunds.txt#0"
 check "retrieval: castling" is "$(top 'Can the king castle after moving?')" "chess.txt#0"
+mkdir -p "$TMP/docs2" && cp "$TMP"/docs/*.txt "$TMP/docs2/" && echo "Aardvarks dig burrows at night." >"$TMP/docs2/aardvark.txt"
+"$BIN" rag index -m "$TMP/tiny.gguf" --docs "$TMP/docs2" -o "$TMP/corpus2.idx" --chunk-tokens 160 >/dev/null 2>&1
+qc() { "$BIN" rag query "$1" 'Which days does the Lyon warehouse ship? How long does a bee live?' -k 3 --json | jq -c "$2"; }
+check "re-indexed with a document added: the same ids" is "$(qc "$TMP/corpus2.idx" '[.chunks[].id]')" "$(qc "$IDX" '[.chunks[].id]')"
+check "re-indexed with a document added: renumbered" test "$(qc "$TMP/corpus2.idx" '[.chunks[].chunk]')" != "$(qc "$IDX" '[.chunks[].chunk]')"
 
 # damaged index files: a clear error, never a half-loaded index
 cp "$IDX" "$TMP/bad.idx"
@@ -96,7 +102,9 @@ Q3="bees waggle dance Lyon parcels Mondays"
 start_server warm --rag-index "$IDX" --rag-k 2
 ask "$Q1"
 check "rag 200" is "$CODE" 200
-check "rag: chunks in canonical order" is "$(jb '[.kvtier.rag.chunks[].id] | join(",")')" "lyon.txt#0,lyon.txt#1"
+check "rag: chunks in canonical order (by id)" is "$(jb '[.kvtier.rag.chunks[].id] | . == sort')" true
+check "rag: the two Lyon chunks" is "$(jb '[.kvtier.rag.chunks[] | "\(.doc)#\(.seq)"] | sort | join(",")')" "lyon.txt#0,lyon.txt#1"
+check "rag: content-derived ids" is "$(jb '[.kvtier.rag.chunks[].id | test("^lyon\\.txt#[0-9a-f]{8}$")] | all')" true
 check "rag: ranks and scores" is "$(jb '[.kvtier.rag.chunks[] | .rank, (.score > 0)] | join(",")')" "0,true,1,true"
 check "rag: first request computes its chunks" is "$(jb .kvtier.rag.cached_chunks)" 0
 check "rag: chunks are whole blocks" is "$(jb '[.kvtier.rag.chunks[].tokens % 32] | add')" 0
@@ -113,17 +121,17 @@ check "another question, same chunks ranked otherwise: ranks differ" is "$(jb '[
 check "another question, same chunks: all reused" is "$(jb .kvtier.rag.cached_chunks)" 2
 check "another question: only the question is computed" gt "$(jb '.kvtier.cached_tokens')" 319
 ask "$Q2" '{"order": "score"}'
-check "score order: best chunk first" is "$(jb '.kvtier.rag.chunks[0].id')" "lyon.txt#1"
+check "score order: best chunk first" is "$(jb '.kvtier.rag.chunks[0] | "\(.doc)#\(.seq)"')" "lyon.txt#1"
 check "score order: reuse stops at the moved chunk" is "$(jb '.kvtier.rag.chunks[0].cached_tokens')" 0
 check "score order: reported" is "$(jb .kvtier.rag.order)" score
 ask "$Q3" '{"order": "canonical"}'
 check "canonical order of {bees#0, lyon#0}: bees first, a miss" is \
-  "$(jb '[.kvtier.rag.chunks[] | "\(.id):\(.cached_tokens)"] | join(",")')" "bees.txt#0:0,lyon.txt#0:0"
+  "$(jb '[.kvtier.rag.chunks[] | "\(.doc)#\(.seq):\(.cached_tokens)"] | join(",")')" "bees.txt#0:0,lyon.txt#0:0"
 start_server warm2 --rag-index "$IDX" --rag-k 2
 ask "$Q1"
 ask "$Q3"
 check "cached order of {bees#0, lyon#0}: follows the cached lyon#0" is \
-  "$(jb '[.kvtier.rag.chunks[] | "\(.id):\(.cached_tokens)"] | join(",")')" "lyon.txt#0:160,bees.txt#0:0"
+  "$(jb '[.kvtier.rag.chunks[] | "\(.doc)#\(.seq):\(.cached_tokens)"] | join(",")')" "lyon.txt#0:160,bees.txt#0:0"
 check "cached order: reported" is "$(jb .kvtier.rag.order)" cached
 
 # greedy with hits = a cold server over the same planned prompt
@@ -180,7 +188,7 @@ check "no --rag-index: says how" has "$(jb .error.message)" "--rag-index"
 start_server prewarm --rag-index "$IDX" --rag-k 2
 out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" 2>&1); rc=$?
 check "rag prewarm succeeds" is "$rc" 0
-check "rag prewarm covers every chunk" has "$out" "prewarmed 13 chunks"
+check "rag prewarm covers every chunk" has "$out" "prewarmed $(grep -o 'into [0-9]* chunks' "$TMP/index.log" | grep -o '[0-9]*') chunks"
 ask "How long does a worker bee live?"
 check "after prewarm: the first chunk is cached" is "$(jb '.kvtier.rag.chunks[0] | .cached_tokens == .tokens')" true
 check "after prewarm: from T0" is "$(jb '.kvtier.rag.chunks[0].tiers.T0 == .kvtier.rag.chunks[0].tokens')" true
@@ -193,6 +201,29 @@ start_server persist2 --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kv" --kv-disk
 ask "How long does a worker bee live?"
 check "after a restart: the first chunk comes from T2" is \
   "$(jb '.kvtier.rag.chunks[0] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)')" true
+# pair prewarm from a question log: the question's first two chunks (canonical order) are both cached
+QP="How long does a worker bee live, and which days does the Lyon warehouse ship?"
+printf '%s\n{"question": "%s"}\nWhy do tides follow the moon?\n' "$QP" "$QP" >"$TMP/questions.txt"
+start_server pairs --rag-index "$IDX" --rag-k 2
+out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --questions "$TMP/questions.txt" -k 2 --pairs 1 2>&1)
+check "rag prewarm --pairs: one pair of three questions" has "$out" "3 questions, the 1 most common opening pairs"
+check "rag prewarm --pairs: reported" has "$out" "chunks and 1 pairs"
+ask "$QP"
+check "after pair prewarm: both chunks cached" is "$(jb '.kvtier.rag.cached_chunks')" 2
+# prewarm with no server, into a disk-tier directory that a server then opens
+out=$("$BIN" rag prewarm --cache-dir "$TMP/kvlocal" -m "$TMP/tiny.gguf" -t 1 "$IDX" --system "$SYS" \
+  --questions "$TMP/questions.txt" -k 2 --pairs 1 2>&1); rc=$?
+check "rag prewarm --cache-dir succeeds" is "$rc" 0
+check "rag prewarm --cache-dir: on disk" has "$out" "in the disk tier"
+check "rag prewarm --cache-dir: progress" has "$out" "rag prewarm: "
+start_server local --rag-index "$IDX" --rag-k 2 --kv-disk "$TMP/kvlocal" --restore always
+ask "$QP"
+check "after prewarm --cache-dir: both chunks from T2" is \
+  "$(jb '[.kvtier.rag.chunks[] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)] | all')" true
+check "rag prewarm: --cache-dir without -m is an error" is \
+  "$("$BIN" rag prewarm --cache-dir "$TMP/kvx" "$IDX" >/dev/null 2>&1; echo $?)" 2
+check "rag prewarm: --pairs without --questions is an error" is \
+  "$("$BIN" rag prewarm --server "$URL" "$IDX" --pairs 3 >/dev/null 2>&1; echo $?)" 2
 out=$("$BIN" rag prewarm --server "http://127.0.0.1:1" "$IDX" 2>&1); rc=$?
 check "rag prewarm: no server is an error" is "$rc/$(echo "$out" | grep -c 'cannot connect')" "1/1"
 
