@@ -9,7 +9,9 @@ PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-d
 # Debian's npm package would conflict with).
 # redis-server (with redis-cli, redis-benchmark) backs the T3 tests and bench/remote.sh;
 # each test starts its own server on a loopback port. groff renders kvtier.1 in tests/install.
-TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm redis-server:redis-server groff:groff-base)
+# chromium-headless-shell loads /dashboard in a real browser in test_server_ops.
+TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm redis-server:redis-server groff:groff-base
+  chromium-headless-shell:chromium-headless-shell)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
