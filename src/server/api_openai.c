@@ -499,14 +499,15 @@ static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *e
     if (!kv || cJSON_IsNull(kv)) return 0;
     if (!cJSON_IsObject(kv))
         return kvt_api_errorf(err, 400, INVALID, "kvtier", "invalid_type", "'kvtier' must be an object");
-    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents", "rag"};
+    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents", "rag", "reuse",
+                                        "recompute_ratio"};
     for (const cJSON *f = kv->child; f; f = f->next) {
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(known) && strcmp(f->string, known[i])) i++;
         if (i == KVT_ARRAY_LEN(known))
             return kvt_api_errorf(err, 400, INVALID, "kvtier", "unknown_field",
                                   "'kvtier.%.64s' is not a field kvtier knows (session_id, priority, keep_warm_s, "
-                                  "documents, rag)",
+                                  "documents, rag, reuse, recompute_ratio)",
                                   f->string);
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(kv, "session_id");
@@ -568,9 +569,40 @@ int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, 
     return 0;
 }
 
+/* kvtier.reuse ("exact", the default, or "approximate": README "Approximate
+ * reuse") and kvtier.recompute_ratio. Approximate reuse makes the output
+ * depend on what the cache holds, so it is refused with a seed, which asks
+ * for output that replays. */
+static int parse_reuse(const cJSON *kv, kvt_api_request *r, kvt_api_error *err) {
+    r->recompute_ratio = -1;
+    const cJSON *reuse = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "reuse") : NULL;
+    if (reuse && !cJSON_IsNull(reuse)) {
+        if (!cJSON_IsString(reuse) || (strcmp(reuse->valuestring, "exact") && strcmp(reuse->valuestring, "approximate")))
+            return kvt_api_errorf(err, 400, INVALID, "kvtier.reuse", "invalid_value",
+                                  "'kvtier.reuse' must be \"exact\" (the default) or \"approximate\"");
+        r->approximate = !strcmp(reuse->valuestring, "approximate");
+    }
+    double d;
+    int has = 0;
+    if (cJSON_IsObject(kv) && get_number(kv, "recompute_ratio", 0, 1, 0, &d, &has, err)) {
+        err->param = "kvtier.recompute_ratio";
+        return -1;
+    }
+    if (has && !r->approximate)
+        return kvt_api_errorf(err, 400, INVALID, "kvtier.recompute_ratio", "invalid_value",
+                              "'kvtier.recompute_ratio' needs 'kvtier.reuse': \"approximate\"");
+    if (has) r->recompute_ratio = (float)d;
+    if (r->approximate && r->has_seed)
+        return kvt_api_errorf(err, 400, INVALID, "kvtier.reuse", "unsupported_parameter",
+                              "'kvtier.reuse': \"approximate\" cannot be combined with 'seed': a seed asks for output "
+                              "that replays exactly, and approximate reuse makes the output depend on what the cache "
+                              "holds");
+    return 0;
+}
+
 static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "kvtier");
-    if (kvt_api_parse_session(kv, &r->session, err)) return -1;
+    if (kvt_api_parse_session(kv, &r->session, err) || parse_reuse(kv, r, err)) return -1;
     const cJSON *rag = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "rag") : NULL;
     if (rag && !cJSON_IsNull(rag)) r->rag_json = cJSON_PrintUnformatted(rag); /* the RAG endpoint reads it */
     return kvt_api_parse_documents(kv, &r->docs, &r->n_docs, err);
@@ -766,6 +798,16 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
     cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
     for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
     cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
+    if (u->approximate) { /* only when asked for: without it the report is as it always was */
+        cJSON_AddNumberToObject(o, "approximate_tokens", u->approximate_tokens);
+        cJSON *a = cJSON_AddObjectToObject(o, "approximate");
+        cJSON_AddNumberToObject(a, "documents", u->approximate_documents);
+        cJSON_AddNumberToObject(a, "placed_tokens", u->approximate_tokens + u->recomputed_tokens);
+        cJSON_AddNumberToObject(a, "recomputed_tokens", u->recomputed_tokens);
+        cJSON_AddNumberToObject(a, "stored_tokens", u->stored_tokens);
+        /* the ratio is held as a float: printed to 6 decimals, 0.15 reads 0.15 */
+        cJSON_AddNumberToObject(a, "recompute_ratio", round((double)u->recompute_ratio * 1e6) / 1e6);
+    }
     cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
     if (u->disk_decision) cJSON_AddStringToObject(o, "disk_blocks", u->disk_decision);
     cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);

@@ -91,6 +91,8 @@ typedef struct {
     kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
     size_t n_docs;
     char *rag_json;          /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
+    int approximate;         /* kvtier.reuse "approximate": documents may be placed from stored KV (blend.h) */
+    float recompute_ratio;   /* kvtier.recompute_ratio in [0, 1]; < 0: the server's default */
     /* tools and structured output (api_tools.c) */
     kvt_api_msg_tools *msg_tools; /* chat: n_msgs entries */
     struct cJSON *tools;     /* validated [{type: "function", function: {name, description?, parameters?}}] or NULL */
@@ -171,6 +173,12 @@ typedef struct {
     kvt_reuse_stop reuse_stop;             /* where reuse stopped and why */
     char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
     char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
+    int approximate;                       /* the request asked for approximate reuse: the report has its part */
+    int32_t approximate_tokens;            /* prompt tokens reused approximately (placed, not recomputed) */
+    int32_t recomputed_tokens;             /* placed tokens recomputed through every layer */
+    int32_t stored_tokens;                 /* document tokens computed to store [P][doc] for placing */
+    int32_t approximate_documents;         /* documents placed */
+    float recompute_ratio;
 } kvt_api_usage;
 
 /* One generated token's log-probability and its most likely alternatives
