@@ -400,7 +400,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = x->threads;
     ep.n_ctx = (int32_t)n_ctx;
-    ep.max_seqs = sp->parallel;
+    ep.max_seqs = sp->parallel + (sp->approximate_reuse ? 1 : 0); /* + where a missing stored document is computed */
     ep.kv_dtype = x->dt;
     ep.n_batch = KVT_MAX(ep.n_batch, sp->parallel + sp->prefill_chunk);
     if (x->kv_active) {

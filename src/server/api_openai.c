@@ -574,6 +574,11 @@ int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, 
  * depend on what the cache holds, so it is refused with a seed, which asks
  * for output that replays. */
 static int parse_reuse(const cJSON *kv, kvt_api_request *r, kvt_api_error *err) {
+    return kvt_api_parse_reuse(kv, r->has_seed, &r->approximate, &r->recompute_ratio, err);
+}
+
+int kvt_api_parse_reuse(const cJSON *kv, int has_seed, int *approximate, float *ratio, kvt_api_error *err) {
+    kvt_api_request req = {.has_seed = has_seed}, *r = &req;
     r->recompute_ratio = -1;
     const cJSON *reuse = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "reuse") : NULL;
     if (reuse && !cJSON_IsNull(reuse)) {
@@ -597,6 +602,8 @@ static int parse_reuse(const cJSON *kv, kvt_api_request *r, kvt_api_error *err) 
                               "'kvtier.reuse': \"approximate\" cannot be combined with 'seed': a seed asks for output "
                               "that replays exactly, and approximate reuse makes the output depend on what the cache "
                               "holds");
+    *approximate = r->approximate;
+    *ratio = r->recompute_ratio;
     return 0;
 }
 

@@ -148,6 +148,13 @@ void kvt_api_request_free(kvt_api_request *r);
 struct cJSON;
 int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_error *err);
 
+/* kvtier.reuse and kvtier.recompute_ratio of the "kvtier" object kv (README
+ * "Approximate reuse"): *approximate 1 for "approximate" (0 for "exact" or
+ * none), *ratio the ratio or -1 when not given. A bad value, a ratio without
+ * "approximate", and "approximate" with has_seed (a seed asks for output that
+ * replays) are KVT_EARG with *err naming the field. */
+int kvt_api_parse_reuse(const struct cJSON *kv, int has_seed, int *approximate, float *ratio, kvt_api_error *err);
+
 /* kvtier.documents of the "kvtier" object kv (NULL, or no "documents": none):
  * [{"id": 1..KVT_API_MAX_DOC_ID bytes, "text": string}], at most
  * KVT_API_MAX_DOCUMENTS. Returns 0 and a malloc'd *out of *n (strings owned;

@@ -8,6 +8,8 @@
 # - with it, documents the exact prefix misses are placed: kvtier.approximate_tokens and the
 #   approximate object report them, /metrics counts them; with recompute_ratio 1 the answer
 #   (text and logprobs) equals a cold server's.
+# - `kvtier run -f` takes the same fields on a JSON line and reports the approximate tokens on
+#   its stats line; with --seed such a line is refused.
 # Needs curl and jq.
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
@@ -113,6 +115,17 @@ M=$(curl -s "$URL/metrics")
 check "/metrics counts the approximate requests" has "$M" "kvtier_approximate_requests_total 2"
 check "/metrics counts approximate tokens" has "$M" "kvtier_approximate_tokens_total $((placed - rec))"
 check "/metrics counts recomputed tokens" has "$M" "kvtier_approximate_recomputed_tokens_total $((placed + rec))"
+
+# ---- kvtier run -f ---------------------------------------------------------------------------
+line() { jq -cn --argjson d "$1" --argjson x "$2" '{prompt: "When does Lyon ship?", kvtier: ({documents: $d} + $x)}'; }
+{ line "$ABC" '{}'; line "$BCA" '{"reuse": "approximate"}'; line "$BCA" '{"reuse": "approximate", "recompute_ratio": 1}'; } \
+  >"$TMP/lines.jsonl"
+"$BIN" run -m "$TMP/tiny.gguf" -c 1024 -n 4 --temp 0 -f "$TMP/lines.jsonl" >"$TMP/run.out" 2>"$TMP/run.log"
+check "run -f with approximate lines: exit 0" is "$?" 0
+check "run -f: the stats line reports approximate reuse" has "$(grep '\[2/3\]' "$TMP/run.log")" "documents placed"
+check "run -f: ratio 1 recomputes every placed token" has "$(grep '\[3/3\]' "$TMP/run.log")" "approximate 0 ("
+"$BIN" run -m "$TMP/tiny.gguf" -c 1024 -n 4 --temp 0 --seed 1 -f "$TMP/lines.jsonl" >/dev/null 2>"$TMP/run-seed.log"
+check "run -f: approximate with --seed is refused" has "$(cat "$TMP/run-seed.log")" "cannot be combined with --seed"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
