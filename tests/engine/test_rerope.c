@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "kv_quant.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
@@ -24,7 +25,10 @@ static void read_kv(kvt_engine *e, int32_t page, int32_t l, int32_t g, float *k,
     const uint8_t *pg = kvt_page_data_const(e, page);
     const size_t n = (size_t)hp->head_dim * B;
     const void *kd = pg + kvt_eng_kv_offset(e, l, 0, g, 0), *vd = pg + kvt_eng_kv_offset(e, l, 1, g, 0);
-    if (kvt_engine_params_of(e).kv_dtype == KVT_KV_F16) {
+    if (kvt_engine_params_of(e).kv_dtype == KVT_KV_Q8_0) {
+        kvt_kv_q8_dequant_columns(kd, B, B, hp->head_dim, k);
+        kvt_kv_q8_dequant_rows(vd, B, hp->head_dim, v);
+    } else if (kvt_engine_params_of(e).kv_dtype == KVT_KV_F16) {
         kvt_f16_to_f32_row(kd, k, (int64_t)n);
         kvt_f16_to_f32_row(vd, v, (int64_t)n);
     } else {
@@ -72,8 +76,9 @@ static void check_rerope(kvt_model *m, kvt_kv_dtype dt, int32_t from, int32_t to
     const size_t n = (size_t)hp->head_dim * B;
     float *k1 = malloc(n * sizeof *k1), *v1 = malloc(n * sizeof *v1), *k2 = malloc(n * sizeof *k2),
           *v2 = malloc(n * sizeof *v2), *k0 = malloc(n * sizeof *k0), *v0 = malloc(n * sizeof *v0);
-    /* f32 keeps only the angles' f32 rounding; f16 rounds the stored key twice */
-    const float tol = dt == KVT_KV_F16 ? 4e-3f : 2e-4f;
+    /* f32 keeps only the angles' f32 rounding; f16 rounds the stored key twice; q8_0 quantizes it twice
+     * (each block of 32 to 1/127 of its largest value) */
+    const float tol = dt == KVT_KV_Q8_0 ? 3e-2f : dt == KVT_KV_F16 ? 4e-3f : 2e-4f;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         float worst = 0, scale = 0, moved_most = 0;
         int v_same = 1;
@@ -102,18 +107,18 @@ static void check_rerope(kvt_model *m, kvt_kv_dtype dt, int32_t from, int32_t to
     kvt_engine_free(e);
 }
 
-static kvt_model *arch_model(const char *arch) {
+static kvt_model *arch_model(const char *arch, int32_t heads) {
     kvt_mkmodel_params mp = kvt_mkmodel_default_params();
     mp.arch = arch;
     mp.dim = 64;
     mp.layers = 2;
-    mp.heads = 4;
-    mp.kv_heads = 2;
+    mp.heads = heads;
+    mp.kv_heads = heads / 2;
     mp.ff = 128;
     mp.vocab = 1024;
     mp.swa = 32;
     char name[64];
-    snprintf(name, sizeof name, "rerope-%s.gguf", arch);
+    snprintf(name, sizeof name, "rerope-%s-%d.gguf", arch, heads);
     const char *path = kvt_test_path(kvt_test_tmpdir(), name);
     kvt_model *m = NULL;
     CHECKF(kvt_mkmodel(&mp, path) == 0 && kvt_model_load(path, kvt_model_default_params(), &m) == 0, "%s: %s", arch,
@@ -173,11 +178,16 @@ int main(void) {
     kvt_model_free(llama);
     const char *archs[] = {"qwen2", "gemma3", "phi3", "qwen3"};
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) {
-        kvt_model *m = arch_model(archs[i]);
+        kvt_model *m = arch_model(archs[i], 4);
         if (!m) continue;
         check_rerope(m, KVT_KV_F32, B, 9 * B, archs[i]);
         check_rerope(m, KVT_KV_F16, 2 * B, 30 * B, archs[i]);
         kvt_model_free(m);
+    }
+    kvt_model *wide = arch_model("llama", 2); /* head_dim 32, which q8_0 KV needs */
+    if (wide) {
+        check_rerope(wide, KVT_KV_Q8_0, 2 * B, 30 * B, "llama q8_0");
+        kvt_model_free(wide);
     }
     return kvt_test_done("test_rerope");
 }
