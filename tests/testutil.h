@@ -66,6 +66,11 @@ kvt_engine *kvt_test_engine(const struct kvt_model *model, int32_t block, int32_
  * salt NULL: shared). A failure is a failed check and an empty result. */
 kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
                                const char *salt);
+/* kvt_test_generate with approximate reuse (bp non-NULL) of the documents at
+ * doc_starts (n_docs + 1 entries). */
+kvt_test_gen kvt_test_generate_blend(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                     const char *salt, const kvt_blend_params *bp, const size_t *doc_starts,
+                                     size_t n_docs);
 /* 1 if both runs produced the same tokens and bit-identical logits. */
 int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b);
 void kvt_test_gen_free(kvt_test_gen *g);

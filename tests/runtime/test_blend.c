@@ -42,19 +42,7 @@ static prompt render(kvt_model *m, const char *question, const kvt_document *doc
 
 /* Greedy generation; with bp, the prompt's documents may be placed approximately. */
 static kvt_test_gen gen(kvt_engine *e, kvt_cache *c, const prompt *p, const kvt_blend_params *bp) {
-    kvt_test_gen o = {0};
-    o.n_vocab = kvt_engine_n_vocab(e);
-    kvt_sampler_params sp = kvt_sampler_default_params();
-    sp.temp = 0;
-    kvt_sampler *s = kvt_sampler_new(sp, o.n_vocab);
-    o.logits = malloc((size_t)o.n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = N_GEN, .sampler = s, .first_logits = o.logits, .blend = bp,
-                         .doc_starts = p->starts, .n_docs = p->n_docs};
-    int rc = kvt_generate(e, c, p->p, (int32_t)p->n, &gp, &o.tokens, &o.res);
-    CHECKF(rc == 0, "generate: %s", kvt_errmsg());
-    o.n = rc ? 0 : o.res.n_prompt + o.res.n_generated;
-    kvt_sampler_free(s);
-    return o;
+    return kvt_test_generate_blend(e, c, p->p, (int32_t)p->n, N_GEN, NULL, bp, p->starts, p->n_docs);
 }
 
 static const kvt_document D[3] = {
