@@ -147,13 +147,20 @@ kvt_cache *kvt_test_cache(kvt_engine *e, const char *dir, uint64_t ram_bytes) {
 
 kvt_test_gen kvt_test_generate_rc(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
                                   const char *salt) {
+    return kvt_test_generate_blend_rc(e, c, prompt, n, n_gen, salt, NULL, NULL, 0);
+}
+
+kvt_test_gen kvt_test_generate_blend_rc(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                        const char *salt, const kvt_blend_params *bp, const size_t *doc_starts,
+                                        size_t n_docs) {
     kvt_test_gen o = {0};
     o.n_vocab = kvt_engine_n_vocab(e);
     kvt_sampler_params sp = kvt_sampler_default_params();
     sp.temp = 0;
     kvt_sampler *s = kvt_sampler_new(sp, o.n_vocab);
     o.logits = malloc((size_t)o.n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = n_gen, .sampler = s, .first_logits = o.logits};
+    kvt_gen_params gp = {.max_tokens = n_gen, .sampler = s, .first_logits = o.logits, .blend = bp,
+                         .doc_starts = doc_starts, .n_docs = n_docs};
     if (salt) {
         gp.salt = salt;
         gp.salt_len = strlen(salt);
@@ -166,7 +173,13 @@ kvt_test_gen kvt_test_generate_rc(kvt_engine *e, kvt_cache *c, const int32_t *pr
 
 kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
                                const char *salt) {
-    kvt_test_gen o = kvt_test_generate_rc(e, c, prompt, n, n_gen, salt);
+    return kvt_test_generate_blend(e, c, prompt, n, n_gen, salt, NULL, NULL, 0);
+}
+
+kvt_test_gen kvt_test_generate_blend(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                     const char *salt, const kvt_blend_params *bp, const size_t *doc_starts,
+                                     size_t n_docs) {
+    kvt_test_gen o = kvt_test_generate_blend_rc(e, c, prompt, n, n_gen, salt, bp, doc_starts, n_docs);
     CHECKF(o.rc == 0, "generate: %s", kvt_errmsg());
     return o;
 }

@@ -81,6 +81,14 @@ kvt_test_gen kvt_test_generate(kvt_engine *e, kvt_cache *c, const int32_t *promp
 /* The same for a run that may fail on purpose: the failure is only in .rc. */
 kvt_test_gen kvt_test_generate_rc(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
                                   const char *salt);
+/* kvt_test_generate(_rc) with approximate reuse (bp non-NULL) of the documents
+ * at doc_starts (n_docs + 1 entries). */
+kvt_test_gen kvt_test_generate_blend(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                     const char *salt, const kvt_blend_params *bp, const size_t *doc_starts,
+                                     size_t n_docs);
+kvt_test_gen kvt_test_generate_blend_rc(kvt_engine *e, kvt_cache *c, const int32_t *prompt, int32_t n, int32_t n_gen,
+                                        const char *salt, const kvt_blend_params *bp, const size_t *doc_starts,
+                                        size_t n_docs);
 /* 1 if both runs succeeded and produced the same tokens and bit-identical logits. */
 int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b);
 void kvt_test_gen_free(kvt_test_gen *g);

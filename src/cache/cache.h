@@ -97,6 +97,13 @@ void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds);
 int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
                      int32_t *seq, kvt_attach_info *info);
 
+/* kvt_cache_attach for the cache's own users rather than a request (approximate
+ * reuse fetching a stored document): the same restore, but the request
+ * statistics (lookups, hits, shortfalls, reuse stops) stay as they were and
+ * info->stop is not filled. */
+int kvt_cache_attach_quiet(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                           int32_t *seq, kvt_attach_info *info);
+
 /* Makes at least n_pages pages free, reclaiming idle T0 pages (demoted to T1).
  * Returns 0, or KVT_ELIMIT with a message when running sequences and pins
  * hold too much of the pool. */

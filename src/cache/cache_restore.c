@@ -257,14 +257,18 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     return ok;
 }
 
-int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
-                     int32_t *seq, kvt_attach_info *info) {
+/* kvt_cache_attach; quiet leaves the request statistics (lookups, hits,
+ * shortfalls, reuse stops, the disk tier's hit ratio) alone and explains nothing. */
+static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse, int quiet,
+                  int32_t *seq, kvt_attach_info *info) {
     memset(info, 0, sizeof *info);
     kvt_prefix_hit *hits;
     size_t want = max_reuse > 0 ? ((size_t)max_reuse + (size_t)c->B - 1) / (size_t)c->B : 0;
     size_t k = kvt_cache_match_shared(c, root, tokens, n, want, &hits);
-    c->lookups++;
-    c->lookup_tokens += (uint64_t)n;
+    if (!quiet) {
+        c->lookups++;
+        c->lookup_tokens += (uint64_t)n;
+    }
     if (max_reuse < 0) max_reuse = 0;
     /* blocks needed to cover min(k*B, max_reuse) tokens */
     int32_t planned = KVT_MIN((int32_t)k * c->B, max_reuse), reuse = planned;
@@ -279,7 +283,7 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
         for (int32_t i = 0; i < got; i++) kvt_admit_sight(c->admit, hits[i].hash); /* a reuse is a sighting */
     int32_t from_t2 = 0;
     for (int32_t i = 0; i < got; i++) from_t2 += tier_of[i] == KVT_TIER_T2;
-    if (c->disk) kvt_disk_note_lookup(c->disk, (uint64_t)n / (uint64_t)c->B, (uint64_t)from_t2);
+    if (c->disk && !quiet) kvt_disk_note_lookup(c->disk, (uint64_t)n / (uint64_t)c->B, (uint64_t)from_t2);
     if (got < n_blocks) reuse = got * c->B; /* a block could not be restored: reuse what we have */
     int rc = kvt_seq_new(c->e, pages, got, reuse, seq);
     for (int32_t i = 0; i < got; i++) kvt_page_unref(c->e, pages[i]);
@@ -287,7 +291,7 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
         info->n_reused = reuse;
         info->n_planned = planned;
         info->shortfall = reuse < planned ? why : KVT_SHORTFALL_NONE;
-        if (reuse < planned) {
+        if (reuse < planned && !quiet) {
             c->shortfalls[info->shortfall]++;
             c->shortfall_tokens += (uint64_t)(planned - reuse);
         }
@@ -297,14 +301,26 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
             info->tier_tokens[tier_of[i]] += t;
         }
         info->restore_ms = restore_s * 1e3;
-        c->hit_tokens += (uint64_t)reuse;
-        kvt_cache_explain(c, root, tokens, n, reuse, info->shortfall, &info->stop);
-        c->reuse_stops[info->stop.reason]++;
+        if (!quiet) {
+            c->hit_tokens += (uint64_t)reuse;
+            kvt_cache_explain(c, root, tokens, n, reuse, info->shortfall, &info->stop);
+            c->reuse_stops[info->stop.reason]++;
+        }
     }
     free(tier_of);
     free(pages);
     free(hits);
     return rc;
+}
+
+int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                     int32_t *seq, kvt_attach_info *info) {
+    return attach(c, root, tokens, n, max_reuse, 0, seq, info);
+}
+
+int kvt_cache_attach_quiet(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                           int32_t *seq, kvt_attach_info *info) {
+    return attach(c, root, tokens, n, max_reuse, 1, seq, info);
 }
 
 void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds) {

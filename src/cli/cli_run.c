@@ -237,7 +237,7 @@ static int open_runtime(run_ctx *c, const char *model_path) {
     ep.n_ctx = (int32_t)n_ctx;
     ep.block_size = (int32_t)block;
     ep.kv_dtype = x->dt;
-    ep.max_seqs = 1;
+    ep.max_seqs = 2; /* the prompt's, and one where approximate reuse computes a missing stored document */
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
     } else {
@@ -265,13 +265,17 @@ static void print_result(const run_ctx *c, long k, const kvt_gen_result *r) {
     double pre_s = r->prefill_ms / 1e3, dec_s = r->decode_ms / 1e3;
     char why[STOP_LINE_MAX] = "";
     if (c->cache) kvt_reuse_stop_describe(c->m, &r->reuse_stop, why, sizeof why);
+    char approx[STOP_LINE_MAX] = "";
+    if (c->prompts[k].approximate)
+        snprintf(approx, sizeof approx, ", approximate %d (%d documents placed, %d tokens recomputed, %d stored)",
+                 r->blend.n_placed - r->blend.n_recomputed, r->blend.n_docs, r->blend.n_recomputed, r->blend.n_stored);
     fprintf(stderr,
-            "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s, computed %d%s%s%s; "
+            "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s%s, computed %d%s%s%s; "
             "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
             "seed %llu\n",
             k + 1, c->n_prompts, r->n_prompt, r->n_reused, r->tier_tokens[KVT_TIER_T0], r->tier_tokens[KVT_TIER_T1],
             r->tier_tokens[KVT_TIER_T2], r->n_planned, r->shortfall ? ": " : "",
-            r->shortfall ? kvt_shortfall_name(r->shortfall) : "", r->n_computed,
+            r->shortfall ? kvt_shortfall_name(r->shortfall) : "", approx, r->n_computed,
             r->t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
             why[0] ? "; reuse stopped: " : "", why, r->ttft_ms, r->restore_ms, r->prefill_ms,
             r->n_computed / (pre_s > 0 ? pre_s : 1e-9), r->n_generated,
@@ -281,7 +285,7 @@ static void print_result(const run_ctx *c, long k, const kvt_gen_result *r) {
 
 /* The tokens of prompt k: tokenized, its documents before it (after BOS) as
  * fixed context blocks. 0, or an error code after printing why. */
-static int prompt_tokens(const run_ctx *c, long k, int32_t **toks, size_t *n_tok) {
+static int prompt_tokens(const run_ctx *c, long k, int32_t **toks, size_t *n_tok, size_t *starts) {
     const run_line *ln = &c->prompts[k];
     int rc = kvt_model_tokenize(c->m, ln->prompt, strlen(ln->prompt), KVT_TOKENIZE_ADD_SPECIAL, 1, toks, n_tok);
     if (rc) {
@@ -292,7 +296,8 @@ static int prompt_tokens(const run_ctx *c, long k, int32_t **toks, size_t *n_tok
     size_t at = *n_tok && (*toks)[0] == c->info.bos ? 1 : 0;
     int32_t *with = NULL;
     size_t nw = 0;
-    rc = kvt_render_documents(c->m, (int32_t)c->x->block, *toks, *n_tok, at, ln->docs, ln->n_docs, &with, &nw);
+    rc = kvt_render_documents_spans(c->m, (int32_t)c->x->block, *toks, *n_tok, at, ln->docs, ln->n_docs, &with, &nw,
+                                    starts);
     free(*toks);
     *toks = NULL;
     if (rc) {
@@ -320,17 +325,31 @@ static int run_prompt(run_ctx *c, long k) {
         kvt_run_action(c->cache, ln, NULL, 0, x->salt, &c->pins, &c->n_pins, k + 1);
         return 0;
     }
-    if (prompt_tokens(c, k, &toks, &n_tok)) return 1;
+    if (ln->approximate && (x->seed_given || !c->cache)) {
+        fprintf(stderr, "kvtier run: [%ld] \"reuse\": \"approximate\" %s\n", k + 1,
+                x->seed_given ? "cannot be combined with --seed: a seed asks for output that replays exactly"
+                              : "needs the cache (not --no-cache)");
+        return 1;
+    }
+    size_t *starts = kvt_xmalloc((ln->n_docs + 1) * sizeof *starts);
+    kvt_blend_params bp = kvt_blend_default_params();
+    if (ln->recompute_ratio >= 0) bp.ratio = ln->recompute_ratio;
+    if (prompt_tokens(c, k, &toks, &n_tok, starts)) {
+        free(starts);
+        return 1;
+    }
     if (ln->action != LINE_GENERATE) {
         kvt_run_action(c->cache, ln, toks, n_tok, x->salt, &c->pins, &c->n_pins, k + 1);
         free(toks);
+        free(starts);
         return 0;
     }
     const char *salt = x->salt;
     stream_state ss = {.model = c->m};
     kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen, .sampler = c->smp, .tok = x->ignore_eos ? NULL : c->m->tok,
                          .on_token = stream_token,
-                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0, .progress = 1};
+                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0, .progress = 1,
+                         .blend = ln->approximate ? &bp : NULL, .doc_starts = starts, .n_docs = ln->n_docs};
     kvt_gen_result r;
     int32_t *all = NULL;
     int rc = kvt_generate(c->e, c->cache, toks, (int32_t)n_tok, &gp, &all, &r);
@@ -342,6 +361,7 @@ static int run_prompt(run_ctx *c, long k) {
     fputc('\n', stdout);
     fflush(stdout);
     free(toks);
+    free(starts);
     if (rc) {
         fprintf(stderr, "kvtier run: prompt %ld: %s\n", k + 1, kvt_errmsg());
         return 1;

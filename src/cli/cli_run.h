@@ -24,6 +24,8 @@ typedef struct {
     kvt_api_session session;
     kvt_document *docs;      /* "kvtier": {"documents": [...]}: fixed context blocks before the prompt */
     size_t n_docs;
+    int approximate;         /* "kvtier": {"reuse": "approximate"}: documents may be placed from stored KV */
+    float recompute_ratio;   /* "kvtier": {"recompute_ratio"}, or < 0 for the default */
 } run_line;
 
 /* A pin made by a "pin" line, released by "unpin" with the same prompt or at the end. */

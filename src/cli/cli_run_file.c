@@ -41,7 +41,9 @@ static int parse_json_line(const char *path, long lineno, const char *line, run_
         else out->action = (line_action)a;
     }
     if (!why && (kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err) ||
-                 kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err)))
+                 kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err) ||
+                 kvt_api_parse_reuse(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), 0, &out->approximate,
+                                     &out->recompute_ratio, &err)))
         why = err.message;
     const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
     if (!why && out->action != LINE_END_SESSION && !cJSON_IsString(pr)) why = "expected a \"prompt\" string";

@@ -35,6 +35,7 @@ enum {
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
     O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
+    O_APPROXIMATE, O_RECOMPUTE_RATIO,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -126,6 +127,16 @@ static const kvt_cli_opt serve_opts[] = {
     {O_RAG_K, 0, "rag-k", NULL, "K",
      "chunks a RAG request retrieves when it gives no kvtier.rag.k\n(default " STR(KVT_RAG_DEFAULT_K) ", at most "
      STR(KVT_RAG_MAX_K) ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_RAG_MAX_K)},
+    {O_APPROXIMATE, 0, "approximate-reuse", NULL, NULL,
+     "let requests ask for approximate reuse (\"kvtier\": {\"reuse\":\n\"approximate\"}): documents that "
+     "the exact prefix misses are placed\nfrom their stored KV at their new position (RoPE re-rotated), and\nthe "
+     "tokens that deviate most are recomputed (CacheBlend). The\noutput is then close to, not equal to, a cold "
+     "run's; requests\nwithout the field stay exact. Off by default: such a request is\na 400 (README "
+     "\"Approximate reuse\")", 0, KVT_CLI_PLAIN},
+    {O_RECOMPUTE_RATIO, 0, "recompute-ratio", NULL, "R",
+     "with --approximate-reuse: the fraction of the placed document\ntokens recomputed when a request gives no "
+     "kvtier.recompute_ratio\n(default 0.15; 1 recomputes them all, which is exact)", 0,
+     KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
     {O_LOG_FORMAT, 0, "log-format", NULL, "FMT",
      "text (default) or json: one object per line with ts, level, msg.\nEvery line has an ISO-8601 UTC timestamp "
      "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)", 0, KVT_CLI_PLAIN},
@@ -281,6 +292,8 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_RETOKENIZE: sp->retokenize_replies = 1; return 0;
     case O_RAG_INDEX: x->rag_path = v; return 0;
     case O_RAG_K: sp->rag_k = (int32_t)a->i; return 0;
+    case O_APPROXIMATE: sp->approximate_reuse = 1; return 0;
+    case O_RECOMPUTE_RATIO: sp->recompute_ratio = (float)a->d; return 0;
     case O_LOG_FORMAT:
         if (kvt_log_set_format_name(v)) {
             fprintf(stderr, "kvtier serve: %s: %s\n", a->flag, kvt_errmsg());
@@ -385,7 +398,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = x->threads;
     ep.n_ctx = (int32_t)n_ctx;
-    ep.max_seqs = sp->parallel;
+    ep.max_seqs = sp->parallel + (sp->approximate_reuse ? 1 : 0); /* + where a missing stored document is computed */
     ep.kv_dtype = x->dt;
     ep.n_batch = KVT_MAX(ep.n_batch, sp->parallel + sp->prefill_chunk);
     if (x->kv_active) {

@@ -2,7 +2,7 @@
  * of llama-family models over a batch of tokens from several sequences.
  * Attention reads K/V only through page tables; see engine.h for the layout
  * and the batch-invariance contract. */
-#include "engine.h"
+#include "engine_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -15,71 +15,6 @@
 #include "kv_quant.h"
 #include "model.h"
 #include "ops.h"
-
-/* Pages start on this boundary so SIMD loads of K/V rows can be aligned. */
-#define PAGE_ALIGN 64
-/* Free-list terminator and "no page" marker. */
-#define NO_PAGE (-1)
-/* Per-thread attention scratch regions start on this many floats (64 bytes). */
-#define SCRATCH_ALIGN_FLOATS 16
-
-/* ggml (and so the reference outputs) computes Q·K with Q rounded to the K
- * dtype and the softmax weights rounded to the V dtype before P·V. Doing the
- * same for an f16 cache keeps us within a few ulps of llama.cpp at no cost. */
-#define ATTN_ROUND_TO_KV_DTYPE 1
-
-typedef struct {
-    int active;
-    int32_t len;      /* tokens */
-    int32_t n_pages;  /* ceil(len / B) */
-    int32_t *pages;   /* (max_pages_per_seq) */
-} seq_state;
-
-struct kvt_engine {
-    const kvt_model *model;
-    kvt_engine_params p;
-    kvt_pool *pool;
-    size_t row_bytes;        /* bytes of one stored K or V row (head_dim values of kv_dtype) */
-    int32_t kv_dim;          /* n_head_kv * head_dim */
-    int32_t q_dim;           /* n_head * head_dim */
-
-    /* page pool */
-    size_t page_bytes, page_stride; /* stride = page_bytes rounded up to PAGE_ALIGN */
-    uint8_t *page_mem;              /* (n_pages, page_stride) */
-    int32_t *refcount;              /* (n_pages) */
-    int32_t *free_next;             /* (n_pages) free-list links */
-    int32_t free_head, n_free;
-
-    /* sequences */
-    seq_state *seqs;                /* (max_seqs) */
-    int32_t max_pages_per_seq;
-    int32_t *batch_count;           /* (max_seqs) scratch for decode() checks */
-
-    /* activations for one chunk of up to nb = n_batch tokens */
-    float *x;        /* (nb, n_embd) residual stream */
-    float *xb;       /* (nb, n_embd) normed input / projection output */
-    float *q;        /* (nb, q_dim) */
-    float *k;        /* (nb, kv_dim) */
-    float *v;        /* (nb, kv_dim) */
-    float *att;      /* (nb, q_dim) attention output, heads concatenated */
-    float *hb;       /* (nb, n_ff) gate, then silu(gate) * up */
-    float *hb2;      /* (nb, n_ff) up */
-    float *rope_cos; /* (nb, rope_dim/2) */
-    float *rope_sin; /* (nb, rope_dim/2) */
-    float *rope_cos_alt; /* (nb, rope_dim/2) sliding layers with their own rope base (gemma3), else NULL */
-    float *rope_sin_alt; /* (nb, rope_dim/2) */
-    int32_t *pos;    /* (nb) position of each token in its sequence */
-    int32_t *tseq;   /* (nb) sequence of each token */
-    int32_t *tpage;  /* (nb) page receiving each token's K/V */
-    int32_t *tslot;  /* (nb) slot within that page */
-    int32_t *wanted; /* (nb) chunk rows that want logits */
-    /* per-thread attention scratch, scratch_stride floats per thread, in regions
-     * at these float offsets (see scratch_layout) */
-    float *scratch;
-    size_t scratch_stride;
-    size_t sc_qh, sc_kdq, sc_vdq, sc_tmp;
-    uint8_t *qrow;   /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
-};
 
 kvt_engine_params kvt_engine_default_params(void) {
     kvt_engine_params p = {0};
@@ -392,7 +327,7 @@ static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_
  * Every block of a page has B * row_bytes bytes. kv_offset gives the byte
  * offset of the block of (layer, kv, head) plus slot rows; for a transposed or
  * column K block only slot 0 (the block start) is meaningful. */
-static size_t kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
+size_t kvt_eng_kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
     const kvt_hparams *hp = &e->model->hp;
     size_t row = (((size_t)layer * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) * (size_t)e->p.block_size +
                  (size_t)slot;
@@ -404,12 +339,12 @@ static size_t kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head
  * frequency factor (llama3, phi3) and multiplied by the linear scale; phi3's
  * LongRoPE also scales cos and sin by its attention factor. alt: the rope of
  * sliding layers that have their own (gemma3: rope_base_swa, no scaling). */
-static void rope_angles(const kvt_model *m, int32_t pos, int alt, float *cs, float *sn) {
+void kvt_eng_rope_angles(const kvt_model *m, int32_t pos, int alt, int unscaled, float *cs, float *sn) {
     const kvt_hparams *hp = &m->hp;
     int32_t half = hp->rope_dim / 2;
     const float base = alt ? hp->rope_base_swa : hp->rope_base, fscale = alt ? 1.0f : hp->rope_freq_scale;
     const float *factors = alt ? NULL : m->rope_freq_factors;
-    const float mscale = hp->rope_attn_factor;
+    const float mscale = unscaled ? 1.0f : hp->rope_attn_factor;
     float theta_scale = powf(base, -2.0f / (float)hp->rope_dim);
     float theta = (float)pos;
     for (int32_t i = 0; i < half; i++) {
@@ -426,7 +361,7 @@ static void rope_angles(const kvt_model *m, int32_t pos, int alt, float *cs, flo
 }
 
 /* Rotates the leading rope_dim dims of each head of one token's q or k row. */
-static void rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, const float *cs, const float *sn) {
+void kvt_eng_rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, const float *cs, const float *sn) {
     int32_t half = hp->rope_dim / 2;
     for (int32_t h = 0; h < n_heads; h++) {
         float *v = row + (size_t)h * (size_t)hp->head_dim;
@@ -483,7 +418,7 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
      * layouts the kernels take, then the f32 kernels run on them */
     const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float); /* f16/f32 element */
     for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 0, gk, 0);
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 0, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a; /* keys t0+a .. t0+a+T-1 */
         float *sc = scores + (t0 + a - lo);
         if (q8) {
@@ -504,7 +439,7 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     }
     memset(out, 0, (size_t)G * (size_t)hd * sizeof(float));
     for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kv_offset(e, layer, 1, gk, 0);
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
         const float *w = scores + (t0 + a - lo);
         if (q8) {
@@ -525,30 +460,33 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (int64_t w = ith; w < items; w += nth) attn_group(e, job->layer, (int32_t)(w / n_kv), (int32_t)(w % n_kv), scratch);
 }
 
+void kvt_eng_put_k_row(kvt_engine *e, uint8_t *pg, int32_t layer, int32_t g, int32_t slot, const float *kr) {
+    const int32_t hd = e->model->hp.head_dim, B = e->p.block_size;
+    uint8_t *kd = pg + kvt_eng_kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B], or q8_0 columns */
+    if (e->p.kv_dtype == KVT_KV_Q8_0) {
+        kvt_kv_q8_quantize_row(kr, hd, e->qrow);
+        kvt_kv_q8_put_column(e->qrow, hd, B, slot, kd);
+    } else if (e->p.kv_dtype == KVT_KV_F16) {
+        for (int32_t d = 0; d < hd; d++) ((uint16_t *)(void *)kd)[(size_t)d * B + slot] = kvt_f32_to_f16(kr[d]);
+    } else {
+        for (int32_t d = 0; d < hd; d++) ((float *)(void *)kd)[(size_t)d * B + slot] = kr[d];
+    }
+}
+
 /* Writes one token's k and v rows (already roped) into its page slot, rounded
- * to (or, for q8_0, quantized as) the KV dtype: see the page layout above kv_offset. */
-static void store_kv(kvt_engine *e, int32_t layer, int32_t i) {
+ * to (or, for q8_0, quantized as) the KV dtype: see the page layout above
+ * kvt_eng_kv_offset. V is a row; K a column (kvt_eng_put_k_row). */
+void kvt_eng_store_kv(kvt_engine *e, int32_t layer, int32_t i) {
     const kvt_hparams *hp = &e->model->hp;
     uint8_t *pg = kvt_page_data(e, e->tpage[i]);
     for (int32_t g = 0; g < hp->n_head_kv; g++) {
         const float *kr = e->k + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
         const float *vr = e->v + (size_t)i * (size_t)e->kv_dim + (size_t)g * (size_t)hp->head_dim;
-        const int32_t B = e->p.block_size, slot = e->tslot[i];
-        void *vd = pg + kv_offset(e, layer, 1, g, slot);
-        if (e->p.kv_dtype == KVT_KV_Q8_0) { /* V as a row, K as a column */
-            kvt_kv_q8_quantize_row(vr, hp->head_dim, vd);
-            kvt_kv_q8_quantize_row(kr, hp->head_dim, e->qrow);
-            kvt_kv_q8_put_column(e->qrow, hp->head_dim, B, slot, pg + kv_offset(e, layer, 0, g, 0));
-            continue;
-        }
-        uint8_t *kd = pg + kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B] */
-        if (e->p.kv_dtype == KVT_KV_F16) {
-            for (int32_t d = 0; d < hp->head_dim; d++) ((uint16_t *)(void *)kd)[(size_t)d * B + slot] = kvt_f32_to_f16(kr[d]);
-            kvt_f32_to_f16_row(vr, vd, hp->head_dim);
-        } else {
-            for (int32_t d = 0; d < hp->head_dim; d++) ((float *)(void *)kd)[(size_t)d * B + slot] = kr[d];
-            memcpy(vd, vr, (size_t)hp->head_dim * sizeof(float));
-        }
+        void *vd = pg + kvt_eng_kv_offset(e, layer, 1, g, e->tslot[i]);
+        if (e->p.kv_dtype == KVT_KV_Q8_0) kvt_kv_q8_quantize_row(vr, hp->head_dim, vd);
+        else if (e->p.kv_dtype == KVT_KV_F16) kvt_f32_to_f16_row(vr, vd, hp->head_dim);
+        else memcpy(vd, vr, (size_t)hp->head_dim * sizeof(float));
+        kvt_eng_put_k_row(e, pg, layer, g, e->tslot[i], kr);
     }
 }
 
@@ -557,45 +495,55 @@ static void add_bias(float *y, const float *bias, int32_t n, int32_t width) {
     for (int32_t i = 0; i < n; i++) kvt_add(y + (size_t)i * (size_t)width, bias, width);
 }
 
-/* Runs n (<= n_batch) tokens whose slots are reserved (pos/tseq/tpage/tslot
- * filled, embeddings in x) through the layers; writes the logits of the n_want
- * rows listed in wanted to logits. */
-static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+void kvt_eng_chunk_begin(kvt_engine *e, int32_t n) {
     const kvt_model *m = e->model;
     const kvt_hparams *hp = &m->hp;
-    const int64_t D = hp->n_embd, F = hp->n_ff, half = hp->rope_dim / 2;
-    kvt_pool *pool = e->pool;
-
+    const int64_t half = hp->rope_dim / 2;
     for (int32_t i = 0; i < n; i++) {
-        rope_angles(m, e->pos[i], 0, e->rope_cos + i * half, e->rope_sin + i * half);
-        if (e->rope_cos_alt) rope_angles(m, e->pos[i], 1, e->rope_cos_alt + i * half, e->rope_sin_alt + i * half);
+        kvt_eng_rope_angles(m, e->pos[i], 0, 0, e->rope_cos + i * half, e->rope_sin + i * half);
+        if (e->rope_cos_alt)
+            kvt_eng_rope_angles(m, e->pos[i], 1, 0, e->rope_cos_alt + i * half, e->rope_sin_alt + i * half);
     }
-    if (hp->embd_scale != 1.0f) kvt_scale(e->x, (int64_t)n * D, hp->embd_scale);
+    if (hp->embd_scale != 1.0f) kvt_scale(e->x, (int64_t)n * hp->n_embd, hp->embd_scale);
+}
 
-    for (int32_t l = 0; l < hp->n_layer; l++) {
-        const kvt_layer *L = &m->layers[l];
-        const float *rc = L->alt_rope ? e->rope_cos_alt : e->rope_cos, *rs = L->alt_rope ? e->rope_sin_alt : e->rope_sin;
-        /* attention block */
-        for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->attn_norm, D, hp->rms_eps);
-        kvt_matmul(pool, &L->wq, e->xb, D, n, e->q, e->q_dim);
-        kvt_matmul(pool, &L->wk, e->xb, D, n, e->k, e->kv_dim);
-        kvt_matmul(pool, &L->wv, e->xb, D, n, e->v, e->kv_dim);
-        add_bias(e->q, L->bq, n, e->q_dim);
-        add_bias(e->k, L->bk, n, e->kv_dim);
-        add_bias(e->v, L->bv, n, e->kv_dim);
-        for (int32_t i = 0; i < n; i++) {
-            float *qi = e->q + (size_t)i * (size_t)e->q_dim, *ki = e->k + (size_t)i * (size_t)e->kv_dim;
-            if (L->q_norm) { /* qwen3, gemma3: each head RMS-normed before rope */
-                for (int32_t h = 0; h < hp->n_head; h++)
-                    kvt_rmsnorm(qi + h * hp->head_dim, qi + h * hp->head_dim, L->q_norm, hp->head_dim, hp->rms_eps);
-                for (int32_t h = 0; h < hp->n_head_kv; h++)
-                    kvt_rmsnorm(ki + h * hp->head_dim, ki + h * hp->head_dim, L->k_norm, hp->head_dim, hp->rms_eps);
-            }
-            rope_apply(hp, qi, hp->n_head, rc + i * half, rs + i * half);
-            rope_apply(hp, ki, hp->n_head_kv, rc + i * half, rs + i * half);
-            if (hp->q_scale > 0) kvt_scale(qi, e->q_dim, hp->q_scale);
-            store_kv(e, l, i);
+void kvt_eng_layer_qkv(kvt_engine *e, int32_t l, int32_t n) {
+    const kvt_model *m = e->model;
+    const kvt_hparams *hp = &m->hp;
+    const int64_t D = hp->n_embd, half = hp->rope_dim / 2;
+    const kvt_layer *L = &m->layers[l];
+    const float *rc = L->alt_rope ? e->rope_cos_alt : e->rope_cos, *rs = L->alt_rope ? e->rope_sin_alt : e->rope_sin;
+    for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->attn_norm, D, hp->rms_eps);
+    kvt_matmul(e->pool, &L->wq, e->xb, D, n, e->q, e->q_dim);
+    kvt_matmul(e->pool, &L->wk, e->xb, D, n, e->k, e->kv_dim);
+    kvt_matmul(e->pool, &L->wv, e->xb, D, n, e->v, e->kv_dim);
+    add_bias(e->q, L->bq, n, e->q_dim);
+    add_bias(e->k, L->bk, n, e->kv_dim);
+    add_bias(e->v, L->bv, n, e->kv_dim);
+    for (int32_t i = 0; i < n; i++) {
+        float *qi = e->q + (size_t)i * (size_t)e->q_dim, *ki = e->k + (size_t)i * (size_t)e->kv_dim;
+        if (L->q_norm) { /* qwen3, gemma3: each head RMS-normed before rope */
+            for (int32_t h = 0; h < hp->n_head; h++)
+                kvt_rmsnorm(qi + h * hp->head_dim, qi + h * hp->head_dim, L->q_norm, hp->head_dim, hp->rms_eps);
+            for (int32_t h = 0; h < hp->n_head_kv; h++)
+                kvt_rmsnorm(ki + h * hp->head_dim, ki + h * hp->head_dim, L->k_norm, hp->head_dim, hp->rms_eps);
         }
+        kvt_eng_rope_apply(hp, qi, hp->n_head, rc + i * half, rs + i * half);
+        kvt_eng_rope_apply(hp, ki, hp->n_head_kv, rc + i * half, rs + i * half);
+        if (hp->q_scale > 0) kvt_scale(qi, e->q_dim, hp->q_scale);
+    }
+}
+
+void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
+    const kvt_model *m = e->model;
+    const kvt_hparams *hp = &m->hp;
+    const int64_t D = hp->n_embd, F = hp->n_ff;
+    kvt_pool *pool = e->pool;
+    for (int32_t l = l0; l < l1; l++) {
+        const kvt_layer *L = &m->layers[l];
+        /* attention block */
+        kvt_eng_layer_qkv(e, l, n);
+        for (int32_t i = 0; i < n; i++) kvt_eng_store_kv(e, l, i);
         /* every token of the chunk is in the pages before any attends, so each
          * reads its predecessors as stored bytes, exactly as a later batch would */
         attn_job job = {e, l, n};
@@ -618,12 +566,22 @@ static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logit
             for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->xb + i * D, L->post_ffn_norm, D, hp->rms_eps);
         for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
     }
+}
 
+/* Runs n (<= n_batch) tokens whose slots are reserved (pos/tseq/tpage/tslot
+ * filled, embeddings in x) through the layers; writes the logits of the n_want
+ * rows listed in wanted to logits. */
+static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+    const kvt_model *m = e->model;
+    const kvt_hparams *hp = &m->hp;
+    const int64_t D = hp->n_embd;
+    kvt_eng_chunk_begin(e, n);
+    kvt_eng_layers(e, n, 0, hp->n_layer);
     if (n_want == 0) return;
     /* final norm only for the rows that want logits, packed so one matmul serves them */
     for (int32_t w = 0; w < n_want; w++)
         kvt_rmsnorm(e->xb + w * D, e->x + (int64_t)e->wanted[w] * D, m->output_norm, D, hp->rms_eps);
-    kvt_matmul(pool, &m->output, e->xb, D, n_want, logits, hp->n_vocab);
+    kvt_matmul(e->pool, &m->output, e->xb, D, n_want, logits, hp->n_vocab);
     if (hp->final_softcap > 0) kvt_softcap(logits, (int64_t)n_want * hp->n_vocab, hp->final_softcap);
 }
 

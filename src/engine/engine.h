@@ -118,4 +118,32 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *batch, float *logits);
  * all_logits is nonzero. */
 int kvt_engine_feed(kvt_engine *e, int32_t seq, const int32_t *tokens, int32_t n, int all_logits, float *logits);
 
+/* ---- approximate reuse (engine_blend.c; src/runtime/blend.c uses them) --------- */
+
+/* Moves the K of every layer and token in page by delta positions: each key,
+ * roped at position p when it was computed, becomes the key roped at p + delta
+ * (rotated by delta's angles; the same math as roping at p + delta, up to
+ * rounding to the KV dtype twice). V does not depend on the position and is
+ * left as it is. The caller must hold the page's only reference (KVT_EARG). */
+int kvt_engine_rerope_page(kvt_engine *e, int32_t page, int32_t delta);
+
+/* Appends n_pages full pages to seq, which must end on a page boundary: the
+ * sequence grows by n_pages * B tokens whose K/V are the pages' bytes, and
+ * takes its own reference on each (the caller keeps its own). KVT_EARG,
+ * KVT_ELIMIT (context) without side effects. */
+int kvt_seq_append_pages(kvt_engine *e, int32_t seq, const int32_t *pages, int32_t n_pages);
+
+/* Recomputes n tokens seq already holds, at their positions pos[] (strictly
+ * ascending, each in a page only seq references), in place: each token reads
+ * keys 0..pos from the pages as they are then (earlier recomputed tokens
+ * included), and its K/V overwrite its slot layer by layer, in chunks of
+ * n_batch. Recomputing every token after a point in order reproduces a cold
+ * run's bytes exactly. With dev == NULL, all layers. With dev (n floats): only
+ * the layers below dev_layer, then dev_layer's K/V, whose squared distance to
+ * what the slot held is written to dev[i] before the fresh K/V replace it (the
+ * KV deviation CacheBlend selects tokens by). Checks everything first:
+ * KVT_EARG without side effects. */
+int kvt_engine_recompute(kvt_engine *e, int32_t seq, const int32_t *tokens, const int32_t *pos, int32_t n,
+                         int32_t dev_layer, float *dev);
+
 #endif

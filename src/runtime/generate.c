@@ -64,15 +64,20 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
     } else if ((rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         goto out;
     }
+    kvt_chain_init(&chain, root);
+    double t_blend = kvt_now();
+    if (cache && p->blend &&
+        (rc = kvt_blend(cache, root, seq, prompt, n_prompt, p->doc_starts, p->n_docs, &chain, p->blend, &res->blend)))
+        goto out;
     double t_pre = kvt_now();
     int32_t start = kvt_seq_len(e, seq);
-    res->n_computed = n_prompt - start;
+    res->n_computed = n_prompt - res->n_reused - (res->blend.n_placed - res->blend.n_recomputed);
     if (cache && (rc = kvt_cache_reserve(cache, kvt_seq_pages_needed(e, seq, n_prompt - start)))) goto out;
     if ((rc = prefill(e, seq, prompt + start, n_prompt - start, p->progress, logits))) goto out;
     res->prefill_ms = (kvt_now() - t_pre) * 1e3;
     if (cache) kvt_cache_note_prefill(cache, n_prompt - start, res->prefill_ms / 1e3);
+    res->prefill_ms += (t_pre - t_blend) * 1e3;
     if (p->first_logits) memcpy(p->first_logits, logits, (size_t)n_vocab * sizeof *logits);
-    kvt_chain_init(&chain, root);
     if (cache) kvt_cache_commit(cache, seq, toks, &chain);
 
     double t_dec = kvt_now();

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blend.h"
 #include "cache.h"
 #include "engine.h"
 #include "sampler.h"
@@ -31,6 +32,12 @@ typedef struct {
     float *first_logits;            /* if set, receives the prompt's last-position logits (n_vocab) */
     int progress;                   /* progress lines (progress.h) while prefilling at least
                                        KVT_PREFILL_PROGRESS_TOKENS tokens, where kvt_progress_wanted() */
+    /* Approximate reuse (blend.h), opt-in: with blend set (and a cache), the
+     * documents at doc_starts (n_docs + 1 entries) that the exact prefix does
+     * not cover are placed from their stored KV. NULL: exact reuse only. */
+    const kvt_blend_params *blend;
+    const size_t *doc_starts;
+    size_t n_docs;
 } kvt_gen_params;
 
 /* A prefill this long is worth a progress line on a terminal (run, eval) and a
@@ -41,7 +48,7 @@ typedef struct {
     int32_t n_prompt;
     int32_t n_reused;                       /* prompt tokens restored from the cache */
     int32_t tier_tokens[KVT_TIER_COUNT];    /* ... by tier */
-    int32_t n_computed;                     /* prompt tokens prefilled */
+    int32_t n_computed;                     /* prompt tokens prefilled (with blend: exact, recomputed and after) */
     int32_t n_generated;
     double restore_ms, prefill_ms, ttft_ms, decode_ms;
     kvt_stop_reason stop;
@@ -49,6 +56,8 @@ typedef struct {
     int32_t n_planned;                      /* prompt tokens the lookup matched */
     kvt_shortfall shortfall;                /* why n_reused < n_planned */
     kvt_reuse_stop reuse_stop;              /* where reuse stopped and why (cache only) */
+    kvt_blend_result blend;                 /* approximate reuse: blend.n_placed - blend.n_recomputed tokens
+                                               were reused approximately (zero without it) */
 } kvt_gen_result;
 
 /* Runs one request. cache may be NULL (no reuse, nothing registered). On

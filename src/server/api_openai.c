@@ -347,14 +347,15 @@ static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *e
     if (!kv || cJSON_IsNull(kv)) return 0;
     if (!cJSON_IsObject(kv))
         return kvt_api_errorf(err, 400, INVALID, "kvtier", "invalid_type", "'kvtier' must be an object");
-    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents", "rag"};
+    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents", "rag", "reuse",
+                                        "recompute_ratio"};
     for (const cJSON *f = kv->child; f; f = f->next) {
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(known) && strcmp(f->string, known[i])) i++;
         if (i == KVT_ARRAY_LEN(known))
             return kvt_api_errorf(err, 400, INVALID, "kvtier", "unknown_field",
                                   "'kvtier.%.64s' is not a field kvtier knows (session_id, priority, keep_warm_s, "
-                                  "documents, rag)",
+                                  "documents, rag, reuse, recompute_ratio)",
                                   f->string);
     }
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(kv, "session_id");
@@ -416,9 +417,47 @@ int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, 
     return 0;
 }
 
+/* kvtier.reuse ("exact", the default, or "approximate": README "Approximate
+ * reuse") and kvtier.recompute_ratio. Approximate reuse makes the output
+ * depend on what the cache holds, so it is refused with a seed, which asks
+ * for output that replays. */
+static int parse_reuse(const cJSON *kv, kvt_api_request *r, kvt_api_error *err) {
+    return kvt_api_parse_reuse(kv, r->has_seed, &r->approximate, &r->recompute_ratio, err);
+}
+
+int kvt_api_parse_reuse(const cJSON *kv, int has_seed, int *approximate, float *ratio, kvt_api_error *err) {
+    kvt_api_request req = {.has_seed = has_seed}, *r = &req;
+    r->recompute_ratio = -1;
+    const cJSON *reuse = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "reuse") : NULL;
+    if (reuse && !cJSON_IsNull(reuse)) {
+        if (!cJSON_IsString(reuse) || (strcmp(reuse->valuestring, "exact") && strcmp(reuse->valuestring, "approximate")))
+            return kvt_api_errorf(err, 400, INVALID, "kvtier.reuse", "invalid_value",
+                                  "'kvtier.reuse' must be \"exact\" (the default) or \"approximate\"");
+        r->approximate = !strcmp(reuse->valuestring, "approximate");
+    }
+    double d;
+    int has = 0;
+    if (cJSON_IsObject(kv) && get_number(kv, "recompute_ratio", 0, 1, 0, &d, &has, err)) {
+        err->param = "kvtier.recompute_ratio";
+        return -1;
+    }
+    if (has && !r->approximate)
+        return kvt_api_errorf(err, 400, INVALID, "kvtier.recompute_ratio", "invalid_value",
+                              "'kvtier.recompute_ratio' needs 'kvtier.reuse': \"approximate\"");
+    if (has) r->recompute_ratio = (float)d;
+    if (r->approximate && r->has_seed)
+        return kvt_api_errorf(err, 400, INVALID, "kvtier.reuse", "unsupported_parameter",
+                              "'kvtier.reuse': \"approximate\" cannot be combined with 'seed': a seed asks for output "
+                              "that replays exactly, and approximate reuse makes the output depend on what the cache "
+                              "holds");
+    *approximate = r->approximate;
+    *ratio = r->recompute_ratio;
+    return 0;
+}
+
 static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "kvtier");
-    if (kvt_api_parse_session(kv, &r->session, err)) return -1;
+    if (kvt_api_parse_session(kv, &r->session, err) || parse_reuse(kv, r, err)) return -1;
     const cJSON *rag = cJSON_IsObject(kv) ? cJSON_GetObjectItemCaseSensitive(kv, "rag") : NULL;
     if (rag && !cJSON_IsNull(rag)) r->rag_json = cJSON_PrintUnformatted(rag); /* the RAG endpoint reads it */
     return kvt_api_parse_documents(kv, &r->docs, &r->n_docs, err);

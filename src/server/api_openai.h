@@ -93,6 +93,8 @@ typedef struct {
     kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
     size_t n_docs;
     char *rag_json;          /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
+    int approximate;         /* kvtier.reuse "approximate": documents may be placed from stored KV (blend.h) */
+    float recompute_ratio;   /* kvtier.recompute_ratio in [0, 1]; < 0: the server's default */
     /* tools and structured output (api_tools.c) */
     kvt_api_msg_tools *msg_tools; /* chat: n_msgs entries */
     struct cJSON *tools;     /* validated [{type: "function", function: {name, description?, parameters?}}] or NULL */
@@ -147,6 +149,13 @@ void kvt_api_request_free(kvt_api_request *r);
  * or KVT_EARG with *err filled. */
 struct cJSON;
 int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_error *err);
+
+/* kvtier.reuse and kvtier.recompute_ratio of the "kvtier" object kv (README
+ * "Approximate reuse"): *approximate 1 for "approximate" (0 for "exact" or
+ * none), *ratio the ratio or -1 when not given. A bad value, a ratio without
+ * "approximate", and "approximate" with has_seed (a seed asks for output that
+ * replays) are KVT_EARG with *err naming the field. */
+int kvt_api_parse_reuse(const struct cJSON *kv, int has_seed, int *approximate, float *ratio, kvt_api_error *err);
 
 /* kvtier.documents of the "kvtier" object kv (NULL, or no "documents": none):
  * [{"id": 1..KVT_API_MAX_DOC_ID bytes, "text": string}], at most

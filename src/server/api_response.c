@@ -4,6 +4,7 @@
 #include "api_response.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,16 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
     cJSON *t = cJSON_AddObjectToObject(o, "cached_tokens_by_tier");
     for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, tiers[i], u->tier_tokens[i]);
     cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
+    if (u->approximate) { /* only when asked for: without it the report is as it always was */
+        cJSON_AddNumberToObject(o, "approximate_tokens", u->approximate_tokens);
+        cJSON *a = cJSON_AddObjectToObject(o, "approximate");
+        cJSON_AddNumberToObject(a, "documents", u->approximate_documents);
+        cJSON_AddNumberToObject(a, "placed_tokens", u->approximate_tokens + u->recomputed_tokens);
+        cJSON_AddNumberToObject(a, "recomputed_tokens", u->recomputed_tokens);
+        cJSON_AddNumberToObject(a, "stored_tokens", u->stored_tokens);
+        /* the ratio is held as a float: printed to 6 decimals, 0.15 reads 0.15 */
+        cJSON_AddNumberToObject(a, "recompute_ratio", round((double)u->recompute_ratio * 1e6) / 1e6);
+    }
     cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
     if (u->disk_decision) cJSON_AddStringToObject(o, "disk_blocks", u->disk_decision);
     cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);

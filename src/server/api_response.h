@@ -31,6 +31,12 @@ typedef struct {
     kvt_reuse_stop reuse_stop;             /* where reuse stopped and why */
     char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
     char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
+    int approximate;                       /* the request asked for approximate reuse: the report has its part */
+    int32_t approximate_tokens;            /* prompt tokens reused approximately (placed, not recomputed) */
+    int32_t recomputed_tokens;             /* placed tokens recomputed through every layer */
+    int32_t stored_tokens;                 /* document tokens computed to store [P][doc] for placing */
+    int32_t approximate_documents;         /* documents placed */
+    float recompute_ratio;
 } kvt_api_usage;
 
 /* One generated token's log-probability and its most likely alternatives

@@ -61,7 +61,10 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
     if (rag_prepare(s, cs, &a, &rag, &err) ||
         (cs->r == R_PREFILL && a.stream &&
          kvt_api_errorf(&err, 400, "invalid_request_error", "stream", "unsupported_parameter",
-                        "'stream' is not supported on /v1/cache/prefill"))) {
+                        "'stream' is not supported on /v1/cache/prefill")) ||
+        (cs->r == R_PREFILL && a.approximate &&
+         kvt_api_errorf(&err, 400, "invalid_request_error", "kvtier.reuse", "unsupported_parameter",
+                        "/v1/cache/prefill stores exact KV; 'kvtier.reuse': \"approximate\" is for generation"))) {
         kvt_api_request_free(&a);
         return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
     }

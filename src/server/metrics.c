@@ -47,6 +47,7 @@ struct kvt_metrics {
     request_series req[MAX_REQUEST_SERIES];
     int n_req;
     uint64_t prompt_tokens, generated_tokens, computed_tokens, finished;
+    uint64_t approx_requests, approx_tokens, approx_recomputed, approx_stored;
     uint64_t cached_tokens[KVT_TIER_COUNT];
     uint64_t ttft_bucket[N_TTFT_BUCKETS]; /* non-cumulative; summed when rendered */
     uint64_t ttft_count;
@@ -87,6 +88,15 @@ void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated,
     m->generated_tokens += (uint64_t)KVT_MAX(generated, 0);
     m->computed_tokens += (uint64_t)KVT_MAX(computed, 0);
     for (int t = 0; t < KVT_TIER_COUNT; t++) m->cached_tokens[t] += (uint64_t)KVT_MAX(cached[t], 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_count_approximate(kvt_metrics *m, int32_t approximate, int32_t recomputed, int32_t stored) {
+    pthread_mutex_lock(&m->mu);
+    m->approx_requests++;
+    m->approx_tokens += (uint64_t)KVT_MAX(approximate, 0);
+    m->approx_recomputed += (uint64_t)KVT_MAX(recomputed, 0);
+    m->approx_stored += (uint64_t)KVT_MAX(stored, 0);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -238,6 +248,18 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
             (unsigned long long)m->cached_tokens[t]);
     header(&b, "kvtier_computed_tokens_total", "counter", "Prompt tokens prefilled (not restored).");
     put(&b, "kvtier_computed_tokens_total %llu\n", (unsigned long long)m->computed_tokens);
+    header(&b, "kvtier_approximate_requests_total", "counter",
+           "Generations that asked for approximate reuse (kvtier.reuse \"approximate\").");
+    put(&b, "kvtier_approximate_requests_total %llu\n", (unsigned long long)m->approx_requests);
+    header(&b, "kvtier_approximate_tokens_total", "counter",
+           "Prompt tokens reused approximately: placed from a document's stored KV at another position, not recomputed.");
+    put(&b, "kvtier_approximate_tokens_total %llu\n", (unsigned long long)m->approx_tokens);
+    header(&b, "kvtier_approximate_recomputed_tokens_total", "counter",
+           "Placed document tokens recomputed because their KV deviated most (counted in computed tokens).");
+    put(&b, "kvtier_approximate_recomputed_tokens_total %llu\n", (unsigned long long)m->approx_recomputed);
+    header(&b, "kvtier_approximate_stored_tokens_total", "counter",
+           "Document tokens computed to store a document's KV for placing (not part of any prompt's count).");
+    put(&b, "kvtier_approximate_stored_tokens_total %llu\n", (unsigned long long)m->approx_stored);
     header(&b, "kvtier_time_to_first_token_seconds", "histogram", "From arrival to the first generated token.");
     histogram(&b, "kvtier_time_to_first_token_seconds", "", ttft_buckets, N_TTFT_BUCKETS, m->ttft_bucket,
               m->ttft_count, m->ttft_sum);

@@ -25,6 +25,9 @@ void kvt_metrics_count_request(kvt_metrics *m, const char *endpoint, int status)
 /* Counts one finished generation's tokens. */
 void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated, const int32_t cached[KVT_TIER_COUNT],
                               int32_t computed);
+/* A generation that asked for approximate reuse: its prompt tokens reused
+ * approximately, recomputed of the placed ones, and computed to store documents. */
+void kvt_metrics_count_approximate(kvt_metrics *m, int32_t approximate, int32_t recomputed, int32_t stored);
 
 /* Records one time to first token, in seconds. */
 void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds);

@@ -171,6 +171,15 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
     int rc = 0;
     size_t n = 0;
+    if (a->approximate && !s->p.approximate_reuse) {
+        kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.reuse", "unsupported_parameter",
+                       "approximate reuse is off on this server (start it with --approximate-reuse); "
+                       "omit 'kvtier.reuse' or send \"exact\"");
+        goto fail;
+    }
+    r->approximate = a->approximate;
+    r->blend = kvt_blend_default_params();
+    r->blend.ratio = a->recompute_ratio >= 0 ? a->recompute_ratio : s->p.recompute_ratio;
     /* a prompt must leave one token to generate; tokenizing stops past that */
     size_t max_prompt = (size_t)s->n_ctx - 1;
     kvt_fail(0, "%s", "");

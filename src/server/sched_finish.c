@@ -77,6 +77,8 @@ void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut
     /* the prompt of n choices is counted once, on the first */
     kvt_metrics_count_tokens(s->metrics, r->is_sib ? 0 : u->prompt_tokens, u->completion_tokens,
                              r->is_sib ? no_tiers : u->tier_tokens, r->is_sib ? 0 : u->computed_tokens);
+    if (u->approximate && !r->is_sib)
+        kvt_metrics_count_approximate(s->metrics, u->approximate_tokens, u->recomputed_tokens, u->stored_tokens);
     kvt_srv_slot_clear(s, sl);
     pthread_mutex_lock(&s->mu);
     if (status) {

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blend.h"
 #include "common.h"
 
 kvt_server_params kvt_server_default_params(void) {
@@ -32,7 +33,8 @@ kvt_server_params kvt_server_default_params(void) {
                            .chat = KVT_CHAT_CHATML,
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier",
-                           .rag_k = KVT_RAG_DEFAULT_K};
+                           .rag_k = KVT_RAG_DEFAULT_K,
+                           .recompute_ratio = KVT_BLEND_DEFAULT_RATIO};
     return p;
 }
 

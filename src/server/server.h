@@ -86,6 +86,10 @@ typedef struct {
     size_t n_cors_origins;
     const struct kvt_rag_index *rag; /* --rag-index: serves POST /v1/rag/chat/completions (borrowed); NULL: 404 */
     int32_t rag_k;              /* chunks a RAG request retrieves when it gives no kvtier.rag.k */
+    int approximate_reuse;      /* 1: a request may ask for kvtier.reuse "approximate" (README "Approximate
+                                   reuse"); 0 (default): such a request is a 400 */
+    float recompute_ratio;      /* of the documents' placed tokens, the fraction recomputed when a request
+                                   gives no kvtier.recompute_ratio */
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

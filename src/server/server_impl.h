@@ -28,6 +28,7 @@
 #include "api_rag.h"
 #include "api_tools.h"
 #include "api_utf8.h"
+#include "blend.h"
 #include "cache.h"
 #include "engine.h"
 #include "http_guard.h"
@@ -103,6 +104,9 @@ typedef struct srv_req {
     int plan_cached;           /* RAG "cached" order: kvt_rag_plan_cached reorders the documents at admission, */
     int32_t *doc_order;        /* ... doc_order[i] = the canonical index of the document at position i (owned) */
     double plan_ms;            /* ... and how long it took */
+    int approximate;           /* kvtier.reuse "approximate": documents the exact prefix misses are placed
+                                  from stored KV at admission (kvt_blend) with blend's ratio */
+    kvt_blend_params blend;
     int want_block_tiers;      /* RAG: record the tier of each matched block at admission ... */
     uint8_t *block_tiers;      /* ... here (owned; written by the engine thread before done) */
     int32_t n_block_tiers;

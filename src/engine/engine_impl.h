@@ -1,0 +1,101 @@
+/* The engine's private state and the helpers its files share (engine.c: the
+ * pool, sequences and forward pass; engine_blend.c: re-rotating stored K and
+ * recomputing tokens a sequence already holds). Not for use outside src/engine/. */
+#ifndef KVT_ENGINE_IMPL_H
+#define KVT_ENGINE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "model.h"
+
+/* Pages start on this boundary so SIMD loads of K/V rows can be aligned. */
+#define PAGE_ALIGN 64
+/* Free-list terminator and "no page" marker. */
+#define NO_PAGE (-1)
+/* Per-thread attention scratch regions start on this many floats (64 bytes). */
+#define SCRATCH_ALIGN_FLOATS 16
+
+/* ggml (and so the reference outputs) computes Q·K with Q rounded to the K
+ * dtype and the softmax weights rounded to the V dtype before P·V. Doing the
+ * same for an f16 cache keeps us within a few ulps of llama.cpp at no cost. */
+#define ATTN_ROUND_TO_KV_DTYPE 1
+
+typedef struct {
+    int active;
+    int32_t len;      /* tokens */
+    int32_t n_pages;  /* ceil(len / B) */
+    int32_t *pages;   /* (max_pages_per_seq) */
+} seq_state;
+
+struct kvt_engine {
+    const kvt_model *model;
+    kvt_engine_params p;
+    kvt_pool *pool;
+    size_t row_bytes;        /* bytes of one stored K or V row (head_dim values of kv_dtype) */
+    int32_t kv_dim;          /* n_head_kv * head_dim */
+    int32_t q_dim;           /* n_head * head_dim */
+
+    /* page pool */
+    size_t page_bytes, page_stride; /* stride = page_bytes rounded up to PAGE_ALIGN */
+    uint8_t *page_mem;              /* (n_pages, page_stride) */
+    int32_t *refcount;              /* (n_pages) */
+    int32_t *free_next;             /* (n_pages) free-list links */
+    int32_t free_head, n_free;
+
+    /* sequences */
+    seq_state *seqs;                /* (max_seqs) */
+    int32_t max_pages_per_seq;
+    int32_t *batch_count;           /* (max_seqs) scratch for decode() checks */
+
+    /* activations for one chunk of up to nb = n_batch tokens */
+    float *x;        /* (nb, n_embd) residual stream */
+    float *xb;       /* (nb, n_embd) normed input / projection output */
+    float *q;        /* (nb, q_dim) */
+    float *k;        /* (nb, kv_dim) */
+    float *v;        /* (nb, kv_dim) */
+    float *att;      /* (nb, q_dim) attention output, heads concatenated */
+    float *hb;       /* (nb, n_ff) gate, then silu(gate) * up */
+    float *hb2;      /* (nb, n_ff) up */
+    float *rope_cos; /* (nb, rope_dim/2) */
+    float *rope_sin; /* (nb, rope_dim/2) */
+    float *rope_cos_alt; /* (nb, rope_dim/2) sliding layers with their own rope base (gemma3), else NULL */
+    float *rope_sin_alt; /* (nb, rope_dim/2) */
+    int32_t *pos;    /* (nb) position of each token in its sequence */
+    int32_t *tseq;   /* (nb) sequence of each token */
+    int32_t *tpage;  /* (nb) page receiving each token's K/V */
+    int32_t *tslot;  /* (nb) slot within that page */
+    int32_t *wanted; /* (nb) chunk rows that want logits */
+    /* per-thread attention scratch, scratch_stride floats per thread, in regions
+     * at these float offsets (see scratch_layout) */
+    float *scratch;
+    size_t scratch_stride;
+    size_t sc_qh, sc_kdq, sc_vdq, sc_tmp;
+    uint8_t *qrow;   /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
+};
+
+/* Byte offset of the (layer, kv = 0 K / 1 V, head) block of a page plus
+ * slot rows (see the page layout in engine.c). */
+size_t kvt_eng_kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot);
+/* cos/sin of every rotated pair at position pos (alt: the sliding layers'
+ * own rope). unscaled leaves out rope_attn_factor: a pure rotation, which is
+ * what moving an already-rotated key by pos positions takes. */
+void kvt_eng_rope_angles(const kvt_model *m, int32_t pos, int alt, int unscaled, float *cs, float *sn);
+/* Rotates the leading rope_dim dims of each of n_heads heads of row. */
+void kvt_eng_rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, const float *cs, const float *sn);
+/* Writes one K row (head_dim values, already roped) of token slot of page
+ * memory pg, layer, kv head g, in the KV dtype. */
+void kvt_eng_put_k_row(kvt_engine *e, uint8_t *pg, int32_t layer, int32_t g, int32_t slot, const float *kr);
+/* The forward pass in pieces, over the n tokens of the chunk set up in
+ * pos/tseq/tpage/tslot with their embeddings in x:
+ *   chunk_begin  rope angles and the embedding scale
+ *   layers       layers [l0, l1): K/V stored, attention, feed-forward
+ *   layer_qkv    layer l's q, k, v (normed, biased, roped) into e->q/k/v, nothing stored
+ *   store_kv     token i's k and v rows of layer l into its slot */
+void kvt_eng_chunk_begin(kvt_engine *e, int32_t n);
+void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1);
+void kvt_eng_layer_qkv(kvt_engine *e, int32_t l, int32_t n);
+void kvt_eng_store_kv(kvt_engine *e, int32_t layer, int32_t i);
+
+#endif
