@@ -12,37 +12,10 @@
 #   its stats line; with --seed such a line is refused.
 # Needs curl and jq.
 set -u
-BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "${fail:-0}" -gt 0 ]; then for l in "$TMP"/*.log; do echo "--- $l" >&2; tail -n 20 "$l" >&2; done; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() { local d=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $d" >&2; fi; }
-is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
-gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
+. "$(dirname "$0")/../testutil.sh"
 has() { case "$1" in *"$2"*) return 0 ;; esac; echo "  '$1' lacks '$2'" >&2; return 1; }
-
-start_server() { # NAME ARGS...: sets URL
-  local name=$1; shift
-  "$BIN" serve -m "$TMP/tiny.gguf" --host 127.0.0.1 --port 0 -t 1 -c 1024 "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 200); do
-    local port; port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-    if [ -n "$port" ]; then URL="http://127.0.0.1:$port"; return 0; fi
-    sleep 0.1
-  done
-  echo "server $name did not start:" >&2; cat "$TMP/$name.log" >&2; exit 1
-}
-post() { # PATH JSON: body in $TMP/body, status in $CODE
-  CODE=$(curl -s -m 120 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$URL$1")
-}
-jb() { jq -r "$1" "$TMP/body"; }
+KVT_SERVE_ARGS=(-m "$TMP/tiny.gguf" --host 127.0.0.1 -t 1 -c 1024)
 DA='{"id": "lyon", "text": "The warehouse in Lyon ships parcels on Mondays and Thursdays only. Trucks leave at noon."}'
 DB='{"id": "refunds", "text": "Refunds go back to the original card within five business days of the return."}'
 DC='{"id": "bees", "text": "Honeybees tell their sisters where flowers are with a waggle dance toward the nectar."}'
@@ -59,7 +32,7 @@ answer() { jq -c '{text: .choices[0].message.content, lp: .choices[0].logprobs}'
 ABC="[$DA, $DB, $DC]" CAB="[$DC, $DA, $DB]" BCA="[$DB, $DC, $DA]"
 
 # ---- off by default -----------------------------------------------------------------------
-start_server plain
+kvt_start_server plain
 post /v1/chat/completions "$(req "$CAB" '{"reuse": "approximate"}')"
 check "approximate without --approximate-reuse: 400" is "$CODE" 400
 check "... naming kvtier.reuse" is "$(jb .error.param)" kvtier.reuse
@@ -69,7 +42,7 @@ post /v1/chat/completions "$(req "$CAB" '{}' '{"cache_salt": "cold1"}')"; COLD_C
 post /v1/chat/completions "$(req "$BCA" '{}' '{"cache_salt": "cold2"}')"; COLD_BCA=$(answer)
 
 # ---- with --approximate-reuse -------------------------------------------------------------
-start_server blend --approximate-reuse
+kvt_start_server blend --approximate-reuse
 post /v1/chat/completions "$(req "$CAB" '{"reuse": "approximate"}' '{"seed": 7}')"
 check "approximate with a seed: 400" is "$CODE" 400
 check "... naming kvtier.reuse" is "$(jb .error.param)" kvtier.reuse
@@ -127,5 +100,4 @@ check "run -f: ratio 1 recomputes every placed token" has "$(grep '\[3/3\]' "$TM
 "$BIN" run -m "$TMP/tiny.gguf" -c 1024 -n 4 --temp 0 --seed 1 -f "$TMP/lines.jsonl" >/dev/null 2>"$TMP/run-seed.log"
 check "run -f: approximate with --seed is refused" has "$(cat "$TMP/run-seed.log")" "cannot be combined with --seed"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+kvt_test_done test_server_blend
