@@ -230,13 +230,8 @@ static int cmd_index(int argc, char **argv) {
         kvt_usage_rag(stderr);
         return 2;
     }
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    kvt_model *m = NULL;
-    if (kvt_model_load(model_path, mp, &m)) {
-        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
-        return 1;
-    }
+    kvt_model *m = kvt_cli_load_vocab("rag index", model_path);
+    if (!m) return 1;
     index_run x = {.t_start = kvt_now(), .t_last = kvt_now()};
     if (kvt_rag_build_new(m, (int32_t)block, (int32_t)chunk, &x.b)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
@@ -290,13 +285,8 @@ int kvt_cli_rag_prompt(const kvt_model *m, int32_t block, const char *system, co
  * (planned for order, in place). 0 or -1 after printing why. */
 static int rag_prompt(const char *model_path, const kvt_rag_index *idx, const char *system, const char *question,
                       kvt_rag_order order, kvt_rag_hit *hits, int32_t n, int32_t **out, size_t *n_out) {
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    kvt_model *m = NULL;
-    if (kvt_model_load(model_path, mp, &m)) {
-        fprintf(stderr, "kvtier rag query: %s\n", kvt_errmsg());
-        return -1;
-    }
+    kvt_model *m = kvt_cli_load_vocab("rag query", model_path);
+    if (!m) return -1;
     kvt_document docs[KVT_RAG_MAX_K];
     kvt_rag_plan(idx, order, hits, n, docs);
     int rc = kvt_cli_rag_prompt(m, kvt_rag_block_size(idx), system, question, docs, (size_t)n, out, n_out);
