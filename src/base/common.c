@@ -88,9 +88,11 @@ void *kvt_xrealloc(void *p, size_t n) {
     if (!q) oom(n);
     return q;
 }
-char *kvt_xstrdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = kvt_xmalloc(n);
+char *kvt_xstrdup(const char *s) { return kvt_xstrndup(s, strlen(s)); }
+
+char *kvt_xstrndup(const char *s, size_t n) {
+    char *p = kvt_xmalloc(n + 1);
     memcpy(p, s, n);
+    p[n] = 0;
     return p;
 }

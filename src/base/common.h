@@ -44,5 +44,7 @@ void *kvt_xmalloc(size_t n);
 void *kvt_xcalloc(size_t n, size_t size);
 void *kvt_xrealloc(void *p, size_t n);
 char *kvt_xstrdup(const char *s);
+/* The n bytes at s (which need not be NUL-terminated) as a new string. */
+char *kvt_xstrndup(const char *s, size_t n);
 
 #endif

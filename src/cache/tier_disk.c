@@ -259,6 +259,23 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
     return 0;
 }
 
+/* The records the open scan found but cannot serve, by cause, in the log. */
+static void log_scan_misses(const kvt_disk *d, uint64_t lost_key, uint64_t no_mac, uint64_t no_scheme) {
+    if (lost_key)
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
+                "was lost%s): they are misses",
+                d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
+    if (no_mac)
+        kvt_log(KVT_LOG_INFO, "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
+                d->dir, no_mac);
+    if (no_scheme)
+        kvt_log(KVT_LOG_WARN,
+                "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
+                "without AES-NI and PCLMUL, or a later build's): they are misses",
+                d->dir, no_scheme);
+}
+
 /* Opens every existing segment and indexes its records: those an index
  * checkpoint covers from it, the rest (everything appended since, and any
  * segment it does not cover) by scanning record headers. */
@@ -332,19 +349,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
                 " batches, %" PRIu64 " reads on their own", d->dir, c.bytes, c.reads, c.batches, c.fallbacks);
         kvt_disk_scan_reader_free(rd);
     }
-    if (lost_key)
-        kvt_log(KVT_LOG_WARN,
-                "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
-                "was lost%s): they are misses",
-                d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
-    if (no_mac)
-        kvt_log(KVT_LOG_INFO, "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
-                d->dir, no_mac);
-    if (no_scheme)
-        kvt_log(KVT_LOG_WARN,
-                "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
-                "without AES-NI and PCLMUL, or a later build's): they are misses",
-                d->dir, no_scheme);
+    log_scan_misses(d, lost_key, no_mac, no_scheme);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
     free(start);
     free(buf);

@@ -353,3 +353,14 @@ void kvt_cli_json_string(FILE *f, const char *s) {
     }
     fputc('"', f);
 }
+
+kvt_model *kvt_cli_load_vocab(const char *what, const char *path) {
+    kvt_model_params mp = kvt_model_default_params();
+    mp.vocab_only = 1;
+    kvt_model *m = NULL;
+    if (kvt_model_load(path, mp, &m)) {
+        fprintf(stderr, "kvtier %s: %s\n", what, kvt_errmsg());
+        return NULL;
+    }
+    return m;
+}

@@ -44,6 +44,9 @@ const char *kvt_cli_value(int argc, char **argv, int *i);
 
 /* Worker threads by default: the online CPUs, at most KVT_CLI_MAX_THREADS. */
 #define KVT_CLI_MAX_THREADS 512
+/* The tokenizer of the model at path (vocab_only: tensors may be absent), or
+ * NULL after printing "kvtier WHAT: why" on stderr. */
+kvt_model *kvt_cli_load_vocab(const char *what, const char *path);
 int kvt_cli_default_threads(void);
 
 /* Writes s as a JSON string literal (quotes and escapes included). */

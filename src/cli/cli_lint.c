@@ -207,13 +207,8 @@ int kvt_cmd_lint(int argc, char **argv) {
         kvt_usage_lint(stderr);
         return 2;
     }
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    kvt_model *m = NULL;
-    if (kvt_model_load(model_path, mp, &m)) {
-        fprintf(stderr, "kvtier lint: %s\n", kvt_errmsg());
-        return 1;
-    }
+    kvt_model *m = kvt_cli_load_vocab("lint", model_path);
+    if (!m) return 1;
     kvt_chat_family fam = tmpl ? kvt_chat_family_parse(tmpl) : kvt_chat_detect(m->chat_template);
     if (fam == KVT_CHAT_UNKNOWN) fam = KVT_CHAT_CHATML;
     kvt_lint_prompt *ps = NULL;

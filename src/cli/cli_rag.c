@@ -230,13 +230,8 @@ static int cmd_index(int argc, char **argv) {
         kvt_usage_rag(stderr);
         return 2;
     }
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    kvt_model *m = NULL;
-    if (kvt_model_load(model_path, mp, &m)) {
-        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
-        return 1;
-    }
+    kvt_model *m = kvt_cli_load_vocab("rag index", model_path);
+    if (!m) return 1;
     index_run x = {.t_start = kvt_now(), .t_last = kvt_now()};
     if (kvt_rag_build_new(m, (int32_t)block, (int32_t)chunk, &x.b)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
@@ -290,19 +285,63 @@ int kvt_cli_rag_prompt(const kvt_model *m, int32_t block, const char *system, co
  * (planned for order, in place). 0 or -1 after printing why. */
 static int rag_prompt(const char *model_path, const kvt_rag_index *idx, const char *system, const char *question,
                       kvt_rag_order order, kvt_rag_hit *hits, int32_t n, int32_t **out, size_t *n_out) {
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    kvt_model *m = NULL;
-    if (kvt_model_load(model_path, mp, &m)) {
-        fprintf(stderr, "kvtier rag query: %s\n", kvt_errmsg());
-        return -1;
-    }
+    kvt_model *m = kvt_cli_load_vocab("rag query", model_path);
+    if (!m) return -1;
     kvt_document docs[KVT_RAG_MAX_K];
     kvt_rag_plan(idx, order, hits, n, docs);
     int rc = kvt_cli_rag_prompt(m, kvt_rag_block_size(idx), system, question, docs, (size_t)n, out, n_out);
     if (rc) fprintf(stderr, "kvtier rag query: cannot build the prompt: %s\n", kvt_errmsg());
     kvt_model_free(m);
     return rc ? -1 : 0;
+}
+
+/* The hits of a query (and with --prompt, the planned prompt), as one JSON line. */
+static void query_print_json(const kvt_rag_index *idx, const kvt_rag_hit *hits, const kvt_rag_hit *planned, int32_t n,
+                             double ms, int prompt, const int32_t *ptoks, size_t np) {
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "chunks");
+    cJSON_AddNumberToObject(o, "query_ms", ms);
+    if (prompt) {
+        cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens"), *po = cJSON_AddArrayToObject(o, "prompt_chunks");
+        for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
+        for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(po, cJSON_CreateString(kvt_rag_chunk_at(idx, planned[i].chunk)->id));
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", i);
+        cJSON_AddNumberToObject(e, "chunk", hits[i].chunk);
+        cJSON_AddStringToObject(e, "id", c->id);
+        cJSON_AddStringToObject(e, "doc", c->doc);
+        cJSON_AddNumberToObject(e, "seq", c->seq);
+        cJSON_AddNumberToObject(e, "score", hits[i].score);
+        cJSON_AddNumberToObject(e, "tokens", c->tokens);
+        cJSON_AddStringToObject(e, "text", c->text);
+        cJSON_AddItemToArray(arr, e);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* The same as a table, one hit per line. */
+static void query_print_text(const kvt_rag_index *idx, const char *question, const kvt_rag_hit *hits, int32_t n,
+                             double ms, int prompt, int order, const int32_t *ptoks, size_t np) {
+    printf("%d chunk(s) for \"%s\" (%d in the index, %.2f ms)\n", n, question, kvt_rag_n_chunks(idx), ms);
+    for (int32_t i = 0; i < n; i++) {
+        const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
+        char snip[SNIPPET + 1];
+        size_t j = 0;
+        for (const char *p = c->text; *p && j < SNIPPET; p++) snip[j++] = *p == '\n' || *p == '\t' ? ' ' : *p;
+        snip[j] = 0;
+        printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id,
+               c->tokens, snip, strlen(c->text) > SNIPPET ? "..." : "");
+    }
+    if (prompt) {
+        printf("prompt (%s order): %zu tokens:", kvt_rag_order_name((kvt_rag_order)order), np);
+        for (size_t i = 0; i < np; i++) printf(" %d", ptoks[i]);
+        printf("\n");
+    }
 }
 
 static int cmd_query(int argc, char **argv) {
@@ -359,48 +398,10 @@ static int cmd_query(int argc, char **argv) {
         kvt_rag_free(idx);
         return 1;
     }
-    if (json) {
-        cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "chunks");
-        cJSON_AddNumberToObject(o, "query_ms", ms);
-        if (prompt) {
-            cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens"), *po = cJSON_AddArrayToObject(o, "prompt_chunks");
-            for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
-            for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(po, cJSON_CreateString(kvt_rag_chunk_at(idx, planned[i].chunk)->id));
-        }
-        for (int32_t i = 0; i < n; i++) {
-            const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "rank", i);
-            cJSON_AddNumberToObject(e, "chunk", hits[i].chunk);
-            cJSON_AddStringToObject(e, "id", c->id);
-            cJSON_AddStringToObject(e, "doc", c->doc);
-            cJSON_AddNumberToObject(e, "seq", c->seq);
-            cJSON_AddNumberToObject(e, "score", hits[i].score);
-            cJSON_AddNumberToObject(e, "tokens", c->tokens);
-            cJSON_AddStringToObject(e, "text", c->text);
-            cJSON_AddItemToArray(arr, e);
-        }
-        char *s = cJSON_PrintUnformatted(o);
-        printf("%s\n", s);
-        free(s);
-        cJSON_Delete(o);
-    } else {
-        printf("%d chunk(s) for \"%s\" (%d in the index, %.2f ms)\n", n, question, kvt_rag_n_chunks(idx), ms);
-        for (int32_t i = 0; i < n; i++) {
-            const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
-            char snip[SNIPPET + 1];
-            size_t j = 0;
-            for (const char *p = c->text; *p && j < SNIPPET; p++) snip[j++] = *p == '\n' || *p == '\t' ? ' ' : *p;
-            snip[j] = 0;
-            printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id,
-                   c->tokens, snip, strlen(c->text) > SNIPPET ? "..." : "");
-        }
-        if (prompt) {
-            printf("prompt (%s order): %zu tokens:", kvt_rag_order_name((kvt_rag_order)order), np);
-            for (size_t i = 0; i < np; i++) printf(" %d", ptoks[i]);
-            printf("\n");
-        }
-    }
+    if (json)
+        query_print_json(idx, hits, planned, n, ms, prompt, ptoks, np);
+    else
+        query_print_text(idx, question, hits, n, ms, prompt, order, ptoks, np);
     free(ptoks);
     kvt_rag_free(idx);
     return 0;

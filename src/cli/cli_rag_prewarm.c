@@ -381,14 +381,9 @@ int kvt_cmd_rag_prewarm(int argc, char **argv) {
     int rc = 0;
     if (x.cache_dir) {
         /* the context must hold the longest prompt: measure them with the tokenizer first */
-        kvt_model_params mp = kvt_model_default_params();
-        mp.vocab_only = 1;
-        kvt_model *vm = NULL;
+        kvt_model *vm = kvt_cli_load_vocab("rag prewarm", x.model);
         int32_t longest = 0;
-        if (kvt_model_load(x.model, mp, &vm)) {
-            fprintf(stderr, "kvtier rag prewarm: %s\n", kvt_errmsg());
-            rc = 1;
-        }
+        if (!vm) rc = 1;
         for (size_t i = 0; i < n_items && !rc; i++) {
             int32_t *toks = NULL;
             size_t n = 0;

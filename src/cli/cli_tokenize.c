@@ -142,19 +142,15 @@ int kvt_cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
 
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1; /* the tokenizer's metadata is enough: tensors may be absent */
-    kvt_model *t;
-    int rc = kvt_model_load(model, mp, &t);
-    if (rc) {
-        fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());
+    kvt_model *t = kvt_cli_load_vocab("tokenize", model); /* the tokenizer's metadata is enough */
+    if (!t) {
         free(buf);
         return 1;
     }
     int32_t *ids;
     size_t n;
-    rc = kvt_model_tokenize(t, text, len, KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0), special,
-                            &ids, &n);
+    int rc = kvt_model_tokenize(t, text, len, KVT_TOKENIZE_ADD_SPECIAL | (no_bos ? KVT_TOKENIZE_NO_BOS : 0), special,
+                                &ids, &n);
     free(buf);
     if (rc) {
         fprintf(stderr, "kvtier tokenize: %s\n", kvt_errmsg());

@@ -15,8 +15,10 @@
 #define ATT_INLINE static inline __attribute__((always_inline)) ATT_TARGET
 #define ATT_LANES 8
 #define ATT_V __m256
-/* 16 ymm registers: scores keep 16 lane-class accumulators per vector of
- * keys; values 4 heads x 3 vectors of dimensions = 12 */
+/* 16 ymm registers: scores 6 heads x 2 vectors of keys = 12 accumulators;
+ * values 4 heads x 3 vectors of dimensions = 12 */
+#define ATT_GROUP_MAX 6
+#define ATT_QK_KVEC 2
 #define ATT_AV_HEADS 4
 #define ATT_AV_CHUNKS 3
 #define ATT_QK_NAME kvt_attn_qk_avx2

@@ -13,6 +13,7 @@
  *   ATT_V, ATT_M                  the vector type and a lane-mask type
  *   ATT_INLINE                    `static inline`, always inlined, with the target attribute
  *   ATT_TARGET                    the target attribute alone (for the two kernels)
+ *   ATT_GROUP_MAX, ATT_QK_KVEC    score tile: heads x vectors of keys (QK_KVEC 1 or 2)
  *   ATT_AV_HEADS, ATT_AV_CHUNKS   value tile: heads x vectors of dimensions
  *   ATT_QK_NAME, ATT_AV_NAME      the names of the kernels to define
  * and, as ATT_INLINE functions:
@@ -27,40 +28,89 @@
 
 #include <stdint.h>
 
+#if ATT_QK_KVEC != 1 && ATT_QK_KVEC != 2
+#error "ATT_QK_KVEC must be 1 or 2"
+#endif
+#if ATT_GROUP_MAX != 4 && ATT_GROUP_MAX != 6 && ATT_GROUP_MAX != 8
+#error "ATT_GROUP_MAX must be 4, 6 or 8"
+#endif
 #if ATT_AV_HEADS != 4 || ATT_AV_CHUNKS < 3 || ATT_AV_CHUNKS > 4
 #error "the value tile is 4 heads x 3 or 4 vectors"
 #endif
 
-/* The scores of one head for one vector of keys (lanes outside m are 0): the
- * 16 lane classes d mod 16 of the dot, each stepped through its d in order
- * from +0 in its own accumulator (vectorized over the keys), then summed by the
- * canonical lane tree of ops.h (kvt_ops_lanes_sum), as attn.h states. */
-ATT_INLINE ATT_V att_qk_vec(const float *qg, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0,
-                            ATT_M m) {
-    ATT_V l[16];
-    _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) l[j] = att_zero();
-    int32_t d = 0;
-    for (; d + 16 <= hd; d += 16)
-        _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
-            l[j] = att_fma(att_set1(qg[d + j]), att_load(kt, f16, (int64_t)(d + j) * stride + t0, m), l[j]);
-    for (int j = 0; d + j < hd; j++)
-        l[j] = att_fma(att_set1(qg[d + j]), att_load(kt, f16, (int64_t)(d + j) * stride + t0, m), l[j]);
-    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) l[j] = att_add(l[j], l[j + 8]);
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
-    _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
-    return att_add(l[0], l[1]);
+/* A score tile: gn heads x nvec vectors of keys. The dot of each score is kept
+ * in 16 lane classes (d mod 16): class j is one fma chain over d = j, j + 16,
+ * ... from +0, computed for the whole tile at once so each K row is loaded
+ * once for every head; the classes wait in part[] and are then summed by the
+ * canonical lane tree of ops.h (kvt_ops_lanes_sum's order), times the scale. */
+ATT_INLINE void att_qk_tile(const float *q, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0,
+                            const ATT_M *m, float *scores, int64_t ld, ATT_V vscale, const int gn, const int nvec) {
+    ATT_V part[16][ATT_GROUP_MAX][ATT_QK_KVEC];
+    for (int j = 0; j < 16; j++) {
+        ATT_V acc[ATT_GROUP_MAX][ATT_QK_KVEC];
+        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
+            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = att_zero();
+        for (int32_t d = j; d < hd; d += 16) {
+            ATT_V kx[ATT_QK_KVEC];
+            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
+                kx[vi] = att_load(kt, f16, (int64_t)d * stride + t0 + vi * ATT_LANES, m[vi]);
+            _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) {
+                ATT_V qd = att_set1(q[(int64_t)g * hd + d]);
+                _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = att_fma(qd, kx[vi], acc[g][vi]);
+            }
+        }
+        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
+            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) part[j][g][vi] = acc[g][vi];
+    }
+    _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
+        _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) {
+            ATT_V l[16];
+            for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][vi], part[j + 8][g][vi]);
+            for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
+            for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
+            att_store_f32(scores + (int64_t)g * ld + t0 + vi * ATT_LANES, m[vi], att_mul(att_add(l[0], l[1]), vscale));
+        }
 }
+
+/* One head group of a score tile: nvec (1 or QK_KVEC) vectors of keys, GN heads. */
+#if ATT_QK_KVEC == 2
+#define ATT_QK_GN(GN)                                                                                              \
+    (nvec == 2 ? att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 2)                                 \
+               : att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 1))
+#else
+#define ATT_QK_GN(GN) att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 1)
+#endif
 
 ATT_TARGET void ATT_QK_NAME(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
                             float scale, float *scores, int64_t ld) {
     const ATT_V vscale = att_set1(scale);
-    for (int32_t t0 = 0; t0 < T; t0 += ATT_LANES) {
-        const ATT_M m = att_mask(T - t0);
-        for (int32_t g = 0; g < G; g++)
-            att_store_f32(scores + (int64_t)g * ld + t0, m,
-                          att_mul(att_qk_vec(q + (int64_t)g * hd, hd, kt, stride, f16, t0, m), vscale));
+    for (int32_t t0 = 0; t0 < T; t0 += ATT_LANES * ATT_QK_KVEC) {
+        int32_t nvec = (T - t0 + ATT_LANES - 1) / ATT_LANES;
+        if (nvec > ATT_QK_KVEC) nvec = ATT_QK_KVEC;
+        ATT_M m[ATT_QK_KVEC];
+        for (int32_t vi = 0; vi < ATT_QK_KVEC; vi++) m[vi] = att_mask(vi < nvec ? T - t0 - vi * ATT_LANES : 0);
+        for (int32_t g0 = 0; g0 < G; g0 += ATT_GROUP_MAX) {
+            const int32_t gn = G - g0 < ATT_GROUP_MAX ? G - g0 : ATT_GROUP_MAX;
+            const float *qg = q + (int64_t)g0 * hd;
+            float *sg = scores + (int64_t)g0 * ld;
+            switch (gn) {
+            case 1: ATT_QK_GN(1); break;
+            case 2: ATT_QK_GN(2); break;
+            case 3: ATT_QK_GN(3); break;
+#if ATT_GROUP_MAX > 4
+            case 4: ATT_QK_GN(4); break;
+            case 5: ATT_QK_GN(5); break;
+#endif
+#if ATT_GROUP_MAX > 6
+            case 6: ATT_QK_GN(6); break;
+            case 7: ATT_QK_GN(7); break;
+#endif
+            default: ATT_QK_GN(ATT_GROUP_MAX); break;
+            }
+        }
     }
 }
+#undef ATT_QK_GN
 
 ATT_INLINE void att_av_tile(const float *w, int64_t ld, const void *v, int f16, int32_t T, int32_t hd, int32_t c0,
                             float *out, const int gn, const int cn) {

@@ -4,7 +4,6 @@
 #include "ops.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #endif
 
 #include <math.h>
@@ -530,13 +529,3 @@ void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, 
     free(j.kbs);
 }
 
-#define CPUID_ECX_F16C (1u << 29)
-
-int kvt_cpu_has_f16c(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & CPUID_ECX_F16C);
-#else
-    return 0;
-#endif
-}

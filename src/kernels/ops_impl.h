@@ -156,7 +156,16 @@ static inline uint16_t kvt_load_u16(const void *p) {
 }
 
 /* F16C support from CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports
- * does not know "f16c", gcc's does; one definition serves both. */
-int kvt_cpu_has_f16c(void);
+ * does not know "f16c", gcc's does; one definition serves both. Inline here, so
+ * a variant's availability check does not call back into ops.c. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+static inline int kvt_cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#else
+static inline int kvt_cpu_has_f16c(void) { return 0; }
+#endif
 
 #endif

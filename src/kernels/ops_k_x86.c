@@ -57,6 +57,7 @@ INLINE2 void widen16(int16_t *o, __m128i b, int is_signed) {
     _mm256_store_si256((__m256i *)(void *)o, is_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
 }
 
+/* Long: a switch over the five K-quant block layouts. */
 INLINE2 void unpack_k(uint32_t type, const uint8_t *blk, kblk *o) {
     uint32_t a0, a1, a2;
     switch (type) {

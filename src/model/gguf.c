@@ -116,13 +116,6 @@ static int cur_str(cursor *c, const char **s, uint64_t *len, const char *what) {
     return 0;
 }
 
-static char *dup_bytes(const char *s, uint64_t n) {
-    char *d = kvt_xmalloc(n + 1);
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
 /* ---- parsing ------------------------------------------------------------- */
 
 static int parse_kv(cursor *c, kvt_gguf_kv *kv, uint64_t idx) {
@@ -135,7 +128,7 @@ static int parse_kv(cursor *c, kvt_gguf_kv *kv, uint64_t idx) {
                         (unsigned long long)key_len);
     if (memchr(key, 0, key_len))
         return kvt_fail(KVT_EFORMAT, "metadata #%llu: key contains a NUL byte", (unsigned long long)idx);
-    kv->key = dup_bytes(key, key_len);
+    kv->key = kvt_xstrndup(key, key_len);
     if ((rc = cur_u32(c, &kv->type, "value type"))) return kvt_fail_prefix(rc, "metadata '%s': ", kv->key);
     if (kv->type >= KVT_GGUF_VTYPE_COUNT)
         return kvt_fail(KVT_EFORMAT, "metadata '%s': unknown value type %u", kv->key, kv->type);
@@ -143,7 +136,7 @@ static int parse_kv(cursor *c, kvt_gguf_kv *kv, uint64_t idx) {
         const char *s;
         if ((rc = cur_str(c, &s, &kv->str_len, "string value")))
             return kvt_fail_prefix(rc, "metadata '%s': ", kv->key);
-        kv->str = dup_bytes(s, kv->str_len);
+        kv->str = kvt_xstrndup(s, kv->str_len);
         return 0;
     }
     if (kv->type != KVT_GGUF_ARRAY) {
@@ -191,7 +184,7 @@ static int parse_tensor_info(cursor *c, kvt_gguf_tensor *t, uint64_t idx) {
     if (rc) return kvt_fail_prefix(rc, "tensor #%llu: ", (unsigned long long)idx);
     if (name_len == 0 || name_len > GGUF_MAX_KEY_LEN || memchr(name, 0, name_len))
         return kvt_fail(KVT_EFORMAT, "tensor #%llu: invalid name", (unsigned long long)idx);
-    t->name = dup_bytes(name, name_len);
+    t->name = kvt_xstrndup(name, name_len);
     if ((rc = cur_u32(c, &t->n_dims, "dimension count"))) return kvt_fail_prefix(rc, "tensor %s: ", t->name);
     if (t->n_dims < 1 || t->n_dims > KVT_GGUF_MAX_DIMS)
         return kvt_fail(KVT_EFORMAT, "tensor %s: %u dimensions (1..%d allowed)", t->name, t->n_dims,

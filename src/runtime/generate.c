@@ -28,6 +28,25 @@ static int prefill(kvt_engine *e, int32_t seq, const int32_t *prompt, int32_t n,
     return rc;
 }
 
+/* The prompt's sequence: attached to the cache (its reused prefix restored,
+ * the report in res) or, without a cache, empty. 0 or an error code. */
+static int attach(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n_prompt, const kvt_gen_params *p,
+                  kvt_gen_result *res, kvt_hash128 *root, int32_t *seq) {
+    if (!cache) return kvt_seq_new(e, NULL, 0, 0, seq);
+    kvt_attach_info ai;
+    int rc = kvt_cache_root(cache, p->salt, p->salt_len, root);
+    if (!rc) rc = kvt_cache_attach(cache, *root, prompt, n_prompt, n_prompt - 1, seq, &ai);
+    if (rc) return rc;
+    res->n_reused = ai.n_reused;
+    memcpy(res->tier_tokens, ai.tier_tokens, sizeof res->tier_tokens);
+    res->restore_ms = ai.restore_ms;
+    res->t2_decision = ai.t2_decision;
+    res->n_planned = ai.n_planned;
+    res->shortfall = ai.shortfall;
+    res->reuse_stop = ai.stop;
+    return 0;
+}
+
 int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t n_prompt, const kvt_gen_params *p,
                  int32_t **tokens_out, kvt_gen_result *res) {
     memset(res, 0, sizeof *res);
@@ -49,21 +68,7 @@ int kvt_generate(kvt_engine *e, kvt_cache *cache, const int32_t *prompt, int32_t
     kvt_chain chain;
     int rc = 0;
 
-    if (cache) {
-        kvt_attach_info ai;
-        if ((rc = kvt_cache_root(cache, p->salt, p->salt_len, &root)) ||
-            (rc = kvt_cache_attach(cache, root, prompt, n_prompt, n_prompt - 1, &seq, &ai)))
-            goto out;
-        res->n_reused = ai.n_reused;
-        memcpy(res->tier_tokens, ai.tier_tokens, sizeof res->tier_tokens);
-        res->restore_ms = ai.restore_ms;
-        res->t2_decision = ai.t2_decision;
-        res->n_planned = ai.n_planned;
-        res->shortfall = ai.shortfall;
-        res->reuse_stop = ai.stop;
-    } else if ((rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
-        goto out;
-    }
+    if ((rc = attach(e, cache, prompt, n_prompt, p, res, &root, &seq))) goto out;
     kvt_chain_init(&chain, root);
     double t_blend = kvt_now();
     if (cache && p->blend &&

@@ -569,13 +569,6 @@ int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema *
 
 /* ---- reading calls back ------------------------------------------------------------------------- */
 
-static char *dupn(const char *s, size_t n) {
-    char *d = kvt_xmalloc(n + 1);
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
 static const char *skip_ws(const char *p, const char *end) {
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
     return p;
@@ -603,8 +596,8 @@ static int parse_one(const char *body, const char *end, call_style st, kvt_api_c
             int ok = cJSON_IsObject(args);
             cJSON_Delete(args);
             if (ok) {
-                c->name = dupn(name, (size_t)(q - name));
-                c->arguments = dupn(q + lm, (size_t)(end - 1 - (q + lm)));
+                c->name = kvt_xstrndup(name, (size_t)(q - name));
+                c->arguments = kvt_xstrndup(q + lm, (size_t)(end - 1 - (q + lm)));
                 return 0;
             }
         }
@@ -702,7 +695,7 @@ size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, co
         snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, i);
         c[i].id = kvt_xstrdup(id);
     }
-    *content = dupn(text, (size_t)(trim_end(text, first) - text));
+    *content = kvt_xstrndup(text, (size_t)(trim_end(text, first) - text));
     *calls = c;
     return n;
 }

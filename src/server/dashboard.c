@@ -176,6 +176,7 @@ static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
           f);
 }
 
+/* Long: the page's sections in the order they show, each a heading and a table of series. */
 char *kvt_dashboard_html(const char *t, const kvt_req_entry *last, int32_t n_last) {
     char *out = NULL;
     size_t len = 0;

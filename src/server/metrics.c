@@ -227,6 +227,7 @@ static void render_process(strbuf *b) {
     }
 }
 
+/* Long: one header and one value line per series, in exposition order: a list, not logic. */
 char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     strbuf b = {.cap = 4096};
     b.s = kvt_xmalloc(b.cap);
