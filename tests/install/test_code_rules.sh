@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The code-shape rules of STYLE.md and issue 15, checked on every run so they cannot drift:
+# no source file in src/ over 800 lines, and no function over 80 lines without a "Long:"
+# reason in the comment above it (scripts/long_functions.py).
+set -u
+SRC=${KVT_SRC:?KVT_SRC must point to the source tree}
+command -v python3 >/dev/null || { echo "SKIP: needs python3 (scripts/setup.sh installs it)"; exit 77; }
+. "$(dirname "$0")/../testutil.sh"
+big=$(find "$SRC/src" -name '*.[ch]' -exec wc -l {} + | awk '$2 != "total" && $1 > 800 {print $2 " (" $1 " lines)"}')
+check "no file in src/ over 800 lines${big:+: $big}" is "$big" ""
+out=$(python3 "$SRC/scripts/long_functions.py" "$SRC/src" 2>&1)
+check "no function over 80 lines without a Long: reason" is "$?" 0 || echo "$out" >&2
+# the checker itself can fail: at a limit of 20 lines it must find functions
+python3 "$SRC/scripts/long_functions.py" --limit 20 "$SRC/src" >/dev/null 2>&1
+check "long_functions.py finds functions over a 20-line limit" is "$?" 1
+kvt_test_done test_code_rules
