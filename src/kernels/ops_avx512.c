@@ -20,8 +20,9 @@
 /* Float tile: 4 W rows x 6 tokens = 24 accumulators + 4 W vectors + 1 x (of 32 zmm). */
 #define RM 4
 #define RN 6
-/* Q8_0 tile: each W row needs 3 vectors (quants, bias correction, scales). */
-#define QRM 2
+/* Q8_0 tile: rows in pairs (one zmm per pair and token), each pair needing
+ * 3 vectors (quants, bias correction, scales): 12 accumulators + 6 + temps. */
+#define QRM 4
 #define QRN 6
 /* f32 element size, and the AVX-512 vector in elements. */
 #define V 16
@@ -103,49 +104,47 @@ DEF_TILE(tile_f32, ldw_f32, ldw_f32_m, 4)
 DEF_TILE(tile_f16, ldw_f16, ldw_f16_m, 2)
 DEF_TILE(tile_bf16, ldw_bf16, ldw_bf16_m, 2)
 
-/* Q8_0: one block pair (64 weights) per step, its two blocks taken into the
- * 8 lanes one after the other; see ops.h for the order. */
+/* Q8_0: two W rows share each zmm, row 2p in lanes 0-7 and row 2p+1 in lanes
+ * 8-15, each half being ops.h's 8 lanes of its output; one block per step. So
+ * one 512-bit fma takes two outputs through a block with exactly the 8-lane
+ * order's operations. The activation bias comes off inside the integer dot
+ * (it accumulates onto -128 * the weights' group sums), which is exact. */
 INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
                        int rm, int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
+    const int rp = rm / 2;
     const __m512i ones = _mm512_set1_epi8(1);
-    __m256 acc[QRM][QRN];
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 2) {
-        const int has_hi = b + 1 < nb;
-        __m512i wq[QRM], corr[QRM];
-        __m512 dw[QRM];
-        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
-            const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q8_0_SCALE_BYTES));
-            __m256i hi = _mm256_setzero_si256();
-            float dhi = 0.0f;
-            if (has_hi) {
-                hi = _mm256_loadu_si256(
-                    (const __m256i *)(const void *)(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES));
-                dhi = _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES));
-            }
-            wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            /* sum of each 4 weights, times the activation bias, to subtract */
-            corr[i] = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), 7);
-            dw[i] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(kvt_load_u16(blk))),
-                                       _mm256_set1_ps(dhi), 1);
+    __m512 acc[QRM / 2][QRN];
+    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i wq[QRM / 2], ncorr[QRM / 2];
+        __m512 dw[QRM / 2];
+        _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
+            const uint8_t *b0 = wr[2 * p] + b * KVT_Q8_0_BYTES, *b1 = wr[2 * p + 1] + b * KVT_Q8_0_BYTES;
+            wq[p] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
+                _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1);
+            ncorr[p] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[p]), 7));
+            dw[p] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(kvt_load_u16(b0))),
+                                       _mm256_set1_ps(_cvtsh_ss(kvt_load_u16(b1))), 1);
         }
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            __m512i xv = _mm512_loadu_si512(xq[j] + b * KVT_Q8_0_BLOCK);
-            __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(xd[j][b]), _mm256_set1_ps(xd[j][b + 1]), 1);
-            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
-                __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wq[i]), corr[i]);
-                __m512 pf = _mm512_cvtepi32_ps(p), dd = _mm512_mul_ps(dw[i], dx);
-                /* a missing odd block has p = 0 and d = 0: fma(0, 0, acc) = acc */
-                __m256 lo = _mm256_fmadd_ps(_mm512_castps512_ps256(pf), _mm512_castps512_ps256(dd), acc[i][j]);
-                acc[i][j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(pf, 1), _mm512_extractf32x8_ps(dd, 1), lo);
+            const __m512i xv = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
+            const __m512 dx = _mm512_set1_ps(xd[j][b]);
+            _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
+                const __m512 pf = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(ncorr[p], xv, wq[p]));
+                acc[p][j] = _mm512_fmadd_ps(pf, _mm512_mul_ps(dw[p], dx), acc[p][j]);
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(acc[i][j]);
+    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
+            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
+        }
 }
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
