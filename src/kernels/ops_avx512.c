@@ -117,11 +117,17 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
     __m512 acc[QRM / 2][QRN];
     _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
+    /* decode streams each weight once: prefetch the same place in the next tile's rows, as the float tiles do */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
     for (int64_t b = 0; b < nb; b++) {
         __m512i wq[QRM / 2], ncorr[QRM / 2];
         __m512 dw[QRM / 2];
         _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
             const uint8_t *b0 = wr[2 * p] + b * KVT_Q8_0_BYTES, *b1 = wr[2 * p + 1] + b * KVT_Q8_0_BYTES;
+            if (rn <= 2) {
+                _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
+                _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+            }
             wq[p] = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
                 _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1);
