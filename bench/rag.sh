@@ -26,28 +26,10 @@
 #                        SMALL=1: a dim-256, 4-layer llama instead of the ~250M one, for a loaded machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${SMALL:-0}" = 1 ]; then
-  MODEL=${MODEL:-bench/out/llama-small-spm-f16.gguf}
-  SHAPE=(--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512)
-else
-  MODEL=${MODEL:-bench/out/llama250m-spm-f16.gguf}
-  SHAPE=(--dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816)
-fi
-T=${THREADS:-2}
-TOPICS=${TOPICS:-20}
-BLOCKS=${BLOCKS:-40}
-WORDS=${WORDS:-240}
+. bench/rag_lib.sh
 OUT=bench/out/rag
-mkdir -p "$OUT"
-rm -rf "$OUT/docs" "$OUT/results.jsonl"
-if [ ! -f "$MODEL" ]; then
-  vocab=../shared/vocab/ggml-vocab-llama-spm.gguf
-  extra=()
-  [ -f "$vocab" ] && extra=(--vocab-from "$vocab")
-  ./build/kvtier mkmodel -o "$MODEL" "${SHAPE[@]}" --vocab 32000 --type f16 --ctx 16384 "${extra[@]}"
-fi
-python3 bench/rag_bench.py corpus --docs "$OUT/docs" --blocks "$BLOCKS" --words "$WORDS"
-./build/kvtier rag index -m "$MODEL" --docs "$OUT/docs" -o "$OUT/corpus.idx" --chunk-tokens 384
+rm -f "$OUT/results.jsonl"
+rag_corpus "$OUT"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 
 KVT_BIN=./build/kvtier

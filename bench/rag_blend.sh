@@ -11,30 +11,11 @@
 #                              of the ~250M one, for a loaded machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${SMALL:-0}" = 1 ]; then
-  MODEL=${MODEL:-bench/out/llama-small-spm-f16.gguf}
-  SHAPE=(--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512)
-else
-  MODEL=${MODEL:-bench/out/llama250m-spm-f16.gguf}
-  SHAPE=(--dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816)
-fi
-T=${THREADS:-2}
-TOPICS=${TOPICS:-20}
-BLOCKS=${BLOCKS:-40}
-WORDS=${WORDS:-240}
+. bench/rag_lib.sh
 RATIOS=${RATIOS:-0,0.15,0.3,1}
 OUT=bench/out/rag_blend
-mkdir -p "$OUT"
-rm -rf "$OUT/docs"
 [ -x build/bench_blend ] || { echo "build first: scripts/build.sh build" >&2; exit 1; }
-if [ ! -f "$MODEL" ]; then
-  vocab=../shared/vocab/ggml-vocab-llama-spm.gguf
-  extra=()
-  [ -f "$vocab" ] && extra=(--vocab-from "$vocab")
-  ./build/kvtier mkmodel -o "$MODEL" "${SHAPE[@]}" --vocab 32000 --type f16 --ctx 16384 "${extra[@]}"
-fi
-python3 bench/rag_bench.py corpus --docs "$OUT/docs" --blocks "$BLOCKS" --words "$WORDS"
-./build/kvtier rag index -m "$MODEL" --docs "$OUT/docs" -o "$OUT/corpus.idx" --chunk-tokens 384
+rag_corpus "$OUT"
 python3 - "$TOPICS" "$BLOCKS" >"$OUT/questions.txt" <<'PY'
 import sys, types
 sys.path.insert(0, "bench")
