@@ -107,6 +107,23 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     return rc;
 }
 
+int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes) {
+    *bytes = 0;
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    uint64_t *ids;
+    long n = kvt_disk_list_segments(dfd, dir, 0, &ids);
+    for (long i = 0; i < n; i++) {
+        char nm[SEG_NAME_MAX];
+        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
+        struct stat sb;
+        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) *bytes += (uint64_t)sb.st_size;
+    }
+    if (n >= 0) free(ids);
+    close(dfd);
+    return n < 0 ? kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n)) : 0;
+}
+
 /* Opens dir as its owner and takes its lock, as the maintenance that writes
  * it (compact, clear) must. Returns the directory's fd and *lock_fd (close
  * both), or a negative error: the lock's holder, or -EROFS for a read-only
