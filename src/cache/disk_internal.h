@@ -177,51 +177,63 @@ void *kvt_disk_aligned_buf(size_t n);
 typedef int (*kvt_disk_scan_fn)(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                                 const uint8_t *raw);
 
-/* Where a scan reads its headers from, ahead of the walk: batches of reads in
- * flight together (io_uring when the kernel allows it) into buffers of its
- * own. Records up to SCAN_CHUNK_STRIDE_MAX long are read whole, several MiB
- * of the segment per batch, and parsed from memory; longer ones one header
- * read each, at the offsets the last record's length predicts, many in
- * flight. Every byte it hands the parser is what a pread at that offset
- * returns (a missed prediction or a failed read falls back to that pread), so
- * a scan through a reader finds exactly what the one-read-per-header scan
- * finds. Owned by the caller; one thread at a time. */
+/* Where a scan reads its headers from, ahead of the walk: windows of reads
+ * (io_uring when the kernel allows it) into buffers of its own, several
+ * windows in flight at once, so that the disk reads ahead while the walk
+ * parses. Records up to SCAN_CHUNK_STRIDE_MAX long are read whole, a window
+ * of SCAN_WINDOW_BYTES of the segment at a time, and parsed from memory;
+ * longer ones one header read each (the whole record when the scan
+ * verifies), at the offsets the last record's length predicts. Every byte it
+ * hands the parser is what a pread at that offset returns (a missed
+ * prediction or a failed read falls back to that pread), so a scan through a
+ * reader finds exactly what the one-read-per-header scan finds. Owned by the
+ * caller; one thread at a time. */
 typedef struct kvt_disk_scan_reader kvt_disk_scan_reader;
 
 /* Records up to this long are read whole (in chunks) rather than header by header. */
 #define SCAN_CHUNK_STRIDE_MAX (32u << 10)
+/* The default shape of a reader: windows in flight together, and the bytes
+ * of a segment one window covers (see kvt_disk_scan_reader_shape). */
+#define SCAN_WINDOWS 4
+#define SCAN_WINDOWS_MAX 8
+#define SCAN_WINDOW_BYTES (8u << 20)
 
 /* Counters of a reader, summed over its scans. */
 typedef struct {
-    uint64_t batches;   /* batches of reads issued together */
+    uint64_t batches;   /* batches (windows) of reads issued together */
     uint64_t reads;     /* positioned reads, including fallbacks */
     uint64_t fallbacks; /* offsets read on their own (a missed prediction, a failed batched read) */
     uint64_t bytes;     /* bytes those reads returned */
+    uint64_t peak_windows;  /* the most windows in flight at once */
+    uint64_t whole_records; /* records a verifying scan checked straight from a window (no read of their own) */
 } kvt_disk_scan_counts;
 
 /* A reader for records of about hint bytes (the store's padded record; 0:
  * unknown). use_uring: try io_uring (else batches are preads one after
  * another, still large). Never fails (aborts when out of memory). */
 kvt_disk_scan_reader *kvt_disk_scan_reader_new(uint64_t hint, int use_uring);
+/* Reshapes rd before its first scan: windows of window_bytes (rounded up to
+ * KVT_DISK_ALIGN, at least SCAN_READ_BYTES, at most 63 MiB), depth of them
+ * in flight (1 to SCAN_WINDOWS_MAX; 1 issues a window only when the walk has
+ * passed the last one). For tests (many small windows) and benchmarks. */
+void kvt_disk_scan_reader_shape(kvt_disk_scan_reader *rd, uint64_t window_bytes, unsigned depth);
 void kvt_disk_scan_reader_free(kvt_disk_scan_reader *rd);
 void kvt_disk_scan_reader_counts(const kvt_disk_scan_reader *rd, kvt_disk_scan_counts *out);
 
 /* Walks the records of one segment file (fd, size bytes) from offset start (0,
  * or a record boundary: the end of what an index checkpoint covers). Each
  * header is read with one pread into buf (an aligned scratch of
- * SCAN_READ_BYTES) when rd is NULL, else through rd. A bad header is stepped
+ * SCAN_READ_BYTES) when rd is NULL, else through rd (buf unused); reads rd
+ * issued ahead are waited for before it returns. A bad header is stepped
  * over one KVT_DISK_ALIGN at a time, so the next intact record is found again;
  * a record running past size (a torn tail) is reported corrupt and ends the
- * walk. With verify, each record is read whole into *vbuf (aligned, grown to
- * *vcap as needed) and its CRC checked, and its MAC if key can check it (see
- * kvt_disk_mac_checkable). Calls fn per record or bad step. Returns 0 or fn's
+ * walk. With verify, each record is read whole (from rd's window when that
+ * holds it, else into *vbuf, aligned, grown to *vcap as needed) and its CRC
+ * checked, and its MAC if key can check it (see kvt_disk_mac_checkable). Calls fn per record or bad step. Returns 0 or fn's
  * nonzero value. */
 int kvt_disk_scan_segment_from(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key,
                                kvt_disk_scan_reader *rd, uint8_t *buf, uint8_t **vbuf, size_t *vcap,
                                kvt_disk_scan_fn fn, void *ctx);
-/* The same from offset 0, one pread per header (the maintenance walks). */
-int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
-                          size_t *vcap, kvt_disk_scan_fn fn, void *ctx);
 
 /* Removes the index checkpoint and its temporary (disk_ckpt.c): gc and clear
  * change segments it describes. */

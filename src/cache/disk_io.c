@@ -12,6 +12,7 @@
 
 struct kvt_dio {
     unsigned depth;
+    unsigned inflight; /* reads submitted and not yet reaped */
     int uring; /* 1 when ring is initialised and used */
     struct io_uring ring;
 };
@@ -46,56 +47,79 @@ static ssize_t pread_rest(kvt_dio_req *r, size_t done) {
     return (ssize_t)done;
 }
 
-void kvt_dio_read_batch(kvt_dio *io, kvt_dio_req *reqs, size_t n, kvt_dio_done_fn done, void *ctx) {
+/* Finishes one completion: a short or interrupted read is continued synchronously. */
+static void complete(kvt_dio *io, int res, kvt_dio_req *r, kvt_dio_done_fn done, void *ctx) {
+    io->inflight--;
+    if (res == -EINTR || res == -EAGAIN) r->res = pread_rest(r, 0);
+    else if (res >= 0 && (size_t)res < r->len) r->res = pread_rest(r, (size_t)res);
+    else r->res = res;
+    if (done) done(ctx, r);
+}
+
+size_t kvt_dio_submit(kvt_dio *io, kvt_dio_req *reqs, size_t n, kvt_dio_done_fn done, void *ctx) {
     if (!io->uring) {
         for (size_t i = 0; i < n; i++) {
             reqs[i].res = pread_rest(&reqs[i], 0);
             if (done) done(ctx, &reqs[i]);
         }
-        return;
+        return n;
     }
-    size_t next = 0, inflight = 0;
-    while (next < n || inflight) {
-        while (next < n && inflight < io->depth) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-            if (!sqe) break;
-            kvt_dio_req *r = &reqs[next++];
-            io_uring_prep_read(sqe, r->fd, r->buf, (unsigned)r->len, r->off);
-            io_uring_sqe_set_data(sqe, r);
-            inflight++;
-        }
-        int rc = io_uring_submit_and_wait(&io->ring, 1);
-        if (rc < 0 && rc != -EINTR) {
-            /* The ring failed as a whole: finish what it holds synchronously so
-             * every request still completes exactly once. */
-            struct io_uring_cqe *cqe;
-            while (inflight && io_uring_peek_cqe(&io->ring, &cqe) == 0) {
-                kvt_dio_req *r = io_uring_cqe_get_data(cqe);
-                io_uring_cqe_seen(&io->ring, cqe);
-                r->res = pread_rest(r, 0);
-                inflight--;
-                if (done) done(ctx, r);
-            }
-            if (inflight) { /* should not happen: requests lost in a broken ring */
-                kvt_log(KVT_LOG_ERROR, "disk I/O: io_uring failed (%s) with %zu reads in flight", strerror(-rc),
-                        inflight);
-                abort();
-            }
-            continue;
-        }
-        /* Each completion is marked seen before its callback runs, which may take
-         * time (CRC, copy, decompression) while the other reads proceed. */
-        struct io_uring_cqe *cqe;
-        while (inflight && io_uring_peek_cqe(&io->ring, &cqe) == 0) {
+    size_t k = 0;
+    while (k < n && io->inflight < io->depth) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+        if (!sqe) break;
+        kvt_dio_req *r = &reqs[k++];
+        r->res = KVT_DIO_PENDING;
+        io_uring_prep_read(sqe, r->fd, r->buf, (unsigned)r->len, r->off);
+        io_uring_sqe_set_data(sqe, r);
+        io->inflight++;
+    }
+    /* to the kernel now, so that the reads proceed while the caller works; a
+     * failure here is seen again (and handled) by the next kvt_dio_reap */
+    if (k) io_uring_submit(&io->ring);
+    return k;
+}
+
+size_t kvt_dio_reap(kvt_dio *io, int wait, kvt_dio_done_fn done, void *ctx) {
+    if (!io->uring || !io->inflight) return 0;
+    int rc = io_uring_submit_and_wait(&io->ring, wait ? 1 : 0);
+    size_t got = 0;
+    struct io_uring_cqe *cqe;
+    if (rc < 0 && rc != -EINTR) {
+        /* The ring failed as a whole: finish what it holds synchronously so
+         * every request still completes exactly once. */
+        while (io->inflight && io_uring_peek_cqe(&io->ring, &cqe) == 0) {
             kvt_dio_req *r = io_uring_cqe_get_data(cqe);
-            int res = cqe->res;
             io_uring_cqe_seen(&io->ring, cqe);
-            inflight--;
-            if (res == -EINTR || res == -EAGAIN) r->res = pread_rest(r, 0);
-            else if (res >= 0 && (size_t)res < r->len) r->res = pread_rest(r, (size_t)res);
-            else r->res = res;
-            if (done) done(ctx, r);
+            complete(io, -EINTR, r, done, ctx); /* read again, synchronously */
+            got++;
         }
+        if (io->inflight) { /* should not happen: requests lost in a broken ring */
+            kvt_log(KVT_LOG_ERROR, "disk I/O: io_uring failed (%s) with %u reads in flight", strerror(-rc),
+                    io->inflight);
+            abort();
+        }
+        return got;
+    }
+    /* Each completion is marked seen before its callback runs, which may take
+     * time (CRC, copy, decompression) while the other reads proceed. */
+    while (io->inflight && io_uring_peek_cqe(&io->ring, &cqe) == 0) {
+        kvt_dio_req *r = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&io->ring, cqe);
+        complete(io, res, r, done, ctx);
+        got++;
+    }
+    return got;
+}
+
+unsigned kvt_dio_inflight(const kvt_dio *io) { return io->inflight; }
+
+void kvt_dio_read_batch(kvt_dio *io, kvt_dio_req *reqs, size_t n, kvt_dio_done_fn done, void *ctx) {
+    size_t next = kvt_dio_submit(io, reqs, n, done, ctx);
+    while (next < n || io->inflight) {
+        kvt_dio_reap(io, 1, done, ctx);
+        next += kvt_dio_submit(io, reqs + next, n - next, done, ctx);
     }
 }
 

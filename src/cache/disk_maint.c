@@ -26,7 +26,7 @@ typedef struct {
     ZSTD_DCtx *zd;
     uint8_t *dec;
     size_t dec_cap;
-    const mac_key *key; /* verify checks MACs under it (kvt_disk_scan_segment refuses a bad one) */
+    const mac_key *key; /* verify checks MACs under it (the scan reports a bad one corrupt) */
 } walk_ctx;
 
 static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
@@ -74,7 +74,9 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
         }
         have_key = krc == 0;
     }
-    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
+    /* headers (and with verify whole records) read ahead in windows, as the open after a crash does */
+    kvt_disk_scan_reader *rd = kvt_disk_scan_reader_new(0, 1);
+    uint8_t *vbuf = NULL;
     size_t vcap = 0;
     walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0, have_key ? &key : NULL};
     int rc = 0;
@@ -90,18 +92,36 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
         }
         if (fstat(fd, &sb) == 0) {
             w.segment = nm;
-            rc = kvt_disk_scan_segment(fd, (uint64_t)sb.st_size, verify, w.key, buf, &vbuf, &vcap, walk_scan_fn, &w);
+            rc = kvt_disk_scan_segment_from(fd, 0, (uint64_t)sb.st_size, verify, w.key, rd, NULL, &vbuf, &vcap,
+                                            walk_scan_fn, &w);
         }
         close(fd);
     }
     ZSTD_freeDCtx(w.zd);
     free(w.dec);
-    free(buf);
+    kvt_disk_scan_reader_free(rd);
     free(vbuf);
     free(ids);
     close(dfd);
     sodium_memzero(&key, sizeof key);
     return rc;
+}
+
+int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes) {
+    *bytes = 0;
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    uint64_t *ids;
+    long n = kvt_disk_list_segments(dfd, dir, 0, &ids);
+    for (long i = 0; i < n; i++) {
+        char nm[SEG_NAME_MAX];
+        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
+        struct stat sb;
+        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) *bytes += (uint64_t)sb.st_size;
+    }
+    if (n >= 0) free(ids);
+    close(dfd);
+    return n < 0 ? kvt_fail((int)n, "cache dir %s: cannot list: %s", dir, strerror((int)-n)) : 0;
 }
 
 /* Opens dir as its owner and takes its lock, as the maintenance that writes
@@ -176,7 +196,8 @@ static int gc_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const
  * buffers. Returns 0 (also for a file that is not a segment we wrote, left
  * alone) or a negative error. */
 static int compact_segment(int dfd, const char *dir, uint64_t id, const kvt_hash128 *keep_ns, const mac_key *key,
-                           kvt_hmap128 *seen, kvt_disk_gc_report *rep, uint8_t *buf, uint8_t **vbuf, size_t *vcap) {
+                           kvt_hmap128 *seen, kvt_disk_gc_report *rep, kvt_disk_scan_reader *rd, uint8_t **vbuf,
+                           size_t *vcap) {
     char nm[SEG_NAME_MAX], tmp[TMP_NAME_MAX];
     kvt_disk_seg_name(nm, sizeof nm, id);
     snprintf(tmp, sizeof tmp, "%s%s", nm, TMP_SUFFIX);
@@ -198,7 +219,7 @@ static int compact_segment(int dfd, const char *dir, uint64_t id, const kvt_hash
         return out;
     }
     gc_ctx g = {keep_ns, key, seen, rep, out, 0, 0, 0};
-    kvt_disk_scan_segment(fd, (uint64_t)sb.st_size, 1, g.key, buf, vbuf, vcap, gc_scan_fn, &g);
+    kvt_disk_scan_segment_from(fd, 0, (uint64_t)sb.st_size, 1, g.key, rd, NULL, vbuf, vcap, gc_scan_fn, &g);
     close(fd);
     if (!g.err && g.out_bytes && g.out_bytes != (uint64_t)sb.st_size) g.dropped = 1;
     if (!g.err && g.dropped && g.out_bytes && fsync(out)) g.err = -errno;
@@ -246,7 +267,8 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     }
     kvt_hmap128 seen;
     kvt_hmap128_init(&seen);
-    uint8_t *buf = kvt_disk_aligned_buf(SCAN_READ_BYTES), *vbuf = NULL;
+    kvt_disk_scan_reader *rd = kvt_disk_scan_reader_new(0, 1);
+    uint8_t *vbuf = NULL;
     size_t vcap = 0;
     int rc = 0;
     kvt_progress prog;
@@ -256,12 +278,12 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     /* newest first, so the copy a reinsertion wrote last is the one kept */
     for (long i = n - 1; i >= 0 && !rc; i--) {
         kvt_progress_update(&prog, (uint64_t)(n - 1 - i));
-        rc = compact_segment(dfd, dir, ids[i], keep_ns, krc ? NULL : &key, &seen, rep, buf, &vbuf, &vcap);
+        rc = compact_segment(dfd, dir, ids[i], keep_ns, krc ? NULL : &key, &seen, rep, rd, &vbuf, &vcap);
     }
     kvt_progress_end(&prog, (uint64_t)n);
     fsync(dfd);
     kvt_hmap128_free(&seen);
-    free(buf);
+    kvt_disk_scan_reader_free(rd);
     free(vbuf);
     free(ids);
     close(lock_fd);

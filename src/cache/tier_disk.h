@@ -421,6 +421,9 @@ typedef struct {
  * return stops the walk and is returned. Returns 0, -errno if dir cannot be
  * read, or (verify) the key file's refusal, as kvt_disk_open words it. */
 int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx);
+/* The bytes of dir's segment files (regular files only), from their sizes
+ * alone: the total a walk's progress line counts up to. Returns 0 or -errno. */
+int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes);
 
 /* Reads the directory's header file: 0 and *version, *ns; KVT_ENOTFOUND if
  * there is none; KVT_EFORMAT if it is malformed. */

@@ -76,7 +76,7 @@ typedef struct {
     /* ls */
     int ls;
     long limit, printed;
-    /* verify progress */
+    /* stats and verify progress */
     int progress;
     kvt_progress prog;
     uint64_t total_bytes;
@@ -134,12 +134,6 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
                                                               : "other");
     }
     if (s->progress) kvt_progress_update(&s->prog, s->bytes >> 20);
-    return 0;
-}
-
-/* Bytes of every segment file (for the verify progress total). */
-static int size_fn(void *ctx, const kvt_disk_walk_info *w) {
-    *(uint64_t *)ctx += w->bytes;
     return 0;
 }
 
@@ -237,10 +231,10 @@ static int walk_cmd(const char *dir, const char *cmd, long limit) {
     s->ls = !strcmp(cmd, "ls");
     s->verify = verify;
     s->limit = limit;
-    if (verify) {
-        kvt_disk_walk(dir, 0, size_fn, &s->total_bytes);
+    if (!s->ls) { /* the total from the files' sizes: no walk of its own */
+        kvt_disk_segment_bytes(dir, &s->total_bytes);
         s->progress = 1;
-        kvt_progress_begin(&s->prog, "cache verify", s->total_bytes >> 20, "MiB");
+        kvt_progress_begin(&s->prog, verify ? "cache verify" : "cache stats", s->total_bytes >> 20, "MiB");
     }
     int wrc = kvt_disk_walk(dir, verify, walk_fn, s);
     if (s->progress) kvt_progress_end(&s->prog, s->bytes >> 20);

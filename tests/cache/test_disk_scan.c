@@ -220,15 +220,44 @@ static int same_log(const scan_log *a, const scan_log *b, const char *what) {
 typedef struct {
     uint64_t hint;
     int uring, direct, verify;
+    uint64_t window; /* 0: the default shape */
+    unsigned depth;
 } reader_cfg;
+
+/* Intact segments read through small windows: several in flight at once,
+ * nothing read twice, and a verifying scan checks short records straight
+ * from the windows. */
+static void check_pipelined(const reader_cfg *cfg, int kind, const scan_log *got, const kvt_disk_scan_counts *cn,
+                            uint64_t size, const char *what) {
+    if (!cfg->window || kind == KIND_MIXED) return;
+    int short_records = kind == KIND_SMALL;
+    if (short_records || cfg->hint == (48u << 10))
+        CHECKF(cn->fallbacks == 0, "%s: %llu fallbacks", what, (unsigned long long)cn->fallbacks);
+    if (short_records) {
+        CHECKF(cn->batches >= size / cfg->window, "%s: %llu windows over %llu bytes", what,
+               (unsigned long long)cn->batches, (unsigned long long)size);
+        CHECKF(cn->peak_windows == cfg->depth, "%s: at most %llu windows in flight, not %u", what,
+               (unsigned long long)cn->peak_windows, cfg->depth);
+        if (cfg->verify)
+            CHECKF(cn->whole_records * 10 >= got->n * 9, "%s: %llu of %zu records checked from the windows", what,
+                   (unsigned long long)cn->whole_records, got->n);
+    }
+}
 
 static void test_segments(void) {
     static const reader_cfg cfgs[] = {
-        {0, 1, 0, 0},                     /* no hint: chunks first */
-        {4096, 0, 1, 0},                  /* short-record hint, preads, O_DIRECT */
-        {48u << 10, 1, 1, 0},             /* the long records' length, O_DIRECT */
-        {1u << 20, 1, 0, 0},              /* a hint far too long */
-        {48u << 10, 1, 0, 1},             /* with the payload verified */
+        {0, 1, 0, 0, 0, 0},                     /* no hint: chunks first */
+        {4096, 0, 1, 0, 0, 0},                  /* short-record hint, preads, O_DIRECT */
+        {48u << 10, 1, 1, 0, 0, 0},             /* the long records' length, O_DIRECT */
+        {1u << 20, 1, 0, 0, 0, 0},              /* a hint far too long */
+        {48u << 10, 1, 0, 1, 0, 0},             /* with the payload verified */
+        /* small windows, so that a 3 MiB segment has many in flight, records
+         * straddle their edges and damage falls in the middle of one */
+        {4096, 1, 1, 0, 64u << 10, 4},    /* chunk windows, O_DIRECT */
+        {0, 1, 0, 1, 64u << 10, 8},       /* chunk windows checking whole records */
+        {48u << 10, 1, 1, 1, 256u << 10, 3}, /* header windows of whole records, O_DIRECT */
+        {48u << 10, 0, 0, 0, 8u << 10, 2},   /* one header slot per window, preads */
+        {0, 1, 1, 0, 1u << 20, 1},        /* one window at a time (the unpipelined reader) */
     };
     const char *dir = kvt_test_tmpdir();
     uint64_t records = 0, bad = 0, torn = 0, compared = 0;
@@ -259,6 +288,7 @@ static void test_segments(void) {
                 }
                 for (size_t c = 0; c < KVT_ARRAY_LEN(cfgs); c++) {
                     kvt_disk_scan_reader *rd = kvt_disk_scan_reader_new(cfgs[c].hint, cfgs[c].uring);
+                    if (cfgs[c].window) kvt_disk_scan_reader_shape(rd, cfgs[c].window, cfgs[c].depth);
                     scan_log got = scan(cfgs[c].direct ? dfd : fd, starts[st], size, cfgs[c].verify, rd);
                     char what[160];
                     snprintf(what, sizeof what, "%s, seed %llu, start %llu, reader %zu", kind_names[kind],
@@ -267,7 +297,9 @@ static void test_segments(void) {
                     compared += got.n;
                     kvt_disk_scan_counts cn;
                     kvt_disk_scan_reader_counts(rd, &cn);
-                    if (seed == 0 && st == 0 && cfgs[c].hint == (48u << 10) && !cfgs[c].verify && kind != KIND_MIXED) {
+                    if (seed == 0 && st == 0) check_pipelined(&cfgs[c], kind, &got, &cn, size, what);
+                    if (seed == 0 && st == 0 && cfgs[c].hint == (48u << 10) && !cfgs[c].verify && !cfgs[c].window &&
+                        kind != KIND_MIXED) {
                         /* intact and predictable: batched, nothing read twice */
                         CHECKF(cn.fallbacks == 0 && cn.batches * 8 <= got.n + 8, "%s: %llu batches, %llu fallbacks",
                                what, (unsigned long long)cn.batches, (unsigned long long)cn.fallbacks);

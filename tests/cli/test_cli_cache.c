@@ -1,8 +1,10 @@
-/* `kvtier cache`: stats and ls describe the records, verify finds a corrupted
+/* `kvtier cache`: stats and ls describe the records (and stats sizes its
+ * progress from the segment files), verify finds a corrupted
  * payload (exit 1) that a header scan cannot, gc removes it and foreign
  * namespaces, clear honours the lock, --help documents every flag. */
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -76,6 +78,17 @@ int main(void) {
      * session starts a third: every segment is counted, not just the first */
     CHECKF(t && strstr(t, "segments: 3,"), "%s", t);
     free(t);
+    /* the progress total of stats and verify: the segments' sizes, without a walk */
+    uint64_t seg_bytes = 0, want_bytes = 0;
+    for (int i = 0; i < 4; i++) {
+        char sp[600];
+        struct stat sb;
+        snprintf(sp, sizeof sp, "%s/seg-%016x.kvt", dir, i);
+        if (stat(sp, &sb) == 0) want_bytes += (uint64_t)sb.st_size;
+    }
+    CHECK(kvt_disk_segment_bytes(dir, &seg_bytes) == 0);
+    CHECKF(seg_bytes == want_bytes && want_bytes > 3 * 8192, "%llu bytes of segments, want %llu",
+           (unsigned long long)seg_bytes, (unsigned long long)want_bytes);
     char *a_ls[] = {"cache", "ls", "--kv-disk", (char *)dir, "--limit", "2"};
     CHECK(run(&t, 6, a_ls) == 0);
     int lines = 0;
