@@ -376,12 +376,14 @@ void kvt_eng_rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, cons
             /* NORM pairs neighbours (2i, 2i+1); NEOX pairs the two halves (i, i+half) */
             int32_t a = hp->rope_style == KVT_ROPE_NEOX ? i : 2 * i;
             int32_t b = hp->rope_style == KVT_ROPE_NEOX ? i + half : 2 * i + 1;
-            /* as llama.cpp's rope compiles on x86 (its compiler contracts
-             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each, the
-             * product with cos fused) */
+            /* as llama.cpp's rope compiles on x86: its compiler contracts
+             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each. The
+             * first fuses the product with cos; the second fuses x1*cos in
+             * the NORM loop but x0*sin in the NEOX one (found by comparing
+             * llama.cpp's roped q with kvtier's on gemma2, bit for bit) */
             float x0 = v[a], x1 = v[b];
             v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
-            v[b] = fmaf(x1, cs[i], x0 * sn[i]);
+            v[b] = hp->rope_style == KVT_ROPE_NEOX ? fmaf(x0, sn[i], x1 * cs[i]) : fmaf(x1, cs[i], x0 * sn[i]);
         }
     }
 }
