@@ -377,13 +377,13 @@ void kvt_eng_rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, cons
             int32_t a = hp->rope_style == KVT_ROPE_NEOX ? i : 2 * i;
             int32_t b = hp->rope_style == KVT_ROPE_NEOX ? i + half : 2 * i + 1;
             /* as llama.cpp's rope compiles on x86: its compiler contracts
-             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each. The
-             * first fuses the product with cos; the second fuses x1*cos in
-             * the NORM loop but x0*sin in the NEOX one (found by comparing
-             * llama.cpp's roped q with kvtier's on gemma2, bit for bit) */
+             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each, fusing
+             * x0's product (x1's is rounded first), in the NORM and the NEOX
+             * loops alike (vfmaddsub231ps with x0 broadcast; found by
+             * comparing llama.cpp's roped q with kvtier's bit for bit) */
             float x0 = v[a], x1 = v[b];
             v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
-            v[b] = hp->rope_style == KVT_ROPE_NEOX ? fmaf(x0, sn[i], x1 * cs[i]) : fmaf(x1, cs[i], x0 * sn[i]);
+            v[b] = fmaf(x0, sn[i], x1 * cs[i]);
         }
     }
 }
