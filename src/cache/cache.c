@@ -14,7 +14,7 @@
 
 /* Bumped whenever the engine's arithmetic changes in a way that changes K/V
  * bytes; part of every key root together with the kernels' numerics id. */
-#define ENGINE_NUMERICS_VERSION "engine-v4"
+#define ENGINE_NUMERICS_VERSION "engine-v5"
 /* How K/V sit in a page, per dtype (engine.c kv_offset); part of every key
  * root together with the dtype itself, so f16, f32 and q8_0 blocks never share
  * a key. The f16/f32 string is unchanged since before q8_0, so caches written

@@ -9,9 +9,16 @@
 #define SQRT_2_OVER_PI 0.79788456080286535587989211986876f
 #define GELU_LINEAR_BOUND 10.0f /* past +-this, gelu(x) is x or 0 in f16 anyway */
 
-static float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * (1.0f + GELU_COEF_A * x * x))); }
+/* The tanh approximation, with 1 + a*x*x as one fma: llama.cpp's CPU backend
+ * is compiled with contraction on, and its GELU table (libggml-cpu's init
+ * loop) evaluates exactly this; every other operation is rounded apart. */
+static float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * fmaf(GELU_COEF_A * x, x, 1.0f)));
+}
 
-/* GELU through f16 on both sides, as a table over f16 inputs would give it. */
+/* GELU through f16 on both sides, as a table over f16 inputs would give it
+ * (llama.cpp's ggml_vec_gelu_f32 under GGML_GELU_FP16, which its CPU backend
+ * defines: the table indexed by the f16 of x, past +-10 zero or x itself). */
 static float gelu_f16(float x) {
     if (x <= -GELU_LINEAR_BOUND) return 0.0f;
     if (x >= GELU_LINEAR_BOUND) return x;

@@ -32,6 +32,9 @@ kvt_engine_params kvt_engine_default_params(void) {
 static float *alloc_f32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static int32_t *alloc_i32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
 
+/* q8_0 KV: pages of V dequantized at once for one value-pass call */
+#define AV_Q8_PAGES 8
+
 static size_t round_up_floats(size_t n) {
     return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
 }
@@ -41,8 +44,10 @@ static size_t round_up_floats(size_t n) {
  *   scores (G, n_ctx) f32       softmax weights of the group's G query heads
  *   qh     (G, head_dim) f32    q rounded to f16 (f16 KV)
  *   kdq    (head_dim, B) f32    one page's K dequantized, transposed (q8_0 KV)
- *   vdq    (B, head_dim) f32    one page's V dequantized (q8_0 KV)
- *   tmp    (max(G * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV) */
+ *   vdq    (AV_Q8_PAGES * B, head_dim) f32   up to AV_Q8_PAGES pages of V dequantized (q8_0 KV)
+ *   tmp    (max(G * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV)
+ *   acc    (G, 16, head_dim) f32  the value pass's lane sums between calls (attn.h; q8_0 KV)
+ *   runs   (pages per sequence) kvt_attn_run   the value pass's runs of keys */
 static void scratch_layout(kvt_engine *e) {
     const kvt_hparams *hp = &e->model->hp;
     const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
@@ -52,8 +57,10 @@ static void scratch_layout(kvt_engine *e) {
     e->sc_qh = round_up_floats(G * ctx);
     e->sc_kdq = e->sc_qh + round_up_floats(f16 ? G * hd : 0);
     e->sc_vdq = e->sc_kdq + round_up_floats(q8 ? hd * B : 0);
-    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? B * hd : 0);
-    e->scratch_stride = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
+    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? AV_Q8_PAGES * B * hd : 0);
+    e->sc_acc = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
+    e->sc_runs = e->sc_acc + round_up_floats(q8 ? G * KVT_ATTN_LANES * hd : 0);
+    e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
 }
 
 /* The forward pass's buffers for a batch of p.n_batch tokens (shapes in
@@ -369,12 +376,14 @@ void kvt_eng_rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, cons
             /* NORM pairs neighbours (2i, 2i+1); NEOX pairs the two halves (i, i+half) */
             int32_t a = hp->rope_style == KVT_ROPE_NEOX ? i : 2 * i;
             int32_t b = hp->rope_style == KVT_ROPE_NEOX ? i + half : 2 * i + 1;
-            /* as llama.cpp's rope compiles on x86 (its compiler contracts
-             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each, the
-             * product with cos fused) */
+            /* as llama.cpp's rope compiles on x86: its compiler contracts
+             * x0*cos - x1*sin and x0*sin + x1*cos into one fma each, fusing
+             * x0's product (x1's is rounded first), in the NORM and the NEOX
+             * loops alike (vfmaddsub231ps with x0 broadcast; found by
+             * comparing llama.cpp's roped q with kvtier's bit for bit) */
             float x0 = v[a], x1 = v[b];
             v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
-            v[b] = fmaf(x1, cs[i], x0 * sn[i]);
+            v[b] = fmaf(x0, sn[i], x1 * cs[i]);
         }
     }
 }
@@ -405,6 +414,8 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
     float *kdq = scratch + e->sc_kdq;                /* (hd, B), q8_0 KV */
     float *vdq = scratch + e->sc_vdq;                /* (B, hd), q8_0 KV */
     uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp); /* (max(G * hd, ld)), f16 KV */
+    float *acc = scratch + e->sc_acc;                /* (G, 16, hd), q8_0 KV */
+    kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
     const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd); /* q_scale: q is scaled already */
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
 
@@ -437,18 +448,31 @@ static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, floa
             kvt_f16_to_f32_row(tmp, sg, n_att);
         }
     }
-    memset(out, 0, (size_t)G * (size_t)hd * sizeof(float));
+    /* the value pass: one call over every page's run of keys (its lanes are
+     * keyed by position, attn.h); q8_0 pages are dequantized AV_Q8_PAGES at a
+     * time, the lane sums carried in acc from one call to the next */
+    int32_t nr = 0, first = 1;
     for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
         const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
-        const float *w = scores + (t0 + a - lo);
-        if (q8) {
-            kvt_kv_q8_dequant_rows(pg, a + T, hd, vdq);
-            kvt_attn_av(w, ld, G, vdq + (size_t)a * (size_t)hd, 0, T, hd, out);
-        } else {
-            kvt_attn_av(w, ld, G, pg + (size_t)a * (size_t)hd * esz, f16, T, hd, out);
+        kvt_attn_run *r = &runs[nr++];
+        r->w = scores + (t0 + a - lo);
+        r->T = T;
+        r->pos = t0 + a;
+        if (!q8) {
+            r->v = pg + (size_t)a * (size_t)hd * esz;
+            continue;
+        }
+        float *dq = vdq + (size_t)(nr - 1) * (size_t)B * (size_t)hd;
+        kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
+        r->v = dq + (size_t)a * (size_t)hd;
+        const int last = t0 + B >= n_keys;
+        if (nr == AV_Q8_PAGES || last) {
+            kvt_attn_av(runs, nr, ld, G, 0, hd, first ? NULL : acc, last ? NULL : acc, last ? out : NULL);
+            nr = 0, first = 0;
         }
     }
+    if (!q8) kvt_attn_av(runs, nr, ld, G, f16, hd, NULL, NULL, out);
 }
 
 static void attn_worker(void *ctx, int ith, int nth) {

@@ -71,7 +71,7 @@ struct kvt_engine {
      * at these float offsets (see scratch_layout) */
     float *scratch;
     size_t scratch_stride;
-    size_t sc_qh, sc_kdq, sc_vdq, sc_tmp;
+    size_t sc_qh, sc_kdq, sc_vdq, sc_tmp, sc_acc, sc_runs;
     uint8_t *qrow;   /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
 };
 

@@ -11,7 +11,7 @@
 #include "ops.h"
 #include "ops_impl.h"
 
-#define LANES 16 /* lane classes of a score (attn.h) */
+#define LANES KVT_ATTN_LANES /* lane classes of a score or an output (attn.h) */
 
 static float k_at(const void *k, int f16, int64_t i) {
     if (f16) return kvt_f16_to_f32(((const uint16_t *)k)[i]);
@@ -29,22 +29,29 @@ void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, i
         }
 }
 
-void kvt_attn_av_scalar(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
-                        float *out) {
-    for (int32_t t = 0; t < T; t++)
-        for (int32_t g = 0; g < G; g++) {
-            float wt = w[(int64_t)g * ld + t];
-            for (int32_t d = 0; d < hd; d++)
-                out[(int64_t)g * hd + d] = fmaf(wt, k_at(v, f16, (int64_t)t * hd + d), out[(int64_t)g * hd + d]);
+void kvt_attn_av_scalar(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+                        const float *acc_in, float *acc_out, float *out) {
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t d = 0; d < hd; d++) {
+            float l[LANES];
+            for (int32_t j = 0; j < LANES; j++) l[j] = acc_in ? acc_in[((int64_t)g * LANES + j) * hd + d] : 0.0f;
+            for (int32_t r = 0; r < n_runs; r++)
+                for (int32_t t = 0; t < runs[r].T; t++) {
+                    float *x = &l[(runs[r].pos + t) % LANES];
+                    *x = fmaf(runs[r].w[(int64_t)g * ld + t], k_at(runs[r].v, f16, (int64_t)t * hd + d), *x);
+                }
+            if (acc_out)
+                for (int32_t j = 0; j < LANES; j++) acc_out[((int64_t)g * LANES + j) * hd + d] = l[j];
+            if (out) out[(int64_t)g * hd + d] = kvt_ops_lanes_sum(l);
         }
 }
-
 
 void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
                  float scale, float *scores, int64_t ld) {
     kvt_ops_active()->attn_qk(q, G, hd, kt, stride, f16, T, scale, scores, ld);
 }
 
-void kvt_attn_av(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd, float *out) {
-    kvt_ops_active()->attn_av(w, ld, G, v, f16, T, hd, out);
+void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+                 const float *acc_in, float *acc_out, float *out) {
+    kvt_ops_active()->attn_av(runs, n_runs, ld, G, f16, hd, acc_in, acc_out, out);
 }

@@ -9,10 +9,16 @@
  * a 16-lane dot, lane j taking l_j = fma(q[d], k[d], l_j) for d = j, j+16, ...
  * in order from +0, the lanes summed by the canonical tree (ops.h), times
  * scale: the order of llama.cpp's prefill (tinyBLAS) K*Q product with f16 K,
- * so the softmax sees its bits. Every output element of the value pass is
- * out = fma(w_t, v_t, out) over t in order. So a score or output depends only
- * on its own inputs, never on how many heads, tokens or keys a call covers; the
- * SIMD paths (AVX-512, AVX2) and the scalar path produce the same bits. */
+ * so the softmax sees its bits. Every output element of the value pass is a
+ * 16-lane sum by key: lane j is l_j = fma(w_t, v_t, l_j) over the keys t with
+ * t mod 16 == j (t counted from position 0 of the sequence, as llama.cpp's KV
+ * cell index), in order from +0, and the lanes are summed by the same
+ * canonical tree: the order of llama.cpp's prefill (tinyBLAS) V*softmax
+ * product with f16 V, over its f16 weights. A key outside a window or beyond
+ * the last one is a weight of exactly 0 there, which leaves its lane as it
+ * was, so it is simply skipped here. So a score or output depends only on its
+ * own inputs, never on how many heads, tokens or keys a call covers; the SIMD
+ * paths (AVX-512, AVX2) and the scalar path produce the same bits. */
 #ifndef KVT_ATTN_H
 #define KVT_ATTN_H
 
@@ -24,8 +30,26 @@
 void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
                  float scale, float *scores, int64_t ld);
 
-/* out[g * hd + d] = fma(w[g * ld + t], V[t][d], out[g * hd + d]) for t = 0..T-1
- * in order, g < G, d < hd. v: T rows of hd elements (f16 when f16, else f32). */
-void kvt_attn_av(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd, float *out);
+/* Lane classes of a score (by dimension) or of a value-pass output (by key). */
+#define KVT_ATTN_LANES 16
+
+/* One run of consecutive keys of the value pass (one page, or part of one). */
+typedef struct {
+    const void *v;  /* T rows of hd elements (f16 when f16, else f32) */
+    const float *w; /* the weight of key t for head g is w[g * ld + t] */
+    int32_t T;      /* keys */
+    int32_t pos;    /* the position of its first key */
+} kvt_attn_run;
+
+/* The value pass over n_runs runs, for G heads. With j = (pos + t) %
+ * KVT_ATTN_LANES for key t of a run, lane sum j of output (g, d) is
+ *   l = fma(w[g * ld + t], V[t][d], l)
+ * over the runs in order and their keys in order, starting from
+ * acc_in[(g * KVT_ATTN_LANES + j) * hd + d], or from +0 when acc_in is NULL.
+ * When acc_out is not NULL the lane sums are stored there (same layout; it may
+ * be acc_in), so a pass can be split over calls; when out is not NULL,
+ * out[g * hd + d] = the canonical tree (ops.h) over the 16 lane sums. */
+void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+                 const float *acc_in, float *acc_out, float *out);
 
 #endif

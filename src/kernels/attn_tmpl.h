@@ -4,9 +4,9 @@
  * defines the two kernels from them. The numerics are those of attn.h: a
  * score is one lane of a vector of keys, its dot kept in 16 lane classes
  * d mod 16 (one fma per step from +0), summed by the canonical lane tree, then
- * one multiply by the scale; an output element of
- * the value pass is one lane of a vector of dimensions, stepped through t in
- * order. Which keys, heads or dimensions share a tile never changes a bit.
+ * one multiply by the scale; a lane-class sum of the value pass (one of 16
+ * per output element, by key t mod 16) is one lane of a vector of dimensions,
+ * stepped through its keys in order. Which keys, heads or dimensions share a tile never changes a bit.
  *
  * The includer defines, before including:
  *   ATT_LANES                     floats per vector
@@ -27,6 +27,8 @@
  * into switches on constants, so the accumulator arrays become registers. */
 
 #include <stdint.h>
+
+#include "attn.h"
 
 #if ATT_QK_KVEC != 1 && ATT_QK_KVEC != 2
 #error "ATT_QK_KVEC must be 1 or 2"
@@ -112,50 +114,73 @@ ATT_TARGET void ATT_QK_NAME(const float *q, int32_t G, int32_t hd, const void *k
 }
 #undef ATT_QK_GN
 
-ATT_INLINE void att_av_tile(const float *w, int64_t ld, const void *v, int f16, int32_t T, int32_t hd, int32_t c0,
-                            float *out, const int gn, const int cn) {
-    ATT_V acc[ATT_AV_HEADS][ATT_AV_CHUNKS];
+/* A value tile: gn heads (from g0) x cn vectors of dimensions (from c0). Lane
+ * class j's sums start from acc_in (or +0), step through the keys of every
+ * run whose position is j mod 16 in order (one fma each; each V row is loaded
+ * once for every head of the tile), and are written to acc_out and/or kept
+ * for the lane tree whose result goes to out. */
+ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int f16, int32_t hd, int32_t g0,
+                            int32_t c0, const float *acc_in, float *acc_out, float *out, const int gn, const int cn) {
     ATT_M mask[ATT_AV_CHUNKS];
-    _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
-        mask[c] = att_mask(hd - (c0 + c) * ATT_LANES);
+    ATT_V part[16][ATT_AV_HEADS][ATT_AV_CHUNKS];
+    _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) mask[c] = att_mask(hd - (c0 + c) * ATT_LANES);
+    for (int32_t j = 0; j < 16; j++) {
+        ATT_V a[ATT_AV_HEADS][ATT_AV_CHUNKS];
         _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
-            acc[g][c] = att_load_f32(out + (int64_t)g * hd + (c0 + c) * ATT_LANES, mask[c]);
-    }
-    for (int32_t t = 0; t < T; t++) {
-        ATT_V vx[ATT_AV_CHUNKS];
-        _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
-            vx[c] = att_load(v, f16, (int64_t)t * hd + (c0 + c) * ATT_LANES, mask[c]);
-        _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) {
-            ATT_V wt = att_set1(w[(int64_t)g * ld + t]);
-            _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) acc[g][c] = att_fma(wt, vx[c], acc[g][c]);
+            _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
+                a[g][c] = acc_in ? att_load_f32(acc_in + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c])
+                                 : att_zero();
+        for (int32_t r = 0; r < n_runs; r++) {
+            const void *v = runs[r].v;
+            const float *w = runs[r].w + (int64_t)g0 * ld;
+            for (int32_t t = (j - runs[r].pos) & 15; t < runs[r].T; t += 16) {
+                ATT_V vx[ATT_AV_CHUNKS];
+                _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
+                    vx[c] = att_load(v, f16, (int64_t)t * hd + (c0 + c) * ATT_LANES, mask[c]);
+                _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) {
+                    ATT_V wt = att_set1(w[(int64_t)g * ld + t]);
+                    _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) a[g][c] = att_fma(wt, vx[c], a[g][c]);
+                }
+            }
         }
-    }
-    _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
         _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
-            att_store_f32(out + (int64_t)g * hd + (c0 + c) * ATT_LANES, mask[c], acc[g][c]);
+            _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
+                if (acc_out)
+                    att_store_f32(acc_out + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c], a[g][c]);
+                part[j][g][c] = a[g][c];
+            }
+    }
+    if (!out) return;
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
+        _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
+            ATT_V l[8];
+            for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][c], part[j + 8][g][c]);
+            for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
+            for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
+            att_store_f32(out + (int64_t)(g0 + g) * hd + (c0 + c) * ATT_LANES, mask[c], att_add(l[0], l[1]));
+        }
 }
 
 /* One head group of a value tile: GN heads, cn (1..AV_CHUNKS) vectors of dimensions. */
+#define ATT_AV_CALL(GN, CN) att_av_tile(runs, n_runs, ld, f16, hd, g0, c0, acc_in, acc_out, out, GN, CN)
 #if ATT_AV_CHUNKS > 3
-#define ATT_AV_C4(GN) case 3: att_av_tile(wg, ld, v, f16, T, hd, c0, og, GN, 3); break;
+#define ATT_AV_C4(GN) case 3: ATT_AV_CALL(GN, 3); break;
 #else
 #define ATT_AV_C4(GN)
 #endif
 #define ATT_AV_GN(GN)                                                                                              \
     switch (cn) {                                                                                                  \
-    case 1: att_av_tile(wg, ld, v, f16, T, hd, c0, og, GN, 1); break;                                              \
-    case 2: att_av_tile(wg, ld, v, f16, T, hd, c0, og, GN, 2); break;                                              \
+    case 1: ATT_AV_CALL(GN, 1); break;                                                                             \
+    case 2: ATT_AV_CALL(GN, 2); break;                                                                             \
     ATT_AV_C4(GN)                                                                                                  \
-    default: att_av_tile(wg, ld, v, f16, T, hd, c0, og, GN, ATT_AV_CHUNKS); break;                                 \
+    default: ATT_AV_CALL(GN, ATT_AV_CHUNKS); break;                                                                \
     }
 
-ATT_TARGET void ATT_AV_NAME(const float *w, int64_t ld, int32_t G, const void *v, int f16, int32_t T, int32_t hd,
-                            float *out) {
+ATT_TARGET void ATT_AV_NAME(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+                            const float *acc_in, float *acc_out, float *out) {
     const int32_t chunks = (hd + ATT_LANES - 1) / ATT_LANES;
     for (int32_t g0 = 0; g0 < G; g0 += ATT_AV_HEADS) {
         const int32_t gn = G - g0 < ATT_AV_HEADS ? G - g0 : ATT_AV_HEADS;
-        const float *wg = w + (int64_t)g0 * ld;
-        float *og = out + (int64_t)g0 * hd;
         for (int32_t c0 = 0; c0 < chunks; c0 += ATT_AV_CHUNKS) {
             const int32_t cn = chunks - c0 < ATT_AV_CHUNKS ? chunks - c0 : ATT_AV_CHUNKS;
             switch (gn) {
@@ -169,3 +194,4 @@ ATT_TARGET void ATT_AV_NAME(const float *w, int64_t ld, int32_t G, const void *v
 }
 #undef ATT_AV_GN
 #undef ATT_AV_C4
+#undef ATT_AV_CALL

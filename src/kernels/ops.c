@@ -17,7 +17,7 @@
 #include "log.h"
 #include "quant_legacy.h"
 
-#define OPS_NUMERICS_ID "kvt-ops-l16-v2"
+#define OPS_NUMERICS_ID "kvt-ops-l16-v3"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
 #define OPS_ROW_ALIGN 16
 /* Convert activations on the pool only when there are at least this many tokens. */

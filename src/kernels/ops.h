@@ -136,7 +136,7 @@ float kvt_expf(float x);
 
 /* ---- variants ---------------------------------------------------------- */
 
-/* Identifies the numerics of the kernels ("kvt-ops-l16-v2"). Every variant
+/* Identifies the numerics of the kernels ("kvt-ops-l16-v3"). Every variant
  * computes the same bits, so the id does not name the variant; it changes
  * whenever any kernel's results change. Cache keys include it. */
 const char *kvt_ops_numerics_id(void);

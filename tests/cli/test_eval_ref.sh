@@ -8,13 +8,15 @@
 # with llama.cpp through eval_compare.py. Each tolerance sits above the
 # deviation measured at commit time (README's table), so a real regression in
 # a type's or an architecture's path fails. Where every greedy token matched
-# llama.cpp at commit time (phi3 and gemma2 in F16), the continuation must
-# match exactly. mk-llama-q8_0 matches llama.cpp to the printed digit at every
-# position; the other quantized rows agree to it until one activation rounds to
-# a neighbouring int8 value in one engine only (the attention value pass still
-# sums in another order than llama.cpp's, and gemma2's GELU and soft-caps are
-# kvtier's own), and that step spreads through later positions
-# (tests/reference/README.md).
+# llama.cpp at commit time (the rows below with a 1), the continuation must
+# match exactly. mk-llama-f16, mk-llama-q8_0, mk-llama-f16-q8_0, mk-phi3-q8_0,
+# mk-gemma2-q8_0, mk-phi3-f16 and mk-gemma2-f16 match llama.cpp to the printed digit at every
+# position (observed max |d| 0 at 507/507, top-1 100%, greedy 48/48 each, since
+# the value pass, rope and GELU follow llama.cpp's order): their rows allow
+# 1e-3 (5e-3 for mk-llama-q8_0) and require the greedy continuation. The other
+# quantized rows agree until one activation rounds to a neighbouring int8 value
+# in one engine only (their dots sum in kvtier's order), and that step spreads
+# through later positions (tests/reference/README.md).
 set -u
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 SHARED=${KVT_SHARED:-../shared}
@@ -71,13 +73,13 @@ while IFS='|' read -r name sha tol top1 greedy args; do
     fail=1
   rm -f "$model"
 done <<TABLE
-mk-llama-f16|645c76496f21f100990aaed1044f5c476345b02a55d93b7d9ba1f338b18f0a98|2e-2|0.99|0|--type f16 $D128
-mk-llama-q8_0|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|5e-3|0.99|0|--type q8_0 $D128
+mk-llama-f16|645c76496f21f100990aaed1044f5c476345b02a55d93b7d9ba1f338b18f0a98|1e-3|0.99|1|--type f16 $D128
+mk-llama-q8_0|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|5e-3|0.99|1|--type q8_0 $D128
 mk-llama-q4_0|710094e8c17e128dd0bf9ee2462be2236a7833a7ebf75dd308275e9b1bd5565a|0.6|0.99|0|--type q4_0 $D128
 mk-llama-q4_1|523d9322d4ef773220fcd576854df8040e79c48a11baac52f0dab87d74f8439f|0.5|0.99|0|--type q4_1 $D128
 mk-llama-q5_0|6ca6cbe45836e26d56263c69543319380f2dcd22acbd19c7bad803130a5d25ee|0.55|0.99|0|--type q5_0 $D128
 mk-llama-q5_1|7fb141aa8b44ff0c08614b507fdf06b936d0be95d50fb9b5d5ce5f6c9ad72a3e|0.35|0.99|0|--type q5_1 $D128
-mk-llama-f16-q8_0|4df9ab881678d1fa713e38ffb92660a5098a00618cd5c54964ef96f531b044bc|0.12|0.99|0|quantize q8_0
+mk-llama-f16-q8_0|4df9ab881678d1fa713e38ffb92660a5098a00618cd5c54964ef96f531b044bc|1e-3|0.99|1|quantize q8_0
 mk-llama-f16-q4_0|0494b1fda0c971af1dd1c67c83dc6bb064f640cd5e17e056bc38b409330fc232|0.41|0.99|0|quantize q4_0
 mk-llama-f16-q4_1|40b97f26fa933a5a501e6ff533d9af0d578802c9ca5a1feed2469a0424cb5b26|0.46|0.99|0|quantize q4_1
 mk-llama-f16-q5_0|e471ab474165d6b974f2dcee79d1b4a8daf8f769bab0a31ce141b197e240a5fb|0.33|0.99|0|quantize q5_0
@@ -89,9 +91,9 @@ mk-llama-q5_k|3830f9f3edd4166d784586bff279994d733893541611a3b0014cd191f52121c9|1
 mk-llama-q6_k|9a4f7550723c21759a9beddb21cae5f5b5c5bb28ad4698aede096081cd524766|1.0|0.99|0|--type q6_k $D256
 mk-llama-q4_k_m|e5baaa89d54ec8eb1c5ea10dd5b19c5590492ce64cfedb4bab787a0521ff9840|0.15|0.93|0|--type q4_k_m $D256M
 mk-llama-f16-q4_k_m|61c2f71aa4052fa16d27cc6f3ec023d822c017f2e714fd0009b246e6d0513480|0.15|0.93|0|quantize q4_k_m $D256M
-mk-phi3-f16|9d118f4ac45c6a946dcf810d28c55b2046e6af8fdd651e88290e48a78ee33def|1e-2|0.99|1|--type f16 $PHI3
-mk-gemma2-f16|2d69a5f3d8c0f222ae35602537ac3a06248d130249f431465825f0166be33cb9|1e-2|0.99|1|--type f16 $GEMMA2
-mk-phi3-q8_0|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|0.07|0.98|0|--type q8_0 $PHI3
-mk-gemma2-q8_0|d188dfdf33f01db43e7238238702eb1991b8311e6a46bac814f7f0f9152b851b|0.1|0.88|0|--type q8_0 $GEMMA2
+mk-phi3-f16|9d118f4ac45c6a946dcf810d28c55b2046e6af8fdd651e88290e48a78ee33def|1e-3|0.99|1|--type f16 $PHI3
+mk-gemma2-f16|2d69a5f3d8c0f222ae35602537ac3a06248d130249f431465825f0166be33cb9|1e-3|0.99|1|--type f16 $GEMMA2
+mk-phi3-q8_0|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|1e-3|0.99|1|--type q8_0 $PHI3
+mk-gemma2-q8_0|d188dfdf33f01db43e7238238702eb1991b8311e6a46bac814f7f0f9152b851b|1e-3|0.99|1|--type q8_0 $GEMMA2
 TABLE
 exit $fail

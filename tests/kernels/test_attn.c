@@ -1,8 +1,10 @@
 /* Attention kernels (attn.h), in every variant this CPU runs (scalar, AVX2,
  * AVX-512; a variant it lacks is reported as a skipped part, with the reason).
  * For each variant:
- *   - kvt_attn_qk and kvt_attn_av give the same bits as the scalar variant and
- *     stay within rounding of a double-precision reference;
+ *   - kvt_attn_qk and kvt_attn_av (+ kvt_attn_av_sum) give the same bits as
+ *     the scalar variant and stay within rounding of a double-precision
+ *     reference; the value pass's lane sums are exactly fma chains over the
+ *     keys of their class (t + lane0) mod 16, summed by the lane tree;
  *   - splitting the keys across calls (pages) or the heads across calls
  *     changes no bit (batch invariance);
  *   - one token's attention over a paged KV cache, as the engine runs it
@@ -56,18 +58,41 @@ static double rel_err(const float *got, const double *ref, const double *mag, si
 
 /* ---- the two kernels over one run of T keys ---------------------------- */
 
+/* The value pass's contract written out (attn.h), independently of attn.c:
+ * each lane sum is the fma chain from its carried value over the keys of its
+ * class in order, and the output is the lane tree of ops.h over them. */
+static void check_lanes(const float *w, int32_t G, const void *v, int f16, int32_t T, int32_t hd, int32_t lane0,
+                        const float *acc0, const float *acc) {
+    int bad = 0;
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t d = 0; d < hd; d++) {
+            float l[KVT_ATTN_LANES];
+            for (int32_t j = 0; j < KVT_ATTN_LANES; j++) l[j] = acc0[((size_t)g * KVT_ATTN_LANES + j) * hd + d];
+            for (int32_t t = 0; t < T; t++) {
+                float *x = &l[(lane0 + t) % KVT_ATTN_LANES];
+                *x = fmaf(w[(size_t)g * T + t], elem(v, f16, (size_t)t * hd + (size_t)d), *x);
+            }
+            for (int32_t j = 0; j < KVT_ATTN_LANES; j++)
+                bad += memcmp(&l[j], &acc[((size_t)g * KVT_ATTN_LANES + j) * hd + d], sizeof(float)) != 0;
+        }
+    CHECKF(bad == 0, "av lane sums G%d hd%d T%d lane0 %d: %d differ from the fma chains\n", G, hd, T, lane0, bad);
+}
+
 static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed) {
     const size_t el = f16 ? 2 : 4, S = (size_t)T + 5; /* K row stride > T, as in a page */
     const float scale = 1.0f / sqrtf((float)hd);
     float *q = xcalloc((size_t)G * hd, sizeof(float)), *w = xcalloc((size_t)G * T, sizeof(float));
-    float *out0 = xcalloc((size_t)G * hd, sizeof(float));
+    const int32_t lane0 = (int32_t)(seed % KVT_ATTN_LANES); /* the first key's position mod 16 */
+    const size_t na = (size_t)G * KVT_ATTN_LANES * hd;
+    float *acc = xcalloc(na, sizeof(float)), *acc2 = xcalloc(na, sizeof(float)), *out0 = xcalloc(na, sizeof(float));
     void *kt = xcalloc((size_t)hd * S, el), *v = xcalloc((size_t)T * hd, el);
-    for (size_t i = 0; i < (size_t)G * hd; i++) q[i] = frand(&seed), out0[i] = frand(&seed);
+    for (size_t i = 0; i < (size_t)G * hd; i++) q[i] = frand(&seed);
+    for (size_t i = 0; i < na; i++) out0[i] = frand(&seed) / KVT_ATTN_LANES; /* lane sums carried in */
     for (size_t i = 0; i < (size_t)hd * S; i++) put_elem(kt, f16, i, frand(&seed));
     for (size_t i = 0; i < (size_t)T * hd; i++) put_elem(v, f16, i, frand(&seed));
     for (size_t i = 0; i < (size_t)G * T; i++) w[i] = fabsf(frand(&seed)) / (float)T;
 
-    /* double-precision reference: scores, and out0 + sum_t w[t] * v[t] */
+    /* double-precision reference: scores, and the lanes of out0 + sum_t w[t] * v[t] */
     double *sref = xcalloc((size_t)G * T, sizeof(double)), *smag = xcalloc((size_t)G * T, sizeof(double));
     double *oref = xcalloc((size_t)G * hd, sizeof(double)), *omag = xcalloc((size_t)G * hd, sizeof(double));
     for (int32_t g = 0; g < G; g++) {
@@ -78,8 +103,10 @@ static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed
                 smag[g * T + t] += fabs(p);
             }
         for (int32_t d = 0; d < hd; d++) {
-            oref[g * hd + d] = out0[g * hd + d];
-            omag[g * hd + d] = fabs(out0[g * hd + d]);
+            for (int32_t j = 0; j < KVT_ATTN_LANES; j++) {
+                oref[g * hd + d] += out0[((size_t)g * KVT_ATTN_LANES + j) * hd + d];
+                omag[g * hd + d] += fabs(out0[((size_t)g * KVT_ATTN_LANES + j) * hd + d]);
+            }
             for (int32_t t = 0; t < T; t++) {
                 double p = (double)w[g * T + t] * elem(v, f16, (size_t)t * hd + (size_t)d);
                 oref[g * hd + d] += p;
@@ -96,9 +123,10 @@ static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed
         kvt_ops_force_variant(variants[vi]);
         sc[vi] = xcalloc((size_t)G * T, sizeof(float));
         out[vi] = xcalloc((size_t)G * hd, sizeof(float));
-        memcpy(out[vi], out0, sizeof(float) * (size_t)G * hd);
         kvt_attn_qk(q, G, hd, kt, (int32_t)S, f16, T, scale, sc[vi], T);
-        kvt_attn_av(w, T, G, v, f16, T, hd, out[vi]);
+        const kvt_attn_run whole = {v, w, T, lane0};
+        kvt_attn_av(&whole, 1, T, G, f16, hd, out0, acc, out[vi]);
+        if (vi == 0) check_lanes(w, G, v, f16, T, hd, lane0, out0, acc);
         double eq = rel_err(sc[vi], sref, smag, (size_t)G * T), ea = rel_err(out[vi], oref, omag, (size_t)G * hd);
         CHECKF(eq < 1e-5, "%s qk G%d hd%d T%d f16=%d: relative error %g\n", variants[vi], G, hd, T, f16, eq);
         CHECKF(ea < 1e-5, "%s av G%d hd%d T%d f16=%d: relative error %g\n", variants[vi], G, hd, T, f16, ea);
@@ -109,14 +137,23 @@ static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed
                    "%s av differs from scalar G%d hd%d T%d\n", variants[vi], G, hd, T);
         }
         /* the keys in two calls (two pages), the heads one call each: same bits */
-        memcpy(out2, out0, sizeof(float) * (size_t)G * hd);
+        /* ... and the value pass as two runs in one call, and as one call per
+         * run (the lane sums carried), the first one head per call */
+        const kvt_attn_run two[2] = {{v, w, cut, lane0},
+                                     {(const char *)v + el * (size_t)cut * hd, w + cut, T - cut, lane0 + cut}};
+        kvt_attn_av(two, 2, T, G, f16, hd, out0, NULL, out2);
+        CHECKF(!memcmp(out2, out[vi], sizeof(float) * (size_t)G * hd), "%s av over two runs differs G%d hd%d T%d\n",
+               variants[vi], G, hd, T);
         for (int32_t g = 0; g < G; g++) {
+            const float *in = out0 + (size_t)g * KVT_ATTN_LANES * hd;
+            const kvt_attn_run one = {v, w + (size_t)g * T, cut, lane0};
             kvt_attn_qk(q + (size_t)g * hd, 1, hd, kt, (int32_t)S, f16, cut, scale, sc2 + (size_t)g * T, T);
             kvt_attn_qk(q + (size_t)g * hd, 1, hd, (const char *)kt + el * (size_t)cut, (int32_t)S, f16, T - cut,
                         scale, sc2 + (size_t)g * T + cut, T);
-            kvt_attn_av(w + (size_t)g * T, T, 1, v, f16, cut, hd, out2 + (size_t)g * hd);
+            kvt_attn_av(&one, 1, T, 1, f16, hd, in, acc2 + (size_t)g * KVT_ATTN_LANES * hd, NULL);
         }
-        kvt_attn_av(w + cut, T, G, (const char *)v + el * (size_t)cut * hd, f16, T - cut, hd, out2);
+        memset(out2, 0, sizeof(float) * (size_t)G * hd);
+        kvt_attn_av(&two[1], 1, T, G, f16, hd, acc2, acc2, out2);
         CHECKF(!memcmp(sc2, sc[vi], sizeof(float) * (size_t)G * T), "%s qk split differs G%d hd%d T%d\n",
                variants[vi], G, hd, T);
         CHECKF(!memcmp(out2, out[vi], sizeof(float) * (size_t)G * hd), "%s av split differs G%d hd%d T%d\n",
@@ -124,7 +161,7 @@ static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed
     }
     for (int vi = 0; vi < N_VARIANTS; vi++) free(sc[vi]), free(out[vi]);
     free(sc2), free(out2), free(sref), free(smag), free(oref), free(omag);
-    free(q), free(w), free(out0), free(kt), free(v);
+    free(q), free(w), free(out0), free(acc), free(acc2), free(kt), free(v);
 }
 
 /* ---- one token's attention over a paged KV cache ------------------------- */
@@ -209,17 +246,19 @@ static void stored_values(const kv_pages *p, const paged_shape *s, int kv, float
 
 /* The engine's walk (engine.c attn_group) for the query of the token at
  * n_keys - 1: scores over keys [lo, n_keys) page by page (indexed from lo),
- * softmax, then the value pass page by page. out: n_kv * G * hd. */
+ * softmax, then the value pass page by page, one call each, the lane sums
+ * carried from call to call (the engine makes one call over all pages, or
+ * several for q8_0 pages). out: n_kv * G * hd. */
 static void paged_attend(const kv_pages *p, const paged_shape *s, const float *q, float *out) {
     const int32_t pos = s->n_keys - 1, hd = s->hd, G = s->G, B = p->B;
     const int32_t lo = s->window && pos >= s->window ? pos - s->window + 1 : 0, n_att = s->n_keys - lo;
     const int f16 = p->dt == KVT_KV_F16, q8 = p->dt == KVT_KV_Q8_0;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scores = xcalloc((size_t)G * n_att, sizeof(float)), *dq = xcalloc((size_t)B * hd, sizeof(float));
+    float *acc = xcalloc((size_t)G * KVT_ATTN_LANES * hd, sizeof(float));
     for (int32_t h = 0; h < s->n_kv; h++) {
         const float *qh = q + (size_t)h * G * hd;
         float *oh = out + (size_t)h * G * hd;
-        memset(oh, 0, sizeof(float) * (size_t)G * hd);
         for (int pass = 0; pass < 2; pass++)
             for (int32_t first = lo; first < s->n_keys;) {
                 const int32_t pg_i = first / B, a = first % B, T = (pg_i + 1) * B < s->n_keys ? B - a : s->n_keys - first;
@@ -232,15 +271,18 @@ static void paged_attend(const kv_pages *p, const paged_shape *s, const float *q
                     kvt_attn_qk(qh, G, hd, pg + (size_t)a * (f16 ? 2 : 4), B, f16, T, scale, sc, n_att);
                 } else if (q8) {
                     kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
-                    kvt_attn_av(sc, n_att, G, dq + (size_t)a * hd, 0, T, hd, oh);
+                    const kvt_attn_run run = {dq + (size_t)a * hd, sc, T, first};
+                    kvt_attn_av(&run, 1, n_att, G, 0, hd, first == lo ? NULL : acc, acc, oh);
                 } else {
-                    kvt_attn_av(sc, n_att, G, pg + (size_t)a * hd * (f16 ? 2 : 4), f16, T, hd, oh);
+                    const kvt_attn_run run = {pg + (size_t)a * hd * (f16 ? 2 : 4), sc, T, first};
+                    kvt_attn_av(&run, 1, n_att, G, f16, hd, first == lo ? NULL : acc, acc, oh);
                 }
                 if (pass == 0 && first + T == s->n_keys)
                     for (int32_t g = 0; g < G; g++) kvt_softmax(scores + (size_t)g * n_att, n_att);
                 first += T;
             }
     }
+    free(acc);
     free(scores);
     free(dq);
 }
