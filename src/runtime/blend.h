@@ -52,6 +52,7 @@ typedef struct {
     int32_t n_recomputed; /* of those, recomputed through every layer (the rest are reused approximately) */
     int32_t n_exact;      /* tokens computed exactly before the first placed document (finishing a document) */
     int32_t n_stored;     /* document tokens computed to store [P][d] because it was not cached */
+    int32_t steps;        /* kvt_blend_step calls it took (1 for kvt_blend) */
     double ms;            /* time spent */
 } kvt_blend_result;
 
@@ -63,9 +64,43 @@ typedef struct {
  * document, and chain is closed (nothing more of seq is registered). Does
  * nothing (res zero) when there is no such document. Errors: KVT_ELIMIT (KV
  * memory, sequence slots), KVT_EARG; seq may then hold placed pages, so the
- * caller frees it (chain is closed either way). */
+ * caller frees it. The same as kvt_blend_begin and kvt_blend_step with an
+ * unbounded budget. */
 int kvt_blend(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *prompt, int32_t n_prompt,
               const size_t *doc_starts, size_t n_docs, kvt_chain *chain, const kvt_blend_params *bp,
               kvt_blend_result *res);
+
+/* ---- the same in bounded steps --------------------------------------------------- */
+
+/* kvt_blend's work as a job a scheduler advances a chunk at a time, running
+ * other sequences between the chunks (kvtier serve does, with its prefill
+ * chunk). The result is the same bit for bit whatever the budgets: every
+ * token is computed with the same arithmetic as in one pass (the engine's
+ * results do not depend on how a run of tokens is cut into batches, and each
+ * phase writes only K/V that the tokens after it read). */
+typedef struct kvt_blend_job kvt_blend_job;
+
+/* Starts kvt_blend's work on seq (arguments as kvt_blend's; prompt and
+ * doc_starts are borrowed until kvt_blend_job_free). *out is NULL when there
+ * is nothing to place (seq is then untouched). Errors: KVT_EARG (documents
+ * not on block boundaries). Computes nothing yet. */
+int kvt_blend_begin(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *prompt, int32_t n_prompt,
+                    const size_t *doc_starts, size_t n_docs, const kvt_blend_params *bp, kvt_blend_job **out);
+
+/* Does at most budget tokens of the job's work (>= 1): tokens fed to finish
+ * a document or store [P][d], tokens run through the selection layer or
+ * recomputed, and one per page placed. chain: seq's key chain, the same at
+ * every step (registered while the exact part is fed, then closed). Returns
+ * 1 while work remains, 0 when seq holds the prompt up to the last placed
+ * document, or an error as kvt_blend's (the job is then dead: free it and seq). */
+int kvt_blend_step(kvt_blend_job *j, kvt_chain *chain, int32_t budget);
+
+/* Counts so far (final once kvt_blend_step returned 0); valid until the job is freed. */
+const kvt_blend_result *kvt_blend_job_result(const kvt_blend_job *j);
+
+/* Frees the job and the side sequence it may hold (not seq, whose placed
+ * pages stay with it: free seq to drop them). NULL is a no-op. A job may be
+ * freed between any two steps: cancellation. */
+void kvt_blend_job_free(kvt_blend_job *j);
 
 #endif
