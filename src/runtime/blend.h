@@ -36,7 +36,7 @@
 
 #include "cache.h"
 
-#define KVT_BLEND_DEFAULT_RATIO 0.15f /* CacheBlend's: ~15% recomputed keeps quality close to a full prefill */
+#define KVT_BLEND_DEFAULT_RATIO KVT_DEFAULT_RECOMPUTE_RATIO /* kvtier.h: CacheBlend's 15% */
 #define KVT_BLEND_DEFAULT_LAYER 1     /* the deviation is measured at the second layer, as CacheBlend does */
 
 typedef struct {
