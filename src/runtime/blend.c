@@ -15,7 +15,7 @@
  * bounds a step's copying without spreading a document over many steps. */
 #define PAGE_COST 1
 
-typedef enum { PH_EXACT, PH_OPEN, PH_STORE, PH_COPY, PH_SELECT, PH_RECOMPUTE, PH_DONE } phase;
+typedef enum { PH_EXACT, PH_OPEN, PH_STORE, PH_COPY, PH_SELECT, PH_SELECT2, PH_RECOMPUTE, PH_DONE } phase;
 
 struct kvt_blend_job {
     kvt_cache *c;
@@ -32,8 +32,9 @@ struct kvt_blend_job {
     int32_t sseq;              /* PH_STORE/PH_COPY: the side sequence holding [P][d], or -1 */
     int32_t *src, n_src;       /* ... its tokens */
     kvt_chain side;            /* ... its key chain */
-    int32_t *pos, *tok, k;     /* selection: the placed positions, then the k selected ones and their tokens */
-    float *dev;                /* the deviation of each placed token (z - a) */
+    int32_t *pos, *tok;        /* selection: the placed positions and tokens, then the n_cand candidates ... */
+    int32_t n_cand, k;         /* ... (two stages), then the k selected ones, in position order */
+    float *dev;                /* the deviation of each placed token (z - a), then of each candidate */
     kvt_blend_result res;
 };
 
@@ -173,40 +174,67 @@ static int by_pos(const void *a, const void *b) {
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* The ratio of the placed tokens that deviate most, in position order, into
- * j->pos and j->tok (j->k of them). */
-static void rank(kvt_blend_job *j) {
-    const int32_t n = j->z - j->a;
-    int32_t k = (int32_t)floor((double)j->bp.ratio * n + 0.5);
-    j->k = KVT_MAX(0, KVT_MIN(k, n));
+/* Keeps the k of j->pos[0..n) whose j->dev deviates most, in position order,
+ * in j->pos[0..k) with their tokens in j->tok. */
+static void keep_top(kvt_blend_job *j, int32_t n, int32_t k) {
     ranked *r = kvt_xmalloc((size_t)KVT_MAX(n, 1) * sizeof *r);
-    for (int32_t i = 0; i < n; i++) r[i] = (ranked){j->dev[i], j->a + i};
+    for (int32_t i = 0; i < n; i++) r[i] = (ranked){j->dev[i], j->pos[i]};
     qsort(r, (size_t)n, sizeof *r, by_deviation);
-    qsort(r, (size_t)j->k, sizeof *r, by_pos);
-    for (int32_t i = 0; i < j->k; i++) {
+    qsort(r, (size_t)k, sizeof *r, by_pos);
+    for (int32_t i = 0; i < k; i++) {
         j->pos[i] = r[i].pos;
         j->tok[i] = j->prompt[r[i].pos];
     }
     free(r);
 }
 
-/* PH_SELECT (blend.h step 3) then PH_RECOMPUTE (step 4). */
+/* The layer of selection stage 1 (or 2), clamped to the model. */
+static int32_t stage_layer(const kvt_blend_job *j, int stage) {
+    const int32_t n_layer = kvt_engine_model(j->e)->hp.n_layer;
+    return KVT_MAX(0, KVT_MIN(stage == 2 ? j->bp.layer2 : j->bp.layer, n_layer - 1));
+}
+
+/* PH_SELECT (blend.h step 3): every placed token through layers [0, layer)
+ * and its deviation at layer; then the k to recompute, or with two stages the
+ * candidates for PH_SELECT2. */
 static int step_select(kvt_blend_job *j, int32_t *budget) {
-    const int32_t n_all = j->z - j->a, n_layer = kvt_engine_model(j->e)->hp.n_layer;
-    const int32_t layer = KVT_MAX(0, KVT_MIN(j->bp.layer, n_layer - 1));
+    const int32_t n_all = j->z - j->a;
     if (!j->pos) {
         const size_t cap = (size_t)KVT_MAX(n_all, 1);
         j->pos = kvt_xmalloc(cap * sizeof *j->pos);
         j->tok = kvt_xmalloc(cap * sizeof *j->tok);
         j->dev = kvt_xmalloc(cap * sizeof *j->dev);
         for (int32_t i = 0; i < n_all; i++) j->pos[i] = j->a + i;
+        j->k = KVT_MAX(0, KVT_MIN((int32_t)floor((double)j->bp.ratio * n_all + 0.5), n_all));
     }
     const int32_t n = KVT_MIN(*budget, n_all - j->cur);
-    int rc = kvt_engine_recompute(j->e, j->seq, j->prompt + j->a + j->cur, j->pos + j->cur, n, layer, j->dev + j->cur);
+    int rc = kvt_engine_recompute(j->e, j->seq, j->prompt + j->a + j->cur, j->pos + j->cur, n, stage_layer(j, 1),
+                                  j->dev + j->cur);
     if (rc) return rc;
     j->cur += n, *budget -= n;
-    if (j->cur == n_all) {
-        rank(j);
+    if (j->cur < n_all) return 0;
+    j->cur = 0;
+    if (stage_layer(j, 2) > stage_layer(j, 1) && j->k > 0) {
+        j->n_cand = (int32_t)KVT_MIN((int64_t)j->k * KVT_BLEND_STAGE1_WIDEN, (int64_t)n_all);
+        keep_top(j, n_all, j->n_cand);
+        j->ph = PH_SELECT2;
+    } else {
+        keep_top(j, n_all, j->k);
+        j->ph = PH_RECOMPUTE;
+    }
+    return 0;
+}
+
+/* PH_SELECT2: the candidates on through layers [0, layer2) (those below
+ * layer are recomputed to the same values) and ranked by their deviation at layer2. */
+static int step_select2(kvt_blend_job *j, int32_t *budget) {
+    const int32_t n = KVT_MIN(*budget, j->n_cand - j->cur);
+    int rc = kvt_engine_recompute(j->e, j->seq, j->tok + j->cur, j->pos + j->cur, n, stage_layer(j, 2),
+                                  j->dev + j->cur);
+    if (rc) return rc;
+    j->cur += n, *budget -= n;
+    if (j->cur == j->n_cand) {
+        keep_top(j, j->n_cand, j->k);
         j->cur = 0;
         j->ph = PH_RECOMPUTE;
     }
@@ -233,6 +261,7 @@ int kvt_blend_step(kvt_blend_job *j, kvt_chain *chain, int32_t budget) {
         case PH_STORE: rc = step_store(j, &budget); break;
         case PH_COPY: rc = step_copy(j, &budget); break;
         case PH_SELECT: rc = step_select(j, &budget); break;
+        case PH_SELECT2: rc = step_select2(j, &budget); break;
         case PH_RECOMPUTE: rc = step_recompute(j, &budget); break;
         case PH_DONE: break;
         }

@@ -19,6 +19,9 @@
  *   3. Selection. The placed tokens run through layers [0, layer) in full and
  *      layer `layer`'s K/V is compared with the placed one; the deviation
  *      (squared L2 of K and V over the kv heads) ranks them.
+ *      With layer2 > layer, a second stage: the KVT_BLEND_STAGE1_WIDEN x
+ *      (ratio x placed) that deviate most at `layer` run on through layers
+ *      [0, layer2) and are ranked again by their deviation at layer2.
  *   4. Recompute. The ratio of them that deviate most run through every layer
  *      in place, attending to the assembled cache; the rest keep the stored KV
  *      (fresh for layers <= layer).
@@ -39,9 +42,14 @@
 #define KVT_BLEND_DEFAULT_RATIO KVT_DEFAULT_RECOMPUTE_RATIO /* kvtier.h: CacheBlend's 15% */
 #define KVT_BLEND_DEFAULT_LAYER 1     /* the deviation is measured at the second layer, as CacheBlend does */
 
+#define KVT_BLEND_STAGE1_WIDEN 2       /* two-stage selection: the first stage keeps this many times the final count */
+
 typedef struct {
-    float ratio;   /* fraction of the placed tokens recomputed through every layer, in [0, 1] */
-    int32_t layer; /* layer whose KV deviation selects them; clamped to the model's last */
+    float ratio;    /* fraction of the placed tokens recomputed through every layer, in [0, 1] */
+    int32_t layer;  /* layer whose KV deviation selects them; clamped to the model's last */
+    int32_t layer2; /* > layer: two stages (CacheBlend's gradual filtering): `layer` keeps
+                       KVT_BLEND_STAGE1_WIDEN times the final count, which run on through layer2,
+                       whose deviation picks the final ones; <= layer (the default, 0): one stage */
 } kvt_blend_params;
 
 kvt_blend_params kvt_blend_default_params(void);

@@ -9,7 +9,8 @@
  * - placed in bounded steps (kvt_blend_step, budgets 1 and 7 tokens), the
  *   sequence's KV bytes and the prompt's logits equal the one-pass path's
  *   byte for byte, while another sequence decodes a token between every two
- *   steps (its tokens the same as decoding it alone);
+ *   steps (its tokens the same as decoding it alone); so do two selection
+ *   stages (kvt_blend_params.layer2), which with ratio 1 are a cold run's bits;
  * - on a trained model (../shared/models/aidreams260K.gguf), the default
  *   ratio keeps the first token's logits close to a full recompute: top-1
  *   agreement and the largest logit deviation stay within measured bounds. */
@@ -74,6 +75,11 @@ static void test_exact_and_full_ratio(kvt_model *m) {
     full.ratio = 1.0f;
     kvt_test_gen g3 = gen(e, c, &p3, &full), c3 = gen(ec, NULL, &p3, NULL);
     CHECKF(kvt_test_same(&g3, &c3), "ratio 1 differs from a cold run");
+    kvt_blend_params full2 = full;
+    full2.layer = 0, full2.layer2 = 1; /* two selection stages */
+    kvt_test_gen g3b = gen(e, c, &p3, &full2);
+    CHECKF(kvt_test_same(&g3b, &c3), "ratio 1 with two selection stages differs from a cold run");
+    kvt_test_gen_free(&g3b);
     CHECKF(g3.res.blend.n_docs == 2 && g3.res.blend.n_placed == (int32_t)(p3.starts[3] - p3.starts[1]),
            "placed %d documents, %d tokens", g3.res.blend.n_docs, g3.res.blend.n_placed);
     CHECK(g3.res.blend.n_recomputed == g3.res.blend.n_placed);
@@ -100,7 +106,7 @@ out:
     kvt_engine_free(ec);
 }
 
-/* What one placement left: seq's KV bytes, the prompt's last logits, the counts. */
+/* What one placement left: seq's KV bytes once placed, the prompt's last logits, the counts. */
 typedef struct {
     uint8_t *kv;
     size_t kv_bytes;
@@ -161,15 +167,17 @@ static placed place_steps(kvt_model *m, const prompt *warm, const prompt *p, con
         if (j) o.res = *kvt_blend_job_result(j);
         kvt_blend_job_free(j);
     }
+    /* the KV as placed: the sequence ends on a page boundary, so every byte of its pages is its KV */
     const int32_t len = kvt_seq_len(e, seq);
-    o.logits = kvt_xmalloc((size_t)nv * sizeof *o.logits);
-    CHECK(!kvt_cache_reserve(c, 4) && !kvt_engine_feed(e, seq, p->p + len, (int32_t)p->n - len, 0, o.logits));
+    CHECK(len % B == 0);
     int32_t np = 0;
     const int32_t *pages = kvt_seq_pages(e, seq, &np);
     o.kv_bytes = (size_t)np * kvt_page_bytes(e);
     o.kv = kvt_xmalloc(o.kv_bytes);
     for (int32_t i = 0; i < np; i++)
         memcpy(o.kv + (size_t)i * kvt_page_bytes(e), kvt_page_data_const(e, pages[i]), kvt_page_bytes(e));
+    o.logits = kvt_xmalloc((size_t)nv * sizeof *o.logits);
+    CHECK(!kvt_cache_reserve(c, 4) && !kvt_engine_feed(e, seq, p->p + len, (int32_t)p->n - len, 0, o.logits));
     kvt_seq_free(e, seq);
     kvt_seq_free(e, other);
     free(ol);
@@ -208,6 +216,16 @@ static void test_steps(kvt_model *m) {
               !memcmp(alone.tokens + q.n, st.other, (size_t)st.n_other * sizeof *st.other));
         free(st.kv), free(st.logits);
     }
+    /* two selection stages (layer 0, then layer 1 among twice the final count): steps give one pass's bytes */
+    kvt_blend_params two = bp;
+    two.layer = 0, two.layer2 = 1;
+    placed t1 = place_steps(m, &warm, &p, &two, 0, &q), t7 = place_steps(m, &warm, &p, &two, 7, &q);
+    CHECK(t1.res.n_recomputed == one.res.n_recomputed && t7.res.n_recomputed == t1.res.n_recomputed);
+    CHECKF(t1.kv && t7.kv && t1.kv_bytes == t7.kv_bytes && !memcmp(t1.kv, t7.kv, t1.kv_bytes) &&
+               !memcmp(t1.logits, t7.logits, (size_t)alone.n_vocab * sizeof *t1.logits),
+           "two stages: steps of 7 differ from one pass");
+    CHECKF(t1.kv && one.kv && memcmp(t1.kv, one.kv, one.kv_bytes), "two stages left the one-stage KV: not run?");
+    free(t1.kv), free(t1.logits), free(t7.kv), free(t7.logits);
     kvt_test_gen_free(&alone);
     kvt_engine_free(e);
     free(one.kv), free(one.logits);
