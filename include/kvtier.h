@@ -155,6 +155,14 @@ typedef struct {
 KVT_API int kvt_render_documents(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
                                  const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out);
 
+/* kvt_render_documents, also saying where each document landed: when starts
+ * is non-NULL it receives n_docs + 1 entries, starts[i] document i's first
+ * token in *out and starts[n_docs] the token after the last document's
+ * padding (untouched when n_docs is 0). What kvt_request.doc_starts takes. */
+KVT_API int kvt_render_documents_spans(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n,
+                                       size_t at, const kvt_document *docs, size_t n_docs, int32_t **out,
+                                       size_t *n_out, size_t *starts);
+
 /* The token kvt_render_documents pads with, or a negative code. */
 KVT_API int32_t kvt_document_pad_token(const kvt_model *model);
 
@@ -431,6 +439,21 @@ KVT_API void kvt_cache_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COU
 
 /* ---- requests ---------------------------------------------------------------- */
 
+/* How a request may reuse cached KV (README "Approximate reuse").
+ *  - KVT_REUSE_MODE_EXACT (the default): only the KV of the very tokens before
+ *    a block is reused, so greedy output is bit-identical to a run without
+ *    the cache.
+ *  - KVT_REUSE_MODE_APPROXIMATE (opt-in): documents of the prompt (doc_starts)
+ *    that the exact prefix misses because they moved are placed from their
+ *    stored KV at the new position (K rotated), and the recompute_ratio of
+ *    their tokens whose KV deviates most is recomputed (the CacheBlend idea).
+ *    Faster on reordered documents; the output is close to, not equal to,
+ *    exact (equal with ratio 1), and depends on what the cache holds. Placed
+ *    KV is never registered as exact cache blocks. */
+typedef enum { KVT_REUSE_MODE_EXACT = 0, KVT_REUSE_MODE_APPROXIMATE = 1 } kvt_reuse_mode;
+
+#define KVT_DEFAULT_RECOMPUTE_RATIO 0.15f /* CacheBlend's: ~15% recomputed keeps quality close to a full prefill */
+
 typedef struct {
     int32_t max_tokens;     /* tokens to generate at most */
     float temp;             /* <= 0: greedy */
@@ -442,6 +465,12 @@ typedef struct {
     /* Called with each generated token; a nonzero return stops generation. */
     int (*on_token)(void *ctx, int32_t token);
     void *ctx;
+    kvt_reuse_mode reuse;    /* default KVT_REUSE_MODE_EXACT */
+    /* With KVT_REUSE_MODE_APPROXIMATE (ignored otherwise): */
+    float recompute_ratio;   /* fraction of the placed tokens recomputed, in [0, 1]; default 0.15 */
+    const size_t *doc_starts; /* n_docs + 1 entries from kvt_render_documents_spans (ascending, block-aligned,
+                                 the last <= n_prompt); borrowed for the call */
+    size_t n_docs;
 } kvt_request;
 
 KVT_API kvt_request kvt_request_default_params(void);
@@ -457,13 +486,23 @@ typedef struct {
     int32_t n_planned;                    /* prompt tokens the lookup matched (n_cached when none were lost) */
     kvt_shortfall shortfall;              /* why n_cached < n_planned */
     kvt_reuse_stop reuse_stop;            /* where reuse stopped and why */
+    /* KVT_REUSE_MODE_APPROXIMATE: n_computed + n_cached + n_approximate = n_prompt */
+    int32_t n_docs_placed;                /* documents placed from stored KV */
+    int32_t n_approximate;                /* their tokens kept approximately (placed, not recomputed) */
+    int32_t n_recomputed;                 /* their tokens recomputed (counted in n_computed) */
+    int32_t n_stored;                     /* document tokens computed to store a document for placing */
 } kvt_request_stats;
 
 /* Runs one request on the cache's engine: reuses the longest cached prefix of
  * the prompt, prefills the rest, generates, and keeps every completed block
  * (prompt and generated) cached. *tokens_out (if non-NULL) receives a malloc'd
  * array of the prompt followed by the generated tokens. Greedy output is
- * bit-identical to a run without the cache. Returns 0 or a negative code. */
+ * bit-identical to a run without the cache (with KVT_REUSE_MODE_EXACT).
+ * Returns 0 or a negative code. KVT_EARG, before anything runs or changes,
+ * with kvt_errmsg() naming the field, for a reuse that is not a
+ * kvt_reuse_mode, and with KVT_REUSE_MODE_APPROXIMATE for a recompute_ratio
+ * outside [0, 1] (or NaN), no doc_starts, or doc_starts not ascending
+ * within the prompt. */
 KVT_API int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req,
                          int32_t **tokens_out, kvt_request_stats *stats);
 

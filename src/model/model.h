@@ -106,13 +106,6 @@ uint64_t kvt_model_kv_token_bytes(const kvt_model *m, kvt_kv_dtype dt);
 /* Fingerprint as 32 lowercase hex digits + NUL (hi then lo). */
 void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]);
 
-/* kvt_render_documents, also telling where each document landed: when starts
- * is non-NULL, starts[i] is document i's first token in *out and
- * starts[n_docs] the token after the last document's padding (n_docs + 1
- * entries; untouched when n_docs is 0). */
-int kvt_render_documents_spans(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n, size_t at,
-                               const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out, size_t *starts);
-
 /* ---- architecture table (src/model/arch.c) ---- */
 
 /* Sets hp->arch, arch_name, rope_style and the variation fields for the

@@ -120,20 +120,48 @@ out:
 
 kvt_request kvt_request_default_params(void) {
     kvt_sampler_params sp = kvt_sampler_default_params();
-    kvt_request r = {.max_tokens = 128, .temp = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed};
+    kvt_request r = {.max_tokens = 128, .temp = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed,
+                     .reuse = KVT_REUSE_MODE_EXACT, .recompute_ratio = KVT_DEFAULT_RECOMPUTE_RATIO};
     return r;
+}
+
+/* kvt_complete's checks of a request's reuse fields (kvtier.h), each error naming its field. */
+static int check_reuse(const kvt_request *req, int32_t n_prompt) {
+    if (req->reuse != KVT_REUSE_MODE_EXACT && req->reuse != KVT_REUSE_MODE_APPROXIMATE)
+        return kvt_fail(KVT_EARG, "kvt_request.reuse: %d is not a kvt_reuse_mode (KVT_REUSE_MODE_EXACT or "
+                        "KVT_REUSE_MODE_APPROXIMATE)", (int)req->reuse);
+    if (req->reuse == KVT_REUSE_MODE_EXACT) return 0;
+    if (!(req->recompute_ratio >= 0.0f && req->recompute_ratio <= 1.0f))
+        return kvt_fail(KVT_EARG, "kvt_request.recompute_ratio: %g is outside [0, 1]", (double)req->recompute_ratio);
+    if (!req->doc_starts || req->n_docs == 0)
+        return kvt_fail(KVT_EARG, "kvt_request.doc_starts: approximate reuse needs the documents' spans "
+                        "(kvt_render_documents_spans)");
+    for (size_t i = 0; i <= req->n_docs; i++)
+        if ((i && req->doc_starts[i] < req->doc_starts[i - 1]) || req->doc_starts[i] > (size_t)KVT_MAX(n_prompt, 0))
+            return kvt_fail(KVT_EARG, "kvt_request.doc_starts: entry %zu (%zu) is not ascending within the prompt's "
+                            "%d tokens", i, req->doc_starts[i], n_prompt);
+    return 0;
 }
 
 int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kvt_request *req, int32_t **tokens_out,
                  kvt_request_stats *stats) {
     kvt_engine *e = kvt_cache_engine(c);
+    int rc = check_reuse(req, n_prompt);
+    if (rc) return rc;
     kvt_sampler_params sp = {.temp = req->temp, .top_k = req->top_k, .top_p = req->top_p, .seed = req->seed};
     kvt_sampler *s = kvt_sampler_new(sp, kvt_engine_n_vocab(e));
     if (!s) return kvt_fail(KVT_EARG, "bad sampling parameters");
     kvt_gen_params gp = {.max_tokens = req->max_tokens, .sampler = s, .tok = kvt_engine_model(e)->tok,
                          .on_token = req->on_token, .ctx = req->ctx, .salt = req->salt, .salt_len = req->salt_len};
+    kvt_blend_params bp = kvt_blend_default_params();
+    if (req->reuse == KVT_REUSE_MODE_APPROXIMATE) {
+        bp.ratio = req->recompute_ratio;
+        gp.blend = &bp;
+        gp.doc_starts = req->doc_starts;
+        gp.n_docs = req->n_docs;
+    }
     kvt_gen_result r;
-    int rc = kvt_generate(e, c, prompt, n_prompt, &gp, tokens_out, &r);
+    rc = kvt_generate(e, c, prompt, n_prompt, &gp, tokens_out, &r);
     kvt_sampler_free(s);
     if (stats) {
         memset(stats, 0, sizeof *stats);
@@ -150,6 +178,10 @@ int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kv
         stats->n_planned = r.n_planned;
         stats->shortfall = r.shortfall;
         stats->reuse_stop = r.reuse_stop;
+        stats->n_docs_placed = r.blend.n_docs;
+        stats->n_approximate = r.blend.n_placed - r.blend.n_recomputed;
+        stats->n_recomputed = r.blend.n_recomputed;
+        stats->n_stored = r.blend.n_stored;
     }
     return rc;
 }

@@ -80,6 +80,8 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
         cJSON_AddNumberToObject(a, "placed_tokens", u->approximate_tokens + u->recomputed_tokens);
         cJSON_AddNumberToObject(a, "recomputed_tokens", u->recomputed_tokens);
         cJSON_AddNumberToObject(a, "stored_tokens", u->stored_tokens);
+        cJSON_AddNumberToObject(a, "steps", u->approximate_steps);
+        cJSON_AddNumberToObject(a, "interleaved_decode_tokens", u->approximate_interleaved);
         /* the ratio is held as a float: printed to 6 decimals, 0.15 reads 0.15 */
         cJSON_AddNumberToObject(a, "recompute_ratio", round((double)u->recompute_ratio * 1e6) / 1e6);
     }

@@ -36,6 +36,8 @@ typedef struct {
     int32_t recomputed_tokens;             /* placed tokens recomputed through every layer */
     int32_t stored_tokens;                 /* document tokens computed to store [P][doc] for placing */
     int32_t approximate_documents;         /* documents placed */
+    int32_t approximate_steps;             /* engine steps the placement took (a prefill chunk each) */
+    int32_t approximate_interleaved;       /* decode tokens other requests got during those steps */
     float recompute_ratio;
 } kvt_api_usage;
 

@@ -104,10 +104,11 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
     kvt_chain chain;
     kvt_chain_init(&chain, root);
-    kvt_blend_result br = {0};
+    kvt_blend_job *bj = NULL;
     if (!rc && r->approximate && r->n_docs > 1 &&
-        (rc = kvt_blend(s->cache, root, seq, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, &chain, &r->blend, &br))) {
-        kvt_seq_free(s->e, seq); /* it may hold placed pages: nothing of it is kept */
+        (rc = kvt_blend_begin(s->cache, root, seq, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, &r->blend,
+                              &bj))) {
+        kvt_seq_free(s->e, seq);
         seq = -1;
     }
     if (rc) {
@@ -123,6 +124,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     slot_setup(s, sl, r, seq);
     sl->chain = chain;
     sl->prefilling = 1;
+    sl->blend = bj; /* the engine steps place the documents, then prefill the rest */
     kvt_srv_log_prefill(r, r->n_prompt - sl->n_fed, sl->n_fed, 0);
     for (int32_t i = 0; i < r->n_sib; i++) {
         slot *w = free_slot(s); /* admission counted them */
@@ -134,15 +136,10 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     /* the engine thread is the only writer of usage until done is set */
     r->usage.cached_tokens = ai.n_reused;
     memcpy(r->usage.tier_tokens, ai.tier_tokens, sizeof ai.tier_tokens);
-    r->usage.computed_tokens = r->n_prompt - ai.n_reused - (br.n_placed - br.n_recomputed);
+    r->usage.computed_tokens = r->n_prompt - ai.n_reused; /* less the approximate tokens once placed */
     if (r->approximate) {
         r->usage.approximate = 1;
-        r->usage.approximate_tokens = br.n_placed - br.n_recomputed;
-        r->usage.recomputed_tokens = br.n_recomputed;
-        r->usage.stored_tokens = br.n_stored;
-        r->usage.approximate_documents = br.n_docs;
         r->usage.recompute_ratio = r->blend.ratio;
-        r->usage.prefill_ms += br.ms;
     }
     r->usage.restore_ms = ai.restore_ms;
     r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"

@@ -9,6 +9,7 @@
 #include "server_impl.h"
 
 void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
+    kvt_blend_job_free(sl->blend); /* a cancelled placement stops between chunks */
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
     kvt_jg_free(sl->jg);

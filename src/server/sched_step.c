@@ -137,8 +137,38 @@ static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int
     }
 }
 
+/* One chunk of the documents slot bl places (approximate reuse: kvt_blend_job)
+ * after n_dec decode tokens of the others; when the last is placed, its
+ * report is filled and its prefill goes on from the end of the last placed
+ * document in the next steps. */
+static void blend_step(kvt_server *s, slot *bl, int32_t n_dec) {
+    srv_req *r = bl->r;
+    bl->blend_decoded += n_dec;
+    int rc = kvt_blend_step(bl->blend, &bl->chain, s->p.prefill_chunk);
+    if (rc < 0) {
+        kvt_log(KVT_LOG_WARN, "serve: cannot place the documents of %s: %s", r->id, kvt_errmsg());
+        kvt_srv_slot_finish(s, bl, NULL, 0, 503, "no KV memory is available to place the documents; retry later");
+        return;
+    }
+    if (rc > 0) return;
+    const kvt_blend_result *br = kvt_blend_job_result(bl->blend);
+    /* the engine thread is the only writer of usage until done is set */
+    r->usage.computed_tokens -= br->n_placed - br->n_recomputed;
+    r->usage.approximate_tokens = br->n_placed - br->n_recomputed;
+    r->usage.recomputed_tokens = br->n_recomputed;
+    r->usage.stored_tokens = br->n_stored;
+    r->usage.approximate_documents = br->n_docs;
+    r->usage.approximate_steps = br->steps;
+    r->usage.approximate_interleaved = bl->blend_decoded;
+    r->usage.prefill_ms += br->ms;
+    kvt_blend_job_free(bl->blend);
+    bl->blend = NULL;
+    bl->n_fed = kvt_seq_len(s->e, bl->seq);
+}
+
 /* One engine step: a decode token of every generating slot plus one prefill
- * chunk of the oldest prompting slot, in one batch. */
+ * chunk of the oldest prompting slot, in one batch (or, while that slot
+ * places documents, a chunk of that after the batch). */
 void kvt_srv_engine_step(kvt_server *s) {
     const int32_t P = s->p.parallel;
     int32_t n = 0, pages = 0;
@@ -159,6 +189,8 @@ void kvt_srv_engine_step(kvt_server *s) {
             pf = sl;
         }
     }
+    slot *bl = pf && pf->blend ? pf : NULL;
+    if (bl) pf = NULL;
     int32_t chunk = 0, pf_pages = 0;
     if (pf) {
         chunk = KVT_MIN(pf->r->n_prompt - pf->n_fed, s->p.prefill_chunk);
@@ -190,7 +222,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     }
     kvt_batch batch = {.n = n, .token = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
     double t0 = kvt_now();
-    rc = kvt_engine_decode(s->e, &batch, s->logits);
+    rc = n ? kvt_engine_decode(s->e, &batch, s->logits) : 0;
     double ms = (kvt_now() - t0) * 1e3;
     if (rc) {
         kvt_log(KVT_LOG_ERROR, "serve: decode failed: %s", kvt_errmsg());
@@ -199,4 +231,5 @@ void kvt_srv_engine_step(kvt_server *s) {
         return;
     }
     after_decode(s, dec, n_dec, pf, chunk, ms);
+    if (bl) blend_step(s, bl, n_dec);
 }

@@ -105,7 +105,7 @@ typedef struct srv_req {
     int32_t *doc_order;        /* ... doc_order[i] = the canonical index of the document at position i (owned) */
     double plan_ms;            /* ... and how long it took */
     int approximate;           /* kvtier.reuse "approximate": documents the exact prefix misses are placed
-                                  from stored KV at admission (kvt_blend) with blend's ratio */
+                                  from stored KV (a kvt_blend_job, in prefill chunks) with blend's ratio */
     kvt_blend_params blend;
     int want_block_tiers;      /* RAG: record the tier of each matched block at admission ... */
     uint8_t *block_tiers;      /* ... here (owned; written by the engine thread before done) */
@@ -144,6 +144,9 @@ typedef struct {
     int32_t n_toks, cap;
     int32_t n_fed;             /* tokens in the sequence while prefilling */
     int prefilling;
+    kvt_blend_job *blend;      /* approximate reuse placing documents, a chunk per step before the prefill
+                                  goes on (owned; NULL once done or for exact requests) */
+    int32_t blend_decoded;     /* decode tokens other slots got in the steps of blend */
     int waiting;               /* a choice held for its fork: the first choice (slot fork_of) is prefilling */
     int32_t fork_of;
     uint64_t admitted;         /* admission order: the oldest prompt is prefilled first */

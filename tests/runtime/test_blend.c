@@ -6,6 +6,11 @@
  * - placed documents are never registered in the exact cache: an exact
  *   request after an approximate one is still bit-identical to a cold run;
  * - a missing stored document ([P][d]) is computed and cached for next time;
+ * - placed in bounded steps (kvt_blend_step, budgets 1 and 7 tokens), the
+ *   sequence's KV bytes and the prompt's logits equal the one-pass path's
+ *   byte for byte, while another sequence decodes a token between every two
+ *   steps (its tokens the same as decoding it alone); so do two selection
+ *   stages (kvt_blend_params.layer2), which with ratio 1 are a cold run's bits;
  * - on a trained model (../shared/models/aidreams260K.gguf), the default
  *   ratio keeps the first token's logits close to a full recompute: top-1
  *   agreement and the largest logit deviation stay within measured bounds. */
@@ -70,6 +75,11 @@ static void test_exact_and_full_ratio(kvt_model *m) {
     full.ratio = 1.0f;
     kvt_test_gen g3 = gen(e, c, &p3, &full), c3 = gen(ec, NULL, &p3, NULL);
     CHECKF(kvt_test_same(&g3, &c3), "ratio 1 differs from a cold run");
+    kvt_blend_params full2 = full;
+    full2.layer = 0, full2.layer2 = 1; /* two selection stages */
+    kvt_test_gen g3b = gen(e, c, &p3, &full2);
+    CHECKF(kvt_test_same(&g3b, &c3), "ratio 1 with two selection stages differs from a cold run");
+    kvt_test_gen_free(&g3b);
     CHECKF(g3.res.blend.n_docs == 2 && g3.res.blend.n_placed == (int32_t)(p3.starts[3] - p3.starts[1]),
            "placed %d documents, %d tokens", g3.res.blend.n_docs, g3.res.blend.n_placed);
     CHECK(g3.res.blend.n_recomputed == g3.res.blend.n_placed);
@@ -94,6 +104,132 @@ out:
     kvt_cache_free(c);
     kvt_engine_free(e);
     kvt_engine_free(ec);
+}
+
+/* What one placement left: seq's KV bytes once placed, the prompt's last logits, the counts. */
+typedef struct {
+    uint8_t *kv;
+    size_t kv_bytes;
+    float *logits;
+    kvt_blend_result res;
+    int32_t other[N_GEN], n_other; /* the other sequence's greedy tokens during the placement */
+} placed;
+
+/* argmax of n_vocab logits (the earliest on a tie). */
+static int32_t argmax(const float *l, int32_t n) {
+    int32_t a = 0;
+    for (int32_t v = 1; v < n; v++)
+        if (l[v] > l[a]) a = v;
+    return a;
+}
+
+/* A fresh engine and cache warmed by an exact run of warm (storing [P][its
+ * first document]); then p's documents placed with bp, in one pass (budget
+ * 0) or in steps of budget tokens with the sequence `other` (other_prompt
+ * fed first) decoding a greedy token between every two steps; then the rest
+ * of p's prompt fed. */
+static placed place_steps(kvt_model *m, const prompt *warm, const prompt *p, const kvt_blend_params *bp,
+                          int32_t budget, const prompt *other_prompt) {
+    placed o = {0};
+    kvt_engine *e = kvt_test_engine(m, B, 512, 2048);
+    kvt_cache *c = NULL;
+    CHECKF(e && kvt_cache_new(e, kvt_cache_default_params(), &c) == 0, "%s", kvt_errmsg());
+    if (!c) return o;
+    kvt_test_gen w = gen(e, c, warm, NULL);
+    kvt_test_gen_free(&w);
+    const int32_t nv = kvt_engine_n_vocab(e);
+    float *ol = kvt_xmalloc((size_t)nv * sizeof *ol);
+    int32_t other = -1, seq = -1;
+    CHECK(!kvt_seq_new(e, NULL, 0, 0, &other) && !kvt_cache_reserve(c, 8) &&
+          !kvt_engine_feed(e, other, other_prompt->p, (int32_t)other_prompt->n, 0, ol));
+    kvt_hash128 root;
+    kvt_attach_info ai;
+    kvt_chain chain;
+    CHECK(!kvt_cache_root(c, NULL, 0, &root) &&
+          !kvt_cache_attach(c, root, p->p, (int32_t)p->n, (int32_t)p->n - 1, &seq, &ai));
+    kvt_chain_init(&chain, root);
+    if (!budget) {
+        CHECKF(!kvt_blend(c, root, seq, p->p, (int32_t)p->n, p->starts, p->n_docs, &chain, bp, &o.res), "%s",
+               kvt_errmsg());
+    } else {
+        kvt_blend_job *j = NULL;
+        int rc = kvt_blend_begin(c, root, seq, p->p, (int32_t)p->n, p->starts, p->n_docs, bp, &j);
+        CHECK(!rc && j);
+        int more = !rc && j;
+        while (more > 0 && (more = kvt_blend_step(j, &chain, budget)) > 0 && o.n_other < N_GEN) {
+            /* between two steps: another sequence's decode step, on the same engine */
+            int32_t t = o.other[o.n_other++] = argmax(ol, nv);
+            CHECK(!kvt_cache_reserve(c, 1) && !kvt_engine_feed(e, other, &t, 1, 0, ol));
+        }
+        while (more > 0) more = kvt_blend_step(j, &chain, budget);
+        rc = rc ? rc : more;
+        CHECKF(rc == 0, "%s", kvt_errmsg());
+        if (j) o.res = *kvt_blend_job_result(j);
+        kvt_blend_job_free(j);
+    }
+    /* the KV as placed: the sequence ends on a page boundary, so every byte of its pages is its KV */
+    const int32_t len = kvt_seq_len(e, seq);
+    CHECK(len % B == 0);
+    int32_t np = 0;
+    const int32_t *pages = kvt_seq_pages(e, seq, &np);
+    o.kv_bytes = (size_t)np * kvt_page_bytes(e);
+    o.kv = kvt_xmalloc(o.kv_bytes);
+    for (int32_t i = 0; i < np; i++)
+        memcpy(o.kv + (size_t)i * kvt_page_bytes(e), kvt_page_data_const(e, pages[i]), kvt_page_bytes(e));
+    o.logits = kvt_xmalloc((size_t)nv * sizeof *o.logits);
+    CHECK(!kvt_cache_reserve(c, 4) && !kvt_engine_feed(e, seq, p->p + len, (int32_t)p->n - len, 0, o.logits));
+    kvt_seq_free(e, seq);
+    kvt_seq_free(e, other);
+    free(ol);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+    return o;
+}
+
+static void test_steps(kvt_model *m) {
+    kvt_document abc[3] = {D[0], D[1], D[2]}, cba[3] = {D[2], D[1], D[0]};
+    prompt warm = render(m, "When does Lyon ship?", abc, 3), p = render(m, "How many jars?", cba, 3);
+    prompt q = render(m, "Where are the bees?", abc, 0);
+    kvt_blend_params bp = kvt_blend_default_params();
+    placed one = place_steps(m, &warm, &p, &bp, 0, &q);
+    CHECK(one.res.steps == 1 && one.res.n_docs == 2 && one.res.n_stored > 0 && one.res.n_recomputed > 0);
+    /* the other sequence decoding alone, from the same prompt */
+    kvt_engine *e = kvt_test_engine(m, B, 512, 2048);
+    kvt_test_gen alone = kvt_test_generate(e, NULL, q.p, (int32_t)q.n, N_GEN, NULL);
+    const int32_t budgets[] = {1, 7};
+    for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
+        placed st = place_steps(m, &warm, &p, &bp, budgets[b], &q);
+        const int32_t work = st.res.n_exact + st.res.n_stored + st.res.n_placed / B + st.res.n_placed + st.res.n_recomputed;
+        CHECKF(st.kv_bytes == one.kv_bytes && st.kv && one.kv && !memcmp(st.kv, one.kv, one.kv_bytes),
+               "budget %d: the placed KV differs from one pass", budgets[b]);
+        CHECKF(st.logits && one.logits && !memcmp(st.logits, one.logits, (size_t)alone.n_vocab * sizeof *st.logits),
+               "budget %d: the prompt's logits differ from one pass", budgets[b]);
+        CHECK(st.res.n_placed == one.res.n_placed && st.res.n_recomputed == one.res.n_recomputed &&
+              st.res.n_stored == one.res.n_stored && st.res.n_exact == one.res.n_exact);
+        /* bounded: no step did more than the budget, so the steps were at least work / budget */
+        CHECKF(st.res.steps >= (work + budgets[b] - 1) / budgets[b], "budget %d: %d steps for %d tokens of work",
+               budgets[b], st.res.steps, work);
+        /* progress: the other sequence decoded between the steps, and decoded what it does alone */
+        CHECKF(st.n_other == KVT_MIN(N_GEN, st.res.steps - 1), "budget %d: %d tokens decoded in %d steps", budgets[b],
+               st.n_other, st.res.steps);
+        CHECK(alone.n >= (int32_t)q.n + st.n_other &&
+              !memcmp(alone.tokens + q.n, st.other, (size_t)st.n_other * sizeof *st.other));
+        free(st.kv), free(st.logits);
+    }
+    /* two selection stages (layer 0, then layer 1 among twice the final count): steps give one pass's bytes */
+    kvt_blend_params two = bp;
+    two.layer = 0, two.layer2 = 1;
+    placed t1 = place_steps(m, &warm, &p, &two, 0, &q), t7 = place_steps(m, &warm, &p, &two, 7, &q);
+    CHECK(t1.res.n_recomputed == one.res.n_recomputed && t7.res.n_recomputed == t1.res.n_recomputed);
+    CHECKF(t1.kv && t7.kv && t1.kv_bytes == t7.kv_bytes && !memcmp(t1.kv, t7.kv, t1.kv_bytes) &&
+               !memcmp(t1.logits, t7.logits, (size_t)alone.n_vocab * sizeof *t1.logits),
+           "two stages: steps of 7 differ from one pass");
+    CHECKF(t1.kv && one.kv && memcmp(t1.kv, one.kv, one.kv_bytes), "two stages left the one-stage KV: not run?");
+    free(t1.kv), free(t1.logits), free(t7.kv), free(t7.logits);
+    kvt_test_gen_free(&alone);
+    kvt_engine_free(e);
+    free(one.kv), free(one.logits);
+    free(warm.p), free(p.p), free(q.p);
 }
 
 /* The quality of approximate reuse on a trained model: every order of three
@@ -222,6 +358,7 @@ int main(void) {
     kvt_model *m = kvt_test_tiny_model("blend.gguf", 2048);
     if (!m) return 1;
     test_exact_and_full_ratio(m);
+    test_steps(m);
     kvt_model_free(m);
     test_quality();
     return kvt_test_done("test_blend");

@@ -8,6 +8,11 @@
 # - with it, documents the exact prefix misses are placed: kvtier.approximate_tokens and the
 #   approximate object report them, /metrics counts them; with recompute_ratio 1 the answer
 #   (text and logprobs) equals a cold server's.
+# - the documents are placed in prefill chunks, one per engine step: with --prefill-chunk 8 the
+#   report counts at least (placed + recomputed) / 8 steps, the ratio-1 answer is still a cold
+#   server's, and a generation streaming meanwhile gets decode tokens during those steps
+#   (approximate.interleaved_decode_tokens > 0; it runs for up to 8000 tokens, far longer than
+#   the placement);
 # - `kvtier run -f` takes the same fields on a JSON line and reports the approximate tokens on
 #   its stats line; with --seed such a line is refused.
 # Needs curl and jq.
@@ -88,6 +93,33 @@ M=$(curl -s "$URL/metrics")
 check "/metrics counts the approximate requests" has "$M" "kvtier_approximate_requests_total 2"
 check "/metrics counts approximate tokens" has "$M" "kvtier_approximate_tokens_total $((placed - rec))"
 check "/metrics counts recomputed tokens" has "$M" "kvtier_approximate_recomputed_tokens_total $((placed + rec))"
+
+# ---- placement in prefill chunks, with another request decoding meanwhile -----------------
+"$BIN" mkmodel -o "$TMP/long.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 8192 >/dev/null 2>&1 ||
+  { echo "mkmodel failed"; exit 1; }
+KVT_SERVE_ARGS=(-m "$TMP/long.gguf" --host 127.0.0.1 -t 1 -c 8192)
+kvt_start_server chunked --approximate-reuse --prefill-chunk 8 --parallel 2 --max-tokens-limit 8192
+post /v1/chat/completions "$(req "$BCA" '{}' '{"cache_salt": "cold3"}')"; COLD_LONG=$(answer)
+post /v1/chat/completions "$(req "$ABC" '{}')"
+check "chunked: first request (A, B, C): 200" is "$CODE" 200
+# a long generation, streamed; once its first token is out, the approximate request comes
+curl -sN -m 300 -H 'Content-Type: application/json' \
+  -d '{"prompt": "Once upon a time", "max_tokens": 8000, "temperature": 0, "ignore_eos": true, "stream": true}' \
+  "$URL/v1/completions" >"$TMP/long.sse" 2>/dev/null &
+LONG_PID=$!
+for _ in $(seq 1 1200); do grep -q '^data: {' "$TMP/long.sse" 2>/dev/null && break; sleep 0.05; done
+post /v1/chat/completions "$(req "$BCA" '{"reuse": "approximate", "recompute_ratio": 1}')"
+check "chunked: 200" is "$CODE" 200
+check "chunked, ratio 1: the cold answer, text and logprobs" is "$(answer)" "$COLD_LONG"
+placed=$(jb .kvtier.approximate.placed_tokens) rec=$(jb .kvtier.approximate.recomputed_tokens)
+steps=$(jb .kvtier.approximate.steps) inter=$(jb .kvtier.approximate.interleaved_decode_tokens)
+check "chunked: documents placed" gt "$placed" 0
+check "chunked: at most 8 tokens of work a step" ge "$steps" "$(((placed + rec + 7) / 8))"
+check "chunked: the streaming generation decoded during the placement" gt "$inter" 0
+check "chunked: at most one decode token of it a step" ge "$steps" "$inter"
+kill "$LONG_PID" 2>/dev/null; wait "$LONG_PID" 2>/dev/null
+check "chunked: the streaming generation was still going (not ended by length)" is \
+  "$(grep -c '"finish_reason":"length"' "$TMP/long.sse")" 0
 
 # ---- kvtier run -f ---------------------------------------------------------------------------
 line() { jq -cn --argjson d "$1" --argjson x "$2" '{prompt: "When does Lyon ship?", kvtier: ({documents: $d} + $x)}'; }
