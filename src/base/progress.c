@@ -1,6 +1,7 @@
 /* Rate-limited progress lines (progress.h). */
 #include "progress.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +31,27 @@ void kvt_progress_begin(kvt_progress *p, const char *what, uint64_t total, const
     if (kvt_progress_forced()) line(p, 0, p->start, "");
 }
 
+/* One line; in JSON logs the figures are keys of their own: what, done,
+ * total (null if unknown), unit, percent, elapsed_s, finished. */
 static void line(kvt_progress *p, uint64_t done, double now, const char *tail) {
+    char text[256];
+    double pct = p->total ? 100.0 * (double)done / (double)p->total : NAN;
     if (p->total)
-        kvt_log(KVT_LOG_INFO, "progress: %s: %llu/%llu %s (%.0f%%), %.1f s%s", p->what, (unsigned long long)done,
-                (unsigned long long)p->total, p->unit, 100.0 * (double)done / (double)p->total, now - p->start, tail);
+        snprintf(text, sizeof text, "progress: %s: %llu/%llu %s (%.0f%%), %.1f s%s", p->what,
+                 (unsigned long long)done, (unsigned long long)p->total, p->unit, pct, now - p->start, tail);
     else
-        kvt_log(KVT_LOG_INFO, "progress: %s: %llu %s, %.1f s%s", p->what, (unsigned long long)done, p->unit,
-                now - p->start, tail);
+        snprintf(text, sizeof text, "progress: %s: %llu %s, %.1f s%s", p->what, (unsigned long long)done, p->unit,
+                 now - p->start, tail);
+    const kvt_log_field f[] = {
+        {"what", KVT_LOG_STR, p->what, 0, 0},
+        {"done", KVT_LOG_UINT, NULL, (long long)done, 0},
+        {"total", p->total ? KVT_LOG_UINT : KVT_LOG_STR, NULL, (long long)p->total, 0},
+        {"unit", KVT_LOG_STR, p->unit, 0, 0},
+        {"percent", KVT_LOG_REAL, NULL, 0, pct},
+        {"elapsed_s", KVT_LOG_REAL, NULL, 0, now - p->start},
+        {"finished", KVT_LOG_BOOL, NULL, *tail != 0, 0},
+    };
+    kvt_log_fields(KVT_LOG_INFO, text, f, KVT_ARRAY_LEN(f), text);
     p->last = now;
     p->shown++;
 }

@@ -77,7 +77,8 @@ void kvt_dio_read_batch(kvt_dio *io, kvt_dio_req *reqs, size_t n, kvt_dio_done_f
                 if (done) done(ctx, r);
             }
             if (inflight) { /* should not happen: requests lost in a broken ring */
-                kvt_log(KVT_LOG_ERROR, "disk I/O: io_uring failed (%s) with %zu reads in flight", strerror(-rc),
+                kvt_logk(KVT_LOG_ERROR, "error,reads_in_flight", "disk I/O: io_uring failed (%s) with %zu reads in flight",
+                         strerror(-rc),
                         inflight);
                 abort();
             }

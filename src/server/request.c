@@ -290,10 +290,12 @@ void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int
     const char *id = r->request_id[0] ? r->request_id : r->id;
     double s = r->usage.prefill_ms / 1e3;
     if (!done)
-        kvt_log(KVT_LOG_INFO, "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed,
+        kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,cached_tokens",
+                 "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed,
                 cached);
     else
-        kvt_log(KVT_LOG_INFO, "serve: prefill %s: %d tokens computed in %.2f s (%.0f tok/s)", id, computed, s,
+        kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,seconds,tokens_per_s",
+                 "serve: prefill %s: %d tokens computed in %.2f s (%.0f tok/s)", id, computed, s,
                 computed / (s > 0 ? s : 1e-9));
 }
 

@@ -175,7 +175,8 @@ void kvt_srv_engine_step(kvt_server *s) {
         slot *victim = pf;
         for (int32_t i = 0; i < n_dec; i++)
             if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
-        kvt_log(KVT_LOG_WARN, "serve: KV memory exhausted, ending %s: %s", victim->r->id, kvt_errmsg());
+        kvt_logk(KVT_LOG_WARN, "request_id,error", "serve: KV memory exhausted, ending %s: %s", victim->r->id,
+                 kvt_errmsg());
         kvt_srv_slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
         return;
     }
@@ -193,7 +194,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     rc = kvt_engine_decode(s->e, &batch, s->logits);
     double ms = (kvt_now() - t0) * 1e3;
     if (rc) {
-        kvt_log(KVT_LOG_ERROR, "serve: decode failed: %s", kvt_errmsg());
+        kvt_logk(KVT_LOG_ERROR, "error", "serve: decode failed: %s", kvt_errmsg());
         for (int32_t i = 0; i < n_dec; i++) kvt_srv_slot_finish(s, dec[i], NULL, 0, 500, "the engine failed");
         if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
         return;
