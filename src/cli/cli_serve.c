@@ -14,6 +14,8 @@
 #include "cli.h"
 #include "common.h"
 #include "kvtier.h"
+#include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
+#include "progress.h" /* --progress */
 #include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
 #include "rag.h"
 
@@ -35,7 +37,7 @@ enum {
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
     O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
-    O_APPROXIMATE, O_RECOMPUTE_RATIO,
+    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -140,6 +142,11 @@ static const kvt_cli_opt serve_opts[] = {
     {O_LOG_FORMAT, 0, "log-format", NULL, "FMT",
      "text (default) or json: one object per line with ts, level, msg.\nEvery line has an ISO-8601 UTC timestamp "
      "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)", 0, KVT_CLI_PLAIN},
+    {O_PROGRESS, 0, "progress", NULL, NULL,
+     "progress lines in the log for the model load, a disk tier's open\nscan and each prefill of "
+     STR(KVT_PREFILL_PROGRESS_TOKENS) "+ tokens (with its request id), also\nwhen stderr is not a terminal (on a "
+     "terminal they are on anyway):\neach piece of work logs its first line at once and its last when\ndone, at "
+     "most one a second between", 0, KVT_CLI_PLAIN},
     {O_LOG_FILE, 0, "log-file", NULL, "PATH",
      "append log lines to PATH (created 0600; never through a symbolic\nlink) instead of stderr; usage errors still "
      "go to stderr", 0, KVT_CLI_PLAIN},
@@ -301,6 +308,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         }
         return 0;
     case O_LOG_FILE: x->log_file = v; return 0;
+    case O_PROGRESS: kvt_progress_set_forced(1); return 0;
     default: return -1;
     }
 }

@@ -285,6 +285,27 @@ int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key
     return 0;
 }
 
+void kvt_srv_prefill_progress(slot *sl, int begin) {
+    const srv_req *r = sl->r;
+    if (begin) {
+        int32_t n = r->n_prompt - sl->n_fed;
+        sl->progress = n >= KVT_PREFILL_PROGRESS_TOKENS && !r->is_sib && kvt_progress_wanted();
+        sl->progress_from = sl->n_fed;
+        if (sl->progress)
+            kvt_progress_begin_for(&sl->prog, "prefill", r->request_id[0] ? r->request_id : r->id, (uint64_t)n,
+                                   "tokens");
+        return;
+    }
+    if (!sl->progress) return;
+    uint64_t done = (uint64_t)(sl->n_fed - sl->progress_from);
+    if (sl->n_fed < r->n_prompt) {
+        kvt_progress_update(&sl->prog, done);
+        return;
+    }
+    kvt_progress_end(&sl->prog, done);
+    sl->progress = 0;
+}
+
 void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done) {
     if (computed < KVT_PREFILL_PROGRESS_TOKENS || r->is_sib) return;
     const char *id = r->request_id[0] ? r->request_id : r->id;

@@ -124,6 +124,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     sl->chain = chain;
     sl->prefilling = 1;
     kvt_srv_log_prefill(r, r->n_prompt - sl->n_fed, sl->n_fed, 0);
+    kvt_srv_prefill_progress(sl, 1);
     for (int32_t i = 0; i < r->n_sib; i++) {
         slot *w = free_slot(s); /* admission counted them */
         w->r = r->sib[i];

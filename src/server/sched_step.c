@@ -119,6 +119,7 @@ static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int
         pf->r->usage.prefill_ms += ms;
         if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
         kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
+        kvt_srv_prefill_progress(pf, 0);
         if (pf->n_fed == pf->r->n_prompt) kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
