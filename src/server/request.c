@@ -292,8 +292,7 @@ void kvt_srv_prefill_progress(slot *sl, int begin) {
         sl->progress = n >= KVT_PREFILL_PROGRESS_TOKENS && !r->is_sib && kvt_progress_wanted();
         sl->progress_from = sl->n_fed;
         if (sl->progress)
-            kvt_progress_begin_for(&sl->prog, "prefill", r->request_id[0] ? r->request_id : r->id, (uint64_t)n,
-                                   "tokens");
+            kvt_progress_begin_for(&sl->prog, "prefill", kvt_srv_log_id(r), (uint64_t)n, "tokens");
         return;
     }
     if (!sl->progress) return;
@@ -308,7 +307,7 @@ void kvt_srv_prefill_progress(slot *sl, int begin) {
 
 void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done) {
     if (computed < KVT_PREFILL_PROGRESS_TOKENS || r->is_sib) return;
-    const char *id = r->request_id[0] ? r->request_id : r->id;
+    const char *id = kvt_srv_log_id(r);
     double s = r->usage.prefill_ms / 1e3;
     if (!done)
         kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,cached_tokens",

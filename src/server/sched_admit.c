@@ -111,7 +111,8 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
         seq = -1;
     }
     if (rc) {
-        kvt_logk(KVT_LOG_WARN, "request_id,error", "serve: cannot start %s: %s", r->id, kvt_errmsg());
+        kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: cannot start %s (%s): %s", kvt_srv_log_id(r),
+                 r->id, kvt_errmsg());
         pthread_mutex_lock(&s->mu);
         kvt_srv_req_fail_locked(r, 503, "no KV memory or sequence slot is available; retry later");
         s->n_active -= 1 + r->n_sib;

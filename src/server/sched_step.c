@@ -176,8 +176,8 @@ void kvt_srv_engine_step(kvt_server *s) {
         slot *victim = pf;
         for (int32_t i = 0; i < n_dec; i++)
             if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
-        kvt_logk(KVT_LOG_WARN, "request_id,error", "serve: KV memory exhausted, ending %s: %s", victim->r->id,
-                 kvt_errmsg());
+        kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
+                 kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
         kvt_srv_slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
         return;
     }

@@ -332,6 +332,8 @@ void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_r
  * compute): at its start (done 0; cached tokens restored) and at its end
  * (done 1; with its time). Nothing for a shorter one. Engine thread. */
 void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done);
+/* The id log lines name r by: its HTTP request's (the access line's), else its own. */
+static inline const char *kvt_srv_log_id(const srv_req *r) { return r->request_id[0] ? r->request_id : r->id; }
 /* Progress lines of slot sl's prefill, where someone watches for them (a
  * terminal, or serve --progress: kvt_progress_wanted) and it computes
  * KVT_PREFILL_PROGRESS_TOKENS or more: begun at admission (sl->n_fed tokens

@@ -173,6 +173,21 @@ PY
 else
   echo "SKIP part: no headless Chromium (chromium-headless-shell or chromium): the in-browser check"
 fi
+# a stream its client leaves: when it was cut short, its cancel line names the request id
+curl -s -N -m 0.3 -H 'Content-Type: application/json' -H 'X-Request-Id: cancel-1' -o /dev/null \
+  -d '{"prompt": "hello there", "max_tokens": 4000, "stream": true, "ignore_eos": true}' "$URL/v1/completions"
+check "a stream left by its client: complete false, and its cancel line has request_id" python3 - "$LOG" <<'PY'
+import json, sys, time
+for _ in range(100):  # the access and cancel lines come once the engine notices
+    ds = [json.loads(l) for l in open(sys.argv[1])]
+    acc = [d for d in ds if d["msg"] == "access" and d["request_id"] == "cancel-1"]
+    c = [d for d in ds if "cancelled by its client" in d["msg"]]
+    if acc and (acc[0]["complete"] or c): break
+    time.sleep(0.1)
+assert len(acc) == 1, acc
+if not acc[0]["complete"]:
+    assert len(c) == 1 and c[0]["request_id"] == "cancel-1" and c[0]["completion_id"].startswith("cmpl-"), c
+PY
 # a long prefill logs its start and end with the request's id
 python3 -c "import json; print(json.dumps({'prompt': [(i * 37) % 700 + 5 for i in range(600)], 'max_tokens': 2}))" >"$TMP/long.json"
 curl -s -m 60 -H 'Content-Type: application/json' -H 'X-Request-Id: long-1' -o /dev/null -d @"$TMP/long.json" \
@@ -236,7 +251,7 @@ stop
 
 # ---- every JSON line of every server above: typed keys, request ids --------------------------------
 check "every JSON log line carries its figures and request id as typed keys (a, b, c, d, e)" \
-  python3 "$HERE/jsonlog_check.py" --min 40 --ids long-1,dash-1,dash-2 "$LOG" "$TMP/b.log" "$TMP/c.log" "$TMP/d.log" "$TMP/e.log"
+  python3 "$HERE/jsonlog_check.py" --min 40 --ids long-1,dash-1,dash-2,cancel-1 "$LOG" "$TMP/b.log" "$TMP/c.log" "$TMP/d.log" "$TMP/e.log"
 check "... including the disk tier's open" grep -q '"msg":"disk tier .*records in .*"records":[1-9]' "$TMP/d.log"
 # the checker is not vacuous: each broken line is refused
 for bad_line in 'kvtier: info: plain text' '{"level":"info","ts":"2026-12-01T00:00:00.000Z","msg":"x"}' \
