@@ -237,18 +237,6 @@ static char *render(char *stack, size_t cap, const char *fmt, va_list ap) {
     return n < 0 ? NULL : msg;
 }
 
-void kvt_log(int level, const char *fmt, ...) {
-    if (!kvt_log_enabled(level)) return;
-    char msg_stack[LINE_STACK_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = render(msg_stack, sizeof msg_stack, fmt, ap);
-    va_end(ap);
-    if (!msg) return;
-    write_line(level, msg, NULL, 0);
-    if (msg != msg_stack) free(msg);
-}
-
 void kvt_log_fields(int level, const char *msg, const kvt_log_field *f, size_t n, const char *text_msg) {
     if (!kvt_log_enabled(level)) return;
     if (kvt_log_get_format() == KVT_LOG_JSON) write_line(level, msg, f, n);
@@ -340,32 +328,44 @@ static void next_key(const char **keys, char *out, size_t cap) {
     *keys = e ? e + 1 : k + n;
 }
 
-void kvt_logk(int level, const char *keys, const char *fmt, ...) {
-    if (!kvt_log_enabled(level)) return;
+/* One line of fmt with ap; in JSON, keys (NULL: none) name its conversions. */
+static void vlogk(int level, const char *keys, const char *fmt, va_list ap) {
     char msg_stack[LINE_STACK_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
+    va_list walk;
+    va_copy(walk, ap);
     char *msg = render(msg_stack, sizeof msg_stack, fmt, ap);
-    va_end(ap);
-    if (!msg) return;
     kvt_log_field f[KVT_LOG_MAX_KEYS];
     char names[KVT_LOG_MAX_KEYS][32], vals[KVT_LOG_MAX_KEYS][40];
     size_t n = 0;
-    if (kvt_log_get_format() == KVT_LOG_JSON) {
-        va_start(ap, fmt);
-        const char *p = fmt, *k = keys ? keys : "";
-        for (conv_spec c; n < KVT_LOG_MAX_KEYS;) {
-            next_conv(&p, &c, &ap);
-            if (!c.conv) break;
-            kvt_log_field *x = &f[n];
-            memset(x, 0, sizeof *x);
-            take_arg(&c, &ap, x, vals[n], sizeof vals[n]);
-            next_key(&k, names[n], sizeof names[n]);
-            x->key = names[n];
-            if (names[n][0]) n++; /* unnamed: the argument is taken, no key */
-        }
-        va_end(ap);
+    const char *p = fmt, *k = keys;
+    for (conv_spec c; msg && k && kvt_log_get_format() == KVT_LOG_JSON && n < KVT_LOG_MAX_KEYS;) {
+        next_conv(&p, &c, &walk);
+        if (!c.conv) break;
+        kvt_log_field *x = &f[n];
+        memset(x, 0, sizeof *x);
+        take_arg(&c, &walk, x, vals[n], sizeof vals[n]);
+        next_key(&k, names[n], sizeof names[n]);
+        x->key = names[n];
+        if (names[n][0]) n++; /* unnamed: the argument is taken, no key */
     }
+    va_end(walk);
+    if (!msg) return;
     write_line(level, msg, f, n);
     if (msg != msg_stack) free(msg);
+}
+
+void kvt_logk(int level, const char *keys, const char *fmt, ...) {
+    if (!kvt_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlogk(level, keys ? keys : "", fmt, ap);
+    va_end(ap);
+}
+
+void kvt_log(int level, const char *fmt, ...) {
+    if (!kvt_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlogk(level, NULL, fmt, ap);
+    va_end(ap);
 }
