@@ -20,6 +20,8 @@ import sys
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 KEY = re.compile(r"[a-z0-9_]+")
 NUMBER = re.compile(r"(?<![\w.\-])-?\d+(?:\.\d+)?(?![\w.]*\w)")
+# keys whose values are text even when all digits: hashes, hex ids, a client's request id
+TEXT_KEY = re.compile(r"(_hex|_id|^tenant)$")
 KV_PAIR = re.compile(r"\b[a-z_]+=\S")
 # figures a message derives from its keys rather than carries: sessions of the context in the capacity line
 DERIVED = re.compile(r"\d+\.\d sessions of")
@@ -48,7 +50,7 @@ def check_line(d, ids):
     for k, v in fields.items():
         if not KEY.fullmatch(k):
             problems.append("key %r is not [a-z0-9_]" % k)
-        if isinstance(v, str) and re.fullmatch(r"-?\d+(\.\d+)?", v) and not k.endswith("_hex"):
+        if isinstance(v, str) and re.fullmatch(r"-?\d+(\.\d+)?", v) and not TEXT_KEY.search(k):
             problems.append("key %s holds the number %r as a string" % (k, v))
     if msg == "access":
         return problems
