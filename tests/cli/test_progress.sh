@@ -86,13 +86,15 @@ serve_progress() {
   check "... the prefill's progress as keys: request_id, done/total tokens, finished" python3 - "$log" <<'PY'
 import json, sys
 p = [d for d in map(json.loads, open(sys.argv[1])) if d["msg"].startswith("progress: prefill")]
-assert len(p) == 2 and all(d["request_id"] == "long-1" and d["what"] == "prefill" for d in p), p
-a, b = p
+assert len(p) >= 2 and all(d["request_id"] == "long-1" and d["what"] == "prefill" for d in p), p
+a, b = p[0], p[-1]  # and between them (a slow machine), one a second
 assert a["done"] == 0 and a["total"] >= 512 and a["finished"] is False and a["unit"] == "tokens", a
 assert b["done"] == b["total"] == a["total"] and b["finished"] is True and b["percent"] == 100.0, b
 assert isinstance(b["elapsed_s"], float), b
+done = [d["done"] for d in p]
+assert done == sorted(done) and not any(d["finished"] for d in p[:-1]), p
 m = [d for d in map(json.loads, open(sys.argv[1])) if d["msg"].startswith("progress: loading")]
-assert len(m) == 2 and "request_id" not in m[0] and m[1]["finished"] is True, m
+assert len(m) >= 2 and "request_id" not in m[0] and m[-1]["finished"] is True, m
 PY
 }
 
