@@ -56,6 +56,9 @@ kvt_start_server() {
   done
   # a --log-file that the last run appended to: only the lines of this run count
   if [ "$log" != "$out" ] && [ -f "$log" ]; then skip=$(wc -l <"$log"); fi
+  # emptied here, not only by the background redirect: a restart under the same NAME would
+  # otherwise race it and could read the last run's "listening on" line (its dead port)
+  : >"$out"
   "$BIN" serve --port 0 "${KVT_SERVE_ARGS[@]}" "$@" >"$out" 2>&1 &
   local pid=$! end=$((SECONDS + ${KVT_SERVE_WAIT_S:-60})) url=
   KVT_PID[$name]=$pid KVT_LOG[$name]=$log

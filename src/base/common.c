@@ -69,7 +69,7 @@ int kvt_write_all(int fd, const void *buf, size_t n) {
 }
 
 static void oom(size_t n) {
-    kvt_log(KVT_LOG_ERROR, "out of memory allocating %zu bytes", n);
+    kvt_logk(KVT_LOG_ERROR, "bytes", "out of memory allocating %zu bytes", n);
     abort();
 }
 

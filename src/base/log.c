@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +169,13 @@ static void write_all(int fd, const char *s, size_t n) {
     }
 }
 
+/* d as a JSON float with up to 6 significant digits: a '.0' added where %g
+ * would write an integer, so a reader always gets a float for a float key. */
+static void put_real(char *out, size_t cap, double d) {
+    int n = snprintf(out, cap, "%.6g", d);
+    if (n > 0 && (size_t)n + 2 < cap && !strpbrk(out, ".e")) memcpy(out + n, ".0", 3);
+}
+
 /* Writes one line: ts, level and msg, then (JSON only) each field as its own key. */
 static void write_line(int level, const char *msg, const kvt_log_field *f, size_t n) {
     char ts[KVT_LOG_TS_BYTES];
@@ -194,7 +203,9 @@ static void write_line(int level, const char *msg, const kvt_log_field *f, size_
             }
             if (f[i].type == KVT_LOG_INT) snprintf(num, sizeof num, "%lld", f[i].i);
             else if (f[i].type == KVT_LOG_BOOL) snprintf(num, sizeof num, "%s", f[i].i ? "true" : "false");
+            else if (f[i].type == KVT_LOG_UINT) snprintf(num, sizeof num, "%llu", (unsigned long long)f[i].i);
             else if (f[i].type == KVT_LOG_NUM && isfinite(f[i].d)) snprintf(num, sizeof num, "%.3f", f[i].d);
+            else if (f[i].type == KVT_LOG_REAL && isfinite(f[i].d)) put_real(num, sizeof num, f[i].d);
             else snprintf(num, sizeof num, "null");
             lb_puts(&b, num);
         }
@@ -212,28 +223,149 @@ static void write_line(int level, const char *msg, const kvt_log_field *f, size_
     if (b.heap) free(b.s);
 }
 
-void kvt_log(int level, const char *fmt, ...) {
-    if (!kvt_log_enabled(level)) return;
-    char msg_stack[LINE_STACK_BYTES];
-    char *msg = msg_stack;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg_stack, sizeof msg_stack, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof msg_stack && (msg = malloc((size_t)n + 1))) {
-        va_start(ap, fmt);
-        vsnprintf(msg, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-    } else if (!msg) {
-        msg = msg_stack; /* out of memory: the truncated message */
-    }
-    write_line(level, msg, NULL, 0);
-    if (msg != msg_stack) free(msg);
+/* fmt with ap into stack (cap bytes), or into a malloc'd buffer when it does
+ * not fit (the truncated message if that fails); the caller frees a result
+ * that is not stack. NULL if fmt cannot be rendered. */
+static char *render(char *stack, size_t cap, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(stack, cap, fmt, ap);
+    char *msg = stack;
+    if (n >= 0 && (size_t)n >= cap && (msg = malloc((size_t)n + 1))) vsnprintf(msg, (size_t)n + 1, fmt, ap2);
+    else if (!msg) msg = stack; /* out of memory: the truncated message */
+    va_end(ap2);
+    return n < 0 ? NULL : msg;
 }
 
 void kvt_log_fields(int level, const char *msg, const kvt_log_field *f, size_t n, const char *text_msg) {
     if (!kvt_log_enabled(level)) return;
     if (kvt_log_get_format() == KVT_LOG_JSON) write_line(level, msg, f, n);
     else write_line(level, text_msg ? text_msg : msg, NULL, 0);
+}
+
+/* ---- kvt_logk: printf conversions as typed keys ---------------------------------------------- */
+
+/* One conversion of a printf format: what it takes from the arguments. */
+typedef struct {
+    char flags[8];
+    int width, prec; /* from digits or '*'; -1: none */
+    char len[3];     /* "", "hh", "h", "l", "ll", "j", "z", "t", "L" */
+    char conv;       /* 0: the end of the format */
+} conv_spec;
+
+/* Moves *p past the next conversion (skipping "%%") and describes it in c;
+ * c->conv is 0 at the end of the format. A '*' width or precision takes its
+ * int from ap. */
+static void next_conv(const char **p, conv_spec *c, va_list *ap) {
+    const char *s = *p;
+    memset(c, 0, sizeof *c);
+    c->width = c->prec = -1;
+    for (;;) {
+        while (*s && *s != '%') s++;
+        if (!*s) break;
+        if (s[1] == '%') {
+            s += 2;
+            continue;
+        }
+        s++;
+        for (size_t n = 0; *s && strchr("-+ #0'", *s); s++)
+            if (n + 1 < sizeof c->flags) c->flags[n++] = *s;
+        if (*s == '*') c->width = va_arg(*ap, int), s++;
+        else for (c->width = *s >= '0' && *s <= '9' ? 0 : -1; *s >= '0' && *s <= '9'; s++) c->width = c->width * 10 + (*s - '0');
+        if (*s == '.') {
+            s++;
+            if (*s == '*') c->prec = va_arg(*ap, int), s++;
+            else for (c->prec = 0; *s >= '0' && *s <= '9'; s++) c->prec = c->prec * 10 + (*s - '0');
+        }
+        for (size_t n = 0; *s && strchr("hljztLq", *s) && n < 2; s++) c->len[n++] = *s;
+        c->conv = *s ? *s++ : 0;
+        break;
+    }
+    *p = s;
+}
+
+/* Takes the conversion's argument from ap into the field f (buf, of cap
+ * bytes, holds a rendered string value). */
+static void take_arg(const conv_spec *c, va_list *ap, kvt_log_field *f, char *buf, size_t cap) {
+    const char *l = c->len;
+    int ll = !strcmp(l, "ll") || !strcmp(l, "q"), lo = !strcmp(l, "l");
+    if (strchr("di", c->conv)) {
+        f->type = KVT_LOG_INT;
+        f->i = ll ? va_arg(*ap, long long) : lo ? va_arg(*ap, long) : *l == 'j' ? va_arg(*ap, intmax_t)
+               : *l == 'z' ? va_arg(*ap, ssize_t) : *l == 't' ? va_arg(*ap, ptrdiff_t) : va_arg(*ap, int);
+    } else if (strchr("uxXo", c->conv)) {
+        unsigned long long u = ll ? va_arg(*ap, unsigned long long) : lo ? va_arg(*ap, unsigned long)
+                               : *l == 'j' ? va_arg(*ap, uintmax_t) : *l == 'z' ? va_arg(*ap, size_t)
+                               : *l == 't' ? (unsigned long long)va_arg(*ap, ptrdiff_t) : va_arg(*ap, unsigned);
+        if (*l == 'h') u = *(l + 1) == 'h' ? (unsigned char)u : (unsigned short)u;
+        f->type = c->conv == 'u' ? KVT_LOG_UINT : KVT_LOG_STR;
+        f->i = (long long)u;
+        if (c->conv != 'u') {
+            char spec[24];
+            snprintf(spec, sizeof spec, "%%%s*.*ll%c", c->flags, c->conv);
+            snprintf(buf, cap, spec, c->width < 0 ? 0 : c->width, c->prec, u);
+            f->s = buf;
+        }
+    } else if (strchr("fFeEgGaA", c->conv)) {
+        f->type = KVT_LOG_REAL;
+        f->d = *l == 'L' ? (double)va_arg(*ap, long double) : va_arg(*ap, double);
+    } else if (c->conv == 'c') {
+        snprintf(buf, cap, "%c", va_arg(*ap, int));
+        f->s = buf;
+    } else if (c->conv == 's') {
+        f->s = va_arg(*ap, const char *);
+    } else { /* %p, and anything else takes a pointer */
+        snprintf(buf, cap, "%p", va_arg(*ap, void *));
+        f->s = buf;
+    }
+}
+
+/* The next name in the comma-separated *keys into out; "" when none is left. */
+static void next_key(const char **keys, char *out, size_t cap) {
+    const char *k = *keys, *e = strchr(k, ',');
+    size_t n = e ? (size_t)(e - k) : strlen(k);
+    snprintf(out, cap, "%.*s", (int)KVT_MIN(n, cap - 1), k);
+    *keys = e ? e + 1 : k + n;
+}
+
+/* One line of fmt with ap; in JSON, keys (NULL: none) name its conversions. */
+static void vlogk(int level, const char *keys, const char *fmt, va_list ap) {
+    char msg_stack[LINE_STACK_BYTES];
+    va_list walk;
+    va_copy(walk, ap);
+    char *msg = render(msg_stack, sizeof msg_stack, fmt, ap);
+    kvt_log_field f[KVT_LOG_MAX_KEYS];
+    char names[KVT_LOG_MAX_KEYS][32], vals[KVT_LOG_MAX_KEYS][40];
+    size_t n = 0;
+    const char *p = fmt, *k = keys;
+    for (conv_spec c; msg && k && kvt_log_get_format() == KVT_LOG_JSON && n < KVT_LOG_MAX_KEYS;) {
+        next_conv(&p, &c, &walk);
+        if (!c.conv) break;
+        kvt_log_field *x = &f[n];
+        memset(x, 0, sizeof *x);
+        take_arg(&c, &walk, x, vals[n], sizeof vals[n]);
+        next_key(&k, names[n], sizeof names[n]);
+        x->key = names[n];
+        if (names[n][0]) n++; /* unnamed: the argument is taken, no key */
+    }
+    va_end(walk);
+    if (!msg) return;
+    write_line(level, msg, f, n);
+    if (msg != msg_stack) free(msg);
+}
+
+void kvt_logk(int level, const char *keys, const char *fmt, ...) {
+    if (!kvt_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlogk(level, keys ? keys : "", fmt, ap);
+    va_end(ap);
+}
+
+void kvt_log(int level, const char *fmt, ...) {
+    if (!kvt_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlogk(level, NULL, fmt, ap);
+    va_end(ap);
 }

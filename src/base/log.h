@@ -28,7 +28,14 @@ void kvt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 int kvt_log_enabled(int level);
 
 /* One field of a structured line (kvt_log_fields). */
-typedef enum { KVT_LOG_STR = 0, KVT_LOG_INT = 1, KVT_LOG_NUM = 2, KVT_LOG_BOOL = 3 } kvt_log_type;
+typedef enum {
+    KVT_LOG_STR = 0,
+    KVT_LOG_INT = 1,
+    KVT_LOG_NUM = 2,  /* d with 3 decimals */
+    KVT_LOG_BOOL = 3,
+    KVT_LOG_UINT = 4, /* (unsigned long long)i */
+    KVT_LOG_REAL = 5  /* d with up to 6 significant digits, always a JSON float (1.0, 2.5e-05) */
+} kvt_log_type;
 typedef struct {
     const char *key;  /* a JSON key: [a-z_]; not escaped */
     kvt_log_type type;
@@ -43,6 +50,22 @@ typedef struct {
  * "POST","status":200,...}). Text: text_msg as kvt_log writes it (the fields
  * are for JSON readers; the text line says the same in its own words). */
 void kvt_log_fields(int level, const char *msg, const kvt_log_field *f, size_t n, const char *text_msg);
+
+/* Logs one line as kvt_log does, and in JSON also gives each conversion of
+ * fmt a key of its own, typed by the conversion: keys names them in order,
+ * comma-separated ("" or a missing name: that one stays in the text only).
+ * %d %i %u (any length) are JSON integers, %f %e %g JSON floats, %s strings
+ * (NULL: null), %x %o %c %p strings as printf writes them. The text line and
+ * the JSON msg are the same rendered message, so a reader of either sees the
+ * prose, and a log pipeline reads the values without parsing it:
+ *
+ *   kvt_logk(KVT_LOG_INFO, "request_id,tokens", "serve: prefill %s: %d tokens", id, n);
+ *   {"ts":...,"level":"info","msg":"serve: prefill req-1: 900 tokens","request_id":"req-1","tokens":900}
+ *
+ * At most KVT_LOG_MAX_KEYS keys; keys are [a-z0-9_] (not escaped) and never
+ * ts, level or msg. */
+#define KVT_LOG_MAX_KEYS 16
+void kvt_logk(int level, const char *keys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* The format lines are written in now. */
 kvt_log_format kvt_log_get_format(void);

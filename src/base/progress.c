@@ -1,6 +1,7 @@
 /* Rate-limited progress lines (progress.h). */
 #include "progress.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,12 @@ int kvt_progress_wanted(void) {
 static void line(kvt_progress *p, uint64_t done, double now, const char *tail);
 
 void kvt_progress_begin(kvt_progress *p, const char *what, uint64_t total, const char *unit) {
+    kvt_progress_begin_for(p, what, NULL, total, unit);
+}
+
+void kvt_progress_begin_for(kvt_progress *p, const char *what, const char *id, uint64_t total, const char *unit) {
     snprintf(p->what, sizeof p->what, "%s", what);
+    snprintf(p->id, sizeof p->id, "%s", id ? id : "");
     p->unit = unit;
     p->total = total;
     p->start = p->last = kvt_now();
@@ -30,13 +36,30 @@ void kvt_progress_begin(kvt_progress *p, const char *what, uint64_t total, const
     if (kvt_progress_forced()) line(p, 0, p->start, "");
 }
 
+/* One line; in JSON logs the figures are keys of their own: what, done,
+ * total (null if unknown), unit, percent, elapsed_s, finished, and
+ * request_id for a request's work. */
 static void line(kvt_progress *p, uint64_t done, double now, const char *tail) {
+    char text[320];
+    double pct = p->total ? 100.0 * (double)done / (double)p->total : NAN;
+    const char *sep = p->id[0] ? " " : "";
     if (p->total)
-        kvt_log(KVT_LOG_INFO, "progress: %s: %llu/%llu %s (%.0f%%), %.1f s%s", p->what, (unsigned long long)done,
-                (unsigned long long)p->total, p->unit, 100.0 * (double)done / (double)p->total, now - p->start, tail);
+        snprintf(text, sizeof text, "progress: %s%s%s: %llu/%llu %s (%.0f%%), %.1f s%s", p->what, sep, p->id,
+                 (unsigned long long)done, (unsigned long long)p->total, p->unit, pct, now - p->start, tail);
     else
-        kvt_log(KVT_LOG_INFO, "progress: %s: %llu %s, %.1f s%s", p->what, (unsigned long long)done, p->unit,
-                now - p->start, tail);
+        snprintf(text, sizeof text, "progress: %s%s%s: %llu %s, %.1f s%s", p->what, sep, p->id,
+                 (unsigned long long)done, p->unit, now - p->start, tail);
+    const kvt_log_field f[] = {
+        {"what", KVT_LOG_STR, p->what, 0, 0},
+        {"done", KVT_LOG_UINT, NULL, (long long)done, 0},
+        {"total", p->total ? KVT_LOG_UINT : KVT_LOG_STR, NULL, (long long)p->total, 0},
+        {"unit", KVT_LOG_STR, p->unit, 0, 0},
+        {"percent", KVT_LOG_REAL, NULL, 0, pct},
+        {"elapsed_s", KVT_LOG_REAL, NULL, 0, now - p->start},
+        {"finished", KVT_LOG_BOOL, NULL, *tail != 0, 0},
+        {"request_id", KVT_LOG_STR, p->id, 0, 0},
+    };
+    kvt_log_fields(KVT_LOG_INFO, text, f, KVT_ARRAY_LEN(f) - !p->id[0], text);
     p->last = now;
     p->shown++;
 }

@@ -21,6 +21,7 @@
 
 typedef struct {
     char what[96];
+    char id[72]; /* the request the work is for ("" if none): after what in the text, request_id in JSON */
     const char *unit;
     uint64_t total; /* 0: unknown */
     double start, last;
@@ -39,6 +40,10 @@ int kvt_progress_wanted(void);
 
 /* Starts tracking work on `what` (copied), of total units (0 if unknown). */
 void kvt_progress_begin(kvt_progress *p, const char *what, uint64_t total, const char *unit);
+/* The same for work done for a request: its id (copied; NULL: none) in every
+ * line, "progress: prefill ID: 0/900 tokens (0%), 0.0 s", and as request_id
+ * in JSON logs. */
+void kvt_progress_begin_for(kvt_progress *p, const char *what, const char *id, uint64_t total, const char *unit);
 /* Notes that done units are finished; prints a line when one is due. */
 void kvt_progress_update(kvt_progress *p, uint64_t done);
 /* Ends the work; prints "done" with the elapsed time if a line was printed. */

@@ -117,7 +117,7 @@ int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
         int32_t v = pick_victim(c);
         int32_t w = v < 0 ? kvt_cache_session_victim(c) : -1;
         if (w >= 0) { /* a warm session's context yields to running work; it moves down, not out */
-            kvt_log(KVT_LOG_DEBUG, "cache: releasing warm session '%s' early for room", c->sessions[w].name);
+            kvt_logk(KVT_LOG_DEBUG, "session", "cache: releasing warm session '%s' early for room", c->sessions[w].name);
             kvt_cache_session_drop(c, w);
             c->sessions_released++;
             continue;

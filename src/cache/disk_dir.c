@@ -179,7 +179,7 @@ int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked) {
         char pid[32];
         int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
         if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-            kvt_log(KVT_LOG_DEBUG, "cache dir %s: cannot record our pid in the lock file", dir);
+            kvt_logk(KVT_LOG_DEBUG, "dir", "cache dir %s: cannot record our pid in the lock file", dir);
     }
     return fd;
 }
@@ -360,7 +360,7 @@ long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t
                     !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
                     !strcmp(nm, CKPT_NAME) || !strcmp(nm, CKPT_TMP_NAME) ||
                     kvt_disk_is_seg_tmp_name(nm);
-        if (!known && warn_foreign) kvt_log(KVT_LOG_WARN, "cache dir %s: ignoring foreign file '%s'", dir, nm);
+        if (!known && warn_foreign) kvt_logk(KVT_LOG_WARN, "dir,file", "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
     closedir(dh);
     if (n) qsort(*ids, n, sizeof **ids, cmp_u64);
@@ -370,7 +370,7 @@ long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t
 void *kvt_disk_aligned_buf(size_t n) {
     void *p = NULL;
     if (posix_memalign(&p, KVT_DISK_ALIGN, n ? kvt_disk_align_up(n) : KVT_DISK_ALIGN)) {
-        kvt_log(KVT_LOG_ERROR, "out of memory allocating %zu aligned bytes", n);
+        kvt_logk(KVT_LOG_ERROR, "bytes", "out of memory allocating %zu aligned bytes", n);
         abort();
     }
     return p;

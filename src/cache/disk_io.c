@@ -95,8 +95,8 @@ size_t kvt_dio_reap(kvt_dio *io, int wait, kvt_dio_done_fn done, void *ctx) {
             got++;
         }
         if (io->inflight) { /* should not happen: requests lost in a broken ring */
-            kvt_log(KVT_LOG_ERROR, "disk I/O: io_uring failed (%s) with %u reads in flight", strerror(-rc),
-                    io->inflight);
+            kvt_logk(KVT_LOG_ERROR, "error,reads_in_flight",
+                     "disk I/O: io_uring failed (%s) with %u reads in flight", strerror(-rc), io->inflight);
             abort();
         }
         return got;

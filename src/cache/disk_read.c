@@ -176,7 +176,8 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
         } else if (pl->status >= 2) {
             if (pl->status == 2) d->st.corrupt++;
             else d->st.read_errors++;
-            kvt_log(KVT_LOG_WARN, "disk tier %s: record at segment %016" PRIx64 " offset %" PRIu64 " is %s; dropped",
+            kvt_logk(KVT_LOG_WARN, "dir,segment_hex,offset,state",
+                     "disk tier %s: record at segment %016" PRIx64 " offset %" PRIu64 " is %s; dropped",
                     d->dir, pl->seg->id, pl->off, pl->status == 2 ? "corrupt" : "unreadable");
             if (same) kvt_disk_rec_drop(d, pl->slot);
         }

@@ -54,7 +54,7 @@ size_t kvt_disk_reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves
         char nm[SEG_NAME_MAX];
         kvt_disk_seg_name(nm, sizeof nm, v->id);
         if (unlinkat(d->dir_fd, nm, 0) && errno != ENOENT)
-            kvt_log(KVT_LOG_WARN, "disk tier %s: cannot remove %s: %s", d->dir, nm, strerror(errno));
+            kvt_logk(KVT_LOG_WARN, "dir,file,error", "disk tier %s: cannot remove %s: %s", d->dir, nm, strerror(errno));
         used -= v->bytes;
         v->dead = 1;
         v->refs++;
@@ -167,7 +167,8 @@ static void queued_lost(kvt_disk *d, const disk_qslot *q) {
     if (!kvt_hmap128_get(&d->map, q->hash, NULL)) kvt_disk_push_event(d, 0, q->hash, q->hash, 0, NULL);
     /* with writes disabled, kvt_disk_disable_writes has said so once already */
     if (!d->write_err && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
-        kvt_log(KVT_LOG_WARN, "disk tier %s: a block could not be written (%" PRIu64 " dropped so far)", d->dir,
+        kvt_logk(KVT_LOG_WARN, "dir,dropped", "disk tier %s: a block could not be written (%" PRIu64 " dropped so far)",
+                 d->dir,
                 d->st.dropped);
 }
 

@@ -94,7 +94,8 @@ void kvt_remote_note_error(kvt_remote *r, int timeout, const char *fmt, const ch
     pthread_mutex_unlock(&r->mu);
     char msg[512];
     snprintf(msg, sizeof msg, fmt, who, detail ? detail : "");
-    kvt_log(KVT_LOG_WARN, "remote tier %s: %s (T3 misses until it answers; %" PRIu64 " more errors since the last line)",
+    kvt_logk(KVT_LOG_WARN, "url,error,errors_since_last_line",
+             "remote tier %s: %s (T3 misses until it answers; %" PRIu64 " more errors since the last line)",
             r->url_text, msg, held);
 }
 

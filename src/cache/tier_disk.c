@@ -170,7 +170,8 @@ void kvt_disk_disable_writes(kvt_disk *d, int err, const char *what) {
     if (d->write_err) return;
     d->write_err = err ? err : -EIO;
     d->st.writes_disabled = 1;
-    kvt_log(KVT_LOG_WARN, "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir, what,
+    kvt_logk(KVT_LOG_WARN, "dir,what,error", "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir,
+             what,
             strerror(-d->write_err));
 }
 
@@ -262,15 +263,15 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
 /* The records the open scan found but cannot serve, by cause, in the log. */
 static void log_scan_misses(const kvt_disk *d, uint64_t lost_key, uint64_t no_mac, uint64_t no_scheme) {
     if (lost_key)
-        kvt_log(KVT_LOG_WARN,
+        kvt_logk(KVT_LOG_WARN, "dir,records",
                 "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
                 "was lost%s): they are misses",
                 d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
     if (no_mac)
-        kvt_log(KVT_LOG_INFO, "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
+        kvt_logk(KVT_LOG_INFO, "dir,records", "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
                 d->dir, no_mac);
     if (no_scheme)
-        kvt_log(KVT_LOG_WARN,
+        kvt_logk(KVT_LOG_WARN, "dir,records",
                 "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
                 "without AES-NI and PCLMUL, or a later build's): they are misses",
                 d->dir, no_scheme);
@@ -288,7 +289,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     if (!ignore_records && d->p.index) {
         int crc = kvt_disk_ckpt_load(d, &ck);
         if (crc == 0) have_ckpt = 1;
-        else if (crc != KVT_ENOTFOUND) kvt_log(KVT_LOG_WARN, "%s: scanning every record header instead", kvt_errmsg());
+        else if (crc != KVT_ENOTFOUND) kvt_logk(KVT_LOG_WARN, "error", "%s: scanning every record header instead", kvt_errmsg());
     }
     uint64_t *start = kvt_xcalloc((size_t)n + 1, sizeof *start); /* per opened segment: where its scan begins */
     for (long i = 0; i < n; i++) {
@@ -345,7 +346,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         kvt_disk_scan_reader_counts(rd, &c);
         d->st.open_scan_reads = c.reads;
         d->st.open_scan_read_bytes = c.bytes;
-        kvt_log(KVT_LOG_DEBUG, "disk tier %s: the scan read %" PRIu64 " bytes in %" PRIu64 " reads, %" PRIu64
+        kvt_logk(KVT_LOG_DEBUG, "dir,bytes,reads,batches,single_reads", "disk tier %s: the scan read %" PRIu64 " bytes in %" PRIu64 " reads, %" PRIu64
                 " batches, %" PRIu64 " reads on their own", d->dir, c.bytes, c.reads, c.batches, c.fallbacks);
         kvt_disk_scan_reader_free(rd);
     }
@@ -396,12 +397,13 @@ static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int
     int need_header = hrc != 0;
     if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
     if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
-        kvt_log(KVT_LOG_WARN, "cache dir %s has format version %u, this build uses %d: its records are ignored",
+        kvt_logk(KVT_LOG_WARN, "dir,format_version,build_format_version",
+                 "cache dir %s has format version %u, this build uses %d: its records are ignored",
                 d->dir, version, KVT_DISK_FORMAT_VERSION);
         *ignore_records = 1;
         need_header = 1;
     } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {
-        kvt_log(KVT_LOG_WARN,
+        kvt_logk(KVT_LOG_WARN, "dir,namespace_hi_hex,namespace_lo_hex",
                 "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
                 ": records of other namespaces are misses",
                 d->dir, hns.hi, hns.lo);
@@ -424,7 +426,7 @@ static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int
 static int open_key(kvt_disk *d, const kvt_disk_params *p) {
     const char *scheme = getenv(MAC_SCHEME_ENV);
     if (scheme && *scheme && strcmp(scheme, MAC_SCHEME_PORTABLE))
-        kvt_log(KVT_LOG_WARN, "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
+        kvt_logk(KVT_LOG_WARN, "variable,value", "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
                 scheme, MAC_SCHEME_PORTABLE);
     /* the key is made under the lock, so two openers never race to make it */
     int krc = kvt_disk_key_load(d->dir_fd, d->dir, geteuid(), &d->key);
@@ -445,7 +447,7 @@ static void probe_o_direct(kvt_disk *d) {
     int prc = kvt_disk_probe_o_direct(d->dir_fd, d->dir);
     d->o_direct = prc == 0;
     if (prc)
-        kvt_log(KVT_LOG_INFO, "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
+        kvt_logk(KVT_LOG_INFO, "dir,error", "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
                 strerror(-prc));
 }
 
@@ -455,7 +457,7 @@ static void open_io(kvt_disk *d, const kvt_disk_params *p) {
     kvt_dio_new(READ_DEPTH, p->use_io_uring, &d->rio);
     kvt_dio_new(1, p->use_io_uring, &d->wio);
     if (p->use_io_uring && !kvt_dio_uses_uring(d->rio))
-        kvt_log(KVT_LOG_INFO, "disk tier %s: io_uring unavailable; using pread/pwrite", d->dir);
+        kvt_logk(KVT_LOG_INFO, "dir", "disk tier %s: io_uring unavailable; using pread/pwrite", d->dir);
     d->st.io_uring = kvt_dio_uses_uring(d->rio);
     d->st.o_direct = d->o_direct;
     if (p->codec == KVT_DISK_CODEC_ZSTD) {
@@ -529,7 +531,8 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
         return kvt_fail(-EAGAIN, "disk tier: cannot start the writer thread");
     }
     d->writer_started = 1;
-    kvt_log(d->map.count ? KVT_LOG_INFO : KVT_LOG_DEBUG,
+    kvt_logk(d->map.count ? KVT_LOG_INFO : KVT_LOG_DEBUG,
+            "dir,records,segments,checkpoint_records,scanned_mib,open_s,mac,let_go_records,let_go_segments",
             "disk tier %s: %zu records in %zu segments (%" PRIu64 " from the index checkpoint, %.1f MiB of headers "
             "scanned), opened in %.3f s; MAC %s; %" PRIu64 " records in %" PRIu64
             " oldest segments let go to fit the budget",
@@ -671,7 +674,7 @@ int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_
     }
     if (rc == KVT_ELIMIT || rc == KVT_EUNSUPPORTED) d->st.dropped++;
     if (rc == KVT_ELIMIT && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
-        kvt_log(KVT_LOG_WARN,
+        kvt_logk(KVT_LOG_WARN, "dir,put_wait_ms,dropped",
                 "disk tier %s: the writer stayed behind for %u ms; a block was dropped (%" PRIu64 " so far)",
                 d->dir, d->p.put_wait_ms, d->st.dropped);
     if (rc == 1) d->st.dup_puts++;

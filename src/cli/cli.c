@@ -321,13 +321,22 @@ void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_
                               what[t], (unsigned long long)tok[t],
                               session_tokens > 0 ? (double)tok[t] / session_tokens : 0.0, session_tokens);
     }
-    if (f) fprintf(f, "%s\n", line);
-    else kvt_log(KVT_LOG_INFO, "%s", line);
+    if (f) {
+        fprintf(f, "%s\n", line);
+        return;
+    }
+    static const char *const key[KVT_TIER_COUNT] = {"t0_tokens", "t1_tokens", "t2_tokens", "t3_tokens"};
+    kvt_log_field fl[KVT_TIER_COUNT + 1];
+    size_t nf = 0;
+    for (int t = 0; t < KVT_TIER_COUNT; t++)
+        if (tok[t]) fl[nf++] = (kvt_log_field){key[t], KVT_LOG_UINT, NULL, (long long)tok[t], 0};
+    fl[nf++] = (kvt_log_field){"session_tokens", KVT_LOG_INT, NULL, session_tokens, 0};
+    kvt_log_fields(KVT_LOG_INFO, line, fl, nf, line);
 }
 
 long kvt_cli_default_ctx(long n_ctx_train) {
     if (n_ctx_train <= KVT_CLI_DEFAULT_CTX_CAP) return n_ctx_train;
-    kvt_log(KVT_LOG_INFO, "context %d tokens (the model was trained for %ld; --ctx N to change)",
+    kvt_logk(KVT_LOG_INFO, "ctx,ctx_train", "context %d tokens (the model was trained for %ld; --ctx N to change)",
             KVT_CLI_DEFAULT_CTX_CAP, n_ctx_train);
     return KVT_CLI_DEFAULT_CTX_CAP;
 }

@@ -174,7 +174,7 @@ int kvt_default_model_path(char *buf, size_t cap) {
     const char *env = getenv("KVT_DEFAULT_MODEL");
     if (env && *env) {
         snprintf(buf, cap, "%s", env);
-        kvt_log(KVT_LOG_INFO, "no -m given: using $KVT_DEFAULT_MODEL = %s", buf);
+        kvt_logk(KVT_LOG_INFO, "model", "no -m given: using $KVT_DEFAULT_MODEL = %s", buf);
         return 0;
     }
     char dir[3072];
@@ -188,7 +188,7 @@ int kvt_default_model_path(char *buf, size_t cap) {
              p.heads, p.kv_heads, p.ff, p.vocab, (unsigned long long)p.seed);
     struct stat st;
     if (stat(buf, &st) == 0) {
-        kvt_log(KVT_LOG_INFO, "no -m given: using kvtier's generated RANDOM-WEIGHT model %s "
+        kvt_logk(KVT_LOG_INFO, "model", "no -m given: using kvtier's generated RANDOM-WEIGHT model %s "
                               "(its text is noise; pass -m MODEL.gguf for a real model)", buf);
         return 0;
     }
@@ -196,7 +196,7 @@ int kvt_default_model_path(char *buf, size_t cap) {
         fprintf(stderr, "kvtier: cannot create %s: %s\n", dir, strerror(errno));
         return -1;
     }
-    kvt_log(KVT_LOG_INFO, "no -m given: generating a RANDOM-WEIGHT llama model (%d layers, dim %d) at %s "
+    kvt_logk(KVT_LOG_INFO, "layers,dim,model", "no -m given: generating a RANDOM-WEIGHT llama model (%d layers, dim %d) at %s "
                           "(its text is noise; pass -m MODEL.gguf for a real model)", p.layers, p.dim, buf);
     if (kvt_mkmodel(&p, buf)) {
         fprintf(stderr, "kvtier: cannot generate the default model: %s\n", kvt_errmsg());

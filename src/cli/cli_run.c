@@ -379,7 +379,7 @@ static void finish_cache(const run_ctx *c) {
     if (cp->disk_dir || cp->remote_url) {
         double t0 = kvt_now();
         if (kvt_cache_flush(c->cache)) fprintf(stderr, "kvtier run: flushing the KV cache: %s\n", kvt_errmsg());
-        else kvt_log(KVT_LOG_INFO, "flushed the KV cache to %s in %.2f s",
+        else kvt_logk(KVT_LOG_INFO, "to,seconds", "flushed the KV cache to %s in %.2f s",
                      cp->disk_dir ? cp->disk_dir : "the remote tier", kvt_now() - t0);
     }
     if (c->n_prompts > 1 || cp->disk_dir) {

@@ -14,6 +14,8 @@
 #include "cli.h"
 #include "common.h"
 #include "kvtier.h"
+#include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
+#include "progress.h" /* --progress */
 #include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
 #include "rag.h"
 
@@ -35,7 +37,7 @@ enum {
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
     O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
-    O_APPROXIMATE, O_RECOMPUTE_RATIO,
+    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -140,6 +142,11 @@ static const kvt_cli_opt serve_opts[] = {
     {O_LOG_FORMAT, 0, "log-format", NULL, "FMT",
      "text (default) or json: one object per line with ts, level, msg.\nEvery line has an ISO-8601 UTC timestamp "
      "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)", 0, KVT_CLI_PLAIN},
+    {O_PROGRESS, 0, "progress", NULL, NULL,
+     "progress lines in the log for the model load, a disk tier's open\nscan and each prefill of "
+     STR(KVT_PREFILL_PROGRESS_TOKENS) "+ tokens (with its request id), also\nwhen stderr is not a terminal (on a "
+     "terminal they are on anyway):\neach piece of work logs its first line at once and its last when\ndone, at "
+     "most one a second between", 0, KVT_CLI_PLAIN},
     {O_LOG_FILE, 0, "log-file", NULL, "PATH",
      "append log lines to PATH (created 0600; never through a symbolic\nlink) instead of stderr; usage errors still "
      "go to stderr", 0, KVT_CLI_PLAIN},
@@ -301,6 +308,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         }
         return 0;
     case O_LOG_FILE: x->log_file = v; return 0;
+    case O_PROGRESS: kvt_progress_set_forced(1); return 0;
     default: return -1;
     }
 }
@@ -377,11 +385,12 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
             return -1;
         }
         sp->rag = rt->rag;
-        fprintf(stderr, "kvtier serve: RAG index %s: %d chunks of at most %d tokens, %d terms\n", x->rag_path,
+        kvt_logk(KVT_LOG_INFO, "rag_index,chunks,chunk_tokens,terms",
+                 "serve: RAG index %s: %d chunks of at most %d tokens, %d terms", x->rag_path,
                 kvt_rag_n_chunks(rt->rag), kvt_rag_chunk_tokens(rt->rag), kvt_rag_n_terms(rt->rag));
     }
     if (kvt_model_load(model_path, kvt_model_default_params(), &rt->m)) {
-        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
+        kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
     }
     kvt_model_info info = kvt_model_get_info(rt->m);
@@ -389,7 +398,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         sp->chat = kvt_chat_family_parse(x->template_name);
     } else if ((sp->chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
         sp->chat = KVT_CHAT_CHATML;
-        kvt_log(KVT_LOG_WARN, "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
+        kvt_logk(KVT_LOG_WARN, "chat_template", "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
                 info.chat_template ? "not recognised" : "missing");
     }
     model_id_of(model_path, x->alias, rt->model_id, sizeof rt->model_id);
@@ -408,17 +417,18 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, per_ctx * (sp->parallel + 1));
     }
     if (rt->rag && kvt_rag_block_size(rt->rag) != ep.block_size)
-        kvt_log(KVT_LOG_WARN, "serve: the RAG index was cut for blocks of %d tokens, the cache uses %d: chunks still "
+        kvt_logk(KVT_LOG_WARN, "rag_block_tokens,block_tokens",
+                 "serve: the RAG index was cut for blocks of %d tokens, the cache uses %d: chunks still "
                 "start on block boundaries, but may take more blocks than they need", kvt_rag_block_size(rt->rag),
                 ep.block_size);
     if (kvt_engine_new(rt->m, ep, &rt->e)) {
-        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
+        kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
     }
     kvt_cache_params cp = x->cp;
     cp.ram_bytes = x->kv_ram;
     if (kvt_cache_new(rt->e, cp, &rt->cache)) {
-        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
+        kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
     }
     return 0;
@@ -440,10 +450,10 @@ static void serve_until_signal(kvt_server *srv, const sigset_t *stop_set, long d
     const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     int32_t in_flight = kvt_server_in_flight(srv);
     if (!drain_s || !in_flight) {
-        kvt_log(KVT_LOG_INFO, "serve: %s received, stopping", sig_name);
+        kvt_logk(KVT_LOG_INFO, "signal", "serve: %s received, stopping", sig_name);
         return;
     }
-    kvt_log(KVT_LOG_INFO,
+    kvt_logk(KVT_LOG_INFO, "signal,in_flight,drain_s",
             "serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
             "at once)",
             sig_name, in_flight, drain_s);
@@ -452,7 +462,7 @@ static void serve_until_signal(kvt_server *srv, const sigset_t *stop_set, long d
     const struct timespec slice = {0, DRAIN_POLL_NS};
     while ((in_flight = kvt_server_in_flight(srv)) > 0 && kvt_now() < end)
         if (sigtimedwait(stop_set, NULL, &slice) > 0) break;
-    if (in_flight) kvt_log(KVT_LOG_WARN, "serve: stopping with %d request(s) unfinished", in_flight);
+    if (in_flight) kvt_logk(KVT_LOG_WARN, "in_flight", "serve: stopping with %d request(s) unfinished", in_flight);
     else kvt_log(KVT_LOG_INFO, "serve: every request finished, stopping");
 }
 
@@ -471,7 +481,7 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
     /* the cache is the engine thread's once the server starts: describe it before */
     kvt_engine_params eff = kvt_engine_get_params(rt->e);
-    kvt_log(KVT_LOG_INFO,
+    kvt_logk(KVT_LOG_INFO, "model,chat_template,ctx,parallel,kv_type,t0_pages,page_bytes,t1_bytes,t2_dir,t3,api_keys,metrics",
             "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
             rt->model_id, kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel, kvt_kv_dtype_name(eff.kv_dtype),
@@ -481,16 +491,17 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
     kvt_cli_print_capacity(NULL, "serve", rt->cache, eff.n_ctx);
     kvt_server *srv = NULL;
     if (kvt_server_start(rt->m, rt->e, rt->cache, sp, &srv)) {
-        kvt_log(KVT_LOG_ERROR, "serve: %s", kvt_errmsg());
+        kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return 1;
     }
-    kvt_log(KVT_LOG_INFO, "serve: listening on http://%s:%d", kvt_server_address(srv), kvt_server_port(srv));
+    kvt_logk(KVT_LOG_INFO, "address,port", "serve: listening on http://%s:%d", kvt_server_address(srv),
+             kvt_server_port(srv));
     serve_until_signal(srv, &stop_set, x->drain_s);
     kvt_server_stop(srv);
     if (cp->disk_dir || cp->remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
         double t0 = kvt_now();
-        if (kvt_cache_flush(rt->cache)) kvt_log(KVT_LOG_ERROR, "serve: flushing the KV cache: %s", kvt_errmsg());
-        else kvt_log(KVT_LOG_INFO, "serve: flushed the KV cache to %s in %.2f s",
+        if (kvt_cache_flush(rt->cache)) kvt_logk(KVT_LOG_ERROR, "error", "serve: flushing the KV cache: %s", kvt_errmsg());
+        else kvt_logk(KVT_LOG_INFO, "to,seconds", "serve: flushed the KV cache to %s in %.2f s",
                      cp->disk_dir ? cp->disk_dir : "the remote tier", kvt_now() - t0);
     }
     return 0;

@@ -197,7 +197,7 @@ int kvt_page_alloc(kvt_engine *e, int32_t *id) {
 
 void kvt_page_ref(kvt_engine *e, int32_t id) {
     if (!page_valid(e, id) || e->refcount[id] < 1) {
-        kvt_log(KVT_LOG_ERROR, "kvt_page_ref on free or invalid page %d", id);
+        kvt_logk(KVT_LOG_ERROR, "page", "kvt_page_ref on free or invalid page %d", id);
         return;
     }
     e->refcount[id]++;
@@ -205,7 +205,7 @@ void kvt_page_ref(kvt_engine *e, int32_t id) {
 
 int32_t kvt_page_unref(kvt_engine *e, int32_t id) {
     if (!page_valid(e, id) || e->refcount[id] < 1) {
-        kvt_log(KVT_LOG_ERROR, "kvt_page_unref on free or invalid page %d", id);
+        kvt_logk(KVT_LOG_ERROR, "page", "kvt_page_unref on free or invalid page %d", id);
         return 0;
     }
     if (--e->refcount[id] == 0) {

@@ -483,7 +483,7 @@ static void *scratch_alloc(size_t bytes) {
     size_t rounded = (bytes + OPS_SCRATCH_ALIGN - 1) / OPS_SCRATCH_ALIGN * OPS_SCRATCH_ALIGN;
     void *p = aligned_alloc(OPS_SCRATCH_ALIGN, rounded ? rounded : OPS_SCRATCH_ALIGN);
     if (!p) {
-        kvt_log(KVT_LOG_ERROR, "out of memory for %zu bytes of matmul scratch", bytes);
+        kvt_logk(KVT_LOG_ERROR, "bytes", "out of memory for %zu bytes of matmul scratch", bytes);
         abort();
     }
     return p;

@@ -134,7 +134,7 @@ static void read_id(const kvt_gguf *g, const char *key, int32_t n_vocab, int32_t
     int64_t v;
     if (kvt_gguf_get_int(g, key, &v) != 0) return;
     if (v < 0 || v >= n_vocab) {
-        if (v != UINT32_MAX) kvt_log(KVT_LOG_WARN, "tokenizer: %s = %lld is not a token id; ignored", key, (long long)v);
+        if (v != UINT32_MAX) kvt_logk(KVT_LOG_WARN, "key,value", "tokenizer: %s = %lld is not a token id; ignored", key, (long long)v);
         return;
     }
     *id = (int32_t)v;
@@ -221,7 +221,7 @@ static int load_vocab(kvt_tokenizer *t, const kvt_gguf *g) {
         uint64_t len;
         const char *s = kvt_gguf_arr_str(toks, i, &len);
         if (len == 0) {
-            kvt_log(KVT_LOG_DEBUG, "tokenizer: empty token at index %llu", (unsigned long long)i);
+            kvt_logk(KVT_LOG_DEBUG, "token", "tokenizer: empty token at index %llu", (unsigned long long)i);
             len = (uint64_t)snprintf(empty_name, sizeof empty_name, "[EMPTY_%llu]", (unsigned long long)i);
             s = empty_name;
         }
@@ -268,7 +268,7 @@ static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
         int32_t id = kvt_tok_lookup(t, control_names[i].text, strlen(control_names[i].text));
         if (id < 0) continue;
         if (t->tok[id].type != KVT_TOKEN_CONTROL) {
-            kvt_log(KVT_LOG_DEBUG, "tokenizer: token %d '%s' looks like a control token; typed CONTROL", id,
+            kvt_logk(KVT_LOG_DEBUG, "token,text", "tokenizer: token %d '%s' looks like a control token; typed CONTROL", id,
                     control_names[i].text);
             t->tok[id].type = KVT_TOKEN_CONTROL;
         }

@@ -233,7 +233,7 @@ int kvt_bpe_init(kvt_tokenizer *t, const kvt_gguf *g) {
         for (i = 0; i < KVT_ARRAY_LEN(pre_defs); i++)
             if (name_in_list(pre_defs[i].names, pre)) break;
         if (i < KVT_ARRAY_LEN(pre_defs)) def = &pre_defs[i];
-        else kvt_log(KVT_LOG_WARN, "tokenizer: unknown pre-tokenizer '%s'; using 'default' (tokens may differ)", pre);
+        else kvt_logk(KVT_LOG_WARN, "pre_tokenizer", "tokenizer: unknown pre-tokenizer '%s'; using 'default' (tokens may differ)", pre);
     }
     t->pre_name = def->canonical;
     t->add_bos = def->add_bos; /* the vocabulary type's default; add_bos_token overrides it */

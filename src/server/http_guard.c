@@ -47,7 +47,8 @@ static void *watchdog_main(void *arg) {
                 shutdown(c->fd, SHUT_RDWR);
                 c->deadline = 0;
                 g->expired++;
-                kvt_log(KVT_LOG_INFO, "serve: closed a connection that sent no whole request in %g s", g->timeout);
+                kvt_logk(KVT_LOG_INFO, "timeout_s", "serve: closed a connection that sent no whole request in %g s",
+                         g->timeout);
             } else if (!next || c->deadline < next) {
                 next = c->deadline;
             }

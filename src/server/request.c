@@ -285,15 +285,37 @@ int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key
     return 0;
 }
 
+void kvt_srv_prefill_progress(slot *sl, int begin) {
+    const srv_req *r = sl->r;
+    if (begin) {
+        int32_t n = r->n_prompt - sl->n_fed;
+        sl->progress = n >= KVT_PREFILL_PROGRESS_TOKENS && !r->is_sib && kvt_progress_wanted();
+        sl->progress_from = sl->n_fed;
+        if (sl->progress)
+            kvt_progress_begin_for(&sl->prog, "prefill", kvt_srv_log_id(r), (uint64_t)n, "tokens");
+        return;
+    }
+    if (!sl->progress) return;
+    uint64_t done = (uint64_t)(sl->n_fed - sl->progress_from);
+    if (sl->n_fed < r->n_prompt) {
+        kvt_progress_update(&sl->prog, done);
+        return;
+    }
+    kvt_progress_end(&sl->prog, done);
+    sl->progress = 0;
+}
+
 void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int done) {
     if (computed < KVT_PREFILL_PROGRESS_TOKENS || r->is_sib) return;
-    const char *id = r->request_id[0] ? r->request_id : r->id;
+    const char *id = kvt_srv_log_id(r);
     double s = r->usage.prefill_ms / 1e3;
     if (!done)
-        kvt_log(KVT_LOG_INFO, "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed,
+        kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,cached_tokens",
+                 "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed,
                 cached);
     else
-        kvt_log(KVT_LOG_INFO, "serve: prefill %s: %d tokens computed in %.2f s (%.0f tok/s)", id, computed, s,
+        kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,seconds,tokens_per_s",
+                 "serve: prefill %s: %d tokens computed in %.2f s (%.0f tok/s)", id, computed, s,
                 computed / (s > 0 ? s : 1e-9));
 }
 

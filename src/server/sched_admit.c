@@ -112,7 +112,8 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
         seq = -1;
     }
     if (rc) {
-        kvt_log(KVT_LOG_WARN, "serve: cannot start %s: %s", r->id, kvt_errmsg());
+        kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: cannot start %s (%s): %s", kvt_srv_log_id(r),
+                 r->id, kvt_errmsg());
         pthread_mutex_lock(&s->mu);
         kvt_srv_req_fail_locked(r, 503, "no KV memory or sequence slot is available; retry later");
         s->n_active -= 1 + r->n_sib;
@@ -126,6 +127,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     sl->prefilling = 1;
     sl->blend = bj; /* the engine steps place the documents, then prefill the rest */
     kvt_srv_log_prefill(r, r->n_prompt - sl->n_fed, sl->n_fed, 0);
+    kvt_srv_prefill_progress(sl, 1);
     for (int32_t i = 0; i < r->n_sib; i++) {
         slot *w = free_slot(s); /* admission counted them */
         w->r = r->sib[i];

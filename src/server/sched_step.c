@@ -119,6 +119,7 @@ static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int
         pf->r->usage.prefill_ms += ms;
         if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
         kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
+        kvt_srv_prefill_progress(pf, 0);
         if (pf->n_fed == pf->r->n_prompt) kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
@@ -146,7 +147,8 @@ static void blend_step(kvt_server *s, slot *bl, int32_t n_dec) {
     bl->blend_decoded += n_dec;
     int rc = kvt_blend_step(bl->blend, &bl->chain, s->p.prefill_chunk);
     if (rc < 0) {
-        kvt_log(KVT_LOG_WARN, "serve: cannot place the documents of %s: %s", r->id, kvt_errmsg());
+        kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: cannot place the documents of %s (%s): %s",
+                 kvt_srv_log_id(r), r->id, kvt_errmsg());
         kvt_srv_slot_finish(s, bl, NULL, 0, 503, "no KV memory is available to place the documents; retry later");
         return;
     }
@@ -207,7 +209,8 @@ void kvt_srv_engine_step(kvt_server *s) {
         slot *victim = pf;
         for (int32_t i = 0; i < n_dec; i++)
             if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
-        kvt_log(KVT_LOG_WARN, "serve: KV memory exhausted, ending %s: %s", victim->r->id, kvt_errmsg());
+        kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
+                 kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
         kvt_srv_slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
         return;
     }
@@ -225,7 +228,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     rc = n ? kvt_engine_decode(s->e, &batch, s->logits) : 0;
     double ms = (kvt_now() - t0) * 1e3;
     if (rc) {
-        kvt_log(KVT_LOG_ERROR, "serve: decode failed: %s", kvt_errmsg());
+        kvt_logk(KVT_LOG_ERROR, "error", "serve: decode failed: %s", kvt_errmsg());
         for (int32_t i = 0; i < n_dec; i++) kvt_srv_slot_finish(s, dec[i], NULL, 0, 500, "the engine failed");
         if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
         return;

@@ -135,7 +135,8 @@ void *kvt_srv_engine_main(void *arg) {
         if (jobs) kvt_srv_run_jobs(s, jobs);
         for (int32_t i = 0; i < P; i++)
             if (cancelled[i] && s->slots[i].r) {
-                kvt_log(KVT_LOG_INFO, "serve: %s cancelled by its client", s->slots[i].r->id);
+                kvt_logk(KVT_LOG_INFO, "request_id,completion_id", "serve: %s (%s) cancelled by its client",
+                         kvt_srv_log_id(s->slots[i].r), s->slots[i].r->id);
                 kvt_srv_slot_finish(s, &s->slots[i], "cancelled", 0, 0, NULL);
             }
         for (int32_t i = 0; i < n_admit; i++) kvt_srv_slot_admit(s, admit[i]);

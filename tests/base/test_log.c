@@ -29,6 +29,59 @@ static size_t count_lines(const char *s) {
     return n;
 }
 
+/* kvt_logk: the text line is kvt_log's; the JSON line has every named
+ * conversion as a key of its own, typed by the conversion. */
+static void check_logk(const char *dir) {
+    const char *path = kvt_test_path(dir, "keys.log");
+    CHECK(kvt_log_open_file(path) == 0);
+    kvt_log_set_level(KVT_LOG_INFO);
+    kvt_log_set_format(KVT_LOG_JSON);
+    unsigned long long big = 18446744073709551615ULL;
+    unsetenv("KVT_TEST_UNSET_VARIABLE"); /* a NULL %s that the compiler cannot see */
+    kvt_logk(KVT_LOG_INFO, "request_id,tokens,,seconds,rate,segment,big,small,path,width,ch",
+             "prefill %s: %d tokens (%zu skipped) in %.2f s (%g tok/s), segment %016llx, %llu %hd %s %*d%% %c",
+             "req-7", 1800, (size_t)3, 0.905, 2000.0, 0xabcULL, big, (short)-5, getenv("KVT_TEST_UNSET_VARIABLE"), 4, 9, 'x');
+    kvt_logk(KVT_LOG_INFO, NULL, "no keys %d", 1);
+    kvt_logk(KVT_LOG_DEBUG, "n", "hidden %d", 2);
+    kvt_log_set_format(KVT_LOG_TEXT);
+    kvt_logk(KVT_LOG_INFO, "n", "as text %d ok", 3);
+    kvt_log_close_file();
+    char *t = kvt_test_read_file(path, NULL);
+    CHECKF(t && count_lines(t) == 3, "%s", t ? t : "(none)");
+    if (!t) return;
+    char *nl = strchr(t, '\n');
+    *nl = 0;
+    cJSON *j = cJSON_Parse(t);
+    CHECKF(j != NULL, "not JSON: %s", t);
+    if (j) {
+        const char *want = "prefill req-7: 1800 tokens (3 skipped) in 0.91 s (2000 tok/s), segment 0000000000000abc, "
+                           "18446744073709551615 -5 (null)    9% x";
+        const cJSON *m = cJSON_GetObjectItem(j, "msg");
+        CHECKF(cJSON_IsString(m) && !strcmp(m->valuestring, want), "msg %s", m ? m->valuestring : "-");
+        CHECK(!strcmp(cJSON_GetObjectItem(j, "request_id")->valuestring, "req-7"));
+        CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "tokens")) && cJSON_GetObjectItem(j, "tokens")->valueint == 1800);
+        CHECK(cJSON_GetObjectItem(j, "seconds")->valuedouble == 0.905);
+        CHECK(cJSON_GetObjectItem(j, "rate")->valuedouble == 2000.0);
+        CHECK(!strcmp(cJSON_GetObjectItem(j, "segment")->valuestring, "0000000000000abc"));
+        CHECK(cJSON_GetObjectItem(j, "big")->valuedouble == 18446744073709551615.0);
+        CHECK(cJSON_GetObjectItem(j, "small")->valueint == -5);
+        CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "path")));
+        CHECK(cJSON_GetObjectItem(j, "width")->valueint == 9);
+        CHECK(!strcmp(cJSON_GetObjectItem(j, "ch")->valuestring, "x"));
+        CHECKF(cJSON_GetArraySize(j) == 3 + 10, "%d keys", cJSON_GetArraySize(j)); /* the unnamed %zu has none */
+        cJSON_Delete(j);
+    }
+    /* a float key is a float even where its value is whole: 2000.0, not 2000 */
+    CHECKF(strstr(t, "\"rate\":2000.0,") != NULL, "%s", t);
+    char *l2 = nl + 1, *nl2 = strchr(l2, '\n');
+    *nl2 = 0;
+    cJSON *j2 = cJSON_Parse(l2);
+    CHECK(j2 && cJSON_GetArraySize(j2) == 3 && !strcmp(cJSON_GetObjectItem(j2, "msg")->valuestring, "no keys 1"));
+    cJSON_Delete(j2);
+    CHECKF(matches("Z kvtier: info: as text 3 ok$", nl2 + 1), "text line: %s", nl2 + 1);
+    free(t);
+}
+
 int main(void) {
     const char *dir = kvt_test_tmpdir();
     char ts[KVT_LOG_TS_BYTES];
@@ -143,6 +196,8 @@ int main(void) {
         CHECKF(matches("Z kvtier: info: access: POST /a 200$", nl + 1), "text line: %s", nl + 1);
         free(t);
     }
+
+    check_logk(dir);
 
     /* a symbolic link is never followed: its target stays untouched */
     const char *target = kvt_test_path(dir, "target");

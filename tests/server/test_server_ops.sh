@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # kvtier serve as an operator runs it: JSON logs in a file (every line a JSON
-# object with an ISO-8601 UTC timestamp and a level; a link is never followed),
+# object with an ISO-8601 UTC timestamp and a level, its figures and request
+# id as typed keys of their own, tests/jsonlog_check.py, which must also
+# reject broken lines; a link is never followed),
 # /metrics clean under a strict exposition-format check (tests/promcheck.py,
 # which must also reject broken copies) with build, process and per-endpoint
 # duration series, the /dashboard page (self-contained, its numbers /metrics'
@@ -62,7 +64,6 @@ assert len(lines) >= 5, lines
 for l in lines:
     d = json.loads(l)
     assert list(d)[:3] == ["ts", "level", "msg"], d
-    assert d["msg"] == "access" or set(d) == {"ts", "level", "msg"}, d
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", d["ts"]), d
     assert d["level"] in ("error", "warn", "info", "debug"), d
 PY
@@ -90,6 +91,7 @@ assert n["status"] == 404 and n["prompt_tokens"] is None and n["ttft_ms"] is Non
 assert by[("GET", "/health")]["status"] == 200
 PY
 check "and the start-up line" grep -q '"level":"info","msg":"serve: listening on http://127.0.0.1:' "$LOG"
+check "... with the port as a number" python3 -c "import json,sys; d=[json.loads(l) for l in open(sys.argv[1]) if 'listening on' in l][0]; sys.exit(d['port'] != int(sys.argv[2]) or d['address'] != '127.0.0.1')" "$LOG" "$PORT"
 
 check "/metrics passes the strict exposition check" python3 "$HERE/promcheck.py" "$TMP/metrics.txt"
 check "kvtier_build_info names version, commit, kernels and numerics" \
@@ -171,9 +173,45 @@ PY
 else
   echo "SKIP part: no headless Chromium (chromium-headless-shell or chromium): the in-browser check"
 fi
+# a stream its client leaves: when it was cut short, its cancel line names the request id
+curl -s -N -m 0.3 -H 'Content-Type: application/json' -H 'X-Request-Id: cancel-1' -o /dev/null \
+  -d '{"prompt": "hello there", "max_tokens": 4000, "stream": true, "ignore_eos": true}' "$URL/v1/completions"
+check "a stream left by its client: complete false, and its cancel line has request_id" python3 - "$LOG" <<'PY'
+import json, sys, time
+for _ in range(100):  # the access and cancel lines come once the engine notices
+    ds = [json.loads(l) for l in open(sys.argv[1])]
+    acc = [d for d in ds if d["msg"] == "access" and d["request_id"] == "cancel-1"]
+    c = [d for d in ds if "cancelled by its client" in d["msg"]]
+    if acc and (acc[0]["complete"] or c): break
+    time.sleep(0.1)
+assert len(acc) == 1, acc
+if not acc[0]["complete"]:
+    assert len(c) == 1 and c[0]["request_id"] == "cancel-1" and c[0]["completion_id"].startswith("cmpl-"), c
+PY
+# a long prefill logs its start and end with the request's id
+python3 -c "import json; print(json.dumps({'prompt': [(i * 37) % 700 + 5 for i in range(600)], 'max_tokens': 2}))" >"$TMP/long.json"
+curl -s -m 60 -H 'Content-Type: application/json' -H 'X-Request-Id: long-1' -o /dev/null -d @"$TMP/long.json" \
+  "$URL/v1/completions"
+check "a long prefill logs its start and end with request_id and token counts as numbers" python3 - "$LOG" <<'PY'
+import json, sys
+p = [d for d in map(json.loads, open(sys.argv[1])) if d["msg"].startswith("serve: prefill long-1:")]
+assert len(p) == 2, p
+assert p[0]["request_id"] == "long-1" and p[0]["computed_tokens"] + p[0]["cached_tokens"] == 600, p[0]
+assert p[1]["request_id"] == "long-1" and isinstance(p[1]["seconds"], float), p[1]
+assert isinstance(p[1]["tokens_per_s"], float) and p[1]["tokens_per_s"] > 0, p[1]
+PY
 stop
 check "graceful stop exits 0" test $? -eq 0
 check "the close wrote an index checkpoint" test -f "$TMP/kv/index"
+check "the stop logs the signal and the flush's seconds as keys" python3 - "$LOG" <<'PY'
+import json, sys
+ds = [json.loads(l) for l in open(sys.argv[1])]
+assert any(d.get("signal") == "SIGTERM" for d in ds), ds[-3:]
+f = [d for d in ds if d["msg"].startswith("serve: flushed the KV cache")]
+assert len(f) == 1 and isinstance(f[0]["seconds"], float) and f[0]["to"].endswith("/kv"), f
+PY
+# the servers below log JSON too, and every line of every one is checked at the end
+KVT_SERVE_ARGS+=(--log-format json)
 
 # ---- restart: the index comes from the checkpoint ------------------------------------------------
 start b "$TMP/b.log" --kv-disk "$TMP/kv" --kv-disk-size 64M --restore always
@@ -210,6 +248,23 @@ AUTH=(-H 'Authorization: Bearer k1')
 check "/dashboard needs the key when keys are set" test "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/dashboard")" = 401
 check "... and opens with it" test "$(curl -s -m 10 "${AUTH[@]}" -o /dev/null -w '%{http_code}' "$URL/dashboard")" = 200
 stop
+
+# ---- every JSON line of every server above: typed keys, request ids --------------------------------
+check "every JSON log line carries its figures and request id as typed keys (a, b, c, d, e)" \
+  python3 "$HERE/jsonlog_check.py" --min 40 --ids long-1,dash-1,dash-2,cancel-1 "$LOG" "$TMP/b.log" "$TMP/c.log" "$TMP/d.log" "$TMP/e.log"
+check "... including the disk tier's open" grep -q '"msg":"disk tier .*records in .*"records":[1-9]' "$TMP/d.log"
+# the checker is not vacuous: each broken line is refused
+for bad_line in 'kvtier: info: plain text' '{"level":"info","ts":"2026-12-01T00:00:00.000Z","msg":"x"}' \
+  '{"ts":"2026-12-01T00:00:00.000Z","level":"info","msg":"serve: 12 tokens"}' \
+  '{"ts":"2026-12-01T00:00:00.000Z","level":"info","msg":"serve: 12 tokens","tokens":"12"}' \
+  '{"ts":"2026-12-01T00:00:00.000Z","level":"info","msg":"serve: prefill req-1a-2: 3 tokens","tokens":3}' \
+  '{"ts":"2026-12-01T00:00:00.000Z","level":"info","msg":"serve: done id=x","id":"x"}' \
+  '{"ts":"2026-12-01T00:00:00.000Z","level":"info","msg":"serve: 1.25 s","seconds":1.5}'; do
+  printf '%s\n' "$bad_line" >"$TMP/bad.jsonl"
+  check "jsonlog_check refuses: $bad_line" bash -c "! python3 '$HERE/jsonlog_check.py' '$TMP/bad.jsonl' >/dev/null"
+done
+printf '%s\n' '{"ts":"2026-12-01T00:00:00.000Z","level":"info","msg":"serve: prefill req-1a-2: 3 tokens in 1.25 s","request_id":"req-1a-2","tokens":3,"seconds":1.2512}' >"$TMP/good.jsonl"
+check "... and passes a good one" python3 "$HERE/jsonlog_check.py" "$TMP/good.jsonl"
 
 echo "test_server_ops: $pass passed, $fail failed"
 [ "$fail" -gt 0 ] && exit 1
