@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,6 +89,17 @@ void *kvt_xrealloc(void *p, size_t n) {
     if (!q) oom(n);
     return q;
 }
+void kvt_hugepage_hint(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = 2u << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+    if (n >= KVT_HUGEPAGE_MIN && e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 char *kvt_xstrdup(const char *s) { return kvt_xstrndup(s, strlen(s)); }
 
 char *kvt_xstrndup(const char *s, size_t n) {

@@ -44,6 +44,12 @@ void *kvt_xmalloc(size_t n);
 void *kvt_xcalloc(size_t n, size_t size);
 void *kvt_xrealloc(void *p, size_t n);
 char *kvt_xstrdup(const char *s);
+/* Asks for transparent huge pages under a large allocation (the 2 MiB-aligned
+ * part of [p, p + n), from n >= KVT_HUGEPAGE_MIN): tables of many MiB that
+ * are touched at random spend most of their time in TLB misses and page
+ * faults on 4 KiB pages. A hint: ignored where THP is off or unsupported. */
+#define KVT_HUGEPAGE_MIN (4u << 20)
+void kvt_hugepage_hint(void *p, size_t n);
 /* The n bytes at s (which need not be NUL-terminated) as a new string. */
 char *kvt_xstrndup(const char *s, size_t n);
 

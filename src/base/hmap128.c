@@ -51,11 +51,22 @@ static void rehash(kvt_hmap128 *m, size_t new_cap) {
     kvt_hmap128_slot *old = m->slots;
     size_t old_cap = m->cap;
     m->slots = kvt_xmalloc(new_cap * sizeof *m->slots);
+    kvt_hugepage_hint(m->slots, new_cap * sizeof *m->slots);
     m->cap = new_cap;
     for (size_t i = 0; i < new_cap; i++) m->slots[i].val = KVT_HMAP128_EMPTY;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].val != KVT_HMAP128_EMPTY) m->slots[find(m, old[i].key)] = old[i];
     free(old);
+}
+
+void kvt_hmap128_reserve(kvt_hmap128 *m, size_t n) {
+    size_t cap = m->cap ? m->cap : HMAP_MIN_CAP;
+    while (n * HMAP_LOAD_DEN > cap * HMAP_LOAD_NUM) cap *= 2;
+    if (cap != m->cap) rehash(m, cap);
+}
+
+void kvt_hmap128_prefetch(const kvt_hmap128 *m, kvt_hash128 key) {
+    if (m->cap) __builtin_prefetch(&m->slots[bucket(m, key)], 1);
 }
 
 void kvt_hmap128_put(kvt_hmap128 *m, kvt_hash128 key, uint32_t val) {

@@ -32,6 +32,13 @@ int kvt_hmap128_get(const kvt_hmap128 *m, kvt_hash128 key, uint32_t *val);
 /* Inserts or overwrites key -> val (val != KVT_HMAP128_EMPTY). Grows as
  * needed; out of memory is fatal (kvt_xmalloc). */
 void kvt_hmap128_put(kvt_hmap128 *m, kvt_hash128 key, uint32_t val);
+/* Grows the table once so that n keys in all fit without another rehash
+ * (for a bulk load of a known size); never shrinks. */
+void kvt_hmap128_reserve(kvt_hmap128 *m, size_t n);
+/* A hint that key is about to be looked up or stored: starts loading its
+ * home slot, so a bulk loop can overlap the cache misses of several keys.
+ * Changes nothing. */
+void kvt_hmap128_prefetch(const kvt_hmap128 *m, kvt_hash128 key);
 /* Removes key; returns 1 if it was present, else 0. Never shrinks. */
 int kvt_hmap128_del(kvt_hmap128 *m, kvt_hash128 key);
 /* Bytes held by the slot array (for memory accounting). */

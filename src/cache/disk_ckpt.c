@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "disk_store.h"
+#include "prefix.h"
 
 static const uint8_t ckpt_magic[8] = {'K', 'V', 'T', 'I', 'D', 'X', 0, 1};
 #define CKPT_VERSION 1
@@ -41,6 +43,8 @@ static const uint8_t ckpt_magic[8] = {'K', 'V', 'T', 'I', 'D', 'X', 0, 1};
 #define CKPT_F_GMAC 2u /* ... by a process that computes GMAC */
 /* Larger is not a checkpoint we wrote (16 GiB: ~90M records of 32 tokens). */
 #define CKPT_MAX_BYTES (16ull << 30)
+/* Entries whose table slots are prefetched ahead of the one being applied. */
+#define CKPT_AHEAD 8
 
 static uint32_t ckpt_flags(const kvt_disk *d) {
     return d->p.mac ? CKPT_F_MAC | (d->key.gmac ? CKPT_F_GMAC : 0) : 0;
@@ -72,6 +76,7 @@ uint8_t *kvt_disk_ckpt_build(kvt_disk *d, size_t *len) {
     uint64_t written = 0;
     for (uint32_t i = 0; i < d->n_recs; i++) {
         const disk_rec *r = &d->recs[i];
+        if (i + CKPT_AHEAD < d->n_recs) kvt_prefix_prefetch(d->p.index, r[CKPT_AHEAD].hash);
         kvt_prefix_info info;
         if (!r->used || !r->seg || kvt_prefix_get(d->p.index, r->hash, &info) ||
             !(info.tiers & KVT_TIER_BIT(KVT_TIER_T2)))
@@ -103,6 +108,42 @@ uint8_t *kvt_disk_ckpt_build(kvt_disk *d, size_t *len) {
     return b;
 }
 
+uint64_t kvt_disk_change_count(const kvt_disk *d) {
+    return d->st.puts + d->st.evicted + d->st.removes + d->st.reinserted + d->st.segments_reclaimed + d->st.corrupt;
+}
+
+void kvt_disk_ckpt_maybe(kvt_disk *d) {
+    if (!d->p.index || d->p.checkpoint_s <= 0 || d->lock_fd < 0) return;
+    double now = kvt_now();
+    if (now - d->ckpt_last < d->p.checkpoint_s) return;
+    d->ckpt_last = now;
+    pthread_mutex_lock(&d->mu);
+    uint64_t mark = kvt_disk_change_count(d);
+    int due = mark != d->ckpt_mark && !d->ckpt_buf && !d->write_err;
+    pthread_mutex_unlock(&d->mu);
+    if (!due) return;
+    size_t len;
+    uint8_t *buf = kvt_disk_ckpt_build(d, &len);
+    pthread_mutex_lock(&d->mu);
+    d->ckpt_buf = buf;
+    d->ckpt_len = len;
+    d->ckpt_mark = mark;
+    pthread_cond_broadcast(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void kvt_disk_ckpt_write_pending(kvt_disk *d) {
+    uint8_t *buf = d->ckpt_buf;
+    size_t len = d->ckpt_len;
+    pthread_mutex_unlock(&d->mu);
+    int rc = kvt_disk_ckpt_write(d->dir_fd, d->dir, buf, len);
+    if (rc) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+    free(buf);
+    pthread_mutex_lock(&d->mu);
+    d->ckpt_buf = NULL;
+    if (!rc) d->st.checkpoints_written++;
+}
+
 int kvt_disk_ckpt_write(int dfd, const char *dir, const uint8_t *buf, size_t len) {
     int fd = kvt_disk_tmp_create(dfd, dir, CKPT_TMP_NAME, 0);
     if (fd < 0) return fd;
@@ -130,8 +171,21 @@ void kvt_disk_ckpt_remove(int dfd) {
 }
 
 void kvt_disk_ckpt_free(disk_ckpt *c) {
-    free(c->buf);
+    if (c->buf) munmap(c->buf, c->len);
     memset(c, 0, sizeof *c);
+}
+
+/* Room for n more records in the store's slots, its key map and the prefix
+ * index, in one step each instead of a doubling every power of two (mu held). */
+static void reserve_records(kvt_disk *d, uint64_t n) {
+    uint64_t want = (uint64_t)d->n_recs + n;
+    if (want > d->cap_recs && want < UINT32_MAX) {
+        d->cap_recs = (uint32_t)want;
+        d->recs = kvt_xrealloc(d->recs, d->cap_recs * sizeof *d->recs);
+        d->free_slots = kvt_xrealloc(d->free_slots, d->cap_recs * sizeof *d->free_slots);
+    }
+    kvt_hmap128_reserve(&d->map, d->map.count + n);
+    kvt_prefix_reserve(d->p.index, n);
 }
 
 static int refuse(disk_ckpt *c, const char *dir, const char *why) {
@@ -149,24 +203,20 @@ int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
         close(fd);
         return refuse(c, d->dir, "is truncated or too large");
     }
+    /* Mapped, not read: no copy and no fresh memory to fault in and zero.
+     * The kernel reads it ahead while the tables are sized for its records;
+     * the CRC then waits for the rest. Nothing truncates it meanwhile: every
+     * writer replaces it by rename, under the directory's lock, held here. */
     c->len = (size_t)sb.st_size;
-    c->buf = kvt_xmalloc(c->len);
-    size_t got = 0;
-    while (got < c->len) {
-        ssize_t r = read(fd, c->buf + got, c->len - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
+    void *m = mmap(NULL, c->len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
+    if (m == MAP_FAILED) return refuse(c, d->dir, "cannot be read");
+    c->buf = m;
+    (void)madvise(m, c->len, MADV_WILLNEED);
     const uint8_t *b = c->buf;
-    if (got != c->len) return refuse(c, d->dir, "cannot be read whole");
     if (memcmp(b, ckpt_magic, sizeof ckpt_magic) || disk_rd32(b + 8) != CKPT_VERSION)
         return refuse(c, d->dir, "has another format");
     if (disk_rd64(b + 16) != c->len) return refuse(c, d->dir, "is truncated");
-    uint32_t crc = disk_rd32(b + CKPT_CRC_OFF);
-    disk_wr32(c->buf + CKPT_CRC_OFF, 0);
-    if (kvt_crc32c(0, b, c->len) != crc) return refuse(c, d->dir, "fails its CRC");
     c->n_segs = disk_rd64(b + 64);
     c->n_recs = disk_rd64(b + 72);
     uint64_t re = rec_entry_bytes(d);
@@ -179,6 +229,14 @@ int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
         disk_rd32(b + 44) != ckpt_flags(d) || disk_rd32(b + 56) != (d->p.mac ? d->key.id : 0) ||
         (d->p.mac && d->key_state != KEY_READ))
         return refuse(c, d->dir, "was written for another namespace, block size or MAC key");
+    /* bounded by the file's length above; a full scan would need as much */
+    reserve_records(d, c->n_recs);
+    /* the CRC covers the whole file with its own field read as zero */
+    static const uint8_t zero[4];
+    uint32_t crc = kvt_crc32c(0, b, CKPT_CRC_OFF);
+    crc = kvt_crc32c(crc, zero, sizeof zero);
+    crc = kvt_crc32c(crc, b + CKPT_CRC_OFF + 4, c->len - CKPT_CRC_OFF - 4);
+    if (crc != disk_rd32(b + CKPT_CRC_OFF)) return refuse(c, d->dir, "fails its CRC");
     c->segs = b + CKPT_HDR;
     c->recs = c->segs + c->n_segs * CKPT_SEG;
     return 0;
@@ -199,31 +257,54 @@ uint64_t kvt_disk_ckpt_covers(const disk_ckpt *c, uint64_t id, const struct stat
     return UINT64_MAX;
 }
 
+/* Starts loading the table slots entry p will touch, CKPT_AHEAD entries before
+ * it is applied: the key maps are far larger than the caches, and these
+ * misses, one after another, were most of an open's time. */
+static void prefetch_entry(const kvt_disk *d, const uint8_t *p) {
+    kvt_hash128 h = disk_rdh(p + 24);
+    kvt_hmap128_prefetch(&d->map, h);
+    kvt_prefix_prefetch(d->p.index, h);
+    kvt_prefix_prefetch(d->p.index, disk_rdh(p + 40));
+}
+
+/* The index of segs whose id is id (ids ascending), starting the search at k
+ * (records come in slot order: usually the same as the last); n_segs if none. */
+static size_t find_seg(disk_seg *const *segs, size_t n_segs, size_t k, uint64_t id) {
+    if (k < n_segs && segs[k]->id == id) return k;
+    size_t lo = 0, hi = n_segs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (segs[mid]->id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n_segs && segs[lo]->id == id ? lo : n_segs;
+}
+
+/* Open runs on the owner's thread before the tier is handed to anyone and
+ * before the writer starts, so records go into the prefix index at once,
+ * with no event (and no copy of their tokens) queued for later. */
 uint64_t kvt_disk_ckpt_apply(kvt_disk *d, const disk_ckpt *c, disk_seg *const *segs, const uint64_t *covered,
                              size_t n_segs) {
     uint64_t re = rec_entry_bytes(d), added = 0;
     size_t k = 0;
+    kvt_disk_apply_events_locked(d); /* none at open; applied in order if there were */
+    for (uint64_t i = 0; i < KVT_MIN(c->n_recs, (uint64_t)CKPT_AHEAD); i++) prefetch_entry(d, c->recs + i * re);
     for (uint64_t i = 0; i < c->n_recs; i++) {
         const uint8_t *p = c->recs + i * re;
+        if (i + CKPT_AHEAD < c->n_recs) prefetch_entry(d, p + CKPT_AHEAD * re);
         uint64_t id = disk_rd64(p), off = disk_rd64(p + 8);
         uint32_t bytes = disk_rd32(p + 16);
-        /* records come in slot order, so look the segment up (usually the same as the last) */
-        if (k >= n_segs || segs[k]->id != id) {
-            size_t lo = 0, hi = n_segs;
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (segs[mid]->id < id) lo = mid + 1;
-                else hi = mid;
-            }
-            k = lo;
-        }
-        if (k >= n_segs || segs[k]->id != id || covered[k] == UINT64_MAX) continue;
+        k = find_seg(segs, n_segs, k, id);
+        if (k >= n_segs || covered[k] == UINT64_MAX) continue;
         if (off % KVT_DISK_ALIGN || bytes % KVT_DISK_ALIGN || !bytes || bytes > d->rec_max ||
             off + bytes > covered[k])
             continue;
-        /* entries sit at multiples of 8 bytes in a malloc'd buffer: the ids are aligned */
+        /* entries sit at multiples of 8 bytes in a mapping: the ids are aligned */
         const int32_t *tokens = (const int32_t *)(const void *)(p + CKPT_REC_FIXED);
-        kvt_disk_rec_insert(d, disk_rdh(p + 24), disk_rdh(p + 40), tokens, segs[k], off, bytes);
+        kvt_hash128 hash = disk_rdh(p + 24);
+        uint32_t slot = kvt_disk_rec_put(d, hash, segs[k], off, bytes);
+        if (d->n_ev) kvt_disk_apply_events_locked(d); /* a second entry under a key replaced the first */
+        kvt_disk_index_add(d, hash, disk_rdh(p + 40), tokens, slot);
         added++;
     }
     return added;

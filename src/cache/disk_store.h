@@ -133,9 +133,18 @@ void kvt_disk_push_event(kvt_disk *d, int add, kvt_hash128 hash, kvt_hash128 par
                          const int32_t *tokens);
 /* Forgets the record at slot (mu held): map, slot, index (via an event). */
 void kvt_disk_rec_drop(kvt_disk *d, uint32_t slot);
-/* Records a new record, replacing any under the same key (mu held). */
+/* Stores a record's location, replacing any under the same key (mu held; a
+ * replaced record's removal is queued as an event); returns its slot. The
+ * prefix index is not told: kvt_disk_rec_insert or kvt_disk_index_add do. */
+uint32_t kvt_disk_rec_put(kvt_disk *d, kvt_hash128 hash, disk_seg *seg, uint64_t off, uint32_t bytes);
+/* Records a new record, replacing any under the same key (mu held); the
+ * prefix index learns of it through an event. */
 void kvt_disk_rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, disk_seg *seg,
                          uint64_t off, uint32_t bytes);
+/* Adds the record at slot to the prefix index at once: the owner's thread,
+ * mu held, no event queued (they would apply out of order). A refused add
+ * (another block under the key) drops the record and counts a collision. */
+void kvt_disk_index_add(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, uint32_t slot);
 /* Applies queued index updates; owner's thread, mu held. */
 void kvt_disk_apply_events_locked(kvt_disk *d);
 /* Bytes in the live segments (mu held). */
@@ -178,6 +187,12 @@ uint64_t kvt_disk_ckpt_apply(kvt_disk *d, const disk_ckpt *c, disk_seg *const *s
 /* Writes the checkpoint in d->ckpt_buf and frees it: the writer thread, mu
  * held (dropped while writing). */
 void kvt_disk_ckpt_write_pending(kvt_disk *d);
+/* Changes to the set of records since open (mu held, or before the writer starts). */
+uint64_t kvt_disk_change_count(const kvt_disk *d);
+/* Hands a fresh checkpoint to the writer thread when one is due: every
+ * checkpoint_s seconds, if records changed and the last one is written
+ * (owner's thread; takes mu). */
+void kvt_disk_ckpt_maybe(kvt_disk *d);
 
 /* Reclaims the oldest segments until the sealed ones fit (mu held); see disk_writer.c. */
 size_t kvt_disk_reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves, size_t *n_moves, disk_seg ***srcs,

@@ -71,17 +71,30 @@ uint32_t kvt_prefix_block_tokens(const kvt_prefix *idx) { return idx->B; }
 
 static const int32_t *entry_tokens(const kvt_prefix *idx, uint32_t id) { return idx->toks + (size_t)id * idx->B; }
 
+static void grow_entries(kvt_prefix *idx, uint32_t cap) {
+    idx->ents = kvt_xrealloc(idx->ents, (size_t)cap * sizeof *idx->ents);
+    idx->toks = kvt_xrealloc(idx->toks, (size_t)cap * idx->B * sizeof *idx->toks);
+    idx->free_ids = kvt_xrealloc(idx->free_ids, (size_t)cap * sizeof *idx->free_ids);
+    idx->cap = cap;
+}
+
 static uint32_t alloc_id(kvt_prefix *idx) {
     if (idx->n_free) return idx->free_ids[--idx->n_free];
-    if (idx->n_used == idx->cap) {
-        uint32_t cap = idx->cap ? idx->cap * 2 : ENTRIES_MIN_CAP;
-        idx->ents = kvt_xrealloc(idx->ents, (size_t)cap * sizeof *idx->ents);
-        idx->toks = kvt_xrealloc(idx->toks, (size_t)cap * idx->B * sizeof *idx->toks);
-        idx->free_ids = kvt_xrealloc(idx->free_ids, (size_t)cap * sizeof *idx->free_ids);
-        idx->cap = cap;
-    }
+    if (idx->n_used == idx->cap) grow_entries(idx, idx->cap ? idx->cap * 2 : ENTRIES_MIN_CAP);
     return idx->n_used++;
 }
+
+void kvt_prefix_reserve(kvt_prefix *idx, size_t n) {
+    /* ids are uint32 with NO_ID reserved: past that, let alloc_id grow as
+     * before. Ghosts take ids too: room for one per 16 entries (a chain's
+     * root whose parent is absent) keeps the last of them from doubling the
+     * arrays; the map, whose slots are all touched, gets no such slack. */
+    size_t want = (size_t)idx->n_used + n + n / 16 + 16;
+    if (n > idx->n_free && want < NO_ID && want > idx->cap) grow_entries(idx, (uint32_t)want);
+    kvt_hmap128_reserve(&idx->map, idx->map.count + n);
+}
+
+void kvt_prefix_prefetch(const kvt_prefix *idx, kvt_hash128 hash) { kvt_hmap128_prefetch(&idx->map, hash); }
 
 /* Id of the entry for key, creating a ghost if there is none. May move
  * idx->ents, so callers re-derive entry pointers afterwards. */

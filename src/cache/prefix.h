@@ -108,6 +108,14 @@ size_t kvt_prefix_match(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens
 int kvt_prefix_add(kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, kvt_tier tier,
                    uint64_t handle);
 
+/* Makes room for n more entries (their tokens and keys) in one step, for a
+ * bulk load of a known size (a disk tier's open); adds work without it. */
+void kvt_prefix_reserve(kvt_prefix *idx, size_t n);
+
+/* A hint that hash is about to be added or looked up (kvt_hmap128_prefetch):
+ * lets a bulk loop overlap the cache misses of several keys. */
+void kvt_prefix_prefetch(const kvt_prefix *idx, kvt_hash128 hash);
+
 /* Adds blocks 0..n_blocks-1 of one sequence (keys from kvt_block_hashes, the
  * parent of block 0 is root) in order, to tier; handles[i] is block i's handle
  * (NULL: all 0). Stops at the first refused block. Returns the number added

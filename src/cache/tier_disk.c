@@ -96,10 +96,10 @@ void kvt_disk_rec_drop(kvt_disk *d, uint32_t slot) {
     d->free_slots[d->n_free++] = slot;
 }
 
-/* Records a new record (mu held). An existing record under the key is
- * replaced (it is a copy of the same block or a collision the index sorts out). */
-void kvt_disk_rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, disk_seg *seg,
-                         uint64_t off, uint32_t bytes) {
+/* Stores a record's location under hash (mu held), replacing any record
+ * under the key (a copy of the same block or a collision the index sorts
+ * out); returns its slot. The prefix index learns of it separately. */
+uint32_t kvt_disk_rec_put(kvt_disk *d, kvt_hash128 hash, disk_seg *seg, uint64_t off, uint32_t bytes) {
     uint32_t slot;
     if (kvt_hmap128_get(&d->map, hash, &slot)) kvt_disk_rec_drop(d, slot);
     slot = rec_alloc(d);
@@ -112,27 +112,35 @@ void kvt_disk_rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, cons
     r->used = 1;
     kvt_hmap128_put(&d->map, hash, slot);
     d->st.live_bytes += bytes;
-    kvt_disk_push_event(d, 1, hash, parent, slot, tokens);
+    return slot;
 }
 
-/* Applies queued index updates on the owner's thread. A refused add (the key
- * names another block in the index) drops the record from the store. */
+void kvt_disk_rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, disk_seg *seg,
+                         uint64_t off, uint32_t bytes) {
+    kvt_disk_push_event(d, 1, hash, parent, kvt_disk_rec_put(d, hash, seg, off, bytes), tokens);
+}
+
+/* Adds the record at slot to the prefix index now (owner's thread, mu held).
+ * A refused add (the key names another block in the index) drops the record. */
+void kvt_disk_index_add(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, uint32_t slot) {
+    if (kvt_prefix_add(d->p.index, hash, parent, tokens, KVT_TIER_T2, slot) != -EEXIST) return;
+    d->st.collisions++;
+    uint32_t cur;
+    if (kvt_hmap128_get(&d->map, hash, &cur) && cur == slot) {
+        /* not in the index: drop without a remove event */
+        kvt_prefix *idx = d->p.index;
+        d->p.index = NULL;
+        kvt_disk_rec_drop(d, slot);
+        d->p.index = idx;
+    }
+}
+
+/* Applies queued index updates on the owner's thread. */
 void kvt_disk_apply_events_locked(kvt_disk *d) {
     for (size_t i = 0; i < d->n_ev; i++) {
         disk_event *e = &d->ev[i];
         if (e->add) {
-            int rc = kvt_prefix_add(d->p.index, e->hash, e->parent, e->tokens, KVT_TIER_T2, e->slot);
-            if (rc == -EEXIST) {
-                d->st.collisions++;
-                uint32_t slot;
-                if (kvt_hmap128_get(&d->map, e->hash, &slot) && slot == e->slot) {
-                    /* not in the index: drop without a remove event */
-                    kvt_prefix *idx = d->p.index;
-                    d->p.index = NULL;
-                    kvt_disk_rec_drop(d, slot);
-                    d->p.index = idx;
-                }
-            }
+            kvt_disk_index_add(d, e->hash, e->parent, e->tokens, e->slot);
             free(e->tokens);
         } else {
             kvt_prefix_remove(d->p.index, e->hash, KVT_TIER_T2); /* KVT_ENOTFOUND after a refused add */
@@ -141,13 +149,11 @@ void kvt_disk_apply_events_locked(kvt_disk *d) {
     d->n_ev = 0;
 }
 
-static void ckpt_maybe(kvt_disk *d);
-
 void kvt_disk_poll(kvt_disk *d) {
     pthread_mutex_lock(&d->mu);
     kvt_disk_apply_events_locked(d);
     pthread_mutex_unlock(&d->mu);
-    ckpt_maybe(d);
+    kvt_disk_ckpt_maybe(d);
 }
 
 uint64_t kvt_disk_segs_bytes(const kvt_disk *d) {
@@ -173,48 +179,6 @@ void kvt_disk_disable_writes(kvt_disk *d, int err, const char *what) {
     kvt_logk(KVT_LOG_WARN, "dir,what,error", "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir,
              what,
             strerror(-d->write_err));
-}
-
-/* ---- the index checkpoint ------------------------------------------------ */
-
-/* Changes to the set of records since open (mu held, or before the writer starts). */
-static uint64_t change_count(const kvt_disk *d) {
-    return d->st.puts + d->st.evicted + d->st.removes + d->st.reinserted + d->st.segments_reclaimed + d->st.corrupt;
-}
-
-/* Hands a fresh checkpoint to the writer thread when one is due: every
- * checkpoint_s seconds, if records changed and the last one is written. */
-static void ckpt_maybe(kvt_disk *d) {
-    if (!d->p.index || d->p.checkpoint_s <= 0 || d->lock_fd < 0) return;
-    double now = kvt_now();
-    if (now - d->ckpt_last < d->p.checkpoint_s) return;
-    d->ckpt_last = now;
-    pthread_mutex_lock(&d->mu);
-    uint64_t mark = change_count(d);
-    int due = mark != d->ckpt_mark && !d->ckpt_buf && !d->write_err;
-    pthread_mutex_unlock(&d->mu);
-    if (!due) return;
-    size_t len;
-    uint8_t *buf = kvt_disk_ckpt_build(d, &len);
-    pthread_mutex_lock(&d->mu);
-    d->ckpt_buf = buf;
-    d->ckpt_len = len;
-    d->ckpt_mark = mark;
-    pthread_cond_broadcast(&d->cv_work);
-    pthread_mutex_unlock(&d->mu);
-}
-
-/* The writer thread writes a checkpoint handed over by ckpt_maybe (mu held; dropped meanwhile). */
-void kvt_disk_ckpt_write_pending(kvt_disk *d) {
-    uint8_t *buf = d->ckpt_buf;
-    size_t len = d->ckpt_len;
-    pthread_mutex_unlock(&d->mu);
-    int rc = kvt_disk_ckpt_write(d->dir_fd, d->dir, buf, len);
-    if (rc) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
-    free(buf);
-    pthread_mutex_lock(&d->mu);
-    d->ckpt_buf = NULL;
-    if (!rc) d->st.checkpoints_written++;
 }
 
 /* ---- open ---------------------------------------------------------------- */
@@ -541,7 +505,7 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
             !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b", d->st.evicted,
             d->st.segments_reclaimed);
     d->ckpt_last = kvt_now();
-    d->ckpt_mark = change_count(d);
+    d->ckpt_mark = kvt_disk_change_count(d);
     *out = d;
     return 0;
 }
@@ -550,8 +514,10 @@ static void disk_free(kvt_disk *d) {
     pthread_mutex_lock(&d->mu);
     kvt_disk_apply_events_locked(d);
     if (d->p.index)
-        for (uint32_t i = 0; i < d->n_recs; i++)
+        for (uint32_t i = 0; i < d->n_recs; i++) {
+            if (i + 8 < d->n_recs) kvt_prefix_prefetch(d->p.index, d->recs[i + 8].hash); /* see disk_ckpt.c */
             if (d->recs[i].used) kvt_prefix_remove(d->p.index, d->recs[i].hash, KVT_TIER_T2);
+        }
     pthread_mutex_unlock(&d->mu);
     for (size_t i = 0; i < d->n_segs; i++) {
         close(d->segs[i]->fd);
@@ -656,7 +622,7 @@ static void wait_for_room(kvt_disk *d) {
 }
 
 int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
-    ckpt_maybe(d);
+    kvt_disk_ckpt_maybe(d);
     pthread_mutex_lock(&d->mu);
     kvt_disk_apply_events_locked(d);
     int rc = 0;
