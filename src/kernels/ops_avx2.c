@@ -5,6 +5,7 @@
  * (ops_tileloop.h). */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -113,9 +114,13 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
     __m256 acc[QRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
+    /* decode streams each weight once: prefetch the same place in the next
+     * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
+            _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0); /* 2 blocks: about one line */
             const float dlo = _cvtsh_ss(kvt_load_u16(blk));
             const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
