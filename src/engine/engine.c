@@ -538,9 +538,10 @@ void kvt_eng_layer_qkv(kvt_engine *e, int32_t l, int32_t n) {
     const kvt_layer *L = &m->layers[l];
     const float *rc = L->alt_rope ? e->rope_cos_alt : e->rope_cos, *rs = L->alt_rope ? e->rope_sin_alt : e->rope_sin;
     for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->attn_norm, D, hp->rms_eps);
-    kvt_matmul(e->pool, &L->wq, e->xb, D, n, e->q, e->q_dim);
-    kvt_matmul(e->pool, &L->wk, e->xb, D, n, e->k, e->kv_dim);
-    kvt_matmul(e->pool, &L->wv, e->xb, D, n, e->v, e->kv_dim);
+    const kvt_wmat *wqkv[] = {&L->wq, &L->wk, &L->wv};
+    float *yqkv[] = {e->q, e->k, e->v};
+    const int64_t ldqkv[] = {e->q_dim, e->kv_dim, e->kv_dim};
+    kvt_matmul_multi(e->pool, wqkv, 3, e->xb, D, n, yqkv, ldqkv);
     add_bias(e->q, L->bq, n, e->q_dim);
     add_bias(e->k, L->bk, n, e->kv_dim);
     add_bias(e->v, L->bv, n, e->kv_dim);
@@ -579,8 +580,10 @@ void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
 
         /* feed-forward block: x += W_down · (act(W_gate·h) * (W_up·h)), act silu or gelu */
         for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->ffn_norm, D, hp->rms_eps);
-        kvt_matmul(pool, &L->w_gate, e->xb, D, n, e->hb, F);
-        kvt_matmul(pool, &L->w_up, e->xb, D, n, e->hb2, F);
+        const kvt_wmat *wgu[] = {&L->w_gate, &L->w_up};
+        float *ygu[] = {e->hb, e->hb2};
+        const int64_t ldgu[] = {F, F};
+        kvt_matmul_multi(pool, wgu, 2, e->xb, D, n, ygu, ldgu);
         for (int32_t i = 0; i < n; i++) {
             if (hp->ffn_act == KVT_FFN_GELU) kvt_gelu_mul(e->hb + i * F, e->hb2 + i * F, F);
             else kvt_silu_mul(e->hb + i * F, e->hb2 + i * F, F);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "ops_impl.h"
 #include "quant_k.h"
 #include "log.h"
@@ -24,8 +25,6 @@
 #define OPS_PARALLEL_CONVERT_MIN 16
 /* Scratch alignment: a cache line (and an AVX-512 vector). */
 #define OPS_SCRATCH_ALIGN 64
-/* Q8_0 quantization of activations: values map to [-127, 127] (llama.cpp). */
-#define OPS_Q8_MAX 127.0f
 
 /* ---- scalar conversions ------------------------------------------------ */
 
@@ -256,11 +255,36 @@ static void sc_silu_mul(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + kvt_ops_vexpf(0.0f - gate[i])) * up[i];
 }
 
+/* Q8_0 as llama.cpp's CPU backend quantizes activations on x86 (the AVX
+ * quantize_row_q8_0, not the scalar reference): d = amax/127 rounded to f16,
+ * q = round-half-even(x * (127/amax)) (0 when amax is 0). With s (Q8_1, for
+ * Q4_1/Q5_1 weights) also s = d * sum(q) rounded to f16, d unrounded (its AVX
+ * quantize_row_q8_1). 127/amax is not 1/d: the products differ by an ulp for
+ * many x, enough to move a value near a half to the other integer. The
+ * definition of kvt_ops_vtable.quantize_q8_row; the SIMD variants vectorize it. */
+static void sc_quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
+    for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
+        const float *xb = x + b * KVT_Q8_0_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / KVT_Q8_MAX, id = amax != 0.0f ? KVT_Q8_MAX / amax : 0.0f;
+        d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
+        uint32_t sum = 0; /* wraps (only a NaN block, whose q are INT_MIN, gets there) */
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
+            int qi = (int)nearbyintf(xb[i] * id); /* the default mode: ties to even */
+            sum += (uint32_t)qi;
+            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)(qi + KVT_Q8_ACT_BIAS);
+        }
+        if (s) s[b] = kvt_f16_to_f32(kvt_f32_to_f16((float)(int32_t)sum * db));
+    }
+}
+
 static const kvt_ops_vtable ops_scalar = {
     .name = "scalar",
     .matmul_rows = sc_matmul_rows,
     .matmul_k_rows = kvt_qk_mm_scalar,
     .matmul_ql_rows = kvt_ql_mm_scalar,
+    .quantize_q8_row = sc_quantize_q8_row,
     .dot_f32 = sc_dot_f32,
     .dot_f32_f16 = sc_dot_f32_f16,
     .axpy_f32 = sc_axpy_f32,
@@ -396,32 +420,14 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
 
 /* ---- matmul driver ----------------------------------------------------- */
 
-/* Q8_0 as llama.cpp's CPU backend quantizes activations on x86 (the AVX
- * quantize_row_q8_0, not the scalar reference): d = amax/127 rounded to f16,
- * q = round-half-even(x * (127/amax)) (0 when amax is 0). With s (Q8_1, for
- * Q4_1/Q5_1 weights) also s = d * sum(q) rounded to f16, d unrounded (its AVX
- * quantize_row_q8_1). 127/amax is not 1/d: the products differ by an ulp for
- * many x, enough to move a value near a half to the other integer. */
-static void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
-    for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
-        const float *xb = x + b * KVT_Q8_0_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float db = amax / OPS_Q8_MAX, id = amax != 0.0f ? OPS_Q8_MAX / amax : 0.0f;
-        d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
-        int sum = 0;
-        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
-            int qi = (int)nearbyintf(xb[i] * id); /* the default mode: ties to even */
-            sum += qi;
-            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)(qi + KVT_Q8_ACT_BIAS);
-        }
-        if (s) s[b] = kvt_f16_to_f32(kvt_f32_to_f16((float)sum * db));
-    }
-}
-
 typedef struct {
     const kvt_ops_vtable *v;
-    const kvt_wmat *w;
+    const kvt_wmat *w;       /* the first of `count` matrices (same type and cols) */
+    const kvt_wmat *const *ws;
+    float *const *ys;
+    const int64_t *ldys;
+    int count;
+    int64_t units;           /* OPS_ROW_ALIGN row groups of all the matrices together */
     const float *x;
     int64_t ldx;
     kvt_acts a;
@@ -431,8 +437,6 @@ typedef struct {
     int8_t *kq;
     float *kd;
     int16_t *kbs;
-    float *y;
-    int64_t ldy;
 } matmul_job;
 
 static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
@@ -446,7 +450,7 @@ static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
         }
         if (j->xq) { /* Q8_0 and the legacy types */
             float *xs = j->xs ? j->xs + t * nbp : NULL;
-            quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp, xs);
+            j->v->quantize_q8_row(src, k, j->xq + t * kpad, j->xd + t * nbp, xs);
             memset(j->xq + t * kpad + k, KVT_Q8_ACT_BIAS, (size_t)(kpad - k));
             for (int64_t b = k / KVT_Q8_0_BLOCK; b < nbp; b++) {
                 j->xd[t * nbp + b] = 0.0f;
@@ -468,15 +472,25 @@ static void convert_task(void *ctx, int ith, int nth) {
     convert_tokens(j, j->a.n * ith / nth, j->a.n * (ith + 1) / nth);
 }
 
+static int64_t row_units(const kvt_wmat *w) { return w->rows > 0 ? (w->rows + OPS_ROW_ALIGN - 1) / OPS_ROW_ALIGN : 0; }
+
+/* The thread's share: a contiguous run of row groups over the matrices laid
+ * end to end, so each thread streams one stretch of weights whatever the count. */
 static void matmul_task(void *ctx, int ith, int nth) {
     matmul_job *j = ctx;
-    int64_t units = (j->w->rows + OPS_ROW_ALIGN - 1) / OPS_ROW_ALIGN;
-    int64_t r0 = units * ith / nth * OPS_ROW_ALIGN, r1 = units * (ith + 1) / nth * OPS_ROW_ALIGN;
-    if (r1 > j->w->rows) r1 = j->w->rows;
-    if (r0 < r1)
-        (kvt_qk_is_k(j->w->type)        ? j->v->matmul_k_rows
-         : kvt_ql_is_legacy(j->w->type) ? j->v->matmul_ql_rows
-                                        : j->v->matmul_rows)(j->w, &j->a, r0, r1, j->y, j->ldy);
+    const int64_t u0 = j->units * ith / nth, u1 = j->units * (ith + 1) / nth;
+    int64_t base = 0; /* first unit of matrix i */
+    for (int i = 0; i < j->count && base < u1; i++) {
+        const kvt_wmat *w = j->ws[i];
+        const int64_t nu = row_units(w);
+        int64_t r0 = (KVT_MAX(u0, base) - base) * OPS_ROW_ALIGN, r1 = (KVT_MIN(u1, base + nu) - base) * OPS_ROW_ALIGN;
+        if (r1 > w->rows) r1 = w->rows;
+        base += nu;
+        if (r0 >= r1) continue;
+        (kvt_qk_is_k(w->type)        ? j->v->matmul_k_rows
+         : kvt_ql_is_legacy(w->type) ? j->v->matmul_ql_rows
+                                     : j->v->matmul_rows)(w, &j->a, r0, r1, j->ys[i], j->ldys[i]);
+    }
 }
 
 static void *scratch_alloc(size_t bytes) {
@@ -491,9 +505,24 @@ static void *scratch_alloc(size_t bytes) {
 
 void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y,
                 int64_t ldy) {
-    if (n <= 0 || w->rows <= 0) return;
+    kvt_matmul_multi(pool, &w, 1, x, ldx, n, &y, &ldy);
+}
+
+void kvt_matmul_multi(kvt_pool *pool, const kvt_wmat *const *ws, int count, const float *x, int64_t ldx, int64_t n,
+                      float *const *ys, const int64_t *ldys) {
+    if (n <= 0 || count <= 0) return;
+    int same = 1; /* the leading matrices that can share one conversion of x */
+    while (same < count && ws[same]->type == ws[0]->type && ws[same]->cols == ws[0]->cols) same++;
+    if (same < count) {
+        kvt_matmul_multi(pool, ws, same, x, ldx, n, ys, ldys);
+        kvt_matmul_multi(pool, ws + same, count - same, x, ldx, n, ys + same, ldys + same);
+        return;
+    }
+    const kvt_wmat *w = ws[0];
     const int64_t pad = 2 * KVT_Q8_0_BLOCK;
-    matmul_job j = {.v = ops(), .w = w, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
+    matmul_job j = {.v = ops(), .w = w, .ws = ws, .ys = ys, .ldys = ldys, .count = count, .x = x, .ldx = ldx};
+    for (int i = 0; i < count; i++) j.units += row_units(ws[i]);
+    if (j.units == 0) return;
     j.a.n = n;
     j.a.k = w->cols;
     j.a.kpad = (w->cols + pad - 1) / pad * pad;

@@ -97,6 +97,14 @@ size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols);
 void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n,
                 float *y, int64_t ldy);
 
+/* kvt_matmul(pool, w[i], x, ldx, n, y[i], ldy[i]) for i in [0, count), every
+ * Y bit for bit as those calls give it, but in one run of the pool: matrices
+ * of the same type and cols share one conversion of X (decode's q/k/v and
+ * gate/up), and the threads split their rows taken end to end. Consecutive
+ * matrices that differ in type or cols are run as separate groups. */
+void kvt_matmul_multi(kvt_pool *pool, const kvt_wmat *const *w, int count, const float *x, int64_t ldx,
+                      int64_t n, float *const *y, const int64_t *ldy);
+
 /* Converts row r (0 <= r < rows) of w to w->cols floats in out (exact for
  * F32/F16/BF16; d*q for Q8_0, d*(q - zero) or d*q + m for the legacy types;
  * the K types as llama.cpp's dequantize_row_*, see quant_k.h). */

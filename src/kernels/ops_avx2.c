@@ -5,6 +5,7 @@
  * (ops_tileloop.h). */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -113,9 +114,13 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
     __m256 acc[QRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
+    /* decode streams each weight once: prefetch the same place in the next
+     * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
+            _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0); /* 2 blocks: about one line */
             const float dlo = _cvtsh_ss(kvt_load_u16(blk));
             const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
@@ -307,11 +312,40 @@ static T2 void silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* Q8_0/Q8_1 activations, the bits of ops.c's sc_quantize_q8_row (see the
+ * AVX-512 variant's): the quants go through memory for the truncating cast. */
+static T2 void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
+        const float *xb = x + b * KVT_Q8_0_BLOCK;
+        __m256 v[KVT_Q8_0_BLOCK / H], m = _mm256_setzero_ps();
+        for (int i = 0; i < KVT_Q8_0_BLOCK / H; i++) {
+            v[i] = _mm256_loadu_ps(xb + i * H);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+        const float db = amax / KVT_Q8_MAX, id = amax != 0.0f ? KVT_Q8_MAX / amax : 0.0f;
+        d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
+        int32_t qi[KVT_Q8_0_BLOCK];
+        for (int i = 0; i < KVT_Q8_0_BLOCK / H; i++)
+            _mm256_storeu_si256((__m256i *)(void *)(qi + i * H), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+        uint32_t sum = 0;
+        for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
+            sum += (uint32_t)qi[i];
+            q[b * KVT_Q8_0_BLOCK + i] = (uint8_t)(qi[i] + KVT_Q8_ACT_BIAS);
+        }
+        if (s) s[b] = kvt_f16_to_f32(kvt_f32_to_f16((float)(int32_t)sum * db));
+    }
+}
+
 static const kvt_ops_vtable ops_avx2 = {
     .name = "avx2",
     .matmul_rows = mm_rows,
     .matmul_k_rows = kvt_qk_mm_avx2,
     .matmul_ql_rows = kvt_ql_mm_avx2,
+    .quantize_q8_row = quantize_q8_row,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,

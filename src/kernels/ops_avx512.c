@@ -284,6 +284,28 @@ INLINE512 void round_row(const float *x, float *y, int64_t n, const int bf16) {
 static T512 void round_f16_row(const float *x, float *y, int64_t n) { round_row(x, y, n, 0); }
 static T512 void round_bf16_row(const float *x, float *y, int64_t n) { round_row(x, y, n, 1); }
 
+/* Q8_0/Q8_1 activations, the bits of ops.c's sc_quantize_q8_row: max(|v|, m)
+ * keeps m where |v| is NaN, as fmaxf(m, |v|) does; cvtps rounds in the
+ * current mode (ties to even), as nearbyintf; NaN and overflow give INT_MIN,
+ * as the scalar cast does; vpmovdb truncates, as the (uint8_t) cast. */
+static T512 void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, float *s) {
+    const __m512i bias = _mm512_set1_epi32(KVT_Q8_ACT_BIAS);
+    for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
+        const float *xb = x + b * KVT_Q8_0_BLOCK;
+        const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + V);
+        const __m512 m = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+        const float amax = _mm512_reduce_max_ps(m);
+        const float db = amax / KVT_Q8_MAX, id = amax != 0.0f ? KVT_Q8_MAX / amax : 0.0f;
+        d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
+        const __m512 idv = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, idv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, idv));
+        _mm_storeu_si128((__m128i *)(void *)(q + b * KVT_Q8_0_BLOCK), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, bias)));
+        _mm_storeu_si128((__m128i *)(void *)(q + b * KVT_Q8_0_BLOCK + V),
+                         _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, bias)));
+        if (s) s[b] = kvt_f16_to_f32(kvt_f32_to_f16((float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)) * db));
+    }
+}
+
 /* The vector exp (ops_impl.h), lane for lane as ops.c's kvt_ops_vexpf. */
 INLINE512 __m512 vexp16(__m512 x) {
     const __m512 sh = _mm512_set1_ps(KVT_SEXP_SHIFT);
@@ -349,6 +371,7 @@ static const kvt_ops_vtable ops_avx512 = {
     .matmul_rows = mm_rows,
     .matmul_k_rows = kvt_qk_mm_avx512,
     .matmul_ql_rows = kvt_ql_mm_avx512,
+    .quantize_q8_row = quantize_q8_row,
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,

@@ -22,6 +22,8 @@
 /* Activation int8 values are stored offset by this (as u8) so that AVX-512
  * VNNI (unsigned x signed bytes) can take them; kernels subtract it back. */
 #define KVT_Q8_ACT_BIAS 128
+/* Q8_0 activation quantization maps each block's amax to this (llama.cpp). */
+#define KVT_Q8_MAX 127.0f
 
 /* Activations after rounding for the weight type. Rows are zero padded to
  * `kpad` elements (a multiple of 2 * KVT_Q8_0_BLOCK) so kernels may read whole
@@ -49,6 +51,10 @@ typedef struct {
      * (xq, xd), plus the Q8_1 sums (xs) for Q4_1 and Q5_1. */
     void (*matmul_ql_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                            int64_t ldy);
+    /* One token's Q8_0 (s NULL) or Q8_1 activations from k floats (k a
+     * multiple of 32): ops.c's quantize_q8_row is the definition, every
+     * variant gives its bits (NaN inputs included). */
+    void (*quantize_q8_row)(const float *x, int64_t k, uint8_t *q, float *d, float *s);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);

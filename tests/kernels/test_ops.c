@@ -528,6 +528,94 @@ static void test_batch_invariance(kvt_pool **pools) {
     kvt_ops_force_variant("scalar");
 }
 
+/* kvt_matmul_multi: each matrix's Y bit for bit as its own kvt_matmul, for
+ * any thread count; a trailing matrix of another type runs as its own group. */
+static void test_matmul_multi(kvt_pool **pools) {
+    static const int64_t rows[4] = {40, 7, 33, 18}, ns[] = {1, 4, 19};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti], other = type == KVT_TYPE_F16 ? KVT_TYPE_F32 : KVT_TYPE_F16;
+        const int64_t cols = test_cols(type, 70, 96), ldx = cols + 2, nmax = 19;
+        test_mat m[4];
+        const kvt_wmat *ws[4];
+        float *ref[4], *got[4];
+        int64_t ld[4];
+        for (int i = 0; i < 4; i++) {
+            make_mat(&m[i], i < 3 ? type : other, rows[i], cols);
+            ws[i] = &m[i].w;
+            ld[i] = rows[i] + i;
+            ref[i] = malloc(sizeof(float) * (size_t)(nmax * ld[i]));
+            got[i] = malloc(sizeof(float) * (size_t)(nmax * ld[i]));
+        }
+        float *x = malloc(sizeof(float) * (size_t)(nmax * ldx));
+        for (int64_t i = 0; i < nmax * ldx; i++) x[i] = rndf() * 2.0f;
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (kvt_ops_force_variant(variants[v]) != 0) continue;
+            int bad = 0;
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (int pi = 0; pi < 3; pi++) {
+                    const int64_t n = ns[ni];
+                    for (int i = 0; i < 4; i++) {
+                        for (int64_t e = 0; e < nmax * ld[i]; e++) ref[i][e] = got[i][e] = -1.0f;
+                        kvt_matmul(pools[0], ws[i], x, ldx, n, ref[i], ld[i]);
+                    }
+                    kvt_matmul_multi(pools[pi], ws, 4, x, ldx, n, got, ld);
+                    for (int i = 0; i < 4; i++) bad += memcmp(ref[i], got[i], sizeof(float) * (size_t)(nmax * ld[i])) != 0;
+                }
+            CHECKF(bad == 0, "%s type %u: %d multi matmuls differ from single ones", variants[v], type, bad);
+        }
+        for (int i = 0; i < 4; i++) {
+            free_mat(&m[i]);
+            free(ref[i]);
+            free(got[i]);
+        }
+        free(x);
+    }
+    kvt_ops_force_variant("scalar");
+}
+
+/* The activation quantization's edges, through the matmuls of the types that
+ * use Q8_0 and Q8_1 activations: exact ties (amax 127, so x * 127/amax is x),
+ * zero, tiny and large blocks, NaN inputs (quantized to q = 0, so a Q8_0
+ * Y stays finite). Every variant gives the scalar bits; NaN-free, the reference. */
+static void test_quantize_edges(kvt_pool *pool2) {
+    static const uint32_t qtypes[] = {KVT_TYPE_Q8_0, KVT_TYPE_Q4_1, KVT_TYPE_Q5_0};
+    enum { ROWS = 21, COLS = 256, NTOK = 3 };
+    static float x[NTOK * COLS], y0[NTOK * ROWS], y1[NTOK * ROWS];
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        for (int t = 0; t < NTOK; t++) {
+            float *xt = x + t * COLS;
+            for (int i = 0; i < COLS; i++) xt[i] = rndf() * 5.0f;
+            for (int i = 0; i < 32; i++) xt[i] = i == 0 ? 127.0f : (float)(i - 16 + t) + 0.5f; /* ties */
+            for (int i = 32; i < 64; i++) xt[i] = i == 32 ? -127.0f : -(float)(i - 40) - 0.5f;
+            for (int i = 64; i < 96; i++) xt[i] = 0.0f;
+            for (int i = 96; i < 128; i++) xt[i] *= 1e-30f;
+            for (int i = 128; i < 160; i++) xt[i] *= 100.0f; /* Q8_1: s = d * sum(q) stays under the f16 max */
+            if (with_nan) xt[189 + t] = NAN; /* last lanes of a block: where a max that let NaN through would keep it */
+        }
+        for (size_t ti = 0; ti < sizeof qtypes / sizeof qtypes[0]; ti++) {
+            /* a NaN makes a Q8_1 block's sum s = d * sum(q) non-finite (in llama.cpp too) */
+            if (with_nan && qtypes[ti] == KVT_TYPE_Q4_1) continue;
+            test_mat m;
+            make_mat(&m, qtypes[ti], ROWS, COLS);
+            for (int v = 0; v < N_VARIANTS; v++) {
+                if (kvt_ops_force_variant(variants[v]) != 0) continue;
+                kvt_matmul(pool2, &m.w, x, COLS, NTOK, v == 0 ? y0 : y1, ROWS);
+                if (v == 0 && !with_nan)
+                    CHECKF(check_matmul_ref(&m, x, COLS, NTOK, y0, ROWS) == 0, "type %u: edges off the reference",
+                           qtypes[ti]);
+                int finite = 1;
+                for (int i = 0; i < NTOK * ROWS; i++) finite &= isfinite(y0[i]) != 0;
+                CHECKF(finite, "type %u: a NaN input left a non-finite output", qtypes[ti]);
+                if (v > 0)
+                    CHECKF(!memcmp(y0, y1, sizeof y0), "%s type %u: quantization edges differ from scalar (nan %d)",
+                           variants[v], qtypes[ti], with_nan);
+            }
+            free_mat(&m);
+        }
+    }
+    kvt_ops_force_variant("scalar");
+}
+
 static void test_wmat_row(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         test_mat m;
@@ -680,6 +768,8 @@ int main(void) {
     test_elementwise();
     test_matmul_reference(pools[1]);
     test_batch_invariance(pools);
+    test_matmul_multi(pools);
+    test_quantize_edges(pools[1]);
     for (int i = 0; i < 3; i++) kvt_pool_free(pools[i]);
     return kvt_test_done("test_ops");
 }
