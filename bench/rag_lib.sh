@@ -3,6 +3,10 @@
 # dim-256, 4-layer llama; else the ~250M one; MODEL= overrides), the knobs THREADS, TOPICS,
 # BLOCKS, WORDS, and rag_corpus OUT, which writes the corpus (BLOCKS chunks of ~WORDS words)
 # to OUT/docs and its index to OUT/corpus.idx. Source it from the repository root.
+# MODEL must have the llama SPM vocabulary (as the default does): with another tokenizer the
+# documents are not ~300 tokens (bench/out/llama250m-q8_0.gguf from bench/speed.sh has a generated
+# byte-level BPE vocabulary: ~820 tokens each, split into 3 chunks, so a topic no longer retrieves
+# its 3 documents). For Q8_0 weights, quantize the SPM model: kvtier quantize IN OUT q8_0.
 if [ "${SMALL:-0}" = 1 ]; then
   MODEL=${MODEL:-bench/out/llama-small-spm-f16.gguf}
   SHAPE=(--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512)
