@@ -123,7 +123,7 @@ void kvt_disk_rec_insert(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, cons
 /* Adds the record at slot to the prefix index now (owner's thread, mu held).
  * A refused add (the key names another block in the index) drops the record. */
 void kvt_disk_index_add(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, uint32_t slot) {
-    if (kvt_prefix_add(d->p.index, hash, parent, tokens, KVT_TIER_T2, slot) != -EEXIST) return;
+    if (!d->p.index || kvt_prefix_add(d->p.index, hash, parent, tokens, KVT_TIER_T2, slot) != -EEXIST) return;
     d->st.collisions++;
     uint32_t cur;
     if (kvt_hmap128_get(&d->map, hash, &cur) && cur == slot) {
@@ -219,8 +219,12 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         d->st.foreign++;
         return 0;
     }
-    /* a later copy (reinsertion) supersedes an earlier one */
-    kvt_disk_rec_insert(d, rec->hash, rec->parent, rec->tokens, o->seg, off, (uint32_t)bytes);
+    /* a later copy (reinsertion) supersedes an earlier one. Open runs on the
+     * owner's thread before the tier is handed out, so, as for the checkpoint's
+     * records, straight into the prefix index: no event, no copy of the tokens */
+    uint32_t slot = kvt_disk_rec_put(d, rec->hash, o->seg, off, (uint32_t)bytes);
+    if (d->n_ev) kvt_disk_apply_events_locked(d); /* the superseded copy's removal first */
+    kvt_disk_index_add(d, rec->hash, rec->parent, rec->tokens, slot);
     return 0;
 }
 
