@@ -154,7 +154,7 @@ DEF_TILE_FN(ft_f16, KVT_TILE_BY_N3(CALL_F16))
 DEF_TILE_FN(ft_bf16, KVT_TILE_BY_N3(CALL_BF16))
 DEF_TILE_FN(ft_q8, KVT_TILE_BY_N2(CALL_Q8))
 
-KVT_DEFINE_MM_ROWS(mm_rows, T2, NULL, NULL)
+KVT_DEFINE_MM_ROWS(mm_rows, T2, NULL, NULL, ft_q8, QRM, 0)
 
 /* ---- vector ops ---------------------------------------------------------- */
 

@@ -483,7 +483,7 @@ static void test_matmul_reference(kvt_pool *pool2) {
 /* The Y of token t alone (n = 1) equals its row in any batch, with any thread
  * count; and every variant gives the same bits. */
 static void test_batch_invariance(kvt_pool **pools) {
-    static const int64_t batches[] = {7, 64, 200};
+    static const int64_t batches[] = {2, 7, 64, 200};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];
         const int64_t rows = 45, cols = test_cols(type, 71, 96);
