@@ -25,6 +25,18 @@
 #include <dirent.h>
 #include <fcntl.h>
 
+/* Bytes of weight matrices one decode step reads: every layer matrix and the
+ * output matrix (the embedding table gives one row per token). */
+static double decode_weight_bytes(const kvt_model *m) {
+    double b = (double)m->output.rows * (double)m->output.row_bytes;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const kvt_layer *L = &m->layers[l];
+        const kvt_wmat *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) b += (double)w[i]->rows * (double)w[i]->row_bytes;
+    }
+    return b;
+}
+
 #define DEFAULT_MODEL "bench/out/llama250m-f16.gguf"
 #define CTX 4096
 #define DECODE_TOKENS 64
@@ -172,6 +184,9 @@ int main(int argc, char **argv) {
         printf("prefill 2048 tokens: %8.1f tok/s (%.2f s)\n", 2048 / t2048, t2048);
     }
     printf("decode %4d tokens:   %8.1f tok/s\n", n_decode, n_decode / tdec);
+    /* compare with bench_membw's read bandwidth: decode streams every weight once per token */
+    printf("decode weight streaming:     %8.1f GB/s (%.0f MB per token)\n",
+           decode_weight_bytes(m) * n_decode / tdec / 1e9, decode_weight_bytes(m) / 1e6);
     if (decode_only) return 0;
 
     /* time to first token for a 2048-token prompt: cold, warm T0, warm T1 */
