@@ -185,8 +185,9 @@ int main(int argc, char **argv) {
     }
     printf("decode %4d tokens:   %8.1f tok/s\n", n_decode, n_decode / tdec);
     /* compare with bench_membw's read bandwidth: decode streams every weight once per token */
-    printf("decode weight streaming:     %8.1f GB/s (%.0f MB per token)\n",
-           decode_weight_bytes(m) * n_decode / tdec / 1e9, decode_weight_bytes(m) / 1e6);
+    const double wbytes = decode_weight_bytes(m);
+    printf("decode weight streaming:     %8.1f GB/s (%.0f MB per token)\n", wbytes * n_decode / tdec / 1e9,
+           wbytes / 1e6);
     if (decode_only) return 0;
 
     /* time to first token for a 2048-token prompt: cold, warm T0, warm T1 */

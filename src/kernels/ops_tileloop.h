@@ -124,7 +124,7 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
  * Q8_DEC: a Q8_0 tile of Q8_DEC_RM x Q8_DEC_RN that runs instead of ft_q8
  * for at most Q8_DEC_RN tokens (decode: the same bits, tuned for streaming
  * every weight once); Q8_DEC_RN 0 for none. */
-#define KVT_DEFINE_MM_ROWS(NAME, ATTR, WIDEN_F16, WIDEN_BF16, Q8_DEC, Q8_DEC_RM, Q8_DEC_RN)                                            \
+#define KVT_DEFINE_MM_ROWS(NAME, ATTR, WIDEN_F16, WIDEN_BF16, Q8_DEC, Q8_DEC_RM, Q8_DEC_RN)               \
     static ATTR void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
         switch (w->type) {                                                                               \
         case KVT_TYPE_Q8_0:                                                                              \
