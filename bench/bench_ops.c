@@ -26,7 +26,7 @@ static const shape shapes[] = {
     {"ffn_gate/up 2816x1024", 2816, 1024}, {"ffn_down 1024x2816", 1024, 2816},
     {"output 32000x1024", 32000, 1024},
 };
-static const int64_t token_counts[] = {1, 32, 512};
+static const int64_t token_counts[] = {1, 2, 32, 512};
 
 static double now(void) {
     struct timespec ts;
