@@ -3,7 +3,11 @@
  * ymm of int8 q - zero in natural order; maddubs (biased u8 activations x
  * int8 weights, no saturation: |255 * 31 * 2| < 2^15) then madd by ones gives
  * the exact sums of 4 in natural lane order, minus 128 * the weights' sums.
- * The canonical 16 lanes are two ymm: block 2m in lo, block 2m+1 in hi. */
+ * The canonical 16 lanes are two ymm: block 2m in lo, block 2m+1 in hi.
+ * Decode (one token) has its own tile, tile_dec: QDRM rows, the raw quants as
+ * maddubs' unsigned operand and the activations (xq ^ 0x80) as its signed
+ * one, the zero point folded into a per-token start, so the rows pay no
+ * correction (as the AVX-512 decode tile, ops_q_avx512.c). */
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +22,7 @@
 
 #define QRM 2
 #define QRN 2
+#define QDRM 4
 #define BIAS_SHIFT 7 /* 128 = KVT_Q8_ACT_BIAS */
 #define MIN_LANE 0x01 /* lane 0 of a block's 8: where its min term goes */
 
@@ -28,12 +33,12 @@ INLINE2 float hsum16(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
-/* The 32 weights of one block as int8 q - zero, natural order. */
-INLINE2 __m256i unpack(kvt_ql_layout f, const uint8_t *blk) {
-    const __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(blk + f.qs_off));
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    __m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m4)),
-                                        _mm_and_si128(_mm_srli_epi16(qs, 4), m4), 1);
+/* The 32 quants of one block as they are stored (0-15, or 0-31 with Q5's
+ * fifth bit), natural order: the 16 bytes in both halves, the high half
+ * shifted a nibble down. */
+INLINE2 __m256i unpack_raw(kvt_ql_layout f, const uint8_t *blk) {
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + f.qs_off)));
+    __m256i z = _mm256_and_si256(_mm256_srlv_epi32(qs, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
     if (f.qh_off >= 0) {
         uint32_t h;
         memcpy(&h, blk + f.qh_off, sizeof h);
@@ -45,8 +50,13 @@ INLINE2 __m256i unpack(kvt_ql_layout f, const uint8_t *blk) {
         hv = _mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit);
         z = _mm256_or_si256(z, _mm256_and_si256(hv, _mm256_set1_epi8(0x10)));
     }
-    if (f.zero) z = _mm256_sub_epi8(z, _mm256_set1_epi8((char)f.zero));
     return z;
+}
+
+/* The 32 weights of one block as int8 q - zero, natural order. */
+INLINE2 __m256i unpack(kvt_ql_layout f, const uint8_t *blk) {
+    const __m256i z = unpack_raw(f, blk);
+    return f.zero ? _mm256_sub_epi8(z, _mm256_set1_epi8((char)f.zero)) : z;
 }
 
 /* Exact sums of each 4 products u8 x s8, natural lane order. */
@@ -106,5 +116,60 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
         _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(lo[i][j], hi[i][j]);
 }
 
+/* ---- decode tile: QDRM rows x 1 token ------------------------------------
+ * Per lane the same integer as `tile`, sum of 4 (q - zero) * x, as
+ * maddubs(q, x) summed by pairs plus the token's start -zero * (sum of 4 x)
+ * = sums4(xq, -zero) + 4 * 128 * zero (xq = x + 128; no saturation:
+ * 31 * 127 * 2 and 255 * 16 * 2 < 2^15). The rows' f16 scales (and mins) of
+ * a block pair are converted at once and multiplied by d_x once; each row
+ * and block then costs one unpack, maddubs, madd, add, convert and fma. A
+ * missing last block is skipped: the tiles add fma(0, 0, lane) there, which
+ * leaves a lane unchanged (a lane is never -0: it starts at +0, and x + -x
+ * rounds to +0). */
+INLINE2 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
+                      const float *const *xs, int rn, int64_t k, float *out) {
+    (void)rn; /* always 1 */
+    const int64_t nb = k / KVT_QL_BLOCK;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i minus_zero = _mm256_set1_epi8((char)-f.zero);
+    const __m256i zero_off = _mm256_set1_epi32(4 * KVT_Q8_ACT_BIAS * f.zero);
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM; /* the same place in the next tile's rows */
+    __m256 acc[QDRM][2];
+    _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int nh = b + 1 < nb ? 2 : 1;
+        /* lane h * QDRM + i: row i, block b + h */
+        __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+        _Pragma("GCC unroll 2") for (int h = 0; h < nh; h++)
+            _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
+                const uint8_t *blk = wr[i] + (b + h) * f.bytes;
+                dh = _mm_insert_epi16(dh, kvt_load_u16(blk), h * QDRM + i);
+                if (f.m_off >= 0) mh = _mm_insert_epi16(mh, kvt_load_u16(blk + f.m_off), h * QDRM + i);
+            }
+        float dwx[2 * QDRM] __attribute__((aligned(32))), mw[2 * QDRM] __attribute__((aligned(32)));
+        _mm256_store_ps(dwx, _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_setr_m128(_mm_set1_ps(xd[0][b]),
+                                                                                  _mm_set1_ps(xd[0][b + 1]))));
+        if (f.m_off >= 0) _mm256_store_ps(mw, _mm256_cvtph_ps(mh));
+        _Pragma("GCC unroll 2") for (int h = 0; h < nh; h++) {
+            const __m256i xb = _mm256_loadu_si256((const __m256i *)(const void *)(xq[0] + (b + h) * KVT_QL_BLOCK));
+            const __m256i xv = _mm256_xor_si256(xb, flip);
+            const __m256i start = f.zero ? _mm256_add_epi32(sums4(xb, minus_zero), zero_off) : _mm256_setzero_si256();
+            const __m256 sx = f.m_off >= 0 ? _mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(xs[0][b + h]), MIN_LANE)
+                                           : _mm256_setzero_ps();
+            _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
+                const uint8_t *blk = wr[i] + (b + h) * f.bytes;
+                if (h == 0) _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0);
+                const __m256i p = _mm256_add_epi32(sums4(unpack_raw(f, blk), xv), start);
+                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dwx[h * QDRM + i]), acc[i][h]);
+                if (f.m_off >= 0)
+                    acc[i][h] = _mm256_fmadd_ps(
+                        _mm256_blend_ps(_mm256_setzero_ps(), _mm256_broadcast_ss(&mw[h * QDRM + i]), MIN_LANE), sx,
+                        acc[i][h]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) out[i] = hsum16(acc[i][0], acc[i][1]);
+}
+
 /* kvt_ql_mm_*: one tile per legacy type, run by the shared loop (ops_tileloop.h) */
-KVT_QL_DEFINE_MM(kvt_ql_mm_avx2, T2, KVT_TILE_BY_N2)
+KVT_QL_DEFINE_MM_DEC(kvt_ql_mm_avx2, T2, KVT_TILE_BY_N2, QDRM, 1)

@@ -185,4 +185,4 @@ INLINE512 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t
 }
 
 /* kvt_ql_mm_*: one tile per legacy type, run by the shared loop (ops_tileloop.h) */
-KVT_QL_DEFINE_MM_DEC(kvt_ql_mm_avx512, T512, KVT_TILE_BY_N6, QDRM)
+KVT_QL_DEFINE_MM_DEC(kvt_ql_mm_avx512, T512, KVT_TILE_BY_N6, QDRM, 2)

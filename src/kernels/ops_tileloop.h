@@ -32,8 +32,11 @@ typedef struct {
 } kvt_tile_x;
 
 /* The body of a tile: CALL(N) with N the tile's token count `n` as a
- * constant (1 to 2, 3 or 6), so that each count gets a fully unrolled
+ * constant (1, 1 to 2, 3 or 6), so that each count gets a fully unrolled
  * instance with its accumulators in registers. */
+#define KVT_TILE_BY_N1(CALL)                                                                       \
+    (void)n;                                                                                       \
+    CALL(1);
 #define KVT_TILE_BY_N2(CALL)                                                                       \
     switch (n) {                                                                                   \
     case 1: CALL(1); break;                                                                        \
@@ -152,8 +155,9 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
  * kvt_ql_index order), the layout's fields folded in as constants. ATTR is
  * the variant's target attribute, BY_N the KVT_TILE_BY_N* that matches QRN.
  * KVT_QL_DEFINE_MM_DEC adds a decode tile, tile_dec(layout, wr, xq, xd, xs,
- * rn, k, out) of DEC_RM rows x up to 2 tokens, that runs instead for at most
- * 2 tokens (the same bits, tuned for streaming every weight once). The
+ * rn, k, out) of DEC_RM rows x up to DEC_RN (1 or 2) tokens, that runs
+ * instead for at most DEC_RN tokens (the same bits, tuned for streaming every
+ * weight once). The
  * includer includes quant_legacy.h. */
 #define KVT_QL_TILE_FN(NAME, ATTR, BY_N, CALL, LAYOUT)                                                \
     static ATTR void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
@@ -175,14 +179,15 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
         kvt_tile_loop(w, a, r0, r1, y, ldy,                                                           \
                       (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = tiles[kvt_ql_index(w->type)]}); \
     }
-#define KVT_QL_DEFINE_MM_DEC(ENTRY, ATTR, BY_N, DEC_RM)                                               \
+#define KVT_QL_DEFINE_MM_DEC(ENTRY, ATTR, BY_N, DEC_RM, DEC_RN)                                       \
     KVT_QL_TILE_FNS(ENTRY, ATTR, BY_N, KVT_QL_CALL)                                                   \
-    KVT_QL_TILE_FNS(ENTRY##_dec, ATTR, KVT_TILE_BY_N2, KVT_QL_DEC_CALL)                               \
+    KVT_QL_TILE_FNS(ENTRY##_dec, ATTR, KVT_TILE_BY_N##DEC_RN, KVT_QL_DEC_CALL)                        \
     void ENTRY(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
         static const kvt_tile_fn tiles[] = KVT_QL_TILES(ENTRY), dec[] = KVT_QL_TILES(ENTRY##_dec);    \
         const int t = kvt_ql_index(w->type);                                                          \
-        if (a->n <= 2)                                                                                \
-            kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = DEC_RM, .rn = 2, .q8 = 1, .tile = dec[t]}); \
+        if (a->n <= DEC_RN)                                                                           \
+            kvt_tile_loop(w, a, r0, r1, y, ldy,                                                       \
+                          (kvt_tiling){.rm = DEC_RM, .rn = DEC_RN, .q8 = 1, .tile = dec[t]});         \
         else                                                                                          \
             kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = tiles[t]}); \
     }
