@@ -132,7 +132,7 @@ INLINE2 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *
     const int64_t nb = k / KVT_QL_BLOCK;
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i minus_zero = _mm256_set1_epi8((char)-f.zero);
-    const __m256i zero_off = _mm256_set1_epi32(4 * KVT_Q8_ACT_BIAS * f.zero);
+    const __m256i zero_off = _mm256_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * f.zero);
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM; /* the same place in the next tile's rows */
     __m256 acc[QDRM][2];
     _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();

@@ -107,9 +107,10 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
  * other way round: the raw quants q (0-31) are VNNI's unsigned operand and the
  * activations x (xq ^ 0x80) its signed one, the zero point folded into a
  * per-token start, -zero * (sum of 4 x) = dpbusd(4 * 128 * zero, xq, -zero)
- * (xq = x + 128). All the per-token work and the scales of the QDRM rows
- * (one f16 -> f32 conversion) are shared by the rows; each row pays only
- * for unpacking its quants, then one dpbusd, permute and fma per token. */
+ * (xq = x + 128; 4 = KVT_Q8_GROUP). All the per-token work and the scales
+ * of the QDRM rows (one f16 -> f32 conversion) are shared by the rows; each
+ * row pays only for unpacking its quants, then one dpbusd, permute and fma
+ * per token. */
 
 /* The quants of blocks a and (if has_b) b as 64 bytes q, natural order:
  * 128-bit chunks [a, a, b, b], the second of each pair shifted a nibble down. */
@@ -142,7 +143,7 @@ INLINE512 void dec_pair(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t
                         const float *const *xs, int rn, int64_t b, int has_hi, __m512 acc[QDRM][QDRN]) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i minus_zero = _mm512_set1_epi8((char)-f.zero);
-    const __m512i zero_off = _mm512_set1_epi32(4 * KVT_Q8_ACT_BIAS * f.zero);
+    const __m512i zero_off = _mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * f.zero);
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM; /* the same place in the next tile's rows */
     const int64_t off = b * f.bytes;
     const __m512 dw = row_halves(wr, off, f.bytes, has_hi);
