@@ -39,27 +39,29 @@ INLINE512 uint32_t ld32(const uint8_t *p) {
     return v;
 }
 
-/* Weights of blocks a and (if has_b) b as 64 int8 q - zero, natural order. */
-INLINE512 __m512i unpack_pair(kvt_ql_layout f, const uint8_t *a, const uint8_t *b, int has_b) {
-    const __m128i qa = _mm_loadu_si128((const __m128i *)(const void *)(a + f.qs_off));
-    const __m128i qb = has_b ? _mm_loadu_si128((const __m128i *)(const void *)(b + f.qs_off)) : _mm_setzero_si128();
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    /* 128-bit chunks [a lo, b lo, a hi, b hi] -> [a lo, a hi, b lo, b hi] */
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+INLINE512 __m512 pair_ps(float lo, float hi) {
+    return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
+}
+
+/* The quants of blocks a and (if has_b) b as 64 bytes q, natural order:
+ * 128-bit chunks [a, a, b, b], the second of each pair shifted a nibble down. */
+INLINE512 __m512i unpack_pair_raw(kvt_ql_layout f, const uint8_t *a, const uint8_t *b, int has_b) {
+    __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(a + f.qs_off)));
+    z = has_b ? _mm512_mask_broadcast_i32x4(z, 0xFF00, _mm_loadu_si128((const __m128i *)(const void *)(b + f.qs_off)))
+              : _mm512_maskz_mov_epi32(0x00FF, z);
+    z = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
     if (f.qh_off >= 0) {
         uint64_t h = ld32(a + f.qh_off);
         if (has_b) h |= (uint64_t)ld32(b + f.qh_off) << 32;
-        z = _mm512_or_si512(z, _mm512_maskz_mov_epi8((__mmask64)h, _mm512_set1_epi8(0x10)));
+        z = _mm512_mask_add_epi8(z, (__mmask64)h, z, _mm512_set1_epi8(0x10)); /* bit 4 is clear */
     }
-    if (f.zero) z = _mm512_sub_epi8(z, _mm512_set1_epi8((char)f.zero));
     return z;
 }
 
-INLINE512 __m512 pair_ps(float lo, float hi) {
-    return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
+/* Weights of blocks a and (if has_b) b as 64 int8 q - zero, natural order. */
+INLINE512 __m512i unpack_pair(kvt_ql_layout f, const uint8_t *a, const uint8_t *b, int has_b) {
+    const __m512i z = unpack_pair_raw(f, a, b, has_b);
+    return f.zero ? _mm512_sub_epi8(z, _mm512_set1_epi8((char)f.zero)) : z;
 }
 
 INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
@@ -74,13 +76,14 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
     for (int64_t b = 0; b < nb; b += 2) {
         const int has_hi = b + 1 < nb;
-        __m512i wq[QRM], corr[QRM];
+        __m512i wq[QRM], ncorr[QRM];
         __m512 dw[QRM], mw[QRM];
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * f.bytes, *blk2 = blk + f.bytes;
             if (rn <= 2) _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0);
             wq[i] = unpack_pair(f, blk, blk2, has_hi);
-            corr[i] = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), BIAS_SHIFT);
+            ncorr[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), BIAS_SHIFT));
             dw[i] = pair_ps(_cvtsh_ss(kvt_load_u16(blk)), has_hi ? _cvtsh_ss(kvt_load_u16(blk2)) : 0.0f);
             if (f.m_off >= 0)
                 mw[i] = _mm512_maskz_mov_ps(MIN_LANES, pair_ps(_cvtsh_ss(kvt_load_u16(blk + f.m_off)),
@@ -92,7 +95,7 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
             __m512 sx = _mm512_setzero_ps();
             if (f.m_off >= 0) sx = _mm512_maskz_mov_ps(MIN_LANES, pair_ps(xs[j][b], xs[j][b + 1]));
             _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
-                __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wq[i]), corr[i]);
+                const __m512i p = _mm512_dpbusd_epi32(ncorr[i], xv, wq[i]);
                 acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[i], dx), acc[i][j]);
                 if (f.m_off >= 0) acc[i][j] = _mm512_fmadd_ps(mw[i], sx, acc[i][j]);
             }
@@ -111,21 +114,6 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
  * of the QDRM rows (one f16 -> f32 conversion) are shared by the rows; each
  * row pays only for unpacking its quants, then one dpbusd, permute and fma
  * per token. */
-
-/* The quants of blocks a and (if has_b) b as 64 bytes q, natural order:
- * 128-bit chunks [a, a, b, b], the second of each pair shifted a nibble down. */
-INLINE512 __m512i unpack_pair_raw(kvt_ql_layout f, const uint8_t *a, const uint8_t *b, int has_b) {
-    __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(a + f.qs_off)));
-    z = has_b ? _mm512_mask_broadcast_i32x4(z, 0xFF00, _mm_loadu_si128((const __m128i *)(const void *)(b + f.qs_off)))
-              : _mm512_maskz_mov_epi32(0x00FF, z);
-    z = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
-    if (f.qh_off >= 0) {
-        uint64_t h = ld32(a + f.qh_off);
-        if (has_b) h |= (uint64_t)ld32(b + f.qh_off) << 32;
-        z = _mm512_mask_add_epi8(z, (__mmask64)h, z, _mm512_set1_epi8(0x10)); /* bit 4 is clear */
-    }
-    return z;
-}
 
 /* The f16 at byte `off` of each row's block (lanes 0-7, rows 0-7) and of the
  * block after it (lanes 8-15; zero without has_b), as f32. */
