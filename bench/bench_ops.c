@@ -51,7 +51,7 @@ static uint32_t type_by_name(const char *s) {
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     const uint32_t type = type_by_name(argc > 2 ? argv[2] : "f16");
-    static const char *const variants[] = {"avx512", "avx2", "scalar"};
+    static const char *const variants[] = {"amx", "avx512", "avx2", "scalar"};
     int64_t max_tok = token_counts[sizeof token_counts / sizeof token_counts[0] - 1];
     int64_t max_rows = 32000, max_cols = 2816;
     float *x = malloc(sizeof(float) * (size_t)(max_tok * max_cols));

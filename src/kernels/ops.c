@@ -311,12 +311,14 @@ static const kvt_ops_vtable *variant_by_name(const char *name) {
     if (!strcmp(name, "scalar")) return &ops_scalar;
     if (!strcmp(name, "avx2")) return kvt_ops_avx2();
     if (!strcmp(name, "avx512")) return kvt_ops_avx512();
+    if (!strcmp(name, "amx")) return kvt_ops_amx();
     return NULL;
 }
 
 static void ops_select_default(void) {
     const char *env = getenv("KVT_OPS_VARIANT");
     const kvt_ops_vtable *v = env && *env ? variant_by_name(env) : NULL;
+    if (!v) v = kvt_ops_amx();
     if (!v) v = kvt_ops_avx512();
     if (!v) v = kvt_ops_avx2();
     if (!v) v = &ops_scalar;

@@ -455,6 +455,30 @@ static const kvt_ops_vtable ops_avx512 = {
     .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512,
 };
 
+/* The same, with the K-quant prefill on AMX tiles (ops_k_x86.c): the same bits. */
+static const kvt_ops_vtable ops_amx = {
+    .name = "amx",
+    .matmul_rows = mm_rows,
+    .matmul_k_rows = kvt_qk_mm_amx,
+    .matmul_ql_rows = kvt_ql_mm_avx512,
+    .quantize_q8_row = quantize_q8_row,
+    .dot_f32 = dot_f32,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .f32_to_f16_row = f32_to_f16_row,
+    .f16_to_f32_row = f16_to_f32_row,
+    .round_f16_row = round_f16_row,
+    .round_bf16_row = round_bf16_row,
+    .exp_sum = exp_sum,
+    .max = vmax,
+    .silu_mul = silu_mul,
+    .attn_qk = kvt_attn_qk_avx512,
+    .attn_av = kvt_attn_av_avx512,
+    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,
+    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512,
+};
+
 const kvt_ops_vtable *kvt_ops_avx512(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -464,3 +488,5 @@ const kvt_ops_vtable *kvt_ops_avx512(void) {
         return &ops_avx512;
     return NULL;
 }
+
+const kvt_ops_vtable *kvt_ops_amx(void) { return kvt_ops_avx512() && kvt_cpu_has_amx() ? &ops_amx : NULL; }

@@ -11,9 +11,14 @@
  * (n <= DIRECT_MAX_TOKENS) the AVX-512 variant skips that staging for Q4_K and
  * Q6_K and unpacks in registers straight into the dot, and so does the AVX2
  * variant with its own instructions (see the end of the file). */
+#include <cpuid.h>
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "ops_impl.h"
 #include "quant_k.h"
@@ -278,6 +283,182 @@ INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, con
 
 DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
 
+/* ---- AMX (tiles, int8) ----------------------------------------------------
+ * Prefill on CPUs with AMX-INT8: the same two exact integers per row, token
+ * and super-block as every variant (so the same bits), from tile products.
+ * A tile (16 weight rows x one scale unit of codes, the codes less their
+ * offset so that they are s8) times B (the unit's activations of 16 tokens in
+ * VNNI order) gives the unit's 16 x 16 integer dots; S adds them times the
+ * rows' unit scales (vpmulld). M = sum_g mn[g] * bs[g] is the dot of the
+ * activations with each row's mins spread over its codes, one tile product
+ * per 64 codes with no scaling. Then the fused multiply-adds of the scalar dot,
+ * 16 tokens per vector. A unit is 32 codes for Q4_K/Q5_K (a scale per 32),
+ * else 16. Rows RM_AMX at a time, tokens AMX_N at a time, chunks of
+ * AMX_CHUNK tokens whose activations are rearranged once for every row. */
+#define T_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
+#define AMX_M 16         /* weight rows per tile */
+#define AMX_N 16         /* tokens per tile (one zmm of int32 or f32) */
+#define AMX_CHUNK 64     /* tokens whose activations are rearranged at once */
+#define AMX_SUBS (AMX_CHUNK / AMX_N)
+#define AMX_DW (KVT_QK / 4) /* dwords of one token's super-block */
+#define TILE_C 0         /* tile registers: S unit dots, unit codes, unit activations, */
+#define TILE_A 1         /*   M dots, spread mins, 64 codes' activations */
+#define TILE_B 2
+#define TILE_CM 3
+#define TILE_AM 4
+#define TILE_BM 5
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* One chunk's activations: per token tile and super-block, bt[d][n] = dword d
+ * of token n's 256 codes (B tiles are rows of it), and dx[n]. */
+typedef struct {
+    _Alignas(64) int32_t bt[AMX_DW][AMX_N];
+    _Alignas(64) float dx[AMX_N];
+} amx_acts;
+
+/* A row tile's unpacked super-blocks: codes as s8 (less the offset) and the
+ * mins spread over their codes. */
+typedef struct {
+    _Alignas(64) int8_t c[AMX_M][KVT_QK];
+    _Alignas(64) uint8_t mn[AMX_M][KVT_QK];
+    _Alignas(64) int32_t sc[KVT_QK_NGROUP][AMX_M]; /* per unit (group index), per row */
+    _Alignas(64) float d[AMX_M], dmin[AMX_M];
+} amx_rows;
+
+static int g_amx_ok;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+#define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask for the AMX tile state */
+#define XFEATURE_XTILEDATA 18
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return; /* AMX-TILE, AMX-INT8 */
+    g_amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+int kvt_cpu_has_amx(void) {
+    pthread_once(&g_amx_once, amx_probe);
+    return g_amx_ok;
+}
+
+/* Rearranges tokens [t0, t0 + nt) (nt <= AMX_N; the rest zero) of super-block b. */
+static void amx_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, amx_acts *o) {
+    memset(o, 0, sizeof *o);
+    for (int n = 0; n < nt; n++) {
+        const int8_t *q = a->kq + (t0 + n) * a->kpad + b * KVT_QK;
+        for (int dw = 0; dw < AMX_DW; dw++) memcpy(&o->bt[dw][n], q + 4 * dw, 4);
+        o->dx[n] = a->kd[(t0 + n) * (a->kpad / KVT_QK) + b];
+    }
+}
+
+static T_AMX void amx_unpack_rows(uint32_t type, const uint8_t *const *wr, int64_t b, size_t bb, amx_rows *o) {
+    const int off = kvt_qk_code_offset(type), has_min = kvt_qk_has_min(type);
+    kblk kb;
+    for (int i = 0; i < AMX_M; i++) {
+        unpack_k(type, wr[i] + (size_t)b * bb, &kb);
+        for (int j = 0; j < KVT_QK; j += 64)
+            _mm512_store_si512(o->c[i] + j, _mm512_sub_epi8(_mm512_load_si512(kb.u + j), _mm512_set1_epi8((char)off)));
+        if (has_min)
+            for (int g = 0; g < KVT_QK_NGROUP; g++) memset(o->mn[i] + g * KVT_QK_GROUP, (uint8_t)kb.mn[g], KVT_QK_GROUP);
+        for (int g = 0; g < KVT_QK_NGROUP; g++) o->sc[g][i] = kb.sc[g];
+        o->d[i] = kb.d;
+        o->dmin[i] = kb.dmin;
+    }
+}
+
+/* acc[i][n] for the tile's rows and tokens, through one super-block. */
+static T_AMX void amx_block(const amx_rows *w, const amx_acts *x, int unit, int has_min, float acc[AMX_M][AMX_N]) {
+    _Alignas(64) int32_t c[AMX_M][AMX_N];
+    __m512i S[AMX_M];
+    for (int i = 0; i < AMX_M; i++) S[i] = _mm512_setzero_si512();
+    for (int u0 = 0; u0 < KVT_QK; u0 += unit) {
+        _tile_zero(TILE_C);
+        _tile_loadd(TILE_A, &w->c[0][u0], KVT_QK);
+        _tile_loadd(TILE_B, &x->bt[u0 / 4][0], AMX_N * 4);
+        _tile_dpbssd(TILE_C, TILE_A, TILE_B);
+        _tile_stored(TILE_C, c, AMX_N * 4);
+        const int32_t *sc = w->sc[u0 / KVT_QK_GROUP];
+        for (int i = 0; i < AMX_M; i++)
+            S[i] = _mm512_add_epi32(S[i], _mm512_mullo_epi32(_mm512_load_si512(c[i]), _mm512_set1_epi32(sc[i])));
+    }
+    const __m512 dx = _mm512_load_ps(x->dx);
+    if (has_min) {
+        _tile_zero(TILE_CM);
+        for (int k0 = 0; k0 < KVT_QK; k0 += 64) {
+            _tile_loadd(TILE_AM, &w->mn[0][k0], KVT_QK);
+            _tile_loadd(TILE_BM, &x->bt[k0 / 4][0], AMX_N * 4);
+            _tile_dpbusd(TILE_CM, TILE_AM, TILE_BM);
+        }
+        _tile_stored(TILE_CM, c, AMX_N * 4);
+    }
+    for (int i = 0; i < AMX_M; i++) {
+        __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), _mm512_mul_ps(_mm512_set1_ps(w->d[i]), dx),
+                                   _mm512_load_ps(acc[i]));
+        if (has_min) {
+            const __m512 m = _mm512_xor_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[i])), _mm512_set1_ps(-0.0f));
+            v = _mm512_fmadd_ps(m, _mm512_mul_ps(_mm512_set1_ps(w->dmin[i]), dx), v);
+        }
+        _mm512_store_ps(acc[i], v);
+    }
+}
+
+/* Long: the whole AMX matmul (tile setup, chunk and row loops, write-back). */
+static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    const uint32_t type = w->type;
+    const size_t bb = kvt_qk_block_bytes(type);
+    const int has_min = kvt_qk_has_min(type);
+    const int unit = type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K ? 2 * KVT_QK_GROUP : KVT_QK_GROUP;
+    const int64_t nb = a->k / KVT_QK;
+    amx_acts *xs = aligned_alloc(64, sizeof(amx_acts) * (size_t)(AMX_SUBS * nb));
+    amx_rows *rows = aligned_alloc(64, sizeof(amx_rows));
+    float (*acc)[AMX_M][AMX_N] = aligned_alloc(64, sizeof(float) * AMX_SUBS * AMX_M * AMX_N);
+    if (!xs || !rows || !acc) {
+        free(xs), free(rows), free(acc);
+        return -1;
+    }
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[TILE_C] = AMX_M, cfg.colsb[TILE_C] = AMX_N * 4;
+    cfg.rows[TILE_A] = AMX_M, cfg.colsb[TILE_A] = (uint16_t)unit;
+    cfg.rows[TILE_B] = (uint8_t)(unit / 4), cfg.colsb[TILE_B] = AMX_N * 4;
+    cfg.rows[TILE_CM] = AMX_M, cfg.colsb[TILE_CM] = AMX_N * 4;
+    cfg.rows[TILE_AM] = AMX_M, cfg.colsb[TILE_AM] = 64;
+    cfg.rows[TILE_BM] = 16, cfg.colsb[TILE_BM] = AMX_N * 4;
+    _tile_loadconfig(&cfg);
+    for (int64_t c0 = 0; c0 < a->n; c0 += AMX_CHUNK) {
+        const int64_t nt = a->n - c0 < AMX_CHUNK ? a->n - c0 : AMX_CHUNK;
+        const int subs = (int)((nt + AMX_N - 1) / AMX_N);
+        for (int s = 0; s < subs; s++)
+            for (int64_t b = 0; b < nb; b++) {
+                const int64_t t0 = c0 + (int64_t)s * AMX_N;
+                amx_pack(a, t0, (int)(c0 + nt - t0 < AMX_N ? c0 + nt - t0 : AMX_N), b, &xs[s * nb + b]);
+            }
+        for (int64_t r = r0; r < r1; r += AMX_M) {
+            const uint8_t *wr[AMX_M];
+            for (int i = 0; i < AMX_M; i++) /* rows past r1 repeat the last (results dropped) */
+                wr[i] = (const uint8_t *)w->data + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+            memset(acc, 0, sizeof(float) * (size_t)subs * AMX_M * AMX_N);
+            for (int64_t b = 0; b < nb; b++) {
+                amx_unpack_rows(type, wr, b, bb, rows);
+                for (int s = 0; s < subs; s++) amx_block(rows, &xs[s * nb + b], unit, has_min, acc[s]);
+            }
+            for (int s = 0; s < subs; s++)
+                for (int n = 0; n < AMX_N && c0 + s * AMX_N + n < c0 + nt; n++)
+                    for (int i = 0; i < AMX_M && r + i < r1; i++) y[(c0 + s * AMX_N + n) * ldy + r + i] = acc[s][i][n];
+        }
+    }
+    _tile_release();
+    free(xs), free(rows), free(acc);
+    return 0;
+}
+
 /* ---- decode path: Q4_K and Q6_K straight from the packed bytes ----
  *
  * For a few tokens the unpacked form above costs more than it saves: every
@@ -479,4 +660,10 @@ T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
         q6k_mm_direct512(w, a, r0, r1, y, ldy);
     else
         qk_mm_unpacked512(w, a, r0, r1, y, ldy);
+}
+
+/* The AMX variant: the AVX-512 kernels, with prefill on tiles. */
+T_AMX void kvt_qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (a->n > DIRECT_MAX_TOKENS && qk_mm_amx(w, a, r0, r1, y, ldy) == 0) return;
+    kvt_qk_mm_avx512(w, a, r0, r1, y, ldy); /* decode, or no memory for the staging: the same bits */
 }

@@ -15,8 +15,8 @@
  * of that sum (~1e-6); 1e-5 leaves margin yet catches any wrong term. */
 #define MM_REL_TOL 1e-5
 #define MM_ABS_TOL 1e-30
-#define N_VARIANTS 3
-static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512"};
+#define N_VARIANTS 4
+static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512", "amx"};
 static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
                                  KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K,
                                  KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
