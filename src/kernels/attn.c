@@ -1,7 +1,7 @@
 /* Attention kernels (see attn.h): the scalar path, which performs the
  * canonical operations in the canonical order one element at a time, and the
  * front ends. The selected kernel variant's table (ops_impl.h) says which
- * kernel runs: attn_avx512.c's for "avx512", attn_avx2.c's for "avx2" (both
+ * kernel runs: attn_avx512.c's for "avx512" and "amx", attn_avx2.c's for "avx2" (both
  * tiled by attn_tmpl.h), the scalar path for "scalar". */
 #include "attn.h"
 

@@ -148,9 +148,10 @@ float kvt_expf(float x);
  * computes the same bits, so the id does not name the variant; it changes
  * whenever any kernel's results change. Cache keys include it. */
 const char *kvt_ops_numerics_id(void);
-/* Name of the selected variant: "avx512", "avx2" or "scalar". */
+/* Name of the selected variant: "amx" (avx512 with the K-quant prefill on
+ * AMX tiles), "avx512", "avx2" or "scalar". */
 const char *kvt_ops_variant(void);
-/* Forces a variant ("scalar", "avx2", "avx512"); returns 0, or -1 if the name
+/* Forces a variant ("scalar", "avx2", "avx512", "amx"); returns 0, or -1 if the name
  * is unknown or the CPU lacks it (the selection is then unchanged). Not
  * thread-safe: call before any work. Without a call the best available variant
  * is used (KVT_OPS_VARIANT in the environment overrides that choice). */

@@ -301,12 +301,12 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
 #define AMX_CHUNK 64     /* tokens whose activations are rearranged at once */
 #define AMX_SUBS (AMX_CHUNK / AMX_N)
 #define AMX_DW (KVT_QK / 4) /* dwords of one token's super-block */
-#define TILE_C 0         /* tile registers: S unit dots, unit codes, unit activations, */
-#define TILE_A 1         /*   M dots, spread mins, 64 codes' activations */
-#define TILE_B 2
-#define TILE_CM 3
-#define TILE_AM 4
-#define TILE_BM 5
+#define TILE_CS 0        /* tile registers: 0-3 the dots of 4 scale units in flight, */
+#define AMX_INFLIGHT 4
+#define TILE_CM 4        /*   4 the M dots, 5 a unit's codes, 6 its spread mins, */
+#define TILE_A 5         /*   7 its activations */
+#define TILE_AM 6
+#define TILE_B 7
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -348,13 +348,14 @@ int kvt_cpu_has_amx(void) {
 }
 
 /* Rearranges tokens [t0, t0 + nt) (nt <= AMX_N; the rest zero) of super-block b. */
-static void amx_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, amx_acts *o) {
-    memset(o, 0, sizeof *o);
-    for (int n = 0; n < nt; n++) {
-        const int8_t *q = a->kq + (t0 + n) * a->kpad + b * KVT_QK;
-        for (int dw = 0; dw < AMX_DW; dw++) memcpy(&o->bt[dw][n], q + 4 * dw, 4);
-        o->dx[n] = a->kd[(t0 + n) * (a->kpad / KVT_QK) + b];
-    }
+static T_AMX void amx_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, amx_acts *o) {
+    const int8_t *q0 = a->kq + t0 * a->kpad + b * KVT_QK;
+    const __mmask16 m = (__mmask16)((1u << nt) - 1);
+    const __m512i tok = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)a->kpad));
+    for (int dw = 0; dw < AMX_DW; dw++)
+        _mm512_store_si512(o->bt[dw], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, tok, q0 + 4 * dw, 1));
+    for (int n = 0; n < AMX_N; n++) o->dx[n] = n < nt ? a->kd[(t0 + n) * (a->kpad / KVT_QK) + b] : 0.0f;
 }
 
 static T_AMX void amx_unpack_rows(uint32_t type, const uint8_t *const *wr, int64_t b, size_t bb, amx_rows *o) {
@@ -372,36 +373,50 @@ static T_AMX void amx_unpack_rows(uint32_t type, const uint8_t *const *wr, int64
     }
 }
 
-/* acc[i][n] for the tile's rows and tokens, through one super-block. */
+/* The dots of scale unit u0 into tile T (and, with has_min, its part of M). */
+#define AMX_UNIT_DOT(T, u0)                                                                                \
+    do {                                                                                                   \
+        _tile_zero(T);                                                                                     \
+        _tile_loadd(TILE_A, &w->c[0][u0], KVT_QK);                                                         \
+        _tile_loadd(TILE_B, &x->bt[(u0) / 4][0], AMX_N * 4);                                               \
+        _tile_dpbssd(T, TILE_A, TILE_B);                                                                   \
+        if (has_min) {                                                                                     \
+            _tile_loadd(TILE_AM, &w->mn[0][u0], KVT_QK);                                                   \
+            _tile_dpbusd(TILE_CM, TILE_AM, TILE_B);                                                        \
+        }                                                                                                  \
+    } while (0)
+
+/* acc[i][n] for the tile's rows and tokens, through one super-block: the
+ * units AMX_INFLIGHT at a time (each into its own tile, so that a tile is
+ * stored while the next ones multiply), then S, M and the fused
+ * multiply-adds. */
 static T_AMX void amx_block(const amx_rows *w, const amx_acts *x, int unit, int has_min, float acc[AMX_M][AMX_N]) {
-    _Alignas(64) int32_t c[AMX_M][AMX_N];
+    _Alignas(64) int32_t c[AMX_INFLIGHT][AMX_M][AMX_N];
     __m512i S[AMX_M];
     for (int i = 0; i < AMX_M; i++) S[i] = _mm512_setzero_si512();
-    for (int u0 = 0; u0 < KVT_QK; u0 += unit) {
-        _tile_zero(TILE_C);
-        _tile_loadd(TILE_A, &w->c[0][u0], KVT_QK);
-        _tile_loadd(TILE_B, &x->bt[u0 / 4][0], AMX_N * 4);
-        _tile_dpbssd(TILE_C, TILE_A, TILE_B);
-        _tile_stored(TILE_C, c, AMX_N * 4);
-        const int32_t *sc = w->sc[u0 / KVT_QK_GROUP];
-        for (int i = 0; i < AMX_M; i++)
-            S[i] = _mm512_add_epi32(S[i], _mm512_mullo_epi32(_mm512_load_si512(c[i]), _mm512_set1_epi32(sc[i])));
-    }
-    const __m512 dx = _mm512_load_ps(x->dx);
-    if (has_min) {
-        _tile_zero(TILE_CM);
-        for (int k0 = 0; k0 < KVT_QK; k0 += 64) {
-            _tile_loadd(TILE_AM, &w->mn[0][k0], KVT_QK);
-            _tile_loadd(TILE_BM, &x->bt[k0 / 4][0], AMX_N * 4);
-            _tile_dpbusd(TILE_CM, TILE_AM, TILE_BM);
+    if (has_min) _tile_zero(TILE_CM);
+    for (int u0 = 0; u0 < KVT_QK; u0 += AMX_INFLIGHT * unit) {
+        AMX_UNIT_DOT(0, u0);
+        AMX_UNIT_DOT(1, u0 + unit);
+        AMX_UNIT_DOT(2, u0 + 2 * unit);
+        AMX_UNIT_DOT(3, u0 + 3 * unit);
+        _tile_stored(0, c[0], AMX_N * 4);
+        _tile_stored(1, c[1], AMX_N * 4);
+        _tile_stored(2, c[2], AMX_N * 4);
+        _tile_stored(3, c[3], AMX_N * 4);
+        for (int j = 0; j < AMX_INFLIGHT; j++) {
+            const int32_t *sc = w->sc[(u0 + j * unit) / KVT_QK_GROUP];
+            for (int i = 0; i < AMX_M; i++)
+                S[i] = _mm512_add_epi32(S[i], _mm512_mullo_epi32(_mm512_load_si512(c[j][i]), _mm512_set1_epi32(sc[i])));
         }
-        _tile_stored(TILE_CM, c, AMX_N * 4);
     }
+    if (has_min) _tile_stored(TILE_CM, c[0], AMX_N * 4);
+    const __m512 dx = _mm512_load_ps(x->dx);
     for (int i = 0; i < AMX_M; i++) {
         __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), _mm512_mul_ps(_mm512_set1_ps(w->d[i]), dx),
                                    _mm512_load_ps(acc[i]));
         if (has_min) {
-            const __m512 m = _mm512_xor_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[i])), _mm512_set1_ps(-0.0f));
+            const __m512 m = _mm512_xor_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[0][i])), _mm512_set1_ps(-0.0f));
             v = _mm512_fmadd_ps(m, _mm512_mul_ps(_mm512_set1_ps(w->dmin[i]), dx), v);
         }
         _mm512_store_ps(acc[i], v);
@@ -425,12 +440,10 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    cfg.rows[TILE_C] = AMX_M, cfg.colsb[TILE_C] = AMX_N * 4;
-    cfg.rows[TILE_A] = AMX_M, cfg.colsb[TILE_A] = (uint16_t)unit;
+    for (int t = TILE_CS; t <= TILE_CM; t++) cfg.rows[t] = AMX_M, cfg.colsb[t] = AMX_N * 4;
+    cfg.rows[TILE_A] = cfg.rows[TILE_AM] = AMX_M;
+    cfg.colsb[TILE_A] = cfg.colsb[TILE_AM] = (uint16_t)unit;
     cfg.rows[TILE_B] = (uint8_t)(unit / 4), cfg.colsb[TILE_B] = AMX_N * 4;
-    cfg.rows[TILE_CM] = AMX_M, cfg.colsb[TILE_CM] = AMX_N * 4;
-    cfg.rows[TILE_AM] = AMX_M, cfg.colsb[TILE_AM] = 64;
-    cfg.rows[TILE_BM] = 16, cfg.colsb[TILE_BM] = AMX_N * 4;
     _tile_loadconfig(&cfg);
     for (int64_t c0 = 0; c0 < a->n; c0 += AMX_CHUNK) {
         const int64_t nt = a->n - c0 < AMX_CHUNK ? a->n - c0 : AMX_CHUNK;

@@ -67,7 +67,7 @@ static const uint32_t TYPES[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KV
 static int blocks_of_32(uint32_t t) {
     return t == KVT_TYPE_Q8_0 || t == KVT_TYPE_Q4_0 || t == KVT_TYPE_Q4_1 || t == KVT_TYPE_Q5_0 || t == KVT_TYPE_Q5_1;
 }
-static const char *const SIMD_VARIANTS[] = {"avx512", "avx2"};
+static const char *const SIMD_VARIANTS[] = {"amx", "avx512", "avx2"};
 static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
 
 static uint64_t rng_state;
