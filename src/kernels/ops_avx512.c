@@ -432,52 +432,34 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
-static const kvt_ops_vtable ops_avx512 = {
-    .name = "avx512",
-    .matmul_rows = mm_rows,
-    .matmul_k_rows = kvt_qk_mm_avx512,
-    .matmul_ql_rows = kvt_ql_mm_avx512,
-    .quantize_q8_row = quantize_q8_row,
-    .dot_f32 = dot_f32,
-    .dot_f32_f16 = dot_f32_f16,
-    .axpy_f32 = axpy_f32,
-    .axpy_f16 = axpy_f16,
-    .f32_to_f16_row = f32_to_f16_row,
-    .f16_to_f32_row = f16_to_f32_row,
-    .round_f16_row = round_f16_row,
-    .round_bf16_row = round_bf16_row,
-    .exp_sum = exp_sum,
-    .max = vmax,
-    .silu_mul = silu_mul,
-    .attn_qk = kvt_attn_qk_avx512,
-    .attn_av = kvt_attn_av_avx512,
-    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,
-    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512,
-};
+/* The AVX-512 table; "amx" differs only in its K-quant matmul (ops_k_x86.c:
+ * prefill on AMX tiles, the same bits). */
+#define AVX512_TABLE(NAME, MATMUL_K)                               \
+    {                                                              \
+        .name = NAME,                                              \
+        .matmul_rows = mm_rows,                                    \
+        .matmul_k_rows = MATMUL_K,                                 \
+        .matmul_ql_rows = kvt_ql_mm_avx512,                        \
+        .quantize_q8_row = quantize_q8_row,                        \
+        .dot_f32 = dot_f32,                                        \
+        .dot_f32_f16 = dot_f32_f16,                                \
+        .axpy_f32 = axpy_f32,                                      \
+        .axpy_f16 = axpy_f16,                                      \
+        .f32_to_f16_row = f32_to_f16_row,                          \
+        .f16_to_f32_row = f16_to_f32_row,                          \
+        .round_f16_row = round_f16_row,                            \
+        .round_bf16_row = round_bf16_row,                          \
+        .exp_sum = exp_sum,                                        \
+        .max = vmax,                                               \
+        .silu_mul = silu_mul,                                      \
+        .attn_qk = kvt_attn_qk_avx512,                             \
+        .attn_av = kvt_attn_av_avx512,                             \
+        .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,       \
+        .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512, \
+    }
 
-/* The same, with the K-quant prefill on AMX tiles (ops_k_x86.c): the same bits. */
-static const kvt_ops_vtable ops_amx = {
-    .name = "amx",
-    .matmul_rows = mm_rows,
-    .matmul_k_rows = kvt_qk_mm_amx,
-    .matmul_ql_rows = kvt_ql_mm_avx512,
-    .quantize_q8_row = quantize_q8_row,
-    .dot_f32 = dot_f32,
-    .dot_f32_f16 = dot_f32_f16,
-    .axpy_f32 = axpy_f32,
-    .axpy_f16 = axpy_f16,
-    .f32_to_f16_row = f32_to_f16_row,
-    .f16_to_f32_row = f16_to_f32_row,
-    .round_f16_row = round_f16_row,
-    .round_bf16_row = round_bf16_row,
-    .exp_sum = exp_sum,
-    .max = vmax,
-    .silu_mul = silu_mul,
-    .attn_qk = kvt_attn_qk_avx512,
-    .attn_av = kvt_attn_av_avx512,
-    .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,
-    .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512,
-};
+static const kvt_ops_vtable ops_avx512 = AVX512_TABLE("avx512", kvt_qk_mm_avx512);
+static const kvt_ops_vtable ops_amx = AVX512_TABLE("amx", kvt_qk_mm_amx);
 
 const kvt_ops_vtable *kvt_ops_avx512(void) {
     __builtin_cpu_init();

@@ -290,11 +290,12 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * offset so that they are s8) times B (the unit's activations of 16 tokens in
  * VNNI order) gives the unit's 16 x 16 integer dots; S adds them times the
  * rows' unit scales (vpmulld). M = sum_g mn[g] * bs[g] is the dot of the
- * activations with each row's mins spread over its codes, one tile product
- * per 64 codes with no scaling. Then the fused multiply-adds of the scalar dot,
- * 16 tokens per vector. A unit is 32 codes for Q4_K/Q5_K (a scale per 32),
- * else 16. Rows RM_AMX at a time, tokens AMX_N at a time, chunks of
- * AMX_CHUNK tokens whose activations are rearranged once for every row. */
+ * activations with each row's mins spread over its codes, one more tile
+ * product per unit on the same activation tile, with no scaling. Then the
+ * fused multiply-adds of the scalar dot, 16 tokens per vector. A unit is 32
+ * codes for Q4_K/Q5_K (a scale per 32), else 16. Rows AMX_M at a time,
+ * tokens AMX_N at a time, chunks of AMX_CHUNK tokens whose activations are
+ * rearranged once for every row. */
 #define T_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
 #define AMX_M 16         /* weight rows per tile */
 #define AMX_N 16         /* tokens per tile (one zmm of int32 or f32) */

@@ -150,15 +150,14 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
     }
 
 /* The legacy-type matmul ENTRY (a matmul_ql_rows, ops_impl.h) of a variant,
- * from its always-inlined tile(layout, wr, xq, xd, xs, rm, rn, k, out) and
- * its QRM x QRN tiling: one tile function per type (Q4_0, Q4_1, Q5_0, Q5_1,
- * kvt_ql_index order), the layout's fields folded in as constants. ATTR is
- * the variant's target attribute, BY_N the KVT_TILE_BY_N* that matches QRN.
- * KVT_QL_DEFINE_MM_DEC adds a decode tile, tile_dec(layout, wr, xq, xd, xs,
- * rn, k, out) of DEC_RM rows x up to DEC_RN (1 or 2) tokens, that runs
- * instead for at most DEC_RN tokens (the same bits, tuned for streaming every
- * weight once). The
- * includer includes quant_legacy.h. */
+ * from its always-inlined tile(layout, wr, xq, xd, xs, rm, rn, k, out) with
+ * its QRM x QRN tiling and tile_dec(layout, wr, xq, xd, xs, rn, k, out) of
+ * DEC_RM rows x up to DEC_RN (1 or 2) tokens, which runs instead for at most
+ * DEC_RN tokens (the same bits, tuned for streaming every weight once). One
+ * tile function of each per type (Q4_0, Q4_1, Q5_0, Q5_1, kvt_ql_index
+ * order), the layout's fields folded in as constants. ATTR is the variant's
+ * target attribute, BY_N the KVT_TILE_BY_N* that matches QRN. The includer
+ * includes quant_legacy.h. */
 #define KVT_QL_TILE_FN(NAME, ATTR, BY_N, CALL, LAYOUT)                                                \
     static ATTR void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
         const kvt_ql_layout f = LAYOUT;                                                               \
@@ -172,13 +171,6 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
     KVT_QL_TILE_FN(PREFIX##_q5_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_0)                               \
     KVT_QL_TILE_FN(PREFIX##_q5_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_1)
 #define KVT_QL_TILES(PREFIX) {PREFIX##_q4_0, PREFIX##_q4_1, PREFIX##_q5_0, PREFIX##_q5_1}
-#define KVT_QL_DEFINE_MM(ENTRY, ATTR, BY_N)                                                           \
-    KVT_QL_TILE_FNS(ENTRY, ATTR, BY_N, KVT_QL_CALL)                                                   \
-    void ENTRY(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        static const kvt_tile_fn tiles[] = KVT_QL_TILES(ENTRY);                                       \
-        kvt_tile_loop(w, a, r0, r1, y, ldy,                                                           \
-                      (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = tiles[kvt_ql_index(w->type)]}); \
-    }
 #define KVT_QL_DEFINE_MM_DEC(ENTRY, ATTR, BY_N, DEC_RM, DEC_RN)                                       \
     KVT_QL_TILE_FNS(ENTRY, ATTR, BY_N, KVT_QL_CALL)                                                   \
     KVT_QL_TILE_FNS(ENTRY##_dec, ATTR, KVT_TILE_BY_N##DEC_RN, KVT_QL_DEC_CALL)                        \
