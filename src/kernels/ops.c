@@ -18,7 +18,7 @@
 #include "log.h"
 #include "quant_legacy.h"
 
-#define OPS_NUMERICS_ID "kvt-ops-l16-v3"
+#define OPS_NUMERICS_ID "kvt-ops-l16-v4"
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
 #define OPS_ROW_ALIGN 16
 /* Convert activations on the pool only when there are at least this many tokens. */
@@ -163,30 +163,18 @@ static float sc_dot_row(uint32_t type, const uint8_t *row, const float *x, int64
     return lanes_sum(l);
 }
 
-/* The Q8_0 lane tree (ops.h): llama.cpp's horizontal sum of 8 lanes. */
-static float q8_lanes_sum(const float *l) {
-    float s4[4];
-    for (int i = 0; i < 4; i++) s4[i] = l[i] + l[i + 4];
-    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
-}
-
+/* The Q8_0 dot (ops.h): one accumulator, one exact integer per block. */
 static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, int64_t k) {
-    float l[KVT_Q8_LANES] = {0};
+    float acc = 0.0f;
     for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
         const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
-        float d = kvt_f16_to_f32(kvt_load_u16(blk)) * xd[b];
-        for (int g = 0; g < KVT_Q8_LANES; g++) {
-            int32_t isum = 0;
-            for (int e = 0; e < KVT_Q8_GROUP; e++) {
-                int idx = g * KVT_Q8_GROUP + e;
-                int32_t wq = (int8_t)blk[KVT_Q8_0_SCALE_BYTES + idx];
-                int32_t aq = (int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS;
-                isum += wq * aq;
-            }
-            l[g] = fmaf((float)isum, d, l[g]);
-        }
+        const float d = kvt_f16_to_f32(kvt_load_u16(blk)) * xd[b];
+        int32_t isum = 0;
+        for (int e = 0; e < KVT_Q8_0_BLOCK; e++)
+            isum += (int32_t)(int8_t)blk[KVT_Q8_0_SCALE_BYTES + e] * ((int32_t)xq[b * KVT_Q8_0_BLOCK + e] - KVT_Q8_ACT_BIAS);
+        acc = fmaf((float)isum, d, acc);
     }
-    return q8_lanes_sum(l);
+    return acc;
 }
 
 static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,

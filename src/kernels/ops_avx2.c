@@ -18,7 +18,7 @@
 /* Float tile: 2 rows x 3 tokens x 2 halves = 12 accumulators + 2 W halves + x. */
 #define RM 2
 #define RN 3
-/* Q8_0 tile: 2 rows x 2 tokens = 4 accumulators of 8 lanes. */
+/* Q8_0 tile: 2 rows x 2 tokens, the 4 outputs in the lanes of one xmm. */
 #define QRM 2
 #define QRN 2
 #define V 16 /* canonical lanes */
@@ -93,9 +93,7 @@ DEF_TILE(tile_f32, ldw_f32, sizeof(float))
 DEF_TILE(tile_f16, ldw_f16, sizeof(uint16_t))
 DEF_TILE(tile_bf16, ldw_bf16, sizeof(uint16_t))
 
-/* Exact sums of each 4 products of one Q8_0 block, in the lane order
- * g0 g1 g4 g5 g2 g3 g6 g7 (what hadd of two madds yields); q8_unpermute fixes
- * the order once at the end, which is exact since lanes never mix before. */
+/* The 8 sums of each 4 products of one Q8_0 block (in some lane order). */
 INLINE2 __m256i q8_block_sums(const uint8_t *wq, const uint8_t *xq) {
     const __m256i bias = _mm256_set1_epi16(KVT_Q8_ACT_BIAS);
     __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)wq));
@@ -104,39 +102,45 @@ INLINE2 __m256i q8_block_sums(const uint8_t *wq, const uint8_t *xq) {
     __m256i x1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(xq + 16))), bias);
     return _mm256_hadd_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
 }
-INLINE2 __m256 q8_unpermute(__m256 v) {
-    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
-}
 
-INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
-                     int rn, int64_t k, float *out) {
+/* Q8_0 tile: QRM (2) rows x rn (1 or 2) tokens, one block per step. The
+ * block integers of the tile's outputs are added up from their group sums
+ * into the lanes of one xmm (output i * rn + j in lane i * rn + j), so one
+ * fma steps them all through the block as ops.h's Q8_0 dot does. */
+INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn, int64_t k,
+                     float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
-    __m256 acc[QRM][QRN];
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
      * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
-    for (int64_t b = 0; b < nb; b += 2) {
-        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
-            const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
-            _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0); /* 2 blocks: about one line */
-            const float dlo = _cvtsh_ss(kvt_load_u16(blk));
-            const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-                const uint8_t *xb = xq[j] + b * KVT_Q8_0_BLOCK;
-                __m256 plo = _mm256_cvtepi32_ps(q8_block_sums(blk + KVT_Q8_0_SCALE_BYTES, xb));
-                acc[i][j] = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j]);
-                if (b + 1 < nb) {
-                    __m256 phi = _mm256_cvtepi32_ps(
-                        q8_block_sums(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
-                    acc[i][j] = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j]);
-                }
-            }
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *b0 = wr[0] + b * KVT_Q8_0_BYTES, *b1 = wr[1] + b * KVT_Q8_0_BYTES;
+        _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+        const float d0 = _cvtsh_ss(kvt_load_u16(b0)), d1 = _cvtsh_ss(kvt_load_u16(b1));
+        const uint8_t *x0 = xq[0] + b * KVT_Q8_0_BLOCK;
+        const __m256i s00 = q8_block_sums(b0 + KVT_Q8_0_SCALE_BYTES, x0);
+        const __m256i s10 = q8_block_sums(b1 + KVT_Q8_0_SCALE_BYTES, x0);
+        __m256i h;
+        __m128 scale;
+        if (rn == 2) {
+            const uint8_t *x1 = xq[1] + b * KVT_Q8_0_BLOCK;
+            const __m256i s01 = q8_block_sums(b0 + KVT_Q8_0_SCALE_BYTES, x1);
+            const __m256i s11 = q8_block_sums(b1 + KVT_Q8_0_SCALE_BYTES, x1);
+            h = _mm256_hadd_epi32(_mm256_hadd_epi32(s00, s01), _mm256_hadd_epi32(s10, s11));
+            scale = _mm_set_ps(d1 * xd[1][b], d1 * xd[0][b], d0 * xd[1][b], d0 * xd[0][b]);
+        } else {
+            const __m256i h1 = _mm256_hadd_epi32(s00, s10);
+            h = _mm256_hadd_epi32(h1, h1);
+            scale = _mm_set_ps(0.0f, 0.0f, d1 * xd[0][b], d0 * xd[0][b]);
         }
+        const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), scale, acc);
     }
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(q8_unpermute(acc[i][j]));
+    _Alignas(16) float o[4];
+    _mm_store_ps(o, acc);
+    for (int i = 0; i < QRM * rn; i++) out[i] = o[i];
 }
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
@@ -148,7 +152,7 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
 #define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
 #define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
 #define CALL_BF16(N) tile_bf16(wr, x->xf, RM, N, k, out)
-#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, QRM, N, k, out)
+#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, N, k, out)
 DEF_TILE_FN(ft_f32, KVT_TILE_BY_N3(CALL_F32))
 DEF_TILE_FN(ft_f16, KVT_TILE_BY_N3(CALL_F16))
 DEF_TILE_FN(ft_bf16, KVT_TILE_BY_N3(CALL_BF16))

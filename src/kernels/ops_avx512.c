@@ -20,14 +20,10 @@
 /* Float tile: 4 W rows x 6 tokens = 24 accumulators + 4 W vectors + 1 x (of 32 zmm). */
 #define RM 4
 #define RN 6
-/* Q8_0 tile: rows in pairs (one zmm per pair and token), each pair needing
- * 3 vectors (quants, bias correction, scales): 12 accumulators + 6 + temps. */
-#define QRM 4
-#define QRN 6
 /* f32 element size, and the AVX-512 vector in elements. */
 #define V 16
 
-/* The 8-lane tree (the Q8_0 dot's), and the 16-lane one that ends with it. */
+/* The canonical 16-lane tree (ops.h), its last three rounds in hsum8. */
 INLINE512 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -104,115 +100,77 @@ DEF_TILE(tile_f32, ldw_f32, ldw_f32_m, 4)
 DEF_TILE(tile_f16, ldw_f16, ldw_f16_m, 2)
 DEF_TILE(tile_bf16, ldw_bf16, ldw_bf16_m, 2)
 
-/* Q8_0: two W rows share each zmm, row 2p in lanes 0-7 and row 2p+1 in lanes
- * 8-15, each half being ops.h's 8 lanes of its output; one block per step. So
- * one 512-bit fma takes two outputs through a block with exactly the 8-lane
- * order's operations. The activation bias comes off inside the integer dot
- * (it accumulates onto -128 * the weights' group sums), which is exact. */
-INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
-                       int rm, int rn, int64_t k, float *out) {
-    const int64_t nb = k / KVT_Q8_0_BLOCK;
-    const int rp = rm / 2;
-    const __m512i ones = _mm512_set1_epi8(1);
-    __m512 acc[QRM / 2][QRN];
-    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
-    /* decode streams each weight once: prefetch the same place in the next tile's rows, as the float tiles do */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i wq[QRM / 2], ncorr[QRM / 2];
-        __m512 dw[QRM / 2];
-        _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
-            const uint8_t *b0 = wr[2 * p] + b * KVT_Q8_0_BYTES, *b1 = wr[2 * p + 1] + b * KVT_Q8_0_BYTES;
-            if (rn <= 2) {
-                _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-                _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
-            }
-            wq[p] = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
-                _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1);
-            ncorr[p] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                        _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[p]), 7));
-            dw[p] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(kvt_load_u16(b0))),
-                                       _mm256_set1_ps(_cvtsh_ss(kvt_load_u16(b1))), 1);
-        }
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            const __m512i xv = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
-            const __m512 dx = _mm512_set1_ps(xd[j][b]);
-            _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
-                const __m512 pf = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(ncorr[p], xv, wq[p]));
-                acc[p][j] = _mm512_fmadd_ps(pf, _mm512_mul_ps(dw[p], dx), acc[p][j]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
-            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
-        }
+/* Q8_0 tile: QRM = 16 rows x up to QRN tokens, one block per step. The
+ * weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
+ * activations, as s8, the signed one, so the bias term depends on the token
+ * only: each group's sum starts at -128 * sum(q), formed once per block and
+ * token for all rows (dpbusd of 4 * 128 * 128 and (q + 128) by -128, exact in
+ * int32), and sum((w + 128) * q) - 128 * sum(q) = sum(w * q) exactly. A zmm
+ * holds two rows' 8 group sums; q8_rowsums adds them up to the 16 rows'
+ * block integers in one zmm, so that one fma steps 16 outputs (lane = row)
+ * through the block as ops.h's Q8_0 dot does. The rows' f16 scales come in
+ * by one gather. With at most 2 tokens (decode, which streams every weight
+ * once) the same place in the next tile's rows is prefetched. */
+#define QRM 16
+#define QRN 4
+#define QDRN 2
+
+/* The block integers of 16 rows (lane i = row i) from their group sums,
+ * d[p] holding rows 2p (lanes 0-7) and 2p + 1 (lanes 8-15): three rounds of
+ * adding neighbouring lanes of two vectors, exact in int32. */
+INLINE512 __m512i q8_rowsums(const __m512i d[8]) {
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+#define Q8_PAIR(a, b) _mm512_add_epi32(_mm512_permutex2var_epi32(a, ev, b), _mm512_permutex2var_epi32(a, od, b))
+    const __m512i e0 = Q8_PAIR(d[0], d[1]), e1 = Q8_PAIR(d[2], d[3]), e2 = Q8_PAIR(d[4], d[5]), e3 = Q8_PAIR(d[6], d[7]);
+    const __m512i f0 = Q8_PAIR(e0, e1), f1 = Q8_PAIR(e2, e3);
+    return Q8_PAIR(f0, f1);
+#undef Q8_PAIR
 }
 
-/* Q8_0 decode tile (1 or 2 tokens, QDRM rows as pairs): the bits of tile_q8
- * with fewer operations per block, since decode runs it over every weight.
- * The weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
- * activations, as s8, the signed one, so the bias term depends on the token
- * only: the accumulator starts at -128 * sum(q) per group, formed once per
- * block for all rows (dpbusd of 4 * 128 * 128 and (q + 128) by -128, exact in
- * int32), and sum((w + 128) * q) - 128 * sum(q) = sum(w * q) exactly. The
- * rows' f16 scales are converted by one instruction and multiplied by d_x
- * once (the same f32 product per lane), then spread to the pairs by a
- * permute. More rows per tile also keeps more prefetches in flight. */
-#define QDRM 8
-#define QDRN 2
-INLINE512 void tile_q8_dec(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
-                           int64_t k, float *out) {
+INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
+                       int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i minus_bias = _mm512_set1_epi8((char)-KVT_Q8_ACT_BIAS);
     const __m512i bias_off = _mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * KVT_Q8_ACT_BIAS);
-    __m512i spread[QDRM / 2]; /* lanes 0-7 take scale 2p, lanes 8-15 scale 2p + 1 */
-    _Pragma("GCC unroll 8") for (int p = 0; p < QDRM / 2; p++)
-        spread[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
-    __m512 acc[QDRM / 2][QDRN];
-    _Pragma("GCC unroll 8") for (int p = 0; p < QDRM / 2; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM; /* the same place in the next tile's rows */
+    _Alignas(64) int32_t roff[QRM]; /* rows from the first, for the scale gather (within 16 rows) */
+    for (int i = 0; i < QRM; i++) roff[i] = (int32_t)(wr[i] - wr[0]);
+    const __m512i rows = _mm512_load_si512(roff);
+    __m512 acc[QRN];
+    _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[j] = _mm512_setzero_ps();
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM;
     for (int64_t b = 0; b < nb; b++) {
         const int64_t off = b * KVT_Q8_0_BYTES;
-        __m128i h = _mm_cvtsi32_si128(kvt_load_u16(wr[0] + off));
-        _Pragma("GCC unroll 8") for (int i = 1; i < QDRM; i++) h = _mm_insert_epi16(h, kvt_load_u16(wr[i] + off), i);
-        const __m256 dw = _mm256_cvtph_ps(h);
-        __m512i xs[QDRN], nbias[QDRN];
-        __m256 dwx[QDRN];
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            const __m512i xb = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
-            xs[j] = _mm512_xor_si512(xb, flip);
-            nbias[j] = _mm512_dpbusd_epi32(bias_off, xb, minus_bias);
-            dwx[j] = _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][b]));
-        }
-        _Pragma("GCC unroll 8") for (int p = 0; p < QDRM / 2; p++) {
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, wr[0] + off, 1)));
+        __m512i wu[QRM / 2];
+        _Pragma("GCC unroll 8") for (int p = 0; p < QRM / 2; p++) {
             const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
-            _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-            _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
-            const __m512i wu = _mm512_xor_si512(
+            if (rn <= QDRN) {
+                _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
+                _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+            }
+            wu[p] = _mm512_xor_si512(
                 _mm512_inserti64x4(
                     _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
                     _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1),
                 flip);
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-                const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nbias[j], wu, xs[j]));
-                const __m512 scale = _mm512_permutexvar_ps(spread[p], _mm512_castps256_ps512(dwx[j]));
-                acc[p][j] = _mm512_fmadd_ps(isum, scale, acc[p][j]);
-            }
+        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            const __m512i xb = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
+            const __m512i xs = _mm512_xor_si512(xb, flip), nbias = _mm512_dpbusd_epi32(bias_off, xb, minus_bias);
+            __m512i d[QRM / 2];
+            _Pragma("GCC unroll 8") for (int p = 0; p < QRM / 2; p++) d[p] = _mm512_dpbusd_epi32(nbias, wu[p], xs);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q8_rowsums(d)), _mm512_mul_ps(dw, _mm512_set1_ps(xd[j][b])),
+                                     acc[j]);
         }
     }
-    _Pragma("GCC unroll 8") for (int p = 0; p < QDRM / 2; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
-            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
-        }
+    _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+        _Alignas(64) float o[QRM];
+        _mm512_store_ps(o, acc[j]);
+        for (int i = 0; i < QRM; i++) out[i * rn + j] = o[i];
+    }
 }
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
@@ -224,14 +182,17 @@ INLINE512 void tile_q8_dec(const uint8_t *const *wr, const uint8_t *const *xq, c
 #define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
 #define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
 #define CALL_BF16(N) tile_bf16(wr, x->xf, RM, N, k, out)
-#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, QRM, N, k, out)
+#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, N, k, out)
 DEF_TILE_FN(ft_f32, CALL_F32)
 DEF_TILE_FN(ft_f16, CALL_F16)
 DEF_TILE_FN(ft_bf16, CALL_BF16)
-DEF_TILE_FN(ft_q8, CALL_Q8)
-#define CALL_Q8_DEC(N) tile_q8_dec(wr, x->xq, x->xd, N, k, out)
-static T512 void ft_q8_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
-    KVT_TILE_BY_N2(CALL_Q8_DEC)
+static T512 void ft_q8(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
+    switch (n) {
+    case 1: CALL_Q8(1); break;
+    case 2: CALL_Q8(2); break;
+    case 3: CALL_Q8(3); break;
+    default: CALL_Q8(4); break;
+    }
 }
 
 /* F16/BF16 rows widened to f32 (exact), for the loop's widening (ops_tileloop.h). */
@@ -246,7 +207,13 @@ INLINE512 void widen_row(const uint8_t *row, int64_t k, float *dst, const int bf
 static T512 void widen_f16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 0); }
 static T512 void widen_bf16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 1); }
 
-KVT_DEFINE_MM_ROWS(mm_rows, T512, widen_f16, widen_bf16, ft_q8_dec, QDRM, QDRN)
+KVT_DEFINE_MM_ROWS(mm_rows, T512, widen_f16, widen_bf16, ft_q8, QRM, QDRN)
+
+/* "amx": Q8_0 prefill on tiles for whole groups of 16 rows, the rest here. */
+static T512 void mm_rows_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    const int64_t done = kvt_q8_mm_amx(w, a, r0, r1, y, ldy);
+    if (r0 + done < r1) mm_rows(w, a, r0 + done, r1, y, ldy);
+}
 
 /* ---- vector ops ---------------------------------------------------------- */
 
@@ -432,12 +399,12 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
-/* The AVX-512 table; "amx" differs only in its K-quant matmul (ops_k_x86.c:
- * prefill on AMX tiles, the same bits). */
-#define AVX512_TABLE(NAME, MATMUL_K)                               \
+/* The AVX-512 table; "amx" differs only in its Q8_0 and K-quant matmuls
+ * (ops_q8_amx.c, ops_k_x86.c: prefill on AMX tiles, the same bits). */
+#define AVX512_TABLE(NAME, MATMUL, MATMUL_K)                       \
     {                                                              \
         .name = NAME,                                              \
-        .matmul_rows = mm_rows,                                    \
+        .matmul_rows = MATMUL,                                     \
         .matmul_k_rows = MATMUL_K,                                 \
         .matmul_ql_rows = kvt_ql_mm_avx512,                        \
         .quantize_q8_row = quantize_q8_row,                        \
@@ -458,8 +425,8 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
         .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512, \
     }
 
-static const kvt_ops_vtable ops_avx512 = AVX512_TABLE("avx512", kvt_qk_mm_avx512);
-static const kvt_ops_vtable ops_amx = AVX512_TABLE("amx", kvt_qk_mm_amx);
+static const kvt_ops_vtable ops_avx512 = AVX512_TABLE("avx512", mm_rows, kvt_qk_mm_avx512);
+static const kvt_ops_vtable ops_amx = AVX512_TABLE("amx", mm_rows_amx, kvt_qk_mm_amx);
 
 const kvt_ops_vtable *kvt_ops_avx512(void) {
     __builtin_cpu_init();

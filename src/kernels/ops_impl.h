@@ -108,7 +108,7 @@ float kvt_ops_lanes_sum(const float *l);
 
 /* NULL when the compiler or CPU cannot run the variant. */
 const kvt_ops_vtable *kvt_ops_avx512(void);
-const kvt_ops_vtable *kvt_ops_amx(void); /* "amx": avx512 with AMX K-quant prefill, or NULL */
+const kvt_ops_vtable *kvt_ops_amx(void); /* "amx": avx512 with AMX Q8_0 and K-quant prefill, or NULL */
 const kvt_ops_vtable *kvt_ops_avx2(void);
 /* K-quant matmul_k_rows of each variant (quant_k.c, ops_k_x86.c). */
 void kvt_qk_mm_scalar(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
@@ -117,6 +117,12 @@ void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
 /* kvt_qk_mm_avx512 with prefill (more than 2 tokens) on AMX tiles: the same
  * bits. Only where kvt_cpu_has_amx(). */
 void kvt_qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* Q8_0 prefill on AMX tiles (ops_q8_amx.c): Y for rows [r0, r0 + R) with
+ * the bits of the other variants, where R is (r1 - r0) rounded down to 16
+ * rows, or 0 (nothing written) for another type, fewer than 3 tokens or no
+ * memory for the staging. Returns R; the caller does the rest. Only where
+ * kvt_cpu_has_amx(). */
+int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 /* 1 when the CPU has AMX-TILE and AMX-INT8 and the kernel let this process
  * use them (asked once), else 0. */
 int kvt_cpu_has_amx(void);

@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ops_amx.h"
 #include "ops_impl.h"
 #include "quant_k.h"
 
@@ -296,7 +297,6 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * codes for Q4_K/Q5_K (a scale per 32), else 16. Rows AMX_M at a time,
  * tokens AMX_N at a time, chunks of AMX_CHUNK tokens whose activations are
  * rearranged once for every row. */
-#define T_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
 #define AMX_M 16         /* weight rows per tile */
 #define AMX_N 16         /* tokens per tile (one zmm of int32 or f32) */
 #define AMX_CHUNK 64     /* tokens whose activations are rearranged at once */
@@ -308,12 +308,6 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
 #define TILE_A 5         /*   7 its activations */
 #define TILE_AM 6
 #define TILE_B 7
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
 
 /* One chunk's activations: per token tile and super-block, bt[d][n] = dword d
  * of token n's 256 codes (B tiles are rows of it), and dx[n]. */
@@ -438,7 +432,7 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
         free(xs), free(rows), free(acc);
         return -1;
     }
-    amx_cfg cfg;
+    kvt_amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = TILE_CS; t <= TILE_CM; t++) cfg.rows[t] = AMX_M, cfg.colsb[t] = AMX_N * 4;

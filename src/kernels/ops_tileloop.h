@@ -17,7 +17,7 @@
 
 #include "ops_impl.h"
 
-#define KVT_TILE_MAX_RM 8
+#define KVT_TILE_MAX_RM 16
 #define KVT_TILE_MAX_RN 8
 #define KVT_TILE_CHUNK_BYTES (1 << 20) /* activation bytes per token chunk (half a 2 MiB L2) */
 #define KVT_TILE_QBLOCK 32             /* Q8 activation block: xd and xs hold one value per block */
