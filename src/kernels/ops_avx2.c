@@ -93,14 +93,12 @@ DEF_TILE(tile_f32, ldw_f32, sizeof(float))
 DEF_TILE(tile_f16, ldw_f16, sizeof(uint16_t))
 DEF_TILE(tile_bf16, ldw_bf16, sizeof(uint16_t))
 
-/* The 8 sums of each 4 products of one Q8_0 block (in some lane order). */
-INLINE2 __m256i q8_block_sums(const uint8_t *wq, const uint8_t *xq) {
-    const __m256i bias = _mm256_set1_epi16(KVT_Q8_ACT_BIAS);
-    __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)wq));
-    __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(wq + 16)));
-    __m256i x0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)xq)), bias);
-    __m256i x1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(xq + 16))), bias);
-    return _mm256_hadd_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+/* The 8 sums of each 4 products of one Q8_0 block (in some lane order), from
+ * the weights w (s8) and the activations xs as s8 (xq xor 0x80): maddubs of
+ * |w| and xs with w's sign, exact since |w| * |xs| * 2 <= 128 * 127 * 2 < 2^15. */
+INLINE2 __m256i q8_block_sums(__m256i w, __m256i xs) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xs, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 /* Q8_0 tile: QRM (2) rows x rn (1 or 2) tokens, one block per step. The
@@ -110,24 +108,29 @@ INLINE2 __m256i q8_block_sums(const uint8_t *wq, const uint8_t *xq) {
 INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn, int64_t k,
                      float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m128 acc = _mm_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
      * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *b0 = wr[0] + b * KVT_Q8_0_BYTES, *b1 = wr[1] + b * KVT_Q8_0_BYTES;
-        _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-        _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+        if (b % 2 == 0) { /* two blocks: about one line */
+            _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+        }
         const float d0 = _cvtsh_ss(kvt_load_u16(b0)), d1 = _cvtsh_ss(kvt_load_u16(b1));
-        const uint8_t *x0 = xq[0] + b * KVT_Q8_0_BLOCK;
-        const __m256i s00 = q8_block_sums(b0 + KVT_Q8_0_SCALE_BYTES, x0);
-        const __m256i s10 = q8_block_sums(b1 + KVT_Q8_0_SCALE_BYTES, x0);
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES));
+        const __m256i x0 = _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(const void *)(xq[0] + b * KVT_Q8_0_BLOCK)), flip);
+        const __m256i s00 = q8_block_sums(w0, x0), s10 = q8_block_sums(w1, x0);
         __m256i h;
         __m128 scale;
         if (rn == 2) {
-            const uint8_t *x1 = xq[1] + b * KVT_Q8_0_BLOCK;
-            const __m256i s01 = q8_block_sums(b0 + KVT_Q8_0_SCALE_BYTES, x1);
-            const __m256i s11 = q8_block_sums(b1 + KVT_Q8_0_SCALE_BYTES, x1);
+            const __m256i x1 = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(const void *)(xq[1] + b * KVT_Q8_0_BLOCK)), flip);
+            const __m256i s01 = q8_block_sums(w0, x1), s11 = q8_block_sums(w1, x1);
             h = _mm256_hadd_epi32(_mm256_hadd_epi32(s00, s01), _mm256_hadd_epi32(s10, s11));
             scale = _mm_set_ps(d1 * xd[1][b], d1 * xd[0][b], d0 * xd[1][b], d0 * xd[0][b]);
         } else {
