@@ -273,6 +273,7 @@ static const kvt_ops_vtable ops_scalar = {
     .matmul_k_rows = kvt_qk_mm_scalar,
     .matmul_ql_rows = kvt_ql_mm_scalar,
     .quantize_q8_row = sc_quantize_q8_row,
+    .quantize_q8k_row = kvt_qk_quantize_acts,
     .dot_f32 = sc_dot_f32,
     .dot_f32_f16 = sc_dot_f32_f16,
     .axpy_f32 = sc_axpy_f32,
@@ -434,8 +435,8 @@ static void convert_tokens(matmul_job *j, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
         const float *src = j->x + t * j->ldx;
         if (kvt_qk_is_k(j->w->type)) { /* k is a multiple of 256, so kpad == k */
-            kvt_qk_quantize_acts(src, k, j->kq + t * kpad, j->kd + t * (kpad / KVT_QK),
-                                 j->kbs + t * (kpad / KVT_QK_GROUP));
+            j->v->quantize_q8k_row(src, k, j->kq + t * kpad, j->kd + t * (kpad / KVT_QK),
+                                   j->kbs + t * (kpad / KVT_QK_GROUP));
             continue;
         }
         if (j->xq) { /* Q8_0 and the legacy types */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops_impl.h"
+#include "quant_k.h"
 #include "ops_tileloop.h"
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
@@ -353,6 +354,7 @@ static const kvt_ops_vtable ops_avx2 = {
     .matmul_k_rows = kvt_qk_mm_avx2,
     .matmul_ql_rows = kvt_ql_mm_avx2,
     .quantize_q8_row = quantize_q8_row,
+    .quantize_q8k_row = kvt_qk_quantize_acts, /* the scalar one */
     .dot_f32 = dot_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,

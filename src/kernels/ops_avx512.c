@@ -10,9 +10,11 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops_impl.h"
 #include "ops_tileloop.h"
+#include "quant_k.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
@@ -339,6 +341,44 @@ static T512 void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d
     }
 }
 
+/* Q8_K activations, the bits of quant_k.c's kvt_qk_quantize_acts: the value
+ * of largest magnitude is the first whose |x| equals the maximum (max(|v|, m)
+ * skips NaN as the scalar > does), q is its magic-number rounding on the
+ * same f32 product, capped at 127, and each group sum one reduction of 16. */
+static T512 void quantize_q8k_row(const float *x, int64_t k, int8_t *q, float *d, int16_t *bsums) {
+    for (int64_t blk = 0; blk < k / KVT_QK; blk++) {
+        const float *xb = x + blk * KVT_QK;
+        __m512 m = _mm512_setzero_ps();
+        for (int i = 0; i < KVT_QK; i += V) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + i)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.0f) {
+            d[blk] = 0.0f;
+            memset(q + blk * KVT_QK, 0, KVT_QK);
+            memset(bsums + blk * KVT_QK_NGROUP, 0, KVT_QK_NGROUP * sizeof *bsums);
+            continue;
+        }
+        float mx = 0.0f;
+        for (int i = 0; i < KVT_QK; i += V) {
+            const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + i)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (hit) {
+                mx = xb[i + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -(float)KVT_Q8K_MAX / mx;
+        const __m512 vs = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(KVT_QK_ROUND_MAGIC);
+        for (int g = 0; g < KVT_QK_NGROUP; g++) { /* a group is one vector */
+            const __m512 v = _mm512_add_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(xb + g * KVT_QK_GROUP)), magic);
+            __m512i r = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(KVT_QK_ROUND_MANT)),
+                                         _mm512_set1_epi32(KVT_QK_ROUND_HALF));
+            r = _mm512_min_epi32(r, _mm512_set1_epi32(KVT_Q8K_MAX));
+            _mm_storeu_si128((__m128i *)(void *)(q + blk * KVT_QK + g * KVT_QK_GROUP), _mm512_cvtepi32_epi8(r));
+            bsums[blk * KVT_QK_NGROUP + g] = (int16_t)_mm512_reduce_add_epi32(r);
+        }
+        d[blk] = 1.0f / iscale;
+    }
+}
+
 /* The vector exp (ops_impl.h), lane for lane as ops.c's kvt_ops_vexpf. */
 INLINE512 __m512 vexp16(__m512 x) {
     const __m512 sh = _mm512_set1_ps(KVT_SEXP_SHIFT);
@@ -408,6 +448,7 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
         .matmul_k_rows = MATMUL_K,                                 \
         .matmul_ql_rows = kvt_ql_mm_avx512,                        \
         .quantize_q8_row = quantize_q8_row,                        \
+        .quantize_q8k_row = quantize_q8k_row,                      \
         .dot_f32 = dot_f32,                                        \
         .dot_f32_f16 = dot_f32_f16,                                \
         .axpy_f32 = axpy_f32,                                      \

@@ -55,6 +55,9 @@ typedef struct {
      * multiple of 32): ops.c's quantize_q8_row is the definition, every
      * variant gives its bits (NaN inputs included). */
     void (*quantize_q8_row)(const float *x, int64_t k, uint8_t *q, float *d, float *s);
+    /* One token's Q8_K activations (k a multiple of 256): quant_k.c's
+     * kvt_qk_quantize_acts is the definition, every variant gives its bits. */
+    void (*quantize_q8k_row)(const float *x, int64_t k, int8_t *q, float *d, int16_t *bsums);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f32_f16)(const float *a, const uint16_t *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);

@@ -105,11 +105,14 @@ void kvt_qk_pack(uint32_t type, const kvt_qk_block *b, uint16_t d, uint16_t dmin
 
 /* llama.cpp's nearest_int: round half to even via the 1.5*2^23 trick
  * (valid for |f| < 2^22). */
+#define KVT_QK_ROUND_MAGIC 12582912.0f /* 1.5 * 2^23: adding it leaves round(f) in the low mantissa bits */
+#define KVT_QK_ROUND_MANT 0x007fffff
+#define KVT_QK_ROUND_HALF 0x00400000
 static inline int kvt_qk_round(float f) {
-    float v = f + 12582912.0f;
+    float v = f + KVT_QK_ROUND_MAGIC;
     int32_t i;
     __builtin_memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
+    return (i & KVT_QK_ROUND_MANT) - KVT_QK_ROUND_HALF;
 }
 
 #endif

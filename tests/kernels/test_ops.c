@@ -574,12 +574,13 @@ static void test_matmul_multi(kvt_pool **pools) {
 }
 
 /* The activation quantization's edges, through the matmuls of the types that
- * use Q8_0 and Q8_1 activations: exact ties (amax 127, so x * 127/amax is x),
+ * use Q8_0, Q8_1 and Q8_K activations: exact ties (amax 127, so x * 127/amax is x;
+ * for Q8_K +127 and -127 in one super-block, the first deciding the sign),
  * zero, tiny and large blocks, NaN inputs (quantized to q = 0, so a Q8_0
  * Y stays finite). Every variant gives the scalar bits; NaN-free, the reference. */
 static void test_quantize_edges(kvt_pool *pool2) {
-    static const uint32_t qtypes[] = {KVT_TYPE_Q8_0, KVT_TYPE_Q4_1, KVT_TYPE_Q5_0};
-    enum { ROWS = 21, COLS = 256, NTOK = 3 };
+    static const uint32_t qtypes[] = {KVT_TYPE_Q8_0, KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q4_K, KVT_TYPE_Q6_K};
+    enum { ROWS = 21, COLS = 512, NTOK = 3 };
     static float x[NTOK * COLS], y0[NTOK * ROWS], y1[NTOK * ROWS];
     for (int with_nan = 0; with_nan < 2; with_nan++) {
         for (int t = 0; t < NTOK; t++) {
@@ -591,6 +592,8 @@ static void test_quantize_edges(kvt_pool *pool2) {
             for (int i = 96; i < 128; i++) xt[i] *= 1e-30f;
             for (int i = 128; i < 160; i++) xt[i] *= 100.0f; /* Q8_1: s = d * sum(q) stays under the f16 max */
             if (with_nan) xt[189 + t] = NAN; /* last lanes of a block: where a max that let NaN through would keep it */
+            for (int i = 256; i < 512; i++) xt[i] = i < 300 ? 0.0f : rndf() * 3.0f; /* a second super-block */
+            xt[298 + t] = -9.0f, xt[301] = 9.0f; /* Q8_K: the first of equal magnitudes (one vector) gives the sign */
         }
         for (size_t ti = 0; ti < sizeof qtypes / sizeof qtypes[0]; ti++) {
             /* a NaN makes a Q8_1 block's sum s = d * sum(q) non-finite (in llama.cpp too) */
