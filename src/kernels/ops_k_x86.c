@@ -299,7 +299,7 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * rearranged once for every row. */
 #define AMX_M 16         /* weight rows per tile */
 #define AMX_N 16         /* tokens per tile (one zmm of int32 or f32) */
-#define AMX_CHUNK 64     /* tokens whose activations are rearranged at once */
+#define AMX_CHUNK 256    /* tokens whose activations are rearranged at once */
 #define AMX_SUBS (AMX_CHUNK / AMX_N)
 #define AMX_DW (KVT_QK / 4) /* dwords of one token's super-block */
 #define TILE_CS 0        /* tile registers: 0-3 the dots of 4 scale units in flight, */
