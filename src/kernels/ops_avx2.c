@@ -29,7 +29,7 @@ typedef struct {
     __m256 lo, hi;
 } v16;
 
-/* The 8-lane tree (the Q8_0 dot's), and the 16-lane one that ends with it. */
+/* The last three rounds of the canonical 16-lane tree, and the whole tree. */
 INLINE2 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
