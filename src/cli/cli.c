@@ -50,7 +50,10 @@ void kvt_cli_usage(FILE *f) {
             "  --man      print the manual page (man(7) markup; installed as kvtier.1)\n"
             "Environment: KVT_LOG=0..3 sets log verbosity (error, warning, info, debug); every option of\n"
             "run and serve can also be set as KVTIER_<NAME> (e.g. KVTIER_MODEL, KVTIER_CTX_SIZE,\n"
-            "KVTIER_PORT), the command line winning.\n");
+            "KVTIER_PORT), the command line winning. KVT_Q8_ORDER=block computes Q8_0 weights in\n"
+            "llama.cpp's AMX order (one integer per block: its AMX build's logits, and prefill on AMX\n"
+            "tiles) instead of its default x86 order (\"lanes\"); KVT_OPS_VARIANT=scalar|avx2|avx512|amx\n"
+            "picks the kernels (every one gives the same bits).\n");
 }
 
 int kvt_cli_main(int argc, char **argv) {

@@ -18,7 +18,8 @@
 #include "log.h"
 #include "quant_legacy.h"
 
-#define OPS_NUMERICS_ID "kvt-ops-l16-v4"
+#define OPS_NUMERICS_ID "kvt-ops-l16-v3"          /* Q8_0 "lanes" */
+#define OPS_NUMERICS_ID_Q8_BLOCK "kvt-ops-l16-v3-q8b" /* Q8_0 "block" */
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
 #define OPS_ROW_ALIGN 16
 /* Convert activations on the pool only when there are at least this many tokens. */
@@ -163,18 +164,36 @@ static float sc_dot_row(uint32_t type, const uint8_t *row, const float *x, int64
     return lanes_sum(l);
 }
 
-/* The Q8_0 dot (ops.h): one accumulator, one exact integer per block. */
+/* The Q8_0 lane tree (ops.h): llama.cpp's horizontal sum of 8 lanes. */
+static float q8_lanes_sum(const float *l) {
+    float s4[4];
+    for (int i = 0; i < 4; i++) s4[i] = l[i] + l[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+/* The Q8_0 dot (ops.h) in the selected order: "lanes" (8 lanes of 4-product
+ * sums per block, then the lane tree) or "block" (one accumulator, one exact
+ * integer per block). */
 static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, int64_t k) {
-    float acc = 0.0f;
+    const int block = kvt_ops_q8_block();
+    float l[KVT_Q8_LANES] = {0}, acc = 0.0f;
     for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
         const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
         const float d = kvt_f16_to_f32(kvt_load_u16(blk)) * xd[b];
         int32_t isum = 0;
-        for (int e = 0; e < KVT_Q8_0_BLOCK; e++)
-            isum += (int32_t)(int8_t)blk[KVT_Q8_0_SCALE_BYTES + e] * ((int32_t)xq[b * KVT_Q8_0_BLOCK + e] - KVT_Q8_ACT_BIAS);
-        acc = fmaf((float)isum, d, acc);
+        for (int g = 0; g < KVT_Q8_LANES; g++) {
+            int32_t gsum = 0;
+            for (int e = 0; e < KVT_Q8_GROUP; e++) {
+                const int idx = g * KVT_Q8_GROUP + e;
+                gsum += (int32_t)(int8_t)blk[KVT_Q8_0_SCALE_BYTES + idx] *
+                        ((int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS);
+            }
+            if (!block) l[g] = fmaf((float)gsum, d, l[g]);
+            isum += gsum;
+        }
+        if (block) acc = fmaf((float)isum, d, acc);
     }
-    return acc;
+    return block ? acc : q8_lanes_sum(l);
 }
 
 static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
@@ -314,6 +333,28 @@ static void ops_select_default(void) {
     if (!g_ops) g_ops = v;
 }
 
+/* The Q8_0 order: 0 "lanes" (default), 1 "block" (KVT_Q8_ORDER=block). */
+static int g_q8_block;
+static pthread_once_t g_q8_once = PTHREAD_ONCE_INIT;
+static void q8_order_default(void) {
+    const char *env = getenv("KVT_Q8_ORDER");
+    g_q8_block = env && !strcmp(env, "block");
+}
+
+int kvt_ops_q8_block(void) {
+    pthread_once(&g_q8_once, q8_order_default);
+    return g_q8_block;
+}
+
+int kvt_ops_set_q8_order(const char *name) {
+    if (!name || (strcmp(name, "lanes") && strcmp(name, "block"))) return -1;
+    pthread_once(&g_q8_once, q8_order_default);
+    g_q8_block = !strcmp(name, "block");
+    return 0;
+}
+
+const char *kvt_ops_q8_order(void) { return kvt_ops_q8_block() ? "block" : "lanes"; }
+
 static inline const kvt_ops_vtable *ops(void) {
     pthread_once(&g_ops_once, ops_select_default);
     return g_ops;
@@ -329,7 +370,7 @@ int kvt_ops_force_variant(const char *name) {
 
 const char *kvt_ops_variant(void) { return ops()->name; }
 const kvt_ops_vtable *kvt_ops_active(void) { return ops(); }
-const char *kvt_ops_numerics_id(void) { return OPS_NUMERICS_ID; }
+const char *kvt_ops_numerics_id(void) { return kvt_ops_q8_block() ? OPS_NUMERICS_ID_Q8_BLOCK : OPS_NUMERICS_ID; }
 
 /* ---- public elementwise ops -------------------------------------------- */
 

@@ -9,12 +9,19 @@
  *     fused multiply-add the elements k = j, j+16, j+32, ... in increasing k
  *     (missing tail elements count as +0 * +0), then the lanes are summed by the
  *     tree s8[i]=l[i]+l[i+8], s4[i]=s8[i]+s8[i+4], s2[i]=s4[i]+s4[i+2], s2[0]+s2[1];
- *   - Q8_0 (the order of llama.cpp's AMX backend, which its x86 build uses
- *     for Q8_0 weights wherever the CPU has AMX, for prefill and decode
- *     alike): one f32 accumulator from +0 takes the blocks b = 0, 1, ... in
- *     order, acc = fma((float)isum, d_w * d_x, acc), isum being the exact
- *     integer dot of the block's 32 weights and 32 activation quants (SIMD
- *     code may form it in any order);
+ *   - Q8_0, in one of two orders, process-wide (kvt_ops_set_q8_order, or
+ *     KVT_Q8_ORDER=block in the environment), llama.cpp's two x86 orders:
+ *     "lanes" (the default; llama.cpp's ggml_vec_dot_q8_0_q8_0 and tinyBLAS,
+ *     what its x86 build runs without AMX): 8 lanes from +0; for blocks
+ *     b = 0, 1, ... in order, lane j takes the exact integer sum of elements
+ *     4j..4j+3 of block b and does lane = fma((float)isum, d_w * d_x, lane);
+ *     then the 8 lanes are summed by s4[i]=l[i]+l[i+4],
+ *     (s4[0]+s4[2]) + (s4[1]+s4[3]);
+ *     "block" (llama.cpp's AMX backend, what its x86 build runs for Q8_0 on
+ *     CPUs with AMX): one f32 accumulator from +0 takes the blocks in order,
+ *     acc = fma((float)isum, d_w * d_x, acc), isum the exact integer dot of
+ *     the block's 32 weights and activation quants (SIMD code may form it in
+ *     any order); the "amx" variant runs its prefill on tiles;
  *   - Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.h; not yet llama.cpp's order): for
  *     block pair (2m, 2m+1), lane j < 8 takes the exact integer sum of elements
  *     4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
@@ -144,7 +151,15 @@ float kvt_expf(float x);
 
 /* ---- variants ---------------------------------------------------------- */
 
-/* Identifies the numerics of the kernels ("kvt-ops-l16-v4"). Every variant
+/* The Q8_0 order (see Numerics above): "lanes" (default) or "block".
+ * kvt_ops_set_q8_order returns 0, or -1 for another name; call it before any
+ * matmul runs (it is read by every thread). The environment variable
+ * KVT_Q8_ORDER=block sets the default. */
+int kvt_ops_set_q8_order(const char *name);
+const char *kvt_ops_q8_order(void);
+
+/* Identifies the numerics of the kernels ("kvt-ops-l16-v3", with "-q8b" for
+ * the Q8_0 "block" order). Every variant
  * computes the same bits, so the id does not name the variant; it changes
  * whenever any kernel's results change. Cache keys include it. */
 const char *kvt_ops_numerics_id(void);

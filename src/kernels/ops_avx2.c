@@ -29,7 +29,7 @@ typedef struct {
     __m256 lo, hi;
 } v16;
 
-/* The last three rounds of the canonical 16-lane tree, and the whole tree. */
+/* The 8-lane tree (the "lanes" Q8_0 dot's; the last rounds of the 16-lane one), and the 16-lane tree. */
 INLINE2 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -94,6 +94,52 @@ DEF_TILE(tile_f32, ldw_f32, sizeof(float))
 DEF_TILE(tile_f16, ldw_f16, sizeof(uint16_t))
 DEF_TILE(tile_bf16, ldw_bf16, sizeof(uint16_t))
 
+/* Q8_0, "lanes" order (ops.h). Exact sums of each 4 products of one Q8_0 block, in the lane order
+ * g0 g1 g4 g5 g2 g3 g6 g7 (what hadd of two madds yields); q8_unpermute fixes
+ * the order once at the end, which is exact since lanes never mix before. */
+INLINE2 __m256i q8l_group_sums(const uint8_t *wq, const uint8_t *xq) {
+    const __m256i bias = _mm256_set1_epi16(KVT_Q8_ACT_BIAS);
+    __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)wq));
+    __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(wq + 16)));
+    __m256i x0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)xq)), bias);
+    __m256i x1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(xq + 16))), bias);
+    return _mm256_hadd_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+}
+INLINE2 __m256 q8_unpermute(__m256 v) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+}
+
+INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
+                     int rn, int64_t k, float *out) {
+    const int64_t nb = k / KVT_Q8_0_BLOCK;
+    __m256 acc[QRM][QRN];
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
+    /* decode streams each weight once: prefetch the same place in the next
+     * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
+    for (int64_t b = 0; b < nb; b += 2) {
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
+            const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
+            _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0); /* 2 blocks: about one line */
+            const float dlo = _cvtsh_ss(kvt_load_u16(blk));
+            const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+                const uint8_t *xb = xq[j] + b * KVT_Q8_0_BLOCK;
+                __m256 plo = _mm256_cvtepi32_ps(q8l_group_sums(blk + KVT_Q8_0_SCALE_BYTES, xb));
+                acc[i][j] = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j]);
+                if (b + 1 < nb) {
+                    __m256 phi = _mm256_cvtepi32_ps(
+                        q8l_group_sums(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
+                    acc[i][j] = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(q8_unpermute(acc[i][j]));
+}
+
 /* The 8 sums of each 4 products of one Q8_0 block (in some lane order), from
  * the weights w (s8) and the activations xs as s8 (xq xor 0x80): maddubs of
  * |w| and xs with w's sign, exact since |w| * |xs| * 2 <= 128 * 127 * 2 < 2^15. */
@@ -102,7 +148,7 @@ INLINE2 __m256i q8_block_sums(__m256i w, __m256i xs) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* Q8_0 tile: QRM (2) rows x rn (1 or 2) tokens, one block per step. The
+/* Q8_0 "block" tile: QRM (2) rows x rn (1 or 2) tokens, one block per step. The
  * block integers of the tile's outputs are added up from their group sums
  * into the lanes of one xmm (output i * rn + j in lane i * rn + j), so one
  * fma steps them all through the block as ops.h's Q8_0 dot does. */
@@ -161,8 +207,18 @@ DEF_TILE_FN(ft_f32, KVT_TILE_BY_N3(CALL_F32))
 DEF_TILE_FN(ft_f16, KVT_TILE_BY_N3(CALL_F16))
 DEF_TILE_FN(ft_bf16, KVT_TILE_BY_N3(CALL_BF16))
 DEF_TILE_FN(ft_q8, KVT_TILE_BY_N2(CALL_Q8))
+#define CALL_Q8L(N) tile_q8l(wr, x->xq, x->xd, QRM, N, k, out)
+DEF_TILE_FN(ft_q8l, KVT_TILE_BY_N2(CALL_Q8L))
 
-KVT_DEFINE_MM_ROWS(mm_rows, T2, NULL, NULL, ft_q8, QRM, 0)
+KVT_DEFINE_MM_ROWS(mm_rows_lanes, T2, NULL, NULL, ft_q8l, QRM, QRN, ft_q8l, QRM, 0)
+
+/* Q8_0 weights in the order selected (ops.h); every other type as mm_rows_lanes. */
+static T2 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (w->type == KVT_TYPE_Q8_0 && kvt_ops_q8_block())
+        kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8});
+    else
+        mm_rows_lanes(w, a, r0, r1, y, ldy);
+}
 
 /* ---- vector ops ---------------------------------------------------------- */
 

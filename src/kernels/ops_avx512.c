@@ -25,7 +25,7 @@
 /* f32 element size, and the AVX-512 vector in elements. */
 #define V 16
 
-/* The canonical 16-lane tree (ops.h), its last three rounds in hsum8. */
+/* The 8-lane tree (the "lanes" Q8_0 dot's; the last rounds of the 16-lane one), and the 16-lane tree. */
 INLINE512 float hsum8(__m256 s8) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -102,7 +102,122 @@ DEF_TILE(tile_f32, ldw_f32, ldw_f32_m, 4)
 DEF_TILE(tile_f16, ldw_f16, ldw_f16_m, 2)
 DEF_TILE(tile_bf16, ldw_bf16, ldw_bf16_m, 2)
 
-/* Q8_0 tile: QRM = 16 rows x up to QRN tokens, one block per step. The
+/* "lanes" tiles: 4 rows (in pairs, one zmm per pair and token, each pair
+ * needing 3 vectors: quants, bias correction, scales) x 6 tokens. */
+#define QLRM 4
+#define QLRN 6
+/* Q8_0, "lanes" order (ops.h): two W rows share each zmm, row 2p in lanes 0-7 and row 2p+1 in lanes
+ * 8-15, each half being ops.h's 8 lanes of its output; one block per step. So
+ * one 512-bit fma takes two outputs through a block with exactly the 8-lane
+ * order's operations. The activation bias comes off inside the integer dot
+ * (it accumulates onto -128 * the weights' group sums), which is exact. */
+INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
+                       int rm, int rn, int64_t k, float *out) {
+    const int64_t nb = k / KVT_Q8_0_BLOCK;
+    const int rp = rm / 2;
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512 acc[QLRM / 2][QLRN];
+    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
+    /* decode streams each weight once: prefetch the same place in the next tile's rows, as the float tiles do */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i wq[QLRM / 2], ncorr[QLRM / 2];
+        __m512 dw[QLRM / 2];
+        _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
+            const uint8_t *b0 = wr[2 * p] + b * KVT_Q8_0_BYTES, *b1 = wr[2 * p + 1] + b * KVT_Q8_0_BYTES;
+            if (rn <= 2) {
+                _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
+                _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+            }
+            wq[p] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
+                _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1);
+            ncorr[p] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[p]), 7));
+            dw[p] = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(kvt_load_u16(b0))),
+                                       _mm256_set1_ps(_cvtsh_ss(kvt_load_u16(b1))), 1);
+        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            const __m512i xv = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
+            const __m512 dx = _mm512_set1_ps(xd[j][b]);
+            _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
+                const __m512 pf = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(ncorr[p], xv, wq[p]));
+                acc[p][j] = _mm512_fmadd_ps(pf, _mm512_mul_ps(dw[p], dx), acc[p][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
+            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
+        }
+}
+
+/* Q8_0 decode tile (1 or 2 tokens, QLDRM rows as pairs): the bits of tile_q8l
+ * with fewer operations per block, since decode runs it over every weight.
+ * The weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
+ * activations, as s8, the signed one, so the bias term depends on the token
+ * only: the accumulator starts at -128 * sum(q) per group, formed once per
+ * block for all rows (dpbusd of 4 * 128 * 128 and (q + 128) by -128, exact in
+ * int32), and sum((w + 128) * q) - 128 * sum(q) = sum(w * q) exactly. The
+ * rows' f16 scales are converted by one instruction and multiplied by d_x
+ * once (the same f32 product per lane), then spread to the pairs by a
+ * permute. More rows per tile also keeps more prefetches in flight. */
+#define QLDRM 8
+#define QLDRN 2
+INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
+                           int64_t k, float *out) {
+    const int64_t nb = k / KVT_Q8_0_BLOCK;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i minus_bias = _mm512_set1_epi8((char)-KVT_Q8_ACT_BIAS);
+    const __m512i bias_off = _mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * KVT_Q8_ACT_BIAS);
+    __m512i spread[QLDRM / 2]; /* lanes 0-7 take scale 2p, lanes 8-15 scale 2p + 1 */
+    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
+        spread[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+    __m512 acc[QLDRM / 2][QLDRN];
+    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QLDRM; /* the same place in the next tile's rows */
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t off = b * KVT_Q8_0_BYTES;
+        __m128i h = _mm_cvtsi32_si128(kvt_load_u16(wr[0] + off));
+        _Pragma("GCC unroll 8") for (int i = 1; i < QLDRM; i++) h = _mm_insert_epi16(h, kvt_load_u16(wr[i] + off), i);
+        const __m256 dw = _mm256_cvtph_ps(h);
+        __m512i xs[QLDRN], nbias[QLDRN];
+        __m256 dwx[QLDRN];
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            const __m512i xb = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
+            xs[j] = _mm512_xor_si512(xb, flip);
+            nbias[j] = _mm512_dpbusd_epi32(bias_off, xb, minus_bias);
+            dwx[j] = _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][b]));
+        }
+        _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++) {
+            const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
+            _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+            const __m512i wu = _mm512_xor_si512(
+                _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
+                    _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1),
+                flip);
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+                const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nbias[j], wu, xs[j]));
+                const __m512 scale = _mm512_permutexvar_ps(spread[p], _mm512_castps256_ps512(dwx[j]));
+                acc[p][j] = _mm512_fmadd_ps(isum, scale, acc[p][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
+            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
+        }
+}
+
+/* Q8_0 "block" tile: QRM = 16 rows x up to QRN tokens, one block per step. The
  * weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
  * activations, as s8, the signed one, so the bias term depends on the token
  * only: each group's sum starts at -128 * sum(q), formed once per block and
@@ -188,6 +303,12 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
 DEF_TILE_FN(ft_f32, CALL_F32)
 DEF_TILE_FN(ft_f16, CALL_F16)
 DEF_TILE_FN(ft_bf16, CALL_BF16)
+#define CALL_Q8L(N) tile_q8l(wr, x->xq, x->xd, QLRM, N, k, out)
+DEF_TILE_FN(ft_q8l, CALL_Q8L)
+#define CALL_Q8L_DEC(N) tile_q8l_dec(wr, x->xq, x->xd, N, k, out)
+static T512 void ft_q8l_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
+    KVT_TILE_BY_N2(CALL_Q8L_DEC)
+}
 static T512 void ft_q8(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
     switch (n) {
     case 1: CALL_Q8(1); break;
@@ -209,9 +330,19 @@ INLINE512 void widen_row(const uint8_t *row, int64_t k, float *dst, const int bf
 static T512 void widen_f16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 0); }
 static T512 void widen_bf16(const uint8_t *row, int64_t k, float *dst) { widen_row(row, k, dst, 1); }
 
-KVT_DEFINE_MM_ROWS(mm_rows, T512, widen_f16, widen_bf16, ft_q8, QRM, QDRN)
+KVT_DEFINE_MM_ROWS(mm_rows_lanes, T512, widen_f16, widen_bf16, ft_q8l, QLRM, QLRN, ft_q8l_dec, QLDRM, QLDRN)
 
-/* "amx": Q8_0 prefill on tiles for whole groups of 16 rows, the rest here. */
+/* Q8_0 weights in the order selected (ops.h); every other type as mm_rows_lanes. */
+static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (w->type != KVT_TYPE_Q8_0 || !kvt_ops_q8_block()) {
+        mm_rows_lanes(w, a, r0, r1, y, ldy);
+        return;
+    }
+    const int rn = a->n <= QDRN ? QDRN : QRN;
+    kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = rn, .q8 = 1, .tile = ft_q8});
+}
+
+/* "amx": Q8_0 prefill ("block" order) on tiles for whole groups of 16 rows, the rest here. */
 static T512 void mm_rows_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const int64_t done = kvt_q8_mm_amx(w, a, r0, r1, y, ldy);
     if (r0 + done < r1) mm_rows(w, a, r0 + done, r1, y, ldy);

@@ -122,10 +122,12 @@ void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
 void kvt_qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 /* Q8_0 prefill on AMX tiles (ops_q8_amx.c): Y for rows [r0, r0 + R) with
  * the bits of the other variants, where R is (r1 - r0) rounded down to 16
- * rows, or 0 (nothing written) for another type, fewer than 3 tokens or no
- * memory for the staging. Returns R; the caller does the rest. Only where
+ * rows, or 0 (nothing written) for another type, the "lanes" Q8_0 order,
+ * fewer than 3 tokens or no memory for the staging. Returns R; the caller does the rest. Only where
  * kvt_cpu_has_amx(). */
 int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* 1 when the Q8_0 order is "block" (ops.h), 0 for "lanes". */
+int kvt_ops_q8_block(void);
 /* 1 when the CPU has AMX-TILE and AMX-INT8 and the kernel let this process
  * use them (asked once), else 0. */
 int kvt_cpu_has_amx(void);

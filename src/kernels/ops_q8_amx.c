@@ -1,4 +1,6 @@
-/* Q8_0 prefill on AMX-INT8 tiles, with the bits of ops.h's Q8_0 order.
+/* Q8_0 prefill on AMX-INT8 tiles, with the bits of ops.h's "block" Q8_0
+ * order (the "lanes" order cannot use whole-block tile products; it stays on
+ * the AVX-512 kernel).
  *
  * That order needs, per output and block, the exact integer dot of the
  * block's 32 weights and 32 activation quants, then one fused multiply-add
@@ -125,7 +127,7 @@ static T_AMX void q8a_tile(const uint8_t *wq, size_t rb, const q8a_acts *x, cons
 /* Long: the whole tile matmul (tile setup, the chunk, row and token tile loops, write-back). */
 T_AMX int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const int64_t rows = (r1 - r0) / Q8A_M * Q8A_M, nb = a->k / KVT_Q8_0_BLOCK;
-    if (w->type != KVT_TYPE_Q8_0 || a->n < Q8A_MIN_TOKENS || rows == 0 || nb == 0) return 0;
+    if (w->type != KVT_TYPE_Q8_0 || !kvt_ops_q8_block() || a->n < Q8A_MIN_TOKENS || rows == 0 || nb == 0) return 0;
     int64_t chunk = (int64_t)(Q8A_CHUNK_BYTES / (sizeof(q8a_acts) * (size_t)nb)) * Q8A_N;
     if (chunk < Q8A_N) chunk = Q8A_N;
     if (chunk > a->n) chunk = (a->n + Q8A_N - 1) / Q8A_N * Q8A_N;

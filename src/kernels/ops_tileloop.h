@@ -121,13 +121,13 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
 }
 
 /* The matmul_rows (ops_impl.h) NAME of a variant, for F32, F16, BF16 and
- * Q8_0 weights: its tiles ft_f32, ft_f16, ft_bf16 (RM x RN) and ft_q8
- * (QRM x QRN), each loop with its tile as a constant. WIDEN_F16/WIDEN_BF16:
+ * Q8_0 weights: its tiles ft_f32, ft_f16, ft_bf16 (RM x RN) and Q8
+ * (Q8_RM x Q8_RN), each loop with its tile as a constant. WIDEN_F16/WIDEN_BF16:
  * kvt_widen_fn or NULL (then F16/BF16 rows are converted inside the tile).
- * Q8_DEC: a Q8_0 tile of Q8_DEC_RM x Q8_DEC_RN that runs instead of ft_q8
+ * Q8_DEC: a Q8_0 tile of Q8_DEC_RM x Q8_DEC_RN that runs instead of Q8
  * for at most Q8_DEC_RN tokens (decode: the same bits, tuned for streaming
  * every weight once); Q8_DEC_RN 0 for none. */
-#define KVT_DEFINE_MM_ROWS(NAME, ATTR, WIDEN_F16, WIDEN_BF16, Q8_DEC, Q8_DEC_RM, Q8_DEC_RN)               \
+#define KVT_DEFINE_MM_ROWS(NAME, ATTR, WIDEN_F16, WIDEN_BF16, Q8, Q8_RM, Q8_RN, Q8_DEC, Q8_DEC_RM, Q8_DEC_RN) \
     static ATTR void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
         switch (w->type) {                                                                               \
         case KVT_TYPE_Q8_0:                                                                              \
@@ -135,7 +135,7 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
                 kvt_tile_loop(w, a, r0, r1, y, ldy,                                                      \
                               (kvt_tiling){.rm = Q8_DEC_RM, .rn = Q8_DEC_RN, .q8 = 1, .tile = Q8_DEC});    \
             else                                                                                         \
-                kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8}); \
+                kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = Q8_RM, .rn = Q8_RN, .q8 = 1, .tile = Q8}); \
             break;                                                                                       \
         case KVT_TYPE_F16:                                                                               \
             kvt_tile_loop(w, a, r0, r1, y, ldy,                                                          \

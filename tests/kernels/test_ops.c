@@ -769,10 +769,18 @@ int main(void) {
     test_conversions();
     test_wmat_row();
     test_elementwise();
-    test_matmul_reference(pools[1]);
-    test_batch_invariance(pools);
-    test_matmul_multi(pools);
-    test_quantize_edges(pools[1]);
+    /* both Q8_0 orders (ops.h): every variant against scalar and the references in each */
+    static const char *const q8_orders[] = {"lanes", "block"};
+    CHECK(kvt_ops_set_q8_order("no-such-order") == -1);
+    for (int o = 0; o < 2; o++) {
+        CHECK(kvt_ops_set_q8_order(q8_orders[o]) == 0 && !strcmp(kvt_ops_q8_order(), q8_orders[o]));
+        test_matmul_reference(pools[1]);
+        test_batch_invariance(pools);
+        test_matmul_multi(pools);
+        test_quantize_edges(pools[1]);
+    }
+    CHECK(strcmp(kvt_ops_numerics_id(), "kvt-ops-l16-v3-q8b") == 0);
+    CHECK(kvt_ops_set_q8_order("lanes") == 0 && strcmp(kvt_ops_numerics_id(), "kvt-ops-l16-v3") == 0);
     for (int i = 0; i < 3; i++) kvt_pool_free(pools[i]);
     return kvt_test_done("test_ops");
 }
