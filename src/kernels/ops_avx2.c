@@ -94,21 +94,22 @@ DEF_TILE(tile_f32, ldw_f32, sizeof(float))
 DEF_TILE(tile_f16, ldw_f16, sizeof(uint16_t))
 DEF_TILE(tile_bf16, ldw_bf16, sizeof(uint16_t))
 
-/* Q8_0, "lanes" order (ops.h). Exact sums of each 4 products of one Q8_0 block, in the lane order
- * g0 g1 g4 g5 g2 g3 g6 g7 (what hadd of two madds yields); q8_unpermute fixes
- * the order once at the end, which is exact since lanes never mix before. */
-INLINE2 __m256i q8l_group_sums(const uint8_t *wq, const uint8_t *xq) {
-    const __m256i bias = _mm256_set1_epi16(KVT_Q8_ACT_BIAS);
-    __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)wq));
-    __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(wq + 16)));
-    __m256i x0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)xq)), bias);
-    __m256i x1 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(xq + 16))), bias);
-    return _mm256_hadd_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+/* The 8 sums of each 4 products of one Q8_0 block, group j in lane j, from
+ * the weights w (s8) and the activations xs as s8 (xq xor 0x80): maddubs of
+ * |w| and xs with w's sign (exact: |w| * |xs| * 2 <= 128 * 127 * 2 < 2^15),
+ * then pairs of those added by madd. */
+INLINE2 __m256i q8_block_sums(__m256i w, __m256i xs) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xs, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-INLINE2 __m256 q8_unpermute(__m256 v) {
-    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+INLINE2 __m256i q8_sums_at(const uint8_t *wq, const uint8_t *xq) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)wq);
+    const __m256i xs = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)xq), _mm256_set1_epi8((char)0x80));
+    return q8_block_sums(w, xs);
 }
 
+/* Q8_0, "lanes" order (ops.h): 2 rows x 2 tokens, lane j of each output's
+ * accumulator taking group j of every block. */
 INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
                      int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
@@ -126,26 +127,18 @@ INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const 
             const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
                 const uint8_t *xb = xq[j] + b * KVT_Q8_0_BLOCK;
-                __m256 plo = _mm256_cvtepi32_ps(q8l_group_sums(blk + KVT_Q8_0_SCALE_BYTES, xb));
+                __m256 plo = _mm256_cvtepi32_ps(q8_sums_at(blk + KVT_Q8_0_SCALE_BYTES, xb));
                 acc[i][j] = _mm256_fmadd_ps(plo, _mm256_set1_ps(dlo * xd[j][b]), acc[i][j]);
                 if (b + 1 < nb) {
                     __m256 phi = _mm256_cvtepi32_ps(
-                        q8l_group_sums(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
+                        q8_sums_at(blk + KVT_Q8_0_BYTES + KVT_Q8_0_SCALE_BYTES, xb + KVT_Q8_0_BLOCK));
                     acc[i][j] = _mm256_fmadd_ps(phi, _mm256_set1_ps(dhi * xd[j][b + 1]), acc[i][j]);
                 }
             }
         }
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(q8_unpermute(acc[i][j]));
-}
-
-/* The 8 sums of each 4 products of one Q8_0 block (in some lane order), from
- * the weights w (s8) and the activations xs as s8 (xq xor 0x80): maddubs of
- * |w| and xs with w's sign, exact since |w| * |xs| * 2 <= 128 * 127 * 2 < 2^15. */
-INLINE2 __m256i q8_block_sums(__m256i w, __m256i xs) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xs, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(acc[i][j]);
 }
 
 /* Q8_0 "block" tile: QRM (2) rows x rn (1 or 2) tokens, one block per step. The
