@@ -173,9 +173,8 @@ static float q8_lanes_sum(const float *l) {
 
 /* The Q8_0 dot (ops.h) in the selected order: "lanes" (8 lanes of 4-product
  * sums per block, then the lane tree) or "block" (one accumulator, one exact
- * integer per block). */
-static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, int64_t k) {
-    const int block = kvt_ops_q8_block();
+ * integer per block, when block is 1). */
+static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, int64_t k, int block) {
     float l[KVT_Q8_LANES] = {0}, acc = 0.0f;
     for (int64_t b = 0; b < k / KVT_Q8_0_BLOCK; b++) {
         const uint8_t *blk = row + b * KVT_Q8_0_BYTES;
@@ -199,11 +198,12 @@ static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, i
 static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                            int64_t ldy) {
     const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
+    const int q8_block = kvt_ops_q8_block();
     for (int64_t t = 0; t < a->n; t++)
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
             y[t * ldy + r] = w->type == KVT_TYPE_Q8_0
-                                 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k)
+                                 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k, q8_block)
                                  : sc_dot_row(w->type, row, a->xf + t * a->kpad, a->k);
         }
 }

@@ -155,7 +155,24 @@ INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, cons
         }
 }
 
-/* Q8_0 decode tile (1 or 2 tokens, QLDRM rows as pairs): the bits of tile_q8l
+/* The Q8_0 tiles' flipped operands (see tile_q8l_dec): two rows' quants of
+ * one block as u8 (w + 128), row b0 in the low half; one token's block as s8
+ * in both halves (xs), and its groups' start value -128 * sum(q) (nbias). */
+INLINE512 __m512i q8_pair_u8(const uint8_t *b0, const uint8_t *b1) {
+    return _mm512_xor_si512(
+        _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
+            _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1),
+        _mm512_set1_epi8((char)0x80));
+}
+INLINE512 void q8_token_s8(const uint8_t *xb, __m512i *xs, __m512i *nbias) {
+    const __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)xb));
+    *xs = _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
+    *nbias = _mm512_dpbusd_epi32(_mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * KVT_Q8_ACT_BIAS), x,
+                                 _mm512_set1_epi8((char)-KVT_Q8_ACT_BIAS));
+}
+
+/* Q8_0 "lanes" decode tile (1 or 2 tokens, QLDRM rows as pairs): the bits of tile_q8l
  * with fewer operations per block, since decode runs it over every weight.
  * The weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
  * activations, as s8, the signed one, so the bias term depends on the token
@@ -170,9 +187,6 @@ INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, cons
 INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
                            int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i minus_bias = _mm512_set1_epi8((char)-KVT_Q8_ACT_BIAS);
-    const __m512i bias_off = _mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * KVT_Q8_ACT_BIAS);
     __m512i spread[QLDRM / 2]; /* lanes 0-7 take scale 2p, lanes 8-15 scale 2p + 1 */
     _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
         spread[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
@@ -188,21 +202,14 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
         __m512i xs[QLDRN], nbias[QLDRN];
         __m256 dwx[QLDRN];
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            const __m512i xb = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
-            xs[j] = _mm512_xor_si512(xb, flip);
-            nbias[j] = _mm512_dpbusd_epi32(bias_off, xb, minus_bias);
+            q8_token_s8(xq[j] + b * KVT_Q8_0_BLOCK, &xs[j], &nbias[j]);
             dwx[j] = _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][b]));
         }
         _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++) {
             const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
             _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
             _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
-            const __m512i wu = _mm512_xor_si512(
-                _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
-                    _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1),
-                flip);
+            const __m512i wu = q8_pair_u8(b0, b1);
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
                 const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nbias[j], wu, xs[j]));
                 const __m512 scale = _mm512_permutexvar_ps(spread[p], _mm512_castps256_ps512(dwx[j]));
@@ -217,12 +224,8 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
         }
 }
 
-/* Q8_0 "block" tile: QRM = 16 rows x up to QRN tokens, one block per step. The
- * weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
- * activations, as s8, the signed one, so the bias term depends on the token
- * only: each group's sum starts at -128 * sum(q), formed once per block and
- * token for all rows (dpbusd of 4 * 128 * 128 and (q + 128) by -128, exact in
- * int32), and sum((w + 128) * q) - 128 * sum(q) = sum(w * q) exactly. A zmm
+/* Q8_0 "block" tile: QRM = 16 rows x up to QRN tokens, one block per step,
+ * on the decode tile's flipped operands (q8_pair_u8, q8_token_s8). A zmm
  * holds two rows' 8 group sums; q8_rowsums adds them up to the 16 rows'
  * block integers in one zmm, so that one fma steps 16 outputs (lane = row)
  * through the block as ops.h's Q8_0 dot does. The rows' f16 scales come in
@@ -248,9 +251,6 @@ INLINE512 __m512i q8_rowsums(const __m512i d[8]) {
 INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
                        int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i minus_bias = _mm512_set1_epi8((char)-KVT_Q8_ACT_BIAS);
-    const __m512i bias_off = _mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * KVT_Q8_ACT_BIAS);
     _Alignas(64) int32_t roff[QRM]; /* rows from the first, for the scale gather (within 16 rows) */
     for (int i = 0; i < QRM; i++) roff[i] = (int32_t)(wr[i] - wr[0]);
     const __m512i rows = _mm512_load_si512(roff);
@@ -267,17 +267,11 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
                 _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
                 _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
             }
-            wu[p] = _mm512_xor_si512(
-                _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
-                    _mm256_loadu_si256((const __m256i *)(const void *)(b1 + KVT_Q8_0_SCALE_BYTES)), 1),
-                flip);
+            wu[p] = q8_pair_u8(b0, b1);
         }
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            const __m512i xb = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(const void *)(xq[j] + b * KVT_Q8_0_BLOCK)));
-            const __m512i xs = _mm512_xor_si512(xb, flip), nbias = _mm512_dpbusd_epi32(bias_off, xb, minus_bias);
-            __m512i d[QRM / 2];
+            __m512i xs, nbias, d[QRM / 2];
+            q8_token_s8(xq[j] + b * KVT_Q8_0_BLOCK, &xs, &nbias);
             _Pragma("GCC unroll 8") for (int p = 0; p < QRM / 2; p++) d[p] = _mm512_dpbusd_epi32(nbias, wu[p], xs);
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q8_rowsums(d)), _mm512_mul_ps(dw, _mm512_set1_ps(xd[j][b])),
                                      acc[j]);

@@ -298,7 +298,7 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * tokens AMX_N at a time, chunks of AMX_CHUNK tokens whose activations are
  * rearranged once for every row. */
 #define AMX_M 16         /* weight rows per tile */
-#define AMX_N 16         /* tokens per tile (one zmm of int32 or f32) */
+#define AMX_N KVT_AMX_N  /* tokens per tile (one zmm of int32 or f32) */
 #define AMX_CHUNK 256    /* tokens whose activations are rearranged at once */
 #define AMX_SUBS (AMX_CHUNK / AMX_N)
 #define AMX_DW (KVT_QK / 4) /* dwords of one token's super-block */
@@ -344,12 +344,7 @@ int kvt_cpu_has_amx(void) {
 
 /* Rearranges tokens [t0, t0 + nt) (nt <= AMX_N; the rest zero) of super-block b. */
 static T_AMX void amx_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, amx_acts *o) {
-    const int8_t *q0 = a->kq + t0 * a->kpad + b * KVT_QK;
-    const __mmask16 m = (__mmask16)((1u << nt) - 1);
-    const __m512i tok = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int)a->kpad));
-    for (int dw = 0; dw < AMX_DW; dw++)
-        _mm512_store_si512(o->bt[dw], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, tok, q0 + 4 * dw, 1));
+    kvt_amx_gather_tokens(a->kq + t0 * a->kpad + b * KVT_QK, a->kpad, nt, AMX_DW, 0, o->bt);
     for (int n = 0; n < AMX_N; n++) o->dx[n] = n < nt ? a->kd[(t0 + n) * (a->kpad / KVT_QK) + b] : 0.0f;
 }
 

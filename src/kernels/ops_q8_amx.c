@@ -25,7 +25,7 @@
 #include "ops_impl.h"
 
 #define Q8A_M 16                  /* weight rows per tile */
-#define Q8A_N 16                  /* tokens per tile (one zmm of int32 or f32) */
+#define Q8A_N KVT_AMX_N            /* tokens per tile (one zmm of int32 or f32) */
 #define Q8A_DW (KVT_Q8_0_BLOCK / 4) /* dwords of one token's block: B's rows */
 #define Q8A_CHUNK_BYTES (1 << 20) /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
 #define Q8A_MIN_TOKENS 3          /* fewer tokens: the AVX-512 tile streams the weights better */
@@ -49,16 +49,9 @@ typedef int32_t q8a_sums[Q8A_INFLIGHT][Q8A_M][Q8A_N];
 
 /* Rearranges tokens [t0, t0 + nt) (nt <= Q8A_N; the rest zero) of block b. */
 static T_AMX void q8a_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, q8a_acts *o) {
-    const uint8_t *q0 = a->xq + t0 * a->kpad + b * KVT_Q8_0_BLOCK;
     const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
-    const __mmask16 m = (__mmask16)((1u << nt) - 1);
-    const __m512i tok = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int)a->kpad));
-    const __m512i unbias = _mm512_set1_epi8((char)KVT_Q8_ACT_BIAS); /* q + 128 as u8, xor 128: q as s8 */
-    for (int d = 0; d < Q8A_DW; d++) {
-        const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, tok, q0 + 4 * d, 1);
-        _mm512_store_si512(o->bt[d], _mm512_maskz_xor_epi32(m, v, unbias));
-    }
+    /* q + 128 as u8, xor 128: q as s8 */
+    kvt_amx_gather_tokens(a->xq + t0 * a->kpad + b * KVT_Q8_0_BLOCK, a->kpad, nt, Q8A_DW, KVT_Q8_ACT_BIAS, o->bt);
     for (int n = 0; n < Q8A_N; n++) o->dx[n] = n < nt ? a->xd[(t0 + n) * nbp + b] : 0.0f;
 }
 
