@@ -32,37 +32,6 @@ kvt_engine_params kvt_engine_default_params(void) {
 static float *alloc_f32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
 static int32_t *alloc_i32(int64_t n) { return kvt_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
 
-/* q8_0 KV: pages of V dequantized at once for one value-pass call */
-#define AV_Q8_PAGES 8
-
-static size_t round_up_floats(size_t n) {
-    return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
-}
-
-/* Lays out one thread's attention scratch (attn_group), each region sized for
- * its largest use and starting on a 64-byte boundary:
- *   scores (G, n_ctx) f32       softmax weights of the group's G query heads
- *   qh     (G, head_dim) f32    q rounded to f16 (f16 KV)
- *   kdq    (head_dim, B) f32    one page's K dequantized, transposed (q8_0 KV)
- *   vdq    (AV_Q8_PAGES * B, head_dim) f32   up to AV_Q8_PAGES pages of V dequantized (q8_0 KV)
- *   tmp    (max(G * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV)
- *   acc    (G, 16, head_dim) f32  the value pass's lane sums between calls (attn.h; q8_0 KV)
- *   runs   (pages per sequence) kvt_attn_run   the value pass's runs of keys */
-static void scratch_layout(kvt_engine *e) {
-    const kvt_hparams *hp = &e->model->hp;
-    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
-    const size_t ctx = (size_t)e->p.n_ctx;
-    const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
-    size_t tmp_u16 = KVT_MAX(G * hd, ctx);
-    e->sc_qh = round_up_floats(G * ctx);
-    e->sc_kdq = e->sc_qh + round_up_floats(f16 ? G * hd : 0);
-    e->sc_vdq = e->sc_kdq + round_up_floats(q8 ? hd * B : 0);
-    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? AV_Q8_PAGES * B * hd : 0);
-    e->sc_acc = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
-    e->sc_runs = e->sc_acc + round_up_floats(q8 ? G * KVT_ATTN_LANES * hd : 0);
-    e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
-}
-
 /* The forward pass's buffers for a batch of p.n_batch tokens (shapes in
  * kvt_engine's fields), and the per-thread scratch. */
 static void alloc_activations(kvt_engine *e) {
@@ -87,7 +56,8 @@ static void alloc_activations(kvt_engine *e) {
     e->tpage = alloc_i32(nb);
     e->tslot = alloc_i32(nb);
     e->wanted = alloc_i32(nb);
-    scratch_layout(e);
+    e->agroup = alloc_i32(nb + 1);
+    kvt_eng_attn_scratch_layout(e);
     e->scratch = alloc_f32((int64_t)kvt_pool_threads(e->pool) * (int64_t)e->scratch_stride);
     e->qrow = kvt_xmalloc(e->row_bytes);
 }
@@ -165,7 +135,7 @@ void kvt_engine_free(kvt_engine *e) {
     if (e->pool) kvt_pool_free(e->pool);
     free(e->x), free(e->xb), free(e->q), free(e->k), free(e->v), free(e->att);
     free(e->hb), free(e->hb2), free(e->rope_cos), free(e->rope_sin), free(e->rope_cos_alt), free(e->rope_sin_alt);
-    free(e->pos), free(e->tseq), free(e->tpage), free(e->tslot), free(e->wanted);
+    free(e->pos), free(e->tseq), free(e->tpage), free(e->tslot), free(e->wanted), free(e->agroup);
     free(e->scratch);
     free(e->qrow);
     free(e);
@@ -388,102 +358,6 @@ void kvt_eng_rope_apply(const kvt_hparams *hp, float *row, int32_t n_heads, cons
     }
 }
 
-typedef struct {
-    kvt_engine *e;
-    int32_t layer, n;
-} attn_job;
-
-/* Attention of one token for the G query heads sharing KV head gk. Scores
- * and outputs go through attn.h, whose per-element operation order depends
- * only on the token's own inputs: that is the batch invariance. */
-static void attn_group(kvt_engine *e, int32_t layer, int32_t i, int32_t gk, float *scratch) {
-    const kvt_hparams *hp = &e->model->hp;
-    const int32_t hd = hp->head_dim, B = e->p.block_size, G = hp->n_head / hp->n_head_kv;
-    const kvt_layer *L = &e->model->layers[layer];
-    const int32_t pos = e->pos[i], n_keys = pos + 1;
-    /* a sliding layer sees keys [lo, pos]. Scores are indexed from lo, never
-     * from a page boundary, so the softmax and the value sums run over the
-     * same elements in the same order whatever the block size. */
-    const int32_t lo = L->window && pos >= L->window ? pos - L->window + 1 : 0, n_att = n_keys - lo;
-    const int64_t ld = e->p.n_ctx;
-    const seq_state *st = &e->seqs[e->tseq[i]];
-    const float *q = e->q + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
-    float *out = e->att + (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)G * (size_t)hd;
-    float *scores = scratch;                         /* (G, ld) */
-    float *qh = scratch + e->sc_qh;                  /* (G, hd), f16 KV */
-    float *kdq = scratch + e->sc_kdq;                /* (hd, B), q8_0 KV */
-    float *vdq = scratch + e->sc_vdq;                /* (B, hd), q8_0 KV */
-    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp); /* (max(G * hd, ld)), f16 KV */
-    float *acc = scratch + e->sc_acc;                /* (G, 16, hd), q8_0 KV */
-    kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
-    const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd); /* q_scale: q is scaled already */
-    const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
-
-    if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* as llama.cpp: q meets an f16 cache in f16 */
-        kvt_f32_to_f16_row(q, tmp, (int64_t)G * hd);
-        kvt_f16_to_f32_row(tmp, qh, (int64_t)G * hd);
-        q = qh;
-    }
-    /* q8_0 pages are read as f32: each page's rows are dequantized (elementwise,
-     * so the values depend only on the stored bytes) into the scratch in the
-     * layouts the kernels take, then the f32 kernels run on them */
-    const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float); /* f16/f32 element */
-    for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 0, gk, 0);
-        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a; /* keys t0+a .. t0+a+T-1 */
-        float *sc = scores + (t0 + a - lo);
-        if (q8) {
-            kvt_kv_q8_dequant_columns(pg, B, a + T, hd, kdq);
-            kvt_attn_qk(q, G, hd, kdq + a, B, 0, T, scale, sc, ld);
-        } else {
-            kvt_attn_qk(q, G, hd, pg + (size_t)a * esz, B, f16, T, scale, sc, ld);
-        }
-    }
-    for (int32_t g = 0; g < G; g++) {
-        float *sg = scores + (size_t)g * (size_t)ld;
-        if (hp->attn_softcap > 0) kvt_softcap(sg, n_att, hp->attn_softcap);
-        kvt_softmax_at(sg, n_att, lo);
-        if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* and so do the softmax weights */
-            kvt_f32_to_f16_row(sg, tmp, n_att);
-            kvt_f16_to_f32_row(tmp, sg, n_att);
-        }
-    }
-    /* the value pass: one call over every page's run of keys (its lanes are
-     * keyed by position, attn.h); q8_0 pages are dequantized AV_Q8_PAGES at a
-     * time, the lane sums carried in acc from one call to the next */
-    int32_t nr = 0, first = 1;
-    for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
-        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
-        kvt_attn_run *r = &runs[nr++];
-        r->w = scores + (t0 + a - lo);
-        r->T = T;
-        r->pos = t0 + a;
-        if (!q8) {
-            r->v = pg + (size_t)a * (size_t)hd * esz;
-            continue;
-        }
-        float *dq = vdq + (size_t)(nr - 1) * (size_t)B * (size_t)hd;
-        kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
-        r->v = dq + (size_t)a * (size_t)hd;
-        const int last = t0 + B >= n_keys;
-        if (nr == AV_Q8_PAGES || last) {
-            kvt_attn_av(runs, nr, ld, G, 0, hd, first ? NULL : acc, last ? NULL : acc, last ? out : NULL);
-            nr = 0, first = 0;
-        }
-    }
-    if (!q8) kvt_attn_av(runs, nr, ld, G, f16, hd, NULL, NULL, out);
-}
-
-static void attn_worker(void *ctx, int ith, int nth) {
-    attn_job *job = ctx;
-    kvt_engine *e = job->e;
-    const int32_t n_kv = e->model->hp.n_head_kv;
-    float *scratch = e->scratch + (size_t)ith * e->scratch_stride;
-    int64_t items = (int64_t)job->n * n_kv;
-    for (int64_t w = ith; w < items; w += nth) attn_group(e, job->layer, (int32_t)(w / n_kv), (int32_t)(w % n_kv), scratch);
-}
-
 void kvt_eng_put_k_row(kvt_engine *e, uint8_t *pg, int32_t layer, int32_t g, int32_t slot, const float *kr) {
     const int32_t hd = e->model->hp.head_dim, B = e->p.block_size;
     uint8_t *kd = pg + kvt_eng_kv_offset(e, layer, 0, g, 0); /* transposed: [head_dim][B], or q8_0 columns */
@@ -571,8 +445,7 @@ void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
         for (int32_t i = 0; i < n; i++) kvt_eng_store_kv(e, l, i);
         /* every token of the chunk is in the pages before any attends, so each
          * reads its predecessors as stored bytes, exactly as a later batch would */
-        attn_job job = {e, l, n};
-        kvt_pool_run(pool, attn_worker, &job);
+        kvt_eng_attention(e, l, n);
         kvt_matmul(pool, &L->wo, e->att, e->q_dim, n, e->xb, D);
         if (L->post_attn_norm)
             for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->xb + i * D, L->post_attn_norm, D, hp->rms_eps);

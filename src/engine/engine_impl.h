@@ -1,6 +1,7 @@
 /* The engine's private state and the helpers its files share (engine.c: the
- * pool, sequences and forward pass; engine_blend.c: re-rotating stored K and
- * recomputing tokens a sequence already holds). Not for use outside src/engine/. */
+ * pool, sequences and forward pass; engine_attn.c: attention over the pages;
+ * engine_blend.c: re-rotating stored K and recomputing tokens a sequence
+ * already holds). Not for use outside src/engine/. */
 #ifndef KVT_ENGINE_IMPL_H
 #define KVT_ENGINE_IMPL_H
 
@@ -67,8 +68,9 @@ struct kvt_engine {
     int32_t *tpage;  /* (nb) page receiving each token's K/V */
     int32_t *tslot;  /* (nb) slot within that page */
     int32_t *wanted; /* (nb) chunk rows that want logits */
+    int32_t *agroup; /* (nb + 1) first chunk row of each attention group (engine_attn.c) */
     /* per-thread attention scratch, scratch_stride floats per thread, in regions
-     * at these float offsets (see scratch_layout) */
+     * at these float offsets (see kvt_eng_attn_scratch_layout) */
     float *scratch;
     size_t scratch_stride;
     size_t sc_qh, sc_kdq, sc_vdq, sc_tmp, sc_acc, sc_runs;
@@ -97,5 +99,10 @@ void kvt_eng_chunk_begin(kvt_engine *e, int32_t n);
 void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1);
 void kvt_eng_layer_qkv(kvt_engine *e, int32_t l, int32_t n);
 void kvt_eng_store_kv(kvt_engine *e, int32_t layer, int32_t i);
+/* engine_attn.c: sizes the per-thread attention scratch (sc_* offsets,
+ * scratch_stride) for the engine's model, context and KV dtype; and layer
+ * l's attention of the chunk's n tokens, whose K/V are stored, into e->att. */
+void kvt_eng_attn_scratch_layout(kvt_engine *e);
+void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n);
 
 #endif

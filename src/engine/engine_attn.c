@@ -1,0 +1,243 @@
+/* Attention of a chunk's tokens over their sequences' pages (the page layout
+ * is above kvt_eng_kv_offset in engine.c). Scores and outputs go through
+ * attn.h, whose per-element operation order depends only on the element's own
+ * inputs: that is the batch invariance, and it is why tokens may be grouped.
+ *
+ * Groups: up to attn_group_tokens() consecutive chunk rows of one sequence
+ * that all see keys from position 0 (no sliding-window cut) attend together
+ * with f16/f32 pages, as one call per page for all their query heads, so each
+ * K vector loaded serves the group's heads of several tokens (the score tile
+ * takes 8 heads, while a KV head has only G = n_head / n_head_kv of one
+ * token). Scores past a token's own position are computed and never read;
+ * its softmax covers its own keys. The value pass runs once over the keys
+ * every token of the group sees, keeping the lane sums (attn.h), then each
+ * token finishes from those sums over its remaining keys: the same fma
+ * chains, so the same bits as a token attending alone. */
+#include "engine_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "arch_ops.h"
+#include "attn.h"
+#include "common.h"
+#include "kv_quant.h"
+#include "ops.h"
+
+/* q8_0 KV: pages of V dequantized at once for one value-pass call */
+#define AV_Q8_PAGES 8
+/* Query heads a group aims for: the AVX-512 score tile's head count; and the
+ * value tile's (attn_tmpl.h). */
+#define GROUP_HEADS 8
+#define AV_HEADS 4
+
+/* Tokens per attention group: as many as fill GROUP_HEADS query heads; one
+ * with q8_0 pages (their value pass already carries lane sums between calls). */
+static int32_t attn_group_tokens(const kvt_engine *e) {
+    const int32_t G = e->model->hp.n_head / e->model->hp.n_head_kv;
+    if (e->p.kv_dtype == KVT_KV_Q8_0 || G >= GROUP_HEADS) return 1;
+    return GROUP_HEADS / G;
+}
+
+static size_t round_up_floats(size_t n) {
+    return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
+}
+
+/* Lays out one thread's attention scratch (attn_tokens), each region sized for
+ * its largest use and starting on a 64-byte boundary; H = the group's query
+ * heads (attn_group_tokens * G):
+ *   scores (H, n_ctx) f32       softmax weights of the group's query heads
+ *   qh     (H, head_dim) f32    the group's q rows side by side (rounded to f16 for f16 KV)
+ *   kdq    (head_dim, B) f32    one page's K dequantized, transposed (q8_0 KV)
+ *   vdq    (AV_Q8_PAGES * B, head_dim) f32   up to AV_Q8_PAGES pages of V dequantized (q8_0 KV)
+ *   tmp    (max(H * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV)
+ *   acc    (H, 16, head_dim) f32  the value pass's lane sums between calls (attn.h)
+ *   runs   (pages per sequence) kvt_attn_run   the value pass's runs of keys */
+void kvt_eng_attn_scratch_layout(kvt_engine *e) {
+    const kvt_hparams *hp = &e->model->hp;
+    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
+    const size_t ctx = (size_t)e->p.n_ctx, H = (size_t)attn_group_tokens(e) * G;
+    const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
+    size_t tmp_u16 = KVT_MAX(H * hd, ctx);
+    e->sc_qh = round_up_floats(H * ctx);
+    e->sc_kdq = e->sc_qh + round_up_floats(H * hd);
+    e->sc_vdq = e->sc_kdq + round_up_floats(q8 ? hd * B : 0);
+    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? AV_Q8_PAGES * B * hd : 0);
+    e->sc_acc = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
+    e->sc_runs = e->sc_acc + round_up_floats(q8 || H > G ? H * KVT_ATTN_LANES * hd : 0);
+    e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
+}
+
+/* The value pass's runs over keys [k0, k1) of a sequence's f16/f32 V pages of
+ * (layer, kv head gk), with weights w[key - k0] (head g's at w + g * ld). */
+static int32_t value_runs(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t k0, int32_t k1,
+                          const float *w, kvt_attn_run *runs) {
+    const int32_t hd = e->model->hp.head_dim, B = e->p.block_size;
+    const size_t esz = e->p.kv_dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float);
+    int32_t nr = 0;
+    for (int32_t t0 = k0 / B * B; t0 < k1; t0 += B) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
+        const int32_t a = KVT_MAX(k0, t0) - t0, T = KVT_MIN(B, k1 - t0) - a;
+        runs[nr++] = (kvt_attn_run){pg + (size_t)a * (size_t)hd * esz, w + (t0 + a - k0), T, t0 + a};
+    }
+    return nr;
+}
+
+/* The value pass of q8_0 pages, keys [lo, n_keys) of one token: each page's
+ * rows are dequantized (elementwise, so the values depend only on the stored
+ * bytes) AV_Q8_PAGES pages at a time, the lane sums carried in acc from one
+ * call to the next. */
+static void value_pass_q8(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t lo,
+                          int32_t n_keys, const float *scores, float *scratch, float *out) {
+    const kvt_hparams *hp = &e->model->hp;
+    const int32_t hd = hp->head_dim, B = e->p.block_size, G = hp->n_head / hp->n_head_kv;
+    const int64_t ld = e->p.n_ctx;
+    float *vdq = scratch + e->sc_vdq, *acc = scratch + e->sc_acc;
+    kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
+    int32_t nr = 0, first = 1;
+    for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
+        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
+        float *dq = vdq + (size_t)nr * (size_t)B * (size_t)hd;
+        kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
+        runs[nr++] = (kvt_attn_run){dq + (size_t)a * (size_t)hd, scores + (t0 + a - lo), T, t0 + a};
+        const int last = t0 + B >= n_keys;
+        if (nr == AV_Q8_PAGES || last) {
+            kvt_attn_av(runs, nr, ld, G, 0, hd, first ? NULL : acc, last ? NULL : acc, last ? out : NULL);
+            nr = 0, first = 0;
+        }
+    }
+}
+
+/* The value pass of a group's tokens over f16/f32 pages: one call over every
+ * page's run of keys (its lanes are keyed by position, attn.h), for AV_HEADS
+ * heads at a time: the value tile's, so a group's tokens split into subgroups
+ * of that many heads (one token each when G >= AV_HEADS), and a subgroup runs
+ * once over the keys all its tokens see, then per token over the rest. */
+static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t i0, int32_t m,
+                       int32_t lo, const float *scores, float *scratch) {
+    const kvt_hparams *hp = &e->model->hp;
+    const int32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
+    const int64_t ld = e->p.n_ctx;
+    const int f16 = e->p.kv_dtype == KVT_KV_F16;
+    const size_t qrow = (size_t)G * (size_t)hd; /* one token's heads of gk */
+    float *acc = scratch + e->sc_acc;           /* (AV_HEADS, 16, hd) */
+    kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
+    const int32_t msub = KVT_MAX(1, AV_HEADS / G);
+    for (int32_t s0 = 0; s0 < m; s0 += msub) {
+        const int32_t ms = KVT_MIN(msub, m - s0);
+        const float *w = scores + (size_t)s0 * (size_t)G * (size_t)ld;
+        if (ms == 1) {
+            const int32_t nr = value_runs(e, st, layer, gk, lo, e->pos[i0 + s0] + 1, w, runs);
+            kvt_attn_av(runs, nr, ld, G, f16, hd, NULL, NULL,
+                        e->att + (size_t)(i0 + s0) * (size_t)e->q_dim + (size_t)gk * qrow);
+            continue;
+        }
+        int32_t shared = e->pos[i0 + s0] + 1;
+        for (int32_t t = 1; t < ms; t++) shared = KVT_MIN(shared, e->pos[i0 + s0 + t] + 1);
+        int32_t nr = value_runs(e, st, layer, gk, 0, shared, w, runs);
+        kvt_attn_av(runs, nr, ld, ms * G, f16, hd, NULL, acc, NULL);
+        for (int32_t t = 0; t < ms; t++) {
+            const float *wt = w + (size_t)t * (size_t)G * (size_t)ld;
+            nr = value_runs(e, st, layer, gk, shared, e->pos[i0 + s0 + t] + 1, wt + shared, runs);
+            kvt_attn_av(runs, nr, ld, G, f16, hd, acc + (size_t)t * qrow * KVT_ATTN_LANES, NULL,
+                        e->att + (size_t)(i0 + s0 + t) * (size_t)e->q_dim + (size_t)gk * qrow);
+        }
+    }
+}
+
+/* Attention of chunk rows i0 .. i0 + m - 1 (one group, see the top) for the G
+ * query heads of each that share KV head gk. */
+static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int32_t gk, float *scratch) {
+    const kvt_hparams *hp = &e->model->hp;
+    const int32_t hd = hp->head_dim, B = e->p.block_size, G = hp->n_head / hp->n_head_kv, H = m * G;
+    const kvt_layer *L = &e->model->layers[layer];
+    int32_t n_max = e->pos[i0] + 1;
+    for (int32_t t = 1; t < m; t++) n_max = KVT_MAX(n_max, e->pos[i0 + t] + 1);
+    /* a sliding layer sees keys [lo, pos] (groups of several tokens have lo = 0).
+     * Scores are indexed from lo, never from a page boundary, so the softmax
+     * and the value sums run over the same elements in the same order
+     * whatever the block size. */
+    const int32_t pos = e->pos[i0];
+    const int32_t lo = L->window && pos >= L->window ? pos - L->window + 1 : 0;
+    const int64_t ld = e->p.n_ctx;
+    const seq_state *st = &e->seqs[e->tseq[i0]];
+    float *scores = scratch;                                   /* (H, ld) */
+    float *qh = scratch + e->sc_qh;                            /* (H, hd) */
+    float *kdq = scratch + e->sc_kdq;                          /* (hd, B), q8_0 KV */
+    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp); /* (max(H * hd, ld)), f16 KV */
+    const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd); /* q_scale: q is scaled already */
+    const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
+    const size_t qrow = (size_t)G * (size_t)hd; /* one token's heads of gk */
+
+    const float *q = e->q + (size_t)i0 * (size_t)e->q_dim + (size_t)gk * qrow;
+    if (m > 1 || (f16 && ATTN_ROUND_TO_KV_DTYPE)) {
+        for (int32_t t = 0; t < m; t++)
+            memcpy(qh + t * qrow, e->q + (size_t)(i0 + t) * (size_t)e->q_dim + (size_t)gk * qrow, qrow * sizeof(float));
+        if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* as llama.cpp: q meets an f16 cache in f16 */
+            kvt_f32_to_f16_row(qh, tmp, (int64_t)H * hd);
+            kvt_f16_to_f32_row(tmp, qh, (int64_t)H * hd);
+        }
+        q = qh;
+    }
+    /* q8_0 pages are read as f32: each page's K is dequantized into the
+     * transposed f32 layout the kernel takes */
+    const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float); /* f16/f32 element */
+    for (int32_t t0 = lo / B * B; t0 < n_max; t0 += B) {
+        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 0, gk, 0);
+        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_max - t0) - a; /* keys t0+a .. t0+a+T-1 */
+        float *sc = scores + (t0 + a - lo);
+        if (q8) {
+            kvt_kv_q8_dequant_columns(pg, B, a + T, hd, kdq);
+            kvt_attn_qk(q, H, hd, kdq + a, B, 0, T, scale, sc, ld);
+        } else {
+            kvt_attn_qk(q, H, hd, pg + (size_t)a * esz, B, f16, T, scale, sc, ld);
+        }
+    }
+    for (int32_t r = 0; r < H; r++) {
+        float *sg = scores + (size_t)r * (size_t)ld;
+        const int32_t n_att = e->pos[i0 + r / G] + 1 - lo;
+        if (hp->attn_softcap > 0) kvt_softcap(sg, n_att, hp->attn_softcap);
+        kvt_softmax_at(sg, n_att, lo);
+        if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* and so do the softmax weights */
+            kvt_f32_to_f16_row(sg, tmp, n_att);
+            kvt_f16_to_f32_row(tmp, sg, n_att);
+        }
+    }
+    if (q8) {
+        value_pass_q8(e, st, layer, gk, lo, n_max, scores, scratch, e->att + (size_t)i0 * (size_t)e->q_dim + gk * qrow);
+        return;
+    }
+    value_pass(e, st, layer, gk, i0, m, lo, scores, scratch);
+}
+
+typedef struct {
+    kvt_engine *e;
+    int32_t layer, n_groups;
+} attn_job;
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    attn_job *job = ctx;
+    kvt_engine *e = job->e;
+    const int32_t n_kv = e->model->hp.n_head_kv;
+    float *scratch = e->scratch + (size_t)ith * e->scratch_stride;
+    const int64_t items = (int64_t)job->n_groups * n_kv;
+    for (int64_t w = ith; w < items; w += nth) {
+        const int32_t g = (int32_t)(w / n_kv), i0 = e->agroup[g];
+        attn_tokens(e, job->layer, i0, e->agroup[g + 1] - i0, (int32_t)(w % n_kv), scratch);
+    }
+}
+
+void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n) {
+    const int32_t mmax = attn_group_tokens(e), window = e->model->layers[l].window;
+    int32_t ng = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t start = ng ? e->agroup[ng - 1] : 0;
+        const int joins = ng && i - start < mmax && e->tseq[i] == e->tseq[start] &&
+                          (!window || (e->pos[i] < window && e->pos[start] < window));
+        if (!joins) e->agroup[ng++] = i;
+    }
+    e->agroup[ng] = n;
+    attn_job job = {e, l, ng};
+    kvt_pool_run(e->pool, attn_worker, &job);
+}
