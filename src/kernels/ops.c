@@ -241,6 +241,10 @@ static double sc_exp_sum(float *x, float m, int64_t n, int ph) {
     }
     return sum;
 }
+static void sc_scale_row(float *x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
 static float sc_max(const float *x, int64_t n) {
     float m = x[0];
     for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -303,6 +307,7 @@ static const kvt_ops_vtable ops_scalar = {
     .round_bf16_row = sc_round_bf16_row,
     .exp_sum = sc_exp_sum,
     .max = sc_max,
+    .scale_row = sc_scale_row,
     .silu_mul = sc_silu_mul,
     .attn_qk = kvt_attn_qk_scalar,
     .attn_av = kvt_attn_av_scalar,
@@ -405,7 +410,7 @@ void kvt_softmax_at(float *x, int64_t n, int64_t first) {
     const kvt_ops_vtable *v = ops();
     float m = v->max(x, n);
     float inv = (float)(1.0 / v->exp_sum(x, m, n, (int)(first % KVT_LANES))); /* as ggml: 1/sum in double */
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    v->scale_row(x, n, inv);
 }
 
 /* ---- weight matrices --------------------------------------------------- */

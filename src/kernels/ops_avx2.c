@@ -332,6 +332,14 @@ static T2 double exp_sum(float *x, float m, int64_t n, int ph) {
     for (int64_t i = 0; i < n; ph = 0) { /* lanes ph .. ph+c-1 hold x[i .. i+c-1] */
         float t[V] = {0};
         const int64_t c = n - i < V - ph ? n - i : V - ph;
+        if (c == V) { /* a whole chunk in place */
+            v16 e = {vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)), vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + H), mv))};
+            _mm256_storeu_ps(x + i, e.lo);
+            _mm256_storeu_ps(x + i + H, e.hi);
+            sum += (double)hsum16(e);
+            i += V;
+            continue;
+        }
         memcpy(t + ph, x + i, (size_t)c * sizeof(float));
         v16 e = {vexp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv)), vexp8(_mm256_sub_ps(_mm256_loadu_ps(t + H), mv))};
         _mm256_storeu_ps(t, e.lo);
@@ -343,6 +351,13 @@ static T2 double exp_sum(float *x, float m, int64_t n, int ph) {
         i += c;
     }
     return sum;
+}
+
+static T2 void scale_row(float *x, int64_t n, float s) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + H <= n; i += H) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; i++) x[i] *= s;
 }
 
 static T2 float vmax(const float *x, int64_t n) {
@@ -414,6 +429,7 @@ static const kvt_ops_vtable ops_avx2 = {
     .round_bf16_row = round_bf16_row,
     .exp_sum = exp_sum,
     .max = vmax,
+    .scale_row = scale_row,
     .silu_mul = silu_mul,
     .attn_qk = kvt_attn_qk_avx2,
     .attn_av = kvt_attn_av_avx2,

@@ -527,6 +527,13 @@ static T512 double exp_sum(float *x, float m, int64_t n, int ph) {
     double sum = 0.0;
     for (int64_t i = 0; i < n; ph = 0) { /* lanes ph .. ph+c-1 hold x[i .. i+c-1] */
         const int64_t c = n - i < V - ph ? n - i : V - ph;
+        if (c == V) { /* a whole chunk in place: plain loads and stores (the compressing store is slow) */
+            const __m512 e = vexp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+            _mm512_storeu_ps(x + i, e);
+            sum += (double)hsum16(e);
+            i += V;
+            continue;
+        }
         const __mmask16 mk = (__mmask16)(tail_mask(c) << ph);
         __m512 e = _mm512_maskz_mov_ps(mk, vexp16(_mm512_sub_ps(_mm512_maskz_expandloadu_ps(mk, x + i), mv)));
         _mm512_mask_compressstoreu_ps(x + i, mk, e);
@@ -534,6 +541,16 @@ static T512 double exp_sum(float *x, float m, int64_t n, int ph) {
         i += c;
     }
     return sum;
+}
+
+static T512 void scale_row(float *x, int64_t n, float s) {
+    const __m512 vs = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + V <= n; i += V) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vs));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
+    }
 }
 
 static T512 float vmax(const float *x, int64_t n) {
@@ -584,6 +601,7 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
         .round_bf16_row = round_bf16_row,                          \
         .exp_sum = exp_sum,                                        \
         .max = vmax,                                               \
+        .scale_row = scale_row,                                    \
         .silu_mul = silu_mul,                                      \
         .attn_qk = kvt_attn_qk_avx512,                             \
         .attn_av = kvt_attn_av_avx512,                             \

@@ -73,6 +73,8 @@ typedef struct {
      * +0), the chunk sums added in order in double. */
     double (*exp_sum)(float *x, float m, int64_t n, int ph);
     float (*max)(const float *x, int64_t n);
+    /* x[i] *= s, one rounding each. */
+    void (*scale_row)(float *x, int64_t n, float s);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
     /* attention (attn.h): kvt_attn_qk and kvt_attn_av */
     void (*attn_qk)(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,

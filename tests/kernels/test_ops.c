@@ -749,6 +749,20 @@ static void test_elementwise(void) {
         kvt_silu_mul(memcpy(y1, a, sizeof a), b, n);
         CHECKF(!memcmp(s0, s1, sizeof s0), "%s softmax differs from scalar", variants[v]);
         CHECKF(!memcmp(y0, y1, sizeof y0), "%s silu differs from scalar", variants[v]);
+        /* and from any first position (a window's start: its lanes are keyed by position), with
+         * chunks that start, end or lie whole inside the row */
+        static const int firsts[] = {0, 1, 15, 16, 37}, lens[] = {1, 15, 16, 17, 33, 100};
+        for (size_t fi = 0; fi < sizeof firsts / sizeof *firsts; fi++)
+            for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+                const int len = lens[li];
+                for (int i = 0; i < len; i++) s0[i] = s1[i] = a[(i * 7) % n] * 9;
+                kvt_softmax_at(s1, len, firsts[fi]);
+                kvt_ops_force_variant("scalar");
+                kvt_softmax_at(s0, len, firsts[fi]);
+                kvt_ops_force_variant(variants[v]);
+                CHECKF(!memcmp(s0, s1, sizeof(float) * (size_t)len), "%s softmax from %d, %d long, differs from scalar",
+                       variants[v], firsts[fi], len);
+            }
 
         memcpy(y0, b, sizeof b);
         kvt_add(y0, a, n);
