@@ -33,4 +33,36 @@ static inline __attribute__((always_inline)) T_AMX void kvt_amx_gather_tokens(co
     }
 }
 
+/* Writes a tile of results, acc[i][n] for row i and token n (16 x 16), to
+ * y[n * ldy + i] for the first nn tokens and nr rows: transposed in registers
+ * (pairs, then 4 x 4 blocks within 128-bit lanes, then the lanes), so each
+ * token's rows go out as one store. */
+static inline __attribute__((always_inline)) T_AMX void kvt_amx_store_transposed(const float (*acc)[KVT_AMX_N],
+                                                                                 int nn, int nr, float *y,
+                                                                                 int64_t ldy) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(acc[i]);
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    /* r[4k + c], 128-bit lane L: token 4L + c of rows 4k .. 4k + 3 */
+    for (int k = 0; k < 4; k++) {
+        r[4 * k] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
+        r[4 * k + 1] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0xEE);
+        r[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+        r[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xEE);
+    }
+    const __mmask16 m = (__mmask16)((1u << nr) - 1);
+    for (int c = 0; c < 4; c++) {
+        const __m512 b0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), b1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        const __m512 b2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512 b3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        const __m512 col[4] = {_mm512_shuffle_f32x4(b0, b2, 0x88), _mm512_shuffle_f32x4(b0, b2, 0xDD),
+                               _mm512_shuffle_f32x4(b1, b3, 0x88), _mm512_shuffle_f32x4(b1, b3, 0xDD)};
+        for (int l = 0; l < 4; l++)
+            if (4 * l + c < nn) _mm512_mask_storeu_ps(y + (4 * l + c) * ldy, m, col[l]);
+    }
+}
+
 #endif

@@ -453,8 +453,8 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
                 for (int s = 0; s < subs; s++) amx_block(rows, &xs[s * nb + b], unit, has_min, acc[s]);
             }
             for (int s = 0; s < subs; s++)
-                for (int n = 0; n < AMX_N && c0 + s * AMX_N + n < c0 + nt; n++)
-                    for (int i = 0; i < AMX_M && r + i < r1; i++) y[(c0 + s * AMX_N + n) * ldy + r + i] = acc[s][i][n];
+                kvt_amx_store_transposed(acc[s], (int)(nt - s * AMX_N < AMX_N ? nt - s * AMX_N : AMX_N),
+                                         (int)(r1 - r < AMX_M ? r1 - r : AMX_M), y + (c0 + s * AMX_N) * ldy + r, ldy);
         }
     }
     _tile_release();

@@ -157,8 +157,8 @@ T_AMX int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, in
                 _Alignas(64) float out[Q8A_M][Q8A_N];
                 q8a_tile(w0 + KVT_Q8_0_SCALE_BYTES, rb, &xs[s * nb], (const float (*)[Q8A_M])dw, nb, buf, out);
                 const int64_t t0 = c0 + s * Q8A_N;
-                for (int64_t n = 0; n < Q8A_N && t0 + n < c0 + nt; n++)
-                    for (int i = 0; i < Q8A_M; i++) y[(t0 + n) * ldy + r + i] = out[i][n];
+                kvt_amx_store_transposed((const float (*)[KVT_AMX_N])out,
+                                         (int)(c0 + nt - t0 < Q8A_N ? c0 + nt - t0 : Q8A_N), Q8A_M, y + t0 * ldy + r, ldy);
             }
         }
     }
