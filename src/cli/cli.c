@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common.h" /* base utilities: logging, allocation, KVT_ARRAY_LEN */
+#include "ops.h"
 #include "kvtier.h"
 
 const kvt_cli_command kvt_cli_commands[] = {
@@ -50,10 +51,26 @@ void kvt_cli_usage(FILE *f) {
             "  --man      print the manual page (man(7) markup; installed as kvtier.1)\n"
             "Environment: KVT_LOG=0..3 sets log verbosity (error, warning, info, debug); every option of\n"
             "run and serve can also be set as KVTIER_<NAME> (e.g. KVTIER_MODEL, KVTIER_CTX_SIZE,\n"
-            "KVTIER_PORT), the command line winning. KVT_Q8_ORDER=block computes Q8_0 weights in\n"
-            "llama.cpp's AMX order (one integer per block: its AMX build's logits, and prefill on AMX\n"
-            "tiles) instead of its default x86 order (\"lanes\"); KVT_OPS_VARIANT=scalar|avx2|avx512|amx\n"
-            "picks the kernels (every one gives the same bits).\n");
+            "KVTIER_PORT), the command line winning. KVT_Q8_ORDER=block (or --q8-order block) computes\n"
+            "Q8_0 weights in llama.cpp's AMX order (one integer per block: its AMX build's logits, and\n"
+            "prefill on AMX tiles) instead of its default x86 order (\"lanes\");\n"
+            "KVT_OPS_VARIANT=scalar|avx2|avx512|amx picks the kernels (every one gives the same bits).\n");
+}
+
+/* KVT_Q8_ORDER and KVT_OPS_VARIANT change what runs: a value the kernels
+ * would not take is an error, not a silent default. */
+static int check_kernel_env(void) {
+    const char *q8 = getenv("KVT_Q8_ORDER"), *var = getenv("KVT_OPS_VARIANT");
+    if (q8 && *q8 && strcmp(q8, "lanes") && strcmp(q8, "block")) {
+        fprintf(stderr, "kvtier: KVT_Q8_ORDER must be lanes or block, not '%s'\n", q8);
+        return -1;
+    }
+    if (var && *var && kvt_ops_force_variant(var)) {
+        fprintf(stderr, "kvtier: KVT_OPS_VARIANT='%s' is not a kernel variant this CPU has (scalar, avx2, avx512, amx)\n",
+                var);
+        return -1;
+    }
+    return 0;
 }
 
 int kvt_cli_main(int argc, char **argv) {
@@ -70,6 +87,7 @@ int kvt_cli_main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--man")) return kvt_cli_man(stdout) ? 1 : 0;
+    if (check_kernel_env()) return 2;
     for (size_t i = 0; i < kvt_cli_n_commands; i++)
         if (!strcmp(argv[1], kvt_cli_commands[i].name)) return kvt_cli_commands[i].fn(argc - 1, argv + 1);
     /* `kvtier -m M -p hi`: options without a command are run's, the default job (as llama-cli) */
@@ -264,7 +282,15 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
     }
 }
 
-enum { KV_TYPE = KVT_CLI_KV_ID_BASE, KV_F32 };
+enum { KV_TYPE = KVT_CLI_KV_ID_BASE, KV_F32, KV_Q8_ORDER };
+
+#define Q8_ORDER_HELP                                                                                   \
+    "how Q8_0 weights are summed, for the whole process: lanes (default:\n"                              \
+    "llama.cpp's x86 order without AMX, which its usual references use) or\n"                           \
+    "block (llama.cpp's AMX build: one integer per 32-weight block; on CPUs\n"                          \
+    "with AMX kvtier's prefill then runs on AMX tiles, about 2x faster).\n"                             \
+    "The two differ in the last digits of the logits; cached blocks made\n"                             \
+    "in one order never serve the other. Other weight types are unaffected."
 
 static const kvt_cli_opt kv_opts[] = {
     {KV_TYPE, 0, "kv-type", NULL, "TYPE",
@@ -272,8 +298,15 @@ static const kvt_cli_opt kv_opts[] = {
      "f16: more sessions\nper byte, at a small cost in logit accuracy; needs a head_dim that\nis a multiple of 32). "
      "Cached blocks of one type never serve another.", 0, KVT_CLI_PLAIN},
     {KV_F32, 0, "kv-f32", NULL, NULL, "same as --kv-type f32", 0, KVT_CLI_PLAIN},
+    {KV_Q8_ORDER, 0, "q8-order", NULL, "ORDER", Q8_ORDER_HELP, 0, KVT_CLI_PLAIN},
 };
-const kvt_cli_section kvt_cli_kv_section = {"KV type", kv_opts, KVT_ARRAY_LEN(kv_opts)};
+const kvt_cli_section kvt_cli_kv_section = {"KV type and numerics", kv_opts, KVT_ARRAY_LEN(kv_opts)};
+
+static int q8_order_arg(const char *flag, const char *v) {
+    if (kvt_ops_set_q8_order(v) == 0) return 0;
+    fprintf(stderr, "kvtier: %s must be lanes or block, not '%s'\n", flag, v);
+    return -1;
+}
 
 int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
     const char *v = a->str, *flag = a->flag;
@@ -281,6 +314,7 @@ int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
         *dt = KVT_KV_F32;
         return 0;
     }
+    if (id == KV_Q8_ORDER) return q8_order_arg(flag, v);
     if (kvt_kv_dtype_parse(v, dt)) {
         fprintf(stderr, "kvtier: %s must be f16, f32 or q8_0, not '%s'\n", flag, v);
         return -1;
@@ -294,6 +328,13 @@ void kvt_cli_kv_type_help(FILE *f) {
                "                      per byte, at a small cost in logit accuracy; needs a head_dim that\n"
                "                      is a multiple of 32). Cached blocks of one type never serve another.\n"
                "  --kv-f32            same as --kv-type f32\n");
+    const char *h = Q8_ORDER_HELP;
+    fprintf(f, "  --q8-order ORDER    ");
+    for (; *h; h++) {
+        fputc(*h, f);
+        if (*h == '\n') fputs("                      ", f);
+    }
+    fputc('\n', f);
 }
 
 int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt) {
@@ -301,6 +342,10 @@ int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt) {
     if (!strcmp(a, "--kv-f32")) {
         *dt = KVT_KV_F32;
         return 1;
+    }
+    if (!strcmp(a, "--q8-order")) {
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        return q8_order_arg(a, v) ? -1 : 1;
     }
     if (strcmp(a, "--kv-type")) return 0;
     if (!(v = kvt_cli_value(argc, argv, i))) return -1;

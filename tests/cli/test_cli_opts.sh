@@ -50,5 +50,20 @@ check "env port" rejects "\$KVTIER_PORT must be an integer in [0, 65535], got '9
 check "env top-p" rejects "\$KVTIER_TOP_P must be a number in (0, 1]" env KVTIER_TOP_P=2 "$BIN" run -p x
 # --help states the defaults the bounds protect
 check "serve --help" accepts "$BIN" serve
+# the Q8_0 order: a word, from the flag (run, serve, eval) or KVTIER_Q8_ORDER; the kernels' own
+# environment variables are checked too, not silently replaced by a default
+check "q8-order unknown" rejects "--q8-order must be lanes or block, not 'fast'" "$BIN" run --q8-order fast
+check "eval q8-order unknown" rejects "--q8-order must be lanes or block, not 'x'" "$BIN" eval --q8-order x -m m
+check "env q8-order" rejects "KVTIER_Q8_ORDER must be lanes or block" env KVTIER_Q8_ORDER=blok "$BIN" serve
+check "q8-order lanes and block accepted" accepts "$BIN" serve --q8-order lanes --q8-order block
+check "KVT_Q8_ORDER unknown" rejects "KVT_Q8_ORDER must be lanes or block, not 'blok'" env KVT_Q8_ORDER=blok "$BIN" run -p x
+check "KVT_OPS_VARIANT unknown" rejects "KVT_OPS_VARIANT='avx513' is not a kernel variant" env KVT_OPS_VARIANT=avx513 "$BIN" run -p x
+# and --q8-order block computes what KVT_Q8_ORDER=block does, which is not the default
+"$BIN" mkmodel -o "$TMP/q8.gguf" --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 384 --type q8_0 --vocab 512 2>/dev/null
+ev() { "$BIN" eval -m "$TMP/q8.gguf" -n 4 --tokens "1 2 3 4 5 6 7 8" "$@" 2>/dev/null | sha256sum; }
+flag=$(ev --q8-order block) envb=$(KVT_Q8_ORDER=block ev) lanes=$(ev --q8-order lanes) dflt=$(ev)
+check "eval --q8-order block is KVT_Q8_ORDER=block" is "$flag" "$envb"
+check "--q8-order lanes is the default" is "$lanes" "$dflt"
+check "the two orders give other logits" test "$flag" != "$lanes"
 
 kvt_test_done test_cli_opts
