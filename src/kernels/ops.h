@@ -1,6 +1,6 @@
 /* Compute kernels for the forward pass: float conversions, the weight-matrix
- * product (F32, F16, BF16, Q8_0, the legacy weights Q4_0, Q4_1, Q5_0, Q5_1
- * and the K-quant weights Q2_K..Q6_K) and the
+ * product (F32, F16, BF16, Q8_0, the legacy weights Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL and the K-quant weights Q2_K..Q6_K) and the
  * per-token elementwise ops.
  *
  * Numerics. Every reduction follows one canonical order, the same in every
@@ -22,11 +22,12 @@
  *     acc = fma((float)isum, d_w * d_x, acc), isum the exact integer dot of
  *     the block's 32 weights and activation quants (SIMD code may form it in
  *     any order); the "amx" variant runs its prefill on tiles;
- *   - Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.h; not yet llama.cpp's order): for
+ *   - Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (quant_legacy.h; not yet llama.cpp's order): for
  *     block pair (2m, 2m+1), lane j < 8 takes the exact integer sum of elements
  *     4j..4j+3 of block 2m, lane 8+j those of block 2m+1, and does
  *     lane = fma((float)isum, d_w * d_x, lane), then the 16-lane tree; the
- *     weights' integers being q - 8 (Q4_0), q - 16 (Q5_0) or q (Q4_1, Q5_1),
+ *     weights' integers being q - 8 (Q4_0), q - 16 (Q5_0), q (Q4_1, Q5_1) or
+ *     the code book's value (IQ4_NL; the lanes are llama.cpp's IQ4_NL vec_dot's),
  *     a missing block of an odd count contributing fma(0, 0, lane); then, for Q4_1/Q5_1 only,
  *     once per block pair after those 16 fmas, every lane does
  *     lane = fma(m_j, s_j, lane), where m_0, s_0 are the min of block 2m and
@@ -84,7 +85,7 @@ void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
  * starts at data + r * row_bytes; no alignment is required. For the quantized
  * types, cols is a multiple of their block (32; 256 for the K types). */
 typedef struct {
-    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, or Q2_K..Q6_K */
+    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, or Q2_K..Q6_K */
     int64_t rows, cols;
     const void *data;   /* borrowed; must outlive every call that uses it */
     size_t row_bytes;

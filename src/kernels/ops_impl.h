@@ -47,7 +47,7 @@ typedef struct {
     /* The same for the K types (Q2_K..Q6_K) with Q8_K activations (kq, kd, kbs). */
     void (*matmul_k_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                           int64_t ldy);
-    /* The same for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1) with Q8_0 activations
+    /* The same for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) with Q8_0 activations
      * (xq, xd), plus the Q8_1 sums (xs) for Q4_1 and Q5_1. */
     void (*matmul_ql_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
                            int64_t ldy);

@@ -1,5 +1,6 @@
-/* AVX2 matmul for the legacy weight types Q4_0, Q4_1, Q5_0, Q5_1; same bits
- * as kvt_ql_dot_scalar (see ops_q_avx512.c). A block's 32 weights are one
+/* AVX2 matmul for the legacy weight types Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL;
+ * same bits as kvt_ql_dot_scalar (see ops_q_avx512.c); IQ4_NL's values (up to
+ * 127 in magnitude) take the signed form of the dot, sums4_signed. A block's 32 weights are one
  * ymm of int8 q - zero in natural order; maddubs (biased u8 activations x
  * int8 weights, no saturation: |255 * 31 * 2| < 2^15) then madd by ones gives
  * the exact sums of 4 in natural lane order, minus 128 * the weights' sums.
@@ -39,6 +40,10 @@ INLINE2 float hsum16(__m256 lo, __m256 hi) {
 INLINE2 __m256i unpack_raw(kvt_ql_layout f, const uint8_t *blk) {
     const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + f.qs_off)));
     __m256i z = _mm256_and_si256(_mm256_srlv_epi32(qs, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+    if (f.nl) { /* IQ4_NL: code -> value + 128 */
+        static const uint8_t book[16] = KVT_IQ4NL_BIASED;
+        z = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)book)), z);
+    }
     if (f.qh_off >= 0) {
         uint32_t h;
         memcpy(&h, blk + f.qh_off, sizeof h);
@@ -64,6 +69,13 @@ INLINE2 __m256i sums4(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+/* The same for two signed operands of magnitude <= 127 (IQ4_NL's values,
+ * where a biased u8 operand could saturate maddubs' pairs): |w| by x with
+ * w's sign, each pair at most 2 * 127 * 127 < 2^15. */
+INLINE2 __m256i sums4_signed(__m256i w, __m256i x) {
+    return sums4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
 /* Per row and block: the weights, 128 * their sums of 4, d, m. */
 typedef struct {
     __m256i w, corr;
@@ -74,7 +86,7 @@ INLINE2 wblock load_block(kvt_ql_layout f, const uint8_t *blk, int present) {
     wblock b = {_mm256_setzero_si256(), _mm256_setzero_si256(), 0.0f, 0.0f};
     if (!present) return b; /* contributes fma(0, 0, lane), as the scalar code */
     b.w = unpack(f, blk);
-    b.corr = _mm256_slli_epi32(sums4(_mm256_set1_epi8(1), b.w), BIAS_SHIFT);
+    if (!f.nl) b.corr = _mm256_slli_epi32(sums4(_mm256_set1_epi8(1), b.w), BIAS_SHIFT);
     b.d = _cvtsh_ss(kvt_load_u16(blk));
     if (f.m_off >= 0) b.m = _cvtsh_ss(kvt_load_u16(blk + f.m_off));
     return b;
@@ -82,7 +94,8 @@ INLINE2 wblock load_block(kvt_ql_layout f, const uint8_t *blk, int present) {
 
 INLINE2 __m256 block_step(kvt_ql_layout f, const wblock *wb, const uint8_t *xq, float xd, float xs, __m256 acc) {
     const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)xq);
-    const __m256i p = _mm256_sub_epi32(sums4(x, wb->w), wb->corr);
+    const __m256i p = f.nl ? sums4_signed(wb->w, _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80)))
+                           : _mm256_sub_epi32(sums4(x, wb->w), wb->corr);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wb->d * xd), acc);
     if (f.m_off >= 0)
         acc = _mm256_fmadd_ps(_mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(wb->m), MIN_LANE),
@@ -153,13 +166,15 @@ INLINE2 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *
         _Pragma("GCC unroll 2") for (int h = 0; h < nh; h++) {
             const __m256i xb = _mm256_loadu_si256((const __m256i *)(const void *)(xq[0] + (b + h) * KVT_QL_BLOCK));
             const __m256i xv = _mm256_xor_si256(xb, flip);
-            const __m256i start = f.zero ? _mm256_add_epi32(sums4(xb, minus_zero), zero_off) : _mm256_setzero_si256();
+            const __m256i start =
+                f.zero && !f.nl ? _mm256_add_epi32(sums4(xb, minus_zero), zero_off) : _mm256_setzero_si256();
             const __m256 sx = f.m_off >= 0 ? _mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(xs[0][b + h]), MIN_LANE)
                                            : _mm256_setzero_ps();
             _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
                 const uint8_t *blk = wr[i] + (b + h) * f.bytes;
                 if (h == 0) _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0);
-                const __m256i p = _mm256_add_epi32(sums4(unpack_raw(f, blk), xv), start);
+                const __m256i p = f.nl ? sums4_signed(unpack(f, blk), xv)
+                                       : _mm256_add_epi32(sums4(unpack_raw(f, blk), xv), start);
                 acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dwx[h * QDRM + i]), acc[i][h]);
                 if (f.m_off >= 0)
                     acc[i][h] = _mm256_fmadd_ps(

@@ -1,5 +1,6 @@
 /* AVX-512 (BW, VNNI) matmul for the legacy weight types Q4_0, Q4_1, Q5_0,
- * Q5_1. Same bits as kvt_ql_dot_scalar: per block pair, the 64 weights are
+ * Q5_1 and IQ4_NL (its codes looked up as value + 128, zero 128). Same bits
+ * as kvt_ql_dot_scalar: per block pair, the 64 weights are
  * unpacked to int8 (q - zero) in natural order, each 32-bit lane takes the
  * exact integer dot of 4 of them with the activations (VNNI on the biased u8
  * activations, minus 128 * the weights' sum), then one fma by d_w * d_x, then
@@ -50,6 +51,10 @@ INLINE512 __m512i unpack_pair_raw(kvt_ql_layout f, const uint8_t *a, const uint8
     z = has_b ? _mm512_mask_broadcast_i32x4(z, 0xFF00, _mm_loadu_si128((const __m128i *)(const void *)(b + f.qs_off)))
               : _mm512_maskz_mov_epi32(0x00FF, z);
     z = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
+    if (f.nl) { /* IQ4_NL: code -> value + 128 (a missing block's codes read -127, against d = 0 and x = 0) */
+        static const uint8_t book[16] = KVT_IQ4NL_BIASED;
+        z = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)book)), z);
+    }
     if (f.qh_off >= 0) {
         uint64_t h = ld32(a + f.qh_off);
         if (has_b) h |= (uint64_t)ld32(b + f.qh_off) << 32;

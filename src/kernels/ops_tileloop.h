@@ -154,7 +154,7 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
  * its QRM x QRN tiling and tile_dec(layout, wr, xq, xd, xs, rn, k, out) of
  * DEC_RM rows x up to DEC_RN (1 or 2) tokens, which runs instead for at most
  * DEC_RN tokens (the same bits, tuned for streaming every weight once). One
- * tile function of each per type (Q4_0, Q4_1, Q5_0, Q5_1, kvt_ql_index
+ * tile function of each per type (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, kvt_ql_index
  * order), the layout's fields folded in as constants. ATTR is the variant's
  * target attribute, BY_N the KVT_TILE_BY_N* that matches QRN. The includer
  * includes quant_legacy.h. */
@@ -169,8 +169,9 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
     KVT_QL_TILE_FN(PREFIX##_q4_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q4_0)                               \
     KVT_QL_TILE_FN(PREFIX##_q4_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q4_1)                               \
     KVT_QL_TILE_FN(PREFIX##_q5_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_0)                               \
-    KVT_QL_TILE_FN(PREFIX##_q5_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_1)
-#define KVT_QL_TILES(PREFIX) {PREFIX##_q4_0, PREFIX##_q4_1, PREFIX##_q5_0, PREFIX##_q5_1}
+    KVT_QL_TILE_FN(PREFIX##_q5_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_1)                               \
+    KVT_QL_TILE_FN(PREFIX##_iq4_nl, ATTR, BY_N, CALL, KVT_QL_LAYOUT_IQ4_NL)
+#define KVT_QL_TILES(PREFIX) {PREFIX##_q4_0, PREFIX##_q4_1, PREFIX##_q5_0, PREFIX##_q5_1, PREFIX##_iq4_nl}
 #define KVT_QL_DEFINE_MM_DEC(ENTRY, ATTR, BY_N, DEC_RM, DEC_RN)                                       \
     KVT_QL_TILE_FNS(ENTRY, ATTR, BY_N, KVT_QL_CALL)                                                   \
     KVT_QL_TILE_FNS(ENTRY##_dec, ATTR, KVT_TILE_BY_N##DEC_RN, KVT_QL_DEC_CALL)                        \

@@ -1,4 +1,4 @@
-/* Q4_0, Q4_1, Q5_0, Q5_1 (and file-format Q8_0): layouts, dequantization,
+/* Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (and file-format Q8_0): layouts, dequantization,
  * llama.cpp-compatible quantizers and the scalar canonical dot (see
  * quant_legacy.h for the formats, ops.h for the numerics). */
 #include "quant_legacy.h"
@@ -21,7 +21,8 @@
 #define Q5_0_DIV -16.0f
 
 static const kvt_ql_layout layouts[] = {KVT_QL_LAYOUT_Q4_0, KVT_QL_LAYOUT_Q4_1, KVT_QL_LAYOUT_Q5_0,
-                                         KVT_QL_LAYOUT_Q5_1};
+                                         KVT_QL_LAYOUT_Q5_1, KVT_QL_LAYOUT_IQ4_NL};
+static const uint8_t iq4nl_biased[16] = KVT_IQ4NL_BIASED;
 
 const kvt_ql_layout *kvt_ql_layout_of(uint32_t type) {
     return kvt_ql_is_legacy(type) ? &layouts[kvt_ql_index(type)] : NULL;
@@ -40,6 +41,7 @@ void kvt_ql_unpack_block(const kvt_ql_layout *L, const uint8_t *blk, int8_t q[KV
         int lo = qs[j] & QL_NIBBLE, hi = qs[j] >> 4;
         lo |= (int)((qh >> j) & 1) << 4;
         hi |= (int)((qh >> (j + QL_HALF)) & 1) << 4;
+        if (L->nl) lo = iq4nl_biased[lo], hi = iq4nl_biased[hi];
         q[j] = (int8_t)(lo - L->zero);
         q[j + QL_HALF] = (int8_t)(hi - L->zero);
     }
@@ -120,6 +122,53 @@ static void quant_min(const kvt_ql_layout *L, const float *x, uint8_t *blk, int 
     pack_block(L, blk, q);
 }
 
+/* IQ4_NL: the code book scaled by d, d tried at 2 * IQ4NL_TRIES + 1 values
+ * around max / -127 (max the element of largest magnitude, sign kept); each
+ * weight takes the nearest scaled value, and the d with the least
+ * x^2-weighted squared error wins (the first of equals). */
+#define IQ4NL_TRIES 7
+#define IQ4NL_STEP 0.1f
+static float iq4nl_codes(const float *x, float d, uint8_t q[KVT_QL_BLOCK]) {
+    static const int8_t values[16] = KVT_IQ4NL_VALUES;
+    float err = 0.0f;
+    for (int j = 0; j < KVT_QL_BLOCK; j++) {
+        int best = 0;
+        float bd = FLT_MAX;
+        /* d * values[c] is monotonic in c, so the error falls, then rises:
+         * the scan can stop at the first rise (the same code as a full scan) */
+        for (int c = 0; c < 16; c++) {
+            const float e = fabsf(x[j] - d * (float)values[c]);
+            if (e < bd) bd = e, best = c;
+            else if (e > bd) break;
+        }
+        q[j] = (uint8_t)best;
+        err += x[j] * x[j] * bd * bd;
+    }
+    return err;
+}
+
+static void quant_iq4nl(const kvt_ql_layout *L, const float *x, uint8_t *blk) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < KVT_QL_BLOCK; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    uint8_t q[KVT_QL_BLOCK], t[KVT_QL_BLOCK];
+    float best_d = 0.0f, best_err = FLT_MAX;
+    memset(q, 0, sizeof q); /* an all-zero block keeps d = 0: every weight 0 */
+    static const float ends[2] = {-127.0f, 113.0f}; /* max on the book's negative or positive end */
+    for (int e = 0; amax > 0.0f && e < 2; e++)
+        for (int i = -IQ4NL_TRIES; i <= IQ4NL_TRIES; i++) {
+            /* d through its f16 rounding, so the codes fit the scale stored */
+            const float d = kvt_f16_to_f32(kvt_f32_to_f16(max / (ends[e] * (1.0f + IQ4NL_STEP * (float)i / 8.0f))));
+            const float err = iq4nl_codes(x, d, t);
+            if (err < best_err) best_err = err, best_d = d, memcpy(q, t, sizeof q);
+        }
+    put_f16(blk, best_d);
+    pack_block(L, blk, q);
+}
+
 static void quant_q8_0(const float *x, uint8_t *blk) {
     float amax = 0.0f;
     for (int j = 0; j < KVT_QL_BLOCK; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
@@ -140,6 +189,7 @@ int kvt_ql_quantize_row(uint32_t type, const float *x, uint8_t *out, int64_t n) 
         case KVT_TYPE_Q5_0: quant_sym(L, xb, blk, Q5_0_DIV, Q5_LEVELS); break;
         case KVT_TYPE_Q4_1: quant_min(L, xb, blk, Q4_LEVELS); break;
         case KVT_TYPE_Q5_1: quant_min(L, xb, blk, Q5_LEVELS); break;
+        case KVT_TYPE_IQ4_NL: quant_iq4nl(L, xb, blk); break;
         default: quant_q8_0(xb, blk); break;
         }
     }

@@ -370,7 +370,8 @@ static int check_params(const kvt_mkmodel_params *p) {
         return kvt_fail(KVT_EARG, "heads %d is not a multiple of kv-heads %d", p->heads, p->kv_heads);
     if ((p->dim / p->heads) % 2) return kvt_fail(KVT_EARG, "head dim %d must be even for rope", p->dim / p->heads);
     if (!kvt_quant_can_write(p->type))
-        return kvt_fail(KVT_EARG, "weight type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or q2_k..q6_k");
+        return kvt_fail(KVT_EARG,
+                        "weight type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or q2_k..q6_k");
     /* the K types fall back per matrix (quant_mix.h); the 32-blocks have no fallback */
     if ((p->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(p->type)) && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
         return kvt_fail(KVT_EARG, "%s needs dim and ff to be multiples of %d", kvt_ggml_type_name(p->type),

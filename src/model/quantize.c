@@ -24,7 +24,7 @@ enum {
     FTYPE_ALL_F32 = 0, FTYPE_F16 = 1, FTYPE_Q4_0 = 2, FTYPE_Q4_1 = 3, FTYPE_Q8_0 = 7,
     FTYPE_Q5_0 = 8, FTYPE_Q5_1 = 9, FTYPE_Q2_K = 10, FTYPE_Q3_K_S = 11, FTYPE_Q3_K_M = 12,
     FTYPE_Q3_K_L = 13, FTYPE_Q4_K_S = 14, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_S = 16, FTYPE_Q5_K_M = 17,
-    FTYPE_Q6_K = 18, FTYPE_BF16 = 32,
+    FTYPE_Q6_K = 18, FTYPE_IQ4_NL = 25, FTYPE_BF16 = 32,
 };
 #define QUANT_VERSION 2 /* general.quantization_version: ggml's GGML_QNT_VERSION */
 #define KEY_QVERSION "general.quantization_version"
@@ -64,6 +64,7 @@ static const struct {
     {KVT_TYPE_Q4_1, kvt_ql_quantize_row},
     {KVT_TYPE_Q5_0, kvt_ql_quantize_row},
     {KVT_TYPE_Q5_1, kvt_ql_quantize_row},
+    {KVT_TYPE_IQ4_NL, kvt_ql_quantize_row},
     {KVT_TYPE_Q2_K, row_k},
     {KVT_TYPE_Q3_K, row_k},
     {KVT_TYPE_Q4_K, row_k},
@@ -95,6 +96,7 @@ static const kvt_quant_ftype ftypes[] = {
     {"q4_1", KVT_TYPE_Q4_1, FTYPE_Q4_1, KVT_TYPE_Q6_K, NULL},
     {"q5_0", KVT_TYPE_Q5_0, FTYPE_Q5_0, KVT_TYPE_Q6_K, NULL},
     {"q5_1", KVT_TYPE_Q5_1, FTYPE_Q5_1, KVT_TYPE_Q6_K, NULL},
+    {"iq4_nl", KVT_TYPE_IQ4_NL, FTYPE_IQ4_NL, KVT_TYPE_Q6_K, NULL},
     {"q2_k", KVT_TYPE_Q2_K, FTYPE_Q2_K, KVT_TYPE_Q6_K, k_rule},
     {"q3_k_s", KVT_TYPE_Q3_K, FTYPE_Q3_K_S, KVT_TYPE_Q6_K, k_rule},
     {"q3_k_m", KVT_TYPE_Q3_K, FTYPE_Q3_K_M, KVT_TYPE_Q6_K, k_rule},

@@ -17,21 +17,24 @@
 #define MM_ABS_TOL 1e-30
 #define N_VARIANTS 4
 static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512", "amx"};
-static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
-                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K,
-                                 KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16,  KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
+                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1,  KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
+                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
 static int is_k(uint32_t t) { return t >= KVT_TYPE_Q2_K && t <= KVT_TYPE_Q6_K; }
 
 /* The legacy formats (quant_legacy.h), written down again here: block bytes,
- * offsets of m, qh and qs (-1: absent), and the zero point. */
+ * offsets of m, qh and qs (-1: absent), the zero point, and for IQ4_NL
+ * (nl) its code book (ggml's kvalues_iq4nl). */
 typedef struct {
     uint32_t type;
-    int bytes, m_off, qh_off, qs_off, zero;
+    int bytes, m_off, qh_off, qs_off, zero, nl;
 } legacy_fmt;
-static const legacy_fmt legacy_fmts[] = {{KVT_TYPE_Q4_0, 18, -1, -1, 2, 8},
-                                         {KVT_TYPE_Q4_1, 20, 2, -1, 4, 0},
-                                         {KVT_TYPE_Q5_0, 22, -1, 2, 6, 16},
-                                         {KVT_TYPE_Q5_1, 24, 2, 4, 8, 0}};
+static const legacy_fmt legacy_fmts[] = {{KVT_TYPE_Q4_0, 18, -1, -1, 2, 8, 0},
+                                         {KVT_TYPE_Q4_1, 20, 2, -1, 4, 0, 0},
+                                         {KVT_TYPE_Q5_0, 22, -1, 2, 6, 16, 0},
+                                         {KVT_TYPE_Q5_1, 24, 2, 4, 8, 0, 0},
+                                         {KVT_TYPE_IQ4_NL, 18, -1, -1, 2, 0, 1}};
+static const int iq4nl_book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static const legacy_fmt *legacy(uint32_t type) {
     for (size_t i = 0; i < sizeof legacy_fmts / sizeof legacy_fmts[0]; i++)
         if (legacy_fmts[i].type == type) return &legacy_fmts[i];
@@ -302,7 +305,7 @@ static void make_legacy_block(const legacy_fmt *f, uint8_t *blk, double *deq, do
     for (int i = 0; i < 32; i++) {
         int nib = i < 16 ? blk[f->qs_off + i] & 15 : blk[f->qs_off + i - 16] >> 4;
         int hb = f->qh_off >= 0 ? (int)((qh >> i) & 1) : 0;
-        deq[i] = half_value(d) * (nib + 16 * hb - f->zero) + *min;
+        deq[i] = half_value(d) * (f->nl ? iq4nl_book[nib] : nib + 16 * hb - f->zero) + *min;
     }
 }
 
