@@ -58,10 +58,11 @@ void kvt_cli_usage(FILE *f) {
 }
 
 /* KVT_Q8_ORDER and KVT_OPS_VARIANT change what runs: a value the kernels
- * would not take is an error, not a silent default. */
+ * would not take is an error, not a silent default (a valid one is applied,
+ * as the kernels would on their own). */
 static int check_kernel_env(void) {
     const char *q8 = getenv("KVT_Q8_ORDER"), *var = getenv("KVT_OPS_VARIANT");
-    if (q8 && *q8 && strcmp(q8, "lanes") && strcmp(q8, "block")) {
+    if (q8 && *q8 && kvt_ops_set_q8_order(q8)) {
         fprintf(stderr, "kvtier: KVT_Q8_ORDER must be lanes or block, not '%s'\n", q8);
         return -1;
     }

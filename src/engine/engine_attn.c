@@ -68,6 +68,12 @@ void kvt_eng_attn_scratch_layout(kvt_engine *e) {
     e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
 }
 
+/* Where chunk row i's G query heads of KV head gk start in e->q and e->att. */
+static size_t heads_at(const kvt_engine *e, int32_t i, int32_t gk) {
+    const kvt_hparams *hp = &e->model->hp;
+    return (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)(hp->n_head / hp->n_head_kv) * (size_t)hp->head_dim;
+}
+
 /* The value pass's runs over keys [k0, k1) of a sequence's f16/f32 V pages of
  * (layer, kv head gk), with weights w[key - k0] (head g's at w + g * ld). */
 static int32_t value_runs(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t k0, int32_t k1,
@@ -129,8 +135,7 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
         const float *w = scores + (size_t)s0 * (size_t)G * (size_t)ld;
         if (ms == 1) {
             const int32_t nr = value_runs(e, st, layer, gk, lo, e->pos[i0 + s0] + 1, w, runs);
-            kvt_attn_av(runs, nr, ld, G, f16, hd, NULL, NULL,
-                        e->att + (size_t)(i0 + s0) * (size_t)e->q_dim + (size_t)gk * qrow);
+            kvt_attn_av(runs, nr, ld, G, f16, hd, NULL, NULL, e->att + heads_at(e, i0 + s0, gk));
             continue;
         }
         int32_t shared = e->pos[i0 + s0] + 1;
@@ -141,7 +146,7 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
             const float *wt = w + (size_t)t * (size_t)G * (size_t)ld;
             nr = value_runs(e, st, layer, gk, shared, e->pos[i0 + s0 + t] + 1, wt + shared, runs);
             kvt_attn_av(runs, nr, ld, G, f16, hd, acc + (size_t)t * qrow * KVT_ATTN_LANES, NULL,
-                        e->att + (size_t)(i0 + s0 + t) * (size_t)e->q_dim + (size_t)gk * qrow);
+                        e->att + heads_at(e, i0 + s0 + t, gk));
         }
     }
 }
@@ -170,10 +175,9 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
     const size_t qrow = (size_t)G * (size_t)hd; /* one token's heads of gk */
 
-    const float *q = e->q + (size_t)i0 * (size_t)e->q_dim + (size_t)gk * qrow;
+    const float *q = e->q + heads_at(e, i0, gk);
     if (m > 1 || (f16 && ATTN_ROUND_TO_KV_DTYPE)) {
-        for (int32_t t = 0; t < m; t++)
-            memcpy(qh + t * qrow, e->q + (size_t)(i0 + t) * (size_t)e->q_dim + (size_t)gk * qrow, qrow * sizeof(float));
+        for (int32_t t = 0; t < m; t++) memcpy(qh + t * qrow, e->q + heads_at(e, i0 + t, gk), qrow * sizeof(float));
         if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* as llama.cpp: q meets an f16 cache in f16 */
             kvt_f32_to_f16_row(qh, tmp, (int64_t)H * hd);
             kvt_f16_to_f32_row(tmp, qh, (int64_t)H * hd);
@@ -205,7 +209,7 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
         }
     }
     if (q8) {
-        value_pass_q8(e, st, layer, gk, lo, n_max, scores, scratch, e->att + (size_t)i0 * (size_t)e->q_dim + gk * qrow);
+        value_pass_q8(e, st, layer, gk, lo, n_max, scores, scratch, e->att + heads_at(e, i0, gk));
         return;
     }
     value_pass(e, st, layer, gk, i0, m, lo, scores, scratch);

@@ -1,7 +1,7 @@
 /* AVX2 matmul for the legacy weight types Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL;
  * same bits as kvt_ql_dot_scalar (see ops_q_avx512.c); IQ4_NL's values (up to
- * 127 in magnitude) take the signed form of the dot, sums4_signed. A block's 32 weights are one
- * ymm of int8 q - zero in natural order; maddubs (biased u8 activations x
+ * 127 in magnitude) take the signed form of the dot, sums4_signed. A block's
+ * 32 weights are one ymm of int8 q - zero in natural order; maddubs (biased u8 activations x
  * int8 weights, no saturation: |255 * 31 * 2| < 2^15) then madd by ones gives
  * the exact sums of 4 in natural lane order, minus 128 * the weights' sums.
  * The canonical 16 lanes are two ymm: block 2m in lo, block 2m+1 in hi.

@@ -123,9 +123,10 @@ static void quant_min(const kvt_ql_layout *L, const float *x, uint8_t *blk, int 
 }
 
 /* IQ4_NL: the code book scaled by d, d tried at 2 * IQ4NL_TRIES + 1 values
- * around max / -127 (max the element of largest magnitude, sign kept); each
- * weight takes the nearest scaled value, and the d with the least
- * x^2-weighted squared error wins (the first of equals). */
+ * within 10 % of max / -127 and of max / 113 (max the element of largest
+ * magnitude, sign kept: on either end of the book); each weight takes the
+ * nearest scaled value, and the d with the least x^2-weighted squared error
+ * wins (the first of equals). */
 #define IQ4NL_TRIES 7
 #define IQ4NL_STEP 0.1f
 static float iq4nl_codes(const float *x, float d, uint8_t q[KVT_QL_BLOCK]) {
