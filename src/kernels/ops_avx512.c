@@ -329,7 +329,8 @@ KVT_DEFINE_MM_ROWS(mm_rows_lanes, T512, widen_f16, widen_bf16, ft_q8l, QLRM, QLR
 /* Q8_0 weights in the order selected (ops.h); every other type as mm_rows_lanes. */
 static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     if (w->type != KVT_TYPE_Q8_0 || !kvt_ops_q8_block()) {
-        mm_rows_lanes(w, a, r0, r1, y, ldy);
+        const int64_t done = kvt_q8l_mm_avx512(w, a, r0, r1, y, ldy);
+        if (r0 + done < r1) mm_rows_lanes(w, a, r0 + done, r1, y, ldy);
         return;
     }
     const int rn = a->n <= QDRN ? QDRN : QRN;

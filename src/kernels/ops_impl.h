@@ -128,6 +128,12 @@ void kvt_qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1,
  * fewer than 3 tokens or no memory for the staging. Returns R; the caller does the rest. Only where
  * kvt_cpu_has_amx(). */
 int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* Q8_0 prefill in the "lanes" order on AVX-512 VNNI, 16 tokens per vector
+ * (ops_q8l_avx512.c): Y for rows [r0, r0 + R) with the bits of the other
+ * variants, where R is (r1 - r0) rounded down to 2 rows, or 0 (nothing
+ * written) for another type, the "block" order, fewer than 8 tokens or no
+ * memory for the staging. Returns R; the caller does the rest. */
+int64_t kvt_q8l_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 /* 1 when the Q8_0 order is "block" (ops.h), 0 for "lanes". */
 int kvt_ops_q8_block(void);
 /* 1 when the CPU has AMX-TILE and AMX-INT8 and the kernel let this process
@@ -178,6 +184,11 @@ float kvt_ops_vexpf(float x);
 
 static inline uint16_t kvt_load_u16(const void *p) {
     uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline uint32_t kvt_load_u32(const void *p) {
+    uint32_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
