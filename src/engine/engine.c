@@ -365,7 +365,13 @@ void kvt_eng_put_k_row(kvt_engine *e, uint8_t *pg, int32_t layer, int32_t g, int
         kvt_kv_q8_quantize_row(kr, hd, e->qrow);
         kvt_kv_q8_put_column(e->qrow, hd, B, slot, kd);
     } else if (e->p.kv_dtype == KVT_KV_F16) {
-        for (int32_t d = 0; d < hd; d++) ((uint16_t *)(void *)kd)[(size_t)d * B + slot] = kvt_f32_to_f16(kr[d]);
+        /* rounded a run at a time by the vector kernel (the same bits as kvt_f32_to_f16), then spread */
+        uint16_t h[64];
+        for (int32_t d0 = 0; d0 < hd; d0 += 64) {
+            const int32_t nd = hd - d0 < 64 ? hd - d0 : 64;
+            kvt_f32_to_f16_row(kr + d0, h, nd);
+            for (int32_t d = 0; d < nd; d++) ((uint16_t *)(void *)kd)[(size_t)(d0 + d) * B + slot] = h[d];
+        }
     } else {
         for (int32_t d = 0; d < hd; d++) ((float *)(void *)kd)[(size_t)d * B + slot] = kr[d];
     }
