@@ -1,5 +1,7 @@
 /* What the AMX kernels (ops_k_x86.c, ops_q8_amx.c) share: their target
- * attribute and the tile configuration a matmul loads for its duration. */
+ * attribute and the tile configuration a matmul loads for its duration; and,
+ * with the AVX-512 lanes-order Q8_0 kernel (ops_q8l_avx512.c), the token
+ * staging: 16 tokens' dwords side by side, a chunk of tokens at a time. */
 #ifndef KVT_OPS_AMX_H
 #define KVT_OPS_AMX_H
 
@@ -7,6 +9,8 @@
 #include <stdint.h>
 
 #define T_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
+/* The staging helpers need AVX-512 alone, so AVX-512 kernels inline them too. */
+#define T_STAGE __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 /* The 64-byte operand of ldtilecfg (palette 1): bytes per row and rows of
  * each of the 8 tile registers. */
@@ -18,9 +22,19 @@ typedef struct {
 
 #define KVT_AMX_N 16 /* tokens per tile: B's dwords per row, one zmm */
 
+/* Tokens per staging chunk, a multiple of KVT_AMX_N near `bytes` of staging
+ * at `per_vec` bytes per KVT_AMX_N tokens, at least KVT_AMX_N, at most n
+ * rounded up to KVT_AMX_N. */
+static inline int64_t kvt_amx_chunk_tokens(size_t bytes, size_t per_vec, int64_t n) {
+    int64_t chunk = (int64_t)(bytes / per_vec) * KVT_AMX_N;
+    if (chunk < KVT_AMX_N) chunk = KVT_AMX_N;
+    if (chunk > n) chunk = (n + KVT_AMX_N - 1) / KVT_AMX_N * KVT_AMX_N;
+    return chunk;
+}
+
 /* B tiles' layout for nt <= 16 tokens: bt[d][n] = dword d of token n's row at
  * q0 + n * stride (d < ndw; tokens past nt 0), each byte xor flip. */
-static inline __attribute__((always_inline)) T_AMX void kvt_amx_gather_tokens(const void *q0, int64_t stride, int nt,
+static inline __attribute__((always_inline)) T_STAGE void kvt_amx_gather_tokens(const void *q0, int64_t stride, int nt,
                                                                               int ndw, uint8_t flip,
                                                                               int32_t (*bt)[KVT_AMX_N]) {
     const __mmask16 m = (__mmask16)((1u << nt) - 1);

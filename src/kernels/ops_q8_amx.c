@@ -121,9 +121,7 @@ static T_AMX void q8a_tile(const uint8_t *wq, size_t rb, const q8a_acts *x, cons
 T_AMX int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const int64_t rows = (r1 - r0) / Q8A_M * Q8A_M, nb = a->k / KVT_Q8_0_BLOCK;
     if (w->type != KVT_TYPE_Q8_0 || !kvt_ops_q8_block() || a->n < Q8A_MIN_TOKENS || rows == 0 || nb == 0) return 0;
-    int64_t chunk = (int64_t)(Q8A_CHUNK_BYTES / (sizeof(q8a_acts) * (size_t)nb)) * Q8A_N;
-    if (chunk < Q8A_N) chunk = Q8A_N;
-    if (chunk > a->n) chunk = (a->n + Q8A_N - 1) / Q8A_N * Q8A_N;
+    const int64_t chunk = kvt_amx_chunk_tokens(Q8A_CHUNK_BYTES, sizeof(q8a_acts) * (size_t)nb, a->n);
     const int64_t subs_max = chunk / Q8A_N;
     q8a_acts *xs = aligned_alloc(64, sizeof(q8a_acts) * (size_t)(subs_max * nb));
     float (*dw)[Q8A_M] = aligned_alloc(64, sizeof(float) * Q8A_M * (size_t)nb);

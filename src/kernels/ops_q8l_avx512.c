@@ -20,11 +20,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "ops_amx.h"
 #include "ops_impl.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 
-#define Q8T_N 16                    /* tokens per vector */
+#define Q8T_N KVT_AMX_N              /* tokens per vector (the AMX kernels' token staging) */
 #define Q8T_R 2                     /* weight rows per tile */
 #define Q8T_CHUNK_BYTES (1 << 20)   /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
 #define Q8T_MIN_TOKENS 8            /* fewer tokens: tile_q8l's 6-token tiles waste less */
@@ -46,13 +47,7 @@ typedef struct {
 /* Rearranges tokens [t0, t0 + nt) (nt <= 16; the rest zero) of block b. */
 static T512 void q8t_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, q8t_acts *o) {
     const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
-    const __mmask16 m = (__mmask16)((1u << nt) - 1);
-    const __m512i tok = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int)a->kpad));
-    const uint8_t *q0 = a->xq + t0 * a->kpad + b * KVT_Q8_0_BLOCK;
-    for (int l = 0; l < KVT_Q8_LANES; l++)
-        _mm512_store_si512(o->x[l], _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, tok,
-                                                                 q0 + KVT_Q8_GROUP * l, 1));
+    kvt_amx_gather_tokens(a->xq + t0 * a->kpad + b * KVT_Q8_0_BLOCK, a->kpad, nt, KVT_Q8_LANES, 0, o->x);
     for (int n = 0; n < Q8T_N; n++) o->dx[n] = n < nt ? a->xd[(t0 + n) * nbp + b] : 0.0f;
 }
 
@@ -109,9 +104,7 @@ static T512 void q8t_tile(const uint8_t *w0, size_t rb, const q8t_row_block *con
 T512 int64_t kvt_q8l_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const int64_t rows = (r1 - r0) / Q8T_R * Q8T_R, nb = a->k / KVT_Q8_0_BLOCK;
     if (w->type != KVT_TYPE_Q8_0 || kvt_ops_q8_block() || a->n < Q8T_MIN_TOKENS || rows == 0 || nb == 0) return 0;
-    int64_t chunk = (int64_t)(Q8T_CHUNK_BYTES / (sizeof(q8t_acts) * (size_t)nb)) * Q8T_N;
-    if (chunk < Q8T_N) chunk = Q8T_N;
-    if (chunk > a->n) chunk = (a->n + Q8T_N - 1) / Q8T_N * Q8T_N;
+    const int64_t chunk = kvt_amx_chunk_tokens(Q8T_CHUNK_BYTES, sizeof(q8t_acts) * (size_t)nb, a->n);
     const int64_t vecs_max = chunk / Q8T_N;
     q8t_acts *xs = aligned_alloc(64, sizeof(q8t_acts) * (size_t)(vecs_max * nb));
     q8t_row_block *rs = aligned_alloc(64, sizeof(q8t_row_block) * (size_t)(Q8T_R * nb));
