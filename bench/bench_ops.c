@@ -3,7 +3,8 @@
  * threads, per variant. Prints the best of repeated calls (GFLOP/s, and ms for 2 threads);
  * never passes or fails on time.
  * Usage: bench_ops [variant]
- *                  [type: f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k] */
+ *                  [type: f16|f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k]
+ *                  [shape: a part of the shape names, e.g. "stream"] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,10 @@ static const shape shapes[] = {
     {"attn_q/o 1024x1024", 1024, 1024}, {"attn_k/v 256x1024", 256, 1024},
     {"ffn_gate/up 2816x1024", 2816, 1024}, {"ffn_down 1024x2816", 1024, 2816},
     {"output 32000x1024", 32000, 1024},
+    /* decode from memory: 140 MB of Q8_0 rows, beyond any L3, as a model's weights are */
+    {"stream 131072x1024", 131072, 1024},
 };
+#define STREAM_MAX_TOKENS 2 /* the streaming shape is decode's: 1 or 2 tokens */
 static const int64_t token_counts[] = {1, 2, 32, 512};
 
 static double now(void) {
@@ -51,6 +55,7 @@ static uint32_t type_by_name(const char *s) {
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     const uint32_t type = type_by_name(argc > 2 ? argv[2] : "f16");
+    const char *shape_filter = argc > 3 ? argv[3] : NULL; /* a part of the shape names to run */
     static const char *const variants[] = {"amx", "avx512", "avx2", "scalar"};
     int64_t max_tok = token_counts[sizeof token_counts / sizeof token_counts[0] - 1];
     int64_t max_rows = 32000, max_cols = 2816;
@@ -68,6 +73,7 @@ int main(int argc, char **argv) {
         if (kvt_ops_force_variant(variants[v]) != 0) continue;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const shape *sh = &shapes[s];
+            if (shape_filter && !strstr(sh->name, shape_filter)) continue;
             size_t rb = kvt_wmat_row_bytes(type, sh->cols);
             uint8_t *wd = malloc(rb * (size_t)sh->rows);
             if (!wd) return 1;
@@ -76,6 +82,7 @@ int main(int argc, char **argv) {
             for (size_t ni = 0; ni < sizeof token_counts / sizeof token_counts[0]; ni++) {
                 int64_t n = token_counts[ni];
                 if (!strcmp(variants[v], "scalar") && n > 1) continue; /* minutes per case */
+                if (sh->rows > max_rows && n > STREAM_MAX_TOKENS) continue;
                 double gf[BENCH_MAX_THREADS], ms = 0;
                 for (int t = 0; t < BENCH_MAX_THREADS; t++) {
                     kvt_matmul(pools[t], &w, x, sh->cols, n, y, sh->rows); /* warm-up */

@@ -118,11 +118,11 @@ INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const 
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
      * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * KVT_Q8_0_BYTES;
-            _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0); /* 2 blocks: about one line */
+            KVT_PREFETCH_WEIGHTS(blk + pf_ahead); /* 2 blocks: about one line */
             const float dlo = _cvtsh_ss(kvt_load_u16(blk));
             const float dhi = b + 1 < nb ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q8_0_BYTES)) : 0.0f;
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
@@ -152,12 +152,12 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
     __m128 acc = _mm_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
      * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM;
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *b0 = wr[0] + b * KVT_Q8_0_BYTES, *b1 = wr[1] + b * KVT_Q8_0_BYTES;
         if (b % 2 == 0) { /* two blocks: about one line */
-            _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-            _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+            KVT_PREFETCH_WEIGHTS(b0 + pf_ahead);
+            KVT_PREFETCH_WEIGHTS(b1 + pf_ahead);
         }
         const float d0 = _cvtsh_ss(kvt_load_u16(b0)), d1 = _cvtsh_ss(kvt_load_u16(b1));
         const __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES));

@@ -66,16 +66,16 @@ INLINE512 __m512 ldw_bf16_m(const uint8_t *row, int64_t k, __mmask16 m) {
     INLINE512 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k, \
                         float *out) {                                                              \
         __m512 acc[RM][RN];                                                                        \
-        /* the same place in the next tile's rows (rows are contiguous; a clamped    \
+        /* the same place KVT_PF_TILES tiles on (rows are contiguous; a clamped                    \
          * tail makes this a harmless prefetch of data already read) */              \
-        const ptrdiff_t pf_ahead = rm > 1 ? (wr[1] - wr[0]) * rm : PF_BYTES;                      \
+        const ptrdiff_t pf_ahead = (rm > 1 ? (wr[1] - wr[0]) * rm : PF_BYTES) * KVT_PF_TILES;      \
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps(); \
         int64_t kk = 0;                                                                            \
         for (; kk + V <= k; kk += V) {                                                             \
             __m512 wv[RM];                                                                         \
             _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {                                \
-                if (rn <= 2) _mm_prefetch((const char *)wr[i] + pf_ahead + kk * (ELEM), _MM_HINT_T0);   \
+                if (rn <= 2) KVT_PREFETCH_WEIGHTS(wr[i] + pf_ahead + kk * (ELEM));   \
                 wv[i] = LDW(wr[i], kk);                                                            \
             }                                                                                      \
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
@@ -119,16 +119,16 @@ INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, cons
     __m512 acc[QLRM / 2][QLRN];
     _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
-    /* decode streams each weight once: prefetch the same place in the next tile's rows, as the float tiles do */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
+    /* decode streams each weight once: prefetch the same place KVT_PF_TILES tiles on, as the float tiles do */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b++) {
         __m512i wq[QLRM / 2], ncorr[QLRM / 2];
         __m512 dw[QLRM / 2];
         _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) {
             const uint8_t *b0 = wr[2 * p] + b * KVT_Q8_0_BYTES, *b1 = wr[2 * p + 1] + b * KVT_Q8_0_BYTES;
             if (rn <= 2) {
-                _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-                _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+                KVT_PREFETCH_WEIGHTS(b0 + pf_ahead);
+                KVT_PREFETCH_WEIGHTS(b1 + pf_ahead);
             }
             wq[p] = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b0 + KVT_Q8_0_SCALE_BYTES))),
@@ -193,7 +193,7 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
     __m512 acc[QLDRM / 2][QLDRN];
     _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QLDRM; /* the same place in the next tile's rows */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QLDRM * KVT_PF_TILES; /* the same place KVT_PF_TILES tiles on */
     for (int64_t b = 0; b < nb; b++) {
         const int64_t off = b * KVT_Q8_0_BYTES;
         __m128i h = _mm_cvtsi32_si128(kvt_load_u16(wr[0] + off));
@@ -207,8 +207,8 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
         }
         _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++) {
             const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
-            _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-            _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+            KVT_PREFETCH_WEIGHTS(b0 + pf_ahead);
+            KVT_PREFETCH_WEIGHTS(b1 + pf_ahead);
             const __m512i wu = q8_pair_u8(b0, b1);
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
                 const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nbias[j], wu, xs[j]));
@@ -230,7 +230,7 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
  * block integers in one zmm, so that one fma steps 16 outputs (lane = row)
  * through the block as ops.h's Q8_0 dot does. The rows' f16 scales come in
  * by one gather. With at most 2 tokens (decode, which streams every weight
- * once) the same place in the next tile's rows is prefetched. */
+ * once) the same place KVT_PF_TILES tiles on is prefetched. */
 #define QRM 16
 #define QRN 4
 #define QDRN 2
@@ -256,7 +256,7 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
     const __m512i rows = _mm512_load_si512(roff);
     __m512 acc[QRN];
     _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[j] = _mm512_setzero_ps();
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM;
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b++) {
         const int64_t off = b * KVT_Q8_0_BYTES;
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, wr[0] + off, 1)));
@@ -264,8 +264,8 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
         _Pragma("GCC unroll 8") for (int p = 0; p < QRM / 2; p++) {
             const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
             if (rn <= QDRN) {
-                _mm_prefetch((const char *)b0 + pf_ahead, _MM_HINT_T0);
-                _mm_prefetch((const char *)b1 + pf_ahead, _MM_HINT_T0);
+                KVT_PREFETCH_WEIGHTS(b0 + pf_ahead);
+                KVT_PREFETCH_WEIGHTS(b1 + pf_ahead);
             }
             wu[p] = q8_pair_u8(b0, b1);
         }

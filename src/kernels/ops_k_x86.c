@@ -598,7 +598,7 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
         const int has_min = kvt_qk_has_min(w->type);                                                       \
         const int64_t nb = a->k / KVT_QK, kpad = a->kpad;                                                  \
         const __m128 sign = _mm_set1_ps(-0.0f);                                                            \
-        const size_t pf_ahead = (size_t)RM * w->row_bytes; /* rows are contiguous */                       \
+        const size_t pf_ahead = (size_t)RM * w->row_bytes * KVT_PF_TILES; /* rows: contiguous */           \
         for (int64_t r = r0; r < r1; r += RM) {                                                            \
             const uint8_t *wr[RM];                                                                         \
             for (int i = 0; i < RM; i++)                                                                   \
@@ -617,10 +617,10 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
                     float dw[RM], mw[RM];                                                                  \
                     for (int i = 0; i < RM; i++) {                                                         \
                         const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
-                        /* decode streams each weight once: the same block of the next tile's rows */      \
+                        /* decode streams each weight once: the same block KVT_PF_TILES tiles on */      \
                         if (t == 0)                                                                        \
                             for (size_t o = 0; o < bb + 63; o += 64)                                       \
-                                _mm_prefetch((const char *)blk + pf_ahead + o, _MM_HINT_T0);               \
+                                KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o);               \
                         ONE(blk, q, bs, bs2, &s[i], &m[i]);                                                \
                     }                                                                                      \
                     for (int i = 0; i < RM; i++) {                                                         \

@@ -111,11 +111,11 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
         _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
      * tile's rows, as the Q8_0 tile does (a hint, so the same bits) */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * f.bytes;
-            _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0); /* 2 blocks: 36-48 bytes */
+            KVT_PREFETCH_WEIGHTS(blk + pf_ahead); /* 2 blocks: 36-48 bytes */
             const wblock w0 = load_block(f, blk, 1), w1 = load_block(f, blk + f.bytes, b + 1 < nb);
             _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) {
                 const uint8_t *x = xq[j] + b * KVT_QL_BLOCK;
@@ -146,7 +146,7 @@ INLINE2 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i minus_zero = _mm256_set1_epi8((char)-f.zero);
     const __m256i zero_off = _mm256_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * f.zero);
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM; /* the same place in the next tile's rows */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM * KVT_PF_TILES; /* the same place KVT_PF_TILES tiles on */
     __m256 acc[QDRM][2];
     _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
@@ -172,7 +172,7 @@ INLINE2 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *
                                            : _mm256_setzero_ps();
             _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
                 const uint8_t *blk = wr[i] + (b + h) * f.bytes;
-                if (h == 0) _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0);
+                if (h == 0) KVT_PREFETCH_WEIGHTS(blk + pf_ahead);
                 const __m256i p = f.nl ? sums4_signed(unpack(f, blk), xv)
                                        : _mm256_add_epi32(sums4(unpack_raw(f, blk), xv), start);
                 acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dwx[h * QDRM + i]), acc[i][h]);

@@ -77,15 +77,15 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
     /* decode (tiles of 1-2 tokens) streams each weight once: prefetch the same
-     * place in the next tile's rows, as the Q8_0 tile does (a hint, same bits) */
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm;
+     * place KVT_PF_TILES tiles on, as the Q8_0 tile does (a hint, same bits) */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b += 2) {
         const int has_hi = b + 1 < nb;
         __m512i wq[QRM], ncorr[QRM];
         __m512 dw[QRM], mw[QRM];
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
             const uint8_t *blk = wr[i] + b * f.bytes, *blk2 = blk + f.bytes;
-            if (rn <= 2) _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0);
+            if (rn <= 2) KVT_PREFETCH_WEIGHTS(blk + pf_ahead);
             wq[i] = unpack_pair(f, blk, blk2, has_hi);
             ncorr[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
                                         _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), BIAS_SHIFT));
@@ -137,7 +137,7 @@ INLINE512 void dec_pair(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const __m512i minus_zero = _mm512_set1_epi8((char)-f.zero);
     const __m512i zero_off = _mm512_set1_epi32(KVT_Q8_GROUP * KVT_Q8_ACT_BIAS * f.zero);
-    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM; /* the same place in the next tile's rows */
+    const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QDRM * KVT_PF_TILES; /* the same place KVT_PF_TILES tiles on */
     const int64_t off = b * f.bytes;
     const __m512 dw = row_halves(wr, off, f.bytes, has_hi);
     const __m512 mw = f.m_off >= 0 ? row_halves(wr, off + f.m_off, f.bytes, has_hi) : _mm512_setzero_ps();
@@ -154,7 +154,7 @@ INLINE512 void dec_pair(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t
         /* row i's scales: lanes 0-7 take lane i, lanes 8-15 lane 8 + i */
         const __m512i spread = _mm512_inserti64x4(_mm512_set1_epi32(i), _mm256_set1_epi32(QDRM + i), 1);
         const uint8_t *blk = wr[i] + off;
-        _mm_prefetch((const char *)blk + pf_ahead, _MM_HINT_T0);
+        KVT_PREFETCH_WEIGHTS(blk + pf_ahead);
         const __m512i wq = unpack_pair_raw(f, blk, blk + f.bytes, has_hi);
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
             const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[j], wq, xv[j]));
