@@ -411,38 +411,108 @@ void kvt_eng_chunk_begin(kvt_engine *e, int32_t n) {
     if (hp->embd_scale != 1.0f) kvt_scale(e->x, (int64_t)n * hp->n_embd, hp->embd_scale);
 }
 
-void kvt_eng_layer_qkv(kvt_engine *e, int32_t l, int32_t n) {
-    const kvt_model *m = e->model;
-    const kvt_hparams *hp = &m->hp;
-    const int64_t D = hp->n_embd, half = hp->rope_dim / 2;
-    const kvt_layer *L = &m->layers[l];
+/* The per-token steps between the matmuls (norms, bias, rope, residual adds,
+ * the FFN activation) over chunk rows [i0, i1) of layer l. Each row's
+ * operations depend on that row alone, so eng_rows may split the rows over
+ * the pool's threads with the same bits. */
+typedef void (*rows_fn)(kvt_engine *e, int32_t l, int32_t i0, int32_t i1);
+
+/* Rows below this run on the calling thread: a decode step's one row is not worth a wake-up. */
+#define ROWS_PARALLEL_MIN 16
+
+typedef struct {
+    kvt_engine *e;
+    int32_t l, n;
+    rows_fn fn;
+} rows_job;
+
+static void rows_worker(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    const int32_t i0 = (int32_t)((int64_t)j->n * ith / nth), i1 = (int32_t)((int64_t)j->n * (ith + 1) / nth);
+    if (i0 < i1) j->fn(j->e, j->l, i0, i1);
+}
+
+static void eng_rows(kvt_engine *e, int32_t l, int32_t n, rows_fn fn) {
+    if (n < ROWS_PARALLEL_MIN || kvt_pool_threads(e->pool) < 2) {
+        fn(e, l, 0, n);
+        return;
+    }
+    rows_job j = {e, l, n, fn};
+    kvt_pool_run(e->pool, rows_worker, &j);
+}
+
+/* h = attn_norm(x), the input of the q/k/v projections */
+static void attn_in_rows(kvt_engine *e, int32_t l, int32_t i0, int32_t i1) {
+    const kvt_hparams *hp = &e->model->hp;
+    const int64_t D = hp->n_embd;
+    kvt_rmsnorm_rows(e->xb + i0 * D, e->x + i0 * D, e->model->layers[l].attn_norm, i1 - i0, D, hp->rms_eps);
+}
+
+/* q/k/v biases, q/k head norms, rope and q's scale */
+static void qkv_post_rows(kvt_engine *e, int32_t l, int32_t i0, int32_t i1) {
+    const kvt_hparams *hp = &e->model->hp;
+    const kvt_layer *L = &e->model->layers[l];
+    const int64_t half = hp->rope_dim / 2, hd = hp->head_dim;
     const float *rc = L->alt_rope ? e->rope_cos_alt : e->rope_cos, *rs = L->alt_rope ? e->rope_sin_alt : e->rope_sin;
-    for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->attn_norm, D, hp->rms_eps);
-    const kvt_wmat *wqkv[] = {&L->wq, &L->wk, &L->wv};
-    float *yqkv[] = {e->q, e->k, e->v};
-    const int64_t ldqkv[] = {e->q_dim, e->kv_dim, e->kv_dim};
-    kvt_matmul_multi(e->pool, wqkv, 3, e->xb, D, n, yqkv, ldqkv);
-    add_bias(e->q, L->bq, n, e->q_dim);
-    add_bias(e->k, L->bk, n, e->kv_dim);
-    add_bias(e->v, L->bv, n, e->kv_dim);
-    for (int32_t i = 0; i < n; i++) {
+    float *q = e->q + (size_t)i0 * (size_t)e->q_dim, *k = e->k + (size_t)i0 * (size_t)e->kv_dim;
+    add_bias(q, L->bq, i1 - i0, e->q_dim);
+    add_bias(k, L->bk, i1 - i0, e->kv_dim);
+    add_bias(e->v + (size_t)i0 * (size_t)e->kv_dim, L->bv, i1 - i0, e->kv_dim);
+    if (L->q_norm) { /* qwen3, gemma3: each head RMS-normed before rope (heads are contiguous rows) */
+        kvt_rmsnorm_rows(q, q, L->q_norm, (int64_t)(i1 - i0) * hp->n_head, hd, hp->rms_eps);
+        kvt_rmsnorm_rows(k, k, L->k_norm, (int64_t)(i1 - i0) * hp->n_head_kv, hd, hp->rms_eps);
+    }
+    for (int32_t i = i0; i < i1; i++) {
         float *qi = e->q + (size_t)i * (size_t)e->q_dim, *ki = e->k + (size_t)i * (size_t)e->kv_dim;
-        if (L->q_norm) { /* qwen3, gemma3: each head RMS-normed before rope */
-            for (int32_t h = 0; h < hp->n_head; h++)
-                kvt_rmsnorm(qi + h * hp->head_dim, qi + h * hp->head_dim, L->q_norm, hp->head_dim, hp->rms_eps);
-            for (int32_t h = 0; h < hp->n_head_kv; h++)
-                kvt_rmsnorm(ki + h * hp->head_dim, ki + h * hp->head_dim, L->k_norm, hp->head_dim, hp->rms_eps);
-        }
         kvt_eng_rope_apply(hp, qi, hp->n_head, rc + i * half, rs + i * half);
         kvt_eng_rope_apply(hp, ki, hp->n_head_kv, rc + i * half, rs + i * half);
         if (hp->q_scale > 0) kvt_scale(qi, e->q_dim, hp->q_scale);
     }
 }
 
+/* x += post_attn_norm(attention output); then h = ffn_norm(x) */
+static void attn_out_rows(kvt_engine *e, int32_t l, int32_t i0, int32_t i1) {
+    const kvt_hparams *hp = &e->model->hp;
+    const kvt_layer *L = &e->model->layers[l];
+    const int64_t D = hp->n_embd;
+    float *xb = e->xb + i0 * D, *x = e->x + i0 * D;
+    if (L->post_attn_norm) kvt_rmsnorm_rows(xb, xb, L->post_attn_norm, i1 - i0, D, hp->rms_eps);
+    kvt_add(x, xb, (int64_t)(i1 - i0) * D);
+    kvt_rmsnorm_rows(xb, x, L->ffn_norm, i1 - i0, D, hp->rms_eps);
+}
+
+/* gate = act(gate) * up, act silu or gelu */
+static void ffn_act_rows(kvt_engine *e, int32_t l, int32_t i0, int32_t i1) {
+    (void)l;
+    const kvt_hparams *hp = &e->model->hp;
+    const int64_t F = hp->n_ff, cnt = (int64_t)(i1 - i0) * F;
+    if (hp->ffn_act == KVT_FFN_GELU) kvt_gelu_mul(e->hb + i0 * F, e->hb2 + i0 * F, cnt);
+    else kvt_silu_mul(e->hb + i0 * F, e->hb2 + i0 * F, cnt);
+}
+
+/* x += post_ffn_norm(FFN output) */
+static void ffn_out_rows(kvt_engine *e, int32_t l, int32_t i0, int32_t i1) {
+    const kvt_hparams *hp = &e->model->hp;
+    const kvt_layer *L = &e->model->layers[l];
+    const int64_t D = hp->n_embd;
+    float *xb = e->xb + i0 * D;
+    if (L->post_ffn_norm) kvt_rmsnorm_rows(xb, xb, L->post_ffn_norm, i1 - i0, D, hp->rms_eps);
+    kvt_add(e->x + i0 * D, xb, (int64_t)(i1 - i0) * D);
+}
+
+void kvt_eng_layer_qkv(kvt_engine *e, int32_t l, int32_t n) {
+    const kvt_layer *L = &e->model->layers[l];
+    eng_rows(e, l, n, attn_in_rows);
+    const kvt_wmat *wqkv[] = {&L->wq, &L->wk, &L->wv};
+    float *yqkv[] = {e->q, e->k, e->v};
+    const int64_t ldqkv[] = {e->q_dim, e->kv_dim, e->kv_dim};
+    kvt_matmul_multi(e->pool, wqkv, 3, e->xb, e->model->hp.n_embd, n, yqkv, ldqkv);
+    eng_rows(e, l, n, qkv_post_rows);
+}
+
 void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
     const kvt_model *m = e->model;
-    const kvt_hparams *hp = &m->hp;
-    const int64_t D = hp->n_embd, F = hp->n_ff;
+    const int64_t D = m->hp.n_embd, F = m->hp.n_ff;
     kvt_pool *pool = e->pool;
     for (int32_t l = l0; l < l1; l++) {
         const kvt_layer *L = &m->layers[l];
@@ -453,24 +523,16 @@ void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
          * reads its predecessors as stored bytes, exactly as a later batch would */
         kvt_eng_attention(e, l, n);
         kvt_matmul(pool, &L->wo, e->att, e->q_dim, n, e->xb, D);
-        if (L->post_attn_norm)
-            for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->xb + i * D, L->post_attn_norm, D, hp->rms_eps);
-        for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
+        eng_rows(e, l, n, attn_out_rows);
 
-        /* feed-forward block: x += W_down · (act(W_gate·h) * (W_up·h)), act silu or gelu */
-        for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->x + i * D, L->ffn_norm, D, hp->rms_eps);
+        /* feed-forward block: x += W_down · (act(W_gate·h) * (W_up·h)) */
         const kvt_wmat *wgu[] = {&L->w_gate, &L->w_up};
         float *ygu[] = {e->hb, e->hb2};
         const int64_t ldgu[] = {F, F};
         kvt_matmul_multi(pool, wgu, 2, e->xb, D, n, ygu, ldgu);
-        for (int32_t i = 0; i < n; i++) {
-            if (hp->ffn_act == KVT_FFN_GELU) kvt_gelu_mul(e->hb + i * F, e->hb2 + i * F, F);
-            else kvt_silu_mul(e->hb + i * F, e->hb2 + i * F, F);
-        }
+        eng_rows(e, l, n, ffn_act_rows);
         kvt_matmul(pool, &L->w_down, e->hb, F, n, e->xb, D);
-        if (L->post_ffn_norm)
-            for (int32_t i = 0; i < n; i++) kvt_rmsnorm(e->xb + i * D, e->xb + i * D, L->post_ffn_norm, D, hp->rms_eps);
-        for (int32_t i = 0; i < n; i++) kvt_add(e->x + i * D, e->xb + i * D, D);
+        eng_rows(e, l, n, ffn_out_rows);
     }
 }
 

@@ -124,6 +124,9 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out);
  * llama.cpp: each x*x rounded to f32, summed in order in double, the mean
  * rounded to f32, then out = (x * (1/sqrt(mean + eps))) * weight. */
 void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
+/* kvt_rmsnorm of `rows` contiguous rows of n (out and x may be the same);
+ * each row's bits as kvt_rmsnorm gives them alone. */
+void kvt_rmsnorm_rows(float *out, const float *x, const float *weight, int64_t rows, int64_t n, float eps);
 /* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), exp being
  * the approximation llama.cpp's AVX-512 backend uses for silu (ops_impl.h),
  * not kvt_expf, so the FFN's down projection sees llama.cpp's bits. */

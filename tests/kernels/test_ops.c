@@ -641,6 +641,27 @@ static void test_wmat_row(void) {
 
 /* ---- elementwise ------------------------------------------------------------ */
 
+/* kvt_rmsnorm_rows (4 rows side by side, then the rest) gives each row the
+ * bits of kvt_rmsnorm on it alone: 1-9 rows, odd and tiny widths, in place too. */
+static void test_rmsnorm_rows(void) {
+    enum { ROWS = 9, W = 67 };
+    static float x[ROWS * W], wt[W], got[ROWS * W], inpl[ROWS * W], want[ROWS * W];
+    for (int i = 0; i < ROWS * W; i++) x[i] = rndf() * 3;
+    for (int i = 0; i < W; i++) wt[i] = 1.0f + rndf() * 0.5f;
+    static const int widths[] = {1, 3, 16, 64, 67};
+    int bad = 0;
+    for (int rows = 1; rows <= ROWS; rows++)
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            const int n = widths[wi];
+            for (int r = 0; r < rows; r++) kvt_rmsnorm(want + r * n, x + r * n, wt, n, 1e-6f);
+            kvt_rmsnorm_rows(got, x, wt, rows, n, 1e-6f);
+            memcpy(inpl, x, sizeof(float) * (size_t)(rows * n));
+            kvt_rmsnorm_rows(inpl, inpl, wt, rows, n, 1e-6f);
+            for (int i = 0; i < rows * n; i++) bad += got[i] != want[i] || inpl[i] != want[i];
+        }
+    CHECKF(bad == 0, "rmsnorm_rows: %d elements differ from kvt_rmsnorm", bad);
+}
+
 static void test_elementwise(void) {
     enum { N = 1000 };
     static float a[N], b[N], y0[N], y1[N], out[N], wt[N];
@@ -786,6 +807,7 @@ int main(void) {
     test_conversions();
     test_wmat_row();
     test_elementwise();
+    test_rmsnorm_rows();
     /* both Q8_0 orders (ops.h): every variant against scalar and the references in each */
     static const char *const q8_orders[] = {"lanes", "block"};
     CHECK(kvt_ops_set_q8_order("no-such-order") == -1);
