@@ -22,6 +22,7 @@
 /* Q8_0 tile: 2 rows x 2 tokens, the 4 outputs in the lanes of one xmm. */
 #define QRM 2
 #define QRN 2
+#define QDRM 8 /* Q8_0 lanes decode (1-2 tokens): rows per tile, so more weight streams are in flight */
 #define V 16 /* canonical lanes */
 #define H 8  /* lanes per ymm */
 
@@ -113,7 +114,7 @@ INLINE2 __m256i q8_sums_at(const uint8_t *wq, const uint8_t *xq) {
 INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
                      int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
-    __m256 acc[QRM][QRN];
+    __m256 acc[QDRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
@@ -203,7 +204,10 @@ DEF_TILE_FN(ft_q8, KVT_TILE_BY_N2(CALL_Q8))
 #define CALL_Q8L(N) tile_q8l(wr, x->xq, x->xd, QRM, N, k, out)
 DEF_TILE_FN(ft_q8l, KVT_TILE_BY_N2(CALL_Q8L))
 
-KVT_DEFINE_MM_ROWS(mm_rows_lanes, T2, NULL, NULL, ft_q8l, QRM, QRN, ft_q8l, QRM, 0)
+#define CALL_Q8L_DEC(N) tile_q8l(wr, x->xq, x->xd, QDRM, N, k, out)
+DEF_TILE_FN(ft_q8l_dec, KVT_TILE_BY_N2(CALL_Q8L_DEC))
+
+KVT_DEFINE_MM_ROWS(mm_rows_lanes, T2, NULL, NULL, ft_q8l, QRM, QRN, ft_q8l_dec, QDRM, QRN)
 
 /* Q8_0 weights in the order selected (ops.h); every other type as mm_rows_lanes. */
 static T2 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
