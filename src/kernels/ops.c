@@ -393,15 +393,19 @@ void kvt_add(float *y, const float *x, int64_t n) {
 
 /* As llama.cpp's CPU rms_norm: each square rounded to f32, summed in order in
  * double, the mean rounded to f32. Per token, so batch invariant. */
+static void rms_apply(float *out, const float *x, const float *weight, int64_t n, double sum, float eps) {
+    float mean = (float)(sum / (double)n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
 void kvt_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
         float sq = x[i] * x[i];
         sum += (double)sq;
     }
-    float mean = (float)(sum / (double)n);
-    float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+    rms_apply(out, x, weight, n, sum, eps);
 }
 
 /* Four rows at a time: their sums are four independent chains, each still
@@ -418,13 +422,7 @@ void kvt_rmsnorm_rows(float *out, const float *x, const float *weight, int64_t r
                 float sq = xr[j * n + i] * xr[j * n + i];
                 sum[j] += (double)sq;
             }
-        for (int j = 0; j < RMS_ROWS; j++) {
-            float mean = (float)(sum[j] / (double)n);
-            float scale = 1.0f / sqrtf(mean + eps);
-            float *o = out + (r + j) * n;
-            const float *xj = xr + j * n;
-            for (int64_t i = 0; i < n; i++) o[i] = xj[i] * scale * weight[i];
-        }
+        for (int j = 0; j < RMS_ROWS; j++) rms_apply(out + (r + j) * n, xr + j * n, weight, n, sum[j], eps);
     }
     for (; r < rows; r++) kvt_rmsnorm(out + r * n, x + r * n, weight, n, eps);
 }

@@ -109,16 +109,16 @@ INLINE2 __m256i q8_sums_at(const uint8_t *wq, const uint8_t *xq) {
     return q8_block_sums(w, xs);
 }
 
-/* Q8_0, "lanes" order (ops.h): 2 rows x 2 tokens, lane j of each output's
- * accumulator taking group j of every block. */
+/* Q8_0, "lanes" order (ops.h): rm rows (QRM, or QDRM for decode) x up to 2
+ * tokens, lane j of each output's accumulator taking group j of every block. */
 INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
                      int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     __m256 acc[QDRM][QRN];
     _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
-    /* decode streams each weight once: prefetch the same place in the next
-     * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
+    /* decode streams each weight once: prefetch the same place KVT_PF_TILES
+     * tiles on (a hint; a clamped tail row makes it a harmless re-read) */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b += 2) {
         _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {
@@ -151,8 +151,8 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m128 acc = _mm_setzero_ps();
-    /* decode streams each weight once: prefetch the same place in the next
-     * tile's rows (a hint; a clamped tail row makes it a harmless re-read) */
+    /* decode streams each weight once: prefetch the same place KVT_PF_TILES
+     * tiles on (a hint; a clamped tail row makes it a harmless re-read) */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QRM * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *b0 = wr[0] + b * KVT_Q8_0_BYTES, *b1 = wr[1] + b * KVT_Q8_0_BYTES;

@@ -617,10 +617,10 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
                     float dw[RM], mw[RM];                                                                  \
                     for (int i = 0; i < RM; i++) {                                                         \
                         const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
-                        /* decode streams each weight once: the same block KVT_PF_TILES tiles on */      \
+                        /* decode streams each weight once: the same block KVT_PF_TILES tiles on */        \
                         if (t == 0)                                                                        \
                             for (size_t o = 0; o < bb + 63; o += 64)                                       \
-                                KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o);               \
+                                KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o);                                  \
                         ONE(blk, q, bs, bs2, &s[i], &m[i]);                                                \
                     }                                                                                      \
                     for (int i = 0; i < RM; i++) {                                                         \
