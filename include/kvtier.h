@@ -362,14 +362,17 @@ KVT_API void kvt_cache_release(kvt_cache *c, kvt_pin *pin);
  * warm session is a soft pin: when running work needs the pages, sessions
  * give them up, lowest priority first, then the soonest to expire; their
  * blocks are then demoted to RAM and disk like any idle block, never lost.
- * A new call for the same session replaces its pin; seconds <= 0 (or
+ * A session is named within its salt's namespace: the same name under two
+ * salts is two sessions. A new call for the same session (name and salt)
+ * replaces its pin; seconds <= 0 (or
  * kvt_cache_end_session) ends it. Returns the tokens kept warm (>= 0) or a
  * negative code (KVT_EARG: bad name). Session names are 1..KVT_SESSION_NAME_MAX
  * bytes; they are copied. */
 #define KVT_SESSION_NAME_MAX 128
 KVT_API int kvt_cache_keep_warm(kvt_cache *c, const char *session, const int32_t *tokens, int32_t n, const void *salt,
                                 size_t salt_len, int priority, double seconds);
-/* Ends a warm session (its pages become evictable). 0 or KVT_ENOTFOUND. */
+/* Ends the warm sessions of that name, under every salt (their pages become
+ * evictable). 0 or KVT_ENOTFOUND. */
 KVT_API int kvt_cache_end_session(kvt_cache *c, const char *session);
 /* Restores the cached prefix of tokens into T0 now (from T1/T2), so a request
  * that follows finds it resident; the pages stay cached but unpinned.

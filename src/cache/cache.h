@@ -141,6 +141,10 @@ int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, in
  * restores at most max_new blocks from lower tiers (INT32_MAX: all). */
 int kvt_cache_keep_warm_root(kvt_cache *c, kvt_hash128 root, const char *session, const int32_t *tokens, int32_t n,
                              int priority, double seconds);
+/* A warm session is named within its namespace: the same name under two roots
+ * is two sessions. Ends the session named session under *root (NULL: under
+ * every root, as kvt_cache_end_session does). 0, or KVT_ENOTFOUND. */
+int kvt_cache_end_session_root(kvt_cache *c, const kvt_hash128 *root, const char *session);
 int32_t kvt_cache_prefetch_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_new);
 
 /* Detailed statistics of the RAM tier and the index (kvt_cache_get_stats has the summary). */

@@ -40,6 +40,7 @@ struct kvt_pin {
  * expire); released pages become idle and are demoted like any other. */
 typedef struct {
     char name[KVT_SESSION_NAME_MAX + 1];
+    kvt_hash128 root; /* the namespace it was kept warm in: a session is (root, name) */
     kvt_pin *pin;
     double expires;  /* kvt_now() seconds */
     int priority;

@@ -88,7 +88,7 @@ int kvt_cache_keep_warm_root(kvt_cache *c, kvt_hash128 root, const char *session
                              int priority, double seconds) {
     if (!session || !*session || strlen(session) > KVT_SESSION_NAME_MAX)
         return kvt_fail(KVT_EARG, "a session name is 1..%d bytes", KVT_SESSION_NAME_MAX);
-    kvt_cache_end_session(c, session);
+    kvt_cache_end_session_root(c, &root, session);
     if (!(seconds > 0)) return 0;
     kvt_cache_expire_sessions(c);
     kvt_pin *p = pin_prefix(c, root, tokens, n, 0); /* what is resident now; nothing is restored for it */
@@ -99,20 +99,24 @@ int kvt_cache_keep_warm_root(kvt_cache *c, kvt_hash128 root, const char *session
     }
     warm_session *s = &c->sessions[c->n_sessions++];
     snprintf(s->name, sizeof s->name, "%s", session);
+    s->root = root;
     s->pin = p;
     s->expires = kvt_now() + seconds;
     s->priority = priority;
     return p->n * c->B;
 }
 
-int kvt_cache_end_session(kvt_cache *c, const char *session) {
-    for (int32_t i = 0; i < c->n_sessions; i++)
-        if (!strcmp(c->sessions[i].name, session)) {
+int kvt_cache_end_session_root(kvt_cache *c, const kvt_hash128 *root, const char *session) {
+    int found = 0;
+    for (int32_t i = c->n_sessions; i-- > 0;)
+        if (!strcmp(c->sessions[i].name, session) && (!root || kvt_hash128_eq(c->sessions[i].root, *root))) {
             kvt_cache_session_drop(c, i);
-            return 0;
+            found = 1;
         }
-    return KVT_ENOTFOUND;
+    return found ? 0 : KVT_ENOTFOUND;
 }
+
+int kvt_cache_end_session(kvt_cache *c, const char *session) { return kvt_cache_end_session_root(c, NULL, session); }
 
 void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
     if (!pin) return;

@@ -37,7 +37,7 @@ enum {
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
     O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
-    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS,
+    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS, O_ADMIN_KEY, O_EXPLAIN_TEXT, O_HIDE_CACHED,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -79,6 +79,21 @@ static const kvt_cli_opt serve_opts[] = {
     {O_METRICS_KEY, 0, "metrics-key", NULL, "KEY",
      "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
      "when there are\nany, else it is open. /health is always open", 0, KVT_CLI_PLAIN},
+    {O_ADMIN_KEY, 0, "admin-key", NULL, "KEY",
+     "the operator's key, which is not a tenant's: it alone opens\nGET /v1/cache/lint (which quotes prompt text), "
+     "sees every tenant's\npins in /v1/cache/stats and may release any pin or session, and\nopens /metrics and "
+     "/dashboard. Without it the lint is refused.\nMust differ from every API key", 0, KVT_CLI_PLAIN},
+    {O_EXPLAIN_TEXT, 0, "explain-text", NULL, NULL,
+     "when reuse stops where a prompt differs from the nearest cached\none, show that cached block's text and token "
+     "ids too\n(kvtier.reuse_stop.cached_text). They come from the caller's own\nnamespace (API key + cache_salt), "
+     "but any client of that namespace\nmay have sent them: use it only where those clients trust each\nother. "
+     "Off by default: only the caller's own side is shown", 0, KVT_CLI_PLAIN},
+    {O_HIDE_CACHED, 0, "hide-cached-tokens", NULL, NULL,
+     "leave every cache count out of answers (usage.prompt_tokens_details,\nthe kvtier report, pin and prefetch "
+     "counts, the cache-wide stats),\nand let only --metrics-key or --admin-key open /metrics and\n/dashboard. Exact "
+     "counts let a client confirm a guessed block of\nanother client's prompt in the same namespace; use this where "
+     "the\nclients of one key (or of an open server) do not trust each other.\nResponse times still differ between "
+     "hits and misses", 0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
      "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
      "none)", 0, KVT_CLI_PLAIN},
@@ -183,6 +198,12 @@ void kvt_usage_serve(FILE *f) {
             "first), and how long to keep its context warm in T0 while the agent runs a tool.\n"
             "Cache admin (behind the API key when set): POST /v1/cache/pin, /v1/cache/unpin,\n"
             "/v1/cache/prefetch (a \"prompt\" or \"messages\" body), /v1/cache/flush, GET /v1/cache/stats.\n"
+            "Pins (random ids) and warm sessions belong to the namespace that made them (API key +\n"
+            "cache_salt): stats list, and unpin releases, only the caller's own; the admin key sees all.\n"
+            "GET /v1/cache/lint quotes prompt text and needs the admin key (--admin-key).\n"
+            "One cache namespace is one trust domain: its clients can tell from cached_tokens whether\n"
+            "a guessed block is cached. Keep untrusting clients apart with API keys (each its own\n"
+            "namespace), a per-user \"cache_salt\" set by a gateway, or --hide-cached-tokens.\n"
             "A missing or wrong key is 401 whatever the method.\n"
             "Each request gets one access line in the log (method, path, status, request id, tenant as a\n"
             "hash of its key, prompt/cached/computed/generated tokens, TTFT, total ms; KVT_LOG=1 hides\n"
@@ -231,7 +252,7 @@ static int read_key_file(const char *path, char **keys, size_t *n) {
 /* What serve's command line sets. */
 typedef struct {
     kvt_server_params sp;
-    const char *model_path, *template_name, *alias, *metrics_key, *rag_path, *log_file;
+    const char *model_path, *template_name, *alias, *metrics_key, *admin_key, *rag_path, *log_file;
     long n_ctx, drain_s;
     uint64_t kv_active, kv_ram, max_body, max_inflight;
     int threads;
@@ -272,6 +293,9 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         return 0;
     case O_API_KEY_FILE: return read_key_file(v, x->keys, &x->n_keys);
     case O_METRICS_KEY: x->metrics_key = v; return 0;
+    case O_ADMIN_KEY: x->admin_key = v; return 0;
+    case O_EXPLAIN_TEXT: sp->explain_text = 1; return 0;
+    case O_HIDE_CACHED: sp->hide_cached_tokens = 1; return 0;
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
@@ -335,6 +359,17 @@ static int serve_settings(serve_args *x) {
         return -1;
     }
     sp->metrics_key = x->metrics_key;
+    if (x->admin_key && !*x->admin_key) {
+        fprintf(stderr, "kvtier serve: the admin key (--admin-key or $KVTIER_ADMIN_KEY) is empty\n");
+        return -1;
+    }
+    for (size_t i = 0; x->admin_key && i < x->n_keys; i++)
+        if (!strcmp(x->keys[i], x->admin_key)) {
+            fprintf(stderr, "kvtier serve: the admin key is also an API key: a tenant would hold the operator's "
+                            "rights; give --admin-key a key of its own\n");
+            return -1;
+        }
+    sp->admin_key = x->admin_key;
     sp->max_body = (size_t)x->max_body;
     uint64_t max_inflight = x->max_inflight;
     if (!max_inflight) {
@@ -487,7 +522,14 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
             rt->model_id, kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel, kvt_kv_dtype_name(eff.kv_dtype),
             eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
             cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off", x->n_keys,
-            x->metrics_key ? "behind the metrics key" : x->n_keys ? "behind the API keys" : "open");
+            x->metrics_key ? "behind the metrics key"
+            : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")
+            : x->n_keys ? "behind the API keys" : "open");
+    if (sp->explain_text || sp->hide_cached_tokens || x->admin_key)
+        kvt_logk(KVT_LOG_INFO, "explain_text,hide_cached_tokens,admin_key",
+                 "serve: cached prompt text in reuse reports %s, cache counts in answers %s, admin key %s",
+                 sp->explain_text ? "shown (--explain-text)" : "hidden", sp->hide_cached_tokens ? "hidden" : "shown",
+                 x->admin_key ? "set" : "none (the lint is refused)");
     kvt_cli_print_capacity(NULL, "serve", rt->cache, eff.n_ctx);
     kvt_server *srv = NULL;
     if (kvt_server_start(rt->m, rt->e, rt->cache, sp, &srv)) {

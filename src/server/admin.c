@@ -37,15 +37,29 @@ enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, co
         cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
         const cJSON *pid = root ? cJSON_GetObjectItemCaseSensitive(root, "pin_id") : NULL;
         const cJSON *sid = root ? cJSON_GetObjectItemCaseSensitive(root, "session_id") : NULL;
+        const cJSON *cv = root ? cJSON_GetObjectItemCaseSensitive(root, "cache_salt") : NULL;
         if (cJSON_IsString(pid)) j->pin_id = kvt_xstrdup(pid->valuestring);
         if (cJSON_IsString(sid)) j->session = kvt_xstrdup(sid->valuestring);
+        /* the namespace the pin or session was made in: the key, then the body's cache_salt */
+        j->salt = kvt_srv_tenant_salt(cs->key, cJSON_IsString(cv) ? cv->valuestring : NULL, &j->salt_len);
+        int bad_salt = cv && !cJSON_IsString(cv);
         cJSON_Delete(root);
+        if (bad_salt) {
+            ret = kvt_srv_send_errorf(s, c, cs->label, 400, "invalid_request_error", "invalid_value",
+                                      "'cache_salt' must be a string");
+            goto done;
+        }
         if (!j->pin_id && !j->session) {
             ret = kvt_srv_send_errorf(s, c, cs->label, 400, "invalid_request_error", "invalid_value",
                                       "give the \"pin_id\" that /v1/cache/pin returned, or a \"session_id\" kept warm");
             goto done;
         }
+    } else if (j->kind == JOB_STATS) {
+        /* ?cache_salt=S: the pins of that namespace of the caller's key */
+        const char *cv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+        j->salt = kvt_srv_tenant_salt(cs->key, cv, &j->salt_len);
     }
+    j->admin = cs->admin;
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -64,13 +78,16 @@ done:
     free(j->json);
     free(j->pin_id);
     free(j->session);
+    free(j->salt);
     free(j);
     return ret;
 }
 
-/* GET /v1/cache/lint[?n=N&cache_salt=S]: lints the tenant's last N prompts
- * (the API key's, under that cache_salt; default all that are kept) as
- * `kvtier lint --json` does. Runs on the HTTP thread over copies. */
+/* GET /v1/cache/lint[?n=N&cache_salt=S]: lints the last N prompts (default
+ * all that are kept) of every tenant, or with cache_salt those sent without
+ * an API key under that salt, as `kvtier lint --json` does. Its advice quotes
+ * prompt text, so only the admin key opens it (http.c). Runs on the HTTP
+ * thread over copies. */
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const char *nv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "n");
     const char *cv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
@@ -81,8 +98,8 @@ enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, con
         kvt_api_errorf(&e, 400, "invalid_request_error", "n", "invalid_value", "n must be 1..%d", KVT_LINT_MAX_PROMPTS);
         return kvt_srv_send_error(s, c, cs->label, &e, NULL, NULL);
     }
-    size_t salt_len;
-    unsigned char *salt = kvt_srv_tenant_salt(cs->key, cv, &salt_len); /* the one the requests were kept under */
+    size_t salt_len = 0;
+    unsigned char *salt = cv ? kvt_srv_tenant_salt(NULL, cv, &salt_len) : NULL;
     kvt_lint_prompt *ps = NULL;
     int32_t n = kvt_prompt_ring_take(s->recent, salt, salt_len, (int32_t)max, &ps);
     free(salt);

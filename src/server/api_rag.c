@@ -122,6 +122,8 @@ char *kvt_api_rag_response(char *response, const kvt_rag_index *idx, const kvt_a
         cJSON_AddNumberToObject(e, "rank", h->rank);
         int32_t start = doc_starts ? (int32_t)doc_starts[i] : 0, end = doc_starts ? (int32_t)doc_starts[i + 1] : 0;
         cJSON_AddNumberToObject(e, "tokens", end - start);
+        cJSON_AddItemToArray(arr, e);
+        if (u->hide_report) continue; /* no cached counts (--hide-cached-tokens) */
         int32_t cached = KVT_MAX(0, KVT_MIN(end, u->cached_tokens) - start);
         cJSON_AddNumberToObject(e, "cached_tokens", cached);
         if (cached == end - start && end > start) cached_chunks++;
@@ -134,9 +136,8 @@ char *kvt_api_rag_response(char *response, const kvt_rag_index *idx, const kvt_a
         cJSON *tiers = cJSON_AddObjectToObject(e, "tiers");
         for (int t = 0; t < KVT_TIER_COUNT; t++)
             if (by_tier[t]) cJSON_AddNumberToObject(tiers, TIER_NAMES[t], by_tier[t]);
-        cJSON_AddItemToArray(arr, e);
     }
-    cJSON_AddNumberToObject(o, "cached_chunks", cached_chunks);
+    if (!u->hide_report) cJSON_AddNumberToObject(o, "cached_chunks", cached_chunks);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
@@ -146,12 +147,14 @@ char *kvt_api_prefill_json(const kvt_api_usage *u, int32_t block) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "cache.prefill");
     cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
-    cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
-    cJSON *t = cJSON_AddObjectToObject(o, "tiers");
-    for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, TIER_NAMES[i], u->tier_tokens[i]);
-    cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
+    if (!u->hide_report) {
+        cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
+        cJSON *t = cJSON_AddObjectToObject(o, "tiers");
+        for (int i = 0; i < KVT_TIER_COUNT; i++) cJSON_AddNumberToObject(t, TIER_NAMES[i], u->tier_tokens[i]);
+        cJSON_AddNumberToObject(o, "computed_tokens", u->computed_tokens);
+        cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);
+    }
     cJSON_AddNumberToObject(o, "stored_tokens", block > 0 ? u->prompt_tokens / block * block : 0);
-    cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);
     cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

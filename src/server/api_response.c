@@ -40,6 +40,7 @@ static cJSON *usage_obj(const kvt_api_usage *u) {
     cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
     cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
     cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    if (u->hide_report) return o; /* OpenAI's field is optional: absent, never a made-up 0 */
     cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
     return o;
@@ -48,6 +49,10 @@ static cJSON *usage_obj(const kvt_api_usage *u) {
 cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
     static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
     cJSON *o = cJSON_CreateObject();
+    if (u->hide_report) {
+        cJSON_AddStringToObject(o, "cache_report", "hidden");
+        return o;
+    }
     cJSON_AddNumberToObject(o, "cached_tokens", u->cached_tokens);
     cJSON_AddNumberToObject(o, "planned_cached_tokens", u->planned_tokens);
     if (u->shortfall) cJSON_AddStringToObject(o, "shortfall", u->shortfall);
@@ -58,11 +63,16 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
         cJSON_AddNumberToObject(w, "token_offset", rs->token_offset);
         cJSON_AddStringToObject(w, "reason", kvt_reuse_reason_name(rs->reason));
         if (rs->reason == KVT_REUSE_DIVERGED) {
+            /* the prompt's side is the caller's own text; the cached side may be another client's */
             cJSON_AddStringToObject(w, "prompt_text", u->stop_prompt_text);
-            cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
-            cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens"), *b = cJSON_AddArrayToObject(w, "cached_tokens");
+            cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens");
             for (int32_t i = 0; i < rs->n_prompt_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
-            for (int32_t i = 0; i < rs->n_cached_ids; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber(rs->cached_ids[i]));
+            if (u->show_cached_text) {
+                cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
+                cJSON *b = cJSON_AddArrayToObject(w, "cached_tokens");
+                for (int32_t i = 0; i < rs->n_cached_ids; i++)
+                    cJSON_AddItemToArray(b, cJSON_CreateNumber(rs->cached_ids[i]));
+            }
         }
     }
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);

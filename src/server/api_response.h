@@ -39,6 +39,10 @@ typedef struct {
     int32_t approximate_steps;             /* engine steps the placement took (a prefill chunk each) */
     int32_t approximate_interleaved;       /* decode tokens other requests got during those steps */
     float recompute_ratio;
+    int show_cached_text;                  /* a diverged reuse_stop shows the cached side too (cached_text and
+                                              cached_tokens: --explain-text); else only the prompt's side */
+    int hide_report;                       /* --hide-cached-tokens: no cached counts anywhere in the answer; the
+                                              "kvtier" object says {"cache_report": "hidden"} */
 } kvt_api_usage;
 
 /* One generated token's log-probability and its most likely alternatives
@@ -110,7 +114,9 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
                          const kvt_api_usage *u, const kvt_api_logprobs *lp);
 /* The "kvtier" object of a response: cached tokens by tier, reuse_stop,
- * computed tokens, timings. A new cJSON object the caller owns. */
+ * computed tokens, timings (under u->hide_report only {"cache_report":
+ * "hidden"}: counts and restore times would tell one client what another has
+ * cached). A new cJSON object the caller owns. */
 struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);

@@ -163,18 +163,52 @@ static const char *authenticate(kvt_server *s, struct MHD_Connection *c) {
 
 /* Who may use a path. The /v1/ paths are the tenants' API. /metrics shows every
  * tenant's counters: with a metrics key only that key opens it, else with API
- * keys any of them does. /health stays open (it tells slot counts only). */
-typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY } access_rule;
+ * keys any of them does (under --hide-cached-tokens only the admin key, since
+ * the counters would tell a client what others have cached). The lint shows
+ * prompt text: the admin key alone opens it. The admin key also opens /metrics
+ * and the cache admin paths (kvt_srv_is_admin). /health stays open (it tells
+ * slot counts only). */
+typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY, ACCESS_ADMIN_KEY } access_rule;
 
 static access_rule access_of(const kvt_server *s, const char *url) {
+    if (!strcmp(url, "/v1/cache/lint")) return ACCESS_ADMIN_KEY;
     /* /tokenize, /detokenize and /props are the tenants' API too (llama-server's paths) */
     if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
         !strcmp(url, "/props"))
         return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     /* the page shows what /metrics does, and every tenant's last requests */
-    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests"))
-        return s->p.metrics_key ? ACCESS_METRICS_KEY : s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests")) {
+        if (s->p.metrics_key) return ACCESS_METRICS_KEY;
+        if (s->p.hide_cached_tokens) return ACCESS_ADMIN_KEY;
+        return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    }
     return ACCESS_OPEN;
+}
+
+/* 1 if c's request carries the admin key (--admin-key). */
+static int admin_of(const kvt_server *s, struct MHD_Connection *c) {
+    const char *b = bearer(c);
+    return s->p.admin_key && b && key_equal(b, s->p.admin_key);
+}
+
+/* The answer to a request that lacks the key its path needs (rule != ACCESS_OPEN). */
+static enum MHD_Result send_key_refusal(kvt_server *s, struct MHD_Connection *c, const char *label,
+                                        access_rule rule) {
+    if (rule == ACCESS_METRICS_KEY)
+        return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                                   "the metrics key is required: Authorization: Bearer KEY (--metrics-key)");
+    if (rule == ACCESS_ADMIN_KEY && !s->p.admin_key)
+        return kvt_srv_send_errorf(s, c, label, MHD_HTTP_FORBIDDEN, "invalid_request_error", "admin_only",
+                                   s->p.hide_cached_tokens && strcmp(label, "cache_lint")
+                                       ? "this page shows every tenant's cache counters, which --hide-cached-tokens "
+                                         "keeps from clients: it needs --metrics-key or --admin-key"
+                                       : "this path shows prompt text and is for the operator only: start the "
+                                         "server with --admin-key and send that key");
+    if (rule == ACCESS_ADMIN_KEY)
+        return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                                   "the admin key is required: Authorization: Bearer KEY (--admin-key)");
+    return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                               "a valid API key is required: Authorization: Bearer KEY");
 }
 
 /* The deadline handle of c's connection (kvt_srv_on_connection made it), or NULL. */
@@ -302,12 +336,15 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
         const char *key = NULL;
         access_rule rule = access_of(s, url);
-        if (rule == ACCESS_API_KEY && !(key = authenticate(s, c)))
-            return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
-                                       "a valid API key is required: Authorization: Bearer KEY");
-        if (rule == ACCESS_METRICS_KEY && !(bearer(c) && key_equal(bearer(c), s->p.metrics_key)))
-            return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
-                                       "the metrics key is required: Authorization: Bearer KEY (--metrics-key)");
+        /* the admin key opens the operator's paths: the lint, the metrics, and the cache admin */
+        int admin = admin_of(s, c) && (rule == ACCESS_ADMIN_KEY || rule == ACCESS_METRICS_KEY ||
+                                       (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) ||
+                                       !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10));
+        int ok = admin || rule == ACCESS_OPEN;
+        if (!ok && rule == ACCESS_API_KEY) ok = (key = authenticate(s, c)) != NULL;
+        if (!ok && rule == ACCESS_METRICS_KEY) ok = bearer(c) && key_equal(bearer(c), s->p.metrics_key);
+        if (!ok) return send_key_refusal(s, c, label, rule);
+        cs->admin = admin;
         if (i == KVT_ARRAY_LEN(routes))
             return kvt_srv_send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                        "unknown route; kvtier serves /v1/completions, /v1/chat/completions, "

@@ -64,7 +64,7 @@ int32_t kvt_prompt_ring_take(kvt_prompt_ring *r, const void *salt, size_t salt_l
     /* newest first, so the last `max` are kept; reversed below */
     for (int32_t k = 0; k < r->count && n < max; k++) {
         const entry *e = &r->e[(r->next - 1 - k + 2 * r->cap) % r->cap];
-        if (e->salt_len != salt_len || (salt_len && memcmp(e->salt, salt, salt_len))) continue;
+        if (salt && (e->salt_len != salt_len || (salt_len && memcmp(e->salt, salt, salt_len)))) continue;
         int32_t *t = kvt_xmalloc((size_t)e->n * sizeof *t);
         memcpy(t, e->tokens, (size_t)e->n * sizeof *t);
         v[n++] = (kvt_lint_prompt){t, e->n};

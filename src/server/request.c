@@ -167,6 +167,8 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     r->t_arrival = kvt_now();
     r->created = (int64_t)time(NULL);
     kvt_srv_cond_init(&r->cv);
+    r->usage.show_cached_text = s->p.explain_text;
+    r->usage.hide_report = s->p.hide_cached_tokens;
     /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
     r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
     int rc = 0;

@@ -155,6 +155,8 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     r->usage.reuse_stop = ai.stop;
     if (ai.stop.reason == KVT_REUSE_DIVERGED) {
         stop_text(s, ai.stop.prompt_ids, ai.stop.n_prompt_ids, r->usage.stop_prompt_text);
-        stop_text(s, ai.stop.cached_ids, ai.stop.n_cached_ids, r->usage.stop_cached_text);
+        /* the cached side is decoded only where the operator lets it be shown (--explain-text) */
+        if (r->usage.show_cached_text)
+            stop_text(s, ai.stop.cached_ids, ai.stop.n_cached_ids, r->usage.stop_cached_text);
     }
 }

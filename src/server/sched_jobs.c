@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <cjson/cJSON.h>
 
@@ -23,6 +24,25 @@ static char *job_error(admin_job *j, int status, const char *code, const char *m
     return kvt_api_error_json(&e);
 }
 
+/* The pins the caller of job j sees: its own namespace's (root), or with the
+ * admin key every one, each with its namespace. */
+static void add_pins(kvt_server *s, const admin_job *j, kvt_hash128 root, cJSON *o) {
+    cJSON *pins = cJSON_AddArrayToObject(o, "pins");
+    for (int32_t i = 0; i < s->n_pins; i++) {
+        if (!j->admin && !kvt_hash128_eq(s->pins[i].root, root)) continue;
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "pin_id", s->pins[i].id);
+        cJSON_AddNumberToObject(p, "tokens", s->pins[i].tokens);
+        if (j->admin) {
+            char ns[17];
+            snprintf(ns, sizeof ns, "%016llx", (unsigned long long)s->pins[i].root.lo);
+            cJSON_AddStringToObject(p, "namespace", ns);
+        }
+        cJSON_AddItemToArray(pins, p);
+    }
+}
+
+/* The cache-wide figures of /v1/cache/stats. */
 static cJSON *stats_json(kvt_server *s) {
     kvt_cache_stats st;
     kvt_cache_get_stats(s->cache, &st);
@@ -86,14 +106,31 @@ static cJSON *stats_json(kvt_server *s) {
     cJSON_AddNumberToObject(o, "sessions_released_early", (double)st.sessions_released);
     cJSON_AddNumberToObject(o, "sessions_expired", (double)st.sessions_expired);
     cJSON_AddNumberToObject(o, "prefetched_blocks", (double)st.prefetched_blocks);
-    cJSON *pins = cJSON_AddArrayToObject(o, "pins");
-    for (int32_t i = 0; i < s->n_pins; i++) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "pin_id", s->pins[i].id);
-        cJSON_AddNumberToObject(p, "tokens", s->pins[i].tokens);
-        cJSON_AddItemToArray(pins, p);
-    }
     return o;
+}
+
+/* A new pin id: "pin-" and PIN_ID_BYTES random bytes in hex, so ids can be
+ * neither guessed nor counted. 0, or -1 when the kernel gave no randomness. */
+static int new_pin_id(char out[ID_LEN]) {
+    unsigned char r[PIN_ID_BYTES];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return -1;
+    int k = snprintf(out, ID_LEN, "pin-");
+    for (size_t i = 0; i < sizeof r; i++) k += snprintf(out + k, (size_t)(ID_LEN - k), "%02x", r[i]);
+    return 0;
+}
+
+/* Ends the pin pin_id and/or the warm session named session of job j's
+ * caller (any namespace's with the admin key). 1 if one was found. */
+static int unpin(kvt_server *s, const admin_job *j, kvt_hash128 root) {
+    int found = 0;
+    for (int32_t i = 0; j->pin_id && i < s->n_pins && !found; i++)
+        if (!strcmp(s->pins[i].id, j->pin_id) && (j->admin || kvt_hash128_eq(s->pins[i].root, root))) {
+            kvt_cache_release(s->cache, s->pins[i].pin);
+            s->pins[i] = s->pins[--s->n_pins];
+            found = 1;
+        }
+    if (j->session) found |= kvt_cache_end_session_root(s->cache, j->admin ? NULL : &root, j->session) == 0;
+    return found;
 }
 
 static char *job_run(kvt_server *s, admin_job *j) {
@@ -103,6 +140,8 @@ static char *job_run(kvt_server *s, admin_job *j) {
     switch (j->kind) {
     case JOB_PIN: {
         if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        char id[ID_LEN];
+        if (new_pin_id(id)) return job_error(j, 500, NULL, "no random bytes for a pin id");
         kvt_pin *pin = NULL;
         int n = kvt_cache_pin_root(s->cache, root, j->r->prompt, j->r->n_prompt, &pin);
         if (n < 0) return job_error(j, 409, "pin_limit", kvt_errmsg());
@@ -113,27 +152,23 @@ static char *job_run(kvt_server *s, admin_job *j) {
                 s->pins = kvt_xrealloc(s->pins, (size_t)s->cap_pins * sizeof *s->pins);
             }
             server_pin *sp = &s->pins[s->n_pins++];
-            snprintf(sp->id, sizeof sp->id, "pin-%llu", (unsigned long long)++s->next_pin);
+            memcpy(sp->id, id, sizeof id);
+            sp->root = root;
             sp->pin = pin;
             sp->tokens = n;
             cJSON_AddStringToObject(o, "pin_id", sp->id);
         } else {
             cJSON_AddNullToObject(o, "pin_id");
         }
-        cJSON_AddNumberToObject(o, "pinned_tokens", n);
+        /* the count tells what was cached before: under --hide-cached-tokens it stays with the operator */
+        if (!s->p.hide_cached_tokens || j->admin) cJSON_AddNumberToObject(o, "pinned_tokens", n);
         cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
         break;
     }
     case JOB_UNPIN: {
-        int found = 0;
-        for (int32_t i = 0; j->pin_id && i < s->n_pins && !found; i++)
-            if (!strcmp(s->pins[i].id, j->pin_id)) {
-                kvt_cache_release(s->cache, s->pins[i].pin);
-                s->pins[i] = s->pins[--s->n_pins];
-                found = 1;
-            }
-        if (j->session) found |= kvt_cache_end_session(s->cache, j->session) == 0;
-        if (!found) return job_error(j, 404, "not_found", "no such pin or warm session");
+        if (kvt_cache_root(s->cache, j->salt, j->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        /* another namespace's pin or session is "not found", exactly as one that does not exist */
+        if (!unpin(s, j, root)) return job_error(j, 404, "not_found", "no such pin or warm session");
         o = cJSON_CreateObject();
         cJSON_AddTrueToObject(o, "released");
         break;
@@ -142,7 +177,7 @@ static char *job_run(kvt_server *s, admin_job *j) {
         if (kvt_cache_root(s->cache, j->r->salt, j->r->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
         int32_t n = kvt_cache_prefetch_root(s->cache, root, j->r->prompt, j->r->n_prompt, INT32_MAX);
         o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "resident_tokens", n);
+        if (!s->p.hide_cached_tokens || j->admin) cJSON_AddNumberToObject(o, "resident_tokens", n);
         cJSON_AddNumberToObject(o, "prompt_tokens", j->r->n_prompt);
         break;
     }
@@ -156,7 +191,14 @@ static char *job_run(kvt_server *s, admin_job *j) {
         break;
     }
     case JOB_STATS:
-        o = stats_json(s);
+        if (kvt_cache_root(s->cache, j->salt, j->salt_len, &root)) return job_error(j, 500, NULL, kvt_errmsg());
+        /* the cache-wide counters move with every tenant's hits: hidden from clients with the cache report */
+        if (!s->p.hide_cached_tokens || j->admin) o = stats_json(s);
+        else {
+            o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "block_tokens", s->block);
+        }
+        add_pins(s, j, root, o);
         break;
     }
     return json_take(o);

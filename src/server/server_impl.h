@@ -52,6 +52,7 @@
 #define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
 #define LOGPROBS_INIT 16            /* logprob entries of a request, grown as needed */
 #define ID_LEN 64
+#define PIN_ID_BYTES 16            /* random bytes of a pin id (128 bits, printed in hex) */
 #define BEARER "Bearer "
 #define SESSION_HEADER "X-Session-Id"
 /* Cache-aware scheduling: among the first SCHED_WINDOW queued requests the
@@ -171,14 +172,21 @@ typedef struct admin_job {
     srv_req *r;              /* prompt and salt (pin, prefetch); NULL otherwise */
     char *pin_id;            /* unpin: a pin id, or NULL */
     char *session;           /* unpin: a warm session, or NULL */
+    unsigned char *salt;     /* unpin, stats: the caller's tenant salt (API key + cache_salt; owned) */
+    size_t salt_len;
+    int admin;               /* the caller holds the admin key: every tenant's pins and sessions */
     int status;              /* HTTP status of the result */
     char *json;              /* the response body (owned) */
     int done;
     struct admin_job *next;
 } admin_job;
 
+/* A pin made through /v1/cache/pin: its id is random (PIN_ID_BYTES from the
+ * kernel), and it belongs to the namespace it was made in (root), whose
+ * callers alone see and release it (and the admin key). */
 typedef struct server_pin {
     char id[ID_LEN];
+    kvt_hash128 root;
     kvt_pin *pin;
     int32_t tokens;
 } server_pin;
@@ -227,7 +235,6 @@ struct kvt_server {
     /* engine thread only: pins made through /v1/cache/pin */
     server_pin *pins;
     int32_t n_pins, cap_pins;
-    uint64_t next_pin;
 };
 
 /* ---- HTTP (http.c) ---------------------------------------------------------------- */
@@ -269,6 +276,7 @@ typedef struct conn_state {
     uint64_t reserved; /* bytes of the body budget (s->guard) this request holds */
     int refused;       /* 0, or the status that answers once the body has been read: 413 or 503 */
     const char *key;   /* the API key the request authenticated with (borrowed), or NULL */
+    int admin;         /* the request carries the admin key (--admin-key) on a path it opens */
     /* for the access log */
     double t_start;    /* kvt_now() at the headers */
     int status;        /* the status sent, 0 before */

@@ -24,7 +24,10 @@ done
 "$BIN" serve --chat-template nope >/dev/null 2>&1; check "serve bad template is a usage error" is "$?" 2
 
 LONG="The quick brown fox jumps over the lazy dog while the cache keeps every block it has seen before, so a repeat is cheap."
-kvt_start_server main --parallel 4 --timeout 2 --max-body 65536 --max-tokens-limit 512 --ctx 1024
+# --explain-text: the reuse reports below show the cached side too; --admin-key opens the lint
+kvt_start_server main --parallel 4 --timeout 2 --max-body 65536 --max-tokens-limit 512 --ctx 1024 --explain-text \
+  --admin-key adm-key
+ADMIN=(-H 'Authorization: Bearer adm-key')
 MAIN_PID=$SRV_PID
 
 # ---- basics -------------------------------------------------------------------------
@@ -66,9 +69,9 @@ check "salted repeat: different namespace" is "$(jb .kvtier.reuse_stop.reason)" 
 for i in 1 2 3; do
   post /v1/completions "{\"prompt\":\"Now: 2026-11-30 09:1$i:0$i. $LONG Question $i?\",\"max_tokens\":1,\"cache_salt\":\"lint-t\"}"
 done
-CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?cache_salt=lint-t")
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/cache/lint?cache_salt=lint-t")
 check "lint 200" is "$CODE" 200
-check "lint sees only this tenant's prompts" is "$(jb .prompts)" 3
+check "lint with cache_salt sees only that salt's prompts" is "$(jb .prompts)" 3
 check "lint names the timestamp" is "$(jb '.causes[0].cause')" timestamp
 check "lint: fixes raise the fraction" is "$(jb '.reusable_fraction_after_fixes > .reusable_fraction')" true
 check "lint advice moves the timestamp" is "$(jb '.advice[0] | test("move the timestamp")')" true
@@ -85,7 +88,7 @@ check "documents B,A after A,B: diverged at the first document's block" is "$(jb
 chat_docs "x" '{"id":"a","text":"t","extra":1}'
 check "a document with an unknown field is 400" is "$CODE" 400
 check "... naming kvtier.documents" is "$(jb .error.param)" kvtier.documents
-CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/v1/cache/lint?n=0")
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/cache/lint?n=0")
 check "lint bad n is 400" is "$CODE" 400
 
 # streaming completion equals the plain one
