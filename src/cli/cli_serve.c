@@ -37,7 +37,7 @@ enum {
     O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
     O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
-    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS, O_ADMIN_KEY, O_EXPLAIN_TEXT, O_HIDE_CACHED,
+    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS, O_ADMIN_KEY, O_EXPLAIN_TEXT, O_HIDE_CACHED, O_STRICT,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -154,6 +154,10 @@ static const kvt_cli_opt serve_opts[] = {
      "with --approximate-reuse: the fraction of the placed document\ntokens recomputed when a request gives no "
      "kvtier.recompute_ratio\n(default 0.15; 1 recomputes them all, which is exact)", 0,
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {O_STRICT, 0, "strict", NULL, NULL,
+     "refuse request fields this server does not read: a top-level field\nthe endpoint does not know (a typo such "
+     "as max_token) is a 400\nnaming it. By default such fields are ignored, as OpenAI does.\nBodies are strict "
+     "JSON either way (no duplicate keys, no \\u0000,\nvalid UTF-8)", 0, KVT_CLI_PLAIN},
     {O_LOG_FORMAT, 0, "log-format", NULL, "FMT",
      "text (default) or json: one object per line with ts, level, msg.\nEvery line has an ISO-8601 UTC timestamp "
      "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)", 0, KVT_CLI_PLAIN},
@@ -333,6 +337,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         return 0;
     case O_LOG_FILE: x->log_file = v; return 0;
     case O_PROGRESS: kvt_progress_set_forced(1); return 0;
+    case O_STRICT: sp->strict = 1; return 0;
     default: return -1;
     }
 }

@@ -104,3 +104,9 @@ int kvt_api_audit_fields(const cJSON *root, kvt_api_error *err) {
     }
     return 0;
 }
+
+const char *kvt_api_audit_name(const char *key, size_t len) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(AUDIT); i++)
+        if (strlen(AUDIT[i].name) == len && !memcmp(AUDIT[i].name, key, len)) return AUDIT[i].name;
+    return NULL;
+}

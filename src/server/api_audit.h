@@ -14,4 +14,8 @@
  * neutral. root is the request's JSON object. */
 int kvt_api_audit_fields(const struct cJSON *root, kvt_api_error *err);
 
+/* The audited field named key[0..len) (its static name), or NULL: these are
+ * fields kvtier knows (api_body.c's known-field test counts them). */
+const char *kvt_api_audit_name(const char *key, size_t len);
+
 #endif

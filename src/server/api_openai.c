@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "api_audit.h"
+#include "api_body.h"
 #include "api_tools.h"
 #include "common.h"
 
@@ -40,22 +41,45 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
 
 /* ---- parsing --------------------------------------------------------------- */
 
-static int get_number(const cJSON *root, const char *name, double lo, double hi, int integer, double *out, int *has,
+#define NUM_INT 1   /* get_number: the value must be an integer */
+#define NUM_ABOVE 2 /* get_number: the value must be above lo, not equal to it */
+
+/* d as a message shows it: integers in full (2147483647, not 2.14748e+09), others as %g. */
+static const char *num_text(double d, char buf[32]) {
+    if (d == floor(d) && fabs(d) <= MAX_SAFE_INT) snprintf(buf, 32, "%.0f", d);
+    else snprintf(buf, 32, "%g", d);
+    return buf;
+}
+
+static const char *json_type(const cJSON *v) {
+    return cJSON_IsString(v) ? "a string" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsArray(v) ? "an array"
+           : cJSON_IsObject(v) ? "an object" : "a number";
+}
+
+/* The number name of root, in [lo, hi] ((lo, hi] with NUM_ABOVE), an integer with NUM_INT.
+ * name may be dotted ("kvtier.priority"): its last part is looked up, the whole names it in
+ * the error (it must be static: err->param keeps it). Absent or null: *has 0. The message of
+ * every failure states the whole constraint. */
+static int get_number(const cJSON *root, const char *name, double lo, double hi, int flags, double *out, int *has,
                       kvt_api_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    const char *dot = strrchr(name, '.');
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, dot ? dot + 1 : name);
     if (has) *has = 0;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v))
-        return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be a number", name);
-    double d = v->valuedouble;
-    if (!isfinite(d) || (integer && (d != floor(d) || fabs(d) > MAX_SAFE_INT)))
-        return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be an integer", name);
-    if (d < lo || d > hi)
-        return kvt_api_errorf(err, 400, INVALID, name, "invalid_value", "'%s' must be between %g and %g, got %g",
-                              name, lo, hi, d);
-    *out = d;
-    if (has) *has = 1;
-    return 0;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (isfinite(d) && (flags & NUM_ABOVE ? d > lo : d >= lo) && d <= hi && (!(flags & NUM_INT) || d == floor(d))) {
+        *out = d;
+        if (has) *has = 1;
+        return 0;
+    }
+    char l[32], h[32], g[48], got[64];
+    if (!cJSON_IsNumber(v)) snprintf(got, sizeof got, ", got %s", json_type(v));
+    else if (!isfinite(d)) snprintf(got, sizeof got, ", got a number beyond the range of a double");
+    else snprintf(got, sizeof got, ", got %s", num_text(d, g));
+    return kvt_api_errorf(err, 400, INVALID, name, cJSON_IsNumber(v) ? "invalid_value" : "invalid_type",
+                          "'%s' must be %s %s %s %s %s%s", name, flags & NUM_INT ? "an integer" : "a finite number",
+                          flags & NUM_ABOVE ? "above" : "from", num_text(lo, l), flags & NUM_ABOVE ? "and at most" : "to",
+                          num_text(hi, h), got);
 }
 
 static int get_bool(const cJSON *root, const char *name, int *out, kvt_api_error *err) {
@@ -206,13 +230,13 @@ static int parse_logprobs(const cJSON *root, kvt_api_request *r, kvt_api_error *
     double d;
     int has;
     if (r->kind == KVT_API_COMPLETION) {
-        if (get_number(root, "logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, 1, &d, &has, err)) return -1;
+        if (get_number(root, "logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, NUM_INT, &d, &has, err)) return -1;
         r->logprobs = has;
         r->top_logprobs = has ? (int32_t)d : 0;
         return 0;
     }
     if (get_bool(root, "logprobs", &r->logprobs, err) ||
-        get_number(root, "top_logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, 1, &d, &has, err))
+        get_number(root, "top_logprobs", 0, KVT_API_MAX_TOP_LOGPROBS, NUM_INT, &d, &has, err))
         return -1;
     if (has && d > 0 && !r->logprobs)
         return kvt_api_errorf(err, 400, INVALID, "top_logprobs", "invalid_value",
@@ -231,15 +255,11 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     if (has) r->presence_penalty = (float)d;
     if (get_number(root, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
     if (has) r->frequency_penalty = (float)d;
-    if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, 0, &d, &has, err)) return -1;
-    if (has) {
-        if (d <= 0)
-            return kvt_api_errorf(err, 400, INVALID, "repeat_penalty", "invalid_value", "'repeat_penalty' must be above 0");
-        r->repeat_penalty = (float)d;
-    }
+    if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, NUM_ABOVE, &d, &has, err)) return -1;
+    if (has) r->repeat_penalty = (float)d;
     if (get_number(root, "min_p", 0, 1, 0, &d, &has, err)) return -1;
     if (has) r->min_p = (float)d;
-    if (get_number(root, "penalty_last_n", -1, INT32_MAX, 1, &d, &has, err)) return -1;
+    if (get_number(root, "penalty_last_n", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
     if (has && d == 0) { /* llama.cpp: a window of 0 tokens turns the penalties off */
         r->presence_penalty = r->frequency_penalty = 0;
         r->repeat_penalty = 1;
@@ -265,7 +285,7 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
                                   "'logit_bias' keys must be token ids in [0, %d)", n_vocab);
         if (!cJSON_IsNumber(e) || !(fabs(e->valuedouble) <= MAX_LOGIT_BIAS))
             return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
-                                  "'logit_bias' values must be numbers in [-100, 100]");
+                                  "'logit_bias' values must be finite numbers from -100 to 100");
         r->bias_id[r->n_bias] = (int32_t)id;
         r->bias[r->n_bias++] = (float)e->valuedouble;
     }
@@ -289,29 +309,26 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     int has, has2;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     double mt = 0, mct = 0;
-    if (get_number(root, "max_tokens", 1, max_tokens_limit, 1, &mt, &has, err) ||
-        get_number(root, "max_completion_tokens", 1, max_tokens_limit, 1, &mct, &has2, err))
+    if (get_number(root, "max_tokens", 1, max_tokens_limit, NUM_INT, &mt, &has, err) ||
+        get_number(root, "max_completion_tokens", 1, max_tokens_limit, NUM_INT, &mct, &has2, err))
         return -1;
     r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
     /* llama.cpp's name for it, read when neither OpenAI name is given; -1 there means "no limit" */
     double np = 0;
-    if (!r->max_tokens && get_number(root, "n_predict", -1, max_tokens_limit, 1, &np, &has, err)) return -1;
+    if (!r->max_tokens && get_number(root, "n_predict", -1, max_tokens_limit, NUM_INT, &np, &has, err)) return -1;
     if (!r->max_tokens && has && np > 0) r->max_tokens = (int32_t)np;
     r->temperature = 1.0f;
     if (get_number(root, "temperature", 0, MAX_TEMPERATURE, 0, &d, &has, err)) return -1;
     if (has) r->temperature = (float)d;
     r->top_p = 1.0f;
-    if (get_number(root, "top_p", 0, 1, 0, &d, &has, err)) return -1;
-    if (has) {
-        if (d <= 0) return kvt_api_errorf(err, 400, INVALID, "top_p", "invalid_value", "'top_p' must be above 0");
-        r->top_p = (float)d;
-    }
-    if (get_number(root, "top_k", -1, INT32_MAX, 1, &d, &has, err)) return -1;
+    if (get_number(root, "top_p", 0, 1, NUM_ABOVE, &d, &has, err)) return -1;
+    if (has) r->top_p = (float)d;
+    if (get_number(root, "top_k", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
     if (has) r->top_k = d < 0 ? 0 : (int32_t)d;
-    if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, 1, &d, &r->has_seed, err)) return -1;
+    if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, NUM_INT, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
     if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
-    if (get_number(root, "n", 1, KVT_API_MAX_N, 1, &d, &has, err)) return -1;
+    if (get_number(root, "n", 1, KVT_API_MAX_N, NUM_INT, &d, &has, err)) return -1;
     r->n = has ? (int32_t)d : 1;
     if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||
         get_bool(root, "ignore_eos", &r->ignore_eos, err))
@@ -367,9 +384,9 @@ static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *e
     }
     double d;
     int has;
-    if (get_number(kv, "priority", KVT_API_PRIORITY_MIN, KVT_API_PRIORITY_MAX, 1, &d, &has, err)) return -1;
+    if (get_number(kv, "kvtier.priority", KVT_API_PRIORITY_MIN, KVT_API_PRIORITY_MAX, NUM_INT, &d, &has, err)) return -1;
     if (has) out->priority = (int)d;
-    if (get_number(kv, "keep_warm_s", 0, KVT_API_KEEP_WARM_MAX_S, 0, &d, &has, err)) return -1;
+    if (get_number(kv, "kvtier.keep_warm_s", 0, KVT_API_KEEP_WARM_MAX_S, 0, &d, &has, err)) return -1;
     if (has) out->keep_warm_s = d;
     if (out->keep_warm_s >= 0 && !out->session_id[0])
         return kvt_api_errorf(err, 400, INVALID, "kvtier.keep_warm_s", "invalid_value",
@@ -437,10 +454,7 @@ int kvt_api_parse_reuse(const cJSON *kv, int has_seed, int *approximate, float *
     }
     double d;
     int has = 0;
-    if (cJSON_IsObject(kv) && get_number(kv, "recompute_ratio", 0, 1, 0, &d, &has, err)) {
-        err->param = "kvtier.recompute_ratio";
-        return -1;
-    }
+    if (cJSON_IsObject(kv) && get_number(kv, "kvtier.recompute_ratio", 0, 1, 0, &d, &has, err)) return -1;
     if (has && !r->approximate)
         return kvt_api_errorf(err, 400, INVALID, "kvtier.recompute_ratio", "invalid_value",
                               "'kvtier.recompute_ratio' needs 'kvtier.reuse': \"approximate\"");
@@ -465,55 +479,36 @@ static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *er
 
 /* ---- the raw text, before parsing -------------------------------------------- */
 
-/* Top-level fields whose strings kvtier reads: a NUL in them would cut the text. */
-static const char *const STRING_FIELDS[] = {"model", "prompt", "messages", "stop", "cache_salt", "kvtier"};
-
 /* What one lexical pass over the raw body learns before anything is allocated.
- * The pass assumes nothing about validity (cJSON judges that afterwards); on
- * valid JSON its counts are exact or slightly high, never low. */
+ * The pass assumes nothing about validity (kvt_api_check_body judges that
+ * next); on valid JSON its counts are exact or slightly high, never low. */
 typedef struct {
-    size_t values;           /* JSON values, at most: 1 + commas + containers outside strings */
-    size_t prompt_items;     /* items in the top-level "prompt" array (1 for an empty one), or 0 */
-    const char *nul_field;   /* the first field of STRING_FIELDS holding a \u0000 escape, or NULL */
+    size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
+    size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
 } body_scan;
 
 static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-static const char *string_field(const char *key, size_t len) {
-    for (size_t i = 0; key && i < KVT_ARRAY_LEN(STRING_FIELDS); i++)
-        if (strlen(STRING_FIELDS[i]) == len && !memcmp(key, STRING_FIELDS[i], len)) return STRING_FIELDS[i];
-    return NULL;
-}
 
 static void scan_body(const char *b, size_t n, body_scan *sc) {
     memset(sc, 0, sizeof *sc);
     sc->values = 1;
     long depth = 0;
-    const char *field = NULL; /* the top-level key whose value the scan is in (static name), or NULL */
+    int prompt_key = 0; /* the latest top-level key is "prompt" */
     int in_prompt = 0;
     for (size_t i = 0; i < n; i++) {
         char c = b[i];
         if (c == '"') {
             size_t j = i + 1;
-            int nul = 0;
-            while (j < n && b[j] != '"') {
-                if (b[j] == '\\' && j + 1 < n) {
-                    nul |= b[j + 1] == 'u' && j + 5 < n && !memcmp(b + j + 2, "0000", 4);
-                    j += 2;
-                } else {
-                    j++;
-                }
-            }
+            while (j < n && b[j] != '"') j += b[j] == '\\' && j + 1 < n ? 2 : 1;
             size_t k = j + 1;
             while (k < n && json_space(b[k])) k++;
             /* a string right inside the root object and followed by ':' is a key */
-            if (depth == 1 && k < n && b[k] == ':') field = string_field(b + i + 1, j - i - 1);
-            if (nul && field && !sc->nul_field) sc->nul_field = field;
+            if (depth == 1 && k < n && b[k] == ':') prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
             i = j;
         } else if (c == '{' || c == '[') {
             sc->values++;
             /* at depth 1, a container is the value of the latest key */
-            if (++depth == 2 && c == '[' && field && !strcmp(field, "prompt")) {
+            if (++depth == 2 && c == '[' && prompt_key) {
                 in_prompt = 1;
                 sc->prompt_items = 1;
             }
@@ -545,27 +540,12 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
     if (sc.values > max_values)
         return kvt_api_errorf(err, 400, INVALID, NULL, "too_many_values",
                               "the request body holds more than %zu JSON values", max_values);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
-                       "the request body is not valid JSON (error near byte %td)",
-                       cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : (ptrdiff_t)0);
+    /* strict JSON (api_body.h): the same text means the same request to every parser */
+    if (kvt_api_check_body(kind == KVT_API_CHAT ? KVT_BODY_CHAT : KVT_BODY_COMPLETION, body, len, 0, err))
         return KVT_EARG;
-    }
-    while (end < body + len && json_space(*end)) end++;
-    if (end < body + len) {
-        cJSON_Delete(root);
-        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
-                              "the request body holds more than one JSON value (unexpected text at byte %td)",
-                              end - body);
-    }
-    if (sc.nul_field) {
-        cJSON_Delete(root);
-        return kvt_api_errorf(err, 400, INVALID, sc.nul_field, "invalid_value",
-                              "'%s' holds a NUL character (\\u0000), which kvtier does not accept in text",
-                              sc.nul_field);
-    }
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) /* only out of memory, after the check */
+        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body could not be parsed (out of memory)");
     int rc = parse_root(root, kind, n_vocab, max_tokens_limit, out, err);
     cJSON_Delete(root);
     if (rc) {

@@ -133,10 +133,11 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
  * body of more than n_ctx + KVT_API_MAX_JSON_VALUES JSON values.
  *
  * The body must be exactly one JSON value, with only whitespace around it
- * (trailing text or a second object is an error). C strings cannot carry NUL,
- * so a NUL byte in the body, or a \u0000 escape in a field kvtier reads
- * (model, prompt, messages, stop, cache_salt, kvtier), is an error naming the field
- * rather than a silently shortened string.
+ * (trailing text or a second object is an error), and strict JSON as
+ * kvt_api_check_body (api_body.h) judges it: no duplicate keys, no \u0000
+ * (C strings cannot carry NUL), no raw control bytes, valid UTF-8, at any
+ * depth. A fault names its JSON pointer, and the top-level field it is under
+ * in "param", rather than a silently different or shortened request.
  *
  * Returns 0 and *out (free with kvt_api_request_free), or KVT_EARG with *err filled
  * (status 400) and *out zeroed. */

@@ -35,10 +35,11 @@ int kvt_api_rag_options(const char *rag_json, int32_t default_k, kvt_api_rag *ou
         }
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "k"), *ord = cJSON_GetObjectItemCaseSensitive(o, "order");
     if (k && !cJSON_IsNull(k)) {
-        if (!cJSON_IsNumber(k) || k->valuedouble != (double)(int)k->valuedouble || k->valuedouble < 1 ||
-            k->valuedouble > KVT_RAG_MAX_K) {
-            rc = kvt_api_errorf(err, 400, INVALID, "kvtier.rag.k", "invalid_value",
-                                "'kvtier.rag.k' must be an integer in 1..%d", KVT_RAG_MAX_K);
+        /* the range first: converting a value out of int's range (1e309 is inf) is undefined */
+        if (!cJSON_IsNumber(k) || !(k->valuedouble >= 1 && k->valuedouble <= KVT_RAG_MAX_K) ||
+            k->valuedouble != (double)(int)k->valuedouble) {
+            rc = kvt_api_errorf(err, 400, INVALID, "kvtier.rag.k", cJSON_IsNumber(k) ? "invalid_value" : "invalid_type",
+                                "'kvtier.rag.k' must be an integer from 1 to %d", KVT_RAG_MAX_K);
             goto done;
         }
         out->k = (int32_t)k->valuedouble;

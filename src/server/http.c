@@ -13,6 +13,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "api_body.h"
 #include "common.h"
 
 /* Every route: its path, method, metrics label, and handler. */
@@ -40,6 +41,22 @@ static const struct {
     {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS, kvt_srv_handle_admin},
     {"/v1/cache/lint", "GET", "cache_lint", R_CACHE_LINT, kvt_srv_handle_lint},
 };
+
+/* What a POST route's body holds, for the strict check every body gets before its handler. */
+static kvt_api_body body_of(route r) {
+    switch (r) {
+    case R_COMPLETIONS: return KVT_BODY_COMPLETION;
+    case R_CHAT:
+    case R_RAG: return KVT_BODY_CHAT;
+    case R_PREFILL:
+    case R_CACHE_PIN:
+    case R_CACHE_PREFETCH: return KVT_BODY_PROMPT;
+    case R_TOKENIZE: return KVT_BODY_TOKENIZE;
+    case R_DETOKENIZE: return KVT_BODY_DETOKENIZE;
+    case R_CACHE_UNPIN: return KVT_BODY_UNPIN;
+    default: return KVT_BODY_NONE;
+    }
+}
 
 /* Per-connection state (MHD's socket context): the whole-request deadline's
  * handle and the request being served (one at a time on a connection). */
@@ -406,6 +423,14 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
     }
     kvt_http_guard_request_in(s->guard, tracked(c)); /* the request is whole: no deadline while it is answered */
     if (cs->refused) return send_refusal(s, c, cs->label, cs->refused);
+    /* every body is strict JSON before a handler reads it (api_body.h); only a route that reads no
+     * field (flush) may come without one */
+    kvt_api_body kind = body_of(cs->r);
+    if (!strcmp(method, "POST") && (cs->len || kind != KVT_BODY_NONE)) {
+        kvt_api_error e;
+        if (kvt_api_check_body(kind, cs->body ? cs->body : "", cs->len, s->p.strict, &e))
+            return kvt_srv_send_error(s, c, cs->label, &e, NULL, NULL);
+    }
     return cs->handle(s, c, cs);
 }
 

@@ -102,6 +102,8 @@ typedef struct {
                                    reuse"); 0 (default): such a request is a 400 */
     float recompute_ratio;      /* of the documents' placed tokens, the fraction recomputed when a request
                                    gives no kvtier.recompute_ratio */
+    int strict;                 /* 1: a top-level request field the endpoint does not read is a 400 naming
+                                   it; 0 (default): ignored, as OpenAI does */
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

@@ -136,8 +136,11 @@ static void test_strict_json(void) {
     expect_code(KVT_API_COMPLETION, nul_stop, strlen(nul_stop), "stop", "invalid_value");
     const char *nul_salt = "{\"prompt\":\"x\", \"cache_salt\" : \"s\\u0000\"}";
     expect_code(KVT_API_COMPLETION, nul_salt, strlen(nul_salt), "cache_salt", "invalid_value");
-    /* a field kvtier ignores may hold one; an escaped backslash before "u0000" is no NUL */
-    CHECK(parse(KVT_API_COMPLETION, "{\"user\":\"a\\u0000\",\"prompt\":\"b\\\\u0000\"}", &r, &e) == 0);
+    /* a field kvtier ignores may not hold one either: another parser downstream might read it */
+    const char *nul_user = "{\"user\":\"a\\u0000\",\"prompt\":\"b\"}";
+    expect_code(KVT_API_COMPLETION, nul_user, strlen(nul_user), "user", "invalid_value");
+    /* an escaped backslash before "u0000" is no NUL */
+    CHECK(parse(KVT_API_COMPLETION, "{\"user\":\"a\",\"prompt\":\"b\\\\u0000\"}", &r, &e) == 0);
     CHECK(r.prompt && !strcmp(r.prompt, "b\\u0000"));
     kvt_api_request_free(&r);
 
