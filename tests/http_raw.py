@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Raw HTTP over a TCP socket to 127.0.0.1, for what curl cannot send: malformed
-framing, half-closed sockets, slow and idle connections. Used by
-test_server_hardening.sh.
+framing, half-closed sockets, slow and idle connections, connections from
+several loopback addresses. Used by test_server_hardening.sh and
+test_server_slowloris.sh.
 
-  http_raw.py send PORT [--shut-wr] [--wait S]
+  http_raw.py send PORT [--shut-wr] [--wait S] [--from ADDR]
       sends stdin as is (after shutdown(SHUT_WR) with --shut-wr) and prints what
       the server answers until it closes the connection; exit 3 if it is still
-      open after S seconds (default 10).
+      open after S seconds (default 10). --from binds the client socket to
+      ADDR (another loopback address such as 127.0.0.2).
   http_raw.py slow PORT N INTERVAL BOUND
       opens N connections that each send the start of a request and then one
       header byte every INTERVAL seconds; prints, per connection, the seconds
@@ -15,6 +17,17 @@ test_server_hardening.sh.
   http_raw.py per-ip PORT LIMIT
       opens LIMIT idle connections and one more; exit 0 if the server closes the
       extra one within 10 s and still answers GET /health on the first LIMIT.
+  http_raw.py wave PORT SOURCES PER INTERVAL BOUND
+      opens PER connections from each address of SOURCES (comma-separated),
+      taking the addresses in turn, each sending the start of a request's
+      headers; prints "opened N" once all are open, then sends one header byte
+      on each every INTERVAL seconds. Exit 0 once the server has closed all of
+      them, 1 if some are still open after BOUND seconds (then it closes them).
+  http_raw.py hold-post PORT ADDR XFF N BOUND
+      opens N connections from ADDR, each sending a POST whose headers carry
+      X-Forwarded-For: XFF and whose body stops short of its Content-Length;
+      prints "sent N" and holds them until the server closes them or BOUND
+      seconds pass.
 """
 import socket
 import sys
@@ -23,8 +36,12 @@ import time
 HOST = "127.0.0.1"
 
 
-def connect(port):
-    return socket.create_connection((HOST, port), timeout=10)
+def connect(port, source=None):
+    return socket.create_connection((HOST, port), timeout=10, source_address=(source, 0) if source else None)
+
+
+def say(line):
+    print(line, flush=True)
 
 
 def closed_by_server(s, wait):
@@ -47,8 +64,9 @@ def closed_by_server(s, wait):
 def cmd_send(port, args):
     shut = "--shut-wr" in args
     wait = float(args[args.index("--wait") + 1]) if "--wait" in args else 10.0
+    source = args[args.index("--from") + 1] if "--from" in args else None
     data = sys.stdin.buffer.read()
-    s = connect(port)
+    s = connect(port, source)
     s.sendall(data)
     if shut:
         s.shutdown(socket.SHUT_WR)
@@ -135,6 +153,66 @@ def cmd_per_ip(port, limit):
     return 0 if ok and first.startswith("HTTP/1.1 200") else 1
 
 
+def gone(s):
+    """Whether the server closed non-blocking socket s (it sends nothing before)."""
+    try:
+        return s.recv(65536) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def cmd_wave(port, sources, per, interval, bound):
+    start = time.monotonic()
+    conns = []
+    for _ in range(per):
+        for src in sources.split(","):
+            s = connect(port, src)
+            try:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            except OSError:
+                pass  # refused at once: the server closed it already
+            s.setblocking(False)
+            conns.append(s)
+    say("opened %d" % len(conns))
+    open_ = set(range(len(conns)))
+    while open_ and time.monotonic() - start < bound:
+        time.sleep(interval)
+        for i in sorted(open_):
+            if gone(conns[i]):
+                open_.discard(i)
+                continue
+            try:
+                conns[i].send(b"a")
+            except OSError:
+                open_.discard(i)
+    for s in conns:
+        s.close()
+    say("closed by the server: %d of %d" % (len(conns) - len(open_), len(conns)))
+    return 0 if not open_ else 1
+
+
+def cmd_hold_post(port, source, xff, n, bound):
+    body = b'{"prompt":"held","max_tokens":1}'
+    head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "X-Forwarded-For: %s\r\nContent-Length: %d\r\n\r\n" % (xff, len(body))).encode()
+    conns = []
+    for _ in range(n):
+        s = connect(port, source)
+        s.sendall(head + body[:5])
+        s.setblocking(False)
+        conns.append(s)
+    say("sent %d" % n)
+    end = time.monotonic() + bound
+    while conns and time.monotonic() < end:
+        time.sleep(0.2)
+        conns = [s for s in conns if not gone(s) or s.close()]
+    for s in conns:
+        s.close()
+    return 0
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -146,6 +224,10 @@ def main():
         return cmd_slow(port, int(args[0]), float(args[1]), float(args[2]))
     if cmd == "per-ip":
         return cmd_per_ip(port, int(args[0]))
+    if cmd == "wave":
+        return cmd_wave(port, args[0], int(args[1]), float(args[2]), float(args[3]))
+    if cmd == "hold-post":
+        return cmd_hold_post(port, args[0], args[1], int(args[2]), float(args[3]))
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -17,6 +17,7 @@
 #include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
 #include "progress.h" /* --progress */
 #include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
+#include "http_conns.h" /* --trusted-proxy addresses */
 #include "rag.h"
 
 #define PATH_MAX_LEN 4096
@@ -30,6 +31,8 @@
 #define MAX_CTX (1L << 24)
 #define MODEL_ID_MAX PATH_MAX_LEN
 #define MAX_CORS_ORIGINS 64
+#define MAX_CONNS 65536
+#define MAX_TRUSTED_PROXIES 64
 
 
 enum {
@@ -38,6 +41,7 @@ enum {
     O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
     O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
     O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS, O_ADMIN_KEY, O_EXPLAIN_TEXT, O_HIDE_CACHED, O_STRICT,
+    O_HEADER_TIMEOUT, O_MAX_CONNS, O_CONN_RESERVE, O_TRUSTED_PROXY,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -115,10 +119,26 @@ static const kvt_cli_opt serve_opts[] = {
      "close a connection that has not sent a whole request (headers and\nbody) S seconds after it opened or after its "
      "previous response,\nhowever steadily it trickles bytes (default " STR(KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S)
      "; 0 = no deadline)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
+    {O_HEADER_TIMEOUT, 0, "header-timeout", NULL, "S",
+     "close a connection that has not sent a request's complete headers\nS seconds after it opened or after its "
+     "previous response (an idle\nkeep-alive connection too), so slow clients give their slot back\nsoon; bodies "
+     "and answers keep --request-timeout (default "
+     STR(KVT_SERVER_DEFAULT_HEADER_TIMEOUT_S) ";\n0 = no header deadline)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
     {O_MAX_CONNS_PER_IP, 0, "max-conns-per-ip", NULL, "N",
      "open connections from one IP address at most; more are closed at\nonce (default "
-     STR(KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit; behind a proxy every client\nshares the proxy's address)",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS_PER_IP)},
+     STR(KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit). Behind a proxy every client\nshares the proxy's address "
+     "unless it is a --trusted-proxy", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS_PER_IP)},
+    {O_MAX_CONNS, 0, "max-conns", NULL, "N",
+     "open connections at most, each with its own thread (default " STR(KVT_SERVER_DEFAULT_MAX_CONNS) ")", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CONNS)},
+    {O_CONN_RESERVE, 0, "conn-reserve", NULL, "N",
+     "the last N of --max-conns are kept for addresses with no connection\nopen, so however many connections a few "
+     "addresses hold, a new\nclient can still connect (default " STR(KVT_SERVER_DEFAULT_CONN_RESERVE)
+     "; less than --max-conns)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS - 1)},
+    {O_TRUSTED_PROXY, 0, "trusted-proxy", NULL, "ADDR[,ADDR...]",
+     "IP addresses of reverse proxies in front of kvtier (repeatable).\nTheir connections are not held to "
+     "--max-conns-per-ip; each request\nthey forward counts against, and is logged as, the last\n"
+     "X-Forwarded-For entry that is not one of them. Without it\nX-Forwarded-For is ignored", 0, KVT_CLI_PLAIN},
     {O_DRAIN_TIMEOUT, 0, "drain-timeout", NULL, "S",
      "on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n(default " STR(KVT_SERVER_DEFAULT_DRAIN_S)
      "; 0 = end them at once with 503)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
@@ -266,7 +286,29 @@ typedef struct {
     size_t n_keys;
     const char *cors[MAX_CORS_ORIGINS];
     size_t n_cors;
+    long conn_reserve;          /* -1: the default (checked against --max-conns once both are known) */
+    char *proxies[MAX_TRUSTED_PROXIES]; /* --trusted-proxy addresses (owned) */
+    size_t n_proxies;
 } serve_args;
+
+/* Adds the comma-separated addresses of one --trusted-proxy. 0, or -1 after printing why. */
+static int add_trusted_proxies(serve_args *x, const char *flag, const char *list) {
+    const char *p = list;
+    do {
+        size_t n = strcspn(p, ",");
+        kvt_http_addr a;
+        if (x->n_proxies == MAX_TRUSTED_PROXIES || kvt_http_addr_parse(p, n, 0, &a)) {
+            fprintf(stderr, "kvtier serve: %s needs IP addresses, comma-separated (at most %d), got '%.*s'\n",
+                    flag, MAX_TRUSTED_PROXIES, (int)n, p);
+            return -1;
+        }
+        x->proxies[x->n_proxies] = kvt_xmalloc(n + 1);
+        memcpy(x->proxies[x->n_proxies], p, n);
+        x->proxies[x->n_proxies++][n] = 0;
+        p += n;
+    } while (*p++ == ',');
+    return 0;
+}
 
 static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     serve_args *x = ctx;
@@ -314,6 +356,10 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_TIMEOUT: sp->timeout_s = (unsigned)a->i; return 0;
     case O_REQUEST_TIMEOUT: sp->request_timeout_s = (unsigned)a->i; return 0;
     case O_MAX_CONNS_PER_IP: sp->max_conns_per_ip = (unsigned)a->i; return 0;
+    case O_HEADER_TIMEOUT: sp->header_timeout_s = (unsigned)a->i; return 0;
+    case O_MAX_CONNS: sp->max_conns = (unsigned)a->i; return 0;
+    case O_CONN_RESERVE: x->conn_reserve = a->i; return 0;
+    case O_TRUSTED_PROXY: return add_trusted_proxies(x, a->flag, v);
     case O_DRAIN_TIMEOUT: x->drain_s = a->i; return 0;
     case O_CORS_ORIGIN:
         if (!*v || x->n_cors == MAX_CORS_ORIGINS) {
@@ -389,6 +435,15 @@ static int serve_settings(serve_args *x) {
     sp->n_cors_origins = x->n_cors;
     sp->api_keys = (const char *const *)x->keys;
     sp->n_api_keys = x->n_keys;
+    if (x->conn_reserve >= 0) sp->conn_reserve = (unsigned)x->conn_reserve;
+    else if (sp->conn_reserve >= sp->max_conns) sp->conn_reserve = sp->max_conns / 8; /* the default's share */
+    if (sp->conn_reserve >= sp->max_conns) {
+        fprintf(stderr, "kvtier serve: --conn-reserve (%u) must be less than --max-conns (%u)\n", sp->conn_reserve,
+                sp->max_conns);
+        return -1;
+    }
+    sp->trusted_proxies = (const char *const *)x->proxies;
+    sp->n_trusted_proxies = x->n_proxies;
     return 0;
 }
 
@@ -555,7 +610,7 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
 }
 
 int kvt_cmd_serve(int argc, char **argv) {
-    serve_args x = {.sp = kvt_server_default_params(), .drain_s = KVT_SERVER_DEFAULT_DRAIN_S,
+    serve_args x = {.sp = kvt_server_default_params(), .drain_s = KVT_SERVER_DEFAULT_DRAIN_S, .conn_reserve = -1,
                     .threads = kvt_cli_default_threads(), .cp = kvt_cache_default_params(), .dt = KVT_KV_F16};
     x.max_body = x.sp.max_body;
     x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
@@ -580,5 +635,6 @@ int kvt_cmd_serve(int argc, char **argv) {
     kvt_log_close_file();
     for (size_t i = 0; i < x.n_keys; i++) free(x.keys[i]);
     free(x.keys);
+    for (size_t i = 0; i < x.n_proxies; i++) free(x.proxies[i]);
     return ret;
 }

@@ -58,11 +58,16 @@ static kvt_api_body body_of(route r) {
     }
 }
 
-/* Per-connection state (MHD's socket context): the whole-request deadline's
- * handle and the request being served (one at a time on a connection). */
+/* Per-connection state (MHD's socket context): the deadlines' handle, the
+ * peer's address as counted in s->conns, and the request being served (one at
+ * a time on a connection). */
 typedef struct {
     kvt_http_conn *watch;
     conn_state *cur;
+    kvt_http_addr peer;
+    int has_peer, proxy;  /* proxy: the peer is a --trusted-proxy */
+    kvt_http_addr client; /* ... and the current request's client counts against its quota (claimed) */
+    int claimed;
 } conn_ctx;
 
 static conn_ctx *ctx_of(struct MHD_Connection *c) {
@@ -305,12 +310,14 @@ static void access_log(kvt_server *s, const conn_state *cs, enum MHD_RequestTerm
     if (cs->has_usage) kvt_srv_note_recent(s, cs, tenant, total_ms);
     if (!kvt_log_enabled(KVT_LOG_INFO)) return;
     int complete = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    char tokens[ACCESS_TOKENS_MAX] = "", text[ACCESS_TOKENS_MAX + ACCESS_PATH_MAX + REQUEST_ID_MAX + 96];
+    char tokens[ACCESS_TOKENS_MAX] = "",
+         text[ACCESS_TOKENS_MAX + ACCESS_PATH_MAX + REQUEST_ID_MAX + KVT_HTTP_ADDR_TEXT + 104];
     if (cs->has_usage)
         snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f",
                  u->prompt_tokens, u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
-    snprintf(text, sizeof text, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f%s", cs->method, cs->path,
-             cs->status, cs->request_id, tenant, tokens, total_ms, complete ? "" : " (connection ended early)");
+    snprintf(text, sizeof text, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f client=%s%s", cs->method, cs->path,
+             cs->status, cs->request_id, tenant, tokens, total_ms, cs->client[0] ? cs->client : "-",
+             complete ? "" : " (connection ended early)");
     /* token counts are null for requests that generated nothing (a 404, /metrics, a refused body) */
     kvt_log_type tk = cs->has_usage ? KVT_LOG_INT : KVT_LOG_STR;
     const kvt_log_field f[] = {
@@ -326,25 +333,70 @@ static void access_log(kvt_server *s, const conn_state *cs, enum MHD_RequestTerm
         {"ttft_ms", KVT_LOG_NUM, NULL, 0, cs->has_usage ? u->ttft_ms : NAN},
         {"total_ms", KVT_LOG_NUM, NULL, 0, total_ms},
         {"complete", KVT_LOG_BOOL, NULL, complete, 0},
+        {"client", KVT_LOG_STR, cs->client[0] ? cs->client : NULL, 0, 0},
     };
     kvt_log_fields(KVT_LOG_INFO, "access", f, KVT_ARRAY_LEN(f), text);
+}
+
+/* The checks of a request's first call, before its route: its raw header
+ * lines and framing headers (400, and the connection closes: where the body
+ * ends is in doubt, so nothing after it on this connection is read), then its
+ * client: the peer, or behind a trusted proxy the forwarded client, counted
+ * against the per-address quota until the request ends (429 at the quota).
+ * 1: the request goes on; 0: it was answered with *ret. */
+static int screen_request(kvt_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
+                          const char *version, enum MHD_Result *ret) {
+    kvt_api_error e;
+    conn_ctx *x = ctx_of(c);
+    if (x && x->has_peer) kvt_http_addr_text(&x->peer, cs->client); /* for the access log, whatever the answer */
+    const char *bad = kvt_http_raw_header_error(c, method, version);
+    if (!bad) bad = kvt_http_framing_error(c);
+    if (bad) {
+        kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing",
+                       "malformed request: %s", bad);
+        *ret = kvt_srv_send_error(s, c, "other", &e, MHD_HTTP_HEADER_CONNECTION, "close");
+        return 0;
+    }
+    if (!x || !x->has_peer) return 1;
+    kvt_http_addr client = x->peer;
+    int forwarded = x->proxy ? kvt_http_conns_forwarded_client(s->conns, c, &client, &bad) : 0;
+    if (forwarded < 0) {
+        kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_forwarded_for",
+                       "malformed request: %s", bad);
+        *ret = kvt_srv_send_error(s, c, "other", &e, NULL, NULL);
+        return 0;
+    }
+    kvt_http_addr_text(&client, cs->client);
+    if (forwarded && kvt_http_conns_claim(s->conns, &client)) {
+        kvt_api_errorf(&e, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_error", NULL, "too_many_connections",
+                       "client %s has %u requests or connections open, the most one address may have "
+                       "(--max-conns-per-ip); retry later", cs->client, s->p.max_conns_per_ip);
+        *ret = kvt_srv_send_error(s, c, "other", &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+        return 0;
+    }
+    if (forwarded) {
+        x->client = client;
+        x->claimed = 1;
+    }
+    return 1;
+}
+
+/* Gives back the quota a proxied request on c's connection took, once. */
+static void unclaim(kvt_server *s, conn_ctx *x) {
+    if (!x || !x->claimed) return;
+    kvt_http_conns_unclaim(s->conns, &x->client);
+    x->claimed = 0;
 }
 
 enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                    const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     kvt_server *s = cls;
-    (void)version;
     conn_state *cs = *con_cls;
     if (!cs) {
         *con_cls = cs = request_begin(s, c, url, method);
-        const char *bad_framing = kvt_http_framing_error(c);
-        if (bad_framing) {
-            /* where this request's body ends is in doubt, so nothing after it on this connection is read */
-            kvt_api_error e;
-            kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing",
-                           "malformed request: %s", bad_framing);
-            return kvt_srv_send_error(s, c, "other", &e, MHD_HTTP_HEADER_CONNECTION, "close");
-        }
+        kvt_http_guard_headers_in(s->guard, tracked(c)); /* the headers are in: the header deadline is met */
+        enum MHD_Result screened;
+        if (!screen_request(s, c, cs, method, version, &screened)) return screened;
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
         const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
@@ -436,7 +488,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
 
 void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     kvt_server *s = cls;
-    kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadline starts */
+    kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadlines start */
+    unclaim(s, ctx_of(c));
     conn_state *cs = *con_cls;
     if (!cs) return;
     access_log(s, cs, toe);
@@ -452,18 +505,34 @@ void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, e
     pthread_mutex_unlock(&s->mu);
 }
 
-/* MHD's connection start and end: the whole-request deadline watches each. */
+enum MHD_Result kvt_srv_on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    kvt_server *s = cls;
+    (void)addrlen;
+    return kvt_http_conns_admit(s->conns, addr) ? MHD_YES : MHD_NO;
+}
+
+/* MHD's connection start and end: the deadlines watch each, and each counts against its peer's address. */
 void kvt_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                            enum MHD_ConnectionNotificationCode code) {
     kvt_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         conn_ctx *x = kvt_xcalloc(1, sizeof *x);
         if (ci) x->watch = kvt_http_guard_conn_open(s->guard, ci->connect_fd);
+        if (ai && !kvt_http_addr_of(ai->client_addr, &x->peer)) {
+            x->has_peer = 1;
+            x->proxy = kvt_http_conns_trusted(s->conns, &x->peer);
+            kvt_http_conns_opened(s->conns, &x->peer);
+        }
         *socket_context = x;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         conn_ctx *x = *socket_context;
-        if (x) kvt_http_guard_conn_close(s->guard, x->watch);
+        if (x) {
+            kvt_http_guard_conn_close(s->guard, x->watch);
+            unclaim(s, x);
+            if (x->has_peer) kvt_http_conns_closed(s->conns, &x->peer);
+        }
         free(x);
         *socket_context = NULL;
     }

@@ -29,7 +29,10 @@ kvt_server_params kvt_server_default_params(void) {
                            .prefill_chunk = KVT_SERVER_DEFAULT_PREFILL_CHUNK,
                            .timeout_s = KVT_SERVER_DEFAULT_TIMEOUT_S,
                            .request_timeout_s = KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S,
+                           .header_timeout_s = KVT_SERVER_DEFAULT_HEADER_TIMEOUT_S,
                            .max_conns_per_ip = KVT_SERVER_DEFAULT_CONNS_PER_IP,
+                           .max_conns = KVT_SERVER_DEFAULT_MAX_CONNS,
+                           .conn_reserve = KVT_SERVER_DEFAULT_CONN_RESERVE,
                            .chat = KVT_CHAT_CHATML,
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier",
@@ -58,6 +61,7 @@ static void server_free(kvt_server *s) {
     free(s->pins);
     pthread_cond_destroy(&s->job_cv);
     kvt_http_guard_free(s->guard);
+    kvt_http_conns_free(s->conns);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -152,12 +156,14 @@ static struct MHD_Daemon *start_daemon(kvt_server *s, const struct sockaddr_stor
     if (v6)
         flags |= IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr) ? MHD_USE_DUAL_STACK
                                                                                           : MHD_USE_IPv6;
+    /* the per-address quota is kvtier's accept policy (http_conns.h), not MHD's, which has no reserve */
     return MHD_start_daemon(flags,
-                            0, NULL,
-                            NULL, kvt_srv_on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
+                            0, kvt_srv_on_accept, s,
+                            kvt_srv_on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
                             MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            s->p.max_conns_per_ip, MHD_OPTION_NOTIFY_COMPLETED, kvt_srv_on_completed, s,
+                            s->p.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KVT_HTTP_POOL_BYTES,
+                            MHD_OPTION_NOTIFY_COMPLETED, kvt_srv_on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, kvt_srv_on_connection, s, MHD_OPTION_ARRAY, pool_opt,
                             KVT_HTTP_STRICTNESS, MHD_OPTION_END);
 }
@@ -182,11 +188,33 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     if (params->max_body < 1 || params->max_inflight_bytes < params->max_body)
         return kvt_fail(KVT_EARG, "the in-flight body budget (%llu bytes) must hold one largest body (%zu bytes)",
                         (unsigned long long)params->max_inflight_bytes, params->max_body);
+    if (params->max_conns < 1 || params->conn_reserve >= params->max_conns)
+        return kvt_fail(KVT_EARG, "the connection reserve (%u) must be less than the connection cap (%u)",
+                        params->conn_reserve, params->max_conns);
+    kvt_http_addr *trusted = kvt_xcalloc(params->n_trusted_proxies + 1, sizeof *trusted);
+    for (size_t i = 0; i < params->n_trusted_proxies; i++) {
+        const char *t = params->trusted_proxies[i];
+        if (kvt_http_addr_parse(t, strlen(t), 0, &trusted[i])) {
+            free(trusted);
+            return kvt_fail(KVT_EARG, "--trusted-proxy '%s' is not an IP address", t);
+        }
+    }
     struct sockaddr_storage addr;
     int v6 = 0;
-    if (resolve_host(params->host, params->port, &addr, &v6)) return KVT_EARG; /* kvt_errmsg() says why */
+    if (resolve_host(params->host, params->port, &addr, &v6)) { /* kvt_errmsg() says why */
+        free(trusted);
+        return KVT_EARG;
+    }
     kvt_server *s = server_new(model, e, c, params, &ep);
-    if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s))) {
+    s->conns = kvt_http_conns_new(s->p.max_conns, s->p.max_conns_per_ip, s->p.conn_reserve, trusted,
+                                  params->n_trusted_proxies);
+    free(trusted);
+    if (!kvt_http_raw_check_available())
+        kvt_logk(KVT_LOG_WARN, "libmicrohttpd",
+                 "serve: libmicrohttpd %s is not a version whose header parser kvtier reads: folded header "
+                 "lines and NULs in headers are not refused", MHD_get_version());
+    if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s,
+                                        (double)s->p.header_timeout_s))) {
         server_free(s);
         return KVT_ELIMIT; /* kvt_errmsg() says why */
     }

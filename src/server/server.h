@@ -51,6 +51,9 @@
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
 #define KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S 60
 #define KVT_SERVER_DEFAULT_CONNS_PER_IP 64
+#define KVT_SERVER_DEFAULT_MAX_CONNS 512    /* each open connection has a thread */
+#define KVT_SERVER_DEFAULT_CONN_RESERVE 64  /* an eighth of the default cap: 64 new addresses get in */
+#define KVT_SERVER_DEFAULT_HEADER_TIMEOUT_S 10
 #define KVT_SERVER_DEFAULT_DRAIN_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
@@ -70,7 +73,18 @@ typedef struct {
     unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */
     unsigned request_timeout_s; /* a connection must deliver each request's headers and body within this,
                                    from its start or its previous response's end; 0 = no deadline */
+    unsigned header_timeout_s;  /* a connection must deliver each request's headers within this, from its
+                                   start or its previous response's end (so an idle keep-alive connection
+                                   closes after it too); 0 = no header deadline */
     unsigned max_conns_per_ip;  /* open connections from one IP address at most; 0 = no limit */
+    unsigned max_conns;         /* open connections at most */
+    unsigned conn_reserve;      /* of max_conns, the last ones only an address with no connection open may
+                                   take (so a new client can always connect); less than max_conns */
+    const char *const *trusted_proxies; /* n_trusted_proxies IP addresses (borrowed): their connections are not
+                                           held to max_conns_per_ip, and a request's client, for that quota
+                                           and the access log, is the last X-Forwarded-For entry that is not
+                                           one of them. None: X-Forwarded-For is ignored */
+    size_t n_trusted_proxies;
     const char *const *api_keys; /* n_api_keys keys for the /v1/ paths (borrowed); none = no authentication */
     size_t n_api_keys;
     const char *metrics_key;    /* the only key that opens /metrics (borrowed); NULL: with api_keys any

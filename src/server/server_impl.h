@@ -31,6 +31,7 @@
 #include "blend.h"
 #include "cache.h"
 #include "engine.h"
+#include "http_conns.h"
 #include "http_guard.h"
 #include "json_grammar.h"
 #include "metrics.h"
@@ -42,7 +43,6 @@
 #include "server.h"
 #include "tokenizer.h"
 
-#define CONNECTION_LIMIT 512        /* open connections at most; each has a thread */
 #define WAIT_SLICE_MS 100           /* how often a waiting handler checks that its client is still there */
 #define STREAM_BLOCK 4096           /* MHD buffer for streamed responses */
 #define RETRY_AFTER_S "1"           /* Retry-After on 503 when the queue is full */
@@ -204,6 +204,7 @@ struct kvt_server {
     kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
     kvt_metrics *metrics;
     kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
+    kvt_http_conns *conns;     /* the per-address connection quota, the reserve, trusted proxies */
     struct MHD_Daemon *mhd;
     int port;
     char address[HOST_MAX];    /* the bound address, numeric, IPv6 in brackets */
@@ -282,6 +283,8 @@ typedef struct conn_state {
     int status;        /* the status sent, 0 before */
     char method[ACCESS_METHOD_MAX], path[ACCESS_PATH_MAX];
     char request_id[REQUEST_ID_MAX]; /* the client's X-Request-Id when usable, else ours; echoed */
+    char client[KVT_HTTP_ADDR_TEXT]; /* the client's address: the peer's, or behind a trusted proxy the
+                                        forwarded one */
     kvt_api_usage usage;             /* of a generation, once it ended */
     int has_usage;
 } conn_state;
@@ -292,6 +295,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
 void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
 void kvt_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                            enum MHD_ConnectionNotificationCode code);
+/* MHD's accept policy: the per-address quota and the reserve for new addresses (http_conns.h). */
+enum MHD_Result kvt_srv_on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 /* Notes the status a response carries for the access log, echoes the request
  * id, and adds the CORS headers an allowed origin gets. */
 void kvt_srv_note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status);

@@ -72,7 +72,7 @@ check "access lines carry each field as a JSON key, the completion's equal to it
 import json, sys
 acc = [d for d in map(json.loads, open(sys.argv[1])) if d["msg"] == "access"]
 keys = ["ts", "level", "msg", "method", "path", "status", "request_id", "tenant", "prompt_tokens", "cached_tokens",
-        "computed_tokens", "generated_tokens", "ttft_ms", "total_ms", "complete"]
+        "computed_tokens", "generated_tokens", "ttft_ms", "total_ms", "complete", "client"]
 for d in acc:
     assert list(d) == keys, d
     assert d["request_id"].startswith("req-") and d["tenant"] is None and d["complete"] is True, d
