@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cache-aware RAG (README "RAG"): many questions over one corpus whose retrieved
+# Cache-aware RAG (docs/rag.md): many questions over one corpus whose retrieved
 # sets overlap, on the ~250M llama over HTTP (bench/rag_bench.py):
 #   - corpus: 40 documents of ~240 words (~300 tokens), one chunk each, indexed
 #     with `kvtier rag index`; topic t is chunks 2t, 2t+1, 2t+2, so neighbouring

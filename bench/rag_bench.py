@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""RAG workload for bench/rag.sh (README "RAG").
+"""RAG workload for bench/rag.sh (docs/rag.md).
 
 corpus: writes N_BLOCKS documents of about WORDS words, each one chunk: filler
 words common to all, plus its own keyword (kw<b>, several times, a count that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Approximate reuse on the RAG benchmark set of bench/rag.sh (README "Approximate reuse"):
+# Approximate reuse on the RAG benchmark set of bench/rag.sh (docs/rag.md "Approximate reuse"):
 # the same corpus (40 chunks of ~300 tokens) and 60 questions (20 topics x 3), each
 # question's 3 chunks in score order, run in one process by bench_blend against full
 # recompute (a cold run of the same prompt): exact reuse, and approximate reuse at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 2-node agent workload on one shared T3 (README "Shared tier"):
+# The 2-node agent workload on one shared T3 (docs/tiers.md "T3: the shared tier on Redis"):
 # bench/agent_bench.py's sessions start on node A (round 0) and continue on
 # node B (rounds 1 and later), as when a load balancer moves sessions between
 # nodes. Two `kvtier serve` processes on loopback, one redis-server this

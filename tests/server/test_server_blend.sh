@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Approximate reuse over HTTP (README "Approximate reuse"), with a generated model:
+# Approximate reuse over HTTP (docs/rag.md "Approximate reuse"), with a generated model:
 # - off by default: kvtier.reuse "approximate" on a server without --approximate-reuse is a
 #   400 naming kvtier.reuse; so is it with a seed, on /v1/cache/prefill, and a bad value or a
 #   recompute_ratio without it;

@@ -109,7 +109,7 @@ kvt_stop_server stream
 
 # ---- chat history: with --retokenize-replies a follow-up turn depends on the request alone -----
 # (by default a server splices its own replies back as the ids it generated, which a fresh server
-# cannot know; README "Chat history and determinism")
+# cannot know; docs/api.md "Chat templates, chat history and determinism")
 turn2() { # REPLY_FILE: turn 1's messages, the reply, one more user message
   local r; r=$(jq -c '.choices[0].message.content' "$1")
   printf '{"messages":[{"role":"system","content":"%s"},{"role":"user","content":"Task 1: step step step now answer."},{"role":"assistant","content":%s},{"role":"user","content":"And the next step?"}],"max_tokens":16,"temperature":0,"logprobs":true,"top_logprobs":3}' "$SYS" "$r"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cache-aware RAG end to end over loopback with a generated model (README "RAG"):
+# Cache-aware RAG end to end over loopback with a generated model (docs/rag.md):
 # - `kvtier rag index` / `rag query` over a small corpus: the right chunk ranks first;
 #   a damaged or truncated index is a clear error for `rag query` and `serve --rag-index`.
 # - POST /v1/rag/chat/completions: the same question twice is a full hit on its chunks;
