@@ -72,8 +72,10 @@ int kvt_gpu_staged(const kvt_gpu_dev *d);
 /* Validation messages seen by every device of this process since it started
  * (0 unless KVT_VK_VALIDATION=1); each is also logged as a warning. */
 uint64_t kvt_gpu_validation_count(void);
-/* 1 when the validation layer is on for devices opened from now on. */
+/* 1 when KVT_VK_VALIDATION=1 asks for the validation layer. */
 int kvt_gpu_validation_on(void);
+/* 1 when the validation layer is loaded on d (asked for and installed). */
+int kvt_gpu_validating(const kvt_gpu_dev *d);
 
 /* ---- buffers -------------------------------------------------------------------- */
 typedef enum {

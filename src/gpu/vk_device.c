@@ -130,6 +130,7 @@ void kvt_gpu_close(kvt_gpu_dev *d) {
 
 const kvt_gpu_info *kvt_gpu_dev_info(const kvt_gpu_dev *d) { return &d->info; }
 uint64_t kvt_gpu_max_binding(const kvt_gpu_dev *d) { return d->max_binding; }
+int kvt_gpu_validating(const kvt_gpu_dev *d) { return d->vi.validation; }
 
 /* A memory type among bits with all of want, preferring one that also has prefer; -1 if none. */
 static int mem_type(const kvt_gpu_dev *d, uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) {

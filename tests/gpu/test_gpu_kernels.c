@@ -156,6 +156,7 @@ int main(void) {
     int rc = kvt_gpu_open(0, &d);
     CHECKF(rc == 0, "%s", kvt_errmsg());
     if (rc) return kvt_test_done("test_gpu_kernels");
+    printf("gpu kernels: validation layer %s\n", kvt_gpu_validating(d) ? "on" : "off");
     kvt_gpu_kernels *k;
     rc = kvt_gpu_kernels_new(d, &k);
     CHECKF(rc == 0, "%s", kvt_errmsg());
@@ -173,6 +174,6 @@ int main(void) {
         kvt_gpu_kernels_free(k);
     }
     kvt_gpu_close(d);
-    gpu_test_no_validation_messages();
+    gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_kernels");
 }
