@@ -115,7 +115,8 @@ static int create_instance(kvt_vk_inst *vi) {
     }
     VkResult r = vi->f.vkCreateInstance(&ci, NULL, &vi->inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
-        return kvt_fail(-ENODEV, "no Vulkan driver supports Vulkan 1.2 here (VK_ERROR_INCOMPATIBLE_DRIVER)");
+        return kvt_fail(-ENODEV, "no Vulkan driver, or none for Vulkan 1.2 (VK_ERROR_INCOMPATIBLE_DRIVER): install "
+                                 "mesa-vulkan-drivers for lavapipe, or the GPU vendor's Vulkan driver");
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateInstance");
 #define INST(name) vi->f.name = (PFN_##name)(uintptr_t)vi->f.vkGetInstanceProcAddr(vi->inst, #name);
     KVT_VK_INSTANCE_FNS(INST)
