@@ -3,7 +3,10 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev libsodium-dev libhiredis-dev)
+PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-dev liburing-dev libzstd-dev libmicrohttpd-dev libsodium-dev libhiredis-dev
+  # the GPU layer (src/gpu): Vulkan headers and loader, the shader compiler, lavapipe (Vulkan
+  # on the CPU, so its tests run on any machine) and the validation layer the tests turn on
+  glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
 # Tools the tests call, installed only when the command is missing: a machine may
 # already have them from elsewhere (e.g. a Node.js build that ships npm, which
 # Debian's npm package would conflict with).

@@ -196,7 +196,33 @@ int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt);
 /* Prints the help lines of those flags. */
 void kvt_cli_kv_type_help(FILE *f);
 
+/* ---- the device (cli_device.c) ------------------------------------------------------
+ * --device cpu|vulkan[:N] (and $KVTIER_DEVICE) for run, serve and eval. The
+ * engine runs on the CPU only for now: cpu is accepted and changes nothing;
+ * vulkan is a usage error that says whether the device exists and that the
+ * GPU forward pass is not there yet. */
+typedef struct {
+    int vulkan; /* 0: cpu */
+    int index;  /* the Vulkan device */
+} kvt_cli_device;
+/* "cpu", "vulkan" or "vulkan:N" into *out; -1 if v is none of them. */
+int kvt_cli_device_parse(const char *v, kvt_cli_device *out);
+#define KVT_CLI_DEVICE_ID 1200
+extern const kvt_cli_section kvt_cli_device_section;
+/* The section's handler: 0 (the device in *out when out is not NULL), or -1
+ * after printing why the value is bad or the device cannot run the model. */
+int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out);
+/* eval's hand-written loop: 1 if argv[*i] is --device (checked, *given set),
+ * 0 for other arguments, -1 after printing why. kvt_cli_device_env checks
+ * $KVTIER_DEVICE the same way when the flag was not given (0 or -1). */
+int kvt_cli_device_flag(int argc, char **argv, int *i, int *given);
+int kvt_cli_device_env(void);
+/* `kvtier info --devices`: lists the Vulkan devices or says why there are
+ * none. Returns 0 with one device or more, 1 with none. */
+int kvt_cli_print_devices(FILE *f);
+
 #endif
+
 
 /* Path of the model used when a command gets no -m: $KVT_DEFAULT_MODEL if set,
  * else a random-weight llama that kvtier generates once into

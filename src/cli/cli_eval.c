@@ -95,12 +95,15 @@ void kvt_usage_eval(FILE *f) {
             "                     terminal they are on anyway); stdout is the same either way\n",
             TOP_N, EVAL_DEFAULT_N);
     kvt_cli_kv_type_help(f);
+    fprintf(f, "  --device DEV        where the model runs: cpu (the default) or vulkan[:N] ($KVTIER_DEVICE\n"
+               "                      too); this build's engine runs on the CPU only, so vulkan is refused\n");
     fprintf(f, "  -h, --help         this help\n");
 }
 
 /* Parses eval's command line into *x. Returns 0, -1 after --help, or 2 after
  * printing a usage error. */
 static int eval_parse(int argc, char **argv, eval_args *x) {
+    int dev_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int kf;
@@ -116,6 +119,8 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
         } else if (!strcmp(a, "--progress")) {
             kvt_progress_set_forced(1);
         } else if ((kf = kvt_cli_kv_type_flag(argc, argv, &i, &x->dt))) {
+            if (kf < 0) return 2;
+        } else if ((kf = kvt_cli_device_flag(argc, argv, &i, &dev_given))) {
             if (kf < 0) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (x->n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0)
@@ -135,6 +140,7 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
             return 2;
         }
     }
+    if (!dev_given && kvt_cli_device_env()) return 2;
     if (!x->model_path || (!x->text == !x->tokens_arg)) {
         fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
         kvt_usage_eval(stderr);

@@ -209,7 +209,8 @@ int kvt_default_model_path(char *buf, size_t cap) {
 /* ---- info ------------------------------------------------------------------- */
 
 void kvt_usage_info(FILE *f) {
-    fprintf(f, "usage: kvtier info [-m MODEL.gguf] [--json]\n\n"
+    fprintf(f, "usage: kvtier info [-m MODEL.gguf] [--json]\n"
+               "       kvtier info --devices\n\n"
                "Describes a GGUF model: architecture, shapes, weight types, context length,\n"
                "tokenizer, chat template family, fingerprint (the root of its cache keys) and\n"
                "the KV-cache bytes per token and per block for each --kv-type (f16, f32, q8_0).\n"
@@ -217,6 +218,9 @@ void kvt_usage_info(FILE *f) {
                "options:\n"
                "  -m, --model PATH   the model (default: kvtier's generated random-weight model)\n"
                "  --json             one JSON object instead of text\n"
+               "  --devices          list the Vulkan devices instead (index, name, type, vendor, driver,\n"
+               "                     memory heaps, subgroup size, fp16/int8) or say why there are none;\n"
+               "                     exits 1 when there is none\n"
                "  -h, --help         this help\n");
 }
 
@@ -341,6 +345,8 @@ int kvt_cmd_info(int argc, char **argv) {
             if (!(path = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--devices")) {
+            return kvt_cli_print_devices(stdout);
         } else {
             fprintf(stderr, "kvtier info: unknown option '%s' (see --help)\n", argv[i]);
             return 2;

@@ -77,15 +77,17 @@ static const kvt_cli_opt run_opts[] = {
      0, KVT_CLI_PLAIN},
 };
 
-/* run's sections: its own table, then the shared KV-type and disk-tier tables. */
-static void run_sections(kvt_cli_section out[3]) {
+/* run's sections: its own table, then the shared KV-type, disk-tier and device tables. */
+#define RUN_SECTIONS 4
+static void run_sections(kvt_cli_section out[RUN_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, run_opts, KVT_ARRAY_LEN(run_opts)};
     out[1] = kvt_cli_kv_section;
     out[2] = kvt_cli_cache_section;
+    out[3] = kvt_cli_device_section;
 }
 
 void kvt_usage_run(FILE *f) {
-    kvt_cli_section secs[3];
+    kvt_cli_section secs[RUN_SECTIONS];
     run_sections(secs);
     fprintf(f,
             "usage: kvtier run [-m MODEL] (-p PROMPT | -f FILE) [options]\n"
@@ -96,7 +98,7 @@ void kvt_usage_run(FILE *f) {
             "tokens seen before (in a prompt or a generated reply) reuses their K/V.\n\n"
             "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
             "environment variable in brackets, the command line winning.\n\n");
-    kvt_cli_print_opts(f, secs, 3);
+    kvt_cli_print_opts(f, secs, RUN_SECTIONS);
 }
 
 /* What run's command line sets. */
@@ -114,6 +116,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
+    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, NULL);
     switch (id) { /* the values are checked against the table already */
     case R_MODEL: x->model_path = a->str; return 0;
     case R_PROMPT: x->prompt = a->str; return 0;
@@ -416,9 +419,9 @@ int kvt_cmd_run(int argc, char **argv) {
     run_args x = {.n_gen = RUN_DEFAULT_N, .block = KVT_DEFAULT_BLOCK_SIZE, .threads = kvt_cli_default_threads(),
                   .use_cache = 1, .cp = kvt_cache_default_params(), .dt = KVT_KV_F16,
                   .sp = kvt_sampler_default_params()};
-    kvt_cli_section secs[3];
+    kvt_cli_section secs[RUN_SECTIONS];
     run_sections(secs);
-    int pr = kvt_cli_parse("run", argc, argv, secs, 3, run_opt, &x);
+    int pr = kvt_cli_parse("run", argc, argv, secs, RUN_SECTIONS, run_opt, &x);
     if (pr == KVT_CLI_PARSE_HELP) {
         kvt_usage_run(stdout);
         return 0;

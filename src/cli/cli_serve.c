@@ -191,15 +191,17 @@ static const kvt_cli_opt serve_opts[] = {
      "go to stderr", 0, KVT_CLI_PLAIN},
 };
 
-/* serve's sections: its own table, then the shared KV-type and disk-tier tables. */
-static void sections(kvt_cli_section out[3]) {
+/* serve's sections: its own table, then the shared KV-type, disk-tier and device tables. */
+#define SERVE_SECTIONS 4
+static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
     out[1] = kvt_cli_kv_section;
     out[2] = kvt_cli_cache_section;
+    out[3] = kvt_cli_device_section;
 }
 
 void kvt_usage_serve(FILE *f) {
-    kvt_cli_section secs[3];
+    kvt_cli_section secs[SERVE_SECTIONS];
     sections(secs);
     fprintf(f,
             "usage: kvtier serve [-m MODEL] [options]\n\n"
@@ -214,7 +216,7 @@ void kvt_usage_serve(FILE *f) {
             "POST /v1/rag/chat/completions (retrieval as reusable context blocks).\n\n"
             "Options take their value as --opt VALUE or --opt=VALUE; each can also be set by the\n"
             "environment variable in brackets, the command line winning.\n\n");
-    kvt_cli_print_opts(f, secs, 3);
+    kvt_cli_print_opts(f, secs, SERVE_SECTIONS);
     fprintf(f,
             "\nRequests may carry \"cache_salt\" to keep their cached KV apart from other requests', and\n"
             "\"kvtier\": {\"session_id\": S, \"priority\": P, \"keep_warm_s\": T}: the agent session they belong\n"
@@ -316,6 +318,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     const char *v = a->str;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
+    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, NULL);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -615,9 +618,9 @@ int kvt_cmd_serve(int argc, char **argv) {
     x.max_body = x.sp.max_body;
     x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
     int ret = 2;
-    kvt_cli_section secs[3];
+    kvt_cli_section secs[SERVE_SECTIONS];
     sections(secs);
-    int pr = kvt_cli_parse("serve", argc, argv, secs, 3, serve_opt, &x);
+    int pr = kvt_cli_parse("serve", argc, argv, secs, SERVE_SECTIONS, serve_opt, &x);
     if (pr == KVT_CLI_PARSE_HELP) {
         kvt_usage_serve(stdout);
         ret = 0;

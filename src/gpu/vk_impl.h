@@ -1,0 +1,164 @@
+/* The Vulkan backend's internals: the entry points it loads from the loader
+ * at run time (VK_NO_PROTOTYPES: the binary does not link libvulkan, so it
+ * starts where there is none) and the objects behind gpu.h. */
+#ifndef KVT_VK_IMPL_H
+#define KVT_VK_IMPL_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include "gpu.h"
+
+/* Every entry point we call, as X(name). */
+#define KVT_VK_INSTANCE_FNS(X)                                                                                         \
+    X(vkDestroyInstance)                                                                                               \
+    X(vkEnumeratePhysicalDevices)                                                                                      \
+    X(vkGetPhysicalDeviceProperties)                                                                                   \
+    X(vkGetPhysicalDeviceProperties2)                                                                                  \
+    X(vkGetPhysicalDeviceFeatures2)                                                                                    \
+    X(vkGetPhysicalDeviceMemoryProperties)                                                                             \
+    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                                        \
+    X(vkCreateDevice)                                                                                                  \
+    X(vkGetDeviceProcAddr)                                                                                             \
+    X(vkCreateDebugUtilsMessengerEXT)                                                                                  \
+    X(vkDestroyDebugUtilsMessengerEXT)
+
+#define KVT_VK_DEVICE_FNS(X)                                                                                           \
+    X(vkDestroyDevice)                                                                                                 \
+    X(vkGetDeviceQueue)                                                                                                \
+    X(vkCreateBuffer)                                                                                                  \
+    X(vkDestroyBuffer)                                                                                                 \
+    X(vkGetBufferMemoryRequirements)                                                                                   \
+    X(vkAllocateMemory)                                                                                                \
+    X(vkFreeMemory)                                                                                                    \
+    X(vkBindBufferMemory)                                                                                              \
+    X(vkMapMemory)                                                                                                     \
+    X(vkUnmapMemory)                                                                                                   \
+    X(vkFlushMappedMemoryRanges)                                                                                       \
+    X(vkInvalidateMappedMemoryRanges)                                                                                  \
+    X(vkCreateCommandPool)                                                                                             \
+    X(vkDestroyCommandPool)                                                                                            \
+    X(vkAllocateCommandBuffers)                                                                                        \
+    X(vkResetCommandPool)                                                                                              \
+    X(vkBeginCommandBuffer)                                                                                            \
+    X(vkEndCommandBuffer)                                                                                              \
+    X(vkCmdCopyBuffer)                                                                                                 \
+    X(vkCmdPipelineBarrier)                                                                                            \
+    X(vkCmdBindPipeline)                                                                                               \
+    X(vkCmdBindDescriptorSets)                                                                                         \
+    X(vkCmdPushConstants)                                                                                              \
+    X(vkCmdDispatch)                                                                                                   \
+    X(vkCmdWriteTimestamp)                                                                                             \
+    X(vkCmdResetQueryPool)                                                                                             \
+    X(vkQueueSubmit)                                                                                                   \
+    X(vkCreateFence)                                                                                                   \
+    X(vkDestroyFence)                                                                                                  \
+    X(vkWaitForFences)                                                                                                 \
+    X(vkResetFences)                                                                                                   \
+    X(vkCreateQueryPool)                                                                                               \
+    X(vkDestroyQueryPool)                                                                                              \
+    X(vkGetQueryPoolResults)                                                                                           \
+    X(vkCreateShaderModule)                                                                                            \
+    X(vkDestroyShaderModule)                                                                                           \
+    X(vkCreateDescriptorSetLayout)                                                                                     \
+    X(vkDestroyDescriptorSetLayout)                                                                                    \
+    X(vkCreatePipelineLayout)                                                                                          \
+    X(vkDestroyPipelineLayout)                                                                                         \
+    X(vkCreateComputePipelines)                                                                                        \
+    X(vkDestroyPipeline)                                                                                               \
+    X(vkCreateDescriptorPool)                                                                                          \
+    X(vkDestroyDescriptorPool)                                                                                         \
+    X(vkResetDescriptorPool)                                                                                           \
+    X(vkAllocateDescriptorSets)                                                                                        \
+    X(vkUpdateDescriptorSets)
+
+#define KVT_VK_DECL(name) PFN_##name name;
+typedef struct {
+    PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+    PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties;
+    PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties;
+    PFN_vkCreateInstance vkCreateInstance;
+    KVT_VK_INSTANCE_FNS(KVT_VK_DECL)
+} kvt_vk_ifns;
+typedef struct {
+    KVT_VK_DEVICE_FNS(KVT_VK_DECL)
+} kvt_vk_dfns;
+
+/* One instance (loader, layers, messenger) and its physical devices. */
+typedef struct {
+    void *lib; /* dlopen handle of the loader */
+    kvt_vk_ifns f;
+    VkInstance inst;
+    VkDebugUtilsMessengerEXT messenger; /* VK_NULL_HANDLE without validation */
+    int validation;
+    uint32_t n_phys;
+    VkPhysicalDevice *phys;
+} kvt_vk_inst;
+
+/* Opens the loader and makes an instance (with the validation layer and a
+ * counting messenger under KVT_VK_VALIDATION=1). 0 or an error. */
+int kvt_vk_inst_new(kvt_vk_inst *vi);
+void kvt_vk_inst_free(kvt_vk_inst *vi);
+/* Fills info for physical device i. */
+void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info);
+/* A VkResult as a kvt error with "what: VK_ERROR_..." as the detail. */
+int kvt_vk_fail(VkResult r, const char *what);
+
+#define KVT_VK_MAX_SETS 1024   /* dispatches in one recording */
+#define KVT_VK_MAX_QUERIES 256 /* timestamps in one recording */
+#define KVT_VK_STAGE_BYTES (16u << 20) /* the device's staging buffer for uploads/downloads */
+
+struct kvt_gpu_dev {
+    kvt_vk_inst vi;
+    kvt_vk_dfns f;
+    kvt_gpu_info info;
+    VkPhysicalDevice pd;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceMemoryProperties mem;
+    VkCommandPool cpool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkDescriptorPool dpool;
+    VkQueryPool qpool;  /* VK_NULL_HANDLE without timestamps */
+    double ts_period;   /* ns per tick */
+    uint64_t ts_mask;   /* the valid bits of a timestamp */
+    uint32_t n_queries; /* written in this recording */
+    int recording;
+    int force_staging;
+    uint64_t max_binding;
+    uint64_t nonatomic; /* nonCoherentAtomSize */
+    kvt_gpu_buf *stage; /* created on the first staged transfer */
+};
+
+struct kvt_gpu_buf {
+    kvt_gpu_dev *d;
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    uint64_t bytes;
+    kvt_gpu_buf_kind kind;
+    void *host;   /* mapped address, or NULL */
+    int coherent; /* host-coherent memory: no flush or invalidate */
+};
+
+struct kvt_gpu_pipe {
+    kvt_gpu_dev *d;
+    VkShaderModule module;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkPipeline pipe;
+    int n_bufs;
+    uint32_t push_bytes;
+};
+
+/* The embedded SPIR-V of src/gpu/shaders/NAME.comp (generated at build time). */
+typedef struct {
+    const char *name;
+    const unsigned char *code;
+    size_t bytes;
+} kvt_vk_spirv;
+extern const kvt_vk_spirv kvt_vk_shaders[];
+extern const size_t kvt_vk_n_shaders;
+
+#endif

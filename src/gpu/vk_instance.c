@@ -1,0 +1,233 @@
+/* The Vulkan loader, the instance (validation layer and its counting
+ * messenger) and the description of each physical device. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "vk_impl.h"
+
+#define LOADER_SONAME "libvulkan.so.1"
+#define VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"
+
+static atomic_uint_fast64_t validation_msgs;
+
+uint64_t kvt_gpu_validation_count(void) { return (uint64_t)atomic_load(&validation_msgs); }
+
+int kvt_gpu_built(void) { return 1; }
+
+int kvt_gpu_validation_on(void) {
+    const char *v = getenv("KVT_VK_VALIDATION");
+    return v && !strcmp(v, "1");
+}
+
+static const char *vk_result_name(VkResult r) {
+    switch (r) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
+    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    case VK_TIMEOUT: return "VK_TIMEOUT";
+    default: return "VK_ERROR (other)";
+    }
+}
+
+int kvt_vk_fail(VkResult r, const char *what) {
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY)
+        return kvt_fail(-ENOMEM, "%s: out of device memory (%s)", what, vk_result_name(r));
+    if (r == VK_ERROR_OUT_OF_HOST_MEMORY)
+        return kvt_fail(-ENOMEM, "%s: out of host memory (%s)", what, vk_result_name(r));
+    return kvt_fail(-EIO, "%s: %s (%d)", what, vk_result_name(r), (int)r);
+}
+
+/* Every message of the validation layer is counted (tests fail on any) and logged. */
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
+                                                 VkDebugUtilsMessageTypeFlagsEXT type,
+                                                 const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+    if (type & VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT) atomic_fetch_add(&validation_msgs, 1);
+    kvt_log(sev >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? KVT_LOG_ERROR : KVT_LOG_WARN, "vulkan: %s",
+            data && data->pMessage ? data->pMessage : "(no text)");
+    return VK_FALSE;
+}
+
+static int has_layer(const kvt_vk_inst *vi, const char *name) {
+    uint32_t n = 0;
+    if (vi->f.vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0) return 0;
+    VkLayerProperties *p = kvt_xcalloc(n, sizeof *p);
+    int found = 0;
+    if (vi->f.vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(p[i].layerName, name);
+    free(p);
+    return found;
+}
+
+static int load_loader(kvt_vk_inst *vi) {
+    vi->lib = dlopen(LOADER_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!vi->lib)
+        return kvt_fail(-ENODEV, "no Vulkan loader (%s: %s): install libvulkan1 and a Vulkan driver", LOADER_SONAME,
+                        dlerror());
+    vi->f.vkGetInstanceProcAddr = (PFN_vkGetInstanceProcAddr)(uintptr_t)dlsym(vi->lib, "vkGetInstanceProcAddr");
+    if (!vi->f.vkGetInstanceProcAddr) return kvt_fail(-ENODEV, "%s has no vkGetInstanceProcAddr", LOADER_SONAME);
+#define GLOBAL(name) vi->f.name = (PFN_##name)(uintptr_t)vi->f.vkGetInstanceProcAddr(VK_NULL_HANDLE, #name);
+    GLOBAL(vkEnumerateInstanceExtensionProperties)
+    GLOBAL(vkEnumerateInstanceLayerProperties)
+    GLOBAL(vkCreateInstance)
+#undef GLOBAL
+    if (!vi->f.vkCreateInstance || !vi->f.vkEnumerateInstanceLayerProperties)
+        return kvt_fail(-ENODEV, "the Vulkan loader %s lacks vkCreateInstance", LOADER_SONAME);
+    return 0;
+}
+
+static int create_instance(kvt_vk_inst *vi) {
+    vi->validation = 0;
+    if (kvt_gpu_validation_on()) {
+        if (has_layer(vi, VALIDATION_LAYER)) vi->validation = 1;
+        else kvt_log(KVT_LOG_WARN, "gpu: KVT_VK_VALIDATION=1 but %s is not installed (vulkan-validationlayers)",
+                     VALIDATION_LAYER);
+    }
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kvtier",
+                             .pEngineName = "kvtier", .apiVersion = VK_API_VERSION_1_2};
+    const char *layers[] = {VALIDATION_LAYER};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    VkDebugUtilsMessengerCreateInfoEXT mci = {
+        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        .pfnUserCallback = on_message};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    if (vi->validation) {
+        ci.enabledLayerCount = 1;
+        ci.ppEnabledLayerNames = layers;
+        ci.enabledExtensionCount = 1;
+        ci.ppEnabledExtensionNames = exts;
+        ci.pNext = &mci; /* also covers instance creation and destruction */
+    }
+    VkResult r = vi->f.vkCreateInstance(&ci, NULL, &vi->inst);
+    if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
+        return kvt_fail(-ENODEV, "no Vulkan driver, or none for Vulkan 1.2 (VK_ERROR_INCOMPATIBLE_DRIVER): install "
+                                 "mesa-vulkan-drivers for lavapipe, or the GPU vendor's Vulkan driver");
+    if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateInstance");
+#define INST(name) vi->f.name = (PFN_##name)(uintptr_t)vi->f.vkGetInstanceProcAddr(vi->inst, #name);
+    KVT_VK_INSTANCE_FNS(INST)
+#undef INST
+    if (vi->validation) {
+        r = vi->f.vkCreateDebugUtilsMessengerEXT(vi->inst, &mci, NULL, &vi->messenger);
+        if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateDebugUtilsMessengerEXT");
+        kvt_log(KVT_LOG_DEBUG, "gpu: %s on, its messages counted", VALIDATION_LAYER);
+    }
+    return 0;
+}
+
+int kvt_vk_inst_new(kvt_vk_inst *vi) {
+    memset(vi, 0, sizeof *vi);
+    int rc = load_loader(vi);
+    if (!rc) rc = create_instance(vi);
+    if (!rc) {
+        VkResult r = vi->f.vkEnumeratePhysicalDevices(vi->inst, &vi->n_phys, NULL);
+        if (r == VK_SUCCESS && vi->n_phys) {
+            vi->phys = kvt_xcalloc(vi->n_phys, sizeof *vi->phys);
+            r = vi->f.vkEnumeratePhysicalDevices(vi->inst, &vi->n_phys, vi->phys);
+        }
+        if (r != VK_SUCCESS && r != VK_INCOMPLETE) rc = kvt_vk_fail(r, "vkEnumeratePhysicalDevices");
+    }
+    if (rc) kvt_vk_inst_free(vi);
+    return rc;
+}
+
+void kvt_vk_inst_free(kvt_vk_inst *vi) {
+    if (vi->messenger) vi->f.vkDestroyDebugUtilsMessengerEXT(vi->inst, vi->messenger, NULL);
+    if (vi->inst) vi->f.vkDestroyInstance(vi->inst, NULL);
+    if (vi->lib) dlclose(vi->lib);
+    free(vi->phys);
+    memset(vi, 0, sizeof *vi);
+}
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+    }
+}
+
+static void version_text(uint32_t v, char *out, size_t cap) {
+    snprintf(out, cap, "%u.%u.%u", VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
+}
+
+/* Long: one query per property the listing shows, each a few lines. */
+void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
+    memset(info, 0, sizeof *info);
+    VkPhysicalDevice pd = vi->phys[i];
+    VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, .pNext = &sub};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sub};
+    VkPhysicalDeviceProperties p;
+    vi->f.vkGetPhysicalDeviceProperties(pd, &p);
+    int v12 = p.apiVersion >= VK_API_VERSION_1_2;
+    if (v12) p2.pNext = &drv; /* driver properties are core from 1.2 */
+    vi->f.vkGetPhysicalDeviceProperties2(pd, &p2);
+    info->index = (int)i;
+    snprintf(info->name, sizeof info->name, "%s", p.deviceName);
+    info->type = type_name(p.deviceType);
+    info->vendor_id = p.vendorID;
+    info->device_id = p.deviceID;
+    info->api_version = p.apiVersion;
+    version_text(p.apiVersion, info->api, sizeof info->api);
+    if (v12 && drv.driverInfo[0]) snprintf(info->driver, sizeof info->driver, "%s %s", drv.driverName, drv.driverInfo);
+    else snprintf(info->driver, sizeof info->driver, "version 0x%08x", p.driverVersion);
+    info->subgroup_size = sub.subgroupSize;
+    info->max_binding = p.limits.maxStorageBufferRange;
+    if (v12) {
+        VkPhysicalDeviceShaderFloat16Int8Features f16 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16};
+        vi->f.vkGetPhysicalDeviceFeatures2(pd, &f2);
+        info->fp16 = f16.shaderFloat16 != 0;
+        info->int8 = f16.shaderInt8 != 0;
+    }
+    VkPhysicalDeviceMemoryProperties mem;
+    vi->f.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
+    info->n_heaps = (int)KVT_MIN(mem.memoryHeapCount, (uint32_t)KVT_GPU_MAX_HEAPS);
+    for (int h = 0; h < info->n_heaps; h++) {
+        info->heap_bytes[h] = mem.memoryHeaps[h].size;
+        info->heap_device_local[h] = (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
+    }
+    uint32_t nq = 0;
+    vi->f.vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, NULL);
+    VkQueueFamilyProperties *q = kvt_xcalloc(nq ? nq : 1, sizeof *q);
+    vi->f.vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, q);
+    for (uint32_t k = 0; k < nq; k++)
+        if (q[k].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            info->timestamps = q[k].timestampValidBits > 0 && p.limits.timestampPeriod > 0;
+            break;
+        }
+    free(q);
+}
+
+int kvt_gpu_list(kvt_gpu_info **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    kvt_vk_inst vi;
+    int rc = kvt_vk_inst_new(&vi);
+    if (rc) return rc;
+    if (vi.n_phys) {
+        *out = kvt_xcalloc(vi.n_phys, sizeof **out);
+        for (uint32_t i = 0; i < vi.n_phys; i++) kvt_vk_describe(&vi, i, &(*out)[i]);
+        *n = (int)vi.n_phys;
+    }
+    kvt_vk_inst_free(&vi);
+    return 0;
+}

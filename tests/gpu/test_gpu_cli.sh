@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The device options of the CLI: `kvtier info --devices` lists the Vulkan
+# devices (or says why there are none, exit 1); --device / $KVTIER_DEVICE of
+# run, serve and eval take cpu (accepted, same output as without it) and refuse
+# vulkan[:N] as a usage error (exit 2) that says whether the device exists;
+# a malformed value names the flag.
+set -u
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
+says() { grep -aqF -- "$1" "$TMP/out" || { echo "  said: $(head -3 "$TMP/out"), expected '$1'" >&2; return 1; }; }
+
+has_dev=0
+"$BIN" info --devices >"$TMP/devices" 2>&1 && has_dev=1
+cp "$TMP/devices" "$TMP/out"
+if [ $has_dev = 1 ]; then
+  check "info --devices lists device 0" says "vulkan:0"
+  for field in type vendor driver "memory heap 0" "subgroup size" fp16 int8; do
+    check "info --devices shows $field" says "$field"
+  done
+  refusal="this build's engine runs on the CPU only"
+else
+  check "info --devices says why there is none" says "Vulkan devices: none: "
+  refusal="no Vulkan device was found"
+fi
+
+"$BIN" mkmodel -o "$TMP/m.gguf" >/dev/null 2>&1 || bad "mkmodel"
+for cmd in run serve; do
+  check "$cmd --device vulkan refused" expect_rc 2 "$BIN" $cmd -m "$TMP/m.gguf" --device vulkan
+  check "$cmd --device vulkan says why" says "$refusal"
+  check "$cmd --device bogus names the flag" expect_rc 2 "$BIN" $cmd -m "$TMP/m.gguf" --device gpu
+  check "$cmd --device bogus message" says "--device must be cpu, vulkan or vulkan:N"
+  check "$cmd \$KVTIER_DEVICE=vulkan:1x refused" expect_rc 2 env KVTIER_DEVICE=vulkan:1x "$BIN" $cmd -m "$TMP/m.gguf"
+  check "$cmd \$KVTIER_DEVICE named" says "\$KVTIER_DEVICE must be cpu"
+done
+check "eval --device vulkan:0 refused" expect_rc 2 "$BIN" eval -m "$TMP/m.gguf" --device vulkan:0 hi
+check "eval says why" says "$refusal"
+check "eval \$KVTIER_DEVICE=vulkan refused" expect_rc 2 env KVTIER_DEVICE=vulkan "$BIN" eval -m "$TMP/m.gguf" hi
+if [ $has_dev = 1 ]; then
+  check "a device index past the last refused" expect_rc 2 env KVTIER_DEVICE=vulkan:99 "$BIN" run -m "$TMP/m.gguf" -p hi
+  check "it names the index" says "there is no Vulkan device 99"
+fi
+
+# cpu changes nothing: the same greedy completion (stdout) with and without it
+rc=0
+"$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 --device cpu >"$TMP/with" 2>/dev/null || rc=$?
+check "run --device cpu exits 0" is "$rc" 0
+"$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 >"$TMP/without" 2>/dev/null
+check "the completion is not empty" test -s "$TMP/without"
+check "--device cpu gives the same completion" cmp -s "$TMP/with" "$TMP/without"
+check "eval --device cpu" expect_rc 0 env KVTIER_DEVICE=cpu "$BIN" eval -m "$TMP/m.gguf" -n 2 hi
+kvt_test_done test_gpu_cli
