@@ -412,6 +412,11 @@ void kvt_cli_json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+void kvt_cli_json_number(FILE *f, double v, int precision) {
+    if (isfinite(v)) fprintf(f, "%.*g", precision, v);
+    else fputs("null", f);
+}
+
 kvt_model *kvt_cli_load_vocab(const char *what, const char *path) {
     kvt_model_params mp = kvt_model_default_params();
     mp.vocab_only = 1;
