@@ -302,6 +302,8 @@ typedef struct {
                                   the block is dropped and counted (default 5000) */
     int disk_no_mac;         /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
                                 so whoever can write the directory can choose what is served (default: MAC on) */
+    double disk_space_retry_s; /* with T2 writes stopped by a full disk: how often the free space is checked
+                                  before they resume (--kv-disk-space-retry); 0: the default, 5 */
     const char *remote_url;  /* T3 shared store (--kv-remote redis://[user:pass@]host:port[/db] or
                                 unix:///path); NULL disables T3. Borrowed for kvt_cache_new. */
     uint64_t remote_bytes;   /* T3 soft budget (--kv-remote-size): capacity and stats; Redis's own
@@ -405,6 +407,8 @@ typedef struct {
     uint64_t t2_recompute_decisions; /* requests that recomputed disk blocks as cheaper than reading */
     uint64_t t2_bytes_read, t2_bytes_written, t2_corrupt;
     int t2_writes_disabled;      /* the disk failed (full, read-only): serving from RAM */
+    int t2_out_of_space;         /* of that, writes stopped by a full disk: they resume when space is back */
+    uint64_t t2_space_pauses;    /* times T2 writes stopped for lack of space */
     double t2_compression_ratio;
     /* T3 (remote): known = blocks this node believes are in the store */
     uint64_t t3_known, t3_budget_bytes, t3_value_bytes;

@@ -85,6 +85,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         dp.codec = p->disk_zstd ? KVT_DISK_CODEC_ZSTD : KVT_DISK_CODEC_RAW;
         dp.put_wait_ms = p->disk_put_wait_ms;
         dp.mac = !p->disk_no_mac;
+        if (p->disk_space_retry_s > 0) dp.space_retry_s = p->disk_space_retry_s;
         /* the namespace is the unsalted root: model, layout, dtype, B, numerics;
          * tenants are kept apart by their salted keys */
         if (!(rc = kvt_cache_root(c, NULL, 0, &dp.ns))) {
@@ -279,6 +280,8 @@ static void disk_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t2_bytes_written = ds.bytes_written;
     out->t2_corrupt = ds.corrupt;
     out->t2_writes_disabled = ds.writes_disabled;
+    out->t2_out_of_space = ds.out_of_space;
+    out->t2_space_pauses = ds.space_pauses;
     out->t2_compression_ratio = ds.compression_ratio;
 }
 

@@ -169,6 +169,7 @@ enum {
     CACHE_LIVE_WINDOW,
     CACHE_WAIT_MS,
     CACHE_NO_MAC,
+    CACHE_SPACE_RETRY,
     CACHE_REMOTE,
     CACHE_REMOTE_KEY,
     CACHE_REMOTE_SIZE,
@@ -200,6 +201,9 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_NO_MAC, 0, "kv-disk-no-mac", NULL, NULL,
      "do not sign disk records with the directory's key (default: each\nrecord carries a keyed MAC and a forged or "
      "altered one is never\nserved); CRCs still catch accidents", 0, KVT_CLI_PLAIN},
+    {CACHE_SPACE_RETRY, 0, "kv-disk-space-retry", NULL, "SECONDS",
+     "when the disk fills up, T2 writes stop (reads go on) and the free\nspace is checked this often; writes resume "
+     "once records fit\nagain (default 5)", KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
     {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
      "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path "
      "(README \"Shared tier\")", 0, KVT_CLI_PLAIN},
@@ -249,6 +253,7 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
     case CACHE_LIVE_WINDOW: cp->admit_live_s = a->d; return 0;
     case CACHE_WAIT_MS: cp->disk_put_wait_ms = (uint32_t)a->i; return 0;
     case CACHE_NO_MAC: cp->disk_no_mac = 1; return 0;
+    case CACHE_SPACE_RETRY: cp->disk_space_retry_s = a->d; return 0;
     case CACHE_REMOTE: cp->remote_url = v; return 0;
     case CACHE_REMOTE_KEY: cp->remote_key_file = v; return 0;
     case CACHE_REMOTE_SIZE: cp->remote_bytes = a->bytes; return 0;

@@ -305,6 +305,11 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_disk_records_written_total %llu\n", (unsigned long long)c->t2_writes);
     header(&b, "kvtier_disk_writes_dropped_total", "counter", "Disk writes dropped (queue full, disk full, errors).");
     put(&b, "kvtier_disk_writes_dropped_total %llu\n", (unsigned long long)c->t2_dropped);
+    header(&b, "kvtier_disk_writes_disabled", "gauge",
+           "1 while disk writes are off (2: for lack of space, resuming when space is back), else 0.");
+    put(&b, "kvtier_disk_writes_disabled %d\n", c->t2_out_of_space ? 2 : c->t2_writes_disabled ? 1 : 0);
+    header(&b, "kvtier_disk_space_pauses_total", "counter", "Times disk writes stopped because the disk was full.");
+    put(&b, "kvtier_disk_space_pauses_total %llu\n", (unsigned long long)c->t2_space_pauses);
     header(&b, "kvtier_disk_restores_total", "counter", "Blocks read back from disk into pages.");
     put(&b, "kvtier_disk_restores_total %llu\n", (unsigned long long)c->t2_restores);
     header(&b, "kvtier_disk_recompute_decisions_total", "counter",

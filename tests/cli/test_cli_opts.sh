@@ -39,6 +39,8 @@ check "temp not a number" rejects "--temp must be a number, got 'hot'" "$BIN" ru
 check "temp inf" rejects "--temp must be a number, got 'inf'" "$BIN" run --temp inf
 check "temp 0 and 2.5 accepted" accepts "$BIN" run --temp 0 --temp 2.5
 check "keep-warm above a day" rejects "--session-keep-warm must be a number in [0, 86400]" "$BIN" serve --session-keep-warm 86400.5
+check "space retry 0 (open bound)" rejects "--kv-disk-space-retry must be a number in (0, 3600], got '0'" "$BIN" serve --kv-disk-space-retry 0
+check "space retry 0.2 and 3600 accepted" accepts "$BIN" serve --kv-disk-space-retry 0.2 --kv-disk-space-retry 3600
 check "live window negative" rejects "--kv-disk-live-window must be a number >= 0, got '-1'" "$BIN" run --kv-disk-live-window -1
 # sizes
 check "max-body 0" rejects "--max-body must be a size like 512M or 4G, at least 1 byte, got '0'" "$BIN" serve --max-body 0
