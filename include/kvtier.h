@@ -315,6 +315,8 @@ typedef struct {
     int remote_zstd;         /* compress T3 values with zstd (--kv-remote-compress zstd); readers take either */
     int remote_zstd_level;   /* with remote_zstd (--kv-remote-zstd-level); 0: the default, 1 */
     uint32_t remote_read_conns; /* T3 read connections and threads (--kv-remote-conns); 0: the default, 4 */
+    int64_t remote_retry_bytes; /* T3 writes held while Redis is unreachable, sent when it answers again
+                                   (--kv-remote-retry-size); 0: the default, 64 MiB; < 0: none (dropped) */
     int write_through;       /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;
@@ -426,6 +428,8 @@ typedef struct {
     uint64_t t3_round_trips;     /* read calls that reached the store */
     double t3_latency_sum_s;     /* their wall time */
     int t3_connected;            /* 1 while the read connection is up; -1 when T3 is off */
+    uint64_t t3_retry_held;      /* blocks held for sending while Redis is unreachable, now */
+    uint64_t t3_retry_sent, t3_retry_dropped; /* held blocks sent later; held ones dropped (the cap was reached) */
     uint64_t index_entries[KVT_TIER_COUNT];
     uint64_t collisions;         /* block keys that named another block (a miss, never wrong KV) */
     uint64_t lookups;            /* requests matched against the cache */

@@ -103,6 +103,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         xp.ttl_s = p->remote_ttl_s;
         if (p->remote_timeout_ms) xp.timeout_ms = p->remote_timeout_ms;
         if (p->remote_read_conns) xp.read_conns = p->remote_read_conns;
+        if (p->remote_retry_bytes) xp.retry_bytes = p->remote_retry_bytes < 0 ? 0 : (uint64_t)p->remote_retry_bytes;
         xp.compress = p->remote_zstd ? KVT_REMOTE_COMPRESS_ZSTD : KVT_REMOTE_COMPRESS_NONE;
         if (p->remote_zstd_level) xp.zstd_level = p->remote_zstd_level;
         xp.payload_bytes = c->page_bytes;
@@ -311,6 +312,9 @@ static void remote_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t3_round_trips = rs.round_trips;
     out->t3_latency_sum_s = rs.latency_sum_s;
     out->t3_connected = rs.connected;
+    out->t3_retry_held = rs.retry_held;
+    out->t3_retry_sent = rs.retry_sent;
+    out->t3_retry_dropped = rs.retry_dropped;
 }
 
 void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {

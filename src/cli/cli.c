@@ -178,6 +178,7 @@ enum {
     CACHE_REMOTE_COMPRESS,
     CACHE_REMOTE_ZSTD_LEVEL,
     CACHE_REMOTE_CONNS,
+    CACHE_REMOTE_RETRY,
     CACHE_WRITE_THROUGH,
     CACHE_RESTORE,
 };
@@ -227,6 +228,9 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_REMOTE_CONNS, 0, "kv-remote-conns", NULL, "N",
      "T3 read connections, one thread each, that split a restore's\nGETs and check values in parallel (1..16, "
      "default 4)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, 16)},
+    {CACHE_REMOTE_RETRY, 0, "kv-remote-retry-size", NULL, "BYTES",
+     "T3 writes made while Redis is unreachable are held in memory up\nto this size and sent when it answers again "
+     "(default 64M; 0:\ndropped); past it the newest are dropped and counted", 0, KVT_CLI_ANY_BYTES},
     {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL, "write each new block to disk (and T3) as soon as it is computed",
      0, KVT_CLI_PLAIN},
     {CACHE_RESTORE, 0, "restore", NULL, "MODE",
@@ -274,6 +278,9 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
         cp->remote_zstd_level = (int)a->i;
         return 0;
     case CACHE_REMOTE_CONNS: cp->remote_read_conns = (uint32_t)a->i; return 0;
+    case CACHE_REMOTE_RETRY: /* 0 on the command line: hold nothing (0 in the params means the default) */
+        cp->remote_retry_bytes = a->bytes ? (int64_t)KVT_MIN(a->bytes, (uint64_t)INT64_MAX) : -1;
+        return 0;
     case CACHE_WRITE_THROUGH: cp->write_through = 1; return 0;
     case CACHE_RESTORE:
         if (!strcmp(v, "auto")) cp->restore = KVT_RESTORE_AUTO;

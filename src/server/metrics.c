@@ -325,6 +325,13 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_remote_bytes_total", "counter", "T3 value bytes, by direction.");
     put(&b, "kvtier_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t3_bytes_read);
     put(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t3_bytes_written);
+    header(&b, "kvtier_remote_retry_held_blocks", "gauge",
+           "T3 writes held in memory while Redis is unreachable, to be sent when it is back.");
+    put(&b, "kvtier_remote_retry_held_blocks %llu\n", (unsigned long long)c->t3_retry_held);
+    header(&b, "kvtier_remote_retry_total", "counter",
+           "Held T3 writes, by outcome (sent: stored late; dropped: the holding was full).");
+    put(&b, "kvtier_remote_retry_total{result=\"sent\"} %llu\n", (unsigned long long)c->t3_retry_sent);
+    put(&b, "kvtier_remote_retry_total{result=\"dropped\"} %llu\n", (unsigned long long)c->t3_retry_dropped);
     header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
     put(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
     header(&b, "kvtier_remote_written_payload_bytes_total", "counter",

@@ -65,6 +65,9 @@ static cJSON *stats_json(kvt_server *s) {
         cJSON_AddNumberToObject(t3, "bad_values", (double)st.t3_bad);
         cJSON_AddNumberToObject(t3, "writes", (double)st.t3_writes);
         cJSON_AddNumberToObject(t3, "writes_dropped", (double)st.t3_dropped);
+        cJSON_AddNumberToObject(t3, "retry_held_blocks", (double)st.t3_retry_held);
+        cJSON_AddNumberToObject(t3, "retry_sent_blocks", (double)st.t3_retry_sent);
+        cJSON_AddNumberToObject(t3, "retry_dropped_blocks", (double)st.t3_retry_dropped);
         cJSON_AddNumberToObject(t3, "errors", (double)st.t3_errors);
         cJSON_AddNumberToObject(t3, "timeouts", (double)st.t3_timeouts);
         cJSON_AddNumberToObject(t3, "probes", (double)st.t3_probes);

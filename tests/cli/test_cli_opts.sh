@@ -46,6 +46,8 @@ check "live window negative" rejects "--kv-disk-live-window must be a number >= 
 check "max-body 0" rejects "--max-body must be a size like 512M or 4G, at least 1 byte, got '0'" "$BIN" serve --max-body 0
 check "kv-ram unit unknown" rejects "--kv-ram must be a size like 512M or 4G, at least 0 bytes, got '2Q'" "$BIN" run --kv-ram 2Q
 check "remote size 0" rejects "--kv-remote-size must be a size like 512M or 4G, at least 1 byte" "$BIN" serve --kv-remote-size 0
+check "remote retry size not a size" rejects "--kv-remote-retry-size must be a size like 512M or 4G" "$BIN" serve --kv-remote-retry-size lots
+check "remote retry size 0 and 1G accepted" accepts "$BIN" serve --kv-remote-retry-size 0 --kv-remote-retry-size 1G
 check "sizes with units accepted" accepts "$BIN" serve --kv-ram 2G --kv-active 256MiB --max-body 1k --kv-disk-size 1T
 # the environment is checked the same way and named as such
 check "env port" rejects "\$KVTIER_PORT must be an integer in [0, 65535], got '99999'" env KVTIER_PORT=99999 "$BIN" serve
