@@ -128,7 +128,13 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             p.tied = 1;
         } else if (!strcmp(a, "--rope-base")) {
             double f;
-            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v)) || f < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v))) return 2;
+            if (f != 0 && !(f >= KVT_HP_ROPE_BASE_MIN && f <= KVT_HP_ROPE_BASE_MAX)) {
+                /* a theta the loader would refuse: say so now, not when the file is loaded */
+                fprintf(stderr, "kvtier mkmodel: --rope-base must be 0 or from %g to %g, got '%s'\n",
+                        KVT_HP_ROPE_BASE_MIN, KVT_HP_ROPE_BASE_MAX, v);
+                return 2;
+            }
             p.rope_base = (float)f;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (n = kvt_cli_parse_long(a, v, 0, LONG_MAX)) < 0) return 2;

@@ -29,8 +29,6 @@
 #define HP_CTX_MAX (1 << 26)
 #define HP_EPS_MIN 1e-12
 #define HP_EPS_MAX 0.5
-#define HP_ROPE_BASE_MIN 1.0
-#define HP_ROPE_BASE_MAX 1e12
 #define HP_ROPE_FACTOR_MIN 0.01
 #define HP_ROPE_FACTOR_MAX 1000.0
 #define FINGERPRINT_SAMPLE_BYTES 4096 /* hashed from the start, middle and end of every tensor */
@@ -124,8 +122,8 @@ static int load_hparams(kvt_model *m) {
                         hp->head_dim);
     if ((rc = get_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, DEFAULT_RMS_EPS, HP_EPS_MIN,
                       HP_EPS_MAX, 0)) ||
-        (rc = get_f32(g, arch, "rope.freq_base", &hp->rope_base, DEFAULT_ROPE_BASE, HP_ROPE_BASE_MIN,
-                      HP_ROPE_BASE_MAX, 0)))
+        (rc = get_f32(g, arch, "rope.freq_base", &hp->rope_base, DEFAULT_ROPE_BASE, KVT_HP_ROPE_BASE_MIN,
+                      KVT_HP_ROPE_BASE_MAX, 0)))
         return rc;
 
     hp->rope_scaling = KVT_ROPE_SCALING_NONE;

@@ -113,6 +113,9 @@ void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]);
  * naming the key, the value and the range, when it is outside (NaN, infinite
  * and denormal values included). */
 int kvt_hp_int(const kvt_gguf *g, const char *key, int64_t lo, int64_t hi, int32_t *out);
+/* The range of rope.freq_base (theta) a model may have. */
+#define KVT_HP_ROPE_BASE_MIN 1.0
+#define KVT_HP_ROPE_BASE_MAX 1e12
 int kvt_hp_float(const kvt_gguf *g, const char *key, double lo, double hi, int zero_off, float *out);
 
 /* ---- architecture table (src/model/arch.c) ---- */

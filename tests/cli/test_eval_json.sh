@@ -36,6 +36,8 @@ for kv in "llama.rope.freq_base 1.4e-45" "llama.rope.freq_base nan" "llama.rope.
   check "$key = $val is refused" expect_rc 1 "$BIN" eval -m "$TMP/bad.gguf" "hello"
   check "... naming the key" grep -q "'$key' = .* is out of range: expected a finite number from" "$TMP/out"
 done
+check "mkmodel refuses a denormal --rope-base" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --rope-base 1.4e-45
+check "... naming the flag and the range" grep -q -- "--rope-base must be 0 or from 1 to" "$TMP/out"
 python3 "$POKE" "$TMP/m.gguf" "$TMP/ok.gguf" f32 llama.rope.freq_base 500000
 check "an ordinary rope.freq_base loads" expect_rc 0 "$BIN" eval -m "$TMP/ok.gguf" -n 1 "hello"
 
