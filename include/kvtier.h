@@ -302,6 +302,8 @@ typedef struct {
                                   the block is dropped and counted (default 5000) */
     int disk_no_mac;         /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
                                 so whoever can write the directory can choose what is served (default: MAC on) */
+    double disk_space_retry_s; /* with T2 writes stopped by a full disk: how often the free space is checked
+                                  before they resume (--kv-disk-space-retry); 0: the default, 5 */
     const char *remote_url;  /* T3 shared store (--kv-remote redis://[user:pass@]host:port[/db] or
                                 unix:///path); NULL disables T3. Borrowed for kvt_cache_new. */
     uint64_t remote_bytes;   /* T3 soft budget (--kv-remote-size): capacity and stats; Redis's own
@@ -313,6 +315,8 @@ typedef struct {
     int remote_zstd;         /* compress T3 values with zstd (--kv-remote-compress zstd); readers take either */
     int remote_zstd_level;   /* with remote_zstd (--kv-remote-zstd-level); 0: the default, 1 */
     uint32_t remote_read_conns; /* T3 read connections and threads (--kv-remote-conns); 0: the default, 4 */
+    int64_t remote_retry_bytes; /* T3 writes held while Redis is unreachable, sent when it answers again
+                                   (--kv-remote-retry-size); 0: the default, 64 MiB; < 0: none (dropped) */
     int write_through;       /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;
@@ -408,6 +412,8 @@ typedef struct {
     uint64_t t2_recompute_decisions; /* requests that recomputed disk blocks as cheaper than reading */
     uint64_t t2_bytes_read, t2_bytes_written, t2_corrupt;
     int t2_writes_disabled;      /* the disk failed (full, read-only): serving from RAM */
+    int t2_out_of_space;         /* of that, writes stopped by a full disk: they resume when space is back */
+    uint64_t t2_space_pauses;    /* times T2 writes stopped for lack of space */
     double t2_compression_ratio;
     /* T3 (remote): known = blocks this node believes are in the store */
     uint64_t t3_known, t3_budget_bytes, t3_value_bytes;
@@ -425,6 +431,8 @@ typedef struct {
     uint64_t t3_round_trips;     /* read calls that reached the store */
     double t3_latency_sum_s;     /* their wall time */
     int t3_connected;            /* 1 while the read connection is up; -1 when T3 is off */
+    uint64_t t3_retry_held;      /* blocks held for sending while Redis is unreachable, now */
+    uint64_t t3_retry_sent, t3_retry_dropped; /* held blocks sent later; held ones dropped (the cap was reached) */
     uint64_t index_entries[KVT_TIER_COUNT];
     uint64_t collisions;         /* block keys that named another block (a miss, never wrong KV) */
     uint64_t lookups;            /* requests matched against the cache */

@@ -85,6 +85,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         dp.codec = p->disk_zstd ? KVT_DISK_CODEC_ZSTD : KVT_DISK_CODEC_RAW;
         dp.put_wait_ms = p->disk_put_wait_ms;
         dp.mac = !p->disk_no_mac;
+        if (p->disk_space_retry_s > 0) dp.space_retry_s = p->disk_space_retry_s;
         /* the namespace is the unsalted root: model, layout, dtype, B, numerics;
          * tenants are kept apart by their salted keys */
         if (!(rc = kvt_cache_root(c, NULL, 0, &dp.ns))) {
@@ -102,6 +103,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         xp.ttl_s = p->remote_ttl_s;
         if (p->remote_timeout_ms) xp.timeout_ms = p->remote_timeout_ms;
         if (p->remote_read_conns) xp.read_conns = p->remote_read_conns;
+        if (p->remote_retry_bytes) xp.retry_bytes = p->remote_retry_bytes < 0 ? 0 : (uint64_t)p->remote_retry_bytes;
         xp.compress = p->remote_zstd ? KVT_REMOTE_COMPRESS_ZSTD : KVT_REMOTE_COMPRESS_NONE;
         if (p->remote_zstd_level) xp.zstd_level = p->remote_zstd_level;
         xp.payload_bytes = c->page_bytes;
@@ -279,6 +281,8 @@ static void disk_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t2_bytes_written = ds.bytes_written;
     out->t2_corrupt = ds.corrupt;
     out->t2_writes_disabled = ds.writes_disabled;
+    out->t2_out_of_space = ds.out_of_space;
+    out->t2_space_pauses = ds.space_pauses;
     out->t2_compression_ratio = ds.compression_ratio;
 }
 
@@ -308,6 +312,9 @@ static void remote_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t3_round_trips = rs.round_trips;
     out->t3_latency_sum_s = rs.latency_sum_s;
     out->t3_connected = rs.connected;
+    out->t3_retry_held = rs.retry_held;
+    out->t3_retry_sent = rs.retry_sent;
+    out->t3_retry_dropped = rs.retry_dropped;
 }
 
 void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {

@@ -91,7 +91,9 @@ struct kvt_disk {
     disk_event *ev;
     size_t n_ev, cap_ev;
 
-    int write_err; /* first write error; writes are disabled once set */
+    int write_err; /* first write error; writes are disabled once set (and enabled again after space_wait) */
+    int space_wait;    /* write_err is a lack of space: the writer looks for room every p.space_retry_s */
+    double space_next; /* kvt_now() of its next look */
     uint8_t *ckpt_buf; /* a checkpoint for the writer to write (periodic), or NULL */
     size_t ckpt_len;
     uint64_t lookup_blocks, lookup_hits; /* kvt_disk_note_lookup, this session */

@@ -1,7 +1,9 @@
 /* The disk store's writer thread (tier_disk.h "Threads"): it drains the
  * bounded write queue, encodes each block into a record and appends it to
  * the head segment, starting a new segment when the head is full, and
- * reclaims the oldest segments, rewriting their recently hit records. */
+ * reclaims the oldest segments, rewriting their recently hit records. When a
+ * write finds the disk full it stops writes, and looks for free space every
+ * params.space_retry_s until records fit again, then resumes them. */
 #include "disk_store.h"
 
 #include <errno.h>
@@ -9,6 +11,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -17,6 +21,67 @@
 #define REINSERT_DIVISOR 4
 /* zstd level for new records: KV pages compress little, so favour speed. */
 #define ZSTD_LEVEL 1
+/* Writes resume when the filesystem has room for this many raw records, and
+ * at least a quarter segment: less would be full again at once (a stop and a
+ * resume logged per retry). */
+#define SPACE_RESUME_RECORDS 4
+#define SPACE_RESUME_SEGMENT_DIVISOR 4
+
+/* A write failed (mu held). A full disk or quota stops writes until the
+ * writer finds room again (with space_retry_s set); anything else disables
+ * them for good. One warning either way. */
+static void write_failed(kvt_disk *d, int err, const char *what) {
+    if ((err != -ENOSPC && err != -EDQUOT) || d->p.space_retry_s <= 0 || d->write_err) {
+        kvt_disk_disable_writes(d, err, what);
+        return;
+    }
+    d->st.write_errors++;
+    d->write_err = err;
+    d->st.writes_disabled = 1;
+    d->space_wait = 1;
+    d->space_next = kvt_now() + d->p.space_retry_s;
+    d->st.space_pauses++;
+    kvt_logk(KVT_LOG_WARN, "dir,what,error,retry_s",
+             "disk tier %s: %s failed (%s); writes disabled until space is free again (checked every %g s), "
+             "reads continue",
+             d->dir, what, strerror(-err), d->p.space_retry_s);
+}
+
+/* Bytes of free space that let writes resume. */
+static uint64_t space_needed(const kvt_disk *d) {
+    return KVT_MAX(SPACE_RESUME_RECORDS * d->rec_max, d->p.segment_bytes / SPACE_RESUME_SEGMENT_DIVISOR);
+}
+
+/* With writes stopped for lack of space: waits (mu held) until the next look
+ * at the free space is due or work arrives; when due, looks, and resumes
+ * writes if enough is free. Writer thread. */
+static void wait_for_space(kvt_disk *d) {
+    double left = d->space_next - kvt_now();
+    if (left > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += (time_t)left;
+        until.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&d->cv_work, &d->mu, &until) != ETIMEDOUT) return;
+    }
+    d->space_next = kvt_now() + d->p.space_retry_s;
+    uint64_t need = space_needed(d);
+    pthread_mutex_unlock(&d->mu);
+    struct statvfs sv;
+    uint64_t avail = fstatvfs(d->dir_fd, &sv) ? 0 : (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    pthread_mutex_lock(&d->mu);
+    if (avail < need || !d->space_wait) return;
+    d->space_wait = 0;
+    d->write_err = 0;
+    d->st.writes_disabled = 0;
+    d->st.space_resumes++;
+    kvt_logk(KVT_LOG_INFO, "dir,free_bytes", "disk tier %s: %.1f MiB free again; writes resumed", d->dir,
+             (double)avail / 1048576.0);
+}
 
 
 /* Reclaims the oldest segments until the sealed ones fit in size_bytes (mu
@@ -78,7 +143,7 @@ static void write_moves(kvt_disk *d, disk_seg *s, const disk_move *moves, size_t
             wrc = kvt_dio_write(d->wio, s->fd, mbuf + moves[i].at, moves[i].bytes, s->bytes);
             pthread_mutex_lock(&d->mu);
             d->st.write_seconds += kvt_now() - t0;
-            if (wrc) kvt_disk_disable_writes(d, wrc, "rewriting a hit record");
+            if (wrc) write_failed(d, wrc, "rewriting a hit record");
             pthread_mutex_unlock(&d->mu);
         }
         pthread_mutex_lock(&d->mu);
@@ -146,7 +211,7 @@ static int rotate(kvt_disk *d) {
         kvt_disk_segs_push(d, s);
         d->head = s;
     } else {
-        kvt_disk_disable_writes(d, rc, "creating a segment");
+        write_failed(d, rc, "creating a segment");
     }
     pthread_mutex_unlock(&d->mu);
 
@@ -210,10 +275,13 @@ static void write_block(kvt_disk *d, disk_qslot *q) {
     double t0 = kvt_now();
     rc = kvt_dio_write(d->wio, s->fd, rec, bytes, s->bytes);
     double dt = kvt_now() - t0;
+    /* a failed append may have left part of the record past the end: give its space back */
+    if (rc && ftruncate(s->fd, (off_t)s->bytes))
+        kvt_logk(KVT_LOG_DEBUG, "dir,error", "disk tier %s: cannot trim a failed append: %s", d->dir, strerror(errno));
     pthread_mutex_lock(&d->mu);
     d->st.write_seconds += dt;
     if (rc) {
-        kvt_disk_disable_writes(d, rc, "writing a record");
+        write_failed(d, rc, "writing a record");
         queued_lost(d, q);
     } else {
         kvt_disk_rec_insert(d, q->hash, q->parent, (const int32_t *)(const void *)(rec + RH_TOKENS), s, s->bytes,
@@ -231,7 +299,10 @@ void *kvt_disk_writer_main(void *arg) {
     kvt_disk *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while ((!d->q_count || d->paused) && !d->stop && !d->ckpt_buf) pthread_cond_wait(&d->cv_work, &d->mu);
+        while ((!d->q_count || d->paused) && !d->stop && !d->ckpt_buf) {
+            if (d->space_wait) wait_for_space(d);
+            else pthread_cond_wait(&d->cv_work, &d->mu);
+        }
         if (d->ckpt_buf) {
             kvt_disk_ckpt_write_pending(d);
             continue;

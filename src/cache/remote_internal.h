@@ -91,6 +91,13 @@ struct kvt_remote {
     int writer_started, stop, paused;
     kvt_remote_qslot *q;
     uint32_t q_head, q_count;
+    /* blocks that never reached Redis, held for its return (tier_remote.h
+     * "Writes"): a ring of held_cap, oldest at held_head, found by hash
+     * through held_map. The writer alone adds and removes entries; the owner
+     * reads them (get_many, contains) and cancels them (remove). */
+    kvt_remote_qslot *held;
+    uint32_t held_cap, held_head, held_count;
+    kvt_hmap128 held_map; /* hash -> ring position */
     kvt_hash128 *lost;   /* blocks the writer dropped: their presence leaves at the next owner call */
     size_t n_lost, cap_lost;
     int writer_failed;   /* the writer's last batch could not reach Redis */
@@ -168,7 +175,7 @@ const uint8_t *kvt_remote_value_encode(kvt_remote *r, kvt_remote_qslot *q, uint8
  * the known set is full). 0, or -EEXIST if the index refuses it. */
 int kvt_remote_known_add(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens);
 void kvt_remote_known_del(kvt_remote *r, kvt_hash128 hash);
-/* The queue slot holding hash, or NULL (mu held). */
+/* The queue slot, or held entry, holding hash (not cancelled), or NULL (mu held). */
 kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash);
 /* Blocks the writer dropped leave the index (owner thread, mu held). */
 void kvt_remote_apply_lost_locked(kvt_remote *r);

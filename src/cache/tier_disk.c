@@ -43,6 +43,7 @@ kvt_disk_params kvt_disk_default_params(void) {
     p.use_o_direct = 1;
     p.mac = 1;
     p.checkpoint_s = KVT_DISK_CHECKPOINT_S_DEFAULT;
+    p.space_retry_s = KVT_DISK_SPACE_RETRY_S_DEFAULT;
     const char *e = getenv("KVT_DISK_CHECKPOINT_S");
     if (e && *e) p.checkpoint_s = KVT_MAX(0.0, atof(e));
     return p;
@@ -348,6 +349,9 @@ static int check_params(const kvt_disk_params *p, uint64_t rec_max) {
     if (p->size_bytes / 2 < p->segment_bytes)
         return kvt_fail(KVT_EARG, "disk tier: size %llu must hold at least two %llu-byte segments",
                         (unsigned long long)p->size_bytes, (unsigned long long)p->segment_bytes);
+    if (!(p->space_retry_s >= 0 && p->space_retry_s <= KVT_DISK_SPACE_RETRY_S_MAX))
+        return kvt_fail(KVT_EARG, "disk tier: space retry interval %g s outside 0..%g", p->space_retry_s,
+                        KVT_DISK_SPACE_RETRY_S_MAX);
     return 0;
 }
 
@@ -459,12 +463,12 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     d->header_bytes = hb;
     d->rec_max = rec_max;
     pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv_work, NULL);
     pthread_cond_init(&d->cv_idle, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&d->cv_room, &ca);
+    pthread_cond_init(&d->cv_work, &ca); /* the writer's timed wait for space uses it too */
     pthread_condattr_destroy(&ca);
     d->st.budget_bytes = p->size_bytes;
     d->st.compression_ratio = 1.0;
@@ -727,6 +731,7 @@ void kvt_disk_get_stats(kvt_disk *d, kvt_disk_stats *out) {
     out->records = d->map.count;
     out->segments = d->n_segs;
     out->queued = d->q_count;
+    out->out_of_space = d->space_wait;
     out->compression_ratio = d->st.stored_out ? (double)d->st.payload_in / (double)d->st.stored_out : 1.0;
     pthread_mutex_unlock(&d->mu);
 }

@@ -211,6 +211,8 @@ typedef enum { KVT_DISK_SCHEME_BLAKE2B = 0, KVT_DISK_SCHEME_GMAC = 1 } kvt_disk_
 #define KVT_DISK_QUEUE_DEFAULT 32
 #define KVT_DISK_PUT_WAIT_MS_DEFAULT 5000
 #define KVT_DISK_CHECKPOINT_S_DEFAULT 300.0
+#define KVT_DISK_SPACE_RETRY_S_DEFAULT 5.0
+#define KVT_DISK_SPACE_RETRY_S_MAX 3600.0
 
 typedef enum { KVT_DISK_CODEC_RAW = 0, KVT_DISK_CODEC_ZSTD = 1, KVT_DISK_CODEC_COUNT } kvt_disk_codec;
 
@@ -236,6 +238,10 @@ typedef struct {
                                  at close). Needs index; see "Checkpoint" above */
     int scan_serial;          /* open reads record headers one pread at a time, as before batched scans
                                  (default 0; for tests and benchmarks: see "Open scan" above) */
+    double space_retry_s;     /* writes stopped by a full disk or quota (ENOSPC, EDQUOT): the writer checks
+                                 the free space this often and resumes once a few records fit again
+                                 (default KVT_DISK_SPACE_RETRY_S_DEFAULT; 0: they stay off until reopened).
+                                 Reads and stored records are untouched meanwhile */
 } kvt_disk_params;
 
 typedef struct {
@@ -266,6 +272,8 @@ typedef struct {
     int checkpoint_used;               /* that open loaded an index checkpoint */
     uint64_t checkpoint_records;       /* records it took from the checkpoint */
     uint64_t checkpoints_written;      /* checkpoints written since (periodic and at close) */
+    uint64_t space_pauses, space_resumes; /* times writes stopped for lack of space, and came back */
+    int out_of_space;                  /* writes are stopped for lack of space now (writes_disabled is set too) */
 } kvt_disk_stats;
 
 /* One block of a kvt_disk_get_many batch (see tier.h). */

@@ -23,6 +23,8 @@
 #define READ_AHEAD_BYTES (16u << 10)
 /* Cap on the known set whatever the budget says (index memory: B ids per block). */
 #define KNOWN_MAX (1u << 22)
+/* Cap on held blocks whatever retry_bytes says (the ring's own memory). */
+#define HELD_MAX (1u << 18)
 
 kvt_remote_params kvt_remote_default_params(void) {
     kvt_remote_params p;
@@ -35,6 +37,7 @@ kvt_remote_params kvt_remote_default_params(void) {
     p.block_tokens = KVT_BLOCK_TOKENS_DEFAULT;
     p.read_conns = KVT_REMOTE_READ_CONNS_DEFAULT;
     p.zstd_level = KVT_REMOTE_ZSTD_LEVEL_DEFAULT;
+    p.retry_bytes = KVT_REMOTE_RETRY_BYTES_DEFAULT;
     return p;
 }
 
@@ -115,6 +118,8 @@ kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash) {
         kvt_remote_qslot *q = &r->q[(r->q_head + i) % r->p.queue_depth];
         if (!q->cancelled && kvt_hash128_eq(q->hash, hash)) return q;
     }
+    uint32_t at;
+    if (r->held_count && kvt_hmap128_get(&r->held_map, hash, &at) && !r->held[at].cancelled) return &r->held[at];
     return NULL;
 }
 
@@ -131,6 +136,9 @@ static void remote_free(kvt_remote *r) {
     if (!r) return;
     for (uint32_t i = 0; r->q && i < r->p.queue_depth; i++) free(r->q[i].buf);
     free(r->q);
+    for (uint32_t i = 0; r->held && i < r->held_cap; i++) free(r->held[i].buf);
+    free(r->held);
+    kvt_hmap128_free(&r->held_map);
     free(r->lost);
     free(r->ring);
     kvt_hmap128_free(&r->known);
@@ -174,8 +182,8 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&r->cv_room, &ca);
+    pthread_cond_init(&r->cv_work, &ca); /* the writer waits on it for its reconnect time too */
     pthread_condattr_destroy(&ca);
-    pthread_cond_init(&r->cv_work, NULL);
     pthread_cond_init(&r->cv_idle, NULL);
     for (int i = 0; i < KVT_REMOTE_READ_CONNS_MAX; i++)
         r->rd[i].conn = (kvt_remote_conn){.who = "reads", .backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3};
@@ -203,6 +211,8 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     r->ring_cap = (uint32_t)KVT_MAX(KVT_MIN(cap, (uint64_t)KNOWN_MAX), (uint64_t)KVT_REMOTE_KNOWN_MIN);
     r->ring = kvt_xcalloc(r->ring_cap, sizeof *r->ring);
     r->q = kvt_xcalloc(p->queue_depth, sizeof *r->q);
+    r->held_cap = (uint32_t)KVT_MIN(p->retry_bytes / r->buf_bytes, (uint64_t)HELD_MAX);
+    if (r->held_cap) r->held = kvt_xcalloc(r->held_cap, sizeof *r->held);
     r->st.budget_bytes = p->size_bytes;
     r->st.value_bytes = r->value_bytes;
     /* hiredis writes with write(2): a Redis that closes the connection must
@@ -328,6 +338,7 @@ void kvt_remote_get_stats(kvt_remote *r, kvt_remote_stats *out) {
     *out = r->st;
     out->known = r->known.count;
     out->queued = r->q_count;
+    out->retry_held = r->held_count;
     out->connected = r->rd[0].conn.up;
     pthread_mutex_unlock(&r->mu);
 }

@@ -53,8 +53,17 @@
  * its index presence is added at once and get_many serves it from the queue
  * until it is sent. A full queue makes put wait up to put_wait_ms for the
  * writer, then the block is dropped and counted. A block the writer cannot
- * send (Redis down, an error reply, the write deadline) is dropped, counted,
- * and its presence leaves the index at the next call on the owner's thread.
+ * send because Redis refused it (an error reply) is dropped, counted, and its
+ * presence leaves the index at the next call on the owner's thread. One that
+ * never reached Redis (down, reconnecting, the connection lost or past the
+ * write deadline) is held instead, up to params.retry_bytes of held blocks
+ * (the newest dropped and counted beyond that: a prefix's first blocks are
+ * worth more than its last, which are useless without them), keeps its
+ * presence and is served from memory like a queued block, and the writer
+ * sends it, oldest first, as soon as its connection is back (tried on the
+ * reconnect backoff's schedule). A late SET is harmless: a key names exactly
+ * one block. Nothing waits for held blocks: not put, not flush, not reads; at
+ * close they get one try, and are dropped if Redis is still away.
  *
  * Prefix index. The tier keeps T3 presence (handle 0) for the blocks it knows
  * of: those it queued, and those kvt_remote_probe found. Redis evicts and
@@ -92,6 +101,7 @@
 #define KVT_REMOTE_READ_CONNS_MAX 16
 #define KVT_REMOTE_ZSTD_LEVEL_DEFAULT 1 /* chosen by measurement: README "Shared tier" */
 #define KVT_REMOTE_PUT_WAIT_MS_DEFAULT 50       /* shorter than the disk's: a network write may be dropped */
+#define KVT_REMOTE_RETRY_BYTES_DEFAULT (64ull << 20) /* blocks held while Redis is unreachable (see "Writes") */
 #define KVT_REMOTE_BACKOFF_MIN_MS 100
 #define KVT_REMOTE_BACKOFF_MAX_MS 5000
 #define KVT_REMOTE_LOG_INTERVAL_S 10.0
@@ -120,6 +130,8 @@ typedef struct {
     uint32_t read_conns;      /* 1..KVT_REMOTE_READ_CONNS_MAX: get_many's connections (and threads) */
     kvt_remote_compress compress; /* how the writer stores payloads (readers take either) */
     int zstd_level;           /* with KVT_REMOTE_COMPRESS_ZSTD: ZSTD_minCLevel()..ZSTD_maxCLevel() */
+    uint64_t retry_bytes;     /* memory for blocks held while Redis is unreachable (see "Writes"); 0: none,
+                                 they are dropped */
 } kvt_remote_params;
 
 typedef struct {
@@ -129,7 +141,8 @@ typedef struct {
     uint64_t bad;                       /* values refused: unparseable, CRC, MAC, namespace, parent, tokens */
     uint64_t queue_hits;                /* blocks served from the write queue */
     uint64_t puts, dup_puts;            /* blocks stored in Redis (SET answered OK); puts of a known block */
-    uint64_t dropped;                   /* blocks not stored: queue full past the wait, Redis down, errors */
+    uint64_t dropped;                   /* blocks not stored: queue full past the wait, error replies, Redis
+                                           down with the retry holding full (or at close) */
     uint64_t put_waits;                 /* puts that found the queue full and waited */
     uint64_t forgotten;                 /* known blocks forgotten to stay within the known cap */
     uint64_t bytes_read, bytes_written; /* value bytes */
@@ -142,6 +155,9 @@ typedef struct {
     uint64_t round_trips;               /* read calls that reached Redis */
     double latency_sum_s;               /* their wall time */
     uint32_t queued;                    /* blocks waiting for the writer now */
+    uint64_t retry_held;                /* blocks held for Redis's return now (see "Writes") */
+    uint64_t retry_sent, retry_dropped; /* held blocks stored later; blocks not held because the holding was full
+                                           (also in dropped) */
     int connected;                      /* the read connection is up now */
     int writer_connected;               /* the writer's connection is up now */
 } kvt_remote_stats;
@@ -149,8 +165,9 @@ typedef struct {
 /* The remote tier behind the tier interface (tier.h); the instance is a kvt_remote. */
 extern const kvt_tier_ops kvt_remote_tier_ops;
 
-/* size 4 GiB, no TTL, timeouts, queue, put wait, read connections and zstd
- * level at their defaults, no compression, the rest 0/NULL. The caller sets url, key_file, payload_bytes, block_tokens, ns. */
+/* size 4 GiB, no TTL, timeouts, queue, put wait, read connections, zstd
+ * level and retry bytes at their defaults, no compression, the rest 0/NULL.
+ * The caller sets url, key_file, payload_bytes, block_tokens, ns. */
 kvt_remote_params kvt_remote_default_params(void);
 
 /* Checks the parameters, reads the key file and starts the writer thread.
@@ -195,8 +212,9 @@ int kvt_remote_contains(kvt_remote *r, kvt_hash128 hash);
  * value stays. 0 or KVT_ENOTFOUND. */
 int kvt_remote_remove(kvt_remote *r, kvt_hash128 hash);
 
-/* Waits until every block queued so far is stored or dropped. Returns 0, or
- * -EIO if the writer could not reach Redis for the last batch. */
+/* Waits until every block queued so far is stored, held (see "Writes") or
+ * dropped. Returns 0, or -EIO if the writer could not reach Redis for the
+ * last batch. */
 int kvt_remote_flush(kvt_remote *r);
 
 /* Holds (paused != 0) or resumes the writer: queued blocks stay in the queue,

@@ -169,6 +169,7 @@ enum {
     CACHE_LIVE_WINDOW,
     CACHE_WAIT_MS,
     CACHE_NO_MAC,
+    CACHE_SPACE_RETRY,
     CACHE_REMOTE,
     CACHE_REMOTE_KEY,
     CACHE_REMOTE_SIZE,
@@ -177,6 +178,7 @@ enum {
     CACHE_REMOTE_COMPRESS,
     CACHE_REMOTE_ZSTD_LEVEL,
     CACHE_REMOTE_CONNS,
+    CACHE_REMOTE_RETRY,
     CACHE_WRITE_THROUGH,
     CACHE_RESTORE,
 };
@@ -200,6 +202,9 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_NO_MAC, 0, "kv-disk-no-mac", NULL, NULL,
      "do not sign disk records with the directory's key (default: each\nrecord carries a keyed MAC and a forged or "
      "altered one is never\nserved); CRCs still catch accidents", 0, KVT_CLI_PLAIN},
+    {CACHE_SPACE_RETRY, 0, "kv-disk-space-retry", NULL, "SECONDS",
+     "when the disk fills up, T2 writes stop (reads go on) and the free\nspace is checked this often; writes resume "
+     "once records fit\nagain (default 5)", KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
     {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
      "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path "
      "(README \"Shared tier\")", 0, KVT_CLI_PLAIN},
@@ -223,6 +228,9 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_REMOTE_CONNS, 0, "kv-remote-conns", NULL, "N",
      "T3 read connections, one thread each, that split a restore's\nGETs and check values in parallel (1..16, "
      "default 4)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, 16)},
+    {CACHE_REMOTE_RETRY, 0, "kv-remote-retry-size", NULL, "BYTES",
+     "T3 writes made while Redis is unreachable are held in memory up\nto this size and sent when it answers again "
+     "(default 64M; 0:\ndropped); past it the newest are dropped and counted", 0, KVT_CLI_ANY_BYTES},
     {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL, "write each new block to disk (and T3) as soon as it is computed",
      0, KVT_CLI_PLAIN},
     {CACHE_RESTORE, 0, "restore", NULL, "MODE",
@@ -249,6 +257,7 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
     case CACHE_LIVE_WINDOW: cp->admit_live_s = a->d; return 0;
     case CACHE_WAIT_MS: cp->disk_put_wait_ms = (uint32_t)a->i; return 0;
     case CACHE_NO_MAC: cp->disk_no_mac = 1; return 0;
+    case CACHE_SPACE_RETRY: cp->disk_space_retry_s = a->d; return 0;
     case CACHE_REMOTE: cp->remote_url = v; return 0;
     case CACHE_REMOTE_KEY: cp->remote_key_file = v; return 0;
     case CACHE_REMOTE_SIZE: cp->remote_bytes = a->bytes; return 0;
@@ -269,6 +278,9 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
         cp->remote_zstd_level = (int)a->i;
         return 0;
     case CACHE_REMOTE_CONNS: cp->remote_read_conns = (uint32_t)a->i; return 0;
+    case CACHE_REMOTE_RETRY: /* 0 on the command line: hold nothing (0 in the params means the default) */
+        cp->remote_retry_bytes = a->bytes ? (int64_t)KVT_MIN(a->bytes, (uint64_t)INT64_MAX) : -1;
+        return 0;
     case CACHE_WRITE_THROUGH: cp->write_through = 1; return 0;
     case CACHE_RESTORE:
         if (!strcmp(v, "auto")) cp->restore = KVT_RESTORE_AUTO;
@@ -410,6 +422,11 @@ void kvt_cli_json_string(FILE *f, const char *s) {
         }
     }
     fputc('"', f);
+}
+
+void kvt_cli_json_number(FILE *f, double v, int precision) {
+    if (isfinite(v)) fprintf(f, "%.*g", precision, v);
+    else fputs("null", f);
 }
 
 kvt_model *kvt_cli_load_vocab(const char *what, const char *path) {

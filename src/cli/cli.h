@@ -51,6 +51,9 @@ int kvt_cli_default_threads(void);
 
 /* Writes s as a JSON string literal (quotes and escapes included). */
 void kvt_cli_json_string(FILE *f, const char *s);
+/* Writes v as a JSON number with precision significant digits, or null when
+ * it is NaN or infinite (JSON has no literal for them). */
+void kvt_cli_json_number(FILE *f, double v, int precision);
 
 /* Context length when --ctx is not given: the model's training context, capped
  * at KVT_CLI_DEFAULT_CTX_CAP (a 128k-context model would otherwise reserve KV

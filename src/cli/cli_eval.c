@@ -2,6 +2,7 @@
  * continuation as one JSON line, in the format of llama.cpp's reference
  * outputs (tests/reference compares them). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +53,15 @@ static int parse_tokens(const char *s, int32_t **out, size_t *n) {
     return 0;
 }
 
+/* Whether a ranks above b: by value, with NaN below every number. */
+static int ranks_above(float a, float b) { return isnan(b) ? !isnan(a) : a > b; }
+
+/* The indices of the TOP_N largest of x[0..n), largest first; -1 past n. */
 static void top_n(const float *x, int32_t n, int32_t *idx) {
     for (int k = 0; k < TOP_N; k++) idx[k] = -1;
     for (int32_t i = 0; i < n; i++)
         for (int k = 0; k < TOP_N; k++)
-            if (idx[k] < 0 || x[i] > x[idx[k]]) {
+            if (idx[k] < 0 || ranks_above(x[i], x[idx[k]])) {
                 memmove(idx + k + 1, idx + k, (size_t)(TOP_N - 1 - k) * sizeof *idx);
                 idx[k] = i;
                 break;
@@ -216,7 +221,12 @@ static int print_logits(kvt_engine *e, int32_t seq, const int32_t *toks, size_t 
             int32_t idx[TOP_N];
             top_n(lg, V, idx);
             printf("%s[", c0 + (size_t)i ? "," : "");
-            for (int k = 0; k < TOP_N; k++) printf("%s[%d,%.9g]", k ? "," : "", idx[k], (double)lg[idx[k]]);
+            /* a non-finite logit (a broken model) is null: the line stays valid JSON */
+            for (int k = 0; k < TOP_N && idx[k] >= 0; k++) {
+                printf("%s[%d,", k ? "," : "", idx[k]);
+                kvt_cli_json_number(stdout, (double)lg[idx[k]], 9);
+                printf("]");
+            }
             printf("]");
             next = idx[0];
         }

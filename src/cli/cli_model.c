@@ -128,7 +128,13 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             p.tied = 1;
         } else if (!strcmp(a, "--rope-base")) {
             double f;
-            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v)) || f < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v))) return 2;
+            if (f != 0 && !(f >= KVT_HP_ROPE_BASE_MIN && f <= KVT_HP_ROPE_BASE_MAX)) {
+                /* a theta the loader would refuse: say so now, not when the file is loaded */
+                fprintf(stderr, "kvtier mkmodel: --rope-base must be 0 or from %g to %g, got '%s'\n",
+                        KVT_HP_ROPE_BASE_MIN, KVT_HP_ROPE_BASE_MAX, v);
+                return 2;
+            }
             p.rope_base = (float)f;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (n = kvt_cli_parse_long(a, v, 0, LONG_MAX)) < 0) return 2;
@@ -256,20 +262,23 @@ static void print_info_json(const kvt_model *m, const char *path, const info_fac
     printf(",\"name\":");
     kvt_cli_json_string(stdout, f->name);
     printf(",\"vocab_only\":%s", f->vocab_only ? "true" : "false");
-    if (!f->vocab_only)
+    if (!f->vocab_only) {
+        /* the two rope numbers go through kvt_cli_json_number: never a bare nan in the JSON */
         printf(",\"arch\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
-               "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":%g,\"rope_dim\":%d,"
-               "\"rope_style\":\"%s\",\"rope_freq_scale\":%g,\"tied_output\":%s,\"n_params\":%llu,"
+               "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":",
+               hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
+               hp->n_vocab, hp->n_ctx_train);
+        kvt_cli_json_number(stdout, (double)hp->rope_base, 6);
+        printf(",\"rope_dim\":%d,\"rope_style\":\"%s\",\"rope_freq_scale\":", hp->rope_dim,
+               hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm");
+        kvt_cli_json_number(stdout, (double)hp->rope_freq_scale, 6);
+        printf(",\"tied_output\":%s,\"n_params\":%llu,"
                "\"weight_bytes\":%llu,\"kv_bytes_per_token_f16\":%llu,\"kv_bytes_per_block_f16\":%llu,"
                "\"kv_bytes_per_token_f32\":%llu,\"kv_tokens_per_gib_f16\":%llu",
-               hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
-               hp->n_vocab, hp->n_ctx_train, (double)hp->rope_base, hp->rope_dim,
-               hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_freq_scale,
                hp->tied_output ? "true" : "false", (unsigned long long)m->n_params,
                (unsigned long long)m->weight_bytes, (unsigned long long)f->kv16,
                (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)f->kv32,
                (unsigned long long)(f->kv16 ? (1ull << 30) / f->kv16 : 0));
-    if (!f->vocab_only) {
         char var[256];
         kvt_arch_describe(hp, var, sizeof var);
         printf(",\"variations\":");

@@ -17,6 +17,13 @@
 #define GEMMA2_SWA_PATTERN 2 /* even layers slide */
 #define GEMMA3_SWA_PATTERN 6 /* five sliding layers, then one global */
 #define GEMMA3_SWA_ROPE_BASE 10000.0f
+/* Ranges of the architectures' own numbers (see model.c's HP_ ranges): a
+ * soft-cap is off (0) or a cap of sane size; phi3's rope attention factor
+ * scales cos and sin, so 0 would erase positions. */
+#define SOFTCAP_MIN 1.0
+#define SOFTCAP_MAX 1e4
+#define ATTN_FACTOR_MIN 0.01
+#define ATTN_FACTOR_MAX 100.0
 
 typedef struct {
     const char *name;
@@ -64,16 +71,13 @@ static int opt_u32(const kvt_gguf *g, const char *arch, const char *suffix, int3
     return 0;
 }
 
-/* An optional float "<arch>.<suffix>" >= 0, left unchanged when absent. */
-static int opt_f32(const kvt_gguf *g, const char *arch, const char *suffix, float *out) {
+/* An optional float "<arch>.<suffix>" in [lo, hi] (or 0 with zero_off), left
+ * unchanged when absent. */
+static int opt_f32(const kvt_gguf *g, const char *arch, const char *suffix, double lo, double hi, int zero_off,
+                   float *out) {
     char key[128];
-    double v;
-    int rc = kvt_gguf_get_float(g, arch_key(key, sizeof key, arch, suffix), &v);
-    if (rc == KVT_ENOTFOUND) return 0;
-    if (rc) return rc;
-    if (!isfinite(v) || v < 0) return kvt_fail(KVT_EFORMAT, "metadata '%s' = %g is out of range", key, v);
-    *out = (float)v;
-    return 0;
+    int rc = kvt_hp_float(g, arch_key(key, sizeof key, arch, suffix), lo, hi, zero_off, out);
+    return rc == KVT_ENOTFOUND ? 0 : rc;
 }
 
 /* Phi-3: a window on every layer when sliding_window is set (Phi-4, also
@@ -90,7 +94,7 @@ static int load_phi3(const kvt_gguf *g, kvt_hparams *hp) {
     }
     hp->swa_pattern = 1;
     hp->q_scale = 1.0f / sqrtf((float)hp->head_dim);
-    return opt_f32(g, "phi3", "rope.scaling.attn_factor", &hp->rope_attn_factor);
+    return opt_f32(g, "phi3", "rope.scaling.attn_factor", ATTN_FACTOR_MIN, ATTN_FACTOR_MAX, 0, &hp->rope_attn_factor);
 }
 
 /* Gemma 2 and 3 share: embeddings scaled by sqrt(n_embd), post-norms, GELU,
@@ -111,8 +115,8 @@ static int load_gemma2(const kvt_gguf *g, kvt_hparams *hp) {
     hp->attn_softcap = GEMMA2_DEFAULT_ATTN_SOFTCAP;
     hp->final_softcap = GEMMA2_DEFAULT_FINAL_SOFTCAP;
     if ((rc = opt_u32(g, "gemma2", "attention.sliding_window", &hp->n_swa, &found)) ||
-        (rc = opt_f32(g, "gemma2", "attn_logit_softcapping", &hp->attn_softcap)) ||
-        (rc = opt_f32(g, "gemma2", "final_logit_softcapping", &hp->final_softcap)))
+        (rc = opt_f32(g, "gemma2", "attn_logit_softcapping", SOFTCAP_MIN, SOFTCAP_MAX, 1, &hp->attn_softcap)) ||
+        (rc = opt_f32(g, "gemma2", "final_logit_softcapping", SOFTCAP_MIN, SOFTCAP_MAX, 1, &hp->final_softcap)))
         return rc;
     return 0;
 }

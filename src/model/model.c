@@ -16,6 +16,21 @@
 
 #define DEFAULT_RMS_EPS 1e-5f
 #define DEFAULT_ROPE_BASE 10000.0f
+/* Ranges of the hyperparameters read here (the architectures' own in arch.c):
+ * a file outside them is refused, naming the key, its value and the range,
+ * before anything is sized or computed from it (a zero, negative, NaN,
+ * infinite or denormal value would become a huge allocation, a division by
+ * zero or NaN activations). Wide enough for every published model. */
+#define HP_DIM_MAX (1 << 20)
+#define HP_FF_MAX (1 << 22)
+#define HP_LAYERS_MAX 4096
+#define HP_HEADS_MAX 4096
+#define HP_HEAD_DIM_MAX 4096
+#define HP_CTX_MAX (1 << 26)
+#define HP_EPS_MIN 1e-12
+#define HP_EPS_MAX 0.5
+#define HP_ROPE_FACTOR_MIN 0.01
+#define HP_ROPE_FACTOR_MAX 1000.0
 #define FINGERPRINT_SAMPLE_BYTES 4096 /* hashed from the start, middle and end of every tensor */
 #define FINGERPRINT_DOMAIN "kvtier-model-fingerprint-v1"
 
@@ -28,35 +43,51 @@ kvt_model_params kvt_model_default_params(void) {
     return p;
 }
 
-static int get_i32(const kvt_gguf *g, const char *arch, const char *suffix, int32_t *out, int required,
-                   int32_t dflt) {
-    char key[256];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+int kvt_hp_int(const kvt_gguf *g, const char *key, int64_t lo, int64_t hi, int32_t *out) {
     int64_t v;
     int rc = kvt_gguf_get_int(g, key, &v);
-    if (rc == KVT_ENOTFOUND && !required) {
-        *out = dflt;
-        return 0;
-    }
     if (rc) return rc;
-    if (v <= 0 || v > INT32_MAX) return kvt_fail(KVT_EFORMAT, "metadata '%s' = %lld is out of range", key, (long long)v);
+    if (v < lo || v > hi)
+        return kvt_fail(KVT_EFORMAT, "metadata '%s' = %lld is out of range: expected an integer from %lld to %lld", key,
+                        (long long)v, (long long)lo, (long long)hi);
     *out = (int32_t)v;
     return 0;
 }
 
-static int get_f32(const kvt_gguf *g, const char *arch, const char *suffix, float *out, float dflt) {
-    char key[256];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+int kvt_hp_float(const kvt_gguf *g, const char *key, double lo, double hi, int zero_off, float *out) {
     double v;
     int rc = kvt_gguf_get_float(g, key, &v);
-    if (rc == KVT_ENOTFOUND) {
+    if (rc) return rc;
+    /* written so that NaN fails every comparison into the refusal */
+    if (!(zero_off && v == 0) && !(isfinite(v) && v >= lo && v <= hi))
+        return kvt_fail(KVT_EFORMAT, "metadata '%s' = %g is out of range: expected %sa finite number from %g to %g",
+                        key, v, zero_off ? "0 (off) or " : "", lo, hi);
+    *out = (float)v;
+    return 0;
+}
+
+/* "<arch>.<suffix>" as an int32 in [lo, hi]; dflt when absent and not required. */
+static int get_i32(const kvt_gguf *g, const char *arch, const char *suffix, int32_t *out, int required,
+                   int32_t dflt, int64_t lo, int64_t hi) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!required && !kvt_gguf_find(g, key)) {
         *out = dflt;
         return 0;
     }
-    if (rc) return rc;
-    if (!isfinite(v) || v <= 0) return kvt_fail(KVT_EFORMAT, "metadata '%s' = %g is out of range", key, v);
-    *out = (float)v;
-    return 0;
+    return kvt_hp_int(g, key, lo, hi, out);
+}
+
+/* "<arch>.<suffix>" as a float in [lo, hi] (or 0 with zero_off); dflt when absent. */
+static int get_f32(const kvt_gguf *g, const char *arch, const char *suffix, float *out, float dflt, double lo,
+                   double hi, int zero_off) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!kvt_gguf_find(g, key)) {
+        *out = dflt;
+        return 0;
+    }
+    return kvt_hp_float(g, key, lo, hi, zero_off, out);
 }
 
 static int load_hparams(kvt_model *m) {
@@ -67,28 +98,32 @@ static int load_hparams(kvt_model *m) {
     if (rc) return rc;
     if (!kvt_arch_known(arch))
         return kvt_fail(KVT_EUNSUPPORTED, "architecture '%s' is not supported (%s are)", arch, kvt_arch_names());
-    if ((rc = get_i32(g, arch, "embedding_length", &hp->n_embd, 1, 0)) ||
-        (rc = get_i32(g, arch, "block_count", &hp->n_layer, 1, 0)) ||
-        (rc = get_i32(g, arch, "feed_forward_length", &hp->n_ff, 1, 0)) ||
-        (rc = get_i32(g, arch, "attention.head_count", &hp->n_head, 1, 0)) ||
-        (rc = get_i32(g, arch, "attention.head_count_kv", &hp->n_head_kv, 0, hp->n_head)) ||
-        (rc = get_i32(g, arch, "context_length", &hp->n_ctx_train, 0, 2048)))
+    if ((rc = get_i32(g, arch, "embedding_length", &hp->n_embd, 1, 0, 1, HP_DIM_MAX)) ||
+        (rc = get_i32(g, arch, "block_count", &hp->n_layer, 1, 0, 1, HP_LAYERS_MAX)) ||
+        (rc = get_i32(g, arch, "feed_forward_length", &hp->n_ff, 1, 0, 1, HP_FF_MAX)) ||
+        (rc = get_i32(g, arch, "attention.head_count", &hp->n_head, 1, 0, 1, HP_HEADS_MAX)) ||
+        (rc = get_i32(g, arch, "attention.head_count_kv", &hp->n_head_kv, 0, hp->n_head, 1, hp->n_head)) ||
+        (rc = get_i32(g, arch, "context_length", &hp->n_ctx_train, 0, 2048, 1, HP_CTX_MAX)))
         return rc;
     if (hp->n_embd % hp->n_head)
         return kvt_fail(KVT_EFORMAT, "embedding_length %d is not a multiple of head_count %d", hp->n_embd, hp->n_head);
     if (hp->n_head % hp->n_head_kv)
         return kvt_fail(KVT_EFORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
-    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, hp->n_embd / hp->n_head))) return rc;
+    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, hp->n_embd / hp->n_head, 1,
+                      HP_HEAD_DIM_MAX)))
+        return rc;
     int32_t vlen;
-    if ((rc = get_i32(g, arch, "attention.value_length", &vlen, 0, hp->head_dim))) return rc;
+    if ((rc = get_i32(g, arch, "attention.value_length", &vlen, 0, hp->head_dim, 1, HP_HEAD_DIM_MAX))) return rc;
     if (vlen != hp->head_dim)
         return kvt_fail(KVT_EUNSUPPORTED, "key_length %d != value_length %d is not supported", hp->head_dim, vlen);
-    if ((rc = get_i32(g, arch, "rope.dimension_count", &hp->rope_dim, 0, hp->head_dim))) return rc;
+    if ((rc = get_i32(g, arch, "rope.dimension_count", &hp->rope_dim, 0, hp->head_dim, 1, HP_HEAD_DIM_MAX))) return rc;
     if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
         return kvt_fail(KVT_EFORMAT, "rope.dimension_count %d must be even and <= head dim %d", hp->rope_dim,
                         hp->head_dim);
-    if ((rc = get_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, DEFAULT_RMS_EPS)) ||
-        (rc = get_f32(g, arch, "rope.freq_base", &hp->rope_base, DEFAULT_ROPE_BASE)))
+    if ((rc = get_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, DEFAULT_RMS_EPS, HP_EPS_MIN,
+                      HP_EPS_MAX, 0)) ||
+        (rc = get_f32(g, arch, "rope.freq_base", &hp->rope_base, DEFAULT_ROPE_BASE, KVT_HP_ROPE_BASE_MIN,
+                      KVT_HP_ROPE_BASE_MAX, 0)))
         return rc;
 
     hp->rope_scaling = KVT_ROPE_SCALING_NONE;
@@ -97,9 +132,14 @@ static int load_hparams(kvt_model *m) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     const char *stype = NULL;
     if (kvt_gguf_find(g, key) && (rc = kvt_gguf_get_str(g, key, &stype))) return rc;
+    /* a factor of 0 means none, as llama.cpp reads it */
     float factor = 1.0f;
-    if ((rc = get_f32(g, arch, "rope.scaling.factor", &factor, 0.0f))) return rc;
-    if (factor == 0.0f && (rc = get_f32(g, arch, "rope.scale_linear", &factor, 1.0f))) return rc;
+    if ((rc = get_f32(g, arch, "rope.scaling.factor", &factor, 0.0f, HP_ROPE_FACTOR_MIN, HP_ROPE_FACTOR_MAX, 1)))
+        return rc;
+    if (factor == 0.0f &&
+        (rc = get_f32(g, arch, "rope.scale_linear", &factor, 1.0f, HP_ROPE_FACTOR_MIN, HP_ROPE_FACTOR_MAX, 1)))
+        return rc;
+    if (factor == 0.0f) factor = 1.0f;
     if (stype && !strcmp(stype, "linear")) {
         hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
         hp->rope_freq_scale = 1.0f / factor;
@@ -192,9 +232,9 @@ static int bind_rope_factors(loader *L) {
             (rc = bind_vec(L, "rope_factors_short.weight", hp->rope_dim / 2, &shrt, 1)))
             return rc;
         char key[128];
-        int64_t orig = hp->n_ctx_train;
+        int32_t orig = hp->n_ctx_train;
         snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", hp->arch_name);
-        if (kvt_gguf_find(m->gguf, key) && (rc = kvt_gguf_get_int(m->gguf, key, &orig))) return rc;
+        if (kvt_gguf_find(m->gguf, key) && (rc = kvt_hp_int(m->gguf, key, 1, HP_CTX_MAX, &orig))) return rc;
         m->rope_freq_factors = hp->n_ctx_train > orig ? lng : shrt;
     }
     hp->has_freq_factors = m->rope_freq_factors != NULL;

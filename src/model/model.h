@@ -106,6 +106,18 @@ uint64_t kvt_model_kv_token_bytes(const kvt_model *m, kvt_kv_dtype dt);
 /* Fingerprint as 32 lowercase hex digits + NUL (hi then lo). */
 void kvt_fingerprint_hex(kvt_fingerprint fp, char out[33]);
 
+/* A hyperparameter at key (model.c): an integer in [lo, hi] into *out, or a
+ * number that is finite and in [lo, hi] (or exactly 0 with zero_off: the
+ * feature is off) into *out as a float. 0; KVT_ENOTFOUND when the key is
+ * absent (*out unchanged); KVT_ETYPE when it is not a number; KVT_EFORMAT,
+ * naming the key, the value and the range, when it is outside (NaN, infinite
+ * and denormal values included). */
+int kvt_hp_int(const kvt_gguf *g, const char *key, int64_t lo, int64_t hi, int32_t *out);
+/* The range of rope.freq_base (theta) a model may have. */
+#define KVT_HP_ROPE_BASE_MIN 1.0
+#define KVT_HP_ROPE_BASE_MAX 1e12
+int kvt_hp_float(const kvt_gguf *g, const char *key, double lo, double hi, int zero_off, float *out);
+
 /* ---- architecture table (src/model/arch.c) ---- */
 
 /* Sets hp->arch, arch_name, rope_style and the variation fields for the

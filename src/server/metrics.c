@@ -305,6 +305,11 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_disk_records_written_total %llu\n", (unsigned long long)c->t2_writes);
     header(&b, "kvtier_disk_writes_dropped_total", "counter", "Disk writes dropped (queue full, disk full, errors).");
     put(&b, "kvtier_disk_writes_dropped_total %llu\n", (unsigned long long)c->t2_dropped);
+    header(&b, "kvtier_disk_writes_disabled", "gauge",
+           "1 while disk writes are off (2: for lack of space, resuming when space is back), else 0.");
+    put(&b, "kvtier_disk_writes_disabled %d\n", c->t2_out_of_space ? 2 : c->t2_writes_disabled ? 1 : 0);
+    header(&b, "kvtier_disk_space_pauses_total", "counter", "Times disk writes stopped because the disk was full.");
+    put(&b, "kvtier_disk_space_pauses_total %llu\n", (unsigned long long)c->t2_space_pauses);
     header(&b, "kvtier_disk_restores_total", "counter", "Blocks read back from disk into pages.");
     put(&b, "kvtier_disk_restores_total %llu\n", (unsigned long long)c->t2_restores);
     header(&b, "kvtier_disk_recompute_decisions_total", "counter",
@@ -320,6 +325,13 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_remote_bytes_total", "counter", "T3 value bytes, by direction.");
     put(&b, "kvtier_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t3_bytes_read);
     put(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t3_bytes_written);
+    header(&b, "kvtier_remote_retry_held_blocks", "gauge",
+           "T3 writes held in memory while Redis is unreachable, to be sent when it is back.");
+    put(&b, "kvtier_remote_retry_held_blocks %llu\n", (unsigned long long)c->t3_retry_held);
+    header(&b, "kvtier_remote_retry_total", "counter",
+           "Held T3 writes, by outcome (sent: stored late; dropped: the holding was full).");
+    put(&b, "kvtier_remote_retry_total{result=\"sent\"} %llu\n", (unsigned long long)c->t3_retry_sent);
+    put(&b, "kvtier_remote_retry_total{result=\"dropped\"} %llu\n", (unsigned long long)c->t3_retry_dropped);
     header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
     put(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
     header(&b, "kvtier_remote_written_payload_bytes_total", "counter",

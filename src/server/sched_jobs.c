@@ -70,6 +70,9 @@ static cJSON *stats_json(kvt_server *s) {
     cJSON_AddNumberToObject(t2, "writes", (double)st.t2_writes);
     cJSON_AddNumberToObject(t2, "writes_dropped", (double)st.t2_dropped);
     cJSON_AddNumberToObject(t2, "writes_waited", (double)st.t2_put_waits);
+    cJSON_AddBoolToObject(t2, "writes_disabled", st.t2_writes_disabled);
+    cJSON_AddBoolToObject(t2, "out_of_space", st.t2_out_of_space);
+    cJSON_AddNumberToObject(t2, "space_pauses", (double)st.t2_space_pauses);
     if (st.t3_connected >= 0) {
         cJSON *t3 = cJSON_AddObjectToObject(o, "T3");
         cJSON_AddBoolToObject(t3, "connected", st.t3_connected == 1);
@@ -82,6 +85,9 @@ static cJSON *stats_json(kvt_server *s) {
         cJSON_AddNumberToObject(t3, "bad_values", (double)st.t3_bad);
         cJSON_AddNumberToObject(t3, "writes", (double)st.t3_writes);
         cJSON_AddNumberToObject(t3, "writes_dropped", (double)st.t3_dropped);
+        cJSON_AddNumberToObject(t3, "retry_held_blocks", (double)st.t3_retry_held);
+        cJSON_AddNumberToObject(t3, "retry_sent_blocks", (double)st.t3_retry_sent);
+        cJSON_AddNumberToObject(t3, "retry_dropped_blocks", (double)st.t3_retry_dropped);
         cJSON_AddNumberToObject(t3, "errors", (double)st.t3_errors);
         cJSON_AddNumberToObject(t3, "timeouts", (double)st.t3_timeouts);
         cJSON_AddNumberToObject(t3, "probes", (double)st.t3_probes);

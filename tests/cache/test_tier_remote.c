@@ -3,7 +3,10 @@
  * and through Redis; a pipelined batch in one round trip; corrupted values,
  * values of another namespace, under another key or forged with another MAC
  * key are misses, never wrong KV; Redis killed mid-run gives fast misses and
- * T3 comes back after a restart (reconnect with backoff); DEBUG SLEEP longer
+ * T3 comes back after a restart (reconnect with backoff); blocks put while
+ * it is down are held (served from memory meanwhile) and reach Redis after
+ * the restart without any call, up to the retry cap (the newest beyond it are
+ * dropped and counted); DEBUG SLEEP longer
  * than the timeout gives misses while Redis still sleeps; a tiny maxmemory with
  * allkeys-lru evicts, and evictions are misses. zstd-compressed values are
  * read by a node that does not compress, and a corrupt compressed value is a
@@ -141,8 +144,13 @@ static block *make_chain(size_t n, kvt_hash128 root, unsigned seed) {
     return b;
 }
 
+/* retry_bytes for the next open_tier_with (0: the default), reset by it. */
+static uint64_t next_retry_bytes;
+
 static kvt_remote *open_tier_with(kvt_prefix *index, const char *kf, uint64_t size, int zstd_level) {
     kvt_remote_params p = kvt_remote_default_params();
+    if (next_retry_bytes) p.retry_bytes = next_retry_bytes;
+    next_retry_bytes = 0;
     if (zstd_level) {
         p.compress = KVT_REMOTE_COMPRESS_ZSTD;
         p.zstd_level = zstd_level;
@@ -448,6 +456,19 @@ static void test_compressed(void) {
     free(b);
 }
 
+/* Polls r's stats until want blocks held since open were sent to Redis (the
+ * writer does it on its own schedule); 1 if they were within 60 s. */
+static int wait_retry_sent(kvt_remote *r, uint64_t want) {
+    kvt_remote_stats st;
+    for (int i = 0; i < 3000; i++) {
+        kvt_remote_get_stats(r, &st);
+        if (st.retry_sent >= want) return 1;
+        usleep(20000);
+    }
+    printf("retry_sent %llu, want %llu\n", (unsigned long long)st.retry_sent, (unsigned long long)want);
+    return 0;
+}
+
 static void test_redis_down(void) {
     kvt_hash128 root = {7, 8};
     block *b = make_chain(8, root, 4);
@@ -457,18 +478,69 @@ static void test_redis_down(void) {
     CHECK(read_all(r, b, 4) == 0);
     CHECK(read_all(r, b, 4) == 0); /* backing off: not even a connect */
     put_all(r, b + 4, 2);
-    kvt_remote_flush(r); /* the writer cannot reach Redis: dropped, counted */
+    kvt_remote_flush(r); /* the writer cannot reach Redis: held, and the flush does not wait for it */
     kvt_remote_stats st;
     kvt_remote_get_stats(r, &st);
-    CHECK(st.errors > 0 && st.connected == 0 && st.dropped >= 2 && st.known == 0);
+    CHECKF(st.errors > 0 && st.connected == 0 && st.retry_held == 2 && st.dropped == 0 && st.known == 2,
+           "errors %llu connected %d held %llu dropped %llu known %llu", (unsigned long long)st.errors, st.connected,
+           (unsigned long long)st.retry_held, (unsigned long long)st.dropped, (unsigned long long)st.known);
+    CHECK(read_all(r, b + 4, 2) == 2); /* served from memory meanwhile */
     uint64_t connects = st.connects;
     redis_start(); /* empty: no persistence */
-    usleep((KVT_REMOTE_BACKOFF_MAX_MS + 200) * 1000); /* past any backoff */
+    CHECK(wait_retry_sent(r, 2));
+    kvt_remote_get_stats(r, &st);
+    CHECK(st.retry_held == 0 && st.dropped == 0 && st.puts == 6);
+    /* another node, with nothing queued or held, reads them from Redis */
+    kvt_remote *r2 = open_tier(NULL, key_file, 0);
+    CHECK(read_all(r2, b + 4, 2) == 2);
+    kvt_remote_get_stats(r2, &st);
+    CHECK(st.hits == 2 && st.queue_hits == 0);
+    kvt_remote_close(r2);
+    usleep((KVT_REMOTE_BACKOFF_MAX_MS + 200) * 1000); /* past the read connection's backoff */
     CHECK(read_all(r, b, 4) == 0); /* reconnects; the values died with the old server */
     put_flushed(r, r, b + 6, 2);
     kvt_remote_get_stats(r, &st);
     CHECKF(st.connects > connects && st.connected == 1, "connects %llu -> %llu", (unsigned long long)connects,
            (unsigned long long)st.connects);
+    kvt_remote_close(r);
+    free(b);
+}
+
+/* Held blocks stop at the retry cap: the oldest are kept (a prefix's first
+ * blocks), the newest dropped and counted; with no retry memory all are
+ * dropped. A removed held block is never sent. */
+static void test_retry_cap(void) {
+    kvt_hash128 root = {11, 12};
+    block *b = make_chain(6, root, 6);
+    uint64_t buf = (KVT_DISK_RECORD_HEADER_BYTES(B) + PAYLOAD + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
+    redis_stop();
+    next_retry_bytes = 3 * buf;
+    kvt_remote *r = open_tier(NULL, key_file, 0);
+    put_all(r, b, 5);
+    kvt_remote_flush(r);
+    kvt_remote_stats st;
+    kvt_remote_get_stats(r, &st);
+    CHECKF(st.retry_held == 3 && st.retry_dropped == 2 && st.dropped == 2 && st.known == 3,
+           "held %llu retry_dropped %llu dropped %llu known %llu", (unsigned long long)st.retry_held,
+           (unsigned long long)st.retry_dropped, (unsigned long long)st.dropped, (unsigned long long)st.known);
+    CHECK(read_all(r, b, 3) == 3 && read_all(r, b + 3, 2) == 0);
+    CHECK(kvt_remote_remove(r, b[2].hash) == 0 && !kvt_remote_contains(r, b[2].hash));
+    next_retry_bytes = 1; /* less than a block: nothing is held */
+    kvt_remote *none = open_tier(NULL, key_file, 0);
+    put_all(none, b + 5, 1);
+    kvt_remote_flush(none);
+    kvt_remote_get_stats(none, &st);
+    CHECK(st.retry_held == 0 && st.dropped == 1 && st.known == 0);
+    kvt_remote_close(none);
+    redis_start();
+    CHECK(wait_retry_sent(r, 2));
+    char key[KVT_REMOTE_KEY_LEN + 1];
+    long long present = 0;
+    for (int i = 0; i < 6; i++) {
+        kvt_remote_key(ns, b[i].hash, key);
+        present |= cmd("EXISTS %s", key) << i;
+    }
+    CHECKF(present == 3, "blocks in Redis: mask %llx, want 3 (the removed third and the dropped never sent)", present);
     kvt_remote_close(r);
     free(b);
 }
@@ -657,6 +729,7 @@ int main(void) {
     test_bad_values();
     test_compressed();
     test_redis_down();
+    test_retry_cap();
     test_slow_redis();
     test_eviction();
     test_two_nodes();

@@ -39,11 +39,15 @@ check "temp not a number" rejects "--temp must be a number, got 'hot'" "$BIN" ru
 check "temp inf" rejects "--temp must be a number, got 'inf'" "$BIN" run --temp inf
 check "temp 0 and 2.5 accepted" accepts "$BIN" run --temp 0 --temp 2.5
 check "keep-warm above a day" rejects "--session-keep-warm must be a number in [0, 86400]" "$BIN" serve --session-keep-warm 86400.5
+check "space retry 0 (open bound)" rejects "--kv-disk-space-retry must be a number in (0, 3600], got '0'" "$BIN" serve --kv-disk-space-retry 0
+check "space retry 0.2 and 3600 accepted" accepts "$BIN" serve --kv-disk-space-retry 0.2 --kv-disk-space-retry 3600
 check "live window negative" rejects "--kv-disk-live-window must be a number >= 0, got '-1'" "$BIN" run --kv-disk-live-window -1
 # sizes
 check "max-body 0" rejects "--max-body must be a size like 512M or 4G, at least 1 byte, got '0'" "$BIN" serve --max-body 0
 check "kv-ram unit unknown" rejects "--kv-ram must be a size like 512M or 4G, at least 0 bytes, got '2Q'" "$BIN" run --kv-ram 2Q
 check "remote size 0" rejects "--kv-remote-size must be a size like 512M or 4G, at least 1 byte" "$BIN" serve --kv-remote-size 0
+check "remote retry size not a size" rejects "--kv-remote-retry-size must be a size like 512M or 4G" "$BIN" serve --kv-remote-retry-size lots
+check "remote retry size 0 and 1G accepted" accepts "$BIN" serve --kv-remote-retry-size 0 --kv-remote-retry-size 1G
 check "sizes with units accepted" accepts "$BIN" serve --kv-ram 2G --kv-active 256MiB --max-body 1k --kv-disk-size 1T
 # the environment is checked the same way and named as such
 check "env port" rejects "\$KVTIER_PORT must be an integer in [0, 65535], got '99999'" env KVTIER_PORT=99999 "$BIN" serve

@@ -87,6 +87,11 @@ int main(void) {
     g.cache.t1_bytes_used = 777;
     g.cache.t1_budget_bytes = 2048;
     g.cache.t2_dropped = 5;
+    g.cache.t2_writes_disabled = 1;
+    g.cache.t2_out_of_space = 1;
+    g.cache.t2_space_pauses = 2;
+    g.cache.t3_retry_held = 6;
+    g.cache.t3_retry_sent = 7;
     char *t = kvt_metrics_render(m, &g);
     CHECK(t && well_formed(t));
     CHECK(value_of(t, "kvtier_requests_total{endpoint=\"completions\",code=\"200\"}") == 2);
@@ -115,6 +120,10 @@ int main(void) {
     CHECK(value_of(t, "kvtier_tier_budget_bytes{tier=\"T0\"}") == 10000);
     CHECK(value_of(t, "kvtier_tier_used_bytes{tier=\"T1\"}") == 777);
     CHECK(value_of(t, "kvtier_disk_writes_dropped_total") == 5);
+    CHECK(value_of(t, "kvtier_disk_writes_disabled") == 2); /* off for lack of space */
+    CHECK(value_of(t, "kvtier_disk_space_pauses_total") == 2);
+    CHECK(value_of(t, "kvtier_remote_retry_held_blocks") == 6);
+    CHECK(value_of(t, "kvtier_remote_retry_total{result=\"sent\"}") == 7);
     CHECK(value_of(t, "kvtier_queue_depth") == 3);
     CHECK(value_of(t, "kvtier_sequences_active") == 2);
     /* request durations: one cumulative histogram per endpoint */
