@@ -34,48 +34,82 @@
 
 /* ---- directory: opened once, every file relative to it ------------------ */
 
-/* Creates the missing parents of path, 0700 like the cache directory itself;
- * an existing parent is left as it is. A failure surfaces at the final mkdir. */
-static void mkdir_parents(const char *path) {
-    char *p = kvt_xstrdup(path);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        (void)mkdir(p, DIR_MODE);
-        *s = '/';
+/* Opens the component name of the directory cur (an O_PATH fd, or AT_FDCWD)
+ * as an O_PATH directory fd, never through a symlink; with create, a missing
+ * one is made 0700 first. dir[0..upto) is the path up to and including this
+ * component (last: nothing but slashes follows), for the messages: a link is
+ * named, so that the user sees which part of the path to replace. */
+static int open_component(int cur, const char *name, int create, const char *dir, int upto, int last) {
+    const int flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    int fd = openat(cur, name, flags);
+    if (fd < 0 && errno == ENOENT && create) {
+        if (mkdirat(cur, name, DIR_MODE) && errno != EEXIST)
+            return kvt_fail(-errno, "cache dir %s: cannot create %.*s: %s", dir, upto, dir, strerror(errno));
+        fd = openat(cur, name, flags);
     }
-    free(p);
+    int e = fd < 0 ? errno : ENOTDIR;
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) return fd;
+    if (fd >= 0) close(fd);
+    if (fstatat(cur, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode)) {
+        if (last)
+            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
+                            dir);
+        return kvt_fail(-ELOOP,
+                        "cache dir %s: %.*s is a symbolic link: refusing to follow it (a link anywhere on the path "
+                        "could send our files elsewhere); give the path without links, as `realpath` prints it",
+                        dir, upto, dir);
+    }
+    return kvt_fail(-e, "cache dir %s: cannot open %.*s: %s", dir, upto, dir, strerror(e));
+}
+
+/* Walks dir one component at a time from / (or the working directory)
+ * through open_component: no component, "." and ".." included, is reached
+ * through a symlink, so the directory we end in is the one the path names
+ * lexically. Returns the directory opened for reading, or a negative error. */
+static int walk_path(const char *dir, int create) {
+    char *path = kvt_xstrdup(dir); /* the same offsets as dir; each component cut out in place */
+    int cur = path[0] == '/' ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : AT_FDCWD;
+    int rc = cur == -1 ? kvt_fail(-errno, "cache dir %s: cannot open /: %s", dir, strerror(errno)) : 0;
+    for (char *c = path, *end; !rc && *c; c = end) {
+        while (*c == '/') c++;
+        end = c + strcspn(c, "/");
+        int last = end[strspn(end, "/")] == 0;
+        char saved = *end;
+        *end = 0;
+        if (*c && strcmp(c, ".")) {
+            int fd = open_component(cur, c, create, dir, (int)(end - path), last);
+            if (fd < 0) rc = fd;
+            else {
+                if (cur >= 0) close(cur);
+                cur = fd;
+            }
+        }
+        *end = saved;
+    }
+    int fd = rc;
+    if (!rc) {
+        fd = openat(cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) fd = kvt_fail(-errno, "cache dir %s: cannot open: %s", dir, strerror(errno));
+    }
+    if (cur >= 0) close(cur);
+    free(path);
+    return fd;
 }
 
 /* Opens the cache directory and returns its fd (or a negative error, with a
- * message that says why and what to do). The last component is never followed
- * through a symlink: a planted link would send every file we create elsewhere.
- * Parents may be links (a home directory often is one). With DIR_CREATE the
- * directory (and missing parents) is created 0700. With DIR_OWNED or
- * DIR_CREATE a directory owned by another user, or writable by group or
- * others, is refused with -EACCES: whoever can write it can plant links,
- * FIFOs or forged records. */
+ * message that says why and what to do). No component of the path is
+ * followed through a symlink, the last one, ".", ".." and the parents
+ * included: a planted link would send every file we create elsewhere. With
+ * DIR_CREATE the directory (and missing parents) is created 0700. With
+ * DIR_OWNED or DIR_CREATE a directory owned by another user, or writable by
+ * group or others, is refused with -EACCES: whoever can write it can plant
+ * links, FIFOs or forged records. */
 int kvt_disk_dir_open(const char *dir, int how) {
-    char path[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n >= sizeof path) return kvt_fail(-ENAMETOOLONG, "cache dir %s: path too long", dir);
-    memcpy(path, dir, n + 1);
-    /* "link/" resolves the link in spite of O_NOFOLLOW: drop trailing slashes */
-    while (n > 1 && path[n - 1] == '/') path[--n] = 0;
-    if (how == DIR_CREATE) {
-        mkdir_parents(path);
-        if (mkdir(path, DIR_MODE) && errno != EEXIST)
-            return kvt_fail(-errno, "cache dir %s: cannot create: %s", dir, strerror(errno));
-    }
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        struct stat lb;
-        if ((e == ELOOP || e == ENOTDIR) && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode))
-            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
-                            dir);
-        return kvt_fail(-e, "cache dir %s: cannot open: %s", dir, strerror(e));
-    }
+    if (!*dir) return kvt_fail(-ENOENT, "cache dir: the path is empty");
+    if (strlen(dir) >= PATH_MAX) return kvt_fail(-ENAMETOOLONG, "cache dir %s: path too long", dir);
+    int fd = walk_path(dir, how == DIR_CREATE);
+    if (fd < 0) return fd;
     if (how == DIR_READ) return fd;
     struct stat sb;
     if (fstat(fd, &sb)) {
