@@ -327,6 +327,66 @@ int kvt_disk_key_create(int dfd, const char *dir, mac_key *key) {
     return 0;
 }
 
+/* Names a fresh directory may hold: a file system's lost+found (a cache on
+ * its own disk is often given the disk's root). */
+static int ignorable_in_fresh(int dfd, const char *name) {
+    struct stat sb;
+    if (!strcmp(name, ".") || !strcmp(name, "..")) return 1;
+    return !strcmp(name, "lost+found") && fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
+}
+
+#define FOREIGN_SHOWN 3 /* foreign names a refusal lists */
+
+/* Refuses a directory that holds files but no kvtier header (why says what
+ * of the header), naming up to FOREIGN_SHOWN of them. Returns 0 and *fresh
+ * when it holds nothing. */
+static int check_empty(int dfd, const char *dir, const char *why, int *fresh) {
+    DIR *dh = kvt_disk_dir_list(dfd);
+    if (!dh) return kvt_fail(-errno, "cache dir %s: cannot list: %s", dir, strerror(errno));
+    char shown[FOREIGN_SHOWN * (NAME_MAX + 4) + 1] = "";
+    size_t used = 0, count = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        if (ignorable_in_fresh(dfd, e->d_name)) continue;
+        if (count++ < FOREIGN_SHOWN)
+            used += (size_t)snprintf(shown + used, sizeof shown - used, "%s'%s'", used ? ", " : "", e->d_name);
+    }
+    closedir(dh);
+    if (!count) {
+        *fresh = 1;
+        return 0;
+    }
+    char more[48] = "";
+    if (count > FOREIGN_SHOWN) snprintf(more, sizeof more, " and %zu more", count - FOREIGN_SHOWN);
+    return kvt_fail(-ENOTEMPTY,
+                    "cache dir %s is not empty and is no kvtier cache (%s; it holds %s%s): refusing to use it, so "
+                    "that none of its files is overwritten; give an empty or new directory",
+                    dir, why, shown, more);
+}
+
+/* Decides, before anything in dfd is written, whether it may be used as a
+ * cache directory: one that holds a kvtier header (of any format version:
+ * what its records are worth is then the header's business) or nothing at
+ * all (*fresh). Anything else is somebody else's directory, where the lock,
+ * header, index or stats file we write would overwrite theirs. With
+ * check_key, the directory's key file is checked too (owner, mode, size: see
+ * key_read), so that a key we would refuse is refused before the lock is
+ * taken. Returns 0, or a negative error that says why and what to do. */
+int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, int *fresh) {
+    *fresh = 0;
+    uint32_t version;
+    kvt_hash128 ns;
+    int rc = kvt_disk_read_header_at(dfd, dir, &version, &ns);
+    if (rc == KVT_ENOTFOUND) return check_empty(dfd, dir, "no header file", fresh);
+    if (rc == KVT_EFORMAT) return check_empty(dfd, dir, "its file '" HEADER_NAME "' is not a kvtier header", fresh);
+    if (rc) return kvt_fail(rc, "cache dir %s: cannot read its header: %s", dir, strerror(-rc));
+    if (!check_key) return 0;
+    mac_key key;
+    rc = kvt_disk_key_load(dfd, dir, geteuid(), &key);
+    sodium_memzero(&key, sizeof key);
+    return rc == KVT_ENOTFOUND ? 0 : rc;
+}
+
 /* 1 and *id if name is a segment file name. */
 int kvt_disk_parse_seg_name(const char *name, uint64_t *id) {
     size_t lp = strlen(SEG_PREFIX), ls = strlen(SEG_SUFFIX), n = strlen(name);
