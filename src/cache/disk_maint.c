@@ -32,7 +32,7 @@ typedef struct {
 static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                         const uint8_t *raw) {
     walk_ctx *w = ctx;
-    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE};
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE, w->key != NULL};
     if (status == 0 && raw) {
         kvt_disk_record full;
         kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
