@@ -218,11 +218,16 @@ int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked) {
     return fd;
 }
 
+/* The header's three text lines for ns into text; returns their length. */
+static int header_text(char *text, size_t cap, kvt_hash128 ns) {
+    return snprintf(text, cap, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
+                    KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
+}
+
 /* Header file: three text lines, replaced atomically (temp, fsync, rename). */
 int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns) {
     char text[HEADER_TEXT_MAX];
-    int n = snprintf(text, sizeof text, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
-                     KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
+    int n = header_text(text, sizeof text, ns);
     int fd = kvt_disk_tmp_create(dfd, dir, HEADER_TMP_NAME, 0);
     if (fd < 0) return fd;
     int rc = 0;
@@ -236,6 +241,30 @@ int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns) {
     }
     fsync(dfd);
     return 0;
+}
+
+/* The first header of an empty directory, written before anything else in
+ * it so that a crash at any moment leaves the directory empty or holding a
+ * whole header: both are used again (a stray lock or temp file would make it
+ * a directory kvt_disk_dir_adopt refuses). The text goes into an unnamed
+ * file (O_TMPFILE), fsync'd, then linked to its name, which never replaces:
+ * a header another opener linked first is kept. Where the file system has no
+ * O_TMPFILE (or /proc is missing) it falls back to kvt_disk_write_header. */
+static int write_first_header(int dfd, const char *dir, kvt_hash128 ns) {
+    char text[HEADER_TEXT_MAX];
+    int n = header_text(text, sizeof text, ns);
+    int fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, FILE_MODE);
+    if (fd < 0) return errno == EOPNOTSUPP || errno == EISDIR ? kvt_disk_write_header(dfd, dir, ns) : -errno;
+    int rc = 0;
+    if (write(fd, text, (size_t)n) != n) rc = errno ? -errno : -EIO;
+    if (!rc && fsync(fd)) rc = -errno;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (!rc && linkat(AT_FDCWD, proc, dfd, HEADER_NAME, AT_SYMLINK_FOLLOW) && errno != EEXIST) rc = -errno;
+    close(fd);
+    if (rc == -ENOENT) return kvt_disk_write_header(dfd, dir, ns);
+    if (!rc) fsync(dfd);
+    return rc;
 }
 
 int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns) {
@@ -371,13 +400,20 @@ static int check_empty(int dfd, const char *dir, const char *why, int *fresh) {
  * header, index or stats file we write would overwrite theirs. With
  * check_key, the directory's key file is checked too (owner, mode, size: see
  * key_read), so that a key we would refuse is refused before the lock is
- * taken. Returns 0, or a negative error that says why and what to do. */
-int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, int *fresh) {
+ * taken. Writes nothing, except that with init_ns an empty directory gets its
+ * first header at once (write_first_header). Returns 0, or a negative error
+ * that says why and what to do. */
+int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, const kvt_hash128 *init_ns, int *fresh) {
     *fresh = 0;
     uint32_t version;
     kvt_hash128 ns;
     int rc = kvt_disk_read_header_at(dfd, dir, &version, &ns);
-    if (rc == KVT_ENOTFOUND) return check_empty(dfd, dir, "no header file", fresh);
+    if (rc == KVT_ENOTFOUND) {
+        rc = check_empty(dfd, dir, "no header file", fresh);
+        /* not writable (read-only): the store's open finds that out and writes nothing */
+        if (!rc && init_ns) (void)write_first_header(dfd, dir, *init_ns);
+        return rc;
+    }
     if (rc == KVT_EFORMAT) return check_empty(dfd, dir, "its file '" HEADER_NAME "' is not a kvtier header", fresh);
     if (rc) return kvt_fail(rc, "cache dir %s: cannot read its header: %s", dir, strerror(-rc));
     if (!check_key) return 0;

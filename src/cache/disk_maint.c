@@ -135,7 +135,7 @@ static int open_locked(const char *dir, int *lock_fd) {
     *lock_fd = -1;
     int dfd = kvt_disk_dir_open(dir, DIR_OWNED);
     if (dfd < 0) return dfd;
-    int fresh, arc = kvt_disk_dir_adopt(dfd, dir, 0, &fresh);
+    int fresh, arc = kvt_disk_dir_adopt(dfd, dir, 0, NULL, &fresh);
     if (arc || fresh) {
         if (arc) close(dfd);
         return arc ? arc : dfd;
