@@ -73,6 +73,14 @@ int kvt_log_open_file(const char *path) {
         close(fd);
         return kvt_fail(-EINVAL, "log file %s: not a regular file", path);
     }
+    /* another name for the same file (a hard link, which O_NOFOLLOW cannot
+     * see) would have our lines appended to whatever file it names */
+    if (sb.st_nlink > 1) {
+        close(fd);
+        return kvt_fail(-EMLINK, "log file %s has %lu hard links: refusing to write into a file that is also known "
+                        "by another name; give a file of its own",
+                        path, (unsigned long)sb.st_nlink);
+    }
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     int old = atomic_exchange(&g_fd, fd);

@@ -79,7 +79,8 @@ int kvt_log_set_format_name(const char *name);
 void kvt_log_set_format(kvt_log_format f);
 
 /* Sends every later line to path (appended; created 0600), opened without
- * following a symbolic link and only if it is a regular file. Returns 0, or a
+ * following a symbolic link and only if it is a regular file with no other
+ * hard link (-EMLINK: it would be written under another name too). Returns 0, or a
  * negative errno with kvt_errmsg() saying why; the previous destination is
  * kept on failure. kvt_log_close_file goes back to stderr. */
 int kvt_log_open_file(const char *path);

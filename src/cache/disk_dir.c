@@ -34,48 +34,82 @@
 
 /* ---- directory: opened once, every file relative to it ------------------ */
 
-/* Creates the missing parents of path, 0700 like the cache directory itself;
- * an existing parent is left as it is. A failure surfaces at the final mkdir. */
-static void mkdir_parents(const char *path) {
-    char *p = kvt_xstrdup(path);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        (void)mkdir(p, DIR_MODE);
-        *s = '/';
+/* Opens the component name of the directory cur (an O_PATH fd, or AT_FDCWD)
+ * as an O_PATH directory fd, never through a symlink; with create, a missing
+ * one is made 0700 first. dir[0..upto) is the path up to and including this
+ * component (last: nothing but slashes follows), for the messages: a link is
+ * named, so that the user sees which part of the path to replace. */
+static int open_component(int cur, const char *name, int create, const char *dir, int upto, int last) {
+    const int flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    int fd = openat(cur, name, flags);
+    if (fd < 0 && errno == ENOENT && create) {
+        if (mkdirat(cur, name, DIR_MODE) && errno != EEXIST)
+            return kvt_fail(-errno, "cache dir %s: cannot create %.*s: %s", dir, upto, dir, strerror(errno));
+        fd = openat(cur, name, flags);
     }
-    free(p);
+    int e = fd < 0 ? errno : ENOTDIR;
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) return fd;
+    if (fd >= 0) close(fd);
+    if (fstatat(cur, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode)) {
+        if (last)
+            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
+                            dir);
+        return kvt_fail(-ELOOP,
+                        "cache dir %s: %.*s is a symbolic link: refusing to follow it (a link anywhere on the path "
+                        "could send our files elsewhere); give the path without links, as `realpath` prints it",
+                        dir, upto, dir);
+    }
+    return kvt_fail(-e, "cache dir %s: cannot open %.*s: %s", dir, upto, dir, strerror(e));
+}
+
+/* Walks dir one component at a time from / (or the working directory)
+ * through open_component: no component, "." and ".." included, is reached
+ * through a symlink, so the directory we end in is the one the path names
+ * lexically. Returns the directory opened for reading, or a negative error. */
+static int walk_path(const char *dir, int create) {
+    char *path = kvt_xstrdup(dir); /* the same offsets as dir; each component cut out in place */
+    int cur = path[0] == '/' ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : AT_FDCWD;
+    int rc = cur == -1 ? kvt_fail(-errno, "cache dir %s: cannot open /: %s", dir, strerror(errno)) : 0;
+    for (char *c = path, *end; !rc && *c; c = end) {
+        while (*c == '/') c++;
+        end = c + strcspn(c, "/");
+        int last = end[strspn(end, "/")] == 0;
+        char saved = *end;
+        *end = 0;
+        if (*c && strcmp(c, ".")) {
+            int fd = open_component(cur, c, create, dir, (int)(end - path), last);
+            if (fd < 0) rc = fd;
+            else {
+                if (cur >= 0) close(cur);
+                cur = fd;
+            }
+        }
+        *end = saved;
+    }
+    int fd = rc;
+    if (!rc) {
+        fd = openat(cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) fd = kvt_fail(-errno, "cache dir %s: cannot open: %s", dir, strerror(errno));
+    }
+    if (cur >= 0) close(cur);
+    free(path);
+    return fd;
 }
 
 /* Opens the cache directory and returns its fd (or a negative error, with a
- * message that says why and what to do). The last component is never followed
- * through a symlink: a planted link would send every file we create elsewhere.
- * Parents may be links (a home directory often is one). With DIR_CREATE the
- * directory (and missing parents) is created 0700. With DIR_OWNED or
- * DIR_CREATE a directory owned by another user, or writable by group or
- * others, is refused with -EACCES: whoever can write it can plant links,
- * FIFOs or forged records. */
+ * message that says why and what to do). No component of the path is
+ * followed through a symlink, the last one, ".", ".." and the parents
+ * included: a planted link would send every file we create elsewhere. With
+ * DIR_CREATE the directory (and missing parents) is created 0700. With
+ * DIR_OWNED or DIR_CREATE a directory owned by another user, or writable by
+ * group or others, is refused with -EACCES: whoever can write it can plant
+ * links, FIFOs or forged records. */
 int kvt_disk_dir_open(const char *dir, int how) {
-    char path[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n >= sizeof path) return kvt_fail(-ENAMETOOLONG, "cache dir %s: path too long", dir);
-    memcpy(path, dir, n + 1);
-    /* "link/" resolves the link in spite of O_NOFOLLOW: drop trailing slashes */
-    while (n > 1 && path[n - 1] == '/') path[--n] = 0;
-    if (how == DIR_CREATE) {
-        mkdir_parents(path);
-        if (mkdir(path, DIR_MODE) && errno != EEXIST)
-            return kvt_fail(-errno, "cache dir %s: cannot create: %s", dir, strerror(errno));
-    }
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        struct stat lb;
-        if ((e == ELOOP || e == ENOTDIR) && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode))
-            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
-                            dir);
-        return kvt_fail(-e, "cache dir %s: cannot open: %s", dir, strerror(e));
-    }
+    if (!*dir) return kvt_fail(-ENOENT, "cache dir: the path is empty");
+    if (strlen(dir) >= PATH_MAX) return kvt_fail(-ENAMETOOLONG, "cache dir %s: path too long", dir);
+    int fd = walk_path(dir, how == DIR_CREATE);
+    if (fd < 0) return fd;
     if (how == DIR_READ) return fd;
     struct stat sb;
     if (fstat(fd, &sb)) {
@@ -184,11 +218,16 @@ int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked) {
     return fd;
 }
 
+/* The header's three text lines for ns into text; returns their length. */
+static int header_text(char *text, size_t cap, kvt_hash128 ns) {
+    return snprintf(text, cap, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
+                    KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
+}
+
 /* Header file: three text lines, replaced atomically (temp, fsync, rename). */
 int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns) {
     char text[HEADER_TEXT_MAX];
-    int n = snprintf(text, sizeof text, "%s\nversion %d\nnamespace %016" PRIx64 "%016" PRIx64 "\n", HEADER_TITLE,
-                     KVT_DISK_FORMAT_VERSION, ns.hi, ns.lo);
+    int n = header_text(text, sizeof text, ns);
     int fd = kvt_disk_tmp_create(dfd, dir, HEADER_TMP_NAME, 0);
     if (fd < 0) return fd;
     int rc = 0;
@@ -202,6 +241,30 @@ int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns) {
     }
     fsync(dfd);
     return 0;
+}
+
+/* The first header of an empty directory, written before anything else in
+ * it so that a crash at any moment leaves the directory empty or holding a
+ * whole header: both are used again (a stray lock or temp file would make it
+ * a directory kvt_disk_dir_adopt refuses). The text goes into an unnamed
+ * file (O_TMPFILE), fsync'd, then linked to its name, which never replaces:
+ * a header another opener linked first is kept. Where the file system has no
+ * O_TMPFILE (or /proc is missing) it falls back to kvt_disk_write_header. */
+static int write_first_header(int dfd, const char *dir, kvt_hash128 ns) {
+    char text[HEADER_TEXT_MAX];
+    int n = header_text(text, sizeof text, ns);
+    int fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, FILE_MODE);
+    if (fd < 0) return errno == EOPNOTSUPP || errno == EISDIR ? kvt_disk_write_header(dfd, dir, ns) : -errno;
+    int rc = 0;
+    if (write(fd, text, (size_t)n) != n) rc = errno ? -errno : -EIO;
+    if (!rc && fsync(fd)) rc = -errno;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (!rc && linkat(AT_FDCWD, proc, dfd, HEADER_NAME, AT_SYMLINK_FOLLOW) && errno != EEXIST) rc = -errno;
+    close(fd);
+    if (rc == -ENOENT) return kvt_disk_write_header(dfd, dir, ns);
+    if (!rc) fsync(dfd);
+    return rc;
 }
 
 int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns) {
@@ -291,6 +354,73 @@ int kvt_disk_key_create(int dfd, const char *dir, mac_key *key) {
     if (rc) return kvt_fail(rc, "cache dir %s: cannot create the key file: %s", dir, strerror(-rc));
     fsync(dfd);
     return 0;
+}
+
+/* Names a fresh directory may hold: a file system's lost+found (a cache on
+ * its own disk is often given the disk's root). */
+static int ignorable_in_fresh(int dfd, const char *name) {
+    struct stat sb;
+    if (!strcmp(name, ".") || !strcmp(name, "..")) return 1;
+    return !strcmp(name, "lost+found") && fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
+}
+
+#define FOREIGN_SHOWN 3 /* foreign names a refusal lists */
+
+/* Refuses a directory that holds files but no kvtier header (why says what
+ * of the header), naming up to FOREIGN_SHOWN of them. Returns 0 and *fresh
+ * when it holds nothing. */
+static int check_empty(int dfd, const char *dir, const char *why, int *fresh) {
+    DIR *dh = kvt_disk_dir_list(dfd);
+    if (!dh) return kvt_fail(-errno, "cache dir %s: cannot list: %s", dir, strerror(errno));
+    char shown[FOREIGN_SHOWN * (NAME_MAX + 4) + 1] = "";
+    size_t used = 0, count = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        if (ignorable_in_fresh(dfd, e->d_name)) continue;
+        if (count++ < FOREIGN_SHOWN)
+            used += (size_t)snprintf(shown + used, sizeof shown - used, "%s'%s'", used ? ", " : "", e->d_name);
+    }
+    closedir(dh);
+    if (!count) {
+        *fresh = 1;
+        return 0;
+    }
+    char more[48] = "";
+    if (count > FOREIGN_SHOWN) snprintf(more, sizeof more, " and %zu more", count - FOREIGN_SHOWN);
+    return kvt_fail(-ENOTEMPTY,
+                    "cache dir %s is not empty and is no kvtier cache (%s; it holds %s%s): refusing to use it, so "
+                    "that none of its files is overwritten; give an empty or new directory",
+                    dir, why, shown, more);
+}
+
+/* Decides, before anything in dfd is written, whether it may be used as a
+ * cache directory: one that holds a kvtier header (of any format version:
+ * what its records are worth is then the header's business) or nothing at
+ * all (*fresh). Anything else is somebody else's directory, where the lock,
+ * header, index or stats file we write would overwrite theirs. With
+ * check_key, the directory's key file is checked too (owner, mode, size: see
+ * key_read), so that a key we would refuse is refused before the lock is
+ * taken. Writes nothing, except that with init_ns an empty directory gets its
+ * first header at once (write_first_header). Returns 0, or a negative error
+ * that says why and what to do. */
+int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, const kvt_hash128 *init_ns, int *fresh) {
+    *fresh = 0;
+    uint32_t version;
+    kvt_hash128 ns;
+    int rc = kvt_disk_read_header_at(dfd, dir, &version, &ns);
+    if (rc == KVT_ENOTFOUND) {
+        rc = check_empty(dfd, dir, "no header file", fresh);
+        /* not writable (read-only): the store's open finds that out and writes nothing */
+        if (!rc && init_ns) (void)write_first_header(dfd, dir, *init_ns);
+        return rc;
+    }
+    if (rc == KVT_EFORMAT) return check_empty(dfd, dir, "its file '" HEADER_NAME "' is not a kvtier header", fresh);
+    if (rc) return kvt_fail(rc, "cache dir %s: cannot read its header: %s", dir, strerror(-rc));
+    if (!check_key) return 0;
+    mac_key key;
+    rc = kvt_disk_key_load(dfd, dir, geteuid(), &key);
+    sodium_memzero(&key, sizeof key);
+    return rc == KVT_ENOTFOUND ? 0 : rc;
 }
 
 /* 1 and *id if name is a segment file name. */

@@ -146,6 +146,13 @@ int kvt_disk_tmp_create(int dfd, const char *dir, const char *name, int extra_fl
  * where no lock file can exist (read-only, never used), or a negative error. */
 int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked);
 
+/* Whether dfd may become (or stay) a cache directory: it holds a kvtier
+ * header, or nothing (*fresh); with check_key its key file is also checked.
+ * Writes nothing, but for the header of namespace *init_ns (may be NULL) in
+ * an empty directory, crash-safely. Returns 0, or a negative error naming
+ * what was found. */
+int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, const kvt_hash128 *init_ns, int *fresh);
+
 /* The header file: written atomically; read gives KVT_ENOTFOUND or KVT_EFORMAT. */
 int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns);
 int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns);

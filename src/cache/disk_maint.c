@@ -32,7 +32,7 @@ typedef struct {
 static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                         const uint8_t *raw) {
     walk_ctx *w = ctx;
-    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE};
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE, w->key != NULL};
     if (status == 0 && raw) {
         kvt_disk_record full;
         kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
@@ -126,11 +126,20 @@ int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes) {
 
 /* Opens dir as its owner and takes its lock, as the maintenance that writes
  * it (compact, clear) must. Returns the directory's fd and *lock_fd (close
- * both), or a negative error: the lock's holder, or -EROFS for a read-only
- * directory that has no lock file. */
+ * both), or a negative error: the lock's holder, -EROFS for a read-only
+ * directory that has no lock file, or a directory that is no cache (see
+ * kvt_disk_dir_adopt; nothing is written in it). An empty directory has
+ * nothing to maintain: its fd with *lock_fd -1, and no lock file made in it
+ * (which would make it a directory the store refuses). */
 static int open_locked(const char *dir, int *lock_fd) {
+    *lock_fd = -1;
     int dfd = kvt_disk_dir_open(dir, DIR_OWNED);
     if (dfd < 0) return dfd;
+    int fresh, arc = kvt_disk_dir_adopt(dfd, dir, 0, NULL, &fresh);
+    if (arc || fresh) {
+        if (arc) close(dfd);
+        return arc ? arc : dfd;
+    }
     int unlocked;
     *lock_fd = kvt_disk_lock_dir(dfd, dir, &unlocked);
     if (*lock_fd < 0) {
@@ -248,6 +257,10 @@ int kvt_disk_compact(const char *dir, const kvt_hash128 *keep_ns, kvt_disk_gc_re
     int lock_fd;
     int dfd = open_locked(dir, &lock_fd);
     if (dfd < 0) return dfd;
+    if (lock_fd < 0) { /* empty: nothing to rewrite */
+        close(dfd);
+        return 0;
+    }
     uint64_t *ids;
     long n = kvt_disk_list_segments(dfd, dir, 0, &ids);
     if (n < 0) {
@@ -297,6 +310,10 @@ int kvt_disk_clear(const char *dir, uint64_t *removed) {
     int lock_fd;
     int dfd = open_locked(dir, &lock_fd);
     if (dfd < 0) return dfd;
+    if (lock_fd < 0) { /* empty: nothing to remove */
+        close(dfd);
+        return 0;
+    }
     DIR *dh = kvt_disk_dir_list(dfd);
     if (!dh) {
         int e = errno;

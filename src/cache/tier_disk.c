@@ -447,8 +447,9 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
 
     int dfd = kvt_disk_dir_open(p->dir, DIR_CREATE);
     if (dfd < 0) return dfd;
-    int unlocked;
-    int lock_fd = kvt_disk_lock_dir(dfd, p->dir, &unlocked);
+    /* someone else's directory, or a key we would refuse: refused before the lock or any other file is written */
+    int fresh, unlocked = 0, arc = kvt_disk_dir_adopt(dfd, p->dir, p->mac, &p->ns, &fresh);
+    int lock_fd = arc ? arc : kvt_disk_lock_dir(dfd, p->dir, &unlocked);
     if (lock_fd < 0 && !unlocked) {
         close(dfd);
         return lock_fd;

@@ -418,6 +418,8 @@ typedef struct {
     int status;           /* 0 valid, KVT_EFORMAT corrupt, KVT_EUNSUPPORTED other version */
     kvt_disk_record rec;  /* header fields when status is 0 (pointers invalid) */
     int mac;              /* KVT_DISK_MAC_*, when status is 0 */
+    int keyed;            /* verify: the directory has a key file, so a record without a MAC (MAC_NONE) is
+                             unauthenticated: the store, which wants a MAC under that key, never serves it */
 } kvt_disk_walk_info;
 
 /* Walks every segment of dir in FIFO order without taking the lock (files

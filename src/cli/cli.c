@@ -185,7 +185,8 @@ enum {
 
 static const kvt_cli_opt cache_opts[] = {
     {CACHE_DISK, 0, "kv-disk", NULL, "DIR",
-     "T2: a persistent KV cache directory on local disk (survives\nrestarts; one process at a time)", 0, KVT_CLI_PLAIN},
+     "T2: a persistent KV cache directory on local disk (survives\nrestarts; one process at a time): a new or empty "
+     "directory, or\none kvtier made; no symbolic link anywhere on its path", 0, KVT_CLI_PLAIN},
     {CACHE_DISK_SIZE, 0, "kv-disk-size", NULL, "BYTES",
      "T2 budget (default 16G); the directory stays within it plus one segment", 0, KVT_CLI_ANY_BYTES},
     {CACHE_ZSTD, 0, "kv-disk-zstd", NULL, NULL, "compress disk records with zstd (lossless)", 0, KVT_CLI_PLAIN},

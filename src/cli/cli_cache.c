@@ -31,7 +31,8 @@ void kvt_usage_cache(FILE *f) {
             "  ls       one line per record: segment, offset, bytes, namespace, hash, parent, B, codec, sizes,\n"
             "           MAC scheme (no, gmac or blake2b)\n"
             "  verify   read every record and check its CRC and its MAC under the directory's key file (and\n"
-            "           decode it); exit status 1 if any is bad, or carries a MAC that cannot be checked\n"
+            "           decode it); exit status 1 if any is bad, carries a MAC that cannot be checked, or has\n"
+            "           no MAC although the directory has a key file (counted \"unauthenticated\")\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
@@ -71,6 +72,7 @@ typedef struct {
     uint64_t records, valid, corrupt, foreign, bytes, payload, stored;
     int verify;
     uint64_t mac_ok, no_mac, unverified; /* verify: MAC checked, absent, present but not checkable here */
+    uint64_t unauthenticated;            /* verify: no MAC though the directory has a key: not valid */
     ns_usage ns[MAX_NAMESPACES];
     size_t n_ns, ns_overflow;
     /* ls */
@@ -102,6 +104,11 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     }
     if (s->verify && w->mac == KVT_DISK_MAC_UNCHECKED) { /* no key, or no way to compute its MAC: cannot vouch */
         s->unverified++;
+        return 0;
+    }
+    /* the MAC stripped (and the payload then free to change, CRCs recomputed): nothing vouches for it */
+    if (s->verify && w->keyed && w->mac == KVT_DISK_MAC_NONE) {
+        s->unauthenticated++;
         return 0;
     }
     s->mac_ok += w->mac == KVT_DISK_MAC_OK;
@@ -201,6 +208,10 @@ static void print_summary(const char *dir, const walk_state *s, int verify) {
             printf(", %" PRIu64 " that cannot be checked (no key file, signed under another key, or under a "
                    "MAC scheme this machine cannot compute): not valid",
                    s->unverified);
+        if (s->unauthenticated)
+            printf(", %" PRIu64 " unauthenticated (no MAC though the directory has a key file: the server never "
+                   "serves them): not valid",
+                   s->unauthenticated);
         printf("\n");
     }
     if (s->stored)
@@ -223,7 +234,8 @@ static void print_summary(const char *dir, const walk_state *s, int verify) {
 }
 
 /* stats, ls or verify (cmd) over the disk tier in dir. Returns the exit code:
- * verify fails when a record is corrupt or cannot be checked. */
+ * verify fails when a record is corrupt, cannot be checked, or lacks the MAC
+ * the directory's key calls for. */
 static int walk_cmd(const char *dir, const char *cmd, long limit) {
     walk_state *s = kvt_xcalloc(1, sizeof *s);
     int rc = 0;
@@ -243,7 +255,7 @@ static int walk_cmd(const char *dir, const char *cmd, long limit) {
         rc = 1;
     } else if (!s->ls) {
         print_summary(dir, s, verify);
-        if (verify) rc = s->corrupt || s->unverified ? 1 : 0;
+        if (verify) rc = s->corrupt || s->unverified || s->unauthenticated ? 1 : 0;
     }
     free(s);
     return rc;

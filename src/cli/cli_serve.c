@@ -187,8 +187,8 @@ static const kvt_cli_opt serve_opts[] = {
      "terminal they are on anyway):\neach piece of work logs its first line at once and its last when\ndone, at "
      "most one a second between", 0, KVT_CLI_PLAIN},
     {O_LOG_FILE, 0, "log-file", NULL, "PATH",
-     "append log lines to PATH (created 0600; never through a symbolic\nlink) instead of stderr; usage errors still "
-     "go to stderr", 0, KVT_CLI_PLAIN},
+     "append log lines to PATH (created 0600; never through a symbolic\nlink, nor into a file with other hard links) "
+     "instead of stderr;\nusage errors still go to stderr", 0, KVT_CLI_PLAIN},
 };
 
 /* serve's sections: its own table, then the shared KV-type, disk-tier and device tables. */

@@ -1,7 +1,8 @@
 /* Logging: every line has an ISO-8601 UTC timestamp with milliseconds and a
  * level, text or JSON (one parseable object per line, control bytes and quotes
  * escaped), the threshold filters, a log file is appended to and never opened
- * through a symbolic link; progress lines stay quiet for short work. */
+ * through a symbolic link or into a file with another hard link; progress
+ * lines stay quiet for short work. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -201,13 +202,23 @@ int main(void) {
 
     /* a symbolic link is never followed: its target stays untouched */
     const char *target = kvt_test_path(dir, "target");
-    const char *link = kvt_test_path(dir, "link.log");
+    const char *slink = kvt_test_path(dir, "link.log");
     FILE *f = fopen(target, "w");
     fputs("precious\n", f);
     fclose(f);
-    CHECK(symlink(target, link) == 0);
-    int rc = kvt_log_open_file(link);
+    CHECK(symlink(target, slink) == 0);
+    int rc = kvt_log_open_file(slink);
     CHECKF(rc == -ELOOP && strstr(kvt_errmsg(), "symbolic link"), "rc %d: %s", rc, kvt_errmsg());
+    t = kvt_test_read_file(target, NULL);
+    CHECK(t && !strcmp(t, "precious\n"));
+    free(t);
+    /* a hard link (another name for a file O_NOFOLLOW cannot tell apart) is refused, its file untouched */
+    char hard[512];
+    snprintf(hard, sizeof hard, "%s", kvt_test_path(dir, "hard.log"));
+    CHECK(link(target, hard) == 0);
+    rc = kvt_log_open_file(hard);
+    CHECKF(rc == -EMLINK && strstr(kvt_errmsg(), "hard links"), "rc %d: %s", rc, kvt_errmsg());
+    kvt_log(KVT_LOG_ERROR, "a line that must not reach the linked file");
     t = kvt_test_read_file(target, NULL);
     CHECK(t && !strcmp(t, "precious\n"));
     free(t);

@@ -288,9 +288,20 @@ static void test_corruption(void) {
     kvt_disk_get_stats(d, &st);
     CHECK(st.records == 0 && !get_ok(d, 5, 0));
     kvt_disk_close(d);
-    /* garbage header file: a warning, then rewritten */
+    /* garbage header file: not a kvtier directory's (someone else's file named
+     * "header"), so the directory is refused and the file left as it was */
     h = fopen(kvt_test_path(dir, "header"), "w");
     fputs("\x01\x02garbage", h);
+    fclose(h);
+    CHECK(kvt_disk_open(&p, &d) == -ENOTEMPTY);
+    CHECKF(strstr(kvt_errmsg(), "'header' is not a kvtier header"), "%s", kvt_errmsg());
+    size_t hlen;
+    char *htext = kvt_test_read_file(kvt_test_path(dir, "header"), &hlen);
+    CHECK(htext && hlen == 9 && !memcmp(htext, "\x01\x02garbage", 9));
+    free(htext);
+    /* a header of this format again: adopted, and the header rewritten for this namespace */
+    h = fopen(kvt_test_path(dir, "header"), "w");
+    fprintf(h, "kvtier-disk-cache\nversion %d\nnamespace 0000000000000000000000000000abcd\n", KVT_DISK_FORMAT_VERSION);
     fclose(h);
     CHECK(kvt_disk_open(&p, &d) == 0);
     kvt_disk_close(d);
@@ -479,7 +490,10 @@ static void test_dir_security(void) {
     plant_link(dir, ".odirect-probe", victim);
     plant_link(dir, "stats.tmp", victim);
     plant_link(dir, "seg-00000000000000ff.kvt", victim);
-    unlink(kvt_test_path(dir, "header")); /* so that open rewrites it through header.tmp */
+    /* a header naming another namespace, so that open rewrites it through header.tmp */
+    FILE *h = fopen(kvt_test_path(dir, "header"), "w");
+    fprintf(h, "kvtier-disk-cache\nversion %d\nnamespace 0000000000000000000000000000abcd\n", KVT_DISK_FORMAT_VERSION);
+    fclose(h);
     CHECK(kvt_disk_open(&p, &d) == 0);
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);

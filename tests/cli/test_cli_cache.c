@@ -1,13 +1,16 @@
 /* `kvtier cache`: stats and ls describe the records (and stats sizes its
  * progress from the segment files), verify finds a corrupted
- * payload (exit 1) that a header scan cannot, gc removes it and foreign
- * namespaces, clear honours the lock, --help documents every flag. */
+ * payload (exit 1) that a header scan cannot, and a record whose MAC was
+ * stripped and payload changed in a directory with a key (exit 1, counted
+ * unauthenticated), gc removes it and foreign namespaces, clear honours the
+ * lock, --help documents every flag. */
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "disk_forge.h"
 #include "testutil.h"
 #include "tier_disk.h"
 
@@ -39,6 +42,60 @@ static void fill(kvt_disk *d, kvt_hash128 ns, int n, int first) {
         while (kvt_disk_put(d, h, ns, tok, pay) == KVT_ELIMIT) kvt_disk_flush(d);
     }
     kvt_disk_flush(d);
+}
+
+static int stripped;
+
+/* The forger's edit of the first record only: the MAC flag, key id and MAC
+ * cleared (a record that claims it was written with MAC off), the payload
+ * changed; forge_segment_edit then recomputes both CRCs. */
+static void strip_mac_edit(uint8_t *rec, const kvt_disk_record *r) {
+    if (stripped++) return;
+    memset(rec + FORGE_FLAGS, 0, FORGE_MAC + KVT_DISK_MAC_BYTES - FORGE_FLAGS);
+    memset(rec + r->header_bytes, 0x5A, 64);
+}
+
+/* A directory with a key file: verify must not count a MAC-less record valid,
+ * since the store (which wants a MAC under that key) never serves it; a
+ * directory written with MAC off (no key) still verifies. */
+static void test_unauthenticated(const kvt_disk_params *base) {
+    const char *dir = kvt_test_path(kvt_test_tmpdir(), "stripped");
+    kvt_disk_params p = *base;
+    p.dir = dir;
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    fill(d, p.ns, 4, 0);
+    kvt_disk_close(d);
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/seg-0000000000000000.kvt", dir);
+    stripped = 0;
+    CHECK(forge_segment_edit(seg, strip_mac_edit) == 4); /* every record rewritten, the first one changed */
+    char *t;
+    char *a_verify[] = {"cache", "verify", "--kv-disk", (char *)dir};
+    CHECK(run(&t, 4, a_verify) == 1);
+    CHECKF(t && strstr(t, "3 valid, 0 corrupt") && strstr(t, "3 verified with the directory's key") &&
+               strstr(t, "1 unauthenticated"),
+           "%s", t);
+    free(t);
+    /* the store agrees: three records, the stripped one not among them */
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 3, "%llu records", (unsigned long long)st.records);
+    kvt_disk_close(d);
+
+    /* MAC off from the start: no key file, nothing to authenticate against */
+    const char *ndir = kvt_test_path(kvt_test_tmpdir(), "nomac");
+    p.dir = ndir;
+    p.mac = 0;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    fill(d, p.ns, 2, 0);
+    kvt_disk_close(d);
+    char *a_nverify[] = {"cache", "verify", "--kv-disk", (char *)ndir};
+    CHECK(run(&t, 4, a_nverify) == 0);
+    CHECKF(t && strstr(t, "2 valid") && strstr(t, "2 records without one") && !strstr(t, "unauthenticated"), "%s",
+           t);
+    free(t);
 }
 
 int main(void) {
@@ -127,5 +184,6 @@ int main(void) {
     free(t);
     char *a_bad[] = {"cache", "stats"};
     CHECK(kvt_cmd_cache(2, a_bad) == 2);
+    test_unauthenticated(&p);
     return kvt_test_done("test_cli_cache");
 }

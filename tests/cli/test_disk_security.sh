@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cache directory is ours alone, checked through the CLI: symlinks planted
-# under every name kvtier writes (lock, header.tmp, .odirect-probe, stats.tmp,
+# in it under every name kvtier writes (lock, header.tmp, .odirect-probe, stats.tmp,
 # a segment, a gc temp file) never lead a write outside it; the MAC key file is
 # 0600 and --kv-disk-no-mac works without one; a FIFO named like
 # a segment hangs nothing; a directory writable by others or owned by another
@@ -18,7 +18,11 @@ RUN=("$BIN" run -m "$M" -f "$TMP/prompts.txt" -n 8 --temp 0 --block-size 8 --kv-
 "${RUN[@]}" --no-cache > "$TMP/cold.out" 2>/dev/null
 
 D=$TMP/cache
-mkdir -m 700 "$D"
+# a cache directory kvtier made (only such a one, or an empty one, is used), whose header then names
+# another namespace, so that the next run rewrites it through header.tmp
+"${RUN[@]}" --kv-disk "$D" > /dev/null 2>&1
+check "the first run makes the cache dir" test -f "$D/header"
+sed -i 's/^namespace .*/namespace 00000000000000000000000000000001/' "$D/header"
 # links under the names of every temporary and of a segment
 for n in header.tmp .odirect-probe stats.tmp seg-0000000000000000.kvt.tmp seg-00000000000000ff.kvt; do
   ln -s "$TMP/victim" "$D/$n"
