@@ -193,6 +193,46 @@ const void *kvt_page_data_const(const kvt_engine *e, int32_t id) {
     return e->page_mem + (size_t)id * e->page_stride;
 }
 
+/* ---- page I/O ------------------------------------------------------------- */
+
+/* 0 if entry i of a run names a page of the pool, else KVT_EARG naming it. */
+static int run_page_ok(const kvt_engine *e, int32_t id, size_t i) {
+    if (page_valid(e, id)) return 0;
+    return kvt_fail(KVT_EARG, "page I/O: page id %d (entry %zu of the run) outside the pool of %d pages", id, i,
+                    e->p.n_pages);
+}
+
+/* The CPU engine's pages are host memory: each run is a loop of memcpy. */
+int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
+    for (size_t i = 0; i < n; i++) memcpy(io[i].host, kvt_page_data_const(e, io[i].page), e->page_bytes);
+    return 0;
+}
+
+int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
+    for (size_t i = 0; i < n; i++) memcpy(kvt_page_data(e, io[i].page), io[i].host, e->page_bytes);
+    return 0;
+}
+
+int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (run_page_ok(e, dst[i], i) || run_page_ok(e, src[i], i)) return KVT_EARG;
+    for (size_t i = 0; i < n; i++)
+        if (dst[i] != src[i]) memcpy(kvt_page_data(e, dst[i]), kvt_page_data_const(e, src[i]), e->page_bytes);
+    return 0;
+}
+
+void *kvt_page_host(kvt_engine *e, int32_t id) {
+    return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data(e, id);
+}
+const void *kvt_page_host_const(const kvt_engine *e, int32_t id) {
+    return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data_const(e, id);
+}
+void kvt_engine_set_host_pages(kvt_engine *e, int on) { e->no_host_pages = !on; }
+
 /* ---- sequences ------------------------------------------------------------ */
 
 static seq_state *seq_get(const kvt_engine *e, int32_t seq) {
