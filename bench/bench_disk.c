@@ -342,15 +342,26 @@ int main(int argc, char **argv) {
     /* restore: get_many of `blocks` consecutive blocks, cold */
     uint8_t *outs = kvt_xmalloc((size_t)blocks * payload);
     kvt_disk_read *rq = kvt_xcalloc((size_t)blocks, sizeof *rq);
-    double best = 0, sum = 0;
+    double best = 0, sum = 0, cpu_sum = 0, sys_sum = 0;
+    long waits = 0, preempts = 0;
     for (int s = 0; s < sets; s++) {
         if (buffered) drop_cache(dir);
         uint64_t base = (uint64_t)s * blocks;
         for (int k = 0; k < blocks; k++)
             rq[k] = (kvt_disk_read){h[base + k], par[base + k], tok + (base + k) * B, outs + (size_t)k * payload, -1};
+        struct rusage u0, u1; /* the restore runs on this thread: its CPU time and how often it slept or was preempted */
+        getrusage(RUSAGE_THREAD, &u0);
         double r0 = kvt_now();
         size_t hits = kvt_disk_get_many(d, rq, (size_t)blocks);
         double dt = kvt_now() - r0;
+        getrusage(RUSAGE_THREAD, &u1);
+        double sys = (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
+                     (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) * 1e-6;
+        cpu_sum += sys + (double)(u1.ru_utime.tv_sec - u0.ru_utime.tv_sec) +
+                   (double)(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec) * 1e-6;
+        sys_sum += sys;
+        waits += u1.ru_nvcsw - u0.ru_nvcsw;
+        preempts += u1.ru_nivcsw - u0.ru_nivcsw;
         if (hits != (size_t)blocks) printf("  set %d: only %zu hits\n", s, hits);
         double bw = (double)blocks * (double)payload / MIB / dt;
         sum += bw;
@@ -360,6 +371,11 @@ int main(int argc, char **argv) {
     printf("restore (get_many of %d x %zu KiB, %s): mean %.0f MiB/s, best %.0f MiB/s\n", blocks, payload >> 10,
            buffered ? "page cache dropped" : "O_DIRECT", mean, best);
     printf("restore / sequential read: %.2f (target >= 0.70)\n", mean / seq);
+    printf("restore CPU (calling thread): %.1f ms per set (%.1f ms of it in the kernel) = %.0f MiB/s of CPU time; "
+           "%.1f sleeps and %.1f preemptions per set\n",
+           1e3 * cpu_sum / sets, 1e3 * sys_sum / sets,
+           cpu_sum > 0 ? (double)blocks * (double)payload / MIB * sets / cpu_sum : 0,
+           (double)waits / sets, (double)preempts / sets);
     kvt_disk_close(d);
 
     drop_cache(dir);

@@ -137,6 +137,7 @@ void kvt_cache_free(kvt_cache *c) {
     kvt_admit_free(c->admit);
     kvt_prefix_free(c->index);
     free(c->scratch_tokens);
+    free(c->scratch_page);
     free(c->pages);
     free(c);
 }
@@ -183,7 +184,7 @@ void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chai
             kvt_page_ref(c->e, p);
             c->pages[p] = (page_rec){.cached = 1, .hash = hash};
             kvt_cache_touch_page(c, p);
-            if (c->params.write_through) kvt_cache_write_through(c, hash, parent, bt, kvt_page_data_const(c->e, p));
+            if (c->params.write_through) kvt_cache_write_through(c, hash, parent, bt, kvt_cache_page_out(c, p));
         }
         ch->last = hash;
         ch->n_done = i + 1;

@@ -17,6 +17,7 @@ static int tier_put(kvt_cache *c, kvt_tier t, kvt_hash128 hash, kvt_hash128 pare
                     const void *payload) {
     const kvt_tier_ref *x = &c->tiers[t];
     int rc;
+    if (!payload) return KVT_EARG; /* the page's bytes could not be copied out: nothing to store */
     while ((rc = x->ops->put(x->impl, hash, parent, tokens, payload)) == KVT_ELIMIT && c->flushing && x->ops->persistent)
         if (x->ops->flush(x->impl)) break;
     if (rc == 0) {
@@ -95,6 +96,14 @@ static int32_t pick_victim(kvt_cache *c) {
     return best;
 }
 
+const void *kvt_cache_page_out(kvt_cache *c, int32_t p) {
+    const void *host = kvt_page_host_const(c->e, p);
+    if (host) return host;
+    if (!c->scratch_page) c->scratch_page = kvt_xmalloc(c->page_bytes);
+    kvt_page_out io = {.page = p, .host = c->scratch_page};
+    return kvt_pages_copy_out(c->e, &io, 1) ? NULL : c->scratch_page;
+}
+
 /* Moves page p's block down a tier (see demote) and frees the page. */
 static void reclaim(kvt_cache *c, int32_t p) {
     page_rec *r = &c->pages[p];
@@ -103,7 +112,7 @@ static void reclaim(kvt_cache *c, int32_t p) {
         kvt_hash128 parent = info.parent;
         uint32_t held = info.tiers & ~KVT_TIER_BIT(KVT_TIER_T0);
         memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t)); /* info dies on index change */
-        demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p), r->t_use);
+        demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, kvt_cache_page_out(c, p), r->t_use);
     }
     kvt_prefix_remove(c->index, r->hash, KVT_TIER_T0);
     r->cached = 0;
@@ -150,7 +159,7 @@ static void flush_t0(kvt_cache *c, kvt_tier dst) {
         if (kvt_prefix_get(c->index, c->pages[p].hash, &info) || (info.tiers & persistent)) continue;
         kvt_hash128 parent = info.parent;
         memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t));
-        tier_put(c, dst, c->pages[p].hash, parent, c->scratch_tokens, kvt_page_data_const(c->e, p));
+        tier_put(c, dst, c->pages[p].hash, parent, c->scratch_tokens, kvt_cache_page_out(c, p));
     }
 }
 

@@ -72,6 +72,7 @@ struct kvt_cache {
     uint32_t kv_type;
     char numerics[NUMERICS_MAX];
     int32_t *scratch_tokens; /* B ids */
+    void *scratch_page;      /* page_bytes, allocated when the engine has no host pages (kvt_cache_page_out) */
     uint64_t evictions, discarded;
     uint64_t demotions[KVT_TIER_COUNT], restores[KVT_TIER_COUNT];
     uint64_t t2_recompute, t2_not_admitted;
@@ -112,6 +113,11 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
 void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
                             const void *payload, size_t bytes, double last_use);
 
+/* Page p's bytes at a host address for a tier to write from: the page itself
+ * where the engine exposes its pages to the host (kvt_page_host_const), else
+ * a copy out of the engine into c->scratch_page, valid until the next call.
+ * NULL if the copy failed. */
+const void *kvt_cache_page_out(kvt_cache *c, int32_t p);
 /* --write-through: a block goes into every persistent tier as soon as it is computed. */
 void kvt_cache_write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
                              const void *payload);

@@ -119,21 +119,38 @@ static int worth_restoring(kvt_cache *c, const int32_t n[KVT_TIER_COUNT], double
     return *read_ms < *compute_ms;
 }
 
-/* Reads the listed blocks from tier t into their pages in one batch (a disk
- * tier coalesces adjacent records) and indexes the ones that arrived in T0.
- * Returns the first block index that failed (INT32_MAX if none). */
+/* Staged reads (the engine does not expose its pages to the host) arrived in
+ * host buffers: the ones that hit go into their pages in one copy-in call. If
+ * that fails, none of them counts as read. */
+static void copy_in_staged(kvt_cache *c, kvt_tier_read *reqs, const int32_t *req_block, int32_t n_req,
+                           const int32_t *pages) {
+    kvt_page_in *io = kvt_xmalloc((size_t)n_req * sizeof *io);
+    size_t n = 0;
+    for (int32_t r = 0; r < n_req; r++)
+        if (!reqs[r].result) io[n++] = (kvt_page_in){.page = pages[req_block[r]], .host = reqs[r].out};
+    if (n && kvt_pages_copy_in(c->e, io, n))
+        for (int32_t r = 0; r < n_req; r++)
+            if (!reqs[r].result) reqs[r].result = KVT_EARG;
+    free(io);
+}
+
+/* Reads the listed blocks from tier t in one batch (a disk tier coalesces
+ * adjacent records), straight into their pages or, when staged, into host
+ * buffers copied in afterwards as one run, and indexes the ones that arrived
+ * in T0. Returns the first block index that failed (INT32_MAX if none). */
 static int32_t restore_from(kvt_cache *c, kvt_tier t, kvt_hash128 root, const int32_t *tokens,
                             const kvt_prefix_hit *hits, kvt_tier_read *reqs, const int32_t *req_block, int32_t n_req,
-                            int32_t *pages, double *restore_s) {
+                            int32_t *pages, int staged, double *restore_s) {
     int32_t bad = INT32_MAX;
     if (!n_req) return bad;
     const kvt_tier_ref *x = &c->tiers[t];
     double t0 = kvt_now();
     size_t n_hit = x->ops->get_many(x->impl, reqs, (size_t)n_req);
     double dt = kvt_now() - t0;
-    *restore_s += dt;
     if (x->ops->measured && n_hit && dt > 0)
         ewma(&c->tier_bytes_per_s[t], (double)n_hit * (double)c->page_bytes / dt);
+    if (staged) copy_in_staged(c, reqs, req_block, n_req, pages);
+    *restore_s += kvt_now() - t0;
     for (int32_t r = 0; r < n_req; r++) {
         int32_t i = req_block[r];
         kvt_hash128 parent = i ? hits[i - 1].hash : root;
@@ -227,6 +244,7 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     kvt_tier_read *reqs = kvt_xmalloc((size_t)KVT_TIER_COUNT * cap * sizeof *reqs);
     int32_t *req_block = kvt_xmalloc((size_t)KVT_TIER_COUNT * cap * sizeof *req_block);
     int32_t n_req[KVT_TIER_COUNT] = {0}, ok = n_blocks;
+    uint8_t *stage = NULL; /* host buffers, one per block, when the engine has no host pages */
     for (int32_t i = 0; i < n_blocks; i++) {
         tier_of[i] = KVT_TIER_T0;
         if (pages[i] >= 0) continue;
@@ -239,19 +257,25 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
         }
         tier_of[i] = t;
         pages[i] = p;
+        void *out = kvt_page_host(c->e, p);
+        if (!out) {
+            if (!stage) stage = kvt_xmalloc(cap * c->page_bytes);
+            out = stage + (size_t)i * c->page_bytes;
+        }
         size_t at = (size_t)t * cap + (size_t)n_req[t]++;
         reqs[at] = (kvt_tier_read){.hash = hits[i].hash, .parent = i ? hits[i - 1].hash : root,
-                                   .tokens = tokens + (size_t)i * (size_t)c->B, .out = kvt_page_data(c->e, p)};
+                                   .tokens = tokens + (size_t)i * (size_t)c->B, .out = out};
         req_block[at] = i;
     }
     for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
         int32_t bad = restore_from(c, (kvt_tier)t, root, tokens, hits, reqs + (size_t)t * cap,
-                                   req_block + (size_t)t * cap, n_req[t], pages, restore_s);
+                                   req_block + (size_t)t * cap, n_req[t], pages, stage != NULL, restore_s);
         ok = KVT_MIN(ok, bad);
     }
     if (ok < n_blocks && *why == KVT_SHORTFALL_NONE) *why = KVT_SHORTFALL_LOST;
     for (int32_t i = ok; i < n_blocks; i++)
         if (pages[i] >= 0) kvt_page_unref(c->e, pages[i]);
+    free(stage);
     free(reqs);
     free(req_block);
     return ok;

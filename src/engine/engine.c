@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "arch_ops.h"
 #include "attn.h"
@@ -15,6 +16,24 @@
 #include "kv_quant.h"
 #include "model.h"
 #include "ops.h"
+
+/* Pools of at least this size are aligned to it and advised as huge pages. */
+#define POOL_HUGE (2u << 20)
+
+/* The page pool's memory. Its pages are first written by a prefill or a
+ * restore; in a fresh process a 4 KiB page at a time that is one fault per
+ * 4 KiB (8,192 for a 32 MiB restore), each costly on a virtual machine. A
+ * large pool is 2 MiB aligned and advised as transparent huge pages, so it
+ * faults in 2 MiB at a time; where the kernel gives none the advice is
+ * ignored. NULL if the memory cannot be had. */
+static uint8_t *pool_alloc(size_t n) {
+    if (n < POOL_HUGE) return aligned_alloc(PAGE_ALIGN, n);
+    void *p = NULL;
+    size_t len = (n + POOL_HUGE - 1) / POOL_HUGE * POOL_HUGE;
+    if (posix_memalign(&p, POOL_HUGE, len)) return NULL;
+    (void)madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}
 
 kvt_engine_params kvt_engine_default_params(void) {
     kvt_engine_params p = {0};
@@ -97,7 +116,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         free(e);
         return kvt_fail(KVT_ELIMIT, "KV pool of %d pages is too large", p.n_pages);
     }
-    e->page_mem = aligned_alloc(PAGE_ALIGN, (size_t)pool_bytes);
+    e->page_mem = pool_alloc((size_t)pool_bytes);
     if (!e->page_mem) {
         free(e);
         return kvt_fail(-ENOMEM, "cannot allocate %llu bytes of KV pages", (unsigned long long)pool_bytes);
@@ -192,6 +211,46 @@ void *kvt_page_data(kvt_engine *e, int32_t id) { return e->page_mem + (size_t)id
 const void *kvt_page_data_const(const kvt_engine *e, int32_t id) {
     return e->page_mem + (size_t)id * e->page_stride;
 }
+
+/* ---- page I/O ------------------------------------------------------------- */
+
+/* 0 if entry i of a run names a page of the pool, else KVT_EARG naming it. */
+static int run_page_ok(const kvt_engine *e, int32_t id, size_t i) {
+    if (page_valid(e, id)) return 0;
+    return kvt_fail(KVT_EARG, "page I/O: page id %d (entry %zu of the run) outside the pool of %d pages", id, i,
+                    e->p.n_pages);
+}
+
+/* The CPU engine's pages are host memory: each run is a loop of memcpy. */
+int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
+    for (size_t i = 0; i < n; i++) memcpy(io[i].host, kvt_page_data_const(e, io[i].page), e->page_bytes);
+    return 0;
+}
+
+int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
+    for (size_t i = 0; i < n; i++) memcpy(kvt_page_data(e, io[i].page), io[i].host, e->page_bytes);
+    return 0;
+}
+
+int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (run_page_ok(e, dst[i], i) || run_page_ok(e, src[i], i)) return KVT_EARG;
+    for (size_t i = 0; i < n; i++)
+        if (dst[i] != src[i]) memcpy(kvt_page_data(e, dst[i]), kvt_page_data_const(e, src[i]), e->page_bytes);
+    return 0;
+}
+
+void *kvt_page_host(kvt_engine *e, int32_t id) {
+    return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data(e, id);
+}
+const void *kvt_page_host_const(const kvt_engine *e, int32_t id) {
+    return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data_const(e, id);
+}
+void kvt_engine_set_host_pages(kvt_engine *e, int on) { e->no_host_pages = !on; }
 
 /* ---- sequences ------------------------------------------------------------ */
 

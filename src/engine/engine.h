@@ -66,9 +66,43 @@ int32_t kvt_page_refcount(const kvt_engine *e, int32_t id);
 /* True if more than one holder references the page; such a page must not be written. */
 int kvt_page_is_shared(const kvt_engine *e, int32_t id);
 /* The page's kvt_page_bytes() bytes, owned by the engine, valid until kvt_engine_free().
- * Writing is only allowed to a page the caller holds the only reference to. */
+ * Writing is only allowed to a page the caller holds the only reference to.
+ * For the engine's own kernels and tests: the cache and the runtime go
+ * through the page I/O calls below, which an engine with pages in device
+ * memory can also serve. */
 void *kvt_page_data(kvt_engine *e, int32_t id);
 const void *kvt_page_data_const(const kvt_engine *e, int32_t id);
+
+/* ---- page I/O --------------------------------------------------------------
+ * Code outside the engine (the cache, blending) moves page bytes only through
+ * these calls, never through kvt_page_data(): each call takes a whole run of
+ * pages, so an engine whose pages live in device memory can serve it as one
+ * batched transfer. Every host buffer holds kvt_page_bytes() bytes. Writing
+ * (copy in, copy) is only allowed to pages the caller holds the only
+ * reference to. Each returns 0, or KVT_EARG naming a bad page id (then
+ * nothing was copied). */
+typedef struct {
+    int32_t page;
+    void *host;
+} kvt_page_out; /* page -> host */
+typedef struct {
+    int32_t page;
+    const void *host;
+} kvt_page_in; /* host -> page */
+int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n);
+int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n);
+/* Page to page: dst[i] gets the bytes of src[i], i < n. */
+int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t n);
+/* The zero-copy fast path: the page's bytes at a host address that tiers can
+ * read into or write from directly (the CPU engine's pages are host memory),
+ * or NULL when the engine cannot expose its pages to the host (a device
+ * engine, or host pages turned off); callers then go through the copy calls.
+ * The same rules as kvt_page_data() apply to the pointer. */
+void *kvt_page_host(kvt_engine *e, int32_t id);
+const void *kvt_page_host_const(const kvt_engine *e, int32_t id);
+/* Turns the fast path off (on = 0) or back on: kvt_page_host*() then return
+ * NULL, so the copy path a device engine forces can be exercised on the CPU. */
+void kvt_engine_set_host_pages(kvt_engine *e, int on);
 
 /* ---- sequences ------------------------------------------------------------ */
 

@@ -41,6 +41,7 @@ struct kvt_engine {
     /* page pool */
     size_t page_bytes, page_stride; /* stride = page_bytes rounded up to PAGE_ALIGN */
     uint8_t *page_mem;              /* (n_pages, page_stride) */
+    int no_host_pages;              /* kvt_page_host*() return NULL (kvt_engine_set_host_pages) */
     int32_t *refcount;              /* (n_pages) */
     int32_t *free_next;             /* (n_pages) free-list links */
     int32_t free_head, n_free;

@@ -140,8 +140,9 @@ static int step_copy(kvt_blend_job *j, int32_t *budget) {
     for (; j->cur < np && *budget > 0; j->cur++, *budget -= PAGE_COST) {
         int32_t pg = -1;
         if ((rc = kvt_cache_reserve(j->c, 1)) || (rc = kvt_page_alloc(j->e, &pg))) return rc;
-        memcpy(kvt_page_data(j->e, pg), kvt_page_data_const(j->e, sp[j->home / j->B + j->cur]), kvt_page_bytes(j->e));
-        rc = kvt_engine_rerope_page(j->e, pg, at - j->home);
+        int32_t from = sp[j->home / j->B + j->cur];
+        rc = kvt_pages_copy(j->e, &pg, &from, 1);
+        if (!rc) rc = kvt_engine_rerope_page(j->e, pg, at - j->home);
         if (!rc) rc = kvt_seq_append_pages(j->e, j->seq, &pg, 1);
         kvt_page_unref(j->e, pg); /* the sequence holds it now (or nobody, on failure) */
         if (rc) return rc;

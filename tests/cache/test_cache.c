@@ -1,8 +1,8 @@
 /* Prefix reuse end to end: greedy output and logits with a cache hit are
  * bit-identical to a cold run — from T0, from T1, after a partial-block
  * match, after a mismatch in the middle of a block, with generated tokens
- * reused, under forced hash collisions — budgets hold under churn, and salts
- * isolate tenants. */
+ * reused, under forced hash collisions, with and without host pointers to
+ * the engine's pages — budgets hold under churn, and salts isolate tenants. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +48,10 @@ static void check_consistent(kvt_cache *c) {
     CHECK(st.t0_pages_free + st.t0_pages_cached <= st.t0_pages_total);
 }
 
-static void test_tiers(void) {
+/* host_pages 0: the engine exposes no host pointers to its pages (as a
+ * device engine would), so demotion copies pages out and restores stage
+ * reads in host buffers copied in as one run; the bits must not change. */
+static void test_tiers(int host_pages) {
     unsigned seed = 1;
     int32_t p[100];
     random_tokens(p, 100, &seed);
@@ -56,6 +59,8 @@ static void test_tiers(void) {
 
     /* a pool of 30 pages of 8 tokens with a T1 big enough for everything */
     kvt_engine *e = new_engine(30);
+    kvt_engine_set_host_pages(e, host_pages);
+    CHECK((kvt_page_host(e, 0) != NULL) == (host_pages != 0));
     kvt_cache *c = kvt_test_cache(e, NULL, 64ull << 20);
     if (!c) return;
 
@@ -224,7 +229,8 @@ int main(void) {
         return kvt_test_done("test_cache");
     }
     n_vocab = model->hp.n_vocab;
-    test_tiers();
+    test_tiers(1);
+    test_tiers(0);
     test_churn(0);
     test_churn(3);
     test_exhaustion();

@@ -369,11 +369,63 @@ static void test_pages(void) {
     kvt_model_free(m);
 }
 
+/* The run-level page I/O calls: a run copied out and into other pages comes
+ * back byte for byte, page-to-page copies match, a bad id anywhere in a run
+ * is KVT_EARG and copies nothing, and turning host pages off hides the
+ * zero-copy pointers (the calls keep working). */
+static void test_page_io(void) {
+    kvt_model *m = load("aidreams260K.gguf");
+    if (!m) return;
+    const int B = 4, P = 10;
+    kvt_engine *e = engine(m, 1, KVT_DEFAULT_N_BATCH, B, P);
+    int32_t toks[12], s;
+    for (int i = 0; i < 12; i++) toks[i] = 3 + i;
+    CHECK(kvt_seq_new(e, NULL, 0, 0, &s) == 0);
+    CHECK(kvt_engine_feed(e, s, toks, 3 * B, 0, NULL) == 0);
+    const int32_t *src = kvt_seq_pages(e, s, NULL);
+    size_t pb = kvt_page_bytes(e);
+    uint8_t *host = malloc(3 * pb), *back = malloc(3 * pb);
+    kvt_page_out out[3];
+    for (int i = 0; i < 3; i++) out[i] = (kvt_page_out){.page = src[i], .host = host + (size_t)i * pb};
+    CHECK(kvt_pages_copy_out(e, out, 3) == 0);
+    CHECK(memcmp(host + pb, kvt_page_host_const(e, src[1]), pb) == 0);
+    int32_t fresh[3], dup[3];
+    kvt_page_in in[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK(kvt_page_alloc(e, &fresh[i]) == 0 && kvt_page_alloc(e, &dup[i]) == 0);
+        in[i] = (kvt_page_in){.page = fresh[i], .host = host + (size_t)i * pb};
+    }
+    CHECK(kvt_pages_copy_in(e, in, 3) == 0);
+    CHECK(kvt_pages_copy(e, dup, fresh, 3) == 0);
+    kvt_engine_set_host_pages(e, 0);
+    CHECK(kvt_page_host(e, fresh[0]) == NULL && kvt_page_host_const(e, fresh[0]) == NULL);
+    for (int i = 0; i < 3; i++) out[i] = (kvt_page_out){.page = dup[i], .host = back + (size_t)i * pb};
+    CHECK(kvt_pages_copy_out(e, out, 3) == 0);
+    CHECK(memcmp(host, back, 3 * pb) == 0);
+    /* a bad id in the middle of a run: an error, and the run's first page is untouched */
+    memset(back, 0x5a, pb);
+    in[0] = (kvt_page_in){.page = dup[0], .host = back};
+    in[1].page = P;
+    CHECK(kvt_pages_copy_in(e, in, 3) == KVT_EARG);
+    CHECK(strstr(kvt_errmsg(), "page id") != NULL);
+    int32_t neg = -1;
+    CHECK(kvt_pages_copy(e, &neg, fresh, 1) == KVT_EARG);
+    out[0] = (kvt_page_out){.page = dup[0], .host = back};
+    CHECK(kvt_pages_copy_out(e, out, 1) == 0 && memcmp(back, host, pb) == 0);
+    kvt_engine_set_host_pages(e, 1);
+    CHECK(kvt_page_host(e, fresh[0]) != NULL);
+    free(host);
+    free(back);
+    kvt_engine_free(e);
+    kvt_model_free(m);
+}
+
 int main(void) {
     char *probe = kvt_test_read_file(kvt_test_path(kvt_test_path(kvt_test_shared(), "reference"), "README.md"), NULL);
     if (!probe) kvt_test_skip("shared models/reference not found (set KVT_SHARED)");
     free(probe);
     test_pages();
+    test_page_io();
     test_invariance("aidreams260K.gguf", 40);
     test_invariance("tiny-qwen2-f16.gguf", 24);
     test_invariance("tiny-llama-f16.gguf", 24);
