@@ -1,4 +1,4 @@
-/* Approximate reuse (README "Approximate reuse") on the RAG benchmark set of
+/* Approximate reuse (docs/rag.md "Approximate reuse") on the RAG benchmark set of
  * bench/rag.sh, in one process, against full recompute:
  *   for each question (one per line of QUESTIONS), the k best chunks of INDEX
  *   in score order (naive RAG: a different order for every question) are

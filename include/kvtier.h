@@ -73,7 +73,7 @@ typedef struct kvt_model kvt_model;
 
 /* 128-bit model fingerprint: covers the architecture, every shape and rope
  * parameter that changes K/V, and a content sample of the weights, so two
- * fine-tunes of one base never share cache keys (DESIGN.md "Blocks and keys"). */
+ * fine-tunes of one base never share cache keys (docs/design.md "Blocks and keys"). */
 typedef struct {
     uint64_t lo, hi;
 } kvt_fingerprint;
@@ -134,7 +134,7 @@ KVT_API uint64_t kvt_model_kv_token_bytes(const kvt_model *model, kvt_kv_dtype d
 KVT_API int kvt_model_tokenize(const kvt_model *model, const char *text, size_t len, int add_special, int parse_special,
                                int32_t **out, size_t *n_out);
 
-/* Fixed context blocks (README "Documents"). A document is rendered as the
+/* Fixed context blocks (docs/rag.md "Documents as fixed context blocks"). A document is rendered as the
  * text "Document <id>:\n<text>\n" (tokenized as plain text: special-token
  * text in it stays text), then padded with the padding token (the model's
  * newline token; its space token where a newline is not one token) to a
@@ -248,7 +248,7 @@ typedef enum {
 /* "none", "recompute_cheaper", "no_room", "lost"; static storage. */
 KVT_API const char *kvt_shortfall_name(kvt_shortfall s);
 
-/* Where a request's reuse stopped, and why (README "Why did this miss?"). */
+/* Where a request's reuse stopped, and why (docs/api.md "Why did this miss?"). */
 typedef enum {
     KVT_REUSE_END_OF_PROMPT = 0,   /* every full cached block of the prompt was reused: not a miss */
     KVT_REUSE_SHORT_PROMPT = 1,    /* fewer than B prompt tokens: no full block to cache or reuse */
@@ -450,7 +450,7 @@ KVT_API void kvt_cache_capacity(const kvt_cache *c, uint64_t tokens[KVT_TIER_COU
 
 /* ---- requests ---------------------------------------------------------------- */
 
-/* How a request may reuse cached KV (README "Approximate reuse").
+/* How a request may reuse cached KV (docs/rag.md "Approximate reuse").
  *  - KVT_REUSE_MODE_EXACT (the default): only the KV of the very tokens before
  *    a block is reused, so greedy output is bit-identical to a run without
  *    the cache.

@@ -1,4 +1,4 @@
-/* Chained 128-bit block keys (DESIGN.md "Blocks and keys"): the root that
+/* Chained 128-bit block keys (docs/design.md "Blocks and keys"): the root that
  * namespaces every key by model, KV layout, dtype, block size, numerics and
  * tenant, and the per-block chain h[i] = H(h[i-1], tokens of block i). */
 #ifndef KVT_BLOCKHASH_H
@@ -13,7 +13,7 @@
 /* Largest block size (tokens per block) kvtier accepts. Bounds the on-stack
  * hashing buffer; real configurations use 16..256. */
 #define KVT_BLOCK_TOKENS_MAX 1024
-/* Default block size B (DESIGN.md). */
+/* Default block size B (docs/design.md "Blocks and keys"). */
 #define KVT_BLOCK_TOKENS_DEFAULT 32
 
 

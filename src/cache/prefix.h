@@ -1,6 +1,6 @@
 /* The prefix index: which cached blocks exist, in which tiers, and the longest
  * run of a prompt's leading blocks that can be restored instead of recomputed
- * (DESIGN.md "Blocks and keys", "Tiers").
+ * (docs/design.md "Blocks and keys", "The tiers").
  *
  * Identity. An entry is named by its block key but *is* the triple (key,
  * parent key, B token ids). A lookup hit needs all three to be equal, and an

@@ -1,4 +1,4 @@
-/* One small interface for the KV tiers below T0 (DESIGN.md "Tiers"): T1 host
+/* One small interface for the KV tiers below T0 (docs/design.md "The tiers"): T1 host
  * RAM (tier_ram.h), T2 local disk (tier_disk.h) and T3 remote (tier_remote.h).
  * The cache policy (cache.c) moves blocks through it without knowing which
  * tier it talks to: demotion puts a block into the next tier down, restores

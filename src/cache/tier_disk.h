@@ -1,4 +1,4 @@
-/* T2, the disk block store (DESIGN.md "Tiers", "Disk tier (T2) format"): block
+/* T2, the disk block store (docs/design.md "The tiers", "On-disk format (T2)"): block
  * records appended to fixed-size segment files in one cache directory, found
  * again after a restart, evicted a whole segment at a time, oldest first.
  *
@@ -124,7 +124,7 @@
  * of 220,000 4 KiB records 2.0 s batched against 31 s one read per header (9.3
  * and 143 s per million; 7.6-8.5 in later runs, near the disk's ~650 MB/s);
  * 64 KiB records 20-46 s per million against 131, bound here by the virtual
- * disk's random reads (about 30,000 a second). README has the table.
+ * disk's random reads (about 30,000 a second). bench/RESULTS.md "Disk tier open" has the table.
  *
  * Checkpoint. Scanning headers costs one read per record (64 KiB records:
  * 4.9 s for 2 GiB), so the store also keeps its index in one file, `index`

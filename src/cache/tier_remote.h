@@ -1,4 +1,4 @@
-/* T3, the shared remote tier (DESIGN.md "Tiers"): KV blocks in a Redis (or
+/* T3, the shared remote tier (docs/design.md "The tiers"): KV blocks in a Redis (or
  * Valkey) server that many kvtier nodes read and write, so a fleet computes
  * each shared prefix once. Implements the tier interface (tier.h) with
  * persistent = 1, measured = 1 and shared = 1.
@@ -32,7 +32,7 @@
  * into that thread's buffer (no client-library copies), checked there (CRC,
  * MAC, identity; the MAC pass is the costly one, so it is spread over the
  * threads) and decoded into the caller's page, while the other threads' values
- * are still arriving. Measured: bench/remote.sh, README "Shared tier". A timeout or connection error
+ * are still arriving. Measured: bench/remote.sh, bench/RESULTS.md "Shared tier (T3)". A timeout or connection error
  * drops the connection (its pipeline is out of step) and turns the rest of
  * the call into misses; reconnects are tried with exponential backoff
  * (KVT_REMOTE_BACKOFF_MIN_MS doubling to KVT_REMOTE_BACKOFF_MAX_MS), not on
@@ -77,7 +77,7 @@
  *
  * Budget. size_bytes is a soft budget: it sizes the known set, the capacity
  * the server reports and the stats. What Redis keeps is Redis's business
- * (maxmemory with allkeys-lru; README "Shared tier").
+ * (maxmemory with allkeys-lru; docs/tiers.md "T3: the shared tier on Redis").
  *
  * Thread-safety: the owner serialises every kvt_remote_ call on one handle
  * (like the index it updates); the writer thread and get_many's reader
@@ -99,7 +99,7 @@
 #define KVT_REMOTE_QUEUE_DEFAULT 64
 #define KVT_REMOTE_READ_CONNS_DEFAULT 4 /* get_many's connections and threads */
 #define KVT_REMOTE_READ_CONNS_MAX 16
-#define KVT_REMOTE_ZSTD_LEVEL_DEFAULT 1 /* chosen by measurement: README "Shared tier" */
+#define KVT_REMOTE_ZSTD_LEVEL_DEFAULT 1 /* chosen by measurement: bench/RESULTS.md "zstd on T3" */
 #define KVT_REMOTE_PUT_WAIT_MS_DEFAULT 50       /* shorter than the disk's: a network write may be dropped */
 #define KVT_REMOTE_RETRY_BYTES_DEFAULT (64ull << 20) /* blocks held while Redis is unreachable (see "Writes") */
 #define KVT_REMOTE_BACKOFF_MIN_MS 100

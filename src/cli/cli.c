@@ -208,7 +208,7 @@ static const kvt_cli_opt cache_opts[] = {
      "once records fit\nagain (default 5)", KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
     {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
      "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path "
-     "(README \"Shared tier\")", 0, KVT_CLI_PLAIN},
+     "(docs/tiers.md \"T3: the shared tier on Redis\")", 0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_KEY, 0, "kv-remote-key-file", NULL, "FILE",
      "T3's MAC key, required with --kv-remote: 32 random bytes,\nmode 0600, the same file on every node; values that "
      "do not verify are misses", 0, KVT_CLI_PLAIN},
@@ -224,7 +224,7 @@ static const kvt_cli_opt cache_opts[] = {
      "how this node writes T3 values: none (default) or zstd (lossless;\nthe value's header names its codec, so "
      "every node reads both)", 0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_ZSTD_LEVEL, 0, "kv-remote-zstd-level", NULL, "N",
-     "zstd level for T3 writes: -7..-1 (fast) or 1..19 (default 1:\nREADME \"Shared tier\" has the measurements)", 0,
+     "zstd level for T3 writes: -7..-1 (fast) or 1..19 (default 1:\ndocs/tiers.md has the measurements)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, -7, 19)},
     {CACHE_REMOTE_CONNS, 0, "kv-remote-conns", NULL, "N",
      "T3 read connections, one thread each, that split a restore's\nGETs and check values in parallel (1..16, "

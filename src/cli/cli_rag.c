@@ -1,5 +1,5 @@
 /* `kvtier rag`: index a corpus into fixed context blocks with a BM25 index
- * (rag.h) and query it; `rag prewarm` is cli_rag_prewarm.c (README "RAG"). */
+ * (rag.h) and query it; `rag prewarm` is cli_rag_prewarm.c (docs/rag.md). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,7 @@
  * will have, [system][chunk] for every chunk and [system][a][b] for the most
  * common chunk pairs of a question log, without generating: on a running
  * server (POST /v1/cache/prefill) or in this process into a disk-tier
- * directory a server then opens (README "RAG", "Prewarm"). */
+ * directory a server then opens (docs/rag.md "Prefill and prewarm"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>

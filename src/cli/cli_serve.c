@@ -156,10 +156,10 @@ static const kvt_cli_opt serve_opts[] = {
      "tokenize chat history from its text only. By default an assistant\nmessage (or tool call) this server generated "
      "keeps the token ids it\nwas generated with, so the next turn reuses its KV; a restarted\nserver or another node "
      "re-tokenizes that text, which can split it\ninto other tokens and so change a greedy reply. With this flag\nthe "
-     "output depends on the request alone (README \"Chat history\")", 0, KVT_CLI_PLAIN},
+     "output depends on the request alone (docs/api.md\n\"Chat history\")", 0, KVT_CLI_PLAIN},
     {O_RAG_INDEX, 0, "rag-index", NULL, "INDEX",
      "serve POST /v1/rag/chat/completions over this index (made by\n`kvtier rag index`): the last user message "
-     "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (README \"RAG\")", 0,
+     "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (docs/rag.md)", 0,
      KVT_CLI_PLAIN},
     {O_RAG_K, 0, "rag-k", NULL, "K",
      "chunks a RAG request retrieves when it gives no kvtier.rag.k\n(default " STR(KVT_RAG_DEFAULT_K) ", at most "
@@ -168,7 +168,7 @@ static const kvt_cli_opt serve_opts[] = {
      "let requests ask for approximate reuse (\"kvtier\": {\"reuse\":\n\"approximate\"}): documents that "
      "the exact prefix misses are placed\nfrom their stored KV at their new position (RoPE re-rotated), and\nthe "
      "tokens that deviate most are recomputed (CacheBlend). The\noutput is then close to, not equal to, a cold "
-     "run's; requests\nwithout the field stay exact. Off by default: such a request is\na 400 (README "
+     "run's; requests\nwithout the field stay exact. Off by default: such a request is\na 400 (docs/rag.md "
      "\"Approximate reuse\")", 0, KVT_CLI_PLAIN},
     {O_RECOMPUTE_RATIO, 0, "recompute-ratio", NULL, "R",
      "with --approximate-reuse: the fraction of the placed document\ntokens recomputed when a request gives no "

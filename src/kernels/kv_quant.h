@@ -30,7 +30,7 @@
  * bytes depend only on its own K/V, and the values read back only on those
  * bytes, in every instruction-set variant (a product of an exact f16 and an
  * exact small integer, one rounding). That keeps cold and warm runs
- * bit-identical (DESIGN.md "Correctness invariant"). All functions are pure
+ * bit-identical (docs/design.md "Invariants"). All functions are pure
  * and thread-safe. */
 #ifndef KVT_KV_QUANT_H
 #define KVT_KV_QUANT_H

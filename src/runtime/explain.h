@@ -1,4 +1,4 @@
-/* Words for a kvt_reuse_stop (README "Why did this miss?"): the differing
+/* Words for a kvt_reuse_stop (docs/api.md "Why did this miss?"): the differing
  * token texts and a one-line summary, shared by `kvtier run` and the server
  * so both say the same thing. */
 #ifndef KVT_EXPLAIN_H

@@ -1,7 +1,7 @@
 /* Prompt lint: how much of a set of prompts kvtier could reuse if they ran in
  * order through an unbounded cache, where each one stops sharing with the
  * prompts before it, why (by simple heuristics), and how much a fix would
- * gain (README "Why did this miss?", `kvtier lint`, GET /v1/cache/lint).
+ * gain (docs/api.md "Why did this miss?", `kvtier lint`, GET /v1/cache/lint).
  *
  * Causes, from the first differing token d between a prompt and the earlier
  * prompt it shares the longest prefix with:

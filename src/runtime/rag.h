@@ -1,6 +1,6 @@
 /* Cache-aware RAG: a corpus cut into fixed context blocks (chunks), a BM25
  * index over them in one file, retrieval, and the planner that turns the
- * retrieved chunks into a stable prefix (README "RAG").
+ * retrieved chunks into a stable prefix (docs/rag.md).
  *
  * Chunks. Each document is split at paragraph breaks (then sentences, then
  * words, then bytes for a run with no break) into chunks whose rendering as a
@@ -145,7 +145,7 @@ void kvt_rag_plan(const kvt_rag_index *idx, kvt_rag_order mode, kvt_rag_hit *hit
  * prompt keeps its length and the question its place), starts is updated,
  * and order[i] receives the canonical index of the document now at position
  * i. Cost: at most n_docs^2 / 2 lookups, each hashing the prompt up to the
- * last document (README "RAG" has the measurement). Returns the lookups made. */
+ * last document (docs/rag.md "Orders and the planner" has the measurement). Returns the lookups made. */
 int32_t kvt_rag_plan_cached(kvt_cache *c, kvt_hash128 root, int32_t *prompt, int32_t n, size_t *starts,
                             size_t n_docs, int32_t *order);
 

@@ -17,7 +17,7 @@ static const char *const INVALID = "invalid_request_error";
  * 400 naming it, never silently ignored. A field here is accepted at its
  * neutral value (null, absent, or the value that changes nothing) and
  * rejected at any other; AUDIT_ACCEPT fields never change the output. The
- * table in README.md's Server section lists the same, with the honoured ones. */
+ * table in docs/api.md "Request fields" lists the same, with the honoured ones. */
 typedef enum {
     AUDIT_ACCEPT,   /* does not change the output: accepted and ignored */
     AUDIT_NUMBER,   /* a number equal to neutral */

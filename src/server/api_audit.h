@@ -3,7 +3,7 @@
  * elsewhere is either one that never changes the output (accepted and
  * ignored) or one kvtier does not support yet, accepted only at its neutral
  * value (null, absent, or the value that changes nothing). The table is in
- * api_audit.c; README.md's Server section lists the same. */
+ * api_audit.c; docs/api.md "Request fields" lists the same. */
 #ifndef KVT_API_AUDIT_H
 #define KVT_API_AUDIT_H
 

@@ -434,8 +434,8 @@ int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, 
     return 0;
 }
 
-/* kvtier.reuse ("exact", the default, or "approximate": README "Approximate
- * reuse") and kvtier.recompute_ratio. Approximate reuse makes the output
+/* kvtier.reuse ("exact", the default, or "approximate": docs/rag.md
+ * "Approximate reuse") and kvtier.recompute_ratio. Approximate reuse makes the output
  * depend on what the cache holds, so it is refused with a seed, which asks
  * for output that replays. */
 static int parse_reuse(const cJSON *kv, kvt_api_request *r, kvt_api_error *err) {

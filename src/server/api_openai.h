@@ -124,7 +124,7 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
  * clients send that kvtier does not support yet (tools, response_format,
  * echo, best_of, mirostat, ...) are a 400 naming them unless they hold
  * their neutral value, so none that would change the output is silently
- * ignored (the audit table in api_audit.c and README.md); other unknown
+ * ignored (the audit table in api_audit.c and docs/api.md "Request fields"); other unknown
  * fields are ignored, as OpenAI clients send many.
  *
  * Memory stays proportional to what a valid request can use: before anything
@@ -151,7 +151,7 @@ void kvt_api_request_free(kvt_api_request *r);
 struct cJSON;
 int kvt_api_parse_session(const struct cJSON *kv, kvt_api_session *out, kvt_api_error *err);
 
-/* kvtier.reuse and kvtier.recompute_ratio of the "kvtier" object kv (README
+/* kvtier.reuse and kvtier.recompute_ratio of the "kvtier" object kv (docs/rag.md
  * "Approximate reuse"): *approximate 1 for "approximate" (0 for "exact" or
  * none), *ratio the ratio or -1 when not given. A bad value, a ratio without
  * "approximate", and "approximate" with has_seed (a seed asks for output that

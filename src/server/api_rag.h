@@ -1,4 +1,4 @@
-/* The RAG surface as data (README "RAG"): POST /v1/rag/chat/completions's
+/* The RAG surface as data (docs/rag.md "The RAG route"): POST /v1/rag/chat/completions's
  * options and retrieval, its `kvtier.rag` report, and the answer of
  * POST /v1/cache/prefill. No I/O here; reentrant. */
 #ifndef KVT_API_RAG_H

@@ -172,7 +172,8 @@ static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
         fputs("</tr>\n", f);
     }
     fputs("</tbody></table><div class=\"note\">the last generations, newest first: prompt tokens restored from each "
-          "tier, computed, generated, and where reuse stopped (reason@block/token, README \"Why did this miss?\")</div>\n",
+          "tier, computed, generated, and where reuse stopped (reason@block/token, docs/api.md \"Why did this "
+          "miss?\")</div>\n",
           f);
 }
 

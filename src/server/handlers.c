@@ -41,7 +41,7 @@ int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_a
     return 0;
 }
 
-/* RAG (README "RAG"): kvtier.rag is read only on its route (kvt_srv_parse);
+/* RAG (docs/rag.md "The RAG route"): kvtier.rag is read only on its route (kvt_srv_parse);
  * there the question retrieves chunks that become the request's documents. */
 static int rag_prepare(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_rag *rag,
                        kvt_api_error *err) {

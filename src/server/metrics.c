@@ -376,7 +376,8 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
         put(&b, "kvtier_cache_shortfalls_total{cause=\"%s\"} %llu\n", kvt_shortfall_name((kvt_shortfall)k),
             (unsigned long long)c->shortfalls[k]);
     header(&b, "kvtier_cache_misses_total", "counter",
-           "Requests whose reuse stopped before the end of the prompt, by reason (README \"Why did this miss?\").");
+           "Requests whose reuse stopped before the end of the prompt, by reason (docs/api.md \"Why did this "
+           "miss?\").");
     for (int k = KVT_REUSE_END_OF_PROMPT + 1; k < KVT_REUSE_REASON_COUNT; k++)
         put(&b, "kvtier_cache_misses_total{reason=\"%s\"} %llu\n", kvt_reuse_reason_name((kvt_reuse_reason)k),
             (unsigned long long)c->reuse_stops[k]);

@@ -34,7 +34,7 @@ static size_t read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char *
     return n;
 }
 
-/* The response JSON with kvtier.rag added (README "RAG"): chunk positions,
+/* The response JSON with kvtier.rag added (docs/rag.md "The RAG route"): chunk positions,
  * tiers and order as the engine admitted r. Takes json. */
 static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, char *json) {
     kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block, r->plan_ms};

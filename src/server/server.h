@@ -112,8 +112,8 @@ typedef struct {
     size_t n_cors_origins;
     const struct kvt_rag_index *rag; /* --rag-index: serves POST /v1/rag/chat/completions (borrowed); NULL: 404 */
     int32_t rag_k;              /* chunks a RAG request retrieves when it gives no kvtier.rag.k */
-    int approximate_reuse;      /* 1: a request may ask for kvtier.reuse "approximate" (README "Approximate
-                                   reuse"); 0 (default): such a request is a 400 */
+    int approximate_reuse;      /* 1: a request may ask for kvtier.reuse "approximate" (docs/rag.md
+                                   "Approximate reuse"); 0 (default): such a request is a 400 */
     float recompute_ratio;      /* of the documents' placed tokens, the fraction recomputed when a request
                                    gives no kvtier.recompute_ratio */
     int strict;                 /* 1: a top-level request field the endpoint does not read is a 400 naming

@@ -1,6 +1,6 @@
-/* KV expansion under pressure (DESIGN.md "Tiers"): an agent workload whose
- * sessions outnumber the active pool keeps every session's KV in RAM and on
- * disk and gets it back.
+/* KV expansion under pressure (docs/tiers.md "Expansion: more sessions than
+ * fast memory holds"): an agent workload whose sessions outnumber the active
+ * pool keeps every session's KV in RAM and on disk and gets it back.
  *
  * - 12 sessions x 3 rounds over a T0 that holds about 4 of them, a T1 that
  *   holds about 4 more, and a disk tier for the rest, against the same

@@ -6,7 +6,7 @@
 # quantize row's sha256 is also the one of llama-quantize's file from the same
 # F16 model; the K quantizers are kvtier's own), then compares `kvtier eval`
 # with llama.cpp through eval_compare.py. Each tolerance sits above the
-# deviation measured at commit time (README's table), so a real regression in
+# deviation measured at commit time (docs/models.md "Accuracy against llama.cpp"), so a real regression in
 # a type's or an architecture's path fails. Where every greedy token matched
 # llama.cpp at commit time (the rows below with a 1), the continuation must
 # match exactly. mk-llama-f16, mk-llama-q8_0, mk-llama-f16-q8_0, mk-phi3-q8_0,
