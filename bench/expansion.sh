@@ -11,7 +11,8 @@
 #     points to its binary (SESSIONS_LLAMA, default 12, to bound the time).
 # Prints per round: prompt tokens computed, resumed TTFT p50/p99, wall time,
 # cached tokens by tier; per run: dropped disk writes, discarded blocks and
-# shortfalls; then the ratios the issue sets targets for. Loopback only;
+# shortfalls; then the ratios against their targets (computed tokens and TTFT
+# against an unlimited cache, and against llama.cpp). Loopback only;
 # numbers, never pass/fail.
 # usage: bench/expansion.sh [SESSIONS...]   (default: 12 24 48)
 set -euo pipefail

@@ -1,5 +1,5 @@
 /* Test helper: tampers with disk-tier records the way an attacker without the
- * directory's key can (issue 14, finding 2): change a record's stored payload
+ * directory's key can: change a record's stored payload
  * or header fields (flags, MAC scheme, GMAC nonce), then recompute both
  * CRC32Cs from the layout documented in tier_disk.h, so every CRC check
  * passes and only the keyed MAC can tell. Header-only, for the tests that

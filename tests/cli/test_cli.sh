@@ -113,8 +113,8 @@ check "an unknown line field is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf
 printf '{"action": "explode", "prompt": "x"}\n' >"$TMP/bad.jsonl"
 check "an unknown action is an error" expect_rc 1 "$BIN" run -m "$TMP/s.gguf" -f "$TMP/bad.jsonl"
 
-# Ctrl-C ends a run gracefully (its summary is printed) with status 130, as shells expect
-# (issue 14, finding 11). The default-size model decodes slowly enough to be caught mid-run.
+# Ctrl-C ends a run gracefully (its summary is printed) with status 130, as shells expect.
+# The default-size model decodes slowly enough to be caught mid-run.
 if "$BIN" mkmodel -o "$TMP/slow.gguf" >/dev/null 2>&1; then
   "$BIN" run -m "$TMP/slow.gguf" -p "count" -n 4000 --ignore-eos -t 1 >"$TMP/run.out" 2>"$TMP/run.err" &
   RUN_PID=$!

@@ -1,4 +1,4 @@
-/* The architectures of src/model/arch.c (issue 10).
+/* The architectures of src/model/arch.c.
  *
  * 1. kvtier's logits against an independent, naive forward pass in double
  *    precision written here from the published definitions of each family

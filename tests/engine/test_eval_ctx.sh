@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `kvtier eval` at the smallest contexts it makes (prompt + -n tokens), on GQA
-# models: issue 10's heap overflow (the attention scratch was sized by n_ctx
+# models: a heap overflow found here before (the attention scratch was sized by n_ctx
 # while G * head_dim f16 values were staged in it) made every such run abort or
 # fail under ASan. Each run must exit 0, and a prompt's logits must not depend
 # on the context size: every -n gives the same prompt_logits_top5, and each
@@ -12,7 +12,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fail=0
 
-# issue 10's exact reproduction, when the shared model is there
+# the overflow's first reproduction, tiny-llama-f16, when the shared model is there
 models=()
 [ -f "$SHARED/models/tiny-llama-f16.gguf" ] && models+=("$SHARED/models/tiny-llama-f16.gguf")
 # our own GQA shapes: G * head_dim well above any context used here

@@ -1,4 +1,4 @@
-/* Shape sweep (issue 10): random-weight models of random shapes — odd head
+/* Shape sweep: random-weight models of random shapes — odd head
  * counts and GQA groups, head_dim 32..256 with SIMD tails, every weight type
  * (F32, F16, BF16, Q8_0, the legacy and the K quants),
  * every architecture (sliding windows from 1 token to past the prompt) — run at contexts from 1 token to large, with random

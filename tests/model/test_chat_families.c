@@ -1,4 +1,4 @@
-/* Chat templates of the qwen3, gemma and phi3 families (issue 10): mkmodel
+/* Chat templates of the qwen3, gemma and phi3 families: mkmodel
  * writes each architecture's template, kvt_chat_detect recognises it (and the
  * released models' templates), and a conversation renders to exactly the text
  * the Jinja template gives, with Qwen3's reasoning kept only after the last

@@ -677,8 +677,8 @@ static void test_perf(void) {
     time_one(dir, "ggml-vocab-deepseek-llm.gguf");
 }
 
-/* A text far past the context is refused without tokenizing it all (issue 14,
- * finding 9); the time is printed, not asserted. Texts of special tokens and
+/* A text far past the context is refused from a lower bound on its token
+ * count, without tokenizing it all; the time is printed, not asserted. Texts of special tokens and
  * of spaces alone, whose fragments the lower bound treats differently, too. */
 static void test_max_big(void) {
     char dir[4096];

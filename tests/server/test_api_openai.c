@@ -113,7 +113,7 @@ static char *ids_body(size_t n, const char *before) {
     return b;
 }
 
-/* Issue 14, findings 7 and 3: exactly one JSON value; no NUL that a C string
+/* Strict request bodies: exactly one JSON value; no NUL that a C string
  * would cut; prompt ids and JSON values bounded before parsing. */
 static void test_strict_json(void) {
     kvt_api_request r;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kvtier serve against hostile or unusual clients, over loopback with a tiny
-# generated model (issue 14's findings, one check each): half-closed sockets,
+# generated model, one check per kind of abuse: half-closed sockets,
 # lenient JSON, oversized bodies and prompts, HTTP framing that enables request
 # smuggling, slow and crowding connections, keys for /metrics.
 # Needs curl and jq; the raw-socket checks need python3 (tests/http_raw.py).
@@ -42,7 +42,7 @@ kvt_start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes
 MAIN_PID=$SRV_PID
 BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
 
-# ---- finding 4: a client that half-closes (shutdown(SHUT_WR)) gets the whole answer -------------
+# ---- a client that half-closes (shutdown(SHUT_WR)) gets the whole answer -------------
 raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#BODY}\r\n\r\n$BODY" --shut-wr
 check "half-closed client: 200" is "$(raw_status)" 200
 check "half-closed client: complete JSON answer" is "$(sed '1,/^\r$/d' "$TMP/raw" | jq -r '.usage.completion_tokens')" 300
@@ -51,7 +51,7 @@ raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: applicati
 check "half-closed client: stream 200" is "$(raw_status)" 200
 check "half-closed client: stream reaches [DONE]" grep -q 'data: \[DONE\]' "$TMP/raw"
 
-# ---- finding 7: exactly one JSON value; no NUL that would cut the prompt --------------------------
+# ---- exactly one JSON value; no NUL that would cut the prompt --------------------------
 post /v1/completions '{"prompt":"x","max_tokens":1} trailing'
 check "trailing garbage after the JSON object: 400" is "$CODE" 400
 post /v1/completions '{"prompt":"x","max_tokens":1}{"prompt":"y"}'
@@ -62,7 +62,7 @@ check "u0000 in the prompt: names the field" is "$(jb .error.param)" prompt
 post /v1/chat/completions '{"messages":[{"role":"user","content":"a\u0000b"}],"max_tokens":1}'
 check "u0000 in a message: 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
 
-# ---- finding 3: an 8 MB body of token ids is refused on its length, without materialising it ------
+# ---- an 8 MB body of token ids is refused on its length, without materialising it ------
 rss_peak_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 post /v1/completions '{"prompt":"warm up","max_tokens":1}'
 PEAK0=$(rss_peak_kb "$MAIN_PID")
@@ -74,7 +74,7 @@ PEAK1=$(rss_peak_kb "$MAIN_PID")
 # before the fix the peak grew by ~350 MB; the body itself is 8 MB
 check "8 MB of token ids: peak memory grew $(( (PEAK1 - PEAK0) / 1024 )) MB (< 64 MB)" test $((PEAK1 - PEAK0)) -lt $((64 * 1024))
 
-# ---- finding 9: an 8 MB prompt is refused once the context is known to be exceeded -------------
+# ---- an 8 MB prompt is refused once the context is known to be exceeded -------------
 head -c $((8 * 1024 * 1024 - 64)) /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt":"/; s/$/","max_tokens":1}/' >"$TMP/text.json"
 CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/text.json" "$URL/v1/completions")
 check "8 MB prompt text: 400 context_length_exceeded" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
@@ -82,7 +82,7 @@ jq -c '{messages: [{role: "user", content: .prompt}], max_tokens: 1}' "$TMP/text
 CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/chat.json" "$URL/v1/chat/completions")
 check "8 MB chat message: 400 context_length_exceeded" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
 
-# ---- finding 3: the bodies of requests in flight share --max-inflight-bytes (12M here) -----------
+# ---- the bodies of requests in flight share --max-inflight-bytes (12M here) -----------
 # one client declares an 8 MB body and sends 10 bytes of it: its 8 MB are reserved
 exec 5<>"/dev/tcp/127.0.0.1/$PORT"
 printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\n\r\n{"prompt":' >&5
@@ -102,7 +102,7 @@ for _ in $(seq 50); do
 done
 check "once the held body is gone, an 8 MB body is read again (400 on its length)" is "$CODE" 400
 
-# ---- finding 5: framing that lets a request be smuggled past a proxy is 400, and the connection closes ----
+# ---- framing that lets a request be smuggled past a proxy is 400, and the connection closes ----
 B='{"prompt":"x","max_tokens":1}'
 SMUGGLED='GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n'
 raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${#B}\r\nTransfer-Encoding: chunked\r\n\r\n$(printf '%x' ${#B})\r\n$B\r\n0\r\n\r\n$SMUGGLED"
@@ -131,7 +131,7 @@ check "a folded header line: 400" is "$(raw_status)" 400
 raw_request "GET /health HTTP/1.1\r\nHost: x\r\nX-A: b\0c\r\n\r\n"
 check "NUL in a header: 400" is "$(raw_status)" 400
 
-# ---- finding 6: slowloris; a whole-request deadline (3 s here) and a per-IP connection cap (12) -------
+# ---- slowloris; a whole-request deadline (3 s here) and a per-IP connection cap (12) -------
 # three clients each send a header byte every 0.5 s: MHD's idle timeout (30 s) never fires,
 # the deadline must; 15 s is a generous bound on "closed by the server"
 RAW slow "$PORT" 3 0.5 15 >"$TMP/slow"
@@ -160,7 +160,7 @@ check "access line for a stream" grep -Eq 'access: POST /v1/completions 200 id=t
 check "access line for a 404" grep -Eq 'access: GET /nope 404 id=trace-404 ' "$TMP/main.log"
 
 kvt_stop_server main; check "SIGTERM exits 0" is "$?" 0
-# ---- finding 8: keys from a file and the environment; /metrics behind its own key; 401 on every method ----
+# ---- keys from a file and the environment; /metrics behind its own key; 401 on every method ----
 printf '# tenants\nfile-key\n' >"$TMP/keys"
 KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret kvt_start_server keys --api-key-file "$TMP/keys" --parallel 1
 KEYS_PID=$SRV_PID
