@@ -207,7 +207,7 @@ static const kvt_cli_opt cache_opts[] = {
      "when the disk fills up, T2 writes stop (reads go on) and the free\nspace is checked this often; writes resume "
      "once records fit\nagain (default 5)", KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
     {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
-     "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path "
+     "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path\n"
      "(docs/tiers.md \"T3: the shared tier on Redis\")", 0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_KEY, 0, "kv-remote-key-file", NULL, "FILE",
      "T3's MAC key, required with --kv-remote: 32 random bytes,\nmode 0600, the same file on every node; values that "

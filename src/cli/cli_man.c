@@ -76,8 +76,8 @@ int kvt_cli_man(FILE *out) {
         if (man_usage(out, kvt_cli_commands[i].usage)) return -1;
     }
     fputs(".SH \"SEE ALSO\"\n"
-          "The README and docs/ of the kvtier sources (docs/api.md: the HTTP routes, the command line "
-          "and the C API); the C API for embedders is kvtier.h "
+          "The README and docs/ of the kvtier sources: docs/api.md has the HTTP routes, the command line "
+          "and the C API, whose header for embedders is kvtier.h "
           "(\\fBpkg\\-config \\-\\-cflags \\-\\-libs kvtier\\fR).\n",
           out);
     return ferror(out) ? -1 : 0;
