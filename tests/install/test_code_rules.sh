@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The code-shape rules of STYLE.md and issue 15, checked on every run so they cannot drift:
-# no source file in src/ over 800 lines, and no function over 80 lines without a "Long:"
-# reason in the comment above it (scripts/long_functions.py).
+# The code-shape rules of STYLE.md, checked on every run so they cannot drift: no source file
+# in src/ over 800 lines, no function over 80 lines without a "Long:" reason in the comment
+# above it (scripts/long_functions.py), no #include that climbs out of its folder with "../",
+# and the page bytes reached only through the engine's page I/O.
 set -u
 SRC=${KVT_SRC:?KVT_SRC must point to the source tree}
 command -v python3 >/dev/null || { echo "SKIP: needs python3 (scripts/setup.sh installs it)"; exit 77; }
@@ -21,4 +22,16 @@ check "no kvt_page_data* in src/cache or src/runtime${direct:+: $direct}" is "$d
 # the check itself can fail: the engine does use it
 grep -rqE 'kvt_page_data(_const)?\b' "$SRC/src/engine"
 check "the page-data grep finds the engine's own uses" is "$?" 0
+# a source file includes a header by its name alone: the build puts each layer's folder on the
+# include path of the layers allowed to use it, so "../layer/x.h" would reach a header past the
+# layer rule (docs/design.md "The layer rule") and break when a file moves
+up_includes() { # up_includes DIR: every '#include "../' line under DIR, as FILE:LINE:TEXT relative to DIR
+  grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"\.\./' "$1" --include='*.[ch]' | sed "s|$1/||"
+}
+up=$(up_includes "$SRC/src")
+check "no #include \"../ in src/${up:+: $up}" is "$up" ""
+# the check itself can fail: a copy of a real source file with one such line planted in it
+mkdir -p "$TMP/src/cache"
+{ echo '#include "../base/log.h"'; cat "$SRC/src/cache/tier.h"; } >"$TMP/src/cache/tier.h"
+check "the include grep finds a planted #include \"../" is "$(up_includes "$TMP/src" | cut -d: -f1,2)" "cache/tier.h:1"
 kvt_test_done test_code_rules
