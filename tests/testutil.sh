@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2034 # it sets variables for the test that sources it
 # Shared harness of the shell tests (the shell twin of testutil.c): source it
 # after the test's skip checks. It makes $TMP (removed at exit), counts checks
-# (kvt_test_done ends the test: a failed check or no check at all fails it),
+# (kvt_test_done ends the test: a failed check or no check at all fails it, a
+# part skipped with kvt_test_skip_part makes it a skip once the rest passed),
 # and starts and stops `kvtier serve` and redis-server for the server tests;
 # whatever it started is killed at exit, and a failed test prints the tail of
 # every server log. bench/ sources it too, for the same servers.
@@ -13,9 +14,15 @@ check() { # check DESCRIPTION COMMAND...
   local d=$1; shift
   if "$@"; then pass=$((pass + 1)); else bad "$d"; fi
 }
-kvt_test_done() { # kvt_test_done NAME
+skipped_parts=''
+kvt_test_skip_part() { # kvt_test_skip_part WHY: a part of the test could not run (WHY says what and why)
+  echo "note: skipped: $1"
+  skipped_parts=${skipped_parts:+$skipped_parts; }$1
+}
+kvt_test_done() { # kvt_test_done NAME: 1 on a failed check or none at all, 77 (skip) if a part was skipped
   echo "$1: $pass passed, $fail failed"
-  [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]
+  [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ] || return 1
+  [ -z "$skipped_parts" ] || { echo "SKIP: $1: $skipped_parts"; return 77; }
 }
 # comparisons for check that say what they got
 is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }

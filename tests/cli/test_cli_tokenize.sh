@@ -5,7 +5,7 @@ BIN=${KVT_BIN:-./kvtier}
 SHARED=${KVT_SHARED:-../shared}
 SPM=$SHARED/vocab/ggml-vocab-llama-spm.gguf
 GPT2=$SHARED/vocab/ggml-vocab-gpt-2.gguf
-[ -f "$SPM" ] && [ -f "$GPT2" ] || { echo "skip: shared vocab files missing"; exit 77; }
+[ -f "$SPM" ] && [ -f "$GPT2" ] || { echo "SKIP: $SPM or $GPT2 is missing: kvtier tokenize was not checked"; exit 77; }
 fail=0
 expect() { # expect NAME WANT GOT
     if [ "$2" != "$3" ]; then echo "FAIL $1: want [$2] got [$3]"; fail=1; else echo "ok $1"; fi

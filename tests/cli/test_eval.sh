@@ -13,7 +13,8 @@ BIN=${KVT_BIN:?KVT_BIN not set}
 SHARED=${KVT_SHARED:-../shared}
 REFDIR=$SHARED/reference
 MODEL=$SHARED/models/aidreams260K.gguf
-[ -d "$REFDIR" ] && [ -f "$MODEL" ] || { echo "SKIP: no reference assets in $SHARED"; exit 77; }
+[ -d "$REFDIR" ] && [ -f "$MODEL" ] ||
+  { echo "SKIP: $REFDIR or $MODEL is missing: kvtier eval was not compared with the reference logits"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 needed to compare JSON"; exit 77; }
 fail=0
 

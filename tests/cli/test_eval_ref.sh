@@ -25,7 +25,8 @@ BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 SHARED=${KVT_SHARED:-../shared}
 HERE=${KVT_SRC:?KVT_SRC must point to the source tree}/tests
 VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
-[ -f "$VOCAB" ] || { echo "SKIP: $VOCAB is missing (the models need its tokenizer)"; exit 77; }
+[ -f "$VOCAB" ] ||
+  { echo "SKIP: $VOCAB is missing (the models need its tokenizer): no model was compared with llama.cpp"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 needed to compare JSON"; exit 77; }
 command -v sha256sum >/dev/null || { echo "SKIP: sha256sum needed to check the rebuilt models"; exit 77; }
 TMP=$(mktemp -d)

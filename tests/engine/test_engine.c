@@ -422,7 +422,9 @@ static void test_page_io(void) {
 
 int main(void) {
     char *probe = kvt_test_read_file(kvt_test_path(kvt_test_path(kvt_test_shared(), "reference"), "README.md"), NULL);
-    if (!probe) kvt_test_skip("shared models/reference not found (set KVT_SHARED)");
+    if (!probe)
+        kvt_test_skip("no ../shared/reference (set KVT_SHARED): the logits, batch-invariance and paged-KV checks "
+                      "on the shared models did not run");
     free(probe);
     test_pages();
     test_page_io();

@@ -13,8 +13,13 @@ trap 'rm -rf "$TMP"' EXIT
 fail=0
 
 # the overflow's first reproduction, tiny-llama-f16, when the shared model is there
-models=()
-[ -f "$SHARED/models/tiny-llama-f16.gguf" ] && models+=("$SHARED/models/tiny-llama-f16.gguf")
+models=() skipped=''
+if [ -f "$SHARED/models/tiny-llama-f16.gguf" ]; then
+  models+=("$SHARED/models/tiny-llama-f16.gguf")
+else
+  skipped="$SHARED/models/tiny-llama-f16.gguf is missing: the overflow's first reproduction did not run"
+  echo "note: skipped: $skipped"
+fi
 # our own GQA shapes: G * head_dim well above any context used here
 "$BIN" mkmodel -o "$TMP/g3.gguf" --dim 192 --layers 1 --heads 6 --kv-heads 2 --ff 64 --vocab 300 >/dev/null ||
   { echo "FAIL: mkmodel 6/2"; exit 1; }
@@ -51,4 +56,5 @@ for m in "${models[@]}"; do
     { echo "FAIL: eval of one token at context 1 on $(basename "$m")"; head -5 "$TMP/err"; fail=1; }
 done
 [ $fail -eq 0 ] && echo "ok: eval at small contexts on ${#models[@]} GQA models"
+[ $fail -eq 0 ] && [ -n "$skipped" ] && { echo "SKIP: test_eval_ctx: $skipped"; exit 77; }
 exit $fail

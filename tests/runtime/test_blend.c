@@ -338,7 +338,8 @@ static void test_quality(void) {
     const char *path = kvt_test_path(kvt_test_shared(), "models/aidreams260K.gguf");
     kvt_model *m = NULL;
     if (kvt_model_load(path, kvt_model_default_params(), &m)) {
-        kvt_test_skip_part("../shared/models/aidreams260K.gguf is missing");
+        kvt_test_skip_part("../shared/models/aidreams260K.gguf is missing: the trained-model quality checks did "
+                           "not run");
         return;
     }
     const float ratios[N_RATIOS] = {0.0f, KVT_BLEND_DEFAULT_RATIO, 1.0f};

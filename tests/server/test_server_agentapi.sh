@@ -95,7 +95,9 @@ check "an unresolvable --host fails" is "$?" 1
 # A SentencePiece vocabulary without <|im_start|>: the ChatML markup is plain text there, and the
 # generation header must tokenize as it does once it is history, or turn 3 recomputes turn 2's reply.
 SPM=${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf
-if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
+if [ ! -f "$SPM" ]; then
+  kvt_test_skip_part "$SPM is missing: the ChatML fallback check did not run"
+elif "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 \
     --vocab-from "$SPM" >/dev/null 2>&1; then
   kvt_start_server spm -m "$TMP/spm.gguf" --ctx 1024
   get "$URL/props"
@@ -114,7 +116,7 @@ if [ -f "$SPM" ] && "$BIN" mkmodel -o "$TMP/spm.gguf" --dim 64 --layers 2 --head
   check "turn 3 reuses turn 2's prompt and reply blocks ($WANT tokens)" ge "$(jb .usage.prompt_tokens_details.cached_tokens)" "$WANT"
   kvt_stop_server spm
 else
-  echo "NOTE: $SPM is missing; the ChatML fallback check is skipped"
+  bad "mkmodel --vocab-from $SPM failed: the ChatML fallback check did not run"
 fi
 
 # ---- logprobs: computed from the logits the sampler sees, checked against kvtier eval -----------------

@@ -16,7 +16,12 @@ command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs cu
 # a real vocabulary where there is one (text, not bytes; ~300-token prompts), else mkmodel's own
 VOCAB=${KVT_SHARED:-}/vocab/ggml-vocab-llama-spm.gguf
 extra=()
-[ -n "${KVT_SHARED:-}" ] && [ -f "$VOCAB" ] && extra=(--vocab 32000 --vocab-from "$VOCAB")
+if [ -n "${KVT_SHARED:-}" ] && [ -f "$VOCAB" ]; then
+  extra=(--vocab 32000 --vocab-from "$VOCAB")
+else
+  kvt_test_skip_part "no ${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf: the checks ran on mkmodel's \
+byte vocabulary, not a real one"
+fi
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 4096 "${extra[@]}" >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
 
