@@ -212,15 +212,17 @@ fail:
 /* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
 int kvt_srv_enqueue(kvt_server *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->draining || s->q_len >= s->p.queue) {
-        pthread_mutex_unlock(&s->mu);
-        return -1;
-    }
+    int rc = kvt_srv_enqueue_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int kvt_srv_enqueue_locked(kvt_server *s, srv_req *r) {
+    if (s->stopping || s->draining || s->q_len >= s->p.queue) return -1;
     r->refs++;
     s->queue[(s->q_head + s->q_len) % s->p.queue] = r;
     s->q_len++;
     pthread_cond_signal(&s->engine_cv);
-    pthread_mutex_unlock(&s->mu);
     return 0;
 }
 

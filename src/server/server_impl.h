@@ -357,6 +357,9 @@ static inline const char *kvt_srv_log_id(const srv_req *r) { return r->request_i
 void kvt_srv_prefill_progress(slot *sl, int begin);
 /* Queues r for the engine (taking a reference for it). 0, or -1 when full. */
 int kvt_srv_enqueue(kvt_server *s, srv_req *r);
+/* The same with s->mu held: several requests queued in one critical section
+ * reach the engine together, in this order (the scheduler's unit test). */
+int kvt_srv_enqueue_locked(kvt_server *s, srv_req *r);
 void kvt_srv_cancel_locked(kvt_server *s, srv_req *r);
 /* Whether r and all its other choices are done (s->mu held). */
 int kvt_srv_all_done(const srv_req *r);

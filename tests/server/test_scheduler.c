@@ -1,0 +1,266 @@
+/* The server's scheduler driven directly, without HTTP: requests are built
+ * and queued through the handlers' own functions (kvt_srv_make_request,
+ * kvt_srv_enqueue) on a server over a tiny random model, and each test waits
+ * for the engine thread by polling the request's done flag under s->mu.
+ * Several requests are queued in one critical section
+ * (kvt_srv_enqueue_locked) so that the engine sees them together while one
+ * long request holds the only slot; which one it admits next is then the
+ * scheduler's choice alone, read back from admission_seq in their usage. */
+#include <stdio.h>
+#include <string.h>
+
+#include "scheduler.h"
+#include "server_impl.h"
+#include "testutil.h"
+
+#define B 16          /* tokens per page */
+#define N_CTX 2048
+#define N_VOCAB 600
+#define PROMPT 40     /* prompt tokens: two full blocks and a partial one */
+#define LONG 1500     /* max_tokens of the request that holds the slot (it is cancelled long before) */
+
+static struct kvt_model *model;
+
+typedef struct {
+    kvt_engine *e;
+    kvt_cache *c;
+    kvt_server *s;
+} rig;
+
+/* A fresh engine, cache and server (127.0.0.1, any port) with `parallel` slots; 0 or -1 (a failed check). */
+static int rig_up(rig *g, int32_t parallel) {
+    memset(g, 0, sizeof *g);
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = B;
+    ep.n_pages = 1024;
+    ep.n_threads = 2;
+    ep.n_ctx = N_CTX;
+    if (ep.max_seqs < parallel) ep.max_seqs = parallel;
+    if (!(g->e = kvt_test_engine_new(model, ep))) return -1;
+    if (!(g->c = kvt_test_cache(g->e, NULL, 16ull << 20))) return -1;
+    kvt_server_params sp = kvt_server_default_params();
+    sp.host = "127.0.0.1";
+    sp.port = 0;
+    sp.parallel = parallel;
+    int rc = kvt_server_start(model, g->e, g->c, &sp, &g->s);
+    CHECKF(rc == 0, "kvt_server_start: %s", kvt_errmsg());
+    return rc ? -1 : 0;
+}
+
+static void rig_down(rig *g) {
+    if (g->s) kvt_server_stop(g->s);
+    if (g->c) kvt_cache_free(g->c);
+    if (g->e) kvt_engine_free(g->e);
+}
+
+/* A completion request for the prompt base, base+1, ... (PROMPT ids) with
+ * extra JSON fields; greedy and past end-of-generation tokens unless extra
+ * says otherwise. NULL (a failed check) if it is refused. */
+static srv_req *request(kvt_server *s, int32_t base, int32_t max_tokens, const char *extra) {
+    char json[1024];
+    int at = snprintf(json, sizeof json, "{\"prompt\":[");
+    for (int32_t i = 0; i < PROMPT; i++)
+        at += snprintf(json + at, sizeof json - (size_t)at, "%s%d", i ? "," : "", base + i);
+    snprintf(json + at, sizeof json - (size_t)at, "],\"max_tokens\":%d,\"ignore_eos\":true%s%s}", max_tokens,
+             extra ? "," : "", extra ? extra : "");
+    kvt_api_request a;
+    kvt_api_error err;
+    if (kvt_api_parse(KVT_API_COMPLETION, json, strlen(json), s->n_vocab, s->n_ctx, s->p.max_tokens_limit, &a, &err)) {
+        CHECKF(0, "%s: %s", json, err.message);
+        return NULL;
+    }
+    srv_req *r = kvt_srv_make_request(s, &a, NULL, &err);
+    if (r && kvt_srv_add_choices(s, &a, NULL, r, &err)) {
+        kvt_srv_unref_engine_choices(s, r);
+        kvt_srv_unref_choices(s, r);
+        r = NULL;
+    }
+    kvt_api_request_free(&a);
+    CHECKF(r != NULL, "%s: %s", json, err.message);
+    return r;
+}
+
+/* Waits (polling under s->mu) until r and its other choices are done. */
+static void wait_done(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    while (!kvt_srv_all_done(r)) kvt_srv_cond_wait_ms(&r->cv, &s->mu, 20);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Queues r and waits until it is generating (its first text is published) or
+ * done; returns with s->mu held, so the caller sees it in that state. */
+static void start_locked(kvt_server *s, srv_req *r) {
+    CHECK(kvt_srv_enqueue(s, r) == 0);
+    pthread_mutex_lock(&s->mu);
+    while (!r->done && r->text_len == 0) kvt_srv_cond_wait_ms(&r->cv, &s->mu, 20);
+}
+
+/* Equal requests queued together behind a running one are admitted in
+ * arrival order, and admission_seq numbers them so. */
+static void test_arrival_order(void) {
+    rig g;
+    if (rig_up(&g, 1)) goto out;
+    srv_req *hold = request(g.s, 1, LONG, "\"temperature\":0");
+    srv_req *q[3];
+    for (int i = 0; i < 3; i++) q[i] = request(g.s, 100 * (i + 1), 4, "\"temperature\":0");
+    if (!hold || !q[0] || !q[1] || !q[2]) goto out;
+    start_locked(g.s, hold);
+    CHECKF(!hold->done, "the long request ended before the others queued (%s)", hold->finish_reason);
+    for (int i = 0; i < 3; i++) CHECK(kvt_srv_enqueue_locked(g.s, q[i]) == 0);
+    kvt_srv_cancel_locked(g.s, hold); /* frees the slot: the queued ones now go one at a time */
+    pthread_mutex_unlock(&g.s->mu);
+    wait_done(g.s, hold);
+    CHECK(hold->usage.admission_seq == 1);
+    for (int i = 0; i < 3; i++) {
+        wait_done(g.s, q[i]);
+        CHECKF(q[i]->usage.admission_seq == 2 + i, "arrival %d admitted as %lld", i,
+               (long long)q[i]->usage.admission_seq);
+        CHECK(q[i]->finish_reason && !strcmp(q[i]->finish_reason, "length") && q[i]->usage.completion_tokens == 4);
+        kvt_srv_unref_choices(g.s, q[i]);
+    }
+    kvt_srv_unref_choices(g.s, hold);
+out:
+    rig_down(&g);
+}
+
+/* A higher kvtier.priority arriving later goes first; the low one passed over
+ * SCHED_MAX_SKIPS times then goes next, ahead of a higher one still waiting. */
+static void test_priority_and_starvation(void) {
+    enum { N_HIGH = SCHED_MAX_SKIPS + 1 };
+    rig g;
+    if (rig_up(&g, 1)) goto out;
+    srv_req *hold = request(g.s, 1, LONG, "\"temperature\":0");
+    srv_req *low = request(g.s, 50, 2, "\"temperature\":0,\"kvtier\":{\"priority\":0}");
+    srv_req *high[N_HIGH];
+    int ok = hold && low;
+    for (int i = 0; i < N_HIGH; i++)
+        ok &= (high[i] = request(g.s, 100 + 10 * i, 2, "\"kvtier\":{\"priority\":5}")) != NULL;
+    if (!ok) goto out;
+    start_locked(g.s, hold);
+    CHECK(!hold->done);
+    CHECK(kvt_srv_enqueue_locked(g.s, low) == 0);
+    for (int i = 0; i < N_HIGH; i++) CHECK(kvt_srv_enqueue_locked(g.s, high[i]) == 0);
+    kvt_srv_cancel_locked(g.s, hold);
+    pthread_mutex_unlock(&g.s->mu);
+    wait_done(g.s, hold);
+    wait_done(g.s, low);
+    for (int i = 0; i < N_HIGH; i++) wait_done(g.s, high[i]);
+    /* hold is 1; the first SCHED_MAX_SKIPS high ones 2.., then low, then the last high one */
+    for (int i = 0; i < SCHED_MAX_SKIPS; i++)
+        CHECKF(high[i]->usage.admission_seq == 2 + i, "high %d admitted as %lld", i,
+               (long long)high[i]->usage.admission_seq);
+    CHECKF(low->usage.admission_seq == 2 + SCHED_MAX_SKIPS, "low admitted as %lld (passed over at most %d times)",
+           (long long)low->usage.admission_seq, SCHED_MAX_SKIPS);
+    CHECKF(high[N_HIGH - 1]->usage.admission_seq == 3 + SCHED_MAX_SKIPS, "last high admitted as %lld",
+           (long long)high[N_HIGH - 1]->usage.admission_seq);
+    CHECK(low->finish_reason && !strcmp(low->finish_reason, "length"));
+    for (int i = 0; i < N_HIGH; i++) kvt_srv_unref_choices(g.s, high[i]);
+    kvt_srv_unref_choices(g.s, low);
+    kvt_srv_unref_choices(g.s, hold);
+out:
+    rig_down(&g);
+}
+
+/* n = 3: the choices fork from one prefill of the prompt (one admission, one
+ * prompt report) and each generates its own max_tokens. */
+static void test_forks(void) {
+    rig g;
+    if (rig_up(&g, 3)) goto out;
+    srv_req *r = request(g.s, 7, 6, "\"n\":3,\"temperature\":1,\"seed\":11");
+    if (!r) goto out;
+    CHECK(r->n_sib == 2);
+    CHECK(kvt_srv_enqueue(g.s, r) == 0);
+    wait_done(g.s, r);
+    for (int32_t i = 0; i <= r->n_sib; i++) {
+        const srv_req *c = i ? r->sib[i - 1] : r;
+        CHECKF(c->err_status == 0, "choice %d: %s", i, c->err_msg);
+        CHECKF(c->finish_reason && !strcmp(c->finish_reason, "length"), "choice %d", i);
+        CHECKF(c->usage.completion_tokens == 6 && c->usage.prompt_tokens == PROMPT, "choice %d: %d + %d tokens", i,
+               c->usage.prompt_tokens, c->usage.completion_tokens);
+        /* the prompt report is the first choice's: the same admission and the same computed prompt */
+        CHECKF(c->usage.admission_seq == 1, "choice %d admitted as %lld", i, (long long)c->usage.admission_seq);
+        CHECK(c->usage.computed_tokens == r->usage.computed_tokens);
+        CHECK(c->text_len > 0);
+    }
+    CHECK(r->usage.computed_tokens == PROMPT);
+    kvt_api_usage total = kvt_srv_total_usage(r);
+    CHECKF(total.completion_tokens == 18 && total.prompt_tokens == PROMPT, "total %d + %d", total.prompt_tokens,
+           total.completion_tokens);
+    kvt_srv_unref_choices(g.s, r);
+out:
+    rig_down(&g);
+}
+
+/* A request cancelled while queued never runs (no admission number); one
+ * cancelled while generating ends "cancelled", its slot goes to the next, and
+ * its prompt's full blocks stay cached for a later request. */
+static void test_cancel(void) {
+    rig g;
+    if (rig_up(&g, 1)) goto out;
+    srv_req *run = request(g.s, 1, LONG, "\"temperature\":0");
+    srv_req *queued = request(g.s, 100, 4, "\"temperature\":0");
+    srv_req *next = request(g.s, 200, 4, "\"temperature\":0");
+    srv_req *again = request(g.s, 1, 1, "\"temperature\":0");
+    if (!run || !queued || !next || !again) goto out;
+    start_locked(g.s, run);
+    CHECK(!run->done);
+    CHECK(kvt_srv_enqueue_locked(g.s, queued) == 0);
+    CHECK(kvt_srv_enqueue_locked(g.s, next) == 0);
+    kvt_srv_cancel_locked(g.s, queued);
+    kvt_srv_cancel_locked(g.s, run);
+    pthread_mutex_unlock(&g.s->mu);
+    wait_done(g.s, run);
+    wait_done(g.s, queued);
+    wait_done(g.s, next);
+    CHECKF(run->finish_reason && !strcmp(run->finish_reason, "cancelled"), "%s",
+           run->finish_reason ? run->finish_reason : "(none)");
+    CHECK(run->err_status == 0 && run->usage.admission_seq == 1);
+    CHECK(queued->cancelled && queued->usage.admission_seq == 0 && queued->usage.completion_tokens == 0);
+    CHECK(queued->text_len == 0 && !queued->finish_reason);
+    CHECKF(next->usage.admission_seq == 2, "next admitted as %lld", (long long)next->usage.admission_seq);
+    CHECK(next->finish_reason && !strcmp(next->finish_reason, "length"));
+    CHECK(kvt_srv_enqueue(g.s, again) == 0);
+    wait_done(g.s, again);
+    CHECKF(again->usage.cached_tokens == (PROMPT - 1) / B * B, "cached %d of the cancelled request's prompt",
+           again->usage.cached_tokens);
+    kvt_srv_unref_choices(g.s, run);
+    kvt_srv_unref_choices(g.s, queued);
+    kvt_srv_unref_choices(g.s, next);
+    kvt_srv_unref_choices(g.s, again);
+out:
+    rig_down(&g);
+}
+
+/* /v1/cache/prefill's request: done once its prompt is in, nothing
+ * generated, and the prompt's full blocks are cached for the next. */
+static void test_prefill_only(void) {
+    rig g;
+    if (rig_up(&g, 1)) goto out;
+    srv_req *p = request(g.s, 300, 8, NULL);
+    srv_req *gen = request(g.s, 300, 1, "\"temperature\":0");
+    if (!p || !gen) goto out;
+    p->prefill_only = 1;
+    CHECK(kvt_srv_enqueue(g.s, p) == 0);
+    wait_done(g.s, p);
+    CHECK(p->err_status == 0 && p->finish_reason && !strcmp(p->finish_reason, "prefill"));
+    CHECK(p->usage.completion_tokens == 0 && p->text_len == 0);
+    CHECK(p->usage.computed_tokens == PROMPT && p->usage.cached_tokens == 0);
+    CHECK(kvt_srv_enqueue(g.s, gen) == 0);
+    wait_done(g.s, gen);
+    CHECKF(gen->usage.cached_tokens == (PROMPT - 1) / B * B, "cached %d after the prefill", gen->usage.cached_tokens);
+    kvt_srv_unref_choices(g.s, p);
+    kvt_srv_unref_choices(g.s, gen);
+out:
+    rig_down(&g);
+}
+
+int main(void) {
+    if (!(model = kvt_test_tiny_model("sched.gguf", N_VOCAB))) return 1;
+    test_arrival_order();
+    test_priority_and_starvation();
+    test_forks();
+    test_cancel();
+    test_prefill_only();
+    kvt_model_free(model);
+    return kvt_test_done("test_scheduler");
+}
