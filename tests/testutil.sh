@@ -115,6 +115,13 @@ wait_health() {
   for _i in $(seq 600); do [ "$(health "$1")" = "$2" ] && return 0; sleep 0.05; done
   echo "  /health $1 never became $2" >&2; return 1
 }
+# wait_for COMMAND...: runs COMMAND every 50 ms until it succeeds (30 s at most); for a test
+# that waits for a condition rather than sleeping a guessed time
+wait_for() {
+  local _i
+  for _i in $(seq 600); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "  still failing after 30 s: $*" >&2; return 1
+}
 
 # ---- redis-server (the T3 tier) ----------------------------------------------------------------
 # kvt_start_redis [ARGS...]: redis-server on loopback, port $RPORT when set (a restart), else

@@ -283,11 +283,6 @@ static void reader_reset(kvt_disk_scan_reader *rd, int fd, uint64_t size, int ve
     rd->have_last = 0;
 }
 
-int kvt_disk_scan_segment(int fd, uint64_t size, int verify, const mac_key *key, uint8_t *buf, uint8_t **vbuf,
-                          size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
-    return kvt_disk_scan_segment_from(fd, 0, size, verify, key, NULL, buf, vbuf, vcap, fn, ctx);
-}
-
 /* Reads the record at off whole (from rd's window if it holds it, else
  * into *vbuf) and checks it: its CRC, and its MAC where key can check it.
  * Returns 0 with *raw (valid until the next read) or KVT_EFORMAT. */

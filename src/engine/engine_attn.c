@@ -82,7 +82,8 @@ static int32_t value_runs(const kvt_engine *e, const seq_state *st, int32_t laye
     const size_t esz = e->p.kv_dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float);
     int32_t nr = 0;
     for (int32_t t0 = k0 / B * B; t0 < k1; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
+        const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
+                            kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(k0, t0) - t0, T = KVT_MIN(B, k1 - t0) - a;
         runs[nr++] = (kvt_attn_run){pg + (size_t)a * (size_t)hd * esz, w + (t0 + a - k0), T, t0 + a};
     }
@@ -102,7 +103,8 @@ static void value_pass_q8(const kvt_engine *e, const seq_state *st, int32_t laye
     kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
     int32_t nr = 0, first = 1;
     for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
+        const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
+                            kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
         float *dq = vdq + (size_t)nr * (size_t)B * (size_t)hd;
         kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
@@ -188,7 +190,8 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
      * transposed f32 layout the kernel takes */
     const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float); /* f16/f32 element */
     for (int32_t t0 = lo / B * B; t0 < n_max; t0 += B) {
-        const uint8_t *pg = kvt_page_data_const(e, st->pages[t0 / B]) + kvt_eng_kv_offset(e, layer, 0, gk, 0);
+        const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
+                            kvt_eng_kv_offset(e, layer, 0, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_max - t0) - a; /* keys t0+a .. t0+a+T-1 */
         float *sc = scores + (t0 + a - lo);
         if (q8) {

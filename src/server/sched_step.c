@@ -111,7 +111,6 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
  * (chunk more tokens fed, or NULL) finished (a prefill-only request) or
  * turned generating with its forked choices once its prompt is in. */
 static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int32_t chunk, double ms) {
-    const int32_t P = s->p.parallel;
     /* register completed blocks before any slot is finished and its sequence freed */
     for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
     if (pf) {
@@ -129,7 +128,7 @@ static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int
         kvt_srv_slot_finish(s, pf, "prefill", 0, 0, NULL);
     } else if (pf && pf->n_fed == pf->r->n_prompt) {
         /* n > 1: the other choices share this prompt's pages and its last logits, each with its own sampler */
-        slot *forks[P > 0 ? P : 1];
+        slot **forks = s->step_forks;
         int32_t n_forks = kvt_srv_fork_choices(s, pf, forks);
         const float *row = s->logits + (size_t)n_dec * (size_t)s->n_vocab;
         pf->prefilling = 0;
@@ -174,7 +173,7 @@ static void blend_step(kvt_server *s, slot *bl, int32_t n_dec) {
 void kvt_srv_engine_step(kvt_server *s) {
     const int32_t P = s->p.parallel;
     int32_t n = 0, pages = 0;
-    slot *dec[P > 0 ? P : 1];
+    slot **dec = s->step_dec;
     int32_t n_dec = 0;
     slot *pf = NULL;
     for (int32_t i = 0; i < P; i++) {

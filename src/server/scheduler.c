@@ -81,7 +81,7 @@ static void prefetch_waiting(kvt_server *s, srv_req *r) {
 void *kvt_srv_engine_main(void *arg) {
     kvt_server *s = arg;
     const int32_t P = s->p.parallel;
-    srv_req *admit[P > 0 ? P : 1];
+    srv_req **admit = s->step_admit;
     for (;;) {
         int32_t n_admit = 0, free_slots = 0;
         srv_req *waiting = NULL;
@@ -112,7 +112,7 @@ void *kvt_srv_engine_main(void *arg) {
             waiting = q; /* one prefetch per engine step: the running sequences go on meanwhile */
             waiting->refs++;
         }
-        int cancelled[P > 0 ? P : 1];
+        int8_t *cancelled = s->step_cancelled;
         for (int32_t i = 0; i < P; i++) cancelled[i] = s->slots[i].r && s->slots[i].r->cancelled;
         pthread_mutex_unlock(&s->mu);
 

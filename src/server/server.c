@@ -52,6 +52,10 @@ static void server_free(kvt_server *s) {
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);
+    free(s->step_admit);
+    free(s->step_cancelled);
+    free(s->step_dec);
+    free(s->step_forks);
     kvt_reply_map_free(s->replies);
     kvt_call_memo_free(s->calls);
     kvt_prompt_ring_free(s->recent);
@@ -135,6 +139,11 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->b_tok = kvt_xmalloc(max_batch * sizeof *s->b_tok);
     s->b_seq = kvt_xmalloc(max_batch * sizeof *s->b_seq);
     s->b_want = kvt_xmalloc(max_batch * sizeof *s->b_want);
+    size_t n_step = (size_t)KVT_MAX(s->p.parallel, 1);
+    s->step_admit = kvt_xcalloc(n_step, sizeof *s->step_admit);
+    s->step_cancelled = kvt_xcalloc(n_step, sizeof *s->step_cancelled);
+    s->step_dec = kvt_xcalloc(n_step, sizeof *s->step_dec);
+    s->step_forks = kvt_xcalloc(n_step, sizeof *s->step_forks);
     kvt_cache_get_stats(c, &s->snap);
     return s;
 }

@@ -230,6 +230,12 @@ struct kvt_server {
     float *jg_logits;          /* (n_vocab) the logits with the others at -inf */
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
+    /* a step's lists, parallel entries each: on the heap, as --parallel
+     * sizes them and the engine thread's stack has a fixed size */
+    srv_req **step_admit;      /* the requests a step takes from the queue */
+    int8_t *step_cancelled;    /* the slots whose client went away */
+    slot **step_dec;           /* the generating slots */
+    slot **step_forks;         /* the choices forked from a finished prompt */
     /* admin jobs (/v1/cache/...): queued under mu, run by the engine thread */
     admin_job *jobs;
     pthread_cond_t job_cv;

@@ -137,7 +137,7 @@ static void check_recompute(kvt_model *m) {
     kvt_test_random_tokens(toks, n, m->hp.n_vocab, &seed);
     memcpy(other, toks, sizeof toks);
     kvt_test_random_tokens(other + at, n - at, m->hp.n_vocab, &seed); /* other tokens after `at` */
-    int32_t cold, warm;
+    int32_t cold = -1, warm = -1;
     CHECK(kvt_seq_new(e, NULL, 0, 0, &cold) == 0 && kvt_seq_new(e, NULL, 0, 0, &warm) == 0);
     CHECK(kvt_engine_feed(e, cold, toks, n, 0, NULL) == 0);
     CHECK(kvt_engine_feed(e, warm, other, n, 0, NULL) == 0);

@@ -39,6 +39,16 @@ static int refuses(const kvt_jg_schema *s, const char *text) {
     return bad;
 }
 
+/* 1 if the last byte of text is the first one refused: every shorter prefix
+ * can still go on, so the refusal comes as soon as the bad byte arrives. */
+static int refuses_at_end(const kvt_jg_schema *s, const char *text) {
+    size_t n = strlen(text);
+    kvt_jg *g = kvt_jg_new(s, NULL);
+    int ok = n > 0 && kvt_jg_feed(g, text, n - 1) == 0 && kvt_jg_feed(g, text + n - 1, 1) != 0;
+    kvt_jg_free(g);
+    return ok;
+}
+
 static void test_json_object(void) {
     kvt_jg_schema *s = compile(NULL);
     if (!s) return;
@@ -52,7 +62,7 @@ static void test_json_object(void) {
         "{\"a\":\"\x01\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":tru}x", "{\"a\":1.}",
         "{\"a\":-}", "{a:1}", "{\"a\" 1}", "{\"a\":\"\\x\"}", "{           \"a\":1}",
     };
-    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) CHECKF(refuses(s, bad[i]) || !accepts(s, bad[i]), "accepted %s", bad[i]);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) CHECKF(refuses(s, bad[i]), "did not refuse %s", bad[i]);
     /* incomplete but valid so far: not refused, not complete */
     CHECK(!refuses(s, "{\"a\": [1, {\"b\": \"x"));
     CHECK(!accepts(s, "{\"a\": [1, {\"b\": \"x"));
@@ -77,21 +87,41 @@ static void test_schema(void) {
         "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\"],\"opt\":null}",
     };
     for (size_t i = 0; i < KVT_ARRAY_LEN(good); i++) CHECKF(accepts(s, good[i]), "refused %s", good[i]);
+    /* each ends at its bad byte: the prefix before it can go on, that byte is refused */
     static const char *const bad[] = {
         "{\"name\":\"ab\",\"age\":1}",                          /* tags missing */
-        "{\"name\":\"a\",",                                      /* too short */
+        "{\"name\":\"a\"",                                       /* too short */
         "{\"name\":\"abcdef",                                    /* too long */
-        "{\"age\":1.5",                                          /* not an integer */
+        "{\"age\":1.",                                           /* not an integer */
         "{\"tags\":[]",                                          /* minItems */
         "{\"tags\":[\"a\",\"a\",",                               /* maxItems */
-        "{\"tags\":[\"b\"]",                                     /* not in the enum */
-        "{\"other\":1",                                          /* additionalProperties false */
-        "{\"age\":1,\"age\":2",                                  /* a property twice */
-        "{\"kind\":\"y\"",                                       /* const */
+        "{\"tags\":[\"b\"",                                      /* not in the enum */
+        "{\"ot",                                                /* additionalProperties false */
+        "{\"age\":1,\"a",                                       /* a property twice */
+        "{\"kind\":\"y",                                         /* const */
         "{\"sub\":{}",                                           /* sub.z required */
-        "{\"opt\":\"s\"",                                        /* number or null */
+        "{\"opt\":\"",                                           /* number or null */
     };
-    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) CHECKF(refuses(s, bad[i]) || !accepts(s, bad[i]), "accepted %s", bad[i]);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++)
+        CHECKF(refuses_at_end(s, bad[i]), "%s: not refused at its last byte", bad[i]);
+    /* whole documents that break the schema: refused, never accepted */
+    static const char *const bad_docs[] = {
+        "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\"],\"kind\":\"y\"}",
+        "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\",\"bc\",\"a\"]}",
+        "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\"],\"sub\":{\"z\":null,\"w\":1}}",
+        "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\"]}x",
+        "{\"name\":\"ab\",\"age\":true,\"tags\":[\"a\"]}",
+    };
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad_docs); i++)
+        CHECKF(refuses(s, bad_docs[i]) && !accepts(s, bad_docs[i]), "did not refuse %s", bad_docs[i]);
+    /* valid so far but unfinished: neither refused nor complete */
+    static const char *const open_docs[] = {
+        "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\"]",
+        "{\"tags\":[\"a\"],\"age\":12",
+        "{\"name\":\"ab\",\"age\":1,\"tags\":[\"b",
+    };
+    for (size_t i = 0; i < KVT_ARRAY_LEN(open_docs); i++)
+        CHECKF(!refuses(s, open_docs[i]) && !accepts(s, open_docs[i]), "%s: refused or complete", open_docs[i]);
     kvt_jg_schema_free(s);
 }
 

@@ -184,9 +184,9 @@ check "absurd Content-Length answered" grep -q '^HTTP/1.[01] [45]' "$TMP/garbage
 exec 4<>"/dev/tcp/127.0.0.1/$PORT"; printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len' >&4
 CODE=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/health")
 check "serves others while a client stalls" is "$CODE" 200
-T0=$(date +%s)
-timeout 10 cat <&4 >/dev/null; exec 4>&-
-check "stalled connection closed by the timeout" ge 8 "$(( $(date +%s) - T0 ))"
+# the server closes it (cat sees the end of the stream) rather than waiting on it for good
+timeout 30 cat <&4 >/dev/null; rc=$?; exec 4>&-
+check "stalled connection closed by the server's --timeout" is "$rc" 0
 check "still up after slowloris" kill -0 "$MAIN_PID"
 
 # ---- concurrency: 8 clients at once get what each gets alone --------------------------------

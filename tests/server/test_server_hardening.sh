@@ -86,7 +86,13 @@ check "8 MB chat message: 400 context_length_exceeded" is "$CODE/$(jb .error.cod
 # one client declares an 8 MB body and sends 10 bytes of it: its 8 MB are reserved
 exec 5<>"/dev/tcp/127.0.0.1/$PORT"
 printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\n\r\n{"prompt":' >&5
-sleep 0.3
+# held_bytes_ge N: /metrics shows at least N request body bytes held
+held_bytes_ge() {
+  local n
+  n=$(curl -s -m 10 "$URL/metrics" | awk '$1 == "kvtier_http_inflight_body_bytes" {print $2}')
+  [ -n "$n" ] && [ "$n" -ge "$1" ]
+}
+check "the held body's 8 MB are reserved" wait_for held_bytes_ge 8388608
 CODE=$(curl -s -m 30 -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" "$URL/v1/completions")
 check "a second 8 MB body past the budget: 503" is "$CODE" 503
 check "budget 503 has Retry-After" grep -qi '^Retry-After:' "$TMP/headers"
