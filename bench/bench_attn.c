@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Attention kernel throughput (attn.h) per variant: one token's scores
  * (kvt_attn_qk) and value pass (kvt_attn_av) over T keys of one KV head, for
  * the benchmark model's heads (4 query heads per KV head, head_dim 64) and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Approximate reuse (docs/rag.md "Approximate reuse") on the RAG benchmark set of
  * bench/rag.sh, in one process, against full recompute:
  *   for each question (one per line of QUESTIONS), the k best chunks of INDEX

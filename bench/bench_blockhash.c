@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Times block-key computation and prefix-index lookup for a 32k-token prompt
  * (1024 blocks of 32): keys alone, a full-hit lookup over an index holding the
  * prompt among other chains, and a first-block miss. Prints numbers only. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Disk tier bandwidth: a plain O_DIRECT sequential read of the cache's
  * filesystem against kvtier's restore (get_many of a request's blocks, cold:
  * O_DIRECT or page cache dropped), plus the open-time header scan and a full

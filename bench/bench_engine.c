@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Engine and prefix-reuse benchmark on the ~250M-parameter llama of the
  * issues (dim 1024, 16 layers, 16/4 heads, ff 2816, vocab 32000, F16):
  *   prefill tok/s at 512 and 2048 tokens, decode tok/s (threads as given),

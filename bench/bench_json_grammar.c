@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cost of constrained decoding per token: the time of kvt_jg_mask (and
  * kvt_jg_accept) along random walks over a real vocabulary, for json_object
  * and for an agent-style tool schema, split by where the walk was (inside a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cost of q8_0 KV (--kv-type q8_0) against f16, per model:
  *   bytes per token of each dtype (every tier stores pages of these rows);
  *   quality: over every prompt position, max and mean |logit(q8_0) - logit(f16)|

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Memory read bandwidth with T threads (default 2): the ceiling for decode,
  * which streams every weight once per token. Prints GB/s and the decode
  * tok/s that bandwidth allows for a given weight size. Numbers only.

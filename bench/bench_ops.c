@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Matmul throughput for the benchmark model's shapes (llama, dim 1024, ff 2816,
  * vocab 32000, F16 weights): GFLOP/s at n = 1, 32, 512 tokens with 1 and 2
  * threads, per variant. Prints the best of repeated calls (GFLOP/s, and ms for 2 threads);

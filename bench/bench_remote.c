@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T3 read bandwidth at the tier level: stores a run of blocks in a Redis
  * server through kvt_remote_put, then times kvt_remote_get_many of the whole
  * run (one call, as a restore makes) several times and prints MB/s of value

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* embed.c: kvtier as a library, through the public header alone.
  *
  * Loads a GGUF model, creates an engine and a KV cache, and runs two prompts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the OpenAI request-body parser must reject any byte string with
  * a 400-style error or accept it as a valid request, never crash; accepted
  * requests round-trip through the response builders; the UTF-8 sanitizer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the disk-tier record parser, MAC check and decoder must reject
  * any byte string cleanly and never read outside it. Built for libFuzzer with clang
  * (-DKVT_FUZZ=ON) and, in every build, as a replay test over

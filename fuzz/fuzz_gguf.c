@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the GGUF reader and the tokenizer built from its metadata must
  * reject any byte string cleanly. Built for libFuzzer with clang (-DKVT_FUZZ=ON) and, in every build,
  * as a replay test over fuzz/corpus/gguf plus deterministic mutations. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the JSON Schema compiler and the JSON matcher. The input's
  * first line is a schema (empty: json_object), the rest is text fed byte by
  * byte. The compiler must accept or refuse any schema without crashing; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the strict JSON check (json_strict.h) and the 400 it becomes
  * (api_body.h). The first byte picks the body kind (and --strict); the rest
  * is the body. Any input is accepted or refused without crashing; a refusal

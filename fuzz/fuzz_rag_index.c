@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the RAG index reader (rag.h) must reject any byte string
  * cleanly, and a file it accepts must answer queries. The driver rewrites
  * both CRC32Cs before parsing, so mutations reach the structure behind them

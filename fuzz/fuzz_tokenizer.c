@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fuzz driver: the tokenizers take raw user bytes (prompts, chat messages), so
  * any byte string must tokenize without a memory error, give only ids inside
  * the vocabulary, and detokenize again. Runs every tokenizer kind kvtier has:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Replays a fuzz driver over its corpus directory and over deterministic
  * mutations of each file (bit flips, truncations, splices, length-field
  * overwrites), so every CI run exercises the parser without libFuzzer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvtier public API.
  *
  * Conventions (the same everywhere):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Test blocks for the disk tier's tests: NBLK blocks of B tokens in chains of
  * ten, payloads generated from each block's hash (so any served byte can be
  * checked), store parameters with small segments, and put/get helpers that

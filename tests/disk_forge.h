@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Test helper: tampers with disk-tier records the way an attacker without the
  * directory's key can: change a record's stored payload
  * or header fields (flags, MAC scheme, GMAC nonce), then recompute both

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Test harness helpers (see testutil.h). */
 #include "testutil.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tiny test harness: CHECK macros that report file:line and count failures,
  * paths to ../shared and the built binary, skip with exit code 77. */
 #ifndef KVT_TESTUTIL_H

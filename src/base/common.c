@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Error details, logging, clock and allocation helpers (see common.h). */
 #include "common.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Internal helpers shared by every module: error reporting, checked arithmetic,
  * logging. Nothing here is part of the public API. */
 #ifndef KVT_COMMON_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* CRC32C with a run-time choice between the SSE4.2 instruction and a
  * slicing-by-8 table built once on first use (pthread_once), so the checksum
  * works on any CPU and is fast on the ones disk caches run on. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* CRC32C (Castagnoli, reflected polynomial 0x82F63B78): the checksum of every
  * disk-tier record. Uses the SSE4.2 crc32 instruction when the CPU has it
  * (detected once at run time) and a table otherwise; both give equal results. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The 128-bit value kvtier names blocks and namespaces by (block keys,
  * roots, fingerprints as keys of maps): a plain pair of words. */
 #ifndef KVT_HASH128_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Linear probing with backward-shift deletion: no tombstones, so lookups stay
  * short under the constant insert/remove churn of cache tiers. */
 #include "hmap128.h"

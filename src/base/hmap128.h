@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* An open-addressing hash map from a 128-bit block key to a uint32 value: the
  * one table shape the prefix index and the block tiers all need. Internal. */
 #ifndef KVT_HMAP128_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Log lines (log.h): the timestamp, the level and the message, formatted into
  * one buffer and written with one write(2) to stderr or the log file. */
 #include "log.h"

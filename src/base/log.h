@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Logging: one line per event, each with an ISO-8601 UTC timestamp (ms) and
  * a level, as text or as JSON objects, to stderr or to a file.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Rate-limited progress lines (progress.h). */
 #include "progress.h"
 

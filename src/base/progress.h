@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Progress lines for long work (a disk tier's open scan, `cache verify` and
  * `gc`, loading a large model): "progress: WHAT: DONE/TOTAL UNIT (P%), S s".
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fork/join thread pool. A run publishes (fn, ctx) and bumps a generation
  * counter; workers that see the new generation run their share and count down
  * `pending`. Both sides spin for a short while before sleeping on a futex,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* A fixed pool of worker threads for the compute kernels: one fork/join call
  * (kvt_pool_run) per operation, cheap enough to issue ~10 times per layer. */
 #ifndef KVT_THREADPOOL_H

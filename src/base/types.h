@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tensor element types, by the ids GGUF files store (ggml's), shared by the
  * model reader and the kernels: the one vocabulary of "what a row of numbers
  * is made of" that every layer above base uses. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The admission sketch (see admit.h): rows x width saturating counters, one
  * counter per row for each key, halved every AGE_FACTOR x width sightings so
  * the sightings of long ago fade. */

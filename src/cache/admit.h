@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The frequency filter behind `--kv-disk-admit reused`: a small count-min
  * sketch of block sightings that says whether a block has been seen at least
  * twice, so one-shot prompts can be kept off the SSD. Approximate (it can

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Chained block keys over XXH3-128. The byte encoding of every hashed field is
  * fixed (little-endian, length-prefixed strings) so a key computed on one
  * machine names the same block on every other (shared T2/T3 tiers). */

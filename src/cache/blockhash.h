@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Chained 128-bit block keys (docs/design.md "Blocks and keys"): the root that
  * namespaces every key by model, KV layout, dtype, block size, numerics and
  * tenant, and the per-block chain h[i] = H(h[i-1], tokens of block i). */

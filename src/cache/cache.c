@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache policy (see cache.h; cache_internal.h maps its files): create and
  * free with the tiers below T0, key roots, registration of computed blocks,
  * the public entry points and statistics. */

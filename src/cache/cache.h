@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache policy: ties the engine's page pool (T0), the prefix index and
  * the tiers below T0 together. The lower tiers (T1 RAM, T2 disk, T3 remote)
  * are reached only through the tier interface (tier.h): the policy has no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Demotion and eviction in the cache policy (cache.h "Demotion"): a block
  * leaving a tier goes into the next one down that takes it, shared tiers get
  * what persistent tiers keep, T0 reclaims idle leaves first, and a flush

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Why reuse stopped where it did (cache.h kvt_cache_explain): read-only walks
  * of the index that name the reason for a miss. */
 #include "cache_internal.h"

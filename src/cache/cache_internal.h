@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache policy's private parts (cache.h is the contract), shared by its
  * files:
  *   cache.c          create/free, key roots, registration, the public entry

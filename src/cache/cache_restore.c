@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The restore path of the cache policy (cache.h "Restore"): lookup with the
  * shared-tier probe, the restore-or-recompute decision over measured tiers,
  * acquiring a matched run (pin, reserve, read one batch per tier), attach. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Pins, prefetch and warm sessions in the cache policy: a pin holds a
  * prefix T0-resident until released; prefetch restores a prefix ahead of its
  * request; a warm session is a named pin with an expiry and a priority that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk tier's index checkpoint (tier_disk.h "Checkpoint"): the record
  * index as of one moment, with the size, inode and mtime of every segment it
  * covers, so an open reads this one file and scans only what was appended

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache directory (tier_disk.h "Directory"): opened once and every file
  * relative to it: ownership and mode checks, the lock, the header file, the
  * key file, segment names and listing, the O_DIRECT probe and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk tier's shared internals, private to src/cache: the record header's
  * field offsets and MAC key (disk_record.c), and the cache directory's files
  * (disk_dir.c), as the store (tier_disk.c) and the maintenance walks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* io_uring and pread/pwrite behind one small interface (see disk_io.h). The
  * ring is private to the backend, so each I/O thread owns its own. */
 #include "disk_io.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk tier's I/O backend: batches of positioned reads issued together
  * (io_uring when the kernel allows it, else one pread after another) and
  * whole positioned writes. Buffers, offsets and lengths are the caller's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Directory maintenance behind `kvtier cache`: walk (list and verify every
  * record), compact (rewrite segments without corrupt, foreign or duplicate
  * records) and clear. Each opens the directory itself; compact and clear

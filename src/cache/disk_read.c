@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk store's batched reads (kvt_disk_get_many): blocks still queued are
  * served from the queue; the rest are planned, sorted by segment and offset,
  * coalesced into extents, read together and checked record by record (CRC,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk record format (tier_disk.h "Record", "MAC"): the header's fields,
  * its CRCs, the directory key's MAC schemes, and the parse, decode, check and
  * encode of one record. Pure functions over buffers: the files are elsewhere

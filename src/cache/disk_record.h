@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The self-verifying block record of tier_disk.h ("Record", "MAC") as a codec
  * of its own, for tiers that keep records somewhere other than a segment file:
  * the remote tier (tier_remote.h) stores one record per Redis value. Parsing,

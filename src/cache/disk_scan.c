@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Segment scans (disk_internal.h "segment scans"): the walk over one segment
  * file's records, header by header, and the reader that feeds it from batched
  * reads. The open after a crash scans everything the index checkpoint does

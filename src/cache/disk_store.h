@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk store's state, private to the files that make it up: tier_disk.c
  * (open, close, the owner API, the record index and its events), disk_writer.c
  * (the writer thread: queue drain, segment rotation and reclaim) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk store's writer thread (tier_disk.h "Threads"): it drains the
  * bounded write queue, encodes each block into a record and appends it to
  * the head segment, starting a new segment when the head is full, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The prefix index: a key -> entry table (hmap128) over a dense entry array
  * with a free list, token ids in a parallel array, and per-tier child counts
  * kept exact on every add/remove so tiers can find leaves in O(1). Each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The prefix index: which cached blocks exist, in which tiers, and the longest
  * run of a prompt's leading blocks that can be restored instead of recomputed
  * (docs/design.md "Blocks and keys", "The tiers").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The remote tier's connections (remote_internal.h): URL parsing, connecting
  * with AUTH and SELECT, per-call deadlines over pipelined replies, reconnects
  * with exponential backoff, and rate-limited error logging. */

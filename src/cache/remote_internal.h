@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The remote tier's private parts (tier_remote.h is the contract), shared by
  * its files:
  *   tier_remote.c   open/close, the key file, the known set, the owner API

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The remote tier's maintenance (tier_remote.h, `kvtier cache --kv-remote`):
  * per-namespace usage with SCAN and pipelined STRLEN, and clearing one
  * namespace with SCAN MATCH and batched UNLINK. Standalone: a connection of

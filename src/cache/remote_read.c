@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The remote tier's reads (remote_internal.h): get_many serves queued blocks
  * from the write queue and the rest with pipelined GETs split over its
  * readers (one connection and one pool thread each), accepting a value only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The remote tier's value codec (remote_internal.h): a value is the disk
  * record of one block (disk_record.h) without its padding, raw or with a zstd
  * payload, signed under the shared key. Encoding runs on the writer thread,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The remote tier's writer thread (remote_internal.h): takes queued blocks
  * in batches, signs their records (the MAC pass runs here, off the engine's
  * thread) and sends them as one pipeline of SETs on its own connection. A

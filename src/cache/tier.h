@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* One small interface for the KV tiers below T0 (docs/design.md "The tiers"): T1 host
  * RAM (tier_ram.h), T2 local disk (tier_disk.h) and T3 remote (tier_remote.h).
  * The cache policy (cache.c) moves blocks through it without knowing which

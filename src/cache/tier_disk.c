@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T2, the disk block store (tier_disk.h): open (the scan of the directory's
  * segments), close, the record index and the events that keep the prefix
  * index in step, the owner API and the tier interface (tier.h). Its writer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T2, the disk block store (docs/design.md "The tiers", "On-disk format (T2)"): block
  * records appended to fixed-size segment files in one cache directory, found
  * again after a restart, evicted a whole segment at a time, oldest first.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T1 host-RAM store: one aligned allocation per block, a key -> record map, a
  * parent key -> stored-children count map (counts outlive an absent parent,
  * so a block put after its children knows it is not a leaf), and a min-heap of

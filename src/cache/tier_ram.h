@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T1, the host-RAM block store (docs/design.md "The tiers"): a byte budget of fixed-size
  * block payloads, evicted least-recently-used leaf first, each eviction handed
  * to a callback so the cache policy can write it back to the disk tier.

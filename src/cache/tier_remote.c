@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T3 on Redis (see tier_remote.h; remote_internal.h maps its files): open
  * and close, the shared key file, the known set and its index presence, the
  * write queue's owner side, and the tier interface. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T3, the shared remote tier (docs/design.md "The tiers"): KV blocks in a Redis (or
  * Valkey) server that many kvtier nodes read and write, so a fleet computes
  * each shared prefix once. Implements the tier interface (tier.h) with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier` subcommand dispatcher and option-parsing helpers shared by cli_*.c. */
 #include "cli.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The `kvtier` command line: a dispatcher (cli.c) and one function per
  * subcommand, each in the cli_*.c file of its area. Subcommands print their own
  * --help and return a process exit code (0 ok, 1 failure, 2 usage error). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier cache`: inspect and maintain a disk-tier cache directory (stats, ls,
  * verify, gc, clear), or the shared remote tier (stats, clear). Reading
  * commands work beside a running server; gc and clear take the directory's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Where the forward pass runs: the --device option (and $KVTIER_DEVICE) shared
  * by run, serve and eval, and `kvtier info --devices`. The engine runs on the
  * CPU only for now, so a Vulkan device is found and named, then refused. */

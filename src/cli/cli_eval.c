@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier eval`: a prompt's top logits at every position and a greedy
  * continuation as one JSON line, in the format of llama.cpp's reference
  * outputs (tests/reference compares them). */

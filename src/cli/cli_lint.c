@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier lint`: how cacheable a set of prompts is (lint.h), as text or JSON.
  * Prompts are read and tokenized as `kvtier run -f` reads them: one per line,
  * a line starting with '{' is JSON ({"prompt"} or chat {"messages"}, rendered

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier --man`: the manual page, kvtier.1, made of the same text as --help
  * (the top-level usage and every command's), so the two cannot drift apart.
  * run's and serve's options come from their tables as tagged paragraphs; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier info` and `kvtier mkmodel`, and the default model used when no -m is given. */
 #include <errno.h>
 #include <limits.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Table-driven options for run and serve: one table per command parses its
  * command line (getopt_long), checks each value against the row's kind and
  * bounds, reads $KVTIER_<NAME> for what the command line did not give, and

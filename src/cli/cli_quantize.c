@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier quantize IN.gguf OUT.gguf TYPE`: the command line over
  * kvt_quantize_file (model/quantize.h), with a progress line per tensor. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier rag`: index a corpus into fixed context blocks with a BM25 index
  * (rag.h) and query it; `rag prewarm` is cli_rag_prewarm.c (docs/rag.md). */
 #include <dirent.h>

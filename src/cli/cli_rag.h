@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* What `kvtier rag`'s two files share (cli_rag.c: index, query; cli_rag_prewarm.c:
  * prewarm). Private to src/cli/cli_rag*.c. */
 #ifndef KVT_CLI_RAG_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier rag prewarm`: computes the KV of the prompt prefixes RAG requests
  * will have, [system][chunk] for every chunk and [system][a][b] for the most
  * common chunk pairs of a question log, without generating: on a running

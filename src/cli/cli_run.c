@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier run`: its options, streaming each generation to stdout, the
  * statistics line per prompt, the cache report at the end, and a stop signal
  * ending the run cleanly. The prompts file (-f) is cli_run_file.c's. */

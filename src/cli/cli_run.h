@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier run`'s prompts file (-f), private to src/cli/: what each line asks
  * for, reading the file, and running the lines that act on the cache
  * (cli_run_file.c); cli_run.c generates the others. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier run -f`: the prompts file, one prompt per line or JSON lines with
  * kvtier's session controls and cache actions (cli_run.h), and the lines that
  * act on the cache instead of generating. */

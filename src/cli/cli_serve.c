@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier serve`: loads the model, builds the engine and the cache, starts the
  * OpenAI-compatible server (server.h) and waits for SIGINT/SIGTERM. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier tokenize`: prints the token ids of a text using only a GGUF's
  * tokenizer metadata (tensors are not needed, so vocab-only files work). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvtier entry point: hands argv to the CLI dispatcher in cli.c. */
 #include "cli.h"
 

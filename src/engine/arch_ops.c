@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Elementwise steps of the architecture variations; see arch_ops.h. */
 #include "arch_ops.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Elementwise steps some architectures add to the llama forward pass (see
  * src/model/arch.c): GELU as llama.cpp's CPU backend computes it, soft-capping
  * and scaling. Each result depends only on its own input element, so they keep

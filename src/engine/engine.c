@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The engine: the KV page pool, sequences (page tables) and the forward pass
  * of llama-family models over a batch of tokens from several sequences.
  * Attention reads K/V only through page tables; see engine.h for the layout

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The inference engine: a pool of KV pages, sequences that own page tables,
  * and the forward pass over a batch of tokens from any number of sequences.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Attention of a chunk's tokens over their sequences' pages (the page layout
  * is above kvt_eng_kv_offset in engine.c). Scores and outputs go through
  * attn.h, whose per-element operation order depends only on the element's own

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The engine side of approximate reuse (src/runtime/blend.c): moving stored
  * K to another position by rotating it, appending pages to a sequence, and
  * recomputing tokens a sequence already holds in place, with the KV deviation

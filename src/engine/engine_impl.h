@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The engine's private state and the helpers its files share (engine.c: the
  * pool, sequences and forward pass; engine_attn.c: attention over the pages;
  * engine_blend.c: re-rotating stored K and recomputing tokens a sequence

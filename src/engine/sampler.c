@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Samplers (see sampler.h). Candidates are ordered by logit then id, so the
  * outcome never depends on sort stability or on how ties were stored. */
 #include "sampler.h"

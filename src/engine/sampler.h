@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Token samplers: greedy, or temperature with optional top-k, min-p and
  * top-p (nucleus) filtering, drawing from a seeded PCG32 generator so a seed
  * always gives the same tokens for the same logits. Before either, the logits

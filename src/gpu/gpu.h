@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The GPU device layer: devices, buffers, copies, compute pipelines and
  * command submission, behind names that say nothing of the API underneath
  * (Vulkan today; a CUDA backend could sit behind the same calls).

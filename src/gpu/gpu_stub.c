@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The device layer of a build without Vulkan (no libvulkan-dev or glslc at
  * build time): the same API, no devices, and every open says how to get one. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Compute pipelines of the embedded shaders, and the one command list a device
  * records at a time: copies, dispatches, barriers, timestamps, then a submit
  * that waits on a fence. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Opening a Vulkan device with one compute queue, and its buffers: device-local
  * storage buffers, host-visible staging buffers, uploads and downloads through
  * a mapping or (discrete GPUs, KVT_VK_FORCE_STAGING=1) through staging copies. */

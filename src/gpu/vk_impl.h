@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The Vulkan backend's internals: the entry points it loads from the loader
  * at run time (VK_NO_PROTOTYPES: the binary does not link libvulkan, so it
  * starts where there is none) and the objects behind gpu.h. */

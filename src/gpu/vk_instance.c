@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The Vulkan loader, the instance (validation layer and its counting
  * messenger) and the description of each physical device. */
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The first compute kernels: f16-weight matmul and RMSNorm, one pipeline each,
  * the same for every batch size (src/gpu/shaders/common.glsl). */
 #include <stdlib.h>

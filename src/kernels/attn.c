@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Attention kernels (see attn.h): the scalar path, which performs the
  * canonical operations in the canonical order one element at a time, and the
  * front ends. The selected kernel variant's table (ops_impl.h) says which

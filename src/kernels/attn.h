@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Attention kernels over one page-run of K/V rows (f16 or f32), for a group
  * of query heads that share a KV head (GQA).
  *

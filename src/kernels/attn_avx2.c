@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX2 + FMA + F16C attention kernels (attn.h), for x86-64 CPUs without
  * AVX-512: 8 keys or dimensions per ymm. The loops are attn_tmpl.h's; this
  * file only says what a vector is. AVX2 has no masked 16-bit load, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX-512 attention kernels (attn.h): 16 keys or dimensions per zmm, masked
  * loads and stores for the tails. The loops are attn_tmpl.h's; this file only
  * says what a vector is. Same bits as the scalar path in attn.c. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The tiling of the SIMD attention kernels (attn.h), written once for every
  * instruction-set variant: attn_avx2.c and attn_avx512.c define the vector
  * type and a handful of operations on it, then include this file, which

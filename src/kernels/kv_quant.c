@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* KV row sizes per dtype and the q8_0 codec in its row and column layouts
  * (see kv_quant.h for the exact arithmetic, which the cache's bit-identity
  * rests on): a scalar path and an AVX-512 path that compute the same products;

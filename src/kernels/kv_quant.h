@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* KV element types in pages (kvt_kv_dtype): the bytes of a stored row of K or
  * V values, and the q8_0 encoding of such rows with the dequantization that
  * attention reads them through.

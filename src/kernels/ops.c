@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Kernel front end: float conversions, variant dispatch, activation rounding,
  * the threaded matmul driver, and the scalar variant — the executable
  * definition of the canonical numerics (ops.h) that the SIMD variants match. */

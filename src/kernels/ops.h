@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Compute kernels for the forward pass: float conversions, the weight-matrix
  * product (F32, F16, BF16, Q8_0, the legacy weights Q4_0, Q4_1, Q5_0, Q5_1,
  * IQ4_NL and the K-quant weights Q2_K..Q6_K) and the

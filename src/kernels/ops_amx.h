@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* What the AMX kernels (ops_k_x86.c, ops_q8_amx.c) share: their target
  * attribute and the tile configuration a matmul loads for its duration; and,
  * with the AVX-512 lanes-order Q8_0 kernel (ops_q8l_avx512.c), the token

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX2 + FMA + F16C variant of the kernels, for x86-64 CPUs without AVX-512.
  * The canonical 16-lane accumulator (ops.h) is a pair of ymm registers (lanes
  * 0-7, 8-15), so the bits equal the scalar and AVX-512 variants'. Fewer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX-512 variant (F, BW, VL, DQ, VNNI + F16C/FMA) of the kernels. Same bits as
  * the scalar variant in ops.c: one 16-lane accumulator per output element,
  * stepped through k in order, then the canonical lane tree.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Internal to the kernels: the per-variant function table and the prepared
  * (rounded, zero-padded) activations that kvt_matmul hands to a variant.
  * Every variant must produce the canonical numerics described in ops.h. */

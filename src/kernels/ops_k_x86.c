@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX2 and AVX-512 (VNNI) kernels for the K-quant weights against Q8_K
  * activations. Both compute the canonical K-quant reduction of ops.h: two
  * exact integers per super-block (any summation order gives them), then the

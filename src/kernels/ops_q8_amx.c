@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Q8_0 prefill on AMX-INT8 tiles, with the bits of ops.h's "block" Q8_0
  * order (the "lanes" order cannot use whole-block tile products; it stays on
  * the AVX-512 kernel).

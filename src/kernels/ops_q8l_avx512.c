@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Q8_0 prefill in the "lanes" order (ops.h) on AVX-512 VNNI, 16 tokens per
  * vector: the bits of tile_q8l (ops_avx512.c) with a quarter fewer vector
  * operations.

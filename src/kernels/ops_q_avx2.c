@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX2 matmul for the legacy weight types Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL;
  * same bits as kvt_ql_dot_scalar (see ops_q_avx512.c); IQ4_NL's values (up to
  * 127 in magnitude) take the signed form of the dot, sums4_signed. A block's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* AVX-512 (BW, VNNI) matmul for the legacy weight types Q4_0, Q4_1, Q5_0,
  * Q5_1 and IQ4_NL (its codes looked up as value + 128, zero 128). Same bits
  * as kvt_ql_dot_scalar: per block pair, the 64 weights are

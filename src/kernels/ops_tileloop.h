@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The tiling loop of every SIMD matmul, written once: ops_avx2.c and
  * ops_avx512.c (F32, F16, BF16, Q8_0 weights), ops_q_avx2.c and
  * ops_q_avx512.c (the legacy types) each supply only their micro-kernels,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* K-quant super-blocks: where every bit of each type sits (unpack and pack),
  * dequantization, Q8_K activations and the canonical scalar dot product that
  * the SIMD kernels (ops_k_x86.c) reproduce bit for bit. */

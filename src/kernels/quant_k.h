@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* K-quant weights (ggml types Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; ids 10..14):
  * super-blocks of 256 weights, their byte layouts, dequantization, the Q8_K
  * activations the matmul takes, the scalar (canonical) matmul, and the weight

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* K-quant weight quantizers: choose each group's scale (and min) by a small
  * search over candidate grids, each scored by a weighted least-squares fit,
  * then quantize the per-group scales against one f16 super-block scale and

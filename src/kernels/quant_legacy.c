@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (and file-format Q8_0): layouts, dequantization,
  * llama.cpp-compatible quantizers and the scalar canonical dot (see
  * quant_legacy.h for the formats, ops.h for the numerics). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* llama.cpp's legacy weight formats Q4_0, Q4_1, Q5_0 and Q5_1, and IQ4_NL (the
  * same 32-weight blocks with a non-linear 4-bit code book): block layouts,
  * dequantization, quantizers, and the scalar dot product that defines their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The architecture table: what sets each supported family apart from llama,
  * as data the loader and the engine read. The metadata keys and defaults are
  * the ones llama.cpp reads (build 4748 for phi3 and gemma2; qwen3 and gemma3

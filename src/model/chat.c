@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Chat templates: detection by the special markers each family uses (not by
  * executing Jinja), rendering conversations straight to token ids, and the
  * reply map that lets a follow-up turn reuse the exact ids of a reply.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Chat templates: recognises the family of a model's tokenizer.chat_template
  * (ChatML, Llama 3, Llama 2, Mistral, Qwen3, Gemma, Phi-3) and renders conversations for it to
  * token ids. Also the reply map: assistant replies kvtier generated, keyed by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fixed context blocks: documents rendered so each starts and ends on a
  * cache-block boundary (the rule is in kvtier.h, kvt_render_documents). */
 #include <stdio.h>

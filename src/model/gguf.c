@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* GGUF reader and writer. The reader never trusts the file: every read goes
  * through a cursor that checks the remaining length, every count is bounded by
  * the bytes that could hold it, and tensors are checked for type, shape,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* GGUF v2/v3 reader (over mmap or a caller's buffer) and writer.
  *
  * The reader validates every offset, size, type, count and string before use;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier mkmodel`: random-weight GGUFs of every architecture kvtier runs. Tensor data is generated
  * on the fly by the writer callback from a per-tensor seed, so a 250M-parameter
  * model never sits in memory and the bytes depend only on (seed, name, shape). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Random-weight GGUF models for tests, demos and benchmarks (`kvtier mkmodel`).
  * Weights are deterministic for a seed; the tokenizer is copied from a vocab
  * GGUF or is a small built-in byte-level BPE vocabulary. */

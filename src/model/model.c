@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Model loading: reads hyperparameters from GGUF metadata, binds every weight
  * after checking its shape and type, loads the tokenizer and computes the
  * fingerprint that roots the cache keys. */

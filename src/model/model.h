@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* A loaded model: hyperparameters from GGUF metadata, weights bound to the
  * mapped tensors (shape- and type-checked), its tokenizer and fingerprint.
  * Architectures: llama (1/2/3, Mistral, GQA, rope scaling), qwen2 (q/k/v

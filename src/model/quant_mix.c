@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The K-quant file types' per-tensor recipe (see quant_mix.h): which weights
  * get more bits, by tensor role and layer, as llama.cpp decides them. */
 #include "quant_mix.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Per-tensor weight types of the K-quant file types ("mixes": Q4_K_M, ...),
  * following llama.cpp build 4748's published recipe (llama_tensor_get_type),
  * and the fallback for tensors whose rows a K type cannot hold.

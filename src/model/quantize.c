@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier quantize`: the type tables (file types by name, row quantizers by tensor
  * type), the per-tensor plan that follows llama-quantize, and the rewrite
  * through the GGUF writer with rows quantized on a thread pool. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier quantize`: rewrites an F32/F16/BF16 GGUF with its weight matrices in
  * another type, every metadata key and tensor kept.
  *

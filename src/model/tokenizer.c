@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tokenizer core: loads the vocabulary from GGUF metadata, splits special
  * tokens out of the text, dispatches text fragments to SPM or BPE, renders
  * pieces and detokenizes. The algorithms themselves live in tokenizer_spm.c

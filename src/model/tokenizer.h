@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tokenizers built from GGUF metadata (tokenizer.ggml.*): SentencePiece-style
  * ("llama": score-ordered bigram merges over UTF-8 characters, byte fallback)
  * and byte-level BPE ("gpt2": pre-tokenizer regexes named by tokenizer.ggml.pre,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Byte-level BPE (GPT-2 style) as llama.cpp does it: a chain of pre-tokenizer
  * regexes (chosen by tokenizer.ggml.pre) splits the text into words, each
  * match and each unmatched gap becoming a word of its own and the next regex

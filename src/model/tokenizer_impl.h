@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Internals shared by tokenizer.c (vocabulary, special tokens, pieces),
  * tokenizer_spm.c and tokenizer_bpe.c. Not part of any API. */
 #ifndef KVT_TOKENIZER_IMPL_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* SentencePiece-style tokenization of one text fragment, as llama.cpp does it:
  * spaces become U+2581, the text is cut into UTF-8 characters, and adjacent
  * symbols whose concatenation is a token are merged, highest score first

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The read-only views kvtier.h gives embedders (and the kvtier commands) of a
  * model, an engine and a cache: thin accessors over the layers' own headers,
  * so a program built on the public header alone needs nothing else. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvt_blend: approximate reuse of documents at a new position (blend.h), as a
  * job that advances in bounded steps (kvt_blend_step) so a server can run
  * other sequences' decode steps between them. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Approximate reuse of documents (opt-in, off by default): the CacheBlend idea
  * over kvtier's fixed context blocks.
  *

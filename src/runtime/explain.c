@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvt_reuse_stop in words: token texts via the detokenizer, and the short
  * stats-line form. */
 #include "explain.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Words for a kvt_reuse_stop (docs/api.md "Why did this miss?"): the differing
  * token texts and a one-line summary, shared by `kvtier run` and the server
  * so both say the same thing. */

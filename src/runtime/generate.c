@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvt_generate: the request loop over the engine and the cache policy. */
 #include "generate.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* One request end to end: match the prompt against the cache, restore what is
  * cached, prefill the rest, decode, and register every completed block
  * (prompt and generated) so later requests can reuse it. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The JSON matcher and its token mask (see json_grammar.h).
  *
  * State is a small stack of frames (an object being written, a string, a

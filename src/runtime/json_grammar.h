@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Constrained decoding for JSON: a byte-level pushdown automaton driven by a
  * compiled JSON Schema (a stated subset), and the per-step token mask that
  * keeps a model's output a valid, schema-conforming document.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The compiled form of a schema, shared by json_schema.c (which builds it
  * from JSON Schema) and json_grammar.c (which matches bytes against it). Not
  * for use outside src/runtime/. */

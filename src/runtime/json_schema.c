@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* JSON Schema (the subset json_grammar.h states) compiled into the node graph
  * json_grammar.c matches against. Every keyword is either understood,
  * accepted as an annotation, or refused with a message that names it and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Prompt lint (see lint.h): shared prefixes, first divergences and their
  * likely causes, the reusable fraction now and after the suggested fixes. */
 #include "lint.h"

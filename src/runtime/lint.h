@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Prompt lint: how much of a set of prompts kvtier could reuse if they ran in
  * order through an unbounded cache, where each one stops sharing with the
  * prompts before it, why (by simple heuristics), and how much a fix would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Cache-aware RAG: a corpus cut into fixed context blocks (chunks), a BM25
  * index over them in one file, retrieval, and the planner that turns the
  * retrieved chunks into a stable prefix (docs/rag.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Building a RAG index (rag.h): documents cut into chunks that render as whole
  * runs of cache blocks, their BM25 terms, and the postings sorted into an
  * index. rag_index.c holds the finished index: file format, load, query. */

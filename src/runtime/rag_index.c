@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The RAG index (rag.h): its file format (save, validated load), BM25
  * retrieval, and the planner that orders retrieved chunks into a stable
  * prefix. Building it is rag_build.c. */

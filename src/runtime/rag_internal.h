@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* What the RAG index's two files share (rag_build.c builds, rag_index.c
  * saves, loads and queries): the index's layout and the term splitter.
  * Private to src/runtime/rag_*.c. */

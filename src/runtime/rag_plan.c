@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache-aware RAG planner (rag.h, kvt_rag_plan_cached): orders the
  * retrieved documents of a rendered prompt so its prefix follows what the
  * cache already holds, then canonical order. */

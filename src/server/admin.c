@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache admin endpoints (/v1/cache/pin, unpin, prefetch, flush, stats),
  * which run as jobs on the engine thread (sched_jobs.c runs them), and
  * GET /v1/cache/lint, answered on the HTTP thread from the recent prompts. */

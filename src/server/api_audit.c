@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The field audit of request bodies (api_audit.h): the fields OpenAI's and
  * llama.cpp's clients send that kvtier does not read, accepted only at their
  * neutral value. */

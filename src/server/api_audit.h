@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The field audit of OpenAI request bodies (private to src/server/): every
  * field OpenAI's and llama.cpp's clients send that kvtier does not read
  * elsewhere is either one that never changes the output (accepted and

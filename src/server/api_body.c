@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The strict check of request bodies (api_body.h): json_strict.h's walk, the
  * top-level fields each body's parser reads, and the 400 a fault becomes. */
 #include "api_body.h"

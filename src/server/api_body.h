@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The check every HTTP request body gets before its handler parses it
  * (json_strict.h's rules, as an OpenAI-style 400), and what each body's
  * parser reads at the top level, for `kvtier serve --strict`. Private to

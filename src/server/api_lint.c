@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvt_lint_json: a lint report as JSON (cJSON). */
 #include "api_lint.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The JSON of a prompt lint report (lint.h), shared by `kvtier lint --json`
  * and GET /v1/cache/lint so tooling reads one format. */
 #ifndef KVT_API_LINT_H

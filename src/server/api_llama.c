@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* /tokenize, /detokenize and /props (see api_llama.h): llama-server's names
  * and shapes, built with cJSON. */
 #include "api_llama.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The llama-server-style endpoints beside the OpenAI ones, as data: request
  * parsing and response JSON of POST /tokenize and POST /detokenize (the names
  * and shapes llama-server uses, so its clients work unchanged), and GET /props

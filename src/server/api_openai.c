@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* OpenAI request parsing and validation (cJSON, api_openai.h): the raw-body
  * pass before parsing, then each field. Errors name the offending field in
  * "param", as OpenAI does, so clients can show them. Responses are in

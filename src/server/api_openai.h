@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The OpenAI-compatible HTTP surface as data, its request side: parsing and
  * validating request bodies of /v1/completions and /v1/chat/completions into
  * kvt_api_request, and the errors they get. The JSON of responses, stream

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The RAG surface as data (api_rag.h): kvtier.rag options, retrieval and
  * planning into fixed context blocks, the kvtier.rag report, the prefill answer. */
 #include "api_rag.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The RAG surface as data (docs/rag.md "The RAG route"): POST /v1/rag/chat/completions's
  * options and retrieval, its `kvtier.rag` report, and the answer of
  * POST /v1/cache/prefill. No I/O here; reentrant. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* OpenAI response JSON (cJSON, api_response.h): whole responses, stream
  * chunks, the usage chunk, errors and the model list, with kvtier's cache
  * report and OpenAI's two logprobs shapes. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The OpenAI-compatible HTTP surface as data, its response side: the JSON of
  * responses, stream chunks, the usage chunk, errors and the model list, with
  * kvtier's cache report. Every builder returns a malloc'd NUL-terminated

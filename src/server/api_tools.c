@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tools and structured output on the OpenAI surface (see api_tools.h). */
 #include "api_tools.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tool calling and structured output on the OpenAI surface: parsing tools,
  * tool_choice, parallel_tool_calls, response_format and the tool turns of a
  * conversation; rendering tools, tool calls and tool results into the chat

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* UTF-8 validation for generated text (api_utf8.h): replacement of invalid
  * sequences and the complete-character prefix a stream may send now. */
 #include "api_utf8.h"

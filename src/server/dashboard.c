@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* GET /dashboard (dashboard.h): the page, rendered from the /metrics text.
  * Every figure is a cell naming its series (data-m, and data-d for a divisor)
  * and its format (data-f); the server fills the cells once, and the inline

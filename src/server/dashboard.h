@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The live dashboard `kvtier serve` answers at GET /dashboard: one HTML page,
  * everything inline (no external script, style, font or image: the response
  * carries a Content-Security-Policy that forbids them), rendered on the server

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The generic route handlers: generation (/v1/completions,
  * /v1/chat/completions, /v1/rag/chat/completions, /v1/cache/prefill), which
  * queue a request for the engine thread and answer with its JSON or an SSE

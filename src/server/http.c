@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The HTTP layer (see server_impl.h): libmicrohttpd's callbacks
  * (kvt_srv_on_request, kvt_srv_on_completed, kvt_srv_on_connection), the
  * route table and the dispatch to the handlers, API and metrics keys, request

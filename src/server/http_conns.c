@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The per-address connection quota, the reserve for new addresses and the
  * client behind a trusted proxy (see http_conns.h). */
 #include "http_conns.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Who holds kvtier's connections: the per-address quota, the reserve kept for
  * new addresses, and the client address behind a trusted proxy.
  *

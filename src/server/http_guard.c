@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The HTTP layer's defences (see http_guard.h): the in-flight body budget, the
  * whole-request deadlines and their watchdog thread, the framing checks. */
 #include "http_guard.h"

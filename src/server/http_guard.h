@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Defences of kvtier's HTTP layer that libmicrohttpd (0.9.75) does not give:
  *  - a budget for the request bodies held in memory at once, so many large
  *    requests together answer 503 instead of exhausting memory;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The strict JSON check (json_strict.h): an iterative walk over the grammar
  * with a stack of the open containers, a key table for duplicates, and the
  * string rules kvtier's C strings need. */

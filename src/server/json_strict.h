@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* One strict pass over a JSON text before any parser sees it: the grammar of
  * RFC 8259 and, beyond it, what makes parsers disagree or what kvtier's C
  * strings cannot carry. A body passes only when every parser reads the same

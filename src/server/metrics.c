@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Prometheus metrics: counters kept under one mutex, rendered on demand into
  * a growable buffer. Metric names carry the kvtier_ prefix and unit suffixes
  * (_total, _seconds, _bytes) as Prometheus naming asks. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Server metrics in the Prometheus text format: request counters by endpoint
  * and status, token counters (prompt, generated, cached by tier, computed),
  * a time-to-first-token histogram, a request-duration histogram per endpoint,

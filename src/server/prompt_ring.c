@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* A bounded ring of recent prompts by tenant salt (see prompt_ring.h). */
 #include "prompt_ring.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The last prompts the server ran, by tenant, for GET /v1/cache/lint: a ring
  * of at most `cap` prompts (token ids and the tenant salt, copied), the oldest
  * overwritten first. Memory is bounded by cap * (longest prompt). The ring

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The ring of recent generations (req_ring.h) and its JSON. */
 #include "req_ring.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The last generations the server answered, each with its cache report
  * (tokens by tier, computed, where reuse stopped and why), for the
  * dashboard's "last requests" table and GET /dashboard/requests. A ring of

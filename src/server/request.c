@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Building the engine-side request (srv_req) from a parsed API request: the
  * tenant salt, the prompt (chat rendering with remembered replies, documents),
  * limits and sampling; the extra choices of n > 1; the X-Session-Id header;

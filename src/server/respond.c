@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The answers to a generation request: the JSON of a finished one and the
  * SSE stream of one in progress, for any number of choices (n), with tool
  * calls read back out of the text (api_tools.c) when the request has tools. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Admission of a request into sequence slots (engine thread): the cache
  * lookup and attach that restore its prefix, RAG's planning at admission,
  * its kvtier report, and for n > 1 the other choices forked from its prompt. */

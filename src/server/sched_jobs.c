@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The admin jobs (/v1/cache/pin, unpin, prefetch, flush, stats), run on the
  * engine thread, which alone touches the cache; admin.c queues them. */
 #include <stdio.h>

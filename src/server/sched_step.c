@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The continuous-batching step (engine thread): one batch of a decode token
  * per generating slot plus a prefill chunk of the oldest prompting one, then
  * each sampled token: grammar mask, end-of-generation, logprobs, stop

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* kvtier serve's engine thread (see server_impl.h): its loop, and the queue:
  * which waiting request is admitted next (cache-aware scheduling) and the
  * prefetch of a waiting request's prefix. The rest of the engine thread is in

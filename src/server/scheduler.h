@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The engine thread's parts (private to src/server/), for kvtier serve's
  * scheduler: scheduler.c runs the loop and picks from the queue, and calls
  *   sched_admit.c   a request into sequence slots (attach, its report, forks)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The HTTP server behind `kvtier serve`: libmicrohttpd (one thread per
  * connection) in front of ONE engine thread that owns the engine and the
  * cache and runs continuous batching over up to `parallel` sequences.

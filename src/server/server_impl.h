@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The server's private state and the declarations its files share. Not for
  * use outside src/server/. The HTTP side runs on libmicrohttpd's threads:
  *   http.c      the callbacks, the route table and dispatch, keys, framing,

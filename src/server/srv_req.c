@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* A request's shared state between its handler and the engine thread
  * (srv_req, server_impl.h): references (the last one frees), waking the
  * waiting handler, ending a request and its other choices with an error; and

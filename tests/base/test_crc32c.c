@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* CRC32C: the standard check value, known vectors, the hardware and table
  * paths agree on every length and alignment, and extension equals one pass. */
 #include <string.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The internal 128-bit key map against a naive array model: random puts,
  * overwrites and deletes over a small key space (long probe runs, wrap-around
  * at the table end), including keys that differ only in their high half. */

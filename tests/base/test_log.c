@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Logging: every line has an ISO-8601 UTC timestamp with milliseconds and a
  * level, text or JSON (one parseable object per line, control bytes and quotes
  * escaped), the threshold filters, a log file is appended to and never opened

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Thread pool: every ith runs exactly once per run, the caller sees all
  * writes, runs back to back (spin path) and after idle (futex path) work. */
 #include <stdatomic.h>

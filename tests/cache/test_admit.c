@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The admission sketch: a block seen once is not admitted, seen twice it is;
  * few of many once-seen blocks slip through; aging lets old sightings fade. */
 #include "admit.h"

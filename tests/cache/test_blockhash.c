@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Block keys: chaining (a change in block i changes h[i..] and nothing
  * before), every root field separates namespaces, a pinned known-answer key,
  * the partial tail is not a block, and the collision test hook truncates. */

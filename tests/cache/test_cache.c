@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Prefix reuse end to end: greedy output and logits with a cache hit are
  * bit-identical to a cold run — from T0, from T1, after a partial-block
  * match, after a mismatch in the middle of a block, with generated tokens

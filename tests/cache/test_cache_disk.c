@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk tier behind the cache policy: blocks demoted RAM -> disk and
  * persisted across a restart (a new cache on the same directory) are restored
  * with greedy output and logits bit-identical to a cold run; the admission

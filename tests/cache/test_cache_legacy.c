@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache invariant on quantized-weight models: for Q4_0 (and the other
  * legacy types and Q8_0), greedy output and logits after a cache hit from T0,
  * from T1 and from T2 (a new process on the same disk directory) are

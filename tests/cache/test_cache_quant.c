@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The cache invariant on a K-quant model (Q4_K_M: Q4_K and Q6_K weights, Q8_K
  * activations): greedy output and logits with a hit from T0, from T1 and,
  * after a restart, from T2 are bit-identical to a cold run; so is a prompt

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk tier's index checkpoint: a clean close writes one and the next
  * open takes every record from it without scanning headers; what was appended
  * after a periodic checkpoint (then kill -9) is scanned and found; a corrupt,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The disk tier's I/O backend, with io_uring and with the pread fallback:
  * a batch of reads lands every byte where it was asked (more requests than
  * the queue depth, in any order), reports each request once through the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The batched open scan (disk_scan.c) against the scan it replaces, one pread
  * per header: on segment files of short records (read in chunks), long ones
  * (header reads at predicted offsets) and mixed ones (sizes, block sizes,

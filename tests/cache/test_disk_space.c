@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Disk tier on a full disk that frees up again: on a small tmpfs, writes
  * stop at ENOSPC with one warning while every stored record stays readable,
  * the writer checks the free space on its own, and once a filler file is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* KV expansion under pressure (docs/tiers.md "Expansion: more sessions than
  * fast memory holds"): an agent workload whose sessions outnumber the active
  * pool keeps every session's KV in RAM and on disk and gets it back.

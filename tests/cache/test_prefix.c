@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Prefix index: longest-prefix lookup across tiers (stops at the first absent
  * or mismatching block, mid-block changes, partial tails), per-tier presence
  * and handles, child counts and ghosts, and forced hash collisions that must

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Disk tier: round trip and restart, batched reads, the index's T2 presence,
  * kill -9 crashes, corrupted / truncated / foreign files, namespace and
  * version changes, the size budget under churn with reinsertion, the lock

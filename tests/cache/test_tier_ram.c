@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* RAM tier: payload round-trip, budget never exceeded under churn, exact LRU
  * over leaves (a parent never goes while a child stays), every eviction seen
  * once by the callback, and the prefix index's T1 presence equal to the store

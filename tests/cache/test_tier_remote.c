@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* T3 on a real redis-server that this test starts on a free loopback port:
  * the key file is mandatory and checked; a round trip through the write queue
  * and through Redis; a pipelined batch in one round trip; corrupted values,

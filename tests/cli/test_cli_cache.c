@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* `kvtier cache`: stats and ls describe the records (and stats sizes its
  * progress from the segment files), verify finds a corrupted
  * payload (exit 1) that a header scan cannot, and a record whose MAC was

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The architectures of src/model/arch.c.
  *
  * 1. kvtier's logits against an independent, naive forward pass in double

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Engine tests: logits against llama.cpp's reference outputs, bit-exact batch
  * invariance (chunking, threads, shared, copied and copy-on-write pages,
  * interleaved sequences), and paged-KV bookkeeping. */

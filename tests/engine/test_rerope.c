@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Approximate reuse's engine pieces (engine_blend.c):
  * - kvt_engine_rerope_page moves stored K to another position: layer 0's K
  *   depends only on the token and its position, so the K of a block computed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Sampler tests: greedy is argmax, filters narrow the choice as specified, a
  * seed replays the same tokens, and draws follow the softmax probabilities. */
 #include <math.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Shape sweep: random-weight models of random shapes — odd head
  * counts and GQA groups, head_dim 32..256 with SIMD tails, every weight type
  * (F32, F16, BF16, Q8_0, the legacy and the K quants),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Shared by the GPU tests: validation on, and a skip (exit 77, saying why)
  * where this build or machine has no Vulkan device. */
 #ifndef KVT_GPU_TEST_H

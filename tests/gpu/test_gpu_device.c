@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The GPU device layer on whatever Vulkan device 0 is (lavapipe here): the
  * listing, open errors, buffer round trips through a mapping and through
  * staging copies (KVT_VK_FORCE_STAGING=1), one submission of many copy

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The first GPU kernels against the CPU, on Vulkan device 0 (lavapipe here),
  * over a sampled sweep of shapes (rows/cols 1..1024 with odd sizes, batch
  * 1..64; the seed is printed and $KVT_GPU_SEED replays one):

@@ -2,7 +2,7 @@
 # The code-shape rules of STYLE.md, checked on every run so they cannot drift: no source file
 # in src/ over 800 lines, no function over 80 lines without a "Long:" reason in the comment
 # above it (scripts/long_functions.py), no #include that climbs out of its folder with "../",
-# and the page bytes reached only through the engine's page I/O.
+# the page bytes reached only through the engine's page I/O, and the SPDX line atop each C file.
 set -u
 SRC=${KVT_SRC:?KVT_SRC must point to the source tree}
 command -v python3 >/dev/null || { echo "SKIP: needs python3 (scripts/setup.sh installs it)"; exit 77; }
@@ -34,4 +34,14 @@ check "no #include \"../ in src/${up:+: $up}" is "$up" ""
 mkdir -p "$TMP/src/cache"
 { echo '#include "../base/log.h"'; cat "$SRC/src/cache/tier.h"; } >"$TMP/src/cache/tier.h"
 check "the include grep finds a planted #include \"../" is "$(up_includes "$TMP/src" | cut -d: -f1,2)" "cache/tier.h:1"
+# every C source carries the license's SPDX line first (LICENSE: MIT)
+no_spdx() { # no_spdx DIR...: the .c/.h files under DIR whose first line is not the SPDX line
+  find "$@" -name '*.[ch]' | while read -r f; do
+    [ "$(head -n 1 "$f")" = "// SPDX-License-Identifier: MIT" ] || echo "${f#"$SRC"/}"
+  done
+}
+missing=$(no_spdx "$SRC/src" "$SRC/include" "$SRC/tests" "$SRC/bench" "$SRC/fuzz" | head -n 5)
+check "every .c/.h starts with the SPDX line${missing:+: $missing}" is "$missing" ""
+# the check itself can fail: the planted copy above does not start with it
+check "the SPDX check finds a file without the line" is "$(no_spdx "$TMP/src" | sed "s|^$TMP/||")" "src/cache/tier.h"
 kvt_test_done test_code_rules

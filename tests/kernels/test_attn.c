@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Attention kernels (attn.h), in every variant this CPU runs (scalar, AVX2,
  * AVX-512; a variant it lacks is reported as a skipped part, with the reason).
  * For each variant:

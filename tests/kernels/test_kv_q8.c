@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* q8_0 KV (--kv-type q8_0): the row codec's exact arithmetic; a clear error
  * for a head_dim that is not a multiple of 32; logits and greedy tokens
  * bit-identical across thread counts, chunking, n_batch and page size; greedy

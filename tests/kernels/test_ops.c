@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Kernel tests: conversions against first-principles references, matmul for
  * every weight type against a double-precision reference, batch invariance
  * (bitwise) across batch sizes, positions, thread counts and variants, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The Q8_0 prefill kernels' edges, in both orders: every variant gives the
  * scalar variant's bits at the shapes where a kernel changes its tiling.
  * The AVX-512 "lanes" kernel (ops_q8l_avx512.c) takes 16 tokens per vector

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* K-quant weights: pack/unpack round trips, the Q8_K activation rounding,
  * and the quantizers' error on fixed data against bounds taken from
  * llama.cpp's own reference quantizers on the same data. */

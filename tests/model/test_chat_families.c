@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Chat templates of the qwen3, gemma and phi3 families: mkmodel
  * writes each architecture's template, kvt_chat_detect recognises it (and the
  * released models' templates), and a conversation renders to exactly the text

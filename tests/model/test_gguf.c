@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* GGUF reader: every shared model and vocab parses; writer round-trips;
  * malformed inputs (truncations, bit flips, bad counts) fail cleanly. */
 #include <dirent.h>

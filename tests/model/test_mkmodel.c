@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* mkmodel: every arch and weight type loads back with the requested shapes;
  * weights are deterministic per seed; the fingerprint separates seeds, types
  * and shapes; Q8_0/BF16/F16 weights stay close to the F32 ones. */

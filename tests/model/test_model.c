@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Model loading rejects what it cannot run with a message naming the problem:
  * missing tensors, wrong shapes, unsupported types/architectures, bad metadata.
  * Every case is a real file derived from a valid mkmodel output. */

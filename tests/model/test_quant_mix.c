@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The K-quant mixes' per-tensor types against llama.cpp: the expected strings
  * are the types llama-quantize (build 4748) wrote for two mkmodel models,
  * per tensor role and layer; and the fallback for rows that are not

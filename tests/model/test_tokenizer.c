@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tokenizer: llama.cpp's vocab test strings token for token, round trips,
  * the reference prompts of the shared models, pieces and special tokens,
  * malformed metadata, and a timing on 100 KB inputs. */

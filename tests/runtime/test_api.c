@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The public API alone (kvtier.h): load, tokenize, complete twice with reuse,
  * lookup by salt, pin/release, statistics, error codes and messages. */
 #include <stdlib.h>

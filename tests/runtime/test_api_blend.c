@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Approximate reuse through the public API alone (kvtier.h: kvt_request's
  * reuse, recompute_ratio and doc_starts, kvt_render_documents_spans):
  * - the defaults are exact reuse and a ratio of 0.15;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Approximate reuse (src/runtime/blend.c):
  * - with recompute ratio 1 every placed token is recomputed in order, so the
  *   output is bit-identical to a cold run over the same prompt;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Fixed context blocks: kvt_render_documents puts every document on
  * cache-block boundaries, the same documents in the same order after the
  * same prefix give a full-prefix hit whose greedy output is bit-identical to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* "Why did this miss?": kvt_cache_explain names the right block, token offset,
  * reason and differing texts for planted misses — a timestamp changed near
  * the top, a prompt shorter than a block, a different tenant salt, a block

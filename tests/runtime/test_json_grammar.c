@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The JSON grammar: documents accepted and refused byte by byte, schema
  * keywords compiled or refused by name, the token mask equal to a brute-force
  * check of every token, and random walks over a real vocabulary (the GPT-2

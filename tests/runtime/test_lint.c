@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Prompt lint finds planted divergences — a timestamp, a reordered tool list,
  * a per-user id at the top, prompts shorter than a block — names the right
  * token and cause, and its advice, applied by hand to the prompt texts, raises

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Cache-aware RAG units (rag.h): chunking keeps every chunk within its
  * block budget and loses no text; BM25 ranks the right chunk first; the index
  * file round-trips and a damaged, truncated, foreign-version or linked file is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* api_openai.c and chat.c without a server: request validation (types,
  * ranges, defaults), UTF-8 sanitizing and holding back split characters,
  * response shapes, ChatML rendering with reply-id splicing, the reply map. */

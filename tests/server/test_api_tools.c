@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Tools on the OpenAI surface as data: tools rendered byte-stable in each
  * family's style (JSON as the templates print it), tool turns and calls in
  * history, calls read back out of generated text with their exact

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The connection table behind kvtier serve's accept policy: the per-address
  * quota, the reserve that only addresses with no connection may take, trusted
  * proxies outside the quota with their forwarded clients claimed against

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* json_strict.c and api_body.c without a server: the strict JSON check's
  * edge cases (duplicate keys compared decoded and per object, \u0000, raw
  * control bytes, each kind of bad UTF-8, surrogate escapes, the grammar,

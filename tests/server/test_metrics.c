@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Server metrics: counters add up, the TTFT histogram is cumulative and
  * consistent with its count and sum, the tier gauges come from the sampled
  * cache stats, and the exposition text is well formed (every sample belongs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The server's scheduler driven directly, without HTTP: requests are built
  * and queued through the handlers' own functions (kvt_srv_make_request,
  * kvt_srv_enqueue) on a server over a tiny random model, and each test waits
