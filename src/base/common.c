@@ -56,6 +56,19 @@ double kvt_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+struct timespec kvt_deadline_after(double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    time_t whole = (time_t)seconds;
+    ts.tv_sec += whole;
+    ts.tv_nsec += (long)((seconds - (double)whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int kvt_write_all(int fd, const void *buf, size_t n) {
     const unsigned char *p = buf;
     while (n) {

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "kvtier.h"
 #include "log.h"
@@ -35,6 +36,9 @@ static inline int kvt_add_ovf(uint64_t a, uint64_t b, uint64_t *out) {
 
 /* Monotonic clock in seconds. */
 double kvt_now(void);
+/* The CLOCK_MONOTONIC time `seconds` (>= 0) from now, for a condition
+ * variable created with that clock (pthread_cond_timedwait). */
+struct timespec kvt_deadline_after(double seconds);
 
 /* Writes all n bytes of buf to fd, retrying short writes and EINTR.
  * Returns 0 or -errno. */

@@ -59,14 +59,7 @@ static uint64_t space_needed(const kvt_disk *d) {
 static void wait_for_space(kvt_disk *d) {
     double left = d->space_next - kvt_now();
     if (left > 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += (time_t)left;
-        until.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = kvt_deadline_after(left);
         if (pthread_cond_timedwait(&d->cv_work, &d->mu, &until) != ETIMEDOUT) return;
     }
     d->space_next = kvt_now() + d->p.space_retry_s;

@@ -188,14 +188,7 @@ static void wait_for_work(kvt_remote *r) {
         pthread_cond_wait(&r->cv_work, &r->mu);
         return;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)left;
-    until.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = kvt_deadline_after(left);
     pthread_cond_timedwait(&r->cv_work, &r->mu, &until);
 }
 

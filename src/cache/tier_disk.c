@@ -616,14 +616,7 @@ disk_qslot *kvt_disk_queued_slot(kvt_disk *d, kvt_hash128 hash) {
 /* Waits (mu held) until the queue has a free slot or wait_ms pass. */
 static void wait_for_room(kvt_disk *d) {
     if (d->q_count < d->p.queue_depth || !d->p.put_wait_ms) return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += d->p.put_wait_ms / 1000;
-    until.tv_nsec += (long)(d->p.put_wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = kvt_deadline_after(d->p.put_wait_ms / 1e3);
     double t0 = kvt_now();
     d->st.put_waits++;
     while (d->q_count == d->p.queue_depth && !d->write_err)

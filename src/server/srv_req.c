@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common.h"
 #include "scheduler.h"
 #include "server_impl.h"
 
@@ -19,11 +20,7 @@ void kvt_srv_cond_init(pthread_cond_t *cv) {
 }
 
 void kvt_srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = kvt_deadline_after(ms / 1e3);
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
