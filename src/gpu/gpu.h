@@ -150,4 +150,79 @@ int kvt_gpu_rec_matmul_f16(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *w, k
 int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_gpu_buf *weight, uint32_t n,
                         uint32_t n_tok, float eps);
 
+/* ---- the forward pass's kernels ------------------------------------------------------ *
+ * Every kernel follows common.glsl's rules. Activation buffers are f32 rows,
+ * token t's row at t * (its width). Conversions to f16 round to nearest even
+ * in integer code, so they give kvt_f32_to_f16's bits on every device. */
+
+/* A weight matrix in device memory: rows x cols of KVT_TYPE_F32, F16 or Q8_0
+ * given in the CPU's layout (row_bytes per row; Q8_0 in blocks of 32: an f16
+ * scale, then 32 int8), uploaded once. It is stored as row slices that each
+ * fit one binding (kvt_gpu_max_binding), so a matrix larger than one binding
+ * still runs. Other types are KVT_EUNSUPPORTED naming the type. */
+typedef struct kvt_gpu_wmat kvt_gpu_wmat;
+int kvt_gpu_wmat_supported(uint32_t type);
+int kvt_gpu_wmat_new(kvt_gpu_dev *d, uint32_t type, uint32_t rows, uint32_t cols, const void *data, size_t row_bytes,
+                     kvt_gpu_wmat **out);
+void kvt_gpu_wmat_free(kvt_gpu_wmat *w);
+uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w); /* device memory it takes */
+
+/* y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for t < n_tok,
+ * r < rows, c < cols, f32 accumulation in c order within each invocation's
+ * share and the fixed tree across them. */
+int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
+                       kvt_gpu_buf *x, uint32_t n_tok);
+
+/* In place, for each of n_tok rows of n_heads * head_dim floats: rotates the
+ * leading rope_dim dims of each head by the row's angles, cs[t * rope_dim/2 + i]
+ * and sn[...] (computed on the host), as the CPU's rope does: NORM pairs dims
+ * (2i, 2i+1), NEOX (neox != 0) pairs (i, i + rope_dim/2); a pair (a, b) becomes
+ * (fma(a, c, -(b * s)), fma(a, s, b * c)). */
+int kvt_gpu_rec_rope(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *cs, kvt_gpu_buf *sn, uint32_t n_heads,
+                     uint32_t head_dim, uint32_t rope_dim, int neox, uint32_t n_tok);
+/* x[i] += y[i] for i < n. */
+int kvt_gpu_rec_add(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *y, uint32_t n);
+/* g[i] = g[i] / (1 + exp(-g[i])) * u[i] for i < n (SwiGLU's gate). */
+int kvt_gpu_rec_silu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uint32_t n);
+
+/* The KV pages in device memory, in the engine's page layout (engine.h): a
+ * page is n_layer * 2 * n_head_kv blocks of block * head_dim elements (f16, or
+ * f32 when f16 is 0); the block of (layer, kv = 0 for K / 1 for V, kv head g)
+ * starts at element ((layer * 2 + kv) * n_head_kv + g) * block * head_dim; a K
+ * block is [head_dim][block] (element d of slot s at d * block + s), a V block
+ * [block][head_dim]. Page p lives in chunk[p / pages_per_chunk] at byte
+ * (p % pages_per_chunk) * page_stride, so no binding exceeds the limit. */
+#define KVT_GPU_KV_CHUNKS 4
+typedef struct {
+    uint32_t n_layer, n_head_kv, head_dim, block;
+    int f16;
+    uint64_t page_stride; /* bytes, a multiple of 4, >= the page's bytes */
+    uint32_t pages_per_chunk;
+    int n_chunks;
+    kvt_gpu_buf *chunk[KVT_GPU_KV_CHUNKS];
+} kvt_gpu_kv;
+
+/* A chunk's token table (uint32), meta[4t .. 4t+3] for token t < n_tok:
+ *   pos   its position; it attends keys 0..pos of its sequence
+ *   page  the page that receives its K/V, and
+ *   slot  its slot there
+ *   tab   the index in meta where its sequence's page table starts: meta[tab + j]
+ *         is the page holding positions j * block .. j * block + block - 1. */
+#define KVT_GPU_META_WORDS 4
+
+/* Writes each token's K row (kx[t * kv_dim + g * head_dim ...], kv_dim =
+ * n_head_kv * head_dim) and V row of layer, for every kv head g, into its page
+ * slot, rounded to f16 when kv->f16. */
+int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *kx, kvt_gpu_buf *vx,
+                         kvt_gpu_buf *meta, uint32_t n_tok);
+/* out[t * n_head * head_dim + h * head_dim + d]: query head h of token t
+ * (q laid out the same) over keys 0..pos of its sequence, reading kv head
+ * h / (n_head / n_head_kv): softmax of scale * q.k, times V. With f16 pages
+ * q is rounded to f16 first and each softmax weight before it multiplies V.
+ * One workgroup per (token, head) goes through the keys in order, a block at
+ * a time, with an online softmax; nothing depends on n_tok or on the other
+ * tokens, so a token decoded alone gets the bits it gets in a prefill. */
+int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
+                          kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok);
+
 #endif
