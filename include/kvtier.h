@@ -188,6 +188,8 @@ typedef struct {
     int32_t n_batch;          /* prefill chunk: at most this many tokens per forward pass */
     int32_t max_seqs;         /* sequences that can exist at once */
     int32_t n_ctx;            /* max tokens per sequence; 0 = the model's training context */
+    int32_t device;           /* where the forward pass and T0 live: 0 = the CPU (host RAM);
+                                 N + 1 = Vulkan device N (kvtier info --devices) */
 } kvt_engine_params;
 
 KVT_API kvt_engine_params kvt_engine_default_params(void);

@@ -59,7 +59,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
     c->pages = kvt_xcalloc((size_t)c->n_pages, sizeof *c->pages);
     c->fp = kvt_model_fingerprint(kvt_engine_model(e));
     c->kv_type = ep.kv_dtype == KVT_KV_F32 ? KVT_TYPE_F32 : ep.kv_dtype == KVT_KV_Q8_0 ? KVT_TYPE_Q8_0 : KVT_TYPE_F16;
-    snprintf(c->numerics, sizeof c->numerics, "%s/%s", ENGINE_NUMERICS_VERSION, kvt_ops_numerics_id());
+    snprintf(c->numerics, sizeof c->numerics, "%s/%s", ENGINE_NUMERICS_VERSION, kvt_engine_numerics_id(e));
     c->scratch_tokens = kvt_xmalloc((size_t)c->B * sizeof(int32_t));
     c->params = *p;
     c->params.disk_dir = NULL; /* not kept: the caller owns the string */

@@ -87,6 +87,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
     const kvt_hparams *hp = &model->hp;
     if (p.block_size < 1 || p.n_threads < 1 || p.n_batch < 1 || p.max_seqs < 1 || p.n_ctx < 0 || p.n_pages < 0 ||
+        p.device < 0 ||
         (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32 && p.kv_dtype != KVT_KV_Q8_0))
         return kvt_fail(KVT_EARG, "invalid engine parameters");
     if (kvt_kv_row_bytes(p.kv_dtype, hp->head_dim) == 0)
@@ -117,8 +118,10 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         free(e);
         return kvt_fail(KVT_ELIMIT, "KV pool of %d pages is too large", p.n_pages);
     }
-    e->page_mem = pool_alloc((size_t)pool_bytes);
-    if (!e->page_mem) {
+    /* on a device the pool lives there (engine_gpu.c), and no host pointer reaches a page */
+    e->page_mem = p.device ? NULL : pool_alloc((size_t)pool_bytes);
+    e->no_host_pages = p.device != 0;
+    if (!e->page_mem && !p.device) {
         free(e);
         return kvt_fail(-ENOMEM, "cannot allocate %llu bytes of KV pages", (unsigned long long)pool_bytes);
     }
@@ -139,12 +142,18 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         return kvt_fail(-ENOMEM, "cannot start %d worker threads", p.n_threads);
     }
     alloc_activations(e);
+    int rc = p.device ? kvt_eng_gpu_new(e, p.device - 1) : 0;
+    if (rc) {
+        kvt_engine_free(e);
+        return rc;
+    }
     *out = e;
     return 0;
 }
 
 void kvt_engine_free(kvt_engine *e) {
     if (!e) return;
+    kvt_eng_gpu_free(e->gpu);
     if (e->seqs)
         for (int32_t s = 0; s < e->p.max_seqs; s++) free(e->seqs[s].pages);
     free(e->seqs);
@@ -162,6 +171,16 @@ void kvt_engine_free(kvt_engine *e) {
 }
 
 const kvt_model *kvt_engine_model(const kvt_engine *e) { return e->model; }
+const char *kvt_engine_numerics_id(const kvt_engine *e) {
+    return e->gpu ? kvt_eng_gpu_numerics(e->gpu) : kvt_ops_numerics_id();
+}
+const char *kvt_engine_device_name(const kvt_engine *e) { return e->gpu ? kvt_eng_gpu_name(e->gpu) : "cpu"; }
+kvt_eng_gpu_stats kvt_engine_gpu_stats(const kvt_engine *e) {
+    kvt_eng_gpu_stats s = {0};
+    if (e->gpu) s = *kvt_eng_gpu_stats_of(e->gpu);
+    return s;
+}
+uint64_t kvt_engine_weight_device_bytes(const kvt_engine *e) { return e->gpu ? kvt_eng_gpu_weight_bytes(e->gpu) : 0; }
 kvt_engine_params kvt_engine_params_of(const kvt_engine *e) { return e->p; }
 kvt_pool *kvt_engine_pool(kvt_engine *e) { return e->pool; }
 int32_t kvt_engine_n_vocab(const kvt_engine *e) { return e->model->hp.n_vocab; }
@@ -208,7 +227,9 @@ int32_t kvt_page_unref(kvt_engine *e, int32_t id) {
 
 int32_t kvt_page_refcount(const kvt_engine *e, int32_t id) { return page_valid(e, id) ? e->refcount[id] : 0; }
 int kvt_page_is_shared(const kvt_engine *e, int32_t id) { return page_valid(e, id) && e->refcount[id] > 1; }
-void *kvt_page_data(kvt_engine *e, int32_t id) { return e->page_mem + (size_t)id * e->page_stride; }
+void *kvt_page_data(kvt_engine *e, int32_t id) {
+    return e->page_mem ? e->page_mem + (size_t)id * e->page_stride : NULL;
+}
 const void *kvt_page_data_const(const kvt_engine *e, int32_t id) {
     return e->page_mem + (size_t)id * e->page_stride;
 }
@@ -226,6 +247,7 @@ static int run_page_ok(const kvt_engine *e, int32_t id, size_t i) {
 int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
+    if (e->gpu) return n ? kvt_eng_gpu_pages_out(e->gpu, io, n, e->page_bytes) : 0;
     for (size_t i = 0; i < n; i++) memcpy(io[i].host, kvt_page_data_const(e, io[i].page), e->page_bytes);
     return 0;
 }
@@ -233,6 +255,7 @@ int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n) {
 int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
+    if (e->gpu) return n ? kvt_eng_gpu_pages_in(e->gpu, io, n, e->page_bytes) : 0;
     for (size_t i = 0; i < n; i++) memcpy(kvt_page_data(e, io[i].page), io[i].host, e->page_bytes);
     return 0;
 }
@@ -240,6 +263,7 @@ int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n) {
 int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (run_page_ok(e, dst[i], i) || run_page_ok(e, src[i], i)) return KVT_EARG;
+    if (e->gpu) return n ? kvt_eng_gpu_pages_copy(e->gpu, dst, src, n, e->page_bytes) : 0;
     for (size_t i = 0; i < n; i++)
         if (dst[i] != src[i]) memcpy(kvt_page_data(e, dst[i]), kvt_page_data_const(e, src[i]), e->page_bytes);
     return 0;
@@ -251,7 +275,7 @@ void *kvt_page_host(kvt_engine *e, int32_t id) {
 const void *kvt_page_host_const(const kvt_engine *e, int32_t id) {
     return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data_const(e, id);
 }
-void kvt_engine_set_host_pages(kvt_engine *e, int on) { e->no_host_pages = !on; }
+void kvt_engine_set_host_pages(kvt_engine *e, int on) { e->no_host_pages = !on || e->page_mem == NULL; }
 
 /* ---- sequences ------------------------------------------------------------ */
 
@@ -322,9 +346,10 @@ int32_t kvt_seq_pages_needed(const kvt_engine *e, int32_t seq, int32_t add) {
     return st ? (int32_t)pages_needed(e, st, add) : 0;
 }
 
-/* Makes room for one more token in st and returns where its K/V go. Never
- * fails: decode() checked that the pool has the pages. */
-static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_t *slot) {
+/* Makes room for one more token in st and returns where its K/V go. Fails
+ * only when copying a shared tail page on a device fails (then st is as it
+ * was): decode() checked that the pool has the pages. */
+static int seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_t *slot) {
     int32_t B = e->p.block_size;
     int32_t s = st->len % B;
     if (s == 0) {
@@ -337,7 +362,11 @@ static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_
             /* copy on write: others still read the shared page */
             int32_t id = NO_PAGE;
             kvt_page_alloc(e, &id);
-            memcpy(kvt_page_data(e, id), kvt_page_data(e, *tail), e->page_bytes);
+            int rc = kvt_pages_copy(e, &id, tail, 1);
+            if (rc) {
+                kvt_page_unref(e, id);
+                return rc;
+            }
             kvt_page_unref(e, *tail);
             *tail = id;
         }
@@ -345,6 +374,15 @@ static void seq_reserve_slot(kvt_engine *e, seq_state *st, int32_t *page, int32_
     *page = st->pages[st->n_pages - 1];
     *slot = s;
     st->len++;
+    return 0;
+}
+
+/* Cuts st back to len tokens (<= its length), dropping the pages past them:
+ * how a failed device chunk undoes its slots. */
+static void seq_truncate(kvt_engine *e, seq_state *st, int32_t len) {
+    int32_t keep = (len + e->p.block_size - 1) / e->p.block_size;
+    while (st->n_pages > keep) kvt_page_unref(e, st->pages[--st->n_pages]);
+    st->len = len;
 }
 
 /* ---- forward pass ----------------------------------------------------------- */
@@ -599,18 +637,20 @@ void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
 /* Runs n (<= n_batch) tokens whose slots are reserved (pos/tseq/tpage/tslot
  * filled, embeddings in x) through the layers; writes the logits of the n_want
  * rows listed in wanted to logits. */
-static void forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+static int forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
     const kvt_model *m = e->model;
     const kvt_hparams *hp = &m->hp;
     const int64_t D = hp->n_embd;
     kvt_eng_chunk_begin(e, n);
+    if (e->gpu) return kvt_eng_gpu_forward(e, n, n_want, logits);
     kvt_eng_layers(e, n, 0, hp->n_layer);
-    if (n_want == 0) return;
+    if (n_want == 0) return 0;
     /* final norm only for the rows that want logits, packed so one matmul serves them */
     for (int32_t w = 0; w < n_want; w++)
         kvt_rmsnorm(e->xb + w * D, e->x + (int64_t)e->wanted[w] * D, m->output_norm, D, hp->rms_eps);
     kvt_matmul(e->pool, &m->output, e->xb, D, n_want, logits, hp->n_vocab);
     if (hp->final_softcap > 0) kvt_softcap(logits, (int64_t)n_want * hp->n_vocab, hp->final_softcap);
+    return 0;
 }
 
 int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
@@ -640,23 +680,36 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
         return kvt_fail(KVT_ELIMIT, "batch needs %lld free KV pages, the pool has %d of %d", (long long)need,
                         e->n_free, e->p.n_pages);
 
+    /* on a device a chunk can fail (a lost device): the sequences then go
+     * back to their lengths before the call */
+    int32_t *len0 = NULL;
+    if (e->gpu) {
+        len0 = alloc_i32(e->p.max_seqs);
+        for (int32_t s = 0; s < e->p.max_seqs; s++) len0[s] = e->seqs[s].len;
+    }
+    const int32_t nbatch = e->gpu ? KVT_MIN(e->p.n_batch, kvt_eng_gpu_chunk(e->gpu)) : e->p.n_batch;
     float *out = logits;
-    for (int32_t c0 = 0; c0 < b->n; c0 += e->p.n_batch) {
-        int32_t n = KVT_MIN(e->p.n_batch, b->n - c0);
+    int rc = 0;
+    for (int32_t c0 = 0; c0 < b->n && !rc; c0 += nbatch) {
+        int32_t n = KVT_MIN(nbatch, b->n - c0);
         int32_t n_want = 0;
-        for (int32_t i = 0; i < n; i++) {
+        for (int32_t i = 0; i < n && !rc; i++) {
             int32_t bi = c0 + i;
             seq_state *st = &e->seqs[b->seq[bi]];
             e->tseq[i] = b->seq[bi];
             e->pos[i] = st->len;
-            seq_reserve_slot(e, st, &e->tpage[i], &e->tslot[i]);
+            rc = seq_reserve_slot(e, st, &e->tpage[i], &e->tslot[i]);
             kvt_wmat_row_f32(&e->model->tok_embd, b->token[bi], e->x + (int64_t)i * hp->n_embd);
             if (b->want_logits ? b->want_logits[bi] != 0 : bi == b->n - 1) e->wanted[n_want++] = i;
         }
-        forward_chunk(e, n, n_want, out);
+        if (!rc) rc = forward_chunk(e, n, n_want, out);
         if (n_want) out += (int64_t)n_want * hp->n_vocab;
     }
-    return 0;
+    if (rc && len0)
+        for (int32_t s = 0; s < e->p.max_seqs; s++)
+            if (e->batch_count[s]) seq_truncate(e, &e->seqs[s], len0[s]);
+    free(len0);
+    return rc;
 }
 
 int kvt_engine_feed(kvt_engine *e, int32_t seq, const int32_t *tokens, int32_t n, int all_logits, float *logits) {

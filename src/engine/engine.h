@@ -46,6 +46,26 @@ kvt_engine_params kvt_engine_params_of(const kvt_engine *e); /* effective params
 kvt_pool *kvt_engine_pool(kvt_engine *e);                    /* owned by the engine */
 int32_t kvt_engine_n_vocab(const kvt_engine *e);
 
+/* ---- the device ---------------------------------------------------------------- */
+
+/* The numerics id of this engine's kernels, part of every cache key so that
+ * blocks computed by other kernels never serve it: the CPU kernels' id, or
+ * for a GPU the backend, vendor, device, driver version, pipeline-cache UUID
+ * and a hash of the shaders. */
+const char *kvt_engine_numerics_id(const kvt_engine *e);
+/* Where the engine runs, for messages: "cpu" or the device's name. */
+const char *kvt_engine_device_name(const kvt_engine *e);
+/* What a GPU engine moved and ran (all 0 on the CPU): page I/O runs and pages
+ * each way, the submissions they took, forward chunks and tokens. A run of
+ * pages copied in or out is one submission when it fits the staging buffer. */
+typedef struct {
+    uint64_t runs_out, runs_in, pages_out, pages_in, io_submits;
+    uint64_t chunks, tokens;
+} kvt_eng_gpu_stats;
+kvt_eng_gpu_stats kvt_engine_gpu_stats(const kvt_engine *e);
+/* Device memory the weights take (0 on the CPU). */
+uint64_t kvt_engine_weight_device_bytes(const kvt_engine *e);
+
 /* ---- pages ---------------------------------------------------------------- */
 
 /* Bytes of one page (every page has this size). */
@@ -71,7 +91,7 @@ int kvt_page_is_shared(const kvt_engine *e, int32_t id);
  * For the engine's own kernels and tests: the cache and the runtime go
  * through the page I/O calls below, which an engine with pages in device
  * memory can also serve. */
-void *kvt_page_data(kvt_engine *e, int32_t id);
+void *kvt_page_data(kvt_engine *e, int32_t id); /* NULL when the pages are on a device */
 const void *kvt_page_data_const(const kvt_engine *e, int32_t id);
 
 /* ---- page I/O --------------------------------------------------------------

@@ -30,7 +30,15 @@ static void v_row_read(const kvt_engine *e, const uint8_t *pg, int32_t layer, in
     else memcpy(out, vd, (size_t)hd * sizeof(float));
 }
 
+/* Approximate reuse rewrites pages in place through host pointers; on a
+ * device it is refused, and the runtime then computes the tokens instead. */
+static int refuse_on_device(const kvt_engine *e, const char *what) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s: approximate reuse runs on the CPU engine only; this engine runs on %s",
+                    what, kvt_engine_device_name(e));
+}
+
 int kvt_engine_rerope_page(kvt_engine *e, int32_t page, int32_t delta) {
+    if (e->gpu) return refuse_on_device(e, "re-rotating a page's keys");
     if (page < 0 || page >= e->p.n_pages || e->refcount[page] != 1)
         return kvt_fail(KVT_EARG, "page %d is not held by one owner alone", page);
     if (delta == 0) return 0;
@@ -112,6 +120,7 @@ static float store_deviation(kvt_engine *e, int32_t l, int32_t i, float *buf) {
 
 int kvt_engine_recompute(kvt_engine *e, int32_t seq, const int32_t *tokens, const int32_t *pos, int32_t n,
                          int32_t dev_layer, float *dev) {
+    if (e->gpu) return refuse_on_device(e, "recomputing tokens in place");
     const kvt_hparams *hp = &e->model->hp;
     const int32_t B = e->p.block_size;
     const seq_state *st = seq >= 0 && seq < e->p.max_seqs && e->seqs[seq].active ? &e->seqs[seq] : NULL;

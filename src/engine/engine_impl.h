@@ -24,6 +24,10 @@
  * same for an f16 cache keeps us within a few ulps of llama.cpp at no cost. */
 #define ATTN_ROUND_TO_KV_DTYPE 1
 
+/* The GPU engine (engine_gpu.c, engine_gpu_run.c), when the engine runs on a
+ * device: NULL on the CPU. */
+typedef struct kvt_eng_gpu kvt_eng_gpu;
+
 typedef struct {
     int active;
     int32_t len;      /* tokens */
@@ -34,6 +38,7 @@ typedef struct {
 struct kvt_engine {
     const kvt_model *model;
     kvt_engine_params p;
+    kvt_eng_gpu *gpu;        /* the forward pass and the pages on a device, or NULL */
     kvt_pool *pool;
     size_t row_bytes;        /* bytes of one stored K or V row (head_dim values of kv_dtype) */
     int32_t kv_dim;          /* n_head_kv * head_dim */
@@ -106,5 +111,24 @@ void kvt_eng_store_kv(kvt_engine *e, int32_t layer, int32_t i);
  * l's attention of the chunk's n tokens, whose K/V are stored, into e->att. */
 void kvt_eng_attn_scratch_layout(kvt_engine *e);
 void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n);
+
+/* ---- the GPU engine -------------------------------------------------------
+ * kvt_eng_gpu_new opens Vulkan device index for e (whose params, page sizes
+ * and pool size are set), checks that the model runs there, uploads the
+ * weights and makes the device page pool; on failure e->gpu stays NULL and
+ * the error says what. forward runs a chunk set up as for forward_chunk
+ * (engine.c), n <= kvt_eng_gpu_chunk tokens. The page I/O calls are the
+ * engine's (engine.h) for a device pool, ids already checked. */
+int kvt_eng_gpu_new(kvt_engine *e, int index);
+void kvt_eng_gpu_free(kvt_eng_gpu *g);
+int32_t kvt_eng_gpu_chunk(const kvt_eng_gpu *g);
+int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits);
+int kvt_eng_gpu_pages_out(kvt_eng_gpu *g, const kvt_page_out *io, size_t n, size_t page_bytes);
+int kvt_eng_gpu_pages_in(kvt_eng_gpu *g, const kvt_page_in *io, size_t n, size_t page_bytes);
+int kvt_eng_gpu_pages_copy(kvt_eng_gpu *g, const int32_t *dst, const int32_t *src, size_t n, size_t page_bytes);
+const char *kvt_eng_gpu_numerics(const kvt_eng_gpu *g);
+const char *kvt_eng_gpu_name(const kvt_eng_gpu *g);
+uint64_t kvt_eng_gpu_weight_bytes(const kvt_eng_gpu *g);
+const kvt_eng_gpu_stats *kvt_eng_gpu_stats_of(const kvt_eng_gpu *g);
 
 #endif

@@ -45,6 +45,8 @@ typedef struct {
     int int8;              /* 8-bit integer arithmetic in shaders */
     uint64_t max_binding;  /* the largest storage buffer one binding may cover */
     int timestamps;        /* the compute queue can write timestamps */
+    char numerics[80];     /* what decides this device's bits: driver version, pipeline-cache UUID and a
+                              hash of the built-in shaders, as hex ("drv-uuid-spirv") */
 } kvt_gpu_info;
 
 /* 1 when this build has a GPU backend, 0 for the stub. */
@@ -127,8 +129,13 @@ int kvt_gpu_rec_barrier(kvt_gpu_dev *d);
 /* Writes a timestamp once the work before it is done; *slot names it for
  * kvt_gpu_elapsed_ns. KVT_EUNSUPPORTED where the queue has no timestamps. */
 int kvt_gpu_rec_timestamp(kvt_gpu_dev *d, uint32_t *slot);
-/* Submits what was recorded and waits for it. */
+/* Submits what was recorded and waits for it. A lost device fails this and
+ * every later submission (KVT_VK_LOSE_AFTER=N makes submission N and those
+ * after it fail so, to test the callers). */
 int kvt_gpu_submit(kvt_gpu_dev *d);
+/* Drops an open recording without running it (after a recording call
+ * failed); nothing when none is open. */
+void kvt_gpu_abort(kvt_gpu_dev *d);
 /* Nanoseconds between two timestamps of the last submission. */
 int kvt_gpu_elapsed_ns(kvt_gpu_dev *d, uint32_t from, uint32_t to, double *ns);
 

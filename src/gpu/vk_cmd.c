@@ -163,9 +163,29 @@ int kvt_gpu_rec_timestamp(kvt_gpu_dev *d, uint32_t *slot) {
     return 0;
 }
 
+void kvt_gpu_abort(kvt_gpu_dev *d) {
+    if (!d || !d->recording) return;
+    d->f.vkEndCommandBuffer(d->cmd);
+    d->recording = 0;
+}
+
+/* KVT_VK_LOSE_AFTER=N: submission N and every one after it fail as a lost
+ * device does, to test what the engine does then. */
+static int lose_injected(kvt_gpu_dev *d) {
+    const char *v = getenv("KVT_VK_LOSE_AFTER");
+    d->n_submits++;
+    if (v && *v && d->n_submits >= strtoull(v, NULL, 10)) d->lost = 1;
+    return d->lost;
+}
+
 int kvt_gpu_submit(kvt_gpu_dev *d) {
     int rc = need_recording(d, "submit");
     if (rc) return rc;
+    if (lose_injected(d)) {
+        kvt_gpu_abort(d);
+        return kvt_fail(-EIO, "gpu submit: the device '%s' was lost (VK_ERROR_DEVICE_LOST, injected by "
+                              "KVT_VK_LOSE_AFTER)", d->info.name);
+    }
     d->recording = 0;
     /* what the device wrote is visible to the host once the fence is signalled */
     barrier(d, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
@@ -174,6 +194,7 @@ int kvt_gpu_submit(kvt_gpu_dev *d) {
     if (r == VK_SUCCESS) r = d->f.vkResetFences(d->dev, 1, &d->fence);
     if (r == VK_SUCCESS) r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
     if (r == VK_SUCCESS) r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_ERROR_DEVICE_LOST) d->lost = 1;
     return r == VK_SUCCESS ? 0 : kvt_vk_fail(r, "gpu submit");
 }
 
@@ -196,8 +217,7 @@ int kvt_gpu_copy(kvt_gpu_dev *d, kvt_gpu_buf *src, kvt_gpu_buf *dst, const kvt_g
     if (rc) return rc;
     rc = kvt_gpu_rec_copy(d, src, dst, r, n);
     if (rc) {
-        d->f.vkEndCommandBuffer(d->cmd);
-        d->recording = 0;
+        kvt_gpu_abort(d);
         return rc;
     }
     return kvt_gpu_submit(d);

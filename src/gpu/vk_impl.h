@@ -127,6 +127,8 @@ struct kvt_gpu_dev {
     uint64_t ts_mask;   /* the valid bits of a timestamp */
     uint32_t n_queries; /* written in this recording */
     int recording;
+    uint64_t n_submits; /* since open, for KVT_VK_LOSE_AFTER */
+    int lost;           /* the device was lost: every later submission fails */
     int force_staging;
     uint64_t max_binding;
     uint64_t nonatomic; /* nonCoherentAtomSize */

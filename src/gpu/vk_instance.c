@@ -169,6 +169,21 @@ static void version_text(uint32_t v, char *out, size_t cap) {
 }
 
 /* Long: one query per property the listing shows, each a few lines. */
+/* FNV-1a over every built-in shader's SPIR-V: a new shader build is new numerics. */
+static uint64_t shaders_hash(void) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t s = 0; s < kvt_vk_n_shaders; s++)
+        for (size_t b = 0; b < kvt_vk_shaders[s].bytes; b++) h = (h ^ kvt_vk_shaders[s].code[b]) * 1099511628211ull;
+    return h;
+}
+
+static void numerics_text(const VkPhysicalDeviceProperties *p, kvt_gpu_info *info) {
+    char uuid[2 * VK_UUID_SIZE + 1];
+    for (unsigned b = 0; b < VK_UUID_SIZE; b++) snprintf(uuid + 2 * b, 3, "%02x", p->pipelineCacheUUID[b]);
+    snprintf(info->numerics, sizeof info->numerics, "%08x-%s-%016llx", p->driverVersion, uuid,
+             (unsigned long long)shaders_hash());
+}
+
 void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
     memset(info, 0, sizeof *info);
     VkPhysicalDevice pd = vi->phys[i];
@@ -191,6 +206,7 @@ void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
     else snprintf(info->driver, sizeof info->driver, "version 0x%08x", p.driverVersion);
     info->subgroup_size = sub.subgroupSize;
     info->max_binding = p.limits.maxStorageBufferRange;
+    numerics_text(&p, info);
     if (v12) {
         VkPhysicalDeviceShaderFloat16Int8Features f16 = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+/* The engine on a GPU (a Vulkan device of src/gpu): the weights are uploaded
+ * once, T0's page pool lives in device memory, and a chunk's forward pass is
+ * recorded as dispatches of the device's kernels. The host keeps what is
+ * small and shared with the CPU path: slot reservation and page tables, the
+ * embedding rows and the rope angles (the same functions as the CPU engine),
+ * and sampling. Pages reach the host only through the page I/O calls, each
+ * run one batched copy through a staging buffer.
+ *
+ * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16
+ * or f32 KV; anything else is refused when the engine is made, naming what. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "engine_gpu_impl.h"
+#include "kv_quant.h"
+#include "model.h"
+
+/* Why this model cannot run on the GPU engine yet, or 0. */
+static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
+    const kvt_hparams *hp = &m->hp;
+    const char *why = NULL;
+    if (kv == KVT_KV_Q8_0) why = "q8_0 KV (use --kv-type f16 or f32)";
+    else if (hp->attn_softcap > 0 || hp->final_softcap > 0) why = "logit soft-capping";
+    else if (hp->ffn_act == KVT_FFN_GELU) why = "a GELU feed-forward";
+    else if (hp->q_scale > 0 || hp->embd_scale != 1.0f) why = "scaled queries or embeddings";
+    else if (hp->rope_base_swa > 0) why = "a second rope for sliding layers";
+    for (int32_t l = 0; !why && l < hp->n_layer; l++) {
+        const kvt_layer *L = &m->layers[l];
+        if (L->bq || L->bk || L->bv) why = "q/k/v biases";
+        else if (L->q_norm || L->k_norm) why = "q/k head norms";
+        else if (L->post_attn_norm || L->post_ffn_norm) why = "post-norms";
+        else if (L->window) why = "sliding-window attention";
+    }
+    if (!why && (hp->rope_dim % 2 || hp->head_dim % 2)) why = "an odd head or rope dimension";
+    if (!why) return 0;
+    return kvt_fail(KVT_EUNSUPPORTED, "the GPU engine runs llama-style models in this version; this %s model has %s, "
+                                      "which only the CPU engine runs (--device cpu)", hp->arch_name, why);
+}
+
+static int upload_w(kvt_eng_gpu *g, const kvt_wmat *w, const char *name, int32_t layer, kvt_gpu_wmat **out) {
+    if (!kvt_gpu_wmat_supported(w->type))
+        return kvt_fail(KVT_EUNSUPPORTED, "%s%.0d %s: weights of type %s have no GPU kernel yet (F32, F16 and Q8_0 "
+                                          "do); run this model with --device cpu", layer >= 0 ? "layer " : "",
+                        layer, name, kvt_ggml_type_name(w->type));
+    int rc = kvt_gpu_wmat_new(g->d, w->type, (uint32_t)w->rows, (uint32_t)w->cols, w->data, w->row_bytes, out);
+    if (rc) return kvt_fail_prefix(rc, "uploading %s: ", name), rc;
+    g->weight_bytes += kvt_gpu_wmat_bytes(*out);
+    return 0;
+}
+
+static int upload_f32(kvt_eng_gpu *g, const float *v, int64_t n, kvt_gpu_buf **out) {
+    int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, (uint64_t)n * 4, out);
+    if (!rc) rc = kvt_gpu_upload(g->d, *out, 0, v, (uint64_t)n * 4);
+    if (!rc) g->weight_bytes += (uint64_t)n * 4;
+    return rc;
+}
+
+static int upload_weights(kvt_engine *e, kvt_eng_gpu *g) {
+    const kvt_model *m = e->model;
+    const kvt_hparams *hp = &m->hp;
+    g->L = kvt_xcalloc((size_t)hp->n_layer, sizeof *g->L);
+    g->n_layer = hp->n_layer;
+    int rc = 0;
+    for (int32_t l = 0; !rc && l < hp->n_layer; l++) {
+        const kvt_layer *L = &m->layers[l];
+        gpu_layer *G = &g->L[l];
+        rc = upload_w(g, &L->wq, "attn_q", l, &G->wq);
+        if (!rc) rc = upload_w(g, &L->wk, "attn_k", l, &G->wk);
+        if (!rc) rc = upload_w(g, &L->wv, "attn_v", l, &G->wv);
+        if (!rc) rc = upload_w(g, &L->wo, "attn_output", l, &G->wo);
+        if (!rc) rc = upload_w(g, &L->w_gate, "ffn_gate", l, &G->wg);
+        if (!rc) rc = upload_w(g, &L->w_up, "ffn_up", l, &G->wu);
+        if (!rc) rc = upload_w(g, &L->w_down, "ffn_down", l, &G->wd);
+        if (!rc) rc = upload_f32(g, L->attn_norm, hp->n_embd, &G->attn_norm);
+        if (!rc) rc = upload_f32(g, L->ffn_norm, hp->n_embd, &G->ffn_norm);
+    }
+    if (!rc) rc = upload_w(g, &m->output, "output", -1, &g->out);
+    if (!rc) rc = upload_f32(g, m->output_norm, hp->n_embd, &g->out_norm);
+    return rc;
+}
+
+/* The page pool in chunks of whole pages, none over the binding limit. */
+static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
+    const kvt_hparams *hp = &e->model->hp;
+    kvt_gpu_kv *kv = &g->kv;
+    kv->n_layer = (uint32_t)hp->n_layer;
+    kv->n_head_kv = (uint32_t)hp->n_head_kv;
+    kv->head_dim = (uint32_t)hp->head_dim;
+    kv->block = (uint32_t)e->p.block_size;
+    kv->f16 = e->p.kv_dtype == KVT_KV_F16;
+    kv->page_stride = e->page_stride;
+    uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->page_stride;
+    if (per == 0)
+        return kvt_fail(KVT_ELIMIT, "a KV page of %zu bytes is larger than this device's largest binding (%llu bytes); "
+                                    "use a smaller --block-size", e->page_bytes, (unsigned long long)maxb);
+    kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
+    kv->n_chunks = (int)(((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk);
+    if (kv->n_chunks > KVT_GPU_KV_CHUNKS)
+        return kvt_fail(KVT_ELIMIT, "a KV pool of %d pages (%llu MiB) needs %d bindings of at most %llu MiB on this "
+                                    "device, over the %d the GPU engine binds; lower --kv-active to %llu MiB or less",
+                        e->p.n_pages, (unsigned long long)((uint64_t)e->p.n_pages * e->page_stride >> 20),
+                        kv->n_chunks, (unsigned long long)(maxb >> 20), KVT_GPU_KV_CHUNKS,
+                        (unsigned long long)(per * KVT_GPU_KV_CHUNKS * e->page_stride >> 20));
+    for (int c = 0; c < kv->n_chunks; c++) {
+        uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk, (uint64_t)e->p.n_pages - (uint64_t)c * kv->pages_per_chunk);
+        int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, pages * e->page_stride, &kv->chunk[c]);
+        if (rc) return kvt_fail_prefix(rc, "the KV pool in device memory: "), rc;
+    }
+    return 0;
+}
+
+static int dev_f32(kvt_eng_gpu *g, uint64_t n, kvt_gpu_buf **out) {
+    return kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, (n ? n : 1) * 4, out);
+}
+
+/* Long: the activations for a chunk of g->nb tokens and the staging buffers, each checked. */
+static int make_activations(kvt_engine *e, kvt_eng_gpu *g) {
+    const kvt_hparams *hp = &e->model->hp;
+    const uint64_t maxb = kvt_gpu_max_binding(g->d);
+    const uint64_t widest = (uint64_t)KVT_MAX(KVT_MAX(hp->n_embd, hp->n_ff), KVT_MAX(e->q_dim, e->kv_dim));
+    uint64_t nb = KVT_MIN((uint64_t)e->p.n_batch, maxb / (widest * 4));
+    if (nb > 4096) nb = 4096;
+    if (nb == 0 || (uint64_t)hp->n_vocab * 4 > maxb)
+        return kvt_fail(KVT_ELIMIT, "this device's largest binding (%llu bytes) cannot hold one row of %lld floats",
+                        (unsigned long long)maxb, (long long)KVT_MAX((int64_t)widest, (int64_t)hp->n_vocab));
+    g->nb = (int32_t)nb;
+    uint64_t lg = KVT_MIN(KVT_MIN(maxb, LOGITS_STAGE_BYTES) / ((uint64_t)hp->n_vocab * 4), nb);
+    g->lg = (uint32_t)(lg ? lg : 1);
+    const uint64_t D = (uint64_t)hp->n_embd, half = (uint64_t)hp->rope_dim / 2;
+    g->meta_words = (uint32_t)(KVT_GPU_META_WORDS * nb + KVT_MIN(nb, (uint64_t)e->p.max_seqs) * e->max_pages_per_seq);
+    int rc = dev_f32(g, nb * D, &g->x);
+    if (!rc) rc = dev_f32(g, nb * D, &g->xb);
+    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->q_dim, &g->q);
+    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->kv_dim, &g->k_);
+    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->kv_dim, &g->v);
+    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->q_dim, &g->att);
+    if (!rc) rc = dev_f32(g, nb * (uint64_t)hp->n_ff, &g->hb);
+    if (!rc) rc = dev_f32(g, nb * (uint64_t)hp->n_ff, &g->hb2);
+    if (!rc) rc = dev_f32(g, nb * half, &g->cs);
+    if (!rc) rc = dev_f32(g, nb * half, &g->sn);
+    if (!rc) rc = dev_f32(g, g->meta_words, &g->meta);
+    if (!rc) rc = dev_f32(g, (uint64_t)g->lg * D, &g->xw);
+    if (!rc) rc = dev_f32(g, (uint64_t)g->lg * D, &g->xw2);
+    if (!rc) rc = dev_f32(g, (uint64_t)g->lg * (uint64_t)hp->n_vocab, &g->logits);
+    g->off_cs = nb * D * 4;
+    const uint64_t angles = nb * half > 0 ? nb * half : 1;
+    g->off_sn = g->off_cs + angles * 4;
+    g->off_meta = g->off_sn + angles * 4;
+    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, g->off_meta + (uint64_t)g->meta_words * 4, &g->in_stage);
+    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, (uint64_t)g->lg * (uint64_t)hp->n_vocab * 4, &g->out_stage);
+    uint64_t io = KVT_MIN((uint64_t)e->p.n_pages, KVT_MAX(1ull, IO_STAGE_BYTES / e->page_stride));
+    g->io_pages = (uint32_t)io;
+    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, io * e->page_stride, &g->io_stage);
+    if (rc) kvt_fail_prefix(rc, "GPU activations for %llu tokens: ", (unsigned long long)nb);
+    return rc;
+}
+
+static void numerics_id(kvt_eng_gpu *g) {
+    const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
+    snprintf(g->numerics, sizeof g->numerics, "vk-%04x-%04x-%s", in->vendor_id, in->device_id, in->numerics);
+}
+
+/* Long: the device, its kernels, the model check, weights, pool and activations in order, undone on failure. */
+int kvt_eng_gpu_new(kvt_engine *e, int index) {
+    int rc = model_supported(e->model, e->p.kv_dtype);
+    if (rc) return rc;
+    kvt_eng_gpu *g = kvt_xcalloc(1, sizeof *g);
+    e->gpu = g;
+    rc = kvt_gpu_open(index, &g->d);
+    if (!rc) rc = kvt_gpu_kernels_new(g->d, &g->k);
+    if (!rc) rc = upload_weights(e, g);
+    if (!rc) rc = make_pool(e, g);
+    if (!rc) rc = make_activations(e, g);
+    if (!rc) {
+        numerics_id(g);
+        return 0;
+    }
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kvt_errmsg());
+    kvt_eng_gpu_free(g);
+    e->gpu = NULL;
+    return kvt_fail(rc, "GPU engine on vulkan:%d: %s", index, msg);
+}
+
+void kvt_eng_gpu_free(kvt_eng_gpu *g) {
+    if (!g) return;
+    for (int32_t l = 0; l < g->n_layer; l++) {
+        gpu_layer *G = &g->L[l];
+        kvt_gpu_wmat_free(G->wq), kvt_gpu_wmat_free(G->wk), kvt_gpu_wmat_free(G->wv), kvt_gpu_wmat_free(G->wo);
+        kvt_gpu_wmat_free(G->wg), kvt_gpu_wmat_free(G->wu), kvt_gpu_wmat_free(G->wd);
+        kvt_gpu_buf_free(G->attn_norm), kvt_gpu_buf_free(G->ffn_norm);
+    }
+    free(g->L);
+    kvt_gpu_wmat_free(g->out);
+    kvt_gpu_buf *bufs[] = {g->out_norm, g->x, g->xb, g->q, g->k_, g->v, g->att, g->hb, g->hb2, g->cs, g->sn,
+                           g->meta, g->xw, g->xw2, g->logits, g->in_stage, g->out_stage, g->io_stage};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bufs); i++) kvt_gpu_buf_free(bufs[i]);
+    for (int c = 0; c < g->kv.n_chunks; c++) kvt_gpu_buf_free(g->kv.chunk[c]);
+    kvt_gpu_kernels_free(g->k);
+    kvt_gpu_close(g->d);
+    free(g);
+}
+
+int32_t kvt_eng_gpu_chunk(const kvt_eng_gpu *g) { return g->nb; }
+const char *kvt_eng_gpu_numerics(const kvt_eng_gpu *g) { return g->numerics; }
+const kvt_eng_gpu_stats *kvt_eng_gpu_stats_of(const kvt_eng_gpu *g) { return &g->st; }
+uint64_t kvt_eng_gpu_weight_bytes(const kvt_eng_gpu *g) { return g->weight_bytes; }
+const char *kvt_eng_gpu_name(const kvt_eng_gpu *g) { return kvt_gpu_dev_info(g->d)->name; }

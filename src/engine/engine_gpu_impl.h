@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+/* The GPU engine's state, shared by engine_gpu.c (making it) and
+ * engine_gpu_run.c (the forward pass and page I/O). Not for use outside
+ * src/engine/. */
+#ifndef KVT_ENGINE_GPU_IMPL_H
+#define KVT_ENGINE_GPU_IMPL_H
+
+#include "engine_impl.h"
+#include "gpu.h"
+
+/* Layers recorded in one submission: a layer is ~20 dispatches, and a
+ * recording holds a bounded number of them. */
+#define LAYERS_PER_SUBMIT 8
+/* The page I/O staging buffer's size: runs longer than this go in pieces. */
+#define IO_STAGE_BYTES (64ull << 20)
+/* The logits staging buffer's size, for one pass of the output matrix. */
+#define LOGITS_STAGE_BYTES (64ull << 20)
+
+typedef struct {
+    kvt_gpu_wmat *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+    kvt_gpu_buf *attn_norm, *ffn_norm;
+} gpu_layer;
+
+struct kvt_eng_gpu {
+    kvt_gpu_dev *d;
+    kvt_gpu_kernels *k;
+    kvt_gpu_kv kv;
+    int32_t n_layer; /* entries of L */
+    gpu_layer *L;
+    kvt_gpu_wmat *out;
+    kvt_gpu_buf *out_norm;
+    int32_t nb;  /* tokens per chunk */
+    uint32_t lg; /* wanted rows per pass of the output matrix */
+    /* device activations (engine_impl.h's host ones, by the same names) */
+    kvt_gpu_buf *x, *xb, *q, *k_, *v, *att, *hb, *hb2, *cs, *sn, *meta, *xw, *xw2, *logits;
+    kvt_gpu_buf *in_stage, *out_stage, *io_stage;
+    uint64_t off_cs, off_sn, off_meta; /* in in_stage; x at 0 */
+    uint32_t meta_words;
+    uint32_t io_pages; /* pages io_stage holds */
+    uint64_t weight_bytes;
+    kvt_eng_gpu_stats st;
+    char numerics[112];
+};
+
+#endif

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: MIT
+/* The GPU engine's work: a chunk's forward pass as one recording per few
+ * layers, and page I/O as one batched copy per run (through the staging
+ * buffer; a run longer than it goes in a few pieces). engine_gpu.c makes what
+ * these use. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "engine_gpu_impl.h"
+
+/* ---- page I/O --------------------------------------------------------------- */
+
+/* Where page p lives: its chunk buffer and byte offset there. */
+static kvt_gpu_buf *page_at(const kvt_eng_gpu *g, int32_t p, uint64_t *off) {
+    uint32_t c = (uint32_t)p / g->kv.pages_per_chunk;
+    *off = (uint64_t)((uint32_t)p % g->kv.pages_per_chunk) * g->kv.page_stride;
+    return g->kv.chunk[c];
+}
+
+/* Records the copies of n pages between the pool and io_stage slots 0..n-1
+ * (to_stage: pool -> stage), grouped by chunk so each chunk is one command. */
+static int rec_stage_copy(kvt_eng_gpu *g, const int32_t *pages, size_t n, size_t page_bytes, int to_stage,
+                          kvt_gpu_region *r) {
+    for (int c = 0; c < g->kv.n_chunks; c++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t off;
+            if (page_at(g, pages[i], &off) != g->kv.chunk[c]) continue;
+            uint64_t so = (uint64_t)i * g->kv.page_stride;
+            r[m++] = (kvt_gpu_region){to_stage ? off : so, to_stage ? so : off, page_bytes};
+        }
+        if (!m) continue;
+        int rc = to_stage ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], g->io_stage, r, m)
+                          : kvt_gpu_rec_copy(g->d, g->io_stage, g->kv.chunk[c], r, m);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int submit_io(kvt_eng_gpu *g, const int32_t *pages, size_t n, size_t page_bytes, int to_stage) {
+    kvt_gpu_region *r = kvt_xmalloc(n * sizeof *r);
+    int rc = kvt_gpu_begin(g->d);
+    if (!rc) rc = rec_stage_copy(g, pages, n, page_bytes, to_stage, r);
+    free(r);
+    if (!rc) rc = kvt_gpu_submit(g->d);
+    else kvt_gpu_abort(g->d);
+    if (!rc) g->st.io_submits++;
+    return rc;
+}
+
+int kvt_eng_gpu_pages_out(kvt_eng_gpu *g, const kvt_page_out *io, size_t n, size_t page_bytes) {
+    uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
+    int32_t *pages = kvt_xmalloc(KVT_MIN(n, (size_t)g->io_pages) * sizeof *pages + 1);
+    int rc = 0;
+    for (size_t i0 = 0; i0 < n && !rc; i0 += g->io_pages) {
+        size_t m = KVT_MIN((size_t)g->io_pages, n - i0);
+        for (size_t i = 0; i < m; i++) pages[i] = io[i0 + i].page;
+        rc = submit_io(g, pages, m, page_bytes, 1);
+        for (size_t i = 0; i < m && !rc; i++) memcpy(io[i0 + i].host, stage + i * g->kv.page_stride, page_bytes);
+    }
+    free(pages);
+    if (!rc) g->st.pages_out += n, g->st.runs_out++;
+    return rc ? kvt_fail_prefix(rc, "copying %zu pages out of device memory: ", n) : 0;
+}
+
+int kvt_eng_gpu_pages_in(kvt_eng_gpu *g, const kvt_page_in *io, size_t n, size_t page_bytes) {
+    uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
+    int32_t *pages = kvt_xmalloc(KVT_MIN(n, (size_t)g->io_pages) * sizeof *pages + 1);
+    int rc = 0;
+    for (size_t i0 = 0; i0 < n && !rc; i0 += g->io_pages) {
+        size_t m = KVT_MIN((size_t)g->io_pages, n - i0);
+        for (size_t i = 0; i < m; i++) {
+            pages[i] = io[i0 + i].page;
+            memcpy(stage + i * g->kv.page_stride, io[i0 + i].host, page_bytes);
+        }
+        rc = submit_io(g, pages, m, page_bytes, 0);
+    }
+    free(pages);
+    if (!rc) g->st.pages_in += n, g->st.runs_in++;
+    return rc ? kvt_fail_prefix(rc, "copying %zu pages into device memory: ", n) : 0;
+}
+
+/* Long: regions grouped by (source chunk, destination chunk), one copy command per pair, one submission. */
+int kvt_eng_gpu_pages_copy(kvt_eng_gpu *g, const int32_t *dst, const int32_t *src, size_t n, size_t page_bytes) {
+    kvt_gpu_region *r = kvt_xmalloc((n ? n : 1) * sizeof *r);
+    int rc = kvt_gpu_begin(g->d);
+    for (int cs = 0; !rc && cs < g->kv.n_chunks; cs++)
+        for (int cd = 0; !rc && cd < g->kv.n_chunks; cd++) {
+            size_t m = 0;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t so, dof;
+                if (dst[i] == src[i] || page_at(g, src[i], &so) != g->kv.chunk[cs] ||
+                    page_at(g, dst[i], &dof) != g->kv.chunk[cd])
+                    continue;
+                r[m++] = (kvt_gpu_region){so, dof, page_bytes};
+            }
+            if (m) rc = kvt_gpu_rec_copy(g->d, g->kv.chunk[cs], g->kv.chunk[cd], r, m);
+        }
+    free(r);
+    if (!rc) rc = kvt_gpu_submit(g->d);
+    else kvt_gpu_abort(g->d);
+    if (!rc) g->st.io_submits++;
+    return rc ? kvt_fail_prefix(rc, "copying %zu pages in device memory: ", n) : 0;
+}
+
+/* ---- the forward pass --------------------------------------------------------- */
+
+/* The chunk's inputs into in_stage: embeddings (already in e->x), rope
+ * angles (in e->rope_cos/sin) and the token table with each sequence's page
+ * table once. */
+static void stage_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
+    const kvt_hparams *hp = &e->model->hp;
+    uint8_t *st = kvt_gpu_buf_host(g->in_stage);
+    const size_t half = (size_t)hp->rope_dim / 2;
+    memcpy(st, e->x, (size_t)n * (size_t)hp->n_embd * sizeof(float));
+    memcpy(st + g->off_cs, e->rope_cos, (size_t)n * half * sizeof(float));
+    memcpy(st + g->off_sn, e->rope_sin, (size_t)n * half * sizeof(float));
+    uint32_t *meta = (uint32_t *)(void *)(st + g->off_meta);
+    uint32_t at = KVT_GPU_META_WORDS * (uint32_t)n;
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t tab = 0;
+        for (int32_t j = 0; j < i && !tab; j++)
+            if (e->tseq[j] == e->tseq[i]) tab = meta[KVT_GPU_META_WORDS * j + 3];
+        if (!tab) {
+            int32_t np;
+            const int32_t *pt = kvt_seq_pages(e, e->tseq[i], &np);
+            tab = at;
+            for (int32_t p = 0; p < np; p++) meta[at++] = (uint32_t)pt[p];
+        }
+        uint32_t *m = meta + KVT_GPU_META_WORDS * i;
+        m[0] = (uint32_t)e->pos[i], m[1] = (uint32_t)e->tpage[i], m[2] = (uint32_t)e->tslot[i], m[3] = tab;
+    }
+}
+
+static int rec_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
+    const kvt_hparams *hp = &e->model->hp;
+    const uint64_t half = (uint64_t)hp->rope_dim / 2;
+    kvt_gpu_region r = {0, 0, (uint64_t)n * (uint64_t)hp->n_embd * 4};
+    int rc = kvt_gpu_rec_copy(g->d, g->in_stage, g->x, &r, 1);
+    if (!rc && half) {
+        r = (kvt_gpu_region){g->off_cs, 0, (uint64_t)n * half * 4};
+        rc = kvt_gpu_rec_copy(g->d, g->in_stage, g->cs, &r, 1);
+        r.src_off = g->off_sn;
+        if (!rc) rc = kvt_gpu_rec_copy(g->d, g->in_stage, g->sn, &r, 1);
+    }
+    r = (kvt_gpu_region){g->off_meta, 0, (uint64_t)g->meta_words * 4};
+    if (!rc) rc = kvt_gpu_rec_copy(g->d, g->in_stage, g->meta, &r, 1);
+    if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    return rc;
+}
+
+/* Long: one layer's dispatches in order, a barrier between dependent steps. */
+static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
+    const kvt_hparams *hp = &e->model->hp;
+    const gpu_layer *G = &g->L[l];
+    const uint32_t D = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff, qd = (uint32_t)e->q_dim,
+                   kd = (uint32_t)e->kv_dim, hd = (uint32_t)hp->head_dim;
+    const int neox = hp->rope_style == KVT_ROPE_NEOX;
+    const float scale = 1.0f / sqrtf((float)hd);
+    kvt_gpu_dev *d = g->d;
+    kvt_gpu_kernels *k = g->k;
+    int rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->x, G->attn_norm, D, n, hp->rms_eps);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wq, g->q, qd, 0, g->xb, n);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wk, g->k_, kd, 0, g->xb, n);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wv, g->v, kd, 0, g->xb, n);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc && hp->rope_dim > 0) {
+        rc = kvt_gpu_rec_rope(k, g->q, g->cs, g->sn, (uint32_t)hp->n_head, hd, (uint32_t)hp->rope_dim, neox, n);
+        if (!rc) rc = kvt_gpu_rec_rope(k, g->k_, g->cs, g->sn, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->rope_dim,
+                                       neox, n);
+        if (!rc) rc = kvt_gpu_rec_barrier(d);
+    }
+    /* every token's K/V is in the pages before any attends, as on the CPU */
+    if (!rc) rc = kvt_gpu_rec_kv_store(k, &g->kv, (uint32_t)l, g->k_, g->v, g->meta, n);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_attention(k, &g->kv, (uint32_t)l, g->att, g->q, g->meta, (uint32_t)hp->n_head, scale, n);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wo, g->xb, D, 0, g->att, n);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_add(k, g->x, g->xb, n * D);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->x, G->ffn_norm, D, n, hp->rms_eps);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wg, g->hb, F, 0, g->xb, n);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wu, g->hb2, F, 0, g->xb, n);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_silu_mul(k, g->hb, g->hb2, n * F);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_matmul(k, G->wd, g->xb, D, 0, g->hb, n);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc) rc = kvt_gpu_rec_add(k, g->x, g->xb, n * D);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    return rc;
+}
+
+/* The logits of wanted rows w0 .. w0+m-1 into logits: the final norm and the
+ * output matrix over those rows only, copied to the host. */
+static int logits_pass(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m, float *logits) {
+    const kvt_hparams *hp = &e->model->hp;
+    const uint64_t rowb = (uint64_t)hp->n_embd * 4, vb = (uint64_t)hp->n_vocab * 4;
+    kvt_gpu_region r[64];
+    int rc = kvt_gpu_begin(g->d);
+    for (int32_t i0 = 0; !rc && i0 < m; i0 += 64) {
+        int32_t c = KVT_MIN(64, m - i0);
+        for (int32_t i = 0; i < c; i++)
+            r[i] = (kvt_gpu_region){(uint64_t)e->wanted[w0 + i0 + i] * rowb, (uint64_t)(i0 + i) * rowb, rowb};
+        rc = kvt_gpu_rec_copy(g->d, g->x, g->xw, r, (size_t)c);
+    }
+    if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    if (!rc) rc = kvt_gpu_rec_rmsnorm(g->k, g->xw2, g->xw, g->out_norm, (uint32_t)hp->n_embd, (uint32_t)m, hp->rms_eps);
+    if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    if (!rc) rc = kvt_gpu_rec_matmul(g->k, g->out, g->logits, (uint32_t)hp->n_vocab, 0, g->xw2, (uint32_t)m);
+    if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    r[0] = (kvt_gpu_region){0, 0, (uint64_t)m * vb};
+    if (!rc) rc = kvt_gpu_rec_copy(g->d, g->logits, g->out_stage, r, 1);
+    if (!rc) rc = kvt_gpu_submit(g->d);
+    else kvt_gpu_abort(g->d);
+    if (!rc) memcpy(logits, kvt_gpu_buf_host(g->out_stage), (size_t)m * vb);
+    return rc;
+}
+
+int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+    kvt_eng_gpu *g = e->gpu;
+    const kvt_hparams *hp = &e->model->hp;
+    stage_inputs(e, g, n);
+    int rc = kvt_gpu_begin(g->d);
+    if (!rc) rc = rec_inputs(e, g, n);
+    for (int32_t l = 0; !rc && l < hp->n_layer; l++) {
+        rc = rec_layer(e, g, l, (uint32_t)n);
+        if (!rc && (l + 1) % LAYERS_PER_SUBMIT == 0 && l + 1 < hp->n_layer) {
+            rc = kvt_gpu_submit(g->d);
+            if (!rc) rc = kvt_gpu_begin(g->d);
+        }
+    }
+    if (!rc) rc = kvt_gpu_submit(g->d);
+    else kvt_gpu_abort(g->d);
+    for (int32_t w0 = 0; !rc && w0 < n_want; w0 += (int32_t)g->lg) {
+        int32_t m = KVT_MIN((int32_t)g->lg, n_want - w0);
+        rc = logits_pass(e, g, w0, m, logits + (int64_t)w0 * hp->n_vocab);
+    }
+    if (!rc) g->st.chunks++, g->st.tokens += (uint64_t)n;
+    return rc ? kvt_fail_prefix(rc, "GPU forward pass of %d tokens: ", n) : 0;
+}
