@@ -201,10 +201,9 @@ int kvt_cli_kv_type_flag(int argc, char **argv, int *i, kvt_kv_dtype *dt);
 void kvt_cli_kv_type_help(FILE *f);
 
 /* ---- the device (cli_device.c) ------------------------------------------------------
- * --device cpu|vulkan[:N] (and $KVTIER_DEVICE) for run, serve and eval. The
- * engine runs on the CPU only for now: cpu is accepted and changes nothing;
- * vulkan is a usage error that says whether the device exists and that the
- * GPU forward pass is not there yet. */
+ * --device cpu|vulkan[:N] (and $KVTIER_DEVICE) for run, serve and eval: cpu,
+ * the default, or a Vulkan device that must exist (a usage error saying why
+ * not otherwise). */
 typedef struct {
     int vulkan; /* 0: cpu */
     int index;  /* the Vulkan device */
@@ -219,8 +218,10 @@ int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out);
 /* eval's hand-written loop: 1 if argv[*i] is --device (checked, *given set),
  * 0 for other arguments, -1 after printing why. kvt_cli_device_env checks
  * $KVTIER_DEVICE the same way when the flag was not given (0 or -1). */
-int kvt_cli_device_flag(int argc, char **argv, int *i, int *given);
-int kvt_cli_device_env(void);
+int kvt_cli_device_flag(int argc, char **argv, int *i, int *given, kvt_cli_device *out);
+int kvt_cli_device_env(kvt_cli_device *out);
+/* The engine's device parameter for d (kvt_engine_params.device). */
+int32_t kvt_cli_device_engine(const kvt_cli_device *d);
 /* `kvtier info --devices`: lists the Vulkan devices or says why there are
  * none. Returns 0 with one device or more, 1 with none. */
 int kvt_cli_print_devices(FILE *f);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Where the forward pass runs: the --device option (and $KVTIER_DEVICE) shared
- * by run, serve and eval, and `kvtier info --devices`. The engine runs on the
- * CPU only for now, so a Vulkan device is found and named, then refused. */
+ * by run, serve and eval, and `kvtier info --devices`. A Vulkan device is
+ * checked to exist here; whether the model runs on it is the engine's to say
+ * when it is made. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,8 @@
 
 #define DEVICE_HELP                                                                                                    \
     "where the model runs: cpu (the default) or vulkan[:N], the\nVulkan device N of `kvtier info --devices` (0 "     \
-    "when N is left\nout); this build's engine runs on the CPU only, so vulkan is\nrefused for now"
+    "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; llama-style models with "  \
+    "F32, F16 or Q8_0 weights and\nf16 or f32 KV run there, others are refused naming why"
 
 static const kvt_cli_opt device_opts[] = {
     {KVT_CLI_DEVICE_ID, 0, "device", NULL, "DEV", DEVICE_HELP, 0, KVT_CLI_PLAIN},
@@ -34,8 +36,8 @@ int kvt_cli_device_parse(const char *v, kvt_cli_device *out) {
     return 0;
 }
 
-/* Why vulkan:index cannot run here; always -1 (a usage error, printed). */
-static int refuse_vulkan(const char *flag, const char *v, int index) {
+/* 0 when Vulkan device index exists, else -1 after printing why not. */
+static int check_vulkan(const char *flag, const char *v, int index) {
     kvt_gpu_info *info = NULL;
     int n = 0;
     if (!kvt_gpu_built())
@@ -49,9 +51,10 @@ static int refuse_vulkan(const char *flag, const char *v, int index) {
     else if (index >= n)
         fprintf(stderr, "kvtier: %s %s: there is no Vulkan device %d (this machine has %d, 0..%d; kvtier info "
                         "--devices lists them)\n", flag, v, index, n, n - 1);
-    else
-        fprintf(stderr, "kvtier: %s %s (%s): this build's engine runs on the CPU only; the GPU forward pass is "
-                        "not there yet (leave %s out or give cpu)\n", flag, v, info[index].name, flag);
+    else {
+        free(info);
+        return 0;
+    }
     free(info);
     return -1;
 }
@@ -63,25 +66,27 @@ int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out) {
                         "not '%s'\n", a->flag, a->str ? a->str : "");
         return -1;
     }
-    if (dev.vulkan) return refuse_vulkan(a->flag, a->str, dev.index);
+    if (dev.vulkan && check_vulkan(a->flag, a->str, dev.index)) return -1;
     if (out) *out = dev;
     return 0;
 }
 
-int kvt_cli_device_flag(int argc, char **argv, int *i, int *given) {
+int32_t kvt_cli_device_engine(const kvt_cli_device *d) { return d->vulkan ? d->index + 1 : 0; }
+
+int kvt_cli_device_flag(int argc, char **argv, int *i, int *given, kvt_cli_device *out) {
     if (strcmp(argv[*i], "--device")) return 0;
     const char *v = kvt_cli_value(argc, argv, i);
     if (!v) return -1;
     *given = 1;
     kvt_cli_arg arg = {.str = v, .flag = "--device"};
-    return kvt_cli_device_opt(&arg, NULL) ? -1 : 1;
+    return kvt_cli_device_opt(&arg, out) ? -1 : 1;
 }
 
-int kvt_cli_device_env(void) {
+int kvt_cli_device_env(kvt_cli_device *out) {
     const char *v = getenv("KVTIER_DEVICE");
     if (!v) return 0;
     kvt_cli_arg arg = {.str = v, .flag = "$KVTIER_DEVICE"};
-    return kvt_cli_device_opt(&arg, NULL);
+    return kvt_cli_device_opt(&arg, out);
 }
 
 static void print_device(FILE *f, const kvt_gpu_info *d) {
@@ -113,7 +118,7 @@ int kvt_cli_print_devices(FILE *f) {
                    "mesa-vulkan-drivers for the CPU's lavapipe)\n");
         return 1;
     }
-    fprintf(f, "Vulkan devices: %d (the engine runs on the CPU only for now)\n", n);
+    fprintf(f, "Vulkan devices: %d (run, serve and eval take --device vulkan:N)\n", n);
     for (int i = 0; i < n; i++) print_device(f, &info[i]);
     free(info);
     return 0;

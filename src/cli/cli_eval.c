@@ -27,6 +27,7 @@ typedef struct {
     int no_bos, threads;
     long n_gen;
     kvt_kv_dtype dt;
+    kvt_cli_device dev;
 } eval_args;
 
 /* Parses "1 2 3" (spaces or commas) into a new array. Returns -1 on a bad id. */
@@ -71,13 +72,14 @@ static void top_n(const float *x, int32_t n, int32_t *idx) {
 
 /* An engine with room for one sequence of n_ctx tokens. */
 static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt,
-                       kvt_engine **e) {
+                       int32_t device, kvt_engine **e) {
     kvt_engine_params p = kvt_engine_default_params();
     p.n_threads = threads;
     p.n_ctx = n_ctx;
     p.block_size = block;
     p.kv_dtype = dt;
     p.max_seqs = 1;
+    p.device = device;
     p.n_pages = (n_ctx + block - 1) / block;
     return kvt_engine_new(m, p, e);
 }
@@ -126,7 +128,7 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
             kvt_progress_set_forced(1);
         } else if ((kf = kvt_cli_kv_type_flag(argc, argv, &i, &x->dt))) {
             if (kf < 0) return 2;
-        } else if ((kf = kvt_cli_device_flag(argc, argv, &i, &dev_given))) {
+        } else if ((kf = kvt_cli_device_flag(argc, argv, &i, &dev_given, &x->dev))) {
             if (kf < 0) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (x->n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0)
@@ -146,7 +148,7 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
             return 2;
         }
     }
-    if (!dev_given && kvt_cli_device_env()) return 2;
+    if (!dev_given && kvt_cli_device_env(&x->dev)) return 2;
     if (!x->model_path || (!x->text == !x->tokens_arg)) {
         fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
         kvt_usage_eval(stderr);
@@ -263,7 +265,8 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     kvt_engine *e = NULL;
     int32_t seq = 0;
-    if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), KVT_DEFAULT_BLOCK_SIZE, x.dt, &e)) ||
+    if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), KVT_DEFAULT_BLOCK_SIZE, x.dt,
+                          kvt_cli_device_engine(&x.dev), &e)) ||
         (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
         free(toks);

@@ -111,13 +111,14 @@ typedef struct {
     kvt_cache_params cp;
     kvt_kv_dtype dt;
     kvt_sampler_params sp;
+    kvt_cli_device dev;
 } run_args;
 
 static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
-    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, NULL);
+    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, &x->dev);
     switch (id) { /* the values are checked against the table already */
     case R_MODEL: x->model_path = a->str; return 0;
     case R_PROMPT: x->prompt = a->str; return 0;
@@ -242,6 +243,7 @@ static int open_runtime(run_ctx *c, const char *model_path) {
     ep.block_size = (int32_t)block;
     ep.kv_dtype = x->dt;
     ep.max_seqs = 2; /* the prompt's, and one where approximate reuse computes a missing stored document */
+    ep.device = kvt_cli_device_engine(&x->dev);
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
     } else {

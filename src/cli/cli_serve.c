@@ -14,6 +14,7 @@
 #include "chat.h"   /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
 #include "common.h"
+#include "engine.h" /* the device the engine runs on, for the start-up line */
 #include "kvtier.h"
 #include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
 #include "progress.h" /* --progress */
@@ -292,6 +293,7 @@ typedef struct {
     long conn_reserve;          /* -1: the default (checked against --max-conns once both are known) */
     char *proxies[MAX_TRUSTED_PROXIES]; /* --trusted-proxy addresses (owned) */
     size_t n_proxies;
+    kvt_cli_device dev;
 } serve_args;
 
 /* Adds the comma-separated addresses of one --trusted-proxy. 0, or -1 after printing why. */
@@ -319,7 +321,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     const char *v = a->str;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
-    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, NULL);
+    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, &x->dev);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -508,6 +510,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     ep.n_ctx = (int32_t)n_ctx;
     ep.max_seqs = sp->parallel + (sp->approximate_reuse ? 1 : 0); /* + where a missing stored document is computed */
     ep.kv_dtype = x->dt;
+    ep.device = kvt_cli_device_engine(&x->dev);
     ep.n_batch = KVT_MAX(ep.n_batch, sp->parallel + sp->prefill_chunk);
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
@@ -589,6 +592,10 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
             x->metrics_key ? "behind the metrics key"
             : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")
             : x->n_keys ? "behind the API keys" : "open");
+    if (eff.device)
+        kvt_logk(KVT_LOG_INFO, "device,weight_bytes", "serve: the engine runs on %s: weights (%llu bytes) and T0 in "
+                 "device memory", kvt_engine_device_name(rt->e),
+                 (unsigned long long)kvt_engine_weight_device_bytes(rt->e));
     if (sp->explain_text || sp->hide_cached_tokens || x->admin_key)
         kvt_logk(KVT_LOG_INFO, "explain_text,hide_cached_tokens,admin_key",
                  "serve: cached prompt text in reuse reports %s, cache counts in answers %s, admin key %s",
