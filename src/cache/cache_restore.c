@@ -246,6 +246,7 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     int32_t *req_block = kvt_xmalloc((size_t)KVT_TIER_COUNT * cap * sizeof *req_block);
     int32_t n_req[KVT_TIER_COUNT] = {0}, ok = n_blocks;
     uint8_t *stage = NULL; /* host buffers, one per block, when the engine has no host pages */
+    int own_stage = 0;     /* stage is ours (malloc), not the engine's pinned one */
     for (int32_t i = 0; i < n_blocks; i++) {
         tier_of[i] = KVT_TIER_T0;
         if (pages[i] >= 0) continue;
@@ -260,7 +261,10 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
         pages[i] = p;
         void *out = kvt_page_host(c->e, p);
         if (!out) {
-            if (!stage) stage = kvt_xmalloc(cap * c->page_bytes);
+            if (!stage && !(stage = kvt_pages_stage(c->e, cap))) {
+                stage = kvt_xmalloc(cap * c->page_bytes);
+                own_stage = 1;
+            }
             out = stage + (size_t)i * c->page_bytes;
         }
         size_t at = (size_t)t * cap + (size_t)n_req[t]++;
@@ -276,7 +280,7 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     if (ok < n_blocks && *why == KVT_SHORTFALL_NONE) *why = KVT_SHORTFALL_LOST;
     for (int32_t i = ok; i < n_blocks; i++)
         if (pages[i] >= 0) kvt_page_unref(c->e, pages[i]);
-    free(stage);
+    if (own_stage) free(stage);
     free(reqs);
     free(req_block);
     return ok;

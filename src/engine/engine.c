@@ -269,6 +269,8 @@ int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t
     return 0;
 }
 
+void *kvt_pages_stage(kvt_engine *e, size_t n) { return e->gpu && n ? kvt_eng_gpu_stage(e->gpu, n, e->page_bytes) : NULL; }
+
 void *kvt_page_host(kvt_engine *e, int32_t id) {
     return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data(e, id);
 }

@@ -114,6 +114,13 @@ int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n);
 int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n);
 /* Page to page: dst[i] gets the bytes of src[i], i < n. */
 int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t n);
+/* A host buffer for n pages (page i at i * kvt_page_bytes()) that the engine
+ * copies pages in from and out to with no other host copy: pinned memory a
+ * device reaches by DMA. Tiers read restored blocks straight into it. It is
+ * the caller's until the next kvt_pages_stage call (page I/O leaves it as
+ * it is). NULL when the engine has no such memory or not that much (the CPU
+ * engine: always); callers then use their own. */
+void *kvt_pages_stage(kvt_engine *e, size_t n);
 /* The zero-copy fast path: the page's bytes at a host address that tiers can
  * read into or write from directly (the CPU engine's pages are host memory),
  * or NULL when the engine cannot expose its pages to the host (a device

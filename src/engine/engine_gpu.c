@@ -152,9 +152,9 @@ static int make_activations(kvt_engine *e, kvt_eng_gpu *g) {
     g->off_meta = g->off_sn + angles * 4;
     if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, g->off_meta + (uint64_t)g->meta_words * 4, &g->in_stage);
     if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, (uint64_t)g->lg * (uint64_t)hp->n_vocab * 4, &g->out_stage);
-    uint64_t io = KVT_MIN((uint64_t)e->p.n_pages, KVT_MAX(1ull, IO_STAGE_BYTES / e->page_stride));
+    uint64_t io = KVT_MIN((uint64_t)e->p.n_pages, KVT_MAX(1ull, IO_STAGE_BYTES / e->page_bytes));
     g->io_pages = (uint32_t)io;
-    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, io * e->page_stride, &g->io_stage);
+    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, io * e->page_bytes, &g->io_stage);
     if (rc) kvt_fail_prefix(rc, "GPU activations for %llu tokens: ", (unsigned long long)nb);
     return rc;
 }
@@ -197,7 +197,7 @@ void kvt_eng_gpu_free(kvt_eng_gpu *g) {
     free(g->L);
     kvt_gpu_wmat_free(g->out);
     kvt_gpu_buf *bufs[] = {g->out_norm, g->x, g->xb, g->q, g->k_, g->v, g->att, g->hb, g->hb2, g->cs, g->sn,
-                           g->meta, g->xw, g->xw2, g->logits, g->in_stage, g->out_stage, g->io_stage};
+                           g->meta, g->xw, g->xw2, g->logits, g->in_stage, g->out_stage, g->io_stage, g->user_stage};
     for (size_t i = 0; i < KVT_ARRAY_LEN(bufs); i++) kvt_gpu_buf_free(bufs[i]);
     for (int c = 0; c < g->kv.n_chunks; c++) kvt_gpu_buf_free(g->kv.chunk[c]);
     kvt_gpu_kernels_free(g->k);

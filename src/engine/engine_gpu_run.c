@@ -19,30 +19,31 @@ static kvt_gpu_buf *page_at(const kvt_eng_gpu *g, int32_t p, uint64_t *off) {
     return g->kv.chunk[c];
 }
 
-/* Records the copies of n pages between the pool and io_stage slots 0..n-1
- * (to_stage: pool -> stage), grouped by chunk so each chunk is one command. */
-static int rec_stage_copy(kvt_eng_gpu *g, const int32_t *pages, size_t n, size_t page_bytes, int to_stage,
-                          kvt_gpu_region *r) {
+/* Records the copies of n pages between the pool and a staging buffer, page
+ * i at stage offset off[i] (to_stage: pool -> stage), grouped by chunk so
+ * each chunk is one command. */
+static int rec_stage_copy(kvt_eng_gpu *g, kvt_gpu_buf *stage, const int32_t *pages, const uint64_t *off, size_t n,
+                          size_t page_bytes, int to_stage, kvt_gpu_region *r) {
     for (int c = 0; c < g->kv.n_chunks; c++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++) {
-            uint64_t off;
-            if (page_at(g, pages[i], &off) != g->kv.chunk[c]) continue;
-            uint64_t so = (uint64_t)i * g->kv.page_stride;
-            r[m++] = (kvt_gpu_region){to_stage ? off : so, to_stage ? so : off, page_bytes};
+            uint64_t po;
+            if (page_at(g, pages[i], &po) != g->kv.chunk[c]) continue;
+            r[m++] = (kvt_gpu_region){to_stage ? po : off[i], to_stage ? off[i] : po, page_bytes};
         }
         if (!m) continue;
-        int rc = to_stage ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], g->io_stage, r, m)
-                          : kvt_gpu_rec_copy(g->d, g->io_stage, g->kv.chunk[c], r, m);
+        int rc = to_stage ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], stage, r, m)
+                          : kvt_gpu_rec_copy(g->d, stage, g->kv.chunk[c], r, m);
         if (rc) return rc;
     }
     return 0;
 }
 
-static int submit_io(kvt_eng_gpu *g, const int32_t *pages, size_t n, size_t page_bytes, int to_stage) {
+static int submit_io(kvt_eng_gpu *g, kvt_gpu_buf *stage, const int32_t *pages, const uint64_t *off, size_t n,
+                     size_t page_bytes, int to_stage) {
     kvt_gpu_region *r = kvt_xmalloc(n * sizeof *r);
     int rc = kvt_gpu_begin(g->d);
-    if (!rc) rc = rec_stage_copy(g, pages, n, page_bytes, to_stage, r);
+    if (!rc) rc = rec_stage_copy(g, stage, pages, off, n, page_bytes, to_stage, r);
     free(r);
     if (!rc) rc = kvt_gpu_submit(g->d);
     else kvt_gpu_abort(g->d);
@@ -50,34 +51,72 @@ static int submit_io(kvt_eng_gpu *g, const int32_t *pages, size_t n, size_t page
     return rc;
 }
 
-int kvt_eng_gpu_pages_out(kvt_eng_gpu *g, const kvt_page_out *io, size_t n, size_t page_bytes) {
-    uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
-    int32_t *pages = kvt_xmalloc(KVT_MIN(n, (size_t)g->io_pages) * sizeof *pages + 1);
-    int rc = 0;
-    for (size_t i0 = 0; i0 < n && !rc; i0 += g->io_pages) {
-        size_t m = KVT_MIN((size_t)g->io_pages, n - i0);
-        for (size_t i = 0; i < m; i++) pages[i] = io[i0 + i].page;
-        rc = submit_io(g, pages, m, page_bytes, 1);
-        for (size_t i = 0; i < m && !rc; i++) memcpy(io[i0 + i].host, stage + i * g->kv.page_stride, page_bytes);
+void *kvt_eng_gpu_stage(kvt_eng_gpu *g, size_t n, size_t page_bytes) {
+    if (n > g->io_pages) return NULL;
+    if (!g->user_stage && kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, (uint64_t)g->io_pages * page_bytes, &g->user_stage))
+        return NULL;
+    return kvt_gpu_buf_host(g->user_stage);
+}
+
+/* 1 when every host buffer of the run (io as n entries of stride bytes, the
+ * host pointer at host_at) lies whole in the user stage; their offsets into off. */
+static int all_in_user_stage(const kvt_eng_gpu *g, const void *const *hosts, size_t n, size_t page_bytes,
+                             uint64_t *off) {
+    if (!g->user_stage) return 0;
+    const uint8_t *base = kvt_gpu_buf_host(g->user_stage);
+    const uint64_t size = kvt_gpu_buf_size(g->user_stage);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *h = hosts[i];
+        if (h < base || (uint64_t)(h - base) > size || size - (uint64_t)(h - base) < page_bytes) return 0;
+        off[i] = (uint64_t)(h - base);
     }
+    return 1;
+}
+
+/* Long: the run straight from or to the user stage in one submission, or through io_stage in pieces of its size. */
+static int pages_io(kvt_eng_gpu *g, const int32_t *pages, void *const *hosts, size_t n, size_t page_bytes,
+                    int out) {
+    uint64_t *off = kvt_xmalloc((n ? n : 1) * sizeof *off);
+    int32_t *pg = kvt_xmalloc((n ? n : 1) * sizeof *pg);
+    int rc = 0;
+    if (all_in_user_stage(g, (const void *const *)hosts, n, page_bytes, off)) {
+        rc = submit_io(g, g->user_stage, pages, off, n, page_bytes, out);
+    } else {
+        uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
+        for (size_t i0 = 0; i0 < n && !rc; i0 += g->io_pages) {
+            size_t m = KVT_MIN((size_t)g->io_pages, n - i0);
+            for (size_t i = 0; i < m; i++) {
+                pg[i] = pages[i0 + i];
+                off[i] = (uint64_t)i * page_bytes;
+                if (!out) memcpy(stage + off[i], hosts[i0 + i], page_bytes);
+            }
+            rc = submit_io(g, g->io_stage, pg, off, m, page_bytes, out);
+            for (size_t i = 0; i < m && !rc && out; i++) memcpy(hosts[i0 + i], stage + off[i], page_bytes);
+        }
+    }
+    free(off);
+    free(pg);
+    return rc;
+}
+
+int kvt_eng_gpu_pages_out(kvt_eng_gpu *g, const kvt_page_out *io, size_t n, size_t page_bytes) {
+    int32_t *pages = kvt_xmalloc(n * sizeof *pages);
+    void **hosts = kvt_xmalloc(n * sizeof *hosts);
+    for (size_t i = 0; i < n; i++) pages[i] = io[i].page, hosts[i] = io[i].host;
+    int rc = pages_io(g, pages, hosts, n, page_bytes, 1);
     free(pages);
+    free(hosts);
     if (!rc) g->st.pages_out += n, g->st.runs_out++;
     return rc ? kvt_fail_prefix(rc, "copying %zu pages out of device memory: ", n) : 0;
 }
 
 int kvt_eng_gpu_pages_in(kvt_eng_gpu *g, const kvt_page_in *io, size_t n, size_t page_bytes) {
-    uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
-    int32_t *pages = kvt_xmalloc(KVT_MIN(n, (size_t)g->io_pages) * sizeof *pages + 1);
-    int rc = 0;
-    for (size_t i0 = 0; i0 < n && !rc; i0 += g->io_pages) {
-        size_t m = KVT_MIN((size_t)g->io_pages, n - i0);
-        for (size_t i = 0; i < m; i++) {
-            pages[i] = io[i0 + i].page;
-            memcpy(stage + i * g->kv.page_stride, io[i0 + i].host, page_bytes);
-        }
-        rc = submit_io(g, pages, m, page_bytes, 0);
-    }
+    int32_t *pages = kvt_xmalloc(n * sizeof *pages);
+    void **hosts = kvt_xmalloc(n * sizeof *hosts);
+    for (size_t i = 0; i < n; i++) pages[i] = io[i].page, hosts[i] = (void *)(uintptr_t)io[i].host;
+    int rc = pages_io(g, pages, hosts, n, page_bytes, 0);
     free(pages);
+    free(hosts);
     if (!rc) g->st.pages_in += n, g->st.runs_in++;
     return rc ? kvt_fail_prefix(rc, "copying %zu pages into device memory: ", n) : 0;
 }
