@@ -139,6 +139,7 @@ void kvt_cache_free(kvt_cache *c) {
     kvt_prefix_free(c->index);
     free(c->scratch_tokens);
     free(c->scratch_page);
+    free(c->reclaim_buf);
     free(c->pages);
     free(c);
 }

@@ -5,6 +5,7 @@
  * writes everything down at shutdown. */
 #include "cache_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -88,7 +89,7 @@ static int32_t pick_victim(kvt_cache *c) {
     int32_t best = -1;
     for (int32_t p = 0; p < c->n_pages; p++) {
         page_rec *r = &c->pages[p];
-        if (!r->cached || kvt_page_refcount(c->e, p) != 1) continue;
+        if (!r->cached || r->picked || kvt_page_refcount(c->e, p) != 1) continue;
         if (best >= 0 && r->tick >= c->pages[best].tick) continue;
         kvt_prefix_info info;
         if (kvt_prefix_get(c->index, r->hash, &info) || info.children[KVT_TIER_T0]) continue;
@@ -105,15 +106,17 @@ const void *kvt_cache_page_out(kvt_cache *c, int32_t p) {
     return kvt_pages_copy_out(c->e, &io, 1) ? NULL : c->scratch_page;
 }
 
-/* Moves page p's block down a tier (see demote) and frees the page. */
-static void reclaim(kvt_cache *c, int32_t p) {
+/* Moves page p's block (its bytes at payload, NULL: copy them out now) down
+ * a tier (see demote) and frees the page. */
+static void reclaim(kvt_cache *c, int32_t p, const void *payload) {
     page_rec *r = &c->pages[p];
     kvt_prefix_info info;
     if (!kvt_prefix_get(c->index, r->hash, &info)) {
         kvt_hash128 parent = info.parent;
         uint32_t held = info.tiers & ~KVT_TIER_BIT(KVT_TIER_T0);
         memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t)); /* info dies on index change */
-        demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, kvt_cache_page_out(c, p), r->t_use);
+        demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, payload ? payload : kvt_cache_page_out(c, p),
+               r->t_use);
     }
     kvt_prefix_remove(c->index, r->hash, KVT_TIER_T0);
     r->cached = 0;
@@ -121,9 +124,36 @@ static void reclaim(kvt_cache *c, int32_t p) {
     c->evictions++;
 }
 
+/* When the engine's pages are not host memory (a GPU), every page copied out
+ * is a transfer: the idle leaves that can go now (up to want) are gathered
+ * first and copied out as one run, then each moves down a tier. Returns how
+ * many were reclaimed (0: none can go). */
+static int32_t reclaim_batch(kvt_cache *c, int32_t want) {
+    if (want > c->reclaim_cap) {
+        free(c->reclaim_buf);
+        c->reclaim_cap = KVT_MAX(want, 16);
+        c->reclaim_buf = kvt_xmalloc((size_t)c->reclaim_cap * c->page_bytes);
+    }
+    kvt_page_out *io = kvt_xmalloc((size_t)want * sizeof *io);
+    int32_t n = 0;
+    for (int32_t p; n < want && (p = pick_victim(c)) >= 0; n++) {
+        c->pages[p].picked = 1;
+        io[n] = (kvt_page_out){.page = p, .host = c->reclaim_buf + (size_t)n * c->page_bytes};
+    }
+    int ok = n && kvt_pages_copy_out(c->e, io, (size_t)n) == 0;
+    for (int32_t i = 0; i < n; i++) {
+        c->pages[io[i].page].picked = 0;
+        reclaim(c, io[i].page, ok ? io[i].host : NULL);
+    }
+    free(io);
+    return n;
+}
+
 int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
     if (c->n_sessions) kvt_cache_expire_sessions(c);
+    const int batched = kvt_page_host_const(c->e, 0) == NULL;
     while (kvt_page_free_count(c->e) < n_pages) {
+        if (batched && reclaim_batch(c, n_pages - kvt_page_free_count(c->e)) > 0) continue;
         int32_t v = pick_victim(c);
         int32_t w = v < 0 ? kvt_cache_session_victim(c) : -1;
         if (w >= 0) { /* a warm session's context yields to running work; it moves down, not out */
@@ -137,7 +167,7 @@ int kvt_cache_reserve(kvt_cache *c, int32_t n_pages) {
                             "KV active memory exhausted: %d pages needed, %d free of %d and none reclaimable "
                             "(running sequences and pins hold the rest); raise --kv-active",
                             n_pages, kvt_page_free_count(c->e), c->n_pages);
-        reclaim(c, v);
+        reclaim(c, v, NULL);
     }
     return 0;
 }

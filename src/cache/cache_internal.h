@@ -29,6 +29,7 @@ typedef struct {
     kvt_hash128 hash;
     uint64_t tick;       /* last use, for LRU */
     double t_use;        /* last use in kvt_now() seconds, for disk admission */
+    int picked;          /* chosen for the reclaim batch being gathered (cache_demote.c) */
 } page_rec;
 
 struct kvt_pin {
@@ -74,6 +75,8 @@ struct kvt_cache {
     char numerics[NUMERICS_MAX];
     int32_t *scratch_tokens; /* B ids */
     void *scratch_page;      /* page_bytes, allocated when the engine has no host pages (kvt_cache_page_out) */
+    uint8_t *reclaim_buf;    /* reclaim_cap pages: a reclaim batch copied out of the engine at once */
+    int32_t reclaim_cap;
     uint64_t evictions, discarded;
     uint64_t demotions[KVT_TIER_COUNT], restores[KVT_TIER_COUNT];
     uint64_t t2_recompute, t2_not_admitted;
