@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The device options of the CLI: `kvtier info --devices` lists the Vulkan
 # devices (or says why there are none, exit 1); --device / $KVTIER_DEVICE of
-# run, serve and eval take cpu (accepted, same output as without it) and refuse
-# vulkan[:N] as a usage error (exit 2) that says whether the device exists;
-# a malformed value names the flag.
+# run, serve and eval take cpu (accepted, same output as without it) and
+# vulkan[:N], which runs the model on the device when it exists (the same
+# greedy completion twice, and from the cache) and is a usage error (exit 2)
+# saying why when it does not; a malformed value names the flag; a model the
+# GPU engine does not run is refused naming why.
 set -u
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 says() { grep -aqF -- "$1" "$TMP/out" || { echo "  said: $(head -3 "$TMP/out"), expected '$1'" >&2; return 1; }; }
@@ -16,7 +18,6 @@ if [ $has_dev = 1 ]; then
   for field in type vendor driver "memory heap 0" "subgroup size" fp16 int8; do
     check "info --devices shows $field" says "$field"
   done
-  refusal="this build's engine runs on the CPU only"
 else
   check "info --devices says why there is none" says "Vulkan devices: none: "
   refusal="no Vulkan device was found"
@@ -24,17 +25,35 @@ fi
 
 "$BIN" mkmodel -o "$TMP/m.gguf" >/dev/null 2>&1 || bad "mkmodel"
 for cmd in run serve; do
-  check "$cmd --device vulkan refused" expect_rc 2 "$BIN" $cmd -m "$TMP/m.gguf" --device vulkan
-  check "$cmd --device vulkan says why" says "$refusal"
+  if [ $has_dev = 0 ]; then
+    check "$cmd --device vulkan refused" expect_rc 2 "$BIN" $cmd -m "$TMP/m.gguf" --device vulkan
+    check "$cmd --device vulkan says why" says "$refusal"
+  fi
   check "$cmd --device bogus names the flag" expect_rc 2 "$BIN" $cmd -m "$TMP/m.gguf" --device gpu
   check "$cmd --device bogus message" says "--device must be cpu, vulkan or vulkan:N"
   check "$cmd \$KVTIER_DEVICE=vulkan:1x refused" expect_rc 2 env KVTIER_DEVICE=vulkan:1x "$BIN" $cmd -m "$TMP/m.gguf"
   check "$cmd \$KVTIER_DEVICE named" says "\$KVTIER_DEVICE must be cpu"
 done
-check "eval --device vulkan:0 refused" expect_rc 2 "$BIN" eval -m "$TMP/m.gguf" --device vulkan:0 hi
-check "eval says why" says "$refusal"
-check "eval \$KVTIER_DEVICE=vulkan refused" expect_rc 2 env KVTIER_DEVICE=vulkan "$BIN" eval -m "$TMP/m.gguf" hi
-if [ $has_dev = 1 ]; then
+if [ $has_dev = 0 ]; then
+  check "eval --device vulkan:0 refused" expect_rc 2 "$BIN" eval -m "$TMP/m.gguf" --device vulkan:0 hi
+  check "eval says why" says "$refusal"
+  check "eval \$KVTIER_DEVICE=vulkan refused" expect_rc 2 env KVTIER_DEVICE=vulkan "$BIN" eval -m "$TMP/m.gguf" hi
+else
+  export KVT_VK_VALIDATION=1
+  rc=0
+  "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 --device vulkan >"$TMP/g1" 2>"$TMP/g1.err" || rc=$?
+  check "run --device vulkan exits 0" is "$rc" 0
+  check "its completion is not empty" test -s "$TMP/g1"
+  KVTIER_DEVICE=vulkan:0 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 >"$TMP/g2" 2>/dev/null
+  check "\$KVTIER_DEVICE=vulkan:0 gives the same completion" cmp -s "$TMP/g1" "$TMP/g2"
+  check "eval --device vulkan" expect_rc 0 "$BIN" eval -m "$TMP/m.gguf" -n 2 --device vulkan hi
+  check "no validation message" sh -c "! grep -qi 'validation' '$TMP/g1.err'"
+  "$BIN" mkmodel -o "$TMP/q4.gguf" --type q4_0 >/dev/null 2>&1 || bad "mkmodel q4_0"
+  check "a Q4_0 model on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/q4.gguf" -p hi -n 1 --device vulkan
+  check "... naming the weight type" says "Q4_0"
+  check "q8_0 KV on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 --device vulkan --kv-type q8_0
+  check "... saying so" says "q8_0 KV"
+
   check "a device index past the last refused" expect_rc 2 env KVTIER_DEVICE=vulkan:99 "$BIN" run -m "$TMP/m.gguf" -p hi
   check "it names the index" says "there is no Vulkan device 99"
 fi

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `kvtier serve --device vulkan` (lavapipe here): warm equals cold on the GPU
+# from every tier. One chat request (greedy, with logprobs, so equal logprobs
+# mean equal logits bits) is answered cold, then warm from T0 (VRAM), from T1
+# (after other prompts crowd it out of a small T0), from T2 (a restarted
+# server on the same cache directory) and from T3 (another server with an
+# empty directory on the same Redis); every answer must be the cold one, byte
+# for byte, and each must say it came from the tier it names. The validation
+# layer is on and the server log must not carry a validation message.
+set -u
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
+"$BIN" info --devices >"$TMP/devices" 2>&1 || { echo "SKIP: no Vulkan device: $(head -1 "$TMP/devices")"; exit 77; }
+export KVT_VK_VALIDATION=1
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 --type f16 \
+  2>/dev/null || bad "mkmodel"
+head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
+have_redis=0
+if command -v redis-server >/dev/null; then kvt_start_redis && have_redis=1; fi
+[ $have_redis = 1 ] || kvt_test_skip_part "redis-server is not installed: the T3 part did not run"
+
+SYS="You are the assistant of a tiered key-value cache; you answer questions about its tiers, its disk, its remote store and its graphics memory, and you always say which tier served the prompt."
+# ask URL OUT [QUESTION]: a greedy reply with logprobs
+ask() {
+  local q=${3:-"Which tier served this prompt?"}
+  curl -s -m 120 -H 'Content-Type: application/json' \
+    -d "{\"messages\":[{\"role\":\"system\",\"content\":\"$SYS\"},{\"role\":\"user\",\"content\":\"$q\"}],\"max_tokens\":12,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":3}" \
+    "$1/v1/chat/completions" >"$2"
+}
+# reply OUT: the text, then the logprobs, as exact bytes
+reply() { jq -j '.choices[0].message.content' "$1"; echo; jq -c '.choices[0].logprobs' "$1"; }
+tier() { jq -r ".kvtier.cached_tokens_by_tier.$2" "$1"; }
+same_as_cold() { [ "$(reply "$1")" = "$(reply "$TMP/cold.json")" ] || { echo "  $1: $(reply "$1" | head -1)" >&2; return 1; }; }
+
+REMOTE=()
+[ $have_redis = 1 ] && REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key" --kv-remote-timeout-ms 10000)
+# a page of 32 tokens is 8 KiB for this model: T0 holds 12 of them, so the crowding
+# prompts below push the first prompt's blocks down to T1
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 96K)
+mkdir -p "$TMP/d1" "$TMP/d2"
+kvt_start_server A --kv-ram 64M --kv-disk "$TMP/d1" --restore always --write-through "${REMOTE[@]}"
+check "the start-up log names the device" grep -q "engine runs on" "${KVT_LOG[A]}"
+
+ask "${KVT_URL[A]}" "$TMP/cold.json"
+check "the cold reply has text and logprobs" test "$(jq -r '.choices[0].logprobs.content | length' "$TMP/cold.json")" -gt 0
+check "the cold reply computed its prompt" test "$(tier "$TMP/cold.json" T0)" = 0
+ask "${KVT_URL[A]}" "$TMP/t0.json"
+check "warm from T0 (VRAM) came from T0" test "$(tier "$TMP/t0.json" T0)" -gt 0
+check "warm from T0 equals cold" same_as_cold "$TMP/t0.json"
+for q in "Say one word." "Count to three." "Name a color." "What is a disk?"; do ask "${KVT_URL[A]}" "$TMP/other.json" "$q"; done
+ask "${KVT_URL[A]}" "$TMP/t1.json"
+check "warm from T1 came from T1 ($(tier "$TMP/t1.json" T1) tokens)" test "$(tier "$TMP/t1.json" T1)" -gt 0
+check "warm from T1 equals cold" same_as_cold "$TMP/t1.json"
+kvt_stop_server A
+check "no validation message in A's log" sh -c "! grep -q 'validation' '${KVT_LOG[A]}'"
+
+kvt_start_server A2 --kv-disk "$TMP/d1" --restore always
+ask "${KVT_URL[A2]}" "$TMP/t2.json"
+check "after a restart it came from T2 ($(tier "$TMP/t2.json" T2) tokens)" test "$(tier "$TMP/t2.json" T2)" -gt 0
+check "warm from T2 equals cold" same_as_cold "$TMP/t2.json"
+kvt_stop_server A2
+
+if [ $have_redis = 1 ]; then
+  kvt_start_server B --kv-disk "$TMP/d2" --restore always "${REMOTE[@]}"
+  ask "${KVT_URL[B]}" "$TMP/t3.json"
+  check "another node's first request came from T3 ($(tier "$TMP/t3.json" T3) tokens)" test "$(tier "$TMP/t3.json" T3)" -gt 0
+  check "warm from T3 equals cold" same_as_cold "$TMP/t3.json"
+  kvt_stop_server B
+fi
+kvt_test_done test_gpu_serve
