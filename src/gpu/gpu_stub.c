@@ -79,3 +79,33 @@ int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_
                         uint32_t n_tok, float eps) {
     return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
 }
+int kvt_gpu_wmat_supported(uint32_t type) { return 0; }
+int kvt_gpu_wmat_new(kvt_gpu_dev *d, uint32_t type, uint32_t rows, uint32_t cols, const void *data, size_t row_bytes,
+                     kvt_gpu_wmat **out) {
+    *out = NULL;
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+void kvt_gpu_wmat_free(kvt_gpu_wmat *w) {}
+uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w) { return 0; }
+int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
+                       kvt_gpu_buf *x, uint32_t n_tok) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_rope(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *cs, kvt_gpu_buf *sn, uint32_t n_heads,
+                     uint32_t head_dim, uint32_t rope_dim, int neox, uint32_t n_tok) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_add(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *y, uint32_t n) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_silu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uint32_t n) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *kx, kvt_gpu_buf *vx,
+                         kvt_gpu_buf *meta, uint32_t n_tok) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
+                          kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}

@@ -53,6 +53,16 @@ static int create_device(kvt_gpu_dev *d) {
                                    .queueCount = 1, .pQueuePriorities = &prio};
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1,
                               .pQueueCreateInfos = &qci};
+    /* 16-bit storage (core from 1.1) lets the KV kernels write one f16 element without touching its neighbour */
+    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    if (d->info.api_version >= VK_API_VERSION_1_1) {
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &s16};
+        d->vi.f.vkGetPhysicalDeviceFeatures2(d->pd, &f2);
+        d->storage16 = s16.storageBuffer16BitAccess != 0;
+        s16 = (VkPhysicalDevice16BitStorageFeatures){.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+                                                     .storageBuffer16BitAccess = (VkBool32)d->storage16};
+        dci.pNext = &s16;
+    }
     VkResult r = d->vi.f.vkCreateDevice(d->pd, &dci, NULL, &d->dev);
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateDevice");
 #define DEV(name) d->f.name = (PFN_##name)(uintptr_t)d->vi.f.vkGetDeviceProcAddr(d->dev, #name);

@@ -132,6 +132,7 @@ struct kvt_gpu_dev {
     int force_staging;
     uint64_t max_binding;
     uint64_t nonatomic; /* nonCoherentAtomSize */
+    int storage16;      /* storageBuffer16BitAccess enabled: shaders load and store 16-bit elements */
     kvt_gpu_buf *stage; /* created on the first staged transfer */
 };
 
@@ -163,5 +164,20 @@ typedef struct {
 } kvt_vk_spirv;
 extern const kvt_vk_spirv kvt_vk_shaders[];
 extern const size_t kvt_vk_n_shaders;
+
+/* The kernels' pipelines (vk_kernels.c makes them; vk_fwd.c records the forward pass's). */
+struct kvt_gpu_kernels {
+    kvt_gpu_dev *d;
+    kvt_gpu_pipe *matmul_f16, *rmsnorm;
+    kvt_gpu_pipe *mm_f32, *mm_f16, *mm_q8_0; /* weight matrices by type */
+    kvt_gpu_pipe *rope, *add, *silu_mul;
+    kvt_gpu_pipe *kv_store[2], *attention[2]; /* [f16 pages] */
+};
+
+#define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
+/* n workgroups along x, spilling into z past KVT_VK_MAX_GROUPS_X (the shaders index x + z * gx). */
+void kvt_vk_spread(uint32_t n, uint32_t *gx, uint32_t *gz);
+/* bytes of the buffer b must hold; KVT_ELIMIT naming op and what if not. */
+int kvt_vk_need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what);
 
 #endif

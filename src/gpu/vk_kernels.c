@@ -1,23 +1,38 @@
 // SPDX-License-Identifier: MIT
-/* The first compute kernels: f16-weight matmul and RMSNorm, one pipeline each,
- * the same for every batch size (src/gpu/shaders/common.glsl). */
+/* The kernels' pipelines, and the first two kernels: f16-weight matmul and
+ * RMSNorm, each the same for every batch size (src/gpu/shaders/common.glsl).
+ * The forward pass's other kernels are recorded in vk_fwd.c. */
 #include <stdlib.h>
 
 #include "common.h"
 #include "vk_impl.h"
 
-#define MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
-
-struct kvt_gpu_kernels {
-    kvt_gpu_dev *d;
-    kvt_gpu_pipe *matmul_f16, *rmsnorm;
-};
+/* Push-constant words of the forward pass's kernels (as their shaders declare them). */
+#define MM_PUSH 6   /* rows, cols, n_tok, ldy, y_off, sbase */
+#define ROPE_PUSH 5 /* n_heads, head_dim, rope_dim, neox, n_tok */
+#define KV_PUSH 10  /* kv.glsl: the pool's shape, n_tok, n_head, scale */
 
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
+    *out = NULL;
+    if (!d->storage16)
+        return kvt_fail(KVT_EUNSUPPORTED, "gpu kernels: Vulkan device '%s' lacks storageBuffer16BitAccess (16-bit "
+                                          "storage), which the f16 KV pages need", d->info.name);
     kvt_gpu_kernels *k = kvt_xcalloc(1, sizeof *k);
     k->d = d;
-    int rc = kvt_gpu_pipe_new(d, "matmul_f16", 3, 3 * sizeof(uint32_t), &k->matmul_f16);
-    if (!rc) rc = kvt_gpu_pipe_new(d, "rmsnorm", 3, 3 * sizeof(uint32_t), &k->rmsnorm);
+    const struct {
+        kvt_gpu_pipe **p;
+        const char *name;
+        int n_bufs;
+        uint32_t push_words;
+    } all[] = {{&k->matmul_f16, "matmul_f16", 3, 3},        {&k->rmsnorm, "rmsnorm", 3, 3},
+               {&k->mm_f32, "matmul_wf32", 3, MM_PUSH},     {&k->mm_f16, "matmul_wf16", 3, MM_PUSH},
+               {&k->mm_q8_0, "matmul_wq8_0", 3, MM_PUSH},   {&k->rope, "rope", 3, ROPE_PUSH},
+               {&k->add, "add", 2, 1},                      {&k->silu_mul, "silu_mul", 2, 1},
+               {&k->kv_store[0], "kv_store_f32", 7, KV_PUSH}, {&k->kv_store[1], "kv_store_f16", 7, KV_PUSH},
+               {&k->attention[0], "attention_f32", 7, KV_PUSH}, {&k->attention[1], "attention_f16", 7, KV_PUSH}};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
+        rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
     if (rc) {
         kvt_gpu_kernels_free(k);
         k = NULL;
@@ -30,17 +45,18 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     if (!k) return;
     kvt_gpu_pipe_free(k->matmul_f16);
     kvt_gpu_pipe_free(k->rmsnorm);
+    kvt_gpu_pipe *more[] = {k->mm_f32,      k->mm_f16,      k->mm_q8_0,       k->rope,         k->add,
+                            k->silu_mul,    k->kv_store[0], k->kv_store[1], k->attention[0], k->attention[1]};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
     free(k);
 }
 
-/* n workgroups along x, spilling into z past MAX_GROUPS_X (the shaders index x + z * gx). */
-static void spread(uint32_t n, uint32_t *gx, uint32_t *gz) {
-    *gx = n < MAX_GROUPS_X ? n : MAX_GROUPS_X;
+void kvt_vk_spread(uint32_t n, uint32_t *gx, uint32_t *gz) {
+    *gx = n < KVT_VK_MAX_GROUPS_X ? n : KVT_VK_MAX_GROUPS_X;
     *gz = (n + *gx - 1) / *gx;
 }
 
-/* bytes of the buffer b must hold; KVT_ELIMIT naming what if not. */
-static int need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what) {
+int kvt_vk_need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what) {
     if (kvt_gpu_buf_size(b) >= bytes) return 0;
     return kvt_fail(KVT_ELIMIT, "gpu %s: %s needs %llu bytes, its buffer has %llu", op, what,
                     (unsigned long long)bytes, (unsigned long long)kvt_gpu_buf_size(b));
@@ -52,13 +68,13 @@ int kvt_gpu_rec_matmul_f16(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *w, k
         return kvt_fail(KVT_EARG, "gpu matmul_f16: rows %u, cols %u, tokens %u (each > 0, tokens <= 65535)", rows,
                         cols, n_tok);
     uint64_t wn = (uint64_t)rows * cols;
-    int rc = need(w, (wn + 1) / 2 * 4, "matmul_f16", "w (f16, rounded up to 4 bytes)");
-    if (!rc) rc = need(x, (uint64_t)n_tok * cols * 4, "matmul_f16", "x");
-    if (!rc) rc = need(y, (uint64_t)n_tok * rows * 4, "matmul_f16", "y");
+    int rc = kvt_vk_need(w, (wn + 1) / 2 * 4, "matmul_f16", "w (f16, rounded up to 4 bytes)");
+    if (!rc) rc = kvt_vk_need(x, (uint64_t)n_tok * cols * 4, "matmul_f16", "x");
+    if (!rc) rc = kvt_vk_need(y, (uint64_t)n_tok * rows * 4, "matmul_f16", "y");
     if (!rc && wn > UINT32_MAX) rc = kvt_fail(KVT_ELIMIT, "gpu matmul_f16: %llu weights, over 2^32", (unsigned long long)wn);
     if (rc) return rc;
     uint32_t push[3] = {rows, cols, n_tok}, g[3];
-    spread(rows, &g[0], &g[2]);
+    kvt_vk_spread(rows, &g[0], &g[2]);
     g[1] = n_tok;
     kvt_gpu_buf *b[3] = {y, w, x};
     return kvt_gpu_rec_dispatch(k->d, k->matmul_f16, b, push, g);
@@ -67,9 +83,9 @@ int kvt_gpu_rec_matmul_f16(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *w, k
 int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_gpu_buf *weight, uint32_t n,
                         uint32_t n_tok, float eps) {
     if (!n || !n_tok) return kvt_fail(KVT_EARG, "gpu rmsnorm: n %u, tokens %u (each > 0)", n, n_tok);
-    int rc = need(x, (uint64_t)n_tok * n * 4, "rmsnorm", "x");
-    if (!rc) rc = need(y, (uint64_t)n_tok * n * 4, "rmsnorm", "y");
-    if (!rc) rc = need(weight, (uint64_t)n * 4, "rmsnorm", "weight");
+    int rc = kvt_vk_need(x, (uint64_t)n_tok * n * 4, "rmsnorm", "x");
+    if (!rc) rc = kvt_vk_need(y, (uint64_t)n_tok * n * 4, "rmsnorm", "y");
+    if (!rc) rc = kvt_vk_need(weight, (uint64_t)n * 4, "rmsnorm", "weight");
     if (rc) return rc;
     union {
         uint32_t u[3];
@@ -77,7 +93,7 @@ int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_
     } push = {.u = {n, n_tok, 0}};
     push.f[2] = eps;
     uint32_t g[3] = {0, 1, 0};
-    spread(n_tok, &g[0], &g[2]);
+    kvt_vk_spread(n_tok, &g[0], &g[2]);
     kvt_gpu_buf *b[3] = {y, x, weight};
     return kvt_gpu_rec_dispatch(k->d, k->rmsnorm, b, push.u, g);
 }

@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: MIT
+/* The forward pass's kernels: weight matrices (F32, F16, Q8_0) uploaded as row
+ * slices that each fit one binding, their matmul, RoPE, add, SwiGLU, and the
+ * KV store and attention over the paged KV pool. Shapes are checked here, so a
+ * shader never indexes past a buffer; what only the device knows (the meta
+ * table's pages and slots) the shaders check themselves. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "types.h"
+#include "vk_impl.h"
+
+#define Q8_BLOCK 32        /* weights per Q8_0 block */
+#define Q8_BLOCK_BYTES 34  /* its f16 scale, then 32 int8 */
+#define UPLOAD_BYTES (4u << 20) /* rows repacked per upload */
+#define MAX_HEAD_DIM 256   /* attention.glsl */
+#define MAX_TOKENS 65535u  /* the y (or x) dimension of a dispatch */
+
+struct kvt_gpu_wmat {
+    kvt_gpu_dev *d;
+    uint32_t type, rows, cols;
+    uint32_t slice_rows; /* rows of every slice but the last */
+    int n_slices;
+    kvt_gpu_buf **slice;
+    uint64_t bytes;
+};
+
+int kvt_gpu_wmat_supported(uint32_t type) {
+    return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || type == KVT_TYPE_Q8_0;
+}
+
+/* Bytes of one row in the CPU's layout (Q8_0: blocks of scale and quants). */
+static uint64_t cpu_row(uint32_t type, uint32_t cols) {
+    if (type == KVT_TYPE_F32) return (uint64_t)cols * 4;
+    if (type == KVT_TYPE_F16) return (uint64_t)cols * 2;
+    return (uint64_t)cols / Q8_BLOCK * Q8_BLOCK_BYTES;
+}
+
+/* Device bytes of a slice of n rows: F32 and F16 rows back to back (F16 padded
+ * to a word); Q8_0 the n * cols int8 quants, then the n * cols/32 f16 scales. */
+static uint64_t slice_bytes(uint32_t type, uint64_t n, uint32_t cols) {
+    if (type == KVT_TYPE_F32) return n * cols * 4;
+    if (type == KVT_TYPE_F16) return (n * cols + 1) / 2 * 4;
+    return n * cols + (n * (cols / Q8_BLOCK) + 1) / 2 * 4;
+}
+
+/* Copies n rows from src (row_bytes apart) into slice b in its layout, a group of rows per upload. */
+static int upload_rows(kvt_gpu_wmat *w, kvt_gpu_buf *b, const unsigned char *src, size_t row_bytes, uint32_t n) {
+    uint64_t row = cpu_row(w->type, w->cols), nb = w->cols / Q8_BLOCK;
+    uint32_t group = (uint32_t)KVT_MIN((uint64_t)n, KVT_MAX(2, UPLOAD_BYTES / row & ~1ull)); /* even: Q8_0 scales stay word-aligned */
+    unsigned char *tmp = kvt_xmalloc((size_t)(group * row));
+    int rc = 0;
+    for (uint32_t r = 0; r < n && !rc; r += group) {
+        uint32_t m = KVT_MIN(group, n - r);
+        if (w->type != KVT_TYPE_Q8_0) {
+            for (uint32_t i = 0; i < m; i++) memcpy(tmp + i * row, src + (size_t)(r + i) * row_bytes, (size_t)row);
+            rc = kvt_gpu_upload(w->d, b, r * row, tmp, m * row);
+            continue;
+        }
+        unsigned char *q = tmp, *s = tmp + (size_t)m * w->cols;
+        for (uint32_t i = 0; i < m; i++)
+            for (uint64_t k = 0; k < nb; k++) {
+                const unsigned char *blk = src + (size_t)(r + i) * row_bytes + k * Q8_BLOCK_BYTES;
+                memcpy(s + (i * nb + k) * 2, blk, 2);
+                memcpy(q + (size_t)i * w->cols + k * Q8_BLOCK, blk + 2, Q8_BLOCK);
+            }
+        rc = kvt_gpu_upload(w->d, b, (uint64_t)r * w->cols, q, (uint64_t)m * w->cols);
+        if (!rc) rc = kvt_gpu_upload(w->d, b, (uint64_t)n * w->cols + r * nb * 2, s, m * nb * 2);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* The rows per slice: as many as one binding holds. */
+static int plan_slices(kvt_gpu_wmat *w) {
+    uint64_t max = kvt_gpu_max_binding(w->d), n = max / (slice_bytes(w->type, 64, w->cols) / 64);
+    n = KVT_MIN(n, (uint64_t)w->rows);
+    while (n > 0 && slice_bytes(w->type, n, w->cols) > max) n--;
+    if (n == 0)
+        return kvt_fail(KVT_ELIMIT, "one row of %u columns (%llu bytes) is over the device's largest storage binding "
+                                    "of %llu bytes", w->cols, (unsigned long long)slice_bytes(w->type, 1, w->cols),
+                        (unsigned long long)max);
+    w->slice_rows = (uint32_t)n;
+    w->n_slices = (int)((w->rows + n - 1) / n);
+    return 0;
+}
+
+int kvt_gpu_wmat_new(kvt_gpu_dev *d, uint32_t type, uint32_t rows, uint32_t cols, const void *data, size_t row_bytes,
+                     kvt_gpu_wmat **out) {
+    *out = NULL;
+    if (!kvt_gpu_wmat_supported(type))
+        return kvt_fail(KVT_EUNSUPPORTED, "gpu weight matrix: type %u is not supported (F32, F16 or Q8_0)", type);
+    if (!rows || !cols || !data)
+        return kvt_fail(KVT_EARG, "gpu weight matrix: rows %u, cols %u (each > 0) and its data", rows, cols);
+    if (type == KVT_TYPE_Q8_0 && cols % Q8_BLOCK)
+        return kvt_fail(KVT_EARG, "gpu weight matrix: Q8_0 cols %u is not a multiple of %d", cols, Q8_BLOCK);
+    if (row_bytes < cpu_row(type, cols))
+        return kvt_fail(KVT_EARG, "gpu weight matrix: row_bytes %zu is under the %llu bytes of a row", row_bytes,
+                        (unsigned long long)cpu_row(type, cols));
+    kvt_gpu_wmat *w = kvt_xcalloc(1, sizeof *w);
+    *w = (kvt_gpu_wmat){.d = d, .type = type, .rows = rows, .cols = cols};
+    int rc = plan_slices(w);
+    if (!rc) w->slice = kvt_xcalloc((size_t)w->n_slices, sizeof *w->slice);
+    for (int s = 0; s < w->n_slices && !rc; s++) {
+        uint32_t r0 = (uint32_t)s * w->slice_rows, n = KVT_MIN(w->slice_rows, rows - r0);
+        uint64_t bytes = slice_bytes(type, n, cols);
+        rc = kvt_gpu_buf_new(d, KVT_GPU_DEVICE, bytes, &w->slice[s]);
+        if (!rc) rc = upload_rows(w, w->slice[s], (const unsigned char *)data + (size_t)r0 * row_bytes, row_bytes, n);
+        w->bytes += bytes;
+    }
+    if (rc) {
+        kvt_fail_prefix(rc, "gpu weight matrix %ux%u: ", rows, cols);
+        kvt_gpu_wmat_free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+void kvt_gpu_wmat_free(kvt_gpu_wmat *w) {
+    if (!w) return;
+    for (int s = 0; s < w->n_slices && w->slice; s++) kvt_gpu_buf_free(w->slice[s]);
+    free(w->slice);
+    free(w);
+}
+
+uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w) { return w->bytes; }
+
+int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
+                       kvt_gpu_buf *x, uint32_t n_tok) {
+    if (!n_tok || n_tok > MAX_TOKENS)
+        return kvt_fail(KVT_EARG, "gpu matmul: tokens %u (1..%u)", n_tok, MAX_TOKENS);
+    if (y_off > ldy || w->rows > ldy - y_off)
+        return kvt_fail(KVT_EARG, "gpu matmul: %u rows at y_off %u do not fit in a y row of ldy %u", w->rows, y_off,
+                        ldy);
+    int rc = kvt_vk_need(x, (uint64_t)n_tok * w->cols * 4, "matmul", "x");
+    if (!rc) rc = kvt_vk_need(y, ((uint64_t)(n_tok - 1) * ldy + y_off + w->rows) * 4, "matmul", "y");
+    if (rc) return rc;
+    kvt_gpu_pipe *p = w->type == KVT_TYPE_F32 ? k->mm_f32 : w->type == KVT_TYPE_F16 ? k->mm_f16 : k->mm_q8_0;
+    for (int s = 0; s < w->n_slices && !rc; s++) {
+        uint32_t r0 = (uint32_t)s * w->slice_rows, n = KVT_MIN(w->slice_rows, w->rows - r0);
+        uint32_t push[6] = {n, w->cols, n_tok, ldy, y_off + r0, (uint32_t)((uint64_t)n * w->cols / 4)}, g[3];
+        kvt_vk_spread(n, &g[0], &g[2]);
+        g[1] = n_tok;
+        kvt_gpu_buf *b[3] = {y, w->slice[s], x};
+        rc = kvt_gpu_rec_dispatch(k->d, p, b, push, g);
+    }
+    return rc;
+}
+
+/* A flat grid of n invocations, KVT_WG to a workgroup (kvt_flat_id). */
+static void flat_groups(uint64_t n, uint32_t g[3]) {
+    kvt_vk_spread((uint32_t)((n + 63) / 64), &g[0], &g[2]);
+    g[1] = 1;
+}
+
+int kvt_gpu_rec_rope(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *cs, kvt_gpu_buf *sn, uint32_t n_heads,
+                     uint32_t head_dim, uint32_t rope_dim, int neox, uint32_t n_tok) {
+    uint64_t pairs = (uint64_t)n_tok * n_heads * (rope_dim / 2);
+    if (!n_heads || !n_tok || !rope_dim || rope_dim % 2 || rope_dim > head_dim || pairs > UINT32_MAX)
+        return kvt_fail(KVT_EARG, "gpu rope: heads %u, tokens %u (each > 0), rope_dim %u (even, 2..head_dim %u)",
+                        n_heads, n_tok, rope_dim, head_dim);
+    int rc = kvt_vk_need(x, (uint64_t)n_tok * n_heads * head_dim * 4, "rope", "x");
+    if (!rc) rc = kvt_vk_need(cs, (uint64_t)n_tok * (rope_dim / 2) * 4, "rope", "cs");
+    if (!rc) rc = kvt_vk_need(sn, (uint64_t)n_tok * (rope_dim / 2) * 4, "rope", "sn");
+    if (rc) return rc;
+    uint32_t push[5] = {n_heads, head_dim, rope_dim, neox != 0, n_tok}, g[3];
+    flat_groups(pairs, g);
+    kvt_gpu_buf *b[3] = {x, cs, sn};
+    return kvt_gpu_rec_dispatch(k->d, k->rope, b, push, g);
+}
+
+/* x op= y elementwise over n floats with pipeline p. */
+static int rec_elementwise(kvt_gpu_kernels *k, kvt_gpu_pipe *p, const char *op, kvt_gpu_buf *x, kvt_gpu_buf *y,
+                           uint32_t n) {
+    if (!n) return kvt_fail(KVT_EARG, "gpu %s: n is 0", op);
+    int rc = kvt_vk_need(x, (uint64_t)n * 4, op, "its first operand");
+    if (!rc) rc = kvt_vk_need(y, (uint64_t)n * 4, op, "its second operand");
+    if (rc) return rc;
+    uint32_t g[3];
+    flat_groups(n, g);
+    kvt_gpu_buf *b[2] = {x, y};
+    return kvt_gpu_rec_dispatch(k->d, p, b, &n, g);
+}
+
+int kvt_gpu_rec_add(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *y, uint32_t n) {
+    return rec_elementwise(k, k->add, "add", x, y, n);
+}
+
+int kvt_gpu_rec_silu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uint32_t n) {
+    return rec_elementwise(k, k->silu_mul, "silu_mul", g, u, n);
+}
+
+/* kv.glsl's push constants. */
+typedef union {
+    uint32_t u[10];
+    float f[10];
+} kv_push;
+
+/* Checks the pool and layer, fills push's pool words and binds its chunks (an unused binding repeats chunk 0). */
+static int kv_pool(const kvt_gpu_kv *kv, uint32_t layer, const char *op, kv_push *push, kvt_gpu_buf **bind) {
+    uint64_t esize = kv->f16 ? 2 : 4, page = (uint64_t)kv->n_layer * 2 * kv->n_head_kv * kv->block * kv->head_dim * esize;
+    if (!kv->n_layer || !kv->n_head_kv || !kv->head_dim || !kv->block || layer >= kv->n_layer)
+        return kvt_fail(KVT_EARG, "gpu %s: layer %u of a pool of %u layers, %u kv heads, head_dim %u, block %u (each > 0)",
+                        op, layer, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->block);
+    if (kv->page_stride % 4 || kv->page_stride < page || !kv->pages_per_chunk)
+        return kvt_fail(KVT_EARG, "gpu %s: page_stride %llu (a multiple of 4, at least the page's %llu bytes), "
+                                  "pages_per_chunk %u (> 0)", op, (unsigned long long)kv->page_stride,
+                        (unsigned long long)page, kv->pages_per_chunk);
+    if (kv->n_chunks < 1 || kv->n_chunks > KVT_GPU_KV_CHUNKS)
+        return kvt_fail(KVT_EARG, "gpu %s: n_chunks %d (1..%d)", op, kv->n_chunks, KVT_GPU_KV_CHUNKS);
+    uint64_t full = (uint64_t)kv->pages_per_chunk * kv->page_stride, n_pages = 0;
+    for (int c = 0; c < kv->n_chunks; c++) {
+        uint64_t have = kv->chunk[c] ? kvt_gpu_buf_size(kv->chunk[c]) : 0;
+        uint64_t pages = KVT_MIN(have / kv->page_stride, (uint64_t)kv->pages_per_chunk);
+        if (pages == 0 || (c < kv->n_chunks - 1 && have < full))
+            return kvt_fail(KVT_EARG, "gpu %s: KV chunk %d has %llu bytes, under %s page%s of %llu bytes", op, c,
+                            (unsigned long long)have, c < kv->n_chunks - 1 ? "its pages_per_chunk" : "one",
+                            c < kv->n_chunks - 1 ? "s" : "", (unsigned long long)kv->page_stride);
+        n_pages += pages;
+        bind[c] = kv->chunk[c];
+    }
+    for (int c = kv->n_chunks; c < KVT_GPU_KV_CHUNKS; c++) bind[c] = kv->chunk[0];
+    uint32_t words[7] = {layer,
+                         kv->n_head_kv,
+                         kv->head_dim,
+                         kv->block,
+                         (uint32_t)(kv->page_stride / esize),
+                         kv->pages_per_chunk,
+                         (uint32_t)KVT_MIN(n_pages, (uint64_t)UINT32_MAX)};
+    memcpy(push->u, words, sizeof words);
+    return 0;
+}
+
+int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *kx, kvt_gpu_buf *vx,
+                         kvt_gpu_buf *meta, uint32_t n_tok) {
+    kv_push push = {{0}};
+    kvt_gpu_buf *b[3 + KVT_GPU_KV_CHUNKS] = {kx, vx, meta};
+    int rc = kv_pool(kv, layer, "kv_store", &push, b + 3);
+    if (rc) return rc;
+    if (!n_tok) return kvt_fail(KVT_EARG, "gpu kv_store: tokens is 0");
+    uint64_t row = (uint64_t)kv->n_head_kv * kv->head_dim * 4;
+    rc = kvt_vk_need(kx, n_tok * row, "kv_store", "kx");
+    if (!rc) rc = kvt_vk_need(vx, n_tok * row, "kv_store", "vx");
+    if (!rc) rc = kvt_vk_need(meta, (uint64_t)n_tok * KVT_GPU_META_WORDS * 4, "kv_store", "meta");
+    if (rc) return rc;
+    push.u[7] = n_tok;
+    uint32_t g[3] = {0, 1, 0};
+    kvt_vk_spread(n_tok, &g[0], &g[2]);
+    return kvt_gpu_rec_dispatch(k->d, k->kv_store[kv->f16 != 0], b, push.u, g);
+}
+
+int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
+                          kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok) {
+    kv_push push = {{0}};
+    kvt_gpu_buf *b[3 + KVT_GPU_KV_CHUNKS] = {out, q, meta};
+    int rc = kv_pool(kv, layer, "attention", &push, b + 3);
+    if (rc) return rc;
+    if (kv->head_dim > MAX_HEAD_DIM || !n_head || n_head > MAX_TOKENS || n_head % kv->n_head_kv || !n_tok ||
+        n_tok > MAX_TOKENS)
+        return kvt_fail(KVT_EARG, "gpu attention: head_dim %u (at most %d), n_head %u (a multiple of n_head_kv %u), "
+                                  "tokens %u (1..%u)", kv->head_dim, MAX_HEAD_DIM, n_head, kv->n_head_kv, n_tok,
+                        MAX_TOKENS);
+    uint64_t rows = (uint64_t)n_tok * n_head * kv->head_dim * 4;
+    rc = kvt_vk_need(q, rows, "attention", "q");
+    if (!rc) rc = kvt_vk_need(out, rows, "attention", "out");
+    if (!rc) rc = kvt_vk_need(meta, (uint64_t)n_tok * KVT_GPU_META_WORDS * 4, "attention", "meta");
+    if (rc) return rc;
+    push.u[7] = n_tok;
+    push.u[8] = n_head;
+    push.f[9] = scale;
+    uint32_t g[3] = {n_head, n_tok, 1};
+    return kvt_gpu_rec_dispatch(k->d, k->attention[kv->f16 != 0], b, push.u, g);
+}
