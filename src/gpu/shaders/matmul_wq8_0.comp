@@ -11,18 +11,15 @@
 
 layout(std430, set = 0, binding = 1) readonly buffer W { uint w[]; };
 
-float row_dot(uint r, uint xb) {
+void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
     uint nw = pc.cols >> 2, qb = r * nw, sb = r * (pc.cols >> 5);
-    precise float acc = 0.0;
     for (uint i = gl_LocalInvocationID.x; i < nw; i += KVT_WG) {
         uint s = sb + (i >> 3);
         float d = kvt_f16_to_f32((w[pc.sbase + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu);
         int q = int(w[qb + i]);
-        uint c = xb + i * 4u;
         for (int k = 0; k < 4; k++) {
             precise float wv = d * float(bitfieldExtract(q, k * 8, 8));
-            acc = fma(wv, x[c + uint(k)], acc);
+            mm_fma(wv, t0, nt, i * 4u + uint(k), acc);
         }
     }
-    return acc;
 }
