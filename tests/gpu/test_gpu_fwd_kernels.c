@@ -5,7 +5,8 @@
  *  - kvt_gpu_rec_matmul with F32, F16 and Q8_0 weight matrices (rows 1..300,
  *    cols up to 1024, batch 1..64, rows written at y_off of ldy-wide rows):
  *    within MM_TOL of a double reference over the exactly dequantized weights
- *    (d * q for Q8_0), relative to sum |w x|; nothing outside the rows written;
+ *    (d * q for Q8_0, whose activations are also quantized to Q8_0 as the
+ *    CPU does: the reference takes them as d_x * q_x), relative to sum |w x|; nothing outside the rows written;
  *    a token alone gets the bits of its row in a batch; on a second device
  *    with a 64 KiB binding limit and staged transfers, where the matrix is many
  *    slices, the same bits as unsliced; a row over the limit and an
@@ -63,6 +64,19 @@ static void *make_weights(uint32_t type, uint32_t rows, uint32_t cols, size_t ro
     return w;
 }
 
+/* x as a Q8_0 matmul sees it: each block of 32 quantized as the CPU quantizes
+ * activations (d = amax/127 rounded to f16, q = x * (127/amax) rounded half
+ * to even), then d * q. */
+static void q8_activations(const float *x, size_t n, float *out) {
+    for (size_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float id = amax != 0 ? 127.0f / amax : 0, d = kvt_f16_to_f32(kvt_f32_to_f16(amax / 127.0f));
+        for (int i = 0; i < 32; i++) out[b * 32 + i] = d * nearbyintf(xb[i] * id);
+    }
+}
+
 /* y (n_tok rows of ldy, SENTINEL first) = W x on the device; 0 or a failed check. */
 static int run_mm(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, const float *x, uint32_t cols,
                   uint32_t n_tok, uint32_t ldy, uint32_t y_off, float *y) {
@@ -117,7 +131,10 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
     int rc = kvt_gpu_wmat_new(d, type, rows, cols, w, row_bytes, &m);
     CHECKF(rc == 0, "%s", kvt_errmsg());
     if (!rc && !run_mm(d, k, m, x, cols, n_tok, ldy, y_off, y)) {
-        mm_compare(wf, x, y, rows, cols, n_tok, ldy, y_off, names[type]);
+        float *xr = x;
+        if (type == KVT_TYPE_Q8_0) q8_activations(x, (size_t)n_tok * cols, xr = malloc((size_t)n_tok * cols * 4));
+        mm_compare(wf, xr, y, rows, cols, n_tok, ldy, y_off, names[type]);
+        if (xr != x) free(xr);
         uint32_t toks[2] = {n_tok - 1, n_tok / 2};
         for (int i = 0; i < (n_tok > 2 ? 2 : 1); i++) {
             uint32_t t = toks[i];

@@ -21,7 +21,13 @@ float quant_block(uint t, uint c0, out int q[32]) {
     uint xb = t * pc.cols + c0;
     float amax = 0.0;
     for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(x[xb + i]));
-    float id = amax != 0.0 ? 127.0 / amax : 0.0;
+    // 127/amax, corrected by one fma step to the correctly rounded quotient
+    // where a device's division is a few ulps off (Vulkan allows 2.5)
+    precise float id = amax != 0.0 ? 127.0 / amax : 0.0;
+    if (amax != 0.0) {
+        precise float err = fma(-id, amax, 127.0);
+        id = fma(err, 1.0 / amax, id);
+    }
     for (uint i = 0u; i < 32u; i++) q[i] = int(roundEven(x[xb + i] * id));
     return kvt_round_f16(amax / 127.0);
 }
