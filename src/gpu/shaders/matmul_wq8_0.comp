@@ -29,7 +29,12 @@ float quant_block(uint t, uint c0, out int q[32]) {
         id = fma(err, 1.0 / amax, id);
     }
     for (uint i = 0u; i < 32u; i++) q[i] = int(roundEven(x[xb + i] * id));
-    return kvt_round_f16(amax / 127.0);
+    // amax/127 as a correctly rounded quotient too: `precise` keeps the
+    // compiler from turning it into amax * (1/127), which differs by an ulp
+    precise float d = amax / 127.0;
+    precise float derr = fma(-d, 127.0, amax);
+    d = fma(derr, 1.0 / 127.0, d);
+    return kvt_round_f16(d);
 }
 
 void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
