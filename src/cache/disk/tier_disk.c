@@ -22,7 +22,7 @@
 
 #include "common.h"
 #include "progress.h"
-#include "disk_store.h"
+#include "disk_internal.h"
 
 #define DISK_DEFAULT_SIZE (16ull << 30)
 /* Reads kept in flight by one batch. */

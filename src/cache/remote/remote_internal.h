@@ -21,7 +21,6 @@
 #include <stdint.h>
 #include <zstd.h>
 
-#include "disk_record.h"
 #include "hmap128.h"
 #include "threadpool.h"
 #include "tier_disk.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The remote tier's value codec (remote_internal.h): a value is the disk
- * record of one block (disk_record.h) without its padding, raw or with a zstd
+ * record of one block (tier_disk.h) without its padding, raw or with a zstd
  * payload, signed under the shared key. Encoding runs on the writer thread,
  * checking on get_many's reader threads. */
 #include "remote_internal.h"

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "disk_record.h"
+#include "tier_disk.h"
 
 #define DEFAULT_SIZE (4ull << 30)
 /* Socket read-ahead per reader: reply lines, and at most this much of a value copied through it. */
