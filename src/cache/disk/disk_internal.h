@@ -3,6 +3,9 @@
  * files of src/cache/disk and included by nothing outside it:
  *   tier_disk.c    open (the scan of the directory's segments), close, the
  *                  owner API and the tier interface (tier.h)
+ *   disk_index.c   the record index, the live segments, the events that keep
+ *                  the prefix index in step: the store's other files call
+ *                  down into it, it calls none of them
  *   disk_writer.c  the writer thread: queue drain, segment rotation, reclaim
  *   disk_read.c    batched verified reads
  *   disk_ckpt.c    the index checkpoint, written and loaded
@@ -328,7 +331,7 @@ int kvt_disk_probe_o_direct(int dfd, const char *dir);
 void kvt_disk_lifetime_add(int dfd, const char *dir, const kvt_disk_lifetime *session);
 
 
-/* ---- the store (tier_disk.c, disk_writer.c, disk_read.c, disk_ckpt.c) ---- */
+/* ---- the store (tier_disk.c, disk_index.c, disk_writer.c, disk_read.c, disk_ckpt.c) ---- */
 
 /* Threading (tier_disk.h "Threads"): two threads touch a kvt_disk, the owner's
  * and the writer. d->mu guards every field the writer touches; the fields
@@ -441,6 +444,8 @@ typedef struct {
     uint64_t at; /* offset in the reinsertion buffer */
     uint32_t bytes;
 } disk_move;
+
+/* ---- the record index (disk_index.c) ---- */
 
 /* Drops one reference; closes and frees a reclaimed segment with its last. mu held. */
 void kvt_disk_seg_unref(disk_seg *s);
