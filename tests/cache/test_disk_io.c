@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "disk_io.h"
+#include "disk_internal.h"
 #include "testutil.h"
 
 #define FILE_BYTES (1 << 20)

@@ -25,7 +25,6 @@
 #include "common.h"
 #include "crc32c.h"
 #include "disk_internal.h"
-#include "disk_record.h"
 #include "prefix.h"
 #include "testutil.h"
 #include "tier_disk.h"

@@ -32,9 +32,9 @@
 
 #include "cache.h"
 #include "common.h"
-#include "disk_record.h"
 #include "model.h"
 #include "testutil.h"
+#include "tier_disk.h"
 #include "tier_remote.h"
 
 #define B 8

@@ -34,6 +34,23 @@ check "no #include \"../ in src/${up:+: $up}" is "$up" ""
 mkdir -p "$TMP/src/cache"
 { echo '#include "../base/log.h"'; cat "$SRC/src/cache/tier.h"; } >"$TMP/src/cache/tier.h"
 check "the include grep finds a planted #include \"../" is "$(up_includes "$TMP/src" | cut -d: -f1,2)" "cache/tier.h:1"
+# a private header (*_internal.h, *_impl.h) is included only by the files of its own folder: the
+# layer's parts in subfolders (src/cache/disk, src/cache/remote) share the layer's include path,
+# so nothing else keeps another folder from reaching past a part's contract header
+private_includes() { # private_includes DIR: FILE:LINE:TEXT (relative to DIR) of each such include from another folder
+  grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"/]*_(internal|impl)\.h"' "$1" --include='*.[ch]' |
+    while IFS=: read -r file line text; do
+      h=$(sed -E 's/.*"([^"]*)".*/\1/' <<<"$text")
+      [ -e "$(dirname "$file")/$h" ] || echo "${file#"$1"/}:$line:$text"
+    done
+}
+leak=$(private_includes "$SRC/src")
+check "private headers included only in their own folder${leak:+: $leak}" is "$leak" ""
+# the check itself can fail: a planted file of the cache's top folder that includes the disk part's
+mkdir -p "$TMP/priv/cache/disk"
+cp "$SRC/src/cache/disk/disk_internal.h" "$TMP/priv/cache/disk/"
+{ echo '#include "disk_internal.h"'; cat "$SRC/src/cache/tier.h"; } >"$TMP/priv/cache/tier.h"
+check "the private-header check finds a planted include" is "$(private_includes "$TMP/priv" | cut -d: -f1,2)" "cache/tier.h:1"
 # every C source carries the license's SPDX line first (LICENSE: MIT)
 no_spdx() { # no_spdx DIR...: the .c/.h files under DIR whose first line is not the SPDX line
   find "$@" -name '*.[ch]' | while read -r f; do

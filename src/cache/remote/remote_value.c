@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: MIT
-/* The remote tier's value codec (remote_internal.h): a value is the disk
- * record of one block (disk_record.h) without its padding, raw or with a zstd
- * payload, signed under the shared key. Encoding runs on the writer thread,
- * checking on get_many's reader threads. */
+/* The remote tier's value codec (remote_internal.h): a block's Redis key,
+ * and its value, the disk record of the block (tier_disk.h) without its
+ * padding, raw or with a zstd payload, signed under the shared key. Encoding
+ * runs on the writer thread, checking on get_many's reader threads. */
 #include "remote_internal.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
+
+void kvt_remote_key(kvt_hash128 ns, kvt_hash128 hash, char out[KVT_REMOTE_KEY_LEN + 1]) {
+    snprintf(out, KVT_REMOTE_KEY_LEN + 1, KVT_REMOTE_KEY_PREFIX "%016" PRIx64 "%016" PRIx64 ":%016" PRIx64 "%016" PRIx64,
+             ns.hi, ns.lo, hash.hi, hash.lo);
+}
 
 int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len,
                             const kvt_tier_read *req) {

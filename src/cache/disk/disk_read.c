@@ -3,7 +3,7 @@
  * served from the queue; the rest are planned, sorted by segment and offset,
  * coalesced into extents, read together and checked record by record (CRC,
  * MAC, key, parent, tokens) before they are decoded. Owner's thread. */
-#include "disk_store.h"
+#include "disk_internal.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

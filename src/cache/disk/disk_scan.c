@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "disk_io.h"
 
 static_assert(KVT_DISK_HEADER_FIXED + 4 * KVT_BLOCK_TOKENS_MAX <= SCAN_READ_BYTES, "scan reads a whole header");
 

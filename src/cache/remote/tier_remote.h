@@ -8,7 +8,7 @@
  *     kvt:<namespace, 32 hex digits>:<block hash, 32 hex digits>
  * (hash.hi then hash.lo, as `kvtier cache stats` prints them) whose value is
  * the disk tier's self-verifying record (tier_disk.h "Record", written with
- * disk_record.h) without its 4 KiB padding: header with namespace, hash,
+ * its "records for other tiers") without its 4 KiB padding: header with namespace, hash,
  * parent, B token ids, lengths, CRCs and a keyed MAC, then the payload. The
  * namespace is the cache's unsalted root (model fingerprint, KV layout and
  * dtype, B, numerics); tenants are apart because their salted block keys

@@ -5,7 +5,7 @@
  * reclaims the oldest segments, rewriting their recently hit records. When a
  * write finds the disk full it stops writes, and looks for free space every
  * params.space_retry_s until records fit again, then resumes them. */
-#include "disk_store.h"
+#include "disk_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

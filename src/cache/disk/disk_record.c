@@ -2,7 +2,8 @@
 /* The disk record format (tier_disk.h "Record", "MAC"): the header's fields,
  * its CRCs, the directory key's MAC schemes, and the parse, decode, check and
  * encode of one record. Pure functions over buffers: the files are elsewhere
- * (disk_dir.c), and the other tiers write records through disk_record.h. */
+ * (disk_dir.c), and the other tiers write records through tier_disk.h's
+ * "records for other tiers". */
 #include "disk_internal.h"
 
 #include <assert.h>
@@ -14,7 +15,6 @@
 
 #include "common.h"
 #include "crc32c.h"
-#include "disk_record.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the disk record format is little-endian; add byte swapping for this target"
@@ -271,7 +271,7 @@ uint64_t kvt_disk_encode_with(uint8_t *h, uint32_t B, kvt_disk_codec codec, uint
     return total;
 }
 
-/* The writing side for other tiers (disk_record.h): the same encoder, with
+/* The writing side for other tiers (tier_disk.h): the same encoder, with
  * the key passed as bytes. */
 uint32_t kvt_disk_record_key_id(const uint8_t key[KVT_DISK_KEY_BYTES]) {
     mac_key k;
@@ -296,7 +296,7 @@ uint64_t kvt_disk_record_encode(uint8_t *rec, uint32_t B, kvt_disk_codec codec, 
     return n;
 }
 
-/* ---- prepared keys (disk_record.h) --------------------------------------- */
+/* ---- prepared keys (tier_disk.h) ----------------------------------------- */
 
 struct kvt_disk_record_key {
     mac_key k;

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /* The remote tier's private parts (tier_remote.h is the contract), shared by
  * its files:
- *   tier_remote.c   open/close, the key file, the known set, the owner API
+ *   tier_remote.c   open/close, the key file, the owner API
+ *   remote_known.c  the known set (T3 presence in the index) and the queue
+ *                   lookup: the other files call down into it
  *   remote_conn.c   URLs, connections with deadlines and backoff, error logging
  *   remote_read.c   get_many (over the reader threads) and probe
- *   remote_value.c  the value codec: record, zstd, MAC; checks a value against
- *                   the block asked for
+ *   remote_value.c  a block's key, and the value codec: record, zstd, MAC;
+ *                   checks a value against the block asked for
  *   remote_writer.c the write queue's writer thread: encode and SET
  *   remote_maint.c  SCAN/UNLINK maintenance (kvtier cache --kv-remote)
  * Threading as in tier_remote.h: `mu` guards the queue, the lost list and
@@ -21,7 +23,6 @@
 #include <stdint.h>
 #include <zstd.h>
 
-#include "disk_record.h"
 #include "hmap128.h"
 #include "threadpool.h"
 #include "tier_disk.h"
@@ -170,7 +171,7 @@ int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *valu
  * Returns the value and its length in *len. Writer thread. */
 const uint8_t *kvt_remote_value_encode(kvt_remote *r, kvt_remote_qslot *q, uint8_t *zbuf, size_t *len);
 
-/* ---- tier_remote.c: the known set (owner thread) and the queue (mu held) ---- */
+/* ---- remote_known.c: the known set (owner thread) and the queue (mu held) ---- */
 
 /* Records T3 presence of a block (the oldest known block is forgotten when
  * the known set is full). 0, or -EEXIST if the index refuses it. */

@@ -31,7 +31,7 @@
 
 #include "common.h"
 #include "crc32c.h"
-#include "disk_store.h"
+#include "disk_internal.h"
 #include "prefix.h"
 
 static const uint8_t ckpt_magic[8] = {'K', 'V', 'T', 'I', 'D', 'X', 0, 1};

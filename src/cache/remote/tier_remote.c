@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* T3 on Redis (see tier_remote.h; remote_internal.h maps its files): open
- * and close, the shared key file, the known set and its index presence, the
- * write queue's owner side, and the tier interface. */
+ * and close, the shared key file, the write queue's owner side, and the tier
+ * interface. The known set and its index presence are remote_known.c's. */
 #include "remote_internal.h"
 
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "disk_record.h"
+#include "tier_disk.h"
 
 #define DEFAULT_SIZE (4ull << 30)
 /* Socket read-ahead per reader: reply lines, and at most this much of a value copied through it. */
@@ -49,11 +49,6 @@ int kvt_remote_compress_parse(const char *s, kvt_remote_compress *out) {
     return 0;
 }
 
-void kvt_remote_key(kvt_hash128 ns, kvt_hash128 hash, char out[KVT_REMOTE_KEY_LEN + 1]) {
-    snprintf(out, KVT_REMOTE_KEY_LEN + 1, KVT_REMOTE_KEY_PREFIX "%016" PRIx64 "%016" PRIx64 ":%016" PRIx64 "%016" PRIx64,
-             ns.hi, ns.lo, hash.hi, hash.lo);
-}
-
 /* ---- key file ------------------------------------------------------------- */
 
 /* The shared MAC key: a regular file of ours, 0600, exactly the key's size.
@@ -83,52 +78,6 @@ static int read_key_file(const char *path, uint8_t key[KVT_DISK_KEY_BYTES]) {
         rc = kvt_fail(-EIO, "remote key file %s: short read", path);
     close(fd);
     return rc;
-}
-
-/* ---- the known set: T3 presence in the index ----------------------------------- */
-
-void kvt_remote_known_del(kvt_remote *r, kvt_hash128 hash) {
-    uint32_t at;
-    if (!kvt_hmap128_get(&r->known, hash, &at)) return;
-    kvt_hmap128_del(&r->known, hash);
-    r->ring[at].live = 0;
-    if (r->p.index) kvt_prefix_remove(r->p.index, hash, KVT_TIER_T3);
-}
-
-int kvt_remote_known_add(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens) {
-    if (kvt_hmap128_get(&r->known, hash, NULL)) return 0;
-    if (r->p.index && kvt_prefix_add(r->p.index, hash, parent, tokens, KVT_TIER_T3, 0)) return -EEXIST;
-    while (r->ring_count == r->ring_cap) {
-        kvt_remote_known_ent *old = &r->ring[r->ring_head];
-        if (old->live) {
-            kvt_hmap128_del(&r->known, old->hash);
-            if (r->p.index) kvt_prefix_remove(r->p.index, old->hash, KVT_TIER_T3);
-            r->st.forgotten++;
-        }
-        r->ring_head = (r->ring_head + 1) % r->ring_cap;
-        r->ring_count--;
-    }
-    uint32_t at = (r->ring_head + r->ring_count++) % r->ring_cap;
-    r->ring[at] = (kvt_remote_known_ent){hash, 1};
-    kvt_hmap128_put(&r->known, hash, at);
-    return 0;
-}
-
-kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash) {
-    for (uint32_t i = 0; i < r->q_count; i++) {
-        kvt_remote_qslot *q = &r->q[(r->q_head + i) % r->p.queue_depth];
-        if (!q->cancelled && kvt_hash128_eq(q->hash, hash)) return q;
-    }
-    uint32_t at;
-    if (r->held_count && kvt_hmap128_get(&r->held_map, hash, &at) && !r->held[at].cancelled) return &r->held[at];
-    return NULL;
-}
-
-/* Unless the same block was queued again meanwhile. */
-void kvt_remote_apply_lost_locked(kvt_remote *r) {
-    for (size_t i = 0; i < r->n_lost; i++)
-        if (!kvt_remote_queued_slot(r, r->lost[i])) kvt_remote_known_del(r, r->lost[i]);
-    r->n_lost = 0;
 }
 
 /* ---- open / close ------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-/* io_uring and pread/pwrite behind one small interface (see disk_io.h). The
- * ring is private to the backend, so each I/O thread owns its own. */
-#include "disk_io.h"
+/* io_uring and pread/pwrite behind one small interface (disk_internal.h, "the
+ * I/O backend"). The ring is private to the backend, so each I/O thread owns
+ * its own. */
+#include "disk_internal.h"
 
 #include <errno.h>
 #include <liburing.h>

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: MIT
+/* The remote tier's known set (remote_internal.h): the blocks this node
+ * knows to be in T3, a ring of at most ring_cap with a map from key to ring
+ * entry, and their presence in the prefix index; the lookup of a key in the
+ * write queue and the held ring; the writer's lost blocks leaving the index.
+ * The owner side (tier_remote.c) and the readers (remote_read.c) call down
+ * into it, and it calls only the prefix index. */
+#include "remote_internal.h"
+
+#include <errno.h>
+
+#include "common.h"
+
+/* ---- the known set: T3 presence in the index ----------------------------------- */
+
+void kvt_remote_known_del(kvt_remote *r, kvt_hash128 hash) {
+    uint32_t at;
+    if (!kvt_hmap128_get(&r->known, hash, &at)) return;
+    kvt_hmap128_del(&r->known, hash);
+    r->ring[at].live = 0;
+    if (r->p.index) kvt_prefix_remove(r->p.index, hash, KVT_TIER_T3);
+}
+
+int kvt_remote_known_add(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens) {
+    if (kvt_hmap128_get(&r->known, hash, NULL)) return 0;
+    if (r->p.index && kvt_prefix_add(r->p.index, hash, parent, tokens, KVT_TIER_T3, 0)) return -EEXIST;
+    while (r->ring_count == r->ring_cap) {
+        kvt_remote_known_ent *old = &r->ring[r->ring_head];
+        if (old->live) {
+            kvt_hmap128_del(&r->known, old->hash);
+            if (r->p.index) kvt_prefix_remove(r->p.index, old->hash, KVT_TIER_T3);
+            r->st.forgotten++;
+        }
+        r->ring_head = (r->ring_head + 1) % r->ring_cap;
+        r->ring_count--;
+    }
+    uint32_t at = (r->ring_head + r->ring_count++) % r->ring_cap;
+    r->ring[at] = (kvt_remote_known_ent){hash, 1};
+    kvt_hmap128_put(&r->known, hash, at);
+    return 0;
+}
+
+kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash) {
+    for (uint32_t i = 0; i < r->q_count; i++) {
+        kvt_remote_qslot *q = &r->q[(r->q_head + i) % r->p.queue_depth];
+        if (!q->cancelled && kvt_hash128_eq(q->hash, hash)) return q;
+    }
+    uint32_t at;
+    if (r->held_count && kvt_hmap128_get(&r->held_map, hash, &at) && !r->held[at].cancelled) return &r->held[at];
+    return NULL;
+}
+
+/* Unless the same block was queued again meanwhile. */
+void kvt_remote_apply_lost_locked(kvt_remote *r) {
+    for (size_t i = 0; i < r->n_lost; i++)
+        if (!kvt_remote_queued_slot(r, r->lost[i])) kvt_remote_known_del(r, r->lost[i]);
+    r->n_lost = 0;
+}
