@@ -2,7 +2,7 @@
 /* The cache admin endpoints (/v1/cache/pin, unpin, prefetch, flush, stats),
  * which run as jobs on the engine thread (sched_jobs.c runs them), and
  * GET /v1/cache/lint, answered on the HTTP thread from the recent prompts. */
-#include "server_impl.h"
+#include "http_send.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * stream (respond.c); /tokenize and /detokenize; and the GET pages (/health,
  * /v1/models, /props, /metrics, /dashboard). The route table and dispatch are
  * in http.c, the /v1/cache admin handlers in admin.c. */
-#include "server_impl.h"
+#include "http_send.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,9 @@
 /* The server's private state and the declarations its files share. Not for
  * use outside src/server/. The HTTP side runs on libmicrohttpd's threads:
  *   http.c      the callbacks, the route table and dispatch, keys, framing,
- *               CORS, the access log, kvt_srv_send_* (what handlers answer with)
+ *               the access log
+ *   http_send.c what handlers answer with (kvt_srv_send_*), CORS, the
+ *               per-connection context (http_send.h)
  *   handlers.c  generation, tokenize, and the GET pages
  *   admin.c     /v1/cache/{pin,unpin,prefetch,flush,stats} (engine jobs) and /v1/cache/lint
  *   request.c   the engine-side request built from an API request, n > 1
@@ -74,9 +76,6 @@
 #define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
 #define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
 #define HOST_MAX 256                /* bytes of a --host name or address */
-#define CORS_METHODS "GET, POST, OPTIONS"
-#define CORS_HEADERS "Authorization, Content-Type, X-Session-Id, X-Request-Id"
-#define CORS_MAX_AGE_S "600"        /* how long a browser may reuse a preflight's answer */
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -304,20 +303,6 @@ void kvt_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_co
                            enum MHD_ConnectionNotificationCode code);
 /* MHD's accept policy: the per-address quota and the reserve for new addresses (http_conns.h). */
 enum MHD_Result kvt_srv_on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
-/* Notes the status a response carries for the access log, echoes the request
- * id, and adds the CORS headers an allowed origin gets. */
-void kvt_srv_note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status);
-/* Sends resp with status (noted, queued, counted in the metrics under label) and destroys it. */
-enum MHD_Result kvt_srv_send_response(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                      struct MHD_Response *resp);
-/* Sends body (taken over) as ctype, with one more header when h_name is set. */
-enum MHD_Result kvt_srv_send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                  const char *ctype, char *body, const char *h_name, const char *h_value);
-/* Sends an OpenAI-style error body. */
-enum MHD_Result kvt_srv_send_error(kvt_server *s, struct MHD_Connection *c, const char *label, const kvt_api_error *e,
-                                   const char *h_name, const char *h_value);
-enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                    const char *type, const char *code, const char *msg);
 
 /* ---- handlers (handlers.c, admin.c) ------------------------------------------------- */
 
@@ -389,8 +374,6 @@ void kvt_srv_req_fail_locked(srv_req *r, int status, const char *msg);
 
 /* Marks r (and its other choices) cancelled; the engine ends them. */
 void kvt_srv_cancel(kvt_server *s, srv_req *r);
-/* Whether c's client is gone (a reset or a socket error). */
-int kvt_srv_peer_gone(struct MHD_Connection *c);
 
 /* Responses (respond.c). The JSON of a finished request and its choices
  * (tool calls read back and remembered); with rag (the RAG route), kvtier.rag
