@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The ring of recent generations (req_ring.h) and its JSON. */
+/* The ring of recent generations (dashboard_ring.h) and its JSON. */
 #include "dashboard_ring.h"
 
 #include <pthread.h>

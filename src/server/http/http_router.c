@@ -3,9 +3,9 @@
  * (kvt_srv_on_request, kvt_srv_on_completed, kvt_srv_on_connection), the
  * route table and the dispatch to the handlers, API and metrics keys, request
  * framing and the body budget (http_guard), request ids, the access log. The
- * handlers are in handlers.c and admin.c; what they answer with (kvt_srv_send_*,
- * CORS, the per-connection context) in http_send.c, below them; the server's
- * lifecycle in server.c. */
+ * handlers are in handlers.c and handlers_admin.c; what they answer with
+ * (kvt_srv_send_*, CORS, the per-connection context) in http_send.c, below
+ * them; the server's lifecycle in server.c. */
 #include "http_send.h"
 
 #include <math.h>
