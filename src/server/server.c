@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* kvtier serve's lifecycle (see server.h for the flow, server_impl.h for the
  * parts): the default parameters, start (the bound address, the
- * libmicrohttpd daemon whose callbacks are in http.c, the engine thread of
+ * libmicrohttpd daemon whose callbacks are in http_router.c, the engine thread of
  * scheduler.c), quiesce and stop. */
 #include "server_impl.h"
 

@@ -1,17 +1,29 @@
 // SPDX-License-Identifier: MIT
 /* The server's private state and the declarations its files share. Not for
- * use outside src/server/. The HTTP side runs on libmicrohttpd's threads:
- *   http.c      the callbacks, the route table and dispatch, keys, framing,
- *               CORS, the access log, kvt_srv_send_* (what handlers answer with)
- *   handlers.c  generation, tokenize, and the GET pages
- *   admin.c     /v1/cache/{pin,unpin,prefetch,flush,stats} (engine jobs) and /v1/cache/lint
- *   request.c   the engine-side request built from an API request, n > 1
- *               choices, queueing, cancelling, references
- *   respond.c   response JSON and SSE streaming
- *   server.c    the lifecycle: start, quiesce, stop
- *   srv_req.c   a request's references, waking its handler, failing it
- * The engine thread is scheduler.c and its parts (scheduler.h): admission, cache-aware scheduling,
- * prefetch, continuous batching, admin jobs.
+ * use outside src/server/. Its files call one way, down the folders:
+ *   server.c                 the lifecycle: start, quiesce, stop
+ *   http/ (libmicrohttpd's threads)
+ *     http_router.c          the callbacks, the route table and dispatch, keys,
+ *                            framing, the access log
+ *     handlers.c             generation, tokenize, and the GET pages
+ *     handlers_admin.c       /v1/cache/{pin,unpin,prefetch,flush,stats} (engine
+ *                            jobs) and /v1/cache/lint
+ *     generate_reply.c       a generation's answer: its JSON, or its SSE stream
+ *     http_send.c            what handlers answer with (kvt_srv_send_*), CORS,
+ *                            the per-connection context (http_send.h)
+ *     http_guard.c, http_conns.c   the body budget, deadlines, framing checks;
+ *                            the per-address connection quota
+ *   sched/
+ *     sched_submit.c         the engine-side request built from an API request,
+ *                            n > 1 choices, queueing, cancelling, references
+ *     req_state.c            a request's references, waking its handler, failing it
+ *     scheduler.c and its parts (scheduler.h): the engine thread's admission,
+ *                            cache-aware scheduling, prefetch, continuous
+ *                            batching, admin jobs
+ *   api/                     the OpenAI surface as data (api_*.c: request
+ *                            parsing, response and error JSON, tools, RAG),
+ *                            json_strict.c, metrics.c, dashboard.c, and the
+ *                            rings of recent prompts and requests
  *
  * Locking: one mutex (s->mu) guards the queue, every request's shared state
  * (text published so far, done/cancelled flags, refcount), the admin job list
@@ -31,6 +43,7 @@
 #include "api_utf8.h"
 #include "blend.h"
 #include "cache.h"
+#include "dashboard_ring.h"
 #include "engine.h"
 #include "http_conns.h"
 #include "http_guard.h"
@@ -38,7 +51,6 @@
 #include "metrics.h"
 #include "progress.h"
 #include "prompt_ring.h"
-#include "req_ring.h"
 #include "model.h"
 #include "sampler.h"
 #include "server.h"
@@ -74,9 +86,6 @@
 #define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
 #define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
 #define HOST_MAX 256                /* bytes of a --host name or address */
-#define CORS_METHODS "GET, POST, OPTIONS"
-#define CORS_HEADERS "Authorization, Content-Type, X-Session-Id, X-Request-Id"
-#define CORS_MAX_AGE_S "600"        /* how long a browser may reuse a preflight's answer */
 
 /* ---- shared request state ------------------------------------------------------ */
 
@@ -245,7 +254,7 @@ struct kvt_server {
     int32_t n_pins, cap_pins;
 };
 
-/* ---- HTTP (http.c) ---------------------------------------------------------------- */
+/* ---- HTTP (http_router.c) --------------------------------------------------------- */
 
 typedef enum {
     R_NONE,
@@ -304,22 +313,8 @@ void kvt_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_co
                            enum MHD_ConnectionNotificationCode code);
 /* MHD's accept policy: the per-address quota and the reserve for new addresses (http_conns.h). */
 enum MHD_Result kvt_srv_on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
-/* Notes the status a response carries for the access log, echoes the request
- * id, and adds the CORS headers an allowed origin gets. */
-void kvt_srv_note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status);
-/* Sends resp with status (noted, queued, counted in the metrics under label) and destroys it. */
-enum MHD_Result kvt_srv_send_response(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                      struct MHD_Response *resp);
-/* Sends body (taken over) as ctype, with one more header when h_name is set. */
-enum MHD_Result kvt_srv_send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                  const char *ctype, char *body, const char *h_name, const char *h_value);
-/* Sends an OpenAI-style error body. */
-enum MHD_Result kvt_srv_send_error(kvt_server *s, struct MHD_Connection *c, const char *label, const kvt_api_error *e,
-                                   const char *h_name, const char *h_value);
-enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                    const char *type, const char *code, const char *msg);
 
-/* ---- handlers (handlers.c, admin.c) ------------------------------------------------- */
+/* ---- handlers (handlers.c, handlers_admin.c) ---------------------------------------- */
 
 /* Parses cs's body as the API request its route takes (completions or chat);
  * kvtier.rag is refused off the RAG route. 0, or nonzero with *err filled
@@ -338,7 +333,7 @@ void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant
 enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 
-/* ---- requests (request.c) ------------------------------------------------------------ */
+/* ---- requests (sched_submit.c) ------------------------------------------------------- */
 
 /* The tenant salt of a key and a cache_salt (either may be NULL): the key with
  * its NUL (key "ab" + salt "c" differs from key "a" + salt "bc"), then
@@ -347,7 +342,7 @@ unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size
 /* Builds the engine-side request from a validated API request: salt, prompt
  * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
 srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err);
-/* n > 1: the other choices of r (see request.c). 0, or -1 with *err filled. */
+/* n > 1: the other choices of r (see sched_submit.c). 0, or -1 with *err filled. */
 int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err);
 /* X-Session-Id names the session when the body does not. */
 void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r);
@@ -378,7 +373,7 @@ void kvt_srv_unref_choices(kvt_server *s, srv_req *r);
 /* ---- shared helpers ------------------------------------------------------------------ */
 
 /* Condition variables on the monotonic clock, and a bounded wait on one. These
- * and the request references and failure below are srv_req.c's. */
+ * and the request references and failure below are req_state.c's. */
 void kvt_srv_cond_init(pthread_cond_t *cv);
 void kvt_srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 /* Request references: the last one frees (the _locked forms need s->mu). */
@@ -389,10 +384,8 @@ void kvt_srv_req_fail_locked(srv_req *r, int status, const char *msg);
 
 /* Marks r (and its other choices) cancelled; the engine ends them. */
 void kvt_srv_cancel(kvt_server *s, srv_req *r);
-/* Whether c's client is gone (a reset or a socket error). */
-int kvt_srv_peer_gone(struct MHD_Connection *c);
 
-/* Responses (respond.c). The JSON of a finished request and its choices
+/* Responses (generate_reply.c). The JSON of a finished request and its choices
  * (tool calls read back and remembered); with rag (the RAG route), kvtier.rag
  * is added. */
 char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag);

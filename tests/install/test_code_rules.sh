@@ -34,14 +34,20 @@ check "no #include \"../ in src/${up:+: $up}" is "$up" ""
 mkdir -p "$TMP/src/cache"
 { echo '#include "../base/log.h"'; cat "$SRC/src/cache/tier.h"; } >"$TMP/src/cache/tier.h"
 check "the include grep finds a planted #include \"../" is "$(up_includes "$TMP/src" | cut -d: -f1,2)" "cache/tier.h:1"
-# a private header (*_internal.h, *_impl.h) is included only by the files of its own folder: the
-# layer's parts in subfolders (src/cache/disk, src/cache/remote) share the layer's include path,
-# so nothing else keeps another folder from reaching past a part's contract header
+# a private header (*_internal.h, *_impl.h) is included only by the files of its own folder and
+# the folders under it: the layer's parts in subfolders (src/cache/disk, src/server/http) share
+# the layer's include path, so nothing else keeps one part from reaching past another's contract
+# header; a layer's own private header (server_impl.h) serves its parts
 private_includes() { # private_includes DIR: FILE:LINE:TEXT (relative to DIR) of each such include from another folder
   grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"/]*_(internal|impl)\.h"' "$1" --include='*.[ch]' |
     while IFS=: read -r file line text; do
       h=$(sed -E 's/.*"([^"]*)".*/\1/' <<<"$text")
-      [ -e "$(dirname "$file")/$h" ] || echo "${file#"$1"/}:$line:$text"
+      d=$(dirname "$file") found=0
+      while [ "$d" != "$1" ] && [ "$d" != / ]; do
+        [ -e "$d/$h" ] && { found=1; break; }
+        d=$(dirname "$d")
+      done
+      [ $found = 1 ] || echo "${file#"$1"/}:$line:$text"
     done
 }
 leak=$(private_includes "$SRC/src")

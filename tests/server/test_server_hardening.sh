@@ -129,7 +129,7 @@ check "a header name outside RFC 9110's token: 400" is "$(raw_status)" 400
 raw_request "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n"
 check "Content-Length that is not digits: 400" is "$(raw_status)" 400
 # MHD >= 0.9.77 rejects these itself (client discipline level 1); with 0.9.75 kvtier finds them in the raw
-# header block (kvt_http_raw_header_error in src/server/http_guard.c); test_server_slowloris.sh has more
+# header block (kvt_http_raw_header_error in src/server/http/http_guard.c); test_server_slowloris.sh has more
 raw_request "GET /health HTTP/1.1\nHost: x\n\n"
 check "bare LF line ends: 400" is "$(raw_status)" 400
 raw_request "GET /health HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n"

@@ -7,7 +7,6 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,19 +25,6 @@
 static const char *const INVALID = "invalid_request_error";
 
 static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *err);
-
-int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
-                   const char *fmt, ...) {
-    e->status = status;
-    e->type = type;
-    e->param = param;
-    e->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return KVT_EARG;
-}
 
 /* ---- parsing --------------------------------------------------------------- */
 

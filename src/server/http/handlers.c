@@ -2,10 +2,10 @@
 /* The generic route handlers: generation (/v1/completions,
  * /v1/chat/completions, /v1/rag/chat/completions, /v1/cache/prefill), which
  * queue a request for the engine thread and answer with its JSON or an SSE
- * stream (respond.c); /tokenize and /detokenize; and the GET pages (/health,
+ * stream (generate_reply.c); /tokenize and /detokenize; and the GET pages (/health,
  * /v1/models, /props, /metrics, /dashboard). The route table and dispatch are
- * in http.c, the /v1/cache admin handlers in admin.c. */
-#include "server_impl.h"
+ * in http_router.c, the /v1/cache admin handlers in handlers_admin.c. */
+#include "http_send.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,7 +177,7 @@ enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, co
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_props_json(&p), NULL, NULL);
 }
 
-_Static_assert(KVT_REQ_ID_MAX == REQUEST_ID_MAX && KVT_REQ_TENANT_MAX == TENANT_HEX_LEN + 1, "req_ring sizes");
+_Static_assert(KVT_REQ_ID_MAX == REQUEST_ID_MAX && KVT_REQ_TENANT_MAX == TENANT_HEX_LEN + 1, "dashboard_ring sizes");
 
 void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant, double total_ms) {
     const kvt_api_usage *u = &cs->usage;

@@ -100,10 +100,4 @@ size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, co
                            kvt_api_call **calls, char **content);
 void kvt_api_calls_free(kvt_api_call *c, size_t n);
 
-/* OpenAI's tool_calls array; index_field adds "index" to each (stream deltas). */
-struct cJSON *kvt_api_calls_obj(const kvt_api_call *c, size_t n, int index_field);
-/* A stream chunk whose delta carries tool call i whole (id, type, name and
- * arguments at once, which clients reassemble like a split one). */
-char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size_t i);
-
 #endif

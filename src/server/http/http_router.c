@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: MIT
-/* The HTTP layer (see server_impl.h): libmicrohttpd's callbacks
+/* The HTTP layer's router (see server_impl.h): libmicrohttpd's callbacks
  * (kvt_srv_on_request, kvt_srv_on_completed, kvt_srv_on_connection), the
  * route table and the dispatch to the handlers, API and metrics keys, request
- * framing and the body budget (http_guard), CORS, request ids, the access log,
- * and the helpers every handler answers with (kvt_srv_send_*). The handlers
- * are in handlers.c and admin.c; the server's lifecycle in server.c. */
-#include "server_impl.h"
+ * framing and the body budget (http_guard), request ids, the access log. The
+ * handlers are in handlers.c and handlers_admin.c; what they answer with
+ * (kvt_srv_send_*, CORS, the per-connection context) in http_send.c, below
+ * them; the server's lifecycle in server.c. */
+#include "http_send.h"
 
 #include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,93 +57,6 @@ static kvt_api_body body_of(route r) {
     case R_CACHE_UNPIN: return KVT_BODY_UNPIN;
     default: return KVT_BODY_NONE;
     }
-}
-
-/* Per-connection state (MHD's socket context): the deadlines' handle, the
- * peer's address as counted in s->conns, and the request being served (one at
- * a time on a connection). */
-typedef struct {
-    kvt_http_conn *watch;
-    conn_state *cur;
-    kvt_http_addr peer;
-    int has_peer, proxy;  /* proxy: the peer is a --trusted-proxy */
-    kvt_http_addr client; /* ... and the current request's client counts against its quota (claimed) */
-    int claimed;
-} conn_ctx;
-
-static conn_ctx *ctx_of(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-/* The request being served on c, or NULL. */
-static conn_state *current(struct MHD_Connection *c) {
-    conn_ctx *x = ctx_of(c);
-    return x ? x->cur : NULL;
-}
-
-/* The Access-Control-Allow-Origin value for c's request: "*" when --cors-origin
- * allows any, the request's Origin when it is one of those allowed, else NULL
- * (no CORS headers: the browser then keeps the answer from the page). */
-static const char *cors_allow(const kvt_server *s, struct MHD_Connection *c) {
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    for (size_t i = 0; i < s->p.n_cors_origins; i++) {
-        if (!strcmp(s->p.cors_origins[i], "*")) return "*";
-        if (origin && !strcmp(origin, s->p.cors_origins[i])) return s->p.cors_origins[i];
-    }
-    return NULL;
-}
-
-static void add_cors(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
-    const char *allow = cors_allow(s, c);
-    if (!allow) return;
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
-    /* a named origin makes the answer differ by Origin: caches must key on it */
-    if (strcmp(allow, "*")) MHD_add_response_header(resp, "Vary", "Origin");
-    MHD_add_response_header(resp, "Access-Control-Expose-Headers", REQUEST_ID_HEADER);
-}
-
-/* Notes the status a response carries for the access log, echoes the request
- * id, and adds the CORS headers an allowed origin gets. */
-void kvt_srv_note_response(kvt_server *s, struct MHD_Connection *c, struct MHD_Response *resp, int status) {
-    add_cors(s, c, resp);
-    conn_state *cs = current(c);
-    if (!cs) return;
-    cs->status = status;
-    MHD_add_response_header(resp, REQUEST_ID_HEADER, cs->request_id);
-}
-
-enum MHD_Result kvt_srv_send_response(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                      struct MHD_Response *resp) {
-    kvt_srv_note_response(s, c, resp, status);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    kvt_metrics_count_request(s->metrics, label, status);
-    return ret;
-}
-
-enum MHD_Result kvt_srv_send_text(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                  const char *ctype, char *body, const char *h_name, const char *h_value) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (h_name) MHD_add_response_header(resp, h_name, h_value);
-    return kvt_srv_send_response(s, c, label, status, resp);
-}
-
-enum MHD_Result kvt_srv_send_error(kvt_server *s, struct MHD_Connection *c, const char *label, const kvt_api_error *e,
-                                   const char *h_name, const char *h_value) {
-    return kvt_srv_send_text(s, c, label, e->status, "application/json", kvt_api_error_json(e), h_name, h_value);
-}
-
-enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, const char *label, int status,
-                                    const char *type, const char *code, const char *msg) {
-    kvt_api_error e;
-    kvt_api_errorf(&e, status, type, NULL, code, "%s", msg);
-    return kvt_srv_send_error(s, c, label, &e, NULL, NULL);
 }
 
 /* Refuses a request body: 413 over --max-body, 503 (+ Retry-After) when the
@@ -236,36 +149,8 @@ static enum MHD_Result send_key_refusal(kvt_server *s, struct MHD_Connection *c,
 
 /* The deadline handle of c's connection (kvt_srv_on_connection made it), or NULL. */
 static kvt_http_conn *tracked(struct MHD_Connection *c) {
-    conn_ctx *x = ctx_of(c);
+    conn_ctx *x = kvt_srv_conn_ctx(c);
     return x ? x->watch : NULL;
-}
-
-/* Whether the client is gone (checked while a request waits). A FIN alone is
- * not departure: a client may half-close (shutdown(SHUT_WR), `nc -N`, some
- * proxies) and still read the answer. So only a reset or a socket error
- * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
- * client that closed without a reset is noticed when a write to it fails:
- * at its next stream event, or when a non-streamed answer is sent. */
-int kvt_srv_peer_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
-    struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
-    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
-}
-
-/* A CORS preflight (OPTIONS with --cors-origin): 204 with what the browser may
- * send. An origin not allowed gets no Allow-Origin, so the browser refuses. */
-static enum MHD_Result send_preflight(kvt_server *s, struct MHD_Connection *c, const char *label) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    if (cors_allow(s, c)) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", CORS_METHODS);
-        const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-        /* echo the headers asked for: the key, the content type and kvtier's own are all fine to send */
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : CORS_HEADERS);
-        MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE_S);
-    }
-    return kvt_srv_send_response(s, c, label, MHD_HTTP_NO_CONTENT, resp);
 }
 
 /* Copies src into dst[0..cap) for a log line: bytes outside printable ASCII become '?'. */
@@ -296,7 +181,7 @@ static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const 
     if (request_id_ok(id)) snprintf(cs->request_id, sizeof cs->request_id, "%s", id);
     else snprintf(cs->request_id, sizeof cs->request_id, "req-%llx-%llx", (unsigned long long)s->started,
                   (unsigned long long)n);
-    conn_ctx *x = ctx_of(c);
+    conn_ctx *x = kvt_srv_conn_ctx(c);
     if (x) x->cur = cs;
     return cs;
 }
@@ -348,7 +233,7 @@ static void access_log(kvt_server *s, const conn_state *cs, enum MHD_RequestTerm
 static int screen_request(kvt_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
                           const char *version, enum MHD_Result *ret) {
     kvt_api_error e;
-    conn_ctx *x = ctx_of(c);
+    conn_ctx *x = kvt_srv_conn_ctx(c);
     if (x && x->has_peer) kvt_http_addr_text(&x->peer, cs->client); /* for the access log, whatever the answer */
     const char *bad = kvt_http_raw_header_error(c, method, version);
     if (!bad) bad = kvt_http_framing_error(c);
@@ -402,7 +287,7 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
         const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
         /* a CORS preflight carries no key (browsers never send one), so it is answered before the key check */
-        if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return send_preflight(s, c, label);
+        if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return kvt_srv_send_preflight(s, c, label);
         /* the key first: without one, every method on a protected path is 401, telling nothing of routes */
         const char *key = NULL;
         access_rule rule = access_of(s, url);
@@ -490,12 +375,12 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
 void kvt_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     kvt_server *s = cls;
     kvt_http_guard_request_done(s->guard, tracked(c)); /* the next request's deadlines start */
-    unclaim(s, ctx_of(c));
+    unclaim(s, kvt_srv_conn_ctx(c));
     conn_state *cs = *con_cls;
     if (!cs) return;
     access_log(s, cs, toe);
     kvt_metrics_observe_duration(s->metrics, cs->label, kvt_now() - cs->t_start);
-    conn_ctx *x = ctx_of(c);
+    conn_ctx *x = kvt_srv_conn_ctx(c);
     if (x && x->cur == cs) x->cur = NULL;
     kvt_http_guard_release(s->guard, cs->reserved);
     free(cs->body);

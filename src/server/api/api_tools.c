@@ -710,35 +710,3 @@ void kvt_api_calls_free(kvt_api_call *c, size_t n) {
     }
     free(c);
 }
-
-cJSON *kvt_api_calls_obj(const kvt_api_call *c, size_t n, int index_field) {
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; i < n; i++) {
-        cJSON *o = cJSON_CreateObject();
-        if (index_field) cJSON_AddNumberToObject(o, "index", (double)i);
-        cJSON_AddStringToObject(o, "id", c[i].id);
-        cJSON_AddStringToObject(o, "type", "function");
-        cJSON *fn = cJSON_AddObjectToObject(o, "function");
-        cJSON_AddStringToObject(fn, "name", c[i].name);
-        cJSON_AddStringToObject(fn, "arguments", c[i].arguments);
-        cJSON_AddItemToArray(a, o);
-    }
-    return a;
-}
-
-char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size_t i) {
-    cJSON *o = kvt_api_head_obj(h, 1);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", h->index);
-    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-    cJSON *calls = kvt_api_calls_obj(c, 1, 1);
-    cJSON_ReplaceItemInObject(calls->child, "index", cJSON_CreateNumber((double)i));
-    cJSON_AddItemToObject(d, "tool_calls", calls);
-    cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(choices, ch);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s ? s : kvt_xstrdup("{}");
-}

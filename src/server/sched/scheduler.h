@@ -5,7 +5,7 @@
  *   sched_step.c    one continuous-batching step and each sampled token
  *   sched_finish.c  publishing text and ending a slot's request
  *   sched_jobs.c    the admin jobs (/v1/cache/...)
- * and srv_req.c holds what the handlers share with it (references, waking).
+ * and req_state.c holds what the handlers share with it (references, waking).
  *
  * Threading: every kvt_srv_slot_*, fork, step and job function runs on the
  * engine thread only, which alone owns the slots, the engine and the cache;
@@ -19,7 +19,7 @@
 
 #include "server_impl.h"
 
-/* ---- a request's shared state (srv_req.c) ---------------------------------------- */
+/* ---- a request's shared state (req_state.c) -------------------------------------- */
 
 /* Wakes the handler waiting on r: r's own, and for another choice its first's (s->mu held). */
 void kvt_srv_req_wake_locked(srv_req *r);

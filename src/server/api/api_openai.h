@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* The OpenAI-compatible HTTP surface as data, its request side: parsing and
  * validating request bodies of /v1/completions and /v1/chat/completions into
- * kvt_api_request, and the errors they get. The JSON of responses, stream
- * chunks, errors and the model list is api_response.h's; the UTF-8 helpers
- * both use are api_utf8.h's. No I/O here.
+ * kvt_api_request, and the errors they get (kvt_api_error, api_error.h). The
+ * JSON of responses, stream chunks and the model list is api_response.h's,
+ * an error's api_error.h's; the UTF-8 helpers both use are api_utf8.h's. No
+ * I/O here.
  *
  * Thread-safety: every function is reentrant (no shared state). */
 #ifndef KVT_API_OPENAI_H
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api_error.h"
 #include "chat.h"
 #include "kvtier.h"
 
@@ -105,19 +107,6 @@ typedef struct {
     kvt_response_format format;
     struct cJSON *schema;    /* KVT_FORMAT_JSON_SCHEMA: the schema (owned) */
 } kvt_api_request;
-
-/* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
-typedef struct {
-    int status;              /* HTTP status */
-    char message[512];
-    const char *type;        /* "invalid_request_error", ... (static) */
-    const char *param;       /* offending field or NULL (static) */
-    const char *code;        /* machine-readable code or NULL (static) */
-} kvt_api_error;
-
-/* Fills e and returns KVT_EARG (so callers can `return kvt_api_errorf(...)`). */
-int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
-                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens

@@ -25,7 +25,7 @@ static const char *const PROMPT[] = {"prompt", NULL};
 static const char *const MESSAGES[] = {"messages", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};
-static const char *const UNPIN[] = {"pin_id", "session_id", "cache_salt", NULL}; /* admin.c */
+static const char *const UNPIN[] = {"pin_id", "session_id", "cache_salt", NULL}; /* handlers_admin.c */
 
 static const char *in_list(const char *const *l, const char *key, size_t len) {
     for (; *l; l++)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The admin jobs (/v1/cache/pin, unpin, prefetch, flush, stats), run on the
- * engine thread, which alone touches the cache; admin.c queues them. */
+ * engine thread, which alone touches the cache; handlers_admin.c queues them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

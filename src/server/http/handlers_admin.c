@@ -2,7 +2,7 @@
 /* The cache admin endpoints (/v1/cache/pin, unpin, prefetch, flush, stats),
  * which run as jobs on the engine thread (sched_jobs.c runs them), and
  * GET /v1/cache/lint, answered on the HTTP thread from the recent prompts. */
-#include "server_impl.h"
+#include "http_send.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +87,7 @@ done:
 /* GET /v1/cache/lint[?n=N&cache_salt=S]: lints the last N prompts (default
  * all that are kept) of every tenant, or with cache_salt those sent without
  * an API key under that salt, as `kvtier lint --json` does. Its advice quotes
- * prompt text, so only the admin key opens it (http.c). Runs on the HTTP
+ * prompt text, so only the admin key opens it (http_router.c). Runs on the HTTP
  * thread over copies. */
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const char *nv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "n");

@@ -8,8 +8,8 @@
  * tenant's own response), tenants appear as the access log's key hash.
  *
  * Thread-safety: every function may be called from any thread (own mutex). */
-#ifndef KVT_REQ_RING_H
-#define KVT_REQ_RING_H
+#ifndef KVT_DASHBOARD_RING_H
+#define KVT_DASHBOARD_RING_H
 
 #include <stddef.h>
 #include <stdint.h>

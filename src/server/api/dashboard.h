@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "req_ring.h"
+#include "dashboard_ring.h"
 
 /* The page for one /metrics text (kvt_metrics_render's) and the last
  * requests (reqs[n_reqs], newest first; kvt_req_ring_take's): malloc'd,

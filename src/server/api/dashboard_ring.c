@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* The ring of recent generations (req_ring.h) and its JSON. */
-#include "req_ring.h"
+/* The ring of recent generations (dashboard_ring.h) and its JSON. */
+#include "dashboard_ring.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 
 #include "api_rag.h"
 #include "common.h"
-#include "server_impl.h"
+#include "http_send.h"
 
 static kvt_api_head head_of(kvt_server *s, const srv_req *r, int32_t index) {
     kvt_api_head h = {.kind = r->kind, .id = r->id, .created = r->created, .model = s->p.model_id, .index = index};

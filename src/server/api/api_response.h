@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /* The OpenAI-compatible HTTP surface as data, its response side: the JSON of
- * responses, stream chunks, the usage chunk, errors and the model list, with
- * kvtier's cache report. Every builder returns a malloc'd NUL-terminated
- * string the caller frees (or a cJSON object the caller owns). No I/O here.
+ * responses, stream chunks, tool calls, the usage chunk and the model list,
+ * with kvtier's cache report (an error's JSON is api_error.h's). Every
+ * builder returns a malloc'd NUL-terminated string the caller frees (or a
+ * cJSON object the caller owns). No I/O here.
  *
  * Thread-safety: every function is reentrant (no shared state). */
 #ifndef KVT_API_RESPONSE_H
@@ -121,7 +122,11 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
 struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
-char *kvt_api_error_json(const kvt_api_error *e);
+/* OpenAI's tool_calls array; index_field adds "index" to each (stream deltas). */
+struct cJSON *kvt_api_calls_obj(const kvt_api_call *c, size_t n, int index_field);
+/* A stream chunk whose delta carries tool call i whole (id, type, name and
+ * arguments at once, which clients reassemble like a split one). */
+char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size_t i);
 /* What /v1/models says of the served model. Strings borrowed. */
 typedef struct {
     const char *id;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* OpenAI response JSON (cJSON, api_response.h): whole responses, stream
- * chunks, the usage chunk, errors and the model list, with kvtier's cache
+ * chunks, tool calls, the usage chunk and the model list, with kvtier's cache
  * report and OpenAI's two logprobs shapes. */
 #include "api_response.h"
 
@@ -9,11 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_tools.h"
 #include "api_utf8.h"
 #include "common.h"
-
-static const char *const INVALID = "invalid_request_error"; /* an error's default type */
 
 /* ---- responses --------------------------------------------------------------- */
 
@@ -244,17 +241,35 @@ char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
     return print_free(o);
 }
 
-char *kvt_api_error_json(const kvt_api_error *e) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *er = cJSON_AddObjectToObject(o, "error");
-    char *msg = kvt_utf8_sanitize(e->message, strlen(e->message), NULL);
-    cJSON_AddStringToObject(er, "message", msg);
-    free(msg);
-    cJSON_AddStringToObject(er, "type", e->type ? e->type : INVALID);
-    if (e->param) cJSON_AddStringToObject(er, "param", e->param);
-    else cJSON_AddNullToObject(er, "param");
-    if (e->code) cJSON_AddStringToObject(er, "code", e->code);
-    else cJSON_AddNullToObject(er, "code");
+/* ---- tool calls ------------------------------------------------------------ */
+
+cJSON *kvt_api_calls_obj(const kvt_api_call *c, size_t n, int index_field) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (index_field) cJSON_AddNumberToObject(o, "index", (double)i);
+        cJSON_AddStringToObject(o, "id", c[i].id);
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON *fn = cJSON_AddObjectToObject(o, "function");
+        cJSON_AddStringToObject(fn, "name", c[i].name);
+        cJSON_AddStringToObject(fn, "arguments", c[i].arguments);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size_t i) {
+    cJSON *o = kvt_api_head_obj(h, 1);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", h->index);
+    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    cJSON *calls = kvt_api_calls_obj(c, 1, 1);
+    cJSON_ReplaceItemInObject(calls->child, "index", cJSON_CreateNumber((double)i));
+    cJSON_AddItemToObject(d, "tool_calls", calls);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
     return print_free(o);
 }
 
