@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "kvtier.h"
 #include "mkmodel.h"
 #include "model.h"
@@ -124,8 +125,32 @@ kvt_engine *kvt_test_engine_new(const kvt_model *model, kvt_engine_params ep) {
     return e;
 }
 
+int32_t kvt_test_device(void) {
+    const char *v = getenv("KVT_TEST_DEVICE");
+    if (!v || !*v || !strcmp(v, "cpu")) return 0;
+    kvt_test_gpu_variant();
+    if (strcmp(v, "vulkan")) {
+        fprintf(stderr, "KVT_TEST_DEVICE must be cpu or vulkan, not '%s'\n", v);
+        exit(2);
+    }
+    kvt_gpu_info *info = NULL;
+    int n = 0;
+    if (!kvt_gpu_built() || kvt_gpu_list(&info, &n) || n == 0)
+        kvt_test_skip("KVT_TEST_DEVICE=vulkan, and this build or machine has no Vulkan device");
+    free(info);
+    return 1;
+}
+
+void kvt_test_gpu_variant(void) {
+    const char *v = getenv("KVT_GPU_VARIANT"), *san = getenv("KVT_SANITIZED");
+    if (v && *v && san && *san)
+        kvt_test_skip("a GPU variant: it runs in the release build; under the sanitizers the base GPU tests run "
+                      "the same code, and lavapipe there is slow");
+}
+
 kvt_engine *kvt_test_engine(const kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx) {
     kvt_engine_params ep = kvt_engine_default_params();
+    ep.device = kvt_test_device();
     ep.block_size = block;
     ep.n_pages = n_pages;
     ep.n_threads = 2;

@@ -68,8 +68,15 @@ typedef struct {
 
 /* An engine over model with these params; NULL (and a failed check) if it cannot be made. */
 kvt_engine *kvt_test_engine_new(const struct kvt_model *model, kvt_engine_params ep);
+/* The engine device a test asks for with $KVT_TEST_DEVICE: 0 (unset or
+ * "cpu") or 1 ("vulkan": Vulkan device 0); a test that asks for vulkan where
+ * there is none skips (77), saying why. */
+int32_t kvt_test_device(void);
+/* Skips (77) a GPU variant test ($KVT_GPU_VARIANT set) under the sanitizers
+ * ($KVT_SANITIZED set), saying why. */
+void kvt_test_gpu_variant(void);
 /* An engine over model with B-token pages, n_pages of them, context n_ctx,
- * 2 threads; NULL (and a failed check) if it cannot be made. */
+ * 2 threads, on kvt_test_device(); NULL (and a failed check) if it cannot be made. */
 kvt_engine *kvt_test_engine(const struct kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx);
 /* A cache over e: a T1 of ram_bytes and, with dir, a 64 MiB disk tier there
  * that admits every block and restores whatever it holds (KVT_RESTORE_ALWAYS);

@@ -56,10 +56,11 @@ const char *kvt_engine_numerics_id(const kvt_engine *e);
 /* Where the engine runs, for messages: "cpu" or the device's name. */
 const char *kvt_engine_device_name(const kvt_engine *e);
 /* What a GPU engine moved and ran (all 0 on the CPU): page I/O runs and pages
- * each way, the submissions they took, forward chunks and tokens. A run of
- * pages copied in or out is one submission when it fits the staging buffer. */
+ * each way, page-to-page copy runs, the submissions they took, forward
+ * chunks and tokens. A run is one submission when it fits the staging
+ * buffer, so io_submits == runs_out + runs_in + runs_copy when all did. */
 typedef struct {
-    uint64_t runs_out, runs_in, pages_out, pages_in, io_submits;
+    uint64_t runs_out, runs_in, runs_copy, pages_out, pages_in, io_submits;
     uint64_t chunks, tokens;
 } kvt_eng_gpu_stats;
 kvt_eng_gpu_stats kvt_engine_gpu_stats(const kvt_engine *e);

@@ -140,7 +140,7 @@ int kvt_eng_gpu_pages_copy(kvt_eng_gpu *g, const int32_t *dst, const int32_t *sr
     free(r);
     if (!rc) rc = kvt_gpu_submit(g->d);
     else kvt_gpu_abort(g->d);
-    if (!rc) g->st.io_submits++;
+    if (!rc) g->st.io_submits++, g->st.runs_copy++;
     return rc ? kvt_fail_prefix(rc, "copying %zu pages in device memory: ", n) : 0;
 }
 

@@ -17,7 +17,10 @@
  *   without the hint); the lower priority yields first; expiry lets go.
  * - Prefetch brings a session back into T0 before its request.
  * - Budgets hold under churn: T1's accounting, the cache directory's size on
- *   disk, and the process's resident memory. */
+ *   disk, and the process's resident memory.
+ * With KVT_TEST_DEVICE=vulkan (test_expansion_gpu) the first two run on the
+ * GPU engine, T0 in device memory: the same checks, and each restored or
+ * reclaimed run of pages is one batched copy (one submission). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -26,6 +29,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "engine.h"
 #include "generate.h"
 #include "model.h"
 #include "testutil.h"
@@ -163,6 +167,17 @@ static void test_sessions_outnumber_t0(void) {
     CHECKF(w.st.t2_dropped == 0 && w.st.discarded == 0 && w.st.shortfall_tokens == 0,
            "dropped %llu, discarded %llu, shortfall %llu tokens", (unsigned long long)w.st.t2_dropped,
            (unsigned long long)w.st.discarded, (unsigned long long)w.st.shortfall_tokens);
+    if (kvt_test_device()) {
+        kvt_eng_gpu_stats g = kvt_engine_gpu_stats(small);
+        printf("gpu: %llu runs in (%llu pages), %llu out (%llu pages), %llu copies, %llu submissions\n",
+               (unsigned long long)g.runs_in, (unsigned long long)g.pages_in, (unsigned long long)g.runs_out,
+               (unsigned long long)g.pages_out, (unsigned long long)g.runs_copy, (unsigned long long)g.io_submits);
+        CHECKF(g.runs_in > 0 && g.runs_out > 0 && g.io_submits == g.runs_in + g.runs_out + g.runs_copy,
+               "%llu submissions for %llu runs: not one batched copy per run", (unsigned long long)g.io_submits,
+               (unsigned long long)(g.runs_in + g.runs_out + g.runs_copy));
+        CHECKF(g.pages_out > g.runs_out, "reclaim copied %llu pages in %llu runs: never more than one at a time",
+               (unsigned long long)g.pages_out, (unsigned long long)g.runs_out);
+    }
     kvt_cache_free(cs);
     kvt_engine_free(small);
     kvt_cache_free(cb);
@@ -408,6 +423,10 @@ int main(void) {
     n_vocab = model->hp.n_vocab;
     test_sessions_outnumber_t0();
     test_churn_keeps_everything();
+    if (kvt_test_device()) { /* the rest is cache policy, the same on any device */
+        kvt_model_free(model);
+        return kvt_test_done("test_expansion_gpu");
+    }
     test_admission_spares_live_sessions();
     test_keep_warm();
     test_prefetch();

@@ -255,6 +255,7 @@ static void check_errors(const kvt_model *m) {
 }
 
 int main(void) {
+    kvt_test_gpu_variant();
     gpu_test_start();
     const char *names[] = {"F32", "F16", "Q8_0"};
     const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_Q8_0};
