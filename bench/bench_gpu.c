@@ -419,7 +419,7 @@ static int make_key(const char *path) {
  * store; each warm run is then a fresh cache on the store. */
 static int phase2_t3(p2_state *s) {
     const char *key = s->o->redis_key ? s->o->redis_key : OUT_DIR "/bench_gpu.key";
-    if (!s->o->redis_key && make_key(key)) return -1;
+    if (!s->o->redis_key && (mkdir(OUT_DIR, 0755), make_key(key))) return -1;
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = 0;
     cp.remote_url = s->o->redis;
@@ -444,7 +444,7 @@ static int phase2(const opts *o, const kvt_model *m) {
     kvt_gen_result cold, w0, w1, w2, warmup;
     /* warm up: the first dispatches build pipelines and touch the weights */
     if (request(e, NULL, toks, o->prefix < 64 ? o->prefix : 64, 1, NULL, &warmup)) goto out;
-    mkdir(OUT_DIR, 0755);
+    if (!strncmp(o->disk_dir, OUT_DIR "/", strlen(OUT_DIR) + 1)) mkdir(OUT_DIR, 0755); /* the default's parent */
     mkdir(o->disk_dir, 0755);
     kvt_disk_clear(o->disk_dir, NULL);
     uint64_t prefix_bytes = (uint64_t)per_seq * kvt_page_bytes(e);
@@ -535,21 +535,29 @@ static int workload(const opts *o, kvt_engine *e, kvt_cache *c, expansion *x) {
     return rc;
 }
 
-/* One run of the workload on an engine of n_pages; T1 holds every session. */
-static int expansion_run(const opts *o, const kvt_model *m, int32_t n_pages, int32_t per_session, const char *label,
+/* Pages of phase 3's sessions at their last round: the full pages a finished
+ * session leaves cached, and what the running request takes. */
+typedef struct {
+    int32_t cached, running;
+} session_pages;
+
+/* One run of the workload with a T0 of K sessions' cached pages plus the
+ * running request's; T1 holds every session. */
+static int expansion_run(const opts *o, const kvt_model *m, int32_t k, session_pages sp, const char *label,
                          expansion *x) {
-    int32_t n_ctx = (per_session + 2) * o->block;
-    kvt_engine *e = new_engine(m, o, n_pages, n_ctx);
+    int32_t n_pages = k * sp.cached + sp.running + 1;
+    kvt_engine *e = new_engine(m, o, n_pages, (sp.running + 1) * o->block);
     if (!e) return -1;
     kvt_cache_params cp = kvt_cache_default_params();
-    cp.ram_bytes = (uint64_t)o->sessions * (uint64_t)(per_session + 1) * (kvt_page_bytes(e) + 4096) + (64u << 20);
+    cp.ram_bytes = (uint64_t)o->sessions * (uint64_t)(sp.cached + 1) * (kvt_page_bytes(e) + 4096) + (64u << 20);
     kvt_cache *c = open_cache(e, &cp);
     int rc = c ? workload(o, e, c, x) : -1;
     if (c) {
         kvt_cache_stats st;
         kvt_cache_get_stats(c, &st);
-        printf("  %s: T0 %d pages (%d sessions at their last round, one of them running); evictions from T0 %llu; wall %.1f s\n", label, n_pages,
-               n_pages / per_session, (unsigned long long)st.t0_evictions, x->wall_s);
+        printf("  %s: T0 %d pages (%d sessions' %d cached pages each, and the running request's %d); evictions from "
+               "T0 %llu\n",
+               label, n_pages, k, sp.cached, sp.running + 1, (unsigned long long)st.t0_evictions);
         kvt_cache_free(c);
     }
     kvt_engine_free(e);
@@ -570,17 +578,17 @@ static void expansion_print(const char *label, const expansion *x) {
 }
 
 static int phase3(const opts *o, const kvt_model *m) {
-    /* pages one session holds at its last round, plus a page of slack */
-    int32_t last = o->session_tokens + (o->rounds - 1) * (o->append + o->gen) + o->gen;
-    int32_t per_session = (last + o->block - 1) / o->block + 1;
+    /* a session's tokens when its last request starts: its prefix and every earlier round's additions */
+    int32_t hist = o->session_tokens + (o->rounds - 1) * (o->append + o->gen);
+    session_pages sp = {hist / o->block, (hist + o->gen + o->block - 1) / o->block};
     printf("phase 3: %d sessions of %d tokens, %d rounds (+%d tokens, %d generated each), T0 for %d of them\n",
            o->sessions, o->session_tokens, o->rounds, o->append, o->gen, o->t0_sessions);
     figure("p3_sessions", o->sessions, "sessions: %d over a T0 for %d", o->sessions, o->t0_sessions);
     expansion tiered, unl;
-    /* the small T0: K sessions plus the running one; each run's figures print as soon as it ends */
-    if (expansion_run(o, m, (o->t0_sessions + 1) * per_session, per_session, "tiered", &tiered)) return -1;
+    /* each run's figures print as soon as it ends */
+    if (expansion_run(o, m, o->t0_sessions, sp, "tiered", &tiered)) return -1;
     expansion_print("tiered", &tiered);
-    if (expansion_run(o, m, (o->sessions + 1) * per_session, per_session, "unlimited", &unl)) return -1;
+    if (expansion_run(o, m, o->sessions, sp, "unlimited", &unl)) return -1;
     expansion_print("unlimited", &unl);
     double cr = (double)tiered.computed_resumed / (double)(unl.computed_resumed ? unl.computed_resumed : 1);
     figure("p3_computed_ratio", cr, "computed tokens in resumed requests, tiered / unlimited: %.3f (target <= 1.05)",
