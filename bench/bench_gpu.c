@@ -45,7 +45,7 @@ typedef struct {
     int32_t device; /* 0: cpu, N + 1: vulkan:N */
     const char *device_arg, *model, *shape, *redis, *redis_key, *disk_dir;
     int32_t prefix, sessions, t0_sessions, session_tokens, rounds, append, gen, threads, block, reps;
-    int phase2, phase3;
+    int phase2, phase3, make_model;
 } opts;
 
 static void usage(FILE *f) {
@@ -73,6 +73,8 @@ static void usage(FILE *f) {
             "  --append N            phase 3: new tokens each later round appends (default 32)\n"
             "  --gen N               phase 3: tokens generated per request (default 4)\n"
             "  --phase P             2, 3 or all (default all)\n"
+            "  --make-model          only generate the model of --shape (when it is not there yet) and exit:\n"
+            "                        a script can make it while other work runs\n"
             "  --threads N           CPU worker threads (default: the online CPUs)\n"
             "  --block N             tokens per KV page and cache block (default %d)\n"
             "  --help                this text\n"
@@ -125,6 +127,10 @@ static int parse(int argc, char **argv, opts *o) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             usage(stdout);
             exit(0);
+        }
+        if (!strcmp(f, "--make-model")) {
+            o->make_model = 1;
+            continue;
         }
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
@@ -179,34 +185,49 @@ static void info(const char *key, const char *v) {
 
 /* ---- the model ----------------------------------------------------------------- */
 
+/* OUT_DIR under the working directory, for the default paths (both levels). */
+static void make_out_dir(void) {
+    mkdir("bench", 0755);
+    mkdir(OUT_DIR, 0755);
+}
+
+/* The model of --shape at path, generated unless it is there already. */
+static int ensure_shape_model(const opts *o, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0) return 0;
+    kvt_mkmodel_params mp = kvt_mkmodel_default_params();
+    int big = !strcmp(o->shape, "8b"), mid = !strcmp(o->shape, "1b");
+    mp.dim = big ? 4096 : mid ? 2048 : 256;
+    mp.layers = big ? 32 : mid ? 16 : 4;
+    mp.heads = big || mid ? 32 : 8;
+    mp.kv_heads = big || mid ? 8 : 4;
+    mp.ff = big ? 14336 : mid ? 8192 : 768;
+    mp.vocab = big || mid ? 32000 : 4096; /* tiny: a small output matrix, for lavapipe */
+    mp.ctx = 16384;
+    mp.type = KVT_TYPE_F16;
+    mp.name = "bench-gpu";
+    make_out_dir();
+    fprintf(stderr, "bench_gpu: generating %s (shape %s, random weights)\n", path, o->shape);
+    double t0 = kvt_now();
+    if (kvt_mkmodel(&mp, path)) {
+        fprintf(stderr, "bench_gpu: mkmodel: %s\n", kvt_errmsg());
+        return -1;
+    }
+    fprintf(stderr, "bench_gpu: generated in %.1f s\n", kvt_now() - t0);
+    return 0;
+}
+
+static void shape_path(const opts *o, char *path, size_t cap) {
+    snprintf(path, cap, OUT_DIR "/bench-gpu-%s.gguf", o->shape);
+}
+
 static kvt_model *load_model(const opts *o) {
     char path[512];
     const char *p = o->model;
     if (!p) {
-        snprintf(path, sizeof path, OUT_DIR "/bench-gpu-%s.gguf", o->shape);
+        shape_path(o, path, sizeof path);
         p = path;
-        struct stat st;
-        if (stat(p, &st) != 0) {
-            kvt_mkmodel_params mp = kvt_mkmodel_default_params();
-            int big = !strcmp(o->shape, "8b"), mid = !strcmp(o->shape, "1b");
-            mp.dim = big ? 4096 : mid ? 2048 : 256;
-            mp.layers = big ? 32 : mid ? 16 : 4;
-            mp.heads = big || mid ? 32 : 8;
-            mp.kv_heads = big || mid ? 8 : 4;
-            mp.ff = big ? 14336 : mid ? 8192 : 768;
-            mp.vocab = big || mid ? 32000 : 4096; /* tiny: a small output matrix, for lavapipe */
-            mp.ctx = 16384;
-            mp.type = KVT_TYPE_F16;
-            mp.name = "bench-gpu";
-            mkdir(OUT_DIR, 0755);
-            fprintf(stderr, "bench_gpu: generating %s (shape %s, random weights)\n", p, o->shape);
-            double t0 = kvt_now();
-            if (kvt_mkmodel(&mp, p)) {
-                fprintf(stderr, "bench_gpu: mkmodel: %s\n", kvt_errmsg());
-                return NULL;
-            }
-            fprintf(stderr, "bench_gpu: generated in %.1f s\n", kvt_now() - t0);
-        }
+        if (ensure_shape_model(o, p)) return NULL;
     }
     kvt_model *m;
     double t0 = kvt_now();
@@ -419,7 +440,7 @@ static int make_key(const char *path) {
  * store; each warm run is then a fresh cache on the store. */
 static int phase2_t3(p2_state *s) {
     const char *key = s->o->redis_key ? s->o->redis_key : OUT_DIR "/bench_gpu.key";
-    if (!s->o->redis_key && (mkdir(OUT_DIR, 0755), make_key(key))) return -1;
+    if (!s->o->redis_key && (make_out_dir(), make_key(key))) return -1;
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = 0;
     cp.remote_url = s->o->redis;
@@ -444,7 +465,7 @@ static int phase2(const opts *o, const kvt_model *m) {
     kvt_gen_result cold, w0, w1, w2, warmup;
     /* warm up: the first dispatches build pipelines and touch the weights */
     if (request(e, NULL, toks, o->prefix < 64 ? o->prefix : 64, 1, NULL, &warmup)) goto out;
-    if (!strncmp(o->disk_dir, OUT_DIR "/", strlen(OUT_DIR) + 1)) mkdir(OUT_DIR, 0755); /* the default's parent */
+    if (!strncmp(o->disk_dir, OUT_DIR "/", strlen(OUT_DIR) + 1)) make_out_dir(); /* the default's parents */
     mkdir(o->disk_dir, 0755);
     kvt_disk_clear(o->disk_dir, NULL);
     uint64_t prefix_bytes = (uint64_t)per_seq * kvt_page_bytes(e);
@@ -603,6 +624,11 @@ int main(int argc, char **argv) {
     opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
+    if (o.make_model) {
+        char path[512];
+        shape_path(&o, path, sizeof path);
+        return ensure_shape_model(&o, path) ? 1 : 0;
+    }
     kvt_model *m = load_model(&o);
     if (!m) return 1;
     info("device_arg", o.device_arg);

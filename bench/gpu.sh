@@ -18,7 +18,8 @@
 # SHAPE, then phase 3 (expansion: more sessions than T0 holds, against an
 # unlimited T0) on SHAPE3, each under a time limit so the whole script ends
 # within BUDGET_S. The models are generated on the machine (bench/out/), never
-# carried. results.txt gathers the GPU, its driver and every figure.
+# carried, in the background while the tests run. results.txt gathers the GPU,
+# its driver and every figure.
 #
 # usage: bench/gpu.sh   (BUILD=build, DEBS=bench/gpu-debs, OUT=bench/out/gpu by default;
 #                        VK_ICD_FILENAMES picks a driver, as the loader reads it)
@@ -107,6 +108,25 @@ else
   note "unpack: no .deb files in $DEBS, using the machine's own Vulkan loader and layers"
 fi
 
+# the benchmark's models (step 5), made on this machine while the tests run: mkmodel is CPU work
+gen_model() { # gen_model SHAPE: in the background; its pid in gen_pid[SHAPE], its output in $OUT/model-SHAPE.txt
+  "$BUILD/bench_gpu" --make-model --shape "$1" >"$OUT/model-$1.txt" 2>&1 &
+  gen_pid[$1]=$!
+}
+declare -A gen_pid=()
+if [ -x "$BUILD/bench_gpu" ]; then
+  gen_model "$SHAPE"
+  [ "$SHAPE3" != "$SHAPE" ] && gen_model "$SHAPE3"
+fi
+wait_model() { # wait_model SHAPE: waits for its generation, when one was started; notes how it went
+  local pid=${gen_pid[$1]:-} rc=0
+  [ -n "$pid" ] || return 0
+  wait "$pid" || rc=$?
+  gen_pid[$1]=
+  if [ $rc = 0 ]; then note "model $1: ready at ${SECONDS} s ($(grep -h 'generated in' "$OUT/model-$1.txt" || echo 'already there'))"
+  else note "model $1: FAILED (exit $rc; see $OUT/model-$1.txt)"; failed=1; fi
+}
+
 # 3. the devices, as kvtier sees them (exit 1: none, and why)
 phase devices "$BUILD/kvtier" info --devices
 sed 's/^/  /' "$OUT/devices.txt" | tee -a "$SUMMARY"
@@ -152,6 +172,7 @@ collect() { # collect PHASE: its key=value lines into results.txt, prefixed with
 if [ ! -x "$BUILD/bench_gpu" ]; then
   note "bench: FAILED (no $BUILD/bench_gpu: build kvtier first)"; failed=1
 else
+  wait_model "$SHAPE"
   # phase 2 leaves phase 3 at least 150 s; phase 3 takes what is left, less 10 s for the summary
   lim=$(( $(left) - 150 )); [ $lim -gt "$P2_MAX_S" ] && lim=$P2_MAX_S
   if [ $lim -lt 30 ]; then note "bench_phase2: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
@@ -163,6 +184,7 @@ else
     grep -vE '^[a-z0-9_]+=|^bench_gpu:| kvtier: ' "$OUT/bench_phase2.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
   fi
   stop_redis
+  wait_model "$SHAPE3"
   lim=$(( $(left) - 10 )); [ $lim -gt "$P3_MAX_S" ] && lim=$P3_MAX_S
   shape3=$SHAPE3
   [ $lim -lt 150 ] && shape3=$(smaller "$shape3")

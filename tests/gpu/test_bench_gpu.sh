@@ -6,7 +6,8 @@
 # each restored run is one batched copy and the pinned-copy figure is there.
 # Phase 3's small T0 sends resumed sessions through T1 and computes exactly
 # what the unlimited T0 computes. Every figure has its key=value line; bad
-# flags are refused naming the flag. Numbers are not judged (no timing).
+# flags are refused naming the flag; --make-model makes a shape's model once.
+# Numbers are not judged (no timing).
 set -u
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 BENCH=$(dirname "$BIN")/bench_gpu
@@ -17,7 +18,7 @@ val() { grep -a -m1 "^$1=" "$TMP/out" | cut -d= -f2-; }
 # flags
 check "--help exits 0" expect_rc 0 "$BENCH" --help
 for f in --device --model --shape --prefix --reps --redis --redis-key --disk --sessions --t0-sessions \
-  --session-tokens --rounds --append --gen --phase --threads --block; do
+  --session-tokens --rounds --append --gen --phase --make-model --threads --block; do
   check "--help explains $f" says "  $f "
 done
 check "a bad --device is refused" expect_rc 2 "$BENCH" --device gpu
@@ -29,6 +30,12 @@ check "the refusal names --t0-sessions" says "--t0-sessions"
 check "an unknown flag is refused" expect_rc 2 "$BENCH" --frobnicate 1
 check "--shape names its values" expect_rc 2 "$BENCH" --shape 70b
 check "the refusal names --shape" says "--shape 70b: must be tiny, 1b or 8b"
+# --make-model: the shape's model into bench/out/ (of the working directory), once
+check "--make-model makes the tiny model" expect_rc 0 bash -c "cd '$TMP' && '$BENCH' --make-model --shape tiny"
+check "into bench/out" test -s "$TMP/bench/out/bench-gpu-tiny.gguf"
+check "saying so" says "generating bench/out/bench-gpu-tiny.gguf"
+check "--make-model again keeps it" expect_rc 0 bash -c "cd '$TMP' && '$BENCH' --make-model --shape tiny"
+check "without generating" is "$(cat "$TMP/out")" ""
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 1024 --ctx 2048 \
   >/dev/null 2>&1 || bad "mkmodel"
