@@ -98,13 +98,14 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
         return kvt_fail(KVT_ELIMIT, "a KV page of %zu bytes is larger than this device's largest binding (%llu bytes); "
                                     "use a smaller --block-size", e->page_bytes, (unsigned long long)maxb);
     kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
-    kv->n_chunks = (int)(((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk);
-    if (kv->n_chunks > KVT_GPU_KV_CHUNKS)
-        return kvt_fail(KVT_ELIMIT, "a KV pool of %d pages (%llu MiB) needs %d bindings of at most %llu MiB on this "
-                                    "device, over the %d the GPU engine binds; lower --kv-active to %llu MiB or less",
-                        e->p.n_pages, (unsigned long long)((uint64_t)e->p.n_pages * e->page_stride >> 20),
-                        kv->n_chunks, (unsigned long long)(maxb >> 20), KVT_GPU_KV_CHUNKS,
-                        (unsigned long long)(per * KVT_GPU_KV_CHUNKS * e->page_stride >> 20));
+    uint64_t n_chunks = ((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk;
+    if (n_chunks > KVT_GPU_KV_CHUNKS)
+        return kvt_fail(KVT_ELIMIT, "a KV pool of %d pages (%.1f MiB) needs %d bindings of at most %.2f MiB on this "
+                                    "device, over the %d the GPU engine binds; lower --kv-active to %.2f MiB or less",
+                        e->p.n_pages, (double)e->p.n_pages * (double)e->page_stride / (1 << 20), (int)n_chunks,
+                        (double)maxb / (1 << 20), KVT_GPU_KV_CHUNKS,
+                        (double)(per * KVT_GPU_KV_CHUNKS * e->page_stride) / (1 << 20));
+    kv->n_chunks = (int)n_chunks;
     for (int c = 0; c < kv->n_chunks; c++) {
         uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk, (uint64_t)e->p.n_pages - (uint64_t)c * kv->pages_per_chunk);
         int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, pages * e->page_stride, &kv->chunk[c]);

@@ -146,6 +146,8 @@ int kvt_gpu_copy(kvt_gpu_dev *d, kvt_gpu_buf *src, kvt_gpu_buf *dst, const kvt_g
  * Each op is one shader for every batch size: a token's result does not depend
  * on how many tokens run with it, bit for bit (src/gpu/shaders/common.glsl). */
 typedef struct kvt_gpu_kernels kvt_gpu_kernels;
+/* KVT_EUNSUPPORTED naming the feature where the device lacks 16-bit storage
+ * (storageBuffer16BitAccess), which the f16 KV store needs. */
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out);
 void kvt_gpu_kernels_free(kvt_gpu_kernels *k);
 /* Records y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok, r < rows, c < cols:
@@ -176,7 +178,7 @@ uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w); /* device memory it takes */
 
 /* y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for t < n_tok,
  * r < rows, c < cols, f32 accumulation in c order within each invocation's
- * share and the fixed tree across them. */
+ * share and the fixed tree across them. y_off + rows <= ldy (KVT_EARG). */
 int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
                        kvt_gpu_buf *x, uint32_t n_tok);
 
@@ -219,7 +221,8 @@ typedef struct {
 
 /* Writes each token's K row (kx[t * kv_dim + g * head_dim ...], kv_dim =
  * n_head_kv * head_dim) and V row of layer, for every kv head g, into its page
- * slot, rounded to f16 when kv->f16. */
+ * slot, rounded to f16 when kv->f16. A token whose page is past the pool or
+ * whose slot is past the block is skipped (the table is only on the device). */
 int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *kx, kvt_gpu_buf *vx,
                          kvt_gpu_buf *meta, uint32_t n_tok);
 /* out[t * n_head * head_dim + h * head_dim + d]: query head h of token t
@@ -228,7 +231,9 @@ int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t laye
  * q is rounded to f16 first and each softmax weight before it multiplies V.
  * One workgroup per (token, head) goes through the keys in order, a block at
  * a time, with an online softmax; nothing depends on n_tok or on the other
- * tokens, so a token decoded alone gets the bits it gets in a prefill. */
+ * tokens, so a token decoded alone gets the bits it gets in a prefill.
+ * head_dim <= 256; n_head a multiple of n_head_kv. A table entry past the
+ * pool is a key of weight 0. */
 int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
                           kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok);
 

@@ -16,6 +16,7 @@
 #define UPLOAD_BYTES (4u << 20) /* rows repacked per upload */
 #define MAX_HEAD_DIM 256   /* attention.glsl */
 #define MAX_TOKENS 65535u  /* the y (or x) dimension of a dispatch */
+#define MM_TOKS 8          /* tokens per matmul workgroup (matmul_w.glsl) */
 
 struct kvt_gpu_wmat {
     kvt_gpu_dev *d;
@@ -142,7 +143,7 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
         uint32_t r0 = (uint32_t)s * w->slice_rows, n = KVT_MIN(w->slice_rows, w->rows - r0);
         uint32_t push[6] = {n, w->cols, n_tok, ldy, y_off + r0, (uint32_t)((uint64_t)n * w->cols / 4)}, g[3];
         kvt_vk_spread(n, &g[0], &g[2]);
-        g[1] = n_tok;
+        g[1] = (n_tok + MM_TOKS - 1) / MM_TOKS;
         kvt_gpu_buf *b[3] = {y, w->slice[s], x};
         rc = kvt_gpu_rec_dispatch(k->d, p, b, push, g);
     }

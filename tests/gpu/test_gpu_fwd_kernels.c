@@ -5,13 +5,15 @@
  *  - kvt_gpu_rec_matmul with F32, F16 and Q8_0 weight matrices (rows 1..300,
  *    cols up to 1024, batch 1..64, rows written at y_off of ldy-wide rows):
  *    within MM_TOL of a double reference over the exactly dequantized weights
- *    (d * q for Q8_0), relative to sum |w x|; nothing outside the rows written;
+ *    (d * q for Q8_0, whose activations are also quantized to Q8_0 as the
+ *    CPU does: the reference takes them as d_x * q_x), relative to sum |w x|; nothing outside the rows written;
  *    a token alone gets the bits of its row in a batch; on a second device
  *    with a 64 KiB binding limit and staged transfers, where the matrix is many
  *    slices, the same bits as unsliced; a row over the limit and an
  *    unsupported type are refused;
  *  - rope (NORM and NEOX), add and silu_mul against the CPU's formulas.
  * No validation message may appear. Skips (77) without a device. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -22,6 +24,13 @@
 /* f32 accumulation of <= 1024 terms: 16 sequential fmas per invocation, then a
  * 6-level tree, each step within 2^-24 relative: 1e-5 of sum |w x| is wide. */
 #define MM_TOL 1e-5
+/* Q8_0 activations: a value whose x * (127/amax) lies within a few ulps of a
+ * half is rounded to one integer or the other depending on the last bit of
+ * the quotient, and a device's division need not be correctly rounded (the
+ * shader corrects it with one fma step, which a driver may not fuse). Tokens
+ * with such a value may be off by one quantization step of it: 2e-3 of
+ * sum |w x| bounds that for these shapes (observed up to 6e-4). */
+#define MM_TOL_NEAR_TIE 2e-3
 /* rope: two roundings (the product, the fma) of |a| + |b| scale values. */
 #define ROPE_TOL 1e-6
 /* silu: exp and a division at the device's precision (a few ulp). */
@@ -63,6 +72,23 @@ static void *make_weights(uint32_t type, uint32_t rows, uint32_t cols, size_t ro
     return w;
 }
 
+/* x as a Q8_0 matmul sees it: each block of 32 quantized as the CPU quantizes
+ * activations (d = amax/127 rounded to f16, q = x * (127/amax) rounded half
+ * to even), then d * q. */
+static void q8_activations(const float *x, size_t n, size_t cols, float *out, unsigned char *near_tie) {
+    for (size_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float id = amax != 0 ? 127.0f / amax : 0, d = kvt_f16_to_f32(kvt_f32_to_f16(amax / 127.0f));
+        for (int i = 0; i < 32; i++) {
+            float p = xb[i] * id, frac = fabsf(p - truncf(p));
+            if (fabsf(frac - 0.5f) <= 4 * fabsf(p) * FLT_EPSILON) near_tie[b * 32 / cols] = 1;
+            out[b * 32 + i] = d * nearbyintf(p);
+        }
+    }
+}
+
 /* y (n_tok rows of ldy, SENTINEL first) = W x on the device; 0 or a failed check. */
 static int run_mm(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, const float *x, uint32_t cols,
                   uint32_t n_tok, uint32_t ldy, uint32_t y_off, float *y) {
@@ -81,7 +107,7 @@ static int run_mm(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, con
 }
 
 static void mm_compare(const float *wf, const float *x, const float *y, uint32_t rows, uint32_t cols, uint32_t n_tok,
-                       uint32_t ldy, uint32_t y_off, const char *what) {
+                       uint32_t ldy, uint32_t y_off, const unsigned char *near_tie, const char *what) {
     int over = 0, touched = 0;
     for (uint32_t t = 0; t < n_tok; t++) {
         for (uint32_t i = 0; i < ldy; i++)
@@ -94,8 +120,9 @@ static void mm_compare(const float *wf, const float *x, const float *y, uint32_t
                 mag += fabs(p);
             }
             double e = fabs(y[(size_t)t * ldy + y_off + r] - ref) / (mag > 0 ? mag : 1);
-            max_mm_err = e > max_mm_err ? e : max_mm_err;
-            over += !(e <= MM_TOL);
+            if (near_tie && near_tie[t]) over += !(e <= MM_TOL_NEAR_TIE);
+            else over += !(e <= MM_TOL);
+            if (!(near_tie && near_tie[t])) max_mm_err = e > max_mm_err ? e : max_mm_err;
         }
     }
     CHECKF(over == 0, "%s %ux%u x %u: %d results off by more than %g", what, rows, cols, n_tok, over, MM_TOL);
@@ -117,7 +144,15 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
     int rc = kvt_gpu_wmat_new(d, type, rows, cols, w, row_bytes, &m);
     CHECKF(rc == 0, "%s", kvt_errmsg());
     if (!rc && !run_mm(d, k, m, x, cols, n_tok, ldy, y_off, y)) {
-        mm_compare(wf, x, y, rows, cols, n_tok, ldy, y_off, names[type]);
+        float *xr = x;
+        unsigned char *tie = NULL;
+        if (type == KVT_TYPE_Q8_0) {
+            tie = calloc(n_tok, 1);
+            q8_activations(x, (size_t)n_tok * cols, cols, xr = malloc((size_t)n_tok * cols * 4), tie);
+        }
+        mm_compare(wf, xr, y, rows, cols, n_tok, ldy, y_off, tie, names[type]);
+        if (xr != x) free(xr);
+        free(tie);
         uint32_t toks[2] = {n_tok - 1, n_tok / 2};
         for (int i = 0; i < (n_tok > 2 ? 2 : 1); i++) {
             uint32_t t = toks[i];

@@ -48,7 +48,12 @@ check "the cold reply computed its prompt" test "$(tier "$TMP/cold.json" T0)" = 
 ask "${KVT_URL[A]}" "$TMP/t0.json"
 check "warm from T0 (VRAM) came from T0" test "$(tier "$TMP/t0.json" T0)" -gt 0
 check "warm from T0 equals cold" same_as_cold "$TMP/t0.json"
-for q in "Say one word." "Count to three." "Name a color." "What is a disk?"; do ask "${KVT_URL[A]}" "$TMP/other.json" "$q"; done
+# other prompts (no shared prefix) take T0's pages, pushing the first one's blocks down to T1
+for q in one two three four; do
+  curl -s -m 120 -H 'Content-Type: application/json' -o "$TMP/other.json" \
+    -d "{\"prompt\":\"$q: a different text that shares nothing with the system prompt, long enough to fill a few blocks of thirty-two tokens each, so that the engine's small pool has to reclaim the idle blocks of earlier requests and move them down to the host memory tier $q\",\"max_tokens\":4,\"temperature\":0}" \
+    "${KVT_URL[A]}/v1/completions"
+done
 ask "${KVT_URL[A]}" "$TMP/t1.json"
 check "warm from T1 came from T1 ($(tier "$TMP/t1.json" T1) tokens)" test "$(tier "$TMP/t1.json" T1)" -gt 0
 check "warm from T1 equals cold" same_as_cold "$TMP/t1.json"

@@ -7,13 +7,10 @@
 
 layout(std430, set = 0, binding = 1) readonly buffer W { uint w[]; };
 
-float row_dot(uint r, uint xb) {
+void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
     uint wb = r * pc.cols;
-    precise float acc = 0.0;
     for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) {
         uint i = wb + c;
-        float wv = kvt_f16_to_f32((w[i >> 1] >> ((i & 1u) * 16u)) & 0xffffu);
-        acc = fma(wv, x[xb + c], acc);
+        mm_fma(kvt_f16_to_f32((w[i >> 1] >> ((i & 1u) * 16u)) & 0xffffu), t0, nt, c, acc);
     }
-    return acc;
 }

@@ -6,9 +6,7 @@
 
 layout(std430, set = 0, binding = 1) readonly buffer W { float w[]; };
 
-float row_dot(uint r, uint xb) {
+void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
     uint wb = r * pc.cols;
-    precise float acc = 0.0;
-    for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) acc = fma(w[wb + c], x[xb + c], acc);
-    return acc;
+    for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) mm_fma(w[wb + c], t0, nt, c, acc);
 }
