@@ -12,8 +12,28 @@
 # the tree (both are ignored by git).
 # Without .deb files it uses the machine's own loader and layers, if any.
 #
+# Then the benchmark (bench_gpu, built with kvtier): phase 2, the mission's
+# numbers on one prefix (cold prefill, warm TTFT from T0/T1/T2 and T3 when a
+# Redis is at hand, T1 restore bandwidth against one pinned copy) on a model of
+# SHAPE, then phase 3 (expansion: more sessions than T0 holds, against an
+# unlimited T0) on SHAPE3, each under a time limit so the whole script ends
+# within BUDGET_S. The models are generated on the machine (bench/out/), never
+# carried, in the background while the tests run. results.txt gathers the GPU,
+# its driver and every figure.
+#
 # usage: bench/gpu.sh   (BUILD=build, DEBS=bench/gpu-debs, OUT=bench/out/gpu by default;
 #                        VK_ICD_FILENAMES picks a driver, as the loader reads it)
+# Benchmark settings (environment): DEVICE (vulkan:0), SHAPE (8b) and PREFIX
+# (2048) for phase 2; SHAPE3 (1b), SESSIONS (48), T0_SESSIONS (8) for phase 3;
+# P3_ARGS adds bench_gpu flags to phase 3. SHAPE=tiny makes every default
+# small for lavapipe (prefix 128, 6 sessions over a T0 for 2, P3_ARGS
+# "--session-tokens 64 --append 16 --gen 2", SHAPE3 tiny). TEST_LIMIT_S (150):
+# the most each GPU test may run. BUDGET_S (450): seconds the whole script may
+# take; phase 2 runs at most P2_MAX_S (240) and leaves phase 3 150 s, phase 3
+# at most P3_MAX_S (240); phase 3 drops to a smaller shape when under 150 s
+# are left, and a phase is skipped when under 30 s are.
+# REDIS_URL=redis://... adds T3 to phase 2; without it a redis-server on PATH
+# is started on 127.0.0.1:REDIS_PORT (6391); NO_REDIS=1 skips T3.
 # Numbers only; it never passes or fails on time. Exit status: 0 when every
 # phase that ran passed, 1 otherwise (summary.txt says which).
 set -uo pipefail
@@ -23,6 +43,19 @@ DEBS=${DEBS:-bench/gpu-debs}
 OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
+DEVICE=${DEVICE:-vulkan:0}
+SHAPE=${SHAPE:-8b}
+if [ "$SHAPE" = tiny ]; then small=1; else small=0; fi
+PREFIX=${PREFIX:-$([ $small = 1 ] && echo 128 || echo 2048)}
+SHAPE3=${SHAPE3:-$([ $small = 1 ] && echo tiny || echo 1b)}
+SESSIONS=${SESSIONS:-$([ $small = 1 ] && echo 6 || echo 48)}
+T0_SESSIONS=${T0_SESSIONS:-$([ $small = 1 ] && echo 2 || echo 8)}
+P3_ARGS=${P3_ARGS:-$([ $small = 1 ] && echo "--session-tokens 64 --append 16 --gen 2")}
+BUDGET_S=${BUDGET_S:-450}
+P2_MAX_S=${P2_MAX_S:-240}
+P3_MAX_S=${P3_MAX_S:-240}
+TEST_LIMIT_S=${TEST_LIMIT_S:-150}
+REDIS_PORT=${REDIS_PORT:-6391}
 : >"$SUMMARY"
 failed=0
 note() { echo "$*" | tee -a "$SUMMARY"; }
@@ -32,6 +65,7 @@ phase() {
   "$@" >"$OUT/$name.txt" 2>&1 || rc=$?
   case $rc in
   0) note "$name: ok" ;;
+  124 | 137) note "$name: TIMED OUT (exit $rc; what it printed is in $OUT/$name.txt)"; failed=1 ;;
   77) note "$name: skipped ($(grep -i skip "$OUT/$name.txt" | tail -1))" ;;
   *) note "$name: FAILED (exit $rc; see $OUT/$name.txt)"; failed=1 ;;
   esac
@@ -74,18 +108,95 @@ else
   note "unpack: no .deb files in $DEBS, using the machine's own Vulkan loader and layers"
 fi
 
+# the benchmark's models (step 5), made on this machine while the tests run: mkmodel is CPU work
+gen_model() { # gen_model SHAPE: in the background; its pid in gen_pid[SHAPE], its output in $OUT/model-SHAPE.txt
+  "$BUILD/bench_gpu" --make-model --shape "$1" >"$OUT/model-$1.txt" 2>&1 &
+  gen_pid[$1]=$!
+}
+declare -A gen_pid=()
+if [ -x "$BUILD/bench_gpu" ]; then
+  gen_model "$SHAPE"
+  [ "$SHAPE3" != "$SHAPE" ] && gen_model "$SHAPE3"
+fi
+wait_model() { # wait_model SHAPE: waits for its generation, when one was started; notes how it went
+  local pid=${gen_pid[$1]:-} rc=0
+  [ -n "$pid" ] || return 0
+  wait "$pid" || rc=$?
+  gen_pid[$1]=
+  if [ $rc = 0 ]; then note "model $1: ready at ${SECONDS} s ($(grep -h 'generated in' "$OUT/model-$1.txt" || echo 'already there'))"
+  else note "model $1: FAILED (exit $rc; see $OUT/model-$1.txt)"; failed=1; fi
+}
+
 # 3. the devices, as kvtier sees them (exit 1: none, and why)
 phase devices "$BUILD/kvtier" info --devices
 sed 's/^/  /' "$OUT/devices.txt" | tee -a "$SUMMARY"
 
 # 4. the GPU tests, with the validation layer on (any message fails them)
-for t in test_gpu_device test_gpu_kernels; do
+for t in test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_attention test_gpu_engine; do
   if [ -x "$BUILD/$t" ]; then
-    KVT_VK_VALIDATION=1 phase "$t" "$BUILD/$t"
+    KVT_VK_VALIDATION=1 phase "$t" timeout -k 10 "$TEST_LIMIT_S" "$BUILD/$t"
     grep -h '^gpu' "$OUT/$t.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
   else
     note "$t: FAILED (no $BUILD/$t: build kvtier first)"; failed=1
   fi
 done
+
+# 5. the benchmark
+left() { echo $((BUDGET_S - SECONDS)); }
+smaller() { case $1 in 8b) echo 1b ;; *) echo tiny ;; esac; }
+redis_pid=
+stop_redis() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null; redis_pid=; }
+trap stop_redis EXIT
+redis=()
+if [ "${NO_REDIS:-0}" != 1 ] && [ -n "${REDIS_URL:-}" ]; then
+  redis=(--redis "$REDIS_URL")
+elif [ "${NO_REDIS:-0}" != 1 ] && command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --maxmemory 8gb \
+    --maxmemory-policy allkeys-lru >"$OUT/redis.txt" 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  if redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then redis=(--redis "redis://127.0.0.1:$REDIS_PORT")
+  else note "redis: did not answer on 127.0.0.1:$REDIS_PORT (see $OUT/redis.txt); T3 not measured"; stop_redis; fi
+else
+  note "redis: none (REDIS_URL unset and no redis-server); T3 not measured"
+fi
+# results.txt: the device, then every figure as key=value, phase by phase
+RESULTS=$OUT/results.txt
+{
+  echo "# bench/gpu.sh results, $(date -u +%FT%TZ)"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/nvidia_smi=/'
+} >"$RESULTS"
+collect() { # collect PHASE: its key=value lines into results.txt, prefixed with the phase
+  grep -E '^[a-z0-9_]+=' "$OUT/$1.txt" | sed "s/^/$1./" >>"$RESULTS"
+}
+if [ ! -x "$BUILD/bench_gpu" ]; then
+  note "bench: FAILED (no $BUILD/bench_gpu: build kvtier first)"; failed=1
+else
+  wait_model "$SHAPE"
+  # phase 2 leaves phase 3 at least 150 s; phase 3 takes what is left, less 10 s for the summary
+  lim=$(( $(left) - 150 )); [ $lim -gt "$P2_MAX_S" ] && lim=$P2_MAX_S
+  if [ $lim -lt 30 ]; then note "bench_phase2: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
+  else
+    note "bench_phase2: shape $SHAPE, prefix $PREFIX, on $DEVICE, limit ${lim} s"
+    phase bench_phase2 timeout -k 10 "$lim" "$BUILD/bench_gpu" --device "$DEVICE" --shape "$SHAPE" \
+      --prefix "$PREFIX" --phase 2 "${redis[@]}"
+    collect bench_phase2
+    grep -vE '^[a-z0-9_]+=|^bench_gpu:| kvtier: ' "$OUT/bench_phase2.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
+  fi
+  stop_redis
+  wait_model "$SHAPE3"
+  lim=$(( $(left) - 10 )); [ $lim -gt "$P3_MAX_S" ] && lim=$P3_MAX_S
+  shape3=$SHAPE3
+  [ $lim -lt 150 ] && shape3=$(smaller "$shape3")
+  if [ $lim -lt 30 ]; then note "bench_phase3: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
+  else
+    note "bench_phase3: shape $shape3, $SESSIONS sessions over a T0 for $T0_SESSIONS, on $DEVICE, limit ${lim} s"
+    phase bench_phase3 timeout -k 10 "$lim" "$BUILD/bench_gpu" --device "$DEVICE" --shape "$shape3" \
+      --prefix "$PREFIX" --phase 3 --sessions "$SESSIONS" --t0-sessions "$T0_SESSIONS" $P3_ARGS
+    collect bench_phase3
+    grep -vE '^[a-z0-9_]+=|^bench_gpu:| kvtier: ' "$OUT/bench_phase3.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
+  fi
+fi
+note "results: $RESULTS ($(grep -c = "$RESULTS") figures), ${SECONDS} s in all"
 note "gpu.sh: $([ $failed = 0 ] && echo ok || echo FAILED); results in $OUT"
 exit $failed
