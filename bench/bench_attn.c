@@ -23,7 +23,8 @@ typedef struct {
     int32_t G, hd, T;
 } shape;
 
-static const shape shapes[] = {{1, 64, 512}, {4, 64, 512}, {8, 64, 512}, {4, 64, 4096}, {8, 64, 4096}, {8, 128, 512}, {8, 128, 4096}};
+static const shape shapes[] = {{1, 64, 512},  {4, 64, 512},  {8, 64, 512},  {4, 64, 4096},
+                               {8, 64, 4096}, {8, 128, 512}, {8, 128, 4096}};
 
 static double now(void) {
     struct timespec ts;
@@ -58,12 +59,9 @@ static double best_of(int which, const shape *s, int f16, const float *q, const 
     double t0 = now(), best = 1e30;
     do {
         double c0 = now();
-        if (which == 0)
-            kvt_attn_qk(q, s->G, s->hd, k, s->T, f16, s->T, 0.125f, sc, s->T);
-        else if (which == 3)
-            score_pages(s, f16, q, k, sc);
-        else
-            value_pass(s, f16, sc, v, which == 1 ? s->T : PAGE, runs, out);
+        if (which == 0) kvt_attn_qk(q, s->G, s->hd, k, s->T, f16, s->T, 0.125f, sc, s->T);
+        else if (which == 3) score_pages(s, f16, q, k, sc);
+        else value_pass(s, f16, sc, v, which == 1 ? s->T : PAGE, runs, out);
         double c = now() - c0;
         best = c < best ? c : best;
     } while (now() - t0 < BENCH_MIN_SECONDS);
@@ -98,16 +96,17 @@ int main(int argc, char **argv) {
         for (int f16 = 1; f16 >= 0; f16--)
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
                 const shape *s = &shapes[si];
-                const void *k = f16 ? (const void *)kh : (const void *)kf, *v = f16 ? (const void *)vh : (const void *)vf;
+                const void *k = f16 ? (const void *)kh : (const void *)kf,
+                           *v = f16 ? (const void *)vh : (const void *)vf;
                 for (int32_t i = 0; i < s->G * s->T; i++) sc[i] = 1.0f / (float)s->T;
                 double tq = best_of(0, s, f16, q, k, v, sc, runs, out), ta = best_of(1, s, f16, q, k, v, sc, runs, out);
                 double tp = best_of(2, s, f16, q, k, v, sc, runs, out), tqp = best_of(3, s, f16, q, k, v, sc, runs, out);
                 double flop = 2.0 * s->G * s->hd * s->T;
                 char name[32];
                 snprintf(name, sizeof name, "%dx%dx%d", s->G, s->hd, s->T);
-                printf("%-8s %-4s %-12s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", variants[vi], f16 ? "f16" : "f32",
-                       name, tq * 1e6, flop / tq * 1e-9, tqp * 1e6, flop / tqp * 1e-9, ta * 1e6, flop / ta * 1e-9, tp * 1e6,
-                       flop / tp * 1e-9);
+                printf("%-8s %-4s %-12s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", variants[vi],
+                       f16 ? "f16" : "f32", name, tq * 1e6, flop / tq * 1e-9, tqp * 1e6, flop / tqp * 1e-9, ta * 1e6,
+                       flop / ta * 1e-9, tp * 1e6, flop / tp * 1e-9);
                 fflush(stdout);
             }
     }

@@ -47,7 +47,7 @@
 
 typedef struct {
     char name[64];
-    float ratio; /* < 0: exact reuse; cold has no cache */
+    float ratio;           /* < 0: exact reuse; cold has no cache */
     int32_t layer, layer2; /* kvt_blend_params' */
     int cold;
     kvt_engine *e;
@@ -75,8 +75,12 @@ static run_out run(variant *v, const int32_t *p, int32_t n, const size_t *starts
     bp.ratio = v->ratio;
     bp.layer = v->layer;
     bp.layer2 = v->layer2;
-    kvt_gen_params gp = {.max_tokens = n_gen, .sampler = s, .first_logits = o.logits,
-                         .blend = v->ratio >= 0 ? &bp : NULL, .doc_starts = starts, .n_docs = n_docs};
+    kvt_gen_params gp = {.max_tokens = n_gen,
+                         .sampler = s,
+                         .first_logits = o.logits,
+                         .blend = v->ratio >= 0 ? &bp : NULL,
+                         .doc_starts = starts,
+                         .n_docs = n_docs};
     if (kvt_generate(v->e, v->c, p, n, &gp, &o.tokens, &o.res)) {
         fprintf(stderr, "bench_blend: %s: %s\n", v->name, kvt_errmsg());
         exit(1);
@@ -96,8 +100,8 @@ static int32_t *tok(const kvt_model *m, const char *text, int bos, size_t *n) {
 }
 
 /* [BOS system][docs][Question: q\nAnswer:] with the documents' spans. */
-static int32_t *render(const kvt_model *m, int32_t B, const char *q, const kvt_document *docs, size_t n_docs,
-                       size_t *n, size_t *starts) {
+static int32_t *render(const kvt_model *m, int32_t B, const char *q, const kvt_document *docs, size_t n_docs, size_t *n,
+                       size_t *starts) {
     char text[LINE_MAX_BYTES + 64];
     snprintf(text, sizeof text, "Question: %s\nAnswer:", q);
     size_t n_pre, n_post;
@@ -250,13 +254,13 @@ static void measure(variant *vs, int nvar, const bprompt *ps, int np, int32_t n_
 }
 
 static void report(const variant *vs, int nvar) {
-    printf("%-20s %9s %9s %8s %9s %8s %8s %9s %9s %10s\n", "variant", "computed", "approx", "stored", "work",
-           "top-1", "greedy", "max dev", "mean dev", "prefill s");
+    printf("%-20s %9s %9s %8s %9s %8s %8s %9s %9s %10s\n", "variant", "computed", "approx", "stored", "work", "top-1",
+           "greedy", "max dev", "mean dev", "prefill s");
     for (int i = 0; i < nvar; i++) {
         const variant *v = &vs[i];
-        printf("%-20s %9lld %9lld %8lld %9.0f %4d/%-3d %4d/%-3d %9.4f %9.4f %10.1f\n", v->name,
-               (long long)v->computed, (long long)v->approx, (long long)v->stored, v->work, v->cold ? v->n : v->top1, v->n, v->cold ? v->n : v->greedy,
-               v->n, v->max_dev, v->sum_dev / (v->n ? v->n : 1), v->prefill_ms / 1e3);
+        printf("%-20s %9lld %9lld %8lld %9.0f %4d/%-3d %4d/%-3d %9.4f %9.4f %10.1f\n", v->name, (long long)v->computed,
+               (long long)v->approx, (long long)v->stored, v->work, v->cold ? v->n : v->top1, v->n,
+               v->cold ? v->n : v->greedy, v->n, v->max_dev, v->sum_dev / (v->n ? v->n : 1), v->prefill_ms / 1e3);
     }
     printf("computed tokens, exact / approx:");
     for (int i = 2; i < nvar; i++)
@@ -301,8 +305,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--prewarm")) warm = 1;
         else if (!strcmp(a, "--stories")) stories = 1;
         else {
-            fprintf(stderr, "usage: bench_blend -m MODEL (--index INDEX --questions FILE | --stories [--block B]) "
-                            "[-t THREADS] [-k K] [-n N] [--ratios R[@L[+M]],...] [--prewarm] [--ctx N]\n");
+            fprintf(stderr,
+                    "usage: bench_blend -m MODEL (--index INDEX --questions FILE | --stories [--block B]) "
+                    "[-t THREADS] [-k K] [-n N] [--ratios R[@L[+M]],...] [--prewarm] [--ctx N]\n");
             return 2;
         }
     }
@@ -329,7 +334,8 @@ int main(int argc, char **argv) {
     ep.n_ctx = ctx;
     ep.kv_active_bytes = 512ull << 20;
     for (int i = 0; i < nvar; i++) {
-        if (kvt_engine_new(m, ep, &vs[i].e) || (!vs[i].cold && kvt_cache_new(vs[i].e, kvt_cache_default_params(), &vs[i].c))) {
+        if (kvt_engine_new(m, ep, &vs[i].e) ||
+            (!vs[i].cold && kvt_cache_new(vs[i].e, kvt_cache_default_params(), &vs[i].c))) {
             fprintf(stderr, "bench_blend: %s\n", kvt_errmsg());
             return 1;
         }

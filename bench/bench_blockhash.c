@@ -67,8 +67,8 @@ int main(void) {
     kvt_prefix_get_stats(idx, &st);
     const double us = 1e6;
     double k = median(t_keys, REPS), m = median(t_match, REPS), l = median(t_lookup, REPS);
-    printf("blocks: %d x %d tokens; index: %llu entries, %.1f MiB\n", N_BLOCKS, BLOCK,
-           (unsigned long long)st.entries, (double)st.bytes / (1 << 20));
+    printf("blocks: %d x %d tokens; index: %llu entries, %.1f MiB\n", N_BLOCKS, BLOCK, (unsigned long long)st.entries,
+           (double)st.bytes / (1 << 20));
     printf("keys only (kvt_block_hashes)         %8.1f us  (%.0f ns/block)\n", k * us, k * 1e9 / N_BLOCKS);
     printf("match given keys (1024-block hit)    %8.1f us  (%.0f ns/block)\n", m * us, m * 1e9 / N_BLOCKS);
     printf("keys + match                         %8.1f us\n", (k + m) * us);

@@ -124,7 +124,7 @@ static double timed_open(kvt_disk_params *p, const char *what) {
     double dt = kvt_now() - t0;
     getrusage(RUSAGE_SELF, &r1);
     double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
-                 (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) * 1e-6;
+        (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) * 1e-6;
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);
     printf("open %s: %llu records (%llu from the checkpoint, %.0f MiB of headers scanned", what,
@@ -166,7 +166,9 @@ static void put_records(kvt_disk_params *p, uint64_t a, uint64_t b, int die) {
     }
     kvt_disk_flush(d);
     printf("wrote %llu records of %llu KiB in %.1f s\n", (unsigned long long)(b - a),
-           (unsigned long long)((KVT_DISK_HEADER_FIXED + 4ull * p->block_tokens + p->payload_bytes + KVT_DISK_ALIGN - 1) / KVT_DISK_ALIGN * 4), kvt_now() - t0);
+           (unsigned long long)((KVT_DISK_HEADER_FIXED + 4ull * p->block_tokens + p->payload_bytes + KVT_DISK_ALIGN - 1) /
+                                KVT_DISK_ALIGN * 4),
+           kvt_now() - t0);
     fflush(stdout);
     free(pay);
     if (die) raise(SIGKILL); /* a crash: no checkpoint at close, the queue already written */
@@ -201,7 +203,7 @@ static int open_bench(const char *dir, uint64_t n, uint64_t record_kib, int keep
     p.size_bytes = KVT_MAX((n + tail + n / 8 + 1024) * record_kib * 1024, 2 * p.segment_bytes);
     p.checkpoint_s = 0;
     if (keep && has_records(dir)) { /* a directory left by --keep: the opens again, on the same records */
-        p.size_bytes = 1ull << 50;   /* whatever it holds: never let an open trim it to a budget */
+        p.size_bytes = 1ull << 50;  /* whatever it holds: never let an open trim it to a budget */
         char ck[4096];
         snprintf(ck, sizeof ck, "%s/index", dir);
         struct stat sb;
@@ -273,9 +275,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batched-only")) serial_too = 0;
         else if (!strcmp(argv[i], "--checkpoint-only")) ckpt_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] "
-                    "[--no-mac] [--open-records N [--record-kib K] [--keep] [--batched-only] [--checkpoint-only]]\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--dir DIR] [--payload-kib N] [--blocks N] [--sets N] [--scan-mib N] [--zstd] [--buffered] "
+                "[--no-mac] [--open-records N [--record-kib K] [--keep] [--batched-only] [--checkpoint-only]]\n",
+                argv[0]);
             return 2;
         }
     }
@@ -336,9 +340,8 @@ int main(int argc, char **argv) {
     drop_cache(dir);
     if (kvt_disk_open(&p, &d)) return 1;
     kvt_disk_get_stats(d, &st);
-    printf("open scan: %llu records, %.0f MiB in %llu segments, %.3f s (headers only)\n",
-           (unsigned long long)st.records, (double)st.bytes_used / MIB, (unsigned long long)st.segments,
-           st.open_scan_seconds);
+    printf("open scan: %llu records, %.0f MiB in %llu segments, %.3f s (headers only)\n", (unsigned long long)st.records,
+           (double)st.bytes_used / MIB, (unsigned long long)st.segments, st.open_scan_seconds);
 
     /* restore: get_many of `blocks` consecutive blocks, cold */
     uint8_t *outs = kvt_xmalloc((size_t)blocks * payload);
@@ -357,9 +360,9 @@ int main(int argc, char **argv) {
         double dt = kvt_now() - r0;
         getrusage(RUSAGE_THREAD, &u1);
         double sys = (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
-                     (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) * 1e-6;
+            (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) * 1e-6;
         cpu_sum += sys + (double)(u1.ru_utime.tv_sec - u0.ru_utime.tv_sec) +
-                   (double)(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec) * 1e-6;
+            (double)(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec) * 1e-6;
         sys_sum += sys;
         waits += u1.ru_nvcsw - u0.ru_nvcsw;
         preempts += u1.ru_nivcsw - u0.ru_nivcsw;
@@ -375,8 +378,8 @@ int main(int argc, char **argv) {
     printf("restore CPU (calling thread): %.1f ms per set (%.1f ms of it in the kernel) = %.0f MiB/s of CPU time; "
            "%.1f sleeps and %.1f preemptions per set\n",
            1e3 * cpu_sum / sets, 1e3 * sys_sum / sets,
-           cpu_sum > 0 ? (double)blocks * (double)payload / MIB * sets / cpu_sum : 0,
-           (double)waits / sets, (double)preempts / sets);
+           cpu_sum > 0 ? (double)blocks * (double)payload / MIB * sets / cpu_sum : 0, (double)waits / sets,
+           (double)preempts / sets);
     kvt_disk_close(d);
 
     drop_cache(dir);
@@ -384,8 +387,8 @@ int main(int argc, char **argv) {
     double v0 = kvt_now();
     kvt_disk_walk(dir, 1, count_fn, &c);
     double vt = kvt_now() - v0;
-    printf("full verify (read + CRC%s%s every record): %llu records, %.0f MiB in %.3f s: %.0f MiB/s\n",
-           mac ? " + " : "", mac ? scheme : "", (unsigned long long)c.records, (double)c.bytes / MIB, vt, (double)c.bytes / MIB / vt);
+    printf("full verify (read + CRC%s%s every record): %llu records, %.0f MiB in %.3f s: %.0f MiB/s\n", mac ? " + " : "",
+           mac ? scheme : "", (unsigned long long)c.records, (double)c.bytes / MIB, vt, (double)c.bytes / MIB / vt);
     kvt_disk_clear(dir, NULL);
     free(h);
     free(par);

@@ -152,7 +152,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-disk")) no_disk = 1;
         else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
         else {
-            fprintf(stderr, "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only]\n");
+            fprintf(stderr,
+                    "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only]\n");
             return 2;
         }
     }
@@ -164,8 +165,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < CTX; i++) toks[i] = 300 + (int32_t)(rand_r(&seed) % (unsigned)(nv - 300));
     float *logits = kvt_xmalloc((size_t)nv * sizeof(float));
     kvt_engine *e = engine(m, threads);
-    printf("model %s: %.1fM params, kernels %s, %d threads\n", path, (double)m->n_params / 1e6,
-           kvt_ops_numerics_id(), threads);
+    printf("model %s: %.1fM params, kernels %s, %d threads\n", path, (double)m->n_params / 1e6, kvt_ops_numerics_id(),
+           threads);
 
     prefill(e, toks, 64, logits); /* warm up: page in the weights */
     double t512 = decode_only ? 0 : prefill(e, toks, 512, logits);
@@ -222,7 +223,8 @@ int main(int argc, char **argv) {
            w0.tier_tokens[KVT_TIER_T0], w0.n_computed, 100 * w0.ttft_ms / cold.ttft_ms);
     printf("TTFT warm from T1:               %8.2f ms (reused %d, restore %.2f ms, computed %d) = %.2f%% of cold\n",
            w1.ttft_ms, w1.tier_tokens[KVT_TIER_T1], w1.restore_ms, w1.n_computed, 100 * w1.ttft_ms / cold.ttft_ms);
-    double mb = (double)w1.tier_tokens[KVT_TIER_T1] / kvt_engine_params_of(e).block_size * (double)kvt_page_bytes(e) / 1e6;
+    double mb = (double)w1.tier_tokens[KVT_TIER_T1] / kvt_engine_params_of(e).block_size * (double)kvt_page_bytes(e) /
+        1e6;
     if (w1.restore_ms > 0) printf("T1 restore bandwidth:            %8.1f GB/s (%.1f MB)\n", mb / w1.restore_ms, mb);
     /* T2: persist the prefix, restart the cache (as a new process would), drop
      * the page cache, restore from disk */
@@ -251,7 +253,7 @@ int main(int argc, char **argv) {
         kvt_generate(e, c, toks, 2048, &gp, NULL, &w2);
         kvt_cache_free(c);
         double mb2 = (double)w2.tier_tokens[KVT_TIER_T2] / kvt_engine_params_of(e).block_size *
-                     (double)kvt_page_bytes(e) / 1e6;
+            (double)kvt_page_bytes(e) / 1e6;
         rbw[rep] = w2.restore_ms > 0 ? mb2 / (w2.restore_ms / 1e3) : 0;
         ttft2[rep] = w2.ttft_ms;
         reused2 = w2.tier_tokens[KVT_TIER_T2];

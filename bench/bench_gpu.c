@@ -110,18 +110,34 @@ static int parse_int(const char *v, int32_t lo, int32_t *out) {
 
 /* Long: one branch per flag, each naming the flag when its value is bad. */
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){.device_arg = "cpu", .shape = "tiny", .disk_dir = OUT_DIR "/gpu-kvdisk", .prefix = 2048,
-                .sessions = 48, .t0_sessions = 8, .session_tokens = 0, .rounds = 3, .append = 32, .gen = 4,
-                .threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), .block = KVT_DEFAULT_BLOCK_SIZE, .reps = 3,
-                .phase2 = 1, .phase3 = 1};
+    *o = (opts){.device_arg = "cpu",
+                .shape = "tiny",
+                .disk_dir = OUT_DIR "/gpu-kvdisk",
+                .prefix = 2048,
+                .sessions = 48,
+                .t0_sessions = 8,
+                .session_tokens = 0,
+                .rounds = 3,
+                .append = 32,
+                .gen = 4,
+                .threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN),
+                .block = KVT_DEFAULT_BLOCK_SIZE,
+                .reps = 3,
+                .phase2 = 1,
+                .phase3 = 1};
     struct {
         const char *flag;
         int32_t *v, lo;
-    } ints[] = {{"--prefix", &o->prefix, 1},         {"--sessions", &o->sessions, 1},
-                {"--t0-sessions", &o->t0_sessions, 1}, {"--session-tokens", &o->session_tokens, 1},
-                {"--rounds", &o->rounds, 2},         {"--append", &o->append, 1},
-                {"--gen", &o->gen, 1},               {"--threads", &o->threads, 1},
-                {"--block", &o->block, 1},           {"--reps", &o->reps, 1}};
+    } ints[] = {{"--prefix", &o->prefix, 1},
+                {"--sessions", &o->sessions, 1},
+                {"--t0-sessions", &o->t0_sessions, 1},
+                {"--session-tokens", &o->session_tokens, 1},
+                {"--rounds", &o->rounds, 2},
+                {"--append", &o->append, 1},
+                {"--gen", &o->gen, 1},
+                {"--threads", &o->threads, 1},
+                {"--block", &o->block, 1},
+                {"--reps", &o->reps, 1}};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -357,19 +373,17 @@ static int warm(p2_state *s, int (*prep)(p2_state *), const char *name, const ch
     const int32_t *tt = med->tier_tokens;
     char key[64];
     snprintf(key, sizeof key, "%s_ttft_ms", name);
-    figure(key, med->ttft_ms, "TTFT warm from %s (%s): %.2f ms = %.2f%% of cold (median of %d); restore %.2f ms; "
-                              "tokens T0/T1/T2/T3 %d/%d/%d/%d, computed %d",
-           name, what, med->ttft_ms, 100 * med->ttft_ms / s->cold_ms, reps, med->restore_ms, tt[0], tt[1], tt[2],
-           tt[3], med->n_computed);
+    figure(key, med->ttft_ms,
+           "TTFT warm from %s (%s): %.2f ms = %.2f%% of cold (median of %d); restore %.2f ms; "
+           "tokens T0/T1/T2/T3 %d/%d/%d/%d, computed %d",
+           name, what, med->ttft_ms, 100 * med->ttft_ms / s->cold_ms, reps, med->restore_ms, tt[0], tt[1], tt[2], tt[3],
+           med->n_computed);
     const struct {
         const char *k;
         double v;
-    } kv[] = {{"restore_ms", med->restore_ms},
-              {"tokens", tt[0] + tt[1] + tt[2] + tt[3]},
-              {"computed", med->n_computed},
-              {"runs_in", (double)runs / reps},
-              {"pages_in", (double)pages / reps},
-              {"io_submits", (double)io / reps}};
+    } kv[] = {{"restore_ms", med->restore_ms},    {"tokens", tt[0] + tt[1] + tt[2] + tt[3]},
+              {"computed", med->n_computed},      {"runs_in", (double)runs / reps},
+              {"pages_in", (double)pages / reps}, {"io_submits", (double)io / reps}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) printf("%s_%s=%.6g\n", name, kv[i].k, kv[i].v);
     printf("  %s page I/O per run: %.1f runs in (%.1f pages), %.1f submissions (gpu stats before/after the last run: "
            "runs_in %llu -> %llu, io_submits %llu -> %llu)\n",

@@ -36,10 +36,10 @@
 #define CHUNK 64 /* prompt positions whose logits are compared at a time */
 #define REPS 3
 #define MAX_REPS 15
-#define TEXT                                                                                                      \
-    "The lighthouse keeper climbed the spiral stairs every evening, counting the steps as his father had "        \
-    "taught him. At the top he trimmed the wick, polished the great lens and watched the ships pass the reef. "   \
-    "Some nights the fog rolled in so thick that he could not see his own hands, and then he rang the bell "      \
+#define TEXT \
+    "The lighthouse keeper climbed the spiral stairs every evening, counting the steps as his father had " \
+    "taught him. At the top he trimmed the wick, polished the great lens and watched the ships pass the reef. " \
+    "Some nights the fog rolled in so thick that he could not see his own hands, and then he rang the bell " \
     "until dawn. "
 
 /* The ~250M llama of bench/speed.sh and bench_engine, made here if missing. */
@@ -247,8 +247,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_decode = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else {
-            fprintf(stderr,
-                    "usage: bench_kv_q8 [-m MODEL.gguf]... [-t THREADS] [--prompt N] [--decode N] [--reps N]\n");
+            fprintf(stderr, "usage: bench_kv_q8 [-m MODEL.gguf]... [-t THREADS] [--prompt N] [--decode N] [--reps N]\n");
             return 2;
         }
     }

@@ -11,7 +11,7 @@
 
 #include "common.h"
 
-#define BUF_BYTES (1ull << 30)  /* far beyond any cache */
+#define BUF_BYTES (1ull << 30) /* far beyond any cache */
 #define PASSES 4
 #define MAX_THREADS 64
 #define DEFAULT_WEIGHT_MB 423.0 /* the 250M F16 model's matmul weights per token */

@@ -24,8 +24,10 @@ typedef struct {
 } shape;
 
 static const shape shapes[] = {
-    {"attn_q/o 1024x1024", 1024, 1024}, {"attn_k/v 256x1024", 256, 1024},
-    {"ffn_gate/up 2816x1024", 2816, 1024}, {"ffn_down 1024x2816", 1024, 2816},
+    {"attn_q/o 1024x1024", 1024, 1024},
+    {"attn_k/v 256x1024", 256, 1024},
+    {"ffn_gate/up 2816x1024", 2816, 1024},
+    {"ffn_down 1024x2816", 1024, 2816},
     {"output 32000x1024", 32000, 1024},
     /* decode from memory: 140 MB of Q8_0 rows, beyond any L3, as a model's weights are */
     {"stream 131072x1024", 131072, 1024},
@@ -78,7 +80,8 @@ int main(int argc, char **argv) {
             size_t rb = kvt_wmat_row_bytes(type, sh->cols);
             uint8_t *wd = malloc(rb * (size_t)sh->rows);
             if (!wd) return 1;
-            for (size_t i = 0; i < rb * (size_t)sh->rows; i++) wd[i] = (uint8_t)(i * 131 % 61); /* small finite values */
+            for (size_t i = 0; i < rb * (size_t)sh->rows; i++)
+                wd[i] = (uint8_t)(i * 131 % 61); /* small finite values */
             kvt_wmat w = {.type = type, .rows = sh->rows, .cols = sh->cols, .data = wd, .row_bytes = rb};
             for (size_t ni = 0; ni < sizeof token_counts / sizeof token_counts[0]; ni++) {
                 int64_t n = token_counts[ni];

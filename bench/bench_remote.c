@@ -33,8 +33,9 @@ static double cpu_s(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_remote --url URL --key-file FILE [--payload-kib N] [--blocks N] [--reps N] "
-                    "[--conns N] [--zstd LEVEL] [--kv FILE]\n");
+    fprintf(stderr,
+            "usage: bench_remote --url URL --key-file FILE [--payload-kib N] [--blocks N] [--reps N] "
+            "[--conns N] [--zstd LEVEL] [--kv FILE]\n");
     exit(2);
 }
 
@@ -131,7 +132,9 @@ int main(int argc, char **argv) {
     uint64_t read_before = st.bytes_read;
     for (int k = 0; k < reps; k++) {
         for (size_t i = 0; i < blocks; i++)
-            reqs[i] = (kvt_tier_read){.hash = h[i], .parent = i ? h[i - 1] : root, .tokens = tokens + i * B,
+            reqs[i] = (kvt_tier_read){.hash = h[i],
+                                      .parent = i ? h[i - 1] : root,
+                                      .tokens = tokens + i * B,
                                       .out = out + i * pb};
         double a = kvt_now(), c0 = cpu_s();
         size_t hits = kvt_remote_get_many(r, reqs, blocks);
@@ -147,8 +150,7 @@ int main(int argc, char **argv) {
         total += st.bytes_read - read_before;
         read_before = st.bytes_read;
         double pmbs = (double)(blocks * pb) / dt / MB;
-        printf("get_many %zu blocks: %.1f ms, %.0f MB/s of values, %.0f MB/s of payload\n", blocks, dt * 1e3, mbs,
-               pmbs);
+        printf("get_many %zu blocks: %.1f ms, %.0f MB/s of values, %.0f MB/s of payload\n", blocks, dt * 1e3, mbs, pmbs);
         best = mbs > best ? mbs : best;
         sum += mbs;
     }

@@ -87,8 +87,8 @@ int main(int argc, char **argv) {
            info.n_vocab, info.n_ctx_train, (unsigned long long)kvt_model_kv_token_bytes(model, KVT_KV_F16));
 
     kvt_engine_params ep = kvt_engine_default_params();
-    ep.n_ctx = 1024;  /* tokens per sequence: these prompts need far fewer */
-    ep.max_seqs = 1;  /* kvt_complete runs one sequence at a time */
+    ep.n_ctx = 1024; /* tokens per sequence: these prompts need far fewer */
+    ep.max_seqs = 1; /* kvt_complete runs one sequence at a time */
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = RAM_TIER_BYTES;
     cp.disk_dir = argc > 2 ? argv[2] : NULL; /* created 0700 if missing */

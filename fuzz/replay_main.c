@@ -35,7 +35,10 @@ static void mutate_and_run(const uint8_t *orig, size_t n, long count) {
             memcpy(buf + at, &vals[next() % 6], n >= 8 ? 8 : n);
             break;
         }
-        case 3: buf[next() % n] = (uint8_t)next(); buf[next() % n] = (uint8_t)next(); break;
+        case 3:
+            buf[next() % n] = (uint8_t)next();
+            buf[next() % n] = (uint8_t)next();
+            break;
         default: { /* duplicate a chunk over another */
             size_t a = next() % n, b = next() % n, l = next() % 64;
             if (a + l > n) l = n - a;

@@ -96,12 +96,12 @@ KVT_API kvt_fingerprint kvt_model_fingerprint(const kvt_model *model);
 /* What an embedder needs to know of a loaded model. A vocab-only model has
  * its vocabulary and tokens but zero shapes (n_ctx_train, n_embd, ...). */
 typedef struct {
-    int32_t n_vocab;             /* token ids are 0..n_vocab-1 */
-    int32_t n_ctx_train;         /* the context the model was trained for */
+    int32_t n_vocab;     /* token ids are 0..n_vocab-1 */
+    int32_t n_ctx_train; /* the context the model was trained for */
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim;
-    int32_t bos, eos;            /* -1 where the vocabulary has none */
-    int add_bos, add_eos;        /* whether kvt_model_tokenize's add_special adds them for this model */
-    const char *chat_template;   /* tokenizer.chat_template (Jinja text) or NULL; valid until kvt_model_free */
+    int32_t bos, eos;          /* -1 where the vocabulary has none */
+    int add_bos, add_eos;      /* whether kvt_model_tokenize's add_special adds them for this model */
+    const char *chat_template; /* tokenizer.chat_template (Jinja text) or NULL; valid until kvt_model_free */
 } kvt_model_info;
 
 KVT_API kvt_model_info kvt_model_get_info(const kvt_model *model);
@@ -161,8 +161,8 @@ KVT_API int kvt_render_documents(const kvt_model *model, int32_t block_size, con
  * token in *out and starts[n_docs] the token after the last document's
  * padding (untouched when n_docs is 0). What kvt_request.doc_starts takes. */
 KVT_API int kvt_render_documents_spans(const kvt_model *model, int32_t block_size, const int32_t *prompt, size_t n,
-                                       size_t at, const kvt_document *docs, size_t n_docs, int32_t **out,
-                                       size_t *n_out, size_t *starts);
+                                       size_t at, const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out,
+                                       size_t *starts);
 
 /* The token kvt_render_documents pads with, or a negative code. */
 KVT_API int32_t kvt_document_pad_token(const kvt_model *model);
@@ -253,15 +253,15 @@ KVT_API const char *kvt_shortfall_name(kvt_shortfall s);
 
 /* Where a request's reuse stopped, and why (docs/api.md "Why did this miss?"). */
 typedef enum {
-    KVT_REUSE_END_OF_PROMPT = 0,   /* every full cached block of the prompt was reused: not a miss */
-    KVT_REUSE_SHORT_PROMPT = 1,    /* fewer than B prompt tokens: no full block to cache or reuse */
-    KVT_REUSE_DIVERGED = 2,        /* a cached block continues the same parent but its tokens differ */
-    KVT_REUSE_NEVER_SEEN = 3,      /* no cached block continues this parent at all */
-    KVT_REUSE_EVICTED = 4,         /* this very block was cached, and recently left every tier */
-    KVT_REUSE_NAMESPACE = 5,       /* block 0 is cached in the shared (unsalted) namespace, not this one */
-    KVT_REUSE_RESTORE_SLOWER = 6,  /* matched disk blocks recomputed: measured cheaper than reading */
-    KVT_REUSE_NO_ROOM = 7,         /* the active pool could not hold the whole matched run */
-    KVT_REUSE_LOST = 8,            /* a matched block vanished or failed its checks before restore */
+    KVT_REUSE_END_OF_PROMPT = 0,  /* every full cached block of the prompt was reused: not a miss */
+    KVT_REUSE_SHORT_PROMPT = 1,   /* fewer than B prompt tokens: no full block to cache or reuse */
+    KVT_REUSE_DIVERGED = 2,       /* a cached block continues the same parent but its tokens differ */
+    KVT_REUSE_NEVER_SEEN = 3,     /* no cached block continues this parent at all */
+    KVT_REUSE_EVICTED = 4,        /* this very block was cached, and recently left every tier */
+    KVT_REUSE_NAMESPACE = 5,      /* block 0 is cached in the shared (unsalted) namespace, not this one */
+    KVT_REUSE_RESTORE_SLOWER = 6, /* matched disk blocks recomputed: measured cheaper than reading */
+    KVT_REUSE_NO_ROOM = 7,        /* the active pool could not hold the whole matched run */
+    KVT_REUSE_LOST = 8,           /* a matched block vanished or failed its checks before restore */
     KVT_REUSE_REASON_COUNT
 } kvt_reuse_reason;
 
@@ -295,32 +295,32 @@ typedef struct {
 KVT_API char *kvt_reuse_stop_describe(const kvt_model *model, const kvt_reuse_stop *stop, char *buf, size_t cap);
 
 typedef struct {
-    uint64_t ram_bytes;      /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
-    const char *disk_dir;    /* T2 cache directory (--kv-disk); NULL disables T2. Borrowed for kvt_cache_new. */
-    uint64_t disk_bytes;     /* T2 budget (--kv-disk-size); the directory never exceeds it plus one segment */
-    int disk_zstd;           /* compress T2 records with zstd (lossless) */
+    uint64_t ram_bytes;          /* T1 host-RAM budget (--kv-ram); 0 disables T1 */
+    const char *disk_dir;        /* T2 cache directory (--kv-disk); NULL disables T2. Borrowed for kvt_cache_new. */
+    uint64_t disk_bytes;         /* T2 budget (--kv-disk-size); the directory never exceeds it plus one segment */
+    int disk_zstd;               /* compress T2 records with zstd (lossless) */
     kvt_admit_policy disk_admit; /* which blocks leaving RAM go to disk (default all) */
-    double admit_live_s;     /* KVT_ADMIT_REUSED: blocks used this recently always go down (default 600) */
-    uint32_t disk_put_wait_ms; /* back-pressure: how long a demotion waits for the disk writer before
+    double admit_live_s;         /* KVT_ADMIT_REUSED: blocks used this recently always go down (default 600) */
+    uint32_t disk_put_wait_ms;   /* back-pressure: how long a demotion waits for the disk writer before
                                   the block is dropped and counted (default 5000) */
-    int disk_no_mac;         /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
+    int disk_no_mac;             /* T2 records without the directory's keyed MAC (--kv-disk-no-mac): CRCs only,
                                 so whoever can write the directory can choose what is served (default: MAC on) */
-    double disk_space_retry_s; /* with T2 writes stopped by a full disk: how often the free space is checked
+    double disk_space_retry_s;   /* with T2 writes stopped by a full disk: how often the free space is checked
                                   before they resume (--kv-disk-space-retry); 0: the default, 5 */
-    const char *remote_url;  /* T3 shared store (--kv-remote redis://[user:pass@]host:port[/db] or
+    const char *remote_url;      /* T3 shared store (--kv-remote redis://[user:pass@]host:port[/db] or
                                 unix:///path); NULL disables T3. Borrowed for kvt_cache_new. */
-    uint64_t remote_bytes;   /* T3 soft budget (--kv-remote-size): capacity and stats; Redis's own
+    uint64_t remote_bytes;       /* T3 soft budget (--kv-remote-size): capacity and stats; Redis's own
                                 maxmemory policy evicts */
-    uint32_t remote_ttl_s;   /* T3 value expiry (--kv-remote-ttl); 0: none */
+    uint32_t remote_ttl_s;       /* T3 value expiry (--kv-remote-ttl); 0: none */
     const char *remote_key_file; /* T3 MAC key (--kv-remote-key-file), required with remote_url:
                                     32 bytes, 0600, shared by the fleet. Borrowed for kvt_cache_new. */
     uint32_t remote_timeout_ms;  /* T3 per-call read deadline (--kv-remote-timeout-ms; default 250) */
-    int remote_zstd;         /* compress T3 values with zstd (--kv-remote-compress zstd); readers take either */
-    int remote_zstd_level;   /* with remote_zstd (--kv-remote-zstd-level); 0: the default, 1 */
-    uint32_t remote_read_conns; /* T3 read connections and threads (--kv-remote-conns); 0: the default, 4 */
-    int64_t remote_retry_bytes; /* T3 writes held while Redis is unreachable, sent when it answers again
+    int remote_zstd;             /* compress T3 values with zstd (--kv-remote-compress zstd); readers take either */
+    int remote_zstd_level;       /* with remote_zstd (--kv-remote-zstd-level); 0: the default, 1 */
+    uint32_t remote_read_conns;  /* T3 read connections and threads (--kv-remote-conns); 0: the default, 4 */
+    int64_t remote_retry_bytes;  /* T3 writes held while Redis is unreachable, sent when it answers again
                                    (--kv-remote-retry-size); 0: the default, 64 MiB; < 0: none (dropped) */
-    int write_through;       /* also write each new block to T2 (and T3) as soon as it is computed */
+    int write_through;           /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
 } kvt_cache_params;
 
@@ -388,35 +388,35 @@ KVT_API int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t 
 
 typedef struct {
     int32_t t0_pages_total, t0_pages_free;
-    int32_t t0_pages_cached;     /* pages holding an indexed block */
-    int32_t t0_pages_idle;       /* of those, used by no sequence or pin (evictable) */
+    int32_t t0_pages_cached; /* pages holding an indexed block */
+    int32_t t0_pages_idle;   /* of those, used by no sequence or pin (evictable) */
     uint64_t t0_bytes_cached;
-    uint64_t t0_evictions;       /* pages reclaimed from T0 */
+    uint64_t t0_evictions; /* pages reclaimed from T0 */
     uint64_t t1_blocks, t1_bytes_used, t1_budget_bytes;
-    uint64_t t1_demotions;       /* blocks written to T1 when evicted from T0 */
-    uint64_t t1_restores;        /* blocks copied from T1 back into pages */
-    uint64_t t1_evictions;       /* blocks evicted from T1 */
+    uint64_t t1_demotions; /* blocks written to T1 when evicted from T0 */
+    uint64_t t1_restores;  /* blocks copied from T1 back into pages */
+    uint64_t t1_evictions; /* blocks evicted from T1 */
     uint64_t t2_records, t2_bytes_used, t2_budget_bytes;
-    uint64_t t2_demotions;       /* blocks queued for writing to T2 */
-    uint64_t t2_writes;          /* records written */
-    uint64_t t2_dropped;         /* writes dropped (queue full past the wait, disk full, errors) */
-    uint64_t t2_put_waits;       /* demotions that waited for the disk writer (back-pressure) */
-    uint64_t t2_queue_hits;      /* blocks restored from the disk's write queue (not yet on disk) */
-    uint64_t discarded;          /* blocks that left T0/T1 and reached no lower tier (none, or full) */
-    int32_t t0_pages_pinned;     /* pages held by pins and warm sessions */
-    int32_t warm_sessions;       /* sessions kept warm now (kvt_cache_keep_warm) */
-    uint64_t sessions_released;  /* warm sessions released early because running work needed the pages */
-    uint64_t sessions_expired;   /* warm sessions whose time ran out */
-    uint64_t prefetched_blocks;  /* blocks restored into T0 ahead of a request (pins, prefetch) */
+    uint64_t t2_demotions;                    /* blocks queued for writing to T2 */
+    uint64_t t2_writes;                       /* records written */
+    uint64_t t2_dropped;                      /* writes dropped (queue full past the wait, disk full, errors) */
+    uint64_t t2_put_waits;                    /* demotions that waited for the disk writer (back-pressure) */
+    uint64_t t2_queue_hits;                   /* blocks restored from the disk's write queue (not yet on disk) */
+    uint64_t discarded;                       /* blocks that left T0/T1 and reached no lower tier (none, or full) */
+    int32_t t0_pages_pinned;                  /* pages held by pins and warm sessions */
+    int32_t warm_sessions;                    /* sessions kept warm now (kvt_cache_keep_warm) */
+    uint64_t sessions_released;               /* warm sessions released early because running work needed the pages */
+    uint64_t sessions_expired;                /* warm sessions whose time ran out */
+    uint64_t prefetched_blocks;               /* blocks restored into T0 ahead of a request (pins, prefetch) */
     uint64_t shortfalls[KVT_SHORTFALL_COUNT]; /* requests that reused less than matched, by cause */
-    uint64_t shortfall_tokens;   /* matched tokens those requests recomputed */
-    uint64_t t2_not_admitted;    /* evicted blocks the admission filter kept off the disk */
-    uint64_t t2_restores;        /* blocks read back into pages */
-    uint64_t t2_recompute_decisions; /* requests that recomputed disk blocks as cheaper than reading */
+    uint64_t shortfall_tokens;                /* matched tokens those requests recomputed */
+    uint64_t t2_not_admitted;                 /* evicted blocks the admission filter kept off the disk */
+    uint64_t t2_restores;                     /* blocks read back into pages */
+    uint64_t t2_recompute_decisions;          /* requests that recomputed disk blocks as cheaper than reading */
     uint64_t t2_bytes_read, t2_bytes_written, t2_corrupt;
-    int t2_writes_disabled;      /* the disk failed (full, read-only): serving from RAM */
-    int t2_out_of_space;         /* of that, writes stopped by a full disk: they resume when space is back */
-    uint64_t t2_space_pauses;    /* times T2 writes stopped for lack of space */
+    int t2_writes_disabled;   /* the disk failed (full, read-only): serving from RAM */
+    int t2_out_of_space;      /* of that, writes stopped by a full disk: they resume when space is back */
+    uint64_t t2_space_pauses; /* times T2 writes stopped for lack of space */
     double t2_compression_ratio;
     /* T3 (remote): known = blocks this node believes are in the store */
     uint64_t t3_known, t3_budget_bytes, t3_value_bytes;
@@ -427,20 +427,20 @@ typedef struct {
     uint64_t t3_hits, t3_misses; /* reads per block (misses: absent, evicted, refused, unreachable) */
     uint64_t t3_bad;             /* values refused by CRC, MAC, codec or identity checks */
     uint64_t t3_bytes_read, t3_bytes_written;
-    uint64_t t3_payload_written; /* payload bytes of the values written, before compression */
+    uint64_t t3_payload_written;               /* payload bytes of the values written, before compression */
     uint64_t t3_compressed, t3_incompressible; /* values written zstd-compressed; raw because they did not shrink */
-    uint64_t t3_errors, t3_timeouts; /* connection failures, deadlines passed, error replies */
-    uint64_t t3_probes, t3_probe_found; /* lookups that asked the store, blocks they found */
-    uint64_t t3_round_trips;     /* read calls that reached the store */
-    double t3_latency_sum_s;     /* their wall time */
-    int t3_connected;            /* 1 while the read connection is up; -1 when T3 is off */
-    uint64_t t3_retry_held;      /* blocks held for sending while Redis is unreachable, now */
-    uint64_t t3_retry_sent, t3_retry_dropped; /* held blocks sent later; held ones dropped (the cap was reached) */
+    uint64_t t3_errors, t3_timeouts;           /* connection failures, deadlines passed, error replies */
+    uint64_t t3_probes, t3_probe_found;        /* lookups that asked the store, blocks they found */
+    uint64_t t3_round_trips;                   /* read calls that reached the store */
+    double t3_latency_sum_s;                   /* their wall time */
+    int t3_connected;                          /* 1 while the read connection is up; -1 when T3 is off */
+    uint64_t t3_retry_held;                    /* blocks held for sending while Redis is unreachable, now */
+    uint64_t t3_retry_sent, t3_retry_dropped;  /* held blocks sent later; held ones dropped (the cap was reached) */
     uint64_t index_entries[KVT_TIER_COUNT];
-    uint64_t collisions;         /* block keys that named another block (a miss, never wrong KV) */
-    uint64_t lookups;            /* requests matched against the cache */
-    uint64_t lookup_tokens;      /* their prompt tokens */
-    uint64_t hit_tokens;         /* of those, restored instead of computed */
+    uint64_t collisions;                          /* block keys that named another block (a miss, never wrong KV) */
+    uint64_t lookups;                             /* requests matched against the cache */
+    uint64_t lookup_tokens;                       /* their prompt tokens */
+    uint64_t hit_tokens;                          /* of those, restored instead of computed */
     uint64_t reuse_stops[KVT_REUSE_REASON_COUNT]; /* requests by where their reuse stopped (kvt_reuse_stop) */
 } kvt_cache_stats;
 
@@ -469,19 +469,19 @@ typedef enum { KVT_REUSE_MODE_EXACT = 0, KVT_REUSE_MODE_APPROXIMATE = 1 } kvt_re
 #define KVT_DEFAULT_RECOMPUTE_RATIO 0.15f /* CacheBlend's: ~15% recomputed keeps quality close to a full prefill */
 
 typedef struct {
-    int32_t max_tokens;     /* tokens to generate at most */
-    float temp;             /* <= 0: greedy */
-    int32_t top_k;          /* <= 0: all */
-    float top_p;            /* >= 1: all */
+    int32_t max_tokens; /* tokens to generate at most */
+    float temp;         /* <= 0: greedy */
+    int32_t top_k;      /* <= 0: all */
+    float top_p;        /* >= 1: all */
     uint64_t seed;
-    const void *salt;       /* tenant salt; NULL = shared */
+    const void *salt; /* tenant salt; NULL = shared */
     size_t salt_len;
     /* Called with each generated token; a nonzero return stops generation. */
     int (*on_token)(void *ctx, int32_t token);
     void *ctx;
-    kvt_reuse_mode reuse;    /* default KVT_REUSE_MODE_EXACT */
+    kvt_reuse_mode reuse; /* default KVT_REUSE_MODE_EXACT */
     /* With KVT_REUSE_MODE_APPROXIMATE (ignored otherwise): */
-    float recompute_ratio;   /* fraction of the placed tokens recomputed, in [0, 1]; default 0.15 */
+    float recompute_ratio;    /* fraction of the placed tokens recomputed, in [0, 1]; default 0.15 */
     const size_t *doc_starts; /* n_docs + 1 entries from kvt_render_documents_spans (ascending, block-aligned,
                                  the last <= n_prompt); borrowed for the call */
     size_t n_docs;
@@ -491,20 +491,20 @@ KVT_API kvt_request kvt_request_default_params(void);
 
 typedef struct {
     int32_t n_prompt;
-    int32_t n_cached;                     /* prompt tokens restored from the cache */
-    int32_t tier_tokens[KVT_TIER_COUNT];  /* ... by tier */
-    int32_t n_computed;                   /* prompt tokens prefilled */
+    int32_t n_cached;                    /* prompt tokens restored from the cache */
+    int32_t tier_tokens[KVT_TIER_COUNT]; /* ... by tier */
+    int32_t n_computed;                  /* prompt tokens prefilled */
     int32_t n_generated;
     double restore_ms, prefill_ms, ttft_ms, decode_ms;
-    int t2_recomputed;                    /* disk blocks matched but recomputing was cheaper */
-    int32_t n_planned;                    /* prompt tokens the lookup matched (n_cached when none were lost) */
-    kvt_shortfall shortfall;              /* why n_cached < n_planned */
-    kvt_reuse_stop reuse_stop;            /* where reuse stopped and why */
+    int t2_recomputed;         /* disk blocks matched but recomputing was cheaper */
+    int32_t n_planned;         /* prompt tokens the lookup matched (n_cached when none were lost) */
+    kvt_shortfall shortfall;   /* why n_cached < n_planned */
+    kvt_reuse_stop reuse_stop; /* where reuse stopped and why */
     /* KVT_REUSE_MODE_APPROXIMATE: n_computed + n_cached + n_approximate = n_prompt */
-    int32_t n_docs_placed;                /* documents placed from stored KV */
-    int32_t n_approximate;                /* their tokens kept approximately (placed, not recomputed) */
-    int32_t n_recomputed;                 /* their tokens recomputed (counted in n_computed) */
-    int32_t n_stored;                     /* document tokens computed to store a document for placing */
+    int32_t n_docs_placed; /* documents placed from stored KV */
+    int32_t n_approximate; /* their tokens kept approximately (placed, not recomputed) */
+    int32_t n_recomputed;  /* their tokens recomputed (counted in n_computed) */
+    int32_t n_stored;      /* document tokens computed to store a document for placing */
 } kvt_request_stats;
 
 /* Runs one request on the cache's engine: reuses the longest cached prefix of

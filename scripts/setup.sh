@@ -12,9 +12,10 @@ PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-d
 # Debian's npm package would conflict with).
 # redis-server (with redis-cli, redis-benchmark) backs the T3 tests and bench/remote.sh;
 # each test starts its own server on a loopback port. groff renders kvtier.1 in tests/install.
-# chromium-headless-shell loads /dashboard in a real browser in test_server_ops.
+# chromium-headless-shell loads /dashboard in a real browser in test_server_ops. clang-format
+# (14, Debian 12's) checks in tests/install/test_format.sh that the C sources keep .clang-format.
 TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm redis-server:redis-server groff:groff-base
-  chromium-headless-shell:chromium-headless-shell)
+  chromium-headless-shell:chromium-headless-shell clang-format:clang-format)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

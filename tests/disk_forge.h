@@ -90,16 +90,14 @@ static inline int forge_walk(const char *path, forge_fn fn, void *ctx) {
     return changed;
 }
 
-static inline int forge_zero_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next,
-                                void *ctx) {
+static inline int forge_zero_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next, void *ctx) {
     (void)next, (void)ctx;
     memset(a + ra->header_bytes, 0, ra->stored_bytes);
     return forge_write(fd, off, a, ra);
 }
 
 /* exchanges the payloads of a and the record after it when both have the same size */
-static inline int forge_swap_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next,
-                                void *ctx) {
+static inline int forge_swap_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next, void *ctx) {
     (void)ctx;
     uint8_t *b;
     kvt_disk_record rb;
@@ -129,8 +127,7 @@ typedef struct {
     void (*edit)(uint8_t *rec, const kvt_disk_record *r);
 } forge_edit_ctx;
 
-static inline int forge_edit_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next,
-                                void *ctx) {
+static inline int forge_edit_fn(int fd, uint64_t off, uint8_t *a, const kvt_disk_record *ra, uint64_t *next, void *ctx) {
     (void)next;
     ((forge_edit_ctx *)ctx)->edit(a, ra);
     return forge_write(fd, off, a, ra);

@@ -185,8 +185,12 @@ kvt_test_gen kvt_test_generate_blend_rc(kvt_engine *e, kvt_cache *c, const int32
     sp.temp = 0;
     kvt_sampler *s = kvt_sampler_new(sp, o.n_vocab);
     o.logits = malloc((size_t)o.n_vocab * sizeof(float));
-    kvt_gen_params gp = {.max_tokens = n_gen, .sampler = s, .first_logits = o.logits, .blend = bp,
-                         .doc_starts = doc_starts, .n_docs = n_docs};
+    kvt_gen_params gp = {.max_tokens = n_gen,
+                         .sampler = s,
+                         .first_logits = o.logits,
+                         .blend = bp,
+                         .doc_starts = doc_starts,
+                         .n_docs = n_docs};
     if (salt) {
         gp.salt = salt;
         gp.salt_len = strlen(salt);
@@ -212,8 +216,8 @@ kvt_test_gen kvt_test_generate_blend(kvt_engine *e, kvt_cache *c, const int32_t 
 
 int kvt_test_same(const kvt_test_gen *a, const kvt_test_gen *b) {
     return a->rc == 0 && b->rc == 0 && a->n > 0 && a->n == b->n && a->n_vocab == b->n_vocab &&
-           !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
-           !memcmp(a->logits, b->logits, (size_t)a->n_vocab * sizeof(float));
+        !memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) &&
+        !memcmp(a->logits, b->logits, (size_t)a->n_vocab * sizeof(float));
 }
 
 void kvt_test_gen_free(kvt_test_gen *g) {

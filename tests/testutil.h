@@ -13,24 +13,24 @@
 extern int kvt_test_failures;
 extern int kvt_test_checks;
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        kvt_test_checks++;                                                            \
-        if (!(cond)) {                                                                \
-            kvt_test_failures++;                                                      \
+#define CHECK(cond) \
+    do { \
+        kvt_test_checks++; \
+        if (!(cond)) { \
+            kvt_test_failures++; \
             fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                             \
+        } \
     } while (0)
 
-#define CHECKF(cond, ...)                                                              \
-    do {                                                                               \
-        kvt_test_checks++;                                                             \
-        if (!(cond)) {                                                                 \
-            kvt_test_failures++;                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                              \
-            fputc('\n', stderr);                                                       \
-        }                                                                              \
+#define CHECKF(cond, ...) \
+    do { \
+        kvt_test_checks++; \
+        if (!(cond)) { \
+            kvt_test_failures++; \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__); \
+            fputc('\n', stderr); \
+        } \
     } while (0)
 
 /* Directory of the shared test assets (models/, reference/, vocab/), from

@@ -44,9 +44,8 @@ uint32_t kvt_crc32c_sw(uint32_t crc, const void *p, size_t n) {
         uint64_t w;
         memcpy(&w, b, 8);
         w ^= c;
-        c = table[7][w & 0xFF] ^ table[6][(w >> 8) & 0xFF] ^ table[5][(w >> 16) & 0xFF] ^
-            table[4][(w >> 24) & 0xFF] ^ table[3][(w >> 32) & 0xFF] ^ table[2][(w >> 40) & 0xFF] ^
-            table[1][(w >> 48) & 0xFF] ^ table[0][w >> 56];
+        c = table[7][w & 0xFF] ^ table[6][(w >> 8) & 0xFF] ^ table[5][(w >> 16) & 0xFF] ^ table[4][(w >> 24) & 0xFF] ^
+            table[3][(w >> 32) & 0xFF] ^ table[2][(w >> 40) & 0xFF] ^ table[1][(w >> 48) & 0xFF] ^ table[0][w >> 56];
         b += 8;
         n -= 8;
     }
@@ -85,7 +84,7 @@ __attribute__((target("sse4.2"))) static void build_shift(void) {
 /* The raw register s carried over CRC_LANE zero bytes. */
 static uint32_t shift_lane(uint32_t s) {
     return lane_shift[0][s & 0xFF] ^ lane_shift[1][(s >> 8) & 0xFF] ^ lane_shift[2][(s >> 16) & 0xFF] ^
-           lane_shift[3][s >> 24];
+        lane_shift[3][s >> 24];
 }
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const void *p, size_t n) {

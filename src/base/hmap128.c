@@ -72,8 +72,7 @@ void kvt_hmap128_prefetch(const kvt_hmap128 *m, kvt_hash128 key) {
 
 void kvt_hmap128_put(kvt_hmap128 *m, kvt_hash128 key, uint32_t val) {
     assert(val != KVT_HMAP128_EMPTY);
-    if ((m->count + 1) * HMAP_LOAD_DEN > m->cap * HMAP_LOAD_NUM)
-        rehash(m, m->cap ? m->cap * 2 : HMAP_MIN_CAP);
+    if ((m->count + 1) * HMAP_LOAD_DEN > m->cap * HMAP_LOAD_NUM) rehash(m, m->cap ? m->cap * 2 : HMAP_MIN_CAP);
     kvt_hmap128_slot *s = &m->slots[find(m, key)];
     if (s->val == KVT_HMAP128_EMPTY) m->count++;
     s->key = key;

@@ -53,7 +53,9 @@ const char *kvt_log_level_name(int level) {
 
 void kvt_log_set_format(kvt_log_format f) { atomic_store(&g_format, (int)f); }
 
-kvt_log_format kvt_log_get_format(void) { return (kvt_log_format)atomic_load_explicit(&g_format, memory_order_relaxed); }
+kvt_log_format kvt_log_get_format(void) {
+    return (kvt_log_format)atomic_load_explicit(&g_format, memory_order_relaxed);
+}
 
 int kvt_log_set_format_name(const char *name) {
     if (!strcmp(name, "text")) kvt_log_set_format(KVT_LOG_TEXT);
@@ -66,8 +68,7 @@ int kvt_log_open_file(const char *path) {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, LOG_FILE_MODE);
     if (fd < 0) {
         int e = errno;
-        return kvt_fail(-e, "log file %s: %s", path,
-                        e == ELOOP ? "is a symbolic link (not followed)" : strerror(e));
+        return kvt_fail(-e, "log file %s: %s", path, e == ELOOP ? "is a symbolic link (not followed)" : strerror(e));
     }
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
@@ -78,7 +79,8 @@ int kvt_log_open_file(const char *path) {
      * see) would have our lines appended to whatever file it names */
     if (sb.st_nlink > 1) {
         close(fd);
-        return kvt_fail(-EMLINK, "log file %s has %lu hard links: refusing to write into a file that is also known "
+        return kvt_fail(-EMLINK,
+                        "log file %s has %lu hard links: refusing to write into a file that is also known "
                         "by another name; give a file of its own",
                         path, (unsigned long)sb.st_nlink);
     }
@@ -99,8 +101,8 @@ void kvt_log_timestamp(char *out, size_t cap) {
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
-    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
 }
 
 /* A growable line buffer: starts on the caller's stack, moves to the heap. */
@@ -280,11 +282,14 @@ static void next_conv(const char **p, conv_spec *c, va_list *ap) {
         for (size_t n = 0; *s && strchr("-+ #0'", *s); s++)
             if (n + 1 < sizeof c->flags) c->flags[n++] = *s;
         if (*s == '*') c->width = va_arg(*ap, int), s++;
-        else for (c->width = *s >= '0' && *s <= '9' ? 0 : -1; *s >= '0' && *s <= '9'; s++) c->width = c->width * 10 + (*s - '0');
+        else
+            for (c->width = *s >= '0' && *s <= '9' ? 0 : -1; *s >= '0' && *s <= '9'; s++)
+                c->width = c->width * 10 + (*s - '0');
         if (*s == '.') {
             s++;
             if (*s == '*') c->prec = va_arg(*ap, int), s++;
-            else for (c->prec = 0; *s >= '0' && *s <= '9'; s++) c->prec = c->prec * 10 + (*s - '0');
+            else
+                for (c->prec = 0; *s >= '0' && *s <= '9'; s++) c->prec = c->prec * 10 + (*s - '0');
         }
         for (size_t n = 0; *s && strchr("hljztLq", *s) && n < 2; s++) c->len[n++] = *s;
         c->conv = *s ? *s++ : 0;
@@ -300,12 +305,19 @@ static void take_arg(const conv_spec *c, va_list *ap, kvt_log_field *f, char *bu
     int ll = !strcmp(l, "ll") || !strcmp(l, "q"), lo = !strcmp(l, "l");
     if (strchr("di", c->conv)) {
         f->type = KVT_LOG_INT;
-        f->i = ll ? va_arg(*ap, long long) : lo ? va_arg(*ap, long) : *l == 'j' ? va_arg(*ap, intmax_t)
-               : *l == 'z' ? va_arg(*ap, ssize_t) : *l == 't' ? va_arg(*ap, ptrdiff_t) : va_arg(*ap, int);
+        f->i = ll       ? va_arg(*ap, long long)
+            : lo        ? va_arg(*ap, long)
+            : *l == 'j' ? va_arg(*ap, intmax_t)
+            : *l == 'z' ? va_arg(*ap, ssize_t)
+            : *l == 't' ? va_arg(*ap, ptrdiff_t)
+                        : va_arg(*ap, int);
     } else if (strchr("uxXo", c->conv)) {
-        unsigned long long u = ll ? va_arg(*ap, unsigned long long) : lo ? va_arg(*ap, unsigned long)
-                               : *l == 'j' ? va_arg(*ap, uintmax_t) : *l == 'z' ? va_arg(*ap, size_t)
-                               : *l == 't' ? (unsigned long long)va_arg(*ap, ptrdiff_t) : va_arg(*ap, unsigned);
+        unsigned long long u = ll ? va_arg(*ap, unsigned long long)
+            : lo                  ? va_arg(*ap, unsigned long)
+            : *l == 'j'           ? va_arg(*ap, uintmax_t)
+            : *l == 'z'           ? va_arg(*ap, size_t)
+            : *l == 't'           ? (unsigned long long)va_arg(*ap, ptrdiff_t)
+                                  : va_arg(*ap, unsigned);
         if (*l == 'h') u = *(l + 1) == 'h' ? (unsigned char)u : (unsigned short)u;
         f->type = c->conv == 'u' ? KVT_LOG_UINT : KVT_LOG_STR;
         f->i = (long long)u;

@@ -32,17 +32,17 @@ int kvt_log_enabled(int level);
 typedef enum {
     KVT_LOG_STR = 0,
     KVT_LOG_INT = 1,
-    KVT_LOG_NUM = 2,  /* d with 3 decimals */
+    KVT_LOG_NUM = 2, /* d with 3 decimals */
     KVT_LOG_BOOL = 3,
     KVT_LOG_UINT = 4, /* (unsigned long long)i */
     KVT_LOG_REAL = 5  /* d with up to 6 significant digits, always a JSON float (1.0, 2.5e-05) */
 } kvt_log_type;
 typedef struct {
-    const char *key;  /* a JSON key: [a-z_]; not escaped */
+    const char *key; /* a JSON key: [a-z_]; not escaped */
     kvt_log_type type;
-    const char *s;    /* KVT_LOG_STR: the value (escaped as JSON); NULL: null */
-    long long i;      /* KVT_LOG_INT, and KVT_LOG_BOOL (0 false, else true) */
-    double d;         /* KVT_LOG_NUM: written with 3 decimals; NaN or infinite: null */
+    const char *s; /* KVT_LOG_STR: the value (escaped as JSON); NULL: null */
+    long long i;   /* KVT_LOG_INT, and KVT_LOG_BOOL (0 false, else true) */
+    double d;      /* KVT_LOG_NUM: written with 3 decimals; NaN or infinite: null */
 } kvt_log_field;
 
 /* Logs one event as fields, if the threshold lets it through. JSON: msg, then

@@ -27,13 +27,13 @@ typedef struct {
 
 struct kvt_pool {
     int n_threads;
-    pool_worker *workers;      /* n_threads - 1 entries (ith 1..n_threads-1) */
-    pool_fn fn;                /* published before `gen` is bumped */
+    pool_worker *workers; /* n_threads - 1 entries (ith 1..n_threads-1) */
+    pool_fn fn;           /* published before `gen` is bumped */
     void *ctx;
-    _Atomic int gen;           /* incremented per run; workers wait for a change */
-    _Atomic int pending;       /* workers still running the current generation */
-    _Atomic int sleepers;      /* workers blocked in futex_wait on gen */
-    _Atomic int caller_waiting;/* the caller is (about to be) blocked on pending */
+    _Atomic int gen;            /* incremented per run; workers wait for a change */
+    _Atomic int pending;        /* workers still running the current generation */
+    _Atomic int sleepers;       /* workers blocked in futex_wait on gen */
+    _Atomic int caller_waiting; /* the caller is (about to be) blocked on pending */
     _Atomic int stop;
 };
 
@@ -77,8 +77,7 @@ static void *worker_main(void *arg) {
         p->fn(p->ctx, w->ith, p->n_threads);
         /* seq_cst pairs with the caller's store of caller_waiting then load of
          * pending: one of the two sides sees the other, so no lost wake-up. */
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waiting))
-            futex_wake(&p->pending, 1);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waiting)) futex_wake(&p->pending, 1);
     }
     return NULL;
 }

@@ -100,8 +100,7 @@ kvt_hash128 kvt_block_hash(kvt_hash128 parent, const int32_t *tokens, uint32_t B
     return r;
 }
 
-size_t kvt_block_hashes(kvt_hash128 root, const int32_t *tokens, size_t n, uint32_t B, kvt_hash128 *out,
-                        size_t cap) {
+size_t kvt_block_hashes(kvt_hash128 root, const int32_t *tokens, size_t n, uint32_t B, kvt_hash128 *out, size_t cap) {
     size_t nb = n / B;
     kvt_hash128 h = root;
     for (size_t i = 0; i < nb && i < cap; i++) {

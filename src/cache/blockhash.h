@@ -48,8 +48,7 @@ kvt_hash128 kvt_block_hash(kvt_hash128 parent, const int32_t *tokens, uint32_t B
 /* Keys of every full block of tokens[0..n): out[i] = h[i] for i < n / B (a
  * partial tail is not a block). Writes at most cap keys; returns n / B (the
  * number of full blocks), which may exceed cap. Thread-safe. */
-size_t kvt_block_hashes(kvt_hash128 root, const int32_t *tokens, size_t n, uint32_t B, kvt_hash128 *out,
-                        size_t cap);
+size_t kvt_block_hashes(kvt_hash128 root, const int32_t *tokens, size_t n, uint32_t B, kvt_hash128 *out, size_t cap);
 
 /* TEST HOOK: when nonzero (1..63), every block key (not the root) is truncated
  * to its low kvt_blockhash_test_bits bits, so tests can force collisions and

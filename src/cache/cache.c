@@ -21,14 +21,19 @@
  * a key. The f16/f32 string is unchanged since before q8_0, so caches written
  * then stay valid. */
 #define KV_LAYOUT "page[layer][K:[kv_head][head_dim][token] | V:[kv_head][token][head_dim]]"
-#define KV_LAYOUT_Q8_0                                                                                        \
-    "page[layer][K:[kv_head][head_dim/32][token] f16 scales, [head_dim][token] int8 | "                       \
+#define KV_LAYOUT_Q8_0 \
+    "page[layer][K:[kv_head][head_dim/32][token] f16 scales, [head_dim][token] int8 | " \
     "V:[kv_head][token][head_dim/32 q8_0 blocks]]"
 
 kvt_cache_params kvt_cache_default_params(void) {
-    kvt_cache_params p = {.ram_bytes = 0, .disk_dir = NULL, .disk_bytes = KVT_DEFAULT_DISK_BYTES,
-                          .disk_zstd = 0, .disk_admit = KVT_ADMIT_ALL, .admit_live_s = KVT_DEFAULT_ADMIT_LIVE_S,
-                          .disk_put_wait_ms = KVT_DISK_PUT_WAIT_MS_DEFAULT, .write_through = 0,
+    kvt_cache_params p = {.ram_bytes = 0,
+                          .disk_dir = NULL,
+                          .disk_bytes = KVT_DEFAULT_DISK_BYTES,
+                          .disk_zstd = 0,
+                          .disk_admit = KVT_ADMIT_ALL,
+                          .admit_live_s = KVT_DEFAULT_ADMIT_LIVE_S,
+                          .disk_put_wait_ms = KVT_DISK_PUT_WAIT_MS_DEFAULT,
+                          .write_through = 0,
                           .remote_bytes = KVT_DEFAULT_REMOTE_BYTES,
                           .remote_timeout_ms = KVT_REMOTE_TIMEOUT_MS_DEFAULT,
                           .restore = KVT_RESTORE_AUTO};
@@ -90,10 +95,12 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         /* the namespace is the unsalted root: model, layout, dtype, B, numerics;
          * tenants are kept apart by their salted keys */
         if (!(rc = kvt_cache_root(c, NULL, 0, &dp.ns))) {
-            if (dp.segment_bytes * 2 > dp.size_bytes) dp.segment_bytes = dp.size_bytes / 4 / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
+            if (dp.segment_bytes * 2 > dp.size_bytes)
+                dp.segment_bytes = dp.size_bytes / 4 / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
             if (dp.segment_bytes < c->page_bytes + KVT_DISK_ALIGN * 2)
                 dp.segment_bytes = (c->page_bytes / KVT_DISK_ALIGN + 2) * KVT_DISK_ALIGN;
-            if (!(rc = kvt_disk_open(&dp, &c->disk))) c->tiers[KVT_TIER_T2] = (kvt_tier_ref){&kvt_disk_tier_ops, c->disk};
+            if (!(rc = kvt_disk_open(&dp, &c->disk)))
+                c->tiers[KVT_TIER_T2] = (kvt_tier_ref){&kvt_disk_tier_ops, c->disk};
         }
     }
     if (!rc && p->remote_url) {
@@ -363,4 +370,3 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->lookup_tokens = c->lookup_tokens;
     memcpy(out->reuse_stops, c->reuse_stops, sizeof out->reuse_stops);
 }
-

@@ -67,14 +67,14 @@ typedef enum { KVT_T2_NONE = 0, KVT_T2_RESTORE = 1, KVT_T2_RECOMPUTE = 2 } kvt_t
 
 /* How a sequence was started by kvt_cache_attach. */
 typedef struct {
-    int32_t n_reused;                       /* prompt tokens whose K/V came from the cache */
-    int32_t tier_tokens[KVT_TIER_COUNT];    /* of those, by the tier they came from */
-    double restore_ms;                      /* time spent copying T1/T2 blocks into pages */
-    kvt_t2_decision t2_decision;            /* whether matched disk blocks were read or recomputed */
+    int32_t n_reused;                         /* prompt tokens whose K/V came from the cache */
+    int32_t tier_tokens[KVT_TIER_COUNT];      /* of those, by the tier they came from */
+    double restore_ms;                        /* time spent copying T1/T2 blocks into pages */
+    kvt_t2_decision t2_decision;              /* whether matched disk blocks were read or recomputed */
     double t2_est_read_ms, t2_est_compute_ms; /* the estimates behind it (0: not measured yet) */
-    int32_t n_planned;                      /* tokens the lookup matched (capped by max_reuse) */
-    kvt_shortfall shortfall;                /* why n_reused < n_planned */
-    kvt_reuse_stop stop;                    /* where reuse stopped and why */
+    int32_t n_planned;                        /* tokens the lookup matched (capped by max_reuse) */
+    kvt_shortfall shortfall;                  /* why n_reused < n_planned */
+    kvt_reuse_stop stop;                      /* where reuse stopped and why */
 } kvt_attach_info;
 
 /* Explains where reuse of tokens[0..n) under root stops when n_reused tokens
@@ -95,8 +95,8 @@ void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds);
  * needed) and become T0-resident. If the reusable run ends inside a block, the
  * sequence holds that block's page with fewer tokens (the engine copies it on
  * the first append). Returns 0 and *seq, or KVT_ELIMIT (no sequence slot). */
-int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
-                     int32_t *seq, kvt_attach_info *info);
+int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse, int32_t *seq,
+                     kvt_attach_info *info);
 
 /* kvt_cache_attach for the cache's own users rather than a request (approximate
  * reuse fetching a stored document): the same restore, but the request
@@ -113,9 +113,9 @@ int kvt_cache_reserve(kvt_cache *c, int32_t n_pages);
 /* A sequence's key chain as far as it is registered: each block is hashed
  * once, when it completes (h[i] chains from h[i-1]). */
 typedef struct {
-    kvt_hash128 root;  /* the key root (tenant salt) */
-    kvt_hash128 last;  /* key of block n_done - 1; root while n_done is 0 */
-    int32_t n_done;    /* blocks registered; INT32_MAX after a collision (no more) */
+    kvt_hash128 root; /* the key root (tenant salt) */
+    kvt_hash128 last; /* key of block n_done - 1; root while n_done is 0 */
+    int32_t n_done;   /* blocks registered; INT32_MAX after a collision (no more) */
 } kvt_chain;
 
 static inline void kvt_chain_init(kvt_chain *ch, kvt_hash128 root) {

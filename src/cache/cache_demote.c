@@ -35,7 +35,7 @@ static int tier_put(kvt_cache *c, kvt_tier t, kvt_hash128 hash, kvt_hash128 pare
  * computed (a shared tier below the first one gets it through tier_put too;
  * its second put is a cheap "already held"). */
 void kvt_cache_write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                          const void *payload) {
+                             const void *payload) {
     for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++)
         if (c->tiers[t].ops && c->tiers[t].ops->persistent) tier_put(c, (kvt_tier)t, hash, parent, tokens, payload);
 }
@@ -73,8 +73,8 @@ static void demote(kvt_cache *c, kvt_tier from, uint32_t held, kvt_hash128 hash,
 }
 
 /* T1's evict hook: the block has left T1 and its index presence. */
-void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                            const void *payload, size_t bytes, double last_use) {
+void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload,
+                            size_t bytes, double last_use) {
     kvt_cache *c = ctx;
     (void)bytes;
     kvt_prefix_info info;

@@ -11,7 +11,7 @@
 static int block_present(const kvt_cache *c, kvt_hash128 h, kvt_hash128 parent, const int32_t *tokens) {
     kvt_prefix_info e;
     return !kvt_prefix_get(c->index, h, &e) && kvt_hash128_eq(e.parent, parent) &&
-           !memcmp(e.tokens, tokens, (size_t)c->B * sizeof *tokens);
+        !memcmp(e.tokens, tokens, (size_t)c->B * sizeof *tokens);
 }
 
 void kvt_cache_explain(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t n_reused,
@@ -70,4 +70,3 @@ void kvt_cache_explain(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, in
     out->n_cached_ids = KVT_MIN(KVT_REUSE_STOP_TOKENS, c->B - (int32_t)common);
     memcpy(out->cached_ids, near.tokens + common, (size_t)out->n_cached_ids * sizeof *tokens);
 }
-

@@ -25,11 +25,11 @@
 #define NUMERICS_MAX 128 /* the numerics id in a key root: engine version / kernels */
 
 typedef struct {
-    int cached;          /* the cache holds a reference and the index has T0 presence */
+    int cached; /* the cache holds a reference and the index has T0 presence */
     kvt_hash128 hash;
-    uint64_t tick;       /* last use, for LRU */
-    double t_use;        /* last use in kvt_now() seconds, for disk admission */
-    int picked;          /* chosen for the reclaim batch being gathered (cache_demote.c) */
+    uint64_t tick; /* last use, for LRU */
+    double t_use;  /* last use in kvt_now() seconds, for disk admission */
+    int picked;    /* chosen for the reclaim batch being gathered (cache_demote.c) */
 } page_rec;
 
 struct kvt_pin {
@@ -44,7 +44,7 @@ typedef struct {
     char name[KVT_SESSION_NAME_MAX + 1];
     kvt_hash128 root; /* the namespace it was kept warm in: a session is (root, name) */
     kvt_pin *pin;
-    double expires;  /* kvt_now() seconds */
+    double expires; /* kvt_now() seconds */
     int priority;
 } warm_session;
 
@@ -59,15 +59,15 @@ struct kvt_cache {
     kvt_ram *ram;
     kvt_disk *disk;
     kvt_remote *remote;
-    kvt_admit *admit;     /* KVT_ADMIT_REUSED: the seen-twice sketch for persistent tiers */
+    kvt_admit *admit; /* KVT_ADMIT_REUSED: the seen-twice sketch for persistent tiers */
     kvt_cache_params params;
-    int flushing;         /* shutdown: every block goes down, waiting for room */
+    int flushing; /* shutdown: every block goes down, waiting for room */
     /* restore-or-recompute: measured read bandwidth of the measured tiers and prefill cost */
     double tier_bytes_per_s[KVT_TIER_COUNT]; /* EWMA of get_many throughput; 0 = not measured yet */
-    double prefill_s_per_token; /* EWMA; 0 = not measured yet */
+    double prefill_s_per_token;              /* EWMA; 0 = not measured yet */
     int32_t B;
     size_t page_bytes;
-    page_rec *pages;      /* by page id */
+    page_rec *pages; /* by page id */
     int32_t n_pages;
     uint64_t tick;
     kvt_fingerprint fp;
@@ -114,8 +114,8 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
 /* ---- cache_demote.c ---- */
 
 /* T1's evict hook: the block has left T1 and its index presence. */
-void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
-                            const void *payload, size_t bytes, double last_use);
+void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload,
+                            size_t bytes, double last_use);
 
 /* Page p's bytes at a host address for a tier to write from: the page itself
  * where the engine exposes its pages to the host (kvt_page_host_const), else

@@ -10,7 +10,7 @@
 /* Blocks one lookup asks the shared tier about at most (one round trip). */
 #define KVT_PROBE_MAX_BLOCKS 4096
 
-#define EWMA_OLD 0.7 /* weight of the previous estimate */
+#define EWMA_OLD 0.7          /* weight of the previous estimate */
 #define MIN_PREFILL_SAMPLE 16 /* tokens: smaller prefills say little about speed */
 
 static void ewma(double *v, double sample) { *v = *v > 0 ? EWMA_OLD * *v + (1 - EWMA_OLD) * sample : sample; }
@@ -18,8 +18,7 @@ static void ewma(double *v, double sample) { *v = *v > 0 ? EWMA_OLD * *v + (1 - 
 /* ---- lookup ------------------------------------------------------------------ */
 
 /* Matched blocks of tokens; *hits is malloc'd (caller frees). */
-size_t kvt_cache_match_local(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n,
-                             kvt_prefix_hit **hits) {
+size_t kvt_cache_match_local(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_prefix_hit **hits) {
     size_t max = (size_t)n / (size_t)c->B;
     *hits = kvt_xmalloc((max ? max : 1) * sizeof **hits);
     return max ? kvt_prefix_lookup(c->index, root, tokens, (size_t)n, *hits, max) : 0;
@@ -148,8 +147,7 @@ static int32_t restore_from(kvt_cache *c, kvt_tier t, kvt_hash128 root, const in
     double t0 = kvt_now();
     size_t n_hit = x->ops->get_many(x->impl, reqs, (size_t)n_req);
     double dt = kvt_now() - t0;
-    if (x->ops->measured && n_hit && dt > 0)
-        ewma(&c->tier_bytes_per_s[t], (double)n_hit * (double)c->page_bytes / dt);
+    if (x->ops->measured && n_hit && dt > 0) ewma(&c->tier_bytes_per_s[t], (double)n_hit * (double)c->page_bytes / dt);
     if (staged) copy_in_staged(c, reqs, req_block, n_req, pages);
     *restore_s += kvt_now() - t0;
     for (int32_t r = 0; r < n_req; r++) {
@@ -205,7 +203,8 @@ static int32_t restore_or_recompute(kvt_cache *c, const kvt_prefix_hit *hits, in
  * RAM block down to disk, where it is still found) and the blocks are read,
  * one batch per tier. Returns how many were acquired; pages[] holds them (one
  * caller reference each) and tier_of[] the tier each came from. *why says
- * why fewer than n_blocks were acquired. */
+ * why fewer than n_blocks were acquired. Long: the three steps in order (pin,
+ * reserve, restore per tier) share the run's arrays and its staging memory. */
 int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, const kvt_prefix_hit *hits,
                               int32_t n_blocks, int32_t max_new, int32_t *pages, kvt_tier *tier_of, double *restore_s,
                               kvt_attach_info *info, kvt_shortfall *why) {
@@ -268,8 +267,10 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
             out = stage + (size_t)i * c->page_bytes;
         }
         size_t at = (size_t)t * cap + (size_t)n_req[t]++;
-        reqs[at] = (kvt_tier_read){.hash = hits[i].hash, .parent = i ? hits[i - 1].hash : root,
-                                   .tokens = tokens + (size_t)i * (size_t)c->B, .out = out};
+        reqs[at] = (kvt_tier_read){.hash = hits[i].hash,
+                                   .parent = i ? hits[i - 1].hash : root,
+                                   .tokens = tokens + (size_t)i * (size_t)c->B,
+                                   .out = out};
         req_block[at] = i;
     }
     for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
@@ -306,8 +307,8 @@ static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t
     kvt_tier *tier_of = kvt_xmalloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *tier_of);
     double restore_s = 0;
     kvt_shortfall why;
-    int32_t got =
-        kvt_cache_acquire_run(c, root, tokens, hits, n_blocks, INT32_MAX, pages, tier_of, &restore_s, info, &why);
+    int32_t got = kvt_cache_acquire_run(c, root, tokens, hits, n_blocks, INT32_MAX, pages, tier_of, &restore_s, info,
+                                        &why);
     if (c->admit)
         for (int32_t i = 0; i < got; i++) kvt_admit_sight(c->admit, hits[i].hash); /* a reuse is a sighting */
     int32_t from_t2 = 0;
@@ -342,8 +343,8 @@ static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t
     return rc;
 }
 
-int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
-                     int32_t *seq, kvt_attach_info *info) {
+int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse, int32_t *seq,
+                     kvt_attach_info *info) {
     return attach(c, root, tokens, n, max_reuse, 0, seq, info);
 }
 
@@ -355,4 +356,3 @@ int kvt_cache_attach_quiet(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
 void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds) {
     if (n_tokens >= MIN_PREFILL_SAMPLE && seconds > 0) ewma(&c->prefill_s_per_token, seconds / n_tokens);
 }
-

@@ -50,8 +50,8 @@ static kvt_pin *pin_prefix(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
     kvt_tier *tier_of = kvt_xmalloc((k ? k : 1) * sizeof *tier_of);
     double restore_s = 0;
     kvt_shortfall why;
-    int32_t got =
-        kvt_cache_acquire_run(c, root, tokens, hits, (int32_t)k, max_new, pages, tier_of, &restore_s, NULL, &why);
+    int32_t got = kvt_cache_acquire_run(c, root, tokens, hits, (int32_t)k, max_new, pages, tier_of, &restore_s, NULL,
+                                        &why);
     for (int32_t i = 0; i < got; i++) c->prefetched_blocks += tier_of[i] != KVT_TIER_T0;
     free(hits);
     free(tier_of);
@@ -126,4 +126,3 @@ void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
     free(pin->pages);
     free(pin);
 }
-

@@ -37,8 +37,8 @@ struct kvt_prefix {
     entry *ents;     /* [cap] */
     int32_t *toks;   /* [cap * B]: entry id i owns toks[i*B .. (i+1)*B) */
     uint32_t *free_ids;
-    uint32_t cap, n_free, n_used; /* ids >= n_used were never handed out */
-    kvt_prefix_stats st;          /* counters; bytes/ghosts filled on read */
+    uint32_t cap, n_free, n_used;           /* ids >= n_used were never handed out */
+    kvt_prefix_stats st;                    /* counters; bytes/ghosts filled on read */
     kvt_hash128 gone[KVT_PREFIX_GONE_RING]; /* keys that recently left every tier */
     uint32_t gone_next, gone_count;
 };
@@ -141,7 +141,7 @@ static void unlink_child(kvt_prefix *idx, uint32_t pid, uint32_t id) {
 static int same_block(const kvt_prefix *idx, uint32_t id, kvt_hash128 parent, const int32_t *tokens) {
     const entry *e = &idx->ents[id];
     return kvt_hash128_eq(e->parent, parent) &&
-           memcmp(entry_tokens(idx, id), tokens, (size_t)idx->B * sizeof *tokens) == 0;
+        memcmp(entry_tokens(idx, id), tokens, (size_t)idx->B * sizeof *tokens) == 0;
 }
 
 int kvt_prefix_check(const kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens) {
@@ -164,8 +164,8 @@ int kvt_prefix_add(kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const 
     if (rc) return rc;
     if (kvt_prefix_check(idx, hash, parent, tokens)) {
         idx->st.collisions++;
-        return kvt_fail(-EEXIST, "block key %016llx%016llx names another block",
-                        (unsigned long long)hash.hi, (unsigned long long)hash.lo);
+        return kvt_fail(-EEXIST, "block key %016llx%016llx names another block", (unsigned long long)hash.hi,
+                        (unsigned long long)hash.lo);
     }
     uint32_t bit = KVT_TIER_BIT(tier);
     uint32_t id = get_or_ghost(idx, hash);
@@ -258,8 +258,8 @@ int kvt_prefix_get(const kvt_prefix *idx, kvt_hash128 hash, kvt_prefix_info *out
 
 /* Shared walk of lookup and match: hashes NULL means compute them here, one
  * block at a time, so a miss at block k costs k + 1 hashes, not n / B. */
-static size_t walk(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, const kvt_hash128 *hashes,
-                   size_t n_blocks, kvt_prefix_hit *hits, size_t max_hits) {
+static size_t walk(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, const kvt_hash128 *hashes, size_t n_blocks,
+                   kvt_prefix_hit *hits, size_t max_hits) {
     idx->st.lookups++;
     idx->st.lookup_blocks += n_blocks;
     size_t limit = KVT_MIN(n_blocks, max_hits), k = 0;
@@ -286,8 +286,8 @@ static size_t walk(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, con
     return k;
 }
 
-size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n,
-                         kvt_prefix_hit *hits, size_t max_hits) {
+size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n, kvt_prefix_hit *hits,
+                         size_t max_hits) {
     return walk(idx, root, tokens, NULL, n / idx->B, hits, max_hits);
 }
 
@@ -313,7 +313,7 @@ void kvt_prefix_get_stats(const kvt_prefix *idx, kvt_prefix_stats *out) {
     *out = idx->st;
     out->ghosts = idx->map.count - idx->st.entries;
     out->bytes = sizeof *idx + kvt_hmap128_bytes(&idx->map) +
-                 (size_t)idx->cap * (sizeof *idx->ents + sizeof *idx->free_ids + (size_t)idx->B * sizeof *idx->toks);
+        (size_t)idx->cap * (sizeof *idx->ents + sizeof *idx->free_ids + (size_t)idx->B * sizeof *idx->toks);
 }
 
 int kvt_prefix_nearest_child(const kvt_prefix *idx, kvt_hash128 parent, const int32_t *tokens, kvt_prefix_info *out,

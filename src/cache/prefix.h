@@ -60,24 +60,24 @@ typedef struct {
  * until the next call that mutates the index. */
 typedef struct {
     kvt_hash128 hash, parent;
-    const int32_t *tokens;                 /* B token ids */
-    uint32_t tiers;                        /* presence mask, never 0 */
-    uint64_t handle[KVT_TIER_COUNT];       /* meaningful where present */
-    uint32_t children[KVT_TIER_COUNT];     /* entries present in tier t naming this as parent */
-    uint32_t children_any;                 /* entries present in any tier naming this as parent */
+    const int32_t *tokens;             /* B token ids */
+    uint32_t tiers;                    /* presence mask, never 0 */
+    uint64_t handle[KVT_TIER_COUNT];   /* meaningful where present */
+    uint32_t children[KVT_TIER_COUNT]; /* entries present in tier t naming this as parent */
+    uint32_t children_any;             /* entries present in any tier naming this as parent */
 } kvt_prefix_info;
 
 typedef struct {
-    uint64_t entries;                  /* present in at least one tier */
+    uint64_t entries; /* present in at least one tier */
     uint64_t tier_entries[KVT_TIER_COUNT];
-    uint64_t ghosts;                   /* key-only entries that hold child counts */
-    uint64_t lookups;                  /* kvt_prefix_lookup / _match calls */
-    uint64_t lookup_blocks;            /* full blocks those calls asked about */
-    uint64_t hit_blocks;               /* blocks they matched */
+    uint64_t ghosts;                          /* key-only entries that hold child counts */
+    uint64_t lookups;                         /* kvt_prefix_lookup / _match calls */
+    uint64_t lookup_blocks;                   /* full blocks those calls asked about */
+    uint64_t hit_blocks;                      /* blocks they matched */
     uint64_t tier_hit_blocks[KVT_TIER_COUNT]; /* by the fastest tier holding them */
-    uint64_t mismatches;               /* key found but parent or tokens differed */
-    uint64_t collisions;               /* adds refused with -EEXIST */
-    size_t bytes;                      /* memory held by the index */
+    uint64_t mismatches;                      /* key found but parent or tokens differed */
+    uint64_t collisions;                      /* adds refused with -EEXIST */
+    size_t bytes;                             /* memory held by the index */
 } kvt_prefix_stats;
 
 /* Creates an empty index for blocks of B tokens (1..KVT_BLOCK_TOKENS_MAX).
@@ -92,8 +92,8 @@ uint32_t kvt_prefix_block_tokens(const kvt_prefix *idx);
  * block that is absent, or whose stored parent or tokens differ, or after
  * max_hits blocks. A partial tail is never a block. Fills hits[0..k) and
  * returns k. hits may be NULL only if max_hits is 0 (then 0 is returned). */
-size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n,
-                         kvt_prefix_hit *hits, size_t max_hits);
+size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n, kvt_prefix_hit *hits,
+                         size_t max_hits);
 
 /* Same as kvt_prefix_lookup, with the keys already computed by
  * kvt_block_hashes: hashes[i] is block i's key; tokens holds n_blocks * B ids.

@@ -48,18 +48,18 @@ typedef struct {
 /* What every tier can say about itself. */
 typedef struct {
     uint64_t blocks, bytes_used, budget_bytes;
-    uint64_t block_cost;    /* bytes one block takes against the budget (payload, tokens, overhead) */
-    uint64_t hits, misses;  /* get_many outcomes per block */
-    uint64_t puts;          /* blocks stored */
-    uint64_t evictions;     /* blocks that left to make room */
-    uint64_t dropped;       /* puts accepted but lost before they were stored (writer errors) */
+    uint64_t block_cost;   /* bytes one block takes against the budget (payload, tokens, overhead) */
+    uint64_t hits, misses; /* get_many outcomes per block */
+    uint64_t puts;         /* blocks stored */
+    uint64_t evictions;    /* blocks that left to make room */
+    uint64_t dropped;      /* puts accepted but lost before they were stored (writer errors) */
 } kvt_tier_stats;
 
 typedef struct {
     const char *name;
-    int persistent;  /* survives a restart (admission filters apply to such tiers) */
-    int measured;    /* slow enough that restore-or-recompute weighs its measured bandwidth */
-    int shared;      /* other nodes read it: blocks persisted above it are copied into it (see Sharing);
+    int persistent; /* survives a restart (admission filters apply to such tiers) */
+    int measured;   /* slow enough that restore-or-recompute weighs its measured bandwidth */
+    int shared;     /* other nodes read it: blocks persisted above it are copied into it (see Sharing);
                         the index learns of blocks others wrote by probing it (tier_remote.h) */
     /* Stores a copy of the block (tokens and payload are copied). Returns 0
      * (stored, or accepted for writing: findable from now on), 1 (already

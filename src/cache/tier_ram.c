@@ -206,7 +206,7 @@ static void drop(kvt_ram *r, uint32_t id, int evict, int unindex) {
 
 static int same_block(const kvt_ram *r, const ram_rec *x, kvt_hash128 parent, const int32_t *tokens) {
     return kvt_hash128_eq(x->parent, parent) &&
-           memcmp(rec_tokens(r, x), tokens, (size_t)r->p.block_tokens * sizeof *tokens) == 0;
+        memcmp(rec_tokens(r, x), tokens, (size_t)r->p.block_tokens * sizeof *tokens) == 0;
 }
 
 int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
@@ -320,8 +320,8 @@ void kvt_ram_free(kvt_ram *r) {
     free(r);
 }
 
-int kvt_ram_foreach(const kvt_ram *r,
-                    int (*fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens), void *ctx) {
+int kvt_ram_foreach(const kvt_ram *r, int (*fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens),
+                    void *ctx) {
     for (uint32_t id = 0; id < r->n_used; id++) {
         const ram_rec *x = &r->recs[id];
         if (!x->mem) continue;
@@ -356,13 +356,24 @@ static int ops_flush(void *t) {
 
 static void ops_stats(void *t, kvt_tier_stats *out) {
     const kvt_ram *r = t;
-    *out = (kvt_tier_stats){.blocks = r->st.blocks, .bytes_used = r->st.bytes_used, .budget_bytes = r->st.budget_bytes,
+    *out = (kvt_tier_stats){.blocks = r->st.blocks,
+                            .bytes_used = r->st.bytes_used,
+                            .budget_bytes = r->st.budget_bytes,
                             .block_cost = r->cost,
-                            .hits = r->st.hits, .misses = r->st.misses, .puts = r->st.puts,
+                            .hits = r->st.hits,
+                            .misses = r->st.misses,
+                            .puts = r->st.puts,
                             .evictions = r->st.evictions};
 }
 
 const kvt_tier_ops kvt_ram_tier_ops = {
-    .name = "T1 RAM", .persistent = 0, .measured = 0, .put = ops_put, .get_many = ops_get_many,
-    .contains = ops_contains, .remove = ops_remove, .flush = ops_flush, .stats = ops_stats,
+    .name = "T1 RAM",
+    .persistent = 0,
+    .measured = 0,
+    .put = ops_put,
+    .get_many = ops_get_many,
+    .contains = ops_contains,
+    .remove = ops_remove,
+    .flush = ops_flush,
+    .stats = ops_stats,
 };

@@ -58,10 +58,10 @@ typedef void (*kvt_ram_evict_fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent
                                  const void *payload, size_t payload_bytes, double last_use);
 
 typedef struct {
-    uint64_t budget_bytes;    /* --kv-ram; 0 is valid (every put is refused) */
-    size_t payload_bytes;     /* bytes of one block's K/V (a page); must be > 0 */
-    uint32_t block_tokens;    /* B, 1..KVT_BLOCK_TOKENS_MAX */
-    kvt_prefix *index;        /* optional; borrowed, must outlive the store */
+    uint64_t budget_bytes;     /* --kv-ram; 0 is valid (every put is refused) */
+    size_t payload_bytes;      /* bytes of one block's K/V (a page); must be > 0 */
+    uint32_t block_tokens;     /* B, 1..KVT_BLOCK_TOKENS_MAX */
+    kvt_prefix *index;         /* optional; borrowed, must outlive the store */
     kvt_ram_evict_fn on_evict; /* optional */
     void *evict_ctx;
 } kvt_ram_params;
@@ -69,13 +69,13 @@ typedef struct {
 typedef struct {
     uint64_t budget_bytes, bytes_used;
     uint64_t blocks;
-    uint64_t hits, misses;  /* kvt_ram_get outcomes */
-    uint64_t puts;          /* blocks stored */
-    uint64_t dup_puts;      /* puts of a block already held (only its tick moves) */
-    uint64_t evictions;     /* blocks evicted (each seen once by on_evict) */
-    uint64_t removes;       /* kvt_ram_remove successes */
-    uint64_t rejected;      /* puts refused for lack of room */
-    uint64_t collisions;    /* puts refused because the key names another block */
+    uint64_t hits, misses; /* kvt_ram_get outcomes */
+    uint64_t puts;         /* blocks stored */
+    uint64_t dup_puts;     /* puts of a block already held (only its tick moves) */
+    uint64_t evictions;    /* blocks evicted (each seen once by on_evict) */
+    uint64_t removes;      /* kvt_ram_remove successes */
+    uint64_t rejected;     /* puts refused for lack of room */
+    uint64_t collisions;   /* puts refused because the key names another block */
 } kvt_ram_stats;
 
 /* budget_bytes 1 GiB, block_tokens KVT_BLOCK_TOKENS_DEFAULT, the rest 0/NULL.
@@ -128,8 +128,8 @@ void kvt_ram_flush(kvt_ram *r);
 /* Calls fn for every held block, in no particular order; tokens are valid
  * during the call. fn must not mutate the store. Stops early and returns fn's
  * value if nonzero, else returns 0. */
-int kvt_ram_foreach(const kvt_ram *r,
-                    int (*fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens), void *ctx);
+int kvt_ram_foreach(const kvt_ram *r, int (*fn)(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens),
+                    void *ctx);
 
 void kvt_ram_get_stats(const kvt_ram *r, kvt_ram_stats *out);
 

@@ -68,8 +68,8 @@ static int check_kernel_env(void) {
         return -1;
     }
     if (var && *var && kvt_ops_force_variant(var)) {
-        fprintf(stderr, "kvtier: KVT_OPS_VARIANT='%s' is not a kernel variant this CPU has (scalar, avx2, avx512, amx)\n",
-                var);
+        fprintf(stderr,
+                "kvtier: KVT_OPS_VARIANT='%s' is not a kernel variant this CPU has (scalar, avx2, avx512, amx)\n", var);
         return -1;
     }
     return 0;
@@ -138,10 +138,26 @@ int kvt_cli_bytes_value(const char *v, uint64_t *out) {
     double d = strtod(v, &end);
     double mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
     default: break;
     }
     if (*end == 'i' || *end == 'I') end++;
@@ -187,57 +203,67 @@ enum {
 static const kvt_cli_opt cache_opts[] = {
     {CACHE_DISK, 0, "kv-disk", NULL, "DIR",
      "T2: a persistent KV cache directory on local disk (survives\nrestarts; one process at a time): a new or empty "
-     "directory, or\none kvtier made; no symbolic link anywhere on its path", 0, KVT_CLI_PLAIN},
+     "directory, or\none kvtier made; no symbolic link anywhere on its path",
+     0, KVT_CLI_PLAIN},
     {CACHE_DISK_SIZE, 0, "kv-disk-size", NULL, "BYTES",
      "T2 budget (default 16G); the directory stays within it plus one segment", 0, KVT_CLI_ANY_BYTES},
     {CACHE_ZSTD, 0, "kv-disk-zstd", NULL, NULL, "compress disk records with zstd (lossless)", 0, KVT_CLI_PLAIN},
     {CACHE_ADMIT, 0, "kv-disk-admit", NULL, "POLICY",
      "which blocks leaving RAM go to disk: all (default: inactive\nKV is kept, never discarded, while the disk has "
      "room) or reused\n(blocks used in the last --kv-disk-live-window seconds always go;\nolder ones only if they were "
-     "seen twice)", 0, KVT_CLI_PLAIN},
+     "seen twice)",
+     0, KVT_CLI_PLAIN},
     {CACHE_LIVE_WINDOW, 0, "kv-disk-live-window", NULL, "SECONDS", "with --kv-disk-admit reused (default 600)", 0,
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, INFINITY)},
     {CACHE_ADMIT_ALL, 0, "kv-disk-admit-all", NULL, NULL, "same as --kv-disk-admit all", 0, KVT_CLI_PLAIN},
     {CACHE_WAIT_MS, 0, "kv-disk-wait-ms", NULL, "MS",
-     "back-pressure: how long eviction waits for the disk writer\nbefore a block is dropped and counted (default 5000)", 0,
-     KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_WAIT_MS)},
+     "back-pressure: how long eviction waits for the disk writer\nbefore a block is dropped and counted (default 5000)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_WAIT_MS)},
     {CACHE_NO_MAC, 0, "kv-disk-no-mac", NULL, NULL,
      "do not sign disk records with the directory's key (default: each\nrecord carries a keyed MAC and a forged or "
-     "altered one is never\nserved); CRCs still catch accidents", 0, KVT_CLI_PLAIN},
+     "altered one is never\nserved); CRCs still catch accidents",
+     0, KVT_CLI_PLAIN},
     {CACHE_SPACE_RETRY, 0, "kv-disk-space-retry", NULL, "SECONDS",
      "when the disk fills up, T2 writes stop (reads go on) and the free\nspace is checked this often; writes resume "
-     "once records fit\nagain (default 5)", KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
+     "once records fit\nagain (default 5)",
+     KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
     {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
      "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path\n"
-     "(docs/tiers.md \"T3: the shared tier on Redis\")", 0, KVT_CLI_PLAIN},
+     "(docs/tiers.md \"T3: the shared tier on Redis\")",
+     0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_KEY, 0, "kv-remote-key-file", NULL, "FILE",
      "T3's MAC key, required with --kv-remote: 32 random bytes,\nmode 0600, the same file on every node; values that "
-     "do not verify are misses", 0, KVT_CLI_PLAIN},
+     "do not verify are misses",
+     0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_SIZE, 0, "kv-remote-size", NULL, "BYTES",
      "T3 soft budget (default 4G): capacity and stats; Redis's maxmemory\npolicy does the evicting", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
-    {CACHE_REMOTE_TTL, 0, "kv-remote-ttl", NULL, "SECONDS", "T3 values expire after this long (default: never; SET ... EX)",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {CACHE_REMOTE_TTL, 0, "kv-remote-ttl", NULL, "SECONDS",
+     "T3 values expire after this long (default: never; SET ... EX)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {CACHE_REMOTE_TIMEOUT, 0, "kv-remote-timeout-ms", NULL, "MS",
      "T3 reads give up after this long per request (default 250):\na slow or absent Redis costs misses, never a stuck "
-     "request", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_WAIT_MS)},
+     "request",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_WAIT_MS)},
     {CACHE_REMOTE_COMPRESS, 0, "kv-remote-compress", NULL, "CODEC",
      "how this node writes T3 values: none (default) or zstd (lossless;\nthe value's header names its codec, so "
-     "every node reads both)", 0, KVT_CLI_PLAIN},
+     "every node reads both)",
+     0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_ZSTD_LEVEL, 0, "kv-remote-zstd-level", NULL, "N",
      "zstd level for T3 writes: -7..-1 (fast) or 1..19 (default 1:\ndocs/tiers.md has the measurements)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, -7, 19)},
     {CACHE_REMOTE_CONNS, 0, "kv-remote-conns", NULL, "N",
      "T3 read connections, one thread each, that split a restore's\nGETs and check values in parallel (1..16, "
-     "default 4)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, 16)},
+     "default 4)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, 16)},
     {CACHE_REMOTE_RETRY, 0, "kv-remote-retry-size", NULL, "BYTES",
      "T3 writes made while Redis is unreachable are held in memory up\nto this size and sent when it answers again "
-     "(default 64M; 0:\ndropped); past it the newest are dropped and counted", 0, KVT_CLI_ANY_BYTES},
-    {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL, "write each new block to disk (and T3) as soon as it is computed",
-     0, KVT_CLI_PLAIN},
+     "(default 64M; 0:\ndropped); past it the newest are dropped and counted",
+     0, KVT_CLI_ANY_BYTES},
+    {CACHE_WRITE_THROUGH, 0, "write-through", NULL, NULL,
+     "write each new block to disk (and T3) as soon as it is computed", 0, KVT_CLI_PLAIN},
     {CACHE_RESTORE, 0, "restore", NULL, "MODE",
-     "disk blocks: auto (read only where faster than recomputing,\nmeasured), always, never (default auto)",
-     0, KVT_CLI_PLAIN},
+     "disk blocks: auto (read only where faster than recomputing,\nmeasured), always, never (default auto)", 0,
+     KVT_CLI_PLAIN},
 };
 const kvt_cli_section kvt_cli_cache_section = {"disk and remote tiers", cache_opts, KVT_ARRAY_LEN(cache_opts)};
 
@@ -299,19 +325,20 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
 
 enum { KV_TYPE = KVT_CLI_KV_ID_BASE, KV_F32, KV_Q8_ORDER };
 
-#define Q8_ORDER_HELP                                                                                   \
-    "how Q8_0 weights are summed, for the whole process: lanes (default:\n"                              \
-    "llama.cpp's x86 order without AMX, which its usual references use) or\n"                           \
-    "block (llama.cpp's AMX build: one integer per 32-weight block; on CPUs\n"                          \
-    "with AMX kvtier's prefill then runs on AMX tiles, about 2x faster).\n"                             \
-    "The two differ in the last digits of the logits; cached blocks made\n"                             \
+#define Q8_ORDER_HELP \
+    "how Q8_0 weights are summed, for the whole process: lanes (default:\n" \
+    "llama.cpp's x86 order without AMX, which its usual references use) or\n" \
+    "block (llama.cpp's AMX build: one integer per 32-weight block; on CPUs\n" \
+    "with AMX kvtier's prefill then runs on AMX tiles, about 2x faster).\n" \
+    "The two differ in the last digits of the logits; cached blocks made\n" \
     "in one order never serve the other. Other weight types are unaffected."
 
 static const kvt_cli_opt kv_opts[] = {
     {KV_TYPE, 0, "kv-type", NULL, "TYPE",
      "element type of the KV cache in every tier: f16 (default), f32,\nor q8_0 (34 bytes per 32 values, about half of "
      "f16: more sessions\nper byte, at a small cost in logit accuracy; needs a head_dim that\nis a multiple of 32). "
-     "Cached blocks of one type never serve another.", 0, KVT_CLI_PLAIN},
+     "Cached blocks of one type never serve another.",
+     0, KVT_CLI_PLAIN},
     {KV_F32, 0, "kv-f32", NULL, NULL, "same as --kv-type f32", 0, KVT_CLI_PLAIN},
     {KV_Q8_ORDER, 0, "q8-order", NULL, "ORDER", Q8_ORDER_HELP, 0, KVT_CLI_PLAIN},
 };
@@ -338,11 +365,12 @@ int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
 }
 
 void kvt_cli_kv_type_help(FILE *f) {
-    fprintf(f, "  --kv-type TYPE      element type of the KV cache in every tier: f16 (default), f32,\n"
-               "                      or q8_0 (34 bytes per 32 values, about half of f16: more sessions\n"
-               "                      per byte, at a small cost in logit accuracy; needs a head_dim that\n"
-               "                      is a multiple of 32). Cached blocks of one type never serve another.\n"
-               "  --kv-f32            same as --kv-type f32\n");
+    fprintf(f,
+            "  --kv-type TYPE      element type of the KV cache in every tier: f16 (default), f32,\n"
+            "                      or q8_0 (34 bytes per 32 values, about half of f16: more sessions\n"
+            "                      per byte, at a small cost in logit accuracy; needs a head_dim that\n"
+            "                      is a multiple of 32). Cached blocks of one type never serve another.\n"
+            "  --kv-f32            same as --kv-type f32\n");
     const char *h = Q8_ORDER_HELP;
     fprintf(f, "  --q8-order ORDER    ");
     for (; *h; h++) {
@@ -400,7 +428,7 @@ void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_
 long kvt_cli_default_ctx(long n_ctx_train) {
     if (n_ctx_train <= KVT_CLI_DEFAULT_CTX_CAP) return n_ctx_train;
     kvt_logk(KVT_LOG_INFO, "ctx,ctx_train", "context %d tokens (the model was trained for %ld; --ctx N to change)",
-            KVT_CLI_DEFAULT_CTX_CAP, n_ctx_train);
+             KVT_CLI_DEFAULT_CTX_CAP, n_ctx_train);
     return KVT_CLI_DEFAULT_CTX_CAP;
 }
 

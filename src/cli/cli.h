@@ -91,15 +91,15 @@ typedef enum {
 } kvt_cli_kind;
 
 typedef struct {
-    int id;               /* what the command's handler switches on; > 0, unique within a command */
-    char short_name;      /* 'm' for -m, or 0 */
-    const char *name;     /* the long name, without "--" */
-    const char *alias;    /* a second long name (llama.cpp's spelling), or NULL */
-    const char *arg;      /* the value's name in --help ("N", "FILE"); NULL: a switch */
-    const char *help;     /* the explanation; '\n' starts a continuation line */
-    int flags;            /* KVT_CLI_NO_ENV, KVT_CLI_MIN_OPEN */
-    kvt_cli_kind kind;    /* KVT_CLI_TEXT unless given */
-    double min, max;      /* bounds of INT, NUM and BYTES values */
+    int id;            /* what the command's handler switches on; > 0, unique within a command */
+    char short_name;   /* 'm' for -m, or 0 */
+    const char *name;  /* the long name, without "--" */
+    const char *alias; /* a second long name (llama.cpp's spelling), or NULL */
+    const char *arg;   /* the value's name in --help ("N", "FILE"); NULL: a switch */
+    const char *help;  /* the explanation; '\n' starts a continuation line */
+    int flags;         /* KVT_CLI_NO_ENV, KVT_CLI_MIN_OPEN */
+    kvt_cli_kind kind; /* KVT_CLI_TEXT unless given */
+    double min, max;   /* bounds of INT, NUM and BYTES values */
 } kvt_cli_opt;
 
 /* Bounds for a row: KVT_CLI_RANGE(KVT_CLI_INT, 1, 512) after the flags. */
@@ -108,18 +108,18 @@ typedef struct {
 #define KVT_CLI_PLAIN KVT_CLI_TEXT, 0.0, 0.0 /* text or a switch: no bounds */
 
 typedef struct {
-    const char *title;    /* heading printed above the section in --help, or NULL */
+    const char *title; /* heading printed above the section in --help, or NULL */
     const kvt_cli_opt *opts;
     size_t n;
 } kvt_cli_section;
 
 /* One option's value as the handler gets it, already checked against its row. */
 typedef struct {
-    const char *str;      /* the text given; NULL for a switch */
-    const char *flag;     /* where it came from ("--port", "$KVTIER_PORT"), for messages */
-    long i;               /* KVT_CLI_INT */
-    double d;             /* KVT_CLI_NUM */
-    uint64_t bytes;       /* KVT_CLI_BYTES */
+    const char *str;  /* the text given; NULL for a switch */
+    const char *flag; /* where it came from ("--port", "$KVTIER_PORT"), for messages */
+    long i;           /* KVT_CLI_INT */
+    double d;         /* KVT_CLI_NUM */
+    uint64_t bytes;   /* KVT_CLI_BYTES */
 } kvt_cli_arg;
 
 /* Called once per option: first those on the command line, in order, then,

@@ -137,9 +137,9 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
                w->rec.parent.hi, w->rec.parent.lo, w->rec.block_tokens,
                w->rec.codec == KVT_DISK_CODEC_ZSTD ? "zstd" : "raw", w->rec.payload_bytes, w->rec.stored_bytes,
                w->mac == KVT_DISK_MAC_NONE                        ? "no"
-               : w->rec.mac_scheme == KVT_DISK_SCHEME_GMAC    ? "gmac"
-               : w->rec.mac_scheme == KVT_DISK_SCHEME_BLAKE2B ? "blake2b"
-                                                              : "other");
+                   : w->rec.mac_scheme == KVT_DISK_SCHEME_GMAC    ? "gmac"
+                   : w->rec.mac_scheme == KVT_DISK_SCHEME_BLAKE2B ? "blake2b"
+                                                                  : "other");
     }
     if (s->progress) kvt_progress_update(&s->prog, s->bytes >> 20);
     return 0;
@@ -152,8 +152,7 @@ static void print_header(const char *dir) {
     if (rc == 0)
         printf("header: format version %u%s, namespace %016" PRIx64 "%016" PRIx64 "\n", v,
                v == KVT_DISK_FORMAT_VERSION ? "" : " (NOT this build's)", ns.hi, ns.lo);
-    else
-        printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : "malformed");
+    else printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : "malformed");
 }
 
 #define REMOTE_TIMEOUT_MS 5000 /* maintenance may wait longer than a request would */
@@ -173,14 +172,14 @@ static int remote_cmd(const char *cmd, const char *url, const char *ns_text) {
         for (size_t i = 0; i < n; i++)
             printf("namespace %016" PRIx64 "%016" PRIx64 ": %" PRIu64 " values, %.1f MiB\n", u[i].ns.hi, u[i].ns.lo,
                    u[i].values, (double)u[i].bytes / 1048576.0);
-        if (other.values)
-            printf("(%" PRIu64 " values in further namespaces not itemised)\n", other.values);
+        if (other.values) printf("(%" PRIu64 " values in further namespaces not itemised)\n", other.values);
         return 0;
     }
     if (!strcmp(cmd, "clear")) {
         kvt_hash128 ns;
         if (!ns_text || parse_ns(ns_text, &ns)) {
-            fprintf(stderr, "kvtier cache: clear --kv-remote needs --namespace with 32 hex digits (as stats prints it)\n");
+            fprintf(stderr,
+                    "kvtier cache: clear --kv-remote needs --namespace with 32 hex digits (as stats prints it)\n");
             return 2;
         }
         uint64_t removed;
@@ -200,8 +199,8 @@ static int remote_cmd(const char *cmd, const char *url, const char *ns_text) {
 static void print_summary(const char *dir, const walk_state *s, int verify) {
     print_header(dir);
     printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->bytes / 1048576.0);
-    printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid,
-           s->corrupt, verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
+    printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid, s->corrupt,
+           verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
     if (verify) {
         printf("MAC: %" PRIu64 " verified with the directory's key, %" PRIu64 " records without one", s->mac_ok,
                s->no_mac);
@@ -228,8 +227,8 @@ static void print_summary(const char *dir, const walk_state *s, int verify) {
                "from disk (hit rate %.1f%%); %" PRIu64 " records written, %" PRIu64 " writes dropped, %" PRIu64
                " evicted, %" PRIu64 " corrupt; %.1f MiB read, %.1f MiB written\n",
                lt.sessions, lt.lookup_hits, lt.lookup_blocks,
-               lt.lookup_blocks ? 100.0 * (double)lt.lookup_hits / (double)lt.lookup_blocks : 0.0,
-               lt.records_written, lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
+               lt.lookup_blocks ? 100.0 * (double)lt.lookup_hits / (double)lt.lookup_blocks : 0.0, lt.records_written,
+               lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
                (double)lt.bytes_written / 1048576.0);
     }
 }
@@ -287,8 +286,8 @@ static int gc_cmd(const char *dir, const char *ns_text, int all_ns) {
     }
     printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
            " duplicate; %.1f -> %.1f MiB\n",
-           rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup,
-           (double)rep.bytes_before / 1048576.0, (double)rep.bytes_after / 1048576.0);
+           rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup, (double)rep.bytes_before / 1048576.0,
+           (double)rep.bytes_after / 1048576.0);
     return 0;
 }
 
@@ -324,7 +323,8 @@ int kvt_cmd_cache(int argc, char **argv) {
     }
     if (cmd && remote && !dir) return remote_cmd(cmd, remote, ns_text);
     if (!cmd || !dir) {
-        fprintf(stderr, "kvtier cache: %s\n\n", !cmd ? "which command? (stats, ls, verify, gc, clear)" : "--kv-disk DIR is required");
+        fprintf(stderr, "kvtier cache: %s\n\n",
+                !cmd ? "which command? (stats, ls, verify, gc, clear)" : "--kv-disk DIR is required");
         kvt_usage_cache(stderr);
         return 2;
     }

@@ -11,9 +11,9 @@
 #include "common.h"
 #include "gpu.h"
 
-#define DEVICE_HELP                                                                                                    \
-    "where the model runs: cpu (the default) or vulkan[:N], the\nVulkan device N of `kvtier info --devices` (0 "     \
-    "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; llama-style models with "  \
+#define DEVICE_HELP \
+    "where the model runs: cpu (the default) or vulkan[:N], the\nVulkan device N of `kvtier info --devices` (0 " \
+    "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; llama-style models with " \
     "F32, F16 or Q8_0 weights and\nf16 or f32 KV run there, others are refused naming why"
 
 static const kvt_cli_opt device_opts[] = {
@@ -41,16 +41,22 @@ static int check_vulkan(const char *flag, const char *v, int index) {
     kvt_gpu_info *info = NULL;
     int n = 0;
     if (!kvt_gpu_built())
-        fprintf(stderr, "kvtier: %s %s: no Vulkan device was found: this build has no Vulkan: install "
-                        "libvulkan-dev and glslc (scripts/setup.sh) and rebuild\n", flag, v);
+        fprintf(stderr,
+                "kvtier: %s %s: no Vulkan device was found: this build has no Vulkan: install "
+                "libvulkan-dev and glslc (scripts/setup.sh) and rebuild\n",
+                flag, v);
     else if (kvt_gpu_list(&info, &n))
         fprintf(stderr, "kvtier: %s %s: no Vulkan device was found: %s\n", flag, v, kvt_errmsg());
     else if (n == 0)
-        fprintf(stderr, "kvtier: %s %s: no Vulkan device was found (the Vulkan loader lists none: install a "
-                        "driver, e.g. mesa-vulkan-drivers)\n", flag, v);
+        fprintf(stderr,
+                "kvtier: %s %s: no Vulkan device was found (the Vulkan loader lists none: install a "
+                "driver, e.g. mesa-vulkan-drivers)\n",
+                flag, v);
     else if (index >= n)
-        fprintf(stderr, "kvtier: %s %s: there is no Vulkan device %d (this machine has %d, 0..%d; kvtier info "
-                        "--devices lists them)\n", flag, v, index, n, n - 1);
+        fprintf(stderr,
+                "kvtier: %s %s: there is no Vulkan device %d (this machine has %d, 0..%d; kvtier info "
+                "--devices lists them)\n",
+                flag, v, index, n, n - 1);
     else {
         free(info);
         return 0;
@@ -62,8 +68,10 @@ static int check_vulkan(const char *flag, const char *v, int index) {
 int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out) {
     kvt_cli_device dev;
     if (kvt_cli_device_parse(a->str ? a->str : "", &dev)) {
-        fprintf(stderr, "kvtier: %s must be cpu, vulkan or vulkan:N (N a device of `kvtier info --devices`), "
-                        "not '%s'\n", a->flag, a->str ? a->str : "");
+        fprintf(stderr,
+                "kvtier: %s must be cpu, vulkan or vulkan:N (N a device of `kvtier info --devices`), "
+                "not '%s'\n",
+                a->flag, a->str ? a->str : "");
         return -1;
     }
     if (dev.vulkan && check_vulkan(a->flag, a->str, dev.index)) return -1;
@@ -103,8 +111,9 @@ static void print_device(FILE *f, const kvt_gpu_info *d) {
 
 int kvt_cli_print_devices(FILE *f) {
     if (!kvt_gpu_built()) {
-        fprintf(f, "Vulkan devices: none: this build has no Vulkan: install libvulkan-dev and glslc "
-                   "(scripts/setup.sh) and rebuild\n");
+        fprintf(f,
+                "Vulkan devices: none: this build has no Vulkan: install libvulkan-dev and glslc "
+                "(scripts/setup.sh) and rebuild\n");
         return 1;
     }
     kvt_gpu_info *info;
@@ -114,8 +123,9 @@ int kvt_cli_print_devices(FILE *f) {
         return 1;
     }
     if (n == 0) {
-        fprintf(f, "Vulkan devices: none: the Vulkan loader lists no device (install a driver, e.g. "
-                   "mesa-vulkan-drivers for the CPU's lavapipe)\n");
+        fprintf(f,
+                "Vulkan devices: none: the Vulkan loader lists no device (install a driver, e.g. "
+                "mesa-vulkan-drivers for the CPU's lavapipe)\n");
         return 1;
     }
     fprintf(f, "Vulkan devices: %d (run, serve and eval take --device vulkan:N)\n", n);

@@ -12,10 +12,10 @@
 #include "common.h"
 #include "kvtier.h"
 /* What kvtier.h does not give (yet), and why eval needs it: */
-#include "engine.h"  /* logits at every prompt position; the public API returns tokens only */
+#include "engine.h"   /* logits at every prompt position; the public API returns tokens only */
 #include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
 #include "progress.h" /* --progress */
-#include "sampler.h" /* the greedy continuation's argmax */
+#include "sampler.h"  /* the greedy continuation's argmax */
 
 #define EVAL_DEFAULT_N 16
 #define TOP_N 5               /* logits printed per prompt position */
@@ -71,8 +71,8 @@ static void top_n(const float *x, int32_t n, int32_t *idx) {
 }
 
 /* An engine with room for one sequence of n_ctx tokens. */
-static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt,
-                       int32_t device, kvt_engine **e) {
+static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt, int32_t device,
+                       kvt_engine **e) {
     kvt_engine_params p = kvt_engine_default_params();
     p.n_threads = threads;
     p.n_ctx = n_ctx;
@@ -85,26 +85,29 @@ static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t b
 }
 
 void kvt_usage_eval(FILE *f) {
-    fprintf(f,
-            "usage: kvtier eval -m MODEL [options] [TEXT]\n\n"
-            "Prints one JSON line: the prompt's token ids, the top-%d logits at every prompt\n"
-            "position, and a greedy continuation (argmax fed back, never stopping early),\n"
-            "in the format of llama.cpp's reference outputs.\n\n"
-            "  -m, --model FILE   GGUF model (required)\n"
-            "  TEXT               prompt text, tokenized with the model's tokenizer\n"
-            "  --tokens \"1 2 3\"   use these token ids verbatim instead of TEXT (no BOS added)\n"
-            "  --no-bos           do not prepend BOS when tokenizing TEXT (by default BOS and\n"
-            "                     EOS are added as llama.cpp does for the model; the\n"
-            "                     add_bos field says whether BOS was)\n"
-            "  -n N               greedy tokens to generate (default %d)\n"
-            "  -t, --threads N    worker threads (default: all CPUs)\n"
-            "  --progress         progress lines on stderr for the model load and a prefill of\n"
-            "                     " STR(KVT_PREFILL_PROGRESS_TOKENS) "+ tokens, also when stderr is not a terminal (on a\n"
-            "                     terminal they are on anyway); stdout is the same either way\n",
-            TOP_N, EVAL_DEFAULT_N);
+    fprintf(
+        f,
+        "usage: kvtier eval -m MODEL [options] [TEXT]\n\n"
+        "Prints one JSON line: the prompt's token ids, the top-%d logits at every prompt\n"
+        "position, and a greedy continuation (argmax fed back, never stopping early),\n"
+        "in the format of llama.cpp's reference outputs.\n\n"
+        "  -m, --model FILE   GGUF model (required)\n"
+        "  TEXT               prompt text, tokenized with the model's tokenizer\n"
+        "  --tokens \"1 2 3\"   use these token ids verbatim instead of TEXT (no BOS added)\n"
+        "  --no-bos           do not prepend BOS when tokenizing TEXT (by default BOS and\n"
+        "                     EOS are added as llama.cpp does for the model; the\n"
+        "                     add_bos field says whether BOS was)\n"
+        "  -n N               greedy tokens to generate (default %d)\n"
+        "  -t, --threads N    worker threads (default: all CPUs)\n"
+        "  --progress         progress lines on stderr for the model load and a prefill of\n"
+        "                     " STR(
+            KVT_PREFILL_PROGRESS_TOKENS) "+ tokens, also when stderr is not a terminal (on a\n"
+                                         "                     terminal they are on anyway); stdout is the same either way\n",
+        TOP_N, EVAL_DEFAULT_N);
     kvt_cli_kv_type_help(f);
-    fprintf(f, "  --device DEV        where the model runs: cpu (the default) or vulkan[:N] ($KVTIER_DEVICE\n"
-               "                      too); this build's engine runs on the CPU only, so vulkan is refused\n");
+    fprintf(f,
+            "  --device DEV        where the model runs: cpu (the default) or vulkan[:N] ($KVTIER_DEVICE\n"
+            "                      too); this build's engine runs on the CPU only, so vulkan is refused\n");
     fprintf(f, "  -h, --help         this help\n");
 }
 
@@ -135,7 +138,8 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
                 return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             long t;
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (t = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (t = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0)
+                return 2;
             x->threads = (int)t;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "kvtier eval: unknown option '%s'\n", a);

@@ -46,25 +46,29 @@ static int line_tokens(const kvt_model *m, kvt_chat_family fam, int32_t block, c
     const kvt_tokenizer *t = m->tok;
     if (line[0] != '{') return kvt_tokenize(t, line, strlen(line), kvt_tokenizer_add_special(t), 1, toks, n) ? -1 : 0;
     cJSON *j = cJSON_Parse(line);
-    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
+                *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
     int rc = -1;
     size_t at = 0; /* where kvtier.documents go, as the server puts them */
     if (cJSON_IsString(pr)) {
-        rc = kvt_tokenize(t, pr->valuestring, strlen(pr->valuestring), kvt_tokenizer_add_special(t), 1, toks, n) ? -1 : 0;
+        rc = kvt_tokenize(t, pr->valuestring, strlen(pr->valuestring), kvt_tokenizer_add_special(t), 1, toks, n) ? -1
+                                                                                                                 : 0;
         if (!rc && *n && (*toks)[0] == kvt_tokenizer_bos(t)) at = 1;
     } else if (cJSON_IsArray(ms)) {
         int k = cJSON_GetArraySize(ms), ok = k > 0;
         kvt_chat_msg *msgs = kvt_xcalloc((size_t)(k ? k : 1), sizeof *msgs);
         for (int i = 0; i < k && ok; i++) {
             const cJSON *e = cJSON_GetArrayItem(ms, i);
-            const cJSON *ro = cJSON_GetObjectItemCaseSensitive(e, "role"), *co = cJSON_GetObjectItemCaseSensitive(e, "content");
+            const cJSON *ro = cJSON_GetObjectItemCaseSensitive(e, "role"),
+                        *co = cJSON_GetObjectItemCaseSensitive(e, "content");
             ok = cJSON_IsString(ro) && cJSON_IsString(co);
             if (ok) msgs[i] = (kvt_chat_msg){ro->valuestring, co->valuestring};
         }
         size_t last_user = (size_t)k;
         for (int i = 0; i < k && ok; i++)
             if (!strcmp(msgs[i].role, "user")) last_user = (size_t)i;
-        if (ok) rc = kvt_chat_render_at(t, fam, msgs, (size_t)k, NULL, NULL, SIZE_MAX, last_user, &at, toks, n) ? -1 : 0;
+        if (ok)
+            rc = kvt_chat_render_at(t, fam, msgs, (size_t)k, NULL, NULL, SIZE_MAX, last_user, &at, toks, n) ? -1 : 0;
         free(msgs);
     }
     kvt_document *docs = NULL;
@@ -86,8 +90,9 @@ static int line_tokens(const kvt_model *m, kvt_chat_family fam, int32_t block, c
         *n = nw;
     }
     kvt_api_documents_free(docs, nd);
-    if (rc) fprintf(stderr, "kvtier lint: %s:%ld: %s\n", path, lineno,
-                    j ? (pr || ms ? kvt_errmsg() : "expected \"prompt\" or \"messages\"") : "not valid JSON");
+    if (rc)
+        fprintf(stderr, "kvtier lint: %s:%ld: %s\n", path, lineno,
+                j ? (pr || ms ? kvt_errmsg() : "expected \"prompt\" or \"messages\"") : "not valid JSON");
     cJSON_Delete(j);
     return rc;
 }
@@ -105,8 +110,9 @@ static void print_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, const k
     for (int32_t i = 0; i < r->n_prompts; i++) {
         const kvt_lint_row *w = &r->rows[i];
         if (w->with < 0) printf("  [%d] %d tokens: first prompt", i + 1, w->n_tokens);
-        else printf("  [%d] %d tokens: shares %d / %d blocks with [%d]", i + 1, w->n_tokens, w->shared,
-                    w->shared / r->block, w->with + 1);
+        else
+            printf("  [%d] %d tokens: shares %d / %d blocks with [%d]", i + 1, w->n_tokens, w->shared,
+                   w->shared / r->block, w->with + 1);
         if (w->cause != KVT_LINT_NONE) {
             printf("; diverges at token %d (block %d): %s", w->shared, w->shared / r->block,
                    kvt_lint_cause_label(w->cause));
@@ -134,8 +140,8 @@ static void print_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, const k
  * tokenized by line_tokens; the first KVT_LINT_MAX_PROMPTS of them. Returns 0,
  * or 1 after printing why; either way *out holds *n_out prompts the caller
  * frees. */
-static int read_lint_prompts(kvt_model *m, kvt_chat_family fam, int32_t block, const char *path,
-                             kvt_lint_prompt **out, int32_t *n_out) {
+static int read_lint_prompts(kvt_model *m, kvt_chat_family fam, int32_t block, const char *path, kvt_lint_prompt **out,
+                             int32_t *n_out) {
     *out = NULL;
     *n_out = 0;
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");

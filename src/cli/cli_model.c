@@ -71,10 +71,9 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", KVT_TYPE_F32},   {"f16", KVT_TYPE_F16},   {"bf16", KVT_TYPE_BF16},
-                 {"q8_0", KVT_TYPE_Q8_0}, {"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1},
-                 {"q5_0", KVT_TYPE_Q5_0}, {"q5_1", KVT_TYPE_Q5_1}, {"q2_k", KVT_TYPE_Q2_K},
-                 {"q3_k", KVT_TYPE_Q3_K}, {"q4_k", KVT_TYPE_Q4_K}, {"q5_k", KVT_TYPE_Q5_K},
+    } types[] = {{"f32", KVT_TYPE_F32},   {"f16", KVT_TYPE_F16},      {"bf16", KVT_TYPE_BF16}, {"q8_0", KVT_TYPE_Q8_0},
+                 {"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1},    {"q5_0", KVT_TYPE_Q5_0}, {"q5_1", KVT_TYPE_Q5_1},
+                 {"q2_k", KVT_TYPE_Q2_K}, {"q3_k", KVT_TYPE_Q3_K},    {"q4_k", KVT_TYPE_Q4_K}, {"q5_k", KVT_TYPE_Q5_K},
                  {"q6_k", KVT_TYPE_Q6_K}, {"iq4_nl", KVT_TYPE_IQ4_NL}};
     *mix = KVT_MIX_NONE;
     for (size_t i = 0; i < KVT_ARRAY_LEN(types); i++)
@@ -86,8 +85,10 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
         *out = kvt_quant_mix_base(*mix);
         return 0;
     }
-    fprintf(stderr, "kvtier mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k..q6_k "
-                    "or a K-quant mix (q4_k_m, ...), not '%s'\n", s);
+    fprintf(stderr,
+            "kvtier mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k..q6_k "
+            "or a K-quant mix (q4_k_m, ...), not '%s'\n",
+            s);
     return -1;
 }
 
@@ -105,9 +106,9 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             const char *opt;
             int32_t *dst;
             long min;
-        } ints[] = {{"--dim", &p.dim, 2}, {"--layers", &p.layers, 1}, {"--heads", &p.heads, 1},
-                    {"--kv-heads", &p.kv_heads, 1}, {"--ff", &p.ff, 1}, {"--vocab", &p.vocab, 0},
-                    {"--ctx", &p.ctx, 1}, {"--swa", &p.swa, 0}};
+        } ints[] = {{"--dim", &p.dim, 2},           {"--layers", &p.layers, 1}, {"--heads", &p.heads, 1},
+                    {"--kv-heads", &p.kv_heads, 1}, {"--ff", &p.ff, 1},         {"--vocab", &p.vocab, 0},
+                    {"--ctx", &p.ctx, 1},           {"--swa", &p.swa, 0}};
         int matched = 0;
         for (size_t k = 0; k < KVT_ARRAY_LEN(ints); k++) {
             if (strcmp(a, ints[k].opt)) continue;
@@ -159,8 +160,8 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
     }
     struct stat st;
     stat(out, &st);
-    fprintf(stderr, "kvtier mkmodel: wrote %s (%.1f MB, random weights) in %.1f s\n", out,
-            (double)st.st_size / 1e6, kvt_now() - t0);
+    fprintf(stderr, "kvtier mkmodel: wrote %s (%.1f MB, random weights) in %.1f s\n", out, (double)st.st_size / 1e6,
+            kvt_now() - t0);
     return 0;
 }
 
@@ -192,20 +193,24 @@ int kvt_default_model_path(char *buf, size_t cap) {
     kvt_mkmodel_params p = kvt_mkmodel_default_params();
     p.vocab = DEFAULT_MODEL_VOCAB;
     /* the name carries the generator's parameters so a change makes a new file */
-    snprintf(buf, cap, "%s/random-%s-d%d-l%d-h%d-kv%d-ff%d-v%d-s%llu.gguf", dir, p.arch, p.dim, p.layers,
-             p.heads, p.kv_heads, p.ff, p.vocab, (unsigned long long)p.seed);
+    snprintf(buf, cap, "%s/random-%s-d%d-l%d-h%d-kv%d-ff%d-v%d-s%llu.gguf", dir, p.arch, p.dim, p.layers, p.heads,
+             p.kv_heads, p.ff, p.vocab, (unsigned long long)p.seed);
     struct stat st;
     if (stat(buf, &st) == 0) {
-        kvt_logk(KVT_LOG_INFO, "model", "no -m given: using kvtier's generated RANDOM-WEIGHT model %s "
-                              "(its text is noise; pass -m MODEL.gguf for a real model)", buf);
+        kvt_logk(KVT_LOG_INFO, "model",
+                 "no -m given: using kvtier's generated RANDOM-WEIGHT model %s "
+                 "(its text is noise; pass -m MODEL.gguf for a real model)",
+                 buf);
         return 0;
     }
     if (mkdir_p(dir) < 0) {
         fprintf(stderr, "kvtier: cannot create %s: %s\n", dir, strerror(errno));
         return -1;
     }
-    kvt_logk(KVT_LOG_INFO, "layers,dim,model", "no -m given: generating a RANDOM-WEIGHT llama model (%d layers, dim %d) at %s "
-                          "(its text is noise; pass -m MODEL.gguf for a real model)", p.layers, p.dim, buf);
+    kvt_logk(KVT_LOG_INFO, "layers,dim,model",
+             "no -m given: generating a RANDOM-WEIGHT llama model (%d layers, dim %d) at %s "
+             "(its text is noise; pass -m MODEL.gguf for a real model)",
+             p.layers, p.dim, buf);
     if (kvt_mkmodel(&p, buf)) {
         fprintf(stderr, "kvtier: cannot generate the default model: %s\n", kvt_errmsg());
         return -1;
@@ -216,19 +221,20 @@ int kvt_default_model_path(char *buf, size_t cap) {
 /* ---- info ------------------------------------------------------------------- */
 
 void kvt_usage_info(FILE *f) {
-    fprintf(f, "usage: kvtier info [-m MODEL.gguf] [--json]\n"
-               "       kvtier info --devices\n\n"
-               "Describes a GGUF model: architecture, shapes, weight types, context length,\n"
-               "tokenizer, chat template family, fingerprint (the root of its cache keys) and\n"
-               "the KV-cache bytes per token and per block for each --kv-type (f16, f32, q8_0).\n"
-               "Vocab-only files print the tokenizer.\n\n"
-               "options:\n"
-               "  -m, --model PATH   the model (default: kvtier's generated random-weight model)\n"
-               "  --json             one JSON object instead of text\n"
-               "  --devices          list the Vulkan devices instead (index, name, type, vendor, driver,\n"
-               "                     memory heaps, subgroup size, fp16/int8) or say why there are none;\n"
-               "                     exits 1 when there is none\n"
-               "  -h, --help         this help\n");
+    fprintf(f,
+            "usage: kvtier info [-m MODEL.gguf] [--json]\n"
+            "       kvtier info --devices\n\n"
+            "Describes a GGUF model: architecture, shapes, weight types, context length,\n"
+            "tokenizer, chat template family, fingerprint (the root of its cache keys) and\n"
+            "the KV-cache bytes per token and per block for each --kv-type (f16, f32, q8_0).\n"
+            "Vocab-only files print the tokenizer.\n\n"
+            "options:\n"
+            "  -m, --model PATH   the model (default: kvtier's generated random-weight model)\n"
+            "  --json             one JSON object instead of text\n"
+            "  --devices          list the Vulkan devices instead (index, name, type, vendor, driver,\n"
+            "                     memory heaps, subgroup size, fp16/int8) or say why there are none;\n"
+            "                     exits 1 when there is none\n"
+            "  -h, --help         this help\n");
 }
 
 /* Counts tensors per ggml type, e.g. "F16 x 198, F32 x 65". */
@@ -248,8 +254,8 @@ static void weight_types(const kvt_gguf *g, char *buf, size_t cap) {
 
 /* What info prints of a loaded model besides its hparams. */
 typedef struct {
-    const char *name, *chat;  /* general.name ("" if none), the chat template family */
-    char fp[33], types[512];  /* the fingerprint in hex; the weight types with their counts */
+    const char *name, *chat; /* general.name ("" if none), the chat template family */
+    char fp[33], types[512]; /* the fingerprint in hex; the weight types with their counts */
     int vocab_only;
     uint64_t kv16, kv32, kvq8; /* KV bytes per token (0: vocab only; kvq8 0: head_dim does not allow q8_0) */
 } info_facts;
@@ -267,8 +273,8 @@ static void print_info_json(const kvt_model *m, const char *path, const info_fac
         /* the two rope numbers go through kvt_cli_json_number: never a bare nan in the JSON */
         printf(",\"arch\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
                "\"n_ff\":%d,\"n_vocab\":%d,\"n_ctx_train\":%d,\"rope_base\":",
-               hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff,
-               hp->n_vocab, hp->n_ctx_train);
+               hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab,
+               hp->n_ctx_train);
         kvt_cli_json_number(stdout, (double)hp->rope_base, 6);
         printf(",\"rope_dim\":%d,\"rope_style\":\"%s\",\"rope_freq_scale\":", hp->rope_dim,
                hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm");
@@ -276,10 +282,9 @@ static void print_info_json(const kvt_model *m, const char *path, const info_fac
         printf(",\"tied_output\":%s,\"n_params\":%llu,"
                "\"weight_bytes\":%llu,\"kv_bytes_per_token_f16\":%llu,\"kv_bytes_per_block_f16\":%llu,"
                "\"kv_bytes_per_token_f32\":%llu,\"kv_tokens_per_gib_f16\":%llu",
-               hp->tied_output ? "true" : "false", (unsigned long long)m->n_params,
-               (unsigned long long)m->weight_bytes, (unsigned long long)f->kv16,
-               (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS), (unsigned long long)f->kv32,
-               (unsigned long long)(f->kv16 ? (1ull << 30) / f->kv16 : 0));
+               hp->tied_output ? "true" : "false", (unsigned long long)m->n_params, (unsigned long long)m->weight_bytes,
+               (unsigned long long)f->kv16, (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS),
+               (unsigned long long)f->kv32, (unsigned long long)(f->kv16 ? (1ull << 30) / f->kv16 : 0));
         char var[256];
         kvt_arch_describe(hp, var, sizeof var);
         printf(",\"variations\":");
@@ -289,8 +294,7 @@ static void print_info_json(const kvt_model *m, const char *path, const info_fac
         printf(",\"kv_bytes_per_token_q8_0\":%llu,\"kv_bytes_per_block_q8_0\":%llu,\"kv_tokens_per_gib_q8_0\":%llu",
                (unsigned long long)f->kvq8, (unsigned long long)(f->kvq8 * DEFAULT_BLOCK_TOKENS),
                (unsigned long long)((1ull << 30) / f->kvq8));
-    else if (!f->vocab_only)
-        printf(",\"kv_bytes_per_token_q8_0\":null");
+    else if (!f->vocab_only) printf(",\"kv_bytes_per_token_q8_0\":null");
     printf(",\"weight_types\":");
     kvt_cli_json_string(stdout, f->types);
     printf(",\"tokenizer\":\"%s\",\"pre\":", kvt_tokenizer_kind(tk));
@@ -310,8 +314,7 @@ static void print_info_text(const kvt_model *m, const char *path, const info_fac
         printf("architecture   %s\n", hp->arch_name);
         printf("shapes         %d layers, dim %d, %d heads / %d kv heads of %d, ff %d, vocab %d\n", hp->n_layer,
                hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
-        printf("parameters     %.2fM (%.1f MB of weights)\n", (double)m->n_params / 1e6,
-               (double)m->weight_bytes / 1e6);
+        printf("parameters     %.2fM (%.1f MB of weights)\n", (double)m->n_params / 1e6, (double)m->weight_bytes / 1e6);
         printf("weight types   %s\n", f->types);
         printf("output         %s\n", hp->tied_output ? "tied to token_embd" : "own output.weight");
         char var[256];
@@ -320,20 +323,21 @@ static void print_info_text(const kvt_model *m, const char *path, const info_fac
         printf("context        %d tokens (trained)\n", hp->n_ctx_train);
         printf("rope           %s, theta %g, %d dims, freq scale %g%s\n",
                hp->rope_style == KVT_ROPE_NEOX ? "neox" : "norm", (double)hp->rope_base, hp->rope_dim,
-               (double)hp->rope_freq_scale, hp->has_freq_factors ? (hp->arch == KVT_ARCH_PHI3 ? ", LongRoPE freq factors" : ", llama3 freq factors") : "");
+               (double)hp->rope_freq_scale,
+               hp->has_freq_factors ? (hp->arch == KVT_ARCH_PHI3 ? ", LongRoPE freq factors" : ", llama3 freq factors")
+                                    : "");
         printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32, ",
                (unsigned long long)f->kv16, (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
                (unsigned long long)f->kv32);
         if (f->kvq8)
             printf("%llu bytes/token q8_0 (%llu per block)\n", (unsigned long long)f->kvq8,
                    (unsigned long long)(f->kvq8 * DEFAULT_BLOCK_TOKENS));
-        else
-            printf("no q8_0 (head_dim %d is not a multiple of %d)\n", hp->head_dim, KVT_KV_Q8_BLOCK);
+        else printf("no q8_0 (head_dim %d is not a multiple of %d)\n", hp->head_dim, KVT_KV_Q8_BLOCK);
         int32_t sess = hp->n_ctx_train < SESSION_TOKENS ? hp->n_ctx_train : SESSION_TOKENS;
         double per_gib = f->kv16 ? (double)(1ull << 30) / (double)f->kv16 : 0;
         double per_gib_q8 = f->kvq8 ? (double)(1ull << 30) / (double)f->kvq8 : 0;
-        printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens", per_gib,
-               sess > 0 ? per_gib / sess : 0.0, sess);
+        printf("kv per GiB     %.0f tokens f16 = %.1f sessions of %d tokens", per_gib, sess > 0 ? per_gib / sess : 0.0,
+               sess);
         if (f->kvq8) printf("; %.0f tokens q8_0 = %.1f sessions", per_gib_q8, sess > 0 ? per_gib_q8 / sess : 0.0);
         printf(" (any tier: T0, RAM or disk)\n");
     }

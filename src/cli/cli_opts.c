@@ -14,11 +14,11 @@
 #include "cli.h"
 #include "common.h"
 
-#define OPT_COLUMN 26     /* --help: where the explanations start */
+#define OPT_COLUMN 26 /* --help: where the explanations start */
 #define ENV_PREFIX "KVTIER_"
 #define ENV_NAME_MAX 64
-#define MAX_OPTS 128      /* options of one command, aliases included */
-#define LONG_ID_BASE 256  /* getopt_long's value for a long-only option: past every char */
+#define MAX_OPTS 128     /* options of one command, aliases included */
+#define LONG_ID_BASE 256 /* getopt_long's value for a long-only option: past every char */
 
 /* $KVTIER_<NAME> for a long option name. */
 static void env_name(const char *name, char *out, size_t cap) {
@@ -175,8 +175,8 @@ static int deliver(const char *cmd, const kvt_cli_opt *o, const char *val, const
 /* getopt_long's tables for the sections' options: rows[] (at most MAX_OPTS,
  * returned: how many), longs[] (each name and alias, then --help and the
  * end), shorts (":h" then each one-letter option, ':' after one taking a value). */
-static size_t getopt_tables(const kvt_cli_section *secs, size_t n_secs, const kvt_cli_opt **rows,
-                            struct option *longs, char *shorts) {
+static size_t getopt_tables(const kvt_cli_section *secs, size_t n_secs, const kvt_cli_opt **rows, struct option *longs,
+                            char *shorts) {
     size_t n_rows = 0, n_long = 0, n_short = 2;
     for (size_t si = 0; si < n_secs; si++)
         for (size_t i = 0; i < secs[si].n && n_rows < MAX_OPTS; i++) {
@@ -200,8 +200,8 @@ static size_t getopt_tables(const kvt_cli_section *secs, size_t n_secs, const kv
 /* The options the command line did not give (given[r] 0), from their
  * environment variables (KVTIER_<NAME>); a switch is on when the variable is
  * true. Returns 0 or KVT_CLI_PARSE_USAGE (after printing why). */
-static int apply_env(const char *cmd, const kvt_cli_opt **rows, size_t n_rows, unsigned char *given,
-                     kvt_cli_handler fn, void *ctx) {
+static int apply_env(const char *cmd, const kvt_cli_opt **rows, size_t n_rows, unsigned char *given, kvt_cli_handler fn,
+                     void *ctx) {
     int ret = 0;
     for (size_t r = 0; !ret && r < n_rows; r++) {
         if (given[r] || (rows[r]->flags & KVT_CLI_NO_ENV)) continue;

@@ -45,9 +45,11 @@ void kvt_usage_quantize(FILE *f) {
 static void progress(void *ctx, const kvt_quant_progress *p) {
     (void)ctx;
     fprintf(stderr, "kvtier quantize: [%*llu/%llu] %-32s %-4s -> %-4s %9.3f -> %9.3f MiB  %6.1f s\n",
-            p->count >= 1000 ? 4 : p->count >= 100 ? 3 : 2, (unsigned long long)p->index,
-            (unsigned long long)p->count, p->name, kvt_ggml_type_name(p->from), kvt_ggml_type_name(p->to),
-            (double)p->in_bytes / MIB, (double)p->out_bytes / MIB, p->elapsed);
+            p->count >= 1000      ? 4
+                : p->count >= 100 ? 3
+                                  : 2,
+            (unsigned long long)p->index, (unsigned long long)p->count, p->name, kvt_ggml_type_name(p->from),
+            kvt_ggml_type_name(p->to), (double)p->in_bytes / MIB, (double)p->out_bytes / MIB, p->elapsed);
 }
 
 int kvt_cmd_quantize(int argc, char **argv) {

@@ -142,8 +142,9 @@ static int index_dir(index_run *x, const char *path) {
         char *text = kvt_cli_rag_slurp(dirfd(d), names[i], &len);
         if (!text) {
             fprintf(stderr, "kvtier rag index: skipping %s/%s: %s\n", path, names[i],
-                    errno == ELOOP ? "a symbolic link" : errno == EINVAL ? "not a regular file (or over 256 MB)"
-                                                                          : strerror(errno));
+                    errno == ELOOP        ? "a symbolic link"
+                        : errno == EINVAL ? "not a regular file (or over 256 MB)"
+                                          : strerror(errno));
             continue;
         }
         rc = add_doc(x, names[i], text, len);
@@ -193,8 +194,9 @@ static int index_docs(index_run *x, const char *docs) {
         size_t pl = strlen(docs);
         if (!text) {
             fprintf(stderr, "kvtier rag index: cannot read %s: %s\n", docs,
-                    errno == ELOOP ? "a symbolic link (give the file itself)" : errno == EINVAL ? "not a regular file"
-                                                                                              : strerror(errno));
+                    errno == ELOOP        ? "a symbolic link (give the file itself)"
+                        : errno == EINVAL ? "not a regular file"
+                                          : strerror(errno));
         } else if (pl > 6 && !strcmp(docs + pl - 6, ".jsonl")) {
             rc = index_jsonl(x, docs, text);
         } else {
@@ -258,7 +260,6 @@ static int cmd_index(int argc, char **argv) {
                "%d terms, in %.1f s: %s\n",
                x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, block, chunk,
                kvt_rag_n_terms(idx), kvt_now() - x.t_start, out);
-
     }
     kvt_rag_free(idx);
     kvt_model_free(m);
@@ -304,7 +305,8 @@ static void query_print_json(const kvt_rag_index *idx, const kvt_rag_hit *hits, 
     if (prompt) {
         cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens"), *po = cJSON_AddArrayToObject(o, "prompt_chunks");
         for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
-        for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(po, cJSON_CreateString(kvt_rag_chunk_at(idx, planned[i].chunk)->id));
+        for (int32_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(po, cJSON_CreateString(kvt_rag_chunk_at(idx, planned[i].chunk)->id));
     }
     for (int32_t i = 0; i < n; i++) {
         const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
@@ -335,8 +337,8 @@ static void query_print_text(const kvt_rag_index *idx, const char *question, con
         size_t j = 0;
         for (const char *p = c->text; *p && j < SNIPPET; p++) snip[j++] = *p == '\n' || *p == '\t' ? ' ' : *p;
         snip[j] = 0;
-        printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id,
-               c->tokens, snip, strlen(c->text) > SNIPPET ? "..." : "");
+        printf("%2d  %7.3f  chunk %-5d %-24s %4u tokens  %s%s\n", i + 1, hits[i].score, hits[i].chunk, c->id, c->tokens,
+               snip, strlen(c->text) > SNIPPET ? "..." : "");
     }
     if (prompt) {
         printf("prompt (%s order): %zu tokens:", kvt_rag_order_name((kvt_rag_order)order), np);
@@ -399,10 +401,8 @@ static int cmd_query(int argc, char **argv) {
         kvt_rag_free(idx);
         return 1;
     }
-    if (json)
-        query_print_json(idx, hits, planned, n, ms, prompt, ptoks, np);
-    else
-        query_print_text(idx, question, hits, n, ms, prompt, order, ptoks, np);
+    if (json) query_print_json(idx, hits, planned, n, ms, prompt, ptoks, np);
+    else query_print_text(idx, question, hits, n, ms, prompt, order, ptoks, np);
     free(ptoks);
     kvt_rag_free(idx);
     return 0;

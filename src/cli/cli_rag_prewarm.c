@@ -123,8 +123,9 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
     char *text = kvt_cli_rag_slurp(AT_FDCWD, path, &len);
     if (!text) {
         fprintf(stderr, "kvtier rag prewarm: cannot read %s: %s\n", path,
-                errno == ELOOP ? "a symbolic link (give the file itself)" : errno == EINVAL ? "not a regular file"
-                                                                                          : strerror(errno));
+                errno == ELOOP        ? "a symbolic link (give the file itself)"
+                    : errno == EINVAL ? "not a regular file"
+                                      : strerror(errno));
         return -1;
     }
     item *seen = NULL;
@@ -316,9 +317,11 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
         } else if (!strcmp(a, "--questions")) {
             if (!(x->questions = kvt_cli_value(argc, argv, &i))) return -1;
         } else if (!strcmp(a, "-k")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0) return -1;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0)
+                return -1;
         } else if (!strcmp(a, "--pairs")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->pairs = kvt_cli_parse_long(a, v, 0, 1L << 30)) < 0) return -1;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->pairs = kvt_cli_parse_long(a, v, 0, 1L << 30)) < 0)
+                return -1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) ||
                 (x->threads = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0)
@@ -338,13 +341,13 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
             return -1;
         }
     }
-    const char *why = !*path                         ? "needs INDEX"
-                      : !x->url == !x->cache_dir     ? "needs one of --server URL and --cache-dir DIR"
-                      : x->cache_dir && !x->model    ? "--cache-dir needs -m MODEL"
-                      : x->pairs && !x->questions    ? "--pairs needs --questions FILE"
-                      : x->url && sscanf(x->url, "http://%255[^:/]:%15[0-9]", x->host, x->port) < 1
-                          ? "--server takes http://HOST:PORT"
-                          : NULL;
+    const char *why = !*path        ? "needs INDEX"
+        : !x->url == !x->cache_dir  ? "needs one of --server URL and --cache-dir DIR"
+        : x->cache_dir && !x->model ? "--cache-dir needs -m MODEL"
+        : x->pairs && !x->questions ? "--pairs needs --questions FILE"
+        : x->url && sscanf(x->url, "http://%255[^:/]:%15[0-9]", x->host, x->port) < 1
+        ? "--server takes http://HOST:PORT"
+        : NULL;
     if (why) {
         fprintf(stderr, "kvtier rag prewarm: %s\n", why);
         kvt_usage_rag(stderr);
@@ -401,8 +404,9 @@ int kvt_cmd_rag_prewarm(int argc, char **argv) {
         rc = (x.cache_dir ? prefill_local(&x, idx, &l, &items[i], &t) : prefill_remote(&x, idx, &items[i], &t)) ? 1 : 0;
         double now = kvt_now();
         if (now - t_last >= PROGRESS_EVERY_S || i + 1 == n_items) {
-            fprintf(stderr, "rag prewarm: %zu/%zu prompts (%d chunks, %ld pairs), %ld tokens computed, %ld already "
-                            "cached, %.0f s\n",
+            fprintf(stderr,
+                    "rag prewarm: %zu/%zu prompts (%d chunks, %ld pairs), %ld tokens computed, %ld already "
+                    "cached, %.0f s\n",
                     i + 1, n_items, n_chunks, n_pairs, t.computed, t.cached, now - t0);
             t_last = now;
         }
@@ -423,7 +427,10 @@ int kvt_cmd_rag_prewarm(int argc, char **argv) {
         printf("prewarmed %d chunks and %ld pairs: %ld prompt tokens computed, %ld were already cached, %ld stored as "
                "whole blocks%s, in %.1f s\n",
                n_chunks, n_pairs, t.computed, t.cached, t.stored,
-               x.cache_dir ? " in the disk tier" : x.flush ? " and flushed to the disk tier" : "", kvt_now() - t0);
+               x.cache_dir   ? " in the disk tier"
+                   : x.flush ? " and flushed to the disk tier"
+                             : "",
+               kvt_now() - t0);
     local_close(&l);
     free(items);
     kvt_rag_free(idx);

@@ -14,14 +14,14 @@
 #include "common.h"
 #include "kvtier.h"
 /* What kvtier.h does not give (yet), and why run needs it: */
-#include "api_utf8.h"   /* the streamed text: whole characters only */
-#include "generate.h"   /* one sampler across the prompts of -f, --no-cache and --ignore-eos */
-#include "model.h"      /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
-#include "progress.h"   /* --progress */
-#include "sampler.h"    /* the sampler */
+#include "api_utf8.h" /* the streamed text: whole characters only */
+#include "generate.h" /* one sampler across the prompts of -f, --no-cache and --ignore-eos */
+#include "model.h"    /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
+#include "progress.h" /* --progress */
+#include "sampler.h"  /* the sampler */
 
 #define RUN_DEFAULT_N 128
-#define PIECE_MAX 256        /* bytes of one token's text */
+#define PIECE_MAX 256 /* bytes of one token's text */
 #define PATH_MAX_LEN 4096
 #define MAX_TOKENS (1L << 24)
 #define MAX_BLOCK 4096
@@ -29,21 +29,38 @@
 #define SIGNAL_EXIT_BASE 128 /* exit status after a stop signal: 128 + its number */
 
 enum {
-    R_MODEL = 1, R_PROMPT, R_FILE, R_N_PREDICT, R_TEMP, R_TOP_K, R_TOP_P, R_SEED, R_THREADS, R_KV_ACTIVE, R_KV_RAM,
-    R_IGNORE_EOS, R_SALT, R_NO_CACHE, R_BLOCK_SIZE, R_CTX, R_NGL, R_PROGRESS,
+    R_MODEL = 1,
+    R_PROMPT,
+    R_FILE,
+    R_N_PREDICT,
+    R_TEMP,
+    R_TOP_K,
+    R_TOP_P,
+    R_SEED,
+    R_THREADS,
+    R_KV_ACTIVE,
+    R_KV_RAM,
+    R_IGNORE_EOS,
+    R_SALT,
+    R_NO_CACHE,
+    R_BLOCK_SIZE,
+    R_CTX,
+    R_NGL,
+    R_PROGRESS,
 };
 
 static const kvt_cli_opt run_opts[] = {
     {R_MODEL, 'm', "model", NULL, "FILE",
-     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box",
-     0, KVT_CLI_PLAIN},
+     "GGUF model; without it a small random-weight model is\ngenerated (and cached) so kvtier works out of the box", 0,
+     KVT_CLI_PLAIN},
     {R_PROMPT, 'p', "prompt", NULL, "TEXT", "the prompt (special tokens in it are recognized)", 0, KVT_CLI_PLAIN},
     {R_FILE, 'f', "file", NULL, "FILE",
      "many prompts: one per line, or JSON lines {\"prompt\": \"...\"};\neach gets a stats line: prompt tokens, cached "
      "tokens by tier,\ncomputed tokens, time to first token. JSON lines may add\n\"kvtier\": {\"session_id\", "
      "\"priority\", \"keep_warm_s\"} (keep that\nsession's context warm in T0 afterwards, as serve does), or\n"
      "\"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n\"end_session\" (with kvtier.session_id) "
-     "instead of generating", 0, KVT_CLI_PLAIN},
+     "instead of generating",
+     0, KVT_CLI_PLAIN},
     {R_N_PREDICT, 'n', "n-predict", NULL, "N", "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) ")",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TOKENS)},
     {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0,
@@ -56,25 +73,29 @@ static const kvt_cli_opt run_opts[] = {
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
-    {R_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)", 0, KVT_CLI_PLAIN},
+    {R_NGL, 0, "n-gpu-layers", NULL, "N",
+     "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
+     "(also -ngl)",
+     0, KVT_CLI_PLAIN},
     {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: enough for\n--ctx-size tokens plus room to keep finished "
-     "prompts cached)", 0, KVT_CLI_ANY_BYTES},
+     "prompts cached)",
+     0, KVT_CLI_ANY_BYTES},
     {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
      KVT_CLI_ANY_BYTES},
-    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)",
-     0, KVT_CLI_PLAIN},
+    {R_IGNORE_EOS, 0, "ignore-eos", NULL, NULL, "keep generating past end-of-generation tokens (benchmarks)", 0,
+     KVT_CLI_PLAIN},
     {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0, KVT_CLI_PLAIN},
     {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0, KVT_CLI_PLAIN},
-    {R_BLOCK_SIZE, 0, "block-size", NULL, "B", "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE)
-     ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_BLOCK)},
+    {R_BLOCK_SIZE, 0, "block-size", NULL, "B",
+     "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE) ")", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_BLOCK)},
     {R_CTX, 'c', "ctx-size", "ctx", "N",
      "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TOKENS)},
     {R_PROGRESS, 0, "progress", NULL, NULL,
-     "progress lines on stderr for the model load, a disk tier's open and\na prefill of " STR(KVT_PREFILL_PROGRESS_TOKENS)
-     "+ tokens, also when stderr is not a terminal\n(on a terminal they are on anyway); stdout is the same either way",
+     "progress lines on stderr for the model load, a disk tier's open and\na prefill of " STR(
+         KVT_PREFILL_PROGRESS_TOKENS) "+ tokens, also when stderr is not a terminal\n(on a terminal they are on anyway); stdout is the same either way",
      0, KVT_CLI_PLAIN},
 };
 
@@ -132,9 +153,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
         x->seed_given = 1;
         return 0;
     case R_THREADS: x->threads = (int)a->i; return 0;
-    case R_NGL:
-        fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a->flag);
-        return 0;
+    case R_NGL: fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a->flag); return 0;
     case R_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case R_KV_RAM: x->kv_ram = a->bytes; return 0;
     case R_SALT: x->salt = a->str; return 0;
@@ -199,9 +218,9 @@ typedef struct {
     kvt_model *m;
     kvt_model_info info;
     kvt_engine *e;
-    kvt_cache *cache;      /* NULL with --no-cache */
+    kvt_cache *cache; /* NULL with --no-cache */
     kvt_sampler *smp;
-    run_pin *pins;         /* made by "pin" lines, released at the end */
+    run_pin *pins; /* made by "pin" lines, released at the end */
     size_t n_pins;
 } run_ctx;
 
@@ -275,18 +294,18 @@ static void print_result(const run_ctx *c, long k, const kvt_gen_result *r) {
     if (c->prompts[k].approximate)
         snprintf(approx, sizeof approx, ", approximate %d (%d documents placed, %d tokens recomputed, %d stored)",
                  r->blend.n_placed - r->blend.n_recomputed, r->blend.n_docs, r->blend.n_recomputed, r->blend.n_stored);
-    fprintf(stderr,
-            "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s%s, computed %d%s%s%s; "
-            "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
-            "seed %llu\n",
-            k + 1, c->n_prompts, r->n_prompt, r->n_reused, r->tier_tokens[KVT_TIER_T0], r->tier_tokens[KVT_TIER_T1],
-            r->tier_tokens[KVT_TIER_T2], r->n_planned, r->shortfall ? ": " : "",
-            r->shortfall ? kvt_shortfall_name(r->shortfall) : "", approx, r->n_computed,
-            r->t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
-            why[0] ? "; reuse stopped: " : "", why, r->ttft_ms, r->restore_ms, r->prefill_ms,
-            r->n_computed / (pre_s > 0 ? pre_s : 1e-9), r->n_generated,
-            r->n_generated > 1 ? (r->n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0,
-            (unsigned long long)c->sp.seed);
+    fprintf(
+        stderr,
+        "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s%s, computed %d%s%s%s; "
+        "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
+        "seed %llu\n",
+        k + 1, c->n_prompts, r->n_prompt, r->n_reused, r->tier_tokens[KVT_TIER_T0], r->tier_tokens[KVT_TIER_T1],
+        r->tier_tokens[KVT_TIER_T2], r->n_planned, r->shortfall ? ": " : "",
+        r->shortfall ? kvt_shortfall_name(r->shortfall) : "", approx, r->n_computed,
+        r->t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
+        why[0] ? "; reuse stopped: " : "", why, r->ttft_ms, r->restore_ms, r->prefill_ms,
+        r->n_computed / (pre_s > 0 ? pre_s : 1e-9), r->n_generated,
+        r->n_generated > 1 ? (r->n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0, (unsigned long long)c->sp.seed);
 }
 
 /* The tokens of prompt k: tokenized, its documents before it (after BOS) as
@@ -324,7 +343,8 @@ static int run_prompt(run_ctx *c, long k) {
     size_t n_tok = 0;
     kvt_fail(0, "%s", "");
     if (ln->action != LINE_GENERATE && !c->cache) {
-        fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1, kvt_run_action_name(ln->action));
+        fprintf(stderr, "kvtier run: [%ld] %s needs the cache (not --no-cache)\n", k + 1,
+                kvt_run_action_name(ln->action));
         return 1;
     }
     if (ln->action == LINE_END_SESSION) {
@@ -352,10 +372,17 @@ static int run_prompt(run_ctx *c, long k) {
     }
     const char *salt = x->salt;
     stream_state ss = {.model = c->m};
-    kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen, .sampler = c->smp, .tok = x->ignore_eos ? NULL : c->m->tok,
+    kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen,
+                         .sampler = c->smp,
+                         .tok = x->ignore_eos ? NULL : c->m->tok,
                          .on_token = stream_token,
-                         .ctx = &ss, .salt = salt, .salt_len = salt ? strlen(salt) : 0, .progress = 1,
-                         .blend = ln->approximate ? &bp : NULL, .doc_starts = starts, .n_docs = ln->n_docs};
+                         .ctx = &ss,
+                         .salt = salt,
+                         .salt_len = salt ? strlen(salt) : 0,
+                         .progress = 1,
+                         .blend = ln->approximate ? &bp : NULL,
+                         .doc_starts = starts,
+                         .n_docs = ln->n_docs};
     kvt_gen_result r;
     int32_t *all = NULL;
     int rc = kvt_generate(c->e, c->cache, toks, (int32_t)n_tok, &gp, &all, &r);
@@ -385,7 +412,8 @@ static void finish_cache(const run_ctx *c) {
     if (cp->disk_dir || cp->remote_url) {
         double t0 = kvt_now();
         if (kvt_cache_flush(c->cache)) fprintf(stderr, "kvtier run: flushing the KV cache: %s\n", kvt_errmsg());
-        else kvt_logk(KVT_LOG_INFO, "to,seconds", "flushed the KV cache to %s in %.2f s",
+        else
+            kvt_logk(KVT_LOG_INFO, "to,seconds", "flushed the KV cache to %s in %.2f s",
                      cp->disk_dir ? cp->disk_dir : "the remote tier", kvt_now() - t0);
     }
     if (c->n_prompts > 1 || cp->disk_dir) {
@@ -399,9 +427,9 @@ static void finish_cache(const run_ctx *c) {
                 st.t0_pages_idle, st.t0_pages_total, (unsigned long long)st.t0_evictions,
                 (unsigned long long)st.t1_blocks, (double)st.t1_bytes_used / 1e6, (double)st.t1_budget_bytes / 1e6,
                 (unsigned long long)st.t1_restores, (unsigned long long)st.t2_records, (double)st.t2_bytes_used / 1e6,
-                (double)st.t2_budget_bytes / 1e6, (unsigned long long)st.t2_restores,
-                (unsigned long long)st.t2_writes, (unsigned long long)st.t2_dropped,
-                (unsigned long long)st.t2_put_waits, (unsigned long long)st.discarded);
+                (double)st.t2_budget_bytes / 1e6, (unsigned long long)st.t2_restores, (unsigned long long)st.t2_writes,
+                (unsigned long long)st.t2_dropped, (unsigned long long)st.t2_put_waits,
+                (unsigned long long)st.discarded);
     }
 }
 
@@ -419,8 +447,12 @@ static void run_ctx_free(run_ctx *c) {
 }
 
 int kvt_cmd_run(int argc, char **argv) {
-    run_args x = {.n_gen = RUN_DEFAULT_N, .block = KVT_DEFAULT_BLOCK_SIZE, .threads = kvt_cli_default_threads(),
-                  .use_cache = 1, .cp = kvt_cache_default_params(), .dt = KVT_KV_F16,
+    run_args x = {.n_gen = RUN_DEFAULT_N,
+                  .block = KVT_DEFAULT_BLOCK_SIZE,
+                  .threads = kvt_cli_default_threads(),
+                  .use_cache = 1,
+                  .cp = kvt_cache_default_params(),
+                  .dt = KVT_KV_F16,
                   .sp = kvt_sampler_default_params()};
     kvt_cli_section secs[RUN_SECTIONS];
     run_sections(secs);

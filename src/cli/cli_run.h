@@ -20,13 +20,13 @@
 typedef enum { LINE_GENERATE, LINE_PREFETCH, LINE_PIN, LINE_UNPIN, LINE_END_SESSION } line_action;
 
 typedef struct {
-    char *prompt;            /* NULL for end_session */
+    char *prompt; /* NULL for end_session */
     line_action action;
     kvt_api_session session;
-    kvt_document *docs;      /* "kvtier": {"documents": [...]}: fixed context blocks before the prompt */
+    kvt_document *docs; /* "kvtier": {"documents": [...]}: fixed context blocks before the prompt */
     size_t n_docs;
-    int approximate;         /* "kvtier": {"reuse": "approximate"}: documents may be placed from stored KV */
-    float recompute_ratio;   /* "kvtier": {"recompute_ratio"}, or < 0 for the default */
+    int approximate;       /* "kvtier": {"reuse": "approximate"}: documents may be placed from stored KV */
+    float recompute_ratio; /* "kvtier": {"recompute_ratio"}, or < 0 for the default */
 } run_line;
 
 /* A pin made by a "pin" line, released by "unpin" with the same prompt or at the end. */

@@ -41,10 +41,11 @@ static int parse_json_line(const char *path, long lineno, const char *line, run_
         if (a == KVT_ARRAY_LEN(line_actions)) why = "\"action\" must be generate, prefetch, pin, unpin or end_session";
         else out->action = (line_action)a;
     }
-    if (!why && (kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err) ||
-                 kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err) ||
-                 kvt_api_parse_reuse(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), 0, &out->approximate,
-                                     &out->recompute_ratio, &err)))
+    if (!why &&
+        (kvt_api_parse_session(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->session, &err) ||
+         kvt_api_parse_documents(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), &out->docs, &out->n_docs, &err) ||
+         kvt_api_parse_reuse(cJSON_GetObjectItemCaseSensitive(j, "kvtier"), 0, &out->approximate, &out->recompute_ratio,
+                             &err)))
         why = err.message;
     const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
     if (!why && out->action != LINE_END_SESSION && !cJSON_IsString(pr)) why = "expected a \"prompt\" string";
@@ -134,8 +135,7 @@ void kvt_run_action(kvt_cache *cache, const run_line *l, const int32_t *toks, si
         fprintf(stderr, "kvtier run: [%ld] end_session %s: %s\n", k, l->session.session_id,
                 rc ? "not warm" : "released");
         return;
-    case LINE_GENERATE:
-        return;
+    case LINE_GENERATE: return;
     }
     if (rc < 0) fprintf(stderr, "kvtier run: [%ld] %s: %s\n", k, line_actions[l->action], kvt_errmsg());
 }

@@ -11,14 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chat.h"   /* chat template families: internal to the model layer; the server applies them */
+#include "chat.h" /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
 #include "common.h"
 #include "engine.h" /* the device the engine runs on, for the start-up line */
 #include "kvtier.h"
-#include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
-#include "progress.h" /* --progress */
-#include "server.h" /* the HTTP server: the binary's, not part of libkvtier */
+#include "generate.h"   /* KVT_PREFILL_PROGRESS_TOKENS */
+#include "progress.h"   /* --progress */
+#include "server.h"     /* the HTTP server: the binary's, not part of libkvtier */
 #include "http_conns.h" /* --trusted-proxy addresses */
 #include "rag.h"
 
@@ -38,118 +38,173 @@
 
 
 enum {
-    O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_QUEUE, O_CTX, O_KV_ACTIVE, O_KV_RAM, O_THREADS, O_API_KEY,
-    O_API_KEY_FILE, O_METRICS_KEY, O_CHAT_TEMPLATE, O_MAX_BODY, O_MAX_INFLIGHT, O_MAX_TOKENS_LIMIT, O_N_PREDICT,
-    O_PREFILL_CHUNK, O_TIMEOUT, O_REQUEST_TIMEOUT, O_MAX_CONNS_PER_IP, O_DRAIN_TIMEOUT, O_CORS_ORIGIN, O_ALIAS,
-    O_SESSION_KEEP_WARM, O_NGL, O_RAG_INDEX, O_RAG_K, O_LOG_FORMAT, O_LOG_FILE, O_RETOKENIZE,
-    O_APPROXIMATE, O_RECOMPUTE_RATIO, O_PROGRESS, O_ADMIN_KEY, O_EXPLAIN_TEXT, O_HIDE_CACHED, O_STRICT,
-    O_HEADER_TIMEOUT, O_MAX_CONNS, O_CONN_RESERVE, O_TRUSTED_PROXY,
+    O_MODEL = 1,
+    O_HOST,
+    O_PORT,
+    O_PARALLEL,
+    O_QUEUE,
+    O_CTX,
+    O_KV_ACTIVE,
+    O_KV_RAM,
+    O_THREADS,
+    O_API_KEY,
+    O_API_KEY_FILE,
+    O_METRICS_KEY,
+    O_CHAT_TEMPLATE,
+    O_MAX_BODY,
+    O_MAX_INFLIGHT,
+    O_MAX_TOKENS_LIMIT,
+    O_N_PREDICT,
+    O_PREFILL_CHUNK,
+    O_TIMEOUT,
+    O_REQUEST_TIMEOUT,
+    O_MAX_CONNS_PER_IP,
+    O_DRAIN_TIMEOUT,
+    O_CORS_ORIGIN,
+    O_ALIAS,
+    O_SESSION_KEEP_WARM,
+    O_NGL,
+    O_RAG_INDEX,
+    O_RAG_K,
+    O_LOG_FORMAT,
+    O_LOG_FILE,
+    O_RETOKENIZE,
+    O_APPROXIMATE,
+    O_RECOMPUTE_RATIO,
+    O_PROGRESS,
+    O_ADMIN_KEY,
+    O_EXPLAIN_TEXT,
+    O_HIDE_CACHED,
+    O_STRICT,
+    O_HEADER_TIMEOUT,
+    O_MAX_CONNS,
+    O_CONN_RESERVE,
+    O_TRUSTED_PROXY,
 };
 
 static const kvt_cli_opt serve_opts[] = {
     {O_MODEL, 'm', "model", NULL, "FILE",
-     "GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\nor $KVT_DEFAULT_MODEL; its text is noise)",
-     0, KVT_CLI_PLAIN},
+     "GGUF model (default: kvtier's generated RANDOM-WEIGHT model,\nor $KVT_DEFAULT_MODEL; its text is noise)", 0,
+     KVT_CLI_PLAIN},
     {O_HOST, 0, "host", NULL, "ADDR",
      "address to bind: IPv4, IPv6 (::1 or [::1]) or a host name\n(localhost: its IPv4 address first) "
-     "(default 127.0.0.1: this\nmachine only)", 0, KVT_CLI_PLAIN},
-    {O_PORT, 0, "port", NULL, "N", "TCP port (default " STR(KVT_SERVER_DEFAULT_PORT) "; 0 = any free port, printed "
-     "at start)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, 65535)},
+     "(default 127.0.0.1: this\nmachine only)",
+     0, KVT_CLI_PLAIN},
+    {O_PORT, 0, "port", NULL, "N",
+     "TCP port (default " STR(KVT_SERVER_DEFAULT_PORT) "; 0 = any free port, printed "
+                                                       "at start)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, 65535)},
     {O_PARALLEL, 0, "parallel", NULL, "N",
-     "sequences decoded together in one batch (default " STR(KVT_SERVER_DEFAULT_PARALLEL) "; also -np)",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_PARALLEL)},
+     "sequences decoded together in one batch (default " STR(KVT_SERVER_DEFAULT_PARALLEL) "; also -np)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_PARALLEL)},
     {O_QUEUE, 0, "queue", NULL, "N",
-     "requests waiting for a sequence at most; more get 503 (default " STR(KVT_SERVER_DEFAULT_QUEUE) ")",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_QUEUE)},
+     "requests waiting for a sequence at most; more get 503 (default " STR(KVT_SERVER_DEFAULT_QUEUE) ")", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_QUEUE)},
     {O_CTX, 'c', "ctx-size", "ctx", "N",
-     "context length per sequence: prompt + generated (default: the\nmodel's, at most " STR(KVT_CLI_DEFAULT_CTX_CAP)
-     ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 2, MAX_CTX)},
+     "context length per sequence: prompt + generated (default: the\nmodel's, at most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 2, MAX_CTX)},
     {O_N_PREDICT, 'n', "n-predict", NULL, "N",
-     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
+     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: --parallel full\ncontexts plus one more to keep finished "
-     "prompts cached)", 0, KVT_CLI_ANY_BYTES},
-    {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)",
+     "prompts cached)",
      0, KVT_CLI_ANY_BYTES},
-    {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
-    {O_NGL, 0, "n-gpu-layers", NULL, "N", "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)", 0, KVT_CLI_PLAIN},
+    {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
+     KVT_CLI_ANY_BYTES},
+    {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
+    {O_NGL, 0, "n-gpu-layers", NULL, "N",
+     "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
+     "(also -ngl)",
+     0, KVT_CLI_PLAIN},
     {O_API_KEY, 0, "api-key", NULL, "KEY",
      "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable); each key gets its "
      "own cache\nnamespace (tenants never share cached KV). Arguments show in ps:\nprefer --api-key-file or "
-     "$KVTIER_API_KEY, which is one more key", KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
-    {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE", "more keys, one per line (blank lines and # comments ignored)",
-     0, KVT_CLI_PLAIN},
+     "$KVTIER_API_KEY, which is one more key",
+     KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
+    {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE", "more keys, one per line (blank lines and # comments ignored)", 0,
+     KVT_CLI_PLAIN},
     {O_METRICS_KEY, 0, "metrics-key", NULL, "KEY",
      "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
-     "when there are\nany, else it is open. /health is always open", 0, KVT_CLI_PLAIN},
+     "when there are\nany, else it is open. /health is always open",
+     0, KVT_CLI_PLAIN},
     {O_ADMIN_KEY, 0, "admin-key", NULL, "KEY",
      "the operator's key, which is not a tenant's: it alone opens\nGET /v1/cache/lint (which quotes prompt text), "
      "sees every tenant's\npins in /v1/cache/stats and may release any pin or session, and\nopens /metrics and "
-     "/dashboard. Without it the lint is refused.\nMust differ from every API key", 0, KVT_CLI_PLAIN},
+     "/dashboard. Without it the lint is refused.\nMust differ from every API key",
+     0, KVT_CLI_PLAIN},
     {O_EXPLAIN_TEXT, 0, "explain-text", NULL, NULL,
      "when reuse stops where a prompt differs from the nearest cached\none, show that cached block's text and token "
      "ids too\n(kvtier.reuse_stop.cached_text). They come from the caller's own\nnamespace (API key + cache_salt), "
      "but any client of that namespace\nmay have sent them: use it only where those clients trust each\nother. "
-     "Off by default: only the caller's own side is shown", 0, KVT_CLI_PLAIN},
+     "Off by default: only the caller's own side is shown",
+     0, KVT_CLI_PLAIN},
     {O_HIDE_CACHED, 0, "hide-cached-tokens", NULL, NULL,
      "leave every cache count out of answers (usage.prompt_tokens_details,\nthe kvtier report, pin and prefetch "
      "counts, the cache-wide stats),\nand let only --metrics-key or --admin-key open /metrics and\n/dashboard. Exact "
      "counts let a client confirm a guessed block of\nanother client's prompt in the same namespace; use this where "
      "the\nclients of one key (or of an open server) do not trust each other.\nResponse times still differ between "
-     "hits and misses", 0, KVT_CLI_PLAIN},
+     "hits and misses",
+     0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
      "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
-     "none)", 0, KVT_CLI_PLAIN},
-    {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)",
-     0, KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
+     "none)",
+     0, KVT_CLI_PLAIN},
+    {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
+     KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
     {O_MAX_INFLIGHT, 0, "max-inflight-bytes", NULL, "BYTES",
      "request body bytes held in memory by all requests in flight\ntogether; a request past it gets 503 + Retry-After "
-     "(default 64M,\nor --max-body if larger; at least --max-body)", 0, KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
+     "(default 64M,\nor --max-body if larger; at least --max-body)",
+     0, KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
     {O_MAX_TOKENS_LIMIT, 0, "max-tokens-limit", NULL, "N",
-     "largest max_tokens a request may ask for (default " STR(KVT_SERVER_DEFAULT_MAX_TOKENS) ")",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
+     "largest max_tokens a request may ask for (default " STR(KVT_SERVER_DEFAULT_MAX_TOKENS) ")", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_PREFILL_CHUNK, 0, "prefill-chunk", NULL, "N",
-     "prompt tokens per engine step, so long prompts do not stall\nrunning sequences (default "
-     STR(KVT_SERVER_DEFAULT_PREFILL_CHUNK) ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
+     "prompt tokens per engine step, so long prompts do not stall\nrunning sequences (default " STR(
+         KVT_SERVER_DEFAULT_PREFILL_CHUNK) ")",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_TIMEOUT, 0, "timeout", NULL, "S",
      "close connections idle (or stalled mid-request) for S seconds\n(default " STR(KVT_SERVER_DEFAULT_TIMEOUT_S) ")",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TIMEOUT_S)},
     {O_REQUEST_TIMEOUT, 0, "request-timeout", NULL, "S",
      "close a connection that has not sent a whole request (headers and\nbody) S seconds after it opened or after its "
-     "previous response,\nhowever steadily it trickles bytes (default " STR(KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S)
-     "; 0 = no deadline)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
+     "previous response,\nhowever steadily it trickles bytes (default " STR(
+         KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S) "; 0 = no deadline)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
     {O_HEADER_TIMEOUT, 0, "header-timeout", NULL, "S",
      "close a connection that has not sent a request's complete headers\nS seconds after it opened or after its "
      "previous response (an idle\nkeep-alive connection too), so slow clients give their slot back\nsoon; bodies "
-     "and answers keep --request-timeout (default "
-     STR(KVT_SERVER_DEFAULT_HEADER_TIMEOUT_S) ";\n0 = no header deadline)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
+     "and answers keep --request-timeout (default " STR(KVT_SERVER_DEFAULT_HEADER_TIMEOUT_S) ";\n0 = no header deadline)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
     {O_MAX_CONNS_PER_IP, 0, "max-conns-per-ip", NULL, "N",
-     "open connections from one IP address at most; more are closed at\nonce (default "
-     STR(KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit). Behind a proxy every client\nshares the proxy's address "
-     "unless it is a --trusted-proxy", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS_PER_IP)},
+     "open connections from one IP address at most; more are closed at\nonce (default " STR(
+         KVT_SERVER_DEFAULT_CONNS_PER_IP) "; 0 = no limit). Behind a proxy every client\nshares the proxy's address "
+                                          "unless it is a --trusted-proxy",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS_PER_IP)},
     {O_MAX_CONNS, 0, "max-conns", NULL, "N",
      "open connections at most, each with its own thread (default " STR(KVT_SERVER_DEFAULT_MAX_CONNS) ")", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CONNS)},
     {O_CONN_RESERVE, 0, "conn-reserve", NULL, "N",
      "the last N of --max-conns are kept for addresses with no connection\nopen, so however many connections a few "
-     "addresses hold, a new\nclient can still connect (default " STR(KVT_SERVER_DEFAULT_CONN_RESERVE)
-     "; less than --max-conns)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS - 1)},
+     "addresses hold, a new\nclient can still connect (default " STR(
+         KVT_SERVER_DEFAULT_CONN_RESERVE) "; less than --max-conns)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CONNS - 1)},
     {O_TRUSTED_PROXY, 0, "trusted-proxy", NULL, "ADDR[,ADDR...]",
      "IP addresses of reverse proxies in front of kvtier (repeatable).\nTheir connections are not held to "
      "--max-conns-per-ip; each request\nthey forward counts against, and is logged as, the last\n"
-     "X-Forwarded-For entry that is not one of them. Without it\nX-Forwarded-For is ignored", 0, KVT_CLI_PLAIN},
+     "X-Forwarded-For entry that is not one of them. Without it\nX-Forwarded-For is ignored",
+     0, KVT_CLI_PLAIN},
     {O_DRAIN_TIMEOUT, 0, "drain-timeout", NULL, "S",
-     "on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n(default " STR(KVT_SERVER_DEFAULT_DRAIN_S)
-     "; 0 = end them at once with 503)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
+     "on SIGINT/SIGTERM, wait up to S seconds for the requests in flight\n(default " STR(
+         KVT_SERVER_DEFAULT_DRAIN_S) "; 0 = end them at once with 503)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TIMEOUT_S)},
     {O_CORS_ORIGIN, 0, "cors-origin", NULL, "ORIGIN",
      "let browser pages from ORIGIN (e.g. http://localhost:3000;\nrepeatable, or * for any) call the API: OPTIONS "
      "preflights are\nanswered and responses carry Access-Control-Allow-Origin.\nWithout it OPTIONS is 405",
      0, KVT_CLI_PLAIN},
-    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)",
-     0, KVT_CLI_PLAIN},
+    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)", 0,
+     KVT_CLI_PLAIN},
     {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
      "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)",
@@ -158,39 +213,46 @@ static const kvt_cli_opt serve_opts[] = {
      "tokenize chat history from its text only. By default an assistant\nmessage (or tool call) this server generated "
      "keeps the token ids it\nwas generated with, so the next turn reuses its KV; a restarted\nserver or another node "
      "re-tokenizes that text, which can split it\ninto other tokens and so change a greedy reply. With this flag\nthe "
-     "output depends on the request alone (docs/api.md\n\"Chat history\")", 0, KVT_CLI_PLAIN},
+     "output depends on the request alone (docs/api.md\n\"Chat history\")",
+     0, KVT_CLI_PLAIN},
     {O_RAG_INDEX, 0, "rag-index", NULL, "INDEX",
      "serve POST /v1/rag/chat/completions over this index (made by\n`kvtier rag index`): the last user message "
-     "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (docs/rag.md)", 0,
-     KVT_CLI_PLAIN},
+     "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (docs/rag.md)",
+     0, KVT_CLI_PLAIN},
     {O_RAG_K, 0, "rag-k", NULL, "K",
-     "chunks a RAG request retrieves when it gives no kvtier.rag.k\n(default " STR(KVT_RAG_DEFAULT_K) ", at most "
-     STR(KVT_RAG_MAX_K) ")", 0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_RAG_MAX_K)},
+     "chunks a RAG request retrieves when it gives no kvtier.rag.k\n(default " STR(KVT_RAG_DEFAULT_K) ", at most " STR(
+         KVT_RAG_MAX_K) ")",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_RAG_MAX_K)},
     {O_APPROXIMATE, 0, "approximate-reuse", NULL, NULL,
      "let requests ask for approximate reuse (\"kvtier\": {\"reuse\":\n\"approximate\"}): documents that "
      "the exact prefix misses are placed\nfrom their stored KV at their new position (RoPE re-rotated), and\nthe "
      "tokens that deviate most are recomputed (CacheBlend). The\noutput is then close to, not equal to, a cold "
      "run's; requests\nwithout the field stay exact. Off by default: such a request is\na 400 (docs/rag.md "
-     "\"Approximate reuse\")", 0, KVT_CLI_PLAIN},
+     "\"Approximate reuse\")",
+     0, KVT_CLI_PLAIN},
     {O_RECOMPUTE_RATIO, 0, "recompute-ratio", NULL, "R",
      "with --approximate-reuse: the fraction of the placed document\ntokens recomputed when a request gives no "
-     "kvtier.recompute_ratio\n(default 0.15; 1 recomputes them all, which is exact)", 0,
-     KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+     "kvtier.recompute_ratio\n(default 0.15; 1 recomputes them all, which is exact)",
+     0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
     {O_STRICT, 0, "strict", NULL, NULL,
      "refuse request fields this server does not read: a top-level field\nthe endpoint does not know (a typo such "
      "as max_token) is a 400\nnaming it. By default such fields are ignored, as OpenAI does.\nBodies are strict "
-     "JSON either way (no duplicate keys, no \\u0000,\nvalid UTF-8)", 0, KVT_CLI_PLAIN},
+     "JSON either way (no duplicate keys, no \\u0000,\nvalid UTF-8)",
+     0, KVT_CLI_PLAIN},
     {O_LOG_FORMAT, 0, "log-format", NULL, "FMT",
      "text (default) or json: one object per line with ts, level, msg.\nEvery line has an ISO-8601 UTC timestamp "
-     "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)", 0, KVT_CLI_PLAIN},
+     "and a level;\nKVT_LOG=0..3 sets the verbosity (error, warn, info, debug)",
+     0, KVT_CLI_PLAIN},
     {O_PROGRESS, 0, "progress", NULL, NULL,
-     "progress lines in the log for the model load, a disk tier's open\nscan and each prefill of "
-     STR(KVT_PREFILL_PROGRESS_TOKENS) "+ tokens (with its request id), also\nwhen stderr is not a terminal (on a "
-     "terminal they are on anyway):\neach piece of work logs its first line at once and its last when\ndone, at "
-     "most one a second between", 0, KVT_CLI_PLAIN},
+     "progress lines in the log for the model load, a disk tier's open\nscan and each prefill of " STR(
+         KVT_PREFILL_PROGRESS_TOKENS) "+ tokens (with its request id), also\nwhen stderr is not a terminal (on a "
+                                      "terminal they are on anyway):\neach piece of work logs its first line at once and its last when\ndone, at "
+                                      "most one a second between",
+     0, KVT_CLI_PLAIN},
     {O_LOG_FILE, 0, "log-file", NULL, "PATH",
      "append log lines to PATH (created 0600; never through a symbolic\nlink, nor into a file with other hard links) "
-     "instead of stderr;\nusage errors still go to stderr", 0, KVT_CLI_PLAIN},
+     "instead of stderr;\nusage errors still go to stderr",
+     0, KVT_CLI_PLAIN},
 };
 
 /* serve's sections: its own table, then the shared KV-type, disk-tier and device tables. */
@@ -290,7 +352,7 @@ typedef struct {
     size_t n_keys;
     const char *cors[MAX_CORS_ORIGINS];
     size_t n_cors;
-    long conn_reserve;          /* -1: the default (checked against --max-conns once both are known) */
+    long conn_reserve;                  /* -1: the default (checked against --max-conns once both are known) */
     char *proxies[MAX_TRUSTED_PROXIES]; /* --trusted-proxy addresses (owned) */
     size_t n_proxies;
     kvt_cli_device dev;
@@ -303,8 +365,8 @@ static int add_trusted_proxies(serve_args *x, const char *flag, const char *list
         size_t n = strcspn(p, ",");
         kvt_http_addr a;
         if (x->n_proxies == MAX_TRUSTED_PROXIES || kvt_http_addr_parse(p, n, 0, &a)) {
-            fprintf(stderr, "kvtier serve: %s needs IP addresses, comma-separated (at most %d), got '%.*s'\n",
-                    flag, MAX_TRUSTED_PROXIES, (int)n, p);
+            fprintf(stderr, "kvtier serve: %s needs IP addresses, comma-separated (at most %d), got '%.*s'\n", flag,
+                    MAX_TRUSTED_PROXIES, (int)n, p);
             return -1;
         }
         x->proxies[x->n_proxies] = kvt_xmalloc(n + 1);
@@ -333,9 +395,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
     case O_THREADS: x->threads = (int)a->i; return 0;
-    case O_NGL:
-        fprintf(stderr, "kvtier serve: %s is ignored: this build runs on the CPU\n", a->flag);
-        return 0;
+    case O_NGL: fprintf(stderr, "kvtier serve: %s is ignored: this build runs on the CPU\n", a->flag); return 0;
     case O_API_KEY:
         if (!*v || x->n_keys == MAX_API_KEYS) {
             fprintf(stderr, "kvtier serve: --api-key needs a non-empty key (at most %d keys)\n", MAX_API_KEYS);
@@ -351,7 +411,8 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2, mistral, qwen3, gemma or phi3, got '%s'\n", a->flag, v);
+            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2, mistral, qwen3, gemma or phi3, got '%s'\n",
+                    a->flag, v);
             return -1;
         }
         return 0;
@@ -422,8 +483,9 @@ static int serve_settings(serve_args *x) {
     }
     for (size_t i = 0; x->admin_key && i < x->n_keys; i++)
         if (!strcmp(x->keys[i], x->admin_key)) {
-            fprintf(stderr, "kvtier serve: the admin key is also an API key: a tenant would hold the operator's "
-                            "rights; give --admin-key a key of its own\n");
+            fprintf(stderr,
+                    "kvtier serve: the admin key is also an API key: a tenant would hold the operator's "
+                    "rights; give --admin-key a key of its own\n");
             return -1;
         }
     sp->admin_key = x->admin_key;
@@ -488,7 +550,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         sp->rag = rt->rag;
         kvt_logk(KVT_LOG_INFO, "rag_index,chunks,chunk_tokens,terms",
                  "serve: RAG index %s: %d chunks of at most %d tokens, %d terms", x->rag_path,
-                kvt_rag_n_chunks(rt->rag), kvt_rag_chunk_tokens(rt->rag), kvt_rag_n_terms(rt->rag));
+                 kvt_rag_n_chunks(rt->rag), kvt_rag_chunk_tokens(rt->rag), kvt_rag_n_terms(rt->rag));
     }
     if (kvt_model_load(model_path, kvt_model_default_params(), &rt->m)) {
         kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
@@ -499,8 +561,9 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         sp->chat = kvt_chat_family_parse(x->template_name);
     } else if ((sp->chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
         sp->chat = KVT_CHAT_CHATML;
-        kvt_logk(KVT_LOG_WARN, "chat_template", "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
-                info.chat_template ? "not recognised" : "missing");
+        kvt_logk(KVT_LOG_WARN, "chat_template",
+                 "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
+                 info.chat_template ? "not recognised" : "missing");
     }
     model_id_of(model_path, x->alias, rt->model_id, sizeof rt->model_id);
     sp->model_id = rt->model_id;
@@ -521,8 +584,8 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     if (rt->rag && kvt_rag_block_size(rt->rag) != ep.block_size)
         kvt_logk(KVT_LOG_WARN, "rag_block_tokens,block_tokens",
                  "serve: the RAG index was cut for blocks of %d tokens, the cache uses %d: chunks still "
-                "start on block boundaries, but may take more blocks than they need", kvt_rag_block_size(rt->rag),
-                ep.block_size);
+                 "start on block boundaries, but may take more blocks than they need",
+                 kvt_rag_block_size(rt->rag), ep.block_size);
     if (kvt_engine_new(rt->m, ep, &rt->e)) {
         kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
@@ -556,9 +619,9 @@ static void serve_until_signal(kvt_server *srv, const sigset_t *stop_set, long d
         return;
     }
     kvt_logk(KVT_LOG_INFO, "signal,in_flight,drain_s",
-            "serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
-            "at once)",
-            sig_name, in_flight, drain_s);
+             "serve: %s received, finishing %d request(s) in flight (at most %ld s; a second signal stops "
+             "at once)",
+             sig_name, in_flight, drain_s);
     kvt_server_quiesce(srv);
     double end = kvt_now() + (double)drain_s;
     const struct timespec slice = {0, DRAIN_POLL_NS};
@@ -583,19 +646,22 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
     signal(SIGPIPE, SIG_IGN); /* a client that goes away mid-write is not fatal */
     /* the cache is the engine thread's once the server starts: describe it before */
     kvt_engine_params eff = kvt_engine_get_params(rt->e);
-    kvt_logk(KVT_LOG_INFO, "model,chat_template,ctx,parallel,kv_type,t0_pages,page_bytes,t1_bytes,t2_dir,t3,api_keys,metrics",
-            "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
-            "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
-            rt->model_id, kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel, kvt_kv_dtype_name(eff.kv_dtype),
-            eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
-            cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off", x->n_keys,
-            x->metrics_key ? "behind the metrics key"
-            : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")
-            : x->n_keys ? "behind the API keys" : "open");
+    kvt_logk(KVT_LOG_INFO,
+             "model,chat_template,ctx,parallel,kv_type,t0_pages,page_bytes,t1_bytes,t2_dir,t3,api_keys,metrics",
+             "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
+             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
+             rt->model_id, kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel, kvt_kv_dtype_name(eff.kv_dtype),
+             eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
+             cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off", x->n_keys,
+             x->metrics_key               ? "behind the metrics key"
+                 : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")
+                 : x->n_keys              ? "behind the API keys"
+                                          : "open");
     if (eff.device)
-        kvt_logk(KVT_LOG_INFO, "device,weight_bytes", "serve: the engine runs on %s: weights (%llu bytes) and T0 in "
-                 "device memory", kvt_engine_device_name(rt->e),
-                 (unsigned long long)kvt_engine_weight_device_bytes(rt->e));
+        kvt_logk(KVT_LOG_INFO, "device,weight_bytes",
+                 "serve: the engine runs on %s: weights (%llu bytes) and T0 in "
+                 "device memory",
+                 kvt_engine_device_name(rt->e), (unsigned long long)kvt_engine_weight_device_bytes(rt->e));
     if (sp->explain_text || sp->hide_cached_tokens || x->admin_key)
         kvt_logk(KVT_LOG_INFO, "explain_text,hide_cached_tokens,admin_key",
                  "serve: cached prompt text in reuse reports %s, cache counts in answers %s, admin key %s",
@@ -613,16 +679,22 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
     kvt_server_stop(srv);
     if (cp->disk_dir || cp->remote_url) { /* graceful shutdown: what T0 and T1 hold goes down for the next start */
         double t0 = kvt_now();
-        if (kvt_cache_flush(rt->cache)) kvt_logk(KVT_LOG_ERROR, "error", "serve: flushing the KV cache: %s", kvt_errmsg());
-        else kvt_logk(KVT_LOG_INFO, "to,seconds", "serve: flushed the KV cache to %s in %.2f s",
+        if (kvt_cache_flush(rt->cache))
+            kvt_logk(KVT_LOG_ERROR, "error", "serve: flushing the KV cache: %s", kvt_errmsg());
+        else
+            kvt_logk(KVT_LOG_INFO, "to,seconds", "serve: flushed the KV cache to %s in %.2f s",
                      cp->disk_dir ? cp->disk_dir : "the remote tier", kvt_now() - t0);
     }
     return 0;
 }
 
 int kvt_cmd_serve(int argc, char **argv) {
-    serve_args x = {.sp = kvt_server_default_params(), .drain_s = KVT_SERVER_DEFAULT_DRAIN_S, .conn_reserve = -1,
-                    .threads = kvt_cli_default_threads(), .cp = kvt_cache_default_params(), .dt = KVT_KV_F16};
+    serve_args x = {.sp = kvt_server_default_params(),
+                    .drain_s = KVT_SERVER_DEFAULT_DRAIN_S,
+                    .conn_reserve = -1,
+                    .threads = kvt_cli_default_threads(),
+                    .cp = kvt_cache_default_params(),
+                    .dt = KVT_KV_F16};
     x.max_body = x.sp.max_body;
     x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
     int ret = 2;

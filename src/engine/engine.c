@@ -87,8 +87,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
     const kvt_hparams *hp = &model->hp;
     if (p.block_size < 1 || p.n_threads < 1 || p.n_batch < 1 || p.max_seqs < 1 || p.n_ctx < 0 || p.n_pages < 0 ||
-        p.device < 0 ||
-        (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32 && p.kv_dtype != KVT_KV_Q8_0))
+        p.device < 0 || (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32 && p.kv_dtype != KVT_KV_Q8_0))
         return kvt_fail(KVT_EARG, "invalid engine parameters");
     if (kvt_kv_row_bytes(p.kv_dtype, hp->head_dim) == 0)
         return kvt_fail(KVT_EARG, "KV type %s needs a head_dim that is a multiple of %d; this model's head_dim is %d",
@@ -230,9 +229,7 @@ int kvt_page_is_shared(const kvt_engine *e, int32_t id) { return page_valid(e, i
 void *kvt_page_data(kvt_engine *e, int32_t id) {
     return e->page_mem ? e->page_mem + (size_t)id * e->page_stride : NULL;
 }
-const void *kvt_page_data_const(const kvt_engine *e, int32_t id) {
-    return e->page_mem + (size_t)id * e->page_stride;
-}
+const void *kvt_page_data_const(const kvt_engine *e, int32_t id) { return e->page_mem + (size_t)id * e->page_stride; }
 
 /* ---- page I/O ------------------------------------------------------------- */
 
@@ -269,7 +266,9 @@ int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t
     return 0;
 }
 
-void *kvt_pages_stage(kvt_engine *e, size_t n) { return e->gpu && n ? kvt_eng_gpu_stage(e->gpu, n, e->page_bytes) : NULL; }
+void *kvt_pages_stage(kvt_engine *e, size_t n) {
+    return e->gpu && n ? kvt_eng_gpu_stage(e->gpu, n, e->page_bytes) : NULL;
+}
 
 void *kvt_page_host(kvt_engine *e, int32_t id) {
     return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data(e, id);
@@ -288,8 +287,7 @@ static seq_state *seq_get(const kvt_engine *e, int32_t seq) {
 
 int kvt_seq_new(kvt_engine *e, const int32_t *pages, int32_t n_pages, int32_t n_tokens, int32_t *seq) {
     int32_t B = e->p.block_size;
-    if (n_pages < 0 || n_tokens < 0 || (n_pages > 0 && !pages) ||
-        (int64_t)n_pages != ((int64_t)n_tokens + B - 1) / B)
+    if (n_pages < 0 || n_tokens < 0 || (n_pages > 0 && !pages) || (int64_t)n_pages != ((int64_t)n_tokens + B - 1) / B)
         return kvt_fail(KVT_EARG, "%d tokens do not fill %d pages of %d", n_tokens, n_pages, B);
     if (n_tokens > e->p.n_ctx) return kvt_fail(KVT_ELIMIT, "%d tokens exceed the context of %d", n_tokens, e->p.n_ctx);
     for (int32_t i = 0; i < n_pages; i++)
@@ -407,7 +405,7 @@ static void seq_truncate(kvt_engine *e, seq_state *st, int32_t len) {
 size_t kvt_eng_kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
     const kvt_hparams *hp = &e->model->hp;
     size_t row = (((size_t)layer * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) * (size_t)e->p.block_size +
-                 (size_t)slot;
+        (size_t)slot;
     return row * e->row_bytes;
 }
 
@@ -679,8 +677,8 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
         need += pages_needed(e, st, e->batch_count[s]);
     }
     if (need > e->n_free)
-        return kvt_fail(KVT_ELIMIT, "batch needs %lld free KV pages, the pool has %d of %d", (long long)need,
-                        e->n_free, e->p.n_pages);
+        return kvt_fail(KVT_ELIMIT, "batch needs %lld free KV pages, the pool has %d of %d", (long long)need, e->n_free,
+                        e->p.n_pages);
 
     /* on a device a chunk can fail (a lost device): the sequences then go
      * back to their lengths before the call */

@@ -162,9 +162,9 @@ int32_t kvt_seq_pages_needed(const kvt_engine *e, int32_t seq, int32_t add);
  * want_logits means "only the last entry". */
 typedef struct {
     int32_t n;
-    const int32_t *token;       /* (n) */
-    const int32_t *seq;         /* (n) */
-    const int8_t *want_logits;  /* (n) or NULL */
+    const int32_t *token;      /* (n) */
+    const int32_t *seq;        /* (n) */
+    const int8_t *want_logits; /* (n) or NULL */
 } kvt_batch;
 
 /* Runs the model over the batch in chunks of n_batch tokens, appending each

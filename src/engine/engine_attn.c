@@ -84,7 +84,7 @@ static int32_t value_runs(const kvt_engine *e, const seq_state *st, int32_t laye
     int32_t nr = 0;
     for (int32_t t0 = k0 / B * B; t0 < k1; t0 += B) {
         const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
-                            kvt_eng_kv_offset(e, layer, 1, gk, 0);
+            kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(k0, t0) - t0, T = KVT_MIN(B, k1 - t0) - a;
         runs[nr++] = (kvt_attn_run){pg + (size_t)a * (size_t)hd * esz, w + (t0 + a - k0), T, t0 + a};
     }
@@ -105,7 +105,7 @@ static void value_pass_q8(const kvt_engine *e, const seq_state *st, int32_t laye
     int32_t nr = 0, first = 1;
     for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
         const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
-                            kvt_eng_kv_offset(e, layer, 1, gk, 0);
+            kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
         float *dq = vdq + (size_t)nr * (size_t)B * (size_t)hd;
         kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
@@ -123,8 +123,8 @@ static void value_pass_q8(const kvt_engine *e, const seq_state *st, int32_t laye
  * heads at a time: the value tile's, so a group's tokens split into subgroups
  * of that many heads (one token each when G >= AV_HEADS), and a subgroup runs
  * once over the keys all its tokens see, then per token over the rest. */
-static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t i0, int32_t m,
-                       int32_t lo, const float *scores, float *scratch) {
+static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t i0, int32_t m, int32_t lo,
+                       const float *scores, float *scratch) {
     const kvt_hparams *hp = &e->model->hp;
     const int32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
     const int64_t ld = e->p.n_ctx;
@@ -170,10 +170,10 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
     const int32_t lo = L->window && pos >= L->window ? pos - L->window + 1 : 0;
     const int64_t ld = e->p.n_ctx;
     const seq_state *st = &e->seqs[e->tseq[i0]];
-    float *scores = scratch;                                   /* (H, ld) */
-    float *qh = scratch + e->sc_qh;                            /* (H, hd) */
-    float *kdq = scratch + e->sc_kdq;                          /* (hd, B), q8_0 KV */
-    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp); /* (max(H * hd, ld)), f16 KV */
+    float *scores = scratch;                                              /* (H, ld) */
+    float *qh = scratch + e->sc_qh;                                       /* (H, hd) */
+    float *kdq = scratch + e->sc_kdq;                                     /* (hd, B), q8_0 KV */
+    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp);            /* (max(H * hd, ld)), f16 KV */
     const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd); /* q_scale: q is scaled already */
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
     const size_t qrow = (size_t)G * (size_t)hd; /* one token's heads of gk */
@@ -192,7 +192,7 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
     const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float); /* f16/f32 element */
     for (int32_t t0 = lo / B * B; t0 < n_max; t0 += B) {
         const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
-                            kvt_eng_kv_offset(e, layer, 0, gk, 0);
+            kvt_eng_kv_offset(e, layer, 0, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_max - t0) - a; /* keys t0+a .. t0+a+T-1 */
         float *sc = scores + (t0 + a - lo);
         if (q8) {
@@ -242,7 +242,7 @@ void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         const int32_t start = ng ? e->agroup[ng - 1] : 0;
         const int joins = ng && i - start < mmax && e->tseq[i] == e->tseq[start] &&
-                          (!window || (e->pos[i] < window && e->pos[start] < window));
+            (!window || (e->pos[i] < window && e->pos[start] < window));
         if (!joins) e->agroup[ng++] = i;
     }
     e->agroup[ng] = n;

@@ -33,8 +33,8 @@ static void v_row_read(const kvt_engine *e, const uint8_t *pg, int32_t layer, in
 /* Approximate reuse rewrites pages in place through host pointers; on a
  * device it is refused, and the runtime then computes the tokens instead. */
 static int refuse_on_device(const kvt_engine *e, const char *what) {
-    return kvt_fail(KVT_EUNSUPPORTED, "%s: approximate reuse runs on the CPU engine only; this engine runs on %s",
-                    what, kvt_engine_device_name(e));
+    return kvt_fail(KVT_EUNSUPPORTED, "%s: approximate reuse runs on the CPU engine only; this engine runs on %s", what,
+                    kvt_engine_device_name(e));
 }
 
 int kvt_engine_rerope_page(kvt_engine *e, int32_t page, int32_t delta) {

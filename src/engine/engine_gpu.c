@@ -37,15 +37,18 @@ static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
     }
     if (!why && (hp->rope_dim % 2 || hp->head_dim % 2)) why = "an odd head or rope dimension";
     if (!why) return 0;
-    return kvt_fail(KVT_EUNSUPPORTED, "the GPU engine runs llama-style models in this version; this %s model has %s, "
-                                      "which only the CPU engine runs (--device cpu)", hp->arch_name, why);
+    return kvt_fail(KVT_EUNSUPPORTED,
+                    "the GPU engine runs llama-style models in this version; this %s model has %s, "
+                    "which only the CPU engine runs (--device cpu)",
+                    hp->arch_name, why);
 }
 
 static int upload_w(kvt_eng_gpu *g, const kvt_wmat *w, const char *name, int32_t layer, kvt_gpu_wmat **out) {
     if (!kvt_gpu_wmat_supported(w->type))
-        return kvt_fail(KVT_EUNSUPPORTED, "%s%.0d %s: weights of type %s have no GPU kernel yet (F32, F16 and Q8_0 "
-                                          "do); run this model with --device cpu", layer >= 0 ? "layer " : "",
-                        layer, name, kvt_ggml_type_name(w->type));
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "%s%.0d %s: weights of type %s have no GPU kernel yet (F32, F16 and Q8_0 "
+                        "do); run this model with --device cpu",
+                        layer >= 0 ? "layer " : "", layer, name, kvt_ggml_type_name(w->type));
     int rc = kvt_gpu_wmat_new(g->d, w->type, (uint32_t)w->rows, (uint32_t)w->cols, w->data, w->row_bytes, out);
     if (rc) return kvt_fail_prefix(rc, "uploading %s: ", name), rc;
     g->weight_bytes += kvt_gpu_wmat_bytes(*out);
@@ -95,19 +98,23 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kv->page_stride = e->page_stride;
     uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->page_stride;
     if (per == 0)
-        return kvt_fail(KVT_ELIMIT, "a KV page of %zu bytes is larger than this device's largest binding (%llu bytes); "
-                                    "use a smaller --block-size", e->page_bytes, (unsigned long long)maxb);
+        return kvt_fail(KVT_ELIMIT,
+                        "a KV page of %zu bytes is larger than this device's largest binding (%llu bytes); "
+                        "use a smaller --block-size",
+                        e->page_bytes, (unsigned long long)maxb);
     kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
     uint64_t n_chunks = ((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk;
     if (n_chunks > KVT_GPU_KV_CHUNKS)
-        return kvt_fail(KVT_ELIMIT, "a KV pool of %d pages (%.1f MiB) needs %d bindings of at most %.2f MiB on this "
-                                    "device, over the %d the GPU engine binds; lower --kv-active to %.2f MiB or less",
+        return kvt_fail(KVT_ELIMIT,
+                        "a KV pool of %d pages (%.1f MiB) needs %d bindings of at most %.2f MiB on this "
+                        "device, over the %d the GPU engine binds; lower --kv-active to %.2f MiB or less",
                         e->p.n_pages, (double)e->p.n_pages * (double)e->page_stride / (1 << 20), (int)n_chunks,
                         (double)maxb / (1 << 20), KVT_GPU_KV_CHUNKS,
                         (double)(per * KVT_GPU_KV_CHUNKS * e->page_stride) / (1 << 20));
     kv->n_chunks = (int)n_chunks;
     for (int c = 0; c < kv->n_chunks; c++) {
-        uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk, (uint64_t)e->p.n_pages - (uint64_t)c * kv->pages_per_chunk);
+        uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk,
+                                 (uint64_t)e->p.n_pages - (uint64_t)c * kv->pages_per_chunk);
         int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, pages * e->page_stride, &kv->chunk[c]);
         if (rc) return kvt_fail_prefix(rc, "the KV pool in device memory: "), rc;
     }
@@ -197,8 +204,9 @@ void kvt_eng_gpu_free(kvt_eng_gpu *g) {
     }
     free(g->L);
     kvt_gpu_wmat_free(g->out);
-    kvt_gpu_buf *bufs[] = {g->out_norm, g->x, g->xb, g->q, g->k_, g->v, g->att, g->hb, g->hb2, g->cs, g->sn,
-                           g->meta, g->xw, g->xw2, g->logits, g->in_stage, g->out_stage, g->io_stage, g->user_stage};
+    kvt_gpu_buf *bufs[] = {g->out_norm, g->x,        g->xb,        g->q,        g->k_,        g->v,  g->att,
+                           g->hb,       g->hb2,      g->cs,        g->sn,       g->meta,      g->xw, g->xw2,
+                           g->logits,   g->in_stage, g->out_stage, g->io_stage, g->user_stage};
     for (size_t i = 0; i < KVT_ARRAY_LEN(bufs); i++) kvt_gpu_buf_free(bufs[i]);
     for (int c = 0; c < g->kv.n_chunks; c++) kvt_gpu_buf_free(g->kv.chunk[c]);
     kvt_gpu_kernels_free(g->k);

@@ -74,8 +74,7 @@ static int all_in_user_stage(const kvt_eng_gpu *g, const void *const *hosts, siz
 }
 
 /* Long: the run straight from or to the user stage in one submission, or through io_stage in pieces of its size. */
-static int pages_io(kvt_eng_gpu *g, const int32_t *pages, void *const *hosts, size_t n, size_t page_bytes,
-                    int out) {
+static int pages_io(kvt_eng_gpu *g, const int32_t *pages, void *const *hosts, size_t n, size_t page_bytes, int out) {
     uint64_t *off = kvt_xmalloc((n ? n : 1) * sizeof *off);
     int32_t *pg = kvt_xmalloc((n ? n : 1) * sizeof *pg);
     int rc = 0;
@@ -194,8 +193,8 @@ static int rec_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
 static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
     const kvt_hparams *hp = &e->model->hp;
     const gpu_layer *G = &g->L[l];
-    const uint32_t D = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff, qd = (uint32_t)e->q_dim,
-                   kd = (uint32_t)e->kv_dim, hd = (uint32_t)hp->head_dim;
+    const uint32_t D = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff, qd = (uint32_t)e->q_dim, kd = (uint32_t)e->kv_dim,
+                   hd = (uint32_t)hp->head_dim;
     const int neox = hp->rope_style == KVT_ROPE_NEOX;
     const float scale = 1.0f / sqrtf((float)hd);
     kvt_gpu_dev *d = g->d;
@@ -208,8 +207,8 @@ static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
     if (!rc) rc = kvt_gpu_rec_barrier(d);
     if (!rc && hp->rope_dim > 0) {
         rc = kvt_gpu_rec_rope(k, g->q, g->cs, g->sn, (uint32_t)hp->n_head, hd, (uint32_t)hp->rope_dim, neox, n);
-        if (!rc) rc = kvt_gpu_rec_rope(k, g->k_, g->cs, g->sn, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->rope_dim,
-                                       neox, n);
+        if (!rc)
+            rc = kvt_gpu_rec_rope(k, g->k_, g->cs, g->sn, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->rope_dim, neox, n);
         if (!rc) rc = kvt_gpu_rec_barrier(d);
     }
     /* every token's K/V is in the pages before any attends, as on the CPU */

@@ -30,19 +30,19 @@ typedef struct kvt_eng_gpu kvt_eng_gpu;
 
 typedef struct {
     int active;
-    int32_t len;      /* tokens */
-    int32_t n_pages;  /* ceil(len / B) */
-    int32_t *pages;   /* (max_pages_per_seq) */
+    int32_t len;     /* tokens */
+    int32_t n_pages; /* ceil(len / B) */
+    int32_t *pages;  /* (max_pages_per_seq) */
 } seq_state;
 
 struct kvt_engine {
     const kvt_model *model;
     kvt_engine_params p;
-    kvt_eng_gpu *gpu;        /* the forward pass and the pages on a device, or NULL */
+    kvt_eng_gpu *gpu; /* the forward pass and the pages on a device, or NULL */
     kvt_pool *pool;
-    size_t row_bytes;        /* bytes of one stored K or V row (head_dim values of kv_dtype) */
-    int32_t kv_dim;          /* n_head_kv * head_dim */
-    int32_t q_dim;           /* n_head * head_dim */
+    size_t row_bytes; /* bytes of one stored K or V row (head_dim values of kv_dtype) */
+    int32_t kv_dim;   /* n_head_kv * head_dim */
+    int32_t q_dim;    /* n_head * head_dim */
 
     /* page pool */
     size_t page_bytes, page_stride; /* stride = page_bytes rounded up to PAGE_ALIGN */
@@ -53,35 +53,35 @@ struct kvt_engine {
     int32_t free_head, n_free;
 
     /* sequences */
-    seq_state *seqs;                /* (max_seqs) */
+    seq_state *seqs; /* (max_seqs) */
     int32_t max_pages_per_seq;
-    int32_t *batch_count;           /* (max_seqs) scratch for decode() checks */
+    int32_t *batch_count; /* (max_seqs) scratch for decode() checks */
 
     /* activations for one chunk of up to nb = n_batch tokens */
-    float *x;        /* (nb, n_embd) residual stream */
-    float *xb;       /* (nb, n_embd) normed input / projection output */
-    float *q;        /* (nb, q_dim) */
-    float *k;        /* (nb, kv_dim) */
-    float *v;        /* (nb, kv_dim) */
-    float *att;      /* (nb, q_dim) attention output, heads concatenated */
-    float *hb;       /* (nb, n_ff) gate, then silu(gate) * up */
-    float *hb2;      /* (nb, n_ff) up */
-    float *rope_cos; /* (nb, rope_dim/2) */
-    float *rope_sin; /* (nb, rope_dim/2) */
+    float *x;            /* (nb, n_embd) residual stream */
+    float *xb;           /* (nb, n_embd) normed input / projection output */
+    float *q;            /* (nb, q_dim) */
+    float *k;            /* (nb, kv_dim) */
+    float *v;            /* (nb, kv_dim) */
+    float *att;          /* (nb, q_dim) attention output, heads concatenated */
+    float *hb;           /* (nb, n_ff) gate, then silu(gate) * up */
+    float *hb2;          /* (nb, n_ff) up */
+    float *rope_cos;     /* (nb, rope_dim/2) */
+    float *rope_sin;     /* (nb, rope_dim/2) */
     float *rope_cos_alt; /* (nb, rope_dim/2) sliding layers with their own rope base (gemma3), else NULL */
     float *rope_sin_alt; /* (nb, rope_dim/2) */
-    int32_t *pos;    /* (nb) position of each token in its sequence */
-    int32_t *tseq;   /* (nb) sequence of each token */
-    int32_t *tpage;  /* (nb) page receiving each token's K/V */
-    int32_t *tslot;  /* (nb) slot within that page */
-    int32_t *wanted; /* (nb) chunk rows that want logits */
-    int32_t *agroup; /* (nb + 1) first chunk row of each attention group (engine_attn.c) */
+    int32_t *pos;        /* (nb) position of each token in its sequence */
+    int32_t *tseq;       /* (nb) sequence of each token */
+    int32_t *tpage;      /* (nb) page receiving each token's K/V */
+    int32_t *tslot;      /* (nb) slot within that page */
+    int32_t *wanted;     /* (nb) chunk rows that want logits */
+    int32_t *agroup;     /* (nb + 1) first chunk row of each attention group (engine_attn.c) */
     /* per-thread attention scratch, scratch_stride floats per thread, in regions
      * at these float offsets (see kvt_eng_attn_scratch_layout) */
     float *scratch;
     size_t scratch_stride;
     size_t sc_qh, sc_kdq, sc_vdq, sc_tmp, sc_acc, sc_runs;
-    uint8_t *qrow;   /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
+    uint8_t *qrow; /* (row_bytes) q8_0 KV: one K row quantized before it goes into its page column */
 };
 
 /* Byte offset of the (layer, kv = 0 K / 1 V, head) block of a page plus

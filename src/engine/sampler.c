@@ -16,18 +16,18 @@
 #define UNIFORM_BITS 24
 
 struct kvt_sampler {
-    kvt_sampler_params p;      /* bias_id and bias point at the copies below */
+    kvt_sampler_params p; /* bias_id and bias point at the copies below */
     int32_t n_vocab;
     uint64_t state;
-    int32_t *idx;              /* (n_vocab) candidate ids */
-    float *prob;               /* (n_vocab) candidate probabilities */
-    int32_t *bias_id;          /* (n_bias) owned copies of the params' logit bias */
+    int32_t *idx;     /* (n_vocab) candidate ids */
+    float *prob;      /* (n_vocab) candidate probabilities */
+    int32_t *bias_id; /* (n_bias) owned copies of the params' logit bias */
     float *bias;
-    int penalize;              /* any penalty on: keep the history */
-    int32_t *hist;             /* (n_hist of cap_hist) tokens returned so far */
+    int penalize;  /* any penalty on: keep the history */
+    int32_t *hist; /* (n_hist of cap_hist) tokens returned so far */
     int32_t n_hist, cap_hist;
-    int32_t *count;            /* (n_vocab) occurrences in the penalty window, zero between calls */
-    float *work;               /* (n_vocab) the logits after bias and penalties, when any is on */
+    int32_t *count; /* (n_vocab) occurrences in the penalty window, zero between calls */
+    float *work;    /* (n_vocab) the logits after bias and penalties, when any is on */
 };
 
 kvt_sampler_params kvt_sampler_default_params(void) {
@@ -69,7 +69,7 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
     s->p.bias_id = s->bias_id;
     s->p.bias = s->bias;
     s->penalize = params.presence_penalty != 0 || params.frequency_penalty != 0 ||
-                  (params.repeat_penalty > 0 && params.repeat_penalty != 1);
+        (params.repeat_penalty > 0 && params.repeat_penalty != 1);
     if (s->penalize) s->count = kvt_xcalloc((size_t)n_vocab, sizeof *s->count);
     if (s->penalize || s->p.n_bias) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
     return s;

@@ -30,22 +30,22 @@
 
 /* What `kvtier info --devices` prints about one device. */
 typedef struct {
-    int index;             /* position in the list, what kvt_gpu_open takes */
+    int index; /* position in the list, what kvt_gpu_open takes */
     char name[256];
-    const char *type;      /* "discrete", "integrated", "virtual", "cpu" or "other" */
+    const char *type; /* "discrete", "integrated", "virtual", "cpu" or "other" */
     uint32_t vendor_id, device_id;
-    char driver[520];      /* driver name and version as text */
-    uint32_t api_version;  /* packed as the API packs it */
-    char api[32];          /* the same as text, "1.3.230" */
+    char driver[520];     /* driver name and version as text */
+    uint32_t api_version; /* packed as the API packs it */
+    char api[32];         /* the same as text, "1.3.230" */
     int n_heaps;
     uint64_t heap_bytes[KVT_GPU_MAX_HEAPS];
     int heap_device_local[KVT_GPU_MAX_HEAPS];
     uint32_t subgroup_size;
-    int fp16;              /* 16-bit float arithmetic in shaders */
-    int int8;              /* 8-bit integer arithmetic in shaders */
-    uint64_t max_binding;  /* the largest storage buffer one binding may cover */
-    int timestamps;        /* the compute queue can write timestamps */
-    char numerics[80];     /* what decides this device's bits: driver version, pipeline-cache UUID and a
+    int fp16;             /* 16-bit float arithmetic in shaders */
+    int int8;             /* 8-bit integer arithmetic in shaders */
+    uint64_t max_binding; /* the largest storage buffer one binding may cover */
+    int timestamps;       /* the compute queue can write timestamps */
+    char numerics[80];    /* what decides this device's bits: driver version, pipeline-cache UUID and a
                               hash of the built-in shaders, as hex ("drv-uuid-spirv") */
 } kvt_gpu_info;
 

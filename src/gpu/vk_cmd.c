@@ -21,32 +21,41 @@ int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push
     const kvt_vk_spirv *s = find_shader(name);
     if (!s) return kvt_fail(KVT_ENOTFOUND, "gpu pipeline: no shader '%s' is built in", name);
     if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4)
-        return kvt_fail(KVT_EARG, "gpu pipeline '%s': %d buffers (at most %d), %u push bytes (a multiple of 4, at most "
-                                  "%d)", name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH);
+        return kvt_fail(KVT_EARG,
+                        "gpu pipeline '%s': %d buffers (at most %d), %u push bytes (a multiple of 4, at most "
+                        "%d)",
+                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH);
     kvt_gpu_pipe *p = kvt_xcalloc(1, sizeof *p);
     p->d = d;
     p->n_bufs = n_bufs;
     p->push_bytes = push_bytes;
-    VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = s->bytes,
+    VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                    .codeSize = s->bytes,
                                     .pCode = (const uint32_t *)(const void *)s->code};
     VkResult r = d->f.vkCreateShaderModule(d->dev, &smi, NULL, &p->module);
     VkDescriptorSetLayoutBinding b[KVT_GPU_MAX_BINDINGS];
     for (int i = 0; i < n_bufs; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
+                                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                           .bindingCount = (uint32_t)n_bufs, .pBindings = b};
+                                           .bindingCount = (uint32_t)n_bufs,
+                                           .pBindings = b};
     if (r == VK_SUCCESS) r = d->f.vkCreateDescriptorSetLayout(d->dev, &dli, NULL, &p->dsl);
     VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
-    VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
-                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = push_bytes ? 1 : 0,
+    VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                      .setLayoutCount = 1,
+                                      .pSetLayouts = &p->dsl,
+                                      .pushConstantRangeCount = push_bytes ? 1 : 0,
                                       .pPushConstantRanges = &pr};
     if (r == VK_SUCCESS) r = d->f.vkCreatePipelineLayout(d->dev, &pli, NULL, &p->layout);
-    VkComputePipelineCreateInfo cpi = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = p->module, .pName = "main"},
-        .layout = p->layout};
+    VkComputePipelineCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                                       .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                                 .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                                                 .module = p->module,
+                                                 .pName = "main"},
+                                       .layout = p->layout};
     if (r == VK_SUCCESS) r = d->f.vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe);
     if (r != VK_SUCCESS) {
         int rc = kvt_vk_fail(r, "gpu pipeline");
@@ -93,10 +102,12 @@ int kvt_gpu_rec_copy(kvt_gpu_dev *d, kvt_gpu_buf *src, kvt_gpu_buf *dst, const k
     for (size_t i = 0; i < n && !rc; i++) {
         if (r[i].bytes == 0 || r[i].src_off > src->bytes || r[i].bytes > src->bytes - r[i].src_off ||
             r[i].dst_off > dst->bytes || r[i].bytes > dst->bytes - r[i].dst_off)
-            rc = kvt_fail(KVT_EARG, "gpu copy: region %zu (%llu bytes from %llu to %llu) is empty or outside a buffer "
-                                    "(source %llu, destination %llu bytes)", i, (unsigned long long)r[i].bytes,
-                          (unsigned long long)r[i].src_off, (unsigned long long)r[i].dst_off,
-                          (unsigned long long)src->bytes, (unsigned long long)dst->bytes);
+            rc = kvt_fail(KVT_EARG,
+                          "gpu copy: region %zu (%llu bytes from %llu to %llu) is empty or outside a buffer "
+                          "(source %llu, destination %llu bytes)",
+                          i, (unsigned long long)r[i].bytes, (unsigned long long)r[i].src_off,
+                          (unsigned long long)r[i].dst_off, (unsigned long long)src->bytes,
+                          (unsigned long long)dst->bytes);
         c[i] = (VkBufferCopy){r[i].src_off, r[i].dst_off, r[i].bytes};
     }
     if (!rc) d->f.vkCmdCopyBuffer(d->cmd, src->buf, dst->buf, (uint32_t)n, c);
@@ -113,7 +124,9 @@ int kvt_gpu_rec_dispatch(kvt_gpu_dev *d, kvt_gpu_pipe *p, kvt_gpu_buf *const *bu
         if (!bufs[i] || bufs[i]->kind != KVT_GPU_DEVICE)
             return kvt_fail(KVT_EARG, "gpu dispatch: binding %d is not a device buffer", i);
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                      .descriptorPool = d->dpool, .descriptorSetCount = 1, .pSetLayouts = &p->dsl};
+                                      .descriptorPool = d->dpool,
+                                      .descriptorSetCount = 1,
+                                      .pSetLayouts = &p->dsl};
     VkDescriptorSet set;
     VkResult r = d->f.vkAllocateDescriptorSets(d->dev, &ai, &set);
     if (r == VK_ERROR_OUT_OF_POOL_MEMORY || r == VK_ERROR_FRAGMENTED_POOL)
@@ -123,9 +136,12 @@ int kvt_gpu_rec_dispatch(kvt_gpu_dev *d, kvt_gpu_pipe *p, kvt_gpu_buf *const *bu
     VkWriteDescriptorSet w[KVT_GPU_MAX_BINDINGS];
     for (int i = 0; i < p->n_bufs; i++) {
         bi[i] = (VkDescriptorBufferInfo){bufs[i]->buf, 0, VK_WHOLE_SIZE};
-        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
-                                      .dstBinding = (uint32_t)i, .descriptorCount = 1,
-                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i]};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstSet = set,
+                                      .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &bi[i]};
     }
     d->f.vkUpdateDescriptorSets(d->dev, (uint32_t)p->n_bufs, w, 0, NULL);
     d->f.vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
@@ -139,8 +155,8 @@ static void barrier(kvt_gpu_dev *d, VkPipelineStageFlags dst_stage, VkAccessFlag
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = dst_access};
-    d->f.vkCmdPipelineBarrier(d->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                              dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
+    d->f.vkCmdPipelineBarrier(d->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage,
+                              0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 int kvt_gpu_rec_barrier(kvt_gpu_dev *d) {
@@ -183,8 +199,10 @@ int kvt_gpu_submit(kvt_gpu_dev *d) {
     if (rc) return rc;
     if (lose_injected(d)) {
         kvt_gpu_abort(d);
-        return kvt_fail(-EIO, "gpu submit: the device '%s' was lost (VK_ERROR_DEVICE_LOST, injected by "
-                              "KVT_VK_LOSE_AFTER)", d->info.name);
+        return kvt_fail(-EIO,
+                        "gpu submit: the device '%s' was lost (VK_ERROR_DEVICE_LOST, injected by "
+                        "KVT_VK_LOSE_AFTER)",
+                        d->info.name);
     }
     d->recording = 0;
     /* what the device wrote is visible to the host once the fence is signalled */

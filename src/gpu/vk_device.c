@@ -49,9 +49,12 @@ static int find_queue(kvt_gpu_dev *d) {
 /* Long: the device, then each object the recordings use, each checked. */
 static int create_device(kvt_gpu_dev *d) {
     float prio = 1.0f;
-    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = d->qfam,
-                                   .queueCount = 1, .pQueuePriorities = &prio};
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1,
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                   .queueFamilyIndex = d->qfam,
+                                   .queueCount = 1,
+                                   .pQueuePriorities = &prio};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .queueCreateInfoCount = 1,
                               .pQueueCreateInfos = &qci};
     /* 16-bit storage (core from 1.1) lets the KV kernels write one f16 element without touching its neighbour */
     VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
@@ -72,18 +75,23 @@ static int create_device(kvt_gpu_dev *d) {
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = d->qfam};
     if ((r = d->f.vkCreateCommandPool(d->dev, &pci, NULL, &d->cpool))) return kvt_vk_fail(r, "vkCreateCommandPool");
     VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                       .commandPool = d->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                       .commandPool = d->cpool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                        .commandBufferCount = 1};
     if ((r = d->f.vkAllocateCommandBuffers(d->dev, &cai, &d->cmd))) return kvt_vk_fail(r, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->f.vkCreateFence(d->dev, &fci, NULL, &d->fence))) return kvt_vk_fail(r, "vkCreateFence");
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, KVT_VK_MAX_SETS * KVT_GPU_MAX_BINDINGS};
     VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                      .maxSets = KVT_VK_MAX_SETS, .poolSizeCount = 1, .pPoolSizes = &ps};
-    if ((r = d->f.vkCreateDescriptorPool(d->dev, &dpi, NULL, &d->dpool))) return kvt_vk_fail(r, "vkCreateDescriptorPool");
+                                      .maxSets = KVT_VK_MAX_SETS,
+                                      .poolSizeCount = 1,
+                                      .pPoolSizes = &ps};
+    if ((r = d->f.vkCreateDescriptorPool(d->dev, &dpi, NULL, &d->dpool)))
+        return kvt_vk_fail(r, "vkCreateDescriptorPool");
     if (d->info.timestamps) {
         VkQueryPoolCreateInfo qpi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
-                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = KVT_VK_MAX_QUERIES};
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                     .queryCount = KVT_VK_MAX_QUERIES};
         if ((r = d->f.vkCreateQueryPool(d->dev, &qpi, NULL, &d->qpool))) return kvt_vk_fail(r, "vkCreateQueryPool");
     }
     return 0;
@@ -98,11 +106,14 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
         return rc;
     }
     if (d->vi.n_phys == 0)
-        rc = kvt_fail(-ENODEV, "no Vulkan device found: the loader has no driver (install mesa-vulkan-drivers for "
-                               "lavapipe, or the GPU vendor's Vulkan driver)");
+        rc = kvt_fail(-ENODEV,
+                      "no Vulkan device found: the loader has no driver (install mesa-vulkan-drivers for "
+                      "lavapipe, or the GPU vendor's Vulkan driver)");
     else if (index < 0 || (uint32_t)index >= d->vi.n_phys)
-        rc = kvt_fail(KVT_EARG, "Vulkan device %d does not exist: this machine has %u (0..%u; kvtier info --devices "
-                                "lists them)", index, d->vi.n_phys, d->vi.n_phys - 1);
+        rc = kvt_fail(KVT_EARG,
+                      "Vulkan device %d does not exist: this machine has %u (0..%u; kvtier info --devices "
+                      "lists them)",
+                      index, d->vi.n_phys, d->vi.n_phys - 1);
     if (!rc) {
         d->pd = d->vi.phys[index];
         kvt_vk_describe(&d->vi, (uint32_t)index, &d->info);
@@ -166,15 +177,17 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
     *out = NULL;
     if (bytes == 0) return kvt_fail(KVT_EARG, "gpu buffer: size 0");
     if (kind == KVT_GPU_DEVICE && bytes > d->max_binding)
-        return kvt_fail(KVT_ELIMIT, "gpu buffer of %llu bytes is over the device's largest storage binding of %llu "
-                                    "bytes (maxStorageBufferRange%s): split the tensor",
+        return kvt_fail(KVT_ELIMIT,
+                        "gpu buffer of %llu bytes is over the device's largest storage binding of %llu "
+                        "bytes (maxStorageBufferRange%s): split the tensor",
                         (unsigned long long)bytes, (unsigned long long)d->max_binding,
                         d->max_binding < d->info.max_binding ? ", lowered by KVT_VK_MAX_BINDING" : "");
     kvt_gpu_buf *b = kvt_xcalloc(1, sizeof *b);
     b->d = d;
     b->bytes = bytes;
     b->kind = kind;
-    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = bytes,
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                              .size = bytes,
                               .usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if (kind == KVT_GPU_DEVICE) bci.usage |= VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
@@ -191,11 +204,13 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
         else
             t = mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
                          VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-        if (t < 0) rc = kvt_fail(KVT_EUNSUPPORTED, "gpu buffer: the device has no %s memory type",
-                                 kind == KVT_GPU_DEVICE ? "device-local" : "host-visible");
+        if (t < 0)
+            rc = kvt_fail(KVT_EUNSUPPORTED, "gpu buffer: the device has no %s memory type",
+                          kind == KVT_GPU_DEVICE ? "device-local" : "host-visible");
     }
     if (!rc) {
-        VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+        VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                    .allocationSize = req.size,
                                     .memoryTypeIndex = (uint32_t)t};
         r = d->f.vkAllocateMemory(d->dev, &mai, NULL, &b->mem);
         if (r != VK_SUCCESS) rc = kvt_vk_fail(r, "vkAllocateMemory");
@@ -233,12 +248,15 @@ static int sync_range(kvt_gpu_buf *b, uint64_t off, uint64_t n, int to_device) {
     if (b->coherent) return 0;
     kvt_gpu_dev *d = b->d;
     uint64_t a = d->nonatomic, lo = off / a * a, hi = (off + n + a - 1) / a * a;
-    VkMappedMemoryRange mr = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = b->mem, .offset = lo,
+    VkMappedMemoryRange mr = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE,
+                              .memory = b->mem,
+                              .offset = lo,
                               .size = hi - lo};
     if (hi >= b->bytes) mr.size = VK_WHOLE_SIZE;
     VkResult r = to_device ? d->f.vkFlushMappedMemoryRanges(d->dev, 1, &mr)
                            : d->f.vkInvalidateMappedMemoryRanges(d->dev, 1, &mr);
-    return r == VK_SUCCESS ? 0 : kvt_vk_fail(r, to_device ? "vkFlushMappedMemoryRanges" : "vkInvalidateMappedMemoryRanges");
+    return r == VK_SUCCESS ? 0
+                           : kvt_vk_fail(r, to_device ? "vkFlushMappedMemoryRanges" : "vkInvalidateMappedMemoryRanges");
 }
 
 static int check_transfer(kvt_gpu_dev *d, kvt_gpu_buf *b, uint64_t off, uint64_t n, const char *what) {
@@ -246,8 +264,7 @@ static int check_transfer(kvt_gpu_dev *d, kvt_gpu_buf *b, uint64_t off, uint64_t
     if (off > b->bytes || n > b->bytes - off)
         return kvt_fail(KVT_EARG, "gpu %s: bytes [%llu, +%llu) are outside the buffer of %llu", what,
                         (unsigned long long)off, (unsigned long long)n, (unsigned long long)b->bytes);
-    if (!b->host && !d->stage)
-        return kvt_gpu_buf_new(d, KVT_GPU_STAGING, KVT_VK_STAGE_BYTES, &d->stage);
+    if (!b->host && !d->stage) return kvt_gpu_buf_new(d, KVT_GPU_STAGING, KVT_VK_STAGE_BYTES, &d->stage);
     return 0;
 }
 

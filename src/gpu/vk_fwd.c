@@ -11,12 +11,12 @@
 #include "types.h"
 #include "vk_impl.h"
 
-#define Q8_BLOCK 32        /* weights per Q8_0 block */
-#define Q8_BLOCK_BYTES 34  /* its f16 scale, then 32 int8 */
+#define Q8_BLOCK 32             /* weights per Q8_0 block */
+#define Q8_BLOCK_BYTES 34       /* its f16 scale, then 32 int8 */
 #define UPLOAD_BYTES (4u << 20) /* rows repacked per upload */
-#define MAX_HEAD_DIM 256   /* attention.glsl */
-#define MAX_TOKENS 65535u  /* the y (or x) dimension of a dispatch */
-#define MM_TOKS 8          /* tokens per matmul workgroup (matmul_w.glsl) */
+#define MAX_HEAD_DIM 256        /* attention.glsl */
+#define MAX_TOKENS 65535u       /* the y (or x) dimension of a dispatch */
+#define MM_TOKS 8               /* tokens per matmul workgroup (matmul_w.glsl) */
 
 struct kvt_gpu_wmat {
     kvt_gpu_dev *d;
@@ -49,7 +49,8 @@ static uint64_t slice_bytes(uint32_t type, uint64_t n, uint32_t cols) {
 /* Copies n rows from src (row_bytes apart) into slice b in its layout, a group of rows per upload. */
 static int upload_rows(kvt_gpu_wmat *w, kvt_gpu_buf *b, const unsigned char *src, size_t row_bytes, uint32_t n) {
     uint64_t row = cpu_row(w->type, w->cols), nb = w->cols / Q8_BLOCK;
-    uint32_t group = (uint32_t)KVT_MIN((uint64_t)n, KVT_MAX(2, UPLOAD_BYTES / row & ~1ull)); /* even: Q8_0 scales stay word-aligned */
+    uint32_t group = (uint32_t)KVT_MIN(
+        (uint64_t)n, KVT_MAX(2, UPLOAD_BYTES / row & ~1ull)); /* even: Q8_0 scales stay word-aligned */
     unsigned char *tmp = kvt_xmalloc((size_t)(group * row));
     int rc = 0;
     for (uint32_t r = 0; r < n && !rc; r += group) {
@@ -79,9 +80,10 @@ static int plan_slices(kvt_gpu_wmat *w) {
     n = KVT_MIN(n, (uint64_t)w->rows);
     while (n > 0 && slice_bytes(w->type, n, w->cols) > max) n--;
     if (n == 0)
-        return kvt_fail(KVT_ELIMIT, "one row of %u columns (%llu bytes) is over the device's largest storage binding "
-                                    "of %llu bytes", w->cols, (unsigned long long)slice_bytes(w->type, 1, w->cols),
-                        (unsigned long long)max);
+        return kvt_fail(KVT_ELIMIT,
+                        "one row of %u columns (%llu bytes) is over the device's largest storage binding "
+                        "of %llu bytes",
+                        w->cols, (unsigned long long)slice_bytes(w->type, 1, w->cols), (unsigned long long)max);
     w->slice_rows = (uint32_t)n;
     w->n_slices = (int)((w->rows + n - 1) / n);
     return 0;
@@ -130,8 +132,7 @@ uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w) { return w->bytes; }
 
 int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
                        kvt_gpu_buf *x, uint32_t n_tok) {
-    if (!n_tok || n_tok > MAX_TOKENS)
-        return kvt_fail(KVT_EARG, "gpu matmul: tokens %u (1..%u)", n_tok, MAX_TOKENS);
+    if (!n_tok || n_tok > MAX_TOKENS) return kvt_fail(KVT_EARG, "gpu matmul: tokens %u (1..%u)", n_tok, MAX_TOKENS);
     if (y_off > ldy || w->rows > ldy - y_off)
         return kvt_fail(KVT_EARG, "gpu matmul: %u rows at y_off %u do not fit in a y row of ldy %u", w->rows, y_off,
                         ldy);
@@ -201,14 +202,17 @@ typedef union {
 
 /* Checks the pool and layer, fills push's pool words and binds its chunks (an unused binding repeats chunk 0). */
 static int kv_pool(const kvt_gpu_kv *kv, uint32_t layer, const char *op, kv_push *push, kvt_gpu_buf **bind) {
-    uint64_t esize = kv->f16 ? 2 : 4, page = (uint64_t)kv->n_layer * 2 * kv->n_head_kv * kv->block * kv->head_dim * esize;
+    uint64_t esize = kv->f16 ? 2 : 4,
+             page = (uint64_t)kv->n_layer * 2 * kv->n_head_kv * kv->block * kv->head_dim * esize;
     if (!kv->n_layer || !kv->n_head_kv || !kv->head_dim || !kv->block || layer >= kv->n_layer)
-        return kvt_fail(KVT_EARG, "gpu %s: layer %u of a pool of %u layers, %u kv heads, head_dim %u, block %u (each > 0)",
-                        op, layer, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->block);
+        return kvt_fail(KVT_EARG,
+                        "gpu %s: layer %u of a pool of %u layers, %u kv heads, head_dim %u, block %u (each > 0)", op,
+                        layer, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->block);
     if (kv->page_stride % 4 || kv->page_stride < page || !kv->pages_per_chunk)
-        return kvt_fail(KVT_EARG, "gpu %s: page_stride %llu (a multiple of 4, at least the page's %llu bytes), "
-                                  "pages_per_chunk %u (> 0)", op, (unsigned long long)kv->page_stride,
-                        (unsigned long long)page, kv->pages_per_chunk);
+        return kvt_fail(KVT_EARG,
+                        "gpu %s: page_stride %llu (a multiple of 4, at least the page's %llu bytes), "
+                        "pages_per_chunk %u (> 0)",
+                        op, (unsigned long long)kv->page_stride, (unsigned long long)page, kv->pages_per_chunk);
     if (kv->n_chunks < 1 || kv->n_chunks > KVT_GPU_KV_CHUNKS)
         return kvt_fail(KVT_EARG, "gpu %s: n_chunks %d (1..%d)", op, kv->n_chunks, KVT_GPU_KV_CHUNKS);
     uint64_t full = (uint64_t)kv->pages_per_chunk * kv->page_stride, n_pages = 0;
@@ -260,9 +264,10 @@ int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t lay
     if (rc) return rc;
     if (kv->head_dim > MAX_HEAD_DIM || !n_head || n_head > MAX_TOKENS || n_head % kv->n_head_kv || !n_tok ||
         n_tok > MAX_TOKENS)
-        return kvt_fail(KVT_EARG, "gpu attention: head_dim %u (at most %d), n_head %u (a multiple of n_head_kv %u), "
-                                  "tokens %u (1..%u)", kv->head_dim, MAX_HEAD_DIM, n_head, kv->n_head_kv, n_tok,
-                        MAX_TOKENS);
+        return kvt_fail(KVT_EARG,
+                        "gpu attention: head_dim %u (at most %d), n_head %u (a multiple of n_head_kv %u), "
+                        "tokens %u (1..%u)",
+                        kv->head_dim, MAX_HEAD_DIM, n_head, kv->n_head_kv, n_tok, MAX_TOKENS);
     uint64_t rows = (uint64_t)n_tok * n_head * kv->head_dim * 4;
     rc = kvt_vk_need(q, rows, "attention", "q");
     if (!rc) rc = kvt_vk_need(out, rows, "attention", "out");

@@ -11,66 +11,66 @@
 #include "gpu.h"
 
 /* Every entry point we call, as X(name). */
-#define KVT_VK_INSTANCE_FNS(X)                                                                                         \
-    X(vkDestroyInstance)                                                                                               \
-    X(vkEnumeratePhysicalDevices)                                                                                      \
-    X(vkGetPhysicalDeviceProperties)                                                                                   \
-    X(vkGetPhysicalDeviceProperties2)                                                                                  \
-    X(vkGetPhysicalDeviceFeatures2)                                                                                    \
-    X(vkGetPhysicalDeviceMemoryProperties)                                                                             \
-    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                                        \
-    X(vkCreateDevice)                                                                                                  \
-    X(vkGetDeviceProcAddr)                                                                                             \
-    X(vkCreateDebugUtilsMessengerEXT)                                                                                  \
+#define KVT_VK_INSTANCE_FNS(X) \
+    X(vkDestroyInstance) \
+    X(vkEnumeratePhysicalDevices) \
+    X(vkGetPhysicalDeviceProperties) \
+    X(vkGetPhysicalDeviceProperties2) \
+    X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetPhysicalDeviceMemoryProperties) \
+    X(vkGetPhysicalDeviceQueueFamilyProperties) \
+    X(vkCreateDevice) \
+    X(vkGetDeviceProcAddr) \
+    X(vkCreateDebugUtilsMessengerEXT) \
     X(vkDestroyDebugUtilsMessengerEXT)
 
-#define KVT_VK_DEVICE_FNS(X)                                                                                           \
-    X(vkDestroyDevice)                                                                                                 \
-    X(vkGetDeviceQueue)                                                                                                \
-    X(vkCreateBuffer)                                                                                                  \
-    X(vkDestroyBuffer)                                                                                                 \
-    X(vkGetBufferMemoryRequirements)                                                                                   \
-    X(vkAllocateMemory)                                                                                                \
-    X(vkFreeMemory)                                                                                                    \
-    X(vkBindBufferMemory)                                                                                              \
-    X(vkMapMemory)                                                                                                     \
-    X(vkUnmapMemory)                                                                                                   \
-    X(vkFlushMappedMemoryRanges)                                                                                       \
-    X(vkInvalidateMappedMemoryRanges)                                                                                  \
-    X(vkCreateCommandPool)                                                                                             \
-    X(vkDestroyCommandPool)                                                                                            \
-    X(vkAllocateCommandBuffers)                                                                                        \
-    X(vkResetCommandPool)                                                                                              \
-    X(vkBeginCommandBuffer)                                                                                            \
-    X(vkEndCommandBuffer)                                                                                              \
-    X(vkCmdCopyBuffer)                                                                                                 \
-    X(vkCmdPipelineBarrier)                                                                                            \
-    X(vkCmdBindPipeline)                                                                                               \
-    X(vkCmdBindDescriptorSets)                                                                                         \
-    X(vkCmdPushConstants)                                                                                              \
-    X(vkCmdDispatch)                                                                                                   \
-    X(vkCmdWriteTimestamp)                                                                                             \
-    X(vkCmdResetQueryPool)                                                                                             \
-    X(vkQueueSubmit)                                                                                                   \
-    X(vkCreateFence)                                                                                                   \
-    X(vkDestroyFence)                                                                                                  \
-    X(vkWaitForFences)                                                                                                 \
-    X(vkResetFences)                                                                                                   \
-    X(vkCreateQueryPool)                                                                                               \
-    X(vkDestroyQueryPool)                                                                                              \
-    X(vkGetQueryPoolResults)                                                                                           \
-    X(vkCreateShaderModule)                                                                                            \
-    X(vkDestroyShaderModule)                                                                                           \
-    X(vkCreateDescriptorSetLayout)                                                                                     \
-    X(vkDestroyDescriptorSetLayout)                                                                                    \
-    X(vkCreatePipelineLayout)                                                                                          \
-    X(vkDestroyPipelineLayout)                                                                                         \
-    X(vkCreateComputePipelines)                                                                                        \
-    X(vkDestroyPipeline)                                                                                               \
-    X(vkCreateDescriptorPool)                                                                                          \
-    X(vkDestroyDescriptorPool)                                                                                         \
-    X(vkResetDescriptorPool)                                                                                           \
-    X(vkAllocateDescriptorSets)                                                                                        \
+#define KVT_VK_DEVICE_FNS(X) \
+    X(vkDestroyDevice) \
+    X(vkGetDeviceQueue) \
+    X(vkCreateBuffer) \
+    X(vkDestroyBuffer) \
+    X(vkGetBufferMemoryRequirements) \
+    X(vkAllocateMemory) \
+    X(vkFreeMemory) \
+    X(vkBindBufferMemory) \
+    X(vkMapMemory) \
+    X(vkUnmapMemory) \
+    X(vkFlushMappedMemoryRanges) \
+    X(vkInvalidateMappedMemoryRanges) \
+    X(vkCreateCommandPool) \
+    X(vkDestroyCommandPool) \
+    X(vkAllocateCommandBuffers) \
+    X(vkResetCommandPool) \
+    X(vkBeginCommandBuffer) \
+    X(vkEndCommandBuffer) \
+    X(vkCmdCopyBuffer) \
+    X(vkCmdPipelineBarrier) \
+    X(vkCmdBindPipeline) \
+    X(vkCmdBindDescriptorSets) \
+    X(vkCmdPushConstants) \
+    X(vkCmdDispatch) \
+    X(vkCmdWriteTimestamp) \
+    X(vkCmdResetQueryPool) \
+    X(vkQueueSubmit) \
+    X(vkCreateFence) \
+    X(vkDestroyFence) \
+    X(vkWaitForFences) \
+    X(vkResetFences) \
+    X(vkCreateQueryPool) \
+    X(vkDestroyQueryPool) \
+    X(vkGetQueryPoolResults) \
+    X(vkCreateShaderModule) \
+    X(vkDestroyShaderModule) \
+    X(vkCreateDescriptorSetLayout) \
+    X(vkDestroyDescriptorSetLayout) \
+    X(vkCreatePipelineLayout) \
+    X(vkDestroyPipelineLayout) \
+    X(vkCreateComputePipelines) \
+    X(vkDestroyPipeline) \
+    X(vkCreateDescriptorPool) \
+    X(vkDestroyDescriptorPool) \
+    X(vkResetDescriptorPool) \
+    X(vkAllocateDescriptorSets) \
     X(vkUpdateDescriptorSets)
 
 #define KVT_VK_DECL(name) PFN_##name name;
@@ -105,8 +105,8 @@ void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info);
 /* A VkResult as a kvt error with "what: VK_ERROR_..." as the detail. */
 int kvt_vk_fail(VkResult r, const char *what);
 
-#define KVT_VK_MAX_SETS 1024   /* dispatches in one recording */
-#define KVT_VK_MAX_QUERIES 256 /* timestamps in one recording */
+#define KVT_VK_MAX_SETS 1024           /* dispatches in one recording */
+#define KVT_VK_MAX_QUERIES 256         /* timestamps in one recording */
 #define KVT_VK_STAGE_BYTES (16u << 20) /* the device's staging buffer for uploads/downloads */
 
 struct kvt_gpu_dev {

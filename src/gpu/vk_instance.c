@@ -93,19 +93,23 @@ static int create_instance(kvt_vk_inst *vi) {
     vi->validation = 0;
     if (kvt_gpu_validation_on()) {
         if (has_layer(vi, VALIDATION_LAYER)) vi->validation = 1;
-        else kvt_log(KVT_LOG_WARN, "gpu: KVT_VK_VALIDATION=1 but %s is not installed (vulkan-validationlayers)",
-                     VALIDATION_LAYER);
+        else
+            kvt_log(KVT_LOG_WARN, "gpu: KVT_VK_VALIDATION=1 but %s is not installed (vulkan-validationlayers)",
+                    VALIDATION_LAYER);
     }
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kvtier",
-                             .pEngineName = "kvtier", .apiVersion = VK_API_VERSION_1_2};
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                             .pApplicationName = "kvtier",
+                             .pEngineName = "kvtier",
+                             .apiVersion = VK_API_VERSION_1_2};
     const char *layers[] = {VALIDATION_LAYER};
     const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
-    VkDebugUtilsMessengerCreateInfoEXT mci = {
-        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
-        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
-                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-        .pfnUserCallback = on_message};
+    VkDebugUtilsMessengerCreateInfoEXT mci = {.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+                                              .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                                                  VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+                                              .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                                                  VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                                                  VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+                                              .pfnUserCallback = on_message};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     if (vi->validation) {
         ci.enabledLayerCount = 1;
@@ -116,8 +120,9 @@ static int create_instance(kvt_vk_inst *vi) {
     }
     VkResult r = vi->f.vkCreateInstance(&ci, NULL, &vi->inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
-        return kvt_fail(-ENODEV, "no Vulkan driver, or none for Vulkan 1.2 (VK_ERROR_INCOMPATIBLE_DRIVER): install "
-                                 "mesa-vulkan-drivers for lavapipe, or the GPU vendor's Vulkan driver");
+        return kvt_fail(-ENODEV,
+                        "no Vulkan driver, or none for Vulkan 1.2 (VK_ERROR_INCOMPATIBLE_DRIVER): install "
+                        "mesa-vulkan-drivers for lavapipe, or the GPU vendor's Vulkan driver");
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateInstance");
 #define INST(name) vi->f.name = (PFN_##name)(uintptr_t)vi->f.vkGetInstanceProcAddr(vi->inst, #name);
     KVT_VK_INSTANCE_FNS(INST)

@@ -15,8 +15,10 @@
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     *out = NULL;
     if (!d->storage16)
-        return kvt_fail(KVT_EUNSUPPORTED, "gpu kernels: Vulkan device '%s' lacks storageBuffer16BitAccess (16-bit "
-                                          "storage), which the f16 KV pages need", d->info.name);
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "gpu kernels: Vulkan device '%s' lacks storageBuffer16BitAccess (16-bit "
+                        "storage), which the f16 KV pages need",
+                        d->info.name);
     kvt_gpu_kernels *k = kvt_xcalloc(1, sizeof *k);
     k->d = d;
     const struct {
@@ -24,12 +26,18 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
         const char *name;
         int n_bufs;
         uint32_t push_words;
-    } all[] = {{&k->matmul_f16, "matmul_f16", 3, 3},        {&k->rmsnorm, "rmsnorm", 3, 3},
-               {&k->mm_f32, "matmul_wf32", 3, MM_PUSH},     {&k->mm_f16, "matmul_wf16", 3, MM_PUSH},
-               {&k->mm_q8_0, "matmul_wq8_0", 3, MM_PUSH},   {&k->rope, "rope", 3, ROPE_PUSH},
-               {&k->add, "add", 2, 1},                      {&k->silu_mul, "silu_mul", 2, 1},
-               {&k->kv_store[0], "kv_store_f32", 7, KV_PUSH}, {&k->kv_store[1], "kv_store_f16", 7, KV_PUSH},
-               {&k->attention[0], "attention_f32", 7, KV_PUSH}, {&k->attention[1], "attention_f16", 7, KV_PUSH}};
+    } all[] = {{&k->matmul_f16, "matmul_f16", 3, 3},
+               {&k->rmsnorm, "rmsnorm", 3, 3},
+               {&k->mm_f32, "matmul_wf32", 3, MM_PUSH},
+               {&k->mm_f16, "matmul_wf16", 3, MM_PUSH},
+               {&k->mm_q8_0, "matmul_wq8_0", 3, MM_PUSH},
+               {&k->rope, "rope", 3, ROPE_PUSH},
+               {&k->add, "add", 2, 1},
+               {&k->silu_mul, "silu_mul", 2, 1},
+               {&k->kv_store[0], "kv_store_f32", 7, KV_PUSH},
+               {&k->kv_store[1], "kv_store_f16", 7, KV_PUSH},
+               {&k->attention[0], "attention_f32", 7, KV_PUSH},
+               {&k->attention[1], "attention_f16", 7, KV_PUSH}};
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
         rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
@@ -45,8 +53,8 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     if (!k) return;
     kvt_gpu_pipe_free(k->matmul_f16);
     kvt_gpu_pipe_free(k->rmsnorm);
-    kvt_gpu_pipe *more[] = {k->mm_f32,      k->mm_f16,      k->mm_q8_0,       k->rope,         k->add,
-                            k->silu_mul,    k->kv_store[0], k->kv_store[1], k->attention[0], k->attention[1]};
+    kvt_gpu_pipe *more[] = {k->mm_f32,   k->mm_f16,      k->mm_q8_0,     k->rope,         k->add,
+                            k->silu_mul, k->kv_store[0], k->kv_store[1], k->attention[0], k->attention[1]};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
     free(k);
 }
@@ -58,20 +66,21 @@ void kvt_vk_spread(uint32_t n, uint32_t *gx, uint32_t *gz) {
 
 int kvt_vk_need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what) {
     if (kvt_gpu_buf_size(b) >= bytes) return 0;
-    return kvt_fail(KVT_ELIMIT, "gpu %s: %s needs %llu bytes, its buffer has %llu", op, what,
-                    (unsigned long long)bytes, (unsigned long long)kvt_gpu_buf_size(b));
+    return kvt_fail(KVT_ELIMIT, "gpu %s: %s needs %llu bytes, its buffer has %llu", op, what, (unsigned long long)bytes,
+                    (unsigned long long)kvt_gpu_buf_size(b));
 }
 
 int kvt_gpu_rec_matmul_f16(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *w, kvt_gpu_buf *x, uint32_t rows,
                            uint32_t cols, uint32_t n_tok) {
     if (!rows || !cols || !n_tok || n_tok > 65535)
-        return kvt_fail(KVT_EARG, "gpu matmul_f16: rows %u, cols %u, tokens %u (each > 0, tokens <= 65535)", rows,
-                        cols, n_tok);
+        return kvt_fail(KVT_EARG, "gpu matmul_f16: rows %u, cols %u, tokens %u (each > 0, tokens <= 65535)", rows, cols,
+                        n_tok);
     uint64_t wn = (uint64_t)rows * cols;
     int rc = kvt_vk_need(w, (wn + 1) / 2 * 4, "matmul_f16", "w (f16, rounded up to 4 bytes)");
     if (!rc) rc = kvt_vk_need(x, (uint64_t)n_tok * cols * 4, "matmul_f16", "x");
     if (!rc) rc = kvt_vk_need(y, (uint64_t)n_tok * rows * 4, "matmul_f16", "y");
-    if (!rc && wn > UINT32_MAX) rc = kvt_fail(KVT_ELIMIT, "gpu matmul_f16: %llu weights, over 2^32", (unsigned long long)wn);
+    if (!rc && wn > UINT32_MAX)
+        rc = kvt_fail(KVT_ELIMIT, "gpu matmul_f16: %llu weights, over 2^32", (unsigned long long)wn);
     if (rc) return rc;
     uint32_t push[3] = {rows, cols, n_tok}, g[3];
     kvt_vk_spread(rows, &g[0], &g[2]);

@@ -47,8 +47,8 @@ void kvt_attn_av_scalar(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, in
         }
 }
 
-void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                 float scale, float *scores, int64_t ld) {
+void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T, float scale,
+                 float *scores, int64_t ld) {
     kvt_ops_active()->attn_qk(q, G, hd, kt, stride, f16, T, scale, scores, ld);
 }
 

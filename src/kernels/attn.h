@@ -28,8 +28,8 @@
 /* scores[g * ld + t] = scale * dot(q + g * hd, key t) for g < G, t < T.
  * q: G x hd floats; kt: the transposed K block, hd rows of `stride` elements
  * (f16 when f16, else f32), key t in column t. */
-void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                 float scale, float *scores, int64_t ld);
+void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T, float scale,
+                 float *scores, int64_t ld);
 
 /* Lane classes of a score (by dimension) or of a value-pass output (by key). */
 #define KVT_ATTN_LANES 16

@@ -53,10 +53,8 @@ ATT_INLINE __m256 att_load(const void *p, int f16, int64_t off, att_m8 m) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)buf));
 }
 ATT_INLINE void att_store_f32(float *p, att_m8 m, __m256 v) {
-    if (m.n == ATT_LANES)
-        _mm256_storeu_ps(p, v);
-    else
-        _mm256_maskstore_ps(p, m.lanes, v);
+    if (m.n == ATT_LANES) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, m.lanes, v);
 }
 
 #include "attn_tmpl.h"

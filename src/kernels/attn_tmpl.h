@@ -51,8 +51,8 @@ ATT_INLINE void att_qk_tile(const float *q, int32_t hd, const void *kt, int32_t 
     ATT_V part[16][ATT_GROUP_MAX][ATT_QK_KVEC];
     for (int j = 0; j < 16; j++) {
         ATT_V acc[ATT_GROUP_MAX][ATT_QK_KVEC];
-        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
-            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = att_zero();
+        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
+            acc[g][vi] = att_zero();
         for (int32_t d = j; d < hd; d += 16) {
             ATT_V kx[ATT_QK_KVEC];
             _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
@@ -62,23 +62,22 @@ ATT_INLINE void att_qk_tile(const float *q, int32_t hd, const void *kt, int32_t 
                 _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = att_fma(qd, kx[vi], acc[g][vi]);
             }
         }
-        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
-            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) part[j][g][vi] = acc[g][vi];
+        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
+            part[j][g][vi] = acc[g][vi];
     }
-    _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
-        _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) {
-            ATT_V l[16];
-            for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][vi], part[j + 8][g][vi]);
-            for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
-            for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
-            att_store_f32(scores + (int64_t)g * ld + t0 + vi * ATT_LANES, m[vi], att_mul(att_add(l[0], l[1]), vscale));
-        }
+    _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) {
+        ATT_V l[16];
+        for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][vi], part[j + 8][g][vi]);
+        for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
+        for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
+        att_store_f32(scores + (int64_t)g * ld + t0 + vi * ATT_LANES, m[vi], att_mul(att_add(l[0], l[1]), vscale));
+    }
 }
 
 /* One head group of a score tile: nvec (1 or QK_KVEC) vectors of keys, GN heads. */
 #if ATT_QK_KVEC == 2
-#define ATT_QK_GN(GN)                                                                                              \
-    (nvec == 2 ? att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 2)                                 \
+#define ATT_QK_GN(GN) \
+    (nvec == 2 ? att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 2) \
                : att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 1))
 #else
 #define ATT_QK_GN(GN) att_qk_tile(qg, hd, kt, stride, f16, t0, m, sg, ld, vscale, GN, 1)
@@ -127,10 +126,9 @@ ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld
     _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) mask[c] = att_mask(hd - (c0 + c) * ATT_LANES);
     for (int32_t j = 0; j < 16; j++) {
         ATT_V a[ATT_AV_HEADS][ATT_AV_CHUNKS];
-        _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
-            _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
-                a[g][c] = acc_in ? att_load_f32(acc_in + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c])
-                                 : att_zero();
+        _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
+            a[g][c] = acc_in ? att_load_f32(acc_in + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c])
+                             : att_zero();
         for (int32_t r = 0; r < n_runs; r++) {
             const void *v = runs[r].v;
             const float *w = runs[r].w + (int64_t)g0 * ld;
@@ -144,37 +142,40 @@ ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld
                 }
             }
         }
-        _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
-            _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
-                if (acc_out)
-                    att_store_f32(acc_out + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c], a[g][c]);
-                part[j][g][c] = a[g][c];
-            }
+        _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
+            if (acc_out)
+                att_store_f32(acc_out + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c], a[g][c]);
+            part[j][g][c] = a[g][c];
+        }
     }
     if (!out) return;
-    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
-        _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
-            ATT_V l[8];
-            for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][c], part[j + 8][g][c]);
-            for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
-            for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
-            att_store_f32(out + (int64_t)(g0 + g) * hd + (c0 + c) * ATT_LANES, mask[c], att_add(l[0], l[1]));
-        }
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) {
+        ATT_V l[8];
+        for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][c], part[j + 8][g][c]);
+        for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
+        for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
+        att_store_f32(out + (int64_t)(g0 + g) * hd + (c0 + c) * ATT_LANES, mask[c], att_add(l[0], l[1]));
+    }
 }
 
 /* One head group of a value tile: GN heads, cn (1..AV_CHUNKS) vectors of dimensions. */
 #define ATT_AV_CALL(GN, CN) att_av_tile(runs, n_runs, ld, f16, hd, g0, c0, acc_in, acc_out, out, GN, CN)
 #if ATT_AV_CHUNKS > 3
-#define ATT_AV_C4(GN) case 3: ATT_AV_CALL(GN, 3); break;
+#define ATT_AV_C4(GN) \
+    case 3: \
+        ATT_AV_CALL(GN, 3); \
+        break;
 #else
 #define ATT_AV_C4(GN)
 #endif
-#define ATT_AV_GN(GN)                                                                                              \
-    switch (cn) {                                                                                                  \
-    case 1: ATT_AV_CALL(GN, 1); break;                                                                             \
-    case 2: ATT_AV_CALL(GN, 2); break;                                                                             \
-    ATT_AV_C4(GN)                                                                                                  \
-    default: ATT_AV_CALL(GN, ATT_AV_CHUNKS); break;                                                                \
+#define ATT_AV_GN(GN) \
+    switch (cn) { \
+    case 1: ATT_AV_CALL(GN, 1); break; \
+    case 2: \
+        ATT_AV_CALL(GN, 2); \
+        break; \
+        ATT_AV_C4(GN) \
+    default: ATT_AV_CALL(GN, ATT_AV_CHUNKS); break; \
     }
 
 ATT_TARGET void ATT_AV_NAME(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,

@@ -41,8 +41,8 @@
 
 #include "kvtier.h"
 
-#define KVT_KV_Q8_BLOCK 32       /* values per q8_0 block */
-#define KVT_KV_Q8_SCALE_BYTES 2  /* the f16 scale that opens a block */
+#define KVT_KV_Q8_BLOCK 32      /* values per q8_0 block */
+#define KVT_KV_Q8_SCALE_BYTES 2 /* the f16 scale that opens a block */
 #define KVT_KV_Q8_BLOCK_BYTES (KVT_KV_Q8_SCALE_BYTES + KVT_KV_Q8_BLOCK)
 
 /* Bytes of a row of n K or V values stored as dt: 2n for f16, 4n for f32,

@@ -19,7 +19,7 @@
 #include "log.h"
 #include "quant_legacy.h"
 
-#define OPS_NUMERICS_ID "kvt-ops-l16-v3"          /* Q8_0 "lanes" */
+#define OPS_NUMERICS_ID "kvt-ops-l16-v3"              /* Q8_0 "lanes" */
 #define OPS_NUMERICS_ID_Q8_BLOCK "kvt-ops-l16-v3-q8b" /* Q8_0 "block" */
 /* Rows handed to one thread are a multiple of this (every tile height divides it). */
 #define OPS_ROW_ALIGN 16
@@ -186,7 +186,7 @@ static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, i
             for (int e = 0; e < KVT_Q8_GROUP; e++) {
                 const int idx = g * KVT_Q8_GROUP + e;
                 gsum += (int32_t)(int8_t)blk[KVT_Q8_0_SCALE_BYTES + idx] *
-                        ((int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS);
+                    ((int32_t)xq[b * KVT_Q8_0_BLOCK + idx] - KVT_Q8_ACT_BIAS);
             }
             if (!block) l[g] = fmaf((float)gsum, d, l[g]);
             isum += gsum;
@@ -196,16 +196,15 @@ static float sc_dot_q8(const uint8_t *row, const uint8_t *xq, const float *xd, i
     return block ? acc : q8_lanes_sum(l);
 }
 
-static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                           int64_t ldy) {
+static void sc_matmul_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const int64_t nbp = a->kpad / KVT_Q8_0_BLOCK;
     const int q8_block = kvt_ops_q8_block();
     for (int64_t t = 0; t < a->n; t++)
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
             y[t * ldy + r] = w->type == KVT_TYPE_Q8_0
-                                 ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k, q8_block)
-                                 : sc_dot_row(w->type, row, a->xf + t * a->kpad, a->k);
+                ? sc_dot_q8(row, a->xq + t * a->kpad, a->xd + t * nbp, a->k, q8_block)
+                : sc_dot_row(w->type, row, a->xf + t * a->kpad, a->k);
         }
 }
 
@@ -445,8 +444,7 @@ size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols) {
     case KVT_TYPE_F32: return (size_t)cols * sizeof(float);
     case KVT_TYPE_F16:
     case KVT_TYPE_BF16: return (size_t)cols * sizeof(uint16_t);
-    case KVT_TYPE_Q8_0:
-        return cols % KVT_Q8_0_BLOCK ? 0 : (size_t)(cols / KVT_Q8_0_BLOCK) * KVT_Q8_0_BYTES;
+    case KVT_TYPE_Q8_0: return cols % KVT_Q8_0_BLOCK ? 0 : (size_t)(cols / KVT_Q8_0_BLOCK) * KVT_Q8_0_BYTES;
     default: {
         if (kvt_qk_is_k(type)) return cols % KVT_QK ? 0 : (size_t)(cols / KVT_QK) * kvt_qk_block_bytes(type);
         const kvt_ql_layout *L = kvt_ql_layout_of(type);
@@ -483,12 +481,12 @@ void kvt_wmat_row_f32(const kvt_wmat *w, int64_t r, float *out) {
 
 typedef struct {
     const kvt_ops_vtable *v;
-    const kvt_wmat *w;       /* the first of `count` matrices (same type and cols) */
+    const kvt_wmat *w; /* the first of `count` matrices (same type and cols) */
     const kvt_wmat *const *ws;
     float *const *ys;
     const int64_t *ldys;
     int count;
-    int64_t units;           /* OPS_ROW_ALIGN row groups of all the matrices together */
+    int64_t units; /* OPS_ROW_ALIGN row groups of all the matrices together */
     const float *x;
     int64_t ldx;
     kvt_acts a;
@@ -548,9 +546,9 @@ static void matmul_task(void *ctx, int ith, int nth) {
         if (r1 > w->rows) r1 = w->rows;
         base += nu;
         if (r0 >= r1) continue;
-        (kvt_qk_is_k(w->type)        ? j->v->matmul_k_rows
-         : kvt_ql_is_legacy(w->type) ? j->v->matmul_ql_rows
-                                     : j->v->matmul_rows)(w, &j->a, r0, r1, j->ys[i], j->ldys[i]);
+        (kvt_qk_is_k(w->type)            ? j->v->matmul_k_rows
+             : kvt_ql_is_legacy(w->type) ? j->v->matmul_ql_rows
+                                         : j->v->matmul_rows)(w, &j->a, r0, r1, j->ys[i], j->ldys[i]);
     }
 }
 
@@ -564,8 +562,7 @@ static void *scratch_alloc(size_t bytes) {
     return p;
 }
 
-void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y,
-                int64_t ldy) {
+void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy) {
     kvt_matmul_multi(pool, &w, 1, x, ldx, n, &y, &ldy);
 }
 
@@ -605,10 +602,8 @@ void kvt_matmul_multi(kvt_pool *pool, const kvt_wmat *const *ws, int count, cons
     j.a.kq = j.kq;
     j.a.kd = j.kd;
     j.a.kbs = j.kbs;
-    if (n >= OPS_PARALLEL_CONVERT_MIN && kvt_pool_threads(pool) > 1)
-        kvt_pool_run(pool, convert_task, &j);
-    else
-        convert_tokens(&j, 0, n);
+    if (n >= OPS_PARALLEL_CONVERT_MIN && kvt_pool_threads(pool) > 1) kvt_pool_run(pool, convert_task, &j);
+    else convert_tokens(&j, 0, n);
     kvt_pool_run(pool, matmul_task, &j);
     free(j.xf);
     free(j.xq);
@@ -618,4 +613,3 @@ void kvt_matmul_multi(kvt_pool *pool, const kvt_wmat *const *ws, int count, cons
     free(j.kd);
     free(j.kbs);
 }
-

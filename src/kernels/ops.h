@@ -86,9 +86,9 @@ void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
  * starts at data + r * row_bytes; no alignment is required. For the quantized
  * types, cols is a multiple of their block (32; 256 for the K types). */
 typedef struct {
-    uint32_t type;      /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, or Q2_K..Q6_K */
+    uint32_t type; /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, or Q2_K..Q6_K */
     int64_t rows, cols;
-    const void *data;   /* borrowed; must outlive every call that uses it */
+    const void *data; /* borrowed; must outlive every call that uses it */
     size_t row_bytes;
 } kvt_wmat;
 
@@ -103,16 +103,15 @@ size_t kvt_wmat_row_bytes(uint32_t type, int64_t cols);
  * Splits the rows over the pool's threads (pool may be NULL: caller only).
  * Batch invariant as described at the top. Allocates a scratch copy of the
  * rounded activations; aborts with a message if that allocation fails. */
-void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n,
-                float *y, int64_t ldy);
+void kvt_matmul(kvt_pool *pool, const kvt_wmat *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy);
 
 /* kvt_matmul(pool, w[i], x, ldx, n, y[i], ldy[i]) for i in [0, count), every
  * Y bit for bit as those calls give it, but in one run of the pool: matrices
  * of the same type and cols share one conversion of X (decode's q/k/v and
  * gate/up), and the threads split their rows taken end to end. Consecutive
  * matrices that differ in type or cols are run as separate groups. */
-void kvt_matmul_multi(kvt_pool *pool, const kvt_wmat *const *w, int count, const float *x, int64_t ldx,
-                      int64_t n, float *const *y, const int64_t *ldy);
+void kvt_matmul_multi(kvt_pool *pool, const kvt_wmat *const *w, int count, const float *x, int64_t ldx, int64_t n,
+                      float *const *y, const int64_t *ldy);
 
 /* Converts row r (0 <= r < rows) of w to w->cols floats in out (exact for
  * F32/F16/BF16; d*q for Q8_0, d*(q - zero) or d*q + m for the legacy types;

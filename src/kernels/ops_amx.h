@@ -36,8 +36,8 @@ static inline int64_t kvt_amx_chunk_tokens(size_t bytes, size_t per_vec, int64_t
 /* B tiles' layout for nt <= 16 tokens: bt[d][n] = dword d of token n's row at
  * q0 + n * stride (d < ndw; tokens past nt 0), each byte xor flip. */
 static inline __attribute__((always_inline)) T_STAGE void kvt_amx_gather_tokens(const void *q0, int64_t stride, int nt,
-                                                                              int ndw, uint8_t flip,
-                                                                              int32_t (*bt)[KVT_AMX_N]) {
+                                                                                int ndw, uint8_t flip,
+                                                                                int32_t (*bt)[KVT_AMX_N]) {
     const __mmask16 m = (__mmask16)((1u << nt) - 1);
     const __m512i tok = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32((int)stride));
@@ -52,9 +52,8 @@ static inline __attribute__((always_inline)) T_STAGE void kvt_amx_gather_tokens(
  * y[n * ldy + i] for the first nn tokens and nr rows: transposed in registers
  * (pairs, then 4 x 4 blocks within 128-bit lanes, then the lanes), so each
  * token's rows go out as one store. */
-static inline __attribute__((always_inline)) T_AMX void kvt_amx_store_transposed(const float (*acc)[KVT_AMX_N],
-                                                                                 int nn, int nr, float *y,
-                                                                                 int64_t ldy) {
+static inline __attribute__((always_inline)) T_AMX void kvt_amx_store_transposed(const float (*acc)[KVT_AMX_N], int nn,
+                                                                                 int nr, float *y, int64_t ldy) {
     __m512 r[16], t[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(acc[i]);
     for (int k = 0; k < 8; k++) {

@@ -24,8 +24,8 @@
 #define QRM 2
 #define QRN 2
 #define QDRM 8 /* Q8_0 lanes decode (1-2 tokens): rows per tile, so more weight streams are in flight */
-#define V 16 /* canonical lanes */
-#define H 8  /* lanes per ymm */
+#define V 16   /* canonical lanes */
+#define H 8    /* lanes per ymm */
 
 typedef struct {
     __m256 lo, hi;
@@ -44,52 +44,44 @@ INLINE2 v16 fma16(v16 a, v16 b, v16 c) {
 }
 INLINE2 v16 load16(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + H)}; }
 INLINE2 v16 zero16(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-INLINE2 __m256 cvt_f16(const uint8_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
-}
+INLINE2 __m256 cvt_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
 INLINE2 __m256 cvt_bf16(const uint8_t *p) {
     __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
 INLINE2 v16 ldw_f32(const uint8_t *row, int64_t k) { return load16((const float *)(const void *)(row + 4 * k)); }
-INLINE2 v16 ldw_f16(const uint8_t *row, int64_t k) {
-    return (v16){cvt_f16(row + 2 * k), cvt_f16(row + 2 * k + 2 * H)};
-}
+INLINE2 v16 ldw_f16(const uint8_t *row, int64_t k) { return (v16){cvt_f16(row + 2 * k), cvt_f16(row + 2 * k + 2 * H)}; }
 INLINE2 v16 ldw_bf16(const uint8_t *row, int64_t k) {
     return (v16){cvt_bf16(row + 2 * k), cvt_bf16(row + 2 * k + 2 * H)};
 }
 
 /* The last partial vector of a row: copy the `left` valid elements into a
  * zeroed buffer, then load as usual (no reads past the row). */
-INLINE2 v16 ldw_tail(v16 (*ld)(const uint8_t *, int64_t), const uint8_t *row, int64_t k, int64_t left,
-                     size_t elem) {
+INLINE2 v16 ldw_tail(v16 (*ld)(const uint8_t *, int64_t), const uint8_t *row, int64_t k, int64_t left, size_t elem) {
     uint8_t buf[V * sizeof(float)] = {0};
     memcpy(buf, row + (size_t)k * elem, (size_t)left * elem);
     return ld(buf, 0);
 }
 
-#define DEF_TILE(NAME, LDW, ELEM)                                                                  \
-    INLINE2 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k,   \
-                      float *out) {                                                                \
-        v16 acc[RM][RN];                                                                           \
-        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = zero16();            \
-        for (int64_t kk = 0; kk < k; kk += V) {                                                    \
-            v16 wv[RM];                                                                            \
-            if (kk + V <= k) {                                                                     \
-                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDW(wr[i], kk);      \
-            } else {                                                                               \
-                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
-                    wv[i] = ldw_tail(LDW, wr[i], kk, k - kk, ELEM);                               \
-            }                                                                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
-                v16 xv = load16(xr[j] + kk); /* zero padded past k */                              \
-                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
-                    acc[i][j] = fma16(wv[i], xv, acc[i][j]);                                       \
-            }                                                                                      \
-        }                                                                                          \
-        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]); \
+#define DEF_TILE(NAME, LDW, ELEM) \
+    INLINE2 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k, float *out) { \
+        v16 acc[RM][RN]; \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) \
+            acc[i][j] = zero16(); \
+        for (int64_t kk = 0; kk < k; kk += V) { \
+            v16 wv[RM]; \
+            if (kk + V <= k) { \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDW(wr[i], kk); \
+            } else { \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = ldw_tail(LDW, wr[i], kk, k - kk, ELEM); \
+            } \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) { \
+                v16 xv = load16(xr[j] + kk); /* zero padded past k */ \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) acc[i][j] = fma16(wv[i], xv, acc[i][j]); \
+            } \
+        } \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) \
+            out[i * rn + j] = hsum16(acc[i][j]); \
     }
 
 DEF_TILE(tile_f32, ldw_f32, sizeof(float))
@@ -106,18 +98,19 @@ INLINE2 __m256i q8_block_sums(__m256i w, __m256i xs) {
 }
 INLINE2 __m256i q8_sums_at(const uint8_t *wq, const uint8_t *xq) {
     const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)wq);
-    const __m256i xs = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)xq), _mm256_set1_epi8((char)0x80));
+    const __m256i xs = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)xq),
+                                        _mm256_set1_epi8((char)0x80));
     return q8_block_sums(w, xs);
 }
 
 /* Q8_0, "lanes" order (ops.h): rm rows (QRM, or QDRM for decode) x up to 2
  * tokens, lane j of each output's accumulator taking group j of every block. */
-INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm,
-                     int rn, int64_t k, float *out) {
+INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm, int rn,
+                      int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     __m256 acc[QDRM][QRN];
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        acc[i][j] = _mm256_setzero_ps();
     /* decode streams each weight once: prefetch the same place KVT_PF_TILES
      * tiles on (a hint; a clamped tail row makes it a harmless re-read) */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
@@ -139,8 +132,8 @@ INLINE2 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const 
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum8(acc[i][j]);
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        out[i * rn + j] = hsum8(acc[i][j]);
 }
 
 /* Q8_0 "block" tile: QRM (2) rows x rn (1 or 2) tokens, one block per step. The
@@ -190,10 +183,8 @@ INLINE2 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const f
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
  * unrolled instance. */
-#define DEF_TILE_FN(NAME, CALL)                                                                       \
-    static T2 void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
-        CALL                                                                                          \
-    }
+#define DEF_TILE_FN(NAME, CALL) \
+    static T2 void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { CALL }
 #define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
 #define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
 #define CALL_BF16(N) tile_bf16(wr, x->xf, RM, N, k, out)
@@ -214,8 +205,7 @@ KVT_DEFINE_MM_ROWS(mm_rows_lanes, T2, NULL, NULL, ft_q8l, QRM, QRN, ft_q8l_dec, 
 static T2 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     if (w->type == KVT_TYPE_Q8_0 && kvt_ops_q8_block())
         kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8});
-    else
-        mm_rows_lanes(w, a, r0, r1, y, ldy);
+    else mm_rows_lanes(w, a, r0, r1, y, ldy);
 }
 
 /* ---- vector ops ---------------------------------------------------------- */
@@ -338,7 +328,8 @@ static T2 double exp_sum(float *x, float m, int64_t n, int ph) {
         float t[V] = {0};
         const int64_t c = n - i < V - ph ? n - i : V - ph;
         if (c == V) { /* a whole chunk in place */
-            v16 e = {vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)), vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + H), mv))};
+            v16 e = {vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)),
+                     vexp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + H), mv))};
             _mm256_storeu_ps(x + i, e.lo);
             _mm256_storeu_ps(x + i + H, e.hi);
             sum += (double)hsum16(e);
@@ -407,7 +398,8 @@ static T2 void quantize_q8_row(const float *x, int64_t k, uint8_t *q, float *d, 
         d[b] = kvt_f16_to_f32(kvt_f32_to_f16(db));
         int32_t qi[KVT_Q8_0_BLOCK];
         for (int i = 0; i < KVT_Q8_0_BLOCK / H; i++)
-            _mm256_storeu_si256((__m256i *)(void *)(qi + i * H), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+            _mm256_storeu_si256((__m256i *)(void *)(qi + i * H),
+                                _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
         uint32_t sum = 0;
         for (int i = 0; i < KVT_Q8_0_BLOCK; i++) {
             sum += (uint32_t)qi[i];
@@ -444,7 +436,6 @@ static const kvt_ops_vtable ops_avx2 = {
 
 const kvt_ops_vtable *kvt_ops_avx2(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && kvt_cpu_has_f16c())
-        return &ops_avx2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && kvt_cpu_has_f16c()) return &ops_avx2;
     return NULL;
 }

@@ -38,18 +38,14 @@ INLINE512 float hsum16(__m512 v) {
 
 /* 16 weights from element k of a row, as f32; the _m forms load only `m` lanes. */
 INLINE512 __m512 ldw_f32(const uint8_t *row, int64_t k) { return _mm512_loadu_ps(row + 4 * k); }
-INLINE512 __m512 ldw_f32_m(const uint8_t *row, int64_t k, __mmask16 m) {
-    return _mm512_maskz_loadu_ps(m, row + 4 * k);
-}
+INLINE512 __m512 ldw_f32_m(const uint8_t *row, int64_t k, __mmask16 m) { return _mm512_maskz_loadu_ps(m, row + 4 * k); }
 INLINE512 __m512 ldw_f16(const uint8_t *row, int64_t k) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k)));
 }
 INLINE512 __m512 ldw_f16_m(const uint8_t *row, int64_t k, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * k));
 }
-INLINE512 __m512 bf16_widen(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+INLINE512 __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 INLINE512 __m512 ldw_bf16(const uint8_t *row, int64_t k) {
     return bf16_widen(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k)));
 }
@@ -63,40 +59,37 @@ INLINE512 __m512 ldw_bf16_m(const uint8_t *row, int64_t k, __mmask16 m) {
  * streams every weight once, and the hardware prefetcher alone leaves half
  * the memory bandwidth unused on the 4 interleaved row streams of a tile. */
 #define PF_BYTES 1024
-#define DEF_TILE(NAME, LDW, LDWM, ELEM)                                                            \
-    INLINE512 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k, \
-                        float *out) {                                                              \
-        __m512 acc[RM][RN];                                                                        \
+#define DEF_TILE(NAME, LDW, LDWM, ELEM) \
+    INLINE512 void NAME(const uint8_t *const *wr, const float *const *xr, int rm, int rn, int64_t k, float *out) { \
+        __m512 acc[RM][RN]; \
         /* the same place KVT_PF_TILES tiles on (rows are contiguous; a clamped                    \
-         * tail makes this a harmless prefetch of data already read) */              \
-        const ptrdiff_t pf_ahead = (rm > 1 ? (wr[1] - wr[0]) * rm : PF_BYTES) * KVT_PF_TILES;      \
-        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps(); \
-        int64_t kk = 0;                                                                            \
-        for (; kk + V <= k; kk += V) {                                                             \
-            __m512 wv[RM];                                                                         \
-            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) {                                \
-                if (rn <= 2) KVT_PREFETCH_WEIGHTS(wr[i] + pf_ahead + kk * (ELEM));   \
-                wv[i] = LDW(wr[i], kk);                                                            \
-            }                                                                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
-                __m512 xv = _mm512_loadu_ps(xr[j] + kk);                                           \
-                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
-                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);                             \
-            }                                                                                      \
-        }                                                                                          \
-        if (kk < k) {                                                                              \
-            __mmask16 m = (__mmask16)((1u << (k - kk)) - 1);                                       \
-            __m512 wv[RM];                                                                         \
-            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDWM(wr[i], kk, m);      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {                                \
-                __m512 xv = _mm512_loadu_ps(xr[j] + kk); /* zero padded */                        \
-                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                              \
-                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);                             \
-            }                                                                                      \
-        }                                                                                          \
-        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]); \
+         * tail makes this a harmless prefetch of data already read) */ \
+        const ptrdiff_t pf_ahead = (rm > 1 ? (wr[1] - wr[0]) * rm : PF_BYTES) * KVT_PF_TILES; \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) \
+            acc[i][j] = _mm512_setzero_ps(); \
+        int64_t kk = 0; \
+        for (; kk + V <= k; kk += V) { \
+            __m512 wv[RM]; \
+            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) { \
+                if (rn <= 2) KVT_PREFETCH_WEIGHTS(wr[i] + pf_ahead + kk * (ELEM)); \
+                wv[i] = LDW(wr[i], kk); \
+            } \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) { \
+                __m512 xv = _mm512_loadu_ps(xr[j] + kk); \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]); \
+            } \
+        } \
+        if (kk < k) { \
+            __mmask16 m = (__mmask16)((1u << (k - kk)) - 1); \
+            __m512 wv[RM]; \
+            _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) wv[i] = LDWM(wr[i], kk, m); \
+            _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) { \
+                __m512 xv = _mm512_loadu_ps(xr[j] + kk); /* zero padded */ \
+                _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]); \
+            } \
+        } \
+        _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) \
+            out[i * rn + j] = hsum16(acc[i][j]); \
     }
 
 DEF_TILE(tile_f32, ldw_f32, ldw_f32_m, 4)
@@ -112,14 +105,14 @@ DEF_TILE(tile_bf16, ldw_bf16, ldw_bf16_m, 2)
  * one 512-bit fma takes two outputs through a block with exactly the 8-lane
  * order's operations. The activation bias comes off inside the integer dot
  * (it accumulates onto -128 * the weights' group sums), which is exact. */
-INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd,
-                       int rm, int rn, int64_t k, float *out) {
+INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rm, int rn,
+                        int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     const int rp = rm / 2;
     const __m512i ones = _mm512_set1_epi8(1);
     __m512 acc[QLRM / 2][QLRN];
-    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        acc[p][j] = _mm512_setzero_ps();
     /* decode streams each weight once: prefetch the same place KVT_PF_TILES tiles on, as the float tiles do */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
     for (int64_t b = 0; b < nb; b++) {
@@ -149,11 +142,10 @@ INLINE512 void tile_q8l(const uint8_t *const *wr, const uint8_t *const *xq, cons
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
-            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
-        }
+    _Pragma("GCC unroll 8") for (int p = 0; p < rp; p++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+        out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
+        out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
+    }
 }
 
 /* The Q8_0 tiles' flipped operands (see tile_q8l_dec): two rows' quants of
@@ -186,14 +178,14 @@ INLINE512 void q8_token_s8(const uint8_t *xb, __m512i *xs, __m512i *nbias) {
 #define QLDRM 8
 #define QLDRN 2
 INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
-                           int64_t k, float *out) {
+                            int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     __m512i spread[QLDRM / 2]; /* lanes 0-7 take scale 2p, lanes 8-15 scale 2p + 1 */
     _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
         spread[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
     __m512 acc[QLDRM / 2][QLDRN];
-    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[p][j] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        acc[p][j] = _mm512_setzero_ps();
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * QLDRM * KVT_PF_TILES; /* the same place KVT_PF_TILES tiles on */
     for (int64_t b = 0; b < nb; b++) {
         const int64_t off = b * KVT_Q8_0_BYTES;
@@ -218,11 +210,10 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
-            out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
-            out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
-        }
+    _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
+        out[2 * p * rn + j] = hsum8(_mm512_castps512_ps256(acc[p][j]));
+        out[(2 * p + 1) * rn + j] = hsum8(_mm512_extractf32x8_ps(acc[p][j], 1));
+    }
 }
 
 /* Q8_0 "block" tile: QRM = 16 rows x up to QRN tokens, one block per step,
@@ -249,8 +240,8 @@ INLINE512 __m512i q8_rowsums(const __m512i d[8]) {
 #undef Q8_PAIR
 }
 
-INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
-                       int64_t k, float *out) {
+INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn, int64_t k,
+                       float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     _Alignas(64) int32_t roff[QRM]; /* rows from the first, for the scale gather (within 16 rows) */
     for (int i = 0; i < QRM; i++) roff[i] = (int32_t)(wr[i] - wr[0]);
@@ -287,9 +278,9 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
 
 /* The micro-kernels as ops_tileloop.h's tiles: the token count picks a fully
  * unrolled instance. */
-#define DEF_TILE_FN(NAME, CALL)                                                                         \
+#define DEF_TILE_FN(NAME, CALL) \
     static T512 void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
-        KVT_TILE_BY_N6(CALL)                                                                            \
+        KVT_TILE_BY_N6(CALL) \
     }
 #define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
 #define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
@@ -362,8 +353,7 @@ static T512 float dot_f32(const float *a, const float *b, int64_t n) {
 static T512 float dot_f32_f16(const float *a, const uint16_t *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + V <= n; i += V)
-        acc = _mm512_fmadd_ps(ldw_f16((const uint8_t *)b, i), _mm512_loadu_ps(a + i), acc);
+    for (; i + V <= n; i += V) acc = _mm512_fmadd_ps(ldw_f16((const uint8_t *)b, i), _mm512_loadu_ps(a + i), acc);
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
         acc = _mm512_fmadd_ps(ldw_f16_m((const uint8_t *)b, i, m), _mm512_maskz_loadu_ps(m, a + i), acc);
@@ -390,8 +380,8 @@ static T512 void axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
         _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, ldw_f16((const uint8_t *)x, i), _mm512_loadu_ps(y + i)));
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_fmadd_ps(av, ldw_f16_m((const uint8_t *)x, i, m), _mm512_maskz_loadu_ps(m, y + i)));
+        _mm512_mask_storeu_ps(
+            y + i, m, _mm512_fmadd_ps(av, ldw_f16_m((const uint8_t *)x, i, m), _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
 
@@ -415,9 +405,7 @@ static T512 void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
     }
 }
 
-INLINE512 __m512 round_f16(__m512 v) {
-    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
+INLINE512 __m512 round_f16(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 
 /* bf16 round to nearest even with NaN kept quiet, as kvt_f32_to_bf16. */
 INLINE512 __m512 round_bf16(__m512 v) {
@@ -486,7 +474,8 @@ static T512 void quantize_q8k_row(const float *x, int64_t k, int8_t *q, float *d
         }
         float mx = 0.0f;
         for (int i = 0; i < KVT_QK; i += V) {
-            const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + i)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + i)), _mm512_set1_ps(amax),
+                                                     _CMP_EQ_OQ);
             if (hit) {
                 mx = xb[i + __builtin_ctz(hit)];
                 break;
@@ -585,29 +574,14 @@ static T512 void silu_mul(float *gate, const float *up, int64_t n) {
 
 /* The AVX-512 table; "amx" differs only in its Q8_0 and K-quant matmuls
  * (ops_q8_amx.c, ops_k_x86.c: prefill on AMX tiles, the same bits). */
-#define AVX512_TABLE(NAME, MATMUL, MATMUL_K)                       \
-    {                                                              \
-        .name = NAME,                                              \
-        .matmul_rows = MATMUL,                                     \
-        .matmul_k_rows = MATMUL_K,                                 \
-        .matmul_ql_rows = kvt_ql_mm_avx512,                        \
-        .quantize_q8_row = quantize_q8_row,                        \
-        .quantize_q8k_row = quantize_q8k_row,                      \
-        .dot_f32 = dot_f32,                                        \
-        .dot_f32_f16 = dot_f32_f16,                                \
-        .axpy_f32 = axpy_f32,                                      \
-        .axpy_f16 = axpy_f16,                                      \
-        .f32_to_f16_row = f32_to_f16_row,                          \
-        .f16_to_f32_row = f16_to_f32_row,                          \
-        .round_f16_row = round_f16_row,                            \
-        .round_bf16_row = round_bf16_row,                          \
-        .exp_sum = exp_sum,                                        \
-        .max = vmax,                                               \
-        .scale_row = scale_row,                                    \
-        .silu_mul = silu_mul,                                      \
-        .attn_qk = kvt_attn_qk_avx512,                             \
-        .attn_av = kvt_attn_av_avx512,                             \
-        .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512,       \
+#define AVX512_TABLE(NAME, MATMUL, MATMUL_K) \
+    { \
+        .name = NAME, .matmul_rows = MATMUL, .matmul_k_rows = MATMUL_K, .matmul_ql_rows = kvt_ql_mm_avx512, \
+        .quantize_q8_row = quantize_q8_row, .quantize_q8k_row = quantize_q8k_row, .dot_f32 = dot_f32, \
+        .dot_f32_f16 = dot_f32_f16, .axpy_f32 = axpy_f32, .axpy_f16 = axpy_f16, .f32_to_f16_row = f32_to_f16_row, \
+        .f16_to_f32_row = f16_to_f32_row, .round_f16_row = round_f16_row, .round_bf16_row = round_bf16_row, \
+        .exp_sum = exp_sum, .max = vmax, .scale_row = scale_row, .silu_mul = silu_mul, .attn_qk = kvt_attn_qk_avx512, \
+        .attn_av = kvt_attn_av_avx512, .kv_q8_dequant_rows = kvt_kv_q8_dequant_rows_avx512, \
         .kv_q8_dequant_columns = kvt_kv_q8_dequant_columns_avx512, \
     }
 
@@ -616,9 +590,8 @@ static const kvt_ops_vtable ops_amx = AVX512_TABLE("amx", mm_rows_amx, kvt_qk_mm
 
 const kvt_ops_vtable *kvt_ops_avx512(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
         kvt_cpu_has_f16c())
         return &ops_avx512;
     return NULL;

@@ -40,27 +40,24 @@
  * vectors past cols; padded Q8_0 values are q = 0 with d = 0. */
 typedef struct {
     int64_t n, k, kpad;
-    const float *xf;   /* F32/F16/BF16: n x kpad floats (already rounded) */
-    const uint8_t *xq; /* Q8_0 and legacy weights: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
-    const float *xd;   /* Q8_0 and legacy weights: n x (kpad / KVT_Q8_0_BLOCK) block scales */
-    const float *xs;   /* Q8_1 (Q4_1/Q5_1 weights): n x (kpad / 32) block sums d * sum(q), else NULL */
-    const int8_t *kq;  /* K types (Q8_K, quant_k.h): n x kpad int8 quants */
-    const float *kd;   /* K types: n x (kpad / 256) super-block scales */
+    const float *xf;    /* F32/F16/BF16: n x kpad floats (already rounded) */
+    const uint8_t *xq;  /* Q8_0 and legacy weights: n x kpad bytes, q + KVT_Q8_ACT_BIAS */
+    const float *xd;    /* Q8_0 and legacy weights: n x (kpad / KVT_Q8_0_BLOCK) block scales */
+    const float *xs;    /* Q8_1 (Q4_1/Q5_1 weights): n x (kpad / 32) block sums d * sum(q), else NULL */
+    const int8_t *kq;   /* K types (Q8_K, quant_k.h): n x kpad int8 quants */
+    const float *kd;    /* K types: n x (kpad / 256) super-block scales */
     const int16_t *kbs; /* K types: n x (kpad / 16) sums of each 16 quants */
 } kvt_acts;
 
 typedef struct {
     const char *name;
     /* Y[t][r] for r in [r0, r1), t in [0, a->n), w->type in {F32, F16, BF16, Q8_0}. */
-    void (*matmul_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                        int64_t ldy);
+    void (*matmul_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
     /* The same for the K types (Q2_K..Q6_K) with Q8_K activations (kq, kd, kbs). */
-    void (*matmul_k_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                          int64_t ldy);
+    void (*matmul_k_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
     /* The same for the legacy types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) with Q8_0 activations
      * (xq, xd), plus the Q8_1 sums (xs) for Q4_1 and Q5_1. */
-    void (*matmul_ql_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y,
-                           int64_t ldy);
+    void (*matmul_ql_rows)(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
     /* One token's Q8_0 (s NULL) or Q8_1 activations from k floats (k a
      * multiple of 32): ops.c's quantize_q8_row is the definition, every
      * variant gives its bits (NaN inputs included). */
@@ -155,8 +152,8 @@ void kvt_ql_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1
 void kvt_ql_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 
 /* The canonical exp's constants (ops.c's scalar code and the SIMD kernels). */
-#define KVT_EXP_HI 88.0f          /* inputs clamped here (exp stays finite) */
-#define KVT_EXP_LO -87.33654f     /* ln(FLT_MIN): below it the result is 0 */
+#define KVT_EXP_HI 88.0f      /* inputs clamped here (exp stays finite) */
+#define KVT_EXP_LO -87.33654f /* ln(FLT_MIN): below it the result is 0 */
 #define KVT_EXP_LOG2E 1.44269504088896341f
 #define KVT_EXP_LN2_HI 0.693145751953125f /* ln 2 split so n*LN2_HI is exact */
 #define KVT_EXP_LN2_LO 1.42860682030941723212e-6f

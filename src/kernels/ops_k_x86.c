@@ -30,8 +30,8 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
 
-#define RM 4       /* weight rows per tile (hsum4x8_epi32 sums exactly four) */
-#define TCHUNK 64  /* tokens per chunk: each unpacked super-block serves them all */
+#define RM 4      /* weight rows per tile (hsum4x8_epi32 sums exactly four) */
+#define TCHUNK 64 /* tokens per chunk: each unpacked super-block serves them all */
 
 typedef struct {
     _Alignas(64) uint8_t u[KVT_QK];
@@ -160,47 +160,46 @@ INLINE2 __m128i hsum4x8_epi32(__m256i s0, __m256i s1, __m256i s2, __m256i s3) {
 /* For RM unpacked rows against one token's Q8_K block, DOT gives the RM
  * values S and M (ops.h) as int32 lanes; then, row by row, the two fused
  * multiply-adds of the scalar dot (lanes do not interact). */
-#define DEF_MM(NAME, TARGET, PREP, DOT)                                                                  \
+#define DEF_MM(NAME, TARGET, PREP, DOT) \
     TARGET void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        const uint8_t *base = w->data;                                                                   \
-        const size_t bb = kvt_qk_block_bytes(w->type);                                                   \
-        const int has_min = kvt_qk_has_min(w->type);                                                     \
-        const int64_t nb = a->k / KVT_QK, kpad = a->kpad;                                                \
-        const __m128 sign = _mm_set1_ps(-0.0f);                                                          \
-        kblk kb[RM];                                                                                     \
-        PREP##_vecs sv[RM];                                                                              \
-        _Alignas(16) float acc[TCHUNK][RM];                                                              \
-        for (int64_t c0 = 0; c0 < a->n; c0 += TCHUNK) {                                                  \
-            const int64_t nt = a->n - c0 < TCHUNK ? a->n - c0 : TCHUNK;                                  \
-            for (int64_t r = r0; r < r1; r += RM) {                                                      \
-                const uint8_t *wr[RM];                                                                   \
-                for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */        \
-                    wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;                 \
-                memset(acc, 0, sizeof acc[0] * (size_t)nt);                                              \
-                for (int64_t b = 0; b < nb; b++) {                                                       \
-                    for (int i = 0; i < RM; i++) {                                                       \
-                        unpack_k(w->type, wr[i] + (size_t)b * bb, &kb[i]);                               \
-                        PREP(&kb[i], &sv[i]);                                                            \
-                    }                                                                                    \
-                    const __m128 dw = _mm_setr_ps(kb[0].d, kb[1].d, kb[2].d, kb[3].d);                   \
-                    const __m128 mw = _mm_setr_ps(kb[0].dmin, kb[1].dmin, kb[2].dmin, kb[3].dmin);       \
-                    for (int64_t t = 0; t < nt; t++) {                                                   \
-                        const int64_t tok = c0 + t;                                                      \
-                        const int8_t *q = a->kq + tok * kpad + b * KVT_QK;                               \
-                        const int16_t *bs = a->kbs + tok * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP;    \
-                        const __m128 dx = _mm_set1_ps(a->kd[tok * (kpad / KVT_QK) + b]);                 \
-                        __m128i S, M;                                                                    \
-                        DOT(kb, sv, q, bs, &S, &M);                                                      \
+        const uint8_t *base = w->data; \
+        const size_t bb = kvt_qk_block_bytes(w->type); \
+        const int has_min = kvt_qk_has_min(w->type); \
+        const int64_t nb = a->k / KVT_QK, kpad = a->kpad; \
+        const __m128 sign = _mm_set1_ps(-0.0f); \
+        kblk kb[RM]; \
+        PREP##_vecs sv[RM]; \
+        _Alignas(16) float acc[TCHUNK][RM]; \
+        for (int64_t c0 = 0; c0 < a->n; c0 += TCHUNK) { \
+            const int64_t nt = a->n - c0 < TCHUNK ? a->n - c0 : TCHUNK; \
+            for (int64_t r = r0; r < r1; r += RM) { \
+                const uint8_t *wr[RM]; \
+                for (int i = 0; i < RM; i++) /* rows past r1 repeat the last (results dropped) */ \
+                    wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
+                memset(acc, 0, sizeof acc[0] * (size_t)nt); \
+                for (int64_t b = 0; b < nb; b++) { \
+                    for (int i = 0; i < RM; i++) { \
+                        unpack_k(w->type, wr[i] + (size_t)b * bb, &kb[i]); \
+                        PREP(&kb[i], &sv[i]); \
+                    } \
+                    const __m128 dw = _mm_setr_ps(kb[0].d, kb[1].d, kb[2].d, kb[3].d); \
+                    const __m128 mw = _mm_setr_ps(kb[0].dmin, kb[1].dmin, kb[2].dmin, kb[3].dmin); \
+                    for (int64_t t = 0; t < nt; t++) { \
+                        const int64_t tok = c0 + t; \
+                        const int8_t *q = a->kq + tok * kpad + b * KVT_QK; \
+                        const int16_t *bs = a->kbs + tok * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP; \
+                        const __m128 dx = _mm_set1_ps(a->kd[tok * (kpad / KVT_QK) + b]); \
+                        __m128i S, M; \
+                        DOT(kb, sv, q, bs, &S, &M); \
                         __m128 v = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(dw, dx), _mm_load_ps(acc[t])); \
-                        if (has_min)                                                                     \
-                            v = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(mw, dx), v); \
-                        _mm_store_ps(acc[t], v);                                                         \
-                    }                                                                                    \
-                }                                                                                        \
-                for (int i = 0; i < RM && r + i < r1; i++)                                               \
-                    for (int64_t t = 0; t < nt; t++) y[(c0 + t) * ldy + r + i] = acc[t][i];              \
-            }                                                                                            \
-        }                                                                                                \
+                        if (has_min) v = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(mw, dx), v); \
+                        _mm_store_ps(acc[t], v); \
+                    } \
+                } \
+                for (int i = 0; i < RM && r + i < r1; i++) \
+                    for (int64_t t = 0; t < nt; t++) y[(c0 + t) * ldy + r + i] = acc[t][i]; \
+            } \
+        } \
     }
 
 /* ---- AVX2 ---- */
@@ -212,8 +211,8 @@ typedef struct {
 INLINE2 void prep2(const kblk *k, prep2_vecs *v) {
     const __m256i sc = _mm256_load_si256((const __m256i *)(const void *)k->sc);
     /* dword p holds (sc[2p], sc[2p+1]); spread the first over the low lane, the second the high */
-    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
-                                            2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                            3, 2, 3, 2, 3, 2, 3);
     for (int p = 0; p < KVT_QK / 32; p++)
         v->scl[p] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(p)), spread);
 }
@@ -261,16 +260,15 @@ INLINE512 void prep512(const kblk *k, prep512_vecs *v) {
     for (int p = 0; p < KVT_QK / 64; p++) v->scl[p] = group_scales512(sc, p);
 }
 
-INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S,
-                      __m128i *M) {
+INLINE512 void dot512(const kblk *k, const prep512_vecs *v, const int8_t *q, const int16_t *bs, __m128i *S, __m128i *M) {
     const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)bs);
     __m512i acc[RM];
     for (int i = 0; i < RM; i++) acc[i] = _mm512_setzero_si512();
     for (int p = 0; p < KVT_QK / 64; p++) {
         const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * p));
         for (int i = 0; i < RM; i++)
-            acc[i] = _mm512_dpwssd_epi32(acc[i], _mm512_maddubs_epi16(_mm512_load_si512((const void *)(k[i].u + 64 * p)), x),
-                                         v[i].scl[p]);
+            acc[i] = _mm512_dpwssd_epi32(
+                acc[i], _mm512_maddubs_epi16(_mm512_load_si512((const void *)(k[i].u + 64 * p)), x), v[i].scl[p]);
     }
     __m256i s[RM], m[RM];
     for (int i = 0; i < RM; i++) {
@@ -298,15 +296,15 @@ DEF_MM(qk_mm_unpacked512, T512 static, prep512, dot512)
  * codes for Q4_K/Q5_K (a scale per 32), else 16. Rows AMX_M at a time,
  * tokens AMX_N at a time, chunks of AMX_CHUNK tokens whose activations are
  * rearranged once for every row. */
-#define AMX_M 16         /* weight rows per tile */
-#define AMX_N KVT_AMX_N  /* tokens per tile (one zmm of int32 or f32) */
-#define AMX_CHUNK 256    /* tokens whose activations are rearranged at once */
+#define AMX_M 16        /* weight rows per tile */
+#define AMX_N KVT_AMX_N /* tokens per tile (one zmm of int32 or f32) */
+#define AMX_CHUNK 256   /* tokens whose activations are rearranged at once */
 #define AMX_SUBS (AMX_CHUNK / AMX_N)
 #define AMX_DW (KVT_QK / 4) /* dwords of one token's super-block */
-#define TILE_CS 0        /* tile registers: 0-3 the dots of 4 scale units in flight, */
+#define TILE_CS 0           /* tile registers: 0-3 the dots of 4 scale units in flight, */
 #define AMX_INFLIGHT 4
-#define TILE_CM 4        /*   4 the M dots, 5 a unit's codes, 6 its spread mins, */
-#define TILE_A 5         /*   7 its activations */
+#define TILE_CM 4 /*   4 the M dots, 5 a unit's codes, 6 its spread mins, */
+#define TILE_A 5  /*   7 its activations */
 #define TILE_AM 6
 #define TILE_B 7
 
@@ -357,7 +355,8 @@ static T_AMX void amx_unpack_rows(uint32_t type, const uint8_t *const *wr, int64
         for (int j = 0; j < KVT_QK; j += 64)
             _mm512_store_si512(o->c[i] + j, _mm512_sub_epi8(_mm512_load_si512(kb.u + j), _mm512_set1_epi8((char)off)));
         if (has_min)
-            for (int g = 0; g < KVT_QK_NGROUP; g++) memset(o->mn[i] + g * KVT_QK_GROUP, (uint8_t)kb.mn[g], KVT_QK_GROUP);
+            for (int g = 0; g < KVT_QK_NGROUP; g++)
+                memset(o->mn[i] + g * KVT_QK_GROUP, (uint8_t)kb.mn[g], KVT_QK_GROUP);
         for (int g = 0; g < KVT_QK_NGROUP; g++) o->sc[g][i] = kb.sc[g];
         o->d[i] = kb.d;
         o->dmin[i] = kb.dmin;
@@ -365,16 +364,16 @@ static T_AMX void amx_unpack_rows(uint32_t type, const uint8_t *const *wr, int64
 }
 
 /* The dots of scale unit u0 into tile T (and, with has_min, its part of M). */
-#define AMX_UNIT_DOT(T, u0)                                                                                \
-    do {                                                                                                   \
-        _tile_zero(T);                                                                                     \
-        _tile_loadd(TILE_A, &w->c[0][u0], KVT_QK);                                                         \
-        _tile_loadd(TILE_B, &x->bt[(u0) / 4][0], AMX_N * 4);                                               \
-        _tile_dpbssd(T, TILE_A, TILE_B);                                                                   \
-        if (has_min) {                                                                                     \
-            _tile_loadd(TILE_AM, &w->mn[0][u0], KVT_QK);                                                   \
-            _tile_dpbusd(TILE_CM, TILE_AM, TILE_B);                                                        \
-        }                                                                                                  \
+#define AMX_UNIT_DOT(T, u0) \
+    do { \
+        _tile_zero(T); \
+        _tile_loadd(TILE_A, &w->c[0][u0], KVT_QK); \
+        _tile_loadd(TILE_B, &x->bt[(u0) / 4][0], AMX_N * 4); \
+        _tile_dpbssd(T, TILE_A, TILE_B); \
+        if (has_min) { \
+            _tile_loadd(TILE_AM, &w->mn[0][u0], KVT_QK); \
+            _tile_dpbusd(TILE_CM, TILE_AM, TILE_B); \
+        } \
     } while (0)
 
 /* acc[i][n] for the tile's rows and tokens, through one super-block: the
@@ -423,7 +422,7 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
     const int64_t nb = a->k / KVT_QK;
     amx_acts *xs = aligned_alloc(64, sizeof(amx_acts) * (size_t)(AMX_SUBS * nb));
     amx_rows *rows = aligned_alloc(64, sizeof(amx_rows));
-    float (*acc)[AMX_M][AMX_N] = aligned_alloc(64, sizeof(float) * AMX_SUBS * AMX_M * AMX_N);
+    float(*acc)[AMX_M][AMX_N] = aligned_alloc(64, sizeof(float) * AMX_SUBS * AMX_M * AMX_N);
     if (!xs || !rows || !acc) {
         free(xs), free(rows), free(acc);
         return -1;
@@ -499,15 +498,14 @@ INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m12
     const __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
     const __m512i lo = _mm512_set1_epi8(0xF);
     /* lane l of chunk c (64 codes = sub-blocks 2c, 2c+1) takes scale 2c + l/16 */
-    const __m512i half = _mm512_srli_epi16(
-        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
-                         7, 6, 5, 4, 3, 2, 1, 0),
-        4);
+    const __m512i half = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                                            16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           4);
     __m512i acc = _mm512_setzero_si512();
     for (int c = 0; c < 4; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q4K_QS + 32 * c));
-        const __m512i u =
-            _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), lo);
+        const __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
+                                           lo);
         const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * c));
         const __m512i scl = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc);
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), scl);
@@ -565,8 +563,8 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
     (void)bs2;
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
     /* int16 lanes 0-7 take group 2p's scale, 8-15 group 2p + 1's (as prep2) */
-    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
-                                            2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                            3, 2, 3, 2, 3, 2, 3);
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) { /* 128 codes: ql[64h..], qh[32h..] */
@@ -592,55 +590,54 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
     *M = _mm_setzero_si128();
 }
 
-#define DEF_DIRECT(NAME, TARGET, ONE)                                                                       \
+#define DEF_DIRECT(NAME, TARGET, ONE) \
     TARGET static void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        const uint8_t *base = w->data;                                                                     \
-        const size_t bb = kvt_qk_block_bytes(w->type);                                                     \
-        const int has_min = kvt_qk_has_min(w->type);                                                       \
-        const int64_t nb = a->k / KVT_QK, kpad = a->kpad;                                                  \
-        const __m128 sign = _mm_set1_ps(-0.0f);                                                            \
-        const size_t pf_ahead = (size_t)RM * w->row_bytes * KVT_PF_TILES; /* rows: contiguous */           \
-        for (int64_t r = r0; r < r1; r += RM) {                                                            \
-            const uint8_t *wr[RM];                                                                         \
-            for (int i = 0; i < RM; i++)                                                                   \
-                wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;                       \
-            for (int64_t t = 0; t < a->n; t++) {                                                           \
-                __m128 acc = _mm_setzero_ps();                                                             \
-                for (int64_t b = 0; b < nb; b++) {                                                         \
-                    const int8_t *q = a->kq + t * kpad + b * KVT_QK;                                       \
-                    const __m256i bs = _mm256_loadu_si256(                                                 \
+        const uint8_t *base = w->data; \
+        const size_t bb = kvt_qk_block_bytes(w->type); \
+        const int has_min = kvt_qk_has_min(w->type); \
+        const int64_t nb = a->k / KVT_QK, kpad = a->kpad; \
+        const __m128 sign = _mm_set1_ps(-0.0f); \
+        const size_t pf_ahead = (size_t)RM * w->row_bytes * KVT_PF_TILES; /* rows: contiguous */ \
+        for (int64_t r = r0; r < r1; r += RM) { \
+            const uint8_t *wr[RM]; \
+            for (int i = 0; i < RM; i++) wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
+            for (int64_t t = 0; t < a->n; t++) { \
+                __m128 acc = _mm_setzero_ps(); \
+                for (int64_t b = 0; b < nb; b++) { \
+                    const int8_t *q = a->kq + t * kpad + b * KVT_QK; \
+                    const __m256i bs = _mm256_loadu_si256( \
                         (const __m256i *)(const void *)(a->kbs + t * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP)); \
-                    const __m128 dx = _mm_set1_ps(a->kd[t * (kpad / KVT_QK) + b]);                         \
-                    const __m256i bsp = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));                       \
+                    const __m128 dx = _mm_set1_ps(a->kd[t * (kpad / KVT_QK) + b]); \
+                    const __m256i bsp = _mm256_madd_epi16(bs, _mm256_set1_epi16(1)); \
                     const __m128i bs2 = _mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1)); \
-                    __m256i s[RM];                                                                         \
-                    __m128i m[RM];                                                                         \
-                    float dw[RM], mw[RM];                                                                  \
-                    for (int i = 0; i < RM; i++) {                                                         \
-                        const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
-                        /* decode streams each weight once: the same block KVT_PF_TILES tiles on */        \
-                        if (t == 0)                                                                        \
-                            for (size_t o = 0; o < bb + 63; o += 64)                                       \
-                                KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o);                                  \
-                        ONE(blk, q, bs, bs2, &s[i], &m[i]);                                                \
-                    }                                                                                      \
-                    for (int i = 0; i < RM; i++) {                                                         \
-                        const uint8_t *blk = wr[i] + (size_t)b * bb;                                       \
-                        dw[i] = _cvtsh_ss(kvt_load_u16(blk + (has_min ? KVT_Q45K_D : KVT_Q6K_D)));         \
-                        mw[i] = has_min ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN)) : 0.0f;             \
-                    }                                                                                      \
-                    const __m128i S = hsum4x8_epi32(s[0], s[1], s[2], s[3]);                                \
-                    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_loadu_ps(dw), dx), acc);         \
-                    if (has_min) {                                                                         \
+                    __m256i s[RM]; \
+                    __m128i m[RM]; \
+                    float dw[RM], mw[RM]; \
+                    for (int i = 0; i < RM; i++) { \
+                        const uint8_t *blk = wr[i] + (size_t)b * bb; \
+                        /* decode streams each weight once: the same block KVT_PF_TILES tiles on */ \
+                        if (t == 0) \
+                            for (size_t o = 0; o < bb + 63; o += 64) KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o); \
+                        ONE(blk, q, bs, bs2, &s[i], &m[i]); \
+                    } \
+                    for (int i = 0; i < RM; i++) { \
+                        const uint8_t *blk = wr[i] + (size_t)b * bb; \
+                        dw[i] = _cvtsh_ss(kvt_load_u16(blk + (has_min ? KVT_Q45K_D : KVT_Q6K_D))); \
+                        mw[i] = has_min ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN)) : 0.0f; \
+                    } \
+                    const __m128i S = hsum4x8_epi32(s[0], s[1], s[2], s[3]); \
+                    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_loadu_ps(dw), dx), acc); \
+                    if (has_min) { \
                         const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3])); \
-                        acc = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(_mm_loadu_ps(mw), dx), acc); \
-                    }                                                                                      \
-                }                                                                                          \
-                _Alignas(16) float out[RM];                                                                \
-                _mm_store_ps(out, acc);                                                                    \
-                for (int i = 0; i < RM && r + i < r1; i++) y[t * ldy + r + i] = out[i];                     \
-            }                                                                                              \
-        }                                                                                                  \
+                        acc = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(_mm_loadu_ps(mw), dx), \
+                                           acc); \
+                    } \
+                } \
+                _Alignas(16) float out[RM]; \
+                _mm_store_ps(out, acc); \
+                for (int i = 0; i < RM && r + i < r1; i++) y[t * ldy + r + i] = out[i]; \
+            } \
+        } \
     }
 
 DEF_DIRECT(q4k_mm_direct512, T512, q4k_direct)
@@ -649,21 +646,15 @@ DEF_DIRECT(q4k_mm_direct2, T2, q4k_direct2)
 DEF_DIRECT(q6k_mm_direct2, T2, q6k_direct2)
 
 T2 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K)
-        q4k_mm_direct2(w, a, r0, r1, y, ldy);
-    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K)
-        q6k_mm_direct2(w, a, r0, r1, y, ldy);
-    else
-        qk_mm_unpacked2(w, a, r0, r1, y, ldy);
+    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct2(w, a, r0, r1, y, ldy);
+    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct2(w, a, r0, r1, y, ldy);
+    else qk_mm_unpacked2(w, a, r0, r1, y, ldy);
 }
 
 T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K)
-        q4k_mm_direct512(w, a, r0, r1, y, ldy);
-    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K)
-        q6k_mm_direct512(w, a, r0, r1, y, ldy);
-    else
-        qk_mm_unpacked512(w, a, r0, r1, y, ldy);
+    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct512(w, a, r0, r1, y, ldy);
+    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct512(w, a, r0, r1, y, ldy);
+    else qk_mm_unpacked512(w, a, r0, r1, y, ldy);
 }
 
 /* The AMX variant: the AVX-512 kernels, with prefill on tiles. */

@@ -25,12 +25,12 @@
 #include "ops_amx.h"
 #include "ops_impl.h"
 
-#define Q8A_M 16                  /* weight rows per tile */
-#define Q8A_N KVT_AMX_N            /* tokens per tile (one zmm of int32 or f32) */
+#define Q8A_M 16                    /* weight rows per tile */
+#define Q8A_N KVT_AMX_N             /* tokens per tile (one zmm of int32 or f32) */
 #define Q8A_DW (KVT_Q8_0_BLOCK / 4) /* dwords of one token's block: B's rows */
-#define Q8A_CHUNK_BYTES (1 << 20) /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
-#define Q8A_MIN_TOKENS 3          /* fewer tokens: the AVX-512 tile streams the weights better */
-#define Q8A_INFLIGHT 4            /* blocks whose products are in flight */
+#define Q8A_CHUNK_BYTES (1 << 20)   /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
+#define Q8A_MIN_TOKENS 3            /* fewer tokens: the AVX-512 tile streams the weights better */
+#define Q8A_INFLIGHT 4              /* blocks whose products are in flight */
 /* Tile registers, as literal numbers (the intrinsics paste them into the
  * assembly): 0-3 the integers of four blocks, 4-5 their weights and 6-7
  * their activations (alternating). */
@@ -63,12 +63,12 @@ static T_AMX void q8a_scales(const uint8_t *w0, size_t rb, int64_t nb, float (*d
 }
 
 /* Block b's integers into tile C: weights from wq (row stride rb), activations x. */
-#define Q8A_DOT(C, A, B, wq, rb, x)        \
-    do {                                   \
-        _tile_zero(C);                     \
-        _tile_loadd(A, wq, rb);            \
+#define Q8A_DOT(C, A, B, wq, rb, x) \
+    do { \
+        _tile_zero(C); \
+        _tile_loadd(A, wq, rb); \
         _tile_loadd(B, (x)->bt, Q8A_N * 4); \
-        _tile_dpbssd(C, A, B);             \
+        _tile_dpbssd(C, A, B); \
     } while (0)
 
 /* The integers of blocks b0 .. b0 + n - 1 (n <= 4) into sums[0 .. n). */
@@ -107,12 +107,12 @@ static T_AMX void q8a_tile(const uint8_t *wq, size_t rb, const q8a_acts *x, cons
             const int64_t b1 = b0 + Q8A_INFLIGHT;
             q8a_issue(wq, rb, x, b1, nb - b1 < Q8A_INFLIGHT ? nb - b1 : Q8A_INFLIGHT, buf[(g + 1) & 1]);
         }
-        int32_t (*cur)[Q8A_M][Q8A_N] = buf[g & 1];
+        int32_t(*cur)[Q8A_M][Q8A_N] = buf[g & 1];
         for (int64_t e = 0; e < n; e++) {
             const __m512 dx = _mm512_load_ps(x[b0 + e].dx);
-            _Pragma("GCC unroll 16") for (int i = 0; i < Q8A_M; i++) acc[i] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cur[e][i])),
-                                _mm512_mul_ps(_mm512_set1_ps(dw[b0 + e][i]), dx), acc[i]);
+            _Pragma("GCC unroll 16") for (int i = 0; i < Q8A_M; i++)
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cur[e][i])),
+                                         _mm512_mul_ps(_mm512_set1_ps(dw[b0 + e][i]), dx), acc[i]);
         }
     }
     for (int i = 0; i < Q8A_M; i++) _mm512_store_ps(out[i], acc[i]);
@@ -125,7 +125,7 @@ T_AMX int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, in
     const int64_t chunk = kvt_amx_chunk_tokens(Q8A_CHUNK_BYTES, sizeof(q8a_acts) * (size_t)nb, a->n);
     const int64_t subs_max = chunk / Q8A_N;
     q8a_acts *xs = aligned_alloc(64, sizeof(q8a_acts) * (size_t)(subs_max * nb));
-    float (*dw)[Q8A_M] = aligned_alloc(64, sizeof(float) * Q8A_M * (size_t)nb);
+    float(*dw)[Q8A_M] = aligned_alloc(64, sizeof(float) * Q8A_M * (size_t)nb);
     q8a_sums *buf = aligned_alloc(64, sizeof(q8a_sums) * 2);
     if (!xs || !dw || !buf) {
         free(xs), free(dw), free(buf);
@@ -154,10 +154,11 @@ T_AMX int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, in
             q8a_scales(w0, rb, nb, dw);
             for (int64_t s = 0; s < subs; s++) {
                 _Alignas(64) float out[Q8A_M][Q8A_N];
-                q8a_tile(w0 + KVT_Q8_0_SCALE_BYTES, rb, &xs[s * nb], (const float (*)[Q8A_M])dw, nb, buf, out);
+                q8a_tile(w0 + KVT_Q8_0_SCALE_BYTES, rb, &xs[s * nb], (const float(*)[Q8A_M])dw, nb, buf, out);
                 const int64_t t0 = c0 + s * Q8A_N;
-                kvt_amx_store_transposed((const float (*)[KVT_AMX_N])out,
-                                         (int)(c0 + nt - t0 < Q8A_N ? c0 + nt - t0 : Q8A_N), Q8A_M, y + t0 * ldy + r, ldy);
+                kvt_amx_store_transposed((const float(*)[KVT_AMX_N])out,
+                                         (int)(c0 + nt - t0 < Q8A_N ? c0 + nt - t0 : Q8A_N), Q8A_M, y + t0 * ldy + r,
+                                         ldy);
             }
         }
     }

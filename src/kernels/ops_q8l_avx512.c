@@ -26,11 +26,11 @@
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 
-#define Q8T_N KVT_AMX_N              /* tokens per vector (the AMX kernels' token staging) */
-#define Q8T_R 2                     /* weight rows per tile */
-#define Q8T_CHUNK_BYTES (1 << 20)   /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
-#define Q8T_MIN_TOKENS 8            /* fewer tokens: tile_q8l's 6-token tiles waste less */
-#define Q8T_PF_AHEAD 4              /* blocks ahead whose activations are prefetched (they come from L2) */
+#define Q8T_N KVT_AMX_N           /* tokens per vector (the AMX kernels' token staging) */
+#define Q8T_R 2                   /* weight rows per tile */
+#define Q8T_CHUNK_BYTES (1 << 20) /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
+#define Q8T_MIN_TOKENS 8          /* fewer tokens: tile_q8l's 6-token tiles waste less */
+#define Q8T_PF_AHEAD 4            /* blocks ahead whose activations are prefetched (they come from L2) */
 
 /* One token vector's activations of one block: x[l][n] = token n's quants
  * 4l..4l+3 (u8, as stored), and the block scales dx[n]. */

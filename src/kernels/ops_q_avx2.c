@@ -25,7 +25,7 @@
 #define QRM 2
 #define QRN 2
 #define QDRM 4
-#define BIAS_SHIFT 7 /* 128 = KVT_Q8_ACT_BIAS */
+#define BIAS_SHIFT 7  /* 128 = KVT_Q8_ACT_BIAS */
 #define MIN_LANE 0x01 /* lane 0 of a block's 8: where its min term goes */
 
 INLINE2 float hsum16(__m256 lo, __m256 hi) {
@@ -40,7 +40,8 @@ INLINE2 float hsum16(__m256 lo, __m256 hi) {
  * shifted a nibble down. */
 INLINE2 __m256i unpack_raw(kvt_ql_layout f, const uint8_t *blk) {
     const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + f.qs_off)));
-    __m256i z = _mm256_and_si256(_mm256_srlv_epi32(qs, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+    __m256i z = _mm256_and_si256(_mm256_srlv_epi32(qs, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                 _mm256_set1_epi8(0x0F));
     if (f.nl) { /* IQ4_NL: code -> value + 128 */
         static const uint8_t book[16] = KVT_IQ4NL_BIASED;
         z = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)book)), z);
@@ -49,8 +50,8 @@ INLINE2 __m256i unpack_raw(kvt_ql_layout f, const uint8_t *blk) {
         uint32_t h;
         memcpy(&h, blk + f.qh_off, sizeof h);
         /* byte i takes byte i/8 of h, then tests its bit i%8 */
-        const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
-                                                2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                                3, 3, 3, 3, 3, 3, 3, 3);
         const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
         __m256i hv = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
         hv = _mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit);
@@ -73,9 +74,7 @@ INLINE2 __m256i sums4(__m256i u, __m256i s) {
 /* The same for two signed operands of magnitude <= 127 (IQ4_NL's values,
  * where a biased u8 operand could saturate maddubs' pairs): |w| by x with
  * w's sign, each pair at most 2 * 127 * 127 < 2^15. */
-INLINE2 __m256i sums4_signed(__m256i w, __m256i x) {
-    return sums4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
+INLINE2 __m256i sums4_signed(__m256i w, __m256i x) { return sums4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
 
 /* Per row and block: the weights, 128 * their sums of 4, d, m. */
 typedef struct {
@@ -108,8 +107,8 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
                   const float *const *xs, int rm, int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_QL_BLOCK;
     __m256 lo[QRM][QRN], hi[QRM][QRN];
-    _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++)
+        lo[i][j] = hi[i][j] = _mm256_setzero_ps();
     /* decode streams each weight once: prefetch the same place in the next
      * tile's rows, as the Q8_0 tile does (a hint, so the same bits) */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
@@ -126,8 +125,8 @@ INLINE2 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *cons
             }
         }
     }
-    _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(lo[i][j], hi[i][j]);
+    _Pragma("GCC unroll 4") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 4") for (int j = 0; j < rn; j++)
+        out[i * rn + j] = hsum16(lo[i][j], hi[i][j]);
 }
 
 /* ---- decode tile: QDRM rows x 1 token ------------------------------------
@@ -154,23 +153,23 @@ INLINE2 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *
         const int nh = b + 1 < nb ? 2 : 1;
         /* lane h * QDRM + i: row i, block b + h */
         __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
-        _Pragma("GCC unroll 2") for (int h = 0; h < nh; h++)
-            _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
-                const uint8_t *blk = wr[i] + (b + h) * f.bytes;
-                dh = _mm_insert_epi16(dh, kvt_load_u16(blk), h * QDRM + i);
-                if (f.m_off >= 0) mh = _mm_insert_epi16(mh, kvt_load_u16(blk + f.m_off), h * QDRM + i);
-            }
+        _Pragma("GCC unroll 2") for (int h = 0; h < nh; h++) _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
+            const uint8_t *blk = wr[i] + (b + h) * f.bytes;
+            dh = _mm_insert_epi16(dh, kvt_load_u16(blk), h * QDRM + i);
+            if (f.m_off >= 0) mh = _mm_insert_epi16(mh, kvt_load_u16(blk + f.m_off), h * QDRM + i);
+        }
         float dwx[2 * QDRM] __attribute__((aligned(32))), mw[2 * QDRM] __attribute__((aligned(32)));
-        _mm256_store_ps(dwx, _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_setr_m128(_mm_set1_ps(xd[0][b]),
-                                                                                  _mm_set1_ps(xd[0][b + 1]))));
+        _mm256_store_ps(
+            dwx, _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_setr_m128(_mm_set1_ps(xd[0][b]), _mm_set1_ps(xd[0][b + 1]))));
         if (f.m_off >= 0) _mm256_store_ps(mw, _mm256_cvtph_ps(mh));
         _Pragma("GCC unroll 2") for (int h = 0; h < nh; h++) {
             const __m256i xb = _mm256_loadu_si256((const __m256i *)(const void *)(xq[0] + (b + h) * KVT_QL_BLOCK));
             const __m256i xv = _mm256_xor_si256(xb, flip);
-            const __m256i start =
-                f.zero && !f.nl ? _mm256_add_epi32(sums4(xb, minus_zero), zero_off) : _mm256_setzero_si256();
-            const __m256 sx = f.m_off >= 0 ? _mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(xs[0][b + h]), MIN_LANE)
-                                           : _mm256_setzero_ps();
+            const __m256i start = f.zero && !f.nl ? _mm256_add_epi32(sums4(xb, minus_zero), zero_off)
+                                                  : _mm256_setzero_si256();
+            const __m256 sx = f.m_off >= 0
+                ? _mm256_blend_ps(_mm256_setzero_ps(), _mm256_set1_ps(xs[0][b + h]), MIN_LANE)
+                : _mm256_setzero_ps();
             _Pragma("GCC unroll 4") for (int i = 0; i < QDRM; i++) {
                 const uint8_t *blk = wr[i] + (b + h) * f.bytes;
                 if (h == 0) KVT_PREFETCH_WEIGHTS(blk + pf_ahead);

@@ -25,8 +25,8 @@
 #define QRN 6
 #define QDRM 8
 #define QDRN 2
-#define MIN_LANES 0x0101      /* lanes 0 and 8: where the min term of each block goes */
-#define BIAS_SHIFT 7          /* 128 = KVT_Q8_ACT_BIAS */
+#define MIN_LANES 0x0101 /* lanes 0 and 8: where the min term of each block goes */
+#define BIAS_SHIFT 7     /* 128 = KVT_Q8_ACT_BIAS */
 
 INLINE512 float hsum16(__m512 v) {
     __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -41,9 +41,7 @@ INLINE512 uint32_t ld32(const uint8_t *p) {
     return v;
 }
 
-INLINE512 __m512 pair_ps(float lo, float hi) {
-    return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
-}
+INLINE512 __m512 pair_ps(float lo, float hi) { return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1); }
 
 /* The quants of blocks a and (if has_b) b as 64 bytes q, natural order:
  * 128-bit chunks [a, a, b, b], the second of each pair shifted a nibble down. */
@@ -75,8 +73,8 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
     const int64_t nb = k / KVT_QL_BLOCK;
     const __m512i ones = _mm512_set1_epi8(1);
     __m512 acc[QRM][QRN];
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        acc[i][j] = _mm512_setzero_ps();
     /* decode (tiles of 1-2 tokens) streams each weight once: prefetch the same
      * place KVT_PF_TILES tiles on, as the Q8_0 tile does (a hint, same bits) */
     const ptrdiff_t pf_ahead = (wr[1] - wr[0]) * rm * KVT_PF_TILES;
@@ -88,12 +86,14 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
             const uint8_t *blk = wr[i] + b * f.bytes, *blk2 = blk + f.bytes;
             if (rn <= 2) KVT_PREFETCH_WEIGHTS(blk + pf_ahead);
             wq[i] = unpack_pair(f, blk, blk2, has_hi);
-            ncorr[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                        _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), BIAS_SHIFT));
+            ncorr[i] = _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wq[i]), BIAS_SHIFT));
             dw[i] = pair_ps(_cvtsh_ss(kvt_load_u16(blk)), has_hi ? _cvtsh_ss(kvt_load_u16(blk2)) : 0.0f);
             if (f.m_off >= 0)
-                mw[i] = _mm512_maskz_mov_ps(MIN_LANES, pair_ps(_cvtsh_ss(kvt_load_u16(blk + f.m_off)),
-                                                               has_hi ? _cvtsh_ss(kvt_load_u16(blk2 + f.m_off)) : 0.0f));
+                mw[i] = _mm512_maskz_mov_ps(MIN_LANES,
+                                            pair_ps(_cvtsh_ss(kvt_load_u16(blk + f.m_off)),
+                                                    has_hi ? _cvtsh_ss(kvt_load_u16(blk2 + f.m_off)) : 0.0f));
         }
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
             const __m512i xv = _mm512_loadu_si512(xq[j] + b * KVT_QL_BLOCK);
@@ -107,8 +107,8 @@ INLINE512 void tile(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t *co
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
+    _Pragma("GCC unroll 8") for (int i = 0; i < rm; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        out[i * rn + j] = hsum16(acc[i][j]);
 }
 
 /* ---- decode tile ----------------------------------------------------------
@@ -170,13 +170,13 @@ INLINE512 void tile_dec(kvt_ql_layout f, const uint8_t *const *wr, const uint8_t
                         const float *const *xs, int rn, int64_t k, float *out) {
     const int64_t nb = k / KVT_QL_BLOCK;
     __m512 acc[QDRM][QDRN];
-    _Pragma("GCC unroll 8") for (int i = 0; i < QDRM; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int i = 0; i < QDRM; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        acc[i][j] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) dec_pair(f, wr, xq, xd, xs, rn, b, 1, acc);
     if (b < nb) dec_pair(f, wr, xq, xd, xs, rn, b, 0, acc);
-    _Pragma("GCC unroll 8") for (int i = 0; i < QDRM; i++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) out[i * rn + j] = hsum16(acc[i][j]);
+    _Pragma("GCC unroll 8") for (int i = 0; i < QDRM; i++) _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++)
+        out[i * rn + j] = hsum16(acc[i][j]);
 }
 
 /* kvt_ql_mm_*: one tile per legacy type, run by the shared loop (ops_tileloop.h) */

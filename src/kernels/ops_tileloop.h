@@ -35,28 +35,28 @@ typedef struct {
 /* The body of a tile: CALL(N) with N the tile's token count `n` as a
  * constant (1, 1 to 2, 3 or 6), so that each count gets a fully unrolled
  * instance with its accumulators in registers. */
-#define KVT_TILE_BY_N1(CALL)                                                                       \
-    (void)n;                                                                                       \
+#define KVT_TILE_BY_N1(CALL) \
+    (void)n; \
     CALL(1);
-#define KVT_TILE_BY_N2(CALL)                                                                       \
-    switch (n) {                                                                                   \
-    case 1: CALL(1); break;                                                                        \
-    default: CALL(2); break;                                                                       \
+#define KVT_TILE_BY_N2(CALL) \
+    switch (n) { \
+    case 1: CALL(1); break; \
+    default: CALL(2); break; \
     }
-#define KVT_TILE_BY_N3(CALL)                                                                       \
-    switch (n) {                                                                                   \
-    case 1: CALL(1); break;                                                                        \
-    case 2: CALL(2); break;                                                                        \
-    default: CALL(3); break;                                                                       \
+#define KVT_TILE_BY_N3(CALL) \
+    switch (n) { \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    default: CALL(3); break; \
     }
-#define KVT_TILE_BY_N6(CALL)                                                                       \
-    switch (n) {                                                                                   \
-    case 1: CALL(1); break;                                                                        \
-    case 2: CALL(2); break;                                                                        \
-    case 3: CALL(3); break;                                                                        \
-    case 4: CALL(4); break;                                                                        \
-    case 5: CALL(5); break;                                                                        \
-    default: CALL(6); break;                                                                       \
+#define KVT_TILE_BY_N6(CALL) \
+    switch (n) { \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    case 4: CALL(4); break; \
+    case 5: CALL(5); break; \
+    default: CALL(6); break; \
     }
 
 typedef void (*kvt_tile_fn)(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out);
@@ -64,8 +64,8 @@ typedef void (*kvt_tile_fn)(const uint8_t *const *wr, const kvt_tile_x *x, int n
 typedef void (*kvt_widen_fn)(const uint8_t *row, int64_t k, float *dst);
 
 typedef struct {
-    int rm, rn;           /* tile: rows x tokens, at most KVT_TILE_MAX_RM x KVT_TILE_MAX_RN */
-    int q8;               /* activations: quantized (xq, xd, xs), else floats (xf) */
+    int rm, rn; /* tile: rows x tokens, at most KVT_TILE_MAX_RM x KVT_TILE_MAX_RN */
+    int q8;     /* activations: quantized (xq, xd, xs), else floats (xf) */
     kvt_tile_fn tile;
     /* Optional (NULL): with more than rn tokens, each group of rm rows is
      * widened to f32 once (exact) and tile_f32 runs on the copies, so the inner
@@ -83,8 +83,8 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
     int64_t chunk = (int64_t)(KVT_TILE_CHUNK_BYTES / tok_bytes) / tl.rn * tl.rn;
     if (chunk < tl.rn) chunk = tl.rn;
     float *wbuf = tl.widen && a->n > tl.rn
-                      ? aligned_alloc(KVT_TILE_ALIGN, sizeof(float) * (size_t)tl.rm * (size_t)a->kpad)
-                      : NULL;
+        ? aligned_alloc(KVT_TILE_ALIGN, sizeof(float) * (size_t)tl.rm * (size_t)a->kpad)
+        : NULL;
     float out[KVT_TILE_MAX_RM * KVT_TILE_MAX_RN];
     kvt_tile_x x;
     for (int64_t c0 = 0; c0 < a->n; c0 += chunk) {
@@ -111,8 +111,7 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
                 }
                 if (wbuf) /* two direct calls, not a chosen pointer: each can be inlined */
                     tl.tile_f32(wr, &x, n, a->k, out);
-                else
-                    tl.tile(wr, &x, n, a->k, out);
+                else tl.tile(wr, &x, n, a->k, out);
                 for (int i = 0; i < tl.rm && r + i < r1; i++)
                     for (int j = 0; j < n; j++) y[(t + j) * ldy + r + i] = out[i * n + j];
             }
@@ -130,24 +129,23 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
  * every weight once); Q8_DEC_RN 0 for none. */
 #define KVT_DEFINE_MM_ROWS(NAME, ATTR, WIDEN_F16, WIDEN_BF16, Q8, Q8_RM, Q8_RN, Q8_DEC, Q8_DEC_RM, Q8_DEC_RN) \
     static ATTR void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        switch (w->type) {                                                                               \
-        case KVT_TYPE_Q8_0:                                                                              \
-            if (Q8_DEC_RN > 0 && a->n <= Q8_DEC_RN)                                                      \
-                kvt_tile_loop(w, a, r0, r1, y, ldy,                                                      \
-                              (kvt_tiling){.rm = Q8_DEC_RM, .rn = Q8_DEC_RN, .q8 = 1, .tile = Q8_DEC});    \
-            else                                                                                         \
-                kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = Q8_RM, .rn = Q8_RN, .q8 = 1, .tile = Q8}); \
-            break;                                                                                       \
-        case KVT_TYPE_F16:                                                                               \
-            kvt_tile_loop(w, a, r0, r1, y, ldy,                                                          \
+        switch (w->type) { \
+        case KVT_TYPE_Q8_0: \
+            if (Q8_DEC_RN > 0 && a->n <= Q8_DEC_RN) \
+                kvt_tile_loop(w, a, r0, r1, y, ldy, \
+                              (kvt_tiling){.rm = Q8_DEC_RM, .rn = Q8_DEC_RN, .q8 = 1, .tile = Q8_DEC}); \
+            else kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = Q8_RM, .rn = Q8_RN, .q8 = 1, .tile = Q8}); \
+            break; \
+        case KVT_TYPE_F16: \
+            kvt_tile_loop(w, a, r0, r1, y, ldy, \
                           (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f16, .widen = WIDEN_F16, .tile_f32 = ft_f32}); \
-            break;                                                                                       \
-        case KVT_TYPE_BF16:                                                                              \
-            kvt_tile_loop(w, a, r0, r1, y, ldy,                                                          \
+            break; \
+        case KVT_TYPE_BF16: \
+            kvt_tile_loop(w, a, r0, r1, y, ldy, \
                           (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_bf16, .widen = WIDEN_BF16, .tile_f32 = ft_f32}); \
-            break;                                                                                       \
+            break; \
         default: kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = RM, .rn = RN, .tile = ft_f32}); break; \
-        }                                                                                                \
+        } \
     }
 
 /* The legacy-type matmul ENTRY (a matmul_ql_rows, ops_impl.h) of a variant,
@@ -159,31 +157,30 @@ static inline __attribute__((always_inline)) void kvt_tile_loop(const kvt_wmat *
  * order), the layout's fields folded in as constants. ATTR is the variant's
  * target attribute, BY_N the KVT_TILE_BY_N* that matches QRN. The includer
  * includes quant_legacy.h. */
-#define KVT_QL_TILE_FN(NAME, ATTR, BY_N, CALL, LAYOUT)                                                \
+#define KVT_QL_TILE_FN(NAME, ATTR, BY_N, CALL, LAYOUT) \
     static ATTR void NAME(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) { \
-        const kvt_ql_layout f = LAYOUT;                                                               \
-        BY_N(CALL)                                                                                    \
+        const kvt_ql_layout f = LAYOUT; \
+        BY_N(CALL) \
     }
 #define KVT_QL_CALL(N) tile(f, wr, x->xq, x->xd, x->xs, QRM, N, k, out)
 #define KVT_QL_DEC_CALL(N) tile_dec(f, wr, x->xq, x->xd, x->xs, N, k, out)
-#define KVT_QL_TILE_FNS(PREFIX, ATTR, BY_N, CALL)                                                     \
-    KVT_QL_TILE_FN(PREFIX##_q4_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q4_0)                               \
-    KVT_QL_TILE_FN(PREFIX##_q4_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q4_1)                               \
-    KVT_QL_TILE_FN(PREFIX##_q5_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_0)                               \
-    KVT_QL_TILE_FN(PREFIX##_q5_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_1)                               \
+#define KVT_QL_TILE_FNS(PREFIX, ATTR, BY_N, CALL) \
+    KVT_QL_TILE_FN(PREFIX##_q4_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q4_0) \
+    KVT_QL_TILE_FN(PREFIX##_q4_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q4_1) \
+    KVT_QL_TILE_FN(PREFIX##_q5_0, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_0) \
+    KVT_QL_TILE_FN(PREFIX##_q5_1, ATTR, BY_N, CALL, KVT_QL_LAYOUT_Q5_1) \
     KVT_QL_TILE_FN(PREFIX##_iq4_nl, ATTR, BY_N, CALL, KVT_QL_LAYOUT_IQ4_NL)
-#define KVT_QL_TILES(PREFIX) {PREFIX##_q4_0, PREFIX##_q4_1, PREFIX##_q5_0, PREFIX##_q5_1, PREFIX##_iq4_nl}
-#define KVT_QL_DEFINE_MM_DEC(ENTRY, ATTR, BY_N, DEC_RM, DEC_RN)                                       \
-    KVT_QL_TILE_FNS(ENTRY, ATTR, BY_N, KVT_QL_CALL)                                                   \
-    KVT_QL_TILE_FNS(ENTRY##_dec, ATTR, KVT_TILE_BY_N##DEC_RN, KVT_QL_DEC_CALL)                        \
+#define KVT_QL_TILES(PREFIX) \
+    { PREFIX##_q4_0, PREFIX##_q4_1, PREFIX##_q5_0, PREFIX##_q5_1, PREFIX##_iq4_nl }
+#define KVT_QL_DEFINE_MM_DEC(ENTRY, ATTR, BY_N, DEC_RM, DEC_RN) \
+    KVT_QL_TILE_FNS(ENTRY, ATTR, BY_N, KVT_QL_CALL) \
+    KVT_QL_TILE_FNS(ENTRY##_dec, ATTR, KVT_TILE_BY_N##DEC_RN, KVT_QL_DEC_CALL) \
     void ENTRY(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
-        static const kvt_tile_fn tiles[] = KVT_QL_TILES(ENTRY), dec[] = KVT_QL_TILES(ENTRY##_dec);    \
-        const int t = kvt_ql_index(w->type);                                                          \
-        if (a->n <= DEC_RN)                                                                           \
-            kvt_tile_loop(w, a, r0, r1, y, ldy,                                                       \
-                          (kvt_tiling){.rm = DEC_RM, .rn = DEC_RN, .q8 = 1, .tile = dec[t]});         \
-        else                                                                                          \
-            kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = tiles[t]}); \
+        static const kvt_tile_fn tiles[] = KVT_QL_TILES(ENTRY), dec[] = KVT_QL_TILES(ENTRY##_dec); \
+        const int t = kvt_ql_index(w->type); \
+        if (a->n <= DEC_RN) \
+            kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = DEC_RM, .rn = DEC_RN, .q8 = 1, .tile = dec[t]}); \
+        else kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = tiles[t]}); \
     }
 
 #endif

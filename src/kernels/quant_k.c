@@ -27,13 +27,9 @@ size_t kvt_qk_block_bytes(uint32_t type) {
     }
 }
 
-int kvt_qk_code_offset(uint32_t type) {
-    return type == KVT_TYPE_Q3_K ? Q3K_OFF : type == KVT_TYPE_Q6_K ? Q6K_OFF : 0;
-}
+int kvt_qk_code_offset(uint32_t type) { return type == KVT_TYPE_Q3_K ? Q3K_OFF : type == KVT_TYPE_Q6_K ? Q6K_OFF : 0; }
 
-int kvt_qk_has_min(uint32_t type) {
-    return type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K;
-}
+int kvt_qk_has_min(uint32_t type) { return type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K; }
 
 static float f16_at(const uint8_t *p) { return kvt_f16_to_f32(kvt_load_u16(p)); }
 
@@ -241,8 +237,7 @@ void kvt_qk_quantize_acts(const float *x, int64_t k, int8_t *q, float *d, int16_
 /* The canonical order (ops.h): per super-block two exact integers, then at
  * most two fused multiply-adds into one f32 accumulator, super-blocks in
  * increasing order. */
-float kvt_qk_dot(uint32_t type, const uint8_t *row, const int8_t *q, const float *d, const int16_t *bsums,
-                 int64_t k) {
+float kvt_qk_dot(uint32_t type, const uint8_t *row, const int8_t *q, const float *d, const int16_t *bsums, int64_t k) {
     const size_t bb = kvt_qk_block_bytes(type);
     const int off = kvt_qk_code_offset(type), has_min = kvt_qk_has_min(type);
     kvt_qk_block b;

@@ -31,10 +31,10 @@
 
 #include "ops.h"
 
-#define KVT_QK 256       /* weights per super-block */
-#define KVT_QK_GROUP 16  /* weights per group (scale granularity of the unpacked form) */
+#define KVT_QK 256      /* weights per super-block */
+#define KVT_QK_GROUP 16 /* weights per group (scale granularity of the unpacked form) */
 #define KVT_QK_NGROUP (KVT_QK / KVT_QK_GROUP)
-#define KVT_Q8K_MAX 127  /* Q8_K activations lie in [-127, 127] */
+#define KVT_Q8K_MAX 127 /* Q8_K activations lie in [-127, 127] */
 
 /* Byte offsets inside a super-block, per type (the layouts above). */
 #define KVT_Q2K_SCALES 0
@@ -58,10 +58,10 @@
 
 
 typedef struct {
-    uint8_t u[KVT_QK];        /* codes: Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 */
+    uint8_t u[KVT_QK]; /* codes: Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 */
     int16_t sc[KVT_QK_NGROUP];
     int16_t mn[KVT_QK_NGROUP];
-    float d, dmin;            /* f16 values widened; dmin = 0 for Q3_K, Q6_K */
+    float d, dmin; /* f16 values widened; dmin = 0 for Q3_K, Q6_K */
 } kvt_qk_block;
 
 /* 1 for Q2_K..Q6_K. */
@@ -90,8 +90,7 @@ void kvt_qk_quantize_acts(const float *x, int64_t k, int8_t *q, float *d, int16_
 
 /* The canonical K-quant dot product (ops.h) of one weight row and one token's
  * Q8_K activations over k weights. */
-float kvt_qk_dot(uint32_t type, const uint8_t *row, const int8_t *q, const float *d, const int16_t *bsums,
-                 int64_t k);
+float kvt_qk_dot(uint32_t type, const uint8_t *row, const int8_t *q, const float *d, const int16_t *bsums, int64_t k);
 
 /* Quantizes n weights (a multiple of 256) to `type`, writing n/256 blocks.
  * Scales and mins are chosen per group by a weighted least-squares search

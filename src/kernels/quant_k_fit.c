@@ -117,8 +117,11 @@ static uint16_t quantize_scales(const float *v, int n, float vmax, int levels, i
 /* Codes from the final integer scales, as dequantization will read them. */
 static void final_codes(uint32_t type, const float *x, kvt_qk_block *b) {
     const int off = kvt_qk_code_offset(type);
-    const int umax = type == KVT_TYPE_Q2_K ? 3 : type == KVT_TYPE_Q3_K ? 7 : type == KVT_TYPE_Q4_K ? 15
-                   : type == KVT_TYPE_Q5_K ? 31 : 63;
+    const int umax = type == KVT_TYPE_Q2_K ? 3
+        : type == KVT_TYPE_Q3_K            ? 7
+        : type == KVT_TYPE_Q4_K            ? 15
+        : type == KVT_TYPE_Q5_K            ? 31
+                                           : 63;
     for (int g = 0; g < KVT_QK_NGROUP; g++) {
         const float dl = b->d * (float)b->sc[g], ml = b->dmin * (float)b->mn[g];
         for (int i = g * KVT_QK_GROUP; i < (g + 1) * KVT_QK_GROUP; i++)

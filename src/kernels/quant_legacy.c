@@ -21,8 +21,8 @@
 #define Q4_0_DIV -8.0f
 #define Q5_0_DIV -16.0f
 
-static const kvt_ql_layout layouts[] = {KVT_QL_LAYOUT_Q4_0, KVT_QL_LAYOUT_Q4_1, KVT_QL_LAYOUT_Q5_0,
-                                         KVT_QL_LAYOUT_Q5_1, KVT_QL_LAYOUT_IQ4_NL};
+static const kvt_ql_layout layouts[] = {KVT_QL_LAYOUT_Q4_0, KVT_QL_LAYOUT_Q4_1, KVT_QL_LAYOUT_Q5_0, KVT_QL_LAYOUT_Q5_1,
+                                        KVT_QL_LAYOUT_IQ4_NL};
 static const uint8_t iq4nl_biased[16] = KVT_IQ4NL_BIASED;
 
 const kvt_ql_layout *kvt_ql_layout_of(uint32_t type) {
@@ -158,7 +158,7 @@ static void quant_iq4nl(const kvt_ql_layout *L, const float *x, uint8_t *blk) {
         }
     uint8_t q[KVT_QL_BLOCK], t[KVT_QL_BLOCK];
     float best_d = 0.0f, best_err = FLT_MAX;
-    memset(q, 0, sizeof q); /* an all-zero block keeps d = 0: every weight 0 */
+    memset(q, 0, sizeof q);                         /* an all-zero block keeps d = 0: every weight 0 */
     static const float ends[2] = {-127.0f, 113.0f}; /* max on the book's negative or positive end */
     for (int e = 0; amax > 0.0f && e < 2; e++)
         for (int i = -IQ4NL_TRIES; i <= IQ4NL_TRIES; i++) {

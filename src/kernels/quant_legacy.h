@@ -44,15 +44,22 @@ typedef struct {
 } kvt_ql_layout;
 
 /* IQ4_NL's code book, and the same + 128 as the kernels' unsigned bytes. */
-#define KVT_IQ4NL_VALUES {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
-#define KVT_IQ4NL_BIASED {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241}
+#define KVT_IQ4NL_VALUES \
+    { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 }
+#define KVT_IQ4NL_BIASED \
+    { 1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241 }
 
 /* The five layouts, as initializers (the SIMD kernels specialise on them). */
-#define KVT_QL_LAYOUT_Q4_0 {18, -1, -1, 2, 8, 0}
-#define KVT_QL_LAYOUT_Q4_1 {20, 2, -1, 4, 0, 0}
-#define KVT_QL_LAYOUT_Q5_0 {22, -1, 2, 6, 16, 0}
-#define KVT_QL_LAYOUT_Q5_1 {24, 2, 4, 8, 0, 0}
-#define KVT_QL_LAYOUT_IQ4_NL {18, -1, -1, 2, 128, 1}
+#define KVT_QL_LAYOUT_Q4_0 \
+    { 18, -1, -1, 2, 8, 0 }
+#define KVT_QL_LAYOUT_Q4_1 \
+    { 20, 2, -1, 4, 0, 0 }
+#define KVT_QL_LAYOUT_Q5_0 \
+    { 22, -1, 2, 6, 16, 0 }
+#define KVT_QL_LAYOUT_Q5_1 \
+    { 24, 2, 4, 8, 0, 0 }
+#define KVT_QL_LAYOUT_IQ4_NL \
+    { 18, -1, -1, 2, 128, 1 }
 
 /* The layout of a legacy type, or NULL for any other type. */
 const kvt_ql_layout *kvt_ql_layout_of(uint32_t type);

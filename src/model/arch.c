@@ -33,8 +33,8 @@ typedef struct {
 } arch_row;
 
 static const arch_row ARCHS[] = {
-    {"llama", KVT_ARCH_LLAMA, KVT_ROPE_NORM},  {"qwen2", KVT_ARCH_QWEN2, KVT_ROPE_NEOX},
-    {"qwen3", KVT_ARCH_QWEN3, KVT_ROPE_NEOX},  {"phi3", KVT_ARCH_PHI3, KVT_ROPE_NEOX},
+    {"llama", KVT_ARCH_LLAMA, KVT_ROPE_NORM},   {"qwen2", KVT_ARCH_QWEN2, KVT_ROPE_NEOX},
+    {"qwen3", KVT_ARCH_QWEN3, KVT_ROPE_NEOX},   {"phi3", KVT_ARCH_PHI3, KVT_ROPE_NEOX},
     {"gemma2", KVT_ARCH_GEMMA2, KVT_ROPE_NEOX}, {"gemma3", KVT_ARCH_GEMMA3, KVT_ROPE_NEOX},
 };
 
@@ -164,7 +164,8 @@ void kvt_arch_describe(const kvt_hparams *hp, char *buf, size_t cap) {
     if (hp->final_softcap > 0) ADD("%sfinal soft-cap %g", n ? ", " : "", (double)hp->final_softcap);
     if (hp->n_swa > 0) {
         if (hp->swa_pattern <= 1) ADD("%swindow %d on every layer", n ? ", " : "", hp->n_swa);
-        else ADD("%swindow %d on %d of every %d layers", n ? ", " : "", hp->n_swa, hp->swa_pattern - 1, hp->swa_pattern);
+        else
+            ADD("%swindow %d on %d of every %d layers", n ? ", " : "", hp->n_swa, hp->swa_pattern - 1, hp->swa_pattern);
     }
     if (hp->n_swa > 0 && hp->rope_base_swa > 0) ADD(" (their rope theta %g)", (double)hp->rope_base_swa);
     if (hp->rope_attn_factor != 1.0f) ADD("%srope attn factor %g", n ? ", " : "", (double)hp->rope_attn_factor);

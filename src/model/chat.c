@@ -147,8 +147,7 @@ static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_ch
 /* An [INST] family's reply: the ids kvtier generated for it right after
  * " [/INST]" as they were generated, else " " and its text, where Mistral's
  * tool calls ("[TOOL_CALLS][...]") have the marker as its control token. */
-static void push_inst_reply(ids_buf *b, size_t i, const char *text, int mistral, kvt_chat_reply_fn lookup,
-                            void *ctx) {
+static void push_inst_reply(ids_buf *b, size_t i, const char *text, int mistral, kvt_chat_reply_fn lookup, void *ctx) {
     static const char marker[] = "[TOOL_CALLS]";
     int32_t *ids = NULL;
     size_t n = lookup && !b->rc ? lookup(ctx, text, &ids) : 0;

@@ -18,9 +18,9 @@ typedef enum {
     KVT_CHAT_LLAMA3,
     KVT_CHAT_LLAMA2,
     KVT_CHAT_MISTRAL,
-    KVT_CHAT_QWEN3,  /* ChatML with Qwen3's <think> handling of assistant turns */
-    KVT_CHAT_GEMMA,  /* <start_of_turn>user/model, system folded into the first turn (Gemma 2 and 3) */
-    KVT_CHAT_PHI3,   /* <|user|> ... <|end|> (Phi-3, Phi-3.5, Phi-4-mini) */
+    KVT_CHAT_QWEN3, /* ChatML with Qwen3's <think> handling of assistant turns */
+    KVT_CHAT_GEMMA, /* <start_of_turn>user/model, system folded into the first turn (Gemma 2 and 3) */
+    KVT_CHAT_PHI3,  /* <|user|> ... <|end|> (Phi-3, Phi-3.5, Phi-4-mini) */
 } kvt_chat_family;
 
 /* Family of a Jinja template by its markers; KVT_CHAT_UNKNOWN for NULL or unrecognised. */
@@ -32,7 +32,7 @@ kvt_chat_family kvt_chat_family_parse(const char *name);
 
 /* One message of a conversation; both strings are NUL-terminated and borrowed. */
 typedef struct {
-    const char *role;    /* "system", "user", "assistant" (others render like "user" where the family has no slot) */
+    const char *role; /* "system", "user", "assistant" (others render like "user" where the family has no slot) */
     const char *content;
 } kvt_chat_msg;
 

@@ -30,27 +30,40 @@ typedef struct {
 } type_info;
 
 static const type_info type_table[KVT_TYPE_COUNT] = {
-    [KVT_TYPE_F32] = {"F32", 1, 4},         [KVT_TYPE_F16] = {"F16", 1, 2},
-    [KVT_TYPE_Q4_0] = {"Q4_0", 32, 18},     [KVT_TYPE_Q4_1] = {"Q4_1", 32, 20},
-    [KVT_TYPE_Q5_0] = {"Q5_0", 32, 22},     [KVT_TYPE_Q5_1] = {"Q5_1", 32, 24},
-    [KVT_TYPE_Q8_0] = {"Q8_0", 32, 34},     [KVT_TYPE_Q8_1] = {"Q8_1", 32, 36},
-    [KVT_TYPE_Q2_K] = {"Q2_K", 256, 84},    [KVT_TYPE_Q3_K] = {"Q3_K", 256, 110},
-    [KVT_TYPE_Q4_K] = {"Q4_K", 256, 144},   [KVT_TYPE_Q5_K] = {"Q5_K", 256, 176},
-    [KVT_TYPE_Q6_K] = {"Q6_K", 256, 210},   [KVT_TYPE_Q8_K] = {"Q8_K", 256, 292},
-    [KVT_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66}, [KVT_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
-    [KVT_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98}, [KVT_TYPE_IQ1_S] = {"IQ1_S", 256, 50},
-    [KVT_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18}, [KVT_TYPE_IQ3_S] = {"IQ3_S", 256, 110},
-    [KVT_TYPE_IQ2_S] = {"IQ2_S", 256, 82},  [KVT_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
-    [KVT_TYPE_I8] = {"I8", 1, 1},           [KVT_TYPE_I16] = {"I16", 1, 2},
-    [KVT_TYPE_I32] = {"I32", 1, 4},         [KVT_TYPE_I64] = {"I64", 1, 8},
-    [KVT_TYPE_F64] = {"F64", 1, 8},         [KVT_TYPE_IQ1_M] = {"IQ1_M", 256, 56},
-    [KVT_TYPE_BF16] = {"BF16", 1, 2},       [KVT_TYPE_TQ1_0] = {"TQ1_0", 256, 54},
+    [KVT_TYPE_F32] = {"F32", 1, 4},
+    [KVT_TYPE_F16] = {"F16", 1, 2},
+    [KVT_TYPE_Q4_0] = {"Q4_0", 32, 18},
+    [KVT_TYPE_Q4_1] = {"Q4_1", 32, 20},
+    [KVT_TYPE_Q5_0] = {"Q5_0", 32, 22},
+    [KVT_TYPE_Q5_1] = {"Q5_1", 32, 24},
+    [KVT_TYPE_Q8_0] = {"Q8_0", 32, 34},
+    [KVT_TYPE_Q8_1] = {"Q8_1", 32, 36},
+    [KVT_TYPE_Q2_K] = {"Q2_K", 256, 84},
+    [KVT_TYPE_Q3_K] = {"Q3_K", 256, 110},
+    [KVT_TYPE_Q4_K] = {"Q4_K", 256, 144},
+    [KVT_TYPE_Q5_K] = {"Q5_K", 256, 176},
+    [KVT_TYPE_Q6_K] = {"Q6_K", 256, 210},
+    [KVT_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [KVT_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66},
+    [KVT_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
+    [KVT_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98},
+    [KVT_TYPE_IQ1_S] = {"IQ1_S", 256, 50},
+    [KVT_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
+    [KVT_TYPE_IQ3_S] = {"IQ3_S", 256, 110},
+    [KVT_TYPE_IQ2_S] = {"IQ2_S", 256, 82},
+    [KVT_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
+    [KVT_TYPE_I8] = {"I8", 1, 1},
+    [KVT_TYPE_I16] = {"I16", 1, 2},
+    [KVT_TYPE_I32] = {"I32", 1, 4},
+    [KVT_TYPE_I64] = {"I64", 1, 8},
+    [KVT_TYPE_F64] = {"F64", 1, 8},
+    [KVT_TYPE_IQ1_M] = {"IQ1_M", 256, 56},
+    [KVT_TYPE_BF16] = {"BF16", 1, 2},
+    [KVT_TYPE_TQ1_0] = {"TQ1_0", 256, 54},
     [KVT_TYPE_TQ2_0] = {"TQ2_0", 256, 66},
 };
 
-const char *kvt_ggml_type_name(uint32_t type) {
-    return type < KVT_TYPE_COUNT ? type_table[type].name : NULL;
-}
+const char *kvt_ggml_type_name(uint32_t type) { return type < KVT_TYPE_COUNT ? type_table[type].name : NULL; }
 uint32_t kvt_ggml_block_elems(uint32_t type) {
     return type < KVT_TYPE_COUNT && type_table[type].name ? type_table[type].block_elems : 0;
 }
@@ -66,14 +79,14 @@ uint64_t kvt_ggml_row_bytes(uint32_t type, uint64_t n) {
 }
 
 static const uint32_t vtype_size[KVT_GGUF_VTYPE_COUNT] = {
-    [KVT_GGUF_U8] = 1, [KVT_GGUF_I8] = 1,  [KVT_GGUF_U16] = 2, [KVT_GGUF_I16] = 2,
+    [KVT_GGUF_U8] = 1,  [KVT_GGUF_I8] = 1,  [KVT_GGUF_U16] = 2, [KVT_GGUF_I16] = 2,
     [KVT_GGUF_U32] = 4, [KVT_GGUF_I32] = 4, [KVT_GGUF_F32] = 4, [KVT_GGUF_BOOL] = 1,
     [KVT_GGUF_U64] = 8, [KVT_GGUF_I64] = 8, [KVT_GGUF_F64] = 8,
 };
 
 static const char *vtype_name(uint32_t t) {
-    static const char *const names[KVT_GGUF_VTYPE_COUNT] = {
-        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+    static const char *const names[KVT_GGUF_VTYPE_COUNT] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                                            "bool", "string", "array", "u64", "i64", "f64"};
     return t < KVT_GGUF_VTYPE_COUNT ? names[t] : "?";
 }
 
@@ -135,8 +148,7 @@ static int parse_kv(cursor *c, kvt_gguf_kv *kv, uint64_t idx) {
         return kvt_fail(KVT_EFORMAT, "metadata '%s': unknown value type %u", kv->key, kv->type);
     if (kv->type == KVT_GGUF_STRING) {
         const char *s;
-        if ((rc = cur_str(c, &s, &kv->str_len, "string value")))
-            return kvt_fail_prefix(rc, "metadata '%s': ", kv->key);
+        if ((rc = cur_str(c, &s, &kv->str_len, "string value"))) return kvt_fail_prefix(rc, "metadata '%s': ", kv->key);
         kv->str = kvt_xstrndup(s, kv->str_len);
         return 0;
     }
@@ -188,8 +200,7 @@ static int parse_tensor_info(cursor *c, kvt_gguf_tensor *t, uint64_t idx) {
     t->name = kvt_xstrndup(name, name_len);
     if ((rc = cur_u32(c, &t->n_dims, "dimension count"))) return kvt_fail_prefix(rc, "tensor %s: ", t->name);
     if (t->n_dims < 1 || t->n_dims > KVT_GGUF_MAX_DIMS)
-        return kvt_fail(KVT_EFORMAT, "tensor %s: %u dimensions (1..%d allowed)", t->name, t->n_dims,
-                        KVT_GGUF_MAX_DIMS);
+        return kvt_fail(KVT_EFORMAT, "tensor %s: %u dimensions (1..%d allowed)", t->name, t->n_dims, KVT_GGUF_MAX_DIMS);
     uint64_t nelem = 1;
     for (uint32_t d = 0; d < KVT_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
@@ -200,8 +211,7 @@ static int parse_tensor_info(cursor *c, kvt_gguf_tensor *t, uint64_t idx) {
     }
     if ((rc = cur_u32(c, &t->type, "type")) || (rc = cur_u64(c, &t->offset, "offset")))
         return kvt_fail_prefix(rc, "tensor %s: ", t->name);
-    if (!kvt_ggml_type_name(t->type))
-        return kvt_fail(KVT_EFORMAT, "tensor %s: unknown type id %u", t->name, t->type);
+    if (!kvt_ggml_type_name(t->type)) return kvt_fail(KVT_EFORMAT, "tensor %s: unknown type id %u", t->name, t->type);
     uint64_t row = kvt_ggml_row_bytes(t->type, t->ne[0]);
     if (!row)
         return kvt_fail(KVT_EFORMAT, "tensor %s: row of %llu elements is not a whole number of %s blocks", t->name,
@@ -245,8 +255,7 @@ static int check_tensors(kvt_gguf *g) {
                           (unsigned long long)data_size);
         else if (i && order[i - 1]->offset + order[i - 1]->nbytes > t->offset)
             rc = kvt_fail(KVT_EFORMAT, "tensors %s and %s overlap", order[i - 1]->name, t->name);
-        else
-            t->data = g->base + g->data_offset + t->offset;
+        else t->data = g->base + g->data_offset + t->offset;
     }
     free(order);
     return rc;
@@ -260,10 +269,9 @@ static int parse(kvt_gguf *g) {
     if (magic != GGUF_MAGIC) return kvt_fail(KVT_EFORMAT, "not a GGUF file (magic %08x)", magic);
     if ((rc = cur_u32(&c, &g->version, "version"))) return rc;
     if (g->version < GGUF_MIN_VERSION || g->version > GGUF_MAX_VERSION)
-        return kvt_fail(KVT_EUNSUPPORTED, "GGUF version %u is not supported (%d..%d are)", g->version,
-                        GGUF_MIN_VERSION, GGUF_MAX_VERSION);
-    if ((rc = cur_u64(&c, &g->n_tensors, "tensor count")) || (rc = cur_u64(&c, &g->n_kv, "metadata count")))
-        return rc;
+        return kvt_fail(KVT_EUNSUPPORTED, "GGUF version %u is not supported (%d..%d are)", g->version, GGUF_MIN_VERSION,
+                        GGUF_MAX_VERSION);
+    if ((rc = cur_u64(&c, &g->n_tensors, "tensor count")) || (rc = cur_u64(&c, &g->n_kv, "metadata count"))) return rc;
     /* every kv needs >= 12 bytes (key length + type), every tensor >= 28 */
     if (g->n_kv > g->size / 12 || g->n_tensors > g->size / 28)
         return kvt_fail(KVT_EFORMAT, "counts (%llu metadata, %llu tensors) cannot fit in a %zu-byte file",
@@ -377,7 +385,14 @@ const kvt_gguf_kv *kvt_gguf_find(const kvt_gguf *g, const char *key) {
 /* Reads a numeric value of type t at p as int64 (ok=0) or fails for non-integers. */
 static int read_int(uint32_t t, const uint8_t *p, int64_t *out) {
     union {
-        uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; uint64_t u64; int64_t i64;
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
     } v;
     memcpy(&v, p, t < KVT_GGUF_VTYPE_COUNT && vtype_size[t] ? vtype_size[t] : 0);
     switch (t) {

@@ -24,9 +24,18 @@
 
 /* GGUF metadata value types */
 enum kvt_gguf_vtype {
-    KVT_GGUF_U8 = 0, KVT_GGUF_I8 = 1, KVT_GGUF_U16 = 2, KVT_GGUF_I16 = 3,
-    KVT_GGUF_U32 = 4, KVT_GGUF_I32 = 5, KVT_GGUF_F32 = 6, KVT_GGUF_BOOL = 7,
-    KVT_GGUF_STRING = 8, KVT_GGUF_ARRAY = 9, KVT_GGUF_U64 = 10, KVT_GGUF_I64 = 11,
+    KVT_GGUF_U8 = 0,
+    KVT_GGUF_I8 = 1,
+    KVT_GGUF_U16 = 2,
+    KVT_GGUF_I16 = 3,
+    KVT_GGUF_U32 = 4,
+    KVT_GGUF_I32 = 5,
+    KVT_GGUF_F32 = 6,
+    KVT_GGUF_BOOL = 7,
+    KVT_GGUF_STRING = 8,
+    KVT_GGUF_ARRAY = 9,
+    KVT_GGUF_U64 = 10,
+    KVT_GGUF_I64 = 11,
     KVT_GGUF_F64 = 12,
     KVT_GGUF_VTYPE_COUNT
 };
@@ -43,21 +52,21 @@ uint32_t kvt_ggml_block_bytes(uint32_t type);
 uint64_t kvt_ggml_row_bytes(uint32_t type, uint64_t n);
 
 typedef struct {
-    char *name;            /* NUL-terminated copy */
+    char *name; /* NUL-terminated copy */
     uint32_t n_dims;
     uint64_t ne[KVT_GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused = 1 */
-    uint32_t type;         /* enum kvt_ggml_type */
-    uint64_t offset;       /* relative to the data section */
+    uint32_t type;                  /* enum kvt_ggml_type */
+    uint64_t offset;                /* relative to the data section */
     uint64_t nbytes;
-    const void *data;      /* into the mapping; NULL when the file has no data (vocab-only writer) */
+    const void *data; /* into the mapping; NULL when the file has no data (vocab-only writer) */
 } kvt_gguf_tensor;
 
 typedef struct {
-    char *key;             /* NUL-terminated copy */
-    uint32_t type;         /* enum kvt_gguf_vtype */
+    char *key;     /* NUL-terminated copy */
+    uint32_t type; /* enum kvt_gguf_vtype */
     /* scalars: */
-    const uint8_t *val;    /* raw little-endian bytes of the value (may be unaligned) */
-    char *str;             /* STRING: NUL-terminated copy (embedded NULs possible: use str_len) */
+    const uint8_t *val; /* raw little-endian bytes of the value (may be unaligned) */
+    char *str;          /* STRING: NUL-terminated copy (embedded NULs possible: use str_len) */
     uint64_t str_len;
     /* arrays: */
     uint32_t arr_type;     /* element type */
@@ -67,15 +76,15 @@ typedef struct {
 } kvt_gguf_kv;
 
 typedef struct kvt_gguf {
-    const uint8_t *base;   /* whole file */
+    const uint8_t *base; /* whole file */
     size_t size;
-    int mapped;            /* base is an mmap we own */
+    int mapped; /* base is an mmap we own */
     uint32_t version;
     uint64_t n_kv, n_tensors;
     kvt_gguf_kv *kv;
     kvt_gguf_tensor *tensors;
     uint64_t alignment;
-    uint64_t data_offset;  /* start of the data section in the file */
+    uint64_t data_offset; /* start of the data section in the file */
 } kvt_gguf;
 
 /* Maps and validates path. On failure returns a negative code, *out = NULL and
@@ -131,8 +140,8 @@ void kvt_gguf_w_arr_str(kvt_gguf_writer *w, const char *key, const char *const *
 /* Fills buf (nbytes) with the tensor's data; returns 0 or a negative code. */
 typedef int (*kvt_gguf_fill_fn)(void *ctx, const char *name, void *buf, uint64_t nbytes);
 /* Declares a tensor; ne[0] is the row length. Data comes from fill at write time. */
-void kvt_gguf_w_tensor(kvt_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                       const uint64_t *ne, kvt_gguf_fill_fn fill, void *ctx);
+void kvt_gguf_w_tensor(kvt_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
+                       kvt_gguf_fill_fn fill, void *ctx);
 /* Writes the file atomically: a temporary file beside path (path.tmp.PID,
  * created exclusively and never through a symlink), fsync, rename over path,
  * fsync of the directory. On failure path is as it was and the temporary

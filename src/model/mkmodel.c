@@ -22,8 +22,8 @@
 #define GGUF_TOKEN_CONTROL 3
 #define BIAS_SCALE 0.02f
 #define EMBD_SCALE 1.0f
-#define NORM_SPREAD 0.25f        /* qwen3/phi3/gemma norms: 1 +- this */
-#define ROPE_FACTOR_SPREAD 1.0f  /* phi3 LongRoPE factors in [1, 3) */
+#define NORM_SPREAD 0.25f       /* qwen3/phi3/gemma norms: 1 +- this */
+#define ROPE_FACTOR_SPREAD 1.0f /* phi3 LongRoPE factors in [1, 3) */
 #define ROPE_BASE 10000.0f
 #define ROPE_BASE_LONG 1000000.0f /* qwen3, gemma3 */
 #define PHI3_SWA 2047             /* the usual windows, as the released models have them */
@@ -71,9 +71,21 @@ static const char *chat_template_for(const char *arch) {
 
 kvt_mkmodel_params kvt_mkmodel_default_params(void) {
     kvt_mkmodel_params p = {
-        .arch = "llama", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 4, .ff = 768, .vocab = 0,
-        .ctx = 4096, .type = KVT_TYPE_F16, .vocab_from = NULL, .seed = 42, .tied = 0,
-        .rope_base = 0.0f, .swa = 0, .name = "kvtier-random",
+        .arch = "llama",
+        .dim = 256,
+        .layers = 4,
+        .heads = 8,
+        .kv_heads = 4,
+        .ff = 768,
+        .vocab = 0,
+        .ctx = 4096,
+        .type = KVT_TYPE_F16,
+        .vocab_from = NULL,
+        .seed = 42,
+        .tied = 0,
+        .rope_base = 0.0f,
+        .swa = 0,
+        .name = "kvtier-random",
     };
     return p;
 }
@@ -151,16 +163,18 @@ static void build_builtin_vocab(bpe_vocab *v, int32_t size) {
                     char ab[3] = {a[0], b[0], 0}, spab[8];
                     snprintf(spab, sizeof spab, "%s%s", sp, ab);
                     switch (gen) {
-                    case 0: vocab_add_merge(v, a, b); break;            /* "t h" */
-                    case 1: if (j == 0) vocab_add_merge(v, sp, a); break; /* "Ġ t" */
-                    case 2: {                                           /* "Ġt h" */
+                    case 0: vocab_add_merge(v, a, b); break; /* "t h" */
+                    case 1:
+                        if (j == 0) vocab_add_merge(v, sp, a);
+                        break; /* "Ġ t" */
+                    case 2: {  /* "Ġt h" */
                         char spa[8];
                         snprintf(spa, sizeof spa, "%s%s", sp, a);
                         vocab_add_merge(v, spa, b);
                         break;
                     }
-                    case 3: vocab_add_merge(v, ab, c); break;           /* "th e" */
-                    case 4: vocab_add_merge(v, spab, c); break;         /* "Ġth e" */
+                    case 3: vocab_add_merge(v, ab, c); break;   /* "th e" */
+                    case 4: vocab_add_merge(v, spab, c); break; /* "Ġth e" */
                     }
                 }
             }
@@ -284,8 +298,10 @@ static tensor_plan plan_for(const char *name) {
     else if (strstr(name, "attn_k.") || strstr(name, "attn_v.")) t.rows = kv;
     else if (strstr(name, "ffn_up") && is_arch("phi3")) t.rows = 2 * (int64_t)p->ff; /* gate and up, fused */
     else if (strstr(name, "ffn_gate") || strstr(name, "ffn_up")) t.rows = p->ff;
-    else if (strstr(name, "ffn_down")) { t.rows = p->dim; t.cols = p->ff; }
-    else t.rows = p->dim; /* attn_q, attn_output */
+    else if (strstr(name, "ffn_down")) {
+        t.rows = p->dim;
+        t.cols = p->ff;
+    } else t.rows = p->dim;                /* attn_q, attn_output */
     t.scale = sqrtf(3.0f / (float)t.cols); /* unit-variance outputs for unit-variance inputs */
     return t;
 }
@@ -447,8 +463,7 @@ static void write_layer(kvt_gguf_writer *w, const kvt_mkmodel_params *p, int32_t
         snprintf(name, sizeof name, "blk.%d.%s", l, ts[i].suffix);
         ne[0] = (uint64_t)ts[i].cols;
         ne[1] = (uint64_t)ts[i].rows;
-        kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : matrix_type(name), ts[i].vec ? 1 : 2, ne, fill_tensor,
-                          fc);
+        kvt_gguf_w_tensor(w, name, ts[i].vec ? KVT_TYPE_F32 : matrix_type(name), ts[i].vec ? 1 : 2, ne, fill_tensor, fc);
     }
 }
 

@@ -10,7 +10,7 @@
 #include "quant_mix.h"
 
 typedef struct {
-    const char *arch;       /* "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3" */
+    const char *arch; /* "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3" */
     int32_t dim, layers, heads, kv_heads, ff;
     int32_t vocab;          /* 0: the tokenizer's size */
     int32_t ctx;            /* context_length metadata */
@@ -20,11 +20,11 @@ typedef struct {
                              * fallback of quant_mix.h); else that mix's recipe */
     const char *vocab_from; /* GGUF whose tokenizer.* metadata is copied; NULL: built-in */
     uint64_t seed;
-    int tied;               /* share token_embd as the output projection */
-    float rope_base;        /* 0: the architecture's usual (1e6 for qwen3 and gemma3, else 1e4) */
-    int32_t swa;            /* sliding window of phi3/gemma2/gemma3; 0: the architecture's usual
+    int tied;         /* share token_embd as the output projection */
+    float rope_base;  /* 0: the architecture's usual (1e6 for qwen3 and gemma3, else 1e4) */
+    int32_t swa;      /* sliding window of phi3/gemma2/gemma3; 0: the architecture's usual
                                (phi3 2047, gemma2 4096, gemma3 512) */
-    const char *name;       /* general.name */
+    const char *name; /* general.name */
 } kvt_mkmodel_params;
 
 kvt_mkmodel_params kvt_mkmodel_default_params(void);

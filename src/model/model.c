@@ -68,8 +68,8 @@ int kvt_hp_float(const kvt_gguf *g, const char *key, double lo, double hi, int z
 }
 
 /* "<arch>.<suffix>" as an int32 in [lo, hi]; dflt when absent and not required. */
-static int get_i32(const kvt_gguf *g, const char *arch, const char *suffix, int32_t *out, int required,
-                   int32_t dflt, int64_t lo, int64_t hi) {
+static int get_i32(const kvt_gguf *g, const char *arch, const char *suffix, int32_t *out, int required, int32_t dflt,
+                   int64_t lo, int64_t hi) {
     char key[256];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (!required && !kvt_gguf_find(g, key)) {
@@ -110,8 +110,7 @@ static int load_hparams(kvt_model *m) {
         return kvt_fail(KVT_EFORMAT, "embedding_length %d is not a multiple of head_count %d", hp->n_embd, hp->n_head);
     if (hp->n_head % hp->n_head_kv)
         return kvt_fail(KVT_EFORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
-    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, hp->n_embd / hp->n_head, 1,
-                      HP_HEAD_DIM_MAX)))
+    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, hp->n_embd / hp->n_head, 1, HP_HEAD_DIM_MAX)))
         return rc;
     int32_t vlen;
     if ((rc = get_i32(g, arch, "attention.value_length", &vlen, 0, hp->head_dim, 1, HP_HEAD_DIM_MAX))) return rc;
@@ -302,11 +301,13 @@ static int bind_layer(loader *L, int32_t i, int64_t q_dim, int64_t kv_dim) {
         (rc = bind_vec(L, NAME("attn_v.bias"), kv_dim, &l->bv, opt_bias)) ||
         (rc = bind_vec(L, NAME("ffn_norm.weight"), hp->n_embd, &l->ffn_norm, 0)) || (rc = bind_ffn(L, i, l)))
         return rc;
-    if (hp->qk_norm && ((rc = bind_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, &l->q_norm, 0)) ||
-                        (rc = bind_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, &l->k_norm, 0))))
+    if (hp->qk_norm &&
+        ((rc = bind_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, &l->q_norm, 0)) ||
+         (rc = bind_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, &l->k_norm, 0))))
         return rc;
-    if (hp->post_norms && ((rc = bind_vec(L, NAME("post_attention_norm.weight"), hp->n_embd, &l->post_attn_norm, 0)) ||
-                           (rc = bind_vec(L, NAME("post_ffw_norm.weight"), hp->n_embd, &l->post_ffn_norm, 0))))
+    if (hp->post_norms &&
+        ((rc = bind_vec(L, NAME("post_attention_norm.weight"), hp->n_embd, &l->post_attn_norm, 0)) ||
+         (rc = bind_vec(L, NAME("post_ffw_norm.weight"), hp->n_embd, &l->post_ffn_norm, 0))))
         return rc;
 #undef NAME
     l->window = kvt_arch_layer_slides(hp, i) ? hp->n_swa : 0;

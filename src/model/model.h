@@ -35,48 +35,48 @@ typedef enum { KVT_ROPE_SCALING_NONE = 0, KVT_ROPE_SCALING_LINEAR = 1 } kvt_rope
 
 typedef struct {
     kvt_arch arch;
-    const char *arch_name;  /* "llama" / "qwen2" */
+    const char *arch_name; /* "llama" / "qwen2" */
     int32_t n_vocab;
-    int32_t n_embd;         /* model width */
+    int32_t n_embd; /* model width */
     int32_t n_layer;
     int32_t n_head, n_head_kv;
-    int32_t head_dim;       /* per-head width of q and k (and v) */
+    int32_t head_dim; /* per-head width of q and k (and v) */
     int32_t n_ff;
-    int32_t n_ctx_train;    /* context length the model was trained for */
+    int32_t n_ctx_train; /* context length the model was trained for */
     float rms_eps;
-    float rope_base;        /* theta */
-    int32_t rope_dim;       /* leading dims of each head that rotate */
+    float rope_base;  /* theta */
+    int32_t rope_dim; /* leading dims of each head that rotate */
     kvt_rope_style rope_style;
     kvt_rope_scaling rope_scaling;
     float rope_freq_scale; /* positions are multiplied by this (1/factor for linear scaling) */
     int has_freq_factors;  /* llama3-style per-dimension factors from rope_freqs.weight */
     int tied_output;       /* output projection shares token_embd */
     /* architecture variations (src/model/arch.c); their neutral values are llama's */
-    int qk_norm;           /* q and k RMS-normed per head (attn_q_norm/attn_k_norm) before rope: qwen3, gemma3 */
-    int post_norms;        /* each block's output RMS-normed before the residual add: gemma2/3 */
+    int qk_norm;    /* q and k RMS-normed per head (attn_q_norm/attn_k_norm) before rope: qwen3, gemma3 */
+    int post_norms; /* each block's output RMS-normed before the residual add: gemma2/3 */
     kvt_ffn_act ffn_act;
-    float embd_scale;      /* embeddings multiplied by this (gemma: sqrt(n_embd)), else 1 */
-    float q_scale;         /* q multiplied by this after rope and scores left unscaled (phi3, gemma);
+    float embd_scale;       /* embeddings multiplied by this (gemma: sqrt(n_embd)), else 1 */
+    float q_scale;          /* q multiplied by this after rope and scores left unscaled (phi3, gemma);
                               0: scores scaled by 1/sqrt(head_dim) (llama, qwen) */
-    float attn_softcap;    /* scores s -> c * tanh(s / c) before the softmax (gemma2); 0 = off */
-    float final_softcap;   /* the same on the output logits (gemma2); 0 = off */
-    int32_t n_swa;         /* sliding window: a query sees its n_swa latest positions, itself included; 0 = none */
-    int32_t swa_pattern;   /* which layers slide (n_swa > 0): 1 every layer, P > 1 the layers with il % P < P - 1 */
-    float rope_base_swa;   /* rope base of sliding layers (gemma3: 10000, unscaled); 0: the same rope as the others */
+    float attn_softcap;     /* scores s -> c * tanh(s / c) before the softmax (gemma2); 0 = off */
+    float final_softcap;    /* the same on the output logits (gemma2); 0 = off */
+    int32_t n_swa;          /* sliding window: a query sees its n_swa latest positions, itself included; 0 = none */
+    int32_t swa_pattern;    /* which layers slide (n_swa > 0): 1 every layer, P > 1 the layers with il % P < P - 1 */
+    float rope_base_swa;    /* rope base of sliding layers (gemma3: 10000, unscaled); 0: the same rope as the others */
     float rope_attn_factor; /* cos and sin multiplied by this (phi3 LongRoPE), else 1 */
 } kvt_hparams;
 
 typedef struct {
-    const float *attn_norm;          /* (n_embd) */
-    kvt_wmat wq, wk, wv, wo;         /* (n_head*head_dim, n_embd), (n_head_kv*head_dim, n_embd) x2, (n_embd, n_head*head_dim) */
-    const float *bq, *bk, *bv;       /* qwen2 biases, NULL for llama */
-    const float *q_norm, *k_norm;    /* (head_dim) qk_norm archs, else NULL */
-    const float *post_attn_norm;     /* (n_embd) post_norms archs, else NULL */
-    const float *post_ffn_norm;      /* (n_embd) post_norms archs, else NULL */
-    int32_t window;                  /* sliding window of this layer (n_swa), 0 = full attention */
-    int alt_rope;                    /* uses rope_base_swa instead of rope_base and no scaling */
-    const float *ffn_norm;           /* (n_embd) */
-    kvt_wmat w_gate, w_up, w_down;   /* (n_ff, n_embd) x2, (n_embd, n_ff); phi3: views of one fused
+    const float *attn_norm;  /* (n_embd) */
+    kvt_wmat wq, wk, wv, wo; /* (n_head*head_dim, n_embd), (n_head_kv*head_dim, n_embd) x2, (n_embd, n_head*head_dim) */
+    const float *bq, *bk, *bv;     /* qwen2 biases, NULL for llama */
+    const float *q_norm, *k_norm;  /* (head_dim) qk_norm archs, else NULL */
+    const float *post_attn_norm;   /* (n_embd) post_norms archs, else NULL */
+    const float *post_ffn_norm;    /* (n_embd) post_norms archs, else NULL */
+    int32_t window;                /* sliding window of this layer (n_swa), 0 = full attention */
+    int alt_rope;                  /* uses rope_base_swa instead of rope_base and no scaling */
+    const float *ffn_norm;         /* (n_embd) */
+    kvt_wmat w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff); phi3: views of one fused
                                         attn_qkv and one fused ffn_up (gate rows first) */
 } kvt_layer;
 
@@ -85,15 +85,15 @@ struct kvt_model {
     kvt_gguf *gguf;
     kvt_hparams hp;
     int vocab_only;
-    kvt_wmat tok_embd;          /* (n_vocab, n_embd) */
-    const float *output_norm;   /* (n_embd) */
-    kvt_wmat output;            /* (n_vocab, n_embd); == tok_embd when tied */
+    kvt_wmat tok_embd;              /* (n_vocab, n_embd) */
+    const float *output_norm;       /* (n_embd) */
+    kvt_wmat output;                /* (n_vocab, n_embd); == tok_embd when tied */
     const float *rope_freq_factors; /* (rope_dim/2) or NULL */
-    kvt_layer *layers;          /* n_layer */
+    kvt_layer *layers;              /* n_layer */
     struct kvt_tokenizer *tok;
     kvt_fingerprint fingerprint;
-    const char *chat_template;  /* tokenizer.chat_template or NULL */
-    float **owned;              /* norms/biases not stored as F32 in the file, converted at load */
+    const char *chat_template; /* tokenizer.chat_template or NULL */
+    float **owned;             /* norms/biases not stored as F32 in the file, converted at load */
     size_t n_owned;
     uint64_t n_params;
     uint64_t weight_bytes;

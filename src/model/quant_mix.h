@@ -15,8 +15,16 @@
 
 typedef enum {
     KVT_MIX_NONE = 0, /* every matrix in one type */
-    KVT_MIX_Q2_K, KVT_MIX_Q2_K_S, KVT_MIX_Q3_K_S, KVT_MIX_Q3_K_M, KVT_MIX_Q3_K_L,
-    KVT_MIX_Q4_K_S, KVT_MIX_Q4_K_M, KVT_MIX_Q5_K_S, KVT_MIX_Q5_K_M, KVT_MIX_Q6_K,
+    KVT_MIX_Q2_K,
+    KVT_MIX_Q2_K_S,
+    KVT_MIX_Q3_K_S,
+    KVT_MIX_Q3_K_M,
+    KVT_MIX_Q3_K_L,
+    KVT_MIX_Q4_K_S,
+    KVT_MIX_Q4_K_M,
+    KVT_MIX_Q5_K_S,
+    KVT_MIX_Q5_K_M,
+    KVT_MIX_Q6_K,
 } kvt_quant_mix;
 
 /* The mix named `name` (llama.cpp's file-type names, any case: "q4_k_m"),
@@ -30,8 +38,8 @@ uint32_t kvt_quant_mix_base(kvt_quant_mix mix);
 /* What the recipe needs to know about the model. */
 typedef struct {
     int32_t n_layer;
-    int32_t n_gqa;     /* attention heads per KV head */
-    int has_output;    /* output.weight exists (else token_embd is the output too) */
+    int32_t n_gqa;  /* attention heads per KV head */
+    int has_output; /* output.weight exists (else token_embd is the output too) */
 } kvt_quant_model_info;
 
 /* Type of the 2-D weight `name` (GGUF names: "blk.3.ffn_down.weight") with

@@ -22,10 +22,24 @@
 
 /* llama.cpp's llama_ftype values (general.file_type). */
 enum {
-    FTYPE_ALL_F32 = 0, FTYPE_F16 = 1, FTYPE_Q4_0 = 2, FTYPE_Q4_1 = 3, FTYPE_Q8_0 = 7,
-    FTYPE_Q5_0 = 8, FTYPE_Q5_1 = 9, FTYPE_Q2_K = 10, FTYPE_Q3_K_S = 11, FTYPE_Q3_K_M = 12,
-    FTYPE_Q3_K_L = 13, FTYPE_Q4_K_S = 14, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_S = 16, FTYPE_Q5_K_M = 17,
-    FTYPE_Q6_K = 18, FTYPE_IQ4_NL = 25, FTYPE_BF16 = 32,
+    FTYPE_ALL_F32 = 0,
+    FTYPE_F16 = 1,
+    FTYPE_Q4_0 = 2,
+    FTYPE_Q4_1 = 3,
+    FTYPE_Q8_0 = 7,
+    FTYPE_Q5_0 = 8,
+    FTYPE_Q5_1 = 9,
+    FTYPE_Q2_K = 10,
+    FTYPE_Q3_K_S = 11,
+    FTYPE_Q3_K_M = 12,
+    FTYPE_Q3_K_L = 13,
+    FTYPE_Q4_K_S = 14,
+    FTYPE_Q4_K_M = 15,
+    FTYPE_Q5_K_S = 16,
+    FTYPE_Q5_K_M = 17,
+    FTYPE_Q6_K = 18,
+    FTYPE_IQ4_NL = 25,
+    FTYPE_BF16 = 32,
 };
 #define QUANT_VERSION 2 /* general.quantization_version: ggml's GGML_QNT_VERSION */
 #define KEY_QVERSION "general.quantization_version"
@@ -176,10 +190,16 @@ static int layer_of(const char *name) {
 /* llama-quantize's test: a weight matrix that is not one of the tensors it
  * keeps as they are. */
 static int quantizable(const kvt_gguf_tensor *t) {
-    static const char *const kept_parts[] = {"_norm.weight", "ffn_gate_inp.weight", "ssm_conv1d.weight",
-                                             "time_mix_first.weight", "time_mix_w1.weight", "time_mix_w2.weight",
-                                             "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
-                                             "time_mix_lerp_fused.weight", "attn_rel_b.weight"};
+    static const char *const kept_parts[] = {"_norm.weight",
+                                             "ffn_gate_inp.weight",
+                                             "ssm_conv1d.weight",
+                                             "time_mix_first.weight",
+                                             "time_mix_w1.weight",
+                                             "time_mix_w2.weight",
+                                             "time_mix_decay_w1.weight",
+                                             "time_mix_decay_w2.weight",
+                                             "time_mix_lerp_fused.weight",
+                                             "attn_rel_b.weight"};
     if (!ends_with(t->name, "weight") || t->n_dims < 2) return 0;
     if (!strcmp(t->name, "position_embd.weight") || !strcmp(t->name, "token_types.weight")) return 0;
     for (size_t i = 0; i < KVT_ARRAY_LEN(kept_parts); i++)
@@ -222,17 +242,17 @@ static int make_plan(quant_job *j, const kvt_quant_ftype *ft) {
         pl->to = t->type;
         if (!quantizable(t)) continue;
         uint32_t to = ft->type;
-        if (ft->rule)
-            to = ft->rule(ft, t->name, (int64_t)t->ne[0], &facts);
+        if (ft->rule) to = ft->rule(ft, t->name, (int64_t)t->ne[0], &facts);
         else if (!strcmp(t->name, "output.weight") || (!facts.has_output && !strcmp(t->name, "token_embd.weight")))
             to = kvt_quant_fallback(ft->output_type, (int64_t)t->ne[0]); /* Q6_K -> Q8_0 -> F16 */
-        if (t->ne[0] % kvt_ggml_block_elems(to)) continue; /* keeps its type (quantize.h) */
+        if (t->ne[0] % kvt_ggml_block_elems(to)) continue;               /* keeps its type (quantize.h) */
         if (to != t->type && !kernel_for(to))
             return kvt_fail(KVT_EUNSUPPORTED, "tensor %s would be %s, which kvtier cannot write", t->name,
                             kvt_ggml_type_name(to));
         if (to != t->type && t->type != KVT_TYPE_F32 && t->type != KVT_TYPE_F16 && t->type != KVT_TYPE_BF16)
-            return kvt_fail(KVT_EARG, "tensor %s is %s: kvtier quantize reads F32, F16 or BF16 weights "
-                                      "(requantizing a quantized file is not supported)",
+            return kvt_fail(KVT_EARG,
+                            "tensor %s is %s: kvtier quantize reads F32, F16 or BF16 weights "
+                            "(requantizing a quantized file is not supported)",
                             t->name, kvt_ggml_type_name(t->type));
         pl->to = to;
     }
@@ -300,8 +320,10 @@ static int find_ftype(const char *name, const kvt_quant_ftype **out) {
     char names[256];
     kvt_quant_ftype_names(names, sizeof names);
     if (!strcasecmp(name, "q2_k_s")) /* llama-quantize refuses it without one too */
-        return kvt_fail(KVT_EUNSUPPORTED, "type %s needs an importance matrix, which kvtier quantize does not "
-                                          "take; supported: %s", name, names);
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "type %s needs an importance matrix, which kvtier quantize does not "
+                        "take; supported: %s",
+                        name, names);
     return kvt_fail(KVT_EARG, "unknown type '%s'; supported: %s", name, names);
 }
 
@@ -318,8 +340,7 @@ int kvt_quantize_file(const char *in_path, const char *out_path, const char *typ
         if (!strcmp(kv->key, KEY_QVERSION) || !strcmp(kv->key, KEY_FTYPE)) continue;
         if (!strcmp(kv->key, KEY_ALIGNMENT)) /* the writer aligns to 32 */
             kvt_gguf_w_u32(w, KEY_ALIGNMENT, KVT_GGUF_DEFAULT_ALIGNMENT);
-        else
-            kvt_gguf_w_copy(w, kv);
+        else kvt_gguf_w_copy(w, kv);
     }
     kvt_gguf_w_u32(w, KEY_QVERSION, QUANT_VERSION);
     kvt_gguf_w_u32(w, KEY_FTYPE, ft->ftype);

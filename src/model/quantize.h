@@ -37,9 +37,9 @@ typedef int (*kvt_quant_row_fn)(uint32_t type, const float *x, uint8_t *out, int
 
 /* What a per-tensor rule may ask about the model. */
 typedef struct {
-    int32_t n_layer;  /* blk.N layers */
-    int32_t n_gqa;    /* attention heads per KV head (1 if the metadata lacks them) */
-    int has_output;   /* output.weight exists (else token_embd.weight is the output too) */
+    int32_t n_layer; /* blk.N layers */
+    int32_t n_gqa;   /* attention heads per KV head (1 if the metadata lacks them) */
+    int has_output;  /* output.weight exists (else token_embd.weight is the output too) */
 } kvt_quant_model_facts;
 
 typedef struct kvt_quant_ftype kvt_quant_ftype;
@@ -65,15 +65,15 @@ const kvt_quant_ftype *kvt_quant_ftype_find(const char *name);
 void kvt_quant_ftype_names(char *buf, size_t cap);
 
 typedef struct {
-    uint64_t index, count;   /* this tensor is index (1-based) of count */
+    uint64_t index, count; /* this tensor is index (1-based) of count */
     const char *name;
-    uint32_t from, to;       /* types */
+    uint32_t from, to; /* types */
     uint64_t in_bytes, out_bytes;
-    double elapsed;          /* seconds since the start */
+    double elapsed; /* seconds since the start */
 } kvt_quant_progress;
 
 typedef struct {
-    int threads;             /* rows are quantized on this many threads (>= 1) */
+    int threads; /* rows are quantized on this many threads (>= 1) */
     /* called after each tensor is written (may be NULL) */
     void (*progress)(void *ctx, const kvt_quant_progress *p);
     void *progress_ctx;

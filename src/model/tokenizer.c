@@ -38,14 +38,44 @@ static const struct {
     const char *text;
     int eog;
 } control_names[] = {
-    {"<|eot_id|>", 1}, {"<|im_end|>", 1}, {"<|end|>", 1}, {"<end_of_turn>", 1}, {"<|endoftext|>", 1},
-    {"<|eom_id|>", 1}, {"<EOT>", 1}, {"<|fim_pad|>", 1}, {"<fim-pad>", 1}, {"<PAD>", 1},
-    {"<|fim_repo|>", 1}, {"<|repo_name|>", 1}, {"<fim-repo>", 1}, {"<REPO>", 1}, {"<|file_sep|>", 1},
-    {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", 0}, /* DeepSeek; eog as eot */
-    {"<|fim_prefix|>", 0}, {"<fim-prefix>", 0}, {"<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", 0},
-    {"<PRE>", 0}, {"<|fim_suffix|>", 0}, {"<fim-suffix>", 0},
-    {"<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", 0}, {"<SUF>", 0}, {"<|fim_middle|>", 0},
-    {"<fim-middle>", 0}, {"<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", 0}, {"<MID>", 0},
+    {"<|eot_id|>", 1},
+    {"<|im_end|>", 1},
+    {"<|end|>", 1},
+    {"<end_of_turn>", 1},
+    {"<|endoftext|>", 1},
+    {"<|eom_id|>", 1},
+    {"<EOT>", 1},
+    {"<|fim_pad|>", 1},
+    {"<fim-pad>", 1},
+    {"<PAD>", 1},
+    {"<|fim_repo|>", 1},
+    {"<|repo_name|>", 1},
+    {"<fim-repo>", 1},
+    {"<REPO>", 1},
+    {"<|file_sep|>", 1},
+    {"<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+     0}, /* DeepSeek; eog as eot */
+    {"<|fim_prefix|>", 0},
+    {"<fim-prefix>", 0},
+    {"<\xef\xbd\x9c"
+     "fim\xe2\x96\x81"
+     "begin\xef\xbd\x9c>",
+     0},
+    {"<PRE>", 0},
+    {"<|fim_suffix|>", 0},
+    {"<fim-suffix>", 0},
+    {"<\xef\xbd\x9c"
+     "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+     0},
+    {"<SUF>", 0},
+    {"<|fim_middle|>", 0},
+    {"<fim-middle>", 0},
+    {"<\xef\xbd\x9c"
+     "fim\xe2\x96\x81"
+     "end\xef\xbd\x9c>",
+     0},
+    {"<MID>", 0},
 };
 #define DEEPSEEK_EOS_INDEX 15 /* control_names[] entry that is an eot candidate */
 
@@ -135,7 +165,8 @@ static void read_id(const kvt_gguf *g, const char *key, int32_t n_vocab, int32_t
     int64_t v;
     if (kvt_gguf_get_int(g, key, &v) != 0) return;
     if (v < 0 || v >= n_vocab) {
-        if (v != UINT32_MAX) kvt_logk(KVT_LOG_WARN, "key,value", "tokenizer: %s = %lld is not a token id; ignored", key, (long long)v);
+        if (v != UINT32_MAX)
+            kvt_logk(KVT_LOG_WARN, "key,value", "tokenizer: %s = %lld is not a token id; ignored", key, (long long)v);
         return;
     }
     *id = (int32_t)v;
@@ -191,7 +222,8 @@ static int load_vocab(kvt_tokenizer *t, const kvt_gguf *g) {
         return kvt_fail(KVT_EFORMAT, "tokenizer.ggml.tokens is not an array of strings");
     if (toks->arr_n == 0) return kvt_fail(KVT_EFORMAT, "tokenizer.ggml.tokens is empty");
     if (toks->arr_n > KVT_TOKENIZER_MAX_VOCAB)
-        return kvt_fail(KVT_ELIMIT, "%llu tokens (at most %d)", (unsigned long long)toks->arr_n, KVT_TOKENIZER_MAX_VOCAB);
+        return kvt_fail(KVT_ELIMIT, "%llu tokens (at most %d)", (unsigned long long)toks->arr_n,
+                        KVT_TOKENIZER_MAX_VOCAB);
     uint64_t n = toks->arr_n;
 
     rc = kvt_gguf_get_arr(g, "tokenizer.ggml.scores", &scores);
@@ -269,8 +301,8 @@ static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
         int32_t id = kvt_tok_lookup(t, control_names[i].text, strlen(control_names[i].text));
         if (id < 0) continue;
         if (t->tok[id].type != KVT_TOKEN_CONTROL) {
-            kvt_logk(KVT_LOG_DEBUG, "token,text", "tokenizer: token %d '%s' looks like a control token; typed CONTROL", id,
-                    control_names[i].text);
+            kvt_logk(KVT_LOG_DEBUG, "token,text", "tokenizer: token %d '%s' looks like a control token; typed CONTROL",
+                     id, control_names[i].text);
             t->tok[id].type = KVT_TOKEN_CONTROL;
         }
         if (control_names[i].eog || (i == DEEPSEEK_EOS_INDEX && eot < 0)) t->eog[id] = 1;
@@ -366,9 +398,7 @@ void kvt_tokenizer_free(kvt_tokenizer *t) {
 int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t) { return t->n_vocab; }
 int32_t kvt_tokenizer_bos(const kvt_tokenizer *t) { return t->bos; }
 int32_t kvt_tokenizer_eos(const kvt_tokenizer *t) { return t->eos; }
-int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok) {
-    return tok >= 0 && tok < t->n_vocab && t->eog[tok];
-}
+int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok) { return tok >= 0 && tok < t->n_vocab && t->eog[tok]; }
 int kvt_tokenizer_add_special(const kvt_tokenizer *t) {
     return (t->add_bos ? KVT_TOK_ADD_BOS : 0) | (t->add_eos ? KVT_TOK_ADD_EOS : 0);
 }
@@ -466,8 +496,8 @@ static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, 
     return 0;
 }
 
-int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
-                 int32_t **out, size_t *n_out) {
+int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special, int32_t **out,
+                 size_t *n_out) {
     return kvt_tokenize_max(t, text, len, add, parse_special, SIZE_MAX, out, n_out);
 }
 
@@ -506,8 +536,7 @@ int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int a
         } else {
             if (t->kind == KVT_TOK_SPM)
                 rc = kvt_spm_tokenize(t, text + fr->off, fr->len, t->add_space_prefix && prev_special, &tv);
-            else
-                rc = kvt_bpe_tokenize(t, text + fr->off, fr->len, max_tokens, &tv);
+            else rc = kvt_bpe_tokenize(t, text + fr->off, fr->len, max_tokens, &tv);
             prev_special = 0;
         }
         if (!rc && tv.n > max_tokens) rc = KVT_ELIMIT;
@@ -534,8 +563,7 @@ static const char spm_space[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's visib
 
 /* Parses "<0xNN>"; returns the byte or -1. */
 static int parse_byte_token(const char *s, size_t n) {
-    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>' || !isxdigit((unsigned char)s[3]) ||
-        !isxdigit((unsigned char)s[4]))
+    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>' || !isxdigit((unsigned char)s[3]) || !isxdigit((unsigned char)s[4]))
         return -1;
     char hex[3] = {s[3], s[4], 0};
     return (int)strtol(hex, NULL, 16);
@@ -555,11 +583,8 @@ int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, 
     case KVT_TOKEN_UNKNOWN:
         if (!render_special) return 0;
         /* fall through */
-    case KVT_TOKEN_USER_DEFINED:
-        copy_out(buf, cap, 0, s, ti->len);
-        return (int)ti->len;
-    case KVT_TOKEN_NORMAL:
-        break;
+    case KVT_TOKEN_USER_DEFINED: copy_out(buf, cap, 0, s, ti->len); return (int)ti->len;
+    case KVT_TOKEN_NORMAL: break;
     case KVT_TOKEN_BYTE:
         if (t->kind == KVT_TOK_SPM) {
             int b = parse_byte_token(s, ti->len);
@@ -568,9 +593,8 @@ int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, 
             copy_out(buf, cap, 0, &c, 1);
             return 1;
         }
-        return 0; /* llama.cpp renders BPE byte-typed tokens as nothing */
-    default:
-        return 0; /* unused / undefined */
+        return 0;      /* llama.cpp renders BPE byte-typed tokens as nothing */
+    default: return 0; /* unused / undefined */
     }
     if (t->kind == KVT_TOK_BPE) return (int)kvt_bpe_decode(s, ti->len, buf, cap);
     size_t at = 0;
@@ -586,8 +610,7 @@ int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, 
     return (int)at;
 }
 
-int kvt_detokenize(const kvt_tokenizer *t, const int32_t *toks, size_t n, int render_special, char **out,
-                   size_t *len) {
+int kvt_detokenize(const kvt_tokenizer *t, const int32_t *toks, size_t n, int render_special, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
     size_t cap = 64, used = 0;

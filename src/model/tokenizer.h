@@ -80,8 +80,8 @@ int32_t kvt_tokenizer_find(const kvt_tokenizer *t, const char *text, size_t len)
  * llama.cpp. Invalid UTF-8 is not an error: such bytes become byte tokens.
  * On success returns 0, *out is malloc'd (caller frees; NULL when *n_out == 0).
  * On failure returns a negative code, *out = NULL, *n_out = 0. */
-int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
-                 int32_t **out, size_t *n_out);
+int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special, int32_t **out,
+                 size_t *n_out);
 
 /* kvt_tokenize for a text that must fit in max_tokens tokens (a context):
  * the same result when it does, else KVT_ELIMIT with *out = NULL, *n_out = 0.
@@ -106,7 +106,6 @@ int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, 
  * text and after each token split out as special. No other clean-up, so for
  * the text a tokenizer can represent, detokenize(tokenize(s)) == s. Returns 0
  * or a negative code (KVT_EARG for an invalid id; *out = NULL then). */
-int kvt_detokenize(const kvt_tokenizer *t, const int32_t *toks, size_t n, int render_special, char **out,
-                   size_t *len);
+int kvt_detokenize(const kvt_tokenizer *t, const int32_t *toks, size_t n, int render_special, char **out, size_t *len);
 
 #endif

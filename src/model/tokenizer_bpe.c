@@ -25,26 +25,26 @@
 /* GPT-2's pattern: contractions, letters, numbers, other symbols, spaces. */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 /* Llama 3 / Qwen2 family; NUM is the digit-group quantifier. */
-#define RE_LLAMA3_WITH(NUM)                                                                                   \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" NUM      \
+#define RE_LLAMA3_WITH(NUM) \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" NUM \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* CJK ideographs, the blocks from U+0800 up to them, and Hangul (DeepSeek). */
 #define RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 /* The cased letters of DeepSeek LLM's tokenizer.json, range by range. */
-#define RE_DEEPSEEK_LETTERS                                                                                   \
-    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}"        \
-    "\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}"       \
-    "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}"             \
-    "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}"          \
-    "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}"          \
+#define RE_DEEPSEEK_LETTERS \
+    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}" \
+    "\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}" \
+    "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}" \
+    "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}" \
+    "\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}" \
     "\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}" \
     "\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}" \
-    "\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}"           \
-    "\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}"            \
-    "\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}"            \
-    "\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}"            \
-    "\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}"           \
-    "\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}"         \
+    "\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}" \
+    "\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}" \
+    "\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}" \
+    "\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}" \
+    "\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}" \
+    "\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}" \
     "\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}" \
     "\\x{1E900}-\\x{1E943}]+"
 
@@ -56,13 +56,15 @@ typedef struct {
 } pre_def;
 
 static const pre_def pre_defs[] = {
-    {"default", "default", 0, 0,
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"default", "default", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     /* add_bos: llama.cpp (build 4748) sets it for these four only */
     {"llama3|llama-v3|llama-bpe|falcon3", "llama3", 1, 1, {RE_LLAMA3_WITH("{1,3}")}},
     /* llama3's regex, but neither BOS nor ignore_merges */
     {"dbrx|smaug-bpe", "dbrx", 0, 0, {RE_LLAMA3_WITH("{1,3}")}},
-    {"deepseek-llm", "deepseek-llm", 0, 0,
+    {"deepseek-llm",
+     "deepseek-llm",
+     0,
+     0,
      {"[\\r\\n]", RE_DEEPSEEK_LETTERS,
       "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$", RE_CJK,
       "\\p{N}+"}},
@@ -70,7 +72,10 @@ static const pre_def pre_defs[] = {
     {"falcon", "falcon", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", "starcoder", 0, 0, {"\\p{N}", RE_GPT2}},
     {"gpt-2|phi-2|mpt|olmo|jais|jina-es|jina-de|gigachat|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|roberta-bpe",
-     "gpt-2", 0, 0, {RE_GPT2}},
+     "gpt-2",
+     0,
+     0,
+     {RE_GPT2}},
     {"qwen2|stablelm2|megrez|deepseek-r1-qwen", "qwen2", 0, 0, {RE_LLAMA3_WITH("")}},
     {"chatglm-bpe", "chatglm-bpe", 0, 0, {RE_LLAMA3_WITH("{1,3}")}},
 };
@@ -133,7 +138,8 @@ size_t kvt_bpe_decode(const char *s, size_t n, char *buf, size_t cap) {
         size_t cl = KVT_MIN(kvt_utf8_len(c), n - i);
         uint32_t cp = DECODE_CP_LIMIT;
         if (cl == 1 && c < 0x80) cp = c;
-        else if (cl == 2 && ((uint8_t)s[i + 1] & 0xC0) == 0x80) cp = ((uint32_t)(c & 0x1F) << 6) | ((uint8_t)s[i + 1] & 0x3F);
+        else if (cl == 2 && ((uint8_t)s[i + 1] & 0xC0) == 0x80)
+            cp = ((uint32_t)(c & 0x1F) << 6) | ((uint8_t)s[i + 1] & 0x3F);
         if (cp < DECODE_CP_LIMIT && cp_to_byte[cp]) {
             if (at < cap) buf[at] = (char)(cp_to_byte[cp] - 1);
             at++;
@@ -171,7 +177,8 @@ static int load_merges(kvt_tokenizer *t, const kvt_gguf *g) {
     const kvt_gguf_kv *m;
     int rc = kvt_gguf_get_arr(g, "tokenizer.ggml.merges", &m);
     if (rc == KVT_ENOTFOUND) return kvt_fail(KVT_ENOTFOUND, "BPE tokenizer without tokenizer.ggml.merges");
-    if (rc || m->arr_type != KVT_GGUF_STRING) return kvt_fail(KVT_EFORMAT, "tokenizer.ggml.merges is not an array of strings");
+    if (rc || m->arr_type != KVT_GGUF_STRING)
+        return kvt_fail(KVT_EFORMAT, "tokenizer.ggml.merges is not an array of strings");
     if (m->arr_n > INT32_MAX) return kvt_fail(KVT_ELIMIT, "%llu merges", (unsigned long long)m->arr_n);
     uint64_t cap = 16;
     while (cap < m->arr_n * 2) cap <<= 1;
@@ -234,7 +241,9 @@ int kvt_bpe_init(kvt_tokenizer *t, const kvt_gguf *g) {
         for (i = 0; i < KVT_ARRAY_LEN(pre_defs); i++)
             if (name_in_list(pre_defs[i].names, pre)) break;
         if (i < KVT_ARRAY_LEN(pre_defs)) def = &pre_defs[i];
-        else kvt_logk(KVT_LOG_WARN, "pre_tokenizer", "tokenizer: unknown pre-tokenizer '%s'; using 'default' (tokens may differ)", pre);
+        else
+            kvt_logk(KVT_LOG_WARN, "pre_tokenizer",
+                     "tokenizer: unknown pre-tokenizer '%s'; using 'default' (tokens may differ)", pre);
     }
     t->pre_name = def->canonical;
     t->add_bos = def->add_bos; /* the vocabulary type's default; add_bos_token overrides it */
@@ -320,8 +329,8 @@ static int regex_split(const pcre2_code *re, pcre2_match_data *md, pcre2_match_c
 }
 
 typedef struct {
-    int32_t id;         /* token of the symbol's text, -1 if none */
-    uint32_t start, n;  /* raw bytes of the word; n == 0 once merged away */
+    int32_t id;        /* token of the symbol's text, -1 if none */
+    uint32_t start, n; /* raw bytes of the word; n == 0 once merged away */
     int32_t prev, next;
 } bpe_symbol;
 

@@ -47,8 +47,8 @@ struct kvt_tokenizer {
 
     int32_t bos, eos, unk;
     int add_bos, add_eos, add_space_prefix, ignore_merges;
-    uint8_t *eog;        /* n_vocab flags */
-    int32_t *special;    /* ids split out of the text before tokenizing, longest text first */
+    uint8_t *eog;     /* n_vocab flags */
+    int32_t *special; /* ids split out of the text before tokenizing, longest text first */
     size_t n_special;
     const char *pre_name;
 

@@ -14,8 +14,8 @@ static const char spm_space[] = "\xe2\x96\x81";
 #define SPM_SPACE_LEN 3
 
 typedef struct {
-    uint32_t start, n;   /* bytes in the escaped text; n == 0 once merged away */
-    int32_t prev, next;  /* neighbours in the live chain, -1 at the ends */
+    uint32_t start, n;  /* bytes in the escaped text; n == 0 once merged away */
+    int32_t prev, next; /* neighbours in the live chain, -1 at the ends */
 } spm_symbol;
 
 static void try_bigram(const kvt_tokenizer *t, const char *text, const spm_symbol *sym, int32_t left, int32_t right,
@@ -86,8 +86,7 @@ int kvt_spm_tokenize(const kvt_tokenizer *t, const char *raw, size_t len, int ad
             uint8_t byte = (uint8_t)text[sym[i].start + j];
             int32_t bt = t->byte_tok[byte] >= 0 ? t->byte_tok[byte] : t->unk;
             if (bt < 0) {
-                rc = kvt_fail(KVT_ENOTFOUND, "tokenize: byte 0x%02x has no token and the vocabulary has no <unk>",
-                              byte);
+                rc = kvt_fail(KVT_ENOTFOUND, "tokenize: byte 0x%02x has no token and the vocabulary has no <unk>", byte);
                 break;
             }
             kvt_tokvec_push(out, bt);

@@ -23,19 +23,19 @@ struct kvt_blend_job {
     kvt_engine *e;
     kvt_hash128 root;
     int32_t seq, B;
-    const int32_t *prompt;     /* borrowed */
-    const size_t *doc_starts;  /* borrowed */
+    const int32_t *prompt;    /* borrowed */
+    const size_t *doc_starts; /* borrowed */
     kvt_blend_params bp;
-    int32_t home, a, z;        /* P = prompt[0..home); placed tokens prompt[a..z) */
-    size_t doc, last;          /* the document being placed; placed ones are [first, last) */
+    int32_t home, a, z; /* P = prompt[0..home); placed tokens prompt[a..z) */
+    size_t doc, last;   /* the document being placed; placed ones are [first, last) */
     phase ph;
-    int32_t cur;               /* progress within the phase (tokens, pages or selected tokens) */
-    int32_t sseq;              /* PH_STORE/PH_COPY: the side sequence holding [P][d], or -1 */
-    int32_t *src, n_src;       /* ... its tokens */
-    kvt_chain side;            /* ... its key chain */
-    int32_t *pos, *tok;        /* selection: the placed positions and tokens, then the n_cand candidates ... */
-    int32_t n_cand, k;         /* ... (two stages), then the k selected ones, in position order */
-    float *dev;                /* the deviation of each placed token (z - a), then of each candidate */
+    int32_t cur;         /* progress within the phase (tokens, pages or selected tokens) */
+    int32_t sseq;        /* PH_STORE/PH_COPY: the side sequence holding [P][d], or -1 */
+    int32_t *src, n_src; /* ... its tokens */
+    kvt_chain side;      /* ... its key chain */
+    int32_t *pos, *tok;  /* selection: the placed positions and tokens, then the n_cand candidates ... */
+    int32_t n_cand, k;   /* ... (two stages), then the k selected ones, in position order */
+    float *dev;          /* the deviation of each placed token (z - a), then of each candidate */
     kvt_blend_result res;
 };
 
@@ -68,10 +68,22 @@ int kvt_blend_begin(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *
     for (size_t i = 0; i <= n_docs; i++)
         if (doc_starts[i] % (size_t)B) return kvt_fail(KVT_EARG, "documents must start on block boundaries");
     kvt_blend_job *j = kvt_xcalloc(1, sizeof *j);
-    *j = (kvt_blend_job){.c = c, .e = e, .root = root, .seq = seq, .B = B, .prompt = prompt,
-                         .doc_starts = doc_starts, .bp = *bp, .home = (int32_t)doc_starts[0],
-                         .a = (int32_t)doc_starts[first], .z = (int32_t)doc_starts[last], .doc = first,
-                         .last = last, .ph = PH_EXACT, .cur = len, .sseq = -1};
+    *j = (kvt_blend_job){.c = c,
+                         .e = e,
+                         .root = root,
+                         .seq = seq,
+                         .B = B,
+                         .prompt = prompt,
+                         .doc_starts = doc_starts,
+                         .bp = *bp,
+                         .home = (int32_t)doc_starts[0],
+                         .a = (int32_t)doc_starts[first],
+                         .z = (int32_t)doc_starts[last],
+                         .doc = first,
+                         .last = last,
+                         .ph = PH_EXACT,
+                         .cur = len,
+                         .sseq = -1};
     *out = j;
     return 0;
 }
@@ -138,7 +150,7 @@ static int step_copy(kvt_blend_job *j, int32_t *budget) {
     const int32_t at = (int32_t)j->doc_starts[j->doc], np = ((int32_t)j->doc_starts[j->doc + 1] - at) / j->B;
     const int32_t *sp = kvt_seq_pages(j->e, j->sseq, NULL);
     int rc = 0;
-    for (; j->cur < np && *budget > 0; j->cur++, *budget -= PAGE_COST) {
+    for (; j->cur<np && * budget> 0; j->cur++, *budget -= PAGE_COST) {
         int32_t pg = -1;
         if ((rc = kvt_cache_reserve(j->c, 1)) || (rc = kvt_page_alloc(j->e, &pg))) return rc;
         int32_t from = sp[j->home / j->B + j->cur];
@@ -231,8 +243,7 @@ static int step_select(kvt_blend_job *j, int32_t *budget) {
  * layer are recomputed to the same values) and ranked by their deviation at layer2. */
 static int step_select2(kvt_blend_job *j, int32_t *budget) {
     const int32_t n = KVT_MIN(*budget, j->n_cand - j->cur);
-    int rc = kvt_engine_recompute(j->e, j->seq, j->tok + j->cur, j->pos + j->cur, n, stage_layer(j, 2),
-                                  j->dev + j->cur);
+    int rc = kvt_engine_recompute(j->e, j->seq, j->tok + j->cur, j->pos + j->cur, n, stage_layer(j, 2), j->dev + j->cur);
     if (rc) return rc;
     j->cur += n, *budget -= n;
     if (j->cur == j->n_cand) {
@@ -288,7 +299,8 @@ int kvt_blend(kvt_cache *c, kvt_hash128 root, int32_t seq, const int32_t *prompt
     memset(res, 0, sizeof *res);
     kvt_blend_job *j = NULL;
     int rc = kvt_blend_begin(c, root, seq, prompt, n_prompt, doc_starts, n_docs, bp, &j);
-    while (!rc && j && (rc = kvt_blend_step(j, chain, INT32_MAX)) > 0) {}
+    while (!rc && j && (rc = kvt_blend_step(j, chain, INT32_MAX)) > 0) {
+    }
     if (j) *res = j->res;
     kvt_blend_job_free(j);
     return rc < 0 ? rc : 0;

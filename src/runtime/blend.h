@@ -41,9 +41,9 @@
 #include "cache.h"
 
 #define KVT_BLEND_DEFAULT_RATIO KVT_DEFAULT_RECOMPUTE_RATIO /* kvtier.h: CacheBlend's 15% */
-#define KVT_BLEND_DEFAULT_LAYER 1     /* the deviation is measured at the second layer, as CacheBlend does */
+#define KVT_BLEND_DEFAULT_LAYER 1 /* the deviation is measured at the second layer, as CacheBlend does */
 
-#define KVT_BLEND_STAGE1_WIDEN 2       /* two-stage selection: the first stage keeps this many times the final count */
+#define KVT_BLEND_STAGE1_WIDEN 2 /* two-stage selection: the first stage keeps this many times the final count */
 
 typedef struct {
     float ratio;    /* fraction of the placed tokens recomputed through every layer, in [0, 1] */

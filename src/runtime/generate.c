@@ -121,26 +121,36 @@ out:
 
 kvt_request kvt_request_default_params(void) {
     kvt_sampler_params sp = kvt_sampler_default_params();
-    kvt_request r = {.max_tokens = 128, .temp = sp.temp, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed,
-                     .reuse = KVT_REUSE_MODE_EXACT, .recompute_ratio = KVT_DEFAULT_RECOMPUTE_RATIO};
+    kvt_request r = {.max_tokens = 128,
+                     .temp = sp.temp,
+                     .top_k = sp.top_k,
+                     .top_p = sp.top_p,
+                     .seed = sp.seed,
+                     .reuse = KVT_REUSE_MODE_EXACT,
+                     .recompute_ratio = KVT_DEFAULT_RECOMPUTE_RATIO};
     return r;
 }
 
 /* kvt_complete's checks of a request's reuse fields (kvtier.h), each error naming its field. */
 static int check_reuse(const kvt_request *req, int32_t n_prompt) {
     if (req->reuse != KVT_REUSE_MODE_EXACT && req->reuse != KVT_REUSE_MODE_APPROXIMATE)
-        return kvt_fail(KVT_EARG, "kvt_request.reuse: %d is not a kvt_reuse_mode (KVT_REUSE_MODE_EXACT or "
-                        "KVT_REUSE_MODE_APPROXIMATE)", (int)req->reuse);
+        return kvt_fail(KVT_EARG,
+                        "kvt_request.reuse: %d is not a kvt_reuse_mode (KVT_REUSE_MODE_EXACT or "
+                        "KVT_REUSE_MODE_APPROXIMATE)",
+                        (int)req->reuse);
     if (req->reuse == KVT_REUSE_MODE_EXACT) return 0;
     if (!(req->recompute_ratio >= 0.0f && req->recompute_ratio <= 1.0f))
         return kvt_fail(KVT_EARG, "kvt_request.recompute_ratio: %g is outside [0, 1]", (double)req->recompute_ratio);
     if (!req->doc_starts || req->n_docs == 0)
-        return kvt_fail(KVT_EARG, "kvt_request.doc_starts: approximate reuse needs the documents' spans "
+        return kvt_fail(KVT_EARG,
+                        "kvt_request.doc_starts: approximate reuse needs the documents' spans "
                         "(kvt_render_documents_spans)");
     for (size_t i = 0; i <= req->n_docs; i++)
         if ((i && req->doc_starts[i] < req->doc_starts[i - 1]) || req->doc_starts[i] > (size_t)KVT_MAX(n_prompt, 0))
-            return kvt_fail(KVT_EARG, "kvt_request.doc_starts: entry %zu (%zu) is not ascending within the prompt's "
-                            "%d tokens", i, req->doc_starts[i], n_prompt);
+            return kvt_fail(KVT_EARG,
+                            "kvt_request.doc_starts: entry %zu (%zu) is not ascending within the prompt's "
+                            "%d tokens",
+                            i, req->doc_starts[i], n_prompt);
     return 0;
 }
 
@@ -152,8 +162,13 @@ int kvt_complete(kvt_cache *c, const int32_t *prompt, int32_t n_prompt, const kv
     kvt_sampler_params sp = {.temp = req->temp, .top_k = req->top_k, .top_p = req->top_p, .seed = req->seed};
     kvt_sampler *s = kvt_sampler_new(sp, kvt_engine_n_vocab(e));
     if (!s) return kvt_fail(KVT_EARG, "bad sampling parameters");
-    kvt_gen_params gp = {.max_tokens = req->max_tokens, .sampler = s, .tok = kvt_engine_model(e)->tok,
-                         .on_token = req->on_token, .ctx = req->ctx, .salt = req->salt, .salt_len = req->salt_len};
+    kvt_gen_params gp = {.max_tokens = req->max_tokens,
+                         .sampler = s,
+                         .tok = kvt_engine_model(e)->tok,
+                         .on_token = req->on_token,
+                         .ctx = req->ctx,
+                         .salt = req->salt,
+                         .salt_len = req->salt_len};
     kvt_blend_params bp = kvt_blend_default_params();
     if (req->reuse == KVT_REUSE_MODE_APPROXIMATE) {
         bp.ratio = req->recompute_ratio;

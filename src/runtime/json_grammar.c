@@ -38,9 +38,9 @@ enum { T_HEAD, T_VALUE, T_TAIL };
 typedef struct {
     uint8_t kind, sub, ws, aux;
     int32_t node;
-    uint32_t count;  /* string: characters; array: items started; literal/key/tag: bytes matched */
-    int32_t idx;     /* object: property after its key (-1 free); tag: alternative; string: pending bytes */
-    uint64_t set;    /* candidates (literal/key/tag head), used properties (object), \u value (string) */
+    uint32_t count; /* string: characters; array: items started; literal/key/tag: bytes matched */
+    int32_t idx;    /* object: property after its key (-1 free); tag: alternative; string: pending bytes */
+    uint64_t set;   /* candidates (literal/key/tag head), used properties (object), \u value (string) */
 } frame;
 
 typedef struct {
@@ -52,16 +52,16 @@ typedef struct {
 typedef struct {
     int32_t n;
     uint8_t *byte;
-    uint8_t *depth;   /* 1-based */
-    int32_t *skip;    /* the node after this one's subtree (preorder) */
-    int32_t *tok;     /* first token ending here, -1: none; the rest via next */
-    int32_t *next;    /* (n_vocab) */
+    uint8_t *depth; /* 1-based */
+    int32_t *skip;  /* the node after this one's subtree (preorder) */
+    int32_t *tok;   /* first token ending here, -1: none; the rest via next */
+    int32_t *next;  /* (n_vocab) */
 } trie;
 
 struct kvt_jg_vocab {
     int32_t n_vocab;
-    uint32_t *off;    /* (n_vocab) token bytes in blob */
-    uint8_t *len;     /* (n_vocab) 0: never allowed */
+    uint32_t *off; /* (n_vocab) token bytes in blob */
+    uint8_t *len;  /* (n_vocab) 0: never allowed */
     uint8_t *blob;
     trie all, special; /* every token; the tokens that are not plain string text */
     int32_t *plain;    /* tokens that are plain string text, and their characters */
@@ -69,14 +69,14 @@ struct kvt_jg_vocab {
     int32_t n_plain;
     uint8_t *plain_mask; /* (n_vocab) 1 for the plain ones, copied whole where no maxLength is near */
     uint32_t max_plain_chars;
-    uint8_t *eog;      /* (n_vocab) end-of-generation tokens */
+    uint8_t *eog; /* (n_vocab) end-of-generation tokens */
 };
 
 struct kvt_jg {
     const kvt_jg_schema *s;
     const kvt_jg_vocab *v;
     jstate st;
-    jstate *walk;      /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
+    jstate *walk; /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
 };
 
 /* ---- matching ----------------------------------------------------------------- */
@@ -151,8 +151,14 @@ static int start_value(jstate *st, const kvt_jg_schema *s, uint8_t c) {
     int32_t ni = f->node;
     const jnode *n = N(s, ni);
     if (n->kind == JN_UNION) {
-        int cls = c == '{' ? JC_OBJECT : c == '[' ? JC_ARRAY : c == '"' ? JC_STRING : c == 't' ? JC_TRUE
-                  : c == 'f' ? JC_FALSE : c == 'n' ? JC_NULL : (c == '-' || is_digit(c)) ? JC_NUMBER : -1;
+        int cls = c == '{'              ? JC_OBJECT
+            : c == '['                  ? JC_ARRAY
+            : c == '"'                  ? JC_STRING
+            : c == 't'                  ? JC_TRUE
+            : c == 'f'                  ? JC_FALSE
+            : c == 'n'                  ? JC_NULL
+            : (c == '-' || is_digit(c)) ? JC_NUMBER
+                                        : -1;
         if (cls < 0 || n->branch[cls] < 0) return 0;
         ni = n->branch[cls];
         n = N(s, ni);
@@ -162,15 +168,9 @@ static int start_value(jstate *st, const kvt_jg_schema *s, uint8_t c) {
     memset(f, 0, sizeof *f);
     f->node = ni;
     switch (n->kind) {
-    case JN_OBJECT:
-        f->kind = F_OBJ;
-        return c == '{';
-    case JN_ARRAY:
-        f->kind = F_ARR;
-        return c == '[';
-    case JN_STRING:
-        f->kind = F_STR;
-        return c == '"';
+    case JN_OBJECT: f->kind = F_OBJ; return c == '{';
+    case JN_ARRAY: f->kind = F_ARR; return c == '[';
+    case JN_STRING: f->kind = F_STR; return c == '"';
     case JN_NUMBER:
     case JN_INTEGER:
         f->kind = F_NUM;

@@ -40,10 +40,10 @@
 
 #include "tokenizer.h"
 
-#define KVT_JG_MAX_DEPTH 24     /* nesting of objects and arrays */
-#define KVT_JG_MAX_WS 8         /* consecutive whitespace bytes between tokens of JSON */
-#define KVT_JG_MAX_SET 64       /* enum values, properties of one object, tool alternatives */
-#define KVT_JG_MAX_TOKEN 255    /* bytes of a token the mask considers (longer ones are never allowed) */
+#define KVT_JG_MAX_DEPTH 24                   /* nesting of objects and arrays */
+#define KVT_JG_MAX_WS 8                       /* consecutive whitespace bytes between tokens of JSON */
+#define KVT_JG_MAX_SET 64                     /* enum values, properties of one object, tool alternatives */
+#define KVT_JG_MAX_TOKEN 255                  /* bytes of a token the mask considers (longer ones are never allowed) */
 #define KVT_JG_NUMBER_LIMIT 999999999999999.0 /* integer parts have at most 15 digits */
 
 typedef struct kvt_jg_vocab kvt_jg_vocab;
@@ -69,8 +69,8 @@ int kvt_jg_schema_compile(const struct cJSON *schema, kvt_jg_schema **out, char 
  * heads[i], then a value of schemas[i] (NULL: any object), then tails[i]:
  * the shape of a forced tool call. The heads must be distinct and none a
  * prefix of another. Same failure contract as kvt_jg_schema_compile. */
-int kvt_jg_schema_tagged(int n, const char *const *heads, const struct cJSON *const *schemas,
-                         const char *const *tails, kvt_jg_schema **out, char *err, size_t cap);
+int kvt_jg_schema_tagged(int n, const char *const *heads, const struct cJSON *const *schemas, const char *const *tails,
+                         kvt_jg_schema **out, char *err, size_t cap);
 void kvt_jg_schema_free(kvt_jg_schema *s);
 
 /* A matcher at the start of a document of schema s over v's tokens. Both

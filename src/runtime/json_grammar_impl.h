@@ -12,14 +12,14 @@
 /* What a value must be. ANY is a UNION over the any-* nodes, so matching
  * never special-cases it. */
 typedef enum {
-    JN_OBJECT,  /* declared properties (s = keys as JSON strings, quotes included; child = value nodes), or free keys */
-    JN_ARRAY,   /* items = child[0] */
-    JN_STRING,  /* min_len..max_len characters (code points) */
+    JN_OBJECT, /* declared properties (s = keys as JSON strings, quotes included; child = value nodes), or free keys */
+    JN_ARRAY,  /* items = child[0] */
+    JN_STRING, /* min_len..max_len characters (code points) */
     JN_NUMBER,
     JN_INTEGER,
-    JN_LITS,    /* one of the literal texts s[0..n) (enum, const, true/false/null) */
-    JN_UNION,   /* by the value's first byte: branch[class] */
-    JN_TAGGED,  /* alternative i: the text s[i], a value of child[i], the text t[i] */
+    JN_LITS,   /* one of the literal texts s[0..n) (enum, const, true/false/null) */
+    JN_UNION,  /* by the value's first byte: branch[class] */
+    JN_TAGGED, /* alternative i: the text s[i], a value of child[i], the text t[i] */
 } jnode_kind;
 
 /* The first byte of a value decides its kind (jnode JN_UNION). */
@@ -27,15 +27,15 @@ enum { JC_OBJECT, JC_ARRAY, JC_STRING, JC_NUMBER, JC_TRUE, JC_FALSE, JC_NULL, JC
 
 typedef struct {
     jnode_kind kind;
-    int32_t min_bytes;   /* bytes of the shortest value of this node */
-    int32_t n;           /* entries of s/child/t */
-    char **s;            /* owned texts: keys, literals, heads */
+    int32_t min_bytes; /* bytes of the shortest value of this node */
+    int32_t n;         /* entries of s/child/t */
+    char **s;          /* owned texts: keys, literals, heads */
     int32_t *slen;
-    int32_t *child;      /* node indices */
-    char **t;            /* tagged: tails */
+    int32_t *child; /* node indices */
+    char **t;       /* tagged: tails */
     int32_t *tlen;
-    uint64_t required;   /* object: bit i = property i is required */
-    int free_keys;       /* object: any keys, values of free_value */
+    uint64_t required; /* object: bit i = property i is required */
+    int free_keys;     /* object: any keys, values of free_value */
     int32_t free_value;
     uint32_t min_items, max_items; /* array */
     uint32_t min_len, max_len;     /* string */
@@ -48,7 +48,7 @@ struct kvt_jg_schema {
     jnode *nodes;
     int32_t n_nodes, cap_nodes;
     int32_t root;
-    int32_t any_string;  /* a string of any length: free object keys */
+    int32_t any_string; /* a string of any length: free object keys */
 };
 
 #endif

@@ -13,7 +13,7 @@
 #include "common.h"
 #include "json_grammar_impl.h"
 
-#define PATH_MAX_LEN 160        /* bytes of the schema path in error messages */
+#define PATH_MAX_LEN 160 /* bytes of the schema path in error messages */
 #define NO_LIMIT UINT32_MAX
 
 typedef struct {
@@ -22,7 +22,7 @@ typedef struct {
     size_t cap;
     int failed;
     char path[PATH_MAX_LEN];
-    int32_t any;                /* the ANY union, built on first use (-1: not yet) */
+    int32_t any; /* the ANY union, built on first use (-1: not yet) */
 } compiler;
 
 static int fail(compiler *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -155,8 +155,9 @@ static int union_add(compiler *c, int32_t u, int32_t i) {
     for (int k = 0; k < JC_COUNT; k++) {
         if (!cls[k]) continue;
         if (un->branch[k] >= 0 && un->branch[k] != i)
-            return fail(c, "unsupported 'anyOf'/'type' list: two branches can start alike (only branches of "
-                           "different kinds are supported)");
+            return fail(c,
+                        "unsupported 'anyOf'/'type' list: two branches can start alike (only branches of "
+                        "different kinds are supported)");
         un->branch[k] = b->kind == JN_UNION ? b->branch[k] : i;
     }
     un->min_bytes = KVT_MIN(un->min_bytes, b->min_bytes);
@@ -324,10 +325,22 @@ static int32_t compile_type(compiler *c, const cJSON *sc, const char *type, int 
 /* Keywords that only describe and never constrain. */
 static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$id", "default", "examples", "$comment"};
 /* Keywords compile() understands. */
-static const char *const UNDERSTOOD[] = {"type",     "properties", "required",  "additionalProperties",
-                                         "items",    "minItems",   "maxItems",  "minLength",
-                                         "maxLength", "enum",      "const",     "anyOf",
-                                         "minimum",  "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
+static const char *const UNDERSTOOD[] = {"type",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "minItems",
+                                         "maxItems",
+                                         "minLength",
+                                         "maxLength",
+                                         "enum",
+                                         "const",
+                                         "anyOf",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum"};
 
 static int known_keyword(const char *k) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(ANNOTATIONS); i++)

@@ -12,7 +12,7 @@
 #include "common.h"
 
 #define PIECE_CAP 128
-#define MAX_RUN_LINES 256 /* lines compared when looking for a reordered run (padding lines included) */
+#define MAX_RUN_LINES 256   /* lines compared when looking for a reordered run (padding lines included) */
 #define MAX_VALUE_TOKENS 12 /* longest differing run taken for a timestamp or an id */
 
 const char *kvt_lint_cause_name(kvt_lint_cause c) {
@@ -22,13 +22,12 @@ const char *kvt_lint_cause_name(kvt_lint_cause c) {
 }
 
 const char *kvt_lint_cause_label(kvt_lint_cause c) {
-    static const char *const labels[KVT_LINT_CAUSE_COUNT] = {
-        "no divergence",
-        "a prompt shorter than one block",
-        "a timestamp or counter near the top",
-        "a per-user or per-session id near the top",
-        "reordered tools/documents",
-        "different content"};
+    static const char *const labels[KVT_LINT_CAUSE_COUNT] = {"no divergence",
+                                                             "a prompt shorter than one block",
+                                                             "a timestamp or counter near the top",
+                                                             "a per-user or per-session id near the top",
+                                                             "reordered tools/documents",
+                                                             "different content"};
     return (unsigned)c < KVT_LINT_CAUSE_COUNT ? labels[c] : "?";
 }
 
@@ -40,8 +39,7 @@ static int piece(const kvt_tokenizer *t, int32_t tok, char *buf) {
     return len;
 }
 
-char *kvt_lint_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, int32_t from, int32_t to, char *buf,
-                    size_t cap) {
+char *kvt_lint_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, int32_t from, int32_t to, char *buf, size_t cap) {
     size_t o = 0;
     if (!cap) return buf;
     from = KVT_MAX(from, 0);
@@ -248,8 +246,7 @@ static void classify(const kvt_tokenizer *t, const kvt_lint_prompt *ps, int32_t 
     /* a value, not a passage: a timestamp or an id is a few tokens on both sides */
     int short_run = d + x - s <= MAX_VALUE_TOKENS && d + y - s <= MAX_VALUE_TOKENS;
     if (short_run && stamp_like(tp) && stamp_like(tq)) r->cause = KVT_LINT_TIMESTAMP;
-    else if (short_run && (has_digit(tp) || has_digit(tq)))
-        r->cause = KVT_LINT_USER_ID;
+    else if (short_run && (has_digit(tp) || has_digit(tq))) r->cause = KVT_LINT_USER_ID;
     else r->cause = KVT_LINT_CONTENT;
 }
 
@@ -288,7 +285,7 @@ static int64_t count(const kvt_lint_prompt *p, int32_t n, int32_t B, kvt_lint_ro
 
 /* A prompt with the fixes applied: sorted line runs, then the moved runs at the end. */
 typedef struct {
-    uint8_t *moved;       /* [n] 1 = goes to the end */
+    uint8_t *moved; /* [n] 1 = goes to the end */
     int32_t run_start[8], run_end[8], n_runs;
 } fixes;
 
@@ -317,7 +314,8 @@ static int32_t *apply_fixes(const kvt_tokenizer *t, const kvt_lint_prompt *p, co
         seg *ls = split_lines(t, &sub, &nl);
         seg_ref *refs = kvt_xmalloc((size_t)(nl ? nl : 1) * sizeof *refs);
         for (int32_t l = 0; l < nl; l++)
-            refs[l] = (seg_ref){sub.tokens + ls[l].start, trimmed_len(t, sub.tokens + ls[l].start, ls[l].end - ls[l].start)};
+            refs[l] = (seg_ref){sub.tokens + ls[l].start,
+                                trimmed_len(t, sub.tokens + ls[l].start, ls[l].end - ls[l].start)};
         qsort(refs, (size_t)nl, sizeof *refs, seg_ref_cmp);
         /* position l gets the l-th line in sorted order, then position l's own line ending */
         for (int32_t l = 0; l < nl; l++) {

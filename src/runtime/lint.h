@@ -30,11 +30,11 @@
 #include "tokenizer.h"
 
 #define KVT_LINT_MAX_PROMPTS 2048
-#define KVT_LINT_RESYNC 4      /* equal tokens that end a differing run */
-#define KVT_LINT_MAX_SHIFT 24  /* tokens searched on each side for the end of a differing run */
+#define KVT_LINT_RESYNC 4     /* equal tokens that end a differing run */
+#define KVT_LINT_MAX_SHIFT 24 /* tokens searched on each side for the end of a differing run */
 
 typedef enum {
-    KVT_LINT_NONE = 0,     /* no divergence (first prompt, or a prefix of an earlier one) */
+    KVT_LINT_NONE = 0, /* no divergence (first prompt, or a prefix of an earlier one) */
     KVT_LINT_SHORT,
     KVT_LINT_TIMESTAMP,
     KVT_LINT_USER_ID,
@@ -55,24 +55,24 @@ typedef struct {
 
 typedef struct {
     int32_t n_tokens;
-    int32_t shared;          /* longest common prefix with any earlier prompt, in tokens */
-    int32_t with;            /* that earlier prompt's index, -1 for none */
-    int32_t reusable;        /* whole-block tokens of it kvtier would reuse */
+    int32_t shared;   /* longest common prefix with any earlier prompt, in tokens */
+    int32_t with;     /* that earlier prompt's index, -1 for none */
+    int32_t reusable; /* whole-block tokens of it kvtier would reuse */
     kvt_lint_cause cause;
-    int32_t span_start, span_end;       /* the differing run (or reordered lines) in this prompt */
-    int32_t with_start, with_end;       /* ... and in the earlier prompt */
+    int32_t span_start, span_end; /* the differing run (or reordered lines) in this prompt */
+    int32_t with_start, with_end; /* ... and in the earlier prompt */
 } kvt_lint_row;
 
 typedef struct {
     int32_t n_prompts, block;
     int64_t total_tokens;
-    int64_t reusable_tokens;       /* now */
-    int64_t reusable_after;        /* with the fixes applied */
-    int64_t total_after;           /* tokens of the fixed prompts (the same but for rendering) */
-    int32_t common_prefix;         /* tokens every prompt starts with */
+    int64_t reusable_tokens; /* now */
+    int64_t reusable_after;  /* with the fixes applied */
+    int64_t total_after;     /* tokens of the fixed prompts (the same but for rendering) */
+    int32_t common_prefix;   /* tokens every prompt starts with */
     int32_t cause_count[KVT_LINT_CAUSE_COUNT];
     int32_t cause_example[KVT_LINT_CAUSE_COUNT]; /* first prompt with that cause, -1 */
-    kvt_lint_row *rows;            /* [n_prompts], owned */
+    kvt_lint_row *rows;                          /* [n_prompts], owned */
 } kvt_lint_report;
 
 /* Lints p[0..n) for blocks of B tokens. t supplies token texts (segments end
@@ -88,7 +88,6 @@ void kvt_lint_advice_free(char **a, int32_t n);
 
 /* Text of p's tokens [from, to) (clamped; special tokens rendered) into
  * buf[0..cap), newlines shown as "\n" so it fits on one line. Returns buf. */
-char *kvt_lint_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, int32_t from, int32_t to, char *buf,
-                    size_t cap);
+char *kvt_lint_text(const kvt_tokenizer *t, const kvt_lint_prompt *p, int32_t from, int32_t to, char *buf, size_t cap);
 
 #endif

@@ -64,12 +64,12 @@ typedef struct kvt_rag_index kvt_rag_index;
 
 /* One chunk as the index holds it. Strings owned by the index. */
 typedef struct {
-    const char *doc;   /* the document's name (file name or JSONL "id") */
-    uint32_t seq;      /* its position in the document, from 0 */
-    const char *id;    /* "<doc>#<hex>" (above, "Ids"): the id it is rendered with */
+    const char *doc; /* the document's name (file name or JSONL "id") */
+    uint32_t seq;    /* its position in the document, from 0 */
+    const char *id;  /* "<doc>#<hex>" (above, "Ids"): the id it is rendered with */
     const char *text;
-    uint32_t tokens;   /* tokens of its rendering, padded to whole blocks */
-    uint32_t n_terms;  /* BM25 length */
+    uint32_t tokens;  /* tokens of its rendering, padded to whole blocks */
+    uint32_t n_terms; /* BM25 length */
 } kvt_rag_chunk;
 
 /* A builder: documents in, chunks and postings out. tokenizer_model is
@@ -77,8 +77,7 @@ typedef struct {
 typedef struct kvt_rag_builder kvt_rag_builder;
 
 /* block_size B >= 1; chunk_tokens a multiple of B, at least 2B. KVT_EARG else. */
-int kvt_rag_build_new(const kvt_model *tokenizer_model, int32_t block_size, int32_t chunk_tokens,
-                      kvt_rag_builder **out);
+int kvt_rag_build_new(const kvt_model *tokenizer_model, int32_t block_size, int32_t chunk_tokens, kvt_rag_builder **out);
 /* Splits one document into chunks and indexes them (doc is truncated to
  * KVT_RAG_DOC_MAX bytes). An empty text adds nothing. 0 or a negative code. */
 int kvt_rag_build_add(kvt_rag_builder *b, const char *doc, const char *text, size_t len);
@@ -147,7 +146,7 @@ void kvt_rag_plan(const kvt_rag_index *idx, kvt_rag_order mode, kvt_rag_hit *hit
  * and order[i] receives the canonical index of the document now at position
  * i. Cost: at most n_docs^2 / 2 lookups, each hashing the prompt up to the
  * last document (docs/rag.md "Orders and the planner" has the measurement). Returns the lookups made. */
-int32_t kvt_rag_plan_cached(kvt_cache *c, kvt_hash128 root, int32_t *prompt, int32_t n, size_t *starts,
-                            size_t n_docs, int32_t *order);
+int32_t kvt_rag_plan_cached(kvt_cache *c, kvt_hash128 root, int32_t *prompt, int32_t n, size_t *starts, size_t n_docs,
+                            int32_t *order);
 
 #endif

@@ -31,8 +31,8 @@ struct kvt_rag_builder {
     /* the chunk being filled */
     const char *doc;
     uint32_t seq;
-    int32_t *ids;       /* open-addressing set of the ids given so far: chunk number + 1, 0 = empty */
-    size_t ids_cap;     /* a power of two, at least twice n_chunks */
+    int32_t *ids;   /* open-addressing set of the ids given so far: chunk number + 1, 0 = empty */
+    size_t ids_cap; /* a power of two, at least twice n_chunks */
     char *cur;
     size_t cur_len, cur_cap;
     int err;
@@ -115,7 +115,8 @@ static uint32_t index_terms(kvt_rag_builder *b, int32_t chunk, const char *text)
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         while (j < n && !strcmp(terms[i], terms[j])) free(terms[j++]);
-        if (b->n_tr == b->cap_tr) b->tr = kvt_xrealloc(b->tr, (b->cap_tr = b->cap_tr ? 2 * b->cap_tr : 1024) * sizeof *b->tr);
+        if (b->n_tr == b->cap_tr)
+            b->tr = kvt_xrealloc(b->tr, (b->cap_tr = b->cap_tr ? 2 * b->cap_tr : 1024) * sizeof *b->tr);
         b->tr[b->n_tr++] = (triple){terms[i], chunk, (uint32_t)(j - i)};
         i = j;
     }
@@ -133,8 +134,8 @@ static void emit(kvt_rag_builder *b) {
         return;
     }
     if (b->n_chunks == b->cap_chunks)
-        b->chunks = kvt_xrealloc(b->chunks, (size_t)(b->cap_chunks = b->cap_chunks ? 2 * b->cap_chunks : 64) *
-                                                sizeof *b->chunks);
+        b->chunks = kvt_xrealloc(b->chunks,
+                                 (size_t)(b->cap_chunks = b->cap_chunks ? 2 * b->cap_chunks : 64) * sizeof *b->chunks);
     kvt_rag_chunk *c = &b->chunks[b->n_chunks];
     memset(c, 0, sizeof *c);
     c->doc = kvt_xstrdup(b->doc);
@@ -173,8 +174,8 @@ static size_t next_piece(const char *s, size_t n, int lvl, size_t *next) {
             size_t j = i + 1;
             while (j < n && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r')) j++;
             if (j < n && s[j] == '\n') break;
-        } else if (lvl == LVL_SENT && (s[i] == '\n' || ((s[i] == '.' || s[i] == '?' || s[i] == '!') && i + 1 < n &&
-                                                        is_space(s[i + 1])))) {
+        } else if (lvl == LVL_SENT &&
+                   (s[i] == '\n' || ((s[i] == '.' || s[i] == '?' || s[i] == '!') && i + 1 < n && is_space(s[i + 1])))) {
             if (s[i] != '\n') i++;
             break;
         } else if (lvl == LVL_WORD && is_space(s[i])) {
@@ -262,8 +263,10 @@ int kvt_rag_build_add(kvt_rag_builder *b, const char *doc, const char *text, siz
         free(name);
         b->doc = NULL;
         return b->err ? b->err
-                      : kvt_fail(KVT_ELIMIT, "document %s: its name alone fills a chunk of %d tokens; use a shorter "
-                                             "name or a larger --chunk-tokens", doc, b->chunk_tokens);
+                      : kvt_fail(KVT_ELIMIT,
+                                 "document %s: its name alone fills a chunk of %d tokens; use a shorter "
+                                 "name or a larger --chunk-tokens",
+                                 doc, b->chunk_tokens);
     }
     split(b, text, len, "", LVL_PARA);
     emit(b);

@@ -24,11 +24,11 @@ _Static_assert(HEADER_BYTES == MAGIC_LEN + 5 * 4 + 8 + 4 + 4, "the header layout
 
 /* ---- terms ------------------------------------------------------------------------- */
 
-static const char *const STOP[] = {"a",    "an",   "and",  "are", "as",   "at",    "be",   "by",  "can",  "did",
-                                   "do",   "does", "for",  "from", "has", "have",  "how",  "i",   "in",   "is",
-                                   "it",   "its",  "of",   "on",  "or",   "that",  "the",  "their", "there", "these",
-                                   "they", "this", "to",   "was", "we",   "were",  "what", "when", "where", "which",
-                                   "who",  "why",  "will", "with", "you"};
+static const char *const STOP[] = {"a",     "an",    "and",   "are",   "as",   "at",  "be",   "by",   "can",
+                                   "did",   "do",    "does",  "for",   "from", "has", "have", "how",  "i",
+                                   "in",    "is",    "it",    "its",   "of",   "on",  "or",   "that", "the",
+                                   "their", "there", "these", "they",  "this", "to",  "was",  "we",   "were",
+                                   "what",  "when",  "where", "which", "who",  "why", "will", "with", "you"};
 
 static int is_stop(const char *t) {
     for (size_t i = 0; i < sizeof STOP / sizeof *STOP; i++)
@@ -235,8 +235,10 @@ static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *
     if (kvt_crc32c(0, p, HEADER_BYTES - 4) != h_crc)
         return kvt_fail(KVT_EFORMAT, "%s: header checksum mismatch (the file is damaged)", path);
     if (version != KVT_RAG_VERSION)
-        return kvt_fail(KVT_EUNSUPPORTED, "%s: index format version %u; this kvtier reads version %d (rebuild it "
-                                          "with `kvtier rag index`)", path, version, KVT_RAG_VERSION);
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "%s: index format version %u; this kvtier reads version %d (rebuild it "
+                        "with `kvtier rag index`)",
+                        path, version, KVT_RAG_VERSION);
     if (pl_len != len - HEADER_BYTES)
         return kvt_fail(KVT_EFORMAT, "%s: %zu payload bytes, the header says %llu (truncated or extended)", path,
                         len - HEADER_BYTES, (unsigned long long)pl_len);
@@ -373,8 +375,8 @@ int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, k
         double idf = log(1.0 + ((double)x->n_chunks - df + 0.5) / (df + 0.5));
         for (uint32_t p = x->post_off[t]; p < x->post_off[t + 1]; p++) {
             double tf = x->post_tf[p], len = x->chunks[x->post_chunk[p]].n_terms;
-            score[x->post_chunk[p]] +=
-                idf * tf * (KVT_RAG_K1 + 1) / (tf + KVT_RAG_K1 * (1 - KVT_RAG_B + KVT_RAG_B * len / x->avg_len));
+            score[x->post_chunk[p]] += idf * tf * (KVT_RAG_K1 + 1) /
+                (tf + KVT_RAG_K1 * (1 - KVT_RAG_B + KVT_RAG_B * len / x->avg_len));
         }
     }
     for (size_t i = 0; i < n; i++) free(terms[i]);
@@ -410,5 +412,6 @@ void kvt_rag_plan(const kvt_rag_index *x, kvt_rag_order mode, kvt_rag_hit *hits,
     /* "cached" starts from canonical order too: kvt_rag_plan_cached departs from it only along a cached path */
     sort_index = x;
     qsort(hits, (size_t)n, sizeof *hits, mode == KVT_RAG_ORDER_SCORE ? hit_by_score : hit_by_id);
-    for (int32_t i = 0; i < n; i++) docs[i] = (kvt_document){x->chunks[hits[i].chunk].id, x->chunks[hits[i].chunk].text};
+    for (int32_t i = 0; i < n; i++)
+        docs[i] = (kvt_document){x->chunks[hits[i].chunk].id, x->chunks[hits[i].chunk].text};
 }

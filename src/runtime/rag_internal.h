@@ -14,13 +14,13 @@
 
 struct kvt_rag_index {
     int32_t B, chunk_tokens, n_chunks, n_terms;
-    kvt_rag_chunk *chunks;  /* n_chunks; strings owned */
-    char **terms;           /* n_terms, sorted by strcmp; owned */
-    uint32_t *post_off;     /* n_terms + 1: term t's postings are [post_off[t], post_off[t+1]) */
-    uint32_t *post_chunk;   /* n_post chunk numbers, ascending within a term */
-    uint32_t *post_tf;      /* n_post term frequencies */
+    kvt_rag_chunk *chunks; /* n_chunks; strings owned */
+    char **terms;          /* n_terms, sorted by strcmp; owned */
+    uint32_t *post_off;    /* n_terms + 1: term t's postings are [post_off[t], post_off[t+1]) */
+    uint32_t *post_chunk;  /* n_post chunk numbers, ascending within a term */
+    uint32_t *post_tf;     /* n_post term frequencies */
     size_t n_post;
-    double avg_len;         /* mean n_terms over the chunks (kvt_rag_index_finish) */
+    double avg_len; /* mean n_terms over the chunks (kvt_rag_index_finish) */
 };
 
 /* The BM25 terms of text[0..len) in order (rag.h), malloc'd strings in a

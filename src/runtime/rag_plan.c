@@ -24,8 +24,8 @@ static int32_t cached_len(kvt_cache *c, kvt_hash128 root, const int32_t *src, co
     return kvt_cache_block_tiers(c, root, buf, (int32_t)n, tiers, (int32_t)n / B + 1) * B;
 }
 
-int32_t kvt_rag_plan_cached(kvt_cache *c, kvt_hash128 root, int32_t *prompt, int32_t n, size_t *starts,
-                            size_t n_docs, int32_t *order) {
+int32_t kvt_rag_plan_cached(kvt_cache *c, kvt_hash128 root, int32_t *prompt, int32_t n, size_t *starts, size_t n_docs,
+                            int32_t *order) {
     for (size_t i = 0; i < n_docs; i++) order[i] = (int32_t)i;
     if (n_docs < 2) return 0;
     size_t begin = starts[0], end = starts[n_docs];

@@ -88,8 +88,7 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *out
     name[n] = 0;
     char port_s[16];
     snprintf(port_s, sizeof port_s, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(name, port_s, &hints, &res);
     if (rc) return kvt_fail(KVT_EARG, "--host '%s': %s", name, gai_strerror(rc));
@@ -167,15 +166,12 @@ static struct MHD_Daemon *start_daemon(kvt_server *s, const struct sockaddr_stor
         flags |= IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr) ? MHD_USE_DUAL_STACK
                                                                                           : MHD_USE_IPv6;
     /* the per-address quota is kvtier's accept policy (http_conns.h), not MHD's, which has no reserve */
-    return MHD_start_daemon(flags,
-                            0, kvt_srv_on_accept, s,
-                            kvt_srv_on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
-                            MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                            s->p.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
+    return MHD_start_daemon(flags, 0, kvt_srv_on_accept, s, kvt_srv_on_request, s, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)addr, MHD_OPTION_CONNECTION_TIMEOUT, s->p.timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, s->p.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KVT_HTTP_POOL_BYTES,
-                            MHD_OPTION_NOTIFY_COMPLETED, kvt_srv_on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, kvt_srv_on_connection, s, MHD_OPTION_ARRAY, pool_opt,
-                            KVT_HTTP_STRICTNESS, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, kvt_srv_on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+                            kvt_srv_on_connection, s, MHD_OPTION_ARRAY, pool_opt, KVT_HTTP_STRICTNESS, MHD_OPTION_END);
 }
 
 /* The address the server listens on, numeric (IPv6 in brackets), into s->address. */
@@ -222,7 +218,8 @@ int kvt_server_start(const kvt_model *model, kvt_engine *e, kvt_cache *c, const 
     if (!kvt_http_raw_check_available())
         kvt_logk(KVT_LOG_WARN, "libmicrohttpd",
                  "serve: libmicrohttpd %s is not a version whose header parser kvtier reads: folded header "
-                 "lines and NULs in headers are not refused", MHD_get_version());
+                 "lines and NULs in headers are not refused",
+                 MHD_get_version());
     if (!(s->guard = kvt_http_guard_new(s->p.max_inflight_bytes, (double)s->p.request_timeout_s,
                                         (double)s->p.header_timeout_s))) {
         server_free(s);
@@ -278,4 +275,3 @@ void kvt_server_stop(kvt_server *s) {
     MHD_stop_daemon(s->mhd);
     server_free(s);
 }
-

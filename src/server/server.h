@@ -52,34 +52,34 @@
 #define KVT_SERVER_DEFAULT_TIMEOUT_S 30
 #define KVT_SERVER_DEFAULT_REQUEST_TIMEOUT_S 60
 #define KVT_SERVER_DEFAULT_CONNS_PER_IP 64
-#define KVT_SERVER_DEFAULT_MAX_CONNS 512    /* each open connection has a thread */
-#define KVT_SERVER_DEFAULT_CONN_RESERVE 64  /* an eighth of the default cap: 64 new addresses get in */
+#define KVT_SERVER_DEFAULT_MAX_CONNS 512   /* each open connection has a thread */
+#define KVT_SERVER_DEFAULT_CONN_RESERVE 64 /* an eighth of the default cap: 64 new addresses get in */
 #define KVT_SERVER_DEFAULT_HEADER_TIMEOUT_S 10
 #define KVT_SERVER_DEFAULT_DRAIN_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
 
 typedef struct {
-    const char *host;           /* address to bind: IPv4, IPv6 ("::1" or "[::1]") or a host name resolved
+    const char *host;                   /* address to bind: IPv4, IPv6 ("::1" or "[::1]") or a host name resolved
                                    with getaddrinfo (an IPv4 address preferred); "127.0.0.1" by default */
-    int port;                   /* 0 = any free port (see kvt_server_port) */
-    int32_t parallel;           /* sequences decoded together (engine max_seqs must be >= this) */
-    int32_t queue;              /* requests waiting for a slot at most */
-    size_t max_body;            /* request body bytes at most (413 above) */
-    uint64_t max_inflight_bytes; /* body bytes held by all requests in flight at most (503 + Retry-After
+    int port;                           /* 0 = any free port (see kvt_server_port) */
+    int32_t parallel;                   /* sequences decoded together (engine max_seqs must be >= this) */
+    int32_t queue;                      /* requests waiting for a slot at most */
+    size_t max_body;                    /* request body bytes at most (413 above) */
+    uint64_t max_inflight_bytes;        /* body bytes held by all requests in flight at most (503 + Retry-After
                                     above); at least max_body */
-    int32_t max_tokens_limit;   /* max_tokens a request may ask for */
-    int32_t default_max_tokens; /* max_tokens of a request that gives none (-n); 0: OpenAI's defaults */
-    int32_t prefill_chunk;      /* prompt tokens per engine step for one sequence */
-    unsigned timeout_s;         /* idle connection timeout (slow or stalled clients) */
-    unsigned request_timeout_s; /* a connection must deliver each request's headers and body within this,
+    int32_t max_tokens_limit;           /* max_tokens a request may ask for */
+    int32_t default_max_tokens;         /* max_tokens of a request that gives none (-n); 0: OpenAI's defaults */
+    int32_t prefill_chunk;              /* prompt tokens per engine step for one sequence */
+    unsigned timeout_s;                 /* idle connection timeout (slow or stalled clients) */
+    unsigned request_timeout_s;         /* a connection must deliver each request's headers and body within this,
                                    from its start or its previous response's end; 0 = no deadline */
-    unsigned header_timeout_s;  /* a connection must deliver each request's headers within this, from its
+    unsigned header_timeout_s;          /* a connection must deliver each request's headers within this, from its
                                    start or its previous response's end (so an idle keep-alive connection
                                    closes after it too); 0 = no header deadline */
-    unsigned max_conns_per_ip;  /* open connections from one IP address at most; 0 = no limit */
-    unsigned max_conns;         /* open connections at most */
-    unsigned conn_reserve;      /* of max_conns, the last ones only an address with no connection open may
+    unsigned max_conns_per_ip;          /* open connections from one IP address at most; 0 = no limit */
+    unsigned max_conns;                 /* open connections at most */
+    unsigned conn_reserve;              /* of max_conns, the last ones only an address with no connection open may
                                    take (so a new client can always connect); less than max_conns */
     const char *const *trusted_proxies; /* n_trusted_proxies IP addresses (borrowed): their connections are not
                                            held to max_conns_per_ip, and a request's client, for that quota
@@ -88,36 +88,36 @@ typedef struct {
     size_t n_trusted_proxies;
     const char *const *api_keys; /* n_api_keys keys for the /v1/ paths (borrowed); none = no authentication */
     size_t n_api_keys;
-    const char *metrics_key;    /* the only key that opens /metrics (borrowed); NULL: with api_keys any
+    const char *metrics_key;         /* the only key that opens /metrics (borrowed); NULL: with api_keys any
                                    of them does, without, /metrics is open. /health is always open. */
-    const char *admin_key;      /* the operator's key (borrowed), never a tenant's: it alone opens
+    const char *admin_key;           /* the operator's key (borrowed), never a tenant's: it alone opens
                                    GET /v1/cache/lint (prompt text), sees every tenant's pins in
                                    /v1/cache/stats and may release any pin or session; it also opens
                                    /metrics and /dashboard. NULL: no admin; lint is then refused */
-    int explain_text;           /* 1: a diverged reuse_stop shows the nearest cached block's text and ids
+    int explain_text;                /* 1: a diverged reuse_stop shows the nearest cached block's text and ids
                                    (cached_text, cached_tokens); they come from the caller's own namespace
                                    (API key + cache_salt), whose clients the operator declares trust each
                                    other. 0 (default): only the caller's own prompt side is shown */
-    int hide_cached_tokens;     /* 1: responses carry no cache report (no prompt_tokens_details, no
+    int hide_cached_tokens;          /* 1: responses carry no cache report (no prompt_tokens_details, no
                                    "kvtier" object, no pinned/resident counts), and /metrics, /dashboard
                                    and the global part of /v1/cache/stats need the metrics or admin key:
                                    for clients of one namespace that do not trust each other */
-    kvt_chat_family chat;       /* template for /v1/chat/completions */
-    const char *model_id;       /* name in /v1/models and responses (borrowed) */
-    double session_keep_warm_s; /* keep-warm time of a named session that gives none (0: off) */
-    int retokenize_replies;     /* 1: chat history is always tokenized from its text; 0 (default): an assistant
+    kvt_chat_family chat;            /* template for /v1/chat/completions */
+    const char *model_id;            /* name in /v1/models and responses (borrowed) */
+    double session_keep_warm_s;      /* keep-warm time of a named session that gives none (0: off) */
+    int retokenize_replies;          /* 1: chat history is always tokenized from its text; 0 (default): an assistant
                                    message (or tool call) this server generated keeps the token ids (and the
                                    arguments text) it was generated with, so the next turn reuses its KV */
     const char *const *cors_origins; /* n_cors_origins browser origins allowed (borrowed); "*" allows any.
                                         None: no CORS headers and OPTIONS is 405 */
     size_t n_cors_origins;
     const struct kvt_rag_index *rag; /* --rag-index: serves POST /v1/rag/chat/completions (borrowed); NULL: 404 */
-    int32_t rag_k;              /* chunks a RAG request retrieves when it gives no kvtier.rag.k */
-    int approximate_reuse;      /* 1: a request may ask for kvtier.reuse "approximate" (docs/rag.md
+    int32_t rag_k;                   /* chunks a RAG request retrieves when it gives no kvtier.rag.k */
+    int approximate_reuse;           /* 1: a request may ask for kvtier.reuse "approximate" (docs/rag.md
                                    "Approximate reuse"); 0 (default): such a request is a 400 */
-    float recompute_ratio;      /* of the documents' placed tokens, the fraction recomputed when a request
+    float recompute_ratio;           /* of the documents' placed tokens, the fraction recomputed when a request
                                    gives no kvtier.recompute_ratio */
-    int strict;                 /* 1: a top-level request field the endpoint does not read is a 400 naming
+    int strict;                      /* 1: a top-level request field the endpoint does not read is a 400 naming
                                    it; 0 (default): ignored, as OpenAI does */
 } kvt_server_params;
 

@@ -56,16 +56,16 @@
 #include "server.h"
 #include "tokenizer.h"
 
-#define WAIT_SLICE_MS 100           /* how often a waiting handler checks that its client is still there */
-#define STREAM_BLOCK 4096           /* MHD buffer for streamed responses */
-#define RETRY_AFTER_S "1"           /* Retry-After on 503 when the queue is full */
-#define REPLY_MAP_ENTRIES 4096      /* replies remembered for the next chat turn */
-#define REPLY_MAX_IDS 65536         /* longer replies are not remembered */
-#define CALL_MEMO_ENTRIES 4096      /* tool calls whose exact arguments text is remembered */
-#define PIECE_INIT 64               /* bytes of one token's text, grown as needed */
-#define LOGPROBS_INIT 16            /* logprob entries of a request, grown as needed */
+#define WAIT_SLICE_MS 100      /* how often a waiting handler checks that its client is still there */
+#define STREAM_BLOCK 4096      /* MHD buffer for streamed responses */
+#define RETRY_AFTER_S "1"      /* Retry-After on 503 when the queue is full */
+#define REPLY_MAP_ENTRIES 4096 /* replies remembered for the next chat turn */
+#define REPLY_MAX_IDS 65536    /* longer replies are not remembered */
+#define CALL_MEMO_ENTRIES 4096 /* tool calls whose exact arguments text is remembered */
+#define PIECE_INIT 64          /* bytes of one token's text, grown as needed */
+#define LOGPROBS_INIT 16       /* logprob entries of a request, grown as needed */
 #define ID_LEN 64
-#define PIN_ID_BYTES 16            /* random bytes of a pin id (128 bits, printed in hex) */
+#define PIN_ID_BYTES 16 /* random bytes of a pin id (128 bits, printed in hex) */
 #define BEARER "Bearer "
 #define SESSION_HEADER "X-Session-Id"
 /* Cache-aware scheduling: among the first SCHED_WINDOW queued requests the
@@ -77,20 +77,20 @@
  * sequence (plus a prefill chunk) for the work in flight. */
 #define PREFETCH_MARGIN_PER_SLOT 2
 #define ADMIN_WAIT_MS 100
-#define STATUS_CLIENT_GONE 499      /* nginx's "client closed request", for metrics and the access log */
+#define STATUS_CLIENT_GONE 499 /* nginx's "client closed request", for metrics and the access log */
 #define REQUEST_ID_HEADER "X-Request-Id"
-#define REQUEST_ID_MAX 65           /* bytes of a request id, with its NUL */
+#define REQUEST_ID_MAX 65 /* bytes of a request id, with its NUL */
 #define REQUEST_ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
-#define ACCESS_METHOD_MAX 16        /* bytes of a method in the access log */
-#define ACCESS_PATH_MAX 128         /* bytes of a path in the access log */
-#define ACCESS_TOKENS_MAX 160       /* bytes of the access log's token part */
-#define TENANT_HEX_LEN 8            /* hex digits of the hashed API key in the access log */
-#define HOST_MAX 256                /* bytes of a --host name or address */
+#define ACCESS_METHOD_MAX 16  /* bytes of a method in the access log */
+#define ACCESS_PATH_MAX 128   /* bytes of a path in the access log */
+#define ACCESS_TOKENS_MAX 160 /* bytes of the access log's token part */
+#define TENANT_HEX_LEN 8      /* hex digits of the hashed API key in the access log */
+#define HOST_MAX 256          /* bytes of a --host name or address */
 
 /* ---- shared request state ------------------------------------------------------ */
 
 typedef struct srv_req {
-    int refs;                  /* under s->mu: the handler's and the engine's */
+    int refs; /* under s->mu: the handler's and the engine's */
     kvt_api_kind kind;
     int stream, include_usage;
     char id[ID_LEN];
@@ -98,46 +98,46 @@ typedef struct srv_req {
     int64_t created;
     int32_t *prompt;
     int32_t n_prompt, max_tokens;
-    kvt_sampler_params sp;     /* sp.bias_id and sp.bias point at bias_id and bias */
-    int32_t *bias_id;          /* logit_bias (owned) */
+    kvt_sampler_params sp; /* sp.bias_id and sp.bias point at bias_id and bias */
+    int32_t *bias_id;      /* logit_bias (owned) */
     float *bias;
-    int ignore_eos;            /* llama.cpp's extension: generate past end-of-generation tokens */
-    int logprobs;              /* record each generated token's logprob ... */
-    int32_t top_logprobs;      /* ... and this many alternatives */
+    int ignore_eos;       /* llama.cpp's extension: generate past end-of-generation tokens */
+    int logprobs;         /* record each generated token's logprob ... */
+    int32_t top_logprobs; /* ... and this many alternatives */
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     unsigned char *salt;
     size_t salt_len;
     double t_arrival;
-    kvt_api_session session;   /* kvtier.{session_id, priority, keep_warm_s}, or X-Session-Id */
-    size_t *doc_starts;        /* kvtier.documents: n_docs + 1 offsets in prompt (kvt_render_documents_spans); owned */
+    kvt_api_session session; /* kvtier.{session_id, priority, keep_warm_s}, or X-Session-Id */
+    size_t *doc_starts;      /* kvtier.documents: n_docs + 1 offsets in prompt (kvt_render_documents_spans); owned */
     size_t n_docs;
-    int prefill_only;          /* /v1/cache/prefill: done once the prompt's KV is computed and cached */
-    int plan_cached;           /* RAG "cached" order: kvt_rag_plan_cached reorders the documents at admission, */
-    int32_t *doc_order;        /* ... doc_order[i] = the canonical index of the document at position i (owned) */
-    double plan_ms;            /* ... and how long it took */
-    int approximate;           /* kvtier.reuse "approximate": documents the exact prefix misses are placed
+    int prefill_only;   /* /v1/cache/prefill: done once the prompt's KV is computed and cached */
+    int plan_cached;    /* RAG "cached" order: kvt_rag_plan_cached reorders the documents at admission, */
+    int32_t *doc_order; /* ... doc_order[i] = the canonical index of the document at position i (owned) */
+    double plan_ms;     /* ... and how long it took */
+    int approximate;    /* kvtier.reuse "approximate": documents the exact prefix misses are placed
                                   from stored KV (a kvt_blend_job, in prefill chunks) with blend's ratio */
     kvt_blend_params blend;
-    int want_block_tiers;      /* RAG: record the tier of each matched block at admission ... */
-    uint8_t *block_tiers;      /* ... here (owned; written by the engine thread before done) */
+    int want_block_tiers; /* RAG: record the tier of each matched block at admission ... */
+    uint8_t *block_tiers; /* ... here (owned; written by the engine thread before done) */
     int32_t n_block_tiers;
-    struct srv_req **sib;      /* n > 1: choices 1..n-1, forked from this one's prompt (array owned; the handler
+    struct srv_req **sib; /* n > 1: choices 1..n-1, forked from this one's prompt (array owned; the handler
                                   and the engine each hold a reference on every one) */
     int32_t n_sib;
-    int is_sib;                /* a choice other than the first: its prompt is counted once, on the first */
-    struct srv_req *first;     /* of a choice other than the first: the first (referenced), whose cv it wakes too */
-    kvt_jg_schema *grammar;    /* the output must follow it (a forced tool call, response_format), or NULL (owned) */
-    int tools;                 /* read the reply for tool calls (kvt_api_tools_active) */
+    int is_sib;             /* a choice other than the first: its prompt is counted once, on the first */
+    struct srv_req *first;  /* of a choice other than the first: the first (referenced), whose cv it wakes too */
+    kvt_jg_schema *grammar; /* the output must follow it (a forced tool call, response_format), or NULL (owned) */
+    int tools;              /* read the reply for tool calls (kvt_api_tools_active) */
     int parallel_tool_calls;
     /* engine thread only */
-    int skipped;               /* admissions that passed it over (cache-aware scheduling) */
-    int prefetched;            /* its prefix was restored into T0 while it waited */
+    int skipped;    /* admissions that passed it over (cache-aware scheduling) */
+    int prefetched; /* its prefix was restored into T0 while it waited */
     int32_t prefetched_tokens;
     /* published by the engine thread, under s->mu */
-    char *text;                /* valid UTF-8 emitted so far */
+    char *text; /* valid UTF-8 emitted so far */
     size_t text_len, text_cap;
-    kvt_api_logprob *lp;       /* one per generated token when logprobs (n_lp of cap_lp) */
+    kvt_api_logprob *lp; /* one per generated token when logprobs (n_lp of cap_lp) */
     size_t n_lp, cap_lp;
     int done, cancelled;
     const char *finish_reason; /* "stop" / "length" */
@@ -149,28 +149,28 @@ typedef struct srv_req {
 
 /* A running sequence: engine-thread state only. */
 typedef struct {
-    srv_req *r;                /* NULL: the slot is free */
+    srv_req *r; /* NULL: the slot is free */
     int32_t seq;
-    kvt_chain chain;           /* key chain, registered blocks (kvt_cache_commit) */
-    int32_t *toks;             /* prompt then generated ids (n_toks of cap) */
+    kvt_chain chain; /* key chain, registered blocks (kvt_cache_commit) */
+    int32_t *toks;   /* prompt then generated ids (n_toks of cap) */
     int32_t n_toks, cap;
-    int32_t n_fed;             /* tokens in the sequence while prefilling */
+    int32_t n_fed; /* tokens in the sequence while prefilling */
     int prefilling;
-    kvt_blend_job *blend;      /* approximate reuse placing documents, a chunk per step before the prefill
+    kvt_blend_job *blend;  /* approximate reuse placing documents, a chunk per step before the prefill
                                   goes on (owned; NULL once done or for exact requests) */
-    int32_t blend_decoded;     /* decode tokens other slots got in the steps of blend */
-    int waiting;               /* a choice held for its fork: the first choice (slot fork_of) is prefilling */
+    int32_t blend_decoded; /* decode tokens other slots got in the steps of blend */
+    int waiting;           /* a choice held for its fork: the first choice (slot fork_of) is prefilling */
     int32_t fork_of;
-    uint64_t admitted;         /* admission order: the oldest prompt is prefilled first */
+    uint64_t admitted; /* admission order: the oldest prompt is prefilled first */
     kvt_sampler *smp;
-    kvt_jg *jg;                /* the request's grammar state, or NULL */
+    kvt_jg *jg; /* the request's grammar state, or NULL */
     int32_t n_gen;
-    int32_t pending;           /* sampled, to be fed next step */
-    char *raw;                 /* generated bytes */
+    int32_t pending; /* sampled, to be fed next step */
+    char *raw;       /* generated bytes */
     size_t raw_len, raw_cap, raw_emitted;
-    size_t *tok_end;           /* raw_len after each generated token */
-    int progress;              /* progress lines for this long prefill (kvt_srv_prefill_progress) */
-    int32_t progress_from;     /* n_fed when they began */
+    size_t *tok_end;       /* raw_len after each generated token */
+    int progress;          /* progress lines for this long prefill (kvt_srv_prefill_progress) */
+    int32_t progress_from; /* n_fed when they began */
     kvt_progress prog;
 } slot;
 
@@ -179,14 +179,14 @@ typedef enum { JOB_PIN, JOB_UNPIN, JOB_PREFETCH, JOB_FLUSH, JOB_STATS } job_kind
 
 typedef struct admin_job {
     job_kind kind;
-    srv_req *r;              /* prompt and salt (pin, prefetch); NULL otherwise */
-    char *pin_id;            /* unpin: a pin id, or NULL */
-    char *session;           /* unpin: a warm session, or NULL */
-    unsigned char *salt;     /* unpin, stats: the caller's tenant salt (API key + cache_salt; owned) */
+    srv_req *r;          /* prompt and salt (pin, prefetch); NULL otherwise */
+    char *pin_id;        /* unpin: a pin id, or NULL */
+    char *session;       /* unpin: a warm session, or NULL */
+    unsigned char *salt; /* unpin, stats: the caller's tenant salt (API key + cache_salt; owned) */
     size_t salt_len;
-    int admin;               /* the caller holds the admin key: every tenant's pins and sessions */
-    int status;              /* HTTP status of the result */
-    char *json;              /* the response body (owned) */
+    int admin;  /* the caller holds the admin key: every tenant's pins and sessions */
+    int status; /* HTTP status of the result */
+    char *json; /* the response body (owned) */
     int done;
     struct admin_job *next;
 } admin_job;
@@ -209,43 +209,43 @@ struct kvt_server {
     kvt_cache *cache;
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
-    kvt_call_memo *calls;      /* the arguments text of generated tool calls, by call id */
-    kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
-    kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
+    kvt_call_memo *calls;    /* the arguments text of generated tool calls, by call id */
+    kvt_prompt_ring *recent; /* the last prompts, by tenant salt, for GET /v1/cache/lint */
+    kvt_req_ring *reqs;      /* the last generations' cache reports, for /dashboard */
     kvt_metrics *metrics;
-    kvt_http_guard *guard;     /* the request body budget and whole-request deadlines */
-    kvt_http_conns *conns;     /* the per-address connection quota, the reserve, trusted proxies */
+    kvt_http_guard *guard; /* the request body budget and whole-request deadlines */
+    kvt_http_conns *conns; /* the per-address connection quota, the reserve, trusted proxies */
     struct MHD_Daemon *mhd;
     int port;
-    char address[HOST_MAX];    /* the bound address, numeric, IPv6 in brackets */
+    char address[HOST_MAX]; /* the bound address, numeric, IPv6 in brackets */
     pthread_t engine_thread;
     pthread_mutex_t mu;
     pthread_cond_t engine_cv;
-    srv_req **queue;           /* ring of p.queue */
+    srv_req **queue; /* ring of p.queue */
     int32_t q_head, q_len;
     int stopping;
-    int draining;              /* under mu: kvt_server_quiesce ran; new requests get 503 */
-    uint64_t next_request;     /* under mu: numbers request ids the server makes */
-    int64_t started;           /* time() at start, in request ids so they differ across restarts */
-    int32_t n_requests;        /* under mu: requests from their headers to the end of their response */
+    int draining;          /* under mu: kvt_server_quiesce ran; new requests get 503 */
+    uint64_t next_request; /* under mu: numbers request ids the server makes */
+    int64_t started;       /* time() at start, in request ids so they differ across restarts */
+    int32_t n_requests;    /* under mu: requests from their headers to the end of their response */
     uint64_t next_id;
-    kvt_cache_stats snap;      /* under mu: sampled by the engine thread for /metrics */
-    int32_t n_active;          /* under mu */
+    kvt_cache_stats snap; /* under mu: sampled by the engine thread for /metrics */
+    int32_t n_active;     /* under mu */
     /* engine thread only */
     slot *slots;
     uint64_t n_admitted;
-    float *logits;             /* (parallel + 1, n_vocab) */
-    kvt_jg_vocab *jg_vocab;    /* the vocabulary for grammars, built on first use */
-    uint8_t *jg_mask;          /* (n_vocab) tokens a grammar allows now */
-    float *jg_logits;          /* (n_vocab) the logits with the others at -inf */
+    float *logits;          /* (parallel + 1, n_vocab) */
+    kvt_jg_vocab *jg_vocab; /* the vocabulary for grammars, built on first use */
+    uint8_t *jg_mask;       /* (n_vocab) tokens a grammar allows now */
+    float *jg_logits;       /* (n_vocab) the logits with the others at -inf */
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
     /* a step's lists, parallel entries each: on the heap, as --parallel
      * sizes them and the engine thread's stack has a fixed size */
-    srv_req **step_admit;      /* the requests a step takes from the queue */
-    int8_t *step_cancelled;    /* the slots whose client went away */
-    slot **step_dec;           /* the generating slots */
-    slot **step_forks;         /* the choices forked from a finished prompt */
+    srv_req **step_admit;   /* the requests a step takes from the queue */
+    int8_t *step_cancelled; /* the slots whose client went away */
+    slot **step_dec;        /* the generating slots */
+    slot **step_forks;      /* the choices forked from a finished prompt */
     /* admin jobs (/v1/cache/...): queued under mu, run by the engine thread */
     admin_job *jobs;
     pthread_cond_t job_cv;
@@ -285,7 +285,7 @@ typedef enum MHD_Result (*route_handler)(kvt_server *s, struct MHD_Connection *c
 /* Per-connection-request state (MHD's con_cls), from the request's headers to
  * on_completed; every request has one. */
 typedef struct conn_state {
-    route r;           /* R_NONE until the route is known (and for unknown ones) */
+    route r;              /* R_NONE until the route is known (and for unknown ones) */
     route_handler handle; /* the route's, once known */
     const char *label;
     char *body;
@@ -295,8 +295,8 @@ typedef struct conn_state {
     const char *key;   /* the API key the request authenticated with (borrowed), or NULL */
     int admin;         /* the request carries the admin key (--admin-key) on a path it opens */
     /* for the access log */
-    double t_start;    /* kvt_now() at the headers */
-    int status;        /* the status sent, 0 before */
+    double t_start; /* kvt_now() at the headers */
+    int status;     /* the status sent, 0 before */
     char method[ACCESS_METHOD_MAX], path[ACCESS_PATH_MAX];
     char request_id[REQUEST_ID_MAX]; /* the client's X-Request-Id when usable, else ours; echoed */
     char client[KVT_HTTP_ADDR_TEXT]; /* the client's address: the peer's, or behind a trusted proxy the

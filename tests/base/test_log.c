@@ -41,8 +41,8 @@ static void check_logk(const char *dir) {
     unsigned long long big = 18446744073709551615ULL;
     unsetenv("KVT_TEST_UNSET_VARIABLE"); /* a NULL %s that the compiler cannot see */
     kvt_logk(KVT_LOG_INFO, "request_id,tokens,,seconds,rate,segment,big,small,path,width,ch",
-             "prefill %s: %d tokens (%zu skipped) in %.2f s (%g tok/s), segment %016llx, %llu %hd %s %*d%% %c",
-             "req-7", 1800, (size_t)3, 0.905, 2000.0, 0xabcULL, big, (short)-5, getenv("KVT_TEST_UNSET_VARIABLE"), 4, 9, 'x');
+             "prefill %s: %d tokens (%zu skipped) in %.2f s (%g tok/s), segment %016llx, %llu %hd %s %*d%% %c", "req-7",
+             1800, (size_t)3, 0.905, 2000.0, 0xabcULL, big, (short)-5, getenv("KVT_TEST_UNSET_VARIABLE"), 4, 9, 'x');
     kvt_logk(KVT_LOG_INFO, NULL, "no keys %d", 1);
     kvt_logk(KVT_LOG_DEBUG, "n", "hidden %d", 2);
     kvt_log_set_format(KVT_LOG_TEXT);
@@ -146,13 +146,15 @@ int main(void) {
             const cJSON *lv = cJSON_GetObjectItem(j, "level"), *msg = cJSON_GetObjectItem(j, "msg"),
                         *jts = cJSON_GetObjectItem(j, "ts");
             CHECK(cJSON_IsString(lv) && !strcmp(lv->valuestring, "warn"));
-            CHECK(cJSON_IsString(msg) && !strcmp(msg->valuestring, "quote \" backslash \\ tab \t newline \n bell \a end"));
+            CHECK(cJSON_IsString(msg) &&
+                  !strcmp(msg->valuestring, "quote \" backslash \\ tab \t newline \n bell \a end"));
             CHECK(cJSON_IsString(jts) && matches("^[0-9-]{10}T[0-9:]{8}\\.[0-9]{3}Z$", jts->valuestring));
             cJSON_Delete(j);
         }
         cJSON *j2 = cJSON_Parse(nl + 1);
         /* well-formed UTF-8 kept, stray bytes replaced */
-    CHECK(j2 && !strcmp(cJSON_GetObjectItem(j2, "msg")->valuestring, "plain \xc3\xa9 bad \xef\xbf\xbd\xef\xbf\xbd cut"));
+        CHECK(j2 &&
+              !strcmp(cJSON_GetObjectItem(j2, "msg")->valuestring, "plain \xc3\xa9 bad \xef\xbf\xbd\xef\xbf\xbd cut"));
         cJSON_Delete(j2);
         free(t);
     }
@@ -164,9 +166,9 @@ int main(void) {
     const char *fpath = kvt_test_path(dir, "fields.log");
     CHECK(kvt_log_open_file(fpath) == 0);
     const kvt_log_field fl[] = {
-        {"method", KVT_LOG_STR, "POST", 0, 0},    {"path", KVT_LOG_STR, "/a\"b", 0, 0},
-        {"status", KVT_LOG_INT, NULL, 200, 0},    {"tenant", KVT_LOG_STR, NULL, 0, 0},
-        {"ttft_ms", KVT_LOG_NUM, NULL, 0, 12.5},  {"gone_ms", KVT_LOG_NUM, NULL, 0, NAN},
+        {"method", KVT_LOG_STR, "POST", 0, 0},   {"path", KVT_LOG_STR, "/a\"b", 0, 0},
+        {"status", KVT_LOG_INT, NULL, 200, 0},   {"tenant", KVT_LOG_STR, NULL, 0, 0},
+        {"ttft_ms", KVT_LOG_NUM, NULL, 0, 12.5}, {"gone_ms", KVT_LOG_NUM, NULL, 0, NAN},
         {"complete", KVT_LOG_BOOL, NULL, 1, 0},
     };
     kvt_log_set_format(KVT_LOG_JSON);
@@ -189,7 +191,8 @@ int main(void) {
             CHECK(!strcmp(cJSON_GetObjectItem(j, "path")->valuestring, "/a\"b"));
             CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "status")) && cJSON_GetObjectItem(j, "status")->valueint == 200);
             CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "tenant")));
-            CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "ttft_ms")) && cJSON_GetObjectItem(j, "ttft_ms")->valuedouble == 12.5);
+            CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "ttft_ms")) &&
+                  cJSON_GetObjectItem(j, "ttft_ms")->valuedouble == 12.5);
             CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "gone_ms")));
             CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "complete")));
             CHECK(cJSON_GetArraySize(j) == 3 + (int)KVT_ARRAY_LEN(fl));

@@ -27,8 +27,6 @@ typedef kvt_test_gen run_out;
 #define random_tokens(t, n, seed) kvt_test_random_tokens((t), (n), n_vocab, (seed))
 
 
-
-
 /* The cold reference: a fresh engine without a cache. */
 static run_out cold(const int32_t *prompt, int32_t n) {
     kvt_engine *e = new_engine(128);
@@ -36,7 +34,6 @@ static run_out cold(const int32_t *prompt, int32_t n) {
     kvt_engine_free(e);
     return o;
 }
-
 
 
 /* Every cached page is indexed in T0 under its own page id. */
@@ -134,8 +131,7 @@ static void test_tiers(int host_pages) {
     run_out warm4 = run(e, c, turn2, n1 + 20, NULL);
     /* the last generated token was sampled but never fed, so its K/V does not exist */
     int32_t expect = (n1 - 1) / B * B;
-    CHECKF(warm4.res.n_reused == expect && expect > 100, "turn 2: reused %d, expected %d", warm4.res.n_reused,
-           expect);
+    CHECKF(warm4.res.n_reused == expect && expect > 100, "turn 2: reused %d, expected %d", warm4.res.n_reused, expect);
     CHECK(same(&warm4, &ref4));
 
     /* salts isolate: the same prompt under another salt gets no hit, then hits its own */
@@ -159,7 +155,8 @@ static void test_tiers(int host_pages) {
     CHECK(m.tier_blocks[KVT_TIER_T0] == 12);
     kvt_cache_release(c, pin);
 
-    run_out *all[] = {&ref, &first, &warm0, &ref96, &warm96, &warm1, &ref2, &warm2, &ref3, &warm3, &ref4, &warm4, &s1, &s2, &s3};
+    run_out *all[] = {&ref,  &first, &warm0, &ref96, &warm96, &warm1, &ref2, &warm2,
+                      &ref3, &warm3, &ref4,  &warm4, &s1,     &s2,    &s3};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free_out(all[i]);
     kvt_cache_free(c);
     kvt_engine_free(e);

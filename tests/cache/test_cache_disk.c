@@ -33,12 +33,7 @@ typedef kvt_test_gen run_out;
 #define random_tokens(t, n, seed) kvt_test_random_tokens((t), (n), n_vocab, (seed))
 
 
-
-
-
-
-static kvt_cache *open_cache_mac(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore,
-                                 int no_mac) {
+static kvt_cache *open_cache_mac(kvt_engine *e, const char *dir, int admit_all, kvt_restore_policy restore, int no_mac) {
     kvt_cache_params cp = kvt_cache_default_params();
     cp.disk_no_mac = no_mac;
     cp.ram_bytes = 4 * (kvt_page_bytes(e) + 2048); /* a tiny T1: blocks move on to disk */
@@ -197,8 +192,7 @@ int main(void) {
     e = new_engine();
     c = open_cache(e, dir, 0, KVT_RESTORE_ALWAYS);
     run_out warm = run(e, c, p, 120);
-    CHECKF(warm.res.tier_tokens[KVT_TIER_T2] == 119, "restored %d tokens from T2",
-           warm.res.tier_tokens[KVT_TIER_T2]);
+    CHECKF(warm.res.tier_tokens[KVT_TIER_T2] == 119, "restored %d tokens from T2", warm.res.tier_tokens[KVT_TIER_T2]);
     CHECK(warm.res.t2_decision == KVT_T2_RESTORE);
     CHECK(same(&warm, &ref));
     kvt_cache_free(c);

@@ -20,7 +20,7 @@
 static const struct {
     const char *name;
     uint32_t type;
-} types[] = {{"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1}, {"q5_0", KVT_TYPE_Q5_0},
+} types[] = {{"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1},     {"q5_0", KVT_TYPE_Q5_0},
              {"q5_1", KVT_TYPE_Q5_1}, {"iq4_nl", KVT_TYPE_IQ4_NL}, {"q8_0", KVT_TYPE_Q8_0}};
 
 static void test_type(const char *name, uint32_t type) {

@@ -77,8 +77,8 @@ static void test_disk(const int32_t *p, const run_out *ref) {
     c = kvt_test_cache(e, dir, 4 * (kvt_page_bytes(e) + 2048));
     if (!c) return;
     run_out warm = run(e, c, p, N_PROMPT);
-    CHECKF(warm.res.tier_tokens[KVT_TIER_T2] == N_PROMPT - 1 - (N_PROMPT - 1) % B,
-           "restored %d tokens from T2", warm.res.tier_tokens[KVT_TIER_T2]);
+    CHECKF(warm.res.tier_tokens[KVT_TIER_T2] == N_PROMPT - 1 - (N_PROMPT - 1) % B, "restored %d tokens from T2",
+           warm.res.tier_tokens[KVT_TIER_T2]);
     CHECK(kvt_test_same(&warm, ref));
     kvt_test_gen_free(&first);
     kvt_test_gen_free(&warm);

@@ -327,13 +327,13 @@ static int same_view(const index_view *a, const index_view *b, const char *what)
     int diff = 0;
     for (int i = 0; i < NBLK; i++)
         diff += a->present[i] != b->present[i] || memcmp(&a->info[i], &b->info[i], sizeof a->info[i]) ||
-                memcmp(a->tokens[i], b->tokens[i], sizeof a->tokens[i]);
+            memcmp(a->tokens[i], b->tokens[i], sizeof a->tokens[i]);
     diff += memcmp(a->hits, b->hits, sizeof a->hits) != 0;
     diff += a->n_root_children != b->n_root_children ||
-            memcmp(a->root_children, b->root_children, sizeof a->root_children) != 0;
+        memcmp(a->root_children, b->root_children, sizeof a->root_children) != 0;
     diff += a->nearest_common != b->nearest_common;
     diff += a->st.entries != b->st.entries || a->st.ghosts != b->st.ghosts ||
-            a->st.tier_entries[KVT_TIER_T2] != b->st.tier_entries[KVT_TIER_T2];
+        a->st.tier_entries[KVT_TIER_T2] != b->st.tier_entries[KVT_TIER_T2];
     CHECKF(diff == 0, "%s: %d differences from the full scan's index", what, diff);
     return diff == 0;
 }

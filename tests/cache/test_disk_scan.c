@@ -31,7 +31,7 @@
 
 #define SEEDS 12
 #define FILE_TARGET (3u << 20)
-#define SMALL_PAYLOAD 1000       /* with B = 4: 4 KiB records, read in chunks */
+#define SMALL_PAYLOAD 1000        /* with B = 4: 4 KiB records, read in chunks */
 #define LARGE_PAYLOAD (46u << 10) /* with B = 16: 48 KiB records, read header by header */
 #define MIXED_PAYLOAD_MAX (160u << 10)
 #define EV_MAX 8192
@@ -126,14 +126,11 @@ static uint64_t make_segment(const char *path, int kind, uint64_t seed) {
             case 3: /* garbage over a record's start */
                 for (int i = 0; i < 64; i++) buf[at + (uint64_t)i] = (uint8_t)rnd(&s);
                 break;
-            default: /* a record's magic */
-                buf[at] ^= 0xFF;
-                break;
+            default: /* a record's magic */ buf[at] ^= 0xFF; break;
             }
         }
         if (rnd(&s) % 2) len -= rnd(&s) % KVT_MIN(len, 200u << 10); /* a torn tail */
-        else {                                                    /* garbage after the last record */
-            uint64_t extra = rnd(&s) % 10000;
+        else { /* garbage after the last record */ uint64_t extra = rnd(&s) % 10000;
             for (uint64_t i = 0; i < extra; i++) buf[len + i] = (uint8_t)rnd(&s);
             len += extra;
         }
@@ -159,8 +156,7 @@ typedef struct {
     size_t n;
 } scan_log;
 
-static int log_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
-                  const uint8_t *raw) {
+static int log_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec, const uint8_t *raw) {
     scan_log *l = ctx;
     if (l->n == EV_MAX * 2) return 1;
     scan_ev *e = &l->ev[l->n++];
@@ -193,13 +189,12 @@ static int same_hash(kvt_hash128 x, kvt_hash128 y) { return x.lo == y.lo && x.hi
 static int same_ev(const scan_ev *x, const scan_ev *y) {
     const kvt_disk_record *a = &x->rec, *b = &y->rec;
     return x->off == y->off && x->bytes == y->bytes && x->status == y->status && x->verified == y->verified &&
-           x->tokens_crc == y->tokens_crc && a->version == b->version && a->codec == b->codec &&
-           a->block_tokens == b->block_tokens && a->header_bytes == b->header_bytes &&
-           a->payload_bytes == b->payload_bytes && a->stored_bytes == b->stored_bytes &&
-           a->record_bytes == b->record_bytes && same_hash(a->ns, b->ns) && same_hash(a->hash, b->hash) &&
-           same_hash(a->parent, b->parent) && a->header_crc == b->header_crc && a->crc == b->crc &&
-           a->flags == b->flags && a->mac_scheme == b->mac_scheme && a->key_id == b->key_id &&
-           !memcmp(a->mac, b->mac, sizeof a->mac);
+        x->tokens_crc == y->tokens_crc && a->version == b->version && a->codec == b->codec &&
+        a->block_tokens == b->block_tokens && a->header_bytes == b->header_bytes &&
+        a->payload_bytes == b->payload_bytes && a->stored_bytes == b->stored_bytes &&
+        a->record_bytes == b->record_bytes && same_hash(a->ns, b->ns) && same_hash(a->hash, b->hash) &&
+        same_hash(a->parent, b->parent) && a->header_crc == b->header_crc && a->crc == b->crc && a->flags == b->flags &&
+        a->mac_scheme == b->mac_scheme && a->key_id == b->key_id && !memcmp(a->mac, b->mac, sizeof a->mac);
 }
 
 /* 1 if both walks reported the same, event by event; the first difference is printed. */
@@ -208,9 +203,8 @@ static int same_log(const scan_log *a, const scan_log *b, const char *what) {
     for (size_t i = 0; i < n; i++) {
         if (same_ev(&a->ev[i], &b->ev[i])) continue;
         fprintf(stderr, "%s: event %zu differs: off %llu/%llu bytes %llu/%llu status %d/%d\n", what, i,
-                (unsigned long long)a->ev[i].off, (unsigned long long)b->ev[i].off,
-                (unsigned long long)a->ev[i].bytes, (unsigned long long)b->ev[i].bytes, a->ev[i].status,
-                b->ev[i].status);
+                (unsigned long long)a->ev[i].off, (unsigned long long)b->ev[i].off, (unsigned long long)a->ev[i].bytes,
+                (unsigned long long)b->ev[i].bytes, a->ev[i].status, b->ev[i].status);
         return 0;
     }
     if (a->n != b->n) fprintf(stderr, "%s: %zu events against %zu\n", what, a->n, b->n);
@@ -246,18 +240,18 @@ static void check_pipelined(const reader_cfg *cfg, int kind, const scan_log *got
 
 static void test_segments(void) {
     static const reader_cfg cfgs[] = {
-        {0, 1, 0, 0, 0, 0},                     /* no hint: chunks first */
-        {4096, 0, 1, 0, 0, 0},                  /* short-record hint, preads, O_DIRECT */
-        {48u << 10, 1, 1, 0, 0, 0},             /* the long records' length, O_DIRECT */
-        {1u << 20, 1, 0, 0, 0, 0},              /* a hint far too long */
-        {48u << 10, 1, 0, 1, 0, 0},             /* with the payload verified */
+        {0, 1, 0, 0, 0, 0},         /* no hint: chunks first */
+        {4096, 0, 1, 0, 0, 0},      /* short-record hint, preads, O_DIRECT */
+        {48u << 10, 1, 1, 0, 0, 0}, /* the long records' length, O_DIRECT */
+        {1u << 20, 1, 0, 0, 0, 0},  /* a hint far too long */
+        {48u << 10, 1, 0, 1, 0, 0}, /* with the payload verified */
         /* small windows, so that a 3 MiB segment has many in flight, records
          * straddle their edges and damage falls in the middle of one */
-        {4096, 1, 1, 0, 64u << 10, 4},    /* chunk windows, O_DIRECT */
-        {0, 1, 0, 1, 64u << 10, 8},       /* chunk windows checking whole records */
+        {4096, 1, 1, 0, 64u << 10, 4},       /* chunk windows, O_DIRECT */
+        {0, 1, 0, 1, 64u << 10, 8},          /* chunk windows checking whole records */
         {48u << 10, 1, 1, 1, 256u << 10, 3}, /* header windows of whole records, O_DIRECT */
         {48u << 10, 0, 0, 0, 8u << 10, 2},   /* one header slot per window, preads */
-        {0, 1, 1, 0, 1u << 20, 1},        /* one window at a time (the unpipelined reader) */
+        {0, 1, 1, 0, 1u << 20, 1},           /* one window at a time (the unpipelined reader) */
     };
     const char *dir = kvt_test_tmpdir();
     uint64_t records = 0, bad = 0, torn = 0, compared = 0;
@@ -320,16 +314,15 @@ static void test_segments(void) {
         }
     }
     printf("segments: %llu records, %llu bad steps, %llu torn or overlong; %llu events compared\n",
-           (unsigned long long)records, (unsigned long long)bad, (unsigned long long)torn,
-           (unsigned long long)compared);
+           (unsigned long long)records, (unsigned long long)bad, (unsigned long long)torn, (unsigned long long)compared);
     CHECK(records > 1000 && bad > 100 && torn > 0);
 }
 
 /* ---- whole stores ---------------------------------------------------------- */
 
 #define SB 4
-#define PA 12000  /* 16 KiB records: chunks */
-#define PB 60000  /* 64 KiB records: header reads */
+#define PA 12000 /* 16 KiB records: chunks */
+#define PB 60000 /* 64 KiB records: header reads */
 #define NSTORE 300
 static kvt_hash128 sroot, shash[NSTORE], sparent[NSTORE];
 static int32_t stok[NSTORE][SB];
@@ -467,8 +460,8 @@ static void test_stores(void) {
     CHECK(stat(last, &sb) == 0 && sb.st_size > 3 * 16384);
     CHECK(truncate(last, sb.st_size - 16384 / 2 - 100) == 0); /* the last record torn */
     kvt_disk_seg_name(seg, sizeof seg, ids[0]);
-    flip_at(kvt_test_path(dir, seg), 3 * 16384 + 40);    /* a header: skipped at open */
-    flip_at(kvt_test_path(dir, seg), 5 * 16384 + 9000);  /* a payload: indexed, refused at read */
+    flip_at(kvt_test_path(dir, seg), 3 * 16384 + 40);   /* a header: skipped at open */
+    flip_at(kvt_test_path(dir, seg), 5 * 16384 + 9000); /* a payload: indexed, refused at read */
     /* zeroed pages in the middle of a record of the 64 KiB session */
     int zeroed = 0;
     for (long i = 0; i < nseg && !zeroed; i++) {
@@ -479,7 +472,8 @@ static void test_stores(void) {
         if (fd >= 0 && pread(fd, h, sizeof h, 0) > 0 && kvt_disk_record_parse(h, sizeof h, 0, &rec) == 0 &&
             rec.payload_bytes == PB) {
             static const uint8_t zero[8192];
-            CHECK(pwrite(fd, zero, sizeof zero, 3 * 61440 - 4096) == (ssize_t)sizeof zero); /* a payload end, the next header */
+            CHECK(pwrite(fd, zero, sizeof zero, 3 * 61440 - 4096) ==
+                  (ssize_t)sizeof zero); /* a payload end, the next header */
             zeroed = 1;
         }
         if (fd >= 0) close(fd);

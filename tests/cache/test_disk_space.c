@@ -88,8 +88,7 @@ int main(void) {
     int stored = fill_disk(d);
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);
-    CHECKF(stored > 0 && st.out_of_space && st.writes_disabled && st.space_pauses == 1 &&
-               st.records == (uint64_t)stored,
+    CHECKF(stored > 0 && st.out_of_space && st.writes_disabled && st.space_pauses == 1 && st.records == (uint64_t)stored,
            "stored %d out_of_space %d disabled %d pauses %llu records %llu", stored, st.out_of_space,
            st.writes_disabled, (unsigned long long)st.space_pauses, (unsigned long long)st.records);
     int hits = 0;

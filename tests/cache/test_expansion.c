@@ -51,8 +51,7 @@ typedef kvt_test_gen run_out;
 #define run(e, c, p, n) kvt_test_generate((e), (c), (p), (n), N_GEN, NULL)
 
 
-static kvt_cache *new_cache(kvt_engine *e, uint64_t ram_blocks, const char *dir, kvt_admit_policy admit,
-                            double live_s) {
+static kvt_cache *new_cache(kvt_engine *e, uint64_t ram_blocks, const char *dir, kvt_admit_policy admit, double live_s) {
     kvt_cache_params cp = kvt_cache_default_params();
     cp.ram_bytes = ram_blocks * (kvt_page_bytes(e) + 1024);
     cp.disk_dir = dir;
@@ -104,8 +103,8 @@ static void agent_workload(kvt_engine *e, kvt_cache *c, workload *w) {
             if (r)
                 for (int t = 0; t < KVT_TIER_COUNT; t++) w->tier_tokens[t] += o.res.tier_tokens[t];
             CHECKF(o.res.n_reused == o.res.n_planned && o.res.shortfall == KVT_SHORTFALL_NONE,
-                   "round %d session %d: planned %d cached tokens, got %d (%s)", r, s, o.res.n_planned,
-                   o.res.n_reused, kvt_shortfall_name(o.res.shortfall));
+                   "round %d session %d: planned %d cached tokens, got %d (%s)", r, s, o.res.n_planned, o.res.n_reused,
+                   kvt_shortfall_name(o.res.shortfall));
             w->out[r][s] = o.tokens;
             w->n_out[r][s] = o.n;
             w->logits[r][s] = o.logits;
@@ -146,8 +145,8 @@ static void test_sessions_outnumber_t0(void) {
     for (int r = 0; r < ROUNDS; r++)
         for (int s = 0; s < SESSIONS; s++) {
             same &= w.n_out[r][s] == ref.n_out[r][s] &&
-                    !memcmp(w.out[r][s], ref.out[r][s], (size_t)w.n_out[r][s] * sizeof(int32_t)) &&
-                    !memcmp(w.logits[r][s], ref.logits[r][s], (size_t)n_vocab * sizeof(float));
+                !memcmp(w.out[r][s], ref.out[r][s], (size_t)w.n_out[r][s] * sizeof(int32_t)) &&
+                !memcmp(w.logits[r][s], ref.logits[r][s], (size_t)n_vocab * sizeof(float));
             if (r == 0) continue;
             total_small += w.computed[r][s];
             total_big += ref.computed[r][s];
@@ -162,8 +161,8 @@ static void test_sessions_outnumber_t0(void) {
            w.tier_tokens[KVT_TIER_T2]);
     /* the workload really went through every tier */
     CHECKF(w.st.t0_evictions > 0 && w.tier_tokens[KVT_TIER_T1] > 0 && w.tier_tokens[KVT_TIER_T2] > 0,
-           "evictions %llu, from T1 %d, from T2 %d", (unsigned long long)w.st.t0_evictions,
-           w.tier_tokens[KVT_TIER_T1], w.tier_tokens[KVT_TIER_T2]);
+           "evictions %llu, from T1 %d, from T2 %d", (unsigned long long)w.st.t0_evictions, w.tier_tokens[KVT_TIER_T1],
+           w.tier_tokens[KVT_TIER_T2]);
     CHECKF(w.st.t2_dropped == 0 && w.st.discarded == 0 && w.st.shortfall_tokens == 0,
            "dropped %llu, discarded %llu, shortfall %llu tokens", (unsigned long long)w.st.t2_dropped,
            (unsigned long long)w.st.discarded, (unsigned long long)w.st.shortfall_tokens);
@@ -211,8 +210,8 @@ static void test_churn_keeps_everything(void) {
     kvt_cache_stats st;
     kvt_cache_get_stats(c, &st);
     CHECKF(lost == 0, "%d of %d prompts lost blocks after churn", lost, PROMPTS);
-    CHECKF(st.t2_dropped == 0 && st.discarded == 0, "dropped %llu, discarded %llu",
-           (unsigned long long)st.t2_dropped, (unsigned long long)st.discarded);
+    CHECKF(st.t2_dropped == 0 && st.discarded == 0, "dropped %llu, discarded %llu", (unsigned long long)st.t2_dropped,
+           (unsigned long long)st.discarded);
     CHECKF(st.t1_bytes_used <= st.t1_budget_bytes, "T1 %llu bytes over its %llu budget",
            (unsigned long long)st.t1_bytes_used, (unsigned long long)st.t1_budget_bytes);
     kvt_cache_free(c);
@@ -241,8 +240,7 @@ static void test_admission_spares_live_sessions(void) {
             CHECKF(st.t2_not_admitted == 0 && st.discarded == 0 && st.t2_demotions > 0,
                    "live window: %llu kept off the disk, %llu written", (unsigned long long)st.t2_not_admitted,
                    (unsigned long long)st.t2_demotions);
-        else
-            CHECKF(st.t2_not_admitted > 0, "no live window: every once-seen block was written");
+        else CHECKF(st.t2_not_admitted > 0, "no live window: every once-seen block was written");
         kvt_cache_free(c);
         kvt_engine_free(e);
     }
@@ -275,7 +273,8 @@ static void test_keep_warm(void) {
         }
         run_out o = run(e, c, s, n_s);
         int all_t0 = o.res.tier_tokens[KVT_TIER_T0] == o.res.n_reused && o.res.n_reused >= (n_s - 1) / B * B;
-        if (warm) CHECKF(all_t0, "warm session: %d of %d tokens from T0", o.res.tier_tokens[KVT_TIER_T0], o.res.n_reused);
+        if (warm)
+            CHECKF(all_t0, "warm session: %d of %d tokens from T0", o.res.tier_tokens[KVT_TIER_T0], o.res.n_reused);
         else CHECKF(!all_t0, "without keep-warm the flood should have moved the session out of T0");
         CHECKF(o.res.n_reused == o.res.n_planned, "planned %d, got %d", o.res.n_planned, o.res.n_reused);
         free(o.tokens);
@@ -338,8 +337,7 @@ static void test_prefetch(void) {
            m.tier_blocks[KVT_TIER_T0], m.n_blocks);
     CHECK(kvt_cache_prefetch(c, s, full, NULL, 0) == full);
     CHECK(kvt_cache_lookup(c, s, full, NULL, 0, &m) == 0);
-    CHECKF(m.tier_blocks[KVT_TIER_T0] == full / B, "after prefetch: T0 %d of %d", m.tier_blocks[KVT_TIER_T0],
-           full / B);
+    CHECKF(m.tier_blocks[KVT_TIER_T0] == full / B, "after prefetch: T0 %d of %d", m.tier_blocks[KVT_TIER_T0], full / B);
     run_out o = run(e, c, s, n_s);
     CHECK(o.res.tier_tokens[KVT_TIER_T0] == o.res.n_reused && o.res.n_reused >= full);
     kvt_cache_stats st;
@@ -358,7 +356,8 @@ static uint64_t dir_bytes(const char *dir) {
     struct dirent *e;
     while (d && (e = readdir(d))) {
         struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) n += (uint64_t)st.st_size;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            n += (uint64_t)st.st_size;
     }
     if (d) closedir(d);
     return n;

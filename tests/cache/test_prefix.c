@@ -221,8 +221,7 @@ static void test_collisions(void) {
         int n = kvt_prefix_add_chain(idx, root, seqs[s], h, CBLK, (kvt_tier)(s % KVT_TIER_COUNT), handles);
         CHECK(n >= 0 && n <= CBLK);
         /* a chain stops only where its key names another block (a real collision) */
-        if (n >= 0 && n < CBLK)
-            CHECK(kvt_prefix_check(idx, h[n], n ? h[n - 1] : root, seqs[s] + n * B) == -EEXIST);
+        if (n >= 0 && n < CBLK) CHECK(kvt_prefix_check(idx, h[n], n ? h[n - 1] : root, seqs[s] + n * B) == -EEXIST);
         added_blocks += n;
     }
     kvt_prefix_stats st;
@@ -357,7 +356,7 @@ static void test_nearest_child(void) {
     CHECK(kvt_prefix_remove(idx, ha, KVT_TIER_T1) == 0); /* ha leaves its only tier; hc keeps its key as a ghost */
     CHECK(kvt_prefix_recently_gone(idx, ha) && !kvt_prefix_recently_gone(idx, hb));
     CHECK(kvt_prefix_nearest_child(idx, root, q, &near, &common) == 1 && kvt_hash128_eq(near.hash, hb) && common == 2);
-    CHECK(kvt_prefix_children(idx, ha, NULL, 0) == 1); /* the ghost still heads hc */
+    CHECK(kvt_prefix_children(idx, ha, NULL, 0) == 1);            /* the ghost still heads hc */
     CHECK(kvt_prefix_add(idx, ha, root, a, KVT_TIER_T2, 0) == 0); /* back: the ghost's list survives */
     CHECK(kvt_prefix_children(idx, root, NULL, 0) == 2 && kvt_prefix_children(idx, ha, NULL, 0) == 1);
     check_counts(idx);

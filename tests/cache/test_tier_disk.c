@@ -61,8 +61,7 @@ static uint64_t dir_bytes(const char *dir) {
         struct stat sb;
         char p[1024];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (e->d_name[0] != '.' && strncmp(e->d_name, "seg-", 4) == 0 && stat(p, &sb) == 0)
-            s += (uint64_t)sb.st_size;
+        if (e->d_name[0] != '.' && strncmp(e->d_name, "seg-", 4) == 0 && stat(p, &sb) == 0) s += (uint64_t)sb.st_size;
     }
     if (dh) closedir(dh);
     return s;
@@ -245,9 +244,9 @@ static void test_corruption(void) {
     const uint64_t rec = 3 * 4096;
     char seg[1024];
     CHECK(first_segment(dir, seg, sizeof seg));
-    flip(seg, 0 * rec + 50);          /* block 0: header */
-    flip(seg, 1 * rec + 4000);        /* block 1: payload */
-    flip(seg, 2 * rec + rec - 10);    /* block 2: padding, not covered: still fine */
+    flip(seg, 0 * rec + 50);                   /* block 0: header */
+    flip(seg, 1 * rec + 4000);                 /* block 1: payload */
+    flip(seg, 2 * rec + rec - 10);             /* block 2: padding, not covered: still fine */
     CHECK(truncate(seg, 4 * rec + 5000) == 0); /* block 4 torn, block 3 intact */
     FILE *f = fopen(kvt_test_path(dir, "notes.txt"), "w");
     fputs("not a segment\n", f);
@@ -379,8 +378,7 @@ static void test_full_and_readonly(void) {
     const char *mnt = subdir("small-fs");
     mkdir(mnt, 0755);
     if (mount("tmpfs", mnt, "tmpfs", 0, "size=256k")) {
-        printf("SKIP part: cannot mount a small tmpfs (%s): full-disk and read-only checks not run\n",
-               strerror(errno));
+        printf("SKIP part: cannot mount a small tmpfs (%s): full-disk and read-only checks not run\n", strerror(errno));
         return;
     }
     const char *dir = subdir("small-fs/cache");
@@ -410,7 +408,8 @@ static void test_full_and_readonly(void) {
     close(lf);
     kvt_disk_stats st;
     kvt_disk_get_stats(d, &st);
-    CHECKF(frc == -ENOSPC && st.writes_disabled && st.dropped > 0, "flush %d disabled %d dropped %llu records %llu", frc, st.writes_disabled, (unsigned long long)st.dropped, (unsigned long long)st.records);
+    CHECKF(frc == -ENOSPC && st.writes_disabled && st.dropped > 0, "flush %d disabled %d dropped %llu records %llu",
+           frc, st.writes_disabled, (unsigned long long)st.dropped, (unsigned long long)st.records);
     CHECKF(count_lines(log, "writes disabled") == 1, "%d warnings", count_lines(log, "writes disabled"));
     int served = 0;
     for (int i = 0; i < 60; i++) served += get_ok(d, i, 0);
@@ -654,8 +653,8 @@ static void test_mac(const char *tag, kvt_disk_mac_scheme scheme) {
     CHECK(kvt_disk_walk(dir, 1, mac_walk_fn, &m) == 0);
     CHECKF(m.valid == 20 && m.mac_ok == 20 && m.corrupt == 0, "valid %llu mac %llu", (unsigned long long)m.valid,
            (unsigned long long)m.mac_ok);
-    CHECKF(m.scheme[scheme] == 20, "%s: %llu of 20 records under scheme %d", tag,
-           (unsigned long long)m.scheme[scheme], (int)scheme);
+    CHECKF(m.scheme[scheme] == 20, "%s: %llu of 20 records under scheme %d", tag, (unsigned long long)m.scheme[scheme],
+           (int)scheme);
 
     /* zero every payload of the first segment (5 records), CRCs recomputed */
     char seg[1024];
@@ -786,7 +785,8 @@ static int nth_segment(const char *dir, int n, char *out, size_t cap) {
     DIR *dh = opendir(dir);
     struct dirent *e;
     while (dh && (e = readdir(dh)) && k < 64)
-        if (!strncmp(e->d_name, "seg-", 4) && strlen(e->d_name) < sizeof names[0]) snprintf(names[k++], 64, "%s", e->d_name);
+        if (!strncmp(e->d_name, "seg-", 4) && strlen(e->d_name) < sizeof names[0])
+            snprintf(names[k++], 64, "%s", e->d_name);
     if (dh) closedir(dh);
     qsort(names, (size_t)k, sizeof names[0], (int (*)(const void *, const void *))strcmp);
     if (n >= k) return 0;
@@ -856,7 +856,7 @@ static void test_mac_scheme(void) {
     CHECK(kf && fread(key, 1, sizeof key, kf) == sizeof key);
     if (kf) fclose(kf);
     void (*edits[4])(uint8_t *, const kvt_disk_record *) = {edit_nonce, edit_flip_scheme, edit_strip_mac,
-                                                             edit_unknown_scheme};
+                                                            edit_unknown_scheme};
     for (int k = 0; k < 4; k++) {
         CHECK(nth_segment(dir, k, seg, sizeof seg));
         CHECKF(forge_segment_edit(seg, edits[k]) == 5, "edit %d", k);

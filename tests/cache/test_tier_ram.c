@@ -121,8 +121,7 @@ static void on_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, const int3
     for (int i = 0; i < NBLOCKS; i++)
         if (kvt_hash128_eq(blocks[i].parent, hash) && kvt_ram_contains(m.ram, blocks[i].hash)) m.parent_with_child++;
     kvt_prefix_info info;
-    if (m.idx && kvt_prefix_get(m.idx, hash, &info) == 0 && (info.tiers & KVT_TIER_BIT(KVT_TIER_T1)))
-        m.still_indexed++;
+    if (m.idx && kvt_prefix_get(m.idx, hash, &info) == 0 && (info.tiers & KVT_TIER_BIT(KVT_TIER_T1))) m.still_indexed++;
     m.held[c] = 0;
     if (m.idx && m.demote) kvt_prefix_add(m.idx, hash, parent, tokens, KVT_TIER_T2, 1);
 }

@@ -297,7 +297,8 @@ static void test_batch(void) {
     put_flushed(a, rb, b, n);
     kvt_remote_stats st;
     kvt_remote_get_stats(rb, &st);
-    CHECKF(st.round_trips == 1 && st.hits == n, "%llu round trips for %zu blocks", (unsigned long long)st.round_trips, n);
+    CHECKF(st.round_trips == 1 && st.hits == n, "%llu round trips for %zu blocks", (unsigned long long)st.round_trips,
+           n);
     kvt_remote_close(a);
     kvt_remote_close(rb);
     free(b);
@@ -498,7 +499,7 @@ static void test_redis_down(void) {
     CHECK(st.hits == 2 && st.queue_hits == 0);
     kvt_remote_close(r2);
     usleep((KVT_REMOTE_BACKOFF_MAX_MS + 200) * 1000); /* past the read connection's backoff */
-    CHECK(read_all(r, b, 4) == 0); /* reconnects; the values died with the old server */
+    CHECK(read_all(r, b, 4) == 0);                    /* reconnects; the values died with the old server */
     put_flushed(r, r, b + 6, 2);
     kvt_remote_get_stats(r, &st);
     CHECKF(st.connects > connects && st.connected == 1, "connects %llu -> %llu", (unsigned long long)connects,

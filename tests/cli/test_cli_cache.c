@@ -94,8 +94,7 @@ static void test_unauthenticated(const kvt_disk_params *base) {
     kvt_disk_close(d);
     char *a_nverify[] = {"cache", "verify", "--kv-disk", (char *)ndir};
     CHECK(run(&t, 4, a_nverify) == 0);
-    CHECKF(t && strstr(t, "2 valid") && strstr(t, "2 records without one") && !strstr(t, "unauthenticated"), "%s",
-           t);
+    CHECKF(t && strstr(t, "2 valid") && strstr(t, "2 records without one") && !strstr(t, "unauthenticated"), "%s", t);
     free(t);
 }
 

@@ -59,10 +59,10 @@ typedef struct {
     int gemma, gemma2, gemma3, phi3, qwen3;
     int64_t D, L, H, KVH, HD, F, V;
     double eps, base, base_local;
-    int64_t window;          /* 0: none */
-    int pattern;             /* sliding layers: phi3 all, gemma2 even, gemma3 il % 6 < 5 */
+    int64_t window; /* 0: none */
+    int pattern;    /* sliding layers: phi3 all, gemma2 even, gemma3 il % 6 < 5 */
     double attn_cap, final_cap, qscale, mscale;
-    const float *factors;    /* phi3 LongRoPE factors in use, or NULL */
+    const float *factors;           /* phi3 LongRoPE factors in use, or NULL */
     int no_window, local_as_global; /* sabotage switches for the sensitivity checks */
 } net;
 
@@ -122,8 +122,8 @@ static void net_init(net *n, const kvt_gguf *g, const char *arch) {
     n->mscale = n->phi3 ? meta_f(n, "rope.scaling.attn_factor", 1.0) : 1.0;
     if (n->phi3) { /* long factors for a model trained past its original context (kvtier's rule) */
         int64_t orig = meta_int(n, "rope.scaling.original_context_length", meta_int(n, "context_length", 0));
-        n->factors = tensor(n, meta_int(n, "context_length", 0) > orig ? "rope_factors_long.weight"
-                                                                        : "rope_factors_short.weight");
+        n->factors = tensor(
+            n, meta_int(n, "context_length", 0) > orig ? "rope_factors_long.weight" : "rope_factors_short.weight");
     }
 }
 
@@ -310,7 +310,7 @@ static double max_rel_dev(const float *got, const double *ref, int64_t T, int64_
 
 /* Logits of every position of p[0..n) through an engine with this KV dtype, page size and batch. */
 static float *run_logits(const kvt_model *m, kvt_kv_dtype dt, int32_t block, int32_t n_batch, const int32_t *p,
-                            int32_t n) {
+                         int32_t n) {
     kvt_engine_params ep = kvt_engine_default_params();
     ep.kv_dtype = dt;
     ep.n_ctx = n;
@@ -348,8 +348,7 @@ static void check_against_naive(const char *arch) {
     double *ref = naive_forward(&n, tokens, PROMPT);
     const double tol = n.gemma ? REL_TOL_GELU : REL_TOL_F32, dev = max_rel_dev(got, ref, PROMPT, V);
     int agree = 0;
-    for (int64_t t = 0; t < PROMPT; t++)
-        agree += kvt_argmax(got + t * V, (int32_t)V) == argmax_f64(ref + t * V, V);
+    for (int64_t t = 0; t < PROMPT; t++) agree += kvt_argmax(got + t * V, (int32_t)V) == argmax_f64(ref + t * V, V);
     printf("%s: %d positions (window %lld), max |kvtier - naive f64| / max |logit| = %.2e (tol %.1e), top-1 %d/%d\n",
            arch, PROMPT, (long long)n.window, dev, tol, agree, PROMPT);
     CHECKF(dev <= tol, "%s: relative deviation %.3e > %.1e", arch, dev, tol);
@@ -367,8 +366,8 @@ static void check_against_naive(const char *arch) {
         n.local_as_global = 1;
         double *glob = naive_forward(&n, tokens, PROMPT);
         double d = max_rel_dev(got, glob, PROMPT, V);
-        CHECKF(d > MUST_DIFFER_FACTOR * tol, "gemma3: with the global rope base everywhere the pass differs by only %.2e",
-               d);
+        CHECKF(d > MUST_DIFFER_FACTOR * tol,
+               "gemma3: with the global rope base everywhere the pass differs by only %.2e", d);
         free(glob);
     }
     free(ref);

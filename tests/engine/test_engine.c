@@ -184,7 +184,8 @@ static void test_reference(const char *model, double tol, int check_greedy) {
 
 /* Logits of every position of toks[0..n), fed in pieces of `chunk` tokens
  * (n_batch sets the engine's internal chunking). Caller frees. */
-static float *run_logits(const kvt_model *m, const int32_t *toks, int n, int chunk, int threads, int n_batch, int block) {
+static float *run_logits(const kvt_model *m, const int32_t *toks, int n, int chunk, int threads, int n_batch,
+                         int block) {
     int V = m->hp.n_vocab;
     kvt_engine *e = engine(m, threads, n_batch, block, 64);
     float *out = calloc((size_t)n * (size_t)V, sizeof(float));

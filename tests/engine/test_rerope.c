@@ -92,7 +92,7 @@ static void check_rerope(kvt_model *m, kvt_kv_dtype dt, int32_t from, int32_t to
                 moved_most = fmaxf(moved_most, fabsf(k0[i] - k2[i]));
                 if (l == 0) worst = fmaxf(worst, fabsf(k1[i] - k2[i]));
             }
-            v_same &= !memcmp(v1, v0, n * sizeof *v1); /* V copied as it is */
+            v_same &= !memcmp(v1, v0, n * sizeof *v1);             /* V copied as it is */
             if (l == 0) v_same &= !memcmp(v1, v2, n * sizeof *v1); /* and position-free at layer 0 */
         }
         CHECKF(v_same, "%s: V of layer %d changed", what, l);
@@ -150,7 +150,8 @@ static void check_recompute(kvt_model *m) {
     CHECK(kvt_engine_recompute(e, warm, toks + at, pos, n - at, 0, NULL) == 0);
     const int32_t *pc = kvt_seq_pages(e, cold, NULL), *pw = kvt_seq_pages(e, warm, NULL);
     int same = 1;
-    for (int32_t b = 0; b < n / B; b++) same &= !memcmp(kvt_page_data_const(e, pc[b]), kvt_page_data_const(e, pw[b]), kvt_page_bytes(e));
+    for (int32_t b = 0; b < n / B; b++)
+        same &= !memcmp(kvt_page_data_const(e, pc[b]), kvt_page_data_const(e, pw[b]), kvt_page_bytes(e));
     CHECKF(same, "in-place recompute differs from a cold run");
     /* now exact: the deviation pass finds nothing to fix */
     CHECK(kvt_engine_recompute(e, warm, toks + at, pos, n - at, 1, dev) == 0);

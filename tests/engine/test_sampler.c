@@ -65,7 +65,8 @@ int main(void) {
     for (int i = 0; i < V; i++) z += exp(logits[i]);
     for (int i = 0; i < V; i++) {
         double p = exp(logits[i]) / z, sd = sqrt(p * (1 - p) / DRAWS);
-        CHECKF(fabs((double)count[i] / DRAWS - p) <= 4 * sd + 1e-9, "id %d: %.4f vs %.4f", i, (double)count[i] / DRAWS, p);
+        CHECKF(fabs((double)count[i] / DRAWS - p) <= 4 * sd + 1e-9, "id %d: %.4f vs %.4f", i, (double)count[i] / DRAWS,
+               p);
     }
     kvt_sampler_free(s);
 
@@ -94,13 +95,15 @@ int main(void) {
     sa = kvt_sampler_new(pres, V);
     int32_t got[4];
     for (int i = 0; i < 4; i++) got[i] = kvt_sampler_sample(sa, logits);
-    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 1, "presence %d %d %d %d", got[0], got[1], got[2], got[3]);
+    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 1, "presence %d %d %d %d", got[0], got[1], got[2],
+           got[3]);
     kvt_sampler_free(sa);
     /* frequency: 1 falls by 2 per use (3, 1, -1, ...); repeat: a positive logit is divided */
     kvt_sampler_params fr = {.temp = 0, .frequency_penalty = 2.0f};
     sa = kvt_sampler_new(fr, V);
     for (int i = 0; i < 4; i++) got[i] = kvt_sampler_sample(sa, logits);
-    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 2, "frequency %d %d %d %d", got[0], got[1], got[2], got[3]);
+    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 2, "frequency %d %d %d %d", got[0], got[1], got[2],
+           got[3]);
     kvt_sampler_free(sa);
     kvt_sampler_params rp = {.temp = 0, .repeat_penalty = 2.0f, .penalty_last_n = 1};
     sa = kvt_sampler_new(rp, V);

@@ -38,7 +38,7 @@
  * builds run the scalar kernels some 20x slower, hence the smaller sizes. */
 typedef struct {
     int cases;
-    int32_t max_dim;    /* n_head * head_dim */
+    int32_t max_dim; /* n_head * head_dim */
     int32_t max_prompt;
     int32_t max_ff;
     int32_t max_vocab;
@@ -48,9 +48,9 @@ typedef struct {
 static const sweep_budget QUICK = {48, 768, 40, 256, 600, 2};
 static const sweep_budget LONG = {400, 2048, 300, 1024, 2000, 3};
 
-#define N_DECODE 4       /* greedy tokens after the prompt */
+#define N_DECODE 4 /* greedy tokens after the prompt */
 #define MAX_THREADS 3
-#define LARGE_CTX 4096   /* "large" context: far above any prompt here */
+#define LARGE_CTX 4096 /* "large" context: far above any prompt here */
 #define CACHE_RAM (64ull << 20)
 #define LONG_PROGRESS 25 /* long mode: a progress line every this many cases */
 
@@ -60,14 +60,14 @@ static const int32_t HEADS[][2] = {{1, 1}, {2, 1}, {3, 1}, {3, 3}, {4, 1}, {4, 2
 /* head_dim: multiples of 32 (Q8_0-able) and widths that leave SIMD tails. */
 static const int32_t HEAD_DIMS[] = {32, 40, 48, 64, 72, 96, 128, 136, 160, 200, 256};
 static const int32_t BLOCK_SIZES[] = {1, 3, 5, 8, 16, 32, 48};
-static const uint32_t TYPES[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16,  KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
-                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1,  KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
+static const uint32_t TYPES[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
+                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
                                  KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
 /* Types in blocks of 32 need dim and ff to be multiples of 32; the K types fall
  * back per matrix (mkmodel, as llama-quantize) where a row is not a multiple of 256. */
 static int blocks_of_32(uint32_t t) {
     return t == KVT_TYPE_Q8_0 || t == KVT_TYPE_Q4_0 || t == KVT_TYPE_Q4_1 || t == KVT_TYPE_Q5_0 || t == KVT_TYPE_Q5_1 ||
-           t == KVT_TYPE_IQ4_NL;
+        t == KVT_TYPE_IQ4_NL;
 }
 static const char *const SIMD_VARIANTS[] = {"amx", "avx512", "avx2"};
 static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
@@ -96,16 +96,14 @@ typedef struct { /* one engine configuration: must not change any bit */
 } run_cfg;
 
 typedef struct {
-    int32_t n_fed;   /* prompt tokens that fitted the context */
-    int32_t n_gen;   /* greedy tokens produced */
+    int32_t n_fed; /* prompt tokens that fitted the context */
+    int32_t n_gen; /* greedy tokens produced */
     int32_t gen[N_DECODE];
-    float *logits;   /* (n_fed + number of decode steps fed, n_vocab) */
+    float *logits; /* (n_fed + number of decode steps fed, n_vocab) */
     int32_t n_rows;
 } run_result;
 
-static struct {
-    int cases, elimit, t0_hits, t1_hits, variants_compared;
-} stats;
+static struct { int cases, elimit, t0_hits, t1_hits, variants_compared; } stats;
 
 static void force_best_variant(void) {
     for (size_t v = 0; v < KVT_ARRAY_LEN(SIMD_VARIANTS); v++)
@@ -121,8 +119,7 @@ static run_cfg random_cfg(const shape_case *c) {
 static int32_t pages_for(int32_t tokens, int32_t block) { return (tokens + block - 1) / block + 2; }
 
 /* An engine for case c under cfg, with max_seqs sequences and pages for `tokens` tokens (within the context). */
-static kvt_engine *case_engine(const kvt_model *m, const shape_case *c, run_cfg cfg, int32_t max_seqs,
-                               int32_t tokens) {
+static kvt_engine *case_engine(const kvt_model *m, const shape_case *c, run_cfg cfg, int32_t max_seqs, int32_t tokens) {
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_ctx = c->n_ctx;
     ep.kv_dtype = c->kv;
@@ -169,8 +166,8 @@ static int engine_run(const kvt_model *m, const shape_case *c, run_cfg cfg, run_
 
 static int same_run(const run_result *a, const run_result *b, int32_t V) {
     return a->n_rows == b->n_rows && a->n_gen == b->n_gen &&
-           !memcmp(a->gen, b->gen, (size_t)a->n_gen * sizeof(int32_t)) &&
-           !memcmp(a->logits, b->logits, (size_t)a->n_rows * (size_t)V * sizeof(float));
+        !memcmp(a->gen, b->gen, (size_t)a->n_gen * sizeof(int32_t)) &&
+        !memcmp(a->logits, b->logits, (size_t)a->n_rows * (size_t)V * sizeof(float));
 }
 
 /* ---- the cache path ------------------------------------------------------- */
@@ -189,8 +186,7 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     kvt_test_gen cold = kvt_test_generate_rc(e0, NULL, c->prompt, P, N_DECODE, NULL);
     kvt_engine_free(e0);
     if (P >= c->ctx_eff) { /* kvt_generate needs room for one generated token */
-        CHECKF(cold.rc == KVT_ELIMIT, "generate: prompt %d, ctx %d gave %d (%s)", P, c->ctx_eff, cold.rc,
-               kvt_errmsg());
+        CHECKF(cold.rc == KVT_ELIMIT, "generate: prompt %d, ctx %d gave %d (%s)", P, c->ctx_eff, cold.rc, kvt_errmsg());
         kvt_test_gen_free(&cold);
         return;
     }
@@ -229,8 +225,7 @@ static void check_cache(const kvt_model *m, const shape_case *c, const run_resul
     kvt_test_gen o = kvt_test_generate_rc(e, cache, other, P, N_DECODE, NULL);
     CHECKF(o.rc == 0, "other prompt: %s", kvt_errmsg());
     kvt_test_gen t1 = kvt_test_generate_rc(e, cache, c->prompt, P, N_DECODE, NULL);
-    CHECKF(kvt_test_same(&t1, &cold), "hit after eviction differs from the cold run (rc %d: %s)", t1.rc,
-           kvt_errmsg());
+    CHECKF(kvt_test_same(&t1, &cold), "hit after eviction differs from the cold run (rc %d: %s)", t1.rc, kvt_errmsg());
     stats.t1_hits += t1.res.tier_tokens[KVT_TIER_T1] > 0;
 
     kvt_test_gen_free(&miss);
@@ -296,8 +291,8 @@ static void run_case(int idx, const sweep_budget *bud) {
     snprintf(desc, sizeof desc,
              "case %d: %s (window %d) %s dim %d heads %d/%d hd %d ff %d layers %d vocab %d, kv %s, prompt %d, ctx %d",
              idx, c.mp.arch, c.mp.swa, kvt_ggml_type_name(c.mp.type), c.mp.dim, c.mp.heads, c.mp.kv_heads,
-             c.mp.dim / c.mp.heads, c.mp.ff, c.mp.layers, c.mp.vocab, c.kv == KVT_KV_F16 ? "f16" : "f32",
-             c.n_prompt, c.ctx_eff);
+             c.mp.dim / c.mp.heads, c.mp.ff, c.mp.layers, c.mp.vocab, c.kv == KVT_KV_F16 ? "f16" : "f32", c.n_prompt,
+             c.ctx_eff);
     int failures_before = kvt_test_failures;
     kvt_model *m = NULL;
     if (kvt_mkmodel(&c.mp, path) || kvt_model_load(path, kvt_model_default_params(), &m)) {
@@ -357,8 +352,8 @@ int main(void) {
     printf("%d cases (%s, seeds %llu..%llu) in %.1f s: %d prompts over their context, %d SIMD-vs-scalar "
            "comparisons, %d T0 hits, %d T1 hits\n",
            stats.cases, bud == &LONG ? "long" : "quick", (unsigned long long)seed0,
-           (unsigned long long)seed0 + (unsigned long long)bud->cases - 1, secs, stats.elimit,
-           stats.variants_compared, stats.t0_hits, stats.t1_hits);
+           (unsigned long long)seed0 + (unsigned long long)bud->cases - 1, secs, stats.elimit, stats.variants_compared,
+           stats.t0_hits, stats.t1_hits);
     /* the sweep must have reached the paths it is for */
     CHECK(stats.cases == bud->cases);
     CHECK(stats.elimit > 0);

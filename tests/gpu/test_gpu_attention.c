@@ -153,9 +153,10 @@ static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_t
         !fwd_submit(d, kvt_gpu_rec_kv_store(k, &p.kv, layer, bk, bv, bm, n_tok), "kv_store"))
         for (int c = 0; c < p.kv.n_chunks; c++)
             if (!fwd_get(d, p.kv.chunk[c], p.img[c], p.img_bytes[c]))
-                CHECKF(memcmp(p.img[c], want[c], p.img_bytes[c]) == 0, "kv_store %s: chunk %d of %d differs from "
-                       "the CPU's image (%u tokens, %u kv heads x %u, block %u)", p.kv.f16 ? "f16" : "f32", c,
-                       p.kv.n_chunks, n_tok, nkv, hd, block);
+                CHECKF(memcmp(p.img[c], want[c], p.img_bytes[c]) == 0,
+                       "kv_store %s: chunk %d of %d differs from "
+                       "the CPU's image (%u tokens, %u kv heads x %u, block %u)",
+                       p.kv.f16 ? "f16" : "f32", c, p.kv.n_chunks, n_tok, nkv, hd, block);
     if (p.kv.f16) n_f16_values += 2ull * n_tok * row;
     for (int c = 0; c < p.kv.n_chunks; c++) free(want[c]);
     kvt_gpu_buf_free(bk), kvt_gpu_buf_free(bv), kvt_gpu_buf_free(bm);
@@ -279,8 +280,10 @@ static void check_attention(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_
     att_case a;
     att_make(d, &a, f16, nkv, group, hd, block, max_ctx, n_tok);
     char what[160];
-    snprintf(what, sizeof what, "attention %s: %u heads (%u kv) x %u, block %u, %u pages in %d chunks, context <= %u, "
-             "%u tokens", f16 ? "f16" : "f32", a.n_head, nkv, hd, block, a.p.n_pages, a.p.kv.n_chunks, max_ctx, n_tok);
+    snprintf(what, sizeof what,
+             "attention %s: %u heads (%u kv) x %u, block %u, %u pages in %d chunks, context <= %u, "
+             "%u tokens",
+             f16 ? "f16" : "f32", a.n_head, nkv, hd, block, a.p.n_pages, a.p.kv.n_chunks, max_ctx, n_tok);
     size_t row = (size_t)a.n_head * hd;
     float *out = malloc(n_tok * row * 4), *out1 = malloc(row * 4);
     if (!pool_upload(d, &a.p) && !att_run(d, k, &a, a.q, a.meta, a.n_meta, n_tok, out)) {
@@ -313,8 +316,8 @@ int main(void) {
     }
     if (k) {
         for (int i = 0; i < 3; i++) check_kv_store(d, k, 1, 4, 256, 64); /* 128 Ki f16 conversions each */
-        for (int i = 0; i < 8; i++) check_kv_store(d, k, (int)fwd_pick(0, 1), fwd_pick(1, 4), 2 * fwd_pick(16, 128),
-                                                   fwd_pick(1, 64));
+        for (int i = 0; i < 8; i++)
+            check_kv_store(d, k, (int)fwd_pick(0, 1), fwd_pick(1, 4), 2 * fwd_pick(16, 128), fwd_pick(1, 64));
         printf("gpu attention: kv_store matched kvt_f32_to_f16 on %llu f16 values\n", (unsigned long long)n_f16_values);
         /* {f16, kv heads, group, head_dim, block, context, tokens}: the edges, then a sample */
         static const uint32_t fixed[][7] = {{1, 1, 1, 32, 16, 1, 1},    {0, 2, 3, 64, 32, 200, 64},
@@ -331,7 +334,8 @@ int main(void) {
             check_attention(d, k, (int)fwd_pick(0, 1), nkv, group, hd, 16u << fwd_pick(0, 2), ctx, n_tok);
         }
         printf("gpu attention: max error %.3g of sum p|v| with f32 pages (tolerance %g), %.3g with f16 pages "
-               "(tolerance %g)\n", max_att_err[0], ATT_TOL, max_att_err[1], ATT_TOL_F16);
+               "(tolerance %g)\n",
+               max_att_err[0], ATT_TOL, max_att_err[1], ATT_TOL_F16);
     }
     kvt_gpu_kernels_free(k);
     kvt_gpu_close(d);

@@ -186,11 +186,12 @@ static void check_warm_equals_cold(const kvt_model *m, const char *dir) {
     kvt_eng_gpu_stats s0 = kvt_engine_gpu_stats(e);
     kvt_test_gen t1 = kvt_test_generate(e, c, p, N, N_GEN, NULL);
     kvt_eng_gpu_stats s1 = kvt_engine_gpu_stats(e);
-    CHECKF(t1.res.tier_tokens[KVT_TIER_T1] > 0, "nothing came from T1 (T0 %d, T1 %d)",
-           t1.res.tier_tokens[KVT_TIER_T0], t1.res.tier_tokens[KVT_TIER_T1]);
+    CHECKF(t1.res.tier_tokens[KVT_TIER_T1] > 0, "nothing came from T1 (T0 %d, T1 %d)", t1.res.tier_tokens[KVT_TIER_T0],
+           t1.res.tier_tokens[KVT_TIER_T1]);
     CHECKF(kvt_test_same(&cold, &t1), "the run warm from T1 differs from the cold run");
-    CHECKF(s1.runs_in - s0.runs_in >= 1 && s1.io_submits - s0.io_submits == s1.runs_in - s0.runs_in +
-           (s1.runs_out - s0.runs_out), "restores took %llu submissions for %llu runs in and %llu out",
+    CHECKF(s1.runs_in - s0.runs_in >= 1 &&
+               s1.io_submits - s0.io_submits == s1.runs_in - s0.runs_in + (s1.runs_out - s0.runs_out),
+           "restores took %llu submissions for %llu runs in and %llu out",
            (unsigned long long)(s1.io_submits - s0.io_submits), (unsigned long long)(s1.runs_in - s0.runs_in),
            (unsigned long long)(s1.runs_out - s0.runs_out));
     CHECK(kvt_cache_flush(c) == 0);
@@ -273,7 +274,8 @@ int main(void) {
     }
     const char *shared = kvt_test_shared();
     kvt_model *aid = NULL;
-    if (shared && kvt_model_load(kvt_test_path(shared, "models/aidreams260K.gguf"), kvt_model_default_params(), &aid) == 0) {
+    if (shared &&
+        kvt_model_load(kvt_test_path(shared, "models/aidreams260K.gguf"), kvt_model_default_params(), &aid) == 0) {
         check_against_cpu(aid, "aidreams260K", KVT_KV_F16);
         kvt_model_free(aid);
     } else {

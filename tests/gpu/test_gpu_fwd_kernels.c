@@ -170,9 +170,11 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
         CHECKF(rc == 0, "sliced: %s", kvt_errmsg());
         float *ys = malloc((size_t)ns * ldy * 4);
         if (!rc && !run_mm(sliced, ks, ms, x, cols, ns, ldy, y_off, ys))
-            CHECKF(memcmp(ys, y, (size_t)ns * ldy * 4) == 0, "%s %ux%u x %u: sliced (%llu bytes in %llu-byte "
-                   "bindings) differs from unsliced", names[type], rows, cols, ns,
-                   (unsigned long long)kvt_gpu_wmat_bytes(ms), (unsigned long long)kvt_gpu_max_binding(sliced));
+            CHECKF(memcmp(ys, y, (size_t)ns * ldy * 4) == 0,
+                   "%s %ux%u x %u: sliced (%llu bytes in %llu-byte "
+                   "bindings) differs from unsliced",
+                   names[type], rows, cols, ns, (unsigned long long)kvt_gpu_wmat_bytes(ms),
+                   (unsigned long long)kvt_gpu_max_binding(sliced));
         free(ys);
     }
     kvt_gpu_wmat_free(m);
@@ -308,8 +310,8 @@ int main(void) {
         check_matmul_refusals(d, ds, k);
         for (int i = 0; i < 12; i++) check_elementwise(d, k);
         printf("gpu fwd kernels: matmul max error %.3g of sum|w*x| (tolerance %g); rope %.3g (tolerance %g); "
-               "add + silu_mul %.3g relative (tolerance %g)\n", max_mm_err, MM_TOL, max_rope_err, ROPE_TOL,
-               max_silu_err, SILU_TOL);
+               "add + silu_mul %.3g relative (tolerance %g)\n",
+               max_mm_err, MM_TOL, max_rope_err, ROPE_TOL, max_silu_err, SILU_TOL);
     }
     kvt_gpu_kernels_free(k);
     kvt_gpu_kernels_free(ks);

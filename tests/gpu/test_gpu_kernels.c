@@ -43,8 +43,8 @@ static kvt_gpu_buf *dev_buf(kvt_gpu_dev *d, uint64_t bytes, const void *data) {
 }
 
 /* Runs y = W x for n_tok tokens of x on the device into out. */
-static int run_matmul(kvt_gpu_dev *d, kvt_gpu_kernels *k, kvt_gpu_buf *w, const float *x, uint32_t rows,
-                      uint32_t cols, uint32_t n_tok, float *out) {
+static int run_matmul(kvt_gpu_dev *d, kvt_gpu_kernels *k, kvt_gpu_buf *w, const float *x, uint32_t rows, uint32_t cols,
+                      uint32_t n_tok, float *out) {
     kvt_gpu_buf *bx = dev_buf(d, (uint64_t)n_tok * cols * 4, x), *by = dev_buf(d, (uint64_t)n_tok * rows * 4, NULL);
     int rc = -1;
     if (bx && by) {
@@ -163,15 +163,17 @@ int main(void) {
     CHECKF(rc == 0, "%s", kvt_errmsg());
     if (!rc) {
         /* the edges, then a random sample */
-        static const uint32_t fixed[][3] = {{1, 1, 1},   {1, 1024, 64}, {1024, 1, 3}, {63, 65, 1},
+        static const uint32_t fixed[][3] = {{1, 1, 1},   {1, 1024, 64},   {1024, 1, 3},     {63, 65, 1},
                                             {64, 64, 2}, {1023, 1024, 5}, {1024, 1024, 64}, {40000, 8, 2}};
-        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) check_matmul(d, k, fixed[i][0], fixed[i][1], fixed[i][2]);
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+            check_matmul(d, k, fixed[i][0], fixed[i][1], fixed[i][2]);
         for (int i = 0; i < 24; i++) check_matmul(d, k, pick(1, 1024), pick(1, 1024), pick(1, 64));
         static const uint32_t rfixed[][2] = {{1, 1}, {1, 64}, {63, 7}, {64, 2}, {65, 33}, {1024, 64}, {4096, 3}};
         for (size_t i = 0; i < sizeof rfixed / sizeof rfixed[0]; i++) check_rmsnorm(d, k, rfixed[i][0], rfixed[i][1]);
         for (int i = 0; i < 24; i++) check_rmsnorm(d, k, pick(1, 1024), pick(1, 64));
         printf("gpu kernels: matmul_f16 max error %.3g of sum|w*x| (tolerance %g); rmsnorm max error %.3g of |y| against "
-               "kvt_rmsnorm (tolerance %g)\n", max_mm_err, MATMUL_TOL, max_rms_err, RMS_TOL);
+               "kvt_rmsnorm (tolerance %g)\n",
+               max_mm_err, MATMUL_TOL, max_rms_err, RMS_TOL);
         kvt_gpu_kernels_free(k);
     }
     kvt_gpu_close(d);

@@ -44,10 +44,8 @@ static float elem(const void *p, int f16, size_t i) {
 }
 
 static void put_elem(void *p, int f16, size_t i, float x) {
-    if (f16)
-        ((uint16_t *)p)[i] = kvt_f32_to_f16(x);
-    else
-        ((float *)p)[i] = x;
+    if (f16) ((uint16_t *)p)[i] = kvt_f32_to_f16(x);
+    else ((float *)p)[i] = x;
 }
 
 /* Largest |got - ref| / mag over n elements. */
@@ -134,8 +132,8 @@ static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed
         if (vi > 0) {
             CHECKF(!memcmp(sc[vi], sc[0], sizeof(float) * (size_t)G * T), "%s qk differs from scalar G%d hd%d T%d\n",
                    variants[vi], G, hd, T);
-            CHECKF(!memcmp(out[vi], out[0], sizeof(float) * (size_t)G * hd),
-                   "%s av differs from scalar G%d hd%d T%d\n", variants[vi], G, hd, T);
+            CHECKF(!memcmp(out[vi], out[0], sizeof(float) * (size_t)G * hd), "%s av differs from scalar G%d hd%d T%d\n",
+                   variants[vi], G, hd, T);
         }
         /* the keys in two calls (two pages), the heads one call each: same bits */
         /* ... and the value pass as two runs in one call, and as one call per
@@ -149,14 +147,14 @@ static void kernel_case(int32_t G, int32_t hd, int32_t T, int f16, unsigned seed
             const float *in = out0 + (size_t)g * KVT_ATTN_LANES * hd;
             const kvt_attn_run one = {v, w + (size_t)g * T, cut, lane0};
             kvt_attn_qk(q + (size_t)g * hd, 1, hd, kt, (int32_t)S, f16, cut, scale, sc2 + (size_t)g * T, T);
-            kvt_attn_qk(q + (size_t)g * hd, 1, hd, (const char *)kt + el * (size_t)cut, (int32_t)S, f16, T - cut,
-                        scale, sc2 + (size_t)g * T + cut, T);
+            kvt_attn_qk(q + (size_t)g * hd, 1, hd, (const char *)kt + el * (size_t)cut, (int32_t)S, f16, T - cut, scale,
+                        sc2 + (size_t)g * T + cut, T);
             kvt_attn_av(&one, 1, T, 1, f16, hd, in, acc2 + (size_t)g * KVT_ATTN_LANES * hd, NULL);
         }
         memset(out2, 0, sizeof(float) * (size_t)G * hd);
         kvt_attn_av(&two[1], 1, T, G, f16, hd, acc2, acc2, out2);
-        CHECKF(!memcmp(sc2, sc[vi], sizeof(float) * (size_t)G * T), "%s qk split differs G%d hd%d T%d\n",
-               variants[vi], G, hd, T);
+        CHECKF(!memcmp(sc2, sc[vi], sizeof(float) * (size_t)G * T), "%s qk split differs G%d hd%d T%d\n", variants[vi],
+               G, hd, T);
         CHECKF(!memcmp(out2, out[vi], sizeof(float) * (size_t)G * hd), "%s av split differs G%d hd%d T%d\n",
                variants[vi], G, hd, T);
     }
@@ -190,7 +188,8 @@ static void pages_fill(kv_pages *p, const paged_shape *s, const float *keys, con
         for (int32_t t = 0; t < s->n_keys; t++) {
             const size_t at = ((size_t)h * p->n_pages + (size_t)(t / p->B)) * p->page_bytes;
             const int32_t slot = t % p->B;
-            const float *kx = keys + ((size_t)h * s->n_keys + t) * s->hd, *vx = vals + ((size_t)h * s->n_keys + t) * s->hd;
+            const float *kx = keys + ((size_t)h * s->n_keys + t) * s->hd,
+                        *vx = vals + ((size_t)h * s->n_keys + t) * s->hd;
             if (p->dt == KVT_KV_Q8_0) {
                 kvt_kv_q8_quantize_row(kx, s->hd, qrow);
                 kvt_kv_q8_put_column(qrow, s->hd, p->B, slot, p->k + at);
@@ -262,7 +261,8 @@ static void paged_attend(const kv_pages *p, const paged_shape *s, const float *q
         float *oh = out + (size_t)h * G * hd;
         for (int pass = 0; pass < 2; pass++)
             for (int32_t first = lo; first < s->n_keys;) {
-                const int32_t pg_i = first / B, a = first % B, T = (pg_i + 1) * B < s->n_keys ? B - a : s->n_keys - first;
+                const int32_t pg_i = first / B, a = first % B,
+                              T = (pg_i + 1) * B < s->n_keys ? B - a : s->n_keys - first;
                 const uint8_t *pg = (pass ? p->v : p->k) + ((size_t)h * p->n_pages + (size_t)pg_i) * p->page_bytes;
                 float *sc = scores + (first - lo);
                 if (pass == 0 && q8) {
@@ -344,14 +344,14 @@ static void paged_case(const paged_shape *s, kvt_kv_dtype dt, unsigned seed) {
         paged_attend(&pb, s, q, outb);
         const char *dn = kvt_kv_dtype_name(dt);
         double e = rel_err(out[vi], ref, mag, on);
-        CHECKF(e < 2e-5, "%s %s paged kv%d G%d hd%d keys%d window%d: relative error %g\n", variants[vi], dn, s->n_kv,
-               G, hd, s->n_keys, s->window, e);
+        CHECKF(e < 2e-5, "%s %s paged kv%d G%d hd%d keys%d window%d: relative error %g\n", variants[vi], dn, s->n_kv, G,
+               hd, s->n_keys, s->window, e);
         CHECKF(!memcmp(outb, out[vi], sizeof(float) * on), "%s %s paged kv%d G%d hd%d keys%d: page size changes bits\n",
                variants[vi], dn, s->n_kv, G, hd, s->n_keys);
         if (vi > 0)
             CHECKF(!memcmp(out[vi], out[0], sizeof(float) * on),
-                   "%s %s paged kv%d G%d hd%d keys%d window%d: differs from scalar\n", variants[vi], dn, s->n_kv, G,
-                   hd, s->n_keys, s->window);
+                   "%s %s paged kv%d G%d hd%d keys%d window%d: differs from scalar\n", variants[vi], dn, s->n_kv, G, hd,
+                   s->n_keys, s->window);
     }
     for (int vi = 0; vi < N_VARIANTS; vi++) free(out[vi]);
     free(outb), free(ref), free(mag), free(p), free(sk), free(sv), free(keys), free(vals), free(q);
@@ -375,18 +375,17 @@ int main(void) {
     printf(" (default %s)\n", dflt);
 
     /* G, hd, T: odd head counts and dims, one key to long runs */
-    const int32_t kshapes[][3] = {{1, 64, 1},  {4, 64, 32},  {4, 64, 77},  {2, 24, 40},   {8, 128, 33},
-                                  {7, 80, 50}, {1, 16, 5},   {12, 40, 19}, {3, 96, 64},   {5, 33, 17},
-                                  {9, 255, 9}, {6, 256, 130}, {3, 136, 1}, {11, 200, 203}, {2, 32, 1000}};
+    const int32_t kshapes[][3] = {{1, 64, 1},  {4, 64, 32},   {4, 64, 77},  {2, 24, 40},    {8, 128, 33},
+                                  {7, 80, 50}, {1, 16, 5},    {12, 40, 19}, {3, 96, 64},    {5, 33, 17},
+                                  {9, 255, 9}, {6, 256, 130}, {3, 136, 1},  {11, 200, 203}, {2, 32, 1000}};
     unsigned seed = 11;
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++)
         for (int f16 = 0; f16 < 2; f16++) kernel_case(kshapes[i][0], kshapes[i][1], kshapes[i][2], f16, seed++);
 
     /* n_kv, G, hd, n_keys, window (0: none) */
     const paged_shape pshapes[] = {
-        {1, 1, 32, 1, 0},     {2, 7, 64, 5, 0},     {3, 3, 96, 77, 0},    {1, 5, 128, 300, 100},
-        {2, 4, 256, 1000, 0}, {1, 8, 64, 4100, 0},  {1, 9, 160, 130, 33}, {2, 2, 40, 70, 16},
-        {1, 3, 72, 65, 64},   {1, 6, 200, 17, 4},
+        {1, 1, 32, 1, 0},    {2, 7, 64, 5, 0},     {3, 3, 96, 77, 0},  {1, 5, 128, 300, 100}, {2, 4, 256, 1000, 0},
+        {1, 8, 64, 4100, 0}, {1, 9, 160, 130, 33}, {2, 2, 40, 70, 16}, {1, 3, 72, 65, 64},    {1, 6, 200, 17, 4},
     };
     const kvt_kv_dtype dts[] = {KVT_KV_F16, KVT_KV_F32, KVT_KV_Q8_0};
     for (size_t i = 0; i < sizeof pshapes / sizeof *pshapes; i++)

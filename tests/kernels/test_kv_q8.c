@@ -206,13 +206,13 @@ static void test_invariance(const kvt_model *m, const char *name) {
     float *ref = all_logits(m, KVT_KV_Q8_0, toks, n, n, 1, KVT_DEFAULT_N_BATCH, B);
     static const struct {
         int chunk, threads, n_batch, block;
-    } v[] = {{1, 1, 512, B}, {7, 1, 512, B}, {n, 2, 512, B}, {n, 3, 512, B}, {n, 3, 5, B}, {3, 2, 4, B},
-             {n, 1, 512, 32}, {n, 2, 512, 5}};
+    } v[] = {{1, 1, 512, B}, {7, 1, 512, B}, {n, 2, 512, B},  {n, 3, 512, B},
+             {n, 3, 5, B},   {3, 2, 4, B},   {n, 1, 512, 32}, {n, 2, 512, 5}};
     for (size_t i = 0; i < KVT_ARRAY_LEN(v); i++) {
         float *got = all_logits(m, KVT_KV_Q8_0, toks, n, v[i].chunk, v[i].threads, v[i].n_batch, v[i].block);
         CHECKF(!memcmp(ref, got, (size_t)n * (size_t)V * sizeof(float)),
-               "%s: q8_0 logits differ with chunk %d, %d threads, n_batch %d, block %d", name, v[i].chunk,
-               v[i].threads, v[i].n_batch, v[i].block);
+               "%s: q8_0 logits differ with chunk %d, %d threads, n_batch %d, block %d", name, v[i].chunk, v[i].threads,
+               v[i].n_batch, v[i].block);
         free(got);
     }
 
@@ -228,8 +228,8 @@ static void test_invariance(const kvt_model *m, const char *name) {
         }
         agree += kvt_argmax(a, V) == kvt_argmax(b, V);
     }
-    printf("%s: q8_0 vs f16 KV over %d positions: max |dlogit| %.3g (max |logit| %.3g), top-1 agreement %d/%d\n",
-           name, n, maxd, maxabs, agree, n);
+    printf("%s: q8_0 vs f16 KV over %d positions: max |dlogit| %.3g (max |logit| %.3g), top-1 agreement %d/%d\n", name,
+           n, maxd, maxabs, agree, n);
     CHECKF(maxd > 0, "%s: q8_0 logits equal f16's: the dtype is not used", name);
     CHECKF(maxd < 0.05 * maxabs, "%s: q8_0 logits off by %.3g (max |logit| %.3g)", name, maxd, maxabs);
     CHECKF(agree >= n * 9 / 10, "%s: top-1 agrees at %d of %d positions", name, agree, n);

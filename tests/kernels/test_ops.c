@@ -18,8 +18,8 @@
 #define MM_ABS_TOL 1e-30
 #define N_VARIANTS 4
 static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512", "amx"};
-static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16,  KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
-                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1,  KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
+static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
+                                 KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
                                  KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
 static int is_k(uint32_t t) { return t >= KVT_TYPE_Q2_K && t <= KVT_TYPE_Q6_K; }
 
@@ -104,10 +104,11 @@ static uint16_t ref_f32_to_bf16(float f) {
 }
 
 static float special_float(int i) {
-    static const float sp[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f,
-                               1e-8f, 5.96e-8f, 2.98e-8f, 2.9802322e-8f, 6.1035156e-5f, 6.1e-5f,
-                               1e-45f, 3.4e38f, 0x1.0p-24f, 0x1.8p-24f, 0x1.0p-25f, 0x1.000002p-25f,
-                               0x1.ffep-15f, 0x1.002p0f, 0x1.003p0f, 0x1.001p0f, 0x1.0018p0f};
+    static const float sp[] = {0.0f,         -0.0f,         1.0f,          -1.0f,      65504.0f,
+                               65519.99f,    65520.0f,      65536.0f,      1e-8f,      5.96e-8f,
+                               2.98e-8f,     2.9802322e-8f, 6.1035156e-5f, 6.1e-5f,    1e-45f,
+                               3.4e38f,      0x1.0p-24f,    0x1.8p-24f,    0x1.0p-25f, 0x1.000002p-25f,
+                               0x1.ffep-15f, 0x1.002p0f,    0x1.003p0f,    0x1.001p0f, 0x1.0018p0f};
     return sp[i];
 }
 #define N_SPECIAL 25
@@ -146,9 +147,9 @@ static void test_conversions(void) {
     CHECKF(bad == 0, "%d f32->f16 rounding mismatches", bad);
     CHECK(kvt_f32_to_f16(INFINITY) == 0x7c00 && kvt_f32_to_f16(-INFINITY) == 0xfc00);
     CHECK(isnan(kvt_f16_to_f32(kvt_f32_to_f16(NAN))));
-    CHECK(kvt_f32_to_f16(0x1.0p-25f) == 0x0000);          /* tie to even: 0 */
-    CHECK(kvt_f32_to_f16(0x1.8p-24f) == 0x0002);          /* 1.5 units: tie to even 2 */
-    CHECK(kvt_f32_to_f16(65520.0f) == 0x7c00);            /* overflow tie goes to inf */
+    CHECK(kvt_f32_to_f16(0x1.0p-25f) == 0x0000); /* tie to even: 0 */
+    CHECK(kvt_f32_to_f16(0x1.8p-24f) == 0x0002); /* 1.5 units: tie to even 2 */
+    CHECK(kvt_f32_to_f16(65520.0f) == 0x7c00);   /* overflow tie goes to inf */
 
     /* bf16 */
     bad = 0;
@@ -165,9 +166,9 @@ static void test_conversions(void) {
         bad += f_bits(kvt_bf16_to_f32(got)) != (uint32_t)got << 16;
     }
     CHECKF(bad == 0, "%d bf16 mismatches", bad);
-    CHECK(kvt_f32_to_bf16(bits_f(0x3f808000u)) == 0x3f80); /* tie, even stays */
-    CHECK(kvt_f32_to_bf16(bits_f(0x3f818000u)) == 0x3f82); /* tie, odd rounds up */
-    CHECK(kvt_f32_to_bf16(bits_f(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
+    CHECK(kvt_f32_to_bf16(bits_f(0x3f808000u)) == 0x3f80);               /* tie, even stays */
+    CHECK(kvt_f32_to_bf16(bits_f(0x3f818000u)) == 0x3f82);               /* tie, odd rounds up */
+    CHECK(kvt_f32_to_bf16(bits_f(0x7f7fffffu)) == 0x7f80);               /* FLT_MAX rounds to inf */
     CHECK(isnan(kvt_bf16_to_f32(kvt_f32_to_bf16(bits_f(0x7f800001u))))); /* sNaN stays NaN */
 
     /* row conversions: every variant equals the scalar functions bit for bit */
@@ -280,7 +281,11 @@ static void k_ref_block(uint32_t type, const uint8_t *x, double *out, float *out
     }
 }
 static size_t k_block_bytes(uint32_t t) {
-    return t == KVT_TYPE_Q2_K ? 84 : t == KVT_TYPE_Q3_K ? 110 : t == KVT_TYPE_Q4_K ? 144 : t == KVT_TYPE_Q5_K ? 176 : 210;
+    return t == KVT_TYPE_Q2_K ? 84
+        : t == KVT_TYPE_Q3_K  ? 110
+        : t == KVT_TYPE_Q4_K  ? 144
+        : t == KVT_TYPE_Q5_K  ? 176
+                              : 210;
 }
 
 /* ---- matmul ---------------------------------------------------------------- */
@@ -327,7 +332,10 @@ static void make_mat(test_mat *m, uint32_t type, int64_t rows, int64_t cols) {
                 for (size_t i = 0; i < k_block_bytes(type); i++) blk[i] = (uint8_t)rnd32();
                 uint16_t d = kvt_f32_to_f16(0.001f + 0.002f * (float)(rnd32() % 100) / 100.0f);
                 uint16_t dm = kvt_f32_to_f16(0.002f * (float)(rnd32() % 100) / 100.0f);
-                size_t dpos = type == KVT_TYPE_Q2_K ? 80 : type == KVT_TYPE_Q3_K ? 108 : type == KVT_TYPE_Q6_K ? 208 : 0;
+                size_t dpos = type == KVT_TYPE_Q2_K ? 80
+                    : type == KVT_TYPE_Q3_K         ? 108
+                    : type == KVT_TYPE_Q6_K         ? 208
+                                                    : 0;
                 memcpy(blk + dpos, &d, 2);
                 if (type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K)
                     memcpy(blk + dpos + 2, &dm, 2);
@@ -429,8 +437,7 @@ static void ref_q8_1_sums(const float *x, int64_t k, double *ds) {
     }
 }
 
-static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int64_t n, const float *y,
-                            int64_t ldy) {
+static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int64_t n, const float *y, int64_t ldy) {
     int64_t k = m->w.cols;
     double *xa = malloc(sizeof(double) * (size_t)k), ds[64] = {0};
     int bad = 0;
@@ -446,8 +453,8 @@ static int check_matmul_ref(const test_mat *m, const float *x, int64_t ldx, int6
             for (int64_t b = 0; m->mins && b < k / 32; b++) s += m->mins[r * (k / 32) + b] * ds[b];
             double err = fabs((double)y[t * ldy + r] - s);
             if (!(err <= MM_REL_TOL * sa + MM_ABS_TOL) && bad++ < 3)
-                fprintf(stderr, "type %u t=%lld r=%lld: %.9g vs ref %.9g (scale %.3g)\n", m->w.type,
-                        (long long)t, (long long)r, (double)y[t * ldy + r], s, sa);
+                fprintf(stderr, "type %u t=%lld r=%lld: %.9g vs ref %.9g (scale %.3g)\n", m->w.type, (long long)t,
+                        (long long)r, (double)y[t * ldy + r], s, sa);
         }
     }
     free(xa);
@@ -563,7 +570,8 @@ static void test_matmul_multi(kvt_pool **pools) {
                         kvt_matmul(pools[0], ws[i], x, ldx, n, ref[i], ld[i]);
                     }
                     kvt_matmul_multi(pools[pi], ws, 4, x, ldx, n, got, ld);
-                    for (int i = 0; i < 4; i++) bad += memcmp(ref[i], got[i], sizeof(float) * (size_t)(nmax * ld[i])) != 0;
+                    for (int i = 0; i < 4; i++)
+                        bad += memcmp(ref[i], got[i], sizeof(float) * (size_t)(nmax * ld[i])) != 0;
                 }
             CHECKF(bad == 0, "%s type %u: %d multi matmuls differ from single ones", variants[v], type, bad);
         }

@@ -67,8 +67,8 @@ static void test_q8k(void) {
     float d[2];
     int16_t bs[32];
     make_data(1, x, 512);
-    x[7] = 5.0f;                        /* block 0's largest is positive */
-    x[300] = -6.0f;                     /* block 1's negative */
+    x[7] = 5.0f;    /* block 0's largest is positive */
+    x[300] = -6.0f; /* block 1's negative */
     kvt_qk_quantize_acts(x, 512, q, d, bs);
     CHECK(d[0] == 1.0f / (-127.0f / 5.0f) && q[7] == -127);
     CHECK(d[1] == 1.0f / (-127.0f / -6.0f) && q[300] == -127);

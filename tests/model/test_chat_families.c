@@ -109,8 +109,8 @@ static void test_gemma(void) {
            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
     /* the system text's offset is where the first turn's content starts */
     size_t at = 0;
-    CHECK(kvt_chat_render_at(m->tok, KVT_CHAT_GEMMA, msgs, 4, NULL, NULL, SIZE_MAX, 0, &at, &ids, &n) == 0 &&
-          at > 1 && at < n);
+    CHECK(kvt_chat_render_at(m->tok, KVT_CHAT_GEMMA, msgs, 4, NULL, NULL, SIZE_MAX, 0, &at, &ids, &n) == 0 && at > 1 &&
+          at < n);
     free(ids);
     kvt_model_free(m);
     m = vocab_model("gemma3");
@@ -143,10 +143,11 @@ static void test_mistral_tools(void) {
                            {"assistant", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]"},
                            {"tool", "{\"content\": 1, \"call_id\": \"a\"}"},
                            {"user", "Bye"}};
-    expect(m, KVT_CHAT_MISTRAL, msgs, 6, 1,
-           "[AVAILABLE_TOOLS][{\"name\": \"f\"}][/AVAILABLE_TOOLS][INST] Be brief.\n\nHi [/INST] "
-           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]<|endoftext|>[TOOL_RESULTS]{\"content\": 1, \"call_id\": \"a\"}"
-           "[/TOOL_RESULTS]<|endoftext|>[INST] Bye [/INST]");
+    expect(
+        m, KVT_CHAT_MISTRAL, msgs, 6, 1,
+        "[AVAILABLE_TOOLS][{\"name\": \"f\"}][/AVAILABLE_TOOLS][INST] Be brief.\n\nHi [/INST] "
+        "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]<|endoftext|>[TOOL_RESULTS]{\"content\": 1, \"call_id\": \"a\"}"
+        "[/TOOL_RESULTS]<|endoftext|>[INST] Bye [/INST]");
     /* a reply kvtier generated follows the prompt it was generated after, as its exact ids */
     int32_t *p = NULL, *h = NULL;
     size_t np = 0, nh = 0;

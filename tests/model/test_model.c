@@ -16,18 +16,18 @@
 #define FIFO_ALARM_S 20
 
 typedef struct {
-    const char *drop_kv;           /* metadata key to leave out */
-    const char *set_u32_key;       /* metadata key to (re)write as u32 */
+    const char *drop_kv;     /* metadata key to leave out */
+    const char *set_u32_key; /* metadata key to (re)write as u32 */
     uint32_t set_u32_val;
-    const char *set_i32_key;       /* metadata key to (re)write as i32 */
+    const char *set_i32_key; /* metadata key to (re)write as i32 */
     int32_t set_i32_val;
-    const char *set_f32_key;       /* metadata key to (re)write as f32 */
+    const char *set_f32_key; /* metadata key to (re)write as f32 */
     float set_f32_val;
     const char *set_str_key;
     const char *set_str_val;
-    const char *drop_tensor;       /* tensor to leave out */
-    const char *reshape_tensor;    /* tensor whose ne[0] is doubled */
-    const char *retype_tensor;     /* tensor written as I32 */
+    const char *drop_tensor;    /* tensor to leave out */
+    const char *reshape_tensor; /* tensor whose ne[0] is doubled */
+    const char *retype_tensor;  /* tensor written as I32 */
 } edit;
 
 static const kvt_gguf *src_g;
@@ -93,12 +93,9 @@ static void test_float_ranges(const char *src, const char *gemma2) {
         int zero_ok; /* 0 means "off" for this key */
         int gemma2;  /* the key is read from the gemma2 file */
     } keys[] = {
-        {"llama.rope.freq_base", 500000.0f, 0, 0},
-        {"llama.attention.layer_norm_rms_epsilon", 1e-6f, 0, 0},
-        {"llama.rope.scaling.factor", 4.0f, 1, 0},
-        {"llama.rope.scale_linear", 2.0f, 1, 0},
-        {"gemma2.attn_logit_softcapping", 50.0f, 1, 1},
-        {"gemma2.final_logit_softcapping", 30.0f, 1, 1},
+        {"llama.rope.freq_base", 500000.0f, 0, 0},      {"llama.attention.layer_norm_rms_epsilon", 1e-6f, 0, 0},
+        {"llama.rope.scaling.factor", 4.0f, 1, 0},      {"llama.rope.scale_linear", 2.0f, 1, 0},
+        {"gemma2.attn_logit_softcapping", 50.0f, 1, 1}, {"gemma2.final_logit_softcapping", 30.0f, 1, 1},
         {"gemma2.rope.freq_base", 10000.0f, 0, 1},
     };
     const float bad[] = {NAN, INFINITY, -INFINITY, 1.4e-45f /* denormal */, -1.0f, 3e38f};
@@ -120,10 +117,10 @@ static void test_float_ranges(const char *src, const char *gemma2) {
 
 /* Integer hyperparameters: zero, negative and huge values are refused naming the key. */
 static void test_int_ranges(const char *src) {
-    static const char *const keys[] = {"llama.embedding_length", "llama.block_count", "llama.feed_forward_length",
-                                       "llama.attention.head_count", "llama.attention.head_count_kv",
-                                       "llama.context_length", "llama.attention.key_length",
-                                       "llama.rope.dimension_count"};
+    static const char *const keys[] = {"llama.embedding_length",        "llama.block_count",
+                                       "llama.feed_forward_length",     "llama.attention.head_count",
+                                       "llama.attention.head_count_kv", "llama.context_length",
+                                       "llama.attention.key_length",    "llama.rope.dimension_count"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const int32_t bad[] = {0, -1, INT32_MAX};
         for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {

@@ -491,9 +491,18 @@ static void test_malformed(void) {
 /* Every pre-tokenizer's regexes compile and run (the vocab files cover only some). */
 static void test_all_pre(void) {
     static const char *const pres[][2] = {
-        {"llama3", "llama3"}, {"llama-bpe", "llama3"}, {"qwen2", "qwen2"}, {"deepseek-llm", "deepseek-llm"},
-        {"deepseek-coder", "deepseek-coder"}, {"falcon", "falcon"}, {"mpt", "gpt-2"}, {"starcoder", "starcoder"},
-        {"refact", "starcoder"}, {"gpt-2", "gpt-2"}, {"chatglm-bpe", "chatglm-bpe"}, {"default", "default"},
+        {"llama3", "llama3"},
+        {"llama-bpe", "llama3"},
+        {"qwen2", "qwen2"},
+        {"deepseek-llm", "deepseek-llm"},
+        {"deepseek-coder", "deepseek-coder"},
+        {"falcon", "falcon"},
+        {"mpt", "gpt-2"},
+        {"starcoder", "starcoder"},
+        {"refact", "starcoder"},
+        {"gpt-2", "gpt-2"},
+        {"chatglm-bpe", "chatglm-bpe"},
+        {"default", "default"},
     };
     static const char *const toks[] = {"a", "b", "ab", "\xc4\xa0"};
     static const char *const merges[] = {"a b"};
@@ -536,7 +545,7 @@ static const struct {
     {"ggml-vocab-gpt-neox.gguf", 0},                     /* BPE without a pre, no keys */
     {"ggml-vocab-llama-spm.gguf", KVT_TOK_ADD_BOS},      /* SPM, add_bos_token true */
     {"ggml-vocab-mpt.gguf", 0},
-    {"ggml-vocab-phi-3.gguf", KVT_TOK_ADD_BOS},          /* SPM, add_bos_token true */
+    {"ggml-vocab-phi-3.gguf", KVT_TOK_ADD_BOS}, /* SPM, add_bos_token true */
     {"ggml-vocab-refact.gguf", 0},
     {"ggml-vocab-starcoder.gguf", 0},
 };
@@ -580,7 +589,7 @@ static void test_add_special(void) {
     if (!found) kvt_test_skip_part("no ../shared/vocab files: BOS/EOS were checked on synthetic vocabularies only");
 
     /* synthetic: the keys override each type's default, both ways */
-    static const char *const toks[] = {"<s>", "</s>", "H", "e", "l", "o", " ", "w", "r", "d",
+    static const char *const toks[] = {"<s>",      "</s>",         "H",    "e", "l", "o", " ", "w", "r", "d",
                                        "\xc4\xa0", "\xe2\x96\x81", "<unk>"};
     static const char *const merges[] = {"l l"};
     static const struct {
@@ -647,7 +656,8 @@ static void test_add_special(void) {
 static void time_one(const char *dir, const char *file) {
     kvt_tokenizer *t = load_path(kvt_test_path(dir, file));
     if (!t) return;
-    static const char para[] = "The quick brown fox jumps over the lazy dog; 1234 caf\xc3\xa9s, \xe6\x97\xa5\xe6\x9c\xac. ";
+    static const char para[] =
+        "The quick brown fox jumps over the lazy dog; 1234 caf\xc3\xa9s, \xe6\x97\xa5\xe6\x9c\xac. ";
     char *text = malloc(PERF_BYTES), *word = malloc(PERF_BYTES);
     for (size_t i = 0; i < PERF_BYTES; i++) {
         text[i] = para[i % (sizeof para - 1)];

@@ -60,7 +60,7 @@ static int run(kvt_cache *c, const prompt *p, kvt_request req, int32_t **out, kv
 
 static int same(const int32_t *a, const int32_t *b, const kvt_request_stats *sa, const kvt_request_stats *sb) {
     return a && b && sa->n_generated == sb->n_generated &&
-           !memcmp(a, b, (size_t)(sa->n_prompt + sa->n_generated) * sizeof *a);
+        !memcmp(a, b, (size_t)(sa->n_prompt + sa->n_generated) * sizeof *a);
 }
 
 /* req fails with KVT_EARG naming field, and the cache is as it was. */
@@ -88,7 +88,8 @@ int main(void) {
     CHECKF(kvt_model_load(path, kvt_model_default_params(), &m) == 0, "%s", kvt_errmsg());
     kvt_engine *e = m ? engine(m) : NULL, *ec = m ? engine(m) : NULL;
     kvt_cache *c = NULL, *cc = NULL;
-    CHECK(e && ec && !kvt_cache_new(e, kvt_cache_default_params(), &c) && !kvt_cache_new(ec, kvt_cache_default_params(), &cc));
+    CHECK(e && ec && !kvt_cache_new(e, kvt_cache_default_params(), &c) &&
+          !kvt_cache_new(ec, kvt_cache_default_params(), &cc));
     if (!c || !cc) return kvt_test_done("test_api_blend");
 
     kvt_request def = kvt_request_default_params();

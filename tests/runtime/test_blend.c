@@ -129,8 +129,8 @@ static int32_t argmax(const float *l, int32_t n) {
  * 0) or in steps of budget tokens with the sequence `other` (other_prompt
  * fed first) decoding a greedy token between every two steps; then the rest
  * of p's prompt fed. */
-static placed place_steps(kvt_model *m, const prompt *warm, const prompt *p, const kvt_blend_params *bp,
-                          int32_t budget, const prompt *other_prompt) {
+static placed place_steps(kvt_model *m, const prompt *warm, const prompt *p, const kvt_blend_params *bp, int32_t budget,
+                          const prompt *other_prompt) {
     placed o = {0};
     kvt_engine *e = kvt_test_engine(m, B, 512, 2048);
     kvt_cache *c = NULL;
@@ -200,7 +200,8 @@ static void test_steps(kvt_model *m) {
     const int32_t budgets[] = {1, 7};
     for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
         placed st = place_steps(m, &warm, &p, &bp, budgets[b], &q);
-        const int32_t work = st.res.n_exact + st.res.n_stored + st.res.n_placed / B + st.res.n_placed + st.res.n_recomputed;
+        const int32_t work = st.res.n_exact + st.res.n_stored + st.res.n_placed / B + st.res.n_placed +
+            st.res.n_recomputed;
         CHECKF(st.kv_bytes == one.kv_bytes && st.kv && one.kv && !memcmp(st.kv, one.kv, one.kv_bytes),
                "budget %d: the placed KV differs from one pass", budgets[b]);
         CHECKF(st.logits && one.logits && !memcmp(st.logits, one.logits, (size_t)alone.n_vocab * sizeof *st.logits),
@@ -252,10 +253,8 @@ typedef struct {
 /* q[r] for ratios[r] (each over its own engine and cache) against one cold engine. */
 static void measure(kvt_model *m, const float *ratios, quality *q) {
     static const kvt_document S[5] = {
-        {"1", "Lily had a red ball. She played in the park."},
-        {"2", "Tom saw a big dog. The dog was sad and lost."},
-        {"3", "The sun was hot. Mom gave Ben a cold drink."},
-        {"4", "A little bird sat on the tree and sang a song."},
+        {"1", "Lily had a red ball. She played in the park."}, {"2", "Tom saw a big dog. The dog was sad and lost."},
+        {"3", "The sun was hot. Mom gave Ben a cold drink."},  {"4", "A little bird sat on the tree and sang a song."},
         {"5", "Sue found a box. Inside was a shiny toy car."},
     };
     static const int perm[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
@@ -346,7 +345,8 @@ static void test_quality(void) {
     const float ratios[N_RATIOS] = {0.0f, KVT_BLEND_DEFAULT_RATIO, 1.0f};
     quality q[N_RATIOS];
     measure(m, ratios, q);
-    CHECK(q[2].top1_same == q[2].trials && q[2].greedy_same == q[2].trials && q[2].max_dev == 0); /* all recomputed: exact */
+    CHECK(q[2].top1_same == q[2].trials && q[2].greedy_same == q[2].trials &&
+          q[2].max_dev == 0); /* all recomputed: exact */
     CHECK(q[1].placed > 0 && q[1].placed == q[0].placed);
     /* the bounds: measured 60/60 first tokens, max deviation 0.3105 (0.3179 without recompute),
      * mean 0.1722 (0.1818); recomputing the selected tokens must not make it worse than none */

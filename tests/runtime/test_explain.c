@@ -85,7 +85,8 @@ static void test_timestamp(kvt_engine *e) {
     /* another tenant's namespace is never named: only the shared one is consulted */
     int32_t nc;
     int32_t *other = tokenize("A prompt that only tenant b has sent, long enough to fill a whole block or two of "
-                              "tokens so that it is cached under its salt.", &nc);
+                              "tokens so that it is cached under its salt.",
+                              &nc);
     request(e, c, other, nc, "tenant-b");
     s = request(e, c, other, nc, "tenant-c");
     CHECKF(s.reason == KVT_REUSE_NEVER_SEEN, "cross-tenant: %s", kvt_reuse_reason_name(s.reason));
@@ -154,8 +155,7 @@ static void test_restore_skipped(void) {
     }
     kvt_cache_flush(c);
     kvt_reuse_stop s = request(e, c, p, 4 * B, NULL);
-    CHECKF(s.reason == KVT_REUSE_RESTORE_SLOWER && s.block == 0, "got %s@%d", kvt_reuse_reason_name(s.reason),
-           s.block);
+    CHECKF(s.reason == KVT_REUSE_RESTORE_SLOWER && s.block == 0, "got %s@%d", kvt_reuse_reason_name(s.reason), s.block);
 out:
     kvt_cache_free(c);
     kvt_engine_free(e);

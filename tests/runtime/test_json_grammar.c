@@ -54,14 +54,34 @@ static void test_json_object(void) {
     kvt_jg_schema *s = compile(NULL);
     if (!s) return;
     static const char *const good[] = {
-        "{}", " {\"a\": 1}", "{\"a\":[1,-2.5e+3,0.25,\"x\\u00e9\\n\",true,false,null,{\"b\":{}}]}",
-        "{\n  \"k\": \"caf\xc3\xa9 \xf0\x9f\x98\x80\"\n}", "{\"\":\"\"}", "{\"a\":0E5}",
+        "{}",
+        " {\"a\": 1}",
+        "{\"a\":[1,-2.5e+3,0.25,\"x\\u00e9\\n\",true,false,null,{\"b\":{}}]}",
+        "{\n  \"k\": \"caf\xc3\xa9 \xf0\x9f\x98\x80\"\n}",
+        "{\"\":\"\"}",
+        "{\"a\":0E5}",
     };
     for (size_t i = 0; i < KVT_ARRAY_LEN(good); i++) CHECKF(accepts(s, good[i]), "refused %s", good[i]);
     static const char *const bad[] = {
-        "[1]", "\"x\"", "{\"a\":}", "{\"a\":01}", "{\"a\":1,}", "{} ", "{}x", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\u0000\"}",
-        "{\"a\":\"\x01\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":tru}x", "{\"a\":1.}",
-        "{\"a\":-}", "{a:1}", "{\"a\" 1}", "{\"a\":\"\\x\"}", "{           \"a\":1}",
+        "[1]",
+        "\"x\"",
+        "{\"a\":}",
+        "{\"a\":01}",
+        "{\"a\":1,}",
+        "{} ",
+        "{}x",
+        "{\"a\":\"\\ud800\"}",
+        "{\"a\":\"\\u0000\"}",
+        "{\"a\":\"\x01\"}",
+        "{\"a\":\"\xc0\xaf\"}",
+        "{\"a\":\"\xed\xa0\x80\"}",
+        "{\"a\":tru}x",
+        "{\"a\":1.}",
+        "{\"a\":-}",
+        "{a:1}",
+        "{\"a\" 1}",
+        "{\"a\":\"\\x\"}",
+        "{           \"a\":1}",
     };
     for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) CHECKF(refuses(s, bad[i]), "did not refuse %s", bad[i]);
     /* incomplete but valid so far: not refused, not complete */
@@ -70,12 +90,12 @@ static void test_json_object(void) {
     kvt_jg_schema_free(s);
 }
 
-#define PERSON                                                                                                   \
-    "{\"type\":\"object\",\"title\":\"p\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":2,"         \
-    "\"maxLength\":5},\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\","    \
-    "\"bc\",3,null]},\"minItems\":1,\"maxItems\":2},\"kind\":{\"const\":\"x\"},\"ok\":{\"type\":\"boolean\"},"    \
-    "\"opt\":{\"type\":[\"number\",\"null\"]},\"sub\":{\"type\":\"object\",\"properties\":{\"z\":{\"type\":"      \
-    "\"null\"}},\"required\":[\"z\"],\"additionalProperties\":false}},\"required\":[\"name\",\"age\",\"tags\"],"  \
+#define PERSON \
+    "{\"type\":\"object\",\"title\":\"p\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":2," \
+    "\"maxLength\":5},\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\"," \
+    "\"bc\",3,null]},\"minItems\":1,\"maxItems\":2},\"kind\":{\"const\":\"x\"},\"ok\":{\"type\":\"boolean\"}," \
+    "\"opt\":{\"type\":[\"number\",\"null\"]},\"sub\":{\"type\":\"object\",\"properties\":{\"z\":{\"type\":" \
+    "\"null\"}},\"required\":[\"z\"],\"additionalProperties\":false}},\"required\":[\"name\",\"age\",\"tags\"]," \
     "\"additionalProperties\":false}"
 
 static void test_schema(void) {
@@ -90,18 +110,18 @@ static void test_schema(void) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(good); i++) CHECKF(accepts(s, good[i]), "refused %s", good[i]);
     /* each ends at its bad byte: the prefix before it can go on, that byte is refused */
     static const char *const bad[] = {
-        "{\"name\":\"ab\",\"age\":1}",                          /* tags missing */
-        "{\"name\":\"a\"",                                       /* too short */
-        "{\"name\":\"abcdef",                                    /* too long */
-        "{\"age\":1.",                                           /* not an integer */
-        "{\"tags\":[]",                                          /* minItems */
-        "{\"tags\":[\"a\",\"a\",",                               /* maxItems */
-        "{\"tags\":[\"b\"",                                      /* not in the enum */
-        "{\"ot",                                                /* additionalProperties false */
-        "{\"age\":1,\"a",                                       /* a property twice */
-        "{\"kind\":\"y",                                         /* const */
-        "{\"sub\":{}",                                           /* sub.z required */
-        "{\"opt\":\"",                                           /* number or null */
+        "{\"name\":\"ab\",\"age\":1}", /* tags missing */
+        "{\"name\":\"a\"",             /* too short */
+        "{\"name\":\"abcdef",          /* too long */
+        "{\"age\":1.",                 /* not an integer */
+        "{\"tags\":[]",                /* minItems */
+        "{\"tags\":[\"a\",\"a\",",     /* maxItems */
+        "{\"tags\":[\"b\"",            /* not in the enum */
+        "{\"ot",                       /* additionalProperties false */
+        "{\"age\":1,\"a",              /* a property twice */
+        "{\"kind\":\"y",               /* const */
+        "{\"sub\":{}",                 /* sub.z required */
+        "{\"opt\":\"",                 /* number or null */
     };
     for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++)
         CHECKF(refuses_at_end(s, bad[i]), "%s: not refused at its last byte", bad[i]);
@@ -146,7 +166,8 @@ static void test_refused_keywords(void) {
         const char *schema, *word;
     } cases[] = {
         {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
-        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":5}}}", "'minimum' of 5 (0 or beyond"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":5}}}",
+         "'minimum' of 5 (0 or beyond"},
         {"{\"type\":\"number\",\"exclusiveMinimum\":0}", "'exclusiveMinimum'"},
         {"{\"type\":\"integer\",\"maximum\":100}", "'maximum'"},
         {"{\"type\":\"integer\",\"multipleOf\":2}", "'multipleOf'"},
@@ -192,7 +213,7 @@ static void check_mask(kvt_jg *g, const kvt_jg_schema *s, const kvt_tokenizer *t
         if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
             kvt_jg *h = kvt_jg_new(s, NULL);
             ok = kvt_jg_feed(h, prefix, strlen(prefix)) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
-                 kvt_jg_min_bytes(h) <= budget - 1;
+                kvt_jg_min_bytes(h) <= budget - 1;
             kvt_jg_free(h);
         } else {
             ok = (kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t)) && kvt_jg_can_end(g);
@@ -209,8 +230,15 @@ static void test_mask_exact(const kvt_tokenizer *t) {
     kvt_jg_schema *s = compile(PERSON);
     int32_t nv = kvt_tokenizer_n_vocab(t);
     uint8_t *mask = malloc((size_t)nv);
-    static const char *const prefixes[] = {"", " {", "{\"na", "{\"name\":\"x", "{\"name\":\"abcd", "{\"name\":\"ab\",",
-                                           "{\"name\":\"ab\",\"age\":1", "{\"tags\":[", "{\"tags\":[3",
+    static const char *const prefixes[] = {"",
+                                           " {",
+                                           "{\"na",
+                                           "{\"name\":\"x",
+                                           "{\"name\":\"abcd",
+                                           "{\"name\":\"ab\",",
+                                           "{\"name\":\"ab\",\"age\":1",
+                                           "{\"tags\":[",
+                                           "{\"tags\":[3",
                                            "{\"name\":\"ab\",\"age\":1,\"tags\":[\"a\"]"};
     for (size_t i = 0; s && i < KVT_ARRAY_LEN(prefixes); i++) {
         kvt_jg *g = kvt_jg_new(s, v);
@@ -317,8 +345,8 @@ static void test_random_walks(const kvt_tokenizer *t, const char *schema_json, i
         cJSON_Delete(doc);
         kvt_jg_free(g);
     }
-    CHECKF(finished == walks && valid == walks, "%s budget %d: %d/%d finished, %d valid", schema_json ? "schema" : "json_object",
-           budget, finished, walks, valid);
+    CHECKF(finished == walks && valid == walks, "%s budget %d: %d/%d finished, %d valid",
+           schema_json ? "schema" : "json_object", budget, finished, walks, valid);
     free(mask);
     free(allowed);
     cJSON_Delete(sc);

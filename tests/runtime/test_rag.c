@@ -25,10 +25,12 @@
 static kvt_model *model;
 
 static const char *const DOCS[][2] = {
-    {"lyon", "The warehouse in Lyon ships parcels on Mondays and Thursdays only.\n\n"
-             "Lyon orders placed after Thursday noon wait for the next Monday truck."},
-    {"refunds", "Refunds go back to the original card within five business days.\n\n"
-                "Gift card refunds become store credit instead of cash."},
+    {"lyon",
+     "The warehouse in Lyon ships parcels on Mondays and Thursdays only.\n\n"
+     "Lyon orders placed after Thursday noon wait for the next Monday truck."},
+    {"refunds",
+     "Refunds go back to the original card within five business days.\n\n"
+     "Gift card refunds become store credit instead of cash."},
     {"etna", "Mount Etna in Sicily erupts several times a year; volcanologists measure sulfur dioxide at its craters."},
     {"tides", "Ocean tides rise and fall twice a day because the moon pulls on the water."},
 };
@@ -143,7 +145,8 @@ static void test_file(kvt_rag_index *x) {
         CHECK(!strcmp(a->id, b->id) && !strcmp(a->text, b->text) && a->tokens == b->tokens);
     }
     kvt_rag_hit h1[4], h2[4];
-    int32_t n1 = kvt_rag_query(x, "Lyon Monday truck refunds", 4, h1), n2 = kvt_rag_query(y, "Lyon Monday truck refunds", 4, h2);
+    int32_t n1 = kvt_rag_query(x, "Lyon Monday truck refunds", 4, h1),
+            n2 = kvt_rag_query(y, "Lyon Monday truck refunds", 4, h2);
     CHECK(n1 == n2 && n1 > 0);
     for (int32_t i = 0; i < n1 && i < n2; i++)
         CHECK(h1[i].chunk == h2[i].chunk && h1[i].score == h2[i].score && h1[i].rank == h2[i].rank);
@@ -324,7 +327,7 @@ static void test_plan_cached(kvt_rag_index *x) {
     CHECKF(order[0] == 1 && order[1] == 2 && order[2] == 0, "order %d %d %d", order[0], order[1], order[2]);
     CHECK(lookups >= 3 && lookups <= 6);
     CHECK(st[0] == st_w[0] && st[2] == st_w[2] && st[3] - st[2] == len0); /* 2 and 4 where they were cached */
-    CHECK(!memcmp(p, pw, st_w[2] * sizeof *p));                         /* the cached prefix, token for token */
+    CHECK(!memcmp(p, pw, st_w[2] * sizeof *p));                           /* the cached prefix, token for token */
     CHECK(!memcmp(p + st[3], canon + st[3], (n - st[3]) * sizeof *p));    /* the question stays last */
     kvt_test_gen g1 = kvt_test_generate(e, c, p, (int32_t)n, N_GEN, NULL);
     CHECKF(g1.res.n_reused == (int32_t)st_w[2], "reused %d, want %zu", g1.res.n_reused, st_w[2]);

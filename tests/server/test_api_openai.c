@@ -36,9 +36,10 @@ static void expect_error(kvt_api_kind k, const char *json, const char *param) {
 static void test_parse(void) {
     kvt_api_request r;
     kvt_api_error e;
-    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,"
-                                    "\"seed\":-7,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
-                                    "\"stream_options\":{\"include_usage\":true},\"cache_salt\":\"s\",\"user\":\"x\"}",
+    CHECK(parse(KVT_API_COMPLETION,
+                "{\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,"
+                "\"seed\":-7,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
+                "\"stream_options\":{\"include_usage\":true},\"cache_salt\":\"s\",\"user\":\"x\"}",
                 &r, &e) == 0);
     CHECK(!strcmp(r.prompt, "hi") && r.max_tokens == 5 && r.temperature == 0 && r.top_p == 0.5f && r.top_k == 3);
     CHECK(r.has_seed && r.seed == (uint64_t)(int64_t)-7 && r.n_stop == 2 && !strcmp(r.stop[1], "bc"));
@@ -54,8 +55,9 @@ static void test_parse(void) {
     kvt_api_request_free(&r);
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":\"yes\"}", "ignore_eos");
 
-    CHECK(parse(KVT_API_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
-                              "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],\"stop\":\"x\"}",
+    CHECK(parse(KVT_API_CHAT,
+                "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],\"stop\":\"x\"}",
                 &r, &e) == 0);
     CHECK(r.n_msgs == 2 && !strcmp(r.msgs[0].role, "system") && !strcmp(r.msgs[1].content, "ab") && r.n_stop == 1);
     kvt_api_request_free(&r);
@@ -65,7 +67,7 @@ static void test_parse(void) {
     expect_error(KVT_API_COMPLETION, "{}", "prompt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":true}", "prompt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
-    expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,100]}", "prompt");   /* outside the vocabulary */
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,100]}", "prompt"); /* outside the vocabulary */
     expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,2.5]}", "prompt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":65}", "max_tokens"); /* over the limit */
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens");
@@ -194,7 +196,10 @@ static void test_utf8(void) {
 
 static void test_responses(void) {
     kvt_api_head h = {.kind = KVT_API_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m"};
-    kvt_api_usage u = {.prompt_tokens = 10, .completion_tokens = 2, .cached_tokens = 8, .tier_tokens = {8, 0, 0, 0},
+    kvt_api_usage u = {.prompt_tokens = 10,
+                       .completion_tokens = 2,
+                       .cached_tokens = 8,
+                       .tier_tokens = {8, 0, 0, 0},
                        .computed_tokens = 2};
     char *j = kvt_api_response_json(&h, "hi", "stop", &u, NULL);
     cJSON *o = cJSON_Parse(j);
@@ -218,7 +223,8 @@ static void test_responses(void) {
     kvt_api_error e;
     kvt_api_errorf(&e, 400, "invalid_request_error", "n", "bad", "only %d", 1);
     j = kvt_api_error_json(&e);
-    CHECK(!strcmp(j, "{\"error\":{\"message\":\"only 1\",\"type\":\"invalid_request_error\",\"param\":\"n\",\"code\":\"bad\"}}"));
+    CHECK(!strcmp(
+        j, "{\"error\":{\"message\":\"only 1\",\"type\":\"invalid_request_error\",\"param\":\"n\",\"code\":\"bad\"}}"));
     free(j);
 }
 
@@ -243,7 +249,8 @@ static void test_chat(void) {
     if (!m) return;
     CHECK(kvt_chat_detect(m->chat_template) == KVT_CHAT_CHATML);
     CHECK(kvt_chat_family_parse("llama3") == KVT_CHAT_LLAMA3 && kvt_chat_family_parse("x") == KVT_CHAT_UNKNOWN);
-    int32_t im_start = kvt_tokenizer_find(m->tok, "<|im_start|>", 12), im_end = kvt_tokenizer_find(m->tok, "<|im_end|>", 10);
+    int32_t im_start = kvt_tokenizer_find(m->tok, "<|im_start|>", 12),
+            im_end = kvt_tokenizer_find(m->tok, "<|im_end|>", 10);
     kvt_chat_msg msgs[] = {{"user", "<|im_start|>"}, {"assistant", "REPLY"}, {"user", "ok"}};
     int32_t *ids;
     size_t n;

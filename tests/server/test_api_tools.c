@@ -35,14 +35,16 @@ static void expect_error(const char *json, const char *param, const char *words)
            "%s: rc %d param %s message %s", json, rc, rc && e.param ? e.param : "-", rc ? e.message : "-");
 }
 
-#define TOOL "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"," \
-             "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}"
-#define TOOL_TEXT "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": " \
-                  "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}"
-#define HISTORY                                                                                                   \
-    "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Paris?\"},"    \
-    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"   \
-    "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\","            \
+#define TOOL \
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"," \
+    "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}"
+#define TOOL_TEXT \
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": " \
+    "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}"
+#define HISTORY \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Paris?\"}," \
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":" \
+    "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\"," \
     "\"tool_call_id\":\"c1\",\"content\":\"sunny\"},{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"21\"}]," \
     "\"tools\":[" TOOL "]}"
 
@@ -58,15 +60,18 @@ static void test_chatml_rendering(void) {
         CHECK(!strcmp(m[0].role, "system") && !strncmp(m[0].content, "Be brief.\n\n# Tools", 18));
         CHECKF(strstr(m[0].content, "<tools>\n" TOOL_TEXT "\n</tools>"), "%s", m[0].content);
         CHECK(!strcmp(m[1].role, "user") && last == 1);
-        CHECKF(!strcmp(m[2].content, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                                     "</tool_call>"),
+        CHECKF(!strcmp(m[2].content,
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                       "</tool_call>"),
                "%s", m[2].content);
         CHECKF(!strcmp(m[3].role, "user") &&
-                   !strcmp(m[3].content, "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n21\n</tool_response>"),
+                   !strcmp(m[3].content,
+                           "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n21\n</tool_response>"),
                "%s", m[3].content);
         /* byte-stable: the same request renders the same */
         int same = nb == n;
-        for (size_t i = 0; same && i < n; i++) same = !strcmp(m[i].content, mb[i].content) && !strcmp(m[i].role, mb[i].role);
+        for (size_t i = 0; same && i < n; i++)
+            same = !strcmp(m[i].content, mb[i].content) && !strcmp(m[i].role, mb[i].role);
         CHECK(same);
         /* the call in history reads back as itself */
         kvt_api_call *calls;
@@ -92,10 +97,12 @@ static void test_llama3_rendering(void) {
     CHECKF(n == 5, "%zu messages", n);
     if (n == 5) {
         CHECK(!strcmp(m[0].content, "Be brief."));
-        CHECKF(strstr(m[1].content, "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",") &&
+        CHECKF(strstr(m[1].content,
+                      "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",") &&
                    strstr(m[1].content, "\n\nParis?"),
                "%s", m[1].content);
-        CHECKF(!strcmp(m[2].content, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"), "%s", m[2].content);
+        CHECKF(!strcmp(m[2].content, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"), "%s",
+               m[2].content);
         CHECK(!strcmp(m[3].role, "ipython") && !strcmp(m[3].content, "sunny") && !strcmp(m[4].role, "ipython"));
         kvt_api_call *calls;
         char *content;
@@ -245,11 +252,14 @@ static void test_errors(void) {
     snprintf(body, sizeof body,
              "{%s,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"oneOf\":[]}}}}", m);
     expect_error(body, "response_format", "'oneOf'");
-    snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"json_object\"},\"json_schema\":{\"type\":\"object\"}}", m);
+    snprintf(body, sizeof body,
+             "{%s,\"response_format\":{\"type\":\"json_object\"},\"json_schema\":{\"type\":\"object\"}}", m);
     expect_error(body, "json_schema", NULL);
     snprintf(body, sizeof body, "{%s,\"functions\":[{\"name\":\"f\"}]}", m);
     expect_error(body, "functions", NULL);
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}");
+    snprintf(
+        body, sizeof body,
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}");
     expect_error(body, "messages", "arguments");
     kvt_api_request r;
     kvt_api_error e;

@@ -76,8 +76,8 @@ static void test_strings(void) {
     expect_fault("[\"\xF4\x90\x80\x80\"]", KVT_JSON_TEXT, "/0", 2); /* U+110000 */
     expect_fault("[\"\xF5\x80\x80\x80\"]", KVT_JSON_TEXT, "/0", 2);
     expect_fault("[\"\xFF\"]", KVT_JSON_TEXT, "/0", 2);
-    expect_fault("[\"\xE2\x82\"]", KVT_JSON_TEXT, "/0", 2);         /* cut short by the quote */
-    expect_fault("[\"\xE2\x82", KVT_JSON_TEXT, "/0", 2);            /* cut short by the end */
+    expect_fault("[\"\xE2\x82\"]", KVT_JSON_TEXT, "/0", 2); /* cut short by the quote */
+    expect_fault("[\"\xE2\x82", KVT_JSON_TEXT, "/0", 2);    /* cut short by the end */
     expect_fault("[\"\\ud800\"]", KVT_JSON_TEXT, "/0", 2);
     expect_fault("[\"\\ud800\\u0041\"]", KVT_JSON_TEXT, "/0", 2);
     expect_fault("[\"\\udc00\"]", KVT_JSON_TEXT, "/0", 2);
@@ -88,7 +88,8 @@ static void test_strings(void) {
     /* the boundaries that are fine */
     expect_ok("[\"\xC2\x80\xDF\xBF\xE0\xA0\x80\xED\x9F\xBF\xEE\x80\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF\"]");
     expect_ok("[\"\\u0001\\u001f\\ud7ff\\ue000\\uffff\\ud800\\udc00\\udbff\\udfff\\\"\\\\\\/\\b\\f\\n\\r\\t\x7f\"]");
-    expect_ok("{\"content\":\"caf\xC3\xA9 \xF0\x9F\x98\x80 \\u00e9\\ud83d\\ude00\",\"nested\":{\"a\":[1,{\"b\":null}]}}");
+    expect_ok(
+        "{\"content\":\"caf\xC3\xA9 \xF0\x9F\x98\x80 \\u00e9\\ud83d\\ude00\",\"nested\":{\"a\":[1,{\"b\":null}]}}");
 }
 
 static void test_grammar(void) {
@@ -122,7 +123,10 @@ static void test_grammar(void) {
     num[63] = 0;
     expect_ok(num);
     /* the JSON pointer escapes '/' and '~' and shows bytes outside printable ASCII as '?' */
-    expect_fault("{\"a/b~c\":{\"\xC3\xA9\":[0,\"\\u0000\"]}}", KVT_JSON_NUL, "/a~1b~0c/?" "?/1", 19);
+    expect_fault("{\"a/b~c\":{\"\xC3\xA9\":[0,\"\\u0000\"]}}", KVT_JSON_NUL,
+                 "/a~1b~0c/?"
+                 "?/1",
+                 19);
 }
 
 static void test_limits(void) {
@@ -215,8 +219,8 @@ static void expect_message(kvt_api_kind k, const char *json, const char *want) {
     kvt_api_request r;
     kvt_api_error e;
     int rc = kvt_api_parse(k, json, strlen(json), 100, 16, 64, &r, &e);
-    CHECKF(rc == KVT_EARG && strstr(e.message, want), "%s: message '%s', want '%s'", json,
-           rc ? e.message : "(parsed)", want);
+    CHECKF(rc == KVT_EARG && strstr(e.message, want), "%s: message '%s', want '%s'", json, rc ? e.message : "(parsed)",
+           want);
     if (!rc) kvt_api_request_free(&r);
 }
 
@@ -229,9 +233,11 @@ static void test_number_messages(void) {
                    "'top_k' must be an integer from -1 to 2147483647, got 2147483648");
     expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"top_k\":1e309}", "from -1 to 2147483647");
     expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"top_k\":1.5}", "an integer from -1 to 2147483647, got 1.5");
-    expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "'top_p' must be a finite number above 0 and at most 1");
+    expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}",
+                   "'top_p' must be a finite number above 0 and at most 1");
     expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"repeat_penalty\":0}", "above 0 and at most 10");
-    expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":65}", "'max_tokens' must be an integer from 1 to 64");
+    expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":65}",
+                   "'max_tokens' must be an integer from 1 to 64");
     expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"seed\":1e16}", "from -9007199254740991 to 9007199254740991");
     expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"penalty_last_n\":-2}", "from -1 to 2147483647, got -2");
     expect_message(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"kvtier\":{\"priority\":1e309}}",

@@ -42,7 +42,8 @@ static int well_formed(const char *text) {
                 size_t tl = strlen(typed[k]);
                 /* histogram samples carry _bucket/_sum/_count after the announced name */
                 if (!strncmp(name, typed[k], tl) &&
-                    (!name[tl] || !strcmp(name + tl, "_bucket") || !strcmp(name + tl, "_sum") || !strcmp(name + tl, "_count")))
+                    (!name[tl] || !strcmp(name + tl, "_bucket") || !strcmp(name + tl, "_sum") ||
+                     !strcmp(name + tl, "_count")))
                     known = 1;
             }
             if (!i || isdigit((unsigned char)line[0]) || !known) bad++;

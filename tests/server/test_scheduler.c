@@ -14,11 +14,11 @@
 #include "server_impl.h"
 #include "testutil.h"
 
-#define B 16          /* tokens per page */
+#define B 16 /* tokens per page */
 #define N_CTX 2048
 #define N_VOCAB 600
-#define PROMPT 40     /* prompt tokens: two full blocks and a partial one */
-#define LONG 1500     /* max_tokens of the request that holds the slot (it is cancelled long before) */
+#define PROMPT 40 /* prompt tokens: two full blocks and a partial one */
+#define LONG 1500 /* max_tokens of the request that holds the slot (it is cancelled long before) */
 
 static struct kvt_model *model;
 

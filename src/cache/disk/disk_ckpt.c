@@ -47,9 +47,7 @@ static const uint8_t ckpt_magic[8] = {'K', 'V', 'T', 'I', 'D', 'X', 0, 1};
 /* Entries whose table slots are prefetched ahead of the one being applied. */
 #define CKPT_AHEAD 8
 
-static uint32_t ckpt_flags(const kvt_disk *d) {
-    return d->p.mac ? CKPT_F_MAC | (d->key.gmac ? CKPT_F_GMAC : 0) : 0;
-}
+static uint32_t ckpt_flags(const kvt_disk *d) { return d->p.mac ? CKPT_F_MAC | (d->key.gmac ? CKPT_F_GMAC : 0) : 0; }
 
 static uint64_t rec_entry_bytes(const kvt_disk *d) { return CKPT_REC_FIXED + 4ull * d->p.block_tokens; }
 
@@ -297,8 +295,7 @@ uint64_t kvt_disk_ckpt_apply(kvt_disk *d, const disk_ckpt *c, disk_seg *const *s
         uint32_t bytes = disk_rd32(p + 16);
         k = find_seg(segs, n_segs, k, id);
         if (k >= n_segs || covered[k] == UINT64_MAX) continue;
-        if (off % KVT_DISK_ALIGN || bytes % KVT_DISK_ALIGN || !bytes || bytes > d->rec_max ||
-            off + bytes > covered[k])
+        if (off % KVT_DISK_ALIGN || bytes % KVT_DISK_ALIGN || !bytes || bytes > d->rec_max || off + bytes > covered[k])
             continue;
         /* entries sit at multiples of 8 bytes in a mapping: the ids are aligned */
         const int32_t *tokens = (const int32_t *)(const void *)(p + CKPT_REC_FIXED);

@@ -24,9 +24,9 @@
 #define HEADER_NAME "header"
 #define HEADER_TMP_NAME "header.tmp"
 #define PROBE_NAME ".odirect-probe"
-#define STATS_NAME "stats"          /* lifetime counters, text, rewritten atomically at close */
+#define STATS_NAME "stats" /* lifetime counters, text, rewritten atomically at close */
 #define STATS_TMP_NAME "stats.tmp"
-#define KEY_NAME "key"              /* the directory's MAC key: KVT_DISK_KEY_BYTES random bytes, 0600 */
+#define KEY_NAME "key" /* the directory's MAC key: KVT_DISK_KEY_BYTES random bytes, 0600 */
 #define KEY_TMP_NAME "key.tmp"
 #define SEG_PREFIX "seg-"
 #define SEG_SUFFIX ".kvt"
@@ -54,8 +54,8 @@ static int open_component(int cur, const char *name, int create, const char *dir
     if (fd >= 0) close(fd);
     if (fstatat(cur, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(sb.st_mode)) {
         if (last)
-            return kvt_fail(-ELOOP, "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)",
-                            dir);
+            return kvt_fail(-ELOOP,
+                            "cache dir %s is a symbolic link: refusing to follow it (give the directory itself)", dir);
         return kvt_fail(-ELOOP,
                         "cache dir %s: %.*s is a symbolic link: refusing to follow it (a link anywhere on the path "
                         "could send our files elsewhere); give the path without links, as `realpath` prints it",
@@ -487,11 +487,11 @@ long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t
             continue;
         }
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
-                    !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
-                    !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
-                    !strcmp(nm, CKPT_NAME) || !strcmp(nm, CKPT_TMP_NAME) ||
-                    kvt_disk_is_seg_tmp_name(nm);
-        if (!known && warn_foreign) kvt_logk(KVT_LOG_WARN, "dir,file", "cache dir %s: ignoring foreign file '%s'", dir, nm);
+            !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
+            !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
+            !strcmp(nm, CKPT_NAME) || !strcmp(nm, CKPT_TMP_NAME) || kvt_disk_is_seg_tmp_name(nm);
+        if (!known && warn_foreign)
+            kvt_logk(KVT_LOG_WARN, "dir,file", "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
     closedir(dh);
     if (n) qsort(*ids, n, sizeof **ids, cmp_u64);
@@ -522,10 +522,13 @@ int kvt_disk_probe_o_direct(int dfd, const char *dir) {
     return rc;
 }
 
-/* The lifetime file: one "name value" line per counter, in this order. */
-#define LIFETIME_FIELDS(X)                                                                         \
-    X(sessions) X(lookup_blocks) X(lookup_hits) X(reads) X(read_misses) X(records_written)         \
+/* The lifetime file: one "name value" line per counter, in this order. (Kept
+ * out of clang-format: version 14 reflows this list differently on each run.) */
+// clang-format off
+#define LIFETIME_FIELDS(X) \
+    X(sessions) X(lookup_blocks) X(lookup_hits) X(reads) X(read_misses) X(records_written) \
     X(writes_dropped) X(corrupt) X(bytes_read) X(bytes_written) X(evicted)
+// clang-format on
 
 static int read_lifetime_at(int dfd, const char *dir, kvt_disk_lifetime *out) {
     memset(out, 0, sizeof *out);
@@ -539,7 +542,8 @@ static int read_lifetime_at(int dfd, const char *dir, kvt_disk_lifetime *out) {
     char name[64];
     unsigned long long v;
     while (fscanf(f, "%63s %llu", name, &v) == 2) {
-#define READ_FIELD(F) if (!strcmp(name, #F)) out->F = v;
+#define READ_FIELD(F) \
+    if (!strcmp(name, #F)) out->F = v;
         LIFETIME_FIELDS(READ_FIELD)
 #undef READ_FIELD
     }

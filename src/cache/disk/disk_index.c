@@ -141,8 +141,7 @@ void kvt_disk_disable_writes(kvt_disk *d, int err, const char *what) {
     d->write_err = err ? err : -EIO;
     d->st.writes_disabled = 1;
     kvt_logk(KVT_LOG_WARN, "dir,what,error", "disk tier %s: %s failed (%s); writes disabled, reads continue", d->dir,
-             what,
-            strerror(-d->write_err));
+             what, strerror(-d->write_err));
 }
 
 /* The queue slot holding hash, or NULL (mu held). */

@@ -107,8 +107,8 @@ static inline uint64_t kvt_disk_align_up(uint64_t n) {
 typedef struct {
     uint8_t bytes[KVT_DISK_KEY_BYTES]; /* the directory's key: BLAKE2b's key */
     uint32_t id;
-    int gmac;                          /* GMAC is computed here: gcm is set */
-    crypto_aead_aes256gcm_state gcm;   /* the derived AES-256 key, expanded once */
+    int gmac;                        /* GMAC is computed here: gcm is set */
+    crypto_aead_aes256gcm_state gcm; /* the derived AES-256 key, expanded once */
 } mac_key;
 
 /* Fills in k's id and, where GMAC is computed, its AES key; k->bytes is set. */
@@ -284,10 +284,10 @@ typedef struct kvt_disk_scan_reader kvt_disk_scan_reader;
 
 /* Counters of a reader, summed over its scans. */
 typedef struct {
-    uint64_t batches;   /* batches (windows) of reads issued together */
-    uint64_t reads;     /* positioned reads, including fallbacks */
-    uint64_t fallbacks; /* offsets read on their own (a missed prediction, a failed batched read) */
-    uint64_t bytes;     /* bytes those reads returned */
+    uint64_t batches;       /* batches (windows) of reads issued together */
+    uint64_t reads;         /* positioned reads, including fallbacks */
+    uint64_t fallbacks;     /* offsets read on their own (a missed prediction, a failed batched read) */
+    uint64_t bytes;         /* bytes those reads returned */
     uint64_t peak_windows;  /* the most windows in flight at once */
     uint64_t whole_records; /* records a verifying scan checked straight from a window (no read of their own) */
 } kvt_disk_scan_counts;
@@ -386,7 +386,7 @@ struct kvt_disk {
     mac_key key;
     int key_state;
 
-    pthread_mutex_t mu; /* guards everything below that the writer touches */
+    pthread_mutex_t mu;                       /* guards everything below that the writer touches */
     pthread_cond_t cv_work, cv_idle, cv_room; /* cv_room: a queue slot was freed (monotonic clock) */
     pthread_t writer;
     int writer_started, stop;
@@ -408,7 +408,7 @@ struct kvt_disk {
     disk_event *ev;
     size_t n_ev, cap_ev;
 
-    int write_err; /* first write error; writes are disabled once set (and enabled again after space_wait) */
+    int write_err;     /* first write error; writes are disabled once set (and enabled again after space_wait) */
     int space_wait;    /* write_err is a lack of space: the writer looks for room every p.space_retry_s */
     double space_next; /* kvt_now() of its next look */
     uint8_t *ckpt_buf; /* a checkpoint for the writer to write (periodic), or NULL */
@@ -416,8 +416,8 @@ struct kvt_disk {
     uint64_t lookup_blocks, lookup_hits; /* kvt_disk_note_lookup, this session */
 
     /* owner thread only */
-    double ckpt_last;    /* when the last periodic checkpoint was taken (or the open) */
-    uint64_t ckpt_mark;  /* the store's change count then (puts, evictions, removes, moves) */
+    double ckpt_last;   /* when the last periodic checkpoint was taken (or the open) */
+    uint64_t ckpt_mark; /* the store's change count then (puts, evictions, removes, moves) */
     kvt_dio *rio;
     uint8_t *rbuf;
     size_t rbuf_cap;

@@ -15,7 +15,7 @@
 struct kvt_dio {
     unsigned depth;
     unsigned inflight; /* reads submitted and not yet reaped */
-    int uring; /* 1 when ring is initialised and used */
+    int uring;         /* 1 when ring is initialised and used */
     struct io_uring ring;
 };
 
@@ -97,8 +97,8 @@ size_t kvt_dio_reap(kvt_dio *io, int wait, kvt_dio_done_fn done, void *ctx) {
             got++;
         }
         if (io->inflight) { /* should not happen: requests lost in a broken ring */
-            kvt_logk(KVT_LOG_ERROR, "error,reads_in_flight",
-                     "disk I/O: io_uring failed (%s) with %u reads in flight", strerror(-rc), io->inflight);
+            kvt_logk(KVT_LOG_ERROR, "error,reads_in_flight", "disk I/O: io_uring failed (%s) with %u reads in flight",
+                     strerror(-rc), io->inflight);
             abort();
         }
         return got;

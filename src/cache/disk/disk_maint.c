@@ -44,9 +44,9 @@ static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         }
         if (kvt_disk_decode_with(w->zd, &full, w->dec, w->dec_cap)) info.status = KVT_EFORMAT;
     }
-    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)   ? KVT_DISK_MAC_NONE
-               : raw && kvt_disk_mac_checkable(w->key, rec) ? KVT_DISK_MAC_OK
-                                                   : KVT_DISK_MAC_UNCHECKED;
+    info.mac = !(rec->flags & KVT_DISK_FLAG_MAC)     ? KVT_DISK_MAC_NONE
+        : raw && kvt_disk_mac_checkable(w->key, rec) ? KVT_DISK_MAC_OK
+                                                     : KVT_DISK_MAC_UNCHECKED;
     info.rec.tokens = NULL;
     info.rec.stored = NULL;
     info.rec.raw = NULL;
@@ -330,8 +330,10 @@ int kvt_disk_clear(const char *dir, uint64_t *removed) {
         /* unlinkat removes a link planted under a segment's name, not its target */
         struct stat sb;
         uint64_t sz = fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)
-                          ? (uint64_t)sb.st_size : 0;
-        if (unlinkat(dfd, e->d_name, 0)) rc = kvt_fail(-errno, "cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
+            ? (uint64_t)sb.st_size
+            : 0;
+        if (unlinkat(dfd, e->d_name, 0))
+            rc = kvt_fail(-errno, "cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
         else if (removed) *removed += sz;
     }
     closedir(dh);

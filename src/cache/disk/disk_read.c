@@ -63,8 +63,8 @@ typedef struct {
     disk_seg *seg;
     uint64_t off;
     uint32_t bytes;
-    uint8_t *buf;  /* where the record lands in the read arena */
-    int status;    /* 0 hit, 1 miss (mismatch), 2 corrupt, 3 read error */
+    uint8_t *buf; /* where the record lands in the read arena */
+    int status;   /* 0 hit, 1 miss (mismatch), 2 corrupt, 3 read error */
 } disk_plan;
 
 typedef struct {
@@ -199,8 +199,8 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
             if (pl->status == 2) d->st.corrupt++;
             else d->st.read_errors++;
             kvt_logk(KVT_LOG_WARN, "dir,segment_hex,offset,state",
-                     "disk tier %s: record at segment %016" PRIx64 " offset %" PRIu64 " is %s; dropped",
-                    d->dir, pl->seg->id, pl->off, pl->status == 2 ? "corrupt" : "unreadable");
+                     "disk tier %s: record at segment %016" PRIx64 " offset %" PRIu64 " is %s; dropped", d->dir,
+                     pl->seg->id, pl->off, pl->status == 2 ? "corrupt" : "unreadable");
             if (same) kvt_disk_rec_drop(d, pl->slot);
         }
         kvt_disk_seg_unref(pl->seg);

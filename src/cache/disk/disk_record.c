@@ -24,7 +24,8 @@ static_assert(RH_FLAGS == RH_CRC + 4 && RH_MAC == RH_KEY_ID + 4, "record header 
 static_assert(RH_TOKENS == RH_MAC + KVT_DISK_MAC_BYTES, "record header layout");
 static_assert(KVT_DISK_MAC_BYTES >= crypto_generichash_BYTES_MIN && KVT_DISK_MAC_BYTES <= crypto_generichash_BYTES_MAX,
               "MAC length BLAKE2b can produce");
-static_assert(KVT_DISK_KEY_BYTES >= crypto_generichash_KEYBYTES_MIN && KVT_DISK_KEY_BYTES <= crypto_generichash_KEYBYTES_MAX,
+static_assert(KVT_DISK_KEY_BYTES >= crypto_generichash_KEYBYTES_MIN &&
+                  KVT_DISK_KEY_BYTES <= crypto_generichash_KEYBYTES_MAX,
               "key length BLAKE2b accepts");
 static_assert(KVT_DISK_GMAC_TAG_BYTES == crypto_aead_aes256gcm_ABYTES &&
                   KVT_DISK_GMAC_NONCE_BYTES == crypto_aead_aes256gcm_NPUBBYTES &&
@@ -200,7 +201,8 @@ int kvt_disk_record_parse(const void *buf, size_t len, int full, kvt_disk_record
 
 int kvt_disk_decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap) {
     if (!r->stored) return kvt_fail(KVT_EARG, "record payload not parsed");
-    if (cap < r->payload_bytes) return kvt_fail(KVT_ELIMIT, "payload of %" PRIu64 " bytes > %zu", r->payload_bytes, cap);
+    if (cap < r->payload_bytes)
+        return kvt_fail(KVT_ELIMIT, "payload of %" PRIu64 " bytes > %zu", r->payload_bytes, cap);
     if (r->codec == KVT_DISK_CODEC_RAW) {
         memcpy(out, r->stored, r->payload_bytes);
         return 0;

@@ -43,10 +43,10 @@ typedef struct scan_window {
     int chunk;             /* 1: contiguous reads from off; 0: slots at off + i * stride */
     int ready;             /* every read completed (and valid, eof set) */
     uint64_t off;
-    uint64_t span;         /* chunk window: it answers for headers in [off, off + span) */
-    uint64_t stride;       /* header window: the distance between slots */
-    uint64_t valid;        /* chunk window, ready: the bytes read contiguously from off */
-    int eof;               /* ... and the file ends there */
+    uint64_t span;   /* chunk window: it answers for headers in [off, off + span) */
+    uint64_t stride; /* header window: the distance between slots */
+    uint64_t valid;  /* chunk window, ready: the bytes read contiguously from off */
+    int eof;         /* ... and the file ends there */
 } scan_window;
 
 struct kvt_disk_scan_reader {
@@ -57,16 +57,16 @@ struct kvt_disk_scan_reader {
     unsigned depth;        /* windows in flight together */
     uint8_t *one;          /* SCAN_READ_BYTES, aligned: the read of one offset on its own (made at first use) */
     scan_window win[SCAN_WINDOWS_MAX];
-    unsigned head, count;  /* the windows in flight, in offset order, as a ring */
+    unsigned head, count; /* the windows in flight, in offset order, as a ring */
     /* the stream of windows of the segment being scanned */
     int fd;
     uint64_t size;
-    int whole;             /* header slots read whole records (the scan verifies) */
-    int chunk;             /* the stream issues chunk windows (else header windows of stride) */
+    int whole; /* header slots read whole records (the scan verifies) */
+    int chunk; /* the stream issues chunk windows (else header windows of stride) */
     uint64_t stride, next_off;
-    unsigned batch;        /* slots of the next header window */
+    unsigned batch; /* slots of the next header window */
     uint64_t last_off, last_step;
-    int have_last;         /* last_off is the offset last asked for in this segment, last_step the one before */
+    int have_last; /* last_off is the offset last asked for in this segment, last_step the one before */
     kvt_disk_scan_counts n;
 };
 
@@ -131,7 +131,8 @@ static size_t window_plan(kvt_disk_scan_reader *rd, scan_window *w) {
         /* past size only as far as a pread at the last header could read */
         uint64_t end = KVT_MIN(off + rd->window_bytes + CHUNK_OVERLAP, kvt_disk_align_up(rd->size) + SCAN_READ_BYTES);
         for (uint64_t at = off; at < end; at += CHUNK_READ_BYTES, n++)
-            w->req[n] = (kvt_dio_req){rd->fd, at, (size_t)KVT_MIN(CHUNK_READ_BYTES, end - at), w->buf + (at - off), 0, w};
+            w->req[n] = (kvt_dio_req){rd->fd, at, (size_t)KVT_MIN(CHUNK_READ_BYTES, end - at), w->buf + (at - off),
+                                      0,      w};
         w->span = rd->window_bytes;
         rd->next_off = off + rd->window_bytes;
         return n;

@@ -128,8 +128,7 @@ size_t kvt_disk_reclaim_locked(kvt_disk *d, uint64_t move_cap, disk_move **moves
  * at the end of the new head segment s (NULL: none could be made); a record
  * that cannot be rewritten, or no longer fits, leaves the tier (evicted).
  * Writer thread. */
-static void write_moves(kvt_disk *d, disk_seg *s, const disk_move *moves, size_t n_moves, uint8_t *mbuf,
-                        const int *ok) {
+static void write_moves(kvt_disk *d, disk_seg *s, const disk_move *moves, size_t n_moves, uint8_t *mbuf, const int *ok) {
     for (size_t i = 0; i < n_moves; i++) {
         int wrc = -1;
         if (s && ok[i] && s->bytes + moves[i].bytes <= d->p.segment_bytes) {
@@ -227,8 +226,7 @@ static void queued_lost(kvt_disk *d, const disk_qslot *q) {
     /* with writes disabled, kvt_disk_disable_writes has said so once already */
     if (!d->write_err && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
         kvt_logk(KVT_LOG_WARN, "dir,dropped", "disk tier %s: a block could not be written (%" PRIu64 " dropped so far)",
-                 d->dir,
-                d->st.dropped);
+                 d->dir, d->st.dropped);
 }
 
 /* Encodes and appends one queued block. Writer thread. */
@@ -255,8 +253,8 @@ static void write_block(kvt_disk *d, disk_qslot *q) {
             codec = KVT_DISK_CODEC_ZSTD;
         }
     }
-    uint64_t bytes = kvt_disk_encode_with(rec, d->p.block_tokens, codec, d->p.payload_bytes, stored, d->p.ns,
-                                          q->hash, q->parent, d->p.mac ? &d->key : NULL);
+    uint64_t bytes = kvt_disk_encode_with(rec, d->p.block_tokens, codec, d->p.payload_bytes, stored, d->p.ns, q->hash,
+                                          q->parent, d->p.mac ? &d->key : NULL);
     int rc = 0;
     if (!d->head || d->head->bytes + bytes > d->p.segment_bytes) rc = rotate(d);
     if (rc) {
@@ -316,4 +314,3 @@ void *kvt_disk_writer_main(void *arg) {
     pthread_mutex_unlock(&d->mu);
     return NULL;
 }
-

@@ -62,7 +62,7 @@ void kvt_disk_poll(kvt_disk *d) {
 typedef struct {
     kvt_disk *d;
     disk_seg *seg;
-    uint64_t bad_run_end; /* end of the last bad 4 KiB run, to count a run once */
+    uint64_t bad_run_end;                 /* end of the last bad 4 KiB run, to count a run once */
     uint64_t no_mac, lost_key, no_scheme; /* with MAC on: records without one, signed under a key we lack, or
                                              under a scheme not computed here */
 } open_scan;
@@ -108,17 +108,18 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
 static void log_scan_misses(const kvt_disk *d, uint64_t lost_key, uint64_t no_mac, uint64_t no_scheme) {
     if (lost_key)
         kvt_logk(KVT_LOG_WARN, "dir,records",
-                "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
-                "was lost%s): they are misses",
-                d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
+                 "cache dir %s: %" PRIu64 " records are signed with a key this directory no longer has (its key file "
+                 "was lost%s): they are misses",
+                 d->dir, lost_key, d->key_state == KEY_NEW ? ", so a new one was made" : "");
     if (no_mac)
-        kvt_logk(KVT_LOG_INFO, "dir,records", "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses",
-                d->dir, no_mac);
+        kvt_logk(KVT_LOG_INFO, "dir,records",
+                 "cache dir %s: %" PRIu64 " records without a MAC (written with --kv-disk-no-mac) are misses", d->dir,
+                 no_mac);
     if (no_scheme)
         kvt_logk(KVT_LOG_WARN, "dir,records",
-                "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
-                "without AES-NI and PCLMUL, or a later build's): they are misses",
-                d->dir, no_scheme);
+                 "cache dir %s: %" PRIu64 " records carry a MAC of a scheme this machine cannot compute (AES-256-GCM "
+                 "without AES-NI and PCLMUL, or a later build's): they are misses",
+                 d->dir, no_scheme);
 }
 
 /* Opens every existing segment and indexes its records: those an index
@@ -133,7 +134,8 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     if (!ignore_records && d->p.index) {
         int crc = kvt_disk_ckpt_load(d, &ck);
         if (crc == 0) have_ckpt = 1;
-        else if (crc != KVT_ENOTFOUND) kvt_logk(KVT_LOG_WARN, "error", "%s: scanning every record header instead", kvt_errmsg());
+        else if (crc != KVT_ENOTFOUND)
+            kvt_logk(KVT_LOG_WARN, "error", "%s: scanning every record header instead", kvt_errmsg());
     }
     uint64_t *start = kvt_xcalloc((size_t)n + 1, sizeof *start); /* per opened segment: where its scan begins */
     for (long i = 0; i < n; i++) {
@@ -190,8 +192,10 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         kvt_disk_scan_reader_counts(rd, &c);
         d->st.open_scan_reads = c.reads;
         d->st.open_scan_read_bytes = c.bytes;
-        kvt_logk(KVT_LOG_DEBUG, "dir,bytes,reads,batches,single_reads", "disk tier %s: the scan read %" PRIu64 " bytes in %" PRIu64 " reads, %" PRIu64
-                " batches, %" PRIu64 " reads on their own", d->dir, c.bytes, c.reads, c.batches, c.fallbacks);
+        kvt_logk(KVT_LOG_DEBUG, "dir,bytes,reads,batches,single_reads",
+                 "disk tier %s: the scan read %" PRIu64 " bytes in %" PRIu64 " reads, %" PRIu64 " batches, %" PRIu64
+                 " reads on their own",
+                 d->dir, c.bytes, c.reads, c.batches, c.fallbacks);
         kvt_disk_scan_reader_free(rd);
     }
     log_scan_misses(d, lost_key, no_mac, no_scheme);
@@ -245,15 +249,15 @@ static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int
     if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
     if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
         kvt_logk(KVT_LOG_WARN, "dir,format_version,build_format_version",
-                 "cache dir %s has format version %u, this build uses %d: its records are ignored",
-                d->dir, version, KVT_DISK_FORMAT_VERSION);
+                 "cache dir %s has format version %u, this build uses %d: its records are ignored", d->dir, version,
+                 KVT_DISK_FORMAT_VERSION);
         *ignore_records = 1;
         need_header = 1;
     } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {
         kvt_logk(KVT_LOG_WARN, "dir,namespace_hi_hex,namespace_lo_hex",
-                "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
-                ": records of other namespaces are misses",
-                d->dir, hns.hi, hns.lo);
+                 "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
+                 ": records of other namespaces are misses",
+                 d->dir, hns.hi, hns.lo);
         need_header = 1;
     }
     if (unlocked) {
@@ -273,8 +277,8 @@ static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int
 static int open_key(kvt_disk *d, const kvt_disk_params *p) {
     const char *scheme = getenv(MAC_SCHEME_ENV);
     if (scheme && *scheme && strcmp(scheme, MAC_SCHEME_PORTABLE))
-        kvt_logk(KVT_LOG_WARN, "variable,value", "%s=%s: only '%s' means anything (for tests and benchmarks); ignored", MAC_SCHEME_ENV,
-                scheme, MAC_SCHEME_PORTABLE);
+        kvt_logk(KVT_LOG_WARN, "variable,value", "%s=%s: only '%s' means anything (for tests and benchmarks); ignored",
+                 MAC_SCHEME_ENV, scheme, MAC_SCHEME_PORTABLE);
     /* the key is made under the lock, so two openers never race to make it */
     int krc = kvt_disk_key_load(d->dir_fd, d->dir, geteuid(), &d->key);
     if (krc == 0) {
@@ -294,8 +298,8 @@ static void probe_o_direct(kvt_disk *d) {
     int prc = kvt_disk_probe_o_direct(d->dir_fd, d->dir);
     d->o_direct = prc == 0;
     if (prc)
-        kvt_logk(KVT_LOG_INFO, "dir,error", "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O", d->dir,
-                strerror(-prc));
+        kvt_logk(KVT_LOG_INFO, "dir,error", "disk tier %s: O_DIRECT not supported here (%s); using buffered I/O",
+                 d->dir, strerror(-prc));
 }
 
 /* The I/O backends (io_uring or pread/pwrite, for reads and for the
@@ -313,6 +317,8 @@ static void open_io(kvt_disk *d, const kvt_disk_params *p) {
     }
 }
 
+/* Long: each step of opening (the directory and its lock, the scan or the
+ * checkpoint, the I/O backend, the writer) checked and undone on failure. */
 int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     *out = NULL;
     uint32_t hb = KVT_DISK_HEADER_FIXED + 4 * p->block_tokens;
@@ -380,14 +386,16 @@ int kvt_disk_open(const kvt_disk_params *p, kvt_disk **out) {
     }
     d->writer_started = 1;
     kvt_logk(d->map.count ? KVT_LOG_INFO : KVT_LOG_DEBUG,
-            "dir,records,segments,checkpoint_records,scanned_mib,open_s,mac,let_go_records,let_go_segments",
-            "disk tier %s: %zu records in %zu segments (%" PRIu64 " from the index checkpoint, %.1f MiB of headers "
-            "scanned), opened in %.3f s; MAC %s; %" PRIu64 " records in %" PRIu64
-            " oldest segments let go to fit the budget",
-            d->dir, (size_t)d->map.count, d->n_segs, d->st.checkpoint_records,
-            (double)d->st.open_scanned_bytes / 1048576.0, d->st.open_scan_seconds,
-            !p->mac ? "off" : d->key.gmac ? "AES-256-GCM (GMAC)" : "BLAKE2b", d->st.evicted,
-            d->st.segments_reclaimed);
+             "dir,records,segments,checkpoint_records,scanned_mib,open_s,mac,let_go_records,let_go_segments",
+             "disk tier %s: %zu records in %zu segments (%" PRIu64 " from the index checkpoint, %.1f MiB of headers "
+             "scanned), opened in %.3f s; MAC %s; %" PRIu64 " records in %" PRIu64
+             " oldest segments let go to fit the budget",
+             d->dir, (size_t)d->map.count, d->n_segs, d->st.checkpoint_records,
+             (double)d->st.open_scanned_bytes / 1048576.0, d->st.open_scan_seconds,
+             !p->mac           ? "off"
+                 : d->key.gmac ? "AES-256-GCM (GMAC)"
+                               : "BLAKE2b",
+             d->st.evicted, d->st.segments_reclaimed);
     d->ckpt_last = kvt_now();
     d->ckpt_mark = kvt_disk_change_count(d);
     *out = d;
@@ -466,7 +474,7 @@ void kvt_disk_close(kvt_disk *d) {
         pthread_join(d->writer, NULL); /* drains the queue first */
     }
     if (d->head) fdatasync(d->head->fd);
-    if (d->lock_fd >= 0) write_lifetime(d); /* we own the directory: nobody else writes it */
+    if (d->lock_fd >= 0) write_lifetime(d);               /* we own the directory: nobody else writes it */
     if (d->lock_fd >= 0 && !d->write_err && d->p.index) { /* the next open reads this instead of every header */
         size_t len;
         uint8_t *buf = kvt_disk_ckpt_build(d, &len);
@@ -509,8 +517,8 @@ int kvt_disk_put(kvt_disk *d, kvt_hash128 hash, kvt_hash128 parent, const int32_
     if (rc == KVT_ELIMIT || rc == KVT_EUNSUPPORTED) d->st.dropped++;
     if (rc == KVT_ELIMIT && (d->st.dropped <= DROP_LOG_FIRST || d->st.dropped % DROP_LOG_EVERY == 0))
         kvt_logk(KVT_LOG_WARN, "dir,put_wait_ms,dropped",
-                "disk tier %s: the writer stayed behind for %u ms; a block was dropped (%" PRIu64 " so far)",
-                d->dir, d->p.put_wait_ms, d->st.dropped);
+                 "disk tier %s: the writer stayed behind for %u ms; a block was dropped (%" PRIu64 " so far)", d->dir,
+                 d->p.put_wait_ms, d->st.dropped);
     if (rc == 1) d->st.dup_puts++;
     uint32_t at = (d->q_head + d->q_count) % d->p.queue_depth;
     if (!rc) {
@@ -578,8 +586,9 @@ int kvt_disk_flush(kvt_disk *d) {
     int rc = d->write_err;
     pthread_mutex_unlock(&d->mu);
     /* the writer thread's own message is its thread's; say it again on the caller's */
-    if (rc) kvt_fail(rc, "disk tier %s: a write failed (%s), so writes stopped; blocks not yet written are lost",
-                     d->dir, kvt_strerror(rc));
+    if (rc)
+        kvt_fail(rc, "disk tier %s: a write failed (%s), so writes stopped; blocks not yet written are lost", d->dir,
+                 kvt_strerror(rc));
     return rc;
 }
 
@@ -609,13 +618,25 @@ static int ops_flush(void *t) { return kvt_disk_flush(t); }
 static void ops_stats(void *t, kvt_tier_stats *out) {
     kvt_disk_stats ds;
     kvt_disk_get_stats(t, &ds);
-    *out = (kvt_tier_stats){.blocks = ds.records, .bytes_used = ds.bytes_used, .budget_bytes = ds.budget_bytes,
+    *out = (kvt_tier_stats){.blocks = ds.records,
+                            .bytes_used = ds.bytes_used,
+                            .budget_bytes = ds.budget_bytes,
                             .block_cost = ((kvt_disk *)t)->rec_max,
-                            .hits = ds.hits, .misses = ds.misses, .puts = ds.puts, .evictions = ds.evicted,
+                            .hits = ds.hits,
+                            .misses = ds.misses,
+                            .puts = ds.puts,
+                            .evictions = ds.evicted,
                             .dropped = ds.dropped};
 }
 
 const kvt_tier_ops kvt_disk_tier_ops = {
-    .name = "T2 disk", .persistent = 1, .measured = 1, .put = ops_put, .get_many = ops_get_many,
-    .contains = ops_contains, .remove = ops_remove, .flush = ops_flush, .stats = ops_stats,
+    .name = "T2 disk",
+    .persistent = 1,
+    .measured = 1,
+    .put = ops_put,
+    .get_many = ops_get_many,
+    .contains = ops_contains,
+    .remove = ops_remove,
+    .flush = ops_flush,
+    .stats = ops_stats,
 };

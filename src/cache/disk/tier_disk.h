@@ -221,26 +221,26 @@ typedef enum { KVT_DISK_CODEC_RAW = 0, KVT_DISK_CODEC_ZSTD = 1, KVT_DISK_CODEC_C
 typedef struct kvt_disk kvt_disk;
 
 typedef struct {
-    const char *dir;          /* cache directory; created if missing. Copied. */
-    uint64_t size_bytes;      /* --kv-disk-size: budget for segment files, >= 2 segments */
-    uint64_t segment_bytes;   /* segment file size (KVT_DISK_ALIGN multiple, holds >= 1 record) */
-    size_t payload_bytes;     /* bytes of one block's K/V; > 0, <= KVT_DISK_PAYLOAD_MAX */
-    uint32_t block_tokens;    /* B, 1..KVT_BLOCK_TOKENS_MAX (and equal to the index's) */
-    kvt_hash128 ns;           /* namespace: the root hash of the model/layout/tenant */
-    kvt_prefix *index;        /* optional; borrowed, must outlive the store */
-    kvt_disk_codec codec;     /* for new records; any codec is read */
-    uint32_t queue_depth;     /* blocks waiting for the writer (>= 1); memory: depth x record */
-    uint32_t put_wait_ms;     /* how long a put waits for queue room before dropping (0: never waits) */
-    int use_io_uring;         /* try io_uring (falls back to pread/pwrite with a log line) */
-    int use_o_direct;         /* try O_DIRECT (falls back to buffered I/O with a log line) */
-    int mac;                  /* sign records with the directory's key and serve only those that verify
+    const char *dir;        /* cache directory; created if missing. Copied. */
+    uint64_t size_bytes;    /* --kv-disk-size: budget for segment files, >= 2 segments */
+    uint64_t segment_bytes; /* segment file size (KVT_DISK_ALIGN multiple, holds >= 1 record) */
+    size_t payload_bytes;   /* bytes of one block's K/V; > 0, <= KVT_DISK_PAYLOAD_MAX */
+    uint32_t block_tokens;  /* B, 1..KVT_BLOCK_TOKENS_MAX (and equal to the index's) */
+    kvt_hash128 ns;         /* namespace: the root hash of the model/layout/tenant */
+    kvt_prefix *index;      /* optional; borrowed, must outlive the store */
+    kvt_disk_codec codec;   /* for new records; any codec is read */
+    uint32_t queue_depth;   /* blocks waiting for the writer (>= 1); memory: depth x record */
+    uint32_t put_wait_ms;   /* how long a put waits for queue room before dropping (0: never waits) */
+    int use_io_uring;       /* try io_uring (falls back to pread/pwrite with a log line) */
+    int use_o_direct;       /* try O_DIRECT (falls back to buffered I/O with a log line) */
+    int mac;                /* sign records with the directory's key and serve only those that verify
                                  (default 1; see "MAC" above) */
-    double checkpoint_s;      /* write an index checkpoint every this many seconds while records change
+    double checkpoint_s;    /* write an index checkpoint every this many seconds while records change
                                  (default KVT_DISK_CHECKPOINT_S_DEFAULT, or $KVT_DISK_CHECKPOINT_S; 0: only
                                  at close). Needs index; see "Checkpoint" above */
-    int scan_serial;          /* open reads record headers one pread at a time, as before batched scans
+    int scan_serial;        /* open reads record headers one pread at a time, as before batched scans
                                  (default 0; for tests and benchmarks: see "Open scan" above) */
-    double space_retry_s;     /* writes stopped by a full disk or quota (ENOSPC, EDQUOT): the writer checks
+    double space_retry_s;   /* writes stopped by a full disk or quota (ENOSPC, EDQUOT): the writer checks
                                  the free space this often and resumes once a few records fit again
                                  (default KVT_DISK_SPACE_RETRY_S_DEFAULT; 0: they stay off until reopened).
                                  Reads and stored records are untouched meanwhile */
@@ -250,32 +250,32 @@ typedef struct {
     uint64_t budget_bytes, bytes_used; /* bytes_used: all segment files, dead records included */
     uint64_t live_bytes;               /* bytes of indexed records */
     uint64_t records, segments;
-    uint64_t hits, misses;             /* get / get_many outcomes per block */
-    uint64_t corrupt;                  /* records refused: bad header at open, bad CRC or length at read */
-    uint64_t foreign;                  /* records of another namespace or format version (skipped) */
-    uint64_t puts, dup_puts;           /* blocks written; puts of a block already stored */
-    uint64_t dropped;                  /* blocks not written: queue full, writes disabled, write error */
-    uint64_t put_waits;                /* puts that found the queue full and waited for the writer */
-    double put_wait_seconds;           /* time those puts waited */
-    uint64_t queue_hits;               /* blocks read from the write queue (not yet on disk) */
+    uint64_t hits, misses;   /* get / get_many outcomes per block */
+    uint64_t corrupt;        /* records refused: bad header at open, bad CRC or length at read */
+    uint64_t foreign;        /* records of another namespace or format version (skipped) */
+    uint64_t puts, dup_puts; /* blocks written; puts of a block already stored */
+    uint64_t dropped;        /* blocks not written: queue full, writes disabled, write error */
+    uint64_t put_waits;      /* puts that found the queue full and waited for the writer */
+    double put_wait_seconds; /* time those puts waited */
+    uint64_t queue_hits;     /* blocks read from the write queue (not yet on disk) */
     uint64_t removes, evicted, reinserted, segments_reclaimed;
-    uint64_t collisions;               /* records refused by the index (key names another block) */
+    uint64_t collisions; /* records refused by the index (key names another block) */
     uint64_t read_errors, write_errors;
     uint64_t bytes_written, bytes_read;
     double write_seconds, read_seconds; /* wall time inside write and read batches */
-    uint64_t payload_in, stored_out;   /* payload bytes given to the codec and bytes it stored */
-    double compression_ratio;          /* payload_in / stored_out (1 when nothing written) */
-    uint32_t queued;                   /* blocks waiting for the writer now */
+    uint64_t payload_in, stored_out;    /* payload bytes given to the codec and bytes it stored */
+    double compression_ratio;           /* payload_in / stored_out (1 when nothing written) */
+    uint32_t queued;                    /* blocks waiting for the writer now */
     int writes_disabled, io_uring, o_direct;
-    double open_scan_seconds;          /* time kvt_disk_open spent rebuilding the index */
-    uint64_t open_scanned_bytes;       /* segment bytes whose record headers that open scanned */
-    uint64_t open_scan_reads;          /* batched reads that scan issued, and the bytes they read (0 with */
-    uint64_t open_scan_read_bytes;     /* scan_serial: one read of 8 KiB per header) */
-    int checkpoint_used;               /* that open loaded an index checkpoint */
-    uint64_t checkpoint_records;       /* records it took from the checkpoint */
-    uint64_t checkpoints_written;      /* checkpoints written since (periodic and at close) */
+    double open_scan_seconds;             /* time kvt_disk_open spent rebuilding the index */
+    uint64_t open_scanned_bytes;          /* segment bytes whose record headers that open scanned */
+    uint64_t open_scan_reads;             /* batched reads that scan issued, and the bytes they read (0 with */
+    uint64_t open_scan_read_bytes;        /* scan_serial: one read of 8 KiB per header) */
+    int checkpoint_used;                  /* that open loaded an index checkpoint */
+    uint64_t checkpoint_records;          /* records it took from the checkpoint */
+    uint64_t checkpoints_written;         /* checkpoints written since (periodic and at close) */
     uint64_t space_pauses, space_resumes; /* times writes stopped for lack of space, and came back */
-    int out_of_space;                  /* writes are stopped for lack of space now (writes_disabled is set too) */
+    int out_of_space;                     /* writes are stopped for lack of space now (writes_disabled is set too) */
 } kvt_disk_stats;
 
 /* One block of a kvt_disk_get_many batch (see tier.h). */
@@ -365,13 +365,13 @@ typedef struct {
     uint64_t record_bytes; /* header + stored payload, padded to KVT_DISK_ALIGN */
     kvt_hash128 ns, hash, parent;
     uint32_t header_crc, crc;
-    uint32_t flags;                   /* KVT_DISK_FLAG_* */
-    uint32_t mac_scheme;              /* KVT_DISK_SCHEME_* (from flags), with KVT_DISK_FLAG_MAC */
-    uint32_t key_id;                  /* id of the key the MAC is under (0 without one) */
-    uint8_t mac[KVT_DISK_MAC_BYTES];  /* as stored; meaningful with KVT_DISK_FLAG_MAC */
-    const uint8_t *raw;     /* the record's first byte (the buffer given to the parser) */
-    const int32_t *tokens;  /* B ids (unaligned access is fine: 4-byte aligned in a record) */
-    const uint8_t *stored;  /* stored_bytes, only when the parse covered the payload */
+    uint32_t flags;                  /* KVT_DISK_FLAG_* */
+    uint32_t mac_scheme;             /* KVT_DISK_SCHEME_* (from flags), with KVT_DISK_FLAG_MAC */
+    uint32_t key_id;                 /* id of the key the MAC is under (0 without one) */
+    uint8_t mac[KVT_DISK_MAC_BYTES]; /* as stored; meaningful with KVT_DISK_FLAG_MAC */
+    const uint8_t *raw;              /* the record's first byte (the buffer given to the parser) */
+    const int32_t *tokens;           /* B ids (unaligned access is fine: 4-byte aligned in a record) */
+    const uint8_t *stored;           /* stored_bytes, only when the parse covered the payload */
 } kvt_disk_record;
 
 /* Parses the record at buf[0..len). With full == 0 only the header is needed
@@ -469,13 +469,13 @@ enum {
 
 /* What kvt_disk_walk reports for each record slot it finds. */
 typedef struct {
-    const char *segment;  /* file name, valid during the callback */
-    uint64_t offset;      /* within the segment */
-    uint64_t bytes;       /* record bytes, or the bytes skipped for a bad one */
-    int status;           /* 0 valid, KVT_EFORMAT corrupt, KVT_EUNSUPPORTED other version */
-    kvt_disk_record rec;  /* header fields when status is 0 (pointers invalid) */
-    int mac;              /* KVT_DISK_MAC_*, when status is 0 */
-    int keyed;            /* verify: the directory has a key file, so a record without a MAC (MAC_NONE) is
+    const char *segment; /* file name, valid during the callback */
+    uint64_t offset;     /* within the segment */
+    uint64_t bytes;      /* record bytes, or the bytes skipped for a bad one */
+    int status;          /* 0 valid, KVT_EFORMAT corrupt, KVT_EUNSUPPORTED other version */
+    kvt_disk_record rec; /* header fields when status is 0 (pointers invalid) */
+    int mac;             /* KVT_DISK_MAC_*, when status is 0 */
+    int keyed;           /* verify: the directory has a key file, so a record without a MAC (MAC_NONE) is
                              unauthenticated: the store, which wants a MAC under that key, never serves it */
 } kvt_disk_walk_info;
 

@@ -97,7 +97,7 @@ void kvt_remote_note_error(kvt_remote *r, int timeout, const char *fmt, const ch
     snprintf(msg, sizeof msg, fmt, who, detail ? detail : "");
     kvt_logk(KVT_LOG_WARN, "url,error,errors_since_last_line",
              "remote tier %s: %s (T3 misses until it answers; %" PRIu64 " more errors since the last line)",
-            r->url_text, msg, held);
+             r->url_text, msg, held);
 }
 
 void kvt_remote_conn_drop(kvt_remote_conn *k) {
@@ -131,7 +131,8 @@ static int setup_command(redisContext *c, char *err, size_t cap, const char *fmt
 
 redisContext *kvt_remote_connect_url(const kvt_remote_url *u, double timeout_s, char *err, size_t cap) {
     struct timeval tv = tv_of(timeout_s);
-    redisContext *c = u->is_unix ? redisConnectUnixWithTimeout(u->path, tv) : redisConnectWithTimeout(u->host, u->port, tv);
+    redisContext *c = u->is_unix ? redisConnectUnixWithTimeout(u->path, tv)
+                                 : redisConnectWithTimeout(u->host, u->port, tv);
     if (!c || c->err) {
         snprintf(err, cap, "%s", c ? c->errstr : "out of memory");
         if (c) redisFree(c);

@@ -35,10 +35,10 @@
 /* One connection with its own reconnect schedule. Owned by one thread. */
 typedef struct {
     redisContext *c;
-    double next_try;   /* kvt_now() before which no reconnect is tried */
-    double backoff_s;  /* the wait after the next failure */
+    double next_try;  /* kvt_now() before which no reconnect is tried */
+    double backoff_s; /* the wait after the next failure */
     int up;
-    const char *who;   /* "reads", "writes": for log lines */
+    const char *who; /* "reads", "writes": for log lines */
 } kvt_remote_conn;
 
 /* Bytes read from a socket ahead of the reply being parsed. */
@@ -83,8 +83,8 @@ struct kvt_remote {
     /* owner thread only */
     kvt_remote_reader rd[KVT_REMOTE_READ_CONNS_MAX]; /* [0] also serves probe */
     kvt_pool *pool;                                  /* read_conns threads, the owner's included */
-    kvt_hmap128 known;          /* hash -> position in ring */
-    kvt_remote_known_ent *ring; /* FIFO of known blocks, oldest at ring_head */
+    kvt_hmap128 known;                               /* hash -> position in ring */
+    kvt_remote_known_ent *ring;                      /* FIFO of known blocks, oldest at ring_head */
     uint32_t ring_cap, ring_head, ring_count;
 
     pthread_mutex_t mu; /* guards everything below */
@@ -100,11 +100,11 @@ struct kvt_remote {
     kvt_remote_qslot *held;
     uint32_t held_cap, held_head, held_count;
     kvt_hmap128 held_map; /* hash -> ring position */
-    kvt_hash128 *lost;   /* blocks the writer dropped: their presence leaves at the next owner call */
+    kvt_hash128 *lost;    /* blocks the writer dropped: their presence leaves at the next owner call */
     size_t n_lost, cap_lost;
-    int writer_failed;   /* the writer's last batch could not reach Redis */
+    int writer_failed; /* the writer's last batch could not reach Redis */
     double last_log;
-    uint64_t unlogged;   /* errors since the last log line */
+    uint64_t unlogged; /* errors since the last log line */
     kvt_remote_stats st;
 
     /* writer thread only */
@@ -163,8 +163,7 @@ int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in
  * under our key; if so its payload is decoded into req->out and 0 returned,
  * else -1. value is modified during the MAC check and restored. *dctx is
  * created on the first compressed value. */
-int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len,
-                            const kvt_tier_read *req);
+int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len, const kvt_tier_read *req);
 
 /* Encodes a queued block as a value: raw in place in q->buf, or (with
  * compression on, when it shrinks) zstd into zbuf (buf_bytes). Signs it.

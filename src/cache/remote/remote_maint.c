@@ -128,9 +128,9 @@ int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint6
             }
             redisReply *u = redisCommandArgv(c, (int)(k + 1), argv, len);
             if (!u || u->type != REDIS_REPLY_INTEGER)
-                rc = kvt_fail(-EIO, "%s: UNLINK failed: %s", url, u && u->type == REDIS_REPLY_ERROR ? u->str : c->errstr);
-            else
-                *removed += (uint64_t)u->integer;
+                rc = kvt_fail(-EIO, "%s: UNLINK failed: %s", url,
+                              u && u->type == REDIS_REPLY_ERROR ? u->str : c->errstr);
+            else *removed += (uint64_t)u->integer;
             if (u) freeReplyObject(u);
             free(argv);
             free(len);

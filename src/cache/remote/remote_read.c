@@ -128,7 +128,8 @@ size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
     r->st.hits += hits;
     r->st.misses += n - hits;
     pthread_mutex_unlock(&r->mu);
-    if (bad) kvt_logk(KVT_LOG_DEBUG, "refused", "remote tier: %" PRIu64 " values refused (CRC, MAC, codec or identity)", bad);
+    if (bad)
+        kvt_logk(KVT_LOG_DEBUG, "refused", "remote tier: %" PRIu64 " values refused (CRC, MAC, codec or identity)", bad);
     for (size_t i = 0; i < n; i++)
         if (reqs[i].result) kvt_remote_known_del(r, reqs[i].hash); /* evicted, expired, refused or unreachable */
     return hits;
@@ -164,8 +165,7 @@ size_t kvt_remote_probe(kvt_remote *r, kvt_hash128 parent, const int32_t *tokens
             if (in_run && found &&
                 !kvt_remote_known_add(r, hashes[i], i ? hashes[i - 1] : parent, tokens + i * (size_t)r->p.block_tokens))
                 run++;
-            else
-                in_run = 0;
+            else in_run = 0;
         }
     }
     pthread_mutex_lock(&r->mu);

@@ -37,8 +37,7 @@ typedef struct {
 /* Encodes batch[0..k) (skip[i]: left out) and sends them as one pipeline of
  * SETs on the writer's connection. Writer thread, mu not held: the slots
  * stay where they are (readable by get_many) meanwhile. */
-static void send_batch(kvt_remote *r, kvt_remote_qslot *const *batch, uint32_t k, const int *skip,
-                       batch_result *res) {
+static void send_batch(kvt_remote *r, kvt_remote_qslot *const *batch, uint32_t k, const int *skip, batch_result *res) {
     memset(res, 0, sizeof *res);
     /* compression and the MAC pass run here, off the engine's thread */
     const uint8_t *value[WRITE_BATCH_SLOTS];
@@ -172,8 +171,9 @@ static uint32_t write_held(kvt_remote *r) {
     uint64_t sent = r->st.retry_sent;
     pthread_mutex_unlock(&r->mu);
     if (emptied)
-        kvt_logk(KVT_LOG_INFO, "url,retry_sent", "remote tier %s: blocks held while Redis was unreachable are sent (%" PRIu64
-                 " so far)", r->url_text, sent);
+        kvt_logk(KVT_LOG_INFO, "url,retry_sent",
+                 "remote tier %s: blocks held while Redis was unreachable are sent (%" PRIu64 " so far)", r->url_text,
+                 sent);
     return done;
 }
 

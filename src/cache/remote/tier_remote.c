@@ -119,7 +119,8 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
         p->block_tokens > KVT_BLOCK_TOKENS_MAX || !p->size_bytes || !p->queue_depth || !p->timeout_ms ||
         !p->write_timeout_ms || !p->read_conns || p->read_conns > KVT_REMOTE_READ_CONNS_MAX)
         return kvt_fail(KVT_EARG, "remote tier: bad parameters");
-    if (p->compress == KVT_REMOTE_COMPRESS_ZSTD && (p->zstd_level < ZSTD_minCLevel() || p->zstd_level > ZSTD_maxCLevel()))
+    if (p->compress == KVT_REMOTE_COMPRESS_ZSTD &&
+        (p->zstd_level < ZSTD_minCLevel() || p->zstd_level > ZSTD_maxCLevel()))
         return kvt_fail(KVT_EARG, "--kv-remote-zstd-level %d: expected %d..%d", p->zstd_level, ZSTD_minCLevel(),
                         ZSTD_maxCLevel());
     kvt_remote *r = kvt_xcalloc(1, sizeof *r);
@@ -306,12 +307,26 @@ static int ops_flush(void *t) { return kvt_remote_flush(t); }
 static void ops_stats(void *t, kvt_tier_stats *out) {
     kvt_remote_stats s;
     kvt_remote_get_stats(t, &s);
-    *out = (kvt_tier_stats){.blocks = s.known, .bytes_used = s.known * s.value_bytes, .budget_bytes = s.budget_bytes,
-                            .block_cost = s.value_bytes, .hits = s.hits, .misses = s.misses, .puts = s.puts,
-                            .evictions = s.forgotten, .dropped = s.dropped};
+    *out = (kvt_tier_stats){.blocks = s.known,
+                            .bytes_used = s.known * s.value_bytes,
+                            .budget_bytes = s.budget_bytes,
+                            .block_cost = s.value_bytes,
+                            .hits = s.hits,
+                            .misses = s.misses,
+                            .puts = s.puts,
+                            .evictions = s.forgotten,
+                            .dropped = s.dropped};
 }
 
 const kvt_tier_ops kvt_remote_tier_ops = {
-    .name = "T3 remote", .persistent = 1, .measured = 1, .shared = 1, .put = ops_put, .get_many = ops_get_many,
-    .contains = ops_contains, .remove = ops_remove, .flush = ops_flush, .stats = ops_stats,
+    .name = "T3 remote",
+    .persistent = 1,
+    .measured = 1,
+    .shared = 1,
+    .put = ops_put,
+    .get_many = ops_get_many,
+    .contains = ops_contains,
+    .remove = ops_remove,
+    .flush = ops_flush,
+    .stats = ops_stats,
 };

@@ -95,13 +95,13 @@
 #include "prefix.h"
 #include "tier.h"
 
-#define KVT_REMOTE_TIMEOUT_MS_DEFAULT 250       /* whole get_many / probe call */
+#define KVT_REMOTE_TIMEOUT_MS_DEFAULT 250        /* whole get_many / probe call */
 #define KVT_REMOTE_WRITE_TIMEOUT_MS_DEFAULT 2000 /* one pipelined batch of SETs */
 #define KVT_REMOTE_QUEUE_DEFAULT 64
 #define KVT_REMOTE_READ_CONNS_DEFAULT 4 /* get_many's connections and threads */
 #define KVT_REMOTE_READ_CONNS_MAX 16
-#define KVT_REMOTE_ZSTD_LEVEL_DEFAULT 1 /* chosen by measurement: bench/RESULTS.md "zstd on T3" */
-#define KVT_REMOTE_PUT_WAIT_MS_DEFAULT 50       /* shorter than the disk's: a network write may be dropped */
+#define KVT_REMOTE_ZSTD_LEVEL_DEFAULT 1              /* chosen by measurement: bench/RESULTS.md "zstd on T3" */
+#define KVT_REMOTE_PUT_WAIT_MS_DEFAULT 50            /* shorter than the disk's: a network write may be dropped */
 #define KVT_REMOTE_RETRY_BYTES_DEFAULT (64ull << 20) /* blocks held while Redis is unreachable (see "Writes") */
 #define KVT_REMOTE_BACKOFF_MIN_MS 100
 #define KVT_REMOTE_BACKOFF_MAX_MS 5000
@@ -116,47 +116,47 @@ typedef struct kvt_remote kvt_remote;
 typedef enum { KVT_REMOTE_COMPRESS_NONE = 0, KVT_REMOTE_COMPRESS_ZSTD = 1 } kvt_remote_compress;
 
 typedef struct {
-    const char *url;          /* redis://[user:pass@]host[:port][/db] or unix:///path. Copied. */
-    const char *key_file;     /* the shared MAC key (see "Key file"); required. Read at open. */
-    uint64_t size_bytes;      /* soft budget (see "Budget"); > 0 */
-    uint32_t ttl_s;           /* SET ... EX ttl_s; 0: no expiry (Redis's eviction policy decides) */
-    size_t payload_bytes;     /* bytes of one block's K/V; > 0, <= KVT_DISK_PAYLOAD_MAX */
-    uint32_t block_tokens;    /* B (equal to the index's) */
-    kvt_hash128 ns;           /* namespace: the unsalted root */
-    kvt_prefix *index;        /* optional; borrowed, must outlive the tier */
-    uint32_t timeout_ms;      /* per read call (get_many, probe), connect included; >= 1 */
-    uint32_t write_timeout_ms; /* per pipelined batch of SETs; >= 1 */
-    uint32_t queue_depth;     /* blocks waiting for the writer; memory: depth x value */
-    uint32_t put_wait_ms;     /* how long a put waits for queue room before dropping */
-    uint32_t read_conns;      /* 1..KVT_REMOTE_READ_CONNS_MAX: get_many's connections (and threads) */
+    const char *url;              /* redis://[user:pass@]host[:port][/db] or unix:///path. Copied. */
+    const char *key_file;         /* the shared MAC key (see "Key file"); required. Read at open. */
+    uint64_t size_bytes;          /* soft budget (see "Budget"); > 0 */
+    uint32_t ttl_s;               /* SET ... EX ttl_s; 0: no expiry (Redis's eviction policy decides) */
+    size_t payload_bytes;         /* bytes of one block's K/V; > 0, <= KVT_DISK_PAYLOAD_MAX */
+    uint32_t block_tokens;        /* B (equal to the index's) */
+    kvt_hash128 ns;               /* namespace: the unsalted root */
+    kvt_prefix *index;            /* optional; borrowed, must outlive the tier */
+    uint32_t timeout_ms;          /* per read call (get_many, probe), connect included; >= 1 */
+    uint32_t write_timeout_ms;    /* per pipelined batch of SETs; >= 1 */
+    uint32_t queue_depth;         /* blocks waiting for the writer; memory: depth x value */
+    uint32_t put_wait_ms;         /* how long a put waits for queue room before dropping */
+    uint32_t read_conns;          /* 1..KVT_REMOTE_READ_CONNS_MAX: get_many's connections (and threads) */
     kvt_remote_compress compress; /* how the writer stores payloads (readers take either) */
-    int zstd_level;           /* with KVT_REMOTE_COMPRESS_ZSTD: ZSTD_minCLevel()..ZSTD_maxCLevel() */
-    uint64_t retry_bytes;     /* memory for blocks held while Redis is unreachable (see "Writes"); 0: none,
+    int zstd_level;               /* with KVT_REMOTE_COMPRESS_ZSTD: ZSTD_minCLevel()..ZSTD_maxCLevel() */
+    uint64_t retry_bytes;         /* memory for blocks held while Redis is unreachable (see "Writes"); 0: none,
                                  they are dropped */
 } kvt_remote_params;
 
 typedef struct {
-    uint64_t budget_bytes, value_bytes; /* value_bytes: one record as stored (header + payload) */
-    uint64_t known;                     /* blocks with T3 presence in the index now */
-    uint64_t hits, misses;              /* get_many outcomes per block (queue hits included in hits) */
-    uint64_t bad;                       /* values refused: unparseable, CRC, MAC, namespace, parent, tokens */
-    uint64_t queue_hits;                /* blocks served from the write queue */
-    uint64_t puts, dup_puts;            /* blocks stored in Redis (SET answered OK); puts of a known block */
-    uint64_t dropped;                   /* blocks not stored: queue full past the wait, error replies, Redis
+    uint64_t budget_bytes, value_bytes;         /* value_bytes: one record as stored (header + payload) */
+    uint64_t known;                             /* blocks with T3 presence in the index now */
+    uint64_t hits, misses;                      /* get_many outcomes per block (queue hits included in hits) */
+    uint64_t bad;                               /* values refused: unparseable, CRC, MAC, namespace, parent, tokens */
+    uint64_t queue_hits;                        /* blocks served from the write queue */
+    uint64_t puts, dup_puts;                    /* blocks stored in Redis (SET answered OK); puts of a known block */
+    uint64_t dropped;                           /* blocks not stored: queue full past the wait, error replies, Redis
                                            down with the retry holding full (or at close) */
-    uint64_t put_waits;                 /* puts that found the queue full and waited */
-    uint64_t forgotten;                 /* known blocks forgotten to stay within the known cap */
-    uint64_t bytes_read, bytes_written; /* value bytes */
-    uint64_t payload_written;           /* payload bytes of the values written (before compression) */
-    uint64_t compressed, incompressible; /* values written zstd-compressed; values that did not shrink (raw) */
-    uint64_t errors;                    /* connection failures, timeouts, error replies */
-    uint64_t timeouts;                  /* of those, calls cut by their deadline */
-    uint64_t connects;                  /* successful (re)connections, both threads */
+    uint64_t put_waits;                         /* puts that found the queue full and waited */
+    uint64_t forgotten;                         /* known blocks forgotten to stay within the known cap */
+    uint64_t bytes_read, bytes_written;         /* value bytes */
+    uint64_t payload_written;                   /* payload bytes of the values written (before compression) */
+    uint64_t compressed, incompressible;        /* values written zstd-compressed; values that did not shrink (raw) */
+    uint64_t errors;                            /* connection failures, timeouts, error replies */
+    uint64_t timeouts;                          /* of those, calls cut by their deadline */
+    uint64_t connects;                          /* successful (re)connections, both threads */
     uint64_t probes, probe_blocks, probe_found; /* kvt_remote_probe calls, blocks asked, found */
-    uint64_t round_trips;               /* read calls that reached Redis */
-    double latency_sum_s;               /* their wall time */
-    uint32_t queued;                    /* blocks waiting for the writer now */
-    uint64_t retry_held;                /* blocks held for Redis's return now (see "Writes") */
+    uint64_t round_trips;                       /* read calls that reached Redis */
+    double latency_sum_s;                       /* their wall time */
+    uint32_t queued;                            /* blocks waiting for the writer now */
+    uint64_t retry_held;                        /* blocks held for Redis's return now (see "Writes") */
     uint64_t retry_sent, retry_dropped; /* held blocks stored later; blocks not held because the holding was full
                                            (also in dropped) */
     int connected;                      /* the read connection is up now */

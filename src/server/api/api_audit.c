@@ -20,12 +20,12 @@ static const char *const INVALID = "invalid_request_error";
  * rejected at any other; AUDIT_ACCEPT fields never change the output. The
  * table in docs/api.md "Request fields" lists the same, with the honoured ones. */
 typedef enum {
-    AUDIT_ACCEPT,   /* does not change the output: accepted and ignored */
-    AUDIT_NUMBER,   /* a number equal to neutral */
-    AUDIT_FALSE,    /* false */
-    AUDIT_EMPTY,    /* "", [] or {} */
-    AUDIT_STRINGS,  /* one of the comma-separated strings in allowed */
-    AUDIT_NULL,     /* null (or absent) only */
+    AUDIT_ACCEPT,        /* does not change the output: accepted and ignored */
+    AUDIT_NUMBER,        /* a number equal to neutral */
+    AUDIT_FALSE,         /* false */
+    AUDIT_EMPTY,         /* "", [] or {} */
+    AUDIT_STRINGS,       /* one of the comma-separated strings in allowed */
+    AUDIT_NULL,          /* null (or absent) only */
     AUDIT_TEXT_MODALITY, /* modalities ["text"] */
 } audit_rule;
 
@@ -44,8 +44,8 @@ static const audit_field AUDIT[] = {
     {"service_tier", AUDIT_ACCEPT, 0, NULL},
     {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
     {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
-    {"prediction", AUDIT_ACCEPT, 0, NULL},          /* predicted outputs speed up; the output stays the same */
-    {"cache_prompt", AUDIT_ACCEPT, 0, NULL},        /* llama.cpp: kvtier always caches */
+    {"prediction", AUDIT_ACCEPT, 0, NULL},   /* predicted outputs speed up; the output stays the same */
+    {"cache_prompt", AUDIT_ACCEPT, 0, NULL}, /* llama.cpp: kvtier always caches */
     /* not supported yet: refused unless neutral */
     {"best_of", AUDIT_NUMBER, 1, "1"},
     {"echo", AUDIT_FALSE, 0, "false"},
@@ -87,7 +87,7 @@ static int audit_neutral(const audit_field *f, const cJSON *v) {
     case AUDIT_NULL: return 0;
     case AUDIT_TEXT_MODALITY:
         return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child) &&
-               !strcmp(v->child->valuestring, "text");
+            !strcmp(v->child->valuestring, "text");
     }
     return 0;
 }

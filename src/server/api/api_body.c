@@ -16,11 +16,35 @@
  * (api_openai.c, tools and structured output in api_tools.c). The audited
  * fields (api_audit.c) are known too: they are read, to refuse any value
  * that would change the output. */
-static const char *const GENERATION[] = {
-    "model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "seed",
-    "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "repeat_penalty", "min_p",
-    "penalty_last_n", "logit_bias", "n", "stop", "stream", "ignore_eos", "stream_options", "cache_salt", "kvtier",
-    "tools", "tool_choice", "parallel_tool_calls", "response_format", "json_schema", NULL};
+static const char *const GENERATION[] = {"model",
+                                         "max_tokens",
+                                         "max_completion_tokens",
+                                         "n_predict",
+                                         "temperature",
+                                         "top_p",
+                                         "top_k",
+                                         "seed",
+                                         "logprobs",
+                                         "top_logprobs",
+                                         "presence_penalty",
+                                         "frequency_penalty",
+                                         "repeat_penalty",
+                                         "min_p",
+                                         "penalty_last_n",
+                                         "logit_bias",
+                                         "n",
+                                         "stop",
+                                         "stream",
+                                         "ignore_eos",
+                                         "stream_options",
+                                         "cache_salt",
+                                         "kvtier",
+                                         "tools",
+                                         "tool_choice",
+                                         "parallel_tool_calls",
+                                         "response_format",
+                                         "json_schema",
+                                         NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
 static const char *const MESSAGES[] = {"messages", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
@@ -39,7 +63,9 @@ static const char *known_name(kvt_api_body kind, const char *key, size_t len) {
     switch (kind) {
     case KVT_BODY_COMPLETION: n = in_list(PROMPT, key, len); break;
     case KVT_BODY_CHAT: n = in_list(MESSAGES, key, len); break;
-    case KVT_BODY_PROMPT: n = in_list(PROMPT, key, len) ? in_list(PROMPT, key, len) : in_list(MESSAGES, key, len); break;
+    case KVT_BODY_PROMPT:
+        n = in_list(PROMPT, key, len) ? in_list(PROMPT, key, len) : in_list(MESSAGES, key, len);
+        break;
     case KVT_BODY_TOKENIZE: return in_list(TOKENIZE, key, len);
     case KVT_BODY_DETOKENIZE: return in_list(DETOKENIZE, key, len);
     case KVT_BODY_UNPIN: return in_list(UNPIN, key, len);
@@ -54,8 +80,10 @@ static int known(void *ctx, const char *key, size_t len) {
 }
 
 int kvt_api_check_body(kvt_api_body kind, const char *body, size_t len, int strict, kvt_api_error *err) {
-    kvt_json_rules rules = {.max_keys = KVT_API_MAX_JSON_VALUES, .max_depth = CJSON_NESTING_LIMIT,
-                            .known = strict ? known : NULL, .ctx = &kind};
+    kvt_json_rules rules = {.max_keys = KVT_API_MAX_JSON_VALUES,
+                            .max_depth = CJSON_NESTING_LIMIT,
+                            .known = strict ? known : NULL,
+                            .ctx = &kind};
     kvt_json_report rep;
     if (!kvt_json_check(body, len, &rules, &rep)) return 0;
     const char *inv = "invalid_request_error";
@@ -65,8 +93,8 @@ int kvt_api_check_body(kvt_api_body kind, const char *body, size_t len, int stri
                               "not read",
                               rep.message);
     const char *code = rep.fault == KVT_JSON_DUPLICATE ? "duplicate_key"
-                       : rep.fault == KVT_JSON_NUL     ? "invalid_value"
-                       : rep.fault == KVT_JSON_LIMIT   ? "too_many_values"
+        : rep.fault == KVT_JSON_NUL                    ? "invalid_value"
+        : rep.fault == KVT_JSON_LIMIT                  ? "too_many_values"
                                                        : "invalid_json";
     /* a fault in the text of a field names it; a broken grammar or a limit is the body's */
     int in_text = rep.fault == KVT_JSON_DUPLICATE || rep.fault == KVT_JSON_NUL || rep.fault == KVT_JSON_TEXT;

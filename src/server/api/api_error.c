@@ -12,8 +12,8 @@
 #include "api_utf8.h"
 #include "common.h"
 
-int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
-                   const char *fmt, ...) {
+int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                   ...) {
     e->status = status;
     e->type = type;
     e->param = param;

@@ -10,16 +10,16 @@
 
 /* An error as OpenAI reports it: {"error": {message, type, param, code}}. */
 typedef struct {
-    int status;              /* HTTP status */
+    int status; /* HTTP status */
     char message[512];
-    const char *type;        /* "invalid_request_error", ... (static) */
-    const char *param;       /* offending field or NULL (static) */
-    const char *code;        /* machine-readable code or NULL (static) */
+    const char *type;  /* "invalid_request_error", ... (static) */
+    const char *param; /* offending field or NULL (static) */
+    const char *code;  /* machine-readable code or NULL (static) */
 } kvt_api_error;
 
 /* Fills e and returns KVT_EARG (so callers can `return kvt_api_errorf(...)`). */
-int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code,
-                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                   ...) __attribute__((format(printf, 6, 7)));
 /* e as OpenAI's error body (type "invalid_request_error" when e has none; the
  * message made valid UTF-8), a malloc'd NUL-terminated string the caller frees. */
 char *kvt_api_error_json(const kvt_api_error *e);

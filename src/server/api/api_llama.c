@@ -40,7 +40,8 @@ static int opt_bool(const cJSON *root, const char *name, int dflt, int *out, kvt
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
     *out = dflt;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be a boolean", name);
+    if (!cJSON_IsBool(v))
+        return kvt_api_errorf(err, 400, INVALID, name, "invalid_type", "'%s' must be a boolean", name);
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -65,13 +66,14 @@ char *kvt_api_tokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt
         goto fail;
     }
     /* llama-server's defaults: no BOS unless asked, control tokens recognised */
-    if (opt_bool(root, "add_special", 0, &add_special, err) || opt_bool(root, "parse_special", 1, &parse_special, err) ||
-        opt_bool(root, "with_pieces", 0, &with_pieces, err))
+    if (opt_bool(root, "add_special", 0, &add_special, err) ||
+        opt_bool(root, "parse_special", 1, &parse_special, err) || opt_bool(root, "with_pieces", 0, &with_pieces, err))
         goto fail;
     int32_t *ids = NULL;
     size_t n = 0;
     const char *text = content->valuestring;
-    int rc = kvt_tokenize(t, text, strlen(text), add_special ? kvt_tokenizer_add_special(t) : 0, parse_special, &ids, &n);
+    int rc = kvt_tokenize(t, text, strlen(text), add_special ? kvt_tokenizer_add_special(t) : 0, parse_special, &ids,
+                          &n);
     if (rc) {
         kvt_api_errorf(err, 400, INVALID, "content", NULL, "cannot tokenize: %s", kvt_errmsg());
         goto fail;

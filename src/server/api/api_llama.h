@@ -33,18 +33,18 @@ char *kvt_api_detokenize(const kvt_tokenizer *t, const char *body, size_t len, k
 
 /* What GET /props reports. Strings borrowed. */
 typedef struct {
-    const char *model_id;     /* the served name (--alias) */
+    const char *model_id; /* the served name (--alias) */
     const char *model_path;
-    const char *arch;         /* "llama", "qwen2" */
+    const char *arch; /* "llama", "qwen2" */
     int32_t n_ctx, n_ctx_train, n_vocab, n_embd, n_layer;
     uint64_t n_params;
-    int32_t block_size;       /* tokens per KV page / cache block */
-    int32_t parallel;         /* sequences decoded together (llama-server's total_slots) */
-    const char *chat_family;  /* "chatml", ... as rendered */
-    const char *chat_template; /* the model's Jinja template, or NULL */
-    const char *kv_dtype;     /* "f16", "f32", "q8_0" */
+    int32_t block_size;                         /* tokens per KV page / cache block */
+    int32_t parallel;                           /* sequences decoded together (llama-server's total_slots) */
+    const char *chat_family;                    /* "chatml", ... as rendered */
+    const char *chat_template;                  /* the model's Jinja template, or NULL */
+    const char *kv_dtype;                       /* "f16", "f32", "q8_0" */
     uint64_t tier_budget_bytes[KVT_TIER_COUNT]; /* 0: the tier is off */
-    int32_t max_tokens_default; /* max_tokens of a request that gives none (chat) */
+    int32_t max_tokens_default;                 /* max_tokens of a request that gives none (chat) */
 } kvt_api_props;
 
 /* The JSON of GET /props (malloc'd; caller frees). */

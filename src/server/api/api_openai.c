@@ -17,7 +17,7 @@
 #include "common.h"
 
 #define MAX_TEMPERATURE 2.0
-#define MAX_PENALTY 2.0        /* presence and frequency penalties, as OpenAI bounds them */
+#define MAX_PENALTY 2.0 /* presence and frequency penalties, as OpenAI bounds them */
 #define MAX_REPEAT_PENALTY 10.0
 #define MAX_LOGIT_BIAS 100.0
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
@@ -39,8 +39,11 @@ static const char *num_text(double d, char buf[32]) {
 }
 
 static const char *json_type(const cJSON *v) {
-    return cJSON_IsString(v) ? "a string" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsArray(v) ? "an array"
-           : cJSON_IsObject(v) ? "an object" : "a number";
+    return cJSON_IsString(v) ? "a string"
+        : cJSON_IsBool(v)    ? "a boolean"
+        : cJSON_IsArray(v)   ? "an array"
+        : cJSON_IsObject(v)  ? "an object"
+                             : "a number";
 }
 
 /* The number name of root, in [lo, hi] ((lo, hi] with NUM_ABOVE), an integer with NUM_INT.
@@ -65,8 +68,8 @@ static int get_number(const cJSON *root, const char *name, double lo, double hi,
     else snprintf(got, sizeof got, ", got %s", num_text(d, g));
     return kvt_api_errorf(err, 400, INVALID, name, cJSON_IsNumber(v) ? "invalid_value" : "invalid_type",
                           "'%s' must be %s %s %s %s %s%s", name, flags & NUM_INT ? "an integer" : "a finite number",
-                          flags & NUM_ABOVE ? "above" : "from", num_text(lo, l), flags & NUM_ABOVE ? "and at most" : "to",
-                          num_text(hi, h), got);
+                          flags & NUM_ABOVE ? "above" : "from", num_text(lo, l),
+                          flags & NUM_ABOVE ? "and at most" : "to", num_text(hi, h), got);
 }
 
 static int get_bool(const cJSON *root, const char *name, int *out, kvt_api_error *err) {
@@ -117,7 +120,8 @@ static int message_content(const cJSON *c, char **out, kvt_api_error *err) {
 static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!m) return kvt_api_errorf(err, 400, INVALID, "messages", "missing_required_parameter", "'messages' is required");
+    if (!m)
+        return kvt_api_errorf(err, 400, INVALID, "messages", "missing_required_parameter", "'messages' is required");
     if (!cJSON_IsArray(m))
         return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type", "'messages' must be an array");
     int n = cJSON_GetArraySize(m);
@@ -195,7 +199,8 @@ static int parse_stop(const cJSON *root, kvt_api_request *r, kvt_api_error *err)
         return 0;
     }
     if (!cJSON_IsArray(s))
-        return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+        return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_type",
+                              "'stop' must be a string or an array of strings");
     if (cJSON_GetArraySize(s) > KVT_API_MAX_STOP)
         return kvt_api_errorf(err, 400, INVALID, "stop", "invalid_value", "at most %d stop strings are allowed",
                               KVT_API_MAX_STOP);
@@ -351,8 +356,8 @@ static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *e
     if (!kv || cJSON_IsNull(kv)) return 0;
     if (!cJSON_IsObject(kv))
         return kvt_api_errorf(err, 400, INVALID, "kvtier", "invalid_type", "'kvtier' must be an object");
-    static const char *const known[] = {"session_id", "priority", "keep_warm_s", "documents", "rag", "reuse",
-                                        "recompute_ratio"};
+    static const char *const known[] = {"session_id", "priority", "keep_warm_s",    "documents",
+                                        "rag",        "reuse",    "recompute_ratio"};
     for (const cJSON *f = kv->child; f; f = f->next) {
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(known) && strcmp(f->string, known[i])) i++;
@@ -371,7 +376,8 @@ static int session_parse(const cJSON *kv, kvt_api_session *out, kvt_api_error *e
     }
     double d;
     int has;
-    if (get_number(kv, "kvtier.priority", KVT_API_PRIORITY_MIN, KVT_API_PRIORITY_MAX, NUM_INT, &d, &has, err)) return -1;
+    if (get_number(kv, "kvtier.priority", KVT_API_PRIORITY_MIN, KVT_API_PRIORITY_MAX, NUM_INT, &d, &has, err))
+        return -1;
     if (has) out->priority = (int)d;
     if (get_number(kv, "kvtier.keep_warm_s", 0, KVT_API_KEEP_WARM_MAX_S, 0, &d, &has, err)) return -1;
     if (has) out->keep_warm_s = d;
@@ -532,7 +538,8 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
         return KVT_EARG;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) /* only out of memory, after the check */
-        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body could not be parsed (out of memory)");
+        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
+                              "the request body could not be parsed (out of memory)");
     int rc = parse_root(root, kind, n_vocab, max_tokens_limit, out, err);
     cJSON_Delete(root);
     if (rc) {

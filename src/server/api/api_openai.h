@@ -19,21 +19,21 @@
 
 typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 
-#define KVT_API_MAX_STOP 16       /* stop strings per request (OpenAI allows 4) */
-#define KVT_API_MAX_STOP_LEN 256  /* bytes of one stop string */
-#define KVT_API_MAX_MESSAGES 4096 /* messages per chat request */
-#define KVT_API_MAX_SALT 1024     /* bytes of cache_salt */
+#define KVT_API_MAX_STOP 16           /* stop strings per request (OpenAI allows 4) */
+#define KVT_API_MAX_STOP_LEN 256      /* bytes of one stop string */
+#define KVT_API_MAX_MESSAGES 4096     /* messages per chat request */
+#define KVT_API_MAX_SALT 1024         /* bytes of cache_salt */
 #define KVT_API_MAX_JSON_VALUES 65536 /* JSON values in a body, besides a prompt's token ids */
-#define KVT_API_MAX_LOGIT_BIAS 1024 /* logit_bias entries at most */
-#define KVT_API_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
-#define KVT_API_MAX_N 16          /* choices per request (n); also at most the server's --parallel */
+#define KVT_API_MAX_LOGIT_BIAS 1024   /* logit_bias entries at most */
+#define KVT_API_MAX_TOP_LOGPROBS 20   /* top_logprobs (chat) and logprobs (completions) at most, as OpenAI */
+#define KVT_API_MAX_N 16              /* choices per request (n); also at most the server's --parallel */
 
 #define KVT_API_PRIORITY_MIN (-1000)
 #define KVT_API_PRIORITY_MAX 1000
 #define KVT_API_KEEP_WARM_MAX_S 86400
 #define KVT_API_MAX_DOCUMENTS 256 /* kvtier.documents per request */
 #define KVT_API_MAX_DOC_ID 256    /* bytes of a document id */
-#define KVT_API_STOP_TEXT_MAX 96 /* bytes of each differing-text excerpt in reuse_stop */
+#define KVT_API_STOP_TEXT_MAX 96  /* bytes of each differing-text excerpt in reuse_stop */
 
 /* kvtier's own request object, {"kvtier": {session_id, priority, keep_warm_s}}:
  * which agent session a request belongs to, how much its KV matters against
@@ -50,8 +50,8 @@ typedef enum { KVT_TOOL_AUTO = 0, KVT_TOOL_NONE, KVT_TOOL_REQUIRED, KVT_TOOL_NAM
 /* response_format (OpenAI), or llama.cpp's top-level json_schema. */
 typedef enum { KVT_FORMAT_TEXT = 0, KVT_FORMAT_JSON_OBJECT, KVT_FORMAT_JSON_SCHEMA } kvt_response_format;
 
-#define KVT_API_MAX_TOOLS 64       /* tools per request (a forced choice is one grammar alternative each) */
-#define KVT_API_MAX_TOOL_NAME 64   /* bytes of a function name, [A-Za-z0-9_-] as OpenAI */
+#define KVT_API_MAX_TOOLS 64     /* tools per request (a forced choice is one grammar alternative each) */
+#define KVT_API_MAX_TOOL_NAME 64 /* bytes of a function name, [A-Za-z0-9_-] as OpenAI */
 
 /* What a chat message carries besides role and content (api_tools.c). */
 typedef struct {
@@ -63,22 +63,22 @@ typedef struct {
  * (kvt_api_request_free releases them). */
 typedef struct {
     kvt_api_kind kind;
-    char *model;             /* NULL if absent */
-    char *prompt;            /* completions: prompt text, NULL when prompt_ids is used */
-    int32_t *prompt_ids;     /* completions: a prompt given as token ids */
+    char *model;         /* NULL if absent */
+    char *prompt;        /* completions: prompt text, NULL when prompt_ids is used */
+    int32_t *prompt_ids; /* completions: a prompt given as token ids */
     size_t n_prompt_ids;
-    kvt_chat_msg *msgs;      /* chat: messages (role/content strings owned here) */
+    kvt_chat_msg *msgs; /* chat: messages (role/content strings owned here) */
     size_t n_msgs;
-    int32_t max_tokens;      /* 0 = not given (the server picks) */
-    int32_t n;               /* choices, 1..KVT_API_MAX_N */
-    float temperature;       /* default 1 */
-    float top_p;             /* default 1 */
-    int32_t top_k;           /* 0 = off */
-    float min_p;             /* 0 = off */
+    int32_t max_tokens;                        /* 0 = not given (the server picks) */
+    int32_t n;                                 /* choices, 1..KVT_API_MAX_N */
+    float temperature;                         /* default 1 */
+    float top_p;                               /* default 1 */
+    int32_t top_k;                             /* 0 = off */
+    float min_p;                               /* 0 = off */
     float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
-    float repeat_penalty;    /* llama.cpp's; 1 = off */
-    int32_t penalty_last_n;  /* llama.cpp's: the penalties see the last N generated tokens; 0 = all */
-    int32_t *bias_id;        /* logit_bias: n_bias token ids and their biases in [-100, 100] */
+    float repeat_penalty;                      /* llama.cpp's; 1 = off */
+    int32_t penalty_last_n;                    /* llama.cpp's: the penalties see the last N generated tokens; 0 = all */
+    int32_t *bias_id;                          /* logit_bias: n_bias token ids and their biases in [-100, 100] */
     float *bias;
     int32_t n_bias;
     uint64_t seed;
@@ -95,17 +95,17 @@ typedef struct {
     kvt_api_session session; /* the "kvtier" object */
     kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
     size_t n_docs;
-    char *rag_json;          /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
-    int approximate;         /* kvtier.reuse "approximate": documents may be placed from stored KV (blend.h) */
-    float recompute_ratio;   /* kvtier.recompute_ratio in [0, 1]; < 0: the server's default */
+    char *rag_json;        /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
+    int approximate;       /* kvtier.reuse "approximate": documents may be placed from stored KV (blend.h) */
+    float recompute_ratio; /* kvtier.recompute_ratio in [0, 1]; < 0: the server's default */
     /* tools and structured output (api_tools.c) */
     kvt_api_msg_tools *msg_tools; /* chat: n_msgs entries */
-    struct cJSON *tools;     /* validated [{type: "function", function: {name, description?, parameters?}}] or NULL */
+    struct cJSON *tools; /* validated [{type: "function", function: {name, description?, parameters?}}] or NULL */
     kvt_tool_choice tool_choice;
     char *tool_name;         /* KVT_TOOL_NAMED: the function */
     int parallel_tool_calls; /* default 1 */
     kvt_response_format format;
-    struct cJSON *schema;    /* KVT_FORMAT_JSON_SCHEMA: the schema (owned) */
+    struct cJSON *schema; /* KVT_FORMAT_JSON_SCHEMA: the schema (owned) */
 } kvt_api_request;
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request

@@ -14,9 +14,9 @@
 
 /* One RAG request: its options and what was retrieved, in prompt order. */
 typedef struct {
-    int32_t k;                         /* chunks to retrieve (kvtier.rag.k) */
-    kvt_rag_order order;               /* kvtier.rag.order */
-    kvt_rag_hit hits[KVT_RAG_MAX_K];   /* in prompt order after kvt_api_rag_retrieve */
+    int32_t k;                       /* chunks to retrieve (kvtier.rag.k) */
+    kvt_rag_order order;             /* kvtier.rag.order */
+    kvt_rag_hit hits[KVT_RAG_MAX_K]; /* in prompt order after kvt_api_rag_retrieve */
     int32_t n_hits;
     double retrieve_ms, plan_ms;
 } kvt_api_rag;
@@ -33,12 +33,12 @@ int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_r
 
 /* Where the chunks ended up in the prompt, as the engine admitted it. */
 typedef struct {
-    const size_t *doc_starts;    /* n_hits + 1 prompt offsets, in prompt order */
-    const int32_t *doc_order;    /* position -> index into the planned hits ("cached" order), or NULL: identity */
-    const uint8_t *block_tiers;  /* the tier of each matched block at admission ... */
-    int32_t n_block_tiers;       /* ... n_block_tiers of them */
-    int32_t block;               /* B */
-    double cache_plan_ms;        /* kvt_rag_plan_cached's time (0: not run) */
+    const size_t *doc_starts;   /* n_hits + 1 prompt offsets, in prompt order */
+    const int32_t *doc_order;   /* position -> index into the planned hits ("cached" order), or NULL: identity */
+    const uint8_t *block_tiers; /* the tier of each matched block at admission ... */
+    int32_t n_block_tiers;      /* ... n_block_tiers of them */
+    int32_t block;              /* B */
+    double cache_plan_ms;       /* kvt_rag_plan_cached's time (0: not run) */
 } kvt_api_rag_layout;
 
 /* Adds "rag" to the "kvtier" object of response (a JSON text, taken):

@@ -64,7 +64,8 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
             /* the prompt's side is the caller's own text; the cached side may be another client's */
             cJSON_AddStringToObject(w, "prompt_text", u->stop_prompt_text);
             cJSON *a = cJSON_AddArrayToObject(w, "prompt_tokens");
-            for (int32_t i = 0; i < rs->n_prompt_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
+            for (int32_t i = 0; i < rs->n_prompt_ids; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(rs->prompt_ids[i]));
             if (u->show_cached_text) {
                 cJSON_AddStringToObject(w, "cached_text", u->stop_cached_text);
                 cJSON *b = cJSON_AddArrayToObject(w, "cached_tokens");
@@ -179,8 +180,8 @@ static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
     return o;
 }
 
-char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u, const kvt_api_logprobs *lp) {
+char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason, const kvt_api_usage *u,
+                            const kvt_api_logprobs *lp) {
     kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls};
     return kvt_api_response_json_n(h, &c, 1, u);
 }

@@ -18,32 +18,32 @@
 /* Usage and kvtier's cache report for one request. */
 typedef struct {
     int32_t prompt_tokens, completion_tokens;
-    int32_t cached_tokens;                 /* prompt tokens restored from the cache */
-    int32_t tier_tokens[KVT_TIER_COUNT];   /* ... by tier */
-    int32_t computed_tokens;               /* prompt tokens prefilled */
+    int32_t cached_tokens;               /* prompt tokens restored from the cache */
+    int32_t tier_tokens[KVT_TIER_COUNT]; /* ... by tier */
+    int32_t computed_tokens;             /* prompt tokens prefilled */
     double restore_ms, prefill_ms, ttft_ms;
-    const char *disk_decision;             /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
-    int32_t planned_tokens;                /* prompt tokens the lookup matched (>= cached_tokens) */
-    int32_t prefetched_tokens;             /* of the cached ones, restored into T0 while the request waited */
-    double queued_ms;                      /* from arrival to admission into a sequence slot */
-    int64_t admission_seq;                 /* the order of admissions (1, 2, ...; 0: none); cache-aware
+    const char *disk_decision; /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
+    int32_t planned_tokens;    /* prompt tokens the lookup matched (>= cached_tokens) */
+    int32_t prefetched_tokens; /* of the cached ones, restored into T0 while the request waited */
+    double queued_ms;          /* from arrival to admission into a sequence slot */
+    int64_t admission_seq;     /* the order of admissions (1, 2, ...; 0: none); cache-aware
                                               scheduling may admit a later arrival first */
-    const char *shortfall;                 /* why cached < planned (kvt_shortfall_name); NULL: none */
-    int has_reuse_stop;                    /* reuse_stop is filled (a request that went through the cache) */
-    kvt_reuse_stop reuse_stop;             /* where reuse stopped and why */
+    const char *shortfall;     /* why cached < planned (kvt_shortfall_name); NULL: none */
+    int has_reuse_stop;        /* reuse_stop is filled (a request that went through the cache) */
+    kvt_reuse_stop reuse_stop; /* where reuse stopped and why */
     char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
     char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
-    int approximate;                       /* the request asked for approximate reuse: the report has its part */
-    int32_t approximate_tokens;            /* prompt tokens reused approximately (placed, not recomputed) */
-    int32_t recomputed_tokens;             /* placed tokens recomputed through every layer */
-    int32_t stored_tokens;                 /* document tokens computed to store [P][doc] for placing */
-    int32_t approximate_documents;         /* documents placed */
-    int32_t approximate_steps;             /* engine steps the placement took (a prefill chunk each) */
-    int32_t approximate_interleaved;       /* decode tokens other requests got during those steps */
+    int approximate;                              /* the request asked for approximate reuse: the report has its part */
+    int32_t approximate_tokens;                   /* prompt tokens reused approximately (placed, not recomputed) */
+    int32_t recomputed_tokens;                    /* placed tokens recomputed through every layer */
+    int32_t stored_tokens;                        /* document tokens computed to store [P][doc] for placing */
+    int32_t approximate_documents;                /* documents placed */
+    int32_t approximate_steps;                    /* engine steps the placement took (a prefill chunk each) */
+    int32_t approximate_interleaved;              /* decode tokens other requests got during those steps */
     float recompute_ratio;
-    int show_cached_text;                  /* a diverged reuse_stop shows the cached side too (cached_text and
+    int show_cached_text; /* a diverged reuse_stop shows the cached side too (cached_text and
                                               cached_tokens: --explain-text); else only the prompt's side */
-    int hide_report;                       /* --hide-cached-tokens: no cached counts anywhere in the answer; the
+    int hide_report;      /* --hide-cached-tokens: no cached counts anywhere in the answer; the
                                               "kvtier" object says {"cache_report": "hidden"} */
 } kvt_api_usage;
 
@@ -69,7 +69,7 @@ typedef struct {
 
 /* One tool call of a reply, as OpenAI returns it. Strings owned (kvt_api_calls_free). */
 typedef struct {
-    char *id;        /* "call_..." */
+    char *id; /* "call_..." */
     char *name;
     char *arguments; /* a JSON object's text */
 } kvt_api_call;
@@ -84,7 +84,7 @@ typedef struct {
     const char *model;
     const kvt_api_call *calls;
     size_t n_calls;
-    int32_t index;   /* the choice a chunk belongs to (n > 1) */
+    int32_t index; /* the choice a chunk belongs to (n > 1) */
 } kvt_api_head;
 
 /* One choice of a response with n of them (kvt_api_response_json_n). */
@@ -108,8 +108,8 @@ struct cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk);
  * [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]},
  * completions {tokens, token_logprobs, top_logprobs: [{token: logprob}],
  * text_offset}. */
-char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason,
-                            const kvt_api_usage *u, const kvt_api_logprobs *lp);
+char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason, const kvt_api_usage *u,
+                            const kvt_api_logprobs *lp);
 /* One streaming chunk. role_only: the chat opener (delta {role, content:""}).
  * finish_reason non-NULL marks the last choice chunk, which also carries the
  * "kvtier" cache report from u (u may be NULL otherwise). */
@@ -131,7 +131,7 @@ char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size
 typedef struct {
     const char *id;
     int64_t created;
-    int32_t n_ctx;           /* the context a request may use (prompt + generated) */
+    int32_t n_ctx; /* the context a request may use (prompt + generated) */
     int32_t n_ctx_train, n_vocab, n_embd;
     uint64_t n_params;
 } kvt_api_model_info;

@@ -108,9 +108,7 @@ static int name_ok(const char *s) {
     return 1;
 }
 
-static const cJSON *tool_function(const cJSON *tool) {
-    return cJSON_GetObjectItemCaseSensitive(tool, "function");
-}
+static const cJSON *tool_function(const cJSON *tool) { return cJSON_GetObjectItemCaseSensitive(tool, "function"); }
 
 static const char *tool_name(const cJSON *tool) {
     return cJSON_GetObjectItemCaseSensitive(tool_function(tool), "name")->valuestring;
@@ -121,8 +119,8 @@ static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error 
     if (!tools || cJSON_IsNull(tools)) return 0;
     int n = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : -1;
     if (n < 0 || n > KVT_API_MAX_TOOLS)
-        return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type", "'tools' must be an array of at most %d tools",
-                              KVT_API_MAX_TOOLS);
+        return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type",
+                              "'tools' must be an array of at most %d tools", KVT_API_MAX_TOOLS);
     int i = 0;
     for (const cJSON *t = tools->child; t; t = t->next, i++) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = tool_function(t);
@@ -168,7 +166,8 @@ static int parse_choice(const cJSON *root, kvt_api_request *r, kvt_api_error *er
                                   "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
                                   "\"function\": {\"name\": ...}}");
         int found = 0;
-        for (const cJSON *t = r->tools ? r->tools->child : NULL; t; t = t->next) found |= !strcmp(tool_name(t), name->valuestring);
+        for (const cJSON *t = r->tools ? r->tools->child : NULL; t; t = t->next)
+            found |= !strcmp(tool_name(t), name->valuestring);
         if (!found)
             return kvt_api_errorf(err, 400, INVALID, "tool_choice", "invalid_value",
                                   "'tool_choice' names '%.64s', which is not in 'tools'", name->valuestring);
@@ -278,21 +277,22 @@ typedef struct {
 } call_style;
 
 static call_style style_of(kvt_chat_family f) {
-    if (f == KVT_CHAT_MISTRAL) return (call_style){"[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ", "}]", "arguments"};
+    if (f == KVT_CHAT_MISTRAL)
+        return (call_style){"[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ", "}]", "arguments"};
     if (f == KVT_CHAT_LLAMA3) return (call_style){"{\"name\": \"", "\", \"parameters\": ", "}", "parameters"};
     return (call_style){"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "arguments"};
 }
 
-#define HERMES_TOOLS_HEAD                                                                                         \
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "      \
+#define HERMES_TOOLS_HEAD \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with " \
     "function signatures within <tools></tools> XML tags:\n<tools>"
-#define HERMES_TOOLS_TAIL                                                                                         \
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "        \
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "                 \
+#define HERMES_TOOLS_TAIL \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within " \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": " \
     "<args-json-object>}\n</tool_call>"
-#define LLAMA3_TOOLS_HEAD                                                                                         \
-    "Given the following functions, please respond with a JSON for a function call with its proper arguments "   \
-    "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "     \
+#define LLAMA3_TOOLS_HEAD \
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments " \
+    "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": " \
     "dictionary of argument name and its value}. Do not use variables.\n\n"
 #define LLAMA3_INDENT 4
 
@@ -328,7 +328,7 @@ static char *tools_text(const cJSON *tools, kvt_chat_family f) {
 /* ---- the call memo ---------------------------------------------------------------------------- */
 
 typedef struct {
-    uint64_t salt;  /* XXH64 of the tenant salt */
+    uint64_t salt; /* XXH64 of the tenant salt */
     char *id, *args;
 } memo_entry;
 
@@ -639,7 +639,7 @@ static size_t parse_array(const char *text, const char *end, call_style st, kvt_
             break;
         }
         if (n == *cap) *c = kvt_xrealloc(*c, (*cap *= 2) * sizeof **c);
-        memset(&(*c)[n], 0, sizeof (*c)[n]);
+        memset(&(*c)[n], 0, sizeof(*c)[n]);
         *failed = parse_one(p, stop, st, &(*c)[n++]);
         p = skip_ws(stop, end);
         if (p < end && *p == ',') p++;

@@ -148,7 +148,8 @@ static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
     fputs("<h2>Last requests</h2><table id=\"recent\"><thead><tr><th>ended (UTC)</th><th>request id</th>"
           "<th>endpoint</th><th>status</th><th>tenant</th><th>prompt</th><th>cached T0</th><th>T1</th><th>T2</th>"
           "<th>T3</th><th>computed</th><th>generated</th><th>TTFT</th><th>total</th><th>reuse stopped</th></tr>"
-          "</thead><tbody id=\"recent-rows\">", f);
+          "</thead><tbody id=\"recent-rows\">",
+          f);
     for (int32_t i = 0; i < n; i++) {
         const kvt_req_entry *x = &e[i];
         char when[16] = "?", stop[64];
@@ -164,7 +165,7 @@ static void recent_table(FILE *f, const kvt_req_entry *e, int32_t n) {
         snprintf(ttft, sizeof ttft, "%.1f ms", x->ttft_ms);
         snprintf(total, sizeof total, "%.1f ms", x->total_ms);
         const char *head[] = {when, x->request_id, x->endpoint, status, x->tenant};
-        const int32_t counts[] = {x->prompt_tokens, x->tier_tokens[0], x->tier_tokens[1], x->tier_tokens[2],
+        const int32_t counts[] = {x->prompt_tokens,  x->tier_tokens[0],  x->tier_tokens[1],  x->tier_tokens[2],
                                   x->tier_tokens[3], x->computed_tokens, x->generated_tokens};
         const char *tail[] = {ttft, total, stop};
         for (size_t k = 0; k < KVT_ARRAY_LEN(head); k++) td(f, head[k]);
@@ -189,11 +190,14 @@ char *kvt_dashboard_html(const char *t, const kvt_req_entry *last, int32_t n_las
     label_of(t, "kvtier_build_info", "commit", commit, sizeof commit);
     label_of(t, "kvtier_build_info", "ops_variant", variant, sizeof variant);
     fputs(page_head, f);
-    fprintf(f, "<h1>kvtier</h1><div class=\"note\">version %s, commit %s, kernels %s &middot; <span id=\"live\">a "
-               "snapshot</span></div>\n", version, commit, variant);
+    fprintf(f,
+            "<h1>kvtier</h1><div class=\"note\">version %s, commit %s, kernels %s &middot; <span id=\"live\">a "
+            "snapshot</span></div>\n",
+            version, commit, variant);
 
     fputs("<h2>Tiers</h2><table id=\"tiers\"><tr><th>tier</th><th>used</th><th>budget</th><th>full</th>"
-          "<th>blocks</th><th>evicted</th><th>served tokens</th></tr>\n", f);
+          "<th>blocks</th><th>evicted</th><th>served tokens</th></tr>\n",
+          f);
     for (int i = 0; i < 4; i++) {
         char used[64], budget[64], blocks[64], ev[64], cached[64], label[64];
         snprintf(used, sizeof used, "kvtier_tier_used_bytes{tier=\"%s\"}", tiers[i]);
@@ -202,8 +206,8 @@ char *kvt_dashboard_html(const char *t, const kvt_req_entry *last, int32_t n_las
         snprintf(ev, sizeof ev, "kvtier_tier_evictions_total{tier=\"%s\"}", tiers[i]);
         snprintf(cached, sizeof cached, "kvtier_cached_tokens_total{tier=\"%s\"}", tiers[i]);
         snprintf(label, sizeof label, "%s %s", tiers[i], tier_what[i]);
-        const char *const c[] = {used, NULL, "bytes", budget, NULL, "bytes", used, budget, "pct",
-                                 blocks, NULL, "int", ev, NULL, "int", cached, NULL, "int"};
+        const char *const c[] = {used,   NULL, "bytes", budget, NULL, "bytes", used,   budget, "pct",
+                                 blocks, NULL, "int",   ev,     NULL, "int",   cached, NULL,   "int"};
         row(f, t, label, 6, c);
     }
     fputs("</table>\n<div class=\"grid\"><div><h2>Reuse</h2><table id=\"reuse-table\">\n", f);
@@ -220,7 +224,8 @@ char *kvt_dashboard_html(const char *t, const kvt_req_entry *last, int32_t n_las
           "viewBox=\"0 0 480 120\"></svg><div class=\"note\">share of new prompt tokens served per refresh: "
           "<span style=\"color:#1b7837\">T0</span> <span style=\"color:#5aae61\">T1</span> "
           "<span style=\"color:#2166ac\">T2</span> <span style=\"color:#b2182b\">T3</span>, all in black</div></div>"
-          "</div>\n", f);
+          "</div>\n",
+          f);
 
     fputs("<div class=\"grid\"><div><h2>Requests</h2><table id=\"requests\">\n", f);
     static const char *const reqs[][4] = {

@@ -25,8 +25,8 @@
 char *kvt_dashboard_html(const char *metrics_text, const kvt_req_entry *reqs, int32_t n_reqs);
 
 /* The Content-Security-Policy the page is served with. */
-#define KVT_DASHBOARD_CSP                                                                                       \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "          \
+#define KVT_DASHBOARD_CSP \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; " \
     "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 /* The value of one series ("name" or `name{labels}`, exactly as rendered) in

@@ -48,7 +48,8 @@ int32_t kvt_req_ring_take(kvt_req_ring *r, kvt_req_entry *out, int32_t max) {
 }
 
 void kvt_req_stop_text(const kvt_req_entry *e, char *out, size_t cap) {
-    if (e->has_stop) snprintf(out, cap, "%s@%d/%d", kvt_reuse_reason_name(e->stop_reason), e->stop_block, e->stop_token);
+    if (e->has_stop)
+        snprintf(out, cap, "%s@%d/%d", kvt_reuse_reason_name(e->stop_reason), e->stop_block, e->stop_token);
     else snprintf(out, cap, "-");
 }
 

@@ -21,17 +21,17 @@
 #define KVT_REQ_TENANT_MAX 9    /* 8 hex digits of the key's hash, or "-" */
 
 typedef struct {
-    double t_end;                       /* wall clock at the end, Unix seconds */
+    double t_end; /* wall clock at the end, Unix seconds */
     char request_id[KVT_REQ_ID_MAX];
-    const char *endpoint;               /* the route's metrics label (static) */
+    const char *endpoint; /* the route's metrics label (static) */
     int status;
     char tenant[KVT_REQ_TENANT_MAX];
     int32_t prompt_tokens, computed_tokens, generated_tokens;
     int32_t tier_tokens[KVT_TIER_COUNT]; /* prompt tokens restored, by tier */
     double ttft_ms, total_ms;
-    int has_stop;                       /* the request went through the cache: stop is filled */
+    int has_stop; /* the request went through the cache: stop is filled */
     kvt_reuse_reason stop_reason;
-    int32_t stop_block, stop_token;     /* kvt_reuse_stop's block and token_offset */
+    int32_t stop_block, stop_token; /* kvt_reuse_stop's block and token_offset */
 } kvt_req_entry;
 
 typedef struct kvt_req_ring kvt_req_ring;

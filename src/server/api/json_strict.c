@@ -18,7 +18,7 @@
 #define ESCAPED 0x80000000u /* key_ent.len: the raw key holds escapes, so it is compared decoded */
 #define FRAMES_INIT 16
 #define BUCKETS_INIT 64
-#define SHOWN_KEY 48        /* bytes of a key quoted in a message */
+#define SHOWN_KEY 48 /* bytes of a key quoted in a message */
 
 typedef struct {
     uint32_t off, len;   /* the raw key in the body (between the quotes); len | ESCAPED */
@@ -104,7 +104,10 @@ static int hex4(const char *p) {
     int v = 0;
     for (int k = 0; k < 4; k++) {
         char c = p[k];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9' ? c - '0'
+            : c >= 'a' && c <= 'f'   ? c - 'a' + 10
+            : c >= 'A' && c <= 'F'   ? c - 'A' + 10
+                                     : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -178,8 +181,8 @@ static int fail(jstate *st, kvt_json_fault f, size_t off, const char *fmt, ...) 
     const frame *root = st->depth ? &st->fr[0] : NULL;
     if (root && root->kind == '{' && root->key_off != NONE && !(st->in_key && st->depth == 1)) {
         size_t l;
-        const char *k = key_text(st, 1, root->key_off, root->key_len | (memchr(st->b + root->key_off, '\\',
-                                                                                root->key_len) ? ESCAPED : 0), &l);
+        const char *k = key_text(st, 1, root->key_off,
+                                 root->key_len | (memchr(st->b + root->key_off, '\\', root->key_len) ? ESCAPED : 0), &l);
         size_t c = KVT_MIN(l, sizeof r->field - 1);
         memcpy(r->field, k, c);
         r->field[c] = 0;
@@ -210,18 +213,18 @@ static size_t utf8_char(const unsigned char *p, size_t left, const char **why) {
         if (c == 0xF4) hi = 0x8F; /* above: past U+10FFFF */
     } else {
         *why = c == 0xC0 || c == 0xC1 ? "an overlong encoding"
-               : c >= 0xF5 && c <= 0xF7 ? "a code point above U+10FFFF"
-               : c >= 0xF8 ? "a byte UTF-8 never uses"
-                            : "a continuation byte with no character to continue";
+            : c >= 0xF5 && c <= 0xF7  ? "a code point above U+10FFFF"
+            : c >= 0xF8               ? "a byte UTF-8 never uses"
+                                      : "a continuation byte with no character to continue";
         return 0;
     }
     for (size_t k = 1; k < len; k++) {
         unsigned x = k < left ? p[k] : 0;
         if (k == 1 ? x >= lo && x <= hi : (x & 0xC0) == 0x80) continue;
         *why = k > 1 || (x & 0xC0) != 0x80 ? "a character cut short"
-               : c == 0xED                  ? "an encoded surrogate (U+D800..U+DFFF)"
-               : c == 0xF4                  ? "a code point above U+10FFFF"
-                                            : "an overlong encoding";
+            : c == 0xED                    ? "an encoded surrogate (U+D800..U+DFFF)"
+            : c == 0xF4                    ? "a code point above U+10FFFF"
+                                           : "an overlong encoding";
         return 0;
     }
     return len;
@@ -242,7 +245,8 @@ static int unicode_escape(jstate *st, size_t i, const char *where, size_t *len) 
     if (lo < 0xDC00 || lo > 0xDFFF)
         return fail(st, KVT_JSON_TEXT, i,
                     "unpaired surrogate escape \\u%04x in %s (no low surrogate follows): it is no character and has "
-                    "no UTF-8 form", cp, where);
+                    "no UTF-8 form",
+                    cp, where);
     *len = 12;
     return 0;
 }
@@ -269,8 +273,8 @@ static int scan_string(jstate *st, int is_key, int *escaped) {
             i += len;
         } else if (c < 0x20) {
             if (!c) return fail(st, KVT_JSON_NUL, i, "a NUL byte in %s, which JSON does not allow", where);
-            return fail(st, KVT_JSON_TEXT, i, "raw control byte 0x%02x in %s: JSON needs it escaped (\\n, \\t, \\u00XX)",
-                        c, where);
+            return fail(st, KVT_JSON_TEXT, i,
+                        "raw control byte 0x%02x in %s: JSON needs it escaped (\\n, \\t, \\u00XX)", c, where);
         } else if (c < 0x80) {
             i++;
         } else {
@@ -291,15 +295,18 @@ static int scan_number(jstate *st) {
     size_t i = st->i, n = st->n, start = i;
     if (b[i] == '-') i++;
     if (i < n && b[i] == '0') i++;
-    else if (i < n && is_digit(b[i])) while (i < n && is_digit(b[i])) i++;
+    else if (i < n && is_digit(b[i]))
+        while (i < n && is_digit(b[i])) i++;
     else return fail(st, KVT_JSON_SYNTAX, start, "not valid JSON: a number needs a digit");
     if (i < n && b[i] == '.') {
-        if (++i >= n || !is_digit(b[i])) return fail(st, KVT_JSON_SYNTAX, start, "not valid JSON: a digit must follow '.'");
+        if (++i >= n || !is_digit(b[i]))
+            return fail(st, KVT_JSON_SYNTAX, start, "not valid JSON: a digit must follow '.'");
         while (i < n && is_digit(b[i])) i++;
     }
     if (i < n && (b[i] == 'e' || b[i] == 'E')) {
         if (++i < n && (b[i] == '+' || b[i] == '-')) i++;
-        if (i >= n || !is_digit(b[i])) return fail(st, KVT_JSON_SYNTAX, start, "not valid JSON: an exponent needs a digit");
+        if (i >= n || !is_digit(b[i]))
+            return fail(st, KVT_JSON_SYNTAX, start, "not valid JSON: an exponent needs a digit");
         while (i < n && is_digit(b[i])) i++;
     }
     if (i - start > KVT_JSON_NUMBER_MAX)
@@ -395,7 +402,8 @@ static int read_key(jstate *st) {
         shown(q, sizeof q, st->b + f->key_off, f->key_len);
         return fail(st, KVT_JSON_DUPLICATE, f->key_off - 1,
                     "duplicate key '%s' (first at byte %u): JSON parsers disagree on which copy counts, so kvtier "
-                    "takes neither", q, (unsigned)st->ent[e].off - 1);
+                    "takes neither",
+                    q, (unsigned)st->ent[e].off - 1);
     }
     if (st->depth == 1 && st->rules->known) note_known(st, k, len, f->key_off - 1);
     table_add(st, f->key_off, raw, h);
@@ -431,7 +439,8 @@ static void pop(jstate *st) {
 /* A value at b[i]. Returns 0 when it is whole (a scalar, or an empty container), 1 when a
  * container opened and its first member's value comes next, -1 on a fault. */
 static int begin_value(jstate *st) {
-    if (st->i >= st->n) return fail(st, KVT_JSON_SYNTAX, st->i, "not valid JSON: the body ends where a value should be");
+    if (st->i >= st->n)
+        return fail(st, KVT_JSON_SYNTAX, st->i, "not valid JSON: the body ends where a value should be");
     char c = st->b[st->i];
     int escaped;
     if (c == '{' || c == '[') {

@@ -27,9 +27,9 @@
 
 #include <stddef.h>
 
-#define KVT_JSON_PATH_MAX 160   /* bytes of the JSON pointer in a report */
-#define KVT_JSON_KEY_MAX 128    /* bytes of a key the report and the known test see (longer keys are cut) */
-#define KVT_JSON_NUMBER_MAX 63  /* characters of one number */
+#define KVT_JSON_PATH_MAX 160    /* bytes of the JSON pointer in a report */
+#define KVT_JSON_KEY_MAX 128     /* bytes of a key the report and the known test see (longer keys are cut) */
+#define KVT_JSON_NUMBER_MAX 63   /* characters of one number */
 #define KVT_JSON_UNKNOWN_SHOWN 4 /* unknown fields a report names */
 
 typedef enum {

@@ -20,13 +20,13 @@
 #define KVT_GIT_COMMIT "unknown" /* CMake sets it from `git describe` at configure time */
 #endif
 
-#define MAX_REQUEST_SERIES 64 /* distinct (endpoint, status) pairs kept; more fold into the last */
+#define MAX_REQUEST_SERIES 64  /* distinct (endpoint, status) pairs kept; more fold into the last */
 #define MAX_DURATION_SERIES 32 /* endpoints with a duration histogram; more fold into the last */
 static const double ttft_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 #define N_TTFT_BUCKETS ((int)KVT_ARRAY_LEN(ttft_buckets))
 /* request durations run from a /health probe (~0.1 ms) to a long generation (minutes) */
 static const double duration_buckets[] = {0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                          0.5,    1,     2.5,   5,    10,    30,    60,  300};
+                                          0.5,    1,     2.5,   5,    10,    30,   60,  300};
 #define N_DURATION_BUCKETS ((int)KVT_ARRAY_LEN(duration_buckets))
 static const char *const tier_names[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
 
@@ -189,9 +189,10 @@ static void render_process(strbuf *b) {
     const char *p = strrchr(stat, ')');
     unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
     long long rss = 0;
-    int ok = p && sscanf(p + 2,
-                         "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %lld",
-                         &utime, &stime, &start, &vsize, &rss) == 5 && tick > 0;
+    int ok = p &&
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %lld",
+               &utime, &stime, &start, &vsize, &rss) == 5 &&
+        tick > 0;
     if (ok) {
         header(b, "process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.");
         put(b, "process_cpu_seconds_total %.2f\n", (double)(utime + stime) / (double)tick);
@@ -207,7 +208,8 @@ static void render_process(strbuf *b) {
             if (sscanf(line, "btime %llu", &btime) == 1) break;
         if (s) fclose(s);
         if (btime) {
-            header(b, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.");
+            header(b, "process_start_time_seconds", "gauge",
+                   "Start time of the process since the Unix epoch, in seconds.");
             put(b, "process_start_time_seconds %.2f\n", (double)btime + (double)start / (double)tick);
         }
     }
@@ -253,8 +255,9 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_approximate_requests_total", "counter",
            "Generations that asked for approximate reuse (kvtier.reuse \"approximate\").");
     put(&b, "kvtier_approximate_requests_total %llu\n", (unsigned long long)m->approx_requests);
-    header(&b, "kvtier_approximate_tokens_total", "counter",
-           "Prompt tokens reused approximately: placed from a document's stored KV at another position, not recomputed.");
+    header(
+        &b, "kvtier_approximate_tokens_total", "counter",
+        "Prompt tokens reused approximately: placed from a document's stored KV at another position, not recomputed.");
     put(&b, "kvtier_approximate_tokens_total %llu\n", (unsigned long long)m->approx_tokens);
     header(&b, "kvtier_approximate_recomputed_tokens_total", "counter",
            "Placed document tokens recomputed because their KV deviated most (counted in computed tokens).");
@@ -263,15 +266,15 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
            "Document tokens computed to store a document's KV for placing (not part of any prompt's count).");
     put(&b, "kvtier_approximate_stored_tokens_total %llu\n", (unsigned long long)m->approx_stored);
     header(&b, "kvtier_time_to_first_token_seconds", "histogram", "From arrival to the first generated token.");
-    histogram(&b, "kvtier_time_to_first_token_seconds", "", ttft_buckets, N_TTFT_BUCKETS, m->ttft_bucket,
-              m->ttft_count, m->ttft_sum);
+    histogram(&b, "kvtier_time_to_first_token_seconds", "", ttft_buckets, N_TTFT_BUCKETS, m->ttft_bucket, m->ttft_count,
+              m->ttft_sum);
     header(&b, "kvtier_request_duration_seconds", "histogram",
            "From a request's arrival to the end of its response (a stream's last event), by endpoint.");
     for (int i = 0; i < m->n_dur; i++) {
         char labels[96];
         snprintf(labels, sizeof labels, "endpoint=\"%s\",", m->dur[i].endpoint);
-        histogram(&b, "kvtier_request_duration_seconds", labels, duration_buckets, N_DURATION_BUCKETS,
-                  m->dur[i].bucket, m->dur[i].count, m->dur[i].sum);
+        histogram(&b, "kvtier_request_duration_seconds", labels, duration_buckets, N_DURATION_BUCKETS, m->dur[i].bucket,
+                  m->dur[i].count, m->dur[i].sum);
     }
     pthread_mutex_unlock(&m->mu);
     header(&b, "kvtier_build_info", "gauge",
@@ -316,12 +319,15 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_disk_recompute_decisions_total", "counter",
            "Requests that recomputed disk blocks because reading them was measured slower.");
     put(&b, "kvtier_disk_recompute_decisions_total %llu\n", (unsigned long long)c->t2_recompute_decisions);
-    header(&b, "kvtier_remote_connected", "gauge", "1 while the T3 (Redis) read connection is up, 0 while down, -1 when T3 is off.");
+    header(&b, "kvtier_remote_connected", "gauge",
+           "1 while the T3 (Redis) read connection is up, 0 while down, -1 when T3 is off.");
     put(&b, "kvtier_remote_connected %d\n", c->t3_connected);
-    header(&b, "kvtier_remote_reads_total", "counter", "T3 block reads, by result (miss: absent, evicted, refused or unreachable).");
+    header(&b, "kvtier_remote_reads_total", "counter",
+           "T3 block reads, by result (miss: absent, evicted, refused or unreachable).");
     put(&b, "kvtier_remote_reads_total{result=\"hit\"} %llu\n", (unsigned long long)c->t3_hits);
     put(&b, "kvtier_remote_reads_total{result=\"miss\"} %llu\n", (unsigned long long)c->t3_misses);
-    header(&b, "kvtier_remote_bad_values_total", "counter", "T3 values refused: CRC, MAC, namespace, parent or tokens did not match.");
+    header(&b, "kvtier_remote_bad_values_total", "counter",
+           "T3 values refused: CRC, MAC, namespace, parent or tokens did not match.");
     put(&b, "kvtier_remote_bad_values_total %llu\n", (unsigned long long)c->t3_bad);
     header(&b, "kvtier_remote_bytes_total", "counter", "T3 value bytes, by direction.");
     put(&b, "kvtier_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t3_bytes_read);
@@ -348,13 +354,15 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     put(&b, "kvtier_remote_restores_total %llu\n", (unsigned long long)c->t3_restores);
     header(&b, "kvtier_remote_errors_total", "counter", "T3 connection failures, timeouts and error replies.");
     put(&b, "kvtier_remote_errors_total %llu\n", (unsigned long long)c->t3_errors);
-    header(&b, "kvtier_remote_timeouts_total", "counter", "T3 read calls cut by their deadline (--kv-remote-timeout-ms).");
+    header(&b, "kvtier_remote_timeouts_total", "counter",
+           "T3 read calls cut by their deadline (--kv-remote-timeout-ms).");
     put(&b, "kvtier_remote_timeouts_total %llu\n", (unsigned long long)c->t3_timeouts);
     header(&b, "kvtier_remote_probes_total", "counter", "Lookups that asked T3 for blocks the local index lacked.");
     put(&b, "kvtier_remote_probes_total %llu\n", (unsigned long long)c->t3_probes);
     header(&b, "kvtier_remote_probe_found_blocks_total", "counter", "Blocks those probes found in T3.");
     put(&b, "kvtier_remote_probe_found_blocks_total %llu\n", (unsigned long long)c->t3_probe_found);
-    header(&b, "kvtier_remote_latency_seconds", "summary", "Wall time of T3 read calls (one pipelined round trip each).");
+    header(&b, "kvtier_remote_latency_seconds", "summary",
+           "Wall time of T3 read calls (one pipelined round trip each).");
     put(&b, "kvtier_remote_latency_seconds_sum %.6f\n", c->t3_latency_sum_s);
     put(&b, "kvtier_remote_latency_seconds_count %llu\n", (unsigned long long)c->t3_round_trips);
     header(&b, "kvtier_cache_lookup_tokens_total", "counter", "Prompt tokens matched against the cache.");
@@ -366,7 +374,8 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_disk_write_waits_total", "counter",
            "Demotions that waited for the disk writer (back-pressure instead of a drop).");
     put(&b, "kvtier_disk_write_waits_total %llu\n", (unsigned long long)c->t2_put_waits);
-    header(&b, "kvtier_disk_queue_hits_total", "counter", "Blocks restored from the disk write queue before they reached the disk.");
+    header(&b, "kvtier_disk_queue_hits_total", "counter",
+           "Blocks restored from the disk write queue before they reached the disk.");
     put(&b, "kvtier_disk_queue_hits_total %llu\n", (unsigned long long)c->t2_queue_hits);
     header(&b, "kvtier_cache_discarded_blocks_total", "counter",
            "Blocks that left T0/T1 and reached no lower tier (none configured, or full).");

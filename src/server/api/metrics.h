@@ -40,10 +40,10 @@ void kvt_metrics_observe_duration(kvt_metrics *m, const char *endpoint, double s
 /* Values sampled by the caller at render time. */
 typedef struct {
     kvt_cache_stats cache;
-    uint64_t page_bytes;   /* bytes of one T0 page */
-    int32_t queue_depth;   /* requests waiting for a sequence */
-    int32_t active;        /* sequences running */
-    int32_t parallel;      /* sequences that can run at once */
+    uint64_t page_bytes;          /* bytes of one T0 page */
+    int32_t queue_depth;          /* requests waiting for a sequence */
+    int32_t active;               /* sequences running */
+    int32_t parallel;             /* sequences that can run at once */
     uint64_t inflight_body_bytes; /* request body bytes held now (http_guard) */
     uint64_t deadline_closed;     /* connections the whole-request deadline closed so far */
 } kvt_metrics_gauges;

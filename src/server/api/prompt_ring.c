@@ -17,7 +17,7 @@ typedef struct {
 
 struct kvt_prompt_ring {
     pthread_mutex_t mu;
-    entry *e;      /* [cap] */
+    entry *e; /* [cap] */
     int32_t cap, next, count;
 };
 
@@ -56,8 +56,7 @@ void kvt_prompt_ring_put(kvt_prompt_ring *r, const void *salt, size_t salt_len, 
     free(old.tokens);
 }
 
-int32_t kvt_prompt_ring_take(kvt_prompt_ring *r, const void *salt, size_t salt_len, int32_t max,
-                             kvt_lint_prompt **out) {
+int32_t kvt_prompt_ring_take(kvt_prompt_ring *r, const void *salt, size_t salt_len, int32_t max, kvt_lint_prompt **out) {
     *out = NULL;
     int32_t n = 0;
     pthread_mutex_lock(&r->mu);

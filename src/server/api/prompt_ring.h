@@ -24,8 +24,7 @@ void kvt_prompt_ring_put(kvt_prompt_ring *r, const void *salt, size_t salt_len, 
 /* Copies the last at most max prompts stored under exactly this salt (salt
  * NULL: under any), oldest first, into a malloc'd *out (free with kvt_prompt_ring_release). Returns
  * their number (0: *out NULL). */
-int32_t kvt_prompt_ring_take(kvt_prompt_ring *r, const void *salt, size_t salt_len, int32_t max,
-                             kvt_lint_prompt **out);
+int32_t kvt_prompt_ring_take(kvt_prompt_ring *r, const void *salt, size_t salt_len, int32_t max, kvt_lint_prompt **out);
 void kvt_prompt_ring_release(kvt_lint_prompt *p, int32_t n);
 
 #endif

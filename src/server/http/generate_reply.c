@@ -52,7 +52,9 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
         srv_req *c = choice(r, i);
         size_t nc = read_calls(s, c, &calls[i], &content[i]);
         lp[i] = (kvt_api_logprobs){.items = c->lp, .n = c->n_lp, .tok = s->tok};
-        ch[i] = (kvt_api_choice){.text = nc ? content[i] : c->text ? c->text : "",
+        ch[i] = (kvt_api_choice){.text = nc    ? content[i]
+                                     : c->text ? c->text
+                                               : "",
                                  .finish_reason = nc ? "tool_calls" : c->finish_reason,
                                  .lp = c->logprobs ? &lp[i] : NULL,
                                  .calls = calls[i],
@@ -72,24 +74,24 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
 /* ---- streaming (SSE) ----------------------------------------------------------------- */
 
 typedef struct {
-    size_t sent;            /* bytes of the choice's text already turned into events */
-    size_t lp_sent;         /* logprob entries already sent */
-    size_t lp_offset;       /* completions: text bytes those entries stand for */
-    int closed;             /* its finish chunk was sent */
+    size_t sent;      /* bytes of the choice's text already turned into events */
+    size_t lp_sent;   /* logprob entries already sent */
+    size_t lp_offset; /* completions: text bytes those entries stand for */
+    int closed;       /* its finish chunk was sent */
 } choice_state;
 
 typedef struct {
     kvt_server *s;
     srv_req *r;
     struct MHD_Connection *conn;
-    kvt_api_usage *usage;   /* for the access log (the caller's) */
+    kvt_api_usage *usage; /* for the access log (the caller's) */
     int *has_usage;
-    char *buf;              /* SSE bytes not yet handed to MHD */
+    char *buf; /* SSE bytes not yet handed to MHD */
     size_t len, off, cap;
     int opened, finished;
     int32_t n;
     choice_state ch[KVT_API_MAX_N];
-    kvt_api_rag *rag;       /* /v1/rag/chat/completions: what was retrieved (owned), for the finish chunk */
+    kvt_api_rag *rag; /* /v1/rag/chat/completions: what was retrieved (owned), for the finish chunk */
 } stream_state;
 
 static void sse_event(stream_state *st, char *json) {
@@ -147,7 +149,8 @@ static void choice_events(stream_state *st, int32_t i) {
     size_t nc = 0;
     if (done && !c->err_status) nc = read_calls(s, c, &calls, &content); /* done is final: c->text stays */
     const char *text = nc ? content : delta;
-    if ((text && *text) || n_lps) sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
+    if ((text && *text) || n_lps)
+        sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
     for (size_t k = 0; k < nc; k++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
     if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
         char *last = kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL);
@@ -255,8 +258,8 @@ struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct M
     st->usage = usage;
     st->has_usage = has_usage;
     st->n = 1 + r->n_sib;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
+                                                                  stream_free);
     if (!resp) {
         stream_free(st);
         return NULL;

@@ -44,8 +44,7 @@ int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_a
 
 /* RAG (docs/rag.md "The RAG route"): kvtier.rag is read only on its route (kvt_srv_parse);
  * there the question retrieves chunks that become the request's documents. */
-static int rag_prepare(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_rag *rag,
-                       kvt_api_error *err) {
+static int rag_prepare(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_rag *rag, kvt_api_error *err) {
     if (cs->r != R_RAG) return 0;
     if (!s->p.rag)
         return kvt_api_errorf(err, 404, "invalid_request_error", NULL, "not_found",
@@ -91,8 +90,8 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
         return kvt_srv_send_error(s, c, cs->label, &err, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
     }
     if (r->stream) {
-        struct MHD_Response *resp =
-            kvt_srv_stream_response(s, r, c, &cs->usage, &cs->has_usage, cs->r == R_RAG ? &rag : NULL);
+        struct MHD_Response *resp = kvt_srv_stream_response(s, r, c, &cs->usage, &cs->has_usage,
+                                                            cs->r == R_RAG ? &rag : NULL);
         if (!resp) return MHD_NO;
         return kvt_srv_send_response(s, c, cs->label, MHD_HTTP_OK, resp);
     }
@@ -154,8 +153,12 @@ enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, c
 
 enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const kvt_hparams *hp = &s->model->hp;
-    kvt_api_model_info mi = {.id = s->p.model_id, .created = (int64_t)time(NULL), .n_ctx = s->n_ctx,
-                             .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab, .n_embd = hp->n_embd,
+    kvt_api_model_info mi = {.id = s->p.model_id,
+                             .created = (int64_t)time(NULL),
+                             .n_ctx = s->n_ctx,
+                             .n_ctx_train = hp->n_ctx_train,
+                             .n_vocab = s->n_vocab,
+                             .n_embd = hp->n_embd,
                              .n_params = s->model->n_params};
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_models_json(&mi), NULL, NULL);
 }
@@ -163,12 +166,21 @@ enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, c
 enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const kvt_hparams *hp = &s->model->hp;
     kvt_engine_params ep = kvt_engine_params_of(s->e);
-    kvt_api_props p = {.model_id = s->p.model_id, .model_path = s->model->path, .arch = hp->arch_name,
-                       .n_ctx = s->n_ctx, .n_ctx_train = hp->n_ctx_train, .n_vocab = s->n_vocab,
-                       .n_embd = hp->n_embd, .n_layer = hp->n_layer, .n_params = s->model->n_params,
-                       .block_size = s->block, .parallel = s->p.parallel,
-                       .chat_family = kvt_chat_family_name(s->p.chat), .chat_template = s->model->chat_template,
-                       .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype), .max_tokens_default = s->p.max_tokens_limit};
+    kvt_api_props p = {.model_id = s->p.model_id,
+                       .model_path = s->model->path,
+                       .arch = hp->arch_name,
+                       .n_ctx = s->n_ctx,
+                       .n_ctx_train = hp->n_ctx_train,
+                       .n_vocab = s->n_vocab,
+                       .n_embd = hp->n_embd,
+                       .n_layer = hp->n_layer,
+                       .n_params = s->model->n_params,
+                       .block_size = s->block,
+                       .parallel = s->p.parallel,
+                       .chat_family = kvt_chat_family_name(s->p.chat),
+                       .chat_template = s->model->chat_template,
+                       .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype),
+                       .max_tokens_default = s->p.max_tokens_limit};
     pthread_mutex_lock(&s->mu);
     p.tier_budget_bytes[KVT_TIER_T0] = (uint64_t)s->snap.t0_pages_total * kvt_page_bytes(s->e);
     p.tier_budget_bytes[KVT_TIER_T1] = s->snap.t1_budget_bytes;
@@ -181,11 +193,18 @@ _Static_assert(KVT_REQ_ID_MAX == REQUEST_ID_MAX && KVT_REQ_TENANT_MAX == TENANT_
 
 void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant, double total_ms) {
     const kvt_api_usage *u = &cs->usage;
-    kvt_req_entry e = {.t_end = (double)time(NULL), .endpoint = cs->label, .status = cs->status,
-                       .prompt_tokens = u->prompt_tokens, .computed_tokens = u->computed_tokens,
-                       .generated_tokens = u->completion_tokens, .ttft_ms = u->ttft_ms, .total_ms = total_ms,
-                       .has_stop = u->has_reuse_stop, .stop_reason = u->reuse_stop.reason,
-                       .stop_block = u->reuse_stop.block, .stop_token = u->reuse_stop.token_offset};
+    kvt_req_entry e = {.t_end = (double)time(NULL),
+                       .endpoint = cs->label,
+                       .status = cs->status,
+                       .prompt_tokens = u->prompt_tokens,
+                       .computed_tokens = u->computed_tokens,
+                       .generated_tokens = u->completion_tokens,
+                       .ttft_ms = u->ttft_ms,
+                       .total_ms = total_ms,
+                       .has_stop = u->has_reuse_stop,
+                       .stop_reason = u->reuse_stop.reason,
+                       .stop_block = u->reuse_stop.block,
+                       .stop_token = u->reuse_stop.token_offset};
     snprintf(e.request_id, sizeof e.request_id, "%s", cs->request_id);
     snprintf(e.tenant, sizeof e.tenant, "%s", tenant);
     memcpy(e.tier_tokens, u->tier_tokens, sizeof e.tier_tokens);
@@ -196,8 +215,7 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
     if (cs->r == R_DASHBOARD_REQUESTS) {
         kvt_req_entry e[KVT_REQ_RING_DEFAULT];
         int32_t n = kvt_req_ring_take(s->reqs, e, KVT_REQ_RING_DEFAULT);
-        return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_req_ring_json(e, n), NULL,
-                                 NULL);
+        return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_req_ring_json(e, n), NULL, NULL);
     }
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
                             .parallel = s->p.parallel,

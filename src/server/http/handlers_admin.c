@@ -18,8 +18,11 @@
 enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     admin_job *j = kvt_xcalloc(1, sizeof *j);
     kvt_api_error err;
-    j->kind = cs->r == R_CACHE_PIN ? JOB_PIN : cs->r == R_CACHE_UNPIN ? JOB_UNPIN
-              : cs->r == R_CACHE_PREFETCH ? JOB_PREFETCH : cs->r == R_CACHE_FLUSH ? JOB_FLUSH : JOB_STATS;
+    j->kind = cs->r == R_CACHE_PIN  ? JOB_PIN
+        : cs->r == R_CACHE_UNPIN    ? JOB_UNPIN
+        : cs->r == R_CACHE_PREFETCH ? JOB_PREFETCH
+        : cs->r == R_CACHE_FLUSH    ? JOB_FLUSH
+                                    : JOB_STATS;
     enum MHD_Result ret;
     if (j->kind == JOB_PIN || j->kind == JOB_PREFETCH) {
         /* the body names a prompt as the generation endpoints do: "messages" (chat) or "prompt" */

@@ -25,8 +25,8 @@ struct kvt_http_conns {
     unsigned cap, per_ip, reserve;
     kvt_http_addr *trusted;
     size_t n_trusted;
-    unsigned open;     /* under mu: connections open */
-    entry *e;          /* under mu: the addresses with a count, n_e of cap_e */
+    unsigned open; /* under mu: connections open */
+    entry *e;      /* under mu: the addresses with a count, n_e of cap_e */
     size_t n_e, cap_e;
 };
 

@@ -17,23 +17,23 @@
 
 struct kvt_http_conn {
     int fd;
-    double deadline;           /* kvt_now() by which the request must be in; 0: none (being answered) */
-    double head_deadline;      /* kvt_now() by which its headers must be in; 0: none (they are) */
+    double deadline;      /* kvt_now() by which the request must be in; 0: none (being answered) */
+    double head_deadline; /* kvt_now() by which its headers must be in; 0: none (they are) */
     kvt_http_conn *prev, *next;
 };
 
 struct kvt_http_guard {
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* wakes the watchdog: a deadline when it had none, or stop */
-    uint64_t budget;           /* 0: none */
-    uint64_t held;             /* under mu */
-    double timeout;            /* seconds; 0: no whole-request deadlines */
-    double head_timeout;       /* seconds; 0: no header deadlines */
-    kvt_http_conn *conns;      /* under mu: every open connection */
-    uint64_t expired;          /* under mu */
-    int sleeping;              /* under mu: the watchdog waits with no deadline to wake it */
-    double wake_at;            /* under mu: the deadline it waits for otherwise */
-    int stop;                  /* under mu */
+    pthread_cond_t cv;    /* wakes the watchdog: a deadline when it had none, or stop */
+    uint64_t budget;      /* 0: none */
+    uint64_t held;        /* under mu */
+    double timeout;       /* seconds; 0: no whole-request deadlines */
+    double head_timeout;  /* seconds; 0: no header deadlines */
+    kvt_http_conn *conns; /* under mu: every open connection */
+    uint64_t expired;     /* under mu */
+    int sleeping;         /* under mu: the watchdog waits with no deadline to wake it */
+    double wake_at;       /* under mu: the deadline it waits for otherwise */
+    int stop;             /* under mu */
     int has_thread;
     pthread_t watchdog;
 };
@@ -65,8 +65,8 @@ static void *watchdog_main(void *arg) {
                              "serve: closed a connection that sent no complete request headers in %g s",
                              g->head_timeout);
                 else
-                    kvt_logk(KVT_LOG_INFO, "timeout_s",
-                             "serve: closed a connection that sent no whole request in %g s", g->timeout);
+                    kvt_logk(KVT_LOG_INFO, "timeout_s", "serve: closed a connection that sent no whole request in %g s",
+                             g->timeout);
             } else if (!next || d < next) {
                 next = d;
             }
@@ -241,10 +241,8 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
     if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         if (!value || !*value || strspn(value, "0123456789") != strlen(value))
             f->error = "Content-Length is not a number";
-        else if (f->content_length && strcmp(f->content_length, value))
-            f->error = "two Content-Length headers differ";
-        else
-            f->content_length = value;
+        else if (f->content_length && strcmp(f->content_length, value)) f->error = "two Content-Length headers differ";
+        else f->content_length = value;
     } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
         if (++f->n_te > 1) f->error = "more than one Transfer-Encoding header";
         else if (!value || strcasecmp(value, "chunked"))

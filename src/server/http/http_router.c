@@ -70,7 +70,8 @@ static enum MHD_Result send_refusal(kvt_server *s, struct MHD_Connection *c, con
     }
     kvt_api_errorf(&e, status, "server_error", NULL, "overloaded",
                    "the server holds %llu bytes of request bodies at most (--max-inflight-bytes) and is full; "
-                   "retry later", (unsigned long long)s->p.max_inflight_bytes);
+                   "retry later",
+                   (unsigned long long)s->p.max_inflight_bytes);
     return kvt_srv_send_error(s, c, label, &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
 }
 
@@ -109,8 +110,7 @@ typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY, ACCESS_ADMIN_KEY
 static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strcmp(url, "/v1/cache/lint")) return ACCESS_ADMIN_KEY;
     /* /tokenize, /detokenize and /props are the tenants' API too (llama-server's paths) */
-    if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") ||
-        !strcmp(url, "/props"))
+    if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") || !strcmp(url, "/props"))
         return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     /* the page shows what /metrics does, and every tenant's last requests */
     if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests")) {
@@ -128,8 +128,7 @@ static int admin_of(const kvt_server *s, struct MHD_Connection *c) {
 }
 
 /* The answer to a request that lacks the key its path needs (rule != ACCESS_OPEN). */
-static enum MHD_Result send_key_refusal(kvt_server *s, struct MHD_Connection *c, const char *label,
-                                        access_rule rule) {
+static enum MHD_Result send_key_refusal(kvt_server *s, struct MHD_Connection *c, const char *label, access_rule rule) {
     if (rule == ACCESS_METRICS_KEY)
         return kvt_srv_send_errorf(s, c, label, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
                                    "the metrics key is required: Authorization: Bearer KEY (--metrics-key)");
@@ -179,8 +178,9 @@ static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const 
     uint64_t n = s->next_request++;
     pthread_mutex_unlock(&s->mu);
     if (request_id_ok(id)) snprintf(cs->request_id, sizeof cs->request_id, "%s", id);
-    else snprintf(cs->request_id, sizeof cs->request_id, "req-%llx-%llx", (unsigned long long)s->started,
-                  (unsigned long long)n);
+    else
+        snprintf(cs->request_id, sizeof cs->request_id, "req-%llx-%llx", (unsigned long long)s->started,
+                 (unsigned long long)n);
     conn_ctx *x = kvt_srv_conn_ctx(c);
     if (x) x->cur = cs;
     return cs;
@@ -199,8 +199,8 @@ static void access_log(kvt_server *s, const conn_state *cs, enum MHD_RequestTerm
     char tokens[ACCESS_TOKENS_MAX] = "",
          text[ACCESS_TOKENS_MAX + ACCESS_PATH_MAX + REQUEST_ID_MAX + KVT_HTTP_ADDR_TEXT + 104];
     if (cs->has_usage)
-        snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f",
-                 u->prompt_tokens, u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
+        snprintf(tokens, sizeof tokens, " prompt=%d cached=%d computed=%d generated=%d ttft_ms=%.1f", u->prompt_tokens,
+                 u->cached_tokens, u->computed_tokens, u->completion_tokens, u->ttft_ms);
     snprintf(text, sizeof text, "access: %s %s %d id=%s tenant=%s%s total_ms=%.1f client=%s%s", cs->method, cs->path,
              cs->status, cs->request_id, tenant, tokens, total_ms, cs->client[0] ? cs->client : "-",
              complete ? "" : " (connection ended early)");
@@ -238,8 +238,8 @@ static int screen_request(kvt_server *s, struct MHD_Connection *c, conn_state *c
     const char *bad = kvt_http_raw_header_error(c, method, version);
     if (!bad) bad = kvt_http_framing_error(c);
     if (bad) {
-        kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing",
-                       "malformed request: %s", bad);
+        kvt_api_errorf(&e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "bad_framing", "malformed request: %s",
+                       bad);
         *ret = kvt_srv_send_error(s, c, "other", &e, MHD_HTTP_HEADER_CONNECTION, "close");
         return 0;
     }
@@ -256,7 +256,8 @@ static int screen_request(kvt_server *s, struct MHD_Connection *c, conn_state *c
     if (forwarded && kvt_http_conns_claim(s->conns, &client)) {
         kvt_api_errorf(&e, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_error", NULL, "too_many_connections",
                        "client %s has %u requests or connections open, the most one address may have "
-                       "(--max-conns-per-ip); retry later", cs->client, s->p.max_conns_per_ip);
+                       "(--max-conns-per-ip); retry later",
+                       cs->client, s->p.max_conns_per_ip);
         *ret = kvt_srv_send_error(s, c, "other", &e, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
         return 0;
     }
@@ -292,9 +293,10 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         const char *key = NULL;
         access_rule rule = access_of(s, url);
         /* the admin key opens the operator's paths: the lint, the metrics, and the cache admin */
-        int admin = admin_of(s, c) && (rule == ACCESS_ADMIN_KEY || rule == ACCESS_METRICS_KEY ||
-                                       (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) ||
-                                       !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10));
+        int admin = admin_of(s, c) &&
+            (rule == ACCESS_ADMIN_KEY || rule == ACCESS_METRICS_KEY ||
+             (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) || !strncmp(url, "/metrics", 8) ||
+             !strncmp(url, "/dashboard", 10));
         int ok = admin || rule == ACCESS_OPEN;
         if (!ok && rule == ACCESS_API_KEY) ok = (key = authenticate(s, c)) != NULL;
         if (!ok && rule == ACCESS_METRICS_KEY) ok = bearer(c) && key_equal(bearer(c), s->p.metrics_key);

@@ -15,7 +15,7 @@
 
 #define CORS_METHODS "GET, POST, OPTIONS"
 #define CORS_HEADERS "Authorization, Content-Type, X-Session-Id, X-Request-Id"
-#define CORS_MAX_AGE_S "600"        /* how long a browser may reuse a preflight's answer */
+#define CORS_MAX_AGE_S "600" /* how long a browser may reuse a preflight's answer */
 
 /* Per-connection state (MHD's socket context): the deadlines' handle, the
  * peer's address as counted in s->conns, and the request being served (one at

@@ -107,8 +107,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     kvt_chain_init(&chain, root);
     kvt_blend_job *bj = NULL;
     if (!rc && r->approximate && r->n_docs > 1 &&
-        (rc = kvt_blend_begin(s->cache, root, seq, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, &r->blend,
-                              &bj))) {
+        (rc = kvt_blend_begin(s->cache, root, seq, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, &r->blend, &bj))) {
         kvt_seq_free(s->e, seq);
         seq = -1;
     }
@@ -146,7 +145,8 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     }
     r->usage.restore_ms = ai.restore_ms;
     r->usage.disk_decision = ai.t2_decision == KVT_T2_RESTORE ? "restore"
-                             : ai.t2_decision == KVT_T2_RECOMPUTE ? "recompute" : NULL;
+        : ai.t2_decision == KVT_T2_RECOMPUTE                  ? "recompute"
+                                                              : NULL;
     r->usage.planned_tokens = ai.n_planned;
     r->usage.prefetched_tokens = r->prefetched_tokens;
     r->usage.queued_ms = (kvt_now() - r->t_arrival) * 1e3;

@@ -65,8 +65,7 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     if (r->logprobs) {
         /* from the logits the sampler just saw: the model's distribution, before temperature and filters */
         kvt_api_logprob e = {.id = tok, .n_top = r->top_logprobs};
-        kvt_logprobs(logits, s->n_vocab, tok, KVT_MIN(r->top_logprobs, s->n_vocab), &e.logprob, e.top_id,
-                     e.top_logprob);
+        kvt_logprobs(logits, s->n_vocab, tok, KVT_MIN(r->top_logprobs, s->n_vocab), &e.logprob, e.top_id, e.top_logprob);
         pthread_mutex_lock(&s->mu);
         if (r->n_lp == r->cap_lp) {
             r->cap_lp = r->cap_lp ? 2 * r->cap_lp : LOGPROBS_INIT;

@@ -61,16 +61,15 @@ static int request_prompt(kvt_server *s, const kvt_api_request *a, srv_req *r, s
         kvt_call_memo *memo = s->p.retokenize_replies ? NULL : s->calls;
         kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, memo, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
         rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, s->p.retokenize_replies ? NULL : reply_lookup, &lc,
-                                max_prompt,
-                                last_user == SIZE_MAX ? n_msgs : last_user, at, &r->prompt, n);
+                                max_prompt, last_user == SIZE_MAX ? n_msgs : last_user, at, &r->prompt, n);
         kvt_api_messages_free(msgs, arena);
     } else if (a->prompt_ids) {
         *n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(*n * sizeof *r->prompt);
         memcpy(r->prompt, a->prompt_ids, *n * sizeof *r->prompt);
     } else {
-        rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1,
-                              max_prompt, &r->prompt, n);
+        rc = kvt_tokenize_max(s->tok, a->prompt, strlen(a->prompt), kvt_tokenizer_add_special(s->tok), 1, max_prompt,
+                              &r->prompt, n);
     }
     return rc;
 }
@@ -128,10 +127,10 @@ static int check_prompt(const kvt_server *s, const kvt_api_request *a, int rc, s
 static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_req *r) {
     int32_t room = s->n_ctx - r->n_prompt;
     /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat */
-    int32_t want = a->max_tokens           ? a->max_tokens
-                   : s->p.default_max_tokens ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
-                   : a->kind == KVT_API_CHAT ? s->p.max_tokens_limit
-                                             : KVT_MIN(16, s->p.max_tokens_limit);
+    int32_t want = a->max_tokens  ? a->max_tokens
+        : s->p.default_max_tokens ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
+        : a->kind == KVT_API_CHAT ? s->p.max_tokens_limit
+                                  : KVT_MIN(16, s->p.max_tokens_limit);
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
     r->ignore_eos = a->ignore_eos;
@@ -282,8 +281,8 @@ int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key
         if (a->has_seed) c->sp.seed = a->seed + (uint64_t)i;
         c->first = r;
         pthread_mutex_lock(&s->mu);
-        r->refs++;  /* c's, on its first choice (whose cv it wakes) */
-        c->refs++;  /* the engine's */
+        r->refs++; /* c's, on its first choice (whose cv it wakes) */
+        c->refs++; /* the engine's */
         r->sib[r->n_sib++] = c;
         pthread_mutex_unlock(&s->mu);
     }
@@ -296,8 +295,7 @@ void kvt_srv_prefill_progress(slot *sl, int begin) {
         int32_t n = r->n_prompt - sl->n_fed;
         sl->progress = n >= KVT_PREFILL_PROGRESS_TOKENS && !r->is_sib && kvt_progress_wanted();
         sl->progress_from = sl->n_fed;
-        if (sl->progress)
-            kvt_progress_begin_for(&sl->prog, "prefill", kvt_srv_log_id(r), (uint64_t)n, "tokens");
+        if (sl->progress) kvt_progress_begin_for(&sl->prog, "prefill", kvt_srv_log_id(r), (uint64_t)n, "tokens");
         return;
     }
     if (!sl->progress) return;
@@ -316,12 +314,11 @@ void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int
     double s = r->usage.prefill_ms / 1e3;
     if (!done)
         kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,cached_tokens",
-                 "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed,
-                cached);
+                 "serve: prefill %s: %d tokens to compute, %d restored from the cache", id, computed, cached);
     else
         kvt_logk(KVT_LOG_INFO, "request_id,computed_tokens,seconds,tokens_per_s",
                  "serve: prefill %s: %d tokens computed in %.2f s (%.0f tok/s)", id, computed, s,
-                computed / (s > 0 ? s : 1e-9));
+                 computed / (s > 0 ? s : 1e-9));
 }
 
 /* X-Session-Id names the session when the body does not; a named session

@@ -88,8 +88,7 @@ void *kvt_srv_engine_main(void *arg) {
         srv_req *waiting = NULL;
         pthread_mutex_lock(&s->mu);
         kvt_cache_get_stats(s->cache, &s->snap);
-        while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs)
-            pthread_cond_wait(&s->engine_cv, &s->mu);
+        while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs) pthread_cond_wait(&s->engine_cv, &s->mu);
         int stopping = s->stopping;
         struct admin_job *jobs = stopping ? NULL : s->jobs;
         if (jobs) s->jobs = NULL;
