@@ -102,7 +102,7 @@ static int create_instance(kvt_vk_inst *vi) {
                              .pEngineName = "kvtier",
                              .apiVersion = VK_API_VERSION_1_2};
     const char *layers[] = {VALIDATION_LAYER};
-    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
     VkDebugUtilsMessengerCreateInfoEXT mci = {.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
                                               .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
                                                   VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
@@ -110,13 +110,18 @@ static int create_instance(kvt_vk_inst *vi) {
                                                   VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                                                   VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
                                               .pfnUserCallback = on_message};
+    /* synchronization validation too: a missing barrier between a shader's
+     * write and the next read is a hazard lavapipe would never show */
+    VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT, .pNext = &mci,
+                                  .enabledValidationFeatureCount = 1, .pEnabledValidationFeatures = &sync};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     if (vi->validation) {
         ci.enabledLayerCount = 1;
         ci.ppEnabledLayerNames = layers;
-        ci.enabledExtensionCount = 1;
+        ci.enabledExtensionCount = 2;
         ci.ppEnabledExtensionNames = exts;
-        ci.pNext = &mci; /* also covers instance creation and destruction */
+        ci.pNext = &vf; /* the messenger also covers instance creation and destruction */
     }
     VkResult r = vi->f.vkCreateInstance(&ci, NULL, &vi->inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
@@ -130,7 +135,8 @@ static int create_instance(kvt_vk_inst *vi) {
     if (vi->validation) {
         r = vi->f.vkCreateDebugUtilsMessengerEXT(vi->inst, &mci, NULL, &vi->messenger);
         if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateDebugUtilsMessengerEXT");
-        kvt_log(KVT_LOG_DEBUG, "gpu: %s on, its messages counted", VALIDATION_LAYER);
+        kvt_log(KVT_LOG_DEBUG, "gpu: %s on (with synchronization validation), its messages counted",
+                VALIDATION_LAYER);
     }
     return 0;
 }
