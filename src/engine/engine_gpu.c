@@ -9,6 +9,7 @@
  *
  * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16
  * or f32 KV; anything else is refused when the engine is made, naming what. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +173,20 @@ static void numerics_id(kvt_eng_gpu *g) {
     snprintf(g->numerics, sizeof g->numerics, "vk-%04x-%04x-%s", in->vendor_id, in->device_id, in->numerics);
 }
 
+/* Appends to msg what the model needs against what the device has, for an
+ * out-of-memory failure at load. */
+static void oom_hint(const kvt_engine *e, const kvt_eng_gpu *g, char *msg, size_t cap) {
+    uint64_t heap = 0;
+    const kvt_gpu_info *in = g->d ? kvt_gpu_dev_info(g->d) : NULL;
+    for (int h = 0; in && h < in->n_heaps; h++)
+        if (in->heap_device_local[h] && in->heap_bytes[h] > heap) heap = in->heap_bytes[h];
+    size_t len = strlen(msg);
+    snprintf(msg + len, cap - len, " (the weights take %.2f GiB and the KV pool %.2f GiB; the device's memory is "
+             "%.2f GiB: lower --kv-active, or run a smaller model or --device cpu)",
+             (double)e->model->weight_bytes / (1 << 30), (double)e->p.n_pages * (double)e->page_stride / (1 << 30),
+             (double)heap / (1 << 30));
+}
+
 /* Long: the device, its kernels, the model check, weights, pool and activations in order, undone on failure. */
 int kvt_eng_gpu_new(kvt_engine *e, int index) {
     int rc = model_supported(e->model, e->p.kv_dtype);
@@ -189,6 +204,7 @@ int kvt_eng_gpu_new(kvt_engine *e, int index) {
     }
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", kvt_errmsg());
+    if (rc == -ENOMEM) oom_hint(e, g, msg, sizeof msg);
     kvt_eng_gpu_free(g);
     e->gpu = NULL;
     return kvt_fail(rc, "GPU engine on vulkan:%d: %s", index, msg);

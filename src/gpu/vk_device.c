@@ -16,7 +16,15 @@ static int env_flag(const char *name) {
 }
 
 /* KVT_VK_MAX_BINDING lowers the device's storage binding limit (tests); it never raises it. */
+/* KVT_VK_MEM_LIMIT=N: device buffers past N bytes in all fail as out of
+ * device memory does, to test what callers do then (0 or unset: no limit). */
+static void mem_limit_from_env(kvt_gpu_dev *d) {
+    const char *v = getenv("KVT_VK_MEM_LIMIT");
+    d->mem_limit = v && *v ? strtoull(v, NULL, 10) : 0;
+}
+
 static int max_binding_from_env(kvt_gpu_dev *d) {
+    mem_limit_from_env(d);
     d->max_binding = d->info.max_binding;
     const char *v = getenv("KVT_VK_MAX_BINDING");
     if (!v || !*v) return 0;
@@ -182,6 +190,10 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
                         "bytes (maxStorageBufferRange%s): split the tensor",
                         (unsigned long long)bytes, (unsigned long long)d->max_binding,
                         d->max_binding < d->info.max_binding ? ", lowered by KVT_VK_MAX_BINDING" : "");
+    if (kind == KVT_GPU_DEVICE && d->mem_limit && d->dev_bytes + bytes > d->mem_limit)
+        return kvt_fail(-ENOMEM, "gpu buffer of %llu bytes: out of device memory (%llu of the %llu bytes "
+                                 "KVT_VK_MEM_LIMIT allows are in use)", (unsigned long long)bytes,
+                        (unsigned long long)d->dev_bytes, (unsigned long long)d->mem_limit);
     kvt_gpu_buf *b = kvt_xcalloc(1, sizeof *b);
     b->d = d;
     b->bytes = bytes;
@@ -227,6 +239,7 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
         kvt_gpu_buf_free(b);
         return rc;
     }
+    if (kind == KVT_GPU_DEVICE) d->dev_bytes += bytes, b->counted = 1;
     *out = b;
     return 0;
 }
@@ -234,6 +247,7 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
 void kvt_gpu_buf_free(kvt_gpu_buf *b) {
     if (!b) return;
     kvt_gpu_dev *d = b->d;
+    if (b->counted) d->dev_bytes -= b->bytes;
     if (b->host) d->f.vkUnmapMemory(d->dev, b->mem);
     if (b->buf) d->f.vkDestroyBuffer(d->dev, b->buf, NULL);
     if (b->mem) d->f.vkFreeMemory(d->dev, b->mem, NULL);

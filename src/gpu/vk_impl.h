@@ -128,6 +128,8 @@ struct kvt_gpu_dev {
     uint32_t n_queries; /* written in this recording */
     int recording;
     uint64_t n_submits; /* since open, for KVT_VK_LOSE_AFTER */
+    uint64_t dev_bytes; /* device buffers' bytes now, and KVT_VK_MEM_LIMIT's cap on them (0: none) */
+    uint64_t mem_limit;
     int lost;           /* the device was lost: every later submission fails */
     int force_staging;
     uint64_t max_binding;
@@ -144,6 +146,7 @@ struct kvt_gpu_buf {
     kvt_gpu_buf_kind kind;
     void *host;   /* mapped address, or NULL */
     int coherent; /* host-coherent memory: no flush or invalidate */
+    int counted;  /* in d->dev_bytes (a device buffer) */
 };
 
 struct kvt_gpu_pipe {

@@ -12,6 +12,7 @@
  *  - a lost device (injected) fails a step with a clear error and leaves the
  *    sequence as it was; what the GPU engine does not run is refused by name.
  * No validation message may appear. Skips (77) without a device. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -236,6 +237,13 @@ static void check_errors(const kvt_model *m) {
            "a pool over 4 bindings: %s", kvt_errmsg());
     if (was) setenv("KVT_VK_MAX_BINDING", keep, 1);
     else unsetenv("KVT_VK_MAX_BINDING");
+    /* out of device memory at load: refused, saying what the model needs */
+    setenv("KVT_VK_MEM_LIMIT", "65536", 1);
+    ep.n_pages = 8;
+    int orc = kvt_engine_new(m, ep, &e);
+    CHECKF(orc == -ENOMEM && !e && strstr(kvt_errmsg(), "out of device memory") && strstr(kvt_errmsg(), "--kv-active"),
+           "out of device memory at load: rc %d, %s", orc, kvt_errmsg());
+    unsetenv("KVT_VK_MEM_LIMIT");
     /* a lost device: the step fails saying so, and the sequence keeps its length */
     e = engine_on(m, 1, 16, 512, KVT_KV_F16);
     if (!e) return;
