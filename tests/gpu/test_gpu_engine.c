@@ -215,6 +215,40 @@ out:
     kvt_engine_free(e);
 }
 
+/* Blocks the CPU engine wrote to T2 never serve the GPU engine, nor the
+ * reverse: the numerics id in every key differs. */
+static void check_devices_apart(const kvt_model *m, const char *dir) {
+    enum { N = 2 * B + 3 };
+    int32_t p[N];
+    unsigned seed = 31;
+    kvt_test_random_tokens(p, N, n_vocab, &seed);
+    for (int first = 0; first < 2; first++) {
+        char d[600];
+        snprintf(d, sizeof d, "%s-%d", dir, first);
+        kvt_engine *ew = engine_on(m, first, 16, 512, KVT_KV_F16), *er = engine_on(m, !first, 16, 512, KVT_KV_F16);
+        kvt_cache *cw = ew ? kvt_test_cache(ew, d, 1u << 20) : NULL;
+        if (cw) {
+            kvt_test_gen g = kvt_test_generate(ew, cw, p, N, 2, NULL);
+            kvt_test_gen_free(&g);
+            CHECK(kvt_cache_flush(cw) == 0);
+            kvt_cache_free(cw);
+        }
+        kvt_cache *cr = er ? kvt_test_cache(er, d, 1u << 20) : NULL;
+        if (cr) {
+            kvt_test_gen g = kvt_test_generate(er, cr, p, N, 2, NULL);
+            CHECKF(g.res.tier_tokens[KVT_TIER_T2] == 0 && g.res.n_computed == N,
+                   "the %s engine took %d tokens from the %s engine's T2", first ? "CPU" : "GPU",
+                   g.res.tier_tokens[KVT_TIER_T2], first ? "GPU" : "CPU");
+            kvt_test_gen_free(&g);
+            kvt_cache_free(cr);
+        }
+        if (ew && er)
+            printf("gpu engine: numerics ids: %s and %s\n", kvt_engine_numerics_id(ew), kvt_engine_numerics_id(er));
+        kvt_engine_free(ew);
+        kvt_engine_free(er);
+    }
+}
+
 static void check_errors(const kvt_model *m) {
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_pages = 8;
@@ -295,6 +329,8 @@ int main(void) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/gpu_engine_t2", kvt_test_tmpdir());
         check_warm_equals_cold(f16, dir);
+        snprintf(dir, sizeof dir, "%s/gpu_engine_apart", kvt_test_tmpdir());
+        check_devices_apart(f16, dir);
         check_errors(f16);
         kvt_model_free(f16);
     }
