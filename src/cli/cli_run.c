@@ -351,10 +351,11 @@ static int run_prompt(run_ctx *c, long k) {
         kvt_run_action(c->cache, ln, NULL, 0, x->salt, &c->pins, &c->n_pins, k + 1);
         return 0;
     }
-    if (ln->approximate && (x->seed_given || !c->cache)) {
+    if (ln->approximate && (x->seed_given || !c->cache || x->dev.vulkan)) {
         fprintf(stderr, "kvtier run: [%ld] \"reuse\": \"approximate\" %s\n", k + 1,
-                x->seed_given ? "cannot be combined with --seed: a seed asks for output that replays exactly"
-                              : "needs the cache (not --no-cache)");
+                x->seed_given   ? "cannot be combined with --seed: a seed asks for output that replays exactly"
+                    : !c->cache ? "needs the cache (not --no-cache)"
+                                : "runs on the CPU engine only (it rewrites stored keys in place): use --device cpu");
         return 1;
     }
     size_t *starts = kvt_xmalloc((ln->n_docs + 1) * sizeof *starts);

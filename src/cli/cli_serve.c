@@ -512,6 +512,12 @@ static int serve_settings(serve_args *x) {
     }
     sp->trusted_proxies = (const char *const *)x->proxies;
     sp->n_trusted_proxies = x->n_proxies;
+    if (sp->approximate_reuse && x->dev.vulkan) {
+        fprintf(stderr,
+                "kvtier serve: --approximate-reuse runs on the CPU engine only (it rewrites stored keys "
+                "in place); leave it out with --device vulkan, or use --device cpu\n");
+        return -1;
+    }
     return 0;
 }
 

@@ -54,6 +54,8 @@ else
   check "q8_0 KV on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 --device vulkan --kv-type q8_0
   check "... saying so" says "q8_0 KV"
 
+  check "serve --approximate-reuse on the GPU refused" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --device vulkan --approximate-reuse
+  check "... saying it runs on the CPU engine only" says "CPU engine only"
   check "a device index past the last refused" expect_rc 2 env KVTIER_DEVICE=vulkan:99 "$BIN" run -m "$TMP/m.gguf" -p hi
   check "it names the index" says "there is no Vulkan device 99"
 fi
