@@ -181,7 +181,8 @@ static void oom_hint(const kvt_engine *e, const kvt_eng_gpu *g, char *msg, size_
     for (int h = 0; in && h < in->n_heaps; h++)
         if (in->heap_device_local[h] && in->heap_bytes[h] > heap) heap = in->heap_bytes[h];
     size_t len = strlen(msg);
-    snprintf(msg + len, cap - len, " (the weights take %.2f GiB and the KV pool %.2f GiB; the device's memory is "
+    snprintf(msg + len, cap - len,
+             " (the weights take %.2f GiB and the KV pool %.2f GiB; the device's memory is "
              "%.2f GiB: lower --kv-active, or run a smaller model or --device cpu)",
              (double)e->model->weight_bytes / (1 << 30), (double)e->p.n_pages * (double)e->page_stride / (1 << 30),
              (double)heap / (1 << 30));

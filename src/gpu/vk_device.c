@@ -191,9 +191,10 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
                         (unsigned long long)bytes, (unsigned long long)d->max_binding,
                         d->max_binding < d->info.max_binding ? ", lowered by KVT_VK_MAX_BINDING" : "");
     if (kind == KVT_GPU_DEVICE && d->mem_limit && d->dev_bytes + bytes > d->mem_limit)
-        return kvt_fail(-ENOMEM, "gpu buffer of %llu bytes: out of device memory (%llu of the %llu bytes "
-                                 "KVT_VK_MEM_LIMIT allows are in use)", (unsigned long long)bytes,
-                        (unsigned long long)d->dev_bytes, (unsigned long long)d->mem_limit);
+        return kvt_fail(-ENOMEM,
+                        "gpu buffer of %llu bytes: out of device memory (%llu of the %llu bytes "
+                        "KVT_VK_MEM_LIMIT allows are in use)",
+                        (unsigned long long)bytes, (unsigned long long)d->dev_bytes, (unsigned long long)d->mem_limit);
     kvt_gpu_buf *b = kvt_xcalloc(1, sizeof *b);
     b->d = d;
     b->bytes = bytes;

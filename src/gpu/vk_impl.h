@@ -130,7 +130,7 @@ struct kvt_gpu_dev {
     uint64_t n_submits; /* since open, for KVT_VK_LOSE_AFTER */
     uint64_t dev_bytes; /* device buffers' bytes now, and KVT_VK_MEM_LIMIT's cap on them (0: none) */
     uint64_t mem_limit;
-    int lost;           /* the device was lost: every later submission fails */
+    int lost; /* the device was lost: every later submission fails */
     int force_staging;
     uint64_t max_binding;
     uint64_t nonatomic; /* nonCoherentAtomSize */

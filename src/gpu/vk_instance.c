@@ -113,8 +113,10 @@ static int create_instance(kvt_vk_inst *vi) {
     /* synchronization validation too: a missing barrier between a shader's
      * write and the next read is a hazard lavapipe would never show */
     VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
-    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT, .pNext = &mci,
-                                  .enabledValidationFeatureCount = 1, .pEnabledValidationFeatures = &sync};
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                  .pNext = &mci,
+                                  .enabledValidationFeatureCount = 1,
+                                  .pEnabledValidationFeatures = &sync};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     if (vi->validation) {
         ci.enabledLayerCount = 1;
@@ -135,8 +137,7 @@ static int create_instance(kvt_vk_inst *vi) {
     if (vi->validation) {
         r = vi->f.vkCreateDebugUtilsMessengerEXT(vi->inst, &mci, NULL, &vi->messenger);
         if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateDebugUtilsMessengerEXT");
-        kvt_log(KVT_LOG_DEBUG, "gpu: %s on (with synchronization validation), its messages counted",
-                VALIDATION_LAYER);
+        kvt_log(KVT_LOG_DEBUG, "gpu: %s on (with synchronization validation), its messages counted", VALIDATION_LAYER);
     }
     return 0;
 }
