@@ -225,9 +225,13 @@ stop
 P2="Another fixed preamble for a second service, long enough to fill several blocks of tokens, and then a question"
 KVT_DISK_CHECKPOINT_S=0.05 start c "$TMP/c.log" --kv-disk "$TMP/kv" --kv-disk-size 64M --write-through \
   --kv-disk-admit-all --restore always
+touch "$TMP/before-r3"
 ask "$URL" "$P2" "$TMP/r3.json"
 curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
-sleep 0.2
+# a periodic checkpoint of the index that r3 changed: poll until one is newer than r3
+newer_ckpt() { [ -n "$(find "$TMP/kv/index" -newer "$TMP/before-r3" 2>/dev/null)" ]; } # nanosecond mtimes
+for _ in $(seq 300); do newer_ckpt && break; sleep 0.05; done
+check "a periodic index checkpoint was written" newer_ckpt
 ask "$URL" "$P2 and one more" "$TMP/r4.json"
 curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
 kvt_stop_server c KILL
