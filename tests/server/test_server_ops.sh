@@ -228,12 +228,13 @@ KVT_DISK_CHECKPOINT_S=0.05 start c "$TMP/c.log" --kv-disk "$TMP/kv" --kv-disk-si
 touch "$TMP/before-r3"
 ask "$URL" "$P2" "$TMP/r3.json"
 curl -s -m 30 -X POST "$URL/v1/cache/flush" -o /dev/null
-# the next put checkpoints the index (with r3's records) once the checkpoint interval (0.05 s)
-# has passed since the last put tried: poll the age of a marker left after r3's puts ended
+# a put checkpoints the index (with r3's records) once the checkpoint interval (0.05 s) has
+# passed since the last put tried: poll the age of a marker left after r3's puts ended
 touch "$TMP/after-r3"
 aged() { python3 -c 'import os,sys,time; sys.exit(time.time() - os.stat(sys.argv[1]).st_mtime <= 0.1)' "$TMP/after-r3"; }
 for _ in $(seq 200); do aged && break; sleep 0.02; done
-ask "$URL" "$P2 and one more" "$TMP/r4.json"
+P4="A third text that shares nothing with the others and is long enough to fill a whole block of thirty-two tokens by itself"
+ask "$URL" "$P4" "$TMP/r4.json" # its new blocks' puts write the due checkpoint
 newer_ckpt() { [ -n "$(find "$TMP/kv/index" -newer "$TMP/before-r3" 2>/dev/null)" ]; } # nanosecond mtimes
 for _ in $(seq 300); do newer_ckpt && break; sleep 0.05; done
 check "a periodic index checkpoint was written after r3" newer_ckpt
