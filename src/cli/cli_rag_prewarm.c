@@ -172,8 +172,9 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
 typedef struct {
     const char *url, *cache_dir, *model, *system, *key, *questions;
     long k, pairs, threads;
-    int flush;
+    int flush, dev_given;
     kvt_kv_dtype dt;
+    kvt_cli_device dev;
     char host[256], port[16];
 } prewarm_args;
 
@@ -245,6 +246,7 @@ static int local_open(const prewarm_args *x, int32_t block, int32_t max_tokens, 
     ep.n_ctx = (max_tokens + 1 + block - 1) / block * block;
     ep.block_size = block;
     ep.kv_dtype = x->dt;
+    ep.device = kvt_cli_device_engine(&x->dev);
     ep.max_seqs = 1;
     ep.n_pages = 2 * (ep.n_ctx / block) + 1; /* one prompt, plus as much again kept cached while it goes down */
     if (kvt_engine_new(l->m, ep, &l->e)) goto fail;
@@ -304,6 +306,7 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
     *path = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        int kf;
         if (!strcmp(a, "--server")) {
             if (!(x->url = kvt_cli_value(argc, argv, &i))) return -1;
         } else if (!strcmp(a, "--cache-dir")) {
@@ -334,6 +337,8 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
             }
         } else if (!strcmp(a, "--flush")) {
             x->flush = 1;
+        } else if ((kf = kvt_cli_device_flag(argc, argv, &i, &x->dev_given, &x->dev))) {
+            if (kf < 0) return -1;
         } else if (a[0] != '-' && !*path) {
             *path = a;
         } else {
@@ -341,6 +346,7 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
             return -1;
         }
     }
+    if (!x->dev_given && kvt_cli_device_env(&x->dev)) return -1;
     const char *why = !*path        ? "needs INDEX"
         : !x->url == !x->cache_dir  ? "needs one of --server URL and --cache-dir DIR"
         : x->cache_dir && !x->model ? "--cache-dir needs -m MODEL"
