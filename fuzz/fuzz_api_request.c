@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
-/* Fuzz driver: the OpenAI request-body parser must reject any byte string with
- * a 400-style error or accept it as a valid request, never crash; accepted
+/* Fuzz driver: a body read as the server reads it, the strict check
+ * (api_body.h) and then the OpenAI request-body parser, must be rejected with
+ * a 400-style error or accepted as a valid request, never crash; accepted
  * requests round-trip through the response builders; the UTF-8 sanitizer
  * always yields valid UTF-8 without NULs. The first byte picks the endpoint. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_body.h"
 #include "api_openai.h"
 #include "api_response.h"
 #include "api_utf8.h"
@@ -36,7 +38,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = size - 1;
     kvt_api_request r;
     kvt_api_error err;
-    if (kvt_api_parse(kind, body, len, FUZZ_VOCAB, FUZZ_CTX, FUZZ_MAX_TOKENS, &r, &err) == 0) {
+    /* as the server reads a body: the strict check every POST body gets (api_body.h), then the parser */
+    int rc = kvt_api_check_body(kind == KVT_API_CHAT ? KVT_BODY_CHAT : KVT_BODY_COMPLETION, body, len, 0, &err);
+    if (!rc) rc = kvt_api_parse(kind, body, len, FUZZ_VOCAB, FUZZ_CTX, FUZZ_MAX_TOKENS, &r, &err);
+    if (rc == 0) {
         if (r.max_tokens < 0 || r.max_tokens > FUZZ_MAX_TOKENS) abort();
         if (r.n_prompt_ids >= FUZZ_CTX) abort();
         for (size_t i = 0; i < r.n_prompt_ids; i++)

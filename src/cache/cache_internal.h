@@ -7,6 +7,7 @@
  *                    acquiring a matched run, attach
  *   cache_demote.c   demotion through the tiers, T0 reclaim, flush
  *   cache_session.c  pins, prefetch and warm sessions
+ *   cache_pins.c     releasing pins, expiring and giving up warm sessions
  *   cache_explain.c  why reuse stopped where it did
  * Thread-safety: none, as for the cache itself. */
 #ifndef KVT_CACHE_INTERNAL_H
@@ -126,7 +127,7 @@ const void *kvt_cache_page_out(kvt_cache *c, int32_t p);
 void kvt_cache_write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,
                              const void *payload);
 
-/* ---- cache_session.c ---- */
+/* ---- cache_pins.c ---- */
 
 /* Releases sessions whose keep-warm time is over. */
 void kvt_cache_expire_sessions(kvt_cache *c);

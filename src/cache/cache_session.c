@@ -13,30 +13,6 @@
  * requests can always run; warm sessions yield under pressure instead. */
 #define KVT_PIN_MAX_FRACTION 0.5
 
-void kvt_cache_session_drop(kvt_cache *c, int32_t i) {
-    kvt_cache_release(c, c->sessions[i].pin);
-    c->sessions[i] = c->sessions[--c->n_sessions];
-}
-
-void kvt_cache_expire_sessions(kvt_cache *c) {
-    double now = kvt_now();
-    for (int32_t i = c->n_sessions; i-- > 0;)
-        if (c->sessions[i].expires <= now) {
-            kvt_cache_session_drop(c, i);
-            c->sessions_expired++;
-        }
-}
-
-/* Lowest priority first, then the soonest to expire. */
-int32_t kvt_cache_session_victim(const kvt_cache *c) {
-    int32_t best = -1;
-    for (int32_t i = 0; i < c->n_sessions; i++) {
-        const warm_session *s = &c->sessions[i], *b = best >= 0 ? &c->sessions[best] : NULL;
-        if (!b || s->priority < b->priority || (s->priority == b->priority && s->expires < b->expires)) best = i;
-    }
-    return best;
-}
-
 /* ---- pins ------------------------------------------------------------------------ */
 
 /* Acquires the cached prefix of tokens (at most max_new pages restored from
@@ -118,11 +94,3 @@ int kvt_cache_end_session_root(kvt_cache *c, const kvt_hash128 *root, const char
 }
 
 int kvt_cache_end_session(kvt_cache *c, const char *session) { return kvt_cache_end_session_root(c, NULL, session); }
-
-void kvt_cache_release(kvt_cache *c, kvt_pin *pin) {
-    if (!pin) return;
-    for (int32_t i = 0; i < pin->n; i++) kvt_page_unref(c->e, pin->pages[i]);
-    c->pinned_pages -= pin->n;
-    free(pin->pages);
-    free(pin);
-}

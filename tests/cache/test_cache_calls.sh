@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The calls between the files of the cache's tier folders (src/cache/disk, src/cache/remote) run
 # one way, down: no file of a tier calls back into the tier's front file (tier_disk.c,
-# tier_remote.c), and no files of a tier call each other in a circle. Read from the built
+# tier_remote.c), and no files of a tier call each other in a circle. Nor do the files of the
+# cache policy itself (the .c files at the top of src/cache): a circle there means no file can
+# be read or changed without the others of the circle. Read from the built
 # library (nm on libkvt_cache.a beside the binary): file A calls file B when A's object leaves
 # undefined a symbol that B's defines.
 set -u
@@ -61,13 +63,14 @@ nm -A --defined-only -g "$LIB" 2>/dev/null | awk '{split($1, p, ":"); sub(/\.c\.
   sort -u >"$TMP/defs"
 nm -A -u "$LIB" 2>/dev/null | awk '{split($1, p, ":"); sub(/\.c\.o$/, "", p[2]); print $NF, p[2]}' | sort -u >"$TMP/undefs"
 join "$TMP/undefs" "$TMP/defs" | awk '$2 != $3 {print $2, $3}' | sort -u >"$TMP/edges"
-tier() { # tier FOLDER FRONT: the calls.py spec of src/cache/FOLDER
+tier() { # tier FOLDER FRONT: the calls.py spec of src/cache/FOLDER (FRONT may be empty: none)
   local files
   files=$(find "$SRC/src/cache/$1" -maxdepth 1 -name '*.c' -printf '%f\n' | sed 's/\.c$//' | sort | paste -sd,)
   echo "$1=$2:$files"
 }
 disk=$(tier disk tier_disk)
 remote=$(tier remote tier_remote)
+policy=$(tier . '') # no front: cache.c is where the public calls come in, and others may share its helpers
 check "the disk tier's files include its front and its record index" \
   is "$(tr , '\n' <<<"${disk#*:}" | grep -cxE 'tier_disk|disk_index')" 2
 check "the graph has the disk writer's calls into the record index" grep -qx 'disk_writer disk_index' "$TMP/edges"
@@ -81,4 +84,15 @@ check "the tiers' files call down only${bad_calls:+: $bad_calls}" is "$bad_calls
 planted=$(python3 "$TMP/calls.py" "$TMP/planted" "$disk" | sort | paste -sd';')
 check "the checker finds a planted call back up and the circles it and a planted pair make" \
   is "$planted" "circle disk_ckpt -> disk_index;circle disk_read -> tier_disk;up disk_read -> tier_disk"
+
+check "the policy's files include restore, reclaim and sessions" \
+  is "$(tr , '\n' <<<"${policy#*:}" | grep -cxE 'cache_restore|cache_demote|cache_session')" 3
+check "the graph has the restore path's call into reclaim" grep -qx 'cache_restore cache_demote' "$TMP/edges"
+policy_circles=$(python3 "$TMP/calls.py" "$TMP/edges" "$policy")
+echo "circles among the cache policy's files: $(grep -c . <<<"$policy_circles")"
+check "the policy's files call each other in no circle${policy_circles:+: $policy_circles}" is "$policy_circles" ""
+# ... and that check can fail: reclaim planted calling back up into restore closes a circle
+{ cat "$TMP/edges"; echo "cache_demote cache_restore"; } >"$TMP/planted_policy"
+check "the checker finds a circle planted among the policy's files" \
+  is "$(python3 "$TMP/calls.py" "$TMP/planted_policy" "$policy")" "circle cache_demote -> cache_restore"
 kvt_test_done test_cache_calls

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_body.h"
 #include "api_openai.h"
 #include "api_response.h"
 #include "api_utf8.h"
@@ -16,8 +17,17 @@
 
 #define TEST_CTX 16 /* context of the parser tests: prompts of token ids stay under it */
 
+/* body[0..len) as the server reads it: the strict check every POST body gets (api_body.h), then the parser. */
+static int parse_len(kvt_api_kind k, const char *body, size_t len, kvt_api_request *r, kvt_api_error *e) {
+    if (kvt_api_check_body(k == KVT_API_CHAT ? KVT_BODY_CHAT : KVT_BODY_COMPLETION, body, len, 0, e)) {
+        memset(r, 0, sizeof *r);
+        return KVT_EARG;
+    }
+    return kvt_api_parse(k, body, len, 100, TEST_CTX, 64, r, e);
+}
+
 static int parse(kvt_api_kind k, const char *json, kvt_api_request *r, kvt_api_error *e) {
-    return kvt_api_parse(k, json, strlen(json), 100, TEST_CTX, 64, r, e);
+    return parse_len(k, json, strlen(json), r, e);
 }
 
 /* The request fails with status 400 naming param (NULL: none). */
@@ -95,7 +105,7 @@ static void test_parse(void) {
 static void expect_code(kvt_api_kind k, const char *body, size_t len, const char *param, const char *code) {
     kvt_api_request r;
     kvt_api_error e;
-    int rc = kvt_api_parse(k, body, len, 100, TEST_CTX, 64, &r, &e);
+    int rc = parse_len(k, body, len, &r, &e);
     CHECKF(rc == KVT_EARG && e.status == 400, "%.60s", body);
     if (rc) {
         CHECKF(param ? e.param && !strcmp(e.param, param) : !e.param, "%.60s: param %s", body,
@@ -128,8 +138,9 @@ static void test_strict_json(void) {
     expect_code(KVT_API_COMPLETION, trailing, strlen(trailing), NULL, "invalid_json");
     const char *two = "{\"prompt\":\"x\"}{\"prompt\":\"y\"}";
     expect_code(KVT_API_COMPLETION, two, strlen(two), NULL, "invalid_json");
+    /* a raw NUL byte inside a string is a fault in that field's text, as the strict check reports it */
     const char raw_nul[] = "{\"prompt\":\"a\0b\"}";
-    expect_code(KVT_API_COMPLETION, raw_nul, sizeof raw_nul - 1, NULL, "invalid_json");
+    expect_code(KVT_API_COMPLETION, raw_nul, sizeof raw_nul - 1, "prompt", "invalid_value");
 
     const char *nul_prompt = "{\"prompt\":\"first\\u0000second\"}";
     expect_code(KVT_API_COMPLETION, nul_prompt, strlen(nul_prompt), "prompt", "invalid_value");

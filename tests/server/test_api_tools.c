@@ -8,15 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_body.h"
 #include "api_tools.h"
 #include "common.h"
 #include "testutil.h"
 
 #define TEST_CTX 4096
 
+/* json as the server reads it: the strict check every POST body gets (api_body.h), then the parser. */
+static int checked_parse(kvt_api_kind k, const char *json, kvt_api_request *r, kvt_api_error *e) {
+    if (kvt_api_check_body(k == KVT_API_CHAT ? KVT_BODY_CHAT : KVT_BODY_COMPLETION, json, strlen(json), 0, e)) {
+        memset(r, 0, sizeof *r);
+        return KVT_EARG;
+    }
+    return kvt_api_parse(k, json, strlen(json), 1000, TEST_CTX, 512, r, e);
+}
+
 static int parse(const char *json, kvt_api_request *r) {
     kvt_api_error e;
-    int rc = kvt_api_parse(KVT_API_CHAT, json, strlen(json), 1000, TEST_CTX, 512, r, &e);
+    int rc = checked_parse(KVT_API_CHAT, json, r, &e);
     if (rc) fprintf(stderr, "parse: %s\n", e.message);
     return rc;
 }
@@ -24,7 +34,7 @@ static int parse(const char *json, kvt_api_request *r) {
 static void expect_error(const char *json, const char *param, const char *words) {
     kvt_api_request r;
     kvt_api_error e;
-    int rc = kvt_api_parse(KVT_API_CHAT, json, strlen(json), 1000, TEST_CTX, 512, &r, &e);
+    int rc = checked_parse(KVT_API_CHAT, json, &r, &e);
     if (!rc) {
         kvt_jg_schema *g = NULL;
         rc = kvt_api_grammar(&r, KVT_CHAT_CHATML, &g, &e);
@@ -264,8 +274,7 @@ static void test_errors(void) {
     kvt_api_request r;
     kvt_api_error e;
     const char *p = "{\"prompt\":\"x\",\"tools\":[" TOOL "]}";
-    CHECK(kvt_api_parse(KVT_API_COMPLETION, p, strlen(p), 1000, TEST_CTX, 512, &r, &e) == KVT_EARG &&
-          !strcmp(e.param, "tools"));
+    CHECK(checked_parse(KVT_API_COMPLETION, p, &r, &e) == KVT_EARG && !strcmp(e.param, "tools"));
 }
 
 int main(void) {

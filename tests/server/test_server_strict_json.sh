@@ -73,6 +73,9 @@ refused "u0000 in a tool_choice name" /v1/chat/completions "$TOOL_NUL" invalid_v
 refused "u0000 in a key" /v1/completions '{"prompt":"x","us\\u0000er":"u"}' invalid_value '\u0000'
 refused "u0000 in pin_id" /v1/cache/unpin '{"pin_id":"a\\u0000b"}' invalid_value "/pin_id"
 refused "u0000 in content" /tokenize '{"content":"a\\u0000b"}' invalid_value "/content"
+# a raw NUL byte inside a string: the same fault in that field's text (the HTTP layer's check, the only one)
+refused "a raw NUL byte" /v1/completions '{"prompt":"a\x00b","max_tokens":1}' invalid_value "NUL byte" "/prompt"
+check "a raw NUL byte: param names the field" is "$(jb .error.param)" prompt
 
 # ---- raw control bytes, bad UTF-8, surrogates --------------------------------------------------------
 refused "raw control byte" /v1/completions '{"prompt":"a\x01b","max_tokens":1}' invalid_json \

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "api_audit.h"
-#include "api_body.h"
 #include "api_tools.h"
 #include "common.h"
 
@@ -473,8 +472,8 @@ static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *er
 /* ---- the raw text, before parsing -------------------------------------------- */
 
 /* What one lexical pass over the raw body learns before anything is allocated.
- * The pass assumes nothing about validity (kvt_api_check_body judges that
- * next); on valid JSON its counts are exact or slightly high, never low. */
+ * The pass assumes nothing about validity (kvt_api_check_body judged that
+ * before); on valid JSON its counts are exact or slightly high, never low. */
 typedef struct {
     size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
     size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
@@ -533,11 +532,10 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
     if (sc.values > max_values)
         return kvt_api_errorf(err, 400, INVALID, NULL, "too_many_values",
                               "the request body holds more than %zu JSON values", max_values);
-    /* strict JSON (api_body.h): the same text means the same request to every parser */
-    if (kvt_api_check_body(kind == KVT_API_CHAT ? KVT_BODY_CHAT : KVT_BODY_COMPLETION, body, len, 0, err))
-        return KVT_EARG;
+    /* the body has passed the strict check (api_body.h) before it came here: the HTTP layer
+     * checks every POST body once, so a cJSON failure is only out of memory */
     cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) /* only out of memory, after the check */
+    if (!root)
         return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
                               "the request body could not be parsed (out of memory)");
     int rc = parse_root(root, kind, n_vocab, max_tokens_limit, out, err);

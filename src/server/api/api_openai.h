@@ -122,12 +122,13 @@ typedef struct {
  * ids ("context_length_exceeded": one token must be left to generate) and a
  * body of more than n_ctx + KVT_API_MAX_JSON_VALUES JSON values.
  *
- * The body must be exactly one JSON value, with only whitespace around it
- * (trailing text or a second object is an error), and strict JSON as
- * kvt_api_check_body (api_body.h) judges it: no duplicate keys, no \u0000
- * (C strings cannot carry NUL), no raw control bytes, valid UTF-8, at any
- * depth. A fault names its JSON pointer, and the top-level field it is under
- * in "param", rather than a silently different or shortened request.
+ * The body must already have passed kvt_api_check_body (api_body.h), which
+ * the HTTP layer runs once on every POST body before any handler: exactly
+ * one JSON value with only whitespace around it, no duplicate keys, no
+ * \u0000 (C strings cannot carry NUL), no raw control bytes, valid UTF-8, at
+ * any depth, each fault a 400 naming its JSON pointer and the top-level field
+ * it is under. kvt_api_parse does not check that again; a caller outside the
+ * server (a test, a fuzzer) runs kvt_api_check_body first, as the server does.
  *
  * Returns 0 and *out (free with kvt_api_request_free), or KVT_EARG with *err filled
  * (status 400) and *out zeroed. */
