@@ -9,6 +9,9 @@
 # layer is on and the server log must not carry a validation message.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+# the suite's ThreadSanitizer pass takes every "server" test; GPU tests stay out of it (lavapipe's
+# own threads are not instrumented, and the release and ASan passes run this one)
+[ -n "${TSAN_OPTIONS:-}" ] && { echo "SKIP: not under ThreadSanitizer (no GPU test is)"; exit 77; }
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 "$BIN" info --devices >"$TMP/devices" 2>&1 || { echo "SKIP: no Vulkan device: $(head -1 "$TMP/devices")"; exit 77; }
 export KVT_VK_VALIDATION=1
