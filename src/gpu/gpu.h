@@ -17,7 +17,9 @@
  *                           download goes through a staging buffer and a copy
  *                           on the queue, as on a discrete GPU
  *   KVT_VK_MAX_BINDING=N    lower the largest storage binding (bytes) below
- *                           the device's own limit, to test the refusal */
+ *                           the device's own limit, to test the refusal
+ *   KVT_VK_HOST_LIMIT=N     pinned host buffers past N bytes in all fail as
+ *                           the driver's refusal does, to test the fallback */
 #ifndef KVT_GPU_H
 #define KVT_GPU_H
 
@@ -68,6 +70,9 @@ const kvt_gpu_info *kvt_gpu_dev_info(const kvt_gpu_dev *d);
 /* The largest buffer a device buffer may be (its storage binding limit,
  * lowered by KVT_VK_MAX_BINDING). */
 uint64_t kvt_gpu_max_binding(const kvt_gpu_dev *d);
+/* The largest pinned buffer the device allocates: its maxMemoryAllocationSize
+ * and maxBufferSize, whichever is smaller. */
+uint64_t kvt_gpu_max_pinned(const kvt_gpu_dev *d);
 /* 1 when uploads and downloads go through staging copies (KVT_VK_FORCE_STAGING
  * or device memory that the host cannot map), 0 when they map it. */
 int kvt_gpu_staged(const kvt_gpu_dev *d);
@@ -84,6 +89,9 @@ int kvt_gpu_validating(const kvt_gpu_dev *d);
 typedef enum {
     KVT_GPU_DEVICE = 0, /* device-local storage buffer that shaders bind */
     KVT_GPU_STAGING,    /* host-visible transfer buffer, mapped */
+    KVT_GPU_PINNED,     /* host memory the device copies from and to, mapped and cached for the host: a
+                           long-lived store (T1's arena), not a shader binding; over kvt_gpu_max_pinned it
+                           is refused (KVT_ELIMIT), past KVT_VK_HOST_LIMIT it is -ENOMEM */
 } kvt_gpu_buf_kind;
 
 /* A buffer of bytes (> 0). A device buffer over kvt_gpu_max_binding is
@@ -91,7 +99,7 @@ typedef enum {
 int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_gpu_buf **out);
 void kvt_gpu_buf_free(kvt_gpu_buf *b);
 uint64_t kvt_gpu_buf_size(const kvt_gpu_buf *b);
-/* The host address of a staging buffer; NULL for a device buffer. */
+/* The host address of a staging or pinned buffer; NULL for a device buffer. */
 void *kvt_gpu_buf_host(kvt_gpu_buf *b);
 
 /* Copies n bytes from the host into b at off, or from b at off to the host;

@@ -28,6 +28,7 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
 void kvt_gpu_close(kvt_gpu_dev *d) {}
 const kvt_gpu_info *kvt_gpu_dev_info(const kvt_gpu_dev *d) { return NULL; }
 uint64_t kvt_gpu_max_binding(const kvt_gpu_dev *d) { return 0; }
+uint64_t kvt_gpu_max_pinned(const kvt_gpu_dev *d) { return 0; }
 int kvt_gpu_staged(const kvt_gpu_dev *d) { return 0; }
 int kvt_gpu_validating(const kvt_gpu_dev *d) { return 0; }
 int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_gpu_buf **out) {

@@ -18,9 +18,28 @@ static int env_flag(const char *name) {
 /* KVT_VK_MAX_BINDING lowers the device's storage binding limit (tests); it never raises it. */
 /* KVT_VK_MEM_LIMIT=N: device buffers past N bytes in all fail as out of
  * device memory does, to test what callers do then (0 or unset: no limit). */
+/* KVT_VK_HOST_LIMIT=N does the same for pinned host buffers. */
 static void mem_limit_from_env(kvt_gpu_dev *d) {
     const char *v = getenv("KVT_VK_MEM_LIMIT");
     d->mem_limit = v && *v ? strtoull(v, NULL, 10) : 0;
+    v = getenv("KVT_VK_HOST_LIMIT");
+    d->host_limit = v && *v ? strtoull(v, NULL, 10) : 0;
+}
+
+/* The largest single allocation (maxMemoryAllocationSize, Vulkan 1.1) and
+ * buffer (maxBufferSize, 1.3) the device takes, for pinned buffers: T1's
+ * arena is GBs, so it is made of several buffers no larger than this. A 1.0
+ * device promises neither; 1 GiB is then assumed. */
+static void max_pinned_of(kvt_gpu_dev *d) {
+    d->max_pinned = 1ull << 30;
+    if (d->info.api_version < VK_API_VERSION_1_1) return;
+    VkPhysicalDeviceMaintenance4Properties m4 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    if (d->info.api_version >= VK_API_VERSION_1_3) m3.pNext = &m4;
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
+    d->vi.f.vkGetPhysicalDeviceProperties2(d->pd, &p2);
+    d->max_pinned = m3.maxMemoryAllocationSize;
+    if (m4.maxBufferSize && m4.maxBufferSize < d->max_pinned) d->max_pinned = m4.maxBufferSize;
 }
 
 static int max_binding_from_env(kvt_gpu_dev *d) {
@@ -131,6 +150,7 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
         d->nonatomic = p.limits.nonCoherentAtomSize ? p.limits.nonCoherentAtomSize : 1;
         d->vi.f.vkGetPhysicalDeviceMemoryProperties(d->pd, &d->mem);
         d->force_staging = env_flag("KVT_VK_FORCE_STAGING");
+        max_pinned_of(d);
         rc = max_binding_from_env(d);
     }
     if (!rc) rc = find_queue(d);
@@ -160,6 +180,7 @@ void kvt_gpu_close(kvt_gpu_dev *d) {
 
 const kvt_gpu_info *kvt_gpu_dev_info(const kvt_gpu_dev *d) { return &d->info; }
 uint64_t kvt_gpu_max_binding(const kvt_gpu_dev *d) { return d->max_binding; }
+uint64_t kvt_gpu_max_pinned(const kvt_gpu_dev *d) { return d->max_pinned; }
 int kvt_gpu_validating(const kvt_gpu_dev *d) { return d->vi.validation; }
 
 /* A memory type among bits with all of want, preferring one that also has prefer; -1 if none. */
@@ -180,6 +201,22 @@ int kvt_gpu_staged(const kvt_gpu_dev *d) {
     return mem_type(d, ~0u, both, 0) < 0;
 }
 
+/* Whether a pinned buffer of bytes may be made: within one allocation, and
+ * within KVT_VK_HOST_LIMIT. */
+static int pinned_fits(const kvt_gpu_dev *d, uint64_t bytes) {
+    if (bytes > d->max_pinned)
+        return kvt_fail(KVT_ELIMIT,
+                        "pinned host buffer of %llu bytes is over the device's largest allocation of %llu bytes "
+                        "(maxMemoryAllocationSize, maxBufferSize)",
+                        (unsigned long long)bytes, (unsigned long long)d->max_pinned);
+    if (d->host_limit && d->host_bytes + bytes > d->host_limit)
+        return kvt_fail(-ENOMEM,
+                        "pinned host buffer of %llu bytes: the device cannot map more host memory (%llu of the %llu "
+                        "bytes KVT_VK_HOST_LIMIT allows are in use)",
+                        (unsigned long long)bytes, (unsigned long long)d->host_bytes, (unsigned long long)d->host_limit);
+    return 0;
+}
+
 /* Long: create, pick the memory type, allocate, bind, map; each step undone on failure. */
 int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_gpu_buf **out) {
     *out = NULL;
@@ -195,6 +232,8 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
                         "gpu buffer of %llu bytes: out of device memory (%llu of the %llu bytes "
                         "KVT_VK_MEM_LIMIT allows are in use)",
                         (unsigned long long)bytes, (unsigned long long)d->dev_bytes, (unsigned long long)d->mem_limit);
+    int rc = kind == KVT_GPU_PINNED ? pinned_fits(d, bytes) : 0;
+    if (rc) return rc;
     kvt_gpu_buf *b = kvt_xcalloc(1, sizeof *b);
     b->d = d;
     b->bytes = bytes;
@@ -205,7 +244,6 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if (kind == KVT_GPU_DEVICE) bci.usage |= VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
     VkResult r = d->f.vkCreateBuffer(d->dev, &bci, NULL, &b->buf);
-    int rc = 0;
     if (r != VK_SUCCESS) rc = kvt_vk_fail(r, "vkCreateBuffer");
     VkMemoryRequirements req = {0};
     int t = -1;
@@ -214,12 +252,18 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
         if (kind == KVT_GPU_DEVICE)
             t = mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
                          d->force_staging ? 0 : VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+        else if (kind == KVT_GPU_PINNED) /* the host reads it too (demotion to disk): cached if there is such */
+            t = mem_type(d, req.memoryTypeBits,
+                         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                         VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
         else
             t = mem_type(d, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
                          VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
         if (t < 0)
             rc = kvt_fail(KVT_EUNSUPPORTED, "gpu buffer: the device has no %s memory type",
-                          kind == KVT_GPU_DEVICE ? "device-local" : "host-visible");
+                          kind == KVT_GPU_DEVICE       ? "device-local"
+                              : kind == KVT_GPU_PINNED ? "host-visible, host-coherent"
+                                                       : "host-visible");
     }
     if (!rc) {
         VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
@@ -230,7 +274,7 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
         else if ((r = d->f.vkBindBufferMemory(d->dev, b->buf, b->mem, 0))) rc = kvt_vk_fail(r, "vkBindBufferMemory");
     }
     VkMemoryPropertyFlags mf = t >= 0 ? d->mem.memoryTypes[t].propertyFlags : 0;
-    int map = kind == KVT_GPU_STAGING || (!d->force_staging && (mf & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT));
+    int map = kind != KVT_GPU_DEVICE || (!d->force_staging && (mf & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT));
     if (!rc && map) {
         if ((r = d->f.vkMapMemory(d->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->host))) rc = kvt_vk_fail(r, "vkMapMemory");
         b->coherent = (mf & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
@@ -241,6 +285,7 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
         return rc;
     }
     if (kind == KVT_GPU_DEVICE) d->dev_bytes += bytes, b->counted = 1;
+    if (kind == KVT_GPU_PINNED) d->host_bytes += bytes, b->counted = 1;
     *out = b;
     return 0;
 }
@@ -248,7 +293,7 @@ int kvt_gpu_buf_new(kvt_gpu_dev *d, kvt_gpu_buf_kind kind, uint64_t bytes, kvt_g
 void kvt_gpu_buf_free(kvt_gpu_buf *b) {
     if (!b) return;
     kvt_gpu_dev *d = b->d;
-    if (b->counted) d->dev_bytes -= b->bytes;
+    if (b->counted) *(b->kind == KVT_GPU_PINNED ? &d->host_bytes : &d->dev_bytes) -= b->bytes;
     if (b->host) d->f.vkUnmapMemory(d->dev, b->mem);
     if (b->buf) d->f.vkDestroyBuffer(d->dev, b->buf, NULL);
     if (b->mem) d->f.vkFreeMemory(d->dev, b->mem, NULL);
@@ -256,7 +301,7 @@ void kvt_gpu_buf_free(kvt_gpu_buf *b) {
 }
 
 uint64_t kvt_gpu_buf_size(const kvt_gpu_buf *b) { return b->bytes; }
-void *kvt_gpu_buf_host(kvt_gpu_buf *b) { return b->kind == KVT_GPU_STAGING ? b->host : NULL; }
+void *kvt_gpu_buf_host(kvt_gpu_buf *b) { return b->kind != KVT_GPU_DEVICE ? b->host : NULL; }
 
 /* Flushes (to the device) or invalidates (for the host) a mapped range that is not coherent. */
 static int sync_range(kvt_gpu_buf *b, uint64_t off, uint64_t n, int to_device) {

@@ -130,7 +130,9 @@ struct kvt_gpu_dev {
     uint64_t n_submits; /* since open, for KVT_VK_LOSE_AFTER */
     uint64_t dev_bytes; /* device buffers' bytes now, and KVT_VK_MEM_LIMIT's cap on them (0: none) */
     uint64_t mem_limit;
-    int lost; /* the device was lost: every later submission fails */
+    uint64_t host_bytes, host_limit; /* pinned buffers' bytes now, and KVT_VK_HOST_LIMIT's cap (0: none) */
+    uint64_t max_pinned;             /* the largest pinned buffer (kvt_gpu_max_pinned) */
+    int lost;                        /* the device was lost: every later submission fails */
     int force_staging;
     uint64_t max_binding;
     uint64_t nonatomic; /* nonCoherentAtomSize */
@@ -146,7 +148,7 @@ struct kvt_gpu_buf {
     kvt_gpu_buf_kind kind;
     void *host;   /* mapped address, or NULL */
     int coherent; /* host-coherent memory: no flush or invalidate */
-    int counted;  /* in d->dev_bytes (a device buffer) */
+    int counted;  /* in d->dev_bytes (a device buffer) or d->host_bytes (a pinned one) */
 };
 
 struct kvt_gpu_pipe {
