@@ -270,6 +270,20 @@ void *kvt_pages_stage(kvt_engine *e, size_t n) {
     return e->gpu && n ? kvt_eng_gpu_stage(e->gpu, n, e->page_bytes) : NULL;
 }
 
+void *kvt_engine_host_alloc(kvt_engine *e, size_t bytes) {
+    if (e->gpu) return kvt_eng_gpu_host_alloc(e->gpu, bytes);
+    void *p = bytes && bytes <= SIZE_MAX - 63 ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
+    if (!p) kvt_fail(-ENOMEM, "out of host memory for %zu bytes", bytes);
+    return p;
+}
+
+void kvt_engine_host_free(kvt_engine *e, void *p) {
+    if (e->gpu) kvt_eng_gpu_host_free(e->gpu, p);
+    else free(p);
+}
+
+size_t kvt_engine_host_max(const kvt_engine *e) { return e->gpu ? kvt_eng_gpu_host_max(e->gpu) : SIZE_MAX; }
+
 void *kvt_page_host(kvt_engine *e, int32_t id) {
     return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data(e, id);
 }

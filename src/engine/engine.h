@@ -58,10 +58,15 @@ const char *kvt_engine_device_name(const kvt_engine *e);
 /* What a GPU engine moved and ran (all 0 on the CPU): page I/O runs and pages
  * each way, page-to-page copy runs, the submissions they took, forward
  * chunks and tokens. A run is one submission when it fits the staging
- * buffer, so io_submits == runs_out + runs_in + runs_copy when all did. */
+ * buffer, so io_submits == runs_out + runs_in + runs_copy when all did.
+ * Of the pages copied in and out, pages_direct went straight between the
+ * device and host memory mapped for it (kvt_engine_host_alloc's, or
+ * kvt_pages_stage's), pages_bounced through the engine's own staging buffer
+ * with a host memcpy each. */
 typedef struct {
     uint64_t runs_out, runs_in, runs_copy, pages_out, pages_in, io_submits;
     uint64_t chunks, tokens;
+    uint64_t pages_direct, pages_bounced;
 } kvt_eng_gpu_stats;
 kvt_eng_gpu_stats kvt_engine_gpu_stats(const kvt_engine *e);
 /* Device memory the weights take (0 on the CPU). */
@@ -122,6 +127,17 @@ int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t
  * it is). NULL when the engine has no such memory or not that much (the CPU
  * engine: always); callers then use their own. */
 void *kvt_pages_stage(kvt_engine *e, size_t n);
+/* Host memory the engine copies pages from and to with no host copy of its
+ * own, for long-lived stores of page bytes (T1's arena): on a GPU, memory
+ * mapped for the device (pinned), which page I/O reaches by DMA, many pages
+ * of a run in one copy; on the CPU, ordinary memory. Aligned to 64 bytes, at
+ * most kvt_engine_host_max() bytes. NULL when the engine cannot give that
+ * much (kvt_errmsg says why): the caller then uses ordinary memory, which
+ * page I/O serves through a staging copy. Freed with kvt_engine_host_free,
+ * before the engine is. */
+void *kvt_engine_host_alloc(kvt_engine *e, size_t bytes);
+void kvt_engine_host_free(kvt_engine *e, void *p);
+size_t kvt_engine_host_max(const kvt_engine *e);
 /* The zero-copy fast path: the page's bytes at a host address that tiers can
  * read into or write from directly (the CPU engine's pages are host memory),
  * or NULL when the engine cannot expose its pages to the host (a device

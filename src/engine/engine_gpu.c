@@ -226,6 +226,8 @@ void kvt_eng_gpu_free(kvt_eng_gpu *g) {
                            g->logits,   g->in_stage, g->out_stage, g->io_stage, g->user_stage};
     for (size_t i = 0; i < KVT_ARRAY_LEN(bufs); i++) kvt_gpu_buf_free(bufs[i]);
     for (int c = 0; c < g->kv.n_chunks; c++) kvt_gpu_buf_free(g->kv.chunk[c]);
+    for (size_t i = 0; i < g->n_pinned; i++) kvt_gpu_buf_free(g->pinned[i]); /* what the cache did not give back */
+    free(g->pinned);
     kvt_gpu_kernels_free(g->k);
     kvt_gpu_close(g->d);
     free(g);

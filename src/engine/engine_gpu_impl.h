@@ -34,7 +34,9 @@ struct kvt_eng_gpu {
     /* device activations (engine_impl.h's host ones, by the same names) */
     kvt_gpu_buf *x, *xb, *q, *k_, *v, *att, *hb, *hb2, *cs, *sn, *meta, *xw, *xw2, *logits;
     kvt_gpu_buf *in_stage, *out_stage, *io_stage;
-    kvt_gpu_buf *user_stage;           /* kvt_pages_stage's: made on first use, at most io_pages pages */
+    kvt_gpu_buf *user_stage; /* kvt_pages_stage's: made on first use, at most io_pages pages */
+    kvt_gpu_buf **pinned;    /* kvt_eng_gpu_host_alloc's buffers (T1's arena), page I/O copies straight */
+    size_t n_pinned, cap_pinned;
     uint64_t off_cs, off_sn, off_meta; /* in in_stage; x at 0 */
     uint32_t meta_words;
     uint32_t io_pages; /* pages io_stage holds */

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /* The GPU engine's work: a chunk's forward pass as one recording per few
- * layers, and page I/O as one batched copy per run (through the staging
- * buffer; a run longer than it goes in a few pieces). engine_gpu.c makes what
- * these use. */
+ * layers, and page I/O as one batched copy per run: straight from and to host
+ * memory mapped for the device (T1's arena, the restore stage), other host
+ * memory through the staging buffer (a run longer than it goes in a few
+ * pieces). engine_gpu.c makes what these use. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,31 +20,41 @@ static kvt_gpu_buf *page_at(const kvt_eng_gpu *g, int32_t p, uint64_t *off) {
     return g->kv.chunk[c];
 }
 
-/* Records the copies of n pages between the pool and a staging buffer, page
- * i at stage offset off[i] (to_stage: pool -> stage), grouped by chunk so
- * each chunk is one command. */
-static int rec_stage_copy(kvt_eng_gpu *g, kvt_gpu_buf *stage, const int32_t *pages, const uint64_t *off, size_t n,
-                          size_t page_bytes, int to_stage, kvt_gpu_region *r) {
-    for (int c = 0; c < g->kv.n_chunks; c++) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t po;
-            if (page_at(g, pages[i], &po) != g->kv.chunk[c]) continue;
-            r[m++] = (kvt_gpu_region){to_stage ? po : off[i], to_stage ? off[i] : po, page_bytes};
-        }
-        if (!m) continue;
-        int rc = to_stage ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], stage, r, m)
-                          : kvt_gpu_rec_copy(g->d, stage, g->kv.chunk[c], r, m);
-        if (rc) return rc;
+/* Records the copies of n pages between the pool and host buffers mapped for
+ * the device, page i at offset off[i] of buf[i] (to_host: pool -> host),
+ * grouped by (host buffer, chunk) so each pair is one copy command. */
+static int rec_host_copy(kvt_eng_gpu *g, kvt_gpu_buf *const *buf, const int32_t *pages, const uint64_t *off, size_t n,
+                         size_t page_bytes, int to_host, kvt_gpu_region *r) {
+    kvt_gpu_buf *seen[64];
+    size_t n_seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < n_seen && seen[k] != buf[i]) k++;
+        if (k < n_seen) continue;
+        if (n_seen == KVT_ARRAY_LEN(seen)) return kvt_fail(KVT_ELIMIT, "a page run spans over 64 host buffers");
+        seen[n_seen++] = buf[i];
     }
+    for (size_t k = 0; k < n_seen; k++)
+        for (int c = 0; c < g->kv.n_chunks; c++) {
+            size_t m = 0;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t po;
+                if (buf[i] != seen[k] || page_at(g, pages[i], &po) != g->kv.chunk[c]) continue;
+                r[m++] = (kvt_gpu_region){to_host ? po : off[i], to_host ? off[i] : po, page_bytes};
+            }
+            if (!m) continue;
+            int rc = to_host ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], seen[k], r, m)
+                             : kvt_gpu_rec_copy(g->d, seen[k], g->kv.chunk[c], r, m);
+            if (rc) return rc;
+        }
     return 0;
 }
 
-static int submit_io(kvt_eng_gpu *g, kvt_gpu_buf *stage, const int32_t *pages, const uint64_t *off, size_t n,
-                     size_t page_bytes, int to_stage) {
+static int submit_io(kvt_eng_gpu *g, kvt_gpu_buf *const *buf, const int32_t *pages, const uint64_t *off, size_t n,
+                     size_t page_bytes, int to_host) {
     kvt_gpu_region *r = kvt_xmalloc(n * sizeof *r);
     int rc = kvt_gpu_begin(g->d);
-    if (!rc) rc = rec_stage_copy(g, stage, pages, off, n, page_bytes, to_stage, r);
+    if (!rc) rc = rec_host_copy(g, buf, pages, off, n, page_bytes, to_host, r);
     free(r);
     if (!rc) rc = kvt_gpu_submit(g->d);
     else kvt_gpu_abort(g->d);
@@ -58,43 +69,77 @@ void *kvt_eng_gpu_stage(kvt_eng_gpu *g, size_t n, size_t page_bytes) {
     return kvt_gpu_buf_host(g->user_stage);
 }
 
-/* 1 when every host buffer of the run (io as n entries of stride bytes, the
- * host pointer at host_at) lies whole in the user stage; their offsets into off. */
-static int all_in_user_stage(const kvt_eng_gpu *g, const void *const *hosts, size_t n, size_t page_bytes,
-                             uint64_t *off) {
-    if (!g->user_stage) return 0;
-    const uint8_t *base = kvt_gpu_buf_host(g->user_stage);
-    const uint64_t size = kvt_gpu_buf_size(g->user_stage);
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *h = hosts[i];
-        if (h < base || (uint64_t)(h - base) > size || size - (uint64_t)(h - base) < page_bytes) return 0;
-        off[i] = (uint64_t)(h - base);
+/* Host memory mapped for the device, handed out for long-lived stores of
+ * pages (T1's arena). Page I/O finds a host buffer's pages in it and copies
+ * them straight, so such memory must be one of these buffers; the engine
+ * keeps the list (a few buffers: the arena comes in large pieces). */
+void *kvt_eng_gpu_host_alloc(kvt_eng_gpu *g, size_t bytes) {
+    kvt_gpu_buf *b;
+    if (kvt_gpu_buf_new(g->d, KVT_GPU_PINNED, (uint64_t)bytes, &b)) return NULL;
+    if (g->n_pinned == g->cap_pinned) {
+        g->cap_pinned = g->cap_pinned ? 2 * g->cap_pinned : 8;
+        g->pinned = kvt_xrealloc(g->pinned, g->cap_pinned * sizeof *g->pinned);
     }
-    return 1;
+    g->pinned[g->n_pinned++] = b;
+    return kvt_gpu_buf_host(b);
 }
 
-/* Long: the run straight from or to the user stage in one submission, or through io_stage in pieces of its size. */
-static int pages_io(kvt_eng_gpu *g, const int32_t *pages, void *const *hosts, size_t n, size_t page_bytes, int out) {
-    uint64_t *off = kvt_xmalloc((n ? n : 1) * sizeof *off);
-    int32_t *pg = kvt_xmalloc((n ? n : 1) * sizeof *pg);
-    int rc = 0;
-    if (all_in_user_stage(g, (const void *const *)hosts, n, page_bytes, off)) {
-        rc = submit_io(g, g->user_stage, pages, off, n, page_bytes, out);
-    } else {
-        uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
-        for (size_t i0 = 0; i0 < n && !rc; i0 += g->io_pages) {
-            size_t m = KVT_MIN((size_t)g->io_pages, n - i0);
-            for (size_t i = 0; i < m; i++) {
-                pg[i] = pages[i0 + i];
-                off[i] = (uint64_t)i * page_bytes;
-                if (!out) memcpy(stage + off[i], hosts[i0 + i], page_bytes);
-            }
-            rc = submit_io(g, g->io_stage, pg, off, m, page_bytes, out);
-            for (size_t i = 0; i < m && !rc && out; i++) memcpy(hosts[i0 + i], stage + off[i], page_bytes);
+void kvt_eng_gpu_host_free(kvt_eng_gpu *g, void *p) {
+    for (size_t i = 0; p && i < g->n_pinned; i++)
+        if (kvt_gpu_buf_host(g->pinned[i]) == p) {
+            kvt_gpu_buf_free(g->pinned[i]);
+            g->pinned[i] = g->pinned[--g->n_pinned];
+            return;
+        }
+}
+
+size_t kvt_eng_gpu_host_max(const kvt_eng_gpu *g) {
+    uint64_t m = kvt_gpu_max_pinned(g->d);
+    return m > SIZE_MAX ? SIZE_MAX : (size_t)m;
+}
+
+/* The buffer mapped for the device that holds bytes at host whole (a pinned
+ * one or the user stage), with host's offset there; NULL for other memory. */
+static kvt_gpu_buf *mapped_at(kvt_eng_gpu *g, const void *host, size_t bytes, uint64_t *off) {
+    const uintptr_t h = (uintptr_t)host;
+    for (size_t i = 0; i <= g->n_pinned; i++) {
+        kvt_gpu_buf *b = i < g->n_pinned ? g->pinned[i] : g->user_stage;
+        if (!b) continue;
+        const uintptr_t base = (uintptr_t)kvt_gpu_buf_host(b);
+        const uint64_t size = kvt_gpu_buf_size(b);
+        if (h >= base && h - base <= size && size - (h - base) >= bytes) {
+            *off = h - base;
+            return b;
         }
     }
-    free(off);
-    free(pg);
+    return NULL;
+}
+
+/* Long: pages whose host buffers are mapped for the device go straight, the others through io_stage, whose
+ * size caps a submission: the first carries every direct page and as many bounced ones as fit, then the rest. */
+static int pages_io(kvt_eng_gpu *g, const int32_t *pages, void *const *hosts, size_t n, size_t page_bytes, int out) {
+    kvt_gpu_buf **at = kvt_xmalloc(n * sizeof *at), **buf = kvt_xmalloc(n * sizeof *buf);
+    uint64_t *at_off = kvt_xmalloc(n * sizeof *at_off), *off = kvt_xmalloc(n * sizeof *off);
+    int32_t *pg = kvt_xmalloc(n * sizeof *pg);
+    size_t *bounced = kvt_xmalloc(n * sizeof *bounced), n_b = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(at[i] = mapped_at(g, hosts[i], page_bytes, &at_off[i]))) bounced[n_b++] = i;
+    uint8_t *stage = kvt_gpu_buf_host(g->io_stage);
+    int rc = 0;
+    for (size_t b0 = 0, first = 1; !rc && (first || b0 < n_b); b0 += g->io_pages, first = 0) {
+        size_t m = 0, nb = KVT_MIN((size_t)g->io_pages, n_b - b0);
+        for (size_t i = 0; first && i < n; i++)
+            if (at[i]) pg[m] = pages[i], buf[m] = at[i], off[m++] = at_off[i];
+        for (size_t k = 0; k < nb; k++) {
+            pg[m] = pages[bounced[b0 + k]], buf[m] = g->io_stage, off[m++] = (uint64_t)k * page_bytes;
+            if (!out) memcpy(stage + (size_t)k * page_bytes, hosts[bounced[b0 + k]], page_bytes);
+        }
+        rc = submit_io(g, buf, pg, off, m, page_bytes, out);
+        for (size_t k = 0; k < nb && !rc && out; k++)
+            memcpy(hosts[bounced[b0 + k]], stage + (size_t)k * page_bytes, page_bytes);
+    }
+    if (!rc) g->st.pages_direct += n - n_b, g->st.pages_bounced += n_b;
+    free(at), free(buf), free(at_off), free(off), free(pg), free(bounced);
     return rc;
 }
 

@@ -127,6 +127,9 @@ int kvt_eng_gpu_pages_out(kvt_eng_gpu *g, const kvt_page_out *io, size_t n, size
 int kvt_eng_gpu_pages_in(kvt_eng_gpu *g, const kvt_page_in *io, size_t n, size_t page_bytes);
 int kvt_eng_gpu_pages_copy(kvt_eng_gpu *g, const int32_t *dst, const int32_t *src, size_t n, size_t page_bytes);
 void *kvt_eng_gpu_stage(kvt_eng_gpu *g, size_t n, size_t page_bytes);
+void *kvt_eng_gpu_host_alloc(kvt_eng_gpu *g, size_t bytes);
+void kvt_eng_gpu_host_free(kvt_eng_gpu *g, void *p);
+size_t kvt_eng_gpu_host_max(const kvt_eng_gpu *g);
 const char *kvt_eng_gpu_numerics(const kvt_eng_gpu *g);
 const char *kvt_eng_gpu_name(const kvt_eng_gpu *g);
 uint64_t kvt_eng_gpu_weight_bytes(const kvt_eng_gpu *g);
