@@ -202,19 +202,21 @@ static void stage_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
     memcpy(st + g->off_sn, e->rope_sin, (size_t)n * half * sizeof(float));
     uint32_t *meta = (uint32_t *)(void *)(st + g->off_meta);
     uint32_t at = KVT_GPU_META_WORDS * (uint32_t)n;
+    /* each sequence's table once, at the first of its tokens; tab_of[seq] finds it for the others (0: not yet,
+     * as a table always starts past the token entries) */
+    uint32_t *tab_of = kvt_xcalloc((size_t)e->p.max_seqs, sizeof *tab_of);
     for (int32_t i = 0; i < n; i++) {
-        uint32_t tab = 0;
-        for (int32_t j = 0; j < i && !tab; j++)
-            if (e->tseq[j] == e->tseq[i]) tab = meta[KVT_GPU_META_WORDS * j + 3];
+        uint32_t tab = tab_of[e->tseq[i]];
         if (!tab) {
             int32_t np;
             const int32_t *pt = kvt_seq_pages(e, e->tseq[i], &np);
-            tab = at;
+            tab = tab_of[e->tseq[i]] = at;
             for (int32_t p = 0; p < np; p++) meta[at++] = (uint32_t)pt[p];
         }
         uint32_t *m = meta + KVT_GPU_META_WORDS * i;
         m[0] = (uint32_t)e->pos[i], m[1] = (uint32_t)e->tpage[i], m[2] = (uint32_t)e->tslot[i], m[3] = tab;
     }
+    free(tab_of);
 }
 
 static int rec_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
