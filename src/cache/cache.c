@@ -52,6 +52,18 @@ const char *kvt_shortfall_name(kvt_shortfall s) {
     return s >= 0 && s < KVT_SHORTFALL_COUNT ? names[s] : "?";
 }
 
+static void *engine_mem_alloc(void *e, size_t bytes) { return kvt_engine_host_alloc(e, bytes); }
+static void engine_mem_free(void *e, void *p) { kvt_engine_host_free(e, p); }
+
+/* T1's arena in the engine's host memory (tier_ram.h "Arena"): on a GPU,
+ * memory mapped for it, so pages move between T1 and the device by DMA. */
+static void arena_from_engine(kvt_ram_params *rp, kvt_engine *e) {
+    rp->mem_alloc = engine_mem_alloc;
+    rp->mem_free = engine_mem_free;
+    rp->mem_ctx = e;
+    rp->mem_max = kvt_engine_host_max(e);
+}
+
 int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
     const kvt_cache_params *p = &params;
     *out = NULL;
@@ -79,6 +91,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         rp.index = c->index;
         rp.on_evict = kvt_cache_on_ram_evict;
         rp.evict_ctx = c;
+        arena_from_engine(&rp, e);
         if (!(rc = kvt_ram_new(&rp, &c->ram))) c->tiers[KVT_TIER_T1] = (kvt_tier_ref){&kvt_ram_tier_ops, c->ram};
     }
     if (!rc && p->disk_dir) {
@@ -146,7 +159,7 @@ void kvt_cache_free(kvt_cache *c) {
     kvt_prefix_free(c->index);
     free(c->scratch_tokens);
     free(c->scratch_page);
-    free(c->reclaim_buf);
+    kvt_cache_free_reclaim_buf(c);
     free(c->pages);
     free(c);
 }

@@ -106,6 +106,14 @@ const void *kvt_cache_page_out(kvt_cache *c, int32_t p) {
     return kvt_pages_copy_out(c->e, &io, 1) ? NULL : c->scratch_page;
 }
 
+/* Page p's block has left T0: out of the index, the page freed. */
+static void reclaimed(kvt_cache *c, int32_t p) {
+    kvt_prefix_remove(c->index, c->pages[p].hash, KVT_TIER_T0);
+    c->pages[p].cached = 0;
+    kvt_page_unref(c->e, p);
+    c->evictions++;
+}
+
 /* Moves page p's block (its bytes at payload, NULL: copy them out now) down
  * a tier (see demote) and frees the page. */
 static void reclaim(kvt_cache *c, int32_t p, const void *payload) {
@@ -118,34 +126,67 @@ static void reclaim(kvt_cache *c, int32_t p, const void *payload) {
         demote(c, KVT_TIER_T0, held, r->hash, parent, c->scratch_tokens, payload ? payload : kvt_cache_page_out(c, p),
                r->t_use);
     }
-    kvt_prefix_remove(c->index, r->hash, KVT_TIER_T0);
-    r->cached = 0;
-    kvt_page_unref(c->e, p);
-    c->evictions++;
+    reclaimed(c, p);
+}
+
+void kvt_cache_free_reclaim_buf(kvt_cache *c) {
+    if (c->reclaim_mapped) kvt_engine_host_free(c->e, c->reclaim_buf);
+    else free(c->reclaim_buf);
+    c->reclaim_buf = NULL;
+    c->reclaim_mapped = 0;
+}
+
+/* Where T0's demotion puts page p's block first, T1 (when there is one: it
+ * takes every block it has room for), the block gets its slot there now, and
+ * the batch copies the page straight into it: *host becomes that slot, and 1
+ * is returned (kvt_ram_put_end follows the copy). 2: T1 holds the block
+ * already, nothing to store. 0: T1 refused it or is off; the page takes the
+ * ordinary way down (reclaim). */
+static int t1_slot(kvt_cache *c, int32_t p, void **host) {
+    kvt_prefix_info info;
+    if (!c->ram || kvt_prefix_get(c->index, c->pages[p].hash, &info)) return 0;
+    memcpy(c->scratch_tokens, info.tokens, (size_t)c->B * sizeof(int32_t)); /* info dies on index change */
+    void *slot;
+    int rc = kvt_ram_put_begin(c->ram, c->pages[p].hash, info.parent, c->scratch_tokens, &slot);
+    if (rc == 0) *host = slot;
+    return rc == 0 ? 1 : rc == 1 ? 2 : 0;
 }
 
 /* When the engine's pages are not host memory (a GPU), every page copied out
  * is a transfer: the idle leaves that can go now (up to want) are gathered
- * first and copied out as one run, then each moves down a tier. Returns how
- * many were reclaimed (0: none can go). */
+ * first and copied out as one run, straight into their T1 slots (t1_slot),
+ * then each moves down a tier. Returns how many were reclaimed (0: none can go). */
 static int32_t reclaim_batch(kvt_cache *c, int32_t want) {
     if (want > c->reclaim_cap) {
-        free(c->reclaim_buf);
+        kvt_cache_free_reclaim_buf(c);
         c->reclaim_cap = KVT_MAX(want, 16);
-        c->reclaim_buf = kvt_xmalloc((size_t)c->reclaim_cap * c->page_bytes);
+        /* memory mapped for the device where the engine has it: the run is copied out by DMA, no staging copy */
+        size_t bytes = (size_t)c->reclaim_cap * c->page_bytes;
+        c->reclaim_mapped = bytes <= kvt_engine_host_max(c->e) && (c->reclaim_buf = kvt_engine_host_alloc(c->e, bytes));
+        if (!c->reclaim_mapped) c->reclaim_buf = kvt_xmalloc(bytes);
     }
     kvt_page_out *io = kvt_xmalloc((size_t)want * sizeof *io);
+    int8_t *into_t1 = kvt_xmalloc((size_t)want);
     int32_t n = 0;
     for (int32_t p; n < want && (p = pick_victim(c)) >= 0; n++) {
         c->pages[p].picked = 1;
         io[n] = (kvt_page_out){.page = p, .host = c->reclaim_buf + (size_t)n * c->page_bytes};
+        into_t1[n] = (int8_t)t1_slot(c, p, &io[n].host);
     }
     int ok = n && kvt_pages_copy_out(c->e, io, (size_t)n) == 0;
     for (int32_t i = 0; i < n; i++) {
-        c->pages[io[i].page].picked = 0;
-        reclaim(c, io[i].page, ok ? io[i].host : NULL);
+        int32_t p = io[i].page;
+        c->pages[p].picked = 0;
+        if (into_t1[i] == 1) kvt_ram_put_end(c->ram, c->pages[p].hash, ok);
+        if (into_t1[i] == 2 || (into_t1[i] == 1 && ok)) {
+            c->demotions[KVT_TIER_T1] += into_t1[i] == 1;
+            reclaimed(c, p);
+        } else {
+            reclaim(c, p, ok ? io[i].host : NULL);
+        }
     }
     free(io);
+    free(into_t1);
     return n;
 }
 

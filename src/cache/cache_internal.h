@@ -77,6 +77,7 @@ struct kvt_cache {
     int32_t *scratch_tokens; /* B ids */
     void *scratch_page;      /* page_bytes, allocated when the engine has no host pages (kvt_cache_page_out) */
     uint8_t *reclaim_buf;    /* reclaim_cap pages: a reclaim batch copied out of the engine at once */
+    int reclaim_mapped;      /* reclaim_buf is the engine's host memory (kvt_engine_host_alloc), not malloc's */
     int32_t reclaim_cap;
     uint64_t evictions, discarded;
     uint64_t demotions[KVT_TIER_COUNT], restores[KVT_TIER_COUNT];
@@ -122,6 +123,8 @@ void kvt_cache_on_ram_evict(void *ctx, kvt_hash128 hash, kvt_hash128 parent, con
  * where the engine exposes its pages to the host (kvt_page_host_const), else
  * a copy out of the engine into c->scratch_page, valid until the next call.
  * NULL if the copy failed. */
+/* Frees reclaim_buf however it was taken (cache_demote.c). */
+void kvt_cache_free_reclaim_buf(kvt_cache *c);
 const void *kvt_cache_page_out(kvt_cache *c, int32_t p);
 /* --write-through: a block goes into every persistent tier as soon as it is computed. */
 void kvt_cache_write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens,

@@ -134,10 +134,25 @@ static void copy_in_staged(kvt_cache *c, kvt_tier_read *reqs, const int32_t *req
     free(io);
 }
 
+/* T1's blocks for a staged engine: each request's out becomes the block's
+ * bytes in T1 itself, not a copy (T1's arena is memory the engine copies
+ * from directly, tier_ram.h "Arena"); valid until T1 next changes, which is
+ * after copy_in_staged. Returns the hits. */
+static size_t lend_t1(kvt_cache *c, kvt_tier_read *reqs, int32_t n_req) {
+    size_t hits = 0;
+    for (int32_t r = 0; r < n_req; r++) {
+        const void *at = NULL;
+        reqs[r].result = kvt_ram_peek(c->ram, reqs[r].hash, reqs[r].parent, reqs[r].tokens, &at);
+        if (!reqs[r].result) reqs[r].out = (void *)(uintptr_t)at, hits++;
+    }
+    return hits;
+}
+
 /* Reads the listed blocks from tier t in one batch (a disk tier coalesces
  * adjacent records), straight into their pages or, when staged, into host
- * buffers copied in afterwards as one run, and indexes the ones that arrived
- * in T0. Returns the first block index that failed (INT32_MAX if none). */
+ * buffers (T1: its own memory) copied in afterwards as one run, and indexes
+ * the ones that arrived in T0. Returns the first block index that failed
+ * (INT32_MAX if none). */
 static int32_t restore_from(kvt_cache *c, kvt_tier t, kvt_hash128 root, const int32_t *tokens,
                             const kvt_prefix_hit *hits, kvt_tier_read *reqs, const int32_t *req_block, int32_t n_req,
                             int32_t *pages, int staged, double *restore_s) {
@@ -145,7 +160,7 @@ static int32_t restore_from(kvt_cache *c, kvt_tier t, kvt_hash128 root, const in
     if (!n_req) return bad;
     const kvt_tier_ref *x = &c->tiers[t];
     double t0 = kvt_now();
-    size_t n_hit = x->ops->get_many(x->impl, reqs, (size_t)n_req);
+    size_t n_hit = staged && t == KVT_TIER_T1 ? lend_t1(c, reqs, n_req) : x->ops->get_many(x->impl, reqs, (size_t)n_req);
     double dt = kvt_now() - t0;
     if (x->ops->measured && n_hit && dt > 0) ewma(&c->tier_bytes_per_s[t], (double)n_hit * (double)c->page_bytes / dt);
     if (staged) copy_in_staged(c, reqs, req_block, n_req, pages);
@@ -246,6 +261,7 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     int32_t n_req[KVT_TIER_COUNT] = {0}, ok = n_blocks;
     uint8_t *stage = NULL; /* host buffers, one per block, when the engine has no host pages */
     int own_stage = 0;     /* stage is ours (malloc), not the engine's pinned one */
+    int staged = 0;        /* the engine has no host pages: reads land in host buffers, then one copy in */
     for (int32_t i = 0; i < n_blocks; i++) {
         tier_of[i] = KVT_TIER_T0;
         if (pages[i] >= 0) continue;
@@ -259,7 +275,8 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
         tier_of[i] = t;
         pages[i] = p;
         void *out = kvt_page_host(c->e, p);
-        if (!out) {
+        staged |= out == NULL;
+        if (!out && t != KVT_TIER_T1) { /* T1 lends its own memory (lend_t1) */
             if (!stage && !(stage = kvt_pages_stage(c->e, cap))) {
                 stage = kvt_xmalloc(cap * c->page_bytes);
                 own_stage = 1;
@@ -275,7 +292,7 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     }
     for (int t = KVT_TIER_T1; t < KVT_TIER_COUNT; t++) {
         int32_t bad = restore_from(c, (kvt_tier)t, root, tokens, hits, reqs + (size_t)t * cap,
-                                   req_block + (size_t)t * cap, n_req[t], pages, stage != NULL, restore_s);
+                                   req_block + (size_t)t * cap, n_req[t], pages, staged, restore_s);
         ok = KVT_MIN(ok, bad);
     }
     if (ok < n_blocks && *why == KVT_SHORTFALL_NONE) *why = KVT_SHORTFALL_LOST;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* T1 host-RAM store: one aligned allocation per block, a key -> record map, a
+/* T1 host-RAM store: a slot per block in an arena of a few large pieces
+ * (tier_ram.h "Arena"), a key -> record map, a
  * parent key -> stored-children count map (counts outlive an absent parent,
  * so a block put after its children knows it is not a leaf), and a min-heap of
  * leaves by last-use tick that yields the eviction victim. */
@@ -12,6 +13,7 @@
 
 #include "common.h"
 #include "hmap128.h"
+#include "log.h"
 
 #define RAM_DEFAULT_BUDGET (1ull << 30)
 #define RECS_MIN_CAP 64
@@ -21,12 +23,25 @@ typedef struct {
     kvt_hash128 hash, parent;
     uint64_t tick;     /* last use; larger is more recent */
     double t_use;      /* last use, kvt_now() seconds (handed to on_evict) */
-    uint32_t heap_pos; /* index in r->heap, or NOT_IN_HEAP (not a leaf, or free) */
+    uint32_t heap_pos; /* index in r->heap, or NOT_IN_HEAP (not a leaf, pending, or free) */
+    int pending;       /* between kvt_ram_put_begin and kvt_ram_put_end: unreadable, never evicted */
     uint8_t *mem;      /* payload at 0, tokens at r->tok_off; NULL when free */
 } ram_rec;
 
+/* A piece of the arena: slots of alloc_bytes each. */
+typedef struct {
+    uint8_t *base;
+    int mapped; /* from params.mem_alloc (else ordinary memory) */
+} ram_piece;
+
 struct kvt_ram {
     kvt_ram_params p;
+    ram_piece *pieces;
+    uint32_t n_pieces;
+    uint8_t **free_slots; /* slots of the pieces that no block holds */
+    uint32_t n_free_slots;
+    uint64_t n_slots, max_slots; /* slots in the pieces now, and the most the budget pays for */
+    int mapped_refused;          /* mem_alloc refused a piece: ordinary memory from then on */
     size_t tok_off, alloc_bytes;
     uint64_t cost;
     kvt_hmap128 map;  /* key -> record id */
@@ -62,6 +77,7 @@ int kvt_ram_new(const kvt_ram_params *p, kvt_ram **out) {
     r->tok_off = round_up(p->payload_bytes, KVT_RAM_ALIGN);
     r->alloc_bytes = r->tok_off + round_up((size_t)p->block_tokens * sizeof(int32_t), KVT_RAM_ALIGN);
     r->cost = r->alloc_bytes + sizeof(ram_rec);
+    r->max_slots = p->budget_bytes / r->cost;
     kvt_hmap128_init(&r->map);
     kvt_hmap128_init(&r->kids);
     r->st.budget_bytes = p->budget_bytes;
@@ -73,6 +89,54 @@ uint64_t kvt_ram_block_cost(const kvt_ram *r) { return r->cost; }
 
 static const int32_t *rec_tokens(const kvt_ram *r, const ram_rec *x) {
     return (const int32_t *)(const void *)(x->mem + r->tok_off);
+}
+
+/* ---- the arena ---- */
+
+/* A new piece of up to KVT_RAM_PIECE_BYTES of slots (at least one, never past
+ * max_slots) onto the free slots; 0, or -ENOMEM when there is no memory. */
+static int add_piece(kvt_ram *r) {
+    uint64_t slots = KVT_MAX((uint64_t)1, KVT_RAM_PIECE_BYTES / r->alloc_bytes);
+    if (r->p.mem_max && !r->mapped_refused) slots = KVT_MIN(slots, KVT_MAX((uint64_t)1, r->p.mem_max / r->alloc_bytes));
+    slots = KVT_MIN(slots, r->max_slots - r->n_slots);
+    size_t bytes = (size_t)slots * r->alloc_bytes;
+    uint8_t *base = NULL;
+    int mapped = 0;
+    if (r->p.mem_alloc && !r->mapped_refused) {
+        base = r->p.mem_alloc(r->p.mem_ctx, bytes);
+        mapped = base != NULL;
+        if (!base) {
+            r->mapped_refused = 1;
+            kvt_log(KVT_LOG_WARN,
+                    "RAM tier: no memory mapped for the device for %zu more bytes (%s); T1 takes ordinary memory "
+                    "from now on, and its pages reach the device through a staging copy",
+                    bytes, kvt_errmsg());
+        }
+    }
+    if (!base && !(base = aligned_alloc(KVT_RAM_ALIGN, bytes))) return -ENOMEM;
+    r->pieces = kvt_xrealloc(r->pieces, (size_t)(r->n_pieces + 1) * sizeof *r->pieces);
+    r->pieces[r->n_pieces++] = (ram_piece){base, mapped};
+    r->free_slots = kvt_xrealloc(r->free_slots, (size_t)(r->n_slots + slots) * sizeof *r->free_slots);
+    for (uint64_t i = slots; i-- > 0;) r->free_slots[r->n_free_slots++] = base + (size_t)i * r->alloc_bytes;
+    r->n_slots += slots;
+    r->st.arena_bytes += bytes;
+    if (mapped) r->st.arena_mapped += bytes;
+    return 0;
+}
+
+/* A free slot, taking a new piece when none is left; NULL when out of memory. */
+static uint8_t *take_slot(kvt_ram *r) {
+    if (!r->n_free_slots && (r->n_slots >= r->max_slots || add_piece(r))) return NULL;
+    return r->free_slots[--r->n_free_slots];
+}
+
+static void free_pieces(kvt_ram *r) {
+    for (uint32_t i = 0; i < r->n_pieces; i++) {
+        if (r->pieces[i].mapped) r->p.mem_free(r->p.mem_ctx, r->pieces[i].base);
+        else free(r->pieces[i].base);
+    }
+    free(r->pieces);
+    free(r->free_slots);
 }
 
 /* ---- leaf heap: min-heap of record ids by tick ---- */
@@ -110,6 +174,7 @@ static void sift_down(kvt_ram *r, uint32_t pos) {
 
 static void heap_push(kvt_ram *r, uint32_t id) {
     assert(r->recs[id].heap_pos == NOT_IN_HEAP);
+    if (r->recs[id].pending) return; /* kvt_ram_put_end makes it a leaf */
     r->heap[r->heap_n] = id;
     sift_up(r, r->heap_n++);
 }
@@ -201,7 +266,7 @@ static void drop(kvt_ram *r, uint32_t id, int evict, int unindex) {
             r->p.on_evict(r->p.evict_ctx, hash, parent, (const int32_t *)(const void *)(mem + r->tok_off), mem,
                           r->p.payload_bytes, t_use);
     }
-    free(mem);
+    r->free_slots[r->n_free_slots++] = mem;
 }
 
 static int same_block(const kvt_ram *r, const ram_rec *x, kvt_hash128 parent, const int32_t *tokens) {
@@ -210,6 +275,29 @@ static int same_block(const kvt_ram *r, const ram_rec *x, kvt_hash128 parent, co
 }
 
 int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload) {
+    void *slot;
+    int rc = kvt_ram_put_begin(r, hash, parent, tokens, &slot);
+    if (rc) return rc;
+    memcpy(slot, payload, r->p.payload_bytes);
+    r->st.filled--;
+    kvt_ram_put_end(r, hash, 1);
+    return 0;
+}
+
+void kvt_ram_put_end(kvt_ram *r, kvt_hash128 hash, int ok) {
+    uint32_t id;
+    if (!kvt_hmap128_get(&r->map, hash, &id) || !r->recs[id].pending) return;
+    r->recs[id].pending = 0;
+    if (!ok) {
+        r->st.puts--, r->st.filled--;
+        drop(r, id, 0, 1);
+    } else if (!kids_of(r, hash)) {
+        heap_push(r, id);
+    }
+}
+
+/* Long: the checks, room by eviction, the slot, the records and the index, each undone on failure. */
+int kvt_ram_put_begin(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void **slot) {
     uint32_t id;
     if (kvt_hmap128_get(&r->map, hash, &id)) {
         if (!same_block(r, &r->recs[id], parent, tokens)) {
@@ -239,12 +327,12 @@ int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t 
         }
         drop(r, r->heap[0], 1, 1);
     }
-    uint8_t *mem = aligned_alloc(KVT_RAM_ALIGN, r->alloc_bytes);
+    uint8_t *mem = take_slot(r);
     if (!mem) {
         kids_dec(r, parent);
         return kvt_fail(-ENOMEM, "RAM tier: out of memory for a block");
     }
-    memcpy(mem, payload, r->p.payload_bytes);
+    *slot = mem;
     memcpy(mem + r->tok_off, tokens, (size_t)r->p.block_tokens * sizeof *tokens);
     id = alloc_id(r);
     ram_rec *x = &r->recs[id];
@@ -252,18 +340,19 @@ int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t 
     x->parent = parent;
     x->mem = mem;
     x->heap_pos = NOT_IN_HEAP;
+    x->pending = 1;
     x->tick = ++r->clock;
     x->t_use = kvt_now();
     kvt_hmap128_put(&r->map, hash, id);
-    if (!kids_of(r, hash)) heap_push(r, id);
     r->st.bytes_used += r->cost;
     r->st.blocks++;
     r->st.puts++;
+    r->st.filled++;
     if (r->p.index) {
         /* Cannot collide unless on_evict added a conflicting block meanwhile. */
         int rc = kvt_prefix_add(r->p.index, hash, parent, tokens, KVT_TIER_T1, id);
         if (rc) {
-            r->st.puts--;
+            r->st.puts--, r->st.filled--;
             r->st.collisions++;
             drop(r, id, 0, 0);
             return rc;
@@ -272,15 +361,25 @@ int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t 
     return 0;
 }
 
-int kvt_ram_get(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out) {
+int kvt_ram_peek(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void **payload) {
     uint32_t id;
-    if (!kvt_hmap128_get(&r->map, hash, &id) || !same_block(r, &r->recs[id], parent, tokens)) {
+    if (!kvt_hmap128_get(&r->map, hash, &id) || r->recs[id].pending || !same_block(r, &r->recs[id], parent, tokens)) {
         r->st.misses++;
         return KVT_ENOTFOUND;
     }
-    memcpy(out, r->recs[id].mem, r->p.payload_bytes);
+    *payload = r->recs[id].mem;
     touch(r, id);
     r->st.hits++;
+    r->st.lent++;
+    return 0;
+}
+
+int kvt_ram_get(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out) {
+    const void *mem;
+    int rc = kvt_ram_peek(r, hash, parent, tokens, &mem);
+    if (rc) return rc;
+    r->st.lent--;
+    memcpy(out, mem, r->p.payload_bytes);
     return 0;
 }
 
@@ -314,6 +413,7 @@ void kvt_ram_free(kvt_ram *r) {
         if (r->recs[id].mem) drop(r, id, 0, 1);
     kvt_hmap128_free(&r->map);
     kvt_hmap128_free(&r->kids);
+    free_pieces(r);
     free(r->recs);
     free(r->free_ids);
     free(r->heap);

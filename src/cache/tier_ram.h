@@ -17,11 +17,20 @@
  * can only arise from key collisions, i.e. the test hook; they are never
  * leaves, so only kvt_ram_flush, kvt_ram_remove and kvt_ram_free drop them.)
  *
- * Budget. Each block is charged kvt_ram_block_cost() bytes: its one allocation
+ * Budget. Each block is charged kvt_ram_block_cost() bytes: its slot
  * (payload, then the B token ids, each rounded up to KVT_RAM_ALIGN) plus its
  * bookkeeping record. bytes_used never exceeds budget_bytes after any call.
  * Not charged: the store's lookup tables and heap, which are sized by the
  * peak block count (about 100 bytes per block) and never shrink.
+ *
+ * Arena. Slots come from a few large pieces of memory (up to
+ * KVT_RAM_PIECE_BYTES each, never more slots in all than the budget pays
+ * for), taken as the store fills and kept until it is freed. They come from
+ * params.mem_alloc when given: the cache passes the engine's host memory, so
+ * that a GPU engine copies pages to and from T1 by DMA (engine.h
+ * kvt_engine_host_alloc). When mem_alloc refuses a piece, the store says so
+ * once (a warning) and takes ordinary memory from then on; it works the
+ * same, only page copies to the GPU go through a staging copy.
  *
  * Prefix index. If params.index is set, the store keeps the index's T1
  * presence exact itself: a block is added to the index (tier T1, handle = an
@@ -43,6 +52,8 @@
 /* Payload and token arrays start on a cache line: restores are memcpys of
  * whole pages, and the engine may use aligned SIMD loads. */
 #define KVT_RAM_ALIGN 64
+/* The largest piece of the arena (see Arena). */
+#define KVT_RAM_PIECE_BYTES (256ull << 20)
 
 typedef struct kvt_ram kvt_ram;
 
@@ -64,6 +75,13 @@ typedef struct {
     kvt_prefix *index;         /* optional; borrowed, must outlive the store */
     kvt_ram_evict_fn on_evict; /* optional */
     void *evict_ctx;
+    /* Where the arena's pieces come from (optional, see Arena): mem_alloc
+     * gives bytes (<= mem_max when that is not 0) aligned to KVT_RAM_ALIGN,
+     * or NULL with kvt_errmsg() saying why; mem_free takes them back. */
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *p);
+    void *mem_ctx;
+    size_t mem_max;
 } kvt_ram_params;
 
 typedef struct {
@@ -76,6 +94,10 @@ typedef struct {
     uint64_t removes;      /* kvt_ram_remove successes */
     uint64_t rejected;     /* puts refused for lack of room */
     uint64_t collisions;   /* puts refused because the key names another block */
+    uint64_t lent;         /* hits served by kvt_ram_peek: the payload's address, no copy */
+    uint64_t filled;       /* puts whose payload the caller wrote in place (kvt_ram_put_begin) */
+    uint64_t arena_bytes;  /* the arena's pieces, */
+    uint64_t arena_mapped; /* of which came from mem_alloc */
 } kvt_ram_stats;
 
 /* budget_bytes 1 GiB, block_tokens KVT_BLOCK_TOKENS_DEFAULT, the rest 0/NULL.
@@ -108,10 +130,26 @@ uint64_t kvt_ram_block_cost(const kvt_ram *r);
  *   -ENOMEM.     */
 int kvt_ram_put(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload);
 
+/* kvt_ram_put in two steps, for a caller that writes the payload straight
+ * into the store (a GPU copies a run of pages out into T1 by DMA):
+ * kvt_ram_put_begin checks and makes room as kvt_ram_put does, with its
+ * return codes; on 0, *slot is where the block's payload_bytes go. The block
+ * is then held (contains, the index) but pending: reads miss it and it is
+ * never evicted, until kvt_ram_put_end(ok) makes it an ordinary block, or
+ * kvt_ram_put_end(0) (its bytes never arrived) drops it without on_evict.
+ * Other calls may come between the two. */
+int kvt_ram_put_begin(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void **slot);
+void kvt_ram_put_end(kvt_ram *r, kvt_hash128 hash, int ok);
+
 /* Copies the payload of block hash into out (payload_bytes) if it is held and
  * its stored parent and tokens equal parent and tokens (so a collision is a
  * miss). Moves its tick. Returns 0 (hit) or KVT_ENOTFOUND (miss). */
 int kvt_ram_get(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, void *out);
+
+/* kvt_ram_get without the copy: *payload is the block's bytes in the store,
+ * valid until the next call that puts, removes, evicts or frees here. For a
+ * caller that copies them on at once (a GPU restore reads them by DMA). */
+int kvt_ram_peek(kvt_ram *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void **payload);
 
 /* 1 if a block with this key is held, else 0. No tick, no stats. */
 int kvt_ram_contains(const kvt_ram *r, kvt_hash128 hash);
