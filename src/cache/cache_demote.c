@@ -152,10 +152,25 @@ static int t1_slot(kvt_cache *c, int32_t p, void **host) {
     return rc == 0 ? 1 : rc == 1 ? 2 : 0;
 }
 
+/* The T0 page of p's parent block when it can leave in p's batch: idle, not
+ * picked yet, and p's block its only child in T0 (it becomes a leaf as p
+ * leaves); else -1. So an idle chain leaves as one run, not a block a batch. */
+static int32_t parent_with(kvt_cache *c, int32_t p) {
+    kvt_prefix_info info, up;
+    if (kvt_prefix_get(c->index, c->pages[p].hash, &info) || kvt_prefix_get(c->index, info.parent, &up) ||
+        !(up.tiers & KVT_TIER_BIT(KVT_TIER_T0)) || up.children[KVT_TIER_T0] != 1)
+        return -1;
+    uint64_t q = up.handle[KVT_TIER_T0];
+    if (q >= (uint64_t)c->n_pages) return -1;
+    const page_rec *r = &c->pages[q];
+    return r->cached && !r->picked && kvt_page_refcount(c->e, (int32_t)q) == 1 ? (int32_t)q : -1;
+}
+
 /* When the engine's pages are not host memory (a GPU), every page copied out
- * is a transfer: the idle leaves that can go now (up to want) are gathered
- * first and copied out as one run, straight into their T1 slots (t1_slot),
- * then each moves down a tier. Returns how many were reclaimed (0: none can go). */
+ * is a transfer: the idle leaves that can go now (up to want), each with the
+ * idle chain above it, are gathered first and copied out as one run, straight
+ * into their T1 slots (t1_slot), then each moves down a tier. Returns how
+ * many were reclaimed (0: none can go). */
 static int32_t reclaim_batch(kvt_cache *c, int32_t want) {
     if (want > c->reclaim_cap) {
         kvt_cache_free_reclaim_buf(c);
@@ -168,11 +183,12 @@ static int32_t reclaim_batch(kvt_cache *c, int32_t want) {
     kvt_page_out *io = kvt_xmalloc((size_t)want * sizeof *io);
     int8_t *into_t1 = kvt_xmalloc((size_t)want);
     int32_t n = 0;
-    for (int32_t p; n < want && (p = pick_victim(c)) >= 0; n++) {
-        c->pages[p].picked = 1;
-        io[n] = (kvt_page_out){.page = p, .host = c->reclaim_buf + (size_t)n * c->page_bytes};
-        into_t1[n] = (int8_t)t1_slot(c, p, &io[n].host);
-    }
+    for (int32_t p; n < want && (p = pick_victim(c)) >= 0;)
+        for (; p >= 0 && n < want; p = parent_with(c, p), n++) {
+            c->pages[p].picked = 1;
+            io[n] = (kvt_page_out){.page = p, .host = c->reclaim_buf + (size_t)n * c->page_bytes};
+            into_t1[n] = (int8_t)t1_slot(c, p, &io[n].host);
+        }
     int ok = n && kvt_pages_copy_out(c->e, io, (size_t)n) == 0;
     for (int32_t i = 0; i < n; i++) {
         int32_t p = io[i].page;

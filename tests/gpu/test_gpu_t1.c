@@ -2,8 +2,8 @@
 /* T1 in host memory mapped for the device, on Vulkan device 0 (lavapipe
  * here), as the device maps memory and again with KVT_VK_FORCE_STAGING=1 (as
  * a discrete GPU does):
- *  - demoting T0's idle pages to T1 is one submission per copy-out run,
- *    straight into T1's slots: no page through the engine's staging memcpy,
+ *  - demoting T0's idle pages (a chain) to T1 is one copy-out run, one
+ *    submission, straight into T1's slots: no page through the engine's staging memcpy,
  *    every block's payload written in place;
  *  - a restore from T1 is one copy-in run, one submission, straight from T1's
  *    own bytes (lent, not copied), and warm equals cold: greedy tokens and
@@ -67,7 +67,7 @@ static moved diff(const kvt_eng_gpu_stats *a, const kvt_eng_gpu_stats *b, const 
 }
 
 /* Long: cold, cached, every page demoted to T1 (checked), warm from T1 (checked), in one mode. */
-static void check_mode(const kvt_model *m, const int32_t *p, const kvt_test_gen *cold, int staged, int refused) {
+static void check_mode(const kvt_model *m, const int32_t *p, kvt_test_gen *cold, int staged, int refused) {
     const char *mode = refused ? (staged ? "staged, pinned refused" : "pinned refused") : staged ? "staged" : "mapped";
     if (staged) setenv("KVT_VK_FORCE_STAGING", "1", 1);
     if (refused) setenv("KVT_VK_HOST_LIMIT", "4096", 1);
@@ -76,6 +76,7 @@ static void check_mode(const kvt_model *m, const int32_t *p, const kvt_test_gen 
     remove(log);
     CHECKF(kvt_log_open_file(log) == 0, "log file: %s", kvt_errmsg());
     kvt_engine *e = gpu_engine(m, 12);
+    if (e && !cold->n) *cold = kvt_test_generate(e, NULL, p, N, N_GEN, NULL); /* the first engine, uncached */
     kvt_cache *c = e ? kvt_test_cache(e, NULL, 16u << 20) : NULL;
     if (!c) goto out;
     kvt_test_gen g1 = kvt_test_generate(e, c, p, N, N_GEN, NULL);
@@ -91,7 +92,7 @@ static void check_mode(const kvt_model *m, const int32_t *p, const kvt_test_gen 
            mode, (unsigned long long)d.pages, (unsigned long long)d.runs, (unsigned long long)d.submits,
            (unsigned long long)d.direct, (unsigned long long)d.bounced, (unsigned long long)r1.arena_bytes,
            (unsigned long long)r1.arena_mapped);
-    CHECKF(d.pages >= 3 && d.runs >= 1 && d.submits == d.runs, "%s: demotion took %llu runs, %llu submissions", mode,
+    CHECKF(d.pages >= 3 && d.runs == 1 && d.submits == 1, "%s: demotion took %llu runs, %llu submissions", mode,
            (unsigned long long)d.runs, (unsigned long long)d.submits);
     CHECKF(d.filled == d.pages, "%s: %llu of %llu demoted pages were written in place in T1", mode,
            (unsigned long long)d.filled, (unsigned long long)d.pages);
@@ -130,11 +131,10 @@ int main(void) {
     int32_t p[N];
     unsigned seed = 41;
     kvt_test_random_tokens(p, N, m->hp.n_vocab, &seed);
-    kvt_engine *e0 = gpu_engine(m, 16);
-    kvt_test_gen cold = kvt_test_generate(e0, NULL, p, N, N_GEN, NULL);
-    kvt_engine_free(e0);
-    for (int staged = 0; staged < 2; staged++)
-        for (int refused = 0; refused < 2; refused++) check_mode(m, p, &cold, staged, refused);
+    kvt_test_gen cold = {0};
+    check_mode(m, p, &cold, 0, 0);
+    check_mode(m, p, &cold, 1, 0);
+    check_mode(m, p, &cold, 0, 1);
     kvt_test_gen_free(&cold);
     kvt_model_free(m);
     gpu_test_no_validation_messages(0);
