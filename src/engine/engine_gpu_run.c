@@ -25,29 +25,26 @@ static kvt_gpu_buf *page_at(const kvt_eng_gpu *g, int32_t p, uint64_t *off) {
  * grouped by (host buffer, chunk) so each pair is one copy command. */
 static int rec_host_copy(kvt_eng_gpu *g, kvt_gpu_buf *const *buf, const int32_t *pages, const uint64_t *off, size_t n,
                          size_t page_bytes, int to_host, kvt_gpu_region *r) {
-    kvt_gpu_buf *seen[64];
-    size_t n_seen = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = 0;
-        while (k < n_seen && seen[k] != buf[i]) k++;
-        if (k < n_seen) continue;
-        if (n_seen == KVT_ARRAY_LEN(seen)) return kvt_fail(KVT_ELIMIT, "a page run spans over 64 host buffers");
-        seen[n_seen++] = buf[i];
-    }
-    for (size_t k = 0; k < n_seen; k++)
-        for (int c = 0; c < g->kv.n_chunks; c++) {
+    uint8_t *done = kvt_xcalloc(n, 1); /* recorded with an earlier host buffer */
+    int rc = 0;
+    for (size_t i0 = 0; i0 < n && !rc; i0++) {
+        if (done[i0]) continue;
+        kvt_gpu_buf *hb = buf[i0];
+        for (int c = 0; c < g->kv.n_chunks && !rc; c++) {
             size_t m = 0;
-            for (size_t i = 0; i < n; i++) {
+            for (size_t i = i0; i < n; i++) {
                 uint64_t po;
-                if (buf[i] != seen[k] || page_at(g, pages[i], &po) != g->kv.chunk[c]) continue;
+                if (done[i] || buf[i] != hb || page_at(g, pages[i], &po) != g->kv.chunk[c]) continue;
                 r[m++] = (kvt_gpu_region){to_host ? po : off[i], to_host ? off[i] : po, page_bytes};
             }
-            if (!m) continue;
-            int rc = to_host ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], seen[k], r, m)
-                             : kvt_gpu_rec_copy(g->d, seen[k], g->kv.chunk[c], r, m);
-            if (rc) return rc;
+            if (m)
+                rc = to_host ? kvt_gpu_rec_copy(g->d, g->kv.chunk[c], hb, r, m)
+                             : kvt_gpu_rec_copy(g->d, hb, g->kv.chunk[c], r, m);
         }
-    return 0;
+        for (size_t i = i0; i < n; i++) done[i] |= buf[i] == hb;
+    }
+    free(done);
+    return rc;
 }
 
 static int submit_io(kvt_eng_gpu *g, kvt_gpu_buf *const *buf, const int32_t *pages, const uint64_t *off, size_t n,

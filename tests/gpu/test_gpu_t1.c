@@ -8,12 +8,14 @@
  *  - a restore from T1 is one copy-in run, one submission, straight from T1's
  *    own bytes (lent, not copied), and warm equals cold: greedy tokens and
  *    the logits bit for bit;
+ *  - a run mixing pinned and ordinary host memory is still one submission;
  *  - when the device refuses the pinned memory (KVT_VK_HOST_LIMIT), T1 warns
  *    once, takes ordinary memory and still serves: its pages go through the
  *    staging copy, and warm still equals cold.
  * No validation message may appear. Skips (77) without a device. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -66,6 +68,42 @@ static moved diff(const kvt_eng_gpu_stats *a, const kvt_eng_gpu_stats *b, const 
                    .lent = rb->lent - ra->lent};
 }
 
+/* A run whose host buffers lie in two pinned buffers and in ordinary memory,
+ * in and back out: one submission each way, the pinned pages straight and
+ * the other through staging, the bytes as they were. */
+static void check_mixed_run(kvt_engine *e, const char *mode) {
+    const size_t pb = kvt_page_bytes(e);
+    uint8_t *a = kvt_engine_host_alloc(e, 2 * pb), *b = kvt_engine_host_alloc(e, pb);
+    uint8_t *o = malloc(pb), *want = malloc(3 * pb);
+    int32_t pg[3];
+    CHECKF(a && b, "%s: engine host memory: %s", mode, kvt_errmsg());
+    for (int i = 0; i < 3; i++) CHECK(kvt_page_alloc(e, &pg[i]) == 0);
+    if (!a || !b) goto out;
+    unsigned seed = 77;
+    for (size_t i = 0; i < 3 * pb; i++) want[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+    memcpy(a + pb, want, pb), memcpy(o, want + pb, pb), memcpy(b, want + 2 * pb, pb);
+    kvt_eng_gpu_stats s0 = kvt_engine_gpu_stats(e), s1, s2;
+    kvt_page_in in[3] = {{pg[0], a + pb}, {pg[1], o}, {pg[2], b}};
+    CHECKF(kvt_pages_copy_in(e, in, 3) == 0, "%s: copy in: %s", mode, kvt_errmsg());
+    s1 = kvt_engine_gpu_stats(e);
+    memset(a, 0, 2 * pb), memset(o, 0, pb);
+    kvt_page_out out[3] = {{pg[0], o}, {pg[1], a}, {pg[2], a + pb}};
+    CHECKF(kvt_pages_copy_out(e, out, 3) == 0, "%s: copy out: %s", mode, kvt_errmsg());
+    s2 = kvt_engine_gpu_stats(e);
+    CHECKF(!memcmp(o, want, pb) && !memcmp(a, want + pb, pb) && !memcmp(a + pb, want + 2 * pb, pb),
+           "%s: a mixed run's bytes changed on the way", mode);
+    CHECKF(s1.io_submits - s0.io_submits == 1 && s2.io_submits - s1.io_submits == 1 &&
+               s2.pages_direct - s0.pages_direct == 4 && s2.pages_bounced - s0.pages_bounced == 2,
+           "%s: mixed runs took %llu + %llu submissions, %llu pages direct, %llu bounced", mode,
+           (unsigned long long)(s1.io_submits - s0.io_submits), (unsigned long long)(s2.io_submits - s1.io_submits),
+           (unsigned long long)(s2.pages_direct - s0.pages_direct),
+           (unsigned long long)(s2.pages_bounced - s0.pages_bounced));
+out:
+    for (int i = 0; i < 3; i++) kvt_page_unref(e, pg[i]);
+    kvt_engine_host_free(e, a), kvt_engine_host_free(e, b);
+    free(o), free(want);
+}
+
 /* Long: cold, cached, every page demoted to T1 (checked), warm from T1 (checked), in one mode. */
 static void check_mode(const kvt_model *m, const int32_t *p, kvt_test_gen *cold, int staged, int refused) {
     const char *mode = refused ? (staged ? "staged, pinned refused" : "pinned refused") : staged ? "staged" : "mapped";
@@ -77,6 +115,7 @@ static void check_mode(const kvt_model *m, const int32_t *p, kvt_test_gen *cold,
     CHECKF(kvt_log_open_file(log) == 0, "log file: %s", kvt_errmsg());
     kvt_engine *e = gpu_engine(m, 12);
     if (e && !cold->n) *cold = kvt_test_generate(e, NULL, p, N, N_GEN, NULL); /* the first engine, uncached */
+    if (e && !refused) check_mixed_run(e, mode);
     kvt_cache *c = e ? kvt_test_cache(e, NULL, 16u << 20) : NULL;
     if (!c) goto out;
     kvt_test_gen g1 = kvt_test_generate(e, c, p, N, N_GEN, NULL);
