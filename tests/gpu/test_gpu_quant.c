@@ -25,9 +25,10 @@
 
 /* The block terms are summed in another order: each of the <= 64 invocations
  * sums at most a few terms, then the tree, against the CPU's lanes; each sum
- * rounds at 2^-24 relative, so a few 1e-7 of sum |w x| at these lengths
- * (observed up to ~3e-7); 1e-5 leaves room and still catches a wrong block,
- * scale or code (those move a result by 1e-3 or more). */
+ * rounds at 2^-24 relative, so a few 1e-7 of sum |w x| at these lengths,
+ * more where cancellation leaves a small sum (observed up to 2.5e-6 over five
+ * seeds); 1e-5 leaves room and still catches a wrong block, scale or code
+ * (those move a result by 1e-3 or more). */
 #define QTOL 1e-5
 
 static double max_err;
@@ -177,7 +178,7 @@ int main(void) {
             uint32_t bl = TYPES[ti].block, maxb = bl == 32 ? 24 : 4;
             check_case(d, k, di, ki, ti, 1, bl, 1);
             check_case(d, k, di, ki, ti, 70, bl * maxb, 9);
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < 2; i++)
                 check_case(d, k, di, ki, ti, fwd_pick(1, 80), bl * fwd_pick(1, maxb), fwd_pick(1, 12));
         }
         check_two_in_one(d, k);
