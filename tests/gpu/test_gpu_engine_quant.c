@@ -2,7 +2,8 @@
 /* The GPU engine (Vulkan device 0, lavapipe here) on quantized mkmodel
  * llamas whose widths are multiples of 256, so the K types are used as
  * llama.cpp would use them: a Q4_K_M mix (Q4_K, with Q6_K for attn_v, some
- * ffn_down and the output), a Q5_K_M mix (Q5_K and Q6_K) and pure Q4_0:
+ * ffn_down and the output) and pure Q4_0 (Q5_K and Q5_0 are checked against
+ * the CPU's matmul in test_gpu_quant):
  *  - logits of every prompt position against the CPU engine: top-1 agreement
  *    and the largest |logit difference| (printed, bounded);
  *  - batch invariance: the last token's logits decoded alone, after a
@@ -145,7 +146,6 @@ int main(void) {
     kvt_test_gpu_variant();
     gpu_test_start();
     check_model("Q4_K_M", 0, "q4_k_m");
-    check_model("Q5_K_M", 0, "q5_k_m");
     check_model("Q4_0", KVT_TYPE_Q4_0, NULL);
     gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_engine_quant");

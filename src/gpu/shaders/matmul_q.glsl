@@ -111,16 +111,19 @@ int bsum(uint xs, uint g) {
     return bitfieldExtract(int(xq[pc.xbase + pc.n_tok * nsb + xs * 8u + (g >> 1)]), int(g & 1u) * 16, 16);
 }
 
+// A super-block's 256 weights are 8 parts of 32: Q4_K and Q5_K's sub-blocks
+// (a 6-bit scale and min each), Q6_K's groups 2j and 2j + 1. kq_part gives
+// part j's share of S and M against Q8_K block xs.
 #if MM_TYPE == MM_Q6_K
 #define CW 48u // ql[128], then qh[64]
 #define MW 5u  // scales[16] (int8), then d
 
-// S of super-block s against Q8_K block xs.
-int kq_sums(uint s, uint xs, out int M) {
+int kq_part(uint s, uint xs, uint j, out int M) {
     uint cb = s * CW, mb = pc.sbase + s * MW, xb = xs * 64u;
     int S = 0;
     M = 0;
-    for (uint g = 0u; g < 16u; g++) { // weight i = 128h + 32p + l: nibble p/2 of ql[64h + 32(p%2) + l], bits 2p of qh[32h + l]
+    for (uint g = 2u * j; g < 2u * j + 2u; g++) {
+        // weight i = 128h + 32p + l: nibble p/2 of ql[64h + 32(p%2) + l], bits 2p of qh[32h + l]
         uint h = g >> 3, p = (g & 7u) >> 1, wb = (g & 1u) * 4u;
         int is = 0;
         for (uint i = 0u; i < 4u; i++) {
@@ -138,61 +141,74 @@ int kq_sums(uint s, uint xs, out int M) {
 #else
 #define CW 40u // qs[128], then qh[32]
 #endif
-#define MW 4u  // d, dmin (f16), scales[12]
+#define MW 4u // d, dmin (f16), scales[12]
 
-// S and M of super-block s against Q8_K block xs; sub-block j (32 weights,
-// two groups) has a 6-bit scale and min.
-int kq_sums(uint s, uint xs, out int M) {
+int kq_part(uint s, uint xs, uint j, out int M) {
     uint cb = s * CW, mb = pc.sbase + s * MW, xb = xs * 64u;
-    int S = 0;
-    M = 0;
-    for (uint j = 0u; j < 8u; j++) { // weight 64c + 32h + l: nibble h of qs[32c + l] (Q5_K: bit 2c + h of qh[l])
-        uint c = j >> 1, h = j & 1u;
-        int is = 0;
-        for (uint i = 0u; i < 8u; i++) {
-            uint code = (w[cb + 8u * c + i] >> (4u * h)) & 0x0f0f0f0fu;
+    // weight 64c + 32h + l: nibble h of qs[32c + l] (Q5_K: bit 2c + h of qh[l])
+    uint c = j >> 1, h = j & 1u;
+    int is = 0;
+    for (uint i = 0u; i < 8u; i++) {
+        uint code = (w[cb + 8u * c + i] >> (4u * h)) & 0x0f0f0f0fu;
 #if MM_TYPE == MM_Q5_K
-            code |= ((w[cb + 32u + i] >> (2u * c + h)) & 0x01010101u) << 4;
+        code |= ((w[cb + 32u + i] >> (2u * c + h)) & 0x01010101u) << 4;
 #endif
-            is += kvt_dot4(code, xq[xb + 16u * c + 8u * h + i]);
-        }
-        uint sc, mn;
-        if (j < 4u) {
-            sc = w_byte(mb, 4u + j) & 63u;
-            mn = w_byte(mb, 8u + j) & 63u;
-        } else {
-            sc = (w_byte(mb, 8u + j) & 15u) | ((w_byte(mb, j) >> 6) << 4);
-            mn = (w_byte(mb, 8u + j) >> 4) | ((w_byte(mb, 4u + j) >> 6) << 4);
-        }
-        S += int(sc) * is;
-        M += int(mn) * (bsum(xs, 2u * j) + bsum(xs, 2u * j + 1u));
+        is += kvt_dot4(code, xq[xb + 16u * c + 8u * h + i]);
     }
-    return S;
+    uint sc, mn;
+    if (j < 4u) {
+        sc = w_byte(mb, 4u + j) & 63u;
+        mn = w_byte(mb, 8u + j) & 63u;
+    } else {
+        sc = (w_byte(mb, 8u + j) & 15u) | ((w_byte(mb, j) >> 6) << 4);
+        mn = (w_byte(mb, 8u + j) >> 4) | ((w_byte(mb, 4u + j) >> 6) << 4);
+    }
+    M = int(mn) * (bsum(xs, 2u * j) + bsum(xs, 2u * j + 1u));
+    return int(sc) * is;
 }
 #endif
 
+shared int kq_s[MM_TOKS][KVT_WG], kq_m[MM_TOKS][KVT_WG];
+
+// Invocations 8q .. 8q + 7 take the 8 parts of super-blocks q, q + KVT_WG/8,
+// ... of the row; their shares of S and M (integers, so exact in any order)
+// meet in shared memory, and invocation 8q does that super-block's fmas. So a
+// row of few super-blocks still keeps every invocation busy.
 void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
-    uint nsb = pc.cols >> 8;
-    for (uint b = gl_LocalInvocationID.x; b < nsb; b += KVT_WG) {
-        uint s = r * nsb + b, m0 = w[pc.sbase + s * MW];
-#if MM_TYPE == MM_Q6_K
-        float d = kvt_f16_to_f32(w[pc.sbase + s * MW + 4u] & 0xffffu);
-#else
-        float d = kvt_f16_to_f32(m0 & 0xffffu), dmin = kvt_f16_to_f32(m0 >> 16);
-#endif
+    uint nsb = pc.cols >> 8, l = gl_LocalInvocationID.x, per = KVT_WG / 8u;
+    for (uint b0 = 0u; b0 < nsb; b0 += per) { // the same trip count in every invocation: barriers are uniform
+        uint b = b0 + (l >> 3), s = r * nsb + b;
         for (uint k = 0u; k < nt; k++) {
-            uint xs = (t0 + k) * nsb + b;
-            int M;
-            int S = kq_sums(s, xs, M);
-            float dx = uintBitsToFloat(xq[pc.xbase + xs]);
-            precise float dd = d * dx;
-            precise float v = fma(float(S), dd, acc[k]);
-#if MM_TYPE != MM_Q6_K
-            precise float dm = dmin * dx;
-            v = fma(-float(M), dm, v);
-#endif
-            acc[k] = v;
+            int S = 0, M = 0;
+            if (b < nsb) S = kq_part(s, (t0 + k) * nsb + b, l & 7u, M);
+            kq_s[k][l] = S;
+            kq_m[k][l] = M;
         }
+        barrier();
+        if (b < nsb && (l & 7u) == 0u) {
+            uint m0 = w[pc.sbase + s * MW];
+#if MM_TYPE == MM_Q6_K
+            float d = kvt_f16_to_f32(w[pc.sbase + s * MW + 4u] & 0xffffu);
+#else
+            float d = kvt_f16_to_f32(m0 & 0xffffu), dmin = kvt_f16_to_f32(m0 >> 16);
+#endif
+            for (uint k = 0u; k < nt; k++) {
+                int S = 0, M = 0;
+                for (uint i = 0u; i < 8u; i++) {
+                    S += kq_s[k][l + i];
+                    M += kq_m[k][l + i];
+                }
+                float dx = uintBitsToFloat(xq[pc.xbase + (t0 + k) * nsb + b]);
+                precise float dd = d * dx;
+                precise float v = fma(float(S), dd, acc[k]);
+#if MM_TYPE != MM_Q6_K
+                precise float dm = dmin * dx;
+                v = fma(-float(M), dm, v);
+#endif
+                acc[k] = v;
+            }
+        }
+        barrier();
     }
 }
 #endif
