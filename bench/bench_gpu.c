@@ -44,7 +44,7 @@
 
 typedef struct {
     int32_t device; /* 0: cpu, N + 1: vulkan:N */
-    const char *device_arg, *model, *shape, *redis, *redis_key, *disk_dir;
+    const char *device_arg, *model, *shape, *wtype, *redis, *redis_key, *disk_dir;
     int32_t prefix, sessions, t0_sessions, session_tokens, rounds, append, gen, threads, block, reps;
     int phase2, phase3, make_model;
 } opts;
@@ -58,7 +58,10 @@ static void usage(FILE *f) {
             "                        generated into " OUT_DIR "/bench-gpu-SHAPE.gguf (kept for later runs)\n"
             "  --shape S             tiny (dim 256, 4 layers: for lavapipe), 1b (dim 2048, 16 layers, 32/8\n"
             "                        heads, ff 8192) or 8b (llama-3-8B: dim 4096, 32 layers, 32/8 heads, ff\n"
-            "                        14336); F16, vocab 32000 (tiny: 4096) (default tiny)\n"
+            "                        14336); vocab 32000 (tiny: 4096) (default tiny)\n"
+            "  --wtype T             the generated model's weights: f16, q8_0, q4_0, q4_k_m or q5_k_m (the\n"
+            "                        llama.cpp mixes: Q4_K/Q5_K with Q6_K for attn_v, some ffn_down and the\n"
+            "                        output); a type other than f16 goes into bench-gpu-SHAPE-T.gguf (default f16)\n"
             "  --prefix N            phase 2: tokens of the prefix timed cold and warm; each request is the\n"
             "                        prefix and one more token (default 2048)\n"
             "  --reps N              phase 2: warm runs per tier, the median reported (default 3, at most 16)\n"
@@ -113,6 +116,7 @@ static int parse_int(const char *v, int32_t lo, int32_t *out) {
 static int parse(int argc, char **argv, opts *o) {
     *o = (opts){.device_arg = "cpu",
                 .shape = "tiny",
+                .wtype = "f16",
                 .disk_dir = OUT_DIR "/gpu-kvdisk",
                 .prefix = 2048,
                 .sessions = 48,
@@ -168,6 +172,10 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(f, "--shape")) {
             if (strcmp(v, "tiny") && strcmp(v, "1b") && strcmp(v, "8b")) return bad(f, v, "must be tiny, 1b or 8b");
             o->shape = v;
+        } else if (!strcmp(f, "--wtype")) {
+            if (strcmp(v, "f16") && strcmp(v, "q8_0") && strcmp(v, "q4_0") && strcmp(v, "q4_k_m") && strcmp(v, "q5_k_m"))
+                return bad(f, v, "must be f16, q8_0, q4_0, q4_k_m or q5_k_m");
+            o->wtype = v;
         } else if (!strcmp(f, "--redis")) o->redis = v;
         else if (!strcmp(f, "--redis-key")) o->redis_key = v;
         else if (!strcmp(f, "--disk")) o->disk_dir = v;
@@ -221,10 +229,14 @@ static int ensure_shape_model(const opts *o, const char *path) {
     mp.ff = big ? 14336 : mid ? 8192 : 768;
     mp.vocab = big || mid ? 32000 : 4096; /* tiny: a small output matrix, for lavapipe */
     mp.ctx = 16384;
-    mp.type = KVT_TYPE_F16;
+    mp.type = !strcmp(o->wtype, "q8_0") ? KVT_TYPE_Q8_0 : !strcmp(o->wtype, "q4_0") ? KVT_TYPE_Q4_0 : KVT_TYPE_F16;
+    if (!strcmp(o->wtype, "q4_k_m") || !strcmp(o->wtype, "q5_k_m")) {
+        mp.mix = kvt_quant_mix_by_name(o->wtype);
+        mp.type = kvt_quant_mix_base(mp.mix);
+    }
     mp.name = "bench-gpu";
     make_out_dir();
-    fprintf(stderr, "bench_gpu: generating %s (shape %s, random weights)\n", path, o->shape);
+    fprintf(stderr, "bench_gpu: generating %s (shape %s, %s random weights)\n", path, o->shape, o->wtype);
     double t0 = kvt_now();
     if (kvt_mkmodel(&mp, path)) {
         fprintf(stderr, "bench_gpu: mkmodel: %s\n", kvt_errmsg());
@@ -235,7 +247,8 @@ static int ensure_shape_model(const opts *o, const char *path) {
 }
 
 static void shape_path(const opts *o, char *path, size_t cap) {
-    snprintf(path, cap, OUT_DIR "/bench-gpu-%s.gguf", o->shape);
+    if (!strcmp(o->wtype, "f16")) snprintf(path, cap, OUT_DIR "/bench-gpu-%s.gguf", o->shape);
+    else snprintf(path, cap, OUT_DIR "/bench-gpu-%s-%s.gguf", o->shape, o->wtype);
 }
 
 static kvt_model *load_model(const opts *o) {
@@ -253,6 +266,7 @@ static kvt_model *load_model(const opts *o) {
         return NULL;
     }
     info("model", p);
+    if (!o->model) info("wtype", o->wtype);
     figure("model_params_m", (double)m->n_params / 1e6, "model %s: %.1fM parameters, %d layers, dim %d (load %.1f s)",
            p, (double)m->n_params / 1e6, m->hp.n_layer, m->hp.n_embd, kvt_now() - t0);
     return m;

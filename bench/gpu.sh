@@ -32,6 +32,11 @@
 # take; phase 2 runs at most P2_MAX_S (240) and leaves phase 3 150 s, phase 3
 # at most P3_MAX_S (240); phase 3 drops to a smaller shape when under 150 s
 # are left, and a phase is skipped when under 30 s are.
+# WTYPE (f16; or q8_0, q4_0, q4_k_m, q5_k_m): the generated models' weights for
+# phases 2 and 3 (bench_gpu --wtype). Before phase 2, bench_gpu_mm times the
+# weight-matrix matmul alone for the types MM_TYPES (f16,q8_0,q4_k,q6_k) on one
+# layer of SHAPE, decode and prefill, at most MM_MAX_S (60) seconds, when more
+# than 300 s of the budget are left.
 # REDIS_URL=redis://... adds T3 to phase 2; without it a redis-server on PATH
 # is started on 127.0.0.1:REDIS_PORT (6391); NO_REDIS=1 skips T3.
 # Numbers only; it never passes or fails on time. Exit status: 0 when every
@@ -54,6 +59,9 @@ P3_ARGS=${P3_ARGS:-$([ $small = 1 ] && echo "--session-tokens 64 --append 16 --g
 BUDGET_S=${BUDGET_S:-450}
 P2_MAX_S=${P2_MAX_S:-240}
 P3_MAX_S=${P3_MAX_S:-240}
+WTYPE=${WTYPE:-f16}
+MM_TYPES=${MM_TYPES:-f16,q8_0,q4_k,q6_k}
+MM_MAX_S=${MM_MAX_S:-60}
 TEST_LIMIT_S=${TEST_LIMIT_S:-150}
 REDIS_PORT=${REDIS_PORT:-6391}
 : >"$SUMMARY"
@@ -110,7 +118,7 @@ fi
 
 # the benchmark's models (step 5), made on this machine while the tests run: mkmodel is CPU work
 gen_model() { # gen_model SHAPE: in the background; its pid in gen_pid[SHAPE], its output in $OUT/model-SHAPE.txt
-  "$BUILD/bench_gpu" --make-model --shape "$1" >"$OUT/model-$1.txt" 2>&1 &
+  "$BUILD/bench_gpu" --make-model --shape "$1" --wtype "$WTYPE" >"$OUT/model-$1.txt" 2>&1 &
   gen_pid[$1]=$!
 }
 declare -A gen_pid=()
@@ -132,7 +140,8 @@ phase devices "$BUILD/kvtier" info --devices
 sed 's/^/  /' "$OUT/devices.txt" | tee -a "$SUMMARY"
 
 # 4. the GPU tests, with the validation layer on (any message fails them)
-for t in test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_attention test_gpu_engine; do
+for t in test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant test_gpu_attention test_gpu_engine \
+  test_gpu_engine_quant; do
   if [ -x "$BUILD/$t" ]; then
     KVT_VK_VALIDATION=1 phase "$t" timeout -k 10 "$TEST_LIMIT_S" "$BUILD/$t"
     grep -h '^gpu' "$OUT/$t.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
@@ -172,13 +181,23 @@ collect() { # collect PHASE: its key=value lines into results.txt, prefixed with
 if [ ! -x "$BUILD/bench_gpu" ]; then
   note "bench: FAILED (no $BUILD/bench_gpu: build kvtier first)"; failed=1
 else
+  # the matmul alone, per weight type (it needs no model)
+  lim=$(( $(left) - 300 )); [ $lim -gt "$MM_MAX_S" ] && lim=$MM_MAX_S
+  if [ ! -x "$BUILD/bench_gpu_mm" ]; then note "bench_mm: FAILED (no $BUILD/bench_gpu_mm)"; failed=1
+  elif [ $lim -lt 20 ]; then note "bench_mm: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
+  else
+    note "bench_mm: types $MM_TYPES, one $SHAPE layer, on $DEVICE, limit ${lim} s"
+    phase bench_mm timeout -k 10 "$lim" "$BUILD/bench_gpu_mm" --device "$DEVICE" --shape "$SHAPE" --types "$MM_TYPES"
+    collect bench_mm
+    grep -E '^device |layer' "$OUT/bench_mm.txt" | grep -v '=' | sed 's/^/  /' | tee -a "$SUMMARY"
+  fi
   wait_model "$SHAPE"
   # phase 2 leaves phase 3 at least 150 s; phase 3 takes what is left, less 10 s for the summary
   lim=$(( $(left) - 150 )); [ $lim -gt "$P2_MAX_S" ] && lim=$P2_MAX_S
   if [ $lim -lt 30 ]; then note "bench_phase2: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
   else
-    note "bench_phase2: shape $SHAPE, prefix $PREFIX, on $DEVICE, limit ${lim} s"
-    phase bench_phase2 timeout -k 10 "$lim" "$BUILD/bench_gpu" --device "$DEVICE" --shape "$SHAPE" \
+    note "bench_phase2: shape $SHAPE, $WTYPE weights, prefix $PREFIX, on $DEVICE, limit ${lim} s"
+    phase bench_phase2 timeout -k 10 "$lim" "$BUILD/bench_gpu" --device "$DEVICE" --shape "$SHAPE" --wtype "$WTYPE" \
       --prefix "$PREFIX" --phase 2 "${redis[@]}"
     collect bench_phase2
     grep -vE '^[a-z0-9_]+=|^bench_gpu:| kvtier: ' "$OUT/bench_phase2.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
@@ -191,7 +210,7 @@ else
   if [ $lim -lt 30 ]; then note "bench_phase3: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
   else
     note "bench_phase3: shape $shape3, $SESSIONS sessions over a T0 for $T0_SESSIONS, on $DEVICE, limit ${lim} s"
-    phase bench_phase3 timeout -k 10 "$lim" "$BUILD/bench_gpu" --device "$DEVICE" --shape "$shape3" \
+    phase bench_phase3 timeout -k 10 "$lim" "$BUILD/bench_gpu" --device "$DEVICE" --shape "$shape3" --wtype "$WTYPE" \
       --prefix "$PREFIX" --phase 3 --sessions "$SESSIONS" --t0-sessions "$T0_SESSIONS" $P3_ARGS
     collect bench_phase3
     grep -vE '^[a-z0-9_]+=|^bench_gpu:| kvtier: ' "$OUT/bench_phase3.txt" | sed 's/^/  /' | tee -a "$SUMMARY"

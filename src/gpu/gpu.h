@@ -19,7 +19,10 @@
  *   KVT_VK_MAX_BINDING=N    lower the largest storage binding (bytes) below
  *                           the device's own limit, to test the refusal
  *   KVT_VK_HOST_LIMIT=N     pinned host buffers past N bytes in all fail as
- *                           the driver's refusal does, to test the fallback */
+ *                           the driver's refusal does, to test the fallback
+ *   KVT_VK_NO_INT_DOT=1     do not use integer dot products (OpSDot) even where
+ *                           the device has them: the quantized matmuls take
+ *                           their plain integer shaders (the same bits) */
 #ifndef KVT_GPU_H
 #define KVT_GPU_H
 
@@ -45,6 +48,7 @@ typedef struct {
     uint32_t subgroup_size;
     int fp16;             /* 16-bit float arithmetic in shaders */
     int int8;             /* 8-bit integer arithmetic in shaders */
+    int int_dot;          /* integer dot products in use (OpSDot): set when the device is opened */
     uint64_t max_binding; /* the largest storage buffer one binding may cover */
     int timestamps;       /* the compute queue can write timestamps */
     char numerics[80];    /* what decides this device's bits: driver version, pipeline-cache UUID and a
@@ -172,9 +176,10 @@ int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_
  * token t's row at t * (its width). Conversions to f16 round to nearest even
  * in integer code, so they give kvt_f32_to_f16's bits on every device. */
 
-/* A weight matrix in device memory: rows x cols of KVT_TYPE_F32, F16 or Q8_0
- * given in the CPU's layout (row_bytes per row; Q8_0 in blocks of 32: an f16
- * scale, then 32 int8), uploaded once. It is stored as row slices that each
+/* A weight matrix in device memory: rows x cols of KVT_TYPE_F32, F16, Q8_0,
+ * Q4_0, Q5_0, Q4_K, Q5_K or Q6_K given in the CPU's layout (row_bytes per row,
+ * GGUF blocks), uploaded once, the quantized types repacked so each block's
+ * codes are whole words (src/gpu/shaders/matmul_q.glsl). It is stored as row slices that each
  * fit one binding (kvt_gpu_max_binding), so a matrix larger than one binding
  * still runs. Other types are KVT_EUNSUPPORTED naming the type. */
 typedef struct kvt_gpu_wmat kvt_gpu_wmat;
@@ -186,7 +191,11 @@ uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w); /* device memory it takes */
 
 /* y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for t < n_tok,
  * r < rows, c < cols, f32 accumulation in c order within each invocation's
- * share and the fixed tree across them. y_off + rows <= ldy (KVT_EARG). */
+ * share and the fixed tree across them. y_off + rows <= ldy (KVT_EARG).
+ * For the quantized types it first records a pass that quantizes x as the CPU
+ * engine does (Q8_0 blocks for Q8_0/Q4_0/Q5_0, Q8_K for the K types) into a
+ * scratch buffer of the kernels, with barriers around it; matmuls of the same
+ * x with no barrier recorded between them share that pass. */
 int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
                        kvt_gpu_buf *x, uint32_t n_tok);
 

@@ -91,6 +91,7 @@ int kvt_gpu_begin(kvt_gpu_dev *d) {
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "gpu begin");
     if (d->qpool) d->f.vkCmdResetQueryPool(d->cmd, d->qpool, 0, KVT_VK_MAX_QUERIES);
     d->n_queries = 0;
+    d->n_sync++;
     d->recording = 1;
     return 0;
 }
@@ -161,6 +162,7 @@ static void barrier(kvt_gpu_dev *d, VkPipelineStageFlags dst_stage, VkAccessFlag
 
 int kvt_gpu_rec_barrier(kvt_gpu_dev *d) {
     int rc = need_recording(d, "barrier");
+    if (!rc) d->n_sync++;
     if (!rc)
         barrier(d, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                 VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |

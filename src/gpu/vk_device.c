@@ -73,6 +73,20 @@ static int find_queue(kvt_gpu_dev *d) {
     return 0;
 }
 
+/* 1 when the device offers VK_KHR_shader_integer_dot_product (the instance asks for Vulkan 1.2, so
+ * the extension is how the quantized matmuls get OpSDot, even on a 1.3 device). */
+static int has_int_dot_ext(kvt_gpu_dev *d) {
+    uint32_t n = 0;
+    if (d->vi.f.vkEnumerateDeviceExtensionProperties(d->pd, NULL, &n, NULL) != VK_SUCCESS || n == 0) return 0;
+    VkExtensionProperties *e = kvt_xcalloc(n, sizeof *e);
+    int found = 0;
+    if (d->vi.f.vkEnumerateDeviceExtensionProperties(d->pd, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = !strcmp(e[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    free(e);
+    return found;
+}
+
 /* Long: the device, then each object the recordings use, each checked. */
 static int create_device(kvt_gpu_dev *d) {
     float prio = 1.0f;
@@ -85,13 +99,28 @@ static int create_device(kvt_gpu_dev *d) {
                               .pQueueCreateInfos = &qci};
     /* 16-bit storage (core from 1.1) lets the KV kernels write one f16 element without touching its neighbour */
     VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+    const char *ext[1] = {VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME};
     if (d->info.api_version >= VK_API_VERSION_1_1) {
+        int has_idot = has_int_dot_ext(d);
+        if (has_idot) s16.pNext = &idot;
         VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &s16};
         d->vi.f.vkGetPhysicalDeviceFeatures2(d->pd, &f2);
         d->storage16 = s16.storageBuffer16BitAccess != 0;
+        d->int_dot = has_idot && idot.shaderIntegerDotProduct && !env_flag("KVT_VK_NO_INT_DOT");
+        d->info.int_dot = d->int_dot;
         s16 = (VkPhysicalDevice16BitStorageFeatures){.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
                                                      .storageBuffer16BitAccess = (VkBool32)d->storage16};
         dci.pNext = &s16;
+        if (d->int_dot) { /* the quantized matmuls' OpSDot */
+            idot = (VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR){
+                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+                .shaderIntegerDotProduct = VK_TRUE};
+            s16.pNext = &idot;
+            dci.enabledExtensionCount = 1;
+            dci.ppEnabledExtensionNames = ext;
+        }
     }
     VkResult r = d->vi.f.vkCreateDevice(d->pd, &dci, NULL, &d->dev);
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateDevice");

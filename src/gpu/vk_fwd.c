@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-/* The forward pass's kernels: weight matrices (F32, F16, Q8_0) uploaded as row
- * slices that each fit one binding, their matmul, RoPE, add, SwiGLU, and the
- * KV store and attention over the paged KV pool. Shapes are checked here, so a
- * shader never indexes past a buffer; what only the device knows (the meta
- * table's pages and slots) the shaders check themselves. */
+/* The forward pass's kernels: weight matrices (F32, F16 and the quantized
+ * types of matmul_q.glsl) uploaded as row slices that each fit one binding,
+ * their matmul, RoPE, add, SwiGLU, and the KV store and attention over the
+ * paged KV pool. Shapes are checked here, so a shader never indexes past a
+ * buffer; what only the device knows (the meta table's pages and slots) the
+ * shaders check themselves. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,16 +12,40 @@
 #include "types.h"
 #include "vk_impl.h"
 
-#define Q8_BLOCK 32             /* weights per Q8_0 block */
-#define Q8_BLOCK_BYTES 34       /* its f16 scale, then 32 int8 */
 #define UPLOAD_BYTES (4u << 20) /* rows repacked per upload */
 #define MAX_HEAD_DIM 256        /* attention.glsl */
 #define MAX_TOKENS 65535u       /* the y (or x) dimension of a dispatch */
 #define MM_TOKS 8               /* tokens per matmul workgroup (matmul_w.glsl) */
 
+/* A quantized weight type as the GPU stores it (matmul_q.glsl): each block's
+ * codes, the byte ranges code[0] then code[1] of the CPU's block, become
+ * words of the slice's code region; its scales, bytes meta_off.. of the
+ * block, padded to meta_bytes, go to the scale region after it. Activations
+ * are quantized to Q8_K (256-blocks) for the K types, else to Q8_0. */
+typedef struct {
+    uint32_t type, elems, bytes; /* weights per block, bytes per block in the CPU's layout */
+    uint16_t code_off[2], code_len[2];
+    uint16_t meta_off, meta_len, meta_bytes;
+} qfmt;
+
+static const qfmt QFMT[KVT_VK_NQ] = {
+    /* in the order of kvt_gpu_kernels' mm_q */
+    {KVT_TYPE_Q8_0, 32, 34, {2, 0}, {32, 0}, 0, 2, 2},         {KVT_TYPE_Q4_0, 32, 18, {2, 0}, {16, 0}, 0, 2, 2},
+    {KVT_TYPE_Q5_0, 32, 22, {6, 2}, {16, 4}, 0, 2, 2},         {KVT_TYPE_Q4_K, 256, 144, {16, 0}, {128, 0}, 0, 16, 16},
+    {KVT_TYPE_Q5_K, 256, 176, {48, 16}, {128, 32}, 0, 16, 16}, {KVT_TYPE_Q6_K, 256, 210, {0, 0}, {192, 0}, 192, 18, 20},
+};
+
+/* The index of type in QFMT, or -1 (F32, F16 or unsupported). */
+static int qfmt_index(uint32_t type) {
+    for (int i = 0; i < KVT_VK_NQ; i++)
+        if (QFMT[i].type == type) return i;
+    return -1;
+}
+
 struct kvt_gpu_wmat {
     kvt_gpu_dev *d;
     uint32_t type, rows, cols;
+    const qfmt *q;       /* NULL for F32 and F16 */
     uint32_t slice_rows; /* rows of every slice but the last */
     int n_slices;
     kvt_gpu_buf **slice;
@@ -28,47 +53,65 @@ struct kvt_gpu_wmat {
 };
 
 int kvt_gpu_wmat_supported(uint32_t type) {
-    return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || type == KVT_TYPE_Q8_0;
+    return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || qfmt_index(type) >= 0;
 }
 
-/* Bytes of one row in the CPU's layout (Q8_0: blocks of scale and quants). */
-static uint64_t cpu_row(uint32_t type, uint32_t cols) {
-    if (type == KVT_TYPE_F32) return (uint64_t)cols * 4;
-    if (type == KVT_TYPE_F16) return (uint64_t)cols * 2;
-    return (uint64_t)cols / Q8_BLOCK * Q8_BLOCK_BYTES;
+/* Bytes of one row in the CPU's layout. */
+static uint64_t cpu_row(const kvt_gpu_wmat *w) {
+    if (w->q) return (uint64_t)w->cols / w->q->elems * w->q->bytes;
+    return (uint64_t)w->cols * (w->type == KVT_TYPE_F32 ? 4 : 2);
 }
+
+/* Code words of one block. */
+static uint32_t code_words(const qfmt *q) { return (uint32_t)(q->code_len[0] + q->code_len[1]) / 4; }
 
 /* Device bytes of a slice of n rows: F32 and F16 rows back to back (F16 padded
- * to a word); Q8_0 the n * cols int8 quants, then the n * cols/32 f16 scales. */
-static uint64_t slice_bytes(uint32_t type, uint64_t n, uint32_t cols) {
-    if (type == KVT_TYPE_F32) return n * cols * 4;
-    if (type == KVT_TYPE_F16) return (n * cols + 1) / 2 * 4;
-    return n * cols + (n * (cols / Q8_BLOCK) + 1) / 2 * 4;
+ * to a word); a quantized type's codes, then its scales padded to a word. */
+static uint64_t slice_bytes(const kvt_gpu_wmat *w, uint64_t n) {
+    if (w->type == KVT_TYPE_F32) return n * w->cols * 4;
+    if (w->type == KVT_TYPE_F16) return (n * w->cols + 1) / 2 * 4;
+    uint64_t nb = n * (w->cols / w->q->elems);
+    return nb * code_words(w->q) * 4 + (nb * w->q->meta_bytes + 3) / 4 * 4;
+}
+
+/* Repacks m rows from src (row_bytes apart) into codes and scales (matmul_q.glsl's layout). */
+static void repack_rows(const kvt_gpu_wmat *w, const unsigned char *src, size_t row_bytes, uint32_t m,
+                        unsigned char *codes, unsigned char *meta) {
+    const qfmt *q = w->q;
+    uint64_t nb = w->cols / q->elems, cb = code_words(q) * 4;
+    memset(meta, 0, (size_t)(m * nb * q->meta_bytes) + 4); /* the padding word too */
+    for (uint32_t i = 0; i < m; i++)
+        for (uint64_t k = 0; k < nb; k++) {
+            const unsigned char *blk = src + (size_t)i * row_bytes + k * q->bytes;
+            unsigned char *c = codes + (i * nb + k) * cb;
+            memcpy(c, blk + q->code_off[0], q->code_len[0]);
+            memcpy(c + q->code_len[0], blk + q->code_off[1], q->code_len[1]);
+            memcpy(meta + (i * nb + k) * q->meta_bytes, blk + q->meta_off, q->meta_len);
+        }
 }
 
 /* Copies n rows from src (row_bytes apart) into slice b in its layout, a group of rows per upload. */
 static int upload_rows(kvt_gpu_wmat *w, kvt_gpu_buf *b, const unsigned char *src, size_t row_bytes, uint32_t n) {
-    uint64_t row = cpu_row(w->type, w->cols), nb = w->cols / Q8_BLOCK;
+    uint64_t row = cpu_row(w);
     uint32_t group = (uint32_t)KVT_MIN(
-        (uint64_t)n, KVT_MAX(2, UPLOAD_BYTES / row & ~1ull)); /* even: Q8_0 scales stay word-aligned */
-    unsigned char *tmp = kvt_xmalloc((size_t)(group * row));
+        (uint64_t)n, KVT_MAX(2, UPLOAD_BYTES / row & ~1ull)); /* even: 2-byte scales stay word-aligned */
+    uint64_t nb = w->q ? w->cols / w->q->elems : 0, cb = w->q ? code_words(w->q) * 4 : 0;
+    uint64_t mb = w->q ? w->q->meta_bytes : 0, tmp_bytes = w->q ? group * nb * (cb + mb) + 4 : group * row;
+    unsigned char *tmp = kvt_xmalloc((size_t)tmp_bytes);
     int rc = 0;
     for (uint32_t r = 0; r < n && !rc; r += group) {
         uint32_t m = KVT_MIN(group, n - r);
-        if (w->type != KVT_TYPE_Q8_0) {
+        if (!w->q) {
             for (uint32_t i = 0; i < m; i++) memcpy(tmp + i * row, src + (size_t)(r + i) * row_bytes, (size_t)row);
             rc = kvt_gpu_upload(w->d, b, r * row, tmp, m * row);
             continue;
         }
-        unsigned char *q = tmp, *s = tmp + (size_t)m * w->cols;
-        for (uint32_t i = 0; i < m; i++)
-            for (uint64_t k = 0; k < nb; k++) {
-                const unsigned char *blk = src + (size_t)(r + i) * row_bytes + k * Q8_BLOCK_BYTES;
-                memcpy(s + (i * nb + k) * 2, blk, 2);
-                memcpy(q + (size_t)i * w->cols + k * Q8_BLOCK, blk + 2, Q8_BLOCK);
-            }
-        rc = kvt_gpu_upload(w->d, b, (uint64_t)r * w->cols, q, (uint64_t)m * w->cols);
-        if (!rc) rc = kvt_gpu_upload(w->d, b, (uint64_t)n * w->cols + r * nb * 2, s, m * nb * 2);
+        unsigned char *codes = tmp, *meta = tmp + (size_t)(m * nb * cb);
+        repack_rows(w, src + (size_t)r * row_bytes, row_bytes, m, codes, meta);
+        rc = kvt_gpu_upload(w->d, b, r * nb * cb, codes, m * nb * cb);
+        /* the last group's scales run to the slice's end (its padding word included) */
+        uint64_t moff = n * nb * cb + r * nb * mb, mlen = KVT_MIN((m * nb * mb + 3) / 4 * 4, kvt_gpu_buf_size(b) - moff);
+        if (!rc) rc = kvt_gpu_upload(w->d, b, moff, meta, mlen);
     }
     free(tmp);
     return rc;
@@ -76,14 +119,14 @@ static int upload_rows(kvt_gpu_wmat *w, kvt_gpu_buf *b, const unsigned char *src
 
 /* The rows per slice: as many as one binding holds. */
 static int plan_slices(kvt_gpu_wmat *w) {
-    uint64_t max = kvt_gpu_max_binding(w->d), n = max / (slice_bytes(w->type, 64, w->cols) / 64);
+    uint64_t max = kvt_gpu_max_binding(w->d), n = max / (slice_bytes(w, 64) / 64);
     n = KVT_MIN(n, (uint64_t)w->rows);
-    while (n > 0 && slice_bytes(w->type, n, w->cols) > max) n--;
+    while (n > 0 && slice_bytes(w, n) > max) n--;
     if (n == 0)
         return kvt_fail(KVT_ELIMIT,
                         "one row of %u columns (%llu bytes) is over the device's largest storage binding "
                         "of %llu bytes",
-                        w->cols, (unsigned long long)slice_bytes(w->type, 1, w->cols), (unsigned long long)max);
+                        w->cols, (unsigned long long)slice_bytes(w, 1), (unsigned long long)max);
     w->slice_rows = (uint32_t)n;
     w->n_slices = (int)((w->rows + n - 1) / n);
     return 0;
@@ -93,21 +136,29 @@ int kvt_gpu_wmat_new(kvt_gpu_dev *d, uint32_t type, uint32_t rows, uint32_t cols
                      kvt_gpu_wmat **out) {
     *out = NULL;
     if (!kvt_gpu_wmat_supported(type))
-        return kvt_fail(KVT_EUNSUPPORTED, "gpu weight matrix: type %u is not supported (F32, F16 or Q8_0)", type);
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "gpu weight matrix: type %u is not supported (F32, F16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or "
+                        "Q6_K)",
+                        type);
     if (!rows || !cols || !data)
         return kvt_fail(KVT_EARG, "gpu weight matrix: rows %u, cols %u (each > 0) and its data", rows, cols);
-    if (type == KVT_TYPE_Q8_0 && cols % Q8_BLOCK)
-        return kvt_fail(KVT_EARG, "gpu weight matrix: Q8_0 cols %u is not a multiple of %d", cols, Q8_BLOCK);
-    if (row_bytes < cpu_row(type, cols))
-        return kvt_fail(KVT_EARG, "gpu weight matrix: row_bytes %zu is under the %llu bytes of a row", row_bytes,
-                        (unsigned long long)cpu_row(type, cols));
+    int qi = qfmt_index(type);
+    if (qi >= 0 && cols % QFMT[qi].elems)
+        return kvt_fail(KVT_EARG, "gpu weight matrix: cols %u is not a multiple of the type's block of %u", cols,
+                        QFMT[qi].elems);
     kvt_gpu_wmat *w = kvt_xcalloc(1, sizeof *w);
-    *w = (kvt_gpu_wmat){.d = d, .type = type, .rows = rows, .cols = cols};
+    *w = (kvt_gpu_wmat){.d = d, .type = type, .rows = rows, .cols = cols, .q = qi >= 0 ? &QFMT[qi] : NULL};
+    if (row_bytes < cpu_row(w)) {
+        int rc = kvt_fail(KVT_EARG, "gpu weight matrix: row_bytes %zu is under the %llu bytes of a row", row_bytes,
+                          (unsigned long long)cpu_row(w));
+        free(w);
+        return rc;
+    }
     int rc = plan_slices(w);
     if (!rc) w->slice = kvt_xcalloc((size_t)w->n_slices, sizeof *w->slice);
     for (int s = 0; s < w->n_slices && !rc; s++) {
         uint32_t r0 = (uint32_t)s * w->slice_rows, n = KVT_MIN(w->slice_rows, rows - r0);
-        uint64_t bytes = slice_bytes(type, n, cols);
+        uint64_t bytes = slice_bytes(w, n);
         rc = kvt_gpu_buf_new(d, KVT_GPU_DEVICE, bytes, &w->slice[s]);
         if (!rc) rc = upload_rows(w, w->slice[s], (const unsigned char *)data + (size_t)r0 * row_bytes, row_bytes, n);
         w->bytes += bytes;
@@ -130,6 +181,52 @@ void kvt_gpu_wmat_free(kvt_gpu_wmat *w) {
 
 uint64_t kvt_gpu_wmat_bytes(const kvt_gpu_wmat *w) { return w->bytes; }
 
+/* Makes the scratch hold bytes; an outgrown one is kept until the kernels are
+ * freed, as the open recording may still use it. */
+static int xq_reserve(kvt_gpu_kernels *k, uint64_t bytes) {
+    if (k->xq && kvt_gpu_buf_size(k->xq) >= bytes) return 0;
+    uint64_t want = KVT_MIN(KVT_MAX(bytes, k->xq ? 2 * kvt_gpu_buf_size(k->xq) : 0), kvt_gpu_max_binding(k->d));
+    kvt_gpu_buf *b = NULL;
+    int rc = kvt_gpu_buf_new(k->d, KVT_GPU_DEVICE, KVT_MAX(want, bytes), &b);
+    if (rc) return kvt_fail_prefix(rc, "gpu matmul: the quantized activations: "), rc;
+    if (k->xq) {
+        k->retired = kvt_xrealloc(k->retired, (size_t)(k->n_retired + 1) * sizeof *k->retired);
+        k->retired[k->n_retired++] = k->xq;
+    }
+    k->xq = b;
+    k->xq_x = NULL;
+    return 0;
+}
+
+/* Records the quantize pass of x (n_tok rows of cols) into the scratch k->xq
+ * for a matmul of format q, unless the scratch already holds it: the same x
+ * quantized the same way with no barrier recorded since, so x cannot have been
+ * written in between (a writer would have needed one before our read). *xbase
+ * is where its scales start (in words). */
+static int quantize_acts(kvt_gpu_kernels *k, const qfmt *q, kvt_gpu_buf *x, uint32_t n_tok, uint32_t cols,
+                         uint32_t *xbase) {
+    int kq = q->elems == 256;
+    uint64_t nblk = (uint64_t)n_tok * (cols / q->elems), qwords = nblk * q->elems / 4;
+    *xbase = (uint32_t)qwords;
+    kvt_gpu_dev *d = k->d;
+    if (k->xq_x == x && k->xq_n == n_tok && k->xq_cols == cols && k->xq_k == kq && k->xq_sync == d->n_sync) return 0;
+    /* a matmul recorded since the last barrier may still read the scratch */
+    int rc = k->xq && k->xq_sync == d->n_sync ? kvt_gpu_rec_barrier(d) : 0;
+    if (!rc) rc = xq_reserve(k, (qwords + nblk + (kq ? nblk * 8 : 0)) * 4);
+    if (rc) return rc;
+    uint32_t push[3] = {cols, n_tok, *xbase}, g[3] = {0, 1, 0};
+    kvt_vk_spread((uint32_t)((nblk + 63) / 64), &g[0], &g[2]);
+    kvt_gpu_buf *b[2] = {k->xq, x};
+    rc = kvt_gpu_rec_dispatch(d, k->quant[kq], b, push, g);
+    if (!rc) rc = kvt_gpu_rec_barrier(d);
+    k->xq_x = rc ? NULL : x;
+    k->xq_n = n_tok;
+    k->xq_cols = cols;
+    k->xq_k = kq;
+    k->xq_sync = d->n_sync;
+    return rc;
+}
+
 int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y, uint32_t ldy, uint32_t y_off,
                        kvt_gpu_buf *x, uint32_t n_tok) {
     if (!n_tok || n_tok > MAX_TOKENS) return kvt_fail(KVT_EARG, "gpu matmul: tokens %u (1..%u)", n_tok, MAX_TOKENS);
@@ -139,13 +236,21 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
     int rc = kvt_vk_need(x, (uint64_t)n_tok * w->cols * 4, "matmul", "x");
     if (!rc) rc = kvt_vk_need(y, ((uint64_t)(n_tok - 1) * ldy + y_off + w->rows) * 4, "matmul", "y");
     if (rc) return rc;
-    kvt_gpu_pipe *p = w->type == KVT_TYPE_F32 ? k->mm_f32 : w->type == KVT_TYPE_F16 ? k->mm_f16 : k->mm_q8_0;
+    kvt_gpu_pipe *p = w->type == KVT_TYPE_F32 ? k->mm_f32 : k->mm_f16;
+    uint32_t xbase = 0;
+    kvt_gpu_buf *xin = x;
+    if (w->q) {
+        p = k->mm_q[w->q - QFMT];
+        rc = quantize_acts(k, w->q, x, n_tok, w->cols, &xbase);
+        xin = k->xq;
+    }
     for (int s = 0; s < w->n_slices && !rc; s++) {
         uint32_t r0 = (uint32_t)s * w->slice_rows, n = KVT_MIN(w->slice_rows, w->rows - r0);
-        uint32_t push[6] = {n, w->cols, n_tok, ldy, y_off + r0, (uint32_t)((uint64_t)n * w->cols / 4)}, g[3];
+        uint32_t sbase = w->q ? n * (w->cols / w->q->elems) * code_words(w->q) : 0;
+        uint32_t push[7] = {n, w->cols, n_tok, ldy, y_off + r0, sbase, xbase}, g[3];
         kvt_vk_spread(n, &g[0], &g[2]);
         g[1] = (n_tok + MM_TOKS - 1) / MM_TOKS;
-        kvt_gpu_buf *b[3] = {y, w->slice[s], x};
+        kvt_gpu_buf *b[3] = {y, w->slice[s], xin};
         rc = kvt_gpu_rec_dispatch(k->d, p, b, push, g);
     }
     return rc;

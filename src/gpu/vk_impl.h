@@ -17,6 +17,7 @@
     X(vkGetPhysicalDeviceProperties) \
     X(vkGetPhysicalDeviceProperties2) \
     X(vkGetPhysicalDeviceFeatures2) \
+    X(vkEnumerateDeviceExtensionProperties) \
     X(vkGetPhysicalDeviceMemoryProperties) \
     X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkCreateDevice) \
@@ -137,6 +138,8 @@ struct kvt_gpu_dev {
     uint64_t max_binding;
     uint64_t nonatomic; /* nonCoherentAtomSize */
     int storage16;      /* storageBuffer16BitAccess enabled: shaders load and store 16-bit elements */
+    int int_dot;        /* shaderIntegerDotProduct enabled (VK_KHR_shader_integer_dot_product): OpSDot */
+    uint64_t n_sync;    /* begins and barriers recorded since open: what was written before is visible */
     kvt_gpu_buf *stage; /* created on the first staged transfer */
 };
 
@@ -171,10 +174,22 @@ extern const kvt_vk_spirv kvt_vk_shaders[];
 extern const size_t kvt_vk_n_shaders;
 
 /* The kernels' pipelines (vk_kernels.c makes them; vk_fwd.c records the forward pass's). */
+#define KVT_VK_NQ 6 /* quantized weight types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K (vk_fwd.c's table) */
 struct kvt_gpu_kernels {
     kvt_gpu_dev *d;
     kvt_gpu_pipe *matmul_f16, *rmsnorm;
-    kvt_gpu_pipe *mm_f32, *mm_f16, *mm_q8_0; /* weight matrices by type */
+    kvt_gpu_pipe *mm_f32, *mm_f16; /* weight matrices by type */
+    kvt_gpu_pipe *mm_q[KVT_VK_NQ]; /* the OpSDot shaders where the device has integer dot products, else plain */
+    kvt_gpu_pipe *quant[2];        /* activations to Q8_0 / Q8_K (quant_q8_0, quant_q8_k) */
+    /* The quantized activations of the last quantize pass, shared by the
+     * matmuls that read the same x until the next barrier (vk_fwd.c). */
+    kvt_gpu_buf *xq;
+    kvt_gpu_buf **retired; /* outgrown scratch that a recording may still use, freed with the kernels */
+    int n_retired;
+    const kvt_gpu_buf *xq_x;
+    uint32_t xq_n, xq_cols;
+    int xq_k;         /* Q8_K (1) or Q8_0 (0) */
+    uint64_t xq_sync; /* d->n_sync right after it was written */
     kvt_gpu_pipe *rope, *add, *silu_mul;
     kvt_gpu_pipe *kv_store[2], *attention[2]; /* [f16 pages] */
 };

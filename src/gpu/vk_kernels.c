@@ -2,13 +2,15 @@
 /* The kernels' pipelines, and the first two kernels: f16-weight matmul and
  * RMSNorm, each the same for every batch size (src/gpu/shaders/common.glsl).
  * The forward pass's other kernels are recorded in vk_fwd.c. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common.h"
 #include "vk_impl.h"
 
 /* Push-constant words of the forward pass's kernels (as their shaders declare them). */
-#define MM_PUSH 6   /* rows, cols, n_tok, ldy, y_off, sbase */
+#define MM_PUSH 7   /* rows, cols, n_tok, ldy, y_off, sbase, xbase */
+#define QA_PUSH 3   /* the activation quantize passes: cols, n_tok, xbase */
 #define ROPE_PUSH 5 /* n_heads, head_dim, rope_dim, neox, n_tok */
 #define KV_PUSH 10  /* kv.glsl: the pool's shape, n_tok, n_head, scale */
 
@@ -30,7 +32,8 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
                {&k->rmsnorm, "rmsnorm", 3, 3},
                {&k->mm_f32, "matmul_wf32", 3, MM_PUSH},
                {&k->mm_f16, "matmul_wf16", 3, MM_PUSH},
-               {&k->mm_q8_0, "matmul_wq8_0", 3, MM_PUSH},
+               {&k->quant[0], "quant_q8_0", 2, QA_PUSH},
+               {&k->quant[1], "quant_q8_k", 2, QA_PUSH},
                {&k->rope, "rope", 3, ROPE_PUSH},
                {&k->add, "add", 2, 1},
                {&k->silu_mul, "silu_mul", 2, 1},
@@ -41,6 +44,14 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
         rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
+    /* the quantized weights' matmuls, in vk_fwd.c's order: OpSDot where the device has integer dot
+     * products, else the plain integer shader (`_i`), which gives the same bits */
+    static const char *const q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"};
+    for (int i = 0; i < KVT_VK_NQ && !rc; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "matmul_w%s%s", q[i], d->int_dot ? "" : "_i");
+        rc = kvt_gpu_pipe_new(d, name, 3, MM_PUSH * 4, &k->mm_q[i]);
+    }
     if (rc) {
         kvt_gpu_kernels_free(k);
         k = NULL;
@@ -53,9 +64,13 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     if (!k) return;
     kvt_gpu_pipe_free(k->matmul_f16);
     kvt_gpu_pipe_free(k->rmsnorm);
-    kvt_gpu_pipe *more[] = {k->mm_f32,   k->mm_f16,      k->mm_q8_0,     k->rope,         k->add,
+    kvt_gpu_pipe *more[] = {k->mm_f32,   k->mm_f16,      k->quant[0],    k->quant[1],     k->rope,        k->add,
                             k->silu_mul, k->kv_store[0], k->kv_store[1], k->attention[0], k->attention[1]};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
+    for (int i = 0; i < KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_q[i]);
+    kvt_gpu_buf_free(k->xq);
+    for (int i = 0; i < k->n_retired; i++) kvt_gpu_buf_free(k->retired[i]);
+    free(k->retired);
     free(k);
 }
 

@@ -17,7 +17,7 @@ val() { grep -a -m1 "^$1=" "$TMP/out" | cut -d= -f2-; }
 
 # flags
 check "--help exits 0" expect_rc 0 "$BENCH" --help
-for f in --device --model --shape --prefix --reps --redis --redis-key --disk --sessions --t0-sessions \
+for f in --device --model --shape --wtype --prefix --reps --redis --redis-key --disk --sessions --t0-sessions \
   --session-tokens --rounds --append --gen --phase --make-model --threads --block; do
   check "--help explains $f" says "  $f "
 done
@@ -30,6 +30,8 @@ check "the refusal names --t0-sessions" says "--t0-sessions"
 check "an unknown flag is refused" expect_rc 2 "$BENCH" --frobnicate 1
 check "--shape names its values" expect_rc 2 "$BENCH" --shape 70b
 check "the refusal names --shape" says "--shape 70b: must be tiny, 1b or 8b"
+check "--wtype names its values" expect_rc 2 "$BENCH" --wtype q3_k
+check "the refusal names --wtype" says "--wtype q3_k: must be f16, q8_0, q4_0, q4_k_m or q5_k_m"
 # --make-model: the shape's model into bench/out/ (of the working directory), once
 check "--make-model makes the tiny model" expect_rc 0 bash -c "cd '$TMP' && '$BENCH' --make-model --shape tiny"
 check "into bench/out" test -s "$TMP/bench/out/bench-gpu-tiny.gguf"

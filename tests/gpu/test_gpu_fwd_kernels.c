@@ -190,9 +190,9 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
 static void check_matmul_refusals(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k) {
     static float data[20000];
     kvt_gpu_wmat *m = NULL;
-    CHECK(!kvt_gpu_wmat_supported(KVT_TYPE_Q4_0) && kvt_gpu_wmat_supported(KVT_TYPE_Q8_0));
-    CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_Q4_0, 4, 32, data, 18, &m) == KVT_EUNSUPPORTED && !m);
-    CHECK(strstr(kvt_errmsg(), "type 2") != NULL);
+    CHECK(!kvt_gpu_wmat_supported(KVT_TYPE_Q4_1) && kvt_gpu_wmat_supported(KVT_TYPE_Q8_0));
+    CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_Q4_1, 4, 32, data, 20, &m) == KVT_EUNSUPPORTED && !m);
+    CHECK(strstr(kvt_errmsg(), "type 3") != NULL);
     CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_Q8_0, 4, 40, data, 68, &m) == KVT_EARG && strstr(kvt_errmsg(), "40"));
     CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_F32, 2, 8, data, 16, &m) == KVT_EARG && strstr(kvt_errmsg(), "row_bytes"));
     CHECKF(kvt_gpu_wmat_new(sliced, KVT_TYPE_F32, 1, 20000, data, 80000, &m) == KVT_ELIMIT && !m, "%s", kvt_errmsg());

@@ -1,5 +1,5 @@
-// The frame of the weight-matrix matmuls (matmul_wf32, matmul_wf16,
-// matmul_wq8_0): y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for
+// The frame of the weight-matrix matmuls (matmul_wf32, matmul_wf16 and the
+// quantized types of matmul_q.glsl): y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for
 // the rows of one slice of the matrix. One workgroup per (row, MM_TOKS
 // tokens): groups (gx, ceil(n_tok / MM_TOKS), gz) with row = x + z * gx, so a
 // weight read once serves several tokens. The includer defines W's binding and
@@ -11,15 +11,19 @@
 
 layout(local_size_x = KVT_WG) in;
 layout(std430, set = 0, binding = 0) writeonly buffer Y { float y[]; };
+#ifndef MM_XQ
 layout(std430, set = 0, binding = 2) readonly buffer X { float x[]; };
+#endif
 // rows and cols of this slice; ldy and y_off place the result; sbase is where
-// Q8_0 scales start (in words)
-layout(push_constant) uniform P { uint rows; uint cols; uint n_tok; uint ldy; uint y_off; uint sbase; } pc;
+// a quantized slice's block scales start and xbase where the quantized
+// activations' scales start (in words)
+layout(push_constant) uniform P { uint rows; uint cols; uint n_tok; uint ldy; uint y_off; uint sbase; uint xbase; } pc;
 
 shared float mm_part[MM_TOKS][KVT_WG];
 
 void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]);
 
+#ifndef MM_XQ
 // acc[k] = fma(wv, x of token t0 + k at column c, acc[k]) for k < nt.
 void mm_fma(float wv, uint t0, uint nt, uint c, inout float acc[MM_TOKS]) {
     for (uint k = 0u; k < nt; k++) {
@@ -27,6 +31,7 @@ void mm_fma(float wv, uint t0, uint nt, uint c, inout float acc[MM_TOKS]) {
         acc[k] = v;
     }
 }
+#endif
 
 void main() {
     uint r = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;

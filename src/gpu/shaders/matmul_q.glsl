@@ -1,0 +1,214 @@
+// The matmuls of quantized weights (matmul_w.glsl's frame), reading the
+// activations that a quantize pass wrote (quant_act.glsl) from binding 2:
+// Q8_0 blocks of 32 for Q8_0, Q4_0 and Q5_0 weights, Q8_K blocks of 256 for
+// the K types, as the CPU engine pairs them. The includer defines MM_TYPE and,
+// where the device has integer dot products, KVT_SDOT.
+//
+// Weights as vk_fwd.c uploads a slice: from word 0 each block's codes (CW
+// words per block, row after row), then from word sbase each block's scales
+// (Q8_0, Q4_0, Q5_0: the f16 d, two blocks to a word; Q4_K, Q5_K: the
+// block's first 16 bytes, d, dmin and the twelve bytes of 6-bit scales and
+// mins; Q6_K: the 16 int8 scales, then d, in 5 words).
+//
+// Per block the integer dot product of weight codes and activation quants is
+// exact, so its order does not matter and the OpSDot path and the plain
+// integer path give the same bits. Each block then meets the f32 sum as the
+// CPU engine's canonical dot (src/kernels/ops.h) does: Q8_0, Q4_0, Q5_0
+// acc = fma(float(isum), d_w * d_x, acc); the K types two integers per
+// super-block, S = sum_g sc[g] * (sum_g(u * q) - off * bsum[g]) and
+// M = sum_g mn[g] * bsum[g], then acc = fma(float(S), d * d_x, acc) and, with
+// mins, acc = fma(-float(M), dmin * d_x, acc). Invocation l takes blocks l,
+// l + KVT_WG, ... in order, for each token; the fixed tree sums the shares.
+#define MM_XQ
+#define MM_Q8_0 1
+#define MM_Q4_0 2
+#define MM_Q5_0 3
+#define MM_Q4_K 4
+#define MM_Q5_K 5
+#define MM_Q6_K 6
+#include "common.glsl"
+#include "matmul_w.glsl"
+
+layout(std430, set = 0, binding = 1) readonly buffer W { uint w[]; };
+layout(std430, set = 0, binding = 2) readonly buffer XQ { uint xq[]; };
+
+#ifdef KVT_SDOT
+// OpSDot (SPV_KHR_integer_dot_product) on four packed int8 (format 0).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int kvt_sdot(uint a, uint b, spirv_literal int fmt);
+int kvt_dot4(uint a, uint b) { return kvt_sdot(a, b, 0); }
+#else
+int kvt_dot4(uint a, uint b) {
+    int s = 0;
+    for (int i = 0; i < 4; i++) s += bitfieldExtract(int(a), i * 8, 8) * bitfieldExtract(int(b), i * 8, 8);
+    return s;
+}
+#endif
+
+// Each byte v (0..127) of a word minus z (8 or 16), as int8, without a
+// borrow crossing bytes.
+uint kvt_sub_bytes(uint v, uint z) { return ((v | 0x80808080u) - z * 0x01010101u) ^ 0x80808080u; }
+
+// Byte i of the weights from word base.
+uint w_byte(uint base, uint i) { return (w[base + (i >> 2)] >> ((i & 3u) * 8u)) & 0xffu; }
+
+#if MM_TYPE <= MM_Q5_0
+#if MM_TYPE == MM_Q8_0
+#define CW 8u
+#elif MM_TYPE == MM_Q4_0
+#define CW 4u
+#else
+#define CW 5u
+#endif
+
+// Bits 0..3 of b spread to bit 0 of each byte.
+uint spread4(uint b) { return (b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21); }
+
+// Block s's 32 weights as int8, four to a word in element order.
+void load_block(uint s, out uint q[8]) {
+    uint c = s * CW;
+#if MM_TYPE == MM_Q8_0
+    for (uint j = 0u; j < 8u; j++) q[j] = w[c + j];
+#elif MM_TYPE == MM_Q4_0
+    for (uint j = 0u; j < 4u; j++) { // element j < 16 is the low nibble of byte j, element j + 16 its high
+        uint v = w[c + j];
+        q[j] = kvt_sub_bytes(v & 0x0f0f0f0fu, 8u);
+        q[j + 4u] = kvt_sub_bytes((v >> 4) & 0x0f0f0f0fu, 8u);
+    }
+#else
+    uint qh = w[c + 4u]; // bit i is bit 4 of element i
+    for (uint j = 0u; j < 4u; j++) {
+        uint v = w[c + j];
+        q[j] = kvt_sub_bytes((v & 0x0f0f0f0fu) | (spread4(qh >> (4u * j)) << 4), 16u);
+        q[j + 4u] = kvt_sub_bytes(((v >> 4) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * j)) << 4), 16u);
+    }
+#endif
+}
+
+void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
+    uint nb = pc.cols >> 5;
+    for (uint b = gl_LocalInvocationID.x; b < nb; b += KVT_WG) {
+        uint s = r * nb + b;
+        float dw = kvt_f16_to_f32((w[pc.sbase + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu);
+        uint q[8];
+        load_block(s, q);
+        for (uint k = 0u; k < nt; k++) {
+            uint xb = (t0 + k) * nb + b;
+            int isum = 0;
+            for (uint j = 0u; j < 8u; j++) isum += kvt_dot4(q[j], xq[xb * 8u + j]);
+            precise float dd = dw * uintBitsToFloat(xq[pc.xbase + xb]);
+            precise float v = fma(float(isum), dd, acc[k]);
+            acc[k] = v;
+        }
+    }
+}
+
+#else // the K types: super-blocks of 256
+
+// Group g's sum of activation quants (int16) of Q8_K block xs.
+int bsum(uint xs, uint g) {
+    uint nsb = pc.cols >> 8;
+    return bitfieldExtract(int(xq[pc.xbase + pc.n_tok * nsb + xs * 8u + (g >> 1)]), int(g & 1u) * 16, 16);
+}
+
+// A super-block's 256 weights are 8 parts of 32: Q4_K and Q5_K's sub-blocks
+// (a 6-bit scale and min each), Q6_K's groups 2j and 2j + 1. kq_part gives
+// part j's share of S and M against Q8_K block xs.
+#if MM_TYPE == MM_Q6_K
+#define CW 48u // ql[128], then qh[64]
+#define MW 5u  // scales[16] (int8), then d
+
+int kq_part(uint s, uint xs, uint j, out int M) {
+    uint cb = s * CW, mb = pc.sbase + s * MW, xb = xs * 64u;
+    int S = 0;
+    M = 0;
+    for (uint g = 2u * j; g < 2u * j + 2u; g++) {
+        // weight i = 128h + 32p + l: nibble p/2 of ql[64h + 32(p%2) + l], bits 2p of qh[32h + l]
+        uint h = g >> 3, p = (g & 7u) >> 1, wb = (g & 1u) * 4u;
+        int is = 0;
+        for (uint i = 0u; i < 4u; i++) {
+            uint ql = w[cb + 16u * h + 8u * (p & 1u) + wb + i], qh = w[cb + 32u + 8u * h + wb + i];
+            uint code = ((ql >> (4u * (p >> 1))) & 0x0f0f0f0fu) | (((qh >> (2u * p)) & 0x03030303u) << 4);
+            is += kvt_dot4(code, xq[xb + 4u * g + i]);
+        }
+        S += bitfieldExtract(int(w_byte(mb, g)), 0, 8) * (is - 32 * bsum(xs, g));
+    }
+    return S;
+}
+#else
+#if MM_TYPE == MM_Q4_K
+#define CW 32u // qs[128]
+#else
+#define CW 40u // qs[128], then qh[32]
+#endif
+#define MW 4u // d, dmin (f16), scales[12]
+
+int kq_part(uint s, uint xs, uint j, out int M) {
+    uint cb = s * CW, mb = pc.sbase + s * MW, xb = xs * 64u;
+    // weight 64c + 32h + l: nibble h of qs[32c + l] (Q5_K: bit 2c + h of qh[l])
+    uint c = j >> 1, h = j & 1u;
+    int is = 0;
+    for (uint i = 0u; i < 8u; i++) {
+        uint code = (w[cb + 8u * c + i] >> (4u * h)) & 0x0f0f0f0fu;
+#if MM_TYPE == MM_Q5_K
+        code |= ((w[cb + 32u + i] >> (2u * c + h)) & 0x01010101u) << 4;
+#endif
+        is += kvt_dot4(code, xq[xb + 16u * c + 8u * h + i]);
+    }
+    uint sc, mn;
+    if (j < 4u) {
+        sc = w_byte(mb, 4u + j) & 63u;
+        mn = w_byte(mb, 8u + j) & 63u;
+    } else {
+        sc = (w_byte(mb, 8u + j) & 15u) | ((w_byte(mb, j) >> 6) << 4);
+        mn = (w_byte(mb, 8u + j) >> 4) | ((w_byte(mb, 4u + j) >> 6) << 4);
+    }
+    M = int(mn) * (bsum(xs, 2u * j) + bsum(xs, 2u * j + 1u));
+    return int(sc) * is;
+}
+#endif
+
+shared int kq_s[MM_TOKS][KVT_WG], kq_m[MM_TOKS][KVT_WG];
+
+// Invocations 8q .. 8q + 7 take the 8 parts of super-blocks q, q + KVT_WG/8,
+// ... of the row; their shares of S and M (integers, so exact in any order)
+// meet in shared memory, and invocation 8q does that super-block's fmas. So a
+// row of few super-blocks still keeps every invocation busy.
+void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
+    uint nsb = pc.cols >> 8, l = gl_LocalInvocationID.x, per = KVT_WG / 8u;
+    for (uint b0 = 0u; b0 < nsb; b0 += per) { // the same trip count in every invocation: barriers are uniform
+        uint b = b0 + (l >> 3), s = r * nsb + b;
+        for (uint k = 0u; k < nt; k++) {
+            int S = 0, M = 0;
+            if (b < nsb) S = kq_part(s, (t0 + k) * nsb + b, l & 7u, M);
+            kq_s[k][l] = S;
+            kq_m[k][l] = M;
+        }
+        barrier();
+        if (b < nsb && (l & 7u) == 0u) {
+            uint m0 = w[pc.sbase + s * MW];
+#if MM_TYPE == MM_Q6_K
+            float d = kvt_f16_to_f32(w[pc.sbase + s * MW + 4u] & 0xffffu);
+#else
+            float d = kvt_f16_to_f32(m0 & 0xffffu), dmin = kvt_f16_to_f32(m0 >> 16);
+#endif
+            for (uint k = 0u; k < nt; k++) {
+                int S = 0, M = 0;
+                for (uint i = 0u; i < 8u; i++) {
+                    S += kq_s[k][l + i];
+                    M += kq_m[k][l + i];
+                }
+                float dx = uintBitsToFloat(xq[pc.xbase + (t0 + k) * nsb + b]);
+                precise float dd = d * dx;
+                precise float v = fma(float(S), dd, acc[k]);
+#if MM_TYPE != MM_Q6_K
+                precise float dm = dmin * dx;
+                v = fma(-float(M), dm, v);
+#endif
+                acc[k] = v;
+            }
+        }
+        barrier();
+    }
+}
+#endif

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: MIT
+/* The quantized-weight matmuls on Vulkan device 0 (lavapipe here) against the
+ * CPU's kvt_matmul, for Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K matrices made by
+ * the CPU's quantizers, over a sampled sweep of small shapes (the seed is
+ * printed; $KVT_GPU_SEED replays one):
+ *  - within QTOL of the CPU, relative to sum |w x| of the row: both quantize
+ *    the activations the same way (Q8_0 or Q8_K) and form each block's term
+ *    the same way, so only the order in which the block terms are summed
+ *    differs (the CPU's lanes or one accumulator, the GPU's invocations and
+ *    tree); the largest error seen is printed;
+ *  - the integer dot product shaders (OpSDot) and the plain integer ones
+ *    (KVT_VK_NO_INT_DOT=1, a second device) give the same bits;
+ *  - a token alone gets the bits of its row in a batch;
+ *  - two matmuls of different x in one recording, with no barrier between
+ *    them, get what each gets alone (the shared activation scratch).
+ * No validation message may appear. Skips (77) without a device. */
+#include <math.h>
+#include <string.h>
+
+#include "gpu_fwd_test.h"
+#include "ops.h"
+#include "quant_k.h"
+#include "quant_legacy.h"
+#include "types.h"
+
+/* The block terms are summed in another order: each of the <= 64 invocations
+ * sums at most a few terms, then the tree, against the CPU's lanes; each sum
+ * rounds at 2^-24 relative, so a few 1e-7 of sum |w x| at these lengths,
+ * more where cancellation leaves a small sum (observed up to 2.5e-6 over five
+ * seeds); 1e-5 leaves room and still catches a wrong block, scale or code
+ * (those move a result by 1e-3 or more). */
+#define QTOL 1e-5
+
+static double max_err;
+
+static const struct {
+    uint32_t type;
+    const char *name;
+    uint32_t block;
+} TYPES[] = {{KVT_TYPE_Q8_0, "Q8_0", 32},  {KVT_TYPE_Q4_0, "Q4_0", 32},  {KVT_TYPE_Q5_0, "Q5_0", 32},
+             {KVT_TYPE_Q4_K, "Q4_K", 256}, {KVT_TYPE_Q5_K, "Q5_K", 256}, {KVT_TYPE_Q6_K, "Q6_K", 256}};
+
+/* y = W x for n_tok tokens on device d; 0 or a failed check. */
+static int gpu_mm(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, const float *x, uint32_t cols,
+                  uint32_t rows, uint32_t n_tok, float *y) {
+    kvt_gpu_buf *bx = fwd_buf(d, (uint64_t)n_tok * cols * 4, x), *by = fwd_buf(d, (uint64_t)n_tok * rows * 4, NULL);
+    int rc = -1;
+    if (bx && by) {
+        rc = kvt_gpu_begin(d);
+        if (!rc) rc = fwd_submit(d, kvt_gpu_rec_matmul(k, w, by, rows, 0, bx, n_tok), "matmul");
+        if (!rc) rc = fwd_get(d, by, y, (uint64_t)n_tok * rows * 4);
+    }
+    kvt_gpu_buf_free(bx);
+    kvt_gpu_buf_free(by);
+    return rc;
+}
+
+/* Random weights quantized by the CPU, rows of row_bytes. */
+static unsigned char *make_weights(uint32_t type, uint32_t rows, uint32_t cols, size_t row_bytes) {
+    unsigned char *w = malloc((size_t)rows * row_bytes);
+    float *row = malloc((size_t)cols * 4);
+    for (uint32_t r = 0; r < rows; r++) {
+        float scale = ldexpf(1.0f, -(int)fwd_pick(0, 6));
+        for (uint32_t c = 0; c < cols; c++) row[c] = fwd_unit() * scale;
+        unsigned char *o = w + (size_t)r * row_bytes;
+        if (kvt_qk_is_k(type)) kvt_qk_quantize_row(type, row, cols, o);
+        else kvt_ql_quantize_row(type, row, o, cols);
+    }
+    free(row);
+    return w;
+}
+
+/* Activations with blocks of varied scale, an all-zero block and an outlier channel sometimes. */
+static void make_x(float *x, uint32_t n_tok, uint32_t cols) {
+    for (uint32_t t = 0; t < n_tok; t++)
+        for (uint32_t c = 0; c < cols; c++) x[(size_t)t * cols + c] = fwd_unit() * ldexpf(1.0f, (int)(c / 32 % 5) - 2);
+    if (fwd_pick(0, 1)) memset(x, 0, 32 * 4);
+    if (fwd_pick(0, 1)) x[(size_t)(n_tok - 1) * cols + fwd_pick(0, cols - 1)] = 3000.0f;
+}
+
+/* Long: one case: the CPU reference, both GPU paths, single tokens. */
+static void check_case(kvt_gpu_dev *d, kvt_gpu_kernels *k, kvt_gpu_dev *di, kvt_gpu_kernels *ki, int ti, uint32_t rows,
+                       uint32_t cols, uint32_t n_tok) {
+    uint32_t type = TYPES[ti].type;
+    size_t row_bytes = kvt_wmat_row_bytes(type, cols);
+    unsigned char *w = make_weights(type, rows, cols, row_bytes);
+    float *x = malloc((size_t)n_tok * cols * 4), *yc = malloc((size_t)n_tok * rows * 4);
+    float *y = malloc((size_t)n_tok * rows * 4), *yi = malloc((size_t)n_tok * rows * 4), *y1 = malloc(rows * 4);
+    float *wf = malloc((size_t)rows * cols * 4);
+    make_x(x, n_tok, cols);
+    kvt_wmat wm = {.type = type, .rows = rows, .cols = cols, .data = w, .row_bytes = row_bytes};
+    kvt_matmul(NULL, &wm, x, cols, n_tok, yc, rows);
+    for (uint32_t r = 0; r < rows; r++) kvt_wmat_row_f32(&wm, r, wf + (size_t)r * cols);
+    kvt_gpu_wmat *m = NULL, *mi = NULL;
+    int rc = kvt_gpu_wmat_new(d, type, rows, cols, w, row_bytes, &m);
+    if (!rc) rc = kvt_gpu_wmat_new(di, type, rows, cols, w, row_bytes, &mi);
+    CHECKF(rc == 0, "%s %ux%u: %s", TYPES[ti].name, rows, cols, kvt_errmsg());
+    if (!rc && !gpu_mm(d, k, m, x, cols, rows, n_tok, y) && !gpu_mm(di, ki, mi, x, cols, rows, n_tok, yi)) {
+        int over = 0;
+        for (uint32_t t = 0; t < n_tok; t++)
+            for (uint32_t r = 0; r < rows; r++) {
+                double mag = 0;
+                for (uint32_t c = 0; c < cols; c++)
+                    mag += fabs((double)wf[(size_t)r * cols + c] * x[(size_t)t * cols + c]);
+                double e = fabs((double)y[(size_t)t * rows + r] - yc[(size_t)t * rows + r]) / (mag > 0 ? mag : 1);
+                over += !(e <= QTOL);
+                max_err = e > max_err ? e : max_err;
+            }
+        CHECKF(over == 0, "%s %ux%u x %u: %d results off the CPU's by more than %g of sum|w x|", TYPES[ti].name, rows,
+               cols, n_tok, over, QTOL);
+        CHECKF(memcmp(y, yi, (size_t)n_tok * rows * 4) == 0, "%s %ux%u x %u: OpSDot and plain integer shaders differ",
+               TYPES[ti].name, rows, cols, n_tok);
+        uint32_t t = fwd_pick(0, n_tok - 1);
+        if (!gpu_mm(d, k, m, x + (size_t)t * cols, cols, rows, 1, y1))
+            CHECKF(memcmp(y1, y + (size_t)t * rows, rows * 4) == 0,
+                   "%s %ux%u: token %u alone differs from its row in a batch of %u", TYPES[ti].name, rows, cols, t,
+                   n_tok);
+    }
+    kvt_gpu_wmat_free(m);
+    kvt_gpu_wmat_free(mi);
+    free(w);
+    free(wf);
+    free(x);
+    free(yc);
+    free(y);
+    free(yi);
+    free(y1);
+}
+
+/* Two x, two outputs, one recording without a barrier between the matmuls:
+ * the second must quantize its own x, not reuse the first's. */
+static void check_two_in_one(kvt_gpu_dev *d, kvt_gpu_kernels *k) {
+    enum { rows = 16, cols = 256, n = 3 };
+    size_t rb = kvt_wmat_row_bytes(KVT_TYPE_Q4_K, cols);
+    unsigned char *w = make_weights(KVT_TYPE_Q4_K, rows, cols, rb);
+    float x[2][n * cols], y[2][n * rows], ya[n * rows];
+    make_x(x[0], n, cols);
+    make_x(x[1], n, cols);
+    kvt_gpu_wmat *m = NULL;
+    CHECKF(kvt_gpu_wmat_new(d, KVT_TYPE_Q4_K, rows, cols, w, rb, &m) == 0, "%s", kvt_errmsg());
+    kvt_gpu_buf *bx[2] = {fwd_buf(d, sizeof x[0], x[0]), fwd_buf(d, sizeof x[1], x[1])};
+    kvt_gpu_buf *by[2] = {fwd_buf(d, sizeof y[0], NULL), fwd_buf(d, sizeof y[1], NULL)};
+    if (m && bx[0] && bx[1] && by[0] && by[1]) {
+        int rc = kvt_gpu_begin(d);
+        for (int i = 0; i < 2 && !rc; i++) rc = kvt_gpu_rec_matmul(k, m, by[i], rows, 0, bx[i], n);
+        if (!fwd_submit(d, rc, "two matmuls") && !fwd_get(d, by[0], y[0], sizeof y[0]) &&
+            !fwd_get(d, by[1], y[1], sizeof y[1]))
+            for (int i = 0; i < 2; i++)
+                if (!gpu_mm(d, k, m, x[i], cols, rows, n, ya))
+                    CHECKF(memcmp(ya, y[i], sizeof ya) == 0, "matmul %d of two in one recording differs from alone", i);
+    }
+    for (int i = 0; i < 2; i++) {
+        kvt_gpu_buf_free(bx[i]);
+        kvt_gpu_buf_free(by[i]);
+    }
+    kvt_gpu_wmat_free(m);
+    free(w);
+}
+
+int main(void) {
+    gpu_test_start();
+    fwd_seed("gpu quant");
+    kvt_gpu_dev *d = NULL, *di = NULL;
+    CHECKF(kvt_gpu_open(0, &d) == 0, "%s", kvt_errmsg());
+    setenv("KVT_VK_NO_INT_DOT", "1", 1);
+    CHECKF(kvt_gpu_open(0, &di) == 0, "%s", kvt_errmsg());
+    unsetenv("KVT_VK_NO_INT_DOT");
+    kvt_gpu_kernels *k = NULL, *ki = NULL;
+    if (d && di) {
+        printf("gpu quant: integer dot products (OpSDot) %s on device 0; the second device has them off\n",
+               kvt_gpu_dev_info(d)->int_dot ? "in use" : "absent");
+        CHECK(!kvt_gpu_dev_info(di)->int_dot);
+        CHECKF(kvt_gpu_kernels_new(d, &k) == 0, "%s", kvt_errmsg());
+        CHECKF(kvt_gpu_kernels_new(di, &ki) == 0, "%s", kvt_errmsg());
+    }
+    if (k && ki) {
+        for (int ti = 0; ti < (int)(sizeof TYPES / sizeof TYPES[0]); ti++) {
+            uint32_t bl = TYPES[ti].block, maxb = bl == 32 ? 24 : 4;
+            check_case(d, k, di, ki, ti, 1, bl, 1);
+            check_case(d, k, di, ki, ti, 70, bl * maxb, 9);
+            for (int i = 0; i < 2; i++)
+                check_case(d, k, di, ki, ti, fwd_pick(1, 80), bl * fwd_pick(1, maxb), fwd_pick(1, 12));
+        }
+        check_two_in_one(d, k);
+        printf("gpu quant: largest error against the CPU's matmul %.3g of sum|w x| (tolerance %g)\n", max_err, QTOL);
+    }
+    kvt_gpu_kernels_free(k);
+    kvt_gpu_kernels_free(ki);
+    kvt_gpu_close(d);
+    kvt_gpu_close(di);
+    gpu_test_no_validation_messages(0);
+    return kvt_test_done("test_gpu_quant");
+}
