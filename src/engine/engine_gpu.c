@@ -95,7 +95,9 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kv->n_head_kv = (uint32_t)hp->n_head_kv;
     kv->head_dim = (uint32_t)hp->head_dim;
     kv->block = (uint32_t)e->p.block_size;
-    kv->f16 = e->p.kv_dtype == KVT_KV_F16;
+    kv->dtype = e->p.kv_dtype == KVT_KV_Q8_0 ? KVT_GPU_KV_Q8_0
+        : e->p.kv_dtype == KVT_KV_F16        ? KVT_GPU_KV_F16
+                                             : KVT_GPU_KV_F32;
     kv->page_stride = e->page_stride;
     uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->page_stride;
     if (per == 0)

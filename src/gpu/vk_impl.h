@@ -174,7 +174,7 @@ struct kvt_gpu_kernels {
     kvt_gpu_pipe *matmul_f16, *rmsnorm;
     kvt_gpu_pipe *mm_f32, *mm_f16, *mm_q8_0; /* weight matrices by type */
     kvt_gpu_pipe *rope, *add, *silu_mul;
-    kvt_gpu_pipe *kv_store[2], *attention[2]; /* [f16 pages] */
+    kvt_gpu_pipe *kv_store[KVT_GPU_KV_DTYPES], *attention[KVT_GPU_KV_DTYPES]; /* [kvt_gpu_kv_dtype] */
 };
 
 #define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
