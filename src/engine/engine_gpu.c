@@ -7,8 +7,8 @@
  * and sampling. Pages reach the host only through the page I/O calls, each
  * run one batched copy through a staging buffer.
  *
- * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16
- * or f32 KV; anything else is refused when the engine is made, naming what. */
+ * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16,
+ * f32 or q8_0 KV; anything else is refused when the engine is made, naming what. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +24,8 @@
 static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
     const kvt_hparams *hp = &m->hp;
     const char *why = NULL;
-    if (kv == KVT_KV_Q8_0) why = "q8_0 KV (use --kv-type f16 or f32)";
-    else if (hp->attn_softcap > 0 || hp->final_softcap > 0) why = "logit soft-capping";
+    (void)kv; /* every KV type runs: f16, f32 and q8_0 pages hold the CPU's bytes */
+    if (hp->attn_softcap > 0 || hp->final_softcap > 0) why = "logit soft-capping";
     else if (hp->ffn_act == KVT_FFN_GELU) why = "a GELU feed-forward";
     else if (hp->q_scale > 0 || hp->embd_scale != 1.0f) why = "scaled queries or embeddings";
     else if (hp->rope_base_swa > 0) why = "a second rope for sliding layers";
