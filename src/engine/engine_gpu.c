@@ -7,8 +7,8 @@
  * and sampling. Pages reach the host only through the page I/O calls, each
  * run one batched copy through a staging buffer.
  *
- * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16
- * or f32 KV; anything else is refused when the engine is made, naming what. */
+ * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16,
+ * f32 or q8_0 KV; anything else is refused when the engine is made, naming what. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +24,8 @@
 static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
     const kvt_hparams *hp = &m->hp;
     const char *why = NULL;
-    if (kv == KVT_KV_Q8_0) why = "q8_0 KV (use --kv-type f16 or f32)";
-    else if (hp->attn_softcap > 0 || hp->final_softcap > 0) why = "logit soft-capping";
+    (void)kv; /* every KV type runs: f16, f32 and q8_0 pages hold the CPU's bytes */
+    if (hp->attn_softcap > 0 || hp->final_softcap > 0) why = "logit soft-capping";
     else if (hp->ffn_act == KVT_FFN_GELU) why = "a GELU feed-forward";
     else if (hp->q_scale > 0 || hp->embd_scale != 1.0f) why = "scaled queries or embeddings";
     else if (hp->rope_base_swa > 0) why = "a second rope for sliding layers";
@@ -95,7 +95,9 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kv->n_head_kv = (uint32_t)hp->n_head_kv;
     kv->head_dim = (uint32_t)hp->head_dim;
     kv->block = (uint32_t)e->p.block_size;
-    kv->f16 = e->p.kv_dtype == KVT_KV_F16;
+    kv->dtype = e->p.kv_dtype == KVT_KV_Q8_0 ? KVT_GPU_KV_Q8_0
+        : e->p.kv_dtype == KVT_KV_F16        ? KVT_GPU_KV_F16
+                                             : KVT_GPU_KV_F32;
     kv->page_stride = e->page_stride;
     uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->page_stride;
     if (per == 0)

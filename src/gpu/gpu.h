@@ -212,16 +212,27 @@ int kvt_gpu_rec_add(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *y, uint32_t
 int kvt_gpu_rec_silu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uint32_t n);
 
 /* The KV pages in device memory, in the engine's page layout (engine.h): a
- * page is n_layer * 2 * n_head_kv blocks of block * head_dim elements (f16, or
- * f32 when f16 is 0); the block of (layer, kv = 0 for K / 1 for V, kv head g)
- * starts at element ((layer * 2 + kv) * n_head_kv + g) * block * head_dim; a K
- * block is [head_dim][block] (element d of slot s at d * block + s), a V block
- * [block][head_dim]. Page p lives in chunk[p / pages_per_chunk] at byte
- * (p % pages_per_chunk) * page_stride, so no binding exceeds the limit. */
+ * page is n_layer * 2 * n_head_kv blocks, the block of (layer, kv = 0 for K /
+ * 1 for V, kv head g) being block number (layer * 2 + kv) * n_head_kv + g,
+ * each of block rows of head_dim values in dtype:
+ *   F32, F16  a block is block * head_dim elements; a K block is
+ *             [head_dim][block] (element d of slot s at d * block + s), a V
+ *             block [block][head_dim].
+ *   Q8_0      each token's row is quantized in groups of 32 (head_dim a
+ *             multiple of 32) into an f16 scale and 32 int8, exactly as the
+ *             CPU's kvt_kv_q8_quantize_row (kv_quant.h), so a block is
+ *             block * head_dim / 32 * 34 bytes: a V block is [block] rows of
+ *             head_dim / 32 such groups, a K block the same bytes in columns,
+ *             the f16 scales [head_dim / 32][block] then the int8
+ *             [head_dim][block] (kv_quant.h "columns").
+ * Page p lives in chunk[p / pages_per_chunk] at byte (p % pages_per_chunk) *
+ * page_stride, so no binding exceeds the limit. */
 #define KVT_GPU_KV_CHUNKS 4
+typedef enum { KVT_GPU_KV_F32 = 0, KVT_GPU_KV_F16 = 1, KVT_GPU_KV_Q8_0 = 2 } kvt_gpu_kv_dtype;
+#define KVT_GPU_KV_DTYPES 3
 typedef struct {
     uint32_t n_layer, n_head_kv, head_dim, block;
-    int f16;
+    kvt_gpu_kv_dtype dtype;
     uint64_t page_stride; /* bytes, a multiple of 4, >= the page's bytes */
     uint32_t pages_per_chunk;
     int n_chunks;
@@ -238,14 +249,18 @@ typedef struct {
 
 /* Writes each token's K row (kx[t * kv_dim + g * head_dim ...], kv_dim =
  * n_head_kv * head_dim) and V row of layer, for every kv head g, into its page
- * slot, rounded to f16 when kv->f16. A token whose page is past the pool or
- * whose slot is past the block is skipped (the table is only on the device). */
+ * slot, rounded to f16 for F16 pages, quantized for Q8_0 pages (the CPU's
+ * bytes, bit for bit: the same scale and the same rounding of every value). A
+ * token whose page is past the pool or whose slot is past the block is skipped
+ * (the table is only on the device). */
 int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *kx, kvt_gpu_buf *vx,
                          kvt_gpu_buf *meta, uint32_t n_tok);
 /* out[t * n_head * head_dim + h * head_dim + d]: query head h of token t
  * (q laid out the same) over keys 0..pos of its sequence, reading kv head
  * h / (n_head / n_head_kv): softmax of scale * q.k, times V. With f16 pages
- * q is rounded to f16 first and each softmax weight before it multiplies V.
+ * q is rounded to f16 first and each softmax weight before it multiplies V;
+ * Q8_0 pages are read as the CPU reads them, each value the f32 product of its
+ * group's f16 scale and its int8 (exact), and q and the weights stay f32.
  * One workgroup per (token, head) goes through the keys in order, a block at
  * a time, with an online softmax; nothing depends on n_tok or on the other
  * tokens, so a token decoded alone gets the bits it gets in a prefill.

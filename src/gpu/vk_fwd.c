@@ -305,14 +305,26 @@ typedef union {
     float f[10];
 } kv_push;
 
+/* Bytes of one token's row of head_dim values in a page of dtype, and the
+ * unit (bytes) the shaders index the pool in: f32 and f16 elements, q8_0 bytes. */
+static uint64_t kv_row_bytes(kvt_gpu_kv_dtype dt, uint32_t head_dim) {
+    return dt == KVT_GPU_KV_Q8_0 ? (uint64_t)head_dim / Q8_BLOCK * Q8_BLOCK_BYTES
+                                 : (uint64_t)head_dim * (dt == KVT_GPU_KV_F16 ? 2 : 4);
+}
+static uint64_t kv_unit(kvt_gpu_kv_dtype dt) { return dt == KVT_GPU_KV_Q8_0 ? 1 : dt == KVT_GPU_KV_F16 ? 2 : 4; }
+
 /* Checks the pool and layer, fills push's pool words and binds its chunks (an unused binding repeats chunk 0). */
 static int kv_pool(const kvt_gpu_kv *kv, uint32_t layer, const char *op, kv_push *push, kvt_gpu_buf **bind) {
-    uint64_t esize = kv->f16 ? 2 : 4,
-             page = (uint64_t)kv->n_layer * 2 * kv->n_head_kv * kv->block * kv->head_dim * esize;
-    if (!kv->n_layer || !kv->n_head_kv || !kv->head_dim || !kv->block || layer >= kv->n_layer)
+    if ((unsigned)kv->dtype >= KVT_GPU_KV_DTYPES)
+        return kvt_fail(KVT_EARG, "gpu %s: KV dtype %d (f32 0, f16 1, q8_0 2)", op, (int)kv->dtype);
+    if (!kv->n_layer || !kv->n_head_kv || !kv->head_dim || !kv->block || layer >= kv->n_layer ||
+        (kv->dtype == KVT_GPU_KV_Q8_0 && kv->head_dim % Q8_BLOCK))
         return kvt_fail(KVT_EARG,
-                        "gpu %s: layer %u of a pool of %u layers, %u kv heads, head_dim %u, block %u (each > 0)", op,
-                        layer, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->block);
+                        "gpu %s: layer %u of a pool of %u layers, %u kv heads, head_dim %u, block %u (each > 0, "
+                        "head_dim a multiple of %d for q8_0)",
+                        op, layer, kv->n_layer, kv->n_head_kv, kv->head_dim, kv->block, Q8_BLOCK);
+    const uint64_t esize = kv_unit(kv->dtype),
+                   page = (uint64_t)kv->n_layer * 2 * kv->n_head_kv * kv->block * kv_row_bytes(kv->dtype, kv->head_dim);
     if (kv->page_stride % 4 || kv->page_stride < page || !kv->pages_per_chunk)
         return kvt_fail(KVT_EARG,
                         "gpu %s: page_stride %llu (a multiple of 4, at least the page's %llu bytes), "
@@ -358,7 +370,7 @@ int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t laye
     push.u[7] = n_tok;
     uint32_t g[3] = {0, 1, 0};
     kvt_vk_spread(n_tok, &g[0], &g[2]);
-    return kvt_gpu_rec_dispatch(k->d, k->kv_store[kv->f16 != 0], b, push.u, g);
+    return kvt_gpu_rec_dispatch(k->d, k->kv_store[kv->dtype], b, push.u, g);
 }
 
 int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
@@ -382,5 +394,5 @@ int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t lay
     push.u[8] = n_head;
     push.f[9] = scale;
     uint32_t g[3] = {n_head, n_tok, 1};
-    return kvt_gpu_rec_dispatch(k->d, k->attention[kv->f16 != 0], b, push.u, g);
+    return kvt_gpu_rec_dispatch(k->d, k->attention[kv->dtype], b, push.u, g);
 }

@@ -191,7 +191,7 @@ struct kvt_gpu_kernels {
     int xq_k;         /* Q8_K (1) or Q8_0 (0) */
     uint64_t xq_sync; /* d->n_sync right after it was written */
     kvt_gpu_pipe *rope, *add, *silu_mul;
-    kvt_gpu_pipe *kv_store[2], *attention[2]; /* [f16 pages] */
+    kvt_gpu_pipe *kv_store[KVT_GPU_KV_DTYPES], *attention[KVT_GPU_KV_DTYPES]; /* [kvt_gpu_kv_dtype] */
 };
 
 #define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */

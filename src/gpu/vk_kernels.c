@@ -37,10 +37,12 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
                {&k->rope, "rope", 3, ROPE_PUSH},
                {&k->add, "add", 2, 1},
                {&k->silu_mul, "silu_mul", 2, 1},
-               {&k->kv_store[0], "kv_store_f32", 7, KV_PUSH},
-               {&k->kv_store[1], "kv_store_f16", 7, KV_PUSH},
-               {&k->attention[0], "attention_f32", 7, KV_PUSH},
-               {&k->attention[1], "attention_f16", 7, KV_PUSH}};
+               {&k->kv_store[KVT_GPU_KV_F32], "kv_store_f32", 7, KV_PUSH},
+               {&k->kv_store[KVT_GPU_KV_F16], "kv_store_f16", 7, KV_PUSH},
+               {&k->kv_store[KVT_GPU_KV_Q8_0], "kv_store_q8_0", 7, KV_PUSH},
+               {&k->attention[KVT_GPU_KV_F32], "attention_f32", 7, KV_PUSH},
+               {&k->attention[KVT_GPU_KV_F16], "attention_f16", 7, KV_PUSH},
+               {&k->attention[KVT_GPU_KV_Q8_0], "attention_q8_0", 7, KV_PUSH}};
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
         rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
@@ -64,9 +66,9 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     if (!k) return;
     kvt_gpu_pipe_free(k->matmul_f16);
     kvt_gpu_pipe_free(k->rmsnorm);
-    kvt_gpu_pipe *more[] = {k->mm_f32,   k->mm_f16,      k->quant[0],    k->quant[1],     k->rope,        k->add,
-                            k->silu_mul, k->kv_store[0], k->kv_store[1], k->attention[0], k->attention[1]};
+    kvt_gpu_pipe *more[] = {k->mm_f32, k->mm_f16, k->quant[0], k->quant[1], k->rope, k->add, k->silu_mul};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
+    for (int t = 0; t < KVT_GPU_KV_DTYPES; t++) kvt_gpu_pipe_free(k->kv_store[t]), kvt_gpu_pipe_free(k->attention[t]);
     for (int i = 0; i < KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_q[i]);
     kvt_gpu_buf_free(k->xq);
     for (int i = 0; i < k->n_retired; i++) kvt_gpu_buf_free(k->retired[i]);

@@ -43,7 +43,11 @@ static void pool_make(kvt_gpu_dev *d, pool *p, int f16, uint32_t n_head_kv, uint
                       uint32_t n_pages) {
     memset(p, 0, sizeof *p);
     uint64_t esize = f16 ? 2 : 4;
-    p->kv = (kvt_gpu_kv){.n_layer = 2, .n_head_kv = n_head_kv, .head_dim = hd, .block = block, .f16 = f16};
+    p->kv = (kvt_gpu_kv){.n_layer = 2,
+                         .n_head_kv = n_head_kv,
+                         .head_dim = hd,
+                         .block = block,
+                         .dtype = f16 ? KVT_GPU_KV_F16 : KVT_GPU_KV_F32};
     p->kv.page_stride = 2ull * 2 * n_head_kv * block * hd * esize + 4 * fwd_pick(0, 2);
     p->kv.n_chunks = (int)KVT_MIN(fwd_pick(1, KVT_GPU_KV_CHUNKS), n_pages);
     p->kv.pages_per_chunk = (n_pages + (uint32_t)p->kv.n_chunks - 1) / (uint32_t)p->kv.n_chunks;
@@ -86,12 +90,13 @@ static unsigned char *pool_at(pool *p, uint32_t pg, uint32_t layer, int kv, uint
     const kvt_gpu_kv *k = &p->kv;
     uint64_t blk = ((uint64_t)(layer * 2 + (uint32_t)kv) * k->n_head_kv + g) * k->block * k->head_dim;
     uint64_t el = blk + (kv == 0 ? (uint64_t)d * k->block + s : (uint64_t)s * k->head_dim + d);
-    return p->img[pg / k->pages_per_chunk] + (pg % k->pages_per_chunk) * k->page_stride + el * (k->f16 ? 2 : 4);
+    return p->img[pg / k->pages_per_chunk] + (pg % k->pages_per_chunk) * k->page_stride +
+        el * (k->dtype == KVT_GPU_KV_F16 ? 2 : 4);
 }
 
 /* Stores f into the image as the page's type and returns the value stored. */
 static float pool_put(pool *p, unsigned char *at, float f) {
-    if (!p->kv.f16) {
+    if (p->kv.dtype != KVT_GPU_KV_F16) {
         memcpy(at, &f, 4);
         return f;
     }
@@ -156,8 +161,8 @@ static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_t
                 CHECKF(memcmp(p.img[c], want[c], p.img_bytes[c]) == 0,
                        "kv_store %s: chunk %d of %d differs from "
                        "the CPU's image (%u tokens, %u kv heads x %u, block %u)",
-                       p.kv.f16 ? "f16" : "f32", c, p.kv.n_chunks, n_tok, nkv, hd, block);
-    if (p.kv.f16) n_f16_values += 2ull * n_tok * row;
+                       p.kv.dtype == KVT_GPU_KV_F16 ? "f16" : "f32", c, p.kv.n_chunks, n_tok, nkv, hd, block);
+    if (p.kv.dtype == KVT_GPU_KV_F16) n_f16_values += 2ull * n_tok * row;
     for (int c = 0; c < p.kv.n_chunks; c++) free(want[c]);
     kvt_gpu_buf_free(bk), kvt_gpu_buf_free(bv), kvt_gpu_buf_free(bm);
     free(kx), free(vx), free(meta), free(slots);
@@ -239,7 +244,7 @@ static const float *kv_row(const att_case *a, int v, uint32_t s, uint32_t j, uin
 /* Long: the double reference of every (token, head), each output against its tolerance. */
 static void att_compare(const att_case *a, const float *out, const char *what) {
     uint32_t hd = a->p.kv.head_dim, over = 0;
-    int f16 = a->p.kv.f16;
+    int f16 = a->p.kv.dtype == KVT_GPU_KV_F16;
     double *p = malloc(a->max_ctx * sizeof *p), tol = f16 ? ATT_TOL_F16 : ATT_TOL;
     float *q = malloc(hd * sizeof *q);
     for (uint32_t t = 0; t < a->n_tok; t++)

@@ -5,7 +5,8 @@
 # vulkan[:N], which runs the model on the device when it exists (the same
 # greedy completion twice, and from the cache) and is a usage error (exit 2)
 # saying why when it does not; a malformed value names the flag; a model the
-# GPU engine does not run is refused naming why.
+# GPU engine does not run is refused naming why; q8_0 KV runs on the device
+# and holds about twice f16's tokens in the same --kv-active.
 set -u
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 says() { grep -aqF -- "$1" "$TMP/out" || { echo "  said: $(head -3 "$TMP/out"), expected '$1'" >&2; return 1; }; }
@@ -51,8 +52,24 @@ else
   "$BIN" mkmodel -o "$TMP/q4.gguf" --type q4_0 >/dev/null 2>&1 || bad "mkmodel q4_0"
   check "a Q4_0 model on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/q4.gguf" -p hi -n 1 --device vulkan
   check "... naming the weight type" says "Q4_0"
-  check "q8_0 KV on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 --device vulkan --kv-type q8_0
-  check "... saying so" says "q8_0 KV"
+  # q8_0 KV on the GPU: it runs, and as its pages take 34 bytes per 32 values against f16's 64,
+  # the same --kv-active holds 64/34 (1.88) times the tokens and sessions (serve's start-up line)
+  rc=0
+  "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 --device vulkan --kv-type q8_0 >"$TMP/q8" 2>"$TMP/q8.err" ||
+    rc=$?
+  check "run --device vulkan --kv-type q8_0 exits 0" is "$rc" 0
+  check "its completion is not empty" test -s "$TMP/q8"
+  check "no validation message with q8_0 KV" sh -c "! grep -qi 'validation' '$TMP/q8.err'"
+  t0_tokens() { sed -n 's/.*KV capacity T0 active \([0-9]*\) tokens.*/\1/p' "${KVT_LOG[$1]}" | head -1; }
+  KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 512K)
+  kvt_start_server F16
+  kvt_start_server Q8 --kv-type q8_0
+  f16=$(t0_tokens F16) q8=$(t0_tokens Q8)
+  kvt_stop_server F16
+  kvt_stop_server Q8
+  echo "T0 at --kv-active 512K: ${f16:-?} tokens with f16 KV, ${q8:-?} with q8_0"
+  check "q8_0 KV holds 1.8x or more f16's T0 tokens in the same --kv-active (${q8:-?} against ${f16:-?})" \
+    test "${q8:-0}" -gt 0 -a "$((10 * ${q8:-0}))" -ge "$((18 * ${f16:-1}))"
 
   check "serve --approximate-reuse on the GPU refused" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --device vulkan --approximate-reuse
   check "... saying it runs on the CPU engine only" says "CPU engine only"

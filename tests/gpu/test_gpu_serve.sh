@@ -5,8 +5,10 @@
 # (after other prompts crowd it out of a small T0), from T2 (a restarted
 # server on the same cache directory) and from T3 (another server with an
 # empty directory on the same Redis); every answer must be the cold one, byte
-# for byte, and each must say it came from the tier it names. The validation
-# layer is on and the server log must not carry a validation message.
+# for byte, and each must say it came from the tier it names. With q8_0 KV
+# (--kv-type q8_0), a cold reply on one node and the same reply from T3 on
+# another. The validation layer is on and the server logs must not carry a
+# validation message.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 # the suite's ThreadSanitizer pass takes every "server" test; GPU tests stay out of it (lavapipe's
@@ -75,5 +77,23 @@ if [ $have_redis = 1 ]; then
   check "another node's first request came from T3 ($(tier "$TMP/t3.json" T3) tokens)" test "$(tier "$TMP/t3.json" T3)" -gt 0
   check "warm from T3 equals cold" same_as_cold "$TMP/t3.json"
   kvt_stop_server B
+
+  # q8_0 KV (a model with heads of 32): a reply computed cold on one node equals, byte for byte,
+  # the reply of another node that restores its prompt from T3
+  "$BIN" mkmodel -o "$TMP/m32.gguf" --dim 64 --layers 2 --heads 2 --kv-heads 1 --ff 128 --vocab 800 --type f16 \
+    2>/dev/null || bad "mkmodel (heads of 32)"
+  mkdir -p "$TMP/d3" "$TMP/d4"
+  KVT_SERVE_ARGS=(-m "$TMP/m32.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 96K --kv-type q8_0)
+  kvt_start_server Q --kv-disk "$TMP/d3" --restore always --write-through "${REMOTE[@]}"
+  ask "${KVT_URL[Q]}" "$TMP/cold.json"
+  check "q8_0 KV: the cold reply computed its prompt" test "$(tier "$TMP/cold.json" T0)" = 0
+  kvt_stop_server Q
+  kvt_start_server Q2 --kv-disk "$TMP/d4" --restore always "${REMOTE[@]}"
+  ask "${KVT_URL[Q2]}" "$TMP/q8t3.json"
+  check "q8_0 KV: another node's request came from T3 ($(tier "$TMP/q8t3.json" T3) tokens)" \
+    test "$(tier "$TMP/q8t3.json" T3)" -gt 0
+  check "q8_0 KV: warm from T3 equals cold" same_as_cold "$TMP/q8t3.json"
+  kvt_stop_server Q2
+  check "no validation message in the q8_0 logs" sh -c "! grep -q 'validation' '${KVT_LOG[Q]}' '${KVT_LOG[Q2]}'"
 fi
 kvt_test_done test_gpu_serve

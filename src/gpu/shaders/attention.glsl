@@ -6,7 +6,8 @@
 // block's max and sum come from the fixed trees, the running max and sum are
 // updated (online softmax), then invocation l owns output dims l, l + KVT_WG,
 // ... and adds the block's keys in order: acc = acc * corr + sum p_j * v_j[d].
-// With f16 pages q is rounded to f16 first and each p_j before it meets V. A
+// With f16 pages q is rounded to f16 first and each p_j before it meets V;
+// q8_0 pages (KV_Q8) give their values dequantized, q and p_j staying f32. A
 // token's result depends only on its query, its keys and pos. A table entry
 // past the pool is a key of weight 0.
 #extension GL_GOOGLE_include_directive : require
@@ -33,13 +34,17 @@ bool score(uint j, uint tab, uint g, out float s) {
     if (ti >= uint(meta.length())) return false;
     uint page = meta[ti];
     if (page >= pc.n_pages) return false;
-    uint c = page / pc.ppc, kb = kv_block(page, 0u, g) + slot;
+    uint c = page / pc.ppc;
+    uvec2 kb = kv_k_at(page, g, slot);
     precise float dot = 0.0;
-    for (uint d = 0u; d < pc.head_dim; d++) dot = fma(q_s[d], kv_read(c, kb + d * pc.block), dot);
+    for (uint d0 = 0u; d0 < pc.head_dim; d0 += KV_K_RUN) { // q8_0: a group and its scale at a time
+        float ks = kv_k_scale(c, kb, d0);
+        for (uint d = d0; d < d0 + KV_K_RUN; d++) dot = fma(q_s[d], kv_k(c, kb, d, ks), dot);
+    }
     precise float sc = dot * pc.scale;
     s = sc;
     vc_s[gl_LocalInvocationID.x] = c;
-    vb_s[gl_LocalInvocationID.x] = kv_block(page, 1u, g) + slot * pc.head_dim;
+    vb_s[gl_LocalInvocationID.x] = kv_v_at(page, g, slot);
     return true;
 }
 
@@ -72,7 +77,7 @@ void main() {
             if (d >= pc.head_dim) break;
             precise float a = acc[i] * corr;
             for (uint k = 0u; k < nb; k++)
-                if (p_s[k] != 0.0) a = fma(p_s[k], kv_read(vc_s[k], vb_s[k] + d), a);
+                if (p_s[k] != 0.0) a = fma(p_s[k], kv_v(vc_s[k], vb_s[k], d), a);
             acc[i] = a;
         }
         barrier(); // p_s, vc_s and vb_s are rewritten by the next block

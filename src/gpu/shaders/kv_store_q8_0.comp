@@ -1,0 +1,104 @@
+// KV store into q8_0 pages: token t's K and V rows of one layer, every kv
+// head, quantized into its page slot (meta[4t + 1], meta[4t + 2]) with the
+// CPU's bytes, bit for bit (kvt_kv_q8_quantize_row in src/kernels/kv_quant.h):
+// for each group of 32 values x,
+//   amax = the largest |x_i| (a NaN does not raise it),
+//   d    = amax / 127, correctly rounded; the page keeps f16(d), rounded to
+//          nearest even in integer code (kvt_f32_to_f16),
+//   q_i  = x_i * (1 / d) (id correctly rounded from the unrounded d; 0 when d
+//          is 0 or infinite) rounded half away from zero, clamped to
+//          [-127, 127], a NaN product giving 0.
+// Both quotients are correctly rounded in integer code (div_rn). Groups whose
+// amax is under 127 * 2^-126 (an f32 subnormal scale) are not the CPU's: their
+// scale is taken as 0. One workgroup per token (x + z * gx); invocation l takes
+// the groups l, l + KVT_WG, ... of the token's K then V rows. A page past the
+// pool or a slot past the block is skipped.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#define KV_F16 0
+#define KV_Q8 1
+#define KV_BIND 3
+#include "kv.glsl"
+
+layout(local_size_x = KVT_WG) in;
+layout(std430, set = 0, binding = 0) readonly buffer KX { uint kx[]; };
+layout(std430, set = 0, binding = 1) readonly buffer VX { uint vx[]; };
+layout(std430, set = 0, binding = 2) readonly buffer M { uint meta[]; };
+
+// a / b correctly rounded (to nearest, ties to even), for a, b > 0 normal,
+// by long division of the significands in integer code: a device's division
+// may be ulps off and its fma() need not be fused, so neither can give the
+// CPU's quotient on every device. A quotient under the normal range is 0.
+float div_rn(float a, float b) {
+    uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
+    uint ma = (ua & 0x7fffffu) | 0x800000u, mb = (ub & 0x7fffffu) | 0x800000u;
+    int e = int(ua >> 23u) - int(ub >> 23u);
+    if (ma < mb) ma <<= 1u, e -= 1; // ma / mb in [1, 2)
+    uint q = 0u, rem = ma;          // rem < 2 mb < 2^25 throughout
+    for (int i = 0; i < 24; i++) {
+        q <<= 1u;
+        if (rem >= mb) rem -= mb, q |= 1u;
+        rem <<= 1u;
+    }
+    if (rem > mb || (rem == mb && (q & 1u) != 0u)) q++; // rem / 2 is the remainder: against mb / 2
+    if (q == 0x1000000u) q >>= 1u, e += 1;
+    e += 127;
+    if (e <= 0) return 0.0;
+    return uintBitsToFloat(uint(e) << 23u | (q & 0x7fffffu));
+}
+
+// roundf(v) as an int in [-127, 127]: half away from zero, a NaN 0.
+int q8_of(float v) {
+    if ((floatBitsToUint(v) & 0x7fffffffu) > 0x7f800000u) return 0;
+    if (v >= 127.0) return 127;
+    if (v <= -127.0) return -127;
+    float r = trunc(v);
+    precise float f = v - r; // exact
+    if (abs(f) >= 0.5) r += v < 0.0 ? -1.0 : 1.0;
+    return int(r);
+}
+
+float x_at(uint kv, uint i) { return uintBitsToFloat(kv == 0u ? kx[i] : vx[i]); }
+
+// Group b of kv head g of token t's K (kv 0) or V (kv 1) row: its f16 scale
+// bits, and its 32 quantized values into q.
+uint quant_group(uint kv, uint t, uint g, uint b, out int q[32]) {
+    uint xb = t * pc.n_head_kv * pc.head_dim + g * pc.head_dim + b * 32u;
+    float amax = 0.0;
+    for (uint i = 0u; i < 32u; i++) {
+        float a = abs(x_at(kv, xb + i));
+        if (a > amax) amax = a;
+    }
+    bool inf = amax > 3.4028234663852886e38;
+    float d = amax == 0.0 || inf ? amax : div_rn(amax, 127.0);
+    float id = d == 0.0 || inf ? 0.0 : div_rn(1.0, d);
+    for (uint i = 0u; i < 32u; i++) {
+        precise float v = x_at(kv, xb + i) * id;
+        q[i] = q8_of(v);
+    }
+    return kvt_f32_to_f16(floatBitsToUint(d));
+}
+
+void main() {
+    uint t = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    if (t >= pc.n_tok) return; // the whole workgroup: uniform
+    uint page = meta[4u * t + 1u], slot = meta[4u * t + 2u];
+    if (page >= pc.n_pages || slot >= pc.block) return;
+    uint c = page / pc.ppc, nb = pc.head_dim >> 5u, groups = pc.n_head_kv * nb;
+    for (uint e = gl_LocalInvocationID.x; e < 2u * groups; e += KVT_WG) {
+        uint kv = e / groups, g = (e % groups) / nb, b = e % nb;
+        int q[32];
+        uint h = quant_group(kv, t, g, b, q);
+        if (kv == 0u) { // a column: the scale in row b of the scales, value i in row b * 32 + i of the int8
+            uint blk = kv_block(page, 0u, g);
+            kv_put_u16(c, blk + (b * pc.block + slot) * 2u, h);
+            uint q0 = blk + nb * pc.block * 2u + b * 32u * pc.block + slot;
+            for (uint i = 0u; i < 32u; i++) kv_put_u8(c, q0 + i * pc.block, uint(q[i]));
+        } else { // a row: the scale, then the 32 int8 in order
+            uint at = kv_v_at(page, g, slot) + b * 34u;
+            kv_put_u16(c, at, h);
+            for (uint i = 0u; i < 32u; i++) kv_put_u8(c, at + 2u + i, uint(q[i]));
+        }
+    }
+}
