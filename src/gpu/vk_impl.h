@@ -168,6 +168,8 @@ typedef struct {
 extern const kvt_vk_spirv kvt_vk_shaders[];
 extern const size_t kvt_vk_n_shaders;
 
+#define KVT_VK_ARCH_PIPES 4 /* add_bias, scale, softcap, gelu_mul */
+
 /* The kernels' pipelines (vk_kernels.c makes them; vk_fwd.c records the forward pass's). */
 struct kvt_gpu_kernels {
     kvt_gpu_dev *d;
@@ -175,7 +177,12 @@ struct kvt_gpu_kernels {
     kvt_gpu_pipe *mm_f32, *mm_f16, *mm_q8_0; /* weight matrices by type */
     kvt_gpu_pipe *rope, *add, *silu_mul;
     kvt_gpu_pipe *kv_store[2], *attention[2]; /* [f16 pages] */
+    kvt_gpu_pipe *arch[KVT_VK_ARCH_PIPES];    /* the architecture variations' (vk_fwd_arch.c) */
 };
+
+/* Makes (and frees) k->arch; kvt_gpu_kernels_new and _free call these. */
+int kvt_vk_arch_pipes_new(kvt_gpu_kernels *k);
+void kvt_vk_arch_pipes_free(kvt_gpu_kernels *k);
 
 #define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
 /* n workgroups along x, spilling into z past KVT_VK_MAX_GROUPS_X (the shaders index x + z * gx). */

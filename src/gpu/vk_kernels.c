@@ -10,7 +10,7 @@
 /* Push-constant words of the forward pass's kernels (as their shaders declare them). */
 #define MM_PUSH 6   /* rows, cols, n_tok, ldy, y_off, sbase */
 #define ROPE_PUSH 5 /* n_heads, head_dim, rope_dim, neox, n_tok */
-#define KV_PUSH 10  /* kv.glsl: the pool's shape, n_tok, n_head, scale */
+#define KV_PUSH 12  /* kv.glsl: the pool's shape, n_tok, n_head, scale, window, softcap */
 
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     *out = NULL;
@@ -41,6 +41,7 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
         rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
+    if (!rc) rc = kvt_vk_arch_pipes_new(k);
     if (rc) {
         kvt_gpu_kernels_free(k);
         k = NULL;
@@ -56,6 +57,7 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     kvt_gpu_pipe *more[] = {k->mm_f32,   k->mm_f16,      k->mm_q8_0,     k->rope,         k->add,
                             k->silu_mul, k->kv_store[0], k->kv_store[1], k->attention[0], k->attention[1]};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
+    kvt_vk_arch_pipes_free(k);
     free(k);
 }
 
