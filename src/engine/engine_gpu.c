@@ -7,7 +7,10 @@
  * and sampling. Pages reach the host only through the page I/O calls, each
  * run one batched copy through a staging buffer.
  *
- * This slice runs llama-style layers with F32, F16 and Q8_0 weights and f16,
+ * It runs every architecture of the CPU engine (the variations of
+ * src/model/arch.c: biases, q/k head norms, post-norms, GELU, scaled queries
+ * and embeddings, soft-capping, sliding windows with their own rope) with
+ * the weight types of src/gpu (F32, F16, Q8_0 and the 4-6 bit quants) and f16,
  * f32 or q8_0 KV; anything else is refused when the engine is made, naming what. */
 #include <errno.h>
 #include <math.h>
@@ -20,27 +23,18 @@
 #include "kv_quant.h"
 #include "model.h"
 
-/* Why this model cannot run on the GPU engine yet, or 0. */
+/* Why this model cannot run on the GPU engine yet, or 0. Every architecture
+ * the CPU engine runs (llama, qwen2, qwen3, phi3, gemma2, gemma3) runs here. */
 static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
     const kvt_hparams *hp = &m->hp;
     const char *why = NULL;
-    (void)kv; /* every KV type runs: f16, f32 and q8_0 pages hold the CPU's bytes */
-    if (hp->attn_softcap > 0 || hp->final_softcap > 0) why = "logit soft-capping";
-    else if (hp->ffn_act == KVT_FFN_GELU) why = "a GELU feed-forward";
-    else if (hp->q_scale > 0 || hp->embd_scale != 1.0f) why = "scaled queries or embeddings";
-    else if (hp->rope_base_swa > 0) why = "a second rope for sliding layers";
-    for (int32_t l = 0; !why && l < hp->n_layer; l++) {
-        const kvt_layer *L = &m->layers[l];
-        if (L->bq || L->bk || L->bv) why = "q/k/v biases";
-        else if (L->q_norm || L->k_norm) why = "q/k head norms";
-        else if (L->post_attn_norm || L->post_ffn_norm) why = "post-norms";
-        else if (L->window) why = "sliding-window attention";
-    }
-    if (!why && (hp->rope_dim % 2 || hp->head_dim % 2)) why = "an odd head or rope dimension";
+    if (kv == KVT_KV_Q8_0 && hp->head_dim % 32) why = "q8_0 KV with a head size that is not a multiple of 32";
+    else if (hp->rope_dim % 2 || hp->head_dim % 2) why = "an odd head or rope dimension";
+    else if (hp->head_dim > 256) why = "heads wider than 256";
     if (!why) return 0;
     return kvt_fail(KVT_EUNSUPPORTED,
-                    "the GPU engine runs llama-style models in this version; this %s model has %s, "
-                    "which only the CPU engine runs (--device cpu)",
+                    "the GPU engine cannot run this %s model in this version: it has %s, which only the CPU "
+                    "engine runs (--device cpu)",
                     hp->arch_name, why);
 }
 
@@ -63,6 +57,26 @@ static int upload_f32(kvt_eng_gpu *g, const float *v, int64_t n, kvt_gpu_buf **o
     return rc;
 }
 
+/* A per-layer vector of the architecture variations, when the model has it. */
+static int upload_opt(kvt_eng_gpu *g, const float *v, int64_t n, kvt_gpu_buf **out) {
+    return v ? upload_f32(g, v, n, out) : 0;
+}
+
+/* Layer l's biases and extra norms (those the model has). */
+static int upload_arch(kvt_engine *e, kvt_eng_gpu *g, int32_t l) {
+    const kvt_hparams *hp = &e->model->hp;
+    const kvt_layer *L = &e->model->layers[l];
+    gpu_layer *G = &g->L[l];
+    int rc = upload_opt(g, L->bq, e->q_dim, &G->bq);
+    if (!rc) rc = upload_opt(g, L->bk, e->kv_dim, &G->bk);
+    if (!rc) rc = upload_opt(g, L->bv, e->kv_dim, &G->bv);
+    if (!rc) rc = upload_opt(g, L->q_norm, hp->head_dim, &G->q_norm);
+    if (!rc) rc = upload_opt(g, L->k_norm, hp->head_dim, &G->k_norm);
+    if (!rc) rc = upload_opt(g, L->post_attn_norm, hp->n_embd, &G->post_attn_norm);
+    if (!rc) rc = upload_opt(g, L->post_ffn_norm, hp->n_embd, &G->post_ffn_norm);
+    return rc ? kvt_fail_prefix(rc, "layer %d's biases and norms: ", l) : 0;
+}
+
 static int upload_weights(kvt_engine *e, kvt_eng_gpu *g) {
     const kvt_model *m = e->model;
     const kvt_hparams *hp = &m->hp;
@@ -81,6 +95,7 @@ static int upload_weights(kvt_engine *e, kvt_eng_gpu *g) {
         if (!rc) rc = upload_w(g, &L->w_down, "ffn_down", l, &G->wd);
         if (!rc) rc = upload_f32(g, L->attn_norm, hp->n_embd, &G->attn_norm);
         if (!rc) rc = upload_f32(g, L->ffn_norm, hp->n_embd, &G->ffn_norm);
+        if (!rc) rc = upload_arch(e, g, l);
     }
     if (!rc) rc = upload_w(g, &m->output, "output", -1, &g->out);
     if (!rc) rc = upload_f32(g, m->output_norm, hp->n_embd, &g->out_norm);
@@ -170,6 +185,18 @@ static int make_activations(kvt_engine *e, kvt_eng_gpu *g) {
     return rc;
 }
 
+/* The second set of rope angles for sliding layers with their own base, and
+ * its staging buffer, when the model has them. */
+static int make_alt_rope(kvt_engine *e, kvt_eng_gpu *g) {
+    if (!e->rope_cos_alt) return 0;
+    const uint64_t n = KVT_MAX(1ull, (uint64_t)g->nb * (uint64_t)(e->model->hp.rope_dim / 2));
+    int rc = dev_f32(g, n, &g->cs_alt);
+    if (!rc) rc = dev_f32(g, n, &g->sn_alt);
+    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, 2 * n * 4, &g->alt_stage);
+    if (rc) kvt_fail_prefix(rc, "the sliding layers' rope angles: ");
+    return rc;
+}
+
 static void numerics_id(kvt_eng_gpu *g) {
     const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
     snprintf(g->numerics, sizeof g->numerics, "vk-%04x-%04x-%s", in->vendor_id, in->device_id, in->numerics);
@@ -201,6 +228,7 @@ int kvt_eng_gpu_new(kvt_engine *e, int index) {
     if (!rc) rc = upload_weights(e, g);
     if (!rc) rc = make_pool(e, g);
     if (!rc) rc = make_activations(e, g);
+    if (!rc) rc = make_alt_rope(e, g);
     if (!rc) {
         numerics_id(g);
         return 0;
@@ -220,7 +248,10 @@ void kvt_eng_gpu_free(kvt_eng_gpu *g) {
         kvt_gpu_wmat_free(G->wq), kvt_gpu_wmat_free(G->wk), kvt_gpu_wmat_free(G->wv), kvt_gpu_wmat_free(G->wo);
         kvt_gpu_wmat_free(G->wg), kvt_gpu_wmat_free(G->wu), kvt_gpu_wmat_free(G->wd);
         kvt_gpu_buf_free(G->attn_norm), kvt_gpu_buf_free(G->ffn_norm);
+        kvt_gpu_buf *arch[] = {G->bq, G->bk, G->bv, G->q_norm, G->k_norm, G->post_attn_norm, G->post_ffn_norm};
+        for (size_t i = 0; i < KVT_ARRAY_LEN(arch); i++) kvt_gpu_buf_free(arch[i]);
     }
+    kvt_gpu_buf_free(g->cs_alt), kvt_gpu_buf_free(g->sn_alt), kvt_gpu_buf_free(g->alt_stage);
     free(g->L);
     kvt_gpu_wmat_free(g->out);
     kvt_gpu_buf *bufs[] = {g->out_norm, g->x,        g->xb,        g->q,        g->k_,        g->v,  g->att,

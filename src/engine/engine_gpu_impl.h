@@ -19,6 +19,9 @@
 typedef struct {
     kvt_gpu_wmat *wq, *wk, *wv, *wo, *wg, *wu, *wd;
     kvt_gpu_buf *attn_norm, *ffn_norm;
+    /* the architecture variations' (NULL where the model has none): q/k/v
+     * biases, per-head q/k norms, and the norms of each block's output */
+    kvt_gpu_buf *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
 } gpu_layer;
 
 struct kvt_eng_gpu {
@@ -38,6 +41,9 @@ struct kvt_eng_gpu {
     kvt_gpu_buf **pinned;    /* kvt_eng_gpu_host_alloc's buffers (T1's arena), page I/O copies straight */
     size_t n_pinned, cap_pinned;
     uint64_t off_cs, off_sn, off_meta; /* in in_stage; x at 0 */
+    /* the rope angles of sliding layers with their own base (gemma3), and
+     * their staging buffer (cos, then sin); NULL for other models */
+    kvt_gpu_buf *cs_alt, *sn_alt, *alt_stage;
     uint32_t meta_words;
     uint32_t io_pages; /* pages io_stage holds */
     uint64_t weight_bytes;

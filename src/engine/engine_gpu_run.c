@@ -197,6 +197,11 @@ static void stage_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
     memcpy(st, e->x, (size_t)n * (size_t)hp->n_embd * sizeof(float));
     memcpy(st + g->off_cs, e->rope_cos, (size_t)n * half * sizeof(float));
     memcpy(st + g->off_sn, e->rope_sin, (size_t)n * half * sizeof(float));
+    if (g->alt_stage) {
+        uint8_t *alt = kvt_gpu_buf_host(g->alt_stage);
+        memcpy(alt, e->rope_cos_alt, (size_t)n * half * sizeof(float));
+        memcpy(alt + kvt_gpu_buf_size(g->alt_stage) / 2, e->rope_sin_alt, (size_t)n * half * sizeof(float));
+    }
     uint32_t *meta = (uint32_t *)(void *)(st + g->off_meta);
     uint32_t at = KVT_GPU_META_WORDS * (uint32_t)n;
     /* each sequence's table once, at the first of its tokens; tab_of[seq] finds it for the others (0: not yet,
@@ -227,20 +232,27 @@ static int rec_inputs(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
         r.src_off = g->off_sn;
         if (!rc) rc = kvt_gpu_rec_copy(g->d, g->in_stage, g->sn, &r, 1);
     }
+    if (!rc && half && g->alt_stage) {
+        r = (kvt_gpu_region){0, 0, (uint64_t)n * half * 4};
+        rc = kvt_gpu_rec_copy(g->d, g->alt_stage, g->cs_alt, &r, 1);
+        r.src_off = kvt_gpu_buf_size(g->alt_stage) / 2;
+        if (!rc) rc = kvt_gpu_rec_copy(g->d, g->alt_stage, g->sn_alt, &r, 1);
+    }
     r = (kvt_gpu_region){g->off_meta, 0, (uint64_t)g->meta_words * 4};
     if (!rc) rc = kvt_gpu_rec_copy(g->d, g->in_stage, g->meta, &r, 1);
     if (!rc) rc = kvt_gpu_rec_barrier(g->d);
     return rc;
 }
 
-/* Long: one layer's dispatches in order, a barrier between dependent steps. */
-static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
+/* q/k/v of layer l from x: the norm, the projections, and what the
+ * architecture adds before the KV store (biases, head norms, rope with the
+ * layer's angles, the query scale), as the CPU's layer_qkv. */
+static int rec_qkv(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
     const kvt_hparams *hp = &e->model->hp;
     const gpu_layer *G = &g->L[l];
-    const uint32_t D = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff, qd = (uint32_t)e->q_dim, kd = (uint32_t)e->kv_dim,
-                   hd = (uint32_t)hp->head_dim;
-    const int neox = hp->rope_style == KVT_ROPE_NEOX;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const uint32_t D = (uint32_t)hp->n_embd, qd = (uint32_t)e->q_dim, kd = (uint32_t)e->kv_dim,
+                   hd = (uint32_t)hp->head_dim, nh = (uint32_t)hp->n_head, nkv = (uint32_t)hp->n_head_kv;
+    const int neox = hp->rope_style == KVT_ROPE_NEOX, alt = e->model->layers[l].alt_rope && g->cs_alt;
     kvt_gpu_dev *d = g->d;
     kvt_gpu_kernels *k = g->k;
     int rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->x, G->attn_norm, D, n, hp->rms_eps);
@@ -249,33 +261,86 @@ static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
     if (!rc) rc = kvt_gpu_rec_matmul(k, G->wk, g->k_, kd, 0, g->xb, n);
     if (!rc) rc = kvt_gpu_rec_matmul(k, G->wv, g->v, kd, 0, g->xb, n);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc && G->bq) rc = kvt_gpu_rec_add_bias(k, g->q, G->bq, qd, n);
+    if (!rc && G->bk) rc = kvt_gpu_rec_add_bias(k, g->k_, G->bk, kd, n);
+    if (!rc && G->bv) rc = kvt_gpu_rec_add_bias(k, g->v, G->bv, kd, n);
+    if (!rc && (G->bq || G->bk || G->bv)) rc = kvt_gpu_rec_barrier(d);
+    /* each head is a row of head_dim: the norm runs in place over n * heads rows */
+    if (!rc && G->q_norm) rc = kvt_gpu_rec_rmsnorm(k, g->q, g->q, G->q_norm, hd, n * nh, hp->rms_eps);
+    if (!rc && G->k_norm) rc = kvt_gpu_rec_rmsnorm(k, g->k_, g->k_, G->k_norm, hd, n * nkv, hp->rms_eps);
+    if (!rc && (G->q_norm || G->k_norm)) rc = kvt_gpu_rec_barrier(d);
     if (!rc && hp->rope_dim > 0) {
-        rc = kvt_gpu_rec_rope(k, g->q, g->cs, g->sn, (uint32_t)hp->n_head, hd, (uint32_t)hp->rope_dim, neox, n);
-        if (!rc)
-            rc = kvt_gpu_rec_rope(k, g->k_, g->cs, g->sn, (uint32_t)hp->n_head_kv, hd, (uint32_t)hp->rope_dim, neox, n);
+        kvt_gpu_buf *cs = alt ? g->cs_alt : g->cs, *sn = alt ? g->sn_alt : g->sn;
+        rc = kvt_gpu_rec_rope(k, g->q, cs, sn, nh, hd, (uint32_t)hp->rope_dim, neox, n);
+        if (!rc) rc = kvt_gpu_rec_rope(k, g->k_, cs, sn, nkv, hd, (uint32_t)hp->rope_dim, neox, n);
         if (!rc) rc = kvt_gpu_rec_barrier(d);
     }
+    if (!rc && hp->q_scale > 0) rc = kvt_gpu_rec_scale(k, g->q, n * qd, hp->q_scale);
+    return rc;
+}
+
+/* Layer l's attention block: q/k/v, the KV store, attention (the layer's
+ * window, the model's soft-cap), the output projection, its post-norm and
+ * the residual add. */
+static int rec_attn(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
+    const kvt_hparams *hp = &e->model->hp;
+    const gpu_layer *G = &g->L[l];
+    const uint32_t D = (uint32_t)hp->n_embd, hd = (uint32_t)hp->head_dim;
+    /* with a query scale q is scaled already and the scores are not (as on the CPU) */
+    const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd);
+    const uint32_t window = (uint32_t)e->model->layers[l].window;
+    kvt_gpu_dev *d = g->d;
+    kvt_gpu_kernels *k = g->k;
+    int rc = rec_qkv(e, g, l, n);
     /* every token's K/V is in the pages before any attends, as on the CPU */
     if (!rc) rc = kvt_gpu_rec_kv_store(k, &g->kv, (uint32_t)l, g->k_, g->v, g->meta, n);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
-    if (!rc) rc = kvt_gpu_rec_attention(k, &g->kv, (uint32_t)l, g->att, g->q, g->meta, (uint32_t)hp->n_head, scale, n);
+    if (!rc)
+        rc = kvt_gpu_rec_attention_arch(k, &g->kv, (uint32_t)l, g->att, g->q, g->meta, (uint32_t)hp->n_head, scale,
+                                        window, hp->attn_softcap > 0 ? hp->attn_softcap : 0.0f, n);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
     if (!rc) rc = kvt_gpu_rec_matmul(k, G->wo, g->xb, D, 0, g->att, n);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc && G->post_attn_norm) {
+        rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->xb, G->post_attn_norm, D, n, hp->rms_eps);
+        if (!rc) rc = kvt_gpu_rec_barrier(d);
+    }
     if (!rc) rc = kvt_gpu_rec_add(k, g->x, g->xb, n * D);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
-    if (!rc) rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->x, G->ffn_norm, D, n, hp->rms_eps);
+    return rc;
+}
+
+/* Layer l's feed-forward block: x += post_ffn_norm(W_down (act(W_gate h) * W_up h)), h = ffn_norm(x). */
+static int rec_ffn(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
+    const kvt_hparams *hp = &e->model->hp;
+    const gpu_layer *G = &g->L[l];
+    const uint32_t D = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff;
+    kvt_gpu_dev *d = g->d;
+    kvt_gpu_kernels *k = g->k;
+    int rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->x, G->ffn_norm, D, n, hp->rms_eps);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
     if (!rc) rc = kvt_gpu_rec_matmul(k, G->wg, g->hb, F, 0, g->xb, n);
     if (!rc) rc = kvt_gpu_rec_matmul(k, G->wu, g->hb2, F, 0, g->xb, n);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
-    if (!rc) rc = kvt_gpu_rec_silu_mul(k, g->hb, g->hb2, n * F);
+    if (!rc)
+        rc = hp->ffn_act == KVT_FFN_GELU ? kvt_gpu_rec_gelu_mul(k, g->hb, g->hb2, n * F)
+                                         : kvt_gpu_rec_silu_mul(k, g->hb, g->hb2, n * F);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
     if (!rc) rc = kvt_gpu_rec_matmul(k, G->wd, g->xb, D, 0, g->hb, n);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
+    if (!rc && G->post_ffn_norm) {
+        rc = kvt_gpu_rec_rmsnorm(k, g->xb, g->xb, G->post_ffn_norm, D, n, hp->rms_eps);
+        if (!rc) rc = kvt_gpu_rec_barrier(d);
+    }
     if (!rc) rc = kvt_gpu_rec_add(k, g->x, g->xb, n * D);
     if (!rc) rc = kvt_gpu_rec_barrier(d);
     return rc;
+}
+
+/* One layer's dispatches in order, a barrier between dependent steps. */
+static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
+    int rc = rec_attn(e, g, l, n);
+    return rc ? rc : rec_ffn(e, g, l, n);
 }
 
 /* The logits of wanted rows w0 .. w0+m-1 into logits: the final norm and the
@@ -296,6 +361,10 @@ static int logits_pass(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m, flo
     if (!rc) rc = kvt_gpu_rec_barrier(g->d);
     if (!rc) rc = kvt_gpu_rec_matmul(g->k, g->out, g->logits, (uint32_t)hp->n_vocab, 0, g->xw2, (uint32_t)m);
     if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    if (!rc && hp->final_softcap > 0) {
+        rc = kvt_gpu_rec_softcap(g->k, g->logits, (uint32_t)m * (uint32_t)hp->n_vocab, hp->final_softcap);
+        if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    }
     r[0] = (kvt_gpu_region){0, 0, (uint64_t)m * vb};
     if (!rc) rc = kvt_gpu_rec_copy(g->d, g->logits, g->out_stage, r, 1);
     if (!rc) rc = kvt_gpu_submit(g->d);

@@ -268,5 +268,27 @@ int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t laye
  * pool is a key of weight 0. */
 int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
                           kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok);
+/* The same for the architectures' attention variants: a sliding window of
+ * window keys (token at pos attends pos - window + 1 .. pos once pos >=
+ * window; 0: every key from 0) and a score soft-cap (each score s, after the
+ * scale, becomes softcap * tanh(s * (1 / softcap)); 0: none). With both 0 it
+ * is kvt_gpu_rec_attention, bit for bit. */
+int kvt_gpu_rec_attention_arch(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out,
+                               kvt_gpu_buf *q, kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t window,
+                               float softcap, uint32_t n_tok);
+
+/* ---- the architecture variations' kernels (vk_fwd_arch.c) ----------------------------- *
+ * Elementwise, each result depending only on its own element, so they keep
+ * the batch invariance; each mirrors the CPU engine's arithmetic (arch_ops.c). */
+
+/* x[t * width + i] += b[i] for t < n_rows, i < width (q/k/v biases). */
+int kvt_gpu_rec_add_bias(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *b, uint32_t width, uint32_t n_rows);
+/* x[i] *= s for i < n. */
+int kvt_gpu_rec_scale(kvt_gpu_kernels *k, kvt_gpu_buf *x, uint32_t n, float s);
+/* x[i] = cap * tanh(x[i] * (1 / cap)) for i < n; cap > 0 and finite. */
+int kvt_gpu_rec_softcap(kvt_gpu_kernels *k, kvt_gpu_buf *x, uint32_t n, float cap);
+/* g[i] = gelu(g[i]) * u[i] for i < n, GELU's tanh form through f16 as the
+ * CPU's kvt_gelu_mul. */
+int kvt_gpu_rec_gelu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uint32_t n);
 
 #endif

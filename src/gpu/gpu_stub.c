@@ -110,3 +110,20 @@ int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t lay
                           kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok) {
     return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
 }
+int kvt_gpu_rec_attention_arch(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out,
+                               kvt_gpu_buf *q, kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t window,
+                               float softcap, uint32_t n_tok) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_add_bias(kvt_gpu_kernels *k, kvt_gpu_buf *x, kvt_gpu_buf *b, uint32_t width, uint32_t n_rows) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_scale(kvt_gpu_kernels *k, kvt_gpu_buf *x, uint32_t n, float s) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_softcap(kvt_gpu_kernels *k, kvt_gpu_buf *x, uint32_t n, float cap) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+int kvt_gpu_rec_gelu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uint32_t n) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}

@@ -5,6 +5,7 @@
  * paged KV pool. Shapes are checked here, so a shader never indexes past a
  * buffer; what only the device knows (the meta table's pages and slots) the
  * shaders check themselves. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,8 +302,8 @@ int kvt_gpu_rec_silu_mul(kvt_gpu_kernels *k, kvt_gpu_buf *g, kvt_gpu_buf *u, uin
 
 /* kv.glsl's push constants. */
 typedef union {
-    uint32_t u[10];
-    float f[10];
+    uint32_t u[12];
+    float f[12];
 } kv_push;
 
 /* Bytes of one token's row of head_dim values in a page of dtype, and the
@@ -375,6 +376,14 @@ int kvt_gpu_rec_kv_store(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t laye
 
 int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out, kvt_gpu_buf *q,
                           kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t n_tok) {
+    return kvt_gpu_rec_attention_arch(k, kv, layer, out, q, meta, n_head, scale, 0, 0.0f, n_tok);
+}
+
+int kvt_gpu_rec_attention_arch(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t layer, kvt_gpu_buf *out,
+                               kvt_gpu_buf *q, kvt_gpu_buf *meta, uint32_t n_head, float scale, uint32_t window,
+                               float softcap, uint32_t n_tok) {
+    if (!(softcap >= 0.0f) || isinf(softcap))
+        return kvt_fail(KVT_EARG, "gpu attention: softcap %g (0 for none, else a finite cap > 0)", (double)softcap);
     kv_push push = {{0}};
     kvt_gpu_buf *b[3 + KVT_GPU_KV_CHUNKS] = {out, q, meta};
     int rc = kv_pool(kv, layer, "attention", &push, b + 3);
@@ -393,6 +402,8 @@ int kvt_gpu_rec_attention(kvt_gpu_kernels *k, const kvt_gpu_kv *kv, uint32_t lay
     push.u[7] = n_tok;
     push.u[8] = n_head;
     push.f[9] = scale;
+    push.u[10] = window;
+    push.f[11] = softcap;
     uint32_t g[3] = {n_head, n_tok, 1};
     return kvt_gpu_rec_dispatch(k->d, k->attention[kv->dtype], b, push.u, g);
 }

@@ -173,6 +173,8 @@ typedef struct {
 extern const kvt_vk_spirv kvt_vk_shaders[];
 extern const size_t kvt_vk_n_shaders;
 
+#define KVT_VK_ARCH_PIPES 4 /* add_bias, scale, softcap, gelu_mul */
+
 /* The kernels' pipelines (vk_kernels.c makes them; vk_fwd.c records the forward pass's). */
 #define KVT_VK_NQ 6 /* quantized weight types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K (vk_fwd.c's table) */
 struct kvt_gpu_kernels {
@@ -192,7 +194,12 @@ struct kvt_gpu_kernels {
     uint64_t xq_sync; /* d->n_sync right after it was written */
     kvt_gpu_pipe *rope, *add, *silu_mul;
     kvt_gpu_pipe *kv_store[KVT_GPU_KV_DTYPES], *attention[KVT_GPU_KV_DTYPES]; /* [kvt_gpu_kv_dtype] */
+    kvt_gpu_pipe *arch[KVT_VK_ARCH_PIPES]; /* the architecture variations' (vk_fwd_arch.c) */
 };
+
+/* Makes (and frees) k->arch; kvt_gpu_kernels_new and _free call these. */
+int kvt_vk_arch_pipes_new(kvt_gpu_kernels *k);
+void kvt_vk_arch_pipes_free(kvt_gpu_kernels *k);
 
 #define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
 /* n workgroups along x, spilling into z past KVT_VK_MAX_GROUPS_X (the shaders index x + z * gx). */

@@ -12,7 +12,7 @@
 #define MM_PUSH 7   /* rows, cols, n_tok, ldy, y_off, sbase, xbase */
 #define QA_PUSH 3   /* the activation quantize passes: cols, n_tok, xbase */
 #define ROPE_PUSH 5 /* n_heads, head_dim, rope_dim, neox, n_tok */
-#define KV_PUSH 10  /* kv.glsl: the pool's shape, n_tok, n_head, scale */
+#define KV_PUSH 12  /* kv.glsl: the pool's shape, n_tok, n_head, scale, window, softcap */
 
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     *out = NULL;
@@ -54,6 +54,7 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
         snprintf(name, sizeof name, "matmul_w%s%s", q[i], d->int_dot ? "" : "_i");
         rc = kvt_gpu_pipe_new(d, name, 3, MM_PUSH * 4, &k->mm_q[i]);
     }
+    if (!rc) rc = kvt_vk_arch_pipes_new(k);
     if (rc) {
         kvt_gpu_kernels_free(k);
         k = NULL;
@@ -73,6 +74,7 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     kvt_gpu_buf_free(k->xq);
     for (int i = 0; i < k->n_retired; i++) kvt_gpu_buf_free(k->retired[i]);
     free(k->retired);
+    kvt_vk_arch_pipes_free(k);
     free(k);
 }
 

@@ -1,4 +1,4 @@
-// out[t][h] = softmax(scale * q[t][h] . k_j) over keys j = 0..pos (meta[4t]),
+// out[t][h] = softmax(scale * q[t][h] . k_j) over keys j = lo..pos (meta[4t]),
 // times V, reading kv head h / (n_head / n_head_kv) of the pages that the
 // token's table (meta[meta[4t + 3] + j / block]) names. One workgroup per
 // (head, token): groups (n_head, n_tok). Keys go a block of KVT_WG at a time:
@@ -9,11 +9,15 @@
 // With f16 pages q is rounded to f16 first and each p_j before it meets V;
 // q8_0 pages (KV_Q8) give their values dequantized, q and p_j staying f32. A
 // token's result depends only on its query, its keys and pos. A table entry
-// past the pool is a key of weight 0.
+// past the pool is a key of weight 0. lo is 0, or with a sliding window of w
+// keys (window != 0) pos - w + 1 once pos >= w, as the CPU's sliding layers;
+// with softcap != 0 each score s becomes softcap * tanh(s * (1 / softcap))
+// before the softmax, as the CPU's soft-capping.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #define KV_BIND 3
 #include "kv.glsl"
+#include "tanh.glsl"
 
 #define MAX_HEAD_DIM 256
 #define DIMS_PER_INV (MAX_HEAD_DIM / KVT_WG)
@@ -42,6 +46,12 @@ bool score(uint j, uint tab, uint g, out float s) {
         for (uint d = d0; d < d0 + KV_K_RUN; d++) dot = fma(q_s[d], kv_k(c, kb, d, ks), dot);
     }
     precise float sc = dot * pc.scale;
+    if (pc.softcap != 0.0) {
+        precise float inv = 1.0 / pc.softcap;
+        precise float a = sc * inv;
+        precise float capped = kvt_tanh(a) * pc.softcap;
+        sc = capped;
+    }
     s = sc;
     vc_s[gl_LocalInvocationID.x] = c;
     vb_s[gl_LocalInvocationID.x] = kv_v_at(page, g, slot);
@@ -51,19 +61,20 @@ bool score(uint j, uint tab, uint g, out float s) {
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = gl_LocalInvocationID.x;
     if (h >= pc.n_head || t >= pc.n_tok) return; // the whole workgroup: uniform
-    uint n_keys = meta[4u * t] + 1u, tab = meta[4u * t + 3u], g = h / (pc.n_head / pc.n_head_kv);
+    uint pos = meta[4u * t], n_keys = pos + 1u, tab = meta[4u * t + 3u], g = h / (pc.n_head / pc.n_head_kv);
+    uint lo = pc.window != 0u && pos >= pc.window ? pos - pc.window + 1u : 0u;
     uint qb = (t * pc.n_head + h) * pc.head_dim;
     for (uint d = l; d < pc.head_dim; d += KVT_WG) q_s[d] = KV_F16 != 0 ? kvt_round_f16(q[qb + d]) : q[qb + d];
     barrier();
     float acc[DIMS_PER_INV];
     for (int i = 0; i < DIMS_PER_INV; i++) acc[i] = 0.0;
     float m = 0.0, sum = 0.0;
-    for (uint j0 = 0u; j0 < n_keys; j0 += KVT_WG) {
+    for (uint j0 = lo; j0 < n_keys; j0 += KVT_WG) {
         float s = 0.0;
         bool live = j0 + l < n_keys && score(j0 + l, tab, g, s);
         float bmax = kvt_wg_max(live ? s : -3.0e38);
-        float m_new = j0 == 0u ? bmax : max(m, bmax);
-        float corr = j0 == 0u ? 0.0 : exp(m - m_new);
+        float m_new = j0 == lo ? bmax : max(m, bmax);
+        float corr = j0 == lo ? 0.0 : exp(m - m_new);
         float p = live ? exp(s - m_new) : 0.0;
         float bsum = kvt_wg_sum(p);
         precise float ns = fma(sum, corr, bsum);

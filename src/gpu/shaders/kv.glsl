@@ -22,10 +22,11 @@ layout(std430, set = 0, binding = KV_BIND + 3) buffer KV3 { KV_ELEM kv3[]; };
 
 // layer, the pool's shape, stride (elements between pages of a chunk), ppc
 // (pages per chunk), n_pages (the pool: a table entry at or past it is
-// skipped), then each kernel's own
+// skipped), then each kernel's own (attention: n_head, scale, the sliding
+// window in keys, 0 for none, and the score soft-cap, 0 for none)
 layout(push_constant) uniform P {
     uint layer; uint n_head_kv; uint head_dim; uint block; uint stride; uint ppc; uint n_pages; uint n_tok;
-    uint n_head; float scale;
+    uint n_head; float scale; uint window; float softcap;
 } pc;
 
 #if KV_Q8
