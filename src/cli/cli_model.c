@@ -98,6 +98,15 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
     return -1;
 }
 
+/* Which channels carry the planted massive activations, on stderr. */
+static void say_outliers(const kvt_mkmodel_params *p) {
+    int32_t ch[KVT_MKMODEL_OUTLIERS];
+    kvt_mkmodel_outlier_channels(p, ch);
+    fprintf(stderr, "kvtier mkmodel: massive activations in channels");
+    for (int i = 0; i < KVT_MKMODEL_OUTLIERS; i++) fprintf(stderr, " %d", ch[i]);
+    fprintf(stderr, " of %d\n", p->dim);
+}
+
 int kvt_cmd_mkmodel(int argc, char **argv) {
     kvt_mkmodel_params p = kvt_mkmodel_default_params();
     const char *out = NULL;
@@ -170,13 +179,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
     stat(out, &st);
     fprintf(stderr, "kvtier mkmodel: wrote %s (%.1f MB, random weights) in %.1f s\n", out, (double)st.st_size / 1e6,
             kvt_now() - t0);
-    if (p.outliers) {
-        int32_t ch[KVT_MKMODEL_OUTLIERS];
-        kvt_mkmodel_outlier_channels(&p, ch);
-        fprintf(stderr, "kvtier mkmodel: massive activations in channels");
-        for (int i = 0; i < KVT_MKMODEL_OUTLIERS; i++) fprintf(stderr, " %d", ch[i]);
-        fprintf(stderr, " of %d\n", p.dim);
-    }
+    if (p.outliers) say_outliers(&p);
     return 0;
 }
 
