@@ -47,6 +47,7 @@ typedef struct {
     const char *device_arg, *model, *shape, *wtype, *redis, *redis_key, *disk_dir;
     int32_t prefix, sessions, t0_sessions, session_tokens, rounds, append, gen, threads, block, reps;
     int phase2, phase3, make_model;
+    float mem_fraction; /* --gpu-memory-fraction */
 } opts;
 
 static void usage(FILE *f) {
@@ -54,6 +55,8 @@ static void usage(FILE *f) {
             "usage: bench_gpu [options]\n"
             "  --device DEV          where the engine runs: cpu (default) or vulkan[:N], Vulkan device N of\n"
             "                        `kvtier info --devices` (vulkan = vulkan:0)\n"
+            "  --gpu-memory-fraction F  on a GPU, the share of its memory the engine may take, 0 < F <= 1\n"
+            "                        (default 0.9): each phase's pool must fit next to the weights in it\n"
             "  --model PATH          a GGUF model to run; without it a random-weight llama of --shape is\n"
             "                        generated into " OUT_DIR "/bench-gpu-SHAPE.gguf (kept for later runs)\n"
             "  --shape S             tiny (dim 256, 4 layers: for lavapipe), 1b (dim 2048, 16 layers, 32/8\n"
@@ -129,7 +132,8 @@ static int parse(int argc, char **argv, opts *o) {
                 .block = KVT_DEFAULT_BLOCK_SIZE,
                 .reps = 3,
                 .phase2 = 1,
-                .phase3 = 1};
+                .phase3 = 1,
+                .mem_fraction = KVT_DEFAULT_GPU_MEMORY_FRACTION};
     struct {
         const char *flag;
         int32_t *v, lo;
@@ -168,6 +172,11 @@ static int parse(int argc, char **argv, opts *o) {
         if (!strcmp(f, "--device")) {
             if (parse_device(v, &o->device)) return bad(f, v, "must be cpu, vulkan or vulkan:N");
             o->device_arg = v;
+        } else if (!strcmp(f, "--gpu-memory-fraction")) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || !(x > 0 && x <= 1)) return bad(f, v, "must be a number in (0, 1]");
+            o->mem_fraction = (float)x;
         } else if (!strcmp(f, "--model")) o->model = v;
         else if (!strcmp(f, "--shape")) {
             if (strcmp(v, "tiny") && strcmp(v, "1b") && strcmp(v, "8b")) return bad(f, v, "must be tiny, 1b or 8b");
@@ -280,6 +289,7 @@ static kvt_engine *new_engine(const kvt_model *m, const opts *o, int32_t n_pages
     ep.n_threads = o->threads;
     ep.max_seqs = 2;
     ep.device = o->device;
+    ep.gpu_memory_fraction = o->mem_fraction;
     kvt_engine *e;
     double t0 = kvt_now();
     if (kvt_engine_new(m, ep, &e)) {
@@ -289,6 +299,9 @@ static kvt_engine *new_engine(const kvt_model *m, const opts *o, int32_t n_pages
     fprintf(stderr, "bench_gpu: engine on %s, %d pages of %zu KiB, made in %.1f s (weights on the device: %.0f MiB)\n",
             kvt_engine_device_name(e), n_pages, kvt_page_bytes(e) >> 10, kvt_now() - t0,
             (double)kvt_engine_weight_device_bytes(e) / (1 << 20));
+    char mem[512];
+    kvt_engine_describe_memory(e, mem, sizeof mem);
+    if (mem[0]) fprintf(stderr, "bench_gpu: %s\n", mem);
     return e;
 }
 

@@ -205,23 +205,40 @@ void kvt_cli_kv_type_help(FILE *f);
  * the default, or a Vulkan device that must exist (a usage error saying why
  * not otherwise). */
 typedef struct {
-    int vulkan; /* 0: cpu */
-    int index;  /* the Vulkan device */
+    int vulkan;         /* 0: cpu */
+    int index;          /* the Vulkan device */
+    float mem_fraction; /* --gpu-memory-fraction; 0: the engine's default */
+    int ngl_given;      /* --n-gpu-layers / -ngl was given, as: */
+    int32_t n_gpu_layers;
 } kvt_cli_device;
-/* "cpu", "vulkan" or "vulkan:N" into *out; -1 if v is none of them. */
+/* "cpu", "vulkan" or "vulkan:N" into *out (vulkan and index); -1 if v is none of them. */
 int kvt_cli_device_parse(const char *v, kvt_cli_device *out);
+/* The section's options: --device, --gpu-memory-fraction, --n-gpu-layers (-ngl). */
 #define KVT_CLI_DEVICE_ID 1200
+#define KVT_CLI_GPU_MEM_ID 1201
+#define KVT_CLI_NGL_ID 1202
+#define KVT_CLI_IS_DEVICE_ID(id) ((id) >= KVT_CLI_DEVICE_ID && (id) <= KVT_CLI_NGL_ID)
 extern const kvt_cli_section kvt_cli_device_section;
-/* The section's handler: 0 (the device in *out when out is not NULL), or -1
+/* --device's handler: 0 (the device in *out when out is not NULL), or -1
  * after printing why the value is bad or the device cannot run the model. */
 int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out);
+/* The section's handler for any of its ids (values checked by the table). */
+int kvt_cli_device_opts(int id, const kvt_cli_arg *a, kvt_cli_device *out);
 /* eval's hand-written loop: 1 if argv[*i] is --device (checked, *given set),
- * 0 for other arguments, -1 after printing why. kvt_cli_device_env checks
+ * --gpu-memory-fraction or --n-gpu-layers / -ngl (checked), 0 for other
+ * arguments, -1 after printing why. kvt_cli_device_env checks
  * $KVTIER_DEVICE the same way when the flag was not given (0 or -1). */
 int kvt_cli_device_flag(int argc, char **argv, int *i, int *given, kvt_cli_device *out);
 int kvt_cli_device_env(kvt_cli_device *out);
 /* The engine's device parameter for d (kvt_engine_params.device). */
 int32_t kvt_cli_device_engine(const kvt_cli_device *d);
+/* Sets ep's device, gpu_memory_fraction and n_gpu_layers from d; on the CPU
+ * a -ngl above 0 is ignored with a note on stderr naming who ("run"). */
+void kvt_cli_device_apply(const char *who, const kvt_cli_device *d, kvt_engine_params *ep);
+/* Logs (info) the start-up line of a GPU engine: the device, its memory and
+ * how the engine split it, the pool in pages, tokens and sessions of n_ctx;
+ * nothing on the CPU. */
+void kvt_cli_log_device_memory(const char *who, const kvt_engine *e);
 /* `kvtier info --devices`: lists the Vulkan devices or says why there are
  * none. Returns 0 with one device or more, 1 with none. */
 int kvt_cli_print_devices(FILE *f);

@@ -3,21 +3,37 @@
  * by run, serve and eval, and `kvtier info --devices`. A Vulkan device is
  * checked to exist here; whether the model runs on it is the engine's to say
  * when it is made. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "common.h"
+#include "engine.h" /* the GPU engine's memory plan, for the start-up line */
 #include "gpu.h"
+#include "log.h"
 
 #define DEVICE_HELP \
     "where the model runs: cpu (the default) or vulkan[:N], the\nVulkan device N of `kvtier info --devices` (0 " \
     "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; llama-style models with " \
     "F32, F16 or Q8_0 weights and\nf16 or f32 KV run there, others are refused naming why"
 
+#define GPU_MEM_HELP \
+    "on a GPU, the share of its memory kvtier may take, 0 < F <= 1\n(default 0.9, as vLLM's " \
+    "gpu_memory_utilization): the activations and\nthe weights come out of it and, without --kv-active, the KV " \
+    "pool\n(T0) gets the rest; a --kv-active that does not fit is refused,\nnaming the largest that does"
+#define NGL_HELP \
+    "layers on the GPU, as llama.cpp's -ngl: with --device vulkan every\nlayer runs there (-1, 99 or N >= the " \
+    "model's layers: the default);\na smaller N is refused, as partial offload is not supported yet,\nand a model " \
+    "too large for the GPU is refused naming the largest N\nthat would fit. Ignored on the CPU (also -ngl)"
+
 static const kvt_cli_opt device_opts[] = {
     {KVT_CLI_DEVICE_ID, 0, "device", NULL, "DEV", DEVICE_HELP, 0, KVT_CLI_PLAIN},
+    {KVT_CLI_GPU_MEM_ID, 0, "gpu-memory-fraction", NULL, "F", GPU_MEM_HELP, KVT_CLI_MIN_OPEN,
+     KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {KVT_CLI_NGL_ID, 0, "n-gpu-layers", NULL, "N", NGL_HELP, 0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
 };
 const kvt_cli_section kvt_cli_device_section = {"device", device_opts, KVT_ARRAY_LEN(device_opts)};
 
@@ -75,20 +91,65 @@ int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out) {
         return -1;
     }
     if (dev.vulkan && check_vulkan(a->flag, a->str, dev.index)) return -1;
-    if (out) *out = dev;
+    if (out) out->vulkan = dev.vulkan, out->index = dev.index;
+    return 0;
+}
+
+int kvt_cli_device_opts(int id, const kvt_cli_arg *a, kvt_cli_device *out) {
+    if (id == KVT_CLI_GPU_MEM_ID) out->mem_fraction = (float)a->d;
+    else if (id == KVT_CLI_NGL_ID) out->n_gpu_layers = (int32_t)a->i, out->ngl_given = 1;
+    else return kvt_cli_device_opt(a, out);
     return 0;
 }
 
 int32_t kvt_cli_device_engine(const kvt_cli_device *d) { return d->vulkan ? d->index + 1 : 0; }
 
+void kvt_cli_device_apply(const char *who, const kvt_cli_device *d, kvt_engine_params *ep) {
+    ep->device = kvt_cli_device_engine(d);
+    if (d->mem_fraction > 0) ep->gpu_memory_fraction = d->mem_fraction;
+    if (d->ngl_given && d->vulkan) ep->n_gpu_layers = d->n_gpu_layers;
+    if (d->ngl_given && !d->vulkan && d->n_gpu_layers > 0)
+        fprintf(stderr,
+                "kvtier %s: --n-gpu-layers (-ngl) is ignored: the model runs on the CPU (--device vulkan "
+                "runs it on the GPU)\n",
+                who);
+}
+
+/* The value of a hand-written loop's --gpu-memory-fraction or --n-gpu-layers: 0, or -1 after printing why. */
+static int gpu_value(const char *flag, const char *v, kvt_cli_device *out) {
+    if (!strcmp(flag, "--n-gpu-layers")) {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10); /* -1 is a value here, so not kvt_cli_parse_long */
+        if (errno || end == v || *end || n < -1 || n > INT32_MAX) {
+            fprintf(stderr, "kvtier: %s expects an integer in [-1, %d], got '%s'\n", flag, INT32_MAX, v);
+            return -1;
+        }
+        out->n_gpu_layers = (int32_t)n, out->ngl_given = 1;
+        return 0;
+    }
+    double f = kvt_cli_parse_double(flag, v);
+    if (f != f) return -1;
+    if (!(f > 0 && f <= 1)) {
+        fprintf(stderr, "kvtier: %s must be in (0, 1], not '%s'\n", flag, v);
+        return -1;
+    }
+    out->mem_fraction = (float)f;
+    return 0;
+}
+
 int kvt_cli_device_flag(int argc, char **argv, int *i, int *given, kvt_cli_device *out) {
-    if (strcmp(argv[*i], "--device")) return 0;
+    const char *a = argv[*i];
+    int gpu = !strcmp(a, "--gpu-memory-fraction") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "-ngl");
+    if (strcmp(a, "--device") && !gpu) return 0;
     const char *v = kvt_cli_value(argc, argv, i);
     if (!v) return -1;
+    if (gpu) return gpu_value(!strcmp(a, "-ngl") ? "--n-gpu-layers" : a, v, out) ? -1 : 1;
     *given = 1;
     kvt_cli_arg arg = {.str = v, .flag = "--device"};
     return kvt_cli_device_opt(&arg, out) ? -1 : 1;
 }
+
 
 int kvt_cli_device_env(kvt_cli_device *out) {
     const char *v = getenv("KVTIER_DEVICE");
@@ -132,4 +193,26 @@ int kvt_cli_print_devices(FILE *f) {
     for (int i = 0; i < n; i++) print_device(f, &info[i]);
     free(info);
     return 0;
+}
+
+void kvt_cli_log_device_memory(const char *who, const kvt_engine *e) {
+    kvt_engine_mem m;
+    if (kvt_engine_device_memory(e, &m)) return;
+    char desc[512], line[600];
+    kvt_engine_describe_memory(e, desc, sizeof desc);
+    snprintf(line, sizeof line, "%s: the engine runs on %s", who, desc);
+    kvt_engine_params p = kvt_engine_get_params(e);
+    kvt_log_field f[] = {
+        {"device", KVT_LOG_STR, kvt_engine_device_name(e), 0, 0},
+        {"device_bytes", KVT_LOG_UINT, NULL, (long long)m.device_bytes, 0},
+        {"gpu_memory_fraction", KVT_LOG_REAL, NULL, 0, m.fraction},
+        {"weight_bytes", KVT_LOG_UINT, NULL, (long long)m.weight_bytes, 0},
+        {"act_bytes", KVT_LOG_UINT, NULL, (long long)m.act_bytes, 0},
+        {"kv_bytes", KVT_LOG_UINT, NULL, (long long)m.kv_bytes, 0},
+        {"kv_planned", KVT_LOG_BOOL, NULL, m.planned, 0},
+        {"t0_pages", KVT_LOG_INT, NULL, m.n_pages, 0},
+        {"t0_tokens", KVT_LOG_UINT, NULL, (long long)m.n_pages * p.block_size, 0},
+        {"session_tokens", KVT_LOG_INT, NULL, p.n_ctx, 0},
+    };
+    kvt_log_fields(KVT_LOG_INFO, line, f, KVT_ARRAY_LEN(f), line);
 }

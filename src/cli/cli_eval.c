@@ -71,15 +71,15 @@ static void top_n(const float *x, int32_t n, int32_t *idx) {
 }
 
 /* An engine with room for one sequence of n_ctx tokens. */
-static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt, int32_t device,
-                       kvt_engine **e) {
+static int make_engine(const kvt_model *m, int threads, int32_t n_ctx, int32_t block, kvt_kv_dtype dt,
+                       const kvt_cli_device *dev, kvt_engine **e) {
     kvt_engine_params p = kvt_engine_default_params();
     p.n_threads = threads;
     p.n_ctx = n_ctx;
     p.block_size = block;
     p.kv_dtype = dt;
     p.max_seqs = 1;
-    p.device = device;
+    kvt_cli_device_apply("eval", dev, &p);
     p.n_pages = (n_ctx + block - 1) / block;
     return kvt_engine_new(m, p, e);
 }
@@ -107,7 +107,14 @@ void kvt_usage_eval(FILE *f) {
     kvt_cli_kv_type_help(f);
     fprintf(f,
             "  --device DEV        where the model runs: cpu (the default) or vulkan[:N] ($KVTIER_DEVICE\n"
-            "                      too); this build's engine runs on the CPU only, so vulkan is refused\n");
+            "                      too), the Vulkan device N of `kvtier info --devices`\n"
+            "  --gpu-memory-fraction F\n"
+            "                      on a GPU, the share of its memory eval may take, 0 < F <= 1 (default\n"
+            "                      0.9): the weights, activations and one context of KV must fit in it\n"
+            "  -ngl, --n-gpu-layers N\n"
+            "                      layers on the GPU, as llama.cpp's -ngl: -1, 99 or N >= the model's\n"
+            "                      layers (all, the default); a smaller N is refused (no partial offload\n"
+            "                      yet). Ignored on the CPU\n");
     fprintf(f, "  -h, --help         this help\n");
 }
 
@@ -269,8 +276,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     kvt_engine *e = NULL;
     int32_t seq = 0;
-    if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), KVT_DEFAULT_BLOCK_SIZE, x.dt,
-                          kvt_cli_device_engine(&x.dev), &e)) ||
+    if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), KVT_DEFAULT_BLOCK_SIZE, x.dt, &x.dev, &e)) ||
         (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
         free(toks);

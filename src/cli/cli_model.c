@@ -55,14 +55,20 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
             "                         default: a built-in byte-level BPE vocabulary\n"
             "  --tied                 no output.weight: the output projection reuses token_embd\n"
+            "  --outliers             plant massive activations, as trained LLMs have: %d channels of\n"
+            "                         the residual stream (picked from the seed) carry values of about\n"
+            "                         1e3 to 1e4 from the second layer on, the others about 1, by\n"
+            "                         scaling those rows of the first layer's ffn_down by %g (and\n"
+            "                         the post-FFN norm's weights there on gemma); for f16 overflow\n"
+            "                         and precision tests\n"
             "  --rope-base F          rope theta; 0 = the architecture's (1e6 qwen3/gemma3, else 1e4) [%g]\n"
             "  --swa N                sliding window of phi3/gemma2/gemma3; 0 = the architecture's\n"
             "                         (phi3 2047, gemma2 4096, gemma3 512) [%d]\n"
             "  --seed N               weights seed [%llu]\n"
             "  --name NAME            general.name [%s]\n"
             "  -h, --help             this help\n",
-            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.ff, d.vocab, d.ctx, (double)d.rope_base, d.swa,
-            (unsigned long long)d.seed, d.name);
+            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.ff, d.vocab, d.ctx, KVT_MKMODEL_OUTLIERS,
+            (double)KVT_MKMODEL_OUTLIER_GAIN, (double)d.rope_base, d.swa, (unsigned long long)d.seed, d.name);
 }
 
 /* A plain type, every matrix in it (q2_k and q6_k included: here they mean
@@ -90,6 +96,15 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
             "or a K-quant mix (q4_k_m, ...), not '%s'\n",
             s);
     return -1;
+}
+
+/* Which channels carry the planted massive activations, on stderr. */
+static void say_outliers(const kvt_mkmodel_params *p) {
+    int32_t ch[KVT_MKMODEL_OUTLIERS];
+    kvt_mkmodel_outlier_channels(p, ch);
+    fprintf(stderr, "kvtier mkmodel: massive activations in channels");
+    for (int i = 0; i < KVT_MKMODEL_OUTLIERS; i++) fprintf(stderr, " %d", ch[i]);
+    fprintf(stderr, " of %d\n", p->dim);
 }
 
 int kvt_cmd_mkmodel(int argc, char **argv) {
@@ -128,6 +143,8 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             if (!(p.vocab_from = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--tied")) {
             p.tied = 1;
+        } else if (!strcmp(a, "--outliers")) {
+            p.outliers = 1;
         } else if (!strcmp(a, "--rope-base")) {
             double f;
             if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v))) return 2;
@@ -162,6 +179,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
     stat(out, &st);
     fprintf(stderr, "kvtier mkmodel: wrote %s (%.1f MB, random weights) in %.1f s\n", out, (double)st.st_size / 1e6,
             kvt_now() - t0);
+    if (p.outliers) say_outliers(&p);
     return 0;
 }
 

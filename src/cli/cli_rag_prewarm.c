@@ -246,7 +246,7 @@ static int local_open(const prewarm_args *x, int32_t block, int32_t max_tokens, 
     ep.n_ctx = (max_tokens + 1 + block - 1) / block * block;
     ep.block_size = block;
     ep.kv_dtype = x->dt;
-    ep.device = kvt_cli_device_engine(&x->dev);
+    kvt_cli_device_apply("rag prewarm", &x->dev, &ep);
     ep.max_seqs = 1;
     ep.n_pages = 2 * (ep.n_ctx / block) + 1; /* one prompt, plus as much again kept cached while it goes down */
     if (kvt_engine_new(l->m, ep, &l->e)) goto fail;

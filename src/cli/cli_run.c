@@ -45,7 +45,6 @@ enum {
     R_NO_CACHE,
     R_BLOCK_SIZE,
     R_CTX,
-    R_NGL,
     R_PROGRESS,
 };
 
@@ -73,13 +72,9 @@ static const kvt_cli_opt run_opts[] = {
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
-    {R_NGL, 0, "n-gpu-layers", NULL, "N",
-     "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)",
-     0, KVT_CLI_PLAIN},
     {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: enough for\n--ctx-size tokens plus room to keep finished "
-     "prompts cached)",
+     "prompts cached; on a\nGPU what --gpu-memory-fraction leaves after the weights)",
      0, KVT_CLI_ANY_BYTES},
     {R_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
      KVT_CLI_ANY_BYTES},
@@ -139,7 +134,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
-    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, &x->dev);
+    if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
     switch (id) { /* the values are checked against the table already */
     case R_MODEL: x->model_path = a->str; return 0;
     case R_PROMPT: x->prompt = a->str; return 0;
@@ -153,7 +148,6 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
         x->seed_given = 1;
         return 0;
     case R_THREADS: x->threads = (int)a->i; return 0;
-    case R_NGL: fprintf(stderr, "kvtier run: %s is ignored: this build runs on the CPU\n", a->flag); return 0;
     case R_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case R_KV_RAM: x->kv_ram = a->bytes; return 0;
     case R_SALT: x->salt = a->str; return 0;
@@ -262,9 +256,11 @@ static int open_runtime(run_ctx *c, const char *model_path) {
     ep.block_size = (int32_t)block;
     ep.kv_dtype = x->dt;
     ep.max_seqs = 2; /* the prompt's, and one where approximate reuse computes a missing stored document */
-    ep.device = kvt_cli_device_engine(&x->dev);
+    kvt_cli_device_apply("run", &x->dev, &ep);
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
+    } else if (x->dev.vulkan) {
+        ep.kv_active_bytes = 0; /* the GPU engine plans the pool from --gpu-memory-fraction */
     } else {
         /* one full context, plus as much again (at least the default budget) to keep prompts cached */
         ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, 2 * ((n_ctx + block - 1) / block) + 1);
@@ -273,6 +269,7 @@ static int open_runtime(run_ctx *c, const char *model_path) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
         return rc;
     }
+    if (x->dev.vulkan) kvt_cli_log_device_memory("run", c->e);
     if (x->use_cache) {
         kvt_cache_params cp = x->cp;
         cp.ram_bytes = x->kv_ram;

@@ -63,7 +63,6 @@ enum {
     O_CORS_ORIGIN,
     O_ALIAS,
     O_SESSION_KEEP_WARM,
-    O_NGL,
     O_RAG_INDEX,
     O_RAG_K,
     O_LOG_FORMAT,
@@ -108,16 +107,12 @@ static const kvt_cli_opt serve_opts[] = {
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: --parallel full\ncontexts plus one more to keep finished "
-     "prompts cached)",
+     "prompts cached; on a GPU\nwhat --gpu-memory-fraction leaves after the weights)",
      0, KVT_CLI_ANY_BYTES},
     {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
      KVT_CLI_ANY_BYTES},
     {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
-    {O_NGL, 0, "n-gpu-layers", NULL, "N",
-     "accepted for llama.cpp scripts and ignored: this build runs on the CPU\n"
-     "(also -ngl)",
-     0, KVT_CLI_PLAIN},
     {O_API_KEY, 0, "api-key", NULL, "KEY",
      "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable); each key gets its "
      "own cache\nnamespace (tenants never share cached KV). Arguments show in ps:\nprefer --api-key-file or "
@@ -383,7 +378,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     const char *v = a->str;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
-    if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, &x->dev);
+    if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -395,7 +390,6 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
     case O_THREADS: x->threads = (int)a->i; return 0;
-    case O_NGL: fprintf(stderr, "kvtier serve: %s is ignored: this build runs on the CPU\n", a->flag); return 0;
     case O_API_KEY:
         if (!*v || x->n_keys == MAX_API_KEYS) {
             fprintf(stderr, "kvtier serve: --api-key needs a non-empty key (at most %d keys)\n", MAX_API_KEYS);
@@ -579,10 +573,12 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     ep.n_ctx = (int32_t)n_ctx;
     ep.max_seqs = sp->parallel + (sp->approximate_reuse ? 1 : 0); /* + where a missing stored document is computed */
     ep.kv_dtype = x->dt;
-    ep.device = kvt_cli_device_engine(&x->dev);
+    kvt_cli_device_apply("serve", &x->dev, &ep);
     ep.n_batch = KVT_MAX(ep.n_batch, sp->parallel + sp->prefill_chunk);
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
+    } else if (x->dev.vulkan) {
+        ep.kv_active_bytes = 0; /* the GPU engine plans the pool from --gpu-memory-fraction */
     } else {
         long per_ctx = (n_ctx + ep.block_size - 1) / ep.block_size + 1;
         ep.n_pages = (int32_t)KVT_MIN((long)INT32_MAX, per_ctx * (sp->parallel + 1));
@@ -663,11 +659,7 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
                  : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")
                  : x->n_keys              ? "behind the API keys"
                                           : "open");
-    if (eff.device)
-        kvt_logk(KVT_LOG_INFO, "device,weight_bytes",
-                 "serve: the engine runs on %s: weights (%llu bytes) and T0 in "
-                 "device memory",
-                 kvt_engine_device_name(rt->e), (unsigned long long)kvt_engine_weight_device_bytes(rt->e));
+    if (eff.device) kvt_cli_log_device_memory("serve", rt->e);
     if (sp->explain_text || sp->hide_cached_tokens || x->admin_key)
         kvt_logk(KVT_LOG_INFO, "explain_text,hide_cached_tokens,admin_key",
                  "serve: cached prompt text in reuse reports %s, cache counts in answers %s, admin key %s",

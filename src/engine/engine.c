@@ -46,6 +46,8 @@ kvt_engine_params kvt_engine_default_params(void) {
     p.n_batch = KVT_DEFAULT_N_BATCH;
     p.max_seqs = KVT_DEFAULT_MAX_SEQS;
     p.n_ctx = 0;
+    p.gpu_memory_fraction = KVT_DEFAULT_GPU_MEMORY_FRACTION;
+    p.n_gpu_layers = -1;
     return p;
 }
 
@@ -82,6 +84,17 @@ static void alloc_activations(kvt_engine *e) {
     e->qrow = kvt_xmalloc(e->row_bytes);
 }
 
+/* Every page free, refcount 0, on the free list in ascending id order so
+ * that allocation order is reproducible. */
+static void pages_init(kvt_engine *e) {
+    int32_t n = e->p.n_pages;
+    e->refcount = kvt_xcalloc((size_t)n, sizeof(int32_t));
+    e->free_next = alloc_i32(n);
+    for (int32_t i = 0; i < n; i++) e->free_next[i] = i + 1 < n ? i + 1 : NO_PAGE;
+    e->free_head = 0;
+    e->n_free = n;
+}
+
 int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out) {
     *out = NULL;
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
@@ -89,6 +102,9 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     if (p.block_size < 1 || p.n_threads < 1 || p.n_batch < 1 || p.max_seqs < 1 || p.n_ctx < 0 || p.n_pages < 0 ||
         p.device < 0 || (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32 && p.kv_dtype != KVT_KV_Q8_0))
         return kvt_fail(KVT_EARG, "invalid engine parameters");
+    if (!(p.gpu_memory_fraction > 0 && p.gpu_memory_fraction <= 1) || p.n_gpu_layers < -1)
+        return kvt_fail(KVT_EARG, "gpu_memory_fraction %g must be in (0, 1] and n_gpu_layers %d at least -1",
+                        (double)p.gpu_memory_fraction, p.n_gpu_layers);
     if (kvt_kv_row_bytes(p.kv_dtype, hp->head_dim) == 0)
         return kvt_fail(KVT_EARG, "KV type %s needs a head_dim that is a multiple of %d; this model's head_dim is %d",
                         kvt_kv_dtype_name(p.kv_dtype), KVT_KV_Q8_BLOCK, hp->head_dim);
@@ -101,11 +117,13 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->q_dim = hp->n_head * hp->head_dim;
     e->page_bytes = (size_t)kvt_model_kv_token_bytes(model, p.kv_dtype) * (size_t)p.block_size;
     e->page_stride = (e->page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
-    if (p.n_pages == 0) {
+    /* on a device with neither a page count nor a budget, the GPU engine plans the pool */
+    const int planned = p.device && p.n_pages == 0 && p.kv_active_bytes == 0;
+    if (p.n_pages == 0 && !planned) {
         uint64_t n = p.kv_active_bytes / e->page_stride;
         p.n_pages = n > INT32_MAX ? INT32_MAX : (int32_t)n;
     }
-    if (p.n_pages < 1) {
+    if (p.n_pages < 1 && !planned) {
         int rc = kvt_fail(KVT_ELIMIT, "KV budget of %llu bytes holds no page of %zu bytes",
                           (unsigned long long)p.kv_active_bytes, e->page_bytes);
         free(e);
@@ -124,13 +142,6 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         free(e);
         return kvt_fail(-ENOMEM, "cannot allocate %llu bytes of KV pages", (unsigned long long)pool_bytes);
     }
-    e->refcount = kvt_xcalloc((size_t)p.n_pages, sizeof(int32_t));
-    e->free_next = alloc_i32(p.n_pages);
-    /* free list in ascending id order so allocation order is reproducible */
-    for (int32_t i = 0; i < p.n_pages; i++) e->free_next[i] = i + 1 < p.n_pages ? i + 1 : NO_PAGE;
-    e->free_head = 0;
-    e->n_free = p.n_pages;
-
     e->max_pages_per_seq = (p.n_ctx + p.block_size - 1) / p.block_size;
     e->seqs = kvt_xcalloc((size_t)p.max_seqs, sizeof *e->seqs);
     e->batch_count = alloc_i32(p.max_seqs);
@@ -141,11 +152,12 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         return kvt_fail(-ENOMEM, "cannot start %d worker threads", p.n_threads);
     }
     alloc_activations(e);
-    int rc = p.device ? kvt_eng_gpu_new(e, p.device - 1) : 0;
+    int rc = p.device ? kvt_eng_gpu_new(e, p.device - 1) : 0; /* a planned pool's size is known after it */
     if (rc) {
         kvt_engine_free(e);
         return rc;
     }
+    pages_init(e);
     *out = e;
     return 0;
 }

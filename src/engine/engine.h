@@ -71,6 +71,23 @@ typedef struct {
 kvt_eng_gpu_stats kvt_engine_gpu_stats(const kvt_engine *e);
 /* Device memory the weights take (0 on the CPU). */
 uint64_t kvt_engine_weight_device_bytes(const kvt_engine *e);
+/* How a GPU engine split its device's memory (engine_gpu_plan.c). */
+typedef struct {
+    uint64_t device_bytes; /* the memory planned with: the largest device-local heap (see engine_gpu_plan.c) */
+    float fraction;        /* the share of it the engine may take (gpu_memory_fraction) */
+    uint64_t budget;       /* device_bytes * fraction */
+    uint64_t weight_bytes, act_bytes, kv_bytes; /* what each takes; act_bytes counts staging on shared memory */
+    int32_t n_pages;                            /* the pool */
+    int planned;           /* 1: the pool was sized from the budget; 0: it was given (--kv-active) */
+    int binding_capped;    /* 1: the budget held more pages than the kernels' KV bindings reach */
+    int32_t binding_pages; /* the most pages those bindings reach */
+} kvt_engine_mem;
+/* 0 and *out for a GPU engine; KVT_EUNSUPPORTED on the CPU. */
+int kvt_engine_device_memory(const kvt_engine *e, kvt_engine_mem *out);
+/* The start-up line's words for it: the device, its memory and the split,
+ * and the pool's capacity in tokens and in sessions of n_ctx tokens; "" on
+ * the CPU. */
+void kvt_engine_describe_memory(const kvt_engine *e, char *buf, size_t cap);
 
 /* ---- pages ---------------------------------------------------------------- */
 

@@ -139,12 +139,20 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
     return 0;
 }
 
-static int dev_f32(kvt_eng_gpu *g, uint64_t n, kvt_gpu_buf **out) {
-    return kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, (n ? n : 1) * 4, out);
-}
+/* One activation or staging buffer: where it goes, its bytes and kind. */
+typedef struct {
+    kvt_gpu_buf **slot;
+    uint64_t bytes;
+    kvt_gpu_buf_kind kind;
+} act_buf;
 
-/* Long: the activations for a chunk of g->nb tokens and the staging buffers, each checked. */
-static int make_activations(kvt_engine *e, kvt_eng_gpu *g) {
+#define N_ACT 17
+
+static act_buf dev_f32(kvt_gpu_buf **slot, uint64_t n) { return (act_buf){slot, (n ? n : 1) * 4, KVT_GPU_DEVICE}; }
+
+/* Long: the activations for a chunk of g->nb tokens and the staging buffers, sized (into bufs, N_ACT of
+ * them) before anything is made, so that the memory plan sees them first. */
+static int act_layout(kvt_engine *e, kvt_eng_gpu *g, act_buf *bufs) {
     const kvt_hparams *hp = &e->model->hp;
     const uint64_t maxb = kvt_gpu_max_binding(g->d);
     const uint64_t widest = (uint64_t)KVT_MAX(KVT_MAX(hp->n_embd, hp->n_ff), KVT_MAX(e->q_dim, e->kv_dim));
@@ -156,32 +164,50 @@ static int make_activations(kvt_engine *e, kvt_eng_gpu *g) {
     g->nb = (int32_t)nb;
     uint64_t lg = KVT_MIN(KVT_MIN(maxb, LOGITS_STAGE_BYTES) / ((uint64_t)hp->n_vocab * 4), nb);
     g->lg = (uint32_t)(lg ? lg : 1);
-    const uint64_t D = (uint64_t)hp->n_embd, half = (uint64_t)hp->rope_dim / 2;
+    const uint64_t D = (uint64_t)hp->n_embd, half = (uint64_t)hp->rope_dim / 2, V = (uint64_t)hp->n_vocab;
     g->meta_words = (uint32_t)(KVT_GPU_META_WORDS * nb + KVT_MIN(nb, (uint64_t)e->p.max_seqs) * e->max_pages_per_seq);
-    int rc = dev_f32(g, nb * D, &g->x);
-    if (!rc) rc = dev_f32(g, nb * D, &g->xb);
-    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->q_dim, &g->q);
-    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->kv_dim, &g->k_);
-    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->kv_dim, &g->v);
-    if (!rc) rc = dev_f32(g, nb * (uint64_t)e->q_dim, &g->att);
-    if (!rc) rc = dev_f32(g, nb * (uint64_t)hp->n_ff, &g->hb);
-    if (!rc) rc = dev_f32(g, nb * (uint64_t)hp->n_ff, &g->hb2);
-    if (!rc) rc = dev_f32(g, nb * half, &g->cs);
-    if (!rc) rc = dev_f32(g, nb * half, &g->sn);
-    if (!rc) rc = dev_f32(g, g->meta_words, &g->meta);
-    if (!rc) rc = dev_f32(g, (uint64_t)g->lg * D, &g->xw);
-    if (!rc) rc = dev_f32(g, (uint64_t)g->lg * D, &g->xw2);
-    if (!rc) rc = dev_f32(g, (uint64_t)g->lg * (uint64_t)hp->n_vocab, &g->logits);
     g->off_cs = nb * D * 4;
     const uint64_t angles = nb * half > 0 ? nb * half : 1;
     g->off_sn = g->off_cs + angles * 4;
     g->off_meta = g->off_sn + angles * 4;
-    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, g->off_meta + (uint64_t)g->meta_words * 4, &g->in_stage);
-    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, (uint64_t)g->lg * (uint64_t)hp->n_vocab * 4, &g->out_stage);
-    uint64_t io = KVT_MIN((uint64_t)e->p.n_pages, KVT_MAX(1ull, IO_STAGE_BYTES / e->page_bytes));
+    uint64_t io = KVT_MAX(1ull, IO_STAGE_BYTES / e->page_bytes);
+    if (e->p.n_pages > 0 && io > (uint64_t)e->p.n_pages) io = (uint64_t)e->p.n_pages; /* 0: planned later */
     g->io_pages = (uint32_t)io;
-    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, io * e->page_bytes, &g->io_stage);
-    if (rc) kvt_fail_prefix(rc, "GPU activations for %llu tokens: ", (unsigned long long)nb);
+    act_buf l[N_ACT] = {
+        dev_f32(&g->x, nb * D),
+        dev_f32(&g->xb, nb * D),
+        dev_f32(&g->q, nb * (uint64_t)e->q_dim),
+        dev_f32(&g->k_, nb * (uint64_t)e->kv_dim),
+        dev_f32(&g->v, nb * (uint64_t)e->kv_dim),
+        dev_f32(&g->att, nb * (uint64_t)e->q_dim),
+        dev_f32(&g->hb, nb * (uint64_t)hp->n_ff),
+        dev_f32(&g->hb2, nb * (uint64_t)hp->n_ff),
+        dev_f32(&g->cs, nb * half),
+        dev_f32(&g->sn, nb * half),
+        dev_f32(&g->meta, g->meta_words),
+        dev_f32(&g->xw, (uint64_t)g->lg * D),
+        dev_f32(&g->xw2, (uint64_t)g->lg * D),
+        dev_f32(&g->logits, (uint64_t)g->lg * V),
+        {&g->in_stage, g->off_meta + (uint64_t)g->meta_words * 4, KVT_GPU_STAGING},
+        {&g->out_stage, (uint64_t)g->lg * V * 4, KVT_GPU_STAGING},
+        {&g->io_stage, io * e->page_bytes, KVT_GPU_STAGING},
+    };
+    memcpy(bufs, l, sizeof l);
+    for (int i = 0; i < N_ACT - 1; i++) {
+        if (bufs[i].kind == KVT_GPU_DEVICE) g->act_dev_bytes += bufs[i].bytes;
+        else g->act_stage_bytes += bufs[i].bytes;
+    }
+    /* the page I/O staging buffer and kvt_pages_stage's (made on first use) at their largest, so that the
+     * plan does not depend on the pool it plans */
+    g->act_stage_bytes += 2 * KVT_MAX(1ull, IO_STAGE_BYTES / e->page_bytes) * e->page_bytes;
+    return 0;
+}
+
+static int make_activations(kvt_engine *e, kvt_eng_gpu *g, const act_buf *bufs) {
+    int rc = 0;
+    for (int i = 0; i < N_ACT && !rc; i++) rc = kvt_gpu_buf_new(g->d, bufs[i].kind, bufs[i].bytes, bufs[i].slot);
+    (void)e;
+    if (rc) kvt_fail_prefix(rc, "GPU activations for %d tokens: ", g->nb);
     return rc;
 }
 
@@ -217,18 +243,23 @@ static void oom_hint(const kvt_engine *e, const kvt_eng_gpu *g, char *msg, size_
              (double)heap / (1 << 30));
 }
 
-/* Long: the device, its kernels, the model check, weights, pool and activations in order, undone on failure. */
+/* Long: the device, its kernels, the model check, activations, the memory plan, weights and pool in order,
+ * undone on failure. */
 int kvt_eng_gpu_new(kvt_engine *e, int index) {
     int rc = model_supported(e->model, e->p.kv_dtype);
     if (rc) return rc;
     kvt_eng_gpu *g = kvt_xcalloc(1, sizeof *g);
     e->gpu = g;
+    act_buf act[N_ACT];
     rc = kvt_gpu_open(index, &g->d);
     if (!rc) rc = kvt_gpu_kernels_new(g->d, &g->k);
-    if (!rc) rc = upload_weights(e, g);
-    if (!rc) rc = make_pool(e, g);
-    if (!rc) rc = make_activations(e, g);
+    if (!rc) rc = act_layout(e, g, act);
+    if (!rc) rc = kvt_eng_gpu_plan_fit(e, g);
+    if (!rc) rc = make_activations(e, g, act);
     if (!rc) rc = make_alt_rope(e, g);
+    if (!rc) rc = upload_weights(e, g);
+    if (!rc) rc = kvt_eng_gpu_plan_pool(e, g);
+    if (!rc) rc = make_pool(e, g);
     if (!rc) {
         numerics_id(g);
         return 0;

@@ -47,8 +47,18 @@ struct kvt_eng_gpu {
     uint32_t meta_words;
     uint32_t io_pages; /* pages io_stage holds */
     uint64_t weight_bytes;
+    uint64_t act_dev_bytes, act_stage_bytes; /* the activations', and the staging buffers' with kvt_pages_stage's */
+    kvt_engine_mem mem;                      /* the memory plan (engine_gpu_plan.c) */
     kvt_eng_gpu_stats st;
     char numerics[112];
 };
+
+/* The memory plan (engine_gpu_plan.c). Before the weights go up (the
+ * activations made): whether the model, its activations and the smallest
+ * pool (one context when planned, the given pool otherwise) fit the budget,
+ * and n_gpu_layers; KVT_ELIMIT / KVT_EUNSUPPORTED naming the sizes and what
+ * would fit. After: the pool's pages, into e->p.n_pages when planned. */
+int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g);
+int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g);
 
 #endif

@@ -17,11 +17,15 @@ static int env_flag(const char *name) {
 
 /* KVT_VK_MAX_BINDING lowers the device's storage binding limit (tests); it never raises it. */
 /* KVT_VK_MEM_LIMIT=N: device buffers past N bytes in all fail as out of
- * device memory does, to test what callers do then (0 or unset: no limit). */
+ * device memory does, and the device-local heaps this device reports are N
+ * bytes at most, so it looks like a device that small to the memory plan
+ * (0 or unset: no limit). */
 /* KVT_VK_HOST_LIMIT=N does the same for pinned host buffers. */
 static void mem_limit_from_env(kvt_gpu_dev *d) {
     const char *v = getenv("KVT_VK_MEM_LIMIT");
     d->mem_limit = v && *v ? strtoull(v, NULL, 10) : 0;
+    for (int h = 0; d->mem_limit && h < d->info.n_heaps; h++)
+        if (d->info.heap_device_local[h] && d->info.heap_bytes[h] > d->mem_limit) d->info.heap_bytes[h] = d->mem_limit;
     v = getenv("KVT_VK_HOST_LIMIT");
     d->host_limit = v && *v ? strtoull(v, NULL, 10) : 0;
 }

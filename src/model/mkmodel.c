@@ -322,6 +322,32 @@ static uint32_t matrix_type(const char *name) {
     return kvt_quant_mix_type(p->mix, name, t.cols, &info);
 }
 
+void kvt_mkmodel_outlier_channels(const kvt_mkmodel_params *p, int32_t ch[KVT_MKMODEL_OUTLIERS]) {
+    uint64_t s = p->seed ^ 0x6f75746c69657273ull; /* its own stream: the weights keep their bytes */
+    for (int i = 0; i < KVT_MKMODEL_OUTLIERS; i++) {
+        int dup;
+        do {
+            ch[i] = (int32_t)(splitmix64(&s) % (uint64_t)p->dim);
+            dup = 0;
+            for (int j = 0; j < i; j++) dup |= ch[j] == ch[i];
+        } while (dup && p->dim > i);
+    }
+}
+
+/* With outliers: scales row r of the first layer's ffn_down, or the channels of its post-FFN norm. */
+static void plant_outliers(const char *name, int64_t r, float *row, int64_t cols) {
+    if (!plan.p.outliers) return;
+    int down = !strcmp(name, "blk.0.ffn_down.weight"), post = !strcmp(name, "blk.0.post_ffw_norm.weight");
+    if (!down && !post) return;
+    int32_t ch[KVT_MKMODEL_OUTLIERS];
+    kvt_mkmodel_outlier_channels(&plan.p, ch);
+    for (int i = 0; i < KVT_MKMODEL_OUTLIERS; i++) {
+        if (down && ch[i] == r)
+            for (int64_t c = 0; c < cols; c++) row[c] *= KVT_MKMODEL_OUTLIER_GAIN;
+        if (post && ch[i] < cols) row[ch[i]] *= KVT_MKMODEL_OUTLIER_GAIN;
+    }
+}
+
 static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes) {
     fill_ctx *ctx = vctx;
     tensor_plan t = plan_for(name);
@@ -331,6 +357,7 @@ static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes)
     float *row = kvt_xmalloc((size_t)t.cols * sizeof(float));
     for (int64_t r = 0; r < t.rows; r++) {
         for (int64_t c = 0; c < t.cols; c++) row[c] = t.ones ? 1.0f : t.offset + t.scale * rand_unit(&s);
+        plant_outliers(name, r, row, t.cols);
         uint8_t *dst = (uint8_t *)buf + (size_t)r * row_bytes;
         switch (t.type) {
         case KVT_TYPE_F32: memcpy(dst, row, (size_t)t.cols * 4); break;

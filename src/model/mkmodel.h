@@ -25,7 +25,19 @@ typedef struct {
     int32_t swa;      /* sliding window of phi3/gemma2/gemma3; 0: the architecture's usual
                                (phi3 2047, gemma2 4096, gemma3 512) */
     const char *name; /* general.name */
+    int outliers;     /* plant massive activations (kvt_mkmodel_outlier_channels) */
 } kvt_mkmodel_params;
+
+/* The residual-stream channels that carry massive activations in a model
+ * made with outliers, as trained LLMs have a few (values of 1e3 to 1e4 where
+ * the others are about 1): KVT_MKMODEL_OUTLIERS channels picked from the
+ * seed, into ch. The first layer's ffn_down rows of those channels are
+ * scaled by KVT_MKMODEL_OUTLIER_GAIN, so that every token carries them from
+ * the second layer on (the post-FFN norm's weights too, where the
+ * architecture has one and would normalise them away). */
+#define KVT_MKMODEL_OUTLIERS 2
+#define KVT_MKMODEL_OUTLIER_GAIN 5000.0f
+void kvt_mkmodel_outlier_channels(const kvt_mkmodel_params *p, int32_t ch[KVT_MKMODEL_OUTLIERS]);
 
 kvt_mkmodel_params kvt_mkmodel_default_params(void);
 

@@ -19,7 +19,7 @@ check "unknown command" expect_rc 2 "$BIN" frobnicate
 check "unknown command named" has "frobnicate"
 
 check "mkmodel help" expect_rc 0 "$BIN" mkmodel --help
-for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --rope-base --swa --seed --name; do
+for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --outliers --rope-base --swa --seed --name; do
   check "mkmodel help explains $flag" has "$flag"
 done
 check "mkmodel without -o" expect_rc 2 "$BIN" mkmodel
@@ -30,6 +30,15 @@ check "mkmodel bad shape" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 60 -
 check "mkmodel bad shape explained" has "multiple"
 check "mkmodel writes" expect_rc 0 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 512
 check "mkmodel says random" has "random"
+# --outliers: the same seed, the same bytes and channels; only the planted rows differ from the plain model
+O=(mkmodel --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 512 --outliers)
+check "mkmodel --outliers writes" expect_rc 0 "$BIN" "${O[@]}" -o "$TMP/o1.gguf"
+check "... naming the channels" has "massive activations in channels"
+"$BIN" "${O[@]}" -o "$TMP/o2.gguf" 2>/dev/null
+check "... the same bytes for the same seed" cmp -s "$TMP/o1.gguf" "$TMP/o2.gguf"
+check "... other bytes than without it" bash -c "! cmp -s '$TMP/o1.gguf' '$TMP/m.gguf'"
+check "... and the same size" is "$(wc -c <"$TMP/o1.gguf")" "$(wc -c <"$TMP/m.gguf")"
+check "an outlier model runs" expect_rc 0 "$BIN" run -m "$TMP/o1.gguf" -p "hello" -n 4 -t 2 --temp 0
 # K-quant mix: rows of 256 take the recipe's types; rows of 320 (not of 256) fall back as
 # in llama.cpp (Q4_K to Q5_0)
 check "mkmodel q4_k_m" expect_rc 0 "$BIN" mkmodel -o "$TMP/k.gguf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --vocab 512 --type q4_k_m

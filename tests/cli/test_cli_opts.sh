@@ -54,6 +54,22 @@ check "env port" rejects "\$KVTIER_PORT must be an integer in [0, 65535], got '9
 check "env top-p" rejects "\$KVTIER_TOP_P must be a number in (0, 1]" env KVTIER_TOP_P=2 "$BIN" run -p x
 # --help states the defaults the bounds protect
 check "serve --help" accepts "$BIN" serve
+# the GPU options, checked on the CPU too: the memory fraction in (0, 1], -ngl from -1 (all layers)
+check "gpu-memory-fraction 0 (open bound)" rejects "--gpu-memory-fraction must be a number in (0, 1], got '0'" "$BIN" run --gpu-memory-fraction 0
+check "gpu-memory-fraction above 1" rejects "--gpu-memory-fraction must be a number in (0, 1], got '1.5'" "$BIN" serve --gpu-memory-fraction 1.5
+check "gpu-memory-fraction not a number" rejects "--gpu-memory-fraction must be a number" "$BIN" run --gpu-memory-fraction most
+check "gpu-memory-fraction 1 and 0.05 accepted" accepts "$BIN" serve --gpu-memory-fraction 1 --gpu-memory-fraction 0.05
+check "env gpu-memory-fraction" rejects "\$KVTIER_GPU_MEMORY_FRACTION must be a number in (0, 1]" env KVTIER_GPU_MEMORY_FRACTION=2 "$BIN" run -p x
+check "-ngl -2 named as --n-gpu-layers" rejects "--n-gpu-layers must be an integer in [-1, 2147483647], got '-2'" "$BIN" run -ngl -2
+check "-ngl -1 and 99 accepted" accepts "$BIN" run -ngl -1 -ngl 99
+check "eval gpu-memory-fraction 0" rejects "--gpu-memory-fraction must be in (0, 1], not '0'" "$BIN" eval --gpu-memory-fraction 0 -m m x
+check "eval -ngl not a number" rejects "--n-gpu-layers expects an integer in [-1, 2147483647], got 'all'" "$BIN" eval -ngl all -m m x
+for cmd in run serve eval; do
+  "$BIN" $cmd --help >"$TMP/help" 2>&1
+  check "$cmd --help explains --gpu-memory-fraction" grep -q -- "--gpu-memory-fraction.*" "$TMP/help"
+  check "$cmd --help explains --n-gpu-layers" grep -q -- "--n-gpu-layers" "$TMP/help"
+done
+check "run --help: the default fraction" grep -q "default 0.9" <("$BIN" run --help 2>&1)
 # the Q8_0 order: a word, from the flag (run, serve, eval) or KVTIER_Q8_ORDER; the kernels' own
 # environment variables are checked too, not silently replaced by a default
 check "q8-order unknown" rejects "--q8-order must be lanes or block, not 'fast'" "$BIN" run --q8-order fast

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: MIT
+/* The GPU engine's memory plan. The engine may take a share of its device's
+ * memory (gpu_memory_fraction, 0.9 by default, as vLLM's
+ * gpu_memory_utilization) of the largest device-local heap. The activations
+ * and the weights come out of that budget first; a pool whose size was not
+ * given (n_pages and kv_active_bytes both 0) gets what is left, and a given
+ * one must fit in it. Whatever does not fit is refused before the weights are
+ * uploaded, naming the sizes and what would fit.
+ *
+ * A device whose memory is the host's RAM (type "cpu", as Mesa's lavapipe)
+ * reports a heap that the whole machine shares; the plan takes at most
+ * HOST_PLAN_BYTES of it there. On any device but a discrete GPU the staging
+ * buffers (with kvt_pages_stage's, made later) come from the same memory, so
+ * they count with the activations.
+ *
+ * The pool is at most what the kernels' KVT_GPU_KV_CHUNKS KV bindings reach
+ * (each binding at most the device's largest storage binding); a planned pool
+ * stops there and says so.
+ *
+ * Partial offload (n_gpu_layers below the layer count) is refused: a page
+ * holds the K/V of every layer in one allocation (engine.h), so the first N
+ * layers' KV cannot live on the device and the others' in host RAM without
+ * splitting every page, the page I/O and every tier's records. When the model
+ * does not fit, the refusal names the largest N that would, from the
+ * per-layer weight bytes, for when it is supported. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "engine_gpu_impl.h"
+#include "model.h"
+
+#define HOST_PLAN_BYTES (1ull << 30)
+
+/* The device memory the plan works with. */
+static uint64_t plan_device_bytes(const kvt_gpu_info *in) {
+    uint64_t heap = 0;
+    for (int h = 0; h < in->n_heaps; h++)
+        if (in->heap_device_local[h] && in->heap_bytes[h] > heap) heap = in->heap_bytes[h];
+    if (!strcmp(in->type, "cpu") && heap > HOST_PLAN_BYTES) heap = HOST_PLAN_BYTES;
+    return heap;
+}
+
+static uint64_t wbytes(const kvt_wmat *w) { return (uint64_t)w->rows * w->row_bytes; }
+
+/* What one layer's weights take on the device (as the CPU holds them: the
+ * device's layouts differ by a few bytes per slice). */
+static uint64_t layer_bytes(const kvt_model *m, int32_t l) {
+    const kvt_layer *L = &m->layers[l];
+    return wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo) + wbytes(&L->w_gate) + wbytes(&L->w_up) +
+        wbytes(&L->w_down) + 2 * (uint64_t)m->hp.n_embd * 4;
+}
+
+/* The output matrix and norm; the embedding rows stay on the host. */
+static uint64_t head_bytes(const kvt_model *m) { return wbytes(&m->output) + (uint64_t)m->hp.n_embd * 4; }
+
+static int32_t ctx_pages(const kvt_engine *e) { return (e->p.n_ctx + e->p.block_size - 1) / e->p.block_size; }
+
+/* b as "12.3 MiB" or "4.56 GiB" in one of a few rotating buffers (for one message). */
+static const char *sz(uint64_t b) {
+    static _Thread_local char ring[8][32];
+    static _Thread_local int next;
+    char *s = ring[next++ % 8];
+    if (b >= (1ull << 30)) snprintf(s, sizeof ring[0], "%.2f GiB", (double)b / (1 << 30));
+    else snprintf(s, sizeof ring[0], "%.1f MiB", (double)b / (1 << 20));
+    return s;
+}
+
+/* The most layers whose weights, with their share of kv bytes of KV, fit in room. */
+static int32_t largest_layers(const kvt_model *m, uint64_t room, uint64_t kv) {
+    int32_t L = m->hp.n_layer, n = 0;
+    uint64_t used = 0;
+    while (n < L) {
+        used += layer_bytes(m, n);
+        if (used + kv * (uint64_t)(n + 1) / (uint64_t)L > room) break;
+        n++;
+    }
+    return n;
+}
+
+static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, uint64_t kv) {
+    const kvt_engine_mem *mem = &g->mem;
+    const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
+    uint64_t room = mem->budget > mem->act_bytes ? mem->budget - mem->act_bytes : 0;
+    char what[96];
+    if (mem->planned) snprintf(what, sizeof what, "the KV of one %d-token context", e->p.n_ctx);
+    else snprintf(what, sizeof what, "the KV pool asked for (--kv-active)");
+    return kvt_fail(KVT_ELIMIT,
+                    "the model does not fit in the memory of %s: its weights (%s), activations (%s) and %s (%s) "
+                    "need %s, over the %s that --gpu-memory-fraction %.2f of its %s allows. The largest "
+                    "--n-gpu-layers (-ngl) that would fit is %d of %d, but partial offload (the other layers on "
+                    "the CPU) is not supported yet: run it with --device cpu, a smaller --ctx-size, or a smaller "
+                    "or more quantized model",
+                    in->name, sz(weights), sz(mem->act_bytes), what, sz(kv), sz(weights + mem->act_bytes + kv),
+                    sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), largest_layers(e->model, room, kv),
+                    e->model->hp.n_layer);
+}
+
+/* 0 when a given pool fits next to weights bytes of weights, else KVT_ELIMIT naming the largest that does. */
+static int given_pool_fits(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights) {
+    const kvt_engine_mem *mem = &g->mem;
+    uint64_t pool = (uint64_t)e->p.n_pages * e->page_stride, used = weights + mem->act_bytes;
+    uint64_t room = mem->budget > used ? mem->budget - used : 0, fit = room / e->page_stride;
+    if (pool <= room) return 0;
+    return kvt_fail(KVT_ELIMIT,
+                    "a KV pool of %d pages (%s, --kv-active) does not fit: the %s that --gpu-memory-fraction %.2f "
+                    "of this device's %s allows leaves %s after the weights (%s) and activations (%s); the largest "
+                    "pool that fits is %llu pages (--kv-active %llu), or leave --kv-active out to have it planned",
+                    e->p.n_pages, sz(pool), sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), sz(room),
+                    sz(weights), sz(mem->act_bytes), (unsigned long long)fit,
+                    (unsigned long long)(fit * e->page_stride));
+}
+
+int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g) {
+    const kvt_model *m = e->model;
+    kvt_engine_mem *mem = &g->mem;
+    const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
+    const int32_t L = m->hp.n_layer, ngl = e->p.n_gpu_layers;
+    mem->device_bytes = plan_device_bytes(in);
+    mem->fraction = e->p.gpu_memory_fraction;
+    mem->budget = (uint64_t)((double)mem->device_bytes * (double)mem->fraction);
+    mem->act_bytes = g->act_dev_bytes + (strcmp(in->type, "discrete") ? g->act_stage_bytes : 0);
+    mem->planned = e->p.n_pages == 0;
+    uint64_t weights = head_bytes(m);
+    for (int32_t l = 0; l < L; l++) weights += layer_bytes(m, l);
+    uint64_t kv = (uint64_t)(mem->planned ? ctx_pages(e) : e->p.n_pages) * e->page_stride;
+    uint64_t need_min = weights + mem->act_bytes + (mem->planned ? kv : e->page_stride);
+    if (need_min > mem->budget) return not_fit(e, g, weights, kv);
+    if (ngl >= 0 && ngl < L)
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "--n-gpu-layers %d would put %d of this model's %d layers on the GPU and the rest on the "
+                        "CPU, which is not supported yet; the whole model fits in %s's memory: leave -ngl out, or "
+                        "give -ngl %d or more (-1 or 99 as with llama.cpp), or use --device cpu",
+                        ngl, ngl, L, in->name, L);
+    return mem->planned ? 0 : given_pool_fits(e, g, weights);
+}
+
+int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
+    kvt_engine_mem *mem = &g->mem;
+    mem->weight_bytes = g->weight_bytes;
+    uint64_t per = kvt_gpu_max_binding(g->d) / e->page_stride;
+    mem->binding_pages = (int32_t)KVT_MIN(per * KVT_GPU_KV_CHUNKS, (uint64_t)INT32_MAX);
+    if (!mem->planned) {
+        int rc = given_pool_fits(e, g, mem->weight_bytes);
+        mem->n_pages = e->p.n_pages;
+        mem->kv_bytes = (uint64_t)mem->n_pages * e->page_stride;
+        return rc;
+    }
+    uint64_t used = mem->weight_bytes + mem->act_bytes, room = mem->budget > used ? mem->budget - used : 0;
+    uint64_t pages = room / e->page_stride;
+    mem->binding_capped = pages > (uint64_t)mem->binding_pages;
+    if (mem->binding_capped) pages = (uint64_t)mem->binding_pages;
+    int32_t one = ctx_pages(e);
+    if (pages < (uint64_t)one)
+        return kvt_fail(KVT_ELIMIT,
+                        "%s hold%s %llu KV pages (%llu tokens), less than one context of %d tokens: lower "
+                        "--ctx-size to %llu or less%s",
+                        mem->binding_capped ? "the kernels' KV bindings" : "the device memory left after the weights",
+                        mem->binding_capped ? "" : "s", (unsigned long long)pages,
+                        (unsigned long long)pages * (uint64_t)e->p.block_size, e->p.n_ctx,
+                        (unsigned long long)pages * (uint64_t)e->p.block_size,
+                        mem->binding_capped ? " or --block-size" : ", or raise --gpu-memory-fraction");
+    e->p.n_pages = (int32_t)pages;
+    mem->n_pages = e->p.n_pages;
+    mem->kv_bytes = pages * e->page_stride;
+    return 0;
+}
+
+const kvt_engine_mem *kvt_eng_gpu_mem(const kvt_eng_gpu *g) { return &g->mem; }
+
+int kvt_engine_device_memory(const kvt_engine *e, kvt_engine_mem *out) {
+    if (!e->gpu) return kvt_fail(KVT_EUNSUPPORTED, "the engine runs on the CPU");
+    *out = *kvt_eng_gpu_mem(e->gpu);
+    return 0;
+}
+
+void kvt_engine_describe_memory(const kvt_engine *e, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    if (!e->gpu || !cap) return;
+    const kvt_engine_mem *m = kvt_eng_gpu_mem(e->gpu);
+    uint64_t tokens = (uint64_t)m->n_pages * (uint64_t)e->p.block_size;
+    char how[128];
+    if (!m->planned) snprintf(how, sizeof how, "given");
+    else if (m->binding_capped)
+        snprintf(how, sizeof how, "planned, held to the %d pages the kernels' %d KV bindings reach", m->binding_pages,
+                 KVT_GPU_KV_CHUNKS);
+    else snprintf(how, sizeof how, "planned");
+    snprintf(buf, cap,
+             "%s: device memory %s, the engine's share %.2f = %s: weights %s, activations %s, KV pool %s (%s): "
+             "%d pages, %llu tokens, %.1f sessions of %d tokens",
+             kvt_eng_gpu_name(e->gpu), sz(m->device_bytes), (double)m->fraction, sz(m->budget), sz(m->weight_bytes),
+             sz(m->act_bytes), sz(m->kv_bytes), how, m->n_pages, (unsigned long long)tokens,
+             (double)tokens / (double)(e->p.n_ctx > 0 ? e->p.n_ctx : 1), e->p.n_ctx);
+}

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+/* The GPU engine's memory plan on Vulkan device 0 (lavapipe here), the
+ * device's memory made small with KVT_VK_MEM_LIMIT:
+ *  - a pool left unsized gets exactly the pages that the budget
+ *    (gpu_memory_fraction of the memory) holds after the weights and the
+ *    activations, with any fraction; without a limit, a software device is
+ *    planned with at most 1 GiB and the pool stops at what the kernels' KV
+ *    bindings reach, saying so;
+ *  - a given pool that fits is kept; one page more is refused naming both
+ *    sizes and the largest pool that fits;
+ *  - a planned pool under one context is refused naming the --ctx-size that fits;
+ *  - a model that does not fit is refused naming the largest -ngl that would
+ *    (from the per-layer weight bytes) and that partial offload is not
+ *    supported; -ngl below the layer count on a model that fits is refused,
+ *    -1, the layer count and 99 are accepted; bad fractions are KVT_EARG.
+ * No validation message may appear. Skips (77) without a device. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+#include "gpu_test.h"
+#include "model.h"
+
+#define B 16
+#define CTX 64 /* one context: 4 pages */
+
+static kvt_engine_params params(int32_t n_pages, float fraction, int32_t ngl) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = B;
+    ep.n_pages = n_pages;
+    ep.kv_active_bytes = 0; /* with n_pages 0: planned */
+    ep.n_ctx = CTX;
+    ep.n_threads = 1;
+    ep.max_seqs = 2;
+    ep.device = 1;
+    ep.gpu_memory_fraction = fraction;
+    ep.n_gpu_layers = ngl;
+    return ep;
+}
+
+static void set_limit(uint64_t bytes) {
+    char v[32];
+    snprintf(v, sizeof v, "%llu", (unsigned long long)bytes);
+    setenv("KVT_VK_MEM_LIMIT", v, 1);
+}
+
+/* An engine's plan, or rc and its message when it is refused. */
+static int plan_of(const kvt_model *m, kvt_engine_params ep, kvt_engine_mem *mem) {
+    kvt_engine *e = NULL;
+    int rc = kvt_engine_new(m, ep, &e);
+    if (!rc) {
+        CHECK(kvt_engine_device_memory(e, mem) == 0);
+        CHECKF(kvt_page_count(e) == mem->n_pages, "the engine has %d pages, its plan %d", kvt_page_count(e),
+               mem->n_pages);
+        /* the pool is usable to its last page */
+        int32_t s, tok[CTX];
+        for (int i = 0; i < CTX; i++) tok[i] = 1 + i;
+        CHECK(kvt_seq_new(e, NULL, 0, 0, &s) == 0 && kvt_engine_feed(e, s, tok, CTX, 0, NULL) == 0);
+    }
+    kvt_engine_free(e);
+    return rc;
+}
+
+static uint64_t wbytes(const kvt_wmat *w) { return (uint64_t)w->rows * w->row_bytes; }
+static uint64_t layer_bytes(const kvt_model *m, int32_t l) {
+    const kvt_layer *L = &m->layers[l];
+    return wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo) + wbytes(&L->w_gate) + wbytes(&L->w_up) +
+        wbytes(&L->w_down) + 2 * (uint64_t)m->hp.n_embd * 4;
+}
+
+static int says(const char *what) {
+    int ok = strstr(kvt_errmsg(), what) != NULL;
+    if (!ok) fprintf(stderr, "  the message: %s\n  lacks: %s\n", kvt_errmsg(), what);
+    return ok;
+}
+
+/* Long: each sizing rule against figures computed here from the first plan's. */
+static void check_plan(const kvt_model *m) {
+    unsetenv("KVT_VK_MEM_LIMIT");
+    kvt_engine_mem base = {0};
+    CHECKF(plan_of(m, params(0, 0.9f, -1), &base) == 0, "a planned engine: %s", kvt_errmsg());
+    printf("plan: no limit: device %llu bytes, budget %llu, weights %llu, activations %llu, pool %d pages "
+           "(bindings reach %d)\n",
+           (unsigned long long)base.device_bytes, (unsigned long long)base.budget,
+           (unsigned long long)base.weight_bytes, (unsigned long long)base.act_bytes, base.n_pages, base.binding_pages);
+    CHECK(base.planned && base.n_pages > 0 && base.n_pages <= base.binding_pages);
+    CHECKF(base.device_bytes <= (1ull << 30), "a software device planned with %llu bytes (at most 1 GiB)",
+           (unsigned long long)base.device_bytes);
+    CHECK(base.binding_capped == (base.n_pages == base.binding_pages));
+    const uint64_t w = base.weight_bytes, a = base.act_bytes, stride = base.kv_bytes / (uint64_t)base.n_pages;
+    /* a device that holds the weights, the activations and 10.5 pages: 10 pages, with fraction 1 and 0.5 */
+    uint64_t lim = w + a + 10 * stride + stride / 2;
+    set_limit(lim);
+    kvt_engine_mem p = {0};
+    CHECKF(plan_of(m, params(0, 1.0f, -1), &p) == 0 && p.n_pages == 10 && p.planned && !p.binding_capped,
+           "fraction 1: %d pages (want 10): %s", p.n_pages, kvt_errmsg());
+    CHECK(p.device_bytes == lim && p.budget == lim && p.act_bytes == a && p.weight_bytes == w);
+    set_limit(2 * lim);
+    CHECKF(plan_of(m, params(0, 0.5f, -1), &p) == 0 && p.n_pages == 10, "fraction 0.5: %d pages (want 10): %s",
+           p.n_pages, kvt_errmsg());
+    /* a given pool: 10 pages fit, 11 are refused naming both sizes and the 10 that fit */
+    set_limit(lim);
+    CHECKF(plan_of(m, params(10, 1.0f, -1), &p) == 0 && p.n_pages == 10 && !p.planned, "10 given pages: %s",
+           kvt_errmsg());
+    int rc = plan_of(m, params(11, 1.0f, -1), &p);
+    char fit[64];
+    snprintf(fit, sizeof fit, "the largest pool that fits is 10 pages (--kv-active %llu)",
+             (unsigned long long)(10 * stride));
+    CHECKF(rc == KVT_ELIMIT && says("a KV pool of 11 pages") && says(fit), "11 given pages: rc %d", rc);
+    /* a planned pool under one context (4 pages): for want of memory, or of binding reach */
+    set_limit(w + a + 3 * stride);
+    rc = plan_of(m, params(0, 1.0f, -1), &p);
+    CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("the KV of one 64-token context") && says("--ctx-size"),
+           "3 pages: rc %d", rc);
+    unsetenv("KVT_VK_MEM_LIMIT");
+    char one[32];
+    snprintf(one, sizeof one, "%llu", (unsigned long long)stride);
+    setenv("KVT_VK_MAX_BINDING", one, 1);
+    kvt_engine_params wide = params(0, 0.9f, -1);
+    wide.n_ctx = CTX + B;
+    rc = plan_of(m, wide, &p);
+    unsetenv("KVT_VK_MAX_BINDING");
+    CHECKF(rc == KVT_ELIMIT &&
+               says("the kernels' KV bindings hold 4 KV pages (64 tokens), less than one context of 80") &&
+               says("--ctx-size to 64"),
+           "bindings of one page: rc %d", rc);
+    set_limit(lim);
+    /* the model does not fit: the largest -ngl from the per-layer bytes (2 layers; the KV of one context
+     * shared out by layer) */
+    const uint64_t l0 = layer_bytes(m, 0), ctx_kv = (CTX / B) * stride;
+    set_limit(a + l0 + ctx_kv / 2 + 1);
+    rc = plan_of(m, params(0, 1.0f, -1), &p);
+    CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("that would fit is 1 of 2") &&
+               says("partial offload (the other layers on the CPU) is not supported yet"),
+           "room for one layer: rc %d", rc);
+    set_limit(a / 2);
+    rc = plan_of(m, params(0, 1.0f, 1), &p);
+    CHECKF(rc == KVT_ELIMIT && says("that would fit is 0 of 2"), "room for no layer, -ngl 1: rc %d", rc);
+    /* -ngl on a model that fits */
+    unsetenv("KVT_VK_MEM_LIMIT");
+    rc = plan_of(m, params(8, 0.9f, 1), &p);
+    CHECKF(rc == KVT_EUNSUPPORTED && says("--n-gpu-layers 1 would put 1 of this model's 2 layers") &&
+               says("not supported yet") && says("fits"),
+           "-ngl 1: rc %d", rc);
+    CHECKF(plan_of(m, params(8, 0.9f, 0), &p) == KVT_EUNSUPPORTED, "-ngl 0 is refused on a device");
+    int32_t all[] = {-1, 2, 99};
+    for (int i = 0; i < 3; i++)
+        CHECKF(plan_of(m, params(8, 0.9f, all[i]), &p) == 0, "-ngl %d: %s", all[i], kvt_errmsg());
+    float bad[] = {0.0f, -0.5f, 1.01f, NAN};
+    for (int i = 0; i < 4; i++) {
+        rc = plan_of(m, params(8, bad[i], -1), &p);
+        CHECKF(rc == KVT_EARG && says("gpu_memory_fraction"), "fraction %g: rc %d", (double)bad[i], rc);
+    }
+    CHECK(plan_of(m, params(8, 0.9f, -2), &p) == KVT_EARG);
+}
+
+int main(void) {
+    kvt_test_gpu_variant();
+    gpu_test_start();
+    kvt_model *m = kvt_test_tiny_model_typed("gpu_plan.gguf", 512, KVT_TYPE_F16);
+    CHECK(m != NULL);
+    if (m) check_plan(m);
+    kvt_model_free(m);
+    gpu_test_no_validation_messages(0);
+    return kvt_test_done("test_gpu_plan");
+}

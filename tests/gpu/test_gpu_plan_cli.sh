@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The memory plan from the command line, on Vulkan device 0 (lavapipe here),
+# its memory made small with KVT_VK_MEM_LIMIT: run and serve on a GPU without
+# --kv-active plan the pool and say so on their start-up line (device memory,
+# weights, activations, KV pool, its tokens and sessions of the context); a
+# --kv-active that does not fit is refused naming the largest that does, and
+# that one runs, giving the planned run's text; a model that does not fit is
+# refused naming the largest -ngl that would, and that partial offload is not
+# supported; -ngl below the layer count is refused on run and eval, -ngl 99
+# runs. The validation layer is on and no validation message may appear.
+set -u
+[ -n "${TSAN_OPTIONS:-}" ] && { echo "SKIP: not under ThreadSanitizer (no GPU test is)"; exit 77; }
+. "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
+"$BIN" info --devices >"$TMP/devices" 2>&1 || { echo "SKIP: no Vulkan device: $(head -1 "$TMP/devices")"; exit 77; }
+export KVT_VK_VALIDATION=1
+says() { grep -aqF -- "$1" "$TMP/err" || { echo "  said: $(grep -a kvtier "$TMP/err" | tail -2), expected '$1'" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 --type f16 \
+  2>/dev/null || bad "mkmodel"
+RUN=("$BIN" run -m "$TMP/m.gguf" -p "hello there, tiers" -n 6 --temp 0 --ctx 128 --device vulkan)
+
+rc=0
+"${RUN[@]}" >"$TMP/planned" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "run on the GPU without --kv-active" is "$rc" 0
+check "... plans the pool and says so" says "(planned"
+check "... with the device's memory and the share" says "the engine's share 0.90 = "
+for w in "weights " "activations " "KV pool " " tokens, " " sessions of 128 tokens"; do
+  check "... naming its$w" says "$w"
+done
+
+# a device of 200 MiB, 180 of it the engine's: a pool of 100 MiB does not fit
+rc=0
+KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --kv-active 100M >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "a --kv-active over the budget fails" is "$rc" 1
+check "... naming the pool" says "a KV pool of 12800 pages (100.0 MiB, --kv-active) does not fit"
+check "... and the budget" says "the 180.0 MiB that --gpu-memory-fraction 0.90 of this device's 200.0 MiB allows"
+fit=$(grep -ao -- '--kv-active [0-9]*)' "$TMP/err" | tr -dc 0-9)
+check "... and the largest pool that fits" test -n "$fit"
+rc=0
+KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --kv-active "$fit" -ngl 99 >"$TMP/given" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "that pool runs (with -ngl 99)" is "$rc" 0
+check "... and says it was given" says "(given)"
+check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
+
+# a device smaller than the activations: the model does not fit at all
+rc=0
+KVT_VK_MEM_LIMIT=$((100 << 20)) "${RUN[@]}" >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "a model too large for the device fails" is "$rc" 1
+check "... saying so" says "the model does not fit in the memory of"
+check "... naming the largest -ngl" says "The largest --n-gpu-layers (-ngl) that would fit is 0 of 2"
+check "... and that partial offload is not supported" says "partial offload (the other layers on the CPU) is not supported yet"
+
+rc=0
+"${RUN[@]}" -ngl 1 >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "run -ngl 1 on a model that fits fails" is "$rc" 1
+check "... saying partial offload is not supported" says "--n-gpu-layers 1 would put 1 of this model's 2 layers on the GPU"
+check "... and how to run it" says "leave -ngl out"
+rc=0
+"$BIN" eval -m "$TMP/m.gguf" -n 1 --device vulkan -ngl 1 hi >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "eval -ngl 1 fails the same way" is "$rc" 1
+check "... saying so" says "not supported yet"
+
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 2 --ctx 256 --gpu-memory-fraction 0.5)
+kvt_start_server S
+cp "${KVT_LOG[S]}" "$TMP/err"
+cat "$TMP/err" >>"$TMP/all"
+check "serve's start-up line plans the pool" says "serve: the engine runs on"
+check "... with the share asked for" says "the engine's share 0.50 = "
+check "... and sessions of the context" says " sessions of 256 tokens"
+kvt_stop_server S
+check "no validation message" sh -c "! grep -qi 'validation' '$TMP/all'"
+kvt_test_done test_gpu_plan_cli
