@@ -197,6 +197,8 @@ static int act_layout(kvt_engine *e, kvt_eng_gpu *g, act_buf *bufs) {
         if (bufs[i].kind == KVT_GPU_DEVICE) g->act_dev_bytes += bufs[i].bytes;
         else g->act_stage_bytes += bufs[i].bytes;
     }
+    if (e->rope_cos_alt) /* make_alt_rope's: the sliding layers' angles, on the device and staged */
+        g->act_dev_bytes += 2 * angles * 4, g->act_stage_bytes += 2 * angles * 4;
     /* the page I/O staging buffer and kvt_pages_stage's (made on first use) at their largest, so that the
      * plan does not depend on the pool it plans */
     g->act_stage_bytes += 2 * KVT_MAX(1ull, IO_STAGE_BYTES / e->page_bytes) * e->page_bytes;
@@ -216,8 +218,8 @@ static int make_activations(kvt_engine *e, kvt_eng_gpu *g, const act_buf *bufs) 
 static int make_alt_rope(kvt_engine *e, kvt_eng_gpu *g) {
     if (!e->rope_cos_alt) return 0;
     const uint64_t n = KVT_MAX(1ull, (uint64_t)g->nb * (uint64_t)(e->model->hp.rope_dim / 2));
-    int rc = dev_f32(g, n, &g->cs_alt);
-    if (!rc) rc = dev_f32(g, n, &g->sn_alt);
+    int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, n * 4, &g->cs_alt);
+    if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, n * 4, &g->sn_alt);
     if (!rc) rc = kvt_gpu_buf_new(g->d, KVT_GPU_STAGING, 2 * n * 4, &g->alt_stage);
     if (rc) kvt_fail_prefix(rc, "the sliding layers' rope angles: ");
     return rc;

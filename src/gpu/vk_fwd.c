@@ -13,6 +13,8 @@
 #include "types.h"
 #include "vk_impl.h"
 
+#define Q8_BLOCK 32             /* values per q8_0 KV group */
+#define Q8_BLOCK_BYTES 34       /* its f16 scale, then 32 int8 */
 #define UPLOAD_BYTES (4u << 20) /* rows repacked per upload */
 #define MAX_HEAD_DIM 256        /* attention.glsl */
 #define MAX_TOKENS 65535u       /* the y (or x) dimension of a dispatch */

@@ -8,10 +8,11 @@
  *    chunked prefill write for the same tokens, and so do their logits;
  *  - warm equals cold through the cache: greedy tokens and logits from T0,
  *    T1 and T2 (a fresh engine and cache on the same directory), each run
- *    restoring from the tier it names, each restored run one batched copy;
- *    with f16 and with q8_0 pages (q8_0 on a model with heads of 32, also
- *    against the CPU and in the decode-against-prefill check; the GPU
- *    variants leave out its warm-equals-cold);
+ *    restoring from the tier it names, each restored run one batched copy,
+ *    T1's straight from its pinned arena; with f16 and with q8_0 pages (q8_0
+ *    on a model with heads of 32, also against the CPU and in the
+ *    decode-against-prefill check; the GPU variants leave out its
+ *    warm-equals-cold);
  *  - a lost device (injected) fails a step with a clear error and leaves the
  *    sequence as it was; what the GPU engine does not run is refused by name.
  * No validation message may appear. Skips (77) without a device. */
@@ -201,6 +202,12 @@ static void check_warm_equals_cold(const kvt_model *m, const char *dir, kvt_kv_d
            "restores took %llu submissions for %llu runs in and %llu out",
            (unsigned long long)(s1.io_submits - s0.io_submits), (unsigned long long)(s1.runs_in - s0.runs_in),
            (unsigned long long)(s1.runs_out - s0.runs_out));
+    /* T1's arena is pinned host memory: its pages go to the pool straight, whatever chunk they land in */
+    CHECKF(s1.pages_direct - s0.pages_direct == s1.pages_in - s0.pages_in + (s1.pages_out - s0.pages_out) &&
+               s1.pages_bounced == s0.pages_bounced,
+           "the T1 restore copied %llu pages straight and %llu through staging",
+           (unsigned long long)(s1.pages_direct - s0.pages_direct),
+           (unsigned long long)(s1.pages_bounced - s0.pages_bounced));
     CHECK(kvt_cache_flush(c) == 0);
     kvt_cache_free(c);
     kvt_engine_free(e);
