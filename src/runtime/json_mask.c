@@ -208,6 +208,64 @@ static int32_t walk(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
     return count;
 }
 
+/* The top frame when it is a patterned string with no escape pending, in
+ * the only parse; else NULL. */
+static const frame *rx_top(const kvt_jg *g) {
+    const jstack *one = &g->st.a[0];
+    if (g->st.n != 1 || one->done) return NULL;
+    const frame *top = &one->f[one->depth - 1];
+    return top->kind == F_STR && top->sub == S_NORMAL && N(g->s, top->node)->rx ? top : NULL;
+}
+
+/* walk() inside a patterned string: plain bytes only move the automaton, so
+ * the walk keeps one automaton state per depth, and steps whole states only
+ * under a quote, a backslash or a control byte (from depth full on). */
+static int32_t walk_rx(kvt_jg *g, const frame *top, const trie *t, int32_t left, uint8_t *mask) {
+    const jdfa *d = N(g->s, top->node)->rx;
+    int32_t q[KVT_JG_MAX_TOKEN + 1], count = 0, full = INT32_MAX;
+    int32_t base = min_bytes(&g->st, g->s) - (d->dist[top->idx] + 1); /* the frames below the string */
+    q[0] = top->idx;
+    for (int32_t i = 0; i < t->n;) {
+        int32_t dep = t->depth[i], cost;
+        uint8_t b = t->byte[i];
+        if (dep <= full) full = INT32_MAX; /* out of the subtree stepped whole */
+        if (full == INT32_MAX && (b == '"' || b == '\\' || b < 0x20)) {
+            jstate *p = &g->walk[dep - 1];
+            state_copy(p, &g->st);
+            p->a[0].f[p->a[0].depth - 1].idx = q[dep - 1];
+            full = dep;
+        }
+        if (full != INT32_MAX) {
+            jstate *st = &g->walk[dep];
+            state_copy(st, &g->walk[dep - 1]);
+            if (!jg_step_all(st, g->s, b)) {
+                i = t->skip[i];
+                continue;
+            }
+            cost = min_bytes(st, g->s);
+        } else {
+            if ((q[dep] = jdfa_next(d, q[dep - 1], b)) < 0) {
+                i = t->skip[i];
+                continue;
+            }
+            cost = base + d->dist[q[dep]] + 1;
+        }
+        if (t->tok[i] >= 0 && cost <= left)
+            for (int32_t id = t->tok[i]; id >= 0; id = t->next[id]) {
+                mask[id] = 1;
+                count++;
+            }
+        i++;
+    }
+    return count;
+}
+
+static int32_t walk_any(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
+    if (!g->walk) g->walk = kvt_xmalloc((KVT_JG_MAX_TOKEN + 1) * sizeof *g->walk); /* on first use */
+    const frame *top = rx_top(g);
+    return top ? walk_rx(g, top, t, left, mask) : walk(g, t, left, mask);
+}
+
 int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
     const kvt_jg_vocab *v = g->v;
     int32_t left = budget - 1;
@@ -234,12 +292,12 @@ int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
     if (can_end(&g->st, g->s))
         for (int32_t id = 0; id < v->n_vocab; id++)
             if (v->eog[id]) mask[id] = 1, count++;
-    int32_t n = walk(g, &v->all, left, mask);
+    int32_t n = walk_any(g, &v->all, left, mask);
     /* Past the budget already (it counts bytes, and tokens are often longer):
      * only tokens that bring the end nearer, so the document still finishes
      * as soon as it can. */
     int32_t need = min_bytes(&g->st, g->s);
-    if (!n && need > left) n = walk(g, &v->all, need - 1, mask);
+    if (!n && need > left) n = walk_any(g, &v->all, need - 1, mask);
     return count + n;
 }
 

@@ -337,6 +337,50 @@ static void test_random_walks(const kvt_tokenizer *t, int walks, int32_t budget)
     kvt_jg_vocab_free(v);
 }
 
+/* The mask equals stepping each token's bytes from the prefix (and the
+ * budget rule), inside patterned strings, unions and bounded numbers. */
+static void test_mask_exact(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *s = compile(ZOD);
+    int32_t nv = kvt_tokenizer_n_vocab(t);
+    uint8_t *mask = malloc((size_t)nv);
+    static const char *const prefixes[] = {
+        "{\"user\":{\"email\":\"ab",
+        "{\"user\":{\"email\":\"a.b@c",
+        "{\"user\":{\"id\":\"123e4567-e89b-4",
+        "{\"when\":\"2024-02-2",
+        "{\"price\":0",
+        "{\"tree\":{\"n\":-",
+        "{\"tags\":[\"ab",
+    };
+    for (size_t i = 0; s && i < KVT_ARRAY_LEN(prefixes); i++) {
+        kvt_jg *g = kvt_jg_new(s, v);
+        CHECKF(kvt_jg_feed(g, prefixes[i], strlen(prefixes[i])) == 0, "prefix refused: %s", prefixes[i]);
+        for (int tight = 0; tight < 2; tight++) {
+            int32_t budget = tight ? kvt_jg_min_bytes(g) + 1 : 2000;
+            int32_t n = kvt_jg_mask(g, budget, mask), want = 0, wrong = 0;
+            for (int32_t id = 0; id < nv; id++) {
+                char buf[KVT_JG_MAX_TOKEN + 1];
+                int len = kvt_token_piece(t, id, buf, sizeof buf, 0), ok = 0;
+                if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
+                    kvt_jg *h = kvt_jg_new(s, NULL);
+                    ok = kvt_jg_feed(h, prefixes[i], strlen(prefixes[i])) == 0 &&
+                        kvt_jg_feed(h, buf, (size_t)len) == 0 && kvt_jg_min_bytes(h) <= budget - 1;
+                    kvt_jg_free(h);
+                }
+                want += ok;
+                wrong += ok != mask[id];
+            }
+            CHECKF(!wrong && n == want, "after '%s' (budget %d): mask allows %d, brute force %d, %d differ",
+                   prefixes[i], budget, n, want, wrong);
+        }
+        kvt_jg_free(g);
+    }
+    free(mask);
+    kvt_jg_schema_free(s);
+    kvt_jg_vocab_free(v);
+}
+
 int main(void) {
     test_pattern();
     test_formats();
@@ -355,6 +399,7 @@ int main(void) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_json_schema");
     }
+    test_mask_exact(t);
     test_random_walks(t, 12, 600);
     test_random_walks(t, 8, 260); /* near the shortest document: the mask must steer it closed */
     kvt_tokenizer_free(t);
