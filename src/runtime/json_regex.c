@@ -323,14 +323,14 @@ static int read_braces(parser *ps, int32_t *mn, int32_t *mx) {
     const char *q = ps->p + 1;
     long a = 0, b;
     if (q >= ps->end || *q < '0' || *q > '9') return 0;
-    while (q < ps->end && *q >= '0' && *q <= '9' && a <= MAX_REPEAT) a = a * 10 + (*q++ - '0');
+    for (; q < ps->end && *q >= '0' && *q <= '9'; q++) a = KVT_MIN(a * 10 + (*q - '0'), 10L * MAX_REPEAT);
     b = a;
     if (q < ps->end && *q == ',') {
         q++;
         b = -1;
         if (q < ps->end && *q >= '0' && *q <= '9') {
             b = 0;
-            while (q < ps->end && *q >= '0' && *q <= '9' && b <= MAX_REPEAT) b = b * 10 + (*q++ - '0');
+            for (; q < ps->end && *q >= '0' && *q <= '9'; q++) b = KVT_MIN(b * 10 + (*q - '0'), 10L * MAX_REPEAT);
         }
     }
     if (q >= ps->end || *q != '}') return 0;

@@ -77,6 +77,11 @@ static void test_pattern(void) {
     refused("{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchor");
     refused("{\"type\":\"string\",\"pattern\":\"\\\\p{L}\"}", "\\p");
     refused("{\"type\":\"string\",\"pattern\":\"[a-z\"}", "unclosed '['");
+    refused("{\"type\":\"string\",\"pattern\":\"a{5000}\"}", "{m,n}");
+    /* a brace that is no quantifier is a literal, as ECMAScript reads it */
+    static const char *const good4[] = {"\"a{x}\"", "\"{}\""};
+    static const char *const bad4[] = {"\"a\"", "\"ax\""};
+    DOCS("{\"type\":\"string\",\"pattern\":\"^(a\\\\{x}|{})$\"}", good4, bad4);
     refused("{\"type\":\"string\",\"pattern\":\"^a{3}$\",\"maxLength\":2}", "no string matches");
 }
 
