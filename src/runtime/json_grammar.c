@@ -15,69 +15,14 @@
  * one and every byte is a token in byte-level and byte-fallback vocabularies,
  * so keeping min_bytes(after) <= tokens left after the token always leaves
  * a way to finish. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "json_grammar_impl.h"
 
-#define MAX_FRAMES (2 * KVT_JG_MAX_DEPTH + 6)
-#define MAX_INT_DIGITS 15 /* KVT_JG_NUMBER_LIMIT */
-#define MAX_FRAC_DIGITS 16
-#define MAX_EXP_DIGITS 3
-#define HEX_DIGITS 4
-
-enum { F_VALUE, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_TAG };
-enum { O_OPEN, O_COMMA, O_IN_KEY, O_AFTER_KEY, O_IN_VALUE, O_AFTER_VALUE };
-enum { A_OPEN, A_COMMA, A_IN_ITEM, A_AFTER_ITEM };
-enum { S_NORMAL, S_ESC, S_HEX, S_UTF8 };
-enum { N_BEGIN, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
-enum { T_HEAD, T_VALUE, T_TAIL };
-#define AUX_KEY 1 /* F_STR: an object key (free keys) */
-
-typedef struct {
-    uint8_t kind, sub, ws, aux;
-    int32_t node;
-    uint32_t count; /* string: characters; array: items started; literal/key/tag: bytes matched */
-    int32_t idx;    /* object: property after its key (-1 free); tag: alternative; string: pending bytes */
-    uint64_t set;   /* candidates (literal/key/tag head), used properties (object), \u value (string) */
-} frame;
-
-typedef struct {
-    int32_t depth;
-    int32_t done;
-    frame f[MAX_FRAMES];
-} jstate;
-
-typedef struct {
-    int32_t n;
-    uint8_t *byte;
-    uint8_t *depth; /* 1-based */
-    int32_t *skip;  /* the node after this one's subtree (preorder) */
-    int32_t *tok;   /* first token ending here, -1: none; the rest via next */
-    int32_t *next;  /* (n_vocab) */
-} trie;
-
-struct kvt_jg_vocab {
-    int32_t n_vocab;
-    uint32_t *off; /* (n_vocab) token bytes in blob */
-    uint8_t *len;  /* (n_vocab) 0: never allowed */
-    uint8_t *blob;
-    trie all, special; /* every token; the tokens that are not plain string text */
-    int32_t *plain;    /* tokens that are plain string text, and their characters */
-    uint32_t *plain_chars;
-    int32_t n_plain;
-    uint8_t *plain_mask; /* (n_vocab) 1 for the plain ones, copied whole where no maxLength is near */
-    uint32_t max_plain_chars;
-    uint8_t *eog; /* (n_vocab) end-of-generation tokens */
-};
-
-struct kvt_jg {
-    const kvt_jg_schema *s;
-    const kvt_jg_vocab *v;
-    jstate st;
-    jstate *walk; /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
-};
+#include "json_match.h"
 
 /* ---- matching ----------------------------------------------------------------- */
 
@@ -87,9 +32,12 @@ static int hex_val(uint8_t c) {
     return is_digit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
 }
 
-static const jnode *N(const kvt_jg_schema *s, int32_t i) { return &s->nodes[i]; }
 
-static frame *push(jstate *st, uint8_t kind, int32_t node) {
+/* The set a parse belongs to (forks are added there). */
+static jstate *home(jstack *st) { return (jstate *)((char *)(st - st->slot) - offsetof(jstate, a)); }
+
+
+static frame *push(jstack *st, uint8_t kind, int32_t node) {
     if (st->depth >= MAX_FRAMES) return NULL;
     frame *f = &st->f[st->depth++];
     memset(f, 0, sizeof *f);
@@ -98,10 +46,10 @@ static frame *push(jstate *st, uint8_t kind, int32_t node) {
     return f;
 }
 
-static int step(jstate *st, const kvt_jg_schema *s, uint8_t c);
+static int step(jstack *st, const kvt_jg_schema *s, uint8_t c);
 
 /* The top frame's value is complete: pop it and advance its parent. */
-static int value_done(jstate *st, const kvt_jg_schema *s) {
+static int value_done(jstack *st, const kvt_jg_schema *s) {
     st->depth--;
     if (st->depth == 0) {
         st->done = 1;
@@ -122,7 +70,7 @@ static int value_done(jstate *st, const kvt_jg_schema *s) {
 }
 
 /* An object key is complete; prop is the property (-1: a free key). */
-static int key_done(jstate *st, int32_t prop) {
+static int key_done(jstack *st, int32_t prop) {
     st->depth--;
     frame *o = &st->f[st->depth - 1];
     o->sub = O_AFTER_KEY;
@@ -145,26 +93,42 @@ static int single_done(uint64_t set, const int32_t *len, uint32_t pos) {
     return set && !(set & (set - 1)) && (uint32_t)len[__builtin_ctzll(set)] == pos;
 }
 
+static int first_class(uint8_t c) {
+    return c == '{'                 ? JC_OBJECT
+        : c == '['                  ? JC_ARRAY
+        : c == '"'                  ? JC_STRING
+        : c == 't'                  ? JC_TRUE
+        : c == 'f'                  ? JC_FALSE
+        : c == 'n'                  ? JC_NULL
+        : (c == '-' || is_digit(c)) ? JC_NUMBER
+                                    : -1;
+}
+
+/* Whether a value of node ni, started in the top frame, leaves room for the
+ * nesting its shortest value needs (recursive schemas stop here). */
+static int fits(const jstack *st, const kvt_jg_schema *s, int32_t ni) {
+    const jnode *n = N(s, ni);
+    if (n->kind != JN_OBJECT && n->kind != JN_ARRAY) return 1;
+    return st->depth - 1 + n->nest <= KVT_JG_MAX_DEPTH + 1;
+}
+
+/* A union: the first branch c can start that fits is taken here; each other
+ * one becomes a parse of its own (while there is room for it). Returns the
+ * branch, or -1. */
+static int32_t pick_branch(jstack *st, const kvt_jg_schema *s, const jnode *u, uint8_t c);
+
 /* Replaces the top F_VALUE frame by the value c starts. */
-static int start_value(jstate *st, const kvt_jg_schema *s, uint8_t c) {
+static int start_value(jstack *st, const kvt_jg_schema *s, uint8_t c) {
     frame *f = &st->f[st->depth - 1];
     int32_t ni = f->node;
     const jnode *n = N(s, ni);
     if (n->kind == JN_UNION) {
-        int cls = c == '{'              ? JC_OBJECT
-            : c == '['                  ? JC_ARRAY
-            : c == '"'                  ? JC_STRING
-            : c == 't'                  ? JC_TRUE
-            : c == 'f'                  ? JC_FALSE
-            : c == 'n'                  ? JC_NULL
-            : (c == '-' || is_digit(c)) ? JC_NUMBER
-                                        : -1;
-        if (cls < 0 || n->branch[cls] < 0) return 0;
-        ni = n->branch[cls];
+        ni = pick_branch(st, s, n, c);
+        if (ni < 0) return 0;
         n = N(s, ni);
+    } else if (!fits(st, s, ni)) {
+        return 0;
     }
-    /* an object or array nested past the limit could not hold its value */
-    if ((n->kind == JN_OBJECT || n->kind == JN_ARRAY) && st->depth + 3 > MAX_FRAMES) return 0;
     memset(f, 0, sizeof *f);
     f->node = ni;
     switch (n->kind) {
@@ -181,23 +145,134 @@ static int start_value(jstate *st, const kvt_jg_schema *s, uint8_t c) {
         f->kind = n->kind == JN_LITS ? F_LIT : F_TAG;
         f->set = n->n >= 64 ? ~0ull : (1ull << n->n) - 1;
         return step(st, s, c);
-    case JN_UNION: break;
+    default: break;
     }
     return 0;
 }
 
-static int num_terminal(uint8_t sub) { return sub == N_ZERO || sub == N_INT || sub == N_FRAC || sub == N_EXP; }
+static int32_t pick_branch(jstack *st, const kvt_jg_schema *s, const jnode *u, uint8_t c) {
+    int cls = first_class(c);
+    if (cls < 0) return -1;
+    int32_t taken = -1;
+    jstate *h = home(st);
+    for (int32_t k = 0; k < u->n; k++) {
+        int32_t b = u->child[k];
+        if (!(N(s, b)->first >> cls & 1) || !fits(st, s, b)) continue;
+        if (taken < 0) {
+            taken = b;
+            continue;
+        }
+        if (h->n >= MAX_ALTS) continue; /* fewer parses only ever allow less */
+        jstack *cp = &h->a[h->n];
+        stack_copy(cp, st);
+        cp->slot = (int16_t)h->n++;
+        cp->f[cp->depth - 1].node = b;
+        if (!start_value(cp, s, c)) h->n--; /* a branch starts without forking again: it is the last */
+    }
+    return taken;
+}
 
-static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+int jg_num_terminal(uint8_t sub) { return sub == N_ZERO || sub == N_INT || sub == N_FRAC || sub == N_EXP; }
+
+/* Fewest more digits after the integer-part prefix p (k digits) that give an
+ * integer part in [lo, hi], a multiple of mult; JG_INF: none. */
+static int32_t reach(int64_t p, uint32_t k, int64_t lo, int64_t hi, int64_t mult) {
+    int64_t scale = 1;
+    for (uint32_t j = 0; k + j <= MAX_INT_DIGITS && lo <= hi; j++, scale *= 10) {
+        if (p == 0 && j > 0) break; /* a leading zero is the whole integer part */
+        int64_t a = p * scale, b = a + scale - 1;
+        if (a > hi) break;
+        int64_t x = KVT_MAX(a, lo), y = KVT_MIN(b, hi);
+        if (x <= y && (x + mult - 1) / mult * mult <= y) return (int32_t)j;
+    }
+    return JG_INF;
+}
+
+/* Bytes still needed after an integer-part prefix of a bounded number. */
+int32_t jg_int_part_cost(const jnode *n, const jmag *m, int64_t p, uint32_t k) {
+    int32_t z = reach(p, k, m->za, m->zb, n->mult);
+    int32_t f = m->fa <= m->fb ? reach(p, k, m->fa, m->fb, 1) : JG_INF;
+    return KVT_MIN(z, f < JG_INF ? f + 2 : JG_INF);
+}
+
+static int in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
+
+/* A bounded number complete here (the next byte may end it). */
+int jg_bnum_valid(const jnode *n, const frame *f) {
+    const jmag *m = &n->mag[f->aux & NUM_NEG];
+    int64_t v = (int64_t)f->set;
+    if (f->sub == N_ZERO || f->sub == N_INT) return in_range(v, m->za, m->zb) && v % n->mult == 0;
+    if (f->sub == N_FRAC) return (f->aux & NUM_NZ) ? in_range(v, m->fa, m->fb) : in_range(v, m->za, m->zb);
+    return 0;
+}
+
+/* A number with bounds: the integer part only goes where a value in bounds
+ * can still come of it; no exponent. */
+static int step_bnum(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
+    int d = is_digit(c);
+    switch (f->sub) {
+    case N_BEGIN:
+        if (c == '-') return n->mag[1].ok && (f->aux |= NUM_NEG, f->sub = N_SIGN, 1);
+        if (!n->mag[0].ok) return 0;
+        /* fallthrough */
+    case N_SIGN:
+        if (!d || jg_int_part_cost(n, &n->mag[f->aux & NUM_NEG], c - '0', 1) >= JG_INF) return 0;
+        f->sub = c == '0' ? N_ZERO : N_INT;
+        f->count = 1;
+        f->set = (uint64_t)(c - '0');
+        return 1;
+    case N_INT:
+        if (d && f->count < MAX_INT_DIGITS) {
+            int64_t p = (int64_t)f->set * 10 + (c - '0');
+            if (jg_int_part_cost(n, &n->mag[f->aux & NUM_NEG], p, f->count + 1) >= JG_INF) return 0;
+            f->set = (uint64_t)p;
+            f->count++;
+            return 1;
+        }
+        /* fallthrough */
+    case N_ZERO: {
+        const jmag *m = &n->mag[f->aux & NUM_NEG];
+        int64_t v = (int64_t)f->set;
+        if (c == '.' && n->kind == JN_NUMBER)
+            return (in_range(v, m->fa, m->fb) || in_range(v, m->za, m->zb)) && (f->sub = N_DOT, f->count = 0, 1);
+        break;
+    }
+    case N_DOT:
+    case N_FRAC: {
+        const jmag *m = &n->mag[f->aux & NUM_NEG];
+        int64_t v = (int64_t)f->set;
+        if (d) {
+            if (f->count >= MAX_FRAC_DIGITS) return 0;
+            if (c != '0' && !in_range(v, m->fa, m->fb)) return 0;
+            /* zeros so far with an integer part that needs a fraction: leave room for a digit that is not 0 */
+            if (c == '0' && !(f->aux & NUM_NZ) && !in_range(v, m->za, m->zb) && f->count + 1 >= MAX_FRAC_DIGITS)
+                return 0;
+            if (c != '0') f->aux |= NUM_NZ;
+            f->sub = N_FRAC;
+            f->count++;
+            return 1;
+        }
+        if (f->sub == N_DOT) return 0;
+        break;
+    }
+    default: return 0;
+    }
+    if (!jg_bnum_valid(n, f) || d) return 0;
+    return value_done(st, s) && step(st, s, c);
+}
+
+static int step_num(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+    const jnode *n = N(s, f->node);
+    if (n->bounded) return step_bnum(st, s, f, c);
     int integer = n->kind == JN_INTEGER;
     int d = is_digit(c);
     switch (f->sub) {
     case N_BEGIN:
-        if (c == '-') return !n->nonneg && (f->sub = N_SIGN, 1);
+        if (c == '-') return f->sub = N_SIGN, 1;
         /* fallthrough */
     case N_SIGN:
-        if (!d || (c == '0' && n->positive)) return 0;
+        if (!d) return 0;
         f->sub = c == '0' ? N_ZERO : N_INT;
         f->count = 1;
         return 1;
@@ -206,7 +281,7 @@ static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
         /* fallthrough */
     case N_ZERO:
         if (c == '.' && !integer) return f->sub = N_DOT, 1;
-        if ((c == 'e' || c == 'E') && !integer && !n->no_exp) return f->sub = N_E, 1;
+        if ((c == 'e' || c == 'E') && !integer) return f->sub = N_E, 1;
         break;
     case N_DOT:
         if (!d) return 0;
@@ -215,7 +290,7 @@ static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
         return 1;
     case N_FRAC:
         if (d && f->count < MAX_FRAC_DIGITS) return f->count++, 1;
-        if ((c == 'e' || c == 'E') && !n->no_exp) return f->sub = N_E, 1;
+        if (c == 'e' || c == 'E') return f->sub = N_E, 1;
         break;
     case N_E:
         if (c == '+' || c == '-') return f->sub = N_ESIGN, 1;
@@ -230,12 +305,61 @@ static int step_num(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
         break;
     }
     /* c does not continue the number: it ends, and c belongs to what follows */
-    if (!num_terminal(f->sub) || is_digit(c)) return 0;
+    if (!jg_num_terminal(f->sub) || is_digit(c)) return 0;
     return value_done(st, s) && step(st, s, c);
 }
 
-static int step_str(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+/* The byte a one-letter escape stands for (0: none a patterned string takes). */
+static uint8_t unescape(uint8_t c) {
+    switch (c) {
+    case '"':
+    case '\\':
+    case '/': return c;
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return 0;
+    }
+}
+
+/* Fewest bytes after a backslash in state q: the escape letter, then the
+ * rest to an accepting state. */
+int32_t jg_esc_best(const jdfa *d, int32_t q) {
+    static const uint8_t letters[] = {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'};
+    int32_t best = JG_INF;
+    for (size_t i = 0; i < sizeof letters; i++) {
+        int32_t t = jdfa_next(d, q, unescape(letters[i]));
+        if (t >= 0) best = KVT_MIN(best, 1 + d->dist[t]);
+    }
+    return best;
+}
+
+/* A string under a pattern: its decoded bytes step the automaton (no \u escapes). */
+static int step_rx(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+    const jdfa *d = N(s, f->node)->rx;
+    int32_t q;
+    if (f->sub == S_ESC) {
+        uint8_t b = unescape(c);
+        if (!b || (q = jdfa_next(d, f->idx, b)) < 0) return 0;
+        f->idx = q;
+        f->sub = S_NORMAL;
+        return 1;
+    }
+    if (c == '"') {
+        if (!d->accept[f->idx]) return 0;
+        return (f->aux & AUX_KEY) ? key_done(st, -1) : value_done(st, s);
+    }
+    if (c == '\\') return jg_esc_best(d, f->idx) < JG_INF && (f->sub = S_ESC, 1);
+    if (c < 0x20 || (q = jdfa_next(d, f->idx, c)) < 0) return 0;
+    f->idx = q;
+    return 1;
+}
+
+static int step_str(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
+    if (n->rx) return step_rx(st, s, f, c);
     switch (f->sub) {
     case S_NORMAL:
         if (c == '"') {
@@ -289,11 +413,11 @@ static int step_str(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     return 0;
 }
 
-static int start_key(jstate *st, const kvt_jg_schema *s, frame *o) {
+static int start_key(jstack *st, const kvt_jg_schema *s, frame *o) {
     const jnode *n = N(s, o->node);
     o->sub = O_IN_KEY;
     if (n->free_keys) {
-        frame *k = push(st, F_STR, s->any_string);
+        frame *k = push(st, F_STR, n->key_node);
         if (!k) return 0;
         k->aux = AUX_KEY;
         return 1;
@@ -318,7 +442,7 @@ static int has_more_keys(const jnode *n, const frame *o) {
     return n->free_keys || (all & ~o->set);
 }
 
-static int step_obj(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+static int step_obj(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
     if (is_ws(c)) return take_ws(f);
     f->ws = 0;
@@ -341,7 +465,10 @@ static int step_obj(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     return 0;
 }
 
-static int step_arr(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+/* The node of item i of an array (prefixItems first). */
+int32_t jg_item_node(const jnode *n, uint32_t i) { return i + 1 < (uint32_t)n->n ? n->child[1 + i] : n->child[0]; }
+
+static int step_arr(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
     if (is_ws(c)) return take_ws(f);
     f->ws = 0;
@@ -350,15 +477,15 @@ static int step_arr(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
         return c == ']' && f->count >= n->min_items && value_done(st, s);
     }
     if (f->sub == A_OPEN && c == ']') return n->min_items == 0 && value_done(st, s);
-    if (f->count >= n->max_items) return 0;
-    f->count++;
+    if (f->count >= n->max_items || jg_item_node(n, f->count) < 0) return 0;
+    int32_t it = jg_item_node(n, f->count++);
     f->sub = A_IN_ITEM;
-    return push(st, F_VALUE, n->child[0]) && step(st, s, c);
+    return push(st, F_VALUE, it) && step(st, s, c);
 }
 
 /* Literals (F_LIT), declared keys (F_KEY) and tagged heads (F_TAG): the byte
  * narrows the candidate texts. */
-static int step_texts(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
+static int step_texts(jstack *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     const jnode *n = N(s, f->node);
     uint64_t next = narrow(n->s, n->slen, f->set, f->count, c);
     if (!next) {
@@ -383,7 +510,7 @@ static int step_texts(jstate *st, const kvt_jg_schema *s, frame *f, uint8_t c) {
     return value_done(st, s);
 }
 
-static int step(jstate *st, const kvt_jg_schema *s, uint8_t c) {
+static int step(jstack *st, const kvt_jg_schema *s, uint8_t c) {
     if (st->done || st->depth == 0) return 0;
     frame *f = &st->f[st->depth - 1];
     switch (f->kind) {
@@ -409,366 +536,22 @@ static int step(jstate *st, const kvt_jg_schema *s, uint8_t c) {
     return 0;
 }
 
-/* ---- the shortest completion ---------------------------------------------------- */
-
-/* Bytes of ",KEY:VALUE" for each required property not yet written. */
-static int32_t required_rest(const jnode *n, const kvt_jg_schema *s, uint64_t used) {
-    int32_t r = 0;
-    for (uint64_t m = n->required & ~used; m; m &= m - 1) {
-        int q = __builtin_ctzll(m);
-        r += 1 + n->slen[q] + 1 + N(s, n->child[q])->min_bytes;
+/* Steps every parse by c; the ones that refuse it go. 0 when none is left. */
+int jg_step_all(jstate *st, const kvt_jg_schema *s, uint8_t c) {
+    int32_t n0 = st->n, m = 0;
+    uint8_t ok[MAX_ALTS];
+    for (int32_t i = 0; i < n0; i++) ok[i] = (uint8_t)step(&st->a[i], s, c);
+    for (int32_t i = 0; i < st->n; i++) {
+        if (i < n0 && !ok[i]) continue;
+        int dup = 0;
+        for (int32_t j = 0; j < m && !dup; j++)
+            dup = st->a[j].depth == st->a[i].depth && st->a[j].done == st->a[i].done &&
+                !memcmp(st->a[j].f, st->a[i].f, (size_t)st->a[i].depth * sizeof(frame));
+        if (dup) continue;
+        if (m != i) stack_copy(&st->a[m], &st->a[i]);
+        st->a[m].slot = (int16_t)m;
+        m++;
     }
-    return r;
+    st->n = m;
+    return m > 0;
 }
-
-static int32_t obj_cost(const kvt_jg_schema *s, const frame *f) {
-    const jnode *n = N(s, f->node);
-    int32_t rest = required_rest(n, s, f->set);
-    int any_req = (n->required & ~f->set) != 0;
-    switch (f->sub) {
-    case O_OPEN: return any_req ? rest : 1; /* the first property has no comma before it */
-    case O_COMMA: {
-        if (any_req) return rest;
-        if (n->free_keys) return 2 + 1 + N(s, n->free_value)->min_bytes + 1; /* "":V} */
-        int32_t best = INT32_MAX;
-        for (int32_t q = 0; q < n->n; q++)
-            if (!(f->set >> q & 1)) best = KVT_MIN(best, n->slen[q] + 1 + N(s, n->child[q])->min_bytes);
-        return best + 1;
-    }
-    case O_IN_KEY: return rest + 1 + (n->free_keys ? 1 + N(s, n->free_value)->min_bytes : 0);
-    case O_AFTER_KEY: return 1 + N(s, f->idx >= 0 ? n->child[f->idx] : n->free_value)->min_bytes + rest + 1;
-    default: return rest + 1;
-    }
-}
-
-static int32_t arr_cost(const kvt_jg_schema *s, const frame *f) {
-    const jnode *n = N(s, f->node);
-    int32_t item = N(s, n->child[0])->min_bytes;
-    int64_t more = (int64_t)n->min_items - f->count;
-    switch (f->sub) {
-    case A_OPEN: return n->min_items ? (int32_t)n->min_items * item + (int32_t)n->min_items - 1 + 1 : 1;
-    case A_COMMA: return item + (int32_t)KVT_MAX(more - 1, 0) * (1 + item) + 1;
-    default: return (int32_t)KVT_MAX(more, 0) * (1 + item) + 1;
-    }
-}
-
-/* A declared key being written: the rest of the key, ':', its value, less
- * what its parent counts for it when it is a required one. */
-static int32_t key_cost(const kvt_jg_schema *s, const frame *k) {
-    const jnode *n = N(s, k->node);
-    int32_t best = INT32_MAX;
-    for (uint64_t m = k->set; m; m &= m - 1) {
-        int q = __builtin_ctzll(m);
-        int32_t v = N(s, n->child[q])->min_bytes;
-        int32_t c = n->slen[q] - (int32_t)k->count + 1 + v;
-        if (n->required >> q & 1) c -= 1 + n->slen[q] + 1 + v;
-        best = KVT_MIN(best, c);
-    }
-    return best;
-}
-
-static int32_t frame_cost(const kvt_jg_schema *s, const frame *f) {
-    const jnode *n = N(s, f->node);
-    switch (f->kind) {
-    case F_VALUE: return n->min_bytes;
-    case F_OBJ: return obj_cost(s, f);
-    case F_ARR: return arr_cost(s, f);
-    case F_STR: {
-        int32_t pend = f->sub == S_ESC ? 1 : f->sub == S_HEX ? HEX_DIGITS - f->idx : f->sub == S_UTF8 ? f->idx : 0;
-        return pend + (int32_t)(n->min_len > f->count ? n->min_len - f->count : 0) + 1;
-    }
-    case F_NUM: return num_terminal(f->sub) ? 0 : 1;
-    case F_KEY: return key_cost(s, f);
-    case F_LIT:
-    case F_TAG: {
-        if (f->kind == F_TAG && f->sub == T_TAIL) return n->tlen[f->idx] - (int32_t)f->count;
-        if (f->kind == F_TAG && f->sub == T_VALUE) return n->tlen[f->idx];
-        int32_t best = INT32_MAX;
-        for (uint64_t m = f->set; m; m &= m - 1) {
-            int q = __builtin_ctzll(m);
-            int32_t c = n->slen[q] - (int32_t)f->count;
-            if (f->kind == F_TAG) c += N(s, n->child[q])->min_bytes + n->tlen[q];
-            best = KVT_MIN(best, c);
-        }
-        return best;
-    }
-    }
-    return 0;
-}
-
-static int32_t min_bytes(const jstate *st, const kvt_jg_schema *s) {
-    int64_t sum = 0;
-    for (int32_t i = 0; i < st->depth; i++) sum += frame_cost(s, &st->f[i]);
-    return (int32_t)KVT_MIN(sum, INT32_MAX);
-}
-
-static int can_end(const jstate *st, const kvt_jg_schema *s) {
-    if (st->done) return 1;
-    if (st->depth != 1) return 0;
-    const frame *f = &st->f[0];
-    if (f->kind == F_NUM) return num_terminal(f->sub);
-    if (f->kind != F_LIT) return 0;
-    const jnode *n = N(s, f->node);
-    for (uint64_t m = f->set; m; m &= m - 1)
-        if ((uint32_t)n->slen[__builtin_ctzll(m)] == f->count) return 1;
-    return 0;
-}
-
-/* ---- the vocabulary --------------------------------------------------------------- */
-
-/* Characters of b[0..n) if it is plain string text: whole valid UTF-8
- * characters, none of them a control character, '"' or '\\'; else -1. */
-static int32_t plain_chars(const uint8_t *b, size_t n) {
-    jstate st = {.depth = 1};
-    kvt_jg_schema one = {0};
-    jnode str = {.kind = JN_STRING, .max_len = UINT32_MAX};
-    one.nodes = &str;
-    st.f[0].kind = F_STR;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] == '"' || b[i] == '\\' || !step(&st, &one, b[i])) return -1;
-    return st.f[0].sub == S_NORMAL ? (int32_t)st.f[0].count : -1;
-}
-
-static const kvt_jg_vocab *sort_vocab; /* qsort has no context argument; building is single-threaded per call */
-
-static int by_bytes(const void *a, const void *b) {
-    const kvt_jg_vocab *v = sort_vocab;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    size_t lx = v->len[x], ly = v->len[y];
-    int c = memcmp(v->blob + v->off[x], v->blob + v->off[y], KVT_MIN(lx, ly));
-    if (c) return c;
-    if (lx != ly) return lx < ly ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
-
-/* A preorder trie of ids[0..n), sorted by their bytes. */
-static void trie_build(trie *t, const kvt_jg_vocab *v, const int32_t *ids, int32_t n) {
-    size_t cap = 0;
-    for (int32_t i = 0; i < n; i++) cap += v->len[ids[i]];
-    cap = KVT_MAX(cap, 1);
-    t->byte = kvt_xmalloc(cap);
-    t->depth = kvt_xmalloc(cap);
-    t->skip = kvt_xmalloc(cap * sizeof *t->skip);
-    t->tok = kvt_xmalloc(cap * sizeof *t->tok);
-    t->next = kvt_xmalloc((size_t)v->n_vocab * sizeof *t->next);
-    t->n = 0;
-    int32_t path[KVT_JG_MAX_TOKEN + 1];
-    int32_t open = 0, prev = -1; /* path[0..open) are the nodes of the previous token */
-    for (int32_t i = 0; i < n; i++) {
-        int32_t id = ids[i], len = v->len[id];
-        const uint8_t *b = v->blob + v->off[id];
-        int32_t common = 0;
-        if (prev >= 0) {
-            const uint8_t *pb = v->blob + v->off[prev];
-            int32_t pl = v->len[prev];
-            while (common < len && common < pl && pb[common] == b[common]) common++;
-        }
-        for (int32_t d = common; d < open; d++) t->skip[path[d]] = t->n; /* close the previous path below the fork */
-        for (int32_t d = common; d < len; d++) {
-            int32_t k = t->n++;
-            t->byte[k] = b[d];
-            t->depth[k] = (uint8_t)(d + 1);
-            t->tok[k] = -1;
-            path[d] = k;
-        }
-        open = len;
-        int32_t end = path[len - 1];
-        t->next[id] = t->tok[end];
-        t->tok[end] = id;
-        prev = id;
-    }
-    for (int32_t d = 0; d < open; d++) t->skip[path[d]] = t->n;
-}
-
-static void trie_free(trie *t) {
-    free(t->byte);
-    free(t->depth);
-    free(t->skip);
-    free(t->tok);
-    free(t->next);
-}
-
-kvt_jg_vocab *kvt_jg_vocab_new(const kvt_tokenizer *tk) {
-    int32_t nv = kvt_tokenizer_n_vocab(tk);
-    if (nv < 1) return NULL;
-    kvt_jg_vocab *v = kvt_xcalloc(1, sizeof *v);
-    v->n_vocab = nv;
-    v->off = kvt_xmalloc((size_t)nv * sizeof *v->off);
-    v->len = kvt_xcalloc((size_t)nv, 1);
-    v->eog = kvt_xcalloc((size_t)nv, 1);
-    size_t cap = 1024, used = 0;
-    v->blob = kvt_xmalloc(cap);
-    char buf[KVT_JG_MAX_TOKEN + 1];
-    for (int32_t id = 0; id < nv; id++) {
-        v->eog[id] = kvt_tokenizer_is_eog(tk, id) || id == kvt_tokenizer_eos(tk);
-        int len = kvt_token_piece(tk, id, buf, sizeof buf, 0);
-        v->off[id] = (uint32_t)used;
-        if (len <= 0 || len > KVT_JG_MAX_TOKEN) continue; /* control tokens, and the few very long ones */
-        if (used + (size_t)len > cap) {
-            cap = KVT_MAX(cap * 2, used + (size_t)len);
-            v->blob = kvt_xrealloc(v->blob, cap);
-        }
-        memcpy(v->blob + used, buf, (size_t)len);
-        v->len[id] = (uint8_t)len;
-        used += (size_t)len;
-    }
-    int32_t *ids = kvt_xmalloc((size_t)nv * sizeof *ids), n = 0;
-    for (int32_t id = 0; id < nv; id++)
-        if (v->len[id]) ids[n++] = id;
-    sort_vocab = v;
-    qsort(ids, (size_t)n, sizeof *ids, by_bytes);
-    trie_build(&v->all, v, ids, n);
-    /* split: plain string text apart, the rest in the second trie (still in byte order) */
-    v->plain = kvt_xmalloc((size_t)(n ? n : 1) * sizeof *v->plain);
-    v->plain_chars = kvt_xmalloc((size_t)(n ? n : 1) * sizeof *v->plain_chars);
-    int32_t *other = kvt_xmalloc((size_t)(n ? n : 1) * sizeof *other), n_other = 0;
-    v->plain_mask = kvt_xcalloc((size_t)nv, 1);
-    for (int32_t i = 0; i < n; i++) {
-        int32_t ch = plain_chars(v->blob + v->off[ids[i]], v->len[ids[i]]);
-        if (ch > 0) {
-            v->plain[v->n_plain] = ids[i];
-            v->plain_chars[v->n_plain++] = (uint32_t)ch;
-            v->plain_mask[ids[i]] = 1;
-            v->max_plain_chars = KVT_MAX(v->max_plain_chars, (uint32_t)ch);
-        } else {
-            other[n_other++] = ids[i];
-        }
-    }
-    trie_build(&v->special, v, other, n_other);
-    free(other);
-    free(ids);
-    return v;
-}
-
-void kvt_jg_vocab_free(kvt_jg_vocab *v) {
-    if (!v) return;
-    trie_free(&v->all);
-    trie_free(&v->special);
-    free(v->off);
-    free(v->len);
-    free(v->blob);
-    free(v->plain);
-    free(v->plain_chars);
-    free(v->plain_mask);
-    free(v->eog);
-    free(v);
-}
-
-int32_t kvt_jg_vocab_size(const kvt_jg_vocab *v) { return v->n_vocab; }
-
-/* ---- the matcher ------------------------------------------------------------------------ */
-
-kvt_jg *kvt_jg_new(const kvt_jg_schema *s, const kvt_jg_vocab *v) {
-    kvt_jg *g = kvt_xcalloc(1, sizeof *g);
-    g->s = s;
-    g->v = v;
-    g->st.depth = 1;
-    g->st.f[0].kind = F_VALUE;
-    g->st.f[0].node = s->root;
-    return g;
-}
-
-void kvt_jg_free(kvt_jg *g) {
-    if (!g) return;
-    free(g->walk);
-    free(g);
-}
-
-static void state_copy(jstate *dst, const jstate *src) {
-    dst->depth = src->depth;
-    dst->done = src->done;
-    memcpy(dst->f, src->f, (size_t)src->depth * sizeof *src->f);
-}
-
-/* Marks the tokens of trie t whose bytes step from g's state and leave the
- * shortest completion within left bytes. Returns how many it marked. */
-static int32_t walk(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
-    int32_t count = 0;
-    if (!g->walk) g->walk = kvt_xmalloc((KVT_JG_MAX_TOKEN + 1) * sizeof *g->walk); /* on first use */
-    state_copy(&g->walk[0], &g->st);
-    for (int32_t i = 0; i < t->n;) {
-        int32_t d = t->depth[i];
-        jstate *st = &g->walk[d];
-        state_copy(st, &g->walk[d - 1]);
-        if (!step(st, g->s, t->byte[i])) {
-            i = t->skip[i];
-            continue;
-        }
-        if (t->tok[i] >= 0 && min_bytes(st, g->s) <= left)
-            for (int32_t id = t->tok[i]; id >= 0; id = t->next[id]) {
-                mask[id] = 1;
-                count++;
-            }
-        i++;
-    }
-    return count;
-}
-
-int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
-    const kvt_jg_vocab *v = g->v;
-    int32_t left = budget - 1;
-    const frame *top = g->st.depth ? &g->st.f[g->st.depth - 1] : NULL;
-    if (!g->st.done && budget >= 1 && top->kind == F_STR && top->sub == S_NORMAL && min_bytes(&g->st, g->s) <= left) {
-        /* inside a string: plain text never lengthens the shortest completion (no end-of-generation here) */
-        uint32_t room = N(g->s, top->node)->max_len - top->count;
-        int32_t count = 0;
-        if (room >= v->max_plain_chars) {
-            memcpy(mask, v->plain_mask, (size_t)v->n_vocab);
-            count = v->n_plain;
-        } else {
-            memset(mask, 0, (size_t)v->n_vocab);
-            for (int32_t i = 0; i < v->n_plain; i++)
-                if (v->plain_chars[i] <= room) mask[v->plain[i]] = 1, count++;
-        }
-        return count + walk(g, &v->special, left, mask);
-    }
-    memset(mask, 0, (size_t)v->n_vocab);
-    if (g->st.done || budget < 1) return 0;
-    int32_t count = 0;
-    if (can_end(&g->st, g->s))
-        for (int32_t id = 0; id < v->n_vocab; id++)
-            if (v->eog[id]) mask[id] = 1, count++;
-    int32_t n = walk(g, &v->all, left, mask);
-    /* Past the budget already (it counts bytes, and tokens are often longer):
-     * only tokens that bring the end nearer, so the document still finishes
-     * as soon as it can. */
-    int32_t need = min_bytes(&g->st, g->s);
-    if (!n && need > left) n = walk(g, &v->all, need - 1, mask);
-    return count + n;
-}
-
-int kvt_jg_feed(kvt_jg *g, const char *bytes, size_t n) {
-    jstate st;
-    state_copy(&st, &g->st);
-    for (size_t i = 0; i < n; i++) {
-        jstate before;
-        state_copy(&before, &st);
-        if (!step(&st, g->s, (uint8_t)bytes[i])) {
-            state_copy(&g->st, &before);
-            return KVT_EARG;
-        }
-    }
-    state_copy(&g->st, &st);
-    return 0;
-}
-
-int kvt_jg_accept(kvt_jg *g, int32_t tok) {
-    const kvt_jg_vocab *v = g->v;
-    if (tok < 0 || tok >= v->n_vocab) return KVT_EARG;
-    if (v->eog[tok] && !v->len[tok]) {
-        if (!can_end(&g->st, g->s)) return KVT_EARG;
-        g->st.done = 1;
-        return 0;
-    }
-    if (!v->len[tok]) return KVT_EARG;
-    jstate st;
-    state_copy(&st, &g->st);
-    for (uint32_t i = 0; i < v->len[tok]; i++)
-        if (!step(&st, g->s, v->blob[v->off[tok] + i])) return KVT_EARG;
-    state_copy(&g->st, &st);
-    return 0;
-}
-
-int kvt_jg_done(const kvt_jg *g) { return g->st.done; }
-int kvt_jg_can_end(const kvt_jg *g) { return can_end(&g->st, g->s); }
-int32_t kvt_jg_min_bytes(const kvt_jg *g) { return g->st.done ? 0 : min_bytes(&g->st, g->s); }

@@ -11,20 +11,28 @@
  *  - kvt_jg_schema: a compiled schema. Immutable; shareable.
  *  - kvt_jg: one generation's matcher state. Not thread-safe; one per sequence.
  *
- * The schema subset (anything else is refused naming the keyword):
- *   type: object (properties, required, additionalProperties false/true/absent),
- *   array (items, minItems, maxItems), string (minLength, maxLength), number,
- *   integer (minimum 0, integer exclusiveMinimum 0, and bounds at or past
- *   +-KVT_JG_NUMBER_LIMIT, which the digit limit keeps), boolean, null, or a
- *   list of distinct kinds (["string", "null"]);
- *   enum and const of scalars; anyOf whose branches start differently (an
- *   object, an array, a string, a number, a boolean, null); nesting to
- *   KVT_JG_MAX_DEPTH. Annotations (title, description, $schema, $id, default,
- *   examples, $comment) are accepted and ignored.
+ * The schema subset (anything else is refused naming the keyword and its
+ * path; docs/api.md lists it for users):
+ *   type (one or a list; absent, a type-specific keyword implies it);
+ *   object: properties, required, additionalProperties (false/true/absent,
+ *   or a schema for a record without properties), propertyNames (records);
+ *   array: items, prefixItems, minItems, maxItems; string: minLength,
+ *   maxLength, pattern (json_regex.c's subset, the whole string matching),
+ *   format (date-time, date, time, email, uuid, uri, ipv4); integer: any
+ *   minimum/maximum/exclusive bounds and multipleOf; number: whole-number
+ *   bounds (no exponent then); enum/const of any JSON values; anyOf/oneOf
+ *   with any branches (oneOf only where they cannot both match); allOf
+ *   merged where branches agree; $ref (JSON pointers into the same document,
+ *   recursion included). Annotations ($defs, title, description, ...) are
+ *   accepted and ignored.
  *   An object with declared properties produces only those (each at most
  *   once, any order, every required one): the output validates whether or
- *   not additionalProperties allows others. An object without properties
- *   and without additionalProperties false takes any keys with any values.
+ *   not additionalProperties allows others.
+ *   Nesting: a container opens only when the shortest value it needs still
+ *   fits in KVT_JG_MAX_DEPTH levels, so recursive schemas stop there; a
+ *   schema whose shortest value nests deeper (or that has none) is refused.
+ *   Branches that start alike (two objects of a union) are followed as
+ *   separate parses, up to 8 at once.
  *
  * What the matcher guarantees: every byte the mask lets through keeps the
  * text a prefix of a valid document; strings are valid UTF-8 with no control
@@ -40,9 +48,9 @@
 
 #include "tokenizer.h"
 
-#define KVT_JG_MAX_DEPTH 24                   /* nesting of objects and arrays */
+#define KVT_JG_MAX_DEPTH 24                   /* nesting of objects and arrays (recursive $ref included) */
 #define KVT_JG_MAX_WS 8                       /* consecutive whitespace bytes between tokens of JSON */
-#define KVT_JG_MAX_SET 64                     /* enum values, properties of one object, tool alternatives */
+#define KVT_JG_MAX_SET 64                     /* enum values, properties of one object, union branches, tools */
 #define KVT_JG_MAX_TOKEN 255                  /* bytes of a token the mask considers (longer ones are never allowed) */
 #define KVT_JG_NUMBER_LIMIT 999999999999999.0 /* integer parts have at most 15 digits */
 
@@ -62,7 +70,7 @@ int32_t kvt_jg_vocab_size(const kvt_jg_vocab *v);
 /* Compiles schema (NULL: any JSON object, OpenAI's json_object mode). On
  * failure returns KVT_EARG, *out NULL and in err[0..cap) a message naming
  * the offending keyword and where it is ("unsupported schema keyword
- * 'pattern' at /properties/zip"). Free with kvt_jg_schema_free. */
+ * 'contentMediaType' at /properties/zip"). Free with kvt_jg_schema_free. */
 int kvt_jg_schema_compile(const struct cJSON *schema, kvt_jg_schema **out, char *err, size_t cap);
 
 /* A choice of n (1..KVT_JG_MAX_SET) alternatives, each the literal text

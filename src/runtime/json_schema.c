@@ -2,8 +2,9 @@
 /* JSON Schema (the subset json_grammar.h states) compiled into the node graph
  * json_grammar.c matches against. Every keyword is either understood,
  * accepted as an annotation, or refused with a message that names it and
- * where it sits, so a schema never constrains less than it says. */
-#include <cjson/cJSON.h>
+ * where it sits, so a schema never constrains less than it says. This file
+ * holds the keywords of each type; json_schema_link.c the references, allOf
+ * and the final pass over the whole graph. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,22 +12,9 @@
 #include <string.h>
 
 #include "common.h"
-#include "json_grammar_impl.h"
+#include "json_schema_impl.h"
 
-#define PATH_MAX_LEN 160 /* bytes of the schema path in error messages */
-#define NO_LIMIT UINT32_MAX
-
-typedef struct {
-    kvt_jg_schema *s;
-    char *err;
-    size_t cap;
-    int failed;
-    char path[PATH_MAX_LEN];
-    int32_t any; /* the ANY union, built on first use (-1: not yet) */
-} compiler;
-
-static int fail(compiler *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(compiler *c, const char *fmt, ...) {
+int fail(compiler *c, const char *fmt, ...) {
     if (c->failed) return -1;
     c->failed = 1;
     char msg[256];
@@ -38,7 +26,7 @@ static int fail(compiler *c, const char *fmt, ...) {
     return -1;
 }
 
-static int32_t new_node(compiler *c, jnode_kind kind) {
+int32_t new_node(compiler *c, jnode_kind kind) {
     kvt_jg_schema *s = c->s;
     if (s->n_nodes == s->cap_nodes) {
         s->cap_nodes = s->cap_nodes ? 2 * s->cap_nodes : 16;
@@ -47,15 +35,18 @@ static int32_t new_node(compiler *c, jnode_kind kind) {
     jnode *n = &s->nodes[s->n_nodes];
     memset(n, 0, sizeof *n);
     n->kind = kind;
-    n->max_items = n->max_len = NO_LIMIT;
-    for (int i = 0; i < JC_COUNT; i++) n->branch[i] = -1;
+    n->max_items = n->max_len = JG_NO_LIMIT;
+    n->free_value = n->key_node = -1;
+    n->mult = 1;
+    n->min_bytes = JG_INF;
+    n->nest = 1;
     return s->n_nodes++;
 }
 
-static jnode *node(compiler *c, int32_t i) { return &c->s->nodes[i]; }
+jnode *node(compiler *c, int32_t i) { return &c->s->nodes[i]; }
 
 /* Gives node i room for n entries of s/slen/child (and t/tlen when tails). */
-static void node_alloc(compiler *c, int32_t i, int32_t n, int tails) {
+void node_alloc(compiler *c, int32_t i, int32_t n, int tails) {
     jnode *nd = node(c, i);
     nd->s = kvt_xcalloc((size_t)(n ? n : 1), sizeof *nd->s);
     nd->slen = kvt_xcalloc((size_t)(n ? n : 1), sizeof *nd->slen);
@@ -66,25 +57,12 @@ static void node_alloc(compiler *c, int32_t i, int32_t n, int tails) {
     }
 }
 
-static int first_class(unsigned char b) {
-    switch (b) {
-    case '{': return JC_OBJECT;
-    case '[': return JC_ARRAY;
-    case '"': return JC_STRING;
-    case 't': return JC_TRUE;
-    case 'f': return JC_FALSE;
-    case 'n': return JC_NULL;
-    default: return (b == '-' || (b >= '0' && b <= '9')) ? JC_NUMBER : -1;
-    }
-}
-
 /* A node of literal texts (enum, const, true/false/null). */
 static int32_t lits_node(compiler *c, const char *const *texts, int32_t n) {
     int32_t i = new_node(c, JN_LITS);
     node_alloc(c, i, n, 0);
     jnode *nd = node(c, i);
     nd->n = n;
-    nd->min_bytes = INT32_MAX;
     for (int32_t k = 0; k < n; k++) {
         nd->s[k] = kvt_xstrdup(texts[k]);
         nd->slen[k] = (int32_t)strlen(texts[k]);
@@ -97,7 +75,7 @@ static int32_t string_node(compiler *c, uint32_t min_len, uint32_t max_len) {
     int32_t i = new_node(c, JN_STRING);
     node(c, i)->min_len = min_len;
     node(c, i)->max_len = max_len;
-    node(c, i)->min_bytes = 2 + (int32_t)KVT_MIN(min_len, (uint32_t)INT32_MAX / 2);
+    node(c, i)->min_bytes = 2 + (int32_t)KVT_MIN(min_len, (uint32_t)JG_INF / 2);
     return i;
 }
 
@@ -107,67 +85,32 @@ static int32_t any_node(compiler *c) {
     if (c->any >= 0) return c->any;
     int32_t u = new_node(c, JN_UNION);
     c->any = u;
-    node(c, u)->min_bytes = 1; /* "0" */
     int32_t obj = new_node(c, JN_OBJECT);
+    c->any_object = obj;
     node(c, obj)->free_keys = 1;
     node(c, obj)->free_value = u;
-    node(c, obj)->min_bytes = 2;
+    node(c, obj)->key_node = c->s->any_string;
     int32_t arr = new_node(c, JN_ARRAY);
     node_alloc(c, arr, 1, 0);
+    node(c, arr)->n = 1;
     node(c, arr)->child[0] = u;
-    node(c, arr)->min_bytes = 2;
-    int32_t str = c->s->any_string;
     int32_t num = new_node(c, JN_NUMBER);
     node(c, num)->min_bytes = 1;
     static const char *const tfn[] = {"true", "false", "null"};
     int32_t lit = lits_node(c, tfn, 3);
+    node_alloc(c, u, 5, 0);
     jnode *n = node(c, u);
-    n->branch[JC_OBJECT] = obj;
-    n->branch[JC_ARRAY] = arr;
-    n->branch[JC_STRING] = str;
-    n->branch[JC_NUMBER] = num;
-    n->branch[JC_TRUE] = n->branch[JC_FALSE] = n->branch[JC_NULL] = lit;
+    n->n = 5;
+    n->child[0] = obj;
+    n->child[1] = arr;
+    n->child[2] = c->s->any_string;
+    n->child[3] = num;
+    n->child[4] = lit;
     return u;
 }
 
-/* Adds the classes node i's values can start with into union u. */
-static int union_add(compiler *c, int32_t u, int32_t i) {
-    const jnode *b = node(c, i);
-    int cls[JC_COUNT] = {0};
-    switch (b->kind) {
-    case JN_OBJECT: cls[JC_OBJECT] = 1; break;
-    case JN_ARRAY: cls[JC_ARRAY] = 1; break;
-    case JN_STRING: cls[JC_STRING] = 1; break;
-    case JN_NUMBER:
-    case JN_INTEGER: cls[JC_NUMBER] = 1; break;
-    case JN_LITS:
-        for (int32_t k = 0; k < b->n; k++) {
-            int f = first_class((unsigned char)b->s[k][0]);
-            if (f >= 0) cls[f] = 1;
-        }
-        break;
-    case JN_UNION:
-        for (int k = 0; k < JC_COUNT; k++) cls[k] = b->branch[k] >= 0;
-        break;
-    case JN_TAGGED: return fail(c, "a tagged choice cannot be a branch");
-    }
-    jnode *un = node(c, u);
-    for (int k = 0; k < JC_COUNT; k++) {
-        if (!cls[k]) continue;
-        if (un->branch[k] >= 0 && un->branch[k] != i)
-            return fail(c,
-                        "unsupported 'anyOf'/'type' list: two branches can start alike (only branches of "
-                        "different kinds are supported)");
-        un->branch[k] = b->kind == JN_UNION ? b->branch[k] : i;
-    }
-    un->min_bytes = KVT_MIN(un->min_bytes, b->min_bytes);
-    return 0;
-}
-
-static int32_t compile(compiler *c, const cJSON *sc, int depth);
-
 /* Appends "/seg" to the path for the duration of one compile. */
-static int32_t compile_at(compiler *c, const cJSON *sc, int depth, const char *seg) {
+int32_t compile_at(compiler *c, const cJSON *sc, int depth, const char *seg) {
     size_t len = strlen(c->path);
     snprintf(c->path + len, sizeof c->path - len, "/%s", seg);
     int32_t r = compile(c, sc, depth);
@@ -184,16 +127,60 @@ static int get_count(compiler *c, const cJSON *sc, const char *name, uint32_t *o
     return 0;
 }
 
+/* The key node of an object's free keys: propertyNames (a string schema, or
+ * an enum of strings), else any string. */
+static int32_t compile_keys(compiler *c, const cJSON *names, int depth) {
+    if (!names) return c->s->any_string;
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(names, "enum");
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(names, "const");
+    if (cJSON_IsObject(names) && (en || cst)) {
+        /* the names as an alternation of escaped literals */
+        size_t cap = 16, len = 0;
+        char *pat = kvt_xmalloc(cap);
+        int k = 0;
+        for (const cJSON *v = cst ? cst : en->child; v; v = cst ? NULL : v->next, k++) {
+            if (!cJSON_IsString(v)) return free(pat), fail(c, "'propertyNames' may only list strings");
+            size_t need = len + 2 * strlen(v->valuestring) + 4;
+            if (need > cap) pat = kvt_xrealloc(pat, cap = 2 * need);
+            if (k) pat[len++] = '|';
+            for (const char *p = v->valuestring; *p; p++) {
+                if (strchr("\\^$.|?*+()[]{}/-", *p)) pat[len++] = '\\';
+                pat[len++] = *p;
+            }
+        }
+        pat[len] = 0;
+        int32_t i = new_node(c, JN_STRING);
+        char msg[200];
+        if (kvt_jrx_compile(pat, 0, JG_NO_LIMIT, &node(c, i)->rx, msg, sizeof msg)) {
+            free(pat);
+            return fail(c, "'propertyNames': %s", msg);
+        }
+        free(pat);
+        node(c, i)->max_len = JG_NO_LIMIT;
+        node(c, i)->min_bytes = 2 + node(c, i)->rx->dist[0];
+        return i;
+    }
+    int32_t i = compile_at(c, names, depth + 1, "propertyNames");
+    if (i >= 0 && node(c, i)->kind != JN_STRING) return fail(c, "'propertyNames' must describe strings");
+    return i;
+}
+
 static int32_t compile_object(compiler *c, const cJSON *sc, int depth) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(sc, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(sc, "required");
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(sc, "additionalProperties");
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(sc, "propertyNames");
     if (props && !cJSON_IsObject(props)) return fail(c, "'properties' must be an object");
     if (req && !cJSON_IsArray(req)) return fail(c, "'required' must be an array of property names");
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl))
         return fail(c, "'additionalProperties' must be a boolean or a schema");
     int32_t n = props ? cJSON_GetArraySize(props) : 0;
     if (n > KVT_JG_MAX_SET) return fail(c, "more than %d properties in one object", KVT_JG_MAX_SET);
+    if (n && names) return fail(c, "unsupported 'propertyNames' beside 'properties'");
+    if (n && cJSON_IsObject(addl) && cJSON_GetArraySize(addl))
+        return fail(c,
+                    "unsupported 'additionalProperties' as a schema beside 'properties' (declare every "
+                    "property, or use a record without 'properties')");
     int32_t i = new_node(c, JN_OBJECT);
     node_alloc(c, i, n, 0);
     node(c, i)->n = n;
@@ -211,7 +198,6 @@ static int32_t compile_object(compiler *c, const cJSON *sc, int depth) {
         nd->child[k] = child;
         if (child < 0) return -1;
     }
-    jnode *nd = node(c, i);
     for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
         int32_t at = -1;
         for (int32_t q = 0; q < n && cJSON_IsString(r); q++)
@@ -219,97 +205,211 @@ static int32_t compile_object(compiler *c, const cJSON *sc, int depth) {
         if (at < 0)
             return fail(c, "'required' names %s%.64s%s, which is not in 'properties'", cJSON_IsString(r) ? "'" : "",
                         cJSON_IsString(r) ? r->valuestring : "a non-string", cJSON_IsString(r) ? "'" : "");
-        nd->required |= 1ull << at;
+        node(c, i)->required |= 1ull << at;
     }
     if (!n && !cJSON_IsFalse(addl)) {
-        /* no declared properties: any keys, with values of additionalProperties' schema (or anything) */
-        int32_t v = cJSON_IsObject(addl) ? compile_at(c, addl, depth + 1, "additionalProperties") : any_node(c);
-        if (v < 0) return -1;
-        nd = node(c, i);
+        /* no declared properties: any keys (of propertyNames), with values of additionalProperties' schema */
+        int32_t v = cJSON_IsObject(addl) ? compile_at(c, addl, depth + 1, "additionalProperties") : -2;
+        if (v == -2) v = any_node(c);
+        int32_t keys = v < 0 ? -1 : compile_keys(c, names, depth);
+        if (v < 0 || keys < 0) return -1;
+        jnode *nd = node(c, i);
         nd->free_keys = 1;
         nd->free_value = v;
+        nd->key_node = keys;
     }
-    int32_t min = 2, nreq = 0;
-    for (int32_t q = 0; q < n; q++)
-        if (nd->required >> q & 1) {
-            min += nd->slen[q] + 1 + node(c, nd->child[q])->min_bytes;
-            nreq++;
-        }
-    nd->min_bytes = min + (nreq ? nreq - 1 : 0);
     return i;
 }
 
 static int32_t compile_array(compiler *c, const cJSON *sc, int depth) {
-    uint32_t lo = 0, hi = NO_LIMIT;
+    uint32_t lo = 0, hi = JG_NO_LIMIT;
     if (get_count(c, sc, "minItems", &lo) || get_count(c, sc, "maxItems", &hi)) return -1;
     if (lo > hi) return fail(c, "'minItems' is above 'maxItems'");
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(sc, "items");
-    int32_t it = items ? compile_at(c, items, depth + 1, "items") : any_node(c);
-    if (it < 0) return -1;
+    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(sc, "prefixItems");
+    if (prefix && (!cJSON_IsArray(prefix) || cJSON_GetArraySize(prefix) > KVT_JG_MAX_SET))
+        return fail(c, "'prefixItems' must be an array of at most %d schemas", KVT_JG_MAX_SET);
+    if (cJSON_IsArray(items)) return fail(c, "unsupported 'items' as an array (use 'prefixItems')");
+    int32_t np = prefix ? cJSON_GetArraySize(prefix) : 0;
     int32_t i = new_node(c, JN_ARRAY);
-    node_alloc(c, i, 1, 0);
-    jnode *nd = node(c, i);
-    nd->child[0] = it;
-    nd->min_items = lo;
-    nd->max_items = hi;
-    int64_t min = 2 + (lo ? (int64_t)lo * node(c, it)->min_bytes + lo - 1 : 0);
-    if (min > INT32_MAX / 4) return fail(c, "'minItems' makes the shortest array too long");
-    nd->min_bytes = (int32_t)min;
+    node_alloc(c, i, 1 + np, 0);
+    node(c, i)->n = 1 + np;
+    int32_t it = -1;
+    if (cJSON_IsFalse(items)) hi = KVT_MIN(hi, (uint32_t)np);
+    else it = items ? compile_at(c, items, depth + 1, "items") : any_node(c);
+    if (!cJSON_IsFalse(items) && it < 0) return -1;
+    if (lo > hi) return fail(c, "'minItems' asks for more items than 'prefixItems' allows");
+    node(c, i)->child[0] = it;
+    int k = 0;
+    for (const cJSON *p = prefix ? prefix->child : NULL; p; p = p->next, k++) {
+        char seg[32];
+        snprintf(seg, sizeof seg, "prefixItems/%d", k);
+        int32_t ch = compile_at(c, p, depth + 1, seg);
+        if (ch < 0) return -1;
+        node(c, i)->child[1 + k] = ch;
+    }
+    node(c, i)->min_items = lo;
+    node(c, i)->max_items = hi;
     return i;
 }
 
-/* The literal texts of enum or const (scalars only). */
-static int32_t compile_lits(compiler *c, const cJSON *list, int is_const) {
+/* 1 if value v is of JSON Schema type t (NULL: no type given). */
+static int of_type(const cJSON *v, const cJSON *type) {
+    if (!type) return 1;
+    if (cJSON_IsArray(type)) {
+        for (const cJSON *t = type->child; t; t = t->next)
+            if (of_type(v, t)) return 1;
+        return 0;
+    }
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    if (!strcmp(t, "object")) return cJSON_IsObject(v);
+    if (!strcmp(t, "array")) return cJSON_IsArray(v);
+    if (!strcmp(t, "string")) return cJSON_IsString(v);
+    if (!strcmp(t, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(t, "integer")) return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+    if (!strcmp(t, "boolean")) return cJSON_IsBool(v);
+    if (!strcmp(t, "null")) return cJSON_IsNull(v);
+    return 0;
+}
+
+/* The literal texts of enum or const: any JSON values, written compactly,
+ * keeping only those of the schema's type when it has one. */
+static int32_t compile_lits(compiler *c, const cJSON *list, int is_const, const cJSON *type) {
     int32_t n = is_const ? 1 : cJSON_GetArraySize(list);
     if (n < 1 || n > KVT_JG_MAX_SET) return fail(c, "'enum' must hold 1 to %d values", KVT_JG_MAX_SET);
     char **texts = kvt_xcalloc((size_t)n, sizeof *texts);
-    int32_t k = 0, bad = 0;
-    for (const cJSON *v = is_const ? list : list->child; v && k < n; v = v->next, k++) {
-        if (cJSON_IsObject(v) || cJSON_IsArray(v)) bad = 1;
-        texts[k] = bad ? NULL : cJSON_PrintUnformatted(v);
-        if (is_const) break;
-    }
-    int32_t i = bad ? fail(c, "unsupported '%s' of an object or array (scalars only)", is_const ? "const" : "enum")
-                    : lits_node(c, (const char *const *)texts, n);
-    for (k = 0; k < n; k++) cJSON_free(texts[k]);
+    int32_t k = 0;
+    for (const cJSON *v = is_const ? list : list->child; v; v = is_const ? NULL : v->next)
+        if (of_type(v, type)) texts[k++] = cJSON_PrintUnformatted(v);
+    int32_t i = k ? lits_node(c, (const char *const *)texts, k)
+                  : fail(c, "no value of '%s' is of the schema's 'type'", is_const ? "const" : "enum");
+    for (int32_t q = 0; q < k; q++) cJSON_free(texts[q]);
     free(texts);
     return i;
 }
 
-/* Numbers: the bounds a byte automaton can keep are the ones clients send
- * most: none, a minimum of 0 (exclusive: a positive integer), and bounds at
- * or past +-(10^15 - 1), which the digit limit already keeps (zod's safe
- * integers). Others are refused by name. */
+typedef struct {
+    double v;
+    int has, excl;
+} bound;
+
+static int32_t digits(int64_t v) {
+    int32_t d = 1;
+    while (v >= 10) v /= 10, d++;
+    return d;
+}
+
+/* The magnitudes of one sign (see jmag) from the value bounds lo/hi. */
+static void sign_mag(jmag *m, int neg, bound lo, bound hi, int integer, int64_t mult) {
+    const double lim = KVT_JG_NUMBER_LIMIT;
+    bound a, b; /* bounds of the magnitude */
+    memset(m, 0, sizeof *m);
+    if (!neg) {
+        if (hi.has && (hi.v < 0 || (hi.v == 0 && hi.excl))) return;
+        a = lo.has && lo.v >= 0 ? lo : (bound){0, 1, 0};
+        b = hi;
+    } else {
+        if (lo.has && lo.v >= 0) return; /* and no "-0" */
+        b = lo.has ? (bound){-lo.v, 1, lo.excl} : (bound){0, 0, 0};
+        a = hi.has && hi.v < 0 ? (bound){-hi.v, 1, hi.excl} : (bound){0, 1, 1};
+    }
+    if (a.v > lim) return;
+    int real_b = b.has && b.v <= lim;
+    if (integer) {
+        m->za = (int64_t)(a.excl ? floor(a.v) + 1 : ceil(a.v));
+        m->zb = real_b ? (int64_t)(b.excl ? ceil(b.v) - 1 : floor(b.v)) : (int64_t)lim;
+        m->fa = 1, m->fb = 0;
+        m->za = (m->za + mult - 1) / mult * mult;
+    } else {
+        m->za = (int64_t)a.v + a.excl;
+        m->zb = real_b ? (int64_t)b.v - b.excl : (int64_t)lim;
+        m->fa = (int64_t)a.v;
+        m->fb = real_b ? (int64_t)b.v - 1 : (int64_t)lim;
+    }
+    int32_t best = JG_INF;
+    if (m->za <= m->zb) best = digits(m->za);
+    if (m->fa <= m->fb) best = KVT_MIN(best, digits(m->fa) + 2); /* "0.1" */
+    m->ok = best < JG_INF;
+    m->min_bytes = best;
+}
+
+static int get_bound(compiler *c, const cJSON *sc, const char *name, const char *excl_name, int integer, bound *out) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(sc, name);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(sc, excl_name);
+    memset(out, 0, sizeof *out);
+    if (b && !cJSON_IsNumber(b)) return fail(c, "'%s' must be a number", name);
+    if (x && !cJSON_IsNumber(x) && !cJSON_IsBool(x)) return fail(c, "'%s' must be a number", excl_name);
+    if (b) *out = (bound){b->valuedouble, 1, cJSON_IsTrue(x)}; /* draft 4: exclusiveMinimum: true */
+    if (cJSON_IsNumber(x)) {
+        int tighter = !out->has || (name[1] == 'i' ? x->valuedouble >= out->v : x->valuedouble <= out->v);
+        if (tighter) *out = (bound){x->valuedouble, 1, 1};
+    }
+    if (out->has && !integer && out->v != floor(out->v) && fabs(out->v) < KVT_JG_NUMBER_LIMIT)
+        return fail(c,
+                    "unsupported '%s' of %g for a number: a number's bounds must be whole (an integer's may be "
+                    "any value)",
+                    out->excl ? excl_name : name, out->v);
+    return 0;
+}
+
+/* Numbers: any bounds for integers, and multipleOf; whole-number bounds for
+ * numbers. A bounded number has no exponent. */
 static int32_t compile_number(compiler *c, const cJSON *sc, int integer) {
     int32_t i = new_node(c, integer ? JN_INTEGER : JN_NUMBER);
     node(c, i)->min_bytes = 1;
-    static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    for (size_t k = 0; k < KVT_ARRAY_LEN(bounds); k++) {
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(sc, bounds[k]);
-        if (!b) continue;
-        if (!cJSON_IsNumber(b)) return fail(c, "'%s' must be a number", bounds[k]);
-        double v = b->valuedouble;
-        int low = k < 2, exclusive = k & 1;
-        jnode *n = node(c, i);
-        if (low ? v <= -KVT_JG_NUMBER_LIMIT : v >= KVT_JG_NUMBER_LIMIT) n->no_exp = 1;
-        else if (low && v == 0 && !exclusive) n->nonneg = 1;
-        else if (low && v == 0 && exclusive && integer) n->nonneg = n->positive = 1;
-        else return fail(c, "unsupported '%s' of %g (0 or beyond +-%.0f only)", bounds[k], v, KVT_JG_NUMBER_LIMIT);
+    bound lo, hi;
+    if (get_bound(c, sc, "minimum", "exclusiveMinimum", integer, &lo) ||
+        get_bound(c, sc, "maximum", "exclusiveMaximum", integer, &hi))
+        return -1;
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(sc, "multipleOf");
+    int64_t mult = 1;
+    if (mo) {
+        if (!integer) return fail(c, "unsupported 'multipleOf' for a number (integers only)");
+        if (!cJSON_IsNumber(mo) || mo->valuedouble < 1 || mo->valuedouble != floor(mo->valuedouble) ||
+            mo->valuedouble > KVT_JG_NUMBER_LIMIT)
+            return fail(c, "unsupported 'multipleOf' of %g (a whole number from 1 is supported)",
+                        cJSON_IsNumber(mo) ? mo->valuedouble : 0.0);
+        mult = (int64_t)mo->valuedouble;
     }
-    if (node(c, i)->nonneg && !integer) node(c, i)->no_exp = 1;
+    if (!lo.has && !hi.has && mult == 1) return i;
+    jnode *n = node(c, i);
+    n->bounded = 1;
+    n->mult = mult;
+    sign_mag(&n->mag[0], 0, lo, hi, integer, mult);
+    sign_mag(&n->mag[1], 1, lo, hi, integer, mult);
+    if (!n->mag[0].ok && !n->mag[1].ok)
+        return fail(c, "no %s satisfies the bounds ('minimum'/'maximum'/'exclusive*'/'multipleOf', within +-%.0f)",
+                    integer ? "integer" : "number", KVT_JG_NUMBER_LIMIT);
+    n->min_bytes = KVT_MIN(n->mag[0].ok ? n->mag[0].min_bytes : JG_INF, n->mag[1].ok ? 1 + n->mag[1].min_bytes : JG_INF);
+    return i;
+}
+
+static int32_t compile_string(compiler *c, const cJSON *sc) {
+    uint32_t lo = 0, hi = JG_NO_LIMIT;
+    if (get_count(c, sc, "minLength", &lo) || get_count(c, sc, "maxLength", &hi)) return -1;
+    if (lo > hi) return fail(c, "'minLength' is above 'maxLength'");
+    if (lo > 1u << 20) return fail(c, "'minLength' is too large");
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(sc, "pattern");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sc, "format");
+    if (!pat && !fmt) return string_node(c, lo, hi);
+    if (pat && !cJSON_IsString(pat)) return fail(c, "'pattern' must be a string");
+    if (fmt && !cJSON_IsString(fmt)) return fail(c, "'format' must be a string");
+    if (pat && fmt) return fail(c, "unsupported 'pattern' beside 'format'");
+    const char *re = pat ? pat->valuestring : format_pattern(fmt->valuestring);
+    if (!re)
+        return fail(c, "unsupported 'format' \"%.32s\" (supported: date-time, date, time, email, uuid, uri, ipv4)",
+                    fmt->valuestring);
+    int32_t i = string_node(c, 0, JG_NO_LIMIT);
+    char msg[200];
+    if (kvt_jrx_compile(re, lo, hi, &node(c, i)->rx, msg, sizeof msg)) return fail(c, "%s", msg);
+    node(c, i)->min_bytes = 2 + node(c, i)->rx->dist[0];
     return i;
 }
 
 static int32_t compile_type(compiler *c, const cJSON *sc, const char *type, int depth) {
     if (!strcmp(type, "object")) return compile_object(c, sc, depth);
     if (!strcmp(type, "array")) return compile_array(c, sc, depth);
-    if (!strcmp(type, "string")) {
-        uint32_t lo = 0, hi = NO_LIMIT;
-        if (get_count(c, sc, "minLength", &lo) || get_count(c, sc, "maxLength", &hi)) return -1;
-        if (lo > hi) return fail(c, "'minLength' is above 'maxLength'");
-        if (lo > 1u << 20) return fail(c, "'minLength' is too large");
-        return string_node(c, lo, hi);
-    }
+    if (!strcmp(type, "string")) return compile_string(c, sc);
     if (!strcmp(type, "number") || !strcmp(type, "integer")) return compile_number(c, sc, type[0] == 'i');
     if (!strcmp(type, "boolean")) {
         static const char *const tf[] = {"true", "false"};
@@ -322,94 +422,149 @@ static int32_t compile_type(compiler *c, const cJSON *sc, const char *type, int 
     return fail(c, "unsupported 'type' \"%.32s\"", type);
 }
 
-/* Keywords that only describe and never constrain. */
-static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$id", "default", "examples", "$comment"};
-/* Keywords compile() understands. */
-static const char *const UNDERSTOOD[] = {"type",
-                                         "properties",
-                                         "required",
-                                         "additionalProperties",
-                                         "items",
-                                         "minItems",
-                                         "maxItems",
-                                         "minLength",
-                                         "maxLength",
-                                         "enum",
-                                         "const",
-                                         "anyOf",
-                                         "minimum",
-                                         "maximum",
-                                         "exclusiveMinimum",
-                                         "exclusiveMaximum"};
+/* Keywords that only describe and never constrain ($defs and definitions
+ * hold schemas for $ref). */
+static const char *const ANNOTATIONS[] = {"title",    "description", "$schema",      "$id",         "default",
+                                          "examples", "$comment",    "$defs",        "definitions", "deprecated",
+                                          "readOnly", "writeOnly",   "discriminator"};
+/* Keywords compile() understands, and the type each implies when 'type' is absent. */
+static const struct {
+    const char *word, *type;
+} UNDERSTOOD[] = {
+    {"type", NULL},
+    {"properties", "object"},
+    {"required", "object"},
+    {"additionalProperties", "object"},
+    {"propertyNames", "object"},
+    {"items", "array"},
+    {"prefixItems", "array"},
+    {"minItems", "array"},
+    {"maxItems", "array"},
+    {"minLength", "string"},
+    {"maxLength", "string"},
+    {"pattern", "string"},
+    {"format", "string"},
+    {"enum", NULL},
+    {"const", NULL},
+    {"anyOf", NULL},
+    {"oneOf", NULL},
+    {"allOf", NULL},
+    {"$ref", NULL},
+    {"minimum", "number"},
+    {"maximum", "number"},
+    {"exclusiveMinimum", "number"},
+    {"exclusiveMaximum", "number"},
+    {"multipleOf", "integer"},
+};
 
-static int known_keyword(const char *k) {
+int is_annotation(const char *k) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(ANNOTATIONS); i++)
         if (!strcmp(k, ANNOTATIONS[i])) return 1;
-    for (size_t i = 0; i < KVT_ARRAY_LEN(UNDERSTOOD); i++)
-        if (!strcmp(k, UNDERSTOOD[i])) return 1;
     return 0;
 }
 
-static int32_t compile(compiler *c, const cJSON *sc, int depth) {
+/* The keyword's implied type (NULL: none), or "?" when it is unknown. */
+static const char *keyword_type(const char *k) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(UNDERSTOOD); i++)
+        if (!strcmp(k, UNDERSTOOD[i].word)) return UNDERSTOOD[i].type;
+    return is_annotation(k) ? NULL : "?";
+}
+
+/* anyOf/oneOf: a union of the branches, linked and checked once whole. */
+static int32_t compile_union(compiler *c, const cJSON *list, const char *word, int depth) {
+    if (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)) return fail(c, "'%s' must be a non-empty array", word);
+    int32_t n = cJSON_GetArraySize(list);
+    if (n > KVT_JG_MAX_SET) return fail(c, "'%s' has more than %d branches", word, KVT_JG_MAX_SET);
+    int32_t u = new_node(c, JN_UNION);
+    node_alloc(c, u, n, 0);
+    node(c, u)->n = n;
+    int k = 0;
+    for (const cJSON *b = list->child; b; b = b->next, k++) {
+        char seg[32];
+        snprintf(seg, sizeof seg, "%s/%d", word, k);
+        int32_t bi = compile_at(c, b, depth + 1, seg);
+        if (bi < 0) return -1;
+        node(c, u)->child[k] = bi;
+    }
+    if (word[0] == 'o') {
+        c->oneofs = kvt_xrealloc(c->oneofs, (size_t)(c->n_oneofs + 1) * sizeof *c->oneofs);
+        c->oneofs[c->n_oneofs].node = u;
+        snprintf(c->oneofs[c->n_oneofs++].path, PATH_MAX_LEN, "%s", c->path[0] ? c->path : "/");
+    }
+    return u;
+}
+
+int32_t compile(compiler *c, const cJSON *sc, int depth) {
     if (c->failed) return -1;
     if (depth > KVT_JG_MAX_DEPTH) return fail(c, "the schema nests deeper than %d levels", KVT_JG_MAX_DEPTH);
     if (cJSON_IsTrue(sc)) return any_node(c);
+    if (cJSON_IsFalse(sc)) return fail(c, "unsupported 'false' schema (no value can match it)");
     if (!cJSON_IsObject(sc)) return fail(c, "a schema must be an object");
-    for (const cJSON *k = sc->child; k; k = k->next)
-        if (!known_keyword(k->string)) return fail(c, "unsupported schema keyword '%.64s'", k->string);
+    const char *implied = NULL, *implied_by = NULL;
+    for (const cJSON *k = sc->child; k; k = k->next) {
+        const char *t = keyword_type(k->string);
+        if (t && t[0] == '?') return fail(c, "unsupported schema keyword '%.64s'", k->string);
+        if (t && !implied) implied = t, implied_by = k->string;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(sc, "$ref")) return compile_ref(c, sc, depth);
+    if (cJSON_GetObjectItemCaseSensitive(sc, "allOf")) return compile_allof(c, sc, depth);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sc, "type");
     const cJSON *cst = cJSON_GetObjectItemCaseSensitive(sc, "const");
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(sc, "enum");
-    const cJSON *any_of = cJSON_GetObjectItemCaseSensitive(sc, "anyOf");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sc, "type");
-    /* enum and const constrain the value completely; a type beside them says nothing more */
-    if (cst) return compile_lits(c, cst, 1);
+    if (type && !cJSON_IsString(type) && !cJSON_IsArray(type))
+        return fail(c, "'type' must be a string or an array of strings");
+    /* enum and const constrain the value completely; a type beside them filters them */
+    if (cst) return compile_lits(c, cst, 1, type);
     if (en) {
         if (!cJSON_IsArray(en)) return fail(c, "'enum' must be an array");
-        return compile_lits(c, en, 0);
+        return compile_lits(c, en, 0, type);
     }
-    if (any_of) {
-        if (type) return fail(c, "unsupported 'anyOf' beside 'type'");
-        if (!cJSON_IsArray(any_of) || !cJSON_GetArraySize(any_of)) return fail(c, "'anyOf' must be a non-empty array");
-        int32_t u = new_node(c, JN_UNION);
-        node(c, u)->min_bytes = INT32_MAX;
-        int k = 0;
-        for (const cJSON *b = any_of->child; b; b = b->next, k++) {
-            char seg[32];
-            snprintf(seg, sizeof seg, "anyOf/%d", k);
-            int32_t bi = compile_at(c, b, depth + 1, seg);
-            if (bi < 0 || union_add(c, u, bi)) return -1;
-        }
-        return u;
+    const cJSON *any_of = cJSON_GetObjectItemCaseSensitive(sc, "anyOf");
+    const cJSON *one_of = cJSON_GetObjectItemCaseSensitive(sc, "oneOf");
+    if (any_of || one_of) {
+        const char *word = any_of ? "anyOf" : "oneOf";
+        if (any_of && one_of) return fail(c, "unsupported 'anyOf' beside 'oneOf' (wrap one in 'allOf')");
+        if (type || implied) return fail(c, "unsupported '%s' beside '%s'", word, type ? "type" : implied_by);
+        return compile_union(c, any_of ? any_of : one_of, word, depth);
     }
     if (cJSON_IsString(type)) return compile_type(c, sc, type->valuestring, depth);
     if (cJSON_IsArray(type)) {
+        int32_t n = cJSON_GetArraySize(type);
+        if (!n || n > 7) return fail(c, "'type' must list 1 to 7 types");
         int32_t u = new_node(c, JN_UNION);
-        node(c, u)->min_bytes = INT32_MAX;
-        for (const cJSON *t = type->child; t; t = t->next) {
+        node_alloc(c, u, n, 0);
+        node(c, u)->n = n;
+        int k = 0;
+        for (const cJSON *t = type->child; t; t = t->next, k++) {
             if (!cJSON_IsString(t)) return fail(c, "'type' must be a string or an array of strings");
             int32_t bi = compile_type(c, sc, t->valuestring, depth);
-            if (bi < 0 || union_add(c, u, bi)) return -1;
+            if (bi < 0) return -1;
+            node(c, u)->child[k] = bi;
         }
-        if (node(c, u)->min_bytes == INT32_MAX) return fail(c, "'type' must not be empty");
         return u;
     }
-    if (type) return fail(c, "'type' must be a string or an array of strings");
-    if (cJSON_GetObjectItemCaseSensitive(sc, "properties")) return compile_object(c, sc, depth);
-    if (cJSON_GetObjectItemCaseSensitive(sc, "items")) return compile_array(c, sc, depth);
+    /* no type: the one the keywords imply (a value of another type would ignore them; this one keeps them) */
+    if (implied) return compile_type(c, sc, implied, depth);
     return any_node(c);
 }
 
-static void compiler_init(compiler *c, char *err, size_t cap) {
+static void compiler_init(compiler *c, const cJSON *root, char *err, size_t cap) {
     memset(c, 0, sizeof *c);
     c->s = kvt_xcalloc(1, sizeof *c->s);
     c->err = err;
     c->cap = cap;
-    c->any = -1;
+    c->any = c->any_object = -1;
+    c->root = root;
     if (cap) err[0] = 0;
-    c->s->any_string = string_node(c, 0, NO_LIMIT);
+    c->s->any_string = string_node(c, 0, JG_NO_LIMIT);
 }
 
 static int compiler_end(compiler *c, int32_t root, kvt_jg_schema **out) {
+    if (root >= 0 && !c->failed) link_schema(c, &root);
+    for (int32_t i = 0; i < c->n_owned; i++) cJSON_Delete(c->owned[i]);
+    free(c->owned);
+    free(c->refs);
+    free(c->oneofs);
     if (root < 0 || c->failed) {
         kvt_jg_schema_free(c->s);
         *out = NULL;
@@ -422,13 +577,13 @@ static int compiler_end(compiler *c, int32_t root, kvt_jg_schema **out) {
 
 int kvt_jg_schema_compile(const cJSON *schema, kvt_jg_schema **out, char *err, size_t cap) {
     compiler c;
-    compiler_init(&c, err, cap);
+    compiler_init(&c, schema, err, cap);
     int32_t root;
     if (schema) {
         root = compile(&c, schema, 0);
     } else {
-        /* json_object: an object, anything inside */
-        root = node(&c, any_node(&c))->branch[JC_OBJECT];
+        any_node(&c); /* json_object: an object, anything inside */
+        root = c.any_object;
     }
     return compiler_end(&c, root, out);
 }
@@ -436,7 +591,7 @@ int kvt_jg_schema_compile(const cJSON *schema, kvt_jg_schema **out, char *err, s
 int kvt_jg_schema_tagged(int n, const char *const *heads, const cJSON *const *schemas, const char *const *tails,
                          kvt_jg_schema **out, char *err, size_t cap) {
     compiler c;
-    compiler_init(&c, err, cap);
+    compiler_init(&c, NULL, err, cap);
     if (n < 1 || n > KVT_JG_MAX_SET) {
         fail(&c, "a choice of 1 to %d alternatives is supported", KVT_JG_MAX_SET);
         return compiler_end(&c, -1, out);
@@ -449,16 +604,17 @@ int kvt_jg_schema_tagged(int n, const char *const *heads, const cJSON *const *sc
     if (t >= 0) {
         node_alloc(&c, t, n, 1);
         node(&c, t)->n = n;
-        node(&c, t)->min_bytes = INT32_MAX;
     }
     for (int i = 0; i < n && !c.failed; i++) {
         int32_t v;
         if (schemas[i]) {
             char seg[32];
             snprintf(seg, sizeof seg, "%d", i);
+            c.root = schemas[i]; /* each function's parameters are their own document for $ref */
             v = compile_at(&c, schemas[i], 0, seg);
         } else {
-            v = node(&c, any_node(&c))->branch[JC_OBJECT];
+            any_node(&c);
+            v = c.any_object;
         }
         if (v < 0) break;
         jnode *nd = node(&c, t);
@@ -467,7 +623,6 @@ int kvt_jg_schema_tagged(int n, const char *const *heads, const cJSON *const *sc
         nd->t[i] = kvt_xstrdup(tails[i]);
         nd->tlen[i] = (int32_t)strlen(tails[i]);
         nd->child[i] = v;
-        nd->min_bytes = KVT_MIN(nd->min_bytes, nd->slen[i] + node(&c, v)->min_bytes + nd->tlen[i]);
     }
     return compiler_end(&c, c.failed ? -1 : t, out);
 }
@@ -485,6 +640,7 @@ void kvt_jg_schema_free(kvt_jg_schema *s) {
         free(n->child);
         free(n->t);
         free(n->tlen);
+        kvt_jrx_free(n->rx);
     }
     free(s->nodes);
     free(s);

@@ -182,7 +182,7 @@ post /v1/chat/completions "{$BASE,$NEUTRAL}"
 check "neutral values are accepted" is "$CODE" 200
 check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
 for f in '"tools":[{"type":"function","function":{"name":"f g"}}]' '"tool_choice":"required"' \
-  '"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"x"}}}' \
+  '"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"(?=x)y"}}}' \
   '"reasoning_effort":"low"' '"audio":{"voice":"x"}' '"modalities":["text","audio"]' \
   '"functions":[{"name":"f"}]' '"function_call":"auto2"'; do
   post /v1/chat/completions "{$BASE,$f}"

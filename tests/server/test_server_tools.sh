@@ -2,7 +2,7 @@
 # Structured output and tool calling end to end over loopback, on a
 # random-weight model (which writes noise unconstrained, so every valid
 # document below is the grammar's doing): response_format json_object and
-# json_schema over many seeds, unsupported schema keywords refused by name,
+# json_schema over many seeds, unsupported schema features refused by name,
 # greedy constrained output bit-identical with a cache hit and cold, forced
 # and named tool calls whose arguments follow the schema, streamed calls equal
 # to non-streamed ones, an agent loop whose next step reuses the tool block
@@ -44,9 +44,9 @@ check "json_schema: 12 of 12 seeds validate" is "$good" 12
 check "... and stop when the document is complete" is "$(jb '.choices[0].finish_reason')" stop
 post /v1/completions "{\"prompt\":\"JSON:\",\"json_schema\":$SCHEMA,\"max_tokens\":150,\"seed\":5}"
 check "completions with llama.cpp's json_schema validate" is "$(jb ".choices[0].text | fromjson | $VALID")" true
-post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]+$\"}}}}}}"
-check "an unsupported keyword is a 400 naming response_format" is "$CODE/$(jb .error.param)" 400/response_format
-check "... and the keyword and where it is" has "$(jb .error.message)" "'pattern' at /properties/zip"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"^(?=1)[0-9]+$\"}}}}}}"
+check "an unsupported pattern feature is a 400 naming response_format" is "$CODE/$(jb .error.param)" 400/response_format
+check "... and the feature and where it is" has "$(jb .error.message)" "lookaround or flags) in 'pattern' (at offset 1) at /properties/zip"
 post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}"
 check "json_schema without a schema is a 400" is "$CODE" 400
 
@@ -86,9 +86,9 @@ post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"fu
 check "naming a function not in tools is a 400 naming tool_choice" is "$CODE/$(jb .error.param)" 400/tool_choice
 post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"response_format\":{\"type\":\"json_object\"}}"
 check "JSON output with callable tools is a 400 naming response_format" is "$CODE/$(jb .error.param)" 400/response_format
-post /v1/chat/completions "{$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"email\"}}}}}],\"tool_choice\":\"required\"}"
+post /v1/chat/completions "{$MSG,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"hostname\"}}}}}],\"tool_choice\":\"required\"}"
 check "a forced call over an unsupported schema is a 400 naming tools" is "$CODE/$(jb .error.param)" 400/tools
-check "... and the keyword" has "$(jb .error.message)" "'format'"
+check "... and the keyword" has "$(jb .error.message)" "'format' \"hostname\""
 post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":\"none\",\"max_tokens\":4}"
 check "tool_choice none: a plain reply" is "$CODE/$(jb '.choices[0].message.tool_calls')" 200/null
 

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# JSON Schema as zod and Pydantic write it, end to end over loopback on a
+# random-weight model (noise unless the mask constrains it): a nested object
+# with an email, a uuid, a date-time, an enum, a positive number, an array
+# with minItems of patterned strings, a discriminated oneOf and a recursive
+# $ref, through response_format over many seeds, llama.cpp's json_schema on
+# /v1/completions, and a forced tool call with the same parameters. Every
+# output must finish (finish_reason stop) and validate: with python3's
+# jsonschema when it is installed, and always with a small checker of the
+# standard library below. Refusals name the keyword and the path.
+# Needs curl, jq and python3.
+set -u
+command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null ||
+  { echo "SKIP: needs curl, jq and python3"; exit 77; }
+. "$(dirname "$0")/../testutil.sh"
+has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; }
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" -t 1 -c 4096) # the tool prompt holds the schema: ~1.8k tokens
+
+SCHEMA='{"type":"object","properties":{
+ "user":{"type":"object","properties":{"email":{"type":"string","format":"email"},
+   "id":{"type":"string","format":"uuid"},"role":{"enum":["admin","user","guest"]}},
+   "required":["email","id","role"],"additionalProperties":false},
+ "price":{"type":"number","exclusiveMinimum":0},
+ "qty":{"type":"integer","minimum":1,"maximum":99},
+ "tags":{"type":"array","items":{"type":"string","pattern":"^[a-z]{1,8}$"},"minItems":1,"maxItems":4},
+ "when":{"type":"string","format":"date-time"},
+ "pay":{"oneOf":[
+   {"type":"object","properties":{"kind":{"const":"card"},"last4":{"type":"string","pattern":"^\\d{4}$"}},
+    "required":["kind","last4"],"additionalProperties":false},
+   {"type":"object","properties":{"kind":{"const":"cash"}},"required":["kind"],"additionalProperties":false}]},
+ "note":{"anyOf":[{"type":"string","maxLength":20},{"type":"null"}]},
+ "tree":{"$ref":"#/$defs/node"}},
+ "required":["user","price","qty","tags","when","pay","note","tree"],"additionalProperties":false,
+ "$defs":{"node":{"type":"object","properties":{"n":{"type":"integer","minimum":-3,"maximum":3},
+   "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},
+   "required":["n","kids"],"additionalProperties":false}}}'
+SCHEMA=$(jq -c . <<<"$SCHEMA")
+echo "$SCHEMA" >"$TMP/schema.json"
+
+# check.py SCHEMA DOC: exit 0 when DOC (a JSON text) is valid under SCHEMA
+cat >"$TMP/check.py" <<'PY'
+import datetime, json, re, sys, uuid
+
+def fmt_ok(f, s):
+    if f == "email":
+        return re.fullmatch(r"(?!\.)(?!.*\.\.)[A-Za-z0-9_'+\-.]*[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\-]*\.)+[A-Za-z]{2,}", s)
+    if f == "uuid":
+        return re.fullmatch(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}", s) and uuid.UUID(s)
+    if f == "date-time":
+        m = re.fullmatch(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", s)
+        return m and datetime.date.fromisoformat(m[1]) and datetime.time.fromisoformat(m[2])
+    return False
+
+def check(v, s, root):
+    """True when v is valid under schema s (the keywords this test uses)."""
+    if "$ref" in s:
+        t = root
+        for part in s["$ref"].lstrip("#").split("/")[1:]:
+            t = t[part]
+        return check(v, t, root)
+    if "const" in s and v != s["const"]: return False
+    if "enum" in s and v not in s["enum"]: return False
+    if "anyOf" in s and not any(check(v, b, root) for b in s["anyOf"]): return False
+    if "oneOf" in s and sum(check(v, b, root) for b in s["oneOf"]) != 1: return False
+    t = s.get("type")
+    kinds = {"object": dict, "array": list, "string": str, "null": type(None)}
+    if t in kinds and not isinstance(v, kinds[t]): return False
+    if t in ("number", "integer"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)): return False
+        if t == "integer" and v != int(v): return False
+        if "minimum" in s and v < s["minimum"]: return False
+        if "maximum" in s and v > s["maximum"]: return False
+        if "exclusiveMinimum" in s and v <= s["exclusiveMinimum"]: return False
+    if isinstance(v, dict) and t == "object":
+        props = s.get("properties", {})
+        if any(k not in v for k in s.get("required", [])): return False
+        for k, x in v.items():
+            if k in props:
+                if not check(x, props[k], root): return False
+            elif s.get("additionalProperties") is False: return False
+    if isinstance(v, list) and t == "array":
+        if len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", 1 << 30): return False
+        if not all(check(x, s.get("items", {}), root) for x in v): return False
+    if isinstance(v, str) and t == "string":
+        if len(v) > s.get("maxLength", 1 << 30): return False
+        if "pattern" in s and not re.search(s["pattern"], v): return False
+        if "format" in s and not fmt_ok(s["format"], v): return False
+    return True
+
+schema = json.load(open(sys.argv[1]))
+doc = json.loads(sys.argv[2])
+ok = check(doc, schema, schema)
+try:
+    import jsonschema
+    v = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    errors = [e.message for e in v.iter_errors(doc)]
+    if errors:
+        print("jsonschema:", errors, file=sys.stderr)
+        ok = False
+except ImportError:
+    pass
+if not ok:
+    print("invalid:", sys.argv[2], file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+valid() { python3 "$TMP/check.py" "$TMP/schema.json" "$1"; }
+invalid() { ! valid "$1" 2>/dev/null; }
+
+check "the checker refuses a bad email" invalid '{"user":{"email":"x","id":"123e4567-e89b-42d3-a456-426614174000","role":"user"},"price":1,"qty":1,"tags":["a"],"when":"2024-01-01T00:00:00Z","pay":{"kind":"cash"},"note":null,"tree":{"n":0,"kids":[]}}'
+check "the checker takes a good document" valid '{"user":{"email":"a@b.co","id":"123e4567-e89b-42d3-a456-426614174000","role":"user"},"price":0.5,"qty":99,"tags":["a"],"when":"2024-01-01T00:00:00Z","pay":{"kind":"card","last4":"1234"},"note":"hi","tree":{"n":-3,"kids":[{"n":3,"kids":[]}]}}'
+
+kvt_start_server main -np 2
+MSG='"messages":[{"role":"user","content":"An order, in JSON."}]'
+good=0 stopped=0
+for seed in $(seq 1 6); do
+  post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"order\",\"strict\":true,\"schema\":$SCHEMA}},\"max_tokens\":500,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && [ "$(jb '.choices[0].finish_reason')" = stop ] && stopped=$((stopped + 1))
+  [ "$CODE" = 200 ] && valid "$(jb '.choices[0].message.content')" && good=$((good + 1))
+done
+check "response_format: 6 of 6 seeds finish" is "$stopped" 6
+check "... and 6 of 6 validate (formats, bounds, oneOf, \$ref recursion)" is "$good" 6
+
+post /v1/completions "{\"prompt\":\"Order:\",\"json_schema\":$SCHEMA,\"max_tokens\":500,\"seed\":3}"
+check "llama.cpp's json_schema on /v1/completions validates" valid "$(jb '.choices[0].text')"
+
+TOOLS="[{\"type\":\"function\",\"function\":{\"name\":\"place_order\",\"parameters\":$SCHEMA}}]"
+good=0
+for seed in 1 2; do
+  post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":500,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && valid "$(jb '.choices[0].message.tool_calls[0].function.arguments')" && good=$((good + 1))
+done
+check "a forced tool call's arguments validate, 2 of 2 seeds" is "$good" 2
+
+# ---- refusals: the keyword (or feature) and where it is ----------------------------------------
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}}}}}"
+check "an overlapping oneOf is a 400" is "$CODE/$(jb .error.param)" 400/response_format
+check "... naming oneOf and its path" has "$(jb .error.message)" "'oneOf': branches 0 and 1 may both match (give each branch a required property with its own 'const', or use 'anyOf') at /properties/v"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"r\":{\"type\":\"number\",\"minimum\":0.5}}}}}}"
+check "a fractional bound on a number is a 400 naming it and its path" has "$(jb .error.message)" "'minimum' of 0.5 for a number.* at /properties/r"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"\$ref\":\"#\"}},\"required\":[\"a\"]}}}}"
+check "a recursion that cannot stop is a 400" has "$(jb .error.message)" "no finite value"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"number\",\"exclusiveMinimum\":0}}},\"max_tokens\":20,\"seed\":1}"
+check "z.number().positive() at the top level is accepted" is "$CODE" 200
+check "... and gives a positive number" python3 -c "import sys; v = float(sys.argv[1]); sys.exit(0 if v > 0 else 1)" "$(jb '.choices[0].message.content')"
+
+kvt_stop_server main
+kvt_test_done test_server_json_schema
