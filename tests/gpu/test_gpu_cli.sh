@@ -49,9 +49,9 @@ else
   check "\$KVTIER_DEVICE=vulkan:0 gives the same completion" cmp -s "$TMP/g1" "$TMP/g2"
   check "eval --device vulkan" expect_rc 0 "$BIN" eval -m "$TMP/m.gguf" -n 2 --device vulkan hi
   check "no validation message" sh -c "! grep -qi 'validation' '$TMP/g1.err'"
-  "$BIN" mkmodel -o "$TMP/q4.gguf" --type q4_0 >/dev/null 2>&1 || bad "mkmodel q4_0"
-  check "a Q4_0 model on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/q4.gguf" -p hi -n 1 --device vulkan
-  check "... naming the weight type" says "Q4_0"
+  "$BIN" mkmodel -o "$TMP/q41.gguf" --type q4_1 >/dev/null 2>&1 || bad "mkmodel q4_1"
+  check "a Q4_1 model on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/q41.gguf" -p hi -n 1 --device vulkan
+  check "... naming the weight type" says "Q4_1"
   # q8_0 KV on the GPU: it runs, and as its pages take 34 bytes per 32 values against f16's 64,
   # the same --kv-active holds 64/34 (1.88) times the tokens and sessions (serve's start-up line)
   rc=0
