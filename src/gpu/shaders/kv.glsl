@@ -112,6 +112,13 @@ void kv_put(uint c, uint w, uint mask, uint bits) {
     else if (c == 2u) atomicAnd(kv2[w], ~mask), atomicOr(kv2[w], bits);
     else atomicAnd(kv3[w], ~mask), atomicOr(kv3[w], bits);
 }
+// Word w of chunk c, when no other invocation writes any of its bytes.
+void kv_put_word(uint c, uint w, uint v) {
+    if (c == 0u) kv0[w] = v;
+    else if (c == 1u) kv1[w] = v;
+    else if (c == 2u) kv2[w] = v;
+    else kv3[w] = v;
+}
 void kv_put_u8(uint c, uint i, uint b) {
     uint sh = (i & 3u) * 8u;
     kv_put(c, i >> 2u, 0xffu << sh, (b & 0xffu) << sh);
