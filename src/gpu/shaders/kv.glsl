@@ -39,7 +39,7 @@ uint kv_block(uint p, uint kv, uint g) {
     return (p % pc.ppc) * pc.stride + ((pc.layer * 2u + kv) * pc.n_head_kv + g) * pc.block * KV_ROW;
 }
 
-// Element i of chunk c as stored (f16 bits or f32 bits).
+// Element i of chunk c as stored (f16 bits or f32 bits; q8_0: word i, four bytes).
 uint kv_load(uint c, uint i) {
     if (c == 0u) return uint(kv0[i]);
     if (c == 1u) return uint(kv1[i]);
