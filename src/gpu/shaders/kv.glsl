@@ -40,7 +40,7 @@ uint kv_block(uint p, uint kv, uint g) {
     return (p % pc.ppc) * pc.stride + ((pc.layer * 2u + kv) * pc.n_head_kv + g) * pc.block * KV_ROW;
 }
 
-// Element i of chunk c as stored (f16 bits or f32 bits).
+// Element i of chunk c as stored (f16 bits or f32 bits; q8_0: word i, four bytes).
 uint kv_load(uint c, uint i) {
     if (c == 0u) return uint(kv0[i]);
     if (c == 1u) return uint(kv1[i]);
@@ -112,6 +112,13 @@ void kv_put(uint c, uint w, uint mask, uint bits) {
     else if (c == 1u) atomicAnd(kv1[w], ~mask), atomicOr(kv1[w], bits);
     else if (c == 2u) atomicAnd(kv2[w], ~mask), atomicOr(kv2[w], bits);
     else atomicAnd(kv3[w], ~mask), atomicOr(kv3[w], bits);
+}
+// Word w of chunk c, when no other invocation writes any of its bytes.
+void kv_put_word(uint c, uint w, uint v) {
+    if (c == 0u) kv0[w] = v;
+    else if (c == 1u) kv1[w] = v;
+    else if (c == 2u) kv2[w] = v;
+    else kv3[w] = v;
 }
 void kv_put_u8(uint c, uint i, uint b) {
     uint sh = (i & 3u) * 8u;

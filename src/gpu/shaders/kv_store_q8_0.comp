@@ -80,6 +80,11 @@ uint quant_group(uint kv, uint t, uint g, uint b, out int q[32]) {
     return kvt_f32_to_f16(floatBitsToUint(d));
 }
 
+// Half k of a V group's 34 bytes: the scale h, then int8 pairs of q (the first in the low byte).
+uint half_at(uint h, int q[32], uint k) {
+    return k == 0u ? h : (uint(q[2u * k - 2u]) & 0xffu) | (uint(q[2u * k - 1u]) & 0xffu) << 8u;
+}
+
 void main() {
     uint t = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
     if (t >= pc.n_tok) return; // the whole workgroup: uniform
@@ -95,10 +100,12 @@ void main() {
             kv_put_u16(c, blk + (b * pc.block + slot) * 2u, h);
             uint q0 = blk + nb * pc.block * 2u + b * 32u * pc.block + slot;
             for (uint i = 0u; i < 32u; i++) kv_put_u8(c, q0 + i * pc.block, uint(q[i]));
-        } else { // a row: the scale, then the 32 int8 in order
-            uint at = kv_v_at(page, g, slot) + b * 34u;
-            kv_put_u16(c, at, h);
-            for (uint i = 0u; i < 32u; i++) kv_put_u8(c, at + 2u + i, uint(q[i]));
+        } else { // a row: the scale, then the 32 int8 in order, as 17 halves from an even byte
+            uint at = kv_v_at(page, g, slot) + b * 34u, k = 0u;
+            if ((at & 2u) != 0u) kv_put_u16(c, at, h), k = 1u; // a word shared with the bytes before
+            for (; k + 1u < 17u; k += 2u) // words of this group alone
+                kv_put_word(c, (at + 2u * k) >> 2u, half_at(h, q, k) | half_at(h, q, k + 1u) << 16u);
+            if (k < 17u) kv_put_u16(c, at + 2u * k, half_at(h, q, k)); // shared with the bytes after
         }
     }
 }
