@@ -51,7 +51,7 @@ typedef struct {
 static const arch_case cases[] = {
     {"qwen2", KVT_TYPE_F16, 2, 0, 1, 0, 0},       {"qwen3", KVT_TYPE_Q8_0, 2, 0, 2, 0, 0},
     {"phi3", KVT_TYPE_F16, 2, WINDOW, 2, 0, 0},   {"gemma2", KVT_TYPE_F16, 2, WINDOW, 1, 1.5f, 3.0f},
-    {"gemma3", KVT_TYPE_F16, 6, WINDOW, 2, 0, 0},
+    {"gemma3", KVT_TYPE_F16, 6, WINDOW, 1, 0, 0},
 };
 
 static int32_t n_vocab;
