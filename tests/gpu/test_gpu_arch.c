@@ -171,7 +171,7 @@ static kvt_engine *check_against_cpu(const kvt_model *m, const arch_case *c) {
 /* Pushes a prompt's blocks from T0 into T1 by running other prompts through a small pool. */
 static void crowd_out(kvt_engine *e, kvt_cache *c) {
     int32_t q[3 * B];
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 2; r++) {
         random_prompt(q, 3 * B);
         kvt_test_gen g = kvt_test_generate(e, c, q, 3 * B, N_GEN, NULL);
         kvt_test_gen_free(&g);
@@ -186,7 +186,7 @@ static void check_warm_equals_cold(const kvt_model *m, const arch_case *c, kvt_e
     char dir[512];
     snprintf(dir, sizeof dir, "%s/gpu_arch_%s", kvt_test_tmpdir(), c->arch);
     kvt_test_gen cold = kvt_test_generate(e0, NULL, p, N, N_GEN, NULL);
-    kvt_engine *e = engine_on(m, 1, 12);
+    kvt_engine *e = engine_on(m, 1, 9);
     kvt_cache *cache = e ? kvt_test_cache(e, dir, 16u << 20) : NULL;
     if (!cache) goto out;
     kvt_test_gen g1 = kvt_test_generate(e, cache, p, N, N_GEN, NULL);
