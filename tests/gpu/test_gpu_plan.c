@@ -12,7 +12,8 @@
  *  - a model that does not fit is refused naming the largest -ngl that would
  *    (from the per-layer weight bytes) and that partial offload is not
  *    supported; -ngl below the layer count on a model that fits is refused,
- *    -1, the layer count and 99 are accepted; bad fractions are KVT_EARG.
+ *    -1, the layer count and 99 are accepted; a fraction of 0 is the default,
+ *    one outside (0, 1] is KVT_EARG.
  * No validation message may appear. Skips (77) without a device. */
 #include <math.h>
 #include <stdint.h>
@@ -148,8 +149,10 @@ static void check_plan(const kvt_model *m) {
     int32_t all[] = {-1, 2, 99};
     for (int i = 0; i < 3; i++)
         CHECKF(plan_of(m, params(8, 0.9f, all[i]), &p) == 0, "-ngl %d: %s", all[i], kvt_errmsg());
-    float bad[] = {0.0f, -0.5f, 1.01f, NAN};
-    for (int i = 0; i < 4; i++) {
+    CHECKF(plan_of(m, params(8, 0.0f, -1), &p) == 0 && p.fraction == KVT_DEFAULT_GPU_MEMORY_FRACTION,
+           "fraction 0 is the default: %s", kvt_errmsg());
+    float bad[] = {-0.5f, 1.01f, NAN};
+    for (int i = 0; i < 3; i++) {
         rc = plan_of(m, params(8, bad[i], -1), &p);
         CHECKF(rc == KVT_EARG && says("gpu_memory_fraction"), "fraction %g: rc %d", (double)bad[i], rc);
     }
