@@ -8,7 +8,8 @@
  *    bindings reach, saying so;
  *  - a given pool that fits is kept; one page more is refused naming both
  *    sizes and the largest pool that fits;
- *  - a planned pool under one context is refused naming the --ctx-size that fits;
+ *  - a planned pool under one context is refused naming the --ctx-size that
+ *    fits, a page over one binding naming --block-size;
  *  - a model that does not fit is refused naming the largest -ngl that would
  *    (from the per-layer weight bytes) and that partial offload is not
  *    supported; -ngl below the layer count on a model that fits is refused,
@@ -121,6 +122,14 @@ static void check_plan(const kvt_model *m) {
     setenv("KVT_VK_MAX_BINDING", one, 1);
     kvt_engine_params wide = params(0, 0.9f, -1);
     wide.n_ctx = CTX + B;
+    char half[32];
+    snprintf(half, sizeof half, "%llu", (unsigned long long)stride / 2);
+    setenv("KVT_VK_MAX_BINDING", half, 1);
+    kvt_engine_mem q;
+    int rc2 = plan_of(m, params(0, 0.9f, -1), &q);
+    CHECKF(rc2 == KVT_ELIMIT && says("larger than this device's largest binding") && says("--block-size"),
+           "a page over one binding: rc %d", rc2);
+    setenv("KVT_VK_MAX_BINDING", one, 1);
     rc = plan_of(m, wide, &p);
     unsetenv("KVT_VK_MAX_BINDING");
     CHECKF(rc == KVT_ELIMIT &&
