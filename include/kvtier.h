@@ -191,7 +191,7 @@ typedef struct {
     int32_t device;           /* where the forward pass and T0 live: 0 = the CPU (host RAM);
                                  N + 1 = Vulkan device N (kvtier info --devices) */
     /* On a device: the share of its memory the engine may take (0 < f <= 1,
-     * default KVT_DEFAULT_GPU_MEMORY_FRACTION). With n_pages 0 and
+     * 0 or default: KVT_DEFAULT_GPU_MEMORY_FRACTION). With n_pages 0 and
      * kv_active_bytes 0 the pool is planned: what that share leaves after the
      * weights and the activations, at least one n_ctx context (else
      * KVT_ELIMIT saying what fits); a pool given by size must fit in it. */

@@ -150,7 +150,6 @@ int kvt_cli_device_flag(int argc, char **argv, int *i, int *given, kvt_cli_devic
     return kvt_cli_device_opt(&arg, out) ? -1 : 1;
 }
 
-
 int kvt_cli_device_env(kvt_cli_device *out) {
     const char *v = getenv("KVTIER_DEVICE");
     if (!v) return 0;

@@ -102,6 +102,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     if (p.block_size < 1 || p.n_threads < 1 || p.n_batch < 1 || p.max_seqs < 1 || p.n_ctx < 0 || p.n_pages < 0 ||
         p.device < 0 || (p.kv_dtype != KVT_KV_F16 && p.kv_dtype != KVT_KV_F32 && p.kv_dtype != KVT_KV_Q8_0))
         return kvt_fail(KVT_EARG, "invalid engine parameters");
+    if (p.gpu_memory_fraction == 0) p.gpu_memory_fraction = KVT_DEFAULT_GPU_MEMORY_FRACTION;
     if (!(p.gpu_memory_fraction > 0 && p.gpu_memory_fraction <= 1) || p.n_gpu_layers < -1)
         return kvt_fail(KVT_EARG, "gpu_memory_fraction %g must be in (0, 1] and n_gpu_layers %d at least -1",
                         (double)p.gpu_memory_fraction, p.n_gpu_layers);

@@ -139,6 +139,7 @@ int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kvt_engine_mem *mem = &g->mem;
     mem->weight_bytes = g->weight_bytes;
     uint64_t per = kvt_gpu_max_binding(g->d) / e->page_stride;
+    if (per == 0) return 0; /* a page over one binding: make_pool says so, naming --block-size */
     mem->binding_pages = (int32_t)KVT_MIN(per * KVT_GPU_KV_CHUNKS, (uint64_t)INT32_MAX);
     if (!mem->planned) {
         int rc = given_pool_fits(e, g, mem->weight_bytes);

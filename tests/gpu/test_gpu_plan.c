@@ -8,11 +8,13 @@
  *    bindings reach, saying so;
  *  - a given pool that fits is kept; one page more is refused naming both
  *    sizes and the largest pool that fits;
- *  - a planned pool under one context is refused naming the --ctx-size that fits;
+ *  - a planned pool under one context is refused naming the --ctx-size that
+ *    fits, a page over one binding naming --block-size;
  *  - a model that does not fit is refused naming the largest -ngl that would
  *    (from the per-layer weight bytes) and that partial offload is not
  *    supported; -ngl below the layer count on a model that fits is refused,
- *    -1, the layer count and 99 are accepted; bad fractions are KVT_EARG.
+ *    -1, the layer count and 99 are accepted; a fraction of 0 is the default,
+ *    one outside (0, 1] is KVT_EARG.
  * No validation message may appear. Skips (77) without a device. */
 #include <math.h>
 #include <stdint.h>
@@ -120,6 +122,14 @@ static void check_plan(const kvt_model *m) {
     setenv("KVT_VK_MAX_BINDING", one, 1);
     kvt_engine_params wide = params(0, 0.9f, -1);
     wide.n_ctx = CTX + B;
+    char half[32];
+    snprintf(half, sizeof half, "%llu", (unsigned long long)stride / 2);
+    setenv("KVT_VK_MAX_BINDING", half, 1);
+    kvt_engine_mem q;
+    int rc2 = plan_of(m, params(0, 0.9f, -1), &q);
+    CHECKF(rc2 == KVT_ELIMIT && says("larger than this device's largest binding") && says("--block-size"),
+           "a page over one binding: rc %d", rc2);
+    setenv("KVT_VK_MAX_BINDING", one, 1);
     rc = plan_of(m, wide, &p);
     unsetenv("KVT_VK_MAX_BINDING");
     CHECKF(rc == KVT_ELIMIT &&
@@ -148,8 +158,10 @@ static void check_plan(const kvt_model *m) {
     int32_t all[] = {-1, 2, 99};
     for (int i = 0; i < 3; i++)
         CHECKF(plan_of(m, params(8, 0.9f, all[i]), &p) == 0, "-ngl %d: %s", all[i], kvt_errmsg());
-    float bad[] = {0.0f, -0.5f, 1.01f, NAN};
-    for (int i = 0; i < 4; i++) {
+    CHECKF(plan_of(m, params(8, 0.0f, -1), &p) == 0 && p.fraction == KVT_DEFAULT_GPU_MEMORY_FRACTION,
+           "fraction 0 is the default: %s", kvt_errmsg());
+    float bad[] = {-0.5f, 1.01f, NAN};
+    for (int i = 0; i < 3; i++) {
         rc = plan_of(m, params(8, bad[i], -1), &p);
         CHECKF(rc == KVT_EARG && says("gpu_memory_fraction"), "fraction %g: rc %d", (double)bad[i], rc);
     }
