@@ -13,6 +13,7 @@
 
 #include "chat.h" /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
+#include "cli_serve_compat.h"
 #include "common.h"
 #include "engine.h" /* the device the engine runs on, for the start-up line */
 #include "kvtier.h"
@@ -148,8 +149,9 @@ static const kvt_cli_opt serve_opts[] = {
      "hits and misses",
      0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
-     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
-     "none)",
+     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's "
+     "tokenizer.chat_template; chatml if it has none; a template\nkvtier does not recognise stops the start until "
+     "this names its family)",
      0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
@@ -255,13 +257,15 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_PLAIN},
 };
 
-/* serve's sections: its own table, then the shared KV-type, disk-tier and device tables. */
-#define SERVE_SECTIONS 4
+/* serve's sections: its own table, then the shared KV-type, disk-tier and device tables, then
+ * sampling defaults and llama-server's flags. */
+#define SERVE_SECTIONS 5
 static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
     out[1] = kvt_cli_kv_section;
     out[2] = kvt_cli_cache_section;
     out[3] = kvt_cli_device_section;
+    out[4] = kvt_cli_serve_compat_section;
 }
 
 void kvt_usage_serve(FILE *f) {
@@ -356,6 +360,7 @@ typedef struct {
     char *proxies[MAX_TRUSTED_PROXIES]; /* --trusted-proxy addresses (owned) */
     size_t n_proxies;
     kvt_cli_device dev;
+    int version; /* --version: print it and exit */
 } serve_args;
 
 /* Adds the comma-separated addresses of one --trusted-proxy. 0, or -1 after printing why. */
@@ -384,6 +389,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (id == KVT_CLI_DEVICE_ID) return kvt_cli_device_opt(a, &x->dev);
+    if (KVT_CLI_IS_COMPAT_ID(id)) return kvt_cli_serve_compat_opt(id, a, sp, &x->version);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -411,8 +417,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2, mistral, qwen3, gemma or phi3, got '%s'\n",
-                    a->flag, v);
+            fprintf(stderr, "kvtier serve: %s must be " KVT_CLI_CHAT_NAMES ", got '%s'\n", a->flag, v);
             return -1;
         }
         return 0;
@@ -563,14 +568,10 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         return -1;
     }
     kvt_model_info info = kvt_model_get_info(rt->m);
-    if (x->template_name) {
-        sp->chat = kvt_chat_family_parse(x->template_name);
-    } else if ((sp->chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
-        sp->chat = KVT_CHAT_CHATML;
+    if (kvt_cli_chat_family("serve", x->template_name, info.chat_template, &sp->chat)) return -1;
+    if (!x->template_name && !info.chat_template)
         kvt_logk(KVT_LOG_WARN, "chat_template",
-                 "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
-                 info.chat_template ? "not recognised" : "missing");
-    }
+                 "serve: the model has no chat template; using chatml (--chat-template overrides)");
     model_id_of(model_path, x->alias, rt->model_id, sizeof rt->model_id);
     sp->model_id = rt->model_id;
     long n_ctx = x->n_ctx ? x->n_ctx : kvt_cli_default_ctx(info.n_ctx_train);
@@ -709,6 +710,9 @@ int kvt_cmd_serve(int argc, char **argv) {
     int pr = kvt_cli_parse("serve", argc, argv, secs, SERVE_SECTIONS, serve_opt, &x);
     if (pr == KVT_CLI_PARSE_HELP) {
         kvt_usage_serve(stdout);
+        ret = 0;
+    } else if (!pr && x.version) {
+        printf("kvtier %s\n", KVT_VERSION);
         ret = 0;
     } else if (!pr && !serve_settings(&x)) {
         ret = 1;

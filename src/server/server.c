@@ -38,7 +38,9 @@ kvt_server_params kvt_server_default_params(void) {
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier",
                            .rag_k = KVT_RAG_DEFAULT_K,
-                           .recompute_ratio = KVT_BLEND_DEFAULT_RATIO};
+                           .recompute_ratio = KVT_BLEND_DEFAULT_RATIO,
+                           .default_temperature = 1.0f,
+                           .default_top_p = 1.0f};
     return p;
 }
 

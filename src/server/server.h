@@ -119,6 +119,12 @@ typedef struct {
                                    gives no kvtier.recompute_ratio */
     int strict;                      /* 1: a top-level request field the endpoint does not read is a 400 naming
                                    it; 0 (default): ignored, as OpenAI does */
+    /* sampling of a request that does not set it (--temp, --top-k, --top-p, --seed): by default OpenAI's,
+       temperature 1, top_p 1, no top_k, and a fresh seed per request */
+    float default_temperature, default_top_p;
+    int32_t default_top_k;
+    uint64_t default_seed;
+    int has_default_seed;
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

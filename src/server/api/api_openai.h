@@ -74,6 +74,7 @@ typedef struct {
     float temperature;                         /* default 1 */
     float top_p;                               /* default 1 */
     int32_t top_k;                             /* 0 = off */
+    int has_temperature, has_top_p, has_top_k; /* given in the request (else the server's defaults apply) */
     float min_p;                               /* 0 = off */
     float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
     float repeat_penalty;                      /* llama.cpp's; 1 = off */
