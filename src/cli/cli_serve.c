@@ -36,6 +36,7 @@
 #define MAX_CORS_ORIGINS 64
 #define MAX_CONNS 65536
 #define MAX_TRUSTED_PROXIES 64
+#define MAX_MODEL_NAMES 16 /* names a request's "model" may give: the file's two and the --alias names */
 
 
 enum {
@@ -205,8 +206,10 @@ static const kvt_cli_opt serve_opts[] = {
      "let browser pages from ORIGIN (e.g. http://localhost:3000;\nrepeatable, or * for any) call the API: OPTIONS "
      "preflights are\nanswered and responses carry Access-Control-Allow-Origin.\nWithout it OPTIONS is 405",
      0, KVT_CLI_PLAIN},
-    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)", 0,
-     KVT_CLI_PLAIN},
+    {O_ALIAS, 'a', "alias", NULL, "NAME[,NAME...]",
+     "model name in /v1/models and responses (default: the file name\nwithout .gguf). A request's \"model\" must be "
+     "one of these names\nor the file's name; any other is a 404 model_not_found",
+     0, KVT_CLI_PLAIN},
     {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
      "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)",
@@ -533,18 +536,34 @@ typedef struct {
     kvt_engine *e;
     kvt_cache *cache;
     char model_id[MODEL_ID_MAX];
+    char names_text[2 * MODEL_ID_MAX]; /* the other names, NUL-separated */
+    const char *names[MAX_MODEL_NAMES];
 } serve_runtime;
 
-/* The name /v1/models gives the model: --alias, else the file's name without .gguf. */
-static void model_id_of(const char *model_path, const char *alias, char *out, size_t cap) {
-    if (alias) {
-        snprintf(out, cap, "%s", alias);
-        return;
-    }
+/* The name /v1/models gives the model: the first --alias name, else the file's name without .gguf;
+ * a request's "model" may also give the other alias names (comma-separated), the file's name
+ * without .gguf and with it (rt->names). */
+static void model_id_of(const char *model_path, const char *alias, serve_runtime *rt) {
     const char *base = strrchr(model_path, '/');
-    snprintf(out, cap, "%s", base ? base + 1 : model_path);
-    char *dot = strstr(out, ".gguf");
-    if (dot && !dot[strlen(".gguf")]) *dot = 0;
+    base = base ? base + 1 : model_path;
+    size_t n = strlen(base), l = strlen(".gguf"), at = 0, k = 0;
+    if (n > l && !strcmp(base + n - l, ".gguf")) n -= l;
+    char *t = rt->names_text;
+    size_t cap = sizeof rt->names_text;
+    /* the file's names; then every alias, the first of which is the id */
+    at += (size_t)snprintf(t + at, cap - at, "%.*s", (int)n, base) + 1;
+    rt->names[k++] = t;
+    rt->names[k++] = t + at;
+    at += (size_t)snprintf(t + at, cap - at, "%s", base) + 1;
+    snprintf(rt->model_id, sizeof rt->model_id, "%.*s", (int)n, base);
+    for (const char *p = alias; p && *p && at < cap && k < MAX_MODEL_NAMES;) {
+        size_t m = strcspn(p, ",");
+        if (p == alias) snprintf(rt->model_id, sizeof rt->model_id, "%.*s", (int)m, p);
+        rt->names[k++] = t + at;
+        at += (size_t)snprintf(t + at, cap - at, "%.*s", (int)m, p) + 1;
+        p += m + (p[m] == ',');
+    }
+    while (k < MAX_MODEL_NAMES) rt->names[k++] = "";
 }
 
 /* Loads the RAG index (first: a bad one fails in a second, not after
@@ -572,8 +591,10 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     if (!x->template_name && !info.chat_template)
         kvt_logk(KVT_LOG_WARN, "chat_template",
                  "serve: the model has no chat template; using chatml (--chat-template overrides)");
-    model_id_of(model_path, x->alias, rt->model_id, sizeof rt->model_id);
+    model_id_of(model_path, x->alias, rt);
     sp->model_id = rt->model_id;
+    sp->model_names = rt->names;
+    sp->n_model_names = MAX_MODEL_NAMES;
     long n_ctx = x->n_ctx ? x->n_ctx : kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = x->threads;

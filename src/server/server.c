@@ -47,6 +47,7 @@ kvt_server_params kvt_server_default_params(void) {
 static void server_free(kvt_server *s) {
     for (int32_t i = 0; s->slots && i < s->p.parallel; i++) kvt_srv_slot_clear(s, &s->slots[i]);
     free(s->slots);
+    free(s->slot_reqs);
     free(s->queue);
     free(s->logits);
     kvt_jg_vocab_free(s->jg_vocab);
@@ -135,6 +136,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     kvt_srv_cond_init(&s->job_cv);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);
     s->slots = kvt_xcalloc((size_t)s->p.parallel, sizeof *s->slots);
+    s->slot_reqs = kvt_xcalloc((size_t)s->p.parallel, sizeof *s->slot_reqs);
     for (int32_t i = 0; i < s->p.parallel; i++) s->slots[i].seq = -1;
     size_t max_batch = (size_t)s->p.parallel + (size_t)s->p.prefill_chunk;
     s->logits = kvt_xmalloc(((size_t)s->p.parallel + 1) * (size_t)s->n_vocab * sizeof *s->logits);

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api_llama.h"
 #include "api_openai.h"
 #include "api_response.h"
 #include "api_rag.h"
@@ -130,6 +131,9 @@ typedef struct srv_req {
     kvt_jg_schema *grammar; /* the output must follow it (a forced tool call, response_format), or NULL (owned) */
     int tools;              /* read the reply for tool calls (kvt_api_tools_active) */
     int parallel_tool_calls;
+    int native;        /* POST /completion: llama-server's answer and stream events (handlers_llama.c) */
+    int32_t id_slot;   /* under s->mu: the slot it runs in, -1 before (llama-server's id_slot, GET /slots) */
+    int32_t n_decoded; /* under s->mu: tokens generated so far (GET /slots) */
     /* engine thread only */
     int skipped;    /* admissions that passed it over (cache-aware scheduling) */
     int prefetched; /* its prefix was restored into T0 while it waited */
@@ -231,6 +235,7 @@ struct kvt_server {
     uint64_t next_id;
     kvt_cache_stats snap; /* under mu: sampled by the engine thread for /metrics */
     int32_t n_active;     /* under mu */
+    srv_req **slot_reqs;  /* under mu: the request each slot runs (a reference each), for GET /slots */
     /* engine thread only */
     slot *slots;
     uint64_t n_admitted;
@@ -275,7 +280,10 @@ typedef enum {
     R_CACHE_PREFETCH,
     R_CACHE_FLUSH,
     R_CACHE_STATS,
-    R_CACHE_LINT
+    R_CACHE_LINT,
+    R_LLAMA_COMPLETION, /* llama-server's POST /completion */
+    R_APPLY_TEMPLATE,
+    R_SLOTS
 } route;
 
 struct conn_state;
@@ -320,6 +328,9 @@ enum MHD_Result kvt_srv_on_accept(void *cls, const struct sockaddr *addr, sockle
  * kvtier.rag is refused off the RAG route. 0, or nonzero with *err filled
  * (and nothing in *a to free). */
 int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_error *err);
+/* The same for a body of route r, without the RAG check. A "model" the server does not serve is a 404
+ * model_not_found (its id, or a name in p.model_names, is accepted). */
+int kvt_srv_parse_body(kvt_server *s, route r, const char *body, size_t len, kvt_api_request *a, kvt_api_error *err);
 enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
@@ -331,6 +342,11 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
  * access log's key hash ("-" without one), total_ms arrival to end. */
 void kvt_srv_note_recent(kvt_server *s, const conn_state *cs, const char *tenant, double total_ms);
 enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* llama-server's routes (handlers_llama.c): POST /completion, /apply-template, GET /slots; and
+ * /v1/completions bodies with several prompts or echo, which kvt_srv_handle_generate hands on */
+enum MHD_Result kvt_srv_handle_llama(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* Whether a /v1/completions body needs kvt_srv_handle_llama: a prompt array of several prompts, or echo. */
+int kvt_srv_completion_is_multi(const conn_state *cs);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 
 /* ---- requests (sched_submit.c) ------------------------------------------------------- */
@@ -394,6 +410,10 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag);
  * the usage and *has_usage 1 (for the access log; they must outlive it). */
 struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct MHD_Connection *conn,
                                              kvt_api_usage *usage, int *has_usage, const kvt_api_rag *rag);
+/* The /completion answer (llama-server's) of finished choice r, or one stream event of it (stop 0),
+ * with text and probs borrowed (handlers_llama.c). */
+void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int stop, const kvt_api_logprobs *probs,
+                          kvt_api_llama_completion *out);
 /* r's usage with every choice's completion tokens. */
 kvt_api_usage kvt_srv_total_usage(const srv_req *r);
 

@@ -10,6 +10,13 @@
 #include "server_impl.h"
 
 void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
+    int32_t idx = (int32_t)(sl - s->slots);
+    if (s->slot_reqs && s->slot_reqs[idx]) { /* slot_setup published it */
+        pthread_mutex_lock(&s->mu);
+        kvt_srv_req_unref_locked(s->slot_reqs[idx]);
+        s->slot_reqs[idx] = NULL;
+        pthread_mutex_unlock(&s->mu);
+    }
     kvt_blend_job_free(sl->blend); /* a cancelled placement stops between chunks */
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
@@ -38,6 +45,7 @@ void kvt_srv_slot_emit(kvt_server *s, slot *sl, size_t upto, int final) {
     }
     memcpy(r->text + r->text_len, clean, n + 1);
     r->text_len += n;
+    r->n_decoded = sl->n_gen;
     kvt_srv_req_wake_locked(r);
     pthread_mutex_unlock(&s->mu);
     free(clean);

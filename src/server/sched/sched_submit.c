@@ -161,6 +161,7 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
 srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err) {
     srv_req *r = kvt_xcalloc(1, sizeof *r);
     r->refs = 1;
+    r->id_slot = -1;
     r->kind = a->kind;
     r->stream = a->stream;
     r->include_usage = a->include_usage;
