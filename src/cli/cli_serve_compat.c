@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "metrics.h" /* KVT_METRICS_LLAMACPP, KVT_METRICS_VLLM */
 
 #define MAX_TEMPERATURE 2.0 /* as a request's temperature */
 
@@ -22,6 +23,7 @@ enum {
     C_SEED,
     C_HF_REPO,
     C_VERSION,
+    C_METRICS_NAMES,
 };
 
 static const kvt_cli_opt compat_opts[] = {
@@ -50,6 +52,11 @@ static const kvt_cli_opt compat_opts[] = {
      "accepted: /metrics is always served, with kvtier's and llama-server's\nmetric names (who may read it: "
      "--metrics-key)",
      0, KVT_CLI_PLAIN},
+    {C_METRICS_NAMES, 0, "metrics-names", NULL, "LIST",
+     "which other servers' names /metrics gives its figures besides\nkvtier's own: llamacpp (llama-server's "
+     "llamacpp:*, the default),\nvllm (vLLM's vllm:*: prefix-cache hits, KV usage, TTFT and\ninter-token "
+     "histograms), both (llamacpp,vllm) or none (kvtier)",
+     0, KVT_CLI_PLAIN},
     {C_HF_REPO, 0, "hf-repo", NULL, "REPO",
      "refused (also -hf): kvtier downloads nothing. Fetch the GGUF file\nyourself and give it with -m FILE", 0,
      KVT_CLI_PLAIN},
@@ -58,6 +65,25 @@ static const kvt_cli_opt compat_opts[] = {
 
 const kvt_cli_section kvt_cli_serve_compat_section = {"sampling defaults and llama-server flags", compat_opts,
                                                       KVT_ARRAY_LEN(compat_opts)};
+
+/* --metrics-names: a comma-separated list of llamacpp, vllm; kvtier alone turns the others off. */
+static int metrics_names(const kvt_cli_arg *a, kvt_server_params *sp) {
+    int names = 0;
+    for (const char *p = a->str;;) {
+        size_t n = strcspn(p, ",");
+        if (n == strlen("llamacpp") && !strncmp(p, "llamacpp", n)) names |= KVT_METRICS_LLAMACPP;
+        else if (n == strlen("vllm") && !strncmp(p, "vllm", n)) names |= KVT_METRICS_VLLM;
+        else if (n != strlen("kvtier") || strncmp(p, "kvtier", n)) {
+            fprintf(stderr, "kvtier serve: %s takes llamacpp, vllm or kvtier (comma-separated), got '%.*s'\n", a->flag,
+                    (int)n, p);
+            return -1;
+        }
+        if (!p[n]) break;
+        p += n + 1;
+    }
+    sp->metrics_names = names;
+    return 0;
+}
 
 int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp, int *version) {
     const char *v = a->str;
@@ -92,6 +118,7 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
                 a->flag, v);
         return -1;
     case C_VERSION: *version = 1; return 0;
+    case C_METRICS_NAMES: return metrics_names(a, sp);
     default: return -1;
     }
 }

@@ -39,6 +39,7 @@ kvt_server_params kvt_server_default_params(void) {
                            .model_id = "kvtier",
                            .rag_k = KVT_RAG_DEFAULT_K,
                            .recompute_ratio = KVT_BLEND_DEFAULT_RATIO,
+                           .metrics_names = KVT_METRICS_LLAMACPP,
                            .default_temperature = 1.0f,
                            .default_top_p = 1.0f};
     return p;

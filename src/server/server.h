@@ -124,6 +124,8 @@ typedef struct {
                                    it; 0 (default): ignored, as OpenAI does */
     /* sampling of a request that does not set it (--temp, --top-k, --top-p, --seed): by default OpenAI's,
        temperature 1, top_p 1, no top_k, and a fresh seed per request */
+    int metrics_names; /* /metrics also gives llama-server's llamacpp: names (KVT_METRICS_LLAMACPP,
+                                        the default) and vLLM's vllm: names (KVT_METRICS_VLLM); 0: kvtier's only */
     float default_temperature, default_top_p;
     int32_t default_top_k;
     uint64_t default_seed;

@@ -239,6 +239,7 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
         return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_req_ring_json(e, n), NULL, NULL);
     }
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
+                            .block_tokens = s->block,
                             .parallel = s->p.parallel,
                             .inflight_body_bytes = kvt_http_guard_held(s->guard),
                             .deadline_closed = kvt_http_guard_expired(s->guard)};
@@ -255,6 +256,11 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
         free(text);
         return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/html; charset=utf-8", html,
                                  "Content-Security-Policy", KVT_DASHBOARD_CSP);
+    }
+    if (s->p.metrics_names) { /* the same figures under llama-server's (and vLLM's) names */
+        kvt_metrics_totals t;
+        kvt_metrics_get_totals(s->metrics, &t);
+        text = kvt_metrics_render_compat(text, s->p.metrics_names, &t, &g);
     }
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", text, NULL, NULL);
 }

@@ -87,6 +87,9 @@ void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut
     /* the prompt of n choices is counted once, on the first */
     kvt_metrics_count_tokens(s->metrics, r->is_sib ? 0 : u->prompt_tokens, u->completion_tokens,
                              r->is_sib ? no_tiers : u->tier_tokens, r->is_sib ? 0 : u->computed_tokens);
+    if (sl->n_gen) /* generating: from the first token to the last */
+        kvt_metrics_count_times(s->metrics, r->is_sib ? 0 : (u->restore_ms + u->prefill_ms) / 1e3,
+                                kvt_now() - r->t_arrival - u->ttft_ms / 1e3);
     if (u->approximate && !r->is_sib)
         kvt_metrics_count_approximate(s->metrics, u->approximate_tokens, u->recomputed_tokens, u->stored_tokens);
     kvt_srv_slot_clear(s, sl);
