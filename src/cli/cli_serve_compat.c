@@ -24,6 +24,7 @@ enum {
     C_HF_REPO,
     C_VERSION,
     C_METRICS_NAMES,
+    C_SLOTS,
 };
 
 static const kvt_cli_opt compat_opts[] = {
@@ -52,6 +53,8 @@ static const kvt_cli_opt compat_opts[] = {
      "accepted: /metrics is always served, with kvtier's and llama-server's\nmetric names (who may read it: "
      "--metrics-key)",
      0, KVT_CLI_PLAIN},
+    {C_SLOTS, 0, "slots", NULL, NULL,
+     "accepted: GET /slots is always served (a request's prompt text\nthere only to --admin-key)", 0, KVT_CLI_PLAIN},
     {C_METRICS_NAMES, 0, "metrics-names", NULL, "LIST",
      "which other servers' names /metrics gives its figures besides\nkvtier's own: llamacpp (llama-server's "
      "llamacpp:*, the default),\nvllm (vLLM's vllm:*: prefix-cache hits, KV usage, TTFT and\ninter-token "
@@ -104,6 +107,7 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
             fprintf(stderr, "kvtier serve: %s off is ignored: kvtier's attention is always fused\n", a->flag);
         return 0;
     case C_CONT_BATCHING:
+    case C_SLOTS:
     case C_METRICS: return 0;
     case C_NO_CONT_BATCHING:
         fprintf(stderr,

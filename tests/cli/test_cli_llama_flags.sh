@@ -23,7 +23,7 @@ check "serve --version too, exit 0" expect_rc 0 "$BIN" serve --version
 check "... the same line" is "$(cat "$TMP/out")" "$VERSION"
 "$BIN" serve --help >"$TMP/help" 2>&1
 for flag in --flash-attn --cont-batching --no-cont-batching --cache-type-k --cache-type-v --temp --seed --top-k \
-  --top-p --metrics --hf-repo --version -fa -cb -nocb -ctk -ctv -hf; do
+  --top-p --metrics --metrics-names --slots --hf-repo --version -fa -cb -nocb -ctk -ctv -hf; do
   check "serve --help explains $flag" grep -qe "$flag[ ,)]" "$TMP/help"
 done
 check "--help says attention is already fused" grep -q 'attention is always fused' "$TMP/help"
@@ -38,6 +38,10 @@ check "a value that looks like a flag is a value" expect_rc 0 "$BIN" serve --ali
 check "-cb is not -c b" expect_rc 0 "$BIN" serve -cb --help
 check "run has no -cb: unknown, not -c b" expect_rc 2 "$BIN" run -cb
 check "... named as typed" grep -q "unknown option '-cb'" "$TMP/out"
+check "-tb 8 is unknown, not -t b" expect_rc 2 "$BIN" serve -tb 8
+check "... named as typed" grep -q "unknown option '-tb'" "$TMP/out"
+check "-to is --timeout" expect_rc 2 "$BIN" serve -to 0
+check "... checked as --timeout" grep -q -- "--timeout must be an integer in \[1, 86400\]" "$TMP/out"
 check "-fa alone" expect_rc 0 "$BIN" serve -fa --help
 check "-fa on (llama.cpp's newer form)" expect_rc 0 "$BIN" serve -fa on --help
 check "--flash-attn=auto" expect_rc 0 "$BIN" serve --flash-attn=auto --help
@@ -57,7 +61,7 @@ check "--temp is bounded as a request's" expect_rc 2 "$BIN" serve --temp 3
 check "--top-p 0 is refused" expect_rc 2 "$BIN" serve --top-p 0
 
 # ---- --metrics --cont-batching: both flags, /metrics open, -ctk sets the KV type -----------------------
-kvt_start_server a --metrics --cont-batching -fa -ctk q8_0 -ctv q8_0
+kvt_start_server a --metrics --cont-batching -fa -ctk q8_0 -ctv q8_0 --slots
 CODE=$(curl -s -m 10 -o "$TMP/metrics" -w '%{http_code}' "$URL/metrics")
 check "--metrics --cont-batching leaves /metrics open" is "$CODE" 200
 check "... and it is the metrics" grep -q '^kvtier_' "$TMP/metrics"
