@@ -19,6 +19,9 @@
 #include "blend.h"
 #include "common.h"
 
+#define STOP_FLUSH_S 2.0       /* at stop, how long the answers being sent may take to finish */
+#define STOP_POLL_NS 10000000L /* how often the stop looks at them */
+
 kvt_server_params kvt_server_default_params(void) {
     kvt_server_params p = {.host = "127.0.0.1",
                            .port = KVT_SERVER_DEFAULT_PORT,
@@ -276,7 +279,11 @@ void kvt_server_stop(kvt_server *s) {
     pthread_cond_signal(&s->engine_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->engine_thread, NULL);
-    /* every request is done now, so handler threads and stream readers finish */
+    /* every request is done now, so handler threads and stream readers finish: their last bytes (a
+     * stream's final chunk and [DONE]) get a moment to go out before the connections close */
+    const struct timespec slice = {0, STOP_POLL_NS};
+    for (double end = kvt_now() + STOP_FLUSH_S; kvt_server_in_flight(s) > 0 && kvt_now() < end;)
+        nanosleep(&slice, NULL);
     MHD_stop_daemon(s->mhd);
     server_free(s);
 }

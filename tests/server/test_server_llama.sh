@@ -60,6 +60,10 @@ post /completion '{"prompt": "Hello", "id_slot": 9}'
 check "an id_slot past --parallel is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
 post /completion '{"prompt": ["a", "b"], "stream": true}'
 check "several prompts cannot stream" is "$CODE/$(jb .error.param)" 400/prompt
+{ printf '{"prompt":['; head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' '1' | sed 's/1/1,/g'; printf '1]}'; } >"$TMP/ids.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" \
+  "$URL/completion")
+check "4 MB of token ids: refused on their count" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
 
 curl -s -m 60 -N -H 'Content-Type: application/json' -o "$TMP/sse" \
   -d "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"stream\": true}" "$URL/completion"

@@ -471,17 +471,15 @@ static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *er
 
 /* ---- the raw text, before parsing -------------------------------------------- */
 
-/* What one lexical pass over the raw body learns before anything is allocated.
- * The pass assumes nothing about validity (kvt_api_check_body judged that
- * before); on valid JSON its counts are exact or slightly high, never low. */
-typedef struct {
-    size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
-    size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
-} body_scan;
-
 static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static void scan_body(const char *b, size_t n, body_scan *sc) {
+/* The first byte of b[i..n) that is not JSON whitespace, or 0. */
+static char next_char(const char *b, size_t i, size_t n) {
+    while (i < n && json_space(b[i])) i++;
+    return i < n ? b[i] : 0;
+}
+
+void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc) {
     memset(sc, 0, sizeof *sc);
     sc->values = 1;
     long depth = 0;
@@ -495,7 +493,10 @@ static void scan_body(const char *b, size_t n, body_scan *sc) {
             size_t k = j + 1;
             while (k < n && json_space(b[k])) k++;
             /* a string right inside the root object and followed by ':' is a key */
-            if (depth == 1 && k < n && b[k] == ':') prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
+            if (depth == 1 && k < n && b[k] == ':') {
+                prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
+                if (j - i - 1 == 4 && !memcmp(b + i + 1, "echo", 4)) sc->echo_true = next_char(b, k + 1, n) == 't';
+            }
             i = j;
         } else if (c == '{' || c == '[') {
             sc->values++;
@@ -503,6 +504,7 @@ static void scan_body(const char *b, size_t n, body_scan *sc) {
             if (++depth == 2 && c == '[' && prompt_key) {
                 in_prompt = 1;
                 sc->prompt_items = 1;
+                sc->prompt_first = next_char(b, i + 1, n);
             }
         } else if (c == '}' || c == ']') {
             if (depth-- == 2) in_prompt = 0;
@@ -521,8 +523,8 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
     if (nul)
         return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
                               "the request body holds a NUL byte (at byte %td), which JSON does not allow", nul - body);
-    body_scan sc;
-    scan_body(body, len, &sc);
+    kvt_api_body_scan sc;
+    kvt_api_scan_body(body, len, &sc);
     if (kind == KVT_API_COMPLETION && sc.prompt_items >= (size_t)KVT_MAX(n_ctx, 1))
         return kvt_api_errorf(err, 400, INVALID, "prompt", "context_length_exceeded",
                               "This model's maximum context length is %d tokens. However, your prompt array has %zu "

@@ -137,6 +137,18 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
                   int32_t max_tokens_limit, kvt_api_request *out, kvt_api_error *err);
 void kvt_api_request_free(kvt_api_request *r);
 
+/* What one lexical pass over a raw body learns before anything is allocated
+ * (kvt_api_parse's first step; the server's choice of route for a completion
+ * body). It assumes nothing about validity (kvt_api_check_body judged that
+ * before); on valid JSON its counts are exact or slightly high, never low. */
+typedef struct {
+    size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
+    size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
+    char prompt_first;   /* the first byte of that array's first item ('"', '[', a digit), or 0 */
+    int echo_true;       /* the top-level "echo" is true */
+} kvt_api_body_scan;
+void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc);
+
 /* Parses the "kvtier" object kv (NULL or JSON null: defaults). Unknown fields
  * are a 400 naming them: each one would change how the KV is kept. Returns 0
  * or KVT_EARG with *err filled. */

@@ -44,11 +44,26 @@ static int several_prompts(const cJSON *p) {
 }
 
 int kvt_srv_completion_is_multi(const conn_state *cs) {
-    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
-    const cJSON *echo = cJSON_GetObjectItemCaseSensitive(root, "echo");
-    int multi = several_prompts(cJSON_GetObjectItemCaseSensitive(root, "prompt")) || (echo && !cJSON_IsFalse(echo));
-    cJSON_Delete(root);
-    return multi;
+    kvt_api_body_scan sc; /* from the raw text: a body of many token ids is refused before it is parsed */
+    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    return sc.echo_true || sc.prompt_first == '[' || (sc.prompt_first == '"' && sc.prompt_items > 1);
+}
+
+/* The bounds kvt_api_parse puts on one prompt, for a body of up to MAX_PROMPTS of them, checked on the
+ * raw text before it is parsed. 0, or -1 with *err. */
+static int check_size(const kvt_server *s, const conn_state *cs, kvt_api_error *err) {
+    kvt_api_body_scan sc;
+    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    size_t max_values = (size_t)MAX_PROMPTS * (size_t)s->n_ctx + KVT_API_MAX_JSON_VALUES;
+    if (sc.prompt_items >= (size_t)s->n_ctx)
+        return kvt_api_errorf(err, 400, INVALID, "prompt", "context_length_exceeded",
+                              "This model's maximum context length is %d tokens. However, your prompt array has %zu "
+                              "items; shorten it (at least one token must be left to generate).",
+                              s->n_ctx, sc.prompt_items);
+    if (sc.values > max_values)
+        return kvt_api_errorf(err, 400, INVALID, NULL, "too_many_values",
+                              "the request body holds more than %zu JSON values", max_values);
+    return 0;
 }
 
 /* Reads (and removes) llama-server's fields kvt_api_parse does not know: n_probs becomes logprobs,
@@ -81,6 +96,7 @@ static int native_fields(kvt_server *s, cJSON *root, kvt_api_error *err) {
 
 /* Cuts cs's body into b->bodies (one per prompt). 0, or -1 with *err. */
 static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *err) {
+    if (check_size(s, cs, err)) return -1;
     cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
