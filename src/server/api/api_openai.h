@@ -113,7 +113,7 @@ typedef struct {
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
  * above max_tokens_limit is an error. The fields OpenAI's and llama.cpp's
  * clients send that kvtier does not support yet (tools, response_format,
- * echo, best_of, mirostat, ...) are a 400 naming them unless they hold
+ * best_of, mirostat, ...; echo, which the server answers before this) are a 400 naming them unless they hold
  * their neutral value, so none that would change the output is silently
  * ignored (the audit table in api_audit.c and docs/api.md "Request fields"); other unknown
  * fields are ignored, as OpenAI clients send many.
