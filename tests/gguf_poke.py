@@ -3,9 +3,12 @@
 
     gguf_poke.py IN OUT tensor NAME VALUE    every element of f32 tensor NAME := VALUE
     gguf_poke.py IN OUT f32 KEY VALUE        f32 metadata KEY := VALUE
+    gguf_poke.py IN OUT str KEY VALUE        string metadata KEY := VALUE, padded with
+                                             spaces to the old length (no longer than it)
+    gguf_poke.py IN OUT key KEY NEWKEY       renames metadata KEY (NEWKEY of the same length)
 
-VALUE is a Python float literal ("nan", "inf", "-1", "1.4e-45"). The file's
-layout is unchanged: only those bytes differ."""
+VALUE is a Python float literal ("nan", "inf", "-1", "1.4e-45") for f32. The
+file's layout is unchanged: only those bytes differ."""
 import struct
 import sys
 
@@ -49,7 +52,22 @@ def main():
     n_tensors, n_kv = r.take("Q"), r.take("Q")
     align, done = 32, False
     for _ in range(n_kv):
+        key_at = r.off
         key, t = r.string(), r.take("I")
+        if what == "key" and key == name:
+            if len(value.encode()) != len(key.encode()):
+                sys.exit(f"{value} is not as long as {key}")
+            buf[key_at + 8:key_at + 8 + len(key.encode())] = value.encode()
+            done = True
+        if what == "str" and key == name:
+            if t != GGUF_STRING:
+                sys.exit(f"{key} is not a string")
+            n = struct.unpack_from("<Q", buf, r.off)[0]
+            v = value.encode()
+            if len(v) > n:
+                sys.exit(f"{value!r} is longer than the {n} bytes of {key}")
+            buf[r.off + 8:r.off + 8 + n] = v + b" " * (n - len(v))
+            done = True
         if what == "f32" and key == name:
             if t != GGUF_F32:
                 sys.exit(f"{key} is not an f32")

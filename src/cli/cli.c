@@ -323,7 +323,7 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
     }
 }
 
-enum { KV_TYPE = KVT_CLI_KV_ID_BASE, KV_F32, KV_Q8_ORDER };
+enum { KV_TYPE = KVT_CLI_KV_ID_BASE, KV_F32, KV_Q8_ORDER, KV_TYPE_K, KV_TYPE_V };
 
 #define Q8_ORDER_HELP \
     "how Q8_0 weights are summed, for the whole process: lanes (default:\n" \
@@ -340,6 +340,11 @@ static const kvt_cli_opt kv_opts[] = {
      "Cached blocks of one type never serve another.",
      0, KVT_CLI_PLAIN},
     {KV_F32, 0, "kv-f32", NULL, NULL, "same as --kv-type f32", 0, KVT_CLI_PLAIN},
+    {KV_TYPE_K, 0, "cache-type-k", NULL, "TYPE",
+     "llama.cpp's name (also -ctk): the same as --kv-type. Keys and\nvalues share one type, so -ctk and -ctv must agree",
+     0, KVT_CLI_PLAIN},
+    {KV_TYPE_V, 0, "cache-type-v", NULL, "TYPE", "llama.cpp's name (also -ctv): the same as --kv-type", 0,
+     KVT_CLI_PLAIN},
     {KV_Q8_ORDER, 0, "q8-order", NULL, "ORDER", Q8_ORDER_HELP, 0, KVT_CLI_PLAIN},
 };
 const kvt_cli_section kvt_cli_kv_section = {"KV type and numerics", kv_opts, KVT_ARRAY_LEN(kv_opts)};
@@ -357,10 +362,27 @@ int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
         return 0;
     }
     if (id == KV_Q8_ORDER) return q8_order_arg(flag, v);
-    if (kvt_kv_dtype_parse(v, dt)) {
+    kvt_kv_dtype t;
+    if (kvt_kv_dtype_parse(v, &t)) {
         fprintf(stderr, "kvtier: %s must be f16, f32 or q8_0, not '%s'\n", flag, v);
         return -1;
     }
+    /* one command line's -ctk and -ctv (a process parses one): the pages hold K and V in one type */
+    static int kv_given[2];
+    static kvt_kv_dtype kv_types[2];
+    if (id == KV_TYPE_K || id == KV_TYPE_V) {
+        int side = id == KV_TYPE_V;
+        if (kv_given[!side] && kv_types[!side] != t) {
+            fprintf(stderr,
+                    "kvtier: %s %s differs from the %s type %s: kvtier keeps keys and values in one type; give "
+                    "both the same, or --kv-type\n",
+                    flag, v, side ? "key" : "value", kvt_kv_dtype_name(kv_types[!side]));
+            return -1;
+        }
+        kv_given[side] = 1;
+        kv_types[side] = t;
+    }
+    *dt = t;
     return 0;
 }
 
@@ -423,6 +445,21 @@ void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_
         if (tok[t]) fl[nf++] = (kvt_log_field){key[t], KVT_LOG_UINT, NULL, (long long)tok[t], 0};
     fl[nf++] = (kvt_log_field){"session_tokens", KVT_LOG_INT, NULL, session_tokens, 0};
     kvt_log_fields(KVT_LOG_INFO, line, fl, nf, line);
+}
+
+int kvt_cli_chat_family(const char *cmd, const char *name, const char *model_template, kvt_chat_family *out) {
+    if (name) {
+        *out = kvt_chat_family_parse(name);
+        return 0;
+    }
+    *out = model_template ? kvt_chat_detect(model_template) : KVT_CHAT_CHATML;
+    if (*out != KVT_CHAT_UNKNOWN) return 0;
+    fprintf(stderr,
+            "kvtier %s: the model's tokenizer.chat_template is not one kvtier recognises, and chat rendered in "
+            "another family's markup is a prompt the model was not trained on. Name the family its template "
+            "follows with --chat-template NAME (" KVT_CLI_CHAT_NAMES ")\n",
+            cmd);
+    return -1;
 }
 
 long kvt_cli_default_ctx(long n_ctx_train) {

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "chat.h" /* the chat template families (model layer) the commands render with */
 #include "kvtier.h"
 #include <stdint.h>
 
@@ -56,6 +57,16 @@ void kvt_cli_json_string(FILE *f, const char *s);
  * it is NaN or infinite (JSON has no literal for them). */
 void kvt_cli_json_number(FILE *f, double v, int precision);
 
+/* The chat families a --chat-template NAME may be, for messages: "chatml,
+ * llama3, ... or phi3". */
+#define KVT_CLI_CHAT_NAMES "chatml, llama3, llama2, mistral, qwen3, gemma or phi3"
+/* The chat template family a command renders with: the one named (--chat-template,
+ * already checked), else the family of the model's tokenizer.chat_template, else
+ * ChatML for a model without a template. A template kvtier does not recognise is
+ * an error rather than a guess (another family's markup is a prompt the model was
+ * not trained on): -1 after printing "kvtier CMD: ..." with the choices; 0 and *out. */
+int kvt_cli_chat_family(const char *cmd, const char *name, const char *model_template, kvt_chat_family *out);
+
 /* Context length when --ctx is not given: the model's training context, capped
  * at KVT_CLI_DEFAULT_CTX_CAP (a 128k-context model would otherwise reserve KV
  * pages for 128k tokens per sequence); logs when it caps. */
@@ -69,15 +80,19 @@ void kvt_cli_print_capacity(FILE *f, const char *who, const kvt_cache *c, int32_
 
 /* ---- table-driven options (run, serve) ----------------------------------------
  * One table per command parses its command line with getopt_long (so
- * --opt=value works and an unknown option is named) and writes its --help,
+ * --opt=value works and an unknown option is named; a long option is its whole
+ * name, never an abbreviation, and llama.cpp's -np, -ngl, -cb, -nocb, -fa,
+ * -ctk, -ctv, -hf are read as the long names the command has) and writes its --help,
  * so every flag is explained. Every option can also come from the environment
  * as KVTIER_<NAME> (the long name upper-cased, '-' as '_': --ctx-size is
  * $KVTIER_CTX_SIZE); the command line wins over the environment. */
 
 /* kvt_cli_opt.flags */
 enum {
-    KVT_CLI_NO_ENV = 1,   /* no environment variable (the command reads its own) */
-    KVT_CLI_MIN_OPEN = 2, /* the lower bound is excluded: (min, max] */
+    KVT_CLI_NO_ENV = 1,    /* no environment variable (the command reads its own) */
+    KVT_CLI_MIN_OPEN = 2,  /* the lower bound is excluded: (min, max] */
+    KVT_CLI_OPT_VALUE = 4, /* the value may be left out: --flag, --flag=V, or --flag V where V does not
+                              start with '-' (llama.cpp's -fa [on|off|auto]); the handler gets NULL without */
 };
 
 /* What an option's value is; the parser checks it, and the bounds, before the
@@ -131,9 +146,12 @@ typedef int (*kvt_cli_handler)(void *ctx, int id, const kvt_cli_arg *a);
 #define KVT_CLI_PARSE_USAGE 2 /* kvt_cli_parse: a usage error, already printed */
 
 /* Parses argv[1..argc) of command cmd ("run") against the sections' options
- * with getopt_long. llama.cpp's two-letter short options -np and -ngl are
- * rewritten to --parallel and --n-gpu-layers first. Positional arguments and
- * unknown options are usage errors naming them. Returns 0, KVT_CLI_PARSE_HELP
+ * with getopt_long. llama.cpp's short options of several letters (-np, -ngl,
+ * -cb, -nocb, -fa, -ctk, -ctv, -hf) are rewritten to their long names first
+ * (one the command lacks is unknown, never read as -c b). A long option must
+ * be spelled whole: getopt_long's abbreviations (--metrics for --metrics-key)
+ * are unknown options. Positional arguments and unknown options are usage
+ * errors naming them. Returns 0, KVT_CLI_PARSE_HELP
  * or KVT_CLI_PARSE_USAGE (after printing why). argv is not modified. Not
  * thread-safe: getopt_long keeps its state in globals. */
 int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,

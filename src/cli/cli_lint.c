@@ -35,7 +35,7 @@ void kvt_usage_lint(FILE *f) {
             "  --json              one JSON object (the format of GET /v1/cache/lint)\n"
             "  --block-size B      tokens per cache block (default %d)\n"
             "  --chat-template F   chatml, llama3, llama2, mistral, qwen3, gemma or phi3\n"
-            "                      (default: from the model, else chatml)\n"
+            "                      (default: from the model; chatml if it has none)\n"
             "  -h, --help          this help\n",
             KVT_DEFAULT_BLOCK_SIZE);
 }
@@ -216,8 +216,11 @@ int kvt_cmd_lint(int argc, char **argv) {
     }
     kvt_model *m = kvt_cli_load_vocab("lint", model_path);
     if (!m) return 1;
-    kvt_chat_family fam = tmpl ? kvt_chat_family_parse(tmpl) : kvt_chat_detect(m->chat_template);
-    if (fam == KVT_CHAT_UNKNOWN) fam = KVT_CHAT_CHATML;
+    kvt_chat_family fam;
+    if (kvt_cli_chat_family("lint", tmpl, m->chat_template, &fam)) {
+        kvt_model_free(m);
+        return 1;
+    }
     kvt_lint_prompt *ps = NULL;
     int32_t n = 0;
     int bad = read_lint_prompts(m, fam, (int32_t)block, path, &ps, &n);

@@ -181,7 +181,7 @@ static size_t getopt_tables(const kvt_cli_section *secs, size_t n_secs, const kv
     for (size_t si = 0; si < n_secs; si++)
         for (size_t i = 0; i < secs[si].n && n_rows < MAX_OPTS; i++) {
             const kvt_cli_opt *o = &secs[si].opts[i];
-            int has = o->arg ? required_argument : no_argument;
+            int has = !o->arg ? no_argument : o->flags & KVT_CLI_OPT_VALUE ? optional_argument : required_argument;
             int val = o->short_name ? o->short_name : LONG_ID_BASE + (int)n_rows;
             longs[n_long++] = (struct option){o->name, has, NULL, val};
             if (o->alias) longs[n_long++] = (struct option){o->alias, has, NULL, val};
@@ -217,21 +217,99 @@ static int apply_env(const char *cmd, const kvt_cli_opt **rows, size_t n_rows, u
     return ret;
 }
 
+/* llama.cpp's options of several letters after one '-', which getopt_long
+ * would read as a cluster (-cb as -c b, -tb 8 as -t b): each becomes the long
+ * name, or is an unknown option where the command has no such name. */
+static const char *const multi_letter[][2] = {
+    {"-np", "--parallel"},    {"-ngl", "--n-gpu-layers"}, {"-cb", "--cont-batching"}, {"-nocb", "--no-cont-batching"},
+    {"-fa", "--flash-attn"},  {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-hf", "--hf-repo"},
+    {"-hfr", "--hf-repo"},    {"-hff", "--hf-file"},      {"-to", "--timeout"},       {"-tb", "--threads-batch"},
+    {"-ub", "--ubatch-size"}, {"-sm", "--split-mode"},    {"-ts", "--tensor-split"},  {"-mg", "--main-gpu"},
+};
+
+/* The long option named s[0..n) exactly, or NULL. */
+static const struct option *long_named(const struct option *longs, const char *s, size_t n) {
+    for (; longs->name; longs++)
+        if (strlen(longs->name) == n && !strncmp(longs->name, s, n)) return longs;
+    return NULL;
+}
+
+/* The arguments getopt_long reads (*av, *ac; strings joined here are in
+ * owned[], NULL-ended): llama.cpp's several-letter options as their long
+ * names, a value given after an option with an optional one joined to it
+ * (--flash-attn on as --flash-attn=on), and every long option checked to be
+ * a whole name, since getopt_long would take an abbreviation. Values are
+ * skipped, not checked (a key may start with "--"). 0, or KVT_CLI_PARSE_USAGE
+ * after naming the unknown option. */
+static int prepare_args(const char *cmd, int argc, char **argv, const struct option *longs, const char *shorts,
+                        char **av, int *ac, char **owned) {
+    int n = 0, n_owned = 0;
+    for (int i = 0; i < argc; i++) {
+        char *a = av[n++] = argv[i];
+        if (!i || a[0] != '-' || !a[1]) continue;
+        if (!strcmp(a, "--")) {
+            while (++i < argc) av[n++] = argv[i];
+            break;
+        }
+        for (size_t k = 0; k < KVT_ARRAY_LEN(multi_letter); k++) {
+            const char *to = multi_letter[k][1];
+            if (strcmp(a, multi_letter[k][0])) continue;
+            if (!long_named(longs, to + 2, strlen(to) - 2)) { /* this command has no such option */
+                fprintf(stderr, "kvtier %s: unknown option '%s' (see kvtier %s --help)\n", cmd, a, cmd);
+                return KVT_CLI_PARSE_USAGE;
+            }
+            a = av[n - 1] = (char *)to;
+        }
+        if (a[1] != '-') { /* a cluster of short options: one taking a value takes the rest, or the next argument */
+            for (const char *p = a + 1; *p && *p != ':'; p++) {
+                const char *sh = strchr(shorts + 1, *p);
+                if (!sh) break; /* getopt_long names it */
+                if (sh[1] == ':') {
+                    if (!p[1] && i + 1 < argc) av[n++] = argv[++i];
+                    break;
+                }
+            }
+            continue;
+        }
+        size_t len = strcspn(a + 2, "=");
+        const struct option *o = long_named(longs, a + 2, len);
+        if (!o) {
+            fprintf(stderr, "kvtier %s: unknown option '%s' (see kvtier %s --help)\n", cmd, a, cmd);
+            return KVT_CLI_PARSE_USAGE;
+        }
+        if (a[2 + len] || i + 1 >= argc) continue;
+        if (o->has_arg == required_argument) {
+            av[n++] = argv[++i];
+        } else if (o->has_arg == optional_argument && argv[i + 1][0] != '-') {
+            size_t cap = strlen(a) + strlen(argv[i + 1]) + 2;
+            char *j = owned[n_owned++] = kvt_xmalloc(cap);
+            snprintf(j, cap, "%s=%s", a, argv[++i]);
+            av[n - 1] = j;
+        }
+    }
+    av[n] = NULL;
+    owned[n_owned] = NULL;
+    *ac = n;
+    return 0;
+}
+
+/* Frees what prepare_args joined and its argument array. */
+static void free_args(char **av, char **owned) {
+    for (char **p = owned; *p; p++) free(*p);
+    free(owned);
+    free(av);
+}
+
 int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section *secs, size_t n_secs,
                   kvt_cli_handler fn, void *ctx) {
     const kvt_cli_opt *rows[MAX_OPTS];
     struct option longs[2 * MAX_OPTS + 2];
     char shorts[3 * MAX_OPTS + 4] = ":h"; /* leading ':': a missing value is reported as ':', not '?' */
     size_t n_rows = getopt_tables(secs, n_secs, rows, longs, shorts);
-
-    /* getopt_long knows one-letter short options only, and would read llama.cpp's
-     * -np 4 as -n p: such two-letter ones are rewritten to their long names first */
-    static const char *const two_letter[][2] = {{"-np", "--parallel"}, {"-ngl", "--n-gpu-layers"}};
-    char **av = kvt_xcalloc((size_t)argc + 1, sizeof *av);
-    for (int i = 0; i < argc; i++) {
-        av[i] = argv[i];
-        for (size_t k = 0; i && k < KVT_ARRAY_LEN(two_letter); k++)
-            if (!strcmp(argv[i], two_letter[k][0])) av[i] = (char *)two_letter[k][1];
+    char **av = kvt_xcalloc((size_t)argc + 1, sizeof *av), **owned = kvt_xcalloc((size_t)argc + 1, sizeof *owned);
+    if (prepare_args(cmd, argc, argv, longs, shorts, av, &argc, owned)) {
+        free_args(av, owned);
+        return KVT_CLI_PARSE_USAGE;
     }
     unsigned char given[MAX_OPTS] = {0};
     int ret = 0;
@@ -274,6 +352,6 @@ int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section 
         ret = KVT_CLI_PARSE_USAGE;
     }
     if (!ret) ret = apply_env(cmd, rows, n_rows, given, fn, ctx);
-    free(av);
+    free_args(av, owned);
     return ret;
 }

@@ -276,8 +276,12 @@ static int cmd_index(int argc, char **argv) {
 
 int kvt_cli_rag_prompt(const kvt_model *m, int32_t block, const char *system, const char *user,
                        const kvt_document *docs, size_t n_docs, int32_t **out, size_t *n_out) {
-    kvt_chat_family fam = kvt_chat_detect(m->chat_template);
-    if (fam == KVT_CHAT_UNKNOWN) fam = KVT_CHAT_CHATML; /* as `kvtier serve` falls back */
+    /* as `kvtier serve` renders: ChatML without a template, never a guess for one it does not recognise */
+    kvt_chat_family fam = m->chat_template ? kvt_chat_detect(m->chat_template) : KVT_CHAT_CHATML;
+    if (fam == KVT_CHAT_UNKNOWN)
+        return kvt_fail(KVT_EUNSUPPORTED,
+                        "the model's tokenizer.chat_template is not one kvtier recognises "
+                        "(serve needs --chat-template NAME for it: " KVT_CLI_CHAT_NAMES ")");
     kvt_chat_msg msgs[2];
     size_t nm = 0, at = 0, nt = 0;
     if (system) msgs[nm++] = (kvt_chat_msg){"system", system};

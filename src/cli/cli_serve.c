@@ -13,6 +13,7 @@
 
 #include "chat.h" /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
+#include "cli_serve_compat.h"
 #include "common.h"
 #include "engine.h" /* the device the engine runs on, for the start-up line */
 #include "kvtier.h"
@@ -35,6 +36,7 @@
 #define MAX_CORS_ORIGINS 64
 #define MAX_CONNS 65536
 #define MAX_TRUSTED_PROXIES 64
+#define MAX_MODEL_NAMES 16 /* names a request's "model" may give: the file's two and the --alias names */
 
 
 enum {
@@ -143,8 +145,9 @@ static const kvt_cli_opt serve_opts[] = {
      "hits and misses",
      0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
-     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's tokenizer.chat_template; chatml if it has "
-     "none)",
+     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's "
+     "tokenizer.chat_template; chatml if it has none; a template\nkvtier does not recognise stops the start until "
+     "this names its family)",
      0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
@@ -198,8 +201,10 @@ static const kvt_cli_opt serve_opts[] = {
      "let browser pages from ORIGIN (e.g. http://localhost:3000;\nrepeatable, or * for any) call the API: OPTIONS "
      "preflights are\nanswered and responses carry Access-Control-Allow-Origin.\nWithout it OPTIONS is 405",
      0, KVT_CLI_PLAIN},
-    {O_ALIAS, 'a', "alias", NULL, "NAME", "model name in /v1/models and responses (default: the file name)", 0,
-     KVT_CLI_PLAIN},
+    {O_ALIAS, 'a', "alias", NULL, "NAME[,NAME...]",
+     "model name in /v1/models and responses (default: the file name\nwithout .gguf). A request's \"model\" must be "
+     "one of these names\nor the file's name; any other is a 404 model_not_found",
+     0, KVT_CLI_PLAIN},
     {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
      "own keep_warm_s keeps its\ncontext warm in T0 for S seconds after the reply (default 60; 0: off)",
@@ -250,13 +255,15 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_PLAIN},
 };
 
-/* serve's sections: its own table, then the shared KV-type, disk-tier and device tables. */
-#define SERVE_SECTIONS 4
+/* serve's sections: its own table, then the shared KV-type, disk-tier and device tables, then
+ * sampling defaults and llama-server's flags. */
+#define SERVE_SECTIONS 5
 static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
     out[1] = kvt_cli_kv_section;
     out[2] = kvt_cli_cache_section;
     out[3] = kvt_cli_device_section;
+    out[4] = kvt_cli_serve_compat_section;
 }
 
 void kvt_usage_serve(FILE *f) {
@@ -351,6 +358,7 @@ typedef struct {
     char *proxies[MAX_TRUSTED_PROXIES]; /* --trusted-proxy addresses (owned) */
     size_t n_proxies;
     kvt_cli_device dev;
+    int version; /* --version: print it and exit */
 } serve_args;
 
 /* Adds the comma-separated addresses of one --trusted-proxy. 0, or -1 after printing why. */
@@ -379,6 +387,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
+    if (KVT_CLI_IS_COMPAT_ID(id)) return kvt_cli_serve_compat_opt(id, a, sp, &x->version);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -405,8 +414,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_CHAT_TEMPLATE:
         x->template_name = v;
         if (kvt_chat_family_parse(v) == KVT_CHAT_UNKNOWN) {
-            fprintf(stderr, "kvtier serve: %s must be chatml, llama3, llama2, mistral, qwen3, gemma or phi3, got '%s'\n",
-                    a->flag, v);
+            fprintf(stderr, "kvtier serve: %s must be " KVT_CLI_CHAT_NAMES ", got '%s'\n", a->flag, v);
             return -1;
         }
         return 0;
@@ -522,18 +530,34 @@ typedef struct {
     kvt_engine *e;
     kvt_cache *cache;
     char model_id[MODEL_ID_MAX];
+    char names_text[2 * MODEL_ID_MAX]; /* the other names, NUL-separated */
+    const char *names[MAX_MODEL_NAMES];
 } serve_runtime;
 
-/* The name /v1/models gives the model: --alias, else the file's name without .gguf. */
-static void model_id_of(const char *model_path, const char *alias, char *out, size_t cap) {
-    if (alias) {
-        snprintf(out, cap, "%s", alias);
-        return;
-    }
+/* The name /v1/models gives the model: the first --alias name, else the file's name without .gguf;
+ * a request's "model" may also give the other alias names (comma-separated), the file's name
+ * without .gguf and with it (rt->names). */
+static void model_id_of(const char *model_path, const char *alias, serve_runtime *rt) {
     const char *base = strrchr(model_path, '/');
-    snprintf(out, cap, "%s", base ? base + 1 : model_path);
-    char *dot = strstr(out, ".gguf");
-    if (dot && !dot[strlen(".gguf")]) *dot = 0;
+    base = base ? base + 1 : model_path;
+    size_t n = strlen(base), l = strlen(".gguf"), at = 0, k = 0;
+    if (n > l && !strcmp(base + n - l, ".gguf")) n -= l;
+    char *t = rt->names_text;
+    size_t cap = sizeof rt->names_text;
+    /* the file's names; then every alias, the first of which is the id */
+    at += (size_t)snprintf(t + at, cap - at, "%.*s", (int)n, base) + 1;
+    rt->names[k++] = t;
+    rt->names[k++] = t + at;
+    at += (size_t)snprintf(t + at, cap - at, "%s", base) + 1;
+    snprintf(rt->model_id, sizeof rt->model_id, "%.*s", (int)n, base);
+    for (const char *p = alias; p && *p && at < cap && k < MAX_MODEL_NAMES;) {
+        size_t m = strcspn(p, ",");
+        if (p == alias) snprintf(rt->model_id, sizeof rt->model_id, "%.*s", (int)m, p);
+        rt->names[k++] = t + at;
+        at += (size_t)snprintf(t + at, cap - at, "%.*s", (int)m, p) + 1;
+        p += m + (p[m] == ',');
+    }
+    while (k < MAX_MODEL_NAMES) rt->names[k++] = "";
 }
 
 /* Loads the RAG index (first: a bad one fails in a second, not after
@@ -557,16 +581,14 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         return -1;
     }
     kvt_model_info info = kvt_model_get_info(rt->m);
-    if (x->template_name) {
-        sp->chat = kvt_chat_family_parse(x->template_name);
-    } else if ((sp->chat = kvt_chat_detect(info.chat_template)) == KVT_CHAT_UNKNOWN) {
-        sp->chat = KVT_CHAT_CHATML;
+    if (kvt_cli_chat_family("serve", x->template_name, info.chat_template, &sp->chat)) return -1;
+    if (!x->template_name && !info.chat_template)
         kvt_logk(KVT_LOG_WARN, "chat_template",
-                 "serve: the model's chat template is %s; using chatml (--chat-template overrides)",
-                 info.chat_template ? "not recognised" : "missing");
-    }
-    model_id_of(model_path, x->alias, rt->model_id, sizeof rt->model_id);
+                 "serve: the model has no chat template; using chatml (--chat-template overrides)");
+    model_id_of(model_path, x->alias, rt);
     sp->model_id = rt->model_id;
+    sp->model_names = rt->names;
+    sp->n_model_names = MAX_MODEL_NAMES;
     long n_ctx = x->n_ctx ? x->n_ctx : kvt_cli_default_ctx(info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = x->threads;
@@ -701,6 +723,9 @@ int kvt_cmd_serve(int argc, char **argv) {
     int pr = kvt_cli_parse("serve", argc, argv, secs, SERVE_SECTIONS, serve_opt, &x);
     if (pr == KVT_CLI_PARSE_HELP) {
         kvt_usage_serve(stdout);
+        ret = 0;
+    } else if (!pr && x.version) {
+        printf("kvtier %s\n", KVT_VERSION);
         ret = 0;
     } else if (!pr && !serve_settings(&x)) {
         ret = 1;

@@ -19,6 +19,9 @@
 #include "blend.h"
 #include "common.h"
 
+#define STOP_FLUSH_S 2.0       /* at stop, how long the answers being sent may take to finish */
+#define STOP_POLL_NS 10000000L /* how often the stop looks at them */
+
 kvt_server_params kvt_server_default_params(void) {
     kvt_server_params p = {.host = "127.0.0.1",
                            .port = KVT_SERVER_DEFAULT_PORT,
@@ -38,13 +41,17 @@ kvt_server_params kvt_server_default_params(void) {
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier",
                            .rag_k = KVT_RAG_DEFAULT_K,
-                           .recompute_ratio = KVT_BLEND_DEFAULT_RATIO};
+                           .recompute_ratio = KVT_BLEND_DEFAULT_RATIO,
+                           .metrics_names = KVT_METRICS_LLAMACPP,
+                           .default_temperature = 1.0f,
+                           .default_top_p = 1.0f};
     return p;
 }
 
 static void server_free(kvt_server *s) {
     for (int32_t i = 0; s->slots && i < s->p.parallel; i++) kvt_srv_slot_clear(s, &s->slots[i]);
     free(s->slots);
+    free(s->slot_reqs);
     free(s->queue);
     free(s->logits);
     kvt_jg_vocab_free(s->jg_vocab);
@@ -133,6 +140,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     kvt_srv_cond_init(&s->job_cv);
     s->queue = kvt_xcalloc((size_t)s->p.queue, sizeof *s->queue);
     s->slots = kvt_xcalloc((size_t)s->p.parallel, sizeof *s->slots);
+    s->slot_reqs = kvt_xcalloc((size_t)s->p.parallel, sizeof *s->slot_reqs);
     for (int32_t i = 0; i < s->p.parallel; i++) s->slots[i].seq = -1;
     size_t max_batch = (size_t)s->p.parallel + (size_t)s->p.prefill_chunk;
     s->logits = kvt_xmalloc(((size_t)s->p.parallel + 1) * (size_t)s->n_vocab * sizeof *s->logits);
@@ -271,7 +279,11 @@ void kvt_server_stop(kvt_server *s) {
     pthread_cond_signal(&s->engine_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->engine_thread, NULL);
-    /* every request is done now, so handler threads and stream readers finish */
+    /* every request is done now, so handler threads and stream readers finish: their last bytes (a
+     * stream's final chunk and [DONE]) get a moment to go out before the connections close */
+    const struct timespec slice = {0, STOP_POLL_NS};
+    for (double end = kvt_now() + STOP_FLUSH_S; kvt_server_in_flight(s) > 0 && kvt_now() < end;)
+        nanosleep(&slice, NULL);
     MHD_stop_daemon(s->mhd);
     server_free(s);
 }

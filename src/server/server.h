@@ -88,22 +88,25 @@ typedef struct {
     size_t n_trusted_proxies;
     const char *const *api_keys; /* n_api_keys keys for the /v1/ paths (borrowed); none = no authentication */
     size_t n_api_keys;
-    const char *metrics_key;         /* the only key that opens /metrics (borrowed); NULL: with api_keys any
+    const char *metrics_key;        /* the only key that opens /metrics (borrowed); NULL: with api_keys any
                                    of them does, without, /metrics is open. /health is always open. */
-    const char *admin_key;           /* the operator's key (borrowed), never a tenant's: it alone opens
+    const char *admin_key;          /* the operator's key (borrowed), never a tenant's: it alone opens
                                    GET /v1/cache/lint (prompt text), sees every tenant's pins in
                                    /v1/cache/stats and may release any pin or session; it also opens
                                    /metrics and /dashboard. NULL: no admin; lint is then refused */
-    int explain_text;                /* 1: a diverged reuse_stop shows the nearest cached block's text and ids
+    int explain_text;               /* 1: a diverged reuse_stop shows the nearest cached block's text and ids
                                    (cached_text, cached_tokens); they come from the caller's own namespace
                                    (API key + cache_salt), whose clients the operator declares trust each
                                    other. 0 (default): only the caller's own prompt side is shown */
-    int hide_cached_tokens;          /* 1: responses carry no cache report (no prompt_tokens_details, no
+    int hide_cached_tokens;         /* 1: responses carry no cache report (no prompt_tokens_details, no
                                    "kvtier" object, no pinned/resident counts), and /metrics, /dashboard
                                    and the global part of /v1/cache/stats need the metrics or admin key:
                                    for clients of one namespace that do not trust each other */
-    kvt_chat_family chat;            /* template for /v1/chat/completions */
-    const char *model_id;            /* name in /v1/models and responses (borrowed) */
+    kvt_chat_family chat;           /* template for /v1/chat/completions */
+    const char *model_id;           /* name in /v1/models and responses (borrowed) */
+    const char *const *model_names; /* n_model_names other names a request's "model" may give (borrowed):
+                                        more --alias names, the file's name. Any other is a 404 */
+    size_t n_model_names;
     double session_keep_warm_s;      /* keep-warm time of a named session that gives none (0: off) */
     int retokenize_replies;          /* 1: chat history is always tokenized from its text; 0 (default): an assistant
                                    message (or tool call) this server generated keeps the token ids (and the
@@ -119,6 +122,14 @@ typedef struct {
                                    gives no kvtier.recompute_ratio */
     int strict;                      /* 1: a top-level request field the endpoint does not read is a 400 naming
                                    it; 0 (default): ignored, as OpenAI does */
+    /* sampling of a request that does not set it (--temp, --top-k, --top-p, --seed): by default OpenAI's,
+       temperature 1, top_p 1, no top_k, and a fresh seed per request */
+    int metrics_names; /* /metrics also gives llama-server's llamacpp: names (KVT_METRICS_LLAMACPP,
+                                        the default) and vLLM's vllm: names (KVT_METRICS_VLLM); 0: kvtier's only */
+    float default_temperature, default_top_p;
+    int32_t default_top_k;
+    uint64_t default_seed;
+    int has_default_seed;
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

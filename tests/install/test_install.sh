@@ -40,6 +40,9 @@ check "SONAME libkvtier.so.${ver%%.*} (got '$soname')" test "$soname" = "libkvti
 check "libkvtier.so.$ver exists" test -f "$LIBDIR/libkvtier.so.$ver"
 export PKG_CONFIG_PATH=$(dirname "$PC")
 check "pkg-config version $ver" test "$(pkg-config --modversion kvtier)" = "$ver"
+# a shared link needs none of the static-only libraries' .pc files (their -dev packages)
+check "pkg-config --cflags --libs kvtier with kvtier.pc alone" \
+  env PKG_CONFIG_LIBDIR="$(dirname "$PC")" pkg-config --cflags --libs kvtier
 
 # exported symbols = the functions kvtier.h marks KVT_API (visibility hidden for the rest)
 grep -A3 '^KVT_API' "$P/include/kvtier.h" | tr '\n' ' ' | grep -o 'KVT_API[^(]*(' | grep -o 'kvt_[a-z0-9_]*($' |

@@ -67,12 +67,14 @@ TOOLS='[{"type":"function","function":{"name":"get_weather","description":"The w
  "properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"],"additionalProperties":false}}}]'
 ARGS_OK='(.function.name=="get_weather" and (.function.arguments|fromjson|(.city|type=="string") and (.unit=="c" or .unit=="f")
  and (keys|length==2))) or (.function.name=="add" and (.function.arguments|fromjson|(.a|type=="number") and (.b|type=="number") and (keys|length==2)))'
-good=0
+good=0 bare=0
 for seed in $(seq 1 8); do
   post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"seed\":$seed}"
   [ "$(jb "(.choices[0].finish_reason==\"tool_calls\") and (.choices[0].message.content==null) and (.choices[0].message.tool_calls|length==1) and (.choices[0].message.tool_calls[0]|$ARGS_OK)" 2>/dev/null)" = true ] && good=$((good + 1))
+  [ "$(jb '.choices[0].message.tool_calls[0].function.arguments | (startswith("{") and endswith("}"))' 2>/dev/null)" = true ] && bare=$((bare + 1))
 done
 check "tool_choice required: 8 of 8 seeds call a tool with valid arguments" is "$good" 8
+check "... arguments that begin with { and end with }, no whitespace around (8 of 8)" is "$bare" 8
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":120,\"seed\":4}"
 check "a named function is the one called" is "$(jb '.choices[0].message.tool_calls[0].function.name')" add
 check "... with valid arguments" is "$(jb ".choices[0].message.tool_calls[0] | $ARGS_OK")" true

@@ -46,6 +46,7 @@ static const char *const GENERATION[] = {"model",
                                          "json_schema",
                                          NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
+static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", NULL}; /* handlers_llama.c */
 static const char *const MESSAGES[] = {"messages", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};
@@ -62,6 +63,7 @@ static const char *known_name(kvt_api_body kind, const char *key, size_t len) {
     const char *n = NULL;
     switch (kind) {
     case KVT_BODY_COMPLETION: n = in_list(PROMPT, key, len); break;
+    case KVT_BODY_LLAMA_COMPLETION: n = in_list(LLAMA_COMPLETION, key, len); break;
     case KVT_BODY_CHAT: n = in_list(MESSAGES, key, len); break;
     case KVT_BODY_PROMPT:
         n = in_list(PROMPT, key, len) ? in_list(PROMPT, key, len) : in_list(MESSAGES, key, len);

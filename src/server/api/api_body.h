@@ -14,13 +14,14 @@
 
 /* The kinds of body, by what their parsers read. */
 typedef enum {
-    KVT_BODY_COMPLETION, /* /v1/completions */
-    KVT_BODY_CHAT,       /* /v1/chat/completions, /v1/rag/chat/completions */
-    KVT_BODY_PROMPT,     /* /v1/cache/prefill, pin and prefetch: a "prompt" or a "messages" request */
-    KVT_BODY_TOKENIZE,   /* /tokenize */
-    KVT_BODY_DETOKENIZE, /* /detokenize */
-    KVT_BODY_UNPIN,      /* /v1/cache/unpin */
-    KVT_BODY_NONE,       /* /v1/cache/flush: reads no field */
+    KVT_BODY_COMPLETION,       /* /v1/completions */
+    KVT_BODY_LLAMA_COMPLETION, /* /completion (llama-server's): a completion and its id_slot */
+    KVT_BODY_CHAT,             /* /v1/chat/completions, /v1/rag/chat/completions */
+    KVT_BODY_PROMPT,           /* /v1/cache/prefill, pin and prefetch: a "prompt" or a "messages" request */
+    KVT_BODY_TOKENIZE,         /* /tokenize */
+    KVT_BODY_DETOKENIZE,       /* /detokenize */
+    KVT_BODY_UNPIN,            /* /v1/cache/unpin */
+    KVT_BODY_NONE,             /* /v1/cache/flush: reads no field */
 } kvt_api_body;
 
 /* Checks body[0..len) with kvt_json_check (duplicate keys, \u0000, raw

@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,4 +190,55 @@ char *kvt_api_props_json(const kvt_api_props *p) {
     cJSON_AddNumberToObject(g, "n_ctx", p->n_ctx);
     cJSON_AddNumberToObject(g, "max_tokens", p->max_tokens_default);
     return print_free(o);
+}
+
+/* Per-token ms and tokens per second of n tokens in ms, as llama-server's timings give them. */
+static void add_rates(cJSON *t, const char *pre, int32_t n, double ms) {
+    char k[48];
+    snprintf(k, sizeof k, "%s_n", pre);
+    cJSON_AddNumberToObject(t, k, n);
+    snprintf(k, sizeof k, "%s_ms", pre);
+    cJSON_AddNumberToObject(t, k, ms);
+    snprintf(k, sizeof k, "%s_per_token_ms", pre);
+    cJSON_AddNumberToObject(t, k, n > 0 ? ms / n : 0);
+    snprintf(k, sizeof k, "%s_per_second", pre);
+    cJSON_AddNumberToObject(t, k, ms > 0 ? 1e3 * n / ms : 0);
+}
+
+cJSON *kvt_api_llama_completion_obj(const kvt_api_llama_completion *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", c->content ? c->content : "");
+    cJSON_AddNumberToObject(o, "index", c->index);
+    cJSON_AddNumberToObject(o, "id_slot", c->id_slot);
+    cJSON_AddBoolToObject(o, "stop", c->stop);
+    if (c->probs) {
+        cJSON *arr = cJSON_AddArrayToObject(o, "completion_probabilities");
+        for (size_t i = 0; i < c->probs->n; i++) {
+            const kvt_api_logprob *it = &c->probs->items[i];
+            cJSON *e = kvt_api_token_logprob_obj(c->probs->tok, it->id, it->logprob);
+            cJSON_AddNumberToObject(e, "id", it->id);
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int32_t k = 0; k < it->n_top; k++) {
+                cJSON *t = kvt_api_token_logprob_obj(c->probs->tok, it->top_id[k], it->top_logprob[k]);
+                cJSON_AddNumberToObject(t, "id", it->top_id[k]);
+                cJSON_AddItemToArray(top, t);
+            }
+            cJSON_AddItemToArray(arr, e);
+        }
+    }
+    if (!c->stop) return o;
+    int32_t prompt_tokens = c->prompt_n + c->cache_n;
+    cJSON_AddStringToObject(o, "model", c->model);
+    cJSON_AddNumberToObject(o, "tokens_predicted", c->predicted_n);
+    cJSON_AddNumberToObject(o, "tokens_evaluated", prompt_tokens);
+    cJSON_AddNumberToObject(o, "tokens_cached", prompt_tokens + c->predicted_n);
+    cJSON_AddStringToObject(o, "stop_type", c->stop_type ? c->stop_type : "eos");
+    cJSON_AddStringToObject(o, "stopping_word", "");
+    cJSON_AddBoolToObject(o, "truncated", 0);
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(t, "cache_n", c->cache_n);
+    add_rates(t, "prompt", c->prompt_n, c->prompt_ms);
+    add_rates(t, "predicted", c->predicted_n, c->predicted_ms);
+    if (c->usage) cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(c->usage));
+    return o;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "api_openai.h"
+#include "api_response.h"
 #include "kvtier.h"
 #include "tokenizer.h"
 
@@ -49,5 +50,30 @@ typedef struct {
 
 /* The JSON of GET /props (malloc'd; caller frees). */
 char *kvt_api_props_json(const kvt_api_props *p);
+
+/* One answer of POST /completion (llama-server's own route), or one event of
+ * its stream. Strings borrowed. */
+typedef struct {
+    const char *content; /* the text (of this event, when streaming) */
+    const char *model;
+    int32_t index, id_slot;
+    int stop;              /* the whole answer, or the stream's last event: the figures below are added */
+    const char *stop_type; /* "eos" (end of generation or a stop string) or "limit" (n_predict) */
+    int32_t prompt_n;      /* prompt tokens computed (llama-server's timings.prompt_n: not the cached ones) */
+    int32_t cache_n;       /* prompt tokens reused from the cache */
+    int32_t predicted_n;   /* tokens generated */
+    double prompt_ms, predicted_ms;
+    const kvt_api_logprobs *probs; /* n_probs > 0: completion_probabilities of these tokens; else NULL */
+    const kvt_api_usage *usage;    /* with stop: the "kvtier" cache report; else NULL */
+} kvt_api_llama_completion;
+
+/* {"content", "index", "id_slot", "stop", ...}: with stop also "model",
+ * "tokens_predicted", "tokens_evaluated" (the whole prompt), "tokens_cached"
+ * (what the sequence held at the end: prompt and generated tokens, as
+ * llama-server counts its slot), "stop_type", "truncated" and "timings"
+ * {cache_n, prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
+ * predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second}.
+ * A new cJSON object (caller owns). */
+struct cJSON *kvt_api_llama_completion_obj(const kvt_api_llama_completion *c);
 
 #endif

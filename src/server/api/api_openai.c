@@ -309,13 +309,13 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (!r->max_tokens && get_number(root, "n_predict", -1, max_tokens_limit, NUM_INT, &np, &has, err)) return -1;
     if (!r->max_tokens && has && np > 0) r->max_tokens = (int32_t)np;
     r->temperature = 1.0f;
-    if (get_number(root, "temperature", 0, MAX_TEMPERATURE, 0, &d, &has, err)) return -1;
-    if (has) r->temperature = (float)d;
+    if (get_number(root, "temperature", 0, MAX_TEMPERATURE, 0, &d, &r->has_temperature, err)) return -1;
+    if (r->has_temperature) r->temperature = (float)d;
     r->top_p = 1.0f;
-    if (get_number(root, "top_p", 0, 1, NUM_ABOVE, &d, &has, err)) return -1;
-    if (has) r->top_p = (float)d;
-    if (get_number(root, "top_k", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
-    if (has) r->top_k = d < 0 ? 0 : (int32_t)d;
+    if (get_number(root, "top_p", 0, 1, NUM_ABOVE, &d, &r->has_top_p, err)) return -1;
+    if (r->has_top_p) r->top_p = (float)d;
+    if (get_number(root, "top_k", -1, INT32_MAX, NUM_INT, &d, &r->has_top_k, err)) return -1;
+    if (r->has_top_k) r->top_k = d < 0 ? 0 : (int32_t)d;
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, NUM_INT, &d, &r->has_seed, err)) return -1;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
     if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
@@ -471,17 +471,15 @@ static int parse_kvtier(const cJSON *root, kvt_api_request *r, kvt_api_error *er
 
 /* ---- the raw text, before parsing -------------------------------------------- */
 
-/* What one lexical pass over the raw body learns before anything is allocated.
- * The pass assumes nothing about validity (kvt_api_check_body judged that
- * before); on valid JSON its counts are exact or slightly high, never low. */
-typedef struct {
-    size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
-    size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
-} body_scan;
-
 static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static void scan_body(const char *b, size_t n, body_scan *sc) {
+/* The first byte of b[i..n) that is not JSON whitespace, or 0. */
+static char next_char(const char *b, size_t i, size_t n) {
+    while (i < n && json_space(b[i])) i++;
+    return i < n ? b[i] : 0;
+}
+
+void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc) {
     memset(sc, 0, sizeof *sc);
     sc->values = 1;
     long depth = 0;
@@ -495,7 +493,10 @@ static void scan_body(const char *b, size_t n, body_scan *sc) {
             size_t k = j + 1;
             while (k < n && json_space(b[k])) k++;
             /* a string right inside the root object and followed by ':' is a key */
-            if (depth == 1 && k < n && b[k] == ':') prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
+            if (depth == 1 && k < n && b[k] == ':') {
+                prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
+                if (j - i - 1 == 4 && !memcmp(b + i + 1, "echo", 4)) sc->echo_true = next_char(b, k + 1, n) == 't';
+            }
             i = j;
         } else if (c == '{' || c == '[') {
             sc->values++;
@@ -503,6 +504,7 @@ static void scan_body(const char *b, size_t n, body_scan *sc) {
             if (++depth == 2 && c == '[' && prompt_key) {
                 in_prompt = 1;
                 sc->prompt_items = 1;
+                sc->prompt_first = next_char(b, i + 1, n);
             }
         } else if (c == '}' || c == ']') {
             if (depth-- == 2) in_prompt = 0;
@@ -521,8 +523,8 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
     if (nul)
         return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
                               "the request body holds a NUL byte (at byte %td), which JSON does not allow", nul - body);
-    body_scan sc;
-    scan_body(body, len, &sc);
+    kvt_api_body_scan sc;
+    kvt_api_scan_body(body, len, &sc);
     if (kind == KVT_API_COMPLETION && sc.prompt_items >= (size_t)KVT_MAX(n_ctx, 1))
         return kvt_api_errorf(err, 400, INVALID, "prompt", "context_length_exceeded",
                               "This model's maximum context length is %d tokens. However, your prompt array has %zu "

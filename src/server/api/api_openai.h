@@ -74,6 +74,7 @@ typedef struct {
     float temperature;                         /* default 1 */
     float top_p;                               /* default 1 */
     int32_t top_k;                             /* 0 = off */
+    int has_temperature, has_top_p, has_top_k; /* given in the request (else the server's defaults apply) */
     float min_p;                               /* 0 = off */
     float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
     float repeat_penalty;                      /* llama.cpp's; 1 = off */
@@ -112,7 +113,7 @@ typedef struct {
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens
  * above max_tokens_limit is an error. The fields OpenAI's and llama.cpp's
  * clients send that kvtier does not support yet (tools, response_format,
- * echo, best_of, mirostat, ...) are a 400 naming them unless they hold
+ * best_of, mirostat, ...; echo, which the server answers before this) are a 400 naming them unless they hold
  * their neutral value, so none that would change the output is silently
  * ignored (the audit table in api_audit.c and docs/api.md "Request fields"); other unknown
  * fields are ignored, as OpenAI clients send many.
@@ -135,6 +136,18 @@ typedef struct {
 int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t n_ctx,
                   int32_t max_tokens_limit, kvt_api_request *out, kvt_api_error *err);
 void kvt_api_request_free(kvt_api_request *r);
+
+/* What one lexical pass over a raw body learns before anything is allocated
+ * (kvt_api_parse's first step; the server's choice of route for a completion
+ * body). It assumes nothing about validity (kvt_api_check_body judged that
+ * before); on valid JSON its counts are exact or slightly high, never low. */
+typedef struct {
+    size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
+    size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
+    char prompt_first;   /* the first byte of that array's first item ('"', '[', a digit), or 0 */
+    int echo_true;       /* the top-level "echo" is true */
+} kvt_api_body_scan;
+void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc);
 
 /* Parses the "kvtier" object kv (NULL or JSON null: defaults). Unknown fields
  * are a 400 naming them: each one would change how the KV is kept. Returns 0

@@ -134,6 +134,10 @@ static cJSON *chat_token(const kvt_tokenizer *t, int32_t id, double logprob) {
     return o;
 }
 
+cJSON *kvt_api_token_logprob_obj(const kvt_tokenizer *t, int32_t id, double logprob) {
+    return chat_token(t, id, logprob);
+}
+
 static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
     if (!lp) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject();

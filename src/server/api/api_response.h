@@ -14,6 +14,7 @@
 
 #include "api_openai.h"
 #include "kvtier.h"
+#include "tokenizer.h"
 
 /* Usage and kvtier's cache report for one request. */
 typedef struct {
@@ -120,6 +121,8 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
  * "hidden"}: counts and restore times would tell one client what another has
  * cached). A new cJSON object the caller owns. */
 struct cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u);
+/* {"token", "logprob", "bytes"} of token id (chat's logprobs entry), a new cJSON object. */
+struct cJSON *kvt_api_token_logprob_obj(const kvt_tokenizer *t, int32_t id, double logprob);
 /* The usage chunk (stream_options.include_usage): choices [] and usage. */
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u);
 /* OpenAI's tool_calls array; index_field adds "index" to each (stream deltas). */

@@ -24,6 +24,10 @@
 #define MAX_DURATION_SERIES 32 /* endpoints with a duration histogram; more fold into the last */
 static const double ttft_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 #define N_TTFT_BUCKETS ((int)KVT_ARRAY_LEN(ttft_buckets))
+_Static_assert(N_TTFT_BUCKETS == KVT_METRICS_TTFT_BUCKETS, "kvt_metrics_totals");
+/* between two tokens of one sequence: sub-millisecond on a small model, seconds when starved */
+static const double itl_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
+_Static_assert(KVT_ARRAY_LEN(itl_buckets) == KVT_METRICS_ITL_BUCKETS, "kvt_metrics_totals");
 /* request durations run from a /health probe (~0.1 ms) to a long generation (minutes) */
 static const double duration_buckets[] = {0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                           0.5,    1,     2.5,   5,    10,    30,   60,  300};
@@ -55,6 +59,10 @@ struct kvt_metrics {
     double ttft_sum;
     duration_series dur[MAX_DURATION_SERIES];
     int n_dur;
+    uint64_t decodes, decode_busy;
+    double prompt_seconds, predicted_seconds;
+    uint64_t itl_bucket[KVT_METRICS_ITL_BUCKETS], itl_count;
+    double itl_sum;
 };
 
 kvt_metrics *kvt_metrics_new(void) {
@@ -101,6 +109,42 @@ void kvt_metrics_count_approximate(kvt_metrics *m, int32_t approximate, int32_t 
     pthread_mutex_unlock(&m->mu);
 }
 
+void kvt_metrics_count_decode(kvt_metrics *m, int32_t busy) {
+    pthread_mutex_lock(&m->mu);
+    m->decodes++;
+    m->decode_busy += (uint64_t)KVT_MAX(busy, 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_count_times(kvt_metrics *m, double prompt_s, double predicted_s) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt_seconds += KVT_MAX(prompt_s, 0.0);
+    m->predicted_seconds += KVT_MAX(predicted_s, 0.0);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_get_totals(kvt_metrics *m, kvt_metrics_totals *t) {
+    pthread_mutex_lock(&m->mu);
+    *t = (kvt_metrics_totals){.prompt_tokens = m->prompt_tokens,
+                              .generated_tokens = m->generated_tokens,
+                              .computed_tokens = m->computed_tokens,
+                              .finished = m->finished,
+                              .decodes = m->decodes,
+                              .decode_busy = m->decode_busy,
+                              .prompt_seconds = m->prompt_seconds,
+                              .predicted_seconds = m->predicted_seconds,
+                              .ttft_bounds = ttft_buckets,
+                              .itl_bounds = itl_buckets,
+                              .ttft_count = m->ttft_count,
+                              .ttft_sum = m->ttft_sum,
+                              .itl_count = m->itl_count,
+                              .itl_sum = m->itl_sum};
+    for (int k = 0; k < KVT_TIER_COUNT; k++) t->cached_tokens += m->cached_tokens[k];
+    memcpy(t->ttft_bucket, m->ttft_bucket, sizeof t->ttft_bucket);
+    memcpy(t->itl_bucket, m->itl_bucket, sizeof t->itl_bucket);
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* The bucket an observation falls in (n: above every bound, counted only in +Inf). */
 static int bucket_of(const double *bounds, int n, double v) {
     int b = 0;
@@ -114,6 +158,15 @@ void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds) {
     if (b < N_TTFT_BUCKETS) m->ttft_bucket[b]++;
     m->ttft_count++;
     m->ttft_sum += seconds;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_observe_inter_token(kvt_metrics *m, double seconds) {
+    pthread_mutex_lock(&m->mu);
+    int b = bucket_of(itl_buckets, KVT_METRICS_ITL_BUCKETS, seconds);
+    if (b < KVT_METRICS_ITL_BUCKETS) m->itl_bucket[b]++;
+    m->itl_count++;
+    m->itl_sum += seconds;
     pthread_mutex_unlock(&m->mu);
 }
 

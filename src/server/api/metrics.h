@@ -37,6 +37,29 @@ void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds);
  * under endpoint (a static label, as for kvt_metrics_count_request). */
 void kvt_metrics_observe_duration(kvt_metrics *m, const char *endpoint, double seconds);
 
+/* One engine step (a decode call) that ran busy sequences (generating or prefilling). */
+void kvt_metrics_count_decode(kvt_metrics *m, int32_t busy);
+/* A finished generation's prompt time (prefill, restores included) and generation time (first token to
+ * last), in seconds: llama-server's throughput figures. */
+void kvt_metrics_count_times(kvt_metrics *m, double prompt_s, double predicted_s);
+/* The time between two consecutive tokens of one sequence, in seconds. */
+void kvt_metrics_observe_inter_token(kvt_metrics *m, double seconds);
+
+#define KVT_METRICS_TTFT_BUCKETS 12
+#define KVT_METRICS_ITL_BUCKETS 12
+/* The counters as they are now, for the other names /metrics gives them (metrics_compat.c). */
+typedef struct {
+    uint64_t prompt_tokens, generated_tokens, computed_tokens, cached_tokens, finished;
+    uint64_t decodes, decode_busy; /* engine steps, and the busy sequences they ran in all */
+    double prompt_seconds, predicted_seconds;
+    const double *ttft_bounds, *itl_bounds;                     /* static */
+    uint64_t ttft_bucket[KVT_METRICS_TTFT_BUCKETS], ttft_count; /* non-cumulative buckets */
+    double ttft_sum;
+    uint64_t itl_bucket[KVT_METRICS_ITL_BUCKETS], itl_count;
+    double itl_sum;
+} kvt_metrics_totals;
+void kvt_metrics_get_totals(kvt_metrics *m, kvt_metrics_totals *t);
+
 /* Values sampled by the caller at render time. */
 typedef struct {
     kvt_cache_stats cache;
@@ -46,9 +69,16 @@ typedef struct {
     int32_t parallel;             /* sequences that can run at once */
     uint64_t inflight_body_bytes; /* request body bytes held now (http_guard) */
     uint64_t deadline_closed;     /* connections the whole-request deadline closed so far */
+    int32_t block_tokens;         /* tokens one T0 page holds */
 } kvt_metrics_gauges;
 
 /* The exposition text, malloc'd and NUL-terminated; the caller frees it. */
 char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g);
+
+/* Which other names /metrics gives the same figures besides kvtier's (metrics_compat.c). */
+enum { KVT_METRICS_LLAMACPP = 1, KVT_METRICS_VLLM = 2 };
+/* The figures under llama-server's llamacpp: names (names & KVT_METRICS_LLAMACPP) and vLLM's vllm:
+ * names (& KVT_METRICS_VLLM), appended to text (malloc'd; realloc'd and returned). */
+char *kvt_metrics_render_compat(char *text, int names, const kvt_metrics_totals *t, const kvt_metrics_gauges *g);
 
 #endif

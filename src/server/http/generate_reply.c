@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "api_llama.h"
 #include "api_rag.h"
 #include "common.h"
 #include "http_send.h"
@@ -32,6 +35,15 @@ static size_t read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char *
     if (!c->tools) return 0;
     size_t n = kvt_api_parse_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
     kvt_call_memo_put(s->calls, c->salt, c->salt_len, *calls, n);
+    /* the answer's arguments are the JSON alone: the whitespace a grammar lets the model write around it
+     * stays in the memo, from which the next turn renders the call exactly as it was generated */
+    for (size_t k = 0; k < n; k++) {
+        char *a = (*calls)[k].arguments;
+        size_t lead = strspn(a, " \t\r\n"), len = strlen(a + lead);
+        while (len && strchr(" \t\r\n", a[lead + len - 1])) len--;
+        memmove(a, a + lead, len);
+        a[len] = 0;
+    }
     return n;
 }
 
@@ -94,6 +106,18 @@ typedef struct {
     kvt_api_rag *rag; /* /v1/rag/chat/completions: what was retrieved (owned), for the finish chunk */
 } stream_state;
 
+/* One event of a /completion stream (llama-server's shape): text and its probabilities, or with
+ * stop the last one with the figures (kvt_api_llama_completion_obj). */
+static char *native_event(stream_state *st, int32_t i, const char *text, int stop, const kvt_api_logprobs *lp) {
+    kvt_api_llama_completion a;
+    kvt_srv_llama_answer(st->s, choice(st->r, i), text, stop, lp, &a);
+    a.index = i;
+    cJSON *o = kvt_api_llama_completion_obj(&a);
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return json;
+}
+
 static void sse_event(stream_state *st, char *json) {
     size_t n = strlen(json), need = st->len + n + sizeof "data: \n\n"; /* sizeof counts the NUL sprintf writes */
     if (need > st->cap) {
@@ -149,10 +173,14 @@ static void choice_events(stream_state *st, int32_t i) {
     size_t nc = 0;
     if (done && !c->err_status) nc = read_calls(s, c, &calls, &content); /* done is final: c->text stays */
     const char *text = nc ? content : delta;
-    if ((text && *text) || n_lps)
+    if (((text && *text) || n_lps) && c->native)
+        sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL));
+    else if ((text && *text) || n_lps)
         sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
     for (size_t k = 0; k < nc; k++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
-    if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
+    if (done && !c->err_status && c->native) {
+        sse_event(st, native_event(st, i, "", 1, NULL));
+    } else if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
         char *last = kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL);
         sse_event(st, st->rag && !i ? with_rag(s, c, st->rag, last) : last);
     }
@@ -219,9 +247,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         if (err >= 0 || all_done) {
             kvt_api_head h = head_of(s, r, 0);
             kvt_api_usage u = kvt_srv_total_usage(r);
-            if (err < 0 && r->include_usage) sse_event(st, kvt_api_usage_chunk_json(&h, &u));
+            if (err < 0 && r->include_usage && !r->native) sse_event(st, kvt_api_usage_chunk_json(&h, &u));
             *st->usage = u;
             *st->has_usage = 1;
+            st->finished = 1;
+            if (r->native) continue; /* llama-server's stream ends with its stop event, no [DONE] */
             size_t need = st->len + sizeof "data: [DONE]\n\n";
             if (need > st->cap) st->buf = kvt_xrealloc(st->buf, st->cap = need);
             st->len += (size_t)sprintf(st->buf + st->len, "data: [DONE]\n\n");

@@ -21,19 +21,39 @@
 
 /* The request kind of a body: chat for the chat routes, and for the prefill
  * route when it has "messages"; completions otherwise. */
-static kvt_api_kind kind_of(const conn_state *cs) {
-    if (cs->r == R_CHAT || cs->r == R_RAG) return KVT_API_CHAT;
-    if (cs->r != R_PREFILL && cs->r != R_CACHE_PIN && cs->r != R_CACHE_PREFETCH) return KVT_API_COMPLETION;
-    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+static kvt_api_kind kind_of(route r, const char *body, size_t len) {
+    if (r == R_CHAT || r == R_RAG || r == R_APPLY_TEMPLATE) return KVT_API_CHAT;
+    if (r != R_PREFILL && r != R_CACHE_PIN && r != R_CACHE_PREFETCH) return KVT_API_COMPLETION;
+    cJSON *root = cJSON_ParseWithLength(body, len);
     kvt_api_kind k = root && cJSON_GetObjectItemCaseSensitive(root, "messages") ? KVT_API_CHAT : KVT_API_COMPLETION;
     cJSON_Delete(root);
     return k;
 }
 
-int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_error *err) {
-    if (kvt_api_parse(kind_of(cs), cs->body ? cs->body : "", cs->len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, a,
-                      err))
+/* Whether name is the served model: its id or another name it answers to (--alias, the file's name).
+ * An empty name is no name, as llama.cpp's clients send it. */
+static int model_known(const kvt_server *s, const char *name) {
+    if (!*name || !strcmp(name, s->p.model_id)) return 1;
+    for (size_t i = 0; i < s->p.n_model_names; i++)
+        if (!strcmp(name, s->p.model_names[i])) return 1;
+    return 0;
+}
+
+int kvt_srv_parse_body(kvt_server *s, route r, const char *body, size_t len, kvt_api_request *a, kvt_api_error *err) {
+    if (kvt_api_parse(kind_of(r, body, len), body, len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, a, err))
         return KVT_EARG;
+    if (a->model && !model_known(s, a->model)) {
+        kvt_api_errorf(err, 404, "invalid_request_error", "model", "model_not_found",
+                       "The model '%.200s' does not exist: this server serves '%.200s' (GET /v1/models)", a->model,
+                       s->p.model_id);
+        kvt_api_request_free(a);
+        return KVT_EARG;
+    }
+    return 0;
+}
+
+int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_error *err) {
+    if (kvt_srv_parse_body(s, cs->r, cs->body ? cs->body : "", cs->len, a, err)) return KVT_EARG;
     if (cs->r != R_RAG && a->rag_json) {
         kvt_api_request_free(a);
         return kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.rag", "unsupported_parameter",
@@ -57,6 +77,7 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
     kvt_api_request a;
     kvt_api_error err;
     kvt_api_rag rag = {0};
+    if (cs->r == R_COMPLETIONS && kvt_srv_completion_is_multi(cs)) return kvt_srv_handle_llama(s, c, cs);
     if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
     if (rag_prepare(s, cs, &a, &rag, &err) ||
         (cs->r == R_PREFILL && a.stream &&
@@ -218,6 +239,7 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
         return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_req_ring_json(e, n), NULL, NULL);
     }
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
+                            .block_tokens = s->block,
                             .parallel = s->p.parallel,
                             .inflight_body_bytes = kvt_http_guard_held(s->guard),
                             .deadline_closed = kvt_http_guard_expired(s->guard)};
@@ -234,6 +256,11 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
         free(text);
         return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/html; charset=utf-8", html,
                                  "Content-Security-Policy", KVT_DASHBOARD_CSP);
+    }
+    if (s->p.metrics_names) { /* the same figures under llama-server's (and vLLM's) names */
+        kvt_metrics_totals t;
+        kvt_metrics_get_totals(s->metrics, &t);
+        text = kvt_metrics_render_compat(text, s->p.metrics_names, &t, &g);
     }
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "text/plain; version=0.0.4", text, NULL, NULL);
 }

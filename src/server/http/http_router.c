@@ -41,12 +41,26 @@ static const struct {
     {"/v1/cache/flush", "POST", "cache_flush", R_CACHE_FLUSH, kvt_srv_handle_admin},
     {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS, kvt_srv_handle_admin},
     {"/v1/cache/lint", "GET", "cache_lint", R_CACHE_LINT, kvt_srv_handle_lint},
+    /* llama-server's own routes, and its paths without /v1 */
+    {"/completion", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
+    {"/completions", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
+    {"/chat/completions", "POST", "chat_completions", R_CHAT, kvt_srv_handle_generate},
+    {"/models", "GET", "models", R_MODELS, kvt_srv_handle_models},
+    {"/apply-template", "POST", "apply_template", R_APPLY_TEMPLATE, kvt_srv_handle_llama},
+    {"/slots", "GET", "slots", R_SLOTS, kvt_srv_handle_llama},
 };
+
+/* The paths outside /v1/ that are the tenants' API too (llama-server's). */
+static const char *const tenant_paths[] = {"/tokenize",   "/detokenize",     "/props",
+                                           "/completion", "/completions",    "/chat/completions",
+                                           "/models",     "/apply-template", "/slots"};
 
 /* What a POST route's body holds, for the strict check every body gets before its handler. */
 static kvt_api_body body_of(route r) {
     switch (r) {
     case R_COMPLETIONS: return KVT_BODY_COMPLETION;
+    case R_LLAMA_COMPLETION: return KVT_BODY_LLAMA_COMPLETION;
+    case R_APPLY_TEMPLATE:
     case R_CHAT:
     case R_RAG: return KVT_BODY_CHAT;
     case R_PREFILL:
@@ -109,9 +123,9 @@ typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY, ACCESS_ADMIN_KEY
 
 static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strcmp(url, "/v1/cache/lint")) return ACCESS_ADMIN_KEY;
-    /* /tokenize, /detokenize and /props are the tenants' API too (llama-server's paths) */
-    if (!strncmp(url, "/v1/", 4) || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize") || !strcmp(url, "/props"))
-        return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
+    int tenant = !strncmp(url, "/v1/", 4);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(tenant_paths) && !tenant; i++) tenant = !strcmp(url, tenant_paths[i]);
+    if (tenant) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     /* the page shows what /metrics does, and every tenant's last requests */
     if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests")) {
         if (s->p.metrics_key) return ACCESS_METRICS_KEY;
@@ -295,8 +309,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         /* the admin key opens the operator's paths: the lint, the metrics, and the cache admin */
         int admin = admin_of(s, c) &&
             (rule == ACCESS_ADMIN_KEY || rule == ACCESS_METRICS_KEY ||
-             (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) || !strncmp(url, "/metrics", 8) ||
-             !strncmp(url, "/dashboard", 10));
+             (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) || !strcmp(url, "/slots") ||
+             !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10));
         int ok = admin || rule == ACCESS_OPEN;
         if (!ok && rule == ACCESS_API_KEY) ok = (key = authenticate(s, c)) != NULL;
         if (!ok && rule == ACCESS_METRICS_KEY) ok = bearer(c) && key_equal(bearer(c), s->p.metrics_key);
@@ -307,7 +321,9 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
                                        "unknown route; kvtier serves /v1/completions, /v1/chat/completions, "
                                        "/v1/models, /v1/rag/chat/completions, "
                                        "/v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, "
-                                       "/tokenize, /detokenize, /props, /health, /metrics and /dashboard");
+                                       "/tokenize, /detokenize, /props, /health, /metrics and /dashboard, and "
+                                       "llama-server's /completion, /apply-template, /slots, /chat/completions "
+                                       "and /models");
         if (strcmp(method, routes[i].method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",

@@ -34,6 +34,12 @@ static slot *free_slot(kvt_server *s) {
  * r's prompt), with its buffers, sampler and grammar. */
 static void slot_setup(kvt_server *s, slot *sl, srv_req *r, int32_t seq) {
     sl->r = r;
+    int32_t idx = (int32_t)(sl - s->slots);
+    pthread_mutex_lock(&s->mu); /* GET /slots shows it until kvt_srv_slot_clear */
+    r->id_slot = idx;
+    r->refs++;
+    s->slot_reqs[idx] = r;
+    pthread_mutex_unlock(&s->mu);
     sl->seq = seq;
     sl->cap = r->n_prompt + r->max_tokens + 1;
     sl->toks = kvt_xmalloc((size_t)sl->cap * sizeof *sl->toks);

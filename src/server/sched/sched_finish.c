@@ -10,6 +10,13 @@
 #include "server_impl.h"
 
 void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
+    int32_t idx = (int32_t)(sl - s->slots);
+    if (s->slot_reqs && s->slot_reqs[idx]) { /* slot_setup published it */
+        pthread_mutex_lock(&s->mu);
+        kvt_srv_req_unref_locked(s->slot_reqs[idx]);
+        s->slot_reqs[idx] = NULL;
+        pthread_mutex_unlock(&s->mu);
+    }
     kvt_blend_job_free(sl->blend); /* a cancelled placement stops between chunks */
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
@@ -38,6 +45,7 @@ void kvt_srv_slot_emit(kvt_server *s, slot *sl, size_t upto, int final) {
     }
     memcpy(r->text + r->text_len, clean, n + 1);
     r->text_len += n;
+    r->n_decoded = sl->n_gen;
     kvt_srv_req_wake_locked(r);
     pthread_mutex_unlock(&s->mu);
     free(clean);
@@ -79,6 +87,9 @@ void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut
     /* the prompt of n choices is counted once, on the first */
     kvt_metrics_count_tokens(s->metrics, r->is_sib ? 0 : u->prompt_tokens, u->completion_tokens,
                              r->is_sib ? no_tiers : u->tier_tokens, r->is_sib ? 0 : u->computed_tokens);
+    if (sl->n_gen) /* generating: from the first token to the last */
+        kvt_metrics_count_times(s->metrics, r->is_sib ? 0 : (u->restore_ms + u->prefill_ms) / 1e3,
+                                kvt_now() - r->t_arrival - u->ttft_ms / 1e3);
     if (u->approximate && !r->is_sib)
         kvt_metrics_count_approximate(s->metrics, u->approximate_tokens, u->recomputed_tokens, u->stored_tokens);
     kvt_srv_slot_clear(s, sl);

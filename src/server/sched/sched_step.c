@@ -53,11 +53,15 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         kvt_srv_slot_finish(s, sl, NULL, 0, 500, "constrained decoding picked a token the grammar refuses");
         return;
     }
+    double now = kvt_now();
     if (sl->n_gen == 0) {
-        double ttft = kvt_now() - r->t_arrival;
+        double ttft = now - r->t_arrival;
         r->usage.ttft_ms = ttft * 1e3;
         kvt_metrics_observe_ttft(s->metrics, ttft);
+    } else {
+        kvt_metrics_observe_inter_token(s->metrics, now - sl->t_last_token);
     }
+    sl->t_last_token = now;
     if ((!r->ignore_eos || sl->jg) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         kvt_srv_slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
@@ -232,6 +236,7 @@ void kvt_srv_engine_step(kvt_server *s) {
         if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
         return;
     }
+    kvt_metrics_count_decode(s->metrics, n_dec + (pf ? 1 : 0));
     after_decode(s, dec, n_dec, pf, chunk, ms);
     if (bl) blend_step(s, bl, n_dec);
 }

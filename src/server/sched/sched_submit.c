@@ -137,9 +137,9 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
     r->logprobs = a->logprobs;
     r->top_logprobs = a->top_logprobs;
     r->session = a->session;
-    r->sp.temp = a->temperature;
-    r->sp.top_p = a->top_p;
-    r->sp.top_k = a->top_k;
+    r->sp.temp = a->has_temperature ? a->temperature : s->p.default_temperature;
+    r->sp.top_p = a->has_top_p ? a->top_p : s->p.default_top_p;
+    r->sp.top_k = a->has_top_k ? a->top_k : s->p.default_top_k;
     r->sp.min_p = a->min_p;
     r->sp.presence_penalty = a->presence_penalty;
     r->sp.frequency_penalty = a->frequency_penalty;
@@ -161,6 +161,7 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
 srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err) {
     srv_req *r = kvt_xcalloc(1, sizeof *r);
     r->refs = 1;
+    r->id_slot = -1;
     r->kind = a->kind;
     r->stream = a->stream;
     r->include_usage = a->include_usage;
@@ -197,7 +198,9 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     pthread_mutex_lock(&s->mu);
     uint64_t id = s->next_id++;
     pthread_mutex_unlock(&s->mu);
-    r->sp.seed = a->has_seed ? a->seed : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + id;
+    r->sp.seed = a->has_seed    ? a->seed
+        : s->p.has_default_seed ? s->p.default_seed
+                                : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + id;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", a->kind == KVT_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)r->created, (unsigned long long)id);
     for (int i = 0; i < a->n_stop; i++) r->stop[r->n_stop++] = kvt_xstrdup(a->stop[i]);
@@ -278,7 +281,8 @@ int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key
         c->is_sib = 1;
         memset(&c->session, 0, sizeof c->session); /* the session's context is the first choice's */
         c->session.keep_warm_s = -1;
-        if (a->has_seed) c->sp.seed = a->seed + (uint64_t)i;
+        if (a->has_seed || s->p.has_default_seed)
+            c->sp.seed = (a->has_seed ? a->seed : s->p.default_seed) + (uint64_t)i;
         c->first = r;
         pthread_mutex_lock(&s->mu);
         r->refs++; /* c's, on its first choice (whose cv it wakes) */

@@ -117,8 +117,15 @@ void *kvt_srv_engine_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
 
         if (stopping) {
-            for (int32_t i = 0; i < P; i++)
-                if (s->slots[i].r) kvt_srv_slot_finish(s, &s->slots[i], NULL, 0, 503, "the server is shutting down");
+            /* a stream generating (its 200 and part of its text sent) ends as a reply cut short: the rest of
+             * its text, its final chunk with finish_reason "length", [DONE]; a whole answer, or a stream
+             * still on its prompt, is a 503 */
+            for (int32_t i = 0; i < P; i++) {
+                slot *sl = &s->slots[i];
+                if (sl->r && sl->r->stream && !sl->waiting && !sl->prefilling)
+                    kvt_srv_slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
+                else if (sl->r) kvt_srv_slot_finish(s, sl, NULL, 0, 503, "the server is shutting down");
+            }
             pthread_mutex_lock(&s->mu);
             while (s->q_len > 0) {
                 srv_req *r = s->queue[s->q_head];

@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: MIT
+/* llama-server's own routes (see server_impl.h): POST /completion (and
+ * /completions) with its fields and answer, POST /apply-template, GET /slots;
+ * and the /v1/completions bodies that hold several prompts or ask for echo.
+ * A body with several prompts becomes one engine request per prompt, queued
+ * together; the answers come back in prompt order. */
+#include "http_send.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "api_llama.h"
+#include "common.h"
+
+#define MAX_PROMPTS KVT_API_MAX_N /* prompts in one request */
+
+static const char *const INVALID = "invalid_request_error";
+
+/* A completion body cut into one body per prompt, and what the route reads besides. */
+typedef struct {
+    int native;       /* /completion: llama-server's answer */
+    int echo, stream; /* /v1/completions: the prompt goes before each choice's text */
+    int n;
+    char *bodies[MAX_PROMPTS];
+    srv_req *reqs[MAX_PROMPTS];
+    char *echo_text[MAX_PROMPTS];
+} batch;
+
+static void batch_free(kvt_server *s, batch *b) {
+    for (int i = 0; i < b->n; i++) {
+        free(b->bodies[i]);
+        free(b->echo_text[i]);
+        if (b->reqs[i]) kvt_srv_unref_choices(s, b->reqs[i]);
+    }
+}
+
+/* Whether a "prompt" value holds several prompts: an array of strings or token arrays. */
+static int several_prompts(const cJSON *p) {
+    return cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child)) &&
+        (p->child->next || cJSON_IsArray(p->child));
+}
+
+int kvt_srv_completion_is_multi(const conn_state *cs) {
+    kvt_api_body_scan sc; /* from the raw text: a body of many token ids is refused before it is parsed */
+    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    return sc.echo_true || sc.prompt_first == '[' || (sc.prompt_first == '"' && sc.prompt_items > 1);
+}
+
+/* The bounds kvt_api_parse puts on one prompt, for a body of up to MAX_PROMPTS of them, checked on the
+ * raw text before it is parsed. 0, or -1 with *err. */
+static int check_size(const kvt_server *s, const conn_state *cs, kvt_api_error *err) {
+    kvt_api_body_scan sc;
+    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    size_t max_values = (size_t)MAX_PROMPTS * (size_t)s->n_ctx + KVT_API_MAX_JSON_VALUES;
+    if (sc.prompt_items >= (size_t)s->n_ctx)
+        return kvt_api_errorf(err, 400, INVALID, "prompt", "context_length_exceeded",
+                              "This model's maximum context length is %d tokens. However, your prompt array has %zu "
+                              "items; shorten it (at least one token must be left to generate).",
+                              s->n_ctx, sc.prompt_items);
+    if (sc.values > max_values)
+        return kvt_api_errorf(err, 400, INVALID, NULL, "too_many_values",
+                              "the request body holds more than %zu JSON values", max_values);
+    return 0;
+}
+
+/* Reads (and removes) llama-server's fields kvt_api_parse does not know: n_probs becomes logprobs,
+ * id_slot is checked (kvtier places requests itself). 0, or -1 with *err. */
+static int native_fields(kvt_server *s, cJSON *root, kvt_api_error *err) {
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, "n_probs");
+    int bad = v && !cJSON_IsNull(v) &&
+        (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 ||
+         v->valuedouble > KVT_API_MAX_TOP_LOGPROBS);
+    if (bad)
+        kvt_api_errorf(err, 400, INVALID, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]",
+                       KVT_API_MAX_TOP_LOGPROBS);
+    else if (cJSON_IsNumber(v) && v->valuedouble > 0) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "logprobs");
+        cJSON_AddNumberToObject(root, "logprobs", v->valuedouble);
+    }
+    cJSON_Delete(v);
+    if (bad) return -1;
+    v = cJSON_DetachItemFromObjectCaseSensitive(root, "id_slot");
+    bad = v && !cJSON_IsNull(v) &&
+        (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < -1 ||
+         v->valuedouble >= s->p.parallel);
+    cJSON_Delete(v);
+    if (bad)
+        return kvt_api_errorf(err, 400, INVALID, "id_slot", "invalid_value",
+                              "'id_slot' must be -1 or a slot in [0, %d) (--parallel); kvtier picks the slot itself",
+                              s->p.parallel);
+    return 0;
+}
+
+/* Cuts cs's body into b->bodies (one per prompt). 0, or -1 with *err. */
+static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *err) {
+    if (check_size(s, cs, err)) return -1;
+    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+    }
+    int rc = 0;
+    cJSON *echo = cJSON_DetachItemFromObjectCaseSensitive(root, "echo");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stream");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    b->echo = cJSON_IsTrue(echo);
+    b->stream = cJSON_IsTrue(st);
+    if (echo && !cJSON_IsBool(echo) && !cJSON_IsNull(echo))
+        rc = kvt_api_errorf(err, 400, INVALID, "echo", "invalid_type", "'echo' must be a boolean");
+    else if (b->echo && (b->stream || (lp && !cJSON_IsNull(lp))))
+        rc = kvt_api_errorf(err, 400, INVALID, "echo", "unsupported_value",
+                            "'echo' is supported without stream and logprobs (the prompt's own logprobs are not "
+                            "computed)");
+    else if (b->native) rc = native_fields(s, root, err);
+    cJSON_Delete(echo);
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    int multi = several_prompts(p);
+    b->n = multi ? cJSON_GetArraySize(p) : 1;
+    if (!rc && b->n > MAX_PROMPTS)
+        rc = kvt_api_errorf(err, 400, INVALID, "prompt", "unsupported_value", "at most %d prompts per request",
+                            MAX_PROMPTS);
+    if (!rc && b->n > 1 && b->stream)
+        rc = kvt_api_errorf(err, 400, INVALID, "prompt", "unsupported_value",
+                            "several prompts are answered whole: send them without stream, or one per request");
+    cJSON *all = multi ? cJSON_DetachItemFromObjectCaseSensitive(root, "prompt") : NULL;
+    for (int i = 0; !rc && i < b->n; i++) {
+        if (all) cJSON_AddItemToObject(root, "prompt", cJSON_Duplicate(cJSON_GetArrayItem(all, i), 1));
+        b->bodies[i] = cJSON_PrintUnformatted(root);
+        if (all) cJSON_DeleteItemFromObjectCaseSensitive(root, "prompt");
+    }
+    cJSON_Delete(all);
+    if (rc) b->n = 0;
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The text of a's prompt, for echo. */
+static char *prompt_text(kvt_server *s, const kvt_api_request *a) {
+    if (a->prompt) return kvt_xstrdup(a->prompt);
+    char *text = NULL;
+    size_t n = 0;
+    if (a->n_prompt_ids && kvt_detokenize(s->tok, a->prompt_ids, a->n_prompt_ids, 1, &text, &n)) return kvt_xstrdup("");
+    char *clean = kvt_utf8_sanitize(text ? text : "", n, NULL);
+    free(text);
+    return clean;
+}
+
+/* Queues one engine request per body. 0, or -1 with *err (*status 503: the queue is full). */
+static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch *b, kvt_api_error *err) {
+    for (int i = 0; i < b->n; i++) {
+        kvt_api_request a;
+        if (kvt_srv_parse_body(s, cs->r == R_LLAMA_COMPLETION ? R_COMPLETIONS : cs->r, b->bodies[i],
+                               strlen(b->bodies[i]), &a, err))
+            return -1;
+        if (b->echo) b->echo_text[i] = prompt_text(s, &a);
+        srv_req *r = kvt_srv_make_request(s, &a, cs->key, err);
+        if (r && kvt_srv_add_choices(s, &a, cs->key, r, err)) {
+            kvt_srv_unref_engine_choices(s, r);
+            kvt_srv_unref_choices(s, r);
+            r = NULL;
+        }
+        kvt_api_request_free(&a);
+        if (!r) return -1;
+        snprintf(r->request_id, sizeof r->request_id, "%s", cs->request_id);
+        r->native = b->native;
+        for (int32_t k = 0; k < r->n_sib; k++) r->sib[k]->native = b->native;
+        kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
+        kvt_srv_apply_session_header(s, c, r);
+        if (kvt_srv_enqueue(s, r)) {
+            kvt_srv_unref_engine_choices(s, r);
+            kvt_srv_unref_choices(s, r);
+            return kvt_api_errorf(err, 503, "server_error", NULL, "overloaded",
+                                  "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
+        }
+        b->reqs[i] = r;
+    }
+    return 0;
+}
+
+/* Waits until every request of b is done. 0, or -1 when the client went away (all cancelled). */
+static int wait_all(kvt_server *s, struct MHD_Connection *c, batch *b) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < b->n; i++)
+        while (!kvt_srv_all_done(b->reqs[i])) {
+            kvt_srv_cond_wait_ms(&b->reqs[i]->cv, &s->mu, WAIT_SLICE_MS);
+            if (kvt_srv_all_done(b->reqs[i])) break;
+            pthread_mutex_unlock(&s->mu);
+            int gone = kvt_srv_peer_gone(c);
+            pthread_mutex_lock(&s->mu);
+            if (gone) {
+                for (int k = 0; k < b->n; k++) kvt_srv_cancel_locked(s, b->reqs[k]);
+                pthread_mutex_unlock(&s->mu);
+                return -1;
+            }
+        }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* The first failed choice of b's requests, or NULL. */
+static srv_req *failed_of(const batch *b) {
+    for (int i = 0; i < b->n; i++)
+        for (int32_t k = 0; k <= b->reqs[i]->n_sib; k++) {
+            srv_req *x = k ? b->reqs[i]->sib[k - 1] : b->reqs[i];
+            if (x->err_status) return x;
+        }
+    return NULL;
+}
+
+void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int stop, const kvt_api_logprobs *probs,
+                          kvt_api_llama_completion *out) {
+    const kvt_api_usage *u = &r->usage;
+    double total_ms = (kvt_now() - r->t_arrival) * 1e3;
+    *out = (kvt_api_llama_completion){.content = text,
+                                      .model = s->p.model_id,
+                                      .id_slot = r->id_slot,
+                                      .stop = stop,
+                                      .probs = probs,
+                                      .stop_type = r->finish_reason && !strcmp(r->finish_reason, "length") ? "limit"
+                                                                                                           : "eos"};
+    if (!stop) return;
+    out->usage = u;
+    /* hidden cache counts (--hide-cached-tokens): the whole prompt shows as computed */
+    out->cache_n = u->hide_report ? 0 : u->cached_tokens;
+    out->prompt_n = u->prompt_tokens - out->cache_n;
+    out->predicted_n = u->completion_tokens;
+    out->prompt_ms = KVT_MAX(u->ttft_ms - u->queued_ms, 0.0);
+    out->predicted_ms = KVT_MAX(total_ms - u->ttft_ms, 0.0);
+}
+
+/* /completion's answer: one object per prompt (an array when there are several). */
+static char *native_json(kvt_server *s, const batch *b) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < b->n; i++) {
+        const srv_req *r = b->reqs[i];
+        kvt_api_logprobs lp = {.items = r->lp, .n = r->n_lp, .tok = s->tok};
+        kvt_api_llama_completion a;
+        kvt_srv_llama_answer(s, r, r->text ? r->text : "", 1, r->logprobs ? &lp : NULL, &a);
+        a.index = i;
+        cJSON_AddItemToArray(arr, kvt_api_llama_completion_obj(&a));
+    }
+    cJSON *out = b->n == 1 ? cJSON_DetachItemFromArray(arr, 0) : arr;
+    if (out != arr) cJSON_Delete(arr);
+    char *json = cJSON_PrintUnformatted(out);
+    cJSON_Delete(out);
+    return json;
+}
+
+/* Adds the numbers of usage object from into to (prompt, completion and total tokens, cached tokens). */
+static void add_usage(cJSON *to, const cJSON *from) {
+    static const char *const keys[] = {"prompt_tokens", "completion_tokens", "total_tokens"};
+    for (size_t k = 0; k < KVT_ARRAY_LEN(keys); k++) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(to, keys[k]);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(from, keys[k]);
+        if (cJSON_IsNumber(t) && cJSON_IsNumber(f)) cJSON_SetNumberValue(t, t->valuedouble + f->valuedouble);
+    }
+    cJSON *td = cJSON_GetObjectItemCaseSensitive(to, "prompt_tokens_details");
+    const cJSON *fd = cJSON_GetObjectItemCaseSensitive(from, "prompt_tokens_details");
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(td, "cached_tokens");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(fd, "cached_tokens");
+    if (cJSON_IsNumber(t) && cJSON_IsNumber(f)) cJSON_SetNumberValue(t, t->valuedouble + f->valuedouble);
+}
+
+/* /v1/completions with several prompts or echo: one response whose choices are each prompt's, in
+ * order (index = prompt * n + choice), usage summed; the "kvtier" report is the first prompt's. */
+static char *openai_json(kvt_server *s, const batch *b) {
+    cJSON *out = NULL, *choices = NULL;
+    int index = 0;
+    for (int i = 0; i < b->n; i++) {
+        char *one = kvt_srv_response_json(s, b->reqs[i], NULL);
+        cJSON *o = cJSON_Parse(one);
+        free(one);
+        cJSON *ch;
+        cJSON_ArrayForEach(ch, cJSON_GetObjectItemCaseSensitive(o, "choices")) {
+            cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(ch, "index"), index++);
+            cJSON *text = cJSON_GetObjectItemCaseSensitive(ch, "text");
+            if (b->echo && cJSON_IsString(text)) {
+                size_t n = strlen(b->echo_text[i]) + strlen(text->valuestring) + 1;
+                char *joined = kvt_xmalloc(n);
+                snprintf(joined, n, "%s%s", b->echo_text[i], text->valuestring);
+                cJSON_SetValuestring(text, joined);
+                free(joined);
+            }
+        }
+        if (!out) {
+            out = o;
+            choices = cJSON_GetObjectItemCaseSensitive(out, "choices");
+            continue;
+        }
+        cJSON *c;
+        while ((c = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0)))
+            cJSON_AddItemToArray(choices, c);
+        add_usage(cJSON_GetObjectItemCaseSensitive(out, "usage"), cJSON_GetObjectItemCaseSensitive(o, "usage"));
+        cJSON_Delete(o);
+    }
+    char *json = cJSON_PrintUnformatted(out);
+    cJSON_Delete(out);
+    return json;
+}
+
+/* POST /completion and the /v1/completions bodies kvt_srv_completion_is_multi picks. */
+static enum MHD_Result handle_completion(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    batch b = {.native = cs->r == R_LLAMA_COMPLETION};
+    kvt_api_error err;
+    if (split(s, cs, &b, &err) || submit(s, c, cs, &b, &err)) {
+        for (int i = 0; i < b.n; i++)
+            if (b.reqs[i]) kvt_srv_cancel(s, b.reqs[i]);
+        batch_free(s, &b);
+        return kvt_srv_send_error(s, c, cs->label, &err, err.status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
+                                  RETRY_AFTER_S);
+    }
+    if (b.stream) { /* one prompt (split refuses several): the stream takes over its references */
+        srv_req *r = b.reqs[0];
+        b.reqs[0] = NULL;
+        batch_free(s, &b);
+        struct MHD_Response *resp = kvt_srv_stream_response(s, r, c, &cs->usage, &cs->has_usage, NULL);
+        if (!resp) return MHD_NO;
+        return kvt_srv_send_response(s, c, cs->label, MHD_HTTP_OK, resp);
+    }
+    if (wait_all(s, c, &b)) {
+        batch_free(s, &b);
+        cs->status = STATUS_CLIENT_GONE;
+        kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
+        return MHD_NO;
+    }
+    cs->usage = kvt_srv_total_usage(b.reqs[0]);
+    for (int i = 1; i < b.n; i++) {
+        kvt_api_usage u = kvt_srv_total_usage(b.reqs[i]);
+        cs->usage.prompt_tokens += u.prompt_tokens;
+        cs->usage.completion_tokens += u.completion_tokens;
+        cs->usage.cached_tokens += u.cached_tokens;
+        cs->usage.computed_tokens += u.computed_tokens;
+    }
+    cs->has_usage = 1;
+    enum MHD_Result ret;
+    srv_req *failed = failed_of(&b);
+    if (failed) {
+        kvt_api_errorf(&err, failed->err_status, failed->err_status >= 500 ? "server_error" : INVALID, NULL, NULL, "%s",
+                       failed->err_msg);
+        ret = kvt_srv_send_error(s, c, cs->label, &err, failed->err_status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL,
+                                 RETRY_AFTER_S);
+    } else {
+        char *json = b.native ? native_json(s, &b) : openai_json(s, &b);
+        ret = kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+    }
+    batch_free(s, &b);
+    return ret;
+}
+
+/* POST /apply-template {"messages": [...]}: {"prompt": TEXT}, the prompt a chat request with these
+ * messages (and tools) gets, as text with its control tokens. */
+static enum MHD_Result handle_apply_template(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    kvt_api_request a;
+    kvt_api_error err;
+    if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
+    kvt_api_request_free(&a);
+    if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    char *text = NULL;
+    size_t n = 0;
+    int rc = kvt_detokenize(s->tok, r->prompt, (size_t)r->n_prompt, 1, &text, &n);
+    kvt_srv_req_unref(s, r);
+    if (rc) {
+        free(text);
+        kvt_api_errorf(&err, 500, "server_error", NULL, NULL, "cannot render the prompt: %s", kvt_errmsg());
+        return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    }
+    char *clean = kvt_utf8_sanitize(text ? text : "", n, NULL);
+    free(text);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", clean);
+    free(clean);
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+}
+
+/* GET /slots: each of the --parallel sequence slots, busy or not, with its request's figures; its
+ * request id and prompt text only for the admin key (they are other tenants'). */
+static enum MHD_Result handle_slots(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    int32_t np = s->p.parallel;
+    srv_req **held = kvt_xcalloc((size_t)np, sizeof *held);
+    int32_t *decoded = kvt_xcalloc((size_t)np, sizeof *decoded);
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < np; i++)
+        if ((held[i] = s->slot_reqs[i])) {
+            held[i]->refs++;
+            decoded[i] = held[i]->n_decoded;
+        }
+    pthread_mutex_unlock(&s->mu);
+    cJSON *arr = cJSON_CreateArray();
+    for (int32_t i = 0; i < np; i++) {
+        const srv_req *r = held[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddNumberToObject(o, "n_ctx", s->n_ctx);
+        cJSON_AddBoolToObject(o, "is_processing", r != NULL);
+        if (r) {
+            cJSON_AddNumberToObject(o, "n_prompt_tokens", r->n_prompt);
+            cJSON *p = cJSON_AddObjectToObject(o, "params");
+            cJSON_AddNumberToObject(p, "n_predict", r->max_tokens);
+            cJSON_AddNumberToObject(p, "temperature", r->sp.temp);
+            cJSON_AddNumberToObject(p, "top_k", r->sp.top_k);
+            cJSON_AddNumberToObject(p, "top_p", r->sp.top_p);
+            cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "next_token"), "n_decoded", decoded[i]);
+        }
+        if (r && cs->admin) {
+            char *text = NULL;
+            size_t n = 0;
+            if (!kvt_detokenize(s->tok, r->prompt, (size_t)r->n_prompt, 1, &text, &n)) {
+                char *clean = kvt_utf8_sanitize(text ? text : "", n, NULL);
+                cJSON_AddStringToObject(o, "prompt", clean);
+                free(clean);
+            }
+            free(text);
+            cJSON_AddStringToObject(o, "id_task", kvt_srv_log_id(r));
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    for (int32_t i = 0; i < np; i++)
+        if (held[i]) kvt_srv_req_unref(s, held[i]);
+    free(held);
+    free(decoded);
+    char *json = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
+}
+
+enum MHD_Result kvt_srv_handle_llama(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    if (cs->r == R_APPLY_TEMPLATE) return handle_apply_template(s, c, cs);
+    if (cs->r == R_SLOTS) return handle_slots(s, c, cs);
+    return handle_completion(s, c, cs);
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# llama-server's own routes on kvtier serve, as its clients call them:
+# POST /completion (and /completions) with prompt as a string, token ids or
+# several prompts, n_predict, cache_prompt, id_slot, n_probs and stream, the
+# answer's content, tokens_cached and timings; GET /slots (prompt text only
+# for the admin key); POST /apply-template; the paths without /v1; and on
+# /v1/completions prompt arrays and echo; an unknown "model" is a 404
+# model_not_found in OpenAI's error shape, the served names are accepted.
+# Needs curl and jq.
+set -u
+command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+. "$(dirname "$0")/../testutil.sh"
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 ||
+  { echo "mkmodel failed"; exit 1; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1)
+kvt_start_server main --alias tiny,tiny-chat --admin-key adm-key --ctx 8192 --max-tokens-limit 8000
+ADMIN=(-H 'Authorization: Bearer adm-key')
+LONG="The quick brown fox jumps over the lazy dog while the cache keeps every block it has seen before, so a repeat is cheap."
+
+# ---- /completion ---------------------------------------------------------------------------------
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"cache_prompt\": true, \"id_slot\": -1}"
+check "/completion answers" is "$CODE" 200
+check "... content, a string" is "$(jb '.content | type')" string
+check "... stop true, index 0" is "$(jb '[.stop, .index] | @csv')" 'true,0'
+check "... the model's name" is "$(jb .model)" tiny
+check "... tokens_predicted at most n_predict" bash -c "[ $(jb .tokens_predicted) -ge 1 ] && [ $(jb .tokens_predicted) -le 6 ]"
+check "... tokens_evaluated: the whole prompt" gt "$(jb .tokens_evaluated)" 20
+check "... tokens_cached: what the slot holds, prompt and generated" \
+  is "$(jb .tokens_cached)" "$(jb '.tokens_evaluated + .tokens_predicted')"
+check "... timings with llama-server's fields" is "$(jb '.timings | [has("prompt_n"), has("prompt_ms"),
+  has("prompt_per_token_ms"), has("prompt_per_second"), has("predicted_n"), has("predicted_ms"),
+  has("predicted_per_token_ms"), has("predicted_per_second")] | all')" true
+check "... a cold prompt is all computed" is "$(jb '[.timings.prompt_n, .timings.cache_n] | @csv')" \
+  "$(jb '.tokens_evaluated'),0"
+check "... predicted_n = tokens_predicted" is "$(jb .timings.predicted_n)" "$(jb .tokens_predicted)"
+FIRST=$(jb .content) EVAL=$(jb .tokens_evaluated)
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0}"
+check "a repeat reuses the cached prompt (timings.cache_n)" gt "$(jb .timings.cache_n)" 0
+check "... prompt_n + cache_n = the prompt" is "$(jb '.timings.prompt_n + .timings.cache_n')" "$EVAL"
+check "... and says the same text" is "$(jb .content)" "$FIRST"
+post /completions "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0}"
+check "/completions is the same route" is "$(jb .content)" "$FIRST"
+
+IDS=$(curl -s -m 10 -H 'Content-Type: application/json' -d '{"content": "Hello world"}' "$URL/tokenize" | jq -c .tokens)
+post /completion "{\"prompt\": $IDS, \"n_predict\": 3, \"temperature\": 0}"
+check "a prompt of token ids" is "$CODE" 200
+check "... evaluates those tokens" is "$(jb .tokens_evaluated)" "$(echo "$IDS" | jq length)"
+post /completion "{\"prompt\": [\"Hello\", $IDS, \"Good morning\"], \"n_predict\": 3, \"temperature\": 0}"
+check "several prompts: one answer each, in order" is "$(jb -c '[.[] | .index]')" '[0,1,2]'
+check "... each whole" is "$(jb '[.[] | .stop] | all')" true
+post /completion "{\"prompt\": \"Hello\", \"n_predict\": 3, \"temperature\": 0, \"n_probs\": 2}"
+check "n_probs: completion_probabilities per token" is "$(jb '.completion_probabilities | length')" "$(jb .tokens_predicted)"
+check "... each with id, token, logprob, bytes and n_probs alternatives" \
+  is "$(jb '[.completion_probabilities[] | (has("id") and has("token") and has("logprob") and has("bytes") and
+  (.top_logprobs | length) == 2)] | all')" true
+post /completion '{"prompt": "Hello", "n_probs": 99}'
+check "n_probs out of range is a 400 naming it" is "$CODE/$(jb .error.param)" 400/n_probs
+post /completion '{"prompt": "Hello", "id_slot": 9}'
+check "an id_slot past --parallel is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
+post /completion '{"prompt": ["a", "b"], "stream": true}'
+check "several prompts cannot stream" is "$CODE/$(jb .error.param)" 400/prompt
+{ printf '{"prompt":['; head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' '1' | sed 's/1/1,/g'; printf '1]}'; } >"$TMP/ids.json"
+CODE=$(curl -s -m 60 -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$TMP/ids.json" \
+  "$URL/completion")
+check "4 MB of token ids: refused on their count" is "$CODE/$(jb .error.code)" 400/context_length_exceeded
+
+curl -s -m 60 -N -H 'Content-Type: application/json' -o "$TMP/sse" \
+  -d "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"stream\": true}" "$URL/completion"
+grep '^data: ' "$TMP/sse" | sed 's/^data: //' >"$TMP/events"
+check "a /completion stream: llama-server's events" is "$(jq -s '[.[] | has("content") and has("stop")] | all' "$TMP/events")" true
+check "... its text is the answer's" is "$(jq -j '.content' "$TMP/events")" "$FIRST"
+check "... the last one stops, with timings" is "$(jq -s -c '.[-1] | [.stop, (.timings | has("predicted_n"))]' "$TMP/events")" '[true,true]'
+check "... only the last one stops" is "$(jq -s '[.[] | select(.stop)] | length' "$TMP/events")" 1
+check "... and no [DONE] (llama-server sends none there)" bash -c "! grep -q DONE '$TMP/sse'"
+
+# ---- /v1/completions: prompt arrays and echo -----------------------------------------------------------
+post /v1/completions '{"prompt": ["Hello", "Good morning"], "max_tokens": 3, "temperature": 0}'
+check "/v1/completions takes a prompt array: a choice per prompt" is "$(jb -c '[.choices[].index]')" '[0,1]'
+A0=$(jb '.choices[0].text') A1=$(jb '.choices[1].text') PT=$(jb .usage.prompt_tokens)
+post /v1/completions '{"prompt": "Good morning", "max_tokens": 3, "temperature": 0}'
+check "... each choice as its prompt alone gets" is "$A1" "$(jb '.choices[0].text')"
+check "... usage sums the prompts" gt "$PT" "$(jb .usage.prompt_tokens)"
+post /v1/completions '{"prompt": ["Hello", "Good morning"], "max_tokens": 3, "temperature": 0, "n": 2}'
+check "... with n: prompt-major choices" is "$(jb -c '[.choices[].index]')" '[0,1,2,3]'
+post /v1/completions '{"prompt": "Hello", "max_tokens": 3, "temperature": 0, "echo": true}'
+check "echo puts the prompt before the text" is "$(jb '.choices[0].text')" "Hello$A0"
+post /v1/completions '{"prompt": "Hello", "echo": true, "logprobs": 1}'
+check "echo with logprobs is a 400 naming echo" is "$CODE/$(jb .error.param)" 400/echo
+
+# ---- model names -------------------------------------------------------------------------------
+post /v1/completions '{"model": "gpt-4o", "prompt": "Hello", "max_tokens": 1}'
+check "an unknown model is a 404" is "$CODE" 404
+check "... model_not_found in OpenAI's shape" is "$(jb -c '.error | [.type, .param, .code]')" \
+  '["invalid_request_error","model","model_not_found"]'
+post /v1/chat/completions '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+check "... on chat too" is "$CODE/$(jb .error.code)" 404/model_not_found
+for name in tiny tiny-chat m m.gguf; do
+  post /v1/chat/completions "{\"model\": \"$name\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1}"
+  check "the served name '$name' is accepted" is "$CODE" 200
+done
+check "/v1/models names the first alias" is "$(curl -s -m 10 "$URL/v1/models" | jq -r '.data[0].id')" tiny
+
+# ---- paths without /v1, /apply-template, /slots ------------------------------------------------------------
+check "GET /models as /v1/models" is "$(curl -s -m 10 "$URL/models" | jq -r '.data[0].id')" tiny
+post /chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
+check "POST /chat/completions as /v1/chat/completions" is "$CODE/$(jb .object)" 200/chat.completion
+post /apply-template '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}'
+check "/apply-template renders the chat prompt" is "$(jb .prompt)" \
+  "$(printf '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n')"
+post /apply-template '{"messages": "hi"}'
+check "... a bad body is a 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
+
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/slots")
+check "/slots lists --parallel slots" is "$CODE/$(jb length)" 200/4
+check "... idle ones" is "$(jb '[.[] | .is_processing] | any')" false
+# a long generation: /slots shows it while it runs, its prompt only to the admin key
+curl -s -m 120 -N -H 'Content-Type: application/json' -o /dev/null \
+  -d '{"prompt": "SECRET-PROMPT tell a long story", "n_predict": 7000, "ignore_eos": true, "stream": true}' \
+  "$URL/completion" &
+LONG_PID=$!
+busy() { curl -s -m 10 "$URL/slots" "$@" | jq -e '[.[] | select(.is_processing)] | length == 1' >/dev/null; }
+check "/slots shows the running request" wait_for busy
+curl -s -m 10 "$URL/slots" >"$TMP/slots.open"
+curl -s -m 10 "${ADMIN[@]}" "$URL/slots" >"$TMP/slots.admin"
+check "... with its figures" is "$(jq '[.[] | select(.is_processing) | .params.n_predict] | .[0]' "$TMP/slots.open")" 7000
+check "... but not its prompt without the admin key" bash -c "! grep -q SECRET-PROMPT '$TMP/slots.open'"
+check "... which the admin key sees" grep -q SECRET-PROMPT "$TMP/slots.admin"
+kill "$LONG_PID" 2>/dev/null; wait "$LONG_PID" 2>/dev/null
+kvt_stop_server main
+
+# ---- keys: the llama-server paths are the tenants' API ---------------------------------------------------
+kvt_start_server keyed --api-key k1 --admin-key adm-key
+for p in /completion /apply-template; do
+  post "$p" '{"prompt": "x", "messages": [{"role": "user", "content": "x"}]}'
+  check "$p needs an API key" is "$CODE" 401
+done
+check "/slots needs one" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/slots")" 401
+check "... or the admin key" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "${ADMIN[@]}" "$URL/slots")" 200
+post /completion '{"prompt": "x", "n_predict": 1}' -H 'Authorization: Bearer k1'
+check "/completion with the key" is "$CODE" 200
+kvt_stop_server keyed
+
+kvt_test_done test_server_llama
