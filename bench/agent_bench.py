@@ -43,6 +43,18 @@ def text(rng, n_words):
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
+def served_model(url):
+    """The model id the server at url serves (its /v1/models), so requests name it as the server expects."""
+    u = urllib.parse.urlparse(url)
+    assert u.hostname in ("127.0.0.1", "localhost", "::1"), "loopback only"
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    conn.request("GET", "/v1/models")
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"GET /v1/models: HTTP {resp.status}: {resp.read()[:300]!r}")
+    return json.loads(resp.read())["data"][0]["id"]
+
+
 def post_stream(url, body):
     """Streams a chat completion; returns (ttft_s, total_s, final_json_with_usage)."""
     u = urllib.parse.urlparse(url)
@@ -130,6 +142,7 @@ def main():
         sessions.append([{"role": "system", "content": system},
                          {"role": "user", "content": doc + "\nTask: summarise the document, then call tools."}])
     tool_results = [[f"Tool result {r}: " + text(rng, args.tool_words) for r in range(args.rounds)] for _ in sessions]
+    models = {u: served_model(u) for u in (args.url, args.url2) if u}
     t_start = time.monotonic()
     lock = threading.Lock()
     failed = []
@@ -142,11 +155,11 @@ def main():
                 msgs = sessions[s]
                 if r > 0:
                     msgs.append({"role": "user", "content": tool_results[s][r]})
-                body = {"model": "default", "messages": msgs, "max_tokens": args.max_tokens, "temperature": 0,
+                url = args.url2 if args.url2 and r >= args.switch_round else args.url
+                body = {"model": models[url], "messages": msgs, "max_tokens": args.max_tokens, "temperature": 0,
                         "stream": True, "stream_options": {"include_usage": True}}
                 if args.kvtier_sessions:
                     body["kvtier"] = {"session_id": f"agent-{s}"}
-                url = args.url2 if args.url2 and r >= args.switch_round else args.url
                 try:
                     ttft, total, usage, timings, reply, finish = post_stream(url, body)
                 except Exception as e:  # no retry: a failed request ends the run (the next rounds would differ)
