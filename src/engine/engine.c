@@ -664,13 +664,20 @@ void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
 /* Runs n (<= n_batch) tokens whose slots are reserved (pos/tseq/tpage/tslot
  * filled, embeddings in x) through the layers; writes the logits of the n_want
  * rows listed in wanted to logits. */
-static int forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+static int forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits, const int8_t *want_hidden,
+                         float **hidden) {
     const kvt_model *m = e->model;
     const kvt_hparams *hp = &m->hp;
     const int64_t D = hp->n_embd;
     kvt_eng_chunk_begin(e, n);
     if (e->gpu) return kvt_eng_gpu_forward(e, n, n_want, logits);
     kvt_eng_layers(e, n, 0, hp->n_layer);
+    /* the same norm as the logits rows below, so a hidden row is exactly what the output matrix reads */
+    for (int32_t i = 0; want_hidden && i < n; i++)
+        if (want_hidden[i]) {
+            kvt_rmsnorm(*hidden, e->x + (int64_t)i * D, m->output_norm, D, hp->rms_eps);
+            *hidden += D;
+        }
     if (n_want == 0) return 0;
     /* final norm only for the rows that want logits, packed so one matmul serves them */
     for (int32_t w = 0; w < n_want; w++)
@@ -694,6 +701,11 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
         if (b->want_logits ? b->want_logits[i] != 0 : i == b->n - 1) n_want_total++;
     }
     if (n_want_total && !logits) return kvt_fail(KVT_EARG, "logits are wanted but no output buffer was given");
+    int n_hidden = 0;
+    for (int32_t i = 0; b->want_hidden && i < b->n; i++) n_hidden += b->want_hidden[i] != 0;
+    if (n_hidden && !b->hidden) return kvt_fail(KVT_EARG, "hidden states are wanted but no output buffer was given");
+    if (n_hidden && e->gpu)
+        return kvt_fail(KVT_EUNSUPPORTED, "hidden states (embeddings) are computed on the CPU engine only");
     int64_t need = 0;
     for (int32_t s = 0; s < e->p.max_seqs; s++) {
         if (!e->batch_count[s]) continue;
@@ -715,7 +727,7 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
         for (int32_t s = 0; s < e->p.max_seqs; s++) len0[s] = e->seqs[s].len;
     }
     const int32_t nbatch = e->gpu ? KVT_MIN(e->p.n_batch, kvt_eng_gpu_chunk(e->gpu)) : e->p.n_batch;
-    float *out = logits;
+    float *out = logits, *hout = b->hidden;
     int rc = 0;
     for (int32_t c0 = 0; c0 < b->n && !rc; c0 += nbatch) {
         int32_t n = KVT_MIN(nbatch, b->n - c0);
@@ -729,7 +741,7 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
             kvt_wmat_row_f32(&e->model->tok_embd, b->token[bi], e->x + (int64_t)i * hp->n_embd);
             if (b->want_logits ? b->want_logits[bi] != 0 : bi == b->n - 1) e->wanted[n_want++] = i;
         }
-        if (!rc) rc = forward_chunk(e, n, n_want, out);
+        if (!rc) rc = forward_chunk(e, n, n_want, out, b->want_hidden ? b->want_hidden + c0 : NULL, &hout);
         if (n_want) out += (int64_t)n_want * hp->n_vocab;
     }
     if (rc && len0)
@@ -747,7 +759,7 @@ int kvt_engine_feed(kvt_engine *e, int32_t seq, const int32_t *tokens, int32_t n
         seqs[i] = seq;
         want[i] = logits && (all_logits || i == n - 1);
     }
-    kvt_batch b = {n, tokens, seqs, want};
+    kvt_batch b = {.n = n, .token = tokens, .seq = seqs, .want_logits = want};
     int rc = kvt_engine_decode(e, &b, logits);
     free(seqs);
     free(want);

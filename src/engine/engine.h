@@ -192,12 +192,19 @@ int32_t kvt_seq_pages_needed(const kvt_engine *e, int32_t seq, int32_t add);
 
 /* A batch: entry i appends token[i] to sequence seq[i] (entries of one sequence
  * in order). want_logits[i] != 0 asks for entry i's next-token logits; a NULL
- * want_logits means "only the last entry". */
+ * want_logits means "only the last entry". want_hidden[i] != 0 asks for entry
+ * i's final hidden state: the last layer's output after the output norm, the
+ * row the output matrix turns into logits (what embeddings pool). Those rows
+ * go to hidden, n_embd floats per such entry, in batch order, independent of
+ * the logits; NULL want_hidden asks for none. CPU engine only (a GPU engine
+ * answers KVT_EUNSUPPORTED before computing anything). */
 typedef struct {
     int32_t n;
     const int32_t *token;      /* (n) */
     const int32_t *seq;        /* (n) */
     const int8_t *want_logits; /* (n) or NULL */
+    const int8_t *want_hidden; /* (n) or NULL */
+    float *hidden;             /* (n_wanted_hidden * n_embd) or NULL when none are wanted */
 } kvt_batch;
 
 /* Runs the model over the batch in chunks of n_batch tokens, appending each

@@ -104,7 +104,7 @@ static double check_reference(const kvt_model *m, const cJSON *line, double tol,
         seqs[t] = seq;
         want[t] = t % REF_POS_STRIDE == 0 || t == n_tok - 1;
     }
-    kvt_batch batch = {n_tok, toks, seqs, want};
+    kvt_batch batch = {.n = n_tok, .token = toks, .seq = seqs, .want_logits = want};
     int rc = kvt_engine_decode(e, &batch, logits);
     CHECKF(rc == 0, "decode: %s", kvt_errmsg());
     double maxdev = 0;
@@ -295,7 +295,7 @@ static void test_invariance(const char *model, int n) {
         bt[2 * i + 1] = i == 0 ? toks[0] : toks[(i + 1) % n], bs[2 * i + 1] = y, bw[2 * i + 1] = 0;
     }
     float *lx = malloc(2 * (size_t)n * (size_t)V * sizeof(float));
-    kvt_batch batch = {2 * n, bt, bs, bw};
+    kvt_batch batch = {.n = 2 * n, .token = bt, .seq = bs, .want_logits = bw};
     CHECK(kvt_engine_decode(e, &batch, lx) == 0);
     CHECKF(same_rows(ref, lx, n, V), "%s: interleaved batch differs", model);
     CHECK(kvt_seq_len(e, x) == n && kvt_seq_len(e, y) == n);
