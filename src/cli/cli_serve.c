@@ -14,6 +14,7 @@
 #include "chat.h" /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
 #include "cli_serve_compat.h"
+#include "cli_serve_embed.h"
 #include "common.h"
 #include "engine.h" /* the device the engine runs on, for the start-up line */
 #include "kvtier.h"
@@ -257,13 +258,14 @@ static const kvt_cli_opt serve_opts[] = {
 
 /* serve's sections: its own table, then the shared KV-type, disk-tier and device tables, then
  * sampling defaults and llama-server's flags. */
-#define SERVE_SECTIONS 5
+#define SERVE_SECTIONS 6
 static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
     out[1] = kvt_cli_kv_section;
     out[2] = kvt_cli_cache_section;
     out[3] = kvt_cli_device_section;
     out[4] = kvt_cli_serve_compat_section;
+    out[5] = kvt_cli_serve_embed_section;
 }
 
 void kvt_usage_serve(FILE *f) {
@@ -388,6 +390,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
     if (KVT_CLI_IS_COMPAT_ID(id)) return kvt_cli_serve_compat_opt(id, a, sp, &x->version);
+    if (KVT_CLI_IS_EMBED_ID(id)) return kvt_cli_serve_embed_opt(id, a, sp);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -580,6 +583,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
     }
+    if (kvt_cli_serve_embed_finish(sp, rt->m, x->dev.vulkan)) return -1;
     kvt_model_info info = kvt_model_get_info(rt->m);
     if (kvt_cli_chat_family("serve", x->template_name, info.chat_template, &sp->chat)) return -1;
     if (!x->template_name && !info.chat_template)

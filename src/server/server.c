@@ -60,6 +60,8 @@ static void server_free(kvt_server *s) {
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);
+    free(s->b_hid);
+    free(s->hidden);
     free(s->step_admit);
     free(s->step_cancelled);
     free(s->step_dec);
@@ -147,6 +149,10 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->b_tok = kvt_xmalloc(max_batch * sizeof *s->b_tok);
     s->b_seq = kvt_xmalloc(max_batch * sizeof *s->b_seq);
     s->b_want = kvt_xmalloc(max_batch * sizeof *s->b_want);
+    s->b_hid = kvt_xcalloc(max_batch, sizeof *s->b_hid);
+    s->hidden = s->p.embeddings
+        ? kvt_xmalloc((size_t)s->p.prefill_chunk * (size_t)s->model->hp.n_embd * sizeof *s->hidden)
+        : NULL;
     size_t n_step = (size_t)KVT_MAX(s->p.parallel, 1);
     s->step_admit = kvt_xcalloc(n_step, sizeof *s->step_admit);
     s->step_cancelled = kvt_xcalloc(n_step, sizeof *s->step_cancelled);

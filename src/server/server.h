@@ -59,6 +59,9 @@
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
 
+/* Poolings of an embedding over the prompt's final hidden rows (after the output norm). */
+typedef enum { KVT_POOL_NONE = 0, KVT_POOL_MEAN, KVT_POOL_LAST, KVT_POOL_CLS } kvt_pooling;
+
 typedef struct {
     const char *host;                   /* address to bind: IPv4, IPv6 ("::1" or "[::1]") or a host name resolved
                                    with getaddrinfo (an IPv4 address preferred); "127.0.0.1" by default */
@@ -120,7 +123,9 @@ typedef struct {
                                    "Approximate reuse"); 0 (default): such a request is a 400 */
     float recompute_ratio;           /* of the documents' placed tokens, the fraction recomputed when a request
                                    gives no kvtier.recompute_ratio */
-    int strict;                      /* 1: a top-level request field the endpoint does not read is a 400 naming
+    int embeddings; /* 1: POST /v1/embeddings and /embedding answer (--embeddings); 0: they are a 404 */
+    int pooling;    /* how an embedding pools the prompt's final hidden rows: a KVT_POOL_* */
+    int strict;     /* 1: a top-level request field the endpoint does not read is a 400 naming
                                    it; 0 (default): ignored, as OpenAI does */
     /* sampling of a request that does not set it (--temp, --top-k, --top-p, --seed): by default OpenAI's,
        temperature 1, top_p 1, no top_k, and a fresh seed per request */

@@ -114,6 +114,8 @@ typedef struct srv_req {
     size_t *doc_starts;      /* kvtier.documents: n_docs + 1 offsets in prompt (kvt_render_documents_spans); owned */
     size_t n_docs;
     int prefill_only;   /* /v1/cache/prefill: done once the prompt's KV is computed and cached */
+    int embed;          /* an embedding (with prefill_only): a kvt_pooling; 0 otherwise */
+    double *embed_sum;  /* (n_embd) the sum of the pooled hidden rows (owned; the engine's until done) */
     int plan_cached;    /* RAG "cached" order: kvt_rag_plan_cached reorders the documents at admission, */
     int32_t *doc_order; /* ... doc_order[i] = the canonical index of the document at position i (owned) */
     double plan_ms;     /* ... and how long it took */
@@ -246,6 +248,8 @@ struct kvt_server {
     float *jg_logits;       /* (n_vocab) the logits with the others at -inf */
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
+    int8_t *b_hid; /* (max batch) the rows whose hidden state an embedding pools */
+    float *hidden; /* (prefill_chunk, n_embd) those rows */
     /* a step's lists, parallel entries each: on the heap, as --parallel
      * sizes them and the engine thread's stack has a fixed size */
     srv_req **step_admit;   /* the requests a step takes from the queue */
@@ -284,7 +288,9 @@ typedef enum {
     R_CACHE_LINT,
     R_LLAMA_COMPLETION, /* llama-server's POST /completion */
     R_APPLY_TEMPLATE,
-    R_SLOTS
+    R_SLOTS,
+    R_EMBEDDINGS,     /* POST /v1/embeddings */
+    R_LLAMA_EMBEDDING /* llama-server's POST /embedding */
 } route;
 
 struct conn_state;
@@ -348,6 +354,8 @@ enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, co
 enum MHD_Result kvt_srv_handle_llama(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 /* Whether a /v1/completions body needs kvt_srv_handle_llama: a prompt array of several prompts, or echo. */
 int kvt_srv_completion_is_multi(const conn_state *cs);
+/* POST /v1/embeddings and /embedding (handlers_embed.c) */
+enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *c, struct conn_state *cs);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 
 /* ---- requests (sched_submit.c) ------------------------------------------------------- */

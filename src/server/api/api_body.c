@@ -50,7 +50,9 @@ static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", NULL}; /* ha
 static const char *const MESSAGES[] = {"messages", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};
-static const char *const UNPIN[] = {"pin_id", "session_id", "cache_salt", NULL}; /* handlers_admin.c */
+static const char *const EMBEDDING[] = {"input",      "content", "model",      "encoding_format",
+                                        "dimensions", "user",    "cache_salt", NULL}; /* handlers_embed.c */
+static const char *const UNPIN[] = {"pin_id", "session_id", "cache_salt", NULL};      /* handlers_admin.c */
 
 static const char *in_list(const char *const *l, const char *key, size_t len) {
     for (; *l; l++)
@@ -71,6 +73,7 @@ static const char *known_name(kvt_api_body kind, const char *key, size_t len) {
     case KVT_BODY_TOKENIZE: return in_list(TOKENIZE, key, len);
     case KVT_BODY_DETOKENIZE: return in_list(DETOKENIZE, key, len);
     case KVT_BODY_UNPIN: return in_list(UNPIN, key, len);
+    case KVT_BODY_EMBEDDING: return in_list(EMBEDDING, key, len);
     case KVT_BODY_NONE: return NULL;
     }
     if (!n) n = in_list(GENERATION, key, len);

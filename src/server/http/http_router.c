@@ -48,12 +48,15 @@ static const struct {
     {"/models", "GET", "models", R_MODELS, kvt_srv_handle_models},
     {"/apply-template", "POST", "apply_template", R_APPLY_TEMPLATE, kvt_srv_handle_llama},
     {"/slots", "GET", "slots", R_SLOTS, kvt_srv_handle_llama},
+    {"/v1/embeddings", "POST", "embeddings", R_EMBEDDINGS, kvt_srv_handle_embeddings},
+    {"/embedding", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
+    {"/embeddings", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
 };
 
 /* The paths outside /v1/ that are the tenants' API too (llama-server's). */
-static const char *const tenant_paths[] = {"/tokenize",   "/detokenize",     "/props",
-                                           "/completion", "/completions",    "/chat/completions",
-                                           "/models",     "/apply-template", "/slots"};
+static const char *const tenant_paths[] = {"/tokenize",    "/detokenize",       "/props",     "/completion",
+                                           "/completions", "/chat/completions", "/models",    "/apply-template",
+                                           "/slots",       "/embedding",        "/embeddings"};
 
 /* What a POST route's body holds, for the strict check every body gets before its handler. */
 static kvt_api_body body_of(route r) {
@@ -67,6 +70,8 @@ static kvt_api_body body_of(route r) {
     case R_CACHE_PIN:
     case R_CACHE_PREFETCH: return KVT_BODY_PROMPT;
     case R_TOKENIZE: return KVT_BODY_TOKENIZE;
+    case R_EMBEDDINGS:
+    case R_LLAMA_EMBEDDING: return KVT_BODY_EMBEDDING;
     case R_DETOKENIZE: return KVT_BODY_DETOKENIZE;
     case R_CACHE_UNPIN: return KVT_BODY_UNPIN;
     default: return KVT_BODY_NONE;

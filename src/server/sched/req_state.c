@@ -37,6 +37,7 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->doc_starts);
     free(r->block_tiers);
     free(r->doc_order);
+    free(r->embed_sum);
     kvt_jg_schema_free(r->grammar);
     free(r->sib);
     pthread_cond_destroy(&r->cv);

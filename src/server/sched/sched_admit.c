@@ -108,7 +108,9 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
         r->n_block_tiers = kvt_cache_block_tiers(s->cache, root, r->prompt, r->n_prompt - 1, r->block_tiers,
                                                  r->n_prompt / s->block + 1);
     }
-    if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, r->n_prompt - 1, &seq, &ai);
+    /* an embedding pooled over the first or every token computes them all: only KV is cached, not hidden rows */
+    int32_t max_reuse = r->embed == KVT_POOL_MEAN || r->embed == KVT_POOL_CLS ? 0 : r->n_prompt - 1;
+    if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, max_reuse, &seq, &ai);
     kvt_chain chain;
     kvt_chain_init(&chain, root);
     kvt_blend_job *bj = NULL;

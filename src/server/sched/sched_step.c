@@ -171,6 +171,29 @@ static void blend_step(kvt_server *s, slot *bl, int32_t n_dec) {
     bl->n_fed = kvt_seq_len(s->e, bl->seq);
 }
 
+/* Marks in s->b_hid the rows from..from+chunk of the prompting slot pf that
+ * its embedding pools (every one, the last or the first); returns how many. */
+static int32_t embed_rows(kvt_server *s, const slot *pf, int32_t from, int32_t chunk) {
+    int32_t n = 0;
+    memset(s->b_hid, 0, (size_t)from); /* the decode rows before it */
+    for (int32_t k = 0; k < chunk; k++) {
+        int32_t pos = pf->n_fed + k;
+        int want = pf->r->embed == KVT_POOL_MEAN || (pf->r->embed == KVT_POOL_LAST && pos == pf->r->n_prompt - 1) ||
+            (pf->r->embed == KVT_POOL_CLS && pos == 0);
+        s->b_hid[from + k] = (int8_t)want;
+        n += want;
+    }
+    return n;
+}
+
+/* Adds the n pooled hidden rows of the step to the embedding's sum, in token order. */
+static void embed_add(kvt_server *s, srv_req *r, int32_t n) {
+    const int64_t D = s->model->hp.n_embd;
+    if (!r->embed_sum) r->embed_sum = kvt_xcalloc((size_t)D, sizeof *r->embed_sum);
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t d = 0; d < D; d++) r->embed_sum[d] += s->hidden[i * D + d];
+}
+
 /* One engine step: a decode token of every generating slot plus one prefill
  * chunk of the oldest prompting slot, in one batch (or, while that slot
  * places documents, a chunk of that after the batch). */
@@ -224,9 +247,15 @@ void kvt_srv_engine_step(kvt_server *s) {
             s->b_want[n] = 0;
             n++;
         }
-        if (pf->n_fed + chunk == pf->r->n_prompt) s->b_want[n - 1] = 1;
+        if (pf->n_fed + chunk == pf->r->n_prompt) s->b_want[n - 1] = !pf->r->embed;
     }
-    kvt_batch batch = {.n = n, .token = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
+    int32_t n_hid = pf && pf->r->embed ? embed_rows(s, pf, n - chunk, chunk) : 0;
+    kvt_batch batch = {.n = n,
+                       .token = s->b_tok,
+                       .seq = s->b_seq,
+                       .want_logits = s->b_want,
+                       .want_hidden = n_hid ? s->b_hid : NULL,
+                       .hidden = s->hidden};
     double t0 = kvt_now();
     rc = n ? kvt_engine_decode(s->e, &batch, s->logits) : 0;
     double ms = (kvt_now() - t0) * 1e3;
@@ -236,6 +265,7 @@ void kvt_srv_engine_step(kvt_server *s) {
         if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
         return;
     }
+    if (n_hid) embed_add(s, pf->r, n_hid);
     kvt_metrics_count_decode(s->metrics, n_dec + (pf ? 1 : 0));
     after_decode(s, dec, n_dec, pf, chunk, ms);
     if (bl) blend_step(s, bl, n_dec);

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Embeddings with --embeddings: POST /v1/embeddings (OpenAI's shape) and
+# /embedding (llama-server's). Each vector has n_embd floats and L2 norm 1;
+# base64 is the same floats' little-endian bytes; the same input twice gives
+# the same bits, the second time from cached KV (last-token pooling); a batch
+# of inputs gives each input's own vector bit for bit; mean and last pooling
+# differ; without --embeddings the routes are a 404 naming the flag, and bad
+# fields are 400s naming the field. Needs curl, jq and python3.
+set -u
+command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null ||
+  { echo "SKIP: needs curl, jq and python3"; exit 77; }
+. "$(dirname "$0")/../testutil.sh"
+
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 ||
+  { echo "mkmodel failed"; exit 1; }
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --ctx 1024)
+A="The quick brown fox jumps over the lazy dog while the cache keeps every block it has seen before."
+B="A second text, different from the first, about tiered caches of keys and values."
+
+# vecs FILE: each data[i].embedding as hex of its float32 bits, one line per input (base64 decoded)
+vecs() {
+  python3 - "$1" <<'PY'
+import base64, json, struct, sys
+d = json.load(open(sys.argv[1]))
+for e in d["data"]:
+    v = e["embedding"]
+    b = base64.b64decode(v) if isinstance(v, str) else struct.pack("<%df" % len(v), *v)
+    print(b.hex())
+PY
+}
+# norms FILE: "n_floats norm" per input
+norms() {
+  python3 - "$1" <<'PY'
+import json, math, sys
+for e in json.load(open(sys.argv[1]))["data"]:
+    v = e["embedding"]
+    print(len(v), "%.4f" % math.sqrt(sum(x * x for x in v)))
+PY
+}
+
+# ---- off by default ------------------------------------------------------------------------------
+kvt_start_server off
+post /v1/embeddings "{\"input\": \"$A\"}"
+check "without --embeddings: 404" is "$CODE" 404
+check "... naming the flag" bash -c "jq -r .error.message '$TMP/body' | grep -q -- --embeddings"
+post /embedding "{\"content\": \"$A\"}"
+check "/embedding too" is "$CODE" 404
+kvt_stop_server off
+
+# ---- last-token pooling: cached prefixes are reused ----------------------------------------------
+kvt_start_server last --embeddings --pooling last --api-key k1
+AUTH=(-H 'Authorization: Bearer k1')
+post /v1/embeddings "{\"input\": \"$A\"}"
+check "the API key guards /v1/embeddings" is "$CODE" 401
+post /v1/embeddings "{\"input\": \"$A\", \"model\": \"m\"}" "${AUTH[@]}"
+check "/v1/embeddings answers" is "$CODE" 200
+cp "$TMP/body" "$TMP/a1.json"
+check "... object list, one embedding at index 0" is "$(jb -c '[.object, .data[0].object, .data[0].index, (.data | length)]')" \
+  '["list","embedding",0,1]'
+check "... 64 floats (n_embd), L2 norm 1" is "$(norms "$TMP/a1.json")" "64 1.0000"
+check "... usage: prompt_tokens = total_tokens > 10" bash -c "[ $(jb .usage.prompt_tokens) -gt 10 ] && [ $(jb .usage.prompt_tokens) = $(jb .usage.total_tokens) ]"
+check "... cold: nothing cached" is "$(jb .kvtier.cached_tokens)" 0
+post /v1/embeddings "{\"input\": \"$A\", \"encoding_format\": \"base64\"}" "${AUTH[@]}"
+cp "$TMP/body" "$TMP/a2.json"
+check "base64 answers with a string" is "$(jb '.data[0].embedding | type')" string
+check "... warm: the prompt's blocks come from the cache" gt "$(jb .kvtier.cached_tokens)" 0
+check "... the same bits as the float answer, warm or cold" is "$(vecs "$TMP/a2.json")" "$(vecs "$TMP/a1.json")"
+post /v1/embeddings "{\"input\": \"$B\"}" "${AUTH[@]}"
+cp "$TMP/body" "$TMP/b1.json"
+check "another input, another vector" bash -c "[ '$(vecs "$TMP/b1.json")' != '$(vecs "$TMP/a1.json")' ]"
+post /v1/embeddings "{\"input\": [\"$A\", \"$B\", \"$A\"]}" "${AUTH[@]}"
+cp "$TMP/body" "$TMP/batch.json"
+check "a batch answers in input order" is "$(jb -c '[.data[].index]')" '[0,1,2]'
+check "... each vector equals its single-input one, bit for bit" is "$(vecs "$TMP/batch.json")" \
+  "$(printf '%s\n%s\n%s' "$(vecs "$TMP/a1.json")" "$(vecs "$TMP/b1.json")" "$(vecs "$TMP/a1.json")")"
+IDS=$(curl -s -m 30 "${AUTH[@]}" -H 'Content-Type: application/json' -d "{\"content\": \"$A\", \"add_special\": true}" "$URL/tokenize" | jq -c .tokens)
+post /v1/embeddings "{\"input\": $IDS}" "${AUTH[@]}"
+cp "$TMP/body" "$TMP/ids.json"
+check "token ids embed as their text does" is "$(vecs "$TMP/ids.json")" "$(vecs "$TMP/a1.json")"
+post /v1/embeddings "{\"input\": [$IDS, $IDS]}" "${AUTH[@]}"
+check "... and arrays of them" is "$(jb '.data | length')" 2
+post /embedding "{\"content\": \"$A\"}" "${AUTH[@]}"
+check "/embedding answers" is "$CODE" 200
+check "... llama-server's shape: [{index, embedding: [[floats]]}]" is "$(jb -c '[.[0].index, (.[0].embedding | length), (.[0].embedding[0] | length)]')" '[0,1,64]'
+check "... the same vector" is "$(python3 -c "import json,struct,sys; print(struct.pack('<64f', *json.load(open('$TMP/body'))[0]['embedding'][0]).hex())")" \
+  "$(vecs "$TMP/a1.json")"
+
+# ---- bad requests name the field -----------------------------------------------------------------
+post /v1/embeddings '{"input": 5}' "${AUTH[@]}"
+check "input a number: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+post /v1/embeddings '{"input": [1, "x"]}' "${AUTH[@]}"
+check "input of mixed items: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+post /v1/embeddings '{"input": ""}' "${AUTH[@]}"
+check "an empty input: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+post /v1/embeddings '{"input": [99999999]}' "${AUTH[@]}"
+check "a token id outside the vocabulary: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+post /v1/embeddings "{\"input\": \"$A\", \"dimensions\": 32}" "${AUTH[@]}"
+check "dimensions other than n_embd: 400 naming dimensions" is "$CODE,$(jb .error.param)" "400,dimensions"
+post /v1/embeddings "{\"input\": \"$A\", \"dimensions\": 64}" "${AUTH[@]}"
+check "dimensions = n_embd is fine" is "$CODE" 200
+post /v1/embeddings "{\"input\": \"$A\", \"encoding_format\": \"hex\"}" "${AUTH[@]}"
+check "encoding_format hex: 400 naming it" is "$CODE,$(jb .error.param)" "400,encoding_format"
+post /v1/embeddings '{"model": "m"}' "${AUTH[@]}"
+check "no input: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+kvt_stop_server last
+
+# ---- mean pooling --------------------------------------------------------------------------------
+kvt_start_server mean --embeddings --pooling mean
+post /v1/embeddings "{\"input\": \"$A\"}"
+cp "$TMP/body" "$TMP/m1.json"
+check "mean pooling: 64 floats, L2 norm 1" is "$(norms "$TMP/m1.json")" "64 1.0000"
+check "... differs from last-token pooling" bash -c "[ '$(vecs "$TMP/m1.json")' != '$(vecs "$TMP/a1.json")' ]"
+check "... reports its pooling" is "$(jb .kvtier.pooling)" mean
+post /v1/embeddings "{\"input\": [\"$B\", \"$A\"]}"
+check "... the same input again: the same bits" is "$(vecs "$TMP/body" | tail -n 1)" "$(vecs "$TMP/m1.json")"
+kvt_stop_server mean
+
+expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --embeddings --pooling max
+check "--pooling max is refused naming the values" grep -q 'mean, last or cls' "$TMP/out"
+
+kvt_test_done test_server_embeddings
