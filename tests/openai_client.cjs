@@ -1,5 +1,5 @@
 // Drives a live `kvtier serve` with the official `openai` npm package (v4):
-// models, completions, chat, streaming (with usage), a 400 and a 401.
+// models, completions, chat, streaming (with usage), embeddings, a 400 and a 401.
 // Usage: BASE=http://127.0.0.1:PORT KEY=... node openai_client.cjs  (openai on NODE_PATH)
 const OpenAI = require('openai');
 
@@ -45,6 +45,17 @@ async function main() {
   check('chat stream equals the plain reply', text === chat.choices[0].message.content);
   check('chat stream finish_reason', finish === chat.choices[0].finish_reason);
   check('chat stream usage chunk', usage && usage.completion_tokens === chat.usage.completion_tokens);
+
+  // embeddings.create asks for base64 by default and decodes it to floats
+  const texts = ['The first text to embed.', 'A second, different text.'];
+  const em = await client.embeddings.create({ model: 'm', input: texts });
+  const v0 = em.data[0].embedding;
+  const norm = Math.sqrt(v0.reduce((a, x) => a + x * x, 0));
+  check('embeddings.create: one vector of n_embd per input, L2 norm 1',
+    em.data.length === 2 && v0.length === 64 && Math.abs(norm - 1) < 1e-4 && em.usage.prompt_tokens > 0);
+  const ef = await client.embeddings.create({ model: 'm', input: texts[0], encoding_format: 'float' });
+  check('embeddings.create: float and base64 give the same vector',
+    ef.data[0].embedding.length === 64 && ef.data[0].embedding.every((x, i) => Math.fround(x) === v0[i]));
 
   try {
     await client.completions.create({ model: 'm', prompt: 'x', n: 3 });

@@ -16,7 +16,7 @@ if [ ! -d "$NODE_DIR/node_modules/openai" ]; then
 fi
 . "$(dirname "$0")/../testutil.sh"
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-kvt_start_server main -m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --parallel 2 --api-key test-key
+kvt_start_server main -m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --parallel 2 --api-key test-key --embeddings
 BASE=$URL KEY=test-key NODE_PATH="$NODE_DIR/node_modules" timeout 120 node "$SRC/tests/openai_client.cjs"
 rc=$?
 kvt_stop_server main
