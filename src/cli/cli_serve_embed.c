@@ -27,7 +27,7 @@ static const kvt_cli_opt embed_opts[] = {
      0, KVT_CLI_PLAIN},
 };
 
-const kvt_cli_section kvt_cli_serve_embed_section = {"embeddings (--embeddings)", embed_opts, KVT_ARRAY_LEN(embed_opts)};
+const kvt_cli_section kvt_cli_serve_embed_section = {"embeddings", embed_opts, KVT_ARRAY_LEN(embed_opts)};
 
 int kvt_cli_serve_embed_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp) {
     if (id == E_EMBEDDINGS) {

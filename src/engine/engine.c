@@ -662,8 +662,9 @@ void kvt_eng_layers(kvt_engine *e, int32_t n, int32_t l0, int32_t l1) {
 }
 
 /* Runs n (<= n_batch) tokens whose slots are reserved (pos/tseq/tpage/tslot
- * filled, embeddings in x) through the layers; writes the logits of the n_want
- * rows listed in wanted to logits. */
+ * filled, embeddings in x) through the layers; writes the normed final hidden
+ * state of the rows want_hidden marks at *hidden (advancing it), and the
+ * logits of the n_want rows listed in wanted to logits. */
 static int forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits, const int8_t *want_hidden,
                          float **hidden) {
     const kvt_model *m = e->model;
