@@ -28,7 +28,7 @@
 #define KVT_GBNF_MAX_RULES 1024        /* rules, the ones groups and repetitions make included */
 #define KVT_GBNF_MAX_SYMBOLS 65536     /* items of all alternatives after expanding repetitions */
 #define KVT_GBNF_MAX_REPEAT 256        /* the largest m or n of {m,n} */
-#define KVT_GBNF_MAX_STACKS 256        /* parse stacks alive at once */
+#define KVT_GBNF_MAX_STACKS 1024       /* parse stacks alive at once */
 #define KVT_GBNF_MAX_DEPTH 128         /* positions in one parse stack (nesting of rules) */
 
 typedef struct kvt_gbnf kvt_gbnf;

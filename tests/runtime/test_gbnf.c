@@ -88,6 +88,14 @@ static void test_match(void) {
     static const char *const any_bad[] = {"<>", "<xy>"};
     EXPECT("root ::= \"<\" . \">\"", any_good, any_bad);
 
+    /* an empty first alternative, alternatives on the next lines */
+    static const char *const ws_good[] = {"[]", "[ ]", "[\n\t\t]", "[x,x]"};
+    static const char *const ws_bad[] = {"[  ]", "[\n\n]", "[x,]"};
+    EXPECT("root ::= \"[\" ws ( \"x\" (\",\" \"x\")* )? \"]\"\n"
+           "ws ::= | \" \"\n"
+           "     | \"\\n\" [ \\t]{0,2}\n",
+           ws_good, ws_bad);
+
     /* a byte that cannot begin an allowed character is refused at once */
     kvt_jg_schema *s = compile("root ::= [\\u00e0-\\u00ff]");
     kvt_jg *g = kvt_jg_new(s, NULL);
@@ -122,6 +130,16 @@ static void test_errors(void) {
         {"root ::= \"a\" @", "line 1, column 14: unexpected '@'"},
         {"root ::= []", "an empty class"},
     };
+    /* a start that already needs more parse stacks than the limit */
+    size_t cap = 16 * KVT_GBNF_MAX_STACKS + 64, at;
+    char *big = malloc(cap), berr[256] = "", want[64];
+    at = (size_t)snprintf(big, cap, "root ::= \"a\" [0-9]");
+    for (int i = 0; i < KVT_GBNF_MAX_STACKS; i++) at += (size_t)snprintf(big + at, cap - at, " | \"ab%d\"", i);
+    kvt_jg_schema *bs = NULL;
+    CHECK(kvt_jg_schema_gbnf(big, strlen(big), &bs, berr, sizeof berr) == KVT_EARG && !bs);
+    snprintf(want, sizeof want, "more than %d parse stacks", KVT_GBNF_MAX_STACKS);
+    CHECKF(strstr(berr, want), "got '%s'", berr);
+    free(big);
     for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) {
         char err[256] = "";
         kvt_jg_schema *s = NULL;
