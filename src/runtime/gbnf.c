@@ -497,7 +497,7 @@ static kvt_gbnf *flatten(parser *p) {
         for (int32_t a = 0; a < p->rules[r].n_alts; a++) {
             const seq *s = &p->rules[r].alts[a];
             g->alt[k++] = g->n_sym;
-            memcpy(g->sym + g->n_sym, s->s, (size_t)s->n * sizeof *s->s);
+            if (s->n) memcpy(g->sym + g->n_sym, s->s, (size_t)s->n * sizeof *s->s);
             g->n_sym += s->n;
             g->sym[g->n_sym++] = (gsym){GS_END, 0};
         }
