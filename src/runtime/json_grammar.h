@@ -79,6 +79,9 @@ int kvt_jg_schema_compile(const struct cJSON *schema, kvt_jg_schema **out, char 
  * prefix of another. Same failure contract as kvt_jg_schema_compile. */
 int kvt_jg_schema_tagged(int n, const char *const *heads, const struct cJSON *const *schemas, const char *const *tails,
                          kvt_jg_schema **out, char *err, size_t cap);
+/* Compiles a GBNF grammar (gbnf.h) into a schema the same matcher and mask
+ * follow. Same failure contract; the message names the line and column. */
+int kvt_jg_schema_gbnf(const char *text, size_t len, kvt_jg_schema **out, char *err, size_t cap);
 void kvt_jg_schema_free(kvt_jg_schema *s);
 
 /* A matcher at the start of a document of schema s over v's tokens. Both

@@ -81,7 +81,8 @@ struct kvt_jg_schema {
     jnode *nodes;
     int32_t n_nodes, cap_nodes;
     int32_t root;
-    int32_t any_string; /* a string of any length: free object keys */
+    int32_t any_string;    /* a string of any length: free object keys */
+    struct kvt_gbnf *gbnf; /* a GBNF grammar instead of nodes (gbnf.h), or NULL (owned) */
 };
 
 /* A preorder trie of token byte strings (json_vocab.c). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "gbnf.h"
 #include "json_match.h"
 
 /* ---- the shortest completion ---------------------------------------------------- */
@@ -163,6 +164,10 @@ kvt_jg *kvt_jg_new(const kvt_jg_schema *s, const kvt_jg_vocab *v) {
     kvt_jg *g = kvt_xcalloc(1, sizeof *g);
     g->s = s;
     g->v = v;
+    if (s->gbnf) {
+        g->gm = kvt_gbnf_m_new(s->gbnf, v);
+        return g;
+    }
     g->st.n = 1;
     g->st.a[0].depth = 1;
     g->st.a[0].f[0].kind = F_VALUE;
@@ -172,6 +177,7 @@ kvt_jg *kvt_jg_new(const kvt_jg_schema *s, const kvt_jg_vocab *v) {
 
 void kvt_jg_free(kvt_jg *g) {
     if (!g) return;
+    kvt_gbnf_m_free(g->gm);
     free(g->walk);
     free(g);
 }
@@ -267,6 +273,7 @@ static int32_t walk_any(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
 }
 
 int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
+    if (g->gm) return kvt_gbnf_m_mask(g->gm, budget, mask);
     const kvt_jg_vocab *v = g->v;
     int32_t left = budget - 1;
     const jstack *one = &g->st.a[0];
@@ -302,6 +309,7 @@ int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
 }
 
 int kvt_jg_feed(kvt_jg *g, const char *bytes, size_t n) {
+    if (g->gm) return kvt_gbnf_m_feed(g->gm, bytes, n);
     jstate *st = kvt_xmalloc(sizeof *st);
     state_copy(st, &g->st);
     int rc = 0;
@@ -314,6 +322,7 @@ int kvt_jg_feed(kvt_jg *g, const char *bytes, size_t n) {
 }
 
 int kvt_jg_accept(kvt_jg *g, int32_t tok) {
+    if (g->gm) return kvt_gbnf_m_accept(g->gm, tok);
     const kvt_jg_vocab *v = g->v;
     if (tok < 0 || tok >= v->n_vocab) return KVT_EARG;
     if (v->eog[tok] && !v->len[tok]) {
@@ -333,6 +342,9 @@ int kvt_jg_accept(kvt_jg *g, int32_t tok) {
     return rc;
 }
 
-int kvt_jg_done(const kvt_jg *g) { return all_done(&g->st); }
-int kvt_jg_can_end(const kvt_jg *g) { return can_end(&g->st, g->s); }
-int32_t kvt_jg_min_bytes(const kvt_jg *g) { return all_done(&g->st) ? 0 : min_bytes(&g->st, g->s); }
+int kvt_jg_done(const kvt_jg *g) { return g->gm ? kvt_gbnf_m_done(g->gm) : all_done(&g->st); }
+int kvt_jg_can_end(const kvt_jg *g) { return g->gm ? kvt_gbnf_m_can_end(g->gm) : can_end(&g->st, g->s); }
+int32_t kvt_jg_min_bytes(const kvt_jg *g) {
+    if (g->gm) return kvt_gbnf_m_min_bytes(g->gm);
+    return all_done(&g->st) ? 0 : min_bytes(&g->st, g->s);
+}

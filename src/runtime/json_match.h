@@ -53,7 +53,8 @@ struct kvt_jg {
     const kvt_jg_schema *s;
     const kvt_jg_vocab *v;
     jstate st;
-    jstate *walk; /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
+    jstate *walk;          /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
+    struct kvt_gbnf_m *gm; /* the schema is a GBNF grammar: its matcher does all the work */
 };
 
 static inline void stack_copy(jstack *dst, const jstack *src) {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "gbnf.h"
 #include "json_schema_impl.h"
 
 int fail(compiler *c, const char *fmt, ...) {
@@ -629,6 +630,7 @@ int kvt_jg_schema_tagged(int n, const char *const *heads, const cJSON *const *sc
 
 void kvt_jg_schema_free(kvt_jg_schema *s) {
     if (!s) return;
+    kvt_gbnf_free(s->gbnf);
     for (int32_t i = 0; i < s->n_nodes; i++) {
         jnode *n = &s->nodes[i];
         for (int32_t k = 0; k < n->n; k++) {

@@ -59,7 +59,6 @@ static const audit_field AUDIT[] = {
     {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
     {"functions", AUDIT_EMPTY, 0, "[] (use tools)"},
     {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)"},
-    {"grammar", AUDIT_EMPTY, 0, "\"\" (use response_format)"},
     {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]"},
     {"audio", AUDIT_NULL, 0, "null"},
     {"reasoning_effort", AUDIT_NULL, 0, "null"},

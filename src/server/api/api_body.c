@@ -44,6 +44,7 @@ static const char *const GENERATION[] = {"model",
                                          "parallel_tool_calls",
                                          "response_format",
                                          "json_schema",
+                                         "grammar",
                                          NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
 static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", NULL}; /* handlers_llama.c */

@@ -107,6 +107,7 @@ typedef struct {
     int parallel_tool_calls; /* default 1 */
     kvt_response_format format;
     struct cJSON *schema; /* KVT_FORMAT_JSON_SCHEMA: the schema (owned) */
+    char *gbnf;           /* llama.cpp's "grammar": GBNF text the output must follow (owned), or NULL */
 } kvt_api_request;
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request

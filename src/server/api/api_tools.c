@@ -180,6 +180,24 @@ static int parse_choice(const cJSON *root, kvt_api_request *r, kvt_api_error *er
     return 0;
 }
 
+/* llama.cpp's "grammar" (GBNF; "" or null: none). It is compiled with the
+ * rest of the output's constraints (kvt_api_grammar); it cannot be combined
+ * with another of them, as each would decide the output alone. */
+static int parse_gbnf(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "grammar");
+    if (!g || cJSON_IsNull(g) || (cJSON_IsString(g) && !g->valuestring[0])) return 0;
+    if (!cJSON_IsString(g))
+        return kvt_api_errorf(err, 400, INVALID, "grammar", "invalid_type", "'grammar' must be a string of GBNF");
+    if (r->format != KVT_FORMAT_TEXT)
+        return kvt_api_errorf(err, 400, INVALID, "grammar", "invalid_value",
+                              "give either 'grammar' or a JSON 'response_format' / 'json_schema', not both");
+    if (r->tools)
+        return kvt_api_errorf(err, 400, INVALID, "grammar", "invalid_value",
+                              "give either 'grammar' or 'tools', not both: a grammar leaves no room for tool calls");
+    r->gbnf = kvt_xstrdup(g->valuestring);
+    return 0;
+}
+
 static int parse_format(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema"); /* llama.cpp's */
@@ -210,7 +228,7 @@ static int parse_format(const cJSON *root, kvt_api_request *r, kvt_api_error *er
         r->format = KVT_FORMAT_JSON_SCHEMA;
         r->schema = cJSON_Duplicate(js, 1);
     }
-    return 0;
+    return parse_gbnf(root, r, err);
 }
 
 int kvt_api_parse_tools(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
@@ -261,10 +279,11 @@ void kvt_api_tools_free(kvt_api_request *r) {
     free(r->msg_tools);
     cJSON_Delete(r->tools);
     cJSON_Delete(r->schema);
+    free(r->gbnf);
     free(r->tool_name);
     r->msg_tools = NULL;
     r->tools = r->schema = NULL;
-    r->tool_name = NULL;
+    r->tool_name = r->gbnf = NULL;
 }
 
 int kvt_api_tools_active(const kvt_api_request *a) { return a->tools && a->tool_choice != KVT_TOOL_NONE; }
@@ -559,6 +578,11 @@ int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema *
         if (rc)
             return kvt_api_errorf(err, 400, INVALID, "tools", "unsupported_schema",
                                   "a forced tool call follows the function's parameters, and kvtier cannot: %s", msg);
+        return 0;
+    }
+    if (a->gbnf) {
+        if (kvt_jg_schema_gbnf(a->gbnf, strlen(a->gbnf), out, msg, sizeof msg))
+            return kvt_api_errorf(err, 400, INVALID, "grammar", "invalid_grammar", "invalid GBNF grammar: %s", msg);
         return 0;
     }
     if (a->format == KVT_FORMAT_TEXT) return 0;

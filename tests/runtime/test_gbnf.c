@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+/* GBNF grammars: valid grammars compiled and each kind of error refused with
+ * its line and column; texts accepted and refused byte by byte (a JSON-like
+ * grammar, arithmetic, repetition bounds, UTF-8 classes); the token mask
+ * equal to a brute-force check of every token of a real vocabulary, and
+ * random walks through the mask that always end in a text the grammar
+ * accepts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "gbnf.h"
+#include "gguf.h"
+#include "json_grammar.h"
+#include "testutil.h"
+
+static kvt_jg_schema *compile(const char *text) {
+    char err[256];
+    kvt_jg_schema *s = NULL;
+    int rc = kvt_jg_schema_gbnf(text, strlen(text), &s, err, sizeof err);
+    CHECKF(rc == 0 && s, "%s: %s", text, err);
+    return s;
+}
+
+/* 1 if text is accepted whole and the grammar may end there. */
+static int accepts(const kvt_jg_schema *s, const char *text) {
+    kvt_jg *g = kvt_jg_new(s, NULL);
+    int ok = kvt_jg_feed(g, text, strlen(text)) == 0 && kvt_jg_can_end(g);
+    kvt_jg_free(g);
+    return ok;
+}
+
+static void expect(const char *grammar, const char *const *good, size_t n_good, const char *const *bad, size_t n_bad) {
+    kvt_jg_schema *s = compile(grammar);
+    if (!s) return;
+    for (size_t i = 0; i < n_good; i++) CHECKF(accepts(s, good[i]), "'%s' should match %s", good[i], grammar);
+    for (size_t i = 0; i < n_bad; i++) CHECKF(!accepts(s, bad[i]), "'%s' should not match %s", bad[i], grammar);
+    kvt_jg_schema_free(s);
+}
+
+#define EXPECT(g, good, bad) expect(g, good, KVT_ARRAY_LEN(good), bad, KVT_ARRAY_LEN(bad))
+
+static const char JSONISH[] = "# a small JSON\n"
+                              "root ::= value\n"
+                              "value ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
+                              "object ::=\n"
+                              "  \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\"\n"
+                              "array ::= \"[\" ws ( value (\",\" ws value)* )? \"]\"\n"
+                              "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt] )* \"\\\"\" ws\n"
+                              "number ::= \"-\"? ([0-9] | [1-9] [0-9]*) ws\n"
+                              "ws ::= [ \\t\\n]{0,4}\n";
+
+static const char ARITH[] = "root ::= expr\n"
+                            "expr ::= term ((\"+\" | \"-\") term)*\n"
+                            "term ::= factor ((\"*\" | \"/\") factor)*\n"
+                            "factor ::= [0-9]+ | \"(\" expr \")\"\n";
+
+static void test_match(void) {
+    static const char *const yn_good[] = {"yes 1", "no 999", "yes 05"};
+    static const char *const yn_bad[] = {"yes", "maybe 1", "no 1000", "yes  1", "no a", ""};
+    EXPECT("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}", yn_good, yn_bad);
+
+    static const char *const js_good[] = {"{}", "[1,2,[]]", "{\"a\": [true, null, \"x\\n\"], \"b\": -12}", "\"\""};
+    static const char *const js_bad[] = {"{", "[1,]", "{\"a\" 1}", "01", "\"a\nb\"", "tru"};
+    EXPECT(JSONISH, js_good, js_bad);
+
+    static const char *const ar_good[] = {"1", "1+2*3", "(1+2)*(3-4)/5", "((7))"};
+    static const char *const ar_bad[] = {"", "1+", "(1", "1)", "+1", "1**2"};
+    EXPECT(ARITH, ar_good, ar_bad);
+
+    static const char *const rep_good[] = {"ab", "aab", "aaab", "abbb", "aaabbbc"};
+    static const char *const rep_bad[] = {"b", "aaaab", "a", "abcc", "aaabbbcb"};
+    EXPECT("root ::= \"a\"{1,3} \"b\"{1,} \"c\"?", rep_good, rep_bad);
+    static const char *const ex_good[] = {"xyxyxy"};
+    static const char *const ex_bad[] = {"xyxy", "xyxyxyxy"};
+    EXPECT("root ::= \"xy\"{3}", ex_good, ex_bad);
+    static const char *const min_good[] = {"aa", "aaaaaaa"};
+    static const char *const min_bad[] = {"a", ""};
+    EXPECT("root ::= [a]{2,}  # at least two", min_good, min_bad);
+
+    /* UTF-8: classes match whole characters, ranges beyond ASCII, negation, any */
+    static const char *const u_good[] = {"\xc3\xa9", "\xce\xb1\xce\xbb", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "z"};
+    static const char *const u_bad[] = {"\xc3", "\xe6\x97", "a", "\xc3\xa9\xc3", "\x80"};
+    EXPECT("root ::= ([\\u00e0-\\u00ff] | [\\u03b1-\\u03c9]+ | [日本] | [\\U0001F600-\\U0001F64F] | [^a-y])", u_good,
+           u_bad);
+    static const char *const any_good[] = {"<\xe2\x82\xac>", "<x>"};
+    static const char *const any_bad[] = {"<>", "<xy>"};
+    EXPECT("root ::= \"<\" . \">\"", any_good, any_bad);
+
+    /* an empty first alternative, alternatives on the next lines */
+    static const char *const ws_good[] = {"[]", "[ ]", "[\n\t\t]", "[x,x]"};
+    static const char *const ws_bad[] = {"[  ]", "[\n\n]", "[x,]"};
+    EXPECT("root ::= \"[\" ws ( \"x\" (\",\" \"x\")* )? \"]\"\n"
+           "ws ::= | \" \"\n"
+           "     | \"\\n\" [ \\t]{0,2}\n",
+           ws_good, ws_bad);
+
+    /* a byte that cannot begin an allowed character is refused at once */
+    kvt_jg_schema *s = compile("root ::= [\\u00e0-\\u00ff]");
+    kvt_jg *g = kvt_jg_new(s, NULL);
+    CHECK(kvt_jg_feed(g, "\xce", 1) != 0);
+    CHECK(kvt_jg_feed(g, "\xc3", 1) == 0 && !kvt_jg_can_end(g) && kvt_jg_min_bytes(g) == 1);
+    CHECK(kvt_jg_feed(g, "\x80", 1) != 0 && kvt_jg_feed(g, "\xa0", 1) == 0 && kvt_jg_done(g));
+    kvt_jg_free(g);
+    kvt_jg_schema_free(s);
+}
+
+/* Each error names where and what. */
+static void test_errors(void) {
+    static const struct {
+        const char *grammar, *want;
+    } bad[] = {
+        {"root ::= value", "line 1, column 10: undefined rule 'value'"},
+        {"item ::= \"a\"", "no 'root' rule"},
+        {"root ::= (\"a\" | \"b\"", "line 1, column 10: '(' is not closed"},
+        {"root ::= \"a\" )", "line 1, column 14: ')' without a matching '('"},
+        {"root ::= \"abc", "line 1, column 10: a string literal is not closed"},
+        {"root ::= [a-z", "line 1, column 10: '[' is never closed"},
+        {"root ::= [z-a]", "below its start"},
+        {"root ::= \"a\"{3,1}", "n below m"},
+        {"root ::= \"a\"{999}", "above 256"},
+        {"root ::= \"\\q\"", "line 1, column 11: unknown escape '\\q'"},
+        {"root ::= \"\\xZ1\"", "needs hex digits"},
+        {"root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", "rule 'expr' is left-recursive"},
+        {"root ::= a\na ::= b? a \"x\" | \"y\"\nb ::= \"z\"", "rule 'a' is left-recursive"},
+        {"root ::= \"a\" root", "rule 'root' never finishes"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice"},
+        {"root \"a\"", "line 1, column 6: expected '::='"},
+        {"root ::= \"a\" @", "line 1, column 14: unexpected '@'"},
+        {"root ::= []", "an empty class"},
+    };
+    /* a start that already needs more parse stacks than the limit */
+    size_t cap = 16 * KVT_GBNF_MAX_STACKS + 64, at;
+    char *big = malloc(cap), berr[256] = "", want[64];
+    at = (size_t)snprintf(big, cap, "root ::= \"a\" [0-9]");
+    for (int i = 0; i < KVT_GBNF_MAX_STACKS; i++) at += (size_t)snprintf(big + at, cap - at, " | \"ab%d\"", i);
+    kvt_jg_schema *bs = NULL;
+    CHECK(kvt_jg_schema_gbnf(big, strlen(big), &bs, berr, sizeof berr) == KVT_EARG && !bs);
+    snprintf(want, sizeof want, "more than %d parse stacks", KVT_GBNF_MAX_STACKS);
+    CHECKF(strstr(berr, want), "got '%s'", berr);
+    free(big);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) {
+        char err[256] = "";
+        kvt_jg_schema *s = NULL;
+        int rc = kvt_jg_schema_gbnf(bad[i].grammar, strlen(bad[i].grammar), &s, err, sizeof err);
+        CHECKF(rc == KVT_EARG && !s && strstr(err, bad[i].want), "'%s': got '%s', want '%s'", bad[i].grammar, err,
+               bad[i].want);
+        kvt_jg_schema_free(s);
+    }
+}
+
+/* ---- over a real vocabulary --------------------------------------------------------------- */
+
+static kvt_tokenizer *load_vocab(const char *name) {
+    kvt_gguf *g;
+    if (kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), name), &g)) return NULL;
+    kvt_tokenizer *t = NULL;
+    if (kvt_tokenizer_load(g, &t)) t = NULL;
+    kvt_gguf_close(g);
+    return t;
+}
+
+/* The mask equals stepping every token's bytes one by one, with the budget. */
+static void check_mask(const kvt_jg_schema *s, const kvt_jg_vocab *v, const kvt_tokenizer *t, const char *prefix,
+                       int32_t budget) {
+    int32_t nv = kvt_tokenizer_n_vocab(t), want = 0, wrong = 0;
+    uint8_t *mask = malloc((size_t)nv);
+    kvt_jg *g = kvt_jg_new(s, v);
+    CHECK(kvt_jg_feed(g, prefix, strlen(prefix)) == 0);
+    int32_t n = kvt_jg_mask(g, budget, mask);
+    for (int32_t id = 0; id < nv; id++) {
+        char buf[KVT_JG_MAX_TOKEN + 1];
+        int len = kvt_token_piece(t, id, buf, sizeof buf, 0), ok;
+        if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
+            kvt_jg *h = kvt_jg_new(s, NULL);
+            ok = kvt_jg_feed(h, prefix, strlen(prefix)) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
+                kvt_jg_min_bytes(h) <= budget - 1;
+            kvt_jg_free(h);
+        } else {
+            ok = (kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t)) && kvt_jg_can_end(g);
+        }
+        want += ok;
+        wrong += ok != mask[id];
+    }
+    CHECKF(!wrong && n == want, "after '%s' (budget %d): mask allows %d, brute force %d, %d differ", prefix, budget, n,
+           want, wrong);
+    kvt_jg_free(g);
+    free(mask);
+}
+
+/* Random walks: any allowed token until the end or the budget; the text matches. */
+static void random_walks(const kvt_jg_schema *s, const kvt_jg_vocab *v, const kvt_tokenizer *t, int walks) {
+    int32_t nv = kvt_tokenizer_n_vocab(t);
+    uint8_t *mask = malloc((size_t)nv);
+    uint64_t rng = 42;
+    for (int w = 0; w < walks; w++) {
+        kvt_jg *g = kvt_jg_new(s, v);
+        char text[4096];
+        size_t len = 0;
+        int ended = 0;
+        for (int step = 0; step < 200 && !ended; step++) {
+            int32_t n = kvt_jg_mask(g, 200 - step, mask), pick = -1;
+            if (!n) break;
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            int32_t k = (int32_t)((rng >> 33) % (uint64_t)n);
+            for (int32_t id = 0; id < nv && pick < 0; id++)
+                if (mask[id] && k-- == 0) pick = id;
+            CHECK(kvt_jg_accept(g, pick) == 0);
+            int pl = kvt_token_piece(t, pick, text + len, sizeof text - len, 0);
+            if (pl > 0) len += (size_t)pl;
+            ended = kvt_jg_done(g);
+        }
+        text[len] = 0;
+        /* where the grammar never has to stop, the budget still leaves it where it may end */
+        CHECKF(ended || kvt_jg_can_end(g), "walk %d stopped where the grammar cannot end: '%s'", w, text);
+        CHECKF(accepts(s, text), "walk %d produced '%s', which the grammar refuses", w, text);
+        kvt_jg_free(g);
+    }
+    free(mask);
+}
+
+static void test_vocab(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *yn = compile("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}");
+    kvt_jg_schema *js = compile(JSONISH);
+    kvt_jg_schema *ar = compile(ARITH);
+    check_mask(yn, v, t, "", 100);
+    check_mask(yn, v, t, "ye", 100);
+    check_mask(yn, v, t, "no 1", 100);
+    check_mask(js, v, t, "{\"a\": [1, ", 100);
+    check_mask(js, v, t, "{\"a\": [1, ", 6); /* tight: "]}" and whitespace only where they fit */
+    check_mask(ar, v, t, "(1+", 50);
+    random_walks(yn, v, t, 20);
+    random_walks(js, v, t, 20);
+    random_walks(ar, v, t, 20);
+    kvt_jg_schema_free(yn);
+    kvt_jg_schema_free(js);
+    kvt_jg_schema_free(ar);
+    kvt_jg_vocab_free(v);
+}
+
+int main(void) {
+    test_match();
+    test_errors();
+    kvt_tokenizer *t = load_vocab("ggml-vocab-gpt-2.gguf");
+    if (!t) {
+        kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
+        return kvt_test_done("test_gbnf");
+    }
+    test_vocab(t);
+    kvt_tokenizer_free(t);
+    return kvt_test_done("test_gbnf");
+}
