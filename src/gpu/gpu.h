@@ -162,6 +162,25 @@ typedef struct kvt_gpu_kernels kvt_gpu_kernels;
  * (storageBuffer16BitAccess), which the f16 KV store needs. */
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out);
 void kvt_gpu_kernels_free(kvt_gpu_kernels *k);
+/* The bytes of the quantized-activation scratch (the quantize passes' output, read by the quantized-weight
+ * matmuls) for n_tok rows of cols, at the larger of its layouts (src/gpu/shaders/quant_act.glsl): Q8_0 a
+ * byte a value and an f32 scale a block of 32; Q8_K a byte a value, an f32 scale and 16 int16 sums a block
+ * of 256. */
+static inline uint64_t kvt_gpu_quant_scratch_bytes(uint32_t n_tok, uint32_t cols) {
+    uint64_t n = n_tok, q8_0 = n * cols + n * (cols / 32) * 4, q8_k = n * cols + n * (cols / 256) * 36;
+    return q8_0 > q8_k ? q8_0 : q8_k;
+}
+/* Makes that scratch hold n_tok rows of cols up front, so that matmuls of up to that size do not grow it
+ * in a forward pass (it still grows on demand past that, keeping the outgrown one until the kernels are
+ * freed). */
+int kvt_gpu_kernels_reserve_scratch(kvt_gpu_kernels *k, uint32_t n_tok, uint32_t cols);
+/* The scratch's bytes now (0: none made yet), and how many times it has grown past a reservation (the
+ * outgrown buffers, held until the kernels are freed). */
+uint64_t kvt_gpu_kernels_scratch_bytes(const kvt_gpu_kernels *k);
+/* The scratch itself (NULL: none made yet): after a quantized matmul it holds that matmul's quantized
+ * activations, which tests read back. */
+kvt_gpu_buf *kvt_gpu_kernels_scratch(const kvt_gpu_kernels *k);
+int kvt_gpu_kernels_scratch_regrowths(const kvt_gpu_kernels *k);
 /* Records y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok, r < rows, c < cols:
  * w rows of f16 (uint16 IEEE half, as the CPU engine stores them), x and y f32,
  * f32 accumulation. */

@@ -72,6 +72,12 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
 }
 void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {}
+int kvt_gpu_kernels_reserve_scratch(kvt_gpu_kernels *k, uint32_t n_tok, uint32_t cols) {
+    return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
+}
+uint64_t kvt_gpu_kernels_scratch_bytes(const kvt_gpu_kernels *k) { return 0; }
+kvt_gpu_buf *kvt_gpu_kernels_scratch(const kvt_gpu_kernels *k) { return NULL; }
+int kvt_gpu_kernels_scratch_regrowths(const kvt_gpu_kernels *k) { return 0; }
 int kvt_gpu_rec_matmul_f16(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *w, kvt_gpu_buf *x, uint32_t rows,
                            uint32_t cols, uint32_t n_tok) {
     return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);

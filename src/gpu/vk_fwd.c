@@ -201,6 +201,14 @@ static int xq_reserve(kvt_gpu_kernels *k, uint64_t bytes) {
     return 0;
 }
 
+int kvt_gpu_kernels_reserve_scratch(kvt_gpu_kernels *k, uint32_t n_tok, uint32_t cols) {
+    return xq_reserve(k, kvt_gpu_quant_scratch_bytes(n_tok, cols));
+}
+
+uint64_t kvt_gpu_kernels_scratch_bytes(const kvt_gpu_kernels *k) { return k->xq ? kvt_gpu_buf_size(k->xq) : 0; }
+int kvt_gpu_kernels_scratch_regrowths(const kvt_gpu_kernels *k) { return k->n_retired; }
+kvt_gpu_buf *kvt_gpu_kernels_scratch(const kvt_gpu_kernels *k) { return k->xq; }
+
 /* Records the quantize pass of x (n_tok rows of cols) into the scratch k->xq
  * for a matmul of format q, unless the scratch already holds it: the same x
  * quantized the same way with no barrier recorded since, so x cannot have been

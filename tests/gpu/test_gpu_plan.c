@@ -14,7 +14,11 @@
  *    (from the per-layer weight bytes) and that partial offload is not
  *    supported; -ngl below the layer count on a model that fits is refused,
  *    -1, the layer count and 99 are accepted; a fraction of 0 is the default,
- *    one outside (0, 1] is KVT_EARG.
+ *    one outside (0, 1] is KVT_EARG;
+ *  - on a quantized model the kernels' quantize scratch is made up front at
+ *    its exact size for a chunk (kvt_gpu_quant_scratch_bytes of the widest
+ *    matmul input), the plan's device activations are exactly the buffers
+ *    made with it, and a forward pass of a whole context never grows it.
  * No validation message may appear. Skips (77) without a device. */
 #include <math.h>
 #include <stdint.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_gpu_impl.h" /* the device buffers and kernels */
 #include "gpu_test.h"
 #include "model.h"
 
@@ -168,6 +173,42 @@ static void check_plan(const kvt_model *m) {
     CHECK(plan_of(m, params(8, 0.9f, -2), &p) == KVT_EARG);
 }
 
+/* Long: the scratch's size, the plan's device activations against the buffers made, then a forward pass. */
+static void check_quant_scratch(void) {
+    unsetenv("KVT_VK_MEM_LIMIT");
+    kvt_model *m = kvt_test_tiny_model_typed("gpu_plan_q8.gguf", 512, KVT_TYPE_Q8_0);
+    CHECK(m != NULL);
+    kvt_engine *e = NULL;
+    if (!m || kvt_engine_new(m, params(8, 0.9f, -1), &e) != 0) {
+        CHECKF(0, "a Q8_0 engine: %s", kvt_errmsg());
+        kvt_model_free(m);
+        return;
+    }
+    const kvt_eng_gpu *g = e->gpu;
+    const kvt_hparams *hp = &m->hp;
+    uint32_t cols = (uint32_t)(hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff);
+    if ((uint32_t)e->q_dim > cols) cols = (uint32_t)e->q_dim;
+    const uint64_t want = kvt_gpu_quant_scratch_bytes((uint32_t)g->nb, cols);
+    CHECKF(kvt_gpu_kernels_scratch_bytes(g->k) == want, "the scratch has %llu bytes up front (want %llu)",
+           (unsigned long long)kvt_gpu_kernels_scratch_bytes(g->k), (unsigned long long)want);
+    /* every device activation buffer the engine made, the scratch with them, is what the plan counts */
+    kvt_gpu_buf *const made[] = {g->x,  g->xb, g->q,    g->k_, g->v,   g->att,    g->hb,     g->hb2,
+                                 g->cs, g->sn, g->meta, g->xw, g->xw2, g->logits, g->cs_alt, g->sn_alt};
+    uint64_t sum = kvt_gpu_kernels_scratch_bytes(g->k);
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) sum += made[i] ? kvt_gpu_buf_size(made[i]) : 0;
+    CHECKF(g->act_dev_bytes == sum, "the plan counts %llu bytes of device activations, the engine made %llu",
+           (unsigned long long)g->act_dev_bytes, (unsigned long long)sum);
+    int32_t s, tok[CTX];
+    for (int i = 0; i < CTX; i++) tok[i] = 1 + i;
+    CHECKF(kvt_seq_new(e, NULL, 0, 0, &s) == 0 && kvt_engine_feed(e, s, tok, CTX, 0, NULL) == 0, "a forward pass: %s",
+           kvt_errmsg());
+    CHECKF(kvt_gpu_kernels_scratch_regrowths(g->k) == 0 && kvt_gpu_kernels_scratch_bytes(g->k) == want,
+           "the forward pass grew the scratch %d times to %llu bytes", kvt_gpu_kernels_scratch_regrowths(g->k),
+           (unsigned long long)kvt_gpu_kernels_scratch_bytes(g->k));
+    kvt_engine_free(e);
+    kvt_model_free(m);
+}
+
 int main(void) {
     kvt_test_gpu_variant();
     gpu_test_start();
@@ -175,6 +216,7 @@ int main(void) {
     CHECK(m != NULL);
     if (m) check_plan(m);
     kvt_model_free(m);
+    check_quant_scratch();
     gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_plan");
 }

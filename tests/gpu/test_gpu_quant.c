@@ -12,13 +12,18 @@
  *    (KVT_VK_NO_INT_DOT=1, a second device) give the same bits;
  *  - a token alone gets the bits of its row in a batch;
  *  - two matmuls of different x in one recording, with no barrier between
- *    them, get what each gets alone (the shared activation scratch).
+ *    them, get what each gets alone (the shared activation scratch);
+ *  - the quantized activations themselves (the kernels' scratch read back),
+ *    on rows crafted so that x * 127 / amax lies within an ulp of a half, are
+ *    the CPU quantizers' bit for bit: Q8_0's int8 values and f16-rounded
+ *    scales, Q8_K's int8 values, f32 scales and sums of 16.
  * No validation message may appear. Skips (77) without a device. */
 #include <math.h>
 #include <string.h>
 
 #include "gpu_fwd_test.h"
 #include "ops.h"
+#include "ops_impl.h"
 #include "quant_k.h"
 #include "quant_legacy.h"
 #include "types.h"
@@ -157,6 +162,87 @@ static void check_two_in_one(kvt_gpu_dev *d, kvt_gpu_kernels *k) {
     free(w);
 }
 
+/* Each block's largest magnitude (signed, first) at a random scale, its other
+ * values within an ulp of (j + 1/2) * amax / 127: a quotient 127 / amax (or
+ * -127 / m) one ulp off moves many of them to the other integer. */
+static void make_edge_x(float *x, size_t n, uint32_t block) {
+    for (size_t b = 0; b < n / block; b++) {
+        float *xb = x + b * block;
+        float amax = ldexpf(0.5f + 0.5f * fabsf(fwd_unit()), (int)fwd_pick(0, 16) - 8);
+        double step = (double)amax / 127.0;
+        xb[0] = fwd_pick(0, 1) ? -amax : amax;
+        for (uint32_t j = 1; j < block; j++) {
+            float v = (float)(((double)fwd_pick(0, 125) + 0.5) * step);
+            for (uint32_t u = fwd_pick(0, 2); u > 0; u--) v = nextafterf(v, u == 1 ? 0.0f : amax);
+            xb[j] = fwd_pick(0, 1) ? -v : v;
+        }
+    }
+}
+
+/* The GPU's quantized activations of x (n_tok rows of cols) for weights of type (Q8_0 or Q4_K: their
+ * activation formats) against the CPU's; returns how many values or scales differ, -1 on a failed check. */
+static long edge_round(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t type, const float *x, uint32_t n_tok,
+                       uint32_t cols) {
+    const int kq = type == KVT_TYPE_Q4_K;
+    const uint32_t bl = kq ? 256 : 32, nblk = n_tok * (cols / bl), rows = 1;
+    size_t rb = kvt_wmat_row_bytes(type, cols);
+    unsigned char *w = make_weights(type, rows, cols, rb);
+    float y[16];
+    const uint64_t words = (uint64_t)n_tok * cols / 4 + nblk + (kq ? nblk * 8 : 0);
+    uint32_t *g = malloc(words * 4);
+    kvt_gpu_wmat *m = NULL;
+    long off = -1;
+    CHECKF(n_tok <= 16 && kvt_gpu_wmat_new(d, type, rows, cols, w, rb, &m) == 0, "%s", kvt_errmsg());
+    if (m && !gpu_mm(d, k, m, x, cols, rows, n_tok, y) && !fwd_get(d, kvt_gpu_kernels_scratch(k), g, words * 4)) {
+        const int8_t *gq = (const int8_t *)g;
+        const float *gd = (const float *)(g + (size_t)n_tok * cols / 4);
+        const int16_t *gs = (const int16_t *)(g + (size_t)n_tok * cols / 4 + nblk);
+        uint8_t q8[256];
+        int8_t qk[256];
+        float dd[8];
+        int16_t sums[16];
+        off = 0;
+        for (uint32_t t = 0; t < n_tok; t++)
+            for (uint32_t c = 0; c < cols; c += 256) {
+                const float *xr = x + (size_t)t * cols + c;
+                const size_t at = (size_t)t * cols + c, bi = at / bl;
+                if (kq) {
+                    kvt_qk_quantize_acts(xr, 256, qk, dd, sums);
+                    for (int i = 0; i < 256; i++) off += qk[i] != gq[at + i];
+                    off += memcmp(&dd[0], &gd[bi], 4) != 0;
+                    for (int i = 0; i < 16; i++) off += sums[i] != gs[bi * 16 + i];
+                } else {
+                    kvt_ops_active()->quantize_q8_row(xr, 256, q8, dd, NULL);
+                    for (int i = 0; i < 256; i++) off += (int)q8[i] - KVT_Q8_ACT_BIAS != gq[at + i];
+                    off += memcmp(dd, &gd[bi], 8 * 4) != 0;
+                }
+            }
+    }
+    kvt_gpu_wmat_free(m);
+    free(w);
+    free(g);
+    return off;
+}
+
+/* Rounds of crafted rows through both activation formats; every value must be the CPU's. */
+static void check_exact_acts(kvt_gpu_dev *d, kvt_gpu_kernels *k) {
+    enum { n_tok = 16, cols = 512, rounds = 6 };
+    float *x = malloc((size_t)n_tok * cols * 4);
+    static const uint32_t types[2] = {KVT_TYPE_Q8_0, KVT_TYPE_Q4_K};
+    for (int ti = 0; ti < 2; ti++) {
+        long off = 0;
+        for (int r = 0; r < rounds && off >= 0; r++) {
+            make_edge_x(x, (size_t)n_tok * cols, ti ? 256 : 32);
+            long o = edge_round(d, k, types[ti], x, n_tok, cols);
+            off = o < 0 ? o : off + o;
+        }
+        printf("gpu quant: %s activations at rounding edges: %ld of %d values and scales differ from the CPU's\n",
+               ti ? "Q8_K" : "Q8_0", off, rounds * n_tok * cols);
+        CHECKF(off == 0, "%s activations at rounding edges: %ld differ from the CPU's", ti ? "Q8_K" : "Q8_0", off);
+    }
+    free(x);
+}
+
 int main(void) {
     gpu_test_start();
     fwd_seed("gpu quant");
@@ -182,6 +268,7 @@ int main(void) {
                 check_case(d, k, di, ki, ti, fwd_pick(1, 80), bl * fwd_pick(1, maxb), fwd_pick(1, 12));
         }
         check_two_in_one(d, k);
+        check_exact_acts(d, k);
         printf("gpu quant: largest error against the CPU's matmul %.3g of sum|w x| (tolerance %g)\n", max_err, QTOL);
     }
     kvt_gpu_kernels_free(k);

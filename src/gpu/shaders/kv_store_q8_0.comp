@@ -8,7 +8,7 @@
 //   q_i  = x_i * (1 / d) (id correctly rounded from the unrounded d; 0 when d
 //          is 0 or infinite) rounded half away from zero, clamped to
 //          [-127, 127], a NaN product giving 0.
-// Both quotients are correctly rounded in integer code (div_rn). Groups whose
+// Both quotients are correctly rounded in integer code (kvt_div_rn). Groups whose
 // amax is under 127 * 2^-126 (an f32 subnormal scale) are not the CPU's: their
 // scale is taken as 0. One workgroup per token (x + z * gx); invocation l takes
 // the groups l, l + KVT_WG, ... of the token's K then V rows. A page past the
@@ -20,33 +20,12 @@
 #define KV_Q8 1
 #define KV_BIND 3
 #include "kv.glsl"
+#include "exact_div.glsl"
 
 layout(local_size_x = KVT_WG) in;
 layout(std430, set = 0, binding = 0) readonly buffer KX { uint kx[]; };
 layout(std430, set = 0, binding = 1) readonly buffer VX { uint vx[]; };
 layout(std430, set = 0, binding = 2) readonly buffer M { uint meta[]; };
-
-// a / b correctly rounded (to nearest, ties to even), for a, b > 0 normal,
-// by long division of the significands in integer code: a device's division
-// may be ulps off and its fma() need not be fused, so neither can give the
-// CPU's quotient on every device. A quotient under the normal range is 0.
-float div_rn(float a, float b) {
-    uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
-    uint ma = (ua & 0x7fffffu) | 0x800000u, mb = (ub & 0x7fffffu) | 0x800000u;
-    int e = int(ua >> 23u) - int(ub >> 23u);
-    if (ma < mb) ma <<= 1u, e -= 1; // ma / mb in [1, 2)
-    uint q = 0u, rem = ma;          // rem < 2 mb < 2^25 throughout
-    for (int i = 0; i < 24; i++) {
-        q <<= 1u;
-        if (rem >= mb) rem -= mb, q |= 1u;
-        rem <<= 1u;
-    }
-    if (rem > mb || (rem == mb && (q & 1u) != 0u)) q++; // rem / 2 is the remainder: against mb / 2
-    if (q == 0x1000000u) q >>= 1u, e += 1;
-    e += 127;
-    if (e <= 0) return 0.0;
-    return uintBitsToFloat(uint(e) << 23u | (q & 0x7fffffu));
-}
 
 // roundf(v) as an int in [-127, 127]: half away from zero, a NaN 0.
 int q8_of(float v) {
@@ -71,8 +50,8 @@ uint quant_group(uint kv, uint t, uint g, uint b, out int q[32]) {
         if (a > amax) amax = a;
     }
     bool inf = amax > 3.4028234663852886e38;
-    float d = amax == 0.0 || inf ? amax : div_rn(amax, 127.0);
-    float id = d == 0.0 || inf ? 0.0 : div_rn(1.0, d);
+    float d = amax == 0.0 || inf ? amax : kvt_div_rn(amax, 127.0);
+    float id = d == 0.0 || inf ? 0.0 : kvt_div_rn(1.0, d);
     for (uint i = 0u; i < 32u; i++) {
         precise float v = x_at(kv, xb + i) * id;
         q[i] = q8_of(v);
