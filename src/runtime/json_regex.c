@@ -613,7 +613,8 @@ static int32_t intern(builder *b, const int32_t *x, int32_t n, int32_t cnt) {
     uint32_t h = set_hash(x, n, cnt) & (uint32_t)(b->hcap - 1);
     for (; b->hash[h] >= 0; h = (h + 1) & (uint32_t)(b->hcap - 1)) {
         int32_t i = b->hash[h];
-        if (b->cnt[i] == cnt && b->off[i + 1] - b->off[i] == n && !memcmp(b->pool + b->off[i], x, (size_t)n * sizeof *x))
+        if (b->cnt[i] == cnt && b->off[i + 1] - b->off[i] == n &&
+            (n == 0 || !memcmp(b->pool + b->off[i], x, (size_t)n * sizeof *x)))
             return i;
     }
     if (b->n >= MAX_DFA) return -1;
@@ -627,7 +628,7 @@ static int32_t intern(builder *b, const int32_t *x, int32_t n, int32_t cnt) {
         b->pool_cap = KVT_MAX(2 * b->pool_cap, b->pool_n + n + 1024);
         b->pool = kvt_xrealloc(b->pool, (size_t)b->pool_cap * sizeof *b->pool);
     }
-    memcpy(b->pool + b->pool_n, x, (size_t)n * sizeof *x);
+    if (n) memcpy(b->pool + b->pool_n, x, (size_t)n * sizeof *x); /* an empty set may come as NULL */
     b->pool_n += n;
     b->cnt[b->n] = cnt;
     b->off[b->n + 1] = b->pool_n;

@@ -219,9 +219,11 @@ void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int
                                       .id_slot = r->id_slot,
                                       .stop = stop,
                                       .probs = probs,
-                                      .stop_type = r->finish_reason && !strcmp(r->finish_reason, "length") ? "limit"
-                                                                                                           : "eos"};
+                                      .stop_type = "eos"};
+    /* only the last event reads what the engine thread publishes at the end (finish_reason, usage):
+     * the caller saw done under the server's lock by then, so these reads do not race its writes */
     if (!stop) return;
+    if (r->finish_reason && !strcmp(r->finish_reason, "length")) out->stop_type = "limit";
     out->usage = u;
     /* hidden cache counts (--hide-cached-tokens): the whole prompt shows as computed */
     out->cache_n = u->hide_report ? 0 : u->cached_tokens;
