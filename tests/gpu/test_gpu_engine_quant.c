@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "gpu_test.h"
+#include "gpu_engine_test.h"
 #include "mkmodel.h"
 #include "model.h"
 
@@ -58,21 +58,6 @@ static int feed(kvt_engine *e, const int32_t *p, int32_t n, const int32_t *piece
     return rc;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-static float top_margin(const float *x, int32_t n) {
-    int32_t b = argmax(x, n);
-    float second = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (i != b && x[i] > second) second = x[i];
-    return x[b] - second;
-}
-
 static void print_types(const kvt_model *m, const char *name) {
     const kvt_layer *L = &m->layers[m->hp.n_layer - 1];
     printf("gpu engine quant: %s: last layer q %s k %s v %s o %s gate %s up %s down %s, output %s\n", name,
@@ -112,24 +97,10 @@ static void check_model(const char *name, uint32_t type, const char *mix) {
     kvt_engine *ec = engine_on(m, 0), *eg = engine_on(m, 1);
     const int32_t whole[1] = {N_PROMPT}, split[2] = {N_PROMPT - 1, 1};
     if (ec && eg && !feed(ec, p, N_PROMPT, whole, lc, nv) && !feed(eg, p, N_PROMPT, whole, lg, nv)) {
-        int agree = 0, clear_miss = 0;
-        double dmax = 0, lmax = 0;
-        for (int32_t t = 0; t < N_PROMPT; t++) {
-            const float *a = lc + (size_t)t * nv, *b = lg + (size_t)t * nv;
-            int same = argmax(a, nv) == argmax(b, nv);
-            agree += same;
-            clear_miss += !same && top_margin(a, nv) > 2 * LOGIT_TOL;
-            for (int32_t i = 0; i < nv; i++) {
-                dmax = fmax(dmax, fabs((double)a[i] - b[i]));
-                lmax = fmax(lmax, fabs((double)a[i]));
-            }
-        }
+        gpu_logit_cmp r = gpu_compare_logits(lc, lg, N_PROMPT, nv, LOGIT_TOL, name);
         printf("gpu engine quant: %s: top-1 agrees at %d/%d positions, max |dlogit| %.3g (logits up to %.3g, "
                "bound %g)\n",
-               name, agree, N_PROMPT, dmax, lmax, LOGIT_TOL);
-        CHECKF(dmax <= LOGIT_TOL, "%s: logits differ from the CPU's by %g (bound %g)", name, dmax, LOGIT_TOL);
-        CHECKF(clear_miss == 0, "%s: top-1 differs at %d positions where the CPU's leads by more than %g", name,
-               clear_miss, 2 * LOGIT_TOL);
+               name, r.agree, N_PROMPT, r.dmax, r.lmax, LOGIT_TOL);
         if (!feed(eg, p, N_PROMPT, split, l1, nv))
             CHECKF(memcmp(l1 + (size_t)(N_PROMPT - 1) * nv, lg + (size_t)(N_PROMPT - 1) * nv, (size_t)nv * 4) == 0,
                    "%s: the last token decoded alone differs from its logits in the prefill", name);

@@ -16,7 +16,7 @@
 
 #include "engine.h"
 #include "engine_impl.h" /* the CPU engine's residual stream after a step */
-#include "gpu_test.h"
+#include "gpu_engine_test.h"
 #include "kvtier.h"
 #include "mkmodel.h"
 #include "model.h"
@@ -89,33 +89,6 @@ static kvt_engine *engine_on(const kvt_model *m, int32_t device, int32_t n_pages
     return e;
 }
 
-static float *all_logits(kvt_engine *e, const int32_t *p, int32_t n) {
-    int32_t V = kvt_engine_n_vocab(e), s;
-    float *l = malloc((size_t)n * (size_t)V * sizeof(float));
-    int rc = kvt_seq_new(e, NULL, 0, 0, &s);
-    if (!rc) rc = kvt_engine_feed(e, s, p, n, 1, l);
-    CHECKF(rc == 0, "feed: %s", kvt_errmsg());
-    kvt_seq_free(e, s);
-    if (rc) free(l), l = NULL;
-    return l;
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-/* How far the best logit leads the second. */
-static float lead(const float *x, int32_t n) {
-    int32_t b = argmax(x, n);
-    float s = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (i != b && x[i] > s) s = x[i];
-    return x[b] - s;
-}
-
 /* The CPU engine's residual stream (the last step's rows, before the final
  * norm) carries values of 1e3 to 1e4 in the planted channels, about 1 in the others. */
 static void check_massive(kvt_engine *ec, const int32_t *ch, int32_t n_rows) {
@@ -138,28 +111,12 @@ static void against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype dt, u
     int32_t p[N_PROMPT];
     kvt_test_random_tokens(p, N_PROMPT, V, &seed);
     kvt_engine *ec = engine_on(m, 0, 8, dt), *eg = engine_on(m, 1, 8, dt);
-    float *lc = ec ? all_logits(ec, p, N_PROMPT) : NULL, *lg = eg ? all_logits(eg, p, N_PROMPT) : NULL;
+    float *lc = ec ? gpu_all_logits(ec, p, N_PROMPT) : NULL, *lg = eg ? gpu_all_logits(eg, p, N_PROMPT) : NULL;
     if (lc && ch_seen) check_massive(ec, ch_seen, N_PROMPT);
     if (lc && lg) {
-        int agree = 0, clear_miss = 0, finite = 1;
-        double dmax = 0, lmax = 0;
-        for (int32_t t = 0; t < N_PROMPT; t++) {
-            const float *a = lc + (size_t)t * V, *b = lg + (size_t)t * V;
-            int same = argmax(a, V) == argmax(b, V);
-            agree += same;
-            clear_miss += !same && lead(a, V) > 2 * tol;
-            for (int32_t i = 0; i < V; i++) {
-                finite &= isfinite(a[i]) && isfinite(b[i]);
-                dmax = fmax(dmax, fabs((double)a[i] - b[i]));
-                lmax = fmax(lmax, fabs((double)a[i]));
-            }
-        }
+        gpu_logit_cmp r = gpu_compare_logits(lc, lg, N_PROMPT, V, tol, name);
         printf("outliers: %s (%s KV): top-1 agrees at %d/%d positions, max |dlogit| %.3g (logits up to %.3g)\n", name,
-               kvt_kv_dtype_name(dt), agree, N_PROMPT, dmax, lmax);
-        CHECKF(finite, "%s: a logit is not finite", name);
-        CHECKF(dmax <= tol, "%s: logits differ from the CPU's by %g (bound %g)", name, dmax, tol);
-        CHECKF(clear_miss == 0, "%s: top-1 differs at %d positions where the CPU's leads by more than %g", name,
-               clear_miss, 2 * tol);
+               kvt_kv_dtype_name(dt), r.agree, N_PROMPT, r.dmax, r.lmax);
     }
     free(lc), free(lg);
     kvt_engine_free(ec), kvt_engine_free(eg);
