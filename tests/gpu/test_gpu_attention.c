@@ -17,7 +17,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "gpu_fwd_test.h"
+#include "gpu_att_test.h"
 #include "ops.h"
 
 /* f32 pages: scores from 256-term f32 dots and the device's exp (a few ulp). */
@@ -30,16 +30,8 @@
 static double max_att_err[2];
 static uint64_t n_f16_values;
 
-/* A random pool: its shape, the chunks' host image (NaN bytes), and page numbers shuffled for the tables. */
-typedef struct {
-    kvt_gpu_kv kv;
-    uint32_t n_pages;
-    unsigned char *img[KVT_GPU_KV_CHUNKS];
-    uint64_t img_bytes[KVT_GPU_KV_CHUNKS];
-    uint32_t *perm;
-} pool;
-
-static void pool_make(kvt_gpu_dev *d, pool *p, int f16, uint32_t n_head_kv, uint32_t hd, uint32_t block,
+/* A random pool of f16 or f32 pages, NaN bytes throughout. */
+static void pool_make(kvt_gpu_dev *d, att_pool *p, int f16, uint32_t n_head_kv, uint32_t hd, uint32_t block,
                       uint32_t n_pages) {
     memset(p, 0, sizeof *p);
     uint64_t esize = f16 ? 2 : 4;
@@ -49,44 +41,11 @@ static void pool_make(kvt_gpu_dev *d, pool *p, int f16, uint32_t n_head_kv, uint
                          .block = block,
                          .dtype = f16 ? KVT_GPU_KV_F16 : KVT_GPU_KV_F32};
     p->kv.page_stride = 2ull * 2 * n_head_kv * block * hd * esize + 4 * fwd_pick(0, 2);
-    p->kv.n_chunks = (int)KVT_MIN(fwd_pick(1, KVT_GPU_KV_CHUNKS), n_pages);
-    p->kv.pages_per_chunk = (n_pages + (uint32_t)p->kv.n_chunks - 1) / (uint32_t)p->kv.n_chunks;
-    p->kv.n_chunks = (int)((n_pages + p->kv.pages_per_chunk - 1) / p->kv.pages_per_chunk);
-    p->n_pages = n_pages;
-    for (int c = 0; c < p->kv.n_chunks; c++) {
-        uint32_t pages = KVT_MIN(p->kv.pages_per_chunk, n_pages - (uint32_t)c * p->kv.pages_per_chunk);
-        p->img_bytes[c] = pages * p->kv.page_stride;
-        p->img[c] = malloc(p->img_bytes[c]);
-        memset(p->img[c], 0xff, p->img_bytes[c]); /* NaN in f16 and f32 */
-        p->kv.chunk[c] = fwd_buf(d, p->img_bytes[c], NULL);
-    }
-    p->perm = malloc(n_pages * sizeof *p->perm);
-    for (uint32_t i = 0; i < n_pages; i++) p->perm[i] = i;
-    for (uint32_t i = n_pages; i > 1; i--) {
-        uint32_t j = fwd_next() % i, t = p->perm[i - 1];
-        p->perm[i - 1] = p->perm[j], p->perm[j] = t;
-    }
-}
-
-static void pool_free(pool *p) {
-    for (int c = 0; c < p->kv.n_chunks; c++) {
-        kvt_gpu_buf_free(p->kv.chunk[c]);
-        free(p->img[c]);
-    }
-    free(p->perm);
-}
-
-static int pool_upload(kvt_gpu_dev *d, pool *p) {
-    int rc = 0;
-    for (int c = 0; c < p->kv.n_chunks && !rc; c++) {
-        rc = p->kv.chunk[c] ? kvt_gpu_upload(d, p->kv.chunk[c], 0, p->img[c], p->img_bytes[c]) : -1;
-        CHECKF(rc == 0, "%s", kvt_errmsg());
-    }
-    return rc;
+    att_pool_chunks(d, p, n_pages, 0xff); /* NaN in f16 and f32 */
 }
 
 /* The address in the image of element d of slot s of (layer, kv, g) in page pg. */
-static unsigned char *pool_at(pool *p, uint32_t pg, uint32_t layer, int kv, uint32_t g, uint32_t s, uint32_t d) {
+static unsigned char *pool_at(att_pool *p, uint32_t pg, uint32_t layer, int kv, uint32_t g, uint32_t s, uint32_t d) {
     const kvt_gpu_kv *k = &p->kv;
     uint64_t blk = ((uint64_t)(layer * 2 + (uint32_t)kv) * k->n_head_kv + g) * k->block * k->head_dim;
     uint64_t el = blk + (kv == 0 ? (uint64_t)d * k->block + s : (uint64_t)s * k->head_dim + d);
@@ -95,7 +54,7 @@ static unsigned char *pool_at(pool *p, uint32_t pg, uint32_t layer, int kv, uint
 }
 
 /* Stores f into the image as the page's type and returns the value stored. */
-static float pool_put(pool *p, unsigned char *at, float f) {
+static float pool_put(att_pool *p, unsigned char *at, float f) {
     if (p->kv.dtype != KVT_GPU_KV_F16) {
         memcpy(at, &f, 4);
         return f;
@@ -128,7 +87,7 @@ static float conv_value(void) {
 
 /* Long: the stores of one random batch, then the pool read back against the image. */
 static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_t nkv, uint32_t hd, uint32_t n_tok) {
-    pool p;
+    att_pool p;
     uint32_t block = 16u << fwd_pick(0, 2), n_pages = fwd_pick((n_tok + block - 1) / block, 8), layer = fwd_pick(0, 1);
     pool_make(d, &p, f16, nkv, hd, block, n_pages);
     size_t row = (size_t)nkv * hd;
@@ -154,7 +113,7 @@ static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_t
     }
     kvt_gpu_buf *bk = fwd_buf(d, n_tok * row * 4, kx), *bv = fwd_buf(d, n_tok * row * 4, vx);
     kvt_gpu_buf *bm = fwd_buf(d, (uint64_t)n_tok * 16, meta);
-    if (bk && bv && bm && !pool_upload(d, &p) && !kvt_gpu_begin(d) &&
+    if (bk && bv && bm && !att_pool_upload(d, &p) && !kvt_gpu_begin(d) &&
         !fwd_submit(d, kvt_gpu_rec_kv_store(k, &p.kv, layer, bk, bv, bm, n_tok), "kv_store"))
         for (int c = 0; c < p.kv.n_chunks; c++)
             if (!fwd_get(d, p.kv.chunk[c], p.img[c], p.img_bytes[c]))
@@ -166,120 +125,28 @@ static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_t
     for (int c = 0; c < p.kv.n_chunks; c++) free(want[c]);
     kvt_gpu_buf_free(bk), kvt_gpu_buf_free(bv), kvt_gpu_buf_free(bm);
     free(kx), free(vx), free(meta), free(slots);
-    pool_free(&p);
+    att_pool_free(&p);
 }
 
-/* One attention case: the pool with its sequences written in, the batch's queries and token table. */
-typedef struct {
-    pool p;
-    uint32_t layer, n_head, n_tok, n_seq, len[3], tab[3], max_ctx;
-    float scale, *q, *kr, *vr; /* kr, vr: [seq][pos][g][d] as stored */
-    uint32_t *meta, n_meta, *seq;
-} att_case;
-
-/* Long: sequences in shuffled pages with random K/V, then the batch's tokens and their table. */
+/* Sequences of random K/V in shuffled pages, then the batch's tokens and their table. */
 static void att_make(kvt_gpu_dev *d, att_case *a, int f16, uint32_t nkv, uint32_t group, uint32_t hd, uint32_t block,
                      uint32_t max_ctx, uint32_t n_tok) {
-    memset(a, 0, sizeof *a);
-    a->n_seq = fwd_pick(1, 3), a->n_head = nkv * group, a->n_tok = n_tok, a->layer = fwd_pick(0, 1);
-    a->scale = 1.0f / sqrtf((float)hd);
-    a->max_ctx = max_ctx;
-    uint32_t n_pages = 1;
-    for (uint32_t s = 0; s < a->n_seq; s++) n_pages += (a->len[s] = fwd_pick(1, max_ctx)) / block + 1;
-    pool_make(d, &a->p, f16, nkv, hd, block, n_pages);
-    size_t per = (size_t)max_ctx * nkv * hd;
-    a->kr = malloc(a->n_seq * per * 4), a->vr = malloc(a->n_seq * per * 4);
-    a->n_meta = 4 * n_tok + n_pages;
-    a->meta = calloc(a->n_meta, 4);
-    a->seq = malloc(n_tok * 4);
-    for (uint32_t s = 0, next = 0; s < a->n_seq; s++) {
-        a->tab[s] = 4 * n_tok + next;
-        for (uint32_t j = 0; j < a->len[s]; j++) {
-            if (j % block == 0) a->meta[a->tab[s] + j / block] = a->p.perm[next++];
-            uint32_t pg = a->meta[a->tab[s] + j / block];
-            for (uint32_t g = 0; g < nkv; g++)
+    pool_make(d, &a->p, f16, nkv, hd, block, att_case_begin(a, nkv, group, hd, block, max_ctx, n_tok));
+    att_case_tables(a);
+    for (uint32_t s = 0; s < a->n_seq; s++)
+        for (uint32_t j = 0; j < a->len[s]; j++)
+            for (uint32_t g = 0; g < nkv; g++) {
+                float *kr = att_row(a, 0, s, j, g), *vr = att_row(a, 1, s, j, g);
                 for (uint32_t dd = 0; dd < hd; dd++) {
-                    size_t i = s * per + ((size_t)j * nkv + g) * hd + dd;
-                    a->kr[i] = pool_put(&a->p, pool_at(&a->p, pg, a->layer, 0, g, j % block, dd), fwd_unit());
-                    a->vr[i] = pool_put(&a->p, pool_at(&a->p, pg, a->layer, 1, g, j % block, dd), fwd_unit());
+                    uint32_t pg = att_page(a, s, j);
+                    kr[dd] = pool_put(&a->p, pool_at(&a->p, pg, a->layer, 0, g, j % block, dd), fwd_unit());
+                    vr[dd] = pool_put(&a->p, pool_at(&a->p, pg, a->layer, 1, g, j % block, dd), fwd_unit());
                 }
-        }
-    }
-    a->q = malloc((size_t)n_tok * a->n_head * hd * 4);
-    for (size_t i = 0; i < (size_t)n_tok * a->n_head * hd; i++) a->q[i] = fwd_unit() * 4;
-    for (uint32_t t = 0; t < n_tok; t++) { /* the last positions (a prefill), or anywhere */
-        uint32_t s = a->seq[t] = fwd_next() % a->n_seq, len = a->len[s];
-        uint32_t pos = fwd_pick(0, 1) ? len - 1 - KVT_MIN(len - 1, n_tok - 1 - t) : fwd_next() % len;
-        a->meta[4 * t] = pos, a->meta[4 * t + 1] = a->meta[a->tab[s] + pos / block];
-        a->meta[4 * t + 2] = pos % block, a->meta[4 * t + 3] = a->tab[s];
-    }
-}
-
-static void att_free(att_case *a) {
-    pool_free(&a->p);
-    free(a->q), free(a->kr), free(a->vr), free(a->meta), free(a->seq);
-}
-
-/* Runs attention for n_tok tokens of q (meta: their table) into out; 0 or a failed check. */
-static int att_run(kvt_gpu_dev *d, kvt_gpu_kernels *k, att_case *a, const float *q, const uint32_t *meta,
-                   uint32_t n_meta, uint32_t n_tok, float *out) {
-    uint64_t bytes = (uint64_t)n_tok * a->n_head * a->p.kv.head_dim * 4;
-    kvt_gpu_buf *bq = fwd_buf(d, bytes, q), *bo = fwd_buf(d, bytes, NULL), *bm = fwd_buf(d, n_meta * 4ull, meta);
-    int rc = -1;
-    if (bq && bo && bm && !kvt_gpu_begin(d)) {
-        rc = kvt_gpu_rec_attention(k, &a->p.kv, a->layer, bo, bq, bm, a->n_head, a->scale, n_tok);
-        rc = fwd_submit(d, rc, "attention");
-        if (!rc) rc = fwd_get(d, bo, out, bytes);
-    }
-    kvt_gpu_buf_free(bq), kvt_gpu_buf_free(bo), kvt_gpu_buf_free(bm);
-    return rc;
-}
-
-/* Row g of position j of sequence s as the pages hold it (K, or V when v). */
-static const float *kv_row(const att_case *a, int v, uint32_t s, uint32_t j, uint32_t g) {
-    size_t per = (size_t)a->max_ctx * a->p.kv.n_head_kv * a->p.kv.head_dim;
-    return (v ? a->vr : a->kr) + s * per + ((size_t)j * a->p.kv.n_head_kv + g) * a->p.kv.head_dim;
-}
-
-/* Long: the double reference of every (token, head), each output against its tolerance. */
-static void att_compare(const att_case *a, const float *out, const char *what) {
-    uint32_t hd = a->p.kv.head_dim, over = 0;
-    int f16 = a->p.kv.dtype == KVT_GPU_KV_F16;
-    double *p = malloc(a->max_ctx * sizeof *p), tol = f16 ? ATT_TOL_F16 : ATT_TOL;
-    float *q = malloc(hd * sizeof *q);
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        for (uint32_t h = 0; h < a->n_head; h++) {
-            uint32_t g = h / (a->n_head / a->p.kv.n_head_kv), n = a->meta[4 * t] + 1, s = a->seq[t];
-            for (uint32_t dd = 0; dd < hd; dd++) {
-                float x = a->q[((size_t)t * a->n_head + h) * hd + dd];
-                q[dd] = f16 ? kvt_f16_to_f32(kvt_f32_to_f16(x)) : x;
             }
-            double m = -INFINITY, sum = 0;
-            for (uint32_t j = 0; j < n; j++) {
-                const float *kk = kv_row(a, 0, s, j, g);
-                double dot = 0;
-                for (uint32_t dd = 0; dd < hd; dd++) dot += (double)q[dd] * kk[dd];
-                p[j] = dot * a->scale;
-                m = p[j] > m ? p[j] : m;
-            }
-            for (uint32_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - m));
-            for (uint32_t dd = 0; dd < hd; dd++) {
-                double ref = 0, mag = 0;
-                for (uint32_t j = 0; j < n; j++) {
-                    double v = kv_row(a, 1, s, j, g)[dd];
-                    ref += p[j] / sum * v, mag += p[j] / sum * fabs(v);
-                }
-                double e = fabs(out[((size_t)t * a->n_head + h) * hd + dd] - ref) / (mag > 1e-30 ? mag : 1e-30);
-                max_att_err[f16] = e > max_att_err[f16] ? e : max_att_err[f16];
-                over += !(e <= tol);
-            }
-        }
-    CHECKF(over == 0, "%s: %u outputs off by more than %g", what, over, tol);
-    free(p);
-    free(q);
+    att_case_tokens(a);
 }
 
-/* Long: one random case: the batch against the reference, then two tokens alone against their rows. */
+/* One random case: the batch against the reference, then two tokens alone against their rows. */
 static void check_attention(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_t nkv, uint32_t group, uint32_t hd,
                             uint32_t block, uint32_t max_ctx, uint32_t n_tok) {
     att_case a;
@@ -289,24 +156,8 @@ static void check_attention(kvt_gpu_dev *d, kvt_gpu_kernels *k, int f16, uint32_
              "attention %s: %u heads (%u kv) x %u, block %u, %u pages in %d chunks, context <= %u, "
              "%u tokens",
              f16 ? "f16" : "f32", a.n_head, nkv, hd, block, a.p.n_pages, a.p.kv.n_chunks, max_ctx, n_tok);
-    size_t row = (size_t)a.n_head * hd;
-    float *out = malloc(n_tok * row * 4), *out1 = malloc(row * 4);
-    if (!pool_upload(d, &a.p) && !att_run(d, k, &a, a.q, a.meta, a.n_meta, n_tok, out)) {
-        att_compare(&a, out, what);
-        uint32_t toks[2] = {n_tok - 1, fwd_next() % n_tok};
-        for (int i = 0; i < 2; i++) { /* alone: its row of the meta, then its sequence's table */
-            uint32_t t = toks[i], s = a.seq[t], n_tab = a.p.n_pages;
-            uint32_t *m1 = calloc(4 + n_tab, 4);
-            memcpy(m1, a.meta + 4 * t, 16);
-            m1[3] = 4;
-            memcpy(m1 + 4, a.meta + a.tab[s], (a.n_meta - a.tab[s]) * 4);
-            if (!att_run(d, k, &a, a.q + t * row, m1, 4 + n_tab, 1, out1))
-                CHECKF(memcmp(out1, out + t * row, row * 4) == 0, "%s: token %u alone differs from its row", what, t);
-            free(m1);
-        }
-    }
-    free(out), free(out1);
-    att_free(&a);
+    att_check(d, k, &a, what, f16, f16 ? ATT_TOL_F16 : ATT_TOL, &max_att_err[f16]);
+    att_case_free(&a);
 }
 
 int main(void) {

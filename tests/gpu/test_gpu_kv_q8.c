@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "gpu_fwd_test.h"
+#include "gpu_att_test.h"
 #include "kv_quant.h"
 #include "ops.h"
 
@@ -28,64 +28,25 @@
 static double max_att_err;
 static uint64_t n_groups, n_ties;
 
-typedef struct {
-    kvt_gpu_kv kv;
-    uint32_t n_pages, row; /* row: bytes of one token's row of head_dim values */
-    unsigned char *img[KVT_GPU_KV_CHUNKS];
-    uint64_t img_bytes[KVT_GPU_KV_CHUNKS];
-    uint32_t *perm;
-} pool;
-
-static void pool_make(kvt_gpu_dev *d, pool *p, uint32_t n_head_kv, uint32_t hd, uint32_t block, uint32_t n_pages) {
+/* A pool of q8_0 pages full of random bytes. */
+static void pool_make(kvt_gpu_dev *d, att_pool *p, uint32_t n_head_kv, uint32_t hd, uint32_t block, uint32_t n_pages) {
     memset(p, 0, sizeof *p);
     p->row = hd / KVT_KV_Q8_BLOCK * KVT_KV_Q8_BLOCK_BYTES;
     p->kv = (kvt_gpu_kv){.n_layer = 2, .n_head_kv = n_head_kv, .head_dim = hd, .block = block, .dtype = KVT_GPU_KV_Q8_0};
     p->kv.page_stride = (2ull * 2 * n_head_kv * block * p->row + 3) / 4 * 4 + 4 * fwd_pick(0, 2);
-    p->kv.n_chunks = (int)KVT_MIN(fwd_pick(1, KVT_GPU_KV_CHUNKS), n_pages);
-    p->kv.pages_per_chunk = (n_pages + (uint32_t)p->kv.n_chunks - 1) / (uint32_t)p->kv.n_chunks;
-    p->kv.n_chunks = (int)((n_pages + p->kv.pages_per_chunk - 1) / p->kv.pages_per_chunk);
-    p->n_pages = n_pages;
-    for (int c = 0; c < p->kv.n_chunks; c++) {
-        uint32_t pages = KVT_MIN(p->kv.pages_per_chunk, n_pages - (uint32_t)c * p->kv.pages_per_chunk);
-        p->img_bytes[c] = pages * p->kv.page_stride;
-        p->img[c] = malloc(p->img_bytes[c]);
-        for (uint64_t i = 0; i < p->img_bytes[c]; i++) p->img[c][i] = (unsigned char)fwd_next();
-        p->kv.chunk[c] = fwd_buf(d, p->img_bytes[c], NULL);
-    }
-    p->perm = malloc(n_pages * sizeof *p->perm);
-    for (uint32_t i = 0; i < n_pages; i++) p->perm[i] = i;
-    for (uint32_t i = n_pages; i > 1; i--) {
-        uint32_t j = fwd_next() % i, t = p->perm[i - 1];
-        p->perm[i - 1] = p->perm[j], p->perm[j] = t;
-    }
-}
-
-static void pool_free(pool *p) {
-    for (int c = 0; c < p->kv.n_chunks; c++) {
-        kvt_gpu_buf_free(p->kv.chunk[c]);
-        free(p->img[c]);
-    }
-    free(p->perm);
-}
-
-static int pool_upload(kvt_gpu_dev *d, pool *p) {
-    int rc = 0;
-    for (int c = 0; c < p->kv.n_chunks && !rc; c++) {
-        rc = p->kv.chunk[c] ? kvt_gpu_upload(d, p->kv.chunk[c], 0, p->img[c], p->img_bytes[c]) : -1;
-        CHECKF(rc == 0, "%s", kvt_errmsg());
-    }
-    return rc;
+    att_pool_chunks(d, p, n_pages, -1);
 }
 
 /* The start in the image of the block of (layer, kv, g) in page pg, as the engine lays pages out. */
-static unsigned char *block_at(pool *p, uint32_t pg, uint32_t layer, int kv, uint32_t g) {
+static unsigned char *block_at(att_pool *p, uint32_t pg, uint32_t layer, int kv, uint32_t g) {
     const kvt_gpu_kv *k = &p->kv;
     uint64_t blk = ((uint64_t)(layer * 2 + (uint32_t)kv) * k->n_head_kv + g) * k->block * p->row;
     return p->img[pg / k->pages_per_chunk] + (pg % k->pages_per_chunk) * k->page_stride + blk;
 }
 
 /* Quantizes token rows kr, vr (head_dim each) of kv head g into slot s of page pg, as the CPU engine stores them. */
-static void put_token(pool *p, uint32_t pg, uint32_t layer, uint32_t g, uint32_t s, const float *kr, const float *vr) {
+static void put_token(att_pool *p, uint32_t pg, uint32_t layer, uint32_t g, uint32_t s, const float *kr,
+                      const float *vr) {
     uint8_t q[KVT_KV_Q8_BLOCK_BYTES * 8];
     kvt_kv_q8_quantize_row(kr, (int32_t)p->kv.head_dim, q);
     kvt_kv_q8_put_column(q, (int32_t)p->kv.head_dim, (int32_t)p->kv.block, (int32_t)s, block_at(p, pg, layer, 0, g));
@@ -119,7 +80,7 @@ static void fill_group(float *x) {
 /* Long: the stores of one random batch, then the pool read back against the CPU's image. */
 static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t nkv, uint32_t hd, uint32_t block,
                            uint32_t n_tok) {
-    pool p;
+    att_pool p;
     uint32_t n_pages = fwd_pick((n_tok + block - 1) / block, (n_tok + block - 1) / block + 4), layer = fwd_pick(0, 1);
     pool_make(d, &p, nkv, hd, block, n_pages);
     size_t row = (size_t)nkv * hd;
@@ -160,19 +121,11 @@ static void check_kv_store(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t nkv, uin
     for (int c = 0; c < p.kv.n_chunks; c++) free(was[c]);
     kvt_gpu_buf_free(bk), kvt_gpu_buf_free(bv), kvt_gpu_buf_free(bm);
     free(kx), free(vx), free(meta), free(slots);
-    pool_free(&p);
+    att_pool_free(&p);
 }
 
-/* One attention case: the pool with its sequences quantized in, the batch's queries and token table. */
-typedef struct {
-    pool p;
-    uint32_t layer, n_head, n_tok, n_seq, len[3], tab[3], max_ctx;
-    float scale, *q, *kr, *vr; /* kr, vr: [seq][pos][g][d] as the CPU reads them back */
-    uint32_t *meta, n_meta, *seq;
-} att_case;
-
 /* Reads slot s of kv head g of page pg back through the CPU's dequantizers into kr and vr. */
-static void read_token(pool *p, uint32_t pg, uint32_t layer, uint32_t g, uint32_t s, float *kr, float *vr) {
+static void read_token(att_pool *p, uint32_t pg, uint32_t layer, uint32_t g, uint32_t s, float *kr, float *vr) {
     uint32_t hd = p->kv.head_dim, B = p->kv.block;
     float *cols = malloc((size_t)hd * B * sizeof *cols);
     kvt_kv_q8_dequant_columns(block_at(p, pg, layer, 0, g), (int32_t)B, (int32_t)B, (int32_t)hd, cols);
@@ -181,108 +134,29 @@ static void read_token(pool *p, uint32_t pg, uint32_t layer, uint32_t g, uint32_
     free(cols);
 }
 
-/* Long: sequences in shuffled pages with random K/V quantized in, then the batch's tokens and their table. */
+/* Sequences of random K/V quantized into shuffled pages (read back through
+ * the CPU's dequantizers for the reference), then the batch's tokens and their table. */
 static void att_make(kvt_gpu_dev *d, att_case *a, uint32_t nkv, uint32_t group, uint32_t hd, uint32_t block,
                      uint32_t max_ctx, uint32_t n_tok) {
-    memset(a, 0, sizeof *a);
-    a->n_seq = fwd_pick(1, 3), a->n_head = nkv * group, a->n_tok = n_tok, a->layer = fwd_pick(0, 1);
-    a->scale = 1.0f / sqrtf((float)hd);
-    a->max_ctx = max_ctx;
-    uint32_t n_pages = 1;
-    for (uint32_t s = 0; s < a->n_seq; s++) n_pages += (a->len[s] = fwd_pick(1, max_ctx)) / block + 1;
-    pool_make(d, &a->p, nkv, hd, block, n_pages);
-    size_t per = (size_t)max_ctx * nkv * hd;
-    a->kr = malloc(a->n_seq * per * 4), a->vr = malloc(a->n_seq * per * 4);
-    a->n_meta = 4 * n_tok + n_pages;
-    a->meta = calloc(a->n_meta, 4);
-    a->seq = malloc(n_tok * 4);
+    pool_make(d, &a->p, nkv, hd, block, att_case_begin(a, nkv, group, hd, block, max_ctx, n_tok));
+    att_case_tables(a);
     float *kx = malloc(hd * 4), *vx = malloc(hd * 4);
-    for (uint32_t s = 0, next = 0; s < a->n_seq; s++) {
-        a->tab[s] = 4 * n_tok + next;
-        for (uint32_t j = 0; j < a->len[s]; j++) {
-            if (j % block == 0) a->meta[a->tab[s] + j / block] = a->p.perm[next++];
-            uint32_t pg = a->meta[a->tab[s] + j / block];
-            for (uint32_t g = 0; g < nkv; g++) {
-                for (uint32_t dd = 0; dd < hd; dd++) kx[dd] = fwd_unit(), vx[dd] = fwd_unit();
-                put_token(&a->p, pg, a->layer, g, j % block, kx, vx);
-            }
-        }
+    for (uint32_t s = 0; s < a->n_seq; s++) {
         for (uint32_t j = 0; j < a->len[s]; j++)
             for (uint32_t g = 0; g < nkv; g++) {
-                size_t i = s * per + ((size_t)j * nkv + g) * hd;
-                read_token(&a->p, a->meta[a->tab[s] + j / block], a->layer, g, j % block, a->kr + i, a->vr + i);
+                for (uint32_t dd = 0; dd < hd; dd++) kx[dd] = fwd_unit(), vx[dd] = fwd_unit();
+                put_token(&a->p, att_page(a, s, j), a->layer, g, j % block, kx, vx);
             }
+        for (uint32_t j = 0; j < a->len[s]; j++)
+            for (uint32_t g = 0; g < nkv; g++)
+                read_token(&a->p, att_page(a, s, j), a->layer, g, j % block, att_row(a, 0, s, j, g),
+                           att_row(a, 1, s, j, g));
     }
     free(kx), free(vx);
-    a->q = malloc((size_t)n_tok * a->n_head * hd * 4);
-    for (size_t i = 0; i < (size_t)n_tok * a->n_head * hd; i++) a->q[i] = fwd_unit() * 4;
-    for (uint32_t t = 0; t < n_tok; t++) { /* the last positions (a prefill), or anywhere */
-        uint32_t s = a->seq[t] = fwd_next() % a->n_seq, len = a->len[s];
-        uint32_t pos = fwd_pick(0, 1) ? len - 1 - KVT_MIN(len - 1, n_tok - 1 - t) : fwd_next() % len;
-        a->meta[4 * t] = pos, a->meta[4 * t + 1] = a->meta[a->tab[s] + pos / block];
-        a->meta[4 * t + 2] = pos % block, a->meta[4 * t + 3] = a->tab[s];
-    }
+    att_case_tokens(a);
 }
 
-static void att_free(att_case *a) {
-    pool_free(&a->p);
-    free(a->q), free(a->kr), free(a->vr), free(a->meta), free(a->seq);
-}
-
-/* Runs attention for n_tok tokens of q (meta: their table) into out; 0 or a failed check. */
-static int att_run(kvt_gpu_dev *d, kvt_gpu_kernels *k, att_case *a, const float *q, const uint32_t *meta,
-                   uint32_t n_meta, uint32_t n_tok, float *out) {
-    uint64_t bytes = (uint64_t)n_tok * a->n_head * a->p.kv.head_dim * 4;
-    kvt_gpu_buf *bq = fwd_buf(d, bytes, q), *bo = fwd_buf(d, bytes, NULL), *bm = fwd_buf(d, n_meta * 4ull, meta);
-    int rc = -1;
-    if (bq && bo && bm && !kvt_gpu_begin(d)) {
-        rc = kvt_gpu_rec_attention(k, &a->p.kv, a->layer, bo, bq, bm, a->n_head, a->scale, n_tok);
-        rc = fwd_submit(d, rc, "attention q8_0");
-        if (!rc) rc = fwd_get(d, bo, out, bytes);
-    }
-    kvt_gpu_buf_free(bq), kvt_gpu_buf_free(bo), kvt_gpu_buf_free(bm);
-    return rc;
-}
-
-/* Row g of position j of sequence s as the CPU reads it (K, or V when v). */
-static const float *kv_row(const att_case *a, int v, uint32_t s, uint32_t j, uint32_t g) {
-    size_t per = (size_t)a->max_ctx * a->p.kv.n_head_kv * a->p.kv.head_dim;
-    return (v ? a->vr : a->kr) + s * per + ((size_t)j * a->p.kv.n_head_kv + g) * a->p.kv.head_dim;
-}
-
-/* Long: the double reference of every (token, head), each output against the tolerance. */
-static void att_compare(const att_case *a, const float *out, const char *what) {
-    uint32_t hd = a->p.kv.head_dim, over = 0;
-    double *p = malloc(a->max_ctx * sizeof *p);
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        for (uint32_t h = 0; h < a->n_head; h++) {
-            uint32_t g = h / (a->n_head / a->p.kv.n_head_kv), n = a->meta[4 * t] + 1, s = a->seq[t];
-            const float *q = a->q + ((size_t)t * a->n_head + h) * hd;
-            double m = -INFINITY, sum = 0;
-            for (uint32_t j = 0; j < n; j++) {
-                const float *kk = kv_row(a, 0, s, j, g);
-                double dot = 0;
-                for (uint32_t dd = 0; dd < hd; dd++) dot += (double)q[dd] * kk[dd];
-                p[j] = dot * a->scale;
-                m = p[j] > m ? p[j] : m;
-            }
-            for (uint32_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - m));
-            for (uint32_t dd = 0; dd < hd; dd++) {
-                double ref = 0, mag = 0;
-                for (uint32_t j = 0; j < n; j++) {
-                    double v = kv_row(a, 1, s, j, g)[dd];
-                    ref += p[j] / sum * v, mag += p[j] / sum * fabs(v);
-                }
-                double e = fabs(out[((size_t)t * a->n_head + h) * hd + dd] - ref) / (mag > 1e-30 ? mag : 1e-30);
-                max_att_err = e > max_att_err ? e : max_att_err;
-                over += !(e <= ATT_TOL);
-            }
-        }
-    CHECKF(over == 0, "%s: %u outputs off by more than %g", what, over, ATT_TOL);
-    free(p);
-}
-
-/* Long: one random case: the batch against the reference, then two tokens alone against their rows. */
+/* One random case: the batch against the reference, then two tokens alone against their rows. */
 static void check_attention(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t nkv, uint32_t group, uint32_t hd,
                             uint32_t block, uint32_t max_ctx, uint32_t n_tok) {
     att_case a;
@@ -291,29 +165,13 @@ static void check_attention(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t nkv, ui
     snprintf(what, sizeof what,
              "attention q8_0: %u heads (%u kv) x %u, block %u, %u pages in %d chunks, context <= %u, %u tokens",
              a.n_head, nkv, hd, block, a.p.n_pages, a.p.kv.n_chunks, max_ctx, n_tok);
-    size_t row = (size_t)a.n_head * hd;
-    float *out = malloc(n_tok * row * 4), *out1 = malloc(row * 4);
-    if (!pool_upload(d, &a.p) && !att_run(d, k, &a, a.q, a.meta, a.n_meta, n_tok, out)) {
-        att_compare(&a, out, what);
-        uint32_t toks[2] = {n_tok - 1, fwd_next() % n_tok};
-        for (int i = 0; i < 2; i++) { /* alone: its row of the meta, then its sequence's table */
-            uint32_t t = toks[i], s = a.seq[t], n_tab = a.p.n_pages;
-            uint32_t *m1 = calloc(4 + n_tab, 4);
-            memcpy(m1, a.meta + 4 * t, 16);
-            m1[3] = 4;
-            memcpy(m1 + 4, a.meta + a.tab[s], (a.n_meta - a.tab[s]) * 4);
-            if (!att_run(d, k, &a, a.q + t * row, m1, 4 + n_tab, 1, out1))
-                CHECKF(memcmp(out1, out + t * row, row * 4) == 0, "%s: token %u alone differs from its row", what, t);
-            free(m1);
-        }
-    }
-    free(out), free(out1);
-    att_free(&a);
+    att_check(d, k, &a, what, 0, ATT_TOL, &max_att_err);
+    att_case_free(&a);
 }
 
 /* A head_dim that is not a multiple of 32 is refused, naming it. */
 static void check_refusal(kvt_gpu_kernels *k, kvt_gpu_dev *d) {
-    pool p;
+    att_pool p;
     pool_make(d, &p, 1, 32, 16, 1);
     p.kv.head_dim = 48;
     kvt_gpu_buf *b = fwd_buf(d, 4096, NULL);
@@ -321,7 +179,7 @@ static void check_refusal(kvt_gpu_kernels *k, kvt_gpu_dev *d) {
     kvt_gpu_abort(d);
     CHECKF(rc == KVT_EARG && strstr(kvt_errmsg(), "head_dim 48"), "head_dim 48 with q8_0: rc %d, %s", rc, kvt_errmsg());
     kvt_gpu_buf_free(b);
-    pool_free(&p);
+    att_pool_free(&p);
 }
 
 int main(void) {
