@@ -50,6 +50,28 @@ int kvt_fail_prefix(int err, const char *fmt, ...) {
     return err;
 }
 
+void kvt_strbuf_printf(kvt_strbuf *b, const char *fmt, ...) {
+    if (!b->s) {
+        b->cap = KVT_MAX(b->cap, 256);
+        b->s = kvt_xmalloc(b->cap);
+        b->len = 0;
+        b->s[0] = 0;
+    }
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = b->cap * 2 + (size_t)n + 1;
+        b->s = kvt_xrealloc(b->s, b->cap);
+    }
+}
+
 double kvt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

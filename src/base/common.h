@@ -58,4 +58,13 @@ void kvt_hugepage_hint(void *p, size_t n);
 /* The n bytes at s (which need not be NUL-terminated) as a new string. */
 char *kvt_xstrndup(const char *s, size_t n);
 
+/* A growing text: s holds len bytes and a NUL in cap allocated (s may start
+ * as a malloc'd string with cap = its length + 1, or NULL with cap 0). */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} kvt_strbuf;
+/* Appends printf-formatted text to b, growing it (out of memory is fatal). */
+void kvt_strbuf_printf(kvt_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

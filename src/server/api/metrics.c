@@ -186,52 +186,32 @@ void kvt_metrics_observe_duration(kvt_metrics *m, const char *endpoint, double s
     pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-} strbuf;
 
-static void __attribute__((format(printf, 2, 3))) put(strbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = b->cap * 2 + (size_t)n + 1;
-        b->s = kvt_xrealloc(b->s, b->cap);
-    }
-}
-
-static void header(strbuf *b, const char *name, const char *type, const char *help) {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+static void header(kvt_strbuf *b, const char *name, const char *type, const char *help) {
+    kvt_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* One histogram's series: cumulative buckets, +Inf, sum and count. labels is
  * "" or `key="value",` (with its trailing comma). */
-static void histogram(strbuf *b, const char *name, const char *labels, const double *bounds, int n,
+static void histogram(kvt_strbuf *b, const char *name, const char *labels, const double *bounds, int n,
                       const uint64_t *bucket, uint64_t count, double sum) {
     uint64_t cum = 0;
     for (int i = 0; i < n; i++) {
         cum += bucket[i];
-        put(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, bounds[i], (unsigned long long)cum);
+        kvt_strbuf_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, bounds[i], (unsigned long long)cum);
     }
-    put(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)count);
+    kvt_strbuf_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)count);
     size_t l = strlen(labels);
     /* the same labels without the trailing comma, for _sum and _count */
-    put(b, "%s_sum%s%.*s%s %.6f\n", name, l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "", sum);
-    put(b, "%s_count%s%.*s%s %llu\n", name, l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "",
-        (unsigned long long)count);
+    kvt_strbuf_printf(b, "%s_sum%s%.*s%s %.6f\n", name, l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "", sum);
+    kvt_strbuf_printf(b, "%s_count%s%.*s%s %llu\n", name, l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "",
+                      (unsigned long long)count);
 }
 
 /* The process's own figures, as Prometheus client libraries name them, from
  * /proc (Linux): CPU time, memory, file descriptors, start time. A figure
  * that cannot be read is left out rather than reported as 0. */
-static void render_process(strbuf *b) {
+static void render_process(kvt_strbuf *b) {
     long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
     char stat[1024];
     FILE *f = fopen("/proc/self/stat", "r");
@@ -248,11 +228,11 @@ static void render_process(strbuf *b) {
         tick > 0;
     if (ok) {
         header(b, "process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.");
-        put(b, "process_cpu_seconds_total %.2f\n", (double)(utime + stime) / (double)tick);
+        kvt_strbuf_printf(b, "process_cpu_seconds_total %.2f\n", (double)(utime + stime) / (double)tick);
         header(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-        put(b, "process_resident_memory_bytes %lld\n", rss * page);
+        kvt_strbuf_printf(b, "process_resident_memory_bytes %lld\n", rss * page);
         header(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
-        put(b, "process_virtual_memory_bytes %llu\n", vsize);
+        kvt_strbuf_printf(b, "process_virtual_memory_bytes %llu\n", vsize);
         /* start: clock ticks after boot; boot: btime in /proc/stat */
         unsigned long long btime = 0;
         char line[256];
@@ -263,7 +243,7 @@ static void render_process(strbuf *b) {
         if (btime) {
             header(b, "process_start_time_seconds", "gauge",
                    "Start time of the process since the Unix epoch, in seconds.");
-            put(b, "process_start_time_seconds %.2f\n", (double)btime + (double)start / (double)tick);
+            kvt_strbuf_printf(b, "process_start_time_seconds %.2f\n", (double)btime + (double)start / (double)tick);
         }
     }
     DIR *d = opendir("/proc/self/fd");
@@ -274,50 +254,50 @@ static void render_process(strbuf *b) {
             if (e->d_name[0] != '.') fds++;
         closedir(d);
         header(b, "process_open_fds", "gauge", "Open file descriptors.");
-        put(b, "process_open_fds %ld\n", fds - 1); /* not counting the one reading the directory */
+        kvt_strbuf_printf(b, "process_open_fds %ld\n", fds - 1); /* not counting the one reading the directory */
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
         header(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
-        put(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+        kvt_strbuf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
     }
 }
 
 /* Long: one header and one value line per series, in exposition order: a list, not logic. */
 char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
-    strbuf b = {.cap = 4096};
+    kvt_strbuf b = {.cap = 4096};
     b.s = kvt_xmalloc(b.cap);
     b.s[0] = 0;
     pthread_mutex_lock(&m->mu);
     header(&b, "kvtier_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
     for (int i = 0; i < m->n_req; i++)
-        put(&b, "kvtier_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
-            (unsigned long long)m->req[i].count);
+        kvt_strbuf_printf(&b, "kvtier_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", m->req[i].endpoint,
+                          m->req[i].status, (unsigned long long)m->req[i].count);
     header(&b, "kvtier_generations_total", "counter", "Generations that ran to an end.");
-    put(&b, "kvtier_generations_total %llu\n", (unsigned long long)m->finished);
+    kvt_strbuf_printf(&b, "kvtier_generations_total %llu\n", (unsigned long long)m->finished);
     header(&b, "kvtier_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
-    put(&b, "kvtier_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    kvt_strbuf_printf(&b, "kvtier_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     header(&b, "kvtier_generated_tokens_total", "counter", "Tokens generated.");
-    put(&b, "kvtier_generated_tokens_total %llu\n", (unsigned long long)m->generated_tokens);
+    kvt_strbuf_printf(&b, "kvtier_generated_tokens_total %llu\n", (unsigned long long)m->generated_tokens);
     header(&b, "kvtier_cached_tokens_total", "counter", "Prompt tokens restored from the cache, by tier.");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_cached_tokens_total{tier=\"%s\"} %llu\n", tier_names[t],
-            (unsigned long long)m->cached_tokens[t]);
+        kvt_strbuf_printf(&b, "kvtier_cached_tokens_total{tier=\"%s\"} %llu\n", tier_names[t],
+                          (unsigned long long)m->cached_tokens[t]);
     header(&b, "kvtier_computed_tokens_total", "counter", "Prompt tokens prefilled (not restored).");
-    put(&b, "kvtier_computed_tokens_total %llu\n", (unsigned long long)m->computed_tokens);
+    kvt_strbuf_printf(&b, "kvtier_computed_tokens_total %llu\n", (unsigned long long)m->computed_tokens);
     header(&b, "kvtier_approximate_requests_total", "counter",
            "Generations that asked for approximate reuse (kvtier.reuse \"approximate\").");
-    put(&b, "kvtier_approximate_requests_total %llu\n", (unsigned long long)m->approx_requests);
+    kvt_strbuf_printf(&b, "kvtier_approximate_requests_total %llu\n", (unsigned long long)m->approx_requests);
     header(
         &b, "kvtier_approximate_tokens_total", "counter",
         "Prompt tokens reused approximately: placed from a document's stored KV at another position, not recomputed.");
-    put(&b, "kvtier_approximate_tokens_total %llu\n", (unsigned long long)m->approx_tokens);
+    kvt_strbuf_printf(&b, "kvtier_approximate_tokens_total %llu\n", (unsigned long long)m->approx_tokens);
     header(&b, "kvtier_approximate_recomputed_tokens_total", "counter",
            "Placed document tokens recomputed because their KV deviated most (counted in computed tokens).");
-    put(&b, "kvtier_approximate_recomputed_tokens_total %llu\n", (unsigned long long)m->approx_recomputed);
+    kvt_strbuf_printf(&b, "kvtier_approximate_recomputed_tokens_total %llu\n", (unsigned long long)m->approx_recomputed);
     header(&b, "kvtier_approximate_stored_tokens_total", "counter",
            "Document tokens computed to store a document's KV for placing (not part of any prompt's count).");
-    put(&b, "kvtier_approximate_stored_tokens_total %llu\n", (unsigned long long)m->approx_stored);
+    kvt_strbuf_printf(&b, "kvtier_approximate_stored_tokens_total %llu\n", (unsigned long long)m->approx_stored);
     header(&b, "kvtier_time_to_first_token_seconds", "histogram", "From arrival to the first generated token.");
     histogram(&b, "kvtier_time_to_first_token_seconds", "", ttft_buckets, N_TTFT_BUCKETS, m->ttft_bucket, m->ttft_count,
               m->ttft_sum);
@@ -332,8 +312,8 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     pthread_mutex_unlock(&m->mu);
     header(&b, "kvtier_build_info", "gauge",
            "1, labelled with the build: version, git commit, kernel variant in use and numerics id.");
-    put(&b, "kvtier_build_info{version=\"%s\",commit=\"%s\",ops_variant=\"%s\",numerics=\"%s\"} 1\n", KVT_VERSION,
-        KVT_GIT_COMMIT, kvt_ops_variant(), kvt_ops_numerics_id());
+    kvt_strbuf_printf(&b, "kvtier_build_info{version=\"%s\",commit=\"%s\",ops_variant=\"%s\",numerics=\"%s\"} 1\n",
+                      KVT_VERSION, KVT_GIT_COMMIT, kvt_ops_variant(), kvt_ops_numerics_id());
     render_process(&b);
 
     const kvt_cache_stats *c = &g->cache;
@@ -345,130 +325,142 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     uint64_t evictions[KVT_TIER_COUNT] = {c->t0_evictions, c->t1_evictions, 0, 0};
     header(&b, "kvtier_tier_used_bytes", "gauge", "Bytes of KV held per tier (T0: pages in use, cached or running).");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_tier_used_bytes{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)used[t]);
+        kvt_strbuf_printf(&b, "kvtier_tier_used_bytes{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)used[t]);
     header(&b, "kvtier_tier_budget_bytes", "gauge", "Byte budget per tier (0: tier not configured).");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_tier_budget_bytes{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)budget[t]);
+        kvt_strbuf_printf(&b, "kvtier_tier_budget_bytes{tier=\"%s\"} %llu\n", tier_names[t],
+                          (unsigned long long)budget[t]);
     header(&b, "kvtier_tier_evictions_total", "counter", "Blocks evicted from each tier.");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_tier_evictions_total{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)evictions[t]);
+        kvt_strbuf_printf(&b, "kvtier_tier_evictions_total{tier=\"%s\"} %llu\n", tier_names[t],
+                          (unsigned long long)evictions[t]);
     header(&b, "kvtier_cache_blocks", "gauge", "Blocks indexed per tier.");
     for (int t = 0; t < KVT_TIER_COUNT; t++)
-        put(&b, "kvtier_cache_blocks{tier=\"%s\"} %llu\n", tier_names[t], (unsigned long long)c->index_entries[t]);
+        kvt_strbuf_printf(&b, "kvtier_cache_blocks{tier=\"%s\"} %llu\n", tier_names[t],
+                          (unsigned long long)c->index_entries[t]);
     header(&b, "kvtier_disk_bytes_total", "counter", "Disk tier (T2) I/O in bytes, by direction.");
-    put(&b, "kvtier_disk_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t2_bytes_read);
-    put(&b, "kvtier_disk_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t2_bytes_written);
+    kvt_strbuf_printf(&b, "kvtier_disk_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t2_bytes_read);
+    kvt_strbuf_printf(&b, "kvtier_disk_bytes_total{direction=\"write\"} %llu\n",
+                      (unsigned long long)c->t2_bytes_written);
     header(&b, "kvtier_disk_records_written_total", "counter", "Blocks written to the disk tier.");
-    put(&b, "kvtier_disk_records_written_total %llu\n", (unsigned long long)c->t2_writes);
+    kvt_strbuf_printf(&b, "kvtier_disk_records_written_total %llu\n", (unsigned long long)c->t2_writes);
     header(&b, "kvtier_disk_writes_dropped_total", "counter", "Disk writes dropped (queue full, disk full, errors).");
-    put(&b, "kvtier_disk_writes_dropped_total %llu\n", (unsigned long long)c->t2_dropped);
+    kvt_strbuf_printf(&b, "kvtier_disk_writes_dropped_total %llu\n", (unsigned long long)c->t2_dropped);
     header(&b, "kvtier_disk_writes_disabled", "gauge",
            "1 while disk writes are off (2: for lack of space, resuming when space is back), else 0.");
-    put(&b, "kvtier_disk_writes_disabled %d\n", c->t2_out_of_space ? 2 : c->t2_writes_disabled ? 1 : 0);
+    kvt_strbuf_printf(&b, "kvtier_disk_writes_disabled %d\n", c->t2_out_of_space ? 2 : c->t2_writes_disabled ? 1 : 0);
     header(&b, "kvtier_disk_space_pauses_total", "counter", "Times disk writes stopped because the disk was full.");
-    put(&b, "kvtier_disk_space_pauses_total %llu\n", (unsigned long long)c->t2_space_pauses);
+    kvt_strbuf_printf(&b, "kvtier_disk_space_pauses_total %llu\n", (unsigned long long)c->t2_space_pauses);
     header(&b, "kvtier_disk_restores_total", "counter", "Blocks read back from disk into pages.");
-    put(&b, "kvtier_disk_restores_total %llu\n", (unsigned long long)c->t2_restores);
+    kvt_strbuf_printf(&b, "kvtier_disk_restores_total %llu\n", (unsigned long long)c->t2_restores);
     header(&b, "kvtier_disk_recompute_decisions_total", "counter",
            "Requests that recomputed disk blocks because reading them was measured slower.");
-    put(&b, "kvtier_disk_recompute_decisions_total %llu\n", (unsigned long long)c->t2_recompute_decisions);
+    kvt_strbuf_printf(&b, "kvtier_disk_recompute_decisions_total %llu\n", (unsigned long long)c->t2_recompute_decisions);
     header(&b, "kvtier_remote_connected", "gauge",
            "1 while the T3 (Redis) read connection is up, 0 while down, -1 when T3 is off.");
-    put(&b, "kvtier_remote_connected %d\n", c->t3_connected);
+    kvt_strbuf_printf(&b, "kvtier_remote_connected %d\n", c->t3_connected);
     header(&b, "kvtier_remote_reads_total", "counter",
            "T3 block reads, by result (miss: absent, evicted, refused or unreachable).");
-    put(&b, "kvtier_remote_reads_total{result=\"hit\"} %llu\n", (unsigned long long)c->t3_hits);
-    put(&b, "kvtier_remote_reads_total{result=\"miss\"} %llu\n", (unsigned long long)c->t3_misses);
+    kvt_strbuf_printf(&b, "kvtier_remote_reads_total{result=\"hit\"} %llu\n", (unsigned long long)c->t3_hits);
+    kvt_strbuf_printf(&b, "kvtier_remote_reads_total{result=\"miss\"} %llu\n", (unsigned long long)c->t3_misses);
     header(&b, "kvtier_remote_bad_values_total", "counter",
            "T3 values refused: CRC, MAC, namespace, parent or tokens did not match.");
-    put(&b, "kvtier_remote_bad_values_total %llu\n", (unsigned long long)c->t3_bad);
+    kvt_strbuf_printf(&b, "kvtier_remote_bad_values_total %llu\n", (unsigned long long)c->t3_bad);
     header(&b, "kvtier_remote_bytes_total", "counter", "T3 value bytes, by direction.");
-    put(&b, "kvtier_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t3_bytes_read);
-    put(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n", (unsigned long long)c->t3_bytes_written);
+    kvt_strbuf_printf(&b, "kvtier_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)c->t3_bytes_read);
+    kvt_strbuf_printf(&b, "kvtier_remote_bytes_total{direction=\"write\"} %llu\n",
+                      (unsigned long long)c->t3_bytes_written);
     header(&b, "kvtier_remote_retry_held_blocks", "gauge",
            "T3 writes held in memory while Redis is unreachable, to be sent when it is back.");
-    put(&b, "kvtier_remote_retry_held_blocks %llu\n", (unsigned long long)c->t3_retry_held);
+    kvt_strbuf_printf(&b, "kvtier_remote_retry_held_blocks %llu\n", (unsigned long long)c->t3_retry_held);
     header(&b, "kvtier_remote_retry_total", "counter",
            "Held T3 writes, by outcome (sent: stored late; dropped: the holding was full).");
-    put(&b, "kvtier_remote_retry_total{result=\"sent\"} %llu\n", (unsigned long long)c->t3_retry_sent);
-    put(&b, "kvtier_remote_retry_total{result=\"dropped\"} %llu\n", (unsigned long long)c->t3_retry_dropped);
+    kvt_strbuf_printf(&b, "kvtier_remote_retry_total{result=\"sent\"} %llu\n", (unsigned long long)c->t3_retry_sent);
+    kvt_strbuf_printf(&b, "kvtier_remote_retry_total{result=\"dropped\"} %llu\n",
+                      (unsigned long long)c->t3_retry_dropped);
     header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
-    put(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
+    kvt_strbuf_printf(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
     header(&b, "kvtier_remote_written_payload_bytes_total", "counter",
            "Payload bytes of the T3 values written, before compression (over write bytes: the ratio).");
-    put(&b, "kvtier_remote_written_payload_bytes_total %llu\n", (unsigned long long)c->t3_payload_written);
+    kvt_strbuf_printf(&b, "kvtier_remote_written_payload_bytes_total %llu\n", (unsigned long long)c->t3_payload_written);
     header(&b, "kvtier_remote_values_encoded_total", "counter",
            "T3 values encoded with --kv-remote-compress zstd, by codec (raw: did not shrink).");
-    put(&b, "kvtier_remote_values_encoded_total{codec=\"zstd\"} %llu\n", (unsigned long long)c->t3_compressed);
-    put(&b, "kvtier_remote_values_encoded_total{codec=\"raw\"} %llu\n", (unsigned long long)c->t3_incompressible);
+    kvt_strbuf_printf(&b, "kvtier_remote_values_encoded_total{codec=\"zstd\"} %llu\n",
+                      (unsigned long long)c->t3_compressed);
+    kvt_strbuf_printf(&b, "kvtier_remote_values_encoded_total{codec=\"raw\"} %llu\n",
+                      (unsigned long long)c->t3_incompressible);
     header(&b, "kvtier_remote_writes_dropped_total", "counter", "T3 writes dropped (queue full, Redis down, errors).");
-    put(&b, "kvtier_remote_writes_dropped_total %llu\n", (unsigned long long)c->t3_dropped);
+    kvt_strbuf_printf(&b, "kvtier_remote_writes_dropped_total %llu\n", (unsigned long long)c->t3_dropped);
     header(&b, "kvtier_remote_restores_total", "counter", "Blocks read back from T3 into pages.");
-    put(&b, "kvtier_remote_restores_total %llu\n", (unsigned long long)c->t3_restores);
+    kvt_strbuf_printf(&b, "kvtier_remote_restores_total %llu\n", (unsigned long long)c->t3_restores);
     header(&b, "kvtier_remote_errors_total", "counter", "T3 connection failures, timeouts and error replies.");
-    put(&b, "kvtier_remote_errors_total %llu\n", (unsigned long long)c->t3_errors);
+    kvt_strbuf_printf(&b, "kvtier_remote_errors_total %llu\n", (unsigned long long)c->t3_errors);
     header(&b, "kvtier_remote_timeouts_total", "counter",
            "T3 read calls cut by their deadline (--kv-remote-timeout-ms).");
-    put(&b, "kvtier_remote_timeouts_total %llu\n", (unsigned long long)c->t3_timeouts);
+    kvt_strbuf_printf(&b, "kvtier_remote_timeouts_total %llu\n", (unsigned long long)c->t3_timeouts);
     header(&b, "kvtier_remote_probes_total", "counter", "Lookups that asked T3 for blocks the local index lacked.");
-    put(&b, "kvtier_remote_probes_total %llu\n", (unsigned long long)c->t3_probes);
+    kvt_strbuf_printf(&b, "kvtier_remote_probes_total %llu\n", (unsigned long long)c->t3_probes);
     header(&b, "kvtier_remote_probe_found_blocks_total", "counter", "Blocks those probes found in T3.");
-    put(&b, "kvtier_remote_probe_found_blocks_total %llu\n", (unsigned long long)c->t3_probe_found);
+    kvt_strbuf_printf(&b, "kvtier_remote_probe_found_blocks_total %llu\n", (unsigned long long)c->t3_probe_found);
     header(&b, "kvtier_remote_latency_seconds", "summary",
            "Wall time of T3 read calls (one pipelined round trip each).");
-    put(&b, "kvtier_remote_latency_seconds_sum %.6f\n", c->t3_latency_sum_s);
-    put(&b, "kvtier_remote_latency_seconds_count %llu\n", (unsigned long long)c->t3_round_trips);
+    kvt_strbuf_printf(&b, "kvtier_remote_latency_seconds_sum %.6f\n", c->t3_latency_sum_s);
+    kvt_strbuf_printf(&b, "kvtier_remote_latency_seconds_count %llu\n", (unsigned long long)c->t3_round_trips);
     header(&b, "kvtier_cache_lookup_tokens_total", "counter", "Prompt tokens matched against the cache.");
-    put(&b, "kvtier_cache_lookup_tokens_total %llu\n", (unsigned long long)c->lookup_tokens);
+    kvt_strbuf_printf(&b, "kvtier_cache_lookup_tokens_total %llu\n", (unsigned long long)c->lookup_tokens);
     header(&b, "kvtier_cache_hit_tokens_total", "counter", "Of those, tokens restored instead of computed.");
-    put(&b, "kvtier_cache_hit_tokens_total %llu\n", (unsigned long long)c->hit_tokens);
+    kvt_strbuf_printf(&b, "kvtier_cache_hit_tokens_total %llu\n", (unsigned long long)c->hit_tokens);
     header(&b, "kvtier_cache_hit_ratio", "gauge", "hit_tokens / lookup_tokens since start.");
-    put(&b, "kvtier_cache_hit_ratio %.6f\n", c->lookup_tokens ? (double)c->hit_tokens / (double)c->lookup_tokens : 0.0);
+    kvt_strbuf_printf(&b, "kvtier_cache_hit_ratio %.6f\n",
+                      c->lookup_tokens ? (double)c->hit_tokens / (double)c->lookup_tokens : 0.0);
     header(&b, "kvtier_disk_write_waits_total", "counter",
            "Demotions that waited for the disk writer (back-pressure instead of a drop).");
-    put(&b, "kvtier_disk_write_waits_total %llu\n", (unsigned long long)c->t2_put_waits);
+    kvt_strbuf_printf(&b, "kvtier_disk_write_waits_total %llu\n", (unsigned long long)c->t2_put_waits);
     header(&b, "kvtier_disk_queue_hits_total", "counter",
            "Blocks restored from the disk write queue before they reached the disk.");
-    put(&b, "kvtier_disk_queue_hits_total %llu\n", (unsigned long long)c->t2_queue_hits);
+    kvt_strbuf_printf(&b, "kvtier_disk_queue_hits_total %llu\n", (unsigned long long)c->t2_queue_hits);
     header(&b, "kvtier_cache_discarded_blocks_total", "counter",
            "Blocks that left T0/T1 and reached no lower tier (none configured, or full).");
-    put(&b, "kvtier_cache_discarded_blocks_total %llu\n", (unsigned long long)c->discarded);
+    kvt_strbuf_printf(&b, "kvtier_cache_discarded_blocks_total %llu\n", (unsigned long long)c->discarded);
     header(&b, "kvtier_cache_shortfalls_total", "counter",
            "Requests that reused fewer tokens than their lookup matched, by cause.");
     for (int k = 1; k < KVT_SHORTFALL_COUNT; k++)
-        put(&b, "kvtier_cache_shortfalls_total{cause=\"%s\"} %llu\n", kvt_shortfall_name((kvt_shortfall)k),
-            (unsigned long long)c->shortfalls[k]);
+        kvt_strbuf_printf(&b, "kvtier_cache_shortfalls_total{cause=\"%s\"} %llu\n",
+                          kvt_shortfall_name((kvt_shortfall)k), (unsigned long long)c->shortfalls[k]);
     header(&b, "kvtier_cache_misses_total", "counter",
            "Requests whose reuse stopped before the end of the prompt, by reason (docs/api.md \"Why did this "
            "miss?\").");
     for (int k = KVT_REUSE_END_OF_PROMPT + 1; k < KVT_REUSE_REASON_COUNT; k++)
-        put(&b, "kvtier_cache_misses_total{reason=\"%s\"} %llu\n", kvt_reuse_reason_name((kvt_reuse_reason)k),
-            (unsigned long long)c->reuse_stops[k]);
+        kvt_strbuf_printf(&b, "kvtier_cache_misses_total{reason=\"%s\"} %llu\n",
+                          kvt_reuse_reason_name((kvt_reuse_reason)k), (unsigned long long)c->reuse_stops[k]);
     header(&b, "kvtier_cache_full_reuse_total", "counter",
            "Requests that reused every full cached block of their prompt (reason end_of_prompt).");
-    put(&b, "kvtier_cache_full_reuse_total %llu\n", (unsigned long long)c->reuse_stops[KVT_REUSE_END_OF_PROMPT]);
+    kvt_strbuf_printf(&b, "kvtier_cache_full_reuse_total %llu\n",
+                      (unsigned long long)c->reuse_stops[KVT_REUSE_END_OF_PROMPT]);
     header(&b, "kvtier_cache_shortfall_tokens_total", "counter", "Matched tokens those requests recomputed.");
-    put(&b, "kvtier_cache_shortfall_tokens_total %llu\n", (unsigned long long)c->shortfall_tokens);
+    kvt_strbuf_printf(&b, "kvtier_cache_shortfall_tokens_total %llu\n", (unsigned long long)c->shortfall_tokens);
     header(&b, "kvtier_sessions_warm", "gauge", "Agent sessions kept warm in T0 now.");
-    put(&b, "kvtier_sessions_warm %d\n", c->warm_sessions);
+    kvt_strbuf_printf(&b, "kvtier_sessions_warm %d\n", c->warm_sessions);
     header(&b, "kvtier_sessions_released_total", "counter", "Warm sessions let go, by why.");
-    put(&b, "kvtier_sessions_released_total{why=\"pressure\"} %llu\n", (unsigned long long)c->sessions_released);
-    put(&b, "kvtier_sessions_released_total{why=\"expired\"} %llu\n", (unsigned long long)c->sessions_expired);
+    kvt_strbuf_printf(&b, "kvtier_sessions_released_total{why=\"pressure\"} %llu\n",
+                      (unsigned long long)c->sessions_released);
+    kvt_strbuf_printf(&b, "kvtier_sessions_released_total{why=\"expired\"} %llu\n",
+                      (unsigned long long)c->sessions_expired);
     header(&b, "kvtier_pinned_pages", "gauge", "T0 pages held by pins and warm sessions.");
-    put(&b, "kvtier_pinned_pages %d\n", c->t0_pages_pinned);
+    kvt_strbuf_printf(&b, "kvtier_pinned_pages %d\n", c->t0_pages_pinned);
     header(&b, "kvtier_prefetched_blocks_total", "counter", "Blocks restored into T0 ahead of their request.");
-    put(&b, "kvtier_prefetched_blocks_total %llu\n", (unsigned long long)c->prefetched_blocks);
+    kvt_strbuf_printf(&b, "kvtier_prefetched_blocks_total %llu\n", (unsigned long long)c->prefetched_blocks);
     header(&b, "kvtier_queue_depth", "gauge", "Requests waiting for a sequence slot.");
-    put(&b, "kvtier_queue_depth %d\n", g->queue_depth);
+    kvt_strbuf_printf(&b, "kvtier_queue_depth %d\n", g->queue_depth);
     header(&b, "kvtier_sequences_active", "gauge", "Sequences being prefilled or decoded.");
-    put(&b, "kvtier_sequences_active %d\n", g->active);
+    kvt_strbuf_printf(&b, "kvtier_sequences_active %d\n", g->active);
     header(&b, "kvtier_sequences_max", "gauge", "Sequences decoded together at most (--parallel).");
-    put(&b, "kvtier_sequences_max %d\n", g->parallel);
+    kvt_strbuf_printf(&b, "kvtier_sequences_max %d\n", g->parallel);
     header(&b, "kvtier_http_inflight_body_bytes", "gauge",
            "Request body bytes held by requests in flight (--max-inflight-bytes bounds it).");
-    put(&b, "kvtier_http_inflight_body_bytes %llu\n", (unsigned long long)g->inflight_body_bytes);
+    kvt_strbuf_printf(&b, "kvtier_http_inflight_body_bytes %llu\n", (unsigned long long)g->inflight_body_bytes);
     header(&b, "kvtier_http_deadline_closed_total", "counter",
            "Connections closed for not sending a whole request within --request-timeout.");
-    put(&b, "kvtier_http_deadline_closed_total %llu\n", (unsigned long long)g->deadline_closed);
+    kvt_strbuf_printf(&b, "kvtier_http_deadline_closed_total %llu\n", (unsigned long long)g->deadline_closed);
     return b.s;
 }

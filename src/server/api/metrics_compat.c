@@ -10,38 +10,18 @@
 #include "common.h"
 #include "metrics.h"
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-} outbuf;
-
-static void __attribute__((format(printf, 2, 3))) out(outbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = b->cap * 2 + (size_t)n + 1;
-        b->s = kvt_xrealloc(b->s, b->cap);
-    }
-}
 
 /* One metric without labels: HELP, TYPE and its value (%.6f for a gauge or seconds, %llu for a count). */
-static void one(outbuf *b, const char *name, const char *type, const char *help, double v) {
-    out(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    if (v == (double)(unsigned long long)v && v >= 0) out(b, "%s %llu\n", name, (unsigned long long)v);
-    else out(b, "%s %.6f\n", name, v);
+static void one(kvt_strbuf *b, const char *name, const char *type, const char *help, double v) {
+    kvt_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    if (v == (double)(unsigned long long)v && v >= 0) kvt_strbuf_printf(b, "%s %llu\n", name, (unsigned long long)v);
+    else kvt_strbuf_printf(b, "%s %.6f\n", name, v);
 }
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
 /* llama-server's names: its throughput gauges are tokens over the seconds spent on them. */
-static void llamacpp(outbuf *b, const kvt_metrics_totals *t, const kvt_metrics_gauges *g) {
+static void llamacpp(kvt_strbuf *b, const kvt_metrics_totals *t, const kvt_metrics_gauges *g) {
     const kvt_cache_stats *c = &g->cache;
     int32_t used_pages = c->t0_pages_total - c->t0_pages_free;
     one(b, "llamacpp:prompt_tokens_total", "counter", "Prompt tokens computed (cached ones not counted).",
@@ -66,21 +46,21 @@ static void llamacpp(outbuf *b, const kvt_metrics_totals *t, const kvt_metrics_g
 }
 
 /* A histogram from non-cumulative buckets. */
-static void histogram(outbuf *b, const char *name, const char *help, const double *bounds, int n,
+static void histogram(kvt_strbuf *b, const char *name, const char *help, const double *bounds, int n,
                       const uint64_t *bucket, uint64_t count, double sum) {
-    out(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    kvt_strbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < n; i++) {
         cum += bucket[i];
-        out(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+        kvt_strbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
     }
-    out(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)count, name, sum,
-        name, (unsigned long long)count);
+    kvt_strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)count,
+                      name, sum, name, (unsigned long long)count);
 }
 
 /* vLLM's names: prefix-cache queries and hits in tokens, KV usage, running and waiting requests, the
  * time to first token and between tokens. */
-static void vllm(outbuf *b, const kvt_metrics_totals *t, const kvt_metrics_gauges *g) {
+static void vllm(kvt_strbuf *b, const kvt_metrics_totals *t, const kvt_metrics_gauges *g) {
     const kvt_cache_stats *c = &g->cache;
     one(b, "vllm:num_requests_running", "gauge", "Requests being prefilled or decoded.", g->active);
     one(b, "vllm:num_requests_waiting", "gauge", "Requests waiting for a sequence slot.", g->queue_depth);
@@ -105,7 +85,7 @@ static void vllm(outbuf *b, const kvt_metrics_totals *t, const kvt_metrics_gauge
 }
 
 char *kvt_metrics_render_compat(char *text, int names, const kvt_metrics_totals *t, const kvt_metrics_gauges *g) {
-    outbuf b = {.s = text, .len = strlen(text)};
+    kvt_strbuf b = {.s = text, .len = strlen(text)};
     b.cap = b.len + 1;
     if (names & KVT_METRICS_LLAMACPP) llamacpp(&b, t, g);
     if (names & KVT_METRICS_VLLM) vllm(&b, t, g);
