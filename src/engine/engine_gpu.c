@@ -150,10 +150,21 @@ typedef struct {
 
 static act_buf dev_f32(kvt_gpu_buf **slot, uint64_t n) { return (act_buf){slot, (n ? n : 1) * 4, KVT_GPU_DEVICE}; }
 
-/* The widest input of a matmul: the columns the quantized-activation scratch holds per token. */
+static int quantized(const kvt_wmat *w) { return w->type != KVT_TYPE_F32 && w->type != KVT_TYPE_F16; }
+
+/* The columns the quantized-activation scratch holds per token: a matmul's
+ * widest input, or 0 where every weight is F16 or F32 (no matmul quantizes
+ * its input, so no scratch is reserved or planned). */
 static uint32_t matmul_cols(const kvt_engine *e) {
-    const kvt_hparams *hp = &e->model->hp;
-    return (uint32_t)KVT_MAX(KVT_MAX(hp->n_embd, hp->n_ff), e->q_dim);
+    const kvt_model *m = e->model;
+    const kvt_hparams *hp = &m->hp;
+    int any = quantized(&m->output);
+    for (int32_t l = 0; !any && l < hp->n_layer; l++) {
+        const kvt_layer *L = &m->layers[l];
+        any = quantized(&L->wq) || quantized(&L->wk) || quantized(&L->wv) || quantized(&L->wo) ||
+            quantized(&L->w_gate) || quantized(&L->w_up) || quantized(&L->w_down);
+    }
+    return any ? (uint32_t)KVT_MAX(KVT_MAX(hp->n_embd, hp->n_ff), e->q_dim) : 0;
 }
 
 /* Long: the activations for a chunk of g->nb tokens and the staging buffers, sized (into bufs, N_ACT of
@@ -204,7 +215,7 @@ static int act_layout(kvt_engine *e, kvt_eng_gpu *g, act_buf *bufs) {
         else g->act_stage_bytes += bufs[i].bytes;
     }
     /* the kernels' quantized-activation scratch, reserved for the chunk in make_activations */
-    g->act_dev_bytes += kvt_gpu_quant_scratch_bytes((uint32_t)g->nb, matmul_cols(e));
+    if (matmul_cols(e)) g->act_dev_bytes += kvt_gpu_quant_scratch_bytes((uint32_t)g->nb, matmul_cols(e));
     if (e->rope_cos_alt) /* make_alt_rope's: the sliding layers' angles, on the device and staged */
         g->act_dev_bytes += 2 * angles * 4, g->act_stage_bytes += 2 * angles * 4;
     /* the page I/O staging buffer and kvt_pages_stage's (made on first use) at their largest, so that the
@@ -216,7 +227,7 @@ static int act_layout(kvt_engine *e, kvt_eng_gpu *g, act_buf *bufs) {
 static int make_activations(kvt_engine *e, kvt_eng_gpu *g, const act_buf *bufs) {
     int rc = 0;
     for (int i = 0; i < N_ACT && !rc; i++) rc = kvt_gpu_buf_new(g->d, bufs[i].kind, bufs[i].bytes, bufs[i].slot);
-    if (!rc) rc = kvt_gpu_kernels_reserve_scratch(g->k, (uint32_t)g->nb, matmul_cols(e));
+    if (!rc && matmul_cols(e)) rc = kvt_gpu_kernels_reserve_scratch(g->k, (uint32_t)g->nb, matmul_cols(e));
     if (rc) kvt_fail_prefix(rc, "GPU activations for %d tokens: ", g->nb);
     return rc;
 }

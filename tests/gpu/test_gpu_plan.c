@@ -15,7 +15,8 @@
  *    supported; -ngl below the layer count on a model that fits is refused,
  *    -1, the layer count and 99 are accepted; a fraction of 0 is the default,
  *    one outside (0, 1] is KVT_EARG;
- *  - on a quantized model the kernels' quantize scratch is made up front at
+ *  - on an F16 model no quantize scratch is made or planned; on a quantized
+ *    model the kernels' quantize scratch is made up front at
  *    its exact size for a chunk (kvt_gpu_quant_scratch_bytes of the widest
  *    matmul input), the plan's device activations are exactly the buffers
  *    made with it, and a forward pass of a whole context never grows it.
@@ -173,14 +174,15 @@ static void check_plan(const kvt_model *m) {
     CHECK(plan_of(m, params(8, 0.9f, -2), &p) == KVT_EARG);
 }
 
-/* Long: the scratch's size, the plan's device activations against the buffers made, then a forward pass. */
-static void check_quant_scratch(void) {
+/* Long: the scratch's size (none for F16 weights, whose matmuls quantize nothing), the plan's device
+ * activations against the buffers made, then a forward pass. */
+static void check_quant_scratch(const char *file, uint32_t type) {
     unsetenv("KVT_VK_MEM_LIMIT");
-    kvt_model *m = kvt_test_tiny_model_typed("gpu_plan_q8.gguf", 512, KVT_TYPE_Q8_0);
+    kvt_model *m = kvt_test_tiny_model_typed(file, 512, type);
     CHECK(m != NULL);
     kvt_engine *e = NULL;
     if (!m || kvt_engine_new(m, params(8, 0.9f, -1), &e) != 0) {
-        CHECKF(0, "a Q8_0 engine: %s", kvt_errmsg());
+        CHECKF(0, "a %s engine: %s", kvt_ggml_type_name(type), kvt_errmsg());
         kvt_model_free(m);
         return;
     }
@@ -188,9 +190,9 @@ static void check_quant_scratch(void) {
     const kvt_hparams *hp = &m->hp;
     uint32_t cols = (uint32_t)(hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff);
     if ((uint32_t)e->q_dim > cols) cols = (uint32_t)e->q_dim;
-    const uint64_t want = kvt_gpu_quant_scratch_bytes((uint32_t)g->nb, cols);
-    CHECKF(kvt_gpu_kernels_scratch_bytes(g->k) == want, "the scratch has %llu bytes up front (want %llu)",
-           (unsigned long long)kvt_gpu_kernels_scratch_bytes(g->k), (unsigned long long)want);
+    const uint64_t want = type == KVT_TYPE_F16 ? 0 : kvt_gpu_quant_scratch_bytes((uint32_t)g->nb, cols);
+    CHECKF(kvt_gpu_kernels_scratch_bytes(g->k) == want, "%s: the scratch has %llu bytes up front (want %llu)",
+           kvt_ggml_type_name(type), (unsigned long long)kvt_gpu_kernels_scratch_bytes(g->k), (unsigned long long)want);
     /* every device activation buffer the engine made, the scratch with them, is what the plan counts */
     kvt_gpu_buf *const made[] = {g->x,  g->xb, g->q,    g->k_, g->v,   g->att,    g->hb,     g->hb2,
                                  g->cs, g->sn, g->meta, g->xw, g->xw2, g->logits, g->cs_alt, g->sn_alt};
@@ -216,7 +218,8 @@ int main(void) {
     CHECK(m != NULL);
     if (m) check_plan(m);
     kvt_model_free(m);
-    check_quant_scratch();
+    check_quant_scratch("gpu_plan_q8.gguf", KVT_TYPE_Q8_0);
+    check_quant_scratch("gpu_plan_f16.gguf", KVT_TYPE_F16);
     gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_plan");
 }
