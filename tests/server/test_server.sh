@@ -252,7 +252,13 @@ kvt_wait_server main; check "exit status 0 after SIGTERM" is "$?" 0
 
 # ---- API keys: 401 without a valid key; each key its own cache namespace ----------------------------
 printf '# keys\n\nkey-two\n' >"$TMP/keys"
-kvt_start_server keys --api-key key-one --api-key-file "$TMP/keys" --parallel 1 --queue 1
+# a 32k context, so that the request holding the slot below can run long enough for others to queue
+"$BIN" mkmodel -o "$TMP/m32k.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 32768 >/dev/null 2>&1 ||
+  bad "mkmodel --ctx 32768 failed"
+KVT_SERVE_ARGS=(-m "$TMP/m32k.gguf" --host 127.0.0.1 -t 1)
+kvt_start_server keys --api-key key-one --api-key-file "$TMP/keys" --parallel 1 --queue 1 --ctx 32768 \
+  --max-tokens-limit 32768
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1)
 KEYED="{\"prompt\":\"Keyed: $LONG\",\"max_tokens\":2,\"temperature\":0}"
 post /v1/completions "$KEYED"
 check "no key 401" is "$CODE" 401
@@ -272,16 +278,22 @@ check "key from file 200" is "$CODE" 200
 check "key two does not see key one's cache" is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
 
 # ---- a full queue answers 503 with Retry-After -------------------------------------------------
-# ignore_eos keeps the first request generating (its context's worth of tokens) in the one slot
-# and the second waits in the one queue place (both seen on /health) before the others arrive
+# ignore_eos keeps the first request generating (up to 32k tokens) in the one slot and the second
+# waits in the one queue place (both seen on /health) before the others arrive; the first two are
+# streams, whose clients then hang up, which ends them
+QPIDS=()
 for i in 1 2 3 4; do
-  curl -s -m 60 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
-    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}" "$URL/v1/completions" >"$TMP/qc$i" &
-  CLIENTS+=($!)
+  curl -s -m 120 -o "$TMP/q$i" -D "$TMP/qh$i" -w '%{http_code}' -H 'Authorization: Bearer key-one' -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"Queue $i\",\"max_tokens\":32000,\"temperature\":0,\"ignore_eos\":true,\"stream\":$([ "$i" -le 2 ] && echo true || echo false)}" \
+    "$URL/v1/completions" >"$TMP/qc$i" &
+  QPIDS+=($!)
   [ "$i" = 1 ] && { wait_health .slots_busy 1 || bad "the first request never held the slot"; }
   [ "$i" = 2 ] && { wait_health .queued 1 || bad "the second request never waited in the queue"; }
 done
-wait_clients
+wait "${QPIDS[2]}" "${QPIDS[3]}"
+kill "${QPIDS[0]}" "${QPIDS[1]}" 2>/dev/null
+wait "${QPIDS[0]}" "${QPIDS[1]}" 2>/dev/null
+wait_health .slots_busy 0 || bad "the hung-up streams still hold the slot"
 n503=0
 for i in 1 2 3 4; do
   if [ "$(cat "$TMP/qc$i")" = 503 ]; then n503=$((n503 + 1)); grep -qi '^Retry-After:' "$TMP/qh$i" || bad "503 lacks Retry-After"; fi
