@@ -22,10 +22,19 @@ enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
 
 int kvt_up_parse_url(const char *url, char *host, size_t cap, int *port) {
     if (strncmp(url, "http://", 7)) return -1;
-    const char *h = url + 7, *colon = strrchr(h, ':'), *slash = strchr(h, '/');
-    if (!colon || colon == h || (slash && slash < colon)) return -1;
-    size_t n = (size_t)(colon - h);
-    if (n + 1 > cap) return -1;
+    const char *h = url + 7, *colon;
+    size_t n;
+    if (*h == '[') { /* an IPv6 address, bracketed: the host is what is inside */
+        const char *close = strchr(h, ']');
+        if (!close || close[1] != ':') return -1;
+        colon = close + 1;
+        h++;
+        n = (size_t)(close - h);
+    } else {
+        colon = strchr(h, ':');
+        n = colon ? (size_t)(colon - h) : 0;
+    }
+    if (!colon || !n || n + 1 > cap || memchr(h, '/', n)) return -1;
     char *end = NULL;
     long p = strtol(colon + 1, &end, 10);
     if (end == colon + 1 || (*end && strcmp(end, "/")) || p < 1 || p > 65535) return -1;
