@@ -327,7 +327,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         int admin = admin_of(s, c) &&
             (rule == ACCESS_ADMIN_KEY || rule == ACCESS_METRICS_KEY ||
              (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) || !strcmp(url, "/slots") ||
-             !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10) || !strcmp(url, "/v1/cache/lookup"));
+             !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10) || !strcmp(url, "/v1/cache/lookup") ||
+             !strcmp(url, "/v1/cache/events"));
         int ok = admin || rule == ACCESS_OPEN;
         if (!ok && rule == ACCESS_API_KEY) ok = (key = authenticate(s, c)) != NULL;
         if (!ok && rule == ACCESS_METRICS_KEY) ok = bearer(c) && key_equal(bearer(c), s->p.metrics_key);
