@@ -41,6 +41,8 @@ struct kvt_prefix {
     kvt_prefix_stats st;                    /* counters; bytes/ghosts filled on read */
     kvt_hash128 gone[KVT_PREFIX_GONE_RING]; /* keys that recently left every tier */
     uint32_t gone_next, gone_count;
+    kvt_prefix_observer obs; /* told of every mask change, or NULL */
+    void *obs_ctx;
 };
 
 const char *kvt_tier_name(kvt_tier t) {
@@ -69,6 +71,11 @@ void kvt_prefix_free(kvt_prefix *idx) {
 }
 
 uint32_t kvt_prefix_block_tokens(const kvt_prefix *idx) { return idx->B; }
+
+void kvt_prefix_set_observer(kvt_prefix *idx, kvt_prefix_observer fn, void *ctx) {
+    idx->obs = fn;
+    idx->obs_ctx = ctx;
+}
 
 static const int32_t *entry_tokens(const kvt_prefix *idx, uint32_t id) { return idx->toks + (size_t)id * idx->B; }
 
@@ -180,9 +187,11 @@ int kvt_prefix_add(kvt_prefix *idx, kvt_hash128 hash, kvt_hash128 parent, const 
         memcpy(idx->toks + (size_t)id * idx->B, tokens, (size_t)idx->B * sizeof *tokens);
         idx->st.entries++;
     }
+    uint32_t old_tiers = e->tiers;
     e->tiers |= bit;
     e->handle[tier] = handle;
     idx->st.tier_entries[tier]++;
+    if (idx->obs) idx->obs(idx->obs_ctx, hash, old_tiers, e->tiers);
     uint32_t pid = get_or_ghost(idx, parent); /* may move idx->ents */
     entry *p = &idx->ents[pid];
     p->children[tier]++;
@@ -212,8 +221,10 @@ int kvt_prefix_remove(kvt_prefix *idx, kvt_hash128 hash, kvt_tier tier) {
     if (!kvt_hmap128_get(&idx->map, hash, &id) || !(idx->ents[id].tiers & bit))
         return kvt_fail(KVT_ENOTFOUND, "block not in tier %s", kvt_tier_name(tier));
     entry *e = &idx->ents[id];
+    uint32_t old_tiers = e->tiers;
     e->tiers &= ~bit;
     e->handle[tier] = 0;
+    if (idx->obs) idx->obs(idx->obs_ctx, hash, old_tiers, e->tiers);
     idx->st.tier_entries[tier]--;
     int now_gone = e->tiers == 0;
     if (now_gone) idx->st.entries--;

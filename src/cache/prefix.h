@@ -144,6 +144,13 @@ int kvt_prefix_foreach(const kvt_prefix *idx, int (*fn)(void *ctx, const kvt_pre
 
 void kvt_prefix_get_stats(const kvt_prefix *idx, kvt_prefix_stats *out);
 
+/* Watching presence. fn is called after every add or remove that changes an
+ * entry's tier mask, with the mask before and after (0: absent), on the
+ * caller's thread inside the call; it must not call back into the index. A
+ * server feeds its store/evict event log from it. NULL fn stops watching. */
+typedef void (*kvt_prefix_observer)(void *ctx, kvt_hash128 hash, uint32_t old_tiers, uint32_t new_tiers);
+void kvt_prefix_set_observer(kvt_prefix *idx, kvt_prefix_observer fn, void *ctx);
+
 /* Parent -> children. Every parent key (a present entry or a ghost) heads a
  * list of the entries present in some tier that name it as parent, kept exact
  * by add/remove in O(1) (three ids per entry). Used to explain a miss: the

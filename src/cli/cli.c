@@ -25,6 +25,8 @@ const kvt_cli_command kvt_cli_commands[] = {
     {"info", kvt_cmd_info, kvt_usage_info,
      "describe a GGUF model: architecture, shapes, types, tokenizer, fingerprint, KV size"},
     {"tokenize", kvt_cmd_tokenize, kvt_usage_tokenize, "print the token ids of a text"},
+    {"route", kvt_cmd_route, kvt_usage_route,
+     "prefix-affinity HTTP router in front of several serve nodes (sessions, cached prefixes, load)"},
     {"cache", kvt_cmd_cache, kvt_usage_cache,
      "inspect or maintain a disk cache directory: stats, ls, verify, gc, clear"},
     {"rag", kvt_cmd_rag, kvt_usage_rag,

@@ -27,6 +27,7 @@ int kvt_cmd_serve(int argc, char **argv);    /* cli_serve.c */
 int kvt_cmd_lint(int argc, char **argv);     /* cli_lint.c */
 int kvt_cmd_rag(int argc, char **argv);      /* cli_rag.c */
 int kvt_cmd_quantize(int argc, char **argv); /* cli_quantize.c */
+int kvt_cmd_route(int argc, char **argv);    /* cli_route.c */
 
 
 /* Shared helpers for subcommands. */
@@ -172,6 +173,7 @@ void kvt_usage_lint(FILE *f);
 void kvt_usage_rag(FILE *f);
 void kvt_usage_mkmodel(FILE *f);
 void kvt_usage_quantize(FILE *f);
+void kvt_usage_route(FILE *f);
 
 typedef struct {
     const char *name;

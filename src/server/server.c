@@ -70,6 +70,8 @@ static void server_free(kvt_server *s) {
     kvt_call_memo_free(s->calls);
     kvt_prompt_ring_free(s->recent);
     kvt_req_ring_free(s->reqs);
+    kvt_prefix_set_observer(kvt_cache_index(s->cache), NULL, NULL); /* the cache may outlive the server */
+    kvt_cache_events_free(s->events);
     kvt_metrics_free(s->metrics);
     for (int32_t i = 0; i < s->n_pins; i++) kvt_cache_release(s->cache, s->pins[i].pin);
     free(s->pins);
@@ -136,6 +138,9 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->reqs = kvt_req_ring_new(KVT_REQ_RING_DEFAULT);
     s->metrics = kvt_metrics_new();
+    s->events = kvt_cache_events_new(KVT_CACHE_EVENTS_DEFAULT);
+    /* the feed starts here: blocks already present (a reopened disk tier) are not in it */
+    kvt_prefix_set_observer(kvt_cache_index(c), kvt_cache_events_observe, s->events);
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);

@@ -44,6 +44,7 @@
 #include "api_utf8.h"
 #include "blend.h"
 #include "cache.h"
+#include "cache_events.h"
 #include "dashboard_ring.h"
 #include "engine.h"
 #include "http_conns.h"
@@ -182,7 +183,7 @@ typedef struct {
 } slot;
 
 /* An admin request (/v1/cache/...), run as a job on the engine thread. */
-typedef enum { JOB_PIN, JOB_UNPIN, JOB_PREFETCH, JOB_FLUSH, JOB_STATS } job_kind;
+typedef enum { JOB_PIN, JOB_UNPIN, JOB_PREFETCH, JOB_FLUSH, JOB_STATS, JOB_LOOKUP } job_kind;
 
 typedef struct admin_job {
     job_kind kind;
@@ -262,6 +263,7 @@ struct kvt_server {
     /* engine thread only: pins made through /v1/cache/pin */
     server_pin *pins;
     int32_t n_pins, cap_pins;
+    kvt_cache_events *events; /* what this node stores and evicts, for GET /v1/cache/events */
 };
 
 /* ---- HTTP (http_router.c) --------------------------------------------------------- */
@@ -289,8 +291,10 @@ typedef enum {
     R_LLAMA_COMPLETION, /* llama-server's POST /completion */
     R_APPLY_TEMPLATE,
     R_SLOTS,
-    R_EMBEDDINGS,     /* POST /v1/embeddings */
-    R_LLAMA_EMBEDDING /* llama-server's POST /embedding */
+    R_EMBEDDINGS,      /* POST /v1/embeddings */
+    R_LLAMA_EMBEDDING, /* llama-server's POST /embedding */
+    R_CACHE_LOOKUP,    /* GET or POST /v1/cache/lookup (handlers_lookup.c) */
+    R_CACHE_EVENTS     /* GET /v1/cache/events */
 } route;
 
 struct conn_state;
@@ -357,6 +361,13 @@ int kvt_srv_completion_is_multi(const conn_state *cs);
 /* POST /v1/embeddings and /embedding (handlers_embed.c) */
 enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *c, struct conn_state *cs);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* GET|POST /v1/cache/lookup and GET /v1/cache/events (handlers_lookup.c) */
+enum MHD_Result kvt_srv_handle_lookup(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+enum MHD_Result kvt_srv_handle_events(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* The body of a lookup answer for r's prompt (sched_lookup.c): its block keys and, with
+ * tiers (the engine thread only), how many of its tokens each tier holds here; counts
+ * hides those numbers (--hide-cached-tokens to a client). */
+char *kvt_srv_lookup_json(kvt_server *s, const srv_req *r, int tiers, int counts);
 
 /* ---- requests (sched_submit.c) ------------------------------------------------------- */
 

@@ -23,7 +23,7 @@
  * route when it has "messages"; completions otherwise. */
 static kvt_api_kind kind_of(route r, const char *body, size_t len) {
     if (r == R_CHAT || r == R_RAG || r == R_APPLY_TEMPLATE) return KVT_API_CHAT;
-    if (r != R_PREFILL && r != R_CACHE_PIN && r != R_CACHE_PREFETCH) return KVT_API_COMPLETION;
+    if (r != R_PREFILL && r != R_CACHE_PIN && r != R_CACHE_PREFETCH && r != R_CACHE_LOOKUP) return KVT_API_COMPLETION;
     cJSON *root = cJSON_ParseWithLength(body, len);
     kvt_api_kind k = root && cJSON_GetObjectItemCaseSensitive(root, "messages") ? KVT_API_CHAT : KVT_API_COMPLETION;
     cJSON_Delete(root);

@@ -41,6 +41,9 @@ static const struct {
     {"/v1/cache/flush", "POST", "cache_flush", R_CACHE_FLUSH, kvt_srv_handle_admin},
     {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS, kvt_srv_handle_admin},
     {"/v1/cache/lint", "GET", "cache_lint", R_CACHE_LINT, kvt_srv_handle_lint},
+    {"/v1/cache/lookup", "GET", "cache_lookup", R_CACHE_LOOKUP, kvt_srv_handle_lookup},
+    {"/v1/cache/lookup", "POST", "cache_lookup", R_CACHE_LOOKUP, kvt_srv_handle_lookup},
+    {"/v1/cache/events", "GET", "cache_events", R_CACHE_EVENTS, kvt_srv_handle_events},
     /* llama-server's own routes, and its paths without /v1 */
     {"/completion", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
     {"/completions", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
@@ -68,6 +71,7 @@ static kvt_api_body body_of(route r) {
     case R_RAG: return KVT_BODY_CHAT;
     case R_PREFILL:
     case R_CACHE_PIN:
+    case R_CACHE_LOOKUP:
     case R_CACHE_PREFETCH: return KVT_BODY_PROMPT;
     case R_TOKENIZE: return KVT_BODY_TOKENIZE;
     case R_EMBEDDINGS:
@@ -128,11 +132,13 @@ typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY, ACCESS_ADMIN_KEY
 
 static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strcmp(url, "/v1/cache/lint")) return ACCESS_ADMIN_KEY;
-    int tenant = !strncmp(url, "/v1/", 4);
+    int tenant = !strncmp(url, "/v1/", 4) && strcmp(url, "/v1/cache/events");
     for (size_t i = 0; i < KVT_ARRAY_LEN(tenant_paths) && !tenant; i++) tenant = !strcmp(url, tenant_paths[i]);
     if (tenant) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
     /* the page shows what /metrics does, and every tenant's last requests */
-    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests")) {
+    /* the store/evict feed tells every tenant's cache activity (as keys) as the counters do */
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/dashboard") || !strcmp(url, "/dashboard/requests") ||
+        !strcmp(url, "/v1/cache/events")) {
         if (s->p.metrics_key) return ACCESS_METRICS_KEY;
         if (s->p.hide_cached_tokens) return ACCESS_ADMIN_KEY;
         return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
@@ -305,6 +311,12 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         if (!screen_request(s, c, cs, method, version, &screened)) return screened;
         size_t i = 0;
         while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
+        /* a path answered under two methods has an entry for each */
+        for (size_t k = i; k < KVT_ARRAY_LEN(routes); k++)
+            if (!strcmp(url, routes[k].url) && !strcmp(method, routes[k].method)) {
+                i = k;
+                break;
+            }
         const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
         /* a CORS preflight carries no key (browsers never send one), so it is answered before the key check */
         if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return kvt_srv_send_preflight(s, c, label);
@@ -315,7 +327,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         int admin = admin_of(s, c) &&
             (rule == ACCESS_ADMIN_KEY || rule == ACCESS_METRICS_KEY ||
              (i < KVT_ARRAY_LEN(routes) && routes[i].handle == kvt_srv_handle_admin) || !strcmp(url, "/slots") ||
-             !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10));
+             !strncmp(url, "/metrics", 8) || !strncmp(url, "/dashboard", 10) || !strcmp(url, "/v1/cache/lookup") ||
+             !strcmp(url, "/v1/cache/events"));
         int ok = admin || rule == ACCESS_OPEN;
         if (!ok && rule == ACCESS_API_KEY) ok = (key = authenticate(s, c)) != NULL;
         if (!ok && rule == ACCESS_METRICS_KEY) ok = bearer(c) && key_equal(bearer(c), s->p.metrics_key);
@@ -325,7 +338,7 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
             return kvt_srv_send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                        "unknown route; kvtier serves /v1/completions, /v1/chat/completions, "
                                        "/v1/models, /v1/rag/chat/completions, "
-                                       "/v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint}, "
+                                       "/v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint,lookup,events}, "
                                        "/tokenize, /detokenize, /props, /health, /metrics and /dashboard, and "
                                        "llama-server's /completion, /apply-template, /slots, /chat/completions "
                                        "and /models");

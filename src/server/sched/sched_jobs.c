@@ -207,6 +207,7 @@ static char *job_run(kvt_server *s, admin_job *j) {
         }
         add_pins(s, j, root, o);
         break;
+    case JOB_LOOKUP: return kvt_srv_lookup_json(s, j->r, 1, !s->p.hide_cached_tokens || j->admin);
     }
     return json_take(o);
 }
