@@ -29,7 +29,7 @@ kvt_api_usage kvt_srv_total_usage(const srv_req *r) {
 
 /* The tool calls in a finished choice's text (remembered for the next turn),
  * or 0 when it is text. */
-static size_t read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
+size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
     *calls = NULL;
     *content = NULL;
     if (!c->tools) return 0;
@@ -62,7 +62,7 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
     char *content[KVT_API_MAX_N];
     for (int32_t i = 0; i < n; i++) {
         srv_req *c = choice(r, i);
-        size_t nc = read_calls(s, c, &calls[i], &content[i]);
+        size_t nc = kvt_srv_read_calls(s, c, &calls[i], &content[i]);
         lp[i] = (kvt_api_logprobs){.items = c->lp, .n = c->n_lp, .tok = s->tok};
         ch[i] = (kvt_api_choice){.text = nc    ? content[i]
                                      : c->text ? c->text
@@ -171,7 +171,7 @@ static void choice_events(stream_state *st, int32_t i) {
     kvt_api_call *calls = NULL;
     char *content = NULL;
     size_t nc = 0;
-    if (done && !c->err_status) nc = read_calls(s, c, &calls, &content); /* done is final: c->text stays */
+    if (done && !c->err_status) nc = kvt_srv_read_calls(s, c, &calls, &content); /* done is final: c->text stays */
     const char *text = nc ? content : delta;
     if (((text && *text) || n_lps) && c->native)
         sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL));
