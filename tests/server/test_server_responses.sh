@@ -20,6 +20,8 @@ K2=(-H 'Authorization: Bearer k2')
 sse() { curl -s -m 120 -N -H 'Content-Type: application/json' "${K1[@]}" -d "$2" "$URL$1" >"$TMP/sse"; }
 # events: the stream's event objects, one JSON array
 events() { grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc .; }
+# types: the events' types, a run of deltas as one (how many fragments arrive depends on timing)
+types() { jq -c '[.[].type] | reduce .[] as $t ([]; if .[-1] == $t and ($t | endswith(".delta")) then . else . + [$t] end)'; }
 
 kvt_start_server main -np 2
 
@@ -94,14 +96,27 @@ check "... and the response is completed" is "$(jb .status)" completed
 CALL=$(jb -c '.output[0]') CID=$(jb '.output[0].call_id') FC=$(jb .id) P1=$(jb .usage.input_tokens)
 sse /v1/responses "{\"input\":$ASK,\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_output_tokens\":60,\"seed\":4,\"stream\":true}"
 EV=$(events)
-check "stream: a call's events" is "$(jq -c '[.[].type]' <<<"$EV")" '["response.created","response.in_progress","response.output_item.added","response.function_call_arguments.delta","response.function_call_arguments.done","response.output_item.done","response.completed"]'
-check "... its argument deltas make the non-streamed arguments" is "$(jq -r '[.[] | select(.type == "response.function_call_arguments.delta") | .delta] | add' <<<"$EV")" "$(jq -r .arguments <<<"$CALL")"
+check "stream: a call's events" is "$(types <<<"$EV")" '["response.created","response.in_progress","response.output_item.added","response.function_call_arguments.delta","response.function_call_arguments.done","response.output_item.done","response.completed"]'
+check "... announced with its call_id and name, arguments empty" is "$(jq -c '.[2].item | [(.call_id | startswith("call_")), .call_id == $e[0].response.output[0].call_id, .name, .arguments, .status]' --slurpfile e <(jq -c '.[-1]' <<<"$EV") <<<"$EV")" '[true,true,"add","","in_progress"]'
+check "... its argument deltas ($(jq '[.[] | select(.type == "response.function_call_arguments.delta")] | length' <<<"$EV")) make the non-streamed arguments" is "$(jq -r '[.[] | select(.type == "response.function_call_arguments.delta") | .delta] | add' <<<"$EV")" "$(jq -r .arguments <<<"$CALL")"
+check "... as do the done event and the item" is "$(jq -c '[(.[] | select(.type == "response.function_call_arguments.done") | .arguments), .[-1].response.output[0].arguments] | unique | length' <<<"$EV")" 1
 post /v1/responses "{\"previous_response_id\":\"$FC\",\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"$CID\",\"output\":\"5\"}],\"tools\":$TOOLS,\"max_output_tokens\":4,\"seed\":5}" "${K1[@]}"
 check "the call's output as an item after previous_response_id" is "$CODE" 200
 check "... reuses the prompt and the call" ge "$(jb .usage.input_tokens_details.cached_tokens)" "$P1"
 post /v1/responses "{\"input\":[${ASK:1:${#ASK}-2},$CALL,{\"type\":\"function_call_output\",\"call_id\":\"$CID\",\"output\":\"5\"}],\"tools\":$TOOLS,\"max_output_tokens\":4,\"seed\":5,\"store\":false}" "${K1[@]}"
 check "the same conversation sent whole as items" is "$CODE" 200
 check "... reuses it as well" ge "$(jb .usage.input_tokens_details.cached_tokens)" "$P1"
+
+# ---- chat completions stream a tool call's arguments as they are generated -------------------------
+CTOOLS=$(jq -c '[.[] | {type, function: {name, description, parameters}}]' <<<"$TOOLS")
+CHAT="{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$CTOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":120,\"seed\":4"
+post /v1/chat/completions "$CHAT}" "${K1[@]}"
+NS=$(jb -c '.choices[0].message.tool_calls[0] | [(.id | startswith("call_")), .function.name, .function.arguments]')
+sse /v1/chat/completions "$CHAT,\"stream\":true}"
+CALLS=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc '[.[].choices[0].delta.tool_calls // [] | .[] | select(.index == 0)]')
+check "chat stream: the call's chunks ($(jq length <<<"$CALLS")) reassemble to the non-streamed call" is "$(jq -c '[(map(.id // "") | add | startswith("call_")), (map(.function.name // "") | add), (map(.function.arguments // "") | add)]' <<<"$CALLS")" "$NS"
+check "... the first carries id, type and name; the others only arguments" is "$(jq -c '(.[0] | (.id | length > 0) and .type == "function" and (.function.name | length > 0)) and (.[1:] | all(has("id") or has("type") or (.function | has("name")) | not))' <<<"$CALLS")" true
+check "... and it finishes with tool_calls" is "$(grep -c '"finish_reason":"tool_calls"' "$TMP/sse")" 1
 
 # ---- json_schema output ---------------------------------------------------------------------------
 SCHEMA='{"type":"object","properties":{"city":{"type":"string","maxLength":12},"n":{"type":"integer"}},"required":["city","n"],"additionalProperties":false}'

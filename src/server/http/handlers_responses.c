@@ -20,9 +20,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_tools_stream.h"
 #include "common.h"
 
 #define RESP_PATH "/v1/responses/"
+#define STREAM_CALLS 16       /* calls whose arguments stream as fragments; more go whole at the end */
+#define NOT_OPEN ((size_t)-1) /* close_item: the item was not announced (output_item.added) yet */
 
 /* One POST /v1/responses from its parse to its answer. */
 typedef struct {
@@ -148,6 +151,11 @@ typedef struct {
     int64_t seq;
     int opened, finished, msg_open;
     size_t sent; /* bytes of the text sent as output_text deltas */
+    /* with tools: calls stream as they are written (kvt_api_calls_partial) */
+    size_t scanned;                 /* bytes of the text read for calls */
+    int msg_closed;                 /* the text before the first call went out as the message item */
+    size_t n_open;                  /* calls announced (output_item.added) */
+    size_t args_sent[STREAM_CALLS]; /* ... and bytes of each one's arguments sent */
 } rstream;
 
 static void emit(rstream *st, const char *type, cJSON *fields) {
@@ -204,9 +212,10 @@ static void text_delta(rstream *st, const char *text) {
     emit(st, "response.output_text.delta", f);
 }
 
-/* The events that close output item k of the finished response obj: the message's text and part
- * done, a call's arguments (one delta, then done), then output_item.done. */
-static void close_item(rstream *st, const cJSON *item, int k) {
+/* The events that close output item k: the message's text and part done, or a call's arguments
+ * (announced first unless sent is a count of argument bytes already sent: the rest as one delta,
+ * then done), then output_item.done. */
+static void close_item(rstream *st, const cJSON *item, int k, size_t sent) {
     const char *id = cJSON_GetObjectItemCaseSensitive(item, "id")->valuestring;
     const char *type = cJSON_GetObjectItemCaseSensitive(item, "type")->valuestring;
     cJSON *f;
@@ -223,15 +232,20 @@ static void close_item(rstream *st, const cJSON *item, int k) {
         emit(st, "response.content_part.done", f);
     } else {
         const char *args = cJSON_GetObjectItemCaseSensitive(item, "arguments")->valuestring;
-        f = at_item(k, NULL);
-        cJSON *added = cJSON_Duplicate(item, 1);
-        cJSON_ReplaceItemInObject(added, "arguments", cJSON_CreateString(""));
-        cJSON_ReplaceItemInObject(added, "status", cJSON_CreateString("in_progress"));
-        cJSON_AddItemToObject(f, "item", added);
-        emit(st, "response.output_item.added", f);
-        f = at_item(k, id);
-        cJSON_AddStringToObject(f, "delta", args);
-        emit(st, "response.function_call_arguments.delta", f);
+        if (sent == NOT_OPEN) {
+            f = at_item(k, NULL);
+            cJSON *added = cJSON_Duplicate(item, 1);
+            cJSON_ReplaceItemInObject(added, "arguments", cJSON_CreateString(""));
+            cJSON_ReplaceItemInObject(added, "status", cJSON_CreateString("in_progress"));
+            cJSON_AddItemToObject(f, "item", added);
+            emit(st, "response.output_item.added", f);
+            sent = 0;
+        }
+        if (strlen(args) > sent) {
+            f = at_item(k, id);
+            cJSON_AddStringToObject(f, "delta", args + sent);
+            emit(st, "response.function_call_arguments.delta", f);
+        }
         f = at_item(k, id);
         cJSON_AddStringToObject(f, "arguments", args);
         emit(st, "response.function_call_arguments.done", f);
@@ -239,6 +253,58 @@ static void close_item(rstream *st, const cJSON *item, int k) {
     f = at_item(k, NULL);
     cJSON_AddItemToObject(f, "item", cJSON_Duplicate(item, 1));
     emit(st, "response.output_item.done", f);
+}
+
+/* With tools, the calls as the text grows (text[0..len), copied): the text before the first call
+ * as the message item, whole, when that call begins; each call announced (output_item.added) once
+ * its name is written; its arguments in fragments as they come. stream_end sends the rest. */
+static void stream_calls(rstream *st, const char *text, size_t len) {
+    srv_req *r = st->j->r;
+    kvt_api_call_part parts[STREAM_CALLS];
+    size_t first,
+        n = kvt_api_calls_partial(st->s->p.chat, text, len, parts, r->parallel_tool_calls ? STREAM_CALLS : 1, &first);
+    for (size_t k = 0; k < n; k++) {
+        char id[KVT_API_RESP_ID_MAX + 16], call_id[96];
+        if (!k && !st->n_open) { /* the content before the calls, as the final answer trims it */
+            size_t end = first;
+            while (end && strchr(" \t\r\n", text[end - 1])) end--;
+            char *content = kvt_xstrndup(text, end);
+            if (*content) {
+                kvt_api_resp_result res = {.id = st->j->id, .status = "completed", .text = content};
+                cJSON *items = kvt_api_resp_output(&res);
+                open_message(st);
+                text_delta(st, content);
+                close_item(st, items->child, 0, NOT_OPEN);
+                cJSON_Delete(items);
+                st->msg_closed = 1;
+            }
+            free(content);
+        }
+        int index = (int)k + st->msg_closed;
+        kvt_api_resp_item_id(st->j->id, 1, k, id, sizeof id);
+        if (k == st->n_open) {
+            kvt_api_call_id(r->id, k, call_id, sizeof call_id);
+            cJSON *f = at_item(index, NULL), *item = cJSON_AddObjectToObject(f, "item");
+            cJSON_AddStringToObject(item, "id", id);
+            cJSON_AddStringToObject(item, "type", "function_call");
+            cJSON_AddStringToObject(item, "status", "in_progress");
+            cJSON_AddStringToObject(item, "call_id", call_id);
+            char *name = kvt_xstrndup(text + parts[k].name_at, parts[k].name_len);
+            cJSON_AddStringToObject(item, "name", name);
+            free(name);
+            cJSON_AddStringToObject(item, "arguments", "");
+            emit(st, "response.output_item.added", f);
+            st->n_open++;
+        }
+        if (parts[k].args_len > st->args_sent[k]) {
+            cJSON *f = at_item(index, id);
+            char *frag = kvt_xstrndup(text + parts[k].args_at + st->args_sent[k], parts[k].args_len - st->args_sent[k]);
+            cJSON_AddStringToObject(f, "delta", frag);
+            free(frag);
+            emit(st, "response.function_call_arguments.delta", f);
+            st->args_sent[k] = parts[k].args_len;
+        }
+    }
 }
 
 /* The last events, once the request is done: the output items' closing events, then
@@ -258,29 +324,40 @@ static void stream_end(rstream *st) {
     }
     cJSON *obj = job_finish(st->s, st->j, NULL);
     const cJSON *out = cJSON_GetObjectItemCaseSensitive(obj, "output");
-    int k = 0;
+    int k = 0, msg = 0;
     for (const cJSON *item = out->child; item; item = item->next, k++) {
         const char *type = cJSON_GetObjectItemCaseSensitive(item, "type")->valuestring;
-        if (!strcmp(type, "message") && !st->msg_open) {
-            open_message(st);
-            const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "content"), 0);
-            const char *text = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-            if (*text) text_delta(st, text);
+        size_t call = (size_t)(k - msg); /* the call's index among the calls */
+        if (!strcmp(type, "message")) {
+            msg = 1;
+            if (st->msg_closed) continue; /* it went out before the first call */
+            if (!st->msg_open) {
+                open_message(st);
+                const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "content"), 0);
+                const char *text = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+                if (*text) text_delta(st, text);
+            }
         }
-        close_item(st, item, k);
+        int is_call = strcmp(type, "message") != 0;
+        close_item(st, item, k, !is_call || call >= st->n_open ? NOT_OPEN : st->args_sent[call]);
     }
     const char *status = cJSON_GetObjectItemCaseSensitive(obj, "status")->valuestring;
     emit_response(st, strcmp(status, "incomplete") ? "response.completed" : "response.incomplete", obj);
 }
 
-/* Waits for news of r (s->mu held): more text to send (without tools), or done. -1: the client left. */
+/* Whether r has news for the stream (s->mu held): done, or more text to send or read for calls. */
+static int has_news(const rstream *st, const srv_req *r) {
+    return r->done || r->text_len > (r->tools ? st->scanned : st->sent);
+}
+
+/* Waits for news of r (s->mu held). -1: the client left. */
 static int wait_news(rstream *st) {
     kvt_server *s = st->s;
     srv_req *r = st->j->r;
     for (;;) {
-        if (r->done || (!r->tools && r->text_len > st->sent)) return 0;
+        if (has_news(st, r)) return 0;
         kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-        if (r->done || (!r->tools && r->text_len > st->sent)) return 0;
+        if (has_news(st, r)) return 0;
         pthread_mutex_unlock(&s->mu);
         int gone = kvt_srv_peer_gone(st->conn);
         pthread_mutex_lock(&s->mu);
@@ -315,15 +392,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         int done = r->done;
-        char *delta = NULL;
+        char *delta = NULL, *all = NULL;
+        size_t all_len = r->text_len;
         if (!r->tools && r->text_len > st->sent) {
             delta = kvt_xstrndup(r->text + st->sent, r->text_len - st->sent);
             st->sent = r->text_len;
+        } else if (r->tools && !done && r->text_len > st->scanned) {
+            all = kvt_xstrndup(r->text, r->text_len);
+            st->scanned = r->text_len;
         }
         pthread_mutex_unlock(&s->mu);
         if (delta && !st->msg_open) open_message(st);
         if (delta) text_delta(st, delta);
+        if (all) stream_calls(st, all, all_len);
         free(delta);
+        free(all);
         if (done) stream_end(st); /* done is final: the engine no longer writes r */
     }
     size_t n = KVT_MIN(max, st->len - st->off);
