@@ -106,6 +106,12 @@ check "... reuses the prompt and the call" ge "$(jb .usage.input_tokens_details.
 post /v1/responses "{\"input\":[${ASK:1:${#ASK}-2},$CALL,{\"type\":\"function_call_output\",\"call_id\":\"$CID\",\"output\":\"5\"}],\"tools\":$TOOLS,\"max_output_tokens\":4,\"seed\":5,\"store\":false}" "${K1[@]}"
 check "the same conversation sent whole as items" is "$CODE" 200
 check "... reuses it as well" ge "$(jb .usage.input_tokens_details.cached_tokens)" "$P1"
+REF="{\"input\":[${ASK:1:${#ASK}-2},{\"type\":\"item_reference\",\"id\":\"$(jq -r .id <<<"$CALL")\"},{\"type\":\"function_call_output\",\"call_id\":\"$CID\",\"output\":\"5\"}],\"tools\":$TOOLS,\"max_output_tokens\":4,\"seed\":5,\"store\":false}"
+post /v1/responses "$REF" "${K1[@]}"
+check "the call named by an item_reference" is "$CODE" 200
+check "... reuses it as well" ge "$(jb .usage.input_tokens_details.cached_tokens)" "$P1"
+post /v1/responses "$REF" "${K2[@]}"
+check "... another API key cannot name it (404 naming input)" is "$CODE/$(jb .error.param)" 404/input
 
 # ---- chat completions stream a tool call's arguments as they are generated -------------------------
 CTOOLS=$(jq -c '[.[] | {type, function: {name, description, parameters}}]' <<<"$TOOLS")

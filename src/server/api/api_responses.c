@@ -186,6 +186,7 @@ static int check_item(const cJSON *it, size_t index, kvt_api_error *err) {
                                   "input[%zu].arguments must be a string (the call's JSON arguments)", index);
         return 0;
     }
+    if (!strcmp(t, "item_reference")) return str_field(it, "id", index, err); /* the handler resolves it */
     if (!strcmp(t, "function_call_output")) {
         if (str_field(it, "call_id", index, err)) return -1;
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(it, "output");
@@ -197,8 +198,8 @@ static int check_item(const cJSON *it, size_t index, kvt_api_error *err) {
         return text ? 0 : -1;
     }
     return kvt_api_errorf(err, 400, INVALID, "input", "unsupported_value",
-                          "input[%zu].type '%.32s' is not supported: kvtier takes message, function_call and "
-                          "function_call_output items",
+                          "input[%zu].type '%.32s' is not supported: kvtier takes message, function_call, "
+                          "function_call_output and item_reference items",
                           index, t);
 }
 
@@ -425,6 +426,18 @@ void kvt_api_resp_item_id(const char *response_id, int call, size_t i, char *out
     const char *tail = strncmp(response_id, "resp_", 5) ? response_id : response_id + 5;
     if (call) snprintf(out, cap, "fc_%s_%zu", tail, i);
     else snprintf(out, cap, "msg_%s", tail);
+}
+
+int kvt_api_resp_item_owner(const char *item_id, char *out, size_t cap) {
+    const char *tail = !strncmp(item_id, "msg_", 4) ? item_id + 4 : !strncmp(item_id, "fc_", 3) ? item_id + 3 : NULL;
+    if (!tail || !*tail) return 0;
+    size_t n = strlen(tail);
+    if (item_id[0] == 'f') { /* fc_<tail>_<i> */
+        const char *us = strrchr(tail, '_');
+        if (!us || us == tail) return 0;
+        n = (size_t)(us - tail);
+    }
+    return snprintf(out, cap, "resp_%.*s", (int)n, tail) < (int)cap;
 }
 
 cJSON *kvt_api_resp_output(const kvt_api_resp_result *res) {

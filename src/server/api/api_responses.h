@@ -75,6 +75,9 @@ typedef struct {
 /* The item ids of a response's output: its message "msg_<tail>" and call i "fc_<tail>_<i>", where
  * tail is the response id after "resp_". */
 void kvt_api_resp_item_id(const char *response_id, int call, size_t i, char *out, size_t cap);
+/* The response id of an output item id made by kvt_api_resp_item_id into out[0..cap): 1, or 0 when
+ * item_id is not one of them (an item_reference names an item by it). */
+int kvt_api_resp_item_owner(const char *item_id, char *out, size_t cap);
 /* The output items of res: a message with the text (when there is text or no call), then one
  * function_call item per call (call_id the call's id). A new cJSON array the caller owns. */
 struct cJSON *kvt_api_resp_output(const kvt_api_resp_result *res);

@@ -56,6 +56,36 @@ static void rename_param(kvt_api_error *err) {
         }
 }
 
+/* Replaces each item_reference in j's input by the stored output item it names (clients that keep
+ * their own history, such as the AI SDK with store, send these for items of earlier responses).
+ * The item must be in a response of the same tenant. 0, or -1 with *err (a 404 naming input). */
+static int resolve_refs(kvt_server *s, resp_job *j, kvt_api_error *err) {
+    size_t i = 0;
+    for (cJSON *it = j->rq.input->child; it; it = it->next, i++) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "item_reference")) continue;
+        const char *want = cJSON_GetObjectItemCaseSensitive(it, "id")->valuestring;
+        char owner[KVT_API_RESP_ID_MAX], *json = NULL;
+        cJSON *resp = NULL, *found = NULL;
+        if (kvt_api_resp_item_owner(want, owner, sizeof owner) &&
+            kvt_resp_store_get(s->responses, j->key, owner, &json, NULL))
+            resp = cJSON_Parse(json);
+        free(json);
+        cJSON *out = cJSON_GetObjectItemCaseSensitive(resp, "output");
+        for (cJSON *o = out ? out->child : NULL; o && !found; o = o->next) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+            if (cJSON_IsString(id) && !strcmp(id->valuestring, want)) found = cJSON_Duplicate(o, 1);
+        }
+        cJSON_Delete(resp);
+        if (!found)
+            return kvt_api_errorf(err, 404, "invalid_request_error", "input", "item_not_found",
+                                  "input[%zu]: item '%.96s' not found among this API key's stored responses", i, want);
+        cJSON_ReplaceItemViaPointer(j->rq.input, it, found);
+        it = found;
+    }
+    return 0;
+}
+
 /* The request j runs: the chat body of its items after the stored history, parsed and made into
  * an engine request. 0, or -1 with *err filled. */
 static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api_error *err) {
@@ -70,6 +100,7 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
         j->history = cJSON_Parse(items);
         free(items);
     }
+    if (resolve_refs(s, j, err)) return -1;
     char *chat = kvt_api_resp_chat_body(&j->rq, j->history, err);
     kvt_api_request a;
     int rc = !chat || kvt_srv_parse_body(s, R_CHAT, chat, strlen(chat), &a, err);
