@@ -152,7 +152,7 @@ post /v1/responses '{"input":"x","max_output_tokens":0}' "${K1[@]}"
 check "a bad max_output_tokens is a 400 naming it" is "$CODE/$(jb .error.param)" 400/max_output_tokens
 post /v1/responses '{"instructions":"x"}' "${K1[@]}"
 check "no input is a 400 naming input" is "$CODE/$(jb .error.param)" 400/input
-kvt_stop_server main
+check "the server stops cleanly (exit 0: no sanitizer report)" kvt_stop_server main
 
 # ---- --responses-max: the least recently used go first ---------------------------------------------
 kvt_start_server small --responses-max 2
@@ -163,6 +163,6 @@ for i in 1 2 3; do
 done
 codes=$(for id in "${ids[@]}"; do curl -s -m 30 -o /dev/null -w '%{http_code} ' "${K1[@]}" "$URL/v1/responses/$id"; done)
 check "--responses-max 2: the first of three is dropped" is "$codes" "404 200 200 "
-kvt_stop_server small
+check "... and stops cleanly" kvt_stop_server small
 
 kvt_test_done test_server_responses
