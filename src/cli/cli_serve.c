@@ -82,6 +82,7 @@ enum {
     O_MAX_CONNS,
     O_CONN_RESERVE,
     O_TRUSTED_PROXY,
+    O_RESPONSES_MAX,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -216,6 +217,11 @@ static const kvt_cli_opt serve_opts[] = {
      "re-tokenizes that text, which can split it\ninto other tokens and so change a greedy reply. With this flag\nthe "
      "output depends on the request alone (docs/api.md\n\"Chat history\")",
      0, KVT_CLI_PLAIN},
+    {O_RESPONSES_MAX, 0, "responses-max", NULL, "N",
+     "stored responses of POST /v1/responses (\"store\", the default)\nkept for GET and previous_response_id, "
+     "each its API key's only;\nthe least recently used go first past N, or past 256 MiB of\ntheir text "
+     "(default " STR(KVT_SERVER_DEFAULT_RESPONSES) "; 0: none kept)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, 1000000)},
     {O_RAG_INDEX, 0, "rag-index", NULL, "INDEX",
      "serve POST /v1/rag/chat/completions over this index (made by\n`kvtier rag index`): the last user message "
      "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (docs/rag.md)",
@@ -443,6 +449,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_ALIAS: x->alias = v; return 0;
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
     case O_RETOKENIZE: sp->retokenize_replies = 1; return 0;
+    case O_RESPONSES_MAX: sp->responses_max = (size_t)a->i; return 0;
     case O_RAG_INDEX: x->rag_path = v; return 0;
     case O_RAG_K: sp->rag_k = (int32_t)a->i; return 0;
     case O_APPROXIMATE: sp->approximate_reuse = 1; return 0;

@@ -44,7 +44,8 @@ kvt_server_params kvt_server_default_params(void) {
                            .recompute_ratio = KVT_BLEND_DEFAULT_RATIO,
                            .metrics_names = KVT_METRICS_LLAMACPP,
                            .default_temperature = 1.0f,
-                           .default_top_p = 1.0f};
+                           .default_top_p = 1.0f,
+                           .responses_max = KVT_SERVER_DEFAULT_RESPONSES};
     return p;
 }
 
@@ -67,6 +68,7 @@ static void server_free(kvt_server *s) {
     free(s->step_dec);
     free(s->step_forks);
     kvt_reply_map_free(s->replies);
+    kvt_resp_store_free(s->responses);
     kvt_call_memo_free(s->calls);
     kvt_prompt_ring_free(s->recent);
     kvt_req_ring_free(s->reqs);
@@ -134,6 +136,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->block = ep->block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
+    s->responses = kvt_resp_store_new(s->p.responses_max, KVT_SERVER_RESPONSES_MAX_BYTES);
     s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->reqs = kvt_req_ring_new(KVT_REQ_RING_DEFAULT);

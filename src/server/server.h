@@ -58,6 +58,8 @@
 #define KVT_SERVER_DEFAULT_DRAIN_S 30
 #define KVT_SERVER_DEFAULT_PREFILL_CHUNK 256
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
+#define KVT_SERVER_DEFAULT_RESPONSES 1024             /* stored responses (--responses-max) */
+#define KVT_SERVER_RESPONSES_MAX_BYTES (256ull << 20) /* and the text they may hold at most */
 
 /* Poolings of an embedding over the prompt's final hidden rows (after the output norm). */
 typedef enum { KVT_POOL_NONE = 0, KVT_POOL_MEAN, KVT_POOL_LAST, KVT_POOL_CLS } kvt_pooling;
@@ -135,6 +137,8 @@ typedef struct {
     int32_t default_top_k;
     uint64_t default_seed;
     int has_default_seed;
+    size_t responses_max; /* stored responses (POST /v1/responses with store) kept at most, the least
+                             recently used dropped first; 0: none are kept */
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

@@ -39,6 +39,8 @@
 #include "api_llama.h"
 #include "api_openai.h"
 #include "api_response.h"
+#include "api_responses.h"
+#include "api_responses_store.h"
 #include "api_rag.h"
 #include "api_tools.h"
 #include "api_utf8.h"
@@ -217,9 +219,10 @@ struct kvt_server {
     kvt_cache *cache;
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
-    kvt_call_memo *calls;    /* the arguments text of generated tool calls, by call id */
-    kvt_prompt_ring *recent; /* the last prompts, by tenant salt, for GET /v1/cache/lint */
-    kvt_req_ring *reqs;      /* the last generations' cache reports, for /dashboard */
+    kvt_call_memo *calls;      /* the arguments text of generated tool calls, by call id */
+    kvt_resp_store *responses; /* stored responses of POST /v1/responses, by tenant and id */
+    kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
+    kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
     kvt_metrics *metrics;
     kvt_http_guard *guard; /* the request body budget and whole-request deadlines */
     kvt_http_conns *conns; /* the per-address connection quota, the reserve, trusted proxies */
@@ -294,7 +297,9 @@ typedef enum {
     R_EMBEDDINGS,      /* POST /v1/embeddings */
     R_LLAMA_EMBEDDING, /* llama-server's POST /embedding */
     R_CACHE_LOOKUP,    /* GET or POST /v1/cache/lookup (handlers_lookup.c) */
-    R_CACHE_EVENTS     /* GET /v1/cache/events */
+    R_CACHE_EVENTS,    /* GET /v1/cache/events */
+    R_RESPONSES,       /* POST /v1/responses */
+    R_RESPONSE_ITEM    /* GET and DELETE /v1/responses/{id} */
 } route;
 
 struct conn_state;
@@ -368,6 +373,8 @@ enum MHD_Result kvt_srv_handle_events(kvt_server *s, struct MHD_Connection *c, c
  * tiers (the engine thread only), how many of its tokens each tier holds here; counts
  * hides those numbers (--hide-cached-tokens to a client). */
 char *kvt_srv_lookup_json(kvt_server *s, const srv_req *r, int tiers, int counts);
+/* The Responses API (handlers_responses.c): POST /v1/responses, GET and DELETE /v1/responses/{id} */
+enum MHD_Result kvt_srv_handle_responses(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 
 /* ---- requests (sched_submit.c) ------------------------------------------------------- */
 
@@ -434,6 +441,10 @@ struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct M
  * with text and probs borrowed (handlers_llama.c). */
 void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int stop, const kvt_api_logprobs *probs,
                           kvt_api_llama_completion *out);
+/* The tool calls in finished choice c's text, remembered in s->calls for the next turn (each one's
+ * arguments the JSON without the whitespace around it), and *content the text outside them; 0 (and
+ * both NULL) when the text holds no call or c has no tools (generate_reply.c). */
+size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content);
 /* r's usage with every choice's completion tokens. */
 kvt_api_usage kvt_srv_total_usage(const srv_req *r);
 

@@ -50,6 +50,12 @@ grep -A3 '^KVT_API' "$P/include/kvtier.h" | tr '\n' ' ' | grep -o 'KVT_API[^(]*(
 nm -D --defined-only "$LIBDIR/libkvtier.so" | awk '$2 ~ /^[TWV]$/ {print $3}' | sort -u >"$TMP/exported"
 check "kvtier.h declares functions ($(wc -l <"$TMP/declared"))" test "$(wc -l <"$TMP/declared")" -gt 20
 check "libkvtier.so exports exactly kvtier.h's functions" diff "$TMP/declared" "$TMP/exported"
+# the library neither holds nor needs cJSON (the JSON-schema compiler that reads it is the server's):
+# no cJSON_ symbol defined or undefined, no libcjson among its needed libraries or on either link line
+no_cjson_symbols() { ! nm -D "$LIBDIR/libkvtier.so" | grep -q cJSON_ && ! nm "$LIBDIR/libkvtier.a" 2>/dev/null | grep -q cJSON_; }
+check "libkvtier.so and libkvtier.a have no cJSON_ symbols" no_cjson_symbols
+check "libkvtier.so does not need libcjson" sh -c "! readelf -d '$LIBDIR/libkvtier.so' | grep -q 'NEEDED.*cjson'"
+check "pkg-config --libs kvtier names no cJSON" sh -c "! pkg-config --libs --static kvtier | grep -q cjson"
 
 # the example, built from a copy outside the source tree with the installed files only
 cp "$SRC/examples/embed.c" "$TMP/embed.c"

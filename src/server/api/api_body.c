@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "api_audit.h"
+#include "api_responses.h"
 #include "common.h"
 #include "json_strict.h"
 
@@ -75,6 +76,7 @@ static const char *known_name(kvt_api_body kind, const char *key, size_t len) {
     case KVT_BODY_DETOKENIZE: return in_list(DETOKENIZE, key, len);
     case KVT_BODY_UNPIN: return in_list(UNPIN, key, len);
     case KVT_BODY_EMBEDDING: return in_list(EMBEDDING, key, len);
+    case KVT_BODY_RESPONSES: return kvt_api_resp_field(key, len);
     case KVT_BODY_NONE: return NULL;
     }
     if (!n) n = in_list(GENERATION, key, len);

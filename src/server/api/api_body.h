@@ -22,6 +22,7 @@ typedef enum {
     KVT_BODY_DETOKENIZE,       /* /detokenize */
     KVT_BODY_UNPIN,            /* /v1/cache/unpin */
     KVT_BODY_EMBEDDING,        /* /v1/embeddings, /embedding (handlers_embed.c) */
+    KVT_BODY_RESPONSES,        /* /v1/responses (api_responses.c) */
     KVT_BODY_NONE,             /* /v1/cache/flush: reads no field */
 } kvt_api_body;
 

@@ -10,6 +10,7 @@
 
 #include "api_llama.h"
 #include "api_rag.h"
+#include "api_tools_stream.h"
 #include "common.h"
 #include "http_send.h"
 
@@ -29,7 +30,7 @@ kvt_api_usage kvt_srv_total_usage(const srv_req *r) {
 
 /* The tool calls in a finished choice's text (remembered for the next turn),
  * or 0 when it is text. */
-static size_t read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
+size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
     *calls = NULL;
     *content = NULL;
     if (!c->tools) return 0;
@@ -62,7 +63,7 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
     char *content[KVT_API_MAX_N];
     for (int32_t i = 0; i < n; i++) {
         srv_req *c = choice(r, i);
-        size_t nc = read_calls(s, c, &calls[i], &content[i]);
+        size_t nc = kvt_srv_read_calls(s, c, &calls[i], &content[i]);
         lp[i] = (kvt_api_logprobs){.items = c->lp, .n = c->n_lp, .tok = s->tok};
         ch[i] = (kvt_api_choice){.text = nc    ? content[i]
                                      : c->text ? c->text
@@ -85,11 +86,17 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
 
 /* ---- streaming (SSE) ----------------------------------------------------------------- */
 
+#define STREAM_CALLS 16 /* tool calls of a choice whose arguments stream as fragments; more go whole */
+
 typedef struct {
-    size_t sent;      /* bytes of the choice's text already turned into events */
-    size_t lp_sent;   /* logprob entries already sent */
-    size_t lp_offset; /* completions: text bytes those entries stand for */
-    int closed;       /* its finish chunk was sent */
+    size_t sent;                    /* bytes of the choice's text already turned into events */
+    size_t scanned;                 /* tools: bytes of the text read for calls so far */
+    size_t said;                    /* tools: bytes of the text sent as content before the first call */
+    size_t n_open;                  /* tools: calls whose first chunk (id, type, name) went out */
+    size_t args_sent[STREAM_CALLS]; /* ... and bytes of each one's arguments sent */
+    size_t lp_sent;                 /* logprob entries already sent */
+    size_t lp_offset;               /* completions: text bytes those entries stand for */
+    int closed;                     /* its finish chunk was sent */
 } choice_state;
 
 typedef struct {
@@ -129,13 +136,65 @@ static void sse_event(stream_state *st, char *json) {
 }
 
 /* Whether choice i has something to send (s->mu held). A choice read for
- * tool calls is sent whole once it is done: its calls are known only then. */
+ * tool calls has news when its text grew: its calls are read as they come. */
 static int has_news(const stream_state *st, int32_t i) {
     const srv_req *c = choice(st->r, i);
     const choice_state *cs = &st->ch[i];
     if (cs->closed) return 0;
     if (c->done) return 1;
-    return !c->tools && (c->text_len > cs->sent || (c->logprobs && c->n_lp > cs->lp_sent));
+    if (c->tools) return c->text_len > cs->scanned;
+    return c->text_len > cs->sent || (c->logprobs && c->n_lp > cs->lp_sent);
+}
+
+/* The calls of a choice with tools as its text grows (text[0..len), copied): once a call's name is
+ * written, a chunk with its index, id, type and name, then its arguments' text in fragments as they
+ * come (kvt_api_calls_partial); the text before the first call goes out as content when that call
+ * begins. The calls of the finished text stay the answer (choice_events): it sends what the
+ * fragments have not carried, so they reassemble to the same arguments. */
+static void call_fragments(stream_state *st, int32_t i, const char *text, size_t len) {
+    srv_req *c = choice(st->r, i);
+    choice_state *cs = &st->ch[i];
+    kvt_api_head h = head_of(st->s, st->r, i);
+    kvt_api_call_part parts[STREAM_CALLS];
+    size_t first,
+        n = kvt_api_calls_partial(st->s->p.chat, text, len, parts, c->parallel_tool_calls ? STREAM_CALLS : 1, &first);
+    for (size_t k = 0; k < n; k++) {
+        if (k == cs->n_open) {
+            size_t end = first;
+            while (end && strchr(" \t\r\n", text[end - 1])) end--;
+            char *content = kvt_xstrndup(text, end);
+            if (!k && *content) sse_event(st, kvt_api_chunk_json(&h, content, 0, NULL, NULL, NULL));
+            if (!k) cs->said = end;
+            free(content);
+            char id[96], *name = kvt_xstrndup(text + parts[k].name_at, parts[k].name_len);
+            kvt_api_call_id(c->id, k, id, sizeof id);
+            sse_event(st, kvt_api_call_delta_json(&h, k, id, name, NULL));
+            free(name);
+            cs->n_open++;
+        }
+        if (parts[k].args_len > cs->args_sent[k]) {
+            char *frag = kvt_xstrndup(text + parts[k].args_at + cs->args_sent[k], parts[k].args_len - cs->args_sent[k]);
+            sse_event(st, kvt_api_call_delta_json(&h, k, NULL, NULL, frag));
+            free(frag);
+            cs->args_sent[k] = parts[k].args_len;
+        }
+    }
+}
+
+/* The last tool-call events of done choice i (nc calls read from its whole text, content the text
+ * outside them): the content not yet said, then for each call what its fragments did not carry, or
+ * the whole call when none went out. Without calls the text not yet sent is content. */
+static void calls_done(stream_state *st, int32_t i, const kvt_api_call *calls, size_t nc, const char *content) {
+    srv_req *c = choice(st->r, i);
+    choice_state *cs = &st->ch[i];
+    kvt_api_head h = head_of(st->s, st->r, i);
+    const char *rest = nc ? (cs->n_open ? "" : content) : (c->text ? c->text : "") + KVT_MIN(cs->said, c->text_len);
+    if (*rest) sse_event(st, kvt_api_chunk_json(&h, rest, 0, NULL, NULL, NULL));
+    for (size_t k = 0; k < nc; k++) {
+        size_t sent = k < cs->n_open ? cs->args_sent[k] : 0, al = strlen(calls[k].arguments);
+        if (k >= cs->n_open) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
+        else if (al > sent) sse_event(st, kvt_api_call_delta_json(&h, k, NULL, NULL, calls[k].arguments + sent));
+    }
 }
 
 /* The events of choice i since the last ones: its text and logprobs, and when
@@ -148,11 +207,15 @@ static void choice_events(stream_state *st, int32_t i) {
     kvt_api_head h = head_of(s, st->r, i);
     pthread_mutex_lock(&s->mu);
     int done = c->done;
-    char *delta = NULL;
-    if ((!c->tools || done) && c->text_len > cs->sent) {
+    char *delta = NULL, *all = NULL; /* the new text; with tools, all of it (read for calls) */
+    size_t all_len = c->text_len;
+    if (!c->tools && c->text_len > cs->sent) {
         delta = kvt_xmalloc(c->text_len - cs->sent + 1);
         memcpy(delta, c->text + cs->sent, c->text_len - cs->sent + 1);
         cs->sent = c->text_len;
+    } else if (c->tools && !done && c->text_len > cs->scanned) {
+        all = kvt_xstrndup(c->text, c->text_len);
+        cs->scanned = c->text_len;
     }
     /* the logprobs published since the last event ride with this one (the engine appends only) */
     kvt_api_logprob *lps = NULL;
@@ -171,13 +234,14 @@ static void choice_events(stream_state *st, int32_t i) {
     kvt_api_call *calls = NULL;
     char *content = NULL;
     size_t nc = 0;
-    if (done && !c->err_status) nc = read_calls(s, c, &calls, &content); /* done is final: c->text stays */
-    const char *text = nc ? content : delta;
+    if (done && !c->err_status) nc = kvt_srv_read_calls(s, c, &calls, &content); /* done is final: c->text stays */
+    const char *text = delta; /* with tools the text goes with the calls */
     if (((text && *text) || n_lps) && c->native)
         sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL));
     else if ((text && *text) || n_lps)
         sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
-    for (size_t k = 0; k < nc; k++) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
+    if (all) call_fragments(st, i, all, all_len);
+    if (c->tools && done && !c->err_status) calls_done(st, i, calls, nc, content);
     if (done && !c->err_status && c->native) {
         sse_event(st, native_event(st, i, "", 1, NULL));
     } else if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
@@ -188,6 +252,7 @@ static void choice_events(stream_state *st, int32_t i) {
     kvt_api_calls_free(calls, nc);
     free(content);
     free(delta);
+    free(all);
     free(lps);
 }
 

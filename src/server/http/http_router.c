@@ -41,8 +41,7 @@ static const struct {
     {"/v1/cache/flush", "POST", "cache_flush", R_CACHE_FLUSH, kvt_srv_handle_admin},
     {"/v1/cache/stats", "GET", "cache_stats", R_CACHE_STATS, kvt_srv_handle_admin},
     {"/v1/cache/lint", "GET", "cache_lint", R_CACHE_LINT, kvt_srv_handle_lint},
-    {"/v1/cache/lookup", "GET", "cache_lookup", R_CACHE_LOOKUP, kvt_srv_handle_lookup},
-    {"/v1/cache/lookup", "POST", "cache_lookup", R_CACHE_LOOKUP, kvt_srv_handle_lookup},
+    {"/v1/cache/lookup", "GET, POST", "cache_lookup", R_CACHE_LOOKUP, kvt_srv_handle_lookup},
     {"/v1/cache/events", "GET", "cache_events", R_CACHE_EVENTS, kvt_srv_handle_events},
     /* llama-server's own routes, and its paths without /v1 */
     {"/completion", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
@@ -54,7 +53,31 @@ static const struct {
     {"/v1/embeddings", "POST", "embeddings", R_EMBEDDINGS, kvt_srv_handle_embeddings},
     {"/embedding", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
     {"/embeddings", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
+    /* the Responses API; a path ending in "/{id}" takes any one segment there */
+    {"/v1/responses", "POST", "responses", R_RESPONSES, kvt_srv_handle_responses},
+    {"/v1/responses/{id}", "GET, DELETE", "responses", R_RESPONSE_ITEM, kvt_srv_handle_responses},
 };
+
+/* Whether url is route i's path: the same, or for a path ending in "/{id}" that path with one
+ * non-empty segment in place of "{id}". */
+static int route_is(size_t i, const char *url) {
+    const char *p = routes[i].url;
+    size_t n = strlen(p);
+    if (n < 5 || strcmp(p + n - 5, "/{id}")) return !strcmp(url, p);
+    return !strncmp(url, p, n - 4) && url[n - 4] && !strchr(url + n - 4, '/');
+}
+
+/* Whether method is one of route i's (its list is comma-separated, as an Allow header). */
+static int method_is(size_t i, const char *method) {
+    size_t n = strlen(method);
+    for (const char *p = routes[i].method; *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == n && !strncmp(p, method, n)) return 1;
+        p += l;
+        p += strspn(p, ", ");
+    }
+    return 0;
+}
 
 /* The paths outside /v1/ that are the tenants' API too (llama-server's). */
 static const char *const tenant_paths[] = {"/tokenize",    "/detokenize",       "/props",     "/completion",
@@ -77,6 +100,7 @@ static kvt_api_body body_of(route r) {
     case R_EMBEDDINGS:
     case R_LLAMA_EMBEDDING: return KVT_BODY_EMBEDDING;
     case R_DETOKENIZE: return KVT_BODY_DETOKENIZE;
+    case R_RESPONSES: return KVT_BODY_RESPONSES;
     case R_CACHE_UNPIN: return KVT_BODY_UNPIN;
     default: return KVT_BODY_NONE;
     }
@@ -310,13 +334,7 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         enum MHD_Result screened;
         if (!screen_request(s, c, cs, method, version, &screened)) return screened;
         size_t i = 0;
-        while (i < KVT_ARRAY_LEN(routes) && strcmp(url, routes[i].url)) i++;
-        /* a path answered under two methods has an entry for each */
-        for (size_t k = i; k < KVT_ARRAY_LEN(routes); k++)
-            if (!strcmp(url, routes[k].url) && !strcmp(method, routes[k].method)) {
-                i = k;
-                break;
-            }
+        while (i < KVT_ARRAY_LEN(routes) && !route_is(i, url)) i++;
         const char *label = i < KVT_ARRAY_LEN(routes) ? routes[i].label : "other";
         /* a CORS preflight carries no key (browsers never send one), so it is answered before the key check */
         if (!strcmp(method, "OPTIONS") && s->p.n_cors_origins) return kvt_srv_send_preflight(s, c, label);
@@ -337,20 +355,20 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
         if (i == KVT_ARRAY_LEN(routes))
             return kvt_srv_send_errorf(s, c, label, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found",
                                        "unknown route; kvtier serves /v1/completions, /v1/chat/completions, "
-                                       "/v1/models, /v1/rag/chat/completions, "
+                                       "/v1/models, /v1/responses, /v1/rag/chat/completions, "
                                        "/v1/cache/{prefill,pin,unpin,prefetch,flush,stats,lint,lookup,events}, "
                                        "/tokenize, /detokenize, /props, /health, /metrics and /dashboard, and "
                                        "llama-server's /completion, /apply-template, /slots, /chat/completions "
                                        "and /models");
-        if (strcmp(method, routes[i].method)) {
+        if (!method_is(i, method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
-                           "%s needs %s, not %s", routes[i].url, routes[i].method, method);
+                           "%s needs %s, not %s", url, routes[i].method, method);
             return kvt_srv_send_error(s, c, label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
         }
         if (rule != ACCESS_API_KEY) key = NULL; /* only an API key names a tenant */
         uint64_t declared = 0;
-        if (!strcmp(routes[i].method, "POST")) {
+        if (!strcmp(method, "POST")) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
             declared = cl ? strtoull(cl, NULL, 10) : 0;
             if (declared > s->p.max_body) return send_refusal(s, c, routes[i].label, MHD_HTTP_CONTENT_TOO_LARGE);
