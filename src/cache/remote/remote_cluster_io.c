@@ -75,10 +75,14 @@ static int run_round(kvt_remote *r, const cl_op *ops, size_t n, int reader, doub
     return failed;
 }
 
-/* A MOVED/ASK error reply as a second-round op for item, else 0. */
-static int redirect_op(kvt_remote *r, const redisReply *rep, size_t item, cl_op *out) {
+/* A MOVED/ASK error reply from node `from` as a second-round op for item
+ * (counted), else 0. */
+static int redirect_op(kvt_remote *r, const redisReply *rep, int from, size_t item, cl_op *out) {
     if (!rep || rep->type != REDIS_REPLY_ERROR || (strncmp(rep->str, "MOVED ", 6) && strncmp(rep->str, "ASK ", 4)))
         return 0;
+    pthread_mutex_lock(&r->mu);
+    r->cl->nodes[from].st.redirects++;
+    pthread_mutex_unlock(&r->mu);
     int asking, nd = kvt_remote_cluster_redirect(r, rep->str, &asking);
     if (nd < 0) return 0;
     *out = (cl_op){.node = nd, .asking = asking, .item = item};
@@ -327,9 +331,8 @@ static void exists_append(void *ctx, redisContext *c, size_t item) {
 
 static void exists_reply(void *ctx, size_t item, int node, redisReply *rep) {
     probe_ctx *p = ctx;
-    (void)node;
     if (rep && rep->type == REDIS_REPLY_INTEGER) p->found[item] = rep->integer == 1;
-    else if (p->redo && redirect_op(p->r, rep, item, &p->redo[p->n_redo])) p->n_redo++;
+    else if (p->redo && redirect_op(p->r, rep, node, item, &p->redo[p->n_redo])) p->n_redo++;
 }
 
 size_t kvt_remote_cluster_probe(kvt_remote *r, kvt_hash128 parent, const int32_t *tokens, const kvt_hash128 *hashes,
@@ -407,7 +410,7 @@ static void set_append(void *ctx, redisContext *c, size_t i) {
 static void set_reply(void *ctx, size_t i, int node, redisReply *rep) {
     set_ctx *s = ctx;
     if (!rep) return; /* never answered: held for the next try */
-    if (s->redo && redirect_op(s->r, rep, i, &s->redo[s->n_redo])) {
+    if (s->redo && redirect_op(s->r, rep, node, i, &s->redo[s->n_redo])) {
         s->n_redo++;
         return;
     }

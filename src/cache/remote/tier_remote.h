@@ -260,17 +260,8 @@ uint16_t kvt_remote_crc16(const void *data, size_t len);
  * it, when there are some. */
 uint16_t kvt_remote_key_slot(const char *key, size_t len);
 
-#define KVT_REMOTE_ADDR_MAX 96
-
-/* One cluster node's counters (kvt_remote_get_shard_stats). */
-typedef struct {
-    char addr[KVT_REMOTE_ADDR_MAX]; /* host:port */
-    int primary;                    /* owns slots in the current map */
-    uint64_t hits, misses;          /* get_many values read from it and not (nil, refused, lost) */
-    uint64_t redirects;             /* MOVED/ASK replies it gave */
-    uint64_t errors;                /* connection failures and timeouts on it */
-    uint64_t puts;                  /* values it stored */
-} kvt_remote_shard_stats;
+/* One cluster node's counters (kvtier.h). */
+typedef kvt_t3_shard_stats kvt_remote_shard_stats;
 
 /* Up to cap nodes' counters into out; returns how many nodes there are
  * (0: not a cluster). */
