@@ -250,6 +250,7 @@ static void fetch_part(void *ctx, int ith, int nth) {
     }
     pthread_mutex_lock(&r->mu);
     for (int nd = 0; nd < KVT_CL_NODES_MAX; nd++) {
+        if (!t->cnt[nd].hits && !t->cnt[nd].redirects && !t->cnt[nd].errors) continue; /* untouched, maybe unborn */
         kvt_remote_shard_stats *s = &cl->nodes[nd].st;
         s->hits += t->cnt[nd].hits;
         s->redirects += t->cnt[nd].redirects;
@@ -455,7 +456,8 @@ uint32_t kvt_remote_cluster_set_batch(kvt_remote *r, kvt_remote_qslot *const *ba
     r->wr.up = !failed && !unrouted;
     r->wr.next_try = r->wr.up ? 0 : kvt_now() + KVT_REMOTE_BACKOFF_MIN_MS / 1e3;
     pthread_mutex_lock(&r->mu);
-    for (int nd = 0; nd < KVT_CL_NODES_MAX; nd++) cl->nodes[nd].st.puts += s.puts[nd];
+    for (int nd = 0; nd < KVT_CL_NODES_MAX; nd++)
+        if (s.puts[nd]) cl->nodes[nd].st.puts += s.puts[nd];
     pthread_mutex_unlock(&r->mu);
     return sent;
 }
