@@ -75,6 +75,9 @@ check "metrics: writes by node" test "$(grep -c '^kvtier_remote_shard_writes_tot
 curl -s "${KVT_URL[B]}/metrics" >"$TMP/metrics.txt"
 check "metrics: hits by node" grep -q '^kvtier_remote_shard_reads_total{node="127.0.0.1:[0-9]*",result="hit"} [1-9]' "$TMP/metrics.txt"
 check "metrics: connected" grep -q '^kvtier_remote_connected 1' "$TMP/metrics.txt"
+if command -v python3 >/dev/null; then
+  check "metrics: the exposition with node labels is clean" python3 "$(dirname "$0")/../promcheck.py" "$TMP/metrics.txt"
+fi
 
 "$BIN" cache stats --kv-remote "$RC_URL" >"$TMP/cstats.txt" 2>&1
 vals=$(grep -o '^remote: [0-9]* values' "$TMP/cstats.txt" | grep -o '[0-9]*')
