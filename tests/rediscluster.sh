@@ -20,7 +20,7 @@ kvt_start_redis_cluster() {
       redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
         --cluster-enabled yes --cluster-config-file "$TMP/rc$i/nodes.conf" --dir "$TMP/rc$i" \
         --cluster-node-timeout 1000 "$@" >"$TMP/rc$i.log" 2>&1 &
-      KVT_PID[rc$i]=$! KVT_LOG[rc$i]=$TMP/rc$i.log
+      KVT_PID["rc$i"]=$! KVT_LOG["rc$i"]=$TMP/rc$i.log
       RC_PORTS+=("$p")
     done
     up=1
@@ -30,6 +30,7 @@ kvt_start_redis_cluster() {
     rm -rf "$TMP"/rc*
   done
   [ "$up" = 1 ] || { echo "the cluster's redis-servers did not start" >&2; exit 1; }
+  # shellcheck disable=SC2046 # one argument per node
   redis-cli --cluster create $(printf '127.0.0.1:%s ' "${RC_PORTS[@]}") --cluster-replicas "$nr" \
     --cluster-yes >"$TMP/rc-create.log" 2>&1 || { cat "$TMP/rc-create.log" >&2; exit 1; }
   wait_for kvt_cluster_ok || { echo "the cluster never became ok" >&2; exit 1; }
