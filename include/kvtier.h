@@ -396,6 +396,18 @@ KVT_API int kvt_cache_end_session(kvt_cache *c, const char *session);
  * Returns the tokens resident afterwards (>= 0) or a negative code. */
 KVT_API int32_t kvt_cache_prefetch(kvt_cache *c, const int32_t *tokens, int32_t n, const void *salt, size_t salt_len);
 
+/* One Redis Cluster node of T3, as this node used it (kvt_cache_stats.t3_shards). */
+#define KVT_T3_SHARDS_MAX 16
+#define KVT_T3_ADDR_MAX 96
+typedef struct {
+    char addr[KVT_T3_ADDR_MAX]; /* host:port */
+    int primary;                /* owns slots in the current map */
+    uint64_t hits, misses;      /* blocks read from it, and not (nil, refused, lost) */
+    uint64_t redirects;         /* MOVED/ASK replies it gave */
+    uint64_t errors;            /* connection failures and timeouts on it */
+    uint64_t puts;              /* values it stored */
+} kvt_t3_shard_stats;
+
 typedef struct {
     int32_t t0_pages_total, t0_pages_free;
     int32_t t0_pages_cached; /* pages holding an indexed block */
@@ -446,6 +458,9 @@ typedef struct {
     int t3_connected;                          /* 1 while the read connection is up; -1 when T3 is off */
     uint64_t t3_retry_held;                    /* blocks held for sending while Redis is unreachable, now */
     uint64_t t3_retry_sent, t3_retry_dropped;  /* held blocks sent later; held ones dropped (the cap was reached) */
+    uint32_t t3_n_shards;                      /* Redis Cluster nodes known (0: one server); the first
+                                                  KVT_T3_SHARDS_MAX are in t3_shards */
+    kvt_t3_shard_stats t3_shards[KVT_T3_SHARDS_MAX];
     uint64_t index_entries[KVT_TIER_COUNT];
     uint64_t collisions;                          /* block keys that named another block (a miss, never wrong KV) */
     uint64_t lookups;                             /* requests matched against the cache */

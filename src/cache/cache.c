@@ -338,6 +338,7 @@ static void remote_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->t3_retry_held = rs.retry_held;
     out->t3_retry_sent = rs.retry_sent;
     out->t3_retry_dropped = rs.retry_dropped;
+    out->t3_n_shards = (uint32_t)kvt_remote_get_shard_stats(c->remote, out->t3_shards, KVT_T3_SHARDS_MAX);
 }
 
 void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {

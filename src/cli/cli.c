@@ -230,7 +230,9 @@ static const kvt_cli_opt cache_opts[] = {
      "once records fit\nagain (default 5)",
      KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 3600)},
     {CACHE_REMOTE, 0, "kv-remote", NULL, "URL",
-     "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path\n"
+     "T3: a KV store shared by every node on one Redis/Valkey:\nredis://[user:pass@]host:port[/db] or unix:///path;\n"
+     "or a Redis Cluster: redis-cluster://[user:pass@]host:port[,host:port...]\n[?replica_reads=yes] (a redis:// URL "
+     "of a cluster node is found\nto be one at start). No TLS (rediss://)\n"
      "(docs/tiers.md \"T3: the shared tier on Redis\")",
      0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_KEY, 0, "kv-remote-key-file", NULL, "FILE",

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "remote_cluster_internal.h"
 
 #define DEFAULT_PORT 6379
 #define URL_REDIS "redis://"
@@ -34,6 +35,13 @@ static int copy_part(char *dst, const char *s, size_t n, const char *what, const
 int kvt_remote_parse_url(const char *url, kvt_remote_url *u) {
     memset(u, 0, sizeof *u);
     u->port = DEFAULT_PORT;
+    if (!strncmp(url, "rediss", 6))
+        return kvt_fail(KVT_EARG,
+                        "--kv-remote %s: TLS is not supported: this build's hiredis (0.14) has no TLS; reach the "
+                        "server through a TLS tunnel and give a redis:// or redis-cluster:// URL",
+                        url);
+    if (!strncmp(url, KVT_REMOTE_CLUSTER_SCHEME, strlen(KVT_REMOTE_CLUSTER_SCHEME)))
+        return kvt_remote_cluster_parse_url(url, u);
     if (!strncmp(url, URL_UNIX, strlen(URL_UNIX))) {
         const char *path = url + strlen(URL_UNIX);
         if (*path != '/') return kvt_fail(KVT_EARG, "--kv-remote %s: expected unix:///absolute/path", url);
@@ -144,6 +152,7 @@ redisContext *kvt_remote_connect_url(const kvt_remote_url *u, double timeout_s, 
         rc = u->user[0] ? setup_command(c, err, cap, "AUTH %s %s", u->user, u->pass)
                         : setup_command(c, err, cap, "AUTH %s", u->pass);
     if (!rc && u->db) rc = setup_command(c, err, cap, "SELECT %d", u->db);
+    if (!rc && u->readonly) rc = setup_command(c, err, cap, "READONLY");
     if (rc) {
         redisFree(c);
         return NULL;
@@ -159,7 +168,7 @@ redisContext *kvt_remote_conn_get(kvt_remote *r, kvt_remote_conn *k, double time
     if (k->c) conn_failed(k);
     if (kvt_now() < k->next_try) return NULL;
     char err[256];
-    k->c = kvt_remote_connect_url(&r->url, timeout_s, err, sizeof err);
+    k->c = kvt_remote_connect_url(k->to ? k->to : &r->url, timeout_s, err, sizeof err);
     if (!k->c) {
         kvt_remote_note_error(r, 0, "%s: cannot connect: %s", k->who, err);
         conn_failed(k);
@@ -299,6 +308,11 @@ int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in
     int fd = k->c->fd;
     *len = 0;
     ssize_t rc = read_line(fd, in, line, deadline);
+    if (rc > 0 && (!strncmp(line, "-MOVED ", 7) || !strncmp(line, "-ASK ", 5))) {
+        conn_answered(k);
+        snprintf(in->redirect, sizeof in->redirect, "%.120s", line + 1);
+        return KVT_BULK_REDIRECT;
+    }
     if (rc > 0 && line[0] == '-') {
         conn_answered(k);
         kvt_remote_note_error(r, 0, "%s: refused: %s", k->who, line + 1);

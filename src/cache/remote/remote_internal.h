@@ -10,6 +10,10 @@
  *                   checks a value against the block asked for
  *   remote_writer.c the write queue's writer thread: encode and SET
  *   remote_maint.c  SCAN/UNLINK maintenance (kvtier cache --kv-remote)
+ *   remote_cluster.c Redis Cluster: URLs, the slot map, nodes and their
+ *                   connections (remote_cluster_internal.h)
+ *   remote_cluster_io.c Redis Cluster: get_many, probe and the writer's SETs
+ *                   grouped by node, redirects
  * Threading as in tier_remote.h: `mu` guards the queue, the lost list and
  * the stats; the owner's thread alone touches the known set and (through
  * get_many's pool, one reader per thread) the readers, the writer alone
@@ -38,13 +42,15 @@ typedef struct {
     double next_try;  /* kvt_now() before which no reconnect is tried */
     double backoff_s; /* the wait after the next failure */
     int up;
-    const char *who; /* "reads", "writes": for log lines */
+    const char *who;                 /* "reads", "writes": for log lines */
+    const struct kvt_remote_url *to; /* where it connects; NULL: the tier's URL */
 } kvt_remote_conn;
 
 /* Bytes read from a socket ahead of the reply being parsed. */
 typedef struct {
     uint8_t *buf;
     size_t pos, len, cap;
+    char redirect[128]; /* the last MOVED/ASK error line (KVT_BULK_REDIRECT), without its '-' */
 } kvt_remote_inbuf;
 
 /* One of get_many's readers: a connection and the buffers its thread uses. */
@@ -67,17 +73,24 @@ typedef struct {
     int live; /* 0: removed since it was pushed (its map entry is gone) */
 } kvt_remote_known_ent;
 
-typedef struct {
+typedef struct kvt_remote_url {
     char host[KVT_REMOTE_URL_PART_MAX], path[KVT_REMOTE_URL_PART_MAX], user[KVT_REMOTE_URL_PART_MAX],
         pass[KVT_REMOTE_URL_PART_MAX];
     int port, db, is_unix;
+    int cluster;       /* redis-cluster://: seeds holds every host:port given */
+    int replica_reads; /* cluster URL parameter replica_reads=yes */
+    int readonly;      /* send READONLY after connecting (a cluster replica serving reads) */
+    char seeds[4 * KVT_REMOTE_URL_PART_MAX];
 } kvt_remote_url;
+
+struct kvt_remote_cluster;
 
 struct kvt_remote {
     kvt_remote_params p;
     char *url_text;
     kvt_remote_url url;
-    kvt_disk_record_key *key; /* prepared once; read by every thread */
+    kvt_disk_record_key *key;      /* prepared once; read by every thread */
+    struct kvt_remote_cluster *cl; /* a Redis Cluster (remote_cluster_internal.h); NULL: one server */
     size_t header_bytes, value_bytes, buf_bytes;
 
     /* owner thread only */
@@ -143,14 +156,21 @@ redisReply *kvt_remote_next_reply(kvt_remote *r, kvt_remote_conn *k, double dead
 int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k);
 
 /* Outcomes of kvt_remote_read_bulk. */
-enum { KVT_BULK_FAILED = -1, KVT_BULK_VALUE = 0, KVT_BULK_NIL = 1, KVT_BULK_TOO_LONG = 2, KVT_BULK_ERROR = 3 };
+enum {
+    KVT_BULK_FAILED = -1,
+    KVT_BULK_VALUE = 0,
+    KVT_BULK_NIL = 1,
+    KVT_BULK_TOO_LONG = 2,
+    KVT_BULK_ERROR = 3,
+    KVT_BULK_REDIRECT = 4 /* a cluster's MOVED or ASK: the line is in in->redirect, not logged */
+};
 
 /* Reads the next pipelined reply on k, expected to be a bulk string, without
  * the client library: its bytes go from the socket into dst (cap bytes)
  * through the small read-ahead buffer in, before deadline. Returns
  * KVT_BULK_VALUE (*len bytes in dst), KVT_BULK_NIL, KVT_BULK_TOO_LONG (a value
  * over cap, *len long, read and dropped), KVT_BULK_ERROR (an error reply,
- * logged) or KVT_BULK_FAILED (timeout, connection error or a reply of
+ * logged), KVT_BULK_REDIRECT (MOVED/ASK, kept in in->redirect) or KVT_BULK_FAILED (timeout, connection error or a reply of
  * another type: counted, logged, connection dropped). Only on a connection
  * whose client-library reader holds no bytes (kvt_remote_send checks). */
 int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,

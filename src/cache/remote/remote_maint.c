@@ -2,7 +2,8 @@
 /* The remote tier's maintenance (tier_remote.h, `kvtier cache --kv-remote`):
  * per-namespace usage with SCAN and pipelined STRLEN, and clearing one
  * namespace with SCAN MATCH and batched UNLINK. Standalone: a connection of
- * its own, no tier handle. */
+ * its own, no tier handle. On a cluster, each primary is walked in turn, and
+ * keys are unlinked one per command (a command's keys must share a slot). */
 #include "remote_internal.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "remote_cluster_internal.h"
 
 /* SCAN COUNT hint, and keys per UNLINK. */
 #define SCAN_COUNT 1000
@@ -28,14 +30,25 @@ static int parse_hex128(const char *s, kvt_hash128 *out) {
     return *e ? -1 : 0;
 }
 
-static int maint_connect(const char *url, uint32_t timeout_ms, redisContext **c) {
+/* The servers to walk into out (KVT_CL_NODES_MAX): every primary of a
+ * cluster, or the one server. */
+static int maint_targets(const char *url, uint32_t timeout_ms, kvt_remote_url *out, size_t *n, int *cluster) {
     kvt_remote_url u;
     int rc = kvt_remote_parse_url(url, &u);
-    if (rc) return rc;
-    char err[256];
-    *c = kvt_remote_connect_url(&u, timeout_ms / 1e3, err, sizeof err);
+    if (!rc) rc = kvt_remote_cluster_primaries(&u, timeout_ms / 1e3, out, KVT_CL_NODES_MAX, n);
+    *cluster = *n > 0;
+    if (!rc && !*n) {
+        out[0] = u;
+        *n = 1;
+    }
     memset(&u, 0, sizeof u);
-    return *c ? 0 : kvt_fail(-EIO, "cannot reach %s: %s", url, err);
+    return rc;
+}
+
+static int maint_connect(const kvt_remote_url *u, const char *url, uint32_t timeout_ms, redisContext **c) {
+    char err[256];
+    *c = kvt_remote_connect_url(u, timeout_ms / 1e3, err, sizeof err);
+    return *c ? 0 : kvt_fail(-EIO, "cannot reach %s (%s:%d): %s", url, u->host, u->port, err);
 }
 
 /* One SCAN step over pattern: the next cursor in *cursor (0 at the end) and
@@ -52,13 +65,10 @@ static redisReply *scan_step(redisContext *c, const char *url, unsigned long lon
     return rep;
 }
 
-int kvt_remote_scan(const char *url, uint32_t timeout_ms, kvt_remote_ns_usage *out, size_t cap, size_t *n_out,
-                    kvt_remote_ns_usage *other) {
-    *n_out = 0;
-    memset(other, 0, sizeof *other);
-    redisContext *c;
-    int rc = maint_connect(url, timeout_ms, &c);
-    if (rc) return rc;
+/* Adds one server's namespaces to out / other (kvt_remote_scan). */
+static int scan_server(redisContext *c, const char *url, kvt_remote_ns_usage *out, size_t cap, size_t *n_out,
+                       kvt_remote_ns_usage *other) {
+    int rc = 0;
     unsigned long long cursor = 0;
     do {
         redisReply *rep = scan_step(c, url, &cursor, KVT_REMOTE_KEY_PREFIX "*");
@@ -96,19 +106,34 @@ int kvt_remote_scan(const char *url, uint32_t timeout_ms, kvt_remote_ns_usage *o
         }
         freeReplyObject(rep);
     } while (cursor && !rc);
-    redisFree(c);
     return rc;
 }
 
-int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint64_t *removed) {
-    *removed = 0;
-    redisContext *c;
-    int rc = maint_connect(url, timeout_ms, &c);
-    if (rc) return rc;
-    char pattern[KVT_REMOTE_KEY_LEN + 1];
-    kvt_remote_key(ns, ns, pattern);
-    snprintf(pattern + strlen(KVT_REMOTE_KEY_PREFIX) + 33, sizeof pattern - strlen(KVT_REMOTE_KEY_PREFIX) - 33, "*");
+int kvt_remote_scan(const char *url, uint32_t timeout_ms, kvt_remote_ns_usage *out, size_t cap, size_t *n_out,
+                    kvt_remote_ns_usage *other) {
+    *n_out = 0;
+    memset(other, 0, sizeof *other);
+    kvt_remote_url *to = kvt_xcalloc(KVT_CL_NODES_MAX, sizeof *to);
+    size_t n = 0;
+    int cluster, rc = maint_targets(url, timeout_ms, to, &n, &cluster);
+    for (size_t i = 0; i < n && !rc; i++) {
+        redisContext *c = NULL;
+        rc = maint_connect(&to[i], url, timeout_ms, &c);
+        if (!rc) rc = scan_server(c, url, out, cap, n_out, other);
+        if (c) redisFree(c);
+    }
+    memset(to, 0, KVT_CL_NODES_MAX * sizeof *to);
+    free(to);
+    return rc;
+}
+
+/* Unlinks one server's keys matching pattern, batch keys per UNLINK, the
+ * UNLINKs of one SCAN step pipelined. */
+static int clear_server(redisContext *c, const char *url, const char *pattern, size_t batch, uint64_t *removed) {
+    int rc = 0;
     unsigned long long cursor = 0;
+    const char **argv = kvt_xmalloc((batch + 1) * sizeof *argv);
+    size_t *len = kvt_xmalloc((batch + 1) * sizeof *len);
     do {
         redisReply *rep = scan_step(c, url, &cursor, pattern);
         if (!rep) {
@@ -116,27 +141,48 @@ int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint6
             break;
         }
         redisReply *keys = rep->element[1];
-        for (size_t at = 0; at < keys->elements && !rc; at += UNLINK_BATCH) {
-            size_t k = KVT_MIN(keys->elements - at, (size_t)UNLINK_BATCH);
-            const char **argv = kvt_xmalloc((k + 1) * sizeof *argv);
-            size_t *len = kvt_xmalloc((k + 1) * sizeof *len);
+        size_t sent = 0;
+        for (size_t at = 0; at < keys->elements; at += batch, sent++) {
+            size_t k = KVT_MIN(keys->elements - at, batch);
             argv[0] = "UNLINK";
             len[0] = 6;
             for (size_t i = 0; i < k; i++) {
                 argv[i + 1] = keys->element[at + i]->str;
                 len[i + 1] = keys->element[at + i]->len;
             }
-            redisReply *u = redisCommandArgv(c, (int)(k + 1), argv, len);
+            redisAppendCommandArgv(c, (int)(k + 1), argv, len);
+        }
+        for (size_t i = 0; i < sent && !rc; i++) {
+            void *v = NULL;
+            redisReply *u = redisGetReply(c, &v) == REDIS_OK ? v : NULL;
             if (!u || u->type != REDIS_REPLY_INTEGER)
                 rc = kvt_fail(-EIO, "%s: UNLINK failed: %s", url,
                               u && u->type == REDIS_REPLY_ERROR ? u->str : c->errstr);
             else *removed += (uint64_t)u->integer;
             if (u) freeReplyObject(u);
-            free(argv);
-            free(len);
         }
         freeReplyObject(rep);
     } while (cursor && !rc);
-    redisFree(c);
+    free(argv);
+    free(len);
+    return rc;
+}
+
+int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint64_t *removed) {
+    *removed = 0;
+    char pattern[KVT_REMOTE_KEY_LEN + 1];
+    kvt_remote_key(ns, ns, pattern);
+    snprintf(pattern + strlen(KVT_REMOTE_KEY_PREFIX) + 33, sizeof pattern - strlen(KVT_REMOTE_KEY_PREFIX) - 33, "*");
+    kvt_remote_url *to = kvt_xcalloc(KVT_CL_NODES_MAX, sizeof *to);
+    size_t n = 0;
+    int cluster, rc = maint_targets(url, timeout_ms, to, &n, &cluster);
+    for (size_t i = 0; i < n && !rc; i++) {
+        redisContext *c = NULL;
+        rc = maint_connect(&to[i], url, timeout_ms, &c);
+        if (!rc) rc = clear_server(c, url, pattern, cluster ? 1 : UNLINK_BATCH, removed);
+        if (c) redisFree(c);
+    }
+    memset(to, 0, KVT_CL_NODES_MAX * sizeof *to);
+    free(to);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "remote_cluster_internal.h"
 
 /* Serves requests still in the write queue (mu held). */
 static size_t read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
@@ -99,6 +100,7 @@ static void fetch_part(void *ctx, int ith, int nth) {
 }
 
 size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
+    if (r->cl) return kvt_remote_cluster_get_many(r, reqs, n);
     if (!n) return 0;
     for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
     pthread_mutex_lock(&r->mu);
@@ -137,6 +139,7 @@ size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
 
 size_t kvt_remote_probe(kvt_remote *r, kvt_hash128 parent, const int32_t *tokens, const kvt_hash128 *hashes,
                         size_t n_blocks) {
+    if (r->cl) return kvt_remote_cluster_probe(r, parent, tokens, hashes, n_blocks);
     if (!n_blocks) return 0;
     pthread_mutex_lock(&r->mu);
     kvt_remote_apply_lost_locked(r);

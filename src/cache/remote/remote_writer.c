@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "remote_cluster_internal.h"
 
 
 /* A block the writer could not store (mu held). */
@@ -50,7 +51,12 @@ static void send_batch(kvt_remote *r, kvt_remote_qslot *const *batch, uint32_t k
         zipped += value[i] != batch[i]->buf;
     }
     double full = r->p.write_timeout_ms / 1e3, deadline = kvt_now() + full;
-    redisContext *c = kvt_remote_conn_get(r, &r->wr, full);
+    if (r->cl) { /* grouped by the primaries owning the keys */
+        res->sent = kvt_remote_cluster_set_batch(r, batch, value, res->vlen, k, skip, res->ok, res->answered, deadline,
+                                                 full);
+        for (uint32_t i = 0; i < k; i++) res->stored += (uint32_t)res->ok[i];
+    }
+    redisContext *c = r->cl ? NULL : kvt_remote_conn_get(r, &r->wr, full);
     if (c) {
         char ttl[24];
         snprintf(ttl, sizeof ttl, "%u", r->p.ttl_s);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "remote_cluster_internal.h"
 #include "tier_disk.h"
 
 #define DEFAULT_SIZE (4ull << 30)
@@ -100,6 +101,7 @@ static void remote_free(kvt_remote *r) {
     }
     kvt_pool_free(r->pool);
     kvt_remote_conn_drop(&r->wr);
+    kvt_remote_cluster_free(r);
     ZSTD_freeCCtx(r->cctx);
     for (int i = 0; r->zbuf && i < WRITE_BATCH_SLOTS; i++) free(r->zbuf[i]);
     free(r->zbuf);
@@ -142,6 +144,7 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     int rc = kvt_remote_parse_url(p->url, &r->url);
     uint8_t key[KVT_DISK_KEY_BYTES];
     if (!rc) rc = read_key_file(p->key_file, key);
+    if (!rc) rc = kvt_remote_cluster_open(r); /* a cluster URL, or a server that says it is a cluster node */
     if (rc) {
         remote_free(r);
         return rc;

@@ -230,6 +230,43 @@ int kvt_remote_compress_parse(const char *s, kvt_remote_compress *out);
 /* The Redis key of a block: KVT_REMOTE_KEY_LEN chars and a NUL in out. */
 void kvt_remote_key(kvt_hash128 ns, kvt_hash128 hash, char out[KVT_REMOTE_KEY_LEN + 1]);
 
+/* ---- Redis Cluster -------------------------------------------------------- */
+
+/* Cluster. With a redis-cluster://host:port[,host:port...] URL, or a plain
+ * redis:// URL whose server says cluster_enabled:1 when the tier opens, the
+ * tier is a cluster client: it fetches the slot map (CLUSTER SHARDS, or
+ * CLUSTER SLOTS from servers older than Redis 7) from any node it knows,
+ * sends each key's command to the primary owning its slot (the key's CRC16
+ * modulo 16384, kvt_remote_key_slot) on a connection of its own per node and
+ * thread, and groups a get_many batch, a probe and a writer batch by node,
+ * every node's pipeline in flight at once under the same one deadline. A
+ * MOVED reply points the slot at the node named and marks the map stale (it
+ * is fetched again before the next call, at most every 100 ms); an ASK reply
+ * is followed once (ASKING, then the command) in the same call. A key that
+ * cannot be read in the call (redirected twice, a node down, the deadline)
+ * is a miss, as with one server; connection failures also mark the map
+ * stale, so a failover's new primary is found. With replica_reads=yes in the
+ * URL, reads and probes are spread over each shard's primary and its online
+ * replicas (READONLY connections): a replica that lags answers a miss or the
+ * same bytes, since keys name exactly one block and values are checked.
+ * Database numbers do not exist in a cluster (a /db is refused); AUTH is
+ * sent to every node; TLS is not supported (hiredis 0.14). */
+
+/* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), Redis Cluster's key hash. */
+uint16_t kvt_remote_crc16(const void *data, size_t len);
+
+/* The cluster hash slot (0..16383) of a key: its CRC16 modulo 16384, or that
+ * of its hash tag: the bytes between the first '{' and the first '}' after
+ * it, when there are some. */
+uint16_t kvt_remote_key_slot(const char *key, size_t len);
+
+/* One cluster node's counters (kvtier.h). */
+typedef kvt_t3_shard_stats kvt_remote_shard_stats;
+
+/* Up to cap nodes' counters into out; returns how many nodes there are
+ * (0: not a cluster). */
+size_t kvt_remote_get_shard_stats(kvt_remote *r, kvt_remote_shard_stats *out, size_t cap);
+
 /* ---- maintenance (kvtier cache --kv-remote) ---------------------------- */
 
 /* Usage of one namespace in the store. */
@@ -237,6 +274,8 @@ typedef struct {
     kvt_hash128 ns;
     uint64_t values, bytes; /* bytes: STRLEN of each value */
 } kvt_remote_ns_usage;
+
+/* On a cluster, both walk every primary. */
 
 /* Walks every kvt:* key with SCAN (COUNT batches, never KEYS) and sums values
  * and bytes per namespace into out[0..cap) (*n_out namespaces; the ones past

@@ -186,7 +186,6 @@ void kvt_metrics_observe_duration(kvt_metrics *m, const char *endpoint, double s
     pthread_mutex_unlock(&m->mu);
 }
 
-
 static void header(kvt_strbuf *b, const char *name, const char *type, const char *help) {
     kvt_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -261,6 +260,41 @@ static void render_process(kvt_strbuf *b) {
         header(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
         kvt_strbuf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
     }
+}
+
+/* T3 on a Redis Cluster: reads and writes by node. */
+static void render_t3_shards(kvt_strbuf *b, const kvt_cache_stats *c) {
+    uint32_t n = KVT_MIN(c->t3_n_shards, (uint32_t)KVT_T3_SHARDS_MAX);
+    char node[KVT_T3_SHARDS_MAX][KVT_T3_ADDR_MAX];
+    for (uint32_t i = 0; i < n; i++) { /* a label value: no quote, backslash or newline */
+        size_t k = 0;
+        for (const char *a = c->t3_shards[i].addr; *a && k + 1 < KVT_T3_ADDR_MAX; a++)
+            if (*a != '"' && *a != '\\' && *a != '\n') node[i][k++] = *a;
+        node[i][k] = 0;
+    }
+    header(b, "kvtier_remote_shard_reads_total", "counter",
+           "T3 block reads by Redis Cluster node and result (miss: absent, refused, redirected twice or unreachable).");
+    for (uint32_t i = 0; i < n; i++) {
+        kvt_strbuf_printf(b, "kvtier_remote_shard_reads_total{node=\"%s\",result=\"hit\"} %llu\n", node[i],
+                          (unsigned long long)c->t3_shards[i].hits);
+        kvt_strbuf_printf(b, "kvtier_remote_shard_reads_total{node=\"%s\",result=\"miss\"} %llu\n", node[i],
+                          (unsigned long long)c->t3_shards[i].misses);
+    }
+    header(b, "kvtier_remote_shard_writes_total", "counter", "Blocks stored in T3, by Redis Cluster node.");
+    for (uint32_t i = 0; i < n; i++)
+        kvt_strbuf_printf(b, "kvtier_remote_shard_writes_total{node=\"%s\"} %llu\n", node[i],
+                          (unsigned long long)c->t3_shards[i].puts);
+    header(b, "kvtier_remote_shard_redirects_total", "counter", "MOVED and ASK replies, by Redis Cluster node.");
+    for (uint32_t i = 0; i < n; i++)
+        kvt_strbuf_printf(b, "kvtier_remote_shard_redirects_total{node=\"%s\"} %llu\n", node[i],
+                          (unsigned long long)c->t3_shards[i].redirects);
+    header(b, "kvtier_remote_shard_errors_total", "counter", "Connection failures and timeouts, by Redis Cluster node.");
+    for (uint32_t i = 0; i < n; i++)
+        kvt_strbuf_printf(b, "kvtier_remote_shard_errors_total{node=\"%s\"} %llu\n", node[i],
+                          (unsigned long long)c->t3_shards[i].errors);
+    header(b, "kvtier_remote_shard_primary", "gauge", "1 for a Redis Cluster node that owns slots in the map now.");
+    for (uint32_t i = 0; i < n; i++)
+        kvt_strbuf_printf(b, "kvtier_remote_shard_primary{node=\"%s\"} %d\n", node[i], c->t3_shards[i].primary);
 }
 
 /* Long: one header and one value line per series, in exposition order: a list, not logic. */
@@ -380,6 +414,7 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
                       (unsigned long long)c->t3_retry_dropped);
     header(&b, "kvtier_remote_writes_total", "counter", "Blocks stored in T3 (SET answered).");
     kvt_strbuf_printf(&b, "kvtier_remote_writes_total %llu\n", (unsigned long long)c->t3_writes);
+    if (c->t3_n_shards) render_t3_shards(&b, c);
     header(&b, "kvtier_remote_written_payload_bytes_total", "counter",
            "Payload bytes of the T3 values written, before compression (over write bytes: the ratio).");
     kvt_strbuf_printf(&b, "kvtier_remote_written_payload_bytes_total %llu\n", (unsigned long long)c->t3_payload_written);

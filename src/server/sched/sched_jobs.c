@@ -25,6 +25,23 @@ static char *job_error(admin_job *j, int status, const char *code, const char *m
     return kvt_api_error_json(&e);
 }
 
+/* T3 on a Redis Cluster: each node's counters as the T3 object's "shards". */
+static void add_t3_shards(cJSON *t3, const kvt_cache_stats *st) {
+    cJSON *arr = cJSON_AddArrayToObject(t3, "shards");
+    for (uint32_t i = 0; i < st->t3_n_shards && i < KVT_T3_SHARDS_MAX; i++) {
+        const kvt_t3_shard_stats *n = &st->t3_shards[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "node", n->addr);
+        cJSON_AddBoolToObject(o, "primary", n->primary);
+        cJSON_AddNumberToObject(o, "hits", (double)n->hits);
+        cJSON_AddNumberToObject(o, "misses", (double)n->misses);
+        cJSON_AddNumberToObject(o, "writes", (double)n->puts);
+        cJSON_AddNumberToObject(o, "redirects", (double)n->redirects);
+        cJSON_AddNumberToObject(o, "errors", (double)n->errors);
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
 /* The pins the caller of job j sees: its own namespace's (root), or with the
  * admin key every one, each with its namespace. */
 static void add_pins(kvt_server *s, const admin_job *j, kvt_hash128 root, cJSON *o) {
@@ -102,6 +119,7 @@ static cJSON *stats_json(kvt_server *s) {
                                 st.t3_bytes_written ? (double)st.t3_payload_written / (double)st.t3_bytes_written : 1.0);
         cJSON_AddNumberToObject(t3, "latency_ms_avg",
                                 st.t3_round_trips ? 1e3 * st.t3_latency_sum_s / (double)st.t3_round_trips : 0.0);
+        if (st.t3_n_shards) add_t3_shards(t3, &st);
     }
     cJSON_AddNumberToObject(o, "discarded_blocks", (double)st.discarded);
     cJSON_AddNumberToObject(o, "lookup_tokens", (double)st.lookup_tokens);
