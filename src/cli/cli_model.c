@@ -64,6 +64,16 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --rope-base F          rope theta; 0 = the architecture's (1e6 qwen3/gemma3, else 1e4) [%g]\n"
             "  --swa N                sliding window of phi3/gemma2/gemma3; 0 = the architecture's\n"
             "                         (phi3 2047, gemma2 4096, gemma3 512) [%d]\n"
+            "  --rope-scaling TYPE    write rope.scaling.type: none, linear or yarn [not written]\n"
+            "  --rope-factor F        write rope.scaling.factor, the context extension (positions\n"
+            "                         scaled by 1/F) [not written]\n"
+            "  --rope-orig-ctx N      write rope.scaling.original_context_length, the context the\n"
+            "                         model was trained for before the extension (YaRN's ramp)\n"
+            "                         [not written: the loader takes --ctx]\n"
+            "  --rope-attn-factor F   write rope.scaling.attn_factor, which scales rope's cos and\n"
+            "                         sin [not written: 1]\n"
+            "  --rope-yarn-log-mul F  write rope.scaling.yarn_log_multiplier, YaRN's temperature\n"
+            "                         slope (1 + F ln factor) [not written: 0.1]\n"
             "  --seed N               weights seed [%llu]\n"
             "  --name NAME            general.name [%s]\n"
             "  -h, --help             this help\n",
@@ -96,6 +106,29 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
             "or a K-quant mix (q4_k_m, ...), not '%s'\n",
             s);
     return -1;
+}
+
+/* The --rope-* options: 1 when a is one (its value stored), 0 when not, -1
+ * on a bad value (said on stderr). */
+static int parse_rope_opt(int argc, char **argv, int *i, kvt_mkmodel_params *p) {
+    const char *a = argv[*i], *v;
+    static const char *const fopts[] = {"--rope-factor", "--rope-attn-factor", "--rope-yarn-log-mul"};
+    float *fdst[] = {&p->rope_factor, &p->rope_attn_factor, &p->rope_yarn_log_mul};
+    if (!strcmp(a, "--rope-scaling")) return (p->rope_scaling = kvt_cli_value(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--rope-orig-ctx")) {
+        long n;
+        if (!(v = kvt_cli_value(argc, argv, i)) || (n = kvt_cli_parse_long(a, v, 1, 1 << 26)) < 0) return -1;
+        p->rope_orig_ctx = (int32_t)n;
+        return 1;
+    }
+    for (size_t k = 0; k < KVT_ARRAY_LEN(fopts); k++) {
+        if (strcmp(a, fopts[k])) continue;
+        double f;
+        if (!(v = kvt_cli_value(argc, argv, i)) || isnan(f = kvt_cli_parse_double(a, v))) return -1;
+        *fdst[k] = (float)f;
+        return 1;
+    }
+    return 0;
 }
 
 /* Which channels carry the planted massive activations, on stderr. */
@@ -133,6 +166,9 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             matched = 1;
         }
         if (matched) continue;
+        int rope = parse_rope_opt(argc, argv, &i, &p);
+        if (rope < 0) return 2;
+        if (rope) continue;
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--arch")) {
@@ -344,6 +380,11 @@ static void print_info_text(const kvt_model *m, const char *path, const info_fac
                (double)hp->rope_freq_scale,
                hp->has_freq_factors ? (hp->arch == KVT_ARCH_PHI3 ? ", LongRoPE freq factors" : ", llama3 freq factors")
                                     : "");
+        if (hp->rope_scaling == KVT_ROPE_SCALING_YARN)
+            printf("rope scaling   yarn, factor %g from an original context of %d, ramp over pairs %g..%g, "
+                   "magnitude %g\n",
+                   1.0 / (double)hp->rope_freq_scale, hp->rope_orig_ctx, (double)hp->rope_yarn_corr[0],
+                   (double)hp->rope_yarn_corr[1], (double)hp->rope_yarn_mscale);
         printf("kv cache       %llu bytes/token f16 (%llu per %d-token block), %llu bytes/token f32, ",
                (unsigned long long)f->kv16, (unsigned long long)(f->kv16 * DEFAULT_BLOCK_TOKENS), DEFAULT_BLOCK_TOKENS,
                (unsigned long long)f->kv32);

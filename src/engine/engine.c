@@ -110,6 +110,7 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         return kvt_fail(KVT_EARG, "KV type %s needs a head_dim that is a multiple of %d; this model's head_dim is %d",
                         kvt_kv_dtype_name(p.kv_dtype), KVT_KV_Q8_BLOCK, hp->head_dim);
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
+    kvt_model_warn_ctx(model, p.n_ctx);
 
     kvt_engine *e = kvt_xcalloc(1, sizeof *e);
     e->model = model;
@@ -438,20 +439,24 @@ size_t kvt_eng_kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t hea
 
 /* cos/sin of every rotated pair for one position. theta_i = pos * base^(-2i/rope_dim),
  * built by repeated multiplication in f32 the way ggml does, then divided by the
- * frequency factor (llama3, phi3) and multiplied by the linear scale; phi3's
- * LongRoPE also scales cos and sin by its attention factor. alt: the rope of
- * sliding layers that have their own (gemma3: rope_base_swa, no scaling). */
+ * frequency factor (llama3, phi3) and multiplied by the linear scale; YaRN
+ * blends that scaled angle with the unscaled one by its ramp (model.h). cos
+ * and sin are then multiplied by the magnitude: rope.scaling.attn_factor
+ * (phi3's LongRoPE), times YaRN's temperature. alt: the rope of sliding layers
+ * that have their own (gemma3: rope_base_swa, no scaling). */
 void kvt_eng_rope_angles(const kvt_model *m, int32_t pos, int alt, int unscaled, float *cs, float *sn) {
     const kvt_hparams *hp = &m->hp;
     int32_t half = hp->rope_dim / 2;
     const float base = alt ? hp->rope_base_swa : hp->rope_base, fscale = alt ? 1.0f : hp->rope_freq_scale;
     const float *factors = alt ? NULL : m->rope_freq_factors;
-    const float mscale = unscaled ? 1.0f : hp->rope_attn_factor;
+    const int yarn = !alt && hp->rope_scaling == KVT_ROPE_SCALING_YARN;
+    const float mscale = unscaled ? 1.0f : alt ? hp->rope_attn_factor : hp->rope_yarn_mscale;
     float theta_scale = powf(base, -2.0f / (float)hp->rope_dim);
     float theta = (float)pos;
     for (int32_t i = 0; i < half; i++) {
         float ff = factors ? factors[i] : 1.0f;
         float t = fscale * (theta / ff);
+        if (yarn) t = kvt_rope_yarn_mix(hp, i, t, theta / ff);
         cs[i] = cosf(t);
         sn[i] = sinf(t);
         if (mscale != 1.0f) {

@@ -95,7 +95,7 @@ static int load_phi3(const kvt_gguf *g, kvt_hparams *hp) {
     }
     hp->swa_pattern = 1;
     hp->q_scale = 1.0f / sqrtf((float)hp->head_dim);
-    return opt_f32(g, "phi3", "rope.scaling.attn_factor", ATTN_FACTOR_MIN, ATTN_FACTOR_MAX, 0, &hp->rope_attn_factor);
+    return 0;
 }
 
 /* Gemma 2 and 3 share: embeddings scaled by sqrt(n_embd), post-norms, GELU,
@@ -142,6 +142,9 @@ int kvt_arch_load_hparams(const kvt_gguf *g, const char *name, kvt_hparams *hp) 
     hp->ffn_act = KVT_FFN_SILU;
     hp->embd_scale = 1.0f;
     hp->rope_attn_factor = 1.0f;
+    /* llama.cpp reads the rope magnitude factor for every architecture */
+    int rc = opt_f32(g, a->name, "rope.scaling.attn_factor", ATTN_FACTOR_MIN, ATTN_FACTOR_MAX, 0, &hp->rope_attn_factor);
+    if (rc) return rc;
     switch (a->arch) {
     case KVT_ARCH_QWEN3: hp->qk_norm = 1; return 0;
     case KVT_ARCH_PHI3: return load_phi3(g, hp);

@@ -407,6 +407,20 @@ static int check_params(const kvt_mkmodel_params *p) {
         return kvt_fail(KVT_EARG, "--arch must be one of %s, not '%s'", kvt_arch_names(), p->arch);
     if (p->swa < 0) return kvt_fail(KVT_EARG, "--swa must be >= 0");
     if (p->rope_base < 0) return kvt_fail(KVT_EARG, "--rope-base must be >= 0");
+    if (p->rope_scaling && strcmp(p->rope_scaling, "none") && strcmp(p->rope_scaling, "linear") &&
+        strcmp(p->rope_scaling, "yarn"))
+        return kvt_fail(KVT_EARG, "--rope-scaling must be none, linear or yarn, not '%s'", p->rope_scaling);
+    if (p->rope_factor != 0 && !(p->rope_factor >= 0.01f && p->rope_factor <= 1000.0f))
+        return kvt_fail(KVT_EARG, "--rope-factor must be 0 (absent) or from 0.01 to 1000");
+    if (p->rope_orig_ctx < 0) return kvt_fail(KVT_EARG, "--rope-orig-ctx must be >= 0");
+    if (p->rope_attn_factor != 0 && !(p->rope_attn_factor >= 0.01f && p->rope_attn_factor <= 100.0f))
+        return kvt_fail(KVT_EARG, "--rope-attn-factor must be 0 (absent) or from 0.01 to 100");
+    if (!(p->rope_yarn_log_mul >= 0.0f && p->rope_yarn_log_mul <= 10.0f))
+        return kvt_fail(KVT_EARG, "--rope-yarn-log-mul must be from 0 (absent) to 10");
+    if (!strcmp(p->arch, "phi3") && (p->rope_orig_ctx || p->rope_attn_factor))
+        return kvt_fail(KVT_EARG,
+                        "--rope-orig-ctx and --rope-attn-factor are not for phi3 (mkmodel writes its "
+                        "LongRoPE keys)");
     if (p->dim <= 0 || p->layers <= 0 || p->heads <= 0 || p->kv_heads <= 0 || p->ff <= 0 || p->ctx <= 0)
         return kvt_fail(KVT_EARG, "dimensions must be positive");
     if (p->dim % p->heads) return kvt_fail(KVT_EARG, "dim %d is not a multiple of heads %d", p->dim, p->heads);
@@ -452,6 +466,18 @@ static void write_arch_metadata(kvt_gguf_writer *w, const kvt_mkmodel_params *p)
     } else if (!strcmp(a, "gemma3")) {
         kvt_gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)(p->swa ? p->swa : GEMMA3_SWA));
     }
+#undef KEY
+}
+
+/* The rope.scaling.* keys asked for, as llama.cpp's converters name them. */
+static void write_rope_scaling(kvt_gguf_writer *w, const kvt_mkmodel_params *p) {
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, p->arch), key)
+    if (p->rope_scaling) kvt_gguf_w_str(w, KEY("rope.scaling.type"), p->rope_scaling);
+    if (p->rope_factor != 0) kvt_gguf_w_f32(w, KEY("rope.scaling.factor"), p->rope_factor);
+    if (p->rope_orig_ctx) kvt_gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)p->rope_orig_ctx);
+    if (p->rope_attn_factor != 0) kvt_gguf_w_f32(w, KEY("rope.scaling.attn_factor"), p->rope_attn_factor);
+    if (p->rope_yarn_log_mul != 0) kvt_gguf_w_f32(w, KEY("rope.scaling.yarn_log_multiplier"), p->rope_yarn_log_mul);
 #undef KEY
 }
 
@@ -556,6 +582,7 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
     kvt_gguf_w_u32(w, KEY("vocab_size"), (uint32_t)vocab);
 #undef KEY
     write_arch_metadata(w, p);
+    write_rope_scaling(w, p);
     if (src) {
         int has_template = 0;
         for (uint64_t i = 0; i < src->n_kv; i++) {

@@ -20,12 +20,18 @@ typedef struct {
                              * fallback of quant_mix.h); else that mix's recipe */
     const char *vocab_from; /* GGUF whose tokenizer.* metadata is copied; NULL: built-in */
     uint64_t seed;
-    int tied;         /* share token_embd as the output projection */
-    float rope_base;  /* 0: the architecture's usual (1e6 for qwen3 and gemma3, else 1e4) */
-    int32_t swa;      /* sliding window of phi3/gemma2/gemma3; 0: the architecture's usual
+    int tied;        /* share token_embd as the output projection */
+    float rope_base; /* 0: the architecture's usual (1e6 for qwen3 and gemma3, else 1e4) */
+    int32_t swa;     /* sliding window of phi3/gemma2/gemma3; 0: the architecture's usual
                                (phi3 2047, gemma2 4096, gemma3 512) */
-    const char *name; /* general.name */
-    int outliers;     /* plant massive activations (kvt_mkmodel_outlier_channels) */
+    /* rope.scaling.* keys, each written only when set (0 / NULL: absent) */
+    const char *rope_scaling; /* rope.scaling.type: "none", "linear" or "yarn" */
+    float rope_factor;        /* rope.scaling.factor */
+    int32_t rope_orig_ctx;    /* rope.scaling.original_context_length (phi3 writes its own) */
+    float rope_attn_factor;   /* rope.scaling.attn_factor (phi3 writes its own) */
+    float rope_yarn_log_mul;  /* rope.scaling.yarn_log_multiplier */
+    const char *name;         /* general.name */
+    int outliers;             /* plant massive activations (kvt_mkmodel_outlier_channels) */
 } kvt_mkmodel_params;
 
 /* The residual-stream channels that carry massive activations in a model

@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "log.h"
 #include "progress.h"
 #include "kv_quant.h"
 #include "tokenizer.h"
@@ -32,6 +33,8 @@
 #define HP_EPS_MAX 0.5
 #define HP_ROPE_FACTOR_MIN 0.01
 #define HP_ROPE_FACTOR_MAX 1000.0
+#define HP_YARN_LOG_MUL_MIN 1e-4
+#define HP_YARN_LOG_MUL_MAX 10.0
 #define FINGERPRINT_SAMPLE_BYTES 4096 /* hashed from the start, middle and end of every tensor */
 #define FINGERPRINT_DOMAIN "kvtier-model-fingerprint-v1"
 
@@ -91,6 +94,114 @@ static int get_f32(const kvt_gguf *g, const char *arch, const char *suffix, floa
     return kvt_hp_float(g, key, lo, hi, zero_off, out);
 }
 
+/* rope.scaling.*: the type ("none", "linear", "yarn"; "llama3" is carried by
+ * rope_freqs.weight), the factor (rope_freq_scale = 1/factor) and YaRN's
+ * original context and log multiplier, with llama.cpp's defaults: no type
+ * but a factor means linear, a factor of 0 or none means 1, the original
+ * context defaults to the trained one. */
+static int load_rope_scaling(const kvt_gguf *g, const char *arch, kvt_hparams *hp) {
+    int rc;
+    hp->rope_scaling = KVT_ROPE_SCALING_NONE;
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_yarn_log_mul = 0.0f;
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char *stype = NULL;
+    if (kvt_gguf_find(g, key) && (rc = kvt_gguf_get_str(g, key, &stype))) return rc;
+    /* a factor of 0 means none, as llama.cpp reads it */
+    float factor = 1.0f;
+    if ((rc = get_f32(g, arch, "rope.scaling.factor", &factor, 0.0f, HP_ROPE_FACTOR_MIN, HP_ROPE_FACTOR_MAX, 1)))
+        return rc;
+    if (factor == 0.0f &&
+        (rc = get_f32(g, arch, "rope.scale_linear", &factor, 1.0f, HP_ROPE_FACTOR_MIN, HP_ROPE_FACTOR_MAX, 1)))
+        return rc;
+    if (factor == 0.0f) factor = 1.0f;
+    if ((rc = get_i32(g, arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx, 0, hp->n_ctx_train, 1,
+                      HP_CTX_MAX)) ||
+        (rc = get_f32(g, arch, "rope.scaling.yarn_log_multiplier", &hp->rope_yarn_log_mul, 0.0f, HP_YARN_LOG_MUL_MIN,
+                      HP_YARN_LOG_MUL_MAX, 1)))
+        return rc;
+    if (stype && !strcmp(stype, "yarn")) {
+        hp->rope_scaling = KVT_ROPE_SCALING_YARN;
+        hp->rope_freq_scale = 1.0f / factor;
+    } else if (stype && !strcmp(stype, "linear")) {
+        hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
+        hp->rope_freq_scale = 1.0f / factor;
+    } else if (stype && strcmp(stype, "none") && strcmp(stype, "llama3")) {
+        /* llama3 scaling is carried by rope_freqs.weight */
+        return kvt_fail(KVT_EUNSUPPORTED, "metadata '%s' = '%s' is not supported (none, linear, yarn, llama3 are)", key,
+                        stype);
+    } else if (!stype && factor != 1.0f) {
+        hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    return 0;
+}
+
+/* YaRN's ramp and magnitude, derived once from the scaling read above and
+ * rope_attn_factor (ggml's rope_yarn_corr_dims and rope_yarn, in the same
+ * float operations so that the angles match llama.cpp's bit for bit). The
+ * ramp runs over pair indices: a pair i whose wavelength fits n_rot turns
+ * within the original context, dim(n_rot) = rope_dim * ln(orig / (2 pi n_rot))
+ * / (2 ln base); pairs below floor(dim(beta_fast)) extrapolate (keep their
+ * angle), pairs above ceil(dim(beta_slow)) interpolate (angle * freq_scale).
+ * The magnitude is attn_factor * (1 + 0.1 ln(1 / freq_scale)); a model with
+ * rope.scaling.yarn_log_multiplier m takes 1 + m ln(1 / freq_scale) instead,
+ * the temperature llama.cpp builds from that key (its DeepSeek-2 graph,
+ * where 0.1 is m's usual value: 0.1 * mscale_all_dim). */
+static void yarn_derive(kvt_hparams *hp) {
+    hp->rope_yarn_mscale = hp->rope_attn_factor;
+    hp->rope_yarn_corr[0] = hp->rope_yarn_corr[1] = 0.0f;
+    if (hp->rope_scaling != KVT_ROPE_SCALING_YARN) return;
+    const float n_dims = (float)hp->rope_dim, orig = (float)hp->rope_orig_ctx, two_pi = 2.0f * (float)M_PI;
+    const float lb2 = 2.0f * logf(hp->rope_base);
+    float lo = floorf(n_dims * logf(orig / (KVT_YARN_BETA_FAST * two_pi)) / lb2);
+    float hi = ceilf(n_dims * logf(orig / (KVT_YARN_BETA_SLOW * two_pi)) / lb2);
+    hp->rope_yarn_corr[0] = lo > 0.0f ? lo : 0.0f;
+    hp->rope_yarn_corr[1] = hi < n_dims - 1.0f ? hi : n_dims - 1.0f;
+    const float log_mul = hp->rope_yarn_log_mul != 0.0f ? hp->rope_yarn_log_mul : 0.1f;
+    hp->rope_yarn_mscale *= fmaf(logf(1.0f / hp->rope_freq_scale), log_mul, 1.0f); /* one fma, as compiled there */
+}
+
+float kvt_rope_yarn_mix(const kvt_hparams *hp, int32_t i, float interp, float extrap) {
+    const float lo = hp->rope_yarn_corr[0], span = hp->rope_yarn_corr[1] - lo;
+    float y = ((float)i - lo) / (span > 0.001f ? span : 0.001f);
+    y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
+    const float mix = 1.0f - y; /* share of the unscaled angle */
+    /* llama.cpp's build contracts this sum into one fma, fusing interp's product */
+    return fmaf(interp, 1.0f - mix, extrap * mix);
+}
+
+int64_t kvt_model_ctx_limit(const kvt_model *m) {
+    const kvt_hparams *hp = &m->hp;
+    int64_t lim = hp->n_ctx_train;
+    if (hp->rope_scaling != KVT_ROPE_SCALING_NONE && hp->rope_freq_scale < 1.0f) {
+        /* the original context stretched by the factor */
+        int64_t ext = (int64_t)((double)hp->rope_orig_ctx / (double)hp->rope_freq_scale);
+        if (ext > lim) lim = ext;
+    }
+    return lim;
+}
+
+int kvt_model_warn_ctx(const kvt_model *m, int64_t n_ctx) {
+    const kvt_hparams *hp = &m->hp;
+    int64_t lim = kvt_model_ctx_limit(m);
+    if (n_ctx <= lim) return 0;
+    if (hp->rope_scaling == KVT_ROPE_SCALING_NONE)
+        kvt_logk(KVT_LOG_WARN, "ctx,ctx_train",
+                 "context %lld tokens exceeds the %d this model was trained for (%s.context_length) and the model "
+                 "has no rope scaling: positions past %d are ones it never saw and its output there may degrade",
+                 (long long)n_ctx, hp->n_ctx_train, hp->arch_name, hp->n_ctx_train);
+    else
+        kvt_logk(KVT_LOG_WARN, "ctx,ctx_train",
+                 "context %lld tokens exceeds the %lld this model covers (trained for %d, rope scaling %s by %g from "
+                 "%d): positions past %lld are ones it never saw and its output there may degrade",
+                 (long long)n_ctx, (long long)lim, hp->n_ctx_train,
+                 hp->rope_scaling == KVT_ROPE_SCALING_YARN ? "yarn" : "linear", 1.0 / (double)hp->rope_freq_scale,
+                 hp->rope_orig_ctx, (long long)lim);
+    return 1;
+}
+
 static int load_hparams(kvt_model *m) {
     const kvt_gguf *g = m->gguf;
     kvt_hparams *hp = &m->hp;
@@ -126,31 +237,9 @@ static int load_hparams(kvt_model *m) {
                       KVT_HP_ROPE_BASE_MAX, 0)))
         return rc;
 
-    hp->rope_scaling = KVT_ROPE_SCALING_NONE;
-    hp->rope_freq_scale = 1.0f;
-    char key[256];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    const char *stype = NULL;
-    if (kvt_gguf_find(g, key) && (rc = kvt_gguf_get_str(g, key, &stype))) return rc;
-    /* a factor of 0 means none, as llama.cpp reads it */
-    float factor = 1.0f;
-    if ((rc = get_f32(g, arch, "rope.scaling.factor", &factor, 0.0f, HP_ROPE_FACTOR_MIN, HP_ROPE_FACTOR_MAX, 1)))
-        return rc;
-    if (factor == 0.0f &&
-        (rc = get_f32(g, arch, "rope.scale_linear", &factor, 1.0f, HP_ROPE_FACTOR_MIN, HP_ROPE_FACTOR_MAX, 1)))
-        return rc;
-    if (factor == 0.0f) factor = 1.0f;
-    if (stype && !strcmp(stype, "linear")) {
-        hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
-        hp->rope_freq_scale = 1.0f / factor;
-    } else if (stype && strcmp(stype, "none") && strcmp(stype, "llama3")) {
-        /* llama3 scaling is carried by rope_freqs.weight; yarn changes attention too */
-        return kvt_fail(KVT_EUNSUPPORTED, "rope scaling type '%s' is not supported (none, linear, llama3 are)", stype);
-    } else if (!stype && factor != 1.0f && factor != 0.0f) {
-        hp->rope_scaling = KVT_ROPE_SCALING_LINEAR;
-        hp->rope_freq_scale = 1.0f / factor;
-    }
-    return kvt_arch_load_hparams(g, arch, hp);
+    if ((rc = load_rope_scaling(g, arch, hp)) || (rc = kvt_arch_load_hparams(g, arch, hp))) return rc;
+    yarn_derive(hp);
+    return 0;
 }
 
 static int matmul_type_ok(uint32_t t, int64_t cols) {
@@ -231,11 +320,7 @@ static int bind_rope_factors(loader *L) {
         if ((rc = bind_vec(L, "rope_factors_long.weight", hp->rope_dim / 2, &lng, 1)) ||
             (rc = bind_vec(L, "rope_factors_short.weight", hp->rope_dim / 2, &shrt, 1)))
             return rc;
-        char key[128];
-        int32_t orig = hp->n_ctx_train;
-        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", hp->arch_name);
-        if (kvt_gguf_find(m->gguf, key) && (rc = kvt_hp_int(m->gguf, key, 1, HP_CTX_MAX, &orig))) return rc;
-        m->rope_freq_factors = hp->n_ctx_train > orig ? lng : shrt;
+        m->rope_freq_factors = hp->n_ctx_train > hp->rope_orig_ctx ? lng : shrt;
     }
     hp->has_freq_factors = m->rope_freq_factors != NULL;
     return 0;
@@ -398,6 +483,14 @@ static void compute_fingerprint(kvt_model *m) {
         hash_u64(s, (uint64_t)(m->rope_freq_factors ? 1 : 0));
         if (m->rope_freq_factors)
             XXH3_128bits_update(s, m->rope_freq_factors, (size_t)(hp->rope_dim / 2) * sizeof(float));
+    }
+    if (hp->rope_scaling == KVT_ROPE_SCALING_YARN ||
+        ((hp->arch == KVT_ARCH_LLAMA || hp->arch == KVT_ARCH_QWEN2) && hp->rope_attn_factor != 1.0f)) {
+        /* YaRN's ramp and magnitude (models without them keep their fingerprints) */
+        hash_f32(s, hp->rope_attn_factor);
+        hash_f32(s, hp->rope_yarn_mscale);
+        hash_f32(s, hp->rope_yarn_corr[0]);
+        hash_f32(s, hp->rope_yarn_corr[1]);
     }
     const kvt_gguf *g = m->gguf;
     for (uint64_t i = 0; i < g->n_tensors; i++) {

@@ -31,7 +31,16 @@ typedef enum { KVT_FFN_SILU = 0, KVT_FFN_GELU = 1 } kvt_ffn_act;
  * (qwen2) rotates (i, i + rope_dim/2). */
 typedef enum { KVT_ROPE_NORM = 0, KVT_ROPE_NEOX = 1 } kvt_rope_style;
 
-typedef enum { KVT_ROPE_SCALING_NONE = 0, KVT_ROPE_SCALING_LINEAR = 1 } kvt_rope_scaling;
+/* NONE and LINEAR rotate by pos * rope_freq_scale. YARN (YaRN) mixes per
+ * rotated pair: the fast pairs (those that turn many times within the original
+ * context) keep their unscaled angle, the slow ones take the linearly scaled
+ * angle, a ramp blends the pairs between, and cos and sin grow by the
+ * attention temperature (rope_yarn_mscale), as ggml's rope computes them. */
+typedef enum { KVT_ROPE_SCALING_NONE = 0, KVT_ROPE_SCALING_LINEAR = 1, KVT_ROPE_SCALING_YARN = 2 } kvt_rope_scaling;
+/* YaRN's ramp bounds in turns within the original context (llama.cpp's
+ * defaults; GGUF has no keys for them) */
+#define KVT_YARN_BETA_FAST 32.0f
+#define KVT_YARN_BETA_SLOW 1.0f
 
 typedef struct {
     kvt_arch arch;
@@ -63,7 +72,13 @@ typedef struct {
     int32_t n_swa;          /* sliding window: a query sees its n_swa latest positions, itself included; 0 = none */
     int32_t swa_pattern;    /* which layers slide (n_swa > 0): 1 every layer, P > 1 the layers with il % P < P - 1 */
     float rope_base_swa;    /* rope base of sliding layers (gemma3: 10000, unscaled); 0: the same rope as the others */
-    float rope_attn_factor; /* cos and sin multiplied by this (phi3 LongRoPE), else 1 */
+    float rope_attn_factor; /* cos and sin multiplied by this (rope.scaling.attn_factor: phi3 LongRoPE), else 1 */
+    /* YaRN (rope_scaling YARN; read in model.c). rope_orig_ctx is also the
+     * LongRoPE switch's original context. */
+    int32_t rope_orig_ctx;   /* rope.scaling.original_context_length; n_ctx_train when absent */
+    float rope_yarn_log_mul; /* rope.scaling.yarn_log_multiplier; 0 when absent */
+    float rope_yarn_corr[2]; /* pair indices where the ramp from extrapolated to interpolated starts and ends */
+    float rope_yarn_mscale;  /* cos and sin multiplied by this (rope_attn_factor included); 1 without YaRN */
 } kvt_hparams;
 
 typedef struct {
@@ -99,6 +114,17 @@ struct kvt_model {
     uint64_t weight_bytes;
 };
 
+/* YaRN's angle of rotated pair i from its linearly scaled angle (interp) and
+ * its unscaled one (extrap): extrap below the ramp, interp above it, a linear
+ * blend across it (hp->rope_yarn_corr), in ggml's float operations. */
+float kvt_rope_yarn_mix(const kvt_hparams *hp, int32_t i, float interp, float extrap);
+/* The longest context the model covers: its trained context_length, or
+ * where rope scaling stretches the original context further, that. */
+int64_t kvt_model_ctx_limit(const kvt_model *m);
+/* Logs a warning (as llama.cpp warns of a "training context overflow", it
+ * runs anyway) when a context of n_ctx tokens per sequence exceeds
+ * kvt_model_ctx_limit; returns 1 when it warned. */
+int kvt_model_warn_ctx(const kvt_model *m, int64_t n_ctx);
 /* Bytes of K+V for one token across all layers when stored as dt; 0 when dt
  * cannot hold this model's rows (q8_0 with a head_dim that is not a multiple
  * of 32). */

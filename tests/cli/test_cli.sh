@@ -19,7 +19,8 @@ check "unknown command" expect_rc 2 "$BIN" frobnicate
 check "unknown command named" has "frobnicate"
 
 check "mkmodel help" expect_rc 0 "$BIN" mkmodel --help
-for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --outliers --rope-base --swa --seed --name; do
+for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --outliers --rope-base --swa --seed --name \
+  --rope-scaling --rope-factor --rope-orig-ctx --rope-attn-factor --rope-yarn-log-mul; do
   check "mkmodel help explains $flag" has "$flag"
 done
 check "mkmodel without -o" expect_rc 2 "$BIN" mkmodel
@@ -50,6 +51,22 @@ check "q4_k fallback info" expect_rc 0 "$BIN" info -m "$TMP/k.gguf"
 check "q4_k fallback is q5_0" has "Q5_0 x 9"
 check "q4_k fallback runs" expect_rc 0 "$BIN" run -m "$TMP/k.gguf" -p "hello" -n 4 -t 2
 check "q4_k fallback runs" expect_rc 0 "$BIN" run -m "$TMP/k.gguf" -p "hello" -n 4 -t 2
+# rope scaling: mkmodel writes YaRN keys, info shows them, a context past the covered one warns
+Y=(mkmodel --dim 64 --layers 1 --heads 4 --kv-heads 2 --ff 128 --vocab 512 --ctx 256)
+check "mkmodel refuses an unknown --rope-scaling" expect_rc 1 "$BIN" "${Y[@]}" -o "$TMP/y.gguf" --rope-scaling ntk
+check "... naming the flag" has "--rope-scaling must be none, linear or yarn"
+check "mkmodel --rope-scaling yarn" expect_rc 0 "$BIN" "${Y[@]}" -o "$TMP/y.gguf" --rope-scaling yarn --rope-factor 4 \
+  --rope-orig-ctx 128
+check "info shows yarn" expect_rc 0 "$BIN" info -m "$TMP/y.gguf"
+check "... its factor and original context" has "rope scaling   yarn, factor 4 from an original context of 128"
+check "a yarn model runs within its 512 tokens, no warning" expect_rc 0 "$BIN" run -m "$TMP/y.gguf" -p "hello" -n 2 -t 2 \
+  --temp 0 --ctx 512
+check "... no warning" bash -c "! grep -q 'exceeds the' '$TMP/out'"
+check "past them it runs" expect_rc 0 "$BIN" run -m "$TMP/y.gguf" -p "hello" -n 2 -t 2 --temp 0 --ctx 1024
+check "... with a warning" has "context 1024 tokens exceeds the 512 this model covers"
+check "an unscaled model past its trained context runs" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p "hello" -n 2 -t 2 \
+  --temp 0 --ctx 8192
+check "... with a warning naming context_length" has "exceeds the 4096 this model was trained for (llama.context_length)"
 
 check "info help" expect_rc 0 "$BIN" info --help
 check "info" expect_rc 0 "$BIN" info -m "$TMP/m.gguf"

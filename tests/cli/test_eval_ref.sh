@@ -10,7 +10,7 @@
 # a type's or an architecture's path fails. Where every greedy token matched
 # llama.cpp at commit time (the rows below with a 1), the continuation must
 # match exactly. mk-llama-f16, mk-llama-q8_0, mk-llama-f16-q8_0, mk-phi3-q8_0,
-# mk-gemma2-q8_0, mk-phi3-f16 and mk-gemma2-f16 match llama.cpp to the printed digit at every
+# mk-gemma2-q8_0, mk-phi3-f16, mk-gemma2-f16 and mk-llama-yarn-f16 match llama.cpp to the printed digit at every
 # position (observed max |d| 0 at 507/507, top-1 100%, greedy 48/48 each, since
 # the value pass, rope and GELU follow llama.cpp's order): their rows allow
 # 1e-3 (5e-3 for mk-llama-q8_0) and require the greedy continuation. A row
@@ -42,6 +42,8 @@ D256M="--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512 --ctx 2048"
 SMALL="--dim 128 --heads 4 --kv-heads 2 --ff 384"
 PHI3="--arch phi3 $SMALL --layers 2 --ctx 512 --swa 64"
 GEMMA2="--arch gemma2 $SMALL --layers 26 --ctx 2048 --swa 64"
+# YaRN rope scaling: 2048 tokens from an original 512, so the third prompt (422 tokens) nears it
+YARN="--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 512 --rope-attn-factor 0.9"
 mk() { # mk OUT NAME ARGS...
   local out=$1 name=$2; shift 2
   # llama.cpp changes Phi-3's token attributes when the name says phi3, so the model is named mk-phi-*
@@ -104,6 +106,7 @@ mk-phi3-f16|9d118f4ac45c6a946dcf810d28c55b2046e6af8fdd651e88290e48a78ee33def|1e-
 mk-gemma2-f16|2d69a5f3d8c0f222ae35602537ac3a06248d130249f431465825f0166be33cb9|1e-3|0.99|1|--type f16 $GEMMA2
 mk-phi3-q8_0|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|1e-3|0.99|1|--type q8_0 $PHI3
 mk-gemma2-q8_0|d188dfdf33f01db43e7238238702eb1991b8311e6a46bac814f7f0f9152b851b|1e-3|0.99|1|--type q8_0 $GEMMA2
+mk-llama-yarn-f16|a27d977b1feaad11c507ffb4f6e403b17d245255d69695731f720e50fe396275|1e-3|0.99|1|--type f16 $D128 $YARN
 mk-llama-q8_0@block|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba41887a72|1e-3|0.99|1|--type q8_0 $D128
 mk-llama-f16-q8_0@block|4df9ab881678d1fa713e38ffb92660a5098a00618cd5c54964ef96f531b044bc|1e-3|0.99|1|quantize q8_0
 mk-phi3-q8_0@block|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|1e-3|0.99|1|--type q8_0 $PHI3

@@ -93,10 +93,15 @@ static void test_float_ranges(const char *src, const char *gemma2) {
         int zero_ok; /* 0 means "off" for this key */
         int gemma2;  /* the key is read from the gemma2 file */
     } keys[] = {
-        {"llama.rope.freq_base", 500000.0f, 0, 0},      {"llama.attention.layer_norm_rms_epsilon", 1e-6f, 0, 0},
-        {"llama.rope.scaling.factor", 4.0f, 1, 0},      {"llama.rope.scale_linear", 2.0f, 1, 0},
-        {"gemma2.attn_logit_softcapping", 50.0f, 1, 1}, {"gemma2.final_logit_softcapping", 30.0f, 1, 1},
+        {"llama.rope.freq_base", 500000.0f, 0, 0},
+        {"llama.attention.layer_norm_rms_epsilon", 1e-6f, 0, 0},
+        {"llama.rope.scaling.factor", 4.0f, 1, 0},
+        {"llama.rope.scale_linear", 2.0f, 1, 0},
+        {"gemma2.attn_logit_softcapping", 50.0f, 1, 1},
+        {"gemma2.final_logit_softcapping", 30.0f, 1, 1},
         {"gemma2.rope.freq_base", 10000.0f, 0, 1},
+        {"llama.rope.scaling.attn_factor", 1.0488f, 0, 0},
+        {"llama.rope.scaling.yarn_log_multiplier", 0.1f, 1, 0},
     };
     const float bad[] = {NAN, INFINITY, -INFINITY, 1.4e-45f /* denormal */, -1.0f, 3e38f};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
@@ -117,10 +122,15 @@ static void test_float_ranges(const char *src, const char *gemma2) {
 
 /* Integer hyperparameters: zero, negative and huge values are refused naming the key. */
 static void test_int_ranges(const char *src) {
-    static const char *const keys[] = {"llama.embedding_length",        "llama.block_count",
-                                       "llama.feed_forward_length",     "llama.attention.head_count",
-                                       "llama.attention.head_count_kv", "llama.context_length",
-                                       "llama.attention.key_length",    "llama.rope.dimension_count"};
+    static const char *const keys[] = {"llama.embedding_length",
+                                       "llama.block_count",
+                                       "llama.feed_forward_length",
+                                       "llama.attention.head_count",
+                                       "llama.attention.head_count_kv",
+                                       "llama.context_length",
+                                       "llama.attention.key_length",
+                                       "llama.rope.dimension_count",
+                                       "llama.rope.scaling.original_context_length"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const int32_t bad[] = {0, -1, INT32_MAX};
         for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
@@ -169,8 +179,10 @@ int main(void) {
     CHECK(load_edited(src, e, "embedding_length") == KVT_EFORMAT);
     e = (edit){.set_u32_key = "llama.rope.dimension_count", .set_u32_val = 17};
     CHECK(load_edited(src, e, "rope.dimension_count") == KVT_EFORMAT);
+    e = (edit){.set_str_key = "llama.rope.scaling.type", .set_str_val = "ntk"};
+    CHECK(load_edited(src, e, "llama.rope.scaling.type") == KVT_EUNSUPPORTED);
     e = (edit){.set_str_key = "llama.rope.scaling.type", .set_str_val = "yarn"};
-    CHECK(load_edited(src, e, "yarn") == KVT_EUNSUPPORTED);
+    CHECK(load_edited(src, e, NULL) == 0);                            /* factor absent: YaRN of 1, the unscaled rope */
     e = (edit){.set_u32_key = "llama.block_count", .set_u32_val = 3}; /* blk.2.* missing */
     CHECK(load_edited(src, e, "blk.2.") == KVT_ENOTFOUND);
 
