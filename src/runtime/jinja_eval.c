@@ -437,6 +437,10 @@ static void set_loop(jctx *x, jv loop, jv items, size_t i) {
                  jv_int((long long)n),
                  i ? items.u.l->v[i - 1] : jv_undef(),
                  i + 1 < n ? items.u.l->v[i + 1] : jv_undef()};
+    if (loop.u.d->n == KVT_ARRAY_LEN(keys)) { /* set before: only the values change */
+        memcpy(loop.u.d->val, vals, sizeof vals);
+        return;
+    }
     for (size_t k = 0; k < KVT_ARRAY_LEN(keys); k++)
         jv_dict_set(x, loop.u.d, jv_strn(keys[k], strlen(keys[k])), vals[k]);
 }

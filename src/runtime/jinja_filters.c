@@ -435,11 +435,13 @@ static jv range(jctx *x, const jnode *at, const jv *a, size_t na) {
         v[na == 1 ? 1 : i] = a[i].u.i;
     }
     if (!v[2]) jx_fail(x, KVT_EFORMAT, at, "range step cannot be zero");
+    long long span = v[2] > 0 ? v[1] - v[0] : v[0] - v[1], step = v[2] > 0 ? v[2] : -v[2];
+    size_t count = span <= 0 ? 0 : (size_t)((span + step - 1) / step);
+    if (count > x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
     jv l = jv_new_list(x);
-    for (long long i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
-        if (l.u.l->n >= x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
-        jv_list_push(x, l.u.l, jv_int(i));
-    }
+    l.u.l->v = jx_alloc(x, (count ? count : 1) * sizeof *l.u.l->v); /* once: no copies as it grows */
+    l.u.l->cap = count;
+    for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int(v[0] + (long long)i * v[2]);
     return l;
 }
 

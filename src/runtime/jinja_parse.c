@@ -753,7 +753,11 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
         }
         if (n) *tail = n, tail = &n->next;
     }
-    if (!p->err[0] && enders && !*ended) perr(p, "the template ends before {%% %s %%}", enders[0]);
+    if (!p->err[0] && enders && !*ended) {
+        size_t last = 0;
+        while (enders[last + 1]) last++;
+        perr(p, "the template ends before {%% %s %%}", enders[last]);
+    }
     p->depth--;
     return head;
 }
@@ -768,7 +772,10 @@ void kvt_jinja_free(kvt_jinja *t) {
 int kvt_jinja_parse(const char *src, size_t len, kvt_jinja **out) {
     *out = NULL;
     kvt_jinja *t = kvt_xcalloc(1, sizeof *t);
-    parser p = {.t = t, .src = src, .len = len, .line = 1, .line_starting = 1};
+    parser p = {.t = t, .len = len, .line = 1, .line_starting = 1};
+    char *copy = palloc(&p, len + 1); /* the tree points into its own copy of the text */
+    memcpy(copy, src, len);
+    p.src = copy;
     const char *ended;
     t->root = body(&p, NULL, &ended);
     if (p.err[0]) {
