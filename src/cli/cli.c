@@ -456,8 +456,8 @@ int kvt_cli_chat_family(const char *cmd, const char *name, const char *model_tem
     if (*out != KVT_CHAT_UNKNOWN) return 0;
     fprintf(stderr,
             "kvtier %s: the model's tokenizer.chat_template is not one kvtier recognises, and chat rendered in "
-            "another family's markup is a prompt the model was not trained on. Name the family its template "
-            "follows with --chat-template NAME (" KVT_CLI_CHAT_NAMES ")\n",
+            "another family's markup is a prompt the model was not trained on. Render the template itself with "
+            "--jinja, or name the family it follows with --chat-template NAME (" KVT_CLI_CHAT_NAMES ")\n",
             cmd);
     return -1;
 }

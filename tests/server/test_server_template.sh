@@ -27,7 +27,7 @@ check "serve refuses a model whose template it does not recognise" expect_rc 1 "
 check "... naming tokenizer.chat_template" grep -q 'tokenizer.chat_template is not one kvtier recognises' "$TMP/out"
 check "... and --chat-template NAME with every name" \
   grep -q -- '--chat-template NAME (chatml, llama3, llama2, mistral, qwen3, gemma or phi3)' "$TMP/out"
-check "... promising no flag that does not exist" bash -c "! grep -q -- '--chat-template-file\|--jinja' '$TMP/out'"
+check "... and --jinja, which renders the template itself" grep -q -- 'with --jinja' "$TMP/out"
 check "... before it listens" bash -c "! grep -q 'listening on' '$TMP/out'"
 
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n' >"$TMP/p.jsonl"
