@@ -168,7 +168,10 @@ static void lex_number(parser *p) {
 /* The next token in a tag; T_END at its closing delimiter (consumed, with the
  * whitespace control it asks for). */
 static void lex(parser *p) {
-    if (p->err[0]) return;
+    if (p->err[0]) { /* after an error every token is the end, so each loop stops */
+        p->cur.k = T_EOF;
+        return;
+    }
     skip_space(p);
     if (p->pos >= p->len) return perr(p, "a tag is not closed");
     const char *s = p->src + p->pos;
