@@ -149,7 +149,7 @@ static const kvt_cli_opt serve_opts[] = {
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
      "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's "
      "tokenizer.chat_template; chatml if it has none; a template\nkvtier does not recognise stops the start until "
-     "this names its family)",
+     "this names its family,\nor --jinja renders the template itself)",
      0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
