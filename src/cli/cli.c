@@ -458,11 +458,12 @@ int kvt_cli_chat_family(const char *cmd, const char *name, const char *model_tem
     }
     *out = model_template ? kvt_chat_detect(model_template) : KVT_CHAT_CHATML;
     if (*out != KVT_CHAT_UNKNOWN) return 0;
+    /* serve alone has --jinja, which renders the template itself */
     fprintf(stderr,
             "kvtier %s: the model's tokenizer.chat_template is not one kvtier recognises, and chat rendered in "
-            "another family's markup is a prompt the model was not trained on. Name the family its template "
-            "follows with --chat-template NAME (" KVT_CLI_CHAT_NAMES ")\n",
-            cmd);
+            "another family's markup is a prompt the model was not trained on. %s the family it follows with "
+            "--chat-template NAME (" KVT_CLI_CHAT_NAMES ")\n",
+            cmd, strcmp(cmd, "serve") ? "Name" : "Render the template itself with --jinja, or name");
     return -1;
 }
 

@@ -13,6 +13,7 @@
 
 #include "chat.h" /* chat template families: internal to the model layer; the server applies them */
 #include "cli.h"
+#include "cli_chat_template.h"
 #include "cli_serve_compat.h"
 #include "cli_serve_embed.h"
 #include "common.h"
@@ -149,7 +150,7 @@ static const kvt_cli_opt serve_opts[] = {
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
      "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's "
      "tokenizer.chat_template; chatml if it has none; a template\nkvtier does not recognise stops the start until "
-     "this names its family)",
+     "this names its family,\nor --jinja renders the template itself)",
      0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
@@ -264,7 +265,7 @@ static const kvt_cli_opt serve_opts[] = {
 
 /* serve's sections: its own table, then the shared KV-type, disk-tier and device tables, then
  * sampling defaults and llama-server's flags. */
-#define SERVE_SECTIONS 6
+#define SERVE_SECTIONS 7
 static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
     out[1] = kvt_cli_kv_section;
@@ -272,6 +273,7 @@ static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[3] = kvt_cli_device_section;
     out[4] = kvt_cli_serve_compat_section;
     out[5] = kvt_cli_serve_embed_section;
+    out[6] = kvt_cli_template_section;
 }
 
 void kvt_usage_serve(FILE *f) {
@@ -367,6 +369,7 @@ typedef struct {
     size_t n_proxies;
     kvt_cli_device dev;
     int version; /* --version: print it and exit */
+    kvt_cli_template_args tmpl;
 } serve_args;
 
 /* Adds the comma-separated addresses of one --trusted-proxy. 0, or -1 after printing why. */
@@ -397,6 +400,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
     if (KVT_CLI_IS_COMPAT_ID(id)) return kvt_cli_serve_compat_opt(id, a, sp, &x->version);
     if (KVT_CLI_IS_EMBED_ID(id)) return kvt_cli_serve_embed_opt(id, a, sp);
+    if (KVT_CLI_IS_TEMPLATE_ID(id)) return kvt_cli_template_opt(id, a, &x->tmpl);
     switch (id) { /* numbers are checked against the table's bounds already */
     case O_MODEL: x->model_path = v; return 0;
     case O_HOST: sp->host = v; return 0;
@@ -539,6 +543,8 @@ typedef struct {
     kvt_model *m;
     kvt_engine *e;
     kvt_cache *cache;
+    kvt_jinja *jinja;    /* --jinja */
+    char *template_text; /* --chat-template-file */
     char model_id[MODEL_ID_MAX];
     char names_text[2 * MODEL_ID_MAX]; /* the other names, NUL-separated */
     const char *names[MAX_MODEL_NAMES];
@@ -592,8 +598,16 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     }
     if (kvt_cli_serve_embed_finish(sp, rt->m, x->dev.vulkan)) return -1;
     kvt_model_info info = kvt_model_get_info(rt->m);
-    if (kvt_cli_chat_family("serve", x->template_name, info.chat_template, &sp->chat)) return -1;
-    if (!x->template_name && !info.chat_template)
+    const char *tmpl;
+    if (kvt_cli_template_text("serve", &x->tmpl, info.chat_template, &rt->template_text, &tmpl) ||
+        kvt_cli_template_load("serve", &x->tmpl, tmpl, rt->m->tok, &rt->jinja, &sp->jinja_object_args))
+        return -1;
+    sp->jinja = rt->jinja;
+    sp->reasoning_format = x->tmpl.reasoning_format;
+    /* under --jinja the family only reads tool calls back; one the template does not match reads ChatML's */
+    if (rt->jinja && !x->template_name && kvt_chat_detect(tmpl) == KVT_CHAT_UNKNOWN) sp->chat = KVT_CHAT_CHATML;
+    else if (kvt_cli_chat_family("serve", x->template_name, tmpl, &sp->chat)) return -1;
+    if (!x->template_name && !tmpl)
         kvt_logk(KVT_LOG_WARN, "chat_template",
                  "serve: the model has no chat template; using chatml (--chat-template overrides)");
     model_id_of(model_path, x->alias, rt);
@@ -639,6 +653,8 @@ static void serve_close(serve_runtime *rt) {
     kvt_engine_free(rt->e);
     kvt_model_free(rt->m);
     kvt_rag_free(rt->rag);
+    kvt_jinja_free(rt->jinja);
+    free(rt->template_text);
 }
 
 /* Waits for SIGINT or SIGTERM (blocked in stop_set), then drains: no new
@@ -685,8 +701,8 @@ static int serve_run(const serve_args *x, serve_runtime *rt) {
              "model,chat_template,ctx,parallel,kv_type,t0_pages,page_bytes,t1_bytes,t2_dir,t3,api_keys,metrics",
              "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
              "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
-             rt->model_id, kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel, kvt_kv_dtype_name(eff.kv_dtype),
-             eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
+             rt->model_id, sp->jinja ? "jinja" : kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel,
+             kvt_kv_dtype_name(eff.kv_dtype), eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
              cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off", x->n_keys,
              x->metrics_key               ? "behind the metrics key"
                  : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")

@@ -108,6 +108,12 @@ typedef struct {
                                    and the global part of /v1/cache/stats need the metrics or admin key:
                                    for clients of one namespace that do not trust each other */
     kvt_chat_family chat;           /* template for /v1/chat/completions */
+    const struct kvt_jinja *jinja;  /* --jinja, --chat-template-file: chat prompts are this Jinja template's
+                                       rendering (borrowed), tokenized with special tokens recognised;
+                                       NULL: the family's built-in rendering (chat above) */
+    int jinja_object_args;          /* tool call arguments reach the template as JSON objects (it has
+                                       tojson), else as their JSON text */
+    int reasoning_format;           /* KVT_REASONING_DEEPSEEK (default) or KVT_REASONING_NONE */
     const char *model_id;           /* name in /v1/models and responses (borrowed) */
     const char *const *model_names; /* n_model_names other names a request's "model" may give (borrowed):
                                         more --alias names, the file's name. Any other is a 404 */
@@ -142,6 +148,13 @@ typedef struct {
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);
+
+/* --reasoning-format: what a chat reply's <think>...</think> becomes. DEEPSEEK
+ * (llama-server's name; the default): message.reasoning_content (and
+ * delta.reasoning_content when streamed), content the text after it. NONE:
+ * left in content as generated. */
+#define KVT_REASONING_DEEPSEEK 0
+#define KVT_REASONING_NONE 1
 
 typedef struct kvt_server kvt_server;
 

@@ -135,6 +135,8 @@ typedef struct srv_req {
     struct srv_req *first;  /* of a choice other than the first: the first (referenced), whose cv it wakes too */
     kvt_jg_schema *grammar; /* the output must follow it (a forced tool call, response_format), or NULL (owned) */
     int tools;              /* read the reply for tool calls (kvt_api_tools_active) */
+    int think_open;         /* the prompt ends inside "<think>" (the template opened it): the reply starts
+                               as reasoning */
     int parallel_tool_calls;
     int native;        /* POST /completion: llama-server's answer and stream events (handlers_llama.c) */
     int32_t id_slot;   /* under s->mu: the slot it runs in, -1 before (llama-server's id_slot, GET /slots) */
@@ -382,6 +384,19 @@ enum MHD_Result kvt_srv_handle_responses(kvt_server *s, struct MHD_Connection *c
  * its NUL (key "ab" + salt "c" differs from key "a" + salt "bc"), then
  * cache_salt. NULL with *len 0 when both are absent. */
 unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size_t *len);
+
+/* sched_template.c: a chat prompt by the Jinja template s->p.jinja into
+ * r->prompt (*n ids, at most max_prompt), r->think_open set. 0, a tokenizer
+ * error code (KVT_ELIMIT: too long), or 1 with *err filled (the template
+ * failed: raise_exception, a limit). */
+int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *n,
+                         kvt_api_error *err);
+/* Whether the server can honour a's chat_template_kwargs: all of them under
+ * --jinja, else enable_thinking alone and only on the Qwen3 family (*no_think:
+ * it is false). 0, or -1 with *err filled (a 400 naming the field). */
+int kvt_srv_template_kwargs(const kvt_server *s, const kvt_api_request *a, int *no_think, kvt_api_error *err);
+/* Appends Qwen3's empty thought to r's prompt of *n ids (enable_thinking false). 0 or an error code. */
+int kvt_srv_append_no_think(kvt_server *s, srv_req *r, size_t *n, size_t max_prompt);
 /* Builds the engine-side request from a validated API request: salt, prompt
  * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
 srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err);

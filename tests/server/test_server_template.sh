@@ -26,13 +26,14 @@ check "the model with the odd template has one, of no known family" \
 check "serve refuses a model whose template it does not recognise" expect_rc 1 "$BIN" serve -m "$TMP/unknown.gguf" --port 0
 check "... naming tokenizer.chat_template" grep -q 'tokenizer.chat_template is not one kvtier recognises' "$TMP/out"
 check "... and --chat-template NAME with every name" \
-  grep -q -- '--chat-template NAME (chatml, llama3, llama2, mistral, qwen3, gemma or phi3)' "$TMP/out"
-check "... promising no flag that does not exist" bash -c "! grep -q -- '--chat-template-file\|--jinja' '$TMP/out'"
+  grep -q -- 'chat-template NAME (chatml, llama3, llama2, mistral, qwen3, gemma or phi3)' "$TMP/out"
+check "... and --jinja, which renders the template itself" grep -q -- 'with --jinja' "$TMP/out"
 check "... before it listens" bash -c "! grep -q 'listening on' '$TMP/out'"
 
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n' >"$TMP/p.jsonl"
 check "lint refuses it the same way" expect_rc 1 "$BIN" lint -m "$TMP/unknown.gguf" "$TMP/p.jsonl"
 check "... naming --chat-template" grep -q -- '--chat-template NAME' "$TMP/out"
+check "... and not --jinja, which lint does not have" bash -c "! grep -q -- '--jinja' '$TMP/out'"
 check "lint takes it with --chat-template" expect_rc 0 "$BIN" lint -m "$TMP/unknown.gguf" --chat-template llama3 \
   "$TMP/p.jsonl"
 

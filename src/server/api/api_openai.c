@@ -340,6 +340,14 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
                                   "'cache_salt' is longer than %d bytes", KVT_API_MAX_SALT);
         if (*salt->valuestring) r->cache_salt = kvt_xstrdup(salt->valuestring);
     }
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw) &&
+        r->kind == KVT_API_CHAT) { /* extra variables for the chat template (the server decides if it may) */
+        if (!cJSON_IsObject(kw))
+            return kvt_api_errorf(err, 400, INVALID, "chat_template_kwargs", "invalid_type",
+                                  "'chat_template_kwargs' must be an object of template variables");
+        r->template_kwargs = cJSON_Duplicate(kw, 1);
+    }
     return parse_kvtier(root, r, err);
 }
 
@@ -561,6 +569,7 @@ void kvt_api_request_free(kvt_api_request *r) {
     kvt_api_tools_free(r);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->cache_salt);
+    cJSON_Delete(r->template_kwargs);
     free(r->bias_id);
     free(r->bias);
     kvt_api_documents_free(r->docs, r->n_docs);

@@ -108,6 +108,8 @@ typedef struct {
     kvt_response_format format;
     struct cJSON *schema; /* KVT_FORMAT_JSON_SCHEMA: the schema (owned) */
     char *gbnf;           /* llama.cpp's "grammar": GBNF text the output must follow (owned), or NULL */
+    /* chat: chat_template_kwargs, an object of extra template variables (owned), or NULL */
+    struct cJSON *template_kwargs;
 } kvt_api_request;
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request

@@ -186,7 +186,7 @@ static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
 
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason, const kvt_api_usage *u,
                             const kvt_api_logprobs *lp) {
-    kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls};
+    kvt_api_choice c = {text, finish_reason, lp, h->calls, h->n_calls, NULL};
     return kvt_api_response_json_n(h, &c, 1, u);
 }
 
@@ -201,6 +201,7 @@ char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *ch, s
             cJSON_AddStringToObject(m, "role", "assistant");
             if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(m, "content");
             else cJSON_AddStringToObject(m, "content", ch[i].text);
+            if (ch[i].reasoning && *ch[i].reasoning) cJSON_AddStringToObject(m, "reasoning_content", ch[i].reasoning);
             if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(ch[i].calls, ch[i].n_calls, 0));
         } else {
             cJSON_AddStringToObject(c, "text", ch[i].text);
@@ -235,6 +236,17 @@ char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only,
     add_reason(c, finish_reason);
     cJSON_AddItemToArray(choices, c);
     if (finish_reason && u) cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
+    return print_free(o);
+}
+
+char *kvt_api_reasoning_chunk_json(const kvt_api_head *h, const char *reasoning) {
+    cJSON *o = kvt_api_head_obj(h, 1);
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", h->index);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "delta"), "reasoning_content", reasoning);
+    cJSON_AddItemToObject(c, "logprobs", logprobs_obj(h->kind, NULL));
+    add_reason(c, NULL);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     return print_free(o);
 }
 

@@ -95,6 +95,7 @@ typedef struct {
     const kvt_api_logprobs *lp; /* NULL: "logprobs": null */
     const kvt_api_call *calls;  /* chat tool calls, as kvt_api_head's */
     size_t n_calls;
+    const char *reasoning; /* chat: message.reasoning_content when not NULL or empty */
 } kvt_api_choice;
 
 /* A response of n choices (index 0..n-1); h's calls are ignored. */
@@ -116,6 +117,8 @@ char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char 
  * "kvtier" cache report from u (u may be NULL otherwise). */
 char *kvt_api_chunk_json(const kvt_api_head *h, const char *text, int role_only, const char *finish_reason,
                          const kvt_api_usage *u, const kvt_api_logprobs *lp);
+/* A chat stream chunk whose delta carries reasoning text (delta.reasoning_content). */
+char *kvt_api_reasoning_chunk_json(const kvt_api_head *h, const char *reasoning);
 /* The "kvtier" object of a response: cached tokens by tier, reuse_stop,
  * computed tokens, timings (under u->hide_report only {"cache_report":
  * "hidden"}: counts and restore times would tell one client what another has

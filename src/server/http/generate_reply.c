@@ -13,6 +13,7 @@
 #include "api_tools_stream.h"
 #include "common.h"
 #include "http_send.h"
+#include "reasoning.h"
 
 static kvt_api_head head_of(kvt_server *s, const srv_req *r, int32_t index) {
     kvt_api_head h = {.kind = r->kind, .id = r->id, .created = r->created, .model = s->p.model_id, .index = index};
@@ -55,12 +56,26 @@ static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, c
     return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
 }
 
+/* Whether choice c's reasoning goes apart from its content (--reasoning-format). */
+static int splits_reasoning(const kvt_server *s, const srv_req *c) {
+    return c->kind == KVT_API_CHAT && !c->native && s->p.reasoning_format == KVT_REASONING_DEEPSEEK;
+}
+
+/* text[0..n) split into its reasoning and answer (malloc'd), consuming what *rs
+ * allows (all when final); returns the bytes consumed. */
+static size_t split_text(kvt_reasoning *rs, const char *text, size_t n, int final, char **reason, char **answer) {
+    size_t ro, rl, co, cl, used = kvt_reasoning_feed(rs, text, n, final, &ro, &rl, &co, &cl);
+    *reason = kvt_xstrndup(text + ro, rl);
+    *answer = kvt_xstrndup(text + co, cl);
+    return used;
+}
+
 char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
     int32_t n = 1 + r->n_sib;
     kvt_api_choice ch[KVT_API_MAX_N] = {0};
     kvt_api_logprobs lp[KVT_API_MAX_N];
     kvt_api_call *calls[KVT_API_MAX_N];
-    char *content[KVT_API_MAX_N];
+    char *content[KVT_API_MAX_N], *reason[KVT_API_MAX_N] = {0}, *answer[KVT_API_MAX_N] = {0};
     for (int32_t i = 0; i < n; i++) {
         srv_req *c = choice(r, i);
         size_t nc = kvt_srv_read_calls(s, c, &calls[i], &content[i]);
@@ -72,6 +87,12 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
                                  .lp = c->logprobs ? &lp[i] : NULL,
                                  .calls = calls[i],
                                  .n_calls = nc};
+        if (splits_reasoning(s, c)) { /* <think>...</think> to message.reasoning_content */
+            kvt_reasoning rs = kvt_reasoning_start(c->think_open);
+            split_text(&rs, ch[i].text, strlen(ch[i].text), 1, &reason[i], &answer[i]);
+            ch[i].text = answer[i];
+            ch[i].reasoning = reason[i];
+        }
     }
     kvt_api_head h = head_of(s, r, 0);
     kvt_api_usage u = kvt_srv_total_usage(r);
@@ -80,6 +101,8 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
     for (int32_t i = 0; i < n; i++) {
         kvt_api_calls_free(calls[i], ch[i].n_calls);
         free(content[i]);
+        free(reason[i]);
+        free(answer[i]);
     }
     return json;
 }
@@ -97,6 +120,9 @@ typedef struct {
     size_t lp_sent;                 /* logprob entries already sent */
     size_t lp_offset;               /* completions: text bytes those entries stand for */
     int closed;                     /* its finish chunk was sent */
+    kvt_reasoning rs;               /* without tools: reasoning apart from content (splits_reasoning) ... */
+    int rs_started;
+    char *held; /* ... and the text it held back (a tag's first bytes), owned */
 } choice_state;
 
 typedef struct {
@@ -236,6 +262,20 @@ static void choice_events(stream_state *st, int32_t i) {
     size_t nc = 0;
     if (done && !c->err_status) nc = kvt_srv_read_calls(s, c, &calls, &content); /* done is final: c->text stays */
     const char *text = delta; /* with tools the text goes with the calls */
+    char *reason = NULL, *answer = NULL;
+    if (splits_reasoning(s, c) && (text || (done && cs->held))) {
+        if (!cs->rs_started) cs->rs = kvt_reasoning_start(c->think_open), cs->rs_started = 1;
+        size_t hl = cs->held ? strlen(cs->held) : 0, tl = text ? strlen(text) : 0;
+        char *joined = kvt_xmalloc(hl + tl + 1);
+        memcpy(joined, cs->held ? cs->held : "", hl);
+        memcpy(joined + hl, text ? text : "", tl + 1);
+        size_t used = split_text(&cs->rs, joined, hl + tl, done, &reason, &answer);
+        free(cs->held);
+        cs->held = used < hl + tl ? kvt_xstrdup(joined + used) : NULL;
+        free(joined);
+        text = answer;
+        if (*reason) sse_event(st, kvt_api_reasoning_chunk_json(&h, reason));
+    }
     if (((text && *text) || n_lps) && c->native)
         sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL));
     else if ((text && *text) || n_lps)
@@ -251,6 +291,8 @@ static void choice_events(stream_state *st, int32_t i) {
     if (done && !c->err_status) cs->closed = 1; /* a failure is sent by stream_read, as the whole response's */
     kvt_api_calls_free(calls, nc);
     free(content);
+    free(reason);
+    free(answer);
     free(delta);
     free(all);
     free(lps);
@@ -335,6 +377,7 @@ static void stream_free(void *cls) {
     pthread_mutex_lock(&st->s->mu);
     for (int32_t i = st->n - 1; i >= 0; i--) kvt_srv_req_unref_locked(choice(st->r, i));
     pthread_mutex_unlock(&st->s->mu);
+    for (int32_t i = 0; i < st->n; i++) free(st->ch[i].held);
     free(st->buf);
     free(st->rag);
     free(st);

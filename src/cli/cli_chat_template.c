@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+/* serve's chat template flags (cli_chat_template.h), as llama-server names
+ * them: --jinja, --chat-template-file, --reasoning-format. */
+#include "cli_chat_template.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "common.h"
+#include "server.h" /* KVT_REASONING_* */
+#include "tokenizer.h"
+
+#define MAX_TEMPLATE_BYTES (1u << 20)
+
+enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_FILE, T_REASONING };
+
+static const kvt_cli_opt template_opts[] = {
+    {T_JINJA, 0, "jinja", NULL, NULL,
+     "render chat prompts with the model's own tokenizer.chat_template\n(or --chat-template-file), run by kvtier's "
+     "Jinja interpreter, as\nllama-server's --jinja does; needed for a template kvtier's built-in\nfamilies do not "
+     "cover, and for chat_template_kwargs. Off: the\nbuilt-in rendering of the detected family (--chat-template)",
+     0, KVT_CLI_PLAIN},
+    {T_FILE, 0, "chat-template-file", NULL, "FILE",
+     "a Jinja chat template to use instead of the model's (not followed\nif a symbolic link; at most 1 MiB): "
+     "rendered with --jinja, else\nits family is detected from it as from the model's",
+     0, KVT_CLI_PLAIN},
+    {T_REASONING, 0, "reasoning-format", NULL, "FORMAT",
+     "deepseek (default): a chat reply's <think>...</think> goes to\nmessage.reasoning_content (delta."
+     "reasoning_content when streamed),\nthe rest to content; none: everything stays in content",
+     0, KVT_CLI_PLAIN},
+};
+
+const kvt_cli_section kvt_cli_template_section = {"Chat templates", template_opts, KVT_ARRAY_LEN(template_opts)};
+
+int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t) {
+    switch (id) {
+    case T_JINJA: t->jinja = 1; return 0;
+    case T_FILE: t->file = a->str; return 0;
+    case T_REASONING:
+        if (!strcmp(a->str, "deepseek")) t->reasoning_format = KVT_REASONING_DEEPSEEK;
+        else if (!strcmp(a->str, "none")) t->reasoning_format = KVT_REASONING_NONE;
+        else {
+            fprintf(stderr, "kvtier: %s must be deepseek or none, got '%s'\n", a->flag, a->str);
+            return -1;
+        }
+        return 0;
+    default: return -1;
+    }
+}
+
+/* The whole of a regular file of at most MAX_TEMPLATE_BYTES, not through a
+ * symbolic link, as a malloc'd string; NULL with errno (EFBIG: too large). */
+static char *read_template(const char *path) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    int bad = fstat(fd, &st) ? errno : !S_ISREG(st.st_mode) ? EINVAL : st.st_size > MAX_TEMPLATE_BYTES ? EFBIG : 0;
+    if (bad) {
+        close(fd);
+        errno = bad;
+        return NULL;
+    }
+    char *buf = kvt_xmalloc((size_t)st.st_size + 1);
+    size_t n = 0;
+    while (n < (size_t)st.st_size) {
+        ssize_t k = read(fd, buf + n, (size_t)st.st_size - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = 0;
+    if (strlen(buf) != n) { /* a NUL inside: not a template */
+        free(buf);
+        errno = EINVAL;
+        return NULL;
+    }
+    return buf;
+}
+
+int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const char *model_template, char **text,
+                          const char **tmpl) {
+    *text = NULL;
+    *tmpl = model_template;
+    if (!t->file) return 0;
+    if (!(*text = read_template(t->file))) {
+        fprintf(stderr, "kvtier %s: --chat-template-file %s: %s\n", cmd, t->file,
+                errno == EFBIG        ? "larger than 1 MiB"
+                    : errno == ELOOP  ? "a symbolic link (not followed)"
+                    : errno == EINVAL ? "not a regular text file"
+                                      : strerror(errno));
+        return -1;
+    }
+    *tmpl = *text;
+    return 0;
+}
+
+/* The template tried on one user message: a start-up error beats a failure at every request. */
+static int trial_render(const char *cmd, const kvt_jinja *j, const struct kvt_tokenizer *tok) {
+    cJSON *v = cJSON_CreateObject();
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", "Hello");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(v, "messages"), m);
+    cJSON_AddBoolToObject(v, "add_generation_prompt", 1);
+    size_t len;
+    const char *bos = kvt_tokenizer_bos(tok) >= 0 ? kvt_tokenizer_token_text(tok, kvt_tokenizer_bos(tok), &len) : NULL;
+    char *b = kvt_xstrndup(bos ? bos : "", bos ? len : 0);
+    cJSON_AddStringToObject(v, "bos_token", b);
+    free(b);
+    char *out = NULL;
+    int rc = kvt_jinja_render(j, v, NULL, &out, &len);
+    cJSON_Delete(v);
+    free(out);
+    if (rc)
+        fprintf(stderr, "kvtier %s: the chat template fails on a one-message chat (--jinja): %s\n", cmd, kvt_errmsg());
+    return rc ? -1 : 0;
+}
+
+int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl,
+                          const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args) {
+    *out = NULL;
+    *object_args = 0;
+    if (!t->jinja) return 0;
+    if (!tmpl) {
+        fprintf(stderr,
+                "kvtier %s: --jinja needs a chat template: the model has none; give one with "
+                "--chat-template-file FILE\n",
+                cmd);
+        return -1;
+    }
+    if (kvt_jinja_parse(tmpl, strlen(tmpl), out)) {
+        fprintf(stderr, "kvtier %s: the chat template does not parse (--jinja): %s\n", cmd, kvt_errmsg());
+        return -1;
+    }
+    if (trial_render(cmd, *out, tok)) {
+        kvt_jinja_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    /* a template without tojson can only write arguments as the text they came as */
+    *object_args = strstr(tmpl, "tojson") != NULL;
+    return 0;
+}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+/* The chat template flags of serve (cli_chat_template.c): --jinja renders
+ * the model's own tokenizer.chat_template with kvtier's Jinja interpreter,
+ * --chat-template-file takes the template from a file instead, and
+ * --reasoning-format says what becomes of a reply's <think> text. */
+#ifndef KVT_CLI_CHAT_TEMPLATE_H
+#define KVT_CLI_CHAT_TEMPLATE_H
+
+#include "cli.h"
+#include "jinja.h"
+
+#define KVT_CLI_TEMPLATE_ID_BASE 1500
+#define KVT_CLI_IS_TEMPLATE_ID(id) ((id) >= KVT_CLI_TEMPLATE_ID_BASE && (id) < KVT_CLI_TEMPLATE_ID_BASE + 100)
+extern const kvt_cli_section kvt_cli_template_section;
+
+typedef struct {
+    int jinja;            /* --jinja */
+    const char *file;     /* --chat-template-file, or NULL */
+    int reasoning_format; /* KVT_REASONING_* (server.h) */
+} kvt_cli_template_args;
+
+/* The section's handler. 0, or -1 after printing why. */
+int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t);
+
+/* The template text a command renders with: --chat-template-file's (read
+ * without following links, into a malloc'd *text) or else the model's
+ * (*text NULL, *tmpl the model's, maybe NULL). 0, or -1 after printing why. */
+int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const char *model_template, char **text,
+                          const char **tmpl);
+
+/* Under --jinja: tmpl parsed and tried on a one-message chat (a template
+ * that does not parse, or fails or runs past a limit there, stops the
+ * start), into *out; *object_args: tool call arguments reach it as objects.
+ * Without --jinja, *out = NULL. 0, or -1 after printing why. */
+int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl,
+                          const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args);
+
+#endif

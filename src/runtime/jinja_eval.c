@@ -1,0 +1,549 @@
+// SPDX-License-Identifier: MIT
+/* Running a Jinja syntax tree: scopes (a for loop's body has its own, as in
+ * Jinja, so a "set" inside it does not leak out; namespaces are how templates
+ * carry state across iterations), expressions with Python's semantics for
+ * the operators templates use, strings measured and sliced in code points,
+ * and the statements. Every limit of kvt_jinja_limits is checked where it
+ * grows: output at each write, steps at each statement and iteration, depth
+ * at each macro call, memory in the arena. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common.h"
+#include "jinja_impl.h"
+
+kvt_jinja_limits kvt_jinja_default_limits(void) {
+    return (kvt_jinja_limits){.max_output = 16u << 20, .max_steps = 10000000, .max_depth = 64, .max_memory = 256u << 20};
+}
+
+static void step(jctx *x, const jnode *at) {
+    if (++x->steps > x->lim.max_steps)
+        jx_fail(x, KVT_ELIMIT, at, "rendering took more than %zu steps (a runaway loop?)", x->lim.max_steps);
+}
+
+static void emit(jctx *x, const jnode *at, const char *s, size_t n) {
+    if (n > x->lim.max_output - x->out_n)
+        jx_fail(x, KVT_ELIMIT, at, "the rendered prompt is longer than %zu bytes", x->lim.max_output);
+    if (x->out_n + n + 1 > x->out_cap) {
+        x->out_cap = KVT_MAX(x->out_cap * 2, x->out_n + n + 256);
+        x->out = kvt_xrealloc(x->out, x->out_cap);
+    }
+    memcpy(x->out + x->out_n, s, n);
+    x->out_n += n;
+}
+
+/* ---- scopes ------------------------------------------------------------------ */
+
+static jscope *push_scope(jctx *x, jscope *up) {
+    jscope *s = jx_alloc(x, sizeof *s);
+    *s = (jscope){.up = up};
+    return s;
+}
+
+static void scope_set(jctx *x, jscope *s, const char *name, size_t n, jv v) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->nlen[i] == n && !memcmp(s->name[i], name, n)) {
+            s->val[i] = v;
+            return;
+        }
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 8;
+        const char **nn = jx_alloc(x, nc * sizeof *nn);
+        size_t *nl = jx_alloc(x, nc * sizeof *nl);
+        jv *nv = jx_alloc(x, nc * sizeof *nv);
+        if (s->n) {
+            memcpy(nn, s->name, s->n * sizeof *nn);
+            memcpy(nl, s->nlen, s->n * sizeof *nl);
+            memcpy(nv, s->val, s->n * sizeof *nv);
+        }
+        s->name = nn, s->nlen = nl, s->val = nv, s->cap = nc;
+    }
+    s->name[s->n] = name, s->nlen[s->n] = n, s->val[s->n++] = v;
+}
+
+static int lookup(const jctx *x, const char *name, size_t n, jv *out) {
+    for (const jscope *s = x->scope; s; s = s->up)
+        for (size_t i = 0; i < s->n; i++)
+            if (s->nlen[i] == n && !memcmp(s->name[i], name, n)) {
+                *out = s->val[i];
+                return 1;
+            }
+    return 0;
+}
+
+/* ---- strings in code points ---------------------------------------------------- */
+
+static int cont_byte(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+
+size_t jx_cp_len(const char *p, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += !cont_byte(p[i]);
+    return k;
+}
+
+/* Byte offsets of each code point of s, and its end: cps + 1 entries. */
+static size_t *cp_offsets(jctx *x, jv s, size_t *cps) {
+    *cps = jx_cp_len(s.u.s.p, s.u.s.n);
+    size_t *off = jx_alloc(x, (*cps + 1) * sizeof *off), k = 0;
+    for (size_t i = 0; i < s.u.s.n; i++)
+        if (!cont_byte(s.u.s.p[i])) off[k++] = i;
+    off[k] = s.u.s.n;
+    return off;
+}
+
+/* ---- items and slices -------------------------------------------------------- */
+
+static long long as_index(jctx *x, const jnode *at, jv v) {
+    if (v.k != JV_INT && v.k != JV_BOOL)
+        jx_fail(x, KVT_EFORMAT, at, "an index must be an integer, not %s", jv_type_name(v));
+    return v.u.i;
+}
+
+static jv item(jctx *x, const jnode *at, jv obj, jv key) {
+    if (obj.k == JV_DICT || obj.k == JV_NS) {
+        for (size_t i = 0; i < obj.u.d->n; i++)
+            if (jv_equal(obj.u.d->key[i], key)) return obj.u.d->val[i];
+        return jv_undef();
+    }
+    if (obj.k == JV_LIST || obj.k == JV_STR) {
+        if (key.k != JV_INT && key.k != JV_BOOL) return jv_undef();
+        size_t n = 0, *off = NULL;
+        if (obj.k == JV_LIST) n = obj.u.l->n;
+        else off = cp_offsets(x, obj, &n);
+        long long i = as_index(x, at, key);
+        if (i < 0) i += (long long)n;
+        if (i < 0 || (size_t)i >= n) return jv_undef();
+        return obj.k == JV_LIST ? obj.u.l->v[i] : jv_strn(obj.u.s.p + off[i], off[i + 1] - off[i]);
+    }
+    if (obj.k == JV_UNDEF) jx_fail(x, KVT_EFORMAT, at, "an undefined value has no items");
+    return jv_undef();
+}
+
+/* Python's slice bounds for a sequence of n, step st (not 0). */
+static void slice_bounds(long long n, long long *a, long long *b, int has_a, int has_b, long long st) {
+    long long lo = st < 0 ? -1 : 0, hi = st < 0 ? n - 1 : n;
+    if (!has_a) *a = st < 0 ? hi : lo;
+    else if (*a < 0) *a = KVT_MAX(*a + n, lo);
+    else *a = KVT_MIN(*a, hi);
+    if (!has_b) *b = st < 0 ? lo : hi;
+    else if (*b < 0) *b = KVT_MAX(*b + n, lo);
+    else *b = KVT_MIN(*b, hi);
+}
+
+static jv slice(jctx *x, const jnode *e, jv obj) {
+    jv va = e->b ? jx_eval(x, e->b) : jv_none(), vb = e->c ? jx_eval(x, e->c) : jv_none();
+    jv vs = e->d ? jx_eval(x, e->d) : jv_none();
+    long long a = va.k == JV_NONE ? 0 : as_index(x, e, va), b = vb.k == JV_NONE ? 0 : as_index(x, e, vb);
+    long long st = vs.k == JV_NONE ? 1 : as_index(x, e, vs);
+    if (st == 0) jx_fail(x, KVT_EFORMAT, e, "a slice step cannot be zero");
+    if (obj.k != JV_LIST && obj.k != JV_STR) jx_fail(x, KVT_EFORMAT, e, "cannot slice a %s", jv_type_name(obj));
+    size_t n = 0, *off = NULL;
+    if (obj.k == JV_LIST) n = obj.u.l->n;
+    else off = cp_offsets(x, obj, &n);
+    slice_bounds((long long)n, &a, &b, va.k != JV_NONE, vb.k != JV_NONE, st);
+    jv out = obj.k == JV_LIST ? jv_new_list(x) : jv_none();
+    jbuf sb = {.x = x};
+    for (long long i = a; st > 0 ? i < b : i > b; i += st) {
+        if (obj.k == JV_LIST) jv_list_push(x, out.u.l, obj.u.l->v[i]);
+        else jb_put(&sb, obj.u.s.p + off[i], off[i + 1] - off[i]);
+    }
+    return obj.k == JV_LIST ? out : jb_done(&sb);
+}
+
+static jv attr(jctx *x, const jnode *e, jv obj) {
+    if (obj.k == JV_UNDEF) jx_fail(x, KVT_EFORMAT, e, "'%.*s' of an undefined value", (int)KVT_MIN(e->sn, 64), e->s);
+    if (obj.k == JV_DICT || obj.k == JV_NS) {
+        jv v;
+        if (jv_dict_get(obj.u.d, e->s, e->sn, &v)) return v;
+    }
+    return jv_undef();
+}
+
+/* ---- operators ------------------------------------------------------------------ */
+
+static int is_num(jv v) { return v.k == JV_INT || v.k == JV_FLOAT || v.k == JV_BOOL; }
+static double num(jv v) { return v.k == JV_FLOAT ? v.u.f : (double)v.u.i; }
+
+static jv concat(jctx *x, jv a, jv b) {
+    jbuf sb = {.x = x};
+    jv_write_str(&sb, a);
+    jv_write_str(&sb, b);
+    return jb_done(&sb);
+}
+
+static int contains(jctx *x, const jnode *e, jv needle, jv hay) {
+    if (hay.k == JV_STR) {
+        if (needle.k != JV_STR) jx_fail(x, KVT_EFORMAT, e, "'in <string>' needs a string on the left");
+        if (!needle.u.s.n) return 1;
+        for (size_t i = 0; i + needle.u.s.n <= hay.u.s.n; i++)
+            if (!memcmp(hay.u.s.p + i, needle.u.s.p, needle.u.s.n)) return 1;
+        return 0;
+    }
+    if (hay.k == JV_LIST) {
+        for (size_t i = 0; i < hay.u.l->n; i++)
+            if (jv_equal(hay.u.l->v[i], needle)) return 1;
+        return 0;
+    }
+    if (hay.k == JV_DICT || hay.k == JV_NS) {
+        for (size_t i = 0; i < hay.u.d->n; i++)
+            if (jv_equal(hay.u.d->key[i], needle)) return 1;
+        return 0;
+    }
+    if (hay.k == JV_UNDEF) return 0;
+    jx_fail(x, KVT_EFORMAT, e, "'in' needs a string, list or dict on the right, not %s", jv_type_name(hay));
+}
+
+static int compare(jctx *x, const jnode *e, jv a, jv b) {
+    if (is_num(a) && is_num(b)) return num(a) < num(b) ? -1 : num(a) > num(b);
+    if (a.k == JV_STR && b.k == JV_STR) {
+        int c = memcmp(a.u.s.p, b.u.s.p, KVT_MIN(a.u.s.n, b.u.s.n));
+        return c ? c : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
+    }
+    jx_fail(x, KVT_EFORMAT, e, "cannot order %s and %s", jv_type_name(a), jv_type_name(b));
+}
+
+static jv add(jctx *x, const jnode *e, jv a, jv b) {
+    if (a.k == JV_STR && b.k == JV_STR) return concat(x, a, b);
+    if (a.k == JV_LIST && b.k == JV_LIST) {
+        jv l = jv_new_list(x);
+        for (size_t i = 0; i < a.u.l->n; i++) jv_list_push(x, l.u.l, a.u.l->v[i]);
+        for (size_t i = 0; i < b.u.l->n; i++) jv_list_push(x, l.u.l, b.u.l->v[i]);
+        return l;
+    }
+    if (!is_num(a) || !is_num(b)) jx_fail(x, KVT_EFORMAT, e, "cannot add %s and %s", jv_type_name(a), jv_type_name(b));
+    if (a.k != JV_FLOAT && b.k != JV_FLOAT) return jv_int(a.u.i + b.u.i);
+    return jv_float(num(a) + num(b));
+}
+
+static jv repeat(jctx *x, const jnode *e, jv s, long long n) {
+    jbuf sb = {.x = x};
+    if (n > 0 && s.u.s.n && (size_t)n > x->lim.max_memory / s.u.s.n)
+        jx_fail(x, KVT_ELIMIT, e, "a repeated string would be longer than %zu bytes", x->lim.max_memory);
+    for (long long i = 0; i < n; i++) jb_put(&sb, s.u.s.p, s.u.s.n);
+    return jb_done(&sb);
+}
+
+static jv arith(jctx *x, const jnode *e, int op, jv a, jv b) {
+    if (op == '*' && a.k == JV_STR && (b.k == JV_INT || b.k == JV_BOOL)) return repeat(x, e, a, b.u.i);
+    if (!is_num(a) || !is_num(b))
+        jx_fail(x, KVT_EFORMAT, e, "'%s' needs numbers, not %s and %s",
+                op == '-'          ? "-"
+                    : op == '*'    ? "*"
+                    : op == '/'    ? "/"
+                    : op == '%'    ? "%"
+                    : op == OP_POW ? "**"
+                                   : "//",
+                jv_type_name(a), jv_type_name(b));
+    int ints = a.k != JV_FLOAT && b.k != JV_FLOAT;
+    double fa = num(a), fb = num(b);
+    if ((op == '/' || op == '%' || op == OP_FLOORDIV) && fb == 0) jx_fail(x, KVT_EFORMAT, e, "division by zero");
+    switch (op) {
+    case '-': return ints ? jv_int(a.u.i - b.u.i) : jv_float(fa - fb);
+    case '*': return ints ? jv_int(a.u.i * b.u.i) : jv_float(fa * fb);
+    case '/': return jv_float(fa / fb);
+    case '%':
+        if (ints) return jv_int(((a.u.i % b.u.i) + b.u.i) % b.u.i);
+        return jv_float(fa - fb * __builtin_floor(fa / fb));
+    case OP_FLOORDIV:
+        if (ints) return jv_int(a.u.i / b.u.i - ((a.u.i % b.u.i != 0) && ((a.u.i < 0) != (b.u.i < 0))));
+        return jv_float(__builtin_floor(fa / fb));
+    default: return jv_float(__builtin_pow(fa, fb));
+    }
+}
+
+static jv binary(jctx *x, const jnode *e) {
+    jv a = jx_eval(x, e->a);
+    if (e->op == OP_AND) return jv_truthy(a) ? jx_eval(x, e->b) : a;
+    if (e->op == OP_OR) return jv_truthy(a) ? a : jx_eval(x, e->b);
+    jv b = jx_eval(x, e->b);
+    switch (e->op) {
+    case OP_EQ: return jv_bool(jv_equal(a, b));
+    case OP_NE: return jv_bool(!jv_equal(a, b));
+    case '<': return jv_bool(compare(x, e, a, b) < 0);
+    case '>': return jv_bool(compare(x, e, a, b) > 0);
+    case OP_LE: return jv_bool(compare(x, e, a, b) <= 0);
+    case OP_GE: return jv_bool(compare(x, e, a, b) >= 0);
+    case OP_IN: return jv_bool(contains(x, e, a, b));
+    case OP_NOTIN: return jv_bool(!contains(x, e, a, b));
+    case '~': return concat(x, a, b);
+    case '+': return add(x, e, a, b);
+    default: return arith(x, e, e->op, a, b);
+    }
+}
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+jv jx_kwarg(jctx *x, const jnode *args, const char *name) {
+    for (const jnode *a = args; a; a = a->next)
+        if (a->t == JN_KWARG && a->sn == strlen(name) && !memcmp(a->s, name, a->sn)) return jx_eval(x, a->a);
+    return jv_undef();
+}
+
+/* The positional arguments of args (JN_KWARG nodes are skipped), evaluated. */
+static jv *pos_args(jctx *x, const jnode *args, size_t *n) {
+    *n = 0;
+    for (const jnode *a = args; a; a = a->next) *n += a->t != JN_KWARG;
+    jv *v = jx_alloc(x, (*n ? *n : 1) * sizeof *v);
+    size_t k = 0;
+    for (const jnode *a = args; a; a = a->next)
+        if (a->t != JN_KWARG) v[k++] = jx_eval(x, a);
+    return v;
+}
+
+static void exec_body(jctx *x, const jnode *s);
+
+jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npos, const jnode *kw) {
+    const jnode *m = macro.u.m;
+    if (x->depth >= x->lim.max_depth)
+        jx_fail(x, KVT_ELIMIT, call, "macro calls nest more than %zu deep (runaway recursion?)", x->lim.max_depth);
+    jscope *saved = x->scope;
+    jscope *s = push_scope(x, x->globals);
+    size_t i = 0;
+    for (const jnode *p = m->args; p; p = p->next, i++) {
+        jv v = i < npos ? pos[i] : jv_undef();
+        for (const jnode *k = kw; k; k = k->next)
+            if (k->t == JN_KWARG && k->sn == p->sn && !memcmp(k->s, p->s, p->sn)) v = jx_eval(x, k->a);
+        if (v.k == JV_UNDEF && p->a) {
+            x->scope = s;
+            v = jx_eval(x, p->a);
+            x->scope = saved;
+        }
+        scope_set(x, s, p->s, p->sn, v);
+    }
+    if (npos > i) jx_fail(x, KVT_EFORMAT, call, "macro '%.*s' takes %zu arguments, not %zu", (int)m->sn, m->s, i, npos);
+    size_t start = x->out_n;
+    x->depth++;
+    x->scope = s;
+    exec_body(x, m->body);
+    x->scope = saved;
+    x->depth--;
+    jv r = jv_str_copy(x, x->out + start, x->out_n - start);
+    x->out_n = start;
+    return r;
+}
+
+static jv call(jctx *x, const jnode *e) {
+    size_t n;
+    if (e->a->t == JN_ATTR) { /* a method of a string, list or dict */
+        jv self = jx_eval(x, e->a->a);
+        jv *args = pos_args(x, e->args, &n);
+        int found = 0;
+        jv r = jx_method(x, e, self, e->a->s, e->a->sn, args, n, &found);
+        if (found) return r;
+        jv f = attr(x, e->a, self);
+        if (f.k == JV_MACRO) return jx_call_macro(x, e, f, args, n, e->args);
+        jx_fail(x, KVT_EFORMAT, e, "a %s has no method '%.*s'", jv_type_name(self), (int)KVT_MIN(e->a->sn, 64), e->a->s);
+    }
+    jv f = e->a->t == JN_NAME ? jv_undef() : jx_eval(x, e->a);
+    if (e->a->t == JN_NAME && !lookup(x, e->a->s, e->a->sn, &f)) {
+        jv *args = pos_args(x, e->args, &n);
+        int found = 0;
+        jv r = jx_global(x, e, e->a->s, e->a->sn, args, n, e->args, &found);
+        if (found) return r;
+        jx_fail(x, KVT_EFORMAT, e, "'%.*s' is undefined", (int)KVT_MIN(e->a->sn, 64), e->a->s);
+    }
+    if (f.k != JV_MACRO) jx_fail(x, KVT_EFORMAT, e, "a %s cannot be called", jv_type_name(f));
+    jv *args = pos_args(x, e->args, &n);
+    return jx_call_macro(x, e, f, args, n, e->args);
+}
+
+static jv collection(jctx *x, const jnode *e) {
+    if (e->t == JN_LIST) {
+        jv l = jv_new_list(x);
+        for (const jnode *a = e->args; a; a = a->next) jv_list_push(x, l.u.l, jx_eval(x, a));
+        return l;
+    }
+    jv d = jv_new_dict(x, JV_DICT);
+    for (const jnode *a = e->args; a; a = a->next) jv_dict_set(x, d.u.d, jx_eval(x, a->a), jx_eval(x, a->b));
+    return d;
+}
+
+jv jx_eval(jctx *x, const jnode *e) {
+    step(x, e);
+    jv v;
+    size_t n;
+    switch (e->t) {
+    case JN_LIT: return e->v;
+    case JN_NAME: return lookup(x, e->s, e->sn, &v) ? v : jv_undef();
+    case JN_ATTR: return attr(x, e, jx_eval(x, e->a));
+    case JN_INDEX: {
+        jv obj = jx_eval(x, e->a);
+        return item(x, e, obj, jx_eval(x, e->b));
+    }
+    case JN_SLICE: return slice(x, e, jx_eval(x, e->a));
+    case JN_CALL: return call(x, e);
+    case JN_FILTER: {
+        v = jx_eval(x, e->a);
+        jv *args = pos_args(x, e->args, &n);
+        return jx_filter(x, e, e->s, e->sn, v, args, n, e->args);
+    }
+    case JN_TEST: {
+        v = jx_eval(x, e->a);
+        jv *args = pos_args(x, e->args, &n);
+        return jv_bool(jx_test(x, e, e->s, e->sn, v, args, n) != e->op);
+    }
+    case JN_UNARY:
+        v = jx_eval(x, e->a);
+        if (e->op == '!') return jv_bool(!jv_truthy(v));
+        if (!is_num(v)) jx_fail(x, KVT_EFORMAT, e, "unary '%c' needs a number, not %s", e->op, jv_type_name(v));
+        if (e->op == '+') return v;
+        return v.k == JV_FLOAT ? jv_float(-v.u.f) : jv_int(-v.u.i);
+    case JN_BIN: return binary(x, e);
+    case JN_COND: return jv_truthy(jx_eval(x, e->a)) ? jx_eval(x, e->b) : e->c ? jx_eval(x, e->c) : jv_undef();
+    case JN_LIST:
+    case JN_DICT: return collection(x, e);
+    default: jx_fail(x, KVT_EFORMAT, e, "not an expression");
+    }
+}
+
+/* ---- statements ------------------------------------------------------------------ */
+
+/* The items a for loop walks: a list's, a dict's keys, a string's characters. */
+static jv iterable(jctx *x, const jnode *at, jv v) {
+    if (v.k == JV_LIST) return v;
+    jv l = jv_new_list(x);
+    if (v.k == JV_DICT || v.k == JV_NS) {
+        for (size_t i = 0; i < v.u.d->n; i++) jv_list_push(x, l.u.l, v.u.d->key[i]);
+    } else if (v.k == JV_STR) {
+        size_t n, *off = cp_offsets(x, v, &n);
+        for (size_t i = 0; i < n; i++) jv_list_push(x, l.u.l, jv_strn(v.u.s.p + off[i], off[i + 1] - off[i]));
+    } else if (v.k != JV_UNDEF) {
+        jx_fail(x, KVT_EFORMAT, at, "cannot loop over a %s", jv_type_name(v));
+    }
+    return l;
+}
+
+static void bind_targets(jctx *x, const jnode *s, jscope *sc, jv it) {
+    if (!s->s2) return scope_set(x, sc, s->s, s->sn, it);
+    if (it.k != JV_LIST || it.u.l->n != 2)
+        jx_fail(x, KVT_EFORMAT, s, "'for %.*s, %.*s' needs pairs to unpack", (int)s->sn, s->s, (int)s->s2n, s->s2);
+    scope_set(x, sc, s->s, s->sn, it.u.l->v[0]);
+    scope_set(x, sc, s->s2, s->s2n, it.u.l->v[1]);
+}
+
+static void set_loop(jctx *x, jv loop, jv items, size_t i) {
+    size_t n = items.u.l->n;
+    static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first",
+                                       "last",  "length", "previtem", "nextitem"};
+    jv vals[] = {jv_int((long long)i + 1),
+                 jv_int((long long)i),
+                 jv_int((long long)(n - i)),
+                 jv_int((long long)(n - i - 1)),
+                 jv_bool(i == 0),
+                 jv_bool(i + 1 == n),
+                 jv_int((long long)n),
+                 i ? items.u.l->v[i - 1] : jv_undef(),
+                 i + 1 < n ? items.u.l->v[i + 1] : jv_undef()};
+    if (loop.u.d->n == KVT_ARRAY_LEN(keys)) { /* set before: only the values change */
+        memcpy(loop.u.d->val, vals, sizeof vals);
+        return;
+    }
+    for (size_t k = 0; k < KVT_ARRAY_LEN(keys); k++)
+        jv_dict_set(x, loop.u.d, jv_strn(keys[k], strlen(keys[k])), vals[k]);
+}
+
+static void exec_for(jctx *x, const jnode *s) {
+    jv items = iterable(x, s, jx_eval(x, s->a));
+    jscope *saved = x->scope, *sc = push_scope(x, saved);
+    x->scope = sc;
+    if (s->c) { /* "for x in y if cond": the loop (and loop.length) sees the kept items only */
+        jv kept = jv_new_list(x);
+        for (size_t i = 0; i < items.u.l->n; i++) {
+            step(x, s);
+            bind_targets(x, s, sc, items.u.l->v[i]);
+            if (jv_truthy(jx_eval(x, s->c))) jv_list_push(x, kept.u.l, items.u.l->v[i]);
+        }
+        items = kept;
+    }
+    jv loop = jv_new_dict(x, JV_DICT);
+    scope_set(x, sc, "loop", 4, loop);
+    for (size_t i = 0; i < items.u.l->n; i++) {
+        step(x, s);
+        bind_targets(x, s, sc, items.u.l->v[i]);
+        set_loop(x, loop, items, i);
+        exec_body(x, s->body);
+        if (x->loop_ctl == 1) {
+            x->loop_ctl = 0;
+            break;
+        }
+        x->loop_ctl = 0;
+    }
+    x->scope = saved;
+    if (!items.u.l->n && s->alt) exec_body(x, s->alt);
+}
+
+static void exec_set(jctx *x, const jnode *s) {
+    jv v;
+    if (s->body) {
+        size_t start = x->out_n;
+        exec_body(x, s->body);
+        v = jv_str_copy(x, x->out + start, x->out_n - start);
+        x->out_n = start;
+    } else {
+        v = jx_eval(x, s->a);
+    }
+    if (!s->s2) return scope_set(x, x->scope, s->s, s->sn, v);
+    jv ns;
+    if (!lookup(x, s->s, s->sn, &ns) || ns.k != JV_NS)
+        jx_fail(x, KVT_EFORMAT, s, "'set %.*s.%.*s': '%.*s' is not a namespace", (int)s->sn, s->s, (int)s->s2n, s->s2,
+                (int)s->sn, s->s);
+    jv_dict_set(x, ns.u.d, jv_strn(s->s2, s->s2n), v);
+}
+
+static void exec_body(jctx *x, const jnode *s) {
+    for (; s && !x->loop_ctl; s = s->next) {
+        step(x, s);
+        switch (s->t) {
+        case JN_TEXT: emit(x, s, s->s, s->sn); break;
+        case JN_OUT: {
+            jv v = jv_to_str(x, jx_eval(x, s->a));
+            emit(x, s, v.u.s.p, v.u.s.n);
+            break;
+        }
+        case JN_IF: exec_body(x, jv_truthy(jx_eval(x, s->a)) ? s->body : s->alt); break;
+        case JN_FOR: exec_for(x, s); break;
+        case JN_SET: exec_set(x, s); break;
+        case JN_MACRO: scope_set(x, x->scope, s->s, s->sn, (jv){.k = JV_MACRO, .u.m = s}); break;
+        case JN_BREAK: x->loop_ctl = 1; break;
+        case JN_CONTINUE: x->loop_ctl = 2; break;
+        case JN_BLOCK: exec_body(x, s->body); break;
+        default: jx_fail(x, KVT_EFORMAT, s, "not a statement");
+        }
+    }
+}
+
+static void release(jctx *x) {
+    for (size_t i = 0; i < x->n_blocks; i++) free(x->blocks[i]);
+    free(x->blocks);
+}
+
+int kvt_jinja_render(const kvt_jinja *t, const cJSON *vars, const kvt_jinja_limits *lim, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    jctx *x = kvt_xcalloc(1, sizeof *x);
+    x->lim = lim ? *lim : kvt_jinja_default_limits();
+    if (setjmp(x->jb)) {
+        int code = x->err_code;
+        kvt_fail(code, "%s", x->err);
+        free(x->out);
+        release(x);
+        free(x);
+        return code;
+    }
+    jscope *top = push_scope(x, NULL);
+    for (const cJSON *c = vars ? vars->child : NULL; c; c = c->next)
+        if (c->string) scope_set(x, top, c->string, strlen(c->string), jv_from_json(x, c));
+    x->globals = push_scope(x, top);
+    x->scope = x->globals;
+    exec_body(x, t->root);
+    emit(x, NULL, "", 0);
+    x->out[x->out_n] = 0;
+    *out = x->out;
+    *len = x->out_n;
+    release(x);
+    free(x);
+    return 0;
+}

@@ -1,0 +1,474 @@
+// SPDX-License-Identifier: MIT
+/* The Jinja library chat templates call: filters ("x | trim"), tests
+ * ("x is string"), the methods of strings and dicts ("s.split('</think>')",
+ * "d.items()"), and the globals range, namespace, dict, raise_exception and
+ * strftime_now. Case changes are ASCII-only; lengths, indexes and slices
+ * count code points, as Python does. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "jinja_impl.h"
+
+
+static int name_is(const char *name, size_t n, const char *s) { return n == strlen(s) && !memcmp(name, s, n); }
+static int ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+static jv need_str(jctx *x, const jnode *at, jv v, const char *what) {
+    if (v.k != JV_STR) jx_fail(x, KVT_EFORMAT, at, "%s needs a string, not %s", what, jv_type_name(v));
+    return v;
+}
+
+/* s stripped at which ends (1 left, 2 right) of chars (NULL: whitespace). */
+static jv strip(jv s, int which, const jv *chars) {
+    const char *p = s.u.s.p;
+    size_t n = s.u.s.n;
+    const int set = chars && chars->k == JV_STR;
+#define STRIPPED(c) (set ? memchr(chars->u.s.p, (c), chars->u.s.n) != NULL : ws(c))
+    if (which & 1)
+        while (n && STRIPPED(*p)) p++, n--;
+    if (which & 2)
+        while (n && STRIPPED(p[n - 1])) n--;
+#undef STRIPPED
+    return jv_strn(p, n);
+}
+
+static jv change_case(jctx *x, jv s, int mode) { /* 0 lower, 1 upper, 2 capitalize, 3 title */
+    char *o = jx_alloc(x, s.u.s.n + 1);
+    int word_start = 1;
+    for (size_t i = 0; i < s.u.s.n; i++) {
+        char c = s.u.s.p[i];
+        int up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+        o[i] = up && c >= 'a' && c <= 'z' ? (char)(c - 32) : !up && c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+        word_start = !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '\'');
+    }
+    o[s.u.s.n] = 0;
+    return jv_strn(o, s.u.s.n);
+}
+
+static jv replace(jctx *x, jv s, jv from, jv to, long long count) {
+    jbuf b = {.x = x};
+    size_t i = 0, done = 0;
+    if (!from.u.s.n) return s; /* Python inserts between characters; no template relies on that */
+    while (i < s.u.s.n) {
+        if ((count < 0 || (long long)done < count) && i + from.u.s.n <= s.u.s.n &&
+            !memcmp(s.u.s.p + i, from.u.s.p, from.u.s.n)) {
+            jb_put(&b, to.u.s.p, to.u.s.n);
+            i += from.u.s.n, done++;
+        } else {
+            jb_put(&b, s.u.s.p + i++, 1);
+        }
+    }
+    return jb_done(&b);
+}
+
+/* str.split(sep=None, maxsplit=-1). */
+static jv split(jctx *x, jv s, const jv *sep, long long maxsplit) {
+    jv l = jv_new_list(x);
+    const char *p = s.u.s.p, *end = p + s.u.s.n;
+    if (!sep || sep->k != JV_STR) { /* runs of whitespace, no empty items */
+        while (p < end) {
+            while (p < end && ws(*p)) p++;
+            if (p == end) break;
+            const char *w = p;
+            if (maxsplit >= 0 && (long long)l.u.l->n >= maxsplit) {
+                jv rest = strip(jv_strn(w, (size_t)(end - w)), 2, NULL);
+                jv_list_push(x, l.u.l, rest);
+                break;
+            }
+            while (p < end && !ws(*p)) p++;
+            jv_list_push(x, l.u.l, jv_strn(w, (size_t)(p - w)));
+        }
+        return l;
+    }
+    size_t sn = sep->u.s.n;
+    if (!sn) jx_fail(x, KVT_EFORMAT, NULL, "split: empty separator");
+    for (;;) {
+        const char *hit = NULL;
+        if (maxsplit < 0 || (long long)l.u.l->n < maxsplit)
+            for (const char *q = p; q + sn <= end && !hit; q++)
+                if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+        if (!hit) break;
+        jv_list_push(x, l.u.l, jv_strn(p, (size_t)(hit - p)));
+        p = hit + sn;
+    }
+    jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
+    return l;
+}
+
+static int affix(jv s, jv a, int end) {
+    if (a.k == JV_LIST) { /* a tuple of choices */
+        for (size_t i = 0; i < a.u.l->n; i++)
+            if (affix(s, a.u.l->v[i], end)) return 1;
+        return 0;
+    }
+    if (a.k != JV_STR || a.u.s.n > s.u.s.n) return 0;
+    return !memcmp(s.u.s.p + (end ? s.u.s.n - a.u.s.n : 0), a.u.s.p, a.u.s.n);
+}
+
+static jv items_of(jctx *x, jv d) {
+    jv l = jv_new_list(x);
+    for (size_t i = 0; i < d.u.d->n; i++) {
+        jv pair = jv_new_list(x);
+        jv_list_push(x, pair.u.l, d.u.d->key[i]);
+        jv_list_push(x, pair.u.l, d.u.d->val[i]);
+        jv_list_push(x, l.u.l, pair);
+    }
+    return l;
+}
+
+static jv join(jctx *x, jv list, jv sep) {
+    jbuf b = {.x = x};
+    for (size_t i = 0; i < list.u.l->n; i++) {
+        if (i && sep.k == JV_STR) jb_put(&b, sep.u.s.p, sep.u.s.n);
+        jv_write_str(&b, list.u.l->v[i]);
+    }
+    return jb_done(&b);
+}
+
+static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n, int *found) {
+    *found = 1;
+    const jv *a0 = n > 0 ? &a[0] : NULL;
+    if (name_is(name, nlen, "strip")) return strip(s, 3, a0);
+    if (name_is(name, nlen, "lstrip")) return strip(s, 1, a0);
+    if (name_is(name, nlen, "rstrip")) return strip(s, 2, a0);
+    if (name_is(name, nlen, "lower")) return change_case(x, s, 0);
+    if (name_is(name, nlen, "upper")) return change_case(x, s, 1);
+    if (name_is(name, nlen, "capitalize")) return change_case(x, s, 2);
+    if (name_is(name, nlen, "title")) return change_case(x, s, 3);
+    if (name_is(name, nlen, "startswith") && n == 1) return jv_bool(affix(s, a[0], 0));
+    if (name_is(name, nlen, "endswith") && n == 1) return jv_bool(affix(s, a[0], 1));
+    if (name_is(name, nlen, "split") || name_is(name, nlen, "rsplit"))
+        return split(x, s, a0, n > 1 && a[1].k == JV_INT ? a[1].u.i : -1);
+    if (name_is(name, nlen, "replace") && n >= 2)
+        return replace(x, s, need_str(x, at, a[0], "replace"), need_str(x, at, a[1], "replace"),
+                       n > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
+    if (name_is(name, nlen, "find") && n == 1) {
+        jv f = need_str(x, at, a[0], "find");
+        for (size_t i = 0; i + f.u.s.n <= s.u.s.n; i++)
+            if (!memcmp(s.u.s.p + i, f.u.s.p, f.u.s.n)) return jv_int((long long)jx_cp_len(s.u.s.p, i));
+        return jv_int(-1);
+    }
+    if (name_is(name, nlen, "join") && n == 1 && a[0].k == JV_LIST) return join(x, a[0], s);
+    *found = 0;
+    return jv_undef();
+}
+
+jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *a, size_t n, int *found) {
+    *found = 0;
+    if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, found);
+    if (self.k != JV_DICT) return jv_undef();
+    *found = 1;
+    if (name_is(name, nlen, "items")) return items_of(x, self);
+    if (name_is(name, nlen, "keys") || name_is(name, nlen, "values")) {
+        jv l = jv_new_list(x);
+        for (size_t i = 0; i < self.u.d->n; i++)
+            jv_list_push(x, l.u.l, name[0] == 'k' ? self.u.d->key[i] : self.u.d->val[i]);
+        return l;
+    }
+    if (name_is(name, nlen, "get") && n >= 1) {
+        for (size_t i = 0; i < self.u.d->n; i++)
+            if (jv_equal(self.u.d->key[i], a[0])) return self.u.d->val[i];
+        return n > 1 ? a[1] : jv_none();
+    }
+    *found = 0;
+    return jv_undef();
+}
+
+/* ---- tests ------------------------------------------------------------------- */
+
+int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv *a, size_t na) {
+    int num = v.k == JV_INT || v.k == JV_FLOAT;
+    if (name_is(name, n, "defined")) return v.k != JV_UNDEF;
+    if (name_is(name, n, "undefined")) return v.k == JV_UNDEF;
+    if (name_is(name, n, "none")) return v.k == JV_NONE;
+    if (name_is(name, n, "string")) return v.k == JV_STR;
+    if (name_is(name, n, "mapping")) return v.k == JV_DICT || v.k == JV_NS;
+    if (name_is(name, n, "iterable")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_DICT;
+    if (name_is(name, n, "sequence")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_DICT;
+    if (name_is(name, n, "number")) return num;
+    if (name_is(name, n, "integer")) return v.k == JV_INT;
+    if (name_is(name, n, "float")) return v.k == JV_FLOAT;
+    if (name_is(name, n, "boolean")) return v.k == JV_BOOL;
+    if (name_is(name, n, "true")) return v.k == JV_BOOL && v.u.i;
+    if (name_is(name, n, "false")) return v.k == JV_BOOL && !v.u.i;
+    if (name_is(name, n, "callable")) return v.k == JV_MACRO;
+    if (name_is(name, n, "lower") || name_is(name, n, "upper")) {
+        if (v.k != JV_STR) return 0;
+        jv c = change_case(x, v, name[0] == 'u');
+        return !memcmp(c.u.s.p, v.u.s.p, v.u.s.n);
+    }
+    if ((name_is(name, n, "odd") || name_is(name, n, "even")) && v.k == JV_INT)
+        return (int)(v.u.i & 1) == (name[0] == 'o');
+    if (na == 1) {
+        if (name_is(name, n, "divisibleby") && v.k == JV_INT && a[0].k == JV_INT && a[0].u.i)
+            return v.u.i % a[0].u.i == 0;
+        if (name_is(name, n, "eq") || name_is(name, n, "equalto") || name_is(name, n, "==") ||
+            name_is(name, n, "sameas"))
+            return jv_equal(v, a[0]) && (!name_is(name, n, "sameas") || v.k == a[0].k);
+        if (name_is(name, n, "ne")) return !jv_equal(v, a[0]);
+        if (name_is(name, n, "in")) {
+            jv l = a[0];
+            if (l.k == JV_LIST)
+                for (size_t i = 0; i < l.u.l->n; i++)
+                    if (jv_equal(l.u.l->v[i], v)) return 1;
+            return 0;
+        }
+    }
+    jx_fail(x, KVT_EFORMAT, at, "no test named '%.*s' (with %zu arguments)", (int)KVT_MIN(n, 64), name, na);
+}
+
+/* ---- filters ----------------------------------------------------------------- */
+
+/* obj's attribute path "a.b" (selectattr, map, join, sort). */
+static jv attr_path(jv obj, jv path) {
+    const char *p = path.u.s.p, *end = p + path.u.s.n;
+    while (p <= end) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        size_t n = dot ? (size_t)(dot - p) : (size_t)(end - p);
+        jv v;
+        if ((obj.k != JV_DICT && obj.k != JV_NS) || !jv_dict_get(obj.u.d, p, n, &v)) return jv_undef();
+        obj = v;
+        if (!dot) break;
+        p = dot + 1;
+    }
+    return obj;
+}
+
+static jv as_list(jctx *x, const jnode *at, jv v, const char *filter) {
+    if (v.k == JV_LIST) return v;
+    jv l = jv_new_list(x);
+    if (v.k == JV_UNDEF) return l;
+    if (v.k == JV_DICT) {
+        for (size_t i = 0; i < v.u.d->n; i++) jv_list_push(x, l.u.l, v.u.d->key[i]);
+        return l;
+    }
+    if (v.k == JV_STR) {
+        for (size_t i = 0; i < v.u.s.n;) {
+            size_t k = 1;
+            while (i + k < v.u.s.n && ((unsigned char)v.u.s.p[i + k] & 0xC0) == 0x80) k++;
+            jv_list_push(x, l.u.l, jv_strn(v.u.s.p + i, k));
+            i += k;
+        }
+        return l;
+    }
+    jx_fail(x, KVT_EFORMAT, at, "%s needs a list, not %s", filter, jv_type_name(v));
+}
+
+/* selectattr/rejectattr (by attribute) and select/reject (the item itself):
+ * keep the items a test (default: truth) passes, or fails when reject. */
+static jv select_items(jctx *x, const jnode *at, jv v, const jv *a, size_t na, int by_attr, int reject) {
+    jv in = as_list(x, at, v, "select"), out = jv_new_list(x);
+    if (by_attr && (na < 1 || a[0].k != JV_STR)) jx_fail(x, KVT_EFORMAT, at, "selectattr needs an attribute name");
+    size_t skip = by_attr ? 1 : 0;
+    for (size_t i = 0; i < in.u.l->n; i++) {
+        jv it = by_attr ? attr_path(in.u.l->v[i], a[0]) : in.u.l->v[i];
+        int ok;
+        if (na > skip) {
+            jv t = need_str(x, at, a[skip], "a test name");
+            ok = jx_test(x, at, t.u.s.p, t.u.s.n, it, a + skip + 1, na - skip - 1);
+        } else {
+            ok = jv_truthy(it);
+        }
+        if (ok != reject) jv_list_push(x, out.u.l, in.u.l->v[i]);
+    }
+    return out;
+}
+
+static jv map_items(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
+    jv in = as_list(x, at, v, "map"), out = jv_new_list(x);
+    jv path = jx_kwarg(x, kw, "attribute"), dflt = jx_kwarg(x, kw, "default");
+    for (size_t i = 0; i < in.u.l->n; i++) {
+        jv it;
+        if (path.k == JV_STR) {
+            it = attr_path(in.u.l->v[i], path);
+            if (it.k == JV_UNDEF && dflt.k != JV_UNDEF) it = dflt;
+        } else if (na >= 1 && a[0].k == JV_STR) {
+            it = jx_filter(x, at, a[0].u.s.p, a[0].u.s.n, in.u.l->v[i], a + 1, na - 1, NULL);
+        } else {
+            jx_fail(x, KVT_EFORMAT, at, "map needs attribute= or a filter name");
+        }
+        jv_list_push(x, out.u.l, it);
+    }
+    return out;
+}
+
+static jv indent(jctx *x, jv s, long long width, int first, int blank) {
+    jbuf b = {.x = x};
+    const char *p = s.u.s.p, *end = p + s.u.s.n;
+    for (int line = 0; p <= end; line++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        int is_blank = 1;
+        for (size_t i = 0; i < n; i++) is_blank &= ws(p[i]);
+        if ((line || first) && (blank || !is_blank))
+            for (long long i = 0; i < width && i < 256; i++) jb_put(&b, " ", 1);
+        jb_put(&b, p, n);
+        if (!nl) break;
+        jb_put(&b, "\n", 1);
+        p = nl + 1;
+    }
+    return jb_done(&b);
+}
+
+static jv first_last(jctx *x, const jnode *at, jv v, int last) {
+    jv l = as_list(x, at, v, last ? "last" : "first");
+    return l.u.l->n ? l.u.l->v[last ? l.u.l->n - 1 : 0] : jv_undef();
+}
+
+static jv length(jctx *x, const jnode *at, jv v) {
+    switch (v.k) {
+    case JV_STR: return jv_int((long long)jx_cp_len(v.u.s.p, v.u.s.n));
+    case JV_LIST: return jv_int((long long)v.u.l->n);
+    case JV_DICT:
+    case JV_NS: return jv_int((long long)v.u.d->n);
+    case JV_UNDEF: return jv_int(0);
+    default: jx_fail(x, KVT_EFORMAT, at, "a %s has no length", jv_type_name(v));
+    }
+}
+
+static jv to_json(jctx *x, const jnode *at, jv v, const jnode *kw) {
+    jv ind = jx_kwarg(x, kw, "indent");
+    jbuf b = {.x = x};
+    jv_write_json(&b, v, ind.k == JV_INT ? (int)KVT_MIN(KVT_MAX(ind.u.i, 0), 64) : -1, 0, at);
+    return jb_done(&b);
+}
+
+static jv reversed(jctx *x, const jnode *at, jv v) {
+    jv l = as_list(x, at, v, "reverse"), out = jv_new_list(x);
+    for (size_t i = l.u.l->n; i-- > 0;) jv_list_push(x, out.u.l, l.u.l->v[i]);
+    if (v.k != JV_STR) return out;
+    return join(x, out, jv_strn("", 0));
+}
+
+static jv escape_html(jctx *x, jv s) {
+    jbuf b = {.x = x};
+    for (size_t i = 0; i < s.u.s.n; i++) {
+        char c = s.u.s.p[i];
+        const char *e = c == '&' ? "&amp;"
+            : c == '<'           ? "&lt;"
+            : c == '>'           ? "&gt;"
+            : c == '"'           ? "&#34;"
+            : c == '\''          ? "&#39;"
+                                 : NULL;
+        if (e) jb_puts(&b, e);
+        else jb_put(&b, &c, 1);
+    }
+    return jb_done(&b);
+}
+
+static jv to_number(jctx *x, jv v, int as_float, const jv *dflt) {
+    if (v.k == JV_INT || v.k == JV_BOOL) return as_float ? jv_float((double)v.u.i) : jv_int(v.u.i);
+    if (v.k == JV_FLOAT) return as_float ? v : jv_int((long long)v.u.f);
+    if (v.k == JV_STR) {
+        jv s = jv_str_copy(x, v.u.s.p, v.u.s.n);
+        char *end;
+        double d = strtod(s.u.s.p, &end);
+        if (end != s.u.s.p && !*end) return as_float ? jv_float(d) : jv_int((long long)d);
+    }
+    return dflt ? *dflt : as_float ? jv_float(0) : jv_int(0);
+}
+
+jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv *a, size_t na, const jnode *kw) {
+    const jv *a0 = na ? &a[0] : NULL;
+    if (name_is(name, n, "default") || name_is(name, n, "d")) {
+        int boolean = na > 1 ? jv_truthy(a[1]) : jv_truthy(jx_kwarg(x, kw, "boolean"));
+        if (v.k == JV_UNDEF || (boolean && !jv_truthy(v))) return a0 ? *a0 : jv_strn("", 0);
+        return v;
+    }
+    if (name_is(name, n, "length") || name_is(name, n, "count")) return length(x, at, v);
+    if (name_is(name, n, "tojson")) return to_json(x, at, v, kw);
+    if (name_is(name, n, "string")) return jv_to_str(x, v);
+    if (name_is(name, n, "items")) {
+        if (v.k == JV_UNDEF) return jv_new_list(x);
+        if (v.k != JV_DICT && v.k != JV_NS) jx_fail(x, KVT_EFORMAT, at, "items needs a dict, not %s", jv_type_name(v));
+        return items_of(x, v);
+    }
+    if (name_is(name, n, "list")) return as_list(x, at, v, "list");
+    if (name_is(name, n, "first") || name_is(name, n, "last")) return first_last(x, at, v, name[0] == 'l');
+    if (name_is(name, n, "selectattr") || name_is(name, n, "rejectattr"))
+        return select_items(x, at, v, a, na, 1, name[0] == 'r');
+    if (name_is(name, n, "select") || name_is(name, n, "reject"))
+        return select_items(x, at, v, a, na, 0, name[0] == 'r');
+    if (name_is(name, n, "map")) return map_items(x, at, v, a, na, kw);
+    if (name_is(name, n, "join")) {
+        jv l = as_list(x, at, v, "join"), path = jx_kwarg(x, kw, "attribute");
+        if (path.k == JV_STR) {
+            jv m = jv_new_list(x);
+            for (size_t i = 0; i < l.u.l->n; i++) jv_list_push(x, m.u.l, attr_path(l.u.l->v[i], path));
+            l = m;
+        }
+        return join(x, l, a0 ? *a0 : jv_strn("", 0));
+    }
+    if (name_is(name, n, "reverse")) return reversed(x, at, v);
+    if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, v, name[0] == 'f', a0);
+    if (name_is(name, n, "abs"))
+        return v.k == JV_FLOAT ? jv_float(v.u.f < 0 ? -v.u.f : v.u.f) : jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    if (name_is(name, n, "safe")) return v;
+    if (v.k == JV_UNDEF) v = jv_strn("", 0); /* the string filters print an undefined value as "" */
+    jv s = jv_to_str(x, v);
+    if (name_is(name, n, "trim")) return strip(s, 3, a0);
+    if (name_is(name, n, "upper")) return change_case(x, s, 1);
+    if (name_is(name, n, "lower")) return change_case(x, s, 0);
+    if (name_is(name, n, "capitalize")) return change_case(x, change_case(x, s, 0), 2);
+    if (name_is(name, n, "title")) return change_case(x, s, 3);
+    if (name_is(name, n, "e") || name_is(name, n, "escape")) return escape_html(x, s);
+    if (name_is(name, n, "replace") && na >= 2)
+        return replace(x, s, jv_to_str(x, a[0]), jv_to_str(x, a[1]), na > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
+    if (name_is(name, n, "indent")) {
+        jv w = na ? a[0] : jx_kwarg(x, kw, "width"), f = na > 1 ? a[1] : jx_kwarg(x, kw, "first");
+        jv bl = na > 2 ? a[2] : jx_kwarg(x, kw, "blank");
+        return indent(x, s, w.k == JV_INT ? w.u.i : 4, jv_truthy(f), jv_truthy(bl));
+    }
+    jx_fail(x, KVT_EFORMAT, at, "no filter named '%.*s'", (int)KVT_MIN(n, 64), name);
+}
+
+/* ---- globals ----------------------------------------------------------------- */
+
+static jv range(jctx *x, const jnode *at, const jv *a, size_t na) {
+    long long v[3] = {0, 0, 1};
+    if (na < 1 || na > 3) jx_fail(x, KVT_EFORMAT, at, "range takes 1 to 3 integers");
+    for (size_t i = 0; i < na; i++) {
+        if (a[i].k != JV_INT) jx_fail(x, KVT_EFORMAT, at, "range takes integers, not %s", jv_type_name(a[i]));
+        v[na == 1 ? 1 : i] = a[i].u.i;
+    }
+    if (!v[2]) jx_fail(x, KVT_EFORMAT, at, "range step cannot be zero");
+    long long span = v[2] > 0 ? v[1] - v[0] : v[0] - v[1], step = v[2] > 0 ? v[2] : -v[2];
+    size_t count = span <= 0 ? 0 : (size_t)((span + step - 1) / step);
+    if (count > x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
+    jv l = jv_new_list(x);
+    l.u.l->v = jx_alloc(x, (count ? count : 1) * sizeof *l.u.l->v); /* once: no copies as it grows */
+    l.u.l->cap = count;
+    for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int(v[0] + (long long)i * v[2]);
+    return l;
+}
+
+jv jx_global(jctx *x, const jnode *at, const char *name, size_t n, const jv *a, size_t na, const jnode *kw, int *found) {
+    *found = 1;
+    if (name_is(name, n, "raise_exception"))
+        jx_fail(x, KVT_EFORMAT, at, "the template raised an error: %.*s",
+                na && a[0].k == JV_STR ? (int)KVT_MIN(a[0].u.s.n, 300) : 0, na && a[0].k == JV_STR ? a[0].u.s.p : "");
+    if (name_is(name, n, "range")) return range(x, at, a, na);
+    if (name_is(name, n, "namespace") || name_is(name, n, "dict")) {
+        jv d = jv_new_dict(x, name[0] == 'n' ? JV_NS : JV_DICT);
+        if (na && (a[0].k == JV_DICT || a[0].k == JV_NS))
+            for (size_t i = 0; i < a[0].u.d->n; i++) jv_dict_set(x, d.u.d, a[0].u.d->key[i], a[0].u.d->val[i]);
+        for (const jnode *k = kw; k; k = k->next)
+            if (k->t == JN_KWARG) jv_dict_set(x, d.u.d, jv_strn(k->s, k->sn), jx_eval(x, k->a));
+        return d;
+    }
+    if (name_is(name, n, "strftime_now")) {
+        if (!na || a[0].k != JV_STR) jx_fail(x, KVT_EFORMAT, at, "strftime_now needs a format string");
+        jv f = jv_str_copy(x, a[0].u.s.p, a[0].u.s.n);
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        char buf[256];
+        size_t len = strftime(buf, sizeof buf, f.u.s.p, &tm);
+        return jv_str_copy(x, buf, len);
+    }
+    *found = 0;
+    return jv_undef();
+}

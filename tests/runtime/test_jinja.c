@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+/* The Jinja interpreter renders real chat templates (tests/runtime/jinja:
+ * Llama 2, Llama 3.1 with tools, Mistral, Qwen 2.5 and Qwen3, Gemma 2 and 3,
+ * Phi-3 (also as a GGUF ships it), Phi-4, DeepSeek-R1) exactly as Python's
+ * jinja2 does with Hugging Face's settings, byte for byte, failing where it
+ * fails (expected.json, made by make_expected.py there); and a hostile
+ * template stops at a limit with an error that names it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common.h"
+#include "jinja.h"
+#include "testutil.h"
+
+static char dir[4096];
+
+static cJSON *case_vars(const cJSON *cases, const char *name) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        if (!strcmp(cJSON_GetObjectItem(c, "name")->valuestring, name)) {
+            cJSON *v = cJSON_Duplicate(cJSON_GetObjectItem(c, "vars"), 1);
+            cJSON_AddStringToObject(v, "bos_token", "<s>");
+            cJSON_AddStringToObject(v, "eos_token", "</s>");
+            return v;
+        }
+    }
+    return NULL;
+}
+
+static void test_references(void) {
+    char *exp_text = kvt_test_read_file(kvt_test_path(dir, "expected.json"), NULL);
+    char *cases_text = kvt_test_read_file(kvt_test_path(dir, "cases.json"), NULL);
+    CHECK(exp_text && cases_text);
+    if (!exp_text || !cases_text) return;
+    cJSON *exp = cJSON_Parse(exp_text), *cases = cJSON_Parse(cases_text);
+    int n_ok = 0, n_err = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, exp) {
+        const char *tn = cJSON_GetObjectItem(e, "template")->valuestring;
+        const char *cn = cJSON_GetObjectItem(e, "case")->valuestring;
+        char file[256];
+        snprintf(file, sizeof file, "%s.jinja", tn);
+        size_t len = 0;
+        char *src = kvt_test_read_file(kvt_test_path(dir, file), &len);
+        kvt_jinja *t = NULL;
+        CHECKF(src && kvt_jinja_parse(src, len, &t) == 0, "%s: %s", tn, kvt_errmsg());
+        cJSON *vars = case_vars(cases, cn);
+        char *out = NULL;
+        size_t n = 0;
+        int rc = t ? kvt_jinja_render(t, vars, NULL, &out, &n) : -1;
+        const cJSON *want = cJSON_GetObjectItem(e, "output");
+        if (want) {
+            CHECKF(rc == 0, "%s/%s: %s", tn, cn, kvt_errmsg());
+            CHECKF(out && n == strlen(want->valuestring) && !strcmp(out, want->valuestring),
+                   "%s/%s renders\n---\n%s\n--- where jinja2 renders\n%s\n---", tn, cn, out ? out : "",
+                   want->valuestring);
+            n_ok++;
+        } else {
+            CHECKF(rc != 0, "%s/%s renders where jinja2 fails (%s)", tn, cn,
+                   cJSON_GetObjectItem(e, "error")->valuestring);
+            n_err++;
+        }
+        free(out);
+        cJSON_Delete(vars);
+        kvt_jinja_free(t);
+        free(src);
+    }
+    CHECKF(n_ok >= 50 && n_err >= 5, "%d renderings, %d failures compared", n_ok, n_err);
+    cJSON_Delete(exp);
+    cJSON_Delete(cases);
+    free(exp_text);
+    free(cases_text);
+}
+
+/* Renders src with vars (JSON text); returns the output or NULL (rc in *rc). */
+static char *render(const char *src, const char *vars_json, const kvt_jinja_limits *lim, int *rc) {
+    kvt_jinja *t = NULL;
+    char *out = NULL;
+    size_t n;
+    *rc = kvt_jinja_parse(src, strlen(src), &t);
+    if (*rc) return NULL;
+    cJSON *vars = cJSON_Parse(vars_json ? vars_json : "{}");
+    *rc = kvt_jinja_render(t, vars, lim, &out, &n);
+    cJSON_Delete(vars);
+    kvt_jinja_free(t);
+    return out;
+}
+
+static void expect(const char *src, const char *vars, const char *want) {
+    int rc;
+    char *out = render(src, vars, NULL, &rc);
+    CHECKF(rc == 0 && out && !strcmp(out, want), "%s -> '%s' (%s), want '%s'", src, out ? out : "",
+           rc ? kvt_errmsg() : "ok", want);
+    free(out);
+}
+
+static void expect_fail(const char *src, const kvt_jinja_limits *lim, int code, const char *msg) {
+    int rc;
+    char *out = render(src, NULL, lim, &rc);
+    CHECKF(rc == code && strstr(kvt_errmsg(), msg), "%s: rc %d, '%s'; want %d and '%s'", src, rc, kvt_errmsg(), code,
+           msg);
+    free(out);
+}
+
+static void test_language(void) {
+    expect("{{ 'abc'[::-1] }}|{{ [1,2,3][1:] }}|{{ 'héllo'[1:3] }}|{{ 'héllo'|length }}", NULL, "cba|[2, 3]|él|5");
+    expect("{% for k, v in d.items() %}{{ k }}={{ v }}{{ ',' if not loop.last }}{% endfor %}",
+           "{\"d\":{\"a\":1,\"b\":2.5}}", "a=1,b=2.5");
+    expect("{% set ns = namespace(n=0) %}{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}"
+           "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+           NULL, "3");
+    expect("{% macro m(a, b='x') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b='y') }}", NULL, "[1x][2y]");
+    expect("{{ x | default('d') }} {{ none is none }} {{ 3 is number }} {{ 'a' ~ 1 ~ true }} {{ 7 // 2 }} {{ -7 % 3 }}",
+           NULL, "d True True a1True 3 2");
+    expect("{{ xs | selectattr('on') | map(attribute='n') | join(',') }}|{{ xs | rejectattr('on') | list | length }}",
+           "{\"xs\":[{\"n\":\"a\",\"on\":true},{\"n\":\"b\",\"on\":false},{\"n\":\"c\",\"on\":true}]}", "a,c|1");
+    expect("{{ ' a b '.split() }}{{ 'a,b'.split(',') | last }}{{ 'Hi'.upper() }}{{ 'x'.startswith(('y','x')) }}", NULL,
+           "['a', 'b']bHITrue");
+    expect("{{ {'k': [1, none, 'é\"']} | tojson }}", NULL, "{\"k\": [1, null, \"é\\\"\"]}");
+    expect("  {%- if true %}\n  x\n  {% endif %}\n{# c #}\ny", NULL, "  x\ny");
+    expect("{{ d.get('a', 5) }}{{ d.b is defined }}{{ 'ab' in 'xaby' }}{{ 2 not in [1] }}", "{\"d\":{}}",
+           "5FalseTrueTrue");
+}
+
+static void test_limits(void) {
+    kvt_jinja_limits lim = kvt_jinja_default_limits();
+    lim.max_steps = 100000;
+    expect_fail("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", &lim, KVT_ELIMIT,
+                "steps");
+    expect_fail("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, KVT_ELIMIT, "nest more than");
+    lim = kvt_jinja_default_limits();
+    lim.max_output = 1000;
+    expect_fail("{% for i in range(1000) %}xx{% endfor %}", &lim, KVT_ELIMIT, "longer than 1000 bytes");
+    lim = kvt_jinja_default_limits();
+    lim.max_memory = 1 << 20;
+    expect_fail("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", &lim,
+                KVT_ELIMIT, "bytes of values");
+    expect_fail("{{ raise_exception('roles must alternate') }}", NULL, KVT_EFORMAT, "roles must alternate");
+    expect_fail("{% if x %}never closed", NULL, KVT_EFORMAT, "line 1");
+    expect_fail("{{ x.y.z }}", NULL, KVT_EFORMAT, "undefined");
+    char deep[4096] = "{{ ";
+    for (int i = 0; i < 1000; i++) strcat(deep, "(");
+    expect_fail(deep, NULL, KVT_EFORMAT, "nest more than");
+}
+
+int main(void) {
+    const char *src = getenv("KVT_SRC");
+    snprintf(dir, sizeof dir, "%s/tests/runtime/jinja", src ? src : ".");
+    test_references();
+    test_language();
+    test_limits();
+    return kvt_test_done("test_jinja");
+}
