@@ -49,12 +49,19 @@ kvt_rc_up() {
   return 1
 }
 
-# kvt_cluster_ok: every running node says cluster_state:ok and sees the same epoch of slots
+# kvt_cluster_ok: every running node says cluster_state:ok and sees the same epoch of slots, and
+# (with every node running) each one's CLUSTER SHARDS has them all online: a replica is "loading"
+# until its first sync, and kvtier reads only online ones
 kvt_cluster_ok() {
-  local i
+  local i n=0
   for i in $(seq 0 $((RC_N - 1))); do
     [ -n "${KVT_PID[rc$i]:-}" ] || continue # killed
+    n=$((n + 1))
     redis-cli -p "${RC_PORTS[$i]}" cluster info | grep -q '^cluster_state:ok' || return 1
+  done
+  [ "$n" = "$RC_N" ] || return 0
+  for i in $(seq 0 $((RC_N - 1))); do
+    [ "$(redis-cli -p "${RC_PORTS[$i]}" cluster shards | grep -cx online)" = "$RC_N" ] || return 1
   done
 }
 
