@@ -7,11 +7,12 @@
  *   (the disk tier after a restart, page cache dropped), and ratios.
  * Prints numbers; never fails on time.
  * usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only] [--restore-only]
- *                     [--t2-reps N]
+ *                     [--t2-only] [--t2-reps N]
  * (--decode-only: just the decode figure, for quick before/after comparisons;
  * --restore-only: no prefill or decode figures, just the cold prompt and the
- * T0/T1/T2 restores after it; --t2-reps: restarts and restores from T2, 1-15,
- * default 5) */
+ * T0/T1/T2 restores after it; --t2-only: just the T2 restores, from the cache
+ * directory an earlier run of the same model left in bench/out/kvdisk;
+ * --t2-reps: restarts and restores from T2, 1-15, default 5) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,7 +177,8 @@ static void speed_figures(kvt_engine *e, const kvt_model *m, const int32_t *toks
 
 int main(int argc, char **argv) {
     const char *path = DEFAULT_MODEL;
-    int threads = 2, n_decode = DECODE_TOKENS, no_disk = 0, decode_only = 0, restore_only = 0, t2_reps = T2_REPS;
+    int threads = 2, n_decode = DECODE_TOKENS, no_disk = 0, decode_only = 0, restore_only = 0, t2_only = 0,
+        t2_reps = T2_REPS;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -184,11 +186,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-disk")) no_disk = 1;
         else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
         else if (!strcmp(argv[i], "--restore-only")) restore_only = 1;
+        else if (!strcmp(argv[i], "--t2-only")) restore_only = t2_only = 1;
         else if (!strcmp(argv[i], "--t2-reps") && i + 1 < argc) t2_reps = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only] "
-                    "[--restore-only] [--t2-reps N]\n");
+                    "[--restore-only] [--t2-only] [--t2-reps N]\n");
             return 2;
         }
     }
@@ -217,22 +220,23 @@ int main(int argc, char **argv) {
     cp.ram_bytes = 4ull << 30;
     if (!no_disk) {
         mkdir(dir, 0755);
-        kvt_disk_clear(dir, NULL);
+        if (!t2_only) kvt_disk_clear(dir, NULL);
         cp.disk_dir = dir;
         cp.disk_bytes = 2ull << 30;
         cp.disk_admit = KVT_ADMIT_ALL;
         cp.restore = KVT_RESTORE_ALWAYS;
     }
-    kvt_cache *c;
-    if (kvt_cache_new(e, cp, &c)) {
-        fprintf(stderr, "bench: %s\n", kvt_errmsg());
-        return 1;
-    }
     kvt_sampler_params sp = kvt_sampler_default_params();
     sp.temp = 0;
     kvt_sampler *s = kvt_sampler_new(sp, nv);
     kvt_gen_params gp = {.max_tokens = 1, .sampler = s};
-    kvt_gen_result cold, w0, w1;
+    kvt_gen_result cold = {0}, w0, w1, w2 = {0};
+    kvt_cache *c;
+    if (t2_only) goto t2;
+    if (kvt_cache_new(e, cp, &c)) {
+        fprintf(stderr, "bench: %s\n", kvt_errmsg());
+        return 1;
+    }
     kvt_generate(e, c, toks, 2048, &gp, NULL, &cold);
     kvt_generate(e, c, toks, 2048, &gp, NULL, &w0);
     kvt_cache_reserve(c, kvt_page_count(e)); /* demote every idle page to T1 */
@@ -247,14 +251,14 @@ int main(int argc, char **argv) {
     if (w1.restore_ms > 0) printf("T1 restore bandwidth:            %8.1f GB/s (%.1f MB)\n", mb / w1.restore_ms, mb);
     /* T2: persist the prefix, restart the cache (as a new process would), drop
      * the page cache, restore from disk */
-    kvt_gen_result w2 = {0};
     if (no_disk) {
         kvt_cache_free(c);
         goto done;
     }
     kvt_cache_flush(c);
     kvt_cache_free(c);
-    int dropped;
+t2:;
+    int dropped = 0;
     /* the disk's speed varies run to run: alternate sequential reads and
      * restarts+restores, and report medians */
     double seqbw[T2_REPS_MAX], rbw[T2_REPS_MAX], ttft2[T2_REPS_MAX], t_open = 0;
@@ -281,7 +285,8 @@ int main(int argc, char **argv) {
     }
     double ttft2_med = median(ttft2, t2_reps), rbw_med = median(rbw, t2_reps), seq_med = median(seqbw, t2_reps);
     printf("TTFT warm from T2 (after restart%s): %8.1f ms median of %d (reused %d) = %.2f%% of cold\n",
-           dropped ? ", page cache dropped" : "", ttft2_med, t2_reps, reused2, 100 * ttft2_med / cold.ttft_ms);
+           dropped ? ", page cache dropped" : "", ttft2_med, t2_reps, reused2,
+           cold.ttft_ms > 0 ? 100 * ttft2_med / cold.ttft_ms : 0);
     printf("T2 restore bandwidth:            %8.1f MB/s median; cache open %.3f s\n", rbw_med, t_open);
     printf("sequential O_DIRECT read of the cache files: %.1f MB/s median; restore / sequential = %.2f\n", seq_med,
            seq_med > 0 ? rbw_med / seq_med : 0);
