@@ -40,15 +40,15 @@ static size_t read_queued(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
  * huge pages (read_arena). */
 #define ARENA_HUGE (2u << 20)
 
-/* The read arena is a ring of extent slots about this large in all: reads
- * land in a free slot, and a slot is reused as soon as its records are
- * checked and copied out. A restore of any size thus touches only this much
- * read memory, not a buffer as large as itself. Each fresh 4 KiB (or 2 MiB)
- * page of a buffer costs a fault and a zeroing when the kernel first pins it
- * for a direct read, and on a virtual machine that cost was the largest part
- * of a restore's CPU (more than the MAC), paid again by every fresh process.
- * 8 MiB keeps eight 1 MiB reads in flight, enough to keep a disk busy. */
-#define RING_BYTES (8u << 20)
+/* The read arena is a ring of extent slots, KVT_DISK_READ_RING_DEFAULT (8
+ * MiB) in all unless the params say otherwise: reads land in a free slot,
+ * and a slot is reused as soon as its records are checked and copied out. A
+ * restore of any size thus touches only that much read memory, not a buffer
+ * as large as itself. Each fresh page of a buffer costs a fault and a
+ * zeroing when the kernel first pins it for a direct read; on a virtual
+ * machine that was the largest part of a restore's CPU (more than the MAC),
+ * paid again by every fresh process. 8 MiB keeps eight 1 MiB reads in
+ * flight, enough to keep a disk busy. */
 
 /* The read arena of a batch, allocated at the tier's first restore and
  * grown only when a larger record needs larger slots. Large arenas are 2 MiB
@@ -162,7 +162,8 @@ static size_t plan_extents(disk_plan **order, size_t np, disk_extent *ext, kvt_d
 static void read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne, size_t longest) {
     if (!ne) return;
     size_t slot_bytes = kvt_disk_align_up(longest);
-    size_t n_slots = KVT_MIN(KVT_MAX(RING_BYTES / slot_bytes, (size_t)2), ne);
+    size_t ring = d->p.read_ring_bytes ? d->p.read_ring_bytes : KVT_DISK_READ_RING_DEFAULT;
+    size_t n_slots = KVT_MIN(KVT_MAX(ring / slot_bytes, (size_t)2), ne);
     if (n_slots * slot_bytes > d->rbuf_cap) {
         free(d->rbuf);
         d->rbuf_cap = n_slots * slot_bytes;
