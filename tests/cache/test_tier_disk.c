@@ -322,14 +322,15 @@ static void test_corruption(void) {
     CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION && kvt_hash128_eq(ns, root));
 }
 
-/* Batched reads through a ring of two slots (the smallest): more extents
- * than slots, in any order, reuse the slots; each block still gets its own
- * bytes, a corrupt record among them is refused and dropped, and the others
- * are served. */
-static void test_read_ring(void) {
-    const char *dir = subdir("ring");
+/* Batched reads through a ring of two slots (the smallest), with io_uring
+ * or with pread: more extents than slots, in any order, reuse the slots; each
+ * block still gets its own bytes, a corrupt record among them is refused and
+ * dropped, and the others are served. */
+static void test_read_ring(int uring) {
+    const char *dir = subdir(uring ? "ring-uring" : "ring-pread");
     kvt_disk_params p = params(dir);
     p.read_ring_bytes = 1;
+    p.use_io_uring = uring;
     fill(&p, 20);
     const uint64_t rec = 3 * 4096; /* 12 KiB records, 5 per 64 KiB segment */
     char seg[1024];
@@ -1093,7 +1094,8 @@ int main(void) {
     test_roundtrip(KVT_DISK_CODEC_ZSTD);
     test_lock();
     test_corruption();
-    test_read_ring();
+    test_read_ring(1);
+    test_read_ring(0);
     test_budget();
     test_crash();
     test_full_and_readonly();
