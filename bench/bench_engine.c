@@ -6,8 +6,13 @@
  *   still resident), warm from T1 (pages demoted to host RAM) and warm from T2
  *   (the disk tier after a restart, page cache dropped), and ratios.
  * Prints numbers; never fails on time.
- * usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only]
- * (--decode-only: just the decode figure, for quick before/after comparisons) */
+ * usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only] [--restore-only]
+ *                     [--t2-only] [--t2-reps N]
+ * (--decode-only: just the decode figure, for quick before/after comparisons;
+ * --restore-only: no prefill or decode figures, just the cold prompt and the
+ * T0/T1/T2 restores after it; --t2-only: just the T2 restores, from the cache
+ * directory an earlier run of the same model left in bench/out/kvdisk;
+ * --t2-reps: restarts and restores from T2, 1-15, default 5) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +77,10 @@ static kvt_model *load_or_make(const char *path) {
 
 #define SEQ_READ_CHUNK (4u << 20)
 #define T2_REPS 5
+#define T2_REPS_MAX 15
 
 static double median(double *v, int n) {
-    double t[16];
+    double t[T2_REPS_MAX];
     for (int i = 0; i < n; i++) t[i] = v[i];
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
@@ -142,33 +148,10 @@ static double prefill(kvt_engine *e, const int32_t *toks, int32_t n, float *logi
     return t;
 }
 
-int main(int argc, char **argv) {
-    const char *path = DEFAULT_MODEL;
-    int threads = 2, n_decode = DECODE_TOKENS, no_disk = 0, decode_only = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_decode = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-disk")) no_disk = 1;
-        else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
-        else {
-            fprintf(stderr,
-                    "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only]\n");
-            return 2;
-        }
-    }
-    kvt_model *m = load_or_make(path);
-    if (!m) return 1;
+/* Prefill tok/s at 512 and 2048 tokens (unless decode_only) and decode tok/s. */
+static void speed_figures(kvt_engine *e, const kvt_model *m, const int32_t *toks, float *logits, int n_decode,
+                          int decode_only) {
     int32_t nv = m->hp.n_vocab;
-    int32_t *toks = kvt_xmalloc(CTX * sizeof *toks);
-    unsigned seed = 1;
-    for (int i = 0; i < CTX; i++) toks[i] = 300 + (int32_t)(rand_r(&seed) % (unsigned)(nv - 300));
-    float *logits = kvt_xmalloc((size_t)nv * sizeof(float));
-    kvt_engine *e = engine(m, threads);
-    printf("model %s: %.1fM params, kernels %s, %d threads\n", path, (double)m->n_params / 1e6, kvt_ops_numerics_id(),
-           threads);
-
-    prefill(e, toks, 64, logits); /* warm up: page in the weights */
     double t512 = decode_only ? 0 : prefill(e, toks, 512, logits);
     double t2048 = decode_only ? 0 : prefill(e, toks, 2048, logits);
     int32_t seq;
@@ -190,6 +173,45 @@ int main(int argc, char **argv) {
     const double wbytes = decode_weight_bytes(m);
     printf("decode weight streaming:     %8.1f GB/s (%.0f MB per token)\n", wbytes * n_decode / tdec / 1e9,
            wbytes / 1e6);
+}
+
+int main(int argc, char **argv) {
+    const char *path = DEFAULT_MODEL;
+    int threads = 2, n_decode = DECODE_TOKENS, no_disk = 0, decode_only = 0, restore_only = 0, t2_only = 0,
+        t2_reps = T2_REPS;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decode") && i + 1 < argc) n_decode = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-disk")) no_disk = 1;
+        else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
+        else if (!strcmp(argv[i], "--restore-only")) restore_only = 1;
+        else if (!strcmp(argv[i], "--t2-only")) restore_only = t2_only = 1;
+        else if (!strcmp(argv[i], "--t2-reps") && i + 1 < argc) t2_reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr,
+                    "usage: bench_engine [-m MODEL.gguf] [-t THREADS] [--decode N] [--no-disk] [--decode-only] "
+                    "[--restore-only] [--t2-only] [--t2-reps N]\n");
+            return 2;
+        }
+    }
+    if (t2_reps < 1 || t2_reps > T2_REPS_MAX) {
+        fprintf(stderr, "bench_engine: --t2-reps must be 1-%d\n", T2_REPS_MAX);
+        return 2;
+    }
+    kvt_model *m = load_or_make(path);
+    if (!m) return 1;
+    int32_t nv = m->hp.n_vocab;
+    int32_t *toks = kvt_xmalloc(CTX * sizeof *toks);
+    unsigned seed = 1;
+    for (int i = 0; i < CTX; i++) toks[i] = 300 + (int32_t)(rand_r(&seed) % (unsigned)(nv - 300));
+    float *logits = kvt_xmalloc((size_t)nv * sizeof(float));
+    kvt_engine *e = engine(m, threads);
+    printf("model %s: %.1fM params, kernels %s, %d threads\n", path, (double)m->n_params / 1e6, kvt_ops_numerics_id(),
+           threads);
+
+    prefill(e, toks, 64, logits); /* warm up: page in the weights */
+    if (!restore_only) speed_figures(e, m, toks, logits, n_decode, decode_only);
     if (decode_only) return 0;
 
     /* time to first token for a 2048-token prompt: cold, warm T0, warm T1 */
@@ -198,22 +220,23 @@ int main(int argc, char **argv) {
     cp.ram_bytes = 4ull << 30;
     if (!no_disk) {
         mkdir(dir, 0755);
-        kvt_disk_clear(dir, NULL);
+        if (!t2_only) kvt_disk_clear(dir, NULL);
         cp.disk_dir = dir;
         cp.disk_bytes = 2ull << 30;
         cp.disk_admit = KVT_ADMIT_ALL;
         cp.restore = KVT_RESTORE_ALWAYS;
     }
-    kvt_cache *c;
-    if (kvt_cache_new(e, cp, &c)) {
-        fprintf(stderr, "bench: %s\n", kvt_errmsg());
-        return 1;
-    }
     kvt_sampler_params sp = kvt_sampler_default_params();
     sp.temp = 0;
     kvt_sampler *s = kvt_sampler_new(sp, nv);
     kvt_gen_params gp = {.max_tokens = 1, .sampler = s};
-    kvt_gen_result cold, w0, w1;
+    kvt_gen_result cold = {0}, w0, w1, w2 = {0};
+    kvt_cache *c;
+    if (t2_only) goto t2;
+    if (kvt_cache_new(e, cp, &c)) {
+        fprintf(stderr, "bench: %s\n", kvt_errmsg());
+        return 1;
+    }
     kvt_generate(e, c, toks, 2048, &gp, NULL, &cold);
     kvt_generate(e, c, toks, 2048, &gp, NULL, &w0);
     kvt_cache_reserve(c, kvt_page_count(e)); /* demote every idle page to T1 */
@@ -228,19 +251,19 @@ int main(int argc, char **argv) {
     if (w1.restore_ms > 0) printf("T1 restore bandwidth:            %8.1f GB/s (%.1f MB)\n", mb / w1.restore_ms, mb);
     /* T2: persist the prefix, restart the cache (as a new process would), drop
      * the page cache, restore from disk */
-    kvt_gen_result w2 = {0};
     if (no_disk) {
         kvt_cache_free(c);
         goto done;
     }
     kvt_cache_flush(c);
     kvt_cache_free(c);
-    int dropped;
+t2:;
+    int dropped = 0;
     /* the disk's speed varies run to run: alternate sequential reads and
      * restarts+restores, and report medians */
-    double seqbw[T2_REPS], rbw[T2_REPS], ttft2[T2_REPS], t_open = 0;
+    double seqbw[T2_REPS_MAX], rbw[T2_REPS_MAX], ttft2[T2_REPS_MAX], t_open = 0;
     int reused2 = 0;
-    for (int rep = 0; rep < T2_REPS; rep++) {
+    for (int rep = 0; rep < t2_reps; rep++) {
         drop_page_cache(&dropped);
         seqbw[rep] = seq_read_mb_s(dir);
         drop_page_cache(&dropped);
@@ -256,11 +279,14 @@ int main(int argc, char **argv) {
             (double)kvt_page_bytes(e) / 1e6;
         rbw[rep] = w2.restore_ms > 0 ? mb2 / (w2.restore_ms / 1e3) : 0;
         ttft2[rep] = w2.ttft_ms;
+        printf("  T2 run %d: sequential read %.1f MB/s, restore %.1f MB/s (%.2f ms, %.1f MB), TTFT %.1f ms\n", rep + 1,
+               seqbw[rep], rbw[rep], w2.restore_ms, mb2, w2.ttft_ms);
         reused2 = w2.tier_tokens[KVT_TIER_T2];
     }
-    double ttft2_med = median(ttft2, T2_REPS), rbw_med = median(rbw, T2_REPS), seq_med = median(seqbw, T2_REPS);
+    double ttft2_med = median(ttft2, t2_reps), rbw_med = median(rbw, t2_reps), seq_med = median(seqbw, t2_reps);
     printf("TTFT warm from T2 (after restart%s): %8.1f ms median of %d (reused %d) = %.2f%% of cold\n",
-           dropped ? ", page cache dropped" : "", ttft2_med, T2_REPS, reused2, 100 * ttft2_med / cold.ttft_ms);
+           dropped ? ", page cache dropped" : "", ttft2_med, t2_reps, reused2,
+           cold.ttft_ms > 0 ? 100 * ttft2_med / cold.ttft_ms : 0);
     printf("T2 restore bandwidth:            %8.1f MB/s median; cache open %.3f s\n", rbw_med, t_open);
     printf("sequential O_DIRECT read of the cache files: %.1f MB/s median; restore / sequential = %.2f\n", seq_med,
            seq_med > 0 ? rbw_med / seq_med : 0);

@@ -2,8 +2,8 @@
 /* Disk tier: round trip and restart, batched reads, the index's T2 presence,
  * kill -9 crashes, corrupted / truncated / foreign files, namespace and
  * version changes, the size budget under churn with reinsertion, the lock
- * (in process and from a child), a full disk and a read-only directory, the
- * admission filter, and the record MAC under both schemes (forged payloads,
+ * (in process and from a child), a full disk and a read-only directory,
+ * batched reads through a ring of two slots, the admission filter, and the record MAC under both schemes (forged payloads,
  * nonces and scheme flags; downgrades; mixed directories). Payloads come from
  * a generator keyed by block hash, so any served byte can be checked. */
 #include <errno.h>
@@ -320,6 +320,54 @@ static void test_corruption(void) {
     uint32_t v;
     kvt_hash128 ns;
     CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION && kvt_hash128_eq(ns, root));
+}
+
+/* Batched reads through a ring of two slots (the smallest), with io_uring
+ * or with pread: more extents than slots, in any order, reuse the slots; each
+ * block still gets its own bytes, a corrupt record among them is refused and
+ * dropped, and the others are served. */
+static void test_read_ring(int uring) {
+    const char *dir = subdir(uring ? "ring-uring" : "ring-pread");
+    kvt_disk_params p = params(dir);
+    p.read_ring_bytes = 1;
+    p.use_io_uring = uring;
+    fill(&p, 20);
+    const uint64_t rec = 3 * 4096; /* 12 KiB records, 5 per 64 KiB segment */
+    char seg[1024];
+    CHECK(first_segment(dir, seg, sizeof seg));
+    flip(seg, 1 * rec + 4000); /* block 1's payload */
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    static uint8_t outs[20][PAYLOAD];
+    uint8_t want[PAYLOAD];
+    kvt_disk_read rq[20];
+    /* every other block, last first: ten extents through two slots */
+    for (int k = 0; k < 10; k++) {
+        int i = 18 - 2 * k;
+        rq[k] = (kvt_disk_read){hashes[i], parents[i], toks[i], outs[k], -1};
+    }
+    CHECK(kvt_disk_get_many(d, rq, 10) == 10);
+    for (int k = 0; k < 10; k++) {
+        fill_payload(hashes[18 - 2 * k], want, 0);
+        CHECKF(rq[k].result == 0 && !memcmp(outs[k], want, PAYLOAD), "block %d", 18 - 2 * k);
+    }
+    /* all twenty, reversed: one extent per segment, block 1 corrupt */
+    memset(outs, 0, sizeof outs);
+    for (int k = 0; k < 20; k++) rq[k] = (kvt_disk_read){hashes[19 - k], parents[19 - k], toks[19 - k], outs[k], -1};
+    CHECK(kvt_disk_get_many(d, rq, 20) == 19);
+    for (int k = 0; k < 20; k++) {
+        int i = 19 - k;
+        if (i == 1) {
+            CHECK(rq[k].result != 0);
+            continue;
+        }
+        fill_payload(hashes[i], want, 0);
+        CHECKF(rq[k].result == 0 && !memcmp(outs[k], want, PAYLOAD), "block %d", i);
+    }
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECK(st.corrupt == 1 && !kvt_disk_contains(d, hashes[1]) && kvt_disk_contains(d, hashes[2]));
+    kvt_disk_close(d);
 }
 
 /* Heavy churn with reads: the files never exceed budget + one segment, and hit
@@ -1046,6 +1094,8 @@ int main(void) {
     test_roundtrip(KVT_DISK_CODEC_ZSTD);
     test_lock();
     test_corruption();
+    test_read_ring(1);
+    test_read_ring(0);
     test_budget();
     test_crash();
     test_full_and_readonly();

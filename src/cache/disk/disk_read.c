@@ -40,10 +40,18 @@ static size_t read_queued(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
  * huge pages (read_arena). */
 #define ARENA_HUGE (2u << 20)
 
-/* The read arena of a batch. It is allocated at a process's first restore
- * and grows with the largest one, and each of its 4 KiB pages faults in as
- * the kernel pins it for the direct read: thousands of faults for a restore
- * of tens of MiB, each costly on a virtual machine. Large arenas are 2 MiB
+/* The read arena is a ring of extent slots, KVT_DISK_READ_RING_DEFAULT (8
+ * MiB) in all unless the params say otherwise: reads land in a free slot,
+ * and a slot is reused as soon as its records are checked and copied out. A
+ * restore of any size thus touches only that much read memory, not a buffer
+ * as large as itself. Each fresh page of a buffer costs a fault and a
+ * zeroing when the kernel first pins it for a direct read; on a virtual
+ * machine that was the largest part of a restore's CPU (more than the MAC),
+ * paid again by every fresh process. 8 MiB keeps eight 1 MiB reads in
+ * flight, enough to keep a disk busy. */
+
+/* The read arena of a batch, allocated at the tier's first restore and
+ * grown only when a larger record needs larger slots. Large arenas are 2 MiB
  * aligned and advised as huge pages, so they fault in a few pages at a time;
  * where the kernel gives no huge pages the advice is ignored and nothing
  * else changes. */
@@ -70,10 +78,14 @@ typedef struct {
 typedef struct {
     disk_plan **plans; /* sorted by (segment, offset) */
     size_t first, count;
+    uint32_t slot; /* the ring slot it is read into */
 } disk_extent;
 
+/* A batch's read ring: slots of slot_bytes in d->rbuf, the free ones on a stack. */
 typedef struct {
     kvt_disk *d;
+    size_t slot_bytes;
+    uint32_t *free_slots, n_free;
 } read_ctx;
 
 static int plan_cmp(const void *a, const void *b) {
@@ -104,23 +116,27 @@ static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
     pl->status = kvt_disk_decode_with(d->zd, &rec, r->out, d->p.payload_bytes) ? 2 : 0;
 }
 
+/* An extent's read finished: its records are checked and copied out, and
+ * its slot is free again. */
 static void extent_done(void *ctx, kvt_dio_req *rq) {
-    kvt_disk *d = ((read_ctx *)ctx)->d;
+    read_ctx *rc = ctx;
     disk_extent *e = rq->user;
     for (size_t i = 0; i < e->count; i++) {
         disk_plan *pl = e->plans[e->first + i];
         ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
         ssize_t got = rq->res < 0 ? rq->res : rq->res > rel ? KVT_MIN(rq->res - rel, (ssize_t)pl->bytes) : 0;
-        finish_plan(d, pl, got);
+        finish_plan(rc->d, pl, got);
     }
+    rc->free_slots[rc->n_free++] = e->slot;
 }
 
 /* Coalesces the sorted plans order[0..np) into reads of adjacent records of
- * one segment (at most COALESCE_MAX bytes each): ext[] and rq[] get the
- * extents (returned: how many), their buffers placed in d->rbuf (grown to
- * hold them all) and each plan's buf set inside its extent's. */
-static size_t plan_extents(kvt_disk *d, disk_plan **order, size_t np, disk_extent *ext, kvt_dio_req *rq) {
-    size_t ne = 0, total = 0;
+ * one segment (at most COALESCE_MAX bytes each, or one larger record): ext[]
+ * and rq[] get the extents (returned: how many; buffers are given at
+ * submission, read_ring) and *longest the longest read. */
+static size_t plan_extents(disk_plan **order, size_t np, disk_extent *ext, kvt_dio_req *rq, size_t *longest) {
+    size_t ne = 0;
+    *longest = 0;
     for (size_t i = 0; i < np; i++) {
         disk_plan *pl = order[i];
         disk_extent *last = ne ? &ext[ne - 1] : NULL;
@@ -130,26 +146,48 @@ static size_t plan_extents(kvt_disk *d, disk_plan **order, size_t np, disk_exten
             last->count++;
             rq[ne - 1].len += pl->bytes;
         } else {
-            ext[ne] = (disk_extent){order, i, 1};
-            rq[ne] = (kvt_dio_req){pl->seg->fd, pl->off, pl->bytes, (void *)(uintptr_t)total, 0, &ext[ne]};
+            ext[ne] = (disk_extent){order, i, 1, 0};
+            rq[ne] = (kvt_dio_req){pl->seg->fd, pl->off, pl->bytes, NULL, 0, &ext[ne]};
             ne++;
         }
-        total += pl->bytes;
-    }
-    if (total > d->rbuf_cap) {
-        free(d->rbuf);
-        d->rbuf_cap = total;
-        d->rbuf = read_arena(total);
-    }
-    for (size_t i = 0; i < ne; i++) {
-        size_t at = (size_t)(uintptr_t)rq[i].buf;
-        rq[i].buf = d->rbuf + at;
-        for (size_t k = 0; k < ext[i].count; k++) {
-            disk_plan *pl = order[ext[i].first + k];
-            pl->buf = d->rbuf + at + (pl->off - rq[i].off);
-        }
+        *longest = KVT_MAX(*longest, rq[ne - 1].len);
     }
     return ne;
+}
+
+/* Reads the extents rq[0..ne) through a ring of slots in d->rbuf (grown to
+ * hold them): each read is submitted when a slot is free, and its records
+ * are checked and copied out (extent_done) as it completes, while the other
+ * reads proceed. */
+static void read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne, size_t longest) {
+    if (!ne) return;
+    size_t slot_bytes = kvt_disk_align_up(longest);
+    size_t ring = d->p.read_ring_bytes ? d->p.read_ring_bytes : KVT_DISK_READ_RING_DEFAULT;
+    size_t n_slots = KVT_MIN(KVT_MAX(ring / slot_bytes, (size_t)2), ne);
+    if (n_slots * slot_bytes > d->rbuf_cap) {
+        free(d->rbuf);
+        d->rbuf_cap = n_slots * slot_bytes;
+        d->rbuf = read_arena(d->rbuf_cap);
+    }
+    read_ctx rc = {d, slot_bytes, kvt_xmalloc(n_slots * sizeof *rc.free_slots), 0};
+    for (size_t i = n_slots; i-- > 0;) rc.free_slots[rc.n_free++] = (uint32_t)i;
+    size_t next = 0;
+    while (next < ne || kvt_dio_inflight(d->rio)) {
+        size_t k = KVT_MIN((size_t)rc.n_free, ne - next);
+        for (size_t i = next; i < next + k; i++) {
+            ext[i].slot = rc.free_slots[--rc.n_free];
+            rq[i].buf = d->rbuf + (size_t)ext[i].slot * slot_bytes;
+            for (size_t j = 0; j < ext[i].count; j++) {
+                disk_plan *pl = ext[i].plans[ext[i].first + j];
+                pl->buf = (uint8_t *)rq[i].buf + (pl->off - rq[i].off);
+            }
+        }
+        size_t sent = k ? kvt_dio_submit(d->rio, rq + next, k, extent_done, &rc) : 0;
+        for (size_t i = next + k; i-- > next + sent;) rc.free_slots[rc.n_free++] = ext[i].slot; /* not taken */
+        next += sent;
+        kvt_dio_reap(d->rio, 1, extent_done, &rc);
+    }
+    free(rc.free_slots);
 }
 
 size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
@@ -176,10 +214,10 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
     qsort(order, np, sizeof *order, plan_cmp);
     disk_extent *ext = kvt_xcalloc(np ? np : 1, sizeof *ext);
     kvt_dio_req *rq = kvt_xcalloc(np ? np : 1, sizeof *rq);
-    size_t ne = plan_extents(d, order, np, ext, rq);
+    size_t longest;
+    size_t ne = plan_extents(order, np, ext, rq, &longest);
     double t0 = kvt_now();
-    read_ctx rc = {d};
-    kvt_dio_read_batch(d->rio, rq, ne, extent_done, &rc);
+    read_ring(d, ext, rq, ne, longest);
     double dt = kvt_now() - t0;
 
     size_t hits = queue_hits;

@@ -215,6 +215,7 @@ typedef enum { KVT_DISK_SCHEME_BLAKE2B = 0, KVT_DISK_SCHEME_GMAC = 1 } kvt_disk_
 #define KVT_DISK_CHECKPOINT_S_DEFAULT 300.0
 #define KVT_DISK_SPACE_RETRY_S_DEFAULT 5.0
 #define KVT_DISK_SPACE_RETRY_S_MAX 3600.0
+#define KVT_DISK_READ_RING_DEFAULT (8u << 20)
 
 typedef enum { KVT_DISK_CODEC_RAW = 0, KVT_DISK_CODEC_ZSTD = 1, KVT_DISK_CODEC_COUNT } kvt_disk_codec;
 
@@ -244,6 +245,9 @@ typedef struct {
                                  the free space this often and resumes once a few records fit again
                                  (default KVT_DISK_SPACE_RETRY_S_DEFAULT; 0: they stay off until reopened).
                                  Reads and stored records are untouched meanwhile */
+    size_t read_ring_bytes; /* the batched reads' buffer: a ring of slots this large in all, each reused once
+                                 its records are checked (0: KVT_DISK_READ_RING_DEFAULT; at least two
+                                 slots whatever the size; tests make it small to reuse slots) */
 } kvt_disk_params;
 
 typedef struct {
