@@ -7,7 +7,8 @@
  * d mod 16 (one fma per step from +0), summed by the canonical lane tree, then
  * one multiply by the scale; a lane-class sum of the value pass (one of 16
  * per output element, by key t mod 16) is one lane of a vector of dimensions,
- * stepped through its keys in order. Which keys, heads or dimensions share a tile never changes a bit.
+ * stepped through its keys in order. Which keys, heads or dimensions share a tile never changes a bit,
+ * and a value pass may cover only lane classes j0 .. j1 - 1 (out is then NULL).
  *
  * The includer defines, before including:
  *   ATT_LANES                     floats per vector
@@ -120,11 +121,12 @@ ATT_TARGET void ATT_QK_NAME(const float *q, int32_t G, int32_t hd, const void *k
  * once for every head of the tile), and are written to acc_out and/or kept
  * for the lane tree whose result goes to out. */
 ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int f16, int32_t hd, int32_t g0,
-                            int32_t c0, const float *acc_in, float *acc_out, float *out, const int gn, const int cn) {
+                            int32_t c0, int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out,
+                            const int gn, const int cn) {
     ATT_M mask[ATT_AV_CHUNKS];
     ATT_V part[16][ATT_AV_HEADS][ATT_AV_CHUNKS];
     _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) mask[c] = att_mask(hd - (c0 + c) * ATT_LANES);
-    for (int32_t j = 0; j < 16; j++) {
+    for (int32_t j = j0; j < j1; j++) {
         ATT_V a[ATT_AV_HEADS][ATT_AV_CHUNKS];
         _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
             a[g][c] = acc_in ? att_load_f32(acc_in + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c])
@@ -159,7 +161,7 @@ ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld
 }
 
 /* One head group of a value tile: GN heads, cn (1..AV_CHUNKS) vectors of dimensions. */
-#define ATT_AV_CALL(GN, CN) att_av_tile(runs, n_runs, ld, f16, hd, g0, c0, acc_in, acc_out, out, GN, CN)
+#define ATT_AV_CALL(GN, CN) att_av_tile(runs, n_runs, ld, f16, hd, g0, c0, j0, j1, acc_in, acc_out, out, GN, CN)
 #if ATT_AV_CHUNKS > 3
 #define ATT_AV_C4(GN) \
     case 3: \
@@ -179,7 +181,7 @@ ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld
     }
 
 ATT_TARGET void ATT_AV_NAME(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
-                            const float *acc_in, float *acc_out, float *out) {
+                            int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out) {
     const int32_t chunks = (hd + ATT_LANES - 1) / ATT_LANES;
     for (int32_t g0 = 0; g0 < G; g0 += ATT_AV_HEADS) {
         const int32_t gn = G - g0 < ATT_AV_HEADS ? G - g0 : ATT_AV_HEADS;
