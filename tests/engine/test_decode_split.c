@@ -71,7 +71,7 @@ int main(void) {
     toks[0] = 1;
     const kvt_kv_dtype dts[] = {KVT_KV_F16, KVT_KV_Q8_0, KVT_KV_F32};
     static const int threads[] = {1, 2, 3, 4, 5, 7};
-    static const int blocks[] = {8, 16, 32};
+    static const int blocks[] = {8, 32};
     for (size_t d = 0; d < KVT_ARRAY_LEN(dts); d++) {
         float *ref = logits(m, toks, N_TOKENS, 1, 16, dts[d]); /* one prefill batch, one thread */
         for (size_t t = 0; t < KVT_ARRAY_LEN(threads); t++)
