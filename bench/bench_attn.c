@@ -5,7 +5,18 @@
  * larger GQA shape. The value pass is timed whole (one call over all T keys)
  * and as the engine runs it (one call over runs of PAGE keys, one per page). Prints the best of
  * repeated calls in microseconds and GFLOP/s; never passes or fails on time.
- * Usage: bench_attn [variant] */
+ *
+ * Then decode at depth as the engine runs it (attn_decode.h): one token's
+ * attention over DEPTH_KEYS keys of every layer and KV head of the benchmark
+ * model (16 layers, 4 KV heads of 4 query heads, head_dim 64), in pages of
+ * PAGE tokens laid out as the engine's (all layers and heads of a page
+ * together, so one head's blocks are a page apart), for f16 and q8_0 KV, on
+ * one thread. Prints the KV bytes read per token over the best time as GB/s,
+ * next to a plain 64-byte-load read of the same blocks (the bench_membw
+ * kernel's way of reading, one thread): their ratio is how close attention
+ * comes to streaming the KV at memory speed. "before" is the walk the engine
+ * made until the decode walk (same bits), timed alternately with it.
+ * Usage: bench_attn [variant | depth]   (depth: only the decode-at-depth part) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +24,8 @@
 #include <time.h>
 
 #include "attn.h"
+#include "attn_decode.h"
+#include "kv_quant.h"
 #include "ops.h"
 
 #define BENCH_MIN_SECONDS 0.2
@@ -29,6 +42,14 @@ static const shape shapes[] = {{1, 64, 512},  {4, 64, 512},  {8, 64, 512},  {4, 
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* This thread's CPU time: on a shared, loaded machine the time a token takes
+ * while it has a core (stalls on memory included), not the time it waits. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -66,6 +87,183 @@ static double best_of(int which, const shape *s, int f16, const float *q, const 
         best = c < best ? c : best;
     } while (now() - t0 < BENCH_MIN_SECONDS);
     return best;
+}
+
+/* ---- decode at depth over engine-layout pages ---- */
+
+#define DEPTH_KEYS 8192
+#define DEPTH_LAYERS 16
+#define DEPTH_KV 4
+#define DEPTH_G 4
+#define DEPTH_HD 64
+#define DEPTH_REPS 5
+
+typedef struct {
+    kvt_kv_dtype dt;
+    size_t row, block, page; /* bytes: one K or V row, one head's K (or V) block, one page */
+    int32_t n_pages;
+    uint8_t *mem;
+} depth_kv;
+
+static size_t depth_off(const depth_kv *d, int32_t layer, int kv, int32_t head) {
+    return (((size_t)layer * 2 + (size_t)kv) * DEPTH_KV + (size_t)head) * d->block;
+}
+
+static int depth_init(depth_kv *d, kvt_kv_dtype dt) {
+    d->dt = dt;
+    d->row = kvt_kv_row_bytes(dt, DEPTH_HD);
+    d->block = (size_t)PAGE * d->row;
+    d->page = d->block * 2 * DEPTH_LAYERS * DEPTH_KV;
+    d->n_pages = DEPTH_KEYS / PAGE;
+    d->mem = malloc(d->page * (size_t)d->n_pages);
+    if (!d->mem) return -1;
+    float x[DEPTH_HD];
+    uint8_t *qrow = malloc(d->row);
+    if (!qrow) return -1;
+    for (size_t b = 0; b < d->page * (size_t)d->n_pages / d->block; b++) { /* blocks: K, V alternate by layer */
+        uint8_t *blk = d->mem + b * d->block;
+        const int is_k = (b / DEPTH_KV) % 2 == 0;
+        for (int32_t t = 0; t < PAGE; t++) {
+            for (int i = 0; i < DEPTH_HD; i++)
+                x[i] = (float)(((b * PAGE + (size_t)t) * 7919 + (size_t)i * 104729) % 1000) / 1000.0f - 0.5f;
+            if (d->dt != KVT_KV_Q8_0) {
+                kvt_f32_to_f16_row(x, (uint16_t *)(void *)(blk + (size_t)t * d->row), DEPTH_HD);
+            } else if (is_k) { /* K: a column block */
+                kvt_kv_q8_quantize_row(x, DEPTH_HD, qrow);
+                kvt_kv_q8_put_column(qrow, DEPTH_HD, PAGE, t, blk);
+            } else {
+                kvt_kv_q8_quantize_row(x, DEPTH_HD, blk + (size_t)t * d->row);
+            }
+        }
+    }
+    free(qrow);
+    return 0;
+}
+
+/* One token's attention over every layer and head; returns seconds. */
+static double depth_token(const depth_kv *d, const float *q, const uint8_t **pages, kvt_attn_dec_buf *buf, float *out) {
+    double t0 = cpu_now();
+    for (int32_t l = 0; l < DEPTH_LAYERS; l++)
+        for (int32_t h = 0; h < DEPTH_KV; h++) {
+            const size_t koff = depth_off(d, l, 0, h);
+            for (int32_t p = 0; p < d->n_pages; p++) pages[p] = d->mem + (size_t)p * d->page + koff;
+            const kvt_attn_dec a = {pages,
+                                    (ptrdiff_t)(depth_off(d, l, 1, h) - koff),
+                                    d->dt,
+                                    PAGE,
+                                    DEPTH_HD,
+                                    DEPTH_G,
+                                    0,
+                                    DEPTH_KEYS,
+                                    0.125f,
+                                    0,
+                                    d->dt == KVT_KV_F16};
+            kvt_attn_decode(&a, q, out, buf);
+        }
+    return cpu_now() - t0;
+}
+
+/* The same token the way the engine walked it before the decode walk: scores
+ * page by page, nothing prefetched, and one value-pass call over every page
+ * (q8_0: 8 pages dequantized per call), each lane class stepping through
+ * all of the head's V before the next. Same bits; here for comparison. */
+static double depth_token_flat(const depth_kv *d, const float *q, const uint8_t **pages, kvt_attn_dec_buf *buf,
+                               float *out) {
+    double t0 = cpu_now();
+    const int q8 = d->dt == KVT_KV_Q8_0, f16 = d->dt == KVT_KV_F16, per = q8 ? 8 : d->n_pages;
+    for (int32_t l = 0; l < DEPTH_LAYERS; l++)
+        for (int32_t h = 0; h < DEPTH_KV; h++) {
+            const size_t koff = depth_off(d, l, 0, h), voff = depth_off(d, l, 1, h);
+            for (int32_t p = 0; p < d->n_pages; p++) pages[p] = d->mem + (size_t)p * d->page + koff;
+            const kvt_attn_dec a = {
+                pages, (ptrdiff_t)(voff - koff), d->dt, PAGE, DEPTH_HD, DEPTH_G, 0, DEPTH_KEYS, 0.125f, 0, f16};
+            for (int32_t p = 0; p < d->n_pages; p++) {
+                float *sc = buf->scores + p * PAGE;
+                if (q8) {
+                    kvt_kv_q8_dequant_columns(pages[p], PAGE, PAGE, DEPTH_HD, buf->kdq);
+                    kvt_attn_qk(q, DEPTH_G, DEPTH_HD, buf->kdq, PAGE, 0, PAGE, 0.125f, sc, buf->ld);
+                } else {
+                    kvt_attn_qk(q, DEPTH_G, DEPTH_HD, pages[p], PAGE, 1, PAGE, 0.125f, sc, buf->ld);
+                }
+            }
+            for (int32_t g = 0; g < DEPTH_G; g++) kvt_attn_dec_softmax(&a, buf->scores + (size_t)g * buf->ld);
+            for (int32_t p0 = 0; p0 < d->n_pages; p0 += per) {
+                for (int32_t p = p0; p < p0 + per; p++) {
+                    const uint8_t *v = pages[p] + (voff - koff);
+                    const float *vd = buf->vdq + (size_t)(p - p0) * PAGE * DEPTH_HD;
+                    if (q8) kvt_kv_q8_dequant_rows(v, PAGE, DEPTH_HD, buf->vdq + (size_t)(p - p0) * PAGE * DEPTH_HD);
+                    buf->runs[p - p0] = (kvt_attn_run){q8 ? (const void *)vd : (const void *)v, buf->scores + p * PAGE,
+                                                       PAGE, p * PAGE};
+                }
+                const int last = p0 + per >= d->n_pages;
+                kvt_attn_av(buf->runs, per, buf->ld, DEPTH_G, f16, DEPTH_HD, p0 ? buf->acc : NULL,
+                            last ? NULL : buf->acc, last ? out : NULL);
+            }
+        }
+    return cpu_now() - t0;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static uint64_t read_block(const uint8_t *p, size_t n) {
+    __m512i a = _mm512_setzero_si512();
+    for (size_t i = 0; i + 64 <= n; i += 64) a = _mm512_xor_si512(a, _mm512_loadu_si512((const void *)(p + i)));
+    return (uint64_t)_mm512_reduce_add_epi64(a);
+}
+#else
+static uint64_t read_block(const uint8_t *p, size_t n) {
+    uint64_t a = 0, x;
+    for (size_t i = 0; i + 8 <= n; i += 8) memcpy(&x, p + i, 8), a ^= x;
+    return a;
+}
+#endif
+
+/* The same K and V blocks read in the same order, nothing computed. */
+static double depth_read(const depth_kv *d, uint64_t *sink) {
+    double t0 = cpu_now();
+    for (int32_t l = 0; l < DEPTH_LAYERS; l++)
+        for (int32_t h = 0; h < DEPTH_KV; h++)
+            for (int kv = 0; kv < 2; kv++)
+                for (int32_t p = 0; p < d->n_pages; p++)
+                    *sink += read_block(d->mem + (size_t)p * d->page + depth_off(d, l, kv, h), d->block);
+    return cpu_now() - t0;
+}
+
+static void depth_bench(void) {
+    const kvt_kv_dtype dts[] = {KVT_KV_F16, KVT_KV_Q8_0};
+    const int32_t chunk = DEPTH_KEYS / PAGE; /* more than any chunk needs */
+    float *q = malloc(sizeof(float) * DEPTH_G * DEPTH_HD), *out = malloc(sizeof(float) * DEPTH_G * DEPTH_HD);
+    const uint8_t **pages = malloc(sizeof *pages * (DEPTH_KEYS / PAGE));
+    kvt_attn_dec_buf buf = {malloc(sizeof(float) * DEPTH_G * DEPTH_KEYS),
+                            DEPTH_KEYS,
+                            malloc(sizeof(float) * DEPTH_G * KVT_ATTN_LANES * DEPTH_HD),
+                            malloc(sizeof(float) * DEPTH_HD * PAGE),
+                            malloc(sizeof(float) * (size_t)chunk * PAGE * DEPTH_HD),
+                            malloc(sizeof(kvt_attn_run) * (size_t)chunk)};
+    if (!q || !out || !pages || !buf.scores || !buf.acc || !buf.kdq || !buf.vdq || !buf.runs) exit(1);
+    for (int i = 0; i < DEPTH_G * DEPTH_HD; i++) q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    printf(
+        "\ndecode at depth: %d keys x %d layers x %d KV heads (G %d, hd %d), pages of %d, one thread, best of %d, thread CPU time\n",
+        DEPTH_KEYS, DEPTH_LAYERS, DEPTH_KV, DEPTH_G, DEPTH_HD, PAGE, DEPTH_REPS);
+    printf("%-4s %10s %10s %10s %10s %8s %12s %10s\n", "kv", "MB/token", "attn ms", "attn GB/s", "read GB/s", "ratio",
+           "before ms", "before GB/s");
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        depth_kv d;
+        if (depth_init(&d, dts[i])) exit(1);
+        const double bytes = 2.0 * DEPTH_LAYERS * DEPTH_KV * (double)d.block * d.n_pages;
+        double ta = 1e30, tr = 1e30, tf = 1e30;
+        uint64_t sink = 0;
+        for (int r = 0; r < DEPTH_REPS; r++) { /* alternated, so all three see the same machine */
+            double x = depth_token(&d, q, pages, &buf, out), y = depth_read(&d, &sink);
+            double z = depth_token_flat(&d, q, pages, &buf, out);
+            ta = x < ta ? x : ta, tr = y < tr ? y : tr, tf = z < tf ? z : tf;
+        }
+        printf("%-4s %10.1f %10.2f %10.2f %10.2f %8.2f %12.2f %10.2f%s\n", kvt_kv_dtype_name(dts[i]), bytes / 1e6,
+               ta * 1e3, bytes / ta / 1e9, bytes / tr / 1e9, tr / ta, tf * 1e3, bytes / tf / 1e9, sink == 42 ? " " : "");
+        fflush(stdout);
+        free(d.mem);
+    }
+    free(q), free(out), free(pages), free(buf.scores), free(buf.acc), free(buf.kdq), free(buf.vdq), free(buf.runs);
 }
 
 int main(int argc, char **argv) {
@@ -111,5 +309,6 @@ int main(int argc, char **argv) {
             }
     }
     free(q), free(sc), free(out), free(runs), free(kf), free(vf), free(kh), free(vh);
+    if (!only || !strcmp(only, "depth")) depth_bench();
     return 0;
 }

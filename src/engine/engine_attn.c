@@ -21,6 +21,7 @@
 
 #include "arch_ops.h"
 #include "attn.h"
+#include "attn_decode.h"
 #include "common.h"
 #include "kv_quant.h"
 #include "ops.h"
@@ -42,6 +43,30 @@ static int32_t attn_group_tokens(const kvt_engine *e) {
 
 static size_t round_up_floats(size_t n) {
     return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
+}
+
+/* A decode row's regions in a thread's attention scratch (offsets in floats,
+ * each on a 64-byte boundary; attn_decode.h): what one (row, KV head) item
+ * keeps between the parts of a split decode (score rows of stride n_ctx,
+ * lane sums, page pointers), then what one thread works in (q rounded to
+ * f16, q8_0 staging, runs). Returns the floats needed. */
+typedef struct {
+    size_t scores, acc, pages, qh, kdq, vdq, runs;
+} dec_layout;
+
+static size_t decode_layout(const kvt_engine *e, dec_layout *l) {
+    const kvt_hparams *hp = &e->model->hp;
+    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
+    const size_t ctx = (size_t)e->p.n_ctx, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
+    const size_t chunk = (size_t)kvt_attn_dec_chunk_pages(e->p.kv_dtype, (int32_t)B, (int32_t)hd);
+    l->scores = 0;
+    l->acc = round_up_floats(G * ctx);
+    l->pages = l->acc + round_up_floats(G * KVT_ATTN_LANES * hd);
+    l->qh = l->pages + round_up_floats((ctx / B + 2) * sizeof(const uint8_t *) / sizeof(float));
+    l->kdq = l->qh + round_up_floats(G * hd);
+    l->vdq = l->kdq + round_up_floats(q8 ? hd * B : 0);
+    l->runs = l->vdq + round_up_floats(q8 ? chunk * B * hd : 0);
+    return l->runs + round_up_floats(chunk * sizeof(kvt_attn_run) / sizeof(float));
 }
 
 /* Lays out one thread's attention scratch (attn_tokens), each region sized for
@@ -67,6 +92,8 @@ void kvt_eng_attn_scratch_layout(kvt_engine *e) {
     e->sc_acc = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
     e->sc_runs = e->sc_acc + round_up_floats(q8 || H > G ? H * KVT_ATTN_LANES * hd : 0);
     e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
+    dec_layout lay;
+    e->scratch_stride = KVT_MAX(e->scratch_stride, decode_layout(e, &lay));
 }
 
 /* Where chunk row i's G query heads of KV head gk start in e->q and e->att. */
@@ -236,7 +263,135 @@ static void attn_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* ---- decode: one query row per sequence (attn_decode.h) ---- */
+
+/* Decode job: the rows of a chunk, each its own group, as (row, KV head)
+ * items. Split: fewer items than threads, so every item is cut into parts
+ * (scores by pages, the value pass by lane classes) run in three phases, and
+ * item `it` keeps what its parts share in thread `it`'s scratch. */
+typedef struct {
+    kvt_engine *e;
+    int32_t layer, items, phase, parts;
+} dec_job;
+
+static float *thread_scratch(const kvt_engine *e, int ith) { return e->scratch + (size_t)ith * e->scratch_stride; }
+
+/* Item `it`'s attention, its pages' pointers at `pages` (filled for [p0, p1)),
+ * and buffers: the item's score rows and lane sums in `own`, the working
+ * staging in `work` (thread scratch, laid out by decode_layout). */
+static void dec_item(const kvt_engine *e, int32_t layer, int32_t it, int32_t p0, int32_t p1, float *own, float *work,
+                     kvt_attn_dec *a, kvt_attn_dec_buf *buf) {
+    const kvt_hparams *hp = &e->model->hp;
+    const int32_t n_kv = hp->n_head_kv, i = it / n_kv, gk = it % n_kv, pos = e->pos[i];
+    const int32_t window = e->model->layers[layer].window;
+    dec_layout lay;
+    decode_layout(e, &lay);
+    const uint8_t **pages = (const uint8_t **)(void *)(own + lay.pages);
+    const size_t koff = kvt_eng_kv_offset(e, layer, 0, gk, 0);
+    const seq_state *st = &e->seqs[e->tseq[i]];
+    for (int32_t p = p0; p < p1; p++) pages[p] = (const uint8_t *)kvt_page_data_const(e, st->pages[p]) + koff;
+    *a = (kvt_attn_dec){.pages = pages,
+                        .v_delta = (ptrdiff_t)(kvt_eng_kv_offset(e, layer, 1, gk, 0) - koff),
+                        .dtype = e->p.kv_dtype,
+                        .B = e->p.block_size,
+                        .hd = hp->head_dim,
+                        .G = hp->n_head / n_kv,
+                        .lo = window && pos >= window ? pos - window + 1 : 0,
+                        .n_keys = pos + 1,
+                        .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hp->head_dim),
+                        .softcap = hp->attn_softcap,
+                        .round_f16 = e->p.kv_dtype == KVT_KV_F16 && ATTN_ROUND_TO_KV_DTYPE};
+    *buf = (kvt_attn_dec_buf){own + lay.scores, e->p.n_ctx,     own + lay.acc,
+                              work + lay.kdq,   work + lay.vdq, (kvt_attn_run *)(void *)(work + lay.runs)};
+}
+
+/* Item `it`'s q rows: as they are, or, as llama.cpp, rounded to f16 (into
+ * work's qh) when they meet an f16 cache. */
+static const float *dec_q(const kvt_engine *e, const kvt_attn_dec *a, int32_t it, float *work) {
+    const int32_t n_kv = e->model->hp.n_head_kv;
+    const float *q = e->q + heads_at(e, it / n_kv, it % n_kv);
+    if (!a->round_f16) return q;
+    dec_layout lay;
+    decode_layout(e, &lay);
+    float *qh = work + lay.qh;
+    uint16_t h[256];
+    for (int32_t i = 0, nq = a->G * a->hd; i < nq; i += 256) {
+        const int32_t c = KVT_MIN(256, nq - i);
+        kvt_f32_to_f16_row(q + i, h, c);
+        kvt_f16_to_f32_row(h, qh + i, c);
+    }
+    return qh;
+}
+
+/* Where item `it`'s output rows go in e->att. */
+static float *dec_out(const kvt_engine *e, int32_t it) {
+    const int32_t n_kv = e->model->hp.n_head_kv;
+    return e->att + heads_at(e, it / n_kv, it % n_kv);
+}
+
+static void decode_worker(void *ctx, int ith, int nth) {
+    dec_job *job = ctx;
+    kvt_engine *e = job->e;
+    float *work = thread_scratch(e, ith);
+    const int32_t G = e->model->hp.n_head / e->model->hp.n_head_kv, B = e->p.block_size, P = job->parts;
+    kvt_attn_dec a;
+    kvt_attn_dec_buf buf;
+    if (!P) { /* whole items, one thread each */
+        for (int32_t it = ith; it < job->items; it += nth) {
+            dec_item(e, job->layer, it, 0, (e->pos[it / e->model->hp.n_head_kv] + B) / B, work, work, &a, &buf);
+            kvt_attn_decode(&a, dec_q(e, &a, it, work), dec_out(e, it), &buf);
+        }
+        return;
+    }
+    const int32_t count = job->items * (job->phase == 1 ? G : P);
+    for (int32_t s = ith; s < count; s += nth) {
+        const int32_t it = job->phase == 1 ? s / G : s / P, part = job->phase == 1 ? s % G : s % P;
+        dec_item(e, job->layer, it, 0, 0, thread_scratch(e, it), work, &a, &buf);
+        if (job->phase == 0) { /* scores of this part's pages */
+            const int32_t pf = kvt_attn_dec_first_page(&a), np = kvt_attn_dec_end_page(&a) - pf;
+            const int32_t p0 = pf + (int32_t)((int64_t)np * part / P), p1 = pf + (int32_t)((int64_t)np * (part + 1) / P);
+            dec_item(e, job->layer, it, p0, p1, thread_scratch(e, it), work, &a, &buf);
+            kvt_attn_dec_scores(&a, dec_q(e, &a, it, work), p0, p1, &buf);
+        } else if (job->phase == 1) { /* softmax of one head's row */
+            kvt_attn_dec_softmax(&a, buf.scores + (size_t)part * (size_t)buf.ld);
+        } else { /* the value pass of this part's lane classes */
+            const int32_t Q = KVT_MIN(P, KVT_ATTN_LANES);
+            if (part < Q) kvt_attn_dec_values(&a, KVT_ATTN_LANES * part / Q, KVT_ATTN_LANES * (part + 1) / Q, &buf);
+        }
+    }
+}
+
+/* Decode attention of chunk rows 0 .. n-1 (each its own sequence's row). */
+static void attention_decode(kvt_engine *e, int32_t l, int32_t n) {
+    const int32_t nth = kvt_pool_threads(e->pool), items = n * e->model->hp.n_head_kv;
+    dec_job job = {e, l, items, 0, 0};
+    if (items >= nth) {
+        kvt_pool_run(e->pool, decode_worker, &job);
+        return;
+    }
+    job.parts = nth;
+    for (job.phase = 0; job.phase < 3; job.phase++) kvt_pool_run(e->pool, decode_worker, &job);
+    for (int32_t it = 0; it < items; it++) {
+        kvt_attn_dec a;
+        kvt_attn_dec_buf buf;
+        dec_item(e, l, it, 0, 0, thread_scratch(e, it), thread_scratch(e, 0), &a, &buf);
+        kvt_attn_dec_finish(&a, buf.acc, dec_out(e, it));
+    }
+}
+
+/* Whether every row of the chunk is a sequence's only row in it (decode
+ * steps): such rows take the decode path, which gives them the same bits. */
+static int decode_rows(const kvt_engine *e, int32_t n) {
+    for (int32_t i = 1; i < n; i++)
+        if (e->tseq[i] == e->tseq[i - 1]) return 0;
+    return n > 0;
+}
+
 void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n) {
+    if (decode_rows(e, n)) {
+        attention_decode(e, l, n);
+        return;
+    }
     const int32_t mmax = attn_group_tokens(e), window = e->model->layers[l].window;
     int32_t ng = 0;
     for (int32_t i = 0; i < n; i++) {

@@ -31,18 +31,20 @@ void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, i
 }
 
 void kvt_attn_av_scalar(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
-                        const float *acc_in, float *acc_out, float *out) {
+                        int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out) {
     for (int32_t g = 0; g < G; g++)
         for (int32_t d = 0; d < hd; d++) {
-            float l[LANES];
-            for (int32_t j = 0; j < LANES; j++) l[j] = acc_in ? acc_in[((int64_t)g * LANES + j) * hd + d] : 0.0f;
+            float l[LANES] = {0};
+            for (int32_t j = j0; j < j1; j++) l[j] = acc_in ? acc_in[((int64_t)g * LANES + j) * hd + d] : 0.0f;
             for (int32_t r = 0; r < n_runs; r++)
                 for (int32_t t = 0; t < runs[r].T; t++) {
-                    float *x = &l[(runs[r].pos + t) % LANES];
+                    const int32_t j = (runs[r].pos + t) % LANES;
+                    if (j < j0 || j >= j1) continue;
+                    float *x = &l[j];
                     *x = fmaf(runs[r].w[(int64_t)g * ld + t], k_at(runs[r].v, f16, (int64_t)t * hd + d), *x);
                 }
             if (acc_out)
-                for (int32_t j = 0; j < LANES; j++) acc_out[((int64_t)g * LANES + j) * hd + d] = l[j];
+                for (int32_t j = j0; j < j1; j++) acc_out[((int64_t)g * LANES + j) * hd + d] = l[j];
             if (out) out[(int64_t)g * hd + d] = kvt_ops_lanes_sum(l);
         }
 }
@@ -54,5 +56,10 @@ void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t 
 
 void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
                  const float *acc_in, float *acc_out, float *out) {
-    kvt_ops_active()->attn_av(runs, n_runs, ld, G, f16, hd, acc_in, acc_out, out);
+    kvt_ops_active()->attn_av(runs, n_runs, ld, G, f16, hd, 0, LANES, acc_in, acc_out, out);
+}
+
+void kvt_attn_av_lanes(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd, int32_t j0,
+                       int32_t j1, const float *acc_in, float *acc_out) {
+    if (j0 < j1) kvt_ops_active()->attn_av(runs, n_runs, ld, G, f16, hd, j0, j1, acc_in, acc_out, NULL);
 }

@@ -53,4 +53,12 @@ typedef struct {
 void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
                  const float *acc_in, float *acc_out, float *out);
 
+/* The value pass for lane classes j0 <= j < j1 only (0 <= j0 <= j1 <= 16):
+ * their lane sums step through their own keys exactly as in kvt_attn_av and
+ * are stored to acc_out; the other lanes of acc_out are neither read nor
+ * written. So threads that own disjoint ranges of classes can share one
+ * acc_out, and a split by lane class gives the bits of the whole pass. */
+void kvt_attn_av_lanes(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd, int32_t j0,
+                       int32_t j1, const float *acc_in, float *acc_out);
+
 #endif

@@ -15,7 +15,8 @@
 #define ATT_M __mmask16
 #define ATT_GROUP_MAX 8 /* scores: 8 heads x 2 vectors of keys = 16 accumulators */
 #define ATT_QK_KVEC 2
-#define ATT_AV_HEADS 4 /* values: 4 heads x 4 vectors of dimensions */
+#define ATT_TREE_HEADS 4 /* the tree-order score tile: 4 heads x 5 partial sums = 20 zmm */
+#define ATT_AV_HEADS 4   /* values: 4 heads x 4 vectors of dimensions */
 #define ATT_AV_CHUNKS 4
 #define ATT_QK_NAME kvt_attn_qk_avx512
 #define ATT_AV_NAME kvt_attn_av_avx512

@@ -7,7 +7,8 @@
  * d mod 16 (one fma per step from +0), summed by the canonical lane tree, then
  * one multiply by the scale; a lane-class sum of the value pass (one of 16
  * per output element, by key t mod 16) is one lane of a vector of dimensions,
- * stepped through its keys in order. Which keys, heads or dimensions share a tile never changes a bit.
+ * stepped through its keys in order. Which keys, heads or dimensions share a tile never changes a bit,
+ * and a value pass may cover only lane classes j0 .. j1 - 1 (out is then NULL).
  *
  * The includer defines, before including:
  *   ATT_LANES                     floats per vector
@@ -15,6 +16,7 @@
  *   ATT_INLINE                    `static inline`, always inlined, with the target attribute
  *   ATT_TARGET                    the target attribute alone (for the two kernels)
  *   ATT_GROUP_MAX, ATT_QK_KVEC    score tile: heads x vectors of keys (QK_KVEC 1 or 2)
+ *   ATT_TREE_HEADS                at most this many heads (2 or 4) take the tree-order score tile
  *   ATT_AV_HEADS, ATT_AV_CHUNKS   value tile: heads x vectors of dimensions
  *   ATT_QK_NAME, ATT_AV_NAME      the names of the kernels to define
  * and, as ATT_INLINE functions:
@@ -33,6 +35,9 @@
 
 #if ATT_QK_KVEC != 1 && ATT_QK_KVEC != 2
 #error "ATT_QK_KVEC must be 1 or 2"
+#endif
+#if ATT_TREE_HEADS != 2 && ATT_TREE_HEADS != 4
+#error "ATT_TREE_HEADS must be 2 or 4"
 #endif
 #if ATT_GROUP_MAX != 4 && ATT_GROUP_MAX != 6 && ATT_GROUP_MAX != 8
 #error "ATT_GROUP_MAX must be 4, 6 or 8"
@@ -74,6 +79,46 @@ ATT_INLINE void att_qk_tile(const float *q, int32_t hd, const void *kt, int32_t 
     }
 }
 
+/* Small head groups (G <= ATT_TREE_HEADS, decode with GQA): a tile of gn
+ * heads x one vector of keys whose lane classes are computed in the order
+ * that lets each level of the canonical tree (the order above) be added as
+ * soon as both its halves exist: classes j and j + 8 give level 8, two of
+ * those four apart give level 4, and so on. At most five partial sums per
+ * head are live, so nothing waits in memory; the bits are the tile's above. */
+ATT_INLINE void att_qk_class(const float *q, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0, ATT_M m,
+                             int j, ATT_V *acc, const int gn) {
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) acc[g] = att_zero();
+    for (int32_t d = j; d < hd; d += 16) {
+        const ATT_V kx = att_load(kt, f16, (int64_t)d * stride + t0, m);
+        _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
+            acc[g] = att_fma(att_set1(q[(int64_t)g * hd + d]), kx, acc[g]);
+    }
+}
+
+/* Level 4 of the tree at j (< 4): (class j + class j+8) + (class j+4 + class j+12). */
+ATT_INLINE void att_qk_quad(const float *q, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0, ATT_M m,
+                            int j, ATT_V *s4, const int gn) {
+    ATT_V a[ATT_TREE_HEADS], b[ATT_TREE_HEADS], s8[ATT_TREE_HEADS];
+    att_qk_class(q, hd, kt, stride, f16, t0, m, j, a, gn);
+    att_qk_class(q, hd, kt, stride, f16, t0, m, j + 8, b, gn);
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) s8[g] = att_add(a[g], b[g]);
+    att_qk_class(q, hd, kt, stride, f16, t0, m, j + 4, a, gn);
+    att_qk_class(q, hd, kt, stride, f16, t0, m, j + 12, b, gn);
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) s4[g] = att_add(s8[g], att_add(a[g], b[g]));
+}
+
+ATT_INLINE void att_qk_tree_tile(const float *q, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0,
+                                 ATT_M m, float *scores, int64_t ld, ATT_V vscale, const int gn) {
+    ATT_V x[ATT_TREE_HEADS], y[ATT_TREE_HEADS], s2[ATT_TREE_HEADS];
+    att_qk_quad(q, hd, kt, stride, f16, t0, m, 0, x, gn);
+    att_qk_quad(q, hd, kt, stride, f16, t0, m, 2, y, gn);
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) s2[g] = att_add(x[g], y[g]);
+    att_qk_quad(q, hd, kt, stride, f16, t0, m, 1, x, gn);
+    att_qk_quad(q, hd, kt, stride, f16, t0, m, 3, y, gn);
+    _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++)
+        att_store_f32(scores + (int64_t)g * ld + t0, m, att_mul(att_add(s2[g], att_add(x[g], y[g])), vscale));
+}
+
 /* One head group of a score tile: nvec (1 or QK_KVEC) vectors of keys, GN heads. */
 #if ATT_QK_KVEC == 2
 #define ATT_QK_GN(GN) \
@@ -86,6 +131,20 @@ ATT_INLINE void att_qk_tile(const float *q, int32_t hd, const void *kt, int32_t 
 ATT_TARGET void ATT_QK_NAME(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
                             float scale, float *scores, int64_t ld) {
     const ATT_V vscale = att_set1(scale);
+    if (G <= ATT_TREE_HEADS) {
+        for (int32_t t0 = 0; t0 < T; t0 += ATT_LANES) {
+            const ATT_M m = att_mask(T - t0);
+            switch (G) {
+            case 1: att_qk_tree_tile(q, hd, kt, stride, f16, t0, m, scores, ld, vscale, 1); break;
+#if ATT_TREE_HEADS > 2
+            case 2: att_qk_tree_tile(q, hd, kt, stride, f16, t0, m, scores, ld, vscale, 2); break;
+            case 3: att_qk_tree_tile(q, hd, kt, stride, f16, t0, m, scores, ld, vscale, 3); break;
+#endif
+            default: att_qk_tree_tile(q, hd, kt, stride, f16, t0, m, scores, ld, vscale, ATT_TREE_HEADS); break;
+            }
+        }
+        return;
+    }
     for (int32_t t0 = 0; t0 < T; t0 += ATT_LANES * ATT_QK_KVEC) {
         int32_t nvec = (T - t0 + ATT_LANES - 1) / ATT_LANES;
         if (nvec > ATT_QK_KVEC) nvec = ATT_QK_KVEC;
@@ -120,11 +179,12 @@ ATT_TARGET void ATT_QK_NAME(const float *q, int32_t G, int32_t hd, const void *k
  * once for every head of the tile), and are written to acc_out and/or kept
  * for the lane tree whose result goes to out. */
 ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int f16, int32_t hd, int32_t g0,
-                            int32_t c0, const float *acc_in, float *acc_out, float *out, const int gn, const int cn) {
+                            int32_t c0, int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out,
+                            const int gn, const int cn) {
     ATT_M mask[ATT_AV_CHUNKS];
     ATT_V part[16][ATT_AV_HEADS][ATT_AV_CHUNKS];
     _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++) mask[c] = att_mask(hd - (c0 + c) * ATT_LANES);
-    for (int32_t j = 0; j < 16; j++) {
+    for (int32_t j = j0; j < j1; j++) {
         ATT_V a[ATT_AV_HEADS][ATT_AV_CHUNKS];
         _Pragma("GCC unroll 4") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 4") for (int c = 0; c < cn; c++)
             a[g][c] = acc_in ? att_load_f32(acc_in + ((int64_t)(g0 + g) * 16 + j) * hd + (c0 + c) * ATT_LANES, mask[c])
@@ -159,7 +219,7 @@ ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld
 }
 
 /* One head group of a value tile: GN heads, cn (1..AV_CHUNKS) vectors of dimensions. */
-#define ATT_AV_CALL(GN, CN) att_av_tile(runs, n_runs, ld, f16, hd, g0, c0, acc_in, acc_out, out, GN, CN)
+#define ATT_AV_CALL(GN, CN) att_av_tile(runs, n_runs, ld, f16, hd, g0, c0, j0, j1, acc_in, acc_out, out, GN, CN)
 #if ATT_AV_CHUNKS > 3
 #define ATT_AV_C4(GN) \
     case 3: \
@@ -179,7 +239,7 @@ ATT_INLINE void att_av_tile(const kvt_attn_run *runs, int32_t n_runs, int64_t ld
     }
 
 ATT_TARGET void ATT_AV_NAME(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
-                            const float *acc_in, float *acc_out, float *out) {
+                            int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out) {
     const int32_t chunks = (hd + ATT_LANES - 1) / ATT_LANES;
     for (int32_t g0 = 0; g0 < G; g0 += ATT_AV_HEADS) {
         const int32_t gn = G - g0 < ATT_AV_HEADS ? G - g0 : ATT_AV_HEADS;

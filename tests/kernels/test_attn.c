@@ -11,7 +11,10 @@
  *   - one token's attention over a paged KV cache, as the engine runs it
  *     (f16, f32 and q8_0 pages, GQA, sliding windows, contexts of 1 to 4100
  *     keys), gives the same bits as the scalar variant and as itself with
- *     another page size, and matches a double-precision softmax attention.
+ *     another page size, and matches a double-precision softmax attention;
+ *   - the decode walk (attn_decode.h) gives those bits too, and so does every
+ *     split of it into parts (scores by pages, the value pass by lane
+ *     classes) as 1 to 17 threads would run them, in any order.
  * Head counts and head dims are odd on purpose (33, 255 ...): every tail of
  * every tile is taken. */
 #include <math.h>
@@ -20,6 +23,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "attn_decode.h"
 #include "kv_quant.h"
 #include "ops.h"
 #include "testutil.h"
@@ -288,13 +292,48 @@ static void paged_attend(const kv_pages *p, const paged_shape *s, const float *q
     free(dq);
 }
 
+/* Head h's attention by the decode walk (attn_decode.h), cut into `parts`
+ * parts as that many threads would run them: the scores of each part's pages,
+ * the softmax of each head's row, the value pass of each part's lane
+ * classes, the parts taken in reverse order; then the lane tree. */
+static void decode_attend(const kv_pages *p, const paged_shape *s, const float *q, int32_t parts, float *out) {
+    const int32_t pos = s->n_keys - 1, hd = s->hd, G = s->G, B = p->B;
+    const int32_t lo = s->window && pos >= s->window ? pos - s->window + 1 : 0;
+    const int32_t chunk = kvt_attn_dec_chunk_pages(p->dt, B, hd);
+    const uint8_t **pages = xcalloc((size_t)p->n_pages, sizeof *pages);
+    kvt_attn_dec_buf buf = {
+        xcalloc((size_t)G * (s->n_keys - lo + 3), sizeof(float)), s->n_keys - lo + 3,
+        xcalloc((size_t)G * KVT_ATTN_LANES * hd, sizeof(float)),  xcalloc((size_t)hd * B, sizeof(float)),
+        xcalloc((size_t)chunk * B * hd, sizeof(float)),           xcalloc((size_t)chunk, sizeof(kvt_attn_run))};
+    for (int32_t h = 0; h < s->n_kv; h++) {
+        for (int32_t pg = 0; pg < p->n_pages; pg++) pages[pg] = p->k + ((size_t)h * p->n_pages + pg) * p->page_bytes;
+        const kvt_attn_dec a = {pages, p->v - p->k, p->dt, B, hd, G, lo, s->n_keys, 1.0f / sqrtf((float)hd), 0, 0};
+        const float *qh = q + (size_t)h * G * hd;
+        if (parts == 0) {
+            kvt_attn_decode(&a, qh, out + (size_t)h * G * hd, &buf);
+            continue;
+        }
+        const int32_t pf = kvt_attn_dec_first_page(&a), np = kvt_attn_dec_end_page(&a) - pf;
+        const int32_t Q = parts < KVT_ATTN_LANES ? parts : KVT_ATTN_LANES;
+        for (int32_t i = parts - 1; i >= 0; i--)
+            kvt_attn_dec_scores(&a, qh, pf + np * i / parts, pf + np * (i + 1) / parts, &buf);
+        for (int32_t g = G - 1; g >= 0; g--) kvt_attn_dec_softmax(&a, buf.scores + (size_t)g * buf.ld);
+        for (int32_t i = Q - 1; i >= 0; i--)
+            kvt_attn_dec_values(&a, KVT_ATTN_LANES * i / Q, KVT_ATTN_LANES * (i + 1) / Q, &buf);
+        kvt_attn_dec_finish(&a, buf.acc, out + (size_t)h * G * hd);
+    }
+    free(pages), free(buf.scores), free(buf.acc), free(buf.kdq), free(buf.vdq), free(buf.runs);
+}
+
+/* K and V pages in one allocation (the decode walk finds V at a fixed
+ * distance from K, as in the engine's pages); p->k is the one to free. */
 static void kv_pages_init(kv_pages *p, const paged_shape *s, kvt_kv_dtype dt, int32_t B) {
     p->B = B;
     p->dt = dt;
     p->n_pages = (s->n_keys + B - 1) / B;
     p->page_bytes = (size_t)B * kvt_kv_row_bytes(dt, s->hd);
-    p->k = xcalloc((size_t)s->n_kv * p->n_pages, p->page_bytes);
-    p->v = xcalloc((size_t)s->n_kv * p->n_pages, p->page_bytes);
+    p->k = xcalloc(2 * (size_t)s->n_kv * p->n_pages, p->page_bytes);
+    p->v = p->k + (size_t)s->n_kv * p->n_pages * p->page_bytes;
 }
 
 static void paged_case(const paged_shape *s, kvt_kv_dtype dt, unsigned seed) {
@@ -352,10 +391,28 @@ static void paged_case(const paged_shape *s, kvt_kv_dtype dt, unsigned seed) {
             CHECKF(!memcmp(out[vi], out[0], sizeof(float) * on),
                    "%s %s paged kv%d G%d hd%d keys%d window%d: differs from scalar\n", variants[vi], dn, s->n_kv, G, hd,
                    s->n_keys, s->window);
+        /* the decode walk: the walk above's bits where its softmax starts at key 0 (it takes its lanes from 0, the
+         * decode walk from the first key seen), its own whole-row bits under every split and page size */
+        float *dec = xcalloc(on, sizeof(float));
+        decode_attend(&pa, s, q, 0, dec);
+        if (lo == 0)
+            CHECKF(!memcmp(dec, out[vi], sizeof(float) * on), "%s %s decode kv%d G%d hd%d keys%d: differs from paged\n",
+                   variants[vi], dn, s->n_kv, G, hd, s->n_keys);
+        CHECKF(rel_err(dec, ref, mag, on) < 2e-5, "%s %s decode kv%d G%d hd%d keys%d window%d: relative error\n",
+               variants[vi], dn, s->n_kv, G, hd, s->n_keys, s->window);
+        static const int32_t parts[] = {1, 2, 3, 4, 5, 8, 16, 17};
+        for (size_t pi = 0; pi < sizeof parts / sizeof *parts; pi++)
+            for (int pb_i = 0; pb_i < 2; pb_i++) {
+                decode_attend(pb_i ? &pb : &pa, s, q, parts[pi], outb);
+                CHECKF(!memcmp(outb, dec, sizeof(float) * on),
+                       "%s %s decode kv%d G%d hd%d keys%d window%d: %d parts, pages of %d change bits\n", variants[vi],
+                       dn, s->n_kv, G, hd, s->n_keys, s->window, parts[pi], (pb_i ? &pb : &pa)->B);
+            }
+        free(dec);
     }
     for (int vi = 0; vi < N_VARIANTS; vi++) free(out[vi]);
     free(outb), free(ref), free(mag), free(p), free(sk), free(sv), free(keys), free(vals), free(q);
-    free(pa.k), free(pa.v), free(pb.k), free(pb.v);
+    free(pa.k), free(pb.k);
 }
 
 int main(void) {

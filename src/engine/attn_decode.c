@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+/* Decode attention over pages (attn_decode.h). Memory, not arithmetic, is
+ * what limits it at depth: a KV head's K block and V rows sit in every page
+ * at the page's stride, so each page starts cold and the hardware prefetcher
+ * (which stays within 4 KiB) never runs ahead. So the next pages' K is
+ * prefetched while a page is scored, and the value pass, whose 16 lane
+ * classes each step through every 16th row, runs a chunk of pages at a time:
+ * the chunk is fetched once (prefetched during the chunk before) and the
+ * classes' passes over it hit the cache; their lane sums carry from chunk to
+ * chunk exactly (attn.h), so chunking changes no bit. */
+#include "attn_decode.h"
+
+#include <string.h>
+
+#include "arch_ops.h"
+#include "common.h"
+#include "kv_quant.h"
+#include "ops.h"
+
+#define PREFETCH_PAGES 2       /* pages of K requested ahead of the one being scored */
+#define CHUNK_BYTES (32 << 10) /* the V a value-pass chunk makes the kernel read */
+#define LINE 64
+
+static void prefetch_bytes(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i += LINE) __builtin_prefetch(p + i, 0, 3);
+}
+
+static size_t k_block_bytes(const kvt_attn_dec *a) { return (size_t)a->B * kvt_kv_row_bytes(a->dtype, a->hd); }
+
+int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd) {
+    const size_t el = dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float); /* q8_0 is read dequantized */
+    const size_t pages = CHUNK_BYTES / ((size_t)B * (size_t)hd * el);
+    return pages > 1 ? (int32_t)pages : 1;
+}
+
+int32_t kvt_attn_dec_first_page(const kvt_attn_dec *a) { return a->lo / a->B; }
+int32_t kvt_attn_dec_end_page(const kvt_attn_dec *a) { return (a->n_keys + a->B - 1) / a->B; }
+
+void kvt_attn_dec_scores(const kvt_attn_dec *a, const float *q, int32_t p0, int32_t p1, const kvt_attn_dec_buf *buf) {
+    const int32_t B = a->B, f16 = a->dtype == KVT_KV_F16;
+    const size_t kb = k_block_bytes(a), esz = f16 ? sizeof(uint16_t) : sizeof(float);
+    for (int32_t p = p0; p < p1 && p < p0 + PREFETCH_PAGES; p++) prefetch_bytes(a->pages[p], kb);
+    for (int32_t p = p0; p < p1; p++) {
+        if (p + PREFETCH_PAGES < p1) prefetch_bytes(a->pages[p + PREFETCH_PAGES], kb);
+        const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
+        float *sc = buf->scores + (t0 + s - a->lo);
+        if (a->dtype == KVT_KV_Q8_0) {
+            kvt_kv_q8_dequant_columns(a->pages[p], B, s + T, a->hd, buf->kdq);
+            kvt_attn_qk(q, a->G, a->hd, buf->kdq + s, B, 0, T, a->scale, sc, buf->ld);
+        } else {
+            kvt_attn_qk(q, a->G, a->hd, a->pages[p] + (size_t)s * esz, B, f16, T, a->scale, sc, buf->ld);
+        }
+    }
+}
+
+void kvt_attn_dec_softmax(const kvt_attn_dec *a, float *row) {
+    const int32_t n = a->n_keys - a->lo;
+    if (a->softcap > 0) kvt_softcap(row, n, a->softcap);
+    kvt_softmax_at(row, n, a->lo);
+    if (!a->round_f16) return;
+    uint16_t h[256]; /* as llama.cpp: the weights meet an f16 cache in f16 */
+    for (int32_t i = 0; i < n; i += 256) {
+        const int32_t c = KVT_MIN(256, n - i);
+        kvt_f32_to_f16_row(row + i, h, c);
+        kvt_f16_to_f32_row(h, row + i, c);
+    }
+}
+
+/* The next run of keys at or after k and before end whose lane classes lie
+ * in [j0, j1): its first key, *n keys long (0 when there is none). */
+static int32_t class_run(int32_t k, int32_t end, int32_t j0, int32_t j1, int32_t *n) {
+    while (k < end) {
+        const int32_t j = k % KVT_ATTN_LANES, base = k - j;
+        if (j < j0) k = base + j0;
+        else if (j >= j1) k = base + KVT_ATTN_LANES + j0;
+        else {
+            *n = KVT_MIN(base + j1, end) - k;
+            return k;
+        }
+    }
+    *n = 0;
+    return end;
+}
+
+/* Keys [k0, k1) of page p that the classes [j0, j1) read: requested into the
+ * cache (vdq NULL), or, for q8_0, dequantized into their rows of vdq. */
+static void touch_rows(const kvt_attn_dec *a, int32_t p, int32_t k0, int32_t k1, int32_t j0, int32_t j1, float *vdq) {
+    const size_t rb = kvt_kv_row_bytes(a->dtype, a->hd);
+    const uint8_t *v = a->pages[p] + a->v_delta;
+    int32_t n;
+    for (int32_t k = class_run(k0, k1, j0, j1, &n); n > 0; k = class_run(k + n, k1, j0, j1, &n)) {
+        const int32_t r = k - p * a->B;
+        if (vdq) kvt_kv_q8_dequant_rows(v + (size_t)r * rb, n, a->hd, vdq + (size_t)r * (size_t)a->hd);
+        else prefetch_bytes(v + (size_t)r * rb, (size_t)n * rb);
+    }
+}
+
+static void prefetch_chunk(const kvt_attn_dec *a, int32_t p0, int32_t p1, int32_t j0, int32_t j1) {
+    for (int32_t p = p0; p < p1; p++)
+        touch_rows(a, p, KVT_MAX(a->lo, p * a->B), KVT_MIN(a->n_keys, (p + 1) * a->B), j0, j1, NULL);
+}
+
+void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kvt_attn_dec_buf *buf) {
+    const int32_t B = a->B, hd = a->hd, q8 = a->dtype == KVT_KV_Q8_0, f16 = a->dtype == KVT_KV_F16;
+    const int32_t chunk = kvt_attn_dec_chunk_pages(a->dtype, B, hd), pe = kvt_attn_dec_end_page(a);
+    const size_t rb = kvt_kv_row_bytes(a->dtype, hd);
+    int first = 1;
+    for (int32_t c0 = kvt_attn_dec_first_page(a); c0 < pe; c0 += chunk) {
+        const int32_t c1 = KVT_MIN(pe, c0 + chunk);
+        prefetch_chunk(a, c1, KVT_MIN(pe, c1 + chunk), j0, j1);
+        int32_t nr = 0;
+        for (int32_t p = c0; p < c1; p++) {
+            const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
+            const float *w = buf->scores + (t0 + s - a->lo);
+            if (q8) {
+                float *dq = buf->vdq + (size_t)(p - c0) * (size_t)B * (size_t)hd;
+                touch_rows(a, p, t0 + s, t0 + s + T, j0, j1, dq);
+                buf->runs[nr++] = (kvt_attn_run){dq + (size_t)s * (size_t)hd, w, T, t0 + s};
+            } else {
+                buf->runs[nr++] = (kvt_attn_run){a->pages[p] + a->v_delta + (size_t)s * rb, w, T, t0 + s};
+            }
+        }
+        kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, f16, hd, j0, j1, first ? NULL : buf->acc, buf->acc);
+        first = 0;
+    }
+    if (first) /* no keys: the classes' sums are +0 */
+        for (int32_t g = 0; g < a->G; g++)
+            memset(buf->acc + ((size_t)g * KVT_ATTN_LANES + (size_t)j0) * (size_t)hd, 0,
+                   (size_t)(j1 - j0) * (size_t)hd * sizeof(float));
+}
+
+void kvt_attn_dec_finish(const kvt_attn_dec *a, const float *acc, float *out) {
+    kvt_attn_av(NULL, 0, 0, a->G, 0, a->hd, acc, NULL, out);
+}
+
+void kvt_attn_decode(const kvt_attn_dec *a, const float *q, float *out, const kvt_attn_dec_buf *buf) {
+    kvt_attn_dec_scores(a, q, kvt_attn_dec_first_page(a), kvt_attn_dec_end_page(a), buf);
+    prefetch_chunk(
+        a, kvt_attn_dec_first_page(a),
+        KVT_MIN(kvt_attn_dec_end_page(a), kvt_attn_dec_first_page(a) + kvt_attn_dec_chunk_pages(a->dtype, a->B, a->hd)),
+        0, KVT_ATTN_LANES);
+    for (int32_t g = 0; g < a->G; g++) kvt_attn_dec_softmax(a, buf->scores + (size_t)g * (size_t)buf->ld);
+    kvt_attn_dec_values(a, 0, KVT_ATTN_LANES, buf);
+    kvt_attn_dec_finish(a, buf->acc, out);
+}
