@@ -460,7 +460,7 @@ int32_t kvt_rag_rank_bm25(const kvt_rag_index *x, const char *question, kvt_rag_
 int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, kvt_rag_hit *out) {
     if (k <= 0) return 0;
     kvt_rag_hit *all = NULL;
-    int32_t got = KVT_MIN(kvt_rag_rank_bm25(x, question, &all), k);
+    int32_t m = kvt_rag_rank_bm25(x, question, &all), got = KVT_MIN(m, k); /* KVT_MIN evaluates twice */
     if (got > 0) memcpy(out, all, (size_t)got * sizeof *out);
     free(all);
     return got;
