@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Fuzz driver: the RAG index reader (rag.h) must reject any byte string
- * cleanly, and a file it accepts must answer queries. The driver rewrites
+ * cleanly, and a file it accepts must answer queries (BM25, and with a
+ * vector section, dense and hybrid). The driver rewrites
  * both CRC32Cs before parsing, so mutations reach the structure behind them
  * instead of stopping at a checksum. Built for libFuzzer with clang
  * (-DKVT_FUZZ=ON) and, in every build, as a replay test over
@@ -36,6 +37,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         volatile size_t sink = 0;
         for (int32_t i = 0; i < n; i++) sink += strlen(docs[i].id) + strlen(docs[i].text);
         for (int32_t i = 0; i < kvt_rag_n_chunks(x); i++) sink += kvt_rag_chunk_at(x, i)->tokens;
+        int32_t dim = kvt_rag_vectors(x).dim;
+        if (dim) {
+            float *q = malloc((size_t)dim * sizeof *q);
+            for (int32_t d = 0; d < dim; d++) q[d] = (float)(d % 3) - 1.0f;
+            n = kvt_rag_query_hybrid(x, "lyon warehouse refunds moon", q, 4, KVT_RAG_RRF_K, hits);
+            n += kvt_rag_query_dense(x, q, 4, hits);
+            sink += (size_t)n + (kvt_rag_vector_at(x, kvt_rag_n_chunks(x) - 1)[dim - 1] > 0);
+            free(q);
+        }
         (void)sink;
         kvt_rag_free(x);
     }

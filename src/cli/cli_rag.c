@@ -24,56 +24,79 @@
 #define SNIPPET 100                /* bytes of a chunk's text that `query` shows */
 
 void kvt_usage_rag(FILE *f) {
-    fprintf(f,
-            "usage: kvtier rag index -m MODEL --docs DIR|FILE.jsonl|FILE -o INDEX [--chunk-tokens N] [--block-size B]\n"
-            "       kvtier rag query INDEX \"question\" [-k K] [--json] [--prompt -m MODEL [--system TEXT] [--order O]]\n"
-            "       kvtier rag prewarm (--server URL | --cache-dir DIR -m MODEL) INDEX [--system TEXT]\n"
-            "                          [--questions FILE [-k K] [--pairs N]] [--flush] [--api-key KEY] [-t N]\n"
-            "                          [--kv-type T] [--device DEV]\n\n"
-            "index    splits documents into chunks that render as whole runs of cache blocks (paragraphs\n"
-            "         first, then sentences, words, bytes) and writes a BM25 index (one checksummed file).\n"
-            "  -m, --model MODEL   the model whose tokenizer measures the chunks (a vocab-only GGUF will do)\n"
-            "  --docs PATH         a directory (each regular file is a document named by its file name;\n"
-            "                      hidden files and symbolic links are skipped), a JSONL file of\n"
-            "                      {\"id\": ..., \"text\": ...} lines, or one text file\n"
-            "  -o, --output INDEX  the index file to write (atomically)\n"
-            "  --chunk-tokens N    tokens per chunk at most, a multiple of the block size (default %d)\n"
-            "  --block-size B      the cache block size the server uses (default %d)\n"
-            "query    prints the K best chunks for a question: rank, BM25 score, id, tokens, text.\n"
-            "  -k K                chunks to print (default %d)\n"
-            "  --json              one JSON object instead of text\n"
-            "  --prompt            also print the token ids of the prompt /v1/rag/chat/completions builds for\n"
-            "                      the question ([system][chunks as fixed context blocks][question], the\n"
-            "                      model's chat template), e.g. to send the same prompt to another server\n"
-            "  -m, --model MODEL   the served model (--prompt; a vocab-only GGUF will do)\n"
-            "  --system TEXT       the system message (--prompt; default: none)\n"
-            "  --order O           score (best first, default) or canonical (by id) (--prompt; \"cached\"\n"
-            "                      depends on a server's cache)\n"
-            "prewarm  computes the KV of [system][chunk] for every chunk, and with --pairs of the most common\n"
-            "         [system][a][b] (a, b the first two of a retrieved set in the planner's canonical order),\n"
-            "         without generating, so the questions that retrieve them find them cached; a progress\n"
-            "         line each second.\n"
-            "  --server URL        on a running `kvtier serve` at http://HOST:PORT (POST /v1/cache/prefill)\n"
-            "  --cache-dir DIR     or in this process, into the disk-tier directory DIR (created if missing;\n"
-            "                      then `kvtier serve -m MODEL --kv-disk DIR` finds them). Needs -m\n"
-            "  -m, --model MODEL   the model the server runs (--cache-dir)\n"
-            "  -t, --threads N     worker threads (--cache-dir; default: the online CPUs)\n"
-            "  --kv-type T         f16 (default), f32 or q8_0: as the server's --kv-type (--cache-dir)\n"
-            "  --device DEV        cpu (default) or vulkan[:N], as the server's --device (--cache-dir):\n"
-            "                      blocks computed on one device never serve another\n"
-            "  --gpu-memory-fraction F, -ngl N\n"
-            "                      as the server's, on a GPU (--cache-dir): the share of its memory the\n"
-            "                      engine may take (default 0.9), and the layers on it (all; fewer is refused)\n"
-            "  --system TEXT       the system prompt the RAG requests will carry (default: none)\n"
-            "  --questions FILE    a query log or sample questions, one per line (or JSON lines with\n"
-            "                      \"question\"): each is retrieved (top K) to count which chunk pairs open a\n"
-            "                      prompt together\n"
-            "  -k K                chunks per question, as the server's --rag-k / kvtier.rag.k (default %d)\n"
-            "  --pairs N           also prewarm the N most common pairs (default 0; needs --questions)\n"
-            "  --api-key KEY       the server's API key (default $KVTIER_API_KEY)\n"
-            "  --flush             then write the server's cache down to its disk tier (POST /v1/cache/flush;\n"
-            "                      --cache-dir always ends on disk)\n",
-            KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K, KVT_RAG_DEFAULT_K);
+    fprintf(
+        f,
+        "usage: kvtier rag index -m MODEL --docs DIR|FILE.jsonl|FILE -o INDEX [--chunk-tokens N] [--block-size B]\n"
+        "                        [--embed [--embed-model MODEL] [--pooling P] [-t N]]\n"
+        "       kvtier rag query INDEX \"question\" [-k K] [--json] [--prompt -m MODEL [--system TEXT] [--order O]]\n"
+        "                        [--retrieve bm25|dense|hybrid (-m|--embed-model) MODEL [--rrf-k N] [--pooling P]]\n"
+        "       kvtier rag prewarm (--server URL | --cache-dir DIR -m MODEL) INDEX [--system TEXT]\n"
+        "                          [--questions FILE [-k K] [--pairs N]] [--flush] [--api-key KEY] [-t N]\n"
+        "                          [--kv-type T] [--device DEV]\n\n"
+        "index    splits documents into chunks that render as whole runs of cache blocks (paragraphs\n"
+        "         first, then sentences, words, bytes) and writes a BM25 index (one checksummed file).\n"
+        "  -m, --model MODEL   the model whose tokenizer measures the chunks (a vocab-only GGUF will do)\n"
+        "  --docs PATH         a directory (each regular file is a document named by its file name;\n"
+        "                      hidden files and symbolic links are skipped), a JSONL file of\n"
+        "                      {\"id\": ..., \"text\": ...} lines, or one text file\n"
+        "  -o, --output INDEX  the index file to write (atomically)\n"
+        "  --chunk-tokens N    tokens per chunk at most, a multiple of the block size (default %d)\n"
+        "  --block-size B      the cache block size the server uses (default %d)\n"
+        "  --embed             also store a dense vector per chunk: its text run through MODEL (loaded\n"
+        "                      whole, not vocab-only), the final hidden rows pooled and L2-normalised as\n"
+        "                      `serve --embeddings` does; the file records the model and the pooling\n"
+        "  --embed-model M     with --embed: embed with M instead of MODEL (MODEL still measures the\n"
+        "                      chunks); the server's RAG route embeds questions with its own model, so\n"
+        "                      dense retrieval there needs the served model here\n"
+        "  --pooling P         with --embed: mean, last or cls (default: the model's <arch>.pooling_type,\n"
+        "                      else mean)\n"
+        "  -t, --threads N     with --embed: worker threads (default: the online CPUs)\n"
+        "query    prints the K best chunks for a question: rank, score, id, tokens, text.\n"
+        "  -k K                chunks to print (default %d)\n"
+        "  --retrieve R        bm25 (default): terms only; dense: cosine between the question's vector and\n"
+        "                      the chunks' (an index built with --embed; needs -m, the index's model);\n"
+        "                      hybrid: both rankings fused by reciprocal rank (score = sum of\n"
+        "                      1 / (rrf-k + rank))\n"
+        "  --rrf-k N           hybrid's constant: larger flattens the weight of the top ranks (default %d)\n"
+        "  --pooling P         dense, hybrid: the pooling to embed the question with; it must be the\n"
+        "                      index's (default: the index's)\n"
+        "  -t, --threads N     dense, hybrid: worker threads for embedding the question\n"
+        "  --json              one JSON object instead of text\n"
+        "  --prompt            also print the token ids of the prompt /v1/rag/chat/completions builds for\n"
+        "                      the question ([system][chunks as fixed context blocks][question], the\n"
+        "                      model's chat template), e.g. to send the same prompt to another server\n"
+        "  -m, --model MODEL   the served model (--prompt; a vocab-only GGUF will do); for dense and\n"
+        "                      hybrid also the model the question is embedded with (loaded whole)\n"
+        "  --embed-model M     dense, hybrid: embed the question with M (the index's embedding model)\n"
+        "                      instead of -m\n"
+        "  --system TEXT       the system message (--prompt; default: none)\n"
+        "  --order O           score (best first, default) or canonical (by id) (--prompt; \"cached\"\n"
+        "                      depends on a server's cache)\n"
+        "prewarm  computes the KV of [system][chunk] for every chunk, and with --pairs of the most common\n"
+        "         [system][a][b] (a, b the first two of a retrieved set in the planner's canonical order),\n"
+        "         without generating, so the questions that retrieve them find them cached; a progress\n"
+        "         line each second.\n"
+        "  --server URL        on a running `kvtier serve` at http://HOST:PORT (POST /v1/cache/prefill)\n"
+        "  --cache-dir DIR     or in this process, into the disk-tier directory DIR (created if missing;\n"
+        "                      then `kvtier serve -m MODEL --kv-disk DIR` finds them). Needs -m\n"
+        "  -m, --model MODEL   the model the server runs (--cache-dir)\n"
+        "  -t, --threads N     worker threads (--cache-dir; default: the online CPUs)\n"
+        "  --kv-type T         f16 (default), f32 or q8_0: as the server's --kv-type (--cache-dir)\n"
+        "  --device DEV        cpu (default) or vulkan[:N], as the server's --device (--cache-dir):\n"
+        "                      blocks computed on one device never serve another\n"
+        "  --gpu-memory-fraction F, -ngl N\n"
+        "                      as the server's, on a GPU (--cache-dir): the share of its memory the\n"
+        "                      engine may take (default 0.9), and the layers on it (all; fewer is refused)\n"
+        "  --system TEXT       the system prompt the RAG requests will carry (default: none)\n"
+        "  --questions FILE    a query log or sample questions, one per line (or JSON lines with\n"
+        "                      \"question\"): each is retrieved (top K) to count which chunk pairs open a\n"
+        "                      prompt together\n"
+        "  -k K                chunks per question, as the server's --rag-k / kvtier.rag.k (default %d)\n"
+        "  --pairs N           also prewarm the N most common pairs (default 0; needs --questions)\n"
+        "  --api-key KEY       the server's API key (default $KVTIER_API_KEY)\n"
+        "  --flush             then write the server's cache down to its disk tier (POST /v1/cache/flush;\n"
+        "                      --cache-dir always ends on disk)\n",
+        KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K, KVT_RAG_RRF_K, KVT_RAG_DEFAULT_K);
 }
 
 /* ---- index ------------------------------------------------------------------------------ */
@@ -214,40 +237,127 @@ static int index_docs(index_run *x, const char *docs) {
     return rc;
 }
 
-static int cmd_index(int argc, char **argv) {
-    const char *model_path = NULL, *docs = NULL, *out = NULL;
-    long chunk = KVT_RAG_DEFAULT_CHUNK_TOKENS, block = KVT_DEFAULT_BLOCK_SIZE;
+typedef struct {
+    const char *model, *embed_model, *docs, *out;
+    long chunk, block, threads;
+    int embed, pooling; /* pooling 0: the model's */
+} index_args;
+
+/* The flags of `rag index`. 0, or 2 after printing why. */
+static int index_parse(int argc, char **argv, index_args *x) {
+    *x = (index_args){.chunk = KVT_RAG_DEFAULT_CHUNK_TOKENS, .block = KVT_DEFAULT_BLOCK_SIZE};
+    x->threads = kvt_cli_default_threads();
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(x->model = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--docs")) {
-            if (!(docs = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(x->docs = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(x->out = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chunk-tokens")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (chunk = kvt_cli_parse_long(a, v, 2, 1 << 20)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->chunk = kvt_cli_parse_long(a, v, 2, 1 << 20)) < 0) return 2;
         } else if (!strcmp(a, "--block-size")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (block = kvt_cli_parse_long(a, v, 1, 4096)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->block = kvt_cli_parse_long(a, v, 1, 4096)) < 0) return 2;
+        } else if (!strcmp(a, "--embed")) {
+            x->embed = 1;
+        } else if (!strcmp(a, "--embed-model")) {
+            if (!(x->embed_model = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--pooling")) {
+            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
+            if ((x->pooling = kvt_rag_pooling_parse(v)) < 0) {
+                fprintf(stderr, "kvtier rag: --pooling must be mean, last or cls, not '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) ||
+                (x->threads = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0)
+                return 2;
         } else {
             fprintf(stderr, "kvtier rag index: unknown argument '%s'\n", a);
             return 2;
         }
     }
-    if (!model_path || !docs || !out) {
+    if (!x->model || !x->docs || !x->out) {
         fprintf(stderr, "kvtier rag index: needs -m MODEL, --docs PATH and -o INDEX\n");
         kvt_usage_rag(stderr);
         return 2;
     }
-    kvt_model *m = kvt_cli_load_vocab("rag index", model_path);
-    if (!m) return 1;
-    index_run x = {.t_start = kvt_now(), .t_last = kvt_now()};
-    if (kvt_rag_build_new(m, (int32_t)block, (int32_t)chunk, &x.b)) {
-        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
-        kvt_model_free(m);
+    if ((x->pooling || x->embed_model) && !x->embed) {
+        fprintf(stderr, "kvtier rag index: %s needs --embed\n", x->pooling ? "--pooling" : "--embed-model");
         return 2;
     }
-    int rc = index_docs(&x, docs);
+    return 0;
+}
+
+/* A model loaded whole (to run it), or NULL after printing why. */
+static kvt_model *load_full(const char *what, const char *path) {
+    kvt_model *m = NULL;
+    if (kvt_model_load(path, kvt_model_default_params(), &m)) {
+        fprintf(stderr, "kvtier %s: %s\n", what, kvt_errmsg());
+        return NULL;
+    }
+    return m;
+}
+
+/* An embedder for m pooled as pool (0: the model's own pooling), or NULL after printing why. */
+static kvt_rag_embedder *new_embedder(const char *what, const kvt_model *m, int pool, long threads) {
+    kvt_rag_pooling p = (kvt_rag_pooling)pool;
+    kvt_rag_embedder *e = NULL;
+    if ((!pool && kvt_rag_pooling_default(m, &p)) || kvt_rag_embedder_new(m, p, (int32_t)threads, &e)) {
+        fprintf(stderr, "kvtier %s: %s%s\n", what, kvt_errmsg(), pool ? "" : " (give --pooling mean|last|cls)");
+        return NULL;
+    }
+    return e;
+}
+
+/* --embed: a vector per chunk of idx, with a progress line each second. 0, or -1 after printing why. */
+static int embed_chunks(kvt_rag_index *idx, const kvt_model *m, int pool, long threads) {
+    kvt_rag_embedder *e = new_embedder("rag index", m, pool, threads);
+    if (!e) return -1;
+    int32_t n = kvt_rag_n_chunks(idx), dim = kvt_rag_embedder_dim(e);
+    float *vecs = kvt_xmalloc((size_t)n * (size_t)dim * sizeof *vecs);
+    double t0 = kvt_now(), last = t0;
+    int rc = 0;
+    for (int32_t i = 0; i < n && !rc; i++) {
+        const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, i);
+        if ((rc = kvt_rag_embed(e, c->text, strlen(c->text), vecs + (size_t)i * (size_t)dim)))
+            fprintf(stderr, "kvtier rag index: cannot embed chunk %s: %s\n", c->id, kvt_errmsg());
+        if (kvt_now() - last >= PROGRESS_EVERY_S) {
+            fprintf(stderr, "rag index: embedded %d of %d chunks, %.0f s\n", i + 1, n, kvt_now() - t0);
+            last = kvt_now();
+        }
+    }
+    /* the pooling the embedder used: the model's own when none was given */
+    kvt_rag_pooling p = (kvt_rag_pooling)pool;
+    if (!pool) (void)kvt_rag_pooling_default(m, &p);
+    if (!rc) kvt_rag_set_vectors(idx, vecs, dim, m, p);
+    free(vecs);
+    kvt_rag_embedder_free(e);
+    return rc ? -1 : 0;
+}
+
+static int cmd_index(int argc, char **argv) {
+    index_args a;
+    int prc = index_parse(argc, argv, &a);
+    if (prc) return prc;
+    /* the chunks' tokenizer: the model itself when it also embeds them */
+    int same = a.embed && !a.embed_model;
+    kvt_model *m = same ? load_full("rag index", a.model) : kvt_cli_load_vocab("rag index", a.model);
+    kvt_model *em = a.embed && a.embed_model ? load_full("rag index", a.embed_model) : NULL;
+    if (!m || (a.embed_model && !em)) {
+        kvt_model_free(m);
+        kvt_model_free(em);
+        return 1;
+    }
+    index_run x = {.t_start = kvt_now(), .t_last = kvt_now()};
+    if (kvt_rag_build_new(m, (int32_t)a.block, (int32_t)a.chunk, &x.b)) {
+        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        kvt_model_free(m);
+        kvt_model_free(em);
+        return 2;
+    }
+    int rc = index_docs(&x, a.docs);
     kvt_rag_index *idx = NULL;
     if (!rc && kvt_rag_build_finish(x.b, &idx)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
@@ -255,20 +365,27 @@ static int cmd_index(int argc, char **argv) {
     } else if (rc) {
         kvt_rag_build_free(x.b);
     }
-    if (!rc && kvt_rag_save(idx, out)) {
+    if (!rc && a.embed) rc = embed_chunks(idx, em ? em : m, a.pooling, a.threads);
+    if (!rc && kvt_rag_save(idx, a.out)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
         rc = -1;
     }
     if (!rc) {
         uint64_t tokens = 0;
         for (int32_t i = 0; i < kvt_rag_n_chunks(idx); i++) tokens += kvt_rag_chunk_at(idx, i)->tokens;
+        kvt_rag_vec_info vi = kvt_rag_vectors(idx);
+        char dense[128] = "";
+        if (vi.dim)
+            snprintf(dense, sizeof dense, ", vectors of %d floats (%s pooling)", vi.dim,
+                     kvt_rag_pooling_name(vi.pooling));
         printf("indexed %ld documents (%.1f MB) into %d chunks (%llu tokens as blocks of %ld, at most %ld per chunk), "
-               "%d terms, in %.1f s: %s\n",
-               x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, block, chunk,
-               kvt_rag_n_terms(idx), kvt_now() - x.t_start, out);
+               "%d terms%s, in %.1f s: %s\n",
+               x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, a.block, a.chunk,
+               kvt_rag_n_terms(idx), dense, kvt_now() - x.t_start, a.out);
     }
     kvt_rag_free(idx);
     kvt_model_free(m);
+    kvt_model_free(em);
     return rc ? 1 : 0;
 }
 
@@ -357,62 +474,127 @@ static void query_print_text(const kvt_rag_index *idx, const char *question, con
     }
 }
 
-static int cmd_query(int argc, char **argv) {
-    const char *path = NULL, *question = NULL, *model_path = NULL, *system = NULL;
-    long k = KVT_RAG_DEFAULT_K;
-    int json = 0, prompt = 0, order = KVT_RAG_ORDER_SCORE;
+typedef struct {
+    const char *path, *question, *model, *embed_model, *system;
+    long k, rrf_k, threads;
+    int json, prompt, order, retrieve, pooling; /* pooling 0: the index's */
+} query_args;
+
+/* The flags of `rag query`. 0, or 2 after printing why. */
+static int query_parse(int argc, char **argv, query_args *x) {
+    *x = (query_args){.k = KVT_RAG_DEFAULT_K, .rrf_k = KVT_RAG_RRF_K, .order = KVT_RAG_ORDER_SCORE};
+    x->threads = kvt_cli_default_threads();
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-k")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0) return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--prompt")) {
-            prompt = 1;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = kvt_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--system")) {
-            if (!(system = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->k = kvt_cli_parse_long(a, v, 1, KVT_RAG_MAX_K)) < 0)
+                return 2;
+        } else if (!strcmp(a, "--json") || !strcmp(a, "--prompt")) {
+            *(a[2] == 'j' ? &x->json : &x->prompt) = 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--system")) {
+            if (!(*(a[2] == 's' ? &x->system : &x->model) = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--order")) {
             if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
-            order = kvt_rag_order_parse(v);
-            if (order != KVT_RAG_ORDER_SCORE && order != KVT_RAG_ORDER_CANONICAL) {
+            x->order = kvt_rag_order_parse(v);
+            if (x->order != KVT_RAG_ORDER_SCORE && x->order != KVT_RAG_ORDER_CANONICAL) {
                 fprintf(stderr, "kvtier rag query: --order must be score or canonical\n");
                 return 2;
             }
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else if ((a[0] != '-' || !a[1]) && !question) {
-            question = a;
+        } else if (!strcmp(a, "--retrieve")) {
+            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
+            if ((x->retrieve = kvt_rag_retrieve_parse(v)) < 0) {
+                fprintf(stderr, "kvtier rag query: --retrieve must be bm25, dense or hybrid, not '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--embed-model")) {
+            if (!(x->embed_model = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--rrf-k")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->rrf_k = kvt_cli_parse_long(a, v, 1, 1000000)) < 0) return 2;
+        } else if (!strcmp(a, "--pooling")) {
+            if (!(v = kvt_cli_value(argc, argv, &i))) return 2;
+            if ((x->pooling = kvt_rag_pooling_parse(v)) < 0) {
+                fprintf(stderr, "kvtier rag query: --pooling must be mean, last or cls, not '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) ||
+                (x->threads = kvt_cli_parse_long(a, v, 1, KVT_CLI_MAX_THREADS)) < 0)
+                return 2;
+        } else if (a[0] != '-' && !x->path) {
+            x->path = a;
+        } else if ((a[0] != '-' || !a[1]) && !x->question) {
+            x->question = a;
         } else {
             fprintf(stderr, "kvtier rag query: unknown argument '%s'\n", a);
             return 2;
         }
     }
-    if (!path || !question || (prompt && !model_path)) {
-        fprintf(stderr, "kvtier rag query: needs INDEX and a question%s\n", prompt ? ", and -m MODEL for --prompt" : "");
+    int dense = x->retrieve != KVT_RAG_RETRIEVE_BM25;
+    if (!x->path || !x->question || (x->prompt && !x->model) || (dense && !x->model && !x->embed_model)) {
+        fprintf(stderr, "kvtier rag query: needs INDEX and a question%s\n",
+                x->prompt && !x->model ? ", and -m MODEL for --prompt"
+                    : dense ? ", and -m MODEL or --embed-model MODEL (the index's) for --retrieve dense or hybrid"
+                            : "");
         kvt_usage_rag(stderr);
         return 2;
     }
+    return 0;
+}
+
+/* The question's vector for dense or hybrid retrieval over idx (malloc'd), or
+ * NULL after printing why: the model and pooling must be the index's. */
+static float *embed_question(const query_args *q, const kvt_rag_index *idx) {
+    kvt_model *m = load_full("rag query", q->embed_model ? q->embed_model : q->model);
+    if (!m) return NULL;
+    kvt_rag_vec_info vi = kvt_rag_vectors(idx);
+    kvt_rag_pooling pool = q->pooling ? (kvt_rag_pooling)q->pooling : vi.pooling;
+    float *v = NULL;
+    if (kvt_rag_check_embedder(idx, m, pool)) {
+        fprintf(stderr, "kvtier rag query: %s: %s\n", q->path, kvt_errmsg());
+    } else {
+        kvt_rag_embedder *e = new_embedder("rag query", m, pool, q->threads);
+        v = e ? kvt_xmalloc((size_t)vi.dim * sizeof *v) : NULL;
+        if (e && kvt_rag_embed(e, q->question, strlen(q->question), v)) {
+            fprintf(stderr, "kvtier rag query: cannot embed the question: %s\n", kvt_errmsg());
+            free(v);
+            v = NULL;
+        }
+        kvt_rag_embedder_free(e);
+    }
+    kvt_model_free(m);
+    return v;
+}
+
+static int cmd_query(int argc, char **argv) {
+    query_args q;
+    int prc = query_parse(argc, argv, &q);
+    if (prc) return prc;
     kvt_rag_index *idx = NULL;
-    if (kvt_rag_load(path, &idx)) {
+    if (kvt_rag_load(q.path, &idx)) {
         fprintf(stderr, "kvtier rag query: %s\n", kvt_errmsg());
+        return 1;
+    }
+    float *qvec = NULL;
+    if (q.retrieve != KVT_RAG_RETRIEVE_BM25 && !(qvec = embed_question(&q, idx))) {
+        kvt_rag_free(idx);
         return 1;
     }
     kvt_rag_hit hits[KVT_RAG_MAX_K];
     double t0 = kvt_now();
-    int32_t n = kvt_rag_query(idx, question, (int32_t)k, hits);
+    int32_t n = kvt_rag_retrieve_k(idx, (kvt_rag_retrieve)q.retrieve, q.question, qvec, (int32_t)q.k, (int32_t)q.rrf_k,
+                                   hits);
     double ms = (kvt_now() - t0) * 1e3;
+    free(qvec);
     int32_t *ptoks = NULL;
     size_t np = 0;
     kvt_rag_hit planned[KVT_RAG_MAX_K];
     memcpy(planned, hits, (size_t)n * sizeof *hits);
-    if (prompt && rag_prompt(model_path, idx, system, question, (kvt_rag_order)order, planned, n, &ptoks, &np)) {
+    if (q.prompt && rag_prompt(q.model, idx, q.system, q.question, (kvt_rag_order)q.order, planned, n, &ptoks, &np)) {
         kvt_rag_free(idx);
         return 1;
     }
-    if (json) query_print_json(idx, hits, planned, n, ms, prompt, ptoks, np);
-    else query_print_text(idx, question, hits, n, ms, prompt, order, ptoks, np);
+    if (q.json) query_print_json(idx, hits, planned, n, ms, q.prompt, ptoks, np);
+    else query_print_text(idx, q.question, hits, n, ms, q.prompt, q.order, ptoks, np);
     free(ptoks);
     kvt_rag_free(idx);
     return 0;

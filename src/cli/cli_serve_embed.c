@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "common.h"
+#include "rag.h"
 
-enum { E_EMBEDDINGS = KVT_CLI_EMBED_ID_BASE, E_POOLING };
+enum { E_EMBEDDINGS = KVT_CLI_EMBED_ID_BASE, E_POOLING, E_RAG_RETRIEVE, E_RAG_RRF_K };
 
 /* llama.cpp's pooling_type numbers in GGUF metadata: 0 none, 1 mean, 2 cls, 3 last, 4 rank. */
 #define GGUF_POOL_MEAN 1
@@ -25,6 +26,17 @@ static const kvt_cli_opt embed_opts[] = {
      "first (cls). Default:\nthe model's <arch>.pooling_type, else mean. Last-token pooling\nreuses a cached prefix; "
      "mean and cls compute every token (the\ncache keeps KV, not hidden rows) and still store the prompt's KV",
      0, KVT_CLI_PLAIN},
+    {E_RAG_RETRIEVE, 0, "rag-retrieve", NULL, "bm25|dense|hybrid",
+     "with --rag-index: how a RAG request retrieves when it gives no\nkvtier.rag.retrieve: bm25 (terms; the default), "
+     "dense (cosine\nbetween the question's embedding and the chunks') or hybrid (both\nrankings fused by reciprocal "
+     "rank). Dense and hybrid need an index\nbuilt with `kvtier rag index --embed` by this model, and the CPU\nengine: "
+     "the question is embedded as an engine request, pooled as\nthe index says. A request may ask for dense or hybrid "
+     "whenever\nthe index and model allow it",
+     0, KVT_CLI_PLAIN},
+    {E_RAG_RRF_K, 0, "rag-rrf-k", NULL, "N",
+     "hybrid retrieval's constant: a chunk scores the sum of\n1 / (N + rank) over the two rankings; larger N weighs the "
+     "top ranks\nless (default " STR(KVT_RAG_RRF_K) "; a request's kvtier.rag.rrf_k overrides)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, 1000000)},
 };
 
 const kvt_cli_section kvt_cli_serve_embed_section = {"embeddings", embed_opts, KVT_ARRAY_LEN(embed_opts)};
@@ -34,7 +46,17 @@ int kvt_cli_serve_embed_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp)
         sp->embeddings = 1;
         return 0;
     }
+    if (id == E_RAG_RRF_K) {
+        sp->rag_rrf_k = (int32_t)a->i;
+        return 0;
+    }
     const char *v = a->str;
+    if (id == E_RAG_RETRIEVE) {
+        sp->rag_retrieve = kvt_rag_retrieve_parse(v);
+        if (sp->rag_retrieve >= 0) return 0;
+        fprintf(stderr, "kvtier serve: --rag-retrieve must be bm25, dense or hybrid, not '%s'\n", v);
+        return -1;
+    }
     if (!strcmp(v, "mean")) sp->pooling = KVT_POOL_MEAN;
     else if (!strcmp(v, "last")) sp->pooling = KVT_POOL_LAST;
     else if (!strcmp(v, "cls")) sp->pooling = KVT_POOL_CLS;
@@ -45,7 +67,28 @@ int kvt_cli_serve_embed_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp)
     return 0;
 }
 
+/* Whether RAG questions can be embedded (sp->rag_dense): an index with
+ * vectors of this model, on the CPU engine. A default --rag-retrieve of dense
+ * or hybrid that cannot run is refused here, naming why. 0, or -1. */
+static int rag_dense_finish(kvt_server_params *sp, const kvt_model *m, int vulkan) {
+    const kvt_rag_index *x = sp->rag;
+    kvt_rag_vec_info vi = x ? kvt_rag_vectors(x) : (kvt_rag_vec_info){0};
+    int ok = vi.dim && !kvt_rag_check_embedder(x, m, vi.pooling);
+    sp->rag_dense = ok && !vulkan;
+    if (sp->rag_retrieve == KVT_RAG_RETRIEVE_BM25 || sp->rag_dense) return 0;
+    if (!x) fprintf(stderr, "kvtier serve: --rag-retrieve needs --rag-index\n");
+    else if (!vi.dim)
+        fprintf(stderr, "kvtier serve: --rag-retrieve %s needs an index built with --embed\n",
+                kvt_rag_retrieve_name((kvt_rag_retrieve)sp->rag_retrieve));
+    else if (!ok) fprintf(stderr, "kvtier serve: --rag-retrieve: %s\n", kvt_errmsg());
+    else
+        fprintf(stderr, "kvtier serve: --rag-retrieve %s embeds questions on the CPU engine only; use --device cpu\n",
+                kvt_rag_retrieve_name((kvt_rag_retrieve)sp->rag_retrieve));
+    return -1;
+}
+
 int kvt_cli_serve_embed_finish(kvt_server_params *sp, const kvt_model *m, int vulkan) {
+    if (rag_dense_finish(sp, m, vulkan)) return -1;
     if (!sp->embeddings) return 0;
     if (vulkan) {
         fprintf(stderr,

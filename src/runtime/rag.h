@@ -27,7 +27,12 @@
  *   payload per chunk: u32 doc length, doc, u32 seq, u32 tokens (rendered, padded),
  *           u32 terms (its BM25 length), u32 text length, text;
  *           then per term, sorted by bytes: u32 length, term, u32 df,
- *           df x (u32 chunk, u32 term frequency) with chunks ascending.
+ *           df x (u32 chunk, u32 term frequency) with chunks ascending;
+ *           version 3 only, the vector section: u32 dim, u32 pooling (1 mean,
+ *           2 last, 3 cls), u64 fingerprint lo, u64 fingerprint hi, u32 model
+ *           name length, model name, then n_chunks x dim f32, chunk by chunk.
+ *           An index without vectors is written as version 2, byte for byte
+ *           what earlier kvtier wrote; both versions load.
  * Every count and length is checked against the bytes left; a file that is
  * short, altered or of another version is refused with a message naming the
  * problem, never half-loaded.
@@ -49,8 +54,9 @@
 #include "hash128.h"
 #include "kvtier.h"
 
-#define KVT_RAG_VERSION 2 /* 2: content-derived ids (chunk token counts measured with them) */
-#define KVT_RAG_ID_HEX 8  /* hex digits of a chunk id's content hash (32 bits: few tokens per chunk) */
+#define KVT_RAG_VERSION 2       /* 2: content-derived ids (chunk token counts measured with them) */
+#define KVT_RAG_VERSION_DENSE 3 /* 3: version 2 plus a dense vector per chunk (the vector section) */
+#define KVT_RAG_ID_HEX 8        /* hex digits of a chunk id's content hash (32 bits: few tokens per chunk) */
 #define KVT_RAG_DEFAULT_CHUNK_TOKENS 256
 #define KVT_RAG_DEFAULT_K 4
 #define KVT_RAG_MAX_K 64
@@ -58,7 +64,10 @@
 #define KVT_RAG_DOC_MAX 200           /* bytes of a document name kept (ids stay under 256) */
 #define KVT_RAG_K1 1.2
 #define KVT_RAG_B 0.75
-#define KVT_RAG_HEADER_BYTES 44 /* the header; its CRC32C is its last 4 bytes, the payload's the 4 before */
+#define KVT_RAG_DIM_MAX 65536      /* floats of a dense vector at most */
+#define KVT_RAG_MODEL_NAME_MAX 255 /* bytes of the embedding model's name kept */
+#define KVT_RAG_RRF_K 60           /* reciprocal rank fusion's constant (hybrid retrieval) */
+#define KVT_RAG_HEADER_BYTES 44    /* the header; its CRC32C is its last 4 bytes, the payload's the 4 before */
 
 typedef struct kvt_rag_index kvt_rag_index;
 
@@ -148,5 +157,64 @@ void kvt_rag_plan(const kvt_rag_index *idx, kvt_rag_order mode, kvt_rag_hit *hit
  * last document (docs/rag.md "Orders and the planner" has the measurement). Returns the lookups made. */
 int32_t kvt_rag_plan_cached(kvt_cache *c, kvt_hash128 root, int32_t *prompt, int32_t n, size_t *starts, size_t n_docs,
                             int32_t *order);
+
+/* ---- dense vectors and hybrid retrieval (rag_dense.c) -------------------------------------
+ * `rag index --embed` stores one vector per chunk beside the BM25 postings:
+ * the chunk's text run through a model, its final hidden rows pooled and
+ * L2-normalised, as `serve --embeddings` does. The file records the model's
+ * name and fingerprint and the pooling, so a query is embedded the same way
+ * or refused. Dense retrieval ranks every chunk by cosine to the question's
+ * vector; hybrid fuses the BM25 ranking (chunks with a positive score) and
+ * the dense ranking (every chunk) by reciprocal rank: score = sum over the
+ * two lists of 1 / (rrf_k + rank), ranks from 1, a list the chunk is
+ * missing from adding nothing. Ties rank the lower id first. */
+
+/* How a text's final hidden rows become one vector (the values of serve's kvt_pooling). */
+typedef enum { KVT_RAG_POOL_MEAN = 1, KVT_RAG_POOL_LAST = 2, KVT_RAG_POOL_CLS = 3 } kvt_rag_pooling;
+const char *kvt_rag_pooling_name(int p);  /* "mean", "last", "cls"; "?" otherwise */
+int kvt_rag_pooling_parse(const char *s); /* -1 for another name */
+/* The model's <arch>.pooling_type (mean when absent or "none"): 0, or KVT_EFORMAT naming the key. */
+int kvt_rag_pooling_default(const kvt_model *m, kvt_rag_pooling *out);
+
+/* An embedder: a one-sequence CPU engine over a fully loaded model (borrowed). */
+typedef struct kvt_rag_embedder kvt_rag_embedder;
+int kvt_rag_embedder_new(const kvt_model *m, kvt_rag_pooling pool, int32_t n_threads, kvt_rag_embedder **out);
+int32_t kvt_rag_embedder_dim(const kvt_rag_embedder *e);
+/* text's pooled, L2-normalised vector into out (dim floats). The text is
+ * tokenized with the model's own start token, special-token spellings read
+ * as plain text, and cut to the engine's context. 0 or a negative code. */
+int kvt_rag_embed(kvt_rag_embedder *e, const char *text, size_t len, float *out);
+void kvt_rag_embedder_free(kvt_rag_embedder *e);
+
+/* What an index's vectors were made with (borrowed from the index). */
+typedef struct {
+    int32_t dim; /* 0: the index has no vectors */
+    kvt_rag_pooling pooling;
+    kvt_fingerprint fingerprint;
+    const char *model; /* the model file's base name */
+} kvt_rag_vec_info;
+kvt_rag_vec_info kvt_rag_vectors(const kvt_rag_index *idx);
+const float *kvt_rag_vector_at(const kvt_rag_index *idx, int32_t chunk); /* NULL without vectors */
+/* Gives the index vectors (n_chunks x dim floats, copied) made by model m
+ * (its path's base name and fingerprint are recorded) pooled as pool. */
+void kvt_rag_set_vectors(kvt_rag_index *idx, const float *vecs, int32_t dim, const kvt_model *m, kvt_rag_pooling pool);
+/* Whether a question may be embedded with m pooled as pool for this index:
+ * 0, or KVT_EARG with a message naming the index's model and pooling and the
+ * ones given (no vectors, another model or size, another pooling). */
+int kvt_rag_check_embedder(const kvt_rag_index *idx, const kvt_model *m, kvt_rag_pooling pool);
+
+typedef enum { KVT_RAG_RETRIEVE_BM25 = 0, KVT_RAG_RETRIEVE_DENSE = 1, KVT_RAG_RETRIEVE_HYBRID = 2 } kvt_rag_retrieve;
+const char *kvt_rag_retrieve_name(kvt_rag_retrieve r); /* "bm25", "dense", "hybrid" */
+int kvt_rag_retrieve_parse(const char *s);             /* -1 for another name */
+
+/* The k best chunks by cosine to qvec (dim floats), best first; 0 without vectors. */
+int32_t kvt_rag_query_dense(const kvt_rag_index *idx, const float *qvec, int32_t k, kvt_rag_hit *out);
+/* The k best by reciprocal rank fusion of BM25 for question and cosine to
+ * qvec (rrf_k >= 1), best first; the hit's score is the fused score. */
+int32_t kvt_rag_query_hybrid(const kvt_rag_index *idx, const char *question, const float *qvec, int32_t k,
+                             int32_t rrf_k, kvt_rag_hit *out);
+/* One of the three by mode (qvec may be NULL for bm25). */
+int32_t kvt_rag_retrieve_k(const kvt_rag_index *idx, kvt_rag_retrieve mode, const char *question, const float *qvec,
+                           int32_t k, int32_t rrf_k, kvt_rag_hit *out);
 
 #endif

@@ -105,6 +105,8 @@ void kvt_rag_free(kvt_rag_index *x) {
     free(x->post_off);
     free(x->post_chunk);
     free(x->post_tf);
+    free(x->model_name);
+    free(x->vecs);
     free(x);
 }
 
@@ -145,6 +147,21 @@ static void w_str(wbuf *b, const char *s) {
     w_put(b, s, n);
 }
 
+/* The vector section (rag.h): dim, pooling, fingerprint, model name, the floats' bits. */
+static void write_vectors(wbuf *b, const kvt_rag_index *x) {
+    w_u32(b, (uint32_t)x->dim);
+    w_u32(b, (uint32_t)x->pooling);
+    w_u64(b, x->fingerprint.lo);
+    w_u64(b, x->fingerprint.hi);
+    w_str(b, x->model_name ? x->model_name : "");
+    size_t n = (size_t)x->n_chunks * (size_t)x->dim;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x->vecs[i], 4);
+        w_u32(b, u);
+    }
+}
+
 int kvt_rag_save(const kvt_rag_index *x, const char *path) {
     wbuf pl = {0}, h = {0};
     for (int32_t i = 0; i < x->n_chunks; i++) {
@@ -164,8 +181,9 @@ int kvt_rag_save(const kvt_rag_index *x, const char *path) {
             w_u32(&pl, x->post_tf[k]);
         }
     }
+    if (x->dim) write_vectors(&pl, x);
     w_put(&h, MAGIC, MAGIC_LEN);
-    w_u32(&h, KVT_RAG_VERSION);
+    w_u32(&h, x->dim ? KVT_RAG_VERSION_DENSE : KVT_RAG_VERSION);
     w_u32(&h, (uint32_t)x->B);
     w_u32(&h, (uint32_t)x->chunk_tokens);
     w_u32(&h, (uint32_t)x->n_chunks);
@@ -222,6 +240,41 @@ static char *r_str(rbuf *r, size_t max) {
     return s;
 }
 
+/* The vector section of a version 3 payload, at r's offset; it must end the
+ * payload. 0, or KVT_EFORMAT naming what is wrong with it. */
+static int read_vectors(const char *path, rbuf *r, kvt_rag_index *x) {
+    size_t at = HEADER_BYTES + r->off;
+    uint32_t dim = r_u32(r), pool = r_u32(r);
+    x->fingerprint.lo = r_u64(r);
+    x->fingerprint.hi = r_u64(r);
+    if (r->bad) return kvt_fail(KVT_EFORMAT, "%s: the vector section at byte %zu is cut short", path, at);
+    if (dim < 1 || dim > KVT_RAG_DIM_MAX)
+        return kvt_fail(KVT_EFORMAT, "%s: the vector section gives %u floats per vector (1 to %d)", path, dim,
+                        KVT_RAG_DIM_MAX);
+    if (pool < KVT_RAG_POOL_MEAN || pool > KVT_RAG_POOL_CLS)
+        return kvt_fail(KVT_EFORMAT, "%s: the vector section's pooling %u is not 1 (mean), 2 (last) or 3 (cls)", path,
+                        pool);
+    x->model_name = r_str(r, KVT_RAG_MODEL_NAME_MAX);
+    if (!x->model_name) return kvt_fail(KVT_EFORMAT, "%s: the vector section's model name is malformed", path);
+    uint64_t want = (uint64_t)x->n_chunks * dim * 4, left = r->len - r->off;
+    if (left != want)
+        return kvt_fail(KVT_EFORMAT,
+                        "%s: the vector section holds %llu bytes of vectors, %d chunks of %u floats need %llu "
+                        "(truncated or extended)",
+                        path, (unsigned long long)left, x->n_chunks, dim, (unsigned long long)want);
+    x->vecs = kvt_xmalloc((size_t)want);
+    for (size_t i = 0; i < (size_t)x->n_chunks * dim; i++) {
+        uint32_t u = r_u32(r);
+        memcpy(&x->vecs[i], &u, 4);
+        if (!isfinite(x->vecs[i]))
+            return kvt_fail(KVT_EFORMAT, "%s: the vector of chunk %zu holds a value that is not a finite number", path,
+                            i / dim);
+    }
+    x->dim = (int32_t)dim;
+    x->pooling = (kvt_rag_pooling)pool;
+    return 0;
+}
+
 static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *x) {
     if (len < HEADER_BYTES || memcmp(p, MAGIC, MAGIC_LEN))
         return kvt_fail(KVT_EFORMAT, "%s: not a kvtier RAG index (bad magic)", path);
@@ -234,11 +287,11 @@ static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *
     uint32_t pl_crc = r_u32(&r), h_crc = r_u32(&r);
     if (kvt_crc32c(0, p, HEADER_BYTES - 4) != h_crc)
         return kvt_fail(KVT_EFORMAT, "%s: header checksum mismatch (the file is damaged)", path);
-    if (version != KVT_RAG_VERSION)
+    if (version != KVT_RAG_VERSION && version != KVT_RAG_VERSION_DENSE)
         return kvt_fail(KVT_EUNSUPPORTED,
-                        "%s: index format version %u; this kvtier reads version %d (rebuild it "
+                        "%s: index format version %u; this kvtier reads versions %d and %d (rebuild it "
                         "with `kvtier rag index`)",
-                        path, version, KVT_RAG_VERSION);
+                        path, version, KVT_RAG_VERSION, KVT_RAG_VERSION_DENSE);
     if (pl_len != len - HEADER_BYTES)
         return kvt_fail(KVT_EFORMAT, "%s: %zu payload bytes, the header says %llu (truncated or extended)", path,
                         len - HEADER_BYTES, (unsigned long long)pl_len);
@@ -283,9 +336,13 @@ static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *
         }
         x->post_off[t + 1] = (uint32_t)x->n_post;
     }
-    if (r.bad || r.off != r.len)
+    if (r.bad || (r.off != r.len && version == KVT_RAG_VERSION))
         return kvt_fail(KVT_EFORMAT, "%s: malformed payload at byte %zu (a bad length, count or order)", path,
                         HEADER_BYTES + r.off);
+    if (version == KVT_RAG_VERSION_DENSE) {
+        int rc = read_vectors(path, &r, x);
+        if (rc) return rc;
+    }
     kvt_rag_index_finish(x);
     return 0;
 }
@@ -361,8 +418,12 @@ static int hit_by_score(const void *a, const void *b) {
     return hit_by_id(a, b);
 }
 
-int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, kvt_rag_hit *out) {
-    if (k <= 0) return 0;
+void kvt_rag_sort_by_score(const kvt_rag_index *x, kvt_rag_hit *hits, int32_t n) {
+    sort_index = x;
+    if (n > 0) qsort(hits, (size_t)n, sizeof *hits, hit_by_score);
+}
+
+int32_t kvt_rag_rank_bm25(const kvt_rag_index *x, const char *question, kvt_rag_hit **out) {
     char **terms = NULL;
     size_t n = kvt_rag_terms(question, strlen(question), &terms);
     if (n) qsort(terms, n, sizeof *terms, kvt_rag_strcmp); /* qsort with a NULL array is undefined even for 0 */
@@ -386,13 +447,21 @@ int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, k
     for (int32_t c = 0; c < x->n_chunks; c++)
         if (score[c] > 0) all[m++] = (kvt_rag_hit){c, score[c], 0};
     free(score);
-    sort_index = x;
-    qsort(all, (size_t)m, sizeof *all, hit_by_score);
-    int32_t got = KVT_MIN(m, k);
-    for (int32_t i = 0; i < got; i++) {
-        out[i] = all[i];
-        out[i].rank = i;
+    kvt_rag_sort_by_score(x, all, m);
+    for (int32_t i = 0; i < m; i++) all[i].rank = i;
+    if (!m) {
+        free(all);
+        all = NULL;
     }
+    *out = all;
+    return m;
+}
+
+int32_t kvt_rag_query(const kvt_rag_index *x, const char *question, int32_t k, kvt_rag_hit *out) {
+    if (k <= 0) return 0;
+    kvt_rag_hit *all = NULL;
+    int32_t m = kvt_rag_rank_bm25(x, question, &all), got = KVT_MIN(m, k); /* KVT_MIN evaluates twice */
+    if (got > 0) memcpy(out, all, (size_t)got * sizeof *out);
     free(all);
     return got;
 }

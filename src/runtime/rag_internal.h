@@ -21,6 +21,12 @@ struct kvt_rag_index {
     uint32_t *post_tf;     /* n_post term frequencies */
     size_t n_post;
     double avg_len; /* mean n_terms over the chunks (kvt_rag_index_finish) */
+    /* dense vectors (version 3), or dim 0 */
+    int32_t dim;
+    kvt_rag_pooling pooling;
+    kvt_fingerprint fingerprint;
+    char *model_name; /* owned */
+    float *vecs;      /* n_chunks x dim; owned */
 };
 
 /* The BM25 terms of text[0..len) in order (rag.h), malloc'd strings in a
@@ -32,6 +38,11 @@ char *kvt_rag_strndup(const char *s, size_t n);
  * of XXH3-64 (with seed) over the chunk's text, malloc'd (rag.h, "Ids"). */
 char *kvt_rag_chunk_id(const char *doc, const char *text, size_t len, uint64_t seed);
 void kvt_rag_chunk_free(kvt_rag_chunk *c);
+/* Every chunk with a positive BM25 score for question, best first (ties by
+ * id), into *all (malloc'd, NULL when none; rank set). Returns how many. */
+int32_t kvt_rag_rank_bm25(const kvt_rag_index *x, const char *question, kvt_rag_hit **all);
+/* Sorts hits by score, best first, ties by id (then chunk number). */
+void kvt_rag_sort_by_score(const kvt_rag_index *x, kvt_rag_hit *hits, int32_t n);
 /* Computes the derived fields (avg_len) of a built or loaded index. */
 void kvt_rag_index_finish(kvt_rag_index *x);
 

@@ -41,6 +41,7 @@ kvt_server_params kvt_server_default_params(void) {
                            .session_keep_warm_s = KVT_SERVER_DEFAULT_KEEP_WARM_S,
                            .model_id = "kvtier",
                            .rag_k = KVT_RAG_DEFAULT_K,
+                           .rag_rrf_k = KVT_RAG_RRF_K,
                            .recompute_ratio = KVT_BLEND_DEFAULT_RATIO,
                            .metrics_names = KVT_METRICS_LLAMACPP,
                            .default_temperature = 1.0f,
@@ -158,7 +159,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->b_seq = kvt_xmalloc(max_batch * sizeof *s->b_seq);
     s->b_want = kvt_xmalloc(max_batch * sizeof *s->b_want);
     s->b_hid = kvt_xcalloc(max_batch, sizeof *s->b_hid);
-    s->hidden = s->p.embeddings
+    s->hidden = s->p.embeddings || s->p.rag_dense
         ? kvt_xmalloc((size_t)s->p.prefill_chunk * (size_t)s->model->hp.n_embd * sizeof *s->hidden)
         : NULL;
     size_t n_step = (size_t)KVT_MAX(s->p.parallel, 1);

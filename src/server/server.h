@@ -127,6 +127,12 @@ typedef struct {
     size_t n_cors_origins;
     const struct kvt_rag_index *rag; /* --rag-index: serves POST /v1/rag/chat/completions (borrowed); NULL: 404 */
     int32_t rag_k;                   /* chunks a RAG request retrieves when it gives no kvtier.rag.k */
+    int rag_retrieve;                /* a kvt_rag_retrieve: how a RAG request retrieves when it gives no
+                                        kvtier.rag.retrieve (--rag-retrieve; default bm25) */
+    int32_t rag_rrf_k;               /* hybrid retrieval's reciprocal rank constant (--rag-rrf-k) */
+    int rag_dense;                   /* 1: dense and hybrid retrieval can run: the index has vectors of the
+                                        served model and the engine is the CPU's (the question is embedded
+                                        as an engine request, pooled as the index says) */
     int approximate_reuse;           /* 1: a request may ask for kvtier.reuse "approximate" (docs/rag.md
                                    "Approximate reuse"); 0 (default): such a request is a 400 */
     float recompute_ratio;           /* of the documents' placed tokens, the fraction recomputed when a request

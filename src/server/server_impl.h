@@ -367,6 +367,12 @@ enum MHD_Result kvt_srv_handle_llama(kvt_server *s, struct MHD_Connection *c, co
 int kvt_srv_completion_is_multi(const conn_state *cs);
 /* POST /v1/embeddings and /embedding (handlers_embed.c) */
 enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *c, struct conn_state *cs);
+/* A RAG question's vector for dense retrieval (p.rag_dense): text tokenized as `kvtier rag index
+ * --embed` tokenizes chunks (the model's start token, special-token spellings as plain text, cut to
+ * the context), run as one prefill-only engine request pooled by pooling, L2-normalised into v
+ * (n_embd floats). 0, or nonzero with *err (a full queue, a client gone, an engine error). */
+int kvt_srv_embed_question(kvt_server *s, struct MHD_Connection *c, const struct conn_state *cs, const char *text,
+                           const char *cache_salt, int pooling, float *v, kvt_api_error *err);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 /* GET|POST /v1/cache/lookup and GET /v1/cache/events (handlers_lookup.c) */
 enum MHD_Result kvt_srv_handle_lookup(kvt_server *s, struct MHD_Connection *c, conn_state *cs);

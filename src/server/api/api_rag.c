@@ -16,22 +16,49 @@
 
 static const char *const TIER_NAMES[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
 
-int kvt_api_rag_options(const char *rag_json, int32_t default_k, kvt_api_rag *out, kvt_api_error *err) {
+#define RRF_K_MAX 1000000
+
+/* kvtier.rag.retrieve and .rrf_k into out. 0, or KVT_EARG with *err. */
+static int retrieve_options(const cJSON *o, kvt_api_rag *out, kvt_api_error *err) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "retrieve"), *k = cJSON_GetObjectItemCaseSensitive(o, "rrf_k");
+    if (r && !cJSON_IsNull(r)) {
+        int m = cJSON_IsString(r) ? kvt_rag_retrieve_parse(r->valuestring) : -1;
+        if (m < 0)
+            return kvt_api_errorf(err, 400, INVALID, "kvtier.rag.retrieve", "invalid_value",
+                                  "'kvtier.rag.retrieve' must be \"bm25\" (terms), \"dense\" (cosine between "
+                                  "embeddings) or \"hybrid\" (both, fused by reciprocal rank)");
+        out->retrieve = (kvt_rag_retrieve)m;
+    }
+    if (k && !cJSON_IsNull(k)) {
+        if (!cJSON_IsNumber(k) || !(k->valuedouble >= 1 && k->valuedouble <= RRF_K_MAX) ||
+            k->valuedouble != (double)(int)k->valuedouble)
+            return kvt_api_errorf(err, 400, INVALID, "kvtier.rag.rrf_k",
+                                  cJSON_IsNumber(k) ? "invalid_value" : "invalid_type",
+                                  "'kvtier.rag.rrf_k' must be an integer from 1 to %d", RRF_K_MAX);
+        out->rrf_k = (int32_t)k->valuedouble;
+    }
+    return 0;
+}
+
+int kvt_api_rag_options(const char *rag_json, const kvt_api_rag *defaults, kvt_api_rag *out, kvt_api_error *err) {
     memset(out, 0, sizeof *out);
-    out->k = default_k;
+    out->k = defaults->k;
+    out->retrieve = defaults->retrieve;
+    out->rrf_k = defaults->rrf_k;
     out->order = KVT_RAG_ORDER_CACHED;
     if (!rag_json) return 0;
     cJSON *o = cJSON_Parse(rag_json);
     int rc = 0;
     if (!cJSON_IsObject(o)) {
         rc = kvt_api_errorf(err, 400, INVALID, "kvtier.rag", "invalid_type",
-                            "'kvtier.rag' must be an object {\"k\", \"order\"}");
+                            "'kvtier.rag' must be an object {\"k\", \"order\", \"retrieve\", \"rrf_k\"}");
         goto done;
     }
     for (const cJSON *f = o->child; f; f = f->next)
-        if (strcmp(f->string, "k") && strcmp(f->string, "order")) {
+        if (strcmp(f->string, "k") && strcmp(f->string, "order") && strcmp(f->string, "retrieve") &&
+            strcmp(f->string, "rrf_k")) {
             rc = kvt_api_errorf(err, 400, INVALID, "kvtier.rag", "unknown_field",
-                                "'kvtier.rag.%.64s' is not a field kvtier knows (k, order)", f->string);
+                                "'kvtier.rag.%.64s' is not a field kvtier knows (k, order, retrieve, rrf_k)", f->string);
             goto done;
         }
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "k"), *ord = cJSON_GetObjectItemCaseSensitive(o, "order");
@@ -55,21 +82,28 @@ int kvt_api_rag_options(const char *rag_json, int32_t default_k, kvt_api_rag *ou
         }
         out->order = (kvt_rag_order)m;
     }
+    rc = retrieve_options(o, out, err);
 done:
     cJSON_Delete(o);
     return rc;
 }
 
-int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_rag *rag, kvt_api_error *err) {
+const char *kvt_api_rag_question(const kvt_api_request *a) {
+    if (!a->n_msgs || strcmp(a->msgs[a->n_msgs - 1].role, "user") || !*a->msgs[a->n_msgs - 1].content) return NULL;
+    return a->msgs[a->n_msgs - 1].content;
+}
+
+int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_rag *rag, const float *qvec,
+                         kvt_api_error *err) {
     if (a->n_docs)
         return kvt_api_errorf(err, 400, INVALID, "kvtier.documents", "unsupported_parameter",
                               "'kvtier.documents' cannot be given here: /v1/rag/chat/completions retrieves the "
                               "documents itself (use /v1/chat/completions to send your own)");
-    if (!a->n_msgs || strcmp(a->msgs[a->n_msgs - 1].role, "user") || !*a->msgs[a->n_msgs - 1].content)
+    if (!kvt_api_rag_question(a))
         return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
                               "the last message must be the user's question (role \"user\", non-empty content)");
     double t0 = kvt_now();
-    rag->n_hits = kvt_rag_query(idx, a->msgs[a->n_msgs - 1].content, rag->k, rag->hits);
+    rag->n_hits = kvt_rag_retrieve_k(idx, rag->retrieve, kvt_api_rag_question(a), qvec, rag->k, rag->rrf_k, rag->hits);
     double t1 = kvt_now();
     kvt_document docs[KVT_RAG_MAX_K];
     kvt_rag_plan(idx, rag->order, rag->hits, rag->n_hits, docs);
@@ -107,6 +141,8 @@ char *kvt_api_rag_response(char *response, const kvt_rag_index *idx, const kvt_a
     cJSON *o = cJSON_AddObjectToObject(kv, "rag");
     cJSON_AddStringToObject(o, "order", kvt_rag_order_name(rag->order));
     cJSON_AddNumberToObject(o, "k", rag->k);
+    cJSON_AddStringToObject(o, "retrieve", kvt_rag_retrieve_name(rag->retrieve));
+    if (rag->retrieve == KVT_RAG_RETRIEVE_HYBRID) cJSON_AddNumberToObject(o, "rrf_k", rag->rrf_k);
     cJSON_AddNumberToObject(o, "retrieve_ms", rag->retrieve_ms);
     cJSON_AddNumberToObject(o, "plan_ms", rag->plan_ms + lay->cache_plan_ms);
     cJSON *arr = cJSON_AddArrayToObject(o, "chunks");

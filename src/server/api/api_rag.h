@@ -16,20 +16,29 @@
 typedef struct {
     int32_t k;                       /* chunks to retrieve (kvtier.rag.k) */
     kvt_rag_order order;             /* kvtier.rag.order */
+    kvt_rag_retrieve retrieve;       /* kvtier.rag.retrieve */
+    int32_t rrf_k;                   /* kvtier.rag.rrf_k (hybrid) */
     kvt_rag_hit hits[KVT_RAG_MAX_K]; /* in prompt order after kvt_api_rag_retrieve */
     int32_t n_hits;
     double retrieve_ms, plan_ms;
 } kvt_api_rag;
 
 /* Reads kvtier.rag (rag_json: the object's JSON text, or NULL for the
- * defaults): {"k": 1..KVT_RAG_MAX_K, "order": "canonical" | "score"}; any other
- * field is a 400 naming it. Returns 0 or KVT_EARG with *err. */
-int kvt_api_rag_options(const char *rag_json, int32_t default_k, kvt_api_rag *out, kvt_api_error *err);
+ * defaults, which *defaults gives: k, retrieve, rrf_k): {"k": 1..KVT_RAG_MAX_K,
+ * "order": "cached" | "canonical" | "score", "retrieve": "bm25" | "dense" |
+ * "hybrid", "rrf_k": 1..1000000}; any other field is a 400 naming it.
+ * Returns 0 or KVT_EARG with *err. */
+int kvt_api_rag_options(const char *rag_json, const kvt_api_rag *defaults, kvt_api_rag *out, kvt_api_error *err);
 
-/* Retrieves for the question (a's last message, which must be the user's),
+/* The question a RAG request asks (a's last message): NULL when it is not a
+ * non-empty user message (kvt_api_rag_retrieve says so as a 400). */
+const char *kvt_api_rag_question(const kvt_api_request *a);
+/* Retrieves for the question (a's last message, which must be the user's) by
+ * rag->retrieve (qvec: the question's vector for dense and hybrid),
  * plans the order, and puts the chunks into a->docs as fixed context blocks
  * (owned by a). A request that brings its own kvtier.documents is a 400. Returns 0 or KVT_EARG with *err. */
-int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_rag *rag, kvt_api_error *err);
+int kvt_api_rag_retrieve(const kvt_rag_index *idx, kvt_api_request *a, kvt_api_rag *rag, const float *qvec,
+                         kvt_api_error *err);
 
 /* Where the chunks ended up in the prompt, as the engine admitted it. */
 typedef struct {
@@ -42,7 +51,7 @@ typedef struct {
 } kvt_api_rag_layout;
 
 /* Adds "rag" to the "kvtier" object of response (a JSON text, taken):
- * {order, k, retrieve_ms, plan_ms, chunks: [{position, chunk, id, score, rank,
+ * {order, k, retrieve (and rrf_k for hybrid), retrieve_ms, plan_ms, chunks: [{position, chunk, id, score, rank,
  * tokens, cached_tokens, tiers: {T0: n, ...}}], cached_chunks}, the chunks in
  * prompt order. A chunk's cached_tokens are the part of it inside the reused
  * prefix (u->cached_tokens), split by the tier each block came from. Returns

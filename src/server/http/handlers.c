@@ -62,15 +62,36 @@ int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_a
     return 0;
 }
 
+/* Why this server cannot embed a RAG question (p.rag_dense is 0), for the 400. */
+static const char *no_dense_reason(const kvt_server *s) {
+    if (!kvt_rag_vectors(s->p.rag).dim) return "its index has no vectors (build it with `kvtier rag index --embed`)";
+    if (kvt_rag_check_embedder(s->p.rag, s->model, kvt_rag_vectors(s->p.rag).pooling)) return kvt_errmsg();
+    return "the question is embedded on the CPU engine only (this server runs on a GPU)";
+}
+
 /* RAG (docs/rag.md "The RAG route"): kvtier.rag is read only on its route (kvt_srv_parse);
- * there the question retrieves chunks that become the request's documents. */
-static int rag_prepare(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_rag *rag, kvt_api_error *err) {
+ * there the question retrieves chunks that become the request's documents. Dense and hybrid
+ * retrieval first embed the question as an engine request, pooled as the index's vectors are. */
+static int rag_prepare(kvt_server *s, struct MHD_Connection *c, const conn_state *cs, kvt_api_request *a,
+                       kvt_api_rag *rag, kvt_api_error *err) {
     if (cs->r != R_RAG) return 0;
     if (!s->p.rag)
         return kvt_api_errorf(err, 404, "invalid_request_error", NULL, "not_found",
                               "this server has no RAG index: start it with --rag-index INDEX");
-    if (kvt_api_rag_options(a->rag_json, s->p.rag_k, rag, err)) return KVT_EARG;
-    return kvt_api_rag_retrieve(s->p.rag, a, rag, err);
+    kvt_api_rag defaults = {.k = s->p.rag_k, .retrieve = (kvt_rag_retrieve)s->p.rag_retrieve, .rrf_k = s->p.rag_rrf_k};
+    if (kvt_api_rag_options(a->rag_json, &defaults, rag, err)) return KVT_EARG;
+    if (rag->retrieve == KVT_RAG_RETRIEVE_BM25 || !kvt_api_rag_question(a))
+        return kvt_api_rag_retrieve(s->p.rag, a, rag, NULL, err);
+    if (!s->p.rag_dense)
+        return kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.rag.retrieve", "unsupported_value",
+                              "this server cannot retrieve \"%s\": %s", kvt_rag_retrieve_name(rag->retrieve),
+                              no_dense_reason(s));
+    float *q = kvt_xmalloc((size_t)s->model->hp.n_embd * sizeof *q);
+    int rc = kvt_srv_embed_question(s, c, cs, kvt_api_rag_question(a), a->cache_salt, kvt_rag_vectors(s->p.rag).pooling,
+                                    q, err);
+    if (!rc) rc = kvt_api_rag_retrieve(s->p.rag, a, rag, q, err);
+    free(q);
+    return rc;
 }
 
 enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
@@ -79,7 +100,7 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
     kvt_api_rag rag = {0};
     if (cs->r == R_COMPLETIONS && kvt_srv_completion_is_multi(cs)) return kvt_srv_handle_llama(s, c, cs);
     if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
-    if (rag_prepare(s, cs, &a, &rag, &err) ||
+    if (rag_prepare(s, c, cs, &a, &rag, &err) ||
         (cs->r == R_PREFILL && a.stream &&
          kvt_api_errorf(&err, 400, "invalid_request_error", "stream", "unsupported_parameter",
                         "'stream' is not supported on /v1/cache/prefill")) ||

@@ -279,6 +279,35 @@ static int run_window(kvt_server *s, struct MHD_Connection *c, const conn_state 
     return 0;
 }
 
+int kvt_srv_embed_question(kvt_server *s, struct MHD_Connection *c, const conn_state *cs, const char *text,
+                           const char *cache_salt, int pooling, float *v, kvt_api_error *err) {
+    embed_input in = {0};
+    int rc = kvt_tokenize(s->tok, text, strlen(text), kvt_tokenizer_add_special(s->tok), 0, &in.ids, &in.n);
+    if (rc || !in.n) {
+        free(in.ids);
+        return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
+                              "the question cannot be tokenized to embed it for dense retrieval");
+    }
+    in.n = KVT_MIN(in.n, (size_t)s->n_ctx);
+    srv_req *r = embed_request(s, cs, cache_salt, &in);
+    r->embed = pooling;
+    if (kvt_srv_enqueue(s, r)) {
+        kvt_srv_req_unref(s, r);
+        return kvt_api_errorf(err, 503, "server_error", NULL, "overloaded",
+                              "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
+    }
+    if (wait_done(s, c, r, &r, 1)) {
+        kvt_srv_req_unref(s, r);
+        return kvt_api_errorf(err, 400, INVALID, NULL, "client_gone", "the client went away");
+    }
+    rc = r->err_status ? kvt_api_errorf(err, r->err_status, r->err_status >= 500 ? "server_error" : INVALID, NULL, NULL,
+                                        "embedding the question: %s", r->err_msg)
+                       : 0;
+    if (!rc) finish_vector(s, r, v);
+    kvt_srv_req_unref(s, r);
+    return rc;
+}
+
 enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     kvt_api_error err;
     if (!s->p.embeddings) {

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `kvtier rag index --embed` and `rag query --retrieve bm25|dense|hybrid` with
+# generated random-weight models (their vectors prove the plumbing, not the quality):
+# - the index stores a vector per chunk and says so; a document's own text asked
+#   densely finds that document first (its vector is the chunk's, cosine 1);
+# - hybrid scores are reciprocal-rank sums: the best is at most 2 / (rrf-k + 1), and
+#   --rrf-k changes them;
+# - a question embedded with another model or pooling, dense retrieval on an index
+#   built without --embed, and a missing model are refused naming what is wrong;
+# - a truncated index is refused; a version 2 index (the fuzz corpus's) still loads;
+# - --help explains the new flags.
+# Needs jq.
+set -u
+command -v jq >/dev/null || { echo "SKIP: needs jq"; exit 77; }
+. "$(dirname "$0")/../testutil.sh"
+has() { case "$1" in *"$2"*) return 0 ;; esac; echo "  '$1' lacks '$2'" >&2; return 1; }
+SHAPE=(--dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 1024)
+"$BIN" mkmodel -o "$TMP/a.gguf" "${SHAPE[@]}" >/dev/null 2>&1 &&
+  "$BIN" mkmodel -o "$TMP/b.gguf" "${SHAPE[@]}" --seed 7 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+
+mkdir -p "$TMP/docs"
+echo "The lighthouse keeper climbs one hundred steps every evening to light the lamp." >"$TMP/docs/lamp.txt"
+echo "Bakers fold butter into the dough many times to make flaky pastry." >"$TMP/docs/pastry.txt"
+echo "Glaciers carve wide valleys as they creep downhill over thousands of years." >"$TMP/docs/ice.txt"
+echo "A violin has four strings tuned in fifths and is played with a bow." >"$TMP/docs/violin.txt"
+IDX="$TMP/e.idx"
+expect_rc 0 "$BIN" rag index -m "$TMP/a.gguf" --docs "$TMP/docs" -o "$IDX" --embed -t 1
+check "index --embed reports its vectors" has "$(cat "$TMP/out")" "vectors of 64 floats (mean pooling)"
+q() { "$BIN" rag query "$IDX" "$@" -t 1 --json; }
+top() { jq -r '.chunks[0].doc'; }
+check "dense: a document's own text finds it" is \
+  "$(q "$(cat "$TMP/docs/ice.txt")" --retrieve dense -m "$TMP/a.gguf" | top)" ice.txt
+check "dense: its cosine is 1" is \
+  "$(q "$(cat "$TMP/docs/violin.txt")" --retrieve dense -m "$TMP/a.gguf" | jq '.chunks[0].score > 0.99999')" true
+check "bm25 still answers from the same index" is "$(q "flaky pastry dough" | top)" pastry.txt
+h60=$(q "flaky pastry dough" --retrieve hybrid -m "$TMP/a.gguf" -k 4)
+h1=$(q "flaky pastry dough" --retrieve hybrid -m "$TMP/a.gguf" -k 4 --rrf-k 1)
+check "hybrid returns every chunk" is "$(jq '.chunks | length' <<<"$h60")" 4
+check "hybrid scores are reciprocal-rank sums (k 60)" is "$(jq '.chunks[0].score <= 2 / 61 and .chunks[3].score >= 1 / 64' <<<"$h60")" true
+check "--rrf-k changes the scores" is "$(jq '.chunks[0].score > 2 / 61 and .chunks[0].score <= 1' <<<"$h1")" true
+check "--embed-model is the same as -m for the question" is \
+  "$(q "$(cat "$TMP/docs/lamp.txt")" --retrieve dense --embed-model "$TMP/a.gguf" | top)" lamp.txt
+
+# refusals
+check "another model is refused" expect_rc 1 "$BIN" rag query "$IDX" "glaciers" --retrieve dense -m "$TMP/b.gguf"
+check "  naming both models" has "$(cat "$TMP/out")" "from model a.gguf"
+check "  and the question's" has "$(cat "$TMP/out")" "embedded with b.gguf"
+check "another pooling is refused" expect_rc 1 "$BIN" rag query "$IDX" "glaciers" --retrieve hybrid -m "$TMP/a.gguf" --pooling last
+check "  naming both poolings" has "$(cat "$TMP/out")" "pooled by mean but the question would be pooled by last"
+check "dense needs a model" expect_rc 2 "$BIN" rag query "$IDX" "glaciers" --retrieve dense
+check "  and says so" has "$(cat "$TMP/out")" "--embed-model MODEL"
+check "a bad --retrieve is refused" expect_rc 2 "$BIN" rag query "$IDX" "glaciers" --retrieve cosine
+check "  naming the flag" has "$(cat "$TMP/out")" "--retrieve must be bm25, dense or hybrid"
+check "--pooling without --embed is refused" expect_rc 2 "$BIN" rag index -m "$TMP/a.gguf" --docs "$TMP/docs" \
+  -o "$TMP/x.idx" --pooling last
+"$BIN" rag index -m "$TMP/a.gguf" --docs "$TMP/docs" -o "$TMP/plain.idx" >/dev/null 2>&1
+check "dense on an index without vectors is refused" expect_rc 1 "$BIN" rag query "$TMP/plain.idx" "glaciers" \
+  --retrieve dense -m "$TMP/a.gguf"
+check "  pointing at --embed" has "$(cat "$TMP/out")" "built without --embed"
+check "an index without vectors is version 2" is "$(od -An -tu1 -j8 -N1 "$TMP/plain.idx" | tr -d ' ')" 2
+check "an index with vectors is version 3" is "$(od -An -tu1 -j8 -N1 "$IDX" | tr -d ' ')" 3
+head -c $(($(stat -c %s "$IDX") - 8)) "$IDX" >"$TMP/short.idx"
+check "a truncated vector section is refused" expect_rc 1 "$BIN" rag query "$TMP/short.idx" "glaciers"
+check "  as truncated" has "$(cat "$TMP/out")" "truncated"
+check "a version 2 index of earlier kvtier loads" expect_rc 0 "$BIN" rag query \
+  "$KVT_SRC/fuzz/corpus/rag_index/six-docs.idx" "Lyon warehouse"
+help=$("$BIN" rag --help)
+for f in --embed --embed-model --pooling --retrieve --rrf-k; do check "--help explains $f" has "$help" "  $f "; done
+kvt_test_done test_cli_rag_embed
