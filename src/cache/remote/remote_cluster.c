@@ -34,74 +34,6 @@ uint16_t kvt_remote_key_slot(const char *key, size_t len) {
     return kvt_remote_crc16(key, len) & 16383;
 }
 
-/* ---- URLs ------------------------------------------------------------------- */
-
-/* host:port at s[0..n) into host (cap bytes) and *port. 0 or -1. */
-static int split_addr(const char *s, size_t n, char *host, size_t cap, int *port) {
-    const char *colon = NULL;
-    for (size_t i = n; i > 0; i--)
-        if (s[i - 1] == ':') {
-            colon = s + i - 1;
-            break;
-        }
-    if (!colon || colon == s || (size_t)(colon - s) >= cap) return -1;
-    char num[8], *e;
-    size_t pn = n - (size_t)(colon - s) - 1;
-    if (!pn || pn >= sizeof num) return -1;
-    memcpy(num, colon + 1, pn);
-    num[pn] = 0;
-    long p = strtol(num, &e, 10);
-    if (*e || p < 1 || p > 65535) return -1;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = 0;
-    *port = (int)p;
-    return 0;
-}
-
-static int parse_query(const char *url, const char *q, kvt_remote_url *u) {
-    if (!strcmp(q, "replica_reads=yes") || !strcmp(q, "replica_reads=1")) u->replica_reads = 1;
-    else if (strcmp(q, "replica_reads=no") && strcmp(q, "replica_reads=0"))
-        return kvt_fail(KVT_EARG, "--kv-remote %s: unknown parameter '%s' (expected replica_reads=yes or no)", url, q);
-    return 0;
-}
-
-int kvt_remote_cluster_parse_url(const char *url, kvt_remote_url *u) {
-    memset(u, 0, sizeof *u);
-    u->cluster = 1;
-    const char *s = url + strlen(KVT_REMOTE_CLUSTER_SCHEME), *end = s + strcspn(s, "/?");
-    if (*end == '/' && end[1] && end[1] != '?')
-        return kvt_fail(KVT_EARG, "--kv-remote %s: a cluster has no database numbers (drop the /db)", url);
-    const char *q = strchr(end, '?');
-    if (q && parse_query(url, q + 1, u)) return KVT_EARG;
-    const char *at = memchr(s, '@', (size_t)(end - s));
-    if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        if (!colon || (size_t)(colon - s) >= sizeof u->user || (size_t)(at - colon - 1) >= sizeof u->pass)
-            return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ before the hosts");
-        memcpy(u->user, s, (size_t)(colon - s));
-        memcpy(u->pass, colon + 1, (size_t)(at - colon - 1));
-        s = at + 1;
-    }
-    if ((size_t)(end - s) >= sizeof u->seeds) return kvt_fail(KVT_EARG, "--kv-remote %s: too many hosts", url);
-    memcpy(u->seeds, s, (size_t)(end - s));
-    u->seeds[end - s] = 0;
-    for (const char *h = u->seeds; *h;) {
-        size_t n = strcspn(h, ",");
-        char host[KVT_REMOTE_URL_PART_MAX];
-        int port;
-        if (split_addr(h, n, host, sizeof host, &port))
-            return kvt_fail(KVT_EARG, "--kv-remote %s: expected host:port[,host:port...] after %s", url,
-                            KVT_REMOTE_CLUSTER_SCHEME);
-        if (h == u->seeds) {
-            snprintf(u->host, sizeof u->host, "%s", host);
-            u->port = port;
-        }
-        h += n + (h[n] == ',');
-    }
-    if (!u->seeds[0]) return kvt_fail(KVT_EARG, "--kv-remote %s: no host", url);
-    return 0;
-}
-
 /* ---- nodes and the map -------------------------------------------------------- */
 
 /* The node at host:port, added if new (map_mu held, or before any thread
@@ -156,7 +88,7 @@ int kvt_remote_cluster_redirect(kvt_remote *r, const char *line, int *asking) {
     if (e == s || *e != ' ' || slot < 0 || slot >= KVT_CL_SLOTS) return -1;
     char host[KVT_REMOTE_URL_PART_MAX];
     int port;
-    if (split_addr(e + 1, strlen(e + 1), host, sizeof host, &port)) return -1;
+    if (kvt_remote_split_addr(e + 1, strlen(e + 1), host, sizeof host, &port)) return -1;
     pthread_mutex_lock(&cl->map_mu);
     int nd = node_of(r, host[0] ? host : r->url.host, port);
     if (nd >= 0 && !*asking) {
@@ -391,7 +323,7 @@ int kvt_remote_cluster_open(kvt_remote *r) {
         size_t n = strcspn(h, ",");
         char host[KVT_REMOTE_URL_PART_MAX];
         int port;
-        if (!split_addr(h, n, host, sizeof host, &port)) node_of(r, host, port);
+        if (!kvt_remote_split_addr(h, n, host, sizeof host, &port)) node_of(r, host, port);
         h += n + (h[n] == ',');
     }
     r->cl->n_seeds = r->cl->n_nodes;
@@ -447,7 +379,7 @@ int kvt_remote_cluster_primaries(const kvt_remote_url *u, double timeout_s, kvt_
     for (const char *h = seeds; *h && rc;) {
         size_t len = strcspn(h, ",");
         kvt_remote_url seed = *u;
-        if (!split_addr(h, len, seed.host, sizeof seed.host, &seed.port)) {
+        if (!kvt_remote_split_addr(h, len, seed.host, sizeof seed.host, &seed.port)) {
             redisContext *c = kvt_remote_connect_url(&seed, timeout_s, err, sizeof err);
             if (c) rc = topo_fetch(c, t, err, sizeof err);
             if (c) redisFree(c);

@@ -49,6 +49,8 @@ typedef struct kvt_remote_cluster {
 /* redis-cluster://[user:pass@]host:port[,host:port...][?replica_reads=yes|no]
  * into u: the first host in host/port, all of them in seeds. 0 or KVT_EARG. */
 int kvt_remote_cluster_parse_url(const char *url, kvt_remote_url *u);
+/* host:port at s[0..n) into host (cap bytes) and *port (remote_url.c). 0 or -1. */
+int kvt_remote_split_addr(const char *s, size_t n, char *host, size_t cap, int *port);
 
 /* At open: a cluster URL makes r a cluster client; a plain TCP URL whose
  * server says cluster_enabled:1 too (checked once, now). 0 or KVT_EARG. */

@@ -19,65 +19,8 @@
 #include "common.h"
 #include "remote_cluster_internal.h"
 
-#define DEFAULT_PORT 6379
-#define URL_REDIS "redis://"
-#define URL_UNIX "unix://"
 /* The longest reply line read (an error message, a bulk length). */
 #define LINE_MAX_BYTES 512
-
-static int copy_part(char *dst, const char *s, size_t n, const char *what, const char *url) {
-    if (n >= KVT_REMOTE_URL_PART_MAX) return kvt_fail(KVT_EARG, "--kv-remote %s: the %s is too long", url, what);
-    memcpy(dst, s, n);
-    dst[n] = 0;
-    return 0;
-}
-
-int kvt_remote_parse_url(const char *url, kvt_remote_url *u) {
-    memset(u, 0, sizeof *u);
-    u->port = DEFAULT_PORT;
-    if (!strncmp(url, "rediss", 6))
-        return kvt_fail(KVT_EARG,
-                        "--kv-remote %s: TLS is not supported: this build's hiredis (0.14) has no TLS; reach the "
-                        "server through a TLS tunnel and give a redis:// or redis-cluster:// URL",
-                        url);
-    if (!strncmp(url, KVT_REMOTE_CLUSTER_SCHEME, strlen(KVT_REMOTE_CLUSTER_SCHEME)))
-        return kvt_remote_cluster_parse_url(url, u);
-    if (!strncmp(url, URL_UNIX, strlen(URL_UNIX))) {
-        const char *path = url + strlen(URL_UNIX);
-        if (*path != '/') return kvt_fail(KVT_EARG, "--kv-remote %s: expected unix:///absolute/path", url);
-        u->is_unix = 1;
-        return copy_part(u->path, path, strlen(path), "path", url);
-    }
-    if (strncmp(url, URL_REDIS, strlen(URL_REDIS)))
-        return kvt_fail(KVT_EARG, "--kv-remote %s: expected redis://[user:pass@]host:port[/db] or unix:///path", url);
-    const char *s = url + strlen(URL_REDIS), *end = s + strcspn(s, "/");
-    const char *at = memchr(s, '@', (size_t)(end - s));
-    if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        if (!colon) return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ before the host");
-        if (copy_part(u->user, s, (size_t)(colon - s), "user", "URL") ||
-            copy_part(u->pass, colon + 1, (size_t)(at - colon - 1), "password", "URL"))
-            return KVT_EARG;
-        s = at + 1;
-    }
-    const char *colon = memchr(s, ':', (size_t)(end - s));
-    const char *host_end = colon ? colon : end;
-    if (host_end == s) return kvt_fail(KVT_EARG, "--kv-remote %s: no host", url);
-    if (copy_part(u->host, s, (size_t)(host_end - s), "host", url)) return KVT_EARG;
-    if (colon) {
-        char *e;
-        long port = strtol(colon + 1, &e, 10);
-        if (e != end || port < 1 || port > 65535) return kvt_fail(KVT_EARG, "--kv-remote %s: bad port", url);
-        u->port = (int)port;
-    }
-    if (*end == '/' && end[1]) {
-        char *e;
-        long db = strtol(end + 1, &e, 10);
-        if (*e || db < 0 || db > 1000000) return kvt_fail(KVT_EARG, "--kv-remote %s: bad database number", url);
-        u->db = (int)db;
-    }
-    return 0;
-}
 
 
 static struct timeval tv_of(double s) {

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+/* --kv-remote URLs: one Redis (redis://, unix://) or a Redis Cluster
+ * (redis-cluster://), parsed here for the connection code and the cluster
+ * code alike, so that neither calls the other to read one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "remote_cluster_internal.h"
+
+#define DEFAULT_PORT 6379
+#define URL_REDIS "redis://"
+#define URL_UNIX "unix://"
+
+/* host:port at s[0..n) into host (cap bytes) and *port. 0 or -1. */
+int kvt_remote_split_addr(const char *s, size_t n, char *host, size_t cap, int *port) {
+    const char *colon = NULL;
+    for (size_t i = n; i > 0; i--)
+        if (s[i - 1] == ':') {
+            colon = s + i - 1;
+            break;
+        }
+    if (!colon || colon == s || (size_t)(colon - s) >= cap) return -1;
+    char num[8], *e;
+    size_t pn = n - (size_t)(colon - s) - 1;
+    if (!pn || pn >= sizeof num) return -1;
+    memcpy(num, colon + 1, pn);
+    num[pn] = 0;
+    long p = strtol(num, &e, 10);
+    if (*e || p < 1 || p > 65535) return -1;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = 0;
+    *port = (int)p;
+    return 0;
+}
+
+static int parse_query(const char *url, const char *q, kvt_remote_url *u) {
+    if (!strcmp(q, "replica_reads=yes") || !strcmp(q, "replica_reads=1")) u->replica_reads = 1;
+    else if (strcmp(q, "replica_reads=no") && strcmp(q, "replica_reads=0"))
+        return kvt_fail(KVT_EARG, "--kv-remote %s: unknown parameter '%s' (expected replica_reads=yes or no)", url, q);
+    return 0;
+}
+
+int kvt_remote_cluster_parse_url(const char *url, kvt_remote_url *u) {
+    memset(u, 0, sizeof *u);
+    u->cluster = 1;
+    const char *s = url + strlen(KVT_REMOTE_CLUSTER_SCHEME), *end = s + strcspn(s, "/?");
+    if (*end == '/' && end[1] && end[1] != '?')
+        return kvt_fail(KVT_EARG, "--kv-remote %s: a cluster has no database numbers (drop the /db)", url);
+    const char *q = strchr(end, '?');
+    if (q && parse_query(url, q + 1, u)) return KVT_EARG;
+    const char *at = memchr(s, '@', (size_t)(end - s));
+    if (at) {
+        const char *colon = memchr(s, ':', (size_t)(at - s));
+        if (!colon || (size_t)(colon - s) >= sizeof u->user || (size_t)(at - colon - 1) >= sizeof u->pass)
+            return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ before the hosts");
+        memcpy(u->user, s, (size_t)(colon - s));
+        memcpy(u->pass, colon + 1, (size_t)(at - colon - 1));
+        s = at + 1;
+    }
+    if ((size_t)(end - s) >= sizeof u->seeds) return kvt_fail(KVT_EARG, "--kv-remote %s: too many hosts", url);
+    memcpy(u->seeds, s, (size_t)(end - s));
+    u->seeds[end - s] = 0;
+    for (const char *h = u->seeds; *h;) {
+        size_t n = strcspn(h, ",");
+        char host[KVT_REMOTE_URL_PART_MAX];
+        int port;
+        if (kvt_remote_split_addr(h, n, host, sizeof host, &port))
+            return kvt_fail(KVT_EARG, "--kv-remote %s: expected host:port[,host:port...] after %s", url,
+                            KVT_REMOTE_CLUSTER_SCHEME);
+        if (h == u->seeds) {
+            snprintf(u->host, sizeof u->host, "%s", host);
+            u->port = port;
+        }
+        h += n + (h[n] == ',');
+    }
+    if (!u->seeds[0]) return kvt_fail(KVT_EARG, "--kv-remote %s: no host", url);
+    return 0;
+}
+
+static int copy_part(char *dst, const char *s, size_t n, const char *what, const char *url) {
+    if (n >= KVT_REMOTE_URL_PART_MAX) return kvt_fail(KVT_EARG, "--kv-remote %s: the %s is too long", url, what);
+    memcpy(dst, s, n);
+    dst[n] = 0;
+    return 0;
+}
+
+int kvt_remote_parse_url(const char *url, kvt_remote_url *u) {
+    memset(u, 0, sizeof *u);
+    u->port = DEFAULT_PORT;
+    if (!strncmp(url, "rediss", 6))
+        return kvt_fail(KVT_EARG,
+                        "--kv-remote %s: TLS is not supported: this build's hiredis (0.14) has no TLS; reach the "
+                        "server through a TLS tunnel and give a redis:// or redis-cluster:// URL",
+                        url);
+    if (!strncmp(url, KVT_REMOTE_CLUSTER_SCHEME, strlen(KVT_REMOTE_CLUSTER_SCHEME)))
+        return kvt_remote_cluster_parse_url(url, u);
+    if (!strncmp(url, URL_UNIX, strlen(URL_UNIX))) {
+        const char *path = url + strlen(URL_UNIX);
+        if (*path != '/') return kvt_fail(KVT_EARG, "--kv-remote %s: expected unix:///absolute/path", url);
+        u->is_unix = 1;
+        return copy_part(u->path, path, strlen(path), "path", url);
+    }
+    if (strncmp(url, URL_REDIS, strlen(URL_REDIS)))
+        return kvt_fail(KVT_EARG, "--kv-remote %s: expected redis://[user:pass@]host:port[/db] or unix:///path", url);
+    const char *s = url + strlen(URL_REDIS), *end = s + strcspn(s, "/");
+    const char *at = memchr(s, '@', (size_t)(end - s));
+    if (at) {
+        const char *colon = memchr(s, ':', (size_t)(at - s));
+        if (!colon) return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ before the host");
+        if (copy_part(u->user, s, (size_t)(colon - s), "user", "URL") ||
+            copy_part(u->pass, colon + 1, (size_t)(at - colon - 1), "password", "URL"))
+            return KVT_EARG;
+        s = at + 1;
+    }
+    const char *colon = memchr(s, ':', (size_t)(end - s));
+    const char *host_end = colon ? colon : end;
+    if (host_end == s) return kvt_fail(KVT_EARG, "--kv-remote %s: no host", url);
+    if (copy_part(u->host, s, (size_t)(host_end - s), "host", url)) return KVT_EARG;
+    if (colon) {
+        char *e;
+        long port = strtol(colon + 1, &e, 10);
+        if (e != end || port < 1 || port > 65535) return kvt_fail(KVT_EARG, "--kv-remote %s: bad port", url);
+        u->port = (int)port;
+    }
+    if (*end == '/' && end[1]) {
+        char *e;
+        long db = strtol(end + 1, &e, 10);
+        if (*e || db < 0 || db > 1000000) return kvt_fail(KVT_EARG, "--kv-remote %s: bad database number", url);
+        u->db = (int)db;
+    }
+    return 0;
+}
