@@ -9,9 +9,11 @@
 # kvtier, llama.cpp, ...) with the median of each figure and kvtier/llama.cpp:
 #   - decode tok/s at an empty context: `kvtier run` of a 1-word prompt, -n NGEN,
 #     decode rate from its stats line; llama.cpp: `llama-bench -p 0 -n NGEN`.
-#   - for each DEPTH: one `kvtier run` of a DEPTH-token prompt with -n NGEN gives
-#     both the prefill tok/s and the decode tok/s at that depth (its stats line
-#     times the prefill and the decode separately). llama.cpp's prefill is
+#   - for each DEPTH: an empty-context `kvtier run`, then one `kvtier run` of a
+#     DEPTH-token prompt with -n NGEN, which gives both the prefill tok/s and the
+#     decode tok/s at that depth (its stats line times the prefill and the decode
+#     separately); depth_over_empty_DEPTH: the median over pairs of decode at
+#     depth / the empty decode just before it. llama.cpp's prefill is
 #     `llama-bench -p DEPTH -n 0`. Its decode at depth: with LLAMA_SERVER, one
 #     llama-server /completion of the same DEPTH token ids (n_predict NGEN), whose
 #     timings.predicted_per_second counts the generated tokens only; without it,
@@ -175,9 +177,13 @@ for TYPE in $TYPES; do
     np=$PAIRS
     [ "$d" -le 8192 ] || np=$PAIRS_LONG
     for i in $(seq 1 "$np"); do
+      # an empty-context decode right before, so that depth/empty compares runs at about the same load
+      read -r _ _ e < <(kvt_run "$OUT/p0.txt")
+      rec decode_empty kvtier "$e"
       read -r n pre dec < <(kvt_run "$OUT/p$d.txt")
       rec "prefill_$d" kvtier "$pre"
       rec "decode_at_$d" kvtier "$dec"
+      rec "depth_over_empty_$d" kvtier "$(awk -v a="$dec" -v b="$e" 'BEGIN { printf "%.3f", b > 0 ? a / b : 0 }')"
       [ "$i" -gt 1 ] || echo "  (kvtier prompt: $n tokens)"
       if [ -n "${LLAMA_SERVER:-}" ]; then
         read -r _ ldec < <(lsrv_depth "$OUT/p$d.txt")
