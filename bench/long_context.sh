@@ -183,7 +183,7 @@ for TYPE in $TYPES; do
       read -r n pre dec < <(kvt_run "$OUT/p$d.txt")
       rec "prefill_$d" kvtier "$pre"
       rec "decode_at_$d" kvtier "$dec"
-      rec "depth_over_empty_$d" kvtier "$(awk -v a="$dec" -v b="$e" 'BEGIN { printf "%.3f", b > 0 ? a / b : 0 }')"
+      rec "depth_over_empty_$d" kvtier "$(awk -v a="$dec" -v b="$e" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')"
       [ "$i" -gt 1 ] || echo "  (kvtier prompt: $n tokens)"
       if [ -n "${LLAMA_SERVER:-}" ]; then
         read -r _ ldec < <(lsrv_depth "$OUT/p$d.txt")
@@ -194,7 +194,7 @@ for TYPE in $TYPES; do
         pp=$(awk '$2 == 0 { print $3 }' "$OUT/lb.txt") pg=$(awk '$2 > 0 { print $3 }' "$OUT/lb.txt")
         rec "prefill_$d" llama "$pp"
         rec "decode_at_$d" llama "$(awk -v d="$d" -v g="$NGEN" -v pp="$pp" -v pg="$pg" \
-          'BEGIN { t = (d + g) / pg - d / pp; printf "%.2f", t > 0 ? g / t : 0 }')"
+          'BEGIN { t = (d + g) / pg - d / pp; printf "%.2f", (t > 0 ? g / t : 0) }')"
       fi
       echo "  pair $i: $(load)"
     done
@@ -233,7 +233,7 @@ for t in dict.fromkeys(k[0] for k in v):
         row = []
         for eng in ("kvtier", "llama"):
             x = v.get((t, fig, eng))
-            if x: row.append("%s %.1f [%.1f-%.1f, %d]" % (eng, med[(t, fig, eng)], min(x), max(x), len(x)))
+            if x: row.append("%s %.2f [%.2f-%.2f, %d]" % (eng, med[(t, fig, eng)], min(x), max(x), len(x)))
         r = ""
         if (t, fig, "llama") in med and med[(t, fig, "llama")] > 0:
             r = "  ratio %.2f" % (med[(t, fig, "kvtier")] / med[(t, fig, "llama")])
