@@ -214,7 +214,7 @@ static int state_eq(const gstate *a, const gstate *b) {
     for (int32_t i = 0; i < a->n; i++) {
         const gstk *x = &a->s[i], *y = &b->s[i];
         if (x->len != y->len || x->cp != y->cp || x->need != y->need ||
-            memcmp(a->pool + x->off, b->pool + y->off, (size_t)x->len * sizeof *a->pool))
+            (x->len && memcmp(a->pool + x->off, b->pool + y->off, (size_t)x->len * sizeof *a->pool)))
             return 0;
     }
     return 1;
