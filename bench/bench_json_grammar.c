@@ -99,6 +99,7 @@ static int m_done(const matcher *m) { return m->jg ? kvt_jg_done(m->jg) : kvt_gb
 /* A workload: a schema (JSON text, NULL for json_object) or a GBNF grammar. */
 typedef struct {
     const char *label, *schema, *gbnf;
+    int slow; /* GBNF: the mask without its memo of parse sets, for comparison */
 } workload;
 
 static result run(const kvt_jg_vocab *v, const workload *wl) {
@@ -119,6 +120,7 @@ static result run(const kvt_jg_vocab *v, const workload *wl) {
     result r = {0};
     for (int w = 0; w < WALKS; w++) {
         matcher g = {gb ? NULL : kvt_jg_new(s, v), gb ? kvt_gbnf_m_new(gb, v) : NULL};
+        if (g.gm && wl->slow) kvt_gbnf_m_set_memo(g.gm, 0);
         for (int32_t b = BUDGET; b > 0 && !m_done(&g); b--) {
             double t0 = kvt_now();
             int32_t n = m_mask(&g, b, mask);
@@ -170,9 +172,15 @@ int main(int argc, char **argv) {
     double load[3] = {0};
     if (getloadavg(load, 3) < 0) load[0] = -1;
     printf("load average before: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
-    static const workload wls[] = {{"json_object", NULL, NULL},          {"tool schema", SCHEMA, NULL},
-                                   {"worst schema", WORST, NULL},        {"gbnf json", NULL, GBNF_JSON},
-                                   {"gbnf records", NULL, GBNF_RECORDS}, {"gbnf lines", NULL, GBNF_LINES}};
+    static const workload wls[] = {{"json_object", NULL, NULL, 0},
+                                   {"tool schema", SCHEMA, NULL, 0},
+                                   {"worst schema", WORST, NULL, 0},
+                                   {"gbnf json", NULL, GBNF_JSON, 0},
+                                   {"gbnf records", NULL, GBNF_RECORDS, 0},
+                                   {"gbnf lines", NULL, GBNF_LINES, 0},
+                                   {"gbnf json/nomemo", NULL, GBNF_JSON, 1},
+                                   {"gbnf records/nomemo", NULL, GBNF_RECORDS, 1},
+                                   {"gbnf lines/nomemo", NULL, GBNF_LINES, 1}};
     enum { N_WL = sizeof wls / sizeof *wls };
     result res[N_WL][ROUNDS];
     for (int round = 0; round < ROUNDS; round++) /* alternated, so load drifts hit each alike */
@@ -180,7 +188,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < N_WL; k++) {
         qsort(res[k], ROUNDS, sizeof res[k][0], by_mask);
         const result *m = &res[k][ROUNDS / 2];
-        printf("%-12s %5ld tokens/round: mask %7.1f us/token median of %d rounds (%.1f..%.1f; slowest step %.0f us), "
+        printf("%-19s %5ld tokens/round: mask %7.1f us/token median of %d rounds (%.1f..%.1f; slowest step %.0f us), "
                "avg %ld allowed of %d, accept %.2f us/token\n",
                wls[k].label, m->steps, m->mask_us, ROUNDS, res[k][0].mask_us, res[k][ROUNDS - 1].mask_us, m->max_us,
                m->allowed / m->steps, kvt_jg_vocab_size(v), m->accept_us);

@@ -55,5 +55,11 @@ int kvt_gbnf_m_done(const kvt_gbnf_m *m);
 int kvt_gbnf_m_can_end(const kvt_gbnf_m *m);
 int32_t kvt_gbnf_m_min_bytes(const kvt_gbnf_m *m);
 int kvt_gbnf_m_overflowed(const kvt_gbnf_m *m);
+/* The mask remembers up to max_sets of the parse sets it meets, with the
+ * byte steps between them (2048 by default: the same mask, far fewer steps),
+ * and forgets them all when full; 0 turns that off, so every parse is stepped
+ * at every node of the vocabulary trie. For tests and benchmarks that
+ * compare the two; it forgets what was remembered. */
+void kvt_gbnf_m_set_memo(kvt_gbnf_m *m, int32_t max_sets);
 
 #endif

@@ -10,6 +10,10 @@
 
 #define INF (INT32_MAX / 4)
 #define MAX_EXPAND 100000 /* expansion calls for one step of one stack: a safety net, not a real limit */
+#define MEMO_MAX 2048     /* distinct parse sets one matcher remembers before it forgets them all */
+#define MEMO_UNKNOWN (-2) /* a transition not stepped yet */
+#define MEMO_DEAD (-1)    /* no parse takes the byte */
+#define MEMO_FULL (-3)    /* no room for another parse set */
 
 /* One parse: positions pool[off..off+len), the top last (always a class),
  * and the character begun so far (need more bytes of it). */
@@ -26,6 +30,20 @@ typedef struct {
     int32_t pn, pcap;
 } gstate;
 
+/* The parse sets met so far, each with its transitions by byte: a lazily
+ * built automaton. A mask over a grammar whose state barely changes (free
+ * text inside a repeated class) then costs one table look-up per trie node
+ * rather than a step through every parse. The result is the same, as a
+ * step depends only on the parse set it starts from. */
+typedef struct {
+    gstate *st;     /* the distinct parse sets, each its own copy */
+    int32_t *minb;  /* min_bytes of each */
+    int32_t *next;  /* 256 per set: the set a byte leads to, MEMO_DEAD, or MEMO_UNKNOWN */
+    uint64_t *hash; /* of each set */
+    int32_t *slot;  /* open-addressed table of set ids, -1 where empty */
+    int32_t n, cap, nslot;
+} memo;
+
 struct kvt_gbnf_m {
     const kvt_gbnf *g;
     const kvt_jg_vocab *v;
@@ -33,8 +51,10 @@ struct kvt_gbnf_m {
     gstate *walk; /* (KVT_JG_MAX_TOKEN + 1) states, one per trie depth; made by the first mask */
     int32_t buf[KVT_GBNF_MAX_DEPTH + 1];
     int32_t calls;
-    int over;       /* the step under way went past a limit */
-    int overflowed; /* some step did */
+    int over;         /* the step under way went past a limit */
+    int overflowed;   /* some step did */
+    int32_t memo_max; /* sets the memo may hold; 0: walk stepping every parse at every trie node */
+    memo mo;
 };
 
 static void state_free(gstate *s) {
@@ -178,9 +198,92 @@ static int all_done(const gstate *st) {
     return st->n > 0;
 }
 
+static uint64_t state_hash(const gstate *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int32_t i = 0; i < s->n; i++) {
+        const gstk *k = &s->s[i];
+        h = (h ^ (uint64_t)k->len) * 1099511628211ULL;
+        h = (h ^ ((uint64_t)k->cp << 8 | k->need)) * 1099511628211ULL;
+        for (int32_t j = 0; j < k->len; j++) h = (h ^ (uint32_t)s->pool[k->off + j]) * 1099511628211ULL;
+    }
+    return h ^ (uint64_t)s->n;
+}
+
+static int state_eq(const gstate *a, const gstate *b) {
+    if (a->n != b->n) return 0;
+    for (int32_t i = 0; i < a->n; i++) {
+        const gstk *x = &a->s[i], *y = &b->s[i];
+        if (x->len != y->len || x->cp != y->cp || x->need != y->need ||
+            (x->len && memcmp(a->pool + x->off, b->pool + y->off, (size_t)x->len * sizeof *a->pool)))
+            return 0;
+    }
+    return 1;
+}
+
+static void memo_clear(memo *mo) {
+    mo->n = 0;
+    for (int32_t i = 0; i < mo->nslot; i++) mo->slot[i] = -1;
+}
+
+static void memo_free(memo *mo) {
+    for (int32_t i = 0; i < mo->cap && mo->st; i++) state_free(&mo->st[i]);
+    free(mo->st);
+    free(mo->minb);
+    free(mo->next);
+    free(mo->hash);
+    free(mo->slot);
+}
+
+/* The id of parse set s, added when new; MEMO_FULL when there is no room. */
+static int32_t memo_id(kvt_gbnf_m *m, const gstate *s) {
+    memo *mo = &m->mo;
+    if (!mo->st) {
+        /* room for a whole token's path through the trie and one more set, so a walk that starts over goes on */
+        int32_t deep = 0;
+        for (int32_t i = 0; i < m->v->all.n; i++) deep = KVT_MAX(deep, m->v->all.depth[i]);
+        mo->cap = KVT_MAX(m->memo_max, deep + 2);
+        mo->st = kvt_xcalloc((size_t)mo->cap, sizeof *mo->st);
+        mo->minb = kvt_xcalloc((size_t)mo->cap, sizeof *mo->minb);
+        mo->next = kvt_xcalloc((size_t)mo->cap * 256, sizeof *mo->next);
+        mo->hash = kvt_xcalloc((size_t)mo->cap, sizeof *mo->hash);
+        for (mo->nslot = 64; mo->nslot < 2 * mo->cap;) mo->nslot *= 2;
+        mo->slot = kvt_xcalloc((size_t)mo->nslot, sizeof *mo->slot);
+        memo_clear(mo);
+    }
+    uint64_t h = state_hash(s);
+    int32_t i = (int32_t)(h & (uint64_t)(mo->nslot - 1));
+    for (; mo->slot[i] >= 0; i = (i + 1) & (mo->nslot - 1))
+        if (mo->hash[mo->slot[i]] == h && state_eq(&mo->st[mo->slot[i]], s)) return mo->slot[i];
+    if (mo->n == mo->cap) return MEMO_FULL;
+    int32_t id = mo->n++;
+    state_copy(&mo->st[id], s);
+    mo->minb[id] = min_bytes(m->g, s);
+    mo->hash[id] = h;
+    for (int32_t c = 0; c < 256; c++) mo->next[(size_t)id * 256 + (size_t)c] = MEMO_UNKNOWN;
+    mo->slot[i] = id;
+    return id;
+}
+
+/* The set that byte c leads to from set id: MEMO_DEAD or MEMO_FULL too. */
+static int32_t memo_step(kvt_gbnf_m *m, int32_t id, uint8_t c) {
+    int32_t r = m->mo.next[(size_t)id * 256 + c];
+    if (r != MEMO_UNKNOWN) return r;
+    r = step(m, &m->tmp, &m->mo.st[id], c) ? memo_id(m, &m->tmp) : MEMO_DEAD;
+    if (r != MEMO_FULL) m->mo.next[(size_t)id * 256 + c] = r;
+    return r;
+}
+
+/* Forgets every set but the d on the walk's path ids[0..d), which get new ids. */
+static void memo_restart(kvt_gbnf_m *m, int32_t *ids, int32_t d) {
+    for (int32_t k = 0; k < d; k++) state_copy(&m->walk[k], &m->mo.st[ids[k]]);
+    memo_clear(&m->mo);
+    for (int32_t k = 0; k < d; k++) ids[k] = memo_id(m, &m->walk[k]);
+}
+
 kvt_gbnf_m *kvt_gbnf_m_new(const kvt_gbnf *g, const kvt_jg_vocab *v) {
     kvt_gbnf_m *m = kvt_xcalloc(1, sizeof *m);
     m->g = g, m->v = v;
+    m->memo_max = MEMO_MAX;
     m->buf[0] = 0;
     for (int32_t a = 0; a < g->rule_na[g->root] && !m->over; a++) {
         m->buf[0] = g->alt[g->rule_alt[g->root] + a];
@@ -198,6 +301,7 @@ void kvt_gbnf_m_free(kvt_gbnf_m *m) {
     if (m->walk)
         for (int32_t i = 0; i <= KVT_JG_MAX_TOKEN; i++) state_free(&m->walk[i]);
     free(m->walk);
+    memo_free(&m->mo);
     free(m);
 }
 
@@ -221,6 +325,37 @@ static int32_t walk(kvt_gbnf_m *m, const trie *t, int32_t left, uint8_t *mask) {
     return count;
 }
 
+/* walk through the memo: the same marks. */
+static int32_t walk_memo(kvt_gbnf_m *m, const trie *t, int32_t left, uint8_t *mask) {
+    int32_t count = 0, ids[KVT_JG_MAX_TOKEN + 1];
+    if (!m->walk) m->walk = kvt_xcalloc(KVT_JG_MAX_TOKEN + 1, sizeof *m->walk);
+    ids[0] = memo_id(m, &m->st);
+    if (ids[0] == MEMO_FULL) memo_clear(&m->mo), ids[0] = memo_id(m, &m->st);
+    for (int32_t i = 0; i < t->n;) {
+        int32_t d = t->depth[i], r = memo_step(m, ids[d - 1], t->byte[i]);
+        if (r == MEMO_FULL) {
+            memo_restart(m, ids, d);
+            r = memo_step(m, ids[d - 1], t->byte[i]);
+        }
+        if (r < 0) {
+            i = t->skip[i];
+            continue;
+        }
+        ids[d] = r;
+        if (t->tok[i] >= 0 && m->mo.minb[r] <= left)
+            for (int32_t id = t->tok[i]; id >= 0; id = t->next[id])
+                if (!mask[id]) mask[id] = 1, count++;
+        i++;
+    }
+    return count;
+}
+
+void kvt_gbnf_m_set_memo(kvt_gbnf_m *m, int32_t max_sets) {
+    memo_free(&m->mo);
+    memset(&m->mo, 0, sizeof m->mo);
+    m->memo_max = KVT_MAX(max_sets, 0);
+}
+
 int32_t kvt_gbnf_m_mask(kvt_gbnf_m *m, int32_t budget, uint8_t *mask) {
     const kvt_jg_vocab *v = m->v;
     memset(mask, 0, (size_t)v->n_vocab);
@@ -229,11 +364,12 @@ int32_t kvt_gbnf_m_mask(kvt_gbnf_m *m, int32_t budget, uint8_t *mask) {
     if (can_end(&m->st))
         for (int32_t id = 0; id < v->n_vocab; id++)
             if (v->eog[id]) mask[id] = 1, count++;
-    int32_t n = walk(m, &v->all, left, mask);
+    int32_t (*w)(kvt_gbnf_m *, const trie *, int32_t, uint8_t *) = m->memo_max ? walk_memo : walk;
+    int32_t n = w(m, &v->all, left, mask);
     /* past the budget already (it counts bytes; tokens are often longer):
      * only tokens that bring the end nearer */
     int32_t need = min_bytes(m->g, &m->st);
-    if (!n && need > left) n = walk(m, &v->all, need - 1, mask);
+    if (!n && need > left) n = w(m, &v->all, need - 1, mask);
     return count + n;
 }
 

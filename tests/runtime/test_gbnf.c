@@ -4,7 +4,8 @@
  * grammar, arithmetic, repetition bounds, UTF-8 classes); the token mask
  * equal to a brute-force check of every token of a real vocabulary, and
  * random walks through the mask that always end in a text the grammar
- * accepts. */
+ * accepts; the memoised mask equal to the plain one, step by step, for
+ * grammars with repeated character classes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,53 @@ static void random_walks(const kvt_jg_schema *s, const kvt_jg_vocab *v, const kv
     free(mask);
 }
 
+/* Two matchers fed the same random tokens, one with the memo of parse sets
+ * and one without: their masks agree at every step, tight budgets included. */
+static void memo_walks(const char *grammar, const kvt_jg_vocab *v, int walks, int steps, int32_t memo_max) {
+    char err[256];
+    kvt_gbnf *gb = NULL;
+    CHECKF(kvt_gbnf_parse(grammar, strlen(grammar), &gb, err, sizeof err) == 0, "%s: %s", grammar, err);
+    if (!gb) return;
+    int32_t nv = kvt_jg_vocab_size(v);
+    uint8_t *fast = malloc((size_t)nv), *slow = malloc((size_t)nv);
+    uint64_t rng = 7;
+    for (int w = 0; w < walks; w++) {
+        kvt_gbnf_m *a = kvt_gbnf_m_new(gb, v), *b = kvt_gbnf_m_new(gb, v);
+        kvt_gbnf_m_set_memo(a, memo_max);
+        kvt_gbnf_m_set_memo(b, 0);
+        for (int step = 0; step < steps && !kvt_gbnf_m_done(a); step++) {
+            int32_t budget = w % 2 ? steps - step : 400; /* odd walks end on a tight budget */
+            int32_t n = kvt_gbnf_m_mask(a, budget, fast), pick = -1;
+            CHECKF(n == kvt_gbnf_m_mask(b, budget, slow) && !memcmp(fast, slow, (size_t)nv),
+                   "%s: walk %d step %d: the memoised mask differs from the plain one", grammar, w, step);
+            if (!n) break;
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            int32_t k = (int32_t)((rng >> 33) % (uint64_t)n);
+            for (int32_t id = 0; id < nv && pick < 0; id++)
+                if (fast[id] && k-- == 0) pick = id;
+            CHECK(kvt_gbnf_m_accept(a, pick) == 0 && kvt_gbnf_m_accept(b, pick) == 0);
+        }
+        kvt_gbnf_m_free(a);
+        kvt_gbnf_m_free(b);
+    }
+    free(fast);
+    free(slow);
+    kvt_gbnf_free(gb);
+}
+
+static void test_memo(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    memo_walks("root ::= item{1,6}\nitem ::= \"- \" [^\\n]+ \"\\n\"\n", v, 2, 25, 2048); /* negated */
+    memo_walks("root ::= [a-z0-9 ]* \".\" [A-Z]+ [0-9]{2,5}", v, 2, 25, 2048);           /* ranges, bounded */
+    memo_walks("root ::= [^a-z\\u00e9]+ \"|\" [\\u00e0-\\u00ff\\u4e00-\\u9fff ]*", v, 2, 25, 2048); /* multibyte */
+    memo_walks("root ::= ([a-zA-Z .,] | [^\\x00-\\x7f])+ \"\\n\"", v, 2, 25, 2048); /* ASCII and any non-ASCII */
+    memo_walks(JSONISH, v, 2, 25, 2048);
+    /* a memo with room for little more than one token's path: it starts over again and again */
+    memo_walks(JSONISH, v, 2, 25, 1);
+    memo_walks("root ::= [a-z ]{0,250} \".\"", v, 2, 40, 1); /* a new parse set at every byte */
+    kvt_jg_vocab_free(v);
+}
+
 static void test_vocab(const kvt_tokenizer *t) {
     kvt_jg_vocab *v = kvt_jg_vocab_new(t);
     kvt_jg_schema *yn = compile("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}");
@@ -249,6 +297,7 @@ int main(void) {
         return kvt_test_done("test_gbnf");
     }
     test_vocab(t);
+    test_memo(t);
     kvt_tokenizer_free(t);
     return kvt_test_done("test_gbnf");
 }
