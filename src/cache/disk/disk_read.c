@@ -87,6 +87,8 @@ typedef struct {
     kvt_disk *d;
     size_t slot_bytes;
     uint32_t *free_slots, n_free;
+    struct done_read *done; /* completed reads not yet checked (their slots still taken) */
+    uint32_t n_done;
     uint64_t split; /* slots checked by two threads */
 } read_ctx;
 
@@ -119,48 +121,60 @@ static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got, ZSTD_DCtx *zd) 
     pl->status = kvt_disk_decode_with(zd, &rec, r->out, d->p.payload_bytes) ? 2 : 0;
 }
 
-/* One completed slot whose records are being checked. */
-typedef struct {
-    kvt_disk *d;
+/* A completed read: its extent and the read's result. */
+typedef struct done_read {
     disk_extent *e;
-    ssize_t res; /* the extent read's result */
-} slot_job;
+    ssize_t res;
+} done_read;
 
-/* Checks and copies out the ith of nth equal runs of a completed slot's
- * records (kvt_pool_run). Each record is touched by exactly one thread: its
- * bytes in the slot (GMAC zeroes and restores fields in place), its plan and
- * its request's output; the rest (params, key, the read result) is only read,
- * so the threads share nothing they write. */
-static void check_slot_part(void *ctx, int ith, int nth) {
-    slot_job *j = ctx;
-    disk_extent *e = j->e;
-    ZSTD_DCtx *zd = ith ? j->d->zd2 : j->d->zd;
-    size_t lo = e->count * (size_t)ith / (size_t)nth, hi = e->count * (size_t)(ith + 1) / (size_t)nth;
-    for (size_t i = lo; i < hi; i++) {
-        disk_plan *pl = e->plans[e->first + i];
-        ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
-        ssize_t got = j->res < 0 ? j->res : j->res > rel ? KVT_MIN(j->res - rel, (ssize_t)pl->bytes) : 0;
-        finish_plan(j->d, pl, got, zd);
+/* Checks and copies out the ith of nth equal runs of the records of the
+ * completed reads rc->done[0..n_done) (kvt_pool_run), in order within each
+ * run. Each record is touched by exactly one thread: its bytes in the slot
+ * (GMAC zeroes and restores fields in place), its plan and its request's
+ * output; the rest (params, key, the done list) is only read meanwhile, so
+ * the threads share nothing they write. */
+static void check_part(void *ctx, int ith, int nth) {
+    read_ctx *rc = ctx;
+    ZSTD_DCtx *zd = ith ? rc->d->zd2 : rc->d->zd;
+    size_t total = 0;
+    for (uint32_t k = 0; k < rc->n_done; k++) total += rc->done[k].e->count;
+    size_t lo = total * (size_t)ith / (size_t)nth, hi = total * (size_t)(ith + 1) / (size_t)nth, base = 0;
+    for (uint32_t k = 0; k < rc->n_done && base < hi; k++) {
+        disk_extent *e = rc->done[k].e;
+        ssize_t res = rc->done[k].res;
+        for (size_t i = lo > base ? lo - base : 0; i < e->count && base + i < hi; i++) {
+            disk_plan *pl = e->plans[e->first + i];
+            ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
+            ssize_t got = res < 0 ? res : res > rel ? KVT_MIN(res - rel, (ssize_t)pl->bytes) : 0;
+            finish_plan(rc->d, pl, got, zd);
+        }
+        base += e->count;
     }
 }
 
-/* An extent's read finished: its records are checked and copied out, and
- * its slot is free again. A slot of two or more records is split over this
- * thread and the disk tier's second one (d->rpool), which run the same checks
- * in the same order per record while the other reads stay in flight; the
- * slot goes back on the free stack only after kvt_pool_run has returned, that
- * is after both halves are checked and copied. */
+/* An extent's read finished: it waits on the done list for check_done. */
 static void extent_done(void *ctx, kvt_dio_req *rq) {
     read_ctx *rc = ctx;
-    disk_extent *e = rq->user;
-    slot_job j = {rc->d, e, rq->res};
-    if (e->count >= 2 && rq->res > 0 && rc->d->rpool) {
-        kvt_pool_run(rc->d->rpool, check_slot_part, &j);
-        rc->split++;
+    rc->done[rc->n_done++] = (done_read){rq->user, rq->res};
+}
+
+/* Checks and copies out the records of the completed reads, and frees their
+ * slots. Two or more records are split over this thread and the disk tier's
+ * second one (d->rpool), which run the same checks in the same order per
+ * record while the other reads stay in flight; the slots go back on the free
+ * stack only after kvt_pool_run has returned, that is after every record in
+ * them is checked and copied. */
+static void check_done(read_ctx *rc) {
+    size_t total = 0;
+    for (uint32_t k = 0; k < rc->n_done; k++) total += rc->done[k].e->count;
+    if (total >= 2 && rc->d->rpool) {
+        kvt_pool_run(rc->d->rpool, check_part, rc);
+        rc->split += rc->n_done;
     } else {
-        check_slot_part(&j, 0, 1);
+        check_part(rc, 0, 1);
     }
-    rc->free_slots[rc->n_free++] = e->slot;
+    for (uint32_t k = 0; k < rc->n_done; k++) rc->free_slots[rc->n_free++] = rc->done[k].e->slot;
+    rc->n_done = 0;
 }
 
 /* Starts the tier's second checking thread and its decoder at the first batch
@@ -218,15 +232,12 @@ static uint64_t read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t
         d->rbuf_cap = n_slots * slot_bytes;
         d->rbuf = read_arena(d->rbuf_cap);
     }
-    for (size_t i = 0; i < ne; i++)
-        if (ext[i].count >= 2) {
-            read_helpers(d);
-            break;
-        }
-    read_ctx rc = {d, slot_bytes, kvt_xmalloc(n_slots * sizeof *rc.free_slots), 0, 0};
+    if (ne >= 2 || ext[0].count >= 2) read_helpers(d);
+    read_ctx rc = {
+        d, slot_bytes, kvt_xmalloc(n_slots * sizeof *rc.free_slots), 0, kvt_xmalloc(n_slots * sizeof *rc.done), 0, 0};
     for (size_t i = n_slots; i-- > 0;) rc.free_slots[rc.n_free++] = (uint32_t)i;
     size_t next = 0;
-    while (next < ne || kvt_dio_inflight(d->rio)) {
+    while (next < ne || kvt_dio_inflight(d->rio) || rc.n_done) {
         size_t k = KVT_MIN((size_t)rc.n_free, ne - next);
         for (size_t i = next; i < next + k; i++) {
             ext[i].slot = rc.free_slots[--rc.n_free];
@@ -240,7 +251,13 @@ static uint64_t read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t
         for (size_t i = next + k; i-- > next + sent;) rc.free_slots[rc.n_free++] = ext[i].slot; /* not taken */
         next += sent;
         kvt_dio_reap(d->rio, 1, extent_done, &rc);
+        /* a lone completed slot of one record waits for a second while more
+         * reads are in flight, so that both threads have a record to check */
+        if (d->rpool && rc.n_done == 1 && rc.done[0].e->count == 1 && kvt_dio_inflight(d->rio))
+            kvt_dio_reap(d->rio, 1, extent_done, &rc);
+        check_done(&rc);
     }
+    free(rc.done);
     free(rc.free_slots);
     return rc.split;
 }
