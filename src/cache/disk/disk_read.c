@@ -219,9 +219,9 @@ static size_t plan_extents(disk_plan **order, size_t np, disk_extent *ext, kvt_d
 }
 
 /* Reads the extents rq[0..ne) through a ring of slots in d->rbuf (grown to
- * hold them): each read is submitted when a slot is free, and its records
- * are checked and copied out (extent_done) as it completes, while the other
- * reads proceed. */
+ * hold them): each read is submitted when a slot is free, and the records of
+ * the reads that have completed are checked and copied out (check_done) on
+ * two threads while the other reads proceed. */
 static uint64_t read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne, size_t longest) {
     if (!ne) return 0;
     size_t slot_bytes = kvt_disk_align_up(longest);
