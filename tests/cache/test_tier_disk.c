@@ -370,6 +370,57 @@ static void test_read_ring(int uring) {
     kvt_disk_close(d);
 }
 
+/* A batch whose reads hold several records each is checked on two threads,
+ * each record's checks by one of them. In the first segment's one read of
+ * five records, record 1 (the caller's half) gets a forged payload with its
+ * CRCs made right again, so only the MAC refuses it, and record 3 (the
+ * helper's half) a flipped byte, which the CRC refuses: both are refused,
+ * counted and dropped, their neighbours in the same slot are served with
+ * their own bytes, and a second batch serves the rest again, through the
+ * split path each time. */
+static void test_read_split(void) {
+    const char *dir = subdir("ring-split");
+    kvt_disk_params p = params(dir);
+    fill(&p, 20);
+    const uint64_t rec = 3 * 4096; /* 12 KiB records, 5 per 64 KiB segment */
+    char seg[1024];
+    CHECK(first_segment(dir, seg, sizeof seg));
+    int fd = open(seg, O_RDWR);
+    uint8_t *forged;
+    kvt_disk_record r;
+    CHECK(fd >= 0 && forge_read(fd, 1 * rec, &forged, &r) == 0);
+    memset(forged + r.header_bytes, 0, r.stored_bytes);
+    CHECK(forge_write(fd, 1 * rec, forged, &r));
+    free(forged);
+    close(fd);
+    flip(seg, 3 * rec + 4000);
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    static uint8_t outs[20][PAYLOAD];
+    uint8_t want[PAYLOAD];
+    kvt_disk_read rq[20];
+    for (int pass = 0; pass < 2; pass++) {
+        memset(outs, 0, sizeof outs);
+        for (int i = 0; i < 20; i++) rq[i] = (kvt_disk_read){hashes[i], parents[i], toks[i], outs[i], -1};
+        size_t hits = kvt_disk_get_many(d, rq, 20);
+        CHECKF(hits == 18, "pass %d hits %zu", pass, hits);
+        for (int i = 0; i < 20; i++) {
+            if (i == 1 || i == 3) {
+                CHECKF(rq[i].result != 0, "pass %d block %d served", pass, i);
+                continue;
+            }
+            fill_payload(hashes[i], want, 0);
+            CHECKF(rq[i].result == 0 && !memcmp(outs[i], want, PAYLOAD), "pass %d block %d", pass, i);
+        }
+        kvt_disk_stats st;
+        kvt_disk_get_stats(d, &st);
+        CHECKF(st.corrupt == 2 && st.read_slots_split >= (uint64_t)(pass + 1) * 3, "corrupt %llu split %llu",
+               (unsigned long long)st.corrupt, (unsigned long long)st.read_slots_split);
+        CHECK(!kvt_disk_contains(d, hashes[1]) && !kvt_disk_contains(d, hashes[3]) && kvt_disk_contains(d, hashes[2]));
+    }
+    kvt_disk_close(d);
+}
+
 /* Heavy churn with reads: the files never exceed budget + one segment, and hit
  * blocks are reinserted rather than lost. */
 static void test_budget(void) {
@@ -1096,6 +1147,7 @@ int main(void) {
     test_corruption();
     test_read_ring(1);
     test_read_ring(0);
+    test_read_split();
     test_budget();
     test_crash();
     test_full_and_readonly();

@@ -39,6 +39,7 @@
 #include <zstd.h>
 
 #include "hmap128.h"
+#include "threadpool.h"
 #include "tier_disk.h"
 
 /* ---- the record format (disk_record.c) ---------------------------------- */
@@ -422,6 +423,8 @@ struct kvt_disk {
     uint8_t *rbuf;
     size_t rbuf_cap;
     ZSTD_DCtx *zd;
+    kvt_pool *rpool; /* the read batches' second checking thread (disk_read.c), made at the first need */
+    ZSTD_DCtx *zd2;  /* that thread's decoder */
 
     /* writer thread only */
     kvt_dio *wio;

@@ -2,7 +2,8 @@
 /* The disk store's batched reads (kvt_disk_get_many): blocks still queued are
  * served from the queue; the rest are planned, sorted by segment and offset,
  * coalesced into extents, read together and checked record by record (CRC,
- * MAC, key, parent, tokens) before they are decoded. Owner's thread. */
+ * MAC, key, parent, tokens) before they are decoded. Owner's thread, which
+ * shares each completed read's records with one helper thread. */
 #include "disk_internal.h"
 
 #include <inttypes.h>
@@ -86,6 +87,9 @@ typedef struct {
     kvt_disk *d;
     size_t slot_bytes;
     uint32_t *free_slots, n_free;
+    struct done_read *done; /* completed reads not yet checked (their slots still taken) */
+    uint32_t n_done;
+    uint64_t split; /* slots checked by two threads */
 } read_ctx;
 
 static int plan_cmp(const void *a, const void *b) {
@@ -94,8 +98,9 @@ static int plan_cmp(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Checks and decodes one record read into its arena slot. */
-static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
+/* Checks and decodes one record read into its arena slot, decoding with zd
+ * (the decoder of the thread it runs on). */
+static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got, ZSTD_DCtx *zd) {
     if (got < 0) {
         pl->status = 3;
         return;
@@ -113,21 +118,79 @@ static void finish_plan(kvt_disk *d, disk_plan *pl, ssize_t got) {
         pl->status = 1;
         return;
     }
-    pl->status = kvt_disk_decode_with(d->zd, &rec, r->out, d->p.payload_bytes) ? 2 : 0;
+    pl->status = kvt_disk_decode_with(zd, &rec, r->out, d->p.payload_bytes) ? 2 : 0;
 }
 
-/* An extent's read finished: its records are checked and copied out, and
- * its slot is free again. */
+/* A completed read: its extent and the read's result. */
+typedef struct done_read {
+    disk_extent *e;
+    ssize_t res;
+} done_read;
+
+/* Checks and copies out the ith of nth equal runs of the records of the
+ * completed reads rc->done[0..n_done) (kvt_pool_run), in order within each
+ * run. Each record is touched by exactly one thread: its bytes in the slot
+ * (GMAC zeroes and restores fields in place), its plan and its request's
+ * output; the rest (params, key, the done list) is only read meanwhile, so
+ * the threads share nothing they write. */
+static void check_part(void *ctx, int ith, int nth) {
+    read_ctx *rc = ctx;
+    ZSTD_DCtx *zd = ith ? rc->d->zd2 : rc->d->zd;
+    size_t total = 0;
+    for (uint32_t k = 0; k < rc->n_done; k++) total += rc->done[k].e->count;
+    size_t lo = total * (size_t)ith / (size_t)nth, hi = total * (size_t)(ith + 1) / (size_t)nth, base = 0;
+    for (uint32_t k = 0; k < rc->n_done && base < hi; k++) {
+        disk_extent *e = rc->done[k].e;
+        ssize_t res = rc->done[k].res;
+        for (size_t i = lo > base ? lo - base : 0; i < e->count && base + i < hi; i++) {
+            disk_plan *pl = e->plans[e->first + i];
+            ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
+            ssize_t got = res < 0 ? res : res > rel ? KVT_MIN(res - rel, (ssize_t)pl->bytes) : 0;
+            finish_plan(rc->d, pl, got, zd);
+        }
+        base += e->count;
+    }
+}
+
+/* An extent's read finished: it waits on the done list for check_done. */
 static void extent_done(void *ctx, kvt_dio_req *rq) {
     read_ctx *rc = ctx;
-    disk_extent *e = rq->user;
-    for (size_t i = 0; i < e->count; i++) {
-        disk_plan *pl = e->plans[e->first + i];
-        ssize_t rel = (ssize_t)(pl->off - e->plans[e->first]->off);
-        ssize_t got = rq->res < 0 ? rq->res : rq->res > rel ? KVT_MIN(rq->res - rel, (ssize_t)pl->bytes) : 0;
-        finish_plan(rc->d, pl, got);
+    rc->done[rc->n_done++] = (done_read){rq->user, rq->res};
+}
+
+/* Checks and copies out the records of the completed reads, and frees their
+ * slots. Two or more records are split over this thread and the disk tier's
+ * second one (d->rpool), which run the same checks in the same order per
+ * record while the other reads stay in flight; the slots go back on the free
+ * stack only after kvt_pool_run has returned, that is after every record in
+ * them is checked and copied. */
+static void check_done(read_ctx *rc) {
+    size_t total = 0;
+    for (uint32_t k = 0; k < rc->n_done; k++) total += rc->done[k].e->count;
+    if (total >= 2 && rc->d->rpool) {
+        kvt_pool_run(rc->d->rpool, check_part, rc);
+        rc->split += rc->n_done;
+    } else {
+        check_part(rc, 0, 1);
     }
-    rc->free_slots[rc->n_free++] = e->slot;
+    for (uint32_t k = 0; k < rc->n_done; k++) rc->free_slots[rc->n_free++] = rc->done[k].e->slot;
+    rc->n_done = 0;
+}
+
+/* Starts the tier's second checking thread and its decoder at the first batch
+ * with several records to a read; without them (no memory or threads), or
+ * with KVT_DISK_READ_SPLIT=0 in the environment (one core to spare, or a
+ * before/after measurement), every slot is checked on the calling thread,
+ * with the same outcome. */
+static void read_helpers(kvt_disk *d) {
+    const char *env = getenv("KVT_DISK_READ_SPLIT");
+    if (d->rpool || (env && !strcmp(env, "0"))) return;
+    if (!d->zd2) d->zd2 = ZSTD_createDCtx();
+    if (d->zd2) d->rpool = kvt_pool_new(2);
+    if (d->rpool && kvt_pool_threads(d->rpool) < 2) {
+        kvt_pool_free(d->rpool);
+        d->rpool = NULL;
+    }
 }
 
 /* Coalesces the sorted plans order[0..np) into reads of adjacent records of
@@ -156,11 +219,11 @@ static size_t plan_extents(disk_plan **order, size_t np, disk_extent *ext, kvt_d
 }
 
 /* Reads the extents rq[0..ne) through a ring of slots in d->rbuf (grown to
- * hold them): each read is submitted when a slot is free, and its records
- * are checked and copied out (extent_done) as it completes, while the other
- * reads proceed. */
-static void read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne, size_t longest) {
-    if (!ne) return;
+ * hold them): each read is submitted when a slot is free, and the records of
+ * the reads that have completed are checked and copied out (check_done) on
+ * two threads while the other reads proceed. */
+static uint64_t read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne, size_t longest) {
+    if (!ne) return 0;
     size_t slot_bytes = kvt_disk_align_up(longest);
     size_t ring = d->p.read_ring_bytes ? d->p.read_ring_bytes : KVT_DISK_READ_RING_DEFAULT;
     size_t n_slots = KVT_MIN(KVT_MAX(ring / slot_bytes, (size_t)2), ne);
@@ -169,10 +232,12 @@ static void read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne,
         d->rbuf_cap = n_slots * slot_bytes;
         d->rbuf = read_arena(d->rbuf_cap);
     }
-    read_ctx rc = {d, slot_bytes, kvt_xmalloc(n_slots * sizeof *rc.free_slots), 0};
+    if (ne >= 2 || ext[0].count >= 2) read_helpers(d);
+    read_ctx rc = {
+        d, slot_bytes, kvt_xmalloc(n_slots * sizeof *rc.free_slots), 0, kvt_xmalloc(n_slots * sizeof *rc.done), 0, 0};
     for (size_t i = n_slots; i-- > 0;) rc.free_slots[rc.n_free++] = (uint32_t)i;
     size_t next = 0;
-    while (next < ne || kvt_dio_inflight(d->rio)) {
+    while (next < ne || kvt_dio_inflight(d->rio) || rc.n_done) {
         size_t k = KVT_MIN((size_t)rc.n_free, ne - next);
         for (size_t i = next; i < next + k; i++) {
             ext[i].slot = rc.free_slots[--rc.n_free];
@@ -186,8 +251,15 @@ static void read_ring(kvt_disk *d, disk_extent *ext, kvt_dio_req *rq, size_t ne,
         for (size_t i = next + k; i-- > next + sent;) rc.free_slots[rc.n_free++] = ext[i].slot; /* not taken */
         next += sent;
         kvt_dio_reap(d->rio, 1, extent_done, &rc);
+        /* a lone completed slot of one record waits for a second while more
+         * reads are in flight, so that both threads have a record to check */
+        if (d->rpool && rc.n_done == 1 && rc.done[0].e->count == 1 && kvt_dio_inflight(d->rio))
+            kvt_dio_reap(d->rio, 1, extent_done, &rc);
+        check_done(&rc);
     }
+    free(rc.done);
     free(rc.free_slots);
+    return rc.split;
 }
 
 size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
@@ -217,12 +289,13 @@ size_t kvt_disk_get_many(kvt_disk *d, kvt_disk_read *reqs, size_t n) {
     size_t longest;
     size_t ne = plan_extents(order, np, ext, rq, &longest);
     double t0 = kvt_now();
-    read_ring(d, ext, rq, ne, longest);
+    uint64_t split = read_ring(d, ext, rq, ne, longest);
     double dt = kvt_now() - t0;
 
     size_t hits = queue_hits;
     pthread_mutex_lock(&d->mu);
     d->st.read_seconds += dt;
+    d->st.read_slots_split += split;
     for (size_t i = 0; i < ne; i++)
         if (rq[i].res > 0) d->st.bytes_read += (uint64_t)rq[i].res;
     for (size_t i = 0; i < np; i++) {

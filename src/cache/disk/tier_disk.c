@@ -428,6 +428,8 @@ static void disk_free(kvt_disk *d) {
     free(d->rbuf);
     free(d->wbuf);
     ZSTD_freeDCtx(d->zd);
+    kvt_pool_free(d->rpool);
+    ZSTD_freeDCtx(d->zd2);
     ZSTD_freeCCtx(d->zc);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv_work);

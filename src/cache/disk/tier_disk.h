@@ -280,6 +280,7 @@ typedef struct {
     uint64_t checkpoints_written;         /* checkpoints written since (periodic and at close) */
     uint64_t space_pauses, space_resumes; /* times writes stopped for lack of space, and came back */
     int out_of_space;                     /* writes are stopped for lack of space now (writes_disabled is set too) */
+    uint64_t read_slots_split;            /* read ring slots whose records two threads checked and copied */
 } kvt_disk_stats;
 
 /* One block of a kvt_disk_get_many batch (see tier.h). */
