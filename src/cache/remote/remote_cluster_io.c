@@ -91,22 +91,6 @@ static int redirect_op(kvt_remote *r, const redisReply *rep, int from, size_t it
 
 /* ---- get_many ------------------------------------------------------------------- */
 
-/* Serves requests still in the write queue (mu held). */
-static size_t read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
-    size_t hits = 0;
-    for (size_t i = 0; i < n; i++) {
-        kvt_remote_qslot *q = kvt_remote_queued_slot(r, reqs[i].hash);
-        if (!q || !kvt_hash128_eq(q->parent, reqs[i].parent) ||
-            memcmp(q->buf + KVT_DISK_HEADER_FIXED, reqs[i].tokens, r->p.block_tokens * sizeof(int32_t)))
-            continue;
-        memcpy(reqs[i].out, q->buf + r->header_bytes, r->p.payload_bytes);
-        reqs[i].result = 0;
-        hits++;
-    }
-    r->st.queue_hits += hits;
-    return hits;
-}
-
 typedef struct {
     uint64_t hits, misses, redirects, errors;
 } node_count;
@@ -271,7 +255,7 @@ size_t kvt_remote_cluster_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n)
     for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
     pthread_mutex_lock(&r->mu);
     kvt_remote_apply_lost_locked(r);
-    size_t hits = read_queued(r, reqs, n);
+    size_t hits = kvt_remote_read_queued(r, reqs, n);
     pthread_mutex_unlock(&r->mu);
     double full = r->p.timeout_ms / 1e3, t0 = kvt_now();
     cl_fetch j = {.r = r, .reqs = reqs, .full = full, .deadline = t0 + full};

@@ -198,6 +198,9 @@ int kvt_remote_known_add(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, co
 void kvt_remote_known_del(kvt_remote *r, kvt_hash128 hash);
 /* The queue slot, or held entry, holding hash (not cancelled), or NULL (mu held). */
 kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash);
+/* Serves the reads whose block is still in the write queue (its parent and
+ * tokens checked) and counts them as queue hits; how many (mu held). */
+size_t kvt_remote_read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n);
 /* Blocks the writer dropped leave the index (owner thread, mu held). */
 void kvt_remote_apply_lost_locked(kvt_remote *r);
 

@@ -2,12 +2,14 @@
 /* The remote tier's known set (remote_internal.h): the blocks this node
  * knows to be in T3, a ring of at most ring_cap with a map from key to ring
  * entry, and their presence in the prefix index; the lookup of a key in the
- * write queue and the held ring; the writer's lost blocks leaving the index.
+ * write queue and the held ring (and the reads it can serve); the writer's lost
+ * blocks leaving the index.
  * The owner side (tier_remote.c) and the readers (remote_read.c) call down
  * into it, and it calls only the prefix index. */
 #include "remote_internal.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -48,6 +50,21 @@ kvt_remote_qslot *kvt_remote_queued_slot(kvt_remote *r, kvt_hash128 hash) {
     uint32_t at;
     if (r->held_count && kvt_hmap128_get(&r->held_map, hash, &at) && !r->held[at].cancelled) return &r->held[at];
     return NULL;
+}
+
+size_t kvt_remote_read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        kvt_remote_qslot *q = kvt_remote_queued_slot(r, reqs[i].hash);
+        if (!q || !kvt_hash128_eq(q->parent, reqs[i].parent) ||
+            memcmp(q->buf + KVT_DISK_HEADER_FIXED, reqs[i].tokens, r->p.block_tokens * sizeof(int32_t)))
+            continue;
+        memcpy(reqs[i].out, q->buf + r->header_bytes, r->p.payload_bytes);
+        reqs[i].result = 0;
+        hits++;
+    }
+    r->st.queue_hits += hits;
+    return hits;
 }
 
 /* Unless the same block was queued again meanwhile. */

@@ -15,22 +15,6 @@
 #include "common.h"
 #include "remote_cluster_internal.h"
 
-/* Serves requests still in the write queue (mu held). */
-static size_t read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
-    size_t hits = 0;
-    for (size_t i = 0; i < n; i++) {
-        kvt_remote_qslot *q = kvt_remote_queued_slot(r, reqs[i].hash);
-        if (!q || !kvt_hash128_eq(q->parent, reqs[i].parent) ||
-            memcmp(q->buf + KVT_DISK_HEADER_FIXED, reqs[i].tokens, r->p.block_tokens * sizeof(int32_t)))
-            continue;
-        memcpy(reqs[i].out, q->buf + r->header_bytes, r->p.payload_bytes);
-        reqs[i].result = 0;
-        hits++;
-    }
-    r->st.queue_hits += hits;
-    return hits;
-}
-
 /* One read call: its deadline, and whether it reached Redis. */
 typedef struct {
     double t0, full, deadline;
@@ -105,7 +89,7 @@ size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
     for (size_t i = 0; i < n; i++) reqs[i].result = KVT_ENOTFOUND;
     pthread_mutex_lock(&r->mu);
     kvt_remote_apply_lost_locked(r);
-    size_t hits = read_queued(r, reqs, n);
+    size_t hits = kvt_remote_read_queued(r, reqs, n);
     pthread_mutex_unlock(&r->mu);
     read_call k;
     call_begin(r, &k);
