@@ -12,9 +12,7 @@
 
 #include "common.h"
 #include "gbnf.h"
-#include "gguf.h"
-#include "json_grammar.h"
-#include "testutil.h"
+#include "jg_test.h"
 
 static kvt_jg_schema *compile(const char *text) {
     char err[256];
@@ -153,39 +151,13 @@ static void test_errors(void) {
 
 /* ---- over a real vocabulary --------------------------------------------------------------- */
 
-static kvt_tokenizer *load_vocab(const char *name) {
-    kvt_gguf *g;
-    if (kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), name), &g)) return NULL;
-    kvt_tokenizer *t = NULL;
-    if (kvt_tokenizer_load(g, &t)) t = NULL;
-    kvt_gguf_close(g);
-    return t;
-}
-
 /* The mask equals stepping every token's bytes one by one, with the budget. */
 static void check_mask(const kvt_jg_schema *s, const kvt_jg_vocab *v, const kvt_tokenizer *t, const char *prefix,
                        int32_t budget) {
-    int32_t nv = kvt_tokenizer_n_vocab(t), want = 0, wrong = 0;
-    uint8_t *mask = malloc((size_t)nv);
+    uint8_t *mask = malloc((size_t)kvt_tokenizer_n_vocab(t));
     kvt_jg *g = kvt_jg_new(s, v);
     CHECK(kvt_jg_feed(g, prefix, strlen(prefix)) == 0);
-    int32_t n = kvt_jg_mask(g, budget, mask);
-    for (int32_t id = 0; id < nv; id++) {
-        char buf[KVT_JG_MAX_TOKEN + 1];
-        int len = kvt_token_piece(t, id, buf, sizeof buf, 0), ok;
-        if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
-            kvt_jg *h = kvt_jg_new(s, NULL);
-            ok = kvt_jg_feed(h, prefix, strlen(prefix)) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
-                kvt_jg_min_bytes(h) <= budget - 1;
-            kvt_jg_free(h);
-        } else {
-            ok = (kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t)) && kvt_jg_can_end(g);
-        }
-        want += ok;
-        wrong += ok != mask[id];
-    }
-    CHECKF(!wrong && n == want, "after '%s' (budget %d): mask allows %d, brute force %d, %d differ", prefix, budget, n,
-           want, wrong);
+    jg_check_mask(g, s, t, budget, prefix, mask);
     kvt_jg_free(g);
     free(mask);
 }
@@ -201,12 +173,9 @@ static void random_walks(const kvt_jg_schema *s, const kvt_jg_vocab *v, const kv
         size_t len = 0;
         int ended = 0;
         for (int step = 0; step < 200 && !ended; step++) {
-            int32_t n = kvt_jg_mask(g, 200 - step, mask), pick = -1;
+            int32_t n = kvt_jg_mask(g, 200 - step, mask);
             if (!n) break;
-            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-            int32_t k = (int32_t)((rng >> 33) % (uint64_t)n);
-            for (int32_t id = 0; id < nv && pick < 0; id++)
-                if (mask[id] && k-- == 0) pick = id;
+            int32_t pick = jg_pick(mask, nv, n, &rng);
             CHECK(kvt_jg_accept(g, pick) == 0);
             int pl = kvt_token_piece(t, pick, text + len, sizeof text - len, 0);
             if (pl > 0) len += (size_t)pl;
@@ -237,14 +206,11 @@ static void memo_walks(const char *grammar, const kvt_jg_vocab *v, int walks, in
         kvt_gbnf_m_set_memo(b, 0);
         for (int step = 0; step < steps && !kvt_gbnf_m_done(a); step++) {
             int32_t budget = w % 2 ? steps - step : 400; /* odd walks end on a tight budget */
-            int32_t n = kvt_gbnf_m_mask(a, budget, fast), pick = -1;
+            int32_t n = kvt_gbnf_m_mask(a, budget, fast);
             CHECKF(n == kvt_gbnf_m_mask(b, budget, slow) && !memcmp(fast, slow, (size_t)nv),
                    "%s: walk %d step %d: the memoised mask differs from the plain one", grammar, w, step);
             if (!n) break;
-            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-            int32_t k = (int32_t)((rng >> 33) % (uint64_t)n);
-            for (int32_t id = 0; id < nv && pick < 0; id++)
-                if (fast[id] && k-- == 0) pick = id;
+            int32_t pick = jg_pick(fast, nv, n, &rng);
             CHECK(kvt_gbnf_m_accept(a, pick) == 0 && kvt_gbnf_m_accept(b, pick) == 0);
         }
         kvt_gbnf_m_free(a);
@@ -291,7 +257,7 @@ static void test_vocab(const kvt_tokenizer *t) {
 int main(void) {
     test_match();
     test_errors();
-    kvt_tokenizer *t = load_vocab("ggml-vocab-gpt-2.gguf");
+    kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_gbnf");

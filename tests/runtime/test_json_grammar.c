@@ -10,9 +10,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "gguf.h"
-#include "json_grammar.h"
-#include "testutil.h"
+#include "jg_test.h"
 
 static kvt_jg_schema *compile(const char *schema_json) {
     cJSON *sc = schema_json ? cJSON_Parse(schema_json) : NULL;
@@ -190,39 +188,6 @@ static void test_refused_keywords(void) {
 
 /* ---- over a real vocabulary --------------------------------------------------------------- */
 
-static kvt_tokenizer *load_vocab(const char *name) {
-    kvt_gguf *g;
-    if (kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), name), &g)) return NULL;
-    kvt_tokenizer *t = NULL;
-    if (kvt_tokenizer_load(g, &t)) t = NULL;
-    kvt_gguf_close(g);
-    return t;
-}
-
-/* The mask equals stepping every token's bytes one by one (and the budget rule). */
-static void check_mask(kvt_jg *g, const kvt_jg_schema *s, const kvt_tokenizer *t, int32_t budget, const char *prefix,
-                       int32_t nv, uint8_t *mask) {
-    int32_t n = kvt_jg_mask(g, budget, mask);
-    int32_t want = 0, wrong = 0;
-    for (int32_t id = 0; id < nv; id++) {
-        char buf[KVT_JG_MAX_TOKEN + 1];
-        int len = kvt_token_piece(t, id, buf, sizeof buf, 0);
-        int ok = 0;
-        if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
-            kvt_jg *h = kvt_jg_new(s, NULL);
-            ok = kvt_jg_feed(h, prefix, strlen(prefix)) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
-                kvt_jg_min_bytes(h) <= budget - 1;
-            kvt_jg_free(h);
-        } else {
-            ok = (kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t)) && kvt_jg_can_end(g);
-        }
-        want += ok;
-        wrong += ok != mask[id];
-    }
-    CHECKF(!wrong && n == want, "after '%s' (budget %d): mask allows %d, brute force %d, %d differ", prefix, budget, n,
-           want, wrong);
-}
-
 static void test_mask_exact(const kvt_tokenizer *t) {
     kvt_jg_vocab *v = kvt_jg_vocab_new(t);
     kvt_jg_schema *s = compile(PERSON);
@@ -241,8 +206,8 @@ static void test_mask_exact(const kvt_tokenizer *t) {
     for (size_t i = 0; s && i < KVT_ARRAY_LEN(prefixes); i++) {
         kvt_jg *g = kvt_jg_new(s, v);
         CHECK(kvt_jg_feed(g, prefixes[i], strlen(prefixes[i])) == 0);
-        check_mask(g, s, t, 1000, prefixes[i], nv, mask);
-        check_mask(g, s, t, kvt_jg_min_bytes(g) + 1, prefixes[i], nv, mask); /* tight: only the shortest way */
+        jg_check_mask(g, s, t, 1000, prefixes[i], mask);
+        jg_check_mask(g, s, t, kvt_jg_min_bytes(g) + 1, prefixes[i], mask); /* tight: only the shortest way */
         kvt_jg_free(g);
     }
     free(mask);
@@ -386,7 +351,7 @@ int main(void) {
     test_schema();
     test_refused_keywords();
     test_number_bounds();
-    kvt_tokenizer *t = load_vocab("ggml-vocab-gpt-2.gguf");
+    kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_json_grammar");
@@ -397,7 +362,7 @@ int main(void) {
     test_random_walks(t, PERSON, 20, 60); /* tight: the shortest PERSON is 37 bytes */
     test_over_budget(t);
     kvt_tokenizer_free(t);
-    kvt_tokenizer *spm = load_vocab("ggml-vocab-llama-spm.gguf");
+    kvt_tokenizer *spm = jg_load_vocab("ggml-vocab-llama-spm.gguf");
     if (spm) {
         test_random_walks(spm, PERSON, 20, 200);
         kvt_tokenizer_free(spm);

@@ -12,9 +12,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "gguf.h"
-#include "json_grammar.h"
-#include "testutil.h"
+#include "jg_test.h"
 
 static kvt_jg_schema *compile(const char *schema_json) {
     cJSON *sc = cJSON_Parse(schema_json);
@@ -394,12 +392,7 @@ int main(void) {
     test_unions();
     test_objects_arrays();
     test_tagged();
-    kvt_gguf *g;
-    kvt_tokenizer *t = NULL;
-    if (!kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), "ggml-vocab-gpt-2.gguf"), &g)) {
-        if (kvt_tokenizer_load(g, &t)) t = NULL;
-        kvt_gguf_close(g);
-    }
+    kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_json_schema");
