@@ -41,8 +41,8 @@ static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
 static int upload_w(kvt_eng_gpu *g, const kvt_wmat *w, const char *name, int32_t layer, kvt_gpu_wmat **out) {
     if (!kvt_gpu_wmat_supported(w->type))
         return kvt_fail(KVT_EUNSUPPORTED,
-                        "%s%.0d %s: weights of type %s have no GPU kernel yet (F32, F16, Q8_0, Q4_0, "
-                        "Q5_0, Q4_K, Q5_K and Q6_K do); run this model with --device cpu",
+                        "%s%.0d %s: weights of type %s have no GPU kernel (every type the CPU engine runs has "
+                        "one); run this model with --device cpu",
                         layer >= 0 ? "layer " : "", layer, name, kvt_ggml_type_name(w->type));
     int rc = kvt_gpu_wmat_new(g->d, w->type, (uint32_t)w->rows, (uint32_t)w->cols, w->data, w->row_bytes, out);
     if (rc) return kvt_fail_prefix(rc, "uploading %s: ", name), rc;
@@ -150,7 +150,9 @@ typedef struct {
 
 static act_buf dev_f32(kvt_gpu_buf **slot, uint64_t n) { return (act_buf){slot, (n ? n : 1) * 4, KVT_GPU_DEVICE}; }
 
-static int quantized(const kvt_wmat *w) { return w->type != KVT_TYPE_F32 && w->type != KVT_TYPE_F16; }
+static int quantized(const kvt_wmat *w) {
+    return w->type != KVT_TYPE_F32 && w->type != KVT_TYPE_F16 && w->type != KVT_TYPE_BF16;
+}
 
 /* The columns the quantized-activation scratch holds per token: a matmul's
  * widest input, or 0 where every weight is F16 or F32 (no matmul quantizes

@@ -164,10 +164,10 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out);
 void kvt_gpu_kernels_free(kvt_gpu_kernels *k);
 /* The bytes of the quantized-activation scratch (the quantize passes' output, read by the quantized-weight
  * matmuls) for n_tok rows of cols, at the larger of its layouts (src/gpu/shaders/quant_act.glsl): Q8_0 a
- * byte a value and an f32 scale a block of 32; Q8_K a byte a value, an f32 scale and 16 int16 sums a block
- * of 256. */
+ * byte a value and an f32 scale and an f32 Q8_1 sum a block of 32; Q8_K a byte a value, an f32 scale and
+ * 16 int16 sums a block of 256. */
 static inline uint64_t kvt_gpu_quant_scratch_bytes(uint32_t n_tok, uint32_t cols) {
-    uint64_t n = n_tok, q8_0 = n * cols + n * (cols / 32) * 4, q8_k = n * cols + n * (cols / 256) * 36;
+    uint64_t n = n_tok, q8_0 = n * cols + n * (cols / 32) * 8, q8_k = n * cols + n * (cols / 256) * 36;
     return q8_0 > q8_k ? q8_0 : q8_k;
 }
 /* Makes that scratch hold n_tok rows of cols up front, so that matmuls of up to that size do not grow it
@@ -195,8 +195,8 @@ int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_
  * token t's row at t * (its width). Conversions to f16 round to nearest even
  * in integer code, so they give kvt_f32_to_f16's bits on every device. */
 
-/* A weight matrix in device memory: rows x cols of KVT_TYPE_F32, F16, Q8_0,
- * Q4_0, Q5_0, Q4_K, Q5_K or Q6_K given in the CPU's layout (row_bytes per row,
+/* A weight matrix in device memory: rows x cols of KVT_TYPE_F32, F16, BF16,
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q2_K..Q6_K given in the CPU's layout (row_bytes per row,
  * GGUF blocks), uploaded once, the quantized types repacked so each block's
  * codes are whole words (src/gpu/shaders/matmul_q.glsl). It is stored as row slices that each
  * fit one binding (kvt_gpu_max_binding), so a matrix larger than one binding

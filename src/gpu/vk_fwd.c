@@ -36,9 +36,12 @@ static const qfmt QFMT[KVT_VK_NQ] = {
     {KVT_TYPE_Q8_0, 32, 34, {2, 0}, {32, 0}, 0, 2, 2},         {KVT_TYPE_Q4_0, 32, 18, {2, 0}, {16, 0}, 0, 2, 2},
     {KVT_TYPE_Q5_0, 32, 22, {6, 2}, {16, 4}, 0, 2, 2},         {KVT_TYPE_Q4_K, 256, 144, {16, 0}, {128, 0}, 0, 16, 16},
     {KVT_TYPE_Q5_K, 256, 176, {48, 16}, {128, 32}, 0, 16, 16}, {KVT_TYPE_Q6_K, 256, 210, {0, 0}, {192, 0}, 192, 18, 20},
+    {KVT_TYPE_Q4_1, 32, 20, {4, 0}, {16, 0}, 0, 4, 4},         {KVT_TYPE_Q5_1, 32, 24, {8, 4}, {16, 4}, 0, 4, 4},
+    {KVT_TYPE_IQ4_NL, 32, 18, {2, 0}, {16, 0}, 0, 2, 2},       {KVT_TYPE_Q2_K, 256, 84, {16, 0}, {64, 16}, 80, 4, 4},
+    {KVT_TYPE_Q3_K, 256, 110, {32, 0}, {64, 32}, 96, 14, 16},
 };
 
-/* The index of type in QFMT, or -1 (F32, F16 or unsupported). */
+/* The index of type in QFMT, or -1 (F32, F16, BF16 or unsupported). */
 static int qfmt_index(uint32_t type) {
     for (int i = 0; i < KVT_VK_NQ; i++)
         if (QFMT[i].type == type) return i;
@@ -48,7 +51,7 @@ static int qfmt_index(uint32_t type) {
 struct kvt_gpu_wmat {
     kvt_gpu_dev *d;
     uint32_t type, rows, cols;
-    const qfmt *q;       /* NULL for F32 and F16 */
+    const qfmt *q;       /* NULL for F32, F16 and BF16 */
     uint32_t slice_rows; /* rows of every slice but the last */
     int n_slices;
     kvt_gpu_buf **slice;
@@ -56,7 +59,7 @@ struct kvt_gpu_wmat {
 };
 
 int kvt_gpu_wmat_supported(uint32_t type) {
-    return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || qfmt_index(type) >= 0;
+    return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || type == KVT_TYPE_BF16 || qfmt_index(type) >= 0;
 }
 
 /* Bytes of one row in the CPU's layout. */
@@ -68,11 +71,12 @@ static uint64_t cpu_row(const kvt_gpu_wmat *w) {
 /* Code words of one block. */
 static uint32_t code_words(const qfmt *q) { return (uint32_t)(q->code_len[0] + q->code_len[1]) / 4; }
 
-/* Device bytes of a slice of n rows: F32 and F16 rows back to back (F16 padded
- * to a word); a quantized type's codes, then its scales padded to a word. */
+/* Device bytes of a slice of n rows: F32, F16 and BF16 rows back to back (F16
+ * and BF16 padded to a word); a quantized type's codes, then its scales padded
+ * to a word. */
 static uint64_t slice_bytes(const kvt_gpu_wmat *w, uint64_t n) {
     if (w->type == KVT_TYPE_F32) return n * w->cols * 4;
-    if (w->type == KVT_TYPE_F16) return (n * w->cols + 1) / 2 * 4;
+    if (!w->q) return (n * w->cols + 1) / 2 * 4;
     uint64_t nb = n * (w->cols / w->q->elems);
     return nb * code_words(w->q) * 4 + (nb * w->q->meta_bytes + 3) / 4 * 4;
 }
@@ -140,8 +144,8 @@ int kvt_gpu_wmat_new(kvt_gpu_dev *d, uint32_t type, uint32_t rows, uint32_t cols
     *out = NULL;
     if (!kvt_gpu_wmat_supported(type))
         return kvt_fail(KVT_EUNSUPPORTED,
-                        "gpu weight matrix: type %u is not supported (F32, F16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or "
-                        "Q6_K)",
+                        "gpu weight matrix: type %u is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                        "Q5_1, IQ4_NL or Q2_K..Q6_K)",
                         type);
     if (!rows || !cols || !data)
         return kvt_fail(KVT_EARG, "gpu weight matrix: rows %u, cols %u (each > 0) and its data", rows, cols);
@@ -223,7 +227,7 @@ static int quantize_acts(kvt_gpu_kernels *k, const qfmt *q, kvt_gpu_buf *x, uint
     if (k->xq_x == x && k->xq_n == n_tok && k->xq_cols == cols && k->xq_k == kq && k->xq_sync == d->n_sync) return 0;
     /* a matmul recorded since the last barrier may still read the scratch */
     int rc = k->xq && k->xq_sync == d->n_sync ? kvt_gpu_rec_barrier(d) : 0;
-    if (!rc) rc = xq_reserve(k, (qwords + nblk + (kq ? nblk * 8 : 0)) * 4);
+    if (!rc) rc = xq_reserve(k, (qwords + nblk + (kq ? nblk * 8 : nblk)) * 4); /* Q8_K's sums, Q8_0's Q8_1 sums */
     if (rc) return rc;
     uint32_t push[3] = {cols, n_tok, *xbase}, g[3] = {0, 1, 0};
     kvt_vk_spread((uint32_t)((nblk + 63) / 64), &g[0], &g[2]);
@@ -247,7 +251,7 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
     int rc = kvt_vk_need(x, (uint64_t)n_tok * w->cols * 4, "matmul", "x");
     if (!rc) rc = kvt_vk_need(y, ((uint64_t)(n_tok - 1) * ldy + y_off + w->rows) * 4, "matmul", "y");
     if (rc) return rc;
-    kvt_gpu_pipe *p = w->type == KVT_TYPE_F32 ? k->mm_f32 : k->mm_f16;
+    kvt_gpu_pipe *p = w->type == KVT_TYPE_F32 ? k->mm_f32 : w->type == KVT_TYPE_BF16 ? k->mm_bf16 : k->mm_f16;
     uint32_t xbase = 0;
     kvt_gpu_buf *xin = x;
     if (w->q) {

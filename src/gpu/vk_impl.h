@@ -176,11 +176,12 @@ extern const size_t kvt_vk_n_shaders;
 #define KVT_VK_ARCH_PIPES 4 /* add_bias, scale, softcap, gelu_mul */
 
 /* The kernels' pipelines (vk_kernels.c makes them; vk_fwd.c records the forward pass's). */
-#define KVT_VK_NQ 6 /* quantized weight types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K (vk_fwd.c's table) */
+/* quantized weight types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, Q4_1, Q5_1, IQ4_NL, Q2_K, Q3_K (vk_fwd.c's table) */
+#define KVT_VK_NQ 11
 struct kvt_gpu_kernels {
     kvt_gpu_dev *d;
     kvt_gpu_pipe *matmul_f16, *rmsnorm;
-    kvt_gpu_pipe *mm_f32, *mm_f16; /* weight matrices by type */
+    kvt_gpu_pipe *mm_f32, *mm_f16, *mm_bf16; /* weight matrices by type */
     kvt_gpu_pipe *mm_q[KVT_VK_NQ]; /* the OpSDot shaders where the device has integer dot products, else plain */
     kvt_gpu_pipe *quant[2];        /* activations to Q8_0 / Q8_K (quant_q8_0, quant_q8_k) */
     /* The quantized activations of the last quantize pass, shared by the
@@ -190,7 +191,7 @@ struct kvt_gpu_kernels {
     int n_retired;
     const kvt_gpu_buf *xq_x;
     uint32_t xq_n, xq_cols;
-    int xq_k;         /* Q8_K (1) or Q8_0 (0) */
+    int xq_k;         /* Q8_K (1) or Q8_0 with its Q8_1 sums (0) */
     uint64_t xq_sync; /* d->n_sync right after it was written */
     kvt_gpu_pipe *rope, *add, *silu_mul;
     kvt_gpu_pipe *kv_store[KVT_GPU_KV_DTYPES], *attention[KVT_GPU_KV_DTYPES]; /* [kvt_gpu_kv_dtype] */

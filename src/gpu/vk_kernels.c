@@ -32,6 +32,7 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
                {&k->rmsnorm, "rmsnorm", 3, 3},
                {&k->mm_f32, "matmul_wf32", 3, MM_PUSH},
                {&k->mm_f16, "matmul_wf16", 3, MM_PUSH},
+               {&k->mm_bf16, "matmul_wbf16", 3, MM_PUSH},
                {&k->quant[0], "quant_q8_0", 2, QA_PUSH},
                {&k->quant[1], "quant_q8_k", 2, QA_PUSH},
                {&k->rope, "rope", 3, ROPE_PUSH},
@@ -48,7 +49,8 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
         rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
     /* the quantized weights' matmuls, in vk_fwd.c's order: OpSDot where the device has integer dot
      * products, else the plain integer shader (`_i`), which gives the same bits */
-    static const char *const q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"};
+    static const char *const q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0",   "q4_k", "q5_k", "q6_k",
+                                             "q4_1", "q5_1", "iq4_nl", "q2_k", "q3_k"};
     for (int i = 0; i < KVT_VK_NQ && !rc; i++) {
         char name[32];
         snprintf(name, sizeof name, "matmul_w%s%s", q[i], d->int_dot ? "" : "_i");
@@ -67,7 +69,7 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     if (!k) return;
     kvt_gpu_pipe_free(k->matmul_f16);
     kvt_gpu_pipe_free(k->rmsnorm);
-    kvt_gpu_pipe *more[] = {k->mm_f32, k->mm_f16, k->quant[0], k->quant[1], k->rope, k->add, k->silu_mul};
+    kvt_gpu_pipe *more[] = {k->mm_f32, k->mm_f16, k->mm_bf16, k->quant[0], k->quant[1], k->rope, k->add, k->silu_mul};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
     for (int t = 0; t < KVT_GPU_KV_DTYPES; t++) kvt_gpu_pipe_free(k->kv_store[t]), kvt_gpu_pipe_free(k->attention[t]);
     for (int i = 0; i < KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_q[i]);

@@ -1,21 +1,27 @@
 // The matmuls of quantized weights (matmul_w.glsl's frame), reading the
 // activations that a quantize pass wrote (quant_act.glsl) from binding 2:
-// Q8_0 blocks of 32 for Q8_0, Q4_0 and Q5_0 weights, Q8_K blocks of 256 for
-// the K types, as the CPU engine pairs them. The includer defines MM_TYPE and,
+// Q8_0 blocks of 32 for Q8_0, Q4_0, Q5_0 and IQ4_NL weights, the same with
+// their Q8_1 block sums for Q4_1 and Q5_1, Q8_K blocks of 256 for the K
+// types, as the CPU engine pairs them. The includer defines MM_TYPE and,
 // where the device has integer dot products, KVT_SDOT.
 //
 // Weights as vk_fwd.c uploads a slice: from word 0 each block's codes (CW
 // words per block, row after row), then from word sbase each block's scales
-// (Q8_0, Q4_0, Q5_0: the f16 d, two blocks to a word; Q4_K, Q5_K: the
-// block's first 16 bytes, d, dmin and the twelve bytes of 6-bit scales and
-// mins; Q6_K: the 16 int8 scales, then d, in 5 words).
+// (Q8_0, Q4_0, Q5_0, IQ4_NL: the f16 d, two blocks to a word; Q4_1, Q5_1:
+// d then the min m, a word a block; Q4_K, Q5_K: the block's first 16 bytes,
+// d, dmin and the twelve bytes of 6-bit scales and mins; Q6_K: the 16 int8
+// scales, then d, in 5 words; Q3_K: the 12 bytes of 6-bit scales, then d, in
+// 4 words; Q2_K: d and dmin in one word, its 16 scale bytes being the last
+// 4 code words).
 //
 // Per block the integer dot product of weight codes and activation quants is
 // exact, so its order does not matter and the OpSDot path and the plain
 // integer path give the same bits. Each block then meets the f32 sum as the
-// CPU engine's canonical dot (src/kernels/ops.h) does: Q8_0, Q4_0, Q5_0
-// acc = fma(float(isum), d_w * d_x, acc); the K types two integers per
-// super-block, S = sum_g sc[g] * (sum_g(u * q) - off * bsum[g]) and
+// CPU engine's canonical dot (src/kernels/ops.h) does: the blocks of 32
+// acc = fma(float(isum), d_w * d_x, acc), then for Q4_1 and Q5_1
+// acc = fma(m, s_x, acc) with s_x the activations' Q8_1 block sum; the K
+// types two integers per super-block,
+// S = sum_g sc[g] * (sum_g(u * q) - off * bsum[g]) and
 // M = sum_g mn[g] * bsum[g], then acc = fma(float(S), d * d_x, acc) and, with
 // mins, acc = fma(-float(M), dmin * d_x, acc). Invocation l takes blocks l,
 // l + KVT_WG, ... in order, for each token; the fixed tree sums the shares.
@@ -23,9 +29,14 @@
 #define MM_Q8_0 1
 #define MM_Q4_0 2
 #define MM_Q5_0 3
-#define MM_Q4_K 4
-#define MM_Q5_K 5
-#define MM_Q6_K 6
+#define MM_Q4_1 4
+#define MM_Q5_1 5
+#define MM_IQ4_NL 6 // the last of the blocks of 32
+#define MM_Q2_K 7
+#define MM_Q3_K 8
+#define MM_Q4_K 9
+#define MM_Q5_K 10
+#define MM_Q6_K 11
 #include "common.glsl"
 #include "matmul_w.glsl"
 
@@ -52,35 +63,63 @@ uint kvt_sub_bytes(uint v, uint z) { return ((v | 0x80808080u) - z * 0x01010101u
 // Byte i of the weights from word base.
 uint w_byte(uint base, uint i) { return (w[base + (i >> 2)] >> ((i & 3u) * 8u)) & 0xffu; }
 
-#if MM_TYPE <= MM_Q5_0
+#if MM_TYPE <= MM_IQ4_NL
 #if MM_TYPE == MM_Q8_0
 #define CW 8u
-#elif MM_TYPE == MM_Q4_0
-#define CW 4u
-#else
+#elif MM_TYPE == MM_Q5_0 || MM_TYPE == MM_Q5_1
 #define CW 5u
+#else
+#define CW 4u
+#endif
+#if MM_TYPE == MM_Q4_1 || MM_TYPE == MM_Q5_1
+#define MM_MIN 1
+#define MM_ZERO 0u // the codes are the integers
+#elif MM_TYPE == MM_Q5_0
+#define MM_ZERO 16u
+#else
+#define MM_ZERO 8u
 #endif
 
 // Bits 0..3 of b spread to bit 0 of each byte.
 uint spread4(uint b) { return (b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21); }
+
+#if MM_TYPE == MM_IQ4_NL
+// IQ4_NL's code book (quant_legacy.h) as int8, four to a word, code 0 in the low byte.
+const uint IQ4NL[4] = uint[4](0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+
+// Each byte of v (a code 0..15) mapped through the code book.
+uint iq4nl_bytes(uint v) {
+    uint r = 0u;
+    for (uint i = 0u; i < 4u; i++) {
+        uint c = (v >> (8u * i)) & 15u;
+        r |= ((IQ4NL[c >> 2] >> (8u * (c & 3u))) & 0xffu) << (8u * i);
+    }
+    return r;
+}
+#endif
 
 // Block s's 32 weights as int8, four to a word in element order.
 void load_block(uint s, out uint q[8]) {
     uint c = s * CW;
 #if MM_TYPE == MM_Q8_0
     for (uint j = 0u; j < 8u; j++) q[j] = w[c + j];
-#elif MM_TYPE == MM_Q4_0
+#elif MM_TYPE == MM_Q4_0 || MM_TYPE == MM_Q4_1 || MM_TYPE == MM_IQ4_NL
     for (uint j = 0u; j < 4u; j++) { // element j < 16 is the low nibble of byte j, element j + 16 its high
         uint v = w[c + j];
-        q[j] = kvt_sub_bytes(v & 0x0f0f0f0fu, 8u);
-        q[j + 4u] = kvt_sub_bytes((v >> 4) & 0x0f0f0f0fu, 8u);
+#if MM_TYPE == MM_IQ4_NL
+        q[j] = iq4nl_bytes(v & 0x0f0f0f0fu);
+        q[j + 4u] = iq4nl_bytes((v >> 4) & 0x0f0f0f0fu);
+#else
+        q[j] = kvt_sub_bytes(v & 0x0f0f0f0fu, MM_ZERO);
+        q[j + 4u] = kvt_sub_bytes((v >> 4) & 0x0f0f0f0fu, MM_ZERO);
+#endif
     }
 #else
     uint qh = w[c + 4u]; // bit i is bit 4 of element i
     for (uint j = 0u; j < 4u; j++) {
         uint v = w[c + j];
-        q[j] = kvt_sub_bytes((v & 0x0f0f0f0fu) | (spread4(qh >> (4u * j)) << 4), 16u);
-        q[j + 4u] = kvt_sub_bytes(((v >> 4) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * j)) << 4), 16u);
+        q[j] = kvt_sub_bytes((v & 0x0f0f0f0fu) | (spread4(qh >> (4u * j)) << 4), MM_ZERO);
+        q[j + 4u] = kvt_sub_bytes(((v >> 4) & 0x0f0f0f0fu) | (spread4(qh >> (16u + 4u * j)) << 4), MM_ZERO);
     }
 #endif
 }
@@ -89,7 +128,12 @@ void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
     uint nb = pc.cols >> 5;
     for (uint b = gl_LocalInvocationID.x; b < nb; b += KVT_WG) {
         uint s = r * nb + b;
+#ifdef MM_MIN
+        uint dm = w[pc.sbase + s];
+        float dw = kvt_f16_to_f32(dm & 0xffffu), mw = kvt_f16_to_f32(dm >> 16);
+#else
         float dw = kvt_f16_to_f32((w[pc.sbase + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu);
+#endif
         uint q[8];
         load_block(s, q);
         for (uint k = 0u; k < nt; k++) {
@@ -98,6 +142,9 @@ void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
             for (uint j = 0u; j < 8u; j++) isum += kvt_dot4(q[j], xq[xb * 8u + j]);
             precise float dd = dw * uintBitsToFloat(xq[pc.xbase + xb]);
             precise float v = fma(float(isum), dd, acc[k]);
+#ifdef MM_MIN
+            v = fma(mw, uintBitsToFloat(xq[pc.xbase + pc.n_tok * nb + xb]), v);
+#endif
             acc[k] = v;
         }
     }
@@ -112,9 +159,48 @@ int bsum(uint xs, uint g) {
 }
 
 // A super-block's 256 weights are 8 parts of 32: Q4_K and Q5_K's sub-blocks
-// (a 6-bit scale and min each), Q6_K's groups 2j and 2j + 1. kq_part gives
-// part j's share of S and M against Q8_K block xs.
-#if MM_TYPE == MM_Q6_K
+// (a 6-bit scale and min each), the groups 2j and 2j + 1 of Q2_K, Q3_K and
+// Q6_K. kq_part gives part j's share of S and M against Q8_K block xs.
+#if MM_TYPE == MM_Q2_K || MM_TYPE == MM_Q3_K
+#if MM_TYPE == MM_Q2_K
+#define CW 20u // qs[64], then scales[16] (a scale in the low nibble, a min in the high, per group)
+#define MW 1u  // d, dmin (f16)
+#else
+#define CW 24u // qs[64], then hmask[32]
+#define MW 4u  // scales[12] (sixteen 6-bit scales biased by 32), then d
+#endif
+
+int kq_part(uint s, uint xs, uint j, out int M) {
+    uint cb = s * CW, xb = xs * 64u;
+    // weight 32j + l: bits 2(j % 4) of qs[32(j / 4) + l] (Q3_K: bit j of hmask[l] is bit 2)
+    uint h = j >> 2, sh = 2u * (j & 3u);
+    int S = 0;
+    M = 0;
+    for (uint g = 0u; g < 2u; g++) {
+        int is = 0;
+        for (uint i = 4u * g; i < 4u * g + 4u; i++) {
+            uint code = (w[cb + 8u * h + i] >> sh) & 0x03030303u;
+#if MM_TYPE == MM_Q3_K
+            code |= ((w[cb + 16u + i] >> j) & 0x01010101u) << 2;
+#endif
+            is += kvt_dot4(code, xq[xb + 8u * j + i]);
+        }
+        uint gg = 2u * j + g;
+#if MM_TYPE == MM_Q2_K
+        uint sb = w_byte(cb + 16u, gg);
+        S += int(sb & 15u) * is;
+        M += int(sb >> 4) * bsum(xs, gg);
+#else
+        uint mb = pc.sbase + s * MW;
+        // group g's low 4 bits: nibble g / 8 of byte g % 8; its high 2: bits 2(g / 4) of byte 8 + g % 4
+        uint lo = (w_byte(mb, gg & 7u) >> (4u * (gg >> 3))) & 15u, hi = (w_byte(mb, 8u + (gg & 3u)) >> (2u * (gg >> 2))) & 3u;
+        int sc = int(lo | (hi << 4)) - 32;
+        S += sc * (is - 4 * bsum(xs, gg));
+#endif
+    }
+    return S;
+}
+#elif MM_TYPE == MM_Q6_K
 #define CW 48u // ql[128], then qh[64]
 #define MW 5u  // scales[16] (int8), then d
 
@@ -186,10 +272,10 @@ void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
         }
         barrier();
         if (b < nsb && (l & 7u) == 0u) {
-            uint m0 = w[pc.sbase + s * MW];
-#if MM_TYPE == MM_Q6_K
-            float d = kvt_f16_to_f32(w[pc.sbase + s * MW + 4u] & 0xffffu);
+#if MM_TYPE == MM_Q6_K || MM_TYPE == MM_Q3_K
+            float d = kvt_f16_to_f32(w[pc.sbase + s * MW + MW - 1u] & 0xffffu); // d after the scales
 #else
+            uint m0 = w[pc.sbase + s * MW];
             float d = kvt_f16_to_f32(m0 & 0xffffu), dmin = kvt_f16_to_f32(m0 >> 16);
 #endif
             for (uint k = 0u; k < nt; k++) {
@@ -201,7 +287,7 @@ void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
                 float dx = uintBitsToFloat(xq[pc.xbase + (t0 + k) * nsb + b]);
                 precise float dd = d * dx;
                 precise float v = fma(float(S), dd, acc[k]);
-#if MM_TYPE != MM_Q6_K
+#if MM_TYPE != MM_Q6_K && MM_TYPE != MM_Q3_K
                 precise float dm = dmin * dx;
                 v = fma(-float(M), dm, v);
 #endif

@@ -1,0 +1,5 @@
+// Q5_1 weights (matmul_q.glsl), plain integer multiplies, for devices without integer dot products.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define MM_TYPE MM_Q5_1
+#include "matmul_q.glsl"
