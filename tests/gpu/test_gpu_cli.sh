@@ -4,8 +4,9 @@
 # run, serve and eval take cpu (accepted, same output as without it) and
 # vulkan[:N], which runs the model on the device when it exists (the same
 # greedy completion twice, and from the cache) and is a usage error (exit 2)
-# saying why when it does not; a malformed value names the flag; a model the
-# GPU engine does not run is refused naming why; q8_0 KV runs on the device
+# saying why when it does not; a malformed value names the flag; a Q4_1 model
+# runs on the device; a model the GPU engine does not run (heads wider than
+# 256) is refused naming why; q8_0 KV runs on the device
 # and holds about twice f16's tokens in the same --kv-active.
 set -u
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
@@ -50,8 +51,11 @@ else
   check "eval --device vulkan" expect_rc 0 "$BIN" eval -m "$TMP/m.gguf" -n 2 --device vulkan hi
   check "no validation message" sh -c "! grep -qi 'validation' '$TMP/g1.err'"
   "$BIN" mkmodel -o "$TMP/q41.gguf" --type q4_1 >/dev/null 2>&1 || bad "mkmodel q4_1"
-  check "a Q4_1 model on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/q41.gguf" -p hi -n 1 --device vulkan
-  check "... naming the weight type" says "Q4_1"
+  check "a Q4_1 model runs on the GPU" expect_rc 0 "$BIN" run -m "$TMP/q41.gguf" -p hi -n 2 --temp 0 --device vulkan
+  "$BIN" mkmodel -o "$TMP/wide.gguf" --dim 512 --heads 1 --kv-heads 1 >/dev/null 2>&1 || bad "mkmodel wide heads"
+  check "a model with heads of 512 on the GPU is refused" expect_rc 1 "$BIN" run -m "$TMP/wide.gguf" -p hi -n 1 \
+    --device vulkan
+  check "... naming why" says "heads wider than 256"
   # q8_0 KV on the GPU: it runs, and as its pages take 34 bytes per 32 values against f16's 64,
   # the same --kv-active holds 64/34 (1.88) times the tokens and sessions (serve's start-up line)
   rc=0

@@ -2,7 +2,7 @@
 /* The engine on Vulkan device 0 (lavapipe here) against the CPU engine and
  * against itself:
  *  - logits of every prompt position against the CPU engine, on mkmodel
- *    llamas with F32, F16 and Q8_0 weights and on the shared aidreams260K:
+ *    llamas with F32, F16, Q8_0 and Q4_1 weights and on the shared aidreams260K:
  *    top-1 agreement and the largest |logit difference| (printed, bounded);
  *  - a decode step's KV pages equal, byte for byte, what a prefill and a
  *    chunked prefill write for the same tokens, and so do their logits;
@@ -12,7 +12,8 @@
  *    T1's straight from its pinned arena; with f16 and with q8_0 pages (q8_0
  *    on a model with heads of 32, also against the CPU and in the
  *    decode-against-prefill check; the GPU variants leave out its
- *    warm-equals-cold);
+ *    warm-equals-cold); and on the Q4_1 model (Q8_1 activations), outside
+ *    the GPU variants;
  *  - a lost device (injected) fails a step with a clear error and leaves the
  *    sequence as it was; what the GPU engine does not run is refused by name.
  * No validation message may appear. Skips (77) without a device. */
@@ -34,7 +35,7 @@
  * both engines quantize activations to Q8_0 the same way, but a 1-ulp
  * difference upstream moves a value near a rounding boundary by a whole step
  * (amax/127, ~1% of the block), and that carries: observed 0.065; 0.2 is the
- * bound. The same holds for q8_0 KV, where both engines quantize K and V
+ * bound, and Q4_1's (Q8_1 activations, the same steps). The same holds for q8_0 KV, where both engines quantize K and V
  * alike (observed 0.016). Top-1 must agree wherever the CPU's best logit leads the next by
  * more than twice the bound; the raw agreement is printed. */
 #define LOGIT_TOL 0.02
@@ -61,7 +62,8 @@ static kvt_engine *engine_on(const kvt_model *m, int32_t device, int32_t n_pages
 
 /* GPU logits against the CPU's at every position of a random prompt. */
 static void check_against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype dt) {
-    const double tol = m->layers[0].wq.type == KVT_TYPE_Q8_0 || dt == KVT_KV_Q8_0 ? LOGIT_TOL_Q8 : LOGIT_TOL;
+    const uint32_t wt = m->layers[0].wq.type;
+    const double tol = (wt != KVT_TYPE_F32 && wt != KVT_TYPE_F16) || dt == KVT_KV_Q8_0 ? LOGIT_TOL_Q8 : LOGIT_TOL;
     int32_t p[48];
     unsigned seed = 7;
     n_vocab = m->hp.n_vocab;
@@ -284,10 +286,10 @@ static kvt_model *q8_kv_model(void) {
 int main(void) {
     kvt_test_gpu_variant();
     gpu_test_start();
-    const char *names[] = {"F32", "F16", "Q8_0"};
-    const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_Q8_0};
-    kvt_model *f16 = NULL;
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {"F32", "F16", "Q8_0", "Q4_1"};
+    const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_1};
+    kvt_model *f16 = NULL, *q41 = NULL;
+    for (int i = 0; i < 4; i++) {
         char file[64];
         snprintf(file, sizeof file, "gpu_engine_%s.gguf", names[i]);
         kvt_model *m = kvt_test_tiny_model_typed(file, 512, types[i]);
@@ -296,6 +298,7 @@ int main(void) {
         check_against_cpu(m, names[i], KVT_KV_F16);
         if (types[i] == KVT_TYPE_F32) check_against_cpu(m, names[i], KVT_KV_F32);
         if (types[i] == KVT_TYPE_F16) f16 = m;
+        else if (types[i] == KVT_TYPE_Q4_1) q41 = m;
         else kvt_model_free(m);
     }
     const char *shared = kvt_test_shared();
@@ -317,6 +320,14 @@ int main(void) {
         /* the variants (staging, split pool) move q8_0 pages as the same opaque bytes as f16's */
         if (!getenv("KVT_GPU_VARIANT")) check_warm_equals_cold(q8, dir, KVT_KV_Q8_0);
         kvt_model_free(q8);
+    }
+    if (q41) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/gpu_engine_t2_q41", kvt_test_tmpdir());
+        /* a weight type changes no byte the tiers move: the variants leave it out */
+        n_vocab = q41->hp.n_vocab;
+        if (!getenv("KVT_GPU_VARIANT")) check_warm_equals_cold(q41, dir, KVT_KV_F16);
+        kvt_model_free(q41);
     }
     if (f16) {
         n_vocab = f16->hp.n_vocab;

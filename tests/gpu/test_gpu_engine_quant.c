@@ -2,8 +2,10 @@
 /* The GPU engine (Vulkan device 0, lavapipe here) on quantized mkmodel
  * llamas whose widths are multiples of 256, so the K types are used as
  * llama.cpp would use them: a Q4_K_M mix (Q4_K, with Q6_K for attn_v, some
- * ffn_down and the output) and pure Q4_0 (Q5_K and Q5_0 are checked against
- * the CPU's matmul in test_gpu_quant):
+ * ffn_down and the output), a Q2_K mix (Q2_K, with Q3_K for attn_v,
+ * attn_output and ffn_down), pure Q4_0, IQ4_NL and BF16 (Q5_K, Q5_0, Q5_1
+ * and Q4_1 are checked against the CPU's matmul in test_gpu_quant, Q4_1 also
+ * in test_gpu_engine):
  *  - logits of every prompt position against the CPU engine: top-1 agreement
  *    and the largest |logit difference| (printed, bounded);
  *  - batch invariance: the last token's logits decoded alone, after a
@@ -20,7 +22,8 @@
 
 #define N_PROMPT 24
 /* Both engines quantize activations the same way (Q8_K for the K types,
- * Q8_0 for Q4_0) and form each block's term alike; the block terms are
+ * Q8_0 for Q4_0 and IQ4_NL, bf16 for BF16) and form each
+ * block's term alike; the block terms are
  * summed in another order, so a value upstream may differ by an ulp, and one
  * near a rounding boundary then moves by a whole quantization step (1/127
  * of its block's largest value), which carries through the layers. As with
@@ -118,6 +121,9 @@ int main(void) {
     gpu_test_start();
     check_model("Q4_K_M", 0, "q4_k_m");
     check_model("Q4_0", KVT_TYPE_Q4_0, NULL);
+    check_model("Q2_K", 0, "q2_k");
+    check_model("IQ4_NL", KVT_TYPE_IQ4_NL, NULL);
+    check_model("BF16", KVT_TYPE_BF16, NULL);
     gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_engine_quant");
 }

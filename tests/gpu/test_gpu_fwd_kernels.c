@@ -2,11 +2,13 @@
 /* The forward pass's matmul and elementwise GPU kernels against plain C, on
  * Vulkan device 0 (lavapipe here), over a sampled sweep of shapes (the seed is
  * printed; $KVT_GPU_SEED replays one):
- *  - kvt_gpu_rec_matmul with F32, F16 and Q8_0 weight matrices (rows 1..300,
- *    cols up to 1024, batch 1..64, rows written at y_off of ldy-wide rows):
- *    within MM_TOL of a double reference over the exactly dequantized weights
- *    (d * q for Q8_0, whose activations are also quantized to Q8_0 as the
- *    CPU does: the reference takes them as d_x * q_x), relative to sum |w x|; nothing outside the rows written;
+ *  - kvt_gpu_rec_matmul with F32, F16, BF16 and Q8_0 weight matrices (rows
+ *    1..300, cols up to 1024, batch 1..64, rows written at y_off of ldy-wide
+ *    rows): within MM_TOL of a double reference over the exactly dequantized
+ *    weights (d * q for Q8_0, whose activations are also quantized to Q8_0 as
+ *    the CPU does: the reference takes them as d_x * q_x; BF16's activations
+ *    are rounded to bf16 as the CPU does, and so in the reference), relative
+ *    to sum |w x|; nothing outside the rows written;
  *    a token alone gets the bits of its row in a batch; on a second device
  *    with a 64 KiB binding limit and staged transfers, where the matrix is many
  *    slices, the same bits as unsliced; a row over the limit and an
@@ -54,6 +56,11 @@ static void *make_weights(uint32_t type, uint32_t rows, uint32_t cols, size_t ro
                 uint16_t h = kvt_f32_to_f16(fwd_unit());
                 memcpy(row + c * 2, &h, 2);
                 o[c] = kvt_f16_to_f32(h);
+            }
+            if (type == KVT_TYPE_BF16) { /* across magnitudes */
+                uint16_t h = kvt_f32_to_bf16(ldexpf(fwd_unit(), (int)fwd_pick(0, 40) - 20));
+                memcpy(row + c * 2, &h, 2);
+                o[c] = kvt_bf16_to_f32(h);
             }
             if (type == KVT_TYPE_Q8_0) {
                 unsigned char *blk = row + c / 32 * 34;
@@ -132,8 +139,9 @@ static void mm_compare(const float *wf, const float *x, const float *y, uint32_t
 /* Long: one case end to end: weights, the batch, the reference, decode steps, the sliced device. */
 static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k, kvt_gpu_kernels *ks, uint32_t type,
                          uint32_t rows, uint32_t cols, uint32_t n_tok) {
-    static const char *names[] = {[KVT_TYPE_F32] = "F32", [KVT_TYPE_F16] = "F16", [KVT_TYPE_Q8_0] = "Q8_0"};
-    size_t row_bytes = type == KVT_TYPE_F32 ? cols * 4u : type == KVT_TYPE_F16 ? cols * 2u : cols / 32u * 34u;
+    static const char *names[] =
+        {[KVT_TYPE_F32] = "F32", [KVT_TYPE_F16] = "F16", [KVT_TYPE_BF16] = "BF16", [KVT_TYPE_Q8_0] = "Q8_0"};
+    size_t row_bytes = type == KVT_TYPE_F32 ? cols * 4u : type == KVT_TYPE_Q8_0 ? cols / 32u * 34u : cols * 2u;
     row_bytes += fwd_pick(0, 1) * 6; /* rows with a gap after them, sometimes */
     uint32_t y_off = fwd_pick(0, 3), ldy = rows + y_off + fwd_pick(0, 2);
     float *wf = malloc((size_t)rows * cols * 4), *x = malloc((size_t)n_tok * cols * 4);
@@ -149,6 +157,10 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
         if (type == KVT_TYPE_Q8_0) {
             tie = calloc(n_tok, 1);
             q8_activations(x, (size_t)n_tok * cols, cols, xr = malloc((size_t)n_tok * cols * 4), tie);
+        }
+        if (type == KVT_TYPE_BF16) {
+            xr = malloc((size_t)n_tok * cols * 4);
+            for (size_t i = 0; i < (size_t)n_tok * cols; i++) xr[i] = kvt_bf16_to_f32(kvt_f32_to_bf16(x[i]));
         }
         mm_compare(wf, xr, y, rows, cols, n_tok, ldy, y_off, tie, names[type]);
         if (xr != x) free(xr);
@@ -186,13 +198,19 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
     free(y1);
 }
 
-/* Refusals: an unsupported type, Q8_0 cols off the block, a row over the binding limit, y too narrow. */
+/* Refusals: a type without a kernel (IQ4_XS, which the CPU does not run
+ * either), Q8_0 cols off the block, a row over the binding limit, y too narrow. */
 static void check_matmul_refusals(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k) {
     static float data[20000];
     kvt_gpu_wmat *m = NULL;
-    CHECK(!kvt_gpu_wmat_supported(KVT_TYPE_Q4_1) && kvt_gpu_wmat_supported(KVT_TYPE_Q8_0));
-    CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_Q4_1, 4, 32, data, 20, &m) == KVT_EUNSUPPORTED && !m);
-    CHECK(strstr(kvt_errmsg(), "type 3") != NULL);
+    static const uint32_t runs[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
+                                    KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
+                                    KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+        CHECKF(kvt_gpu_wmat_supported(runs[i]), "type %u has a kernel", runs[i]);
+    CHECK(!kvt_gpu_wmat_supported(KVT_TYPE_IQ4_XS) && !kvt_gpu_wmat_supported(KVT_TYPE_Q8_1));
+    CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_IQ4_XS, 4, 256, data, 136, &m) == KVT_EUNSUPPORTED && !m);
+    CHECK(strstr(kvt_errmsg(), "type 23") != NULL);
     CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_Q8_0, 4, 40, data, 68, &m) == KVT_EARG && strstr(kvt_errmsg(), "40"));
     CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_F32, 2, 8, data, 16, &m) == KVT_EARG && strstr(kvt_errmsg(), "row_bytes"));
     CHECKF(kvt_gpu_wmat_new(sliced, KVT_TYPE_F32, 1, 20000, data, 80000, &m) == KVT_ELIMIT && !m, "%s", kvt_errmsg());
@@ -297,9 +315,9 @@ int main(void) {
         CHECKF(kvt_gpu_kernels_new(ds, &ks) == 0, "%s", kvt_errmsg());
     }
     if (k && ks) {
-        static const uint32_t types[3] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_Q8_0};
+        static const uint32_t types[4] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0};
         static const uint32_t fixed[][3] = {{1, 32, 1}, {300, 1024, 3}, {64, 64, 64}, {7, 96, 2}};
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 4; t++) {
             for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
                 check_matmul(d, ds, k, ks, types[t], fixed[i][0], fixed[i][1], fixed[i][2]);
             for (int i = 0; i < 8; i++) {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* The quantized-weight matmuls on Vulkan device 0 (lavapipe here) against the
- * CPU's kvt_matmul, for Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K matrices made by
- * the CPU's quantizers, over a sampled sweep of small shapes (the seed is
- * printed; $KVT_GPU_SEED replays one):
+ * CPU's kvt_matmul, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q2_K..Q6_K
+ * matrices made by the CPU's quantizers, over a sampled sweep of small shapes
+ * (the seed is printed; $KVT_GPU_SEED replays one):
  *  - within QTOL of the CPU, relative to sum |w x| of the row: both quantize
- *    the activations the same way (Q8_0 or Q8_K) and form each block's term
+ *    the activations the same way (Q8_0, Q8_1 or Q8_K) and form each block's term
  *    the same way, so only the order in which the block terms are summed
  *    differs (the CPU's lanes or one accumulator, the GPU's invocations and
  *    tree); the largest error seen is printed;
@@ -16,7 +16,8 @@
  *  - the quantized activations themselves (the kernels' scratch read back),
  *    on rows crafted so that x * 127 / amax lies within an ulp of a half, are
  *    the CPU quantizers' bit for bit: Q8_0's int8 values and f16-rounded
- *    scales, Q8_K's int8 values, f32 scales and sums of 16.
+ *    scales and Q8_1's f16-rounded block sums, Q8_K's int8 values, f32
+ *    scales and sums of 16.
  * No validation message may appear. Skips (77) without a device. */
 #include <math.h>
 #include <string.h>
@@ -43,7 +44,9 @@ static const struct {
     const char *name;
     uint32_t block;
 } TYPES[] = {{KVT_TYPE_Q8_0, "Q8_0", 32},  {KVT_TYPE_Q4_0, "Q4_0", 32},  {KVT_TYPE_Q5_0, "Q5_0", 32},
-             {KVT_TYPE_Q4_K, "Q4_K", 256}, {KVT_TYPE_Q5_K, "Q5_K", 256}, {KVT_TYPE_Q6_K, "Q6_K", 256}};
+             {KVT_TYPE_Q4_1, "Q4_1", 32},  {KVT_TYPE_Q5_1, "Q5_1", 32},  {KVT_TYPE_IQ4_NL, "IQ4_NL", 32},
+             {KVT_TYPE_Q4_K, "Q4_K", 256}, {KVT_TYPE_Q5_K, "Q5_K", 256}, {KVT_TYPE_Q6_K, "Q6_K", 256},
+             {KVT_TYPE_Q2_K, "Q2_K", 256}, {KVT_TYPE_Q3_K, "Q3_K", 256}};
 
 /* y = W x for n_tok tokens on device d; 0 or a failed check. */
 static int gpu_mm(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, const float *x, uint32_t cols,
@@ -188,7 +191,7 @@ static long edge_round(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t type, const 
     size_t rb = kvt_wmat_row_bytes(type, cols);
     unsigned char *w = make_weights(type, rows, cols, rb);
     float y[16];
-    const uint64_t words = (uint64_t)n_tok * cols / 4 + nblk + (kq ? nblk * 8 : 0);
+    const uint64_t words = (uint64_t)n_tok * cols / 4 + nblk + (kq ? nblk * 8 : nblk);
     uint32_t *g = malloc(words * 4);
     kvt_gpu_wmat *m = NULL;
     long off = -1;
@@ -197,9 +200,10 @@ static long edge_round(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t type, const 
         const int8_t *gq = (const int8_t *)g;
         const float *gd = (const float *)(g + (size_t)n_tok * cols / 4);
         const int16_t *gs = (const int16_t *)(g + (size_t)n_tok * cols / 4 + nblk);
+        const float *g1 = (const float *)(g + (size_t)n_tok * cols / 4 + nblk); /* Q8_1 sums */
         uint8_t q8[256];
         int8_t qk[256];
-        float dd[8];
+        float dd[8], s1[8];
         int16_t sums[16];
         off = 0;
         for (uint32_t t = 0; t < n_tok; t++)
@@ -212,9 +216,10 @@ static long edge_round(kvt_gpu_dev *d, kvt_gpu_kernels *k, uint32_t type, const 
                     off += memcmp(&dd[0], &gd[bi], 4) != 0;
                     for (int i = 0; i < 16; i++) off += sums[i] != gs[bi * 16 + i];
                 } else {
-                    kvt_ops_active()->quantize_q8_row(xr, 256, q8, dd, NULL);
+                    kvt_ops_active()->quantize_q8_row(xr, 256, q8, dd, s1);
                     for (int i = 0; i < 256; i++) off += (int)q8[i] - KVT_Q8_ACT_BIAS != gq[at + i];
                     off += memcmp(dd, &gd[bi], 8 * 4) != 0;
+                    off += memcmp(s1, &g1[bi], 8 * 4) != 0;
                 }
             }
     }
@@ -237,7 +242,7 @@ static void check_exact_acts(kvt_gpu_dev *d, kvt_gpu_kernels *k) {
             off = o < 0 ? o : off + o;
         }
         printf("gpu quant: %s activations at rounding edges: %ld of %d values and scales differ from the CPU's\n",
-               ti ? "Q8_K" : "Q8_0", off, rounds * n_tok * cols);
+               ti ? "Q8_K" : "Q8_0/Q8_1", off, rounds * n_tok * cols);
         CHECKF(off == 0, "%s activations at rounding edges: %ld differ from the CPU's", ti ? "Q8_K" : "Q8_0", off);
     }
     free(x);
