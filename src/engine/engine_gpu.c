@@ -41,8 +41,8 @@ static int model_supported(const kvt_model *m, kvt_kv_dtype kv) {
 static int upload_w(kvt_eng_gpu *g, const kvt_wmat *w, const char *name, int32_t layer, kvt_gpu_wmat **out) {
     if (!kvt_gpu_wmat_supported(w->type))
         return kvt_fail(KVT_EUNSUPPORTED,
-                        "%s%.0d %s: weights of type %s have no GPU kernel (every type the CPU engine runs has "
-                        "one); run this model with --device cpu",
+                        "%s%.0d %s: weights of type %s have no GPU kernel (every type the model loader "
+                        "accepts has one)",
                         layer >= 0 ? "layer " : "", layer, name, kvt_ggml_type_name(w->type));
     int rc = kvt_gpu_wmat_new(g->d, w->type, (uint32_t)w->rows, (uint32_t)w->cols, w->data, w->row_bytes, out);
     if (rc) return kvt_fail_prefix(rc, "uploading %s: ", name), rc;
@@ -155,7 +155,7 @@ static int quantized(const kvt_wmat *w) {
 }
 
 /* The columns the quantized-activation scratch holds per token: a matmul's
- * widest input, or 0 where every weight is F16 or F32 (no matmul quantizes
+ * widest input, or 0 where every weight is F32, F16 or BF16 (no matmul quantizes
  * its input, so no scratch is reserved or planned). */
 static uint32_t matmul_cols(const kvt_engine *e) {
     const kvt_model *m = e->model;

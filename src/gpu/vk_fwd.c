@@ -24,7 +24,8 @@
  * codes, the byte ranges code[0] then code[1] of the CPU's block, become
  * words of the slice's code region; its scales, bytes meta_off.. of the
  * block, padded to meta_bytes, go to the scale region after it. Activations
- * are quantized to Q8_K (256-blocks) for the K types, else to Q8_0. */
+ * are quantized to Q8_K (256-blocks) for the K types, else to Q8_0 with the
+ * Q8_1 block sums (which only Q4_1 and Q5_1 read). */
 typedef struct {
     uint32_t type, elems, bytes; /* weights per block, bytes per block in the CPU's layout */
     uint16_t code_off[2], code_len[2];

@@ -1,5 +1,5 @@
-// The frame of the weight-matrix matmuls (matmul_wf32, matmul_wf16 and the
-// quantized types of matmul_q.glsl): y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for
+// The frame of the weight-matrix matmuls (matmul_wf32, matmul_wf16,
+// matmul_wbf16 and the quantized types of matmul_q.glsl): y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for
 // the rows of one slice of the matrix. One workgroup per (row, MM_TOKS
 // tokens): groups (gx, ceil(n_tok / MM_TOKS), gz) with row = x + z * gx, so a
 // weight read once serves several tokens. The includer defines W's binding and
