@@ -61,5 +61,13 @@ int kvt_gbnf_m_overflowed(const kvt_gbnf_m *m);
  * at every node of the vocabulary trie. For tests and benchmarks that
  * compare the two; it forgets what was remembered. */
 void kvt_gbnf_m_set_memo(kvt_gbnf_m *m, int32_t max_sets);
+/* Where whole characters of some set lead the parse set back to itself (free
+ * text: a class repeated without bound), the mask takes every token made
+ * only of such characters in one pass and walks the trie for the rest: the
+ * same mask. On by default; 0 turns it off, for tests and benchmarks that
+ * compare the two. */
+void kvt_gbnf_m_set_loops(kvt_gbnf_m *m, int on);
+/* How many tokens the last kvt_gbnf_m_mask took that way (for tests and benchmarks). */
+int32_t kvt_gbnf_m_loop_taken(const kvt_gbnf_m *m);
 
 #endif

@@ -5,7 +5,8 @@
  * equal to a brute-force check of every token of a real vocabulary, and
  * random walks through the mask that always end in a text the grammar
  * accepts; the memoised mask equal to the plain one, step by step, for
- * grammars with repeated character classes. */
+ * grammars with repeated character classes; the mask that takes a free-text
+ * loop's tokens at once equal to brute force and to the walk without it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,122 @@ static void test_memo(const kvt_tokenizer *t) {
     kvt_jg_vocab_free(v);
 }
 
+/* The mask of grammar after prefix equals stepping every token's bytes on a
+ * fresh matcher, with the budget rule; want_taken: whether the mask must have
+ * taken tokens at once through a loopset (1), or must not have (0). */
+static void check_loop_mask(const char *grammar, const kvt_jg_vocab *v, const kvt_tokenizer *t, const char *prefix,
+                            int32_t budget, int want_taken) {
+    char err[256];
+    kvt_gbnf *gb = NULL;
+    CHECKF(kvt_gbnf_parse(grammar, strlen(grammar), &gb, err, sizeof err) == 0, "%s: %s", grammar, err);
+    if (!gb) return;
+    int32_t nv = kvt_tokenizer_n_vocab(t), want = 0, wrong = 0;
+    uint8_t *mask = malloc((size_t)nv);
+    kvt_gbnf_m *m = kvt_gbnf_m_new(gb, v);
+    CHECK(kvt_gbnf_m_feed(m, prefix, strlen(prefix)) == 0);
+    int32_t n = kvt_gbnf_m_mask(m, budget, mask);
+    for (int32_t id = 0; id < nv; id++) {
+        char buf[KVT_JG_MAX_TOKEN + 1];
+        int len = kvt_token_piece(t, id, buf, sizeof buf, 0), ok;
+        if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
+            kvt_gbnf_m *h = kvt_gbnf_m_new(gb, NULL);
+            ok = kvt_gbnf_m_feed(h, prefix, strlen(prefix)) == 0 && kvt_gbnf_m_feed(h, buf, (size_t)len) == 0 &&
+                kvt_gbnf_m_min_bytes(h) <= budget - 1;
+            kvt_gbnf_m_free(h);
+        } else {
+            ok = (kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t)) && kvt_gbnf_m_can_end(m);
+        }
+        want += ok;
+        wrong += ok != mask[id];
+    }
+    CHECKF(!wrong && n == want, "%s after '%s' (budget %d): mask allows %d, brute force %d, %d differ", grammar, prefix,
+           budget, n, want, wrong);
+    int32_t taken = kvt_gbnf_m_loop_taken(m);
+    CHECKF(want_taken ? taken > 0 : taken == 0, "%s after '%s' (budget %d): %d tokens taken at once", grammar, prefix,
+           budget, taken);
+    kvt_gbnf_m_free(m);
+    free(mask);
+    kvt_gbnf_free(gb);
+}
+
+/* Two matchers fed the same random tokens: one taking loopsets' tokens at
+ * once (memo of memo_max sets), the other walking every token (with the
+ * memo, which test_memo holds to the plain walk); the masks agree at every
+ * step, tight budgets included. want_taken: some
+ * step of the walks took tokens at once (1), none did (0), either (-1). */
+static void loop_walks(const char *grammar, const kvt_jg_vocab *v, int walks, int steps, int32_t memo_max,
+                       int want_taken) {
+    char err[256];
+    kvt_gbnf *gb = NULL;
+    CHECKF(kvt_gbnf_parse(grammar, strlen(grammar), &gb, err, sizeof err) == 0, "%s: %s", grammar, err);
+    if (!gb) return;
+    int32_t nv = kvt_jg_vocab_size(v);
+    uint8_t *fast = malloc((size_t)nv), *slow = malloc((size_t)nv);
+    uint64_t rng = 11;
+    long taken = 0;
+    for (int w = 0; w < walks; w++) {
+        kvt_gbnf_m *a = kvt_gbnf_m_new(gb, v), *b = kvt_gbnf_m_new(gb, v);
+        kvt_gbnf_m_set_memo(a, memo_max);
+        kvt_gbnf_m_set_loops(b, 0);
+        for (int step = 0; step < steps && !kvt_gbnf_m_done(a); step++) {
+            int32_t budget = w % 2 ? steps - step : 400; /* odd walks end on a tight budget */
+            int32_t n = kvt_gbnf_m_mask(a, budget, fast);
+            taken += kvt_gbnf_m_loop_taken(a);
+            CHECKF(kvt_gbnf_m_loop_taken(b) == 0, "%s: a matcher with loopsets off took tokens at once", grammar);
+            CHECKF(n == kvt_gbnf_m_mask(b, budget, slow) && !memcmp(fast, slow, (size_t)nv),
+                   "%s: walk %d step %d: the mask with loopsets differs from the plain one", grammar, w, step);
+            if (!n) break;
+            int32_t pick = jg_pick(fast, nv, n, &rng);
+            CHECK(kvt_gbnf_m_accept(a, pick) == 0 && kvt_gbnf_m_accept(b, pick) == 0);
+        }
+        kvt_gbnf_m_free(a);
+        kvt_gbnf_m_free(b);
+    }
+    CHECKF(want_taken < 0 || (want_taken ? taken > 0 : taken == 0), "%s: %ld tokens taken at once over the walks",
+           grammar, taken);
+    free(fast);
+    free(slow);
+    kvt_gbnf_free(gb);
+}
+
+static const char LINES[] = "root ::= item{1,6}\nitem ::= \"- \" [^\\n]+ \"\\n\"\n";
+
+static void test_loops(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    /* a negated class looping, then a newline and more lines */
+    check_loop_mask(LINES, v, t, "- some text", 100, 1);
+    check_loop_mask(LINES, v, t, "- some text", 1, 0);      /* past the budget: only what brings the end nearer */
+    check_loop_mask(LINES, v, t, "- ", 100, 0);             /* the first character is not the loop yet */
+    check_loop_mask(LINES, v, t, "- caf\xc3", 100, 0);      /* inside a character */
+    check_loop_mask(LINES, v, t, "- caf\xc3\xa9 ", 100, 1); /* after a whole one */
+    /* a loop over two classes (ASCII letters and any non-ASCII character), then a newline */
+    check_loop_mask("root ::= ([a-zA-Z .,] | [^\\x00-\\x7f])+ \"\\n\"", v, t, "Gr\xc3\xbc\xc3\x9f Gott", 100, 1);
+    /* only part of a class leads back: 'a' may also begin "ab", so tokens with an 'a' are walked */
+    check_loop_mask("root ::= ( [^\\n] | \"ab\" \"!\" )* \"\\n\"", v, t, "xyz", 100, 1);
+    check_loop_mask("root ::= ( [^\\n] | \"ab\" \"!\" )* \"\\n\"", v, t, "xyza", 100, 0);
+    /* multi-byte characters cut out of a negated class; JSON-like strings on a tight budget */
+    check_loop_mask("root ::= [^\\u00e9\\u4e00-\\u9fff\\n]+ \"\\n\"", v, t, "na", 100, 1);
+    check_loop_mask(JSONISH, v, t, "{\"key\": \"some value", 3, 1);
+    /* bounded repetitions never come back to the same parse set */
+    check_loop_mask("root ::= [a-z ]{0,250} \".\"", v, t, "abc", 100, 0);
+    loop_walks("root ::= [^\\n]{1,40} \"\\n\"", v, 2, 40, 2048, 0);
+    /* narrow classes: too few tokens to pay for taking them at once */
+    loop_walks("root ::= [0-9]+ \".\" [0-9]{1,3}", v, 2, 20, 2048, 0);
+
+    loop_walks(LINES, v, 4, 40, 2048, 1);
+    loop_walks(LINES, v, 2, 40, 0, 1); /* without the memo, too */
+    loop_walks(LINES, v, 2, 40, 1, 1); /* a memo that starts over again and again */
+    loop_walks("root ::= [a-z ]+ \".\" [0-9]{1,3}", v, 4, 40, 2048, 1);
+    loop_walks("root ::= [^\\u00e9\\u4e00-\\u9fff\\n]+ \"\\n\" [\\u00e0-\\u00ff\\u4e00-\\u9fff ]*", v, 4, 40, 2048, 1);
+    /* -1: a loop, but with too few tokens in it (those with no lowercase letter): either way */
+    loop_walks("root ::= [^a-z\\u00e9]+ \"|\" [\\u00e0-\\u00ff\\u4e00-\\u9fff ]*", v, 2, 40, 2048, -1);
+    loop_walks("root ::= ([a-zA-Z .,] | [^\\x00-\\x7f])+ \"\\n\"", v, 4, 40, 2048, 1);
+    loop_walks("root ::= ( [^\\n] | \"ab\" \"!\" )* \"\\n\" \"end\"", v, 4, 40, 2048, 1);
+    loop_walks(JSONISH, v, 4, 40, 2048, -1); /* -1: strings may or may not come up */
+    loop_walks("root ::= [a-z ]{0,250} \".\"", v, 2, 40, 2048, 0);
+    kvt_jg_vocab_free(v);
+}
+
 static void test_vocab(const kvt_tokenizer *t) {
     kvt_jg_vocab *v = kvt_jg_vocab_new(t);
     kvt_jg_schema *yn = compile("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}");
@@ -264,6 +381,7 @@ int main(void) {
     }
     test_vocab(t);
     test_memo(t);
+    test_loops(t);
     kvt_tokenizer_free(t);
     return kvt_test_done("test_gbnf");
 }
