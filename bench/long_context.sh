@@ -76,7 +76,9 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
 LFA_BENCH=() LFA_SERVER=()
 [ "$LLAMA_FA" = 0 ] || LFA_BENCH=(-fa 1) LFA_SERVER=(-fa)
 for v in T LT NGEN PAR PAR_TOKENS PAIRS PAIRS_LONG LPORT; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench/long_context.sh: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
+  name=$v
+  case $v in T) name=THREADS ;; LT) name=LLAMA_THREADS ;; esac
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench/long_context.sh: $name must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 for d in $DEPTHS; do
   [[ $d =~ ^[1-9][0-9]*$ && $d -le $((CTX - NGEN - 8)) ]] ||
