@@ -20,7 +20,11 @@
 #     derived from `llama-bench -pg DEPTH,NGEN` (prefill then generate, one rate
 #     over both) and the pp DEPTH of the same llama-bench call:
 #     NGEN / ((DEPTH+NGEN)/pg_rate - DEPTH/pp_rate), a small difference of two
-#     large times, so far noisier (b4748's llama-bench has no --depth).
+#     large times, so far noisier (b4748's llama-bench has no --depth). With
+#     LLAMA_SERVER, llama.cpp's prefill is by default the same request's
+#     timings.prompt_per_second (one DEPTH prefill per pair instead of two; the
+#     server prefills in llama-bench's default batches, 2048 and ubatch 512);
+#     LLAMA_PREFILL=bench takes `llama-bench -p DEPTH -n 0` instead.
 #   - parallel decode: `kvtier serve --parallel PAR`, 1 client then PAR clients at
 #     once (each a short prompt and PAR_TOKENS generated tokens), aggregate tok/s
 #     = generated tokens / wall time, and the PAR/1 ratio; llama-server -np PAR
@@ -28,6 +32,9 @@
 #
 # Settings (environment):
 #   THREADS=2                 threads for both engines
+#   LLAMA_THREADS=THREADS     llama.cpp's threads when they should differ (on an
+#                             oversubscribed machine its 2-thread barriers can
+#                             stall far more than one thread; say which ran)
 #   TYPES="q8_0 q4_k_m"       weight types (any `kvtier mkmodel --type`)
 #   DEPTHS="8192 32768"       prompt lengths in tokens
 #   PAIRS=3                   alternated pairs per figure
@@ -38,6 +45,11 @@
 #                             PAR_TOKENS=32 (each still overridable)
 #   LLAMA_BENCH=/path/llama-bench, LLAMA_SERVER=/path/llama-server: llama.cpp's
 #                             binaries (optional; without them kvtier's figures only)
+#   LLAMA_FA=0                1: llama.cpp with flash attention (llama-bench -fa 1,
+#                             llama-server -fa); 0: without (both tools' default)
+#   LLAMA_PREFILL=server      where llama.cpp's prefill at depth comes from when
+#                             LLAMA_SERVER is set: server or bench (see above)
+#   PARTS="empty depth par"   which figures to take (a subset runs faster)
 #   LPORT=8097                llama-server's port (kvtier serve picks a free one)
 #   KVT_BIN=./build/kvtier    the kvtier binary
 # The models: bench/out/llama250m-TYPE-ctx32k.gguf, made as bench/speed.sh makes
@@ -52,9 +64,21 @@ if [ "${QUICK:-0}" = 1 ]; then
 fi
 T=${THREADS:-2} NGEN=${NGEN:-32} PAR=${PAR:-4} PAR_TOKENS=${PAR_TOKENS:-64}
 TYPES=${TYPES:-q8_0 q4_k_m} DEPTHS=${DEPTHS:-8192 32768} PAIRS=${PAIRS:-3} PAIRS_LONG=${PAIRS_LONG:-2}
-LPORT=${LPORT:-8097} CTX=33024
-for v in T NGEN PAR PAR_TOKENS PAIRS PAIRS_LONG LPORT; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench/long_context.sh: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
+LPORT=${LPORT:-8097} CTX=33024 LLAMA_FA=${LLAMA_FA:-0} LLAMA_PREFILL=${LLAMA_PREFILL:-server}
+PARTS=${PARTS:-empty depth par} LT=${LLAMA_THREADS:-$T}
+[[ $LLAMA_FA =~ ^[01]$ ]] || { echo "bench/long_context.sh: LLAMA_FA must be 0 or 1, got '$LLAMA_FA'" >&2; exit 2; }
+[[ $LLAMA_PREFILL =~ ^(server|bench)$ ]] ||
+  { echo "bench/long_context.sh: LLAMA_PREFILL must be server or bench, got '$LLAMA_PREFILL'" >&2; exit 2; }
+for p in $PARTS; do
+  [[ $p =~ ^(empty|depth|par)$ ]] || { echo "bench/long_context.sh: PARTS: '$p' is not empty, depth or par" >&2; exit 2; }
+done
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+LFA_BENCH=() LFA_SERVER=()
+[ "$LLAMA_FA" = 0 ] || LFA_BENCH=(-fa 1) LFA_SERVER=(-fa)
+for v in T LT NGEN PAR PAR_TOKENS PAIRS PAIRS_LONG LPORT; do
+  name=$v
+  case $v in T) name=THREADS ;; LT) name=LLAMA_THREADS ;; esac
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench/long_context.sh: $name must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 for d in $DEPTHS; do
   [[ $d =~ ^[1-9][0-9]*$ && $d -le $((CTX - NGEN - 8)) ]] ||
@@ -106,14 +130,14 @@ kvt_run() {
 
 # llama-bench ARGS...: the avg_ts of each test line, "n_prompt n_gen avg_ts" per line
 lbench() {
-  "$LLAMA_BENCH" -m "$MODEL" -t "$T" -r 1 -o csv "$@" 2>"$OUT/llama-bench.err" | awk -F, '
+  "$LLAMA_BENCH" -m "$MODEL" -t "$LT" -r 1 "${LFA_BENCH[@]}" -o csv "$@" 2>"$OUT/llama-bench.err" | awk -F, '
     NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
     { gsub(/"/, ""); print $c["n_prompt"], $c["n_gen"], $c["avg_ts"] }'
 }
 
 start_llama_server() { # start_llama_server NP CTX
   cleanup_llama
-  "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$LPORT" -t "$T" -np "$1" -c "$2" \
+  "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$LPORT" -t "$LT" -np "$1" -c "$2" "${LFA_SERVER[@]}" \
     >"$OUT/llama-server-$TYPE.log" 2>&1 &
   LSRV_PID=$!
   for _ in $(seq 1 1500); do
@@ -152,8 +176,9 @@ print("%.2f" % (sum(got) / (time.monotonic() - t0)))
 EOF
 }
 
-echo "long_context: THREADS=$T TYPES='$TYPES' DEPTHS='$DEPTHS' PAIRS=$PAIRS PAIRS_LONG=$PAIRS_LONG NGEN=$NGEN" \
-  "PAR=$PAR PAR_TOKENS=$PAR_TOKENS llama-bench=${LLAMA_BENCH:-none} llama-server=${LLAMA_SERVER:-none}"
+echo "long_context: THREADS=$T LLAMA_THREADS=$LT TYPES='$TYPES' DEPTHS='$DEPTHS' PAIRS=$PAIRS PAIRS_LONG=$PAIRS_LONG NGEN=$NGEN" \
+  "PAR=$PAR PAR_TOKENS=$PAR_TOKENS PARTS='$PARTS' llama-bench=${LLAMA_BENCH:-none} llama-server=${LLAMA_SERVER:-none}" \
+  "LLAMA_FA=$LLAMA_FA LLAMA_PREFILL=$LLAMA_PREFILL"
 echo "start: $(date -u '+%F %T UTC'), $(load); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 for TYPE in $TYPES; do
   MODEL=bench/out/llama250m-$TYPE-ctx32k.gguf
@@ -162,8 +187,8 @@ for TYPE in $TYPES; do
     { cat "$OUT/mkmodel.log" >&2; exit 1; }
   echo "== $TYPE ($MODEL)"
   echo "hello" >"$OUT/p0.txt"
-  [ -z "${LLAMA_SERVER:-}" ] || start_llama_server 1 "$CTX"
-  for i in $(seq 1 "$PAIRS"); do
+  part depth && [ -n "${LLAMA_SERVER:-}" ] && start_llama_server 1 "$CTX"
+  part empty && for i in $(seq 1 "$PAIRS"); do
     read -r _ _ dec < <(kvt_run "$OUT/p0.txt")
     rec decode_empty kvtier "$dec"
     if [ -n "${LLAMA_BENCH:-}" ]; then
@@ -172,7 +197,7 @@ for TYPE in $TYPES; do
     fi
     echo "  pair $i: $(load)"
   done
-  for d in $DEPTHS; do
+  part depth && for d in $DEPTHS; do
     make_prompt "$d" "$OUT/p$d.txt"
     np=$PAIRS
     [ "$d" -le 8192 ] || np=$PAIRS_LONG
@@ -186,9 +211,14 @@ for TYPE in $TYPES; do
       rec "depth_over_empty_$d" kvtier "$(awk -v a="$dec" -v b="$e" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')"
       [ "$i" -gt 1 ] || echo "  (kvtier prompt: $n tokens)"
       if [ -n "${LLAMA_SERVER:-}" ]; then
-        read -r _ ldec < <(lsrv_depth "$OUT/p$d.txt")
+        read -r lpre ldec < <(lsrv_depth "$OUT/p$d.txt")
         rec "decode_at_$d" llama "$ldec"
-        [ -z "${LLAMA_BENCH:-}" ] || { read -r _ _ ts < <(lbench -p "$d" -n 0); rec "prefill_$d" llama "$ts"; }
+        if [ "$LLAMA_PREFILL" = bench ] && [ -n "${LLAMA_BENCH:-}" ]; then
+          read -r _ _ ts < <(lbench -p "$d" -n 0)
+          rec "prefill_$d" llama "$ts"
+        else
+          rec "prefill_$d" llama "$lpre"
+        fi
       elif [ -n "${LLAMA_BENCH:-}" ]; then
         lbench -p "$d" -n 0 -pg "$d,$NGEN" >"$OUT/lb.txt"
         pp=$(awk '$2 == 0 { print $3 }' "$OUT/lb.txt") pg=$(awk '$2 > 0 { print $3 }' "$OUT/lb.txt")
@@ -199,6 +229,8 @@ for TYPE in $TYPES; do
       echo "  pair $i: $(load)"
     done
   done
+  cleanup_llama
+  part par || continue
   # parallel decode: both servers up, the requests alternate between them
   kvt_start_server "serve-$TYPE" -m "$MODEL" --host 127.0.0.1 --parallel "$PAR" -t "$T" -c 4096
   [ -z "${LLAMA_SERVER:-}" ] || start_llama_server "$PAR" $((4096 * PAR))
