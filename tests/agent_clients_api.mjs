@@ -167,6 +167,12 @@ async function responsesOpenai(client) {
     back.output.some((o) => o.type === 'message') && typeof back.output_text === 'string', back.output);
   check('openai responses tool: the answer reuses the question and the call from the cache',
     back.usage.input_tokens_details.cached_tokens >= reusable(f.usage.input_tokens, f.usage.output_tokens), [f.usage, back.usage]);
+  // the same conversation sent whole, the output items as the SDK returned them (as clients without stored state do)
+  const whole = await client.responses.create({ model: 'm', tools, max_output_tokens: 12, seed: 5, store: false,
+    input: [...ask.input, ...f.output, { type: 'function_call_output', call_id: call?.call_id, output: runWeather(args) }] });
+  check('openai responses tool: the conversation sent whole as items gives the same answer from the cache',
+    whole.output_text === back.output_text &&
+    whole.usage.input_tokens_details.cached_tokens >= reusable(f.usage.input_tokens, f.usage.output_tokens), [whole.output, whole.usage]);
 }
 
 /* ---- tool calls streamed in fragments --------------------------------------------------------------- */
