@@ -395,7 +395,9 @@ static int32_t compile_string(compiler *c, const cJSON *sc) {
     if (!pat && !fmt) return string_node(c, lo, hi);
     if (pat && !cJSON_IsString(pat)) return fail(c, "'pattern' must be a string");
     if (fmt && !cJSON_IsString(fmt)) return fail(c, "'format' must be a string");
-    if (pat && fmt) return fail(c, "unsupported 'pattern' beside 'format'");
+    /* A pattern beside a format is what the string follows: format only annotates unless a validator
+     * opts in to asserting it, and the clients that write both (zod's uuid, email, iso datetime) give
+     * the pattern as their own, stricter spelling of the format, which is what they check on parse. */
     const char *re = pat ? pat->valuestring : format_pattern(fmt->valuestring);
     if (!re)
         return fail(c, "unsupported 'format' \"%.32s\" (supported: date-time, date, time, email, uuid, uri, ipv4)",

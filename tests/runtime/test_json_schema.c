@@ -114,6 +114,16 @@ static void test_formats(void) {
     static const char *const short_email[] = {"\"a@b.co\""};
     static const char *const long_email[] = {"\"abcdefghij@klmnopq.rs\""};
     DOCS("{\"type\":\"string\",\"format\":\"email\",\"maxLength\":20}", short_email, long_email);
+    /* a pattern beside a format is followed, as zod writes z.uuid(): its pattern allows upper case, and
+     * a format kvtier does not know is then only an annotation */
+    static const char *const zuuid[] = {"\"123E4567-E89B-42D3-A456-426614174000\""};
+    static const char *const not_zuuid[] = {"\"123e4567-e89b-02d3-a456-426614174000\"", "\"x\""};
+    DOCS("{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-"
+         "[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12})$\"}",
+         zuuid, not_zuuid);
+    static const char *const host[] = {"\"ab.cd\""};
+    static const char *const not_host[] = {"\"ab\"", "\"a.b.c\""};
+    DOCS("{\"type\":\"string\",\"format\":\"hostname\",\"pattern\":\"^[a-z]+\\\\.[a-z]+$\"}", host, not_host);
 }
 
 static void test_bounds(void) {
