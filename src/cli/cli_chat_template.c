@@ -19,7 +19,7 @@
 
 #define MAX_TEMPLATE_BYTES (1u << 20)
 
-enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_FILE, T_REASONING };
+enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_NO_JINJA, T_FILE, T_REASONING, T_KWARGS };
 
 static const kvt_cli_opt template_opts[] = {
     {T_JINJA, 0, "jinja", NULL, NULL,
@@ -27,13 +27,22 @@ static const kvt_cli_opt template_opts[] = {
      "Jinja interpreter, as\nllama-server's --jinja does; needed for a template kvtier's built-in\nfamilies do not "
      "cover, and for chat_template_kwargs. Off: the\nbuilt-in rendering of the detected family (--chat-template)",
      0, KVT_CLI_PLAIN},
+    {T_NO_JINJA, 0, "no-jinja", NULL, NULL,
+     "render chat prompts with the built-in renderer of the template's\nfamily (--chat-template NAME to name it) "
+     "instead of the template",
+     0, KVT_CLI_PLAIN},
     {T_FILE, 0, "chat-template-file", NULL, "FILE",
      "a Jinja chat template to use instead of the model's (not followed\nif a symbolic link; at most 1 MiB): "
      "rendered with --jinja, else\nits family is detected from it as from the model's",
      0, KVT_CLI_PLAIN},
     {T_REASONING, 0, "reasoning-format", NULL, "FORMAT",
-     "deepseek (default): a chat reply's <think>...</think> goes to\nmessage.reasoning_content (delta."
-     "reasoning_content when streamed),\nthe rest to content; none: everything stays in content",
+     "deepseek (default; auto is the same): a chat reply's <think>...</think>\ngoes to message.reasoning_content "
+     "(delta.reasoning_content when\nstreamed), the rest to content; none: everything stays in content.\nA "
+     "request's reasoning_format overrides it",
+     0, KVT_CLI_PLAIN},
+    {T_KWARGS, 0, "chat-template-kwargs", NULL, "JSON",
+     "a JSON object of extra chat template variables, e.g.\n'{\"enable_thinking\":false}': the default under a "
+     "request's own\nchat_template_kwargs (its keys win); needs the Jinja rendering",
      0, KVT_CLI_PLAIN},
 };
 
@@ -42,17 +51,31 @@ const kvt_cli_section kvt_cli_template_section = {"Chat templates", template_opt
 int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t) {
     switch (id) {
     case T_JINJA: t->jinja = 1; return 0;
+    case T_NO_JINJA: t->jinja = 0; return 0;
+    case T_KWARGS:
+        cJSON_Delete(t->kwargs);
+        t->kwargs = cJSON_Parse(a->str);
+        if (!cJSON_IsObject(t->kwargs)) {
+            fprintf(stderr, "kvtier: %s must be a JSON object of template variables, got '%s'\n", a->flag, a->str);
+            return -1;
+        }
+        return 0;
     case T_FILE: t->file = a->str; return 0;
     case T_REASONING:
-        if (!strcmp(a->str, "deepseek")) t->reasoning_format = KVT_REASONING_DEEPSEEK;
+        if (!strcmp(a->str, "deepseek") || !strcmp(a->str, "auto")) t->reasoning_format = KVT_REASONING_DEEPSEEK;
         else if (!strcmp(a->str, "none")) t->reasoning_format = KVT_REASONING_NONE;
         else {
-            fprintf(stderr, "kvtier: %s must be deepseek or none, got '%s'\n", a->flag, a->str);
+            fprintf(stderr, "kvtier: %s must be deepseek, auto or none, got '%s'\n", a->flag, a->str);
             return -1;
         }
         return 0;
     default: return -1;
     }
+}
+
+void kvt_cli_template_args_free(kvt_cli_template_args *t) {
+    cJSON_Delete(t->kwargs);
+    t->kwargs = NULL;
 }
 
 /* The whole of a regular file of at most MAX_TEMPLATE_BYTES, not through a

@@ -14,10 +14,14 @@
 extern const kvt_cli_section kvt_cli_template_section;
 
 typedef struct {
-    int jinja;            /* --jinja */
+    int jinja;            /* --jinja, --no-jinja */
     const char *file;     /* --chat-template-file, or NULL */
     int reasoning_format; /* KVT_REASONING_* (server.h) */
+    struct cJSON *kwargs; /* --chat-template-kwargs: an object (owned; kvt_cli_template_args_free), or NULL */
 } kvt_cli_template_args;
+
+/* Frees what t owns. */
+void kvt_cli_template_args_free(kvt_cli_template_args *t);
 
 /* The section's handler. 0, or -1 after printing why. */
 int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t);

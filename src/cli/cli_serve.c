@@ -603,6 +603,14 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         kvt_cli_template_load("serve", &x->tmpl, tmpl, rt->m->tok, &rt->jinja, &sp->jinja_object_args))
         return -1;
     sp->jinja = rt->jinja;
+    sp->jinja_text = rt->jinja ? tmpl : NULL;
+    sp->template_kwargs = x->tmpl.kwargs;
+    if (x->tmpl.kwargs && !rt->jinja) {
+        kvt_logk(KVT_LOG_ERROR, "error",
+                 "serve: --chat-template-kwargs needs the model's own template rendered (--jinja); the built-in "
+                 "rendering takes no template variables");
+        return -1;
+    }
     sp->reasoning_format = x->tmpl.reasoning_format;
     /* under --jinja the family only reads tool calls back; one the template does not match reads ChatML's */
     if (rt->jinja && !x->template_name && kvt_chat_detect(tmpl) == KVT_CHAT_UNKNOWN) sp->chat = KVT_CHAT_CHATML;
@@ -769,5 +777,6 @@ int kvt_cmd_serve(int argc, char **argv) {
     for (size_t i = 0; i < x.n_keys; i++) free(x.keys[i]);
     free(x.keys);
     for (size_t i = 0; i < x.n_proxies; i++) free(x.proxies[i]);
+    kvt_cli_template_args_free(&x.tmpl);
     return ret;
 }

@@ -5,10 +5,13 @@
 # --chat-template-file replaces the model's template (never through a
 # symbolic link); chat_template_kwargs reach the template under --jinja, are
 # a 400 naming them without it, except enable_thinking on the qwen3 family;
-# <think>...</think> goes to reasoning_content, streamed or not, also when the
-# template opened the thought, and stays in content with --reasoning-format
-# none. A template that does not parse or runs away stops the start; one that
-# runs away on one request fails that request with a bounded error. The
+# <think>...</think> goes to reasoning_content, streamed or not (with tools
+# too), also when the template opened the thought, and stays in content with
+# --reasoning-format none or a request's reasoning_format "none". /props
+# shows the template; kvtier.documents go before the last user message's
+# text; --chat-template-kwargs are the default under a request's own. A
+# template that does not parse or runs away stops the start; one that runs
+# away on one request fails that request with a bounded error. The
 # random-weight model's output is forced with a grammar. Needs curl, jq, python3.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null ||
@@ -47,9 +50,35 @@ sed -n 's/^data: //p' "$TMP/sse" | grep -v '^\[DONE\]' >"$TMP/chunks"
 check "streamed, the deltas' reasoning_content join to the thought" \
   is "$(jq -j '.choices[0].delta.reasoning_content // empty' "$TMP/chunks")" "plan it"
 check "... and their content to the answer" is "$(jq -j '.choices[0].delta.content // empty' "$TMP/chunks")" "final answer"
-post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"kvtier":{"documents":[{"id":"d","text":"x"}]}}'
-check "kvtier.documents under --jinja is a 400 naming them" is "$CODE/$(jb .error.param)" 400/kvtier.documents
+post /v1/chat/completions "{$MSG,\"grammar\":$THINK,\"max_tokens\":40,\"reasoning_format\":\"none\"}"
+check "reasoning_format none in the request keeps the thought in content" has "$(jb .choices[0].message.content)" '<think>'
+post /v1/chat/completions "{$MSG,\"reasoning_format\":\"loud\"}"
+check "an unknown reasoning_format is a 400 naming it" is "$CODE/$(jb .error.param)" 400/reasoning_format
+curl -s -m 20 -o "$TMP/body" "$URL/props"
+check "/props shows the template it renders" has "$(jb .chat_template)" 'enable_thinking is defined'
+check "... and that it renders it (jinja)" is "$(jb .jinja)" true
+DOC='"kvtier":{"documents":[{"id":"d","text":"the sky is green"}]}'
+post /apply-template "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],$DOC}"
+check "kvtier.documents under --jinja go before the last user message's text" \
+  has "$(jb .prompt | tr -d '\n')" '<<user>>.*the sky is green.*hi<<asst>>$'
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],$DOC,\"max_tokens\":2}"
+check "... and chat answers with them" is "$CODE" 200
+post /v1/chat/completions "{$MSG,$DOC}"
+check "documents where the template changes the user's text (trim) are a 400 naming them" \
+  is "$CODE/$(jb .error.param)" 400/kvtier.documents
 kvt_stop_server jinja
+kvt_start_server kw -m "$TMP/odd.gguf" --jinja --chat-template-kwargs '{"enable_thinking":true}'
+post /apply-template "{$MSG}"
+check "--chat-template-kwargs reach the template" has "$(jb .prompt)" '\[t=True\]<<asst>>$'
+post /apply-template "{$MSG,\"chat_template_kwargs\":{\"enable_thinking\":false}}"
+check "... under the request's own" has "$(jb .prompt)" '\[t=False\]<<asst>>$'
+kvt_stop_server kw
+check "--chat-template-kwargs that are not an object stop the start" \
+  expect_rc 2 "$BIN" serve -m "$TMP/odd.gguf" --jinja --chat-template-kwargs '[1]' --port 0
+check "... naming the flag" grep -q -- '--chat-template-kwargs' "$TMP/out"
+check "--chat-template-kwargs without the Jinja rendering stops the start" \
+  expect_rc 1 "$BIN" serve -m "$TMP/m.gguf" --no-jinja --chat-template-kwargs '{}' --port 0
+check "... naming --jinja" grep -q -- '--jinja' "$TMP/out"
 
 # ---- --reasoning-format none ----------------------------------------------------------------------------
 kvt_start_server plain -m "$TMP/m.gguf" --reasoning-format none
@@ -85,6 +114,16 @@ G2=$(jq -Rn --arg g 'root ::= "weighing\n</think>\nyes"' '$g')
 post /v1/chat/completions "{$MSG,\"grammar\":$G2,\"max_tokens\":40}"
 check "a thought the template opened goes to reasoning_content" is "$(jb .choices[0].message.reasoning_content)" weighing
 check "... the rest to content" is "$(jb .choices[0].message.content)" yes
+# with tools, streamed: the reply (all thought: the template opened it) goes to reasoning_content as unstreamed
+TOOLS='"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"temperature":0,"max_tokens":12'
+post /v1/chat/completions "{$MSG,$TOOLS}"
+R=$(jb .choices[0].message.reasoning_content)
+check "with tools, the opened thought goes to reasoning_content" gt "${#R}" 0
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "{$MSG,$TOOLS,\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
+sed -n 's/^data: //p' "$TMP/sse" | grep -v '^\[DONE\]' >"$TMP/chunks"
+check "... streamed too: the deltas' reasoning_content join to it" \
+  is "$(jq -j '.choices[0].delta.reasoning_content // empty' "$TMP/chunks")" "$R"
+check "... and none of it streams as content" is "$(jq -j '.choices[0].delta.content // empty' "$TMP/chunks")" ""
 kvt_stop_server file
 ln -s "$TMP/open.jinja" "$TMP/link.jinja"
 check "a symbolic link is not followed" expect_rc 1 "$BIN" serve -m "$TMP/m.gguf" --jinja --chat-template-file "$TMP/link.jinja" --port 0
