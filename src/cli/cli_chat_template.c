@@ -19,21 +19,33 @@
 
 #define MAX_TEMPLATE_BYTES (1u << 20)
 
-enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_FILE, T_REASONING };
+enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_NO_JINJA, T_FILE, T_REASONING, T_KWARGS };
 
 static const kvt_cli_opt template_opts[] = {
     {T_JINJA, 0, "jinja", NULL, NULL,
      "render chat prompts with the model's own tokenizer.chat_template\n(or --chat-template-file), run by kvtier's "
-     "Jinja interpreter, as\nllama-server's --jinja does; needed for a template kvtier's built-in\nfamilies do not "
-     "cover, and for chat_template_kwargs. Off: the\nbuilt-in rendering of the detected family (--chat-template)",
+     "Jinja interpreter, as\nllama-server's --jinja does. The default for --chat-template-file and\nfor a "
+     "template of no built-in family (unless --chat-template NAME);\na template of a family otherwise keeps the "
+     "family's built-in\nrendering (the same text, with exact reuse of tool calls). Given,\na template the "
+     "interpreter cannot run stops the start instead of\nfalling back on its family's built-in rendering",
+     0, KVT_CLI_PLAIN},
+    {T_NO_JINJA, 0, "no-jinja", NULL, NULL,
+     "render chat prompts with the built-in renderer of the template's\nfamily (--chat-template NAME to name it) "
+     "instead of the template:\ncontent never read as control tokens, tool calls in the family's\nstyle; "
+     "chat_template_kwargs then take only enable_thinking (qwen3)",
      0, KVT_CLI_PLAIN},
     {T_FILE, 0, "chat-template-file", NULL, "FILE",
      "a Jinja chat template to use instead of the model's (not followed\nif a symbolic link; at most 1 MiB): "
-     "rendered with --jinja, else\nits family is detected from it as from the model's",
+     "rendered as the model's would be\n(with --no-jinja, its family is detected from it)",
      0, KVT_CLI_PLAIN},
     {T_REASONING, 0, "reasoning-format", NULL, "FORMAT",
-     "deepseek (default): a chat reply's <think>...</think> goes to\nmessage.reasoning_content (delta."
-     "reasoning_content when streamed),\nthe rest to content; none: everything stays in content",
+     "deepseek (default; auto is the same): a chat reply's <think>...</think>\ngoes to message.reasoning_content "
+     "(delta.reasoning_content when\nstreamed), the rest to content; none: everything stays in content.\nA "
+     "request's reasoning_format overrides it",
+     0, KVT_CLI_PLAIN},
+    {T_KWARGS, 0, "chat-template-kwargs", NULL, "JSON",
+     "a JSON object of extra chat template variables, e.g.\n'{\"enable_thinking\":false}': the default under a "
+     "request's own\nchat_template_kwargs (its keys win); needs the Jinja rendering",
      0, KVT_CLI_PLAIN},
 };
 
@@ -42,17 +54,31 @@ const kvt_cli_section kvt_cli_template_section = {"Chat templates", template_opt
 int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t) {
     switch (id) {
     case T_JINJA: t->jinja = 1; return 0;
+    case T_NO_JINJA: t->jinja = 0; return 0;
+    case T_KWARGS:
+        cJSON_Delete(t->kwargs);
+        t->kwargs = cJSON_Parse(a->str);
+        if (!cJSON_IsObject(t->kwargs)) {
+            fprintf(stderr, "kvtier: %s must be a JSON object of template variables, got '%s'\n", a->flag, a->str);
+            return -1;
+        }
+        return 0;
     case T_FILE: t->file = a->str; return 0;
     case T_REASONING:
-        if (!strcmp(a->str, "deepseek")) t->reasoning_format = KVT_REASONING_DEEPSEEK;
+        if (!strcmp(a->str, "deepseek") || !strcmp(a->str, "auto")) t->reasoning_format = KVT_REASONING_DEEPSEEK;
         else if (!strcmp(a->str, "none")) t->reasoning_format = KVT_REASONING_NONE;
         else {
-            fprintf(stderr, "kvtier: %s must be deepseek or none, got '%s'\n", a->flag, a->str);
+            fprintf(stderr, "kvtier: %s must be deepseek, auto or none, got '%s'\n", a->flag, a->str);
             return -1;
         }
         return 0;
     default: return -1;
     }
+}
+
+void kvt_cli_template_args_free(kvt_cli_template_args *t) {
+    cJSON_Delete(t->kwargs);
+    t->kwargs = NULL;
 }
 
 /* The whole of a regular file of at most MAX_TEMPLATE_BYTES, not through a
@@ -102,8 +128,9 @@ int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const
     return 0;
 }
 
-/* The template tried on one user message: a start-up error beats a failure at every request. */
-static int trial_render(const char *cmd, const kvt_jinja *j, const struct kvt_tokenizer *tok) {
+/* The template tried on one user message: a start-up error beats a failure at every request. 0, or an
+ * error code with kvt_errmsg(). */
+static int trial_render(const kvt_jinja *j, const struct kvt_tokenizer *tok) {
     cJSON *v = cJSON_CreateObject();
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "user");
@@ -119,16 +146,21 @@ static int trial_render(const char *cmd, const kvt_jinja *j, const struct kvt_to
     int rc = kvt_jinja_render(j, v, NULL, &out, &len);
     cJSON_Delete(v);
     free(out);
-    if (rc)
-        fprintf(stderr, "kvtier %s: the chat template fails on a one-message chat (--jinja): %s\n", cmd, kvt_errmsg());
-    return rc ? -1 : 0;
+    return rc;
 }
 
-int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl,
+int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl, int named,
                           const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args) {
     *out = NULL;
     *object_args = 0;
-    if (!t->jinja) return 0;
+    /* by default a template is rendered as itself where no built-in family covers it, and a
+     * --chat-template-file always; a model's template of a family keeps that family's rendering,
+     * whose text is the template's and whose tokens keep exact reuse of tool calls and keep
+     * message text from being read as control tokens */
+    int want = t->jinja != KVT_CLI_JINJA_DEFAULT
+        ? t->jinja
+        : tmpl && !named && (t->file || kvt_chat_detect(tmpl) == KVT_CHAT_UNKNOWN);
+    if (!want) return 0;
     if (!tmpl) {
         fprintf(stderr,
                 "kvtier %s: --jinja needs a chat template: the model has none; give one with "
@@ -136,11 +168,30 @@ int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const
                 cmd);
         return -1;
     }
-    if (kvt_jinja_parse(tmpl, strlen(tmpl), out)) {
-        fprintf(stderr, "kvtier %s: the chat template does not parse (--jinja): %s\n", cmd, kvt_errmsg());
-        return -1;
+    char why[512];
+    int rc = kvt_jinja_parse(tmpl, strlen(tmpl), out), parsed = !rc;
+    if (!rc) rc = trial_render(*out, tok);
+    snprintf(why, sizeof why, "the chat template %s: %s", parsed ? "fails on a one-message chat" : "does not parse",
+             rc ? kvt_errmsg() : "");
+    if (rc && t->jinja == KVT_CLI_JINJA_DEFAULT && kvt_chat_detect(tmpl) != KVT_CHAT_UNKNOWN) {
+        /* the default falls back on the family's built-in rendering, saying why */
+        kvt_logk(KVT_LOG_WARN, "chat_template",
+                 "%s: %s; chat prompts use the built-in %s rendering instead (--jinja makes this an error)", cmd, why,
+                 kvt_chat_family_name(kvt_chat_detect(tmpl)));
+        kvt_jinja_free(*out);
+        *out = NULL;
+        return 0;
     }
-    if (trial_render(cmd, *out, tok)) {
+    if (rc && t->jinja == 1) {
+        fprintf(stderr, "kvtier %s: %s (--jinja)\n", cmd, why);
+    } else if (rc) {
+        fprintf(stderr,
+                "kvtier %s: %s. Neither kvtier's Jinja interpreter nor one of its built-in families renders this "
+                "template: give one that works with --chat-template-file FILE, or name the family it follows "
+                "with --chat-template NAME (" KVT_CLI_CHAT_NAMES ")\n",
+                cmd, why);
+    }
+    if (rc) {
         kvt_jinja_free(*out);
         *out = NULL;
         return -1;

@@ -13,11 +13,17 @@
 #define KVT_CLI_IS_TEMPLATE_ID(id) ((id) >= KVT_CLI_TEMPLATE_ID_BASE && (id) < KVT_CLI_TEMPLATE_ID_BASE + 100)
 extern const kvt_cli_section kvt_cli_template_section;
 
+#define KVT_CLI_JINJA_DEFAULT (-1) /* neither --jinja nor --no-jinja (kvt_cli_template_load) */
+
 typedef struct {
-    int jinja;            /* --jinja */
+    int jinja;            /* 1: --jinja, 0: --no-jinja, or KVT_CLI_JINJA_DEFAULT */
     const char *file;     /* --chat-template-file, or NULL */
     int reasoning_format; /* KVT_REASONING_* (server.h) */
+    struct cJSON *kwargs; /* --chat-template-kwargs: an object (owned; kvt_cli_template_args_free), or NULL */
 } kvt_cli_template_args;
+
+/* Frees what t owns. */
+void kvt_cli_template_args_free(kvt_cli_template_args *t);
 
 /* The section's handler. 0, or -1 after printing why. */
 int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t);
@@ -28,11 +34,15 @@ int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t)
 int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const char *model_template, char **text,
                           const char **tmpl);
 
-/* Under --jinja: tmpl parsed and tried on a one-message chat (a template
- * that does not parse, or fails or runs past a limit there, stops the
- * start), into *out; *object_args: tool call arguments reach it as objects.
- * Without --jinja, *out = NULL. 0, or -1 after printing why. */
-int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl,
+/* The Jinja rendering of tmpl, when --jinja asks for it, or by default where
+ * no family is named (named: --chat-template NAME) and tmpl is from
+ * --chat-template-file or of no built-in family:
+ * tmpl parsed and tried on a one-message chat, into *out; *object_args: tool
+ * call arguments reach it as objects. A template that does not parse, or
+ * fails or runs past a limit there, stops the start under --jinja, and by
+ * default too unless it is of a family kvtier renders itself (a warning,
+ * and *out = NULL). Otherwise *out = NULL. 0, or -1 after printing why. */
+int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl, int named,
                           const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args);
 
 #endif

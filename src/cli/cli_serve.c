@@ -148,9 +148,10 @@ static const kvt_cli_opt serve_opts[] = {
      "hits and misses",
      0, KVT_CLI_PLAIN},
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
-     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3 (default: detected from the\nmodel's "
-     "tokenizer.chat_template; chatml if it has none; a template\nkvtier does not recognise stops the start until "
-     "this names its family,\nor --jinja renders the template itself)",
+     "chatml, llama3, llama2, mistral, qwen3, gemma or phi3: render chat\nprompts with that built-in family "
+     "instead of the model's template\n(--jinja still renders the template). Without the template's own\n"
+     "rendering (--no-jinja, or a template the interpreter cannot run),\nthe family is detected from "
+     "tokenizer.chat_template; chatml if\nit has none; an unrecognised one stops the start",
      0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
@@ -600,9 +601,18 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     kvt_model_info info = kvt_model_get_info(rt->m);
     const char *tmpl;
     if (kvt_cli_template_text("serve", &x->tmpl, info.chat_template, &rt->template_text, &tmpl) ||
-        kvt_cli_template_load("serve", &x->tmpl, tmpl, rt->m->tok, &rt->jinja, &sp->jinja_object_args))
+        kvt_cli_template_load("serve", &x->tmpl, tmpl, x->template_name != NULL, rt->m->tok, &rt->jinja,
+                              &sp->jinja_object_args))
         return -1;
     sp->jinja = rt->jinja;
+    sp->jinja_text = rt->jinja ? tmpl : NULL;
+    sp->template_kwargs = x->tmpl.kwargs;
+    if (x->tmpl.kwargs && !rt->jinja) {
+        kvt_logk(KVT_LOG_ERROR, "error",
+                 "serve: --chat-template-kwargs needs the model's own template rendered (--jinja); the built-in "
+                 "rendering takes no template variables");
+        return -1;
+    }
     sp->reasoning_format = x->tmpl.reasoning_format;
     /* under --jinja the family only reads tool calls back; one the template does not match reads ChatML's */
     if (rt->jinja && !x->template_name && kvt_chat_detect(tmpl) == KVT_CHAT_UNKNOWN) sp->chat = KVT_CHAT_CHATML;
@@ -741,7 +751,8 @@ int kvt_cmd_serve(int argc, char **argv) {
                     .conn_reserve = -1,
                     .threads = kvt_cli_default_threads(),
                     .cp = kvt_cache_default_params(),
-                    .dt = KVT_KV_F16};
+                    .dt = KVT_KV_F16,
+                    .tmpl = {.jinja = KVT_CLI_JINJA_DEFAULT}};
     x.max_body = x.sp.max_body;
     x.keys = kvt_xcalloc(MAX_API_KEYS, sizeof *x.keys);
     int ret = 2;
@@ -769,5 +780,6 @@ int kvt_cmd_serve(int argc, char **argv) {
     for (size_t i = 0; i < x.n_keys; i++) free(x.keys[i]);
     free(x.keys);
     for (size_t i = 0; i < x.n_proxies; i++) free(x.proxies[i]);
+    kvt_cli_template_args_free(&x.tmpl);
     return ret;
 }

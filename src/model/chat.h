@@ -75,4 +75,26 @@ void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, cons
  * frees) and returns their count, or 0 (and *ids = NULL) if unknown. */
 size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids);
 
+/* A span of rendered chat text that becomes given ids instead of its
+ * tokenization: a reply kvtier generated, at the byte offset where the
+ * rendering has exactly its text. */
+typedef struct {
+    size_t at, len;     /* text[at..at+len) */
+    const int32_t *ids; /* borrowed */
+    size_t n;
+    size_t tok_at; /* set by kvt_chat_tokenize_spliced: where the ids begin in its result */
+} kvt_chat_splice;
+
+/* Tokenizes text[0..len) with control tokens recognised (a template's
+ * rendering), except spans[0..n_spans) (in order, not overlapping, within
+ * text), which become their ids; each span's tok_at gets where its ids begin
+ * (a span of no text and no ids marks a place: its byte offset's token
+ * offset). The pieces between spans are tokenized one by one (add's BOS
+ * before the first, its EOS after the last), so a rendering that extends
+ * another at a span boundary tokenizes to an extension of its ids.
+ * Past max_tokens ids: KVT_ELIMIT. 0 and a malloc'd *out of *n_out ids, or a
+ * negative code with kvt_errmsg(). */
+int kvt_chat_tokenize_spliced(const kvt_tokenizer *t, const char *text, size_t len, int add, kvt_chat_splice *spans,
+                              size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out);
+
 #endif

@@ -118,6 +118,11 @@ typedef struct {
     const char *const *model_names; /* n_model_names other names a request's "model" may give (borrowed):
                                         more --alias names, the file's name. Any other is a 404 */
     size_t n_model_names;
+    /* the text of the Jinja template above (borrowed; /props shows it), or NULL */
+    const char *jinja_text;
+    /* --chat-template-kwargs: variables every chat's template gets under the request's
+     * chat_template_kwargs (borrowed), or NULL */
+    const struct cJSON *template_kwargs;
     double session_keep_warm_s;      /* keep-warm time of a named session that gives none (0: off) */
     int retokenize_replies;          /* 1: chat history is always tokenized from its text; 0 (default): an assistant
                                    message (or tool call) this server generated keeps the token ids (and the

@@ -137,6 +137,8 @@ typedef struct srv_req {
     int tools;              /* read the reply for tool calls (kvt_api_tools_active) */
     int think_open;         /* the prompt ends inside "<think>" (the template opened it): the reply starts
                                as reasoning */
+    int split_reasoning;    /* a chat reply's <think>...</think> goes to reasoning_content (the request's
+                               reasoning_format, else --reasoning-format) */
     int parallel_tool_calls;
     int native;        /* POST /completion: llama-server's answer and stream events (handlers_llama.c) */
     int32_t id_slot;   /* under s->mu: the slot it runs in, -1 before (llama-server's id_slot, GET /slots) */
@@ -392,10 +394,14 @@ enum MHD_Result kvt_srv_handle_responses(kvt_server *s, struct MHD_Connection *c
 unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size_t *len);
 
 /* sched_template.c: a chat prompt by the Jinja template s->p.jinja into
- * r->prompt (*n ids, at most max_prompt), r->think_open set. 0, a tokenizer
- * error code (KVT_ELIMIT: too long), or 1 with *err filled (the template
- * failed: raise_exception, a limit). */
-int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *n,
+ * r->prompt (*n ids, at most max_prompt), r->think_open set; the replies
+ * this server generated spliced in as their ids where the template renders
+ * them unchanged, the first turn that is not in r->usage's report. *at gets
+ * where kvtier.documents go (the token offset of the last user message's
+ * content; *n without documents). 0, a tokenizer error code (KVT_ELIMIT: too
+ * long), or 1 with *err filled (the template failed: raise_exception, a
+ * limit; documents with no place). */
+int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
                          kvt_api_error *err);
 /* Whether the server can honour a's chat_template_kwargs: all of them under
  * --jinja, else enable_thinking alone and only on the Qwen3 family (*no_think:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The chat template a command renders with is never a silent guess: a GGUF
-# whose tokenizer.chat_template kvtier does not recognise stops serve (and
-# lint, and rag's prompt) with an error naming --chat-template and its
-# choices; --chat-template NAME starts it; a GGUF without a template keeps
-# the documented default, ChatML. Needs curl, jq and python3.
+# whose tokenizer.chat_template kvtier does not recognise is rendered by
+# serve's Jinja interpreter by default, and stops serve --no-jinja (and lint,
+# and rag's prompt) with an error naming --chat-template and its choices;
+# --chat-template NAME starts it; a GGUF without a template keeps the
+# documented default, ChatML. Needs curl, jq and python3.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: needs python3 for tests/gguf_poke.py"; exit 77; }
@@ -22,8 +23,17 @@ KVT_SERVE_ARGS=(--host 127.0.0.1 -t 1)
 check "the model with the odd template has one, of no known family" \
   bash -c "'$BIN' info -m '$TMP/unknown.gguf' | grep -q 'chat template *unknown'"
 
-# ---- an unknown template stops the start, naming the way out ------------------------------------
-check "serve refuses a model whose template it does not recognise" expect_rc 1 "$BIN" serve -m "$TMP/unknown.gguf" --port 0
+# ---- an unknown template is rendered as itself by default -----------------------------------------
+kvt_start_server odd -m "$TMP/unknown.gguf"
+curl -s -m 20 -o "$TMP/body" -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"hi"}]}' \
+  "$URL/apply-template"
+check "by default serve renders a template it does not recognise with its interpreter" \
+  is "$(jb '.prompt | sub(" +$"; "")')" '<|endoftext|><<user>>hi'
+kvt_stop_server odd
+
+# ---- --no-jinja: an unknown template stops the start, naming the way out -------------------------
+check "serve --no-jinja refuses a model whose template it does not recognise" \
+  expect_rc 1 "$BIN" serve -m "$TMP/unknown.gguf" --no-jinja --port 0
 check "... naming tokenizer.chat_template" grep -q 'tokenizer.chat_template is not one kvtier recognises' "$TMP/out"
 check "... and --chat-template NAME with every name" \
   grep -q -- 'chat-template NAME (chatml, llama3, llama2, mistral, qwen3, gemma or phi3)' "$TMP/out"

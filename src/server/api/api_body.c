@@ -49,7 +49,7 @@ static const char *const GENERATION[] = {"model",
                                          NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
 static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", NULL}; /* handlers_llama.c */
-static const char *const MESSAGES[] = {"messages", "chat_template_kwargs", NULL};
+static const char *const MESSAGES[] = {"messages", "chat_template_kwargs", "reasoning_format", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};
 static const char *const EMBEDDING[] = {"input",      "content", "model",      "encoding_format",

@@ -172,6 +172,8 @@ char *kvt_api_props_json(const kvt_api_props *p) {
     cJSON_AddStringToObject(o, "chat_template_family", p->chat_family);
     if (p->chat_template) cJSON_AddStringToObject(o, "chat_template", p->chat_template);
     else cJSON_AddNullToObject(o, "chat_template");
+    /* which of the two renders chat prompts: the template itself, or the family's built-in rendering */
+    cJSON_AddBoolToObject(o, "jinja", p->jinja);
     cJSON *m = cJSON_AddObjectToObject(o, "model_meta");
     cJSON_AddStringToObject(m, "arch", p->arch);
     cJSON_AddNumberToObject(m, "n_ctx_train", p->n_ctx_train);

@@ -42,7 +42,9 @@ typedef struct {
     int32_t block_size;                         /* tokens per KV page / cache block */
     int32_t parallel;                           /* sequences decoded together (llama-server's total_slots) */
     const char *chat_family;                    /* "chatml", ... as rendered */
-    const char *chat_template;                  /* the model's Jinja template, or NULL */
+    const char *chat_template;                  /* the Jinja template in use (--chat-template-file's, else the
+                                                   model's), or NULL */
+    int jinja;                                  /* chat prompts are that template's rendering (--jinja) */
     const char *kv_dtype;                       /* "f16", "f32", "q8_0" */
     uint64_t tier_budget_bytes[KVT_TIER_COUNT]; /* 0: the tier is off */
     int32_t max_tokens_default;                 /* max_tokens of a request that gives none (chat) */

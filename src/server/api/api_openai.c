@@ -348,6 +348,15 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
                                   "'chat_template_kwargs' must be an object of template variables");
         r->template_kwargs = cJSON_Duplicate(kw, 1);
     }
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "reasoning_format");
+    if (rf && !cJSON_IsNull(rf) && r->kind == KVT_API_CHAT) {
+        const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
+        if (!strcmp(v, "none")) r->reasoning_format = KVT_API_REASONING_NONE;
+        else if (!strcmp(v, "deepseek") || !strcmp(v, "auto")) r->reasoning_format = KVT_API_REASONING_SPLIT;
+        else
+            return kvt_api_errorf(err, 400, INVALID, "reasoning_format", "invalid_value",
+                                  "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\"");
+    }
     return parse_kvtier(root, r, err);
 }
 

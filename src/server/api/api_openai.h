@@ -110,7 +110,13 @@ typedef struct {
     char *gbnf;           /* llama.cpp's "grammar": GBNF text the output must follow (owned), or NULL */
     /* chat: chat_template_kwargs, an object of extra template variables (owned), or NULL */
     struct cJSON *template_kwargs;
+    int reasoning_format; /* chat: KVT_API_REASONING_*, from llama-server's "reasoning_format" */
 } kvt_api_request;
+
+/* A chat request's "reasoning_format": the server's --reasoning-format when
+ * absent; "deepseek" or "auto": a reply's <think>...</think> goes to
+ * reasoning_content; "none": it stays in content. */
+enum { KVT_API_REASONING_DEFAULT = 0, KVT_API_REASONING_SPLIT, KVT_API_REASONING_NONE };
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a request
  * of kind. Token ids in a prompt are checked against n_vocab; max_tokens

@@ -74,6 +74,11 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
             }
         }
     }
+    if (u->rerendered_why) { /* where the template's rendering of history left the generated ids */
+        cJSON *w = cJSON_AddObjectToObject(o, "rerendered_turn");
+        cJSON_AddNumberToObject(w, "message", u->rerendered_msg);
+        cJSON_AddStringToObject(w, "reason", u->rerendered_why);
+    }
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
     if (u->admission_seq) {
         cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);

@@ -56,10 +56,8 @@ static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, c
     return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
 }
 
-/* Whether choice c's reasoning goes apart from its content (--reasoning-format). */
-static int splits_reasoning(const kvt_server *s, const srv_req *c) {
-    return c->kind == KVT_API_CHAT && !c->native && s->p.reasoning_format == KVT_REASONING_DEEPSEEK;
-}
+/* Whether choice c's reasoning goes apart from its content (reasoning_format, --reasoning-format). */
+static int splits_reasoning(const srv_req *c) { return c->kind == KVT_API_CHAT && !c->native && c->split_reasoning; }
 
 /* text[0..n) split into its reasoning and answer (malloc'd), consuming what *rs
  * allows (all when final); returns the bytes consumed. */
@@ -87,7 +85,7 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
                                  .lp = c->logprobs ? &lp[i] : NULL,
                                  .calls = calls[i],
                                  .n_calls = nc};
-        if (splits_reasoning(s, c)) { /* <think>...</think> to message.reasoning_content */
+        if (splits_reasoning(c)) { /* <think>...</think> to message.reasoning_content */
             kvt_reasoning rs = kvt_reasoning_start(c->think_open);
             split_text(&rs, ch[i].text, strlen(ch[i].text), 1, &reason[i], &answer[i]);
             ch[i].text = answer[i];
@@ -120,7 +118,7 @@ typedef struct {
     size_t lp_sent;                 /* logprob entries already sent */
     size_t lp_offset;               /* completions: text bytes those entries stand for */
     int closed;                     /* its finish chunk was sent */
-    kvt_reasoning rs;               /* without tools: reasoning apart from content (splits_reasoning) ... */
+    kvt_reasoning rs;               /* reasoning apart from content (splits_reasoning) ... */
     int rs_started;
     char *held; /* ... and the text it held back (a tag's first bytes), owned */
 } choice_state;
@@ -172,6 +170,38 @@ static int has_news(const stream_state *st, int32_t i) {
     return c->text_len > cs->sent || (c->logprobs && c->n_lp > cs->lp_sent);
 }
 
+/* A piece of choice i's content text split as it streams (splits_reasoning):
+ * its reasoning goes out as a reasoning_content chunk, and the answer part
+ * is returned (malloc'd in *answer) to go out as content; the first bytes of
+ * a tag are held back until the next piece, or final. Without the split, text. */
+static const char *split_piece(stream_state *st, int32_t i, const char *text, int final, char **answer) {
+    srv_req *c = choice(st->r, i);
+    choice_state *cs = &st->ch[i];
+    *answer = NULL;
+    if (!splits_reasoning(c) || (!text && !(final && cs->held))) return text;
+    if (!cs->rs_started) cs->rs = kvt_reasoning_start(c->think_open), cs->rs_started = 1;
+    size_t hl = cs->held ? strlen(cs->held) : 0, tl = text ? strlen(text) : 0;
+    char *joined = kvt_xmalloc(hl + tl + 1), *reason = NULL;
+    memcpy(joined, cs->held ? cs->held : "", hl);
+    memcpy(joined + hl, text ? text : "", tl + 1);
+    size_t used = split_text(&cs->rs, joined, hl + tl, final, &reason, answer);
+    free(cs->held);
+    cs->held = used < hl + tl ? kvt_xstrdup(joined + used) : NULL;
+    free(joined);
+    kvt_api_head h = head_of(st->s, st->r, i);
+    if (*reason) sse_event(st, kvt_api_reasoning_chunk_json(&h, reason));
+    free(reason);
+    return *answer;
+}
+
+/* Choice i's content piece with tools (split_piece), as a content chunk when anything is left. */
+static void tool_content(stream_state *st, int32_t i, const kvt_api_head *h, const char *text, int final) {
+    char *answer;
+    const char *t = split_piece(st, i, text, final, &answer);
+    if (t && *t) sse_event(st, kvt_api_chunk_json(h, t, 0, NULL, NULL, NULL));
+    free(answer);
+}
+
 /* The calls of a choice with tools as its text grows (text[0..len), copied): once a call's name is
  * written, a chunk with its index, id, type and name, then its arguments' text in fragments as they
  * come (kvt_api_calls_partial); the text before the first call goes out as content when that call
@@ -189,7 +219,7 @@ static void call_fragments(stream_state *st, int32_t i, const char *text, size_t
             size_t end = first;
             while (end && strchr(" \t\r\n", text[end - 1])) end--;
             char *content = kvt_xstrndup(text, end);
-            if (!k && *content) sse_event(st, kvt_api_chunk_json(&h, content, 0, NULL, NULL, NULL));
+            if (!k) tool_content(st, i, &h, content, 0);
             if (!k) cs->said = end;
             free(content);
             char id[96], *name = kvt_xstrndup(text + parts[k].name_at, parts[k].name_len);
@@ -215,7 +245,7 @@ static void calls_done(stream_state *st, int32_t i, const kvt_api_call *calls, s
     choice_state *cs = &st->ch[i];
     kvt_api_head h = head_of(st->s, st->r, i);
     const char *rest = nc ? (cs->n_open ? "" : content) : (c->text ? c->text : "") + KVT_MIN(cs->said, c->text_len);
-    if (*rest) sse_event(st, kvt_api_chunk_json(&h, rest, 0, NULL, NULL, NULL));
+    tool_content(st, i, &h, rest, 1);
     for (size_t k = 0; k < nc; k++) {
         size_t sent = k < cs->n_open ? cs->args_sent[k] : 0, al = strlen(calls[k].arguments);
         if (k >= cs->n_open) sse_event(st, kvt_api_call_chunk_json(&h, &calls[k], k));
@@ -261,21 +291,8 @@ static void choice_events(stream_state *st, int32_t i) {
     char *content = NULL;
     size_t nc = 0;
     if (done && !c->err_status) nc = kvt_srv_read_calls(s, c, &calls, &content); /* done is final: c->text stays */
-    const char *text = delta; /* with tools the text goes with the calls */
-    char *reason = NULL, *answer = NULL;
-    if (splits_reasoning(s, c) && (text || (done && cs->held))) {
-        if (!cs->rs_started) cs->rs = kvt_reasoning_start(c->think_open), cs->rs_started = 1;
-        size_t hl = cs->held ? strlen(cs->held) : 0, tl = text ? strlen(text) : 0;
-        char *joined = kvt_xmalloc(hl + tl + 1);
-        memcpy(joined, cs->held ? cs->held : "", hl);
-        memcpy(joined + hl, text ? text : "", tl + 1);
-        size_t used = split_text(&cs->rs, joined, hl + tl, done, &reason, &answer);
-        free(cs->held);
-        cs->held = used < hl + tl ? kvt_xstrdup(joined + used) : NULL;
-        free(joined);
-        text = answer;
-        if (*reason) sse_event(st, kvt_api_reasoning_chunk_json(&h, reason));
-    }
+    char *answer = NULL; /* with tools the text goes with the calls */
+    const char *text = c->tools ? NULL : split_piece(st, i, delta, done, &answer);
     if (((text && *text) || n_lps) && c->native)
         sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL));
     else if ((text && *text) || n_lps)
@@ -291,7 +308,6 @@ static void choice_events(stream_state *st, int32_t i) {
     if (done && !c->err_status) cs->closed = 1; /* a failure is sent by stream_read, as the whole response's */
     kvt_api_calls_free(calls, nc);
     free(content);
-    free(reason);
     free(answer);
     free(delta);
     free(all);

@@ -220,7 +220,8 @@ enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, co
                        .block_size = s->block,
                        .parallel = s->p.parallel,
                        .chat_family = kvt_chat_family_name(s->p.chat),
-                       .chat_template = s->model->chat_template,
+                       .chat_template = s->p.jinja_text ? s->p.jinja_text : s->model->chat_template,
+                       .jinja = s->p.jinja != NULL,
                        .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype),
                        .max_tokens_default = s->p.max_tokens_limit};
     pthread_mutex_lock(&s->mu);

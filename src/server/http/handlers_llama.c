@@ -352,8 +352,8 @@ static enum MHD_Result handle_completion(kvt_server *s, struct MHD_Connection *c
     return ret;
 }
 
-/* POST /apply-template {"messages": [...]}: {"prompt": TEXT}, the prompt a chat request with these
- * messages (and tools) gets, as text with its control tokens. */
+/* POST /apply-template {"messages": [...]}: {"prompt": TEXT, "tokens": [IDS]}, the prompt a chat
+ * request with these messages (and tools) gets, as text with its control tokens and as token ids. */
 static enum MHD_Result handle_apply_template(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     kvt_api_request a;
     kvt_api_error err;
@@ -364,16 +364,21 @@ static enum MHD_Result handle_apply_template(kvt_server *s, struct MHD_Connectio
     char *text = NULL;
     size_t n = 0;
     int rc = kvt_detokenize(s->tok, r->prompt, (size_t)r->n_prompt, 1, &text, &n);
+    /* the ids too: with replies spliced as generated, the text alone does not give them back */
+    cJSON *o = cJSON_CreateObject(), *ids = cJSON_CreateArray();
+    for (int32_t i = 0; i < r->n_prompt; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(r->prompt[i]));
     kvt_srv_req_unref(s, r);
     if (rc) {
         free(text);
+        cJSON_Delete(o);
+        cJSON_Delete(ids);
         kvt_api_errorf(&err, 500, "server_error", NULL, NULL, "cannot render the prompt: %s", kvt_errmsg());
         return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
     }
     char *clean = kvt_utf8_sanitize(text ? text : "", n, NULL);
     free(text);
-    cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "prompt", clean);
+    cJSON_AddItemToObject(o, "tokens", ids);
     free(clean);
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

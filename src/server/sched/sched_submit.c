@@ -190,16 +190,12 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
     r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
     r->parallel_tool_calls = a->parallel_tool_calls;
+    r->split_reasoning = a->reasoning_format ? a->reasoning_format == KVT_API_REASONING_SPLIT
+                                             : s->p.reasoning_format == KVT_REASONING_DEEPSEEK;
     int no_think = 0;
     if (kvt_srv_template_kwargs(s, a, &no_think, err)) goto fail;
     if (a->kind == KVT_API_CHAT && s->p.jinja) { /* the model's own template (--jinja) */
-        if (a->n_docs) {
-            kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", "unsupported_parameter",
-                           "kvtier.documents needs the built-in chat rendering: this server renders the model's "
-                           "Jinja template (--jinja), which has no place for them");
-            goto fail;
-        }
-        if ((rc = kvt_srv_render_jinja(s, a, max_prompt, r, &n, err)) == 1) goto fail;
+        if ((rc = kvt_srv_render_jinja(s, a, max_prompt, r, &at, &n, err)) == 1) goto fail;
     } else {
         rc = request_prompt(s, a, r, max_prompt, &at, &n);
     }

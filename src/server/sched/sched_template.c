@@ -41,13 +41,20 @@ static cJSON *tool_calls(const cJSON *calls, int object_args) {
     return out;
 }
 
-/* The template's variables for request a: a new object the caller deletes. */
-static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a) {
-    cJSON *v = a->template_kwargs ? cJSON_Duplicate(a->template_kwargs, 1) : cJSON_CreateObject();
+/* The template's variables for request a's first n_msgs messages, followed by
+ * the generation prompt: a new object the caller deletes. */
+static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a, size_t n_msgs) {
+    /* the server's --chat-template-kwargs, the request's over them */
+    cJSON *v = s->p.template_kwargs ? cJSON_Duplicate(s->p.template_kwargs, 1) : cJSON_CreateObject();
+    const cJSON *k;
+    cJSON_ArrayForEach(k, a->template_kwargs) {
+        cJSON_DeleteItemFromObjectCaseSensitive(v, k->string);
+        cJSON_AddItemToObject(v, k->string, cJSON_Duplicate(k, 1));
+    }
     static const char *const ours[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
     for (size_t i = 0; i < KVT_ARRAY_LEN(ours); i++) cJSON_DeleteItemFromObjectCaseSensitive(v, ours[i]);
     cJSON *msgs = cJSON_AddArrayToObject(v, "messages");
-    for (size_t i = 0; i < a->n_msgs; i++) {
+    for (size_t i = 0; i < n_msgs; i++) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", a->msgs[i].role);
         cJSON_AddStringToObject(m, "content", a->msgs[i].content ? a->msgs[i].content : "");
@@ -70,14 +77,84 @@ static int ends_in_think(const char *text, size_t n) {
     return n >= 7 && !memcmp(text + n - 7, "<think>", 7);
 }
 
-int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *n,
+/* The template's rendering of a's first n_msgs messages into a malloc'd
+ * *text of *len bytes. 0, or an error code with kvt_errmsg(). */
+static int render(const kvt_server *s, const kvt_api_request *a, size_t n_msgs, char **text, size_t *len) {
+    cJSON *vars = template_vars(s, a, n_msgs);
+    int rc = kvt_jinja_render(s->p.jinja, vars, NULL, text, len);
+    cJSON_Delete(vars);
+    return rc;
+}
+
+/* The replies of a that this server generated, where the full rendering
+ * text[0..len) has exactly their text (at pos or later) right after the
+ * rendering of the messages before them (that turn's prompt): into spans
+ * (the caller frees each ids), *n_spans of them. A reply spliced so continues the sequence its
+ * turn left in the cache token for token. The first assistant turn that
+ * cannot be spliced goes to r->usage's report: "rewritten" (the template
+ * renders the reply this server generated otherwise, e.g. without its
+ * reasoning), "tool_calls" (its calls are rendered from their structure) or
+ * "unknown_reply" (not a reply this server remembers for this tenant). */
+static void plan_splices(kvt_server *s, const kvt_api_request *a, srv_req *r, const char *text, size_t len, size_t pos,
+                         kvt_chat_splice *spans, size_t *n_spans) {
+    *n_spans = 0;
+    for (size_t i = 0; i < a->n_msgs; i++) {
+        const kvt_chat_msg *m = &a->msgs[i];
+        if (strcmp(m->role, "assistant")) continue;
+        const char *why = NULL, *c = m->content ? m->content : "";
+        size_t cl = strlen(c), k = 0, pl = 0;
+        int32_t *ids = NULL;
+        char *p = NULL;
+        if (a->msg_tools && a->msg_tools[i].tool_calls) why = "tool_calls";
+        else if (!*c || !(k = kvt_reply_map_get(s->replies, r->salt, r->salt_len, c, &ids))) why = "unknown_reply";
+        else if (render(s, a, i, &p, &pl) || pl < pos || pl > len || cl > len - pl || memcmp(text, p, pl) ||
+                 memcmp(text + pl, c, cl))
+            why = "rewritten";
+        free(p);
+        if (why) {
+            free(ids);
+            if (!r->usage.rerendered_why) {
+                r->usage.rerendered_why = why;
+                r->usage.rerendered_msg = (int32_t)i;
+            }
+            continue;
+        }
+        spans[(*n_spans)++] = (kvt_chat_splice){.at = pl, .len = cl, .ids = ids, .n = k};
+        pos = pl + cl;
+    }
+}
+
+/* Where kvtier.documents go in the rendering text[from..len): before the last
+ * user message's content, found as the last place the rendering holds that
+ * text as sent. A place-marking span (no text, no ids) is put there among
+ * spans[0..*n) in order. 0, or -1 with *err filled. */
+static int docs_place(const kvt_api_request *a, const char *text, size_t from, size_t len, kvt_chat_splice *spans,
+                      size_t *n, kvt_api_error *err) {
+    const char *c = NULL;
+    for (size_t i = 0; i < a->n_msgs; i++)
+        if (!strcmp(a->msgs[i].role, "user")) c = a->msgs[i].content;
+    size_t cl = c ? strlen(c) : 0, at = SIZE_MAX;
+    for (size_t p = len; cl && p >= from + cl && at == SIZE_MAX; p--)
+        if (!memcmp(text + p - cl, c, cl)) at = p - cl;
+    size_t k = 0;
+    while (at != SIZE_MAX && k < *n && spans[k].at < at) k++;
+    if (at == SIZE_MAX || (k && spans[k - 1].at + spans[k - 1].len > at)) {
+        kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", "unsupported_parameter",
+                       "kvtier.documents go before the last user message's text, and the model's chat template "
+                       "(--jinja) does not render that text as sent (or there is none)");
+        return -1;
+    }
+    memmove(spans + k + 1, spans + k, (*n - k) * sizeof *spans);
+    spans[k] = (kvt_chat_splice){.at = at};
+    (*n)++;
+    return 0;
+}
+
+int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
                          kvt_api_error *err) {
-    cJSON *vars = template_vars(s, a);
     char *text = NULL;
     size_t len = 0;
-    int rc = kvt_jinja_render(s->p.jinja, vars, NULL, &text, &len);
-    cJSON_Delete(vars);
-    if (rc) {
+    if (render(s, a, a->n_msgs, &text, &len)) {
         kvt_api_errorf(err, 400, "invalid_request_error", "messages", "chat_template_error",
                        "the model's chat template cannot render these messages: %s", kvt_errmsg());
         return 1;
@@ -89,7 +166,19 @@ int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_pro
     const char *bt = bos >= 0 ? kvt_tokenizer_token_text(s->tok, bos, &bl) : NULL;
     int add = kvt_tokenizer_add_special(s->tok);
     if (add && bt && bl && len >= bl && !memcmp(text, bt, bl)) skip = bl;
-    rc = kvt_tokenize_max(s->tok, text + skip, len - skip, add, 1, max_prompt, &r->prompt, n);
+    kvt_chat_splice *spans = kvt_xcalloc(a->n_msgs + 2, sizeof *spans);
+    size_t n_spans = 0;
+    if (!s->p.retokenize_replies) plan_splices(s, a, r, text, len, skip, spans, &n_spans);
+    int rc = a->n_docs && docs_place(a, text, skip, len, spans, &n_spans, err) ? 1 : 0;
+    for (size_t i = 0; i < n_spans; i++) spans[i].at -= skip;
+    if (!rc)
+        rc = kvt_chat_tokenize_spliced(s->tok, text + skip, len - skip, add, spans, n_spans, max_prompt, &r->prompt, n);
+    *at = *n;
+    for (size_t i = 0; i < n_spans; i++) {
+        if (a->n_docs && !spans[i].len && !spans[i].ids) *at = spans[i].tok_at;
+        free((int32_t *)spans[i].ids);
+    }
+    free(spans);
     free(text);
     return rc;
 }
