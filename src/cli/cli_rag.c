@@ -27,7 +27,7 @@ void kvt_usage_rag(FILE *f) {
     fprintf(
         f,
         "usage: kvtier rag index -m MODEL --docs DIR|FILE.jsonl|FILE -o INDEX [--chunk-tokens N] [--block-size B]\n"
-        "                        [--embed [--embed-model MODEL] [--pooling P] [-t N]]\n"
+        "                        [--embed [--embed-model MODEL] [--pooling P] [-t N] [--device DEV]]\n"
         "       kvtier rag query INDEX \"question\" [-k K] [--json] [--prompt -m MODEL [--system TEXT] [--order O]]\n"
         "                        [--retrieve bm25|dense|hybrid (-m|--embed-model) MODEL [--rrf-k N] [--pooling P]]\n"
         "       kvtier rag prewarm (--server URL | --cache-dir DIR -m MODEL) INDEX [--system TEXT]\n"
@@ -51,6 +51,8 @@ void kvt_usage_rag(FILE *f) {
         "  --pooling P         with --embed: mean, last or cls (default: the model's <arch>.pooling_type,\n"
         "                      else mean)\n"
         "  -t, --threads N     with --embed: worker threads (default: the online CPUs)\n"
+        "  --device DEV        with --embed: cpu (default) or vulkan[:N], where the chunks are run; a\n"
+        "                      GPU's vectors agree with the CPU's to rounding (default $KVTIER_DEVICE)\n"
         "query    prints the K best chunks for a question: rank, score, id, tokens, text.\n"
         "  -k K                chunks to print (default %d)\n"
         "  --retrieve R        bm25 (default): terms only; dense: cosine between the question's vector and\n"
@@ -241,6 +243,8 @@ typedef struct {
     const char *model, *embed_model, *docs, *out;
     long chunk, block, threads;
     int embed, pooling; /* pooling 0: the model's */
+    int dev_given;
+    kvt_cli_device dev; /* where --embed runs */
 } index_args;
 
 /* The flags of `rag index`. 0, or 2 after printing why. */
@@ -251,6 +255,8 @@ static int index_parse(int argc, char **argv, index_args *x) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(x->model = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--device")) {
+            if (kvt_cli_device_flag(argc, argv, &i, &x->dev_given, &x->dev) < 0) return 2;
         } else if (!strcmp(a, "--docs")) {
             if (!(x->docs = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
@@ -283,10 +289,14 @@ static int index_parse(int argc, char **argv, index_args *x) {
         kvt_usage_rag(stderr);
         return 2;
     }
-    if ((x->pooling || x->embed_model) && !x->embed) {
-        fprintf(stderr, "kvtier rag index: %s needs --embed\n", x->pooling ? "--pooling" : "--embed-model");
+    if ((x->pooling || x->embed_model || x->dev_given) && !x->embed) {
+        fprintf(stderr, "kvtier rag index: %s needs --embed\n",
+                x->pooling           ? "--pooling"
+                    : x->embed_model ? "--embed-model"
+                                     : "--device");
         return 2;
     }
+    if (x->embed && !x->dev_given && kvt_cli_device_env(&x->dev)) return 2;
     return 0;
 }
 
@@ -300,11 +310,11 @@ static kvt_model *load_full(const char *what, const char *path) {
     return m;
 }
 
-/* An embedder for m pooled as pool (0: the model's own pooling), or NULL after printing why. */
-static kvt_rag_embedder *new_embedder(const char *what, const kvt_model *m, int pool, long threads) {
+/* An embedder for m pooled as pool (0: the model's own pooling) on the engine device, or NULL after printing why. */
+static kvt_rag_embedder *new_embedder(const char *what, const kvt_model *m, int pool, long threads, int32_t device) {
     kvt_rag_pooling p = (kvt_rag_pooling)pool;
     kvt_rag_embedder *e = NULL;
-    if ((!pool && kvt_rag_pooling_default(m, &p)) || kvt_rag_embedder_new(m, p, (int32_t)threads, &e)) {
+    if ((!pool && kvt_rag_pooling_default(m, &p)) || kvt_rag_embedder_new_on(m, p, (int32_t)threads, device, &e)) {
         fprintf(stderr, "kvtier %s: %s%s\n", what, kvt_errmsg(), pool ? "" : " (give --pooling mean|last|cls)");
         return NULL;
     }
@@ -312,8 +322,8 @@ static kvt_rag_embedder *new_embedder(const char *what, const kvt_model *m, int 
 }
 
 /* --embed: a vector per chunk of idx, with a progress line each second. 0, or -1 after printing why. */
-static int embed_chunks(kvt_rag_index *idx, const kvt_model *m, int pool, long threads) {
-    kvt_rag_embedder *e = new_embedder("rag index", m, pool, threads);
+static int embed_chunks(kvt_rag_index *idx, const kvt_model *m, int pool, long threads, int32_t device) {
+    kvt_rag_embedder *e = new_embedder("rag index", m, pool, threads, device);
     if (!e) return -1;
     int32_t n = kvt_rag_n_chunks(idx), dim = kvt_rag_embedder_dim(e);
     float *vecs = kvt_xmalloc((size_t)n * (size_t)dim * sizeof *vecs);
@@ -365,7 +375,7 @@ static int cmd_index(int argc, char **argv) {
     } else if (rc) {
         kvt_rag_build_free(x.b);
     }
-    if (!rc && a.embed) rc = embed_chunks(idx, em ? em : m, a.pooling, a.threads);
+    if (!rc && a.embed) rc = embed_chunks(idx, em ? em : m, a.pooling, a.threads, kvt_cli_device_engine(&a.dev));
     if (!rc && kvt_rag_save(idx, a.out)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
         rc = -1;
@@ -552,7 +562,7 @@ static float *embed_question(const query_args *q, const kvt_rag_index *idx) {
     if (kvt_rag_check_embedder(idx, m, pool)) {
         fprintf(stderr, "kvtier rag query: %s: %s\n", q->path, kvt_errmsg());
     } else {
-        kvt_rag_embedder *e = new_embedder("rag query", m, pool, q->threads);
+        kvt_rag_embedder *e = new_embedder("rag query", m, pool, q->threads, 0);
         v = e ? kvt_xmalloc((size_t)vi.dim * sizeof *v) : NULL;
         if (e && kvt_rag_embed(e, q->question, strlen(q->question), v)) {
             fprintf(stderr, "kvtier rag query: cannot embed the question: %s\n", kvt_errmsg());

@@ -597,7 +597,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
         kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
     }
-    if (kvt_cli_serve_embed_finish(sp, rt->m, x->dev.vulkan)) return -1;
+    if (kvt_cli_serve_embed_finish(sp, rt->m)) return -1;
     kvt_model_info info = kvt_model_get_info(rt->m);
     const char *tmpl;
     if (kvt_cli_template_text("serve", &x->tmpl, info.chat_template, &rt->template_text, &tmpl) ||

@@ -19,7 +19,8 @@ enum { E_EMBEDDINGS = KVT_CLI_EMBED_ID_BASE, E_POOLING, E_RAG_RETRIEVE, E_RAG_RR
 static const kvt_cli_opt embed_opts[] = {
     {E_EMBEDDINGS, 0, "embeddings", NULL, NULL,
      "serve POST /v1/embeddings (OpenAI's) and /embedding (llama-server's):\none L2-normalised vector per input, pooled "
-     "from the final hidden\nstate (after the output norm). Off by default: the routes are a 404.\nCPU engine only",
+     "from the final hidden\nstate (after the output norm). Off by default: the routes are a 404.\n"
+     "On --device vulkan the rows are the GPU's (agreeing with the CPU's\nto rounding)",
      0, KVT_CLI_PLAIN},
     {E_POOLING, 0, "pooling", NULL, "mean|last|cls",
      "with --embeddings: how a prompt's hidden rows become one vector:\nmean of every token, the last token, or the "
@@ -29,9 +30,9 @@ static const kvt_cli_opt embed_opts[] = {
     {E_RAG_RETRIEVE, 0, "rag-retrieve", NULL, "bm25|dense|hybrid",
      "with --rag-index: how a RAG request retrieves when it gives no\nkvtier.rag.retrieve: bm25 (terms; the default), "
      "dense (cosine\nbetween the question's embedding and the chunks') or hybrid (both\nrankings fused by reciprocal "
-     "rank). Dense and hybrid need an index\nbuilt with `kvtier rag index --embed` by this model, and the CPU\nengine: "
-     "the question is embedded as an engine request, pooled as\nthe index says. A request may ask for dense or hybrid "
-     "whenever\nthe index and model allow it",
+     "rank). Dense and hybrid need an index\nbuilt with `kvtier rag index --embed` by this model: the\n"
+     "question is embedded as an engine request (CPU or GPU), pooled as\nthe index says. A request may ask for "
+     "dense or hybrid whenever\nthe index and model allow it",
      0, KVT_CLI_PLAIN},
     {E_RAG_RRF_K, 0, "rag-rrf-k", NULL, "N",
      "hybrid retrieval's constant: a chunk scores the sum of\n1 / (N + rank) over the two rankings; larger N weighs the "
@@ -68,34 +69,26 @@ int kvt_cli_serve_embed_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp)
 }
 
 /* Whether RAG questions can be embedded (sp->rag_dense): an index with
- * vectors of this model, on the CPU engine. A default --rag-retrieve of dense
- * or hybrid that cannot run is refused here, naming why. 0, or -1. */
-static int rag_dense_finish(kvt_server_params *sp, const kvt_model *m, int vulkan) {
+ * vectors of this model (either engine computes the question's). A default
+ * --rag-retrieve of dense or hybrid that cannot run is refused here, naming
+ * why. 0, or -1. */
+static int rag_dense_finish(kvt_server_params *sp, const kvt_model *m) {
     const kvt_rag_index *x = sp->rag;
     kvt_rag_vec_info vi = x ? kvt_rag_vectors(x) : (kvt_rag_vec_info){0};
     int ok = vi.dim && !kvt_rag_check_embedder(x, m, vi.pooling);
-    sp->rag_dense = ok && !vulkan;
+    sp->rag_dense = ok;
     if (sp->rag_retrieve == KVT_RAG_RETRIEVE_BM25 || sp->rag_dense) return 0;
     if (!x) fprintf(stderr, "kvtier serve: --rag-retrieve needs --rag-index\n");
     else if (!vi.dim)
         fprintf(stderr, "kvtier serve: --rag-retrieve %s needs an index built with --embed\n",
                 kvt_rag_retrieve_name((kvt_rag_retrieve)sp->rag_retrieve));
-    else if (!ok) fprintf(stderr, "kvtier serve: --rag-retrieve: %s\n", kvt_errmsg());
-    else
-        fprintf(stderr, "kvtier serve: --rag-retrieve %s embeds questions on the CPU engine only; use --device cpu\n",
-                kvt_rag_retrieve_name((kvt_rag_retrieve)sp->rag_retrieve));
+    else fprintf(stderr, "kvtier serve: --rag-retrieve: %s\n", kvt_errmsg());
     return -1;
 }
 
-int kvt_cli_serve_embed_finish(kvt_server_params *sp, const kvt_model *m, int vulkan) {
-    if (rag_dense_finish(sp, m, vulkan)) return -1;
+int kvt_cli_serve_embed_finish(kvt_server_params *sp, const kvt_model *m) {
+    if (rag_dense_finish(sp, m)) return -1;
     if (!sp->embeddings) return 0;
-    if (vulkan) {
-        fprintf(stderr,
-                "kvtier serve: --embeddings runs on the CPU engine only (it reads the final hidden rows); "
-                "leave it out with --device vulkan, or use --device cpu\n");
-        return -1;
-    }
     if (sp->pooling) return 0;
     char key[128];
     snprintf(key, sizeof key, "%s.pooling_type", m->hp.arch_name);

@@ -16,11 +16,9 @@ extern const kvt_cli_section kvt_cli_serve_embed_section;
 int kvt_cli_serve_embed_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp);
 /* After the model (and the RAG index) are loaded: with --embeddings, the
  * pooling --pooling left open comes from the GGUF's <arch>.pooling_type
- * (mean when absent), and a GPU engine is refused (hidden rows are read on
- * the CPU engine only); p.rag_dense is set when the index has vectors of
- * this model and the engine is the CPU's, and a --rag-retrieve of dense or
- * hybrid without them is refused.
- * 0, or -1 after printing why. */
-int kvt_cli_serve_embed_finish(kvt_server_params *sp, const kvt_model *m, int vulkan);
+ * (mean when absent); p.rag_dense is set when the index has vectors of
+ * this model, and a --rag-retrieve of dense or hybrid without them is
+ * refused. Either engine embeds. 0, or -1 after printing why. */
+int kvt_cli_serve_embed_finish(kvt_server_params *sp, const kvt_model *m);
 
 #endif

@@ -676,7 +676,7 @@ static int forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits
     const kvt_hparams *hp = &m->hp;
     const int64_t D = hp->n_embd;
     kvt_eng_chunk_begin(e, n);
-    if (e->gpu) return kvt_eng_gpu_forward(e, n, n_want, logits);
+    if (e->gpu) return kvt_eng_gpu_forward(e, n, n_want, logits, want_hidden, hidden);
     kvt_eng_layers(e, n, 0, hp->n_layer);
     /* the same norm as the logits rows below, so a hidden row is exactly what the output matrix reads */
     for (int32_t i = 0; want_hidden && i < n; i++)
@@ -710,8 +710,6 @@ int kvt_engine_decode(kvt_engine *e, const kvt_batch *b, float *logits) {
     int n_hidden = 0;
     for (int32_t i = 0; b->want_hidden && i < b->n; i++) n_hidden += b->want_hidden[i] != 0;
     if (n_hidden && !b->hidden) return kvt_fail(KVT_EARG, "hidden states are wanted but no output buffer was given");
-    if (n_hidden && e->gpu)
-        return kvt_fail(KVT_EUNSUPPORTED, "hidden states (embeddings) are computed on the CPU engine only");
     int64_t need = 0;
     for (int32_t s = 0; s < e->p.max_seqs; s++) {
         if (!e->batch_count[s]) continue;

@@ -196,8 +196,9 @@ int32_t kvt_seq_pages_needed(const kvt_engine *e, int32_t seq, int32_t add);
  * i's final hidden state: the last layer's output after the output norm, the
  * row the output matrix turns into logits (what embeddings pool). Those rows
  * go to hidden, n_embd floats per such entry, in batch order, independent of
- * the logits; NULL want_hidden asks for none. CPU engine only (a GPU engine
- * answers KVT_EUNSUPPORTED before computing anything). */
+ * the logits; NULL want_hidden asks for none. Both engines compute them; a
+ * GPU engine's rows come from its own kernels, so they agree with the CPU's
+ * to rounding, not bit for bit. */
 typedef struct {
     int32_t n;
     const int32_t *token;      /* (n) */

@@ -373,9 +373,31 @@ static int logits_pass(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m, flo
     return rc;
 }
 
-int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits) {
+/* Records, after the last layer, the final norm of the chunk's n rows of x
+ * into xb (the kernel and weights the logits rows go through, row by row, so
+ * a hidden row is the row the output matrix reads) and one copy of the rows
+ * want_hidden marks, packed in batch order, to the start of in_stage (whose
+ * inputs the layers have read by then). */
+static int rec_hidden(kvt_engine *e, kvt_eng_gpu *g, int32_t n, const int8_t *want_hidden) {
+    const kvt_hparams *hp = &e->model->hp;
+    const uint64_t rowb = (uint64_t)hp->n_embd * 4;
+    kvt_gpu_region *r = kvt_xmalloc((size_t)n * sizeof *r);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (want_hidden[i]) r[m] = (kvt_gpu_region){(uint64_t)i * rowb, (uint64_t)m * rowb, rowb}, m++;
+    int rc = kvt_gpu_rec_rmsnorm(g->k, g->xb, g->x, g->out_norm, (uint32_t)hp->n_embd, (uint32_t)n, hp->rms_eps);
+    if (!rc) rc = kvt_gpu_rec_barrier(g->d);
+    if (!rc) rc = kvt_gpu_rec_copy(g->d, g->xb, g->in_stage, r, (size_t)m);
+    free(r);
+    return rc;
+}
+
+int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits, const int8_t *want_hidden,
+                        float **hidden) {
     kvt_eng_gpu *g = e->gpu;
     const kvt_hparams *hp = &e->model->hp;
+    int32_t n_hid = 0;
+    for (int32_t i = 0; want_hidden && i < n; i++) n_hid += want_hidden[i] != 0;
     stage_inputs(e, g, n);
     int rc = kvt_gpu_begin(g->d);
     if (!rc) rc = rec_inputs(e, g, n);
@@ -386,8 +408,15 @@ int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits)
             if (!rc) rc = kvt_gpu_begin(g->d);
         }
     }
+    /* the hidden rows ride in the last layers' submission: no extra wait */
+    if (!rc && n_hid) rc = rec_hidden(e, g, n, want_hidden);
     if (!rc) rc = kvt_gpu_submit(g->d);
     else kvt_gpu_abort(g->d);
+    if (!rc && n_hid) {
+        const size_t bytes = (size_t)n_hid * (size_t)hp->n_embd * sizeof(float);
+        memcpy(*hidden, kvt_gpu_buf_host(g->in_stage), bytes);
+        *hidden += (int64_t)n_hid * hp->n_embd;
+    }
     for (int32_t w0 = 0; !rc && w0 < n_want; w0 += (int32_t)g->lg) {
         int32_t m = KVT_MIN((int32_t)g->lg, n_want - w0);
         rc = logits_pass(e, g, w0, m, logits + (int64_t)w0 * hp->n_vocab);

@@ -117,12 +117,15 @@ void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n);
  * and pool size are set), checks that the model runs there, uploads the
  * weights and makes the device page pool; on failure e->gpu stays NULL and
  * the error says what. forward runs a chunk set up as for forward_chunk
- * (engine.c), n <= kvt_eng_gpu_chunk tokens. The page I/O calls are the
- * engine's (engine.h) for a device pool, ids already checked. */
+ * (engine.c), n <= kvt_eng_gpu_chunk tokens, and writes the normed final
+ * hidden rows want_hidden marks (NULL: none) at *hidden, advancing it, as
+ * forward_chunk does. The page I/O calls are the engine's (engine.h) for a
+ * device pool, ids already checked. */
 int kvt_eng_gpu_new(kvt_engine *e, int index);
 void kvt_eng_gpu_free(kvt_eng_gpu *g);
 int32_t kvt_eng_gpu_chunk(const kvt_eng_gpu *g);
-int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits);
+int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits, const int8_t *want_hidden,
+                        float **hidden);
 int kvt_eng_gpu_pages_out(kvt_eng_gpu *g, const kvt_page_out *io, size_t n, size_t page_bytes);
 int kvt_eng_gpu_pages_in(kvt_eng_gpu *g, const kvt_page_in *io, size_t n, size_t page_bytes);
 int kvt_eng_gpu_pages_copy(kvt_eng_gpu *g, const int32_t *dst, const int32_t *src, size_t n, size_t page_bytes);

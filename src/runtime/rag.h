@@ -179,6 +179,10 @@ int kvt_rag_pooling_default(const kvt_model *m, kvt_rag_pooling *out);
 /* An embedder: a one-sequence CPU engine over a fully loaded model (borrowed). */
 typedef struct kvt_rag_embedder kvt_rag_embedder;
 int kvt_rag_embedder_new(const kvt_model *m, kvt_rag_pooling pool, int32_t n_threads, kvt_rag_embedder **out);
+/* The same on an engine's device (kvt_engine_params.device: 0 the CPU, 1 + N
+ * Vulkan device N). A GPU's vectors agree with the CPU's to rounding. */
+int kvt_rag_embedder_new_on(const kvt_model *m, kvt_rag_pooling pool, int32_t n_threads, int32_t device,
+                            kvt_rag_embedder **out);
 int32_t kvt_rag_embedder_dim(const kvt_rag_embedder *e);
 /* text's pooled, L2-normalised vector into out (dim floats). The text is
  * tokenized with the model's own start token, special-token spellings read

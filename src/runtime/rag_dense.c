@@ -66,11 +66,17 @@ struct kvt_rag_embedder {
 };
 
 int kvt_rag_embedder_new(const kvt_model *m, kvt_rag_pooling pool, int32_t n_threads, kvt_rag_embedder **out) {
+    return kvt_rag_embedder_new_on(m, pool, n_threads, 0, out);
+}
+
+int kvt_rag_embedder_new_on(const kvt_model *m, kvt_rag_pooling pool, int32_t n_threads, int32_t device,
+                            kvt_rag_embedder **out) {
     *out = NULL;
     if (m->vocab_only || pool < KVT_RAG_POOL_MEAN || pool > KVT_RAG_POOL_CLS)
         return kvt_fail(KVT_EARG, "an embedder needs a fully loaded model and a pooling of mean, last or cls");
     kvt_engine_params p = kvt_engine_default_params();
     p.n_threads = n_threads;
+    p.device = device;
     p.n_ctx = KVT_MIN(m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : EMBED_CTX_MAX, EMBED_CTX_MAX);
     p.n_pages = (p.n_ctx + p.block_size - 1) / p.block_size + 1;
     p.max_seqs = 1;

@@ -66,7 +66,7 @@ int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_a
 static const char *no_dense_reason(const kvt_server *s) {
     if (!kvt_rag_vectors(s->p.rag).dim) return "its index has no vectors (build it with `kvtier rag index --embed`)";
     if (kvt_rag_check_embedder(s->p.rag, s->model, kvt_rag_vectors(s->p.rag).pooling)) return kvt_errmsg();
-    return "the question is embedded on the CPU engine only (this server runs on a GPU)";
+    return "dense retrieval is off on this server";
 }
 
 /* RAG (docs/rag.md "The RAG route"): kvtier.rag is read only on its route (kvt_srv_parse);
