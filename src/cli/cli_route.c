@@ -32,7 +32,7 @@ void kvt_usage_route(FILE *f) {
             "                       best takes the spill (default 1.5; >= 1): a hard cap, whatever the scores\n"
             "  --load-cost TOKENS   what one request running on a node costs it, in prompt tokens: a node\n"
             "                       scores the tokens of its cached prefix of the prompt less TOKENS per\n"
-            "                       request it runs, and the best score wins (default 256; 0: the longest\n"
+            "                       request it runs, and the best score wins (default 1024; 0: the longest\n"
             "                       prefix wins and load only breaks ties)\n"
             "  --health-ms N        how often each node's /health and event feed are read (default 500)\n"
             "  --timeout-s N        the most a node may take to answer one request (default 600)\n"

@@ -384,7 +384,7 @@ kvt_route_params kvt_route_default_params(void) {
                               .port = 8080,
                               .policy = KVT_ROUTE_AFFINITY,
                               .balance = 1.5,
-                              .load_cost = 256,
+                              .load_cost = 1024,
                               .health_ms = 500,
                               .timeout_s = 600,
                               .max_body = 16u << 20};
