@@ -55,6 +55,22 @@ def served_model(url):
     return json.loads(resp.read())["data"][0]["id"]
 
 
+def t3_read_counters(urls):
+    """Sum over the nodes at urls of their T3 value bytes read and T3 read-call seconds (/metrics)."""
+    total_bytes, total_s = 0.0, 0.0
+    for url in urls:
+        u = urllib.parse.urlparse(url)
+        assert u.hostname in ("127.0.0.1", "localhost", "::1"), "loopback only"
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+        conn.request("GET", "/metrics")
+        for line in conn.getresponse().read().decode().splitlines():
+            if line.startswith('kvtier_remote_bytes_total{direction="read"} '):
+                total_bytes += float(line.split()[-1])
+            elif line.startswith("kvtier_remote_latency_seconds_sum "):
+                total_s += float(line.split()[-1])
+    return total_bytes, total_s
+
+
 def post_stream(url, body):
     """Streams a chat completion; returns (ttft_s, total_s, final_json_with_usage)."""
     u = urllib.parse.urlparse(url)
@@ -132,6 +148,8 @@ def main():
                     "finish_reason) to this file, to compare runs")
     ap.add_argument("--url2", help="a second server for the rounds from --switch-round on")
     ap.add_argument("--switch-round", type=int, default=1)
+    ap.add_argument("--node-metrics", help="comma-separated node URLs whose /metrics give each round's T3 reads "
+                    "(bytes, seconds in read calls: the restore bandwidth)")
     args = ap.parse_args()
 
     rng = random.Random(1234)
@@ -148,6 +166,8 @@ def main():
     failed = []
     for r in range(args.rounds):
         ttfts, stats = [], {"computed": 0, "prompt": 0, "tiers": {}}
+        nodes = args.node_metrics.split(",") if args.node_metrics else []
+        t3_before = t3_read_counters(nodes)
         t_round = time.monotonic()
 
         def worker(ids):
@@ -197,18 +217,24 @@ def main():
             return 1
         computed, prompt_total = stats["computed"], stats["prompt"]
         wall = time.monotonic() - t_round
+        t3_after = t3_read_counters(nodes)
+        t3_bytes, t3_s = t3_after[0] - t3_before[0], t3_after[1] - t3_before[1]
+        t3_mbps = t3_bytes / t3_s / 1e6 if t3_s > 0 else 0.0
         node = " on node B" if args.url2 and r >= args.switch_round else ""
         frac = " ".join(f"{t} {100.0 * n / max(prompt_total, 1):.1f}%" for t, n in sorted(stats["tiers"].items()))
         print(f"[{args.label}] round {r}{node}: TTFT p50 {statistics.median(ttfts):.2f} s, p99 {percentile(ttfts, 0.99):.2f} s, "
               f"max {max(ttfts):.2f} s; prompt tokens {prompt_total}, computed {computed} "
               f"({100.0 * computed / max(prompt_total, 1):.1f}%); wall {wall:.1f} s; cached by tier {stats['tiers']}"
-              f" = {frac or 'none'} of prompt tokens", flush=True)
+              f" = {frac or 'none'} of prompt tokens"
+              + (f"; T3 read {t3_bytes / 1e6:.1f} MB in {t3_s:.2f} s of read calls = {t3_mbps:.0f} MB/s" if nodes else ""),
+              flush=True)
         if args.summary:
             with open(args.summary, "a") as f:
                 f.write(json.dumps({"label": args.label, "sessions": args.sessions, "round": r,
                                     "prompt": prompt_total, "computed": computed,
                                     "ttft_p50": statistics.median(ttfts), "ttft_p99": percentile(ttfts, 0.99),
-                                    "wall": wall, "tiers": stats["tiers"]}) + "\n")
+                                    "wall": wall, "tiers": stats["tiers"], "t3_bytes": t3_bytes, "t3_read_s": t3_s,
+                                    "t3_mbps": t3_mbps}) + "\n")
     print(f"[{args.label}] total wall time {time.monotonic() - t_start:.1f} s", flush=True)
 
 

@@ -17,8 +17,9 @@ void kvt_usage_route(FILE *f) {
             "already holds the longest cached prefix of its prompt, so its turns hit T0/T1 there. A\n"
             "session (X-Session-Id header, kvtier.session_id, previous_response_id) returns to its node.\n"
             "Otherwise one node answers the prompt's block keys (/v1/cache/lookup) and the router matches\n"
-            "them against what each node announced storing (/v1/cache/events). A node running more than\n"
-            "its share of requests passes them on to the next best. Answers stream through; a node that\n"
+            "them against what each node announced storing (/v1/cache/events), weighing each node's cached\n"
+            "prefix against the requests it runs. A node running more than its share of requests passes\n"
+            "them on to the next best. Answers stream through; a node that\n"
             "fails its health check or a request is left out, and its sessions move to another node\n"
             "(which restores them from a shared T3). GET /metrics: per node requests, spills, cached share.\n\n"
             "  --nodes URL,...      the nodes' base URLs, http://HOST:PORT, comma-separated (at most %d)\n"
@@ -28,7 +29,11 @@ void kvt_usage_route(FILE *f) {
             "                       an API key, or the --admin-key); client requests carry their own key\n"
             "  --policy P           affinity (default) or round-robin (for comparisons)\n"
             "  --balance F          a node may run F times its share of the open requests before the next\n"
-            "                       best takes the spill (default 1.5; >= 1)\n"
+            "                       best takes the spill (default 1.5; >= 1): a hard cap, whatever the scores\n"
+            "  --load-cost TOKENS   what one request running on a node costs it, in prompt tokens: a node\n"
+            "                       scores the tokens of its cached prefix of the prompt less TOKENS per\n"
+            "                       request it runs, and the best score wins (default 1024; 0: the longest\n"
+            "                       prefix wins and load only breaks ties)\n"
             "  --health-ms N        how often each node's /health and event feed are read (default 500)\n"
             "  --timeout-s N        the most a node may take to answer one request (default 600)\n"
             "  --max-body BYTES     the largest request body taken, e.g. 16M (default 16M)\n"
@@ -62,8 +67,8 @@ static int parse_opt(int argc, char **argv, int *i, kvt_route_params *p, char **
     long n;
     if (kvt_cli_is_help(a)) return 1;
     if (!strcmp(a, "--nodes") || !strcmp(a, "--host") || !strcmp(a, "--node-key") || !strcmp(a, "--policy") ||
-        !strcmp(a, "--port") || !strcmp(a, "--balance") || !strcmp(a, "--health-ms") || !strcmp(a, "--timeout-s") ||
-        !strcmp(a, "--max-body")) {
+        !strcmp(a, "--port") || !strcmp(a, "--balance") || !strcmp(a, "--load-cost") || !strcmp(a, "--health-ms") ||
+        !strcmp(a, "--timeout-s") || !strcmp(a, "--max-body")) {
         if (!(v = kvt_cli_value(argc, argv, i))) return 2;
     } else {
         fprintf(stderr, "kvtier route: unknown argument '%s' (kvtier route --help lists the options)\n", a);
@@ -84,6 +89,12 @@ static int parse_opt(int argc, char **argv, int *i, kvt_route_params *p, char **
         p->balance = kvt_cli_parse_double("--balance", v);
         if (isnan(p->balance) || p->balance < 1 || p->balance > 1000) {
             fprintf(stderr, "kvtier route: --balance must be a number from 1 to 1000\n");
+            return 2;
+        }
+    } else if (!strcmp(a, "--load-cost")) {
+        p->load_cost = kvt_cli_parse_double("--load-cost", v);
+        if (isnan(p->load_cost) || p->load_cost < 0 || p->load_cost > 1e9) {
+            fprintf(stderr, "kvtier route: --load-cost must be a number of tokens from 0 to 1e9\n");
             return 2;
         }
     } else if (!strcmp(a, "--max-body")) {

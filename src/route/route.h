@@ -9,7 +9,8 @@
  * answers its chained block keys (POST /v1/cache/lookup?tiers=0: no engine
  * work, and the keys are exactly what every node computes: same model, same
  * template, same tenant salt from the client's own API key), and the node
- * whose index entry matches the most leading keys wins. The index of what
+ * whose index entry matches the most leading keys, less a cost for the
+ * requests it runs already (--load-cost), wins. The index of what
  * each node holds is kept from each node's store/evict feed (GET
  * /v1/cache/events), so no node is asked per request but the one. A node
  * running more than its share of the fleet's requests (times --balance) is
@@ -34,10 +35,11 @@ typedef struct {
     int port;             /* 0: any free port (printed in the "listening on" line) */
     const char *node_key; /* bearer key for the nodes' /v1/cache/events, or NULL */
     kvt_route_policy policy;
-    double balance;  /* a node above balance x its share of running requests spills */
-    int health_ms;   /* how often each node's /health and events are polled */
-    int timeout_s;   /* the most a node may take to answer a request */
-    size_t max_body; /* the largest request body taken */
+    double balance;   /* a node above balance x its share of running requests spills */
+    double load_cost; /* prompt tokens one running request on a node is worth against its cached prefix */
+    int health_ms;    /* how often each node's /health and events are polled */
+    int timeout_s;    /* the most a node may take to answer a request */
+    size_t max_body;  /* the largest request body taken */
 } kvt_route_params;
 
 kvt_route_params kvt_route_default_params(void);

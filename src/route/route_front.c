@@ -184,6 +184,12 @@ static kvt_hash128 *lookup_keys(kvt_router *r, const char *headers, const char *
     cJSON *o = cJSON_Parse(out);
     free(out);
     const cJSON *ka = cJSON_GetObjectItemCaseSensitive(o, "block_keys"), *k;
+    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "block_tokens");
+    if (cJSON_IsNumber(bt) && bt->valuedouble >= 1 && bt->valuedouble <= 1 << 20) {
+        pthread_mutex_lock(&r->mu);
+        r->block_tokens = (int)bt->valuedouble; /* the same on every node of one model */
+        pthread_mutex_unlock(&r->mu);
+    }
     int n = cJSON_IsArray(ka) ? cJSON_GetArraySize(ka) : 0;
     kvt_hash128 *keys = n ? kvt_xmalloc((size_t)n * sizeof *keys) : NULL;
     cJSON_ArrayForEach(k, ka) {
@@ -378,6 +384,7 @@ kvt_route_params kvt_route_default_params(void) {
                               .port = 8080,
                               .policy = KVT_ROUTE_AFFINITY,
                               .balance = 1.5,
+                              .load_cost = 1024,
                               .health_ms = 500,
                               .timeout_s = 600,
                               .max_body = 16u << 20};

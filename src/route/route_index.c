@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-/* The router's choice of a node (route.h): sticky sessions, the longest
- * prefix match over each node's key index, and the load bound; and the
- * router's /metrics. Every function here runs under r->mu. */
+/* The router's choice of a node (route.h): sticky sessions, the prefix
+ * match over each node's key index weighed against its load, and the load
+ * bound; and the router's /metrics. Every function here runs under r->mu. */
 #include "route_internal.h"
 
 #include <math.h>
@@ -54,10 +54,18 @@ static int load_bound(const kvt_router *r) {
     return up ? KVT_MAX(1, (int)ceil(r->p.balance * total / up)) : 1;
 }
 
-/* Node a ranks before b: longer match, then fewer running, then fewer served. */
+/* What sending the request to node i is worth, in prompt tokens: the cached
+ * prefix it would not compute, less load_cost tokens for each request it
+ * runs already (the wait they add is the cost of going there). */
+static double score(const kvt_router *r, const size_t *m, int i) {
+    return (double)m[i] * (double)r->block_tokens - r->p.load_cost * (double)r->nodes[i].inflight;
+}
+
+/* Node a ranks before b: higher score, then fewer running, then fewer served. */
 static int better(const kvt_router *r, const size_t *m, int a, int b) {
     if (b < 0) return 1;
-    if (m[a] != m[b]) return m[a] > m[b];
+    double sa = score(r, m, a), sb = score(r, m, b);
+    if (sa != sb) return sa > sb;
     if (r->nodes[a].inflight != r->nodes[b].inflight) return r->nodes[a].inflight < r->nodes[b].inflight;
     return r->nodes[a].requests < r->nodes[b].requests;
 }
@@ -93,7 +101,7 @@ static int pick_affinity(kvt_router *r, uint64_t sid, const size_t *m, uint64_t 
         }
     }
     int top = best_node(r, m, tried, bound, 1), pick = best_node(r, m, tried, bound, 0);
-    if (pick < 0) pick = top; /* every node is over the bound: the best (least loaded among the longest) */
+    if (pick < 0) pick = top; /* every node is over the bound: the best scored of them */
     if (pick < 0) return -1;
     /* passed over for load: the affine node (the session's, or the longest match) counts a spill */
     int sess = e && e->id == sid && r->nodes[e->node].up ? e->node : -1, affine = sess >= 0 ? sess : top;

@@ -77,7 +77,8 @@ typedef struct kvt_router {
     kvt_route_session *sessions;
     uint64_t rr; /* round-robin cursor */
     uint64_t routed[ROUTE_REASONS];
-    uint64_t lost; /* requests no node answered */
+    uint64_t lost;    /* requests no node answered */
+    int block_tokens; /* tokens per block key, from the nodes' lookup answers */
     volatile int stopping;
     pthread_t pollers[KVT_ROUTE_MAX_NODES];
     struct MHD_Daemon *mhd;

@@ -5,7 +5,8 @@
  * empty tag hashes the whole key), and that T3's own keys spread over the
  * slot space. Also the cluster URLs that kvt_remote_open refuses before it
  * touches the network or the key file: TLS, a database number, an unknown
- * parameter, a host without a port. */
+ * parameter, a host without a port; and in their messages a password is
+ * shown as "***", and a bad %XX escape in it is refused. */
 #include <string.h>
 
 #include "common.h"
@@ -65,10 +66,42 @@ static void test_bad_urls(void) {
     }
 }
 
+/* URLs refused for another reason: the message keeps the user, never the password. */
+static void test_secret_urls(void) {
+    const char *bad[] = {"redis-cluster://kvt:TopSecret@127.0.0.1:7000/2",
+                         "redis-cluster://kvt:TopSecret@127.0.0.1",
+                         "redis-cluster://:TopSecret@127.0.0.1:7000?replicas=yes",
+                         "redis://kvt:TopSecret@127.0.0.1:99999",
+                         "redis://kvt:TopSecret@127.0.0.1:6379/x",
+                         "redis://kvt:Top%zzSecret@127.0.0.1:6379",
+                         "redis-cluster://kvt:TopSecret%4@127.0.0.1:7000",
+                         "rediss://kvt:TopSecret@127.0.0.1:6379"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kvt_remote_params p = kvt_remote_default_params();
+        p.url = bad[i];
+        p.payload_bytes = 1024;
+        p.key_file = "/nonexistent/key";
+        kvt_remote *r = NULL;
+        CHECKF(kvt_remote_open(&p, &r) == KVT_EARG && !r, "%s", bad[i]);
+        CHECKF(!strstr(kvt_errmsg(), "Secret"), "%s: %s", bad[i], kvt_errmsg());
+        CHECKF(strstr(kvt_errmsg(), "--kv-remote") != NULL, "%s: %s", bad[i], kvt_errmsg());
+    }
+    kvt_remote_params p = kvt_remote_default_params();
+    p.url = "redis-cluster://kvt:TopSecret@127.0.0.1:7000/2";
+    p.payload_bytes = 1024;
+    kvt_remote *r = NULL;
+    CHECK(kvt_remote_open(&p, &r) == KVT_EARG);
+    CHECKF(strstr(kvt_errmsg(), "kvt:***@127.0.0.1:7000") != NULL, "%s", kvt_errmsg());
+    p.url = "redis://kvt:Top%zzSecret@127.0.0.1:6379";
+    CHECK(kvt_remote_open(&p, &r) == KVT_EARG);
+    CHECKF(strstr(kvt_errmsg(), "password") != NULL, "%s", kvt_errmsg());
+}
+
 int main(void) {
     test_crc16();
     test_hash_tags();
     test_spread();
     test_bad_urls();
+    test_secret_urls();
     return kvt_test_done("test_remote_slot");
 }

@@ -3,7 +3,10 @@
  * sockets: a known session returns to its node; otherwise the node with the
  * longest leading run of the prompt's keys wins, a match past the first block
  * beating a shared first block; a node over its load bound spills to the next
- * best and counts it; a node down is never picked and loses its index;
+ * best and counts it; the match is weighed against load (equal prefixes go
+ * to the less loaded node, a much longer prefix beats a small load
+ * difference, a small one does not) and the bound still caps a node whatever
+ * its score; a node down is never picked and loses its index;
  * round-robin cycles; the event feed's keys parse back from their hex. Also
  * the upstream URL parser's accepted and refused forms. */
 #include <stdlib.h>
@@ -19,11 +22,17 @@ static kvt_router *fleet(int n, kvt_route_policy policy) {
     kvt_router *r = calloc(1, sizeof *r);
     r->p = kvt_route_default_params();
     r->p.policy = policy;
+    r->block_tokens = 32;
     r->n = n;
     pthread_mutex_init(&r->mu, NULL);
     r->sessions = calloc(KVT_ROUTE_SESSIONS, sizeof *r->sessions);
     for (int i = 0; i < n; i++) r->nodes[i].up = 1;
     return r;
+}
+
+/* Every node forgets its keys. */
+static void forget_all(kvt_router *r) {
+    for (int i = 0; i < r->n; i++) kvt_hmap128_free(&r->nodes[i].keys);
 }
 
 static void fleet_free(kvt_router *r) {
@@ -75,6 +84,7 @@ static void test_prefix_and_session(void) {
 static void test_load_bound(void) {
     kvt_router *r = fleet(2, KVT_ROUTE_AFFINITY);
     r->p.balance = 1.0;
+    r->p.load_cost = 0; /* the bound alone (test_load_cost weighs load) */
     kvt_hash128 k[3] = {key(1), key(2), key(3)};
     holds(r, 0, k, 3);
     kvt_route_reason why;
@@ -89,6 +99,59 @@ static void test_load_bound(void) {
     kvt_route_set_up(r, 0, 0);
     kvt_route_set_up(r, 1, 0);
     CHECK(kvt_route_pick(r, 0, k, 3, 0, &why) == -1); /* nothing up */
+    fleet_free(r);
+}
+
+/* Node i runs `running` requests now. */
+static void running(kvt_router *r, int i, int running) { r->nodes[i].inflight = running; }
+
+static void test_load_cost(void) {
+    kvt_router *r = fleet(3, KVT_ROUTE_AFFINITY);
+    r->p.load_cost = 64; /* two blocks of 32 tokens per running request */
+    r->p.balance = 10;   /* the bound out of the way */
+    kvt_hash128 k[8];
+    for (int i = 0; i < 8; i++) k[i] = key((uint64_t)i + 100);
+    kvt_route_reason why;
+    /* equal prefixes (256 tokens each): the less loaded node, though an idle node holds none */
+    holds(r, 0, k, 8);
+    holds(r, 1, k, 8);
+    running(r, 0, 3);
+    running(r, 1, 1);
+    CHECK(kvt_route_pick(r, 0, k, 8, 0, &why) == 1 && why == ROUTE_PREFIX);
+    for (int i = 0; i < 3; i++) running(r, i, 0);
+    forget_all(r);
+    /* 256 cached tokens with 2 running (score 128) beat 32 tokens with none (32) */
+    holds(r, 0, k, 8);
+    holds(r, 1, k, 1);
+    running(r, 0, 2);
+    CHECK(kvt_route_pick(r, 0, k, 8, 0, &why) == 0 && why == ROUTE_PREFIX);
+    /* ... but 64 tokens with 3 running (-128) lose to 32 with none: load is a cost */
+    forget_all(r);
+    holds(r, 0, k, 2);
+    holds(r, 1, k, 1);
+    running(r, 0, 3);
+    running(r, 1, 0);
+    CHECK(kvt_route_pick(r, 0, k, 8, 0, &why) == 1);
+    /* with no load cost the longest prefix wins however loaded, as long as the bound allows */
+    forget_all(r); /* a pick remembers the prompt's keys on its node */
+    holds(r, 0, k, 2);
+    holds(r, 1, k, 1);
+    r->p.load_cost = 0;
+    running(r, 0, 3);
+    running(r, 1, 0);
+    CHECK(kvt_route_pick(r, 0, k, 8, 0, &why) == 0);
+    /* the bound is a hard cap: the best score over it spills, and counts it */
+    for (int i = 0; i < 3; i++) running(r, i, 0);
+    forget_all(r);
+    r->p.balance = 1.0;
+    r->p.load_cost = 64;
+    holds(r, 0, k, 8);
+    running(r, 0, 2); /* score 256 - 128 = 128, best; bound ceil(1.0 x 3 / 3) = 1 */
+    uint64_t spills = r->nodes[0].spills;
+    int got = kvt_route_pick(r, 0, k, 8, 0, &why);
+    CHECK(got == 1 || got == 2);
+    CHECK(why == ROUTE_LOAD);
+    CHECK(r->nodes[0].spills == spills + 1);
     fleet_free(r);
 }
 
@@ -119,6 +182,7 @@ static void test_urls(void) {
 int main(void) {
     test_prefix_and_session();
     test_load_bound();
+    test_load_cost();
     test_round_robin();
     test_urls();
     return kvt_test_done("test_route_pick");

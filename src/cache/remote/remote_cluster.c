@@ -262,7 +262,8 @@ static int refresh(kvt_remote *r, double deadline) {
     if (!rc) apply_topo(r, t);
     cl->last_refresh = kvt_now();
     pthread_mutex_unlock(&cl->map_mu);
-    if (rc) kvt_remote_note_error(r, 0, "%s: %s", "cluster map", err);
+    if (rc)
+        kvt_remote_note_error(r, 0, kvt_remote_auth_refused(err) ? KVT_REMOTE_LOGIN_FMT : "%s: %s", "cluster map", err);
     free(t);
     return rc;
 }
@@ -279,18 +280,31 @@ void kvt_remote_cluster_maybe_refresh(kvt_remote *r, double deadline) {
 
 /* ---- open, discovery ------------------------------------------------------------- */
 
-/* Whether the server at u runs in cluster mode (INFO cluster). 1, 0, or -1
- * (unreachable: err says why). */
+/* Whether the server at u runs in cluster mode (INFO cluster). 1, 0, -1
+ * (unreachable: err says why) or -2 (it refused the credentials: err). */
 static int is_cluster(const kvt_remote_url *u, double timeout_s, char *err, size_t cap) {
     redisContext *c = kvt_remote_connect_url(u, timeout_s, err, cap);
-    if (!c) return -1;
+    if (!c) return kvt_remote_auth_refused(err) ? -2 : -1;
     redisReply *rep = redisCommand(c, "INFO cluster");
     int yes = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_enabled:1");
     int rc = rep ? yes : -1;
     if (!rep) snprintf(err, cap, "%s", c->errstr);
+    if (rep && rep->type == REDIS_REPLY_ERROR && kvt_remote_auth_refused(rep->str)) {
+        snprintf(err, cap, "%.200s", rep->str);
+        rc = -2;
+    }
     if (rep) freeReplyObject(rep);
     redisFree(c);
     return rc;
+}
+
+/* A start-up error for credentials the server refused: a wrong password
+ * would otherwise only show as T3 misses. */
+static int refused_at_start(const kvt_remote *r, const char *err) {
+    return kvt_fail(KVT_EARG,
+                    "--kv-remote %s: the server refused the credentials (%s); give the ACL user and password as "
+                    "user:password@ in the URL, or :password@ for the default user",
+                    r->url_text, err);
 }
 
 static void cluster_new(kvt_remote *r) {
@@ -308,6 +322,7 @@ int kvt_remote_cluster_open(kvt_remote *r) {
     if (!r->url.cluster) {
         char err[256];
         int yes = is_cluster(&r->url, r->p.timeout_ms / 1e3, err, sizeof err);
+        if (yes == -2) return refused_at_start(r, err);
         if (yes < 0)
             kvt_logk(KVT_LOG_INFO, "url,error",
                      "remote tier %s: not reachable at start (%s): used as one server; give a redis-cluster:// URL "
@@ -327,6 +342,13 @@ int kvt_remote_cluster_open(kvt_remote *r) {
         h += n + (h[n] == ',');
     }
     r->cl->n_seeds = r->cl->n_nodes;
+    if (!r->url.cluster) return 0;                  /* its one seed answered above */
+    for (uint32_t i = 0; i < r->cl->n_seeds; i++) { /* the first seed that answers says whether we may log in */
+        char err[256];
+        int yes = is_cluster(&r->cl->nodes[i].url, r->p.timeout_ms / 1e3, err, sizeof err);
+        if (yes == -2) return refused_at_start(r, err);
+        if (yes >= 0) break;
+    }
     return 0;
 }
 
@@ -368,7 +390,8 @@ int kvt_remote_cluster_primaries(const kvt_remote_url *u, double timeout_s, kvt_
     char err[256] = "no node answered";
     if (!u->cluster) {
         int yes = is_cluster(u, timeout_s, err, sizeof err);
-        if (yes < 0) return kvt_fail(-EIO, "cannot reach %s:%d: %s", u->host, u->port, err);
+        if (yes < 0)
+            return kvt_fail(-EIO, "cannot %s %s:%d: %s", yes == -2 ? "log in to" : "reach", u->host, u->port, err);
         if (!yes) return 0;
     }
     cl_topo *t = kvt_xmalloc(sizeof *t);
@@ -395,5 +418,5 @@ int kvt_remote_cluster_primaries(const kvt_remote_url *u, double timeout_s, kvt_
         (*n)++;
     }
     free(t);
-    return rc ? kvt_fail(-EIO, "cluster: %s", err) : 0;
+    return rc ? kvt_fail(-EIO, "cluster: %s%s", kvt_remote_auth_refused(err) ? "cannot log in: " : "", err) : 0;
 }

@@ -80,6 +80,11 @@ static int setup_command(redisContext *c, char *err, size_t cap, const char *fmt
     return bad ? -1 : 0;
 }
 
+int kvt_remote_auth_refused(const char *err) {
+    return !strncmp(err, "WRONGPASS", 9) || !strncmp(err, "NOAUTH", 6) ||
+        (!strncmp(err, "ERR", 3) && (strstr(err, "AUTH") || strstr(err, "password")));
+}
+
 redisContext *kvt_remote_connect_url(const kvt_remote_url *u, double timeout_s, char *err, size_t cap) {
     struct timeval tv = tv_of(timeout_s);
     redisContext *c = u->is_unix ? redisConnectUnixWithTimeout(u->path, tv)
@@ -113,7 +118,8 @@ redisContext *kvt_remote_conn_get(kvt_remote *r, kvt_remote_conn *k, double time
     char err[256];
     k->c = kvt_remote_connect_url(k->to ? k->to : &r->url, timeout_s, err, sizeof err);
     if (!k->c) {
-        kvt_remote_note_error(r, 0, "%s: cannot connect: %s", k->who, err);
+        kvt_remote_note_error(r, 0, kvt_remote_auth_refused(err) ? KVT_REMOTE_LOGIN_FMT : "%s: cannot connect: %s",
+                              k->who, err);
         conn_failed(k);
         return NULL;
     }

@@ -132,9 +132,20 @@ struct kvt_remote {
  * (the message names the part). The password is kept for AUTH, never printed. */
 int kvt_remote_parse_url(const char *url, kvt_remote_url *u);
 
+/* url as logs and messages show it: a password in it replaced by "***"
+ * (the user kept), into out (cap bytes). */
+void kvt_remote_url_shown(const char *url, char *out, size_t cap);
+
 /* A connection to u with timeout_s for connect and every call, authenticated
  * and on its database; NULL with the reason in err. */
 redisContext *kvt_remote_connect_url(const kvt_remote_url *u, double timeout_s, char *err, size_t cap);
+
+/* Whether a connection error or reply is the server refusing our
+ * credentials, or asking for some: WRONGPASS (Redis 6+), NOAUTH, and the
+ * AUTH errors of a server with no password set or from before ACLs. */
+int kvt_remote_auth_refused(const char *err);
+/* kvt_remote_note_error's format for such a refusal. */
+#define KVT_REMOTE_LOGIN_FMT "%s: cannot log in: %s (check the user and password in --kv-remote)"
 
 /* Counts an error and logs it, at most once per KVT_REMOTE_LOG_INTERVAL_S
  * (takes mu). fmt has two %s: who and detail. */

@@ -116,10 +116,12 @@ int kvt_remote_scan(const char *url, uint32_t timeout_ms, kvt_remote_ns_usage *o
     kvt_remote_url *to = kvt_xcalloc(KVT_CL_NODES_MAX, sizeof *to);
     size_t n = 0;
     int cluster, rc = maint_targets(url, timeout_ms, to, &n, &cluster);
+    char shown[4 * KVT_REMOTE_URL_PART_MAX]; /* for messages: no password */
+    kvt_remote_url_shown(url, shown, sizeof shown);
     for (size_t i = 0; i < n && !rc; i++) {
         redisContext *c = NULL;
-        rc = maint_connect(&to[i], url, timeout_ms, &c);
-        if (!rc) rc = scan_server(c, url, out, cap, n_out, other);
+        rc = maint_connect(&to[i], shown, timeout_ms, &c);
+        if (!rc) rc = scan_server(c, shown, out, cap, n_out, other);
         if (c) redisFree(c);
     }
     memset(to, 0, KVT_CL_NODES_MAX * sizeof *to);
@@ -176,10 +178,12 @@ int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint6
     kvt_remote_url *to = kvt_xcalloc(KVT_CL_NODES_MAX, sizeof *to);
     size_t n = 0;
     int cluster, rc = maint_targets(url, timeout_ms, to, &n, &cluster);
+    char shown[4 * KVT_REMOTE_URL_PART_MAX]; /* for messages: no password */
+    kvt_remote_url_shown(url, shown, sizeof shown);
     for (size_t i = 0; i < n && !rc; i++) {
         redisContext *c = NULL;
-        rc = maint_connect(&to[i], url, timeout_ms, &c);
-        if (!rc) rc = clear_server(c, url, pattern, cluster ? 1 : UNLINK_BATCH, removed);
+        rc = maint_connect(&to[i], shown, timeout_ms, &c);
+        if (!rc) rc = clear_server(c, shown, pattern, cluster ? 1 : UNLINK_BATCH, removed);
         if (c) redisFree(c);
     }
     memset(to, 0, KVT_CL_NODES_MAX * sizeof *to);

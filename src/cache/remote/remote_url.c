@@ -35,6 +35,51 @@ int kvt_remote_split_addr(const char *s, size_t n, char *host, size_t cap, int *
     return 0;
 }
 
+void kvt_remote_url_shown(const char *url, char *out, size_t cap) {
+    const char *s = strstr(url, "://");
+    /* the last '@': hosts never hold one, a mistyped password might */
+    const char *at = s ? strrchr(s + 3, '@') : NULL, *colon = at ? memchr(s + 3, ':', (size_t)(at - s - 3)) : NULL;
+    if (!colon) snprintf(out, cap, "%s", url);
+    else snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
+}
+
+/* The user or password at s[0..n) into dst (KVT_REMOTE_URL_PART_MAX bytes),
+ * %XX escapes decoded so that a password may hold '@', ':', '/' or ','. 0 or -1. */
+static int copy_userinfo(char *dst, const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k + 1 >= KVT_REMOTE_URL_PART_MAX) return -1;
+        char hex[3] = {0};
+        if (s[i] == '%') {
+            if (i + 2 >= n) return -1;
+            memcpy(hex, s + i + 1, 2);
+            if (strspn(hex, "0123456789abcdefABCDEF") != 2) return -1;
+            dst[k++] = (char)strtol(hex, NULL, 16);
+            i += 2;
+        } else dst[k++] = s[i];
+    }
+    dst[k] = 0;
+    return 0;
+}
+
+/* The last '@' in [s, end), or NULL: a raw '@' in a password then stays out of the host. */
+static const char *last_at(const char *s, const char *end) {
+    for (const char *p = end; p > s; p--)
+        if (p[-1] == '@') return p - 1;
+    return NULL;
+}
+
+/* user:password@ at s[0..at): into u. 0, or KVT_EARG naming the part (never its text). */
+static int parse_userinfo(const char *s, const char *at, kvt_remote_url *u) {
+    const char *colon = memchr(s, ':', (size_t)(at - s));
+    if (!colon) return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ (or :password@) before the host");
+    if (copy_userinfo(u->user, s, (size_t)(colon - s)))
+        return kvt_fail(KVT_EARG, "--kv-remote: the user is too long or has a bad %%XX escape");
+    if (copy_userinfo(u->pass, colon + 1, (size_t)(at - colon - 1)))
+        return kvt_fail(KVT_EARG, "--kv-remote: the password is too long or has a bad %%XX escape");
+    return 0;
+}
+
 static int parse_query(const char *url, const char *q, kvt_remote_url *u) {
     if (!strcmp(q, "replica_reads=yes") || !strcmp(q, "replica_reads=1")) u->replica_reads = 1;
     else if (strcmp(q, "replica_reads=no") && strcmp(q, "replica_reads=0"))
@@ -42,21 +87,19 @@ static int parse_query(const char *url, const char *q, kvt_remote_url *u) {
     return 0;
 }
 
-int kvt_remote_cluster_parse_url(const char *url, kvt_remote_url *u) {
+int kvt_remote_cluster_parse_url(const char *raw, kvt_remote_url *u) {
+    char url[4 * KVT_REMOTE_URL_PART_MAX]; /* raw with its password hidden: for messages */
+    kvt_remote_url_shown(raw, url, sizeof url);
     memset(u, 0, sizeof *u);
     u->cluster = 1;
-    const char *s = url + strlen(KVT_REMOTE_CLUSTER_SCHEME), *end = s + strcspn(s, "/?");
+    const char *s = raw + strlen(KVT_REMOTE_CLUSTER_SCHEME), *end = s + strcspn(s, "/?");
     if (*end == '/' && end[1] && end[1] != '?')
         return kvt_fail(KVT_EARG, "--kv-remote %s: a cluster has no database numbers (drop the /db)", url);
     const char *q = strchr(end, '?');
     if (q && parse_query(url, q + 1, u)) return KVT_EARG;
-    const char *at = memchr(s, '@', (size_t)(end - s));
+    const char *at = last_at(s, end);
     if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        if (!colon || (size_t)(colon - s) >= sizeof u->user || (size_t)(at - colon - 1) >= sizeof u->pass)
-            return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ before the hosts");
-        memcpy(u->user, s, (size_t)(colon - s));
-        memcpy(u->pass, colon + 1, (size_t)(at - colon - 1));
+        if (parse_userinfo(s, at, u)) return KVT_EARG;
         s = at + 1;
     }
     if ((size_t)(end - s) >= sizeof u->seeds) return kvt_fail(KVT_EARG, "--kv-remote %s: too many hosts", url);
@@ -86,7 +129,9 @@ static int copy_part(char *dst, const char *s, size_t n, const char *what, const
     return 0;
 }
 
-int kvt_remote_parse_url(const char *url, kvt_remote_url *u) {
+int kvt_remote_parse_url(const char *raw, kvt_remote_url *u) {
+    char url[4 * KVT_REMOTE_URL_PART_MAX]; /* raw with its password hidden: for messages */
+    kvt_remote_url_shown(raw, url, sizeof url);
     memset(u, 0, sizeof *u);
     u->port = DEFAULT_PORT;
     if (!strncmp(url, "rediss", 6))
@@ -95,23 +140,19 @@ int kvt_remote_parse_url(const char *url, kvt_remote_url *u) {
                         "server through a TLS tunnel and give a redis:// or redis-cluster:// URL",
                         url);
     if (!strncmp(url, KVT_REMOTE_CLUSTER_SCHEME, strlen(KVT_REMOTE_CLUSTER_SCHEME)))
-        return kvt_remote_cluster_parse_url(url, u);
+        return kvt_remote_cluster_parse_url(raw, u);
     if (!strncmp(url, URL_UNIX, strlen(URL_UNIX))) {
-        const char *path = url + strlen(URL_UNIX);
+        const char *path = raw + strlen(URL_UNIX);
         if (*path != '/') return kvt_fail(KVT_EARG, "--kv-remote %s: expected unix:///absolute/path", url);
         u->is_unix = 1;
         return copy_part(u->path, path, strlen(path), "path", url);
     }
     if (strncmp(url, URL_REDIS, strlen(URL_REDIS)))
         return kvt_fail(KVT_EARG, "--kv-remote %s: expected redis://[user:pass@]host:port[/db] or unix:///path", url);
-    const char *s = url + strlen(URL_REDIS), *end = s + strcspn(s, "/");
-    const char *at = memchr(s, '@', (size_t)(end - s));
+    const char *s = raw + strlen(URL_REDIS), *end = s + strcspn(s, "/");
+    const char *at = last_at(s, end);
     if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        if (!colon) return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ before the host");
-        if (copy_part(u->user, s, (size_t)(colon - s), "user", "URL") ||
-            copy_part(u->pass, colon + 1, (size_t)(at - colon - 1), "password", "URL"))
-            return KVT_EARG;
+        if (parse_userinfo(s, at, u)) return KVT_EARG;
         s = at + 1;
     }
     const char *colon = memchr(s, ':', (size_t)(end - s));

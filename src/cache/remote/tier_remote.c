@@ -127,7 +127,9 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
                         ZSTD_maxCLevel());
     kvt_remote *r = kvt_xcalloc(1, sizeof *r);
     r->p = *p;
-    r->url_text = kvt_xstrdup(p->url);
+    char shown[4 * KVT_REMOTE_URL_PART_MAX];
+    kvt_remote_url_shown(p->url, shown, sizeof shown);
+    r->url_text = kvt_xstrdup(shown); /* for log lines: no password */
     r->p.url = r->url_text;
     r->p.key_file = NULL; /* read below, not kept */
     pthread_mutex_init(&r->mu, NULL);
