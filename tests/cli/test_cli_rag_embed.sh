@@ -13,17 +13,9 @@
 set -u
 command -v jq >/dev/null || { echo "SKIP: needs jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
+. "$(dirname "$0")/../ragdense.sh"
 has() { case "$1" in *"$2"*) return 0 ;; esac; echo "  '$1' lacks '$2'" >&2; return 1; }
-SHAPE=(--dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 1024)
-"$BIN" mkmodel -o "$TMP/a.gguf" "${SHAPE[@]}" >/dev/null 2>&1 &&
-  "$BIN" mkmodel -o "$TMP/b.gguf" "${SHAPE[@]}" --seed 7 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-
-mkdir -p "$TMP/docs"
-echo "The lighthouse keeper climbs one hundred steps every evening to light the lamp." >"$TMP/docs/lamp.txt"
-echo "Bakers fold butter into the dough many times to make flaky pastry." >"$TMP/docs/pastry.txt"
-echo "Glaciers carve wide valleys as they creep downhill over thousands of years." >"$TMP/docs/ice.txt"
-echo "A violin has four strings tuned in fifths and is played with a bow." >"$TMP/docs/violin.txt"
-IDX="$TMP/e.idx"
+kvt_rag_dense_setup
 expect_rc 0 "$BIN" rag index -m "$TMP/a.gguf" --docs "$TMP/docs" -o "$IDX" --embed -t 1
 check "index --embed reports its vectors" has "$(cat "$TMP/out")" "vectors of 64 floats (mean pooling)"
 q() { "$BIN" rag query "$IDX" "$@" -t 1 --json; }

@@ -7,7 +7,6 @@
  * block held for the writer's next try. */
 #include "remote_cluster_internal.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,10 +101,7 @@ typedef struct {
     const size_t *todo;
     size_t n;
     double full, deadline;
-    struct {
-        uint64_t hits, bad, bytes;
-        int reached, failed;
-    } part[KVT_REMOTE_READ_CONNS_MAX];
+    kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX];
 } cl_fetch;
 
 /* Per-thread state of a fetch_part (its own items, their nodes, counters). */
@@ -268,32 +264,19 @@ size_t kvt_remote_cluster_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n)
     if (n_todo > 1 && r->pool) kvt_pool_run(r->pool, fetch_part, &j);
     else if (n_todo) fetch_part(&j, 0, 1);
     free(todo);
-    uint64_t bad = 0, bytes = 0;
-    int reached = 0, failed = 0;
-    for (int t = 0; t < KVT_REMOTE_READ_CONNS_MAX; t++) {
-        hits += j.part[t].hits;
-        bad += j.part[t].bad;
-        bytes += j.part[t].bytes;
-        reached |= j.part[t].reached;
-        failed |= j.part[t].failed;
-    }
-    if (failed) kvt_remote_cluster_mark_stale(r); /* a node gone or the map out of date: ask again */
+    kvt_remote_read_part sum = kvt_remote_read_sum(j.part);
+    hits += sum.hits;
+    if (sum.failed) kvt_remote_cluster_mark_stale(r); /* a node gone or the map out of date: ask again */
     pthread_mutex_lock(&r->mu);
-    if (reached) {
+    if (sum.reached) {
         r->st.round_trips++;
         r->st.latency_sum_s += kvt_now() - t0;
     }
-    if (n_todo) r->rd[0].conn.up = reached && !failed;
+    if (n_todo) r->rd[0].conn.up = sum.reached && !sum.failed;
     r->st.connected = r->rd[0].conn.up;
-    r->st.bytes_read += bytes;
-    r->st.bad += bad;
-    r->st.hits += hits;
-    r->st.misses += n - hits;
+    kvt_remote_read_count_locked(r, n, hits, &sum);
     pthread_mutex_unlock(&r->mu);
-    if (bad)
-        kvt_logk(KVT_LOG_DEBUG, "refused", "remote tier: %" PRIu64 " values refused (CRC, MAC, codec or identity)", bad);
-    for (size_t i = 0; i < n; i++)
-        if (reqs[i].result) kvt_remote_known_del(r, reqs[i].hash);
+    kvt_remote_read_forget(r, reqs, n, sum.bad);
     return hits;
 }
 

@@ -215,6 +215,26 @@ size_t kvt_remote_read_queued(kvt_remote *r, kvt_tier_read *reqs, size_t n);
 /* Blocks the writer dropped leave the index (owner thread, mu held). */
 void kvt_remote_apply_lost_locked(kvt_remote *r);
 
+/* ---- remote_known.c: the end of a get_many, single-server and cluster ---- */
+
+/* One reader thread's share of a get_many: values accepted (hits) and refused
+ * (bad), bytes read, whether it reached Redis, and (cluster only) whether a
+ * node failed or answered for a map out of date. */
+typedef struct {
+    uint64_t hits, bad, bytes;
+    int reached, failed;
+} kvt_remote_read_part;
+
+/* The readers' parts of one get_many, summed (reached and failed: any part's). */
+kvt_remote_read_part kvt_remote_read_sum(const kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX]);
+/* Counts a get_many of n reads, hits of them served (queue and Redis), with
+ * sum's values refused and bytes read, in the stats (mu held). */
+void kvt_remote_read_count_locked(kvt_remote *r, size_t n, size_t hits, const kvt_remote_read_part *sum);
+/* After the count (mu not held): logs the values refused, and forgets the
+ * blocks not read (evicted, expired, refused or unreachable), so that the
+ * index stops offering them. */
+void kvt_remote_read_forget(kvt_remote *r, const kvt_tier_read *reqs, size_t n, uint64_t bad);
+
 /* ---- remote_writer.c ---- */
 
 /* The writer thread: drains the queue in pipelined batches. arg: the tier. */

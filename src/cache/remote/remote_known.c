@@ -3,12 +3,15 @@
  * knows to be in T3, a ring of at most ring_cap with a map from key to ring
  * entry, and their presence in the prefix index; the lookup of a key in the
  * write queue and the held ring (and the reads it can serve); the writer's lost
- * blocks leaving the index.
- * The owner side (tier_remote.c) and the readers (remote_read.c) call down
- * into it, and it calls only the prefix index. */
+ * blocks leaving the index; the end both get_many paths share (the readers'
+ * parts summed and counted, the blocks not read forgotten).
+ * The owner side (tier_remote.c) and the readers (remote_read.c,
+ * remote_cluster_io.c) call down into it, and it calls only the prefix index
+ * and the log. */
 #include "remote_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "common.h"
@@ -72,4 +75,32 @@ void kvt_remote_apply_lost_locked(kvt_remote *r) {
     for (size_t i = 0; i < r->n_lost; i++)
         if (!kvt_remote_queued_slot(r, r->lost[i])) kvt_remote_known_del(r, r->lost[i]);
     r->n_lost = 0;
+}
+
+/* ---- the end of a get_many, single-server and cluster ---------------------------- */
+
+kvt_remote_read_part kvt_remote_read_sum(const kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX]) {
+    kvt_remote_read_part sum = {0};
+    for (int t = 0; t < KVT_REMOTE_READ_CONNS_MAX; t++) {
+        sum.hits += part[t].hits;
+        sum.bad += part[t].bad;
+        sum.bytes += part[t].bytes;
+        sum.reached |= part[t].reached;
+        sum.failed |= part[t].failed;
+    }
+    return sum;
+}
+
+void kvt_remote_read_count_locked(kvt_remote *r, size_t n, size_t hits, const kvt_remote_read_part *sum) {
+    r->st.bytes_read += sum->bytes;
+    r->st.bad += sum->bad;
+    r->st.hits += hits;
+    r->st.misses += n - hits;
+}
+
+void kvt_remote_read_forget(kvt_remote *r, const kvt_tier_read *reqs, size_t n, uint64_t bad) {
+    if (bad)
+        kvt_logk(KVT_LOG_DEBUG, "refused", "remote tier: %" PRIu64 " values refused (CRC, MAC, codec or identity)", bad);
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].result) kvt_remote_known_del(r, reqs[i].hash);
 }

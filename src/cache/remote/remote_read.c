@@ -7,7 +7,6 @@
  * connection. Both keep to one deadline per call. */
 #include "remote_internal.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +47,7 @@ typedef struct {
     const size_t *todo;
     size_t n;
     const read_call *call;
-    struct {
-        uint64_t hits, bad, bytes;
-        int reached;
-    } part[KVT_REMOTE_READ_CONNS_MAX];
+    kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX];
 } fetch_job;
 
 static void fetch_part(void *ctx, int ith, int nth) {
@@ -100,24 +96,14 @@ size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n) {
     if (n_todo > 1) kvt_pool_run(r->pool, fetch_part, &j);
     else if (n_todo) fetch_part(&j, 0, 1);
     free(todo);
-    uint64_t bad = 0, bytes = 0;
-    for (int t = 0; t < KVT_REMOTE_READ_CONNS_MAX; t++) {
-        hits += j.part[t].hits;
-        bad += j.part[t].bad;
-        bytes += j.part[t].bytes;
-        k.reached |= j.part[t].reached;
-    }
+    kvt_remote_read_part sum = kvt_remote_read_sum(j.part);
+    hits += sum.hits;
+    k.reached |= sum.reached;
     pthread_mutex_lock(&r->mu);
     call_end_locked(r, &k);
-    r->st.bytes_read += bytes;
-    r->st.bad += bad;
-    r->st.hits += hits;
-    r->st.misses += n - hits;
+    kvt_remote_read_count_locked(r, n, hits, &sum);
     pthread_mutex_unlock(&r->mu);
-    if (bad)
-        kvt_logk(KVT_LOG_DEBUG, "refused", "remote tier: %" PRIu64 " values refused (CRC, MAC, codec or identity)", bad);
-    for (size_t i = 0; i < n; i++)
-        if (reqs[i].result) kvt_remote_known_del(r, reqs[i].hash); /* evicted, expired, refused or unreachable */
+    kvt_remote_read_forget(r, reqs, n, sum.bad);
     return hits;
 }
 

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,40 @@ static void render_process(kvt_strbuf *b) {
     }
 }
 
+/* The per-node series of T3 on a Redis Cluster, in exposition order: a value
+ * line per node, or two (result="hit" and "miss") for a series with a miss
+ * field. A field is a uint64_t of kvt_t3_shard_stats, or its int primary. */
+#define SHARD(f) offsetof(kvt_t3_shard_stats, f)
+static const struct {
+    const char *name, *type, *help;
+    size_t field, miss; /* where the values are in kvt_t3_shard_stats; miss 0: none (addr is never a value) */
+} t3_shard_series[] = {
+    {"kvtier_remote_shard_reads_total", "counter",
+     "T3 block reads by Redis Cluster node and result (miss: absent, refused, redirected twice or unreachable).",
+     SHARD(hits), SHARD(misses)},
+    {"kvtier_remote_shard_writes_total", "counter", "Blocks stored in T3, by Redis Cluster node.", SHARD(puts), 0},
+    {"kvtier_remote_shard_redirects_total", "counter", "MOVED and ASK replies, by Redis Cluster node.",
+     SHARD(redirects), 0},
+    {"kvtier_remote_shard_errors_total", "counter", "Connection failures and timeouts, by Redis Cluster node.",
+     SHARD(errors), 0},
+    {"kvtier_remote_shard_primary", "gauge", "1 for a Redis Cluster node that owns slots in the map now.",
+     SHARD(primary), 0},
+};
+
+/* One value line of the per-node series name: node's field, with its result label when result is set. */
+static void shard_line(kvt_strbuf *b, const char *name, const char *node, const char *result,
+                       const kvt_t3_shard_stats *st, size_t field) {
+    kvt_strbuf_printf(b, "%s{node=\"%s\"", name, node);
+    if (result) kvt_strbuf_printf(b, ",result=\"%s\"", result);
+    if (field == SHARD(primary)) {
+        kvt_strbuf_printf(b, "} %d\n", st->primary);
+        return;
+    }
+    uint64_t v;
+    memcpy(&v, (const char *)st + field, sizeof v);
+    kvt_strbuf_printf(b, "} %llu\n", (unsigned long long)v);
+}
+
 /* T3 on a Redis Cluster: reads and writes by node. */
 static void render_t3_shards(kvt_strbuf *b, const kvt_cache_stats *c) {
     uint32_t n = KVT_MIN(c->t3_n_shards, (uint32_t)KVT_T3_SHARDS_MAX);
@@ -272,29 +307,15 @@ static void render_t3_shards(kvt_strbuf *b, const kvt_cache_stats *c) {
             if (*a != '"' && *a != '\\' && *a != '\n') node[i][k++] = *a;
         node[i][k] = 0;
     }
-    header(b, "kvtier_remote_shard_reads_total", "counter",
-           "T3 block reads by Redis Cluster node and result (miss: absent, refused, redirected twice or unreachable).");
-    for (uint32_t i = 0; i < n; i++) {
-        kvt_strbuf_printf(b, "kvtier_remote_shard_reads_total{node=\"%s\",result=\"hit\"} %llu\n", node[i],
-                          (unsigned long long)c->t3_shards[i].hits);
-        kvt_strbuf_printf(b, "kvtier_remote_shard_reads_total{node=\"%s\",result=\"miss\"} %llu\n", node[i],
-                          (unsigned long long)c->t3_shards[i].misses);
+    for (size_t s = 0; s < KVT_ARRAY_LEN(t3_shard_series); s++) {
+        const char *name = t3_shard_series[s].name;
+        size_t miss = t3_shard_series[s].miss;
+        header(b, name, t3_shard_series[s].type, t3_shard_series[s].help);
+        for (uint32_t i = 0; i < n; i++) {
+            shard_line(b, name, node[i], miss ? "hit" : NULL, &c->t3_shards[i], t3_shard_series[s].field);
+            if (miss) shard_line(b, name, node[i], "miss", &c->t3_shards[i], miss);
+        }
     }
-    header(b, "kvtier_remote_shard_writes_total", "counter", "Blocks stored in T3, by Redis Cluster node.");
-    for (uint32_t i = 0; i < n; i++)
-        kvt_strbuf_printf(b, "kvtier_remote_shard_writes_total{node=\"%s\"} %llu\n", node[i],
-                          (unsigned long long)c->t3_shards[i].puts);
-    header(b, "kvtier_remote_shard_redirects_total", "counter", "MOVED and ASK replies, by Redis Cluster node.");
-    for (uint32_t i = 0; i < n; i++)
-        kvt_strbuf_printf(b, "kvtier_remote_shard_redirects_total{node=\"%s\"} %llu\n", node[i],
-                          (unsigned long long)c->t3_shards[i].redirects);
-    header(b, "kvtier_remote_shard_errors_total", "counter", "Connection failures and timeouts, by Redis Cluster node.");
-    for (uint32_t i = 0; i < n; i++)
-        kvt_strbuf_printf(b, "kvtier_remote_shard_errors_total{node=\"%s\"} %llu\n", node[i],
-                          (unsigned long long)c->t3_shards[i].errors);
-    header(b, "kvtier_remote_shard_primary", "gauge", "1 for a Redis Cluster node that owns slots in the map now.");
-    for (uint32_t i = 0; i < n; i++)
-        kvt_strbuf_printf(b, "kvtier_remote_shard_primary{node=\"%s\"} %d\n", node[i], c->t3_shards[i].primary);
 }
 
 /* Long: one header and one value line per series, in exposition order: a list, not logic. */

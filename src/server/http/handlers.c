@@ -137,23 +137,12 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
         if (!resp) return MHD_NO;
         return kvt_srv_send_response(s, c, cs->label, MHD_HTTP_OK, resp);
     }
-    pthread_mutex_lock(&s->mu);
-    while (!kvt_srv_all_done(r)) {
-        kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-        if (kvt_srv_all_done(r)) break;
-        pthread_mutex_unlock(&s->mu);
-        int gone = kvt_srv_peer_gone(c);
-        pthread_mutex_lock(&s->mu);
-        if (gone) {
-            kvt_srv_cancel_locked(s, r);
-            pthread_mutex_unlock(&s->mu);
-            kvt_srv_unref_choices(s, r);
-            cs->status = STATUS_CLIENT_GONE;
-            kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
-            return MHD_NO;
-        }
+    if (kvt_srv_wait_done(s, c, &r, 1, &r, 1)) {
+        kvt_srv_unref_choices(s, r);
+        cs->status = STATUS_CLIENT_GONE;
+        kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);
+        return MHD_NO;
     }
-    pthread_mutex_unlock(&s->mu);
     cs->usage = kvt_srv_total_usage(r); /* done is final: the engine no longer writes r */
     cs->has_usage = 1;
     enum MHD_Result ret;

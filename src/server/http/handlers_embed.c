@@ -147,26 +147,6 @@ static srv_req *embed_request(kvt_server *s, const conn_state *cs, const char *c
     return r;
 }
 
-/* Waits until r is done. 0, or -1 when the client went away (reqs[0..n) cancelled). */
-static int wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *r, srv_req **reqs, int n) {
-    pthread_mutex_lock(&s->mu);
-    while (!kvt_srv_all_done(r)) {
-        kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-        if (kvt_srv_all_done(r)) break;
-        pthread_mutex_unlock(&s->mu);
-        int gone = kvt_srv_peer_gone(c);
-        pthread_mutex_lock(&s->mu);
-        if (gone) {
-            for (int k = 0; k < n; k++)
-                if (reqs[k]) kvt_srv_cancel_locked(s, reqs[k]);
-            pthread_mutex_unlock(&s->mu);
-            return -1;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-}
-
 /* r's pooled, L2-normalised vector into v (n_embd floats). */
 static void finish_vector(const kvt_server *s, const srv_req *r, float *v) {
     const int64_t D = s->model->hp.n_embd;
@@ -274,9 +254,8 @@ static int run_window(kvt_server *s, struct MHD_Connection *c, const conn_state 
         }
         reqs[i] = r;
     }
-    for (int i = from; i < to; i++)
-        if (wait_done(s, c, reqs[i], reqs, b->n)) return 1;
-    return 0;
+    /* a client that left cancels every input queued so far, not just this window's */
+    return kvt_srv_wait_done(s, c, reqs + from, to - from, reqs, b->n) ? 1 : 0;
 }
 
 int kvt_srv_embed_question(kvt_server *s, struct MHD_Connection *c, const conn_state *cs, const char *text,
@@ -296,7 +275,7 @@ int kvt_srv_embed_question(kvt_server *s, struct MHD_Connection *c, const conn_s
         return kvt_api_errorf(err, 503, "server_error", NULL, "overloaded",
                               "the server is busy (%d requests queued) or shutting down; retry later", s->p.queue);
     }
-    if (wait_done(s, c, r, &r, 1)) {
+    if (kvt_srv_wait_done(s, c, &r, 1, &r, 1)) {
         kvt_srv_req_unref(s, r);
         return kvt_api_errorf(err, 400, INVALID, NULL, "client_gone", "the client went away");
     }

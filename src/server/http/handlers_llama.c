@@ -180,26 +180,6 @@ static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch
     return 0;
 }
 
-/* Waits until every request of b is done. 0, or -1 when the client went away (all cancelled). */
-static int wait_all(kvt_server *s, struct MHD_Connection *c, batch *b) {
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < b->n; i++)
-        while (!kvt_srv_all_done(b->reqs[i])) {
-            kvt_srv_cond_wait_ms(&b->reqs[i]->cv, &s->mu, WAIT_SLICE_MS);
-            if (kvt_srv_all_done(b->reqs[i])) break;
-            pthread_mutex_unlock(&s->mu);
-            int gone = kvt_srv_peer_gone(c);
-            pthread_mutex_lock(&s->mu);
-            if (gone) {
-                for (int k = 0; k < b->n; k++) kvt_srv_cancel_locked(s, b->reqs[k]);
-                pthread_mutex_unlock(&s->mu);
-                return -1;
-            }
-        }
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-}
-
 /* The first failed choice of b's requests, or NULL. */
 static srv_req *failed_of(const batch *b) {
     for (int i = 0; i < b->n; i++)
@@ -322,7 +302,7 @@ static enum MHD_Result handle_completion(kvt_server *s, struct MHD_Connection *c
         if (!resp) return MHD_NO;
         return kvt_srv_send_response(s, c, cs->label, MHD_HTTP_OK, resp);
     }
-    if (wait_all(s, c, &b)) {
+    if (kvt_srv_wait_done(s, c, b.reqs, b.n, b.reqs, b.n)) { /* every prompt is queued: none is NULL */
         batch_free(s, &b);
         cs->status = STATUS_CLIENT_GONE;
         kvt_metrics_count_request(s->metrics, cs->label, STATUS_CLIENT_GONE);

@@ -475,25 +475,6 @@ static enum MHD_Result send_stream(kvt_server *s, struct MHD_Connection *c, conn
 
 /* ---- the routes ----------------------------------------------------------------------------- */
 
-/* Waits until j's request is done. -1 when the client went away first (the request is cancelled). */
-static int wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *r) {
-    pthread_mutex_lock(&s->mu);
-    while (!r->done) {
-        kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
-        if (r->done) break;
-        pthread_mutex_unlock(&s->mu);
-        int gone = kvt_srv_peer_gone(c);
-        pthread_mutex_lock(&s->mu);
-        if (gone) {
-            kvt_srv_cancel_locked(s, r);
-            pthread_mutex_unlock(&s->mu);
-            return -1;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    return 0;
-}
-
 static enum MHD_Result handle_create(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     kvt_api_error err;
     resp_job *j = kvt_xcalloc(1, sizeof *j);
@@ -513,7 +494,7 @@ static enum MHD_Result handle_create(kvt_server *s, struct MHD_Connection *c, co
         return kvt_srv_send_error(s, c, cs->label, &err, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
     }
     if (j->rq.stream) return send_stream(s, c, cs, j);
-    if (wait_done(s, c, r)) {
+    if (kvt_srv_wait_done(s, c, &r, 1, &r, 1)) { /* one choice (no n here): all done is r->done */
         kvt_srv_req_unref(s, r);
         job_free(j);
         cs->status = STATUS_CLIENT_GONE;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* The sending side of the HTTP layer (see http_send.h): the per-connection
- * context, CORS, and the helpers every handler answers with (kvt_srv_send_*).
- * It calls only libmicrohttpd, the metrics and the error JSON, never the
+ * context, CORS, the helpers every handler answers with (kvt_srv_send_*), and
+ * the wait for a queued request that watches its client. It calls only
+ * libmicrohttpd, the metrics, the error JSON and the queue (sched/), never the
  * router or a handler. */
 #include "http_send.h"
 
@@ -112,4 +113,26 @@ int kvt_srv_peer_gone(struct MHD_Connection *c) {
     if (!ci) return 0;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+int kvt_srv_wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *const *wait, int n_wait, srv_req *const *cancel,
+                      int n_cancel) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n_wait; i++)
+        while (!kvt_srv_all_done(wait[i])) {
+            kvt_srv_cond_wait_ms(&wait[i]->cv, &s->mu, WAIT_SLICE_MS);
+            if (kvt_srv_all_done(wait[i])) break;
+            /* the poll on the socket runs without the lock, so the engine is never held up by it */
+            pthread_mutex_unlock(&s->mu);
+            int gone = kvt_srv_peer_gone(c);
+            pthread_mutex_lock(&s->mu);
+            if (gone) {
+                for (int k = 0; k < n_cancel; k++)
+                    if (cancel[k]) kvt_srv_cancel_locked(s, cancel[k]);
+                pthread_mutex_unlock(&s->mu);
+                return -1;
+            }
+        }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
 }

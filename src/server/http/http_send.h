@@ -2,8 +2,9 @@
 /* What every handler answers with, below the handlers and the router (private
  * to src/server/): the per-connection context (MHD's socket context, the
  * request being served on it), the CORS headers and preflight of
- * --cors-origin, and kvt_srv_send_*, which note a response's status for the
- * access log, echo the request id, queue it and count it in the metrics.
+ * --cors-origin, kvt_srv_send_*, which note a response's status for the
+ * access log, echo the request id, queue it and count it in the metrics, and
+ * kvt_srv_wait_done, a handler's wait for its queued requests.
  * The router (http_router.c) and the handlers call down into it; it calls
  * nothing of theirs.
  *
@@ -50,5 +51,12 @@ enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, con
 enum MHD_Result kvt_srv_send_preflight(kvt_server *s, struct MHD_Connection *c, const char *label);
 /* Whether c's client is gone (a reset or a socket error). */
 int kvt_srv_peer_gone(struct MHD_Connection *c);
+/* Waits (s->mu not held) until every request of wait[0..n_wait) and its other
+ * choices are done, in turn, checking every WAIT_SLICE_MS that c's client is
+ * still there. 0 when all are done; -1 when the client went away first, with
+ * every non-NULL request of cancel[0..n_cancel) cancelled. The caller keeps
+ * its references either way and counts the departure itself. */
+int kvt_srv_wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *const *wait, int n_wait, srv_req *const *cancel,
+                      int n_cancel);
 
 #endif
