@@ -8,7 +8,7 @@
 #include "common.h"
 #include "rag.h"
 
-enum { E_EMBEDDINGS = KVT_CLI_EMBED_ID_BASE, E_POOLING, E_RAG_RETRIEVE, E_RAG_RRF_K };
+enum { E_EMBEDDINGS = KVT_CLI_EMBED_ID_BASE, E_EMBEDDING, E_POOLING, E_RAG_RETRIEVE, E_RAG_RRF_K };
 
 /* llama.cpp's pooling_type numbers in GGUF metadata: 0 none, 1 mean, 2 cls, 3 last, 4 rank. */
 #define GGUF_POOL_MEAN 1
@@ -22,6 +22,7 @@ static const kvt_cli_opt embed_opts[] = {
      "from the final hidden\nstate (after the output norm). Off by default: the routes are a 404.\n"
      "On --device vulkan the rows are the GPU's (agreeing with the CPU's\nto rounding)",
      0, KVT_CLI_PLAIN},
+    {E_EMBEDDING, 0, "embedding", NULL, NULL, "llama-server's name: the same as --embeddings", 0, KVT_CLI_PLAIN},
     {E_POOLING, 0, "pooling", NULL, "mean|last|cls",
      "with --embeddings: how a prompt's hidden rows become one vector:\nmean of every token, the last token, or the "
      "first (cls). Default:\nthe model's <arch>.pooling_type, else mean. Last-token pooling\nreuses a cached prefix; "
@@ -43,7 +44,7 @@ static const kvt_cli_opt embed_opts[] = {
 const kvt_cli_section kvt_cli_serve_embed_section = {"embeddings", embed_opts, KVT_ARRAY_LEN(embed_opts)};
 
 int kvt_cli_serve_embed_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp) {
-    if (id == E_EMBEDDINGS) {
+    if (id == E_EMBEDDINGS || id == E_EMBEDDING) {
         sp->embeddings = 1;
         return 0;
     }

@@ -23,7 +23,7 @@ check "serve --version too, exit 0" expect_rc 0 "$BIN" serve --version
 check "... the same line" is "$(cat "$TMP/out")" "$VERSION"
 "$BIN" serve --help >"$TMP/help" 2>&1
 for flag in --flash-attn --cont-batching --no-cont-batching --cache-type-k --cache-type-v --temp --seed --top-k \
-  --top-p --metrics --metrics-names --slots --hf-repo --version -fa -cb -nocb -ctk -ctv -hf; do
+  --top-p --metrics --metrics-names --slots --hf-repo --version --embedding -fa -cb -nocb -ctk -ctv -hf; do
   check "serve --help explains $flag" grep -qe "$flag[ ,)]" "$TMP/help"
 done
 check "--help says attention is already fused" grep -q 'attention is always fused' "$TMP/help"
@@ -60,12 +60,15 @@ check "--hf-repo too" expect_rc 2 "$BIN" serve --hf-repo org/model-GGUF
 check "--temp is bounded as a request's" expect_rc 2 "$BIN" serve --temp 3
 check "--top-p 0 is refused" expect_rc 2 "$BIN" serve --top-p 0
 
-# ---- --metrics --cont-batching: both flags, /metrics open, -ctk sets the KV type -----------------------
-kvt_start_server a --metrics --cont-batching -fa -ctk q8_0 -ctv q8_0 --slots
+# ---- --metrics --cont-batching: both flags, /metrics open, -ctk sets the KV type, --embedding --------
+kvt_start_server a --metrics --cont-batching -fa -ctk q8_0 -ctv q8_0 --slots --embedding
 CODE=$(curl -s -m 10 -o "$TMP/metrics" -w '%{http_code}' "$URL/metrics")
 check "--metrics --cont-batching leaves /metrics open" is "$CODE" 200
 check "... and it is the metrics" grep -q '^kvtier_' "$TMP/metrics"
 check "-ctk q8_0 -ctv q8_0 make the KV q8_0" grep -q 'KV q8_0' "${KVT_LOG[a]}"
+CODE=$(curl -s -m 30 -o "$TMP/emb" -w '%{http_code}' -H 'Content-Type: application/json' -d '{"input": "hi"}' \
+  "$URL/v1/embeddings")
+check "--embedding (llama-server's name) serves /v1/embeddings" is "$CODE" 200
 kvt_stop_server a
 
 # ---- sampling defaults ---------------------------------------------------------------------------
