@@ -332,6 +332,9 @@ typedef struct {
                                    (--kv-remote-retry-size); 0: the default, 64 MiB; < 0: none (dropped) */
     int write_through;           /* also write each new block to T2 (and T3) as soon as it is computed */
     kvt_restore_policy restore;
+    /* Redis's password for T3 (--kv-remote-password-file): a file of one line, 0600, sent with the URL's
+     * user on every connection; NULL: the URL's, if any. Borrowed for kvt_cache_new. */
+    const char *remote_password_file;
 } kvt_cache_params;
 
 KVT_API kvt_cache_params kvt_cache_default_params(void);

@@ -120,6 +120,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         kvt_remote_params xp = kvt_remote_default_params();
         xp.url = p->remote_url;
         xp.key_file = p->remote_key_file;
+        xp.password_file = p->remote_password_file;
         xp.size_bytes = p->remote_bytes;
         xp.ttl_s = p->remote_ttl_s;
         if (p->remote_timeout_ms) xp.timeout_ms = p->remote_timeout_ms;
@@ -134,7 +135,8 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
         if (!(rc = kvt_cache_root(c, NULL, 0, &xp.ns)) && !(rc = kvt_remote_open(&xp, &c->remote)))
             c->tiers[KVT_TIER_T3] = (kvt_tier_ref){&kvt_remote_tier_ops, c->remote};
     }
-    c->params.remote_url = c->params.remote_key_file = NULL; /* not kept: the caller owns the strings */
+    /* not kept: the caller owns the strings */
+    c->params.remote_url = c->params.remote_key_file = c->params.remote_password_file = NULL;
     if (rc) {
         kvt_cache_free(c);
         return rc;

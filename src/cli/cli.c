@@ -191,6 +191,7 @@ enum {
     CACHE_SPACE_RETRY,
     CACHE_REMOTE,
     CACHE_REMOTE_KEY,
+    CACHE_REMOTE_PASSWORD,
     CACHE_REMOTE_SIZE,
     CACHE_REMOTE_TTL,
     CACHE_REMOTE_TIMEOUT,
@@ -238,6 +239,11 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_REMOTE_KEY, 0, "kv-remote-key-file", NULL, "FILE",
      "T3's MAC key, required with --kv-remote: 32 random bytes,\nmode 0600, the same file on every node; values that "
      "do not verify are misses",
+     0, KVT_CLI_PLAIN},
+    {CACHE_REMOTE_PASSWORD, 0, "kv-remote-password-file", NULL, "FILE",
+     "Redis's password for T3, read from FILE (one line; mode 0600,\nnot a link) and sent with the URL's user, if "
+     "any, on every\nconnection: keeps it out of ps and shell history (the URL then\nholds no password: "
+     "redis://user@host:port)",
      0, KVT_CLI_PLAIN},
     {CACHE_REMOTE_SIZE, 0, "kv-remote-size", NULL, "BYTES",
      "T3 soft budget (default 4G): capacity and stats; Redis's maxmemory\npolicy does the evicting", 0,
@@ -292,6 +298,7 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp) {
     case CACHE_SPACE_RETRY: cp->disk_space_retry_s = a->d; return 0;
     case CACHE_REMOTE: cp->remote_url = v; return 0;
     case CACHE_REMOTE_KEY: cp->remote_key_file = v; return 0;
+    case CACHE_REMOTE_PASSWORD: cp->remote_password_file = v; return 0;
     case CACHE_REMOTE_SIZE: cp->remote_bytes = a->bytes; return 0;
     case CACHE_REMOTE_TTL: cp->remote_ttl_s = (uint32_t)a->i; return 0;
     case CACHE_REMOTE_TIMEOUT: cp->remote_timeout_ms = (uint32_t)a->i; return 0;

@@ -23,8 +23,8 @@
 void kvt_usage_cache(FILE *f) {
     fprintf(f,
             "usage: kvtier cache <stats|ls|verify|gc|clear> --kv-disk DIR [options]\n"
-            "       kvtier cache stats --kv-remote URL\n"
-            "       kvtier cache clear --kv-remote URL --namespace HEX\n\n"
+            "       kvtier cache stats --kv-remote URL [--kv-remote-password-file FILE]\n"
+            "       kvtier cache clear --kv-remote URL [--kv-remote-password-file FILE] --namespace HEX\n\n"
             "Inspect or maintain a disk-tier (T2) cache directory, or the shared remote tier (T3).\n\n"
             "commands:\n"
             "  stats    segment files, bytes, records (valid / corrupt / other format), usage per namespace,\n"
@@ -43,6 +43,9 @@ void kvt_usage_cache(FILE *f) {
             "                       or a cluster, redis-cluster://host:port[,host:port...] (every primary);\n"
             "                       stats: values and bytes per namespace (SCAN, never KEYS); clear: UNLINK every\n"
             "                       value of --namespace (other namespaces and other data are left alone)\n"
+            "  --kv-remote-password-file FILE  Redis's password, read from FILE (one line, mode 0600, not a\n"
+            "                       link) instead of the URL, sent with the URL's user if any (redis://user@host:port);\n"
+            "                       also $KVTIER_KV_REMOTE_PASSWORD_FILE\n"
             "  --kv-remote-key-file FILE  accepted for symmetry with serve; stats and clear read only key names\n"
             "                       and lengths, so they need no key\n"
             "  --namespace HEX      gc: keep only this namespace (32 hex digits, as `stats` prints it);\n"
@@ -159,11 +162,11 @@ static void print_header(const char *dir) {
 #define REMOTE_TIMEOUT_MS 5000 /* maintenance may wait longer than a request would */
 
 /* stats / clear on the remote tier. */
-static int remote_cmd(const char *cmd, const char *url, const char *ns_text) {
+static int remote_cmd(const char *cmd, const char *url, const char *pass_file, const char *ns_text) {
     if (!strcmp(cmd, "stats")) {
         kvt_remote_ns_usage u[MAX_NAMESPACES], other;
         size_t n;
-        if (kvt_remote_scan(url, REMOTE_TIMEOUT_MS, u, MAX_NAMESPACES, &n, &other)) {
+        if (kvt_remote_scan(url, pass_file, REMOTE_TIMEOUT_MS, u, MAX_NAMESPACES, &n, &other)) {
             fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
             return 1;
         }
@@ -184,7 +187,7 @@ static int remote_cmd(const char *cmd, const char *url, const char *ns_text) {
             return 2;
         }
         uint64_t removed;
-        if (kvt_remote_clear(url, REMOTE_TIMEOUT_MS, ns, &removed)) {
+        if (kvt_remote_clear(url, pass_file, REMOTE_TIMEOUT_MS, ns, &removed)) {
             fprintf(stderr, "kvtier cache: clear: %s\n", kvt_errmsg());
             return 1;
         }
@@ -294,6 +297,7 @@ static int gc_cmd(const char *dir, const char *ns_text, int all_ns) {
 
 int kvt_cmd_cache(int argc, char **argv) {
     const char *cmd = NULL, *dir = NULL, *ns_text = NULL, *remote = NULL;
+    const char *pass_file = getenv("KVTIER_KV_REMOTE_PASSWORD_FILE"); /* the flag wins, as with serve */
     int all_ns = 0;
     long limit = LS_DEFAULT_LIMIT;
     for (int i = 1; i < argc; i++) {
@@ -305,6 +309,8 @@ int kvt_cmd_cache(int argc, char **argv) {
             if (!(dir = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--kv-remote")) {
             if (!(remote = kvt_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--kv-remote-password-file")) {
+            if (!(pass_file = kvt_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--kv-remote-key-file")) {
             if (!kvt_cli_value(argc, argv, &i)) return 2;
         } else if (!strcmp(a, "--namespace")) {
@@ -322,7 +328,7 @@ int kvt_cmd_cache(int argc, char **argv) {
             return 2;
         }
     }
-    if (cmd && remote && !dir) return remote_cmd(cmd, remote, ns_text);
+    if (cmd && remote && !dir) return remote_cmd(cmd, remote, pass_file, ns_text);
     if (!cmd || !dir) {
         fprintf(stderr, "kvtier cache: %s\n\n",
                 !cmd ? "which command? (stats, ls, verify, gc, clear)" : "--kv-disk DIR is required");

@@ -6,8 +6,16 @@
  * slot space. Also the cluster URLs that kvt_remote_open refuses before it
  * touches the network or the key file: TLS, a database number, an unknown
  * parameter, a host without a port; and in their messages a password is
- * shown as "***", and a bad %XX escape in it is refused. */
+ * shown as "***", and a bad %XX escape in it is refused. And the password
+ * file's checks, which also come before the network: one line (a trailing
+ * newline or CRLF dropped), not empty, not too long, not with a URL password
+ * too, and a user@ alone needs one; no message shows the password. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "testutil.h"
@@ -97,11 +105,74 @@ static void test_secret_urls(void) {
     CHECKF(strstr(kvt_errmsg(), "password") != NULL, "%s", kvt_errmsg());
 }
 
+static char tmpdir[] = "/tmp/kvt_pwfile_XXXXXX";
+
+/* Opens the tier with url and a password file holding text (mode 0600):
+ * returns kvt_remote_open's result, which never gets to the network here
+ * (the key file does not exist). */
+static int open_with_password(const char *url, const char *text, size_t len) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/pw", tmpdir);
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    CHECK(fd >= 0 && write(fd, text, len) == (ssize_t)len);
+    close(fd);
+    kvt_remote_params p = kvt_remote_default_params();
+    p.url = url;
+    p.payload_bytes = 1024;
+    p.key_file = "/nonexistent/key";
+    p.password_file = path;
+    kvt_remote *r = NULL;
+    int rc = kvt_remote_open(&p, &r);
+    CHECK(!r);
+    CHECKF(!strstr(kvt_errmsg(), "Secret"), "%s", kvt_errmsg());
+    return rc;
+}
+
+static void test_password_files(void) {
+    CHECK(mkdtemp(tmpdir) != NULL);
+    const char *u = "redis://kvt@127.0.0.1:6379";
+    /* accepted: the open goes on to the key file */
+    const char *good[] = {"TopSecret\n", "TopSecret", "TopSecret\r\n", "Top Secret:@/,%25\n"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        open_with_password(u, good[i], strlen(good[i]));
+        CHECKF(strstr(kvt_errmsg(), "remote key file") != NULL, "%zu: %s", i, kvt_errmsg());
+    }
+    open_with_password("redis-cluster://127.0.0.1:7000,127.0.0.1:7001/2", "TopSecret\n", 10);
+    CHECKF(strstr(kvt_errmsg(), "database") != NULL, "%s", kvt_errmsg()); /* the URL's checks come first */
+    const char *bad[] = {"", "\n", "Top\nSecret\n", "TopSecret\n\n", "Top\rSecret"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECKF(open_with_password(u, bad[i], strlen(bad[i])) == KVT_EARG, "%zu", i);
+        CHECKF(strstr(kvt_errmsg(), "--kv-remote-password-file") != NULL, "%zu: %s", i, kvt_errmsg());
+    }
+    CHECK(open_with_password(u, "Top\0Secret", 10) == KVT_EARG);
+    char longpw[400];
+    memset(longpw, 'S', sizeof longpw);
+    CHECK(open_with_password(u, longpw, sizeof longpw) == KVT_EARG);
+    CHECKF(strstr(kvt_errmsg(), "longer than") != NULL, "%s", kvt_errmsg());
+    CHECK(open_with_password("redis://kvt:TopSecret@127.0.0.1:6379", "TopSecret\n", 10) == KVT_EARG);
+    CHECKF(strstr(kvt_errmsg(), "carries a password and --kv-remote-password-file") != NULL, "%s", kvt_errmsg());
+    CHECK(open_with_password("redis-cluster://:TopSecret@127.0.0.1:7000", "TopSecret\n", 10) == KVT_EARG);
+    /* a user@ without the file: refused before the key file, pointing at the flag */
+    kvt_remote_params p = kvt_remote_default_params();
+    p.url = u;
+    p.payload_bytes = 1024;
+    p.key_file = "/nonexistent/key";
+    kvt_remote *r = NULL;
+    CHECK(kvt_remote_open(&p, &r) == KVT_EARG && !r);
+    CHECKF(strstr(kvt_errmsg(), "--kv-remote-password-file") != NULL, "%s", kvt_errmsg());
+    char path[128];
+    snprintf(path, sizeof path, "%s/pw", tmpdir);
+    unlink(path);
+    rmdir(tmpdir);
+}
+
 int main(void) {
     test_crc16();
     test_hash_tags();
     test_spread();
     test_bad_urls();
     test_secret_urls();
+    test_password_files();
     return kvt_test_done("test_remote_slot");
 }

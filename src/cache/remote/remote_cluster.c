@@ -301,9 +301,15 @@ static int is_cluster(const kvt_remote_url *u, double timeout_s, char *err, size
 /* A start-up error for credentials the server refused: a wrong password
  * would otherwise only show as T3 misses. */
 static int refused_at_start(const kvt_remote *r, const char *err) {
+    if (r->url.pass_from_file)
+        return kvt_fail(KVT_EARG,
+                        "--kv-remote %s: the server refused the credentials (%s); check the ACL user in the URL "
+                        "(user@, or none for the default user) and the password in --kv-remote-password-file",
+                        r->url_text, err);
     return kvt_fail(KVT_EARG,
                     "--kv-remote %s: the server refused the credentials (%s); give the ACL user and password as "
-                    "user:password@ in the URL, or :password@ for the default user",
+                    "user:password@ in the URL (or :password@ for the default user), or the password in "
+                    "--kv-remote-password-file",
                     r->url_text, err);
 }
 

@@ -81,6 +81,9 @@ typedef struct kvt_remote_url {
     int replica_reads; /* cluster URL parameter replica_reads=yes */
     int readonly;      /* send READONLY after connecting (a cluster replica serving reads) */
     char seeds[4 * KVT_REMOTE_URL_PART_MAX];
+    /* user_only: the URL gave user@ without a password (a file must give it);
+     * pass_from_file: pass came from --kv-remote-password-file (for messages) */
+    int user_only, pass_from_file;
 } kvt_remote_url;
 
 struct kvt_remote_cluster;
@@ -129,8 +132,17 @@ struct kvt_remote {
 /* ---- remote_conn.c ---- */
 
 /* redis://[user:pass@]host[:port][/db] or unix:///path into u. 0 or KVT_EARG
- * (the message names the part). The password is kept for AUTH, never printed. */
+ * (the message names the part). The password is kept for AUTH, never printed.
+ * A user@ without a password is let through (user_only): see _auth. */
 int kvt_remote_parse_url(const char *url, kvt_remote_url *u);
+
+/* kvt_remote_parse_url, then the password from password_file (NULL: none):
+ * its one line, read like the key file (no links, ours, mode 0600), sent
+ * with the URL's user if it has one. A URL with a password of its own and a
+ * file, or a user@ and no file, is KVT_EARG; a file that cannot be used is
+ * KVT_EARG or -errno (the message names the flag and file, never the
+ * password). */
+int kvt_remote_parse_url_auth(const char *url, const char *password_file, kvt_remote_url *u);
 
 /* url as logs and messages show it: a password in it replaced by "***"
  * (the user kept), into out (cap bytes). */
@@ -145,7 +157,8 @@ redisContext *kvt_remote_connect_url(const kvt_remote_url *u, double timeout_s, 
  * AUTH errors of a server with no password set or from before ACLs. */
 int kvt_remote_auth_refused(const char *err);
 /* kvt_remote_note_error's format for such a refusal. */
-#define KVT_REMOTE_LOGIN_FMT "%s: cannot log in: %s (check the user and password in --kv-remote)"
+#define KVT_REMOTE_LOGIN_FMT \
+    "%s: cannot log in: %s (check the user and password in --kv-remote or --kv-remote-password-file)"
 
 /* Counts an error and logs it, at most once per KVT_REMOTE_LOG_INTERVAL_S
  * (takes mu). fmt has two %s: who and detail. */

@@ -32,9 +32,10 @@ static int parse_hex128(const char *s, kvt_hash128 *out) {
 
 /* The servers to walk into out (KVT_CL_NODES_MAX): every primary of a
  * cluster, or the one server. */
-static int maint_targets(const char *url, uint32_t timeout_ms, kvt_remote_url *out, size_t *n, int *cluster) {
+static int maint_targets(const char *url, const char *password_file, uint32_t timeout_ms, kvt_remote_url *out,
+                         size_t *n, int *cluster) {
     kvt_remote_url u;
-    int rc = kvt_remote_parse_url(url, &u);
+    int rc = kvt_remote_parse_url_auth(url, password_file, &u);
     if (!rc) rc = kvt_remote_cluster_primaries(&u, timeout_ms / 1e3, out, KVT_CL_NODES_MAX, n);
     *cluster = *n > 0;
     if (!rc && !*n) {
@@ -109,13 +110,13 @@ static int scan_server(redisContext *c, const char *url, kvt_remote_ns_usage *ou
     return rc;
 }
 
-int kvt_remote_scan(const char *url, uint32_t timeout_ms, kvt_remote_ns_usage *out, size_t cap, size_t *n_out,
-                    kvt_remote_ns_usage *other) {
+int kvt_remote_scan(const char *url, const char *password_file, uint32_t timeout_ms, kvt_remote_ns_usage *out,
+                    size_t cap, size_t *n_out, kvt_remote_ns_usage *other) {
     *n_out = 0;
     memset(other, 0, sizeof *other);
     kvt_remote_url *to = kvt_xcalloc(KVT_CL_NODES_MAX, sizeof *to);
     size_t n = 0;
-    int cluster, rc = maint_targets(url, timeout_ms, to, &n, &cluster);
+    int cluster, rc = maint_targets(url, password_file, timeout_ms, to, &n, &cluster);
     char shown[4 * KVT_REMOTE_URL_PART_MAX]; /* for messages: no password */
     kvt_remote_url_shown(url, shown, sizeof shown);
     for (size_t i = 0; i < n && !rc; i++) {
@@ -170,14 +171,15 @@ static int clear_server(redisContext *c, const char *url, const char *pattern, s
     return rc;
 }
 
-int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint64_t *removed) {
+int kvt_remote_clear(const char *url, const char *password_file, uint32_t timeout_ms, kvt_hash128 ns,
+                     uint64_t *removed) {
     *removed = 0;
     char pattern[KVT_REMOTE_KEY_LEN + 1];
     kvt_remote_key(ns, ns, pattern);
     snprintf(pattern + strlen(KVT_REMOTE_KEY_PREFIX) + 33, sizeof pattern - strlen(KVT_REMOTE_KEY_PREFIX) - 33, "*");
     kvt_remote_url *to = kvt_xcalloc(KVT_CL_NODES_MAX, sizeof *to);
     size_t n = 0;
-    int cluster, rc = maint_targets(url, timeout_ms, to, &n, &cluster);
+    int cluster, rc = maint_targets(url, password_file, timeout_ms, to, &n, &cluster);
     char shown[4 * KVT_REMOTE_URL_PART_MAX]; /* for messages: no password */
     kvt_remote_url_shown(url, shown, sizeof shown);
     for (size_t i = 0; i < n && !rc; i++) {

@@ -2,9 +2,13 @@
 /* --kv-remote URLs: one Redis (redis://, unix://) or a Redis Cluster
  * (redis-cluster://), parsed here for the connection code and the cluster
  * code alike, so that neither calls the other to read one. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "remote_cluster_internal.h"
@@ -69,12 +73,17 @@ static const char *last_at(const char *s, const char *end) {
     return NULL;
 }
 
-/* user:password@ at s[0..at): into u. 0, or KVT_EARG naming the part (never its text). */
+/* user:password@ (or user@, kept as user_only for a password file to
+ * complete) at s[0..at): into u. 0, or KVT_EARG naming the part (never its
+ * text). */
 static int parse_userinfo(const char *s, const char *at, kvt_remote_url *u) {
     const char *colon = memchr(s, ':', (size_t)(at - s));
-    if (!colon) return kvt_fail(KVT_EARG, "--kv-remote: expected user:password@ (or :password@) before the host");
-    if (copy_userinfo(u->user, s, (size_t)(colon - s)))
+    if (copy_userinfo(u->user, s, (size_t)((colon ? colon : at) - s)))
         return kvt_fail(KVT_EARG, "--kv-remote: the user is too long or has a bad %%XX escape");
+    if (!colon) {
+        u->user_only = 1;
+        return 0;
+    }
     if (copy_userinfo(u->pass, colon + 1, (size_t)(at - colon - 1)))
         return kvt_fail(KVT_EARG, "--kv-remote: the password is too long or has a bad %%XX escape");
     return 0;
@@ -172,4 +181,70 @@ int kvt_remote_parse_url(const char *raw, kvt_remote_url *u) {
         u->db = (int)db;
     }
     return 0;
+}
+
+/* The password file's checks are the key file's: a regular file of ours,
+ * opened without following links, readable by nobody else (whoever reads it
+ * can use the store; whoever replaces it can point AUTH elsewhere). It holds
+ * one line, the password; one trailing newline (or CRLF) is not part of it. */
+static int read_password_file(const char *path, char *pass) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return kvt_fail(errno == ELOOP ? KVT_EARG : -errno, "--kv-remote-password-file %s: %s", path,
+                        errno == ELOOP ? "is a symbolic link (give the file itself)" : strerror(errno));
+    struct stat sb;
+    char buf[KVT_REMOTE_URL_PART_MAX + 2];
+    ssize_t n = 0;
+    int rc = 0;
+    if (fstat(fd, &sb)) rc = kvt_fail(-errno, "--kv-remote-password-file %s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) rc = kvt_fail(KVT_EARG, "--kv-remote-password-file %s is not a regular file", path);
+    else if (sb.st_uid != geteuid())
+        rc = kvt_fail(-EACCES, "--kv-remote-password-file %s belongs to uid %u, not to this user (%u)", path,
+                      (unsigned)sb.st_uid, (unsigned)geteuid());
+    else if (sb.st_mode & 077)
+        rc = kvt_fail(-EACCES,
+                      "--kv-remote-password-file %s is readable or writable by others (mode %03o): chmod 600 %s", path,
+                      (unsigned)(sb.st_mode & 0777), path);
+    else if ((n = read(fd, buf, sizeof buf)) < 0)
+        rc = kvt_fail(-errno, "--kv-remote-password-file %s: %s", path, strerror(errno));
+    close(fd);
+    size_t len = n > 0 ? (size_t)n : 0;
+    if (len && buf[len - 1] == '\n') len--;
+    if (len && buf[len - 1] == '\r') len--;
+    if (!rc && !len) rc = kvt_fail(KVT_EARG, "--kv-remote-password-file %s is empty: it must hold the password", path);
+    else if (!rc && len >= KVT_REMOTE_URL_PART_MAX)
+        rc = kvt_fail(KVT_EARG, "--kv-remote-password-file %s: the password is longer than %d bytes", path,
+                      KVT_REMOTE_URL_PART_MAX - 1);
+    else if (!rc && (memchr(buf, '\n', len) || memchr(buf, '\r', len) || memchr(buf, 0, len)))
+        rc = kvt_fail(KVT_EARG, "--kv-remote-password-file %s must hold one line, the password, and nothing else", path);
+    if (!rc) {
+        memcpy(pass, buf, len);
+        pass[len] = 0;
+    }
+    memset(buf, 0, sizeof buf);
+    return rc;
+}
+
+int kvt_remote_parse_url_auth(const char *raw, const char *password_file, kvt_remote_url *u) {
+    int rc = kvt_remote_parse_url(raw, u);
+    if (rc) return rc;
+    char url[4 * KVT_REMOTE_URL_PART_MAX];
+    kvt_remote_url_shown(raw, url, sizeof url);
+    if (!password_file) {
+        if (u->user_only)
+            return kvt_fail(KVT_EARG,
+                            "--kv-remote %s: a user@ without a password: give user:password@ in the URL, or the "
+                            "password in --kv-remote-password-file FILE",
+                            url);
+        return 0;
+    }
+    if (u->pass[0])
+        return kvt_fail(KVT_EARG,
+                        "--kv-remote %s carries a password and --kv-remote-password-file gives one too: give it in "
+                        "one place (the file keeps it out of ps and shell history)",
+                        url);
+    if (!*password_file) return kvt_fail(KVT_EARG, "--kv-remote-password-file: no file name given");
+    rc = read_password_file(password_file, u->pass);
+    if (!rc) u->pass_from_file = 1;
+    return rc;
 }

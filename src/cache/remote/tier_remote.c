@@ -131,7 +131,7 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     kvt_remote_url_shown(p->url, shown, sizeof shown);
     r->url_text = kvt_xstrdup(shown); /* for log lines: no password */
     r->p.url = r->url_text;
-    r->p.key_file = NULL; /* read below, not kept */
+    r->p.key_file = r->p.password_file = NULL; /* read below, not kept */
     pthread_mutex_init(&r->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -143,7 +143,7 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     for (int i = 0; i < KVT_REMOTE_READ_CONNS_MAX; i++)
         r->rd[i].conn = (kvt_remote_conn){.who = "reads", .backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3};
     r->wr = (kvt_remote_conn){.who = "writes", .backoff_s = KVT_REMOTE_BACKOFF_MIN_MS / 1e3};
-    int rc = kvt_remote_parse_url(p->url, &r->url);
+    int rc = kvt_remote_parse_url_auth(p->url, p->password_file, &r->url);
     uint8_t key[KVT_DISK_KEY_BYTES];
     if (!rc) rc = read_key_file(p->key_file, key);
     if (!rc) rc = kvt_remote_cluster_open(r); /* a cluster URL, or a server that says it is a cluster node */

@@ -118,6 +118,8 @@ typedef enum { KVT_REMOTE_COMPRESS_NONE = 0, KVT_REMOTE_COMPRESS_ZSTD = 1 } kvt_
 typedef struct {
     const char *url;              /* redis://[user:pass@]host[:port][/db] or unix:///path. Copied. */
     const char *key_file;         /* the shared MAC key (see "Key file"); required. Read at open. */
+    const char *password_file;    /* Redis's password, one line, instead of the URL's (0600, no links);
+                                     optional. Read at open, sent by every connection's AUTH. */
     uint64_t size_bytes;          /* soft budget (see "Budget"); > 0 */
     uint32_t ttl_s;               /* SET ... EX ttl_s; 0: no expiry (Redis's eviction policy decides) */
     size_t payload_bytes;         /* bytes of one block's K/V; > 0, <= KVT_DISK_PAYLOAD_MAX */
@@ -275,17 +277,18 @@ typedef struct {
     uint64_t values, bytes; /* bytes: STRLEN of each value */
 } kvt_remote_ns_usage;
 
-/* On a cluster, both walk every primary. */
+/* On a cluster, both walk every primary. password_file: as in
+ * kvt_remote_params (NULL: the URL's password, if any). */
 
 /* Walks every kvt:* key with SCAN (COUNT batches, never KEYS) and sums values
  * and bytes per namespace into out[0..cap) (*n_out namespaces; the ones past
  * cap are summed into *other). Connects with timeout_ms per call. Returns 0,
  * KVT_EARG (bad URL) or -EIO (connection or command failure; message says). */
-int kvt_remote_scan(const char *url, uint32_t timeout_ms, kvt_remote_ns_usage *out, size_t cap, size_t *n_out,
-                    kvt_remote_ns_usage *other);
+int kvt_remote_scan(const char *url, const char *password_file, uint32_t timeout_ms, kvt_remote_ns_usage *out,
+                    size_t cap, size_t *n_out, kvt_remote_ns_usage *other);
 
 /* Deletes every value of namespace ns (SCAN MATCH kvt:<ns>:*, UNLINK in
  * batches). *removed gets the number of keys unlinked. Returns 0, KVT_EARG or -EIO. */
-int kvt_remote_clear(const char *url, uint32_t timeout_ms, kvt_hash128 ns, uint64_t *removed);
+int kvt_remote_clear(const char *url, const char *password_file, uint32_t timeout_ms, kvt_hash128 ns, uint64_t *removed);
 
 #endif
