@@ -185,7 +185,7 @@ static long common_pairs(const prewarm_args *x, const kvt_rag_index *idx, kvt_cl
         fprintf(stderr, "rag prewarm: pair %ld: %s + %s, opening %ld question(s)\n", i + 1,
                 kvt_rag_chunk_at(idx, seen[i].a)->id, kvt_rag_chunk_at(idx, seen[i].b)->id, seen[i].count);
     *items = kvt_xrealloc(*items, (*n_items + (size_t)take + 1) * sizeof **items);
-    memcpy(*items + *n_items, seen, (size_t)take * sizeof *seen);
+    if (take) memcpy(*items + *n_items, seen, (size_t)take * sizeof *seen); /* seen is NULL without pairs */
     *n_items += (size_t)take;
     free(seen);
     return take;
