@@ -23,6 +23,45 @@
 #define DOC_MAX_BYTES (256u << 20) /* one document file at most */
 #define SNIPPET 100                /* bytes of a chunk's text that `query` shows */
 
+/* The prewarm part of `kvtier rag --help`. */
+static void usage_prewarm(FILE *f) {
+    fprintf(f,
+            "prewarm  computes the KV of [system][chunk] for every chunk, and with --pairs of the most common\n"
+            "         [system][a][b] (a, b the first two of a retrieved set in the planner's canonical order),\n"
+            "         without generating, so the questions that retrieve them find them cached; a progress\n"
+            "         line each second.\n"
+            "  --server URL        on a running `kvtier serve` at http://HOST:PORT (POST /v1/cache/prefill)\n"
+            "  --cache-dir DIR     or in this process, into the disk-tier directory DIR (created if missing;\n"
+            "                      then `kvtier serve -m MODEL --kv-disk DIR` finds them). Needs -m\n"
+            "  -m, --model MODEL   the model the server runs (--cache-dir); for dense and hybrid also the\n"
+            "                      model the questions are embedded with (loaded whole)\n"
+            "  -t, --threads N     worker threads (--cache-dir; default: the online CPUs)\n"
+            "  --kv-type T         f16 (default), f32 or q8_0: as the server's --kv-type (--cache-dir)\n"
+            "  --device DEV        cpu (default) or vulkan[:N], as the server's --device (--cache-dir):\n"
+            "                      blocks computed on one device never serve another\n"
+            "  --gpu-memory-fraction F, -ngl N\n"
+            "                      as the server's, on a GPU (--cache-dir): the share of its memory the\n"
+            "                      engine may take (default 0.9), and the layers on it (all; fewer is refused)\n"
+            "  --system TEXT       the system prompt the RAG requests will carry (default: none)\n"
+            "  --questions FILE    a query log or sample questions, one per line (or JSON lines with\n"
+            "                      \"question\"): each is retrieved (top K) to count which chunk pairs open a\n"
+            "                      prompt together\n"
+            "  -k K                chunks per question, as the server's --rag-k / kvtier.rag.k (default %d)\n"
+            "  --pairs N           also prewarm the N most common pairs (default 0; needs --questions)\n"
+            "  --retrieve R        how each question is retrieved to pick the pairs, as the server's\n"
+            "                      --rag-retrieve: bm25 (default), dense or hybrid (an index built with\n"
+            "                      --embed; the questions are embedded with -m, the index's model)\n"
+            "  --rrf-k N           hybrid's constant, as query's (default %d)\n"
+            "  --embed-model M     dense, hybrid: embed the questions with M (the index's embedding model)\n"
+            "                      instead of -m; with --server, one of the two is needed\n"
+            "  --pooling P         dense, hybrid: the pooling to embed the questions with; it must be the\n"
+            "                      index's (default: the index's)\n"
+            "  --api-key KEY       the server's API key (default $KVTIER_API_KEY)\n"
+            "  --flush             then write the server's cache down to its disk tier (POST /v1/cache/flush;\n"
+            "                      --cache-dir always ends on disk)\n",
+            KVT_RAG_DEFAULT_K, KVT_RAG_RRF_K);
+}
+
 void kvt_usage_rag(FILE *f) {
     fprintf(
         f,
@@ -32,7 +71,8 @@ void kvt_usage_rag(FILE *f) {
         "                        [--retrieve bm25|dense|hybrid (-m|--embed-model) MODEL [--rrf-k N] [--pooling P]]\n"
         "       kvtier rag prewarm (--server URL | --cache-dir DIR -m MODEL) INDEX [--system TEXT]\n"
         "                          [--questions FILE [-k K] [--pairs N]] [--flush] [--api-key KEY] [-t N]\n"
-        "                          [--kv-type T] [--device DEV]\n\n"
+        "                          [--kv-type T] [--device DEV]\n"
+        "                          [--retrieve bm25|dense|hybrid [--embed-model MODEL] [--rrf-k N] [--pooling P]]\n\n"
         "index    splits documents into chunks that render as whole runs of cache blocks (paragraphs\n"
         "         first, then sentences, words, bytes) and writes a BM25 index (one checksummed file).\n"
         "  -m, --model MODEL   the model whose tokenizer measures the chunks (a vocab-only GGUF will do)\n"
@@ -73,32 +113,9 @@ void kvt_usage_rag(FILE *f) {
         "                      instead of -m\n"
         "  --system TEXT       the system message (--prompt; default: none)\n"
         "  --order O           score (best first, default) or canonical (by id) (--prompt; \"cached\"\n"
-        "                      depends on a server's cache)\n"
-        "prewarm  computes the KV of [system][chunk] for every chunk, and with --pairs of the most common\n"
-        "         [system][a][b] (a, b the first two of a retrieved set in the planner's canonical order),\n"
-        "         without generating, so the questions that retrieve them find them cached; a progress\n"
-        "         line each second.\n"
-        "  --server URL        on a running `kvtier serve` at http://HOST:PORT (POST /v1/cache/prefill)\n"
-        "  --cache-dir DIR     or in this process, into the disk-tier directory DIR (created if missing;\n"
-        "                      then `kvtier serve -m MODEL --kv-disk DIR` finds them). Needs -m\n"
-        "  -m, --model MODEL   the model the server runs (--cache-dir)\n"
-        "  -t, --threads N     worker threads (--cache-dir; default: the online CPUs)\n"
-        "  --kv-type T         f16 (default), f32 or q8_0: as the server's --kv-type (--cache-dir)\n"
-        "  --device DEV        cpu (default) or vulkan[:N], as the server's --device (--cache-dir):\n"
-        "                      blocks computed on one device never serve another\n"
-        "  --gpu-memory-fraction F, -ngl N\n"
-        "                      as the server's, on a GPU (--cache-dir): the share of its memory the\n"
-        "                      engine may take (default 0.9), and the layers on it (all; fewer is refused)\n"
-        "  --system TEXT       the system prompt the RAG requests will carry (default: none)\n"
-        "  --questions FILE    a query log or sample questions, one per line (or JSON lines with\n"
-        "                      \"question\"): each is retrieved (top K) to count which chunk pairs open a\n"
-        "                      prompt together\n"
-        "  -k K                chunks per question, as the server's --rag-k / kvtier.rag.k (default %d)\n"
-        "  --pairs N           also prewarm the N most common pairs (default 0; needs --questions)\n"
-        "  --api-key KEY       the server's API key (default $KVTIER_API_KEY)\n"
-        "  --flush             then write the server's cache down to its disk tier (POST /v1/cache/flush;\n"
-        "                      --cache-dir always ends on disk)\n",
-        KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K, KVT_RAG_RRF_K, KVT_RAG_DEFAULT_K);
+        "                      depends on a server's cache)\n",
+        KVT_RAG_DEFAULT_CHUNK_TOKENS, KVT_DEFAULT_BLOCK_SIZE, KVT_RAG_DEFAULT_K, KVT_RAG_RRF_K);
+    usage_prewarm(f);
 }
 
 /* ---- index ------------------------------------------------------------------------------ */
@@ -434,11 +451,13 @@ static int rag_prompt(const char *model_path, const kvt_rag_index *idx, const ch
     return rc ? -1 : 0;
 }
 
-/* The hits of a query (and with --prompt, the planned prompt), as one JSON line. */
+/* The hits of a query (and with --prompt, the planned prompt), as one JSON
+ * line; ms: the retrieval's time and the question's embedding's (< 0: none). */
 static void query_print_json(const kvt_rag_index *idx, const kvt_rag_hit *hits, const kvt_rag_hit *planned, int32_t n,
-                             double ms, int prompt, const int32_t *ptoks, size_t np) {
+                             const double ms[2], int prompt, const int32_t *ptoks, size_t np) {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "chunks");
-    cJSON_AddNumberToObject(o, "query_ms", ms);
+    cJSON_AddNumberToObject(o, "query_ms", ms[0]);
+    if (ms[1] >= 0) cJSON_AddNumberToObject(o, "embed_ms", ms[1]);
     if (prompt) {
         cJSON *pa = cJSON_AddArrayToObject(o, "prompt_tokens"), *po = cJSON_AddArrayToObject(o, "prompt_chunks");
         for (size_t i = 0; i < np; i++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(ptoks[i]));
@@ -466,8 +485,10 @@ static void query_print_json(const kvt_rag_index *idx, const kvt_rag_hit *hits, 
 
 /* The same as a table, one hit per line. */
 static void query_print_text(const kvt_rag_index *idx, const char *question, const kvt_rag_hit *hits, int32_t n,
-                             double ms, int prompt, int order, const int32_t *ptoks, size_t np) {
-    printf("%d chunk(s) for \"%s\" (%d in the index, %.2f ms)\n", n, question, kvt_rag_n_chunks(idx), ms);
+                             const double ms[2], int prompt, int order, const int32_t *ptoks, size_t np) {
+    char emb[64] = "";
+    if (ms[1] >= 0) snprintf(emb, sizeof emb, "; embedding the question %.2f ms", ms[1]);
+    printf("%d chunk(s) for \"%s\" (%d in the index, %.2f ms%s)\n", n, question, kvt_rag_n_chunks(idx), ms[0], emb);
     for (int32_t i = 0; i < n; i++) {
         const kvt_rag_chunk *c = kvt_rag_chunk_at(idx, hits[i].chunk);
         char snip[SNIPPET + 1];
@@ -551,27 +572,50 @@ static int query_parse(int argc, char **argv, query_args *x) {
     return 0;
 }
 
-/* The question's vector for dense or hybrid retrieval over idx (malloc'd), or
- * NULL after printing why: the model and pooling must be the index's. */
-static float *embed_question(const query_args *q, const kvt_rag_index *idx) {
-    kvt_model *m = load_full("rag query", q->embed_model ? q->embed_model : q->model);
-    if (!m) return NULL;
+int kvt_cli_rag_qembed_open(kvt_cli_rag_qembed *q, const char *what, const char *path, const kvt_rag_index *idx,
+                            const char *model, int pool, long threads) {
+    memset(q, 0, sizeof *q);
+    if (!(q->m = load_full(what, model))) return -1;
     kvt_rag_vec_info vi = kvt_rag_vectors(idx);
-    kvt_rag_pooling pool = q->pooling ? (kvt_rag_pooling)q->pooling : vi.pooling;
-    float *v = NULL;
-    if (kvt_rag_check_embedder(idx, m, pool)) {
-        fprintf(stderr, "kvtier rag query: %s: %s\n", q->path, kvt_errmsg());
-    } else {
-        kvt_rag_embedder *e = new_embedder("rag query", m, pool, q->threads, 0);
-        v = e ? kvt_xmalloc((size_t)vi.dim * sizeof *v) : NULL;
-        if (e && kvt_rag_embed(e, q->question, strlen(q->question), v)) {
-            fprintf(stderr, "kvtier rag query: cannot embed the question: %s\n", kvt_errmsg());
-            free(v);
-            v = NULL;
-        }
-        kvt_rag_embedder_free(e);
+    kvt_rag_pooling p = pool ? (kvt_rag_pooling)pool : vi.pooling;
+    if (kvt_rag_check_embedder(idx, q->m, p)) {
+        fprintf(stderr, "kvtier %s: %s: %s\n", what, path, kvt_errmsg());
+    } else if ((q->e = new_embedder(what, q->m, p, threads, 0))) {
+        q->dim = vi.dim;
+        return 0;
     }
-    kvt_model_free(m);
+    kvt_cli_rag_qembed_close(q);
+    return -1;
+}
+
+int kvt_cli_rag_qembed_run(kvt_cli_rag_qembed *q, const char *what, const char *text, float *out) {
+    double t0 = kvt_now();
+    int rc = kvt_rag_embed(q->e, text, strlen(text), out);
+    q->ms += (kvt_now() - t0) * 1e3;
+    if (rc) fprintf(stderr, "kvtier %s: cannot embed the question: %s\n", what, kvt_errmsg());
+    return rc ? -1 : 0;
+}
+
+void kvt_cli_rag_qembed_close(kvt_cli_rag_qembed *q) {
+    kvt_rag_embedder_free(q->e);
+    kvt_model_free(q->m);
+    memset(q, 0, sizeof *q);
+}
+
+/* The question's vector for dense or hybrid retrieval over idx (malloc'd), or
+ * NULL after printing why; *ms: the time spent embedding it. */
+static float *embed_question(const query_args *q, const kvt_rag_index *idx, double *ms) {
+    kvt_cli_rag_qembed qe;
+    if (kvt_cli_rag_qembed_open(&qe, "rag query", q->path, idx, q->embed_model ? q->embed_model : q->model, q->pooling,
+                                q->threads))
+        return NULL;
+    float *v = kvt_xmalloc((size_t)qe.dim * sizeof *v);
+    if (kvt_cli_rag_qembed_run(&qe, "rag query", q->question, v)) {
+        free(v);
+        v = NULL;
+    }
+    *ms = qe.ms;
+    kvt_cli_rag_qembed_close(&qe);
     return v;
 }
 
@@ -585,7 +629,8 @@ static int cmd_query(int argc, char **argv) {
         return 1;
     }
     float *qvec = NULL;
-    if (q.retrieve != KVT_RAG_RETRIEVE_BM25 && !(qvec = embed_question(&q, idx))) {
+    double embed_ms = -1; /* -1: bm25, nothing embedded */
+    if (q.retrieve != KVT_RAG_RETRIEVE_BM25 && !(qvec = embed_question(&q, idx, &embed_ms))) {
         kvt_rag_free(idx);
         return 1;
     }
@@ -603,8 +648,9 @@ static int cmd_query(int argc, char **argv) {
         kvt_rag_free(idx);
         return 1;
     }
-    if (q.json) query_print_json(idx, hits, planned, n, ms, q.prompt, ptoks, np);
-    else query_print_text(idx, q.question, hits, n, ms, q.prompt, q.order, ptoks, np);
+    double times[2] = {ms, embed_ms};
+    if (q.json) query_print_json(idx, hits, planned, n, times, q.prompt, ptoks, np);
+    else query_print_text(idx, q.question, hits, n, times, q.prompt, q.order, ptoks, np);
     free(ptoks);
     kvt_rag_free(idx);
     return 0;

@@ -91,6 +91,15 @@ static int http_post(const char *host, const char *port, const char *path, const
 
 /* ---- what to prewarm ----------------------------------------------------------------------- */
 
+typedef struct {
+    const char *url, *cache_dir, *model, *system, *key, *questions, *embed_model;
+    long k, pairs, threads, rrf_k;
+    int flush, dev_given, retrieve, pooling; /* pooling 0: the index's */
+    kvt_kv_dtype dt;
+    kvt_cli_device dev;
+    char host[256], port[16];
+} prewarm_args;
+
 /* One prompt prefix to compute: [system][chunk a] or [system][a][b]. */
 typedef struct {
     int32_t a, b; /* chunk numbers; b = -1 for a single chunk */
@@ -113,12 +122,14 @@ static int item_by_chunks(const void *x, const void *y) {
     return (p->b > q->b) - (p->b < q->b);
 }
 
-/* The n_pairs most common opening pairs of the questions in path: each
- * question's top k chunks in canonical order (as the planner falls back to),
- * the first two. Appends them to *items; returns how many, or -1 after
- * printing why. */
-static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, long n_pairs, item **items,
+/* The x->pairs most common opening pairs of the questions in x->questions:
+ * each question's top k chunks by x->retrieve (qe embeds it for dense and
+ * hybrid) in canonical order (as the planner falls back to), the first two.
+ * Appends them to *items; returns how many, or -1 after printing why. */
+static long common_pairs(const prewarm_args *x, const kvt_rag_index *idx, kvt_cli_rag_qembed *qe, item **items,
                          size_t *n_items, long *n_questions) {
+    const char *path = x->questions;
+    float *qvec = qe->e ? kvt_xmalloc((size_t)qe->dim * sizeof *qvec) : NULL;
     size_t len = 0;
     char *text = kvt_cli_rag_slurp(AT_FDCWD, path, &len);
     if (!text) {
@@ -126,12 +137,14 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
                 errno == ELOOP        ? "a symbolic link (give the file itself)"
                     : errno == EINVAL ? "not a regular file"
                                       : strerror(errno));
+        free(qvec);
         return -1;
     }
+    int rc = 0;
     item *seen = NULL;
     size_t n_seen = 0, cap = 0;
     *n_questions = 0;
-    for (char *line = text, *next; line && *line; line = next) {
+    for (char *line = text, *next; line && *line && !rc; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
         cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
@@ -140,9 +153,12 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
         kvt_rag_hit hits[KVT_RAG_MAX_K];
         kvt_document docs[KVT_RAG_MAX_K];
         int asked = *question != 0;
-        int32_t n = asked ? kvt_rag_query(idx, question, k, hits) : 0;
+        if (asked && qvec) rc = kvt_cli_rag_qembed_run(qe, "rag prewarm", question, qvec);
+        int32_t n = asked && !rc ? kvt_rag_retrieve_k(idx, (kvt_rag_retrieve)x->retrieve, question, qvec, (int32_t)x->k,
+                                                      (int32_t)x->rrf_k, hits)
+                                 : 0;
         cJSON_Delete(j); /* question may point into it */
-        if (!asked) continue;
+        if (!asked || rc) continue;
         ++*n_questions;
         if (n < 2) continue;
         kvt_rag_plan(idx, KVT_RAG_ORDER_CANONICAL, hits, n, docs);
@@ -150,6 +166,11 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
         seen[n_seen++] = (item){hits[0].chunk, hits[1].chunk, 1};
     }
     free(text);
+    free(qvec);
+    if (rc) {
+        free(seen);
+        return -1;
+    }
     /* count equal pairs, then keep the most common */
     size_t m = 0;
     if (n_seen) qsort(seen, n_seen, sizeof *seen, item_by_chunks);
@@ -159,24 +180,37 @@ static long common_pairs(const kvt_rag_index *idx, const char *path, int32_t k, 
     }
     cmp_idx = idx;
     if (m) qsort(seen, m, sizeof *seen, item_by_count);
-    long take = KVT_MIN((long)m, n_pairs);
+    long take = KVT_MIN((long)m, x->pairs);
+    for (long i = 0; i < take; i++)
+        fprintf(stderr, "rag prewarm: pair %ld: %s + %s, opening %ld question(s)\n", i + 1,
+                kvt_rag_chunk_at(idx, seen[i].a)->id, kvt_rag_chunk_at(idx, seen[i].b)->id, seen[i].count);
     *items = kvt_xrealloc(*items, (*n_items + (size_t)take + 1) * sizeof **items);
-    memcpy(*items + *n_items, seen, (size_t)take * sizeof *seen);
+    if (take) memcpy(*items + *n_items, seen, (size_t)take * sizeof *seen); /* seen is NULL without pairs */
     *n_items += (size_t)take;
     free(seen);
     return take;
 }
 
-/* ---- computing them ------------------------------------------------------------------------ */
+/* --pairs: common_pairs with the question embedder dense and hybrid need,
+ * and a line saying what was found. The number of pairs, or -1 after printing why. */
+static long plan_pairs(const prewarm_args *x, const char *path, const kvt_rag_index *idx, item **items,
+                       size_t *n_items) {
+    kvt_cli_rag_qembed qe = {0};
+    if (x->retrieve != KVT_RAG_RETRIEVE_BM25 &&
+        kvt_cli_rag_qembed_open(&qe, "rag prewarm", path, idx, x->embed_model ? x->embed_model : x->model, x->pooling,
+                                x->threads))
+        return -1;
+    long n_questions = 0, n_pairs = common_pairs(x, idx, &qe, items, n_items, &n_questions);
+    char emb[64] = "";
+    if (qe.e) snprintf(emb, sizeof emb, "; embedding the questions took %.1f ms", qe.ms);
+    if (n_pairs >= 0)
+        fprintf(stderr, "rag prewarm: %ld questions, the %ld most common opening pairs (of %ld chunks each, by %s%s)\n",
+                n_questions, n_pairs, x->k, kvt_rag_retrieve_name((kvt_rag_retrieve)x->retrieve), emb);
+    kvt_cli_rag_qembed_close(&qe);
+    return n_pairs;
+}
 
-typedef struct {
-    const char *url, *cache_dir, *model, *system, *key, *questions;
-    long k, pairs, threads;
-    int flush, dev_given;
-    kvt_kv_dtype dt;
-    kvt_cli_device dev;
-    char host[256], port[16];
-} prewarm_args;
+/* ---- computing them ------------------------------------------------------------------------ */
 
 typedef struct {
     long computed, cached, stored;
@@ -296,10 +330,37 @@ static int prefill_local(const prewarm_args *x, const kvt_rag_index *idx, local_
 
 /* ---- the command ------------------------------------------------------------------------------ */
 
+/* The retrieval flags (--retrieve, --rrf-k, --embed-model, --pooling), as
+ * `rag query` reads them: 1 when argv[*i] was one, 0 when not, -1 after printing why. */
+static int retrieve_flag(int argc, char **argv, int *i, prewarm_args *x) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--retrieve")) {
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        if ((x->retrieve = kvt_rag_retrieve_parse(v)) < 0) {
+            fprintf(stderr, "kvtier rag prewarm: --retrieve must be bm25, dense or hybrid, not '%s'\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--rrf-k")) {
+        if (!(v = kvt_cli_value(argc, argv, i)) || (x->rrf_k = kvt_cli_parse_long(a, v, 1, 1000000)) < 0) return -1;
+    } else if (!strcmp(a, "--embed-model")) {
+        if (!(x->embed_model = kvt_cli_value(argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--pooling")) {
+        if (!(v = kvt_cli_value(argc, argv, i))) return -1;
+        if ((x->pooling = kvt_rag_pooling_parse(v)) < 0) {
+            fprintf(stderr, "kvtier rag prewarm: --pooling must be mean, last or cls, not '%s'\n", v);
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static int parse_args(int argc, char **argv, prewarm_args *x, const char **path) {
     memset(x, 0, sizeof *x);
     x->key = getenv("KVTIER_API_KEY");
     x->k = KVT_RAG_DEFAULT_K;
+    x->rrf_k = KVT_RAG_RRF_K;
     x->threads = kvt_cli_default_threads();
     x->dt = KVT_KV_F16;
     strcpy(x->port, "80");
@@ -335,6 +396,8 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
                 fprintf(stderr, "kvtier rag prewarm: --kv-type must be f16, f32 or q8_0\n");
                 return -1;
             }
+        } else if ((kf = retrieve_flag(argc, argv, &i, x))) {
+            if (kf < 0) return -1;
         } else if (!strcmp(a, "--flush")) {
             x->flush = 1;
         } else if ((kf = kvt_cli_device_flag(argc, argv, &i, &x->dev_given, &x->dev))) {
@@ -351,6 +414,10 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
         : !x->url == !x->cache_dir  ? "needs one of --server URL and --cache-dir DIR"
         : x->cache_dir && !x->model ? "--cache-dir needs -m MODEL"
         : x->pairs && !x->questions ? "--pairs needs --questions FILE"
+        : x->retrieve && !x->pairs
+        ? "--retrieve dense or hybrid picks the pairs: it needs --questions FILE and --pairs N"
+        : x->retrieve && !x->model && !x->embed_model
+        ? "--retrieve dense or hybrid needs -m MODEL or --embed-model MODEL (the index's)"
         : x->url && sscanf(x->url, "http://%255[^:/]:%15[0-9]", x->host, x->port) < 1
         ? "--server takes http://HOST:PORT"
         : NULL;
@@ -377,16 +444,12 @@ int kvt_cmd_rag_prewarm(int argc, char **argv) {
     size_t n_items = (size_t)n_chunks;
     item *items = kvt_xmalloc((n_items + 1) * sizeof *items);
     for (int32_t i = 0; i < n_chunks; i++) items[i] = (item){i, -1, 0};
-    long n_pairs = 0, n_questions = 0;
-    if (x.questions && x.pairs &&
-        (n_pairs = common_pairs(idx, x.questions, (int32_t)x.k, x.pairs, &items, &n_items, &n_questions)) < 0) {
+    long n_pairs = x.pairs ? plan_pairs(&x, path, idx, &items, &n_items) : 0;
+    if (n_pairs < 0) {
         free(items);
         kvt_rag_free(idx);
         return 1;
     }
-    if (x.questions && x.pairs)
-        fprintf(stderr, "rag prewarm: %ld questions, the %ld most common opening pairs (of %ld chunks each)\n",
-                n_questions, n_pairs, x.k);
     local_rt l = {0};
     int rc = 0;
     if (x.cache_dir) {

@@ -2,7 +2,7 @@
 # Dense and hybrid retrieval on the RAG route (POST /v1/rag/chat/completions) with an index
 # built by `kvtier rag index --embed` of the served (random-weight) model, over loopback:
 # - kvtier.rag.retrieve "dense": a document's own text retrieves it first (cosine 1); the
-#   report says how it retrieved;
+#   report says how it retrieved and how long embedding the question took (embed_ms);
 # - "hybrid" (kvtier.rag.rrf_k): the server's ranking and scores equal `kvtier rag query
 #   --retrieve hybrid` for the same question, so the server embeds the question as the CLI does;
 # - --rag-retrieve sets the default; bm25 stays the default without it;
@@ -30,6 +30,7 @@ check "dense: 200" is "$CODE" 200
 check "dense: the document's own text first" is "$(jb '.kvtier.rag.chunks[0].doc')" ice.txt
 check "dense: cosine 1" is "$(jb '.kvtier.rag.chunks[0].score > 0.99999')" true
 check "dense: the report says dense" is "$(jb '.kvtier.rag.retrieve')" dense
+check "dense: the report gives embed_ms" is "$(jb '.kvtier.rag.embed_ms >= 0')" true
 Q="flaky pastry dough"
 ask "$Q" '{"retrieve": "hybrid", "rrf_k": 5, "k": 4, "order": "score"}'
 check "hybrid: 200" is "$CODE" 200
@@ -40,6 +41,7 @@ want=$("$BIN" rag query "$IDX" "$Q" --retrieve hybrid -m "$TMP/a.gguf" --rrf-k 5
 check "hybrid: the server's ranking and scores are the CLI's" is "$got" "$want"
 ask "$Q" '{}'
 check "bm25 by default" is "$(jb '.kvtier.rag.retrieve')" bm25
+check "  whose report has no embed_ms" is "$(jb '.kvtier.rag | has("embed_ms")')" false
 ask "$Q" '{"retrieve": "cosine"}'
 check "an unknown retrieve: 400" is "$CODE" 400
 check "  naming the field" is "$(jb '.error.param')" kvtier.rag.retrieve

@@ -144,6 +144,7 @@ char *kvt_api_rag_response(char *response, const kvt_rag_index *idx, const kvt_a
     cJSON_AddStringToObject(o, "retrieve", kvt_rag_retrieve_name(rag->retrieve));
     if (rag->retrieve == KVT_RAG_RETRIEVE_HYBRID) cJSON_AddNumberToObject(o, "rrf_k", rag->rrf_k);
     cJSON_AddNumberToObject(o, "retrieve_ms", rag->retrieve_ms);
+    if (rag->retrieve != KVT_RAG_RETRIEVE_BM25) cJSON_AddNumberToObject(o, "embed_ms", rag->embed_ms);
     cJSON_AddNumberToObject(o, "plan_ms", rag->plan_ms + lay->cache_plan_ms);
     cJSON *arr = cJSON_AddArrayToObject(o, "chunks");
     int32_t cached_chunks = 0;

@@ -21,6 +21,7 @@ typedef struct {
     kvt_rag_hit hits[KVT_RAG_MAX_K]; /* in prompt order after kvt_api_rag_retrieve */
     int32_t n_hits;
     double retrieve_ms, plan_ms;
+    double embed_ms; /* embedding the question (dense, hybrid) */
 } kvt_api_rag;
 
 /* Reads kvtier.rag (rag_json: the object's JSON text, or NULL for the
@@ -51,7 +52,7 @@ typedef struct {
 } kvt_api_rag_layout;
 
 /* Adds "rag" to the "kvtier" object of response (a JSON text, taken):
- * {order, k, retrieve (and rrf_k for hybrid), retrieve_ms, plan_ms, chunks: [{position, chunk, id, score, rank,
+ * {order, k, retrieve (and rrf_k for hybrid), retrieve_ms, embed_ms (dense, hybrid), plan_ms, chunks: [{position, chunk, id, score, rank,
  * tokens, cached_tokens, tiers: {T0: n, ...}}], cached_chunks}, the chunks in
  * prompt order. A chunk's cached_tokens are the part of it inside the reused
  * prefix (u->cached_tokens), split by the tier each block came from. Returns

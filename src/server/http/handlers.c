@@ -87,8 +87,10 @@ static int rag_prepare(kvt_server *s, struct MHD_Connection *c, const conn_state
                               "this server cannot retrieve \"%s\": %s", kvt_rag_retrieve_name(rag->retrieve),
                               no_dense_reason(s));
     float *q = kvt_xmalloc((size_t)s->model->hp.n_embd * sizeof *q);
+    double t0 = kvt_now();
     int rc = kvt_srv_embed_question(s, c, cs, kvt_api_rag_question(a), a->cache_salt, kvt_rag_vectors(s->p.rag).pooling,
                                     q, err);
+    rag->embed_ms = (kvt_now() - t0) * 1e3;
     if (!rc) rc = kvt_api_rag_retrieve(s->p.rag, a, rag, q, err);
     free(q);
     return rc;
