@@ -141,6 +141,7 @@ check "json_schema without a schema is a 400 naming text" is "$CODE/$(jb .error.
 post /v1/responses '{"input":"x","frobnicate":1}' "${K1[@]}"
 check "an unknown field is a 400" is "$CODE/$(jb .error.code)" 400/unknown_parameter
 check "... naming it" has "$(jb .error.message)" "'frobnicate'"
+check "... and as its param" is "$(jb .error.param)" frobnicate
 post /v1/responses '{"input":"x","background":true}' "${K1[@]}"
 check "background true is a 400 naming it" is "$CODE/$(jb .error.param)" 400/background
 post /v1/responses '{"input":"x","background":false,"metadata":{"a":"b"},"user":"u","truncation":"disabled","include":[]}' "${K1[@]}"
