@@ -95,7 +95,7 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
             return kvt_api_errorf(err, 404, "invalid_request_error", "previous_response_id",
                                   "previous_response_not_found",
                                   "Previous response with id '%.96s' not found (it belongs to another API key, was "
-                                  "deleted, was not stored, or was dropped: --responses-max)",
+                                  "deleted, was not stored, expired (--responses-ttl) or was dropped (--responses-max))",
                                   j->rq.previous_id);
         j->history = cJSON_Parse(items);
         free(items);
