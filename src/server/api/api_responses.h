@@ -65,7 +65,7 @@ typedef struct {
     const char *id; /* "resp_..." */
     int64_t created;
     const char *model;
-    const char *status;     /* "in_progress", "completed" or "incomplete" */
+    const char *status;     /* "in_progress", "completed", "incomplete" or "failed" (error: the caller's) */
     const char *incomplete; /* incomplete: why ("max_output_tokens"), else NULL */
     const char *text;       /* the output text outside tool calls ("" none) */
     const kvt_api_call *calls;
