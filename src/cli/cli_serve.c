@@ -84,6 +84,7 @@ enum {
     O_CONN_RESERVE,
     O_TRUSTED_PROXY,
     O_RESPONSES_MAX,
+    O_RESPONSES_TTL,
 };
 
 static const kvt_cli_opt serve_opts[] = {
@@ -224,6 +225,11 @@ static const kvt_cli_opt serve_opts[] = {
      "each its API key's only;\nthe least recently used go first past N, or past 256 MiB of\ntheir text "
      "(default " STR(KVT_SERVER_DEFAULT_RESPONSES) "; 0: none kept)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 0, 1000000)},
+    {O_RESPONSES_TTL, 0, "responses-ttl", NULL, "S",
+     "a stored response is forgotten S seconds after it was made, however\noften it is read: GET and DELETE "
+     "answer 404, and previous_response_id\nnaming it a 404 "
+     "(default " STR(KVT_SERVER_DEFAULT_RESPONSES_TTL_S) ", a day; 0: kept until --responses-max\npushes it out)",
+     0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 31536000)},
     {O_RAG_INDEX, 0, "rag-index", NULL, "INDEX",
      "serve POST /v1/rag/chat/completions over this index (made by\n`kvtier rag index`): the last user message "
      "retrieves chunks that go\nbefore it as fixed context blocks in canonical order (docs/rag.md)",
@@ -455,6 +461,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
     case O_RETOKENIZE: sp->retokenize_replies = 1; return 0;
     case O_RESPONSES_MAX: sp->responses_max = (size_t)a->i; return 0;
+    case O_RESPONSES_TTL: sp->responses_ttl_s = a->d; return 0;
     case O_RAG_INDEX: x->rag_path = v; return 0;
     case O_RAG_K: sp->rag_k = (int32_t)a->i; return 0;
     case O_APPROXIMATE: sp->approximate_reuse = 1; return 0;

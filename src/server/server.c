@@ -46,7 +46,8 @@ kvt_server_params kvt_server_default_params(void) {
                            .metrics_names = KVT_METRICS_LLAMACPP,
                            .default_temperature = 1.0f,
                            .default_top_p = 1.0f,
-                           .responses_max = KVT_SERVER_DEFAULT_RESPONSES};
+                           .responses_max = KVT_SERVER_DEFAULT_RESPONSES,
+                           .responses_ttl_s = KVT_SERVER_DEFAULT_RESPONSES_TTL_S};
     return p;
 }
 
@@ -137,7 +138,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->block = ep->block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
-    s->responses = kvt_resp_store_new(s->p.responses_max, KVT_SERVER_RESPONSES_MAX_BYTES);
+    s->responses = kvt_resp_store_new(s->p.responses_max, KVT_SERVER_RESPONSES_MAX_BYTES, s->p.responses_ttl_s);
     s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->reqs = kvt_req_ring_new(KVT_REQ_RING_DEFAULT);

@@ -60,6 +60,7 @@
 #define KVT_SERVER_DEFAULT_KEEP_WARM_S 60.0
 #define KVT_SERVER_DEFAULT_RESPONSES 1024             /* stored responses (--responses-max) */
 #define KVT_SERVER_RESPONSES_MAX_BYTES (256ull << 20) /* and the text they may hold at most */
+#define KVT_SERVER_DEFAULT_RESPONSES_TTL_S 86400      /* and how long one lives (--responses-ttl) */
 
 /* Poolings of an embedding over the prompt's final hidden rows (after the output norm). */
 typedef enum { KVT_POOL_NONE = 0, KVT_POOL_MEAN, KVT_POOL_LAST, KVT_POOL_CLS } kvt_pooling;
@@ -156,6 +157,8 @@ typedef struct {
     int has_default_seed;
     size_t responses_max; /* stored responses (POST /v1/responses with store) kept at most, the least
                              recently used dropped first; 0: none are kept */
+    /* seconds a stored response lives from when it was made (reads do not extend it); 0: no limit */
+    double responses_ttl_s;
 } kvt_server_params;
 
 kvt_server_params kvt_server_default_params(void);

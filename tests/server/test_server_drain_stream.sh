@@ -2,7 +2,8 @@
 # A stream cut by the end of a drain (SIGTERM, --drain-timeout passed) ends
 # as a reply cut short, not as a dropped connection: its last text, a final
 # chunk with finish_reason "length", then [DONE] (on /completion, the event
-# with stop: true); the server still exits 0. Needs curl and jq.
+# with stop: true); the server still exits 0. A Responses stream that never
+# got its turn ends with response.failed. Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
@@ -43,5 +44,32 @@ grep '^data: {' "$TMP/native" | sed 's/^data: //' >"$TMP/native.json"
 check "... with its stop event last" is "$(jq -s -c '.[-1] | [.stop, .stop_type]' "$TMP/native.json")" '[true,"limit"]'
 check "... whose tokens_predicted counts what was sent" \
   gt "$(jq -s '.[-1].tokens_predicted' "$TMP/native.json")" 0
+
+# a Responses stream still queued (its 200 and response.created sent) when the drain ends fails:
+# an error event, then response.failed with the response as failed and its error, as its last event
+kvt_start_server resp
+curl -s -N -m 120 -H 'Content-Type: application/json' -d '{"prompt": "drain", "max_tokens": 4000, "ignore_eos": true, "stream": true}' \
+  "$URL/v1/completions" >"$TMP/resp.a" &
+apid=$!
+wait_for bash -c "[ \$(grep -c '^data: {' '$TMP/resp.a') -gt 3 ]" || bad "the stream before it never began"
+curl -s -N -m 120 -H 'Content-Type: application/json' -d '{"input": "drain", "max_output_tokens": 4000, "stream": true}' \
+  "$URL/v1/responses" >"$TMP/resp.b" &
+bpid=$!
+wait_for grep -q '^event: response.in_progress' "$TMP/resp.b" || bad "the Responses stream never began"
+rc=0
+kvt_stop_server resp || rc=$?
+check "with a Responses stream queued, the server exits 0" is "$rc" 0
+rc=0
+wait "$bpid" || rc=$?
+wait "$apid" || true
+check "... the failed stream ends cleanly (curl exit 0)" is "$rc" 0
+grep '^data: {' "$TMP/resp.b" | sed 's/^data: //' >"$TMP/resp.json"
+check "... its events: created, in_progress, error, response.failed" \
+  is "$(jq -s -c '[.[].type]' "$TMP/resp.json")" '["response.created","response.in_progress","error","response.failed"]'
+check "... the last one the response as failed, with its error" \
+  is "$(jq -s -c '.[-1].response | [.status, .error.code, (.error.message | test("shutting down")), .output]' "$TMP/resp.json")" \
+  '["failed","server_error",true,[]]'
+check "... its event lines name the same types" \
+  is "$(grep '^event: ' "$TMP/resp.b" | tail -n 2 | tr '\n' ' ')" 'event: error event: response.failed '
 
 kvt_test_done test_server_drain_stream

@@ -3,7 +3,8 @@
 # response object and its stream of events, previous_response_id reusing the
 # whole earlier conversation from the cache, a function call and its output as
 # items, json_schema output, stored responses per API key (GET, DELETE, 404 for
-# another key), --responses-max, and the 400s for fields kvtier would ignore.
+# another key), --responses-max, --responses-ttl, and the 400s (naming the
+# field as param) for fields kvtier would ignore.
 # Also chat completions streaming a tool call's arguments as fragments that
 # reassemble to the non-streamed call. Needs curl and jq (the openai package is
 # not used: the events are checked as JSON).
@@ -141,6 +142,7 @@ check "json_schema without a schema is a 400 naming text" is "$CODE/$(jb .error.
 post /v1/responses '{"input":"x","frobnicate":1}' "${K1[@]}"
 check "an unknown field is a 400" is "$CODE/$(jb .error.code)" 400/unknown_parameter
 check "... naming it" has "$(jb .error.message)" "'frobnicate'"
+check "... and as its param" is "$(jb .error.param)" frobnicate
 post /v1/responses '{"input":"x","background":true}' "${K1[@]}"
 check "background true is a 400 naming it" is "$CODE/$(jb .error.param)" 400/background
 post /v1/responses '{"input":"x","background":false,"metadata":{"a":"b"},"user":"u","truncation":"disabled","include":[]}' "${K1[@]}"
@@ -156,14 +158,35 @@ check "no input is a 400 naming input" is "$CODE/$(jb .error.param)" 400/input
 check "the server stops cleanly (exit 0: no sanitizer report)" kvt_stop_server main
 
 # ---- --responses-max: the least recently used go first ---------------------------------------------
-kvt_start_server small --responses-max 2
+# (with a TTL that is set but far off: the two kept ones are served)
+kvt_start_server small --responses-max 2 --responses-ttl 3600
 ids=()
 for i in 1 2 3; do
   post /v1/responses "{\"input\":\"r$i\",\"max_output_tokens\":2}" "${K1[@]}"
   ids+=("$(jb .id)")
 done
 codes=$(for id in "${ids[@]}"; do curl -s -m 30 -o /dev/null -w '%{http_code} ' "${K1[@]}" "$URL/v1/responses/$id"; done)
-check "--responses-max 2: the first of three is dropped" is "$codes" "404 200 200 "
+check "--responses-max 2: the first of three is dropped, the live ones served" is "$codes" "404 200 200 "
 check "... and stops cleanly" kvt_stop_server small
+
+# ---- --responses-ttl: a stored response is gone once its time is up ---------------------------------
+kvt_start_server ttl --responses-ttl 1
+post /v1/responses '{"input":"short-lived","max_output_tokens":2}' "${K1[@]}"
+check "--responses-ttl 1: a response is made and stored" is "$CODE/$(jb .store)" 200/true
+OLD=$(jb .id)
+get_code() { curl -s -m 30 -o "$TMP/body" -w '%{http_code}' "${K1[@]}" "$URL/v1/responses/$1"; }
+expired() { [ "$(get_code "$1")" = 404 ]; }
+check "... GET answers 404 once its second is up" wait_for expired "$OLD"
+check "... not_found, as for an unknown id" is "$(get_code "$OLD")/$(jb .error.code)" 404/not_found
+post /v1/responses "{\"previous_response_id\":\"$OLD\",\"input\":\"more\"}" "${K1[@]}"
+check "... previous_response_id naming it: the 404 of an unknown id" is "$CODE/$(jb .error.param)/$(jb .error.code)" \
+  404/previous_response_id/previous_response_not_found
+curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -X DELETE "${K1[@]}" "$URL/v1/responses/$OLD" >"$TMP/code"
+check "... DELETE answers 404" is "$(cat "$TMP/code")" 404
+check "... and stops cleanly" kvt_stop_server ttl
+"$BIN" serve --help >"$TMP/help" 2>&1 || true
+check "serve --help explains --responses-ttl" grep -q -- '--responses-ttl S' "$TMP/help"
+check "a negative --responses-ttl is refused" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --responses-ttl -1
+check "... naming the flag" grep -q -- 'responses-ttl' "$TMP/out"
 
 kvt_test_done test_server_responses

@@ -87,14 +87,20 @@ static int special_neutral(const char *name, const cJSON *v) {
     return 1;
 }
 
+/* The name of the unknown field a refusal names as its param: the error outlives the body it came
+ * from but not the thread's handling of the request, and param must not be freed by the caller. */
+static _Thread_local char unknown_param[65];
+
 static int check_fields(const cJSON *root, kvt_api_error *err) {
     for (const cJSON *f = root->child; f; f = f->next) {
         const char *name = kvt_api_resp_field(f->string, strlen(f->string));
-        if (!name)
-            return kvt_api_errorf(err, 400, INVALID, NULL, "unknown_parameter",
+        if (!name) {
+            snprintf(unknown_param, sizeof unknown_param, "%s", f->string);
+            return kvt_api_errorf(err, 400, INVALID, unknown_param, "unknown_parameter",
                                   "'%.64s' is not a field of /v1/responses that kvtier knows; it would be ignored and "
                                   "the output could differ from what it asks, so it is refused",
                                   f->string);
+        }
         size_t i = 0;
         while (strcmp(FIELDS[i].name, name)) i++;
         field_rule rule = FIELDS[i].rule;

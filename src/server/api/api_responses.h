@@ -12,7 +12,8 @@
  * items, after the stored items of previous_response_id, become chat
  * messages in order; instructions become the system message before them.
  *
- * Thread-safety: every function is reentrant (no shared state). */
+ * Thread-safety: every function may be called from any thread; the only
+ * state is kvt_api_resp_parse's thread-local copy of an unknown field's name. */
 #ifndef KVT_API_RESPONSES_H
 #define KVT_API_RESPONSES_H
 
@@ -38,10 +39,11 @@ typedef struct {
 /* Parses body[0..len) (already through kvt_api_check_body) as a Responses
  * request. Every top-level field is one kvtier reads, one that never changes
  * the output, or one accepted at its neutral value only: anything else is a
- * 400 naming it, so no field that would change the output is ignored. The
- * items are checked here too (types, roles, content parts), each fault a 400
- * naming input[i]. Returns 0, or KVT_EARG with *err filled and nothing left
- * in *out. */
+ * 400 naming it (its param the field, for an unknown one a thread-local copy
+ * of its name valid until this thread's next parse), so no field that would
+ * change the output is ignored. The items are checked here too (types, roles,
+ * content parts), each fault a 400 naming input[i]. Returns 0, or KVT_EARG
+ * with *err filled and nothing left in *out. */
 int kvt_api_resp_parse(const char *body, size_t len, kvt_api_resp_request *out, kvt_api_error *err);
 void kvt_api_resp_request_free(kvt_api_resp_request *r);
 
@@ -63,7 +65,7 @@ typedef struct {
     const char *id; /* "resp_..." */
     int64_t created;
     const char *model;
-    const char *status;     /* "in_progress", "completed" or "incomplete" */
+    const char *status;     /* "in_progress", "completed", "incomplete" or "failed" (error: the caller's) */
     const char *incomplete; /* incomplete: why ("max_output_tokens"), else NULL */
     const char *text;       /* the output text outside tool calls ("" none) */
     const kvt_api_call *calls;

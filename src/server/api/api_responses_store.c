@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* The stored responses (api_responses_store.h): a list in order of use, most
  * recent first, searched from the front; the tenant kept as a 128-bit hash
- * of its key, never the key. */
+ * of its key, never the key. Expired entries are dropped by the walk of
+ * every call that searches or counts, so none is ever found. */
 #include "api_responses_store.h"
 
 #include <pthread.h>
@@ -16,6 +17,7 @@ typedef struct entry {
     XXH128_hash_t tenant;
     char *id, *response, *items;
     size_t bytes;
+    double expires; /* kvt_now() past which it is gone; 0: never */
     struct entry *prev, *next;
 } entry;
 
@@ -23,6 +25,7 @@ struct kvt_resp_store {
     pthread_mutex_t mu;
     entry *head, *tail; /* most recently used first */
     size_t n, bytes, max_entries, max_bytes;
+    double ttl_s; /* 0: no expiry */
 };
 
 static XXH128_hash_t tenant_hash(const char *tenant) {
@@ -31,11 +34,12 @@ static XXH128_hash_t tenant_hash(const char *tenant) {
     return tenant ? XXH3_128bits(tenant, strlen(tenant) + 1) : XXH3_128bits(&none, 1);
 }
 
-kvt_resp_store *kvt_resp_store_new(size_t max_entries, size_t max_bytes) {
+kvt_resp_store *kvt_resp_store_new(size_t max_entries, size_t max_bytes, double ttl_s) {
     kvt_resp_store *st = kvt_xcalloc(1, sizeof *st);
     pthread_mutex_init(&st->mu, NULL);
     st->max_entries = max_entries;
     st->max_bytes = max_bytes;
+    st->ttl_s = ttl_s > 0 ? ttl_s : 0;
     return st;
 }
 
@@ -76,8 +80,22 @@ void kvt_resp_store_free(kvt_resp_store *st) {
     free(st);
 }
 
-/* The entry of id under tenant (st->mu held), or NULL. */
+/* Drops every expired entry (st->mu held). */
+static void expire(kvt_resp_store *st) {
+    if (!st->ttl_s) return;
+    double now = kvt_now();
+    for (entry *e = st->head, *next; e; e = next) {
+        next = e->next;
+        if (e->expires <= now) {
+            unlink_entry(st, e);
+            entry_free(e);
+        }
+    }
+}
+
+/* The entry of id under tenant (st->mu held; expired ones dropped first), or NULL. */
 static entry *find(kvt_resp_store *st, const char *tenant, const char *id) {
+    expire(st);
     XXH128_hash_t t = tenant_hash(tenant);
     for (entry *e = st->head; e; e = e->next)
         if (XXH128_isEqual(e->tenant, t) && !strcmp(e->id, id)) return e;
@@ -94,6 +112,7 @@ int kvt_resp_store_put(kvt_resp_store *st, const char *tenant, const char *id, c
     e->response = kvt_xstrdup(response_json);
     e->items = kvt_xstrdup(items_json);
     e->bytes = bytes;
+    e->expires = st->ttl_s ? kvt_now() + st->ttl_s : 0;
     pthread_mutex_lock(&st->mu);
     entry *old = find(st, tenant, id);
     if (old) {
@@ -134,6 +153,7 @@ int kvt_resp_store_delete(kvt_resp_store *st, const char *tenant, const char *id
 
 size_t kvt_resp_store_count(kvt_resp_store *st) {
     pthread_mutex_lock(&st->mu);
+    expire(st);
     size_t n = st->n;
     pthread_mutex_unlock(&st->mu);
     return n;

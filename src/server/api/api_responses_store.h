@@ -6,7 +6,9 @@
  * tenant (a hash of the API key it was made with): another tenant finds
  * nothing under its id, exactly as if it did not exist. The store holds at
  * most max_entries responses and max_bytes of their text; past either the
- * least recently used go first.
+ * least recently used go first. A response older than ttl_s seconds (from
+ * when it was kept, however often it was read since) is gone, exactly as if
+ * it had been deleted; ttl_s 0 keeps them until they are pushed out.
  *
  * Thread-safety: every function may be called from any thread (own mutex). */
 #ifndef KVT_API_RESPONSES_STORE_H
@@ -16,7 +18,7 @@
 
 typedef struct kvt_resp_store kvt_resp_store;
 
-kvt_resp_store *kvt_resp_store_new(size_t max_entries, size_t max_bytes);
+kvt_resp_store *kvt_resp_store_new(size_t max_entries, size_t max_bytes, double ttl_s);
 void kvt_resp_store_free(kvt_resp_store *st);
 /* Keeps response_json and items_json (copied) as id under tenant (the API key, or NULL without keys;
  * only its hash is kept). A response larger than max_bytes alone is not kept (0 returned); 1 when kept. */

@@ -95,7 +95,7 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
             return kvt_api_errorf(err, 404, "invalid_request_error", "previous_response_id",
                                   "previous_response_not_found",
                                   "Previous response with id '%.96s' not found (it belongs to another API key, was "
-                                  "deleted, was not stored, or was dropped: --responses-max)",
+                                  "deleted, was not stored, expired (--responses-ttl) or was dropped (--responses-max))",
                                   j->rq.previous_id);
         j->history = cJSON_Parse(items);
         free(items);
@@ -338,19 +338,41 @@ static void stream_calls(rstream *st, const char *text, size_t len) {
     }
 }
 
+/* The end of a stream whose request failed after its 200 went out (the server shut down before
+ * its turn, or the engine failed it): an error event, then response.failed with the response as
+ * failed, its error set and no output, so a client waiting for the response's last event gets
+ * one. A failed response is not stored. */
+static void stream_fail(rstream *st) {
+    srv_req *r = st->j->r;
+    const char *code = r->err_status >= 500 ? "server_error" : "invalid_request_error";
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "code", code);
+    cJSON_AddStringToObject(f, "message", r->err_msg);
+    cJSON_AddNullToObject(f, "param");
+    emit(st, "error", f);
+    kvt_api_resp_result res = {.id = st->j->id,
+                               .created = r->created,
+                               .model = st->s->p.model_id,
+                               .status = "failed",
+                               .text = "",
+                               .u = &r->usage,
+                               .req = &st->j->rq};
+    cJSON *obj = kvt_api_resp_obj(&res, NULL), *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", r->err_msg);
+    cJSON_ReplaceItemInObjectCaseSensitive(obj, "error", e);
+    emit_response(st, "response.failed", obj);
+}
+
 /* The last events, once the request is done: the output items' closing events, then
- * response.completed (or .incomplete), or an error event when it failed. */
+ * response.completed (or .incomplete), or stream_fail's when it failed. */
 static void stream_end(rstream *st) {
     srv_req *r = st->j->r;
     *st->usage = r->usage;
     *st->has_usage = 1;
     st->finished = 1;
     if (r->err_status) {
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "code", r->err_status >= 500 ? "server_error" : "invalid_request_error");
-        cJSON_AddStringToObject(f, "message", r->err_msg);
-        cJSON_AddNullToObject(f, "param");
-        emit(st, "error", f);
+        stream_fail(st);
         return;
     }
     cJSON *obj = job_finish(st->s, st->j, NULL);
