@@ -7,7 +7,9 @@
 #   ids, so the next turn reuses the whole previous sequence;
 # - a template that drops earlier turns' reasoning (Qwen3's): the turn is
 #   rendered as the template does, everything before it is still reused, and
-#   kvtier.rerendered_turn says reason "reasoning_dropped".
+#   kvtier.rerendered_turn says reason "reasoning_dropped";
+# - the built-in qwen3 rendering: reasoning_content is written back after the
+#   last user message, as Qwen3's template does, and spliced there.
 # In every case the prompt's ids spell the rendered text, and greedy output
 # with the cache hit equals a cold run of the same ids. Needs curl and jq.
 set -u
@@ -92,5 +94,15 @@ for w in 0 1; do
   check "... the reasoning is not rendered" is "$(grep -c 'first plan' <<<"$PROMPT")" 0
 done
 kvt_stop_server q3
+
+# ---- the built-in qwen3 rendering keeps reasoning after the last user message (a tool loop's turns) ----
+kvt_start_server q3b -m "$TMP/q3.gguf" --no-jinja
+turn1
+M=$(jq -cn --arg u "$U1" --arg r "$R1" --arg a "$A1" '[{role:"user",content:$u},{role:"assistant",content:$a,reasoning_content:$r}]')
+turn2 "$M" "built-in qwen3, after the last user message"
+check "built-in qwen3: the reply sent back with its reasoning is reused whole ($(((P1 + C1 - 1) / B * B)) tokens)" \
+  ge "$CACHED" $(((P1 + C1 - 1) / B * B))
+check "... its reasoning is rendered" is "$(grep -c 'first plan' <<<"$PROMPT")" 1
+kvt_stop_server q3b
 
 kvt_test_done test_server_think_reuse
