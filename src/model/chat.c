@@ -376,8 +376,11 @@ int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat
 /* ---- reply map ------------------------------------------------------------- */
 
 typedef struct {
-    XXH128_hash_t key; /* of salt and text; text is compared too, so a collision is a miss */
+    XXH128_hash_t key;        /* of salt and text; text is compared too, so a collision is a miss */
+    XXH128_hash_t split_key;  /* of salt, reasoning and answer (reasoning != NULL) */
+    XXH128_hash_t answer_key; /* of salt and answer (reasoning != NULL) */
     char *text;
+    char *reasoning, *answer; /* the reply as a client got it split, or both NULL */
     int32_t *ids;
     size_t n;
 } reply_entry;
@@ -397,59 +400,109 @@ kvt_reply_map *kvt_reply_map_new(size_t max_entries, size_t max_ids) {
     return m;
 }
 
+static void entry_clear(reply_entry *e) {
+    free(e->text);
+    free(e->reasoning);
+    free(e->answer);
+    free(e->ids);
+}
+
 void kvt_reply_map_free(kvt_reply_map *m) {
     if (!m) return;
-    for (size_t i = 0; i < m->cap; i++) {
-        free(m->ring[i].text);
-        free(m->ring[i].ids);
-    }
+    for (size_t i = 0; i < m->cap; i++) entry_clear(&m->ring[i]);
     free(m->ring);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
-static XXH128_hash_t reply_key(const void *salt, size_t salt_len, const char *text) {
+/* The key of salt and the strings a (and b, when not NULL) under kind: every
+ * part goes in with its length first, so no two parts can trade bytes. */
+static XXH128_hash_t reply_key_of(const void *salt, size_t salt_len, char kind, const char *a, const char *b) {
     XXH3_state_t *st = XXH3_createState();
     XXH3_128bits_reset(st);
-    uint64_t sl = salt_len; /* length first, so salt and text cannot trade bytes */
+    uint64_t sl = salt_len;
     XXH3_128bits_update(st, &sl, sizeof sl);
     if (salt_len) XXH3_128bits_update(st, salt, salt_len);
-    XXH3_128bits_update(st, text, strlen(text));
+    if (kind) XXH3_128bits_update(st, &kind, 1);
+    const char *parts[2] = {a, b};
+    for (size_t i = 0; i < 2 && parts[i]; i++) {
+        uint64_t pl = strlen(parts[i]);
+        if (kind) XXH3_128bits_update(st, &pl, sizeof pl);
+        XXH3_128bits_update(st, parts[i], pl);
+    }
     XXH128_hash_t h = XXH3_128bits_digest(st);
     XXH3_freeState(st);
     return h;
 }
 
+static XXH128_hash_t reply_key(const void *salt, size_t salt_len, const char *text) {
+    return reply_key_of(salt, salt_len, 0, text, NULL);
+}
+
 void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, const int32_t *ids,
                        size_t n) {
+    kvt_reply_map_put_split(m, salt, salt_len, text, NULL, NULL, ids, n);
+}
+
+void kvt_reply_map_put_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text,
+                             const char *reasoning, const char *answer, const int32_t *ids, size_t n) {
     if (!n || n > m->max_ids || !*text) return;
-    XXH128_hash_t k = reply_key(salt, salt_len, text);
-    char *t = kvt_xstrdup(text);
-    int32_t *copy = kvt_xmalloc(n * sizeof *copy);
-    memcpy(copy, ids, n * sizeof *copy);
+    reply_entry ne = {.key = reply_key(salt, salt_len, text), .text = kvt_xstrdup(text), .n = n};
+    if (reasoning && answer) {
+        ne.split_key = reply_key_of(salt, salt_len, 's', reasoning, answer);
+        ne.answer_key = reply_key_of(salt, salt_len, 'a', answer, NULL);
+        ne.reasoning = kvt_xstrdup(reasoning);
+        ne.answer = kvt_xstrdup(answer);
+    }
+    ne.ids = kvt_xmalloc(n * sizeof *ne.ids);
+    memcpy(ne.ids, ids, n * sizeof *ne.ids);
     pthread_mutex_lock(&m->mu);
     reply_entry *e = &m->ring[m->next];
     m->next = (m->next + 1) % m->cap;
-    free(e->text);
-    free(e->ids);
-    *e = (reply_entry){.key = k, .text = t, .ids = copy, .n = n};
+    reply_entry old = *e;
+    *e = ne;
     pthread_mutex_unlock(&m->mu);
+    entry_clear(&old);
 }
 
-size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids) {
+/* Whether e is the reply of key k: text (match 0), reasoning and answer
+ * (match 1), or answer alone with some reasoning (match 2). */
+static int entry_is(const reply_entry *e, int match, XXH128_hash_t k, const char *text, const char *reasoning) {
+    if (!e->text) return 0;
+    if (match == 0) return XXH128_isEqual(e->key, k) && !strcmp(e->text, text);
+    if (!e->answer || !XXH128_isEqual(match == 1 ? e->split_key : e->answer_key, k) || strcmp(e->answer, text))
+        return 0;
+    return match == 2 || !strcmp(e->reasoning, reasoning);
+}
+
+/* The newest entry of key k (see entry_is): its ids copied into *ids, its
+ * text into *full when full is not NULL; the count of ids, or 0. */
+static size_t reply_find(kvt_reply_map *m, int match, XXH128_hash_t k, const char *text, const char *reasoning,
+                         char **full, int32_t **ids) {
     *ids = NULL;
-    XXH128_hash_t k = reply_key(salt, salt_len, text);
+    if (full) *full = NULL;
     size_t n = 0;
     pthread_mutex_lock(&m->mu);
     /* newest first: a reply generated twice maps to its latest ids */
     for (size_t i = 0; i < m->cap && !n; i++) {
         reply_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
-        if (e->text && XXH128_isEqual(e->key, k) && !strcmp(e->text, text)) {
-            n = e->n;
-            *ids = kvt_xmalloc(n * sizeof **ids);
-            memcpy(*ids, e->ids, n * sizeof **ids);
-        }
+        if (!entry_is(e, match, k, text, reasoning)) continue;
+        n = e->n;
+        *ids = kvt_xmalloc(n * sizeof **ids);
+        memcpy(*ids, e->ids, n * sizeof **ids);
+        if (full) *full = kvt_xstrdup(e->text);
     }
     pthread_mutex_unlock(&m->mu);
     return n;
+}
+
+size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids) {
+    return reply_find(m, 0, reply_key(salt, salt_len, text), text, NULL, NULL, ids);
+}
+
+size_t kvt_reply_map_get_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *reasoning,
+                               const char *answer, char **text, int32_t **ids) {
+    XXH128_hash_t k = reasoning ? reply_key_of(salt, salt_len, 's', reasoning, answer)
+                                : reply_key_of(salt, salt_len, 'a', answer, NULL);
+    return reply_find(m, reasoning ? 1 : 2, k, answer, reasoning, text, ids);
 }

@@ -74,6 +74,17 @@ void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, cons
 /* Copies the ids remembered for (salt, text) into a malloc'd *ids (caller
  * frees) and returns their count, or 0 (and *ids = NULL) if unknown. */
 size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids);
+/* kvt_reply_map_put for a reply whose text a client got split into its
+ * reasoning and its answer (reasoning_content and content): it is found by
+ * its text and, with kvt_reply_map_get_split, by those two parts. */
+void kvt_reply_map_put_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text,
+                             const char *reasoning, const char *answer, const int32_t *ids, size_t n);
+/* The newest reply put with exactly this reasoning and answer (reasoning NULL:
+ * any reasoning and exactly this answer): its ids into a malloc'd *ids and
+ * its full generated text into a malloc'd *text (caller frees both); returns
+ * the count of ids, or 0 (and both NULL) if unknown. */
+size_t kvt_reply_map_get_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *reasoning,
+                               const char *answer, char **text, int32_t **ids);
 
 /* A span of rendered chat text that becomes given ids instead of its
  * tokenization: a reply kvtier generated, at the byte offset where the

@@ -99,6 +99,16 @@ static void test_parse(void) {
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
                  "messages");
+    /* an assistant's reasoning_content sent back: kept beside its content; a non-string is a 400 */
+    CHECK(parse(KVT_API_CHAT,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\","
+                "\"reasoning_content\":\"r\"},{\"role\":\"user\",\"content\":\"q2\",\"reasoning_content\":\"x\"}]}",
+                &r, &e) == 0);
+    CHECK(r.msg_tools[1].reasoning && !strcmp(r.msg_tools[1].reasoning, "r") && !strcmp(r.msgs[1].content, "a"));
+    CHECK(!r.msg_tools[0].reasoning && !r.msg_tools[2].reasoning); /* only an assistant's is read */
+    kvt_api_request_free(&r);
+    expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":1}]}",
+                 "messages");
 }
 
 /* The body fails with status 400, naming param (NULL: none) and code. */
@@ -248,6 +258,34 @@ static size_t fixed_lookup(void *ctx, const char *text, int32_t **ids) {
     return 2;
 }
 
+/* A reply with reasoning is found by its full text, by its reasoning and
+ * answer exactly (its full text and ids come back), or by its answer alone
+ * (any reasoning); never by a part under another tenant or another part. */
+static void test_reply_split(void) {
+    kvt_reply_map *rm = kvt_reply_map_new(4, 8);
+    int32_t a[] = {5, 6, 7}, *got;
+    char *full;
+    const char *g = "<think>\nplan\n</think>\n\ndone";
+    kvt_reply_map_put_split(rm, "s", 1, g, "plan", "done", a, 3);
+    kvt_reply_map_put(rm, "s", 1, "plain", a, 1);
+    CHECK(kvt_reply_map_get(rm, "s", 1, g, &got) == 3 && got[0] == 5);
+    free(got);
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, "plan", "done", &full, &got) == 3 && got[2] == 7 && !strcmp(full, g));
+    free(got);
+    free(full);
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, NULL, "done", &full, &got) == 3 && !strcmp(full, g));
+    free(got);
+    free(full);
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, "other", "done", &full, &got) == 0 && !got && !full);
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, "plan", "don", &full, &got) == 0);
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, "pla", "ndone", &full, &got) == 0); /* parts cannot trade bytes */
+    CHECK(kvt_reply_map_get_split(rm, "t", 1, "plan", "done", &full, &got) == 0); /* another tenant */
+    CHECK(kvt_reply_map_get(rm, "s", 1, "done", &got) == 0);                      /* the answer is not the reply */
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, "", "plain", &full, &got) == 0);    /* no split was put for it */
+    CHECK(kvt_reply_map_get_split(rm, "s", 1, NULL, "plain", &full, &got) == 0);
+    kvt_reply_map_free(rm);
+}
+
 static void test_chat(void) {
     const char *path = kvt_test_path(kvt_test_tmpdir(), "chat.gguf");
     kvt_mkmodel_params p = kvt_test_tiny_params();
@@ -306,6 +344,7 @@ static void test_chat(void) {
     kvt_reply_map_put(rm, NULL, 0, "big", big, 5); /* over max_ids: ignored */
     CHECK(kvt_reply_map_get(rm, NULL, 0, "big", &got) == 0);
     kvt_reply_map_free(rm);
+    test_reply_split();
 }
 
 int main(void) {

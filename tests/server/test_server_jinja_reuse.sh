@@ -86,7 +86,7 @@ R=$(jb '.choices[0].message.content')
 check "the reply keeps its reasoning (--reasoning-format none)" is "$R" $'<think>\nplan\n</think>\n\ndone'
 M=$(jq -cn --arg r "$R" '[{role:"user",content:"q"},{role:"assistant",content:$r},{role:"user",content:"more"}]')
 post /v1/chat/completions "{\"messages\":$M,\"max_tokens\":2}"
-check "a reply the template rewrites is reported as such" is "$(jb -c .kvtier.rerendered_turn)" '{"message":1,"reason":"rewritten"}'
+check "a reply whose reasoning the template drops is reported as such" is "$(jb -c .kvtier.rerendered_turn)" '{"message":1,"reason":"reasoning_dropped"}'
 post /apply-template "{\"messages\":$M}"
 check "... and rendered as the template does (without its reasoning)" \
   is "$(jb .prompt | grep -c 'plan')" 0

@@ -57,6 +57,7 @@ typedef enum { KVT_FORMAT_TEXT = 0, KVT_FORMAT_JSON_OBJECT, KVT_FORMAT_JSON_SCHE
 typedef struct {
     struct cJSON *tool_calls; /* assistant: [{id, type, function: {name, arguments}}], validated (owned), or NULL */
     char *tool_call_id;       /* tool: the call it answers (owned), or NULL */
+    char *reasoning;          /* assistant: reasoning_content sent back with the reply (owned), or NULL */
 } kvt_api_msg_tools;
 
 /* A validated request. Every pointer is owned by the struct

@@ -249,6 +249,13 @@ int kvt_api_parse_tools(const cJSON *root, kvt_api_request *r, kvt_api_error *er
 int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kvt_api_msg_tools *out,
                             kvt_api_error *err) {
     memset(out, 0, sizeof *out);
+    /* the reasoning of a reply split from its content (reasoning_format): it lets the server find the reply */
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(msg, "reasoning_content");
+    if (!strcmp(role, "assistant") && rc && !cJSON_IsNull(rc)) {
+        if (!cJSON_IsString(rc))
+            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
+                                  "messages[%zu].reasoning_content must be a string", index);
+    }
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
     if (!strcmp(role, "assistant") && calls && !cJSON_IsNull(calls)) {
         if (!cJSON_IsArray(calls))
@@ -266,6 +273,7 @@ int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kv
         }
         if (cJSON_GetArraySize(calls)) out->tool_calls = cJSON_Duplicate(calls, 1);
     }
+    if (cJSON_IsString(rc) && !strcmp(role, "assistant")) out->reasoning = kvt_xstrdup(rc->valuestring);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
     if (!strcmp(role, "tool") && cJSON_IsString(id)) out->tool_call_id = kvt_xstrdup(id->valuestring);
     return 0;
@@ -275,6 +283,7 @@ void kvt_api_tools_free(kvt_api_request *r) {
     for (size_t i = 0; r->msg_tools && i < r->n_msgs; i++) {
         cJSON_Delete(r->msg_tools[i].tool_calls);
         free(r->msg_tools[i].tool_call_id);
+        free(r->msg_tools[i].reasoning);
     }
     free(r->msg_tools);
     cJSON_Delete(r->tools);
@@ -462,6 +471,13 @@ static char *concat(const char *a, const char *sep, const char *b) {
     return s;
 }
 
+/* A reply's reasoning and answer as Qwen3 writes them in one text. */
+static char *with_think(const char *reasoning, const char *answer) {
+    char *r = concat("<think>\n", reasoning, "\n</think>\n\n"), *t = concat(r, "", answer);
+    free(r);
+    return t;
+}
+
 kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
                                size_t salt_len, size_t *n_out, size_t *last_user, char ***arena) {
     memo_ref mr = {memo, salt, salt_len};
@@ -524,6 +540,9 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
         out[n].content = m->content;
         if (!strcmp(m->role, "assistant") && x->tool_calls)
             out[n].content = keep(arena, &kept, calls_text(m->content, x->tool_calls, f, &mr));
+        else if (!strcmp(m->role, "assistant") && x->reasoning && f == KVT_CHAT_QWEN3 && !strstr(m->content, "</think>"))
+            /* as Qwen3's template reads reasoning_content: kept where the family keeps reasoning */
+            out[n].content = keep(arena, &kept, with_think(x->reasoning, m->content));
         if (!strcmp(m->role, "user")) {
             *last_user = n;
             if (tools) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "reasoning.h"
 #include "scheduler.h"
 #include "server_impl.h"
 
@@ -51,6 +52,21 @@ void kvt_srv_slot_emit(kvt_server *s, slot *sl, size_t upto, int final) {
     free(clean);
 }
 
+/* A chat reply's exact ids for the next turn, found by its text and, when it
+ * has reasoning, by the reasoning and answer a client that splits them gets
+ * (the same split as the response's reasoning_content and content), so a
+ * client sending either form back reuses them. */
+static void remember_reply(kvt_server *s, const srv_req *r, const int32_t *ids, size_t n) {
+    kvt_reasoning rs = kvt_reasoning_start(r->think_open);
+    size_t ro, rl, co, cl;
+    kvt_reasoning_feed(&rs, r->text, r->text_len, 1, &ro, &rl, &co, &cl);
+    int split = co || cl != r->text_len; /* a think part, even an empty one: content is not the whole text */
+    char *reason = split ? kvt_xstrndup(r->text + ro, rl) : NULL, *answer = kvt_xstrndup(r->text + co, cl);
+    kvt_reply_map_put_split(s->replies, r->salt, r->salt_len, r->text, reason, split ? answer : NULL, ids, n);
+    free(reason);
+    free(answer);
+}
+
 /* Ends a slot's request. reason NULL with status: an error. cut: generated
  * bytes that belong to the reply (text after a stop string is dropped). */
 void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut, int status, const char *msg) {
@@ -72,8 +88,7 @@ void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut
         if (r->kind == KVT_API_CHAT && r->text_len) {
             int32_t k = 0;
             while (k < sl->n_gen && sl->tok_end[k] < cut) k++;
-            if (k < sl->n_gen && sl->tok_end[k] == cut)
-                kvt_reply_map_put(s->replies, r->salt, r->salt_len, r->text, sl->toks + r->n_prompt, (size_t)k + 1);
+            if (k < sl->n_gen && sl->tok_end[k] == cut) remember_reply(s, r, sl->toks + r->n_prompt, (size_t)k + 1);
         }
         /* the agent now waits on a tool: keep its whole context (prompt and reply) warm in T0 */
         if (r->session.session_id[0] && r->session.keep_warm_s > 0)

@@ -62,6 +62,7 @@ static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a, size_
         if (mt && mt->tool_calls)
             cJSON_AddItemToObject(m, "tool_calls", tool_calls(mt->tool_calls, s->p.jinja_object_args));
         if (mt && mt->tool_call_id) cJSON_AddStringToObject(m, "tool_call_id", mt->tool_call_id);
+        if (mt && mt->reasoning) cJSON_AddStringToObject(m, "reasoning_content", mt->reasoning);
         cJSON_AddItemToArray(msgs, m);
     }
     if (a->tools) cJSON_AddItemToObject(v, "tools", cJSON_Duplicate(a->tools, 1));
@@ -86,31 +87,79 @@ static int render(const kvt_server *s, const kvt_api_request *a, size_t n_msgs, 
     return rc;
 }
 
+/* The reply this server generated for assistant message i of a, by its text
+ * or, as a client that splits reasoning sends it back, by its content and
+ * reasoning_content (none sent: an empty one): its full generated text into
+ * *full and ids into *ids (malloc'd), their count; 0 when unknown, and then
+ * *dropped tells whether the content is the answer of a reply that had
+ * reasoning (the client or the template left that reasoning out). */
+static size_t find_reply(kvt_server *s, const kvt_api_request *a, size_t i, const srv_req *r, char **full,
+                         int32_t **ids, int *dropped) {
+    const char *c = a->msgs[i].content ? a->msgs[i].content : "";
+    const char *rs = a->msg_tools && a->msg_tools[i].reasoning ? a->msg_tools[i].reasoning : "";
+    size_t k = *c ? kvt_reply_map_get(s->replies, r->salt, r->salt_len, c, ids) : 0;
+    *full = k ? kvt_xstrdup(c) : NULL;
+    *dropped = 0;
+    if (!k) k = kvt_reply_map_get_split(s->replies, r->salt, r->salt_len, rs, c, full, ids);
+    if (!k && *c) { /* any reasoning with this answer: only to say why the turn is not reused */
+        char *t = NULL;
+        int32_t *x = NULL;
+        *dropped = kvt_reply_map_get_split(s->replies, r->salt, r->salt_len, NULL, c, &t, &x) > 0;
+        free(t);
+        free(x);
+    }
+    return k;
+}
+
+/* Whether text[0..len) holds str at pos. */
+static int holds(const char *text, size_t len, size_t pos, const char *str) {
+    size_t l = strlen(str);
+    return pos <= len && l <= len - pos && !memcmp(text + pos, str, l);
+}
+
+/* The answer of a reply's text: after its last "</think>", leading whitespace
+ * skipped, as templates that drop reasoning keep it (the whole text when it
+ * has no reasoning). */
+static const char *answer_of(const char *text) {
+    const char *a = text, *p = text;
+    while ((p = strstr(p, "</think>"))) a = p += strlen("</think>");
+    if (a != text)
+        while (strchr(" \t\r\n", *a) && *a) a++;
+    return a;
+}
+
 /* The replies of a that this server generated, where the full rendering
- * text[0..len) has exactly their text (at pos or later) right after the
- * rendering of the messages before them (that turn's prompt): into spans
- * (the caller frees each ids), *n_spans of them. A reply spliced so continues the sequence its
- * turn left in the cache token for token. The first assistant turn that
- * cannot be spliced goes to r->usage's report: "rewritten" (the template
- * renders the reply this server generated otherwise, e.g. without its
- * reasoning), "tool_calls" (its calls are rendered from their structure) or
- * "unknown_reply" (not a reply this server remembers for this tenant). */
+ * text[0..len) has exactly their generated text (at pos or later) right after
+ * the rendering of the messages before them (that turn's prompt): into spans
+ * (the caller frees each ids), *n_spans of them. A reply spliced so continues
+ * the sequence its turn left in the cache token for token; nothing else is
+ * ever spliced, so the prompt's ids always spell the text rendered. The first
+ * assistant turn that cannot be spliced goes to r->usage's report: "rewritten"
+ * (the template renders the reply this server generated otherwise),
+ * "reasoning_dropped" (the reply had reasoning, and the rendering holds its
+ * answer without it: the template drops earlier turns' reasoning, or the
+ * client did not send reasoning_content back), "tool_calls" (its calls are
+ * rendered from their structure) or "unknown_reply" (not a reply this server
+ * remembers for this tenant). */
 static void plan_splices(kvt_server *s, const kvt_api_request *a, srv_req *r, const char *text, size_t len, size_t pos,
                          kvt_chat_splice *spans, size_t *n_spans) {
     *n_spans = 0;
     for (size_t i = 0; i < a->n_msgs; i++) {
-        const kvt_chat_msg *m = &a->msgs[i];
-        if (strcmp(m->role, "assistant")) continue;
-        const char *why = NULL, *c = m->content ? m->content : "";
-        size_t cl = strlen(c), k = 0, pl = 0;
+        if (strcmp(a->msgs[i].role, "assistant")) continue;
+        const char *why = NULL;
+        size_t k = 0, pl = 0, cl = 0;
         int32_t *ids = NULL;
-        char *p = NULL;
+        char *p = NULL, *full = NULL;
+        int dropped = 0;
         if (a->msg_tools && a->msg_tools[i].tool_calls) why = "tool_calls";
-        else if (!*c || !(k = kvt_reply_map_get(s->replies, r->salt, r->salt_len, c, &ids))) why = "unknown_reply";
-        else if (render(s, a, i, &p, &pl) || pl < pos || pl > len || cl > len - pl || memcmp(text, p, pl) ||
-                 memcmp(text + pl, c, cl))
-            why = "rewritten";
+        else if (!(k = find_reply(s, a, i, r, &full, &ids, &dropped)))
+            why = dropped ? "reasoning_dropped" : "unknown_reply";
+        else if (render(s, a, i, &p, &pl) || pl < pos || pl > len || memcmp(text, p, pl)) why = "rewritten";
+        else if (!holds(text, len, pl, full))
+            why = holds(text, len, pl, answer_of(full)) ? "reasoning_dropped" : "rewritten";
+        cl = strlen(full ? full : "");
         free(p);
+        free(full);
         if (why) {
             free(ids);
             if (!r->usage.rerendered_why) {
