@@ -22,18 +22,18 @@ static inline kvt_tokenizer *jg_load_vocab(const char *name) {
     return t;
 }
 
-/* g's mask (g fed prefix under schema s) equals stepping every token's bytes
- * one by one after prefix on a fresh matcher, with the budget rule; mask has
- * room for the vocabulary. */
-static inline void jg_check_mask(kvt_jg *g, const kvt_jg_schema *s, const kvt_tokenizer *t, int32_t budget,
-                                 const char *prefix, uint8_t *mask) {
+/* g's mask (g fed prefix[0..plen) under schema s) equals stepping every
+ * token's bytes one by one after prefix on a fresh matcher, with the budget
+ * rule; mask has room for the vocabulary. The prefix may hold NUL bytes. */
+static inline void jg_check_mask_n(kvt_jg *g, const kvt_jg_schema *s, const kvt_tokenizer *t, int32_t budget,
+                                   const char *prefix, size_t plen, uint8_t *mask) {
     int32_t nv = kvt_tokenizer_n_vocab(t), n = kvt_jg_mask(g, budget, mask), want = 0, wrong = 0;
     for (int32_t id = 0; id < nv; id++) {
         char buf[KVT_JG_MAX_TOKEN + 1];
         int len = kvt_token_piece(t, id, buf, sizeof buf, 0), ok;
         if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
             kvt_jg *h = kvt_jg_new(s, NULL);
-            ok = kvt_jg_feed(h, prefix, strlen(prefix)) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
+            ok = kvt_jg_feed(h, prefix, plen) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
                 kvt_jg_min_bytes(h) <= budget - 1;
             kvt_jg_free(h);
         } else {
@@ -42,8 +42,14 @@ static inline void jg_check_mask(kvt_jg *g, const kvt_jg_schema *s, const kvt_to
         want += ok;
         wrong += ok != mask[id];
     }
-    CHECKF(!wrong && n == want, "after '%s' (budget %d): mask allows %d, brute force %d, %d differ", prefix, budget, n,
-           want, wrong);
+    CHECKF(!wrong && n == want, "after '%.*s' (budget %d): mask allows %d, brute force %d, %d differ", (int)plen,
+           prefix, budget, n, want, wrong);
+}
+
+/* jg_check_mask_n over the C string prefix. */
+static inline void jg_check_mask(kvt_jg *g, const kvt_jg_schema *s, const kvt_tokenizer *t, int32_t budget,
+                                 const char *prefix, uint8_t *mask) {
+    jg_check_mask_n(g, s, t, budget, prefix, strlen(prefix), mask);
 }
 
 /* One of the n tokens mask allows (of nv), picked by the generator *rng. */
