@@ -56,6 +56,17 @@ static void test_spread(void) {
     for (int i = 0; i < 3; i++) CHECKF(per_third[i] > 800 && per_third[i] < 1200, "third %d: %u", i, per_third[i]);
 }
 
+/* 1 if opening the tier on url is refused as a bad argument (before any connection), with nothing
+ * left open. */
+static int url_refused(const char *url) {
+    kvt_remote_params p = kvt_remote_default_params();
+    p.url = url;
+    p.payload_bytes = 1024;
+    p.key_file = "/nonexistent/key";
+    kvt_remote *r = NULL;
+    return kvt_remote_open(&p, &r) == KVT_EARG && !r;
+}
+
 static void test_bad_urls(void) {
     const char *bad[] = {"rediss://127.0.0.1:6379",
                          "rediss-cluster://127.0.0.1:7000",
@@ -65,12 +76,7 @@ static void test_bad_urls(void) {
                          "redis-cluster://127.0.0.1:7000,127.0.0.1",
                          "redis-cluster://"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        kvt_remote_params p = kvt_remote_default_params();
-        p.url = bad[i];
-        p.payload_bytes = 1024;
-        p.key_file = "/nonexistent/key";
-        kvt_remote *r = NULL;
-        CHECKF(kvt_remote_open(&p, &r) == KVT_EARG && !r, "%s", bad[i]);
+        CHECKF(url_refused(bad[i]), "%s", bad[i]);
     }
 }
 
@@ -85,12 +91,7 @@ static void test_secret_urls(void) {
                          "redis-cluster://kvt:TopSecret%4@127.0.0.1:7000",
                          "rediss://kvt:TopSecret@127.0.0.1:6379"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        kvt_remote_params p = kvt_remote_default_params();
-        p.url = bad[i];
-        p.payload_bytes = 1024;
-        p.key_file = "/nonexistent/key";
-        kvt_remote *r = NULL;
-        CHECKF(kvt_remote_open(&p, &r) == KVT_EARG && !r, "%s", bad[i]);
+        CHECKF(url_refused(bad[i]), "%s", bad[i]);
         CHECKF(!strstr(kvt_errmsg(), "Secret"), "%s: %s", bad[i], kvt_errmsg());
         CHECKF(strstr(kvt_errmsg(), "--kv-remote") != NULL, "%s: %s", bad[i], kvt_errmsg());
     }
