@@ -8,17 +8,43 @@
 # template's rendering of that call), so each step's cached_tokens cover the
 # steps before, no turn is reported re-rendered, and greedy output with that
 # cache hit equals a cold run of the same prompt ids. A call the client
-# changed is rendered from its structure and reported as such. The
-# random-weight model's calls are forced with tool_choice. Needs curl and jq.
+# changed is rendered from its structure and reported as such. That template
+# is the default rendering (--no-jinja: the built-in one), where a template
+# of a family that renders no tools keeps the family's rendering. The
+# random-weight model's calls are forced with tool_choice. Needs curl, jq
+# and python3.
 set -u
-command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
+command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null ||
+  { echo "SKIP: needs curl, jq and python3"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
+# a ChatML template that takes tools (a short one: it must fit where mkmodel's template was)
+TT="{% for m in messages %}{{'<|im_start|>'+m.role+'\\n'+m.content+'<|im_end|>\\n'}}{% endfor %}{% if tools %}{% endif %}"
+TT+="{% if add_generation_prompt %}{{'<|im_start|>assistant\\n'}}{% endif %}"
+python3 "${KVT_SRC:?}/tests/gguf_poke.py" "$TMP/m.gguf" "$TMP/tt.gguf" str tokenizer.chat_template "$TT" ||
+  { echo "gguf_poke failed"; exit 1; }
 KVT_SERVE_ARGS=(--host 127.0.0.1 -t 1 -c 2048)
-kvt_start_server q25 -m "$TMP/m.gguf" --jinja --chat-template-file "${KVT_SRC:?}/tests/runtime/jinja/qwen25.jinja"
+
+# ---- the default: the template itself where it renders tools, else the family's rendering ----------
+kvt_start_server tt -m "$TMP/tt.gguf"
 curl -s -m 20 -o "$TMP/body" "$URL/props"
+check "by default, the model's template is rendered itself where it takes tools" is "$(jb .jinja)" true
+kvt_stop_server tt
+kvt_start_server nojinja -m "$TMP/tt.gguf" --no-jinja
+curl -s -m 20 -o "$TMP/body" "$URL/props"
+check "--no-jinja: the built-in rendering" is "$(jb .jinja)" false
+kvt_stop_server nojinja
+kvt_start_server toolless -m "$TMP/m.gguf"
+curl -s -m 20 -o "$TMP/body" "$URL/props"
+check "by default, a ChatML template that renders no tools keeps the built-in rendering" is "$(jb .jinja)" false
+check "... saying why" grep -q 'renders no tools; chat prompts use the built-in chatml rendering' "$TMP/toolless.log"
+kvt_stop_server toolless
+# Qwen 2.5's template, as a --chat-template-file (rendered itself by default)
+kvt_start_server q25 -m "$TMP/m.gguf" --chat-template-file "$KVT_SRC/tests/runtime/jinja/qwen25.jinja"
+curl -s -m 20 -o "$TMP/body" "$URL/props"
+check "a --chat-template-file is rendered itself" is "$(jb .jinja)" true
 B=$(jb .block_size)
 
 # ---- typed control tokens stay text -----------------------------------------------------------------
