@@ -24,15 +24,16 @@ enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_NO_JINJA, T_FILE, T_REASONING, T_KW
 static const kvt_cli_opt template_opts[] = {
     {T_JINJA, 0, "jinja", NULL, NULL,
      "render chat prompts with the model's own tokenizer.chat_template\n(or --chat-template-file), run by kvtier's "
-     "Jinja interpreter, as\nllama-server's --jinja does. The default for --chat-template-file and\nfor a "
-     "template of no built-in family (unless --chat-template NAME);\na template of a family otherwise keeps the "
-     "family's built-in\nrendering (the same text, with exact reuse of tool calls). Given,\na template the "
-     "interpreter cannot run stops the start instead of\nfalling back on its family's built-in rendering",
+     "Jinja interpreter, as\nllama-server's --jinja does. On by default whenever there is a\ntemplate (unless "
+     "--chat-template NAME), but for a model's template\nof a built-in family that renders no tools: message text is "
+     "never\nread as control tokens, and replies and tool calls this server\ngenerated are reused as their exact "
+     "tokens. By default a template\nthe interpreter cannot run falls back on its family's built-in\nrendering with "
+     "a warning; given, --jinja makes that an error",
      0, KVT_CLI_PLAIN},
     {T_NO_JINJA, 0, "no-jinja", NULL, NULL,
      "render chat prompts with the built-in renderer of the template's\nfamily (--chat-template NAME to name it) "
-     "instead of the template:\ncontent never read as control tokens, tool calls in the family's\nstyle; "
-     "chat_template_kwargs then take only enable_thinking (qwen3)",
+     "instead of the template\nitself: tools and tool calls in the family's own style;\nchat_template_kwargs then "
+     "take only enable_thinking (qwen3)",
      0, KVT_CLI_PLAIN},
     {T_FILE, 0, "chat-template-file", NULL, "FILE",
      "a Jinja chat template to use instead of the model's (not followed\nif a symbolic link; at most 1 MiB): "
@@ -153,13 +154,19 @@ int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const
                           const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args) {
     *out = NULL;
     *object_args = 0;
-    /* by default a template is rendered as itself where no built-in family covers it, and a
-     * --chat-template-file always; a model's template of a family keeps that family's rendering,
-     * whose text is the template's and whose tokens keep exact reuse of tool calls and keep
-     * message text from being read as control tokens */
-    int want = t->jinja != KVT_CLI_JINJA_DEFAULT
-        ? t->jinja
-        : tmpl && !named && (t->file || kvt_chat_detect(tmpl) == KVT_CHAT_UNKNOWN);
+    /* by default a template is rendered as itself, as llama-server's --jinja does: the request's
+     * text never reads as control tokens there, and generated replies and tool calls splice back
+     * as their ids, as under the built-in families; --chat-template NAME asks for a family. A
+     * model's template of a family that never mentions tools would drop a request's tools from
+     * the prompt, where the family's rendering writes them in the family's style: that one stays */
+    kvt_chat_family fam = tmpl ? kvt_chat_detect(tmpl) : KVT_CHAT_UNKNOWN;
+    int toolless = tmpl && !t->file && fam != KVT_CHAT_UNKNOWN && !strstr(tmpl, "tools");
+    int want = t->jinja != KVT_CLI_JINJA_DEFAULT ? t->jinja : tmpl && !named && !toolless;
+    if (t->jinja == KVT_CLI_JINJA_DEFAULT && tmpl && !named && toolless)
+        kvt_logk(KVT_LOG_INFO, "chat_template",
+                 "%s: the model's chat template renders no tools; chat prompts use the built-in %s rendering, "
+                 "which does (--jinja renders the template itself)",
+                 cmd, kvt_chat_family_name(fam));
     if (!want) return 0;
     if (!tmpl) {
         fprintf(stderr,

@@ -34,11 +34,10 @@ int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t)
 int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const char *model_template, char **text,
                           const char **tmpl);
 
-/* The Jinja rendering of tmpl, when --jinja asks for it, or by default where
- * no family is named (named: --chat-template NAME) and tmpl is from
- * --chat-template-file or of no built-in family:
- * tmpl parsed and tried on a one-message chat, into *out; *object_args: tool
- * call arguments reach it as objects. A template that does not parse, or
+/* The Jinja rendering of tmpl, when --jinja asks for it, or by default
+ * wherever there is a template and no family is named (named:
+ * --chat-template NAME): tmpl parsed and tried on a one-message chat, into
+ * *out; *object_args: tool call arguments reach it as objects. A template that does not parse, or
  * fails or runs past a limit there, stops the start under --jinja, and by
  * default too unless it is of a family kvtier renders itself (a warning,
  * and *out = NULL). Otherwise *out = NULL. 0, or -1 after printing why. */

@@ -107,5 +107,10 @@ typedef struct {
  * negative code with kvt_errmsg(). */
 int kvt_chat_tokenize_spliced(const kvt_tokenizer *t, const char *text, size_t len, int add, kvt_chat_splice *spans,
                               size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out);
+/* kvt_chat_tokenize_spliced where the bytes marked in plain (NULL: none;
+ * else len of them, parallel to text) are plain text: the messages' own text
+ * in a template's rendering, where no control token may be read. */
+int kvt_chat_tokenize_marked(const kvt_tokenizer *t, const char *text, const unsigned char *plain, size_t len, int add,
+                             kvt_chat_splice *spans, size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out);
 
 #endif

@@ -21,6 +21,11 @@ static int append(int32_t **out, size_t *n_out, size_t *cap, const int32_t *ids,
 
 int kvt_chat_tokenize_spliced(const kvt_tokenizer *t, const char *text, size_t len, int add, kvt_chat_splice *spans,
                               size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out) {
+    return kvt_chat_tokenize_marked(t, text, NULL, len, add, spans, n_spans, max_tokens, out, n_out);
+}
+
+int kvt_chat_tokenize_marked(const kvt_tokenizer *t, const char *text, const unsigned char *plain, size_t len, int add,
+                             kvt_chat_splice *spans, size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
     size_t cap = 0, pos = 0;
@@ -36,7 +41,8 @@ int kvt_chat_tokenize_spliced(const kvt_tokenizer *t, const char *text, size_t l
         int32_t *ids = NULL;
         size_t k = 0;
         if (end > pos || flags) {
-            rc = kvt_tokenize_max(t, text + pos, end - pos, flags, 1, max_tokens - *n_out, &ids, &k);
+            rc = kvt_tokenize_marked(t, text + pos, end - pos, flags, 1, plain ? plain + pos : NULL,
+                                     max_tokens - *n_out, &ids, &k);
             if (rc == KVT_ELIMIT) kvt_fail(KVT_ELIMIT, "the conversation has more than %zu tokens", max_tokens);
             if (!rc) rc = append(out, n_out, &cap, ids, k, max_tokens);
             free(ids);

@@ -443,12 +443,18 @@ static void frag_push(fragvec *fv, size_t off, size_t len, int32_t id) {
     fv->v[fv->n++] = (fragment){off, len, id};
 }
 
+static int any_set(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 1;
+    return 0;
+}
+
 /* llama.cpp's order: each special token in turn (longest first) splits every
  * remaining text fragment at each of its occurrences. Gives up, returning -1,
  * once more than max_special special tokens are found (each is a token of the
  * result, so a text with that many cannot fit); else 0. */
-static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, int parse_special, size_t max_special,
-                          fragvec *fv) {
+static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, int parse_special,
+                          const unsigned char *plain, size_t max_special, fragvec *fv) {
     frag_push(fv, 0, len, -1);
     fragvec next = {0};
     size_t n_special = 0; /* special fragments in fv */
@@ -465,10 +471,14 @@ static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, 
                 frag_push(&next, fr.off, fr.len, fr.id);
                 continue;
             }
-            size_t off = fr.off, end = fr.off + fr.len;
+            size_t off = fr.off, end = fr.off + fr.len, from = off;
             for (;;) {
-                const char *m = memmem(text + off, end - off, needle, ti->len);
+                const char *m = memmem(text + from, end - from, needle, ti->len);
                 if (!m) break;
+                if (plain && ti->type != KVT_TOKEN_USER_DEFINED && any_set(plain + (m - text), ti->len)) {
+                    from = (size_t)(m - text) + 1; /* the text of a message: not the control token */
+                    continue;
+                }
                 found = 1;
                 if (++n_special > max_special) {
                     free(next.v);
@@ -483,6 +493,7 @@ static int split_specials(const kvt_tokenizer *t, const char *text, size_t len, 
                 off = mpos + ti->len;
                 if (ti->strip & KVT_TOK_RSTRIP)
                     while (off < end && isspace((unsigned char)text[off])) off++;
+                from = off;
             }
             if (off < end) frag_push(&next, off, end - off, -1);
         }
@@ -503,6 +514,11 @@ int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, 
 
 int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
                      size_t max_tokens, int32_t **out, size_t *n_out) {
+    return kvt_tokenize_marked(t, text, len, add, parse_special, NULL, max_tokens, out, n_out);
+}
+
+int kvt_tokenize_marked(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
+                        const unsigned char *plain, size_t max_tokens, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
     if (!text && len) return kvt_fail(KVT_EARG, "tokenize: NULL text");
@@ -516,7 +532,7 @@ int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int a
     if (add & KVT_TOK_ADD_BOS) kvt_tokvec_push(&tv, t->bos);
     fragvec fv = {0};
     int rc = 0;
-    if (len && split_specials(t, text, len, parse_special, max_tokens - KVT_MIN(tv.n, max_tokens), &fv)) {
+    if (len && split_specials(t, text, len, parse_special, plain, max_tokens - KVT_MIN(tv.n, max_tokens), &fv)) {
         rc = KVT_ELIMIT;
         fv.n = 0;
     }

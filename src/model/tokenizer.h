@@ -91,6 +91,12 @@ int kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, int add, 
  * more than max_tokens tokens exist. The answer is exact either way. */
 int kvt_tokenize_max(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
                      size_t max_tokens, int32_t **out, size_t *n_out);
+/* kvt_tokenize_max where the bytes marked in plain (plain[i] != 0; NULL:
+ * none) are plain text whatever parse_special says: a control token whose
+ * text overlaps one of them is not matched there (the text of a message
+ * inside a chat template's markup). User-defined tokens match as always. */
+int kvt_tokenize_marked(const kvt_tokenizer *t, const char *text, size_t len, int add, int parse_special,
+                        const unsigned char *plain, size_t max_tokens, int32_t **out, size_t *n_out);
 
 /* The bytes of one token: SPM maps U+2581 to a space and <0xNN> to the byte;
  * BPE maps its byte-level characters back to bytes. Control and unknown tokens

@@ -45,4 +45,14 @@ void kvt_jinja_free(kvt_jinja *t);
  * limit of lim, NULL for the defaults) with kvt_errmsg(). */
 int kvt_jinja_render(const kvt_jinja *t, const struct cJSON *vars, const kvt_jinja_limits *lim, char **out, size_t *len);
 
+/* kvt_jinja_render that also says which bytes of the rendering are the
+ * variables' text rather than the template's: a malloc'd *marks of *len
+ * bytes, 1 where the byte is, or was made from (a case change, an escape), a
+ * byte of a string of vars (keys included), 0 where the template wrote it.
+ * The top-level variables named in trusted (NULL-terminated, or NULL), such
+ * as bos_token, count as the template's. A caller tokenizes the marked bytes
+ * as plain text, so no message can spell a control token. */
+int kvt_jinja_render_marked(const kvt_jinja *t, const struct cJSON *vars, const char *const *trusted,
+                            const kvt_jinja_limits *lim, char **out, size_t *len, unsigned char **marks);
+
 #endif

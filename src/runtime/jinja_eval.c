@@ -30,8 +30,10 @@ static void emit(jctx *x, const jnode *at, const char *s, size_t n) {
     if (x->out_n + n + 1 > x->out_cap) {
         x->out_cap = KVT_MAX(x->out_cap * 2, x->out_n + n + 256);
         x->out = kvt_xrealloc(x->out, x->out_cap);
+        if (x->track) x->out_mark = kvt_xrealloc(x->out_mark, x->out_cap);
     }
     memcpy(x->out + x->out_n, s, n);
+    jx_emit_marks(x, s, n, x->out_n);
     x->out_n += n;
 }
 
@@ -521,21 +523,41 @@ static void release(jctx *x) {
 }
 
 int kvt_jinja_render(const kvt_jinja *t, const cJSON *vars, const kvt_jinja_limits *lim, char **out, size_t *len) {
+    return kvt_jinja_render_marked(t, vars, NULL, lim, out, len, NULL);
+}
+
+/* Whether name is among the NULL-terminated names. */
+static int listed(const char *const *names, const char *name) {
+    for (; names && *names; names++)
+        if (!strcmp(*names, name)) return 1;
+    return 0;
+}
+
+int kvt_jinja_render_marked(const kvt_jinja *t, const cJSON *vars, const char *const *trusted,
+                            const kvt_jinja_limits *lim, char **out, size_t *len, unsigned char **marks) {
     *out = NULL;
     *len = 0;
+    if (marks) *marks = NULL;
     jctx *x = kvt_xcalloc(1, sizeof *x);
     x->lim = lim ? *lim : kvt_jinja_default_limits();
+    x->track = marks != NULL;
     if (setjmp(x->jb)) {
         int code = x->err_code;
         kvt_fail(code, "%s", x->err);
         free(x->out);
+        free(x->out_mark);
+        jx_marks_free(x);
         release(x);
         free(x);
         return code;
     }
     jscope *top = push_scope(x, NULL);
-    for (const cJSON *c = vars ? vars->child : NULL; c; c = c->next)
-        if (c->string) scope_set(x, top, c->string, strlen(c->string), jv_from_json(x, c));
+    for (const cJSON *c = vars ? vars->child : NULL; c; c = c->next) {
+        if (!c->string) continue;
+        x->mark_json = x->track && !listed(trusted, c->string);
+        scope_set(x, top, c->string, strlen(c->string), jv_from_json(x, c));
+    }
+    x->mark_json = 0;
     x->globals = push_scope(x, top);
     x->scope = x->globals;
     exec_body(x, t->root);
@@ -543,6 +565,8 @@ int kvt_jinja_render(const kvt_jinja *t, const cJSON *vars, const kvt_jinja_limi
     x->out[x->out_n] = 0;
     *out = x->out;
     *len = x->out_n;
+    if (marks) *marks = x->out_mark;
+    jx_marks_free(x);
     release(x);
     free(x);
     return 0;

@@ -45,6 +45,7 @@ static jv change_case(jctx *x, jv s, int mode) { /* 0 lower, 1 upper, 2 capitali
         word_start = !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '\'');
     }
     o[s.u.s.n] = 0;
+    jx_mark_copy(x, o, s.u.s.p, s.u.s.n);
     return jv_strn(o, s.u.s.n);
 }
 
@@ -353,8 +354,8 @@ static jv escape_html(jctx *x, jv s) {
             : c == '"'           ? "&#34;"
             : c == '\''          ? "&#39;"
                                  : NULL;
-        if (e) jb_puts(&b, e);
-        else jb_put(&b, &c, 1);
+        if (e) jb_put_marked(&b, e, strlen(e), jx_marked(x, s.u.s.p + i));
+        else jb_put(&b, s.u.s.p + i, 1);
     }
     return jb_done(&b);
 }

@@ -118,6 +118,12 @@ typedef struct {
     size_t steps, depth;
     jscope *globals, *scope;
     int loop_ctl; /* 1 break, 2 continue pending */
+    /* marking the output bytes that are the variables' text (kvt_jinja_render_marked, jinja_marks.c) */
+    int track;
+    int mark_json;           /* jv_from_json registers the strings it converts */
+    unsigned char *out_mark; /* parallel to out */
+    struct jx_range *marked; /* memory holding the variables' text or copies of it: sorted, disjoint */
+    size_t n_marked, cap_marked;
     int err_code;
     char err[512];
     jmp_buf jb;
@@ -151,14 +157,30 @@ typedef struct {
     jctx *x;
     char *p;
     size_t n, cap;
+    size_t *marks; /* (offset, length) pairs of the variables' text in p, in order (arena) */
+    size_t n_marks, cap_marks;
 } jbuf;
 void jb_put(jbuf *b, const char *s, size_t n);
+/* jb_put of bytes the template made, counted as the variables' text when marked */
+void jb_put_marked(jbuf *b, const char *s, size_t n, int marked);
 void jb_puts(jbuf *b, const char *s);
 jv jb_done(jbuf *b);
 void jv_write_str(jbuf *b, jv v);
 void jv_write_repr(jbuf *b, jv v);
 void jv_write_json(jbuf *b, jv v, int indent, int level, const jnode *at);
 jv jv_to_str(jctx *x, jv v);
+
+/* marks (jinja_marks.c): which bytes are the variables' text, where x->track */
+void jx_mark(jctx *x, const char *p, size_t n);                         /* p[0..n) is */
+void jx_mark_copy(jctx *x, const char *dst, const char *src, size_t n); /* dst[i] is where src[i] is */
+int jx_marked(jctx *x, const char *p);                                  /* whether byte *p is */
+/* calls fn for each run of the variables' text in p[0..n) (p may lie in x->out), as offsets from p */
+void jx_marks_in(jctx *x, const char *p, size_t n, void (*fn)(void *ctx, size_t off, size_t len), void *ctx);
+void jb_mark(jbuf *b, size_t off, size_t len);                    /* b->p[off..off+len) is */
+void jb_mark_from(jbuf *b, size_t at, const char *src, size_t n); /* b->p[at..at+n) is where src is */
+void jb_register(jbuf *b);                                        /* b's marks into x's memory marks (jb_done) */
+void jx_emit_marks(jctx *x, const char *s, size_t n, size_t at);  /* x->out_mark[at..at+n) from s */
+void jx_marks_free(jctx *x);
 
 /* evaluation (jinja_eval.c) */
 jv jx_eval(jctx *x, const jnode *e);

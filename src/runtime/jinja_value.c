@@ -45,6 +45,7 @@ jv jv_str_copy(jctx *x, const char *p, size_t n) {
     char *s = jx_alloc(x, n + 1);
     if (n) memcpy(s, p, n);
     s[n] = 0;
+    jx_mark_copy(x, s, p, n);
     return jv_strn(s, n);
 }
 
@@ -110,7 +111,10 @@ jv jv_from_json(jctx *x, const cJSON *j) {
         if (d == floor(d) && fabs(d) < 9e15) return jv_int((long long)d);
         return jv_float(d);
     }
-    if (cJSON_IsString(j)) return jv_strn(j->valuestring, strlen(j->valuestring));
+    if (cJSON_IsString(j)) {
+        if (x->mark_json) jx_mark(x, j->valuestring, strlen(j->valuestring));
+        return jv_strn(j->valuestring, strlen(j->valuestring));
+    }
     if (cJSON_IsArray(j)) {
         jv l = jv_new_list(x);
         for (const cJSON *c = j->child; c; c = c->next) jv_list_push(x, l.u.l, jv_from_json(x, c));
@@ -118,8 +122,10 @@ jv jv_from_json(jctx *x, const cJSON *j) {
     }
     if (cJSON_IsObject(j)) {
         jv d = jv_new_dict(x, JV_DICT);
-        for (const cJSON *c = j->child; c; c = c->next)
+        for (const cJSON *c = j->child; c; c = c->next) {
+            if (x->mark_json) jx_mark(x, c->string, strlen(c->string));
             jv_dict_set(x, d.u.d, jv_strn(c->string, strlen(c->string)), jv_from_json(x, c));
+        }
         return d;
     }
     return jv_none();
@@ -182,14 +188,22 @@ void jb_put(jbuf *b, const char *s, size_t n) {
         b->p = np, b->cap = nc;
     }
     if (n) memcpy(b->p + b->n, s, n);
+    if (b->x->track) jb_mark_from(b, b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
+}
+
+void jb_put_marked(jbuf *b, const char *s, size_t n, int marked) {
+    size_t at = b->n;
+    jb_put(b, s, n);
+    if (marked) jb_mark(b, at, n);
 }
 
 void jb_puts(jbuf *b, const char *s) { jb_put(b, s, strlen(s)); }
 
 jv jb_done(jbuf *b) {
     if (!b->p) jb_put(b, "", 0);
+    jb_register(b);
     return jv_strn(b->p, b->n);
 }
 
@@ -238,7 +252,7 @@ static void write_str_repr(jbuf *b, const char *p, size_t n) {
         else if (c == '\t') strcpy(e, "\\t");
         else if (c < 0x20 || c == 0x7f) snprintf(e, sizeof e, "\\x%02x", c);
         else e[0] = (char)c, e[1] = 0;
-        jb_puts(b, e);
+        jb_put_marked(b, e, strlen(e), jx_marked(b->x, p + i));
     }
     jb_put(b, &q, 1);
 }
@@ -303,7 +317,7 @@ static void json_string(jbuf *b, const char *p, size_t n) {
         else if (c == '\b') strcpy(e, "\\b");
         else if (c == '\f') strcpy(e, "\\f");
         else snprintf(e, sizeof e, "\\u%04x", c);
-        jb_puts(b, e);
+        jb_put_marked(b, e, strlen(e), jx_marked(b->x, p + i));
     }
     jb_put(b, p + run, n - run);
     jb_puts(b, "\"");

@@ -142,9 +142,16 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
             return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
                                   "messages[%zu].role must be system, developer, user, assistant or tool", r->n_msgs);
         char *content = NULL;
-        if (kvt_api_parse_msg_tools(msg, r->n_msgs, rs, &r->msg_tools[r->n_msgs], err) ||
-            message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), &content, err))
+        kvt_api_msg_tools *mt = &r->msg_tools[r->n_msgs];
+        if (kvt_api_parse_msg_tools(msg, r->n_msgs, rs, mt, err)) return -1;
+        if (message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), &content, err)) {
+            /* not yet counted in n_msgs, so kvt_api_tools_free would not see what its tool fields hold */
+            cJSON_Delete(mt->tool_calls);
+            free(mt->tool_call_id);
+            free(mt->reasoning);
+            memset(mt, 0, sizeof *mt);
             return -1;
+        }
         /* "developer" is OpenAI's newer name for the system role */
         r->msgs[r->n_msgs].role = kvt_xstrdup(k <= 1 ? "system" : rs);
         r->msgs[r->n_msgs].content = content;

@@ -455,6 +455,12 @@ static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family
     return sb_take(&b);
 }
 
+char *kvt_api_calls_turn(const kvt_api_request *a, size_t i, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
+                         size_t salt_len) {
+    memo_ref mr = {memo, salt, salt_len};
+    return calls_text(a->msgs[i].content ? a->msgs[i].content : "", a->msg_tools[i].tool_calls, f, &mr);
+}
+
 static char *keep(char ***arena, size_t *n, char *s) {
     *arena = kvt_xrealloc(*arena, (*n + 2) * sizeof **arena);
     (*arena)[(*n)++] = s;

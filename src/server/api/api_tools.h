@@ -78,6 +78,14 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
                                size_t salt_len, size_t *n, size_t *last_user, char ***arena);
 void kvt_api_messages_free(kvt_chat_msg *m, char **arena);
 
+/* The text kvt_api_messages gives assistant message i of a, which has tool
+ * calls: its content, then each call in family f's style, as kvtier writes
+ * one it generates (the arguments text memo remembers for salt when the
+ * client sent the same JSON back). The text of the reply this server
+ * generated for that turn, where it did; malloc'd. */
+char *kvt_api_calls_turn(const kvt_api_request *a, size_t i, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
+                         size_t salt_len);
+
 /* 1 when a's output is to be read for tool calls: tools given and
  * tool_choice other than none. */
 int kvt_api_tools_active(const kvt_api_request *a);

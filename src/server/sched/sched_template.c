@@ -2,7 +2,10 @@
 /* A chat request's prompt by the model's own Jinja chat template (--jinja,
  * --chat-template-file): the variables the template sees (messages with
  * their tool calls, tools, add_generation_prompt, bos_token, eos_token and
- * the request's chat_template_kwargs), the rendering, and its tokens. Also
+ * the request's chat_template_kwargs), the rendering, and its tokens: the
+ * template's markup with control tokens read, the text that came from the
+ * request (contents, tool calls and results, names, tools, kwargs) as plain
+ * text, as the built-in renderings tokenize it. Also
  * which chat_template_kwargs a server without a Jinja template can honour:
  * enable_thinking on the Qwen3 family, nothing else. */
 #include <stdio.h>
@@ -42,8 +45,10 @@ static cJSON *tool_calls(const cJSON *calls, int object_args) {
 }
 
 /* The template's variables for request a's first n_msgs messages, followed by
- * the generation prompt: a new object the caller deletes. */
-static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a, size_t n_msgs) {
+ * the generation prompt: a new object the caller deletes. An assistant
+ * message i with calls[i] (calls may be NULL) has that text as its content
+ * and no tool calls: the reply with calls this server generated. */
+static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a, size_t n_msgs, char *const *calls) {
     /* the server's --chat-template-kwargs, the request's over them */
     cJSON *v = s->p.template_kwargs ? cJSON_Duplicate(s->p.template_kwargs, 1) : cJSON_CreateObject();
     const cJSON *k;
@@ -57,9 +62,10 @@ static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a, size_
     for (size_t i = 0; i < n_msgs; i++) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", a->msgs[i].role);
-        cJSON_AddStringToObject(m, "content", a->msgs[i].content ? a->msgs[i].content : "");
+        const char *c = calls && calls[i] ? calls[i] : a->msgs[i].content;
+        cJSON_AddStringToObject(m, "content", c ? c : "");
         const kvt_api_msg_tools *mt = a->msg_tools ? &a->msg_tools[i] : NULL;
-        if (mt && mt->tool_calls)
+        if (mt && mt->tool_calls && !(calls && calls[i]))
             cJSON_AddItemToObject(m, "tool_calls", tool_calls(mt->tool_calls, s->p.jinja_object_args));
         if (mt && mt->tool_call_id) cJSON_AddStringToObject(m, "tool_call_id", mt->tool_call_id);
         if (mt && mt->reasoning) cJSON_AddStringToObject(m, "reasoning_content", mt->reasoning);
@@ -78,24 +84,26 @@ static int ends_in_think(const char *text, size_t n) {
     return n >= 7 && !memcmp(text + n - 7, "<think>", 7);
 }
 
-/* The template's rendering of a's first n_msgs messages into a malloc'd
- * *text of *len bytes. 0, or an error code with kvt_errmsg(). */
-static int render(const kvt_server *s, const kvt_api_request *a, size_t n_msgs, char **text, size_t *len) {
-    cJSON *vars = template_vars(s, a, n_msgs);
+/* The template's rendering of a's first n_msgs messages (calls: as
+ * template_vars) into a malloc'd *text of *len bytes. 0, or an error code
+ * with kvt_errmsg(). */
+static int render(const kvt_server *s, const kvt_api_request *a, size_t n_msgs, char *const *calls, char **text,
+                  size_t *len) {
+    cJSON *vars = template_vars(s, a, n_msgs, calls);
     int rc = kvt_jinja_render(s->p.jinja, vars, NULL, text, len);
     cJSON_Delete(vars);
     return rc;
 }
 
-/* The reply this server generated for assistant message i of a, by its text
+/* The reply this server generated for assistant message i of a, whose text
+ * is c (its content, or the text of its tool calls), by that text
  * or, as a client that splits reasoning sends it back, by its content and
  * reasoning_content (none sent: an empty one): its full generated text into
  * *full and ids into *ids (malloc'd), their count; 0 when unknown, and then
  * *dropped tells whether the content is the answer of a reply that had
  * reasoning (the client or the template left that reasoning out). */
-static size_t find_reply(kvt_server *s, const kvt_api_request *a, size_t i, const srv_req *r, char **full,
-                         int32_t **ids, int *dropped) {
-    const char *c = a->msgs[i].content ? a->msgs[i].content : "";
+static size_t find_reply(kvt_server *s, const kvt_api_request *a, size_t i, const char *c, const srv_req *r,
+                         char **full, int32_t **ids, int *dropped) {
     const char *rs = a->msg_tools && a->msg_tools[i].reasoning ? a->msg_tools[i].reasoning : "";
     size_t k = *c ? kvt_reply_map_get(s->replies, r->salt, r->salt_len, c, ids) : 0;
     *full = k ? kvt_xstrdup(c) : NULL;
@@ -140,10 +148,15 @@ static const char *answer_of(const char *text) {
  * answer without it: the template drops earlier turns' reasoning, or the
  * client did not send reasoning_content back), "tool_calls" (its calls are
  * rendered from their structure) or "unknown_reply" (not a reply this server
- * remembers for this tenant). */
-static void plan_splices(kvt_server *s, const kvt_api_request *a, srv_req *r, const char *text, size_t len, size_t pos,
-                         kvt_chat_splice *spans, size_t *n_spans) {
+ * remembers for this tenant). A turn whose calls[i] (the tool calls this
+ * server generated, rendered as their generated text) cannot be spliced gets
+ * drop[i] set, and the count of those is returned: the caller renders it
+ * from its structure instead. */
+static size_t plan_splices(kvt_server *s, const kvt_api_request *a, char *const *calls, unsigned char *drop, srv_req *r,
+                           const char *text, size_t len, size_t pos, kvt_chat_splice *spans, size_t *n_spans) {
     *n_spans = 0;
+    r->usage.rerendered_why = NULL;
+    size_t dropped_calls = 0;
     for (size_t i = 0; i < a->n_msgs; i++) {
         if (strcmp(a->msgs[i].role, "assistant")) continue;
         const char *why = NULL;
@@ -151,10 +164,11 @@ static void plan_splices(kvt_server *s, const kvt_api_request *a, srv_req *r, co
         int32_t *ids = NULL;
         char *p = NULL, *full = NULL;
         int dropped = 0;
-        if (a->msg_tools && a->msg_tools[i].tool_calls) why = "tool_calls";
-        else if (!(k = find_reply(s, a, i, r, &full, &ids, &dropped)))
+        const char *c = calls[i] ? calls[i] : a->msgs[i].content ? a->msgs[i].content : "";
+        if (a->msg_tools && a->msg_tools[i].tool_calls && !calls[i]) why = "tool_calls";
+        else if (!(k = find_reply(s, a, i, c, r, &full, &ids, &dropped)))
             why = dropped ? "reasoning_dropped" : "unknown_reply";
-        else if (render(s, a, i, &p, &pl) || pl < pos || pl > len || memcmp(text, p, pl)) why = "rewritten";
+        else if (render(s, a, i, calls, &p, &pl) || pl < pos || pl > len || memcmp(text, p, pl)) why = "rewritten";
         else if (!holds(text, len, pl, full))
             why = holds(text, len, pl, answer_of(full)) ? "reasoning_dropped" : "rewritten";
         cl = strlen(full ? full : "");
@@ -162,6 +176,8 @@ static void plan_splices(kvt_server *s, const kvt_api_request *a, srv_req *r, co
         free(full);
         if (why) {
             free(ids);
+            dropped_calls += calls[i] != NULL;
+            if (calls[i]) drop[i] = 1;
             if (!r->usage.rerendered_why) {
                 r->usage.rerendered_why = why;
                 r->usage.rerendered_msg = (int32_t)i;
@@ -171,6 +187,7 @@ static void plan_splices(kvt_server *s, const kvt_api_request *a, srv_req *r, co
         spans[(*n_spans)++] = (kvt_chat_splice){.at = pl, .len = cl, .ids = ids, .n = k};
         pos = pl + cl;
     }
+    return dropped_calls;
 }
 
 /* Where kvtier.documents go in the rendering text[from..len): before the last
@@ -199,36 +216,99 @@ static int docs_place(const kvt_api_request *a, const char *text, size_t from, s
     return 0;
 }
 
-int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
-                         kvt_api_error *err) {
-    char *text = NULL;
-    size_t len = 0;
-    if (render(s, a, a->n_msgs, &text, &len)) {
+/* The assistant turns of a with tool calls that are a reply this server
+ * generated: calls[i] the reply's text (kvt_api_calls_turn), written in
+ * place of the template's rendering of those calls so that the reply's
+ * exact ids splice in, as the built-in rendering does; NULL for the rest. */
+static char **generated_calls(kvt_server *s, const kvt_api_request *a, const srv_req *r) {
+    char **calls = kvt_xcalloc(a->n_msgs + 1, sizeof *calls);
+    for (size_t i = 0; i < a->n_msgs && !s->p.retokenize_replies && a->msg_tools; i++) {
+        if (strcmp(a->msgs[i].role, "assistant") || !a->msg_tools[i].tool_calls) continue;
+        char *t = kvt_api_calls_turn(a, i, s->p.chat, s->calls, r->salt, r->salt_len), *full = NULL;
+        int32_t *ids = NULL;
+        int dropped = 0;
+        if (find_reply(s, a, i, t, r, &full, &ids, &dropped)) calls[i] = t;
+        else free(t);
+        free(full);
+        free(ids);
+    }
+    return calls;
+}
+
+/* A request's rendering: its text, which bytes of it are the request's own
+ * text, the BOS text the tokenizer's own BOS replaces and the splices. */
+typedef struct {
+    char *text;
+    unsigned char *plain;
+    size_t len, skip;
+    kvt_chat_splice *spans; /* room for n_msgs + 2 */
+    size_t n_spans;
+} rendering;
+
+static void rendering_clear(rendering *g) {
+    for (size_t i = 0; i < g->n_spans; i++) free((int32_t *)g->spans[i].ids);
+    free(g->text);
+    free(g->plain);
+    g->text = NULL;
+    g->plain = NULL;
+    g->n_spans = 0;
+}
+
+/* Renders a (calls: as template_vars) into g and plans the splices of the
+ * replies. 0; 1 with *err filled (the template failed); 2: a turn of calls
+ * cannot be spliced and was taken out of calls (render again). */
+static int render_planned(kvt_server *s, const kvt_api_request *a, char **calls, srv_req *r, rendering *g,
+                          kvt_api_error *err) {
+    static const char *const trusted[] = {"bos_token", "eos_token", NULL};
+    cJSON *vars = template_vars(s, a, a->n_msgs, calls);
+    int failed = kvt_jinja_render_marked(s->p.jinja, vars, trusted, NULL, &g->text, &g->len, &g->plain);
+    cJSON_Delete(vars);
+    if (failed) {
         kvt_api_errorf(err, 400, "invalid_request_error", "messages", "chat_template_error",
                        "the model's chat template cannot render these messages: %s", kvt_errmsg());
         return 1;
     }
-    r->think_open = ends_in_think(text, len);
     /* the template writes BOS as text; where the tokenizer adds one itself, that text goes */
-    size_t skip = 0, bl = 0;
+    size_t bl = 0;
     int32_t bos = kvt_tokenizer_bos(s->tok);
     const char *bt = bos >= 0 ? kvt_tokenizer_token_text(s->tok, bos, &bl) : NULL;
     int add = kvt_tokenizer_add_special(s->tok);
-    if (add && bt && bl && len >= bl && !memcmp(text, bt, bl)) skip = bl;
-    kvt_chat_splice *spans = kvt_xcalloc(a->n_msgs + 2, sizeof *spans);
-    size_t n_spans = 0;
-    if (!s->p.retokenize_replies) plan_splices(s, a, r, text, len, skip, spans, &n_spans);
-    int rc = a->n_docs && docs_place(a, text, skip, len, spans, &n_spans, err) ? 1 : 0;
-    for (size_t i = 0; i < n_spans; i++) spans[i].at -= skip;
-    if (!rc)
-        rc = kvt_chat_tokenize_spliced(s->tok, text + skip, len - skip, add, spans, n_spans, max_prompt, &r->prompt, n);
-    *at = *n;
-    for (size_t i = 0; i < n_spans; i++) {
-        if (a->n_docs && !spans[i].len && !spans[i].ids) *at = spans[i].tok_at;
-        free((int32_t *)spans[i].ids);
+    g->skip = add && bt && bl && g->len >= bl && !memcmp(g->text, bt, bl) ? bl : 0;
+    if (s->p.retokenize_replies) return 0;
+    unsigned char *drop = kvt_xcalloc(a->n_msgs + 1, 1);
+    size_t n_drop = plan_splices(s, a, calls, drop, r, g->text, g->len, g->skip, g->spans, &g->n_spans);
+    for (size_t i = 0; i < a->n_msgs && n_drop; i++) {
+        if (!drop[i]) continue;
+        free(calls[i]);
+        calls[i] = NULL;
     }
-    free(spans);
-    free(text);
+    free(drop);
+    if (!n_drop) return 0;
+    rendering_clear(g);
+    return 2;
+}
+
+int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
+                         kvt_api_error *err) {
+    rendering g = {.spans = kvt_xcalloc(a->n_msgs + 2, sizeof *g.spans)};
+    char **calls = generated_calls(s, a, r);
+    int rc;
+    while ((rc = render_planned(s, a, calls, r, &g, err)) == 2) continue; /* each round drops a turn of calls */
+    for (size_t i = 0; i < a->n_msgs; i++) free(calls[i]);
+    free(calls);
+    if (!rc) {
+        r->think_open = ends_in_think(g.text, g.len);
+        rc = a->n_docs && docs_place(a, g.text, g.skip, g.len, g.spans, &g.n_spans, err) ? 1 : 0;
+    }
+    for (size_t i = 0; i < g.n_spans; i++) g.spans[i].at -= g.skip;
+    if (!rc)
+        rc = kvt_chat_tokenize_marked(s->tok, g.text + g.skip, g.plain + g.skip, g.len - g.skip,
+                                      kvt_tokenizer_add_special(s->tok), g.spans, g.n_spans, max_prompt, &r->prompt, n);
+    *at = *n;
+    for (size_t i = 0; i < g.n_spans; i++)
+        if (a->n_docs && !g.spans[i].len && !g.spans[i].ids) *at = g.spans[i].tok_at;
+    rendering_clear(&g);
+    free(g.spans);
     return rc;
 }
 
