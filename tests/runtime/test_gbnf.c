@@ -9,7 +9,8 @@
  * loop's tokens at once equal to brute force and to the walk without it;
  * classes that take only well-formed UTF-8 (no surrogates, overlong forms or
  * code points past U+10FFFF, refused at the first byte that departs), so
- * walks of byte tokens never get stuck inside a character. */
+ * walks of byte tokens never get stuck inside a character; only the end of
+ * generation on the last token where the text may end but need not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,6 +480,35 @@ static void test_utf8_mask(const kvt_tokenizer *t) {
     kvt_jg_vocab_free(v);
 }
 
+/* The last token of the budget where the text may end (and may go on): only
+ * the end of generation. Not yet where it may end: what completes it. */
+static void test_last_token(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *s = compile("root ::= [a-z]+ (\"-\" [a-z]+)*");
+    int32_t nv = kvt_tokenizer_n_vocab(t), eog = 0;
+    uint8_t *mask = malloc((size_t)nv);
+    for (int32_t id = 0; id < nv; id++) eog += kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+    kvt_jg *g = kvt_jg_new(s, v);
+    CHECK(kvt_jg_feed(g, "ab", 2) == 0 && kvt_jg_can_end(g));
+    int32_t n = kvt_jg_mask(g, 1, mask), only = 1;
+    for (int32_t id = 0; id < nv; id++)
+        if (mask[id]) only &= kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+    CHECKF(eog > 0 && n == eog && only, "budget 1 where the text may end: %d allowed, %d end generation", n, eog);
+    jg_check_mask(g, s, t, 1, "ab", mask);
+    CHECK(kvt_jg_mask(g, 2, mask) > 1000); /* with two left, letters may come (and the end after them) */
+    jg_check_mask(g, s, t, 2, "ab", mask);
+    kvt_jg_free(g);
+    g = kvt_jg_new(s, v);
+    CHECK(kvt_jg_feed(g, "ab-", 3) == 0 && !kvt_jg_can_end(g));
+    n = kvt_jg_mask(g, 1, mask);
+    CHECKF(n > 1000 && !mask[kvt_tokenizer_eos(t)], "budget 1 where the text may not end: %d allowed", n);
+    jg_check_mask(g, s, t, 1, "ab-", mask);
+    kvt_jg_free(g);
+    free(mask);
+    kvt_jg_schema_free(s);
+    kvt_jg_vocab_free(v);
+}
+
 static void test_vocab(const kvt_tokenizer *t) {
     kvt_jg_vocab *v = kvt_jg_vocab_new(t);
     kvt_jg_schema *yn = compile("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}");
@@ -510,6 +540,7 @@ int main(void) {
     }
     test_vocab(t);
     test_utf8_mask(t);
+    test_last_token(t);
     test_memo(t);
     test_loops(t);
     kvt_tokenizer_free(t);
