@@ -19,25 +19,9 @@ has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
 KVT_SERVE_ARGS=(-m "$TMP/m.gguf" -t 1 -c 4096) # the tool prompt holds the schema: ~1.8k tokens
 
-SCHEMA='{"type":"object","properties":{
- "user":{"type":"object","properties":{"email":{"type":"string","format":"email"},
-   "id":{"type":"string","format":"uuid"},"role":{"enum":["admin","user","guest"]}},
-   "required":["email","id","role"],"additionalProperties":false},
- "price":{"type":"number","exclusiveMinimum":0},
- "qty":{"type":"integer","minimum":1,"maximum":99},
- "tags":{"type":"array","items":{"type":"string","pattern":"^[a-z]{1,8}$"},"minItems":1,"maxItems":4},
- "when":{"type":"string","format":"date-time"},
- "pay":{"oneOf":[
-   {"type":"object","properties":{"kind":{"const":"card"},"last4":{"type":"string","pattern":"^\\d{4}$"}},
-    "required":["kind","last4"],"additionalProperties":false},
-   {"type":"object","properties":{"kind":{"const":"cash"}},"required":["kind"],"additionalProperties":false}]},
- "note":{"anyOf":[{"type":"string","maxLength":20},{"type":"null"}]},
- "tree":{"$ref":"#/$defs/node"}},
- "required":["user","price","qty","tags","when","pay","note","tree"],"additionalProperties":false,
- "$defs":{"node":{"type":"object","properties":{"n":{"type":"integer","minimum":-3,"maximum":3},
-   "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},
-   "required":["n","kids"],"additionalProperties":false}}}'
-SCHEMA=$(jq -c . <<<"$SCHEMA")
+# an order (tests/reference/schemas/order.json): a nested object with formats, bounds,
+# a patterned array, a discriminated oneOf, a nullable field and a recursive $ref
+SCHEMA=$(jq -c . "$KVT_SRC/tests/reference/schemas/order.json")
 echo "$SCHEMA" >"$TMP/schema.json"
 
 # check.py SCHEMA DOC: exit 0 when DOC (a JSON text) is valid under SCHEMA
