@@ -338,8 +338,9 @@ static kvt_rag_embedder *new_embedder(const char *what, const kvt_model *m, int 
     return e;
 }
 
-/* --embed: a vector per chunk of idx, with a progress line each second. 0, or -1 after printing why. */
-static int embed_chunks(kvt_rag_index *idx, const kvt_model *m, int pool, long threads, int32_t device) {
+/* --embed: a vector per chunk of idx, with a progress line each second; *ms
+ * gets the time the chunks took to embed. 0, or -1 after printing why. */
+static int embed_chunks(kvt_rag_index *idx, const kvt_model *m, int pool, long threads, int32_t device, double *ms) {
     kvt_rag_embedder *e = new_embedder("rag index", m, pool, threads, device);
     if (!e) return -1;
     int32_t n = kvt_rag_n_chunks(idx), dim = kvt_rag_embedder_dim(e);
@@ -355,6 +356,7 @@ static int embed_chunks(kvt_rag_index *idx, const kvt_model *m, int pool, long t
             last = kvt_now();
         }
     }
+    *ms = (kvt_now() - t0) * 1e3;
     /* the pooling the embedder used: the model's own when none was given */
     kvt_rag_pooling p = (kvt_rag_pooling)pool;
     if (!pool) (void)kvt_rag_pooling_default(m, &p);
@@ -392,7 +394,9 @@ static int cmd_index(int argc, char **argv) {
     } else if (rc) {
         kvt_rag_build_free(x.b);
     }
-    if (!rc && a.embed) rc = embed_chunks(idx, em ? em : m, a.pooling, a.threads, kvt_cli_device_engine(&a.dev));
+    double embed_ms = 0;
+    if (!rc && a.embed)
+        rc = embed_chunks(idx, em ? em : m, a.pooling, a.threads, kvt_cli_device_engine(&a.dev), &embed_ms);
     if (!rc && kvt_rag_save(idx, a.out)) {
         fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
         rc = -1;
@@ -401,10 +405,10 @@ static int cmd_index(int argc, char **argv) {
         uint64_t tokens = 0;
         for (int32_t i = 0; i < kvt_rag_n_chunks(idx); i++) tokens += kvt_rag_chunk_at(idx, i)->tokens;
         kvt_rag_vec_info vi = kvt_rag_vectors(idx);
-        char dense[128] = "";
-        if (vi.dim)
-            snprintf(dense, sizeof dense, ", vectors of %d floats (%s pooling)", vi.dim,
-                     kvt_rag_pooling_name(vi.pooling));
+        char dense[160] = "";
+        if (vi.dim) /* worded as rag query and rag prewarm report the questions' embedding */
+            snprintf(dense, sizeof dense, ", vectors of %d floats (%s pooling), embedding the chunks took %.1f ms",
+                     vi.dim, kvt_rag_pooling_name(vi.pooling), embed_ms);
         printf("indexed %ld documents (%.1f MB) into %d chunks (%llu tokens as blocks of %ld, at most %ld per chunk), "
                "%d terms%s, in %.1f s: %s\n",
                x.docs, (double)x.bytes / 1e6, kvt_rag_n_chunks(idx), (unsigned long long)tokens, a.block, a.chunk,

@@ -13,7 +13,10 @@
  * Matching: a set of parse stacks, each a list of positions in the rules'
  * alternatives whose top is the character class that comes next. Classes
  * match whole UTF-8 characters; a byte inside a character is allowed while
- * some character the class accepts can still begin with the bytes so far.
+ * some character the class accepts can still begin with the bytes so far,
+ * and only well-formed UTF-8 is taken (no surrogates, overlong forms or code
+ * points past U+10FFFF, refused at the first byte that departs from a valid
+ * sequence). A NUL byte is never taken: replies cannot carry it.
  * Left recursion is refused when the grammar is compiled (the stacks would
  * grow without end), as is a rule with no finite text. */
 #ifndef KVT_GBNF_H

@@ -157,12 +157,37 @@ static void expand(kvt_gbnf_m *m, gstate *st, int32_t len) {
     m->buf[len - 1] = old;
 }
 
+/* 1 when continuation byte c may follow the bytes of parse s's unfinished
+ * character and still lead to a valid one. The first byte after E0 or F0 is
+ * where an overlong form (a shorter one exists) would begin, after ED a
+ * surrogate (D800-DFFF: UTF-16 halves, no characters), after F4 a code point
+ * past U+10FFFF; the later bytes only have to be continuations. So a parse
+ * inside a character can always finish it, and no invalid UTF-8 gets
+ * through. s->cp holds the lead's bits: after a three-byte lead it is below
+ * 0x10 with two bytes to come, after a four-byte lead and a continuation it
+ * is 0x10 or more. */
+static int cont_ok(const gstk *s, uint8_t c) {
+    if ((c & 0xC0) != 0x80) return 0;
+    if (s->need == 3) return s->cp == 0 ? c >= 0x90 : s->cp == 4 ? c <= 0x8F : 1;
+    if (s->need == 2 && s->cp < 0x10) return s->cp == 0 ? c >= 0xA0 : s->cp == 0xD ? c <= 0x9F : 1;
+    return 1;
+}
+
+/* 1 when class k holds a character (a code point that is not a surrogate) in [a, b]. */
+static int class_may_char(const kvt_gbnf *g, int32_t k, uint32_t a, uint32_t b) {
+    if (b < 0xD800 || a > 0xDFFF) return kvt_gbnf_class_may(g, k, a, b);
+    return (a < 0xD800 && kvt_gbnf_class_may(g, k, a, 0xD7FF)) || (b > 0xDFFF && kvt_gbnf_class_may(g, k, 0xE000, b));
+}
+
 /* dst = src stepped by byte c. 0 when no parse takes it, or one would go
- * past a limit (then the byte is refused rather than parses dropped). */
+ * past a limit (then the byte is refused rather than parses dropped). A NUL
+ * byte is never taken, whatever the grammar says: replies are C strings,
+ * and the server would write it as U+FFFD, text the grammar may refuse. */
 static int step(kvt_gbnf_m *m, gstate *dst, const gstate *src, uint8_t c) {
     const kvt_gbnf *g = m->g;
     dst->n = dst->pn = 0;
     m->over = 0;
+    if (!c) return 0;
     for (int32_t i = 0; i < src->n && !m->over; i++) {
         const gstk *s = &src->s[i];
         if (!s->len) continue;
@@ -170,7 +195,7 @@ static int step(kvt_gbnf_m *m, gstate *dst, const gstate *src, uint8_t c) {
         uint32_t cp;
         uint8_t need;
         if (s->need) {
-            if ((c & 0xC0) != 0x80) continue;
+            if (!cont_ok(s, c)) continue;
             cp = s->cp << 6 | (c & 0x3F), need = (uint8_t)(s->need - 1);
         } else if (c < 0x80) cp = c, need = 0;
         else if (c >= 0xC2 && c <= 0xDF) cp = c & 0x1F, need = 1;
@@ -179,10 +204,10 @@ static int step(kvt_gbnf_m *m, gstate *dst, const gstate *src, uint8_t c) {
         else continue;
         if (need) {
             uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
-            if (need == 2 && lo < 0x800) lo = 0x800; /* no overlong forms */
-            if (need == 3 && lo < 0x10000) lo = 0x10000;
+            if (!s->need && need == 2 && lo < 0x800) lo = 0x800; /* a lead byte: no overlong forms */
+            if (!s->need && need == 3 && lo < 0x10000) lo = 0x10000;
             hi = KVT_MIN(hi, 0x10FFFF);
-            if (lo <= hi && kvt_gbnf_class_may(g, k, lo, hi)) state_add(m, dst, src->pool + s->off, s->len, cp, need);
+            if (lo <= hi && class_may_char(g, k, lo, hi)) state_add(m, dst, src->pool + s->off, s->len, cp, need);
             continue;
         }
         if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF || !kvt_gbnf_class_has(g, k, cp)) continue;
@@ -431,10 +456,10 @@ static int by_u32(const void *a, const void *b) {
  * character, and then only those whose class does hold it go on); so
  * between two bounds of those classes every code point leads to the same
  * set, and one representative per interval decides for it. The interval
- * bounds also split at the lengths of UTF-8 encodings and the surrogates. */
+ * bounds also split at NUL, the lengths of UTF-8 encodings and the surrogates. */
 static int32_t loop_find(kvt_gbnf_m *m, const gstate *s) {
     const kvt_gbnf *g = m->g;
-    static const uint32_t fixed[] = {0, 0x80, 0x800, 0xD800, 0xE000, 0x10000, 0x110000};
+    static const uint32_t fixed[] = {0, 1, 0x80, 0x800, 0xD800, 0xE000, 0x10000, 0x110000}; /* 0: NUL, never taken */
     uint32_t cut[LOOP_MAX_CUTS + 8], lo[LOOP_MAX_CUTS + 8], hi[LOOP_MAX_CUTS + 8];
     int32_t nc = 0, n = 0;
     for (size_t i = 0; i < KVT_ARRAY_LEN(fixed); i++) cut[nc++] = fixed[i];

@@ -94,8 +94,10 @@ void kvt_jg_free(kvt_jg *g);
  * token is allowed only if the document can still be finished in the rest,
  * counting one token per byte. When even that is past the budget (a long
  * forced head, tokens longer than a byte), only the tokens that shorten the
- * shortest completion are allowed. Returns how many are allowed (0: none;
- * the document cannot continue). */
+ * shortest completion are allowed. With one token left (budget 1) where the
+ * document may end but need not, only the end-of-generation tokens are
+ * allowed, so it ends complete rather than cut. Returns how many are allowed
+ * (0: none; the document cannot continue). */
 int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask);
 /* Advances past token tok. Returns 0, or KVT_EARG (state unchanged) when tok
  * is not allowed here. */

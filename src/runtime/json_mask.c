@@ -272,7 +272,25 @@ static int32_t walk_any(kvt_jg *g, const trie *t, int32_t left, uint8_t *mask) {
     return top ? walk_rx(g, top, t, left, mask) : walk(g, t, left, mask);
 }
 
+/* Only the end-of-generation tokens in mask; how many (0 when the vocabulary has none). */
+static int32_t only_eog(const kvt_jg_vocab *v, uint8_t *mask) {
+    int32_t count = 0;
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        mask[id] = v->eog[id] != 0;
+        count += mask[id];
+    }
+    return count;
+}
+
 int32_t kvt_jg_mask(kvt_jg *g, int32_t budget, uint8_t *mask) {
+    /* The last token of the budget where the text may already end (and may
+     * also go on): only the end of generation, so the reply finishes with
+     * "stop" and a text known to be complete, rather than spending the token
+     * on more text that may leave it unfinished and ending with "length". */
+    if (budget == 1 && kvt_jg_can_end(g) && !kvt_jg_done(g)) {
+        int32_t n = only_eog(g->v, mask);
+        if (n) return n;
+    }
     if (g->gm) return kvt_gbnf_m_mask(g->gm, budget, mask);
     const kvt_jg_vocab *v = g->v;
     int32_t left = budget - 1;

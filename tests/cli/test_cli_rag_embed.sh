@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `kvtier rag index --embed` and `rag query --retrieve bm25|dense|hybrid` with
 # generated random-weight models (their vectors prove the plumbing, not the quality):
-# - the index stores a vector per chunk and says so; a document's own text asked
-#   densely finds that document first (its vector is the chunk's, cosine 1);
+# - the index stores a vector per chunk and says so, with the time embedding took; a
+#   document's own text asked densely finds that document first (its vector is the
+#   chunk's, cosine 1);
 # - hybrid scores are reciprocal-rank sums: the best is at most 2 / (rrf-k + 1), and
 #   --rrf-k changes them;
 # - a question embedded with another model or pooling, dense retrieval on an index
@@ -22,6 +23,8 @@ has() { case "$1" in *"$2"*) return 0 ;; esac; echo "  '$1' lacks '$2'" >&2; ret
 kvt_rag_dense_setup
 expect_rc 0 "$BIN" rag index -m "$TMP/a.gguf" --docs "$TMP/docs" -o "$IDX" --embed -t 1
 check "index --embed reports its vectors" has "$(cat "$TMP/out")" "vectors of 64 floats (mean pooling)"
+check "  and the time embedding them took (embed_ms)" grep -Eq \
+  "vectors of 64 floats \(mean pooling\), embedding the chunks took [0-9]+\.[0-9] ms, in " "$TMP/out"
 q() { "$BIN" rag query "$IDX" "$@" -t 1 --json; }
 top() { jq -r '.chunks[0].doc'; }
 check "dense: a document's own text finds it" is \

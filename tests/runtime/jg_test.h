@@ -28,10 +28,14 @@ static inline kvt_tokenizer *jg_load_vocab(const char *name) {
 static inline void jg_check_mask_n(kvt_jg *g, const kvt_jg_schema *s, const kvt_tokenizer *t, int32_t budget,
                                    const char *prefix, size_t plen, uint8_t *mask) {
     int32_t nv = kvt_tokenizer_n_vocab(t), n = kvt_jg_mask(g, budget, mask), want = 0, wrong = 0;
+    /* the last token where the text may end but need not: only the end of generation */
+    int last = budget == 1 && kvt_jg_can_end(g) && !kvt_jg_done(g);
     for (int32_t id = 0; id < nv; id++) {
         char buf[KVT_JG_MAX_TOKEN + 1];
         int len = kvt_token_piece(t, id, buf, sizeof buf, 0), ok;
-        if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
+        if (last) {
+            ok = kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+        } else if (len > 0 && len <= KVT_JG_MAX_TOKEN) {
             kvt_jg *h = kvt_jg_new(s, NULL);
             ok = kvt_jg_feed(h, prefix, plen) == 0 && kvt_jg_feed(h, buf, (size_t)len) == 0 &&
                 kvt_jg_min_bytes(h) <= budget - 1;

@@ -6,7 +6,11 @@
  * random walks through the mask that always end in a text the grammar
  * accepts; the memoised mask equal to the plain one, step by step, for
  * grammars with repeated character classes; the mask that takes a free-text
- * loop's tokens at once equal to brute force and to the walk without it. */
+ * loop's tokens at once equal to brute force and to the walk without it;
+ * classes that take only well-formed UTF-8 (no surrogates, overlong forms or
+ * code points past U+10FFFF, refused at the first byte that departs), so
+ * walks of byte tokens never get stuck inside a character; only the end of
+ * generation on the last token where the text may end but need not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +355,160 @@ static void test_loops(const kvt_tokenizer *t) {
     kvt_jg_vocab_free(v);
 }
 
+/* ---- UTF-8 at its edges -------------------------------------------------------------------- */
+
+/* How many bytes of b[0..n) are a prefix of valid UTF-8 (shortest forms, no
+ * surrogates, nothing past U+10FFFF), written here from the Unicode table of
+ * well-formed byte sequences rather than shared with the matcher. */
+static size_t utf8_valid_prefix(const uint8_t *b, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = b[i], lo = 0x80, hi = 0xBF;
+        size_t more;
+        if (c < 0x80) more = 0;
+        else if (c >= 0xC2 && c <= 0xDF) more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4) more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else return i;
+        for (size_t k = 1; k <= more && i + k < n; k++, lo = 0x80, hi = 0xBF)
+            if (b[i + k] < lo || b[i + k] > hi) return i + k;
+        i += more + 1;
+    }
+    return n;
+}
+
+/* A negated class (as llama.cpp's list.gbnf has) takes every character but
+ * no byte sequence that is not one: after each lead byte, exactly the
+ * continuations the Unicode table allows are taken, so no parse is left
+ * inside a character it cannot finish (a surrogate, an overlong form). */
+static void test_utf8_edges(void) {
+    static const uint8_t leads[] = {0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF4};
+    kvt_jg_schema *s = compile("root ::= \"- \" [^\\r\\n]+ \"\\n\"");
+    int wrong = 0, first = 0;
+    for (size_t i = 0; i < KVT_ARRAY_LEN(leads); i++)
+        for (int c = 0x80; c <= 0xBF; c++) {
+            uint8_t b[4] = {'-', ' ', leads[i], (uint8_t)c};
+            kvt_jg *g = kvt_jg_new(s, NULL);
+            int took = kvt_jg_feed(g, (const char *)b, 4) == 0, want = utf8_valid_prefix(b, 4) == 4;
+            if (took != want && !wrong++) first = leads[i] << 8 | c;
+            kvt_jg_free(g);
+        }
+    CHECKF(!wrong, "%d lead and continuation pairs taken or refused wrongly, the first %02X %02X", wrong, first >> 8,
+           first & 0xFF);
+    static const char *const good[] = {"- \xed\x9f\xbf\n", "- \xe0\xa0\x80\n", "- \xf0\x90\x80\x80\n",
+                                       "- \xf4\x8f\xbf\xbf\n", "- \xee\x80\x80\n"};
+    static const char *const bad[] = {"- \xed\xa0\x80\n", "- \xe0\x80\x80\n", "- \xf0\x80\x80\x80\n",
+                                      "- \xf4\x90\x80\x80\n", "- \xc0\x80\n"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(good); i++) CHECKF(accepts(s, good[i]), "'%s' should match", good[i]);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) CHECKF(!accepts(s, bad[i]), "'%s' should not match", bad[i]);
+    kvt_jg *nul = kvt_jg_new(s, NULL); /* NUL is in the class, but never taken: a reply cannot carry it */
+    CHECK(kvt_jg_feed(nul, "- a", 3) == 0 && kvt_jg_feed(nul, "\0", 1) != 0 && kvt_jg_feed(nul, "\x01\n", 2) == 0);
+    kvt_jg_free(nul);
+    kvt_jg_schema_free(s);
+    /* U+D7F0 just below the surrogates is a character; a class of surrogates alone has none that ED begins */
+    s = compile("root ::= [\\uD7F0-\\uDFFF]");
+    kvt_jg *g = kvt_jg_new(s, NULL);
+    CHECK(kvt_jg_feed(g, "\xed\x9f", 2) == 0 && kvt_jg_feed(g, "\xb0", 1) == 0 && kvt_jg_done(g));
+    kvt_jg_free(g);
+    kvt_jg_schema_free(s);
+    s = compile("root ::= [\\uD800-\\uDFFF] | \"x\"");
+    g = kvt_jg_new(s, NULL);
+    CHECK(kvt_jg_feed(g, "\xed", 1) != 0);
+    kvt_jg_free(g);
+    kvt_jg_schema_free(s);
+}
+
+/* Over a real vocabulary (whose byte tokens can cut characters anywhere):
+ * after a lead byte, or part-way through list.gbnf-like lines, every token
+ * the mask allows keeps the text valid UTF-8 so far and holds no NUL, and the
+ * mask never allows nothing before the text may end. */
+static void test_utf8_mask(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *s = compile("root ::= (\"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\")+");
+    int32_t nv = kvt_tokenizer_n_vocab(t);
+    uint8_t *mask = malloc((size_t)nv);
+    static const char *const prefixes[] = {"- \xe0", "- \xed", "- \xf0", "- \xf4", "- \xef\xbf", "- a\xf0\x9f", "- a"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(prefixes); i++) {
+        kvt_jg *g = kvt_jg_new(s, v);
+        size_t pl = strlen(prefixes[i]);
+        CHECK(kvt_jg_feed(g, prefixes[i], pl) == 0);
+        int32_t n = kvt_jg_mask(g, 100, mask), bad = 0;
+        for (int32_t id = 0; id < nv; id++) {
+            uint8_t buf[KVT_JG_MAX_TOKEN + 8];
+            memcpy(buf, prefixes[i], pl);
+            int len = kvt_token_piece(t, id, (char *)buf + pl, KVT_JG_MAX_TOKEN, 0);
+            if (mask[id] && len > 0 &&
+                (utf8_valid_prefix(buf, pl + (size_t)len) != pl + (size_t)len || memchr(buf + pl, 0, (size_t)len)))
+                bad++;
+        }
+        CHECKF(n > 0 && !bad, "after '%s': %d allowed, %d of them make invalid UTF-8 or hold NUL", prefixes[i], n, bad);
+        jg_check_mask(g, s, t, 100, prefixes[i], mask);
+        kvt_jg_free(g);
+    }
+    /* seeded walks that pick among byte-sized tokens first (those cut characters): valid text, never stuck */
+    uint64_t rng = 7;
+    uint8_t *one = malloc((size_t)nv), *text = malloc(1 << 16);
+    for (int w = 0; w < 12; w++) {
+        kvt_jg *g = kvt_jg_new(s, v);
+        size_t len = 0;
+        int stuck = 0;
+        for (int step = 0; step < 60; step++) {
+            int32_t n = kvt_jg_mask(g, 60 - step, mask), n1 = 0;
+            if (!n) {
+                stuck = !kvt_jg_can_end(g);
+                break;
+            }
+            for (int32_t id = 0; id < nv; id++) {
+                char b[KVT_JG_MAX_TOKEN + 1];
+                one[id] = mask[id] && kvt_token_piece(t, id, b, sizeof b, 0) == 1 && (uint8_t)b[0] >= 0x80;
+                n1 += one[id];
+            }
+            int32_t pick = n1 && w % 3 ? jg_pick(one, nv, n1, &rng) : jg_pick(mask, nv, n, &rng);
+            CHECK(kvt_jg_accept(g, pick) == 0);
+            if (kvt_tokenizer_is_eog(t, pick) || pick == kvt_tokenizer_eos(t)) break;
+            int pl = kvt_token_piece(t, pick, (char *)text + len, (1 << 16) - len, 0);
+            if (pl > 0) len += (size_t)pl;
+        }
+        CHECKF(!stuck, "walk %d: the mask allows nothing after '%.*s'", w, (int)len, text);
+        CHECKF(utf8_valid_prefix(text, len) == len, "walk %d made invalid UTF-8: '%.*s'", w, (int)len, text);
+        kvt_jg_free(g);
+    }
+    free(one);
+    free(text);
+    free(mask);
+    kvt_jg_schema_free(s);
+    kvt_jg_vocab_free(v);
+}
+
+/* The last token of the budget where the text may end (and may go on): only
+ * the end of generation. Not yet where it may end: what completes it. */
+static void test_last_token(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *s = compile("root ::= [a-z]+ (\"-\" [a-z]+)*");
+    int32_t nv = kvt_tokenizer_n_vocab(t), eog = 0;
+    uint8_t *mask = malloc((size_t)nv);
+    for (int32_t id = 0; id < nv; id++) eog += kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+    kvt_jg *g = kvt_jg_new(s, v);
+    CHECK(kvt_jg_feed(g, "ab", 2) == 0 && kvt_jg_can_end(g));
+    int32_t n = kvt_jg_mask(g, 1, mask), only = 1;
+    for (int32_t id = 0; id < nv; id++)
+        if (mask[id]) only &= kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+    CHECKF(eog > 0 && n == eog && only, "budget 1 where the text may end: %d allowed, %d end generation", n, eog);
+    jg_check_mask(g, s, t, 1, "ab", mask);
+    CHECK(kvt_jg_mask(g, 2, mask) > 1000); /* with two left, letters may come (and the end after them) */
+    jg_check_mask(g, s, t, 2, "ab", mask);
+    kvt_jg_free(g);
+    g = kvt_jg_new(s, v);
+    CHECK(kvt_jg_feed(g, "ab-", 3) == 0 && !kvt_jg_can_end(g));
+    n = kvt_jg_mask(g, 1, mask);
+    CHECKF(n > 1000 && !mask[kvt_tokenizer_eos(t)], "budget 1 where the text may not end: %d allowed", n);
+    jg_check_mask(g, s, t, 1, "ab-", mask);
+    kvt_jg_free(g);
+    free(mask);
+    kvt_jg_schema_free(s);
+    kvt_jg_vocab_free(v);
+}
+
 static void test_vocab(const kvt_tokenizer *t) {
     kvt_jg_vocab *v = kvt_jg_vocab_new(t);
     kvt_jg_schema *yn = compile("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}");
@@ -374,12 +532,15 @@ static void test_vocab(const kvt_tokenizer *t) {
 int main(void) {
     test_match();
     test_errors();
+    test_utf8_edges();
     kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_gbnf");
     }
     test_vocab(t);
+    test_utf8_mask(t);
+    test_last_token(t);
     test_memo(t);
     test_loops(t);
     kvt_tokenizer_free(t);

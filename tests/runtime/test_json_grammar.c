@@ -3,7 +3,8 @@
  * keywords compiled or refused by name, the token mask equal to a brute-force
  * check of every token, and random walks over a real vocabulary (the GPT-2
  * one) that always end in a document that parses and validates, within a
- * token budget, also a tight one. */
+ * token budget, also a tight one; only the end of generation on the last
+ * token where the document may end but need not. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,31 @@ static void test_mask_exact(const kvt_tokenizer *t) {
     kvt_jg_vocab_free(v);
 }
 
+/* A top-level number may end after any digit but may also go on: on the
+ * last token of the budget only the end of generation is offered (the same
+ * rule as for a GBNF grammar, through the same mask), so the reply stops with
+ * the number rather than running out in it. */
+static void test_last_token(const kvt_tokenizer *t) {
+    kvt_jg_vocab *v = kvt_jg_vocab_new(t);
+    kvt_jg_schema *s = compile("{\"type\":\"integer\"}");
+    int32_t nv = kvt_tokenizer_n_vocab(t), eog = 0, only = 1;
+    uint8_t *mask = malloc((size_t)nv);
+    for (int32_t id = 0; id < nv; id++) eog += kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+    kvt_jg *g = kvt_jg_new(s, v);
+    CHECK(kvt_jg_feed(g, "12", 2) == 0 && kvt_jg_can_end(g) && !kvt_jg_done(g));
+    int32_t n = kvt_jg_mask(g, 1, mask);
+    for (int32_t id = 0; id < nv; id++)
+        if (mask[id]) only &= kvt_tokenizer_is_eog(t, id) || id == kvt_tokenizer_eos(t);
+    CHECKF(eog > 0 && n == eog && only, "integer, budget 1: %d allowed, %d end generation", n, eog);
+    jg_check_mask(g, s, t, 1, "12", mask);
+    CHECK(kvt_jg_mask(g, 2, mask) > eog); /* with two left, more digits may come */
+    jg_check_mask(g, s, t, 2, "12", mask);
+    kvt_jg_free(g);
+    free(mask);
+    kvt_jg_schema_free(s);
+    kvt_jg_vocab_free(v);
+}
+
 /* A tiny validator for the subset, over the schema as JSON. */
 static int validate(const cJSON *v, const cJSON *sc) {
     const cJSON *c = cJSON_GetObjectItem(sc, "const"), *en = cJSON_GetObjectItem(sc, "enum");
@@ -357,6 +383,7 @@ int main(void) {
         return kvt_test_done("test_json_grammar");
     }
     test_mask_exact(t);
+    test_last_token(t);
     test_random_walks(t, NULL, 40, 400);
     test_random_walks(t, PERSON, 40, 400);
     test_random_walks(t, PERSON, 20, 60); /* tight: the shortest PERSON is 37 bytes */

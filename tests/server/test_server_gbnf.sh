@@ -3,7 +3,8 @@
 # random-weight model, whose output is noise unless the mask constrains it:
 # on /v1/chat/completions, /v1/completions and llama-server's /completion,
 # over several seeds, every output finishes and matches the grammar (checked
-# with python3's re). A bad grammar is a 400 naming the line and column;
+# with python3's re); where one token of max_tokens is left and the text may
+# end, the reply ends there with "stop". A bad grammar is a 400 naming the line and column;
 # grammar together with response_format or tools is a 400 naming both.
 # Needs curl, jq and python3.
 set -u
@@ -45,6 +46,28 @@ term ::= [0-9]{1,2} | "(" expr ")"' '$g')
 post /v1/completions "{\"prompt\":\"1+1=\",\"grammar\":$ARITH,\"max_tokens\":40,\"seed\":5}"
 check "a multi-line grammar with comments and recursion" is "$CODE/$(jb '.choices[0].finish_reason')" 200/stop
 check "... and its output parses as arithmetic" python3 -c 'import re, sys; eval(re.sub(r"[0-9]+", lambda m: str(int(m[0])), sys.argv[1]), {})' "$(jb '.choices[0].text')"
+
+# The last token of max_tokens where the text may end but could go on: only
+# end-of-generation is offered, so the reply ends with "stop" and complete text
+# rather than "length" one token further (which, were the grammar still open
+# there, would leave it cut). Free text that may end after any letter, and a
+# JSON schema's top-level integer, on a budget of 3 tokens.
+WORDS=$(jq -Rn --arg g 'root ::= [a-z ]+' '$g')
+stopped=0 good=0
+for seed in 1 2 3 4; do
+  post /v1/completions "{\"prompt\":\"w:\",\"grammar\":$WORDS,\"max_tokens\":3,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && [ "$(jb '.choices[0].finish_reason')" = stop ] && stopped=$((stopped + 1))
+  [ "$CODE" = 200 ] && matches '[a-z ]+' "$(jb '.choices[0].text')" && good=$((good + 1))
+done
+check "max_tokens 3 where the grammar may end: 4 of 4 end with stop" is "$stopped" 4
+check "... and 4 of 4 match the grammar" is "$good" 4
+stopped=0
+for seed in 1 2 3 4; do
+  post /v1/completions "{\"prompt\":\"n:\",\"json_schema\":{\"type\":\"integer\"},\"max_tokens\":3,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && [ "$(jb '.choices[0].finish_reason')" = stop ] && matches '\s*-?[0-9]+\s*' "$(jb '.choices[0].text')" &&
+    stopped=$((stopped + 1))
+done
+check "... and a JSON schema's integer, 4 of 4 stop with a number" is "$stopped" 4
 
 post /v1/chat/completions "{$MSG,\"grammar\":\"root ::= \\\"a\\\" (\\\"b\\\" | item\"}"
 check "an unbalanced paren is a 400 on 'grammar'" is "$CODE/$(jb .error.param)" 400/grammar

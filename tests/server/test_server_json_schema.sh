@@ -4,7 +4,8 @@
 # with an email, a uuid, a date-time, an enum, a positive number, an array
 # with minItems of patterned strings, a discriminated oneOf and a recursive
 # $ref, through response_format over many seeds, llama.cpp's json_schema on
-# /v1/completions, and a forced tool call with the same parameters. Every
+# /v1/completions, and a forced tool call with the same parameters; then each
+# Pydantic v2 schema of tests/reference/schemas over three seeds. Every
 # output must finish (finish_reason stop) and validate: with python3's
 # jsonschema when it is installed, and always with a small checker of the
 # standard library below. Refusals name the keyword and the path.
@@ -18,25 +19,9 @@ has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
 KVT_SERVE_ARGS=(-m "$TMP/m.gguf" -t 1 -c 4096) # the tool prompt holds the schema: ~1.8k tokens
 
-SCHEMA='{"type":"object","properties":{
- "user":{"type":"object","properties":{"email":{"type":"string","format":"email"},
-   "id":{"type":"string","format":"uuid"},"role":{"enum":["admin","user","guest"]}},
-   "required":["email","id","role"],"additionalProperties":false},
- "price":{"type":"number","exclusiveMinimum":0},
- "qty":{"type":"integer","minimum":1,"maximum":99},
- "tags":{"type":"array","items":{"type":"string","pattern":"^[a-z]{1,8}$"},"minItems":1,"maxItems":4},
- "when":{"type":"string","format":"date-time"},
- "pay":{"oneOf":[
-   {"type":"object","properties":{"kind":{"const":"card"},"last4":{"type":"string","pattern":"^\\d{4}$"}},
-    "required":["kind","last4"],"additionalProperties":false},
-   {"type":"object","properties":{"kind":{"const":"cash"}},"required":["kind"],"additionalProperties":false}]},
- "note":{"anyOf":[{"type":"string","maxLength":20},{"type":"null"}]},
- "tree":{"$ref":"#/$defs/node"}},
- "required":["user","price","qty","tags","when","pay","note","tree"],"additionalProperties":false,
- "$defs":{"node":{"type":"object","properties":{"n":{"type":"integer","minimum":-3,"maximum":3},
-   "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},
-   "required":["n","kids"],"additionalProperties":false}}}'
-SCHEMA=$(jq -c . <<<"$SCHEMA")
+# an order (tests/reference/schemas/order.json): a nested object with formats, bounds,
+# a patterned array, a discriminated oneOf, a nullable field and a recursive $ref
+SCHEMA=$(jq -c . "$KVT_SRC/tests/reference/schemas/order.json")
 echo "$SCHEMA" >"$TMP/schema.json"
 
 # check.py SCHEMA DOC: exit 0 when DOC (a JSON text) is valid under SCHEMA
@@ -48,6 +33,8 @@ def fmt_ok(f, s):
         return re.fullmatch(r"(?!\.)(?!.*\.\.)[A-Za-z0-9_'+\-.]*[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\-]*\.)+[A-Za-z]{2,}", s)
     if f == "uuid":
         return re.fullmatch(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}", s) and uuid.UUID(s)
+    if f == "date":
+        return re.fullmatch(r"\d{4}-\d\d-\d\d", s) and datetime.date.fromisoformat(s)
     if f == "date-time":
         m = re.fullmatch(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", s)
         return m and datetime.date.fromisoformat(m[1]) and datetime.time.fromisoformat(m[2])
@@ -65,7 +52,7 @@ def check(v, s, root):
     if "anyOf" in s and not any(check(v, b, root) for b in s["anyOf"]): return False
     if "oneOf" in s and sum(check(v, b, root) for b in s["oneOf"]) != 1: return False
     t = s.get("type")
-    kinds = {"object": dict, "array": list, "string": str, "null": type(None)}
+    kinds = {"object": dict, "array": list, "string": str, "null": type(None), "boolean": bool}
     if t in kinds and not isinstance(v, kinds[t]): return False
     if t in ("number", "integer"):
         if isinstance(v, bool) or not isinstance(v, (int, float)): return False
@@ -73,6 +60,7 @@ def check(v, s, root):
         if "minimum" in s and v < s["minimum"]: return False
         if "maximum" in s and v > s["maximum"]: return False
         if "exclusiveMinimum" in s and v <= s["exclusiveMinimum"]: return False
+        if "exclusiveMaximum" in s and v >= s["exclusiveMaximum"]: return False
     if isinstance(v, dict) and t == "object":
         props = s.get("properties", {})
         if any(k not in v for k in s.get("required", [])): return False
@@ -80,11 +68,15 @@ def check(v, s, root):
             if k in props:
                 if not check(x, props[k], root): return False
             elif s.get("additionalProperties") is False: return False
+            elif isinstance(s.get("additionalProperties"), dict) and not check(x, s["additionalProperties"], root):
+                return False
     if isinstance(v, list) and t == "array":
         if len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", 1 << 30): return False
-        if not all(check(x, s.get("items", {}), root) for x in v): return False
+        pre = s.get("prefixItems", [])
+        if not all(check(x, p, root) for x, p in zip(v, pre)): return False
+        if not all(check(x, s.get("items", {}), root) for x in v[len(pre):]): return False
     if isinstance(v, str) and t == "string":
-        if len(v) > s.get("maxLength", 1 << 30): return False
+        if not s.get("minLength", 0) <= len(v) <= s.get("maxLength", 1 << 30): return False
         if "pattern" in s and not re.search(s["pattern"], v): return False
         if "format" in s and not fmt_ok(s["format"], v): return False
     return True
@@ -105,8 +97,10 @@ if not ok:
     print("invalid:", sys.argv[2], file=sys.stderr)
 sys.exit(0 if ok else 1)
 PY
-valid() { python3 "$TMP/check.py" "$TMP/schema.json" "$1"; }
+valid_under() { python3 "$TMP/check.py" "$1" "$2"; }
+valid() { valid_under "$TMP/schema.json" "$1"; }
 invalid() { ! valid "$1" 2>/dev/null; }
+invalid_under() { ! valid_under "$1" "$2" 2>/dev/null; }
 
 check "the checker refuses a bad email" invalid '{"user":{"email":"x","id":"123e4567-e89b-42d3-a456-426614174000","role":"user"},"price":1,"qty":1,"tags":["a"],"when":"2024-01-01T00:00:00Z","pay":{"kind":"cash"},"note":null,"tree":{"n":0,"kids":[]}}'
 check "the checker takes a good document" valid '{"user":{"email":"a@b.co","id":"123e4567-e89b-42d3-a456-426614174000","role":"user"},"price":0.5,"qty":99,"tags":["a"],"when":"2024-01-01T00:00:00Z","pay":{"kind":"card","last4":"1234"},"note":"hi","tree":{"n":-3,"kids":[{"n":3,"kids":[]}]}}'
@@ -132,6 +126,30 @@ for seed in 1 2; do
   [ "$CODE" = 200 ] && valid "$(jb '.choices[0].message.tool_calls[0].function.arguments')" && good=$((good + 1))
 done
 check "a forced tool call's arguments validate, 2 of 2 seeds" is "$good" 2
+
+# Pydantic v2's schemas as model_json_schema() writes them ($defs, Optional as anyOf with
+# null, enums, nested and self-referring models, a discriminated union), one file each
+# under tests/reference/schemas: the checker takes each file's example (and refuses it
+# with every field wrapped in an array), and every reply
+# finishes and validates
+n_files=0
+for f in "$KVT_SRC"/tests/reference/schemas/pydantic_*.json; do
+  name=$(basename "$f" .json) n_files=$((n_files + 1))
+  check "$name: the checker takes its example" valid_under "$f" "$(jq -c '.examples[0]' "$f")"
+  check "... and refuses it with a wrong type in every field" invalid_under "$f" "$(jq -c '.examples[0] | map_values([.])' "$f")"
+  good=0 stopped=0
+  for seed in 1 2 3; do
+    post /v1/chat/completions "$(jq -c --slurpfile s "$f" --argjson seed "$seed" -n \
+      '{messages: [{role: "user", content: "One record, in JSON."}], max_tokens: 400, seed: $seed,
+        response_format: {type: "json_schema", json_schema: {name: "m", strict: true, schema: $s[0]}}}')"
+    [ "$CODE" = 200 ] || echo "  $name seed $seed: HTTP $CODE $(cat "$TMP/body")" >&2
+    [ "$CODE" = 200 ] && [ "$(jb '.choices[0].finish_reason')" = stop ] && stopped=$((stopped + 1))
+    [ "$CODE" = 200 ] && valid_under "$f" "$(jb '.choices[0].message.content')" && good=$((good + 1))
+  done
+  check "$name: 3 of 3 seeds finish" is "$stopped" 3
+  check "$name: 3 of 3 validate" is "$good" 3
+done
+check "the Pydantic schemas are there (3 files)" is "$n_files" 3
 
 # ---- refusals: the keyword (or feature) and where it is ----------------------------------------
 post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}}}}}"
