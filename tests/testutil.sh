@@ -10,9 +10,12 @@ BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 TMP=$(mktemp -d)
 # python3 found through a version manager's shim (pyenv's is a shell script that runs pyenv)
 # costs ~0.6 s of CPU per start on the CI machine, and the tests start it often (raw sockets,
-# JSON checks): the test's python3 is the interpreter that shim picks, run directly
+# JSON checks): the test's python3, and that of the bash -c checks it runs, is the interpreter
+# that shim picks, run directly
 if KVT_PYTHON3=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$KVT_PYTHON3" ]; then
   python3() { "$KVT_PYTHON3" "$@"; }
+  export KVT_PYTHON3
+  export -f python3
 fi
 pass=0 fail=0
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; } # bad DESCRIPTION: a failed check
