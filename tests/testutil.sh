@@ -33,6 +33,9 @@ kvt_test_done() { # kvt_test_done NAME: 1 on a failed check or none at all, 77 (
   [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ] || return 1
   [ -z "$skipped_parts" ] || { echo "SKIP: $1: $skipped_parts"; return 77; }
 }
+# kvt_tsan: whether $BIN is a ThreadSanitizer build (scripts/test.sh sets TSAN_OPTIONS for it), where a
+# token takes ~10x as long: a test that needs a request to last a while can ask for fewer tokens
+kvt_tsan() { [ -n "${TSAN_OPTIONS:-}" ] || grep -qa __tsan_init "$BIN"; }
 # comparisons for check that say what they got
 is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
 gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }
