@@ -13,8 +13,18 @@ places where logits each within TOL cannot swap). --min-top1 also requires
 that fraction of positions to agree on the top-1 id. The greedy continuation
 must match token for token with --greedy-exact, else it is reported. Before
 anything, the comparison is run on doctored references, which it must reject.
-Exit status 0 when everything matches."""
+Exit status 0 when everything matches.
+
+usage: eval_compare.py BIN --jobs FILE
+
+Compares many models in this one process (a Python start is slow on some
+machines, and test_eval_ref.sh compares thirty): FILE ("-" for stdin) has one
+tab-separated line per model, "MODEL REF.jsonl TOL MIN_TOP1 GREEDY ORDER"
+(GREEDY 1 for --greedy-exact; ORDER the KVT_Q8_ORDER to run eval with), read as
+they come, so a writer can still be making the next model. Each MODEL is removed once
+compared. Exit status 0 when every model matches and at least one was read."""
 import json
+import os
 import subprocess
 import sys
 
@@ -60,20 +70,14 @@ def self_test():
     assert compare_top5(r * 2, r, tol), "a different number of positions must fail"
 
 
-def main(argv):
-    args = [a for a in argv[1:] if not a.startswith("--")]
-    greedy_exact = "--greedy-exact" in argv
-    min_top1 = float(argv[argv.index("--min-top1") + 1]) if "--min-top1" in argv else None
-    if min_top1 is not None:
-        args.remove(argv[argv.index("--min-top1") + 1])
-    binary, model, ref_path, tol = args[0], args[1], args[2], float(args[3])
-    self_test()
+def compare_model(binary, model, ref_path, tol, greedy_exact, min_top1, env=None):
+    """Compares `kvtier eval` of model with every line of ref_path; the number of prompts that failed."""
     bad = 0
     name = model.rsplit("/", 1)[-1]
     for line in open(ref_path):
         ref = json.loads(line)
         out = subprocess.run([binary, "eval", "-m", model, "-t", "2", "-n", str(len(ref["greedy"])), ref["prompt"]],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=env)
         what = f"{name} '{ref['prompt'][:30]}'"
         if out.returncode != 0:
             print(f"FAIL: {what}: eval exited {out.returncode}: {out.stderr.strip()[:200]}")
@@ -96,12 +100,42 @@ def main(argv):
             problems.append(f"greedy differs after {same} tokens")
         dev = max((abs(gl - rl) for g, r in pairs for (_, gl), (_, rl) in zip(g, r)), default=0.0)
         if problems:
-            print(f"FAIL: {what}: {'; '.join(problems)}")
+            print(f"FAIL: {what}: {'; '.join(problems)}", flush=True)
             bad += 1
         else:
             print(f"ok: {what}: {len(ref['prompt_tokens'])} tokens, max |d top-5 logit| {dev:.2e} (tol {tol:g}), "
-                  f"top-1 agreement {top1:.1%}, greedy {same}/{len(ref['greedy'])} equal")
-    return 1 if bad else 0
+                  f"top-1 agreement {top1:.1%}, greedy {same}/{len(ref['greedy'])} equal", flush=True)
+    return bad
+
+
+def run_jobs(binary, path):
+    """The --jobs mode: one compare_model per line of path; 0 when all matched and there was one at least."""
+    bad = n = 0
+    with (sys.stdin if path == "-" else open(path)) as jobs:
+        for line in jobs:
+            if not line.strip():
+                continue
+            model, ref_path, tol, min_top1, greedy, order = line.rstrip("\n").split("\t")
+            env = dict(os.environ, KVT_Q8_ORDER=order)
+            bad += compare_model(binary, model, ref_path, float(tol), greedy == "1", float(min_top1), env)
+            os.remove(model)
+            n += 1
+    if n == 0:
+        print("FAIL: no model to compare was given")
+    return 1 if bad or n == 0 else 0
+
+
+def main(argv):
+    self_test()
+    if "--jobs" in argv:
+        return run_jobs(argv[1], argv[argv.index("--jobs") + 1])
+    args = [a for a in argv[1:] if not a.startswith("--")]
+    greedy_exact = "--greedy-exact" in argv
+    min_top1 = float(argv[argv.index("--min-top1") + 1]) if "--min-top1" in argv else None
+    if min_top1 is not None:
+        args.remove(argv[argv.index("--min-top1") + 1])
+    binary, model, ref_path, tol = args[0], args[1], args[2], float(args[3])
+    return 1 if compare_model(binary, model, ref_path, tol, greedy_exact, min_top1) else 0
 
 
 if __name__ == "__main__":

@@ -21,8 +21,10 @@ test_server_slowloris.sh.
       opens PER connections from each address of SOURCES (comma-separated),
       taking the addresses in turn, each sending the start of a request's
       headers; prints "opened N" once all are open, then sends one header byte
-      on each every INTERVAL seconds. Exit 0 once the server has closed all of
-      them, 1 if some are still open after BOUND seconds (then it closes them).
+      on each every INTERVAL seconds, and prints "open N" after each round
+      with the number the server has not closed. Exit 0 once the server has
+      closed all of them, 1 if some are still open after BOUND seconds (then
+      it closes them).
   http_raw.py hold-post PORT ADDR XFF N BOUND
       opens N connections from ADDR, each sending a POST whose headers carry
       X-Forwarded-For: XFF and whose body stops short of its Content-Length;
@@ -187,6 +189,7 @@ def cmd_wave(port, sources, per, interval, bound):
                 conns[i].send(b"a")
             except OSError:
                 open_.discard(i)
+        say("open %d" % len(open_))
     for s in conns:
         s.close()
     say("closed by the server: %d of %d" % (len(conns) - len(open_), len(conns)))

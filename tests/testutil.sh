@@ -8,6 +8,15 @@
 # every server log. bench/ sources it too, for the same servers.
 BIN=${KVT_BIN:?KVT_BIN must point to the kvtier binary}
 TMP=$(mktemp -d)
+# python3 found through a version manager's shim (pyenv's is a shell script that runs pyenv)
+# costs ~0.6 s of CPU per start on the CI machine, and the tests start it often (raw sockets,
+# JSON checks): the test's python3, and that of the bash -c checks it runs, is the interpreter
+# that shim picks, run directly
+if KVT_PYTHON3=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) && [ -x "$KVT_PYTHON3" ]; then
+  python3() { "$KVT_PYTHON3" "$@"; }
+  export KVT_PYTHON3
+  export -f python3
+fi
 pass=0 fail=0
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; } # bad DESCRIPTION: a failed check
 check() { # check DESCRIPTION COMMAND...
@@ -24,6 +33,9 @@ kvt_test_done() { # kvt_test_done NAME: 1 on a failed check or none at all, 77 (
   [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ] || return 1
   [ -z "$skipped_parts" ] || { echo "SKIP: $1: $skipped_parts"; return 77; }
 }
+# kvt_tsan: whether $BIN is a ThreadSanitizer build (scripts/test.sh sets TSAN_OPTIONS for it), where a
+# token takes ~10x as long: a test that needs a request to last a while can ask for fewer tokens
+kvt_tsan() { [ -n "${TSAN_OPTIONS:-}" ] || grep -qa __tsan_init "$BIN"; }
 # comparisons for check that say what they got
 is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
 gt() { [ "$1" -gt "$2" ] 2>/dev/null || { echo "  got '$1', want > $2" >&2; return 1; }; }

@@ -128,14 +128,22 @@ for _ in $(seq 100); do # P's write-through reaches Redis in the background
   sleep 0.1
 done
 URL=${KVT_URL[Q]} # wait_health asks Q
-curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/long.json" \
-  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true}' "${KVT_URL[Q]}/v1/completions" &
+# the long request streams, so that it ends when its client leaves: once X has queued behind it
+# and had its blocks prefetched, its client goes (rather than waiting out 1200 tokens, which under
+# ThreadSanitizer was most of this test)
+curl -s -N -m 300 -H 'Content-Type: application/json' -o "$TMP/long.txt" \
+  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true, "stream": true}' "${KVT_URL[Q]}/v1/completions" &
 LP=$!
 check "the long request holds Q's slot" wait_health .slots_busy 1
 curl -s -m 300 -H 'Content-Type: application/json' -d "$xbody" "${KVT_URL[Q]}/v1/completions" >"$TMP/xq.json" &
 XP=$!
 check "X waits on Q" wait_health .queued 1
 check "the long request was still running when X queued" test "$(health .slots_busy)" = 1
+# the engine prefetches a waiting request's blocks in one step: then the long request's client leaves
+x_prefetched() { [ "$(curl -s -m 10 "$URL/v1/cache/stats" | jq -r '.prefetched_blocks')" -ge "$xblocks" ]; }
+check "X's prefetch while the long request runs" wait_for x_prefetched
+check "... with the long request still running and X waiting" test "$(health .slots_busy)/$(health .queued)" = 1/1
+kill $LP
 wait $LP $XP
 curl -s "${KVT_URL[Q]}/v1/cache/stats" >"$TMP/qstats.json"
 check "X's T3 blocks were prefetched while it waited ($(jq '.kvtier.prefetched_tokens // 0' "$TMP/xq.json") tokens)" \
