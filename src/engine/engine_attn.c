@@ -7,13 +7,14 @@
  * Groups: up to attn_group_tokens() consecutive chunk rows of one sequence
  * that all see keys from position 0 (no sliding-window cut) attend together
  * with f16/f32 pages, as one call per page for all their query heads, so each
- * K vector loaded serves the group's heads of several tokens (the score tile
- * takes 8 heads, while a KV head has only G = n_head / n_head_kv of one
- * token). Scores past a token's own position are computed and never read;
- * its softmax covers its own keys. The value pass runs once over the keys
- * every token of the group sees, keeping the lane sums (attn.h), then each
- * token finishes from those sums over its remaining keys: the same fma
- * chains, so the same bits as a token attending alone. */
+ * K page read serves the group's heads of several tokens while it is in L1
+ * (8 heads; a KV head has only G = n_head / n_head_kv of one token; the
+ * AVX-512 score tile takes 4 of them at a time). Scores past a token's own
+ * position are computed and never read; its softmax covers its own keys. The
+ * value pass runs once over the keys every token of the group sees, keeping
+ * the lane sums (attn.h), then each token finishes from those sums over its
+ * remaining keys: the same fma chains, so the same bits as a token attending
+ * alone. */
 #include "engine_impl.h"
 
 #include <math.h>
@@ -28,8 +29,8 @@
 
 /* q8_0 KV: pages of V dequantized at once for one value-pass call */
 #define AV_Q8_PAGES 8
-/* Query heads a group aims for: the AVX-512 score tile's head count; and the
- * value tile's (attn_tmpl.h). */
+/* Query heads a group aims for: two AVX-512 score tiles' worth of heads per
+ * K page read; and the value tile's (attn_tmpl.h). */
 #define GROUP_HEADS 8
 #define AV_HEADS 4
 

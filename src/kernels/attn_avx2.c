@@ -20,6 +20,7 @@
  * values 4 heads x 3 vectors of dimensions = 12 */
 #define ATT_GROUP_MAX 6
 #define ATT_QK_KVEC 2
+#define ATT_QK_CLASSES 1
 #define ATT_TREE_HEADS 2 /* the tree-order score tile: 2 heads x 5 partial sums = 10 ymm */
 #define ATT_AV_HEADS 4
 #define ATT_AV_CHUNKS 3

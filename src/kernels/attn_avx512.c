@@ -13,8 +13,11 @@
 #define ATT_LANES 16
 #define ATT_V __m512
 #define ATT_M __mmask16
-#define ATT_GROUP_MAX 8 /* scores: 8 heads x 2 vectors of keys = 16 accumulators */
+/* scores: 4 heads x 2 vectors of keys x 4 lane classes = 32 accumulators
+ * (fewer partial sums through memory than 8 heads x 2 vectors of one class) */
+#define ATT_GROUP_MAX 4
 #define ATT_QK_KVEC 2
+#define ATT_QK_CLASSES 4
 #define ATT_TREE_HEADS 4 /* the tree-order score tile: 4 heads x 5 partial sums = 20 zmm */
 #define ATT_AV_HEADS 4   /* values: 4 heads x 4 vectors of dimensions */
 #define ATT_AV_CHUNKS 4

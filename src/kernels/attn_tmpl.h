@@ -16,6 +16,7 @@
  *   ATT_INLINE                    `static inline`, always inlined, with the target attribute
  *   ATT_TARGET                    the target attribute alone (for the two kernels)
  *   ATT_GROUP_MAX, ATT_QK_KVEC    score tile: heads x vectors of keys (QK_KVEC 1 or 2)
+ *   ATT_QK_CLASSES                lane classes the score tile runs side by side (1, 2 or 4)
  *   ATT_TREE_HEADS                at most this many heads (2 or 4) take the tree-order score tile
  *   ATT_AV_HEADS, ATT_AV_CHUNKS   value tile: heads x vectors of dimensions
  *   ATT_QK_NAME, ATT_AV_NAME      the names of the kernels to define
@@ -42,6 +43,9 @@
 #if ATT_GROUP_MAX != 4 && ATT_GROUP_MAX != 6 && ATT_GROUP_MAX != 8
 #error "ATT_GROUP_MAX must be 4, 6 or 8"
 #endif
+#if ATT_QK_CLASSES != 1 && ATT_QK_CLASSES != 2 && ATT_QK_CLASSES != 4
+#error "ATT_QK_CLASSES must be 1, 2 or 4"
+#endif
 #if ATT_AV_HEADS != 4 || ATT_AV_CHUNKS < 3 || ATT_AV_CHUNKS > 4
 #error "the value tile is 4 heads x 3 or 4 vectors"
 #endif
@@ -49,33 +53,49 @@
 /* A score tile: gn heads x nvec vectors of keys. The dot of each score is kept
  * in 16 lane classes (d mod 16): class j is one fma chain over d = j, j + 16,
  * ... from +0, computed for the whole tile at once so each K row is loaded
- * once for every head; the classes wait in part[] and are then summed by the
- * canonical lane tree of ops.h (kvt_ops_lanes_sum's order), times the scale. */
+ * once for every head. ATT_QK_CLASSES classes run side by side, those the
+ * canonical lane tree of ops.h (kvt_ops_lanes_sum's order) adds first: one
+ * class j; or j and j + 8 (the tree's first level); or j, j + 8, j + 4 and
+ * j + 12 (its first two levels). Their sum waits in part[] for the levels
+ * left, then one multiply by the scale. More classes at once means fewer
+ * partial sums written and read back per fma, for the same chains. */
 ATT_INLINE void att_qk_tile(const float *q, int32_t hd, const void *kt, int32_t stride, int f16, int32_t t0,
                             const ATT_M *m, float *scores, int64_t ld, ATT_V vscale, const int gn, const int nvec) {
-    ATT_V part[16][ATT_GROUP_MAX][ATT_QK_KVEC];
-    for (int j = 0; j < 16; j++) {
-        ATT_V acc[ATT_GROUP_MAX][ATT_QK_KVEC];
-        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
-            acc[g][vi] = att_zero();
-        for (int32_t d = j; d < hd; d += 16) {
-            ATT_V kx[ATT_QK_KVEC];
-            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
-                kx[vi] = att_load(kt, f16, (int64_t)d * stride + t0 + vi * ATT_LANES, m[vi]);
-            _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) {
-                ATT_V qd = att_set1(q[(int64_t)g * hd + d]);
-                _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[g][vi] = att_fma(qd, kx[vi], acc[g][vi]);
+    enum { NC = ATT_QK_CLASSES, NJ = 16 / ATT_QK_CLASSES };
+    static const int32_t cls[4] = {0, 8, 4, 12}; /* the classes of a set, from its first */
+    ATT_V part[NJ][ATT_GROUP_MAX][ATT_QK_KVEC];
+    for (int j = 0; j < NJ; j++) {
+        ATT_V acc[NC][ATT_GROUP_MAX][ATT_QK_KVEC];
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++)
+            _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) acc[c][g][vi] = att_zero();
+        for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) {
+                const int32_t d = d0 + j + cls[c];
+                if (d >= hd) continue;
+                ATT_V kx[ATT_QK_KVEC];
+                _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
+                    kx[vi] = att_load(kt, f16, (int64_t)d * stride + t0 + vi * ATT_LANES, m[vi]);
+                _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) {
+                    ATT_V qd = att_set1(q[(int64_t)g * hd + d]);
+                    _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
+                        acc[c][g][vi] = att_fma(qd, kx[vi], acc[c][g][vi]);
+                }
             }
         }
-        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++)
-            part[j][g][vi] = acc[g][vi];
+        _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) {
+            if (NC == 1) part[j][g][vi] = acc[0][g][vi];
+            else if (NC == 2) part[j][g][vi] = att_add(acc[0][g][vi], acc[NC - 1][g][vi]);
+            else
+                part[j][g][vi] = att_add(att_add(acc[0][g][vi], acc[1 % NC][g][vi]),
+                                         att_add(acc[2 % NC][g][vi], acc[3 % NC][g][vi]));
+        }
     }
     _Pragma("GCC unroll 8") for (int g = 0; g < gn; g++) _Pragma("GCC unroll 2") for (int vi = 0; vi < nvec; vi++) {
-        ATT_V l[16];
-        for (int j = 0; j < 8; j++) l[j] = att_add(part[j][g][vi], part[j + 8][g][vi]);
-        for (int j = 0; j < 4; j++) l[j] = att_add(l[j], l[j + 4]);
-        for (int j = 0; j < 2; j++) l[j] = att_add(l[j], l[j + 2]);
-        att_store_f32(scores + (int64_t)g * ld + t0 + vi * ATT_LANES, m[vi], att_mul(att_add(l[0], l[1]), vscale));
+        ATT_V l[NJ];
+        for (int j = 0; j < NJ; j++) l[j] = part[j][g][vi];
+        for (int n = NJ / 2; n > 0; n /= 2)
+            for (int j = 0; j < n; j++) l[j] = att_add(l[j], l[j + n]);
+        att_store_f32(scores + (int64_t)g * ld + t0 + vi * ATT_LANES, m[vi], att_mul(l[0], vscale));
     }
 }
 

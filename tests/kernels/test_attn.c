@@ -431,10 +431,11 @@ int main(void) {
         if (have[vi]) printf(" %s", variants[vi]);
     printf(" (default %s)\n", dflt);
 
-    /* G, hd, T: odd head counts and dims, one key to long runs */
-    const int32_t kshapes[][3] = {{1, 64, 1},  {4, 64, 32},   {4, 64, 77},  {2, 24, 40},    {8, 128, 33},
-                                  {7, 80, 50}, {1, 16, 5},    {12, 40, 19}, {3, 96, 64},    {5, 33, 17},
-                                  {9, 255, 9}, {6, 256, 130}, {3, 136, 1},  {11, 200, 203}, {2, 32, 1000}};
+    /* G, hd, T: odd head counts and dims, one key to long runs; a prefill
+     * group's 8 and 16 heads over a page of 32 keys */
+    const int32_t kshapes[][3] = {{1, 64, 1},  {4, 64, 32},    {4, 64, 77},   {2, 24, 40}, {8, 128, 33}, {7, 80, 50},
+                                  {1, 16, 5},  {12, 40, 19},   {3, 96, 64},   {5, 33, 17}, {9, 255, 9},  {6, 256, 130},
+                                  {3, 136, 1}, {11, 200, 203}, {2, 32, 1000}, {8, 64, 32}, {16, 64, 32}, {8, 72, 31}};
     unsigned seed = 11;
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++)
         for (int f16 = 0; f16 < 2; f16++) kernel_case(kshapes[i][0], kshapes[i][1], kshapes[i][2], f16, seed++);
