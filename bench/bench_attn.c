@@ -15,8 +15,13 @@
  * next to a plain 64-byte-load read of the same blocks (the bench_membw
  * kernel's way of reading, one thread): their ratio is how close attention
  * comes to streaming the KV at memory speed. "before" is the walk the engine
- * made until the decode walk (same bits), timed alternately with it.
+ * made until the decode walk (same bits), timed alternately with it. "2 thr"
+ * is the wall time of the same token on DEPTH_THREADS threads split as the
+ * engine splits it when there are at least as many KV heads as threads (head
+ * h on thread h mod DEPTH_THREADS, every thread waiting for the others after
+ * each layer); on a loaded machine it counts the waits for a core too.
  * Usage: bench_attn [variant | depth]   (depth: only the decode-at-depth part) */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +102,7 @@ static double best_of(int which, const shape *s, int f16, const float *q, const 
 #define DEPTH_G 4
 #define DEPTH_HD 64
 #define DEPTH_REPS 5
+#define DEPTH_THREADS 2
 
 typedef struct {
     kvt_kv_dtype dt;
@@ -140,27 +146,87 @@ static int depth_init(depth_kv *d, kvt_kv_dtype dt) {
     return 0;
 }
 
+/* One KV head's attention in one layer. */
+static void depth_head(const depth_kv *d, int32_t l, int32_t h, const float *q, const uint8_t **pages,
+                       const kvt_attn_dec_buf *buf, float *out) {
+    const size_t koff = depth_off(d, l, 0, h);
+    for (int32_t p = 0; p < d->n_pages; p++) pages[p] = d->mem + (size_t)p * d->page + koff;
+    const kvt_attn_dec a = {pages,
+                            (ptrdiff_t)(depth_off(d, l, 1, h) - koff),
+                            d->dt,
+                            PAGE,
+                            DEPTH_HD,
+                            DEPTH_G,
+                            0,
+                            DEPTH_KEYS,
+                            0.125f,
+                            0,
+                            d->dt == KVT_KV_F16};
+    kvt_attn_decode(&a, q, out, buf);
+}
+
 /* One token's attention over every layer and head; returns seconds. */
 static double depth_token(const depth_kv *d, const float *q, const uint8_t **pages, kvt_attn_dec_buf *buf, float *out) {
     double t0 = cpu_now();
     for (int32_t l = 0; l < DEPTH_LAYERS; l++)
-        for (int32_t h = 0; h < DEPTH_KV; h++) {
-            const size_t koff = depth_off(d, l, 0, h);
-            for (int32_t p = 0; p < d->n_pages; p++) pages[p] = d->mem + (size_t)p * d->page + koff;
-            const kvt_attn_dec a = {pages,
-                                    (ptrdiff_t)(depth_off(d, l, 1, h) - koff),
-                                    d->dt,
-                                    PAGE,
-                                    DEPTH_HD,
-                                    DEPTH_G,
-                                    0,
-                                    DEPTH_KEYS,
-                                    0.125f,
-                                    0,
-                                    d->dt == KVT_KV_F16};
-            kvt_attn_decode(&a, q, out, buf);
-        }
+        for (int32_t h = 0; h < DEPTH_KV; h++) depth_head(d, l, h, q, pages, buf, out);
     return cpu_now() - t0;
+}
+
+/* What one thread of the split token needs: its own pages and buffers. */
+typedef struct {
+    const depth_kv *d;
+    const float *q;
+    pthread_barrier_t *bar;
+    int ith;
+    const uint8_t **pages;
+    kvt_attn_dec_buf buf;
+    float *out;
+} depth_thr;
+
+static void *depth_thread(void *arg) {
+    const depth_thr *t = arg;
+    for (int32_t l = 0; l < DEPTH_LAYERS; l++) {
+        for (int32_t h = t->ith; h < DEPTH_KV; h += DEPTH_THREADS)
+            depth_head(t->d, l, h, t->q, t->pages, &t->buf, t->out);
+        pthread_barrier_wait(t->bar);
+    }
+    return NULL;
+}
+
+/* The token on DEPTH_THREADS threads (this one and DEPTH_THREADS - 1 more);
+ * returns wall seconds, the threads' start and end included. */
+static double depth_token_split(depth_thr *thr) {
+    pthread_barrier_t bar;
+    pthread_t tid[DEPTH_THREADS];
+    pthread_barrier_init(&bar, NULL, DEPTH_THREADS);
+    const double t0 = now();
+    for (int i = 0; i < DEPTH_THREADS; i++) thr[i].bar = &bar;
+    for (int i = 1; i < DEPTH_THREADS; i++)
+        if (pthread_create(&tid[i], NULL, depth_thread, &thr[i])) exit(1);
+    depth_thread(&thr[0]);
+    for (int i = 1; i < DEPTH_THREADS; i++) pthread_join(tid[i], NULL);
+    const double t = now() - t0;
+    pthread_barrier_destroy(&bar);
+    return t;
+}
+
+/* A decode buffer and pages array big enough for any depth token. */
+static void depth_buffers(const uint8_t ***pages, kvt_attn_dec_buf *buf, float **out) {
+    const int32_t chunk = DEPTH_KEYS / PAGE; /* more than any chunk needs */
+    *pages = malloc(sizeof **pages * (DEPTH_KEYS / PAGE));
+    *out = malloc(sizeof(float) * DEPTH_G * DEPTH_HD);
+    *buf = (kvt_attn_dec_buf){malloc(sizeof(float) * DEPTH_G * DEPTH_KEYS),
+                              DEPTH_KEYS,
+                              malloc(sizeof(float) * DEPTH_G * KVT_ATTN_LANES * DEPTH_HD),
+                              malloc(sizeof(float) * DEPTH_HD * PAGE),
+                              malloc(sizeof(float) * (size_t)chunk * PAGE * DEPTH_HD),
+                              malloc(sizeof(kvt_attn_run) * (size_t)chunk)};
+    if (!*pages || !*out || !buf->scores || !buf->acc || !buf->kdq || !buf->vdq || !buf->runs) exit(1);
+}
+
+static void depth_buffers_free(const uint8_t **pages, kvt_attn_dec_buf *buf, float *out) {
+    free(pages), free(out), free(buf->scores), free(buf->acc), free(buf->kdq), free(buf->vdq), free(buf->runs);
 }
 
 /* The same token the way the engine walked it before the decode walk: scores
@@ -231,39 +297,39 @@ static double depth_read(const depth_kv *d, uint64_t *sink) {
 
 static void depth_bench(void) {
     const kvt_kv_dtype dts[] = {KVT_KV_F16, KVT_KV_Q8_0};
-    const int32_t chunk = DEPTH_KEYS / PAGE; /* more than any chunk needs */
-    float *q = malloc(sizeof(float) * DEPTH_G * DEPTH_HD), *out = malloc(sizeof(float) * DEPTH_G * DEPTH_HD);
-    const uint8_t **pages = malloc(sizeof *pages * (DEPTH_KEYS / PAGE));
-    kvt_attn_dec_buf buf = {malloc(sizeof(float) * DEPTH_G * DEPTH_KEYS),
-                            DEPTH_KEYS,
-                            malloc(sizeof(float) * DEPTH_G * KVT_ATTN_LANES * DEPTH_HD),
-                            malloc(sizeof(float) * DEPTH_HD * PAGE),
-                            malloc(sizeof(float) * (size_t)chunk * PAGE * DEPTH_HD),
-                            malloc(sizeof(kvt_attn_run) * (size_t)chunk)};
-    if (!q || !out || !pages || !buf.scores || !buf.acc || !buf.kdq || !buf.vdq || !buf.runs) exit(1);
+    float *q = malloc(sizeof(float) * DEPTH_G * DEPTH_HD);
+    if (!q) exit(1);
     for (int i = 0; i < DEPTH_G * DEPTH_HD; i++) q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    depth_thr thr[DEPTH_THREADS];
+    for (int i = 0; i < DEPTH_THREADS; i++) {
+        thr[i] = (depth_thr){.q = q, .ith = i};
+        depth_buffers(&thr[i].pages, &thr[i].buf, &thr[i].out);
+    }
     printf(
         "\ndecode at depth: %d keys x %d layers x %d KV heads (G %d, hd %d), pages of %d, one thread, best of %d, thread CPU time\n",
         DEPTH_KEYS, DEPTH_LAYERS, DEPTH_KV, DEPTH_G, DEPTH_HD, PAGE, DEPTH_REPS);
-    printf("%-4s %10s %10s %10s %10s %8s %12s %10s\n", "kv", "MB/token", "attn ms", "attn GB/s", "read GB/s", "ratio",
-           "before ms", "before GB/s");
+    printf("%-4s %10s %10s %10s %10s %8s %12s %10s %10s\n", "kv", "MB/token", "attn ms", "attn GB/s", "read GB/s",
+           "ratio", "before ms", "before GB/s", "2 thr ms");
     for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
         depth_kv d;
         if (depth_init(&d, dts[i])) exit(1);
         const double bytes = 2.0 * DEPTH_LAYERS * DEPTH_KV * (double)d.block * d.n_pages;
-        double ta = 1e30, tr = 1e30, tf = 1e30;
+        double ta = 1e30, tr = 1e30, tf = 1e30, ts = 1e30;
         uint64_t sink = 0;
-        for (int r = 0; r < DEPTH_REPS; r++) { /* alternated, so all three see the same machine */
-            double x = depth_token(&d, q, pages, &buf, out), y = depth_read(&d, &sink);
-            double z = depth_token_flat(&d, q, pages, &buf, out);
-            ta = x < ta ? x : ta, tr = y < tr ? y : tr, tf = z < tf ? z : tf;
+        for (int j = 0; j < DEPTH_THREADS; j++) thr[j].d = &d;
+        for (int r = 0; r < DEPTH_REPS; r++) { /* alternated, so all of them see the same machine */
+            double x = depth_token(&d, q, thr[0].pages, &thr[0].buf, thr[0].out), y = depth_read(&d, &sink);
+            double z = depth_token_flat(&d, q, thr[0].pages, &thr[0].buf, thr[0].out), w = depth_token_split(thr);
+            ta = x < ta ? x : ta, tr = y < tr ? y : tr, tf = z < tf ? z : tf, ts = w < ts ? w : ts;
         }
-        printf("%-4s %10.1f %10.2f %10.2f %10.2f %8.2f %12.2f %10.2f%s\n", kvt_kv_dtype_name(dts[i]), bytes / 1e6,
-               ta * 1e3, bytes / ta / 1e9, bytes / tr / 1e9, tr / ta, tf * 1e3, bytes / tf / 1e9, sink == 42 ? " " : "");
+        printf("%-4s %10.1f %10.2f %10.2f %10.2f %8.2f %12.2f %10.2f %10.2f%s\n", kvt_kv_dtype_name(dts[i]),
+               bytes / 1e6, ta * 1e3, bytes / ta / 1e9, bytes / tr / 1e9, tr / ta, tf * 1e3, bytes / tf / 1e9, ts * 1e3,
+               sink == 42 ? " " : "");
         fflush(stdout);
         free(d.mem);
     }
-    free(q), free(out), free(pages), free(buf.scores), free(buf.acc), free(buf.kdq), free(buf.vdq), free(buf.runs);
+    for (int i = 0; i < DEPTH_THREADS; i++) depth_buffers_free(thr[i].pages, &thr[i].buf, thr[i].out);
+    free(q);
 }
 
 int main(int argc, char **argv) {

@@ -7,7 +7,12 @@
  * classes each step through every 16th row, runs a chunk of pages at a time:
  * the chunk is fetched once (prefetched during the chunk before) and the
  * classes' passes over it hit the cache; their lane sums carry from chunk to
- * chunk exactly (attn.h), so chunking changes no bit. */
+ * chunk exactly (attn.h), so chunking changes no bit. The prefetches go out
+ * in shares between kernel calls (a page's scores 16 keys at a time, a
+ * chunk's values a few lane classes at a time) rather than in one burst: a
+ * burst of a whole page's lines fills the core's queue of misses and stalls
+ * the arithmetic behind it until the lines arrive, where shares let the two
+ * overlap. */
 #include "attn_decode.h"
 
 #include <string.h>
@@ -20,6 +25,8 @@
 #define PREFETCH_PAGES 2       /* pages of K requested ahead of the one being scored */
 #define CHUNK_BYTES (32 << 10) /* the V a value-pass chunk makes the kernel read */
 #define LINE 64
+#define SCORE_KEYS 16 /* keys scored per kernel call, between shares of the prefetch */
+#define VALUE_STEPS 8 /* kernel calls per value-pass chunk, between shares of the prefetch */
 
 static void prefetch_bytes(const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += LINE) __builtin_prefetch(p + i, 0, 3);
@@ -36,19 +43,38 @@ int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd) {
 int32_t kvt_attn_dec_first_page(const kvt_attn_dec *a) { return a->lo / a->B; }
 int32_t kvt_attn_dec_end_page(const kvt_attn_dec *a) { return (a->n_keys + a->B - 1) / a->B; }
 
+/* Share i of n of the lines of the n_bytes at p requested into the cache.
+ * Always inlined: as a function of its own gcc finds it has no side effects
+ * and drops the calls. */
+static inline __attribute__((always_inline)) void prefetch_share(const uint8_t *p, size_t n_bytes, int32_t i,
+                                                                 int32_t n) {
+    if (!p) return;
+    const size_t lines = (n_bytes + LINE - 1) / LINE;
+    for (size_t l = lines * (size_t)i / (size_t)n, e = lines * (size_t)(i + 1) / (size_t)n; l < e; l++)
+        __builtin_prefetch(p + l * LINE, 0, 3);
+}
+
 void kvt_attn_dec_scores(const kvt_attn_dec *a, const float *q, int32_t p0, int32_t p1, const kvt_attn_dec_buf *buf) {
     const int32_t B = a->B, f16 = a->dtype == KVT_KV_F16;
     const size_t kb = k_block_bytes(a), esz = f16 ? sizeof(uint16_t) : sizeof(float);
     for (int32_t p = p0; p < p1 && p < p0 + PREFETCH_PAGES; p++) prefetch_bytes(a->pages[p], kb);
     for (int32_t p = p0; p < p1; p++) {
-        if (p + PREFETCH_PAGES < p1) prefetch_bytes(a->pages[p + PREFETCH_PAGES], kb);
         const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
+        const uint8_t *ahead = p + PREFETCH_PAGES < p1 ? a->pages[p + PREFETCH_PAGES] : NULL;
         float *sc = buf->scores + (t0 + s - a->lo);
         if (a->dtype == KVT_KV_Q8_0) {
+            prefetch_share(ahead, kb, 0, 2);
             kvt_kv_q8_dequant_columns(a->pages[p], B, s + T, a->hd, buf->kdq);
+            prefetch_share(ahead, kb, 1, 2);
             kvt_attn_qk(q, a->G, a->hd, buf->kdq + s, B, 0, T, a->scale, sc, buf->ld);
-        } else {
-            kvt_attn_qk(q, a->G, a->hd, a->pages[p] + (size_t)s * esz, B, f16, T, a->scale, sc, buf->ld);
+            continue;
+        }
+        const int32_t steps = (T + SCORE_KEYS - 1) / SCORE_KEYS;
+        for (int32_t i = 0; i < steps; i++) {
+            const int32_t u = i * SCORE_KEYS;
+            prefetch_share(ahead, kb, i, steps);
+            kvt_attn_qk(q, a->G, a->hd, a->pages[p] + (size_t)(s + u) * esz, B, f16, KVT_MIN(SCORE_KEYS, T - u),
+                        a->scale, sc + u, buf->ld);
         }
     }
 }
@@ -106,8 +132,7 @@ void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kv
     const size_t rb = kvt_kv_row_bytes(a->dtype, hd);
     int first = 1;
     for (int32_t c0 = kvt_attn_dec_first_page(a); c0 < pe; c0 += chunk) {
-        const int32_t c1 = KVT_MIN(pe, c0 + chunk);
-        prefetch_chunk(a, c1, KVT_MIN(pe, c1 + chunk), j0, j1);
+        const int32_t c1 = KVT_MIN(pe, c0 + chunk), c2 = KVT_MIN(pe, c1 + chunk);
         int32_t nr = 0;
         for (int32_t p = c0; p < c1; p++) {
             const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
@@ -120,7 +145,12 @@ void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kv
                 buf->runs[nr++] = (kvt_attn_run){a->pages[p] + a->v_delta + (size_t)s * rb, w, T, t0 + s};
             }
         }
-        kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, f16, hd, j0, j1, first ? NULL : buf->acc, buf->acc);
+        const int32_t nj = j1 - j0, steps = KVT_MIN(VALUE_STEPS, nj);
+        for (int32_t i = 0; i < steps; i++) { /* classes in groups, each after a share of the next chunk's prefetch */
+            prefetch_chunk(a, c1 + (c2 - c1) * i / steps, c1 + (c2 - c1) * (i + 1) / steps, j0, j1);
+            kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, f16, hd, j0 + nj * i / steps, j0 + nj * (i + 1) / steps,
+                              first ? NULL : buf->acc, buf->acc);
+        }
         first = 0;
     }
     if (first) /* no keys: the classes' sums are +0 */
