@@ -15,23 +15,27 @@ static const kvt_vk_spirv *find_shader(const char *name) {
     return NULL;
 }
 
-/* Long: module, set layout, pipeline layout, pipeline; each checked and undone on failure. */
-int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
-    *out = NULL;
-    const kvt_vk_spirv *s = find_shader(name);
-    if (!s) return kvt_fail(KVT_ENOTFOUND, "gpu pipeline: no shader '%s' is built in", name);
-    if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4)
-        return kvt_fail(KVT_EARG,
-                        "gpu pipeline '%s': %d buffers (at most %d), %u push bytes (a multiple of 4, at most "
-                        "%d)",
-                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH);
-    kvt_gpu_pipe *p = kvt_xcalloc(1, sizeof *p);
-    p->d = d;
-    p->n_bufs = n_bufs;
-    p->push_bytes = push_bytes;
+/* Destroys what pipe_build made of p (any of it), leaving p as kvt_vk_pipe_lazy made it. */
+static void pipe_unbuild(kvt_gpu_pipe *p) {
+    kvt_gpu_dev *d = p->d;
+    if (p->pipe) d->f.vkDestroyPipeline(d->dev, p->pipe, NULL);
+    if (p->layout) d->f.vkDestroyPipelineLayout(d->dev, p->layout, NULL);
+    if (p->dsl) d->f.vkDestroyDescriptorSetLayout(d->dev, p->dsl, NULL);
+    if (p->module) d->f.vkDestroyShaderModule(d->dev, p->module, NULL);
+    p->pipe = VK_NULL_HANDLE;
+    p->layout = VK_NULL_HANDLE;
+    p->dsl = VK_NULL_HANDLE;
+    p->module = VK_NULL_HANDLE;
+}
+
+/* Long: module, set layout, pipeline layout, pipeline; each checked, and on failure all of them undone, so that
+ * a later use tries again. */
+static int pipe_build(kvt_gpu_pipe *p) {
+    kvt_gpu_dev *d = p->d;
+    const int n_bufs = p->n_bufs;
     VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = s->bytes,
-                                    .pCode = (const uint32_t *)(const void *)s->code};
+                                    .codeSize = p->spirv->bytes,
+                                    .pCode = (const uint32_t *)(const void *)p->spirv->code};
     VkResult r = d->f.vkCreateShaderModule(d->dev, &smi, NULL, &p->module);
     VkDescriptorSetLayoutBinding b[KVT_GPU_MAX_BINDINGS];
     for (int i = 0; i < n_bufs; i++)
@@ -43,11 +47,11 @@ int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push
                                            .bindingCount = (uint32_t)n_bufs,
                                            .pBindings = b};
     if (r == VK_SUCCESS) r = d->f.vkCreateDescriptorSetLayout(d->dev, &dli, NULL, &p->dsl);
-    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, p->push_bytes};
     VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                       .setLayoutCount = 1,
                                       .pSetLayouts = &p->dsl,
-                                      .pushConstantRangeCount = push_bytes ? 1 : 0,
+                                      .pushConstantRangeCount = p->push_bytes ? 1 : 0,
                                       .pPushConstantRanges = &pr};
     if (r == VK_SUCCESS) r = d->f.vkCreatePipelineLayout(d->dev, &pli, NULL, &p->layout);
     VkComputePipelineCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -57,23 +61,43 @@ int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push
                                                  .pName = "main"},
                                        .layout = p->layout};
     if (r == VK_SUCCESS) r = d->f.vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe);
-    if (r != VK_SUCCESS) {
-        int rc = kvt_vk_fail(r, "gpu pipeline");
-        kvt_fail_prefix(rc, "shader %s: ", name);
-        kvt_gpu_pipe_free(p);
-        return rc;
-    }
+    if (r == VK_SUCCESS) return 0;
+    int rc = kvt_vk_fail(r, "gpu pipeline");
+    kvt_fail_prefix(rc, "shader %s: ", p->spirv->name);
+    pipe_unbuild(p);
+    return rc;
+}
+
+int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
+    *out = NULL;
+    const kvt_vk_spirv *s = find_shader(name);
+    if (!s) return kvt_fail(KVT_ENOTFOUND, "gpu pipeline: no shader '%s' is built in", name);
+    if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4)
+        return kvt_fail(KVT_EARG,
+                        "gpu pipeline '%s': %d buffers (at most %d), %u push bytes (a multiple of 4, at most "
+                        "%d)",
+                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH);
+    kvt_gpu_pipe *p = kvt_xcalloc(1, sizeof *p);
+    p->d = d;
+    p->spirv = s;
+    p->n_bufs = n_bufs;
+    p->push_bytes = push_bytes;
     *out = p;
     return 0;
 }
 
+int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
+    int rc = kvt_vk_pipe_lazy(d, name, n_bufs, push_bytes, out);
+    if (!rc && (rc = pipe_build(*out)) != 0) {
+        kvt_gpu_pipe_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 void kvt_gpu_pipe_free(kvt_gpu_pipe *p) {
     if (!p) return;
-    kvt_gpu_dev *d = p->d;
-    if (p->pipe) d->f.vkDestroyPipeline(d->dev, p->pipe, NULL);
-    if (p->layout) d->f.vkDestroyPipelineLayout(d->dev, p->layout, NULL);
-    if (p->dsl) d->f.vkDestroyDescriptorSetLayout(d->dev, p->dsl, NULL);
-    if (p->module) d->f.vkDestroyShaderModule(d->dev, p->module, NULL);
+    pipe_unbuild(p);
     free(p);
 }
 
@@ -124,6 +148,8 @@ int kvt_gpu_rec_dispatch(kvt_gpu_dev *d, kvt_gpu_pipe *p, kvt_gpu_buf *const *bu
     for (int i = 0; i < p->n_bufs; i++)
         if (!bufs[i] || bufs[i]->kind != KVT_GPU_DEVICE)
             return kvt_fail(KVT_EARG, "gpu dispatch: binding %d is not a device buffer", i);
+    /* a pipeline made by kvt_vk_pipe_lazy is compiled here, on its first dispatch */
+    if (!p->pipe && (rc = pipe_build(p)) != 0) return rc;
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                       .descriptorPool = d->dpool,
                                       .descriptorSetCount = 1,

@@ -24,7 +24,7 @@ int kvt_vk_arch_pipes_new(kvt_gpu_kernels *k) {
     };
     int rc = 0;
     for (int i = 0; i < KVT_VK_ARCH_PIPES && !rc; i++)
-        rc = kvt_gpu_pipe_new(k->d, all[i].name, all[i].n_bufs, all[i].push_words * 4, &k->arch[i]);
+        rc = kvt_vk_pipe_lazy(k->d, all[i].name, all[i].n_bufs, all[i].push_words * 4, &k->arch[i]);
     return rc;
 }
 

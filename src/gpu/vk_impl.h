@@ -156,6 +156,7 @@ struct kvt_gpu_buf {
 
 struct kvt_gpu_pipe {
     kvt_gpu_dev *d;
+    const struct kvt_vk_spirv *spirv; /* its shader */
     VkShaderModule module;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
@@ -164,8 +165,15 @@ struct kvt_gpu_pipe {
     uint32_t push_bytes;
 };
 
+/* kvt_gpu_pipe_new, its Vulkan objects made on the pipeline's first dispatch
+ * (kvt_gpu_rec_dispatch, which fails as kvt_gpu_pipe_new would where they
+ * cannot be made): the kernels make every pipeline of every weight type, KV
+ * type and architecture, and an engine dispatches a few of them, so only
+ * those cost a shader compile. The name and sizes are checked here. */
+int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out);
+
 /* The embedded SPIR-V of src/gpu/shaders/NAME.comp (generated at build time). */
-typedef struct {
+typedef struct kvt_vk_spirv {
     const char *name;
     const unsigned char *code;
     size_t bytes;

@@ -46,7 +46,7 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
                {&k->attention[KVT_GPU_KV_Q8_0], "attention_q8_0", 7, KV_PUSH}};
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
-        rc = kvt_gpu_pipe_new(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
+        rc = kvt_vk_pipe_lazy(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
     /* the quantized weights' matmuls, in vk_fwd.c's order: OpSDot where the device has integer dot
      * products, else the plain integer shader (`_i`), which gives the same bits */
     static const char *const q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0",   "q4_k", "q5_k", "q6_k",
@@ -54,7 +54,7 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     for (int i = 0; i < KVT_VK_NQ && !rc; i++) {
         char name[32];
         snprintf(name, sizeof name, "matmul_w%s%s", q[i], d->int_dot ? "" : "_i");
-        rc = kvt_gpu_pipe_new(d, name, 3, MM_PUSH * 4, &k->mm_q[i]);
+        rc = kvt_vk_pipe_lazy(d, name, 3, MM_PUSH * 4, &k->mm_q[i]);
     }
     if (!rc) rc = kvt_vk_arch_pipes_new(k);
     if (rc) {

@@ -15,7 +15,14 @@
  *    warm-equals-cold); and on the Q4_1 model (Q8_1 activations), outside
  *    the GPU variants;
  *  - a lost device (injected) fails a step with a clear error and leaves the
- *    sequence as it was; what the GPU engine does not run is refused by name.
+ *    sequence as it was; what the GPU engine does not run is refused by name;
+ *    blocks the CPU engine stored never serve the GPU engine, nor the reverse.
+ * The GPU variants (KVT_GPU_VARIANT: staging, split bindings, other subgroup
+ * widths) run what their settings change: the logits against the CPU, decode
+ * against prefill and warm equals cold; the refusals, the lost device and the
+ * devices kept apart are the same code under any setting and run once, here.
+ * The GPU engine that gave a model's logits also runs its decode steps and its
+ * cold run (one engine's pipelines compiled once; a fresh engine for T2).
  * No validation message may appear. Skips (77) without a device. */
 #include <errno.h>
 #include <math.h>
@@ -28,7 +35,10 @@
 #include "model.h"
 
 #define B 16
-#define N_GEN 8
+/* greedy tokens generated after each prompt of the warm-equals-cold runs: the
+ * first from the prefill over restored pages, the others from decode steps
+ * that attend over them */
+#define N_GEN 3
 /* F32 and F16 weights: f32 sums in another order (fixed trees against the
  * CPU's SIMD lanes) move these models' logits (|logit| < 4) by a few 1e-3
  * (observed 4e-3 with f16 KV, 1.4e-6 with f32 KV); 0.02 is the bound. Q8_0:
@@ -60,8 +70,10 @@ static kvt_engine *engine_on(const kvt_model *m, int32_t device, int32_t n_pages
     return e;
 }
 
-/* GPU logits against the CPU's at every position of a random prompt. */
-static void check_against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype dt) {
+/* GPU logits against the CPU's at every position of a random prompt. The GPU
+ * engine (16 pages, batches of 512) goes back through keep when that is not
+ * NULL, for the model's next checks; else it is freed. */
+static void check_against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype dt, kvt_engine **keep) {
     const uint32_t wt = m->layers[0].wq.type;
     const double tol = (wt != KVT_TYPE_F32 && wt != KVT_TYPE_F16) || dt == KVT_KV_Q8_0 ? LOGIT_TOL_Q8 : LOGIT_TOL;
     int32_t p[48];
@@ -79,7 +91,8 @@ static void check_against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype
     free(lc);
     free(lg);
     kvt_engine_free(ec);
-    kvt_engine_free(eg);
+    if (keep) *keep = eg;
+    else kvt_engine_free(eg);
 }
 
 /* The bytes of seq's first n_full pages, copied out. */
@@ -94,16 +107,17 @@ static uint8_t *pages_of(kvt_engine *e, int32_t seq, int32_t n_full) {
     return out;
 }
 
-/* Prefill (one chunk), chunked prefill (chunks of 5) and decode (one token a
- * step) write the same KV bytes and give the same last logits. */
-static void check_decode_equals_prefill(const kvt_model *m, kvt_kv_dtype dt) {
-    enum { N = 4 * B };
+/* Prefill (one chunk) on e (batches of 512), chunked prefill (chunks of 5)
+ * and decode (one token a step) on e write the same KV bytes and give the
+ * same last logits; two pages, so the decode steps cross a page boundary. */
+static void check_decode_equals_prefill(const kvt_model *m, kvt_kv_dtype dt, kvt_engine *e) {
+    enum { N = 2 * B };
     int32_t p[N];
     unsigned seed = 11;
     kvt_test_random_tokens(p, N, n_vocab, &seed);
-    kvt_engine *e = engine_on(m, 1, 16, 512, dt), *ec = engine_on(m, 1, 16, 5, dt);
+    kvt_engine *ec = e ? engine_on(m, 1, 16, 5, dt) : NULL;
     if (!e || !ec) goto out;
-    int32_t s1, s2, s3;
+    int32_t s1 = -1, s2 = -1, s3 = -1;
     float *l1 = malloc((size_t)n_vocab * 4 * 3), *l2 = l1 + n_vocab, *l3 = l2 + n_vocab;
     CHECK(kvt_seq_new(e, NULL, 0, 0, &s1) == 0 && kvt_engine_feed(e, s1, p, N, 0, l1) == 0);
     CHECK(kvt_seq_new(ec, NULL, 0, 0, &s2) == 0 && kvt_engine_feed(ec, s2, p, N, 0, l2) == 0);
@@ -117,8 +131,10 @@ static void check_decode_equals_prefill(const kvt_model *m, kvt_kv_dtype dt) {
     CHECKF(memcmp(l1, l2, (size_t)n_vocab * 4) == 0 && memcmp(l1, l3, (size_t)n_vocab * 4) == 0,
            "%s KV: the last token's logits differ between prefill, chunked prefill and decode", kv);
     free(a), free(b), free(c), free(l1);
+    /* e goes on to the cold run of warm-equals-cold */
+    if (s1 >= 0) kvt_seq_free(e, s1);
+    if (s3 >= 0) kvt_seq_free(e, s3);
 out:
-    kvt_engine_free(e);
     kvt_engine_free(ec);
 }
 
@@ -132,16 +148,14 @@ static void crowd_out(kvt_engine *e, kvt_cache *c, unsigned seed) {
     }
 }
 
-/* Long: cold, then warm from T0, T1 and T2, each compared bit for bit with the cold run. */
-static void check_warm_equals_cold(const kvt_model *m, const char *dir, kvt_kv_dtype dt) {
+/* Long: cold (on e0, without a cache), then warm from T0, T1 and T2, each compared bit for bit with the cold run. */
+static void check_warm_equals_cold(const kvt_model *m, const char *dir, kvt_kv_dtype dt, kvt_engine *e0) {
     enum { N = 3 * B + 5 };
     int32_t p[N];
     unsigned seed = 23;
     kvt_test_random_tokens(p, N, n_vocab, &seed);
-    kvt_engine *e0 = engine_on(m, 1, 16, 512, dt);
     if (!e0) return;
     kvt_test_gen cold = kvt_test_generate(e0, NULL, p, N, N_GEN, NULL);
-    kvt_engine_free(e0);
     kvt_engine *e = engine_on(m, 1, 12, 512, dt);
     kvt_cache *c = e ? kvt_test_cache(e, dir, 64u << 20) : NULL;
     if (!c) goto out;
@@ -286,17 +300,20 @@ static kvt_model *q8_kv_model(void) {
 int main(void) {
     kvt_test_gpu_variant();
     gpu_test_start();
+    const int variant = getenv("KVT_GPU_VARIANT") != NULL;
     const char *names[] = {"F32", "F16", "Q8_0", "Q4_1"};
     const uint32_t types[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_1};
     kvt_model *f16 = NULL, *q41 = NULL;
+    kvt_engine *f16_e = NULL, *q41_e = NULL; /* their GPU engines, for the checks below */
     for (int i = 0; i < 4; i++) {
         char file[64];
         snprintf(file, sizeof file, "gpu_engine_%s.gguf", names[i]);
         kvt_model *m = kvt_test_tiny_model_typed(file, 512, types[i]);
         CHECKF(m != NULL, "model %s", names[i]);
         if (!m) continue;
-        check_against_cpu(m, names[i], KVT_KV_F16);
-        if (types[i] == KVT_TYPE_F32) check_against_cpu(m, names[i], KVT_KV_F32);
+        kvt_engine **keep = types[i] == KVT_TYPE_F16 ? &f16_e : types[i] == KVT_TYPE_Q4_1 && !variant ? &q41_e : NULL;
+        check_against_cpu(m, names[i], KVT_KV_F16, keep);
+        if (types[i] == KVT_TYPE_F32) check_against_cpu(m, names[i], KVT_KV_F32, NULL);
         if (types[i] == KVT_TYPE_F16) f16 = m;
         else if (types[i] == KVT_TYPE_Q4_1) q41 = m;
         else kvt_model_free(m);
@@ -305,7 +322,7 @@ int main(void) {
     kvt_model *aid = NULL;
     if (shared &&
         kvt_model_load(kvt_test_path(shared, "models/aidreams260K.gguf"), kvt_model_default_params(), &aid) == 0) {
-        check_against_cpu(aid, "aidreams260K", KVT_KV_F16);
+        check_against_cpu(aid, "aidreams260K", KVT_KV_F16, NULL);
         kvt_model_free(aid);
     } else {
         kvt_test_skip_part("../shared/models/aidreams260K.gguf is not there: its GPU logits were not compared");
@@ -313,12 +330,14 @@ int main(void) {
     kvt_model *q8 = q8_kv_model();
     if (q8) {
         n_vocab = q8->hp.n_vocab;
-        check_against_cpu(q8, "F16, heads of 32", KVT_KV_Q8_0);
-        check_decode_equals_prefill(q8, KVT_KV_Q8_0);
+        kvt_engine *e = NULL;
+        check_against_cpu(q8, "F16, heads of 32", KVT_KV_Q8_0, &e);
+        check_decode_equals_prefill(q8, KVT_KV_Q8_0, e);
         char dir[512];
         snprintf(dir, sizeof dir, "%s/gpu_engine_t2_q8", kvt_test_tmpdir());
         /* the variants (staging, split pool) move q8_0 pages as the same opaque bytes as f16's */
-        if (!getenv("KVT_GPU_VARIANT")) check_warm_equals_cold(q8, dir, KVT_KV_Q8_0);
+        if (!variant) check_warm_equals_cold(q8, dir, KVT_KV_Q8_0, e);
+        kvt_engine_free(e);
         kvt_model_free(q8);
     }
     if (q41) {
@@ -326,18 +345,21 @@ int main(void) {
         snprintf(dir, sizeof dir, "%s/gpu_engine_t2_q41", kvt_test_tmpdir());
         /* a weight type changes no byte the tiers move: the variants leave it out */
         n_vocab = q41->hp.n_vocab;
-        if (!getenv("KVT_GPU_VARIANT")) check_warm_equals_cold(q41, dir, KVT_KV_F16);
+        if (!variant) check_warm_equals_cold(q41, dir, KVT_KV_F16, q41_e);
+        kvt_engine_free(q41_e);
         kvt_model_free(q41);
     }
     if (f16) {
         n_vocab = f16->hp.n_vocab;
-        check_decode_equals_prefill(f16, KVT_KV_F16);
+        check_decode_equals_prefill(f16, KVT_KV_F16, f16_e);
         char dir[512];
         snprintf(dir, sizeof dir, "%s/gpu_engine_t2", kvt_test_tmpdir());
-        check_warm_equals_cold(f16, dir, KVT_KV_F16);
+        check_warm_equals_cold(f16, dir, KVT_KV_F16, f16_e);
+        kvt_engine_free(f16_e);
+        /* no setting of the variants changes the numerics ids or the refusals */
         snprintf(dir, sizeof dir, "%s/gpu_engine_apart", kvt_test_tmpdir());
-        check_devices_apart(f16, dir);
-        check_errors(f16);
+        if (!variant) check_devices_apart(f16, dir);
+        if (!variant) check_errors(f16);
         kvt_model_free(f16);
     }
     printf("gpu engine: largest |dlogit| against the CPU %.3g (bounds %g, Q8_0 %g)\n", max_dlogit, LOGIT_TOL,
