@@ -15,16 +15,22 @@ static const kvt_vk_spirv *find_shader(const char *name) {
     return NULL;
 }
 
-/* Long: module, set layout, pipeline layout, pipeline; each checked and undone on failure. */
 int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
+    return kvt_vk_pipe_new_spec(d, name, n_bufs, push_bytes, NULL, 0, out);
+}
+
+/* Long: module, set layout, pipeline layout, pipeline; each checked and undone on failure. */
+int kvt_vk_pipe_new_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
+                         uint32_t n_spec, kvt_gpu_pipe **out) {
     *out = NULL;
     const kvt_vk_spirv *s = find_shader(name);
     if (!s) return kvt_fail(KVT_ENOTFOUND, "gpu pipeline: no shader '%s' is built in", name);
-    if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4)
+    if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4 ||
+        n_spec > KVT_VK_MAX_SPEC)
         return kvt_fail(KVT_EARG,
                         "gpu pipeline '%s': %d buffers (at most %d), %u push bytes (a multiple of 4, at most "
-                        "%d)",
-                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH);
+                        "%d), %u specialization constants (at most %d)",
+                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH, n_spec, KVT_VK_MAX_SPEC);
     kvt_gpu_pipe *p = kvt_xcalloc(1, sizeof *p);
     p->d = d;
     p->n_bufs = n_bufs;
@@ -50,11 +56,15 @@ int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push
                                       .pushConstantRangeCount = push_bytes ? 1 : 0,
                                       .pPushConstantRanges = &pr};
     if (r == VK_SUCCESS) r = d->f.vkCreatePipelineLayout(d->dev, &pli, NULL, &p->layout);
+    VkSpecializationMapEntry me[KVT_VK_MAX_SPEC];
+    for (uint32_t i = 0; i < n_spec; i++) me[i] = (VkSpecializationMapEntry){i, i * 4, 4};
+    VkSpecializationInfo si = {n_spec, me, n_spec * 4, spec};
     VkComputePipelineCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
                                        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                                                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                                                  .module = p->module,
-                                                 .pName = "main"},
+                                                 .pName = "main",
+                                                 .pSpecializationInfo = n_spec ? &si : NULL},
                                        .layout = p->layout};
     if (r == VK_SUCCESS) r = d->f.vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe);
     if (r != VK_SUCCESS) {
