@@ -686,6 +686,10 @@ int main(int argc, char **argv) {
                 info("gpu_name", gi[o.device - 1].name);
                 info("gpu_driver", gi[o.device - 1].driver);
                 info("gpu_api", gi[o.device - 1].api);
+                figure("gpu_mm_toks", gi[o.device - 1].mm_toks,
+                       "matmul workgroups: one weight row, 8 tokens for batches up to 8 (decode), %u for longer "
+                       "ones (prefill; KVT_VK_MM_TOKS picks 8, 16 or 32)",
+                       gi[o.device - 1].mm_toks);
             }
             free(gi);
         }

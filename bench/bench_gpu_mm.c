@@ -208,8 +208,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     const kvt_gpu_info *in = kvt_gpu_dev_info(d);
-    printf("device %s (%s), driver %s; quantized dots: %s\ngpu=%s\nint_dot=%d\n", in->name, in->type, in->driver,
-           in->int_dot ? "integer dot products (OpSDot)" : "plain integer multiplies", in->name, in->int_dot);
+    printf("device %s (%s), driver %s; quantized dots: %s; matmul workgroups: one row, 8 tokens for batches "
+           "up to 8, %u beyond\ngpu=%s\nint_dot=%d\nmm_toks=%u\n",
+           in->name, in->type, in->driver, in->int_dot ? "integer dot products (OpSDot)" : "plain integer multiplies",
+           in->mm_toks, in->name, in->int_dot, in->mm_toks);
     int rc = run(d, k, shape, types, nt, toks, nn, reps);
     kvt_gpu_kernels_free(k);
     kvt_gpu_close(d);

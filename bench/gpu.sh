@@ -37,6 +37,9 @@
 # weight-matrix matmul alone for the types MM_TYPES (f16,q8_0,q4_k,q6_k) on one
 # layer of SHAPE, decode and prefill, at most MM_MAX_S (60) seconds, when more
 # than 300 s of the budget are left.
+# Both print the weight matmul's workgroup shape (tokens per workgroup for
+# prefill batches: bench_phase2.gpu_mm_toks and bench_mm.mm_toks in results.txt,
+# a sentence in the summary); KVT_VK_MM_TOKS=8|16|32 in the environment picks it.
 # REDIS_URL=redis://... adds T3 to phase 2; without it a redis-server on PATH
 # is started on 127.0.0.1:REDIS_PORT (6391); NO_REDIS=1 skips T3.
 # Numbers only; it never passes or fails on time. Exit status: 0 when every

@@ -51,6 +51,9 @@ typedef struct {
     int int_dot;          /* integer dot products in use (OpSDot): set when the device is opened */
     uint64_t max_binding; /* the largest storage buffer one binding may cover */
     int timestamps;       /* the compute queue can write timestamps */
+    uint32_t mm_toks;     /* tokens per workgroup of the weight matmuls for batches of more than 8 tokens
+                             (32, or 16 or 8 where shared memory is small; KVT_VK_MM_TOKS picks one);
+                             up to 8 tokens always run 8 to a workgroup */
     char numerics[80];    /* what decides this device's bits: driver version, pipeline-cache UUID and a
                               hash of the built-in shaders, as hex ("drv-uuid-spirv") */
 } kvt_gpu_info;

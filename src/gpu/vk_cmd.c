@@ -54,11 +54,15 @@ static int pipe_build(kvt_gpu_pipe *p) {
                                       .pushConstantRangeCount = p->push_bytes ? 1 : 0,
                                       .pPushConstantRanges = &pr};
     if (r == VK_SUCCESS) r = d->f.vkCreatePipelineLayout(d->dev, &pli, NULL, &p->layout);
+    VkSpecializationMapEntry me[KVT_VK_MAX_SPEC];
+    for (uint32_t i = 0; i < p->n_spec; i++) me[i] = (VkSpecializationMapEntry){i, i * 4, 4};
+    VkSpecializationInfo si = {p->n_spec, me, p->n_spec * 4, p->spec};
     VkComputePipelineCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
                                        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                                                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                                                  .module = p->module,
-                                                 .pName = "main"},
+                                                 .pName = "main",
+                                                 .pSpecializationInfo = p->n_spec ? &si : NULL},
                                        .layout = p->layout};
     if (r == VK_SUCCESS) r = d->f.vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe);
     if (r == VK_SUCCESS) return 0;
@@ -68,31 +72,45 @@ static int pipe_build(kvt_gpu_pipe *p) {
     return rc;
 }
 
-int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
+/* kvt_vk_pipe_lazy with specialization constants (kvt_vk_pipe_new_spec's). */
+static int pipe_lazy_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
+                          uint32_t n_spec, kvt_gpu_pipe **out) {
     *out = NULL;
     const kvt_vk_spirv *s = find_shader(name);
     if (!s) return kvt_fail(KVT_ENOTFOUND, "gpu pipeline: no shader '%s' is built in", name);
-    if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4)
+    if (n_bufs < 0 || n_bufs > KVT_GPU_MAX_BINDINGS || push_bytes > KVT_GPU_MAX_PUSH || push_bytes % 4 ||
+        n_spec > KVT_VK_MAX_SPEC)
         return kvt_fail(KVT_EARG,
                         "gpu pipeline '%s': %d buffers (at most %d), %u push bytes (a multiple of 4, at most "
-                        "%d)",
-                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH);
+                        "%d), %u specialization constants (at most %d)",
+                        name, n_bufs, KVT_GPU_MAX_BINDINGS, push_bytes, KVT_GPU_MAX_PUSH, n_spec, KVT_VK_MAX_SPEC);
     kvt_gpu_pipe *p = kvt_xcalloc(1, sizeof *p);
     p->d = d;
     p->spirv = s;
     p->n_bufs = n_bufs;
     p->push_bytes = push_bytes;
+    p->n_spec = n_spec;
+    if (n_spec) memcpy(p->spec, spec, n_spec * sizeof *spec);
     *out = p;
     return 0;
 }
 
-int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
-    int rc = kvt_vk_pipe_lazy(d, name, n_bufs, push_bytes, out);
+int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
+    return pipe_lazy_spec(d, name, n_bufs, push_bytes, NULL, 0, out);
+}
+
+int kvt_vk_pipe_new_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
+                         uint32_t n_spec, kvt_gpu_pipe **out) {
+    int rc = pipe_lazy_spec(d, name, n_bufs, push_bytes, spec, n_spec, out);
     if (!rc && (rc = pipe_build(*out)) != 0) {
         kvt_gpu_pipe_free(*out);
         *out = NULL;
     }
     return rc;
+}
+
+int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
+    return kvt_vk_pipe_new_spec(d, name, n_bufs, push_bytes, NULL, 0, out);
 }
 
 void kvt_gpu_pipe_free(kvt_gpu_pipe *p) {

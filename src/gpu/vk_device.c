@@ -181,10 +181,11 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
         d->vi.f.vkGetPhysicalDeviceProperties(d->pd, &p);
         d->ts_period = p.limits.timestampPeriod;
         d->nonatomic = p.limits.nonCoherentAtomSize ? p.limits.nonCoherentAtomSize : 1;
+        rc = kvt_vk_mm_toks(p.limits.maxComputeSharedMemorySize, &d->info.mm_toks);
         d->vi.f.vkGetPhysicalDeviceMemoryProperties(d->pd, &d->mem);
         d->force_staging = env_flag("KVT_VK_FORCE_STAGING");
         max_pinned_of(d);
-        rc = max_binding_from_env(d);
+        if (!rc) rc = max_binding_from_env(d);
     }
     if (!rc) rc = find_queue(d);
     if (!rc) rc = create_device(d);

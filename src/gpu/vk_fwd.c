@@ -18,7 +18,6 @@
 #define UPLOAD_BYTES (4u << 20) /* rows repacked per upload */
 #define MAX_HEAD_DIM 256        /* attention.glsl */
 #define MAX_TOKENS 65535u       /* the y (or x) dimension of a dispatch */
-#define MM_TOKS 8               /* tokens per matmul workgroup (matmul_w.glsl) */
 
 /* A quantized weight type as the GPU stores it (matmul_q.glsl): each block's
  * codes, the byte ranges code[0] then code[1] of the CPU's block, become
@@ -252,11 +251,12 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
     int rc = kvt_vk_need(x, (uint64_t)n_tok * w->cols * 4, "matmul", "x");
     if (!rc) rc = kvt_vk_need(y, ((uint64_t)(n_tok - 1) * ldy + y_off + w->rows) * 4, "matmul", "y");
     if (rc) return rc;
-    kvt_gpu_pipe *p = w->type == KVT_TYPE_F32 ? k->mm_f32 : w->type == KVT_TYPE_BF16 ? k->mm_bf16 : k->mm_f16;
-    uint32_t xbase = 0;
+    int which = w->q ? 3 + (int)(w->q - QFMT) : w->type == KVT_TYPE_F32 ? 0 : w->type == KVT_TYPE_BF16 ? 2 : 1;
+    kvt_gpu_pipe *p;
+    uint32_t xbase = 0, toks;
+    rc = kvt_vk_mm_pipe(k, which, n_tok, &p, &toks);
     kvt_gpu_buf *xin = x;
-    if (w->q) {
-        p = k->mm_q[w->q - QFMT];
+    if (w->q && !rc) {
         rc = quantize_acts(k, w->q, x, n_tok, w->cols, &xbase);
         xin = k->xq;
     }
@@ -265,7 +265,7 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
         uint32_t sbase = w->q ? n * (w->cols / w->q->elems) * code_words(w->q) : 0;
         uint32_t push[7] = {n, w->cols, n_tok, ldy, y_off + r0, sbase, xbase}, g[3];
         kvt_vk_spread(n, &g[0], &g[2]);
-        g[1] = (n_tok + MM_TOKS - 1) / MM_TOKS;
+        g[1] = (n_tok + toks - 1) / toks;
         kvt_gpu_buf *b[3] = {y, w->slice[s], xin};
         rc = kvt_gpu_rec_dispatch(k->d, p, b, push, g);
     }

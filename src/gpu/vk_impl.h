@@ -101,6 +101,10 @@ typedef struct {
  * counting messenger under KVT_VK_VALIDATION=1). 0 or an error. */
 int kvt_vk_inst_new(kvt_vk_inst *vi);
 void kvt_vk_inst_free(kvt_vk_inst *vi);
+/* The weight matmuls' tokens per workgroup for batches over 8 (kvt_gpu_info.mm_toks) on a device with
+ * max_shared bytes of compute shared memory: KVT_VK_MM_TOKS (8, 16 or 32) where set, else the widest that
+ * fits. An unknown or too wide KVT_VK_MM_TOKS is KVT_EARG naming it (*toks keeps the widest). */
+int kvt_vk_mm_toks(uint32_t max_shared, uint32_t *toks);
 /* Fills info for physical device i. */
 void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info);
 /* A VkResult as a kvt error with "what: VK_ERROR_..." as the detail. */
@@ -154,6 +158,7 @@ struct kvt_gpu_buf {
     int counted;  /* in d->dev_bytes (a device buffer) or d->host_bytes (a pinned one) */
 };
 
+#define KVT_VK_MAX_SPEC 4 /* specialization constants a pipeline may set */
 struct kvt_gpu_pipe {
     kvt_gpu_dev *d;
     const struct kvt_vk_spirv *spirv; /* its shader */
@@ -163,6 +168,7 @@ struct kvt_gpu_pipe {
     VkPipeline pipe;
     int n_bufs;
     uint32_t push_bytes;
+    uint32_t n_spec, spec[KVT_VK_MAX_SPEC]; /* specialization constants 0 .. n_spec - 1 */
 };
 
 /* kvt_gpu_pipe_new, its Vulkan objects made on the pipeline's first dispatch
@@ -171,6 +177,11 @@ struct kvt_gpu_pipe {
  * type and architecture, and an engine dispatches a few of them, so only
  * those cost a shader compile. The name and sizes are checked here. */
 int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out);
+
+/* kvt_gpu_pipe_new with specialization constants: constant_id i of the shader
+ * takes spec[i] for i < n_spec (at most KVT_VK_MAX_SPEC). */
+int kvt_vk_pipe_new_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
+                         uint32_t n_spec, kvt_gpu_pipe **out);
 
 /* The embedded SPIR-V of src/gpu/shaders/NAME.comp (generated at build time). */
 typedef struct kvt_vk_spirv {
@@ -191,7 +202,10 @@ struct kvt_gpu_kernels {
     kvt_gpu_pipe *matmul_f16, *rmsnorm;
     kvt_gpu_pipe *mm_f32, *mm_f16, *mm_bf16; /* weight matrices by type */
     kvt_gpu_pipe *mm_q[KVT_VK_NQ]; /* the OpSDot shaders where the device has integer dot products, else plain */
-    kvt_gpu_pipe *quant[2];        /* activations to Q8_0 / Q8_K (quant_q8_0, quant_q8_k) */
+    /* The same matmuls (f32, f16, bf16, then mm_q's) with d->info.mm_toks tokens per workgroup for longer
+     * batches, each made on its first use (kvt_vk_mm_pipe), so a decode-only run never compiles them. */
+    kvt_gpu_pipe *mm_wide[3 + KVT_VK_NQ];
+    kvt_gpu_pipe *quant[2]; /* activations to Q8_0 / Q8_K (quant_q8_0, quant_q8_k) */
     /* The quantized activations of the last quantize pass, shared by the
      * matmuls that read the same x until the next barrier (vk_fwd.c). */
     kvt_gpu_buf *xq;
@@ -212,6 +226,9 @@ void kvt_vk_arch_pipes_free(kvt_gpu_kernels *k);
 
 #define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
 /* n workgroups along x, spilling into z past KVT_VK_MAX_GROUPS_X (the shaders index x + z * gx). */
+/* The weight matmul pipeline for n_tok tokens of weights `which` (0 f32, 1 f16, 2 bf16, 3 + i mm_q[i]) and
+ * its tokens per workgroup: 8 up to 8 tokens, else d->info.mm_toks, that pipeline made on first use. */
+int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks);
 void kvt_vk_spread(uint32_t n, uint32_t *gx, uint32_t *gz);
 /* bytes of the buffer b must hold; KVT_ELIMIT naming op and what if not. */
 int kvt_vk_need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what);

@@ -204,6 +204,28 @@ static void numerics_text(const VkPhysicalDeviceProperties *p, kvt_gpu_info *inf
              (unsigned long long)shaders_hash());
 }
 
+/* Shared memory of the widest matmul shader, the K types' (matmul_q.glsl): the tree's MM_TOKS x KVT_WG
+ * floats, the integer shares S and M as much again each, and common.glsl's KVT_WG floats. */
+static uint64_t mm_shared_bytes(uint32_t toks) { return (uint64_t)toks * 64 * 4 * 3 + 64 * 4; }
+
+int kvt_vk_mm_toks(uint32_t max_shared, uint32_t *toks) {
+    *toks = 8;
+    for (uint32_t t = 32; t > 8 && *toks == 8; t /= 2)
+        if (mm_shared_bytes(t) <= max_shared) *toks = t;
+    const char *v = getenv("KVT_VK_MM_TOKS");
+    if (!v || !*v) return 0;
+    uint32_t want = !strcmp(v, "8") ? 8 : !strcmp(v, "16") ? 16 : !strcmp(v, "32") ? 32 : 0;
+    if (!want)
+        return kvt_fail(KVT_EARG, "KVT_VK_MM_TOKS must be 8, 16 or 32 (tokens per matmul workgroup), not '%s'", v);
+    if (want > *toks)
+        return kvt_fail(KVT_EARG,
+                        "KVT_VK_MM_TOKS=%u needs %llu bytes of compute shared memory; this device has %u (at "
+                        "most %u)",
+                        want, (unsigned long long)mm_shared_bytes(want), max_shared, *toks);
+    *toks = want;
+    return 0;
+}
+
 void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
     memset(info, 0, sizeof *info);
     VkPhysicalDevice pd = vi->phys[i];
@@ -226,6 +248,7 @@ void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
     else snprintf(info->driver, sizeof info->driver, "version 0x%08x", p.driverVersion);
     info->subgroup_size = sub.subgroupSize;
     info->max_binding = p.limits.maxStorageBufferRange;
+    (void)kvt_vk_mm_toks(p.limits.maxComputeSharedMemorySize, &info->mm_toks); /* kvt_gpu_open reports a bad value */
     numerics_text(&p, info);
     if (v12) {
         VkPhysicalDeviceShaderFloat16Int8Features f16 = {

@@ -14,6 +14,36 @@
 #define ROPE_PUSH 5 /* n_heads, head_dim, rope_dim, neox, n_tok */
 #define KV_PUSH 12  /* kv.glsl: the pool's shape, n_tok, n_head, scale, window, softcap */
 
+/* The weight matmuls' shaders: f32, f16, bf16, then the quantized types in vk_fwd.c's order. */
+static const char *const MM_NAMES[3] = {"matmul_wf32", "matmul_wf16", "matmul_wbf16"};
+static const char *const MM_Q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0",   "q4_k", "q5_k", "q6_k",
+                                            "q4_1", "q5_1", "iq4_nl", "q2_k", "q3_k"};
+
+/* The shader of weight matmul `which` (kvt_vk_mm_pipe's numbering) in buf: for the quantized types OpSDot
+ * where the device has integer dot products, else the plain integer shader (`_i`), which gives the same bits. */
+static const char *mm_name(const kvt_gpu_dev *d, int which, char *buf, size_t cap) {
+    if (which < 3) return MM_NAMES[which];
+    snprintf(buf, cap, "matmul_w%s%s", MM_Q[which - 3], d->int_dot ? "" : "_i");
+    return buf;
+}
+
+int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks) {
+    kvt_gpu_pipe *narrow[3] = {k->mm_f32, k->mm_f16, k->mm_bf16};
+    *p = which < 3 ? narrow[which] : k->mm_q[which - 3];
+    *toks = 8;
+    uint32_t wide = k->d->info.mm_toks;
+    if (n_tok <= 8 || wide <= 8) return 0;
+    if (!k->mm_wide[which]) {
+        char name[32];
+        int rc = kvt_vk_pipe_new_spec(k->d, mm_name(k->d, which, name, sizeof name), 3, MM_PUSH * 4, &wide, 1,
+                                      &k->mm_wide[which]);
+        if (rc) return rc;
+    }
+    *p = k->mm_wide[which];
+    *toks = wide;
+    return 0;
+}
+
 int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     *out = NULL;
     if (!d->storage16)
@@ -30,9 +60,9 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
         uint32_t push_words;
     } all[] = {{&k->matmul_f16, "matmul_f16", 3, 3},
                {&k->rmsnorm, "rmsnorm", 3, 3},
-               {&k->mm_f32, "matmul_wf32", 3, MM_PUSH},
-               {&k->mm_f16, "matmul_wf16", 3, MM_PUSH},
-               {&k->mm_bf16, "matmul_wbf16", 3, MM_PUSH},
+               {&k->mm_f32, MM_NAMES[0], 3, MM_PUSH},
+               {&k->mm_f16, MM_NAMES[1], 3, MM_PUSH},
+               {&k->mm_bf16, MM_NAMES[2], 3, MM_PUSH},
                {&k->quant[0], "quant_q8_0", 2, QA_PUSH},
                {&k->quant[1], "quant_q8_k", 2, QA_PUSH},
                {&k->rope, "rope", 3, ROPE_PUSH},
@@ -47,14 +77,9 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
         rc = kvt_vk_pipe_lazy(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
-    /* the quantized weights' matmuls, in vk_fwd.c's order: OpSDot where the device has integer dot
-     * products, else the plain integer shader (`_i`), which gives the same bits */
-    static const char *const q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0",   "q4_k", "q5_k", "q6_k",
-                                             "q4_1", "q5_1", "iq4_nl", "q2_k", "q3_k"};
     for (int i = 0; i < KVT_VK_NQ && !rc; i++) {
         char name[32];
-        snprintf(name, sizeof name, "matmul_w%s%s", q[i], d->int_dot ? "" : "_i");
-        rc = kvt_vk_pipe_lazy(d, name, 3, MM_PUSH * 4, &k->mm_q[i]);
+        rc = kvt_vk_pipe_lazy(d, mm_name(d, 3 + i, name, sizeof name), 3, MM_PUSH * 4, &k->mm_q[i]);
     }
     if (!rc) rc = kvt_vk_arch_pipes_new(k);
     if (rc) {
@@ -73,6 +98,7 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
     for (int t = 0; t < KVT_GPU_KV_DTYPES; t++) kvt_gpu_pipe_free(k->kv_store[t]), kvt_gpu_pipe_free(k->attention[t]);
     for (int i = 0; i < KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_q[i]);
+    for (int i = 0; i < 3 + KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_wide[i]);
     kvt_gpu_buf_free(k->xq);
     for (int i = 0; i < k->n_retired; i++) kvt_gpu_buf_free(k->retired[i]);
     free(k->retired);

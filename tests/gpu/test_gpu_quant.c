@@ -9,8 +9,12 @@
  *    differs (the CPU's lanes or one accumulator, the GPU's invocations and
  *    tree); the largest error seen is printed;
  *  - the integer dot product shaders (OpSDot) and the plain integer ones
- *    (KVT_VK_NO_INT_DOT=1, a second device) give the same bits;
- *  - a token alone gets the bits of its row in a batch;
+ *    (KVT_VK_NO_INT_DOT=1, a second device, which also runs batches over 8
+ *    tokens 16 to a matmul workgroup, KVT_VK_MM_TOKS=16) give the same bits;
+ *  - a token alone gets the bits of its row in a batch; for F16, Q8_0 and
+ *    Q4_K, every token of batches of 1, 7, 8, 9, 31, 32, 33 and 100 tokens
+ *    (either side of each workgroup width) gets its bits alone;
+ *  - KVT_VK_MM_TOKS other than 8, 16 or 32 fails the open, naming it;
  *  - two matmuls of different x in one recording, with no barrier between
  *    them, get what each gets alone (the shared activation scratch);
  *  - the quantized activations themselves (the kernels' scratch read back),
@@ -165,6 +169,76 @@ static void check_two_in_one(kvt_gpu_dev *d, kvt_gpu_kernels *k) {
     free(w);
 }
 
+/* Weights of type (F16, or a quantized type by the CPU's quantizer) for the batch-shape check. */
+static unsigned char *make_any_weights(uint32_t type, uint32_t rows, uint32_t cols, size_t *rb) {
+    *rb = kvt_wmat_row_bytes(type, cols);
+    if (type != KVT_TYPE_F16) return make_weights(type, rows, cols, *rb);
+    uint16_t *w = malloc((size_t)rows * cols * 2);
+    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = kvt_f32_to_f16(fwd_unit());
+    return (unsigned char *)w;
+}
+
+/* y[t] = W x[t] for t < n_tok, each token a matmul of its own (n_tok 1), all in one recording; 0 or a failed
+ * check. */
+static int gpu_mm_singles(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, const float *x, uint32_t cols,
+                          uint32_t rows, uint32_t n_tok, float *y) {
+    kvt_gpu_buf **bx = calloc(n_tok, sizeof *bx), *by = fwd_buf(d, (uint64_t)n_tok * rows * 4, NULL);
+    int rc = by ? 0 : -1;
+    for (uint32_t t = 0; t < n_tok && !rc; t++)
+        if (!(bx[t] = fwd_buf(d, (uint64_t)cols * 4, x + (size_t)t * cols))) rc = -1;
+    if (!rc) {
+        rc = kvt_gpu_begin(d);
+        for (uint32_t t = 0; t < n_tok && !rc; t++) rc = kvt_gpu_rec_matmul(k, w, by, n_tok * rows, t * rows, bx[t], 1);
+        rc = fwd_submit(d, rc, "single-token matmuls");
+    }
+    if (!rc) rc = fwd_get(d, by, y, (uint64_t)n_tok * rows * 4);
+    for (uint32_t t = 0; t < n_tok; t++) kvt_gpu_buf_free(bx[t]);
+    free(bx);
+    kvt_gpu_buf_free(by);
+    return rc;
+}
+
+/* Every batch size around the matmul's workgroup widths (8 tokens up to 8, kvt_gpu_info.mm_toks beyond)
+ * gives each token the bits it gets alone, on both devices (d: OpSDot where present, di: plain integers and
+ * KVT_VK_MM_TOKS=16), for F16, Q8_0 and Q4_K weights; the two devices agree. */
+static void check_batch_shapes(kvt_gpu_dev *d, kvt_gpu_kernels *k, kvt_gpu_dev *di, kvt_gpu_kernels *ki) {
+    enum { rows = 5, cols = 512, max_tok = 100 };
+    static const uint32_t types[3] = {KVT_TYPE_F16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_K};
+    static const uint32_t ns[] = {1, 7, 8, 9, 31, 32, 33, max_tok};
+    float *x = malloc((size_t)max_tok * cols * 4), *one = malloc((size_t)2 * max_tok * rows * 4);
+    float *y = malloc((size_t)2 * max_tok * rows * 4);
+    make_x(x, max_tok, cols);
+    for (int ti = 0; ti < 3; ti++) {
+        size_t rb;
+        unsigned char *w = make_any_weights(types[ti], rows, cols, &rb);
+        kvt_gpu_wmat *m[2] = {NULL, NULL};
+        kvt_gpu_dev *dev[2] = {d, di};
+        kvt_gpu_kernels *ker[2] = {k, ki};
+        int bad = 0, rc = 0;
+        for (int v = 0; v < 2 && !rc; v++) rc = kvt_gpu_wmat_new(dev[v], types[ti], rows, cols, w, rb, &m[v]);
+        CHECKF(rc == 0, "batch shapes, type %u: %s", types[ti], kvt_errmsg());
+        for (int v = 0; v < 2 && !rc; v++)
+            rc = gpu_mm_singles(dev[v], ker[v], m[v], x, cols, rows, max_tok, one + (size_t)v * max_tok * rows);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0] && !rc; i++) {
+            for (int v = 0; v < 2 && !rc; v++) {
+                float *yv = y + (size_t)v * max_tok * rows;
+                rc = gpu_mm(dev[v], ker[v], m[v], x, cols, rows, ns[i], yv);
+                bad += !rc && memcmp(yv, one + (size_t)v * max_tok * rows, (size_t)ns[i] * rows * 4) != 0;
+            }
+            bad += !rc && memcmp(y, y + (size_t)max_tok * rows, (size_t)ns[i] * rows * 4) != 0;
+        }
+        CHECKF(bad == 0,
+               "batch shapes, type %u: %d of %zu batch sizes differ from their tokens alone or between the "
+               "devices",
+               types[ti], bad, sizeof ns / sizeof ns[0]);
+        for (int v = 0; v < 2; v++) kvt_gpu_wmat_free(m[v]);
+        free(w);
+    }
+    free(x);
+    free(one);
+    free(y);
+}
+
 /* Each block's largest magnitude (signed, first) at a random scale, its other
  * values within an ulp of (j + 1/2) * amax / 127: a quotient 127 / amax (or
  * -127 / m) one ulp off moves many of them to the other integer. */
@@ -253,14 +327,22 @@ int main(void) {
     fwd_seed("gpu quant");
     kvt_gpu_dev *d = NULL, *di = NULL;
     CHECKF(kvt_gpu_open(0, &d) == 0, "%s", kvt_errmsg());
+    setenv("KVT_VK_MM_TOKS", "12", 1);
+    CHECKF(kvt_gpu_open(0, &di) != 0 && strstr(kvt_errmsg(), "KVT_VK_MM_TOKS"), "KVT_VK_MM_TOKS=12 opened: %s",
+           kvt_errmsg());
     setenv("KVT_VK_NO_INT_DOT", "1", 1);
+    setenv("KVT_VK_MM_TOKS", "16", 1);
     CHECKF(kvt_gpu_open(0, &di) == 0, "%s", kvt_errmsg());
     unsetenv("KVT_VK_NO_INT_DOT");
+    unsetenv("KVT_VK_MM_TOKS");
     kvt_gpu_kernels *k = NULL, *ki = NULL;
     if (d && di) {
-        printf("gpu quant: integer dot products (OpSDot) %s on device 0; the second device has them off\n",
-               kvt_gpu_dev_info(d)->int_dot ? "in use" : "absent");
+        printf("gpu quant: integer dot products (OpSDot) %s on device 0, %u tokens per matmul workgroup past 8; "
+               "the second device has them off, %u\n",
+               kvt_gpu_dev_info(d)->int_dot ? "in use" : "absent", kvt_gpu_dev_info(d)->mm_toks,
+               kvt_gpu_dev_info(di)->mm_toks);
         CHECK(!kvt_gpu_dev_info(di)->int_dot);
+        CHECK(kvt_gpu_dev_info(di)->mm_toks == 16);
         CHECKF(kvt_gpu_kernels_new(d, &k) == 0, "%s", kvt_errmsg());
         CHECKF(kvt_gpu_kernels_new(di, &ki) == 0, "%s", kvt_errmsg());
     }
@@ -272,6 +354,7 @@ int main(void) {
             for (int i = 0; i < 2; i++)
                 check_case(d, k, di, ki, ti, fwd_pick(1, 80), bl * fwd_pick(1, maxb), fwd_pick(1, 12));
         }
+        check_batch_shapes(d, k, di, ki);
         check_two_in_one(d, k);
         check_exact_acts(d, k);
         printf("gpu quant: largest error against the CPU's matmul %.3g of sum|w x| (tolerance %g)\n", max_err, QTOL);

@@ -2,12 +2,18 @@
 // matmul_wbf16 and the quantized types of matmul_q.glsl): y[t * ldy + y_off + r] = sum_c w[r][c] * x[t * cols + c] for
 // the rows of one slice of the matrix. One workgroup per (row, MM_TOKS
 // tokens): groups (gx, ceil(n_tok / MM_TOKS), gz) with row = x + z * gx, so a
-// weight read once serves several tokens. The includer defines W's binding and
+// weight read once serves MM_TOKS tokens. The includer defines W's binding and
 // row_dot(r, t0, nt, acc): invocation l's share of row r's sum for tokens
 // t0 .. t0 + nt - 1, each in c order; the shares of each token are summed by
 // the fixed tree of kvt_wg_sum. A token's sum never meets another's, so its
-// bits do not depend on which tokens share its workgroup.
-#define MM_TOKS 8
+// bits do not depend on which tokens share its workgroup, nor on MM_TOKS.
+//
+// MM_TOKS is a specialization constant: the host makes a pipeline with 8 for
+// batches of up to 8 tokens (a decode step keeps few accumulators and little
+// shared memory) and, on first use, one with 16 or 32 for longer batches, so a
+// prefill reads each weight 2 or 4 times less often (vk_kernels.c picks the
+// width the device's shared memory holds).
+layout(constant_id = 0) const uint MM_TOKS = 8;
 
 layout(local_size_x = KVT_WG) in;
 layout(std430, set = 0, binding = 0) writeonly buffer Y { float y[]; };
