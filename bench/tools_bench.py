@@ -10,9 +10,15 @@ Per step it prints: prompt tokens, tokens new since the previous step (the
 tool result and turn markup), tokens computed (prefilled), the cached
 fraction, TTFT, and the TTFT of the same prompt cold (a fresh cache_salt).
 Then the cost of constrained decoding per generated token against free text.
-Numbers only; never pass/fail.
 
-usage: tools_bench.py --url http://127.0.0.1:PORT [--sessions 6] [--steps 6]
+--api responses runs the same agent over the Responses API instead: each step
+sends only its new items (the tool results, as function_call_output) and names
+the previous response with previous_response_id, so the server keeps the
+history; --api both runs the chat agent, then the responses one, on fresh
+sessions (other ticket numbers, so neither finds the other's prompts). Both
+print the request bytes each step sent. Numbers only; never pass/fail.
+
+usage: tools_bench.py --url http://127.0.0.1:PORT [--sessions 6] [--steps 6] [--api chat|responses|both]
 """
 import argparse
 import statistics
@@ -43,57 +49,94 @@ RESULT = ("Result: the replication lag alert fires when a replica is more than 3
           "are a saturated disk on the replica, a long-running transaction, or network loss between zones. ")
 
 
-def post(url, body):
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+def post(url, body, route="/v1/chat/completions"):
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(url + route, data=data, headers={"Content-Type": "application/json"})
     t0 = time.time()
     with urllib.request.urlopen(req, timeout=600) as r:
         out = json.loads(r.read())
     out["_wall_ms"] = (time.time() - t0) * 1e3
+    out["_sent"] = len(data)
     return out
 
 
-def agent(args):
-    sessions = [[{"role": "system", "content": SYSTEM},
-                 {"role": "user", "content": f"Ticket {1000 + s}: customer {s} reports replication lag alerts "
-                                             f"every night since the upgrade. What should they do?"}]
-                for s in range(args.sessions)]
+def first_user(s, base):
+    return (f"Ticket {base + s}: customer {s} reports replication lag alerts every night since the upgrade. "
+            f"What should they do?")
+
+
+def chat_step(args, st, s, step, final):
+    """One chat step of session s: the whole conversation re-sent. Returns (response, usage, kvtier, cold body)."""
+    body = {"messages": st["messages"], "tools": TOOLS, "max_tokens": 16 if final else args.max_tokens,
+            "seed": 1000 * s + step, "tool_choice": "auto" if final else "required"}
+    r = post(args.url, body)
+    msg = r["choices"][0]["message"]
+    st["messages"].append({"role": "assistant", "content": msg.get("content"),
+                           **({"tool_calls": msg["tool_calls"]} if msg.get("tool_calls") else {})})
+    for call in msg.get("tool_calls") or []:
+        st["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": RESULT})
+    u = r["usage"]
+    return r, u["prompt_tokens"], u["completion_tokens"], u["prompt_tokens_details"]["cached_tokens"], body
+
+
+RTOOLS = [dict(t["function"], type="function") for t in TOOLS]
+
+
+def responses_step(args, st, s, step, final):
+    """One Responses step of session s: only the new items, after previous_response_id."""
+    body = {"instructions": SYSTEM, "input": st["input"], "tools": RTOOLS, "seed": 1000 * s + step,
+            "max_output_tokens": 16 if final else args.max_tokens, "tool_choice": "auto" if final else "required"}
+    if st.get("prev"):
+        body["previous_response_id"] = st["prev"]
+    r = post(args.url, body, "/v1/responses")
+    st["prev"] = r["id"]
+    st["input"] = [{"type": "function_call_output", "call_id": it["call_id"], "output": RESULT}
+                   for it in r["output"] if it.get("type") == "function_call"]
+    u = r["usage"]
+    return r, u["input_tokens"], u["output_tokens"], u["input_tokens_details"]["cached_tokens"], None
+
+
+def agent(args, api, base):
+    if api == "chat":
+        sessions = [{"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first_user(s, base)}]}
+                    for s in range(args.sessions)]
+        step_fn = chat_step
+    else:
+        sessions = [{"input": [{"role": "user", "content": first_user(s, base)}]} for s in range(args.sessions)]
+        step_fn = responses_step
     last_total = [0] * args.sessions
     rows = []
-    print(f"{'step':>4} {'prompt':>7} {'new':>5} {'computed':>8} {'cached%':>7} {'ttft_ms':>8} {'cold_ms':>8}")
+    print(f"== {api}: {args.sessions} sessions x {args.steps} steps")
+    print(f"{'step':>4} {'prompt':>7} {'new':>5} {'computed':>8} {'cached%':>7} {'ttft_ms':>8} {'cold_ms':>8} "
+          f"{'sent_B':>7}")
     for step in range(args.steps):
-        agg = {"prompt": 0, "new": 0, "computed": 0, "cached": 0, "ttft": 0.0, "cold": 0.0}
+        agg = {"prompt": 0, "new": 0, "computed": 0, "cached": 0, "ttft": 0.0, "cold": 0.0, "sent": 0}
         for s in range(args.sessions):
-            final = step == args.steps - 1
-            body = {"messages": sessions[s], "tools": TOOLS, "max_tokens": args.max_tokens, "seed": 1000 * s + step,
-                    "tool_choice": "auto" if final else "required"}
-            if final:
-                body["max_tokens"] = 16
-            r = post(args.url, body)
-            u, k = r["usage"], r["kvtier"]
-            msg = r["choices"][0]["message"]
-            new = u["prompt_tokens"] - last_total[s]
-            last_total[s] = u["prompt_tokens"] + u["completion_tokens"]
-            cold = post(args.url, dict(body, cache_salt=f"cold-{step}-{s}", max_tokens=1))["kvtier"]["ttft_ms"]
-            for key, v in (("prompt", u["prompt_tokens"]), ("new", new), ("computed", k["computed_tokens"]),
-                           ("cached", u["prompt_tokens_details"]["cached_tokens"]), ("ttft", k["ttft_ms"]),
-                           ("cold", cold)):
+            r, prompt, completion, cached, cold_body = step_fn(args, sessions[s], s, step, step == args.steps - 1)
+            k = r["kvtier"]
+            new = prompt - last_total[s]
+            last_total[s] = prompt + completion
+            cold = 0.0
+            if cold_body is not None:  # the same prompt with a fresh cache_salt: nothing to reuse
+                cold = post(args.url, dict(cold_body, cache_salt=f"cold-{base}-{step}-{s}", max_tokens=1))
+                cold = cold["kvtier"]["ttft_ms"]
+            for key, v in (("prompt", prompt), ("new", new), ("computed", k["computed_tokens"]), ("cached", cached),
+                           ("ttft", k["ttft_ms"]), ("cold", cold), ("sent", r["_sent"])):
                 agg[key] += v
-            sessions[s].append({"role": "assistant", "content": msg.get("content"),
-                                **({"tool_calls": msg["tool_calls"]} if msg.get("tool_calls") else {})})
-            for call in msg.get("tool_calls") or []:
-                sessions[s].append({"role": "tool", "tool_call_id": call["id"], "content": RESULT})
         n = args.sessions
         rows.append(agg)
         print(f"{step + 1:>4} {agg['prompt'] / n:>7.0f} {agg['new'] / n:>5.0f} {agg['computed'] / n:>8.0f} "
-              f"{100 * agg['cached'] / max(agg['prompt'], 1):>6.1f}% {agg['ttft'] / n:>8.1f} {agg['cold'] / n:>8.1f}")
+              f"{100 * agg['cached'] / max(agg['prompt'], 1):>6.1f}% {agg['ttft'] / n:>8.1f} "
+              f"{agg['cold'] / n if cold_body is not None else float('nan'):>8.1f} {agg['sent'] / n:>7.0f}")
     later = rows[1:] or rows
     comp = sum(r["computed"] for r in later)
     new = sum(r["new"] for r in later)
-    print(f"steps 2..{args.steps}: computed {comp} tokens for {new} new ({comp / max(new, 1):.2f}x); "
+    ttft = sum(r["ttft"] for r in later) / len(later) / args.sessions
+    cold = "" if api != "chat" else f" vs cold {sum(r['cold'] for r in later) / len(later) / args.sessions:.1f} ms"
+    print(f"{api} steps 2..{args.steps}: computed {comp} tokens for {new} new ({comp / max(new, 1):.2f}x); "
           f"cached {100 * sum(r['cached'] for r in later) / max(sum(r['prompt'] for r in later), 1):.1f}% of the prompt; "
-          f"TTFT {sum(r['ttft'] for r in later) / len(later) / args.sessions:.1f} ms vs cold "
-          f"{sum(r['cold'] for r in later) / len(later) / args.sessions:.1f} ms")
+          f"TTFT {ttft:.1f} ms{cold}; sent {sum(r['sent'] for r in later) / len(later) / args.sessions:.0f} "
+          f"bytes per request")
 
 
 def per_token_ms(url, extra, seed):
@@ -131,9 +174,14 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--api", choices=("chat", "responses", "both"), default="chat")
     args = ap.parse_args()
-    agent(args)
-    constrained_cost(args)
+    if args.api in ("chat", "both"):
+        agent(args, "chat", 1000)
+    if args.api in ("responses", "both"):
+        agent(args, "responses", 2000)
+    if args.reps > 0:
+        constrained_cost(args)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 # Default model: a random-weight qwen2-shaped model (dim 512, 8 layers) on
 # the GPT-2 vocabulary (50k tokens, so the constrained-decoding mask walks a
 # real vocabulary); MODEL=... overrides. Loopback only; numbers, never pass/fail.
+# API=chat|responses|both picks the agent (tools_bench.py --api); REPS=0 skips
+# the constrained-decoding cost.
 # usage: bench/tools_bench.sh [SESSIONS] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +18,4 @@ fi
 KVT_BIN=./build/kvtier
 . tests/testutil.sh
 kvt_start_server tools -m "$MODEL" --parallel 2 -t "${THREADS:-2}" -c 8192
-python3 bench/tools_bench.py --url "$URL" --sessions "${1:-6}" --steps "${2:-6}"
+python3 bench/tools_bench.py --url "$URL" --sessions "${1:-6}" --steps "${2:-6}" --api "${API:-chat}" --reps "${REPS:-9}"
