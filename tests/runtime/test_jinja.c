@@ -13,22 +13,10 @@
 
 #include "common.h"
 #include "jinja.h"
+#include "jinja_ref.h"
 #include "testutil.h"
 
 static char dir[4096];
-
-static cJSON *case_vars(const cJSON *cases, const char *name) {
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cases) {
-        if (!strcmp(cJSON_GetObjectItem(c, "name")->valuestring, name)) {
-            cJSON *v = cJSON_Duplicate(cJSON_GetObjectItem(c, "vars"), 1);
-            cJSON_AddStringToObject(v, "bos_token", "<s>");
-            cJSON_AddStringToObject(v, "eos_token", "</s>");
-            return v;
-        }
-    }
-    return NULL;
-}
 
 static void test_references(void) {
     char *exp_text = kvt_test_read_file(kvt_test_path(dir, "expected.json"), NULL);
@@ -41,13 +29,8 @@ static void test_references(void) {
     cJSON_ArrayForEach(e, exp) {
         const char *tn = cJSON_GetObjectItem(e, "template")->valuestring;
         const char *cn = cJSON_GetObjectItem(e, "case")->valuestring;
-        char file[256];
-        snprintf(file, sizeof file, "%s.jinja", tn);
-        size_t len = 0;
-        char *src = kvt_test_read_file(kvt_test_path(dir, file), &len);
-        kvt_jinja *t = NULL;
-        CHECKF(src && kvt_jinja_parse(src, len, &t) == 0, "%s: %s", tn, kvt_errmsg());
-        cJSON *vars = case_vars(cases, cn);
+        kvt_jinja *t = jinja_ref_template(dir, tn);
+        cJSON *vars = jinja_ref_case_vars(cases, cn);
         char *out = NULL;
         size_t n = 0;
         int rc = t ? kvt_jinja_render(t, vars, NULL, &out, &n) : -1;
@@ -66,7 +49,6 @@ static void test_references(void) {
         free(out);
         cJSON_Delete(vars);
         kvt_jinja_free(t);
-        free(src);
     }
     CHECKF(n_ok >= 50 && n_err >= 5, "%d renderings, %d failures compared", n_ok, n_err);
     cJSON_Delete(exp);

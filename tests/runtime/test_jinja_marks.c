@@ -18,6 +18,7 @@
 #include "jinja.h"
 #include "mkmodel.h"
 #include "model.h"
+#include "jinja_ref.h"
 #include "testutil.h"
 
 static char dir[4096];
@@ -105,22 +106,9 @@ static void count_controls(const char *text, const unsigned char *marks, size_t 
     }
 }
 
-static cJSON *case_vars(const cJSON *cases, const char *name) {
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cases) {
-        if (!strcmp(cJSON_GetObjectItem(c, "name")->valuestring, name)) {
-            cJSON *v = cJSON_Duplicate(cJSON_GetObjectItem(c, "vars"), 1);
-            cJSON_AddStringToObject(v, "bos_token", "<s>");
-            cJSON_AddStringToObject(v, "eos_token", "</s>");
-            return v;
-        }
-    }
-    return NULL;
-}
-
 /* One template on one case: marked and plain renderings agree; injected, no new unmarked control token. */
 static void check_case(const char *tn, const kvt_jinja *t, const char *cn, const cJSON *cases, const char *want) {
-    cJSON *vars = case_vars(cases, cn);
+    cJSON *vars = jinja_ref_case_vars(cases, cn);
     char *out = NULL;
     unsigned char *marks = NULL;
     size_t n = 0, all0, base, all, unmarked;
@@ -155,16 +143,10 @@ static void test_references(void) {
         const cJSON *want = cJSON_GetObjectItem(e, "output");
         if (!want) continue;
         const char *tn = cJSON_GetObjectItem(e, "template")->valuestring;
-        char file[256];
-        snprintf(file, sizeof file, "%s.jinja", tn);
-        size_t len = 0;
-        char *src = kvt_test_read_file(kvt_test_path(dir, file), &len);
-        kvt_jinja *t = NULL;
-        CHECKF(src && kvt_jinja_parse(src, len, &t) == 0, "%s: %s", tn, kvt_errmsg());
+        kvt_jinja *t = jinja_ref_template(dir, tn);
         if (t) check_case(tn, t, cJSON_GetObjectItem(e, "case")->valuestring, cases, want->valuestring);
         n_ok += t != NULL;
         kvt_jinja_free(t);
-        free(src);
     }
     CHECKF(n_ok >= 50, "%d renderings checked", n_ok);
     cJSON_Delete(exp);
