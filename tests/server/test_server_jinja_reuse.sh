@@ -7,7 +7,10 @@
 # cold run of the same token sequence (/apply-template's ids as a completions
 # prompt under another cache_salt: nothing cached, the same ids). A template
 # that rewrites a reply (drops its reasoning) is rendered as the template
-# does, and the answer's kvtier.rerendered_turn names that turn and why.
+# does, and the answer's kvtier.rerendered_turn names that turn and why. The
+# built-in rendering (--no-jinja) reports the same: nothing for replies and
+# tool calls sent back as generated, an edited reply (unknown_reply), a
+# changed call (tool_calls) and Qwen3's dropped reasoning (reasoning_dropped).
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -48,9 +51,29 @@ three_turns() {
   WANT2=$(((p1 + c1 - 1) / b * b)); WANT3=$(((p2 + c2 - 1) / b * b))
 }
 
-kvt_start_server family -m "$TMP/m.gguf"
+kvt_start_server family -m "$TMP/m.gguf" --no-jinja
 three_turns
 echo "built-in rendering: cached_tokens per turn: $CACHED (turn 2 wants $WANT2, turn 3 $WANT3)"
+check "built-in: turn 3, every reply sent back as generated, reports no re-rendered turn" \
+  is "$(jb '.kvtier | has("rerendered_turn")')" false
+# a reply the client edited is no reply of this server: tokenized from its text, and said so
+ME=$(jq -c '.[1].content += " (edited)"' <<<"$M2")
+chat "$ME"
+check "built-in: an edited assistant reply is reported" is "$(jb -c .kvtier.rerendered_turn)" '{"message":1,"reason":"unknown_reply"}'
+# a tool call this server generated, sent back as generated (spliced) and changed (reported)
+TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+ "properties":{"city":{"type":"string","maxLength":12}},"required":["city"],"additionalProperties":false}}}]'
+Q='{"role":"user","content":"What is the weather in Paris?"}'
+post /v1/chat/completions "{\"messages\":[$Q],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":80}"
+check "built-in: the forced call is made" is "$(jb .choices[0].finish_reason)" tool_calls
+A1=$(jb -c .choices[0].message)
+R='{"role":"tool","tool_call_id":"x","content":"sunny"}'
+post /v1/chat/completions "{\"messages\":[$Q,$A1,$R],\"tools\":$TOOLS,\"tool_choice\":\"none\",\"max_tokens\":2}"
+check "built-in: the call sent back as generated reports no re-rendered turn" \
+  is "$(jb '.kvtier | has("rerendered_turn")')" false
+A1X=$(jq -c '.tool_calls[0].function.arguments = "{\"city\": \"Oslo, Norway\"}"' <<<"$A1")
+post /v1/chat/completions "{\"messages\":[$Q,$A1X,$R],\"tools\":$TOOLS,\"tool_choice\":\"none\",\"max_tokens\":2}"
+check "built-in: a changed call is reported" is "$(jb -c .kvtier.rerendered_turn)" '{"message":1,"reason":"tool_calls"}'
 kvt_stop_server family
 
 kvt_start_server jinja -m "$TMP/m.gguf" --jinja --chat-template-file "$TMP/chatml.jinja"
@@ -91,5 +114,13 @@ post /apply-template "{\"messages\":$M}"
 check "... and rendered as the template does (without its reasoning)" \
   is "$(jb .prompt | grep -c 'plan')" 0
 kvt_stop_server q3
+# the built-in Qwen3 rendering drops earlier turns' reasoning too, and says so the same way
+kvt_start_server q3b -m "$TMP/q3.gguf" --no-jinja --reasoning-format none
+post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"grammar\":$G,\"max_tokens\":40}"
+M=$(jq -cn --arg r "$(jb '.choices[0].message.content')" '[{role:"user",content:"q"},{role:"assistant",content:$r},{role:"user",content:"more"}]')
+post /v1/chat/completions "{\"messages\":$M,\"max_tokens\":2}"
+check "built-in: a reply whose reasoning the family drops is reported as such" \
+  is "$(jb -c .kvtier.rerendered_turn)" '{"message":1,"reason":"reasoning_dropped"}'
+kvt_stop_server q3b
 
 kvt_test_done test_server_jinja_reuse

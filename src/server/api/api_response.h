@@ -42,9 +42,9 @@ typedef struct {
     int32_t approximate_steps;                    /* engine steps the placement took (a prefill chunk each) */
     int32_t approximate_interleaved;              /* decode tokens other requests got during those steps */
     float recompute_ratio;
-    /* a chat under a Jinja template: why its first assistant turn that was kept as text, not as its
-     * generated ids, was (static: "rewritten", "tool_calls", "unknown_reply"), and that turn's index in
-     * messages; NULL: every one was spliced */
+    /* a chat (a Jinja template or the built-in family rendering): why its first assistant turn that was
+     * kept as text, not as its generated ids, was (static: "rewritten", "reasoning_dropped", "tool_calls",
+     * "unknown_reply"), and that turn's index in messages; NULL: every one was spliced */
     const char *rerendered_why;
     int32_t rerendered_msg;
     int show_cached_text; /* a diverged reuse_stop shows the cached side too (cached_text and

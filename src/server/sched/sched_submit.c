@@ -19,11 +19,51 @@ typedef struct {
     kvt_server *s;
     const void *salt;
     size_t salt_len;
+    const kvt_api_request *a;
+    srv_req *r;
+    size_t next; /* where in a's messages the next assistant message looked up is searched from */
 } lookup_ctx;
 
+/* Why the built-in rendering of assistant message i of l->a, whose rendered
+ * text is text, is not a reply this server generated, in the words the
+ * --jinja path uses: "tool_calls" (its calls are not ones this server
+ * generated, or the client changed them), "reasoning_dropped" (the reply had
+ * reasoning, and the family renders its answer without it, or the client did
+ * not send reasoning_content back), "rewritten" (the client sent the reply
+ * back as generated, and the family renders it otherwise) or "unknown_reply". */
+static const char *splice_miss(lookup_ctx *l, size_t i, const char *text) {
+    const kvt_api_request *a = l->a;
+    const kvt_api_msg_tools *mt = a->msg_tools ? &a->msg_tools[i] : NULL;
+    if (mt && mt->tool_calls) return "tool_calls";
+    char *full = NULL;
+    int32_t *ids = NULL;
+    size_t k = *text ? kvt_reply_map_get_split(l->s->replies, l->salt, l->salt_len, NULL, text, &full, &ids) : 0;
+    const char *c = a->msgs[i].content ? a->msgs[i].content : "";
+    if (!k && mt && mt->reasoning && *c)
+        k = kvt_reply_map_get_split(l->s->replies, l->salt, l->salt_len, mt->reasoning, c, &full, &ids);
+    const char *why = k ? "reasoning_dropped" : NULL;
+    free(full);
+    free(ids);
+    ids = NULL;
+    if (!why && *c && strcmp(c, text) && kvt_reply_map_get(l->s->replies, l->salt, l->salt_len, c, &ids))
+        why = "rewritten";
+    free(ids);
+    return why ? why : "unknown_reply";
+}
+
+/* The built-in renderings look up each assistant message once, in order: the
+ * first one that is not spliced goes to the request's report. */
 static size_t reply_lookup(void *ctx, const char *text, int32_t **ids) {
     lookup_ctx *l = ctx;
-    return kvt_reply_map_get(l->s->replies, l->salt, l->salt_len, text, ids);
+    size_t k = kvt_reply_map_get(l->s->replies, l->salt, l->salt_len, text, ids);
+    size_t i = l->next;
+    while (i < l->a->n_msgs && strcmp(l->a->msgs[i].role, "assistant")) i++;
+    l->next = i + 1;
+    if (!k && i < l->a->n_msgs && !l->r->usage.rerendered_why) {
+        l->r->usage.rerendered_why = splice_miss(l, i, text);
+        l->r->usage.rerendered_msg = (int32_t)i;
+    }
+    return k;
 }
 
 unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size_t *len) {
@@ -48,13 +88,15 @@ static void too_long(const kvt_server *s, const char *param, const char *more, s
  * template family's style (remembered replies and tool calls reused unless
  * --retokenize-replies), token ids verbatim, or text tokenized; tokenizing
  * stops past max_prompt tokens. *at gets where kvtier.documents go: before
- * the last user message's content (chat). Returns 0 or an error code
+ * the last user message's content (chat). The first assistant message not
+ * spliced as its generated ids goes to r->usage's report (rerendered_turn).
+ * Returns 0 or an error code
  * (KVT_ELIMIT: longer than max_prompt). */
 static int request_prompt(kvt_server *s, const kvt_api_request *a, srv_req *r, size_t max_prompt, size_t *at,
                           size_t *n) {
     int rc = 0;
     if (a->kind == KVT_API_CHAT) {
-        lookup_ctx lc = {s, r->salt, r->salt_len};
+        lookup_ctx lc = {s, r->salt, r->salt_len, a, r, 0};
         size_t n_msgs, last_user;
         char **arena;
         /* tools, tool calls and tool results in the template family's style */
