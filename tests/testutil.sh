@@ -155,6 +155,13 @@ kvt_start_redis() {
   done
   echo "redis-server did not start:" >&2; cat "$TMP/redis.log" >&2; exit 1
 }
+# kvt_t3_setup: what the T3 node tests share: a tiny model at $TMP/m.gguf, a private block-MAC
+# key at $TMP/key (mode 600) and a started redis-server (kvt_start_redis)
+kvt_t3_setup() {
+  "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
+  head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
+  kvt_start_redis
+}
 # kvt_stop_redis: kills redis-server (-9: what a crash looks like to the servers)
 kvt_stop_redis() {
   [ -n "$KVT_REDIS_PID" ] || return 0

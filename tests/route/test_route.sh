@@ -14,9 +14,7 @@ command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installe
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 
-"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
-head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
-kvt_start_redis
+kvt_t3_setup
 # --restore always: a moved session reads its prefix from T3 even where recomputing this tiny
 # model would be cheaper (that is what the checks are about); T3 reads get 10 s on a loaded machine
 KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --parallel 4 --api-key k1 --api-key k2 --metrics-key mk

@@ -13,9 +13,7 @@ command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installe
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 
-"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
-head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
-kvt_start_redis
+kvt_t3_setup
 # T3 reads give up after --kv-remote-timeout-ms (250 by default), a miss by design; on a loaded
 # CI machine a loopback GET can outlast that, so the checks that need hits give it 10 s
 REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key" --kv-remote-timeout-ms 10000)

@@ -13,9 +13,7 @@ command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installe
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 
-"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 2>/dev/null
-head -c 32 /dev/urandom >"$TMP/key" && chmod 600 "$TMP/key"
-kvt_start_redis
+kvt_t3_setup
 PW=Default-Pw-4711 UPW=Acl-User-Pw-0815 BADPW=not-the-Pw-99
 redis-cli -p "$RPORT" ACL SETUSER kvtu on ">$UPW" '~*' '+@all' >/dev/null
 redis-cli -p "$RPORT" CONFIG SET requirepass "$PW" >/dev/null
