@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* The Jinja reference set of tests/runtime/jinja, shared by test_jinja.c and
- * test_jinja_marks.c: a case's variables (cases.json, with the tokens the
- * renderings assume) and a template of the set, parsed. */
+ * test_jinja_marks.c: the expected renderings and the cases, a case's
+ * variables (with the tokens the renderings assume) and a template of the
+ * set, parsed. */
 #ifndef KVT_TEST_JINJA_REF_H
 #define KVT_TEST_JINJA_REF_H
 
@@ -14,6 +15,20 @@
 #include "common.h"
 #include "jinja.h"
 #include "testutil.h"
+
+/* The set's expected renderings (expected.json) and cases (cases.json) in dir, parsed into *exp
+ * and *cases (the caller's to delete); 0 after a failed check that they could be read. */
+static inline int jinja_ref_load(const char *dir, cJSON **exp, cJSON **cases) {
+    char *exp_text = kvt_test_read_file(kvt_test_path(dir, "expected.json"), NULL);
+    char *cases_text = kvt_test_read_file(kvt_test_path(dir, "cases.json"), NULL);
+    CHECK(exp_text && cases_text);
+    *exp = exp_text && cases_text ? cJSON_Parse(exp_text) : NULL;
+    *cases = exp_text && cases_text ? cJSON_Parse(cases_text) : NULL;
+    int ok = exp_text && cases_text;
+    free(exp_text);
+    free(cases_text);
+    return ok;
+}
 
 /* Case `name`'s variables from cases.json (a copy, the caller's to delete), or NULL. */
 static inline cJSON *jinja_ref_case_vars(const cJSON *cases, const char *name) {

@@ -19,11 +19,8 @@
 static char dir[4096];
 
 static void test_references(void) {
-    char *exp_text = kvt_test_read_file(kvt_test_path(dir, "expected.json"), NULL);
-    char *cases_text = kvt_test_read_file(kvt_test_path(dir, "cases.json"), NULL);
-    CHECK(exp_text && cases_text);
-    if (!exp_text || !cases_text) return;
-    cJSON *exp = cJSON_Parse(exp_text), *cases = cJSON_Parse(cases_text);
+    cJSON *exp = NULL, *cases = NULL;
+    if (!jinja_ref_load(dir, &exp, &cases)) return;
     int n_ok = 0, n_err = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, exp) {
@@ -53,8 +50,6 @@ static void test_references(void) {
     CHECKF(n_ok >= 50 && n_err >= 5, "%d renderings, %d failures compared", n_ok, n_err);
     cJSON_Delete(exp);
     cJSON_Delete(cases);
-    free(exp_text);
-    free(cases_text);
 }
 
 /* Renders src with vars (JSON text); returns the output or NULL (rc in *rc). */

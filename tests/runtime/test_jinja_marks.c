@@ -132,11 +132,8 @@ static void check_case(const char *tn, const kvt_jinja *t, const char *cn, const
 }
 
 static void test_references(void) {
-    char *exp_text = kvt_test_read_file(kvt_test_path(dir, "expected.json"), NULL);
-    char *cases_text = kvt_test_read_file(kvt_test_path(dir, "cases.json"), NULL);
-    CHECK(exp_text && cases_text);
-    if (!exp_text || !cases_text) return;
-    cJSON *exp = cJSON_Parse(exp_text), *cases = cJSON_Parse(cases_text);
+    cJSON *exp = NULL, *cases = NULL;
+    if (!jinja_ref_load(dir, &exp, &cases)) return;
     int n_ok = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, exp) {
@@ -151,8 +148,6 @@ static void test_references(void) {
     CHECKF(n_ok >= 50, "%d renderings checked", n_ok);
     cJSON_Delete(exp);
     cJSON_Delete(cases);
-    free(exp_text);
-    free(cases_text);
 }
 
 /* How many of ids[0..n) are id. */
