@@ -200,6 +200,19 @@ enum {
 int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
                          size_t cap, size_t *len);
 
+/* kvt_remote_read_bulk in parts, for a caller that checks a value while it
+ * arrives. _head reads the reply's first line: KVT_BULK_VALUE with the
+ * value's length in *len (its bytes not read yet), or any other outcome of
+ * kvt_remote_read_bulk. _some then reads 1..n of the value's bytes into dst
+ * and says how many, or 0 on a timeout or connection error (counted, logged,
+ * connection dropped: nothing more may be read on k). _end drops the next
+ * skip bytes of the value and reads the reply's CRLF: KVT_BULK_VALUE, or
+ * KVT_BULK_FAILED as _some's 0. */
+int kvt_remote_bulk_head(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, size_t *len);
+size_t kvt_remote_bulk_some(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
+                            size_t n);
+int kvt_remote_bulk_end(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, size_t skip);
+
 /* ---- remote_value.c ---- */
 
 /* Whether value[0..len) is the record of exactly the block req asks for
@@ -208,6 +221,18 @@ int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in
  * else -1. value is modified during the MAC check and restored. *dctx is
  * created on the first compressed value. */
 int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len, const kvt_tier_read *req);
+
+/* Reads the next pipelined reply on k as the value of req, with rd's
+ * buffers, before deadline. A raw value whose header matches req is not
+ * read whole and then copied: its payload is taken from the socket a piece
+ * at a time, each piece added to the payload CRC and copied to req->out at
+ * once, and the MAC checked over the whole value at its end; any other value
+ * is read whole and checked by kvt_remote_value_accept. Returns
+ * KVT_BULK_VALUE (*ok: 1 accepted, req->out holds the payload; 0 refused,
+ * req->out undefined) or another outcome of kvt_remote_read_bulk
+ * (KVT_BULK_TOO_LONG: dropped unread). *len: the value's length. */
+int kvt_remote_read_value(kvt_remote *r, kvt_remote_conn *k, kvt_remote_reader *rd, double deadline, kvt_tier_read *req,
+                          size_t *len, int *ok);
 
 /* Encodes a queued block as a value: raw in place in q->buf, or (with
  * compression on, when it shrinks) zstd into zbuf (buf_bytes). Signs it.
