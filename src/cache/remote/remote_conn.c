@@ -181,7 +181,7 @@ int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k) {
             call_failed(r, k, k->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK), k->c->errstr);
             return -1;
         }
-    /* kvt_remote_read_bulk reads the socket itself: the library must hold no reply bytes */
+    /* kvt_remote_bulk_head reads the socket itself: the library must hold no reply bytes */
     if (k->c->reader->pos != k->c->reader->len) {
         call_failed(r, k, 0, "replies out of step");
         return -1;
@@ -312,16 +312,4 @@ int kvt_remote_bulk_end(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in,
         rc = -1;
     }
     return rc > 0 ? KVT_BULK_VALUE : bulk_failed(r, k, in, rc);
-}
-
-int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
-                         size_t cap, size_t *len) {
-    int rc = kvt_remote_bulk_head(r, k, in, deadline, len);
-    if (rc != KVT_BULK_VALUE) return rc;
-    size_t got = 0;
-    if (*len <= cap)
-        for (size_t n; got < *len; got += n)
-            if (!(n = kvt_remote_bulk_some(r, k, in, deadline, dst + got, *len - got))) return KVT_BULK_FAILED;
-    if (kvt_remote_bulk_end(r, k, in, deadline, *len - got)) return KVT_BULK_FAILED;
-    return *len <= cap ? KVT_BULK_VALUE : KVT_BULK_TOO_LONG;
 }
