@@ -11,8 +11,11 @@
 # --kv-remote-compress zstd: an empty Redis, node Z computes and writes
 # compressed values, fresh nodes read them (compression ratio on these real
 # KV blocks, restore bandwidth and TTFT). BIN=... runs another build (for
-# before/after comparisons; ZSTD=0 for a build without the flag). Numbers
-# only; never passes or fails on time.
+# before/after comparisons; ZSTD=0 for a build without the flag). T3_ARGS
+# adds flags to every node's T3 flags, e.g. T3_ARGS="--kv-remote-timeout-ms
+# 5000" on a loaded machine, where the default per-call deadline cuts a
+# restore short and the rest of the prefix is recomputed. Numbers only;
+# never passes or fails on time.
 # usage: bench/remote.sh [THREADS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,8 @@ mkdir -p bench/out
 . bench/redis_lib.sh
 KVT_SERVE_ARGS=(-m "$MODEL" --host 127.0.0.1 -t "$T" --ctx 4096)
 start_redis 2gb
+read -r -a t3_args <<<"${T3_ARGS:-}"
+REMOTE+=("${t3_args[@]}")
 
 # a prompt of about 2,048 tokens under this model's tokenizer
 words=(cache tier block page restore prefix shared remote disk memory token layer value record server)

@@ -111,17 +111,22 @@ typedef struct {
     node_count cnt[KVT_CL_NODES_MAX];
 } fetch_thread;
 
-static void check_value(fetch_thread *t, kvt_tier_read *q, int node, uint8_t *value, size_t len, int too_long) {
-    kvt_remote *r = t->j->r;
-    kvt_remote_reader *rd = &r->rd[t->ith];
+/* Counts a value of len bytes read for q from node: served (ok) or refused. */
+static void count_value(fetch_thread *t, kvt_tier_read *q, int node, size_t len, int ok) {
     t->j->part[t->ith].bytes += len;
-    if (!too_long && !kvt_remote_value_accept(r, &rd->dctx, value, len, q)) {
+    if (ok) {
         q->result = 0;
         t->j->part[t->ith].hits++;
         t->cnt[node].hits++;
         return;
     }
     t->j->part[t->ith].bad++;
+}
+
+static void check_value(fetch_thread *t, kvt_tier_read *q, int node, uint8_t *value, size_t len, int too_long) {
+    kvt_remote *r = t->j->r;
+    kvt_remote_reader *rd = &r->rd[t->ith];
+    count_value(t, q, node, len, !too_long && !kvt_remote_value_accept(r, &rd->dctx, value, len, q));
 }
 
 static void get_append(void *ctx, redisContext *c, size_t item) {
@@ -152,12 +157,12 @@ static int read_node(fetch_thread *t, int node, const size_t *items, size_t n, c
     for (size_t i = 0; i < n; i++) {
         kvt_tier_read *q = &t->j->reqs[items[i]];
         size_t len;
-        int rc = kvt_remote_read_bulk(r, k, &rd->in, t->j->deadline, rd->value, r->value_bytes, &len);
+        int ok, rc = kvt_remote_read_value(r, k, rd, t->j->deadline, q, &len, &ok);
         if (rc == KVT_BULK_FAILED) {
             t->cnt[node].errors++;
             return -1;
         }
-        if (rc == KVT_BULK_VALUE || rc == KVT_BULK_TOO_LONG) check_value(t, q, node, rd->value, len, rc != 0);
+        if (rc == KVT_BULK_VALUE || rc == KVT_BULK_TOO_LONG) count_value(t, q, node, len, ok);
         if (rc == KVT_BULK_REDIRECT) {
             t->cnt[node].redirects++;
             int asking, to = kvt_remote_cluster_redirect(r, rd->in.redirect, &asking);

@@ -181,7 +181,7 @@ int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k) {
             call_failed(r, k, k->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK), k->c->errstr);
             return -1;
         }
-    /* kvt_remote_read_bulk reads the socket itself: the library must hold no reply bytes */
+    /* kvt_remote_bulk_head reads the socket itself: the library must hold no reply bytes */
     if (k->c->reader->pos != k->c->reader->len) {
         call_failed(r, k, 0, "replies out of step");
         return -1;
@@ -251,12 +251,18 @@ static ssize_t read_line(int fd, kvt_remote_inbuf *in, char *line, double deadli
     return -1;
 }
 
-int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
-                         size_t cap, size_t *len) {
-    char line[LINE_MAX_BYTES + 1], crlf[2];
-    int fd = k->c->fd;
+/* A reply cut short (rc 0: timed out, else errno says why): counted, logged,
+ * the connection dropped with its read-ahead. KVT_BULK_FAILED. */
+static int bulk_failed(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, ssize_t rc) {
+    call_failed(r, k, rc == 0, strerror(errno));
+    in->pos = in->len = 0; /* the read-ahead belonged to the dropped connection */
+    return KVT_BULK_FAILED;
+}
+
+int kvt_remote_bulk_head(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, size_t *len) {
+    char line[LINE_MAX_BYTES + 1];
     *len = 0;
-    ssize_t rc = read_line(fd, in, line, deadline);
+    ssize_t rc = read_line(k->c->fd, in, line, deadline);
     if (rc > 0 && (!strncmp(line, "-MOVED ", 7) || !strncmp(line, "-ASK ", 5))) {
         conn_answered(k);
         snprintf(in->redirect, sizeof in->redirect, "%.120s", line + 1);
@@ -277,20 +283,33 @@ int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in
         errno = EPROTO;
         rc = -1;
     }
-    if (rc > 0) {
-        *len = (size_t)n;
-        rc = read_exact(fd, in, *len <= cap ? dst : NULL, *len, deadline);
+    if (rc <= 0) return bulk_failed(r, k, in, rc);
+    conn_answered(k);
+    *len = (size_t)n;
+    return KVT_BULK_VALUE;
+}
+
+size_t kvt_remote_bulk_some(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
+                            size_t n) {
+    if (in->pos < in->len) {
+        size_t have = KVT_MIN(n, in->len - in->pos);
+        memcpy(dst, in->buf + in->pos, have);
+        in->pos += have;
+        return have;
     }
-    if (rc > 0) rc = read_exact(fd, in, (uint8_t *)crlf, 2, deadline);
+    ssize_t got = read_some(k->c->fd, dst, n, deadline);
+    if (got > 0) return (size_t)got;
+    bulk_failed(r, k, in, got);
+    return 0;
+}
+
+int kvt_remote_bulk_end(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, size_t skip) {
+    char crlf[2];
+    ssize_t rc = read_exact(k->c->fd, in, NULL, skip, deadline);
+    if (rc > 0) rc = read_exact(k->c->fd, in, (uint8_t *)crlf, 2, deadline);
     if (rc > 0 && memcmp(crlf, "\r\n", 2)) {
         errno = EPROTO;
         rc = -1;
     }
-    if (rc <= 0) {
-        call_failed(r, k, rc == 0, strerror(errno));
-        in->pos = in->len = 0; /* the read-ahead belonged to the dropped connection */
-        return KVT_BULK_FAILED;
-    }
-    conn_answered(k);
-    return *len <= cap ? KVT_BULK_VALUE : KVT_BULK_TOO_LONG;
+    return rc > 0 ? KVT_BULK_VALUE : bulk_failed(r, k, in, rc);
 }

@@ -179,7 +179,7 @@ redisReply *kvt_remote_next_reply(kvt_remote *r, kvt_remote_conn *k, double dead
  * connection dropped). */
 int kvt_remote_send(kvt_remote *r, kvt_remote_conn *k);
 
-/* Outcomes of kvt_remote_read_bulk. */
+/* Outcomes of reading a value's reply (kvt_remote_bulk_head, kvt_remote_read_value). */
 enum {
     KVT_BULK_FAILED = -1,
     KVT_BULK_VALUE = 0,
@@ -189,16 +189,24 @@ enum {
     KVT_BULK_REDIRECT = 4 /* a cluster's MOVED or ASK: the line is in in->redirect, not logged */
 };
 
-/* Reads the next pipelined reply on k, expected to be a bulk string, without
- * the client library: its bytes go from the socket into dst (cap bytes)
- * through the small read-ahead buffer in, before deadline. Returns
- * KVT_BULK_VALUE (*len bytes in dst), KVT_BULK_NIL, KVT_BULK_TOO_LONG (a value
- * over cap, *len long, read and dropped), KVT_BULK_ERROR (an error reply,
- * logged), KVT_BULK_REDIRECT (MOVED/ASK, kept in in->redirect) or KVT_BULK_FAILED (timeout, connection error or a reply of
- * another type: counted, logged, connection dropped). Only on a connection
- * whose client-library reader holds no bytes (kvt_remote_send checks). */
-int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
-                         size_t cap, size_t *len);
+/* The next pipelined reply on k, expected to be a bulk string, read in parts
+ * without the client library, so that a value can be checked while it
+ * arrives: its bytes come from the socket through the small read-ahead
+ * buffer in, before deadline. Only on a connection whose client-library
+ * reader holds no bytes (kvt_remote_send checks).
+ * _head reads the reply's first line: KVT_BULK_VALUE (a value of *len bytes
+ * follows, not read yet), KVT_BULK_NIL, KVT_BULK_ERROR (an error reply,
+ * logged), KVT_BULK_REDIRECT (MOVED/ASK, kept in in->redirect) or
+ * KVT_BULK_FAILED (timeout, connection error or a reply of another type:
+ * counted, logged, connection dropped).
+ * _some then reads 1..n of the value's bytes into dst and says how many, or
+ * 0 as KVT_BULK_FAILED (nothing more may be read on k).
+ * _end drops the next skip bytes of the value and reads the reply's CRLF:
+ * KVT_BULK_VALUE, or KVT_BULK_FAILED. */
+int kvt_remote_bulk_head(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, size_t *len);
+size_t kvt_remote_bulk_some(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, uint8_t *dst,
+                            size_t n);
+int kvt_remote_bulk_end(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in, double deadline, size_t skip);
 
 /* ---- remote_value.c ---- */
 
@@ -208,6 +216,18 @@ int kvt_remote_read_bulk(kvt_remote *r, kvt_remote_conn *k, kvt_remote_inbuf *in
  * else -1. value is modified during the MAC check and restored. *dctx is
  * created on the first compressed value. */
 int kvt_remote_value_accept(const kvt_remote *r, ZSTD_DCtx **dctx, uint8_t *value, size_t len, const kvt_tier_read *req);
+
+/* Reads the next pipelined reply on k as the value of req, with rd's
+ * buffers, before deadline. A raw value whose header matches req is not
+ * read whole and then copied: its payload is taken from the socket a piece
+ * at a time, each piece added to the payload CRC and copied to req->out at
+ * once, and the MAC checked over the whole value at its end; any other value
+ * is read whole and checked by kvt_remote_value_accept. Returns
+ * KVT_BULK_VALUE (*ok: 1 accepted, req->out holds the payload; 0 refused,
+ * req->out undefined), KVT_BULK_TOO_LONG (a value longer than ours, dropped
+ * unread) or another outcome of kvt_remote_bulk_head. *len: the value's length. */
+int kvt_remote_read_value(kvt_remote *r, kvt_remote_conn *k, kvt_remote_reader *rd, double deadline, kvt_tier_read *req,
+                          size_t *len, int *ok);
 
 /* Encodes a queued block as a value: raw in place in q->buf, or (with
  * compression on, when it shrinks) zstd into zbuf (buf_bytes). Signs it.

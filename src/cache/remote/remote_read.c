@@ -67,10 +67,10 @@ static void fetch_part(void *ctx, int ith, int nth) {
     for (size_t i = (size_t)ith; i < j->n; i += step) {
         kvt_tier_read *q = &j->reqs[j->todo[i]];
         size_t len;
-        int rc = kvt_remote_read_bulk(r, &rd->conn, &rd->in, j->call->deadline, rd->value, r->value_bytes, &len);
+        int ok, rc = kvt_remote_read_value(r, &rd->conn, rd, j->call->deadline, q, &len, &ok);
         if (rc == KVT_BULK_FAILED) break; /* the rest of the pipeline is lost with the connection: misses */
         j->part[ith].bytes += len;
-        if (rc == KVT_BULK_VALUE && !kvt_remote_value_accept(r, &rd->dctx, rd->value, len, q)) {
+        if (ok) {
             q->result = 0;
             j->part[ith].hits++;
         } else if (rc == KVT_BULK_VALUE || rc == KVT_BULK_TOO_LONG) {
