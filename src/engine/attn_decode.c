@@ -26,6 +26,10 @@
 
 #define PREFETCH_PAGES 2       /* pages of K requested ahead of the one being scored */
 #define CHUNK_BYTES (32 << 10) /* the V a value-pass chunk makes the kernel read */
+/* q8_0: the chunk's V as dequantized floats; each chunk starts with a burst
+ * of dequantizing, and twice the f16 chunk (half as many bursts, the floats
+ * read back from L2) measured faster than the f16 chunk's size or four times it */
+#define CHUNK_BYTES_Q8 (64 << 10)
 #define LINE 64
 #define SCORE_KEYS 16 /* keys scored per kernel call, between shares of the prefetch */
 #define VALUE_STEPS 8 /* kernel calls per value-pass chunk, between shares of the prefetch */
@@ -39,7 +43,8 @@ static size_t k_block_bytes(const kvt_attn_dec *a) { return (size_t)a->B * kvt_k
 
 int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd) {
     const size_t el = dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float); /* q8_0 is read dequantized */
-    const size_t pages = CHUNK_BYTES / ((size_t)B * (size_t)hd * el);
+    const size_t bytes = dtype == KVT_KV_Q8_0 ? CHUNK_BYTES_Q8 : CHUNK_BYTES;
+    const size_t pages = bytes / ((size_t)B * (size_t)hd * el);
     return pages > 1 ? (int32_t)pages : 1;
 }
 
