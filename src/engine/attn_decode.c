@@ -4,15 +4,17 @@
  * at the page's stride, so each page starts cold and the hardware prefetcher
  * (which stays within 4 KiB) never runs ahead. So the next pages' K is
  * prefetched while a page is scored, and the value pass, whose 16 lane
- * classes each step through every 16th row, runs a chunk of pages at a time:
- * the chunk is fetched once (prefetched during the chunk before) and the
- * classes' passes over it hit the cache; their lane sums carry from chunk to
- * chunk exactly (attn.h), so chunking changes no bit. The prefetches go out
- * in shares between kernel calls (a page's scores 16 keys at a time, a
- * chunk's values a few lane classes at a time) rather than in one burst: a
- * burst of a whole page's lines fills the core's queue of misses and stalls
- * the arithmetic behind it until the lines arrive, where shares let the two
- * overlap. */
+ * classes each step through every 16th row, runs a chunk of pages at a time,
+ * a group of classes after another, each group's rows requested half a
+ * chunk before the group reads them (so every line arrives a fixed time
+ * ahead of its use, where the next chunk's lines in page order came too late
+ * for the first groups of the next chunk); the lane sums carry from
+ * chunk to chunk exactly (attn.h), so chunking changes no bit. The
+ * prefetches go out in shares between kernel calls (a page's scores 16 keys
+ * at a time, a chunk's values a few lane classes at a time) rather than in
+ * one burst: a burst of a whole page's lines fills the core's queue of
+ * misses and stalls the arithmetic behind it until the lines arrive, where
+ * shares let the two overlap. */
 #include "attn_decode.h"
 
 #include <string.h>
@@ -24,9 +26,14 @@
 
 #define PREFETCH_PAGES 2       /* pages of K requested ahead of the one being scored */
 #define CHUNK_BYTES (32 << 10) /* the V a value-pass chunk makes the kernel read */
+/* q8_0: the chunk's V as dequantized floats; each chunk starts with a burst
+ * of dequantizing, and twice the f16 chunk (half as many bursts, the floats
+ * read back from L2) measured faster than the f16 chunk's size or four times it */
+#define CHUNK_BYTES_Q8 (64 << 10)
 #define LINE 64
 #define SCORE_KEYS 16 /* keys scored per kernel call, between shares of the prefetch */
 #define VALUE_STEPS 8 /* kernel calls per value-pass chunk, between shares of the prefetch */
+#define VALUE_LEAD 2  /* f16/f32 V: rows are requested 1/VALUE_LEAD of a chunk before their class group reads them */
 
 static void prefetch_bytes(const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += LINE) __builtin_prefetch(p + i, 0, 3);
@@ -36,7 +43,8 @@ static size_t k_block_bytes(const kvt_attn_dec *a) { return (size_t)a->B * kvt_k
 
 int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd) {
     const size_t el = dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float); /* q8_0 is read dequantized */
-    const size_t pages = CHUNK_BYTES / ((size_t)B * (size_t)hd * el);
+    const size_t bytes = dtype == KVT_KV_Q8_0 ? CHUNK_BYTES_Q8 : CHUNK_BYTES;
+    const size_t pages = bytes / ((size_t)B * (size_t)hd * el);
     return pages > 1 ? (int32_t)pages : 1;
 }
 
@@ -132,7 +140,7 @@ void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kv
     const size_t rb = kvt_kv_row_bytes(a->dtype, hd);
     int first = 1;
     for (int32_t c0 = kvt_attn_dec_first_page(a); c0 < pe; c0 += chunk) {
-        const int32_t c1 = KVT_MIN(pe, c0 + chunk), c2 = KVT_MIN(pe, c1 + chunk);
+        const int32_t c1 = KVT_MIN(pe, c0 + chunk);
         int32_t nr = 0;
         for (int32_t p = c0; p < c1; p++) {
             const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
@@ -145,11 +153,18 @@ void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kv
                 buf->runs[nr++] = (kvt_attn_run){a->pages[p] + a->v_delta + (size_t)s * rb, w, T, t0 + s};
             }
         }
+        /* classes in groups; before each, the rows that the group `lead`
+         * groups later reads are requested: a class group's rows are lines of
+         * its own (a row is whole lines), so each line is requested once, a
+         * fixed time before its use. q8_0 rows are read when their chunk is
+         * dequantized, at its start, so they are requested a chunk ahead. */
         const int32_t nj = j1 - j0, steps = KVT_MIN(VALUE_STEPS, nj);
-        for (int32_t i = 0; i < steps; i++) { /* classes in groups, each after a share of the next chunk's prefetch */
-            prefetch_chunk(a, c1 + (c2 - c1) * i / steps, c1 + (c2 - c1) * (i + 1) / steps, j0, j1);
-            kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, f16, hd, j0 + nj * i / steps, j0 + nj * (i + 1) / steps,
-                              first ? NULL : buf->acc, buf->acc);
+        const int32_t lead = q8 ? steps : KVT_MAX(1, steps / VALUE_LEAD);
+        for (int32_t i = 0; i < steps; i++) {
+            const int32_t ja = j0 + nj * i / steps, jb = j0 + nj * (i + 1) / steps;
+            const int32_t n = i + lead, k0 = KVT_MIN(pe, c0 + n / steps * chunk), g = n % steps;
+            prefetch_chunk(a, k0, KVT_MIN(pe, k0 + chunk), j0 + nj * g / steps, j0 + nj * (g + 1) / steps);
+            kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, f16, hd, ja, jb, first ? NULL : buf->acc, buf->acc);
         }
         first = 0;
     }

@@ -45,7 +45,7 @@ typedef struct {
 } kvt_attn_dec_buf;
 
 /* Pages a value-pass chunk covers: whole pages, about an L1 cache's worth of
- * the V the kernel reads. */
+ * the V the kernel reads (q8_0: twice that, as dequantized floats). */
 int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd);
 
 /* The pages holding the keys: [lo / B, (n_keys - 1) / B]. */
