@@ -361,6 +361,11 @@ int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat
     *out = NULL;
     *n_out = 0;
     ids_buf b = {.t = t, .max = max_tokens, .mark_msg = msg, .mark_at = SIZE_MAX};
+    /* these templates write no BOS: the prompt gets the one the tokenizer adds to a text (llama.cpp's
+     * add_special on the rendered prompt); the others write BOS themselves */
+    if ((f == KVT_CHAT_CHATML || f == KVT_CHAT_QWEN3 || f == KVT_CHAT_PHI3) &&
+        (kvt_tokenizer_add_special(t) & KVT_TOK_ADD_BOS))
+        push_id(&b, kvt_tokenizer_bos(t));
     switch (f) {
     case KVT_CHAT_CHATML: render_chatml(&b, msgs, n, lookup, lookup_ctx); break;
     case KVT_CHAT_LLAMA3: render_llama3(&b, msgs, n, lookup, lookup_ctx); break;

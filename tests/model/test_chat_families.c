@@ -74,12 +74,13 @@ static void test_qwen3(void) {
     const char *think = "<think>\nweighing it\n</think>\n\nIt is 4.";
     kvt_chat_msg earlier[] = {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", think}, {"user", "3+3?"}};
     /* an answered question's reasoning is dropped from history */
-    expect(m, KVT_CHAT_QWEN3, earlier, 4, 0,
+    /* skip 1: the BOS the vocabulary adds to a prompt, which the template does not write */
+    expect(m, KVT_CHAT_QWEN3, earlier, 4, 1,
            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
            "<|im_start|>assistant\nIt is 4.<|im_end|>\n<|im_start|>user\n3+3?<|im_end|>\n<|im_start|>assistant\n");
     /* after the last user message it stays, re-assembled as the template writes it */
     kvt_chat_msg latest[] = {{"user", "2+2?"}, {"assistant", "<think>\n\nweighing it\n\n</think>\nIt is 4."}};
-    expect(m, KVT_CHAT_QWEN3, latest, 2, 0,
+    expect(m, KVT_CHAT_QWEN3, latest, 2, 1,
            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nweighing it\n</think>\n\nIt is "
            "4.<|im_end|>\n<|im_start|>assistant\n");
     /* a reply kvtier generated, rendered unchanged by the template, keeps its exact ids */
@@ -127,7 +128,7 @@ static void test_phi3(void) {
     if (!m) return;
     CHECK(kvt_chat_detect(m->chat_template) == KVT_CHAT_PHI3);
     kvt_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
-    expect(m, KVT_CHAT_PHI3, msgs, 4, 0,
+    expect(m, KVT_CHAT_PHI3, msgs, 4, 1,
            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n<|user|>\nBye<|end|>\n"
            "<|assistant|>\n");
     CHECK(kvt_chat_family_parse("phi3") == KVT_CHAT_PHI3 && kvt_chat_family_parse("gemma") == KVT_CHAT_GEMMA &&
@@ -174,12 +175,13 @@ static kvt_tokenizer *shared_vocab(const char *name) {
     return t;
 }
 
-/* On a SentencePiece vocabulary the pieces of a rendering get the ids its
- * text gets tokenized whole, as llama.cpp tokenizes a rendered prompt: the
- * prefix space only at the start and after a special token, never before
- * each role name, newline or message ("<|user|>\nHi" is "\n", "Hi", not
- * "\n", " Hi"), and Phi-3's markers strip the whitespace after them. (The
- * texts end in letters: a piece cannot merge with the markup after it.) */
+/* On a SentencePiece vocabulary a rendering gets the ids of its text
+ * tokenized whole with the BOS these vocabularies add to a prompt, as
+ * llama.cpp tokenizes a rendered prompt (ChatML and Phi-3 write no BOS
+ * themselves): the prefix space only at the start and after a special token,
+ * never before each role name, newline or message ("<|user|>\nHi" is "\n",
+ * "Hi", not "\n", " Hi"), and Phi-3's markers strip the whitespace after
+ * them. (The texts end in letters: a piece cannot merge with the markup.) */
 static void test_spm_pieces(void) {
     static const struct {
         const char *vocab;
@@ -198,8 +200,10 @@ static void test_spm_pieces(void) {
         size_t n = 0, nw = 0;
         char *text = NULL;
         CHECK(kvt_chat_render(t, cases[c].f, msgs, 4, NULL, NULL, SIZE_MAX, &ids, &n) == 0);
-        CHECK(kvt_detokenize(t, ids, n, 1, &text, NULL) == 0);
-        CHECK(kvt_tokenize(t, text, strlen(text), 0, 1, &whole, &nw) == 0);
+        CHECKF(n > 1 && ids[0] == kvt_tokenizer_bos(t), "%s, %s: the prompt starts with BOS", cases[c].vocab,
+               kvt_chat_family_name(cases[c].f));
+        CHECK(kvt_detokenize(t, ids + 1, n - 1, 1, &text, NULL) == 0);
+        CHECK(kvt_tokenize(t, text, strlen(text), kvt_tokenizer_add_special(t), 1, &whole, &nw) == 0);
         CHECKF(nw == n && !memcmp(ids, whole, n * sizeof *ids), "%s, %s: %zu ids rendered, %zu for its text whole",
                cases[c].vocab, kvt_chat_family_name(cases[c].f), n, nw);
         CHECKF(!strstr(text, " Hello"), "%s: no space is added before a message: %s", cases[c].vocab, text);
