@@ -4,9 +4,10 @@
  * reply map that lets a follow-up turn reuse the exact ids of a reply.
  *
  * Rendering tokenizes markup and content separately so message text can never
- * produce control tokens. With SentencePiece vocabularies each piece gets the
- * tokenizer's prefix space; the result stays stable from turn to turn, which
- * is what prefix reuse needs. */
+ * produce control tokens. With SentencePiece vocabularies a piece gets the
+ * tokenizer's prefix space only at the start and after a special token, as the
+ * rendered text tokenized whole would (llama.cpp's ids); the result stays
+ * stable from turn to turn, which is what prefix reuse needs. */
 #include "chat.h"
 
 #include <pthread.h>
@@ -78,13 +79,20 @@ static void push_ids(ids_buf *b, const int32_t *ids, size_t n) {
     b->n += n;
 }
 
-/* Appends the tokens of text; special = 1 for template markup. */
+/* Appends the tokens of text; special = 1 for template markup. Each piece gets
+ * the ids it has in the whole rendering tokenized at once: on SentencePiece a
+ * prefix space only at the start and after a special token, and no whitespace
+ * right after a token that strips it (Phi-3's markers). */
 static void push_text(ids_buf *b, const char *text, int special) {
     if (b->rc || !*text) return;
     int32_t *ids = NULL;
-    size_t n = 0;
+    size_t n = 0, len = strlen(text);
+    int32_t prev = b->n ? b->ids[b->n - 1] : -1;
+    size_t skip = kvt_tokenizer_stripped_after(b->t, prev, text, len);
+    if (skip == len) return;
+    int add = kvt_tokenizer_continues(b->t, prev);
     /* a text past the room left stops tokenizing early (an 8 MB message costs little) */
-    if ((b->rc = kvt_tokenize_max(b->t, text, strlen(text), 0, special, b->max - b->n, &ids, &n))) {
+    if ((b->rc = kvt_tokenize_max(b->t, text + skip, len - skip, add, special, b->max - b->n, &ids, &n))) {
         if (b->rc == KVT_ELIMIT) kvt_fail(KVT_ELIMIT, "the conversation has more than %zu tokens", b->max);
         return;
     }
@@ -353,6 +361,11 @@ int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat
     *out = NULL;
     *n_out = 0;
     ids_buf b = {.t = t, .max = max_tokens, .mark_msg = msg, .mark_at = SIZE_MAX};
+    /* these templates write no BOS: the prompt gets the one the tokenizer adds to a text (llama.cpp's
+     * add_special on the rendered prompt); the others write BOS themselves */
+    if ((f == KVT_CHAT_CHATML || f == KVT_CHAT_QWEN3 || f == KVT_CHAT_PHI3) &&
+        (kvt_tokenizer_add_special(t) & KVT_TOK_ADD_BOS))
+        push_id(&b, kvt_tokenizer_bos(t));
     switch (f) {
     case KVT_CHAT_CHATML: render_chatml(&b, msgs, n, lookup, lookup_ctx); break;
     case KVT_CHAT_LLAMA3: render_llama3(&b, msgs, n, lookup, lookup_ctx); break;

@@ -38,6 +38,12 @@ int kvt_chat_tokenize_marked(const kvt_tokenizer *t, const char *text, const uns
         }
         /* BOS goes before the first piece, EOS after the last, whatever lies between */
         int flags = (i == 0 ? add & KVT_TOK_ADD_BOS : 0) | (i == n_spans ? add & KVT_TOK_ADD_EOS : 0);
+        /* text after a spliced reply goes on from it, as in the text whole: SentencePiece's prefix space only
+         * after a special token, whitespace dropped after one that strips it */
+        if (*n_out) {
+            flags |= kvt_tokenizer_continues(t, (*out)[*n_out - 1]);
+            pos += kvt_tokenizer_stripped_after(t, (*out)[*n_out - 1], text + pos, end - pos);
+        }
         int32_t *ids = NULL;
         size_t k = 0;
         if (end > pos || flags) {

@@ -407,6 +407,17 @@ const char *kvt_tokenizer_kind(const kvt_tokenizer *t) {
 }
 const char *kvt_tokenizer_pre(const kvt_tokenizer *t) { return t->pre_name; }
 
+int kvt_tokenizer_continues(const kvt_tokenizer *t, int32_t prev) {
+    return prev >= 0 && prev < t->n_vocab && !is_special_type(t->tok[prev].type) ? KVT_TOK_CONTINUES : 0;
+}
+
+size_t kvt_tokenizer_stripped_after(const kvt_tokenizer *t, int32_t prev, const char *text, size_t len) {
+    size_t k = 0;
+    if (prev >= 0 && prev < t->n_vocab && (t->tok[prev].strip & KVT_TOK_RSTRIP))
+        while (k < len && isspace((unsigned char)text[k])) k++;
+    return k;
+}
+
 int kvt_tokenizer_token_type(const kvt_tokenizer *t, int32_t tok) {
     if (tok < 0 || tok >= t->n_vocab) return kvt_fail(KVT_EARG, "token id %d not in [0, %d)", tok, t->n_vocab);
     return t->tok[tok].type;
@@ -543,7 +554,8 @@ int kvt_tokenize_marked(const kvt_tokenizer *t, const char *text, size_t len, in
             lower += fv.v[f].id >= 0 ? 1 : (fv.v[f].len + t->max_cover - 1) / t->max_cover;
         if (lower > max_tokens) rc = KVT_ELIMIT;
     }
-    int prev_special = 1; /* SPM prefixes a space at the start and after each special token */
+    /* SPM prefixes a space at the start (unless the text continues other text) and after each special token */
+    int prev_special = !(add & KVT_TOK_CONTINUES);
     for (size_t f = 0; f < fv.n && !rc; f++) {
         const fragment *fr = &fv.v[f];
         if (fr->id >= 0) {

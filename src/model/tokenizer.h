@@ -46,8 +46,20 @@ int32_t kvt_tokenizer_eos(const kvt_tokenizer *t);
 /* 1 if tok ends generation (eos, eot, eom, <|im_end|>, <|eot_id|>, <|end|>,
  * <|endoftext|>, ...), else 0 (also for an invalid id). */
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok);
-/* What kvt_tokenize adds around the text (flags). */
-enum { KVT_TOK_ADD_BOS = 1, KVT_TOK_ADD_EOS = 2 };
+/* What kvt_tokenize adds around the text (flags). KVT_TOK_CONTINUES: the text
+ * goes on from earlier text whose last token was not special, so SentencePiece
+ * adds no prefix space at its start (it adds one at the start of a text and
+ * after each special token, as llama.cpp does on the whole text). */
+enum { KVT_TOK_ADD_BOS = 1, KVT_TOK_ADD_EOS = 2, KVT_TOK_CONTINUES = 4 };
+/* The flag for text that follows token prev in one sequence (prev < 0: none):
+ * KVT_TOK_CONTINUES unless prev is special (control, user-defined, unknown),
+ * so that text tokenized in pieces gets the ids the whole text would. */
+int kvt_tokenizer_continues(const kvt_tokenizer *t, int32_t prev);
+/* How many leading bytes of text (len of them) a tokenization of the text
+ * that precedes it with token prev would drop: the whitespace after a token
+ * that strips to its right (llama.cpp's rstrip, which it gives Phi-3's special
+ * tokens); 0 for other tokens and prev < 0. */
+size_t kvt_tokenizer_stripped_after(const kvt_tokenizer *t, int32_t prev, const char *text, size_t len);
 /* The special tokens a prompt gets, by llama.cpp's rule (its add_special):
  * tokenizer.ggml.add_bos_token / tokenizer.ggml.add_eos_token when the file has
  * them; otherwise the vocabulary type's default, as llama.cpp build 4748 has it:

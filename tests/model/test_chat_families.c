@@ -3,7 +3,10 @@
  * writes each architecture's template, kvt_chat_detect recognises it (and the
  * released models' templates), and a conversation renders to exactly the text
  * the Jinja template gives, with Qwen3's reasoning kept only after the last
- * user message and a reply kvtier generated spliced back as its exact ids. */
+ * user message and a reply kvtier generated spliced back as its exact ids;
+ * on SentencePiece vocabularies the rendered pieces get the ids of the
+ * rendering's text tokenized whole. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +15,7 @@
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
+#include "tokenizer.h"
 
 static kvt_model *vocab_model(const char *arch) {
     char file[64];
@@ -70,12 +74,13 @@ static void test_qwen3(void) {
     const char *think = "<think>\nweighing it\n</think>\n\nIt is 4.";
     kvt_chat_msg earlier[] = {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", think}, {"user", "3+3?"}};
     /* an answered question's reasoning is dropped from history */
-    expect(m, KVT_CHAT_QWEN3, earlier, 4, 0,
+    /* skip 1: the BOS the vocabulary adds to a prompt, which the template does not write */
+    expect(m, KVT_CHAT_QWEN3, earlier, 4, 1,
            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
            "<|im_start|>assistant\nIt is 4.<|im_end|>\n<|im_start|>user\n3+3?<|im_end|>\n<|im_start|>assistant\n");
     /* after the last user message it stays, re-assembled as the template writes it */
     kvt_chat_msg latest[] = {{"user", "2+2?"}, {"assistant", "<think>\n\nweighing it\n\n</think>\nIt is 4."}};
-    expect(m, KVT_CHAT_QWEN3, latest, 2, 0,
+    expect(m, KVT_CHAT_QWEN3, latest, 2, 1,
            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nweighing it\n</think>\n\nIt is "
            "4.<|im_end|>\n<|im_start|>assistant\n");
     /* a reply kvtier generated, rendered unchanged by the template, keeps its exact ids */
@@ -123,7 +128,7 @@ static void test_phi3(void) {
     if (!m) return;
     CHECK(kvt_chat_detect(m->chat_template) == KVT_CHAT_PHI3);
     kvt_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
-    expect(m, KVT_CHAT_PHI3, msgs, 4, 0,
+    expect(m, KVT_CHAT_PHI3, msgs, 4, 1,
            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n<|user|>\nBye<|end|>\n"
            "<|assistant|>\n");
     CHECK(kvt_chat_family_parse("phi3") == KVT_CHAT_PHI3 && kvt_chat_family_parse("gemma") == KVT_CHAT_GEMMA &&
@@ -160,10 +165,60 @@ static void test_mistral_tools(void) {
     kvt_model_free(m);
 }
 
+/* A shared vocabulary (../shared/vocab), or NULL when it is missing. */
+static kvt_tokenizer *shared_vocab(const char *name) {
+    kvt_gguf *g;
+    if (kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), name), &g)) return NULL;
+    kvt_tokenizer *t = NULL;
+    if (kvt_tokenizer_load(g, &t)) t = NULL;
+    kvt_gguf_close(g);
+    return t;
+}
+
+/* On a SentencePiece vocabulary a rendering gets the ids of its text
+ * tokenized whole with the BOS these vocabularies add to a prompt, as
+ * llama.cpp tokenizes a rendered prompt (ChatML and Phi-3 write no BOS
+ * themselves): the prefix space only at the start and after a special token,
+ * never before each role name, newline or message ("<|user|>\nHi" is "\n",
+ * "Hi", not "\n", " Hi"), and Phi-3's markers strip the whitespace after
+ * them. (The texts end in letters: a piece cannot merge with the markup.) */
+static void test_spm_pieces(void) {
+    static const struct {
+        const char *vocab;
+        kvt_chat_family f;
+    } cases[] = {{"ggml-vocab-phi-3.gguf", KVT_CHAT_PHI3},
+                 {"ggml-vocab-llama-spm.gguf", KVT_CHAT_CHATML},
+                 {"ggml-vocab-llama-spm.gguf", KVT_CHAT_PHI3}};
+    kvt_chat_msg msgs[] = {{"system", "Be brief"}, {"user", "Hello there"}, {"assistant", "Hi"}, {"user", "Bye"}};
+    for (size_t c = 0; c < KVT_ARRAY_LEN(cases); c++) {
+        kvt_tokenizer *t = shared_vocab(cases[c].vocab);
+        if (!t) {
+            printf("skip %s: not in the shared vocabularies\n", cases[c].vocab);
+            continue;
+        }
+        int32_t *ids = NULL, *whole = NULL;
+        size_t n = 0, nw = 0;
+        char *text = NULL;
+        CHECK(kvt_chat_render(t, cases[c].f, msgs, 4, NULL, NULL, SIZE_MAX, &ids, &n) == 0);
+        CHECKF(n > 1 && ids[0] == kvt_tokenizer_bos(t), "%s, %s: the prompt starts with BOS", cases[c].vocab,
+               kvt_chat_family_name(cases[c].f));
+        CHECK(kvt_detokenize(t, ids + 1, n - 1, 1, &text, NULL) == 0);
+        CHECK(kvt_tokenize(t, text, strlen(text), kvt_tokenizer_add_special(t), 1, &whole, &nw) == 0);
+        CHECKF(nw == n && !memcmp(ids, whole, n * sizeof *ids), "%s, %s: %zu ids rendered, %zu for its text whole",
+               cases[c].vocab, kvt_chat_family_name(cases[c].f), n, nw);
+        CHECKF(!strstr(text, " Hello"), "%s: no space is added before a message: %s", cases[c].vocab, text);
+        free(ids);
+        free(whole);
+        free(text);
+        kvt_tokenizer_free(t);
+    }
+}
+
 int main(void) {
     test_mistral_tools();
     test_qwen3();
     test_gemma();
     test_phi3();
+    test_spm_pieces();
     return kvt_test_done("test_chat_families");
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # llama-server's own routes on kvtier serve, as its clients call them:
 # POST /completion (and /completions) with prompt as a string, token ids or
-# several prompts, n_predict, cache_prompt, id_slot, n_probs and stream, the
-# answer's content, tokens_cached and timings; GET /slots (prompt text only
+# several prompts, n_predict (0: the prompt is only evaluated into the cache),
+# cache_prompt, id_slot, n_probs and stream, the answer's content,
+# tokens_cached and timings; GET /slots (prompt text only
 # for the admin key); POST /apply-template; the paths without /v1; and on
 # /v1/completions prompt arrays and echo; an unknown "model" is a 404
 # model_not_found in OpenAI's error shape, the served names are accepted.
@@ -58,6 +59,20 @@ post /completion '{"prompt": "Hello", "n_probs": 99}'
 check "n_probs out of range is a 400 naming it" is "$CODE/$(jb .error.param)" 400/n_probs
 post /completion '{"prompt": "Hello", "id_slot": 9}'
 check "an id_slot past --parallel is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
+WARM="Warm this prefix first: $LONG"
+post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 0}"
+check "n_predict 0 evaluates the prompt and generates nothing" \
+  is "$(jb -c '[.content, .tokens_predicted, .stop, .stop_type]')" '["",0,true,"limit"]'
+check "... the whole prompt is evaluated" is "$(jb .tokens_evaluated)" "$(jb .timings.prompt_n)"
+post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 2, \"temperature\": 0}"
+check "... and cached: the next request on it reuses it" gt "$(jb .timings.cache_n)" 0
+check "... and generates" is "$(jb .tokens_predicted)" 2
+curl -s -m 60 -N -H 'Content-Type: application/json' -o "$TMP/sse0" \
+  -d '{"prompt": "Hello", "n_predict": 0, "stream": true}' "$URL/completion"
+check "n_predict 0 streamed: one stop event, no text" \
+  is "$(grep '^data: ' "$TMP/sse0" | sed 's/^data: //' | jq -s -c '[length, .[0].stop, .[0].content]')" '[1,true,""]'
+post /completion '{"prompt": "Hello", "n_predict": 0, "n": 2}'
+check "n_predict 0 with n 2 is a 400 naming n_predict" is "$CODE/$(jb .error.param)" 400/n_predict
 post /completion '{"prompt": ["a", "b"], "stream": true}'
 check "several prompts cannot stream" is "$CODE/$(jb .error.param)" 400/prompt
 { printf '{"prompt":['; head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' '1' | sed 's/1/1,/g'; printf '1]}'; } >"$TMP/ids.json"
@@ -106,8 +121,9 @@ check "GET /models as /v1/models" is "$(curl -s -m 10 "$URL/models" | jq -r '.da
 post /chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
 check "POST /chat/completions as /v1/chat/completions" is "$CODE/$(jb .object)" 200/chat.completion
 post /apply-template '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}'
+# after the BOS this vocabulary adds to every prompt (<|endoftext|>), which ChatML does not write
 check "/apply-template renders the chat prompt" is "$(jb .prompt)" \
-  "$(printf '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n')"
+  "$(printf '<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n')"
 post /apply-template '{"messages": "hi"}'
 check "... a bad body is a 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
 

@@ -23,6 +23,7 @@ static const char *const INVALID = "invalid_request_error";
 typedef struct {
     int native;       /* /completion: llama-server's answer */
     int echo, stream; /* /v1/completions: the prompt goes before each choice's text */
+    int prefill;      /* /completion with n_predict 0: the prompts are evaluated into the cache, nothing generated */
     int n;
     char *bodies[MAX_PROMPTS];
     srv_req *reqs[MAX_PROMPTS];
@@ -66,9 +67,26 @@ static int check_size(const kvt_server *s, const conn_state *cs, kvt_api_error *
     return 0;
 }
 
+/* n_predict 0 (when neither OpenAI name for the limit is given): llama-server evaluates the prompt
+ * into the cache and generates nothing, so a client can warm a prefix; the request then runs as a
+ * prefill (kvtier's /v1/cache/prefill) with an empty answer. Sets *prefill. 0, or -1 with *err. */
+static int native_prefill(cJSON *root, int *prefill, kvt_api_error *err) {
+    const cJSON *np = cJSON_GetObjectItemCaseSensitive(root, "n_predict");
+    *prefill = cJSON_IsNumber(np) && np->valuedouble == 0 && !cJSON_GetObjectItemCaseSensitive(root, "max_tokens") &&
+        !cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
+    if (!*prefill) return 0;
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "n");
+    if (cJSON_IsNumber(n) && n->valuedouble != 1)
+        return kvt_api_errorf(err, 400, INVALID, "n_predict", "unsupported_value",
+                              "'n_predict' 0 evaluates the prompt without generating: it takes no 'n'");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "n_predict");
+    return 0;
+}
+
 /* Reads (and removes) llama-server's fields kvt_api_parse does not know: n_probs becomes logprobs,
- * id_slot is checked (kvtier places requests itself). 0, or -1 with *err. */
-static int native_fields(kvt_server *s, cJSON *root, kvt_api_error *err) {
+ * id_slot is checked (kvtier places requests itself), n_predict 0 sets b->prefill. 0, or -1 with *err. */
+static int native_fields(kvt_server *s, cJSON *root, batch *b, kvt_api_error *err) {
+    if (native_prefill(root, &b->prefill, err)) return -1;
     cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, "n_probs");
     int bad = v && !cJSON_IsNull(v) &&
         (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 ||
@@ -114,7 +132,7 @@ static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *e
         rc = kvt_api_errorf(err, 400, INVALID, "echo", "unsupported_value",
                             "'echo' is supported without stream and logprobs (the prompt's own logprobs are not "
                             "computed)");
-    else if (b->native) rc = native_fields(s, root, err);
+    else if (b->native) rc = native_fields(s, root, b, err);
     cJSON_Delete(echo);
     cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     int multi = several_prompts(p);
@@ -166,6 +184,7 @@ static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch
         if (!r) return -1;
         snprintf(r->request_id, sizeof r->request_id, "%s", cs->request_id);
         r->native = b->native;
+        r->prefill_only = b->prefill;
         for (int32_t k = 0; k < r->n_sib; k++) r->sib[k]->native = b->native;
         kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
         kvt_srv_apply_session_header(s, c, r);
@@ -203,7 +222,9 @@ void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int
     /* only the last event reads what the engine thread publishes at the end (finish_reason, usage):
      * the caller saw done under the server's lock by then, so these reads do not race its writes */
     if (!stop) return;
-    if (r->finish_reason && !strcmp(r->finish_reason, "length")) out->stop_type = "limit";
+    /* a prefill (n_predict 0) stopped at its limit of no tokens */
+    if (r->finish_reason && (!strcmp(r->finish_reason, "length") || !strcmp(r->finish_reason, "prefill")))
+        out->stop_type = "limit";
     out->usage = u;
     /* hidden cache counts (--hide-cached-tokens): the whole prompt shows as computed */
     out->cache_n = u->hide_report ? 0 : u->cached_tokens;
