@@ -154,6 +154,7 @@ typedef struct srv_req {
     size_t n_lp, cap_lp;
     int done, cancelled;
     const char *finish_reason; /* "stop" / "length" */
+    int cut_by_stop;           /* "length" because the server stopped mid-stream (a drain's end), not the budget */
     int err_status;            /* 0 or the HTTP status of a failure */
     char err_msg[256];
     kvt_api_usage usage;
