@@ -24,15 +24,17 @@ enum { T_JINJA = KVT_CLI_TEMPLATE_ID_BASE, T_NO_JINJA, T_FILE, T_REASONING, T_KW
 static const kvt_cli_opt template_opts[] = {
     {T_JINJA, 0, "jinja", NULL, NULL,
      "render chat prompts with the model's own tokenizer.chat_template\n(or --chat-template-file), run by kvtier's "
-     "Jinja interpreter, as\nllama-server's --jinja does. On by default whenever there is a\ntemplate (unless "
-     "--chat-template NAME), but for a model's template\nof a built-in family that renders no tools: message text is "
-     "never\nread as control tokens, and replies and tool calls this server\ngenerated are reused as their exact "
-     "tokens. By default a template\nthe interpreter cannot run falls back on its family's built-in\nrendering with "
-     "a warning; given, --jinja makes that an error",
+     "Jinja interpreter, as\nllama-server's --jinja does: message text is never read as control\ntokens, and "
+     "replies and tool calls this server generated are reused\nas their exact tokens. On by default whenever there "
+     "is a template\n(unless --chat-template NAME), with one exception: where the\nmodel's template is of a "
+     "built-in family and never mentions tools,\nthe chats with tools, tool calls or tool results get the family's"
+     "\nbuilt-in rendering, which writes them (kvtier.renderer \"builtin\"\nin the answer); given, --jinja renders "
+     "those with the template too,\nwhich drops the tools. By default a template the interpreter cannot\nrun falls "
+     "back on its family's built-in rendering with a warning;\ngiven, --jinja makes that an error",
      0, KVT_CLI_PLAIN},
     {T_NO_JINJA, 0, "no-jinja", NULL, NULL,
-     "render chat prompts with the built-in renderer of the template's\nfamily (--chat-template NAME to name it) "
-     "instead of the template\nitself: tools and tool calls in the family's own style;\nchat_template_kwargs then "
+     "render every chat prompt with the built-in renderer of the\ntemplate's family (--chat-template NAME to name "
+     "it) instead of the\ntemplate itself: tools and tool calls in the family's own style;\nchat_template_kwargs then "
      "take only enable_thinking (qwen3)",
      0, KVT_CLI_PLAIN},
     {T_FILE, 0, "chat-template-file", NULL, "FILE",
@@ -151,22 +153,20 @@ static int trial_render(const kvt_jinja *j, const struct kvt_tokenizer *tok) {
 }
 
 int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl, int named,
-                          const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args) {
+                          const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args, int *toolless_only) {
     *out = NULL;
     *object_args = 0;
+    *toolless_only = 0;
     /* by default a template is rendered as itself, as llama-server's --jinja does: the request's
      * text never reads as control tokens there, and generated replies and tool calls splice back
      * as their ids, as under the built-in families; --chat-template NAME asks for a family. A
      * model's template of a family that never mentions tools would drop a request's tools from
-     * the prompt, where the family's rendering writes them in the family's style: that one stays */
+     * the prompt and cannot write tool calls or results: the chats that carry them get the
+     * family's rendering, which writes them in the family's style, and every other chat the
+     * template's own */
     kvt_chat_family fam = tmpl ? kvt_chat_detect(tmpl) : KVT_CHAT_UNKNOWN;
     int toolless = tmpl && !t->file && fam != KVT_CHAT_UNKNOWN && !strstr(tmpl, "tools");
-    int want = t->jinja != KVT_CLI_JINJA_DEFAULT ? t->jinja : tmpl && !named && !toolless;
-    if (t->jinja == KVT_CLI_JINJA_DEFAULT && tmpl && !named && toolless)
-        kvt_logk(KVT_LOG_INFO, "chat_template",
-                 "%s: the model's chat template renders no tools; chat prompts use the built-in %s rendering, "
-                 "which does (--jinja renders the template itself)",
-                 cmd, kvt_chat_family_name(fam));
+    int want = t->jinja != KVT_CLI_JINJA_DEFAULT ? t->jinja : tmpl && !named;
     if (!want) return 0;
     if (!tmpl) {
         fprintf(stderr,
@@ -205,5 +205,13 @@ int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const
     }
     /* a template without tojson can only write arguments as the text they came as */
     *object_args = strstr(tmpl, "tojson") != NULL;
+    if (t->jinja == KVT_CLI_JINJA_DEFAULT && toolless) {
+        *toolless_only = 1;
+        kvt_logk(KVT_LOG_INFO, "chat_template",
+                 "%s: the model's chat template renders no tools; chats with tools, tool calls or tool results use "
+                 "the built-in %s rendering, which writes them (answers say kvtier.renderer \"builtin\"), every "
+                 "other chat the template itself (--jinja renders every chat with the template)",
+                 cmd, kvt_chat_family_name(fam));
+    }
     return 0;
 }

@@ -40,8 +40,11 @@ int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const
  * *out; *object_args: tool call arguments reach it as objects. A template that does not parse, or
  * fails or runs past a limit there, stops the start under --jinja, and by
  * default too unless it is of a family kvtier renders itself (a warning,
- * and *out = NULL). Otherwise *out = NULL. 0, or -1 after printing why. */
+ * and *out = NULL). Otherwise *out = NULL. *toolless_only: by default, a
+ * model's template of a built-in family that never mentions tools renders
+ * only the chats without tools, tool calls and tool results (the family's
+ * built-in rendering writes those). 0, or -1 after printing why. */
 int kvt_cli_template_load(const char *cmd, const kvt_cli_template_args *t, const char *tmpl, int named,
-                          const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args);
+                          const struct kvt_tokenizer *tok, kvt_jinja **out, int *object_args, int *toolless_only);
 
 #endif

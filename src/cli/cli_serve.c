@@ -151,8 +151,9 @@ static const kvt_cli_opt serve_opts[] = {
     {O_CHAT_TEMPLATE, 0, "chat-template", NULL, "NAME",
      "chatml, llama3, llama2, mistral, qwen3, gemma or phi3: render chat\nprompts with that built-in family "
      "instead of the model's template\n(--jinja still renders the template). Without the template's own\n"
-     "rendering (--no-jinja, or a template the interpreter cannot run),\nthe family is detected from "
-     "tokenizer.chat_template; chatml if\nit has none; an unrecognised one stops the start",
+     "rendering (--no-jinja, or a template the interpreter cannot run),\nand for the chats with tools when "
+     "the model's template renders none,\nthe family is detected from tokenizer.chat_template; chatml if\n"
+     "it has none; an unrecognised one stops the start",
      0, KVT_CLI_PLAIN},
     {O_MAX_BODY, 0, "max-body", NULL, "BYTES", "largest request body; larger gets 413 (default 8M)", 0,
      KVT_CLI_RANGE(KVT_CLI_BYTES, 1, 1e18)},
@@ -609,7 +610,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     const char *tmpl;
     if (kvt_cli_template_text("serve", &x->tmpl, info.chat_template, &rt->template_text, &tmpl) ||
         kvt_cli_template_load("serve", &x->tmpl, tmpl, x->template_name != NULL, rt->m->tok, &rt->jinja,
-                              &sp->jinja_object_args))
+                              &sp->jinja_object_args, &sp->jinja_toolless))
         return -1;
     sp->jinja = rt->jinja;
     sp->jinja_text = rt->jinja ? tmpl : NULL;

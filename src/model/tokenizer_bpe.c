@@ -224,6 +224,66 @@ static int load_merges(kvt_tokenizer *t, const kvt_gguf *g) {
     return 0;
 }
 
+/* ---- regex matchers ---- */
+
+/* Backtracking room for the JIT matcher: the default 32 KiB machine stack is
+ * too small for long runs of one character class. */
+#define JIT_STACK_START (32 * 1024)
+#define JIT_STACK_MAX (8 * 1024 * 1024)
+#define IDLE_MATCHERS 8 /* kept for the next tokenize calls; more are freed */
+
+/* A match context with its JIT stack. Creating the stack maps JIT_STACK_MAX
+ * bytes and freeing it unmaps them: done for every text tokenized, that was
+ * most of the cost of a chat prompt's many short pieces (markup, roles), so
+ * they are kept and reused. */
+typedef struct matcher {
+    pcre2_match_context *mc;
+    pcre2_jit_stack *js;
+    struct matcher *next;
+} matcher;
+
+struct kvt_bpe_matchers {
+    pthread_mutex_t mu;
+    matcher *idle;
+    int n_idle;
+};
+
+static void matcher_free(matcher *m) {
+    pcre2_jit_stack_free(m->js);
+    pcre2_match_context_free(m->mc);
+    free(m);
+}
+
+static matcher *matcher_take(const kvt_tokenizer *t) {
+    struct kvt_bpe_matchers *p = t->matchers;
+    matcher *m = NULL;
+    pthread_mutex_lock(&p->mu);
+    if ((m = p->idle)) {
+        p->idle = m->next;
+        p->n_idle--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (m) return m;
+    m = kvt_xcalloc(1, sizeof *m);
+    m->mc = pcre2_match_context_create(NULL);
+    m->js = pcre2_jit_stack_create(JIT_STACK_START, JIT_STACK_MAX, NULL);
+    if (m->mc && m->js) pcre2_jit_stack_assign(m->mc, NULL, m->js);
+    return m;
+}
+
+static void matcher_give(const kvt_tokenizer *t, matcher *m) {
+    struct kvt_bpe_matchers *p = t->matchers;
+    pthread_mutex_lock(&p->mu);
+    int keep = p->n_idle < IDLE_MATCHERS;
+    if (keep) {
+        m->next = p->idle;
+        p->idle = m;
+        p->n_idle++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!keep) matcher_free(m);
+}
+
 /* ---- init ---- */
 
 int kvt_bpe_init(kvt_tokenizer *t, const kvt_gguf *g) {
@@ -267,10 +327,21 @@ int kvt_bpe_init(kvt_tokenizer *t, const kvt_gguf *g) {
     }
 
     for (int b = 0; b < KVT_N_BYTES; b++) t->byte_tok[b] = kvt_tok_lookup(t, enc[b], enc_len[b]);
+    t->matchers = kvt_xcalloc(1, sizeof *t->matchers);
+    pthread_mutex_init(&t->matchers->mu, NULL);
     return 0;
 }
 
 void kvt_bpe_free(kvt_tokenizer *t) {
+    if (t->matchers) {
+        for (matcher *m = t->matchers->idle, *next; m; m = next) {
+            next = m->next;
+            matcher_free(m);
+        }
+        pthread_mutex_destroy(&t->matchers->mu);
+        free(t->matchers);
+        t->matchers = NULL;
+    }
     for (size_t i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     t->n_re = 0;
     free(t->merges);
@@ -401,18 +472,12 @@ static void bpe_word(const kvt_tokenizer *t, const char *word, size_t len, char 
     }
 }
 
-/* Backtracking room for the JIT matcher: the default 32 KiB machine stack is
- * too small for long runs of one character class. */
-#define JIT_STACK_START (32 * 1024)
-#define JIT_STACK_MAX (8 * 1024 * 1024)
-
 int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, size_t max_n, kvt_tokvec *out) {
     if (!len) return 0;
     spanvec a = {0}, b = {0};
     span_push(&a, 0, len);
-    pcre2_match_context *mc = pcre2_match_context_create(NULL);
-    pcre2_jit_stack *js = pcre2_jit_stack_create(JIT_STACK_START, JIT_STACK_MAX, NULL);
-    if (mc && js) pcre2_jit_stack_assign(mc, NULL, js);
+    matcher *m = matcher_take(t);
+    pcre2_match_context *mc = m->mc;
     int rc = 0;
     for (size_t i = 0; i < t->n_re && !rc; i++) {
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re[i], NULL);
@@ -426,8 +491,7 @@ int kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t len, size_
         a = b;
         b = tmp;
     }
-    pcre2_jit_stack_free(js);
-    pcre2_match_context_free(mc);
+    matcher_give(t, m);
     if (!rc) {
         char *scratch = NULL;
         size_t scratch_cap = 0, sym_cap = 0;

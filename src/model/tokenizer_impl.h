@@ -67,6 +67,7 @@ struct kvt_tokenizer {
     uint64_t merge_mask;
     pcre2_code *re[KVT_BPE_MAX_REGEX];
     size_t n_re;
+    struct kvt_bpe_matchers *matchers; /* idle regex match contexts with their JIT stacks (tokenizer_bpe.c) */
 };
 
 /* Growable token list. */

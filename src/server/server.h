@@ -114,6 +114,9 @@ typedef struct {
                                        NULL: the family's built-in rendering (chat above) */
     int jinja_object_args;          /* tool call arguments reach the template as JSON objects (it has
                                        tojson), else as their JSON text */
+    int jinja_toolless;             /* the template above renders no tools: a chat with tools, tool calls or
+                                       tool results gets the family's built-in rendering (chat), which writes
+                                       them, and its answer says kvtier.renderer "builtin" */
     int reasoning_format;           /* KVT_REASONING_DEEPSEEK (default) or KVT_REASONING_NONE */
     const char *model_id;           /* name in /v1/models and responses (borrowed) */
     const char *const *model_names; /* n_model_names other names a request's "model" may give (borrowed):

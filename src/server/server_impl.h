@@ -154,6 +154,7 @@ typedef struct srv_req {
     size_t n_lp, cap_lp;
     int done, cancelled;
     const char *finish_reason; /* "stop" / "length" */
+    int cut_by_stop;           /* "length" because the server stopped mid-stream (a drain's end), not the budget */
     int err_status;            /* 0 or the HTTP status of a failure */
     char err_msg[256];
     kvt_api_usage usage;
@@ -403,8 +404,11 @@ unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size
  * limit; documents with no place). */
 int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
                          kvt_api_error *err);
+/* Whether a chat renders with the Jinja template s->p.jinja: there is one, and it renders tools or a
+ * carries none (no tools, tool calls or tool results; else the family's built-in renderer does). */
+int kvt_srv_uses_jinja(const kvt_server *s, const kvt_api_request *a);
 /* Whether the server can honour a's chat_template_kwargs: all of them under
- * --jinja, else enable_thinking alone and only on the Qwen3 family (*no_think:
+ * the Jinja rendering, else enable_thinking alone and only on the Qwen3 family (*no_think:
  * it is false). 0, or -1 with *err filled (a 400 naming the field). */
 int kvt_srv_template_kwargs(const kvt_server *s, const kvt_api_request *a, int *no_think, kvt_api_error *err);
 /* Appends Qwen3's empty thought to r's prompt of *n ids (enable_thinking false). 0 or an error code. */

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* Tokenizer: llama.cpp's vocab test strings token for token, round trips,
  * the reference prompts of the shared models, pieces and special tokens,
- * malformed metadata, and a timing on 100 KB inputs. */
+ * malformed metadata, tokenizing from several threads at once, and a timing
+ * on 100 KB inputs. */
 #include <dirent.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -725,8 +727,57 @@ static void test_max_big(void) {
     if (!loaded) kvt_test_skip_part("no ../shared/vocab: an oversized text was not refused on a real vocabulary");
 }
 
+/* Tokenizing from several threads at once, over and over (reusing the tokenizer's idle regex
+ * matchers), gives the ids of the first tokenization every time. */
+typedef struct {
+    const kvt_tokenizer *t;
+    const char *text;
+    const int32_t *want;
+    size_t n_want;
+    int bad;
+} reuse_job;
+
+static void *reuse_worker(void *arg) {
+    reuse_job *j = arg;
+    for (int i = 0; i < 40; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        j->bad += kvt_tokenize(j->t, j->text, strlen(j->text), 0, 1, &ids, &n) || n != j->n_want ||
+            memcmp(ids, j->want, n * sizeof *ids);
+        free(ids);
+    }
+    return NULL;
+}
+
+static void test_reuse(void) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/vocab", kvt_test_shared());
+    kvt_tokenizer *t = load_path(kvt_test_path(dir, "ggml-vocab-gpt-2.gguf"));
+    if (!t) {
+        kvt_test_skip_part("gpt-2 vocab missing: concurrent tokenizing did not run");
+        return;
+    }
+    const char *text = "Tool result: replication lag 31 s on replica-2 <|endoftext|> aaaaaaaaaaaaaaaaaaaaaaaa!!!";
+    int32_t *want = NULL;
+    size_t n_want = 0;
+    CHECK(!kvt_tokenize(t, text, strlen(text), 0, 1, &want, &n_want) && n_want > 10);
+    pthread_t th[4];
+    reuse_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (reuse_job){t, text, want, n_want, 0};
+        CHECK(!pthread_create(&th[i], NULL, reuse_worker, &jobs[i]));
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECKF(!jobs[i].bad, "thread %d: %d tokenizations differed from the first", i, jobs[i].bad);
+    }
+    free(want);
+    kvt_tokenizer_free(t);
+}
+
 int main(void) {
     test_vocab_dir();
+    test_reuse();
     test_reference();
     test_api();
     test_malformed();

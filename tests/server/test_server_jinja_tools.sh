@@ -9,8 +9,11 @@
 # steps before, no turn is reported re-rendered, and greedy output with that
 # cache hit equals a cold run of the same prompt ids. A call the client
 # changed is rendered from its structure and reported as such. That template
-# is the default rendering (--no-jinja: the built-in one), where a template
-# of a family that renders no tools keeps the family's rendering. The
+# is the default rendering (--no-jinja: the built-in one). A template of a
+# family that renders no tools renders the chats without tools itself; a
+# chat with tools, tool calls or tool results gets the family's rendering
+# (which writes them), says kvtier.renderer "builtin", and a tool loop there
+# reuses its cache; adding tools to a conversation recomputes it once. The
 # random-weight model's calls are forced with tool_choice. Needs curl, jq
 # and python3.
 set -u
@@ -36,10 +39,46 @@ kvt_start_server nojinja -m "$TMP/tt.gguf" --no-jinja
 curl -s -m 20 -o "$TMP/body" "$URL/props"
 check "--no-jinja: the built-in rendering" is "$(jb .jinja)" false
 kvt_stop_server nojinja
-kvt_start_server toolless -m "$TMP/m.gguf"
+# a ChatML template that renders no tools, told from the built-in rendering by the '!' it ends messages with
+NT="{% for m in messages %}{{'<|im_start|>'+m.role+'\\n'+m.content+'!<|im_end|>\\n'}}{% endfor %}"
+NT+="{% if add_generation_prompt %}{{'<|im_start|>assistant\\n'}}{% endif %}"
+python3 "$KVT_SRC/tests/gguf_poke.py" "$TMP/m.gguf" "$TMP/nt.gguf" str tokenizer.chat_template "$NT" ||
+  { echo "gguf_poke failed"; exit 1; }
+kvt_start_server toolless -m "$TMP/nt.gguf"
 curl -s -m 20 -o "$TMP/body" "$URL/props"
-check "by default, a ChatML template that renders no tools keeps the built-in rendering" is "$(jb .jinja)" false
-check "... saying why" grep -q 'renders no tools; chat prompts use the built-in chatml rendering' "$TMP/toolless.log"
+check "by default, a ChatML template that renders no tools is rendered itself" is "$(jb .jinja)" true
+check "... and the log says chats with tools get the built-in rendering" \
+  grep -q 'renders no tools; chats with tools, tool calls or tool results use the built-in chatml rendering' \
+  "$TMP/toolless.log"
+NTOOLS='[{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}]'
+U='{"role":"user","content":"hi"}'
+post /apply-template "{\"messages\":[$U]}"
+check "... a chat without tools is the template's rendering (gguf_poke pads it with spaces)" \
+  is "$(jb '.prompt | contains("<|im_start|>user\nhi!<|im_end|>\n<|im_start|>assistant\n")')" true
+post /apply-template "{\"messages\":[$U],\"tools\":$NTOOLS}"
+check "... one with tools the family's, which writes them" \
+  is "$(jb '[(.prompt | contains("get_time")), (.prompt | contains("!"))]' | tr -d ' \n')" '[true,false]'
+CALL='{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_time","arguments":"{}"}}]}'
+post /apply-template "{\"messages\":[$U,$CALL,{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"noon\"}]}"
+check "... and so is one with a tool call and result, without tools" \
+  is "$(jb '[(.prompt | contains("noon")), (.prompt | contains("!"))]' | tr -d ' \n')" '[true,false]'
+post /v1/chat/completions "{\"messages\":[$U],\"max_tokens\":2}"
+check "a chat without tools says nothing of its renderer" is "$(jb '.kvtier | has("renderer")')" false
+NP=$(jb .usage.prompt_tokens)
+post /v1/chat/completions "{\"messages\":[$U],\"tools\":$NTOOLS,\"max_tokens\":2,\"chat_template_kwargs\":{\"x\":1}}"
+check "template variables on a chat with tools: a 400 naming the field" \
+  is "$CODE $(jb .error.param)" "400 chat_template_kwargs"
+post /v1/chat/completions "{\"messages\":[$U],\"tools\":$NTOOLS,\"tool_choice\":\"required\",\"max_tokens\":120}"
+check "a chat with tools says kvtier.renderer builtin" is "$CODE $(jb .kvtier.renderer)" "200 builtin"
+check "... and reuses nothing of the same chat without tools (tools go first)" \
+  is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
+check "... (which was $NP tokens)" gt "$NP" 0
+TP=$(jb .usage.prompt_tokens) TC=$(jb .usage.completion_tokens) TA=$(jb -c .choices[0].message)
+TB=$(curl -s -m 20 "$URL/props" | jq .block_size)
+TM="[$U,$TA,{\"role\":\"tool\",\"tool_call_id\":$(jq -c '.tool_calls[0].id' <<<"$TA"),\"content\":\"noon\"}]"
+post /v1/chat/completions "{\"messages\":$TM,\"tools\":$NTOOLS,\"tool_choice\":\"none\",\"max_tokens\":2}"
+check "the tool loop's next step reuses its first ($(((TP + TC - 1) / TB * TB)) tokens), built-in still" \
+  is "$(jb .kvtier.renderer) $(($(jb .usage.prompt_tokens_details.cached_tokens) >= (TP + TC - 1) / TB * TB))" "builtin 1"
 kvt_stop_server toolless
 # Qwen 2.5's template, as a --chat-template-file (rendered itself by default)
 kvt_start_server q25 -m "$TMP/m.gguf" --chat-template-file "$KVT_SRC/tests/runtime/jinja/qwen25.jinja"

@@ -121,7 +121,7 @@ check "GET /models as /v1/models" is "$(curl -s -m 10 "$URL/models" | jq -r '.da
 post /chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
 check "POST /chat/completions as /v1/chat/completions" is "$CODE/$(jb .object)" 200/chat.completion
 post /apply-template '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}'
-# after the BOS this vocabulary adds to every prompt (<|endoftext|>), which ChatML does not write
+# the model's template renders it; its tokenizer adds its start token (add_bos_token), as llama-server's does
 check "/apply-template renders the chat prompt" is "$(jb .prompt)" \
   "$(printf '<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n')"
 post /apply-template '{"messages": "hi"}'

@@ -47,6 +47,7 @@ static cJSON *usage_obj(const kvt_api_usage *u) {
 cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
     static const char *const tiers[KVT_TIER_COUNT] = {"T0", "T1", "T2", "T3"};
     cJSON *o = cJSON_CreateObject();
+    if (u->renderer) cJSON_AddStringToObject(o, "renderer", u->renderer); /* says how, not what was cached */
     if (u->hide_report) {
         cJSON_AddStringToObject(o, "cache_report", "hidden");
         return o;

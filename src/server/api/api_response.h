@@ -47,6 +47,9 @@ typedef struct {
      * "unknown_reply"), and that turn's index in messages; NULL: every one was spliced */
     const char *rerendered_why;
     int32_t rerendered_msg;
+    /* a chat rendered otherwise than the server's default: "builtin" (static) where the model's
+     * template renders no tools and this chat carries them; NULL: the default */
+    const char *renderer;
     int show_cached_text; /* a diverged reuse_stop shows the cached side too (cached_text and
                                               cached_tokens: --explain-text); else only the prompt's side */
     int hide_report;      /* --hide-cached-tokens: no cached counts anywhere in the answer; the

@@ -455,7 +455,8 @@ cJSON *kvt_api_resp_output(const kvt_api_resp_result *res) {
         kvt_api_resp_item_id(res->id, 0, 0, id, sizeof id);
         cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "type", "message");
-        cJSON_AddStringToObject(m, "status", done ? "completed" : "in_progress");
+        /* a reply cut short (its budget, the server's stop) is an incomplete message */
+        cJSON_AddStringToObject(m, "status", !done ? "in_progress" : res->incomplete ? "incomplete" : "completed");
         cJSON_AddStringToObject(m, "role", "assistant");
         cJSON_AddStringToObject(part, "type", "output_text");
         cJSON_AddStringToObject(part, "text", res->text);

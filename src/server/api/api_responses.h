@@ -66,7 +66,7 @@ typedef struct {
     int64_t created;
     const char *model;
     const char *status;     /* "in_progress", "completed", "incomplete" or "failed" (error: the caller's) */
-    const char *incomplete; /* incomplete: why ("max_output_tokens"), else NULL */
+    const char *incomplete; /* incomplete: why ("max_output_tokens", "server_shutting_down"), else NULL */
     const char *text;       /* the output text outside tool calls ("" none) */
     const kvt_api_call *calls;
     size_t n_calls;

@@ -115,6 +115,7 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
         rename_param(err);
         return -1;
     }
+    j->r->stream = j->rq.stream; /* a stream the server's stop cuts while generating ends as a reply cut short */
     const char *dash = strrchr(j->r->id, '-');
     snprintf(j->id, sizeof j->id, "resp_%s", dash ? dash + 1 : j->r->id);
     snprintf(j->r->request_id, sizeof j->r->request_id, "%s", cs->request_id);
@@ -136,7 +137,10 @@ static cJSON *job_finish(kvt_server *s, resp_job *j, const char *status) {
                                .status = status ? status
                                    : length     ? "incomplete"
                                                 : "completed",
-                               .incomplete = length ? "max_output_tokens" : NULL,
+                               /* a stream the server's stop cut short did not reach the client's budget */
+                               .incomplete = !length ? NULL
+                                   : r->cut_by_stop  ? "server_shutting_down"
+                                                     : "max_output_tokens",
                                .text = nc    ? content
                                    : r->text ? r->text
                                              : "",

@@ -236,9 +236,11 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
                                              : s->p.reasoning_format == KVT_REASONING_DEEPSEEK;
     int no_think = 0;
     if (kvt_srv_template_kwargs(s, a, &no_think, err)) goto fail;
-    if (a->kind == KVT_API_CHAT && s->p.jinja) { /* the model's own template (--jinja) */
+    if (kvt_srv_uses_jinja(s, a)) { /* the model's own template (--jinja) */
         if ((rc = kvt_srv_render_jinja(s, a, max_prompt, r, &at, &n, err)) == 1) goto fail;
     } else {
+        /* a chat with tools under a template that renders none: said in the answer */
+        if (a->kind == KVT_API_CHAT && s->p.jinja) r->usage.renderer = "builtin";
         rc = request_prompt(s, a, r, max_prompt, &at, &n);
     }
     if (!rc && no_think) rc = kvt_srv_append_no_think(s, r, &n, max_prompt);

@@ -312,15 +312,31 @@ int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_pro
     return rc;
 }
 
+int kvt_srv_uses_jinja(const kvt_server *s, const kvt_api_request *a) {
+    if (!s->p.jinja || a->kind != KVT_API_CHAT) return 0;
+    if (!s->p.jinja_toolless) return 1;
+    if (a->tools) return 0;
+    for (size_t i = 0; i < a->n_msgs; i++)
+        if (!strcmp(a->msgs[i].role, "tool") || (a->msg_tools && a->msg_tools[i].tool_calls)) return 0;
+    return 1;
+}
+
 int kvt_srv_template_kwargs(const kvt_server *s, const kvt_api_request *a, int *no_think, kvt_api_error *err) {
     *no_think = 0;
-    if (!a->template_kwargs || s->p.jinja) return 0;
+    if (!a->template_kwargs || kvt_srv_uses_jinja(s, a)) return 0;
     const cJSON *k;
     cJSON_ArrayForEach(k, a->template_kwargs) {
         if (s->p.chat == KVT_CHAT_QWEN3 && !strcmp(k->string, "enable_thinking") && cJSON_IsBool(k)) {
             *no_think = cJSON_IsFalse(k);
             continue;
         }
+        if (s->p.jinja) /* the template renders no tools: this chat's are the family's rendering */
+            return kvt_api_errorf(err, 400, "invalid_request_error", "chat_template_kwargs", "unsupported_parameter",
+                                  "'chat_template_kwargs.%.64s' needs the model's own template, which renders no "
+                                  "tools: this chat carries tools, tool calls or tool results, so the built-in %s "
+                                  "rendering renders it and takes no template variables (--jinja renders every "
+                                  "chat with the template, dropping its tools)",
+                                  k->string, kvt_chat_family_name(s->p.chat));
         kvt_api_errorf(err, 400, "invalid_request_error", "chat_template_kwargs", "unsupported_parameter",
                        "'chat_template_kwargs.%.64s' needs the model's own template: start the server with --jinja "
                        "(the built-in %s rendering honours only enable_thinking, on qwen3)",

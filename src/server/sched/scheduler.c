@@ -122,9 +122,10 @@ void *kvt_srv_engine_main(void *arg) {
              * still on its prompt, is a 503 */
             for (int32_t i = 0; i < P; i++) {
                 slot *sl = &s->slots[i];
-                if (sl->r && sl->r->stream && !sl->waiting && !sl->prefilling)
+                if (sl->r && sl->r->stream && !sl->waiting && !sl->prefilling) {
+                    sl->r->cut_by_stop = 1; /* published with done, under s->mu */
                     kvt_srv_slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
-                else if (sl->r) kvt_srv_slot_finish(s, sl, NULL, 0, 503, "the server is shutting down");
+                } else if (sl->r) kvt_srv_slot_finish(s, sl, NULL, 0, 503, "the server is shutting down");
             }
             pthread_mutex_lock(&s->mu);
             while (s->q_len > 0) {
