@@ -405,8 +405,8 @@ void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n) {
         return;
     }
     /* a tile takes tokens while their score rows fit the scratch (sc_qh
-     * floats, score_ld keys each) and while there are still some two items
-     * per thread, so the threads stay busy */
+     * floats, score_ld keys each), and no more than leave the chunk two
+     * (tile, KV head) items per thread, so that every thread has work */
     const int32_t G = e->model->hp.n_head / e->model->hp.n_head_kv, n_kv = e->model->hp.n_head_kv;
     const int32_t per_thread = (int32_t)((int64_t)n * n_kv / (2 * kvt_pool_threads(e->pool)));
     const int32_t mmax = KVT_MAX(attn_group_tokens(e), KVT_MIN(tile_heads_max(e) / G, per_thread));
