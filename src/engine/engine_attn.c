@@ -2,19 +2,21 @@
 /* Attention of a chunk's tokens over their sequences' pages (the page layout
  * is above kvt_eng_kv_offset in engine.c). Scores and outputs go through
  * attn.h, whose per-element operation order depends only on the element's own
- * inputs: that is the batch invariance, and it is why tokens may be grouped.
+ * inputs: that is the batch invariance, and it is why tokens may be tiled.
  *
- * Groups: up to attn_group_tokens() consecutive chunk rows of one sequence
- * that all see keys from position 0 (no sliding-window cut) attend together
- * with f16/f32 pages, as one call per page for all their query heads, so each
- * K page read serves the group's heads of several tokens while it is in L1
- * (8 heads; a KV head has only G = n_head / n_head_kv of one token; the
- * AVX-512 score tile takes 4 of them at a time). Scores past a token's own
- * position are computed and never read; its softmax covers its own keys. The
- * value pass runs once over the keys every token of the group sees, keeping
- * the lane sums (attn.h), then each token finishes from those sums over its
- * remaining keys: the same fma chains, so the same bits as a token attending
- * alone. */
+ * Tiles: consecutive chunk rows of one sequence that all see keys from
+ * position 0 (no sliding-window cut) attend together, as many as keep their
+ * score rows within TILE_SCORE_BYTES (and their query heads within
+ * TILE_HEADS): each K page is read once for the query heads of every token of
+ * the tile, one call per page, while it is in L1 (a KV head has only G =
+ * n_head / n_head_kv query heads of one token). Tokens whose own keys end
+ * before a page skip it; scores past a token's own position inside a page it
+ * needs are computed and never read; its softmax covers its own keys. The
+ * value pass walks the keys in blocks of pages: each block's V rows serve one
+ * call for all the tokens that go on past the block, their lane sums (attn.h)
+ * carried from block to block, and one call per token that ends inside it,
+ * which finishes that token's output: the same fma chains in the same order,
+ * so the same bits as a token attending alone. */
 #include "engine_impl.h"
 
 #include <math.h>
@@ -27,20 +29,37 @@
 #include "kv_quant.h"
 #include "ops.h"
 
-/* q8_0 KV: pages of V dequantized at once for one value-pass call */
-#define AV_Q8_PAGES 8
-/* Query heads a group aims for: two AVX-512 score tiles' worth of heads per
- * K page read; and the value tile's (attn_tmpl.h). */
+/* The value pass reads V in blocks of this many keys (whole pages, at least
+ * one): small enough to stay in L2 while every token of a tile uses it; q8_0
+ * pages of a block are dequantized once for all of them. */
+#define AV_BLOCK_KEYS 512
+/* A tile's score rows (query heads x keys, f32) per thread: the bound on the
+ * attention scratch that grows with the context (one row at 32k keys is 128
+ * KiB), and its query heads, whose q rows stay in L1 while a page is read. */
+#define TILE_SCORE_BYTES ((size_t)4 << 20)
+#define TILE_HEADS 64
+/* Query heads the smallest tile may take whatever its keys (the scratch is
+ * sized for them at n_ctx keys): two AVX-512 score tiles' worth. */
 #define GROUP_HEADS 8
-#define AV_HEADS 4
 
-/* Tokens per attention group: as many as fill GROUP_HEADS query heads; one
- * with q8_0 pages (their value pass already carries lane sums between calls). */
+/* Tokens the smallest tile may take: as many as fill GROUP_HEADS query heads. */
 static int32_t attn_group_tokens(const kvt_engine *e) {
     const int32_t G = e->model->hp.n_head / e->model->hp.n_head_kv;
-    if (e->p.kv_dtype == KVT_KV_Q8_0 || G >= GROUP_HEADS) return 1;
-    return GROUP_HEADS / G;
+    return G >= GROUP_HEADS ? 1 : GROUP_HEADS / G;
 }
+
+/* The most query heads a tile takes: TILE_HEADS, whole tokens, at least one. */
+static int32_t tile_heads_max(const kvt_engine *e) {
+    const int32_t G = e->model->hp.n_head / e->model->hp.n_head_kv;
+    return KVT_MAX(G, KVT_MAX(TILE_HEADS, attn_group_tokens(e) * G) / G * G);
+}
+
+/* The stride of a tile's score rows for keys [lo, n_max): a whole number of
+ * 64-byte lines. */
+static int64_t score_ld(int32_t lo, int32_t n_max) { return (n_max - lo + 15) / 16 * 16; }
+
+/* V blocks of the value pass, in pages. */
+static int32_t av_block_pages(const kvt_engine *e) { return KVT_MAX(1, AV_BLOCK_KEYS / e->p.block_size); }
 
 static size_t round_up_floats(size_t n) {
     return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
@@ -71,27 +90,30 @@ static size_t decode_layout(const kvt_engine *e, dec_layout *l) {
 }
 
 /* Lays out one thread's attention scratch (attn_tokens), each region sized for
- * its largest use and starting on a 64-byte boundary; H = the group's query
- * heads (attn_group_tokens * G):
- *   scores (H, n_ctx) f32       softmax weights of the group's query heads
- *   qh     (H, head_dim) f32    the group's q rows side by side (rounded to f16 for f16 KV)
+ * its largest use and starting on a 64-byte boundary; H = a tile's query heads
+ * (at most tile_heads_max), ld = its score rows' stride (score_ld):
+ *   scores (H, ld) f32          softmax weights of the tile's query heads: at
+ *                               most TILE_SCORE_BYTES, or the smallest tile's
+ *                               rows at n_ctx keys where that is more
+ *   qh     (H, head_dim) f32    the tile's q rows side by side (rounded to f16 for f16 KV)
  *   kdq    (head_dim, B) f32    one page's K dequantized, transposed (q8_0 KV)
- *   vdq    (AV_Q8_PAGES * B, head_dim) f32   up to AV_Q8_PAGES pages of V dequantized (q8_0 KV)
+ *   vdq    (block, head_dim) f32   one V block of the value pass dequantized (q8_0 KV)
  *   tmp    (max(H * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV)
- *   acc    (H, 16, head_dim) f32  the value pass's lane sums between calls (attn.h)
+ *   acc    (H, 16, head_dim) f32  the value pass's lane sums between blocks (attn.h)
  *   runs   (pages per sequence) kvt_attn_run   the value pass's runs of keys */
 void kvt_eng_attn_scratch_layout(kvt_engine *e) {
     const kvt_hparams *hp = &e->model->hp;
     const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
-    const size_t ctx = (size_t)e->p.n_ctx, H = (size_t)attn_group_tokens(e) * G;
+    const size_t ctx = (size_t)e->p.n_ctx, H = (size_t)tile_heads_max(e), H0 = (size_t)attn_group_tokens(e) * G;
+    const size_t ld = (size_t)score_ld(0, e->p.n_ctx), vblock = (size_t)av_block_pages(e) * B;
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
     size_t tmp_u16 = KVT_MAX(H * hd, ctx);
-    e->sc_qh = round_up_floats(H * ctx);
+    e->sc_qh = round_up_floats(KVT_MAX(H0 * ld, KVT_MIN(TILE_SCORE_BYTES / sizeof(float), H * ld)));
     e->sc_kdq = e->sc_qh + round_up_floats(H * hd);
     e->sc_vdq = e->sc_kdq + round_up_floats(q8 ? hd * B : 0);
-    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? AV_Q8_PAGES * B * hd : 0);
+    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? vblock * hd : 0);
     e->sc_acc = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
-    e->sc_runs = e->sc_acc + round_up_floats(q8 || H > G ? H * KVT_ATTN_LANES * hd : 0);
+    e->sc_runs = e->sc_acc + round_up_floats(H * KVT_ATTN_LANES * hd);
     e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
     dec_layout lay;
     e->scratch_stride = KVT_MAX(e->scratch_stride, decode_layout(e, &lay));
@@ -103,86 +125,76 @@ static size_t heads_at(const kvt_engine *e, int32_t i, int32_t gk) {
     return (size_t)i * (size_t)e->q_dim + (size_t)gk * (size_t)(hp->n_head / hp->n_head_kv) * (size_t)hp->head_dim;
 }
 
-/* The value pass's runs over keys [k0, k1) of a sequence's f16/f32 V pages of
- * (layer, kv head gk), with weights w[key - k0] (head g's at w + g * ld). */
-static int32_t value_runs(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t k0, int32_t k1,
+/* Row 0 of page p's V rows for (layer, kv head gk) as the value kernel reads
+ * them: f16/f32 in the page itself; q8_0 rows [0, n) dequantized into dq
+ * (elementwise, so the values depend only on the stored bytes). */
+static const void *v_rows(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t p, int32_t n,
+                          float *dq) {
+    const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[p]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
+    if (e->p.kv_dtype != KVT_KV_Q8_0) return pg;
+    kvt_kv_q8_dequant_rows(pg, n, e->model->hp.head_dim, dq);
+    return dq;
+}
+
+/* The value pass's runs over keys [k0, k1) of the V block whose pages start
+ * at key b0 (rows of page i at vb[i]), with the weight of key k at w[k - lo]
+ * (head g's at w + g * ld). */
+static int32_t block_runs(const kvt_engine *e, const void *const *vb, int32_t b0, int32_t k0, int32_t k1, int32_t lo,
                           const float *w, kvt_attn_run *runs) {
-    const int32_t hd = e->model->hp.head_dim, B = e->p.block_size;
-    const size_t esz = e->p.kv_dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float);
+    const int32_t B = e->p.block_size;
+    const size_t row = (size_t)e->model->hp.head_dim * (e->p.kv_dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float));
     int32_t nr = 0;
     for (int32_t t0 = k0 / B * B; t0 < k1; t0 += B) {
-        const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
-            kvt_eng_kv_offset(e, layer, 1, gk, 0);
         const int32_t a = KVT_MAX(k0, t0) - t0, T = KVT_MIN(B, k1 - t0) - a;
-        runs[nr++] = (kvt_attn_run){pg + (size_t)a * (size_t)hd * esz, w + (t0 + a - k0), T, t0 + a};
+        runs[nr++] = (kvt_attn_run){(const uint8_t *)vb[(t0 - b0) / B] + (size_t)a * row, w + (t0 + a - lo), T, t0 + a};
     }
     return nr;
 }
 
-/* The value pass of q8_0 pages, keys [lo, n_keys) of one token: each page's
- * rows are dequantized (elementwise, so the values depend only on the stored
- * bytes) AV_Q8_PAGES pages at a time, the lane sums carried in acc from one
- * call to the next. */
-static void value_pass_q8(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t lo,
-                          int32_t n_keys, const float *scores, float *scratch, float *out) {
-    const kvt_hparams *hp = &e->model->hp;
-    const int32_t hd = hp->head_dim, B = e->p.block_size, G = hp->n_head / hp->n_head_kv;
-    const int64_t ld = e->p.n_ctx;
-    float *vdq = scratch + e->sc_vdq, *acc = scratch + e->sc_acc;
-    kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
-    int32_t nr = 0, first = 1;
-    for (int32_t t0 = lo / B * B; t0 < n_keys; t0 += B) {
-        const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
-            kvt_eng_kv_offset(e, layer, 1, gk, 0);
-        const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_keys - t0) - a;
-        float *dq = vdq + (size_t)nr * (size_t)B * (size_t)hd;
-        kvt_kv_q8_dequant_rows(pg, a + T, hd, dq);
-        runs[nr++] = (kvt_attn_run){dq + (size_t)a * (size_t)hd, scores + (t0 + a - lo), T, t0 + a};
-        const int last = t0 + B >= n_keys;
-        if (nr == AV_Q8_PAGES || last) {
-            kvt_attn_av(runs, nr, ld, G, 0, hd, first ? NULL : acc, last ? NULL : acc, last ? out : NULL);
-            nr = 0, first = 0;
-        }
-    }
-}
-
-/* The value pass of a group's tokens over f16/f32 pages: one call over every
- * page's run of keys (its lanes are keyed by position, attn.h), for AV_HEADS
- * heads at a time: the value tile's, so a group's tokens split into subgroups
- * of that many heads (one token each when G >= AV_HEADS), and a subgroup runs
- * once over the keys all its tokens see, then per token over the rest. */
+/* The value pass of a tile's m tokens (rows i0 ..) over keys [lo, pos + 1)
+ * each, weights in scores (stride ld), by V blocks of av_block_pages pages:
+ * in each block, one call for every run of consecutive tokens that go on past
+ * it (their lane sums carried in acc to the next block), then one call per
+ * token that ends in it, which writes the token's output. */
 static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t i0, int32_t m, int32_t lo,
-                       const float *scores, float *scratch) {
+                       int64_t ld, const float *scores, float *scratch) {
     const kvt_hparams *hp = &e->model->hp;
-    const int32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
-    const int64_t ld = e->p.n_ctx;
+    const int32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv, B = e->p.block_size, bp = av_block_pages(e);
     const int f16 = e->p.kv_dtype == KVT_KV_F16;
-    const size_t qrow = (size_t)G * (size_t)hd; /* one token's heads of gk */
-    float *acc = scratch + e->sc_acc;           /* (AV_HEADS, 16, hd) */
+    const size_t hacc = (size_t)KVT_ATTN_LANES * (size_t)hd; /* one head's lane sums */
+    float *acc = scratch + e->sc_acc, *vdq = scratch + e->sc_vdq;
     kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
-    const int32_t msub = KVT_MAX(1, AV_HEADS / G);
-    for (int32_t s0 = 0; s0 < m; s0 += msub) {
-        const int32_t ms = KVT_MIN(msub, m - s0);
-        const float *w = scores + (size_t)s0 * (size_t)G * (size_t)ld;
-        if (ms == 1) {
-            const int32_t nr = value_runs(e, st, layer, gk, lo, e->pos[i0 + s0] + 1, w, runs);
-            kvt_attn_av(runs, nr, ld, G, f16, hd, NULL, NULL, e->att + heads_at(e, i0 + s0, gk));
-            continue;
+    const void *vb[AV_BLOCK_KEYS];
+    int32_t n_max = 0;
+    for (int32_t t = 0; t < m; t++) n_max = KVT_MAX(n_max, e->pos[i0 + t] + 1);
+    for (int32_t b0 = lo / B * B; b0 < n_max; b0 += bp * B) {
+        const int32_t b1 = KVT_MIN(b0 + bp * B, n_max), k0 = KVT_MAX(lo, b0), first = b0 <= lo;
+        for (int32_t p = 0; b0 + p * B < b1; p++)
+            vb[p] = v_rows(e, st, layer, gk, b0 / B + p, KVT_MIN(B, b1 - b0 - p * B), vdq + (size_t)p * B * hd);
+        for (int32_t t = 0; t < m;) { /* tokens that go on past the block */
+            int32_t u = t;
+            while (u < m && e->pos[i0 + u] + 1 > b1) u++;
+            if (u == t) {
+                t++;
+                continue;
+            }
+            const size_t h0 = (size_t)t * (size_t)G;
+            const int32_t nr = block_runs(e, vb, b0, k0, b1, lo, scores + h0 * (size_t)ld, runs);
+            kvt_attn_av(runs, nr, ld, (u - t) * G, f16, hd, first ? NULL : acc + h0 * hacc, acc + h0 * hacc, NULL);
+            t = u;
         }
-        int32_t shared = e->pos[i0 + s0] + 1;
-        for (int32_t t = 1; t < ms; t++) shared = KVT_MIN(shared, e->pos[i0 + s0 + t] + 1);
-        int32_t nr = value_runs(e, st, layer, gk, 0, shared, w, runs);
-        kvt_attn_av(runs, nr, ld, ms * G, f16, hd, NULL, acc, NULL);
-        for (int32_t t = 0; t < ms; t++) {
-            const float *wt = w + (size_t)t * (size_t)G * (size_t)ld;
-            nr = value_runs(e, st, layer, gk, shared, e->pos[i0 + s0 + t] + 1, wt + shared, runs);
-            kvt_attn_av(runs, nr, ld, G, f16, hd, acc + (size_t)t * qrow * KVT_ATTN_LANES, NULL,
-                        e->att + heads_at(e, i0 + s0 + t, gk));
+        for (int32_t t = 0; t < m; t++) { /* tokens that end in it */
+            const int32_t end = e->pos[i0 + t] + 1;
+            if (end <= k0 || end > b1) continue;
+            const size_t h0 = (size_t)t * (size_t)G;
+            const int32_t nr = block_runs(e, vb, b0, k0, end, lo, scores + h0 * (size_t)ld, runs);
+            kvt_attn_av(runs, nr, ld, G, f16, hd, first ? NULL : acc + h0 * hacc, NULL,
+                        e->att + heads_at(e, i0 + t, gk));
         }
     }
 }
 
-/* Attention of chunk rows i0 .. i0 + m - 1 (one group, see the top) for the G
+/* Attention of chunk rows i0 .. i0 + m - 1 (one tile, see the top) for the G
  * query heads of each that share KV head gk. */
 static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int32_t gk, float *scratch) {
     const kvt_hparams *hp = &e->model->hp;
@@ -190,13 +202,13 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
     const kvt_layer *L = &e->model->layers[layer];
     int32_t n_max = e->pos[i0] + 1;
     for (int32_t t = 1; t < m; t++) n_max = KVT_MAX(n_max, e->pos[i0 + t] + 1);
-    /* a sliding layer sees keys [lo, pos] (groups of several tokens have lo = 0).
+    /* a sliding layer sees keys [lo, pos] (tiles of several tokens have lo = 0).
      * Scores are indexed from lo, never from a page boundary, so the softmax
      * and the value sums run over the same elements in the same order
      * whatever the block size. */
     const int32_t pos = e->pos[i0];
     const int32_t lo = L->window && pos >= L->window ? pos - L->window + 1 : 0;
-    const int64_t ld = e->p.n_ctx;
+    const int64_t ld = score_ld(lo, n_max);
     const seq_state *st = &e->seqs[e->tseq[i0]];
     float *scores = scratch;                                              /* (H, ld) */
     float *qh = scratch + e->sc_qh;                                       /* (H, hd) */
@@ -222,12 +234,15 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
         const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
             kvt_eng_kv_offset(e, layer, 0, gk, 0);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_max - t0) - a; /* keys t0+a .. t0+a+T-1 */
-        float *sc = scores + (t0 + a - lo);
+        int32_t s = 0; /* leading tokens whose keys all come before this page */
+        while (e->pos[i0 + s] < t0 + a) s++;
+        float *sc = scores + (size_t)s * (size_t)G * (size_t)ld + (t0 + a - lo);
+        const float *qs = q + (size_t)s * qrow;
         if (q8) {
             kvt_kv_q8_dequant_columns(pg, B, a + T, hd, kdq);
-            kvt_attn_qk(q, H, hd, kdq + a, B, 0, T, scale, sc, ld);
+            kvt_attn_qk(qs, H - s * G, hd, kdq + a, B, 0, T, scale, sc, ld);
         } else {
-            kvt_attn_qk(q, H, hd, pg + (size_t)a * esz, B, f16, T, scale, sc, ld);
+            kvt_attn_qk(qs, H - s * G, hd, pg + (size_t)a * esz, B, f16, T, scale, sc, ld);
         }
     }
     for (int32_t r = 0; r < H; r++) {
@@ -240,11 +255,7 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
             kvt_f16_to_f32_row(tmp, sg, n_att);
         }
     }
-    if (q8) {
-        value_pass_q8(e, st, layer, gk, lo, n_max, scores, scratch, e->att + heads_at(e, i0, gk));
-        return;
-    }
-    value_pass(e, st, layer, gk, i0, m, lo, scores, scratch);
+    value_pass(e, st, layer, gk, i0, m, lo, ld, scores, scratch);
 }
 
 typedef struct {
@@ -393,13 +404,21 @@ void kvt_eng_attention(kvt_engine *e, int32_t l, int32_t n) {
         attention_decode(e, l, n);
         return;
     }
-    const int32_t mmax = attn_group_tokens(e), window = e->model->layers[l].window;
-    int32_t ng = 0;
+    /* a tile takes tokens while their score rows fit the scratch (sc_qh
+     * floats, score_ld keys each), and no more than leave the chunk two
+     * (tile, KV head) items per thread, so that every thread has work */
+    const int32_t G = e->model->hp.n_head / e->model->hp.n_head_kv, n_kv = e->model->hp.n_head_kv;
+    const int32_t per_thread = (int32_t)((int64_t)n * n_kv / (2 * kvt_pool_threads(e->pool)));
+    const int32_t mmax = KVT_MAX(attn_group_tokens(e), KVT_MIN(tile_heads_max(e) / G, per_thread));
+    const int32_t window = e->model->layers[l].window;
+    int32_t ng = 0, n_max = 0;
     for (int32_t i = 0; i < n; i++) {
-        const int32_t start = ng ? e->agroup[ng - 1] : 0;
+        const int32_t start = ng ? e->agroup[ng - 1] : 0, keys = KVT_MAX(n_max, e->pos[i] + 1);
         const int joins = ng && i - start < mmax && e->tseq[i] == e->tseq[start] &&
+            (size_t)(i - start + 1) * (size_t)G * (size_t)score_ld(0, keys) <= e->sc_qh &&
             (!window || (e->pos[i] < window && e->pos[start] < window));
         if (!joins) e->agroup[ng++] = i;
+        n_max = joins ? keys : e->pos[i] + 1;
     }
     e->agroup[ng] = n;
     attn_job job = {e, l, ng};

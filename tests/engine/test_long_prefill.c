@@ -4,8 +4,8 @@
  * bound: no buffer of the forward pass may grow with the context times the
  * batch or the heads (a per-token full-row score buffer for a chunk of 512
  * tokens would be 128 MiB here). The attention scratch that does scale with
- * the context, one group's score rows per thread (engine_attn.c), is about
- * 1 MiB per thread at 32k and sits inside the bound. Sanitizer builds run 8k
+ * the context, one tile's score rows per thread (engine_attn.c), is at most
+ * 4 MiB per thread and sits inside the bound. Sanitizer builds run 8k
  * tokens for memory safety and do not check the peak, which their shadow
  * memory and quarantine inflate. */
 #include <stdio.h>
