@@ -465,16 +465,17 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
 /* ---- decode path: Q4_K and Q6_K straight from the packed bytes ----
  *
  * For a few tokens the unpacked form above costs more than it saves: every
- * super-block would be written out and read back for one or two dots. Here
- * the codes go from the packed bytes into the VNNI dot in registers (a 32-byte
- * load of Q4_K nibbles, shifted copy in the upper half, one mask: 64 codes in
- * activation order; Q6_K: 64 low nibbles and the matching 2-bit highs from one
- * 64-byte and one 32-byte load), and the scales are decoded per super-block
- * in registers. The integers S and M are the same exact sums, so the results
+ * super-block would be written out and read back for a few dots (up to 4
+ * tokens, several sequences decoding at once; from 5 on the two cost about
+ * the same per token). Here the codes go from the packed bytes into the VNNI
+ * dot in registers (a 32-byte load of Q4_K nibbles, shifted copy in the upper
+ * half, one mask: 64 codes in activation order; Q6_K: 64 low nibbles and the
+ * matching 2-bit highs from one 64-byte and one 32-byte load), and the scales
+ * are decoded per super-block in registers. The integers S and M are the same exact sums, so the results
  * are the same bits as the unpacking path and the scalar dot. The AVX2 copy
  * takes 32 codes per step, maddubs then madd against the group scales. */
 
-#define DIRECT_MAX_TOKENS 2 /* up to this many tokens per call take the direct path */
+#define DIRECT_MAX_TOKENS 4 /* up to this many tokens per call take the direct path */
 
 /* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
  * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
