@@ -165,18 +165,22 @@ INLINE512 void q8_token_s8(const uint8_t *xb, __m512i *xs, __m512i *nbias) {
                                  _mm512_set1_epi8((char)-KVT_Q8_ACT_BIAS));
 }
 
-/* Q8_0 "lanes" decode tile (1 or 2 tokens, QLDRM rows as pairs): the bits of tile_q8l
- * with fewer operations per block, since decode runs it over every weight.
- * The weights, flipped to u8 (w + 128), take VNNI's unsigned operand and the
- * activations, as s8, the signed one, so the bias term depends on the token
- * only: the accumulator starts at -128 * sum(q) per group, formed once per
- * block for all rows (dpbusd of 4 * 128 * 128 and (q + 128) by -128, exact in
- * int32), and sum((w + 128) * q) - 128 * sum(q) = sum(w * q) exactly. The
- * rows' f16 scales are converted by one instruction and multiplied by d_x
- * once (the same f32 product per lane), then spread to the pairs by a
- * permute. More rows per tile also keeps more prefetches in flight. */
+/* Q8_0 "lanes" decode tile (1 to 4 tokens, QLDRM rows as pairs): the bits of
+ * tile_q8l with fewer operations per block, since decode runs it over every
+ * weight, and with several sequences decoding at once, every weight loaded
+ * serves all their tokens. The weights, flipped to u8 (w + 128), take VNNI's
+ * unsigned operand and the activations, as s8, the signed one, so the bias
+ * term depends on the token only: the accumulator starts at -128 * sum(q) per
+ * group, formed once per block for all rows (dpbusd of 4 * 128 * 128 and
+ * (q + 128) by -128, exact in int32), and sum((w + 128) * q) - 128 * sum(q) =
+ * sum(w * q) exactly. The rows' f16 scales are converted by one instruction.
+ * Each lane's scale is the one f32 product d_w * d_x of tile_q8l: with 1 or
+ * 2 tokens it is formed once per token for the 8 rows and spread to the
+ * pairs by a permute; with 3 or 4 the scales are spread to the pairs once and
+ * each pair multiplies by the token's d_x (fewer registers live, the same
+ * products). More rows per tile also keeps more prefetches in flight. */
 #define QLDRM 8
-#define QLDRN 2
+#define QLDRN 4
 INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn,
                             int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
@@ -194,10 +198,14 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
         const __m256 dw = _mm256_cvtph_ps(h);
         __m512i xs[QLDRN], nbias[QLDRN];
         __m256 dwx[QLDRN];
+        __m512 dwp[QLDRM / 2]; /* with 3 or 4 tokens: the pairs' d_w, spread */
         _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
             q8_token_s8(xq[j] + b * KVT_Q8_0_BLOCK, &xs[j], &nbias[j]);
-            dwx[j] = _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][b]));
+            if (rn <= 2) dwx[j] = _mm256_mul_ps(dw, _mm256_set1_ps(xd[j][b]));
         }
+        if (rn > 2)
+            _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++)
+                dwp[p] = _mm512_permutexvar_ps(spread[p], _mm512_castps256_ps512(dw));
         _Pragma("GCC unroll 8") for (int p = 0; p < QLDRM / 2; p++) {
             const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
             KVT_PREFETCH_WEIGHTS(b0 + pf_ahead);
@@ -205,7 +213,8 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
             const __m512i wu = q8_pair_u8(b0, b1);
             _Pragma("GCC unroll 8") for (int j = 0; j < rn; j++) {
                 const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nbias[j], wu, xs[j]));
-                const __m512 scale = _mm512_permutexvar_ps(spread[p], _mm512_castps256_ps512(dwx[j]));
+                const __m512 scale = rn <= 2 ? _mm512_permutexvar_ps(spread[p], _mm512_castps256_ps512(dwx[j]))
+                                             : _mm512_mul_ps(dwp[p], _mm512_set1_ps(xd[j][b]));
                 acc[p][j] = _mm512_fmadd_ps(isum, scale, acc[p][j]);
             }
         }
@@ -221,11 +230,10 @@ INLINE512 void tile_q8l_dec(const uint8_t *const *wr, const uint8_t *const *xq, 
  * holds two rows' 8 group sums; q8_rowsums adds them up to the 16 rows'
  * block integers in one zmm, so that one fma steps 16 outputs (lane = row)
  * through the block as ops.h's Q8_0 dot does. The rows' f16 scales come in
- * by one gather. With at most 2 tokens (decode, which streams every weight
- * once) the same place KVT_PF_TILES tiles on is prefetched. */
+ * by one gather. In decode steps (pf: up to QLD_MAX_N tokens, which stream
+ * every weight once) the same place KVT_PF_TILES tiles on is prefetched. */
 #define QRM 16
 #define QRN 4
-#define QDRN 2
 
 /* The block integers of 16 rows (lane i = row i) from their group sums,
  * d[p] holding rows 2p (lanes 0-7) and 2p + 1 (lanes 8-15): three rounds of
@@ -240,8 +248,8 @@ INLINE512 __m512i q8_rowsums(const __m512i d[8]) {
 #undef Q8_PAIR
 }
 
-INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn, int64_t k,
-                       float *out) {
+INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const float *const *xd, int rn, int pf,
+                       int64_t k, float *out) {
     const int64_t nb = k / KVT_Q8_0_BLOCK;
     _Alignas(64) int32_t roff[QRM]; /* rows from the first, for the scale gather (within 16 rows) */
     for (int i = 0; i < QRM; i++) roff[i] = (int32_t)(wr[i] - wr[0]);
@@ -255,7 +263,7 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
         __m512i wu[QRM / 2];
         _Pragma("GCC unroll 8") for (int p = 0; p < QRM / 2; p++) {
             const uint8_t *b0 = wr[2 * p] + off, *b1 = wr[2 * p + 1] + off;
-            if (rn <= QDRN) {
+            if (pf) {
                 KVT_PREFETCH_WEIGHTS(b0 + pf_ahead);
                 KVT_PREFETCH_WEIGHTS(b1 + pf_ahead);
             }
@@ -285,7 +293,8 @@ INLINE512 void tile_q8(const uint8_t *const *wr, const uint8_t *const *xq, const
 #define CALL_F32(N) tile_f32(wr, x->xf, RM, N, k, out)
 #define CALL_F16(N) tile_f16(wr, x->xf, RM, N, k, out)
 #define CALL_BF16(N) tile_bf16(wr, x->xf, RM, N, k, out)
-#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, N, k, out)
+#define CALL_Q8(N) tile_q8(wr, x->xq, x->xd, N, 0, k, out)
+#define CALL_Q8_DEC(N) tile_q8(wr, x->xq, x->xd, N, 1, k, out)
 DEF_TILE_FN(ft_f32, CALL_F32)
 DEF_TILE_FN(ft_f16, CALL_F16)
 DEF_TILE_FN(ft_bf16, CALL_BF16)
@@ -293,7 +302,12 @@ DEF_TILE_FN(ft_bf16, CALL_BF16)
 DEF_TILE_FN(ft_q8l, CALL_Q8L)
 #define CALL_Q8L_DEC(N) tile_q8l_dec(wr, x->xq, x->xd, N, k, out)
 static T512 void ft_q8l_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
-    KVT_TILE_BY_N2(CALL_Q8L_DEC)
+    switch (n) {
+    case 1: CALL_Q8L_DEC(1); break;
+    case 2: CALL_Q8L_DEC(2); break;
+    case 3: CALL_Q8L_DEC(3); break;
+    default: CALL_Q8L_DEC(4); break;
+    }
 }
 static T512 void ft_q8(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
     switch (n) {
@@ -301,6 +315,14 @@ static T512 void ft_q8(const uint8_t *const *wr, const kvt_tile_x *x, int n, int
     case 2: CALL_Q8(2); break;
     case 3: CALL_Q8(3); break;
     default: CALL_Q8(4); break;
+    }
+}
+static T512 void ft_q8_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
+    switch (n) {
+    case 1: CALL_Q8_DEC(1); break;
+    case 2: CALL_Q8_DEC(2); break;
+    case 3: CALL_Q8_DEC(3); break;
+    default: CALL_Q8_DEC(4); break;
     }
 }
 
@@ -318,15 +340,26 @@ static T512 void widen_bf16(const uint8_t *row, int64_t k, float *dst) { widen_r
 
 KVT_DEFINE_MM_ROWS(mm_rows_lanes, T512, widen_f16, widen_bf16, ft_q8l, QLRM, QLRN, ft_q8l_dec, QLDRM, QLDRN)
 
+/* Q8_0 "lanes" steps of up to this many tokens (several sequences decoding
+ * at once) run the decode tiles in groups of QLDRN tokens: each row group's
+ * weights come from memory once and serve every group from L1, which costs
+ * less than the 16-token vectors of kvt_q8l_mm_avx512 up to about 16 tokens. */
+#define QLD_MAX_N 15
+
 /* Q8_0 weights in the order selected (ops.h); every other type as mm_rows_lanes. */
 static T512 void mm_rows(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (w->type == KVT_TYPE_Q8_0 && !kvt_ops_q8_block() && a->n <= QLD_MAX_N) {
+        kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QLDRM, .rn = QLDRN, .q8 = 1, .tile = ft_q8l_dec});
+        return;
+    }
     if (w->type != KVT_TYPE_Q8_0 || !kvt_ops_q8_block()) {
         const int64_t done = kvt_q8l_mm_avx512(w, a, r0, r1, y, ldy);
         if (r0 + done < r1) mm_rows_lanes(w, a, r0 + done, r1, y, ldy);
         return;
     }
-    const int rn = a->n <= QDRN ? QDRN : QRN;
-    kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = rn, .q8 = 1, .tile = ft_q8});
+    if (a->n <= QLD_MAX_N)
+        kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8_dec});
+    else kvt_tile_loop(w, a, r0, r1, y, ldy, (kvt_tiling){.rm = QRM, .rn = QRN, .q8 = 1, .tile = ft_q8});
 }
 
 /* "amx": Q8_0 prefill ("block" order) on tiles for whole groups of 16 rows, the rest here. */

@@ -465,16 +465,17 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
 /* ---- decode path: Q4_K and Q6_K straight from the packed bytes ----
  *
  * For a few tokens the unpacked form above costs more than it saves: every
- * super-block would be written out and read back for one or two dots. Here
- * the codes go from the packed bytes into the VNNI dot in registers (a 32-byte
- * load of Q4_K nibbles, shifted copy in the upper half, one mask: 64 codes in
- * activation order; Q6_K: 64 low nibbles and the matching 2-bit highs from one
- * 64-byte and one 32-byte load), and the scales are decoded per super-block
- * in registers. The integers S and M are the same exact sums, so the results
+ * super-block would be written out and read back for a few dots (up to 4
+ * tokens, several sequences decoding at once; from 5 on the two cost about
+ * the same per token). Here the codes go from the packed bytes into the VNNI
+ * dot in registers (a 32-byte load of Q4_K nibbles, shifted copy in the upper
+ * half, one mask: 64 codes in activation order; Q6_K: 64 low nibbles and the
+ * matching 2-bit highs from one 64-byte and one 32-byte load), and the scales
+ * are decoded per super-block in registers. The integers S and M are the same exact sums, so the results
  * are the same bits as the unpacking path and the scalar dot. The AVX2 copy
  * takes 32 codes per step, maddubs then madd against the group scales. */
 
-#define DIRECT_MAX_TOKENS 2 /* up to this many tokens per call take the direct path */
+#define DIRECT_MAX_TOKENS 4 /* up to this many tokens per call take the direct path */
 
 /* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
  * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
@@ -489,10 +490,18 @@ INLINE2 __m128i scales6_vec(const uint8_t *blk) {
     return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
 }
 
-/* One Q4_K super-block against one token: 8 int32 lanes summing to S, 4 to M
- * (bs2: the 8 sums of each two groups' activation sums, as int16). */
-INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
-    (void)bs;
+/* The AVX-512 direct dots in two halves, so that with several tokens each
+ * row's super-block is decoded once for all of them: DEC turns the packed
+ * block into 4 vectors of 64 codes (u8, activation order) and their int16
+ * group scales; DOT takes one token through them to 8 int32 lanes summing to
+ * S and 4 to M (bs: the token's 16 group sums; bs2: the 8 sums of each two). */
+typedef struct {
+    __m512i u[KVT_QK / 64], scl[KVT_QK / 64];
+    __m128i mins; /* Q4_K: the 8 mins as int16 */
+    __m256i sc16; /* Q6_K: the 16 group scales as int16 */
+} kdec512;
+
+INLINE512 void q4k_dec512(const uint8_t *blk, kdec512 *o) {
     const __m128i sm = scales6_vec(blk);
     /* int16 lanes 0..7 the scales, 8..15 the mins */
     const __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
@@ -501,39 +510,48 @@ INLINE512 void q4k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m12
     const __m512i half = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
                                                             16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            4);
-    __m512i acc = _mm512_setzero_si512();
     for (int c = 0; c < 4; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q4K_QS + 32 * c));
-        const __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
-                                           lo);
-        const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * c));
-        const __m512i scl = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, x), scl);
+        o->u[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), lo);
+        o->scl[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * c))), sc);
     }
-    *S = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-    *M = _mm_madd_epi16(bs2, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+    o->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
 }
 
-/* One Q6_K super-block against one token (code offset 32 taken off via the group sums). */
-INLINE512 void q6k_direct(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
-    (void)bs2;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
-    const __m512i sc = _mm512_zextsi256_si512(sc16);
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+INLINE512 void q4k_dot512(const kdec512 *w, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
+    (void)bs;
     __m512i acc = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w->u[c], _mm512_loadu_si512((const void *)(q + 64 * c))),
+                                  w->scl[c]);
+    *S = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    *M = _mm_madd_epi16(bs2, w->mins);
+}
+
+/* Q6_K: the code offset 32 is taken off via the group sums. */
+INLINE512 void q6k_dec512(const uint8_t *blk, kdec512 *o) {
+    o->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q6K_SCALES)));
+    const __m512i sc = _mm512_zextsi256_si512(o->sc16);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     for (int h = 0; h < 2; h++) {
         const __m512i l = _mm512_loadu_si512((const void *)(blk + KVT_Q6K_QL + 64 * h));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q6K_QH + 32 * h));
         const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-        const __m512i u0 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_slli_epi16(hh, 4), m30));
-        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(hh, m30));
-        const __m512i x0 = _mm512_loadu_si512((const void *)(q + 128 * h));
-        const __m512i x1 = _mm512_loadu_si512((const void *)(q + 128 * h + 64));
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u0, x0), group_scales512(sc, 2 * h));
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u1, x1), group_scales512(sc, 2 * h + 1));
+        o->u[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_slli_epi16(hh, 4), m30));
+        o->u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(hh, m30));
+        o->scl[2 * h] = group_scales512(sc, 2 * h);
+        o->scl[2 * h + 1] = group_scales512(sc, 2 * h + 1);
     }
+}
+
+INLINE512 void q6k_dot512(const kdec512 *w, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
+    (void)bs2;
+    __m512i acc = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w->u[c], _mm512_loadu_si512((const void *)(q + 64 * c))),
+                                  w->scl[c]);
     /* S = sum(sc * u * q) - 32 * sum_g sc[g] * bs[g] */
-    const __m256i corr = _mm256_madd_epi16(bs, _mm256_slli_epi16(sc16, 5));
+    const __m256i corr = _mm256_madd_epi16(bs, _mm256_slli_epi16(w->sc16, 5));
     *S = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), corr);
     *M = _mm_setzero_si128();
 }
@@ -640,8 +658,77 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
         } \
     }
 
-DEF_DIRECT(q4k_mm_direct512, T512, q4k_direct)
-DEF_DIRECT(q6k_mm_direct512, T512, q6k_direct)
+/* The AVX-512 form for n (1 to DIRECT_MAX_TOKENS, a constant after inlining)
+ * tokens of Q4_K (q6 = 0) or Q6_K weights: per row group and super-block,
+ * each row is decoded once and every token dotted with it; each token keeps
+ * its own accumulator, which takes the super-blocks in order with the same
+ * two fmas as DEF_DIRECT, so the bits do not depend on the token count. */
+INLINE512 void kdirect512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                          const int q6, const int n) {
+    const uint8_t *base = w->data;
+    const size_t bb = kvt_qk_block_bytes(w->type);
+    const int64_t nb = a->k / KVT_QK, kpad = a->kpad;
+    const __m128 sign = _mm_set1_ps(-0.0f);
+    const size_t pf_ahead = (size_t)RM * w->row_bytes * KVT_PF_TILES; /* rows: contiguous */
+    for (int64_t r = r0; r < r1; r += RM) {
+        const uint8_t *wr[RM];
+        for (int i = 0; i < RM; i++) wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+        __m128 acc[DIRECT_MAX_TOKENS];
+        _Pragma("GCC unroll 4") for (int t = 0; t < n; t++) acc[t] = _mm_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i bs[DIRECT_MAX_TOKENS], s[RM][DIRECT_MAX_TOKENS];
+            __m128i bs2[DIRECT_MAX_TOKENS], m[RM][DIRECT_MAX_TOKENS];
+            _Pragma("GCC unroll 4") for (int t = 0; t < n; t++) {
+                bs[t] = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(a->kbs + t * (kpad / KVT_QK_GROUP) + b * KVT_QK_NGROUP));
+                const __m256i bsp = _mm256_madd_epi16(bs[t], _mm256_set1_epi16(1));
+                bs2[t] = _mm_packs_epi32(_mm256_castsi256_si128(bsp), _mm256_extracti128_si256(bsp, 1));
+            }
+            float dw[RM], mw[RM];
+            _Pragma("GCC unroll 4") for (int i = 0; i < RM; i++) {
+                const uint8_t *blk = wr[i] + (size_t)b * bb;
+                /* decode streams each weight once: the same block KVT_PF_TILES tiles on */
+                for (size_t o = 0; o < bb + 63; o += 64) KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o);
+                kdec512 wv;
+                if (q6) q6k_dec512(blk, &wv);
+                else q4k_dec512(blk, &wv);
+                _Pragma("GCC unroll 4") for (int t = 0; t < n; t++) {
+                    const int8_t *q = a->kq + t * kpad + b * KVT_QK;
+                    if (q6) q6k_dot512(&wv, q, bs[t], bs2[t], &s[i][t], &m[i][t]);
+                    else q4k_dot512(&wv, q, bs[t], bs2[t], &s[i][t], &m[i][t]);
+                }
+                dw[i] = _cvtsh_ss(kvt_load_u16(blk + (q6 ? KVT_Q6K_D : KVT_Q45K_D)));
+                mw[i] = q6 ? 0.0f : _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN));
+            }
+            _Pragma("GCC unroll 4") for (int t = 0; t < n; t++) {
+                const __m128 dx = _mm_set1_ps(a->kd[t * (kpad / KVT_QK) + b]);
+                const __m128i S = hsum4x8_epi32(s[0][t], s[1][t], s[2][t], s[3][t]);
+                acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_loadu_ps(dw), dx), acc[t]);
+                if (!q6) { /* Q4_K has mins */
+                    const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(m[0][t], m[1][t]), _mm_hadd_epi32(m[2][t], m[3][t]));
+                    acc[t] = _mm_fmadd_ps(_mm_xor_ps(_mm_cvtepi32_ps(M), sign), _mm_mul_ps(_mm_loadu_ps(mw), dx),
+                                          acc[t]);
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int t = 0; t < n; t++) {
+            _Alignas(16) float out[RM];
+            _mm_store_ps(out, acc[t]);
+            for (int i = 0; i < RM && r + i < r1; i++) y[t * ldy + r + i] = out[i];
+        }
+    }
+}
+#define DEF_DIRECT_N(NAME, Q6) \
+    T512 static void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
+        switch (a->n) { \
+        case 1: kdirect512(w, a, r0, r1, y, ldy, Q6, 1); break; \
+        case 2: kdirect512(w, a, r0, r1, y, ldy, Q6, 2); break; \
+        case 3: kdirect512(w, a, r0, r1, y, ldy, Q6, 3); break; \
+        default: kdirect512(w, a, r0, r1, y, ldy, Q6, 4); break; \
+        } \
+    }
+DEF_DIRECT_N(q4k_mm_direct512, 0)
+DEF_DIRECT_N(q6k_mm_direct512, 1)
 DEF_DIRECT(q4k_mm_direct2, T2, q4k_direct2)
 DEF_DIRECT(q6k_mm_direct2, T2, q6k_direct2)
 

@@ -29,7 +29,7 @@
 #define Q8T_N KVT_AMX_N           /* tokens per vector (the AMX kernels' token staging) */
 #define Q8T_R 2                   /* weight rows per tile */
 #define Q8T_CHUNK_BYTES (1 << 20) /* rearranged activation bytes per chunk of tokens (half a 2 MiB L2) */
-#define Q8T_MIN_TOKENS 8          /* fewer tokens: tile_q8l's 6-token tiles waste less */
+#define Q8T_MIN_TOKENS 16         /* fewer tokens: ops_avx512.c's decode tiles waste less */
 #define Q8T_PF_AHEAD 4            /* blocks ahead whose activations are prefetched (they come from L2) */
 
 /* One token vector's activations of one block: x[l][n] = token n's quants
