@@ -190,24 +190,54 @@ static size_t plan_splices(kvt_server *s, const kvt_api_request *a, char *const 
     return dropped_calls;
 }
 
+/* Where the last user message's content starts in the rendering text[0..len) when that content is
+ * empty, so no search can find it: the request rendered again with a marker as that content, the
+ * marker's place, provided the rest of that rendering is text byte for byte. SIZE_MAX otherwise. */
+static size_t empty_user_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text,
+                               size_t len) {
+    static const char marker[] = "kvtier-documents-go-here-5f0c1e";
+    const size_t ml = sizeof marker - 1;
+    size_t last = SIZE_MAX, at = SIZE_MAX, pl = 0;
+    for (size_t i = 0; i < a->n_msgs; i++)
+        if (!strcmp(a->msgs[i].role, "user")) last = i;
+    if (last == SIZE_MAX) return SIZE_MAX;
+    kvt_chat_msg *msgs = kvt_xmalloc(a->n_msgs * sizeof *msgs);
+    memcpy(msgs, a->msgs, a->n_msgs * sizeof *msgs);
+    msgs[last].content = marker;
+    kvt_api_request probe = *a;
+    probe.msgs = msgs;
+    char *p = NULL;
+    if (!render(s, &probe, a->n_msgs, calls, &p, &pl) && pl == len + ml) {
+        const char *m = memmem(p, pl, marker, ml);
+        size_t k = m ? (size_t)(m - p) : SIZE_MAX;
+        if (m && !memcmp(p, text, k) && !memcmp(p + k + ml, text + k, len - k)) at = k;
+    }
+    free(p);
+    free(msgs);
+    return at;
+}
+
 /* Where kvtier.documents go in the rendering text[from..len): before the last
  * user message's content, found as the last place the rendering holds that
- * text as sent. A place-marking span (no text, no ids) is put there among
- * spans[0..*n) in order. 0, or -1 with *err filled. */
-static int docs_place(const kvt_api_request *a, const char *text, size_t from, size_t len, kvt_chat_splice *spans,
-                      size_t *n, kvt_api_error *err) {
+ * text as sent (an empty one: by empty_user_place). A place-marking span (no
+ * text, no ids) is put there among spans[0..*n) in order. 0, or -1 with *err
+ * filled. */
+static int docs_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text, size_t from,
+                      size_t len, kvt_chat_splice *spans, size_t *n, kvt_api_error *err) {
     const char *c = NULL;
     for (size_t i = 0; i < a->n_msgs; i++)
         if (!strcmp(a->msgs[i].role, "user")) c = a->msgs[i].content;
     size_t cl = c ? strlen(c) : 0, at = SIZE_MAX;
     for (size_t p = len; cl && p >= from + cl && at == SIZE_MAX; p--)
         if (!memcmp(text + p - cl, c, cl)) at = p - cl;
+    if (!cl) at = empty_user_place(s, a, calls, text, len);
+    if (at != SIZE_MAX && at < from) at = SIZE_MAX;
     size_t k = 0;
     while (at != SIZE_MAX && k < *n && spans[k].at < at) k++;
     if (at == SIZE_MAX || (k && spans[k - 1].at + spans[k - 1].len > at)) {
         kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.documents", "unsupported_parameter",
                        "kvtier.documents go before the last user message's text, and the model's chat template "
-                       "(--jinja) does not render that text as sent (or there is none)");
+                       "(--jinja) does not render that text as sent (or there is no user message)");
         return -1;
     }
     memmove(spans + k + 1, spans + k, (*n - k) * sizeof *spans);
@@ -294,12 +324,12 @@ int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_pro
     char **calls = generated_calls(s, a, r);
     int rc;
     while ((rc = render_planned(s, a, calls, r, &g, err)) == 2) continue; /* each round drops a turn of calls */
-    for (size_t i = 0; i < a->n_msgs; i++) free(calls[i]);
-    free(calls);
     if (!rc) {
         r->think_open = ends_in_think(g.text, g.len);
-        rc = a->n_docs && docs_place(a, g.text, g.skip, g.len, g.spans, &g.n_spans, err) ? 1 : 0;
+        rc = a->n_docs && docs_place(s, a, calls, g.text, g.skip, g.len, g.spans, &g.n_spans, err) ? 1 : 0;
     }
+    for (size_t i = 0; i < a->n_msgs; i++) free(calls[i]);
+    free(calls);
     for (size_t i = 0; i < g.n_spans; i++) g.spans[i].at -= g.skip;
     if (!rc)
         rc = kvt_chat_tokenize_marked(s->tok, g.text + g.skip, g.plain + g.skip, g.len - g.skip,
