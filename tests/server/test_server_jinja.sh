@@ -11,7 +11,8 @@
 # too), also when the template opened the thought, and stays in content with
 # --reasoning-format none or a request's reasoning_format "none". /props
 # shows the template; kvtier.documents go before the last user message's
-# text; --chat-template-kwargs are the default under a request's own. A
+# text (where the template writes it, when it trims it or it is empty);
+# --chat-template-kwargs are the default under a request's own. A
 # template that does not parse or runs away stops the start; one that runs
 # away on one request fails that request with a bounded error. The
 # random-weight model's output is forced with a grammar. Needs curl, jq, python3.
@@ -79,9 +80,14 @@ check "kvtier.documents under --jinja go before the last user message's text" \
   has "$(jb .prompt | tr -d '\n')" '<<user>>.*the sky is green.*hi<<asst>>$'
 post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],$DOC,\"max_tokens\":2}"
 check "... and chat answers with them" is "$CODE" 200
-post /v1/chat/completions "{$MSG,$DOC}"
-check "documents where the template changes the user's text (trim) are a 400 naming them" \
-  is "$CODE/$(jb .error.param)" 400/kvtier.documents
+post /apply-template "{$MSG,$DOC}"
+check "documents where the template changes the user's text (trim) go where it writes the content" \
+  has "$(jb .prompt | tr -d '\n')" '<<user>>.*the sky is green.*hi<<asst>>$'
+post /apply-template "{\"messages\":[{\"role\":\"user\",\"content\":\"\"}],$DOC}"
+check "... and before an empty user message (rag prewarm sends one)" \
+  has "$(jb .prompt | tr -d '\n')" '<<user>>.*the sky is green<<asst>>$'
+post /apply-template "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"}],$DOC}"
+check "... and are a 400 naming them without a user message" is "$CODE/$(jb .error.param)" 400/kvtier.documents
 kvt_stop_server jinja
 kvt_start_server kw -m "$TMP/odd.gguf" --jinja --chat-template-kwargs '{"enable_thinking":true}'
 post /apply-template "{$MSG}"

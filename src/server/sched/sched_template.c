@@ -190,11 +190,12 @@ static size_t plan_splices(kvt_server *s, const kvt_api_request *a, char *const 
     return dropped_calls;
 }
 
-/* Where the last user message's content starts in the rendering text[0..len) when that content is
- * empty, so no search can find it: the request rendered again with a marker as that content, the
- * marker's place, provided the rest of that rendering is text byte for byte. SIZE_MAX otherwise. */
-static size_t empty_user_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text,
-                               size_t len) {
+/* Where the last user message's content starts in the rendering text[0..len) when no search finds
+ * it (an empty content, or one the template rewrites, such as a trim): the request rendered again
+ * with a marker as that content, the marker's place, provided that rendering's text before it is
+ * text's byte for byte. SIZE_MAX otherwise. */
+static size_t user_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text,
+                         size_t len) {
     static const char marker[] = "kvtier-documents-go-here-5f0c1e";
     const size_t ml = sizeof marker - 1;
     size_t last = SIZE_MAX, at = SIZE_MAX, pl = 0;
@@ -207,10 +208,10 @@ static size_t empty_user_place(const kvt_server *s, const kvt_api_request *a, ch
     kvt_api_request probe = *a;
     probe.msgs = msgs;
     char *p = NULL;
-    if (!render(s, &probe, a->n_msgs, calls, &p, &pl) && pl == len + ml) {
+    if (!render(s, &probe, a->n_msgs, calls, &p, &pl)) {
         const char *m = memmem(p, pl, marker, ml);
         size_t k = m ? (size_t)(m - p) : SIZE_MAX;
-        if (m && !memcmp(p, text, k) && !memcmp(p + k + ml, text + k, len - k)) at = k;
+        if (m && k <= len && !memcmp(p, text, k)) at = k;
     }
     free(p);
     free(msgs);
@@ -219,7 +220,7 @@ static size_t empty_user_place(const kvt_server *s, const kvt_api_request *a, ch
 
 /* Where kvtier.documents go in the rendering text[from..len): before the last
  * user message's content, found as the last place the rendering holds that
- * text as sent (an empty one: by empty_user_place). A place-marking span (no
+ * text as sent (else by user_place). A place-marking span (no
  * text, no ids) is put there among spans[0..*n) in order. 0, or -1 with *err
  * filled. */
 static int docs_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text, size_t from,
@@ -230,7 +231,7 @@ static int docs_place(const kvt_server *s, const kvt_api_request *a, char *const
     size_t cl = c ? strlen(c) : 0, at = SIZE_MAX;
     for (size_t p = len; cl && p >= from + cl && at == SIZE_MAX; p--)
         if (!memcmp(text + p - cl, c, cl)) at = p - cl;
-    if (!cl) at = empty_user_place(s, a, calls, text, len);
+    if (at == SIZE_MAX) at = user_place(s, a, calls, text, len);
     if (at != SIZE_MAX && at < from) at = SIZE_MAX;
     size_t k = 0;
     while (at != SIZE_MAX && k < *n && spans[k].at < at) k++;
