@@ -195,6 +195,9 @@ static size_t run_script(kvt_remote *r, reply *o, int gets, const block *b, size
                                    .out = out + i * PAYLOAD};
         hits = kvt_remote_get_many(r, q, n);
         pthread_mutex_lock(&mu);
+        /* a call that got values read this script; the server counts it only after closing the
+         * connection, which can come after the call returned */
+        while (hits && served == before) pthread_cond_wait(&cv, &mu);
         int done = served > before;
         pthread_mutex_unlock(&mu);
         if (done) break;
