@@ -16,6 +16,7 @@
 #include "model.h"
 #include "testutil.h"
 #include "tokenizer.h"
+#include "vocab_test.h"
 
 static kvt_model *vocab_model(const char *arch) {
     char file[64];
@@ -165,16 +166,6 @@ static void test_mistral_tools(void) {
     kvt_model_free(m);
 }
 
-/* A shared vocabulary (../shared/vocab), or NULL when it is missing. */
-static kvt_tokenizer *shared_vocab(const char *name) {
-    kvt_gguf *g;
-    if (kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), name), &g)) return NULL;
-    kvt_tokenizer *t = NULL;
-    if (kvt_tokenizer_load(g, &t)) t = NULL;
-    kvt_gguf_close(g);
-    return t;
-}
-
 /* On a SentencePiece vocabulary a rendering gets the ids of its text
  * tokenized whole with the BOS these vocabularies add to a prompt, as
  * llama.cpp tokenizes a rendered prompt (ChatML and Phi-3 write no BOS
@@ -191,7 +182,7 @@ static void test_spm_pieces(void) {
                  {"ggml-vocab-llama-spm.gguf", KVT_CHAT_PHI3}};
     kvt_chat_msg msgs[] = {{"system", "Be brief"}, {"user", "Hello there"}, {"assistant", "Hi"}, {"user", "Bye"}};
     for (size_t c = 0; c < KVT_ARRAY_LEN(cases); c++) {
-        kvt_tokenizer *t = shared_vocab(cases[c].vocab);
+        kvt_tokenizer *t = kvt_test_vocab(cases[c].vocab);
         if (!t) {
             printf("skip %s: not in the shared vocabularies\n", cases[c].vocab);
             continue;

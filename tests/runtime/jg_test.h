@@ -8,19 +8,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gguf.h"
 #include "json_grammar.h"
 #include "testutil.h"
-
-/* The tokenizer of ../shared/vocab/name, or NULL when it is not there. */
-static inline kvt_tokenizer *jg_load_vocab(const char *name) {
-    kvt_gguf *g;
-    if (kvt_gguf_open(kvt_test_path(kvt_test_path(kvt_test_shared(), "vocab"), name), &g)) return NULL;
-    kvt_tokenizer *t = NULL;
-    if (kvt_tokenizer_load(g, &t)) t = NULL;
-    kvt_gguf_close(g);
-    return t;
-}
+#include "vocab_test.h"
 
 /* g's mask (g fed prefix[0..plen) under schema s) equals stepping every
  * token's bytes one by one after prefix on a fresh matcher, with the budget

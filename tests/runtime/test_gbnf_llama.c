@@ -147,7 +147,7 @@ static void half_masks(size_t i, const kvt_jg_vocab *v, const kvt_tokenizer *t) 
 
 int main(void) {
     test_texts();
-    kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
+    kvt_tokenizer *t = kvt_test_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_gbnf_llama");

@@ -377,7 +377,7 @@ int main(void) {
     test_schema();
     test_refused_keywords();
     test_number_bounds();
-    kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
+    kvt_tokenizer *t = kvt_test_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_json_grammar");
@@ -389,7 +389,7 @@ int main(void) {
     test_random_walks(t, PERSON, 20, 60); /* tight: the shortest PERSON is 37 bytes */
     test_over_budget(t);
     kvt_tokenizer_free(t);
-    kvt_tokenizer *spm = jg_load_vocab("ggml-vocab-llama-spm.gguf");
+    kvt_tokenizer *spm = kvt_test_vocab("ggml-vocab-llama-spm.gguf");
     if (spm) {
         test_random_walks(spm, PERSON, 20, 200);
         kvt_tokenizer_free(spm);

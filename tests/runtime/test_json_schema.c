@@ -402,7 +402,7 @@ int main(void) {
     test_unions();
     test_objects_arrays();
     test_tagged();
-    kvt_tokenizer *t = jg_load_vocab("ggml-vocab-gpt-2.gguf");
+    kvt_tokenizer *t = kvt_test_vocab("ggml-vocab-gpt-2.gguf");
     if (!t) {
         kvt_test_skip_part("../shared/vocab/ggml-vocab-gpt-2.gguf is missing: no vocabulary tests");
         return kvt_test_done("test_json_schema");
