@@ -302,29 +302,13 @@ DEF_TILE_FN(ft_bf16, CALL_BF16)
 DEF_TILE_FN(ft_q8l, CALL_Q8L)
 #define CALL_Q8L_DEC(N) tile_q8l_dec(wr, x->xq, x->xd, N, k, out)
 static T512 void ft_q8l_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
-    switch (n) {
-    case 1: CALL_Q8L_DEC(1); break;
-    case 2: CALL_Q8L_DEC(2); break;
-    case 3: CALL_Q8L_DEC(3); break;
-    default: CALL_Q8L_DEC(4); break;
-    }
+    KVT_TILE_BY_N4(CALL_Q8L_DEC)
 }
 static T512 void ft_q8(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
-    switch (n) {
-    case 1: CALL_Q8(1); break;
-    case 2: CALL_Q8(2); break;
-    case 3: CALL_Q8(3); break;
-    default: CALL_Q8(4); break;
-    }
+    KVT_TILE_BY_N4(CALL_Q8)
 }
-static T512 void ft_q8_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k, float *out) {
-    switch (n) {
-    case 1: CALL_Q8_DEC(1); break;
-    case 2: CALL_Q8_DEC(2); break;
-    case 3: CALL_Q8_DEC(3); break;
-    default: CALL_Q8_DEC(4); break;
-    }
-}
+static T512 void ft_q8_dec(const uint8_t *const *wr, const kvt_tile_x *x, int n, int64_t k,
+                           float *out){KVT_TILE_BY_N4(CALL_Q8_DEC)}
 
 /* F16/BF16 rows widened to f32 (exact), for the loop's widening (ops_tileloop.h). */
 INLINE512 void widen_row(const uint8_t *row, int64_t k, float *dst, const int bf16) {

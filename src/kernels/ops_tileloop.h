@@ -49,6 +49,13 @@ typedef struct {
     case 2: CALL(2); break; \
     default: CALL(3); break; \
     }
+#define KVT_TILE_BY_N4(CALL) \
+    switch (n) { \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    default: CALL(4); break; \
+    }
 #define KVT_TILE_BY_N6(CALL) \
     switch (n) { \
     case 1: CALL(1); break; \
