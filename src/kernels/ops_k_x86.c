@@ -518,12 +518,19 @@ INLINE512 void q4k_dec512(const uint8_t *blk, kdec512 *o) {
     o->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
 }
 
-INLINE512 void q4k_dot512(const kdec512 *w, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
-    (void)bs;
+/* The scaled sum of a decoded super-block against 256 activation bytes, 16 lanes of 32-bit sums
+ * (both K types' dots start with it). */
+INLINE512 __m512i kdot512(const kdec512 *w, const int8_t *q) {
     __m512i acc = _mm512_setzero_si512();
     for (int c = 0; c < 4; c++)
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w->u[c], _mm512_loadu_si512((const void *)(q + 64 * c))),
                                   w->scl[c]);
+    return acc;
+}
+
+INLINE512 void q4k_dot512(const kdec512 *w, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
+    (void)bs;
+    const __m512i acc = kdot512(w, q);
     *S = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
     *M = _mm_madd_epi16(bs2, w->mins);
 }
@@ -546,10 +553,7 @@ INLINE512 void q6k_dec512(const uint8_t *blk, kdec512 *o) {
 
 INLINE512 void q6k_dot512(const kdec512 *w, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
     (void)bs2;
-    __m512i acc = _mm512_setzero_si512();
-    for (int c = 0; c < 4; c++)
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w->u[c], _mm512_loadu_si512((const void *)(q + 64 * c))),
-                                  w->scl[c]);
+    const __m512i acc = kdot512(w, q);
     /* S = sum(sc * u * q) - 32 * sum_g sc[g] * bs[g] */
     const __m256i corr = _mm256_madd_epi16(bs, _mm256_slli_epi16(w->sc16, 5));
     *S = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1)), corr);
