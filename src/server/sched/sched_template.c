@@ -190,18 +190,15 @@ static size_t plan_splices(kvt_server *s, const kvt_api_request *a, char *const 
     return dropped_calls;
 }
 
-/* Where the last user message's content starts in the rendering text[0..len) when no search finds
- * it (an empty content, or one the template rewrites, such as a trim): the request rendered again
- * with a marker as that content, the marker's place, provided that rendering's text before it is
- * text's byte for byte. SIZE_MAX otherwise. */
-static size_t user_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text,
-                         size_t len) {
+/* Where the content of message `last` (the last user message) starts in the rendering
+ * text[0..len) when no search finds it (an empty content, or one the template rewrites, such as a
+ * trim): the request rendered again with a marker as that content, the marker's place, provided
+ * that rendering's text before it is text's byte for byte. SIZE_MAX otherwise. */
+static size_t user_place(const kvt_server *s, const kvt_api_request *a, size_t last, char *const *calls,
+                         const char *text, size_t len) {
     static const char marker[] = "kvtier-documents-go-here-5f0c1e";
     const size_t ml = sizeof marker - 1;
-    size_t last = SIZE_MAX, at = SIZE_MAX, pl = 0;
-    for (size_t i = 0; i < a->n_msgs; i++)
-        if (!strcmp(a->msgs[i].role, "user")) last = i;
-    if (last == SIZE_MAX) return SIZE_MAX;
+    size_t at = SIZE_MAX, pl = 0;
     kvt_chat_msg *msgs = kvt_xmalloc(a->n_msgs * sizeof *msgs);
     memcpy(msgs, a->msgs, a->n_msgs * sizeof *msgs);
     msgs[last].content = marker;
@@ -225,13 +222,14 @@ static size_t user_place(const kvt_server *s, const kvt_api_request *a, char *co
  * filled. */
 static int docs_place(const kvt_server *s, const kvt_api_request *a, char *const *calls, const char *text, size_t from,
                       size_t len, kvt_chat_splice *spans, size_t *n, kvt_api_error *err) {
-    const char *c = NULL;
+    size_t last = SIZE_MAX;
     for (size_t i = 0; i < a->n_msgs; i++)
-        if (!strcmp(a->msgs[i].role, "user")) c = a->msgs[i].content;
+        if (!strcmp(a->msgs[i].role, "user")) last = i;
+    const char *c = last != SIZE_MAX ? a->msgs[last].content : NULL;
     size_t cl = c ? strlen(c) : 0, at = SIZE_MAX;
     for (size_t p = len; cl && p >= from + cl && at == SIZE_MAX; p--)
         if (!memcmp(text + p - cl, c, cl)) at = p - cl;
-    if (at == SIZE_MAX) at = user_place(s, a, calls, text, len);
+    if (at == SIZE_MAX && last != SIZE_MAX) at = user_place(s, a, last, calls, text, len);
     if (at != SIZE_MAX && at < from) at = SIZE_MAX;
     size_t k = 0;
     while (at != SIZE_MAX && k < *n && spans[k].at < at) k++;
