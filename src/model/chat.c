@@ -59,14 +59,19 @@ typedef struct {
     size_t max; /* ids at most (KVT_ELIMIT past it) */
     int rc;
     size_t mark_msg, mark_at; /* where message mark_msg's content starts (kvt_chat_render_at) */
+    /* kvt_chat_render_from: while pre is set nothing is pushed; at the reply after `replies` more
+     * assistant replies, pre's ids come in and rendering goes on from them */
+    const kvt_chat_prefix *pre;
+    size_t replies;
 } ids_buf;
 
-/* Records that message i's content starts here, if i is the marked one. */
+/* Records that message i's content starts here, if i is the marked one (not while skipping: no place). */
 static void mark(ids_buf *b, size_t i) {
-    if (i == b->mark_msg) b->mark_at = b->n;
+    if (i == b->mark_msg) b->mark_at = b->pre ? SIZE_MAX : b->n;
 }
 
 static void push_ids(ids_buf *b, const int32_t *ids, size_t n) {
+    if (b->pre) return; /* skipping what a known beginning covers */
     if (n > b->max - b->n) {
         b->rc = kvt_fail(KVT_ELIMIT, "the conversation has more than %zu tokens", b->max);
         return;
@@ -84,7 +89,7 @@ static void push_ids(ids_buf *b, const int32_t *ids, size_t n) {
  * prefix space only at the start and after a special token, and no whitespace
  * right after a token that strips it (Phi-3's markers). */
 static void push_text(ids_buf *b, const char *text, int special) {
-    if (b->rc || !*text) return;
+    if (b->rc || b->pre || !*text) return;
     int32_t *ids = NULL;
     size_t n = 0, len = strlen(text);
     int32_t prev = b->n ? b->ids[b->n - 1] : -1;
@@ -104,10 +109,30 @@ static void push_id(ids_buf *b, int32_t id) {
     if (!b->rc && id >= 0) push_ids(b, &id, 1);
 }
 
+/* At an assistant message's reply whose text the rendering holds, while
+ * skipping a known beginning: 1 when it is the reply that beginning ends
+ * with, whose ids then stand for everything so far (or, when the rendering
+ * holds other text there, the rendering fails with KVT_ENOTFOUND); 0 for any
+ * other reply, which the caller renders (a no-op while still skipping). */
+static int resumed(ids_buf *b, const char *text) {
+    if (!b->pre || b->rc) return 0;
+    if (b->replies) {
+        b->replies--;
+        return 0;
+    }
+    const kvt_chat_prefix *p = b->pre;
+    b->pre = NULL;
+    if (strcmp(text, p->reply_text))
+        b->rc = kvt_fail(KVT_ENOTFOUND, "the template renders the reply the known beginning ends with otherwise");
+    else push_ids(b, p->ids, p->n);
+    return 1;
+}
+
 /* Content of an assistant message: the ids kvtier generated for it if known. */
 static void push_reply(ids_buf *b, const char *text, kvt_chat_reply_fn lookup, void *ctx) {
+    if (resumed(b, text)) return;
     int32_t *ids = NULL;
-    size_t n = lookup && !b->rc ? lookup(ctx, text, &ids) : 0;
+    size_t n = lookup && !b->rc && !b->pre ? lookup(ctx, text, &ids) : 0;
     if (n) push_ids(b, ids, n);
     else push_text(b, text, 0);
     free(ids);
@@ -157,8 +182,9 @@ static void render_llama3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_ch
  * tool calls ("[TOOL_CALLS][...]") have the marker as its control token. */
 static void push_inst_reply(ids_buf *b, size_t i, const char *text, int mistral, kvt_chat_reply_fn lookup, void *ctx) {
     static const char marker[] = "[TOOL_CALLS]";
+    if (resumed(b, text)) return;
     int32_t *ids = NULL;
-    size_t n = lookup && !b->rc ? lookup(ctx, text, &ids) : 0;
+    size_t n = lookup && !b->rc && !b->pre ? lookup(ctx, text, &ids) : 0;
     if (n) {
         mark(b, i);
         push_ids(b, ids, n);
@@ -275,10 +301,11 @@ static void render_qwen3(ids_buf *b, const kvt_chat_msg *msgs, size_t n, kvt_cha
                 char *full = kvt_xmalloc(rl + al + 32);
                 snprintf(full, rl + al + 32, "<think>\n%.*s\n</think>\n\n%s", (int)rl, r, answer);
                 int32_t *ids = NULL;
-                size_t k = lookup && !b->rc ? lookup(ctx, full, &ids) : 0;
+                int known = resumed(b, full);
+                size_t k = lookup && !known && !b->pre && !b->rc ? lookup(ctx, full, &ids) : 0;
                 if (k) {
                     push_ids(b, ids, k);
-                } else {
+                } else if (!known) {
                     char *reason = kvt_xmalloc(rl + 1);
                     memcpy(reason, r, rl);
                     reason[rl] = 0;
@@ -358,9 +385,21 @@ int kvt_chat_render(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_ms
 int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
                        kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, size_t msg, size_t *at,
                        int32_t **out, size_t *n_out) {
+    return kvt_chat_render_from(t, f, msgs, n, lookup, lookup_ctx, max_tokens, msg, at, NULL, out, n_out);
+}
+
+int kvt_chat_render_from(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
+                         kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, size_t msg, size_t *at,
+                         const kvt_chat_prefix *pre, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    ids_buf b = {.t = t, .max = max_tokens, .mark_msg = msg, .mark_at = SIZE_MAX};
+    ids_buf b = {.t = t, .max = max_tokens, .mark_msg = msg, .mark_at = SIZE_MAX, .pre = pre};
+    if (pre) { /* the replies before pre's go by uncounted: each renderer reaches every assistant message once */
+        if (pre->reply >= n || !is_role(&msgs[pre->reply], "assistant"))
+            return kvt_fail(KVT_ENOTFOUND, "message %zu is not the assistant reply the known beginning ends with",
+                            pre->reply);
+        for (size_t i = 0; i < pre->reply; i++) b.replies += is_role(&msgs[i], "assistant");
+    }
     /* these templates write no BOS: the prompt gets the one the tokenizer adds to a text (llama.cpp's
      * add_special on the rendered prompt); the others write BOS themselves */
     if ((f == KVT_CHAT_CHATML || f == KVT_CHAT_QWEN3 || f == KVT_CHAT_PHI3) &&
@@ -376,6 +415,7 @@ int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat
     case KVT_CHAT_PHI3: render_phi3(&b, msgs, n, lookup, lookup_ctx); break;
     default: return kvt_fail(KVT_EARG, "no chat template family to render with");
     }
+    if (!b.rc && b.pre) b.rc = kvt_fail(KVT_ENOTFOUND, "the rendering never reached the known beginning's reply");
     if (b.rc) {
         free(b.ids);
         return b.rc;

@@ -60,6 +60,30 @@ int kvt_chat_render_at(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat
                        kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, size_t msg, size_t *at,
                        int32_t **out, size_t *n_out);
 
+/* A conversation's known beginning (kvt_chat_render_from): ids[0..n) are the
+ * ids of its rendering up to the end of the reply of msgs[reply], an
+ * assistant message, whose text is reply_text (NUL-terminated). Borrowed. */
+typedef struct {
+    const int32_t *ids;
+    size_t n;
+    size_t reply;
+    const char *reply_text;
+} kvt_chat_prefix;
+
+/* kvt_chat_render_at that neither renders nor tokenizes what pre covers: its
+ * ids stand for the rendering up to the end of pre's reply (lookup is not
+ * called for that reply or any before it), and the rest is rendered after
+ * them as kvt_chat_render_at renders it. Every piece is tokenized on its own
+ * after the id before it, so the result is kvt_chat_render_at's wherever
+ * pre's ids are its rendering up to that reply with the reply spliced.
+ * KVT_ENOTFOUND when the family renders that message otherwise than
+ * reply_text (Qwen3 keeps only the answer of a turn before the last user
+ * message) or msgs has no such reply: render the conversation whole. *at as
+ * kvt_chat_render_at's when msg comes after pre's reply, else the end. */
+int kvt_chat_render_from(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t n,
+                         kvt_chat_reply_fn lookup, void *lookup_ctx, size_t max_tokens, size_t msg, size_t *at,
+                         const kvt_chat_prefix *pre, int32_t **out, size_t *n_out);
+
 /* A bounded map (salt, reply text) -> token ids, oldest entries dropped first.
  * Thread-safe: every function may be called from any thread. */
 typedef struct kvt_reply_map kvt_reply_map;
@@ -112,5 +136,12 @@ int kvt_chat_tokenize_spliced(const kvt_tokenizer *t, const char *text, size_t l
  * in a template's rendering, where no control token may be read. */
 int kvt_chat_tokenize_marked(const kvt_tokenizer *t, const char *text, const unsigned char *plain, size_t len, int add,
                              kvt_chat_splice *spans, size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out);
+/* kvt_chat_tokenize_marked of the text that follows ids prefix[0..n_prefix) (a
+ * rendering's beginning, tokenized or spliced before, BOS included): the
+ * result is prefix's ids, then text's pieces tokenized as they would be after
+ * a span that ended with prefix's last id (no BOS; tok_at counts prefix). */
+int kvt_chat_tokenize_after(const kvt_tokenizer *t, const int32_t *prefix, size_t n_prefix, const char *text,
+                            const unsigned char *plain, size_t len, int add, kvt_chat_splice *spans, size_t n_spans,
+                            size_t max_tokens, int32_t **out, size_t *n_out);
 
 #endif

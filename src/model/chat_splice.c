@@ -26,10 +26,16 @@ int kvt_chat_tokenize_spliced(const kvt_tokenizer *t, const char *text, size_t l
 
 int kvt_chat_tokenize_marked(const kvt_tokenizer *t, const char *text, const unsigned char *plain, size_t len, int add,
                              kvt_chat_splice *spans, size_t n_spans, size_t max_tokens, int32_t **out, size_t *n_out) {
+    return kvt_chat_tokenize_after(t, NULL, 0, text, plain, len, add, spans, n_spans, max_tokens, out, n_out);
+}
+
+int kvt_chat_tokenize_after(const kvt_tokenizer *t, const int32_t *prefix, size_t n_prefix, const char *text,
+                            const unsigned char *plain, size_t len, int add, kvt_chat_splice *spans, size_t n_spans,
+                            size_t max_tokens, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
     size_t cap = 0, pos = 0;
-    int rc = 0;
+    int rc = n_prefix ? append(out, n_out, &cap, prefix, n_prefix, max_tokens) : 0;
     for (size_t i = 0; i <= n_spans && !rc; i++) {
         size_t end = i < n_spans ? spans[i].at : len;
         if (end < pos || end > len || (i < n_spans && spans[i].len > len - end)) {
@@ -37,7 +43,7 @@ int kvt_chat_tokenize_marked(const kvt_tokenizer *t, const char *text, const uns
             break;
         }
         /* BOS goes before the first piece, EOS after the last, whatever lies between */
-        int flags = (i == 0 ? add & KVT_TOK_ADD_BOS : 0) | (i == n_spans ? add & KVT_TOK_ADD_EOS : 0);
+        int flags = (i == 0 && !n_prefix ? add & KVT_TOK_ADD_BOS : 0) | (i == n_spans ? add & KVT_TOK_ADD_EOS : 0);
         /* text after a spliced reply goes on from it, as in the text whole: SentencePiece's prefix space only
          * after a special token, whitespace dropped after one that strips it */
         if (*n_out) {

@@ -140,6 +140,12 @@ typedef struct srv_req {
     int split_reasoning;    /* a chat reply's <think>...</think> goes to reasoning_content (the request's
                                reasoning_format, else --reasoning-format) */
     int parallel_tool_calls;
+    /* a stored Responses request (kvt_api_request.keep_history): what its follow-up needs, all but the
+     * ids (kvt_srv_make_request; owned, NULL when it cannot be kept), and its reply's ids as the reply
+     * map has them (the engine thread, before done; owned) */
+    struct kvt_resp_prefix *kept;
+    int32_t *reply_ids;
+    size_t n_reply_ids;
     int native;        /* POST /completion: llama-server's answer and stream events (handlers_llama.c) */
     int32_t id_slot;   /* under s->mu: the slot it runs in, -1 before (llama-server's id_slot, GET /slots) */
     int32_t n_decoded; /* under s->mu: tokens generated so far (GET /slots) */
@@ -404,6 +410,15 @@ unsigned char *kvt_srv_tenant_salt(const char *key, const char *cache_salt, size
  * limit; documents with no place). */
 int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
                          kvt_api_error *err);
+/* sched_submit.c: a stored Responses request's state for its follow-up into r->kept, all but the ids
+ * (its prompt's and reply's, which job_finish adds): rendered by the Jinja template (jinja 1) or the
+ * built-in family, n_msgs messages, their hash (built-in) or the hash of the template's other variables
+ * (Jinja), r->usage's report of the first turn not spliced, and (Jinja) its prompt's rendering
+ * text[0..len). */
+void kvt_srv_keep_history(srv_req *r, int jinja, size_t n_msgs, const uint64_t hash[2], const char *text, size_t len);
+/* A follow-up's report (rerendered_turn) of the first turn of its history not spliced: the stored
+ * response h's, which comes before any of its own; nothing when h has none. */
+void kvt_srv_history_report(srv_req *r, const kvt_resp_prefix *h);
 /* Whether a chat renders with the Jinja template s->p.jinja: there is one, and it renders tools or a
  * carries none (no tools, tool calls or tool results; else the family's built-in renderer does). */
 int kvt_srv_uses_jinja(const kvt_server *s, const kvt_api_request *a);

@@ -112,6 +112,10 @@ typedef struct {
     /* chat: chat_template_kwargs, an object of extra template variables (owned), or NULL */
     struct cJSON *template_kwargs;
     int reasoning_format; /* chat: KVT_API_REASONING_*, from llama-server's "reasoning_format" */
+    /* set by the Responses handler, never parsed: the stored response a follow-up names (its prompt and
+     * reply ids, borrowed; jinja -1: it kept none), or NULL; and whether this request's own are kept */
+    const struct kvt_resp_prefix *history;
+    int keep_history;
 } kvt_api_request;
 
 /* A chat request's "reasoning_format": the server's --reasoning-format when

@@ -80,6 +80,10 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
         cJSON_AddNumberToObject(w, "message", u->rerendered_msg);
         cJSON_AddStringToObject(w, "reason", u->rerendered_why);
     }
+    if (u->has_history) { /* says how the prompt was made, as rerendered_turn does */
+        cJSON_AddNumberToObject(o, "history_tokens_reused", u->history_tokens_reused);
+        if (u->history_rerendered) cJSON_AddStringToObject(o, "history_rerendered", u->history_rerendered);
+    }
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
     if (u->admission_seq) {
         cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);

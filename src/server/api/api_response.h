@@ -50,6 +50,12 @@ typedef struct {
     /* a chat rendered otherwise than the server's default: "builtin" (static) where the model's
      * template renders no tools and this chat carries them; NULL: the default */
     const char *renderer;
+    /* a follow-up naming a stored response (previous_response_id) that kept its ids: how many of
+     * them stood for its history, rendered and tokenized no more (0: it was, history_rerendered
+     * says why, static) */
+    int has_history;
+    int32_t history_tokens_reused;
+    const char *history_rerendered;
     int show_cached_text; /* a diverged reuse_stop shows the cached side too (cached_text and
                                               cached_tokens: --explain-text); else only the prompt's side */
     int hide_report;      /* --hide-cached-tokens: no cached counts anywhere in the answer; the

@@ -11,6 +11,11 @@
  * the assistant turns the exact token ids they were generated with, so the
  * new prompt begins with the previous prompt and reply token for token and
  * their KV is reused from the cache (usage.input_tokens_details.cached_tokens).
+ * A stored response also keeps those ids (its prompt's, then its reply's),
+ * and what a follow-up's rendering must hold for them to stand for its
+ * history: the follow-up then tokenizes only what comes after the reply
+ * (kvtier.history_tokens_reused), and where it cannot (the template writes
+ * the history otherwise now) it renders it all as before and says why.
  * Stored responses are the tenant's (its API key's) alone. */
 #include "http_send.h"
 
@@ -30,7 +35,8 @@
 /* One POST /v1/responses from its parse to its answer. */
 typedef struct {
     kvt_api_resp_request rq;
-    cJSON *history; /* the stored items of previous_response_id (owned), or NULL */
+    cJSON *history;         /* the stored items of previous_response_id (owned), or NULL */
+    kvt_resp_prefix prefix; /* ... and its prompt and reply ids (owned; jinja -1: none kept) */
     srv_req *r;
     const char *key; /* the tenant (borrowed from the server's key list), or NULL */
     char id[KVT_API_RESP_ID_MAX];
@@ -39,6 +45,7 @@ typedef struct {
 static void job_free(resp_job *j) {
     kvt_api_resp_request_free(&j->rq);
     cJSON_Delete(j->history);
+    kvt_resp_prefix_free(&j->prefix);
     free(j);
 }
 
@@ -68,7 +75,7 @@ static int resolve_refs(kvt_server *s, resp_job *j, kvt_api_error *err) {
         char owner[KVT_API_RESP_ID_MAX], *json = NULL;
         cJSON *resp = NULL, *found = NULL;
         if (kvt_api_resp_item_owner(want, owner, sizeof owner) &&
-            kvt_resp_store_get(s->responses, j->key, owner, &json, NULL))
+            kvt_resp_store_get(s->responses, j->key, owner, &json, NULL, NULL, NULL))
             resp = cJSON_Parse(json);
         free(json);
         cJSON *out = cJSON_GetObjectItemCaseSensitive(resp, "output");
@@ -91,7 +98,9 @@ static int resolve_refs(kvt_server *s, resp_job *j, kvt_api_error *err) {
 static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api_error *err) {
     if (j->rq.previous_id) {
         char *items = NULL;
-        if (!kvt_resp_store_get(s->responses, j->key, j->rq.previous_id, NULL, &items))
+        void *state = NULL;
+        size_t state_len = 0;
+        if (!kvt_resp_store_get(s->responses, j->key, j->rq.previous_id, NULL, &items, &state, &state_len))
             return kvt_api_errorf(err, 404, "invalid_request_error", "previous_response_id",
                                   "previous_response_not_found",
                                   "Previous response with id '%.96s' not found (it belongs to another API key, was "
@@ -99,6 +108,8 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
                                   j->rq.previous_id);
         j->history = cJSON_Parse(items);
         free(items);
+        kvt_resp_prefix_unpack(state, state_len, &j->prefix);
+        free(state);
     }
     if (resolve_refs(s, j, err)) return -1;
     char *chat = kvt_api_resp_chat_body(&j->rq, j->history, err);
@@ -109,7 +120,10 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
         rename_param(err);
         return -1;
     }
+    a.history = j->rq.previous_id ? &j->prefix : NULL;
+    a.keep_history = j->rq.store;
     j->r = kvt_srv_make_request(s, &a, j->key, err);
+    a.history = NULL;
     kvt_api_request_free(&a);
     if (!j->r) {
         rename_param(err);
@@ -120,6 +134,26 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
     snprintf(j->id, sizeof j->id, "resp_%s", dash ? dash + 1 : j->r->id);
     snprintf(j->r->request_id, sizeof j->r->request_id, "%s", cs->request_id);
     return 0;
+}
+
+/* What a follow-up of r needs to skip its history (kvt_resp_prefix packed): r's prompt's ids and its
+ * reply's, after (Jinja) its prompt's rendering the reply's text; NULL when r kept none (its reply's
+ * text does not end on a token, or its prompt cannot be rendered again as it was). */
+static void *kept_state(const srv_req *r, size_t *len) {
+    if (!r->kept || !r->reply_ids) return NULL;
+    kvt_resp_prefix p = *r->kept;
+    size_t tl = r->kept->text_len;
+    p.text_len = tl + r->text_len;
+    p.text = kvt_xmalloc(p.text_len + 1);
+    memcpy(p.text, r->kept->text, tl);
+    memcpy(p.text + tl, r->text, r->text_len);
+    p.n_ids = (size_t)r->n_prompt + r->n_reply_ids;
+    p.ids = kvt_xmalloc(p.n_ids * sizeof *p.ids);
+    memcpy(p.ids, r->prompt, (size_t)r->n_prompt * sizeof *p.ids);
+    memcpy(p.ids + r->n_prompt, r->reply_ids, r->n_reply_ids * sizeof *p.ids);
+    void *blob = kvt_resp_prefix_pack(&p, len);
+    kvt_resp_prefix_free(&p);
+    return blob;
 }
 
 /* The finished response of j: its object (a new cJSON, the caller's), stored with its conversation
@@ -156,7 +190,10 @@ static cJSON *job_finish(kvt_server *s, resp_job *j, const char *status) {
             cJSON_AddItemToArray(items, cJSON_Duplicate(it, 1));
         for (const cJSON *it = output->child; it; it = it->next) cJSON_AddItemToArray(items, cJSON_Duplicate(it, 1));
         char *json = cJSON_PrintUnformatted(obj), *items_json = cJSON_PrintUnformatted(items);
-        kvt_resp_store_put(s->responses, j->key, j->id, json, items_json);
+        size_t state_len = 0;
+        void *state = kept_state(r, &state_len);
+        kvt_resp_store_put(s->responses, j->key, j->id, json, items_json, state, state_len);
+        free(state);
         free(json);
         free(items_json);
         cJSON_Delete(items);
@@ -549,7 +586,7 @@ static enum MHD_Result handle_item(kvt_server *s, struct MHD_Connection *c, conn
     const char *id = cs->path + strlen(RESP_PATH);
     char *json = NULL;
     int found = !strcmp(cs->method, "DELETE") ? kvt_resp_store_delete(s->responses, cs->key, id)
-                                              : kvt_resp_store_get(s->responses, cs->key, id, &json, NULL);
+                                              : kvt_resp_store_get(s->responses, cs->key, id, &json, NULL, NULL, NULL);
     if (!found) {
         kvt_api_error err;
         kvt_api_errorf(&err, 404, "invalid_request_error", NULL, "not_found", "Response with id '%.96s' not found", id);

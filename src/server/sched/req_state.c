@@ -28,6 +28,9 @@ void kvt_srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 void kvt_srv_req_unref_locked(srv_req *r) {
     if (--r->refs > 0) return;
     free(r->prompt);
+    if (r->kept) kvt_resp_prefix_free(r->kept);
+    free(r->kept);
+    free(r->reply_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->salt);
     free(r->text);

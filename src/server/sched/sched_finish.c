@@ -88,7 +88,14 @@ void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut
         if (r->kind == KVT_API_CHAT && r->text_len) {
             int32_t k = 0;
             while (k < sl->n_gen && sl->tok_end[k] < cut) k++;
-            if (k < sl->n_gen && sl->tok_end[k] == cut) remember_reply(s, r, sl->toks + r->n_prompt, (size_t)k + 1);
+            if (k < sl->n_gen && sl->tok_end[k] == cut) {
+                remember_reply(s, r, sl->toks + r->n_prompt, (size_t)k + 1);
+                if (r->kept) { /* and for a follow-up that names this stored response */
+                    r->n_reply_ids = (size_t)k + 1;
+                    r->reply_ids = kvt_xmalloc(r->n_reply_ids * sizeof *r->reply_ids);
+                    memcpy(r->reply_ids, sl->toks + r->n_prompt, r->n_reply_ids * sizeof *r->reply_ids);
+                }
+            }
         }
         /* the agent now waits on a tool: keep its whole context (prompt and reply) warm in T0 */
         if (r->session.session_id[0] && r->session.keep_warm_s > 0)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "common.h"
 #include "generate.h" /* KVT_PREFILL_PROGRESS_TOKENS */
@@ -84,6 +85,108 @@ static void too_long(const kvt_server *s, const char *param, const char *more, s
                    s->n_ctx, more, n);
 }
 
+/* The hash of messages msgs[0..n) as the built-in rendering gets them: each
+ * role and content with its length first, so no two can trade bytes. */
+static void msgs_hash(const kvt_chat_msg *msgs, size_t n, uint64_t out[2]) {
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    for (size_t i = 0; i < n; i++) {
+        const char *parts[2] = {msgs[i].role, msgs[i].content ? msgs[i].content : ""};
+        for (size_t k = 0; k < 2; k++) {
+            uint64_t l = strlen(parts[k]);
+            XXH3_128bits_update(st, &l, sizeof l);
+            XXH3_128bits_update(st, parts[k], l);
+        }
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    out[0] = h.low64;
+    out[1] = h.high64;
+}
+
+/* The stored response a's history names, where its ids can stand for the
+ * beginning of the built-in rendering of msgs[0..n): kept by the built-in
+ * rendering, with the same messages before its reply, which is an assistant
+ * message here. NULL otherwise, r->usage.history_rerendered saying why. */
+static const kvt_resp_prefix *builtin_history(const kvt_api_request *a, const kvt_chat_msg *msgs, size_t n, srv_req *r) {
+    const kvt_resp_prefix *h = a->history;
+    uint64_t hash[2];
+    const char *why = NULL;
+    if (h->jinja < 0) why = "not_kept";
+    else if (h->jinja) why = "renderer";
+    else if (a->n_docs) why = "documents";
+    else if (h->n_msgs >= n || strcmp(msgs[h->n_msgs].role, "assistant")) why = "messages";
+    else {
+        msgs_hash(msgs, (size_t)h->n_msgs, hash);
+        if (hash[0] != h->hash[0] || hash[1] != h->hash[1]) why = "messages";
+    }
+    r->usage.history_rerendered = why;
+    return why ? NULL : h;
+}
+
+/* A report's reason as its static string ("" or an unknown one: NULL). */
+static const char *why_of(const char *why) {
+    static const char *const all[] = {"rewritten", "reasoning_dropped", "tool_calls", "unknown_reply"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++)
+        if (!strcmp(why, all[i])) return all[i];
+    return NULL;
+}
+
+/* r's state for a follow-up of a stored response, all but the ids (its prompt's, then its reply's,
+ * which come once it is done): how it was rendered, how many messages, their hash or (Jinja) that of
+ * the template's other variables, its report and (Jinja) its prompt's rendering text[0..len). */
+void kvt_srv_keep_history(srv_req *r, int jinja, size_t n_msgs, const uint64_t hash[2], const char *text, size_t len) {
+    kvt_resp_prefix *k = kvt_xcalloc(1, sizeof *k);
+    k->jinja = jinja;
+    k->n_msgs = n_msgs;
+    k->hash[0] = hash[0];
+    k->hash[1] = hash[1];
+    if (r->usage.rerendered_why) {
+        snprintf(k->why, sizeof k->why, "%s", r->usage.rerendered_why);
+        k->why_msg = r->usage.rerendered_msg;
+    }
+    k->text = kvt_xstrndup(text ? text : "", text ? len : 0);
+    k->text_len = text ? len : 0;
+    r->kept = k;
+}
+
+/* A follow-up's report of its history's first turn not spliced: the stored response's, which comes first. */
+void kvt_srv_history_report(srv_req *r, const kvt_resp_prefix *h) {
+    const char *why = why_of(h->why);
+    if (!why) return;
+    r->usage.rerendered_why = why;
+    r->usage.rerendered_msg = h->why_msg;
+}
+
+/* The built-in rendering of msgs[0..n) into r->prompt (*n_out ids), after the stored history h's ids
+ * when h is not NULL and the family renders its reply as it was generated (else, or without h, whole). */
+static int builtin_render(kvt_server *s, const kvt_api_request *a, const kvt_chat_msg *msgs, size_t n,
+                          const kvt_resp_prefix *h, size_t last_user, srv_req *r, size_t max_prompt, size_t *at,
+                          size_t *n_out) {
+    kvt_chat_reply_fn lookup = s->p.retokenize_replies ? NULL : reply_lookup;
+    size_t mark = last_user == SIZE_MAX ? n : last_user;
+    if (h) {
+        /* the lookups start after h's reply, which is a's assistant message number k (the messages
+         * turn each assistant message into one) */
+        size_t k = 0, next = 0;
+        for (size_t i = 0; i < h->n_msgs; i++) k += !strcmp(msgs[i].role, "assistant");
+        while (next < a->n_msgs && (strcmp(a->msgs[next].role, "assistant") || k--)) next++;
+        lookup_ctx lc = {s, r->salt, r->salt_len, a, r, next + 1};
+        kvt_chat_prefix pre = {.ids = h->ids, .n = h->n_ids, .reply = (size_t)h->n_msgs, .reply_text = h->text};
+        kvt_srv_history_report(r, h);
+        int rc = kvt_chat_render_from(s->tok, s->p.chat, msgs, n, lookup, &lc, max_prompt, mark, at, &pre, &r->prompt,
+                                      n_out);
+        if (rc != KVT_ENOTFOUND) {
+            if (!rc) r->usage.history_tokens_reused = (int32_t)h->n_ids;
+            return rc;
+        }
+        r->usage.history_rerendered = "rewritten";
+        r->usage.rerendered_why = NULL;
+    }
+    lookup_ctx lc = {s, r->salt, r->salt_len, a, r, 0};
+    return kvt_chat_render_at(s->tok, s->p.chat, msgs, n, lookup, &lc, max_prompt, mark, at, &r->prompt, n_out);
+}
+
 /* The prompt's ids into r->prompt (*n of them): the chat rendered in the
  * template family's style (remembered replies and tool calls reused unless
  * --retokenize-replies), token ids verbatim, or text tokenized; tokenizing
@@ -96,14 +199,19 @@ static int request_prompt(kvt_server *s, const kvt_api_request *a, srv_req *r, s
                           size_t *n) {
     int rc = 0;
     if (a->kind == KVT_API_CHAT) {
-        lookup_ctx lc = {s, r->salt, r->salt_len, a, r, 0};
         size_t n_msgs, last_user;
         char **arena;
         /* tools, tool calls and tool results in the template family's style */
         kvt_call_memo *memo = s->p.retokenize_replies ? NULL : s->calls;
         kvt_chat_msg *msgs = kvt_api_messages(a, s->p.chat, memo, r->salt, r->salt_len, &n_msgs, &last_user, &arena);
-        rc = kvt_chat_render_at(s->tok, s->p.chat, msgs, n_msgs, s->p.retokenize_replies ? NULL : reply_lookup, &lc,
-                                max_prompt, last_user == SIZE_MAX ? n_msgs : last_user, at, &r->prompt, n);
+        /* a follow-up of a stored response: its ids stand for the history it rendered */
+        const kvt_resp_prefix *h = a->history ? builtin_history(a, msgs, n_msgs, r) : NULL;
+        rc = builtin_render(s, a, msgs, n_msgs, h, last_user, r, max_prompt, at, n);
+        if (!rc && a->keep_history && !a->n_docs && !s->p.retokenize_replies) {
+            uint64_t hash[2];
+            msgs_hash(msgs, n_msgs, hash);
+            kvt_srv_keep_history(r, 0, n_msgs, hash, NULL, 0);
+        }
         kvt_api_messages_free(msgs, arena);
     } else if (a->prompt_ids) {
         *n = a->n_prompt_ids;
@@ -214,6 +322,7 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     r->usage.hide_report = s->p.hide_cached_tokens;
     /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
     r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
+    r->usage.has_history = a->history && a->kind == KVT_API_CHAT;
     int rc = 0;
     size_t n = 0;
     if (a->approximate && !s->p.approximate_reuse) {
@@ -244,6 +353,11 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
         rc = request_prompt(s, a, r, max_prompt, &at, &n);
     }
     if (!rc && no_think) rc = kvt_srv_append_no_think(s, r, &n, max_prompt);
+    if (r->kept && no_think) { /* the next turn renders no empty thought before this reply: nothing to keep */
+        kvt_resp_prefix_free(r->kept);
+        free(r->kept);
+        r->kept = NULL;
+    }
     if (!rc && a->n_docs && request_documents(s, a, r, at, &n, err)) goto fail;
     if (check_prompt(s, a, rc, n, max_prompt, err)) goto fail;
     r->n_prompt = (int32_t)n;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <xxhash.h>
 
 #include "common.h"
 #include "jinja.h"
@@ -151,13 +152,15 @@ static const char *answer_of(const char *text) {
  * remembers for this tenant). A turn whose calls[i] (the tool calls this
  * server generated, rendered as their generated text) cannot be spliced gets
  * drop[i] set, and the count of those is returned: the caller renders it
- * from its structure instead. */
+ * from its structure instead. Messages before from are not looked at (a
+ * stored history's ids stand for them). */
 static size_t plan_splices(kvt_server *s, const kvt_api_request *a, char *const *calls, unsigned char *drop, srv_req *r,
-                           const char *text, size_t len, size_t pos, kvt_chat_splice *spans, size_t *n_spans) {
+                           const char *text, size_t len, size_t pos, size_t from, kvt_chat_splice *spans,
+                           size_t *n_spans) {
     *n_spans = 0;
     r->usage.rerendered_why = NULL;
     size_t dropped_calls = 0;
-    for (size_t i = 0; i < a->n_msgs; i++) {
+    for (size_t i = from; i < a->n_msgs; i++) {
         if (strcmp(a->msgs[i].role, "assistant")) continue;
         const char *why = NULL;
         size_t k = 0, pl = 0, cl = 0;
@@ -283,11 +286,9 @@ static void rendering_clear(rendering *g) {
     g->n_spans = 0;
 }
 
-/* Renders a (calls: as template_vars) into g and plans the splices of the
- * replies. 0; 1 with *err filled (the template failed); 2: a turn of calls
- * cannot be spliced and was taken out of calls (render again). */
-static int render_planned(kvt_server *s, const kvt_api_request *a, char **calls, srv_req *r, rendering *g,
-                          kvt_api_error *err) {
+/* Renders a (calls: as template_vars) into g, with the BOS text to skip. 0, or 1 with *err filled (the
+ * template failed). */
+static int render_text(kvt_server *s, const kvt_api_request *a, char **calls, rendering *g, kvt_api_error *err) {
     static const char *const trusted[] = {"bos_token", "eos_token", NULL};
     cJSON *vars = template_vars(s, a, a->n_msgs, calls);
     int failed = kvt_jinja_render_marked(s->p.jinja, vars, trusted, NULL, &g->text, &g->len, &g->plain);
@@ -303,9 +304,18 @@ static int render_planned(kvt_server *s, const kvt_api_request *a, char **calls,
     const char *bt = bos >= 0 ? kvt_tokenizer_token_text(s->tok, bos, &bl) : NULL;
     int add = kvt_tokenizer_add_special(s->tok);
     g->skip = add && bt && bl && g->len >= bl && !memcmp(g->text, bt, bl) ? bl : 0;
+    return 0;
+}
+
+/* Renders a (calls: as template_vars) into g and plans the splices of the
+ * replies. 0; 1 with *err filled (the template failed); 2: a turn of calls
+ * cannot be spliced and was taken out of calls (render again). */
+static int render_planned(kvt_server *s, const kvt_api_request *a, char **calls, srv_req *r, rendering *g,
+                          kvt_api_error *err) {
+    if (render_text(s, a, calls, g, err)) return 1;
     if (s->p.retokenize_replies) return 0;
     unsigned char *drop = kvt_xcalloc(a->n_msgs + 1, 1);
-    size_t n_drop = plan_splices(s, a, calls, drop, r, g->text, g->len, g->skip, g->spans, &g->n_spans);
+    size_t n_drop = plan_splices(s, a, calls, drop, r, g->text, g->len, g->skip, 0, g->spans, &g->n_spans);
     for (size_t i = 0; i < a->n_msgs && n_drop; i++) {
         if (!drop[i]) continue;
         free(calls[i]);
@@ -317,22 +327,89 @@ static int render_planned(kvt_server *s, const kvt_api_request *a, char **calls,
     return 2;
 }
 
+/* The hash of the template's variables for a besides the messages (tools, chat_template_kwargs, BOS
+ * and EOS): with the same messages, the same rendering. */
+static void vars_hash(const kvt_server *s, const kvt_api_request *a, uint64_t out[2]) {
+    cJSON *v = template_vars(s, a, 0, NULL);
+    char *p = cJSON_PrintUnformatted(v);
+    XXH128_hash_t h = XXH3_128bits(p, strlen(p));
+    free(p);
+    cJSON_Delete(v);
+    out[0] = h.low64;
+    out[1] = h.high64;
+}
+
+/* A follow-up of the stored response h (a->history) rendered into g: the whole conversation is
+ * rendered (a template may write earlier turns otherwise once a later one comes, as Qwen3's drops
+ * their reasoning), and h's ids stand for its beginning only where that rendering begins with h's
+ * text (its prompt's rendering and reply) byte for byte, under the same template variables besides
+ * the messages; the replies after it are planned as usual. The full path splits the tokenization at
+ * the end of h's reply too (a spliced reply), so the rest tokenizes to the same ids. 0; 1 with *err
+ * filled (the template failed); -1: h's ids do not fit (r->usage.history_rerendered says why, g is
+ * clear). */
+static int render_after(kvt_server *s, const kvt_api_request *a, char **calls, const kvt_resp_prefix *h, srv_req *r,
+                        rendering *g, kvt_api_error *err) {
+    const char *why = NULL;
+    uint64_t hash[2];
+    if (h->jinja < 0) why = "not_kept";
+    else if (!h->jinja) why = "renderer";
+    else if (a->n_docs) why = "documents";
+    else if (h->n_msgs >= a->n_msgs || strcmp(a->msgs[h->n_msgs].role, "assistant")) why = "messages";
+    else {
+        vars_hash(s, a, hash);
+        if (hash[0] != h->hash[0] || hash[1] != h->hash[1]) why = "messages";
+    }
+    if (why) {
+        r->usage.history_rerendered = why;
+        return -1;
+    }
+    if (render_text(s, a, calls, g, err)) return 1;
+    unsigned char *drop = kvt_xcalloc(a->n_msgs + 1, 1);
+    int fits = g->len >= h->text_len && h->text_len >= g->skip && !memcmp(g->text, h->text, h->text_len);
+    if (fits &&
+        plan_splices(s, a, calls, drop, r, g->text, g->len, h->text_len, (size_t)h->n_msgs + 1, g->spans, &g->n_spans))
+        fits = 0; /* a later turn of calls that cannot be spliced: the full path renders it otherwise */
+    free(drop);
+    if (!fits) {
+        r->usage.history_rerendered = "rewritten";
+        r->usage.rerendered_why = NULL;
+        rendering_clear(g);
+        return -1;
+    }
+    kvt_srv_history_report(r, h); /* the history's turn not spliced, if any, comes first */
+    return 0;
+}
+
 int kvt_srv_render_jinja(kvt_server *s, const kvt_api_request *a, size_t max_prompt, srv_req *r, size_t *at, size_t *n,
                          kvt_api_error *err) {
     rendering g = {.spans = kvt_xcalloc(a->n_msgs + 2, sizeof *g.spans)};
     char **calls = generated_calls(s, a, r);
-    int rc;
-    while ((rc = render_planned(s, a, calls, r, &g, err)) == 2) continue; /* each round drops a turn of calls */
+    const kvt_resp_prefix *h = a->history;
+    int rc = h ? render_after(s, a, calls, h, r, &g, err) : -1;
+    if (rc < 0) { /* the whole conversation, rendered and tokenized */
+        h = NULL;
+        while ((rc = render_planned(s, a, calls, r, &g, err)) == 2) continue; /* each round drops a turn of calls */
+    }
     if (!rc) {
         r->think_open = ends_in_think(g.text, g.len);
         rc = a->n_docs && docs_place(s, a, calls, g.text, g.skip, g.len, g.spans, &g.n_spans, err) ? 1 : 0;
     }
     for (size_t i = 0; i < a->n_msgs; i++) free(calls[i]);
     free(calls);
-    for (size_t i = 0; i < g.n_spans; i++) g.spans[i].at -= g.skip;
+    size_t from = h ? h->text_len : g.skip; /* the text not tokenized (h's ids stand for it) */
+    for (size_t i = 0; i < g.n_spans; i++) g.spans[i].at -= from;
     if (!rc)
-        rc = kvt_chat_tokenize_marked(s->tok, g.text + g.skip, g.plain + g.skip, g.len - g.skip,
-                                      kvt_tokenizer_add_special(s->tok), g.spans, g.n_spans, max_prompt, &r->prompt, n);
+        rc = kvt_chat_tokenize_after(s->tok, h ? h->ids : NULL, h ? h->n_ids : 0, g.text + from, g.plain + from,
+                                     g.len - from, kvt_tokenizer_add_special(s->tok), g.spans, g.n_spans, max_prompt,
+                                     &r->prompt, n);
+    if (!rc && h) r->usage.history_tokens_reused = (int32_t)h->n_ids;
+    /* kept for a follow-up, unless the tokenizer's EOS after the prompt would sit inside the next one */
+    if (!rc && a->keep_history && !a->n_docs && !s->p.retokenize_replies &&
+        !(kvt_tokenizer_add_special(s->tok) & KVT_TOK_ADD_EOS)) {
+        uint64_t hash[2];
+        vars_hash(s, a, hash);
+        kvt_srv_keep_history(r, 1, a->n_msgs, hash, g.text, g.len);
+    }
     *at = *n;
     for (size_t i = 0; i < g.n_spans; i++)
         if (a->n_docs && !g.spans[i].len && !g.spans[i].ids) *at = g.spans[i].tok_at;
