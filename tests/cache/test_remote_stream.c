@@ -38,25 +38,39 @@ static char key_file[512], sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static uint8_t *script;      /* the bytes the next connection gets, after its GETs */
+static uint8_t *script;      /* the bytes the next connection gets, after its first GET */
 static size_t script_len;    /* NULL script: the server stops */
-static int script_gets;      /* GETs to read first */
+static int script_gets;      /* GETs the client sends in all: read before the connection closes */
 static int served, stopping; /* scripts sent */
 static int listen_fd = -1;
 
-/* Reads the client's commands until n GETs have arrived. 0 or -1. */
-static int read_gets(int fd, int n) {
+/* The client's commands read so far on one connection. */
+typedef struct {
     char buf[4096];
-    size_t have = 0;
-    int seen = 0;
-    while (seen < n) {
-        ssize_t k = read(fd, buf + have, sizeof buf - have);
+    size_t have;
+    int seen; /* GETs */
+} get_reader;
+
+/* Reads the client's commands until n GETs in all have arrived. 0 or -1. */
+static int read_gets(int fd, get_reader *g, int n) {
+    while (g->seen < n) {
+        ssize_t k = read(fd, g->buf + g->have, sizeof g->buf - g->have);
         if (k <= 0) return -1;
-        have += (size_t)k;
-        for (char *s = buf; (s = memmem(s, have - (size_t)(s - buf), "GET\r\n", 5)); s += 5) seen++;
-        size_t keep = KVT_MIN(have, (size_t)4); /* a GET split over two reads */
-        memmove(buf, buf + have - keep, keep);
-        have = keep;
+        g->have += (size_t)k;
+        for (char *s = g->buf; (s = memmem(s, g->have - (size_t)(s - g->buf), "GET\r\n", 5)); s += 5) g->seen++;
+        size_t keep = KVT_MIN(g->have, (size_t)4); /* a GET split over two reads */
+        memmove(g->buf, g->buf + g->have - keep, keep);
+        g->have = keep;
+    }
+    return 0;
+}
+
+/* Writes s[0..len) to fd; 0 or -1. */
+static int write_all(int fd, const uint8_t *s, size_t len) {
+    for (size_t off = 0; off < len;) {
+        ssize_t k = write(fd, s + off, len - off);
+        if (k <= 0) return -1;
+        off += (size_t)k;
     }
     return 0;
 }
@@ -77,12 +91,11 @@ static void *server_main(void *arg) {
             close(fd);
             return NULL;
         }
-        if (!read_gets(fd, gets))
-            for (size_t off = 0; off < len;) {
-                ssize_t k = write(fd, s + off, len - off);
-                if (k <= 0) break;
-                off += (size_t)k;
-            }
+        /* the tier keeps only a few GETs in flight, sending more as replies
+         * arrive: the script starts at the first, and the rest are read
+         * before the connection closes, so that none is sent to a closed one */
+        get_reader g = {.seen = 0};
+        if (!read_gets(fd, &g, 1) && !write_all(fd, s, len)) read_gets(fd, &g, gets);
         close(fd); /* the end of the script ends the connection */
         free(s);
         pthread_mutex_lock(&mu);

@@ -29,7 +29,9 @@
  * the keys may live on different Redis Cluster slots) and read the replies
  * against one deadline for the whole call. get_many splits a batch over
  * params.read_conns connections, one per thread of its own pool, each with
- * its share of the GETs in flight: a value is read from the socket straight
+ * its share of the GETs in flight (on one server a few at a time, a window,
+ * not its whole share, so Redis holds only those values' copies in its
+ * output buffers): a value is read from the socket straight
  * into that thread's buffer (no client-library copies), checked there (CRC,
  * MAC, identity; the MAC pass is the costly one, so it is spread over the
  * threads) and decoded into the caller's page, while the other threads' values
@@ -194,7 +196,8 @@ void kvt_remote_close(kvt_remote *r);
 int kvt_remote_put(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload);
 
 /* Reads a batch (see tier.h): queued blocks from the queue, the rest with
- * pipelined GETs in one round trip, all within timeout_ms. Sets each result;
+ * pipelined GETs (a few in flight per connection), all within timeout_ms.
+ * Sets each result;
  * returns the hits. A miss removes the block's T3 presence. */
 size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n);
 
