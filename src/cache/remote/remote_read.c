@@ -89,13 +89,15 @@ static void fetch_part(void *ctx, int ith, int nth) {
     redisContext *c = (size_t)ith < j->n ? kvt_remote_conn_get(r, &rd->conn, j->call->full) : NULL;
     if (!c) return;
     j->part[ith].reached = 1;
+    double deadline = j->call->deadline;
     for (size_t i = (size_t)ith; i < j->n; i += step) {
         if (send_gets(j, rd, &next, i + win * step, step)) break;
         kvt_tier_read *q = &j->reqs[j->todo[i]];
         size_t len;
-        int ok, rc = kvt_remote_read_value(r, &rd->conn, rd, j->call->deadline, q, &len, &ok);
+        int ok, rc = kvt_remote_read_value(r, &rd->conn, rd, deadline, q, &len, &ok);
         if (rc == KVT_BULK_FAILED) break; /* the rest of the pipeline is lost with the connection: misses */
         j->part[ith].bytes += len;
+        deadline += kvt_remote_read_credit_s(r, len, nth);
         if (ok) {
             q->result = 0;
             j->part[ith].hits++;
