@@ -251,8 +251,9 @@ static const kvt_cli_opt cache_opts[] = {
     {CACHE_REMOTE_TTL, 0, "kv-remote-ttl", NULL, "SECONDS",
      "T3 values expire after this long (default: never; SET ... EX)", 0, KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {CACHE_REMOTE_TIMEOUT, 0, "kv-remote-timeout-ms", NULL, "MS",
-     "T3 reads give up after this long per request (default 250):\na slow or absent Redis costs misses, never a stuck "
-     "request",
+     "T3 reads give up after this long per request (default 250), plus\nthe time the values already read would take "
+     "at 32 MB/s, so a large\nrestore that keeps arriving is not cut short; a silent or absent\nRedis costs misses, "
+     "never a stuck request",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_WAIT_MS)},
     {CACHE_REMOTE_COMPRESS, 0, "kv-remote-compress", NULL, "CODEC",
      "how this node writes T3 values: none (default) or zstd (lossless;\nthe value's header names its codec, so "

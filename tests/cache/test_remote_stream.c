@@ -7,7 +7,9 @@
  * reconnects), a reply whose length says more than any value holds, values
  * whose payload or header is wrong after a correct start, and a bulk reply
  * that does not end in CRLF. A refused value is never served, whatever part
- * of it was copied out, and the replies after it are read in step. */
+ * of it was copied out, and the replies after it are read in step. And a
+ * read's deadline: values that keep arriving are all served past the
+ * timeout, while a server that goes silent still ends the call. */
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,25 +40,41 @@ static char key_file[512], sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static uint8_t *script;      /* the bytes the next connection gets, after its GETs */
-static size_t script_len;    /* NULL script: the server stops */
-static int script_gets;      /* GETs to read first */
+static uint8_t *script;   /* the bytes the next connection gets, after its first GET */
+static size_t script_len; /* NULL script: the server stops */
+static int script_gets;   /* GETs the client sends in all: read before the connection closes */
+static size_t pause_at;   /* the server stops sending for pause_ms after this many script bytes */
+static int pause_ms;
 static int served, stopping; /* scripts sent */
 static int listen_fd = -1;
 
-/* Reads the client's commands until n GETs have arrived. 0 or -1. */
-static int read_gets(int fd, int n) {
+/* The client's commands read so far on one connection. */
+typedef struct {
     char buf[4096];
-    size_t have = 0;
-    int seen = 0;
-    while (seen < n) {
-        ssize_t k = read(fd, buf + have, sizeof buf - have);
+    size_t have;
+    int seen; /* GETs */
+} get_reader;
+
+/* Reads the client's commands until n GETs in all have arrived. 0 or -1. */
+static int read_gets(int fd, get_reader *g, int n) {
+    while (g->seen < n) {
+        ssize_t k = read(fd, g->buf + g->have, sizeof g->buf - g->have);
         if (k <= 0) return -1;
-        have += (size_t)k;
-        for (char *s = buf; (s = memmem(s, have - (size_t)(s - buf), "GET\r\n", 5)); s += 5) seen++;
-        size_t keep = KVT_MIN(have, (size_t)4); /* a GET split over two reads */
-        memmove(buf, buf + have - keep, keep);
-        have = keep;
+        g->have += (size_t)k;
+        for (char *s = g->buf; (s = memmem(s, g->have - (size_t)(s - g->buf), "GET\r\n", 5)); s += 5) g->seen++;
+        size_t keep = KVT_MIN(g->have, (size_t)4); /* a GET split over two reads */
+        memmove(g->buf, g->buf + g->have - keep, keep);
+        g->have = keep;
+    }
+    return 0;
+}
+
+/* Writes s[0..len) to fd; 0 or -1. */
+static int write_all(int fd, const uint8_t *s, size_t len) {
+    for (size_t off = 0; off < len;) {
+        ssize_t k = write(fd, s + off, len - off);
+        if (k <= 0) return -1;
+        off += (size_t)k;
     }
     return 0;
 }
@@ -69,20 +87,24 @@ static void *server_main(void *arg) {
         pthread_mutex_lock(&mu);
         while (!script && !stopping) pthread_cond_wait(&cv, &mu);
         uint8_t *s = script;
-        size_t len = script_len;
-        int gets = script_gets;
+        size_t len = script_len, at = KVT_MIN(pause_at, len);
+        int gets = script_gets, pause = pause_ms;
         script = NULL;
+        pause_at = (size_t)-1;
+        pause_ms = 0;
         pthread_mutex_unlock(&mu);
         if (!s) {
             close(fd);
             return NULL;
         }
-        if (!read_gets(fd, gets))
-            for (size_t off = 0; off < len;) {
-                ssize_t k = write(fd, s + off, len - off);
-                if (k <= 0) break;
-                off += (size_t)k;
-            }
+        /* the tier keeps only a few GETs in flight, sending more as replies
+         * arrive: the script starts at the first, and the rest are read
+         * before the connection closes, so that none is sent to a closed one */
+        get_reader g = {.seen = 0};
+        if (!read_gets(fd, &g, 1) && !write_all(fd, s, at)) {
+            if (pause) usleep((useconds_t)pause * 1000); /* the scripted silence, not a wait for a condition */
+            if (!write_all(fd, s + at, len - at)) read_gets(fd, &g, gets);
+        }
         close(fd); /* the end of the script ends the connection */
         free(s);
         pthread_mutex_lock(&mu);
@@ -155,7 +177,7 @@ static void put_bulk(reply *o, const uint8_t *v, size_t len, size_t send, const 
 
 /* ---- the tier's side ---- */
 
-static kvt_remote *open_tier(void) {
+static kvt_remote *open_tier_with(uint32_t timeout_ms, double floor_mbps) {
     kvt_remote_params p = kvt_remote_default_params();
     char url[300];
     snprintf(url, sizeof url, "unix://%s", sock_path);
@@ -165,11 +187,14 @@ static kvt_remote *open_tier(void) {
     p.block_tokens = B;
     p.ns = ns;
     p.read_conns = 1; /* one connection: the script's replies are in request order */
-    p.timeout_ms = 5000;
+    p.timeout_ms = timeout_ms;
+    p.read_floor_mbps = floor_mbps;
     kvt_remote *r = NULL;
     CHECKF(kvt_remote_open(&p, &r) == 0, "open: %s", kvt_errmsg());
     return r;
 }
+
+static kvt_remote *open_tier(void) { return open_tier_with(5000, KVT_REMOTE_READ_FLOOR_MBPS); }
 
 /* Hands the server its next script (o's bytes after `gets` GETs), then asks
  * for blocks b[0..n) until a call reaches it (the tier may be waiting out its
@@ -280,6 +305,43 @@ static void test_wrong_values(kvt_remote *r) {
     free_chain(b, 10);
 }
 
+/* The deadline moves on as values arrive: with a 100 ms timeout and a floor
+ * of 0.25 MB/s, each value read (~256 KiB) earns about a second more. A
+ * server that pauses 0.4 s after the first value (past the timeout, within
+ * what that value earned) has all three served; one that pauses 2 s (past
+ * both) has only the first served, the call ended by its deadline. */
+static void test_deadline_moves(void) {
+    kvt_remote *r = open_tier_with(100, 0.25);
+    if (!r) return;
+    block *b = make_chain(3, 3);
+    uint8_t *v[3];
+    for (int i = 0; i < 3; i++) v[i] = value_of(&b[i]);
+    reply o = {0};
+    for (int i = 0; i < 3; i++) put_bulk(&o, v[i], VALUE, VALUE, "\r\n");
+    int hit[3];
+    kvt_remote_stats st0, st;
+    kvt_remote_get_stats(r, &st0);
+    pthread_mutex_lock(&mu);
+    pause_at = (o.len / 3); /* after the first value */
+    pause_ms = 400;
+    pthread_mutex_unlock(&mu);
+    CHECK(run_script(r, &o, 3, b, 3, hit) == 3);
+    kvt_remote_get_stats(r, &st);
+    CHECKF(st.timeouts == st0.timeouts, "%llu timeouts", (unsigned long long)(st.timeouts - st0.timeouts));
+
+    for (int i = 0; i < 2; i++) put_bulk(&o, v[i], VALUE, VALUE, "\r\n");
+    pthread_mutex_lock(&mu);
+    pause_at = o.len / 2;
+    pause_ms = 2000;
+    pthread_mutex_unlock(&mu);
+    CHECK(run_script(r, &o, 2, b, 2, hit) == 1 && hit[0] && !hit[1]);
+    kvt_remote_get_stats(r, &st);
+    CHECK(st.timeouts > st0.timeouts);
+    for (int i = 0; i < 3; i++) free(v[i]);
+    free_chain(b, 3);
+    kvt_remote_close(r);
+}
+
 int main(void) {
     snprintf(key_file, sizeof key_file, "%s/stream.key", kvt_test_tmpdir());
     int n = snprintf(sock_path, sizeof sock_path, "%s/redis.sock", kvt_test_tmpdir());
@@ -302,6 +364,7 @@ int main(void) {
         test_wrong_values(r);
         kvt_remote_close(r);
     }
+    test_deadline_moves();
     pthread_mutex_lock(&mu);
     stopping = 1;
     pthread_cond_broadcast(&cv);

@@ -107,7 +107,8 @@ typedef struct {
 /* Per-thread state of a fetch_part (its own items, their nodes, counters). */
 typedef struct {
     cl_fetch *j;
-    int ith;
+    int ith, nth;
+    double credit; /* how far this thread's deadline has moved on (kvt_remote_read_credit_s) */
     node_count cnt[KVT_CL_NODES_MAX];
 } fetch_thread;
 
@@ -157,11 +158,12 @@ static int read_node(fetch_thread *t, int node, const size_t *items, size_t n, c
     for (size_t i = 0; i < n; i++) {
         kvt_tier_read *q = &t->j->reqs[items[i]];
         size_t len;
-        int ok, rc = kvt_remote_read_value(r, k, rd, t->j->deadline, q, &len, &ok);
+        int ok, rc = kvt_remote_read_value(r, k, rd, t->j->deadline + t->credit, q, &len, &ok);
         if (rc == KVT_BULK_FAILED) {
             t->cnt[node].errors++;
             return -1;
         }
+        t->credit += kvt_remote_read_credit_s(r, len, t->nth);
         if (rc == KVT_BULK_VALUE || rc == KVT_BULK_TOO_LONG) count_value(t, q, node, len, ok);
         if (rc == KVT_BULK_REDIRECT) {
             t->cnt[node].redirects++;
@@ -183,6 +185,7 @@ static void fetch_part(void *ctx, int ith, int nth) {
     fetch_thread *t = kvt_xcalloc(1, sizeof *t);
     t->j = j;
     t->ith = ith;
+    t->nth = nth;
     size_t *item = kvt_xmalloc(mine * sizeof *item), *group = kvt_xmalloc(mine * sizeof *group);
     int *node = kvt_xmalloc(mine * sizeof *node);
     cl_op *redo = kvt_xmalloc(mine * sizeof *redo);
@@ -229,9 +232,9 @@ static void fetch_part(void *ctx, int ith, int nth) {
             if (node[m] == nd) group[g++] = item[m];
         if (read_node(t, nd, group, g, redo, &n_redo)) j->part[ith].failed = 1;
     }
-    if (n_redo && kvt_now() < j->deadline) {
+    if (n_redo && kvt_now() < j->deadline + t->credit) {
         cl_round_fn fn = {.append = get_append, .reply = get_reply, .ctx = t};
-        if (run_round(r, redo, n_redo, ith, j->deadline, j->full, &fn)) j->part[ith].failed = 1;
+        if (run_round(r, redo, n_redo, ith, j->deadline + t->credit, j->full, &fn)) j->part[ith].failed = 1;
     }
     pthread_mutex_lock(&r->mu);
     for (int nd = 0; nd < KVT_CL_NODES_MAX; nd++) {

@@ -258,6 +258,11 @@ typedef struct {
     int reached, failed;
 } kvt_remote_read_part;
 
+/* How far a get_many reader's deadline moves on for a value of len bytes it
+ * read, one of nth readers: the time it would take at its share of
+ * params.read_floor_mbps (tier_remote.h "Reads never block"). */
+double kvt_remote_read_credit_s(const kvt_remote *r, size_t len, int nth);
+
 /* The readers' parts of one get_many, summed (reached and failed: any part's). */
 kvt_remote_read_part kvt_remote_read_sum(const kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX]);
 /* Counts a get_many of n reads, hits of them served (queue and Redis), with

@@ -79,6 +79,10 @@ void kvt_remote_apply_lost_locked(kvt_remote *r) {
 
 /* ---- the end of a get_many, single-server and cluster ---------------------------- */
 
+double kvt_remote_read_credit_s(const kvt_remote *r, size_t len, int nth) {
+    return (double)len * (double)nth / (r->p.read_floor_mbps * 1e6);
+}
+
 kvt_remote_read_part kvt_remote_read_sum(const kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX]) {
     kvt_remote_read_part sum = {0};
     for (int t = 0; t < KVT_REMOTE_READ_CONNS_MAX; t++) {

@@ -50,26 +50,54 @@ typedef struct {
     kvt_remote_read_part part[KVT_REMOTE_READ_CONNS_MAX];
 } fetch_job;
 
+/* GETs a reader keeps in flight on its connection: at least two (the value
+ * being read and the next, queued at Redis), and at least READ_WINDOW_BYTES
+ * of values, so that small values still go many to a round trip. Redis
+ * copies each value it answers into the connection's output buffer and
+ * frees it once sent: with a whole restore's GETs pipelined at once it held
+ * the whole restore there (64 MiB for 2,048 tokens of the bench model),
+ * memory it had to allocate and fault in before the first byte went out. A
+ * short window lets Redis reuse the same few buffers while they are still in
+ * cache (bench/RESULTS.md "T3 reads with a window of GETs"). */
+#define READ_WINDOW_BYTES (1u << 20)
+
+static size_t read_window(const kvt_remote *r) {
+    return KVT_MAX((size_t)2, (READ_WINDOW_BYTES + r->value_bytes - 1) / r->value_bytes);
+}
+
+/* Sends the GETs of todo[*next], todo[*next + step], ... below upto (and
+ * j->n) on rd's connection, and moves *next past them. 0, or -1 (the
+ * connection is gone). */
+static int send_gets(fetch_job *j, kvt_remote_reader *rd, size_t *next, size_t upto, size_t step) {
+    kvt_remote *r = j->r;
+    char key[KVT_REMOTE_KEY_LEN + 1];
+    size_t i = *next;
+    for (; i < KVT_MIN(upto, j->n); i += step) {
+        kvt_remote_key(r->p.ns, j->reqs[j->todo[i]].hash, key);
+        redisAppendCommand(rd->conn.c, "GET %b", key, (size_t)KVT_REMOTE_KEY_LEN);
+    }
+    if (i == *next) return 0;
+    *next = i;
+    return kvt_remote_send(r, &rd->conn);
+}
+
 static void fetch_part(void *ctx, int ith, int nth) {
     fetch_job *j = ctx;
     kvt_remote *r = j->r;
-    size_t step = (size_t)nth;
+    size_t step = (size_t)nth, next = (size_t)ith, win = read_window(r);
     kvt_remote_reader *rd = &r->rd[ith];
     redisContext *c = (size_t)ith < j->n ? kvt_remote_conn_get(r, &rd->conn, j->call->full) : NULL;
     if (!c) return;
     j->part[ith].reached = 1;
-    char key[KVT_REMOTE_KEY_LEN + 1];
+    double deadline = j->call->deadline;
     for (size_t i = (size_t)ith; i < j->n; i += step) {
-        kvt_remote_key(r->p.ns, j->reqs[j->todo[i]].hash, key);
-        redisAppendCommand(c, "GET %b", key, (size_t)KVT_REMOTE_KEY_LEN);
-    }
-    if (kvt_remote_send(r, &rd->conn)) return;
-    for (size_t i = (size_t)ith; i < j->n; i += step) {
+        if (send_gets(j, rd, &next, i + win * step, step)) break;
         kvt_tier_read *q = &j->reqs[j->todo[i]];
         size_t len;
-        int ok, rc = kvt_remote_read_value(r, &rd->conn, rd, j->call->deadline, q, &len, &ok);
+        int ok, rc = kvt_remote_read_value(r, &rd->conn, rd, deadline, q, &len, &ok);
         if (rc == KVT_BULK_FAILED) break; /* the rest of the pipeline is lost with the connection: misses */
         j->part[ith].bytes += len;
+        deadline += kvt_remote_read_credit_s(r, len, nth);
         if (ok) {
             q->result = 0;
             j->part[ith].hits++;

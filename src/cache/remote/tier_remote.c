@@ -38,6 +38,7 @@ kvt_remote_params kvt_remote_default_params(void) {
     p.put_wait_ms = KVT_REMOTE_PUT_WAIT_MS_DEFAULT;
     p.block_tokens = KVT_BLOCK_TOKENS_DEFAULT;
     p.read_conns = KVT_REMOTE_READ_CONNS_DEFAULT;
+    p.read_floor_mbps = KVT_REMOTE_READ_FLOOR_MBPS;
     p.zstd_level = KVT_REMOTE_ZSTD_LEVEL_DEFAULT;
     p.retry_bytes = KVT_REMOTE_RETRY_BYTES_DEFAULT;
     return p;
@@ -119,7 +120,7 @@ int kvt_remote_open(const kvt_remote_params *p, kvt_remote **out) {
     if (!p->url) return kvt_fail(KVT_EARG, "remote tier: no URL");
     if (!p->payload_bytes || p->payload_bytes > KVT_DISK_PAYLOAD_MAX || !p->block_tokens ||
         p->block_tokens > KVT_BLOCK_TOKENS_MAX || !p->size_bytes || !p->queue_depth || !p->timeout_ms ||
-        !p->write_timeout_ms || !p->read_conns || p->read_conns > KVT_REMOTE_READ_CONNS_MAX)
+        !p->write_timeout_ms || !p->read_conns || p->read_conns > KVT_REMOTE_READ_CONNS_MAX || !(p->read_floor_mbps > 0))
         return kvt_fail(KVT_EARG, "remote tier: bad parameters");
     if (p->compress == KVT_REMOTE_COMPRESS_ZSTD &&
         (p->zstd_level < ZSTD_minCLevel() || p->zstd_level > ZSTD_maxCLevel()))

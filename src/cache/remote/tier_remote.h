@@ -24,12 +24,22 @@
  * group or other bits); kvt_remote_open refuses anything else, and refuses to
  * start without one. All nodes of a fleet share that file.
  *
- * Reads never block a request beyond params.timeout_ms: get_many and probe
- * send their commands pipelined (one GET or EXISTS per block, never MGET, so
- * the keys may live on different Redis Cluster slots) and read the replies
- * against one deadline for the whole call. get_many splits a batch over
- * params.read_conns connections, one per thread of its own pool, each with
- * its share of the GETs in flight: a value is read from the socket straight
+ * Reads never block a request on a silent Redis beyond params.timeout_ms:
+ * get_many and probe send their commands pipelined (one GET or EXISTS per
+ * block, never MGET, so the keys may live on different Redis Cluster slots)
+ * and read the replies against one deadline for the whole call. get_many's
+ * deadline moves on as values arrive, by the time each would take at
+ * params.read_floor_mbps (KVT_REMOTE_READ_FLOOR_MBPS; each reader thread
+ * earns its own, as if it had its share of that rate): a large restore that
+ * keeps arriving at least that fast is not cut short and recomputed (64 MiB
+ * at 200 MB/s takes 320 ms, past the default timeout), while a server that
+ * never answers ends the call after timeout_ms, and one that stops sending
+ * midway at most timeout_ms plus what its earlier values earned after the
+ * call began. get_many splits a batch over params.read_conns connections,
+ * one per thread of its own pool, each with its share of the GETs in flight
+ * (on one server a few at a time, a window, not its whole share, so Redis
+ * holds only those values' copies in its output buffers): a value is read
+ * from the socket straight
  * into that thread's buffer (no client-library copies), checked there (CRC,
  * MAC, identity; the MAC pass is the costly one, so it is spread over the
  * threads) and decoded into the caller's page, while the other threads' values
@@ -95,7 +105,10 @@
 #include "prefix.h"
 #include "tier.h"
 
-#define KVT_REMOTE_TIMEOUT_MS_DEFAULT 250        /* whole get_many / probe call */
+#define KVT_REMOTE_TIMEOUT_MS_DEFAULT 250 /* a probe call; a get_many call until values arrive */
+/* get_many's deadline moves on by the time each value read would take at
+ * this rate (see "Reads never block"). */
+#define KVT_REMOTE_READ_FLOOR_MBPS 32
 #define KVT_REMOTE_WRITE_TIMEOUT_MS_DEFAULT 2000 /* one pipelined batch of SETs */
 #define KVT_REMOTE_QUEUE_DEFAULT 64
 #define KVT_REMOTE_READ_CONNS_DEFAULT 4 /* get_many's connections and threads */
@@ -131,6 +144,8 @@ typedef struct {
     uint32_t queue_depth;         /* blocks waiting for the writer; memory: depth x value */
     uint32_t put_wait_ms;         /* how long a put waits for queue room before dropping */
     uint32_t read_conns;          /* 1..KVT_REMOTE_READ_CONNS_MAX: get_many's connections (and threads) */
+    double read_floor_mbps;       /* > 0: values read move get_many's deadline on by their time at this
+                                     rate ("Reads never block"); default KVT_REMOTE_READ_FLOOR_MBPS */
     kvt_remote_compress compress; /* how the writer stores payloads (readers take either) */
     int zstd_level;               /* with KVT_REMOTE_COMPRESS_ZSTD: ZSTD_minCLevel()..ZSTD_maxCLevel() */
     uint64_t retry_bytes;         /* memory for blocks held while Redis is unreachable (see "Writes"); 0: none,
@@ -194,7 +209,8 @@ void kvt_remote_close(kvt_remote *r);
 int kvt_remote_put(kvt_remote *r, kvt_hash128 hash, kvt_hash128 parent, const int32_t *tokens, const void *payload);
 
 /* Reads a batch (see tier.h): queued blocks from the queue, the rest with
- * pipelined GETs in one round trip, all within timeout_ms. Sets each result;
+ * pipelined GETs (a few in flight per connection), within timeout_ms and
+ * what the values read earn ("Reads never block"). Sets each result;
  * returns the hits. A miss removes the block's T3 presence. */
 size_t kvt_remote_get_many(kvt_remote *r, kvt_tier_read *reqs, size_t n);
 
