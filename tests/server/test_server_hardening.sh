@@ -187,7 +187,20 @@ check "access line for a 404" grep -Eq 'access: GET /nope 404 id=trace-404 ' "$T
 
 kvt_stop_server main; check "SIGTERM exits 0" is "$?" 0
 # ---- keys from a file and the environment; /metrics behind its own key; 401 on every method ----
-printf '# tenants\nfile-key\n' >"$TMP/keys"
+# a key file that would leave the server open, or hold other keys than it says, is refused
+for f in empty comments long; do
+  case $f in
+    empty) : >"$TMP/keys.$f" ;;
+    comments) printf '# no key yet\n\n   \n' >"$TMP/keys.$f" ;;
+    long) { head -c 5000 /dev/zero | tr '\0' k; printf 'ab\n'; } >"$TMP/keys.$f" ;; # its tail "ab" would be a key
+  esac
+  timeout 20 "$BIN" serve -m "$TMP/m.gguf" --port 0 --api-key-file "$TMP/keys.$f" >/dev/null 2>"$TMP/err"
+  rc=$?
+  check "serve --api-key-file with a $f file: refused at start (status $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+  check "... saying why" grep -q "holds no key\|line 1 is longer than" "$TMP/err"
+done
+# spaces around a key are not part of it (an Authorization header's value loses them too)
+printf '# tenants\nfile-key  \n' >"$TMP/keys"
 KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret kvt_start_server keys --api-key-file "$TMP/keys" --parallel 1
 KEYS_PID=$SRV_PID
 check "keys from the environment stay out of the command line" bash -c "! tr '\\0' ' ' </proc/$KEYS_PID/cmdline | grep -q -e env-key -e metrics-secret"
