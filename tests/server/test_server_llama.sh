@@ -59,6 +59,11 @@ post /completion '{"prompt": "Hello", "n_probs": 99}'
 check "n_probs out of range is a 400 naming it" is "$CODE/$(jb .error.param)" 400/n_probs
 post /completion '{"prompt": "Hello", "id_slot": 9}'
 check "an id_slot past --parallel is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
+# values past int's range are refused before any conversion (one would be undefined behaviour)
+post /completion '{"prompt": "Hello", "n_probs": 1e300}'
+check "n_probs 1e300 is a 400 naming it" is "$CODE/$(jb .error.param)" 400/n_probs
+post /completion '{"prompt": "Hello", "id_slot": -1e300}'
+check "id_slot -1e300 is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
 WARM="Warm this prefix first: $LONG"
 post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 0}"
 check "n_predict 0 evaluates the prompt and generates nothing" \
