@@ -11,6 +11,7 @@
 #include "api_response.h"
 #include "api_utf8.h"
 #include "chat.h"
+#include "common.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
@@ -94,6 +95,16 @@ static void test_parse(void) {
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":1}", "cache_salt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model");
+    /* logit_bias keys are token ids written one way only, so no two name one token (their biases would add) */
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"0\":1,\"5\":-100,\"99\":100}}", &r, &e) == 0);
+    CHECK(r.n_bias == 3 && r.bias_id[0] == 0 && r.bias_id[1] == 5 && r.bias[1] == -100 && r.bias_id[2] == 99);
+    kvt_api_request_free(&r);
+    static const char *const bad_keys[] = {"05", " 5", "+5", "5 ", "-0", "1e1", "", "100", "99999999999999999999"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad_keys); i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-100,\"%s\":-100}}", bad_keys[i]);
+        expect_error(KVT_API_COMPLETION, body, "logit_bias");
+    }
     expect_error(KVT_API_CHAT, "{\"messages\":[]}", "messages");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content");

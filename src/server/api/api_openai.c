@@ -308,11 +308,17 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
     r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
     for (const cJSON *e = lb->child; e; e = e->next) {
-        char *end;
-        long id = strtol(e->string, &end, 10);
-        if (end == e->string || *end || id < 0 || id >= n_vocab)
+        /* a key as a token id is written: decimal digits without a sign, space or leading zero, so
+         * that no two keys ("5", "05", " 5") name one token and add up past the bias range (the
+         * strict parse already refuses a key given twice) */
+        const char *k = e->string;
+        size_t digits = strspn(k, "0123456789");
+        long id = digits && digits <= 10 && !k[digits] && (k[0] != '0' || digits == 1) ? strtol(k, NULL, 10) : -1;
+        if (id < 0 || id >= n_vocab)
             return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
-                                  "'logit_bias' keys must be token ids in [0, %d)", n_vocab);
+                                  "'logit_bias' keys must be token ids in [0, %d), written in decimal without sign, "
+                                  "spaces or leading zeros; got '%.32s'",
+                                  n_vocab, k);
         if (!cJSON_IsNumber(e) || !(fabs(e->valuedouble) <= MAX_LOGIT_BIAS))
             return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
                                   "'logit_bias' values must be finite numbers from -100 to 100");
