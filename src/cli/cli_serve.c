@@ -210,7 +210,7 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_PLAIN},
     {O_ALIAS, 'a', "alias", NULL, "NAME[,NAME...]",
      "model name in /v1/models and responses (default: the file name\nwithout .gguf). A request's \"model\" must be "
-     "one of these names\nor the file's name; any other is a 404 model_not_found",
+     "one of these names\nor the file's name; any other is a 404 model_not_found. At most\n14 names, none empty",
      0, KVT_CLI_PLAIN},
     {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
@@ -325,6 +325,31 @@ void kvt_usage_serve(FILE *f) {
             "signal stops at once), and with --kv-disk the cache is flushed to disk; the exit status is 0.\n");
 }
 
+/* --alias NAME[,NAME...]: every name given (",", "a,,b" or a trailing comma would make a model
+ * named "", which /v1/models would report), at most the names a request's "model" is matched
+ * against besides the file's two, and the whole list short enough to be kept. Sets *alias: 0,
+ * or -1 after saying why. */
+static int take_alias(const char *v, const char **alias) {
+    size_t count = 0;
+    for (const char *p = v;; p++) {
+        size_t m = strcspn(p, ",");
+        if (!m) {
+            fprintf(stderr, "kvtier serve: --alias '%s' holds an empty name: give NAME[,NAME...]\n", v);
+            return -1;
+        }
+        count++;
+        p += m;
+        if (!*p) break;
+    }
+    if (count > MAX_MODEL_NAMES - 2 || strlen(v) >= MODEL_ID_MAX) {
+        fprintf(stderr, "kvtier serve: --alias takes at most %d names of %d bytes in all, got %zu names of %zu\n",
+                MAX_MODEL_NAMES - 2, MODEL_ID_MAX - 1, count, strlen(v));
+        return -1;
+    }
+    *alias = v;
+    return 0;
+}
+
 /* What serve's command line sets. */
 typedef struct {
     kvt_server_params sp;
@@ -424,7 +449,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         }
         x->cors[x->n_cors++] = v;
         return 0;
-    case O_ALIAS: x->alias = v; return 0;
+    case O_ALIAS: return take_alias(v, &x->alias);
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
     case O_RETOKENIZE: sp->retokenize_replies = 1; return 0;
     case O_RESPONSES_MAX: sp->responses_max = (size_t)a->i; return 0;
