@@ -25,12 +25,18 @@ test_server_slowloris.sh.
       with the number the server has not closed. Exit 0 once the server has
       closed all of them, 1 if some are still open after BOUND seconds (then
       it closes them).
+  http_raw.py leave PORT close|shut-wr
+      sends stdin as is, waits (30 s at most) until GET /health reports a busy
+      slot (the request is running), then closes the socket (close: a FIN, no
+      reset) or half-closes it (shut-wr) and prints what the server sends
+      until it closes the connection. Exit 1 if no slot became busy.
   http_raw.py hold-post PORT ADDR XFF N BOUND
       opens N connections from ADDR, each sending a POST whose headers carry
       X-Forwarded-For: XFF and whose body stops short of its Content-Length;
       prints "sent N" and holds them until the server closes them or BOUND
       seconds pass.
 """
+import json
 import socket
 import sys
 import time
@@ -196,6 +202,49 @@ def cmd_wave(port, sources, per, interval, bound):
     return 0 if not open_ else 1
 
 
+def busy_slots(port):
+    """slots_busy of GET /health on a connection of its own."""
+    s = connect(port)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    return json.loads(data.split(b"\r\n\r\n", 1)[1]).get("slots_busy", 0)
+
+
+def cmd_leave(port, how):
+    data = sys.stdin.buffer.read()
+    s = connect(port)
+    s.sendall(data)
+    end = time.monotonic() + 30
+    while busy_slots(port) == 0:
+        if time.monotonic() > end:
+            say("no slot became busy")
+            s.close()
+            return 1
+        time.sleep(0.01)
+    if how == "close":
+        s.close()
+        return 0
+    s.shutdown(socket.SHUT_WR)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    sys.stdout.buffer.write(out)
+    return 0
+
+
 def cmd_hold_post(port, source, xff, n, bound):
     body = b'{"prompt":"held","max_tokens":1}'
     head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -229,6 +278,8 @@ def main():
         return cmd_per_ip(port, int(args[0]))
     if cmd == "wave":
         return cmd_wave(port, args[0], int(args[1]), float(args[2]), float(args[3]))
+    if cmd == "leave":
+        return cmd_leave(port, args[0])
     if cmd == "hold-post":
         return cmd_hold_post(port, args[0], args[1], int(args[2]), float(args[3]))
     print(__doc__, file=sys.stderr)

@@ -156,7 +156,7 @@ static void print_header(const char *dir) {
     if (rc == 0)
         printf("header: format version %u%s, namespace %016" PRIx64 "%016" PRIx64 "\n", v,
                v == KVT_DISK_FORMAT_VERSION ? "" : " (NOT this build's)", ns.hi, ns.lo);
-    else printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : "malformed");
+    else printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : kvt_errmsg()); /* not ours, or ours but damaged */
 }
 
 #define REMOTE_TIMEOUT_MS 5000 /* maintenance may wait longer than a request would */

@@ -131,8 +131,9 @@ int kvt_cli_template_text(const char *cmd, const kvt_cli_template_args *t, const
     return 0;
 }
 
-/* The template tried on one user message: a start-up error beats a failure at every request. 0, or an
- * error code with kvt_errmsg(). */
+/* The template tried on one user message: a start-up error beats a failure at every request, and a
+ * template that does not write the message's text (an empty file) would drop every request's
+ * messages from its prompt. 0, or an error code with kvt_errmsg(). */
 static int trial_render(const kvt_jinja *j, const struct kvt_tokenizer *tok) {
     cJSON *v = cJSON_CreateObject();
     cJSON *m = cJSON_CreateObject();
@@ -148,6 +149,11 @@ static int trial_render(const kvt_jinja *j, const struct kvt_tokenizer *tok) {
     char *out = NULL;
     int rc = kvt_jinja_render(j, v, NULL, &out, &len);
     cJSON_Delete(v);
+    if (!rc && !strstr(out, "Hello"))
+        rc = kvt_fail(KVT_EFORMAT,
+                      "it does not write the messages' text (one user message \"Hello\" renders as "
+                      "\"%.80s\")",
+                      out);
     free(out);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include "cli_chat_template.h"
 #include "cli_serve_compat.h"
 #include "cli_serve_embed.h"
+#include "cli_serve_keys.h"
 #include "common.h"
 #include "engine.h" /* the device the engine runs on, for the start-up line */
 #include "kvtier.h"
@@ -29,7 +30,6 @@
 #define MAX_PARALLEL 256
 #define MAX_QUEUE 65536
 #define MAX_API_KEYS 1024
-#define MAX_KEY_LINE 4096
 #define MAX_TIMEOUT_S 86400
 #define MAX_CONNS_PER_IP 65536
 #define DRAIN_POLL_NS 100000000L /* how often a drain looks at the requests in flight */
@@ -124,8 +124,9 @@ static const kvt_cli_opt serve_opts[] = {
      "own cache\nnamespace (tenants never share cached KV). Arguments show in ps:\nprefer --api-key-file or "
      "$KVTIER_API_KEY, which is one more key",
      KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
-    {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE", "more keys, one per line (blank lines and # comments ignored)", 0,
-     KVT_CLI_PLAIN},
+    {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE",
+     "more keys, one per line (blank lines, # comments and spaces\naround a key ignored); a file without a key is refused",
+     0, KVT_CLI_PLAIN},
     {O_METRICS_KEY, 0, "metrics-key", NULL, "KEY",
      "the only key that opens /metrics, which shows every tenant's\ncounters. Without it, /metrics needs an API key "
      "when there are\nany, else it is open. /health is always open",
@@ -209,7 +210,7 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_PLAIN},
     {O_ALIAS, 'a', "alias", NULL, "NAME[,NAME...]",
      "model name in /v1/models and responses (default: the file name\nwithout .gguf). A request's \"model\" must be "
-     "one of these names\nor the file's name; any other is a 404 model_not_found",
+     "one of these names\nor the file's name; any other is a 404 model_not_found. At most\n14 names, none empty",
      0, KVT_CLI_PLAIN},
     {O_SESSION_KEEP_WARM, 0, "session-keep-warm", NULL, "S",
      "a request that names its agent session (X-Session-Id header or\n\"kvtier\": {\"session_id\": ...}) without its "
@@ -324,38 +325,28 @@ void kvt_usage_serve(FILE *f) {
             "signal stops at once), and with --kv-disk the cache is flushed to disk; the exit status is 0.\n");
 }
 
-/* Appends the keys in path (one per line) to keys. Returns 0 or -1 after printing why. */
-static int read_key_file(const char *path, char **keys, size_t *n) {
-    /* O_NONBLOCK and a regular file only: a FIFO would otherwise hold the start for ever */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "kvtier serve: cannot read --api-key-file %s: %s\n", path,
-                fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        fprintf(stderr, "kvtier serve: cannot read --api-key-file %s: %s\n", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    char line[MAX_KEY_LINE];
-    while (fgets(line, sizeof line, f)) {
-        size_t l = strcspn(line, "\r\n");
-        line[l] = 0;
-        char *k = line;
-        while (*k == ' ' || *k == '\t') k++;
-        if (!*k || *k == '#') continue;
-        if (*n == MAX_API_KEYS) {
-            fprintf(stderr, "kvtier serve: more than %d API keys\n", MAX_API_KEYS);
-            fclose(f);
+/* --alias NAME[,NAME...]: every name given (",", "a,,b" or a trailing comma would make a model
+ * named "", which /v1/models would report), at most the names a request's "model" is matched
+ * against besides the file's two, and the whole list short enough to be kept. Sets *alias: 0,
+ * or -1 after saying why. */
+static int take_alias(const char *v, const char **alias) {
+    size_t count = 0;
+    for (const char *p = v;; p++) {
+        size_t m = strcspn(p, ",");
+        if (!m) {
+            fprintf(stderr, "kvtier serve: --alias '%s' holds an empty name: give NAME[,NAME...]\n", v);
             return -1;
         }
-        keys[(*n)++] = kvt_xstrdup(k);
+        count++;
+        p += m;
+        if (!*p) break;
     }
-    fclose(f);
+    if (count > MAX_MODEL_NAMES - 2 || strlen(v) >= MODEL_ID_MAX) {
+        fprintf(stderr, "kvtier serve: --alias takes at most %d names of %d bytes in all, got %zu names of %zu\n",
+                MAX_MODEL_NAMES - 2, MODEL_ID_MAX - 1, count, strlen(v));
+        return -1;
+    }
+    *alias = v;
     return 0;
 }
 
@@ -427,7 +418,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         }
         x->keys[x->n_keys++] = kvt_xstrdup(v);
         return 0;
-    case O_API_KEY_FILE: return read_key_file(v, x->keys, &x->n_keys);
+    case O_API_KEY_FILE: return kvt_cli_read_key_file(v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_METRICS_KEY: x->metrics_key = v; return 0;
     case O_ADMIN_KEY: x->admin_key = v; return 0;
     case O_EXPLAIN_TEXT: sp->explain_text = 1; return 0;
@@ -458,7 +449,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
         }
         x->cors[x->n_cors++] = v;
         return 0;
-    case O_ALIAS: x->alias = v; return 0;
+    case O_ALIAS: return take_alias(v, &x->alias);
     case O_SESSION_KEEP_WARM: sp->session_keep_warm_s = a->d; return 0;
     case O_RETOKENIZE: sp->retokenize_replies = 1; return 0;
     case O_RESPONSES_MAX: sp->responses_max = (size_t)a->i; return 0;

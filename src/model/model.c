@@ -522,6 +522,14 @@ int kvt_model_load(const char *path, kvt_model_params params, kvt_model **out) {
         kvt_model_free(m);
         return rc;
     }
+    /* a vocab-only GGUF (llama.cpp's tokenizer files) has no tensors at all: say so rather than
+     * name the first tensor or metadata key a model would have */
+    if (!params.vocab_only && m->gguf->n_tensors == 0) {
+        rc = kvt_fail(KVT_EFORMAT,
+                      "holds a tokenizer only (no tensors): a vocab-only GGUF cannot be run; use it with "
+                      "`kvtier tokenize`, or give a model with its weights");
+        goto fail;
+    }
     if ((rc = kvt_tokenizer_load(m->gguf, &m->tok))) goto fail;
     const char *tmpl;
     if (!kvt_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl)) m->chat_template = tmpl;

@@ -13,9 +13,9 @@
  * reserved (kvt_cache_reserve), kvt_engine_decode runs, completed blocks are
  * registered (kvt_cache_commit), tokens are sampled per request and their text
  * published to the waiting handler (non-streaming) or SSE reader (streaming).
- * A client that goes away (a reset, or a write to it that fails; a half-close
- * is not leaving) cancels its request; its sequence is freed and its full
- * blocks stay cached.
+ * A client that goes away cancels its request (a reset, a failed write, or,
+ * while a non-streamed answer is awaited, its FIN: a closed and a half-closed
+ * socket look alike); its sequence is freed and its full blocks stay cached.
  *
  * Sessions. A request may name its agent session, priority and keep-warm
  * time ({"kvtier": {"session_id", "priority", "keep_warm_s"}}, or the

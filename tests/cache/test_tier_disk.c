@@ -291,6 +291,27 @@ static void test_corruption(void) {
     CHECK(get_ok(d, 5, 0));
     kvt_disk_close(d);
 
+    /* a kvtier header that is damaged (a namespace cut short, a garbled version line, nothing after
+     * the first line) is still ours: read says damaged, not foreign; the directory is used, the
+     * header written anew and every record served */
+    static const char *const damaged[] = {"kvtier-disk-cache\nversion %d\nnamespace 00ab\n",
+                                          "kvtier-disk-cache\nversi\x7fn %d\n", "kvtier-disk-cache\n"};
+    uint32_t v;
+    kvt_hash128 ns;
+    for (size_t i = 0; i < KVT_ARRAY_LEN(damaged); i++) {
+        FILE *dh = fopen(kvt_test_path(dir, "header"), "w");
+        fprintf(dh, damaged[i], KVT_DISK_FORMAT_VERSION);
+        fclose(dh);
+        CHECK(kvt_disk_read_header(dir, &v, &ns) == KVT_EFORMAT);
+        CHECKF(strstr(kvt_errmsg(), "header is a kvtier header but damaged"), "%s", kvt_errmsg());
+        CHECKF(kvt_disk_open(&p, &d) == 0, "damaged header %zu: %s", i, kvt_errmsg());
+        kvt_disk_get_stats(d, &st);
+        CHECKF(st.records == 27 && get_ok(d, 5, 0), "damaged header %zu: %llu records", i,
+               (unsigned long long)st.records);
+        kvt_disk_close(d);
+        CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION && kvt_hash128_eq(ns, root));
+    }
+
     /* another format version in the header: nothing is trusted, nothing crashes */
     FILE *h = fopen(kvt_test_path(dir, "header"), "w");
     fprintf(h, "kvtier-disk-cache\nversion 99\nnamespace %016llx%016llx\n", (unsigned long long)root.hi,
@@ -305,6 +326,8 @@ static void test_corruption(void) {
     h = fopen(kvt_test_path(dir, "header"), "w");
     fputs("\x01\x02garbage", h);
     fclose(h);
+    CHECK(kvt_disk_read_header(dir, &v, &ns) == KVT_EFORMAT);
+    CHECKF(strstr(kvt_errmsg(), "header is not a kvtier header (its first line is not"), "%s", kvt_errmsg());
     CHECK(kvt_disk_open(&p, &d) == -ENOTEMPTY);
     CHECKF(strstr(kvt_errmsg(), "'header' is not a kvtier header"), "%s", kvt_errmsg());
     size_t hlen;
@@ -317,8 +340,6 @@ static void test_corruption(void) {
     fclose(h);
     CHECK(kvt_disk_open(&p, &d) == 0);
     kvt_disk_close(d);
-    uint32_t v;
-    kvt_hash128 ns;
     CHECK(kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION && kvt_hash128_eq(ns, root));
 }
 

@@ -35,6 +35,14 @@ check "--metrics-k is no --metrics-key" expect_rc 2 "$BIN" serve --metrics-k x
 check "an abbreviation with =value too" expect_rc 2 "$BIN" serve --paral=2
 check "... named as typed" grep -q "unknown option '--paral=2'" "$TMP/out"
 check "a value that looks like a flag is a value" expect_rc 0 "$BIN" serve --alias --x --help
+# -a/--alias: no empty name (the model would be listed as ""), and no more names than are kept
+for v in , a, ,a a,,b ''; do
+  check "--alias '$v' is a usage error" expect_rc 2 "$BIN" serve --alias "$v" --help
+  check "... naming the empty name" grep -q "holds an empty name" "$TMP/out"
+done
+check "--alias with 15 names is a usage error" expect_rc 2 "$BIN" serve -a a,b,c,d,e,f,g,h,i,j,k,l,m,n,o --help
+check "... saying how many it takes" grep -q "at most 14 names" "$TMP/out"
+check "--alias with 14 names is taken" expect_rc 0 "$BIN" serve -a a,b,c,d,e,f,g,h,i,j,k,l,m,n --help
 check "-cb is not -c b" expect_rc 0 "$BIN" serve -cb --help
 check "run has no -cb: unknown, not -c b" expect_rc 2 "$BIN" run -cb
 check "... named as typed" grep -q "unknown option '-cb'" "$TMP/out"

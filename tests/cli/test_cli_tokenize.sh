@@ -1,5 +1,6 @@
 #!/bin/bash
-# `kvtier tokenize`: ids on one line, --pieces, -f, and exit codes 0 / 1 / 2.
+# `kvtier tokenize`: ids on one line, --pieces, -f, and exit codes 0 / 1 / 2; the vocab-only
+# files it takes are refused by the commands that run a model, with a message saying what they are.
 set -u
 BIN=${KVT_BIN:-./kvtier}
 SHARED=${KVT_SHARED:-../shared}
@@ -24,4 +25,13 @@ rm -f "$tmp"
 "$BIN" tokenize -m "$GPT2" --bogus x 2>/dev/null; expect "bad option exit" 2 $?
 "$BIN" tokenize -m /nonexistent.gguf x 2>/dev/null; expect "missing model exit" 1 $?
 "$BIN" tokenize -m "$GPT2" -f /nonexistent.txt 2>/dev/null; expect "missing file exit" 1 $?
+# a vocab-only GGUF given to a command that runs a model: exit 1, saying what the file is
+err=$(mktemp)
+for cmd in "run -p hi" "serve --port 0" "eval hi"; do
+    timeout 60 "$BIN" $cmd -m "$GPT2" -t 1 >/dev/null 2>"$err"
+    expect "vocab-only to $cmd: exit" 1 $?
+    grep -q "ggml-vocab-gpt-2.gguf: holds a tokenizer only (no tensors): a vocab-only GGUF cannot be run; use it with \`kvtier tokenize\`" "$err" ||
+        { echo "FAIL vocab-only to $cmd: the message is '$(tail -n 1 "$err")'"; fail=1; }
+done
+rm -f "$err"
 exit $fail

@@ -7,7 +7,7 @@
 # lock, header, index, stats) stay byte for byte and mtime for mtime as they
 # were; a key file we would refuse is refused before the lock is made; an
 # empty directory, one holding only lost+found, and a kvtier cache directory
-# are used. --log-file refuses a file with another hard link.
+# (its header damaged too) are used. --log-file refuses a file with another hard link.
 set -u
 . "$(dirname "$0")/../testutil.sh"
 
@@ -88,6 +88,21 @@ check "... and becomes a cache (header, key)" test -f "$E/header" -a -f "$E/key"
 check "a kvtier cache directory is used again" test $? -eq 0
 t2=$(grep -m1 '\[1/2\]' "$TMP/again.err" | sed -n 's/.*T2 \([0-9]*\)).*/\1/p')
 check "... and serves from disk (T2 ${t2:-0} tokens)" gt "${t2:-0}" 0
+# a kvtier header that is damaged (its namespace line cut short) is still ours: the directory is
+# used, the warning says damaged (not "no kvtier cache"), the header is written anew and the
+# records still serve from disk
+printf 'kvtier-disk-cache\nversion 3\nnames' > "$E/header"
+"${RUN[@]}" --kv-disk "$E" --restore always > /dev/null 2> "$TMP/damaged.err"
+check "a directory whose kvtier header is damaged is used" test $? -eq 0
+check "... saying the header is damaged" grep -q "'header' is a kvtier header but damaged\|/header is a kvtier header but damaged" "$TMP/damaged.err"
+check "... and not that it is no kvtier cache" test "$(grep -c 'no kvtier cache' "$TMP/damaged.err")" = 0
+t2=$(grep -m1 '\[1/2\]' "$TMP/damaged.err" | sed -n 's/.*T2 \([0-9]*\)).*/\1/p')
+check "... its records still serve from disk (T2 ${t2:-0} tokens)" gt "${t2:-0}" 0
+check "... and the header is whole again" grep -q '^namespace [0-9a-f]\{32\}$' "$E/header"
+# a header of another format version: the message says newer or older
+sed -i 's/^version .*/version 999/' "$E/header"
+"${RUN[@]}" --kv-disk "$E" > /dev/null 2> "$TMP/newer.err"
+check "a header of a newer format is named so" grep -q "written by a newer kvtier (format version 999" "$TMP/newer.err"
 (cd "$TMP" && "${RUN[@]}" --kv-disk "./empty/../empty/." > /dev/null 2>&1)
 check "a plain path with . and .. (no links) still works" test $? -eq 0
 

@@ -28,6 +28,7 @@ typedef struct {
     const char *drop_tensor;    /* tensor to leave out */
     const char *reshape_tensor; /* tensor whose ne[0] is doubled */
     const char *retype_tensor;  /* tensor written as I32 */
+    int no_tensors;             /* metadata alone: a vocab-only GGUF */
 } edit;
 
 static const kvt_gguf *src_g;
@@ -57,7 +58,7 @@ static int load_edited(const char *src, edit e, const char *expect_in_msg) {
     if (e.set_str_key) kvt_gguf_w_str(w, e.set_str_key, e.set_str_val);
     if (e.set_i32_key) kvt_gguf_w_i32(w, e.set_i32_key, e.set_i32_val);
     if (e.set_f32_key) kvt_gguf_w_f32(w, e.set_f32_key, e.set_f32_val);
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
+    for (uint64_t i = 0; i < (e.no_tensors ? 0 : g->n_tensors); i++) {
         const kvt_gguf_tensor *t = &g->tensors[i];
         if (e.drop_tensor && !strcmp(t->name, e.drop_tensor)) continue;
         uint64_t ne[4];
@@ -161,6 +162,9 @@ int main(void) {
     CHECK(load_edited(src, e, "blk.1.ffn_down.weight") == KVT_ENOTFOUND);
     e = (edit){.drop_tensor = "output_norm.weight"};
     CHECK(load_edited(src, e, "output_norm") == KVT_ENOTFOUND);
+    /* a vocab-only GGUF (a tokenizer and no tensors) says what it is, not which tensor it lacks */
+    e = (edit){.no_tensors = 1};
+    CHECK(load_edited(src, e, "holds a tokenizer only (no tensors): a vocab-only GGUF cannot be run") == KVT_EFORMAT);
     e = (edit){.reshape_tensor = "blk.0.attn_k.weight"};
     CHECK(load_edited(src, e, "blk.0.attn_k.weight has shape") == KVT_EFORMAT);
     e = (edit){.reshape_tensor = "blk.0.attn_norm.weight"};

@@ -11,6 +11,7 @@
 #include "api_response.h"
 #include "api_utf8.h"
 #include "chat.h"
+#include "common.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
@@ -94,11 +95,21 @@ static void test_parse(void) {
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":1}", "cache_salt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model");
+    /* logit_bias keys are token ids written one way only, so no two name one token (their biases would add) */
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"0\":1,\"5\":-100,\"99\":100}}", &r, &e) == 0);
+    CHECK(r.n_bias == 3 && r.bias_id[0] == 0 && r.bias_id[1] == 5 && r.bias[1] == -100 && r.bias_id[2] == 99);
+    kvt_api_request_free(&r);
+    static const char *const bad_keys[] = {"05", " 5", "+5", "5 ", "-0", "1e1", "", "100", "99999999999999999999"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad_keys); i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-100,\"%s\":-100}}", bad_keys[i]);
+        expect_error(KVT_API_COMPLETION, body, "logit_bias");
+    }
     expect_error(KVT_API_CHAT, "{\"messages\":[]}", "messages");
-    expect_error(KVT_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages");
-    expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages");
+    expect_error(KVT_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role");
+    expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
-                 "messages");
+                 "messages[0].content");
     /* an assistant's reasoning_content sent back: kept beside its content; a non-string is a 400 */
     CHECK(parse(KVT_API_CHAT,
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\","
@@ -108,7 +119,60 @@ static void test_parse(void) {
     CHECK(!r.msg_tools[0].reasoning && !r.msg_tools[2].reasoning); /* only an assistant's is read */
     kvt_api_request_free(&r);
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":1}]}",
-                 "messages");
+                 "messages[0].reasoning_content");
+}
+
+/* The request fails with a 400 whose param is param and whose message holds words. */
+static void expect_message(const char *json, const char *param, const char *code, const char *words) {
+    kvt_api_request r;
+    kvt_api_error e;
+    int rc = parse(KVT_API_CHAT, json, &r, &e);
+    CHECKF(rc == KVT_EARG && e.status == 400 && e.param && !strcmp(e.param, param) && e.code && !strcmp(e.code, code) &&
+               strstr(e.message, words),
+           "%s: rc %d param %s code %s message %s", json, rc, rc && e.param ? e.param : "-",
+           rc && e.code ? e.code : "-", rc ? e.message : "-");
+    if (!rc) kvt_api_request_free(&r);
+}
+
+/* Each message carries what its role needs, as OpenAI requires: content (an assistant's may be
+ * left out when it carries tool calls), a tool result's tool_call_id, a known role; the 400 names
+ * the field with its index. */
+static void test_message_fields(void) {
+#define Q "{\"role\":\"user\",\"content\":\"q\"}"
+#define CALL "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]"
+    expect_message("{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content", "missing_required_parameter",
+                   "messages[0].content is required");
+    expect_message("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":null}]}",
+                   "messages[1].content", "missing_required_parameter", "messages[1]");
+    expect_message("{\"messages\":[{\"role\":\"user\",\"content\":[]}]}", "messages[0].content",
+                   "missing_required_parameter", "messages[0]");
+    expect_message("{\"messages\":[{\"role\":\"system\"}," Q "]}", "messages[0].content", "missing_required_parameter",
+                   "role 'system'");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"assistant\"}]}", "messages[1].content",
+                   "missing_required_parameter", "tool_calls");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}]}",
+                   "messages[1].content", "missing_required_parameter", "messages[1]");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"assistant\"," CALL "},{\"role\":\"tool\",\"content\":\"r\"}]}",
+                   "messages[2].tool_call_id", "missing_required_parameter", "messages[2].tool_call_id");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":5,\"content\":\"r\"}]}",
+                   "messages[1].tool_call_id", "invalid_value", "messages[1]");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":\"c1\"}]}", "messages[1].content",
+                   "missing_required_parameter", "role 'tool'");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"robot\",\"content\":\"x\"}]}", "messages[1].role", "invalid_value",
+                   "'robot'");
+    expect_message("{\"messages\":[" Q ",7]}", "messages[1]", "invalid_type", "messages[1] must be an object");
+    /* what OpenAI accepts: an assistant turn of tool calls alone, an empty string, a tool result */
+    kvt_api_request r;
+    kvt_api_error e;
+    CHECK(parse(KVT_API_CHAT,
+                "{\"messages\":[" Q ",{\"role\":\"assistant\"," CALL "},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+                "\"content\":\"\"},{\"role\":\"assistant\",\"content\":null," CALL
+                "},{\"role\":\"user\",\"content\":\"\"}]}",
+                &r, &e) == 0);
+    CHECK(r.n_msgs == 5 && !strcmp(r.msgs[1].content, "") && !strcmp(r.msgs[4].content, ""));
+    kvt_api_request_free(&r);
+#undef Q
+#undef CALL
 }
 
 /* The body fails with status 400, naming param (NULL: none) and code. */
@@ -351,6 +415,7 @@ static void test_chat(void) {
 
 int main(void) {
     test_parse();
+    test_message_fields();
     test_strict_json();
     test_utf8();
     test_responses();

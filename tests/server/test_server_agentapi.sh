@@ -214,6 +214,14 @@ post /v1/completions "{\"prompt\":$PROMPT,\"max_tokens\":1,\"logit_bias\":{\"-3\
 check "a bad logit_bias id is a 400 naming it" is "$CODE/$(jb .error.param)" 400/logit_bias
 post /v1/chat/completions "{$BASE,\"presence_penalty\":3}"
 check "presence_penalty past 2 is a 400" is "$CODE" 400
+# each message carries what its role needs (OpenAI's rules); the 400 names the field and its index
+U='{"role":"user","content":"q"}'
+for m in '[{"role":"user"}]|messages[0].content' "[$U,{\"role\":\"tool\",\"content\":\"5\"}]|messages[1].tool_call_id" \
+  "[$U,{\"role\":\"assistant\",\"content\":null}]|messages[1].content" "[$U,{\"role\":\"robot\",\"content\":\"x\"}]|messages[1].role"; do
+  post /v1/chat/completions "{\"messages\":${m%|*},\"max_tokens\":1}"
+  check "messages ${m%|*} is a 400 naming ${m#*|}" is "$CODE/$(jb .error.param)" "400/${m#*|}"
+  check "... and its message says which message" grep -qF "${m#*|}" "$TMP/body"
+done
 kvt_stop_server audit
 
 kvt_test_done test_server_agentapi

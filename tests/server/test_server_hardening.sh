@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kvtier serve against hostile or unusual clients, over loopback with a tiny
-# generated model, one check per kind of abuse: half-closed sockets,
+# generated model, one check per kind of abuse: clients that leave or half-close,
 # lenient JSON, oversized bodies and prompts, HTTP framing that enables request
 # smuggling, slow and crowding connections, keys for /metrics.
 # Needs curl and jq; the raw-socket checks need python3 (tests/http_raw.py).
@@ -37,15 +37,35 @@ fi
 "$BIN" serve --max-body 2M --max-inflight-bytes 1M >/dev/null 2>"$TMP/err"
 check "serve --max-inflight-bytes below --max-body: usage error" is "$?/$(grep -c 'at least --max-body' "$TMP/err")" 2/1
 
+# ---- a client that leaves a non-streamed request frees its slot -------------------------------
+# A long request (LONG tokens at most, ignore_eos) whose client closes its socket (a FIN, no reset)
+# or half-closes it once the request holds a slot: the request is cancelled, the slot is free
+# again with far fewer than LONG tokens generated (the engine's own count), both count as 499,
+# and the server answers the next request. Before, the slot ran on to LONG tokens.
+LONG=16000
+kvt_start_server leave --parallel 1 --ctx 16384 --max-tokens-limit $LONG
+metric() { curl -s -m 10 "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+for how in close shut-wr; do
+  G0=$(metric kvtier_generated_tokens_total)
+  LBODY="{\"prompt\":\"A client that leaves ($how) frees its slot.\",\"max_tokens\":$LONG,\"ignore_eos\":true}"
+  printf '%b' "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#LBODY}\r\n\r\n$LBODY" |
+    RAW leave "$PORT" "$how" >"$TMP/raw"
+  check "a client that leaves ($how) while its request runs" is "$?" 0
+  check "... frees its slot" wait_health .slots_busy 0
+  G=$(($(metric kvtier_generated_tokens_total) - G0))
+  check "... its request stopped early ($G of $LONG tokens generated)" lt "$G" $((LONG / 2))
+done
+check "... the half-closed client got no answer" is "$(wc -c <"$TMP/raw")" 0
+check "... both count as 499" is "$(metric 'kvtier_requests_total{endpoint="completions",code="499"}')" 2
+post /v1/completions '{"prompt":"Still here.","max_tokens":3,"ignore_eos":true}'
+check "... and the server answers the next request" is "$CODE/$(jb .usage.completion_tokens)" 200/3
+kvt_stop_server leave
+
 kvt_start_server main --parallel 2 --ctx 1024 --max-body 9M --max-inflight-bytes 12M --max-tokens-limit 512 \
   --request-timeout 3 --max-conns-per-ip 12
 MAIN_PID=$SRV_PID
-BODY='{"prompt":"A half-closed client still reads its answer.","max_tokens":300,"ignore_eos":true}'
 
-# ---- a client that half-closes (shutdown(SHUT_WR)) gets the whole answer -------------
-raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#BODY}\r\n\r\n$BODY" --shut-wr
-check "half-closed client: 200" is "$(raw_status)" 200
-check "half-closed client: complete JSON answer" is "$(sed '1,/^\r$/d' "$TMP/raw" | jq -r '.usage.completion_tokens')" 300
+# ---- a stream's client that half-closes (shutdown(SHUT_WR)) still reads the whole stream ----------
 SBODY='{"prompt":"A half-closed client still reads its stream.","max_tokens":300,"ignore_eos":true,"stream":true}'
 raw_request "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#SBODY}\r\n\r\n$SBODY" --shut-wr
 check "half-closed client: stream 200" is "$(raw_status)" 200
@@ -167,7 +187,20 @@ check "access line for a 404" grep -Eq 'access: GET /nope 404 id=trace-404 ' "$T
 
 kvt_stop_server main; check "SIGTERM exits 0" is "$?" 0
 # ---- keys from a file and the environment; /metrics behind its own key; 401 on every method ----
-printf '# tenants\nfile-key\n' >"$TMP/keys"
+# a key file that would leave the server open, or hold other keys than it says, is refused
+for f in empty comments long; do
+  case $f in
+    empty) : >"$TMP/keys.$f" ;;
+    comments) printf '# no key yet\n\n   \n' >"$TMP/keys.$f" ;;
+    long) { head -c 5000 /dev/zero | tr '\0' k; printf 'ab\n'; } >"$TMP/keys.$f" ;; # its tail "ab" would be a key
+  esac
+  timeout 20 "$BIN" serve -m "$TMP/m.gguf" --port 0 --api-key-file "$TMP/keys.$f" >/dev/null 2>"$TMP/err"
+  rc=$?
+  check "serve --api-key-file with a $f file: refused at start (status $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+  check "... saying why" grep -q "holds no key\|line 1 is longer than" "$TMP/err"
+done
+# spaces around a key are not part of it (an Authorization header's value loses them too)
+printf '# tenants\nfile-key  \n' >"$TMP/keys"
 KVTIER_API_KEY=env-key KVTIER_METRICS_KEY=metrics-secret kvt_start_server keys --api-key-file "$TMP/keys" --parallel 1
 KEYS_PID=$SRV_PID
 check "keys from the environment stay out of the command line" bash -c "! tr '\\0' ' ' </proc/$KEYS_PID/cmdline | grep -q -e env-key -e metrics-secret"

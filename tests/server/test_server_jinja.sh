@@ -49,6 +49,11 @@ check "one of no family stops the start" \
 check "... naming the choices" grep -q -- '--chat-template-file FILE, or name the family.*--chat-template NAME' "$TMP/out"
 check "with --jinja given, one of a family stops the start too" \
   expect_rc 1 "$BIN" serve -m "$TMP/m.gguf" --jinja --chat-template-file "$TMP/chatml_bad.jinja" --port 0
+# a template that writes no message text (an empty file) would make every chat's prompt BOS alone
+: >"$TMP/empty.jinja"
+check "an empty template file stops the start" \
+  expect_rc 1 "$BIN" serve -m "$TMP/m.gguf" --chat-template-file "$TMP/empty.jinja" --port 0
+check "... saying it writes no message text" grep -q "does not write the messages' text" "$TMP/out"
 
 # ---- the model's own template: the default where there is one (--jinja says so) ------------------------
 kvt_start_server jinja -m "$TMP/odd.gguf"

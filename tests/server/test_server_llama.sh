@@ -59,6 +59,20 @@ post /completion '{"prompt": "Hello", "n_probs": 99}'
 check "n_probs out of range is a 400 naming it" is "$CODE/$(jb .error.param)" 400/n_probs
 post /completion '{"prompt": "Hello", "id_slot": 9}'
 check "an id_slot past --parallel is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
+# values past int's range are refused before any conversion (one would be undefined behaviour)
+post /completion '{"prompt": "Hello", "n_probs": 1e300}'
+check "n_probs 1e300 is a 400 naming it" is "$CODE/$(jb .error.param)" 400/n_probs
+post /completion '{"prompt": "Hello", "id_slot": -1e300}'
+check "id_slot -1e300 is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
+# llama.cpp's sampling fields kvtier does not implement: taken at their "off" value, else a 400
+# naming them (ignored, each would give other output than asked)
+for f in '"top_n_sigma": 1.5' '"min_keep": 5' '"t_max_predict_ms": 100' '"n_indent": 4' \
+  '"post_sampling_probs": true' '"lora": [{"id": 0, "scale": 1}]'; do
+  post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, $f}"
+  check "$f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")"
+done
+post /completion '{"prompt": "Hello", "n_predict": 1, "top_n_sigma": -1, "min_keep": 1, "t_max_predict_ms": 0, "n_indent": 0, "post_sampling_probs": false, "lora": []}'
+check "... and accepted at their off values" is "$CODE" 200
 WARM="Warm this prefix first: $LONG"
 post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 0}"
 check "n_predict 0 evaluates the prompt and generates nothing" \

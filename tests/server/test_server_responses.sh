@@ -150,7 +150,15 @@ check "... their neutral values are accepted" is "$CODE/$(jb .metadata.a)" 200/b
 post /v1/responses '{"input":"x","tools":[{"type":"web_search"}]}' "${K1[@]}"
 check "a hosted tool is a 400 naming tools" is "$CODE/$(jb .error.param)" 400/tools
 post /v1/responses '{"input":[{"role":"user","content":[{"type":"input_image","image_url":"http://x"}]}]}' "${K1[@]}"
-check "an image part is a 400 naming input" is "$CODE/$(jb .error.param)" 400/input
+check "an image part is a 400 naming input[0].content" is "$CODE/$(jb .error.param)" "400/input[0].content"
+# an item without what its type needs: a 400 whose param names the field with its index, as OpenAI's
+post /v1/responses '{"input":[{"role":"user","content":"q"},{"type":"function_call_output","output":"5"}]}' "${K1[@]}"
+check "a function_call_output without call_id is a 400 naming input[1].call_id" \
+  is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/input[1].call_id/missing_required_parameter"
+check "... and its message names the item" grep -q 'input\[1\].call_id is required' "$TMP/body"
+post /v1/responses '{"input":[{"role":"user"}]}' "${K1[@]}"
+check "a message item without content is a 400 naming input[0].content" \
+  is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/input[0].content/missing_required_parameter"
 post /v1/responses '{"input":"x","max_output_tokens":0}' "${K1[@]}"
 check "a bad max_output_tokens is a 400 naming it" is "$CODE/$(jb .error.param)" 400/max_output_tokens
 post /v1/responses '{"instructions":"x"}' "${K1[@]}"

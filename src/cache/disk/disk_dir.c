@@ -268,22 +268,32 @@ static int write_first_header(int dfd, const char *dir, kvt_hash128 ns) {
     return rc;
 }
 
-int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns) {
+int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns, int *ours) {
     char text[HEADER_TEXT_MAX];
+    *ours = 0;
     int fd = kvt_disk_file_open(dfd, dir, HEADER_NAME, O_RDONLY, 0);
     if (fd == -ENOENT) return kvt_fail(KVT_ENOTFOUND, "%s: no header", dir);
-    if (fd == -ELOOP || fd == -EINVAL) return KVT_EFORMAT; /* a link or a FIFO is no header: rewritten */
+    if (fd == -ELOOP || fd == -EINVAL) /* a link or a FIFO is no header of ours */
+        return kvt_fail(KVT_EFORMAT, "%s/%s is not a regular file", dir, HEADER_NAME);
     if (fd < 0) return fd;
     ssize_t n = read(fd, text, sizeof text - 1);
     close(fd);
     if (n < 0) return -errno;
     text[n] = 0;
+    /* the first line says whose file it is; the rest, if it was ours, whether it is whole */
+    size_t tl = strlen(HEADER_TITLE);
+    if ((size_t)n <= tl || memcmp(text, HEADER_TITLE, tl) || text[tl] != '\n')
+        return kvt_fail(KVT_EFORMAT, "%s/%s is not a kvtier header (its first line is not '%s')", dir, HEADER_NAME,
+                        HEADER_TITLE);
+    *ours = 1;
     unsigned v;
     uint64_t hi, lo;
-    char title[sizeof HEADER_TITLE + 1];
-    if (sscanf(text, "%18s version %u namespace %16" SCNx64 "%16" SCNx64, title, &v, &hi, &lo) != 4 ||
-        strcmp(title, HEADER_TITLE))
-        return kvt_fail(KVT_EFORMAT, "%s/%s: malformed header file", dir, HEADER_NAME);
+    int from = 0, to = 0; /* where the namespace's hex digits begin and end: exactly 32 of them */
+    if (sscanf(text + tl + 1, "version %u namespace %n%16" SCNx64 "%16" SCNx64 "%n", &v, &from, &hi, &lo, &to) != 3 ||
+        to - from != 32)
+        return kvt_fail(KVT_EFORMAT,
+                        "%s/%s is a kvtier header but damaged: its version or namespace line cannot be read", dir,
+                        HEADER_NAME);
     *version = v;
     ns->hi = hi;
     ns->lo = lo;
@@ -293,7 +303,8 @@ int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_has
 int kvt_disk_read_header(const char *dir, uint32_t *version, kvt_hash128 *ns) {
     int dfd = kvt_disk_dir_open(dir, DIR_READ);
     if (dfd < 0) return dfd;
-    int rc = kvt_disk_read_header_at(dfd, dir, version, ns);
+    int ours;
+    int rc = kvt_disk_read_header_at(dfd, dir, version, ns, &ours);
     close(dfd);
     return rc;
 }
@@ -408,15 +419,19 @@ int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, const kvt_hash12
     *fresh = 0;
     uint32_t version;
     kvt_hash128 ns;
-    int rc = kvt_disk_read_header_at(dfd, dir, &version, &ns);
+    int ours;
+    int rc = kvt_disk_read_header_at(dfd, dir, &version, &ns, &ours);
     if (rc == KVT_ENOTFOUND) {
         rc = check_empty(dfd, dir, "no header file", fresh);
         /* not writable (read-only): the store's open finds that out and writes nothing */
         if (!rc && init_ns) (void)write_first_header(dfd, dir, *init_ns);
         return rc;
     }
-    if (rc == KVT_EFORMAT) return check_empty(dfd, dir, "its file '" HEADER_NAME "' is not a kvtier header", fresh);
-    if (rc) return kvt_fail(rc, "cache dir %s: cannot read its header: %s", dir, strerror(-rc));
+    /* a header of ours whose lines are damaged is still ours: the store's open rewrites it, and
+     * every record proves itself (its own version, CRCs, MAC), so nothing is lost by using it */
+    if (rc == KVT_EFORMAT && !ours)
+        return check_empty(dfd, dir, "its file '" HEADER_NAME "' is not a kvtier header", fresh);
+    if (rc && rc != KVT_EFORMAT) return kvt_fail(rc, "cache dir %s: cannot read its header: %s", dir, strerror(-rc));
     if (!check_key) return 0;
     mac_key key;
     rc = kvt_disk_key_load(dfd, dir, geteuid(), &key);

@@ -171,9 +171,12 @@ int kvt_disk_lock_dir(int dfd, const char *dir, int *unlocked);
  * what was found. */
 int kvt_disk_dir_adopt(int dfd, const char *dir, int check_key, const kvt_hash128 *init_ns, int *fresh);
 
-/* The header file: written atomically; read gives KVT_ENOTFOUND or KVT_EFORMAT. */
+/* The header file: written atomically. Read: 0 with its version and namespace
+ * (of any version: comparing is the caller's), KVT_ENOTFOUND (none), or
+ * KVT_EFORMAT with *ours 0 (not a kvtier header: someone else's file) or 1 (a
+ * kvtier header whose lines are damaged); the message says which. */
 int kvt_disk_write_header(int dfd, const char *dir, kvt_hash128 ns);
-int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns);
+int kvt_disk_read_header_at(int dfd, const char *dir, uint32_t *version, kvt_hash128 *ns, int *ours);
 
 /* The key file: loaded (libsodium started, then the file read: KVT_ENOTFOUND
  * when there is none, KVT_EUNSUPPORTED when libsodium cannot start; refused

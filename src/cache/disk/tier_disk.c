@@ -244,13 +244,19 @@ static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int
      * are reclaimed oldest-first) and the header is rewritten for ours. */
     uint32_t version = KVT_DISK_FORMAT_VERSION;
     kvt_hash128 hns = p->ns;
-    int hrc = kvt_disk_read_header_at(d->dir_fd, d->dir, &version, &hns);
+    int ours;
+    int hrc = kvt_disk_read_header_at(d->dir_fd, d->dir, &version, &hns, &ours);
     int need_header = hrc != 0;
-    if (hrc == KVT_EFORMAT) kvt_log(KVT_LOG_WARN, "%s", kvt_errmsg());
+    /* damaged (adopt let only ours through): each record still proves itself (version, CRCs,
+     * MAC), so the records are kept and only the header is written again */
+    if (hrc == KVT_EFORMAT)
+        kvt_log(KVT_LOG_WARN, "%s: the header is written anew, and the records are kept, each checked on its own",
+                kvt_errmsg());
     if (hrc == 0 && version != KVT_DISK_FORMAT_VERSION) {
-        kvt_logk(KVT_LOG_WARN, "dir,format_version,build_format_version",
-                 "cache dir %s has format version %u, this build uses %d: its records are ignored", d->dir, version,
-                 KVT_DISK_FORMAT_VERSION);
+        kvt_logk(KVT_LOG_WARN, "dir,,format_version,build_format_version",
+                 "cache dir %s was written by %s kvtier (format version %u; this build reads %d): its records are "
+                 "ignored and their space reclaimed oldest first",
+                 d->dir, version > KVT_DISK_FORMAT_VERSION ? "a newer" : "an older", version, KVT_DISK_FORMAT_VERSION);
         *ignore_records = 1;
         need_header = 1;
     } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {

@@ -22,6 +22,7 @@ static const char *const INVALID = "invalid_request_error";
 typedef enum {
     AUDIT_ACCEPT,        /* does not change the output: accepted and ignored */
     AUDIT_NUMBER,        /* a number equal to neutral */
+    AUDIT_AT_MOST,       /* a number at most neutral (llama.cpp's "off" is any value up to it) */
     AUDIT_FALSE,         /* false */
     AUDIT_EMPTY,         /* "", [] or {} */
     AUDIT_STRINGS,       /* one of the comma-separated strings in allowed */
@@ -32,7 +33,7 @@ typedef enum {
 typedef struct {
     const char *name;
     audit_rule rule;
-    double neutral;      /* AUDIT_NUMBER */
+    double neutral;      /* AUDIT_NUMBER, AUDIT_AT_MOST */
     const char *allowed; /* AUDIT_STRINGS; also how the message names the neutral value */
 } audit_field;
 
@@ -56,6 +57,12 @@ static const audit_field AUDIT[] = {
     {"dynatemp_range", AUDIT_NUMBER, 0, "0"},
     {"xtc_probability", AUDIT_NUMBER, 0, "0"},
     {"dry_multiplier", AUDIT_NUMBER, 0, "0"},
+    {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)"},
+    {"min_keep", AUDIT_AT_MOST, 1, "0 or 1"},
+    {"t_max_predict_ms", AUDIT_AT_MOST, 0, "0"},
+    {"n_indent", AUDIT_AT_MOST, 0, "0"},
+    {"post_sampling_probs", AUDIT_FALSE, 0, "false"},
+    {"lora", AUDIT_EMPTY, 0, "[]"},
     {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
     {"functions", AUDIT_EMPTY, 0, "[] (use tools)"},
     {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)"},
@@ -70,6 +77,7 @@ static int audit_neutral(const audit_field *f, const cJSON *v) {
     switch (f->rule) {
     case AUDIT_ACCEPT: return 1;
     case AUDIT_NUMBER: return cJSON_IsNumber(v) && v->valuedouble == f->neutral;
+    case AUDIT_AT_MOST: return cJSON_IsNumber(v) && v->valuedouble <= f->neutral;
     case AUDIT_FALSE: return cJSON_IsFalse(v);
     case AUDIT_EMPTY:
         return (cJSON_IsString(v) && !*v->valuestring) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child);

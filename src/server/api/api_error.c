@@ -25,6 +25,20 @@ int kvt_api_errorf(kvt_api_error *e, int status, const char *type, const char *p
     return KVT_EARG;
 }
 
+int kvt_api_error_item(kvt_api_error *e, const char *array, size_t i, const char *field, const char *code,
+                       const char *fmt, ...) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    snprintf(e->param_text, sizeof e->param_text, "%s[%zu]%s", array, i, field);
+    e->param = e->param_text;
+    return KVT_EARG;
+}
+
 char *kvt_api_error_json(const kvt_api_error *e) {
     cJSON *o = cJSON_CreateObject();
     cJSON *er = cJSON_AddObjectToObject(o, "error");

@@ -80,27 +80,29 @@ static int get_bool(const cJSON *root, const char *name, int *out, kvt_api_error
     return 0;
 }
 
-/* Text content of a chat message: a string, or an array of {type:"text", text} parts. */
-static int message_content(const cJSON *c, char **out, kvt_api_error *err) {
-    if (!c || cJSON_IsNull(c)) {
-        *out = kvt_xstrdup("");
-        return 0;
-    }
+/* Text content of messages[i]: a string, or an array of {type:"text", text} parts. Absent, null
+ * or an empty array: *out NULL (whether a message may go without is its role's rule). */
+static int message_content(const cJSON *c, size_t i, char **out, kvt_api_error *err) {
+    *out = NULL;
+    if (!c || cJSON_IsNull(c) || (cJSON_IsArray(c) && !c->child)) return 0;
     if (cJSON_IsString(c)) {
         *out = kvt_xstrdup(c->valuestring);
         return 0;
     }
     if (!cJSON_IsArray(c))
-        return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
-                              "message content must be a string or an array of text parts");
+        return kvt_api_error_item(err, "messages", i, ".content", "invalid_type",
+                                  "messages[%zu].content must be a string or an array of text parts, got %s", i,
+                                  json_type(c));
     size_t len = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
-            return kvt_api_errorf(err, 400, INVALID, "messages", "unsupported_content",
-                                  "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+            return kvt_api_error_item(err, "messages", i, ".content", "unsupported_content",
+                                      "messages[%zu].content: only text parts ({\"type\": \"text\", \"text\": "
+                                      "...}) are supported",
+                                      i);
         len += strlen(text->valuestring);
     }
     char *s = kvt_xmalloc(len + 1);
@@ -113,6 +115,43 @@ static int message_content(const cJSON *c, char **out, kvt_api_error *err) {
     }
     s[o] = 0;
     *out = s;
+    return 0;
+}
+
+/* messages[i]'s role (roles[*k]) and the fields that role needs, as OpenAI requires them: a
+ * content for every role but an assistant's that carries tool calls, and a tool_call_id for a
+ * tool's result. param names the field with its place ("messages[1].tool_call_id"). */
+static int check_message(const cJSON *msg, size_t i, const char *const *roles, size_t n_roles, size_t *k,
+                         kvt_api_error *err) {
+    if (!cJSON_IsObject(msg))
+        return kvt_api_error_item(err, "messages", i, "", "invalid_type", "messages[%zu] must be an object, got %s", i,
+                                  json_type(msg));
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+    if (!cJSON_IsString(role))
+        return kvt_api_error_item(err, "messages", i, ".role", role ? "invalid_type" : "missing_required_parameter",
+                                  "messages[%zu].role is required: a string", i);
+    for (*k = 0; *k < n_roles && strcmp(role->valuestring, roles[*k]);) ++*k;
+    if (*k == n_roles)
+        return kvt_api_error_item(err, "messages", i, ".role", "invalid_value",
+                                  "messages[%zu].role '%.32s' is not a role: it must be system, developer, user, "
+                                  "assistant or tool",
+                                  i, role->valuestring);
+    const char *rs = roles[*k];
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    int has_content = content && !cJSON_IsNull(content) && !(cJSON_IsArray(content) && !content->child);
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (!has_content && !(!strcmp(rs, "assistant") && cJSON_IsArray(calls) && calls->child))
+        return kvt_api_error_item(err, "messages", i, ".content", "missing_required_parameter",
+                                  "messages[%zu].content is required for role '%s'%s", i, rs,
+                                  strcmp(rs, "assistant") ? " (a string or text parts)"
+                                                          : " unless the message carries 'tool_calls'");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
+    if (!strcmp(rs, "tool") && (!cJSON_IsString(id) || !*id->valuestring))
+        return kvt_api_error_item(err, "messages", i, ".tool_call_id",
+                                  id ? "invalid_value" : "missing_required_parameter",
+                                  "messages[%zu].tool_call_id is required for role 'tool': the id of the call it "
+                                  "answers (a non-empty string)",
+                                  i);
     return 0;
 }
 
@@ -131,20 +170,13 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
     r->msg_tools = kvt_xcalloc((size_t)n, sizeof *r->msg_tools);
     const cJSON *msg;
     cJSON_ArrayForEach(msg, m) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsObject(msg) || !cJSON_IsString(role))
-            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
-                                  "messages[%zu] must be an object with a string 'role'", r->n_msgs);
-        const char *rs = role->valuestring;
         size_t k = 0;
-        while (k < KVT_ARRAY_LEN(roles) && strcmp(rs, roles[k])) k++;
-        if (k == KVT_ARRAY_LEN(roles))
-            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
-                                  "messages[%zu].role must be system, developer, user, assistant or tool", r->n_msgs);
+        if (check_message(msg, r->n_msgs, roles, KVT_ARRAY_LEN(roles), &k, err)) return -1;
+        const char *rs = roles[k];
         char *content = NULL;
         kvt_api_msg_tools *mt = &r->msg_tools[r->n_msgs];
         if (kvt_api_parse_msg_tools(msg, r->n_msgs, rs, mt, err)) return -1;
-        if (message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), &content, err)) {
+        if (message_content(cJSON_GetObjectItemCaseSensitive(msg, "content"), r->n_msgs, &content, err)) {
             /* not yet counted in n_msgs, so kvt_api_tools_free would not see what its tool fields hold */
             cJSON_Delete(mt->tool_calls);
             free(mt->tool_call_id);
@@ -154,7 +186,7 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
         }
         /* "developer" is OpenAI's newer name for the system role */
         r->msgs[r->n_msgs].role = kvt_xstrdup(k <= 1 ? "system" : rs);
-        r->msgs[r->n_msgs].content = content;
+        r->msgs[r->n_msgs].content = content ? content : kvt_xstrdup("");
         r->n_msgs++;
     }
     return 0;
@@ -276,11 +308,17 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
     r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
     for (const cJSON *e = lb->child; e; e = e->next) {
-        char *end;
-        long id = strtol(e->string, &end, 10);
-        if (end == e->string || *end || id < 0 || id >= n_vocab)
+        /* a key as a token id is written: decimal digits without a sign, space or leading zero, so
+         * that no two keys ("5", "05", " 5") name one token and add up past the bias range (the
+         * strict parse already refuses a key given twice) */
+        const char *k = e->string;
+        size_t digits = strspn(k, "0123456789");
+        long id = digits && digits <= 10 && !k[digits] && (k[0] != '0' || digits == 1) ? strtol(k, NULL, 10) : -1;
+        if (id < 0 || id >= n_vocab)
             return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
-                                  "'logit_bias' keys must be token ids in [0, %d)", n_vocab);
+                                  "'logit_bias' keys must be token ids in [0, %d), written in decimal without sign, "
+                                  "spaces or leading zeros; got '%.32s'",
+                                  n_vocab, k);
         if (!cJSON_IsNumber(e) || !(fabs(e->valuedouble) <= MAX_LOGIT_BIAS))
             return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
                                   "'logit_bias' values must be finite numbers from -100 to 100");

@@ -125,8 +125,8 @@ static int check_fields(const cJSON *root, kvt_api_error *err) {
 static char *content_text(const cJSON *c, size_t index, kvt_api_error *err) {
     if (cJSON_IsString(c)) return kvt_xstrdup(c->valuestring);
     if (!cJSON_IsArray(c)) {
-        kvt_api_errorf(err, 400, INVALID, "input", "invalid_type",
-                       "input[%zu].content must be a string or an array of text parts", index);
+        kvt_api_error_item(err, "input", index, ".content", c ? "invalid_type" : "missing_required_parameter",
+                           "input[%zu].content must be a string or an array of text parts", index);
         return NULL;
     }
     size_t len = 0;
@@ -136,10 +136,10 @@ static char *content_text(const cJSON *c, size_t index, kvt_api_error *err) {
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
         const char *t = cJSON_IsString(type) ? type->valuestring : "";
         if ((strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text")) || !cJSON_IsString(text)) {
-            kvt_api_errorf(err, 400, INVALID, "input", "unsupported_content",
-                           "input[%zu].content[%d] must be {\"type\": \"input_text\" or \"output_text\", \"text\": "
-                           "...}; kvtier serves text models (got type '%.32s')",
-                           index, j, t);
+            kvt_api_error_item(err, "input", index, ".content", "unsupported_content",
+                               "input[%zu].content[%d] must be {\"type\": \"input_text\" or \"output_text\", \"text\": "
+                               "...}; kvtier serves text models (got type '%.32s')",
+                               index, j, t);
             return NULL;
         }
         len += strlen(text->valuestring);
@@ -161,25 +161,29 @@ static const char *item_type(const cJSON *it) {
     return cJSON_GetObjectItemCaseSensitive(it, "role") ? "message" : "";
 }
 
+/* input[index].name is a non-empty string; else a 400 whose param names it ("input[3].call_id"). */
 static int str_field(const cJSON *it, const char *name, size_t index, kvt_api_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, name);
     if (cJSON_IsString(v) && *v->valuestring) return 0;
-    return kvt_api_errorf(err, 400, INVALID, "input", "invalid_value", "input[%zu].%s must be a non-empty string",
-                          index, name);
+    char field[32];
+    snprintf(field, sizeof field, ".%s", name);
+    return kvt_api_error_item(err, "input", index, field, v ? "invalid_value" : "missing_required_parameter",
+                              "input[%zu].%s %s a non-empty string", index, name, v ? "must be" : "is required:");
 }
 
 /* Checks one item: a message (role user, assistant, system or developer; text content), a
  * function_call (call_id, name, arguments) or a function_call_output (call_id, output). */
 static int check_item(const cJSON *it, size_t index, kvt_api_error *err) {
     if (!cJSON_IsObject(it))
-        return kvt_api_errorf(err, 400, INVALID, "input", "invalid_type", "input[%zu] must be an object", index);
+        return kvt_api_error_item(err, "input", index, "", "invalid_type", "input[%zu] must be an object", index);
     const char *t = item_type(it);
     if (!strcmp(t, "message")) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
         if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system") && strcmp(r, "developer"))
-            return kvt_api_errorf(err, 400, INVALID, "input", "invalid_value",
-                                  "input[%zu].role must be user, assistant, system or developer", index);
+            return kvt_api_error_item(err, "input", index, ".role",
+                                      role ? "invalid_value" : "missing_required_parameter",
+                                      "input[%zu].role must be user, assistant, system or developer", index);
         char *text = content_text(cJSON_GetObjectItemCaseSensitive(it, "content"), index, err);
         free(text);
         return text ? 0 : -1;
@@ -188,25 +192,26 @@ static int check_item(const cJSON *it, size_t index, kvt_api_error *err) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(it, "arguments");
         if (str_field(it, "call_id", index, err) || str_field(it, "name", index, err)) return -1;
         if (!cJSON_IsString(a))
-            return kvt_api_errorf(err, 400, INVALID, "input", "invalid_value",
-                                  "input[%zu].arguments must be a string (the call's JSON arguments)", index);
+            return kvt_api_error_item(err, "input", index, ".arguments",
+                                      a ? "invalid_type" : "missing_required_parameter",
+                                      "input[%zu].arguments must be a string (the call's JSON arguments)", index);
         return 0;
     }
     if (!strcmp(t, "item_reference")) return str_field(it, "id", index, err); /* the handler resolves it */
     if (!strcmp(t, "function_call_output")) {
         if (str_field(it, "call_id", index, err)) return -1;
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(it, "output");
-        char *text = o ? content_text(o, index, err) : NULL;
-        if (!o)
-            kvt_api_errorf(err, 400, INVALID, "input", "missing_required_parameter", "input[%zu].output is required",
-                           index);
+        if (!cJSON_IsString(o) && !cJSON_IsArray(o))
+            return kvt_api_error_item(err, "input", index, ".output", o ? "invalid_type" : "missing_required_parameter",
+                                      "input[%zu].output is required: a string or an array of text parts", index);
+        char *text = content_text(o, index, err);
         free(text);
         return text ? 0 : -1;
     }
-    return kvt_api_errorf(err, 400, INVALID, "input", "unsupported_value",
-                          "input[%zu].type '%.32s' is not supported: kvtier takes message, function_call, "
-                          "function_call_output and item_reference items",
-                          index, t);
+    return kvt_api_error_item(err, "input", index, ".type", "unsupported_value",
+                              "input[%zu].type '%.32s' is not supported: kvtier takes message, function_call, "
+                              "function_call_output and item_reference items",
+                              index, t);
 }
 
 /* The input as items: a string is one user message. */

@@ -253,23 +253,23 @@ int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kv
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(msg, "reasoning_content");
     if (!strcmp(role, "assistant") && rc && !cJSON_IsNull(rc)) {
         if (!cJSON_IsString(rc))
-            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
-                                  "messages[%zu].reasoning_content must be a string", index);
+            return kvt_api_error_item(err, "messages", index, ".reasoning_content", "invalid_type",
+                                      "messages[%zu].reasoning_content must be a string", index);
     }
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
     if (!strcmp(role, "assistant") && calls && !cJSON_IsNull(calls)) {
         if (!cJSON_IsArray(calls))
-            return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_type",
-                                  "messages[%zu].tool_calls must be an array", index);
+            return kvt_api_error_item(err, "messages", index, ".tool_calls", "invalid_type",
+                                      "messages[%zu].tool_calls must be an array", index);
         for (const cJSON *c = calls->child; c; c = c->next) {
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
             if (!cJSON_IsString(name) || !name_ok(name->valuestring) || (args && !cJSON_IsString(args)))
-                return kvt_api_errorf(err, 400, INVALID, "messages", "invalid_value",
-                                      "messages[%zu].tool_calls[] must be {\"id\", \"type\": \"function\", "
-                                      "\"function\": {\"name\", \"arguments\": a string}}",
-                                      index);
+                return kvt_api_error_item(err, "messages", index, ".tool_calls", "invalid_value",
+                                          "messages[%zu].tool_calls[] must be {\"id\", \"type\": \"function\", "
+                                          "\"function\": {\"name\", \"arguments\": a string}}",
+                                          index);
         }
         if (cJSON_GetArraySize(calls)) out->tool_calls = cJSON_Duplicate(calls, 1);
     }

@@ -88,9 +88,10 @@ static int native_prefill(cJSON *root, int *prefill, kvt_api_error *err) {
 static int native_fields(kvt_server *s, cJSON *root, batch *b, kvt_api_error *err) {
     if (native_prefill(root, &b->prefill, err)) return -1;
     cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, "n_probs");
+    /* the range before the cast: converting a double outside int's range is undefined */
     int bad = v && !cJSON_IsNull(v) &&
-        (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 ||
-         v->valuedouble > KVT_API_MAX_TOP_LOGPROBS);
+        (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= KVT_API_MAX_TOP_LOGPROBS) ||
+         v->valuedouble != (int)v->valuedouble);
     if (bad)
         kvt_api_errorf(err, 400, INVALID, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]",
                        KVT_API_MAX_TOP_LOGPROBS);
@@ -102,8 +103,8 @@ static int native_fields(kvt_server *s, cJSON *root, batch *b, kvt_api_error *er
     if (bad) return -1;
     v = cJSON_DetachItemFromObjectCaseSensitive(root, "id_slot");
     bad = v && !cJSON_IsNull(v) &&
-        (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < -1 ||
-         v->valuedouble >= s->p.parallel);
+        (!cJSON_IsNumber(v) || !(v->valuedouble >= -1 && v->valuedouble < s->p.parallel) ||
+         v->valuedouble != (int)v->valuedouble);
     cJSON_Delete(v);
     if (bad)
         return kvt_api_errorf(err, 400, INVALID, "id_slot", "invalid_value",

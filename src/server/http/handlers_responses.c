@@ -49,11 +49,13 @@ static void job_free(resp_job *j) {
     free(j);
 }
 
-/* The Responses name of a field the chat parser named, so an error names what the client sent. */
+/* The Responses name of a field the chat parser named, so an error names what the client sent
+ * (a message's field, "messages[2].content", is input's: the items merge into other indices). */
 static void rename_param(kvt_api_error *err) {
     static const char *const map[][2] = {{"max_completion_tokens", "max_output_tokens"},
                                          {"response_format", "text"},
                                          {"messages", "input"}};
+    if (err->param && !strncmp(err->param, "messages[", 9)) err->param = "messages";
     for (size_t i = 0; err->param && i < KVT_ARRAY_LEN(map); i++)
         if (!strcmp(err->param, map[i][0])) {
             char msg[sizeof err->message];

@@ -102,17 +102,31 @@ enum MHD_Result kvt_srv_send_preflight(kvt_server *s, struct MHD_Connection *c, 
     return kvt_srv_send_response(s, c, label, MHD_HTTP_NO_CONTENT, resp);
 }
 
-/* Whether the client is gone (checked while a request waits). A FIN alone is
- * not departure: a client may half-close (shutdown(SHUT_WR), `nc -N`, some
- * proxies) and still read the answer. So only a reset or a socket error
- * counts, which poll() reports as POLLERR/POLLHUP without consuming data. A
- * client that closed without a reset is noticed when a write to it fails:
- * at its next stream event, or when a non-streamed answer is sent. */
+/* Whether the client is gone (checked while a stream waits for its next
+ * event). A FIN alone is not departure here: a client may half-close
+ * (shutdown(SHUT_WR), `nc -N`) and still read the stream. So only a reset or
+ * a socket error counts, which poll() reports as POLLERR/POLLHUP without
+ * consuming data; a client that closed without a reset is noticed when a
+ * write of the stream to it fails, an event or two later. */
 int kvt_srv_peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+/* Whether the client of a request answered whole (not streamed) is gone: a
+ * reset, or its FIN (POLLRDHUP, seen without reading what it sent). Nothing
+ * is written to it before the answer, and a socket closed with close() sends
+ * only a FIN, which a half-close sends too: the two cannot be told apart
+ * without writing, so a FIN is taken for departure, as llama-server and
+ * nginx take it. Otherwise a client that gave up (a timeout, a closed
+ * program) would hold its slot until max_tokens. */
+static int peer_left(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLERR | POLLHUP | POLLNVAL));
 }
 
 int kvt_srv_wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *const *wait, int n_wait, srv_req *const *cancel,
@@ -124,7 +138,7 @@ int kvt_srv_wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *const *w
             if (kvt_srv_all_done(wait[i])) break;
             /* the poll on the socket runs without the lock, so the engine is never held up by it */
             pthread_mutex_unlock(&s->mu);
-            int gone = kvt_srv_peer_gone(c);
+            int gone = peer_left(c);
             pthread_mutex_lock(&s->mu);
             if (gone) {
                 for (int k = 0; k < n_cancel; k++)

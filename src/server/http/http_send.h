@@ -49,11 +49,13 @@ enum MHD_Result kvt_srv_send_errorf(kvt_server *s, struct MHD_Connection *c, con
 /* A CORS preflight (OPTIONS with --cors-origin): 204 with what the browser may
  * send. An origin not allowed gets no Allow-Origin, so the browser refuses. */
 enum MHD_Result kvt_srv_send_preflight(kvt_server *s, struct MHD_Connection *c, const char *label);
-/* Whether c's client is gone (a reset or a socket error). */
+/* Whether c's client is gone (a reset or a socket error; a stream's check: a
+ * half-closed client still reads its events). */
 int kvt_srv_peer_gone(struct MHD_Connection *c);
 /* Waits (s->mu not held) until every request of wait[0..n_wait) and its other
  * choices are done, in turn, checking every WAIT_SLICE_MS that c's client is
- * still there. 0 when all are done; -1 when the client went away first, with
+ * still there: a reset or its FIN (a closed or half-closed socket) means it
+ * left. 0 when all are done; -1 when the client went away first, with
  * every non-NULL request of cancel[0..n_cancel) cancelled. The caller keeps
  * its references either way and counts the departure itself. */
 int kvt_srv_wait_done(kvt_server *s, struct MHD_Connection *c, srv_req *const *wait, int n_wait, srv_req *const *cancel,
