@@ -12,8 +12,9 @@
  * (n <= DIRECT_MAX_TOKENS) the AVX-512 variant skips that staging for Q4_K and
  * Q6_K and unpacks in registers straight into the dot, and so does the AVX2
  * variant with its own instructions (see the end of the file). The AVX-512
- * variant runs Q4_K and Q6_K from 8 tokens, and Q4_K steps of 2 to 4 tokens,
- * in ops_qkt_avx512.c (16 and 4 tokens per vector), the same bits. */
+ * variant runs Q4_K and Q6_K from 8 tokens (Q4_K from 9), and Q4_K steps of
+ * 2 to 8 tokens, in ops_qkt_avx512.c (16 and 4 tokens per vector), the same
+ * bits. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -733,9 +734,9 @@ T2 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t
 }
 
 T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) {
-        if (kvt_qk4_few_avx512(w, a, r0, r1, y, ldy) == 0) q4k_mm_direct512(w, a, r0, r1, y, ldy);
-    } else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct512(w, a, r0, r1, y, ldy);
+    if (w->type == KVT_TYPE_Q4_K && kvt_qk4_few_avx512(w, a, r0, r1, y, ldy) != 0) return; /* 2-8 tokens */
+    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct512(w, a, r0, r1, y, ldy);
+    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct512(w, a, r0, r1, y, ldy);
     else if (kvt_qkt_mm_avx512(w, a, r0, r1, y, ldy) == 0) qk_mm_unpacked512(w, a, r0, r1, y, ldy);
 }
 

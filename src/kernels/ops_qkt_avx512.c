@@ -183,7 +183,7 @@ INLINE512 void qkt_tile(const qkt_row *const rw[QKT_R], const qkt_acts *x, int64
     _Pragma("GCC unroll 8") for (int i = 0; i < QKT_R; i++) out[i] = acc[i];
 }
 
-/* Long: the whole matmul (staging, the chunk, row-group and token-vector loops, write-back). */
+/* The whole matmul: staging, the chunk, row-group and token-vector loops, write-back. */
 T512 int64_t kvt_qkt_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const uint32_t type = w->type;
     const int64_t nb = a->k / KVT_QK;
@@ -229,67 +229,82 @@ T512 int64_t kvt_qkt_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0,
     return r1 - r0;
 }
 
-/* ---- Q4_K steps of 2 to 4 tokens ------------------------------------------
+/* ---- Q4_K steps of 2 to 8 tokens ------------------------------------------
  * Several sequences decoding at once. ops_k_x86.c's direct path dots each
  * token on its own against a row's decoded super-block (a maddubs and a dpwssd
  * per 64 codes and token, then horizontal sums per token). Here one zmm holds
  * 4 tokens' quants of one group of 16 codes (a 128-bit lane per token), and a
  * row's 16 packed bytes, broadcast to the 4 lanes, give masked and shifted the
- * codes of two groups: one vpdpbusd per 16 codes for all 4 tokens, two per
+ * codes of two groups: one vpdpbusd per 16 codes for 4 tokens, two per
  * sub-block (32 codes, whose dword sums stay within 8 * 15 * 127, an int16)
- * before the one vpdpwssd that applies its scale. The lanes of 4 rows are then
- * summed by a transpose into one vector of 4 tokens x 4 rows, and the scalar
- * dot's fused multiply-adds run on it: the same exact S and M and the same
- * fmas per output, so the same bits. */
+ * before the one vpdpwssd that applies its scale. 5 to 8 tokens are two such
+ * sets of 4, the row's codes decoded once for both. The lanes of 4 rows are
+ * then summed by a transpose into one vector of 4 tokens x 4 rows, and the
+ * scalar dot's fused multiply-adds run on it: the same exact S and M and the
+ * same fmas per output, so the same bits. */
 
-#define FEW_T 4   /* tokens: one per 128-bit lane */
-#define FEW_R 4   /* rows per group: one 4 x 4 transpose */
-#define FEW_MIN 2 /* one token stays on the direct path, which streams the weights */
+#define FEW_T 4    /* tokens per set: one per 128-bit lane */
+#define FEW_SETS 2 /* sets of 4 tokens, at most */
+#define FEW_R 4    /* rows per group: one 4 x 4 transpose */
+#define FEW_MIN 2  /* one token stays on the direct path, which streams the weights */
 #define FEW_SUBS (KVT_QK / 32)
 
-/* One super-block's activations of up to 4 tokens (the rest zero). */
+/* One super-block's activations of a set of up to 4 tokens (the rest zero). */
 typedef struct {
     _Alignas(64) int8_t x[KVT_QK_NGROUP][FEW_T][KVT_QK_GROUP]; /* token t's quants of group g */
     _Alignas(64) int16_t bs[FEW_T][FEW_SUBS];                  /* token t's sums of each 32 quants */
     _Alignas(64) float dx[FEW_T][FEW_R];                       /* token t's scale, once per row */
 } few_acts;
 
-static T512 void few_pack(const kvt_acts *a, int64_t nb, few_acts *o) {
+/* o[b * sets + set]: token 4 * set + t in lane t. */
+static T512 void few_pack(const kvt_acts *a, int64_t nb, int sets, few_acts *o) {
     const int64_t nsb = a->kpad / KVT_QK, ngr = a->kpad / KVT_QK_GROUP;
-    memset(o, 0, sizeof *o * (size_t)nb);
+    memset(o, 0, sizeof *o * (size_t)(nb * sets));
     for (int64_t b = 0; b < nb; b++)
-        for (int t = 0; t < (int)a->n; t++) {
-            const int8_t *q = a->kq + t * a->kpad + b * KVT_QK;
-            const int16_t *bs = a->kbs + t * ngr + b * KVT_QK_NGROUP;
-            for (int g = 0; g < KVT_QK_NGROUP; g++) memcpy(o[b].x[g][t], q + KVT_QK_GROUP * g, KVT_QK_GROUP);
-            for (int s = 0; s < FEW_SUBS; s++) o[b].bs[t][s] = (int16_t)(bs[2 * s] + bs[2 * s + 1]);
-            for (int i = 0; i < FEW_R; i++) o[b].dx[t][i] = a->kd[t * nsb + b];
+        for (int tok = 0; tok < (int)a->n; tok++) {
+            few_acts *f = &o[b * sets + tok / FEW_T];
+            const int t = tok % FEW_T;
+            const int8_t *q = a->kq + tok * a->kpad + b * KVT_QK;
+            const int16_t *bs = a->kbs + tok * ngr + b * KVT_QK_NGROUP;
+            for (int g = 0; g < KVT_QK_NGROUP; g++) memcpy(f->x[g][t], q + KVT_QK_GROUP * g, KVT_QK_GROUP);
+            for (int s = 0; s < FEW_SUBS; s++) f->bs[t][s] = (int16_t)(bs[2 * s] + bs[2 * s + 1]);
+            for (int i = 0; i < FEW_R; i++) f->dx[t][i] = a->kd[tok * nsb + b];
         }
 }
 
-/* One row's super-block against the 4 tokens: S and M as 4 dwords per token lane. */
-INLINE512 void few_row(const uint8_t *blk, const few_acts *x, __m512i *S, __m512i *M) {
+/* One row's super-block against `sets` (a constant) sets of tokens x[0..sets):
+ * S[s] and M[s] as 4 dwords per token lane. */
+INLINE512 void few_row(const uint8_t *blk, const few_acts *x, const int sets, __m512i S[FEW_SETS], __m512i M[FEW_SETS]) {
     const __m128i sm = kvt_q45k_scales_vec(blk);
     _Alignas(64) int32_t sc[16]; /* the 8 scales, then the 8 mins */
     _mm512_store_si512(sc, _mm512_cvtepu8_epi32(sm));
-    *M = _mm512_madd_epi16(_mm512_load_si512(x->bs), _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
+    const __m512i mins = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    __m512i s0[FEW_SETS], s1[FEW_SETS];
+    _Pragma("GCC unroll 2") for (int k = 0; k < sets; k++) {
+        M[k] = _mm512_madd_epi16(_mm512_load_si512(x[k].bs), mins);
+        s0[k] = s1[k] = _mm512_setzero_si512();
+    }
     for (int c = 0; c < 4; c++) { /* 32 packed bytes: sub-block 2c in the low nibbles, 2c + 1 in the high */
         const uint8_t *qs = blk + KVT_Q4K_QS + 32 * c;
         const __m512i pa = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)qs));
         const __m512i pb = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(qs + 16)));
-        const __m512i lo = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(pa, m4), _mm512_load_si512(x->x[4 * c])),
-            _mm512_and_si512(pb, m4), _mm512_load_si512(x->x[4 * c + 1]));
-        const __m512i hi = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(pa, 4), m4),
-                                _mm512_load_si512(x->x[4 * c + 2])),
-            _mm512_and_si512(_mm512_srli_epi16(pb, 4), m4), _mm512_load_si512(x->x[4 * c + 3]));
-        s0 = _mm512_dpwssd_epi32(s0, lo, _mm512_set1_epi32(sc[2 * c]));
-        s1 = _mm512_dpwssd_epi32(s1, hi, _mm512_set1_epi32(sc[2 * c + 1]));
+        const __m512i la = _mm512_and_si512(pa, m4), lb = _mm512_and_si512(pb, m4);
+        const __m512i ha = _mm512_and_si512(_mm512_srli_epi16(pa, 4), m4);
+        const __m512i hb = _mm512_and_si512(_mm512_srli_epi16(pb, 4), m4);
+        const __m512i scl = _mm512_set1_epi32(sc[2 * c]), sch = _mm512_set1_epi32(sc[2 * c + 1]);
+        _Pragma("GCC unroll 2") for (int k = 0; k < sets; k++) {
+            const __m512i lo = _mm512_dpbusd_epi32(
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), la, _mm512_load_si512(x[k].x[4 * c])), lb,
+                _mm512_load_si512(x[k].x[4 * c + 1]));
+            const __m512i hi = _mm512_dpbusd_epi32(
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ha, _mm512_load_si512(x[k].x[4 * c + 2])), hb,
+                _mm512_load_si512(x[k].x[4 * c + 3]));
+            s0[k] = _mm512_dpwssd_epi32(s0[k], lo, scl);
+            s1[k] = _mm512_dpwssd_epi32(s1[k], hi, sch);
+        }
     }
-    *S = _mm512_add_epi32(s0, s1);
+    _Pragma("GCC unroll 2") for (int k = 0; k < sets; k++) S[k] = _mm512_add_epi32(s0[k], s1[k]);
 }
 
 /* Per 128-bit lane: [sum(s0), sum(s1), sum(s2), sum(s3)] of the lane's 4 dwords (exact). */
@@ -299,13 +314,11 @@ INLINE512 __m512i few_sum4x4(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
 }
 
-/* Long: the whole step (staging, the row-group and super-block loops, the fmas, write-back). */
-T512 int64_t kvt_qk4_few_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+/* The whole step for `sets` (a constant) sets of tokens: the row-group and super-block loops,
+ * the fmas, write-back. */
+INLINE512 void few_mm(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy,
+                      const few_acts *xs, const int sets) {
     const int64_t nb = a->k / KVT_QK;
-    if (w->type != KVT_TYPE_Q4_K || a->n < FEW_MIN || a->n > FEW_T || r1 <= r0 || nb == 0) return 0;
-    few_acts *xs = aligned_alloc(64, sizeof(few_acts) * (size_t)nb);
-    if (!xs) return 0;
-    few_pack(a, nb, xs);
     const uint8_t *base = w->data;
     const size_t bb = kvt_qk_block_bytes(w->type);
     const size_t pf_ahead = (size_t)FEW_R * w->row_bytes * KVT_PF_TILES; /* rows: contiguous */
@@ -315,32 +328,47 @@ T512 int64_t kvt_qk4_few_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0
         const uint8_t *wr[FEW_R];
         for (int i = 0; i < FEW_R; i++) /* rows past r1 repeat the last (results dropped) */
             wr[i] = base + (size_t)(r + (i < nr ? i : nr - 1)) * w->row_bytes;
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc[FEW_SETS];
+        _Pragma("GCC unroll 2") for (int k = 0; k < sets; k++) acc[k] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-            __m512i S[FEW_R], M[FEW_R];
+            __m512i S[FEW_R][FEW_SETS], M[FEW_R][FEW_SETS];
             _Alignas(16) uint16_t dh[2 * FEW_R]; /* the rows' d, then their dmin (f16) */
             _Pragma("GCC unroll 4") for (int i = 0; i < FEW_R; i++) {
                 const uint8_t *blk = wr[i] + (size_t)b * bb;
                 /* decode streams each weight once: the same block KVT_PF_TILES row groups on */
                 for (size_t o = 0; o < bb + 63; o += 64) KVT_PREFETCH_WEIGHTS(blk + pf_ahead + o);
-                few_row(blk, &xs[b], &S[i], &M[i]);
+                few_row(blk, &xs[b * sets], sets, S[i], M[i]);
                 dh[i] = kvt_load_u16(blk + KVT_Q45K_D);
                 dh[FEW_R + i] = kvt_load_u16(blk + KVT_Q45K_DMIN);
             }
             const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)dh));
-            const __m512 dx = _mm512_load_ps(xs[b].dx[0]);
             const __m512 dw = _mm512_broadcast_f32x4(_mm256_castps256_ps128(dm));
             const __m512 mw = _mm512_broadcast_f32x4(_mm256_extractf128_ps(dm, 1));
-            /* lane t, element i: token t, row i */
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(few_sum4x4(S[0], S[1], S[2], S[3])), _mm512_mul_ps(dw, dx), acc);
-            acc = _mm512_fmadd_ps(_mm512_xor_ps(_mm512_cvtepi32_ps(few_sum4x4(M[0], M[1], M[2], M[3])), sign),
-                                  _mm512_mul_ps(mw, dx), acc);
+            /* lane t, element i: token 4k + t, row i */
+            _Pragma("GCC unroll 2") for (int k = 0; k < sets; k++) {
+                const __m512 dx = _mm512_load_ps(xs[b * sets + k].dx[0]);
+                const __m512i Sk = few_sum4x4(S[0][k], S[1][k], S[2][k], S[3][k]);
+                const __m512i Mk = few_sum4x4(M[0][k], M[1][k], M[2][k], M[3][k]);
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Sk), _mm512_mul_ps(dw, dx), acc[k]);
+                acc[k] = _mm512_fmadd_ps(_mm512_xor_ps(_mm512_cvtepi32_ps(Mk), sign), _mm512_mul_ps(mw, dx), acc[k]);
+            }
         }
-        _Alignas(64) float o[FEW_T][FEW_R];
-        _mm512_store_ps(o[0], acc);
+        _Alignas(64) float o[FEW_SETS][FEW_T][FEW_R];
+        _Pragma("GCC unroll 2") for (int k = 0; k < sets; k++) _mm512_store_ps(o[k][0], acc[k]);
         for (int t = 0; t < (int)a->n; t++)
-            for (int i = 0; i < nr; i++) y[t * ldy + r + i] = o[t][i];
+            for (int i = 0; i < nr; i++) y[t * ldy + r + i] = o[t / FEW_T][t % FEW_T][i];
     }
+}
+
+T512 int64_t kvt_qk4_few_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    const int64_t nb = a->k / KVT_QK;
+    if (w->type != KVT_TYPE_Q4_K || a->n < FEW_MIN || a->n > FEW_SETS * FEW_T || r1 <= r0 || nb == 0) return 0;
+    const int sets = (int)(a->n + FEW_T - 1) / FEW_T;
+    few_acts *xs = aligned_alloc(64, sizeof(few_acts) * (size_t)(nb * sets));
+    if (!xs) return 0;
+    few_pack(a, nb, sets, xs);
+    if (sets == 1) few_mm(w, a, r0, r1, y, ldy, xs, 1);
+    else few_mm(w, a, r0, r1, y, ldy, xs, 2);
     free(xs);
     return r1 - r0;
 }
