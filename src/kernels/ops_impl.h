@@ -141,6 +141,14 @@ int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
  * written) for another type, the "block" order, fewer than 8 tokens or no
  * memory for the staging. Returns R; the caller does the rest. */
 int64_t kvt_q8l_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* Q4_K and Q6_K prefill on AVX-512 VNNI, 16 tokens per vector
+ * (ops_qkt_avx512.c): Y for rows [r0, r1) with the bits of the other
+ * variants, returning r1 - r0; or 0 (nothing written) for another type,
+ * fewer than 8 tokens or no memory for the staging. */
+int64_t kvt_qkt_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
+/* Q4_K steps of 2 to 8 tokens on AVX-512 VNNI, 4 tokens per vector (the
+ * same file): the same contract; 0 for another type or token count. */
+int64_t kvt_qk4_few_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
 /* 1 when the Q8_0 order is "block" (ops.h), 0 for "lanes". */
 int kvt_ops_q8_block(void);
 /* 1 when the CPU has AMX-TILE and AMX-INT8 and the kernel let this process

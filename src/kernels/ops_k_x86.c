@@ -11,7 +11,10 @@
  * time; each unpacked super-block serves every token of a chunk. At decode
  * (n <= DIRECT_MAX_TOKENS) the AVX-512 variant skips that staging for Q4_K and
  * Q6_K and unpacks in registers straight into the dot, and so does the AVX2
- * variant with its own instructions (see the end of the file). */
+ * variant with its own instructions (see the end of the file). The AVX-512
+ * variant runs Q4_K and Q6_K from 8 tokens (Q4_K from 9), and Q4_K steps of
+ * 2 to 8 tokens, in ops_qkt_avx512.c (16 and 4 tokens per vector), the same
+ * bits. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -23,6 +26,7 @@
 
 #include "ops_amx.h"
 #include "ops_impl.h"
+#include "ops_k_impl.h"
 #include "quant_k.h"
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
@@ -477,19 +481,6 @@ static T_AMX int qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
 
 #define DIRECT_MAX_TOKENS 4 /* up to this many tokens per call take the direct path */
 
-/* Q4_K/Q5_K's eight 6-bit scales and eight mins (layout in quant_k.c) from the
- * 12 scale bytes: bytes [sc0..sc7, mn0..mn7]. */
-INLINE2 __m128i scales6_vec(const uint8_t *blk) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(blk + KVT_Q45K_SCALES)); /* 12 used */
-    /* low parts: s[0..3] & 63, s[8..11] & 15, s[4..7] & 63, s[8..11] >> 4 */
-    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i lo = _mm_and_si128(_mm_blend_epi16(a, _mm_srli_epi16(a, 4), 0xC0),
-                                     _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    /* high 2 bits of scales/mins 4..7: the top bits of s[0..3] / s[4..7], moved to bits 4-5 */
-    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
-}
-
 /* The AVX-512 direct dots in two halves, so that with several tokens each
  * row's super-block is decoded once for all of them: DEC turns the packed
  * block into 4 vectors of 64 codes (u8, activation order) and their int16
@@ -502,7 +493,7 @@ typedef struct {
 } kdec512;
 
 INLINE512 void q4k_dec512(const uint8_t *blk, kdec512 *o) {
-    const __m128i sm = scales6_vec(blk);
+    const __m128i sm = kvt_q45k_scales_vec(blk);
     /* int16 lanes 0..7 the scales, 8..15 the mins */
     const __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
     const __m512i lo = _mm512_set1_epi8(0xF);
@@ -563,7 +554,7 @@ INLINE512 void q6k_dot512(const kdec512 *w, const int8_t *q, __m256i bs, __m128i
 /* The AVX2 copies: the same S and M, 32 codes per step. */
 INLINE2 void q4k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
     (void)bs;
-    const __m128i sm = scales6_vec(blk);
+    const __m128i sm = kvt_q45k_scales_vec(blk);
     _Alignas(16) uint8_t scm[16];
     _mm_store_si128((__m128i *)(void *)scm, sm);
     const __m256i lo = _mm256_set1_epi8(0xF);
@@ -743,9 +734,10 @@ T2 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t
 }
 
 T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (w->type == KVT_TYPE_Q4_K && kvt_qk4_few_avx512(w, a, r0, r1, y, ldy) != 0) return; /* 2-8 tokens */
     if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct512(w, a, r0, r1, y, ldy);
     else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct512(w, a, r0, r1, y, ldy);
-    else qk_mm_unpacked512(w, a, r0, r1, y, ldy);
+    else if (kvt_qkt_mm_avx512(w, a, r0, r1, y, ldy) == 0) qk_mm_unpacked512(w, a, r0, r1, y, ldy);
 }
 
 /* The AMX variant: the AVX-512 kernels, with prefill on tiles. */

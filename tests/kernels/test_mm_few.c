@@ -7,7 +7,9 @@
  * CPU has them), with 1 to 3 threads (each a different split of the rows).
  * Weights: F16, Q8_0 in both orders, Q4_K and Q6_K (the Q4_K_M mix), at row
  * counts that are no multiple of any tile's rows, rows starting unaligned,
- * and Y rows wider than the matrix (the gap must stay unwritten). */
+ * and Y rows wider than the matrix (the gap must stay unwritten). Q4_K and
+ * Q6_K also run with rows so long that the AVX-512 prefill kernel stages 16
+ * tokens per chunk (17 tokens: two chunks). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +125,9 @@ int main(void) {
         check_type(pools, KVT_TYPE_F16, rows[ri], 200);
         check_type(pools, KVT_TYPE_Q4_K, rows[ri], 512);
         check_type(pools, KVT_TYPE_Q6_K, rows[ri], 512);
+        /* staging 16 tokens of these rows takes more than the kernel's 1 MiB chunk */
+        check_type(pools, KVT_TYPE_Q4_K, rows[ri] % 8, 239 * KVT_QK);
+        check_type(pools, KVT_TYPE_Q6_K, rows[ri] % 8, 239 * KVT_QK);
         static const char *const orders[] = {"lanes", "block"};
         for (int o = 0; o < 2; o++) {
             CHECK(kvt_ops_set_q8_order(orders[o]) == 0);
