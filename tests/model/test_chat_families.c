@@ -21,19 +21,7 @@
 static kvt_model *vocab_model(const char *arch) {
     char file[64];
     snprintf(file, sizeof file, "chat-%s.gguf", arch);
-    const char *path = kvt_test_path(kvt_test_tmpdir(), file);
-    kvt_mkmodel_params p = kvt_mkmodel_default_params();
-    p.arch = arch;
-    p.dim = 64;
-    p.layers = 1;
-    p.heads = 2;
-    p.kv_heads = 1;
-    p.ff = 64;
-    kvt_model *m = NULL;
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    CHECKF(kvt_mkmodel(&p, path) == 0 && kvt_model_load(path, mp, &m) == 0, "%s: %s", arch, kvt_errmsg());
-    return m;
+    return kvt_test_vocab_model(arch, file);
 }
 
 /* Renders msgs and compares the text of the ids (after skip leading ids) with want. */

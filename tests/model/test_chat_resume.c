@@ -136,17 +136,7 @@ static void test_tokenize_after(const kvt_tokenizer *t) {
 }
 
 int main(void) {
-    const char *path = kvt_test_path(kvt_test_tmpdir(), "resume.gguf");
-    kvt_mkmodel_params p = kvt_mkmodel_default_params();
-    p.dim = 64;
-    p.layers = 1;
-    p.heads = 2;
-    p.kv_heads = 1;
-    p.ff = 64;
-    kvt_model *m = NULL;
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    CHECKF(kvt_mkmodel(&p, path) == 0 && kvt_model_load(path, mp, &m) == 0, "%s", kvt_errmsg());
+    kvt_model *m = kvt_test_vocab_model(NULL, "resume.gguf");
     if (m) {
         test_families(m->tok, "mkmodel");
         test_qwen3_rewrites(m->tok);

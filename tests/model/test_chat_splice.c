@@ -13,25 +13,11 @@
 #include "common.h"
 #include "model.h"
 #include "testutil.h"
+#include "vocab_test.h"
 
 #define P1 "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n"
 #define REPLY "General Kenobi"
 #define TAIL "<|im_end|>\n<|im_start|>user\nand then?<|im_end|>\n<|im_start|>assistant\n"
-
-static kvt_model *vocab_model(void) {
-    const char *path = kvt_test_path(kvt_test_tmpdir(), "splice.gguf");
-    kvt_mkmodel_params p = kvt_mkmodel_default_params();
-    p.dim = 64;
-    p.layers = 1;
-    p.heads = 2;
-    p.kv_heads = 1;
-    p.ff = 64;
-    kvt_model *m = NULL;
-    kvt_model_params mp = kvt_model_default_params();
-    mp.vocab_only = 1;
-    CHECKF(kvt_mkmodel(&p, path) == 0 && kvt_model_load(path, mp, &m) == 0, "%s", kvt_errmsg());
-    return m;
-}
 
 static int same(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     return na == nb && (!na || !memcmp(a, b, na * sizeof *a));
@@ -82,7 +68,7 @@ static void test_splice(const kvt_tokenizer *t) {
 }
 
 int main(void) {
-    kvt_model *m = vocab_model();
+    kvt_model *m = kvt_test_vocab_model(NULL, "splice.gguf");
     if (m) test_splice(m->tok);
     kvt_model_free(m);
     return kvt_test_done("test_chat_splice");
