@@ -35,6 +35,19 @@ kvt_test_done() { # kvt_test_done NAME: 1 on a failed check or none at all, 77 (
 }
 # kvt_tsan: whether $BIN is a ThreadSanitizer build (scripts/test.sh sets TSAN_OPTIONS for it), where a
 # token takes ~10x as long: a test that needs a request to last a while can ask for fewer tokens
+# kvt_spm_model OUT: a tiny mkmodel model at OUT on ../shared's SentencePiece vocabulary (where ChatML
+# markup is plain text and generated ids often differ from how their text re-tokenizes), or on
+# mkmodel's byte vocabulary, as a skipped part, when that file is missing. Exits 1 if mkmodel fails.
+kvt_spm_model() {
+  local spm=${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf vocab=()
+  if [ -f "$spm" ]; then
+    vocab=(--vocab-from "$spm")
+  else
+    kvt_test_skip_part "$spm is missing: the checks ran on mkmodel's byte vocabulary"
+  fi
+  "$BIN" mkmodel -o "$1" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 "${vocab[@]}" >/dev/null 2>&1 ||
+    { echo "mkmodel failed"; exit 1; }
+}
 kvt_tsan() { [ -n "${TSAN_OPTIONS:-}" ] || grep -qa __tsan_init "$BIN"; }
 # comparisons for check that say what they got
 is() { [ "$1" = "$2" ] || { echo "  got '$1', want '$2'" >&2; return 1; }; }

@@ -17,15 +17,7 @@ set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 # a real vocabulary, where the markup is plain text and the seam after a reply is tokenized for real
-SPM=${KVT_SHARED:-../shared}/vocab/ggml-vocab-llama-spm.gguf
-extra=()
-if [ -f "$SPM" ]; then
-  extra=(--vocab-from "$SPM")
-else
-  kvt_test_skip_part "$SPM is missing: the checks ran on mkmodel's byte vocabulary"
-fi
-"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 "${extra[@]}" >/dev/null 2>&1 ||
-  { echo "mkmodel failed"; exit 1; }
+kvt_spm_model "$TMP/m.gguf"
 printf '%s' "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + \
 '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}" >"$TMP/chatml.jinja"
 # Qwen3's way with history: an assistant turn keeps its answer after any </think>, and with
