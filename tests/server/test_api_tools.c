@@ -55,7 +55,7 @@ static void expect_error(const char *json, const char *param, const char *words)
     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Paris?\"}," \
     "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":" \
     "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\"," \
-    "\"tool_call_id\":\"c1\",\"content\":\"sunny\"},{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"21\"}]," \
+    "\"tool_call_id\":\"c1\",\"content\":\"sunny\"},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"21\"}]," \
     "\"tools\":[" TOOL "]}"
 
 static void test_chatml_rendering(void) {
@@ -143,7 +143,7 @@ static void test_mistral_rendering(void) {
                "%s", m[3].content);
         CHECKF(!strcmp(m[4].role, "tool") && !strcmp(m[4].content, "{\"content\": sunny, \"call_id\": \"c1\"}"), "%s",
                m[4].content);
-        CHECK(!strcmp(m[5].role, "tool") && !strcmp(m[5].content, "{\"content\": 21, \"call_id\": \"c2\"}"));
+        CHECK(!strcmp(m[5].role, "tool") && !strcmp(m[5].content, "{\"content\": 21, \"call_id\": \"c1\"}"));
         kvt_api_call *calls;
         char *content;
         size_t k = kvt_api_parse_calls(KVT_CHAT_MISTRAL, m[3].content, 1, "chatcmpl-ab", &calls, &content);
