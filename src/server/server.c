@@ -139,7 +139,7 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
     s->responses = kvt_resp_store_new(s->p.responses_max, KVT_SERVER_RESPONSES_MAX_BYTES, s->p.responses_ttl_s);
-    s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES);
+    s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES, s->replies);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);
     s->reqs = kvt_req_ring_new(KVT_REQ_RING_DEFAULT);
     s->metrics = kvt_metrics_new();

@@ -230,7 +230,7 @@ struct kvt_server {
     kvt_cache *cache;
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
-    kvt_call_memo *calls;      /* the arguments text of generated tool calls, by call id */
+    kvt_call_memo *calls;      /* generated tool calls by call id: their arguments text, their reply */
     kvt_resp_store *responses; /* stored responses of POST /v1/responses, by tenant and id */
     kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
     kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
@@ -487,9 +487,10 @@ struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct M
  * with text and probs borrowed (handlers_llama.c). */
 void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int stop, const kvt_api_logprobs *probs,
                           kvt_api_llama_completion *out);
-/* The tool calls in finished choice c's text, remembered in s->calls for the next turn (each one's
- * arguments the JSON without the whitespace around it), and *content the text outside them; 0 (and
- * both NULL) when the text holds no call or c has no tools (generate_reply.c). */
+/* The tool calls in finished choice c's text, remembered in s->calls for the next turn with the
+ * reply they came from (each one's arguments the JSON without the whitespace around it), and
+ * *content the text before them; 0 (and both NULL) when the text holds no call or c has no tools
+ * (generate_reply.c). */
 size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content);
 /* r's usage with every choice's completion tokens. */
 kvt_api_usage kvt_srv_total_usage(const srv_req *r);

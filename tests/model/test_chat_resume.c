@@ -6,7 +6,9 @@
  * beginning; a family that renders that reply otherwise (Qwen3 keeps only
  * the answer of a turn before the last user message), a reply text that
  * differs or a message that is no assistant reply is KVT_ENOTFOUND with
- * nothing out. A template's text tokenized after such ids
+ * nothing out. The same for replies that are tool calls (the text a
+ * generated call turn is written back as) followed by their results. A
+ * template's text tokenized after such ids
  * (kvt_chat_tokenize_after) is the spliced tokenization of the whole text.
  * On mkmodel's vocabulary and, where ../shared has it, a SentencePiece one. */
 #include <stdio.h>
@@ -51,7 +53,7 @@ static int same(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
 static void check_resume(const kvt_tokenizer *t, kvt_chat_family f, const kvt_chat_msg *msgs, size_t reply,
                          const char *vocab) {
     const char *name = kvt_chat_family_name(f);
-    replies rp = {REPLY1, REPLY2, 0};
+    replies rp = {msgs[2].content, msgs[4].content, 0};
     int32_t *whole = NULL, *head = NULL, *rid = NULL, *out = NULL;
     size_t nw = 0, nh = 0, nr = 0, n = 0, at_w = 0, at = 0;
     CHECK(kvt_chat_render_at(t, f, msgs, 6, lookup, &rp, SIZE_MAX, 5, &at_w, &whole, &nw) == 0);
@@ -84,14 +86,25 @@ static void check_resume(const kvt_tokenizer *t, kvt_chat_family f, const kvt_ch
     free(rid);
 }
 
+/* Tool-call turns as the server writes a generated one back (its text as the model wrote it, here
+ * with a blank line before the call and compact JSON), each followed by its result. */
+#define CALL1 \
+    "Let me check.\n\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>"
+#define CALL2 "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}"
+
 static void test_families(const kvt_tokenizer *t, const char *vocab) {
     static const kvt_chat_family all[] = {KVT_CHAT_CHATML, KVT_CHAT_LLAMA3, KVT_CHAT_LLAMA2, KVT_CHAT_MISTRAL,
                                           KVT_CHAT_QWEN3,  KVT_CHAT_GEMMA,  KVT_CHAT_PHI3};
     const kvt_chat_msg msgs[] = {{"system", "Be brief"}, {"user", "Hello there"}, {"assistant", REPLY1},
                                  {"user", "And then?"},  {"assistant", REPLY2},   {"user", "Bye"}};
+    const kvt_chat_msg calls[] = {{"system", "Be brief"}, {"user", "Weather in Paris, then Rome?"},
+                                  {"assistant", CALL1},   {"user", "<tool_response>\nsunny\n</tool_response>"},
+                                  {"assistant", CALL2},   {"user", "<tool_response>\nrain\n</tool_response>"}};
     for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++) {
         check_resume(t, all[i], msgs, 2, vocab);
         check_resume(t, all[i], msgs, 4, vocab);
+        check_resume(t, all[i], calls, 2, vocab);
+        check_resume(t, all[i], calls, 4, vocab);
     }
 }
 

@@ -158,6 +158,15 @@ static void test_message_fields(void) {
                    "messages[1].tool_call_id", "invalid_value", "messages[1]");
     expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":\"c1\"}]}", "messages[1].content",
                    "missing_required_parameter", "role 'tool'");
+    /* a result must answer a call an earlier assistant message made: not another id, not a later call */
+    expect_message("{\"messages\":[" Q ",{\"role\":\"assistant\"," CALL "},{\"role\":\"tool\",\"tool_call_id\":\"c9\","
+                   "\"content\":\"r\"}]}",
+                   "messages[2].tool_call_id", "invalid_value", "'c9' answers no call");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"},{\"role\":"
+                   "\"assistant\"," CALL "}]}",
+                   "messages[1].tool_call_id", "invalid_value", "messages[1].tool_call_id 'c1' answers no call");
+    expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"}]}",
+                   "messages[1].tool_call_id", "invalid_value", "earlier assistant message");
     expect_message("{\"messages\":[" Q ",{\"role\":\"robot\",\"content\":\"x\"}]}", "messages[1].role", "invalid_value",
                    "'robot'");
     expect_message("{\"messages\":[" Q ",7]}", "messages[1]", "invalid_type", "messages[1] must be an object");

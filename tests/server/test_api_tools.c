@@ -2,7 +2,8 @@
 /* Tools on the OpenAI surface as data: tools rendered byte-stable in each
  * family's style (JSON as the templates print it), tool turns and calls in
  * history, calls read back out of generated text with their exact
- * arguments, the forced-call grammar accepting exactly the text a call
+ * arguments, a reply's calls sent back unchanged rendered as the text it
+ * generated, the forced-call grammar accepting exactly the text a call
  * renders as, and the request fields' errors. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ static void expect_error(const char *json, const char *param, const char *words)
     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Paris?\"}," \
     "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":" \
     "{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\"," \
-    "\"tool_call_id\":\"c1\",\"content\":\"sunny\"},{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"21\"}]," \
+    "\"tool_call_id\":\"c1\",\"content\":\"sunny\"},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"21\"}]," \
     "\"tools\":[" TOOL "]}"
 
 static void test_chatml_rendering(void) {
@@ -143,7 +144,7 @@ static void test_mistral_rendering(void) {
                "%s", m[3].content);
         CHECKF(!strcmp(m[4].role, "tool") && !strcmp(m[4].content, "{\"content\": sunny, \"call_id\": \"c1\"}"), "%s",
                m[4].content);
-        CHECK(!strcmp(m[5].role, "tool") && !strcmp(m[5].content, "{\"content\": 21, \"call_id\": \"c2\"}"));
+        CHECK(!strcmp(m[5].role, "tool") && !strcmp(m[5].content, "{\"content\": 21, \"call_id\": \"c1\"}"));
         kvt_api_call *calls;
         char *content;
         size_t k = kvt_api_parse_calls(KVT_CHAT_MISTRAL, m[3].content, 1, "chatcmpl-ab", &calls, &content);
@@ -218,6 +219,112 @@ static void test_parse_calls(void) {
     CHECK(k == 0);
 }
 
+/* Remembers, as the server does for a reply it generated (response id rid, tenant salt), the calls read
+ * out of generated text in family f's style. */
+static void generate(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *rid, const char *generated,
+                     int parallel) {
+    kvt_api_call *calls;
+    char *content;
+    size_t k = kvt_api_parse_calls(f, generated, parallel, rid, &calls, &content);
+    CHECKF(k > 0, "%s", generated);
+    kvt_call_memo_put(memo, f, salt, strlen(salt), calls, k, content, generated);
+    kvt_api_calls_free(calls, k);
+    free(content);
+}
+
+/* The text family f renders the assistant message of {"messages":[user, assistant]} with, under salt
+ * (malloc'd). */
+static char *turn_text(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *assistant) {
+    char body[2048];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Paris?\"},%s]}", assistant);
+    kvt_api_request a;
+    if (parse(body, &a)) return kvt_xstrdup("(does not parse)");
+    size_t n, last;
+    char **arena;
+    kvt_chat_msg *m = kvt_api_messages(&a, f, memo, salt, strlen(salt), &n, &last, &arena);
+    char *out = kvt_xstrdup(n == 2 ? m[1].content : "(not two messages)");
+    kvt_api_messages_free(m, arena);
+    kvt_api_request_free(&a);
+    return out;
+}
+
+static void expect_turn(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *assistant,
+                        const char *want, const char *what) {
+    char *got = turn_text(memo, f, salt, assistant);
+    CHECKF(!strcmp(got, want), "%s: %s", what, got);
+    free(got);
+}
+
+#define WEATHER_CALL(id, args) \
+    "\"tool_calls\":[{\"id\":\"" id \
+    "\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"" args "\"}}]}"
+
+/* A reply whose calls come back unchanged (the same ids and names in the same order, arguments
+ * that are the same JSON however re-serialized, the same content) renders as the text the model
+ * generated, whatever whitespace it wrote around and inside its calls, so its ids splice back; a
+ * changed call, content, id or tenant renders from the calls, and so does a reply whose text holds
+ * more than the answer gave (a call parallel_tool_calls false dropped, text after the calls) or
+ * whose text the reply map no longer holds. */
+static void test_generated_turns(void) {
+    kvt_call_memo *memo = kvt_call_memo_new(64, NULL);
+    const char *g1 = "Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                     "</tool_call>\n";
+    const char *family1 = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                          "\"Paris\"}}\n</tool_call>";
+    generate(memo, KVT_CHAT_CHATML, "t1", "chatcmpl-ab", g1, 1);
+    const char *back = "{\"role\":\"assistant\",\"content\":\"Let me check.\"," WEATHER_CALL(
+        "call_ab_0", "{\\\"city\\\":\\\"Paris\\\"}");
+    expect_turn(memo, KVT_CHAT_CHATML, "t1", back, g1, "sent back re-serialized: the generated text");
+    expect_turn(memo, KVT_CHAT_CHATML, "t2", back,
+                "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n"
+                "</tool_call>",
+                "another tenant: the calls as sent");
+    expect_turn(memo, KVT_CHAT_CHATML, "t1",
+                "{\"role\":\"assistant\",\"content\":\"Let me check.\"," WEATHER_CALL("call_ab_0",
+                                                                                      "{\\\"city\\\":\\\"Oslo\\\"}"),
+                "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n"
+                "</tool_call>",
+                "changed arguments: the calls as sent");
+    expect_turn(memo, KVT_CHAT_CHATML, "t1",
+                "{\"role\":\"assistant\",\"content\":\"I will check.\"," WEATHER_CALL("call_ab_0",
+                                                                                      "{\\\"city\\\":\\\"Paris\\\"}"),
+                "I will check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                "</tool_call>",
+                "changed content: the family's rendering, with the generated arguments");
+    expect_turn(memo, KVT_CHAT_CHATML, "t1",
+                "{\"role\":\"assistant\",\"content\":\"Let me check.\"," WEATHER_CALL("call_zz_0",
+                                                                                      "{\\\"city\\\": \\\"Paris\\\"}"),
+                family1, "another call id: the family's rendering");
+    /* parallel_tool_calls false kept the first of two calls: the text holds one the client never got */
+    const char *two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                      "{\"name\": \"add\", \"arguments\": {}}\n</tool_call>";
+    generate(memo, KVT_CHAT_CHATML, "t1", "chatcmpl-cd", two, 0);
+    expect_turn(memo, KVT_CHAT_CHATML, "t1", "{\"role\":\"assistant\",\"content\":null," WEATHER_CALL("call_cd_0", "{}"),
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>", "a dropped call");
+    generate(memo, KVT_CHAT_CHATML, "t1", "chatcmpl-ef",
+             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>\nDone.", 1);
+    expect_turn(memo, KVT_CHAT_CHATML, "t1", "{\"role\":\"assistant\",\"content\":null," WEATHER_CALL("call_ef_0", "{}"),
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>", "text after the call");
+    /* Llama 3: compact JSON, which the family writes with spaces */
+    const char *g3 = "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}}";
+    generate(memo, KVT_CHAT_LLAMA3, "t1", "chatcmpl-gh", g3, 1);
+    expect_turn(memo, KVT_CHAT_LLAMA3, "t1",
+                "{\"role\":\"assistant\",\"content\":null," WEATHER_CALL("call_gh_0", "{\\\"city\\\": \\\"Paris\\\"}"),
+                g3, "llama3, sent back re-serialized: the generated text");
+    kvt_call_memo_free(memo);
+    /* with a reply map, only while it holds the reply's text (and so its ids) */
+    kvt_reply_map *replies = kvt_reply_map_new(16, 1024);
+    memo = kvt_call_memo_new(64, replies);
+    generate(memo, KVT_CHAT_CHATML, "t1", "chatcmpl-ab", g1, 1);
+    expect_turn(memo, KVT_CHAT_CHATML, "t1", back, family1,
+                "a reply the reply map does not hold: the family's rendering");
+    static const int32_t ids[] = {5, 6, 7};
+    kvt_reply_map_put(replies, "t1", 2, g1, ids, 3);
+    expect_turn(memo, KVT_CHAT_CHATML, "t1", back, g1, "once it holds it: the generated text");
+    kvt_call_memo_free(memo);
+    kvt_reply_map_free(replies);
+}
+
 /* The forced grammar accepts exactly the text a call renders as. */
 static void test_forced_grammar(void) {
     kvt_api_request a;
@@ -287,6 +394,7 @@ int main(void) {
     test_llama3_rendering();
     test_mistral_rendering();
     test_parse_calls();
+    test_generated_turns();
     test_forced_grammar();
     test_errors();
     return kvt_test_done("test_api_tools");

@@ -59,7 +59,7 @@ Q='{"role":"user","content":"What is the weather in Paris?"}'
 post /v1/chat/completions "{\"messages\":[$Q],\"tools\":$TOOLS,\"tool_choice\":\"required\",\"max_tokens\":80}"
 check "built-in: the forced call is made" is "$(jb .choices[0].finish_reason)" tool_calls
 A1=$(jb -c .choices[0].message)
-R='{"role":"tool","tool_call_id":"x","content":"sunny"}'
+R="{\"role\":\"tool\",\"tool_call_id\":$(jq -c '.tool_calls[0].id' <<<"$A1"),\"content\":\"sunny\"}"
 post /v1/chat/completions "{\"messages\":[$Q,$A1,$R],\"tools\":$TOOLS,\"tool_choice\":\"none\",\"max_tokens\":2}"
 check "built-in: the call sent back as generated reports no re-rendered turn" \
   is "$(jb '.kvtier | has("rerendered_turn")')" false

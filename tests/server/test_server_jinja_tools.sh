@@ -137,7 +137,7 @@ check "... logprob for logprob" is "$(jb -c .choices[0].logprobs.token_logprobs)
 
 # a call the client changed is no reply of this server: rendered from its structure, and said so
 A1X=$(jq -c '.tool_calls[0].function.arguments = "{\"city\": \"Oslo\", \"unit\": \"c\"}"' <<<"$A1")
-step "[$Q,$A1X,{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"snow\"}]" ',"tool_choice":"none","max_tokens":2'
+step "[$Q,$A1X,{\"role\":\"tool\",\"tool_call_id\":$(jq -c '.tool_calls[0].id' <<<"$A1X"),\"content\":\"snow\"}]" ',"tool_choice":"none","max_tokens":2'
 check "a changed call is re-rendered and reported" is "$(jb -c .kvtier.rerendered_turn)" '{"message":1,"reason":"tool_calls"}'
 kvt_stop_server q25
 

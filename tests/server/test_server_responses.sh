@@ -159,6 +159,15 @@ check "... and its message names the item" grep -q 'input\[1\].call_id is requir
 post /v1/responses '{"input":[{"role":"user"}]}' "${K1[@]}"
 check "a message item without content is a 400 naming input[0].content" \
   is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/input[0].content/missing_required_parameter"
+post /v1/responses '{"input":[{"role":"user","content":[]}]}' "${K1[@]}"
+check "a message item with content [] is a 400 naming input[0].content" \
+  is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/input[0].content/missing_required_parameter"
+post /v1/responses '{"input":[{"role":"user","content":"q"},{"type":"function_call_output","call_id":"nope","output":"5"}]}' "${K1[@]}"
+check "a function_call_output that answers no function_call is a 400 naming input[1].call_id" \
+  is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/input[1].call_id/invalid_value"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"q"},{"role":"tool","tool_call_id":"nope","content":"5"}]}' "${K1[@]}"
+check "... as a chat tool message whose tool_call_id answers no call is, naming messages[1].tool_call_id" \
+  is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/messages[1].tool_call_id/invalid_value"
 post /v1/responses '{"input":"x","max_output_tokens":0}' "${K1[@]}"
 check "a bad max_output_tokens is a 400 naming it" is "$CODE/$(jb .error.param)" 400/max_output_tokens
 post /v1/responses '{"instructions":"x"}' "${K1[@]}"

@@ -12,6 +12,10 @@
 # prompt is not written back with the reply) falls back to the full rendering
 # and says so (history_rerendered "rewritten"), with the same text as the
 # fresh server; so does a follow-up whose instructions changed ("messages").
+# A tool chain (user, call, result, call, result, answer) under the built-in
+# ChatML and Llama 3 renderings does the same: each follow-up after a call
+# takes the previous prompt and call as ids, and its calls and answer equal
+# those of a fresh server sent the conversation as chat turns.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -123,5 +127,78 @@ for t in 2 3; do
   check "... and the fresh server's greedy text" is "${TEXT[t]}" "${CTEXT[t]}"
 done
 check "... whose report names the turn the template rewrote" is "$(jq -c '.kvtier.rerendered_turn.reason' <<<"$LAST_BODY")" '"rewritten"'
+
+# ---- a tool chain under the built-in families: user -> call -> result -> call -> result -> answer ----------
+# Each follow-up names the response before it and sends the result of its call. The call turns are
+# replies this server generated, so each follow-up takes the previous prompt and reply as ids, its
+# cached tokens cover them, and its calls and answer are those of the same conversation sent turn by
+# turn as chat messages (the calls returned re-serialized, as SDKs do) to a fresh server.
+TOOLS='[{"type":"function","name":"get_weather","description":"The weather in a city","parameters":{"type":"object",
+ "properties":{"city":{"type":"string","maxLength":12},"unit":{"enum":["c","f"]}},"required":["city","unit"],
+ "additionalProperties":false}}]'
+CHAT_TOOLS=$(jq -c 'map({type: "function", function: (del(.type))})' <<<"$TOOLS")
+TQ="What is the weather in Paris, and then in Rome?"
+RESULTS=("" "sunny, 21 C" "rain, 14 C")
+declare -a OUT COUT
+# tool_chain: three responses; the first two forced calls, the last an answer
+tool_chain() {
+  local t prev='' input choice body
+  for t in 1 2 3; do
+    if [ "$t" = 1 ]; then input=$(jq -cn --arg q "$TQ" '[{role: "user", content: $q}]')
+    else input=$(jq -cn --arg c "$CALL_ID" --arg o "${RESULTS[t - 1]}" '[{type: "function_call_output", call_id: $c, output: $o}]'); fi
+    choice=required; [ "$t" = 3 ] && choice=none
+    body=$(jq -cn --argjson i "$input" --argjson tools "$TOOLS" --arg c "$choice" --arg p "$prev" \
+      '{input: $i, tools: $tools, tool_choice: $c, max_output_tokens: 60, temperature: 0} + if $p == "" then {} else {previous_response_id: $p} end')
+    post /v1/responses "$body"
+    [ "$CODE" = 200 ] || { echo "tool turn $t: HTTP $CODE: $(head -c 300 "$TMP/body")"; return 1; }
+    OUT[t]=$(jb -c '[.output[] | if .type == "function_call" then [.name, (.arguments | fromjson)] else .content[0].text end]')
+    P[t]=$(jb .usage.input_tokens) C[t]=$(jb .usage.output_tokens) STATUS[t]=$(jb .status)
+    REUSED[t]=$(jb '.kvtier.history_tokens_reused // "none"') WHY[t]=$(jb '.kvtier.history_rerendered // ""')
+    CACHED[t]=$(jb .usage.input_tokens_details.cached_tokens)
+    CALL_ID=$(jb '[.output[] | select(.type == "function_call")][0].call_id // ""')
+    prev=$(jb .id)
+  done
+}
+# tool_replay: the same conversation as chat completions to this server, each call sent back with its
+# arguments re-serialized; the chat steps' cached tokens too
+declare -a CCACHED
+tool_replay() {
+  local t m choice msg
+  m=$(jq -cn --arg q "$TQ" '[{role: "user", content: $q}]')
+  for t in 1 2 3; do
+    choice=required; [ "$t" = 3 ] && choice=none
+    post /v1/chat/completions "{\"messages\":$m,\"tools\":$CHAT_TOOLS,\"tool_choice\":\"$choice\",\"max_tokens\":60,\"temperature\":0}"
+    msg=$(jb -c '.choices[0].message | .tool_calls |= (if . then map(.function.arguments |= (fromjson | tojson)) else . end)')
+    COUT[t]=$(jq -c '[(.content // empty), (.tool_calls // [] | .[] | [.function.name, (.function.arguments | fromjson)])]' <<<"$msg")
+    CP[t]=$(jb .usage.prompt_tokens) CCACHED[t]=$(jb .usage.prompt_tokens_details.cached_tokens)
+    CPC[t]=$(( CP[t] + $(jb .usage.completion_tokens) ))
+    m=$(jq -c --argjson a "$msg" '. + [$a]' <<<"$m")
+    [ "$t" = 3 ] || m=$(jq -c --argjson a "$msg" --arg o "${RESULTS[t]}" '. + [{role: "tool", tool_call_id: $a.tool_calls[0].id, content: $o}]' <<<"$m")
+  done
+}
+declare -a CPC
+for fam in chatml llama3; do
+  kvt_start_server "t_$fam" -m "$TMP/m.gguf" --no-jinja --chat-template "$fam"
+  tool_chain || exit 1
+  kvt_stop_server "t_$fam"
+  kvt_start_server "t_${fam}_fresh" -m "$TMP/m.gguf" --no-jinja --chat-template "$fam"
+  tool_replay
+  kvt_stop_server "t_${fam}_fresh"
+  echo "$fam tools: prompt tokens ${P[*]:1:3}, history tokens reused ${REUSED[*]:1:3}, cached ${CACHED[*]:1:3}; chat cached ${CCACHED[*]:1:3}"
+  check "$fam tools: turns 1 and 2 are calls" is "$(jq -c 'map(type)' <<<"${OUT[1]}")/$(jq -c 'map(type)' <<<"${OUT[2]}")" '["array"]/["array"]'
+  for t in 2 3; do
+    b=$((t - 1))
+    # a forced call ends when it is complete, with no end-of-generation token: every token is written
+    check "$fam tools: turn $t's history is turn $b's prompt and call as ids (${REUSED[t]})" \
+      is "${REUSED[t]}/${WHY[t]}" "$((P[b] + C[b]))/"
+    check "$fam tools: ... its cached tokens (${CACHED[t]}) cover them to the last full block" \
+      ge "${CACHED[t]}" $(((P[b] + C[b] - 1) / BLOCK * BLOCK))
+    check "$fam tools: ... the chat step's too (${CCACHED[t]})" ge "${CCACHED[t]}" $(((CPC[b] - 1) / BLOCK * BLOCK))
+    check "$fam tools: ... its prompt is the fresh server's (${P[t]})" is "${P[t]}" "${CP[t]}"
+  done
+  for t in 1 2 3; do
+    check "$fam tools: turn $t's greedy output is the fresh server's" is "${OUT[t]}" "${COUT[t]}"
+  done
+done
 
 kvt_test_done test_server_responses_history

@@ -155,6 +155,18 @@ static int check_message(const cJSON *msg, size_t i, const char *const *roles, s
     return 0;
 }
 
+/* Whether id is the id of a tool call that an assistant message of r's first r->n_msgs carries. */
+static int call_id_known(const kvt_api_request *r, const char *id) {
+    for (size_t j = 0; j < r->n_msgs; j++) {
+        const cJSON *c;
+        cJSON_ArrayForEach(c, r->msg_tools[j].tool_calls) {
+            const cJSON *cid = cJSON_GetObjectItemCaseSensitive(c, "id");
+            if (cJSON_IsString(cid) && !strcmp(cid->valuestring, id)) return 1;
+        }
+    }
+    return 0;
+}
+
 static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -173,6 +185,14 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
         size_t k = 0;
         if (check_message(msg, r->n_msgs, roles, KVT_ARRAY_LEN(roles), &k, err)) return -1;
         const char *rs = roles[k];
+        /* a tool's result answers a call made before it, as OpenAI requires: one that answers no call
+         * would be rendered as the result of a call the model never saw */
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
+        if (!strcmp(rs, "tool") && !call_id_known(r, id->valuestring))
+            return kvt_api_error_item(err, "messages", r->n_msgs, ".tool_call_id", "invalid_value",
+                                      "messages[%zu].tool_call_id '%.64s' answers no call: it must be the id of a "
+                                      "tool_calls[] entry of an earlier assistant message",
+                                      r->n_msgs, id->valuestring);
         char *content = NULL;
         kvt_api_msg_tools *mt = &r->msg_tools[r->n_msgs];
         if (kvt_api_parse_msg_tools(msg, r->n_msgs, rs, mt, err)) return -1;

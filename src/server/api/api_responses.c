@@ -184,7 +184,13 @@ static int check_item(const cJSON *it, size_t index, kvt_api_error *err) {
             return kvt_api_error_item(err, "input", index, ".role",
                                       role ? "invalid_value" : "missing_required_parameter",
                                       "input[%zu].role must be user, assistant, system or developer", index);
-        char *text = content_text(cJSON_GetObjectItemCaseSensitive(it, "content"), index, err);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+        if (cJSON_IsArray(content) && !content->child) /* as chat's messages: no parts is no content */
+            return kvt_api_error_item(err, "input", index, ".content", "missing_required_parameter",
+                                      "input[%zu].content is required: a string or an array of at least one text "
+                                      "part (got [])",
+                                      index);
+        char *text = content_text(content, index, err);
         free(text);
         return text ? 0 : -1;
     }
@@ -331,6 +337,32 @@ static int add_messages(cJSON *msgs, const cJSON *items, kvt_api_error *err) {
     return 0;
 }
 
+/* Whether a function_call item among items (up to stop, NULL: all) has this call_id. */
+static int call_made(const cJSON *items, const cJSON *stop, const char *call_id) {
+    for (const cJSON *it = items ? items->child : NULL; it && it != stop; it = it->next) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "call_id");
+        if (!strcmp(item_type(it), "function_call") && cJSON_IsString(id) && !strcmp(id->valuestring, call_id))
+            return 1;
+    }
+    return 0;
+}
+
+/* Each function_call_output of input answers a function_call of the history or of input before it, as
+ * chat's tool messages must (a 400 naming input[i].call_id otherwise). */
+static int check_outputs(const cJSON *history, const cJSON *input, kvt_api_error *err) {
+    size_t i = 0;
+    for (const cJSON *it = input ? input->child : NULL; it; it = it->next, i++) {
+        if (strcmp(item_type(it), "function_call_output")) continue;
+        const char *id = cJSON_GetObjectItemCaseSensitive(it, "call_id")->valuestring;
+        if (!call_made(history, NULL, id) && !call_made(input, it, id))
+            return kvt_api_error_item(err, "input", i, ".call_id", "invalid_value",
+                                      "input[%zu].call_id '%.64s' answers no call: it must be the call_id of an "
+                                      "earlier function_call item (of this input or of previous_response_id's)",
+                                      i, id);
+    }
+    return 0;
+}
+
 /* tools [{type: function, name, description, parameters, strict}] in chat's nested shape. */
 static int add_tools(cJSON *chat, const cJSON *root, kvt_api_error *err) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
@@ -424,8 +456,9 @@ char *kvt_api_resp_chat_body(const kvt_api_resp_request *r, const cJSON *history
         cJSON_AddItemToArray(msgs, m);
     }
     char *out = NULL;
-    if (!add_messages(msgs, history, err) && !add_messages(msgs, r->input, err) && !add_tools(chat, r->root, err) &&
-        !add_tool_choice(chat, r->root, err) && !add_format(chat, r->root, err))
+    if (!check_outputs(history, r->input, err) && !add_messages(msgs, history, err) &&
+        !add_messages(msgs, r->input, err) && !add_tools(chat, r->root, err) && !add_tool_choice(chat, r->root, err) &&
+        !add_format(chat, r->root, err))
         out = cJSON_PrintUnformatted(chat);
     cJSON_Delete(chat);
     return out;

@@ -3,11 +3,9 @@
 #include "api_tools.h"
 
 #include <cjson/cJSON.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common.h"
 
@@ -353,72 +351,31 @@ static char *tools_text(const cJSON *tools, kvt_chat_family f) {
     return sb_take(&b);
 }
 
-/* ---- the call memo ---------------------------------------------------------------------------- */
+/* ---- a turn of calls ----------------------------------------------------------------------- */
 
-typedef struct {
-    uint64_t salt; /* XXH64 of the tenant salt */
-    char *id, *args;
-} memo_entry;
-
-struct kvt_call_memo {
-    pthread_mutex_t mu;
-    memo_entry *ring; /* FIFO: the oldest entry is overwritten first */
-    size_t cap, next;
-};
-
-kvt_call_memo *kvt_call_memo_new(size_t max_entries) {
-    kvt_call_memo *m = kvt_xcalloc(1, sizeof *m);
-    pthread_mutex_init(&m->mu, NULL);
-    m->cap = KVT_MAX(max_entries, 1);
-    m->ring = kvt_xcalloc(m->cap, sizeof *m->ring);
-    return m;
+/* Appends call number `at` of a turn (last: the turn's last call) in family f's style. */
+static void put_call(sbuf *b, kvt_chat_family f, const char *name, const char *args, int at, int last) {
+    call_style st = style_of(f);
+    int mistral = f == KVT_CHAT_MISTRAL; /* one [TOOL_CALLS][...] array for all the calls */
+    sb_str(b, mistral && at ? strchr(st.pre, '{') : st.pre);
+    sb_str(b, name);
+    sb_str(b, st.mid);
+    sb_str(b, args);
+    sb_str(b, mistral && !last ? "}" : st.tail);
+    if (!last) sb_str(b, mistral ? ", " : "\n");
 }
 
-void kvt_call_memo_free(kvt_call_memo *m) {
-    if (!m) return;
-    for (size_t i = 0; i < m->cap; i++) {
-        free(m->ring[i].id);
-        free(m->ring[i].args);
-    }
-    free(m->ring);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
+static void put_content(sbuf *b, const char *content) {
+    if (!*content) return;
+    sb_str(b, content);
+    sb_str(b, "\n");
 }
 
-void kvt_call_memo_put(kvt_call_memo *m, const void *salt, size_t salt_len, const kvt_api_call *calls, size_t n) {
-    uint64_t h = XXH64(salt, salt_len, 0);
-    pthread_mutex_lock(&m->mu);
-    for (size_t i = 0; i < n; i++) {
-        memo_entry *e = &m->ring[m->next];
-        m->next = (m->next + 1) % m->cap;
-        free(e->id);
-        free(e->args);
-        *e = (memo_entry){h, kvt_xstrdup(calls[i].id), kvt_xstrdup(calls[i].arguments)};
-    }
-    pthread_mutex_unlock(&m->mu);
-}
-
-/* The remembered arguments of call id under salt (malloc'd), or NULL. */
-static char *memo_get(kvt_call_memo *m, const void *salt, size_t salt_len, const char *id) {
-    if (!m || !id) return NULL;
-    uint64_t h = XXH64(salt, salt_len, 0);
-    char *out = NULL;
-    pthread_mutex_lock(&m->mu);
-    for (size_t i = 0; i < m->cap && !out; i++) {
-        memo_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
-        if (e->id && e->salt == h && !strcmp(e->id, id)) out = kvt_xstrdup(e->args);
-    }
-    pthread_mutex_unlock(&m->mu);
-    return out;
-}
-
-/* 1 if the texts are the same JSON value (key order aside). */
-static int same_json(const char *a, const char *b) {
-    cJSON *x = cJSON_Parse(a), *y = cJSON_Parse(b);
-    int same = x && y && cJSON_Compare(x, y, 1);
-    cJSON_Delete(x);
-    cJSON_Delete(y);
-    return same;
+char *kvt_api_calls_render(kvt_chat_family f, const char *content, const kvt_api_call *calls, size_t n) {
+    sbuf b = {0};
+    put_content(&b, content);
+    for (size_t i = 0; i < n; i++) put_call(&b, f, calls[i].name, calls[i].arguments, i > 0, i + 1 == n);
+    return sb_take(&b);
 }
 
 typedef struct {
@@ -427,30 +384,25 @@ typedef struct {
     size_t salt_len;
 } memo_ref;
 
-/* An assistant turn with tool calls: its text, then each call in the
- * family's style, exactly as kvtier writes a call it generates (with the
- * arguments text kvtier generated, when the client sent the same JSON back). */
+/* An assistant turn with tool calls: the text of the reply this server generated for it, when the
+ * client sent that reply back unchanged (kvt_call_memo_reply); else its text, then each call in the
+ * family's style, exactly as kvtier writes a call it generates (with the arguments text kvtier
+ * generated, when the client sent the same JSON back). */
 static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family f, const memo_ref *mr) {
-    call_style st = style_of(f);
-    int mistral = f == KVT_CHAT_MISTRAL; /* one [TOOL_CALLS][...] array for all the calls */
+    char *generated = kvt_call_memo_reply(mr->memo, mr->salt, mr->salt_len, content, calls);
+    if (generated) return generated;
     sbuf b = {0};
-    if (*content) {
-        sb_str(&b, content);
-        sb_str(&b, "\n");
-    }
-    for (const cJSON *c = calls->child; c; c = c->next) {
+    put_content(&b, content);
+    int at = 0;
+    for (const cJSON *c = calls->child; c; c = c->next, at++) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
         const char *sent = cJSON_IsString(args) && *args->valuestring ? args->valuestring : "{}";
-        char *mine = memo_get(mr->memo, mr->salt, mr->salt_len, cJSON_IsString(id) ? id->valuestring : NULL);
-        sb_str(&b, mistral && c != calls->child ? strchr(st.pre, '{') : st.pre);
-        sb_str(&b, cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
-        sb_str(&b, st.mid);
-        sb_str(&b, mine && same_json(mine, sent) ? mine : sent);
-        sb_str(&b, mistral && c->next ? "}" : st.tail);
+        char *mine = kvt_call_memo_args(mr->memo, mr->salt, mr->salt_len, cJSON_IsString(id) ? id->valuestring : NULL,
+                                        sent);
+        put_call(&b, f, cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, mine ? mine : sent, at, !c->next);
         free(mine);
-        if (c->next) sb_str(&b, mistral ? ", " : "\n");
     }
     return sb_take(&b);
 }

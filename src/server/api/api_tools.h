@@ -9,9 +9,10 @@
  * same text (function definitions as JSON with ", " and ": " separators, in
  * the order the client sent their keys), placed before the conversation (the
  * system turn for ChatML and the generic style, the first user turn for
- * Llama 3), so an agent's tool block is a cached prefix. A tool call kvtier
- * generated renders back as exactly the text it generated, so the reply map
- * splices its exact token ids on the next turn.
+ * Llama 3), so an agent's tool block is a cached prefix. A turn of tool
+ * calls kvtier generated renders back as exactly the text it generated
+ * (api_call_memo.h), so the reply map splices its exact token ids on the
+ * next turn.
  *
  * Styles by family:
  *  - Mistral: the tools as a JSON array in a "tools" message, which chat.c
@@ -35,6 +36,7 @@
 
 #include <stddef.h>
 
+#include "api_call_memo.h"
 #include "api_openai.h"
 #include "api_response.h"
 #include "chat.h"
@@ -53,23 +55,16 @@ int kvt_api_parse_msg_tools(const struct cJSON *msg, size_t index, const char *r
 /* Frees what the two parsers above stored in r. */
 void kvt_api_tools_free(kvt_api_request *r);
 
-/* The arguments text of the tool calls kvtier generated, by call id and
- * tenant salt: a bounded map (oldest dropped first). Clients send a call back
- * re-serialized (LangChain and the AI SDK as JSON.stringify of the parsed
- * arguments, Python's json.dumps elsewhere), so the history would no longer
- * hold the bytes kvtier generated and their cached KV would be lost; when the
- * returned arguments are the same JSON as the remembered ones, the call is
- * rendered with the remembered text. Thread-safe. */
-typedef struct kvt_call_memo kvt_call_memo;
-kvt_call_memo *kvt_call_memo_new(size_t max_entries);
-void kvt_call_memo_free(kvt_call_memo *m);
-/* Remembers calls[0..n) (id and arguments, copied) under salt. */
-void kvt_call_memo_put(kvt_call_memo *m, const void *salt, size_t salt_len, const kvt_api_call *calls, size_t n);
+/* The text kvtier writes a turn of calls[0..n) in family f's style with,
+ * content (the text before them) first, each call with its arguments text as
+ * given: a call kvtier generates is written so. malloc'd. */
+char *kvt_api_calls_render(kvt_chat_family f, const char *content, const kvt_api_call *calls, size_t n);
 
 /* The messages of a, with tools, tool calls and tool results rendered in
  * family f's style, as plain role/content messages for kvt_chat_render.
- * memo (may be NULL) restores the exact arguments text of calls kvtier
- * generated for salt.
+ * memo (may be NULL) restores the text kvtier generated for salt: a
+ * reply's calls sent back unchanged as the reply's text, else each call's
+ * arguments text (kvt_call_memo_reply, kvt_call_memo_args).
  * Returns a malloc'd array of *n messages whose strings are owned by *arena
  * or borrowed from a (free both with kvt_api_messages_free; a must outlive
  * the array). *last_user gets the index of the last message that was a user
@@ -79,10 +74,12 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
 void kvt_api_messages_free(kvt_chat_msg *m, char **arena);
 
 /* The text kvt_api_messages gives assistant message i of a, which has tool
- * calls: its content, then each call in family f's style, as kvtier writes
- * one it generates (the arguments text memo remembers for salt when the
- * client sent the same JSON back). The text of the reply this server
- * generated for that turn, where it did; malloc'd. */
+ * calls: the generated text of the reply memo remembers for salt when the
+ * client sent it back unchanged (kvt_call_memo_reply); else its content, then each
+ * call in family f's style, as kvtier writes one it generates (the arguments
+ * text memo remembers for salt when the client sent the same JSON back).
+ * The text of the reply this server generated for that turn, where it did;
+ * malloc'd. */
 char *kvt_api_calls_turn(const kvt_api_request *a, size_t i, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
                          size_t salt_len);
 

@@ -36,7 +36,7 @@ size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char 
     *content = NULL;
     if (!c->tools) return 0;
     size_t n = kvt_api_parse_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
-    kvt_call_memo_put(s->calls, c->salt, c->salt_len, *calls, n);
+    kvt_call_memo_put(s->calls, s->p.chat, c->salt, c->salt_len, *calls, n, *content, c->text);
     /* the answer's arguments are the JSON alone: the whitespace a grammar lets the model write around it
      * stays in the memo, from which the next turn renders the call exactly as it was generated */
     for (size_t k = 0; k < n; k++) {
