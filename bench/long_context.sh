@@ -39,7 +39,7 @@
 #   DEPTHS="8192 32768"       prompt lengths in tokens
 #   PAIRS=3                   alternated pairs per figure
 #   PAIRS_LONG=2              pairs for depths above 8192 (a 32k prefill takes minutes)
-#   NGEN=32                   tokens generated for the decode figures
+#   NGEN=128                  tokens generated for the decode figures (llama-bench's tg128)
 #   PAR=4 PAR_TOKENS=64       parallel sequences and tokens each
 #   QUICK=1                   a short run: TYPES=q8_0 DEPTHS=8192 PAIRS=2 NGEN=32
 #                             PAR_TOKENS=32 (each still overridable)
@@ -60,9 +60,9 @@ cd "$(dirname "$0")/.."
 case ${1:-} in -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -eq 0 ] || { echo "bench/long_context.sh: no arguments are taken (settings are environment variables; -h)" >&2; exit 2; }
 if [ "${QUICK:-0}" = 1 ]; then
-  : "${TYPES:=q8_0}" "${DEPTHS:=8192}" "${PAIRS:=2}" "${PAR_TOKENS:=32}"
+  : "${TYPES:=q8_0}" "${DEPTHS:=8192}" "${PAIRS:=2}" "${NGEN:=32}" "${PAR_TOKENS:=32}"
 fi
-T=${THREADS:-2} NGEN=${NGEN:-32} PAR=${PAR:-4} PAR_TOKENS=${PAR_TOKENS:-64}
+T=${THREADS:-2} NGEN=${NGEN:-128} PAR=${PAR:-4} PAR_TOKENS=${PAR_TOKENS:-64}
 TYPES=${TYPES:-q8_0 q4_k_m} DEPTHS=${DEPTHS:-8192 32768} PAIRS=${PAIRS:-3} PAIRS_LONG=${PAIRS_LONG:-2}
 LPORT=${LPORT:-8097} CTX=33024 LLAMA_FA=${LLAMA_FA:-0} LLAMA_PREFILL=${LLAMA_PREFILL:-server}
 PARTS=${PARTS:-empty depth par} LT=${LLAMA_THREADS:-$T}

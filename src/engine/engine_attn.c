@@ -41,6 +41,11 @@
 /* Query heads the smallest tile may take whatever its keys (the scratch is
  * sized for them at n_ctx keys): two AVX-512 score tiles' worth. */
 #define GROUP_HEADS 8
+/* An f16 page or V block is widened to f32 once for the whole tile when the
+ * tile has more query heads than this: the kernels take at most 4 heads per
+ * pass over a page (attn_avx512.c), so they would widen each vector once per
+ * 4 heads. f16 -> f32 is exact, so the bits are those of the f16 kernels. */
+#define WIDEN_HEADS 4
 
 /* Tokens the smallest tile may take: as many as fill GROUP_HEADS query heads. */
 static int32_t attn_group_tokens(const kvt_engine *e) {
@@ -110,8 +115,8 @@ void kvt_eng_attn_scratch_layout(kvt_engine *e) {
     size_t tmp_u16 = KVT_MAX(H * hd, ctx);
     e->sc_qh = round_up_floats(KVT_MAX(H0 * ld, KVT_MIN(TILE_SCORE_BYTES / sizeof(float), H * ld)));
     e->sc_kdq = e->sc_qh + round_up_floats(H * hd);
-    e->sc_vdq = e->sc_kdq + round_up_floats(q8 ? hd * B : 0);
-    e->sc_tmp = e->sc_vdq + round_up_floats(q8 ? vblock * hd : 0);
+    e->sc_vdq = e->sc_kdq + round_up_floats(q8 || f16 ? hd * B : 0);
+    e->sc_tmp = e->sc_vdq + round_up_floats(q8 || f16 ? vblock * hd : 0);
     e->sc_acc = e->sc_tmp + round_up_floats(f16 ? (tmp_u16 + 1) / 2 : 0);
     e->sc_runs = e->sc_acc + round_up_floats(H * KVT_ATTN_LANES * hd);
     e->scratch_stride = e->sc_runs + round_up_floats((ctx / B + 2) * sizeof(kvt_attn_run) / sizeof(float));
@@ -129,10 +134,11 @@ static size_t heads_at(const kvt_engine *e, int32_t i, int32_t gk) {
  * them: f16/f32 in the page itself; q8_0 rows [0, n) dequantized into dq
  * (elementwise, so the values depend only on the stored bytes). */
 static const void *v_rows(const kvt_engine *e, const seq_state *st, int32_t layer, int32_t gk, int32_t p, int32_t n,
-                          float *dq) {
+                          int widen, float *dq) {
     const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[p]) + kvt_eng_kv_offset(e, layer, 1, gk, 0);
-    if (e->p.kv_dtype != KVT_KV_Q8_0) return pg;
-    kvt_kv_q8_dequant_rows(pg, n, e->model->hp.head_dim, dq);
+    if (e->p.kv_dtype == KVT_KV_Q8_0) kvt_kv_q8_dequant_rows(pg, n, e->model->hp.head_dim, dq);
+    else if (widen) kvt_f16_to_f32_row((const uint16_t *)(const void *)pg, dq, (int64_t)n * e->model->hp.head_dim);
+    else return pg;
     return dq;
 }
 
@@ -140,9 +146,9 @@ static const void *v_rows(const kvt_engine *e, const seq_state *st, int32_t laye
  * at key b0 (rows of page i at vb[i]), with the weight of key k at w[k - lo]
  * (head g's at w + g * ld). */
 static int32_t block_runs(const kvt_engine *e, const void *const *vb, int32_t b0, int32_t k0, int32_t k1, int32_t lo,
-                          const float *w, kvt_attn_run *runs) {
+                          int f16, const float *w, kvt_attn_run *runs) {
     const int32_t B = e->p.block_size;
-    const size_t row = (size_t)e->model->hp.head_dim * (e->p.kv_dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float));
+    const size_t row = (size_t)e->model->hp.head_dim * (f16 ? sizeof(uint16_t) : sizeof(float));
     int32_t nr = 0;
     for (int32_t t0 = k0 / B * B; t0 < k1; t0 += B) {
         const int32_t a = KVT_MAX(k0, t0) - t0, T = KVT_MIN(B, k1 - t0) - a;
@@ -160,7 +166,8 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
                        int64_t ld, const float *scores, float *scratch) {
     const kvt_hparams *hp = &e->model->hp;
     const int32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv, B = e->p.block_size, bp = av_block_pages(e);
-    const int f16 = e->p.kv_dtype == KVT_KV_F16;
+    /* f16 V rows widened once for every token of the tile, or read as they are */
+    const int widen = e->p.kv_dtype == KVT_KV_F16 && m * G > WIDEN_HEADS, f16 = e->p.kv_dtype == KVT_KV_F16 && !widen;
     const size_t hacc = (size_t)KVT_ATTN_LANES * (size_t)hd; /* one head's lane sums */
     float *acc = scratch + e->sc_acc, *vdq = scratch + e->sc_vdq;
     kvt_attn_run *runs = (kvt_attn_run *)(void *)(scratch + e->sc_runs);
@@ -170,7 +177,7 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
     for (int32_t b0 = lo / B * B; b0 < n_max; b0 += bp * B) {
         const int32_t b1 = KVT_MIN(b0 + bp * B, n_max), k0 = KVT_MAX(lo, b0), first = b0 <= lo;
         for (int32_t p = 0; b0 + p * B < b1; p++)
-            vb[p] = v_rows(e, st, layer, gk, b0 / B + p, KVT_MIN(B, b1 - b0 - p * B), vdq + (size_t)p * B * hd);
+            vb[p] = v_rows(e, st, layer, gk, b0 / B + p, KVT_MIN(B, b1 - b0 - p * B), widen, vdq + (size_t)p * B * hd);
         for (int32_t t = 0; t < m;) { /* tokens that go on past the block */
             int32_t u = t;
             while (u < m && e->pos[i0 + u] + 1 > b1) u++;
@@ -179,7 +186,7 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
                 continue;
             }
             const size_t h0 = (size_t)t * (size_t)G;
-            const int32_t nr = block_runs(e, vb, b0, k0, b1, lo, scores + h0 * (size_t)ld, runs);
+            const int32_t nr = block_runs(e, vb, b0, k0, b1, lo, f16, scores + h0 * (size_t)ld, runs);
             kvt_attn_av(runs, nr, ld, (u - t) * G, f16, hd, first ? NULL : acc + h0 * hacc, acc + h0 * hacc, NULL);
             t = u;
         }
@@ -187,7 +194,7 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
             const int32_t end = e->pos[i0 + t] + 1;
             if (end <= k0 || end > b1) continue;
             const size_t h0 = (size_t)t * (size_t)G;
-            const int32_t nr = block_runs(e, vb, b0, k0, end, lo, scores + h0 * (size_t)ld, runs);
+            const int32_t nr = block_runs(e, vb, b0, k0, end, lo, f16, scores + h0 * (size_t)ld, runs);
             kvt_attn_av(runs, nr, ld, G, f16, hd, first ? NULL : acc + h0 * hacc, NULL,
                         e->att + heads_at(e, i0 + t, gk));
         }
@@ -240,6 +247,9 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
         const float *qs = q + (size_t)s * qrow;
         if (q8) {
             kvt_kv_q8_dequant_columns(pg, B, a + T, hd, kdq);
+            kvt_attn_qk(qs, H - s * G, hd, kdq + a, B, 0, T, scale, sc, ld);
+        } else if (f16 && H - s * G > WIDEN_HEADS) { /* the page's K widened once for all the tile's heads */
+            kvt_f16_to_f32_row((const uint16_t *)(const void *)pg, kdq, (int64_t)hd * B);
             kvt_attn_qk(qs, H - s * G, hd, kdq + a, B, 0, T, scale, sc, ld);
         } else {
             kvt_attn_qk(qs, H - s * G, hd, pg + (size_t)a * esz, B, f16, T, scale, sc, ld);
