@@ -93,6 +93,9 @@ DISK_LEAST=$(least)
 check "... which is accepted" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-disk "$TMP/small-disk" \
   --kv-disk-size "$DISK_LEAST"
 
+check "run --kv-disk '' is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-disk ""
+check "... naming the flag" has "--kv-disk: no directory given (the path is empty)"
+
 check "info help" expect_rc 0 "$BIN" info --help
 check "info" expect_rc 0 "$BIN" info -m "$TMP/m.gguf"
 for field in architecture shapes "weight types" context tokenizer "chat template" fingerprint "bytes/token"; do
