@@ -144,3 +144,10 @@ char *kvt_xstrndup(const char *s, size_t n) {
     p[n] = 0;
     return p;
 }
+
+const char *kvt_size_text(uint64_t n, char out[32]) {
+    if (n >= 1ull << 20) snprintf(out, 32, "%lluM", (unsigned long long)((n + (1ull << 20) - 1) >> 20));
+    else if (n >= 1024) snprintf(out, 32, "%lluK", (unsigned long long)((n + 1023) >> 10));
+    else snprintf(out, 32, "%llu", (unsigned long long)n);
+    return out;
+}

@@ -57,6 +57,9 @@ char *kvt_xstrdup(const char *s);
 void kvt_hugepage_hint(void *p, size_t n);
 /* The n bytes at s (which need not be NUL-terminated) as a new string. */
 char *kvt_xstrndup(const char *s, size_t n);
+/* n bytes as the size flags take them (--kv-ram 2G), rounded up to a whole K
+ * or M ("137K"), so the figure is never below n; in out, which it returns. */
+const char *kvt_size_text(uint64_t n, char out[32]);
 
 /* A growing text: s holds len bytes and a NUL in cap allocated (s may start
  * as a malloc'd string with cap = its length + 1, or NULL with cap 0). */

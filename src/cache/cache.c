@@ -64,6 +64,45 @@ static void arena_from_engine(kvt_ram_params *rp, kvt_engine *e) {
     rp->mem_max = kvt_engine_host_max(e);
 }
 
+/* A RAM tier that cannot hold one block would take every block evicted from
+ * T0 and keep none: refused, with the smallest budget that holds one. */
+static int ram_fits_a_block(const kvt_cache *c, uint64_t budget) {
+    uint64_t cost = kvt_ram_block_cost(c->ram);
+    if (budget >= cost) return 0;
+    char t[32];
+    return kvt_fail(KVT_EARG,
+                    "--kv-ram %llu bytes holds no KV block: one takes %llu bytes here (its K/V page of %zu bytes, "
+                    "%d token ids and bookkeeping); give at least %s, or 0 for no RAM tier",
+                    (unsigned long long)budget, (unsigned long long)cost, c->page_bytes, c->B, kvt_size_text(cost, t));
+}
+
+/* T1 over the engine's host memory, refused when it holds no block. */
+static int ram_open(kvt_cache *c, kvt_engine *e, uint64_t budget) {
+    kvt_ram_params rp = kvt_ram_default_params();
+    rp.budget_bytes = budget;
+    rp.payload_bytes = c->page_bytes;
+    rp.block_tokens = (uint32_t)c->B;
+    rp.index = c->index;
+    rp.on_evict = kvt_cache_on_ram_evict;
+    rp.evict_ctx = c;
+    arena_from_engine(&rp, e);
+    int rc = kvt_ram_new(&rp, &c->ram);
+    if (!rc && !(rc = ram_fits_a_block(c, budget))) c->tiers[KVT_TIER_T1] = (kvt_tier_ref){&kvt_ram_tier_ops, c->ram};
+    return rc;
+}
+
+/* A disk tier needs two segments, each holding at least one record; a
+ * budget below that is refused naming the smallest that fits. */
+static int disk_fits_two_segments(const kvt_disk_params *dp) {
+    if (dp->size_bytes / 2 >= dp->segment_bytes) return 0;
+    char t[32];
+    return kvt_fail(KVT_EARG,
+                    "--kv-disk-size %llu bytes is too small: the disk tier keeps its KV blocks in at least two "
+                    "segment files of %llu bytes here; give at least %s",
+                    (unsigned long long)dp->size_bytes, (unsigned long long)dp->segment_bytes,
+                    kvt_size_text(2 * dp->segment_bytes, t));
+}
+
 int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
     const kvt_cache_params *p = &params;
     *out = NULL;
@@ -83,17 +122,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
     if (p->disk_admit == KVT_ADMIT_REUSED) c->admit = kvt_admit_new();
     int rc = kvt_prefix_new((uint32_t)c->B, &c->index);
     if (!rc) rc = kvt_cache_root(c, NULL, 0, &c->shared_root);
-    if (!rc && p->ram_bytes) {
-        kvt_ram_params rp = kvt_ram_default_params();
-        rp.budget_bytes = p->ram_bytes;
-        rp.payload_bytes = c->page_bytes;
-        rp.block_tokens = (uint32_t)c->B;
-        rp.index = c->index;
-        rp.on_evict = kvt_cache_on_ram_evict;
-        rp.evict_ctx = c;
-        arena_from_engine(&rp, e);
-        if (!(rc = kvt_ram_new(&rp, &c->ram))) c->tiers[KVT_TIER_T1] = (kvt_tier_ref){&kvt_ram_tier_ops, c->ram};
-    }
+    if (!rc && p->ram_bytes) rc = ram_open(c, e, p->ram_bytes);
     if (!rc && p->disk_dir) {
         kvt_disk_params dp = kvt_disk_default_params();
         dp.dir = p->disk_dir;
@@ -112,7 +141,7 @@ int kvt_cache_new(kvt_engine *e, kvt_cache_params params, kvt_cache **out) {
                 dp.segment_bytes = dp.size_bytes / 4 / KVT_DISK_ALIGN * KVT_DISK_ALIGN;
             if (dp.segment_bytes < c->page_bytes + KVT_DISK_ALIGN * 2)
                 dp.segment_bytes = (c->page_bytes / KVT_DISK_ALIGN + 2) * KVT_DISK_ALIGN;
-            if (!(rc = kvt_disk_open(&dp, &c->disk)))
+            if (!(rc = disk_fits_two_segments(&dp)) && !(rc = kvt_disk_open(&dp, &c->disk)))
                 c->tiers[KVT_TIER_T2] = (kvt_tier_ref){&kvt_disk_tier_ops, c->disk};
         }
     }

@@ -95,6 +95,19 @@ static void pages_init(kvt_engine *e) {
     e->n_free = n;
 }
 
+/* A pool from a budget (--kv-active) that holds less than one context works,
+ * but a sequence as long as the context never fits: says so, with what would. */
+static void warn_short_pool(const kvt_engine_params *p, size_t page_stride) {
+    int64_t ctx_pages = ((int64_t)p->n_ctx + p->block_size - 1) / p->block_size;
+    if (p->n_pages < 1 || p->n_pages >= ctx_pages) return;
+    char t[32];
+    kvt_logk(KVT_LOG_WARN, "kv_active_bytes,t0_tokens,ctx",
+             "--kv-active %llu bytes holds %lld tokens, less than one context of %d (--ctx-size): a longer sequence "
+             "cannot run; give at least %s for one",
+             (unsigned long long)p->kv_active_bytes, (long long)p->n_pages * p->block_size, p->n_ctx,
+             kvt_size_text((uint64_t)ctx_pages * page_stride, t));
+}
+
 int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out) {
     *out = NULL;
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
@@ -121,13 +134,19 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->page_stride = (e->page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
     /* on a device with neither a page count nor a budget, the GPU engine plans the pool */
     const int planned = p.device && p.n_pages == 0 && p.kv_active_bytes == 0;
-    if (p.n_pages == 0 && !planned) {
+    const int from_budget = p.n_pages == 0 && !planned;
+    if (from_budget) {
         uint64_t n = p.kv_active_bytes / e->page_stride;
         p.n_pages = n > INT32_MAX ? INT32_MAX : (int32_t)n;
     }
+    if (from_budget) warn_short_pool(&p, e->page_stride);
     if (p.n_pages < 1 && !planned) {
-        int rc = kvt_fail(KVT_ELIMIT, "KV budget of %llu bytes holds no page of %zu bytes",
-                          (unsigned long long)p.kv_active_bytes, e->page_bytes);
+        char t[32];
+        int rc = kvt_fail(KVT_ELIMIT,
+                          "--kv-active %llu bytes holds no KV page: one takes %zu bytes here (%d tokens); "
+                          "give at least %s",
+                          (unsigned long long)p.kv_active_bytes, e->page_stride, p.block_size,
+                          kvt_size_text(e->page_stride, t));
         free(e);
         return rc;
     }

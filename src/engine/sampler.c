@@ -15,20 +15,49 @@
 /* 24 random bits make a uniform float in [0, 1) with every value exact. */
 #define UNIFORM_BITS 24
 
+/* A candidate token and its logit as the steps so far left it, in double so
+ * that a temperature divides it exactly as the softmax reads it. */
+typedef struct {
+    double l;
+    int32_t id;
+} cand;
+
 struct kvt_sampler {
     kvt_sampler_params p; /* bias_id and bias point at the copies below */
     int32_t n_vocab;
     uint64_t state;
-    int32_t *idx;     /* (n_vocab) candidate ids */
+    cand *c;          /* (n_vocab) candidates */
     float *prob;      /* (n_vocab) candidate probabilities */
     int32_t *bias_id; /* (n_bias) owned copies of the params' logit bias */
     float *bias;
-    int penalize;  /* any penalty on: keep the history */
+    int penalize;  /* a penalty is on and the order applies it: keep the history */
     int32_t *hist; /* (n_hist of cap_hist) tokens returned so far */
     int32_t n_hist, cap_hist;
     int32_t *count; /* (n_vocab) occurrences in the penalty window, zero between calls */
     float *work;    /* (n_vocab) the logits after bias and penalties, when any is on */
 };
+
+/* kvtier's own order, the one it always had: penalties on the whole
+ * vocabulary, top-k, min-p at temperature 1, temperature, top-p. */
+static const uint8_t DEFAULT_STEPS[] = {KVT_SAMPLE_PENALTIES, KVT_SAMPLE_TOP_K, KVT_SAMPLE_MIN_P,
+                                        KVT_SAMPLE_TEMPERATURE, KVT_SAMPLE_TOP_P};
+
+static const uint8_t *steps_of(const kvt_sampler_params *p, int32_t *n) {
+    if (!p->has_steps) {
+        *n = (int32_t)KVT_ARRAY_LEN(DEFAULT_STEPS);
+        return DEFAULT_STEPS;
+    }
+    *n = KVT_MAX(0, KVT_MIN(p->n_steps, KVT_SAMPLER_MAX_STEPS));
+    return p->steps;
+}
+
+static int has_step(const kvt_sampler_params *p, kvt_sample_step want) {
+    int32_t n;
+    const uint8_t *st = steps_of(p, &n);
+    for (int32_t i = 0; i < n; i++)
+        if (st[i] == want) return 1;
+    return 0;
+}
 
 kvt_sampler_params kvt_sampler_default_params(void) {
     kvt_sampler_params p = {0};
@@ -56,7 +85,7 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
     kvt_sampler_rand(s);
     s->state += params.seed;
     kvt_sampler_rand(s);
-    s->idx = kvt_xmalloc((size_t)n_vocab * sizeof *s->idx);
+    s->c = kvt_xmalloc((size_t)n_vocab * sizeof *s->c);
     s->prob = kvt_xmalloc((size_t)n_vocab * sizeof *s->prob);
     if (params.n_bias > 0) {
         s->bias_id = kvt_xmalloc((size_t)params.n_bias * sizeof *s->bias_id);
@@ -68,21 +97,23 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
     }
     s->p.bias_id = s->bias_id;
     s->p.bias = s->bias;
-    s->penalize = params.presence_penalty != 0 || params.frequency_penalty != 0 ||
-        (params.repeat_penalty > 0 && params.repeat_penalty != 1);
+    s->penalize = (params.presence_penalty != 0 || params.frequency_penalty != 0 ||
+                   (params.repeat_penalty > 0 && params.repeat_penalty != 1)) &&
+        has_step(&params, KVT_SAMPLE_PENALTIES);
     if (s->penalize) s->count = kvt_xcalloc((size_t)n_vocab, sizeof *s->count);
     if (s->penalize || s->p.n_bias) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
     return s;
 }
 
-/* The logits with the bias and the penalties applied, in s->work; the logits
- * themselves when neither is on (the path then stays exactly as without them). */
-static const float *adjusted(kvt_sampler *s, const float *logits) {
+/* The logits with the bias and (with_penalties) the penalties applied, in
+ * s->work; the logits themselves when neither is on (the path then stays
+ * exactly as without them). with_penalties needs s->penalize. */
+static const float *adjusted(kvt_sampler *s, const float *logits, int with_penalties) {
     if (!s->work) return logits;
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
     for (int32_t i = 0; i < s->p.n_bias; i++)
         if (s->bias_id[i] >= 0 && s->bias_id[i] < s->n_vocab) s->work[s->bias_id[i]] += s->bias[i];
-    if (!s->penalize) return s->work;
+    if (!with_penalties) return s->work;
     int32_t from = s->p.penalty_last_n > 0 && s->n_hist > s->p.penalty_last_n ? s->n_hist - s->p.penalty_last_n : 0;
     for (int32_t i = from; i < s->n_hist; i++) s->count[s->hist[i]]++;
     /* each distinct token once: the first visit applies its penalty and clears its count */
@@ -111,7 +142,7 @@ static int32_t returned(kvt_sampler *s, int32_t tok) {
 
 void kvt_sampler_free(kvt_sampler *s) {
     if (!s) return;
-    free(s->idx);
+    free(s->c);
     free(s->prob);
     free(s->bias_id);
     free(s->bias);
@@ -149,59 +180,120 @@ void kvt_logprobs(const float *logits, int32_t n, int32_t chosen, int32_t n_top,
     for (int32_t j = 0; j < k; j++) top_lp[j] = (double)logits[top_id[j]] - norm;
 }
 
-static const float *sort_logits; /* qsort has no context argument; samplers are not thread-shared */
-
 static int by_logit_desc(const void *a, const void *b) {
-    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
-    float la = sort_logits[ia], lb = sort_logits[ib];
-    if (la != lb) return la > lb ? -1 : 1;
-    return ia < ib ? -1 : ia > ib;
+    const cand *x = a, *y = b;
+    if (x->l != y->l) return x->l > y->l ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
-int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
-    const float *logits = adjusted(s, raw);
-    if (s->p.temp <= 0.0f) return returned(s, kvt_argmax(logits, s->n_vocab));
-    int32_t n = s->n_vocab;
-    for (int32_t i = 0; i < n; i++) s->idx[i] = i;
-    sort_logits = logits;
-    qsort(s->idx, (size_t)n, sizeof *s->idx, by_logit_desc);
-    /* a token at -inf (refused by a grammar) is never a candidate, not even through rounding at the end */
-    while (n > 1 && isinf(logits[s->idx[n - 1]]) && logits[s->idx[n - 1]] < 0) n--;
-    if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
-    if (s->p.min_p > 0) {
-        /* p_i >= min_p * p_max at temperature 1 is l_i >= l_max + log(min_p), as llama.cpp (before temperature) */
-        double floor_l = (double)logits[s->idx[0]] + log((double)s->p.min_p);
-        int32_t keep = 1;
-        while (keep < n && (double)logits[s->idx[keep]] >= floor_l) keep++;
-        n = keep;
-    }
+/* The candidates and what the steps know of them. */
+typedef struct {
+    int32_t n;
+    int sorted; /* ranked by logit (ties to the lower id), the tokens at -inf dropped */
+    int probs;  /* prob[0..n) and sum are the softmax of what is left (top-p's, as it left them) */
+    double sum;
+} cands;
 
-    /* softmax over the survivors at temperature T, in double so long tails add up */
-    double max = (double)logits[s->idx[0]] / s->p.temp, sum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        double e = exp((double)logits[s->idx[i]] / s->p.temp - max);
+static void rank(kvt_sampler *s, cands *k) {
+    if (k->sorted) return;
+    qsort(s->c, (size_t)k->n, sizeof *s->c, by_logit_desc);
+    /* a token at -inf (refused by a grammar) is never a candidate, not even through rounding at the end */
+    while (k->n > 1 && isinf(s->c[k->n - 1].l) && s->c[k->n - 1].l < 0) k->n--;
+    k->sorted = 1;
+}
+
+/* The softmax of the ranked candidates into prob (floats), their sum (of the doubles) into k->sum. */
+static void softmax(kvt_sampler *s, cands *k) {
+    double max = s->c[0].l, sum = 0;
+    for (int32_t i = 0; i < k->n; i++) {
+        double e = exp(s->c[i].l - max);
         s->prob[i] = (float)e;
         sum += e;
     }
-    if (s->p.top_p < 1.0f) {
-        double cum = 0;
-        int32_t keep = n;
-        for (int32_t i = 0; i < n; i++) {
-            cum += s->prob[i] / sum;
-            if (cum >= s->p.top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-        sum = 0;
-        for (int32_t i = 0; i < n; i++) sum += s->prob[i];
+    k->sum = sum;
+}
+
+/* The penalties on the candidates whose tokens the window holds (in float, as on the logits). */
+static void penalize(kvt_sampler *s, cands *k) {
+    int32_t from = s->p.penalty_last_n > 0 && s->n_hist > s->p.penalty_last_n ? s->n_hist - s->p.penalty_last_n : 0;
+    for (int32_t i = from; i < s->n_hist; i++) s->count[s->hist[i]]++;
+    float rp = s->p.repeat_penalty;
+    for (int32_t j = 0; j < k->n; j++) {
+        int32_t n = s->count[s->c[j].id];
+        if (!n) continue;
+        float l = (float)s->c[j].l;
+        if (rp > 0 && rp != 1) l = l > 0 ? l / rp : l * rp;
+        l -= (float)n * s->p.frequency_penalty + s->p.presence_penalty;
+        s->c[j].l = l;
     }
-    double u = (double)(kvt_sampler_rand(s) >> (32 - UNIFORM_BITS)) / (double)(1u << UNIFORM_BITS) * sum;
+    for (int32_t i = from; i < s->n_hist; i++) s->count[s->hist[i]] = 0;
+    k->sorted = 0;
+}
+
+static void top_p(kvt_sampler *s, cands *k) {
+    rank(s, k);
+    softmax(s, k);
     double cum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        cum += s->prob[i];
-        if (u < cum) return returned(s, s->idx[i]);
+    for (int32_t i = 0; i < k->n; i++) {
+        cum += s->prob[i] / k->sum;
+        if (cum >= s->p.top_p) {
+            k->n = i + 1;
+            break;
+        }
     }
-    return returned(s, s->idx[n - 1]); /* u landed in rounding slack at the very end */
+    k->sum = 0;
+    for (int32_t i = 0; i < k->n; i++) k->sum += s->prob[i];
+    k->probs = 1;
+}
+
+/* One step of the order on the candidates. */
+static void step(kvt_sampler *s, cands *k, uint8_t st) {
+    switch (st) {
+    case KVT_SAMPLE_PENALTIES:
+        if (s->penalize) penalize(s, k), k->probs = 0;
+        break;
+    case KVT_SAMPLE_TOP_K:
+        rank(s, k);
+        if (s->p.top_k > 0 && s->p.top_k < k->n) k->n = s->p.top_k, k->probs = 0;
+        break;
+    case KVT_SAMPLE_MIN_P:
+        if (s->p.min_p > 0) {
+            /* p_i >= min_p * p_max is l_i >= l_max + log(min_p), on the logits as they are here */
+            rank(s, k);
+            double floor_l = s->c[0].l + log((double)s->p.min_p);
+            int32_t keep = 1;
+            while (keep < k->n && s->c[keep].l >= floor_l) keep++;
+            k->n = keep;
+            k->probs = 0;
+        }
+        break;
+    case KVT_SAMPLE_TEMPERATURE:
+        rank(s, k); /* ranked on the logits themselves, so ties keep their order */
+        for (int32_t i = 0; i < k->n; i++) s->c[i].l = s->c[i].l / (double)s->p.temp;
+        k->probs = 0;
+        break;
+    case KVT_SAMPLE_TOP_P:
+        if (s->p.top_p < 1.0f) top_p(s, k);
+        break;
+    default: break;
+    }
+}
+
+int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
+    if (s->p.temp <= 0.0f) return returned(s, kvt_argmax(adjusted(s, raw, s->penalize), s->n_vocab));
+    const float *logits = adjusted(s, raw, 0);
+    for (int32_t i = 0; i < s->n_vocab; i++) s->c[i] = (cand){(double)logits[i], i};
+    cands k = {.n = s->n_vocab};
+    int32_t n_steps;
+    const uint8_t *steps = steps_of(&s->p, &n_steps);
+    for (int32_t i = 0; i < n_steps; i++) step(s, &k, steps[i]);
+    rank(s, &k);
+    if (!k.probs) softmax(s, &k);
+    double u = (double)(kvt_sampler_rand(s) >> (32 - UNIFORM_BITS)) / (double)(1u << UNIFORM_BITS) * k.sum;
+    double cum = 0;
+    for (int32_t i = 0; i < k.n; i++) {
+        cum += s->prob[i];
+        if (u < cum) return returned(s, s->c[i].id);
+    }
+    return returned(s, s->c[k.n - 1].id); /* u landed in rounding slack at the very end */
 }

@@ -5,13 +5,31 @@
  * may get a per-token bias (OpenAI's logit_bias) and penalties on the tokens
  * already generated (OpenAI's presence and frequency penalties, llama.cpp's
  * repeat penalty). Every addition is off at its zero value, and then the
- * sampler's path and output are exactly those without it. */
+ * sampler's path and output are exactly those without it.
+ *
+ * The steps after the bias (penalties, top-k, top-p, min-p, temperature) run
+ * in an order, kvtier's own by default or one given (llama.cpp's "samplers"
+ * chain): each works on the candidates the steps before it left, with the
+ * logits as they left them, so top-p and min-p after the temperature measure
+ * the scaled distribution and before it the model's. */
 #ifndef KVT_SAMPLER_H
 #define KVT_SAMPLER_H
 
 #include <stdint.h>
 
 typedef struct kvt_sampler kvt_sampler;
+
+/* The steps an order is made of. */
+typedef enum {
+    KVT_SAMPLE_PENALTIES = 0, /* presence, frequency and repeat penalties */
+    KVT_SAMPLE_TOP_K,
+    KVT_SAMPLE_TOP_P,
+    KVT_SAMPLE_MIN_P,
+    KVT_SAMPLE_TEMPERATURE,
+    KVT_SAMPLE_STEP_COUNT
+} kvt_sample_step;
+
+#define KVT_SAMPLER_MAX_STEPS 32 /* steps in a given order (one may repeat, as in llama.cpp's chain) */
 
 typedef struct {
     float temp;    /* <= 0: greedy (argmax, ties to the lowest id) */
@@ -24,11 +42,20 @@ typedef struct {
     float repeat_penalty;    /* llama.cpp's: a token in the history has a positive logit divided by it, a
                                 negative one multiplied; 0 or 1: off */
     int32_t penalty_last_n;  /* the penalties look at the last N tokens of the history; <= 0: all of it */
-    float min_p;             /* drop tokens whose probability (at temperature 1) is below min_p times the
-                                most likely one's, after top-k; <= 0: off */
+    float min_p;             /* drop tokens whose probability is below min_p times the most likely one's (in
+                                the default order at temperature 1, after top-k); <= 0: off */
     const int32_t *bias_id;  /* logit_bias: bias[i] is added to the logit of token bias_id[i] (ids outside */
     const float *bias;       /* the vocabulary are skipped); copied by kvt_sampler_new */
     int32_t n_bias;
+    /* The order of the steps. has_steps 0 (the default): penalties, top-k,
+     * min-p, temperature, top-p. Else steps[0..n_steps) (kvt_sample_step
+     * values; n_steps may be 0): a step not listed is not applied, one listed
+     * twice applies twice. Greedy (temp <= 0) stays greedy whatever the
+     * order: the most likely token after the bias and, where the order
+     * applies them, the penalties. */
+    int has_steps;
+    int32_t n_steps;
+    uint8_t steps[KVT_SAMPLER_MAX_STEPS];
 } kvt_sampler_params;
 
 kvt_sampler_params kvt_sampler_default_params(void);
@@ -39,7 +66,9 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab);
 void kvt_sampler_free(kvt_sampler *s);
 
 /* Picks a token from n_vocab logits (not modified); a token whose logit is
- * -inf is never picked unless all are. Deterministic given the
+ * -inf is never picked unless all are. The order's steps narrow and reshape
+ * the candidates (ranked by logit, ties to the lower id), and the draw is
+ * from the softmax of what they leave. Deterministic given the
  * seed and the sequence of calls (the penalties' history is what earlier
  * calls returned). Not thread-safe per sampler. */
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);

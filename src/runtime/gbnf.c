@@ -426,13 +426,25 @@ static int parse_rules(parser *p) {
 
 static int32_t utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
-/* Bytes of the shortest character of class c. */
+/* c moved past NUL and the surrogates, which the matcher never takes. */
+static uint64_t takeable(uint64_t c) { return c == 0 ? 1 : c >= 0xD800 && c <= 0xDFFF ? 0xE000 : c; }
+
+/* Bytes of the shortest character of class c the matcher takes (not NUL, not
+ * a surrogate, at most U+10FFFF); INF when it takes none, so a rule that
+ * needs such a class has no finite text and the grammar is refused, rather
+ * than accepted and never finished. */
 static int32_t class_min(const kvt_gbnf *g, const gclass *c) {
-    if (!c->negated) return c->n ? utf8_len(g->lo[c->off]) : INF;
-    uint32_t x = 0;
-    for (int32_t i = 0; i < c->n; i++)
-        if (g->lo[c->off + i] <= x) x = KVT_MAX(x, g->hi[c->off + i] + 1);
-    return x > 0x10FFFF ? INF : utf8_len(x);
+    uint64_t x = 1;
+    for (int32_t i = 0; i < c->n; i++) {
+        uint64_t lo = g->lo[c->off + i], hi = g->hi[c->off + i];
+        if (!c->negated) {
+            uint64_t y = takeable(lo);
+            if (y <= hi && y <= 0x10FFFF) return utf8_len((uint32_t)y); /* ranges are sorted: the first is shortest */
+        } else if (lo <= x) {
+            x = takeable(KVT_MAX(x, hi + 1));
+        }
+    }
+    return c->negated && x <= 0x10FFFF ? utf8_len((uint32_t)x) : INF;
 }
 
 /* Each position's shortest text to the end of its alternative, rules' by
@@ -522,7 +534,10 @@ static int check(parser *p, kvt_gbnf *g) {
     }
     int32_t bad = shortest(g);
     if (bad >= 0) {
-        snprintf(p->err, p->cap, "rule '%s' never finishes (every alternative recurses forever)", p->rules[bad].name);
+        snprintf(
+            p->err, p->cap,
+            "rule '%s' never finishes (every alternative recurses forever, or needs a character no reply holds: NUL or a UTF-16 surrogate)",
+            p->rules[bad].name);
         return -1;
     }
     uint8_t *mark = kvt_xcalloc((size_t)g->n_rules, 1);

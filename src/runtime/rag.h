@@ -35,7 +35,8 @@
  *           what earlier kvtier wrote; both versions load.
  * Every count and length is checked against the bytes left; a file that is
  * short, altered or of another version is refused with a message naming the
- * problem, never half-loaded.
+ * problem, never half-loaded. The magic is checked first, then the version,
+ * then the checksums, so a file of another version is named as such.
  *
  * BM25: terms are runs of ASCII letters and digits (lower-cased) and of
  * non-ASCII bytes, minus a short English stop list; score = sum over the

@@ -285,13 +285,16 @@ static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *
     uint32_t n_chunks = r_u32(&r), n_terms = r_u32(&r);
     uint64_t pl_len = r_u64(&r);
     uint32_t pl_crc = r_u32(&r), h_crc = r_u32(&r);
-    if (kvt_crc32c(0, p, HEADER_BYTES - 4) != h_crc)
-        return kvt_fail(KVT_EFORMAT, "%s: header checksum mismatch (the file is damaged)", path);
+    /* the version before the checksum: another version may lay its header out otherwise, so its
+     * checksum proves nothing here, and "written by another version" is what its reader needs */
     if (version != KVT_RAG_VERSION && version != KVT_RAG_VERSION_DENSE)
         return kvt_fail(KVT_EUNSUPPORTED,
-                        "%s: index format version %u; this kvtier reads versions %d and %d (rebuild it "
-                        "with `kvtier rag index`)",
-                        path, version, KVT_RAG_VERSION, KVT_RAG_VERSION_DENSE);
+                        "%s: written by %s kvtier (index format version %u; this build reads versions %d and %d): "
+                        "rebuild it with `kvtier rag index`",
+                        path, version > KVT_RAG_VERSION_DENSE ? "a newer" : "an older", version, KVT_RAG_VERSION,
+                        KVT_RAG_VERSION_DENSE);
+    if (kvt_crc32c(0, p, HEADER_BYTES - 4) != h_crc)
+        return kvt_fail(KVT_EFORMAT, "%s: header checksum mismatch (the file is damaged)", path);
     if (pl_len != len - HEADER_BYTES)
         return kvt_fail(KVT_EFORMAT, "%s: %zu payload bytes, the header says %llu (truncated or extended)", path,
                         len - HEADER_BYTES, (unsigned long long)pl_len);

@@ -68,6 +68,34 @@ check "an unscaled model past its trained context runs" expect_rc 0 "$BIN" run -
   --temp 0 --ctx 8192
 check "... with a warning naming context_length" has "exceeds the 4096 this model was trained for (llama.context_length)"
 
+# a tier budget too small for one block is refused at start, naming the flag and, in the flag's
+# units, the smallest budget that holds one; that budget is then accepted
+least() { sed -n 's/.*give at least \([0-9]*[KM]*\).*/\1/p' "$TMP/out" | head -1; }
+check "run --kv-ram 1 is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-ram 1
+check "... naming the flag, a block's cost and the smallest budget" \
+  has "--kv-ram 1 bytes holds no KV block: one takes [0-9]* bytes here .*give at least [0-9]*K, or 0 for no RAM tier"
+RAM_LEAST=$(least)
+check "... which is accepted" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-ram "$RAM_LEAST"
+check "serve --kv-ram 1 is refused too" expect_rc 1 timeout 60 "$BIN" serve -m "$TMP/m.gguf" --port 0 -t 1 --kv-ram 1
+check "... with the same message" has "--kv-ram 1 bytes holds no KV block"
+check "run --kv-active 1 is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-active 1
+check "... naming the flag and the smallest budget" has "--kv-active 1 bytes holds no KV page: .*give at least [0-9]*K"
+check "... which runs a short prompt" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --ctx 512 --kv-active "$(least)"
+check "... with a warning that one context does not fit, and what would" \
+  has "holds 32 tokens, less than one context of 512 (--ctx-size): .*give at least [0-9]*K for one"
+check "... which fits one without a warning" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --ctx 512 \
+  --kv-active "$(sed -n 's/.*give at least \([0-9]*[KM]*\) for one.*/\1/p' "$TMP/out" | head -1)"
+check "... none" bash -c "! grep -q 'less than one context' '$TMP/out'"
+check "run --kv-disk-size 1 is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 \
+  --kv-disk "$TMP/small-disk" --kv-disk-size 1
+check "... naming the flag and the smallest budget" has "--kv-disk-size 1 bytes is too small: .*give at least [0-9]*K"
+DISK_LEAST=$(least)
+check "... which is accepted" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-disk "$TMP/small-disk" \
+  --kv-disk-size "$DISK_LEAST"
+
+check "run --kv-disk '' is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-disk ""
+check "... naming the flag" has "--kv-disk: no directory given (the path is empty)"
+
 check "info help" expect_rc 0 "$BIN" info --help
 check "info" expect_rc 0 "$BIN" info -m "$TMP/m.gguf"
 for field in architecture shapes "weight types" context tokenizer "chat template" fingerprint "bytes/token"; do

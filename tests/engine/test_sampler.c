@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Sampler tests: greedy is argmax, filters narrow the choice as specified, a
- * seed replays the same tokens, and draws follow the softmax probabilities. */
+ * seed replays the same tokens, draws follow the softmax probabilities, and
+ * the steps run in the order given. */
 #include <math.h>
 #include <string.h>
 
@@ -17,6 +18,101 @@ static kvt_sampler *make(float temp, int top_k, float top_p, uint64_t seed) {
     kvt_sampler *s = kvt_sampler_new(p, V);
     CHECK(s != NULL);
     return s;
+}
+
+/* A sampler with the steps of order ("ekpmt" letters, as llama.cpp's samplers string). */
+static kvt_sampler *make_order(kvt_sampler_params p, const char *order) {
+    p.has_steps = 1;
+    for (const char *c = order; *c; c++)
+        p.steps[p.n_steps++] = (uint8_t)(*c == 'e'       ? KVT_SAMPLE_PENALTIES
+                                             : *c == 'k' ? KVT_SAMPLE_TOP_K
+                                             : *c == 'p' ? KVT_SAMPLE_TOP_P
+                                             : *c == 'm' ? KVT_SAMPLE_MIN_P
+                                                         : KVT_SAMPLE_TEMPERATURE);
+    kvt_sampler *s = kvt_sampler_new(p, V);
+    CHECK(s != NULL);
+    return s;
+}
+
+/* Whether every one of n draws is one of the ids in mask (bit i: id i). */
+static int draws_within(kvt_sampler *s, int n, unsigned mask) {
+    int within = 1;
+    for (int i = 0; i < n; i++) within &= (mask >> kvt_sampler_sample(s, logits)) & 1;
+    kvt_sampler_free(s);
+    return within;
+}
+
+/* The order of the steps (llama.cpp's samplers): kvtier's own order given
+ * explicitly draws exactly what the default draws; each step works on what
+ * the steps before it left; a step left out is not applied; greedy stays
+ * greedy; a seed replays the same draws. */
+static void test_order(void) {
+    kvt_sampler_params all = {.temp = 0.7f,
+                              .top_k = 5,
+                              .top_p = 0.9f,
+                              .min_p = 0.05f,
+                              .seed = 9,
+                              .presence_penalty = 0.3f,
+                              .repeat_penalty = 1.3f,
+                              .penalty_last_n = 4};
+    kvt_sampler *a = kvt_sampler_new(all, V), *b = make_order(all, "ekmtp");
+    int same = 1;
+    for (int i = 0; i < 500; i++) same &= kvt_sampler_sample(a, logits) == kvt_sampler_sample(b, logits);
+    CHECKF(same, "kvtier's order given explicitly draws what the default draws");
+    kvt_sampler_free(a);
+    kvt_sampler_free(b);
+
+    const unsigned TOP2 = 1u << 1 | 1u << 3, TOP3 = TOP2 | 1u << 6;
+    /* top_p 0.6 at temperature 1 keeps ids 1 and 3 (0.307 each); after a temperature of 10 the
+     * distribution is nearly flat and it keeps five */
+    kvt_sampler_params hot = {.temp = 10.0f, .top_p = 0.6f, .seed = 3};
+    CHECKF(draws_within(make_order(hot, "pt"), 300, TOP2), "top_p before temperature keeps 1 and 3");
+    CHECKF(!draws_within(make_order(hot, "tp"), 300, TOP2), "top_p after temperature keeps more");
+    CHECKF(!draws_within(kvt_sampler_new(hot, V), 300, TOP2), "... as kvtier's own order does");
+    /* min_p 0.5: logits within ln 2 of the top (1, 3, 6) at temperature 1, all after one of 10 */
+    kvt_sampler_params mp = {.temp = 10.0f, .top_p = 1.0f, .min_p = 0.5f, .seed = 4};
+    CHECKF(draws_within(make_order(mp, "mt"), 300, TOP3), "min_p before temperature keeps 1, 3 and 6");
+    CHECKF(!draws_within(make_order(mp, "tm"), 300, TOP3), "min_p after temperature keeps more");
+    /* a step left out is not applied: top_k 1 without k, or an empty order, draws at temperature 1 */
+    kvt_sampler_params k1 = {.temp = 0.5f, .top_k = 1, .top_p = 1.0f, .seed = 5};
+    CHECKF(draws_within(make_order(k1, "kt"), 200, 1u << 1), "top_k 1 listed: only the best");
+    CHECKF(!draws_within(make_order(k1, "t"), 200, 1u << 1), "top_k 1 left out: not applied");
+    CHECKF(!draws_within(make_order(k1, ""), 200, 1u << 1), "an empty order: no filter at all");
+    /* penalties where they stand: after top_k 2 they reorder only ids 1 and 3; before it they push
+     * a repeated token out of the top two */
+    kvt_sampler_params fq = {.temp = 1.0f, .top_k = 2, .top_p = 1.0f, .frequency_penalty = 2.0f, .seed = 6};
+    CHECKF(draws_within(make_order(fq, "ket"), 200, TOP2), "penalties after top_k: still 1 or 3");
+    CHECKF(!draws_within(make_order(fq, "ekt"), 200, TOP2), "penalties before top_k: others come in");
+
+    /* greedy stays greedy in any order; the penalties apply where the order lists them */
+    kvt_sampler_params g = {.temp = 0, .top_k = 3, .top_p = 0.5f, .presence_penalty = 0.6f};
+    int32_t got[4];
+    kvt_sampler *s = make_order(g, "ptmk");
+    for (int i = 0; i < 4; i++) got[i] = kvt_sampler_sample(s, logits);
+    CHECKF(got[0] == 1 && got[1] == 1 && got[2] == 1 && got[3] == 1, "greedy without penalties %d %d %d %d", got[0],
+           got[1], got[2], got[3]);
+    kvt_sampler_free(s);
+    s = make_order(g, "tpe");
+    for (int i = 0; i < 4; i++) got[i] = kvt_sampler_sample(s, logits);
+    CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 6 && got[3] == 1, "greedy with penalties %d %d %d %d", got[0],
+           got[1], got[2], got[3]);
+    kvt_sampler_free(s);
+
+    /* a seed replays the same draws under an order; another seed differs */
+    kvt_sampler_params sd = {.temp = 1.5f, .top_k = 6, .top_p = 0.95f, .min_p = 0.01f, .seed = 77};
+    kvt_sampler_params sd2 = sd;
+    sd2.seed = 78;
+    kvt_sampler *x = make_order(sd, "kpmt"), *y = make_order(sd, "kpmt"), *z = make_order(sd2, "kpmt");
+    int same_xy = 1, same_xz = 1;
+    for (int i = 0; i < 200; i++) {
+        int tx = kvt_sampler_sample(x, logits);
+        same_xy &= tx == kvt_sampler_sample(y, logits);
+        same_xz &= tx == kvt_sampler_sample(z, logits);
+    }
+    CHECK(same_xy && !same_xz);
+    kvt_sampler_free(x);
+    kvt_sampler_free(y);
+    kvt_sampler_free(z);
 }
 
 int main(void) {
@@ -121,6 +217,8 @@ int main(void) {
     }
     CHECK(only_top);
     kvt_sampler_free(sa);
+
+    test_order();
 
     /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
     double lp, top_lp[3];

@@ -129,6 +129,12 @@ static void test_errors(void) {
         {"root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", "rule 'expr' is left-recursive"},
         {"root ::= a\na ::= b? a \"x\" | \"y\"\nb ::= \"z\"", "rule 'a' is left-recursive"},
         {"root ::= \"a\" root", "rule 'root' never finishes"},
+        /* characters the matcher never takes: the grammar could never finish */
+        {"root ::= \"\\x00\"", "rule 'root' never finishes"},
+        {"root ::= [\\x00]", "no reply holds: NUL"},
+        {"root ::= \"a\" [\\uD800-\\uDFFF]", "rule 'root' never finishes"},
+        {"root ::= [^\\x01-\\uD7FF\\uE000-\\U0010FFFF]", "rule 'root' never finishes"},
+        {"root ::= x\nx ::= [\\x00] | \"b\" x", "never finishes"},
         {"root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice"},
         {"root \"a\"", "line 1, column 6: expected '::='"},
         {"root ::= \"a\" @", "line 1, column 14: unexpected '@'"},

@@ -69,6 +69,33 @@ for seed in 1 2 3 4; do
 done
 check "... and a JSON schema's integer, 4 of 4 stop with a number" is "$stopped" 4
 
+# A grammar that matches only "": end-of-generation is the one token it allows, so the reply
+# ends at once with "stop" (as llama-server), not with "length" and no token; and one whose text
+# is complete and allows nothing more ends with "stop" right after the token that completes it.
+EMPTY=$(jq -Rn --arg g 'root ::= ""' '$g')
+post /v1/chat/completions "{$MSG,\"grammar\":$EMPTY,\"max_tokens\":8,\"seed\":1}"
+check "a grammar of only \"\": chat ends with stop" is "$CODE/$(jb '.choices[0].finish_reason')" 200/stop
+check "... with empty content and no completion tokens" is "$(jb '.choices[0].message.content')/$(jb .usage.completion_tokens)" /0
+post /v1/completions "{\"prompt\":\"Q:\",\"grammar\":$EMPTY,\"max_tokens\":8}"
+check "... /v1/completions ends with stop" is "$CODE/$(jb '.choices[0].finish_reason')/$(jb '.choices[0].text')" 200/stop/
+post /completion "{\"prompt\":\"Q:\",\"grammar\":$EMPTY,\"n_predict\":8}"
+check "... /completion stops on end-of-generation" is "$CODE/$(jb .stop_type)/$(jb .content)" 200/eos/
+curl -s -N -m 60 -H 'Content-Type: application/json' \
+  -d "{$MSG,\"grammar\":$EMPTY,\"max_tokens\":8,\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/empty.sse"
+check "... streamed, the last choice says stop" is "$(grep '^data: {' "$TMP/empty.sse" | sed 's/^data: //' |
+  jq -r '.choices[0].finish_reason // empty' | tail -1)" stop
+OPT=$(jq -Rn --arg g 'root ::= ("yes" | "no")?' '$g')
+post /v1/completions "{\"prompt\":\"Q:\",\"grammar\":$OPT,\"max_tokens\":8,\"seed\":3}"
+check "an optional grammar ends with stop" is "$CODE/$(jb '.choices[0].finish_reason')" 200/stop
+check "... and its text matches it" matches '(yes|no)?' "$(jb '.choices[0].text')"
+stopped=0
+for seed in 1 2 3; do
+  post /v1/completions "{\"prompt\":\"Q:\",\"grammar\":$(jq -Rn --arg g 'root ::= "yes" | "no"' '$g'),\"max_tokens\":8,\"seed\":$seed}"
+  [ "$CODE" = 200 ] && [ "$(jb '.choices[0].finish_reason')" = stop ] && matches '(yes|no)' "$(jb '.choices[0].text')" &&
+    stopped=$((stopped + 1))
+done
+check "a grammar complete after its text: 3 of 3 stop with it" is "$stopped" 3
+
 post /v1/chat/completions "{$MSG,\"grammar\":\"root ::= \\\"a\\\" (\\\"b\\\" | item\"}"
 check "an unbalanced paren is a 400 on 'grammar'" is "$CODE/$(jb .error.param)" 400/grammar
 check "... naming the line and column" has "$(jb .error.message)" "line 1, column 14: '(' is not closed"

@@ -5,12 +5,13 @@
 # cache_prompt, id_slot, n_probs and stream, the answer's content,
 # tokens_cached and timings; GET /slots (prompt text only
 # for the admin key); POST /apply-template; the paths without /v1; and on
-# /v1/completions prompt arrays and echo; an unknown "model" is a 404
+# /v1/completions prompt arrays and echo; llama.cpp's samplers order; an unknown "model" is a 404
 # model_not_found in OpenAI's error shape, the served names are accepted.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
+has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; }
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
@@ -73,6 +74,46 @@ for f in '"top_n_sigma": 1.5' '"min_keep": 5' '"t_max_predict_ms": 100' '"n_inde
 done
 post /completion '{"prompt": "Hello", "n_predict": 1, "top_n_sigma": -1, "min_keep": 1, "t_max_predict_ms": 0, "n_indent": 0, "post_sampling_probs": false, "lora": []}'
 check "... and accepted at their off values" is "$CODE" 200
+# ---- samplers: llama.cpp's order of the sampling steps -------------------------------------------
+S='"prompt": "Once upon a time", "n_predict": 12'
+post /completion "{$S, \"temperature\": 0}"
+GREEDY=$(jb .content)
+for o in '"kt"' '"edkypmxt"' '["temperature", "top_k"]' '""' '[]'; do
+  post /completion "{$S, \"temperature\": 0, \"top_p\": 0.5, \"samplers\": $o}"
+  check "temperature 0 with samplers $o stays greedy" is "$CODE/$(jb .content)" "200/$GREEDY"
+done
+# top_k 1 listed: only the best token, at any temperature; left out of the order: not applied
+post /completion "{$S, \"temperature\": 1.5, \"top_k\": 1, \"seed\": 1, \"samplers\": \"kt\"}"
+check "top_k 1 in the order gives the greedy text" is "$CODE/$(jb .content)" "200/$GREEDY"
+differs=0
+for seed in 1 2 3; do
+  post /completion "{$S, \"temperature\": 1.5, \"top_k\": 1, \"seed\": $seed, \"samplers\": [\"temperature\"]}"
+  [ "$CODE" = 200 ] && [ "$(jb .content)" != "$GREEDY" ] && differs=$((differs + 1))
+done
+check "top_k 1 left out of the order is not applied: a sampled text differs" gt "$differs" 0
+post /completion "{$S, \"temperature\": 1.2, \"top_p\": 0.9, \"min_p\": 0.02, \"seed\": 7, \"samplers\": \"pmkt\"}"
+ORDERED=$(jb .content)
+post /completion "{$S, \"temperature\": 1.2, \"top_p\": 0.9, \"min_p\": 0.02, \"seed\": 7, \"samplers\": \"pmkt\"}"
+check "a seed replays the same text under an order" is "$CODE/$(jb .content)" "200/$ORDERED"
+post /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "samplers": ["top_k", "temperature"]}'
+check "chat takes samplers too" is "$CODE" 200
+for bad in '"kz"' '["top_k", "nucleus"]' '[7]' '5' '{"a": 1}' '"i"' '["infill"]' '"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"'; do
+  post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, \"samplers\": $bad}"
+  check "samplers $bad is a 400 naming it" is "$CODE/$(jb .error.param)" 400/samplers
+done
+check "... saying why" has "$(jb .error.message)" "more than 32"
+# a sampler kvtier lacks: skipped while its field is neutral, a 400 naming samplers when on and
+# listed, and inert (as in llama-server) when on but left out of the order
+post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "edkypmxt", "typical_p": 1, "xtc_probability": 0, "dry_multiplier": 0}'
+check "samplers lacking kvtier's dry, typ_p, xtc at their neutral values: accepted" is "$CODE" 200
+post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "kyt", "typical_p": 0.5}'
+check "typ_p listed with typical_p on is a 400 naming samplers" is "$CODE/$(jb .error.param)" 400/samplers
+check "... naming both" has "$(jb .error.message)" "'samplers' lists typ_p, .*'typical_p' turns it on"
+post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": ["top_k", "temperature"], "xtc_probability": 0.5}'
+check "xtc left out of the order: xtc_probability is inert" is "$CODE" 200
+post /completion '{"prompt": "Hello", "n_predict": 1, "typical_p": 0.5}'
+check "typical_p on without samplers is a 400 naming it" is "$CODE/$(jb .error.param)" 400/typical_p
+
 WARM="Warm this prefix first: $LONG"
 post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 0}"
 check "n_predict 0 evaluates the prompt and generates nothing" \

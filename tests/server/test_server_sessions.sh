@@ -51,7 +51,14 @@ check "unpin 200" is "$CODE" 200
 post /v1/cache/unpin "{\"pin_id\": \"$PIN\"}" "${AUTH[@]}"
 check "unpin twice is 404" is "$CODE" 404
 post /v1/cache/unpin '{}' "${AUTH[@]}"
-check "unpin without an id is 400" is "$CODE" 400
+check "unpin without an id is 400 naming pin_id" is "$CODE/$(jb .error.param)" 400/pin_id
+# an id of another type is not taken for no id (beside a session_id it would release only that)
+for f in '"pin_id": 7' '"session_id": ["a"]' '"cache_salt": 1'; do
+  post /v1/cache/unpin "{$f}" "${AUTH[@]}"
+  check "unpin with $f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")"
+done
+post /v1/cache/unpin '{"pin_id": null, "cache_salt": null}' "${AUTH[@]}"
+check "... null is absent" is "$CODE/$(jb .error.param)" 400/pin_id
 # the pin limit: pins hold at most half of the pool
 for k in 7 8 9 10; do
   post /v1/completions "{\"prompt\": \"$(words 100 $k)\", \"max_tokens\": 1}" "${AUTH[@]}"

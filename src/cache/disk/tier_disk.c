@@ -211,7 +211,7 @@ static void disk_free(kvt_disk *d);
 /* The parameters' checks, before anything is touched (rec_max: the largest
  * record). 0, or KVT_EARG with the reason. */
 static int check_params(const kvt_disk_params *p, uint64_t rec_max) {
-    if (!p->dir || !*p->dir) return kvt_fail(KVT_EARG, "disk tier: no directory");
+    if (!p->dir || !*p->dir) return kvt_fail(KVT_EARG, "--kv-disk: no directory given (the path is empty)");
     if (!p->payload_bytes || p->payload_bytes > KVT_DISK_PAYLOAD_MAX)
         return kvt_fail(KVT_EARG, "disk tier: payload_bytes %zu outside 1..%llu", p->payload_bytes,
                         (unsigned long long)KVT_DISK_PAYLOAD_MAX);

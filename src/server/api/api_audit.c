@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* The field audit of request bodies (api_audit.h): the fields OpenAI's and
  * llama.cpp's clients send that kvtier does not read, accepted only at their
- * neutral value. */
+ * neutral value; and llama.cpp's "samplers" order, which decides whether the
+ * fields of the samplers kvtier lacks matter at all. */
 #include "api_audit.h"
 
 #include <string.h>
@@ -35,43 +36,134 @@ typedef struct {
     audit_rule rule;
     double neutral;      /* AUDIT_NUMBER, AUDIT_AT_MOST */
     const char *allowed; /* AUDIT_STRINGS; also how the message names the neutral value */
+    char sampler;        /* the letter of the llama.cpp sampler it turns on (SAMPLERS), or 0 */
 } audit_field;
 
 static const audit_field AUDIT[] = {
     /* the output does not depend on these */
-    {"user", AUDIT_ACCEPT, 0, NULL},
-    {"metadata", AUDIT_ACCEPT, 0, NULL},
-    {"store", AUDIT_ACCEPT, 0, NULL},
-    {"service_tier", AUDIT_ACCEPT, 0, NULL},
-    {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
-    {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
-    {"prediction", AUDIT_ACCEPT, 0, NULL},   /* predicted outputs speed up; the output stays the same */
-    {"cache_prompt", AUDIT_ACCEPT, 0, NULL}, /* llama.cpp: kvtier always caches */
+    {"user", AUDIT_ACCEPT, 0, NULL, 0},
+    {"metadata", AUDIT_ACCEPT, 0, NULL, 0},
+    {"store", AUDIT_ACCEPT, 0, NULL, 0},
+    {"service_tier", AUDIT_ACCEPT, 0, NULL, 0},
+    {"safety_identifier", AUDIT_ACCEPT, 0, NULL, 0},
+    {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL, 0},
+    {"prediction", AUDIT_ACCEPT, 0, NULL, 0},   /* predicted outputs speed up; the output stays the same */
+    {"cache_prompt", AUDIT_ACCEPT, 0, NULL, 0}, /* llama.cpp: kvtier always caches */
     /* not supported yet: refused unless neutral */
-    {"best_of", AUDIT_NUMBER, 1, "1"},
-    {"echo", AUDIT_FALSE, 0, "false"},
-    {"suffix", AUDIT_EMPTY, 0, "\"\""},
-    {"typical_p", AUDIT_NUMBER, 1, "1"},
-    {"tfs_z", AUDIT_NUMBER, 1, "1"},
-    {"mirostat", AUDIT_NUMBER, 0, "0"},
-    {"dynatemp_range", AUDIT_NUMBER, 0, "0"},
-    {"xtc_probability", AUDIT_NUMBER, 0, "0"},
-    {"dry_multiplier", AUDIT_NUMBER, 0, "0"},
-    {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)"},
-    {"min_keep", AUDIT_AT_MOST, 1, "0 or 1"},
-    {"t_max_predict_ms", AUDIT_AT_MOST, 0, "0"},
-    {"n_indent", AUDIT_AT_MOST, 0, "0"},
-    {"post_sampling_probs", AUDIT_FALSE, 0, "false"},
-    {"lora", AUDIT_EMPTY, 0, "[]"},
-    {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
-    {"functions", AUDIT_EMPTY, 0, "[] (use tools)"},
-    {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)"},
-    {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]"},
-    {"audio", AUDIT_NULL, 0, "null"},
-    {"reasoning_effort", AUDIT_NULL, 0, "null"},
-    {"verbosity", AUDIT_NULL, 0, "null"},
-    {"web_search_options", AUDIT_NULL, 0, "null"},
+    {"best_of", AUDIT_NUMBER, 1, "1", 0},
+    {"echo", AUDIT_FALSE, 0, "false", 0},
+    {"suffix", AUDIT_EMPTY, 0, "\"\"", 0},
+    {"typical_p", AUDIT_NUMBER, 1, "1", 'y'},
+    {"tfs_z", AUDIT_NUMBER, 1, "1", 0},
+    {"mirostat", AUDIT_NUMBER, 0, "0", 0},
+    {"dynatemp_range", AUDIT_NUMBER, 0, "0", 0},
+    {"xtc_probability", AUDIT_NUMBER, 0, "0", 'x'},
+    {"dry_multiplier", AUDIT_NUMBER, 0, "0", 'd'},
+    {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)", 0},
+    {"min_keep", AUDIT_AT_MOST, 1, "0 or 1", 0},
+    {"t_max_predict_ms", AUDIT_AT_MOST, 0, "0", 0},
+    {"n_indent", AUDIT_AT_MOST, 0, "0", 0},
+    {"post_sampling_probs", AUDIT_FALSE, 0, "false", 0},
+    {"lora", AUDIT_EMPTY, 0, "[]", 0},
+    {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)", 0},
+    {"functions", AUDIT_EMPTY, 0, "[] (use tools)", 0},
+    {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)", 0},
+    {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]", 0},
+    {"audio", AUDIT_NULL, 0, "null", 0},
+    {"reasoning_effort", AUDIT_NULL, 0, "null", 0},
+    {"verbosity", AUDIT_NULL, 0, "null", 0},
+    {"web_search_options", AUDIT_NULL, 0, "null", 0},
 };
+
+/* llama.cpp's samplers: the letter of the string form, the name of the array
+ * form, and the step kvtier runs for it, or -1 where kvtier lacks it: then
+ * it is skipped while the field that turns it on is neutral (the audit
+ * checks that), except infill, which has no off value and is refused. */
+static const struct {
+    char letter;
+    const char *name;
+    int step;
+} SAMPLERS[] = {
+    {'e', "penalties", KVT_SAMPLE_PENALTIES},
+    {'d', "dry", -1},
+    {'k', "top_k", KVT_SAMPLE_TOP_K},
+    {'y', "typ_p", -1},
+    {'p', "top_p", KVT_SAMPLE_TOP_P},
+    {'m', "min_p", KVT_SAMPLE_MIN_P},
+    {'x', "xtc", -1},
+    {'t', "temperature", KVT_SAMPLE_TEMPERATURE},
+    {'i', "infill", -1},
+};
+
+static int sampler_by_letter(char c) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(SAMPLERS); i++)
+        if (SAMPLERS[i].letter == c) return (int)i;
+    return -1;
+}
+
+static int sampler_by_name(const char *name) {
+    for (size_t i = 0; i < KVT_ARRAY_LEN(SAMPLERS); i++)
+        if (!strcmp(SAMPLERS[i].name, name)) return (int)i;
+    return -1;
+}
+
+/* Appends sampler k to r's order; -1 (and *err) when it cannot be. */
+static int add_sampler(kvt_api_request *r, int k, kvt_api_error *err) {
+    size_t n = strlen(r->sampler_letters);
+    if (n == KVT_SAMPLER_MAX_STEPS)
+        return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value", "'samplers' lists more than %d samplers",
+                              KVT_SAMPLER_MAX_STEPS);
+    if (SAMPLERS[k].letter == 'i')
+        return kvt_api_errorf(err, 400, INVALID, "samplers", "unsupported_value",
+                              "'samplers' lists infill, which kvtier does not have and which has no off value: "
+                              "leave it out");
+    r->sampler_letters[n] = SAMPLERS[k].letter;
+    r->sampler_letters[n + 1] = 0;
+    if (SAMPLERS[k].step >= 0) r->sampler_steps[r->n_sampler_steps++] = (uint8_t)SAMPLERS[k].step;
+    return 0;
+}
+
+int kvt_api_parse_samplers(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    r->has_samplers = 0;
+    r->n_sampler_steps = 0;
+    r->sampler_letters[0] = 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "samplers");
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsString(v)) {
+        for (const char *c = v->valuestring; *c; c++) {
+            int k = sampler_by_letter(*c);
+            if (k < 0)
+                return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value",
+                                      "'samplers' has an unknown letter '%c': the letters are e (penalties), d (dry), "
+                                      "k (top_k), y (typ_p), p (top_p), m (min_p), x (xtc), t (temperature) and i "
+                                      "(infill)",
+                                      (unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f ? '?' : *c);
+            if (add_sampler(r, k, err)) return KVT_EARG;
+        }
+    } else if (cJSON_IsArray(v)) {
+        for (const cJSON *e = v->child; e; e = e->next) {
+            int k = cJSON_IsString(e) ? sampler_by_name(e->valuestring) : -1;
+            if (k < 0)
+                return kvt_api_errorf(err, 400, INVALID, "samplers",
+                                      cJSON_IsString(e) ? "invalid_value" : "invalid_type",
+                                      "'samplers' holds %s%.32s%s: the names are penalties, dry, top_k, typ_p, top_p, "
+                                      "min_p, xtc, temperature and infill",
+                                      cJSON_IsString(e) ? "an unknown sampler '" : "something that is not a name",
+                                      cJSON_IsString(e) ? e->valuestring : "", cJSON_IsString(e) ? "'" : "");
+            if (add_sampler(r, k, err)) return KVT_EARG;
+        }
+    } else {
+        return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_type",
+                              "'samplers' must be an array of sampler names or a string of their letters");
+    }
+    r->has_samplers = 1;
+    return 0;
+}
+
+static const char *sampler_name(char letter) {
+    int k = sampler_by_letter(letter);
+    return k < 0 ? "?" : SAMPLERS[k].name;
+}
 
 static int audit_neutral(const audit_field *f, const cJSON *v) {
     switch (f->rule) {
@@ -99,12 +191,20 @@ static int audit_neutral(const audit_field *f, const cJSON *v) {
     return 0;
 }
 
-/* A 400 naming the first field of AUDIT that is present and not neutral. */
-int kvt_api_audit_fields(const cJSON *root, kvt_api_error *err) {
+/* A 400 naming the first field of AUDIT that is present and not neutral (a
+ * sampler's field where r's samplers leave that sampler out is inert). */
+int kvt_api_audit_fields(const cJSON *root, const kvt_api_request *r, kvt_api_error *err) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(AUDIT); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, AUDIT[i].name);
         if (!v || cJSON_IsNull(v) || audit_neutral(&AUDIT[i], v)) continue;
         const char *name = AUDIT[i].name; /* static: err->param may keep it */
+        char letter = AUDIT[i].sampler;
+        if (letter && r->has_samplers && !strchr(r->sampler_letters, letter)) continue; /* not in the chain */
+        if (letter && r->has_samplers)
+            return kvt_api_errorf(err, 400, INVALID, "samplers", "unsupported_value",
+                                  "'samplers' lists %s, which kvtier does not have, and '%s' turns it on: leave %s out "
+                                  "of 'samplers', or send '%s' null or %s",
+                                  sampler_name(letter), name, sampler_name(letter), name, AUDIT[i].allowed);
         return kvt_api_errorf(err, 400, INVALID, name, "unsupported_parameter",
                               "'%s' is not supported yet: kvtier would ignore it and the output would differ from what "
                               "it asks; leave it out or send null or %s",

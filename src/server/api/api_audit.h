@@ -10,10 +10,22 @@
 
 #include "api_openai.h"
 
+/* llama.cpp's "samplers" of root (an array of sampler names or a string of
+ * their letters, as llama-server takes it) into r's has_samplers,
+ * sampler_letters and sampler_steps. Returns 0, or KVT_EARG with *err filled
+ * (400, param "samplers") for another type, an unknown name or letter, more
+ * than KVT_SAMPLER_MAX_STEPS, or infill (which kvtier lacks and which has no
+ * off value). Absent or null: has_samplers 0. */
+int kvt_api_parse_samplers(const struct cJSON *root, kvt_api_request *r, kvt_api_error *err);
+
 /* Returns 0, or KVT_EARG with *err filled (400 "unsupported_parameter",
  * param naming it) for the first audited field of root present and not
- * neutral. root is the request's JSON object. */
-int kvt_api_audit_fields(const struct cJSON *root, kvt_api_error *err);
+ * neutral. root is the request's JSON object, r the request with its
+ * samplers parsed: a field that turns on a sampler kvtier lacks is inert
+ * where r's samplers leave that sampler out (accepted at any value), and
+ * where they list it, a value that is not neutral is refused naming
+ * "samplers". */
+int kvt_api_audit_fields(const struct cJSON *root, const kvt_api_request *r, kvt_api_error *err);
 
 /* The audited field named key[0..len) (its static name), or NULL: these are
  * fields kvtier knows (api_body.c's known-field test counts them). */

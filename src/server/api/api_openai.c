@@ -359,7 +359,8 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         r->model = kvt_xstrdup(model->valuestring);
     }
     if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err)) return -1;
-    if (kvt_api_audit_fields(root, err) || kvt_api_parse_tools(root, r, err)) return -1;
+    if (kvt_api_parse_samplers(root, r, err) || kvt_api_audit_fields(root, r, err) || kvt_api_parse_tools(root, r, err))
+        return -1;
 
     double d;
     int has, has2;

@@ -16,6 +16,7 @@
 #include "api_error.h"
 #include "chat.h"
 #include "kvtier.h"
+#include "sampler.h"
 
 typedef enum { KVT_API_COMPLETION = 0, KVT_API_CHAT = 1 } kvt_api_kind;
 
@@ -83,6 +84,12 @@ typedef struct {
     int32_t *bias_id;                          /* logit_bias: n_bias token ids and their biases in [-100, 100] */
     float *bias;
     int32_t n_bias;
+    /* llama.cpp's "samplers" (api_audit.c): given or not, its letters in order (the string form, for
+     * the audit) and the steps kvtier runs for them, in order (the samplers it lacks left out) */
+    int has_samplers;
+    char sampler_letters[KVT_SAMPLER_MAX_STEPS + 1];
+    int32_t n_sampler_steps;
+    uint8_t sampler_steps[KVT_SAMPLER_MAX_STEPS];
     uint64_t seed;
     int has_seed;
     char *stop[KVT_API_MAX_STOP];

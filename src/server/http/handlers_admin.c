@@ -13,6 +13,35 @@
 #include "api_lint.h"
 #include "common.h"
 
+/* An unpin body's string field name into *out (a copy): absent or null
+ * leaves it NULL; another type is a 400 naming it, so a pin_id sent as a
+ * number is not taken for no pin_id and the request does not release
+ * something else. */
+static int unpin_field(const cJSON *root, const char *name, char **out, kvt_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v))
+        return kvt_api_errorf(err, 400, "invalid_request_error", name, "invalid_type", "'%s' must be a string", name);
+    *out = kvt_xstrdup(v->valuestring);
+    return 0;
+}
+
+/* /v1/cache/unpin's body into j: pin_id or session_id, and the namespace
+ * (the key, then cache_salt) they were made in. */
+static int unpin_body(const conn_state *cs, admin_job *j, kvt_api_error *err) {
+    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+    char *salt = NULL;
+    int rc = unpin_field(root, "pin_id", &j->pin_id, err) || unpin_field(root, "session_id", &j->session, err) ||
+        unpin_field(root, "cache_salt", &salt, err);
+    cJSON_Delete(root);
+    if (!rc) j->salt = kvt_srv_tenant_salt(cs->key, salt, &j->salt_len);
+    free(salt);
+    if (!rc && !j->pin_id && !j->session)
+        rc = kvt_api_errorf(err, 400, "invalid_request_error", "pin_id", "missing_required_parameter",
+                            "give the \"pin_id\" that /v1/cache/pin returned, or a \"session_id\" kept warm");
+    return rc;
+}
+
 /* The admin endpoints run on the engine thread (the cache is its alone):
  * the handler queues a job and waits for its answer. */
 enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
@@ -38,24 +67,8 @@ enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, co
             goto done;
         }
     } else if (j->kind == JOB_UNPIN) {
-        cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
-        const cJSON *pid = root ? cJSON_GetObjectItemCaseSensitive(root, "pin_id") : NULL;
-        const cJSON *sid = root ? cJSON_GetObjectItemCaseSensitive(root, "session_id") : NULL;
-        const cJSON *cv = root ? cJSON_GetObjectItemCaseSensitive(root, "cache_salt") : NULL;
-        if (cJSON_IsString(pid)) j->pin_id = kvt_xstrdup(pid->valuestring);
-        if (cJSON_IsString(sid)) j->session = kvt_xstrdup(sid->valuestring);
-        /* the namespace the pin or session was made in: the key, then the body's cache_salt */
-        j->salt = kvt_srv_tenant_salt(cs->key, cJSON_IsString(cv) ? cv->valuestring : NULL, &j->salt_len);
-        int bad_salt = cv && !cJSON_IsString(cv);
-        cJSON_Delete(root);
-        if (bad_salt) {
-            ret = kvt_srv_send_errorf(s, c, cs->label, 400, "invalid_request_error", "invalid_value",
-                                      "'cache_salt' must be a string");
-            goto done;
-        }
-        if (!j->pin_id && !j->session) {
-            ret = kvt_srv_send_errorf(s, c, cs->label, 400, "invalid_request_error", "invalid_value",
-                                      "give the \"pin_id\" that /v1/cache/pin returned, or a \"session_id\" kept warm");
+        if (unpin_body(cs, j, &err)) {
+            ret = kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
             goto done;
         }
     } else if (j->kind == JOB_STATS) {

@@ -32,7 +32,9 @@ static long find_stop(const slot *sl, size_t *hold) {
 }
 
 /* The logits with every token the grammar refuses at -inf (s->jg_logits), or
- * NULL when none may come: the document cannot go on within the budget. */
+ * NULL when none may come: the text is complete (a grammar that matches only
+ * "", or one whose text can go no further), or it cannot go on within the
+ * budget. */
 static const float *grammar_logits(kvt_server *s, slot *sl, const float *logits) {
     int32_t budget = sl->r->max_tokens - sl->n_gen;
     if (!kvt_jg_mask(sl->jg, budget, s->jg_mask)) return NULL;
@@ -45,7 +47,9 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     srv_req *r = sl->r;
     const float *allowed = sl->jg ? grammar_logits(s, sl, logits) : logits;
     if (!allowed) {
-        kvt_srv_slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
+        /* where the grammar may end here, only the end of generation was left (as in llama-server, where
+         * it is the one legal token): the reply is complete, so "stop", even before its first token */
+        kvt_srv_slot_finish(s, sl, kvt_jg_can_end(sl->jg) ? "stop" : "length", sl->raw_len, 0, NULL);
         return;
     }
     int32_t tok = kvt_sampler_sample(sl->smp, allowed);
