@@ -37,8 +37,12 @@ void kvt_usage_mkmodel(FILE *f) {
             "                         layers), gemma3 (q/k norms, 5 sliding layers per global one) [%s]\n"
             "  --dim N                model width (embedding length) [%d]\n"
             "  --layers N             transformer blocks [%d]\n"
-            "  --heads N              attention heads; dim must be a multiple [%d]\n"
+            "  --heads N              attention heads; dim must be a multiple unless --head-dim [%d]\n"
             "  --kv-heads N           key/value heads (GQA); heads must be a multiple [%d]\n"
+            "  --head-dim N           one head's width (attention.key_length and value_length, and\n"
+            "                         rope.dimension_count); q is heads x N wide and need not be\n"
+            "                         dim, as in Qwen3 and Gemma; 0 = dim / heads, dim then a\n"
+            "                         multiple of heads [%d]\n"
             "  --ff N                 feed-forward width [%d]\n"
             "  --vocab N              vocabulary rows; 0 = the tokenizer's size [%d]\n"
             "  --ctx N                context_length metadata [%d]\n"
@@ -77,7 +81,7 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --seed N               weights seed [%llu]\n"
             "  --name NAME            general.name [%s]\n"
             "  -h, --help             this help\n",
-            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.ff, d.vocab, d.ctx, KVT_MKMODEL_OUTLIERS,
+            d.arch, d.dim, d.layers, d.heads, d.kv_heads, d.head_dim, d.ff, d.vocab, d.ctx, KVT_MKMODEL_OUTLIERS,
             (double)KVT_MKMODEL_OUTLIER_GAIN, (double)d.rope_base, d.swa, (unsigned long long)d.seed, d.name);
 }
 
@@ -156,7 +160,7 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             long min;
         } ints[] = {{"--dim", &p.dim, 2},           {"--layers", &p.layers, 1}, {"--heads", &p.heads, 1},
                     {"--kv-heads", &p.kv_heads, 1}, {"--ff", &p.ff, 1},         {"--vocab", &p.vocab, 0},
-                    {"--ctx", &p.ctx, 1},           {"--swa", &p.swa, 0}};
+                    {"--ctx", &p.ctx, 1},           {"--swa", &p.swa, 0},       {"--head-dim", &p.head_dim, 0}};
         int matched = 0;
         for (size_t k = 0; k < KVT_ARRAY_LEN(ints); k++) {
             if (strcmp(a, ints[k].opt)) continue;

@@ -31,6 +31,8 @@
 #define GEMMA3_SWA 512
 #define GEMMA2_ATTN_SOFTCAP 50.0f
 #define GEMMA2_FINAL_SOFTCAP 30.0f
+#define MAX_HEAD_DIM 4096     /* --head-dim: the loader's limit (model.c) */
+#define MAX_Q_WIDTH (1 << 24) /* heads x head dim: the largest --dim */
 
 static const char *const builtin_specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 #define N_SPECIALS ((int32_t)KVT_ARRAY_LEN(builtin_specials))
@@ -261,9 +263,13 @@ static int is_arch(const char *name) { return !strcmp(plan.p.arch, name); }
  * so a norm applied in the wrong place shows; llama/qwen2 keep their bytes */
 static int varied_norms(void) { return !is_arch("llama") && !is_arch("qwen2"); }
 
+/* One head's width: --head-dim, else dim / heads as the released models of
+ * every family but qwen3 and gemma have it. */
+static int64_t head_dim_of(const kvt_mkmodel_params *p) { return p->head_dim ? p->head_dim : p->dim / p->heads; }
+
 static tensor_plan plan_for(const char *name) {
     const kvt_mkmodel_params *p = &plan.p;
-    int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
+    int64_t hd = head_dim_of(p), kv = (int64_t)p->kv_heads * hd, qd = (int64_t)p->heads * hd;
     tensor_plan t = {p->type, p->dim, 1, 0, 0, 0.0f};
     if (ends_with(name, "norm.weight")) {
         t.type = KVT_TYPE_F32;
@@ -282,7 +288,7 @@ static tensor_plan plan_for(const char *name) {
     }
     if (ends_with(name, ".bias")) {
         t.type = KVT_TYPE_F32;
-        t.cols = strstr(name, "attn_q") ? p->dim : kv;
+        t.cols = strstr(name, "attn_q") ? qd : kv;
         t.scale = BIAS_SCALE;
         return t;
     }
@@ -294,14 +300,18 @@ static tensor_plan plan_for(const char *name) {
             t.scale = sqrtf(3.0f / (float)p->dim);
         return t;
     }
-    if (strstr(name, "attn_qkv")) t.rows = p->dim + 2 * kv;
+    if (strstr(name, "attn_qkv")) t.rows = qd + 2 * kv;
+    else if (strstr(name, "attn_q.")) t.rows = qd;
     else if (strstr(name, "attn_k.") || strstr(name, "attn_v.")) t.rows = kv;
     else if (strstr(name, "ffn_up") && is_arch("phi3")) t.rows = 2 * (int64_t)p->ff; /* gate and up, fused */
     else if (strstr(name, "ffn_gate") || strstr(name, "ffn_up")) t.rows = p->ff;
     else if (strstr(name, "ffn_down")) {
         t.rows = p->dim;
         t.cols = p->ff;
-    } else t.rows = p->dim;                /* attn_q, attn_output */
+    } else { /* attn_output: from the heads' width back to dim */
+        t.rows = p->dim;
+        t.cols = qd;
+    }
     t.scale = sqrtf(3.0f / (float)t.cols); /* unit-variance outputs for unit-variance inputs */
     return t;
 }
@@ -423,17 +433,25 @@ static int check_params(const kvt_mkmodel_params *p) {
                         "LongRoPE keys)");
     if (p->dim <= 0 || p->layers <= 0 || p->heads <= 0 || p->kv_heads <= 0 || p->ff <= 0 || p->ctx <= 0)
         return kvt_fail(KVT_EARG, "dimensions must be positive");
-    if (p->dim % p->heads) return kvt_fail(KVT_EARG, "dim %d is not a multiple of heads %d", p->dim, p->heads);
+    if (p->head_dim < 0 || p->head_dim > MAX_HEAD_DIM)
+        return kvt_fail(KVT_EARG, "--head-dim must be 0 (dim / heads) or from 2 to %d, not %d", MAX_HEAD_DIM,
+                        p->head_dim);
+    if (!p->head_dim && p->dim % p->heads)
+        return kvt_fail(KVT_EARG, "dim %d is not a multiple of heads %d (or give --head-dim)", p->dim, p->heads);
     if (p->heads % p->kv_heads)
         return kvt_fail(KVT_EARG, "heads %d is not a multiple of kv-heads %d", p->heads, p->kv_heads);
-    if ((p->dim / p->heads) % 2) return kvt_fail(KVT_EARG, "head dim %d must be even for rope", p->dim / p->heads);
+    if (head_dim_of(p) % 2) return kvt_fail(KVT_EARG, "head dim %d must be even for rope", (int)head_dim_of(p));
+    if ((int64_t)p->heads * head_dim_of(p) > MAX_Q_WIDTH)
+        return kvt_fail(KVT_EARG, "heads x head dim = %lld is over %d", (long long)p->heads * head_dim_of(p),
+                        MAX_Q_WIDTH);
     if (!kvt_quant_can_write(p->type))
         return kvt_fail(KVT_EARG,
                         "weight type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or q2_k..q6_k");
     /* the K types fall back per matrix (quant_mix.h); the 32-blocks have no fallback */
-    if ((p->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(p->type)) && (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK))
-        return kvt_fail(KVT_EARG, "%s needs dim and ff to be multiples of %d", kvt_ggml_type_name(p->type),
-                        KVT_Q8_0_BLOCK);
+    if ((p->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(p->type)) &&
+        (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK || (p->heads * head_dim_of(p)) % KVT_Q8_0_BLOCK))
+        return kvt_fail(KVT_EARG, "%s needs dim, ff and heads x head dim to be multiples of %d",
+                        kvt_ggml_type_name(p->type), KVT_Q8_0_BLOCK);
     return 0;
 }
 
@@ -447,8 +465,10 @@ static void write_arch_metadata(kvt_gguf_writer *w, const kvt_mkmodel_params *p)
     const char *a = p->arch;
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
-    int32_t hd = p->dim / p->heads;
-    if (!strcmp(a, "qwen3") || !strcmp(a, "gemma2") || !strcmp(a, "gemma3")) {
+    int32_t hd = (int32_t)head_dim_of(p);
+    /* qwen3 and gemma always say it; the others when it is not dim / heads (and the
+     * files of the default keep their bytes) */
+    if (p->head_dim || !strcmp(a, "qwen3") || !strcmp(a, "gemma2") || !strcmp(a, "gemma3")) {
         kvt_gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)hd);
         kvt_gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)hd);
     }
@@ -485,27 +505,27 @@ static void write_layer(kvt_gguf_writer *w, const kvt_mkmodel_params *p, int32_t
     const char *a = p->arch;
     const int phi3 = !strcmp(a, "phi3"), gemma = !strcmp(a, "gemma2") || !strcmp(a, "gemma3");
     const int qk_norm = !strcmp(a, "qwen3") || !strcmp(a, "gemma3");
-    int64_t hd = p->dim / p->heads, kv = (int64_t)p->kv_heads * hd;
+    int64_t hd = head_dim_of(p), kv = (int64_t)p->kv_heads * hd, qd = (int64_t)p->heads * hd;
     struct {
         const char *suffix;
         int64_t cols, rows;
         int vec, want;
     } const ts[] = {
         {"attn_norm.weight", p->dim, 1, 1, 1},
-        {"attn_qkv.weight", p->dim, p->dim + 2 * kv, 0, phi3},
-        {"attn_q.weight", p->dim, p->dim, 0, !phi3},
+        {"attn_qkv.weight", p->dim, qd + 2 * kv, 0, phi3},
+        {"attn_q.weight", p->dim, qd, 0, !phi3},
         {"attn_k.weight", p->dim, kv, 0, !phi3},
         {"attn_v.weight", p->dim, kv, 0, !phi3},
         {"attn_q_norm.weight", hd, 1, 1, qk_norm},
         {"attn_k_norm.weight", hd, 1, 1, qk_norm},
-        {"attn_output.weight", p->dim, p->dim, 0, 1},
+        {"attn_output.weight", qd, p->dim, 0, 1},
         {"post_attention_norm.weight", p->dim, 1, 1, gemma},
         {"ffn_norm.weight", p->dim, 1, 1, 1},
         {"ffn_gate.weight", p->dim, p->ff, 0, !phi3},
         {"ffn_up.weight", p->dim, phi3 ? 2 * (int64_t)p->ff : p->ff, 0, 1},
         {"ffn_down.weight", p->ff, p->dim, 0, 1},
         {"post_ffw_norm.weight", p->dim, 1, 1, gemma},
-        {"attn_q.bias", p->dim, 1, 1, !strcmp(a, "qwen2")},
+        {"attn_q.bias", qd, 1, 1, !strcmp(a, "qwen2")},
         {"attn_k.bias", kv, 1, 1, !strcmp(a, "qwen2")},
         {"attn_v.bias", kv, 1, 1, !strcmp(a, "qwen2")},
     };
@@ -577,7 +597,7 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
     kvt_gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)p->heads);
     kvt_gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->kv_heads);
     kvt_gguf_w_f32(w, KEY("rope.freq_base"), arch_rope_base(p));
-    kvt_gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)(p->dim / p->heads));
+    kvt_gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim_of(p));
     kvt_gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
     kvt_gguf_w_u32(w, KEY("vocab_size"), (uint32_t)vocab);
 #undef KEY
@@ -596,7 +616,7 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
     } else {
         write_builtin_tokenizer(w, (int32_t)vocab, a);
     }
-    int64_t hd = p->dim / p->heads;
+    int64_t hd = head_dim_of(p);
     uint64_t ne[2];
     ne[0] = (uint64_t)p->dim;
     ne[1] = (uint64_t)vocab;

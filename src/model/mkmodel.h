@@ -12,6 +12,8 @@
 typedef struct {
     const char *arch; /* "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3" */
     int32_t dim, layers, heads, kv_heads, ff;
+    int32_t head_dim;       /* one head's width (attention.key_length); 0: dim / heads.
+                             * q is heads x head_dim wide, which need not be dim */
     int32_t vocab;          /* 0: the tokenizer's size */
     int32_t ctx;            /* context_length metadata */
     uint32_t type;          /* weight type: KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1,
@@ -48,8 +50,9 @@ void kvt_mkmodel_outlier_channels(const kvt_mkmodel_params *p, int32_t ch[KVT_MK
 kvt_mkmodel_params kvt_mkmodel_default_params(void);
 
 /* Writes the model to path (atomically). Returns 0 or a negative code with
- * kvt_errmsg() set. Shapes are checked first (dim % heads, heads % kv_heads,
- * Q8_0 and the legacy types need dims that are multiples of 32). K types and
+ * kvt_errmsg() set. Shapes are checked first (dim % heads unless head_dim is
+ * given, heads % kv_heads, an even head_dim; Q8_0 and the legacy types need
+ * dim, ff and heads x head_dim to be multiples of 32). K types and
  * mixes quantize with kvt_qk_quantize_row, the legacy types with
  * kvt_ql_quantize_row. */
 int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path);

@@ -217,12 +217,15 @@ static int load_hparams(kvt_model *m) {
         (rc = get_i32(g, arch, "attention.head_count_kv", &hp->n_head_kv, 0, hp->n_head, 1, hp->n_head)) ||
         (rc = get_i32(g, arch, "context_length", &hp->n_ctx_train, 0, 2048, 1, HP_CTX_MAX)))
         return rc;
-    if (hp->n_embd % hp->n_head)
-        return kvt_fail(KVT_EFORMAT, "embedding_length %d is not a multiple of head_count %d", hp->n_embd, hp->n_head);
     if (hp->n_head % hp->n_head_kv)
         return kvt_fail(KVT_EFORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
-    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, hp->n_embd / hp->n_head, 1, HP_HEAD_DIM_MAX)))
-        return rc;
+    /* a head is key_length wide, and q heads x that, which need not be the
+     * embedding (Qwen3, Gemma); without the key a head is embedding / heads */
+    if ((rc = get_i32(g, arch, "attention.key_length", &hp->head_dim, 0, 0, 1, HP_HEAD_DIM_MAX))) return rc;
+    if (!hp->head_dim && hp->n_embd % hp->n_head)
+        return kvt_fail(KVT_EFORMAT, "embedding_length %d is not a multiple of head_count %d (and no key_length)",
+                        hp->n_embd, hp->n_head);
+    if (!hp->head_dim) hp->head_dim = hp->n_embd / hp->n_head;
     int32_t vlen;
     if ((rc = get_i32(g, arch, "attention.value_length", &vlen, 0, hp->head_dim, 1, HP_HEAD_DIM_MAX))) return rc;
     if (vlen != hp->head_dim)

@@ -19,7 +19,7 @@ check "unknown command" expect_rc 2 "$BIN" frobnicate
 check "unknown command named" has "frobnicate"
 
 check "mkmodel help" expect_rc 0 "$BIN" mkmodel --help
-for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --outliers --rope-base --swa --seed --name \
+for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx --type --vocab-from --tied --outliers --rope-base --swa --seed --name --head-dim \
   --rope-scaling --rope-factor --rope-orig-ctx --rope-attn-factor --rope-yarn-log-mul; do
   check "mkmodel help explains $flag" has "$flag"
 done
@@ -29,6 +29,17 @@ check "mkmodel bad number" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --dim abc
 check "mkmodel unknown option" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --bogus
 check "mkmodel bad shape" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 60 --heads 7
 check "mkmodel bad shape explained" has "multiple"
+# --head-dim: q wider than dim (as Qwen3, Gemma) needs no dim % heads; the file says its head width
+check "mkmodel --head-dim writes" expect_rc 0 "$BIN" mkmodel -o "$TMP/hd.gguf" --dim 64 --layers 1 --heads 3 --kv-heads 1 \
+  --head-dim 32 --ff 128 --vocab 512
+check "... info reads the head width" bash -c "'$BIN' info -m '$TMP/hd.gguf' --json | grep -q '\"head_dim\": *32'"
+check "mkmodel odd --head-dim" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 64 --heads 4 --head-dim 15
+check "... explained" has "even"
+check "mkmodel --head-dim too wide" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 64 --heads 4 --head-dim 8192
+check "... names the flag" has "--head-dim"
+check "mkmodel q8_0 with a q width not a multiple of 32" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 64 --kv-heads 1 \
+  --heads 3 --head-dim 10 --type q8_0
+check "... explained" has "heads x head dim"
 check "mkmodel writes" expect_rc 0 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 512
 check "mkmodel says random" has "random"
 # --outliers: the same seed, the same bytes and channels; only the planted rows differ from the plain model

@@ -13,7 +13,10 @@
 # mk-gemma2-q8_0, mk-phi3-f16, mk-gemma2-f16 and mk-llama-yarn-f16 match llama.cpp to the printed digit at every
 # position (observed max |d| 0 at 507/507, top-1 100%, greedy 48/48 each, since
 # the value pass, rope and GELU follow llama.cpp's order): their rows allow
-# 1e-3 (5e-3 for mk-llama-q8_0) and require the greedy continuation. A row
+# 1e-3 (5e-3 for mk-llama-q8_0) and require the greedy continuation; so do the
+# F16 and Q8_0 rows of the released models' head layouts (heads of 128 and 256
+# whose q is not the model's width, GQA ratios 3 and 7, heads of 96), which
+# match to the printed digit as well. A row
 # named NAME@block runs NAME with KVT_Q8_ORDER=block (ops.h) against
 # NAME.amx.jsonl, llama.cpp's output from its AMX path, whose Q8_0 order that
 # is; those match to the printed digit too, and allow 1e-3. The other
@@ -47,7 +50,9 @@ SAN_SAME="mk-llama-f16-q8_0=mk-llama-q8_0 mk-llama-f16-q4_0=mk-llama-q4_0 mk-lla
 mk-llama-f16-q5_0=mk-llama-q5_0 mk-llama-f16-q5_1=mk-llama-q5_1 mk-llama-f16-iq4_nl=mk-llama-iq4_nl
 mk-llama-f16-q3_k_m=mk-llama-iq4_nl,q5_0,q5_1,q8_0+mk-llama-q4_k_m mk-llama-f16-q4_k_m=mk-llama-q4_k_m
 mk-llama-f16-q8_0@block=mk-llama-q8_0@block mk-phi3-q8_0@block=mk-phi3-q8_0+mk-llama-q8_0@block
-mk-gemma2-q8_0@block=mk-gemma2-q8_0+mk-llama-q8_0@block"
+mk-gemma2-q8_0@block=mk-gemma2-q8_0+mk-llama-q8_0@block
+mk-llama-hd128-q8_0=mk-llama-hd128-f16+mk-llama-q8_0 mk-llama-hd128-q4_k_m=mk-llama-hd128-f16+mk-llama-q4_k_m
+mk-gemma2-hd256-q8_0=mk-gemma2-hd256-f16+mk-gemma2-q8_0 mk-llama-gqa3-q8_0=mk-llama-gqa3-f16+mk-llama-q8_0"
 [ -z "$sanitized" ] || echo "note: a sanitizer build: $(echo "$SAN_SAME" | wc -w) of the rows are rebuilt and their \
 bytes checked, but not evaluated again (other rows evaluate the same code; the release build evaluates all)"
 
@@ -60,6 +65,14 @@ D256M="--dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512 --ctx 2048"
 SMALL="--dim 128 --heads 4 --kv-heads 2 --ff 384"
 PHI3="--arch phi3 $SMALL --layers 2 --ctx 512 --swa 64"
 GEMMA2="--arch gemma2 $SMALL --layers 26 --ctx 2048 --swa 64"
+# released models' head layouts, scaled down: Qwen3-0.6B's heads of 128 (q twice the model's width;
+# llama.cpp 4748 has no qwen3, its llama takes the same key_length), Gemma 3 1B's heads of 256 with one
+# KV head (on gemma2), SmolLM2's GQA ratio 3 and Qwen2.5-0.5B's ratio 7 with heads of 64, Phi-3's heads of 96
+HD128="--dim 256 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --tied --ctx 2048"
+HD256="--arch gemma2 --dim 128 --heads 2 --kv-heads 1 --head-dim 256 --ff 384 --layers 26 --ctx 2048 --swa 64"
+GQA3="--dim 192 --layers 2 --heads 3 --kv-heads 1 --ff 512 --tied --ctx 2048"
+GQA7="--arch qwen2 --dim 448 --heads 7 --kv-heads 1 --ff 512 --layers 2 --tied --ctx 2048"
+HD96="--arch phi3 --dim 384 --heads 4 --kv-heads 4 --ff 512 --layers 2 --ctx 512 --swa 64"
 # YaRN rope scaling: 2048 tokens from an original 512, so the third prompt (422 tokens) nears it
 YARN="--rope-scaling yarn --rope-factor 4 --rope-orig-ctx 512 --rope-attn-factor 0.9"
 mk() { # mk OUT NAME ARGS...
@@ -139,6 +152,15 @@ mk-llama-q8_0@block|c9e2e39c5f2b35d21ee2ba7f86efe9f982d0fd6701bf9ab816fce1ba4188
 mk-llama-f16-q8_0@block|4df9ab881678d1fa713e38ffb92660a5098a00618cd5c54964ef96f531b044bc|1e-3|0.99|1|quantize q8_0
 mk-phi3-q8_0@block|9336600823f2d3276fc001611426f14889b26156873bead658743e7f4477fd5d|1e-3|0.99|1|--type q8_0 $PHI3
 mk-gemma2-q8_0@block|d188dfdf33f01db43e7238238702eb1991b8311e6a46bac814f7f0f9152b851b|1e-3|0.99|1|--type q8_0 $GEMMA2
+mk-llama-hd128-f16|2665a8a170d66b85ec8b5de84c598ba8b00a017946bd526262b29c00b58a3fde|1e-3|0.99|1|--type f16 $HD128
+mk-llama-hd128-q8_0|41a376e755973ac472ee8f9fa1bb6d0da4b153437f3b267b77ed2b4206cacfc6|1e-3|0.99|1|--type q8_0 $HD128
+mk-llama-hd128-q4_k_m|500782b8e7637ae71feb5e20fa288306cb9a0aa291940c4f1f2a9d0e514dc256|0.7|0.99|0|--type q4_k_m $HD128
+mk-gemma2-hd256-f16|43b90be143144201e7005e12acfbc1bb2b7cfa4ba97479d0e9928d1c4ccb0554|1e-3|0.99|1|--type f16 $HD256
+mk-gemma2-hd256-q8_0|2e193d83fb9c1869e861f53f6d5b7f81c6a2fa0d8f89fab1fccb3d34163c0b65|1e-3|0.99|1|--type q8_0 $HD256
+mk-llama-gqa3-f16|c82b53289acf259e5023bfc8467ee6211fed4c580592c56c5bb04c45b2635010|1e-3|0.99|1|--type f16 $GQA3
+mk-llama-gqa3-q8_0|7607f13f9890fbd81c3e1ab00aa9b0ece1d87bab6663d588cd09ffb4d7814144|1e-3|0.99|1|--type q8_0 $GQA3
+mk-qwen2-gqa7-f16|e913591a7b59c68d87c1b24b035fe3d5dc400db0ff3856edba92a10f64a5f727|1e-3|0.99|1|--type f16 $GQA7
+mk-phi3-hd96-f16|c9e10e915db571d57b5809c06a493ccf598e38a2d4e306a28f74a25872e847e7|1e-3|0.99|1|--type f16 $HD96
 TABLE
 st=("${PIPESTATUS[@]}")
 [ "${st[0]}" -eq 0 ] && [ "${st[1]}" -eq 0 ]

@@ -10,12 +10,15 @@
  *    against what llama.cpp agrees with (tests/cli/test_eval_ref.sh). Every
  *    prompt is longer than the sliding windows, and the test also shows that
  *    the pass notices a missing window or a wrong local rope base, so it can
- *    fail where they matter.
+ *    fail where they matter. Besides the tiny models (head_dim 32, q as wide
+ *    as the model), the released models' head layouts: heads of 128 and 256
+ *    whose q is wider or narrower than the model, one KV head, heads of 96.
  * 2. Windows over pages: the block size, the batch and the KV dtype's layout
  *    (f16, f32, q8_0) change no bit of the logits.
- * 3. The cache invariant on sliding-window models (gemma2, gemma3): a miss, a
- *    T0 hit, a T1 hit and, after a restart, a T2 hit all equal a cold run bit
- *    for bit, with prompts several windows long.
+ * 3. The cache invariant on sliding-window models (gemma2, gemma3) and on a
+ *    qwen3 with heads of 128 over a model 96 wide: a miss, a T0 hit, a T1 hit
+ *    and, after a restart, a T2 hit all equal a cold run bit for bit, with
+ *    prompts several windows long.
  *
  * The GGUF stores norm weights as the multiplier itself (Gemma's converters
  * store 1 + w), so every RMS norm here is x / rms(x) * w. */
@@ -329,11 +332,12 @@ static float *run_logits(const kvt_model *m, kvt_kv_dtype dt, int32_t block, int
     return out;
 }
 
-static void check_against_naive(const char *arch) {
-    kvt_mkmodel_params mp = arch_params(arch);
-    char file[64];
-    snprintf(file, sizeof file, "naive-%s.gguf", arch);
-    kvt_model *m = make_model(&mp, file);
+/* label names the case (and its file); arch is mp's */
+static void check_against_naive(const kvt_mkmodel_params *mp, const char *label) {
+    const char *arch = mp->arch;
+    char file[96];
+    snprintf(file, sizeof file, "naive-%s.gguf", label);
+    kvt_model *m = make_model(mp, file);
     if (!m) return;
     const int64_t V = m->hp.n_vocab;
     int32_t tokens[PROMPT];
@@ -350,15 +354,15 @@ static void check_against_naive(const char *arch) {
     int agree = 0;
     for (int64_t t = 0; t < PROMPT; t++) agree += kvt_argmax(got + t * V, (int32_t)V) == argmax_f64(ref + t * V, V);
     printf("%s: %d positions (window %lld), max |kvtier - naive f64| / max |logit| = %.2e (tol %.1e), top-1 %d/%d\n",
-           arch, PROMPT, (long long)n.window, dev, tol, agree, PROMPT);
-    CHECKF(dev <= tol, "%s: relative deviation %.3e > %.1e", arch, dev, tol);
+           label, PROMPT, (long long)n.window, dev, tol, agree, PROMPT);
+    CHECKF(dev <= tol, "%s: relative deviation %.3e > %.1e", label, dev, tol);
 
     /* the comparison sees the window and the local rope: without them the naive pass misses by far */
     if (n.window) {
         n.no_window = 1;
         double *nowin = naive_forward(&n, tokens, PROMPT);
         double d = max_rel_dev(got, nowin, PROMPT, V);
-        CHECKF(d > MUST_DIFFER_FACTOR * tol, "%s: without the window the naive pass differs by only %.2e", arch, d);
+        CHECKF(d > MUST_DIFFER_FACTOR * tol, "%s: without the window the naive pass differs by only %.2e", label, d);
         free(nowin);
         n.no_window = 0;
     }
@@ -415,12 +419,13 @@ static kvt_cache *open_cache(kvt_engine *e, const char *dir) {
 /* pages for one request of CACHE_PROMPT + N_GEN tokens, so a second prompt pushes the first to T1 */
 #define CACHE_PAGES ((CACHE_PROMPT + N_GEN + CACHE_BLOCK - 1) / CACHE_BLOCK + 1)
 
-static void check_cache_tiers(const char *arch) {
-    kvt_mkmodel_params mp = arch_params(arch);
+/* label names the case, its file and its cache directory */
+static void check_cache_tiers(kvt_mkmodel_params mp, const char *label) {
+    const char *arch = label;
     mp.type = KVT_TYPE_F16;
-    char file[64], dir[4096];
-    snprintf(file, sizeof file, "cache-%s.gguf", arch);
-    snprintf(dir, sizeof dir, "%s/kv-%s", kvt_test_tmpdir(), arch);
+    char file[96], dir[4096];
+    snprintf(file, sizeof file, "cache-%s.gguf", label);
+    snprintf(dir, sizeof dir, "%s/kv-%s", kvt_test_tmpdir(), label);
     kvt_model *m = make_model(&mp, file);
     if (!m) return;
     const int32_t V = m->hp.n_vocab, full = CACHE_PROMPT / CACHE_BLOCK * CACHE_BLOCK;
@@ -460,8 +465,8 @@ static void check_cache_tiers(const char *arch) {
     kvt_test_gen t2 = c ? kvt_test_generate(e, c, p, CACHE_PROMPT, N_GEN, NULL) : (kvt_test_gen){0};
     CHECKF(kvt_test_same(&t2, &cold) && t2.res.tier_tokens[KVT_TIER_T2] == full,
            "%s: T2 hit (%d tokens) differs from the cold run", arch, t2.res.tier_tokens[KVT_TIER_T2]);
-    printf("%s: window %d, prompt %d: T0 %d, T1 %d, T2 %d cached tokens, all equal to the cold run\n", arch, WINDOW,
-           CACHE_PROMPT, t0.res.tier_tokens[KVT_TIER_T0], t1.res.tier_tokens[KVT_TIER_T1],
+    printf("%s: window %d, prompt %d: T0 %d, T1 %d, T2 %d cached tokens, all equal to the cold run\n", arch,
+           m->layers[0].window, CACHE_PROMPT, t0.res.tier_tokens[KVT_TIER_T0], t1.res.tier_tokens[KVT_TIER_T1],
            t2.res.tier_tokens[KVT_TIER_T2]);
     kvt_test_gen *all[] = {&cold, &miss, &t0, &o, &t1, &t2};
     for (size_t i = 0; i < KVT_ARRAY_LEN(all); i++) kvt_test_gen_free(all[i]);
@@ -470,12 +475,45 @@ static void check_cache_tiers(const char *arch) {
     kvt_model_free(m);
 }
 
+/* The released models' head layouts, scaled down: heads wider than dim /
+ * heads, so q is not dim wide (Qwen3-0.6B: 16 heads of 128 over a width of
+ * 1024; Gemma 3 1B: 4 heads of 256 and one KV head over 1152), and Phi-3's
+ * heads of 96. */
+static void check_real_shapes(void) {
+    static const struct {
+        const char *arch, *label;
+        int32_t dim, heads, kv_heads, head_dim;
+    } shapes[] = {
+        {"qwen3", "qwen3-4x128-over-96", 96, 4, 2, 128},
+        {"gemma3", "gemma3-2x256-kv1-over-576", 576, 2, 1, 256},
+        {"phi3", "phi3-2x96", 192, 2, 2, 0},
+    };
+    for (size_t i = 0; i < KVT_ARRAY_LEN(shapes); i++) {
+        kvt_mkmodel_params mp = arch_params(shapes[i].arch);
+        mp.dim = shapes[i].dim;
+        mp.heads = shapes[i].heads;
+        mp.kv_heads = shapes[i].kv_heads;
+        mp.head_dim = shapes[i].head_dim;
+        check_against_naive(&mp, shapes[i].label);
+    }
+}
+
 int main(void) {
     const char *archs[] = {"qwen3", "gemma3", "phi3", "gemma2"};
-    for (size_t i = 0; i < KVT_ARRAY_LEN(archs); i++) check_against_naive(archs[i]);
+    for (size_t i = 0; i < KVT_ARRAY_LEN(archs); i++) {
+        kvt_mkmodel_params mp = arch_params(archs[i]);
+        check_against_naive(&mp, archs[i]);
+    }
+    check_real_shapes();
     check_window_invariance("gemma2");
     check_window_invariance("phi3");
-    check_cache_tiers("gemma2");
-    check_cache_tiers("gemma3");
+    check_cache_tiers(arch_params("gemma2"), "gemma2");
+    check_cache_tiers(arch_params("gemma3"), "gemma3");
+    /* Qwen3's heads of 128 over a narrower model: the pages hold kv heads x 128 per token */
+    kvt_mkmodel_params wide = arch_params("qwen3");
+    wide.heads = 4;
+    wide.kv_heads = 2;
+    wide.head_dim = 128;
+    check_cache_tiers(wide, "qwen3-4x128-over-96");
     return kvt_test_done("test_archs");
 }

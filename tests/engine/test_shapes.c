@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Shape sweep: random-weight models of random shapes — odd head
- * counts and GQA groups, head_dim 32..256 with SIMD tails, every weight type
+ * counts and GQA groups, head_dim 32..256 with SIMD tails (in a third of the
+ * cases the model is 32 wider or narrower than heads x head_dim), every weight type
  * (F32, F16, BF16, Q8_0, the legacy and the K quants),
  * every architecture (sliding windows from 1 token to past the prompt) — run at contexts from 1 token to large, with random
  * batch sizes, block sizes and thread counts. Meant for the sanitizer builds,
@@ -262,6 +263,14 @@ static void make_case(shape_case *c, const sweep_budget *bud) {
     mp.ctx = rnd(1, 2 * bud->max_prompt);
     mp.tied = rng_next() % 2;
     mp.seed = rng_next();
+    /* a third of the cases give heads their own width (--head-dim), as Qwen3
+     * and Gemma do: the model 32 wider or narrower than heads x head_dim (a
+     * multiple of 32 stays one); decided by the seed, so the draws that follow
+     * are those of before */
+    if (mp.seed % 3 == 0) {
+        mp.head_dim = hd;
+        mp.dim += (mp.seed & 8) || mp.dim <= 32 ? 32 : -32;
+    }
     c->mp = mp;
     c->kv = rng_next() % 4 ? KVT_KV_F16 : KVT_KV_F32;
 
@@ -291,8 +300,8 @@ static void run_case(int idx, const sweep_budget *bud) {
     snprintf(desc, sizeof desc,
              "case %d: %s (window %d) %s dim %d heads %d/%d hd %d ff %d layers %d vocab %d, kv %s, prompt %d, ctx %d",
              idx, c.mp.arch, c.mp.swa, kvt_ggml_type_name(c.mp.type), c.mp.dim, c.mp.heads, c.mp.kv_heads,
-             c.mp.dim / c.mp.heads, c.mp.ff, c.mp.layers, c.mp.vocab, c.kv == KVT_KV_F16 ? "f16" : "f32", c.n_prompt,
-             c.ctx_eff);
+             c.mp.head_dim ? c.mp.head_dim : c.mp.dim / c.mp.heads, c.mp.ff, c.mp.layers, c.mp.vocab,
+             c.kv == KVT_KV_F16 ? "f16" : "f32", c.n_prompt, c.ctx_eff);
     int failures_before = kvt_test_failures;
     kvt_model *m = NULL;
     if (kvt_mkmodel(&c.mp, path) || kvt_model_load(path, kvt_model_default_params(), &m)) {

@@ -2,7 +2,10 @@
 /* The architectures other than llama on the GPU engine (Vulkan device 0,
  * lavapipe here): mkmodel's tiny qwen2, qwen3, phi3, gemma2 and gemma3, and a
  * llama with YaRN rope scaling; the sliding ones with a window of 20 keys (not
- * a multiple of the 16-token page) under prompts longer than it. For each:
+ * a multiple of the 16-token page) under prompts longer than it; and the
+ * head layouts of released models, scaled down: a qwen3 with heads of 128 and
+ * a gemma3 with heads of 256 and one KV head, both with q not as wide as the
+ * model, and a llama with a GQA ratio of 3 and heads of 64. For each:
  *  - the logits of every position of a sampled prompt against the CPU
  *    engine's: top-1 agreement and the largest |logit difference| (printed
  *    with the seed; $KVT_GPU_SEED replays a run);
@@ -50,12 +53,26 @@ typedef struct {
      * bend them enough that a cap left out shows */
     float attn_cap, final_cap;
     int yarn; /* YaRN rope scaling (factor 4 from an original context of 64, attn_factor 0.9) */
+    /* a released model's head layout, scaled down (0: the tiny model's): heads of head_dim
+     * whose q need not be dim wide, as in Qwen3 and Gemma */
+    int32_t dim, heads, kv_heads, head_dim;
+    const char *label; /* the case in messages (NULL: arch) */
 } arch_case;
 
+#define NAME(c) ((c)->label ? (c)->label : (c)->arch)
+
 static const arch_case cases[] = {
-    {"qwen2", KVT_TYPE_F16, 2, 0, 1, 0, 0, 0},       {"qwen3", KVT_TYPE_Q8_0, 2, 0, 2, 0, 0, 0},
-    {"phi3", KVT_TYPE_F16, 2, WINDOW, 2, 0, 0, 0},   {"gemma2", KVT_TYPE_F16, 2, WINDOW, 1, 1.5f, 3.0f, 0},
-    {"gemma3", KVT_TYPE_F16, 6, WINDOW, 1, 0, 0, 0}, {"llama", KVT_TYPE_F16, 1, 0, 1, 0, 0, 1},
+    {"qwen2", KVT_TYPE_F16, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"qwen3", KVT_TYPE_Q8_0, 2, 0, 2, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"phi3", KVT_TYPE_F16, 2, WINDOW, 2, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"gemma2", KVT_TYPE_F16, 2, WINDOW, 1, 1.5f, 3.0f, 0, 0, 0, 0, 0, NULL},
+    {"gemma3", KVT_TYPE_F16, 6, WINDOW, 1, 0, 0, 0, 0, 0, 0, 0, NULL},
+    {"llama", KVT_TYPE_F16, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, NULL},
+    /* Qwen3-0.6B's heads (16 of 128, q twice the width of 1024), Gemma 3 1B's (4 of 256, the widest the
+     * GPU takes, and one KV head), SmolLM2's GQA ratio 3 with heads of 64 */
+    {"qwen3", KVT_TYPE_F16, 2, 0, 2, 0, 0, 0, 64, 2, 1, 128, "qwen3 2x128 over 64"},
+    {"gemma3", KVT_TYPE_F16, 6, WINDOW, 1, 0, 0, 0, 192, 2, 1, 256, "gemma3 2x256 kv 1 over 192"},
+    {"llama", KVT_TYPE_Q8_0, 2, 0, 1, 0, 0, 0, 192, 3, 1, 64, "llama 3x64 kv 1"},
 };
 
 static int32_t n_vocab;
@@ -68,6 +85,12 @@ static kvt_model *make_model(const arch_case *c) {
     mp.layers = c->layers;
     mp.vocab = 384;
     mp.swa = c->swa;
+    if (c->dim) {
+        mp.dim = c->dim;
+        mp.heads = c->heads;
+        mp.kv_heads = c->kv_heads;
+        mp.head_dim = c->head_dim;
+    }
     if (c->yarn) { /* the GPU rotates by the host's angles, YaRN's ramp and magnitude included */
         mp.rope_scaling = "yarn";
         mp.rope_factor = 4.0f;
@@ -75,12 +98,12 @@ static kvt_model *make_model(const arch_case *c) {
         mp.rope_attn_factor = 0.9f;
     }
     char file[64];
-    snprintf(file, sizeof file, "gpu_arch_%s.gguf", c->arch);
+    snprintf(file, sizeof file, "gpu_arch_%d.gguf", (int)(c - cases));
     const char *path = kvt_test_path(kvt_test_tmpdir(), file);
     kvt_model *m = NULL;
     int rc = kvt_mkmodel(&mp, path);
     if (!rc) rc = kvt_model_load(path, kvt_model_default_params(), &m);
-    CHECKF(rc == 0, "%s model: %s", c->arch, kvt_errmsg());
+    CHECKF(rc == 0, "%s model: %s", NAME(c), kvt_errmsg());
     if (m && c->attn_cap > 0) m->hp.attn_softcap = c->attn_cap;
     if (m && c->final_cap > 0) m->hp.final_softcap = c->final_cap;
     return m;
@@ -132,17 +155,17 @@ static kvt_engine *check_against_cpu(const kvt_model *m, const arch_case *c) {
     float *ls = malloc(V * sizeof(float));
     kvt_engine *ec = engine_on(m, 0, 8), *eg = engine_on(m, 1, 8);
     if (ec && eg && !feed(ec, p, np, 0, lc) && !feed(eg, p, np, 0, lg)) {
-        gpu_logit_cmp r = gpu_compare_logits(lc, lg, np, n_vocab, tol, c->arch);
+        gpu_logit_cmp r = gpu_compare_logits(lc, lg, np, n_vocab, tol, NAME(c));
         printf("gpu arch: %s (%s weights%s%s%s): top-1 agrees at %d/%d positions, max |dlogit| %.3g (logits up "
                "to %.3g)\n",
-               c->arch, kvt_ggml_type_name(c->type), c->swa ? ", window 20" : "",
+               NAME(c), kvt_ggml_type_name(c->type), c->swa ? ", window 20" : "",
                c->attn_cap > 0 ? ", caps 1.5 and 3" : "", c->yarn ? ", yarn" : "", r.agree, np, r.dmax, r.lmax);
         worst = fmax(worst, r.dmax);
         /* a token a step past the first 32: each decode step attends through the window as the prefill did
          * (mkmodel's models only: on lavapipe a step over a 50k vocabulary takes long) */
         if (c->layers && !feed(eg, p, N_PROMPT, 2 * B, ls))
             CHECKF(memcmp(ls, lg + (N_PROMPT - 1) * V, V * sizeof(float)) == 0,
-                   "%s: the last logits of decode steps differ from the prefill's", c->arch);
+                   "%s: the last logits of decode steps differ from the prefill's", NAME(c));
     }
     free(lc), free(lg), free(ls);
     kvt_engine_free(ec);
@@ -165,7 +188,7 @@ static void check_warm_equals_cold(const kvt_model *m, const arch_case *c, kvt_e
     int32_t p[N];
     random_prompt(p, N);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/gpu_arch_%s", kvt_test_tmpdir(), c->arch);
+    snprintf(dir, sizeof dir, "%s/gpu_arch_%d", kvt_test_tmpdir(), (int)(c - cases));
     kvt_test_gen cold = kvt_test_generate(e0, NULL, p, N, N_GEN, NULL);
     kvt_engine *e = engine_on(m, 1, 9);
     kvt_cache *cache = e ? kvt_test_cache(e, dir, 16u << 20) : NULL;
@@ -173,17 +196,17 @@ static void check_warm_equals_cold(const kvt_model *m, const arch_case *c, kvt_e
     kvt_test_gen g1 = kvt_test_generate(e, cache, p, N, N_GEN, NULL);
     kvt_test_gen t0 = kvt_test_generate(e, cache, p, N, N_GEN, NULL);
     CHECKF(kvt_test_same(&cold, &g1) && kvt_test_same(&cold, &t0), "%s: a cached run differs from the cold run",
-           c->arch);
-    CHECKF(t0.res.tier_tokens[KVT_TIER_T0] == 3 * B, "%s: T0 restored %d tokens, not %d", c->arch,
+           NAME(c));
+    CHECKF(t0.res.tier_tokens[KVT_TIER_T0] == 3 * B, "%s: T0 restored %d tokens, not %d", NAME(c),
            t0.res.tier_tokens[KVT_TIER_T0], 3 * B);
     kvt_test_gen_free(&g1), kvt_test_gen_free(&t0);
     if (c->lower == 1) {
         crowd_out(e, cache);
         kvt_test_gen t1 = kvt_test_generate(e, cache, p, N, N_GEN, NULL);
-        CHECKF(t1.res.tier_tokens[KVT_TIER_T1] > 0, "%s: nothing came from T1 (T0 %d)", c->arch,
+        CHECKF(t1.res.tier_tokens[KVT_TIER_T1] > 0, "%s: nothing came from T1 (T0 %d)", NAME(c),
                t1.res.tier_tokens[KVT_TIER_T0]);
-        CHECKF(kvt_test_same(&cold, &t1), "%s: the run warm from T1 differs from the cold run", c->arch);
-        printf("gpu arch: %s warm from T0 and T1 (%d tokens) equals cold\n", c->arch, t1.res.tier_tokens[KVT_TIER_T1]);
+        CHECKF(kvt_test_same(&cold, &t1), "%s: the run warm from T1 differs from the cold run", NAME(c));
+        printf("gpu arch: %s warm from T0 and T1 (%d tokens) equals cold\n", NAME(c), t1.res.tier_tokens[KVT_TIER_T1]);
         kvt_test_gen_free(&t1);
     } else {
         /* a new process's engine and cache on the same directory: T2 */
@@ -194,10 +217,10 @@ static void check_warm_equals_cold(const kvt_model *m, const arch_case *c, kvt_e
         cache = e ? kvt_test_cache(e, dir, 16u << 20) : NULL;
         if (!cache) goto out;
         kvt_test_gen t2 = kvt_test_generate(e, cache, p, N, N_GEN, NULL);
-        CHECKF(t2.res.tier_tokens[KVT_TIER_T2] == 3 * B, "%s: T2 restored %d tokens, not %d", c->arch,
+        CHECKF(t2.res.tier_tokens[KVT_TIER_T2] == 3 * B, "%s: T2 restored %d tokens, not %d", NAME(c),
                t2.res.tier_tokens[KVT_TIER_T2], 3 * B);
-        CHECKF(kvt_test_same(&cold, &t2), "%s: the run warm from T2 differs from the cold run", c->arch);
-        printf("gpu arch: %s warm from T0 and T2 equals cold\n", c->arch);
+        CHECKF(kvt_test_same(&cold, &t2), "%s: the run warm from T2 differs from the cold run", NAME(c));
+        printf("gpu arch: %s warm from T0 and T2 equals cold\n", NAME(c));
         kvt_test_gen_free(&t2);
     }
 out:
@@ -213,7 +236,7 @@ int main(void) {
         kvt_model *m = make_model(&cases[i]);
         if (!m) continue;
         n_vocab = m->hp.n_vocab;
-        CHECKF(!cases[i].swa || m->layers[0].window == WINDOW, "%s: layer 0 has window %d, not %d", cases[i].arch,
+        CHECKF(!cases[i].swa || m->layers[0].window == WINDOW, "%s: layer 0 has window %d, not %d", NAME(&cases[i]),
                m->layers[0].window, WINDOW);
         kvt_engine *eg = check_against_cpu(m, &cases[i]);
         /* YaRN changes only the host's angles */
@@ -225,7 +248,7 @@ int main(void) {
     const char *shared = kvt_test_shared();
     kvt_model *q = NULL;
     if (kvt_model_load(kvt_test_path(shared, "models/tiny-qwen2-f16.gguf"), kvt_model_default_params(), &q) == 0) {
-        const arch_case file = {"qwen2 (shared tiny-qwen2-f16.gguf)", KVT_TYPE_F16, 0, 0, 0, 0, 0, 0};
+        const arch_case file = {"qwen2 (shared tiny-qwen2-f16.gguf)", KVT_TYPE_F16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL};
         n_vocab = q->hp.n_vocab;
         kvt_engine_free(check_against_cpu(q, &file));
         kvt_model_free(q);

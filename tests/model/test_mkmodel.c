@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 /* mkmodel: every arch and weight type loads back with the requested shapes;
  * weights are deterministic per seed; the fingerprint separates seeds, types
- * and shapes; Q8_0/BF16/F16 weights stay close to the F32 ones. */
+ * and shapes; Q8_0/BF16/F16 weights stay close to the F32 ones; heads of
+ * their own width (head_dim) shape every projection of every arch. */
 #include <math.h>
 #include <string.h>
 
+#include "common.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "testutil.h"
@@ -92,6 +94,31 @@ int main(void) {
         kvt_model_free(tied);
     }
 
+    /* heads of their own width: q is heads x head_dim, not dim, in every projection (phi3's fused one,
+     * qwen2's q bias, qwen3's head norms), and the width is the file's key_length and rope dimension */
+    const char *hd_archs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+    for (size_t a = 0; a < KVT_ARRAY_LEN(hd_archs); a++) {
+        kvt_mkmodel_params h = kvt_test_tiny_params();
+        h.arch = hd_archs[a];
+        h.dim = 96;
+        h.heads = 5; /* 96 is no multiple of 5: the width comes from head_dim alone */
+        h.kv_heads = 1;
+        h.head_dim = 48;
+        h.vocab = 300;
+        char name[64];
+        snprintf(name, sizeof name, "hd-%s.gguf", hd_archs[a]);
+        kvt_model *m = make(name, h);
+        if (!m) continue;
+        const kvt_layer *l = &m->layers[1];
+        CHECKF(m->hp.n_embd == 96 && m->hp.head_dim == 48 && m->hp.rope_dim == 48, "%s: dim %d, head_dim %d, rope %d",
+               hd_archs[a], m->hp.n_embd, m->hp.head_dim, m->hp.rope_dim);
+        CHECKF(l->wq.rows == 5 * 48 && l->wq.cols == 96 && l->wk.rows == 48 && l->wv.rows == 48 && l->wo.rows == 96 &&
+                   l->wo.cols == 5 * 48,
+               "%s: wq %lldx%lld, wo %lldx%lld", hd_archs[a], (long long)l->wq.rows, (long long)l->wq.cols,
+               (long long)l->wo.rows, (long long)l->wo.cols);
+        kvt_model_free(m);
+    }
+
     /* invalid shapes are refused with a reason */
     kvt_mkmodel_params bad = kvt_mkmodel_default_params();
     bad.heads = 3;
@@ -102,6 +129,16 @@ int main(void) {
     bad.heads = 4;
     bad.kv_heads = 4;
     CHECK(kvt_mkmodel(&bad, kvt_test_path(kvt_test_tmpdir(), "bad.gguf")) == KVT_EARG);
+    bad = kvt_mkmodel_default_params();
+    bad.head_dim = 31; /* rope needs pairs */
+    CHECK(kvt_mkmodel(&bad, kvt_test_path(kvt_test_tmpdir(), "bad.gguf")) == KVT_EARG && strstr(kvt_errmsg(), "even"));
+    bad = kvt_mkmodel_default_params();
+    bad.type = KVT_TYPE_Q8_0;
+    bad.heads = 3;
+    bad.kv_heads = 1;
+    bad.head_dim = 48; /* q 144 wide: not in blocks of 32 */
+    CHECK(kvt_mkmodel(&bad, kvt_test_path(kvt_test_tmpdir(), "bad.gguf")) == KVT_EARG &&
+          strstr(kvt_errmsg(), "heads x head dim"));
     bad = kvt_mkmodel_default_params();
     bad.arch = "gpt2";
     CHECK(kvt_mkmodel(&bad, kvt_test_path(kvt_test_tmpdir(), "bad.gguf")) == KVT_EARG && strstr(kvt_errmsg(), "arch"));
