@@ -91,12 +91,25 @@ check "serve --kv-ram 1 is refused too" expect_rc 1 timeout 60 "$BIN" serve -m "
 check "... with the same message" has "--kv-ram 1 bytes holds no KV block"
 check "run --kv-active 1 is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --kv-active 1
 check "... naming the flag and the smallest budget" has "--kv-active 1 bytes holds no KV page: .*give at least [0-9]*K"
+ACTIVE_LEAST=$(least)
 check "... which runs a short prompt" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --ctx 512 --kv-active "$(least)"
 check "... with a warning that one context does not fit, and what would" \
   has "holds 32 tokens, less than one context of 512 (--ctx-size): .*give at least [0-9]*K for one"
 check "... which fits one without a warning" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 --ctx 512 \
   --kv-active "$(sed -n 's/.*give at least \([0-9]*[KM]*\) for one.*/\1/p' "$TMP/out" | head -1)"
 check "... none" bash -c "! grep -q 'less than one context' '$TMP/out'"
+# a server whose pool holds one page: a prompt longer than the pool can never run (a 400 naming
+# --kv-active, not a 503 to retry); a reply that fills the pool alone ends as at the context's end
+kvt_start_server small -m "$TMP/m.gguf" -t 1 --ctx 512 --parallel 1 --kv-active "$ACTIVE_LEAST"
+post /v1/completions "{\"prompt\": \"$(printf 'river %.0s' $(seq 1 40))\", \"max_tokens\": 4}"
+check "serve: a prompt longer than the whole pool is a 400" is "$CODE" 400
+check "... naming --kv-active" bash -c "jq -r .error.message '$TMP/body' | grep -q -- 'larger --kv-active'"
+post /v1/completions '{"prompt": "river", "max_tokens": 200, "temperature": 0, "ignore_eos": true}'
+check "... a reply that fills the pool alone is a 200" is "$CODE" 200
+check "... that ends with length" is "$(jb '.choices[0].finish_reason')" length
+# 32 tokens in the pool's one page, and the token sampled after the last of them
+check "... at the pool's size" is "$(jb '.usage.prompt_tokens + .usage.completion_tokens')" 33
+kvt_stop_server small
 check "run --kv-disk-size 1 is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -p hello -n 1 -t 2 \
   --kv-disk "$TMP/small-disk" --kv-disk-size 1
 check "... naming the flag and the smallest budget" has "--kv-disk-size 1 bytes is too small: .*give at least [0-9]*K"

@@ -4,6 +4,7 @@
  * each sampled token: grammar mask, end-of-generation, logprobs, stop
  * strings, limits. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -198,6 +199,25 @@ static void embed_add(kvt_server *s, srv_req *r, int32_t n) {
         for (int64_t d = 0; d < D; d++) r->embed_sum[d] += s->hidden[i * D + d];
 }
 
+/* Ends victim, the youngest of the holders sequences a step needed pages for
+ * when the pool had none left: a 503 to retry while others hold pages they
+ * free as they finish; alone, it never fits: its prompt is a 400 naming
+ * --kv-active, and a reply that filled the pool ends as at n_ctx. */
+static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
+    if (holders == 1 && !victim->prefilling) {
+        kvt_srv_slot_finish(s, victim, "length", victim->raw_len, 0, NULL);
+    } else if (holders == 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "this prompt of %d tokens needs more KV memory than --kv-active leaves it (%d tokens in "
+                 "all, pinned prefixes included); shorten it or start the server with a larger --kv-active",
+                 victim->r->n_prompt, kvt_engine_params_of(s->e).n_pages * s->block);
+        kvt_srv_slot_finish(s, victim, NULL, 0, 400, msg);
+    } else {
+        kvt_srv_slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
+    }
+}
+
 /* One engine step: a decode token of every generating slot plus one prefill
  * chunk of the oldest prompting slot, in one batch (or, while that slot
  * places documents, a chunk of that after the batch). */
@@ -229,6 +249,7 @@ void kvt_srv_engine_step(kvt_server *s) {
         pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
     }
     int rc = kvt_cache_reserve(s->cache, pages + pf_pages);
+    const int32_t holders = n_dec + (pf ? 1 : 0); /* sequences whose pages this step needs */
     if (rc && pf && n_dec) {
         /* no room for the prompt chunk: let the generating sequences go on, they free pages when done */
         pf = NULL;
@@ -241,7 +262,7 @@ void kvt_srv_engine_step(kvt_server *s) {
             if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
         kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
                  kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
-        kvt_srv_slot_finish(s, victim, NULL, 0, 503, "the KV cache memory (--kv-active) is exhausted; retry later");
+        pool_exhausted(s, victim, holders);
         return;
     }
     if (pf) {
