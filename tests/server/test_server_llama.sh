@@ -255,6 +255,11 @@ check "/apply-template renders the chat prompt" is "$(jb .prompt)" \
 post /apply-template '{"messages": "hi"}'
 check "... a bad body is a 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
 
+# HEAD of a GET page answers as the GET, without the body (a health check or monitor may send one)
+for p in /health /metrics /v1/models /props /slots; do
+  check "HEAD $p is its GET's 200" is "$(curl -s -m 10 -I -o /dev/null -w '%{http_code}' "$URL$p")" 200
+done
+check "... but not on a POST route" is "$(curl -s -m 10 -I -o /dev/null -w '%{http_code}' "$URL/completion")" 405
 CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/slots")
 check "/slots lists --parallel slots" is "$CODE/$(jb length)" 200/4
 check "... idle ones" is "$(jb '[.[] | .is_processing] | any')" false
