@@ -217,7 +217,16 @@ fi
 post /completion "{$PEN, \"repeat_last_n\": 3, \"penalty_last_n\": 3}"
 check "... both names at once is a 400" is "$CODE/$(jb .error.param)" 400/repeat_last_n
 
-# ---- /v1/completions: prompt arrays and echo -----------------------------------------------------------
+# llama-server's web UI sends these with every chat (max_tokens -1 is its "no limit"; n_predict here
+# only keeps the test short): all taken
+WEBUI='"stream": false, "cache_prompt": true, "samplers": "edkypmxt", "temperature": 0.8, "dynatemp_range": 0,
+  "dynatemp_exponent": 1, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1, "xtc_probability": 0,
+  "xtc_threshold": 0.1, "repeat_last_n": 64, "repeat_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0,
+  "dry_multiplier": 0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1, "max_tokens": -1,
+  "timings_per_token": false'
+post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], $WEBUI, \"n_predict\": 4}"
+check "llama-server's web UI request is answered" is "$CODE/$(jb '.usage.completion_tokens <= 4')" 200/true
+
 post /v1/completions '{"prompt": ["Hello", "Good morning"], "max_tokens": 3, "temperature": 0}'
 check "/v1/completions takes a prompt array: a choice per prompt" is "$(jb -c '[.choices[].index]')" '[0,1]'
 A0=$(jb '.choices[0].text') A1=$(jb '.choices[1].text') PT=$(jb .usage.prompt_tokens)

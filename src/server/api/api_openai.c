@@ -396,6 +396,21 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     return 0;
 }
 
+/* max_tokens and max_completion_tokens (the newer name; either is accepted, the newer wins) into
+ * r->max_tokens, 0 when neither is given. -1 is llama-server's "no limit" (its web UI sends it by
+ * default): the server's default, as when none is given. 0, or -1 with *err. */
+static int parse_max_tokens(const cJSON *root, int32_t limit, kvt_api_request *r, kvt_api_error *err) {
+    double mt = 0, mct = 0;
+    int has = 0, has2 = 0;
+    const cJSON *mtv = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
+    int mt_none = cJSON_IsNumber(mtv) && mtv->valuedouble == -1;
+    if ((!mt_none && get_number(root, "max_tokens", 1, limit, NUM_INT, &mt, &has, err)) ||
+        get_number(root, "max_completion_tokens", 1, limit, NUM_INT, &mct, &has2, err))
+        return -1;
+    r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
+    return 0;
+}
+
 static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
                       kvt_api_request *r, kvt_api_error *err) {
     if (!cJSON_IsObject(root))
@@ -411,13 +426,8 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         return -1;
 
     double d;
-    int has, has2;
-    /* max_completion_tokens is the newer name; either is accepted, the newer wins */
-    double mt = 0, mct = 0;
-    if (get_number(root, "max_tokens", 1, max_tokens_limit, NUM_INT, &mt, &has, err) ||
-        get_number(root, "max_completion_tokens", 1, max_tokens_limit, NUM_INT, &mct, &has2, err))
-        return -1;
-    r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
+    int has;
+    if (parse_max_tokens(root, max_tokens_limit, r, err)) return -1;
     /* llama.cpp's name for it, read when neither OpenAI name is given; -1 there means "no limit" */
     double np = 0;
     if (!r->max_tokens && get_number(root, "n_predict", -1, max_tokens_limit, NUM_INT, &np, &has, err)) return -1;

@@ -440,6 +440,7 @@ static cJSON *slot_obj(kvt_server *s, int32_t i, const srv_req *r, int32_t decod
     cJSON_AddNumberToObject(o, "n_ctx", s->n_ctx);
     cJSON_AddBoolToObject(o, "speculative", 0);
     cJSON_AddBoolToObject(o, "is_processing", r != NULL);
+    cJSON_AddBoolToObject(o, "non_causal", 0);
     cJSON_AddNumberToObject(o, "n_prompt_tokens", r ? r->n_prompt : 0);
     cJSON *p = cJSON_AddObjectToObject(o, "params");
     int32_t n_predict = s->p.default_max_tokens ? s->p.default_max_tokens : -1;
@@ -449,6 +450,8 @@ static cJSON *slot_obj(kvt_server *s, int32_t i, const srv_req *r, int32_t decod
     cJSON_AddNumberToObject(p, "top_p", r ? r->sp.top_p : s->p.default_top_p);
     cJSON *nt = cJSON_AddObjectToObject(o, "next_token");
     cJSON_AddBoolToObject(nt, "has_next_token", r != NULL);
+    cJSON_AddBoolToObject(nt, "has_new_line", 0);
+    cJSON_AddStringToObject(nt, "stopping_word", "");
     cJSON_AddNumberToObject(nt, "n_remain", r ? r->max_tokens - decoded : -1);
     cJSON_AddNumberToObject(nt, "n_decoded", r ? decoded : 0);
     if (!r || !admin) {
