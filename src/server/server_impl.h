@@ -147,6 +147,7 @@ typedef struct srv_req {
     int32_t *reply_ids;
     size_t n_reply_ids;
     int native;        /* POST /completion: llama-server's answer and stream events (handlers_llama.c) */
+    int return_tokens; /* ... and its "tokens": the generated ids, published in gen_ids */
     int32_t id_slot;   /* under s->mu: the slot it runs in, -1 before (llama-server's id_slot, GET /slots) */
     int32_t n_decoded; /* under s->mu: tokens generated so far (GET /slots) */
     /* engine thread only */
@@ -158,8 +159,11 @@ typedef struct srv_req {
     size_t text_len, text_cap;
     kvt_api_logprob *lp; /* one per generated token when logprobs (n_lp of cap_lp) */
     size_t n_lp, cap_lp;
+    int32_t *gen_ids; /* the generated ids when return_tokens (n_gen_ids of cap_gen_ids) */
+    size_t n_gen_ids, cap_gen_ids;
     int done, cancelled;
     const char *finish_reason; /* "stop" / "length" */
+    int stop_word;             /* "stop" because of stop[stop_word - 1]; 0: end of generation or a grammar */
     int cut_by_stop;           /* "length" because the server stopped mid-stream (a drain's end), not the budget */
     int err_status;            /* 0 or the HTTP status of a failure */
     char err_msg[256];
@@ -484,9 +488,12 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag);
 struct MHD_Response *kvt_srv_stream_response(kvt_server *s, srv_req *r, struct MHD_Connection *conn,
                                              kvt_api_usage *usage, int *has_usage, const kvt_api_rag *rag);
 /* The /completion answer (llama-server's) of finished choice r, or one stream event of it (stop 0),
- * with text and probs borrowed (handlers_llama.c). */
+ * with text and probs borrowed (handlers_llama.c); a stream event's caller sets out->n_decoded and
+ * out->tokens, the answer's tokens are r's generated ids. */
 void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int stop, const kvt_api_logprobs *probs,
                           kvt_api_llama_completion *out);
+/* r's prompt as text, for llama-server's answer (malloc'd; valid UTF-8). */
+char *kvt_srv_prompt_text(kvt_server *s, const srv_req *r);
 /* The tool calls in finished choice c's text, remembered in s->calls for the next turn with the
  * reply they came from (each one's arguments the JSON without the whitespace around it), and
  * *content the text before them; 0 (and both NULL) when the text holds no call or c has no tools

@@ -62,6 +62,13 @@ static void test_parse(void) {
     CHECK(r.temperature == 1 && r.top_p == 1 && !r.has_seed && !r.stream && !r.cache_salt && !r.ignore_eos);
     kvt_api_request_free(&r);
 
+    /* max_tokens -1: llama-server's "no limit" (its web UI's default), the server's default as when absent */
+    CHECK(parse(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-1}", &r, &e) == 0 &&
+          r.max_tokens == 0);
+    kvt_api_request_free(&r);
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":-2}", "max_tokens");
+
     CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":true}", &r, &e) == 0 && r.ignore_eos);
     kvt_api_request_free(&r);
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"ignore_eos\":\"yes\"}", "ignore_eos");

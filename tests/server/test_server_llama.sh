@@ -144,7 +144,89 @@ check "... the last one stops, with timings" is "$(jq -s -c '.[-1] | [.stop, (.t
 check "... only the last one stops" is "$(jq -s '[.[] | select(.stop)] | length' "$TMP/events")" 1
 check "... and no [DONE] (llama-server sends none there)" bash -c "! grep -q DONE '$TMP/sse'"
 
-# ---- /v1/completions: prompt arrays and echo -----------------------------------------------------------
+# ---- the fields llama-server's clients read and send ------------------------------------------------
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"return_tokens\": true, \"n_probs\": 1}"
+check "return_tokens: the generated ids in tokens" is "$(jb -c .tokens)" "$(jb -c '[.completion_probabilities[].id]')"
+check "... one per token predicted" is "$(jb '.tokens | length')" "$(jb .tokens_predicted)"
+IDS6=$(jb -c .tokens)
+check "... the text is theirs" is "$(jb .content)" "$FIRST"
+check "... generation_settings says what the request ran with" \
+  is "$(jb -c '.generation_settings | [.n_predict, .temperature, .n_probs, .stream]')" '[6,0,1,false]'
+# as text with its special tokens, as llama-server gives it: the vocabulary's start token first
+check "... and prompt is the request's own prompt" is "$(jq -r --arg p "$LONG" '.prompt | endswith($p)' "$TMP/body")" true
+post /completion '{"prompt": "Hello", "n_predict": 2, "temperature": 0}'
+check "without return_tokens, tokens is empty (as llama-server's)" is "$(jb -c .tokens)" '[]'
+post /completion '{"prompt": "Hello", "return_tokens": "yes"}'
+check "a return_tokens that is no boolean is a 400 naming it" is "$CODE/$(jb .error.param)" 400/return_tokens
+curl -s -m 60 -N -H 'Content-Type: application/json' -o "$TMP/sse_ids" \
+  -d "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"stream\": true, \"return_tokens\": true}" \
+  "$URL/completion"
+grep '^data: ' "$TMP/sse_ids" | sed 's/^data: //' >"$TMP/events_ids"
+check "... streamed, each event's tokens join to the same ids" is "$(jq -s -c '[.[].tokens[]]' "$TMP/events_ids")" "$IDS6"
+check "... and each text event counts tokens_predicted and tokens_evaluated" \
+  is "$(jq -s -c '[.[] | select(.stop | not) | (has("tokens_predicted") and has("tokens_evaluated"))] | all' \
+  "$TMP/events_ids")" true
+# a stop string ends the answer with stop_type "word" and names it in stopping_word
+# (a character of the greedy text: not U+FFFD, which stands for bytes that are no whole character)
+STOPC=$(jq -rn --arg t "$FIRST" '[$t | explode[] | select(. > 32 and . != 34 and . != 92 and . != 127 and . != 65533)] |
+  if length > 0 then [.[0]] | implode else "" end')
+if [ -n "$STOPC" ]; then
+  post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"stop\": [\"$STOPC\"]}"
+  check "a stop string: stop_type word, stopping_word the string" is "$(jb -c '[.stop_type, .stopping_word]')" \
+    "[\"word\",\"$STOPC\"]"
+  check "... the text ends before it" is "$(jb .content)" "${FIRST%%"$STOPC"*}"
+else
+  kvt_test_skip_part "the greedy text '$FIRST' has no whole character to stop on: stop_type word not checked"
+fi
+# llama-server's logit_bias: [id, bias] and [text, bias] pairs, false bans the token
+G1=$(jq '.[0]' <<<"$IDS6")
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 1, \"temperature\": 0, \"return_tokens\": true, \"logit_bias\": [[$G1, false]]}"
+check "logit_bias [[id, false]] bans the token" bash -c '[ "$1" != "$2" ]' _ "$(jb '.tokens[0]')" "$G1"
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 1, \"temperature\": 0, \"return_tokens\": true, \"logit_bias\": [[$G1, -100]]}"
+check "... as [[id, -100]] does" bash -c '[ "$1" != "$2" ]' _ "$(jb '.tokens[0]')" "$G1"
+HELLO=$(curl -s -m 10 -H 'Content-Type: application/json' -d '{"content": "Hello world"}' "$URL/tokenize" |
+  jq -c '[.tokens[] | [., false]]')
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"return_tokens\": true, \"logit_bias\": $HELLO}"
+BYID=$(jb -c .tokens)
+post /completion "{\"prompt\": \"$LONG\", \"n_predict\": 6, \"temperature\": 0, \"return_tokens\": true, \"logit_bias\": [[\"Hello world\", false]]}"
+check "... [text, false] bans each token of the text" is "$(jb -c .tokens)" "$BYID"
+post /v1/completions "{\"prompt\": \"$LONG\", \"max_tokens\": 1, \"temperature\": 0, \"logprobs\": 1}"
+# (the chosen token's logprob is the model's, before the bias: another token has another one)
+V1=$(jb '.choices[0].logprobs.token_logprobs[0]')
+post /v1/completions "{\"prompt\": \"$LONG\", \"max_tokens\": 1, \"temperature\": 0, \"logprobs\": 1, \"logit_bias\": [[$G1, false]]}"
+check "... on /v1/completions too" bash -c '[ "$1" != "$2" ]' _ "$(jb '.choices[0].logprobs.token_logprobs[0]')" "$V1"
+post /completion '{"prompt": "Hello", "logit_bias": [[1, true]]}'
+check "... a pair with a bias that is no number or false is a 400 naming logit_bias" is "$CODE/$(jb .error.param)" \
+  400/logit_bias
+# repeat_last_n is llama-server's name of the penalty window: 0 turns the penalties off
+PEN='"prompt": "'"$LONG"'", "n_predict": 24, "temperature": 0, "ignore_eos": true'
+post /completion "{$PEN}"
+PLAIN=$(jb .content)
+post /completion "{$PEN, \"repeat_penalty\": 10}"
+PENAL=$(jb .content)
+if [ "$PLAIN" != "$PENAL" ]; then
+  post /completion "{$PEN, \"repeat_penalty\": 10, \"repeat_last_n\": 0}"
+  check "repeat_last_n 0 turns repeat_penalty off" is "$(jb .content)" "$PLAIN"
+  post /completion "{$PEN, \"repeat_penalty\": 10, \"repeat_last_n\": 3}"
+  R3=$(jb .content)
+  post /completion "{$PEN, \"repeat_penalty\": 10, \"penalty_last_n\": 3}"
+  check "... repeat_last_n N is penalty_last_n N" is "$R3" "$(jb .content)"
+else
+  kvt_test_skip_part "repeat_penalty 10 did not change the greedy text: repeat_last_n not checked"
+fi
+post /completion "{$PEN, \"repeat_last_n\": 3, \"penalty_last_n\": 3}"
+check "... both names at once is a 400" is "$CODE/$(jb .error.param)" 400/repeat_last_n
+
+# llama-server's web UI sends these with every chat (max_tokens -1 is its "no limit"; n_predict here
+# only keeps the test short): all taken
+WEBUI='"stream": false, "cache_prompt": true, "samplers": "edkypmxt", "temperature": 0.8, "dynatemp_range": 0,
+  "dynatemp_exponent": 1, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1, "xtc_probability": 0,
+  "xtc_threshold": 0.1, "repeat_last_n": 64, "repeat_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0,
+  "dry_multiplier": 0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1, "max_tokens": -1,
+  "timings_per_token": false'
+post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], $WEBUI, \"n_predict\": 4}"
+check "llama-server's web UI request is answered" is "$CODE/$(jb '.usage.completion_tokens <= 4')" 200/true
+
 post /v1/completions '{"prompt": ["Hello", "Good morning"], "max_tokens": 3, "temperature": 0}'
 check "/v1/completions takes a prompt array: a choice per prompt" is "$(jb -c '[.choices[].index]')" '[0,1]'
 A0=$(jb '.choices[0].text') A1=$(jb '.choices[1].text') PT=$(jb .usage.prompt_tokens)
@@ -182,9 +264,16 @@ check "/apply-template renders the chat prompt" is "$(jb .prompt)" \
 post /apply-template '{"messages": "hi"}'
 check "... a bad body is a 400 naming messages" is "$CODE/$(jb .error.param)" 400/messages
 
+# HEAD of a GET page answers as the GET, without the body (a health check or monitor may send one)
+for p in /health /metrics /v1/models /props /slots; do
+  check "HEAD $p is its GET's 200" is "$(curl -s -m 10 -I -o /dev/null -w '%{http_code}' "$URL$p")" 200
+done
+check "... but not on a POST route" is "$(curl -s -m 10 -I -o /dev/null -w '%{http_code}' "$URL/completion")" 405
 CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$URL/slots")
 check "/slots lists --parallel slots" is "$CODE/$(jb length)" 200/4
 check "... idle ones" is "$(jb '[.[] | .is_processing] | any')" false
+check "... each with params and next_token, as a busy one, and no prompt text" \
+  is "$(jb '[.[] | (.params | has("n_predict")) and (.next_token.n_decoded == 0) and .prompt == ""] | all')" true
 # a long generation: /slots shows it while it runs, its prompt only to the admin key
 curl -s -m 120 -N -H 'Content-Type: application/json' -o /dev/null \
   -d '{"prompt": "SECRET-PROMPT tell a long story", "n_predict": 7000, "ignore_eos": true, "stream": true}' \

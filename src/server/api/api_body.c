@@ -33,6 +33,7 @@ static const char *const GENERATION[] = {"model",
                                          "min_p",
                                          "samplers",
                                          "penalty_last_n",
+                                         "repeat_last_n",
                                          "logit_bias",
                                          "n",
                                          "stop",
@@ -49,7 +50,7 @@ static const char *const GENERATION[] = {"model",
                                          "grammar",
                                          NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
-static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", NULL}; /* handlers_llama.c */
+static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", "return_tokens", NULL}; /* handlers_llama.c */
 static const char *const MESSAGES[] = {"messages", "chat_template_kwargs", "reasoning_format", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};

@@ -12,7 +12,8 @@
 #include "api_utf8.h"
 #include "common.h"
 
-#define PIECE_INIT 64 /* bytes of one token's text, grown as needed */
+#define PIECE_INIT 64                      /* bytes of one token's text, grown as needed */
+#define SEED_SHOWN_MAX 9007199254740992ull /* 2^53: larger integers lose digits as JSON numbers */
 
 static const char *const INVALID = "invalid_request_error";
 
@@ -191,6 +192,15 @@ char *kvt_api_props_json(const kvt_api_props *p) {
     cJSON *g = cJSON_AddObjectToObject(o, "default_generation_settings");
     cJSON_AddNumberToObject(g, "n_ctx", p->n_ctx);
     cJSON_AddNumberToObject(g, "max_tokens", p->max_tokens_default);
+    /* llama-server's names for what a request that sets nothing gets, as GET /slots shows them */
+    cJSON *d = cJSON_AddObjectToObject(g, "params");
+    cJSON_AddNumberToObject(d, "n_predict", p->n_predict_default);
+    cJSON_AddNumberToObject(d, "temperature", p->temperature_default);
+    cJSON_AddNumberToObject(d, "top_k", p->top_k_default);
+    cJSON_AddNumberToObject(d, "top_p", p->top_p_default);
+    cJSON_AddStringToObject(o, "bos_token", p->bos_token ? p->bos_token : "");
+    cJSON_AddStringToObject(o, "eos_token", p->eos_token ? p->eos_token : "");
+    cJSON_AddStringToObject(o, "build_info", "kvtier " KVT_VERSION);
     return print_free(o);
 }
 
@@ -207,12 +217,43 @@ static void add_rates(cJSON *t, const char *pre, int32_t n, double ms) {
     cJSON_AddNumberToObject(t, k, ms > 0 ? 1e3 * n / ms : 0);
 }
 
+/* llama-server's "generation_settings" under its names, with the values the request ran with. */
+static cJSON *settings_obj(const kvt_api_llama_completion *c) {
+    const kvt_sampler_params *sp = c->sp;
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddNumberToObject(g, "n_predict", c->n_predict);
+    /* a seed the request or --seed gave is below 2^53; one the server drew (64 random bits) shows as
+     * llama-server's "random" value, so the field stays an integer a client can read as one */
+    cJSON_AddNumberToObject(g, "seed", sp->seed <= SEED_SHOWN_MAX ? (double)sp->seed : 4294967295.0);
+    cJSON_AddNumberToObject(g, "temperature", sp->temp);
+    cJSON_AddNumberToObject(g, "top_k", sp->top_k);
+    cJSON_AddNumberToObject(g, "top_p", sp->top_p);
+    cJSON_AddNumberToObject(g, "min_p", sp->min_p);
+    cJSON_AddNumberToObject(g, "repeat_last_n", sp->penalty_last_n > 0 ? sp->penalty_last_n : -1);
+    cJSON_AddNumberToObject(g, "repeat_penalty", sp->repeat_penalty);
+    cJSON_AddNumberToObject(g, "presence_penalty", sp->presence_penalty);
+    cJSON_AddNumberToObject(g, "frequency_penalty", sp->frequency_penalty);
+    cJSON *stop = cJSON_AddArrayToObject(g, "stop");
+    for (int i = 0; i < c->n_stop_words; i++) cJSON_AddItemToArray(stop, cJSON_CreateString(c->stop_words[i]));
+    cJSON_AddNumberToObject(g, "max_tokens", c->n_predict);
+    cJSON_AddBoolToObject(g, "ignore_eos", c->ignore_eos);
+    cJSON_AddBoolToObject(g, "stream", c->stream);
+    cJSON_AddNumberToObject(g, "n_probs", c->n_probs);
+    return g;
+}
+
 cJSON *kvt_api_llama_completion_obj(const kvt_api_llama_completion *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "content", c->content ? c->content : "");
+    cJSON *ids = cJSON_AddArrayToObject(o, "tokens"); /* empty unless return_tokens, as llama-server's */
+    for (size_t i = 0; i < c->n_tokens; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(c->tokens[i]));
     cJSON_AddNumberToObject(o, "index", c->index);
     cJSON_AddNumberToObject(o, "id_slot", c->id_slot);
     cJSON_AddBoolToObject(o, "stop", c->stop);
+    if (!c->stop) { /* the last event has the final figures below */
+        cJSON_AddNumberToObject(o, "tokens_predicted", c->n_decoded);
+        cJSON_AddNumberToObject(o, "tokens_evaluated", c->n_evaluated);
+    }
     if (c->probs) {
         cJSON *arr = cJSON_AddArrayToObject(o, "completion_probabilities");
         for (size_t i = 0; i < c->probs->n; i++) {
@@ -234,8 +275,11 @@ cJSON *kvt_api_llama_completion_obj(const kvt_api_llama_completion *c) {
     cJSON_AddNumberToObject(o, "tokens_predicted", c->predicted_n);
     cJSON_AddNumberToObject(o, "tokens_evaluated", prompt_tokens);
     cJSON_AddNumberToObject(o, "tokens_cached", prompt_tokens + c->predicted_n);
+    if (c->sp) cJSON_AddItemToObject(o, "generation_settings", settings_obj(c));
+    if (c->prompt) cJSON_AddStringToObject(o, "prompt", c->prompt);
+    cJSON_AddBoolToObject(o, "has_new_line", c->content && strchr(c->content, '\n'));
     cJSON_AddStringToObject(o, "stop_type", c->stop_type ? c->stop_type : "eos");
-    cJSON_AddStringToObject(o, "stopping_word", "");
+    cJSON_AddStringToObject(o, "stopping_word", c->stopping_word ? c->stopping_word : "");
     cJSON_AddBoolToObject(o, "truncated", 0);
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "cache_n", c->cache_n);

@@ -15,6 +15,7 @@
 #include "api_openai.h"
 #include "api_response.h"
 #include "kvtier.h"
+#include "sampler.h"
 #include "tokenizer.h"
 
 /* POST /tokenize {"content": TEXT, "add_special": false, "parse_special": true,
@@ -48,6 +49,10 @@ typedef struct {
     const char *kv_dtype;                       /* "f16", "f32", "q8_0" */
     uint64_t tier_budget_bytes[KVT_TIER_COUNT]; /* 0: the tier is off */
     int32_t max_tokens_default;                 /* max_tokens of a request that gives none (chat) */
+    int32_t n_predict_default;                  /* -n, or -1: none given */
+    float temperature_default, top_p_default;   /* --temp, --top-p, or OpenAI's defaults */
+    int32_t top_k_default;                      /* --top-k, or 0: off */
+    const char *bos_token, *eos_token;          /* the vocabulary's texts of them ("" where it has none) */
 } kvt_api_props;
 
 /* The JSON of GET /props (malloc'd; caller frees). */
@@ -59,20 +64,33 @@ typedef struct {
     const char *content; /* the text (of this event, when streaming) */
     const char *model;
     int32_t index, id_slot;
-    int stop;              /* the whole answer, or the stream's last event: the figures below are added */
-    const char *stop_type; /* "eos" (end of generation or a stop string) or "limit" (n_predict) */
-    int32_t prompt_n;      /* prompt tokens computed (llama-server's timings.prompt_n: not the cached ones) */
-    int32_t cache_n;       /* prompt tokens reused from the cache */
-    int32_t predicted_n;   /* tokens generated */
+    int stop;                  /* the whole answer, or the stream's last event: the figures below are added */
+    const char *stop_type;     /* "eos" (end of generation), "word" (a stop string) or "limit" (n_predict) */
+    const char *stopping_word; /* with "word": the stop string that ended it; else NULL */
+    const int32_t *tokens;     /* return_tokens: the generated ids (of this event, when streaming) */
+    size_t n_tokens;
+    int32_t n_evaluated, n_decoded; /* the prompt's tokens and those generated so far, on every event */
+    int32_t prompt_n;               /* prompt tokens computed (llama-server's timings.prompt_n: not the cached ones) */
+    int32_t cache_n;                /* prompt tokens reused from the cache */
+    int32_t predicted_n;            /* tokens generated */
     double prompt_ms, predicted_ms;
     const kvt_api_logprobs *probs; /* n_probs > 0: completion_probabilities of these tokens; else NULL */
-    const kvt_api_usage *usage;    /* with stop: the "kvtier" cache report; else NULL */
+    /* with stop: the prompt as text (NULL: left out) and what the request ran with, as
+     * llama-server's "generation_settings" lists them (sampling, limits, stop strings) */
+    const char *prompt;
+    const kvt_sampler_params *sp;
+    int32_t n_predict, n_probs;
+    int ignore_eos, stream;
+    char *const *stop_words;
+    int n_stop_words;
+    const kvt_api_usage *usage; /* with stop: the "kvtier" cache report; else NULL */
 } kvt_api_llama_completion;
 
-/* {"content", "index", "id_slot", "stop", ...}: with stop also "model",
+/* {"content", "tokens", "index", "id_slot", "stop", "tokens_predicted",
+ * "tokens_evaluated", ...}: with stop also "model",
  * "tokens_predicted", "tokens_evaluated" (the whole prompt), "tokens_cached"
  * (what the sequence held at the end: prompt and generated tokens, as
- * llama-server counts its slot), "stop_type", "truncated" and "timings"
+ * llama-server counts its slot), "stop_type", "stopping_word", "truncated" and "timings"
  * {cache_n, prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
  * predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second}.
  * A new cJSON object (caller owns). */

@@ -295,8 +295,47 @@ static int parse_logprobs(const cJSON *root, kvt_api_request *r, kvt_api_error *
     return 0;
 }
 
-/* presence_penalty, frequency_penalty (OpenAI), repeat_penalty, penalty_last_n
- * and min_p (llama.cpp) and logit_bias {"id": bias} (OpenAI). */
+/* llama-server's logit_bias: an array of [id, bias] and [text, bias] pairs, where bias false bans
+ * the token (-inf) and a text stands for each of its tokens (kvt_srv_make_request tokenizes it).
+ * The pairs add up, as llama-server's do. */
+static int parse_bias_pairs(const cJSON *lb, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
+    int n = cJSON_GetArraySize(lb);
+    if (n > KVT_API_MAX_LOGIT_BIAS)
+        return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value", "'logit_bias' has more than %d entries",
+                              KVT_API_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
+    r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
+    r->bias_text = kvt_xmalloc((size_t)n * sizeof *r->bias_text);
+    r->bias_text_bias = kvt_xmalloc((size_t)n * sizeof *r->bias_text_bias);
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        const cJSON *what = cJSON_GetArrayItem(e, 0), *v = cJSON_GetArrayItem(e, 1);
+        double id = cJSON_IsNumber(what) ? what->valuedouble : -1;
+        int text = cJSON_IsString(what) && *what->valuestring;
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || (!text && !(id >= 0 && id < n_vocab && id == floor(id))))
+            return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
+                                  "'logit_bias' as an array holds [token, bias] pairs whose token is an id in [0, %d) "
+                                  "or a non-empty text",
+                                  n_vocab);
+        if (!cJSON_IsFalse(v) && !(cJSON_IsNumber(v) && fabs(v->valuedouble) <= MAX_LOGIT_BIAS))
+            return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value",
+                                  "a 'logit_bias' pair's bias must be a finite number from -100 to 100, or false to "
+                                  "ban the token");
+        float bias = cJSON_IsFalse(v) ? -INFINITY : (float)v->valuedouble;
+        if (text) {
+            r->bias_text[r->n_bias_text] = kvt_xstrdup(what->valuestring);
+            r->bias_text_bias[r->n_bias_text++] = bias;
+        } else {
+            r->bias_id[r->n_bias] = (int32_t)id;
+            r->bias[r->n_bias++] = bias;
+        }
+    }
+    return 0;
+}
+
+/* presence_penalty, frequency_penalty (OpenAI), repeat_penalty, the penalty
+ * window (llama-server's repeat_last_n, or penalty_last_n as llama.cpp's
+ * sampler calls it) and min_p (llama.cpp) and logit_bias {"id": bias} (OpenAI). */
 static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
     double d;
     int has;
@@ -309,7 +348,14 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     if (has) r->repeat_penalty = (float)d;
     if (get_number(root, "min_p", 0, 1, 0, &d, &has, err)) return -1;
     if (has) r->min_p = (float)d;
-    if (get_number(root, "penalty_last_n", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
+    /* the two names of one window: a body with both is ambiguous */
+    const cJSON *w1 = cJSON_GetObjectItemCaseSensitive(root, "repeat_last_n"),
+                *w2 = cJSON_GetObjectItemCaseSensitive(root, "penalty_last_n");
+    if (w1 && !cJSON_IsNull(w1) && w2 && !cJSON_IsNull(w2))
+        return kvt_api_errorf(err, 400, INVALID, "repeat_last_n", "invalid_value",
+                              "'repeat_last_n' and 'penalty_last_n' name the same window: send one of them");
+    if (get_number(root, "repeat_last_n", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
+    if (!has && get_number(root, "penalty_last_n", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
     if (has && d == 0) { /* llama.cpp: a window of 0 tokens turns the penalties off */
         r->presence_penalty = r->frequency_penalty = 0;
         r->repeat_penalty = 1;
@@ -317,9 +363,11 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     if (has && d > 0) r->penalty_last_n = (int32_t)d;
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
     if (!lb || cJSON_IsNull(lb)) return 0;
+    if (cJSON_IsArray(lb)) return parse_bias_pairs(lb, n_vocab, r, err);
     if (!cJSON_IsObject(lb))
         return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_type",
-                              "'logit_bias' must be an object of token ids to biases");
+                              "'logit_bias' must be an object of token ids to biases (OpenAI's) or an array of "
+                              "[token id or text, bias] pairs (llama-server's)");
     int n = cJSON_GetArraySize(lb);
     if (n > KVT_API_MAX_LOGIT_BIAS)
         return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value", "'logit_bias' has more than %d entries",
@@ -348,6 +396,21 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     return 0;
 }
 
+/* max_tokens and max_completion_tokens (the newer name; either is accepted, the newer wins) into
+ * r->max_tokens, 0 when neither is given. -1 is llama-server's "no limit" (its web UI sends it by
+ * default): the server's default, as when none is given. 0, or -1 with *err. */
+static int parse_max_tokens(const cJSON *root, int32_t limit, kvt_api_request *r, kvt_api_error *err) {
+    double mt = 0, mct = 0;
+    int has = 0, has2 = 0;
+    const cJSON *mtv = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
+    int mt_none = cJSON_IsNumber(mtv) && mtv->valuedouble == -1;
+    if ((!mt_none && get_number(root, "max_tokens", 1, limit, NUM_INT, &mt, &has, err)) ||
+        get_number(root, "max_completion_tokens", 1, limit, NUM_INT, &mct, &has2, err))
+        return -1;
+    r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
+    return 0;
+}
+
 static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
                       kvt_api_request *r, kvt_api_error *err) {
     if (!cJSON_IsObject(root))
@@ -363,13 +426,8 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         return -1;
 
     double d;
-    int has, has2;
-    /* max_completion_tokens is the newer name; either is accepted, the newer wins */
-    double mt = 0, mct = 0;
-    if (get_number(root, "max_tokens", 1, max_tokens_limit, NUM_INT, &mt, &has, err) ||
-        get_number(root, "max_completion_tokens", 1, max_tokens_limit, NUM_INT, &mct, &has2, err))
-        return -1;
-    r->max_tokens = has2 ? (int32_t)mct : has ? (int32_t)mt : 0;
+    int has;
+    if (parse_max_tokens(root, max_tokens_limit, r, err)) return -1;
     /* llama.cpp's name for it, read when neither OpenAI name is given; -1 there means "no limit" */
     double np = 0;
     if (!r->max_tokens && get_number(root, "n_predict", -1, max_tokens_limit, NUM_INT, &np, &has, err)) return -1;
@@ -647,6 +705,9 @@ void kvt_api_request_free(kvt_api_request *r) {
     cJSON_Delete(r->template_kwargs);
     free(r->bias_id);
     free(r->bias);
+    for (int32_t i = 0; i < r->n_bias_text; i++) free(r->bias_text[i]);
+    free(r->bias_text);
+    free(r->bias_text_bias);
     kvt_api_documents_free(r->docs, r->n_docs);
     free(r->rag_json);
     memset(r, 0, sizeof *r);

@@ -82,8 +82,11 @@ typedef struct {
     float repeat_penalty;                      /* llama.cpp's; 1 = off */
     int32_t penalty_last_n;                    /* llama.cpp's: the penalties see the last N generated tokens; 0 = all */
     int32_t *bias_id;                          /* logit_bias: n_bias token ids and their biases in [-100, 100] */
-    float *bias;
+    float *bias;                               /* (-inf: llama-server's false, the token is never picked) */
     int32_t n_bias;
+    char **bias_text; /* llama-server's [TEXT, bias] pairs: each token of TEXT gets bias_text_bias[i] */
+    float *bias_text_bias;
+    int32_t n_bias_text;
     /* llama.cpp's "samplers" (api_audit.c): given or not, its letters in order (the string form, for
      * the audit) and the steps kvtier runs for them, in order (the samplers it lacks left out) */
     int has_samplers;

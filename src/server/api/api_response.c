@@ -156,9 +156,13 @@ static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
         for (size_t i = 0; i < lp->n; i++) {
             const kvt_api_logprob *it = &lp->items[i];
             cJSON *e = chat_token(lp->tok, it->id, it->logprob);
+            cJSON_AddNumberToObject(e, "id", it->id); /* llama-server's addition: the token id */
             cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
-            for (int32_t k = 0; k < it->n_top; k++)
-                cJSON_AddItemToArray(top, chat_token(lp->tok, it->top_id[k], it->top_logprob[k]));
+            for (int32_t k = 0; k < it->n_top; k++) {
+                cJSON *t = chat_token(lp->tok, it->top_id[k], it->top_logprob[k]);
+                cJSON_AddNumberToObject(t, "id", it->top_id[k]);
+                cJSON_AddItemToArray(top, t);
+            }
             cJSON_AddItemToArray(content, e);
         }
         cJSON_AddNullToObject(o, "refusal");

@@ -117,6 +117,7 @@ typedef struct {
     size_t args_sent[STREAM_CALLS]; /* ... and bytes of each one's arguments sent */
     size_t lp_sent;                 /* logprob entries already sent */
     size_t lp_offset;               /* completions: text bytes those entries stand for */
+    size_t ids_sent;                /* /completion with return_tokens: generated ids already sent */
     int closed;                     /* its finish chunk was sent */
     kvt_reasoning rs;               /* reasoning apart from content (splits_reasoning) ... */
     int rs_started;
@@ -137,13 +138,23 @@ typedef struct {
     kvt_api_rag *rag; /* /v1/rag/chat/completions: what was retrieved (owned), for the finish chunk */
 } stream_state;
 
-/* One event of a /completion stream (llama-server's shape): text and its probabilities, or with
- * stop the last one with the figures (kvt_api_llama_completion_obj). */
-static char *native_event(stream_state *st, int32_t i, const char *text, int stop, const kvt_api_logprobs *lp) {
+/* One event of a /completion stream (llama-server's shape): text, its ids (return_tokens) and its
+ * probabilities with the count generated so far, or with stop the last one with the figures
+ * (kvt_api_llama_completion_obj). */
+static char *native_event(stream_state *st, int32_t i, const char *text, int stop, const kvt_api_logprobs *lp,
+                          const int32_t *ids, size_t n_ids, int32_t n_decoded) {
     kvt_api_llama_completion a;
     kvt_srv_llama_answer(st->s, choice(st->r, i), text, stop, lp, &a);
     a.index = i;
+    if (!stop) {
+        a.tokens = ids;
+        a.n_tokens = n_ids;
+        a.n_decoded = n_decoded;
+    }
+    char *prompt = stop ? kvt_srv_prompt_text(st->s, choice(st->r, i)) : NULL;
+    a.prompt = prompt;
     cJSON *o = kvt_api_llama_completion_obj(&a);
+    free(prompt);
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return json;
@@ -282,6 +293,14 @@ static void choice_events(stream_state *st, int32_t i) {
         memcpy(lps, c->lp + cs->lp_sent, n_lps * sizeof *lps);
         cs->lp_sent = c->n_lp;
     }
+    int32_t *ids = NULL, n_decoded = c->n_decoded; /* /completion: the ids of this piece, and the count */
+    size_t n_ids = 0;
+    if (c->native && c->n_gen_ids > cs->ids_sent) {
+        n_ids = c->n_gen_ids - cs->ids_sent;
+        ids = kvt_xmalloc(n_ids * sizeof *ids);
+        memcpy(ids, c->gen_ids + cs->ids_sent, n_ids * sizeof *ids);
+        cs->ids_sent = c->n_gen_ids;
+    }
     pthread_mutex_unlock(&s->mu);
     kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = cs->lp_offset};
     char piece[PIECE_INIT]; /* the length is all that is wanted here */
@@ -293,14 +312,14 @@ static void choice_events(stream_state *st, int32_t i) {
     if (done && !c->err_status) nc = kvt_srv_read_calls(s, c, &calls, &content); /* done is final: c->text stays */
     char *answer = NULL; /* with tools the text goes with the calls */
     const char *text = c->tools ? NULL : split_piece(st, i, delta, done, &answer);
-    if (((text && *text) || n_lps) && c->native)
-        sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL));
+    if (((text && *text) || n_lps || n_ids) && c->native) /* ids of held-back text go with the next piece */
+        sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL, ids, n_ids, n_decoded));
     else if ((text && *text) || n_lps)
         sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
     if (all) call_fragments(st, i, all, all_len);
     if (c->tools && done && !c->err_status) calls_done(st, i, calls, nc, content);
     if (done && !c->err_status && c->native) {
-        sse_event(st, native_event(st, i, "", 1, NULL));
+        sse_event(st, native_event(st, i, "", 1, NULL, NULL, 0, 0));
     } else if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
         char *last = kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL);
         sse_event(st, st->rag && !i ? with_rag(s, c, st->rag, last) : last);
@@ -312,6 +331,7 @@ static void choice_events(stream_state *st, int32_t i) {
     free(delta);
     free(all);
     free(lps);
+    free(ids);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {

@@ -196,6 +196,13 @@ enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, c
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_models_json(&mi), NULL, NULL);
 }
 
+/* The vocabulary's text of token tok as valid UTF-8 (malloc'd), "" for tok < 0. */
+static char *token_text_of(const kvt_server *s, int32_t tok) {
+    size_t n = 0;
+    const char *t = tok >= 0 ? kvt_tokenizer_token_text(s->tok, tok, &n) : NULL;
+    return kvt_utf8_sanitize(t ? t : "", t ? n : 0, NULL);
+}
+
 enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const kvt_hparams *hp = &s->model->hp;
     kvt_engine_params ep = kvt_engine_params_of(s->e);
@@ -214,13 +221,23 @@ enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, co
                        .chat_template = s->p.jinja_text ? s->p.jinja_text : s->model->chat_template,
                        .jinja = s->p.jinja != NULL,
                        .kv_dtype = kvt_kv_dtype_name(ep.kv_dtype),
-                       .max_tokens_default = s->p.max_tokens_limit};
+                       .max_tokens_default = s->p.max_tokens_limit,
+                       .n_predict_default = s->p.default_max_tokens ? s->p.default_max_tokens : -1,
+                       .temperature_default = s->p.default_temperature,
+                       .top_p_default = s->p.default_top_p,
+                       .top_k_default = s->p.default_top_k};
+    char *bos = token_text_of(s, kvt_tokenizer_bos(s->tok)), *eos = token_text_of(s, kvt_tokenizer_eos(s->tok));
+    p.bos_token = bos;
+    p.eos_token = eos;
     pthread_mutex_lock(&s->mu);
     p.tier_budget_bytes[KVT_TIER_T0] = (uint64_t)s->snap.t0_pages_total * kvt_page_bytes(s->e);
     p.tier_budget_bytes[KVT_TIER_T1] = s->snap.t1_budget_bytes;
     p.tier_budget_bytes[KVT_TIER_T2] = s->snap.t2_budget_bytes;
     pthread_mutex_unlock(&s->mu);
-    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_props_json(&p), NULL, NULL);
+    char *json = kvt_api_props_json(&p);
+    free(bos);
+    free(eos);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
 }
 
 _Static_assert(KVT_REQ_ID_MAX == REQUEST_ID_MAX && KVT_REQ_TENANT_MAX == TENANT_HEX_LEN + 1, "dashboard_ring sizes");

@@ -21,9 +21,10 @@ static const char *const INVALID = "invalid_request_error";
 
 /* A completion body cut into one body per prompt, and what the route reads besides. */
 typedef struct {
-    int native;       /* /completion: llama-server's answer */
-    int echo, stream; /* /v1/completions: the prompt goes before each choice's text */
-    int prefill;      /* /completion with n_predict 0: the prompts are evaluated into the cache, nothing generated */
+    int native;        /* /completion: llama-server's answer */
+    int echo, stream;  /* /v1/completions: the prompt goes before each choice's text */
+    int prefill;       /* /completion with n_predict 0: the prompts are evaluated into the cache, nothing generated */
+    int return_tokens; /* /completion: the answer's "tokens" are the generated ids */
     int n;
     char *bodies[MAX_PROMPTS];
     srv_req *reqs[MAX_PROMPTS];
@@ -84,12 +85,19 @@ static int native_prefill(cJSON *root, int *prefill, kvt_api_error *err) {
 }
 
 /* Reads (and removes) llama-server's fields kvt_api_parse does not know: n_probs becomes logprobs,
- * id_slot is checked (kvtier places requests itself), n_predict 0 sets b->prefill. 0, or -1 with *err. */
+ * id_slot is checked (kvtier places requests itself), n_predict 0 sets b->prefill, return_tokens
+ * b->return_tokens. 0, or -1 with *err. */
 static int native_fields(kvt_server *s, cJSON *root, batch *b, kvt_api_error *err) {
     if (native_prefill(root, &b->prefill, err)) return -1;
-    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, "n_probs");
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, "return_tokens");
+    int bad = v && !cJSON_IsNull(v) && !cJSON_IsBool(v);
+    b->return_tokens = cJSON_IsTrue(v);
+    cJSON_Delete(v);
+    if (bad)
+        return kvt_api_errorf(err, 400, INVALID, "return_tokens", "invalid_type", "'return_tokens' must be a boolean");
+    v = cJSON_DetachItemFromObjectCaseSensitive(root, "n_probs");
     /* the range before the cast: converting a double outside int's range is undefined */
-    int bad = v && !cJSON_IsNull(v) &&
+    bad = v && !cJSON_IsNull(v) &&
         (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= KVT_API_MAX_TOP_LOGPROBS) ||
          v->valuedouble != (int)v->valuedouble);
     if (bad)
@@ -186,7 +194,11 @@ static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch
         snprintf(r->request_id, sizeof r->request_id, "%s", cs->request_id);
         r->native = b->native;
         r->prefill_only = b->prefill;
-        for (int32_t k = 0; k < r->n_sib; k++) r->sib[k]->native = b->native;
+        r->return_tokens = b->return_tokens;
+        for (int32_t k = 0; k < r->n_sib; k++) {
+            r->sib[k]->native = b->native;
+            r->sib[k]->return_tokens = b->return_tokens;
+        }
         kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
         kvt_srv_apply_session_header(s, c, r);
         if (kvt_srv_enqueue(s, r)) {
@@ -219,13 +231,30 @@ void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int
                                       .id_slot = r->id_slot,
                                       .stop = stop,
                                       .probs = probs,
-                                      .stop_type = "eos"};
+                                      .stop_type = "eos",
+                                      .n_evaluated = r->n_prompt};
     /* only the last event reads what the engine thread publishes at the end (finish_reason, usage):
      * the caller saw done under the server's lock by then, so these reads do not race its writes */
     if (!stop) return;
     /* a prefill (n_predict 0) stopped at its limit of no tokens */
     if (r->finish_reason && (!strcmp(r->finish_reason, "length") || !strcmp(r->finish_reason, "prefill")))
         out->stop_type = "limit";
+    else if (r->stop_word > 0 && r->stop_word <= r->n_stop) {
+        out->stop_type = "word";
+        out->stopping_word = r->stop[r->stop_word - 1];
+    }
+    if (!r->stream) { /* a stream sent its ids with its pieces */
+        out->tokens = r->gen_ids;
+        out->n_tokens = r->n_gen_ids;
+    }
+    out->n_decoded = u->completion_tokens;
+    out->sp = &r->sp;
+    out->n_predict = r->max_tokens;
+    out->n_probs = r->logprobs ? r->top_logprobs : 0;
+    out->ignore_eos = r->ignore_eos;
+    out->stream = r->stream;
+    out->stop_words = r->stop;
+    out->n_stop_words = r->n_stop;
     out->usage = u;
     /* hidden cache counts (--hide-cached-tokens): the whole prompt shows as computed */
     out->cache_n = u->hide_report ? 0 : u->cached_tokens;
@@ -233,6 +262,18 @@ void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int
     out->predicted_n = u->completion_tokens;
     out->prompt_ms = KVT_MAX(u->ttft_ms - u->queued_ms, 0.0);
     out->predicted_ms = KVT_MAX(total_ms - u->ttft_ms, 0.0);
+}
+
+char *kvt_srv_prompt_text(kvt_server *s, const srv_req *r) {
+    char *text = NULL;
+    size_t n = 0;
+    if (kvt_detokenize(s->tok, r->prompt, (size_t)r->n_prompt, 1, &text, &n)) {
+        free(text);
+        return kvt_xstrdup("");
+    }
+    char *clean = kvt_utf8_sanitize(text ? text : "", n, NULL);
+    free(text);
+    return clean;
 }
 
 /* /completion's answer: one object per prompt (an array when there are several). */
@@ -244,7 +285,10 @@ static char *native_json(kvt_server *s, const batch *b) {
         kvt_api_llama_completion a;
         kvt_srv_llama_answer(s, r, r->text ? r->text : "", 1, r->logprobs ? &lp : NULL, &a);
         a.index = i;
+        char *prompt = kvt_srv_prompt_text(s, r); /* the client's own prompt, as llama-server gives it back */
+        a.prompt = prompt;
         cJSON_AddItemToArray(arr, kvt_api_llama_completion_obj(&a));
+        free(prompt);
     }
     cJSON *out = b->n == 1 ? cJSON_DetachItemFromArray(arr, 0) : arr;
     if (out != arr) cJSON_Delete(arr);
@@ -387,8 +431,41 @@ static enum MHD_Result handle_apply_template(kvt_server *s, struct MHD_Connectio
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
 }
 
-/* GET /slots: each of the --parallel sequence slots, busy or not, with its request's figures; its
- * request id and prompt text only for the admin key (they are other tenants'). */
+/* Slot i of GET /slots, running r (NULL: idle) with decoded tokens so far. An idle slot has params
+ * and next_token too, as llama-server's, so a dashboard reads every slot alike: the server's defaults,
+ * and nothing decoded. The prompt text and request id are other tenants': the admin key's only. */
+static cJSON *slot_obj(kvt_server *s, int32_t i, const srv_req *r, int32_t decoded, int admin) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", i);
+    cJSON_AddNumberToObject(o, "n_ctx", s->n_ctx);
+    cJSON_AddBoolToObject(o, "speculative", 0);
+    cJSON_AddBoolToObject(o, "is_processing", r != NULL);
+    cJSON_AddBoolToObject(o, "non_causal", 0);
+    cJSON_AddNumberToObject(o, "n_prompt_tokens", r ? r->n_prompt : 0);
+    cJSON *p = cJSON_AddObjectToObject(o, "params");
+    int32_t n_predict = s->p.default_max_tokens ? s->p.default_max_tokens : -1;
+    cJSON_AddNumberToObject(p, "n_predict", r ? r->max_tokens : n_predict);
+    cJSON_AddNumberToObject(p, "temperature", r ? r->sp.temp : s->p.default_temperature);
+    cJSON_AddNumberToObject(p, "top_k", r ? r->sp.top_k : s->p.default_top_k);
+    cJSON_AddNumberToObject(p, "top_p", r ? r->sp.top_p : s->p.default_top_p);
+    cJSON *nt = cJSON_AddObjectToObject(o, "next_token");
+    cJSON_AddBoolToObject(nt, "has_next_token", r != NULL);
+    cJSON_AddBoolToObject(nt, "has_new_line", 0);
+    cJSON_AddStringToObject(nt, "stopping_word", "");
+    cJSON_AddNumberToObject(nt, "n_remain", r ? r->max_tokens - decoded : -1);
+    cJSON_AddNumberToObject(nt, "n_decoded", r ? decoded : 0);
+    if (!r || !admin) {
+        cJSON_AddStringToObject(o, "prompt", "");
+        return o;
+    }
+    char *text = kvt_srv_prompt_text(s, r);
+    cJSON_AddStringToObject(o, "prompt", text);
+    free(text);
+    cJSON_AddStringToObject(o, "id_task", kvt_srv_log_id(r));
+    return o;
+}
+
+/* GET /slots: each of the --parallel sequence slots, busy or not (slot_obj). */
 static enum MHD_Result handle_slots(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     int32_t np = s->p.parallel;
     srv_req **held = kvt_xcalloc((size_t)np, sizeof *held);
@@ -401,34 +478,7 @@ static enum MHD_Result handle_slots(kvt_server *s, struct MHD_Connection *c, con
         }
     pthread_mutex_unlock(&s->mu);
     cJSON *arr = cJSON_CreateArray();
-    for (int32_t i = 0; i < np; i++) {
-        const srv_req *r = held[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "id", i);
-        cJSON_AddNumberToObject(o, "n_ctx", s->n_ctx);
-        cJSON_AddBoolToObject(o, "is_processing", r != NULL);
-        if (r) {
-            cJSON_AddNumberToObject(o, "n_prompt_tokens", r->n_prompt);
-            cJSON *p = cJSON_AddObjectToObject(o, "params");
-            cJSON_AddNumberToObject(p, "n_predict", r->max_tokens);
-            cJSON_AddNumberToObject(p, "temperature", r->sp.temp);
-            cJSON_AddNumberToObject(p, "top_k", r->sp.top_k);
-            cJSON_AddNumberToObject(p, "top_p", r->sp.top_p);
-            cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "next_token"), "n_decoded", decoded[i]);
-        }
-        if (r && cs->admin) {
-            char *text = NULL;
-            size_t n = 0;
-            if (!kvt_detokenize(s->tok, r->prompt, (size_t)r->n_prompt, 1, &text, &n)) {
-                char *clean = kvt_utf8_sanitize(text ? text : "", n, NULL);
-                cJSON_AddStringToObject(o, "prompt", clean);
-                free(clean);
-            }
-            free(text);
-            cJSON_AddStringToObject(o, "id_task", kvt_srv_log_id(r));
-        }
-        cJSON_AddItemToArray(arr, o);
-    }
+    for (int32_t i = 0; i < np; i++) cJSON_AddItemToArray(arr, slot_obj(s, i, held[i], decoded[i], cs->admin));
     for (int32_t i = 0; i < np; i++)
         if (held[i]) kvt_srv_req_unref(s, held[i]);
     free(held);

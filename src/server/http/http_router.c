@@ -360,7 +360,10 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
                                        "/tokenize, /detokenize, /props, /health, /metrics and /dashboard, and "
                                        "llama-server's /completion, /apply-template, /slots, /chat/completions "
                                        "and /models");
-        if (!method_is(i, method)) {
+        /* HEAD of a GET page (a health check's or a monitor's): the GET's status and headers, and
+         * libmicrohttpd leaves the body out; not the event stream, which never ends */
+        int head = !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET") && routes[i].r != R_CACHE_EVENTS;
+        if (!head && !method_is(i, method)) {
             kvt_api_error e;
             kvt_api_errorf(&e, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, "method_not_allowed",
                            "%s needs %s, not %s", url, routes[i].method, method);

@@ -35,6 +35,7 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->salt);
     free(r->text);
     free(r->lp);
+    free(r->gen_ids);
     free(r->bias_id);
     free(r->bias);
     free(r->doc_starts);

@@ -11,9 +11,10 @@
 #include "scheduler.h"
 #include "server_impl.h"
 
-/* Where a stop string starts in the unemitted text, or -1; *hold gets how many
- * trailing bytes could still begin a stop string. */
-static long find_stop(const slot *sl, size_t *hold) {
+/* Where a stop string starts in the unemitted text, or -1; *which gets that
+ * string's index, and *hold how many trailing bytes could still begin a stop
+ * string. */
+static long find_stop(const slot *sl, int *which, size_t *hold) {
     const srv_req *r = sl->r;
     const char *t = sl->raw + sl->raw_emitted;
     size_t n = sl->raw_len - sl->raw_emitted;
@@ -22,7 +23,10 @@ static long find_stop(const slot *sl, size_t *hold) {
     for (int i = 0; i < r->n_stop; i++) {
         size_t sn = strlen(r->stop[i]);
         const char *hit = memmem(t, n, r->stop[i], sn);
-        if (hit && (best < 0 || hit - t < best)) best = hit - t;
+        if (hit && (best < 0 || hit - t < best)) {
+            best = hit - t;
+            *which = i;
+        }
         for (size_t k = KVT_MIN(sn - 1, n); k > *hold; k--)
             if (!memcmp(t + n - k, r->stop[i], k)) {
                 *hold = k;
@@ -41,6 +45,17 @@ static const float *grammar_logits(kvt_server *s, slot *sl, const float *logits)
     if (!kvt_jg_mask(sl->jg, budget, s->jg_mask)) return NULL;
     for (int32_t i = 0; i < s->n_vocab; i++) s->jg_logits[i] = s->jg_mask[i] ? logits[i] : -INFINITY;
     return s->jg_logits;
+}
+
+/* Appends generated id tok to r->gen_ids (return_tokens), under s->mu for the handler that streams them. */
+static void publish_id(kvt_server *s, srv_req *r, int32_t tok) {
+    pthread_mutex_lock(&s->mu);
+    if (r->n_gen_ids == r->cap_gen_ids) {
+        r->cap_gen_ids = r->cap_gen_ids ? 2 * r->cap_gen_ids : LOGPROBS_INIT;
+        r->gen_ids = kvt_xrealloc(r->gen_ids, r->cap_gen_ids * sizeof *r->gen_ids);
+    }
+    r->gen_ids[r->n_gen_ids++] = tok;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Handles one sampled token of a slot; may finish the slot. */
@@ -83,6 +98,7 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         r->lp[r->n_lp++] = e;
         pthread_mutex_unlock(&s->mu);
     }
+    if (r->return_tokens) publish_id(s, r, tok);
     sl->toks[sl->n_toks++] = tok;
     char small[PIECE_INIT];
     int len = kvt_token_piece(s->tok, tok, small, sizeof small, 0);
@@ -97,8 +113,10 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     sl->tok_end[sl->n_gen++] = sl->raw_len;
 
     size_t hold;
-    long stop = find_stop(sl, &hold);
+    int which = 0;
+    long stop = find_stop(sl, &which, &hold);
     if (stop >= 0) {
+        r->stop_word = which + 1; /* read by the handler once done is published */
         kvt_srv_slot_finish(s, sl, "stop", sl->raw_emitted + (size_t)stop, 0, NULL);
         return;
     }

@@ -309,6 +309,33 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
     }
 }
 
+/* llama-server's [TEXT, bias] pairs of logit_bias: each token of TEXT (tokenized as plain text, as
+ * llama-server does) joins r's bias list, KVT_API_MAX_LOGIT_BIAS entries in all. 0, or -1 with *err. */
+static int request_bias_text(const kvt_server *s, const kvt_api_request *a, srv_req *r, kvt_api_error *err) {
+    for (int32_t i = 0; i < a->n_bias_text; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        const char *t = a->bias_text[i];
+        if (kvt_tokenize_max(s->tok, t, strlen(t), 0, 0, KVT_API_MAX_LOGIT_BIAS, &ids, &n) ||
+            r->sp.n_bias + (int64_t)n > KVT_API_MAX_LOGIT_BIAS) {
+            free(ids);
+            return kvt_api_errorf(err, 400, "invalid_request_error", "logit_bias", "invalid_value",
+                                  "'logit_bias' has more than %d tokens with its texts tokenized",
+                                  KVT_API_MAX_LOGIT_BIAS);
+        }
+        r->bias_id = kvt_xrealloc(r->bias_id, ((size_t)r->sp.n_bias + n) * sizeof *r->bias_id);
+        r->bias = kvt_xrealloc(r->bias, ((size_t)r->sp.n_bias + n) * sizeof *r->bias);
+        for (size_t k = 0; k < n; k++) {
+            r->bias_id[r->sp.n_bias] = ids[k];
+            r->bias[r->sp.n_bias++] = a->bias_text_bias[i];
+        }
+        free(ids);
+        r->sp.bias_id = r->bias_id;
+        r->sp.bias = r->bias;
+    }
+    return 0;
+}
+
 /* Builds the engine-side request from a validated API request: salt, prompt
  * ids, limits, sampling. Returns NULL with *err filled when it cannot run. */
 srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err) {
@@ -365,6 +392,7 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     if (check_prompt(s, a, rc, n, max_prompt, err)) goto fail;
     r->n_prompt = (int32_t)n;
     request_sampling(s, a, r);
+    if (request_bias_text(s, a, r, err)) goto fail;
     pthread_mutex_lock(&s->mu);
     uint64_t id = s->next_id++;
     pthread_mutex_unlock(&s->mu);
