@@ -194,13 +194,53 @@ typedef struct {
     double sum;
 } cands;
 
-static void rank(kvt_sampler *s, cands *k) {
+static void swap_cand(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Moves the `want` best of c[0..n) (by_logit_desc's order) to c[0..want), in
+ * no particular order: quickselect with a median-of-three pivot, in time
+ * linear in n on average. The order is total (ties go to the lower id), so
+ * which candidates end up there never depends on the pivots. */
+static void select_best(cand *c, int32_t n, int32_t want) {
+    int32_t lo = 0, hi = n - 1;
+    const int32_t kth = want - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (by_logit_desc(&c[mid], &c[lo]) < 0) swap_cand(&c[mid], &c[lo]);
+        if (by_logit_desc(&c[hi], &c[lo]) < 0) swap_cand(&c[hi], &c[lo]);
+        if (by_logit_desc(&c[hi], &c[mid]) < 0) swap_cand(&c[hi], &c[mid]);
+        const cand pivot = c[mid];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (i <= hi && by_logit_desc(&c[i], &pivot) < 0) i++;
+            while (j >= lo && by_logit_desc(&pivot, &c[j]) < 0) j--;
+            if (i <= j) swap_cand(&c[i++], &c[j--]);
+        }
+        if (kth <= j) hi = j;
+        else if (kth >= i) lo = i;
+        else break;
+    }
+}
+
+/* Ranks the candidates; want > 0: only the best `want` of them are needed
+ * (top-k), so they are picked first and only they are sorted. Either way the
+ * first candidates are those a full sort puts first. */
+static void rank_best(kvt_sampler *s, cands *k, int32_t want) {
     if (k->sorted) return;
+    if (want > 0 && want < k->n) {
+        select_best(s->c, k->n, want);
+        k->n = want;
+    }
     qsort(s->c, (size_t)k->n, sizeof *s->c, by_logit_desc);
     /* a token at -inf (refused by a grammar) is never a candidate, not even through rounding at the end */
     while (k->n > 1 && isinf(s->c[k->n - 1].l) && s->c[k->n - 1].l < 0) k->n--;
     k->sorted = 1;
 }
+
+static void rank(kvt_sampler *s, cands *k) { rank_best(s, k, 0); }
 
 /* The softmax of the ranked candidates into prob (floats), their sum (of the doubles) into k->sum. */
 static void softmax(kvt_sampler *s, cands *k) {
@@ -253,7 +293,7 @@ static void step(kvt_sampler *s, cands *k, uint8_t st) {
         if (s->penalize) penalize(s, k), k->probs = 0;
         break;
     case KVT_SAMPLE_TOP_K:
-        rank(s, k);
+        rank_best(s, k, s->p.top_k);
         if (s->p.top_k > 0 && s->p.top_k < k->n) k->n = s->p.top_k, k->probs = 0;
         break;
     case KVT_SAMPLE_MIN_P:

@@ -115,6 +115,43 @@ static void test_order(void) {
     kvt_sampler_free(z);
 }
 
+/* Top-k picks its candidates before sorting them (not the whole vocabulary):
+ * the draws must be those of a full sort. min_p with a floor far below every
+ * finite logit keeps them all but ranks the whole vocabulary first, so "mkt"
+ * sorts everything and "kmt" only the top k; both must draw the same, over a
+ * large vocabulary with ties and tokens at -inf, for k from 1 past the
+ * vocabulary's size. */
+static void test_top_k_select(void) {
+    enum { NV = 5003 };
+    static float big[NV];
+    uint32_t st = 12345;
+    for (int i = 0; i < NV; i++) {
+        st = st * 1664525u + 1013904223u;
+        big[i] = (float)((int)(st >> 24) % 33 - 16) * 0.5f; /* -8 .. 8 in steps of 0.5: many ties */
+        if (st % 97 == 0) big[i] = -INFINITY;               /* refused by a grammar */
+    }
+    const int32_t ks[] = {1, 2, 3, 40, 41, 1000, NV - 1, NV, NV + 7};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        kvt_sampler_params p = {.temp = 0.9f, .top_k = ks[i], .top_p = 1.0f, .min_p = 1e-30f, .seed = 5 + i};
+        p.has_steps = 1;
+        p.n_steps = 3;
+        p.steps[0] = KVT_SAMPLE_MIN_P, p.steps[1] = KVT_SAMPLE_TOP_K, p.steps[2] = KVT_SAMPLE_TEMPERATURE;
+        kvt_sampler *full = kvt_sampler_new(p, NV);
+        p.steps[0] = KVT_SAMPLE_TOP_K, p.steps[1] = KVT_SAMPLE_MIN_P;
+        kvt_sampler *sel = kvt_sampler_new(p, NV);
+        int same = 1, finite = 1;
+        for (int d = 0; d < 300; d++) {
+            int32_t t = kvt_sampler_sample(full, big);
+            same &= t == kvt_sampler_sample(sel, big);
+            finite &= !isinf(big[t]);
+        }
+        CHECKF(same && finite, "top_k %d: draws of the picked top k equal a full sort's (%d), all finite (%d)",
+               (int)ks[i], same, finite);
+        kvt_sampler_free(full);
+        kvt_sampler_free(sel);
+    }
+}
+
 int main(void) {
     CHECK(kvt_argmax(logits, V) == 1); /* tie between 1 and 3 goes to the lower id */
     CHECK(kvt_sampler_new(kvt_sampler_default_params(), 0) == NULL);
@@ -219,6 +256,7 @@ int main(void) {
     kvt_sampler_free(sa);
 
     test_order();
+    test_top_k_select();
 
     /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
     double lp, top_lp[3];
