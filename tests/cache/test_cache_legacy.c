@@ -68,7 +68,7 @@ static void test_type(const char *name, uint32_t type) {
 
     /* a new process on the same directory, with a T1 too small to matter: T2 */
     e = kvt_test_engine(m, B, 30, 512);
-    c = kvt_test_cache(e, dir, 1);
+    c = kvt_test_cache(e, dir, 0);
     if (c) {
         kvt_test_gen t2 = kvt_test_generate(e, c, p, N_PROMPT, N_GEN, NULL);
         CHECKF(t2.res.tier_tokens[KVT_TIER_T2] > 0 && t2.res.n_reused == FULL_BLOCK_TOKENS, "%s: T2 %d, reused %d",
