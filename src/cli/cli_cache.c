@@ -5,6 +5,7 @@
  * lock. */
 #include <errno.h>
 #include <inttypes.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +56,12 @@ void kvt_usage_cache(FILE *f) {
             "  -h, --help           this help\n");
 }
 
+/* 32 hex digits and nothing else: strtoull alone would also take a sign,
+ * spaces or 0x, and read "-000000000000001" as another namespace. */
 static int parse_ns(const char *s, kvt_hash128 *out) {
     if (strlen(s) != 32) return -1;
+    for (int i = 0; i < 32; i++)
+        if (!isxdigit((unsigned char)s[i])) return -1;
     char hi[17], lo[17];
     memcpy(hi, s, 16);
     hi[16] = 0;

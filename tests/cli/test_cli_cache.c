@@ -156,6 +156,14 @@ int main(void) {
     CHECK(run(&t, 4, a_verify) == 1);
     CHECKF(t && strstr(t, "12 valid, 1 corrupt"), "%s", t);
     free(t);
+    /* a namespace is 32 hex digits: a sign, spaces or 0x are refused, not read as another */
+    const char *bad_ns[] = {"-0000000000022220000000000001111", "+0000000000022220000000000001111",
+                            " 0000000000022220000000000001111", "0x00000000000222200000000000011"};
+    for (size_t i = 0; i < sizeof bad_ns / sizeof bad_ns[0]; i++) {
+        char *a_ns[] = {"cache", "gc", "--kv-disk", (char *)dir, "--namespace", (char *)bad_ns[i]};
+        CHECKF(run(&t, 6, a_ns) != 0, "--namespace '%s' is refused", bad_ns[i]);
+        free(t);
+    }
     /* gc keeps the header's namespace (q.ns) by default; --namespace picks another */
     char *a_gc[] = {"cache", "gc", "--kv-disk", (char *)dir, "--namespace", "00000000000022220000000000001111"};
     CHECK(run(&t, 6, a_gc) == 0);
