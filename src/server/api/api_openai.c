@@ -295,17 +295,11 @@ static int parse_logprobs(const cJSON *root, kvt_api_request *r, kvt_api_error *
     return 0;
 }
 
-/* llama-server's logit_bias: an array of [id, bias] and [text, bias] pairs, where bias false bans
+/* llama-server's logit_bias: an array of n (at least 1, at most the limit; bias_id and bias
+ * allocated for them by the caller) [id, bias] and [text, bias] pairs, where bias false bans
  * the token (-inf) and a text stands for each of its tokens (kvt_srv_make_request tokenizes it).
  * The pairs add up, as llama-server's do. */
-static int parse_bias_pairs(const cJSON *lb, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
-    int n = cJSON_GetArraySize(lb);
-    if (n > KVT_API_MAX_LOGIT_BIAS)
-        return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_value", "'logit_bias' has more than %d entries",
-                              KVT_API_MAX_LOGIT_BIAS);
-    if (!n) return 0;
-    r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
-    r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
+static int parse_bias_pairs(const cJSON *lb, int n, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
     r->bias_text = kvt_xmalloc((size_t)n * sizeof *r->bias_text);
     r->bias_text_bias = kvt_xmalloc((size_t)n * sizeof *r->bias_text_bias);
     for (const cJSON *e = lb->child; e; e = e->next) {
@@ -363,8 +357,7 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     if (has && d > 0) r->penalty_last_n = (int32_t)d;
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
     if (!lb || cJSON_IsNull(lb)) return 0;
-    if (cJSON_IsArray(lb)) return parse_bias_pairs(lb, n_vocab, r, err);
-    if (!cJSON_IsObject(lb))
+    if (!cJSON_IsArray(lb) && !cJSON_IsObject(lb))
         return kvt_api_errorf(err, 400, INVALID, "logit_bias", "invalid_type",
                               "'logit_bias' must be an object of token ids to biases (OpenAI's) or an array of "
                               "[token id or text, bias] pairs (llama-server's)");
@@ -375,6 +368,7 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     if (!n) return 0;
     r->bias_id = kvt_xmalloc((size_t)n * sizeof *r->bias_id);
     r->bias = kvt_xmalloc((size_t)n * sizeof *r->bias);
+    if (cJSON_IsArray(lb)) return parse_bias_pairs(lb, n, n_vocab, r, err);
     for (const cJSON *e = lb->child; e; e = e->next) {
         /* a key as a token id is written: decimal digits without a sign, space or leading zero, so
          * that no two keys ("5", "05", " 5") name one token and add up past the bias range (the
