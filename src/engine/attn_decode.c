@@ -32,7 +32,11 @@
 #define CHUNK_BYTES_Q8 (64 << 10)
 #define LINE 64
 #define SCORE_KEYS 16 /* keys scored per kernel call, between shares of the prefetch */
-#define VALUE_STEPS 8 /* kernel calls per value-pass chunk, between shares of the prefetch */
+/* kernel calls per value-pass chunk, between shares of the prefetch: 4
+ * class groups of 4 classes; 8 groups of 2 took 1.09x the 2-thread time of
+ * bench_attn depth on Zen 5 (median of 6 alternated pairs), each kernel call
+ * covering too few rows to hide its share of the prefetch */
+#define VALUE_STEPS 4
 #define VALUE_LEAD 2  /* f16/f32 V: rows are requested 1/VALUE_LEAD of a chunk before their class group reads them */
 
 static void prefetch_bytes(const uint8_t *p, size_t n) {
