@@ -228,18 +228,18 @@ static void depth_buffers(const uint8_t ***pages, kvt_attn_dec_buf *buf, float *
     const int32_t chunk = DEPTH_KEYS / PAGE; /* more than any chunk needs */
     *pages = malloc(sizeof **pages * (DEPTH_KEYS / PAGE));
     *out = malloc(sizeof(float) * DEPTH_G * DEPTH_HD);
-    *buf = (kvt_attn_dec_buf){malloc(sizeof(float) * DEPTH_G * DEPTH_KEYS),
-                              DEPTH_KEYS,
+    *buf = (kvt_attn_dec_buf){malloc(sizeof(float) * DEPTH_G * DEPTH_KEYS), DEPTH_KEYS,
                               malloc(sizeof(float) * DEPTH_G * KVT_ATTN_LANES * DEPTH_HD),
-                              malloc(sizeof(float) * DEPTH_HD * PAGE),
-                              malloc(sizeof(float) * (size_t)chunk * PAGE * DEPTH_HD),
                               malloc(sizeof(kvt_attn_run) * (size_t)chunk)};
-    if (!*pages || !*out || !buf->scores || !buf->acc || !buf->kdq || !buf->vdq || !buf->runs) exit(1);
+    if (!*pages || !*out || !buf->scores || !buf->acc || !buf->runs) exit(1);
 }
 
 static void depth_buffers_free(const uint8_t **pages, kvt_attn_dec_buf *buf, float *out) {
-    free(pages), free(out), free(buf->scores), free(buf->acc), free(buf->kdq), free(buf->vdq), free(buf->runs);
+    free(pages), free(out), free(buf->scores), free(buf->acc), free(buf->runs);
 }
+
+/* The "before" walk's q8_0 staging: one page's K, 8 pages' V, as floats. */
+static float flat_kdq[DEPTH_HD * PAGE], flat_vdq[8 * PAGE * DEPTH_HD];
 
 /* The same token the way the engine walked it before the decode walk: scores
  * page by page, nothing prefetched, and one value-pass call over every page
@@ -258,8 +258,8 @@ static double depth_token_flat(const depth_kv *d, const float *q, const uint8_t 
             for (int32_t p = 0; p < d->n_pages; p++) {
                 float *sc = buf->scores + p * PAGE;
                 if (q8) {
-                    kvt_kv_q8_dequant_columns(pages[p], PAGE, PAGE, DEPTH_HD, buf->kdq);
-                    kvt_attn_qk(q, DEPTH_G, DEPTH_HD, buf->kdq, PAGE, 0, PAGE, 0.125f, sc, buf->ld);
+                    kvt_kv_q8_dequant_columns(pages[p], PAGE, PAGE, DEPTH_HD, flat_kdq);
+                    kvt_attn_qk(q, DEPTH_G, DEPTH_HD, flat_kdq, PAGE, 0, PAGE, 0.125f, sc, buf->ld);
                 } else {
                     kvt_attn_qk(q, DEPTH_G, DEPTH_HD, pages[p], PAGE, 1, PAGE, 0.125f, sc, buf->ld);
                 }
@@ -268,8 +268,8 @@ static double depth_token_flat(const depth_kv *d, const float *q, const uint8_t 
             for (int32_t p0 = 0; p0 < d->n_pages; p0 += per) {
                 for (int32_t p = p0; p < p0 + per; p++) {
                     const uint8_t *v = pages[p] + (voff - koff);
-                    const float *vd = buf->vdq + (size_t)(p - p0) * PAGE * DEPTH_HD;
-                    if (q8) kvt_kv_q8_dequant_rows(v, PAGE, DEPTH_HD, buf->vdq + (size_t)(p - p0) * PAGE * DEPTH_HD);
+                    const float *vd = flat_vdq + (size_t)(p - p0) * PAGE * DEPTH_HD;
+                    if (q8) kvt_kv_q8_dequant_rows(v, PAGE, DEPTH_HD, flat_vdq + (size_t)(p - p0) * PAGE * DEPTH_HD);
                     buf->runs[p - p0] = (kvt_attn_run){q8 ? (const void *)vd : (const void *)v, buf->scores + p * PAGE,
                                                        PAGE, p * PAGE};
                 }

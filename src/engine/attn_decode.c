@@ -14,7 +14,9 @@
  * at a time, a chunk's values a few lane classes at a time) rather than in
  * one burst: a burst of a whole page's lines fills the core's queue of
  * misses and stalls the arithmetic behind it until the lines arrive, where
- * shares let the two overlap. */
+ * shares let the two overlap. q8_0 pages are read as they are stored, each
+ * value dequantized in the kernel's registers (attn.h), so they take the f16
+ * walk with half the bytes and no staging copy. */
 #include "attn_decode.h"
 
 #include <string.h>
@@ -26,10 +28,6 @@
 
 #define PREFETCH_PAGES 2       /* pages of K requested ahead of the one being scored */
 #define CHUNK_BYTES (32 << 10) /* the V a value-pass chunk makes the kernel read */
-/* q8_0: the chunk's V as dequantized floats; each chunk starts with a burst
- * of dequantizing, and twice the f16 chunk (half as many bursts, the floats
- * read back from L2) measured faster than the f16 chunk's size or four times it */
-#define CHUNK_BYTES_Q8 (64 << 10)
 #define LINE 64
 #define SCORE_KEYS 16 /* keys scored per kernel call, between shares of the prefetch */
 /* kernel calls per value-pass chunk, between shares of the prefetch: 4
@@ -37,18 +35,19 @@
  * bench_attn depth on Zen 5 (median of 6 alternated pairs), each kernel call
  * covering too few rows to hide its share of the prefetch */
 #define VALUE_STEPS 4
-#define VALUE_LEAD 2  /* f16/f32 V: rows are requested 1/VALUE_LEAD of a chunk before their class group reads them */
+#define VALUE_LEAD 2 /* f16/f32 V: rows are requested 1/VALUE_LEAD of a chunk before their class group reads them */
 
+/* Every line that the n bytes at p touch (q8_0 rows and blocks need not
+ * start on a line). */
 static void prefetch_bytes(const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i += LINE) __builtin_prefetch(p + i, 0, 3);
+    const uint8_t *a = p - ((uintptr_t)p & (LINE - 1));
+    for (; a < p + n; a += LINE) __builtin_prefetch(a, 0, 3);
 }
 
 static size_t k_block_bytes(const kvt_attn_dec *a) { return (size_t)a->B * kvt_kv_row_bytes(a->dtype, a->hd); }
 
 int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd) {
-    const size_t el = dtype == KVT_KV_F16 ? sizeof(uint16_t) : sizeof(float); /* q8_0 is read dequantized */
-    const size_t bytes = dtype == KVT_KV_Q8_0 ? CHUNK_BYTES_Q8 : CHUNK_BYTES;
-    const size_t pages = bytes / ((size_t)B * (size_t)hd * el);
+    const size_t pages = CHUNK_BYTES / ((size_t)B * kvt_kv_row_bytes(dtype, hd));
     return pages > 1 ? (int32_t)pages : 1;
 }
 
@@ -61,32 +60,25 @@ int32_t kvt_attn_dec_end_page(const kvt_attn_dec *a) { return (a->n_keys + a->B 
 static inline __attribute__((always_inline)) void prefetch_share(const uint8_t *p, size_t n_bytes, int32_t i,
                                                                  int32_t n) {
     if (!p) return;
-    const size_t lines = (n_bytes + LINE - 1) / LINE;
+    const size_t off = (uintptr_t)p & (LINE - 1), lines = (off + n_bytes + LINE - 1) / LINE;
     for (size_t l = lines * (size_t)i / (size_t)n, e = lines * (size_t)(i + 1) / (size_t)n; l < e; l++)
-        __builtin_prefetch(p + l * LINE, 0, 3);
+        __builtin_prefetch(p - off + l * LINE, 0, 3);
 }
 
 void kvt_attn_dec_scores(const kvt_attn_dec *a, const float *q, int32_t p0, int32_t p1, const kvt_attn_dec_buf *buf) {
-    const int32_t B = a->B, f16 = a->dtype == KVT_KV_F16;
+    const int32_t B = a->B, f16 = a->dtype == KVT_KV_F16, q8 = a->dtype == KVT_KV_Q8_0;
     const size_t kb = k_block_bytes(a), esz = f16 ? sizeof(uint16_t) : sizeof(float);
     for (int32_t p = p0; p < p1 && p < p0 + PREFETCH_PAGES; p++) prefetch_bytes(a->pages[p], kb);
     for (int32_t p = p0; p < p1; p++) {
         const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
         const uint8_t *ahead = p + PREFETCH_PAGES < p1 ? a->pages[p + PREFETCH_PAGES] : NULL;
         float *sc = buf->scores + (t0 + s - a->lo);
-        if (a->dtype == KVT_KV_Q8_0) {
-            prefetch_share(ahead, kb, 0, 2);
-            kvt_kv_q8_dequant_columns(a->pages[p], B, s + T, a->hd, buf->kdq);
-            prefetch_share(ahead, kb, 1, 2);
-            kvt_attn_qk(q, a->G, a->hd, buf->kdq + s, B, 0, T, a->scale, sc, buf->ld);
-            continue;
-        }
         const int32_t steps = (T + SCORE_KEYS - 1) / SCORE_KEYS;
         for (int32_t i = 0; i < steps; i++) {
-            const int32_t u = i * SCORE_KEYS;
+            const int32_t u = i * SCORE_KEYS, n = KVT_MIN(SCORE_KEYS, T - u);
             prefetch_share(ahead, kb, i, steps);
-            kvt_attn_qk(q, a->G, a->hd, a->pages[p] + (size_t)(s + u) * esz, B, f16, KVT_MIN(SCORE_KEYS, T - u),
-                        a->scale, sc + u, buf->ld);
+            if (q8) kvt_attn_qk_q8(q, a->G, a->hd, a->pages[p], B, s + u, n, a->scale, sc + u, buf->ld);
+            else kvt_attn_qk(q, a->G, a->hd, a->pages[p] + (size_t)(s + u) * esz, B, f16, n, a->scale, sc + u, buf->ld);
         }
     }
 }
@@ -120,26 +112,24 @@ static int32_t class_run(int32_t k, int32_t end, int32_t j0, int32_t j1, int32_t
     return end;
 }
 
-/* Keys [k0, k1) of page p that the classes [j0, j1) read: requested into the
- * cache (vdq NULL), or, for q8_0, dequantized into their rows of vdq. */
-static void touch_rows(const kvt_attn_dec *a, int32_t p, int32_t k0, int32_t k1, int32_t j0, int32_t j1, float *vdq) {
+/* Keys [k0, k1) of page p that the classes [j0, j1) read, requested into
+ * the cache. */
+static void touch_rows(const kvt_attn_dec *a, int32_t p, int32_t k0, int32_t k1, int32_t j0, int32_t j1) {
     const size_t rb = kvt_kv_row_bytes(a->dtype, a->hd);
     const uint8_t *v = a->pages[p] + a->v_delta;
     int32_t n;
-    for (int32_t k = class_run(k0, k1, j0, j1, &n); n > 0; k = class_run(k + n, k1, j0, j1, &n)) {
-        const int32_t r = k - p * a->B;
-        if (vdq) kvt_kv_q8_dequant_rows(v + (size_t)r * rb, n, a->hd, vdq + (size_t)r * (size_t)a->hd);
-        else prefetch_bytes(v + (size_t)r * rb, (size_t)n * rb);
-    }
+    for (int32_t k = class_run(k0, k1, j0, j1, &n); n > 0; k = class_run(k + n, k1, j0, j1, &n))
+        prefetch_bytes(v + (size_t)(k - p * a->B) * rb, (size_t)n * rb);
 }
 
 static void prefetch_chunk(const kvt_attn_dec *a, int32_t p0, int32_t p1, int32_t j0, int32_t j1) {
     for (int32_t p = p0; p < p1; p++)
-        touch_rows(a, p, KVT_MAX(a->lo, p * a->B), KVT_MIN(a->n_keys, (p + 1) * a->B), j0, j1, NULL);
+        touch_rows(a, p, KVT_MAX(a->lo, p * a->B), KVT_MIN(a->n_keys, (p + 1) * a->B), j0, j1);
 }
 
 void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kvt_attn_dec_buf *buf) {
-    const int32_t B = a->B, hd = a->hd, q8 = a->dtype == KVT_KV_Q8_0, f16 = a->dtype == KVT_KV_F16;
+    const int32_t B = a->B, hd = a->hd;
+    const int kind = a->dtype == KVT_KV_Q8_0 ? KVT_ATTN_Q8 : a->dtype == KVT_KV_F16 ? KVT_ATTN_F16 : KVT_ATTN_F32;
     const int32_t chunk = kvt_attn_dec_chunk_pages(a->dtype, B, hd), pe = kvt_attn_dec_end_page(a);
     const size_t rb = kvt_kv_row_bytes(a->dtype, hd);
     int first = 1;
@@ -148,27 +138,21 @@ void kvt_attn_dec_values(const kvt_attn_dec *a, int32_t j0, int32_t j1, const kv
         int32_t nr = 0;
         for (int32_t p = c0; p < c1; p++) {
             const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
-            const float *w = buf->scores + (t0 + s - a->lo);
-            if (q8) {
-                float *dq = buf->vdq + (size_t)(p - c0) * (size_t)B * (size_t)hd;
-                touch_rows(a, p, t0 + s, t0 + s + T, j0, j1, dq);
-                buf->runs[nr++] = (kvt_attn_run){dq + (size_t)s * (size_t)hd, w, T, t0 + s};
-            } else {
-                buf->runs[nr++] = (kvt_attn_run){a->pages[p] + a->v_delta + (size_t)s * rb, w, T, t0 + s};
-            }
+            buf->runs[nr++] = (kvt_attn_run){a->pages[p] + a->v_delta + (size_t)s * rb, buf->scores + (t0 + s - a->lo),
+                                             T, t0 + s};
         }
         /* classes in groups; before each, the rows that the group `lead`
          * groups later reads are requested: a class group's rows are lines of
-         * its own (a row is whole lines), so each line is requested once, a
-         * fixed time before its use. q8_0 rows are read when their chunk is
-         * dequantized, at its start, so they are requested a chunk ahead. */
-        const int32_t nj = j1 - j0, steps = KVT_MIN(VALUE_STEPS, nj);
-        const int32_t lead = q8 ? steps : KVT_MAX(1, steps / VALUE_LEAD);
+         * its own (an f16 or f32 row is whole lines; q8_0 rows of 68 bytes
+         * share a line with a neighbour, which another group may request
+         * again, a hit), so each line is requested about once, a fixed time
+         * before its use. */
+        const int32_t nj = j1 - j0, steps = KVT_MIN(VALUE_STEPS, nj), lead = KVT_MAX(1, steps / VALUE_LEAD);
         for (int32_t i = 0; i < steps; i++) {
             const int32_t ja = j0 + nj * i / steps, jb = j0 + nj * (i + 1) / steps;
             const int32_t n = i + lead, k0 = KVT_MIN(pe, c0 + n / steps * chunk), g = n % steps;
             prefetch_chunk(a, k0, KVT_MIN(pe, k0 + chunk), j0 + nj * g / steps, j0 + nj * (g + 1) / steps);
-            kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, f16, hd, ja, jb, first ? NULL : buf->acc, buf->acc);
+            kvt_attn_av_lanes(buf->runs, nr, buf->ld, a->G, kind, hd, ja, jb, first ? NULL : buf->acc, buf->acc);
         }
         first = 0;
     }

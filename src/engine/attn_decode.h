@@ -34,18 +34,17 @@ typedef struct {
 } kvt_attn_dec;
 
 /* Where the parts keep their work: score rows of stride ld (>= n_keys - lo)
- * for the G heads, the lane sums (G, 16, hd), and for q8_0 KV the staging of
- * one page's K (kdq: hd * B floats) and of a value chunk (vdq: chunk_pages *
- * B * hd floats, runs: chunk_pages entries; kvt_attn_dec_chunk_pages). */
+ * for the G heads, the lane sums (G, 16, hd), and the runs of a value chunk
+ * (chunk_pages entries; kvt_attn_dec_chunk_pages). */
 typedef struct {
     float *scores;
     int64_t ld;
-    float *acc, *kdq, *vdq;
+    float *acc;
     kvt_attn_run *runs;
 } kvt_attn_dec_buf;
 
 /* Pages a value-pass chunk covers: whole pages, about an L1 cache's worth of
- * the V the kernel reads (q8_0: twice that, as dequantized floats). */
+ * the V bytes the kernel reads. */
 int32_t kvt_attn_dec_chunk_pages(kvt_kv_dtype dtype, int32_t B, int32_t hd);
 
 /* The pages holding the keys: [lo / B, (n_keys - 1) / B]. */

@@ -74,23 +74,21 @@ static size_t round_up_floats(size_t n) {
  * each on a 64-byte boundary; attn_decode.h): what one (row, KV head) item
  * keeps between the parts of a split decode (score rows of stride n_ctx,
  * lane sums, page pointers), then what one thread works in (q rounded to
- * f16, q8_0 staging, runs). Returns the floats needed. */
+ * f16, runs). Returns the floats needed. */
 typedef struct {
-    size_t scores, acc, pages, qh, kdq, vdq, runs;
+    size_t scores, acc, pages, qh, runs;
 } dec_layout;
 
 static size_t decode_layout(const kvt_engine *e, dec_layout *l) {
     const kvt_hparams *hp = &e->model->hp;
     const size_t G = (size_t)(hp->n_head / hp->n_head_kv), hd = (size_t)hp->head_dim, B = (size_t)e->p.block_size;
-    const size_t ctx = (size_t)e->p.n_ctx, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
+    const size_t ctx = (size_t)e->p.n_ctx;
     const size_t chunk = (size_t)kvt_attn_dec_chunk_pages(e->p.kv_dtype, (int32_t)B, (int32_t)hd);
     l->scores = 0;
     l->acc = round_up_floats(G * ctx);
     l->pages = l->acc + round_up_floats(G * KVT_ATTN_LANES * hd);
     l->qh = l->pages + round_up_floats((ctx / B + 2) * sizeof(const uint8_t *) / sizeof(float));
-    l->kdq = l->qh + round_up_floats(G * hd);
-    l->vdq = l->kdq + round_up_floats(q8 ? hd * B : 0);
-    l->runs = l->vdq + round_up_floats(q8 ? chunk * B * hd : 0);
+    l->runs = l->qh + round_up_floats(G * hd);
     return l->runs + round_up_floats(chunk * sizeof(kvt_attn_run) / sizeof(float));
 }
 
@@ -323,8 +321,7 @@ static void dec_item(const kvt_engine *e, int32_t layer, int32_t it, int32_t p0,
                         .scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hp->head_dim),
                         .softcap = hp->attn_softcap,
                         .round_f16 = e->p.kv_dtype == KVT_KV_F16 && ATTN_ROUND_TO_KV_DTYPE};
-    *buf = (kvt_attn_dec_buf){own + lay.scores, e->p.n_ctx,     own + lay.acc,
-                              work + lay.kdq,   work + lay.vdq, (kvt_attn_run *)(void *)(work + lay.runs)};
+    *buf = (kvt_attn_dec_buf){own + lay.scores, e->p.n_ctx, own + lay.acc, (kvt_attn_run *)(void *)(work + lay.runs)};
 }
 
 /* Item `it`'s q rows: as they are, or, as llama.cpp, rounded to f16 (into

@@ -25,18 +25,33 @@
 
 #include <stdint.h>
 
+/* What K and V elements the kernels read (their `kind`): f32, f16, or q8_0
+ * as pages store it (kv_quant.h: K as a column block, V as rows of 34-byte
+ * blocks; head_dim a multiple of 32). A q8_0 element is read as
+ * f32(f16 scale) * (float)q, the float kvt_kv_q8_dequant_columns/rows give
+ * for it, so reading q8_0 pages directly gives the bits of reading their
+ * dequantized copy as f32: only the work differs (no copy written and read
+ * back). */
+#define KVT_ATTN_F32 0
+#define KVT_ATTN_F16 1
+#define KVT_ATTN_Q8 2
+
 /* scores[g * ld + t] = scale * dot(q + g * hd, key t) for g < G, t < T.
  * q: G x hd floats; kt: the transposed K block, hd rows of `stride` elements
  * (f16 when f16, else f32), key t in column t. */
 void kvt_attn_qk(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T, float scale,
                  float *scores, int64_t ld);
+/* The same over a q8_0 K column block of B tokens (kv_quant.h), keys t0 ..
+ * t0 + T - 1 of it: scores[g * ld + t] for its key t0 + t. */
+void kvt_attn_qk_q8(const float *q, int32_t G, int32_t hd, const uint8_t *cols, int32_t B, int32_t t0, int32_t T,
+                    float scale, float *scores, int64_t ld);
 
 /* Lane classes of a score (by dimension) or of a value-pass output (by key). */
 #define KVT_ATTN_LANES 16
 
 /* One run of consecutive keys of the value pass (one page, or part of one). */
 typedef struct {
-    const void *v;  /* T rows of hd elements (f16 when f16, else f32) */
+    const void *v;  /* T rows of hd elements of the pass's kind (KVT_ATTN_*) */
     const float *w; /* the weight of key t for head g is w[g * ld + t] */
     int32_t T;      /* keys */
     int32_t pos;    /* the position of its first key */
@@ -50,7 +65,7 @@ typedef struct {
  * When acc_out is not NULL the lane sums are stored there (same layout; it may
  * be acc_in), so a pass can be split over calls; when out is not NULL,
  * out[g * hd + d] = the canonical tree (ops.h) over the 16 lane sums. */
-void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int kind, int32_t hd,
                  const float *acc_in, float *acc_out, float *out);
 
 /* The value pass for lane classes j0 <= j < j1 only (0 <= j0 <= j1 <= 16):
@@ -58,7 +73,7 @@ void kvt_attn_av(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G
  * are stored to acc_out; the other lanes of acc_out are neither read nor
  * written. So threads that own disjoint ranges of classes can share one
  * acc_out, and a split by lane class gives the bits of the whole pass. */
-void kvt_attn_av_lanes(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd, int32_t j0,
-                       int32_t j1, const float *acc_in, float *acc_out);
+void kvt_attn_av_lanes(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int kind, int32_t hd,
+                       int32_t j0, int32_t j1, const float *acc_in, float *acc_out);
 
 #endif

@@ -54,6 +54,31 @@ ATT_INLINE __m256 att_load(const void *p, int f16, int64_t off, att_m8 m) {
     memcpy(buf, h, (size_t)m.n * sizeof(uint16_t));
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)buf));
 }
+/* q8_0 (attn_tmpl.h): 8 int8 values and 8 f16 scales, or one block's scale;
+ * a partial vector is staged through zeroed buffers like f16. */
+ATT_INLINE __m256 att_load_q8(const int8_t *q, const uint16_t *sc, att_m8 m) {
+    if (m.n == ATT_LANES)
+        return _mm256_mul_ps(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)sc)),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))));
+    int8_t qb[16] = {0};
+    uint16_t sb[ATT_LANES] = {0};
+    memcpy(qb, q, (size_t)m.n);
+    memcpy(sb, sc, (size_t)m.n * sizeof(uint16_t));
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)sb)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)qb))));
+}
+ATT_INLINE __m256 att_load_q8_row(const uint8_t *blk, int32_t i, att_m8 m) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss((unsigned short)(blk[0] | blk[1] << 8)));
+    const uint8_t *q = blk + 2 + i;
+    if (m.n == ATT_LANES)
+        return _mm256_mul_ps(
+            d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))));
+    int8_t qb[16] = {0};
+    memcpy(qb, q, (size_t)m.n);
+    return _mm256_mul_ps(d,
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)qb))));
+}
 ATT_INLINE void att_store_f32(float *p, att_m8 m, __m256 v) {
     if (m.n == ATT_LANES) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, m.lanes, v);

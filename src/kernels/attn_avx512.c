@@ -37,6 +37,14 @@ ATT_INLINE __m512 att_load(const void *p, int f16, int64_t off, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, (const float *)p + off);
 }
 ATT_INLINE __m512 att_load_f32(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+ATT_INLINE __m512 att_load_q8(const int8_t *q, const uint16_t *sc, __mmask16 m) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q))));
+}
+ATT_INLINE __m512 att_load_q8_row(const uint8_t *blk, int32_t i, __mmask16 m) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss((unsigned short)(blk[0] | blk[1] << 8)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, blk + 2 + i))));
+}
 ATT_INLINE void att_store_f32(float *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 
 #include "attn_tmpl.h"

@@ -84,9 +84,9 @@ typedef struct {
     void (*scale_row)(float *x, int64_t n, float s);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
     /* attention (attn.h): kvt_attn_qk, and kvt_attn_av_lanes (kvt_attn_av is lanes 0..16) */
-    void (*attn_qk)(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                    float scale, float *scores, int64_t ld);
-    void (*attn_av)(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd, int32_t j0,
+    void (*attn_qk)(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int kind, int32_t t_base,
+                    int32_t T, float scale, float *scores, int64_t ld);
+    void (*attn_av)(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int kind, int32_t hd, int32_t j0,
                     int32_t j1, const float *acc_in, float *acc_out, float *out);
     /* q8_0 KV (kv_quant.h): kvt_kv_q8_dequant_rows and kvt_kv_q8_dequant_columns */
     void (*kv_q8_dequant_rows)(const uint8_t *rows, int32_t T, int32_t n, float *out);
@@ -97,17 +97,17 @@ typedef struct {
 const kvt_ops_vtable *kvt_ops_active(void);
 /* The attention kernels for the tables: attn.c's scalar path, attn_avx512.c's
  * and attn_avx2.c's. */
-void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                        float scale, float *scores, int64_t ld);
-void kvt_attn_av_scalar(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+void kvt_attn_qk_scalar(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int kind, int32_t t_base,
+                        int32_t T, float scale, float *scores, int64_t ld);
+void kvt_attn_av_scalar(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int kind, int32_t hd,
                         int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out);
-void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                        float scale, float *scores, int64_t ld);
-void kvt_attn_av_avx512(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd,
+void kvt_attn_qk_avx512(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int kind, int32_t t_base,
+                        int32_t T, float scale, float *scores, int64_t ld);
+void kvt_attn_av_avx512(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int kind, int32_t hd,
                         int32_t j0, int32_t j1, const float *acc_in, float *acc_out, float *out);
-void kvt_attn_qk_avx2(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int f16, int32_t T,
-                      float scale, float *scores, int64_t ld);
-void kvt_attn_av_avx2(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int f16, int32_t hd, int32_t j0,
+void kvt_attn_qk_avx2(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int kind, int32_t t_base,
+                      int32_t T, float scale, float *scores, int64_t ld);
+void kvt_attn_av_avx2(const kvt_attn_run *runs, int32_t n_runs, int64_t ld, int32_t G, int kind, int32_t hd, int32_t j0,
                       int32_t j1, const float *acc_in, float *acc_out, float *out);
 /* kv_quant.c's, likewise. */
 void kvt_kv_q8_dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, float *out);

@@ -12,6 +12,9 @@
  *     (f16, f32 and q8_0 pages, GQA, sliding windows, contexts of 1 to 4100
  *     keys), gives the same bits as the scalar variant and as itself with
  *     another page size, and matches a double-precision softmax attention;
+ *   - reading q8_0 pages directly (kvt_attn_qk_q8 on a column block from any
+ *     column, kvt_attn_av on q8_0 rows) gives the bits of reading their
+ *     dequantized floats (kv_quant.h) as f32;
  *   - the decode walk (attn_decode.h) gives those bits too, and so does every
  *     split of it into parts (scores by pages, the value pass by lane
  *     classes) as 1 to 17 threads would run them, in any order.
@@ -301,10 +304,9 @@ static void decode_attend(const kv_pages *p, const paged_shape *s, const float *
     const int32_t lo = s->window && pos >= s->window ? pos - s->window + 1 : 0;
     const int32_t chunk = kvt_attn_dec_chunk_pages(p->dt, B, hd);
     const uint8_t **pages = xcalloc((size_t)p->n_pages, sizeof *pages);
-    kvt_attn_dec_buf buf = {
-        xcalloc((size_t)G * (s->n_keys - lo + 3), sizeof(float)), s->n_keys - lo + 3,
-        xcalloc((size_t)G * KVT_ATTN_LANES * hd, sizeof(float)),  xcalloc((size_t)hd * B, sizeof(float)),
-        xcalloc((size_t)chunk * B * hd, sizeof(float)),           xcalloc((size_t)chunk, sizeof(kvt_attn_run))};
+    kvt_attn_dec_buf buf = {xcalloc((size_t)G * (s->n_keys - lo + 3), sizeof(float)), s->n_keys - lo + 3,
+                            xcalloc((size_t)G * KVT_ATTN_LANES * hd, sizeof(float)),
+                            xcalloc((size_t)chunk, sizeof(kvt_attn_run))};
     for (int32_t h = 0; h < s->n_kv; h++) {
         for (int32_t pg = 0; pg < p->n_pages; pg++) pages[pg] = p->k + ((size_t)h * p->n_pages + pg) * p->page_bytes;
         const kvt_attn_dec a = {pages, p->v - p->k, p->dt, B, hd, G, lo, s->n_keys, 1.0f / sqrtf((float)hd), 0, 0};
@@ -322,7 +324,7 @@ static void decode_attend(const kv_pages *p, const paged_shape *s, const float *
             kvt_attn_dec_values(&a, KVT_ATTN_LANES * i / Q, KVT_ATTN_LANES * (i + 1) / Q, &buf);
         kvt_attn_dec_finish(&a, buf.acc, out + (size_t)h * G * hd);
     }
-    free(pages), free(buf.scores), free(buf.acc), free(buf.kdq), free(buf.vdq), free(buf.runs);
+    free(pages), free(buf.scores), free(buf.acc), free(buf.runs);
 }
 
 /* K and V pages in one allocation (the decode walk finds V at a fixed
@@ -415,6 +417,46 @@ static void paged_case(const paged_shape *s, kvt_kv_dtype dt, unsigned seed) {
     free(pa.k), free(pb.k);
 }
 
+/* q8_0 read in place against its dequantized copy, in every variant: keys
+ * [t0, t0 + T) of a column block of B tokens, and a value pass over T rows. */
+static void q8_direct_case(int32_t G, int32_t hd, int32_t B, int32_t t0, int32_t T, unsigned seed) {
+    const size_t rb = kvt_kv_row_bytes(KVT_KV_Q8_0, hd);
+    uint8_t *cols = xcalloc((size_t)B, rb), *rows = xcalloc((size_t)T, rb), *row = xcalloc(1, rb);
+    float *x = xcalloc((size_t)hd, sizeof(float)), *q = xcalloc((size_t)G * hd, sizeof(float));
+    float *kdq = xcalloc((size_t)hd * B, sizeof(float)), *vdq = xcalloc((size_t)T * hd, sizeof(float));
+    float *w = xcalloc((size_t)G * T, sizeof(float)), *s1 = xcalloc((size_t)G * T, sizeof(float));
+    float *s2 = xcalloc((size_t)G * T, sizeof(float)), *o1 = xcalloc((size_t)G * hd, sizeof(float));
+    float *o2 = xcalloc((size_t)G * hd, sizeof(float));
+    for (int32_t t = 0; t < B; t++) {
+        for (int32_t i = 0; i < hd; i++) x[i] = frand(&seed) * (i % 7 == 3 ? 40.0f : 1.0f); /* blocks of mixed scale */
+        kvt_kv_q8_quantize_row(x, hd, row);
+        kvt_kv_q8_put_column(row, hd, B, t, cols);
+    }
+    for (int32_t t = 0; t < T; t++) {
+        for (int32_t i = 0; i < hd; i++) x[i] = frand(&seed);
+        kvt_kv_q8_quantize_row(x, hd, rows + (size_t)t * rb);
+    }
+    for (int32_t i = 0; i < G * hd; i++) q[i] = frand(&seed);
+    for (int32_t i = 0; i < G * T; i++) w[i] = frand(&seed) * 0.5f + 0.5f;
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (!have[vi]) continue;
+        kvt_ops_force_variant(variants[vi]);
+        kvt_kv_q8_dequant_columns(cols, B, B, hd, kdq);
+        kvt_attn_qk(q, G, hd, kdq + t0, B, 0, T, 0.125f, s1, T);
+        kvt_attn_qk_q8(q, G, hd, cols, B, t0, T, 0.125f, s2, T);
+        CHECKF(!memcmp(s1, s2, sizeof(float) * (size_t)G * T),
+               "%s q8 qk G%d hd%d B%d t0 %d T%d: differs from dequantized\n", variants[vi], G, hd, B, t0, T);
+        kvt_kv_q8_dequant_rows(rows, T, hd, vdq);
+        const kvt_attn_run r1 = {vdq, w, T, t0}, r2 = {rows, w, T, t0};
+        kvt_attn_av(&r1, 1, T, G, KVT_ATTN_F32, hd, NULL, NULL, o1);
+        kvt_attn_av(&r2, 1, T, G, KVT_ATTN_Q8, hd, NULL, NULL, o2);
+        CHECKF(!memcmp(o1, o2, sizeof(float) * (size_t)G * hd), "%s q8 av G%d hd%d T%d: differs from dequantized\n",
+               variants[vi], G, hd, T);
+    }
+    free(cols), free(rows), free(row), free(x), free(q), free(kdq), free(vdq), free(w), free(s1), free(s2), free(o1);
+    free(o2);
+}
+
 int main(void) {
     const char *dflt = kvt_ops_variant();
     char why[160];
@@ -439,6 +481,12 @@ int main(void) {
     unsigned seed = 11;
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++)
         for (int f16 = 0; f16 < 2; f16++) kernel_case(kshapes[i][0], kshapes[i][1], kshapes[i][2], f16, seed++);
+
+    /* G, hd, B, first column, keys: every head-group and key tail */
+    const int32_t qshapes[][5] = {{1, 32, 16, 0, 16},  {4, 64, 32, 0, 32}, {4, 64, 32, 5, 27},    {3, 96, 32, 17, 1},
+                                  {8, 128, 64, 3, 61}, {7, 256, 16, 9, 7}, {2, 64, 256, 100, 150}};
+    for (size_t i = 0; i < sizeof qshapes / sizeof *qshapes; i++)
+        q8_direct_case(qshapes[i][0], qshapes[i][1], qshapes[i][2], qshapes[i][3], qshapes[i][4], seed++);
 
     /* n_kv, G, hd, n_keys, window (0: none) */
     const paged_shape pshapes[] = {
