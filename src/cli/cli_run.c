@@ -46,6 +46,7 @@ enum {
     R_BLOCK_SIZE,
     R_CTX,
     R_PROGRESS,
+    R_SAMPLERS,
 };
 
 static const kvt_cli_opt run_opts[] = {
@@ -68,6 +69,12 @@ static const kvt_cli_opt run_opts[] = {
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)",
      KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {R_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
+     "the order of the sampling steps, as llama.cpp's --samplers: names\nseparated by ';' or ',' (penalties, dry, "
+     "top_k, typ_p, top_p, min_p,\nxtc, temperature) or their letters (e d k y p m x t, as\n--sampling-seq: "
+     "\"kpt\"); a step left out is not applied, dry,\ntyp_p and xtc (which kvtier lacks) are skipped (default:\n"
+     "penalties, top_k, min_p, temperature, top_p)",
+     0, KVT_CLI_PLAIN},
     {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
@@ -156,6 +163,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_BLOCK_SIZE: x->block = a->i; return 0;
     case R_CTX: x->n_ctx = a->i; return 0;
     case R_PROGRESS: kvt_progress_set_forced(1); return 0;
+    case R_SAMPLERS: x->sp.has_steps = 1; return kvt_cli_samplers("run", a, &x->sp.n_steps, x->sp.steps);
     default: return -1;
     }
 }
