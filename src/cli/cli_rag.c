@@ -150,9 +150,10 @@ typedef struct {
     double t_start, t_last;
 } index_run;
 
-static int add_doc(index_run *x, const char *name, const char *text, size_t len) {
+/* Adds one document; `where` ("FILE:LINE: " or "") leads the error. */
+static int add_doc(index_run *x, const char *where, const char *name, const char *text, size_t len) {
     if (kvt_rag_build_add(x->b, name, text, len)) {
-        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        fprintf(stderr, "kvtier rag index: %s%s\n", where, kvt_errmsg());
         return -1;
     }
     x->docs++;
@@ -195,7 +196,7 @@ static int index_dir(index_run *x, const char *path) {
                                           : strerror(errno));
             continue;
         }
-        rc = add_doc(x, names[i], text, len);
+        rc = add_doc(x, "", names[i], text, len);
         free(text);
     }
     for (size_t i = 0; i < n; i++) free(names[i]);
@@ -220,7 +221,9 @@ static int index_jsonl(index_run *x, const char *path, char *text) {
             cJSON_Delete(j);
             return -1;
         }
-        int rc = add_doc(x, id->valuestring, tx->valuestring, strlen(tx->valuestring));
+        char where[512];
+        snprintf(where, sizeof where, "%.400s:%ld: ", path, lineno);
+        int rc = add_doc(x, where, id->valuestring, tx->valuestring, strlen(tx->valuestring));
         cJSON_Delete(j);
         if (rc) return -1;
     }
@@ -249,7 +252,7 @@ static int index_docs(index_run *x, const char *docs) {
             rc = index_jsonl(x, docs, text);
         } else {
             const char *base = strrchr(docs, '/');
-            rc = add_doc(x, base ? base + 1 : docs, text, len);
+            rc = add_doc(x, "", base ? base + 1 : docs, text, len);
         }
         free(text);
     }
