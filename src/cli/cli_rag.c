@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "blockhash.h" /* KVT_BLOCK_TOKENS_MAX: a server's largest block */
 #include "chat.h"
 #include "cli.h"
 #include "cli_rag.h"
@@ -284,7 +285,9 @@ static int index_parse(int argc, char **argv, index_args *x) {
         } else if (!strcmp(a, "--chunk-tokens")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (x->chunk = kvt_cli_parse_long(a, v, 2, 1 << 20)) < 0) return 2;
         } else if (!strcmp(a, "--block-size")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->block = kvt_cli_parse_long(a, v, 1, 4096)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) ||
+                (x->block = kvt_cli_parse_long(a, v, 1, KVT_BLOCK_TOKENS_MAX)) < 0)
+                return 2;
         } else if (!strcmp(a, "--embed")) {
             x->embed = 1;
         } else if (!strcmp(a, "--embed-model")) {
