@@ -11,8 +11,11 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "api_audit.h" /* --samplers: the server's parser of a request's "samplers" */
-#include "common.h"    /* base utilities: logging, allocation, KVT_ARRAY_LEN */
+#include <cjson/cJSON.h>
+
+#include "api_audit.h"   /* --samplers: the server's parser of a request's "samplers" */
+#include "json_strict.h" /* JSONL lines checked as the server checks bodies */
+#include "common.h"      /* base utilities: logging, allocation, KVT_ARRAY_LEN */
 #include "ops.h"
 #include "kvtier.h"
 #include "sampler.h"
@@ -533,4 +536,15 @@ int kvt_cli_samplers(const char *cmd, const kvt_cli_arg *a, int32_t *n_steps, ui
     }
     free(r);
     return rc ? -1 : 0;
+}
+
+struct cJSON *kvt_cli_json(const char *text, char *why, size_t cap) {
+    kvt_json_report rep;
+    if (kvt_json_check(text, strlen(text), NULL, &rep)) {
+        snprintf(why, cap, "%s", rep.message);
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    if (!j) snprintf(why, cap, "%s", "not JSON");
+    return j;
 }

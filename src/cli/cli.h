@@ -143,6 +143,13 @@ typedef struct {
  * set. Returns 0, or -1 after printing why. */
 typedef int (*kvt_cli_handler)(void *ctx, int id, const kvt_cli_arg *a);
 
+struct cJSON;
+/* text parsed as JSON after the server's strict check of request bodies
+ * (json_strict.h: no key twice in an object, no \u0000, valid UTF-8, ...), so
+ * a line of a JSONL file means what the same object means to the server.
+ * NULL with why[0..cap) filled (where and what) when it is not. */
+struct cJSON *kvt_cli_json(const char *text, char *why, size_t cap);
+
 /* --samplers of run and serve (llama.cpp's sampler order, as names separated
  * by ';' or ',' or a string of letters), read by the server's parser of a
  * request's "samplers": the steps kvtier runs, in order, into

@@ -214,11 +214,12 @@ static int index_jsonl(index_run *x, const char *path, char *text) {
         if (next) *next++ = 0;
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
         if (!*line) continue;
-        cJSON *j = cJSON_Parse(line);
+        char bad[400] = "";
+        cJSON *j = kvt_cli_json(line, bad, sizeof bad);
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id"), *tx = cJSON_GetObjectItemCaseSensitive(j, "text");
         if (!cJSON_IsString(id) || !cJSON_IsString(tx) || !*id->valuestring) {
-            fprintf(stderr, "kvtier rag index: %s:%ld: expected {\"id\": \"non-empty\", \"text\": \"...\"}\n", path,
-                    lineno);
+            fprintf(stderr, "kvtier rag index: %s:%ld: %s%sexpected {\"id\": \"non-empty\", \"text\": \"...\"}\n", path,
+                    lineno, bad, *bad ? "; " : "");
             cJSON_Delete(j);
             return -1;
         }
