@@ -11,9 +11,14 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "common.h" /* base utilities: logging, allocation, KVT_ARRAY_LEN */
+#include <cjson/cJSON.h>
+
+#include "api_audit.h"   /* --samplers: the server's parser of a request's "samplers" */
+#include "json_strict.h" /* JSONL lines checked as the server checks bodies */
+#include "common.h"      /* base utilities: logging, allocation, KVT_ARRAY_LEN */
 #include "ops.h"
 #include "kvtier.h"
+#include "sampler.h"
 
 const kvt_cli_command kvt_cli_commands[] = {
     {"run", kvt_cmd_run, kvt_usage_run,
@@ -518,4 +523,28 @@ kvt_model *kvt_cli_load_vocab(const char *what, const char *path) {
         return NULL;
     }
     return m;
+}
+
+int kvt_cli_samplers(const char *cmd, const kvt_cli_arg *a, int32_t *n_steps, uint8_t *steps) {
+    kvt_api_request *r = kvt_xcalloc(1, sizeof *r);
+    kvt_api_error err = {0};
+    int rc = kvt_api_parse_samplers_text(a->str, a->flag, r, &err);
+    if (rc) fprintf(stderr, "kvtier %s: %s; got '%s'\n", cmd, err.message, a->str);
+    else {
+        *n_steps = r->n_sampler_steps;
+        memcpy(steps, r->sampler_steps, KVT_SAMPLER_MAX_STEPS);
+    }
+    free(r);
+    return rc ? -1 : 0;
+}
+
+struct cJSON *kvt_cli_json(const char *text, char *why, size_t cap) {
+    kvt_json_report rep;
+    if (kvt_json_check(text, strlen(text), NULL, &rep)) {
+        snprintf(why, cap, "%s", rep.message);
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    if (!j) snprintf(why, cap, "%s", "not JSON");
+    return j;
 }

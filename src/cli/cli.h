@@ -143,6 +143,20 @@ typedef struct {
  * set. Returns 0, or -1 after printing why. */
 typedef int (*kvt_cli_handler)(void *ctx, int id, const kvt_cli_arg *a);
 
+struct cJSON;
+/* text parsed as JSON after the server's strict check of request bodies
+ * (json_strict.h: no key twice in an object, no \u0000, valid UTF-8, ...), so
+ * a line of a JSONL file means what the same object means to the server.
+ * NULL with why[0..cap) filled (where and what) when it is not. */
+struct cJSON *kvt_cli_json(const char *text, char *why, size_t cap);
+
+/* --samplers of run and serve (llama.cpp's sampler order, as names separated
+ * by ';' or ',' or a string of letters), read by the server's parser of a
+ * request's "samplers": the steps kvtier runs, in order, into
+ * steps[0..KVT_SAMPLER_MAX_STEPS) and *n_steps. Returns 0, or -1 after
+ * printing an error that names a->flag. */
+int kvt_cli_samplers(const char *cmd, const kvt_cli_arg *a, int32_t *n_steps, uint8_t *steps);
+
 #define KVT_CLI_PARSE_HELP 1  /* kvt_cli_parse: -h/--help was given */
 #define KVT_CLI_PARSE_USAGE 2 /* kvt_cli_parse: a usage error, already printed */
 

@@ -300,6 +300,22 @@ static int gc_cmd(const char *dir, const char *ns_text, int all_ns) {
     return 0;
 }
 
+/* Flags that ask for two things at once, or for something the command does not do, are refused
+ * rather than one of them silently ignored: cache clear --kv-disk with --namespace would remove
+ * every namespace's segments, gc with --namespace and --all-namespaces keep only the one. 1 after
+ * printing why. */
+static int flags_conflict(const char *cmd, const char *dir, const char *remote, const char *ns_text, int all_ns) {
+    const char *why = NULL;
+    int gc = cmd && !strcmp(cmd, "gc"), clear = cmd && !strcmp(cmd, "clear");
+    if (dir && remote) why = "give --kv-disk DIR or --kv-remote URL, not both";
+    else if (ns_text && all_ns) why = "--namespace keeps one namespace and --all-namespaces every one: give one";
+    else if (ns_text && !(dir ? gc : clear))
+        why = "--namespace applies to gc --kv-disk and clear --kv-remote (clear --kv-disk removes every segment)";
+    else if (all_ns && !(dir && gc)) why = "--all-namespaces applies to gc --kv-disk only";
+    if (why) fprintf(stderr, "kvtier cache: %s\n\n", why);
+    return why != NULL;
+}
+
 int kvt_cmd_cache(int argc, char **argv) {
     const char *cmd = NULL, *dir = NULL, *ns_text = NULL, *remote = NULL;
     const char *pass_file = getenv("KVTIER_KV_REMOTE_PASSWORD_FILE"); /* the flag wins, as with serve */
@@ -332,6 +348,10 @@ int kvt_cmd_cache(int argc, char **argv) {
             kvt_usage_cache(stderr);
             return 2;
         }
+    }
+    if (flags_conflict(cmd, dir, remote, ns_text, all_ns)) {
+        kvt_usage_cache(stderr);
+        return 2;
     }
     if (cmd && remote && !dir) return remote_cmd(cmd, remote, pass_file, ns_text);
     if (!cmd || !dir) {

@@ -60,9 +60,11 @@ int kvt_cli_template_opt(int id, const kvt_cli_arg *a, kvt_cli_template_args *t)
     case T_NO_JINJA: t->jinja = 0; return 0;
     case T_KWARGS:
         cJSON_Delete(t->kwargs);
-        t->kwargs = cJSON_Parse(a->str);
+        char bad[400] = "";
+        t->kwargs = kvt_cli_json(a->str, bad, sizeof bad);
         if (!cJSON_IsObject(t->kwargs)) {
-            fprintf(stderr, "kvtier: %s must be a JSON object of template variables, got '%s'\n", a->flag, a->str);
+            fprintf(stderr, "kvtier: %s must be a JSON object of template variables, got '%s'%s%s\n", a->flag, a->str,
+                    *bad ? ": " : "", bad);
             return -1;
         }
         return 0;

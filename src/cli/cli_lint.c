@@ -45,7 +45,12 @@ static int line_tokens(const kvt_model *m, kvt_chat_family fam, int32_t block, c
                        const char *line, int32_t **toks, size_t *n) {
     const kvt_tokenizer *t = m->tok;
     if (line[0] != '{') return kvt_tokenize(t, line, strlen(line), kvt_tokenizer_add_special(t), 1, toks, n) ? -1 : 0;
-    cJSON *j = cJSON_Parse(line);
+    char bad[400] = "";
+    cJSON *j = kvt_cli_json(line, bad, sizeof bad);
+    if (!j) {
+        fprintf(stderr, "kvtier lint: %s:%ld: %s\n", path, lineno, bad);
+        return -1;
+    }
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
                 *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
     int rc = -1;

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "blockhash.h" /* KVT_BLOCK_TOKENS_MAX: a server's largest block */
 #include "chat.h"
 #include "cli.h"
 #include "cli_rag.h"
@@ -150,9 +151,10 @@ typedef struct {
     double t_start, t_last;
 } index_run;
 
-static int add_doc(index_run *x, const char *name, const char *text, size_t len) {
+/* Adds one document; `where` ("FILE:LINE: " or "") leads the error. */
+static int add_doc(index_run *x, const char *where, const char *name, const char *text, size_t len) {
     if (kvt_rag_build_add(x->b, name, text, len)) {
-        fprintf(stderr, "kvtier rag index: %s\n", kvt_errmsg());
+        fprintf(stderr, "kvtier rag index: %s%s\n", where, kvt_errmsg());
         return -1;
     }
     x->docs++;
@@ -195,7 +197,7 @@ static int index_dir(index_run *x, const char *path) {
                                           : strerror(errno));
             continue;
         }
-        rc = add_doc(x, names[i], text, len);
+        rc = add_doc(x, "", names[i], text, len);
         free(text);
     }
     for (size_t i = 0; i < n; i++) free(names[i]);
@@ -212,15 +214,18 @@ static int index_jsonl(index_run *x, const char *path, char *text) {
         if (next) *next++ = 0;
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
         if (!*line) continue;
-        cJSON *j = cJSON_Parse(line);
+        char bad[400] = "";
+        cJSON *j = kvt_cli_json(line, bad, sizeof bad);
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id"), *tx = cJSON_GetObjectItemCaseSensitive(j, "text");
         if (!cJSON_IsString(id) || !cJSON_IsString(tx) || !*id->valuestring) {
-            fprintf(stderr, "kvtier rag index: %s:%ld: expected {\"id\": \"non-empty\", \"text\": \"...\"}\n", path,
-                    lineno);
+            fprintf(stderr, "kvtier rag index: %s:%ld: %s%sexpected {\"id\": \"non-empty\", \"text\": \"...\"}\n", path,
+                    lineno, bad, *bad ? "; " : "");
             cJSON_Delete(j);
             return -1;
         }
-        int rc = add_doc(x, id->valuestring, tx->valuestring, strlen(tx->valuestring));
+        char where[512];
+        snprintf(where, sizeof where, "%.400s:%ld: ", path, lineno);
+        int rc = add_doc(x, where, id->valuestring, tx->valuestring, strlen(tx->valuestring));
         cJSON_Delete(j);
         if (rc) return -1;
     }
@@ -249,7 +254,7 @@ static int index_docs(index_run *x, const char *docs) {
             rc = index_jsonl(x, docs, text);
         } else {
             const char *base = strrchr(docs, '/');
-            rc = add_doc(x, base ? base + 1 : docs, text, len);
+            rc = add_doc(x, "", base ? base + 1 : docs, text, len);
         }
         free(text);
     }
@@ -281,7 +286,9 @@ static int index_parse(int argc, char **argv, index_args *x) {
         } else if (!strcmp(a, "--chunk-tokens")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (x->chunk = kvt_cli_parse_long(a, v, 2, 1 << 20)) < 0) return 2;
         } else if (!strcmp(a, "--block-size")) {
-            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->block = kvt_cli_parse_long(a, v, 1, 4096)) < 0) return 2;
+            if (!(v = kvt_cli_value(argc, argv, &i)) ||
+                (x->block = kvt_cli_parse_long(a, v, 1, KVT_BLOCK_TOKENS_MAX)) < 0)
+                return 2;
         } else if (!strcmp(a, "--embed")) {
             x->embed = 1;
         } else if (!strcmp(a, "--embed-model")) {

@@ -14,11 +14,12 @@
 #include "common.h"
 #include "kvtier.h"
 /* What kvtier.h does not give (yet), and why run needs it: */
-#include "api_utf8.h" /* the streamed text: whole characters only */
-#include "generate.h" /* one sampler across the prompts of -f, --no-cache and --ignore-eos */
-#include "model.h"    /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
-#include "progress.h" /* --progress */
-#include "sampler.h"  /* the sampler */
+#include "api_utf8.h"  /* the streamed text: whole characters only */
+#include "blockhash.h" /* KVT_BLOCK_TOKENS_MAX: --block-size with the cache */
+#include "generate.h"  /* one sampler across the prompts of -f, --no-cache and --ignore-eos */
+#include "model.h"     /* the tokenizer handle kvt_generate takes for end-of-generation tokens */
+#include "progress.h"  /* --progress */
+#include "sampler.h"   /* the sampler */
 
 #define RUN_DEFAULT_N 128
 #define PIECE_MAX 256 /* bytes of one token's text */
@@ -46,6 +47,7 @@ enum {
     R_BLOCK_SIZE,
     R_CTX,
     R_PROGRESS,
+    R_SAMPLERS,
 };
 
 static const kvt_cli_opt run_opts[] = {
@@ -68,6 +70,12 @@ static const kvt_cli_opt run_opts[] = {
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {R_TOP_P, 0, "top-p", NULL, "P", "sample among the smallest set of probability >= P (default 0.95)",
      KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {R_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
+     "the order of the sampling steps, as llama.cpp's --samplers: names\nseparated by ';' or ',' (penalties, dry, "
+     "top_k, typ_p, top_p, min_p,\nxtc, temperature) or their letters (e d k y p m x t, as\n--sampling-seq: "
+     "\"kpt\"); a step left out is not applied, dry,\ntyp_p and xtc (which kvtier lacks) are skipped (default:\n"
+     "penalties, top_k, min_p, temperature, top_p)",
+     0, KVT_CLI_PLAIN},
     {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
@@ -83,7 +91,7 @@ static const kvt_cli_opt run_opts[] = {
     {R_SALT, 0, "salt", NULL, "TEXT", "cache salt: prompts under different salts never share KV", 0, KVT_CLI_PLAIN},
     {R_NO_CACHE, 0, "no-cache", NULL, NULL, "do not reuse or keep KV between prompts", 0, KVT_CLI_PLAIN},
     {R_BLOCK_SIZE, 0, "block-size", NULL, "B",
-     "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE) ")", 0,
+     "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE) "; at most 1024\nwith the cache)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_BLOCK)},
     {R_CTX, 'c', "ctx-size", "ctx", "N",
      "context length: prompt + generated tokens (default: the model's,\nat most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")", 0,
@@ -156,6 +164,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_BLOCK_SIZE: x->block = a->i; return 0;
     case R_CTX: x->n_ctx = a->i; return 0;
     case R_PROGRESS: kvt_progress_set_forced(1); return 0;
+    case R_SAMPLERS: x->sp.has_steps = 1; return kvt_cli_samplers("run", a, &x->sp.n_steps, x->sp.steps);
     default: return -1;
     }
 }
@@ -463,6 +472,12 @@ int kvt_cmd_run(int argc, char **argv) {
     if (!x.prompt == !x.prompt_file) {
         fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
         kvt_usage_run(stderr);
+        return 2;
+    }
+    if (x.use_cache && x.block > KVT_BLOCK_TOKENS_MAX) { /* the engine takes larger pages; the cache's keys do not */
+        fprintf(stderr,
+                "kvtier run: --block-size %ld: the cache takes blocks of at most %d tokens (or use --no-cache)\n",
+                x.block, KVT_BLOCK_TOKENS_MAX);
         return 2;
     }
     run_ctx c = {.x = &x, .sp = x.sp};

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cli_run.h"
 #include "common.h"
 
@@ -25,10 +26,12 @@ void kvt_run_lines_free(run_line *v, size_t n) {
 
 /* Parses one JSON line into *out. Returns 0, or -1 after printing why. */
 static int parse_json_line(const char *path, long lineno, const char *line, run_line *out) {
-    cJSON *j = cJSON_Parse(line);
+    char bad[400] = "";
+    cJSON *j = kvt_cli_json(line, bad, sizeof bad);
     const char *why = NULL;
     kvt_api_error err;
-    if (!cJSON_IsObject(j)) why = "expected a JSON object with a \"prompt\" string";
+    if (!j) why = bad;
+    else if (!cJSON_IsObject(j)) why = "expected a JSON object with a \"prompt\" string";
     for (const cJSON *f = j ? j->child : NULL; f && !why; f = f->next)
         if (strcmp(f->string, "prompt") && strcmp(f->string, "kvtier") && strcmp(f->string, "action") &&
             strcmp(f->string, "id"))

@@ -25,6 +25,7 @@ enum {
     C_VERSION,
     C_METRICS_NAMES,
     C_SLOTS,
+    C_SAMPLERS,
 };
 
 static const kvt_cli_opt compat_opts[] = {
@@ -38,6 +39,11 @@ static const kvt_cli_opt compat_opts[] = {
     {C_SEED, 0, "seed", NULL, "N",
      "seed of a request that sets none, so sampled replies repeat\n(default: a fresh seed per request)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 0, 9007199254740991.0)},
+    {C_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
+     "the sampler order of a request that sends no \"samplers\": names\nseparated by ';' or ',' (penalties, dry, top_k, "
+     "typ_p, top_p,\nmin_p, xtc, temperature) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
+     "(default: penalties, top_k, min_p,\ntemperature, top_p). A request's own samplers win",
+     0, KVT_CLI_PLAIN},
     {C_FLASH_ATTN, 0, "flash-attn", NULL, "[on|off|auto]",
      "accepted for llama-server command lines (also -fa): kvtier's\nattention is always fused, one pass over the KV "
      "pages without the\nscore matrix, so there is nothing to turn on or off",
@@ -123,6 +129,9 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
         return -1;
     case C_VERSION: *version = 1; return 0;
     case C_METRICS_NAMES: return metrics_names(a, sp);
+    case C_SAMPLERS:
+        sp->has_default_steps = 1;
+        return kvt_cli_samplers("serve", a, &sp->n_default_steps, sp->default_steps);
     default: return -1;
     }
 }

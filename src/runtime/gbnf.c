@@ -25,6 +25,8 @@ typedef struct {
     seq *alts;
     int32_t n_alts, cap_alts;
     int defined, ref_line, ref_col; /* where it was first used, for "undefined rule" */
+    const char *rep_at;             /* a repetition's rule: the item and its suffix as written */
+    int32_t rep_len;
 } grule;
 
 typedef struct {
@@ -327,9 +329,19 @@ static int parse_suffix(parser *p, int32_t *lo, int32_t *hi) {
     return 0;
 }
 
+/* 1 when every alternative of rule g is empty: a group such as ("") or
+ * ("" | ("")), which matches only the empty string and so is the empty item,
+ * repeated or not. */
+static int only_empty(const grule *g) {
+    for (int32_t a = 0; a < g->n_alts; a++)
+        if (g->alts[a].n) return 0;
+    return 1;
+}
+
 /* One item (and its repetition) of rule r into s. */
 static int parse_item(parser *p, int32_t r, seq *s) {
     seq x = {0};
+    const char *item = p->p;
     char c = *p->p;
     int rc = 0;
     if (c == '"') {
@@ -353,7 +365,8 @@ static int parse_item(parser *p, int32_t r, seq *s) {
         int32_t g = rule_anon(p, r);
         rc = g < 0 ? -1 : parse_alternatives(p, g, 1);
         if (!rc && (p->p >= p->end || *p->p != ')')) rc = fail_at(p, open, "%s", "'(' is not closed by ')'");
-        if (!rc) p->p++, seq_push(&x, GS_REF, g);
+        if (!rc) p->p++;
+        if (!rc && !only_empty(&p->rules[g])) seq_push(&x, GS_REF, g); /* ("") is the empty literal */
     } else if (is_name(c)) {
         const char *n0 = p->p;
         while (p->p < p->end && is_name(*p->p)) p->p++;
@@ -375,7 +388,12 @@ static int parse_item(parser *p, int32_t r, seq *s) {
     if (rc || sf < 0) rc = -1;
     else if (sf == 1)
         for (int32_t i = 0; i < x.n && !rc; i++) rc = add_sym(p, s, x.s[i].kind, x.s[i].arg);
-    else rc = repeat(p, r, s, x.s, x.n, lo, hi);
+    else {
+        int32_t r0 = p->n_rules;
+        rc = repeat(p, r, s, x.s, x.n, lo, hi);
+        for (int32_t i = r0; i < p->n_rules; i++)
+            p->rules[i].rep_at = item, p->rules[i].rep_len = (int32_t)(p->p - item);
+    }
     free(x.s);
     return rc;
 }
@@ -519,6 +537,29 @@ static kvt_gbnf *flatten(parser *p) {
     return g;
 }
 
+/* The error for a left cycle through rule r. A cycle through a repetition's
+ * own rule is a repetition of an item that can match the empty string
+ * (x ::= ("a"?)*: R ::= X R | "" reaches R again before any character);
+ * that is named as written, with the user's rule, not the generated name. */
+static int left_error(parser *p, int32_t r) {
+    const grule *g = &p->rules[r];
+    int own = (int)strcspn(g->name, "/");
+    if (g->rep_at) {
+        int line, col;
+        where(p, g->rep_at, &line, &col);
+        snprintf(p->err, p->cap,
+                 "line %d, column %d: rule '%.*s': '%.*s' repeats an item that can match the empty string, which "
+                 "kvtier does not support: make the repeated item non-empty, e.g. (\"a\")* rather than (\"a\"?)*",
+                 line, col, own, g->name, (int)KVT_MIN(g->rep_len, 80), g->rep_at);
+        return -1;
+    }
+    snprintf(p->err, p->cap,
+             "rule '%.*s' is left-recursive (it can reach itself before any character), which kvtier does not "
+             "support: rewrite it with repetition, e.g. x ::= y (\"+\" y)*",
+             own, g->name);
+    return -1;
+}
+
 /* Every rule defined, a root, each rule finite, no left recursion. */
 static int check(parser *p, kvt_gbnf *g) {
     for (int32_t r = 0; r < p->n_rules; r++)
@@ -534,22 +575,18 @@ static int check(parser *p, kvt_gbnf *g) {
     }
     int32_t bad = shortest(g);
     if (bad >= 0) {
+        const char *nm = p->rules[bad].name;
+        int own = (int)strcspn(nm, "/"); /* a group's or repetition's rule is named after the user's rule */
         snprintf(
             p->err, p->cap,
-            "rule '%s' never finishes (every alternative recurses forever, or needs a character no reply holds: NUL or a UTF-16 surrogate)",
-            p->rules[bad].name);
+            "%s '%.*s' never finishes (every alternative recurses forever, or needs a character no reply holds: NUL or a UTF-16 surrogate)",
+            nm[own] ? "a group or repetition in rule" : "rule", own, nm);
         return -1;
     }
     uint8_t *mark = kvt_xcalloc((size_t)g->n_rules, 1);
     for (int32_t r = 0; r < g->n_rules && bad < 0; r++) bad = left_cycle(g, r, mark);
     free(mark);
-    if (bad >= 0) {
-        snprintf(p->err, p->cap,
-                 "rule '%s' is left-recursive (it can reach itself before any character), which kvtier does not "
-                 "support: rewrite it with repetition, e.g. x ::= y (\"+\" y)*",
-                 p->rules[bad].name);
-        return -1;
-    }
+    if (bad >= 0) return left_error(p, bad);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "hmap128.h"
 #include "model.h"
 #include "rag_internal.h"
 #include "tokenizer.h"
@@ -36,6 +37,7 @@ struct kvt_rag_builder {
     char *cur;
     size_t cur_len, cur_cap;
     int err;
+    kvt_hmap128 names; /* the documents' names as kept (XXH3-128): a name given twice is refused */
 };
 
 int kvt_rag_build_new(const kvt_model *m, int32_t block_size, int32_t chunk_tokens, kvt_rag_builder **out) {
@@ -255,6 +257,17 @@ int kvt_rag_build_add(kvt_rag_builder *b, const char *doc, const char *text, siz
         free(name);
         return kvt_fail(KVT_EARG, "a document needs a non-empty name");
     }
+    XXH128_hash_t h = XXH3_128bits(name, strlen(name));
+    kvt_hash128 key = {h.low64, h.high64};
+    if (kvt_hmap128_get(&b->names, key, NULL)) {
+        int rc = kvt_fail(KVT_EARG,
+                          "document '%s' is named twice (a name is kept to its first %d bytes, control characters "
+                          "as '_'): each document needs its own name, or its chunks could not be told apart",
+                          name, KVT_RAG_DOC_MAX);
+        free(name);
+        return rc;
+    }
+    kvt_hmap128_put(&b->names, key, 0);
     b->doc = name;
     b->seq = 0;
     b->cur_len = 0;
@@ -326,5 +339,6 @@ void kvt_rag_build_free(kvt_rag_builder *b) {
     free(b->tr);
     free(b->cur);
     free(b->ids);
+    kvt_hmap128_free(&b->names);
     free(b);
 }

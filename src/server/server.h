@@ -42,6 +42,7 @@
 
 #include "chat.h"
 #include "kvtier.h"
+#include "sampler.h" /* KVT_SAMPLER_MAX_STEPS */
 
 #define KVT_SERVER_DEFAULT_PORT 8080
 #define KVT_SERVER_DEFAULT_PARALLEL 4
@@ -158,6 +159,11 @@ typedef struct {
     int32_t default_top_k;
     uint64_t default_seed;
     int has_default_seed;
+    /* --samplers: the order of the sampling steps of a request that gives no "samplers"
+       (kvt_sample_step values); has_default_steps 0: kvtier's own order */
+    int has_default_steps;
+    int32_t n_default_steps;
+    uint8_t default_steps[KVT_SAMPLER_MAX_STEPS];
     size_t responses_max; /* stored responses (POST /v1/responses with store) kept at most, the least
                              recently used dropped first; 0: none are kept */
     /* seconds a stored response lives from when it was made (reads do not extend it); 0: no limit */

@@ -387,6 +387,9 @@ enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *
 int kvt_srv_embed_question(kvt_server *s, struct MHD_Connection *c, const struct conn_state *cs, const char *text,
                            const char *cache_salt, int pooling, float *v, kvt_api_error *err);
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
+/* A query parameter's count (handlers_lookup.c): v is decimal digits only (no sign, space or
+ * other text), at most max; 0 and *out set, else -1. */
+int kvt_srv_query_count(const char *v, unsigned long long max, unsigned long long *out);
 /* GET|POST /v1/cache/lookup and GET /v1/cache/events (handlers_lookup.c) */
 enum MHD_Result kvt_srv_handle_lookup(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_events(kvt_server *s, struct MHD_Connection *c, conn_state *cs);

@@ -298,4 +298,18 @@ printf '%s\n' '{"prompt":"When will my order ship?","kvtier":{"documents":[{"id"
   '{"prompt":"Where does my refund go?","kvtier":{"documents":[{"id":"a","text":"The warehouse in Lyon ships orders on Mondays and Thursdays only."},{"id":"b","text":"Refunds go back to the original card within five business days."}]}}' >"$TMP/docs.jsonl"
 check "run -f with documents" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/docs.jsonl" -n 1 --block-size 16 --temp 0
 check "... reuses the document blocks" docs_reused
+# JSON lines are checked as the server checks a body: a key twice (which copy counts differs between
+# JSON parsers), or a document id twice, is an error naming the line, before anything runs
+printf '%s\n' '{"prompt":"hi"}' '{"prompt":"a","prompt":"b"}' >"$TMP/dupkey.jsonl"
+check "run -f: a key twice in a line is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/dupkey.jsonl" -n 1
+check "... naming the line and the key" grep -q "dupkey.jsonl:2: duplicate key 'prompt'" "$TMP/out"
+check "... before any prompt ran" bash -c "! grep -q 'prompt .* tokens' '$TMP/out'"
+check "lint: the same" expect_rc 1 "$BIN" lint -m "$TMP/m.gguf" "$TMP/dupkey.jsonl"
+check "... naming the line and the key" grep -q "dupkey.jsonl:2: duplicate key 'prompt'" "$TMP/out"
+printf '%s\n' '{"prompt":"q","kvtier":{"documents":[{"id":"a","text":"x"},{"id":"a","text":"y"}]}}' >"$TMP/dupdoc.jsonl"
+check "run -f: a document id twice is refused" expect_rc 1 "$BIN" run -m "$TMP/m.gguf" -f "$TMP/dupdoc.jsonl" -n 1
+check "... naming it" grep -q "dupdoc.jsonl:1: 'kvtier.documents\[1\].id' repeats the id" "$TMP/out"
+check "--chat-template-kwargs with a key twice is a usage error" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" \
+  --chat-template-kwargs '{"enable_thinking":true,"enable_thinking":false}'
+check "... naming the key" grep -q "duplicate key 'enable_thinking'" "$TMP/out"
 kvt_test_done test_cli

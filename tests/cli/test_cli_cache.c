@@ -164,6 +164,25 @@ int main(void) {
         CHECKF(run(&t, 6, a_ns) != 0, "--namespace '%s' is refused", bad_ns[i]);
         free(t);
     }
+    /* flags that ask for two things, or for what the command does not do, are usage errors that touch
+     * nothing: clear --kv-disk with --namespace would remove every namespace */
+    const char *ns2 = "00000000000022220000000000001111";
+    char *a_c1[] = {"cache", "clear", "--kv-disk", (char *)dir, "--namespace", (char *)ns2};
+    char *a_c2[] = {"cache",       "clear",    "--kv-disk", (char *)dir, "--kv-remote", "redis://127.0.0.1:1",
+                    "--namespace", (char *)ns2};
+    char *a_c3[] = {"cache", "gc", "--kv-disk", (char *)dir, "--namespace", (char *)ns2, "--all-namespaces"};
+    char *a_c4[] = {"cache", "stats", "--kv-disk", (char *)dir, "--all-namespaces"};
+    CHECK(run(&t, 6, a_c1) == 2);
+    free(t);
+    CHECK(run(&t, 8, a_c2) == 2);
+    free(t);
+    CHECK(run(&t, 7, a_c3) == 2);
+    free(t);
+    CHECK(run(&t, 5, a_c4) == 2);
+    free(t);
+    CHECK(run(&t, 4, a_verify) == 1);
+    CHECKF(t && strstr(t, "12 valid, 1 corrupt"), "nothing was removed: %s", t);
+    free(t);
     /* gc keeps the header's namespace (q.ns) by default; --namespace picks another */
     char *a_gc[] = {"cache", "gc", "--kv-disk", (char *)dir, "--namespace", "00000000000022220000000000001111"};
     CHECK(run(&t, 6, a_gc) == 0);

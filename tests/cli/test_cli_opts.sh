@@ -27,6 +27,14 @@ check "threads not a number" rejects "-t must be an integer in [1, 512], got '4x
 check "threads 0" rejects "--threads must be an integer in [1, 512], got '0'" "$BIN" run --threads 0
 check "n-predict negative" rejects "--n-predict must be an integer in [0, 16777216], got '-1'" "$BIN" run --n-predict -1 -p x
 check "block size 0" rejects "--block-size must be an integer in [1, 4096]" "$BIN" run --block-size 0
+# the engine takes pages past the cache's largest block (1024 tokens), the cache does not: a usage
+# error naming the flag unless --no-cache, and rag index (whose blocks are a server's) takes at most that
+check "block size 1025 with the cache" rejects "--block-size 1025: the cache takes blocks of at most 1024 tokens" \
+  "$BIN" run -p x --block-size 1025
+check "... a usage error before any model is read" rejects "(or use --no-cache)" "$BIN" run -m "$TMP/none.gguf" -p x \
+  --block-size 4096
+check "rag index --block-size 2048" rejects "--block-size expects an integer in [1, 1024]" "$BIN" rag index \
+  --block-size 2048
 check "drain timeout past a day" rejects "--drain-timeout must be an integer in [0, 86400]" "$BIN" serve --drain-timeout 86401
 check "disk wait past 10 min" rejects "--kv-disk-wait-ms must be an integer in [0, 600000]" "$BIN" run --kv-disk-wait-ms 600001
 check "remote timeout 0" rejects "--kv-remote-timeout-ms must be an integer in [1, 600000]" "$BIN" serve --kv-remote-timeout-ms 0

@@ -110,6 +110,25 @@ static void test_match(void) {
     kvt_jg_schema_free(s);
 }
 
+/* An item that matches only the empty string is the empty string however it
+ * is repeated; a bounded repetition of an item that may be empty is a
+ * choice of copies. */
+static void test_empty_items(void) {
+    static const char *const e_good[] = {""};
+    static const char *const e_bad[] = {"a", " "};
+    EXPECT("root ::= (\"\")+", e_good, e_bad);
+    EXPECT("root ::= ((\"\"))*", e_good, e_bad);
+    EXPECT("root ::= (\"\" | (\"\" \"\")){2,}", e_good, e_bad);
+    EXPECT("root ::= \"\"+ (\"\")? ()*", e_good, e_bad);
+    static const char *const ab_good[] = {"ab"};
+    static const char *const ab_bad[] = {"a", "b", "aab"};
+    EXPECT("root ::= \"a\" (\"\")+ \"b\"", ab_good, ab_bad);
+    static const char *const opt_good[] = {"", "a", "aa", "aaa"};
+    static const char *const opt_bad[] = {"aaaa", "b"};
+    EXPECT("root ::= (\"a\"?){0,3}", opt_good, opt_bad);
+    EXPECT("root ::= (\"a\"?)? \"a\"? (\"a\" | \"\")?", opt_good, opt_bad);
+}
+
 /* Each error names where and what. */
 static void test_errors(void) {
     static const struct {
@@ -139,6 +158,11 @@ static void test_errors(void) {
         {"root \"a\"", "line 1, column 6: expected '::='"},
         {"root ::= \"a\" @", "line 1, column 14: unexpected '@'"},
         {"root ::= []", "an empty class"},
+        /* an unbounded repetition of an item that can be empty, named as written with its rule */
+        {"root ::= (\"a\"?)*", "line 1, column 10: rule 'root': '(\"a\"?)*' repeats an item that can match the empty"},
+        {"root ::= \"b\" x+\nx ::= \"a\"*", "line 1, column 14: rule 'root': 'x+' repeats an item"},
+        {"root ::= y\ny ::= \"(\" ((\"a\" | \"\") | \"\"){2,} \")\"", "rule 'y': '((\"a\" | \"\") | \"\"){2,}' repeats"},
+        {"root ::= \"a\" | (\"b\" [\\x00])", "a group or repetition in rule 'root' never finishes"},
     };
     /* a start that already needs more parse stacks than the limit */
     size_t cap = 16 * KVT_GBNF_MAX_STACKS + 64, at;
@@ -537,6 +561,7 @@ static void test_vocab(const kvt_tokenizer *t) {
 
 int main(void) {
     test_match();
+    test_empty_items();
     test_errors();
     test_utf8_edges();
     kvt_tokenizer *t = kvt_test_vocab("ggml-vocab-gpt-2.gguf");

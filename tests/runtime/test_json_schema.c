@@ -81,6 +81,14 @@ static void test_pattern(void) {
     static const char *const bad4[] = {"\"a\"", "\"ax\""};
     DOCS("{\"type\":\"string\",\"pattern\":\"^(a\\\\{x}|{})$\"}", good4, bad4);
     refused("{\"type\":\"string\",\"pattern\":\"^a{3}$\",\"maxLength\":2}", "no string matches");
+    /* repetitions of what can be empty (which GBNF refuses) are plain automata here */
+    static const char *const good5[] = {"\"\"", "\"a\"", "\"aaa\""};
+    static const char *const bad5[] = {"\"b\"", "\"ab\""};
+    DOCS("{\"type\":\"string\",\"pattern\":\"^(a?)*$\"}", good5, bad5);
+    DOCS("{\"type\":\"string\",\"pattern\":\"^((a|)()){2,}$\"}", good5, bad5);
+    static const char *const good6[] = {"\"\""};
+    static const char *const bad6[] = {"\"a\""};
+    DOCS("{\"type\":\"string\",\"pattern\":\"^()+(|)*$\"}", good6, bad6);
 }
 
 static void test_formats(void) {

@@ -209,6 +209,12 @@ static void test_shared_terms(void) {
     CHECK(kvt_rag_build_new(model, B, CHUNK, &b) == 0);
     const char *names[] = {"a", "b", "c", "d"};
     for (int i = 0; i < 4; i++) CHECK(kvt_rag_build_add(b, names[i], "alpha beta gamma", 16) == 0);
+    /* a name given twice (also once its control characters are '_') is refused and adds nothing */
+    CHECKF(kvt_rag_build_add(b, "b", "delta", 5) == KVT_EARG && strstr(kvt_errmsg(), "document 'b' is named twice"),
+           "%s", kvt_errmsg());
+    CHECK(kvt_rag_build_add(b, "x\ty", "alpha", 5) == 0);
+    CHECKF(kvt_rag_build_add(b, "x_y", "epsilon", 7) == KVT_EARG && strstr(kvt_errmsg(), "'x_y' is named twice"), "%s",
+           kvt_errmsg());
     kvt_rag_index *x = NULL, *y = NULL;
     CHECK(kvt_rag_build_finish(b, &x) == 0);
     if (!x) return;
@@ -218,6 +224,7 @@ static void test_shared_terms(void) {
     CHECKF(kvt_rag_load(path, &y) == 0 && kvt_rag_n_terms(y) == 3, "%s", kvt_errmsg());
     kvt_rag_hit h[4];
     CHECK(y && kvt_rag_query(y, "beta", 4, h) == 4 && h[0].chunk == 0 && h[3].chunk == 3); /* ties: chunk order */
+    CHECK(y && kvt_rag_query(y, "delta epsilon", 4, h) == 0); /* the refused documents added nothing */
     kvt_rag_free(x);
     kvt_rag_free(y);
 }

@@ -31,6 +31,8 @@ static int parse(kvt_api_kind k, const char *json, kvt_api_request *r, kvt_api_e
     return parse_len(k, json, strlen(json), r, e);
 }
 
+#define Q0 "{\"role\":\"user\",\"content\":\"q\"}"
+
 /* The request fails with status 400 naming param (NULL: none). */
 static void expect_error(kvt_api_kind k, const char *json, const char *param) {
     kvt_api_request r;
@@ -127,6 +129,21 @@ static void test_parse(void) {
     kvt_api_request_free(&r);
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":1}]}",
                  "messages[0].reasoning_content");
+    /* kvtier.documents: an id names one document, so an id given twice is a 400 naming the second */
+    expect_error(KVT_API_CHAT,
+                 "{\"messages\":[" Q0 "],\"kvtier\":{\"documents\":[{\"id\":\"a\",\"text\":\"x\"},"
+                 "{\"id\":\"b\",\"text\":\"y\"},{\"id\":\"a\",\"text\":\"z\"}]}}",
+                 "kvtier.documents[2].id");
+    expect_error(KVT_API_COMPLETION,
+                 "{\"prompt\":\"q\",\"kvtier\":{\"documents\":[{\"id\":\"\u00e9\",\"text\":\"x\"},"
+                 "{\"id\":\"\u00e9\",\"text\":\"x\"}]}}",
+                 "kvtier.documents[1].id");
+    int ok = parse(KVT_API_CHAT,
+                   "{\"messages\":[" Q0 "],\"kvtier\":{\"documents\":[{\"id\":\"a\",\"text\":\"x\"},"
+                   "{\"id\":\"A\",\"text\":\"x\"}]}}",
+                   &r, &e) == 0;
+    CHECK(ok && r.n_docs == 2); /* ids are compared byte for byte */
+    if (ok) kvt_api_request_free(&r);
 }
 
 /* The request fails with a 400 whose param is param and whose message holds words. */

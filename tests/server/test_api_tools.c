@@ -221,15 +221,20 @@ static void test_parse_calls(void) {
 
 /* Remembers, as the server does for a reply it generated (response id rid, tenant salt), the calls read
  * out of generated text in family f's style. */
-static void generate(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *rid, const char *generated,
-                     int parallel) {
+static void generate_split(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *rid,
+                           const char *generated, int parallel, const char *reasoning, const char *answer) {
     kvt_api_call *calls;
     char *content;
     size_t k = kvt_api_parse_calls(f, generated, parallel, rid, &calls, &content);
     CHECKF(k > 0, "%s", generated);
-    kvt_call_memo_put(memo, f, salt, strlen(salt), calls, k, content, generated);
+    kvt_call_memo_put(memo, f, salt, strlen(salt), calls, k, content, reasoning, answer, generated);
     kvt_api_calls_free(calls, k);
     free(content);
+}
+
+static void generate(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *rid, const char *generated,
+                     int parallel) {
+    generate_split(memo, f, salt, rid, generated, parallel, NULL, NULL);
 }
 
 /* The text family f renders the assistant message of {"messages":[user, assistant]} with, under salt
@@ -325,6 +330,48 @@ static void test_generated_turns(void) {
     kvt_reply_map_free(replies);
 }
 
+/* Qwen3: a reply whose reasoning comes before its calls, answered split into reasoning_content and
+ * content. Sent back so (or whole, with reasoning_format none), the built-in rendering writes the
+ * turn as its generated text, and a template gets the text after the reasoning as its content (it
+ * writes reasoning_content in front itself); without its reasoning, or with other reasoning, the
+ * turn renders from its calls, with the reasoning sent in front as Qwen3's template writes it. */
+static void test_reasoning_turns(void) {
+    kvt_call_memo *memo = kvt_call_memo_new(64, NULL);
+    const char *g = "<think>\nplan the call\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                    "{\"city\":\"Paris\"}}\n</tool_call>\n";
+    const char *calls = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+    generate_split(memo, KVT_CHAT_QWEN3, "t1", "chatcmpl-q3", g, 1, "plan the call", "");
+#define Q3_CALL WEATHER_CALL("call_q3_0", "{\\\"city\\\": \\\"Paris\\\"}")
+    const char *split = "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"plan the call\"," Q3_CALL;
+    expect_turn(memo, KVT_CHAT_QWEN3, "t1", split, g, "sent back split: the generated text");
+    expect_turn(memo, KVT_CHAT_QWEN3, "t1",
+                "{\"role\":\"assistant\",\"content\":\"<think>\\nplan the call\\n</think>\"," Q3_CALL, g,
+                "sent back whole (reasoning_format none): the generated text");
+    expect_turn(memo, KVT_CHAT_QWEN3, "t1", "{\"role\":\"assistant\",\"content\":null," Q3_CALL, calls,
+                "without its reasoning: the calls");
+    char want[512];
+    snprintf(want, sizeof want, "<think>\nanother plan\n</think>\n\n%s", calls);
+    expect_turn(memo, KVT_CHAT_QWEN3, "t1",
+                "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"another plan\"," Q3_CALL, want,
+                "other reasoning: that reasoning, then the calls");
+    expect_turn(memo, KVT_CHAT_QWEN3, "t2", split,
+                "<think>\nplan the call\n</think>\n\n<tool_call>\n{\"name\": "
+                "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                "another tenant: from the calls");
+    /* a template: the content is the generated text after its reasoning */
+    char body[1024];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Paris?\"},%s]}", split);
+    kvt_api_request a;
+    if (!parse(body, &a)) {
+        char *t = kvt_api_calls_turn(&a, 1, KVT_CHAT_QWEN3, memo, "t1", 2);
+        CHECKF(!strncmp(t, calls, strlen(calls)) && !strcmp(t + strlen(calls), "\n"), "template content: %s", t);
+        free(t);
+        kvt_api_request_free(&a);
+    }
+#undef Q3_CALL
+    kvt_call_memo_free(memo);
+}
+
 /* The forced grammar accepts exactly the text a call renders as. */
 static void test_forced_grammar(void) {
     kvt_api_request a;
@@ -395,6 +442,7 @@ int main(void) {
     test_mistral_rendering();
     test_parse_calls();
     test_generated_turns();
+    test_reasoning_turns();
     test_forced_grammar();
     test_errors();
     return kvt_test_done("test_api_tools");

@@ -90,6 +90,15 @@ check "a document with an unknown field is 400" is "$CODE" 400
 check "... naming kvtier.documents" is "$(jb .error.param)" kvtier.documents
 CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/cache/lint?n=0")
 check "lint bad n is 400" is "$CODE" 400
+# counts in a query are digits alone: no sign, no blank, nothing past 2^64 (strtoull would take them)
+for qp in "cache/lint?n=%2B5 n" "cache/lint?n=%205 n" "cache/events?since=18446744073709551616 'since'" \
+  "cache/events?since=%2B1 'since'" "cache/events?since=1&max=%202 'max'" "cache/events?max=-1 'max'"; do
+  q=${qp% *} p=${qp##* }
+  CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/$q")
+  check "GET /v1/$q is 400 naming $p" is "$CODE/$(jb .error.message | cut -d' ' -f1)" "400/$p"
+done
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/cache/events?since=18446744073709551615&max=1")
+check "... and since 2^64-1 is a number" is "$CODE" 200
 
 # streaming completion equals the plain one
 curl -sN -m 60 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}" "$URL/v1/completions" >"$TMP/sse"

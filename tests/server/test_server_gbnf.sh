@@ -84,6 +84,13 @@ curl -s -N -m 60 -H 'Content-Type: application/json' \
   -d "{$MSG,\"grammar\":$EMPTY,\"max_tokens\":8,\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/empty.sse"
 check "... streamed, the last choice says stop" is "$(grep '^data: {' "$TMP/empty.sse" | sed 's/^data: //' |
   jq -r '.choices[0].finish_reason // empty' | tail -1)" stop
+# ("")+ is the same empty-only grammar; a repetition of an item that may be empty is refused,
+# naming the user's rule and the repetition as written rather than a generated rule.
+post /v1/completions "{\"prompt\":\"Q:\",\"grammar\":$(jq -Rn --arg g 'root ::= ("")+' '$g'),\"max_tokens\":8}"
+check "root ::= (\"\")+ ends at once with stop" is "$CODE/$(jb '.choices[0].finish_reason')/$(jb '.choices[0].text')/$(jb .usage.completion_tokens)" 200/stop//0
+post /v1/completions "{\"prompt\":\"Q:\",\"grammar\":$(jq -Rn --arg g 'root ::= ("a"?)+' '$g'),\"max_tokens\":8}"
+check "root ::= (\"a\"?)+ is a 400 on 'grammar'" is "$CODE/$(jb .error.param)" 400/grammar
+check "... naming root and the repetition" has "$(jb .error.message)" "rule 'root': '(\"a\"?)+' repeats an item that can match the empty string"
 OPT=$(jq -Rn --arg g 'root ::= ("yes" | "no")?' '$g')
 post /v1/completions "{\"prompt\":\"Q:\",\"grammar\":$OPT,\"max_tokens\":8,\"seed\":3}"
 check "an optional grammar ends with stop" is "$CODE/$(jb '.choices[0].finish_reason')" 200/stop

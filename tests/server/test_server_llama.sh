@@ -113,6 +113,35 @@ post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": ["top_k", "tem
 check "xtc left out of the order: xtc_probability is inert" is "$CODE" 200
 post /completion '{"prompt": "Hello", "n_predict": 1, "typical_p": 0.5}'
 check "typical_p on without samplers is a 400 naming it" is "$CODE/$(jb .error.param)" 400/typical_p
+# kvtier run --samplers reads the order as the server does: with the same prompt, values and seed,
+# the server's text under that order (and, without it, under the default order, which differs).
+# The random model writes stray bytes, which run prints as they are and the server as U+FFFD:
+# the two are compared on their ASCII characters.
+ascii() { LC_ALL=C tr -cd '\11\12\40-\176'; }
+V='"temperature": 1.5, "top_k": 40, "top_p": 0.6, "seed": 3, "ignore_eos": true'
+post /completion "{$S, $V, \"samplers\": \"kt\"}"
+SRV_KT=$(jb .content)
+SRV_KT_A=$(ascii <<<"$SRV_KT")
+post /completion "{$S, $V}"
+SRV_DEF=$(jb .content)
+SRV_DEF_A=$(ascii <<<"$SRV_DEF")
+post /completion "{$S, $V, \"samplers\": \"kpt\"}"
+SRV_KPT=$(jb .content)
+check "... and top_p in it too" test "$SRV_KPT" != "$SRV_KT"
+check "the order changes the server's sampled text" test "$SRV_KT" != "$SRV_DEF"
+RUNA=(run -m "$TMP/m.gguf" -p "Once upon a time" -n 12 --temp 1.5 --top-k 40 --top-p 0.6 --seed 3 --ignore-eos -t 1)
+check "... also in their ASCII characters" test "$SRV_KT_A" != "$SRV_DEF_A"
+check "run --samplers kt: the server's text under that order" is "$("$BIN" "${RUNA[@]}" --samplers kt 2>/dev/null | ascii)" "$SRV_KT_A"
+check "... the same as names" is "$("$BIN" "${RUNA[@]}" --samplers 'top_k;temperature' 2>/dev/null | ascii)" "$SRV_KT_A"
+check "... and as \$KVTIER_SAMPLERS" is "$(KVTIER_SAMPLERS=top_k,temperature "$BIN" "${RUNA[@]}" 2>/dev/null | ascii)" "$SRV_KT_A"
+check "run without it: the default order's text" is "$("$BIN" "${RUNA[@]}" 2>/dev/null | ascii)" "$SRV_DEF_A"
+for bad in 'kz' 'top_k;nucleus' 'top_k;' 'i' "$(printf 'k%.0s' $(seq 33))"; do
+  check "run --samplers '$bad' is a usage error" expect_rc 2 "$BIN" "${RUNA[@]}" --samplers "$bad"
+  check "... naming the flag" grep -q "kvtier run: --samplers " "$TMP/out"
+done
+check "... saying what is wrong" grep -q "more than 32" "$TMP/out"
+check "serve --samplers with a bad name is a usage error" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --samplers 'top_k;x'
+check "... naming the flag and the name" grep -q "kvtier serve: --samplers holds an unknown sampler 'x'" "$TMP/out"
 
 WARM="Warm this prefix first: $LONG"
 post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 0}"
@@ -288,6 +317,14 @@ check "... but not its prompt without the admin key" bash -c "! grep -q SECRET-P
 check "... which the admin key sees" grep -q SECRET-PROMPT "$TMP/slots.admin"
 kill "$LONG_PID" 2>/dev/null; wait "$LONG_PID" 2>/dev/null
 kvt_stop_server main
+
+# ---- serve --samplers: the order of a request that sends none ---------------------------------------
+kvt_start_server order --samplers 'top_k;temperature'
+post /completion "{$S, $V}"
+check "serve --samplers: a request without samplers gets that order" is "$CODE/$(jb .content)" "200/$SRV_KT"
+post /completion "{$S, $V, \"samplers\": \"kpt\"}"
+check "... a request's own samplers win" is "$CODE/$(jb .content)" "200/$SRV_KPT"
+kvt_stop_server order
 
 # ---- keys: the llama-server paths are the tenants' API ---------------------------------------------------
 kvt_start_server keyed --api-key k1 --admin-key adm-key

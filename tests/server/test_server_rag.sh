@@ -69,6 +69,16 @@ IDX="$TMP/corpus.idx"
 "$BIN" rag index -m "$TMP/tiny.gguf" --docs "$TMP/docs" -o "$IDX" --chunk-tokens 160 >"$TMP/index.log" 2>&1
 check "rag index succeeds" is "$?" 0
 check "rag index reports its chunks" has "$(cat "$TMP/index.log")" "6 documents"
+# a JSONL corpus whose id repeats: refused at the line that repeats it, and no index is written
+printf '%s\n' '{"id": "a", "text": "one"}' '{"id": "b", "text": "two"}' '{"id": "a", "text": "three"}' >"$TMP/dup.jsonl"
+check "rag index: a repeated document id is refused" expect_rc 1 "$BIN" rag index -m "$TMP/tiny.gguf" --docs "$TMP/dup.jsonl" \
+  -o "$TMP/dup.idx" --chunk-tokens 160
+check "... naming the file, the line and the id" grep -q "dup.jsonl:3: document 'a' is named twice" "$TMP/out"
+check "... and writing no index" test ! -e "$TMP/dup.idx"
+printf '%s\n' '{"id": "a", "id": "b", "text": "one"}' >"$TMP/dupkey.jsonl"
+check "rag index: a key twice in a line is refused" expect_rc 1 "$BIN" rag index -m "$TMP/tiny.gguf" \
+  --docs "$TMP/dupkey.jsonl" -o "$TMP/dup.idx" --chunk-tokens 160
+check "... naming the line and the key" grep -q "dupkey.jsonl:1: duplicate key 'id'" "$TMP/out"
 top() { "$BIN" rag query "$IDX" "$1" -k 3 --json | jq -r '.chunks[0] | "\(.doc)#\(.seq)"'; } # ids are hashes: name by place
 check "retrieval: Lyon shipping days" is "$(top 'Which days does the Lyon warehouse ship parcels?')" "lyon.txt#0"
 check "retrieval: Lyon late orders" is "$(top 'What happens to Lyon orders placed after Thursday noon?')" "lyon.txt#1"

@@ -101,60 +101,89 @@ static int sampler_by_letter(char c) {
     return -1;
 }
 
-static int sampler_by_name(const char *name) {
-    for (size_t i = 0; i < KVT_ARRAY_LEN(SAMPLERS); i++)
-        if (!strcmp(SAMPLERS[i].name, name)) return (int)i;
-    return -1;
-}
-
-/* Appends sampler k to r's order; -1 (and *err) when it cannot be. */
-static int add_sampler(kvt_api_request *r, int k, kvt_api_error *err) {
+/* Appends sampler k to r's order; -1 (and *err) when it cannot be. `what`
+ * names the field or flag in messages. */
+static int add_sampler(kvt_api_request *r, int k, const char *what, kvt_api_error *err) {
     size_t n = strlen(r->sampler_letters);
     if (n == KVT_SAMPLER_MAX_STEPS)
-        return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value", "'samplers' lists more than %d samplers",
+        return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value", "%s lists more than %d samplers", what,
                               KVT_SAMPLER_MAX_STEPS);
     if (SAMPLERS[k].letter == 'i')
         return kvt_api_errorf(err, 400, INVALID, "samplers", "unsupported_value",
-                              "'samplers' lists infill, which kvtier does not have and which has no off value: "
-                              "leave it out");
+                              "%s lists infill, which kvtier does not have and which has no off value: leave it out",
+                              what);
     r->sampler_letters[n] = SAMPLERS[k].letter;
     r->sampler_letters[n + 1] = 0;
     if (SAMPLERS[k].step >= 0) r->sampler_steps[r->n_sampler_steps++] = (uint8_t)SAMPLERS[k].step;
     return 0;
 }
 
-int kvt_api_parse_samplers(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+static void samplers_clear(kvt_api_request *r) {
     r->has_samplers = 0;
     r->n_sampler_steps = 0;
     r->sampler_letters[0] = 0;
+}
+
+/* The string form: one letter per sampler. */
+static int add_letters(kvt_api_request *r, const char *text, const char *what, kvt_api_error *err) {
+    for (const char *c = text; *c; c++) {
+        int k = sampler_by_letter(*c);
+        if (k < 0)
+            return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value",
+                                  "%s has an unknown letter '%c': the letters are e (penalties), d (dry), k (top_k), "
+                                  "y (typ_p), p (top_p), m (min_p), x (xtc), t (temperature) and i (infill)",
+                                  what, (unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f ? '?' : *c);
+        if (add_sampler(r, k, what, err)) return KVT_EARG;
+    }
+    return 0;
+}
+
+/* One name of the array form (name[0..len)); named NULL: not a string. */
+static int add_name(kvt_api_request *r, const char *name, size_t len, const char *what, kvt_api_error *err) {
+    int k = -1;
+    for (size_t i = 0; name && i < KVT_ARRAY_LEN(SAMPLERS) && k < 0; i++)
+        if (strlen(SAMPLERS[i].name) == len && !memcmp(SAMPLERS[i].name, name, len)) k = (int)i;
+    if (k < 0)
+        return kvt_api_errorf(err, 400, INVALID, "samplers", name ? "invalid_value" : "invalid_type",
+                              "%s holds %s%.*s%s: the names are penalties, dry, top_k, typ_p, top_p, min_p, xtc, "
+                              "temperature and infill",
+                              what,
+                              !name     ? "something that is not a name"
+                                  : len ? "an unknown sampler '"
+                                        : "an empty name",
+                              name ? (int)KVT_MIN(len, 32) : 0, name ? name : "", name && len ? "'" : "");
+    return add_sampler(r, k, what, err);
+}
+
+int kvt_api_parse_samplers(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    samplers_clear(r);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "samplers");
     if (!v || cJSON_IsNull(v)) return 0;
     if (cJSON_IsString(v)) {
-        for (const char *c = v->valuestring; *c; c++) {
-            int k = sampler_by_letter(*c);
-            if (k < 0)
-                return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value",
-                                      "'samplers' has an unknown letter '%c': the letters are e (penalties), d (dry), "
-                                      "k (top_k), y (typ_p), p (top_p), m (min_p), x (xtc), t (temperature) and i "
-                                      "(infill)",
-                                      (unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f ? '?' : *c);
-            if (add_sampler(r, k, err)) return KVT_EARG;
-        }
+        if (add_letters(r, v->valuestring, "'samplers'", err)) return KVT_EARG;
     } else if (cJSON_IsArray(v)) {
         for (const cJSON *e = v->child; e; e = e->next) {
-            int k = cJSON_IsString(e) ? sampler_by_name(e->valuestring) : -1;
-            if (k < 0)
-                return kvt_api_errorf(err, 400, INVALID, "samplers",
-                                      cJSON_IsString(e) ? "invalid_value" : "invalid_type",
-                                      "'samplers' holds %s%.32s%s: the names are penalties, dry, top_k, typ_p, top_p, "
-                                      "min_p, xtc, temperature and infill",
-                                      cJSON_IsString(e) ? "an unknown sampler '" : "something that is not a name",
-                                      cJSON_IsString(e) ? e->valuestring : "", cJSON_IsString(e) ? "'" : "");
-            if (add_sampler(r, k, err)) return KVT_EARG;
+            const char *name = cJSON_IsString(e) ? e->valuestring : NULL;
+            if (add_name(r, name, name ? strlen(name) : 0, "'samplers'", err)) return KVT_EARG;
         }
     } else {
         return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_type",
                               "'samplers' must be an array of sampler names or a string of their letters");
+    }
+    r->has_samplers = 1;
+    return 0;
+}
+
+int kvt_api_parse_samplers_text(const char *text, const char *what, kvt_api_request *r, kvt_api_error *err) {
+    samplers_clear(r);
+    int names = strchr(text, ';') || strchr(text, ',');
+    for (size_t i = 0; i < KVT_ARRAY_LEN(SAMPLERS) && !names; i++) names = !strcmp(text, SAMPLERS[i].name);
+    if (!names && add_letters(r, text, what, err)) return KVT_EARG;
+    for (const char *p = text; names;) {
+        size_t n = strcspn(p, ";,");
+        if (add_name(r, p, n, what, err)) return KVT_EARG;
+        if (!p[n]) break;
+        p += n + 1;
     }
     r->has_samplers = 1;
     return 0;

@@ -18,6 +18,14 @@
  * off value). Absent or null: has_samplers 0. */
 int kvt_api_parse_samplers(const struct cJSON *root, kvt_api_request *r, kvt_api_error *err);
 
+/* The command line's form of the same order (--samplers of run and serve):
+ * names separated by ';' (llama.cpp's --samplers) or ',', or a string of
+ * letters (llama.cpp's --sampling-seq); a text with no separator that is not
+ * one name is read as letters, and "" is the empty order. The same results
+ * and checks as kvt_api_parse_samplers, the messages naming `what` (the
+ * flag); an empty name (";;", a trailing ';') is refused too. */
+int kvt_api_parse_samplers_text(const char *text, const char *what, kvt_api_request *r, kvt_api_error *err);
+
 /* Returns 0, or KVT_EARG with *err filled (400 "unsupported_parameter",
  * param naming it) for the first audited field of root present and not
  * neutral. root is the request's JSON object, r the request with its

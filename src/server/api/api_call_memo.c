@@ -13,13 +13,14 @@
 #include "common.h"
 
 /* One generated call. The first call of a reply that may stand for its turn also holds the reply:
- * how many calls it has (n_calls, else 0), the text before them as the answer gave it (content) and
- * the whole generated text. The reply's other calls follow it in the ring. */
+ * how many calls it has (n_calls, else 0), the text before them as the answer gave it (content),
+ * that text's reasoning and answer where the answer split them (else NULL) and the whole generated
+ * text. The reply's other calls follow it in the ring. */
 typedef struct {
     uint64_t salt; /* XXH64 of the tenant salt */
     char *id, *name, *args;
     size_t n_calls;
-    char *content, *text;
+    char *content, *reasoning, *answer, *text;
 } memo_entry;
 
 struct kvt_call_memo {
@@ -43,6 +44,8 @@ static void entry_clear(memo_entry *e) {
     free(e->name);
     free(e->args);
     free(e->content);
+    free(e->reasoning);
+    free(e->answer);
     free(e->text);
     memset(e, 0, sizeof *e);
 }
@@ -66,8 +69,8 @@ static int same_but_space(const char *a, const char *b) {
     }
 }
 
-void kvt_call_memo_put(kvt_call_memo *m, kvt_chat_family f, const void *salt, size_t salt_len,
-                       const kvt_api_call *calls, size_t n, const char *content, const char *text) {
+void kvt_call_memo_put(kvt_call_memo *m, kvt_chat_family f, const void *salt, size_t salt_len, const kvt_api_call *calls,
+                       size_t n, const char *content, const char *reasoning, const char *answer, const char *text) {
     /* the reply stands for its turn only where the answer left out nothing but whitespace: its
      * content, then its calls as the family writes them with the text the model wrote */
     int whole = 0;
@@ -90,6 +93,7 @@ void kvt_call_memo_put(kvt_call_memo *m, kvt_chat_family f, const void *salt, si
             e->n_calls = n;
             e->content = kvt_xstrdup(content);
             e->text = kvt_xstrdup(text);
+            if (reasoning && answer) e->reasoning = kvt_xstrdup(reasoning), e->answer = kvt_xstrdup(answer);
         }
     }
     pthread_mutex_unlock(&m->mu);
@@ -142,7 +146,15 @@ static const char *sent_args(const cJSON *c) {
     return cJSON_IsString(args) && *args->valuestring ? args->valuestring : "{}";
 }
 
-char *kvt_call_memo_reply(kvt_call_memo *m, const void *salt, size_t salt_len, const char *content, const cJSON *calls) {
+/* Whether entry e's reply had the content the client sent back: as the answer gave it whole, or,
+ * where the client sent reasoning back (not NULL or ""), split into that reasoning and content. */
+static int same_content(const memo_entry *e, const char *content, const char *reasoning) {
+    if (!reasoning || !*reasoning) return !strcmp(e->content, content);
+    return e->reasoning && !strcmp(e->reasoning, reasoning) && !strcmp(e->answer, content);
+}
+
+char *kvt_call_memo_reply(kvt_call_memo *m, const void *salt, size_t salt_len, const char *content,
+                          const char *reasoning, const cJSON *calls) {
     const char *first = m && calls ? sent_id(calls->child) : NULL;
     if (!first) return NULL;
     size_t n = (size_t)cJSON_GetArraySize(calls), k = 0;
@@ -150,7 +162,7 @@ char *kvt_call_memo_reply(kvt_call_memo *m, const void *salt, size_t salt_len, c
     char *text = NULL;
     pthread_mutex_lock(&m->mu);
     const memo_entry *e = find(m, h, first);
-    int ok = e && e->n_calls == n && n <= m->cap && !strcmp(e->content, content);
+    int ok = e && e->n_calls == n && n <= m->cap && same_content(e, content, reasoning);
     size_t at = e ? (size_t)(e - m->ring) : 0;
     /* the reply's calls follow its first in the ring, unless newer calls overwrote them */
     for (const cJSON *c = calls->child; ok && c; c = c->next, k++) {

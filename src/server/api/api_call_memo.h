@@ -38,14 +38,16 @@ void kvt_call_memo_free(kvt_call_memo *m);
 
 /* Remembers calls[0..n) (id, name and arguments, copied) under salt, read
  * from a reply of family f whose whole generated text is text (NULL: the
- * calls alone) and whose answer had content (the text before the calls).
+ * calls alone) and whose answer had content (the text before the calls),
+ * which the answer gave split into reasoning and answer (reasoning_content
+ * and content; both NULL where it was not split).
  * The reply is remembered to stand for its turn only when it holds nothing
  * the answer left out but whitespace: content and the calls, as f writes them
  * with these arguments texts (kvt_api_calls_render), are text but for
  * whitespace; a call parallel_tool_calls false dropped, or text after the
  * calls, is more. */
-void kvt_call_memo_put(kvt_call_memo *m, kvt_chat_family f, const void *salt, size_t salt_len,
-                       const kvt_api_call *calls, size_t n, const char *content, const char *text);
+void kvt_call_memo_put(kvt_call_memo *m, kvt_chat_family f, const void *salt, size_t salt_len, const kvt_api_call *calls,
+                       size_t n, const char *content, const char *reasoning, const char *answer, const char *text);
 
 /* The arguments text remembered for call id under salt, where it is the same
  * JSON value (key order aside) as sent: malloc'd, else NULL (also for m or id
@@ -55,9 +57,11 @@ char *kvt_call_memo_args(kvt_call_memo *m, const void *salt, size_t salt_len, co
 /* The generated text of the reply remembered under salt whose calls are
  * calls (an assistant message's tool_calls as the client sent them: the same
  * ids in the same order, names, and arguments that are the same JSON) and
- * whose content is content (null sent: ""), where the memo's reply map (if
- * any) still holds that text: malloc'd, else NULL (also for m NULL). */
+ * whose content is content (null sent: ""), or, where reasoning is sent (not
+ * NULL or ""), whose content was split into that reasoning and content,
+ * where the memo's reply map (if any) still holds that text: malloc'd, else
+ * NULL (also for m NULL). */
 char *kvt_call_memo_reply(kvt_call_memo *m, const void *salt, size_t salt_len, const char *content,
-                          const struct cJSON *calls);
+                          const char *reasoning, const struct cJSON *calls);
 
 #endif

@@ -553,6 +553,14 @@ int kvt_api_parse_documents(const cJSON *kv, kvt_document **out, size_t *n_out, 
                                   "nothing else",
                                   i, KVT_API_MAX_DOC_ID);
         }
+        for (int j = 0; j < i; j++) /* an id names one document: the same id twice is ambiguous */
+            if (!strcmp(d[j].id, id->valuestring)) {
+                kvt_api_documents_free(d, (size_t)i);
+                return kvt_api_error_item(err, "kvtier.documents", (size_t)i, ".id", "invalid_value",
+                                          "'kvtier.documents[%d].id' repeats the id of kvtier.documents[%d]: each "
+                                          "document needs its own id",
+                                          i, j);
+            }
         d[i].id = kvt_xstrdup(id->valuestring);
         d[i].text = kvt_xstrdup(tx->valuestring);
     }

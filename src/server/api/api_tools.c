@@ -385,12 +385,15 @@ typedef struct {
 } memo_ref;
 
 /* An assistant turn with tool calls: the text of the reply this server generated for it, when the
- * client sent that reply back unchanged (kvt_call_memo_reply); else its text, then each call in the
- * family's style, exactly as kvtier writes a call it generates (with the arguments text kvtier
- * generated, when the client sent the same JSON back). */
-static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family f, const memo_ref *mr) {
-    char *generated = kvt_call_memo_reply(mr->memo, mr->salt, mr->salt_len, content, calls);
-    if (generated) return generated;
+ * client sent that reply back unchanged (kvt_call_memo_reply: its content whole, or, with reasoning
+ * not NULL, split into that reasoning and content), and then *generated is 1; else its text, then
+ * each call in the family's style, exactly as kvtier writes a call it generates (with the arguments
+ * text kvtier generated, when the client sent the same JSON back). */
+static char *calls_text(const char *content, const char *reasoning, const cJSON *calls, kvt_chat_family f,
+                        const memo_ref *mr, int *generated) {
+    char *text = kvt_call_memo_reply(mr->memo, mr->salt, mr->salt_len, content, reasoning, calls);
+    *generated = text != NULL;
+    if (text) return text;
     sbuf b = {0};
     put_content(&b, content);
     int at = 0;
@@ -407,10 +410,25 @@ static char *calls_text(const char *content, const cJSON *calls, kvt_chat_family
     return sb_take(&b);
 }
 
+/* The reasoning_content sent back with assistant message content, where it stands apart from it
+ * (not empty, and the content holds no "</think>" of its own), else NULL. */
+static const char *sent_reasoning(const char *content, const kvt_api_msg_tools *x) {
+    return x->reasoning && *x->reasoning && !strstr(content, "</think>") ? x->reasoning : NULL;
+}
+
 char *kvt_api_calls_turn(const kvt_api_request *a, size_t i, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
                          size_t salt_len) {
     memo_ref mr = {memo, salt, salt_len};
-    return calls_text(a->msgs[i].content ? a->msgs[i].content : "", a->msg_tools[i].tool_calls, f, &mr);
+    const char *content = a->msgs[i].content ? a->msgs[i].content : "", *rs = sent_reasoning(content, &a->msg_tools[i]);
+    int generated;
+    char *t = calls_text(content, rs, a->msg_tools[i].tool_calls, f, &mr, &generated);
+    if (generated && rs) { /* the template writes reasoning_content itself: the content is the text after it */
+        const char *ans = t, *p = t;
+        while ((p = strstr(p, "</think>"))) ans = p += strlen("</think>");
+        ans += strspn(ans, " \t\r\n");
+        memmove(t, ans, strlen(ans) + 1);
+    }
+    return t;
 }
 
 static char *keep(char ***arena, size_t *n, char *s) {
@@ -434,6 +452,20 @@ static char *with_think(const char *reasoning, const char *answer) {
     char *r = concat("<think>\n", reasoning, "\n</think>\n\n"), *t = concat(r, "", answer);
     free(r);
     return t;
+}
+
+/* The built-in rendering's text of an assistant turn with tool calls. Qwen3 writes the turn's
+ * reasoning_content before its text and calls, as its template does: a reply this server generated,
+ * sent back unchanged with the reasoning it was split into, is its generated text, which holds both;
+ * else the reasoning goes before the calls' text. The other families render no reasoning. */
+static char *calls_turn(const char *content, const kvt_api_msg_tools *x, kvt_chat_family f, const memo_ref *mr) {
+    const char *rs = f == KVT_CHAT_QWEN3 ? sent_reasoning(content, x) : NULL;
+    int generated;
+    char *t = calls_text(content, rs, x->tool_calls, f, mr, &generated);
+    if (!rs || generated) return t;
+    char *w = with_think(rs, t);
+    free(t);
+    return w;
 }
 
 kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
@@ -497,7 +529,7 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
         out[n].role = m->role;
         out[n].content = m->content;
         if (!strcmp(m->role, "assistant") && x->tool_calls)
-            out[n].content = keep(arena, &kept, calls_text(m->content, x->tool_calls, f, &mr));
+            out[n].content = keep(arena, &kept, calls_turn(m->content, x, f, &mr));
         else if (!strcmp(m->role, "assistant") && x->reasoning && f == KVT_CHAT_QWEN3 && !strstr(m->content, "</think>"))
             /* as Qwen3's template reads reasoning_content: kept where the family keeps reasoning */
             out[n].content = keep(arena, &kept, with_think(x->reasoning, m->content));

@@ -64,8 +64,11 @@ char *kvt_api_calls_render(kvt_chat_family f, const char *content, const kvt_api
  * family f's style, as plain role/content messages for kvt_chat_render.
  * memo (may be NULL) restores the text kvtier generated for salt: a
  * reply's calls sent back unchanged as the reply's text, else each call's
- * arguments text (kvt_call_memo_reply, kvt_call_memo_args).
- * Returns a malloc'd array of *n messages whose strings are owned by *arena
+ * arguments text (kvt_call_memo_reply, kvt_call_memo_args). Under Qwen3
+ * an assistant turn's reasoning_content is written as its template does
+ * (<think>, the reasoning, </think>, then the text and calls), so a reply
+ * with reasoning and calls sent back split as it was answered is its
+ * generated text. Returns a malloc'd array of *n messages whose strings are owned by *arena
  * or borrowed from a (free both with kvt_api_messages_free; a must outlive
  * the array). *last_user gets the index of the last message that was a user
  * message in a (SIZE_MAX: none), where kvtier.documents go. */
@@ -73,13 +76,15 @@ kvt_chat_msg *kvt_api_messages(const kvt_api_request *a, kvt_chat_family f, kvt_
                                size_t salt_len, size_t *n, size_t *last_user, char ***arena);
 void kvt_api_messages_free(kvt_chat_msg *m, char **arena);
 
-/* The text kvt_api_messages gives assistant message i of a, which has tool
+/* The content a template gets for assistant message i of a, which has tool
  * calls: the generated text of the reply memo remembers for salt when the
- * client sent it back unchanged (kvt_call_memo_reply); else its content, then each
- * call in family f's style, as kvtier writes one it generates (the arguments
- * text memo remembers for salt when the client sent the same JSON back).
- * The text of the reply this server generated for that turn, where it did;
- * malloc'd. */
+ * client sent it back unchanged (kvt_call_memo_reply); where the message
+ * also sent reasoning_content back, the reply's text after its reasoning
+ * (the template writes reasoning_content before it itself); else its
+ * content, then each call in family f's style, as kvtier writes one it
+ * generates (the arguments text memo remembers for salt when the client
+ * sent the same JSON back). The text of the reply this server generated for
+ * that turn, where it did; malloc'd. */
 char *kvt_api_calls_turn(const kvt_api_request *a, size_t i, kvt_chat_family f, kvt_call_memo *memo, const void *salt,
                          size_t salt_len);
 

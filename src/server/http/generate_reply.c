@@ -29,14 +29,34 @@ kvt_api_usage kvt_srv_total_usage(const srv_req *r) {
     return u;
 }
 
-/* The tool calls in a finished choice's text (remembered for the next turn),
- * or 0 when it is text. */
+/* Whether choice c's reasoning goes apart from its content (reasoning_format, --reasoning-format). */
+static int splits_reasoning(const srv_req *c) { return c->kind == KVT_API_CHAT && !c->native && c->split_reasoning; }
+
+/* text[0..n) split into its reasoning and answer (malloc'd), consuming what *rs
+ * allows (all when final); returns the bytes consumed. */
+static size_t split_text(kvt_reasoning *rs, const char *text, size_t n, int final, char **reason, char **answer) {
+    size_t ro, rl, co, cl, used = kvt_reasoning_feed(rs, text, n, final, &ro, &rl, &co, &cl);
+    *reason = kvt_xstrndup(text + ro, rl);
+    *answer = kvt_xstrndup(text + co, cl);
+    return used;
+}
+
+/* The tool calls in a finished choice's text (remembered for the next turn, with the content
+ * before them as the answer gives it: whole, or split into reasoning_content and content), or 0
+ * when it is text. */
 size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
     *calls = NULL;
     *content = NULL;
     if (!c->tools) return 0;
     size_t n = kvt_api_parse_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
-    kvt_call_memo_put(s->calls, s->p.chat, c->salt, c->salt_len, *calls, n, *content, c->text);
+    char *reason = NULL, *answer = NULL;
+    if (n && *content && splits_reasoning(c)) {
+        kvt_reasoning rs = kvt_reasoning_start(c->think_open);
+        split_text(&rs, *content, strlen(*content), 1, &reason, &answer);
+    }
+    kvt_call_memo_put(s->calls, s->p.chat, c->salt, c->salt_len, *calls, n, *content, reason, answer, c->text);
+    free(reason);
+    free(answer);
     /* the answer's arguments are the JSON alone: the whitespace a grammar lets the model write around it
      * stays in the memo, from which the next turn renders the call exactly as it was generated */
     for (size_t k = 0; k < n; k++) {
@@ -54,18 +74,6 @@ size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char 
 static char *with_rag(kvt_server *s, const srv_req *r, const kvt_api_rag *rag, char *json) {
     kvt_api_rag_layout lay = {r->doc_starts, r->doc_order, r->block_tiers, r->n_block_tiers, s->block, r->plan_ms};
     return kvt_api_rag_response(json, s->p.rag, rag, &lay, &r->usage);
-}
-
-/* Whether choice c's reasoning goes apart from its content (reasoning_format, --reasoning-format). */
-static int splits_reasoning(const srv_req *c) { return c->kind == KVT_API_CHAT && !c->native && c->split_reasoning; }
-
-/* text[0..n) split into its reasoning and answer (malloc'd), consuming what *rs
- * allows (all when final); returns the bytes consumed. */
-static size_t split_text(kvt_reasoning *rs, const char *text, size_t n, int final, char **reason, char **answer) {
-    size_t ro, rl, co, cl, used = kvt_reasoning_feed(rs, text, n, final, &ro, &rl, &co, &cl);
-    *reason = kvt_xstrndup(text + ro, rl);
-    *answer = kvt_xstrndup(text + co, cl);
-    return used;
 }
 
 char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {

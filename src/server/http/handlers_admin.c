@@ -108,9 +108,8 @@ done:
 enum MHD_Result kvt_srv_handle_lint(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const char *nv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "n");
     const char *cv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
-    char *end = NULL;
-    long max = nv ? strtol(nv, &end, 10) : KVT_PROMPT_RING_DEFAULT;
-    if (nv && (*end || max < 1 || max > KVT_LINT_MAX_PROMPTS)) {
+    unsigned long long max = KVT_PROMPT_RING_DEFAULT;
+    if (nv && (kvt_srv_query_count(nv, KVT_LINT_MAX_PROMPTS, &max) || max < 1)) {
         kvt_api_error e;
         kvt_api_errorf(&e, 400, "invalid_request_error", "n", "invalid_value", "n must be 1..%d", KVT_LINT_MAX_PROMPTS);
         return kvt_srv_send_error(s, c, cs->label, &e, NULL, NULL);

@@ -64,17 +64,26 @@ enum MHD_Result kvt_srv_handle_lookup(kvt_server *s, struct MHD_Connection *c, c
     return ret;
 }
 
+int kvt_srv_query_count(const char *v, unsigned long long max, unsigned long long *out) {
+    unsigned long long x = 0;
+    if (!*v) return -1;
+    for (; *v; v++) { /* strtoull would take a sign and blanks, and saturate past 2^64 */
+        if (*v < '0' || *v > '9' || x > (max - (unsigned long long)(*v - '0')) / 10) return -1;
+        x = x * 10 + (unsigned long long)(*v - '0');
+    }
+    *out = x;
+    return 0;
+}
+
 /* GET /v1/cache/events[?since=N&max=M]: the store/evict feed from event N on. */
 enum MHD_Result kvt_srv_handle_events(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const char *sv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
     const char *mv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max");
-    char *end = NULL;
-    unsigned long long since = sv ? strtoull(sv, &end, 10) : 0;
-    if (sv && (!*sv || *end || *sv == '-'))
+    unsigned long long since = 0, max = KVT_CACHE_EVENTS_READ_MAX;
+    if (sv && kvt_srv_query_count(sv, UINT64_MAX, &since))
         return kvt_srv_send_errorf(s, c, cs->label, 400, "invalid_request_error", "invalid_value",
                                    "'since' must be an event number (the 'next' of the last answer), or 0");
-    long max = mv ? strtol(mv, &end, 10) : KVT_CACHE_EVENTS_READ_MAX;
-    if (mv && (!*mv || *end || max < 1 || max > KVT_CACHE_EVENTS_READ_MAX)) {
+    if (mv && (kvt_srv_query_count(mv, KVT_CACHE_EVENTS_READ_MAX, &max) || max < 1)) {
         kvt_api_error e;
         kvt_api_errorf(&e, 400, "invalid_request_error", "max", "invalid_value", "'max' must be 1..%d",
                        KVT_CACHE_EVENTS_READ_MAX);

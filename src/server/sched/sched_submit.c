@@ -295,9 +295,9 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
     r->sp.frequency_penalty = a->frequency_penalty;
     r->sp.repeat_penalty = a->repeat_penalty;
     r->sp.penalty_last_n = a->penalty_last_n;
-    r->sp.has_steps = a->has_samplers;
-    r->sp.n_steps = a->n_sampler_steps;
-    memcpy(r->sp.steps, a->sampler_steps, sizeof r->sp.steps);
+    r->sp.has_steps = a->has_samplers || s->p.has_default_steps; /* the request's order, else --samplers */
+    r->sp.n_steps = a->has_samplers ? a->n_sampler_steps : s->p.n_default_steps;
+    memcpy(r->sp.steps, a->has_samplers ? a->sampler_steps : s->p.default_steps, sizeof r->sp.steps);
     if (a->n_bias) {
         r->bias_id = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias_id);
         r->bias = kvt_xmalloc((size_t)a->n_bias * sizeof *r->bias);
