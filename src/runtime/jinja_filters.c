@@ -4,6 +4,7 @@
  * "d.items()"), and the globals range, namespace, dict, raise_exception and
  * strftime_now. Case changes are ASCII-only; lengths, indexes and slices
  * count code points, as Python does. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,38 +66,77 @@ static jv replace(jctx *x, jv s, jv from, jv to, long long count) {
     return jb_done(&b);
 }
 
-/* str.split(sep=None, maxsplit=-1). */
-static jv split(jctx *x, jv s, const jv *sep, long long maxsplit) {
+/* The list l in reverse order, in place (rsplit collects its pieces from the right). */
+static jv reverse_in_place(jv l) {
+    for (size_t i = 0, n = l.u.l->n; i < n / 2; i++) {
+        jv t = l.u.l->v[i];
+        l.u.l->v[i] = l.u.l->v[n - 1 - i];
+        l.u.l->v[n - 1 - i] = t;
+    }
+    return l;
+}
+
+/* str.split(None, maxsplit) and str.rsplit (right): runs of whitespace, no empty items. Once
+ * maxsplit pieces are cut, the rest is one piece with only its whitespace on the cutting side
+ * dropped, as Python keeps the other side's ('a b  '.split(None, 1) is ['a', 'b  ']). */
+static jv split_ws(jctx *x, jv s, long long maxsplit, int right) {
     jv l = jv_new_list(x);
     const char *p = s.u.s.p, *end = p + s.u.s.n;
-    if (!sep || sep->k != JV_STR) { /* runs of whitespace, no empty items */
-        while (p < end) {
+    while (p < end) {
+        if (right)
+            while (p < end && ws(end[-1])) end--;
+        else
             while (p < end && ws(*p)) p++;
-            if (p == end) break;
-            const char *w = p;
-            if (maxsplit >= 0 && (long long)l.u.l->n >= maxsplit) {
-                jv rest = strip(jv_strn(w, (size_t)(end - w)), 2, NULL);
-                jv_list_push(x, l.u.l, rest);
-                break;
-            }
+        if (p == end) break;
+        if (maxsplit >= 0 && (long long)l.u.l->n >= maxsplit) {
+            jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
+            break;
+        }
+        const char *w = right ? end : p;
+        if (right) {
+            while (p < end && !ws(end[-1])) end--;
+            jv_list_push(x, l.u.l, jv_strn(end, (size_t)(w - end)));
+        } else {
             while (p < end && !ws(*p)) p++;
             jv_list_push(x, l.u.l, jv_strn(w, (size_t)(p - w)));
         }
-        return l;
     }
+    return right ? reverse_in_place(l) : l;
+}
+
+/* str.split(sep=None, maxsplit=-1), and str.rsplit (right), which cuts from the end: the two
+ * differ once maxsplit stops the cutting ('a.b.c'.rsplit('.', 1) is ['a.b', 'c']) and where
+ * separators overlap ('aaa'.rsplit('aa') is ['a', '']). */
+static jv split(jctx *x, jv s, const jv *sep, long long maxsplit, int right) {
+    if (!sep || sep->k != JV_STR) return split_ws(x, s, maxsplit, right);
+    jv l = jv_new_list(x);
+    const char *p = s.u.s.p, *end = p + s.u.s.n;
     size_t sn = sep->u.s.n;
     if (!sn) jx_fail(x, KVT_EFORMAT, NULL, "split: empty separator");
     for (;;) {
         const char *hit = NULL;
-        if (maxsplit < 0 || (long long)l.u.l->n < maxsplit)
-            for (const char *q = p; q + sn <= end && !hit; q++)
-                if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+        if ((maxsplit < 0 || (long long)l.u.l->n < maxsplit) && (size_t)(end - p) >= sn) {
+            if (right) {
+                for (const char *q = end - sn; !hit; q--) {
+                    if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+                    if (q == p) break;
+                }
+            } else {
+                for (const char *q = p; q + sn <= end && !hit; q++)
+                    if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+            }
+        }
         if (!hit) break;
-        jv_list_push(x, l.u.l, jv_strn(p, (size_t)(hit - p)));
-        p = hit + sn;
+        if (right) {
+            jv_list_push(x, l.u.l, jv_strn(hit + sn, (size_t)(end - hit - sn)));
+            end = hit;
+        } else {
+            jv_list_push(x, l.u.l, jv_strn(p, (size_t)(hit - p)));
+            p = hit + sn;
+        }
     }
     jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
-    return l;
+    return right ? reverse_in_place(l) : l;
 }
 
 static int affix(jv s, jv a, int end) {
@@ -129,7 +169,8 @@ static jv join(jctx *x, jv list, jv sep) {
     return jb_done(&b);
 }
 
-static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n, int *found) {
+static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n,
+                     const jnode *kw, int *found) {
     *found = 1;
     const jv *a0 = n > 0 ? &a[0] : NULL;
     if (name_is(name, nlen, "strip")) return strip(s, 3, a0);
@@ -141,8 +182,10 @@ static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nl
     if (name_is(name, nlen, "title")) return change_case(x, s, 3);
     if (name_is(name, nlen, "startswith") && n == 1) return jv_bool(affix(s, a[0], 0));
     if (name_is(name, nlen, "endswith") && n == 1) return jv_bool(affix(s, a[0], 1));
-    if (name_is(name, nlen, "split") || name_is(name, nlen, "rsplit"))
-        return split(x, s, a0, n > 1 && a[1].k == JV_INT ? a[1].u.i : -1);
+    if (name_is(name, nlen, "split") || name_is(name, nlen, "rsplit")) { /* sep= and maxsplit= by name too */
+        jv sep = a0 ? *a0 : jx_kwarg(x, kw, "sep"), max = n > 1 ? a[1] : jx_kwarg(x, kw, "maxsplit");
+        return split(x, s, &sep, max.k == JV_INT ? max.u.i : -1, name[0] == 'r');
+    }
     if (name_is(name, nlen, "replace") && n >= 2)
         return replace(x, s, need_str(x, at, a[0], "replace"), need_str(x, at, a[1], "replace"),
                        n > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
@@ -157,9 +200,10 @@ static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nl
     return jv_undef();
 }
 
-jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *a, size_t n, int *found) {
+jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *a, size_t n, const jnode *kw,
+             int *found) {
     *found = 0;
-    if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, found);
+    if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, kw, found);
     if (self.k != JV_DICT) return jv_undef();
     *found = 1;
     if (name_is(name, nlen, "items")) return items_of(x, self);
@@ -210,13 +254,7 @@ int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv
             name_is(name, n, "sameas"))
             return jv_equal(v, a[0]) && (!name_is(name, n, "sameas") || v.k == a[0].k);
         if (name_is(name, n, "ne")) return !jv_equal(v, a[0]);
-        if (name_is(name, n, "in")) {
-            jv l = a[0];
-            if (l.k == JV_LIST)
-                for (size_t i = 0; i < l.u.l->n; i++)
-                    if (jv_equal(l.u.l->v[i], v)) return 1;
-            return 0;
-        }
+        if (name_is(name, n, "in")) return jx_contains(x, at, v, a[0]); /* as the operator: 'a' is in 'abc' */
     }
     jx_fail(x, KVT_EFORMAT, at, "no test named '%.*s' (with %zu arguments)", (int)KVT_MIN(n, 64), name, na);
 }
@@ -330,10 +368,21 @@ static jv length(jctx *x, const jnode *at, jv v) {
     }
 }
 
+/* The tojson filter as Hugging Face defines it for chat templates (json.dumps with ensure_ascii
+ * off): indent= and separators= (a pair of strings, as Kimi's template gives (',', ':')). */
 static jv to_json(jctx *x, const jnode *at, jv v, const jnode *kw) {
-    jv ind = jx_kwarg(x, kw, "indent");
+    jv ind = jx_kwarg(x, kw, "indent"), seps = jx_kwarg(x, kw, "separators");
+    jv_json_style st = {.indent = ind.k == JV_INT ? (int)KVT_MIN(KVT_MAX(ind.u.i, 0), 64) : -1};
+    st.item_sep = jv_strn(st.indent >= 0 ? "," : ", ", st.indent >= 0 ? 1 : 2);
+    st.key_sep = jv_strn(": ", 2);
+    if (seps.k != JV_UNDEF && seps.k != JV_NONE) {
+        if (seps.k != JV_LIST || seps.u.l->n != 2 || seps.u.l->v[0].k != JV_STR || seps.u.l->v[1].k != JV_STR)
+            jx_fail(x, KVT_EFORMAT, at, "tojson: separators must be a pair of strings, not %s", jv_type_name(seps));
+        st.item_sep = seps.u.l->v[0];
+        st.key_sep = seps.u.l->v[1];
+    }
     jbuf b = {.x = x};
-    jv_write_json(&b, v, ind.k == JV_INT ? (int)KVT_MIN(KVT_MAX(ind.u.i, 0), 64) : -1, 0, at);
+    jv_write_json(&b, v, &st, 0, at);
     return jb_done(&b);
 }
 
@@ -405,8 +454,11 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
     }
     if (name_is(name, n, "reverse")) return reversed(x, at, v);
     if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, v, name[0] == 'f', a0);
-    if (name_is(name, n, "abs"))
-        return v.k == JV_FLOAT ? jv_float(v.u.f < 0 ? -v.u.f : v.u.f) : jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    if (name_is(name, n, "abs")) {
+        if (v.k == JV_FLOAT) return jv_float(v.u.f < 0 ? -v.u.f : v.u.f);
+        if (v.u.i == LLONG_MIN) jx_fail(x, KVT_EFORMAT, at, "an integer result does not fit in 64 bits");
+        return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    }
     if (name_is(name, n, "safe")) return v;
     if (v.k == JV_UNDEF) v = jv_strn("", 0); /* the string filters print an undefined value as "" */
     jv s = jv_to_str(x, v);
