@@ -304,10 +304,8 @@ char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size
     return print_free(o);
 }
 
-char *kvt_api_models_json(const kvt_api_model_info *mi) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
+/* One model's object, as /v1/models lists it and /v1/models/{id} answers it. */
+static cJSON *model_object(const kvt_api_model_info *mi) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", mi->id);
     cJSON_AddStringToObject(m, "object", "model");
@@ -320,6 +318,15 @@ char *kvt_api_models_json(const kvt_api_model_info *mi) {
     cJSON_AddNumberToObject(meta, "n_vocab", mi->n_vocab);
     cJSON_AddNumberToObject(meta, "n_embd", mi->n_embd);
     cJSON_AddNumberToObject(meta, "n_params", (double)mi->n_params);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+char *kvt_api_models_json(const kvt_api_model_info *mi) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, model_object(mi));
     return print_free(o);
 }
+
+char *kvt_api_model_json(const kvt_api_model_info *mi) { return print_free(model_object(mi)); }

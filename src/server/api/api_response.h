@@ -159,5 +159,7 @@ typedef struct {
 /* The model list: one model with context_length and a "meta" object
  * (n_ctx, n_ctx_train, n_vocab, n_embd, n_params; llama-server's names). */
 char *kvt_api_models_json(const kvt_api_model_info *m);
+/* That one model's object alone (GET /v1/models/{id}). */
+char *kvt_api_model_json(const kvt_api_model_info *m);
 
 #endif
