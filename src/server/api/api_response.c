@@ -30,6 +30,7 @@ cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk) {
     cJSON_AddNumberToObject(o, "created", (double)h->created);
     cJSON_AddStringToObject(o, "model", h->model);
     cJSON_AddNullToObject(o, "system_fingerprint");
+    if (chunk && h->usage_null) cJSON_AddNullToObject(o, "usage");
     return o;
 }
 
@@ -265,7 +266,9 @@ char *kvt_api_reasoning_chunk_json(const kvt_api_head *h, const char *reasoning)
 }
 
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
-    cJSON *o = kvt_api_head_obj(h, 1);
+    kvt_api_head own = *h;
+    own.usage_null = 0; /* this chunk has the usage */
+    cJSON *o = kvt_api_head_obj(&own, 1);
     cJSON_AddArrayToObject(o, "choices");
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
     cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));

@@ -99,7 +99,9 @@ typedef struct {
     const char *model;
     const kvt_api_call *calls;
     size_t n_calls;
-    int32_t index; /* the choice a chunk belongs to (n > 1) */
+    int32_t index;  /* the choice a chunk belongs to (n > 1) */
+    int usage_null; /* a stream with stream_options.include_usage: each chunk before the usage chunk
+                       carries "usage": null, as OpenAI's do */
 } kvt_api_head;
 
 /* One choice of a response with n of them (kvt_api_response_json_n). */
