@@ -5,6 +5,7 @@
  * strftime_now. Case changes are ASCII-only; lengths, indexes and slices
  * count code points, as Python does. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,14 +410,22 @@ static jv escape_html(jctx *x, jv s) {
     return jb_done(&b);
 }
 
-static jv to_number(jctx *x, jv v, int as_float, const jv *dflt) {
+/* A float as an integer, toward zero as Python's int(): NaN and infinities are not numbers there
+ * (the default), and a value past 64 bits is an error rather than C's undefined conversion. */
+static jv float_to_int(jctx *x, const jnode *at, double d, const jv *dflt) {
+    if (isnan(d) || isinf(d)) return dflt ? *dflt : jv_int(0);
+    if (!(d >= -0x1p63 && d < 0x1p63)) jx_fail(x, KVT_EFORMAT, at, "int: %g does not fit in 64 bits", d);
+    return jv_int((long long)d);
+}
+
+static jv to_number(jctx *x, const jnode *at, jv v, int as_float, const jv *dflt) {
     if (v.k == JV_INT || v.k == JV_BOOL) return as_float ? jv_float((double)v.u.i) : jv_int(v.u.i);
-    if (v.k == JV_FLOAT) return as_float ? v : jv_int((long long)v.u.f);
+    if (v.k == JV_FLOAT) return as_float ? v : float_to_int(x, at, v.u.f, dflt);
     if (v.k == JV_STR) {
         jv s = jv_str_copy(x, v.u.s.p, v.u.s.n);
         char *end;
         double d = strtod(s.u.s.p, &end);
-        if (end != s.u.s.p && !*end) return as_float ? jv_float(d) : jv_int((long long)d);
+        if (end != s.u.s.p && !*end) return as_float ? jv_float(d) : float_to_int(x, at, d, dflt);
     }
     return dflt ? *dflt : as_float ? jv_float(0) : jv_int(0);
 }
@@ -453,7 +462,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
         return join(x, l, a0 ? *a0 : jv_strn("", 0));
     }
     if (name_is(name, n, "reverse")) return reversed(x, at, v);
-    if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, v, name[0] == 'f', a0);
+    if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, at, v, name[0] == 'f', a0);
     if (name_is(name, n, "abs")) {
         if (v.k == JV_FLOAT) return jv_float(v.u.f < 0 ? -v.u.f : v.u.f);
         if (v.u.i == LLONG_MIN) jx_fail(x, KVT_EFORMAT, at, "an integer result does not fit in 64 bits");
@@ -488,13 +497,16 @@ static jv range(jctx *x, const jnode *at, const jv *a, size_t na) {
         v[na == 1 ? 1 : i] = a[i].u.i;
     }
     if (!v[2]) jx_fail(x, KVT_EFORMAT, at, "range step cannot be zero");
-    long long span = v[2] > 0 ? v[1] - v[0] : v[0] - v[1], step = v[2] > 0 ? v[2] : -v[2];
-    size_t count = span <= 0 ? 0 : (size_t)((span + step - 1) / step);
-    if (count > x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
+    /* in unsigned arithmetic: the span of range(-2**62 * 2, 2**62) does not fit a long long */
+    typedef unsigned long long u64;
+    u64 span = v[2] > 0 ? (v[1] > v[0] ? (u64)v[1] - (u64)v[0] : 0) : (v[0] > v[1] ? (u64)v[0] - (u64)v[1] : 0);
+    u64 step = v[2] > 0 ? (u64)v[2] : -(u64)v[2], steps = span ? (span - 1) / step + 1 : 0;
+    if (steps > x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
+    size_t count = (size_t)steps;
     jv l = jv_new_list(x);
     l.u.l->v = jx_alloc(x, (count ? count : 1) * sizeof *l.u.l->v); /* once: no copies as it grows */
     l.u.l->cap = count;
-    for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int(v[0] + (long long)i * v[2]);
+    for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int((long long)((u64)v[0] + (u64)i * (u64)v[2]));
     return l;
 }
 

@@ -115,6 +115,13 @@ static void test_language(void) {
     expect_fail("{{ 4611686018427387904 * 2 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
     expect_fail("{{ 4611686018427387904 + 4611686018427387904 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
     expect_fail("{{ 3 ** 40 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    /* range's length and |int of a float at the edges: a limit or Python's answer, not C's overflow */
+    expect_fail("{{ range(-4611686018427387904 * 2, 4611686018427387903 * 2) | length }}", NULL, KVT_ELIMIT,
+                "range is longer");
+    expect("{{ range(0, 10, 4611686018427387903 * 2) | list }}{{ range(5, -4611686018427387904 * 2, -4611686018427387904 "
+           "* 2) | list }}{{ '1e999' | int }}{{ 'nan' | int(7) }}{{ -3.7 | int }}",
+           NULL, "[0][5, -9223372036854775803]07-3");
+    expect_fail("{{ 1e19 | int }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
     expect("{{ {'k': [1, none, 'é\"']} | tojson }}", NULL, "{\"k\": [1, null, \"é\\\"\"]}");
     expect("{{ {'b': 1, 'a': [1, 2]} | tojson(separators=(',', ':')) }}|{{ {'a': 1} | tojson(indent=1) }}|"
            "{{ [1, {'a': 2}] | tojson(indent=1, separators=(';', '=')) }}",
