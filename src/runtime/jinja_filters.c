@@ -463,8 +463,9 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
     }
     if (name_is(name, n, "reverse")) return reversed(x, at, v);
     if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, at, v, name[0] == 'f', a0);
-    if (name_is(name, n, "abs")) {
+    if (name_is(name, n, "abs")) { /* of a number only: another kind's union bits are no integer */
         if (v.k == JV_FLOAT) return jv_float(v.u.f < 0 ? -v.u.f : v.u.f);
+        if (v.k != JV_INT && v.k != JV_BOOL) jx_fail(x, KVT_EFORMAT, at, "abs needs a number, not %s", jv_type_name(v));
         if (v.u.i == LLONG_MIN) jx_fail(x, KVT_EFORMAT, at, "an integer result does not fit in 64 bits");
         return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
     }

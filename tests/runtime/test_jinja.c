@@ -122,6 +122,9 @@ static void test_language(void) {
            "* 2) | list }}{{ '1e999' | int }}{{ 'nan' | int(7) }}{{ -3.7 | int }}",
            NULL, "[0][5, -9223372036854775803]07-3");
     expect_fail("{{ 1e19 | int }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect("{{ -3 | abs }}{{ -2.5 | abs }}{{ true | abs }}{{ -x | string | length }}", "{\"x\":12}", "32.513");
+    expect_fail("{{ 'ab' | abs }}", NULL, KVT_EFORMAT, "abs needs a number, not string"); /* not the string's address */
+    expect_fail("{{ none | abs }}", NULL, KVT_EFORMAT, "abs needs a number");
     expect("{{ {'k': [1, none, 'é\"']} | tojson }}", NULL, "{\"k\": [1, null, \"é\\\"\"]}");
     expect("{{ {'b': 1, 'a': [1, 2]} | tojson(separators=(',', ':')) }}|{{ {'a': 1} | tojson(indent=1) }}|"
            "{{ [1, {'a': 2}] | tojson(indent=1, separators=(';', '=')) }}",
