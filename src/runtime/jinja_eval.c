@@ -198,7 +198,7 @@ int jx_contains(jctx *x, const jnode *e, jv needle, jv hay) {
     jx_fail(x, KVT_EFORMAT, e, "'in' needs a string, list or dict on the right, not %s", jv_type_name(hay));
 }
 
-static int compare(jctx *x, const jnode *e, jv a, jv b) {
+int jx_compare(jctx *x, const jnode *e, jv a, jv b) {
     if (is_num(a) && is_num(b)) return num(a) < num(b) ? -1 : num(a) > num(b);
     if (a.k == JV_STR && b.k == JV_STR) {
         int c = memcmp(a.u.s.p, b.u.s.p, KVT_MIN(a.u.s.n, b.u.s.n));
@@ -291,10 +291,10 @@ static jv binary(jctx *x, const jnode *e) {
     switch (e->op) {
     case OP_EQ: return jv_bool(jv_equal(a, b));
     case OP_NE: return jv_bool(!jv_equal(a, b));
-    case '<': return jv_bool(compare(x, e, a, b) < 0);
-    case '>': return jv_bool(compare(x, e, a, b) > 0);
-    case OP_LE: return jv_bool(compare(x, e, a, b) <= 0);
-    case OP_GE: return jv_bool(compare(x, e, a, b) >= 0);
+    case '<': return jv_bool(jx_compare(x, e, a, b) < 0);
+    case '>': return jv_bool(jx_compare(x, e, a, b) > 0);
+    case OP_LE: return jv_bool(jx_compare(x, e, a, b) <= 0);
+    case OP_GE: return jv_bool(jx_compare(x, e, a, b) >= 0);
     case OP_IN: return jv_bool(jx_contains(x, e, a, b));
     case OP_NOTIN: return jv_bool(!jx_contains(x, e, a, b));
     case '~': return concat(x, a, b);

@@ -255,6 +255,13 @@ int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv
             name_is(name, n, "sameas"))
             return jv_equal(v, a[0]) && (!name_is(name, n, "sameas") || v.k == a[0].k);
         if (name_is(name, n, "ne")) return !jv_equal(v, a[0]);
+        /* the comparison tests, under Jinja's names and its operator aliases */
+        if (name_is(name, n, "lt") || name_is(name, n, "lessthan") || name_is(name, n, "<"))
+            return jx_compare(x, at, v, a[0]) < 0;
+        if (name_is(name, n, "le") || name_is(name, n, "<=")) return jx_compare(x, at, v, a[0]) <= 0;
+        if (name_is(name, n, "gt") || name_is(name, n, "greaterthan") || name_is(name, n, ">"))
+            return jx_compare(x, at, v, a[0]) > 0;
+        if (name_is(name, n, "ge") || name_is(name, n, ">=")) return jx_compare(x, at, v, a[0]) >= 0;
         if (name_is(name, n, "in")) return jx_contains(x, at, v, a[0]); /* as the operator: 'a' is in 'abc' */
     }
     jx_fail(x, KVT_EFORMAT, at, "no test named '%.*s' (with %zu arguments)", (int)KVT_MIN(n, 64), name, na);

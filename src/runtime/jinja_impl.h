@@ -198,6 +198,8 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, cons
 int jx_test(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, const jv *args, size_t nargs);
 /* needle in hay, as Jinja's "in" reads it: a substring, a list item or a dict key. */
 int jx_contains(jctx *x, const jnode *at, jv needle, jv hay);
+/* a < b: -1, a > b: 1, else 0, for two numbers or two strings (else an error), as the operators. */
+int jx_compare(jctx *x, const jnode *at, jv a, jv b);
 jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *args, size_t nargs,
              const jnode *kw, int *found);
 jv jx_global(jctx *x, const jnode *at, const char *name, size_t nlen, const jv *args, size_t nargs, const jnode *kwargs,

@@ -103,6 +103,10 @@ static void test_language(void) {
            NULL, "['a', 'b  c  ']['  a', 'b']['x ']|[]");
     expect("{{ 'a b c'.split(' ', maxsplit=1) }}{{ 'a,b,c'.rsplit(sep=',', maxsplit=1) }}{{ ' x '.split(maxsplit=0) }}",
            NULL, "['a', 'b c']['a,b', 'c']['x ']");
+    expect(
+        "{{ 2 is gt 1 }}{{ 2 is ge 2 }}{{ 2 is lt 1 }}{{ 'a' is le 'b' }}{{ [1, 5, 9] | select('greaterthan', 4) | list }}"
+        "{{ [1, 5, 9] | reject('lessthan', 5) | list }}",
+        NULL, "TrueTrueFalseTrue[5, 9][5, 9]");
     expect("{{ 'x' is in 'xyz' }}{{ 'k' is in ({'k': 1}) }}{{ [1, 2] | select('in', [2, 3]) | list }}", NULL,
            "TrueTrue[2]");
     /* integers stay integers, and stay exact: what does not fit in 64 bits is an error, not a
