@@ -176,7 +176,7 @@ static jv concat(jctx *x, jv a, jv b) {
     return jb_done(&sb);
 }
 
-static int contains(jctx *x, const jnode *e, jv needle, jv hay) {
+int jx_contains(jctx *x, const jnode *e, jv needle, jv hay) {
     if (hay.k == JV_STR) {
         if (needle.k != JV_STR) jx_fail(x, KVT_EFORMAT, e, "'in <string>' needs a string on the left");
         if (!needle.u.s.n) return 1;
@@ -198,13 +198,34 @@ static int contains(jctx *x, const jnode *e, jv needle, jv hay) {
     jx_fail(x, KVT_EFORMAT, e, "'in' needs a string, list or dict on the right, not %s", jv_type_name(hay));
 }
 
-static int compare(jctx *x, const jnode *e, jv a, jv b) {
+int jx_compare(jctx *x, const jnode *e, jv a, jv b) {
     if (is_num(a) && is_num(b)) return num(a) < num(b) ? -1 : num(a) > num(b);
     if (a.k == JV_STR && b.k == JV_STR) {
         int c = memcmp(a.u.s.p, b.u.s.p, KVT_MIN(a.u.s.n, b.u.s.n));
         return c ? c : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
     jx_fail(x, KVT_EFORMAT, e, "cannot order %s and %s", jv_type_name(a), jv_type_name(b));
+}
+
+/* a + b, a - b or a * b (op) for integers, or an error where the result does not fit in 64 bits
+ * (Python's would grow; no template needs such numbers, and C's wrap-around must not happen). */
+static jv int_arith(jctx *x, const jnode *e, int op, long long a, long long b) {
+    long long r;
+    int over = op == '+' ? __builtin_add_overflow(a, b, &r)
+        : op == '-'      ? __builtin_sub_overflow(a, b, &r)
+                         : __builtin_mul_overflow(a, b, &r);
+    if (over) jx_fail(x, KVT_EFORMAT, e, "an integer result does not fit in 64 bits");
+    return jv_int(r);
+}
+
+/* a ** b for integers with b >= 0, an integer as in Python. */
+static jv int_pow(jctx *x, const jnode *e, long long a, long long b) {
+    long long r = 1;
+    for (; b > 0; b >>= 1) {
+        if (b & 1) r = int_arith(x, e, '*', r, a).u.i;
+        if (b > 1) a = int_arith(x, e, '*', a, a).u.i;
+    }
+    return jv_int(r);
 }
 
 static jv add(jctx *x, const jnode *e, jv a, jv b) {
@@ -216,7 +237,7 @@ static jv add(jctx *x, const jnode *e, jv a, jv b) {
         return l;
     }
     if (!is_num(a) || !is_num(b)) jx_fail(x, KVT_EFORMAT, e, "cannot add %s and %s", jv_type_name(a), jv_type_name(b));
-    if (a.k != JV_FLOAT && b.k != JV_FLOAT) return jv_int(a.u.i + b.u.i);
+    if (a.k != JV_FLOAT && b.k != JV_FLOAT) return int_arith(x, e, '+', a.u.i, b.u.i);
     return jv_float(num(a) + num(b));
 }
 
@@ -242,17 +263,23 @@ static jv arith(jctx *x, const jnode *e, int op, jv a, jv b) {
     int ints = a.k != JV_FLOAT && b.k != JV_FLOAT;
     double fa = num(a), fb = num(b);
     if ((op == '/' || op == '%' || op == OP_FLOORDIV) && fb == 0) jx_fail(x, KVT_EFORMAT, e, "division by zero");
+    long long m;
     switch (op) {
-    case '-': return ints ? jv_int(a.u.i - b.u.i) : jv_float(fa - fb);
-    case '*': return ints ? jv_int(a.u.i * b.u.i) : jv_float(fa * fb);
+    case '-': return ints ? int_arith(x, e, '-', a.u.i, b.u.i) : jv_float(fa - fb);
+    case '*': return ints ? int_arith(x, e, '*', a.u.i, b.u.i) : jv_float(fa * fb);
     case '/': return jv_float(fa / fb);
-    case '%':
-        if (ints) return jv_int(((a.u.i % b.u.i) + b.u.i) % b.u.i);
-        return jv_float(fa - fb * __builtin_floor(fa / fb));
-    case OP_FLOORDIV:
+    case '%': /* the sign of the divisor, as Python's; x % -1 is 0 (C's INT64_MIN % -1 traps) */
+        if (!ints) return jv_float(fa - fb * __builtin_floor(fa / fb));
+        if (b.u.i == -1) return jv_int(0);
+        m = a.u.i % b.u.i;
+        return jv_int(m && (m < 0) != (b.u.i < 0) ? m + b.u.i : m);
+    case OP_FLOORDIV: /* rounded down, as Python's; INT64_MIN // -1 does not fit */
+        if (ints && b.u.i == -1) return int_arith(x, e, '-', 0, a.u.i);
         if (ints) return jv_int(a.u.i / b.u.i - ((a.u.i % b.u.i != 0) && ((a.u.i < 0) != (b.u.i < 0))));
         return jv_float(__builtin_floor(fa / fb));
-    default: return jv_float(__builtin_pow(fa, fb));
+    default:
+        if (ints && b.u.i >= 0) return int_pow(x, e, a.u.i, b.u.i);
+        return jv_float(__builtin_pow(fa, fb));
     }
 }
 
@@ -264,12 +291,12 @@ static jv binary(jctx *x, const jnode *e) {
     switch (e->op) {
     case OP_EQ: return jv_bool(jv_equal(a, b));
     case OP_NE: return jv_bool(!jv_equal(a, b));
-    case '<': return jv_bool(compare(x, e, a, b) < 0);
-    case '>': return jv_bool(compare(x, e, a, b) > 0);
-    case OP_LE: return jv_bool(compare(x, e, a, b) <= 0);
-    case OP_GE: return jv_bool(compare(x, e, a, b) >= 0);
-    case OP_IN: return jv_bool(contains(x, e, a, b));
-    case OP_NOTIN: return jv_bool(!contains(x, e, a, b));
+    case '<': return jv_bool(jx_compare(x, e, a, b) < 0);
+    case '>': return jv_bool(jx_compare(x, e, a, b) > 0);
+    case OP_LE: return jv_bool(jx_compare(x, e, a, b) <= 0);
+    case OP_GE: return jv_bool(jx_compare(x, e, a, b) >= 0);
+    case OP_IN: return jv_bool(jx_contains(x, e, a, b));
+    case OP_NOTIN: return jv_bool(!jx_contains(x, e, a, b));
     case '~': return concat(x, a, b);
     case '+': return add(x, e, a, b);
     default: return arith(x, e, e->op, a, b);
@@ -333,7 +360,7 @@ static jv call(jctx *x, const jnode *e) {
         jv self = jx_eval(x, e->a->a);
         jv *args = pos_args(x, e->args, &n);
         int found = 0;
-        jv r = jx_method(x, e, self, e->a->s, e->a->sn, args, n, &found);
+        jv r = jx_method(x, e, self, e->a->s, e->a->sn, args, n, e->args, &found);
         if (found) return r;
         jv f = attr(x, e->a, self);
         if (f.k == JV_MACRO) return jx_call_macro(x, e, f, args, n, e->args);
@@ -392,7 +419,8 @@ jv jx_eval(jctx *x, const jnode *e) {
         if (e->op == '!') return jv_bool(!jv_truthy(v));
         if (!is_num(v)) jx_fail(x, KVT_EFORMAT, e, "unary '%c' needs a number, not %s", e->op, jv_type_name(v));
         if (e->op == '+') return v;
-        return v.k == JV_FLOAT ? jv_float(-v.u.f) : jv_int(-v.u.i);
+        if (v.k == JV_FLOAT) return jv_float(-v.u.f);
+        return int_arith(x, e, '-', 0, v.u.i);
     case JN_BIN: return binary(x, e);
     case JN_COND: return jv_truthy(jx_eval(x, e->a)) ? jx_eval(x, e->b) : e->c ? jx_eval(x, e->c) : jv_undef();
     case JN_LIST:

@@ -4,6 +4,8 @@
  * "d.items()"), and the globals range, namespace, dict, raise_exception and
  * strftime_now. Case changes are ASCII-only; lengths, indexes and slices
  * count code points, as Python does. */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,38 +67,77 @@ static jv replace(jctx *x, jv s, jv from, jv to, long long count) {
     return jb_done(&b);
 }
 
-/* str.split(sep=None, maxsplit=-1). */
-static jv split(jctx *x, jv s, const jv *sep, long long maxsplit) {
+/* The list l in reverse order, in place (rsplit collects its pieces from the right). */
+static jv reverse_in_place(jv l) {
+    for (size_t i = 0, n = l.u.l->n; i < n / 2; i++) {
+        jv t = l.u.l->v[i];
+        l.u.l->v[i] = l.u.l->v[n - 1 - i];
+        l.u.l->v[n - 1 - i] = t;
+    }
+    return l;
+}
+
+/* str.split(None, maxsplit) and str.rsplit (right): runs of whitespace, no empty items. Once
+ * maxsplit pieces are cut, the rest is one piece with only its whitespace on the cutting side
+ * dropped, as Python keeps the other side's ('a b  '.split(None, 1) is ['a', 'b  ']). */
+static jv split_ws(jctx *x, jv s, long long maxsplit, int right) {
     jv l = jv_new_list(x);
     const char *p = s.u.s.p, *end = p + s.u.s.n;
-    if (!sep || sep->k != JV_STR) { /* runs of whitespace, no empty items */
-        while (p < end) {
+    while (p < end) {
+        if (right)
+            while (p < end && ws(end[-1])) end--;
+        else
             while (p < end && ws(*p)) p++;
-            if (p == end) break;
-            const char *w = p;
-            if (maxsplit >= 0 && (long long)l.u.l->n >= maxsplit) {
-                jv rest = strip(jv_strn(w, (size_t)(end - w)), 2, NULL);
-                jv_list_push(x, l.u.l, rest);
-                break;
-            }
+        if (p == end) break;
+        if (maxsplit >= 0 && (long long)l.u.l->n >= maxsplit) {
+            jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
+            break;
+        }
+        const char *w = right ? end : p;
+        if (right) {
+            while (p < end && !ws(end[-1])) end--;
+            jv_list_push(x, l.u.l, jv_strn(end, (size_t)(w - end)));
+        } else {
             while (p < end && !ws(*p)) p++;
             jv_list_push(x, l.u.l, jv_strn(w, (size_t)(p - w)));
         }
-        return l;
     }
+    return right ? reverse_in_place(l) : l;
+}
+
+/* str.split(sep=None, maxsplit=-1), and str.rsplit (right), which cuts from the end: the two
+ * differ once maxsplit stops the cutting ('a.b.c'.rsplit('.', 1) is ['a.b', 'c']) and where
+ * separators overlap ('aaa'.rsplit('aa') is ['a', '']). */
+static jv split(jctx *x, jv s, const jv *sep, long long maxsplit, int right) {
+    if (!sep || sep->k != JV_STR) return split_ws(x, s, maxsplit, right);
+    jv l = jv_new_list(x);
+    const char *p = s.u.s.p, *end = p + s.u.s.n;
     size_t sn = sep->u.s.n;
     if (!sn) jx_fail(x, KVT_EFORMAT, NULL, "split: empty separator");
     for (;;) {
         const char *hit = NULL;
-        if (maxsplit < 0 || (long long)l.u.l->n < maxsplit)
-            for (const char *q = p; q + sn <= end && !hit; q++)
-                if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+        if ((maxsplit < 0 || (long long)l.u.l->n < maxsplit) && (size_t)(end - p) >= sn) {
+            if (right) {
+                for (const char *q = end - sn; !hit; q--) {
+                    if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+                    if (q == p) break;
+                }
+            } else {
+                for (const char *q = p; q + sn <= end && !hit; q++)
+                    if (!memcmp(q, sep->u.s.p, sn)) hit = q;
+            }
+        }
         if (!hit) break;
-        jv_list_push(x, l.u.l, jv_strn(p, (size_t)(hit - p)));
-        p = hit + sn;
+        if (right) {
+            jv_list_push(x, l.u.l, jv_strn(hit + sn, (size_t)(end - hit - sn)));
+            end = hit;
+        } else {
+            jv_list_push(x, l.u.l, jv_strn(p, (size_t)(hit - p)));
+            p = hit + sn;
+        }
     }
     jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
-    return l;
+    return right ? reverse_in_place(l) : l;
 }
 
 static int affix(jv s, jv a, int end) {
@@ -129,7 +170,8 @@ static jv join(jctx *x, jv list, jv sep) {
     return jb_done(&b);
 }
 
-static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n, int *found) {
+static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n,
+                     const jnode *kw, int *found) {
     *found = 1;
     const jv *a0 = n > 0 ? &a[0] : NULL;
     if (name_is(name, nlen, "strip")) return strip(s, 3, a0);
@@ -141,8 +183,10 @@ static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nl
     if (name_is(name, nlen, "title")) return change_case(x, s, 3);
     if (name_is(name, nlen, "startswith") && n == 1) return jv_bool(affix(s, a[0], 0));
     if (name_is(name, nlen, "endswith") && n == 1) return jv_bool(affix(s, a[0], 1));
-    if (name_is(name, nlen, "split") || name_is(name, nlen, "rsplit"))
-        return split(x, s, a0, n > 1 && a[1].k == JV_INT ? a[1].u.i : -1);
+    if (name_is(name, nlen, "split") || name_is(name, nlen, "rsplit")) { /* sep= and maxsplit= by name too */
+        jv sep = a0 ? *a0 : jx_kwarg(x, kw, "sep"), max = n > 1 ? a[1] : jx_kwarg(x, kw, "maxsplit");
+        return split(x, s, &sep, max.k == JV_INT ? max.u.i : -1, name[0] == 'r');
+    }
     if (name_is(name, nlen, "replace") && n >= 2)
         return replace(x, s, need_str(x, at, a[0], "replace"), need_str(x, at, a[1], "replace"),
                        n > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
@@ -157,9 +201,10 @@ static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nl
     return jv_undef();
 }
 
-jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *a, size_t n, int *found) {
+jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *a, size_t n, const jnode *kw,
+             int *found) {
     *found = 0;
-    if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, found);
+    if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, kw, found);
     if (self.k != JV_DICT) return jv_undef();
     *found = 1;
     if (name_is(name, nlen, "items")) return items_of(x, self);
@@ -210,13 +255,14 @@ int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv
             name_is(name, n, "sameas"))
             return jv_equal(v, a[0]) && (!name_is(name, n, "sameas") || v.k == a[0].k);
         if (name_is(name, n, "ne")) return !jv_equal(v, a[0]);
-        if (name_is(name, n, "in")) {
-            jv l = a[0];
-            if (l.k == JV_LIST)
-                for (size_t i = 0; i < l.u.l->n; i++)
-                    if (jv_equal(l.u.l->v[i], v)) return 1;
-            return 0;
-        }
+        /* the comparison tests, under Jinja's names and its operator aliases */
+        if (name_is(name, n, "lt") || name_is(name, n, "lessthan") || name_is(name, n, "<"))
+            return jx_compare(x, at, v, a[0]) < 0;
+        if (name_is(name, n, "le") || name_is(name, n, "<=")) return jx_compare(x, at, v, a[0]) <= 0;
+        if (name_is(name, n, "gt") || name_is(name, n, "greaterthan") || name_is(name, n, ">"))
+            return jx_compare(x, at, v, a[0]) > 0;
+        if (name_is(name, n, "ge") || name_is(name, n, ">=")) return jx_compare(x, at, v, a[0]) >= 0;
+        if (name_is(name, n, "in")) return jx_contains(x, at, v, a[0]); /* as the operator: 'a' is in 'abc' */
     }
     jx_fail(x, KVT_EFORMAT, at, "no test named '%.*s' (with %zu arguments)", (int)KVT_MIN(n, 64), name, na);
 }
@@ -330,10 +376,21 @@ static jv length(jctx *x, const jnode *at, jv v) {
     }
 }
 
+/* The tojson filter as Hugging Face defines it for chat templates (json.dumps with ensure_ascii
+ * off): indent= and separators= (a pair of strings, as Kimi's template gives (',', ':')). */
 static jv to_json(jctx *x, const jnode *at, jv v, const jnode *kw) {
-    jv ind = jx_kwarg(x, kw, "indent");
+    jv ind = jx_kwarg(x, kw, "indent"), seps = jx_kwarg(x, kw, "separators");
+    jv_json_style st = {.indent = ind.k == JV_INT ? (int)KVT_MIN(KVT_MAX(ind.u.i, 0), 64) : -1};
+    st.item_sep = jv_strn(st.indent >= 0 ? "," : ", ", st.indent >= 0 ? 1 : 2);
+    st.key_sep = jv_strn(": ", 2);
+    if (seps.k != JV_UNDEF && seps.k != JV_NONE) {
+        if (seps.k != JV_LIST || seps.u.l->n != 2 || seps.u.l->v[0].k != JV_STR || seps.u.l->v[1].k != JV_STR)
+            jx_fail(x, KVT_EFORMAT, at, "tojson: separators must be a pair of strings, not %s", jv_type_name(seps));
+        st.item_sep = seps.u.l->v[0];
+        st.key_sep = seps.u.l->v[1];
+    }
     jbuf b = {.x = x};
-    jv_write_json(&b, v, ind.k == JV_INT ? (int)KVT_MIN(KVT_MAX(ind.u.i, 0), 64) : -1, 0, at);
+    jv_write_json(&b, v, &st, 0, at);
     return jb_done(&b);
 }
 
@@ -360,14 +417,22 @@ static jv escape_html(jctx *x, jv s) {
     return jb_done(&b);
 }
 
-static jv to_number(jctx *x, jv v, int as_float, const jv *dflt) {
+/* A float as an integer, toward zero as Python's int(): NaN and infinities are not numbers there
+ * (the default), and a value past 64 bits is an error rather than C's undefined conversion. */
+static jv float_to_int(jctx *x, const jnode *at, double d, const jv *dflt) {
+    if (isnan(d) || isinf(d)) return dflt ? *dflt : jv_int(0);
+    if (!(d >= -0x1p63 && d < 0x1p63)) jx_fail(x, KVT_EFORMAT, at, "int: %g does not fit in 64 bits", d);
+    return jv_int((long long)d);
+}
+
+static jv to_number(jctx *x, const jnode *at, jv v, int as_float, const jv *dflt) {
     if (v.k == JV_INT || v.k == JV_BOOL) return as_float ? jv_float((double)v.u.i) : jv_int(v.u.i);
-    if (v.k == JV_FLOAT) return as_float ? v : jv_int((long long)v.u.f);
+    if (v.k == JV_FLOAT) return as_float ? v : float_to_int(x, at, v.u.f, dflt);
     if (v.k == JV_STR) {
         jv s = jv_str_copy(x, v.u.s.p, v.u.s.n);
         char *end;
         double d = strtod(s.u.s.p, &end);
-        if (end != s.u.s.p && !*end) return as_float ? jv_float(d) : jv_int((long long)d);
+        if (end != s.u.s.p && !*end) return as_float ? jv_float(d) : float_to_int(x, at, d, dflt);
     }
     return dflt ? *dflt : as_float ? jv_float(0) : jv_int(0);
 }
@@ -404,9 +469,13 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
         return join(x, l, a0 ? *a0 : jv_strn("", 0));
     }
     if (name_is(name, n, "reverse")) return reversed(x, at, v);
-    if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, v, name[0] == 'f', a0);
-    if (name_is(name, n, "abs"))
-        return v.k == JV_FLOAT ? jv_float(v.u.f < 0 ? -v.u.f : v.u.f) : jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, at, v, name[0] == 'f', a0);
+    if (name_is(name, n, "abs")) { /* of a number only: another kind's union bits are no integer */
+        if (v.k == JV_FLOAT) return jv_float(v.u.f < 0 ? -v.u.f : v.u.f);
+        if (v.k != JV_INT && v.k != JV_BOOL) jx_fail(x, KVT_EFORMAT, at, "abs needs a number, not %s", jv_type_name(v));
+        if (v.u.i == LLONG_MIN) jx_fail(x, KVT_EFORMAT, at, "an integer result does not fit in 64 bits");
+        return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    }
     if (name_is(name, n, "safe")) return v;
     if (v.k == JV_UNDEF) v = jv_strn("", 0); /* the string filters print an undefined value as "" */
     jv s = jv_to_str(x, v);
@@ -436,13 +505,16 @@ static jv range(jctx *x, const jnode *at, const jv *a, size_t na) {
         v[na == 1 ? 1 : i] = a[i].u.i;
     }
     if (!v[2]) jx_fail(x, KVT_EFORMAT, at, "range step cannot be zero");
-    long long span = v[2] > 0 ? v[1] - v[0] : v[0] - v[1], step = v[2] > 0 ? v[2] : -v[2];
-    size_t count = span <= 0 ? 0 : (size_t)((span + step - 1) / step);
-    if (count > x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
+    /* in unsigned arithmetic: the span of range(-2**62 * 2, 2**62) does not fit a long long */
+    typedef unsigned long long u64;
+    u64 span = v[2] > 0 ? (v[1] > v[0] ? (u64)v[1] - (u64)v[0] : 0) : (v[0] > v[1] ? (u64)v[0] - (u64)v[1] : 0);
+    u64 step = v[2] > 0 ? (u64)v[2] : -(u64)v[2], steps = span ? (span - 1) / step + 1 : 0;
+    if (steps > x->lim.max_steps) jx_fail(x, KVT_ELIMIT, at, "range is longer than %zu", x->lim.max_steps);
+    size_t count = (size_t)steps;
     jv l = jv_new_list(x);
     l.u.l->v = jx_alloc(x, (count ? count : 1) * sizeof *l.u.l->v); /* once: no copies as it grows */
     l.u.l->cap = count;
-    for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int(v[0] + (long long)i * v[2]);
+    for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int((long long)((u64)v[0] + (u64)i * (u64)v[2]));
     return l;
 }
 

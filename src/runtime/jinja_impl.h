@@ -167,7 +167,13 @@ void jb_puts(jbuf *b, const char *s);
 jv jb_done(jbuf *b);
 void jv_write_str(jbuf *b, jv v);
 void jv_write_repr(jbuf *b, jv v);
-void jv_write_json(jbuf *b, jv v, int indent, int level, const jnode *at);
+/* How tojson writes: the indent (-1: none) and the separators between items and after a key
+ * (json.dumps' separators: ", " and ": " by default, "," and ": " with an indent). */
+typedef struct {
+    int indent;
+    jv item_sep, key_sep;
+} jv_json_style;
+void jv_write_json(jbuf *b, jv v, const jv_json_style *st, int level, const jnode *at);
 jv jv_to_str(jctx *x, jv v);
 
 /* marks (jinja_marks.c): which bytes are the variables' text, where x->track */
@@ -190,7 +196,12 @@ jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npo
 jv jx_filter(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, const jv *args, size_t nargs,
              const jnode *kwargs);
 int jx_test(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, const jv *args, size_t nargs);
-jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *args, size_t nargs, int *found);
+/* needle in hay, as Jinja's "in" reads it: a substring, a list item or a dict key. */
+int jx_contains(jctx *x, const jnode *at, jv needle, jv hay);
+/* a < b: -1, a > b: 1, else 0, for two numbers or two strings (else an error), as the operators. */
+int jx_compare(jctx *x, const jnode *at, jv a, jv b);
+jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *args, size_t nargs,
+             const jnode *kw, int *found);
 jv jx_global(jctx *x, const jnode *at, const char *name, size_t nlen, const jv *args, size_t nargs, const jnode *kwargs,
              int *found);
 

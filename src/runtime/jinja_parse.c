@@ -413,7 +413,9 @@ static jnode *filters(parser *p, jnode *e) {
     }
 }
 
-static jnode *unary(parser *p) {
+/* A sign binds tighter than a filter, as in Jinja: -3 | abs is (-3) | abs, so the operand of a
+ * sign is read without its filters (with_filters 0) and the filters apply to the signed value. */
+static jnode *unary_f(parser *p, int with_filters) {
     if (++p->depth > MAX_NEST) {
         perr(p, "expressions nest more than %d deep", MAX_NEST);
         return node(p, JN_LIT);
@@ -423,13 +425,15 @@ static jnode *unary(parser *p) {
         e = node(p, JN_UNARY);
         e->op = p->cur.op;
         lex(p);
-        e->a = unary(p);
+        e->a = unary_f(p, 0);
     } else {
         e = postfix(p, primary(p));
     }
     p->depth--;
-    return filters(p, e);
+    return with_filters ? filters(p, e) : e;
 }
+
+static jnode *unary(parser *p) { return unary_f(p, 1); }
 
 static jnode *power(parser *p) {
     jnode *e = unary(p);

@@ -328,8 +328,10 @@ static void json_newline(jbuf *b, int indent, int level) {
     for (int i = 0; i < indent * level; i++) jb_puts(b, " ");
 }
 
-/* json.dumps: ", " and ": " between items (with an indent: "," and a new line). */
-void jv_write_json(jbuf *b, jv v, int indent, int level, const jnode *at) {
+/* json.dumps: st's separators between items and after keys, and with an indent a new line after
+ * each item separator. */
+void jv_write_json(jbuf *b, jv v, const jv_json_style *st, int level, const jnode *at) {
+    const int indent = st->indent;
     if (level > 512) jx_fail(b->x, KVT_ELIMIT, at, "tojson: a value nests more than 512 deep");
     int is_dict = v.k == JV_DICT || v.k == JV_NS;
     size_t n = v.k == JV_LIST ? v.u.l->n : is_dict ? v.u.d->n : 0;
@@ -348,19 +350,19 @@ void jv_write_json(jbuf *b, jv v, int indent, int level, const jnode *at) {
     case JV_NS:
         jb_puts(b, is_dict ? "{" : "[");
         for (size_t i = 0; i < n; i++) {
-            if (i) jb_puts(b, indent >= 0 ? "," : ", ");
+            if (i) jb_put(b, st->item_sep.u.s.p, st->item_sep.u.s.n);
             if (indent >= 0) json_newline(b, indent, level + 1);
             if (is_dict) {
                 jv k = v.u.d->key[i];
                 if (k.k == JV_STR) json_string(b, k.u.s.p, k.u.s.n);
                 else { /* json.dumps turns a number or boolean key into its string */ jbuf t = {.x = b->x};
-                    jv_write_json(&t, k, -1, level + 1, at);
+                    jv_write_json(&t, k, st, level + 1, at);
                     jv s = jb_done(&t);
                     json_string(b, s.u.s.p, s.u.s.n);
                 }
-                jb_puts(b, ": ");
+                jb_put(b, st->key_sep.u.s.p, st->key_sep.u.s.n);
             }
-            jv_write_json(b, is_dict ? v.u.d->val[i] : v.u.l->v[i], indent, level + 1, at);
+            jv_write_json(b, is_dict ? v.u.d->val[i] : v.u.l->v[i], st, level + 1, at);
         }
         if (indent >= 0 && n) json_newline(b, indent, level);
         return jb_puts(b, is_dict ? "}" : "]");

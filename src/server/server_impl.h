@@ -314,7 +314,8 @@ typedef enum {
     R_CACHE_LOOKUP,    /* GET or POST /v1/cache/lookup (handlers_lookup.c) */
     R_CACHE_EVENTS,    /* GET /v1/cache/events */
     R_RESPONSES,       /* POST /v1/responses */
-    R_RESPONSE_ITEM    /* GET and DELETE /v1/responses/{id} */
+    R_RESPONSE_ITEM,   /* GET and DELETE /v1/responses/{id} */
+    R_MODEL_ITEM       /* GET /v1/models/{id} */
 } route;
 
 struct conn_state;

@@ -96,7 +96,43 @@ static void test_language(void) {
            "{\"xs\":[{\"n\":\"a\",\"on\":true},{\"n\":\"b\",\"on\":false},{\"n\":\"c\",\"on\":true}]}", "a,c|1");
     expect("{{ ' a b '.split() }}{{ 'a,b'.split(',') | last }}{{ 'Hi'.upper() }}{{ 'x'.startswith(('y','x')) }}", NULL,
            "['a', 'b']bHITrue");
+    /* rsplit cuts from the end; a whitespace split's rest keeps its far side's spaces, as Python's */
+    expect("{{ 'a.b.c'.rsplit('.', 1) }}{{ 'a.b.c'.split('.', 1) }}{{ 'aaa'.rsplit('aa') }}{{ 'x'.rsplit('x') }}", NULL,
+           "['a.b', 'c']['a', 'b.c']['a', '']['', '']");
+    expect("{{ 'a b  c  '.split(none, 1) }}{{ '  a b '.rsplit(none, 1) }}{{ ' x '.split(none, 0) }}|{{ ' '.rsplit() }}",
+           NULL, "['a', 'b  c  ']['  a', 'b']['x ']|[]");
+    expect("{{ 'a b c'.split(' ', maxsplit=1) }}{{ 'a,b,c'.rsplit(sep=',', maxsplit=1) }}{{ ' x '.split(maxsplit=0) }}",
+           NULL, "['a', 'b c']['a,b', 'c']['x ']");
+    expect(
+        "{{ 2 is gt 1 }}{{ 2 is ge 2 }}{{ 2 is lt 1 }}{{ 'a' is le 'b' }}{{ [1, 5, 9] | select('greaterthan', 4) | list }}"
+        "{{ [1, 5, 9] | reject('lessthan', 5) | list }}",
+        NULL, "TrueTrueFalseTrue[5, 9][5, 9]");
+    expect("{{ 'x' is in 'xyz' }}{{ 'k' is in ({'k': 1}) }}{{ [1, 2] | select('in', [2, 3]) | list }}", NULL,
+           "TrueTrue[2]");
+    /* integers stay integers, and stay exact: what does not fit in 64 bits is an error, not a
+     * wrap-around or a trap (INT64_MIN // -1 would kill the process) */
+    expect("{{ 2 ** 10 }} {{ 2 ** -1 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ (-4611686018427387904 * 2) % -1 }}", NULL,
+           "1024 0.5 2 -2 0");
+    expect_fail("{{ (-4611686018427387904 * 2) // -1 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect_fail("{{ -(-4611686018427387904 * 2) }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect_fail("{{ (-4611686018427387904 * 2) | abs }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect_fail("{{ 4611686018427387904 * 2 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect_fail("{{ 4611686018427387904 + 4611686018427387904 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect_fail("{{ 3 ** 40 }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    /* range's length and |int of a float at the edges: a limit or Python's answer, not C's overflow */
+    expect_fail("{{ range(-4611686018427387904 * 2, 4611686018427387903 * 2) | length }}", NULL, KVT_ELIMIT,
+                "range is longer");
+    expect("{{ range(0, 10, 4611686018427387903 * 2) | list }}{{ range(5, -4611686018427387904 * 2, -4611686018427387904 "
+           "* 2) | list }}{{ '1e999' | int }}{{ 'nan' | int(7) }}{{ -3.7 | int }}",
+           NULL, "[0][5, -9223372036854775803]07-3");
+    expect_fail("{{ 1e19 | int }}", NULL, KVT_EFORMAT, "does not fit in 64 bits");
+    expect("{{ -3 | abs }}{{ -2.5 | abs }}{{ true | abs }}{{ -x | string | length }}", "{\"x\":12}", "32.513");
+    expect_fail("{{ 'ab' | abs }}", NULL, KVT_EFORMAT, "abs needs a number, not string"); /* not the string's address */
+    expect_fail("{{ none | abs }}", NULL, KVT_EFORMAT, "abs needs a number");
     expect("{{ {'k': [1, none, 'é\"']} | tojson }}", NULL, "{\"k\": [1, null, \"é\\\"\"]}");
+    expect("{{ {'b': 1, 'a': [1, 2]} | tojson(separators=(',', ':')) }}|{{ {'a': 1} | tojson(indent=1) }}|"
+           "{{ [1, {'a': 2}] | tojson(indent=1, separators=(';', '=')) }}",
+           NULL, "{\"b\":1,\"a\":[1,2]}|{\n \"a\": 1\n}|[\n 1;\n {\n  \"a\"=2\n }\n]");
     expect("  {%- if true %}\n  x\n  {% endif %}\n{# c #}\ny", NULL, "  x\ny");
     expect("{{ d.get('a', 5) }}{{ d.b is defined }}{{ 'ab' in 'xaby' }}{{ 2 not in [1] }}", "{\"d\":{}}",
            "5FalseTrueTrue");

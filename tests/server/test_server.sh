@@ -131,6 +131,10 @@ check "chat stream role chunk" is "$(grep '^data: {' "$TMP/sse" | head -n 1 | se
 check "chat stream text = plain reply" is "$(sse_text)" "$REPLY"
 check "chat stream usage chunk" is "$(grep '^data: {' "$TMP/sse" | tail -n 1 | sed 's/^data: //' | jq -r '(.choices|length)==0 and .usage.completion_tokens > 0 and (.kvtier|type)=="object"')" true
 check "chat stream [DONE]" grep -q '^data: \[DONE\]' "$TMP/sse"
+check "with include_usage every chunk before it has usage: null (OpenAI's shape)" is \
+  "$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -s '.[:-1] | length > 1 and all(has("usage") and .usage == null)')" true
+curl -sN -m 60 -H 'Content-Type: application/json' -d "$(jq -c '. + {stream:true}' <<<"$CHAT")" "$URL/v1/chat/completions" >"$TMP/sse"
+check "without include_usage no chunk has usage" is "$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -s 'any(has("usage"))')" false
 
 # the second turn reuses the first turn's tokens, the reply kvtier generated included
 TURN2=$(jq -c --arg r "$REPLY" '.messages += [{"role":"assistant","content":$r},{"role":"user","content":"And at night?"}]' <<<"$CHAT")

@@ -54,6 +54,19 @@ check "models context_length" is "$(jb '.data[0].context_length')" 512
 check "models meta n_ctx" is "$(jb '.data[0].meta.n_ctx')" 512
 check "models meta n_vocab" gt "$(jb '.data[0].meta.n_vocab')" 0
 check "models meta n_params" gt "$(jb '.data[0].meta.n_params')" 0
+ID=$(jb '.data[0].id')
+# OpenAI's retrieve (the SDKs' models.retrieve): the model's object by any name it answers to
+get "$URL/v1/models/$ID"
+check "GET /v1/models/{id} 200" is "$CODE" 200
+check "the model's object" is "$(jb '[.object, .id, .owned_by, (.created | type), .context_length] | join(",")')" \
+  "model,$ID,kvtier,number,512"
+get "$URL/v1/models/m.gguf"
+check "the file's name retrieves it too" is "$(jb '[.object, .id] | join(",")')" "model,$ID"
+get "$URL/v1/models/gpt-4o"
+check "another model is 404" is "$CODE" 404
+check "its code is model_not_found" is "$(jb '[.error.code, .error.param] | join(",")')" model_not_found,model
+get -X POST "$URL/v1/models/$ID"
+check "POST /v1/models/{id} is 405" is "$CODE" 405
 
 # ---- CORS --------------------------------------------------------------------------------------
 H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://app.example' \

@@ -268,6 +268,12 @@ post /v1/completions '{"prompt": "Hello", "max_tokens": 3, "temperature": 0, "ec
 check "echo puts the prompt before the text" is "$(jb '.choices[0].text')" "Hello$A0"
 post /v1/completions '{"prompt": "Hello", "echo": true, "logprobs": 1}'
 check "echo with logprobs is a 400 naming echo" is "$CODE/$(jb .error.param)" 400/echo
+for EMPTY in '[]' '[[]]' '[""]'; do
+  post /v1/completions "{\"prompt\": $EMPTY, \"max_tokens\": 1}"
+  [ "$EMPTY" = '[""]' ] && { check "a prompt array of one empty string is one empty prompt" is "$CODE" 200; continue; }
+  check "prompt $EMPTY: a 400 that says it is empty" is "$CODE/$(jb .error.param)/$(jb '.error.message | test("empty")')" \
+    400/prompt/true
+done
 
 # ---- model names -------------------------------------------------------------------------------
 post /v1/completions '{"model": "gpt-4o", "prompt": "Hello", "max_tokens": 1}'

@@ -222,6 +222,9 @@ static int parse_prompt(const cJSON *root, int32_t n_vocab, kvt_api_request *r, 
     if (cJSON_IsArray(p)) {
         int n = cJSON_GetArraySize(p);
         const cJSON *first = cJSON_GetArrayItem(p, 0);
+        if (!n) /* [] or, among several prompts, [[]]: said as such, not as a type the array lacks */
+            return kvt_api_errorf(err, 400, INVALID, "prompt", "invalid_value",
+                                  "'prompt' is an empty array: give text or at least one token id");
         if (n == 1 && cJSON_IsString(first)) {
             r->prompt = kvt_xstrdup(first->valuestring);
             return 0;

@@ -30,6 +30,7 @@ cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk) {
     cJSON_AddNumberToObject(o, "created", (double)h->created);
     cJSON_AddStringToObject(o, "model", h->model);
     cJSON_AddNullToObject(o, "system_fingerprint");
+    if (chunk && h->usage_null) cJSON_AddNullToObject(o, "usage");
     return o;
 }
 
@@ -265,7 +266,9 @@ char *kvt_api_reasoning_chunk_json(const kvt_api_head *h, const char *reasoning)
 }
 
 char *kvt_api_usage_chunk_json(const kvt_api_head *h, const kvt_api_usage *u) {
-    cJSON *o = kvt_api_head_obj(h, 1);
+    kvt_api_head own = *h;
+    own.usage_null = 0; /* this chunk has the usage */
+    cJSON *o = kvt_api_head_obj(&own, 1);
     cJSON_AddArrayToObject(o, "choices");
     cJSON_AddItemToObject(o, "usage", usage_obj(u));
     cJSON_AddItemToObject(o, "kvtier", kvt_api_kvtier_obj(u));
@@ -304,10 +307,8 @@ char *kvt_api_call_chunk_json(const kvt_api_head *h, const kvt_api_call *c, size
     return print_free(o);
 }
 
-char *kvt_api_models_json(const kvt_api_model_info *mi) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
+/* One model's object, as /v1/models lists it and /v1/models/{id} answers it. */
+static cJSON *model_object(const kvt_api_model_info *mi) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", mi->id);
     cJSON_AddStringToObject(m, "object", "model");
@@ -320,6 +321,15 @@ char *kvt_api_models_json(const kvt_api_model_info *mi) {
     cJSON_AddNumberToObject(meta, "n_vocab", mi->n_vocab);
     cJSON_AddNumberToObject(meta, "n_embd", mi->n_embd);
     cJSON_AddNumberToObject(meta, "n_params", (double)mi->n_params);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+char *kvt_api_models_json(const kvt_api_model_info *mi) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, model_object(mi));
     return print_free(o);
 }
+
+char *kvt_api_model_json(const kvt_api_model_info *mi) { return print_free(model_object(mi)); }

@@ -99,7 +99,9 @@ typedef struct {
     const char *model;
     const kvt_api_call *calls;
     size_t n_calls;
-    int32_t index; /* the choice a chunk belongs to (n > 1) */
+    int32_t index;  /* the choice a chunk belongs to (n > 1) */
+    int usage_null; /* a stream with stream_options.include_usage: each chunk before the usage chunk
+                       carries "usage": null, as OpenAI's do */
 } kvt_api_head;
 
 /* One choice of a response with n of them (kvt_api_response_json_n). */
@@ -159,5 +161,7 @@ typedef struct {
 /* The model list: one model with context_length and a "meta" object
  * (n_ctx, n_ctx_train, n_vocab, n_embd, n_params; llama-server's names). */
 char *kvt_api_models_json(const kvt_api_model_info *m);
+/* That one model's object alone (GET /v1/models/{id}). */
+char *kvt_api_model_json(const kvt_api_model_info *m);
 
 #endif

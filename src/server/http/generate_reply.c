@@ -16,7 +16,12 @@
 #include "reasoning.h"
 
 static kvt_api_head head_of(kvt_server *s, const srv_req *r, int32_t index) {
-    kvt_api_head h = {.kind = r->kind, .id = r->id, .created = r->created, .model = s->p.model_id, .index = index};
+    kvt_api_head h = {.kind = r->kind,
+                      .id = r->id,
+                      .created = r->created,
+                      .model = s->p.model_id,
+                      .index = index,
+                      .usage_null = r->include_usage};
     return h;
 }
 

@@ -184,8 +184,18 @@ enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, c
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", b, NULL, NULL);
 }
 
+/* GET /v1/models: the list of the one model; GET /v1/models/{id} (OpenAI's retrieve): that
+ * model's object for any name it answers to, else a 404 model_not_found as a request naming it gets. */
 enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const kvt_hparams *hp = &s->model->hp;
+    const char *item = cs->r == R_MODEL_ITEM ? cs->path + strlen("/v1/models/") : NULL;
+    if (item && !model_known(s, item)) {
+        kvt_api_error err;
+        kvt_api_errorf(&err, 404, "invalid_request_error", "model", "model_not_found",
+                       "The model '%.200s' does not exist: this server serves '%.200s' (GET /v1/models)", item,
+                       s->p.model_id);
+        return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    }
     kvt_api_model_info mi = {.id = s->p.model_id,
                              .created = (int64_t)time(NULL),
                              .n_ctx = s->n_ctx,
@@ -193,7 +203,8 @@ enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, c
                              .n_vocab = s->n_vocab,
                              .n_embd = hp->n_embd,
                              .n_params = s->model->n_params};
-    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_api_models_json(&mi), NULL, NULL);
+    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json",
+                             item ? kvt_api_model_json(&mi) : kvt_api_models_json(&mi), NULL, NULL);
 }
 
 /* The vocabulary's text of token tok as valid UTF-8 (malloc'd), "" for tok < 0. */

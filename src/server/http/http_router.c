@@ -26,6 +26,7 @@ static const struct {
     {"/v1/completions", "POST", "completions", R_COMPLETIONS, kvt_srv_handle_generate},
     {"/v1/chat/completions", "POST", "chat_completions", R_CHAT, kvt_srv_handle_generate},
     {"/v1/models", "GET", "models", R_MODELS, kvt_srv_handle_models},
+    {"/v1/models/{id}", "GET", "models", R_MODEL_ITEM, kvt_srv_handle_models},
     {"/health", "GET", "health", R_HEALTH, kvt_srv_handle_health},
     {"/metrics", "GET", "metrics", R_METRICS, kvt_srv_handle_metrics},
     {"/tokenize", "POST", "tokenize", R_TOKENIZE, kvt_srv_handle_tokenize},
@@ -53,7 +54,7 @@ static const struct {
     {"/v1/embeddings", "POST", "embeddings", R_EMBEDDINGS, kvt_srv_handle_embeddings},
     {"/embedding", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
     {"/embeddings", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
-    /* the Responses API; a path ending in "/{id}" takes any one segment there */
+    /* the Responses API; a path ending in "/{id}" (here and above) takes any one segment there */
     {"/v1/responses", "POST", "responses", R_RESPONSES, kvt_srv_handle_responses},
     {"/v1/responses/{id}", "GET, DELETE", "responses", R_RESPONSE_ITEM, kvt_srv_handle_responses},
 };
