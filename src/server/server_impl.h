@@ -501,8 +501,10 @@ char *kvt_srv_prompt_text(kvt_server *s, const srv_req *r);
 /* The tool calls in finished choice c's text, remembered in s->calls for the next turn with the
  * reply they came from (each one's arguments the JSON without the whitespace around it), and
  * *content the text before them; 0 (and both NULL) when the text holds no call or c has no tools
- * (generate_reply.c). */
-size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content);
+ * (generate_reply.c). When the token budget cut the text inside a call, the last call is that
+ * one with the arguments written so far, *cut is set (the finish stays "length"), and nothing is
+ * remembered. */
+size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content, int *cut);
 /* r's usage with every choice's completion tokens. */
 kvt_api_usage kvt_srv_total_usage(const srv_req *r);
 

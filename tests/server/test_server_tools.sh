@@ -84,6 +84,25 @@ curl -s -m 120 -N -H 'Content-Type: application/json' -d "{\"messages\":[{\"role
 ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc '[.[].choices[0].delta.tool_calls // [] | .[] | select(.index==0) | .function] | [(map(.name // "") | add), (map(.arguments // "") | add)]')
 check "a streamed call reassembles to the non-streamed one" is "$ST" "$NS"
 check "... and finishes with tool_calls" is "$(grep -c '"finish_reason":"tool_calls"' "$TMP/sse")" 1
+# a call that max_tokens cuts: finish_reason length, the call as far as it got (its name once whole),
+# never the call markup as content; the stream says the same
+leak=0 named=0 len=0 same=0
+for mt in 2 5 8 11 14 17 20 24 28; do
+  REQ="{\"messages\":[{\"role\":\"user\",\"content\":\"2+3?\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"add\"}},\"max_tokens\":$mt,\"seed\":4"
+  post /v1/chat/completions "$REQ}"
+  [ "$(jb '.choices[0].finish_reason')" = length ] && len=$((len + 1))
+  jb '.choices[0].message.content // ""' | grep -q '<tool_call' && leak=$((leak + 1))
+  [ "$(jb '[.choices[0].message.tool_calls // [] | .[] | .function.name == "add"] | all')" = true ] && named=$((named + 1))
+  NSC=$(jb -c '[.choices[0].message.content // "", (.choices[0].message.tool_calls // [] | map(.function.arguments))]')
+  curl -s -m 120 -N -H 'Content-Type: application/json' -d "$REQ,\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
+  STC=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -sc '[(map(.choices[0].delta.content // "") | add),
+    ([.[].choices[0].delta.tool_calls // [] | .[]] | group_by(.index) | map(map(.function.arguments // "") | add))]')
+  [ "$STC" = "$NSC" ] && grep -q '"finish_reason":"length"' "$TMP/sse" && same=$((same + 1))
+done
+check "a call cut by max_tokens finishes with length (9 of 9)" is "$len" 9
+check "... never returns the call markup as content" is "$leak" 0
+check "... names the function it was writing" is "$named" 9
+check "... and streams the same content and arguments (9 of 9)" is "$same" 9
 post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}"
 check "naming a function not in tools is a 400 naming tool_choice" is "$CODE/$(jb .error.param)" 400/tool_choice
 post /v1/chat/completions "{$MSG,\"tools\":$TOOLS,\"response_format\":{\"type\":\"json_object\"}}"

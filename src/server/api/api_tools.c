@@ -734,6 +734,52 @@ size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, co
     return n;
 }
 
+size_t kvt_api_parse_cut_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
+                               kvt_api_call **calls, char **content) {
+    *calls = NULL;
+    *content = NULL;
+    if (f == KVT_CHAT_MISTRAL) return 0; /* one JSON array for all the calls: not read when cut */
+    const call_style st = style_of(f);
+    const char *last = NULL, *end = text + strlen(text);
+    for (const char *p = strstr(text, st.pre); p; p = strstr(p + 1, st.pre)) last = p;
+    const char *name = last ? last + strlen(st.pre) : NULL, *q = name ? strchr(name, '"') : NULL;
+    if (!q || strncmp(q, st.mid, strlen(st.mid)) || (f == KVT_CHAT_LLAMA3 && skip_ws(text, end) != last)) {
+        /* cut before a call's name was whole: the text before its opening is the content */
+        const char *open = f == KVT_CHAT_LLAMA3 ? NULL : strstr(text, "<tool_call>");
+        if (open && !strstr(open, "</tool_call>")) *content = kvt_xstrndup(text, (size_t)(trim_end(text, open) - text));
+        return 0;
+    }
+    char *nm = kvt_xstrndup(name, (size_t)(q - name));
+    if (!name_ok(nm)) {
+        free(nm);
+        return 0;
+    }
+    /* the calls before the cut one, complete, and the text before them */
+    char *before = kvt_xstrndup(text, (size_t)(last - text));
+    kvt_api_call *c = NULL;
+    size_t n = 0;
+    if (f != KVT_CHAT_LLAMA3 && strstr(before, "<tool_call>")) {
+        n = kvt_api_parse_calls(f, before, parallel, response_id, &c, content);
+        if (!n || !parallel) { /* unreadable before the cut, or the first call is the answer */
+            free(nm);
+            free(before);
+            if (!n) return 0;
+            *calls = c;
+            return n;
+        }
+    } else {
+        *content = kvt_xstrndup(before, (size_t)(trim_end(before, before + strlen(before)) - before));
+    }
+    free(before);
+    c = kvt_xrealloc(c, (n + 1) * sizeof *c);
+    const char *dash = strrchr(response_id, '-');
+    char id[96];
+    snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, n);
+    c[n] = (kvt_api_call){.id = kvt_xstrdup(id), .name = nm, .arguments = kvt_xstrdup(q + strlen(st.mid))};
+    *calls = c;
+    return n + 1;
+}
+
 void kvt_api_calls_free(kvt_api_call *c, size_t n) {
     if (!c) return;
     for (size_t i = 0; i < n; i++) {

@@ -49,11 +49,17 @@ static size_t split_text(kvt_reasoning *rs, const char *text, size_t n, int fina
 /* The tool calls in a finished choice's text (remembered for the next turn, with the content
  * before them as the answer gives it: whole, or split into reasoning_content and content), or 0
  * when it is text. */
-size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content) {
+size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content, int *cut) {
     *calls = NULL;
     *content = NULL;
+    *cut = 0;
     if (!c->tools) return 0;
     size_t n = kvt_api_parse_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
+    if (!n && c->finish_reason && !strcmp(c->finish_reason, "length")) {
+        n = kvt_api_parse_cut_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
+        *cut = n > 0 || *content;
+        if (*cut) return n; /* a cut call never renders back as generated: not remembered */
+    }
     char *reason = NULL, *answer = NULL;
     if (n && *content && splits_reasoning(c)) {
         kvt_reasoning rs = kvt_reasoning_start(c->think_open);
@@ -89,12 +95,13 @@ char *kvt_srv_response_json(kvt_server *s, srv_req *r, const kvt_api_rag *rag) {
     char *content[KVT_API_MAX_N], *reason[KVT_API_MAX_N] = {0}, *answer[KVT_API_MAX_N] = {0};
     for (int32_t i = 0; i < n; i++) {
         srv_req *c = choice(r, i);
-        size_t nc = kvt_srv_read_calls(s, c, &calls[i], &content[i]);
+        int cut;
+        size_t nc = kvt_srv_read_calls(s, c, &calls[i], &content[i], &cut);
         lp[i] = (kvt_api_logprobs){.items = c->lp, .n = c->n_lp, .tok = s->tok};
-        ch[i] = (kvt_api_choice){.text = nc    ? content[i]
-                                     : c->text ? c->text
-                                               : "",
-                                 .finish_reason = nc ? "tool_calls" : c->finish_reason,
+        ch[i] = (kvt_api_choice){.text = nc || cut ? content[i]
+                                     : c->text     ? c->text
+                                                   : "",
+                                 .finish_reason = nc && !cut ? "tool_calls" : c->finish_reason,
                                  .lp = c->logprobs ? &lp[i] : NULL,
                                  .calls = calls[i],
                                  .n_calls = nc};
@@ -264,11 +271,13 @@ static void call_fragments(stream_state *st, int32_t i, const char *text, size_t
 /* The last tool-call events of done choice i (nc calls read from its whole text, content the text
  * outside them): the content not yet said, then for each call what its fragments did not carry, or
  * the whole call when none went out. Without calls the text not yet sent is content. */
-static void calls_done(stream_state *st, int32_t i, const kvt_api_call *calls, size_t nc, const char *content) {
+static void calls_done(stream_state *st, int32_t i, const kvt_api_call *calls, size_t nc, const char *content, int cut) {
     srv_req *c = choice(st->r, i);
     choice_state *cs = &st->ch[i];
     kvt_api_head h = head_of(st->s, st->r, i);
-    const char *rest = nc ? (cs->n_open ? "" : content) : (c->text ? c->text : "") + KVT_MIN(cs->said, c->text_len);
+    const char *rest = nc ? (cs->n_open ? "" : content)
+        : cut && content  ? content + KVT_MIN(cs->said, strlen(content))
+                          : (c->text ? c->text : "") + KVT_MIN(cs->said, c->text_len);
     tool_content(st, i, &h, rest, 1);
     for (size_t k = 0; k < nc; k++) {
         size_t sent = k < cs->n_open ? cs->args_sent[k] : 0, al = strlen(calls[k].arguments);
@@ -322,19 +331,22 @@ static void choice_events(stream_state *st, int32_t i) {
     kvt_api_call *calls = NULL;
     char *content = NULL;
     size_t nc = 0;
-    if (done && !c->err_status) nc = kvt_srv_read_calls(s, c, &calls, &content); /* done is final: c->text stays */
-    char *answer = NULL; /* with tools the text goes with the calls */
+    int cut = 0;
+    if (done && !c->err_status)
+        nc = kvt_srv_read_calls(s, c, &calls, &content, &cut); /* done is final: c->text stays */
+    char *answer = NULL;                                       /* with tools the text goes with the calls */
     const char *text = c->tools ? NULL : split_piece(st, i, delta, done, &answer);
     if (((text && *text) || n_lps || n_ids) && c->native) /* ids of held-back text go with the next piece */
         sse_event(st, native_event(st, i, text ? text : "", 0, n_lps ? &lpv : NULL, ids, n_ids, n_decoded));
     else if ((text && *text) || n_lps)
         sse_event(st, kvt_api_chunk_json(&h, text ? text : "", 0, NULL, NULL, n_lps ? &lpv : NULL));
     if (all) call_fragments(st, i, all, all_len);
-    if (c->tools && done && !c->err_status) calls_done(st, i, calls, nc, content);
+    if (c->tools && done && !c->err_status) calls_done(st, i, calls, nc, content, cut);
     if (done && !c->err_status && c->native) {
         sse_event(st, native_event(st, i, "", 1, NULL, NULL, 0, 0));
     } else if (done && !c->err_status) { /* the kvtier report (the prompt's) rides on the first choice's finish chunk */
-        char *last = kvt_api_chunk_json(&h, NULL, 0, nc ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage, NULL);
+        char *last = kvt_api_chunk_json(&h, NULL, 0, nc && !cut ? "tool_calls" : c->finish_reason, i ? NULL : &c->usage,
+                                        NULL);
         sse_event(st, st->rag && !i ? with_rag(s, c, st->rag, last) : last);
     }
     if (done && !c->err_status) cs->closed = 1; /* a failure is sent by stream_read, as the whole response's */

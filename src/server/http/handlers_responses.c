@@ -164,9 +164,11 @@ static cJSON *job_finish(kvt_server *s, resp_job *j, const char *status) {
     srv_req *r = j->r;
     kvt_api_call *calls = NULL;
     char *content = NULL;
-    size_t nc = r->err_status ? 0 : kvt_srv_read_calls(s, r, &calls, &content);
-    /* a complete call is the answer, however many tokens the grammar let the model write after it */
-    int length = !nc && r->finish_reason && !strcmp(r->finish_reason, "length");
+    int cut = 0;
+    size_t nc = r->err_status ? 0 : kvt_srv_read_calls(s, r, &calls, &content, &cut);
+    /* a complete call is the answer, however many tokens the grammar let the model write after it;
+     * a call the budget cut is returned as far as it got, in an incomplete response */
+    int length = (!nc || cut) && r->finish_reason && !strcmp(r->finish_reason, "length");
     kvt_api_resp_result res = {.id = j->id,
                                .created = r->created,
                                .model = s->p.model_id,
@@ -177,9 +179,9 @@ static cJSON *job_finish(kvt_server *s, resp_job *j, const char *status) {
                                .incomplete = !length ? NULL
                                    : r->cut_by_stop  ? "server_shutting_down"
                                                      : "max_output_tokens",
-                               .text = nc    ? content
-                                   : r->text ? r->text
-                                             : "",
+                               .text = nc || cut ? content
+                                   : r->text     ? r->text
+                                                 : "",
                                .calls = calls,
                                .n_calls = nc,
                                .u = &r->usage,
