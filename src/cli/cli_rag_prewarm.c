@@ -144,12 +144,24 @@ static long common_pairs(const prewarm_args *x, const kvt_rag_index *idx, kvt_cl
     item *seen = NULL;
     size_t n_seen = 0, cap = 0;
     *n_questions = 0;
-    for (char *line = text, *next; line && *line && !rc; line = next) {
+    long lineno = 0;
+    for (char *line = text, *next; line && line < text + len && !rc; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
+        ++lineno;
+        if (line[strspn(line, " \t\r")] == 0) continue; /* a blank line asks nothing */
         cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
         const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "question");
-        const char *question = cJSON_IsString(q) ? q->valuestring : line[0] == '{' ? "" : line;
+        if (line[0] == '{' && !cJSON_IsString(q)) {
+            fprintf(stderr, "kvtier rag prewarm: %s:%ld: %s\n", path, lineno,
+                    !cJSON_IsObject(j)
+                        ? "a line starting with '{' is not a JSON object (JSON lines need {\"question\": ...})"
+                        : "this JSON line has no string \"question\"");
+            cJSON_Delete(j);
+            rc = -1;
+            break;
+        }
+        const char *question = cJSON_IsString(q) ? q->valuestring : line;
         kvt_rag_hit hits[KVT_RAG_MAX_K];
         kvt_document docs[KVT_RAG_MAX_K];
         int asked = *question != 0;

@@ -232,6 +232,13 @@ check "after prewarm --cache-dir: both chunks from T2" is \
   "$(jb '[.kvtier.rag.chunks[] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)] | all')" true
 check "rag prewarm: --cache-dir without -m is an error" is \
   "$("$BIN" rag prewarm --cache-dir "$TMP/kvx" "$IDX" >/dev/null 2>&1; echo $?)" 2
+printf 'Why do tides follow the moon?\n\n%s\n' "$QP" >"$TMP/q_blank.txt"
+out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --questions "$TMP/q_blank.txt" -k 2 --pairs 1 2>&1)
+check "rag prewarm --questions: a blank line does not end the file" has "$out" "2 questions"
+printf 'Why do tides follow the moon?\n{"q": "typo"}\n' >"$TMP/q_bad.txt"
+out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --questions "$TMP/q_bad.txt" -k 2 --pairs 1 2>&1); rc=$?
+check "rag prewarm --questions: a JSON line without a question is an error naming the line" is \
+  "$rc/$(echo "$out" | grep -c 'q_bad.txt:2: this JSON line has no string "question"')" "1/1"
 check "rag prewarm: --pairs without --questions is an error" is \
   "$("$BIN" rag prewarm --server "$URL" "$IDX" --pairs 3 >/dev/null 2>&1; echo $?)" 2
 out=$("$BIN" rag prewarm --server "http://127.0.0.1:1" "$IDX" 2>&1); rc=$?
