@@ -86,6 +86,12 @@ done
 post /completion "{$S, \"temperature\": 1.5, \"top_k\": 1, \"seed\": 1, \"samplers\": \"kt\"}"
 check "top_k 1 in the order gives the greedy text" is "$CODE/$(jb .content)" "200/$GREEDY"
 differs=0
+post /completion "{$S, \"temperature\": 1.5, \"seed\": -1, \"ignore_eos\": true}"
+R1=$(jb .content)
+post /completion "{$S, \"temperature\": 1.5, \"seed\": -1, \"ignore_eos\": true}"
+check "seed -1 is llama.cpp's random seed: two sampled replies differ" test "$(jb .content)" != "$R1"
+post /completion "{$S, \"temperature\": 1.5, \"seed\": 4294967295, \"ignore_eos\": true}"
+check "... and so is 4294967295 (accepted, another reply)" test "$CODE" = 200 -a "$(jb .content)" != "$R1"
 for seed in 1 2 3; do
   post /completion "{$S, \"temperature\": 1.5, \"top_k\": 1, \"seed\": $seed, \"samplers\": [\"temperature\"]}"
   [ "$CODE" = 200 ] && [ "$(jb .content)" != "$GREEDY" ] && differs=$((differs + 1))

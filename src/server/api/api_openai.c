@@ -438,6 +438,9 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (get_number(root, "top_k", -1, INT32_MAX, NUM_INT, &d, &r->has_top_k, err)) return -1;
     if (r->has_top_k) r->top_k = d < 0 ? 0 : (int32_t)d;
     if (get_number(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, NUM_INT, &d, &r->has_seed, err)) return -1;
+    /* -1 (or 4294967295, the same 32 bits) is llama.cpp's "pick a random seed", which its clients
+     * send for the default: a fresh seed per request, as without one */
+    if (r->has_seed && (d == -1 || d == 4294967295.0)) r->has_seed = 0;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
     if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
     if (get_number(root, "n", 1, KVT_API_MAX_N, NUM_INT, &d, &has, err)) return -1;
