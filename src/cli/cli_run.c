@@ -76,8 +76,9 @@ static const kvt_cli_opt run_opts[] = {
      "\"kpt\"); a step left out is not applied, dry,\ntyp_p and xtc (which kvtier lacks) are skipped (default:\n"
      "penalties, top_k, min_p, temperature, top_p)",
      0, KVT_CLI_PLAIN},
-    {R_SEED, 0, "seed", NULL, "S", "random seed; the same seed gives the same text (default: clock)", 0,
-     KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {R_SEED, 0, "seed", NULL, "S",
+     "random seed; the same seed gives the same text (default: clock;\n-1, llama.cpp's \"random\", is the default too)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
     {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
     {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
@@ -153,7 +154,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_TOP_P: x->sp.top_p = (float)a->d; return 0;
     case R_SEED:
         x->sp.seed = (uint64_t)a->i;
-        x->seed_given = 1;
+        x->seed_given = a->i >= 0; /* -1: llama.cpp's "random", the clock */
         return 0;
     case R_THREADS: x->threads = (int)a->i; return 0;
     case R_KV_ACTIVE: x->kv_active = a->bytes; return 0;

@@ -37,8 +37,8 @@ static const kvt_cli_opt compat_opts[] = {
     {C_TOP_P, 0, "top-p", NULL, "P", "top_p of a request that sets none (default 1: off)", KVT_CLI_MIN_OPEN,
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
     {C_SEED, 0, "seed", NULL, "N",
-     "seed of a request that sets none, so sampled replies repeat\n(default: a fresh seed per request)", 0,
-     KVT_CLI_RANGE(KVT_CLI_INT, 0, 9007199254740991.0)},
+     "seed of a request that sets none, so sampled replies repeat\n(default, or -1 as llama.cpp's \"random\": a fresh seed per request)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, -1, 9007199254740991.0)},
     {C_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the sampler order of a request that sends no \"samplers\": names\nseparated by ';' or ',' (penalties, dry, top_k, "
      "typ_p, top_p,\nmin_p, xtc, temperature) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
@@ -102,7 +102,7 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
     case C_TOP_P: sp->default_top_p = (float)a->d; return 0;
     case C_SEED:
         sp->default_seed = (uint64_t)a->i;
-        sp->has_default_seed = 1;
+        sp->has_default_seed = a->i >= 0; /* -1: llama.cpp's "random", a fresh seed per request */
         return 0;
     case C_FLASH_ATTN:
         if (v && strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {

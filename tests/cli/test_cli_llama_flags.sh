@@ -91,5 +91,9 @@ check "... with the seed given" is "$A" "$(ask ', "seed": 1234, "temperature": 1
 check "a request's own settings win (greedy)" is "$(ask ', "temperature": 0')" \
   "$(ask ', "temperature": 0, "seed": 7, "top_k": 0, "top_p": 1')"
 kvt_stop_server s
+kvt_start_server r --seed -1 --temp 1.5
+check "--seed -1 is llama.cpp's random: requests without a seed differ" test "$(ask '')" != "$(ask '')"
+kvt_stop_server r
+check "run --seed -1 is the clock's seed, as the default" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 2 --seed -1
 
 kvt_test_done test_cli_llama_flags
