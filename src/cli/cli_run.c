@@ -64,7 +64,7 @@ static const kvt_cli_opt run_opts[] = {
      0, KVT_CLI_PLAIN},
     {R_N_PREDICT, 'n', "n-predict", NULL, "N", "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) ")",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TOKENS)},
-    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 = greedy (default 0.8)", 0,
+    {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 or less = greedy, as llama.cpp (default 0.8)", 0,
      KVT_CLI_RANGE(KVT_CLI_NUM, -INFINITY, INFINITY)},
     {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
