@@ -170,6 +170,245 @@ static jv join(jctx *x, jv list, jv sep) {
     return jb_done(&b);
 }
 
+/* ---- str.format ----------------------------------------------------------------- */
+
+/* A number's text with sep put between each group of `every` digits of its integer part
+ * (format's "," and "_"; every 4 is for hexadecimal, octal and binary digits). */
+static void group_digits(jbuf *b, const char *s, size_t n, char sep, int every) {
+    size_t int_end = 0;
+    while (int_end < n &&
+           ((s[int_end] >= '0' && s[int_end] <= '9') ||
+            (every == 4 && ((s[int_end] >= 'a' && s[int_end] <= 'f') || (s[int_end] >= 'A' && s[int_end] <= 'F')))))
+        int_end++;
+    for (size_t i = 0; i < int_end; i++) {
+        if (sep && i && (int_end - i) % (size_t)every == 0) jb_put(b, &sep, 1);
+        jb_put(b, s + i, 1);
+    }
+    jb_put(b, s + int_end, n - int_end);
+}
+
+/* One value by a format spec, [[fill]align][sign][#][0][width][,|_][.precision][type], as
+ * Python's format() does for strings, integers and floats. */
+static void format_value(jctx *x, const jnode *at, jbuf *out, jv v, const char *sp, size_t sn) {
+    const char *fill = " ";
+    size_t fill_n = 1, i = 0;
+    char align = 0, sign = '-', type = 0, group = 0;
+    int alt = 0;
+    long long width = -1, prec = -1;
+    size_t k = 1;
+    while (k < sn && ((unsigned char)sp[k] & 0xC0) == 0x80) k++;
+    int fill_given = k < sn && strchr("<>=^", sp[k]) && sp[k];
+    if (fill_given) fill = sp, fill_n = k, align = sp[k], i = k + 1;
+    else if (sn && strchr("<>=^", sp[0]) && sp[0]) align = sp[0], i = 1;
+    if (i < sn && (sp[i] == '+' || sp[i] == '-' || sp[i] == ' ')) sign = sp[i++];
+    if (i < sn && sp[i] == '#') alt = 1, i++;
+    if (i < sn && sp[i] == '0') { /* zeros fill where no fill is given, after the sign where no align is */
+        if (!fill_given) fill = "0";
+        if (!align) align = '=';
+        i++;
+    }
+    for (; i < sn && sp[i] >= '0' && sp[i] <= '9'; i++)
+        width = KVT_MIN(KVT_MAX(width, 0) * 10 + (sp[i] - '0'), 1LL << 40);
+    if (i < sn && (sp[i] == ',' || sp[i] == '_')) group = sp[i++];
+    if (i < sn && sp[i] == '.') {
+        prec = 0;
+        for (i++; i < sn && sp[i] >= '0' && sp[i] <= '9'; i++) prec = KVT_MIN(prec * 10 + (sp[i] - '0'), 1LL << 40);
+    }
+    if (i < sn) type = sp[i++];
+    if (i < sn) jx_fail(x, KVT_EFORMAT, at, "format: invalid format specifier '%.*s'", (int)KVT_MIN(sn, 64), sp);
+    if ((size_t)KVT_MAX(width, 0) > x->lim.max_output || (size_t)KVT_MAX(prec, 0) > x->lim.max_output)
+        jx_fail(x, KVT_ELIMIT, at, "format: a width or precision past the output limit");
+    if (v.k == JV_BOOL && sn) v = jv_int(v.u.i); /* a bool formats as an integer under a spec */
+    jbuf body = {.x = x};
+    const char *pre = "";
+    int neg = 0, num = v.k == JV_INT || v.k == JV_FLOAT;
+    if (v.k == JV_STR && (!type || type == 's')) {
+        if (sign != '-' || align == '=' || alt || group)
+            jx_fail(x, KVT_EFORMAT, at, "format: a sign, '=', '#' or grouping is not allowed for a string");
+        size_t cut = v.u.s.n;
+        if (prec >= 0) {
+            cut = 0;
+            for (long long c = 0; cut < v.u.s.n; cut++)
+                if (((unsigned char)v.u.s.p[cut] & 0xC0) != 0x80 && c++ == prec) break;
+        }
+        jb_put(&body, v.u.s.p, cut);
+        if (!align) align = '<';
+    } else if (v.k == JV_STR) {
+        jx_fail(x, KVT_EFORMAT, at, "format: unknown format code '%c' for a string", type);
+    } else if (!num) {
+        if (sn) jx_fail(x, KVT_EFORMAT, at, "format: a %s takes no format spec", jv_type_name(v));
+        jv_write_str(&body, v);
+    } else if (v.k == JV_INT && (!type || strchr("dnbxXoc", type))) {
+        if (prec >= 0) jx_fail(x, KVT_EFORMAT, at, "format: precision is not allowed for an integer");
+        unsigned long long mag = v.u.i < 0 ? 0ULL - (unsigned long long)v.u.i : (unsigned long long)v.u.i;
+        neg = v.u.i < 0;
+        char d[80];
+        if (type == 'c') {
+            if (v.u.i < 0 || v.u.i > 0x10FFFF) jx_fail(x, KVT_EFORMAT, at, "format: %%c arg not in range(0x110000)");
+            jv one = jv_new_list(x);
+            one.u.l->tuple = 1;
+            jv_list_push(x, one.u.l, v);
+            jv c = jx_percent_format(x, at, jv_strn("%c", 2), one);
+            jb_put(&body, c.u.s.p, c.u.s.n);
+            neg = 0;
+        } else if (type == 'b') {
+            size_t n = 0;
+            do d[n++] = (char)('0' + (mag & 1)), mag >>= 1;
+            while (mag);
+            for (size_t l = 0; l < n / 2; l++) {
+                char t = d[l];
+                d[l] = d[n - 1 - l], d[n - 1 - l] = t;
+            }
+            group_digits(&body, d, n, group, 4);
+        } else {
+            snprintf(d, sizeof d, type == 'x' ? "%llx" : type == 'X' ? "%llX" : type == 'o' ? "%llo" : "%llu", mag);
+            group_digits(&body, d, strlen(d), group, type && strchr("xXo", type) ? 4 : 3);
+        }
+        if (alt) pre = type == 'b' ? "0b" : type == 'o' ? "0o" : type == 'x' ? "0x" : type == 'X' ? "0X" : "";
+    } else if (strchr("eEfFgG%n", type) || !type) {
+        double f = v.k == JV_FLOAT ? v.u.f : (double)v.u.i;
+        neg = signbit(f) != 0;
+        double m = fabs(f) * (type == '%' ? 100 : 1);
+        char cf[16];
+        int p = (int)(prec < 0 ? 6 : prec);
+        if (!type && prec < 0) { /* str() of the number */
+            jbuf t = {.x = x};
+            jv_write_str(&t, v.k == JV_FLOAT ? jv_float(m) : jv_int(v.u.i < 0 ? -v.u.i : v.u.i));
+            jv sv = jb_done(&t);
+            group_digits(&body, sv.u.s.p, sv.u.s.n, group, 3);
+        } else {
+            char ct = type == '%' ? 'f' : type == 'n' ? 'g' : type ? type : 'g';
+            if (!type) { /* like 'g', scientific from an exponent of precision - 1, and a ".0" kept */
+                p = p ? p : 1;
+                char e[64];
+                snprintf(e, sizeof e, "%.*e", p - 1, m);
+                const char *ep = strchr(e, 'e');
+                int ex = ep ? atoi(ep + 1) : 0;
+                if (ep && (ex < -4 || ex >= p - 1) && isfinite(m)) ct = 'e', p = p - 1;
+            }
+            snprintf(cf, sizeof cf, "%%%s.*%c", alt ? "#" : "", ct);
+            int len = snprintf(NULL, 0, cf, p, m);
+            char *t = jx_alloc(x, (size_t)len + 2);
+            snprintf(t, (size_t)len + 1, cf, p, m);
+            if (!type) {
+                if (ct == 'e') { /* the mantissa's trailing zeros go, as 'g' drops them */
+                    char *ep = strchr(t, 'e'), *z = ep;
+                    while (z > t && z[-1] == '0') z--;
+                    if (z > t && z[-1] == '.') z--;
+                    memmove(z, ep, strlen(ep) + 1);
+                } else if (isfinite(m) && !strchr(t, '.')) {
+                    strcat(t, ".0");
+                }
+            }
+            group_digits(&body, t, strlen(t), group, 3);
+            if (type == '%') jb_put(&body, "%", 1);
+        }
+    } else {
+        jx_fail(x, KVT_EFORMAT, at, "format: unknown format code '%c' for a %s", type, jv_type_name(v));
+    }
+    jv bv = jb_done(&body);
+    const char *sg = neg ? "-" : !num || sign == '-' ? "" : sign == '+' ? "+" : " ";
+    long long len = (long long)(jx_cp_len(bv.u.s.p, bv.u.s.n) + strlen(sg) + strlen(pre));
+    long long pad = width > len ? width - len : 0, left = 0;
+    if (!align) align = num ? '>' : '<';
+    if (align == '>' || align == '=') left = pad;
+    else if (align == '^') left = pad / 2;
+    if (align == '=') jb_puts(out, sg), jb_puts(out, pre);
+    for (long long c = 0; c < left; c++) jb_put(out, fill, fill_n);
+    if (align != '=') jb_puts(out, sg), jb_puts(out, pre);
+    jb_put(out, bv.u.s.p, bv.u.s.n);
+    for (long long c = left; c < pad; c++) jb_put(out, fill, fill_n);
+}
+
+/* str.format: "{}" and "{0}" take positional arguments, "{name}" keyword ones, each
+ * followed by ".attr" or "[key]", then "!r"/"!s" and ":spec"; "{{" and "}}" are braces. */
+static jv str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const jnode *kw) {
+    jbuf b = {.x = x};
+    const char *p = fmt.u.s.p, *end = p + fmt.u.s.n;
+    size_t next = 0; /* the automatic numbering's next index */
+    int manual = 0;  /* numbered fields were given: automatic numbering is not allowed */
+    while (p < end) {
+        if ((*p == '{' || *p == '}') && p + 1 < end && p[1] == *p) {
+            jb_put(&b, p, 1);
+            p += 2;
+            continue;
+        }
+        if (*p == '}') jx_fail(x, KVT_EFORMAT, at, "format: a single '}' in the format string");
+        if (*p != '{') {
+            const char *q = p;
+            while (q < end && *q != '{' && *q != '}') q++;
+            jb_put(&b, p, (size_t)(q - p));
+            p = q;
+            continue;
+        }
+        const char *f = ++p;
+        while (p < end && *p != '}' && *p != '{') p++;
+        if (p >= end || *p == '{')
+            jx_fail(x, KVT_EFORMAT, at, "format: a '{' field is not closed (nested fields are not supported)");
+        const char *fe = p++, *colon = memchr(f, ':', (size_t)(fe - f)), *ne = colon ? colon : fe;
+        const char *bang = memchr(f, '!', (size_t)(ne - f));
+        const char *name_end = bang ? bang : ne, *q = f;
+        while (q < name_end && *q != '.' && *q != '[') q++;
+        jv v = jv_undef();
+        if (q == f) {
+            if (manual) jx_fail(x, KVT_EFORMAT, at, "format: cannot mix '{}' with numbered fields");
+            if (next >= na) jx_fail(x, KVT_EFORMAT, at, "format: not enough positional arguments");
+            v = a[next++];
+        } else if (*f >= '0' && *f <= '9') {
+            if (next) jx_fail(x, KVT_EFORMAT, at, "format: cannot mix '{}' with numbered fields");
+            manual = 1;
+            size_t idx = 0;
+            for (const char *c = f; c < q; c++) {
+                if (*c < '0' || *c > '9') jx_fail(x, KVT_EFORMAT, at, "format: a bad field name");
+                idx = KVT_MIN(idx * 10 + (size_t)(*c - '0'), (size_t)1 << 30);
+            }
+            if (idx >= na) jx_fail(x, KVT_EFORMAT, at, "format: no positional argument %zu", idx);
+            v = a[idx];
+        } else {
+            int found = 0;
+            for (const jnode *k = kw; k; k = k->next)
+                if (k->t == JN_KWARG && k->sn == (size_t)(q - f) && !memcmp(k->s, f, k->sn))
+                    v = jx_eval(x, k->a), found = 1;
+            if (!found) jx_fail(x, KVT_EFORMAT, at, "format: no argument named '%.*s'", (int)KVT_MIN(q - f, 64), f);
+        }
+        while (q < name_end) { /* .attr and [key] */
+            const char *s = q + 1, *e = s;
+            if (*q == '.') {
+                while (e < name_end && *e != '.' && *e != '[') e++;
+                if ((v.k != JV_DICT && v.k != JV_NS) || !jv_dict_get(v.u.d, s, (size_t)(e - s), &v))
+                    jx_fail(x, KVT_EFORMAT, at, "format: no attribute '%.*s'", (int)KVT_MIN(e - s, 64), s);
+                q = e;
+            } else if (*q == '[') {
+                while (e < name_end && *e != ']') e++;
+                if (e >= name_end) jx_fail(x, KVT_EFORMAT, at, "format: a '[' is not closed");
+                size_t digits = 0;
+                while (s + digits < e && s[digits] >= '0' && s[digits] <= '9') digits++;
+                jv r = jv_undef();
+                if (digits && s + digits == e && v.k == JV_LIST) {
+                    size_t idx = (size_t)strtoull(s, NULL, 10);
+                    if (idx < v.u.l->n) r = v.u.l->v[idx];
+                } else if (v.k == JV_DICT || v.k == JV_NS) {
+                    jv_dict_get(v.u.d, s, (size_t)(e - s), &r);
+                }
+                if (r.k == JV_UNDEF) jx_fail(x, KVT_EFORMAT, at, "format: no item '%.*s'", (int)KVT_MIN(e - s, 64), s);
+                v = r, q = e + 1;
+            } else {
+                jx_fail(x, KVT_EFORMAT, at, "format: a bad field name");
+            }
+        }
+        if (bang) {
+            if (ne - bang != 2 || !strchr("rsa", bang[1]) || !bang[1])
+                jx_fail(x, KVT_EFORMAT, at, "format: the conversion must be !r, !s or !a");
+            jbuf t = {.x = x};
+            if (bang[1] == 's') jv_write_str(&t, v);
+            else jv_write_repr(&t, v);
+            v = jb_done(&t);
+        }
+        format_value(x, at, &b, v, colon ? colon + 1 : fe, colon ? (size_t)(fe - colon - 1) : 0);
+    }
+    return jb_done(&b);
+}
+
 static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n,
                      const jnode *kw, int *found) {
     *found = 1;
@@ -197,6 +436,7 @@ static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nl
         return jv_int(-1);
     }
     if (name_is(name, nlen, "join") && n == 1 && a[0].k == JV_LIST) return join(x, a[0], s);
+    if (name_is(name, nlen, "format")) return str_format(x, at, s, a, n, kw);
     *found = 0;
     return jv_undef();
 }

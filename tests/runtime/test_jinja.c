@@ -138,8 +138,8 @@ static void test_language(void) {
            "5FalseTrueTrue");
 }
 
-/* raw blocks, the sorting and aggregate filters, loop.cycle, unpacking, repetition and "%"
- * formatting, each against the output jinja2 gives with Hugging Face's settings. */
+/* raw blocks, the sorting and aggregate filters, loop.cycle, unpacking, repetition, "%"
+ * formatting and str.format, each against the output jinja2 gives with Hugging Face's settings. */
 static void test_features(void) {
     expect("a{% raw %}{{ x }}{% if %}{#c#}{% endraw %}b", NULL, "a{{ x }}{% if %}{#c#}b");
     expect("  {% raw %}\n  {{ y }}\n  {% endraw %}\nz", NULL, "\n  {{ y }}\nz");
@@ -193,6 +193,35 @@ static void test_features(void) {
         NULL, "[1, 2]|+5| 5|-0042|7    |003|0xff|0o10|FF|-ff|hé|    x|   9|2.500   |+1.2e+03|-003.142|éé");
     expect("{{ '%.30f|%010.3f|% 8.2e|%-+9.1f|%.5d|%#.3x' % (0.1, -3.14159, 12.5, 2.25, -42, 5) }}", NULL,
            "0.100000000000000005551115123126|-00003.142| 1.25e+01|+2.2     |-00042|0x005");
+    expect(
+        "{{ '{} and {}'.format('a', 1) }}|{{ '{0}{1}{0}'.format('x', 'y') }}|{{ '{name}!'.format(name='n') }}|{{ '{{}}{}'.format(2) }}|{{ '{:>4}|{:<3}|{:^5}|{:.2f}|{:03d}'.format('a', 'b', 'c', 3.14159, 7) }}",
+        NULL, "a and 1|xyx|n!|{}2|   a|b  |  c  |3.14|007");
+    expect(
+        "{{ '{:,}|{:_}|{:+d}|{: d}|{:x}|{:#x}|{:#b}|{:o}|{:X}|{:_x}|{:c}'.format(1234567, 1234567, 5, 5, 255, 255, 5, 8, 255, 65535, 233) }}",
+        NULL, "1,234,567|1_234_567|+5| 5|ff|0xff|0b101|10|FF|ffff|é");
+    expect(
+        "{{ '{}|{:.3}|{:.3}|{:.3}|{:.1%}|{:e}|{:.2e}|{:g}|{:10.3f}|{:<10.3f}|{:*^9}|{:=+8.2f}|{:,.2f}'.format(2.5, 1.0, 1234.5, 0.000012345, 0.256, 12345.678, -0.5, 1e20, 3.14159, 3.14159, 'é', 3.5, 1234567.891) }}",
+        NULL,
+        "2.5|1.0|1.23e+03|1.23e-05|25.6%|1.234568e+04|-5.00e-01|1e+20|     3.142|3.142     |****é****|+   3.50|1,234,567.89");
+    expect("{{ '{}|{!r}|{!s}|{}|{}|{:d}|{:>5}|{}'.format(none, 'q', 'q', true, [1, 'a'], true, false, 1.5) }}", NULL,
+           "None|'q'|q|True|[1, 'a']|1|    0|1.5");
+    expect(
+        "{{ '{0[a]}|{0.a}|{1[1]}'.format({'a': 'k'}, [7, 8]) }}|{{ '{:.2}|{:5.1}|{:.0f}|{:.0f}|{:#.0f}|{:.3}'.format('héllo', 'xyz', 2.5, 3.5, 2.0, 100.0) }}",
+        NULL, "k|k|8|hé|x    |2|4|2.|1e+02");
+    expect(
+        "{{ '{:05}|{:<05}|{:0>5}|{:-^7}|{:+}|{:+}|{:.2g}|{:10}|{:}|{:x<4}|{:é>3}'.format(-42, 7, 'ab', -1, 0.0, -0.0, 123456.0, 1e-7, 12, 1, 2) }}",
+        NULL, "-0042|70000|000ab|---1---|+0.0|-0.0|1.2e+05|     1e-07|12|1xxx|éé2");
+    expect_fail("{{ '{} {}'.format('a') }}", NULL, KVT_EFORMAT, "not enough positional arguments");
+    expect_fail("{{ '{0} {}'.format('a', 'b') }}", NULL, KVT_EFORMAT, "cannot mix");
+    expect_fail("{{ '}'.format() }}", NULL, KVT_EFORMAT, "a single '}'");
+    expect_fail("{{ '{x}'.format(y=1) }}", NULL, KVT_EFORMAT, "no argument named 'x'");
+    expect_fail("{{ '{:d}'.format('s') }}", NULL, KVT_EFORMAT, "unknown format code 'd' for a string");
+    expect_fail("{{ '{:>5}'.format(none) }}", NULL, KVT_EFORMAT, "a none takes no format spec");
+    expect_fail("{{ '{:.2d}'.format(3) }}", NULL, KVT_EFORMAT, "precision is not allowed");
+    expect_fail("{{ '{:+s}'.format('a') }}", NULL, KVT_EFORMAT, "not allowed for a string");
+    expect_fail("{{ '{0:>{1}}'.format('a', 3) }}", NULL, KVT_EFORMAT, "nested fields are not supported");
+    expect_fail("{{ '{:1000000000000}'.format(1) }}", NULL, KVT_ELIMIT, "past the output limit");
+    expect_fail("{{ '{0[q]}'.format({}) }}", NULL, KVT_EFORMAT, "no item 'q'");
     expect_fail("{% set a, b = [1, 2, 3] %}", NULL, KVT_EFORMAT, "too many values to unpack");
     expect_fail("{% set a, b = [1] %}", NULL, KVT_EFORMAT, "not enough values to unpack");
     expect_fail("{% set a, b = 5 %}", NULL, KVT_EFORMAT, "cannot unpack a int");
