@@ -448,7 +448,7 @@ jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, c
     if (self.k != JV_DICT) return jv_undef();
     *found = 1;
     if (self.u.d->loop && name_is(name, nlen, "cycle")) { /* loop.cycle(a, b, ...): the values in turn */
-        jv i;
+        jv i = jv_int(0);
         if (!n) jx_fail(x, KVT_EFORMAT, at, "loop.cycle needs at least one value");
         jv_dict_get(self.u.d, "index0", 6, &i);
         return a[(size_t)i.u.i % n];
@@ -695,6 +695,14 @@ static jv to_number(jctx *x, const jnode *at, jv v, int as_float, const jv *dflt
 
 /* ---- sorting and aggregates --------------------------------------------------- */
 
+/* Counts n steps of work against the render's limit, as the evaluator counts statements: a
+ * filter whose work grows faster than its input (sort, unique) cannot run unbounded. */
+static void charge(jctx *x, const jnode *at, size_t n) {
+    x->steps += n;
+    if (x->steps > x->lim.max_steps)
+        jx_fail(x, KVT_ELIMIT, at, "rendering took more than %zu steps (a runaway loop?)", x->lim.max_steps);
+}
+
 /* Positional argument i, else the keyword argument name, else undefined. */
 static jv arg(jctx *x, const jv *a, size_t na, size_t i, const jnode *kw, const char *name) {
     return i < na ? a[i] : jx_kwarg(x, kw, name);
@@ -736,6 +744,7 @@ static int order(jctx *x, const jnode *at, jv a, jv b) {
  * keeps equal items in their order, also reversed. */
 static void merge_sort(jctx *x, const jnode *at, const jv *keys, size_t *idx, size_t *tmp, size_t n, int rev) {
     if (n < 2) return;
+    charge(x, at, n);
     size_t h = n / 2;
     merge_sort(x, at, keys, idx, tmp, h, rev);
     merge_sort(x, at, keys, idx + h, tmp, n - h, rev);
@@ -779,6 +788,7 @@ static jv unique(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const j
     int cs = jv_truthy(arg(x, a, na, 0, kw, "case_sensitive"));
     for (size_t i = 0; i < l.u.l->n; i++) {
         jv k = sort_key(x, l.u.l->v[i], attr, cs);
+        charge(x, at, seen.u.l->n + 1);
         if (jx_contains(x, at, k, seen)) continue;
         jv_list_push(x, seen.u.l, k);
         jv_list_push(x, out.u.l, l.u.l->v[i]);
@@ -952,7 +962,7 @@ jv jx_percent_format(jctx *x, const jnode *at, jv fmt, jv args) {
                 if (have || used >= na) jx_fail(x, KVT_EFORMAT, at, "not enough arguments for format string");
                 jv w = av[used++];
                 if (w.k != JV_INT) jx_fail(x, KVT_EFORMAT, at, "'%%' format: * wants an integer");
-                num[part] = w.u.i, p++;
+                num[part] = KVT_MAX(KVT_MIN(w.u.i, 1000000000000LL), -1000000000000LL), p++;
                 if (part == 0 && num[0] < 0) num[0] = -num[0], flags[nf++] = '-';
                 continue;
             }
@@ -967,7 +977,7 @@ jv jx_percent_format(jctx *x, const jnode *at, jv fmt, jv args) {
             jb_put(&b, "%", 1);
             continue;
         }
-        if (!strchr("sradiuxXoeEfFgGc", conv))
+        if (!conv || !strchr("sradiuxXoeEfFgGc", conv))
             jx_fail(x, KVT_EFORMAT, at, "'%%' format: unsupported format character '%c'", conv);
         if (!have) {
             if (used >= na) jx_fail(x, KVT_EFORMAT, at, "not enough arguments for format string");

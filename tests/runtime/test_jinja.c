@@ -229,6 +229,8 @@ static void test_features(void) {
     expect_fail("{{ '%d' % 'x' }}", NULL, KVT_EFORMAT, "%d format: a number is required, not string");
     expect_fail("{{ '%s' % (1, 2) }}", NULL, KVT_EFORMAT, "not all arguments converted");
     expect_fail("{{ '%q' % 1 }}", NULL, KVT_EFORMAT, "unsupported format character 'q'");
+    expect_fail("{{ '%\\0' % 1 }}", NULL, KVT_EFORMAT, "unsupported format character");
+    expect_fail("{{ '%*d' % (-4611686018427387904 * 2, 1) }}", NULL, KVT_ELIMIT, "past the output limit");
     expect_fail("{{ '%(k)s' % {'a': 1} }}", NULL, KVT_EFORMAT, "no key 'k'");
     expect_fail("{{ '%x' % 1.5 }}", NULL, KVT_EFORMAT, "an integer is required");
     expect_fail("{{ '%' % 1 }}", NULL, KVT_EFORMAT, "incomplete format");
@@ -248,6 +250,11 @@ static void test_features(void) {
     expect_fail("{{ [0] * 100000000 }}", &lim, KVT_ELIMIT, "repeated list");
     expect_fail("{{ 'x' | center(1000000000000) }}", NULL, KVT_ELIMIT, "center");
     expect_fail("{{ '%1000000000000s' % 'x' }}", NULL, KVT_ELIMIT, "width");
+    /* unique compares each item with those kept: its work counts against the step limit */
+    lim = kvt_jinja_default_limits();
+    lim.max_steps = 1000000;
+    expect_fail("{{ range(100000) | unique | length }}", &lim, KVT_ELIMIT, "steps");
+    expect("{{ range(1000) | unique | length }}{{ range(1000) | reverse | sort | first }}", NULL, "10000");
 }
 
 static void test_limits(void) {
