@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* The Jinja library chat templates call: filters ("x | trim"), tests
  * ("x is string"), the methods of strings and dicts ("s.split('</think>')",
- * "d.items()"), and the globals range, namespace, dict, raise_exception and
- * strftime_now. Case changes are ASCII-only; lengths, indexes and slices
- * count code points, as Python does. */
+ * "d.items()", "'{}'.format(x)", loop.cycle), "%" formatting of strings,
+ * and the globals range, namespace, dict, raise_exception and strftime_now.
+ * Case changes are ASCII-only; lengths, indexes and slices count code
+ * points, as Python does. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
