@@ -289,7 +289,7 @@ static void format_value(jctx *x, const jnode *at, jbuf *out, jv v, const char *
             }
             snprintf(cf, sizeof cf, "%%%s.*%c", alt ? "#" : "", ct);
             int len = snprintf(NULL, 0, cf, p, m);
-            char *t = jx_alloc(x, (size_t)len + 2);
+            char *t = jx_alloc(x, (size_t)len + 3); /* room for a ".0" */
             snprintf(t, (size_t)len + 1, cf, p, m);
             if (!type) {
                 if (ct == 'e') { /* the mantissa's trailing zeros go, as 'g' drops them */
