@@ -228,7 +228,7 @@ static jv int_pow(jctx *x, const jnode *e, long long a, long long b) {
     return jv_int(r);
 }
 
-static jv add(jctx *x, const jnode *e, jv a, jv b) {
+jv jx_add(jctx *x, const jnode *e, jv a, jv b) {
     if (a.k == JV_STR && b.k == JV_STR) return concat(x, a, b);
     if (a.k == JV_LIST && b.k == JV_LIST) {
         jv l = jv_new_list(x);
@@ -249,8 +249,25 @@ static jv repeat(jctx *x, const jnode *e, jv s, long long n) {
     return jb_done(&sb);
 }
 
+/* A list n times over, as Python's list * int (none for n <= 0). */
+static jv repeat_list(jctx *x, const jnode *e, jv l, long long n) {
+    jv out = jv_new_list(x);
+    if (n > 0 && l.u.l->n && (size_t)n > x->lim.max_memory / (l.u.l->n * sizeof(jv)))
+        jx_fail(x, KVT_ELIMIT, e, "a repeated list would take more than %zu bytes", x->lim.max_memory);
+    for (long long i = 0; i < n; i++)
+        for (size_t k = 0; k < l.u.l->n; k++) jv_list_push(x, out.u.l, l.u.l->v[k]);
+    return out;
+}
+
 static jv arith(jctx *x, const jnode *e, int op, jv a, jv b) {
-    if (op == '*' && a.k == JV_STR && (b.k == JV_INT || b.k == JV_BOOL)) return repeat(x, e, a, b.u.i);
+    if (op == '*') { /* a string or list times an integer, either way round */
+        int ai = a.k == JV_INT || a.k == JV_BOOL, bi = b.k == JV_INT || b.k == JV_BOOL;
+        jv seq = bi ? a : b;
+        long long times = bi ? b.u.i : a.u.i;
+        if ((ai || bi) && seq.k == JV_STR) return repeat(x, e, seq, times);
+        if ((ai || bi) && seq.k == JV_LIST) return repeat_list(x, e, seq, times);
+    }
+    if (op == '%' && a.k == JV_STR) return jx_percent_format(x, e, a, b);
     if (!is_num(a) || !is_num(b))
         jx_fail(x, KVT_EFORMAT, e, "'%s' needs numbers, not %s and %s",
                 op == '-'          ? "-"
@@ -298,7 +315,7 @@ static jv binary(jctx *x, const jnode *e) {
     case OP_IN: return jv_bool(jx_contains(x, e, a, b));
     case OP_NOTIN: return jv_bool(!jx_contains(x, e, a, b));
     case '~': return concat(x, a, b);
-    case '+': return add(x, e, a, b);
+    case '+': return jx_add(x, e, a, b);
     default: return arith(x, e, e->op, a, b);
     }
 }
@@ -382,6 +399,7 @@ static jv call(jctx *x, const jnode *e) {
 static jv collection(jctx *x, const jnode *e) {
     if (e->t == JN_LIST) {
         jv l = jv_new_list(x);
+        l.u.l->tuple = e->op == 1;
         for (const jnode *a = e->args; a; a = a->next) jv_list_push(x, l.u.l, jx_eval(x, a));
         return l;
     }
@@ -446,12 +464,20 @@ static jv iterable(jctx *x, const jnode *at, jv v) {
     return l;
 }
 
+/* The value into the targets of a for or set tag: its one name, or unpacked into its names (the
+ * items of a list, the characters of a string, the keys of a dict), as many as there are. */
 static void bind_targets(jctx *x, const jnode *s, jscope *sc, jv it) {
-    if (!s->s2) return scope_set(x, sc, s->s, s->sn, it);
-    if (it.k != JV_LIST || it.u.l->n != 2)
-        jx_fail(x, KVT_EFORMAT, s, "'for %.*s, %.*s' needs pairs to unpack", (int)s->sn, s->s, (int)s->s2n, s->s2);
-    scope_set(x, sc, s->s, s->sn, it.u.l->v[0]);
-    scope_set(x, sc, s->s2, s->s2n, it.u.l->v[1]);
+    if (!s->args) return scope_set(x, sc, s->s, s->sn, it);
+    size_t want = 0;
+    for (const jnode *t = s->args; t; t = t->next) want++;
+    if (it.k != JV_LIST && it.k != JV_STR && it.k != JV_DICT && it.k != JV_NS)
+        jx_fail(x, KVT_EFORMAT, s, "cannot unpack a %s into %zu names", jv_type_name(it), want);
+    jv l = iterable(x, s, it);
+    if (l.u.l->n != want)
+        jx_fail(x, KVT_EFORMAT, s, "%s values to unpack (%zu names, %zu values)",
+                l.u.l->n < want ? "not enough" : "too many", want, l.u.l->n);
+    size_t i = 0;
+    for (const jnode *t = s->args; t; t = t->next) scope_set(x, sc, t->s, t->sn, l.u.l->v[i++]);
 }
 
 static void set_loop(jctx *x, jv loop, jv items, size_t i) {
@@ -489,6 +515,7 @@ static void exec_for(jctx *x, const jnode *s) {
         items = kept;
     }
     jv loop = jv_new_dict(x, JV_DICT);
+    loop.u.d->loop = 1;
     scope_set(x, sc, "loop", 4, loop);
     for (size_t i = 0; i < items.u.l->n; i++) {
         step(x, s);
@@ -515,7 +542,7 @@ static void exec_set(jctx *x, const jnode *s) {
     } else {
         v = jx_eval(x, s->a);
     }
-    if (!s->s2) return scope_set(x, x->scope, s->s, s->sn, v);
+    if (!s->s2) return bind_targets(x, s, x->scope, v);
     jv ns;
     if (!lookup(x, s->s, s->sn, &ns) || ns.k != JV_NS)
         jx_fail(x, KVT_EFORMAT, s, "'set %.*s.%.*s': '%.*s' is not a namespace", (int)s->sn, s->s, (int)s->s2n, s->s2,

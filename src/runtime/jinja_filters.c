@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* The Jinja library chat templates call: filters ("x | trim"), tests
  * ("x is string"), the methods of strings and dicts ("s.split('</think>')",
- * "d.items()"), and the globals range, namespace, dict, raise_exception and
- * strftime_now. Case changes are ASCII-only; lengths, indexes and slices
- * count code points, as Python does. */
+ * "d.items()", "'{}'.format(x)", loop.cycle), "%" formatting of strings,
+ * and the globals range, namespace, dict, raise_exception and strftime_now.
+ * Case changes are ASCII-only; lengths, indexes and slices count code
+ * points, as Python does. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -170,6 +171,245 @@ static jv join(jctx *x, jv list, jv sep) {
     return jb_done(&b);
 }
 
+/* ---- str.format ----------------------------------------------------------------- */
+
+/* A number's text with sep put between each group of `every` digits of its integer part
+ * (format's "," and "_"; every 4 is for hexadecimal, octal and binary digits). */
+static void group_digits(jbuf *b, const char *s, size_t n, char sep, int every) {
+    size_t int_end = 0;
+    while (int_end < n &&
+           ((s[int_end] >= '0' && s[int_end] <= '9') ||
+            (every == 4 && ((s[int_end] >= 'a' && s[int_end] <= 'f') || (s[int_end] >= 'A' && s[int_end] <= 'F')))))
+        int_end++;
+    for (size_t i = 0; i < int_end; i++) {
+        if (sep && i && (int_end - i) % (size_t)every == 0) jb_put(b, &sep, 1);
+        jb_put(b, s + i, 1);
+    }
+    jb_put(b, s + int_end, n - int_end);
+}
+
+/* One value by a format spec, [[fill]align][sign][#][0][width][,|_][.precision][type], as
+ * Python's format() does for strings, integers and floats. */
+static void format_value(jctx *x, const jnode *at, jbuf *out, jv v, const char *sp, size_t sn) {
+    const char *fill = " ";
+    size_t fill_n = 1, i = 0;
+    char align = 0, sign = '-', type = 0, group = 0;
+    int alt = 0;
+    long long width = -1, prec = -1;
+    size_t k = 1;
+    while (k < sn && ((unsigned char)sp[k] & 0xC0) == 0x80) k++;
+    int fill_given = k < sn && strchr("<>=^", sp[k]) && sp[k];
+    if (fill_given) fill = sp, fill_n = k, align = sp[k], i = k + 1;
+    else if (sn && strchr("<>=^", sp[0]) && sp[0]) align = sp[0], i = 1;
+    if (i < sn && (sp[i] == '+' || sp[i] == '-' || sp[i] == ' ')) sign = sp[i++];
+    if (i < sn && sp[i] == '#') alt = 1, i++;
+    if (i < sn && sp[i] == '0') { /* zeros fill where no fill is given, after the sign where no align is */
+        if (!fill_given) fill = "0";
+        if (!align) align = '=';
+        i++;
+    }
+    for (; i < sn && sp[i] >= '0' && sp[i] <= '9'; i++)
+        width = KVT_MIN(KVT_MAX(width, 0) * 10 + (sp[i] - '0'), 1LL << 40);
+    if (i < sn && (sp[i] == ',' || sp[i] == '_')) group = sp[i++];
+    if (i < sn && sp[i] == '.') {
+        prec = 0;
+        for (i++; i < sn && sp[i] >= '0' && sp[i] <= '9'; i++) prec = KVT_MIN(prec * 10 + (sp[i] - '0'), 1LL << 40);
+    }
+    if (i < sn) type = sp[i++];
+    if (i < sn) jx_fail(x, KVT_EFORMAT, at, "format: invalid format specifier '%.*s'", (int)KVT_MIN(sn, 64), sp);
+    if ((size_t)KVT_MAX(width, 0) > x->lim.max_output || (size_t)KVT_MAX(prec, 0) > x->lim.max_output)
+        jx_fail(x, KVT_ELIMIT, at, "format: a width or precision past the output limit");
+    if (v.k == JV_BOOL && sn) v = jv_int(v.u.i); /* a bool formats as an integer under a spec */
+    jbuf body = {.x = x};
+    const char *pre = "";
+    int neg = 0, num = v.k == JV_INT || v.k == JV_FLOAT;
+    if (v.k == JV_STR && (!type || type == 's')) {
+        if (sign != '-' || align == '=' || alt || group)
+            jx_fail(x, KVT_EFORMAT, at, "format: a sign, '=', '#' or grouping is not allowed for a string");
+        size_t cut = v.u.s.n;
+        if (prec >= 0) {
+            cut = 0;
+            for (long long c = 0; cut < v.u.s.n; cut++)
+                if (((unsigned char)v.u.s.p[cut] & 0xC0) != 0x80 && c++ == prec) break;
+        }
+        jb_put(&body, v.u.s.p, cut);
+        if (!align) align = '<';
+    } else if (v.k == JV_STR) {
+        jx_fail(x, KVT_EFORMAT, at, "format: unknown format code '%c' for a string", type);
+    } else if (!num) {
+        if (sn) jx_fail(x, KVT_EFORMAT, at, "format: a %s takes no format spec", jv_type_name(v));
+        jv_write_str(&body, v);
+    } else if (v.k == JV_INT && (!type || strchr("dnbxXoc", type))) {
+        if (prec >= 0) jx_fail(x, KVT_EFORMAT, at, "format: precision is not allowed for an integer");
+        unsigned long long mag = v.u.i < 0 ? 0ULL - (unsigned long long)v.u.i : (unsigned long long)v.u.i;
+        neg = v.u.i < 0;
+        char d[80];
+        if (type == 'c') {
+            if (v.u.i < 0 || v.u.i > 0x10FFFF) jx_fail(x, KVT_EFORMAT, at, "format: %%c arg not in range(0x110000)");
+            jv one = jv_new_list(x);
+            one.u.l->tuple = 1;
+            jv_list_push(x, one.u.l, v);
+            jv c = jx_percent_format(x, at, jv_strn("%c", 2), one);
+            jb_put(&body, c.u.s.p, c.u.s.n);
+            neg = 0;
+        } else if (type == 'b') {
+            size_t n = 0;
+            do d[n++] = (char)('0' + (mag & 1)), mag >>= 1;
+            while (mag);
+            for (size_t l = 0; l < n / 2; l++) {
+                char t = d[l];
+                d[l] = d[n - 1 - l], d[n - 1 - l] = t;
+            }
+            group_digits(&body, d, n, group, 4);
+        } else {
+            snprintf(d, sizeof d, type == 'x' ? "%llx" : type == 'X' ? "%llX" : type == 'o' ? "%llo" : "%llu", mag);
+            group_digits(&body, d, strlen(d), group, type && strchr("xXo", type) ? 4 : 3);
+        }
+        if (alt) pre = type == 'b' ? "0b" : type == 'o' ? "0o" : type == 'x' ? "0x" : type == 'X' ? "0X" : "";
+    } else if (strchr("eEfFgG%n", type) || !type) {
+        double f = v.k == JV_FLOAT ? v.u.f : (double)v.u.i;
+        neg = signbit(f) != 0;
+        double m = fabs(f) * (type == '%' ? 100 : 1);
+        char cf[16];
+        int p = (int)(prec < 0 ? 6 : prec);
+        if (!type && prec < 0) { /* str() of the number */
+            jbuf t = {.x = x};
+            jv_write_str(&t, v.k == JV_FLOAT ? jv_float(m) : jv_int(v.u.i < 0 ? -v.u.i : v.u.i));
+            jv sv = jb_done(&t);
+            group_digits(&body, sv.u.s.p, sv.u.s.n, group, 3);
+        } else {
+            char ct = type == '%' ? 'f' : type == 'n' ? 'g' : type ? type : 'g';
+            if (!type) { /* like 'g', scientific from an exponent of precision - 1, and a ".0" kept */
+                p = p ? p : 1;
+                char e[64];
+                snprintf(e, sizeof e, "%.*e", p - 1, m);
+                const char *ep = strchr(e, 'e');
+                int ex = ep ? atoi(ep + 1) : 0;
+                if (ep && (ex < -4 || ex >= p - 1) && isfinite(m)) ct = 'e', p = p - 1;
+            }
+            snprintf(cf, sizeof cf, "%%%s.*%c", alt ? "#" : "", ct);
+            int len = snprintf(NULL, 0, cf, p, m);
+            char *t = jx_alloc(x, (size_t)len + 3); /* room for a ".0" */
+            snprintf(t, (size_t)len + 1, cf, p, m);
+            if (!type) {
+                if (ct == 'e') { /* the mantissa's trailing zeros go, as 'g' drops them */
+                    char *ep = strchr(t, 'e'), *z = ep;
+                    while (z > t && z[-1] == '0') z--;
+                    if (z > t && z[-1] == '.') z--;
+                    memmove(z, ep, strlen(ep) + 1);
+                } else if (isfinite(m) && !strchr(t, '.')) {
+                    strcat(t, ".0");
+                }
+            }
+            group_digits(&body, t, strlen(t), group, 3);
+            if (type == '%') jb_put(&body, "%", 1);
+        }
+    } else {
+        jx_fail(x, KVT_EFORMAT, at, "format: unknown format code '%c' for a %s", type, jv_type_name(v));
+    }
+    jv bv = jb_done(&body);
+    const char *sg = neg ? "-" : !num || sign == '-' ? "" : sign == '+' ? "+" : " ";
+    long long len = (long long)(jx_cp_len(bv.u.s.p, bv.u.s.n) + strlen(sg) + strlen(pre));
+    long long pad = width > len ? width - len : 0, left = 0;
+    if (!align) align = num ? '>' : '<';
+    if (align == '>' || align == '=') left = pad;
+    else if (align == '^') left = pad / 2;
+    if (align == '=') jb_puts(out, sg), jb_puts(out, pre);
+    for (long long c = 0; c < left; c++) jb_put(out, fill, fill_n);
+    if (align != '=') jb_puts(out, sg), jb_puts(out, pre);
+    jb_put(out, bv.u.s.p, bv.u.s.n);
+    for (long long c = left; c < pad; c++) jb_put(out, fill, fill_n);
+}
+
+/* str.format: "{}" and "{0}" take positional arguments, "{name}" keyword ones, each
+ * followed by ".attr" or "[key]", then "!r"/"!s" and ":spec"; "{{" and "}}" are braces. */
+static jv str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const jnode *kw) {
+    jbuf b = {.x = x};
+    const char *p = fmt.u.s.p, *end = p + fmt.u.s.n;
+    size_t next = 0; /* the automatic numbering's next index */
+    int manual = 0;  /* numbered fields were given: automatic numbering is not allowed */
+    while (p < end) {
+        if ((*p == '{' || *p == '}') && p + 1 < end && p[1] == *p) {
+            jb_put(&b, p, 1);
+            p += 2;
+            continue;
+        }
+        if (*p == '}') jx_fail(x, KVT_EFORMAT, at, "format: a single '}' in the format string");
+        if (*p != '{') {
+            const char *q = p;
+            while (q < end && *q != '{' && *q != '}') q++;
+            jb_put(&b, p, (size_t)(q - p));
+            p = q;
+            continue;
+        }
+        const char *f = ++p;
+        while (p < end && *p != '}' && *p != '{') p++;
+        if (p >= end || *p == '{')
+            jx_fail(x, KVT_EFORMAT, at, "format: a '{' field is not closed (nested fields are not supported)");
+        const char *fe = p++, *colon = memchr(f, ':', (size_t)(fe - f)), *ne = colon ? colon : fe;
+        const char *bang = memchr(f, '!', (size_t)(ne - f));
+        const char *name_end = bang ? bang : ne, *q = f;
+        while (q < name_end && *q != '.' && *q != '[') q++;
+        jv v = jv_undef();
+        if (q == f) {
+            if (manual) jx_fail(x, KVT_EFORMAT, at, "format: cannot mix '{}' with numbered fields");
+            if (next >= na) jx_fail(x, KVT_EFORMAT, at, "format: not enough positional arguments");
+            v = a[next++];
+        } else if (*f >= '0' && *f <= '9') {
+            if (next) jx_fail(x, KVT_EFORMAT, at, "format: cannot mix '{}' with numbered fields");
+            manual = 1;
+            size_t idx = 0;
+            for (const char *c = f; c < q; c++) {
+                if (*c < '0' || *c > '9') jx_fail(x, KVT_EFORMAT, at, "format: a bad field name");
+                idx = KVT_MIN(idx * 10 + (size_t)(*c - '0'), (size_t)1 << 30);
+            }
+            if (idx >= na) jx_fail(x, KVT_EFORMAT, at, "format: no positional argument %zu", idx);
+            v = a[idx];
+        } else {
+            int found = 0;
+            for (const jnode *k = kw; k; k = k->next)
+                if (k->t == JN_KWARG && k->sn == (size_t)(q - f) && !memcmp(k->s, f, k->sn))
+                    v = jx_eval(x, k->a), found = 1;
+            if (!found) jx_fail(x, KVT_EFORMAT, at, "format: no argument named '%.*s'", (int)KVT_MIN(q - f, 64), f);
+        }
+        while (q < name_end) { /* .attr and [key] */
+            const char *s = q + 1, *e = s;
+            if (*q == '.') {
+                while (e < name_end && *e != '.' && *e != '[') e++;
+                if ((v.k != JV_DICT && v.k != JV_NS) || !jv_dict_get(v.u.d, s, (size_t)(e - s), &v))
+                    jx_fail(x, KVT_EFORMAT, at, "format: no attribute '%.*s'", (int)KVT_MIN(e - s, 64), s);
+                q = e;
+            } else if (*q == '[') {
+                while (e < name_end && *e != ']') e++;
+                if (e >= name_end) jx_fail(x, KVT_EFORMAT, at, "format: a '[' is not closed");
+                size_t digits = 0;
+                while (s + digits < e && s[digits] >= '0' && s[digits] <= '9') digits++;
+                jv r = jv_undef();
+                if (digits && s + digits == e && v.k == JV_LIST) {
+                    size_t idx = (size_t)strtoull(s, NULL, 10);
+                    if (idx < v.u.l->n) r = v.u.l->v[idx];
+                } else if (v.k == JV_DICT || v.k == JV_NS) {
+                    jv_dict_get(v.u.d, s, (size_t)(e - s), &r);
+                }
+                if (r.k == JV_UNDEF) jx_fail(x, KVT_EFORMAT, at, "format: no item '%.*s'", (int)KVT_MIN(e - s, 64), s);
+                v = r, q = e + 1;
+            } else {
+                jx_fail(x, KVT_EFORMAT, at, "format: a bad field name");
+            }
+        }
+        if (bang) {
+            if (ne - bang != 2 || !strchr("rsa", bang[1]) || !bang[1])
+                jx_fail(x, KVT_EFORMAT, at, "format: the conversion must be !r, !s or !a");
+            jbuf t = {.x = x};
+            if (bang[1] == 's') jv_write_str(&t, v);
+            else jv_write_repr(&t, v);
+            v = jb_done(&t);
+        }
+        format_value(x, at, &b, v, colon ? colon + 1 : fe, colon ? (size_t)(fe - colon - 1) : 0);
+    }
+    return jb_done(&b);
+}
+
 static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n,
                      const jnode *kw, int *found) {
     *found = 1;
@@ -197,6 +437,7 @@ static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nl
         return jv_int(-1);
     }
     if (name_is(name, nlen, "join") && n == 1 && a[0].k == JV_LIST) return join(x, a[0], s);
+    if (name_is(name, nlen, "format")) return str_format(x, at, s, a, n, kw);
     *found = 0;
     return jv_undef();
 }
@@ -207,6 +448,12 @@ jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, c
     if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, kw, found);
     if (self.k != JV_DICT) return jv_undef();
     *found = 1;
+    if (self.u.d->loop && name_is(name, nlen, "cycle")) { /* loop.cycle(a, b, ...): the values in turn */
+        jv i = jv_int(0);
+        if (!n) jx_fail(x, KVT_EFORMAT, at, "loop.cycle needs at least one value");
+        jv_dict_get(self.u.d, "index0", 6, &i);
+        return a[(size_t)i.u.i % n];
+    }
     if (name_is(name, nlen, "items")) return items_of(x, self);
     if (name_is(name, nlen, "keys") || name_is(name, nlen, "values")) {
         jv l = jv_new_list(x);
@@ -276,6 +523,16 @@ static jv attr_path(jv obj, jv path) {
         const char *dot = memchr(p, '.', (size_t)(end - p));
         size_t n = dot ? (size_t)(dot - p) : (size_t)(end - p);
         jv v;
+        size_t digits = 0;
+        while (digits < n && digits < 18 && p[digits] >= '0' && p[digits] <= '9') digits++;
+        if (obj.k == JV_LIST && n && digits == n) { /* "0" is an item of a list, as in Jinja */
+            size_t i = (size_t)strtoull(p, NULL, 10);
+            if (i >= obj.u.l->n) return jv_undef();
+            obj = obj.u.l->v[i];
+            if (!dot) break;
+            p = dot + 1;
+            continue;
+        }
         if ((obj.k != JV_DICT && obj.k != JV_NS) || !jv_dict_get(obj.u.d, p, n, &v)) return jv_undef();
         obj = v;
         if (!dot) break;
@@ -437,6 +694,359 @@ static jv to_number(jctx *x, const jnode *at, jv v, int as_float, const jv *dflt
     return dflt ? *dflt : as_float ? jv_float(0) : jv_int(0);
 }
 
+/* ---- sorting and aggregates --------------------------------------------------- */
+
+/* Counts n steps of work against the render's limit, as the evaluator counts statements: a
+ * filter whose work grows faster than its input (sort, unique) cannot run unbounded. */
+static void charge(jctx *x, const jnode *at, size_t n) {
+    x->steps += n;
+    if (x->steps > x->lim.max_steps)
+        jx_fail(x, KVT_ELIMIT, at, "rendering took more than %zu steps (a runaway loop?)", x->lim.max_steps);
+}
+
+/* Positional argument i, else the keyword argument name, else undefined. */
+static jv arg(jctx *x, const jv *a, size_t na, size_t i, const jnode *kw, const char *name) {
+    return i < na ? a[i] : jx_kwarg(x, kw, name);
+}
+
+/* The value sort, unique, min and max compare for v: the attribute(s) named in attr (a path, or
+ * several joined by commas, compared in turn), with strings lowercased unless case-sensitive. */
+static jv sort_key(jctx *x, jv v, jv attr, int cs) {
+    if (attr.k == JV_STR && memchr(attr.u.s.p, ',', attr.u.s.n)) {
+        jv l = jv_new_list(x);
+        const char *p = attr.u.s.p, *end = p + attr.u.s.n;
+        for (;;) {
+            const char *c = memchr(p, ',', (size_t)(end - p));
+            jv_list_push(x, l.u.l, sort_key(x, v, jv_strn(p, c ? (size_t)(c - p) : (size_t)(end - p)), cs));
+            if (!c) break;
+            p = c + 1;
+        }
+        return l;
+    }
+    if (attr.k == JV_STR) v = attr_path(v, attr);
+    else if (attr.k == JV_INT && v.k == JV_LIST)
+        v = attr.u.i >= 0 && (size_t)attr.u.i < v.u.l->n ? v.u.l->v[attr.u.i] : jv_undef();
+    return v.k == JV_STR && !cs ? change_case(x, v, 0) : v;
+}
+
+/* a < b: -1, a > b: 1, else 0, as Python orders them: numbers, strings, and lists item by item. */
+static int order(jctx *x, const jnode *at, jv a, jv b) {
+    if (a.k == JV_LIST && b.k == JV_LIST) {
+        for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
+            if (jv_equal(a.u.l->v[i], b.u.l->v[i])) continue;
+            return order(x, at, a.u.l->v[i], b.u.l->v[i]);
+        }
+        return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
+    }
+    return jx_compare(x, at, a, b);
+}
+
+/* Sorts idx[0..n) by keys[idx[]] (descending when rev), stably: a merge sort, as Python's sort
+ * keeps equal items in their order, also reversed. */
+static void merge_sort(jctx *x, const jnode *at, const jv *keys, size_t *idx, size_t *tmp, size_t n, int rev) {
+    if (n < 2) return;
+    charge(x, at, n);
+    size_t h = n / 2;
+    merge_sort(x, at, keys, idx, tmp, h, rev);
+    merge_sort(x, at, keys, idx + h, tmp, n - h, rev);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n) {
+        int c = order(x, at, keys[idx[j]], keys[idx[i]]);
+        tmp[k++] = (rev ? c > 0 : c < 0) ? idx[j++] : idx[i++];
+    }
+    while (i < h) tmp[k++] = idx[i++];
+    while (j < n) tmp[k++] = idx[j++];
+    memcpy(idx, tmp, n * sizeof *idx);
+}
+
+static jv sorted(jctx *x, const jnode *at, jv l, jv attr, int cs, int rev) {
+    size_t n = l.u.l->n;
+    jv *keys = jx_alloc(x, (n ? n : 1) * sizeof *keys);
+    size_t *idx = jx_alloc(x, (n ? n : 1) * sizeof *idx), *tmp = jx_alloc(x, (n ? n : 1) * sizeof *tmp);
+    for (size_t i = 0; i < n; i++) keys[i] = sort_key(x, l.u.l->v[i], attr, cs), idx[i] = i;
+    merge_sort(x, at, keys, idx, tmp, n, rev);
+    jv out = jv_new_list(x);
+    for (size_t i = 0; i < n; i++) jv_list_push(x, out.u.l, l.u.l->v[idx[i]]);
+    return out;
+}
+
+/* dictsort(case_sensitive=false, by='key', reverse=false): a dict's (key, value) pairs, sorted. */
+static jv dictsort(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
+    if (v.k != JV_DICT && v.k != JV_NS) jx_fail(x, KVT_EFORMAT, at, "dictsort needs a dict, not %s", jv_type_name(v));
+    jv by = arg(x, a, na, 1, kw, "by");
+    int by_value = 0;
+    if (by.k == JV_STR && by.u.s.n == 5 && !memcmp(by.u.s.p, "value", 5)) by_value = 1;
+    else if (by.k != JV_UNDEF && !(by.k == JV_STR && by.u.s.n == 3 && !memcmp(by.u.s.p, "key", 3)))
+        jx_fail(x, KVT_EFORMAT, at, "dictsort: by must be 'key' or 'value'");
+    return sorted(x, at, items_of(x, v), jv_int(by_value), jv_truthy(arg(x, a, na, 0, kw, "case_sensitive")),
+                  jv_truthy(arg(x, a, na, 2, kw, "reverse")));
+}
+
+/* unique(case_sensitive=false, attribute=none): the items whose key was not seen before. */
+static jv unique(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
+    jv l = as_list(x, at, v, "unique"), out = jv_new_list(x), seen = jv_new_list(x);
+    jv attr = arg(x, a, na, 1, kw, "attribute");
+    int cs = jv_truthy(arg(x, a, na, 0, kw, "case_sensitive"));
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        jv k = sort_key(x, l.u.l->v[i], attr, cs);
+        charge(x, at, seen.u.l->n + 1);
+        if (jx_contains(x, at, k, seen)) continue;
+        jv_list_push(x, seen.u.l, k);
+        jv_list_push(x, out.u.l, l.u.l->v[i]);
+    }
+    return out;
+}
+
+/* min or max (case_sensitive=false, attribute=none): the first smallest or largest item;
+ * undefined for no items. */
+static jv extreme(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw, int max) {
+    jv l = as_list(x, at, v, max ? "max" : "min"), attr = arg(x, a, na, 1, kw, "attribute");
+    int cs = jv_truthy(arg(x, a, na, 0, kw, "case_sensitive"));
+    if (!l.u.l->n) return jv_undef();
+    size_t best = 0;
+    jv bk = sort_key(x, l.u.l->v[0], attr, cs);
+    for (size_t i = 1; i < l.u.l->n; i++) {
+        jv k = sort_key(x, l.u.l->v[i], attr, cs);
+        int c = order(x, at, k, bk);
+        if (max ? c > 0 : c < 0) best = i, bk = k;
+    }
+    return l.u.l->v[best];
+}
+
+/* sum(attribute=none, start=0): start + each item (or its attribute), as the + operator adds. */
+static jv sum(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
+    jv l = as_list(x, at, v, "sum"), attr = arg(x, a, na, 0, kw, "attribute"), acc = arg(x, a, na, 1, kw, "start");
+    if (acc.k == JV_UNDEF) acc = jv_int(0);
+    for (size_t i = 0; i < l.u.l->n; i++)
+        acc = jx_add(x, at, acc, attr.k == JV_STR ? attr_path(l.u.l->v[i], attr) : l.u.l->v[i]);
+    return acc;
+}
+
+/* round(precision=0, method='common'): 'common' is Python's round() (halves to even, on the
+ * decimal the float reads as; an integer stays one), 'ceil' and 'floor' scale by 10**precision,
+ * round that way and scale back, giving a float. */
+static jv round_num(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
+    jv pv = arg(x, a, na, 0, kw, "precision"), mv = arg(x, a, na, 1, kw, "method");
+    if (v.k != JV_INT && v.k != JV_BOOL && v.k != JV_FLOAT)
+        jx_fail(x, KVT_EFORMAT, at, "round needs a number, not %s", jv_type_name(v));
+    if (pv.k != JV_UNDEF && pv.k != JV_INT && pv.k != JV_BOOL)
+        jx_fail(x, KVT_EFORMAT, at, "round: precision must be an integer, not %s", jv_type_name(pv));
+    long long prec = pv.k == JV_UNDEF ? 0 : pv.u.i;
+    int method = 0; /* common, ceil, floor */
+    if (mv.k == JV_STR && mv.u.s.n == 4 && !memcmp(mv.u.s.p, "ceil", 4)) method = 1;
+    else if (mv.k == JV_STR && mv.u.s.n == 5 && !memcmp(mv.u.s.p, "floor", 5)) method = 2;
+    else if (mv.k != JV_UNDEF && !(mv.k == JV_STR && mv.u.s.n == 6 && !memcmp(mv.u.s.p, "common", 6)))
+        jx_fail(x, KVT_EFORMAT, at, "round: method must be 'common', 'ceil' or 'floor'");
+    double f = v.k == JV_FLOAT ? v.u.f : (double)v.u.i;
+    if (method) {
+        double scale = pow(10.0, (double)KVT_MAX(KVT_MIN(prec, 400), -400));
+        double r = (method == 1 ? ceil(f * scale) : floor(f * scale)) / scale;
+        return jv_float(r);
+    }
+    if (v.k != JV_FLOAT) { /* an integer: unchanged, or to a multiple of 10**-prec, halves to even */
+        if (prec >= 0) return jv_int(v.u.i);
+        if (prec < -18) return jv_int(0);
+        long long m = 1;
+        for (long long i = 0; i < -prec; i++) m *= 10;
+        long long q = v.u.i / m, r = v.u.i % m;
+        if (r < 0) q--, r += m; /* floor division */
+        if (2 * r > m || (2 * r == m && (q & 1))) q++;
+        return jv_int(q * m);
+    }
+    if (isnan(f) || isinf(f) || prec > 330) return jv_float(f);
+    if (prec < 0) {
+        if (prec < -308) return jv_float(copysign(0.0, f));
+        double scale = pow(10.0, (double)-prec);
+        return jv_float(nearbyint(f / scale) * scale);
+    }
+    char buf[720];                                   /* 309 integer digits, the point and up to 330 decimals */
+    snprintf(buf, sizeof buf, "%.*f", (int)prec, f); /* the exact value, rounded half to even */
+    return jv_float(strtod(buf, NULL));
+}
+
+/* wordcount: runs of word characters (letters, digits, "_"; any non-ASCII character counts as
+ * a letter, where Python's \w would ask Unicode). */
+static jv wordcount(jv s) {
+    long long n = 0;
+    int in = 0;
+    for (size_t i = 0; i < s.u.s.n; i++) {
+        unsigned char c = (unsigned char)s.u.s.p[i];
+        int w = c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        n += w && !in;
+        in = w;
+    }
+    return jv_int(n);
+}
+
+/* center(width=80): s in spaces up to width code points, the odd space where Python puts it. */
+static jv center(jctx *x, const jnode *at, jv s, jv wv) {
+    if (wv.k != JV_UNDEF && wv.k != JV_INT) jx_fail(x, KVT_EFORMAT, at, "center: width must be an integer");
+    long long width = wv.k == JV_INT ? wv.u.i : 80, len = (long long)jx_cp_len(s.u.s.p, s.u.s.n);
+    if (width <= len) return s;
+    if ((size_t)width > x->lim.max_output) jx_fail(x, KVT_ELIMIT, at, "center: width past the output limit");
+    long long marg = width - len, left = marg / 2 + (marg & width & 1);
+    jbuf b = {.x = x};
+    for (long long i = 0; i < left; i++) jb_put(&b, " ", 1);
+    jb_put(&b, s.u.s.p, s.u.s.n);
+    for (long long i = left; i < marg; i++) jb_put(&b, " ", 1);
+    return jb_done(&b);
+}
+
+/* ---- "fmt % args" ------------------------------------------------------------- */
+
+/* An integer conversion (d i u x X o) of v: sign, "#" prefix, precision zeros, then the padding. */
+static void fmt_int(jctx *x, const jnode *at, jbuf *b, char conv, jv v, const char *flags, long long width,
+                    long long prec) {
+    if (v.k == JV_FLOAT && strchr("xXo", conv))
+        jx_fail(x, KVT_EFORMAT, at, "%%%c format: an integer is required, not float", conv);
+    if (v.k == JV_FLOAT) v = float_to_int(x, at, v.u.f, NULL);
+    if (v.k != JV_INT && v.k != JV_BOOL)
+        jx_fail(x, KVT_EFORMAT, at, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
+    unsigned long long mag = v.u.i < 0 ? 0ULL - (unsigned long long)v.u.i : (unsigned long long)v.u.i;
+    char digits[80], body[200];
+    snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", mag);
+    size_t nd = strlen(digits), zeros = prec > (long long)nd ? (size_t)(prec - (long long)nd) : 0;
+    const char *sign = v.u.i < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "";
+    const char *prefix = !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "";
+    size_t len = strlen(sign) + strlen(prefix) + zeros + nd;
+    size_t pad = width > (long long)len ? (size_t)(width - (long long)len) : 0;
+    int left = strchr(flags, '-') != NULL, zero = !left && strchr(flags, '0');
+    snprintf(body, sizeof body, "%s%s", sign, prefix);
+    if (!left && !zero)
+        for (size_t i = 0; i < pad; i++) jb_put(b, " ", 1);
+    jb_puts(b, body);
+    for (size_t i = 0; i < zeros + (zero ? pad : 0); i++) jb_put(b, "0", 1);
+    jb_put(b, digits, nd);
+    if (left)
+        for (size_t i = 0; i < pad; i++) jb_put(b, " ", 1);
+}
+
+jv jx_percent_format(jctx *x, const jnode *at, jv fmt, jv args) {
+    const jv *av = &args;
+    size_t na = 1, used = 0;
+    int mapping = args.k == JV_DICT || args.k == JV_NS || (args.k == JV_LIST && !args.u.l->tuple);
+    if (args.k == JV_LIST && args.u.l->tuple) av = args.u.l->v, na = args.u.l->n;
+    jbuf b = {.x = x};
+    const char *p = fmt.u.s.p, *end = p + fmt.u.s.n;
+    while (p < end) {
+        const char *pc = memchr(p, '%', (size_t)(end - p));
+        if (!pc) {
+            jb_put(&b, p, (size_t)(end - p));
+            break;
+        }
+        jb_put(&b, p, (size_t)(pc - p));
+        p = pc + 1;
+        jv v = jv_undef();
+        int have = 0;
+        if (p < end && *p == '(') { /* %(key)s: the value of a dict's key */
+            const char *k = ++p;
+            while (p < end && *p != ')') p++;
+            if (p >= end) jx_fail(x, KVT_EFORMAT, at, "'%%' format: a '%%(' key is not closed");
+            if (args.k != JV_DICT && args.k != JV_NS) jx_fail(x, KVT_EFORMAT, at, "'%%' format: %%(key) needs a dict");
+            if (!jv_dict_get(args.u.d, k, (size_t)(p - k), &v))
+                jx_fail(x, KVT_EFORMAT, at, "'%%' format: the dict has no key '%.*s'", (int)KVT_MIN(p - k, 64), k);
+            p++, have = 1;
+        }
+        char flags[8] = "";
+        size_t nf = 0;
+        while (p < end && strchr("-+ #0", *p) && *p) {
+            if (nf < sizeof flags - 1 && !memchr(flags, *p, nf)) flags[nf++] = *p;
+            p++;
+        }
+        long long num[2] = {-1, -1}; /* width, precision */
+        for (int part = 0; part < 2; part++) {
+            if (part == 1) {
+                if (p >= end || *p != '.') break;
+                p++, num[1] = 0;
+            }
+            if (p < end && *p == '*') {
+                if (have || used >= na) jx_fail(x, KVT_EFORMAT, at, "not enough arguments for format string");
+                jv w = av[used++];
+                if (w.k != JV_INT) jx_fail(x, KVT_EFORMAT, at, "'%%' format: * wants an integer");
+                num[part] = KVT_MAX(KVT_MIN(w.u.i, 1000000000000LL), -1000000000000LL), p++;
+                if (part == 0 && num[0] < 0) num[0] = -num[0], flags[nf++] = '-';
+                continue;
+            }
+            if (p < end && *p >= '0' && *p <= '9') num[part] = 0;
+            for (; p < end && *p >= '0' && *p <= '9'; p++)
+                num[part] = KVT_MIN(num[part] * 10 + (*p - '0'), 1000000000000LL);
+        }
+        while (p < end && (*p == 'h' || *p == 'l' || *p == 'L')) p++;
+        if (p >= end) jx_fail(x, KVT_EFORMAT, at, "'%%' format: incomplete format");
+        char conv = *p++;
+        if (conv == '%') {
+            jb_put(&b, "%", 1);
+            continue;
+        }
+        if (!conv || !strchr("sradiuxXoeEfFgGc", conv))
+            jx_fail(x, KVT_EFORMAT, at, "'%%' format: unsupported format character '%c'", conv);
+        if (!have) {
+            if (used >= na) jx_fail(x, KVT_EFORMAT, at, "not enough arguments for format string");
+            v = av[used++];
+        }
+        if ((size_t)KVT_MAX(num[0], 0) > x->lim.max_output || (size_t)KVT_MAX(num[1], 0) > x->lim.max_output)
+            jx_fail(x, KVT_ELIMIT, at, "'%%' format: a width or precision past the output limit");
+        int left = strchr(flags, '-') != NULL;
+        if (strchr("diuxXo", conv)) {
+            fmt_int(x, at, &b, conv, v, flags, num[0], num[1]);
+            continue;
+        }
+        jbuf piece = {.x = x};
+        if (strchr("eEfFgG", conv)) {
+            if (v.k != JV_INT && v.k != JV_BOOL && v.k != JV_FLOAT)
+                jx_fail(x, KVT_EFORMAT, at, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
+            /* C's printf has Python's flags, width and precision for these (zeros after the sign) */
+            char cf[24];
+            snprintf(cf, sizeof cf, "%%%s*.*%c", flags, conv);
+            int w = (int)KVT_MAX(num[0], 0), pr = (int)(num[1] < 0 ? 6 : num[1]);
+            double d = v.k == JV_FLOAT ? v.u.f : (double)v.u.i;
+            int len = snprintf(NULL, 0, cf, w, pr, d);
+            if (len < 0 || (size_t)len > x->lim.max_output)
+                jx_fail(x, KVT_ELIMIT, at, "'%%' format: a number's text past the output limit");
+            char *out = jx_alloc(x, (size_t)len + 1);
+            snprintf(out, (size_t)len + 1, cf, w, pr, d);
+            jb_put(&b, out, (size_t)len);
+            continue;
+        } else if (conv == 'c') {
+            if (v.k == JV_STR && jx_cp_len(v.u.s.p, v.u.s.n) == 1) {
+                jb_put(&piece, v.u.s.p, v.u.s.n);
+            } else if (v.k == JV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF) {
+                char u[4];
+                unsigned c = (unsigned)v.u.i;
+                size_t n = c < 0x80 ? (u[0] = (char)c, 1)
+                    : c < 0x800     ? (u[0] = (char)(0xC0 | c >> 6), u[1] = (char)(0x80 | (c & 63)), 2)
+                    : c < 0x10000   ? (u[0] = (char)(0xE0 | c >> 12), u[1] = (char)(0x80 | ((c >> 6) & 63)),
+                                     u[2] = (char)(0x80 | (c & 63)), 3)
+                                    : (u[0] = (char)(0xF0 | c >> 18), u[1] = (char)(0x80 | ((c >> 12) & 63)),
+                                     u[2] = (char)(0x80 | ((c >> 6) & 63)), u[3] = (char)(0x80 | (c & 63)), 4);
+                jb_put(&piece, u, n);
+            } else {
+                jx_fail(x, KVT_EFORMAT, at, "%%c format: needs an integer code point or one character");
+            }
+        } else { /* s, r, a: str() or repr(), cut to the precision in code points */
+            if (conv == 's') jv_write_str(&piece, v);
+            else jv_write_repr(&piece, v);
+        }
+        jv t = jb_done(&piece);
+        if (num[1] >= 0 && strchr("sra", conv)) { /* the first code points only: a view of the text */
+            size_t cut = 0;
+            for (long long k = 0; cut < t.u.s.n; cut++)
+                if (((unsigned char)t.u.s.p[cut] & 0xC0) != 0x80 && k++ == num[1]) break;
+            t.u.s.n = cut;
+        }
+        long long len = (long long)jx_cp_len(t.u.s.p, t.u.s.n);
+        long long pad = num[0] > len ? num[0] - len : 0;
+        if (!left)
+            for (long long i = 0; i < pad; i++) jb_put(&b, " ", 1);
+        jb_put(&b, t.u.s.p, t.u.s.n);
+        if (left)
+            for (long long i = 0; i < pad; i++) jb_put(&b, " ", 1);
+    }
+    if (used < na && !mapping && !(args.k == JV_LIST && args.u.l->tuple && !na))
+        jx_fail(x, KVT_EFORMAT, at, "not all arguments converted during string formatting");
+    return jb_done(&b);
+}
+
 jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv *a, size_t na, const jnode *kw) {
     const jv *a0 = na ? &a[0] : NULL;
     if (name_is(name, n, "default") || name_is(name, n, "d")) {
@@ -477,6 +1087,16 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
         return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
     }
     if (name_is(name, n, "safe")) return v;
+    if (name_is(name, n, "sort")) {
+        jv l = as_list(x, at, v, "sort");
+        return sorted(x, at, l, arg(x, a, na, 2, kw, "attribute"), jv_truthy(arg(x, a, na, 1, kw, "case_sensitive")),
+                      jv_truthy(arg(x, a, na, 0, kw, "reverse")));
+    }
+    if (name_is(name, n, "dictsort")) return dictsort(x, at, v, a, na, kw);
+    if (name_is(name, n, "unique")) return unique(x, at, v, a, na, kw);
+    if (name_is(name, n, "min") || name_is(name, n, "max")) return extreme(x, at, v, a, na, kw, name[1] == 'a');
+    if (name_is(name, n, "sum")) return sum(x, at, v, a, na, kw);
+    if (name_is(name, n, "round")) return round_num(x, at, v, a, na, kw);
     if (v.k == JV_UNDEF) v = jv_strn("", 0); /* the string filters print an undefined value as "" */
     jv s = jv_to_str(x, v);
     if (name_is(name, n, "trim")) return strip(s, 3, a0);
@@ -487,6 +1107,8 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
     if (name_is(name, n, "e") || name_is(name, n, "escape")) return escape_html(x, s);
     if (name_is(name, n, "replace") && na >= 2)
         return replace(x, s, jv_to_str(x, a[0]), jv_to_str(x, a[1]), na > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
+    if (name_is(name, n, "wordcount")) return wordcount(s);
+    if (name_is(name, n, "center")) return center(x, at, s, arg(x, a, na, 0, kw, "width"));
     if (name_is(name, n, "indent")) {
         jv w = na ? a[0] : jx_kwarg(x, kw, "width"), f = na > 1 ? a[1] : jx_kwarg(x, kw, "first");
         jv bl = na > 2 ? a[2] : jx_kwarg(x, kw, "blank");

@@ -36,12 +36,14 @@ typedef struct {
 struct jv_list {
     jv *v;
     size_t n, cap;
+    int tuple; /* made by a tuple literal: "%" formatting takes its items as the arguments */
 };
 
 struct jv_dict {
     jv *key; /* strings (JSON objects) or any value (a template's dict literal) */
     jv *val;
     size_t n, cap;
+    int loop; /* a for loop's "loop": it has the cycle() method */
 };
 
 /* ---- syntax tree ---- */
@@ -51,8 +53,8 @@ typedef enum {
     JN_TEXT,  /* s */
     JN_OUT,   /* {{ a }} */
     JN_IF,    /* a: condition, body, alt (elif chains nest as an alt holding one JN_IF) */
-    JN_FOR,   /* s (and s2 for "k, v"): targets, a: iterable, c: filter condition, body, alt: else */
-    JN_SET,   /* s: name (a2 set: namespace object in b, attribute s2), a: value, or body for a block set */
+    JN_FOR,   /* s: target (args: JN_NAME targets to unpack into), a: iterable, c: filter condition, body, alt: else */
+    JN_SET,   /* s: name (args: JN_NAME targets to unpack into; s2: a namespace's attribute), a: value, or body */
     JN_MACRO, /* s: name, args: parameters (JN_NAME with a default in a), body */
     JN_BREAK,
     JN_CONTINUE,
@@ -69,7 +71,7 @@ typedef enum {
     JN_UNARY,  /* op a: '!' (not), '-', '+' */
     JN_BIN,    /* a op b */
     JN_COND,   /* b if a else c */
-    JN_LIST,   /* args */
+    JN_LIST,   /* args; op = 1 for a tuple */
     JN_DICT,   /* args: JN_PAIR nodes (a: key, b: value) */
     JN_PAIR,
     JN_KWARG, /* s = a, in args */
@@ -206,6 +208,11 @@ jv jx_global(jctx *x, const jnode *at, const char *name, size_t nlen, const jv *
              int *found);
 
 size_t jx_cp_len(const char *p, size_t n); /* code points of UTF-8 text */
+
+/* a + b as the operator computes it (numbers, strings, lists) */
+jv jx_add(jctx *x, const jnode *at, jv a, jv b);
+/* Python's "fmt % args" for a string fmt (printf-style conversions) */
+jv jx_percent_format(jctx *x, const jnode *at, jv fmt, jv args);
 
 /* a keyword argument named name among the JN_KWARG nodes of a call, evaluated, or undefined */
 jv jx_kwarg(jctx *x, const jnode *args, const char *name);

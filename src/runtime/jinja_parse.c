@@ -363,6 +363,12 @@ static jnode *primary(parser *p) {
     }
     if (is_op(p, '(')) {
         lex(p);
+        if (is_op(p, ')')) { /* () is the empty tuple */
+            lex(p);
+            jnode *n = node(p, JN_LIST);
+            n->op = 1;
+            return n;
+        }
         jnode *e = expr(p);
         if (!is_op(p, ',')) {
             expect_op(p, ')');
@@ -370,6 +376,7 @@ static jnode *primary(parser *p) {
         }
         lex(p);
         jnode *n = node(p, JN_LIST); /* a tuple */
+        n->op = 1;
         n->args = e;
         e->next = items(p, ')', 0);
         return n;
@@ -541,9 +548,50 @@ static jnode *expr(parser *p) {
     return e;
 }
 
+/* An expression, or a tuple without parentheses ("1, 2") where set and for take one. */
+static jnode *tuple_or(parser *p, jnode *(*item)(parser *)) {
+    jnode *e = item(p);
+    if (!is_op(p, ',')) return e;
+    jnode *n = node(p, JN_LIST);
+    n->op = 1;
+    n->args = e;
+    for (jnode **tail = &e->next; is_op(p, ',') && !p->err[0];) {
+        lex(p);
+        if (p->cur.k == T_END || is_name(p, "if") || is_name(p, "recursive")) break; /* "a, b," */
+        jnode *it = item(p);
+        *tail = it, tail = &it->next;
+    }
+    return n;
+}
+
+/* "a" or "a, b, ..." as the targets of set or for: the first name in n->s, and all of them as
+ * JN_NAME nodes in n->args where there are several. */
+static void targets(parser *p, jnode *n, const char *what) {
+    if (p->cur.k != T_NAME) perr(p, "expected a name after '%s'", what);
+    n->s = p->cur.p, n->sn = p->cur.n;
+    lex(p);
+    if (!is_op(p, ',')) return;
+    jnode **tail = &n->args;
+    *tail = node(p, JN_NAME);
+    (*tail)->s = n->s, (*tail)->sn = n->sn, tail = &(*tail)->next;
+    while (is_op(p, ',') && !p->err[0]) {
+        lex(p);
+        if (p->cur.k != T_NAME) {
+            if (is_name(p, "in") || is_op(p, '=')) break; /* a trailing comma */
+            perr(p, "expected a name after ',' in '%s'", what);
+            return;
+        }
+        jnode *t = node(p, JN_NAME);
+        t->s = p->cur.p, t->sn = p->cur.n;
+        *tail = t, tail = &t->next;
+        lex(p);
+    }
+}
+
 /* ---- statements ------------------------------------------------------------- */
 
 static jnode *body(parser *p, const char *const *enders, const char **ended);
+static jnode *text_before(parser *p, size_t at);
 
 /* The keyword of the block tag at the cursor (the tag's first name). */
 static int keyword(parser *p, const char *kw) { return is_name(p, kw); }
@@ -570,18 +618,10 @@ static jnode *stmt_if(parser *p) {
 
 static jnode *stmt_for(parser *p) {
     jnode *n = node(p, JN_FOR);
-    if (p->cur.k != T_NAME) perr(p, "expected a loop variable after 'for'");
-    n->s = p->cur.p, n->sn = p->cur.n;
-    lex(p);
-    if (is_op(p, ',')) {
-        lex(p);
-        if (p->cur.k != T_NAME) perr(p, "expected a second loop variable");
-        n->s2 = p->cur.p, n->s2n = p->cur.n;
-        lex(p);
-    }
+    targets(p, n, "for");
     if (!is_name(p, "in")) perr(p, "expected 'in' in a for tag");
     lex(p);
-    n->a = or_expr(p);
+    n->a = tuple_or(p, or_expr);
     if (is_name(p, "if")) {
         lex(p);
         n->c = or_expr(p);
@@ -602,16 +642,14 @@ static jnode *stmt_for(parser *p) {
 
 static jnode *stmt_set(parser *p) {
     jnode *n = node(p, JN_SET);
-    if (p->cur.k != T_NAME) perr(p, "expected a name after 'set'");
-    n->s = p->cur.p, n->sn = p->cur.n;
-    lex(p);
-    if (is_op(p, '.')) { /* ns.attr = value */
+    targets(p, n, "set");
+    if (is_op(p, '.') && !n->args) { /* ns.attr = value */
         lex(p);
         if (p->cur.k != T_NAME) perr(p, "expected an attribute name after '.'");
         n->s2 = p->cur.p, n->s2n = p->cur.n;
         lex(p);
     }
-    if (p->cur.k == T_END && !n->s2) { /* {% set x %}...{% endset %} */
+    if (p->cur.k == T_END && !n->s2 && !n->args) { /* {% set x %}...{% endset %} */
         static const char *const enders[] = {"endset", NULL};
         const char *ended;
         n->body = body(p, enders, &ended);
@@ -619,7 +657,7 @@ static jnode *stmt_set(parser *p) {
         return n;
     }
     expect_op(p, '=');
-    n->a = expr(p);
+    n->a = tuple_or(p, expr);
     expect_end(p);
     return n;
 }
@@ -649,6 +687,52 @@ static jnode *stmt_macro(parser *p) {
     return n;
 }
 
+/* The end of a raw or endraw tag at p->pos: "%}" or "-%}" after spaces; 0 if it is not there. */
+static size_t raw_tag_end(const parser *p, size_t at, int *minus) {
+    while (at < p->len && is_space(p->src[at])) at++;
+    *minus = at < p->len && p->src[at] == '-';
+    at += (size_t)*minus;
+    return at + 1 < p->len && p->src[at] == '%' && p->src[at + 1] == '}' ? at + 2 : 0;
+}
+
+/* {% raw %}...{% endraw %} after the name "raw": the text between, as written. As in Jinja,
+ * the newline after the raw tag stays (trim_blocks does not apply there), lstrip_blocks and a
+ * "-" apply before the endraw tag, and after it the usual rules do. */
+static jnode *raw(parser *p) {
+    int minus;
+    size_t start = raw_tag_end(p, p->pos, &minus);
+    if (!start) {
+        perr(p, "expected '%%}' after 'raw'");
+        return NULL;
+    }
+    if (minus)
+        while (start < p->len && is_space(p->src[start])) start++;
+    for (size_t i = p->pos; i < start; i++) p->line += p->src[i] == '\n';
+    p->pos = start;
+    for (size_t i = start; i + 1 < p->len; i++) {
+        if (p->src[i] != '{' || p->src[i + 1] != '%') continue;
+        size_t k = i + 2 + (i + 2 < p->len && (p->src[i + 2] == '-' || p->src[i + 2] == '+'));
+        while (k < p->len && is_space(p->src[k])) k++;
+        if (k + 6 > p->len || memcmp(p->src + k, "endraw", 6) || (k + 6 < p->len && is_ident(p->src[k + 6], 0)))
+            continue;
+        size_t end = raw_tag_end(p, k + 6, &minus);
+        if (!end) {
+            perr(p, "expected '%%}' after 'endraw'");
+            return NULL;
+        }
+        p->line_starting = 0;
+        jnode *n = text_before(p, i); /* the raw text, with the whitespace rules before a tag */
+        if (!n) n = node(p, JN_TEXT);
+        p->pos = k + 6; /* the tag's end through the lexer: "-" or trim_blocks after it */
+        p->closer = '%';
+        lex(p);
+        expect_end(p);
+        return n;
+    }
+    perr(p, "the template ends before {%% endraw %%}");
+    return NULL;
+}
+
 /* A block tag after its "{%": a statement, or (*ended) one of enders. */
 static jnode *block_tag(parser *p, const char *const *enders, const char **ended) {
     lex(p);
@@ -663,6 +747,7 @@ static jnode *block_tag(parser *p, const char *const *enders, const char **ended
         return NULL;
     }
     tok kw = p->cur;
+    if (kw.n == 3 && !memcmp(kw.p, "raw", 3)) return raw(p);
     lex(p);
     if (kw.n == 2 && !memcmp(kw.p, "if", 2)) return stmt_if(p);
     if (kw.n == 3 && !memcmp(kw.p, "for", 3)) return stmt_for(p);

@@ -138,6 +138,125 @@ static void test_language(void) {
            "5FalseTrueTrue");
 }
 
+/* raw blocks, the sorting and aggregate filters, loop.cycle, unpacking, repetition, "%"
+ * formatting and str.format, each against the output jinja2 gives with Hugging Face's settings. */
+static void test_features(void) {
+    expect("a{% raw %}{{ x }}{% if %}{#c#}{% endraw %}b", NULL, "a{{ x }}{% if %}{#c#}b");
+    expect("  {% raw %}\n  {{ y }}\n  {% endraw %}\nz", NULL, "\n  {{ y }}\nz");
+    expect("{% raw -%}   {{ q }}   {%- endraw %}|{%raw%}{% endfor %}{%endraw%}", NULL, "{{ q }}|{% endfor %}");
+    expect(
+        "{{ [3, 1, 2] | sort }}{{ [3, 1, 2] | sort(reverse=true) }}{{ ['b', 'A', 'a', 'C'] | sort }}{{ ['b', 'A', 'a', 'C'] | sort(case_sensitive=true) }}{{ [2, 1.5, true] | sort }}",
+        NULL, "[1, 2, 3][3, 2, 1]['A', 'a', 'b', 'C']['A', 'C', 'a', 'b'][True, 1.5, 2]");
+    expect(
+        "{{ xs | sort(attribute='n') | map(attribute='k') | join(',') }}|{{ xs | sort(attribute='n', reverse=true) | map(attribute='k') | join(',') }}|{{ xs | sort(attribute='n,k') | map(attribute='k') | join }}|{{ xs | sort(false, false, 'k') | map(attribute='n') | join }}",
+        "{\"xs\":[{\"n\":2,\"k\":\"a\"},{\"n\":1,\"k\":\"b\"},{\"n\":2,\"k\":\"c\"},{\"n\":1,\"k\":\"d\"}]}",
+        "b,d,a,c|a,c,b,d|bdac|2121");
+    expect(
+        "{% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %}|{% for k, v in d | dictsort(by='value') %}{{ k }}{% endfor %}|{% for k, v in d | dictsort(reverse=true) %}{{ k }}{% endfor %}|{% for k, v in d | dictsort(true) %}{{ k }}{% endfor %}",
+        "{\"d\":{\"b\":1,\"a\":3,\"C\":2}}", "a3b1C2|bCa|Cba|Cab");
+    expect(
+        "{{ ['a', 'A', 'b', 'a'] | unique | list }}{{ ['a', 'A', 'b'] | unique(case_sensitive=true) | list }}{{ xs | unique(attribute='n') | map(attribute='k') | join }}{{ [1, 1.0, 2] | unique | list }}",
+        "{\"xs\":[{\"n\":2,\"k\":\"a\"},{\"n\":1,\"k\":\"b\"},{\"n\":2,\"k\":\"c\"},{\"n\":1,\"k\":\"d\"}]}",
+        "['a', 'b']['a', 'A', 'b']ab[1, 2]");
+    expect(
+        "{{ [3, 1, 2] | min }}{{ [3, 1, 2] | max }}{{ ['b', 'A', 'c'] | min }}{{ ['b', 'A', 'C'] | max }}{{ ['b', 'A', 'C'] | max(case_sensitive=true) }}{{ xs | max(attribute='n') | tojson }}{{ xs | min(attribute='n') | tojson }}|{{ [] | min }}|",
+        "{\"xs\":[{\"n\":2,\"k\":\"a\"},{\"n\":1,\"k\":\"b\"},{\"n\":2,\"k\":\"c\"},{\"n\":1,\"k\":\"d\"}]}",
+        "13ACb{\"n\": 2, \"k\": \"a\"}{\"n\": 1, \"k\": \"b\"}||");
+    expect(
+        "{{ [1, 2, 3] | sum }} {{ [1, 2.5] | sum }} {{ xs | sum(attribute='n') }} {{ [1, 2] | sum(start=10) }} {{ [] | sum }} {{ [[1], [2]] | sum(start=[]) }}",
+        "{\"xs\":[{\"n\":2,\"k\":\"a\"},{\"n\":1,\"k\":\"b\"},{\"n\":2,\"k\":\"c\"},{\"n\":1,\"k\":\"d\"}]}",
+        "6 3.5 6 13 0 [1, 2]");
+    expect(
+        "{{ 2.5 | round }} {{ 3.5 | round }} {{ 42 | round }} {{ 2.675 | round(2) }} {{ 2.1 | round(method='ceil') }} {{ 2.9 | round(0, 'floor') }} {{ 1234.5 | round(-2) }} {{ -2.5 | round }} {{ 0.125 | round(2) }} {{ 3.14159 | round(3, 'ceil') }} {{ -2.1 | round(method='floor') }} {{ 1250 | round(-2) }} {{ 1350 | round(-2) }} {{ 42 | round(1, 'ceil') }}",
+        NULL, "2.0 4.0 42 2.67 3.0 2.0 1200.0 -2.0 0.12 3.142 -3.0 1200 1400 42.0");
+    expect("{{ 'Hello, big world! 42 times_x' | wordcount }} {{ '' | wordcount }} {{ 'héllo wörld' | wordcount }}",
+           NULL, "5 0 2");
+    expect(
+        "[{{ 'ab' | center(7) }}][{{ 'abc' | center(6) }}][{{ 'ab' | center(1) }}][{{ 'ab' | center(5) }}][{{ 'é' | center(4) }}][{{ 'x' | center(width=3) }}]",
+        NULL, "[   ab  ][ abc  ][ab][  ab ][ é  ][ x ]");
+    expect(
+        "{% for i in range(5) %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}|{% for i in [1, 2] %}{% for j in [1, 2, 3] %}{{ loop.cycle('x', 'y') }}{% endfor %}{% endfor %}",
+        NULL, "abcab|xyxxyx");
+    expect(
+        "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c, d = [3, 'x'] %}{{ c }}{{ d }}{% set e, f = 'yz' %}{{ e }}{{ f }}{% set t = 1, 2 %}{{ t | length }}",
+        NULL, "123xyz2");
+    expect(
+        "{% for a, b, c in [[1, 2, 3], 'xyz'] %}{{ a }}{{ b }}{{ c }};{% endfor %}{% for k, v in {'p': 1}.items() %}{{ k }}{{ v }}{% endfor %}{% for x in 1, 2 %}{{ x }}{% endfor %}",
+        NULL, "123;xyz;p112");
+    expect("{{ [0] * 3 }}{{ 2 * [1, 'a'] }}{{ 'ab' * 2 }}{{ 3 * 'x' }}{{ [1] * 0 }}{{ [1] * -1 }}{{ 'a' * true }}",
+           NULL, "[0, 0, 0][1, 'a', 1, 'a']ababxxx[][]a");
+    expect(
+        "{{ '%s-%s' % ('a', 1) }}|{{ '%d' % 3.7 }}|{{ '%05.2f' % 3.14159 }}|{{ '%s' % 'x' }}|{{ '%-4s|%4s' % ('a', 'b') }}|{{ '%x %o %e' % (255, 8, 12345.678) }}|{{ '100%%' % () }}|{{ '%(a)s=%(b)d' % {'a': 'k', 'b': 2} }}|{{ '%r' % 'q' }}|{{ '%s' % none }}|{{ '%s' % true }}|{{ '%d' % true }}|{{ '%g' % 0.0001 }}|{{ '%c' % 65 }}",
+        NULL, "a-1|3|03.14|x|a   |   b|ff 10 1.234568e+04|100%|k=2|'q'|None|True|1|0.0001|A");
+    expect(
+        "{{ '%s' % [1, 2] }}|{{ '%+d|% d|%05d|%-5d|%.3d' % (5, 5, -42, 7, 3) }}|{{ '%#x|%#o|%X|%x' % (255, 8, 255, -255) }}|{{ '%.2s|%5.1s|%*d' % ('héllo', 'xyz', 4, 9) }}|{{ '%-8.3f|%+.1e|%08.3f' % (2.5, 1234.5, -3.14159) }}|{{ '%c%c' % ('é', 233) }}",
+        NULL, "[1, 2]|+5| 5|-0042|7    |003|0xff|0o10|FF|-ff|hé|    x|   9|2.500   |+1.2e+03|-003.142|éé");
+    expect("{{ '%.30f|%010.3f|% 8.2e|%-+9.1f|%.5d|%#.3x' % (0.1, -3.14159, 12.5, 2.25, -42, 5) }}", NULL,
+           "0.100000000000000005551115123126|-00003.142| 1.25e+01|+2.2     |-00042|0x005");
+    expect(
+        "{{ '{} and {}'.format('a', 1) }}|{{ '{0}{1}{0}'.format('x', 'y') }}|{{ '{name}!'.format(name='n') }}|{{ '{{}}{}'.format(2) }}|{{ '{:>4}|{:<3}|{:^5}|{:.2f}|{:03d}'.format('a', 'b', 'c', 3.14159, 7) }}",
+        NULL, "a and 1|xyx|n!|{}2|   a|b  |  c  |3.14|007");
+    expect(
+        "{{ '{:,}|{:_}|{:+d}|{: d}|{:x}|{:#x}|{:#b}|{:o}|{:X}|{:_x}|{:c}'.format(1234567, 1234567, 5, 5, 255, 255, 5, 8, 255, 65535, 233) }}",
+        NULL, "1,234,567|1_234_567|+5| 5|ff|0xff|0b101|10|FF|ffff|é");
+    expect(
+        "{{ '{}|{:.3}|{:.3}|{:.3}|{:.1%}|{:e}|{:.2e}|{:g}|{:10.3f}|{:<10.3f}|{:*^9}|{:=+8.2f}|{:,.2f}'.format(2.5, 1.0, 1234.5, 0.000012345, 0.256, 12345.678, -0.5, 1e20, 3.14159, 3.14159, 'é', 3.5, 1234567.891) }}",
+        NULL,
+        "2.5|1.0|1.23e+03|1.23e-05|25.6%|1.234568e+04|-5.00e-01|1e+20|     3.142|3.142     |****é****|+   3.50|1,234,567.89");
+    expect("{{ '{}|{!r}|{!s}|{}|{}|{:d}|{:>5}|{}'.format(none, 'q', 'q', true, [1, 'a'], true, false, 1.5) }}", NULL,
+           "None|'q'|q|True|[1, 'a']|1|    0|1.5");
+    expect(
+        "{{ '{0[a]}|{0.a}|{1[1]}'.format({'a': 'k'}, [7, 8]) }}|{{ '{:.2}|{:5.1}|{:.0f}|{:.0f}|{:#.0f}|{:.3}'.format('héllo', 'xyz', 2.5, 3.5, 2.0, 100.0) }}",
+        NULL, "k|k|8|hé|x    |2|4|2.|1e+02");
+    expect(
+        "{{ '{:05}|{:<05}|{:0>5}|{:-^7}|{:+}|{:+}|{:.2g}|{:10}|{:}|{:x<4}|{:é>3}'.format(-42, 7, 'ab', -1, 0.0, -0.0, 123456.0, 1e-7, 12, 1, 2) }}",
+        NULL, "-0042|70000|000ab|---1---|+0.0|-0.0|1.2e+05|     1e-07|12|1xxx|éé2");
+    expect_fail("{{ '{} {}'.format('a') }}", NULL, KVT_EFORMAT, "not enough positional arguments");
+    expect_fail("{{ '{0} {}'.format('a', 'b') }}", NULL, KVT_EFORMAT, "cannot mix");
+    expect_fail("{{ '}'.format() }}", NULL, KVT_EFORMAT, "a single '}'");
+    expect_fail("{{ '{x}'.format(y=1) }}", NULL, KVT_EFORMAT, "no argument named 'x'");
+    expect_fail("{{ '{:d}'.format('s') }}", NULL, KVT_EFORMAT, "unknown format code 'd' for a string");
+    expect_fail("{{ '{:>5}'.format(none) }}", NULL, KVT_EFORMAT, "a none takes no format spec");
+    expect_fail("{{ '{:.2d}'.format(3) }}", NULL, KVT_EFORMAT, "precision is not allowed");
+    expect_fail("{{ '{:+s}'.format('a') }}", NULL, KVT_EFORMAT, "not allowed for a string");
+    expect_fail("{{ '{0:>{1}}'.format('a', 3) }}", NULL, KVT_EFORMAT, "nested fields are not supported");
+    expect_fail("{{ '{:1000000000000}'.format(1) }}", NULL, KVT_ELIMIT, "past the output limit");
+    expect_fail("{{ '{0[q]}'.format({}) }}", NULL, KVT_EFORMAT, "no item 'q'");
+    expect_fail("{% set a, b = [1, 2, 3] %}", NULL, KVT_EFORMAT, "too many values to unpack");
+    expect_fail("{% set a, b = [1] %}", NULL, KVT_EFORMAT, "not enough values to unpack");
+    expect_fail("{% set a, b = 5 %}", NULL, KVT_EFORMAT, "cannot unpack a int");
+    expect_fail("{{ '%s %s' % ('a',) }}", NULL, KVT_EFORMAT, "not enough arguments for format string");
+    expect_fail("{{ '%d' % 'x' }}", NULL, KVT_EFORMAT, "%d format: a number is required, not string");
+    expect_fail("{{ '%s' % (1, 2) }}", NULL, KVT_EFORMAT, "not all arguments converted");
+    expect_fail("{{ '%q' % 1 }}", NULL, KVT_EFORMAT, "unsupported format character 'q'");
+    expect_fail("{{ '%\\0' % 1 }}", NULL, KVT_EFORMAT, "unsupported format character");
+    expect_fail("{{ '%*d' % (-4611686018427387904 * 2, 1) }}", NULL, KVT_ELIMIT, "past the output limit");
+    expect_fail("{{ '%(k)s' % {'a': 1} }}", NULL, KVT_EFORMAT, "no key 'k'");
+    expect_fail("{{ '%x' % 1.5 }}", NULL, KVT_EFORMAT, "an integer is required");
+    expect_fail("{{ '%' % 1 }}", NULL, KVT_EFORMAT, "incomplete format");
+    expect_fail("{{ [1, 'a'] | sort }}", NULL, KVT_EFORMAT, "cannot order");
+    expect_fail("{{ 'x' | round }}", NULL, KVT_EFORMAT, "round needs a number");
+    expect_fail("{{ 1.5 | round(method='up') }}", NULL, KVT_EFORMAT, "method must be");
+    expect_fail("{{ {'a': 1} | dictsort(by='k') }}", NULL, KVT_EFORMAT, "by must be 'key' or 'value'");
+    expect_fail("{% for i in [1] %}{{ loop.cycle() }}{% endfor %}", NULL, KVT_EFORMAT, "at least one value");
+    expect_fail("{{ {'a': 1}.cycle(1) }}", NULL, KVT_EFORMAT, "no method 'cycle'");
+    expect_fail("x\n{% raw %}never ended", NULL, KVT_EFORMAT, "line 2: the template ends before {% endraw %}");
+    expect_fail("{% raw x %}{% endraw %}", NULL, KVT_EFORMAT, "expected '%}' after 'raw'");
+    expect_fail("{% set a, = 1 %}{% for in x %}{% endfor %}", NULL, KVT_EFORMAT, "line 1");
+    /* a raw block keeps the line count: an error after it names its line */
+    expect_fail("{% raw %}\n\n{% endraw %}{{ 1 + }}", NULL, KVT_EFORMAT, "line 3");
+    kvt_jinja_limits lim = kvt_jinja_default_limits();
+    lim.max_memory = 1 << 20;
+    expect_fail("{{ [0] * 100000000 }}", &lim, KVT_ELIMIT, "repeated list");
+    expect_fail("{{ 'x' | center(1000000000000) }}", NULL, KVT_ELIMIT, "center");
+    expect_fail("{{ '%1000000000000s' % 'x' }}", NULL, KVT_ELIMIT, "width");
+    /* unique compares each item with those kept: its work counts against the step limit */
+    lim = kvt_jinja_default_limits();
+    lim.max_steps = 1000000;
+    expect_fail("{{ range(100000) | unique | length }}", &lim, KVT_ELIMIT, "steps");
+    expect("{{ range(1000) | unique | length }}{{ range(1000) | reverse | sort | first }}", NULL, "10000");
+}
+
 static void test_limits(void) {
     kvt_jinja_limits lim = kvt_jinja_default_limits();
     lim.max_steps = 100000;
@@ -164,6 +283,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/tests/runtime/jinja", src ? src : ".");
     test_references();
     test_language();
+    test_features();
     test_limits();
     return kvt_test_done("test_jinja");
 }
