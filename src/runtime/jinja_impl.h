@@ -211,8 +211,13 @@ size_t jx_cp_len(const char *p, size_t n); /* code points of UTF-8 text */
 
 /* a + b as the operator computes it (numbers, strings, lists) */
 jv jx_add(jctx *x, const jnode *at, jv a, jv b);
-/* Python's "fmt % args" for a string fmt (printf-style conversions) */
+/* Python's "fmt % args" for a string fmt (printf-style conversions; jinja_format.c) */
 jv jx_percent_format(jctx *x, const jnode *at, jv fmt, jv args);
+/* Python's fmt.format(*a, **kw) (jinja_format.c) */
+jv jx_str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const jnode *kw);
+/* A float as the int filter makes it: its integer part, dflt (or 0) for NaN and infinities,
+ * an error past 64 bits (jinja_filters.c) */
+jv jx_float_to_int(jctx *x, const jnode *at, double d, const jv *dflt);
 
 /* a keyword argument named name among the JN_KWARG nodes of a call, evaluated, or undefined */
 jv jx_kwarg(jctx *x, const jnode *args, const char *name);

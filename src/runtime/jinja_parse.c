@@ -14,36 +14,9 @@
 #include <string.h>
 
 #include "common.h"
-#include "jinja_impl.h"
+#include "jinja_parse_impl.h"
 
-#define MAX_NEST 200 /* nested tags and expressions */
-
-typedef enum { T_END, T_NAME, T_INT, T_FLOAT, T_STR, T_OP, T_EOF } tok_kind;
-
-typedef struct {
-    tok_kind k;
-    const char *p; /* T_NAME, T_OP: in the source; T_STR: decoded */
-    size_t n;
-    int op; /* T_OP: the character, or an OP_ code */
-    long long i;
-    double f;
-} tok;
-
-typedef struct {
-    kvt_jinja *t;
-    const char *src;
-    size_t len, pos;
-    int line;
-    int line_starting; /* the previous tag ended a line (lstrip_blocks applies at the template's start too) */
-    char closer;       /* '}' in {{ }}, '%' in {% %} */
-    int braces;        /* open { in the current tag */
-    tok cur;
-    int depth;
-    char err[256];
-} parser;
-
-static void perr(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void perr(parser *p, const char *fmt, ...) {
+void jp_perr(parser *p, const char *fmt, ...) {
     if (p->err[0]) return;
     char msg[200];
     va_list ap;
@@ -54,7 +27,7 @@ static void perr(parser *p, const char *fmt, ...) {
     p->cur.k = T_EOF; /* everything stops at the first error */
 }
 
-static void *palloc(parser *p, size_t n) {
+void *jp_palloc(parser *p, size_t n) {
     kvt_jinja *t = p->t;
     if (t->n_blocks == t->cap_blocks) {
         t->cap_blocks = t->cap_blocks ? t->cap_blocks * 2 : 64;
@@ -66,160 +39,10 @@ static void *palloc(parser *p, size_t n) {
 }
 
 static jnode *node(parser *p, jn_type type) {
-    jnode *n = palloc(p, sizeof *n);
+    jnode *n = jp_palloc(p, sizeof *n);
     n->t = type;
     n->line = p->line;
     return n;
-}
-
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-static int is_ident(char c, int first) {
-    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9');
-}
-
-/* ---- tokens inside a tag ---------------------------------------------------- */
-
-static void skip_space(parser *p) {
-    while (p->pos < p->len && is_space(p->src[p->pos])) p->line += p->src[p->pos++] == '\n';
-}
-
-/* Appends the UTF-8 of code point c to s. */
-static size_t put_utf8(char *s, unsigned c) {
-    if (c < 0x80) return s[0] = (char)c, 1;
-    if (c < 0x800) return s[0] = (char)(0xC0 | c >> 6), s[1] = (char)(0x80 | (c & 63)), 2;
-    if (c < 0x10000) {
-        s[0] = (char)(0xE0 | c >> 12), s[1] = (char)(0x80 | ((c >> 6) & 63)), s[2] = (char)(0x80 | (c & 63));
-        return 3;
-    }
-    s[0] = (char)(0xF0 | c >> 18), s[1] = (char)(0x80 | ((c >> 12) & 63));
-    s[2] = (char)(0x80 | ((c >> 6) & 63)), s[3] = (char)(0x80 | (c & 63));
-    return 4;
-}
-
-/* A quoted string with Python's escapes, decoded into the tree's memory. */
-static void lex_string(parser *p) {
-    char q = p->src[p->pos++];
-    size_t e = p->pos; /* the closing quote bounds the decoded size */
-    while (e < p->len && p->src[e] != q) e += p->src[e] == '\\' ? 2 : 1;
-    char *out = palloc(p, KVT_MIN(e, p->len) - p->pos + 1);
-    size_t n = 0;
-    while (p->pos < p->len && p->src[p->pos] != q) {
-        char c = p->src[p->pos++];
-        p->line += c == '\n';
-        if (c != '\\' || p->pos >= p->len) {
-            out[n++] = c;
-            continue;
-        }
-        c = p->src[p->pos++];
-        const char *esc = strchr("nrtbfav0", c);
-        if (esc && c) {
-            out[n++] = "\n\r\t\b\f\a\v\0"[esc - "nrtbfav0"];
-        } else if (c == 'x' || c == 'u' || c == 'U') {
-            int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            unsigned v = 0;
-            for (int i = 0; i < digits; i++, p->pos++) {
-                char h = p->pos < p->len ? p->src[p->pos] : 0;
-                int d = h >= '0' && h <= '9' ? h - '0'
-                    : h >= 'a' && h <= 'f'   ? h - 'a' + 10
-                    : h >= 'A' && h <= 'F'   ? h - 'A' + 10
-                                             : -1;
-                if (d < 0) return perr(p, "a \\%c escape needs %d hex digits", c, digits);
-                v = v * 16 + (unsigned)d;
-            }
-            if (v > 0x10FFFF) return perr(p, "escape past U+10FFFF");
-            n += put_utf8(out + n, v);
-        } else if (c == '\n') {
-            p->line++; /* a line continuation */
-        } else {
-            if (c != '\\' && c != '\'' && c != '"') out[n++] = '\\';
-            out[n++] = c;
-        }
-    }
-    if (p->pos >= p->len) return perr(p, "a string is not closed");
-    p->pos++;
-    p->cur = (tok){.k = T_STR, .p = out, .n = n};
-}
-
-static void lex_number(parser *p) {
-    const char *s = p->src + p->pos;
-    char *end;
-    size_t i = 0;
-    while (p->pos + i < p->len && s[i] >= '0' && s[i] <= '9') i++;
-    int fl = p->pos + i + 1 < p->len && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9';
-    if (fl || (p->pos + i < p->len && (s[i] == 'e' || s[i] == 'E'))) {
-        char buf[64];
-        size_t n = KVT_MIN(p->len - p->pos, sizeof buf - 1);
-        memcpy(buf, s, n);
-        buf[n] = 0;
-        double f = strtod(buf, &end);
-        p->pos += (size_t)(end - buf);
-        p->cur = (tok){.k = T_FLOAT, .f = f};
-        return;
-    }
-    long long v = 0;
-    for (size_t k = 0; k < i; k++) {
-        if (v > (__LONG_LONG_MAX__ - 9) / 10) return perr(p, "an integer literal is too large");
-        v = v * 10 + (s[k] - '0');
-    }
-    p->pos += i;
-    p->cur = (tok){.k = T_INT, .i = v};
-}
-
-/* The next token in a tag; T_END at its closing delimiter (consumed, with the
- * whitespace control it asks for). */
-static void lex(parser *p) {
-    if (p->err[0]) { /* after an error every token is the end, so each loop stops */
-        p->cur.k = T_EOF;
-        return;
-    }
-    skip_space(p);
-    if (p->pos >= p->len) return perr(p, "a tag is not closed");
-    const char *s = p->src + p->pos;
-    size_t left = p->len - p->pos;
-    int minus = left >= 3 && s[0] == '-' && s[1] == p->closer && s[2] == '}';
-    if ((minus || (left >= 2 && s[0] == p->closer && s[1] == '}')) && (p->closer == '%' || !p->braces)) {
-        p->pos += minus ? 3 : 2;
-        if (minus) skip_space(p);
-        else if (p->closer == '%' && p->pos < p->len && p->src[p->pos] == '\n') p->pos++, p->line++;
-        p->line_starting = p->src[p->pos - 1] == '\n';
-        p->cur = (tok){.k = T_END};
-        return;
-    }
-    if (is_ident(s[0], 1)) {
-        size_t n = 1;
-        while (n < left && is_ident(s[n], 0)) n++;
-        p->pos += n;
-        p->cur = (tok){.k = T_NAME, .p = s, .n = n};
-        return;
-    }
-    if (s[0] >= '0' && s[0] <= '9') return lex_number(p);
-    if (s[0] == '\'' || s[0] == '"') return lex_string(p);
-    static const struct {
-        const char *s;
-        int op;
-    } two[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<=", OP_LE}, {">=", OP_GE}, {"//", OP_FLOORDIV}, {"**", OP_POW}};
-    for (size_t i = 0; i < KVT_ARRAY_LEN(two); i++)
-        if (left >= 2 && !memcmp(s, two[i].s, 2)) {
-            p->pos += 2;
-            p->cur = (tok){.k = T_OP, .p = s, .n = 2, .op = two[i].op};
-            return;
-        }
-    if (!strchr("+-*/%~<>()[]{},:.|=", s[0]) || !s[0]) return perr(p, "unexpected character '%c' in a tag", s[0]);
-    p->braces += s[0] == '{' ? 1 : s[0] == '}' && p->braces ? -1 : 0;
-    p->pos++;
-    p->cur = (tok){.k = T_OP, .p = s, .n = 1, .op = s[0]};
-}
-
-static int is_op(const parser *p, int op) { return p->cur.k == T_OP && p->cur.op == op; }
-static int is_name(const parser *p, const char *name) {
-    return p->cur.k == T_NAME && p->cur.n == strlen(name) && !memcmp(p->cur.p, name, p->cur.n);
-}
-static void expect_op(parser *p, int op) {
-    if (!is_op(p, op)) perr(p, "expected '%c'", op);
-    else lex(p);
-}
-static void expect_end(parser *p) {
-    if (p->cur.k != T_END) perr(p, "expected the end of the tag");
 }
 
 /* ---- expressions ------------------------------------------------------------ */
@@ -237,15 +60,15 @@ static jnode *bin(parser *p, int op, jnode *a, jnode *b) {
 /* Call arguments up to ')': positional, then name=value (JN_KWARG). */
 static jnode *call_args(parser *p) {
     jnode *head = NULL, **tail = &head;
-    while (!is_op(p, ')') && !p->err[0]) {
+    while (!jp_is_op(p, ')') && !p->err[0]) {
         jnode *a;
         if (p->cur.k == T_NAME) {
             size_t save = p->pos;
             int line = p->line, braces = p->braces;
             tok name = p->cur;
-            lex(p);
-            if (is_op(p, '=')) {
-                lex(p);
+            jp_lex(p);
+            if (jp_is_op(p, '=')) {
+                jp_lex(p);
                 a = node(p, JN_KWARG);
                 a->s = name.p, a->sn = name.n, a->a = expr(p);
             } else {
@@ -256,10 +79,10 @@ static jnode *call_args(parser *p) {
             a = expr(p);
         }
         *tail = a, tail = &a->next;
-        if (!is_op(p, ',')) break;
-        lex(p);
+        if (!jp_is_op(p, ',')) break;
+        jp_lex(p);
     }
-    expect_op(p, ')');
+    jp_expect_op(p, ')');
     return head;
 }
 
@@ -267,37 +90,37 @@ static jnode *call_args(parser *p) {
 static jnode *subscript(parser *p, jnode *obj) {
     jnode *n = node(p, JN_INDEX);
     n->a = obj;
-    if (!is_op(p, ':')) n->b = expr(p);
-    if (is_op(p, ':')) {
+    if (!jp_is_op(p, ':')) n->b = expr(p);
+    if (jp_is_op(p, ':')) {
         n->t = JN_SLICE;
-        lex(p);
-        if (!is_op(p, ':') && !is_op(p, ']')) n->c = expr(p);
-        if (is_op(p, ':')) {
-            lex(p);
-            if (!is_op(p, ']')) n->d = expr(p);
+        jp_lex(p);
+        if (!jp_is_op(p, ':') && !jp_is_op(p, ']')) n->c = expr(p);
+        if (jp_is_op(p, ':')) {
+            jp_lex(p);
+            if (!jp_is_op(p, ']')) n->d = expr(p);
         }
     }
-    expect_op(p, ']');
+    jp_expect_op(p, ']');
     return n;
 }
 
 static jnode *postfix(parser *p, jnode *e) {
     for (;;) {
-        if (is_op(p, '.')) {
-            lex(p);
+        if (jp_is_op(p, '.')) {
+            jp_lex(p);
             if (p->cur.k != T_NAME) {
-                perr(p, "expected an attribute name after '.'");
+                jp_perr(p, "expected an attribute name after '.'");
                 return e;
             }
             jnode *n = node(p, JN_ATTR);
             n->a = e, n->s = p->cur.p, n->sn = p->cur.n;
-            lex(p);
+            jp_lex(p);
             e = n;
-        } else if (is_op(p, '[')) {
-            lex(p);
+        } else if (jp_is_op(p, '[')) {
+            jp_lex(p);
             e = subscript(p, e);
-        } else if (is_op(p, '(')) {
-            lex(p);
+        } else if (jp_is_op(p, '(')) {
+            jp_lex(p);
             jnode *n = node(p, JN_CALL);
             n->a = e;
             n->args = call_args(p);
@@ -311,27 +134,27 @@ static jnode *postfix(parser *p, jnode *e) {
 /* Items up to close, for a list, a tuple (a list here) or a dict (pairs). */
 static jnode *items(parser *p, int close, int pairs) {
     jnode *head = NULL, **tail = &head;
-    while (!is_op(p, close) && !p->err[0]) {
+    while (!jp_is_op(p, close) && !p->err[0]) {
         jnode *it = expr(p);
         if (pairs) {
             jnode *pr = node(p, JN_PAIR);
             pr->a = it;
-            expect_op(p, ':');
+            jp_expect_op(p, ':');
             pr->b = expr(p);
             it = pr;
         }
         *tail = it, tail = &it->next;
-        if (!is_op(p, ',')) break;
-        lex(p);
+        if (!jp_is_op(p, ',')) break;
+        jp_lex(p);
     }
-    expect_op(p, close);
+    jp_expect_op(p, close);
     return head;
 }
 
 static jnode *literal(parser *p, jv v) {
     jnode *n = node(p, JN_LIT);
     n->v = v;
-    lex(p);
+    jp_lex(p);
     return n;
 }
 
@@ -340,80 +163,80 @@ static jnode *primary(parser *p) {
     if (c.k == T_NAME) {
         static const char *const lits[] = {"true", "True", "false", "False", "none", "None"};
         for (size_t i = 0; i < KVT_ARRAY_LEN(lits); i++)
-            if (is_name(p, lits[i])) return literal(p, i < 2 ? jv_bool(1) : i < 4 ? jv_bool(0) : jv_none());
+            if (jp_is_name(p, lits[i])) return literal(p, i < 2 ? jv_bool(1) : i < 4 ? jv_bool(0) : jv_none());
         jnode *n = node(p, JN_NAME);
         n->s = c.p, n->sn = c.n;
-        lex(p);
+        jp_lex(p);
         return n;
     }
     if (c.k == T_INT) return literal(p, jv_int(c.i));
     if (c.k == T_FLOAT) return literal(p, jv_float(c.f));
     if (c.k == T_STR) {
-        lex(p);
+        jp_lex(p);
         while (p->cur.k == T_STR) { /* adjacent literals join, as in Python */
-            char *s = palloc(p, c.n + p->cur.n + 1);
+            char *s = jp_palloc(p, c.n + p->cur.n + 1);
             memcpy(s, c.p, c.n);
             memcpy(s + c.n, p->cur.p, p->cur.n);
             c.p = s, c.n += p->cur.n;
-            lex(p);
+            jp_lex(p);
         }
         jnode *n = node(p, JN_LIT);
         n->v = jv_strn(c.p, c.n);
         return n;
     }
-    if (is_op(p, '(')) {
-        lex(p);
-        if (is_op(p, ')')) { /* () is the empty tuple */
-            lex(p);
+    if (jp_is_op(p, '(')) {
+        jp_lex(p);
+        if (jp_is_op(p, ')')) { /* () is the empty tuple */
+            jp_lex(p);
             jnode *n = node(p, JN_LIST);
             n->op = 1;
             return n;
         }
         jnode *e = expr(p);
-        if (!is_op(p, ',')) {
-            expect_op(p, ')');
+        if (!jp_is_op(p, ',')) {
+            jp_expect_op(p, ')');
             return e;
         }
-        lex(p);
+        jp_lex(p);
         jnode *n = node(p, JN_LIST); /* a tuple */
         n->op = 1;
         n->args = e;
         e->next = items(p, ')', 0);
         return n;
     }
-    if (is_op(p, '[') || is_op(p, '{')) {
-        int dict = is_op(p, '{');
-        lex(p);
+    if (jp_is_op(p, '[') || jp_is_op(p, '{')) {
+        int dict = jp_is_op(p, '{');
+        jp_lex(p);
         jnode *n = node(p, dict ? JN_DICT : JN_LIST);
         n->args = items(p, dict ? '}' : ']', dict);
         return n;
     }
-    perr(p, "expected a value");
+    jp_perr(p, "expected a value");
     return node(p, JN_LIT);
 }
 
 /* "| name(args)" and "is [not] name [arg]" after a value. */
 static jnode *filters(parser *p, jnode *e) {
     for (;;) {
-        int test = is_name(p, "is");
-        if (!is_op(p, '|') && !test) return e;
-        lex(p);
+        int test = jp_is_name(p, "is");
+        if (!jp_is_op(p, '|') && !test) return e;
+        jp_lex(p);
         jnode *n = node(p, test ? JN_TEST : JN_FILTER);
         n->a = e;
-        if (test && is_name(p, "not")) n->op = 1, lex(p);
+        if (test && jp_is_name(p, "not")) n->op = 1, jp_lex(p);
         if (p->cur.k != T_NAME) {
-            perr(p, "expected a %s name", test ? "test" : "filter");
+            jp_perr(p, "expected a %s name", test ? "test" : "filter");
             return e;
         }
         n->s = p->cur.p, n->sn = p->cur.n;
-        lex(p);
-        if (is_op(p, '(')) {
-            lex(p);
+        jp_lex(p);
+        if (jp_is_op(p, '(')) {
+            jp_lex(p);
             n->args = call_args(p);
         } else if (test &&
                    (p->cur.k == T_STR || p->cur.k == T_INT || p->cur.k == T_FLOAT ||
-                    (p->cur.k == T_NAME && !is_name(p, "and") && !is_name(p, "or") && !is_name(p, "else") &&
-                     !is_name(p, "if") && !is_name(p, "is") && !is_name(p, "in") && !is_name(p, "not")))) {
+                    (p->cur.k == T_NAME && !jp_is_name(p, "and") && !jp_is_name(p, "or") && !jp_is_name(p, "else") &&
+                     !jp_is_name(p, "if") && !jp_is_name(p, "is") && !jp_is_name(p, "in") && !jp_is_name(p, "not")))) {
             n->args = postfix(p, primary(p)); /* "is sameas false", "is divisibleby 3" */
         }
         e = n;
@@ -424,14 +247,14 @@ static jnode *filters(parser *p, jnode *e) {
  * sign is read without its filters (with_filters 0) and the filters apply to the signed value. */
 static jnode *unary_f(parser *p, int with_filters) {
     if (++p->depth > MAX_NEST) {
-        perr(p, "expressions nest more than %d deep", MAX_NEST);
+        jp_perr(p, "expressions nest more than %d deep", MAX_NEST);
         return node(p, JN_LIT);
     }
     jnode *e;
-    if (is_op(p, '-') || is_op(p, '+')) {
+    if (jp_is_op(p, '-') || jp_is_op(p, '+')) {
         e = node(p, JN_UNARY);
         e->op = p->cur.op;
-        lex(p);
+        jp_lex(p);
         e->a = unary_f(p, 0);
     } else {
         e = postfix(p, primary(p));
@@ -444,15 +267,15 @@ static jnode *unary(parser *p) { return unary_f(p, 1); }
 
 static jnode *power(parser *p) {
     jnode *e = unary(p);
-    while (is_op(p, OP_POW)) lex(p), e = bin(p, OP_POW, e, unary(p));
+    while (jp_is_op(p, OP_POW)) jp_lex(p), e = bin(p, OP_POW, e, unary(p));
     return e;
 }
 
 static jnode *product(parser *p) {
     jnode *e = power(p);
-    while (is_op(p, '*') || is_op(p, '/') || is_op(p, '%') || is_op(p, OP_FLOORDIV)) {
+    while (jp_is_op(p, '*') || jp_is_op(p, '/') || jp_is_op(p, '%') || jp_is_op(p, OP_FLOORDIV)) {
         int op = p->cur.op;
-        lex(p);
+        jp_lex(p);
         e = bin(p, op, e, power(p));
     }
     return e;
@@ -460,9 +283,9 @@ static jnode *product(parser *p) {
 
 static jnode *sum(parser *p) {
     jnode *e = product(p);
-    while (is_op(p, '+') || is_op(p, '-')) {
+    while (jp_is_op(p, '+') || jp_is_op(p, '-')) {
         int op = p->cur.op;
-        lex(p);
+        jp_lex(p);
         e = bin(p, op, e, product(p));
     }
     return e;
@@ -470,7 +293,7 @@ static jnode *sum(parser *p) {
 
 static jnode *concat(parser *p) {
     jnode *e = sum(p);
-    while (is_op(p, '~')) lex(p), e = bin(p, '~', e, sum(p));
+    while (jp_is_op(p, '~')) jp_lex(p), e = bin(p, '~', e, sum(p));
     return e;
 }
 
@@ -478,20 +301,21 @@ static jnode *compare(parser *p) {
     jnode *e = concat(p);
     for (;;) {
         int op;
-        if (is_op(p, OP_EQ) || is_op(p, OP_NE) || is_op(p, OP_LE) || is_op(p, OP_GE) || is_op(p, '<') || is_op(p, '>')) {
+        if (jp_is_op(p, OP_EQ) || jp_is_op(p, OP_NE) || jp_is_op(p, OP_LE) || jp_is_op(p, OP_GE) || jp_is_op(p, '<') ||
+            jp_is_op(p, '>')) {
             op = p->cur.op;
-            lex(p);
-        } else if (is_name(p, "in")) {
+            jp_lex(p);
+        } else if (jp_is_name(p, "in")) {
             op = OP_IN;
-            lex(p);
-        } else if (is_name(p, "not")) { /* "not in": a lone "not" here is an error */
-            lex(p);
-            if (!is_name(p, "in")) {
-                perr(p, "expected 'in' after 'not'");
+            jp_lex(p);
+        } else if (jp_is_name(p, "not")) { /* "not in": a lone "not" here is an error */
+            jp_lex(p);
+            if (!jp_is_name(p, "in")) {
+                jp_perr(p, "expected 'in' after 'not'");
                 return e;
             }
             op = OP_NOTIN;
-            lex(p);
+            jp_lex(p);
         } else {
             return e;
         }
@@ -500,12 +324,12 @@ static jnode *compare(parser *p) {
 }
 
 static jnode *not_expr(parser *p) {
-    if (!is_name(p, "not")) return compare(p);
+    if (!jp_is_name(p, "not")) return compare(p);
     if (++p->depth > MAX_NEST) {
-        perr(p, "expressions nest more than %d deep", MAX_NEST);
+        jp_perr(p, "expressions nest more than %d deep", MAX_NEST);
         return node(p, JN_LIT);
     }
-    lex(p);
+    jp_lex(p);
     jnode *n = node(p, JN_UNARY);
     n->op = '!';
     n->a = not_expr(p);
@@ -515,31 +339,31 @@ static jnode *not_expr(parser *p) {
 
 static jnode *and_expr(parser *p) {
     jnode *e = not_expr(p);
-    while (is_name(p, "and")) lex(p), e = bin(p, OP_AND, e, not_expr(p));
+    while (jp_is_name(p, "and")) jp_lex(p), e = bin(p, OP_AND, e, not_expr(p));
     return e;
 }
 
 static jnode *or_expr(parser *p) {
     jnode *e = and_expr(p);
-    while (is_name(p, "or")) lex(p), e = bin(p, OP_OR, e, and_expr(p));
+    while (jp_is_name(p, "or")) jp_lex(p), e = bin(p, OP_OR, e, and_expr(p));
     return e;
 }
 
 /* A full expression: "x if c else y" (no else: undefined) over or_expr. */
 static jnode *expr(parser *p) {
     if (++p->depth > MAX_NEST) {
-        perr(p, "expressions nest more than %d deep", MAX_NEST);
+        jp_perr(p, "expressions nest more than %d deep", MAX_NEST);
         return node(p, JN_LIT);
     }
     jnode *e = or_expr(p);
-    while (is_name(p, "if")) {
-        lex(p);
+    while (jp_is_name(p, "if")) {
+        jp_lex(p);
         jnode *n = node(p, JN_COND);
         n->b = e;
         n->a = or_expr(p);
         e = n;
-        if (is_name(p, "else")) { /* right-associative: x if a else y if b else z */
-            lex(p);
+        if (jp_is_name(p, "else")) { /* right-associative: x if a else y if b else z */
+            jp_lex(p);
             n->c = expr(p);
             break;
         }
@@ -551,13 +375,13 @@ static jnode *expr(parser *p) {
 /* An expression, or a tuple without parentheses ("1, 2") where set and for take one. */
 static jnode *tuple_or(parser *p, jnode *(*item)(parser *)) {
     jnode *e = item(p);
-    if (!is_op(p, ',')) return e;
+    if (!jp_is_op(p, ',')) return e;
     jnode *n = node(p, JN_LIST);
     n->op = 1;
     n->args = e;
-    for (jnode **tail = &e->next; is_op(p, ',') && !p->err[0];) {
-        lex(p);
-        if (p->cur.k == T_END || is_name(p, "if") || is_name(p, "recursive")) break; /* "a, b," */
+    for (jnode **tail = &e->next; jp_is_op(p, ',') && !p->err[0];) {
+        jp_lex(p);
+        if (p->cur.k == T_END || jp_is_name(p, "if") || jp_is_name(p, "recursive")) break; /* "a, b," */
         jnode *it = item(p);
         *tail = it, tail = &it->next;
     }
@@ -567,24 +391,24 @@ static jnode *tuple_or(parser *p, jnode *(*item)(parser *)) {
 /* "a" or "a, b, ..." as the targets of set or for: the first name in n->s, and all of them as
  * JN_NAME nodes in n->args where there are several. */
 static void targets(parser *p, jnode *n, const char *what) {
-    if (p->cur.k != T_NAME) perr(p, "expected a name after '%s'", what);
+    if (p->cur.k != T_NAME) jp_perr(p, "expected a name after '%s'", what);
     n->s = p->cur.p, n->sn = p->cur.n;
-    lex(p);
-    if (!is_op(p, ',')) return;
+    jp_lex(p);
+    if (!jp_is_op(p, ',')) return;
     jnode **tail = &n->args;
     *tail = node(p, JN_NAME);
     (*tail)->s = n->s, (*tail)->sn = n->sn, tail = &(*tail)->next;
-    while (is_op(p, ',') && !p->err[0]) {
-        lex(p);
+    while (jp_is_op(p, ',') && !p->err[0]) {
+        jp_lex(p);
         if (p->cur.k != T_NAME) {
-            if (is_name(p, "in") || is_op(p, '=')) break; /* a trailing comma */
-            perr(p, "expected a name after ',' in '%s'", what);
+            if (jp_is_name(p, "in") || jp_is_op(p, '=')) break; /* a trailing comma */
+            jp_perr(p, "expected a name after ',' in '%s'", what);
             return;
         }
         jnode *t = node(p, JN_NAME);
         t->s = p->cur.p, t->sn = p->cur.n;
         *tail = t, tail = &t->next;
-        lex(p);
+        jp_lex(p);
     }
 }
 
@@ -594,12 +418,12 @@ static jnode *body(parser *p, const char *const *enders, const char **ended);
 static jnode *text_before(parser *p, size_t at);
 
 /* The keyword of the block tag at the cursor (the tag's first name). */
-static int keyword(parser *p, const char *kw) { return is_name(p, kw); }
+static int keyword(parser *p, const char *kw) { return jp_is_name(p, kw); }
 
 static jnode *stmt_if(parser *p) {
     jnode *n = node(p, JN_IF);
     n->a = expr(p);
-    expect_end(p);
+    jp_expect_end(p);
     static const char *const enders[] = {"elif", "else", "endif", NULL};
     const char *ended = NULL;
     n->body = body(p, enders, &ended);
@@ -608,88 +432,88 @@ static jnode *stmt_if(parser *p) {
         return n;
     }
     if (ended && !strcmp(ended, "else")) {
-        expect_end(p);
+        jp_expect_end(p);
         static const char *const end_only[] = {"endif", NULL};
         n->alt = body(p, end_only, &ended);
     }
-    expect_end(p);
+    jp_expect_end(p);
     return n;
 }
 
 static jnode *stmt_for(parser *p) {
     jnode *n = node(p, JN_FOR);
     targets(p, n, "for");
-    if (!is_name(p, "in")) perr(p, "expected 'in' in a for tag");
-    lex(p);
+    if (!jp_is_name(p, "in")) jp_perr(p, "expected 'in' in a for tag");
+    jp_lex(p);
     n->a = tuple_or(p, or_expr);
-    if (is_name(p, "if")) {
-        lex(p);
+    if (jp_is_name(p, "if")) {
+        jp_lex(p);
         n->c = or_expr(p);
     }
-    if (is_name(p, "recursive")) perr(p, "recursive loops are not supported");
-    expect_end(p);
+    if (jp_is_name(p, "recursive")) jp_perr(p, "recursive loops are not supported");
+    jp_expect_end(p);
     static const char *const enders[] = {"else", "endfor", NULL};
     const char *ended = NULL;
     n->body = body(p, enders, &ended);
     if (ended && !strcmp(ended, "else")) {
-        expect_end(p);
+        jp_expect_end(p);
         static const char *const end_only[] = {"endfor", NULL};
         n->alt = body(p, end_only, &ended);
     }
-    expect_end(p);
+    jp_expect_end(p);
     return n;
 }
 
 static jnode *stmt_set(parser *p) {
     jnode *n = node(p, JN_SET);
     targets(p, n, "set");
-    if (is_op(p, '.') && !n->args) { /* ns.attr = value */
-        lex(p);
-        if (p->cur.k != T_NAME) perr(p, "expected an attribute name after '.'");
+    if (jp_is_op(p, '.') && !n->args) { /* ns.attr = value */
+        jp_lex(p);
+        if (p->cur.k != T_NAME) jp_perr(p, "expected an attribute name after '.'");
         n->s2 = p->cur.p, n->s2n = p->cur.n;
-        lex(p);
+        jp_lex(p);
     }
     if (p->cur.k == T_END && !n->s2 && !n->args) { /* {% set x %}...{% endset %} */
         static const char *const enders[] = {"endset", NULL};
         const char *ended;
         n->body = body(p, enders, &ended);
-        expect_end(p);
+        jp_expect_end(p);
         return n;
     }
-    expect_op(p, '=');
+    jp_expect_op(p, '=');
     n->a = tuple_or(p, expr);
-    expect_end(p);
+    jp_expect_end(p);
     return n;
 }
 
 static jnode *stmt_macro(parser *p) {
     jnode *n = node(p, JN_MACRO);
-    if (p->cur.k != T_NAME) perr(p, "expected a macro name");
+    if (p->cur.k != T_NAME) jp_perr(p, "expected a macro name");
     n->s = p->cur.p, n->sn = p->cur.n;
-    lex(p);
-    expect_op(p, '(');
+    jp_lex(p);
+    jp_expect_op(p, '(');
     jnode **tail = &n->args;
     while (p->cur.k == T_NAME && !p->err[0]) {
         jnode *a = node(p, JN_NAME);
         a->s = p->cur.p, a->sn = p->cur.n;
-        lex(p);
-        if (is_op(p, '=')) lex(p), a->a = expr(p);
+        jp_lex(p);
+        if (jp_is_op(p, '=')) jp_lex(p), a->a = expr(p);
         *tail = a, tail = &a->next;
-        if (!is_op(p, ',')) break;
-        lex(p);
+        if (!jp_is_op(p, ',')) break;
+        jp_lex(p);
     }
-    expect_op(p, ')');
-    expect_end(p);
+    jp_expect_op(p, ')');
+    jp_expect_end(p);
     static const char *const enders[] = {"endmacro", NULL};
     const char *ended;
     n->body = body(p, enders, &ended);
-    expect_end(p);
+    jp_expect_end(p);
     return n;
 }
 
 /* The end of a raw or endraw tag at p->pos: "%}" or "-%}" after spaces; 0 if it is not there. */
 static size_t raw_tag_end(const parser *p, size_t at, int *minus) {
-    while (at < p->len && is_space(p->src[at])) at++;
+    while (at < p->len && jp_is_space(p->src[at])) at++;
     *minus = at < p->len && p->src[at] == '-';
     at += (size_t)*minus;
     return at + 1 < p->len && p->src[at] == '%' && p->src[at + 1] == '}' ? at + 2 : 0;
@@ -702,22 +526,22 @@ static jnode *raw(parser *p) {
     int minus;
     size_t start = raw_tag_end(p, p->pos, &minus);
     if (!start) {
-        perr(p, "expected '%%}' after 'raw'");
+        jp_perr(p, "expected '%%}' after 'raw'");
         return NULL;
     }
     if (minus)
-        while (start < p->len && is_space(p->src[start])) start++;
+        while (start < p->len && jp_is_space(p->src[start])) start++;
     for (size_t i = p->pos; i < start; i++) p->line += p->src[i] == '\n';
     p->pos = start;
     for (size_t i = start; i + 1 < p->len; i++) {
         if (p->src[i] != '{' || p->src[i + 1] != '%') continue;
         size_t k = i + 2 + (i + 2 < p->len && (p->src[i + 2] == '-' || p->src[i + 2] == '+'));
-        while (k < p->len && is_space(p->src[k])) k++;
-        if (k + 6 > p->len || memcmp(p->src + k, "endraw", 6) || (k + 6 < p->len && is_ident(p->src[k + 6], 0)))
+        while (k < p->len && jp_is_space(p->src[k])) k++;
+        if (k + 6 > p->len || memcmp(p->src + k, "endraw", 6) || (k + 6 < p->len && jp_is_ident(p->src[k + 6], 0)))
             continue;
         size_t end = raw_tag_end(p, k + 6, &minus);
         if (!end) {
-            perr(p, "expected '%%}' after 'endraw'");
+            jp_perr(p, "expected '%%}' after 'endraw'");
             return NULL;
         }
         p->line_starting = 0;
@@ -725,49 +549,49 @@ static jnode *raw(parser *p) {
         if (!n) n = node(p, JN_TEXT);
         p->pos = k + 6; /* the tag's end through the lexer: "-" or trim_blocks after it */
         p->closer = '%';
-        lex(p);
-        expect_end(p);
+        jp_lex(p);
+        jp_expect_end(p);
         return n;
     }
-    perr(p, "the template ends before {%% endraw %%}");
+    jp_perr(p, "the template ends before {%% endraw %%}");
     return NULL;
 }
 
 /* A block tag after its "{%": a statement, or (*ended) one of enders. */
 static jnode *block_tag(parser *p, const char *const *enders, const char **ended) {
-    lex(p);
+    jp_lex(p);
     for (size_t i = 0; enders && enders[i]; i++)
         if (keyword(p, enders[i])) {
             *ended = enders[i];
-            lex(p);
+            jp_lex(p);
             return NULL;
         }
     if (p->cur.k != T_NAME) {
-        perr(p, "expected a statement name after '{%%'");
+        jp_perr(p, "expected a statement name after '{%%'");
         return NULL;
     }
     tok kw = p->cur;
     if (kw.n == 3 && !memcmp(kw.p, "raw", 3)) return raw(p);
-    lex(p);
+    jp_lex(p);
     if (kw.n == 2 && !memcmp(kw.p, "if", 2)) return stmt_if(p);
     if (kw.n == 3 && !memcmp(kw.p, "for", 3)) return stmt_for(p);
     if (kw.n == 3 && !memcmp(kw.p, "set", 3)) return stmt_set(p);
     if (kw.n == 5 && !memcmp(kw.p, "macro", 5)) return stmt_macro(p);
     if ((kw.n == 5 && !memcmp(kw.p, "break", 5)) || (kw.n == 8 && !memcmp(kw.p, "continue", 8))) {
         jnode *n = node(p, kw.n == 5 ? JN_BREAK : JN_CONTINUE);
-        expect_end(p);
+        jp_expect_end(p);
         return n;
     }
     if (kw.n == 10 && !memcmp(kw.p, "generation", 10)) { /* Hugging Face's marker of assistant text */
-        expect_end(p);
+        jp_expect_end(p);
         jnode *n = node(p, JN_BLOCK);
         static const char *const end_gen[] = {"endgeneration", NULL};
         const char *e;
         n->body = body(p, end_gen, &e);
-        expect_end(p);
+        jp_expect_end(p);
         return n;
     }
-    perr(p, "'%.*s' is not a statement kvtier's templates support", (int)KVT_MIN(kw.n, 40), kw.p);
+    jp_perr(p, "'%.*s' is not a statement kvtier's templates support", (int)KVT_MIN(kw.n, 40), kw.p);
     return NULL;
 }
 
@@ -779,12 +603,12 @@ static jnode *text_before(parser *p, size_t at) {
     if (at < p->len) {
         char mod = at + 2 < p->len ? p->src[at + 2] : 0, kind = p->src[at + 1];
         if (mod == '-') {
-            while (end > start && is_space(p->src[end - 1])) end--;
+            while (end > start && jp_is_space(p->src[end - 1])) end--;
         } else if (mod != '+' && kind != '{') {
             size_t l = end;
             while (l > start && p->src[l - 1] != '\n') l--;
             int blank = 1;
-            for (size_t i = l; i < end; i++) blank &= is_space(p->src[i]);
+            for (size_t i = l; i < end; i++) blank &= jp_is_space(p->src[i]);
             if (blank && (l > start || p->line_starting)) end = l;
         }
     }
@@ -800,11 +624,11 @@ static void comment(parser *p) {
     const char *e = NULL;
     for (size_t i = p->pos; i + 1 < p->len && !e; i++)
         if (p->src[i] == '#' && p->src[i + 1] == '}') e = p->src + i;
-    if (!e) return perr(p, "a comment is not closed");
+    if (!e) return jp_perr(p, "a comment is not closed");
     int minus = e > p->src + p->pos && e[-1] == '-';
     for (const char *c = p->src + p->pos; c < e; c++) p->line += *c == '\n';
     p->pos = (size_t)(e - p->src) + 2;
-    if (minus) skip_space(p);
+    if (minus) jp_skip_space(p);
     else if (p->pos < p->len && p->src[p->pos] == '\n') p->pos++, p->line++;
     p->line_starting = p->src[p->pos - 1] == '\n';
 }
@@ -815,7 +639,7 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
     jnode *head = NULL, **tail = &head;
     *ended = NULL;
     if (++p->depth > MAX_NEST) {
-        perr(p, "blocks nest more than %d deep", MAX_NEST);
+        jp_perr(p, "blocks nest more than %d deep", MAX_NEST);
         return NULL;
     }
     while (!p->err[0] && !*ended) {
@@ -836,10 +660,10 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
         p->closer = kind == '{' ? '}' : '%';
         p->braces = 0;
         if (kind == '{') {
-            lex(p);
+            jp_lex(p);
             n = node(p, JN_OUT);
             n->a = expr(p);
-            expect_end(p);
+            jp_expect_end(p);
         } else {
             n = block_tag(p, enders, ended);
         }
@@ -848,7 +672,7 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
     if (!p->err[0] && enders && !*ended) {
         size_t last = 0;
         while (enders[last + 1]) last++;
-        perr(p, "the template ends before {%% %s %%}", enders[last]);
+        jp_perr(p, "the template ends before {%% %s %%}", enders[last]);
     }
     p->depth--;
     return head;
@@ -865,7 +689,7 @@ int kvt_jinja_parse(const char *src, size_t len, kvt_jinja **out) {
     *out = NULL;
     kvt_jinja *t = kvt_xcalloc(1, sizeof *t);
     parser p = {.t = t, .len = len, .line = 1, .line_starting = 1};
-    char *copy = palloc(&p, len + 1); /* the tree points into its own copy of the text */
+    char *copy = jp_palloc(&p, len + 1); /* the tree points into its own copy of the text */
     memcpy(copy, src, len);
     p.src = copy;
     const char *ended;

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: MIT
+/* The Jinja tokenizer (jinja_parse_impl.h): names, numbers, strings with
+ * Python's escapes, and operators inside a {{ }} or {% %} tag, up to the tag's
+ * closing delimiter. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "jinja_parse_impl.h"
+
+/* ---- tokens inside a tag ---------------------------------------------------- */
+
+void jp_skip_space(parser *p) {
+    while (p->pos < p->len && jp_is_space(p->src[p->pos])) p->line += p->src[p->pos++] == '\n';
+}
+
+/* Appends the UTF-8 of code point c to s. */
+static size_t put_utf8(char *s, unsigned c) {
+    if (c < 0x80) return s[0] = (char)c, 1;
+    if (c < 0x800) return s[0] = (char)(0xC0 | c >> 6), s[1] = (char)(0x80 | (c & 63)), 2;
+    if (c < 0x10000) {
+        s[0] = (char)(0xE0 | c >> 12), s[1] = (char)(0x80 | ((c >> 6) & 63)), s[2] = (char)(0x80 | (c & 63));
+        return 3;
+    }
+    s[0] = (char)(0xF0 | c >> 18), s[1] = (char)(0x80 | ((c >> 12) & 63));
+    s[2] = (char)(0x80 | ((c >> 6) & 63)), s[3] = (char)(0x80 | (c & 63));
+    return 4;
+}
+
+/* A quoted string with Python's escapes, decoded into the tree's memory. */
+static void lex_string(parser *p) {
+    char q = p->src[p->pos++];
+    size_t e = p->pos; /* the closing quote bounds the decoded size */
+    while (e < p->len && p->src[e] != q) e += p->src[e] == '\\' ? 2 : 1;
+    char *out = jp_palloc(p, KVT_MIN(e, p->len) - p->pos + 1);
+    size_t n = 0;
+    while (p->pos < p->len && p->src[p->pos] != q) {
+        char c = p->src[p->pos++];
+        p->line += c == '\n';
+        if (c != '\\' || p->pos >= p->len) {
+            out[n++] = c;
+            continue;
+        }
+        c = p->src[p->pos++];
+        const char *esc = strchr("nrtbfav0", c);
+        if (esc && c) {
+            out[n++] = "\n\r\t\b\f\a\v\0"[esc - "nrtbfav0"];
+        } else if (c == 'x' || c == 'u' || c == 'U') {
+            int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
+            unsigned v = 0;
+            for (int i = 0; i < digits; i++, p->pos++) {
+                char h = p->pos < p->len ? p->src[p->pos] : 0;
+                int d = h >= '0' && h <= '9' ? h - '0'
+                    : h >= 'a' && h <= 'f'   ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F'   ? h - 'A' + 10
+                                             : -1;
+                if (d < 0) return jp_perr(p, "a \\%c escape needs %d hex digits", c, digits);
+                v = v * 16 + (unsigned)d;
+            }
+            if (v > 0x10FFFF) return jp_perr(p, "escape past U+10FFFF");
+            n += put_utf8(out + n, v);
+        } else if (c == '\n') {
+            p->line++; /* a line continuation */
+        } else {
+            if (c != '\\' && c != '\'' && c != '"') out[n++] = '\\';
+            out[n++] = c;
+        }
+    }
+    if (p->pos >= p->len) return jp_perr(p, "a string is not closed");
+    p->pos++;
+    p->cur = (tok){.k = T_STR, .p = out, .n = n};
+}
+
+static void lex_number(parser *p) {
+    const char *s = p->src + p->pos;
+    char *end;
+    size_t i = 0;
+    while (p->pos + i < p->len && s[i] >= '0' && s[i] <= '9') i++;
+    int fl = p->pos + i + 1 < p->len && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9';
+    if (fl || (p->pos + i < p->len && (s[i] == 'e' || s[i] == 'E'))) {
+        char buf[64];
+        size_t n = KVT_MIN(p->len - p->pos, sizeof buf - 1);
+        memcpy(buf, s, n);
+        buf[n] = 0;
+        double f = strtod(buf, &end);
+        p->pos += (size_t)(end - buf);
+        p->cur = (tok){.k = T_FLOAT, .f = f};
+        return;
+    }
+    long long v = 0;
+    for (size_t k = 0; k < i; k++) {
+        if (v > (__LONG_LONG_MAX__ - 9) / 10) return jp_perr(p, "an integer literal is too large");
+        v = v * 10 + (s[k] - '0');
+    }
+    p->pos += i;
+    p->cur = (tok){.k = T_INT, .i = v};
+}
+
+/* The next token in a tag; T_END at its closing delimiter (consumed, with the
+ * whitespace control it asks for). */
+void jp_lex(parser *p) {
+    if (p->err[0]) { /* after an error every token is the end, so each loop stops */
+        p->cur.k = T_EOF;
+        return;
+    }
+    jp_skip_space(p);
+    if (p->pos >= p->len) return jp_perr(p, "a tag is not closed");
+    const char *s = p->src + p->pos;
+    size_t left = p->len - p->pos;
+    int minus = left >= 3 && s[0] == '-' && s[1] == p->closer && s[2] == '}';
+    if ((minus || (left >= 2 && s[0] == p->closer && s[1] == '}')) && (p->closer == '%' || !p->braces)) {
+        p->pos += minus ? 3 : 2;
+        if (minus) jp_skip_space(p);
+        else if (p->closer == '%' && p->pos < p->len && p->src[p->pos] == '\n') p->pos++, p->line++;
+        p->line_starting = p->src[p->pos - 1] == '\n';
+        p->cur = (tok){.k = T_END};
+        return;
+    }
+    if (jp_is_ident(s[0], 1)) {
+        size_t n = 1;
+        while (n < left && jp_is_ident(s[n], 0)) n++;
+        p->pos += n;
+        p->cur = (tok){.k = T_NAME, .p = s, .n = n};
+        return;
+    }
+    if (s[0] >= '0' && s[0] <= '9') return lex_number(p);
+    if (s[0] == '\'' || s[0] == '"') return lex_string(p);
+    static const struct {
+        const char *s;
+        int op;
+    } two[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<=", OP_LE}, {">=", OP_GE}, {"//", OP_FLOORDIV}, {"**", OP_POW}};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(two); i++)
+        if (left >= 2 && !memcmp(s, two[i].s, 2)) {
+            p->pos += 2;
+            p->cur = (tok){.k = T_OP, .p = s, .n = 2, .op = two[i].op};
+            return;
+        }
+    if (!strchr("+-*/%~<>()[]{},:.|=", s[0]) || !s[0]) return jp_perr(p, "unexpected character '%c' in a tag", s[0]);
+    p->braces += s[0] == '{' ? 1 : s[0] == '}' && p->braces ? -1 : 0;
+    p->pos++;
+    p->cur = (tok){.k = T_OP, .p = s, .n = 1, .op = s[0]};
+}
+
+int jp_is_name(const parser *p, const char *name) {
+    return p->cur.k == T_NAME && p->cur.n == strlen(name) && !memcmp(p->cur.p, name, p->cur.n);
+}
+void jp_expect_op(parser *p, int op) {
+    if (!jp_is_op(p, op)) jp_perr(p, "expected '%c'", op);
+    else jp_lex(p);
+}
+void jp_expect_end(parser *p) {
+    if (p->cur.k != T_END) jp_perr(p, "expected the end of the tag");
+}
