@@ -9,13 +9,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "kv_quant.h"
 #include "ops.h"
 #include "ops_impl.h"
 
 #define LANES KVT_ATTN_LANES /* lane classes of a score or an output (attn.h) */
 
-/* An f16 scale of a q8_0 block, little-endian at p. */
-static float q8_scale(const uint8_t *p) { return kvt_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8)); }
 
 /* Element (d, t) of a transposed K block of `stride` columns, from column
  * t_base on: f32, f16, or q8_0 columns (kv_quant.h), the last read as
@@ -24,7 +23,7 @@ static float k_at(const void *k, int kind, int32_t hd, int64_t stride, int64_t t
     if (kind == KVT_ATTN_Q8) {
         const uint8_t *cols = k;
         const int8_t *q = (const int8_t *)(const void *)(cols + (int64_t)(hd / 32) * stride * 2);
-        return q8_scale(cols + ((int64_t)(d / 32) * stride + t_base + t) * 2) *
+        return kvt_kv_q8_scale(cols + ((int64_t)(d / 32) * stride + t_base + t) * 2) *
             (float)q[(int64_t)d * stride + t_base + t];
     }
     const int64_t i = (int64_t)d * stride + t_base + t;
@@ -37,7 +36,7 @@ static float k_at(const void *k, int kind, int32_t hd, int64_t stride, int64_t t
 static float v_at(const void *v, int kind, int32_t hd, int64_t t, int32_t d) {
     if (kind == KVT_ATTN_Q8) {
         const uint8_t *blk = (const uint8_t *)v + t * (hd / 32 * 34) + (int64_t)(d / 32) * 34;
-        return q8_scale(blk) * (float)(int8_t)blk[2 + d % 32];
+        return kvt_kv_q8_scale(blk) * (float)(int8_t)blk[2 + d % 32];
     }
     if (kind == KVT_ATTN_F16) return kvt_f16_to_f32(((const uint16_t *)v)[t * hd + d]);
     return ((const float *)v)[t * hd + d];

@@ -66,7 +66,7 @@ void kvt_kv_q8_quantize_row(const float *x, int32_t n, uint8_t *out) {
     }
 }
 
-static float block_scale(const uint8_t *p) { return kvt_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8)); }
+float kvt_kv_q8_scale(const uint8_t *p) { return kvt_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8)); }
 
 /* ---- scalar ---------------------------------------------------------------------- */
 
@@ -79,7 +79,7 @@ void kvt_kv_q8_dequant_rows_scalar(const uint8_t *rows, int32_t T, int32_t n, fl
         for (int32_t b = 0; b < nb; b++) {
             const uint8_t *blk = rows + ((size_t)t * (size_t)nb + (size_t)b) * KVT_KV_Q8_BLOCK_BYTES;
             const int8_t *q = (const int8_t *)(const void *)(blk + KVT_KV_Q8_SCALE_BYTES);
-            float d = block_scale(blk), *o = out + (size_t)t * (size_t)n + (size_t)b * KVT_KV_Q8_BLOCK;
+            float d = kvt_kv_q8_scale(blk), *o = out + (size_t)t * (size_t)n + (size_t)b * KVT_KV_Q8_BLOCK;
             for (int i = 0; i < KVT_KV_Q8_BLOCK; i++) o[i] = d * (float)q[i];
         }
 }
@@ -94,7 +94,7 @@ void kvt_kv_q8_dequant_columns_scalar(const uint8_t *cols, int32_t B, int32_t T,
         const int32_t tn = KVT_MIN(SCALAR_TILE, T - t0);
         for (int32_t b = 0; b < nb; b++) {
             for (int32_t t = 0; t < tn; t++)
-                d[t] = block_scale(scales + ((size_t)b * (size_t)B + (size_t)(t0 + t)) * KVT_KV_Q8_SCALE_BYTES);
+                d[t] = kvt_kv_q8_scale(scales + ((size_t)b * (size_t)B + (size_t)(t0 + t)) * KVT_KV_Q8_SCALE_BYTES);
             for (int32_t i = b * KVT_KV_Q8_BLOCK; i < (b + 1) * KVT_KV_Q8_BLOCK; i++) {
                 const int8_t *qi = q + (size_t)i * (size_t)B + (size_t)t0;
                 float *o = out + (size_t)i * (size_t)B + (size_t)t0;
@@ -119,7 +119,7 @@ AVX512 void kvt_kv_q8_dequant_rows_avx512(const uint8_t *rows, int32_t T, int32_
             const uint8_t *blk = rows + ((size_t)t * (size_t)nb + (size_t)b) * KVT_KV_Q8_BLOCK_BYTES;
             const uint8_t *q = blk + KVT_KV_Q8_SCALE_BYTES;
             float *o = out + (size_t)t * (size_t)n + (size_t)b * KVT_KV_Q8_BLOCK;
-            __m512 d = _mm512_set1_ps(block_scale(blk));
+            __m512 d = _mm512_set1_ps(kvt_kv_q8_scale(blk));
             for (int h = 0; h < KVT_KV_Q8_BLOCK; h += LANES) {
                 __m128i qb = _mm_loadu_si128((const __m128i *)(const void *)(q + h));
                 _mm512_storeu_ps(o + h, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qb))));

@@ -55,6 +55,9 @@ const char *kvt_kv_dtype_name(kvt_kv_dtype dt);
 /* Parses one of those names into *out. Returns 0, or KVT_EARG for anything else. */
 int kvt_kv_dtype_parse(const char *name, kvt_kv_dtype *out);
 
+/* The f32 value of the little-endian f16 scale at p (a block's first 2 bytes). */
+float kvt_kv_q8_scale(const uint8_t *p);
+
 /* Encodes x[0..n) as q8_0 into out (kvt_kv_row_bytes(KVT_KV_Q8_0, n) bytes,
  * no alignment needed). n must be a multiple of KVT_KV_Q8_BLOCK. */
 void kvt_kv_q8_quantize_row(const float *x, int32_t n, uint8_t *out);
