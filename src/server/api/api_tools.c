@@ -682,6 +682,14 @@ static size_t parse_array(const char *text, const char *end, call_style st, kvt_
     return n;
 }
 
+/* Call i of a response's: "call_<the response id after its last '-'>_<i>" (malloc'd). */
+static char *call_id(const char *response_id, size_t i) {
+    const char *dash = strrchr(response_id, '-');
+    char id[96];
+    snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, i);
+    return kvt_xstrdup(id);
+}
+
 size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
                            kvt_api_call **calls, char **content) {
     call_style st = style_of(f);
@@ -723,12 +731,7 @@ size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, co
         }
         n = 1;
     }
-    const char *dash = strrchr(response_id, '-');
-    for (size_t i = 0; i < n; i++) {
-        char id[96];
-        snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, i);
-        c[i].id = kvt_xstrdup(id);
-    }
+    for (size_t i = 0; i < n; i++) c[i].id = call_id(response_id, i);
     *content = kvt_xstrndup(text, (size_t)(trim_end(text, first) - text));
     *calls = c;
     return n;
@@ -772,10 +775,7 @@ size_t kvt_api_parse_cut_calls(kvt_chat_family f, const char *text, int parallel
     }
     free(before);
     c = kvt_xrealloc(c, (n + 1) * sizeof *c);
-    const char *dash = strrchr(response_id, '-');
-    char id[96];
-    snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, n);
-    c[n] = (kvt_api_call){.id = kvt_xstrdup(id), .name = nm, .arguments = kvt_xstrdup(q + strlen(st.mid))};
+    c[n] = (kvt_api_call){.id = call_id(response_id, n), .name = nm, .arguments = kvt_xstrdup(q + strlen(st.mid))};
     *calls = c;
     return n + 1;
 }
