@@ -147,7 +147,8 @@ KVT_API int kvt_model_tokenize(const kvt_model *model, const char *text, size_t 
  * kvtier inserts them before the prompt (after BOS) for completions and
  * before the last user message's content for chat.
  * *out is malloc'd (caller frees). Returns 0, KVT_EARG (at > n, a NULL text
- * or id, block_size < 1) or KVT_EUNSUPPORTED (no single-token padding). */
+ * or id, two documents with the same id, block_size < 1) or KVT_EUNSUPPORTED
+ * (no single-token padding). */
 typedef struct {
     const char *id;   /* shown in the rendered text; borrowed */
     const char *text; /* borrowed */

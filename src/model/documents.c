@@ -58,8 +58,15 @@ int kvt_render_documents_spans(const kvt_model *model, int32_t block_size, const
     *n_out = 0;
     if (block_size < 1 || at > n || (n && !prompt) || (n_docs && !docs))
         return kvt_fail(KVT_EARG, "bad arguments to kvt_render_documents");
-    for (size_t i = 0; i < n_docs; i++)
+    for (size_t i = 0; i < n_docs; i++) {
         if (!docs[i].id || !docs[i].text) return kvt_fail(KVT_EARG, "document %zu has no id or text", i);
+        for (size_t j = 0; j < i; j++) /* an id names one document: the same id twice is ambiguous */
+            if (docs[j].id && !strcmp(docs[j].id, docs[i].id))
+                return kvt_fail(KVT_EARG,
+                                "document %zu's id '%.64s' repeats the id of document %zu: each document "
+                                "needs its own id",
+                                i, docs[i].id, j);
+    }
     int32_t pad = kvt_document_pad_token(model);
     if (pad < 0) return pad;
     buf b = {0};

@@ -3,7 +3,8 @@
  * cache-block boundaries, the same documents in the same order after the
  * same prefix give a full-prefix hit whose greedy output is bit-identical to
  * a cold run over the rendered prompt, and the same documents in another
- * order miss exactly at the first document's block (reuse_stop: diverged). */
+ * order miss exactly at the first document's block (reuse_stop: diverged);
+ * two documents with one id are refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,11 @@ static void test_layout(void) {
     CHECK(kvt_render_documents(model, B, q, nq, 0, NULL, 0, &none, &n_none) == 0 && n_none == nq);
     free(none);
     CHECK(kvt_render_documents(model, B, q, nq, nq + 1, ab, 2, &none, &n_none) == KVT_EARG);
+    free(none);
+    /* an id names one document, as in the server's kvtier.documents: the same id twice is refused */
+    kvt_document twice[3] = {DA, DB, {"a", "Another text under the first document's id."}};
+    CHECK(kvt_render_documents(model, B, q, nq, 1, twice, 3, &none, &n_none) == KVT_EARG && !none && !n_none);
+    CHECKF(strstr(kvt_errmsg(), "document 2's id 'a' repeats the id of document 0"), "%s", kvt_errmsg());
     free(none);
     free(q);
     free(p_ab);
