@@ -101,6 +101,15 @@ static void test_parse(void) {
     kvt_api_request_free(&two);
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options");
+    /* options of a stream that was not asked for are refused, as OpenAI does; null stays fine */
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", "stream_options");
+    expect_error(KVT_API_CHAT,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":false,\"stream_options\":{}}",
+                 "stream_options");
+    CHECK(parse(KVT_API_CHAT,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":false,\"stream_options\":null}", &r,
+                &e) == 0);
+    kvt_api_request_free(&r);
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":1}", "cache_salt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model");

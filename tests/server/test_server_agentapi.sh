@@ -203,6 +203,13 @@ for f in '"tools":[{"type":"function","function":{"name":"f g"}}]' '"tool_choice
   check "$f is a 400" is "$CODE" 400
   check "... naming $name" is "$(jb .error.param)" "$name"
 done
+# stream_options asks for something of a stream: without stream: true it is a mistake, refused as OpenAI does
+post /v1/chat/completions "{$BASE,\"stream_options\":{\"include_usage\":true}}"
+check "stream_options without stream is a 400 naming it" is "$CODE/$(jb .error.param)" 400/stream_options
+post /v1/completions '{"prompt":"hi","max_tokens":1,"stream":false,"stream_options":{}}'
+check "... on completions too" is "$CODE/$(jb .error.param)" 400/stream_options
+post /v1/chat/completions "{$BASE,\"stream\":false,\"stream_options\":null}"
+check "... and stream_options null is fine" is "$CODE" 200
 # echo is supported, but not streamed
 for f in '"echo":true,"stream":true' '"best_of":3' '"suffix":"end"'; do
   post /v1/completions "{\"prompt\":\"hi\",$f}"

@@ -147,6 +147,10 @@ post /v1/responses '{"input":"x","background":true}' "${K1[@]}"
 check "background true is a 400 naming it" is "$CODE/$(jb .error.param)" 400/background
 post /v1/responses '{"input":"x","background":false,"metadata":{"a":"b"},"user":"u","truncation":"disabled","include":[]}' "${K1[@]}"
 check "... their neutral values are accepted" is "$CODE/$(jb .metadata.a)" 200/b
+post /v1/responses '{"input":"x","stream_options":{"include_obfuscation":false}}' "${K1[@]}"
+check "stream_options without stream is a 400 naming it, as OpenAI's" is "$CODE/$(jb .error.param)" 400/stream_options
+post /v1/responses '{"input":"x","max_output_tokens":2,"stream":false,"stream_options":null}' "${K1[@]}"
+check "... stream_options null is fine" is "$CODE" 200
 post /v1/responses '{"input":"x","tools":[{"type":"web_search"}]}' "${K1[@]}"
 check "a hosted tool is a 400 naming tools" is "$CODE/$(jb .error.param)" 400/tools
 post /v1/responses '{"input":[{"role":"user","content":[{"type":"input_image","image_url":"http://x"}]}]}' "${K1[@]}"

@@ -453,6 +453,10 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         if (!cJSON_IsObject(so))
             return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_type",
                                   "'stream_options' must be an object");
+        if (!r->stream) /* as OpenAI: options of a stream that is not asked for are a mistake, not a no-op */
+            return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_value",
+                                  "'stream_options' is only allowed with 'stream': true (send it null or leave it "
+                                  "out)");
         if (get_bool(so, "include_usage", &r->include_usage, err)) return -1;
     }
     const cJSON *salt = cJSON_GetObjectItemCaseSensitive(root, "cache_salt");

@@ -274,6 +274,10 @@ int kvt_api_resp_parse(const char *body, size_t len, kvt_api_resp_request *out, 
                                 "'previous_response_id' must be the id of a stored response");
         else out->previous_id = kvt_xstrdup(prev->valuestring);
     }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (!rc && so && !cJSON_IsNull(so) && !out->stream) /* as OpenAI: stream options without a stream are a mistake */
+        rc = kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_value",
+                            "'stream_options' is only allowed with 'stream': true (send it null or leave it out)");
     if (!rc && ins && !cJSON_IsNull(ins) && !cJSON_IsString(ins))
         rc = kvt_api_errorf(err, 400, INVALID, "instructions", "invalid_type", "'instructions' must be a string");
     if (!rc && !out->previous_id && !cJSON_GetArraySize(out->input))
