@@ -99,6 +99,16 @@ for qp in "cache/lint?n=%2B5 n" "cache/lint?n=%205 n" "cache/events?since=184467
 done
 CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/cache/events?since=18446744073709551615&max=1")
 check "... and since 2^64-1 is a number" is "$CODE" 200
+# a query parameter given twice is a 400 naming it, on any route: which copy was meant is a guess
+for qp in "v1/cache/events?since=1&since=2 since" "v1/cache/events?max=1&since=0&max=2 max" \
+  "v1/cache/lint?n=1&n=1 n" "v1/cache/lookup?tiers=1&prompt=x&tiers=1 tiers" "health?probe&probe=1 probe"; do
+  q=${qp% *} p=${qp##* }
+  CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/$q")
+  check "GET /$q is 400 naming $p" is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/$p/duplicate_parameter"
+done
+check "... and the message says so" grep -qF "'probe' is given more than once" "$TMP/body"
+CODE=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "${ADMIN[@]}" "$URL/v1/cache/events?since=0&max=1")
+check "... while each once is fine" is "$CODE" 200
 
 # streaming completion equals the plain one
 curl -sN -m 60 -H 'Content-Type: application/json' -d "{\"prompt\":\"$LONG\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}" "$URL/v1/completions" >"$TMP/sse"

@@ -318,6 +318,47 @@ static int screen_request(kvt_server *s, struct MHD_Connection *c, conn_state *c
     return 1;
 }
 
+/* The query parameters seen so far, to find one given twice. */
+typedef struct {
+    const char **keys;
+    size_t n, cap;
+    const char *twice; /* the first key seen again, or NULL */
+} query_walk;
+
+static enum MHD_Result note_query_key(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    query_walk *w = cls;
+    (void)kind;
+    (void)value;
+    if (!key) return MHD_YES;
+    for (size_t i = 0; i < w->n; i++)
+        if (!strcmp(w->keys[i], key)) {
+            w->twice = key;
+            return MHD_NO;
+        }
+    if (w->n == w->cap) w->keys = kvt_xrealloc(w->keys, (w->cap = w->cap ? 2 * w->cap : 8) * sizeof *w->keys);
+    w->keys[w->n++] = key;
+    return MHD_YES;
+}
+
+/* 1 when a query parameter of c's URL is given twice (?since=1&since=2), with *e the 400 naming it
+ * (printable ASCII kept, the rest '?'): libmicrohttpd would hand the handlers the first, so the
+ * second would be dropped silently, whichever one the client meant. */
+static int query_twice(struct MHD_Connection *c, kvt_api_error *e) {
+    query_walk w = {0};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, note_query_key, &w);
+    int twice = w.twice != NULL;
+    if (twice) {
+        char name[sizeof e->param_text];
+        log_copy(name, sizeof name, w.twice);
+        kvt_api_errorf(e, MHD_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "duplicate_parameter",
+                       "the query parameter '%s' is given more than once: give it once", name);
+        memcpy(e->param_text, name, sizeof name);
+        e->param = e->param_text;
+    }
+    free(w.keys);
+    return twice;
+}
+
 /* Gives back the quota a proxied request on c's connection took, once. */
 static void unclaim(kvt_server *s, conn_ctx *x) {
     if (!x || !x->claimed) return;
@@ -370,6 +411,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
                            "%s needs %s, not %s", url, routes[i].method, method);
             return kvt_srv_send_error(s, c, label, &e, MHD_HTTP_HEADER_ALLOW, routes[i].method);
         }
+        kvt_api_error qe;
+        if (query_twice(c, &qe)) return kvt_srv_send_error(s, c, label, &qe, NULL, NULL);
         if (rule != ACCESS_API_KEY) key = NULL; /* only an API key names a tenant */
         uint64_t declared = 0;
         if (!strcmp(method, "POST")) {
