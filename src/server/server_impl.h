@@ -503,7 +503,8 @@ char *kvt_srv_prompt_text(kvt_server *s, const srv_req *r);
  * *content the text before them; 0 (and both NULL) when the text holds no call or c has no tools
  * (generate_reply.c). When the token budget cut the text inside a call, the last call is that
  * one with the arguments written so far, *cut is set (the finish stays "length"), and nothing is
- * remembered. */
+ * remembered; but under parallel_tool_calls false a first call complete before the cut is the
+ * answer as if nothing were cut (*cut 0: the finish is "tool_calls"). */
 size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content, int *cut);
 /* r's usage with every choice's completion tokens. */
 kvt_api_usage kvt_srv_total_usage(const srv_req *r);

@@ -219,6 +219,79 @@ static void test_parse_calls(void) {
     CHECK(k == 0);
 }
 
+/* Text the token budget cut, read back (kvt_api_parse_cut_calls) in each family's style: the calls
+ * before the cut one, complete, and the cut one as far as it got; parallel_tool_calls false keeps a
+ * first call that closed before the cut as the whole answer (complete). */
+typedef struct {
+    kvt_chat_family f;
+    int parallel;
+    const char *text;
+    size_t n;            /* calls returned */
+    int complete;        /* the answer is whole: the cut lies past what parallel 0 keeps */
+    const char *content; /* NULL: none (the text is the content) */
+    const char *names;   /* the calls' names, joined with ',' */
+    const char *last;    /* the last call's arguments */
+} cut_case;
+
+#define CALL_A "{\"name\": \"a\", \"arguments\": {\"x\": 1}}"
+#define CHATML_A "<tool_call>\n" CALL_A "\n</tool_call>\n"
+
+static void test_cut_calls(void) {
+    static const cut_case cases[] = {
+        /* a complete call, then a second one cut: parallel keeps both, parallel false the first, whole */
+        {KVT_CHAT_CHATML, 1, "Hi\n" CHATML_A "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"y\": ", 2, 0, "Hi",
+         "a,b", "{\"y\": "},
+        {KVT_CHAT_CHATML, 0, "Hi\n" CHATML_A "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"y\": ", 1, 1, "Hi", "a",
+         "{\"x\": 1}"},
+        /* the second cut before its name was whole */
+        {KVT_CHAT_CHATML, 1, CHATML_A "<tool_call>\n{\"na", 1, 0, "", "a", "{\"x\": 1}"},
+        {KVT_CHAT_CHATML, 0, CHATML_A "<tool_call>\n{\"na", 1, 1, "", "a", "{\"x\": 1}"},
+        /* the first call cut after its arguments closed: they end there, the markup after them is not theirs */
+        {KVT_CHAT_CHATML, 0, "<tool_call>\n" CALL_A "\n</tool_", 1, 0, "", "a", "{\"x\": 1}"},
+        {KVT_CHAT_CHATML, 1, "Sure <tool_call>\n{\"na", 0, 0, "Sure", "", NULL},
+        {KVT_CHAT_CHATML, 1, "plain text", 0, 0, NULL, "", NULL},
+        /* Mistral's one array: its whole objects are the complete calls, the open one the cut call */
+        {KVT_CHAT_MISTRAL, 1, "[TOOL_CALLS][" CALL_A ", {\"name\": \"b\", \"arguments\": {\"y\": [1, ", 2, 0, "", "a,b",
+         "{\"y\": [1, "},
+        {KVT_CHAT_MISTRAL, 0, "[TOOL_CALLS][" CALL_A ", {\"name\": \"b\", \"arguments\": {\"y\": [1, ", 1, 1, "", "a",
+         "{\"x\": 1}"},
+        {KVT_CHAT_MISTRAL, 1, "Ok [TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": \"}", 1, 0, "Ok", "a",
+         "{\"x\": \"}"},
+        {KVT_CHAT_MISTRAL, 0, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}", 1, 0, "", "a", "{\"x\": 1}"},
+        {KVT_CHAT_MISTRAL, 1, "[TOOL_CALLS][" CALL_A ", ", 1, 0, "", "a", "{\"x\": 1}"},
+        {KVT_CHAT_MISTRAL, 0, "[TOOL_CALLS][" CALL_A ", ", 1, 1, "", "a", "{\"x\": 1}"},
+        {KVT_CHAT_MISTRAL, 1, "Text [TOOL_CALLS][{\"name\": \"a", 0, 0, "Text", "", NULL},
+        {KVT_CHAT_MISTRAL, 1, "[TOOL_CALLS]{\"name\": \"a\", \"arguments\": {", 0, 0, NULL, "", NULL},
+        {KVT_CHAT_MISTRAL, 1, "[TOOL_CALLS][{\"name\": 5}, {\"name\": \"a\", \"arguments\": {", 0, 0, NULL, "", NULL},
+        /* Llama 3: the reply is the call */
+        {KVT_CHAT_LLAMA3, 1, "{\"name\": \"a\", \"parameters\": {\"x\": 1", 1, 0, "", "a", "{\"x\": 1"},
+        {KVT_CHAT_LLAMA3, 1, "{\"na", 0, 0, NULL, "", NULL},
+    };
+    for (size_t i = 0; i < KVT_ARRAY_LEN(cases); i++) {
+        const cut_case *t = &cases[i];
+        kvt_api_call *calls;
+        char *content, names[64] = "";
+        int complete = -1;
+        size_t n = kvt_api_parse_cut_calls(t->f, t->text, t->parallel, "chatcmpl-r7", &calls, &content, &complete);
+        for (size_t k = 0; k < n; k++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? "," : "", calls[k].name);
+        CHECKF(n == t->n && complete == t->complete && !strcmp(names, t->names),
+               "case %zu: %zu calls (%s), complete %d; want %zu (%s), %d", i, n, names, complete, t->n, t->names,
+               t->complete);
+        CHECKF(t->content ? content && !strcmp(content, t->content) : !content, "case %zu: content '%s'", i,
+               content ? content : "(null)");
+        if (n == t->n && n) {
+            CHECKF(!strcmp(calls[n - 1].arguments, t->last), "case %zu: arguments '%s', want '%s'", i,
+                   calls[n - 1].arguments, t->last);
+            char id[32];
+            snprintf(id, sizeof id, "call_r7_%zu", n - 1);
+            CHECKF(!strcmp(calls[n - 1].id, id), "case %zu: id %s", i, calls[n - 1].id);
+        }
+        kvt_api_calls_free(calls, n);
+        free(content);
+    }
+}
+
 /* Remembers, as the server does for a reply it generated (response id rid, tenant salt), the calls read
  * out of generated text in family f's style. */
 static void generate_split(kvt_call_memo *memo, kvt_chat_family f, const char *salt, const char *rid,
@@ -441,6 +514,7 @@ int main(void) {
     test_llama3_rendering();
     test_mistral_rendering();
     test_parse_calls();
+    test_cut_calls();
     test_generated_turns();
     test_reasoning_turns();
     test_forced_grammar();

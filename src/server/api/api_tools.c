@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Tools and structured output on the OpenAI surface (see api_tools.h). */
 #include "api_tools.h"
+#include "api_tools_impl.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -95,7 +96,7 @@ static void dump(sbuf *b, const cJSON *v, int indent, int level) {
 
 /* ---- parsing ------------------------------------------------------------------------ */
 
-static int name_ok(const char *s) {
+int kvt_api_tool_name_ok(const char *s) {
     size_t n = strlen(s);
     if (!n || n > KVT_API_MAX_TOOL_NAME) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -128,7 +129,7 @@ static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error 
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn))
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
                                   "tools[%d] must be {\"type\": \"function\", \"function\": {...}}", i);
-        if (!cJSON_IsString(name) || !name_ok(name->valuestring))
+        if (!cJSON_IsString(name) || !kvt_api_tool_name_ok(name->valuestring))
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
                                   "tools[%d].function.name must be 1 to %d of a-z, A-Z, 0-9, _ and -", i,
                                   KVT_API_MAX_TOOL_NAME);
@@ -263,7 +264,7 @@ int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kv
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
             const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-            if (!cJSON_IsString(name) || !name_ok(name->valuestring) || (args && !cJSON_IsString(args)))
+            if (!cJSON_IsString(name) || !kvt_api_tool_name_ok(name->valuestring) || (args && !cJSON_IsString(args)))
                 return kvt_api_error_item(err, "messages", index, ".tool_calls", "invalid_value",
                                           "messages[%zu].tool_calls[] must be {\"id\", \"type\": \"function\", "
                                           "\"function\": {\"name\", \"arguments\": a string}}",
@@ -297,16 +298,11 @@ int kvt_api_tools_active(const kvt_api_request *a) { return a->tools && a->tool_
 
 /* ---- rendering ------------------------------------------------------------------------------ */
 
-/* How a family writes one call: PRE name MID arguments TAIL. */
-typedef struct {
-    const char *pre, *mid, *tail, *args_key;
-} call_style;
-
-static call_style style_of(kvt_chat_family f) {
+kvt_api_call_style kvt_api_call_style_of(kvt_chat_family f) {
     if (f == KVT_CHAT_MISTRAL)
-        return (call_style){"[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ", "}]", "arguments"};
-    if (f == KVT_CHAT_LLAMA3) return (call_style){"{\"name\": \"", "\", \"parameters\": ", "}", "parameters"};
-    return (call_style){"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "arguments"};
+        return (kvt_api_call_style){"[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ", "}]", "arguments"};
+    if (f == KVT_CHAT_LLAMA3) return (kvt_api_call_style){"{\"name\": \"", "\", \"parameters\": ", "}", "parameters"};
+    return (kvt_api_call_style){"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "arguments"};
 }
 
 #define HERMES_TOOLS_HEAD \
@@ -355,7 +351,7 @@ static char *tools_text(const cJSON *tools, kvt_chat_family f) {
 
 /* Appends call number `at` of a turn (last: the turn's last call) in family f's style. */
 static void put_call(sbuf *b, kvt_chat_family f, const char *name, const char *args, int at, int last) {
-    call_style st = style_of(f);
+    kvt_api_call_style st = kvt_api_call_style_of(f);
     int mistral = f == KVT_CHAT_MISTRAL; /* one [TOOL_CALLS][...] array for all the calls */
     sb_str(b, mistral && at ? strchr(st.pre, '{') : st.pre);
     sb_str(b, name);
@@ -563,7 +559,7 @@ int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema *
                               "a JSON 'response_format' leaves no room for tool calls: send it with tool_choice "
                               "none, or without tools");
     if (forced) {
-        call_style st = style_of(f);
+        kvt_api_call_style st = kvt_api_call_style_of(f);
         const char *heads[KVT_API_MAX_TOOLS] = {0}, *tails[KVT_API_MAX_TOOLS] = {0};
         const cJSON *schemas[KVT_API_MAX_TOOLS] = {0};
         char *owned[KVT_API_MAX_TOOLS] = {0};
@@ -599,193 +595,4 @@ int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema *
         return kvt_api_errorf(err, 400, INVALID, "response_format", "unsupported_schema",
                               "kvtier cannot follow this JSON schema: %s", msg);
     return 0;
-}
-
-/* ---- reading calls back ------------------------------------------------------------------------- */
-
-static const char *skip_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
-    return p;
-}
-
-static const char *trim_end(const char *p, const char *end) {
-    while (end > p && (end[-1] == ' ' || end[-1] == '\n' || end[-1] == '\t' || end[-1] == '\r')) end--;
-    return end;
-}
-
-/* One call's JSON in body[0..end): {"name": N, KEY: {...}} (KEY "arguments",
- * or "parameters" for Llama 3). The arguments are kept as the exact text
- * the model wrote when it is written in kvtier's own form (so the call
- * renders back to the same text), else as compact JSON. */
-static int parse_one(const char *body, const char *end, call_style st, kvt_api_call *c) {
-    body = skip_ws(body, end);
-    end = trim_end(body, end);
-    const char *pre = strchr(st.pre, '{'); /* the JSON part of the style's opening */
-    size_t lp = strlen(pre), lm = strlen(st.mid);
-    if ((size_t)(end - body) > lp && !memcmp(body, pre, lp)) {
-        const char *name = body + lp, *q = name;
-        while (q < end && *q != '"') q++;
-        if (q < end && (size_t)(end - q) > lm + 1 && !memcmp(q, st.mid, lm) && end[-1] == '}') {
-            cJSON *args = cJSON_ParseWithLength(q + lm, (size_t)(end - 1 - (q + lm)));
-            int ok = cJSON_IsObject(args);
-            cJSON_Delete(args);
-            if (ok) {
-                c->name = kvt_xstrndup(name, (size_t)(q - name));
-                c->arguments = kvt_xstrndup(q + lm, (size_t)(end - 1 - (q + lm)));
-                return 0;
-            }
-        }
-    }
-    cJSON *o = cJSON_ParseWithLength(body, (size_t)(end - body));
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, st.args_key);
-    if (!args) args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
-    int rc = -1;
-    if (cJSON_IsString(name) && name_ok(name->valuestring) && (cJSON_IsObject(args) || cJSON_IsString(args))) {
-        c->name = kvt_xstrdup(name->valuestring);
-        c->arguments = cJSON_IsString(args) ? kvt_xstrdup(args->valuestring) : cJSON_PrintUnformatted(args);
-        rc = 0;
-    }
-    cJSON_Delete(o);
-    return rc;
-}
-
-/* Mistral: [TOOL_CALLS] then a JSON array of calls, each parsed by parse_one
- * from its exact text. Returns the number of calls read into *c. */
-static size_t parse_array(const char *text, const char *end, call_style st, kvt_api_call **c, size_t *cap,
-                          const char **first, int *failed) {
-    static const char open[] = "[TOOL_CALLS]";
-    const char *p = strstr(text, open);
-    size_t n = 0;
-    *first = p;
-    if (!p) return 0;
-    p = skip_ws(p + strlen(open), end);
-    *failed = p == end || *p != '[';
-    for (p = p + 1; !*failed;) {
-        p = skip_ws(p, end);
-        const char *stop = NULL;
-        cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
-        int ok = cJSON_IsObject(o);
-        cJSON_Delete(o);
-        if (!ok) {
-            *failed = 1;
-            break;
-        }
-        if (n == *cap) *c = kvt_xrealloc(*c, (*cap *= 2) * sizeof **c);
-        memset(&(*c)[n], 0, sizeof(*c)[n]);
-        *failed = parse_one(p, stop, st, &(*c)[n++]);
-        p = skip_ws(stop, end);
-        if (p < end && *p == ',') p++;
-        else if (p < end && *p == ']') break;
-        else *failed = 1;
-    }
-    return n;
-}
-
-/* Call i of a response's: "call_<the response id after its last '-'>_<i>" (malloc'd). */
-static char *call_id(const char *response_id, size_t i) {
-    const char *dash = strrchr(response_id, '-');
-    char id[96];
-    snprintf(id, sizeof id, "call_%s_%zu", dash ? dash + 1 : response_id, i);
-    return kvt_xstrdup(id);
-}
-
-size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
-                           kvt_api_call **calls, char **content) {
-    call_style st = style_of(f);
-    const char *end = text + strlen(text);
-    size_t n = 0, cap = 4;
-    kvt_api_call *c = kvt_xcalloc(cap, sizeof *c);
-    const char *first = NULL;
-    int failed = 0;
-    if (f == KVT_CHAT_LLAMA3) {
-        const char *p = skip_ws(text, end);
-        first = p;
-        failed = p == end || *p != '{' || parse_one(p, end, st, &c[n++]);
-    } else if (f == KVT_CHAT_MISTRAL) {
-        n = parse_array(text, end, st, &c, &cap, &first, &failed);
-    } else {
-        static const char open[] = "<tool_call>", close[] = "</tool_call>";
-        const char *p = strstr(text, open);
-        first = p;
-        while (p && !failed) {
-            const char *body = p + strlen(open), *stop = strstr(body, close);
-            if (n == cap) c = kvt_xrealloc(c, (cap *= 2) * sizeof *c);
-            memset(&c[n], 0, sizeof c[n]);
-            failed = parse_one(body, stop ? stop : end, st, &c[n++]);
-            p = stop ? skip_ws(stop + strlen(close), end) : end;
-            p = strncmp(p, open, strlen(open)) ? NULL : p;
-        }
-    }
-    if (!first || failed) {
-        kvt_api_calls_free(c, n);
-        *calls = NULL;
-        *content = NULL;
-        return 0;
-    }
-    if (!parallel) {
-        for (size_t i = 1; i < n; i++) {
-            free(c[i].name);
-            free(c[i].arguments);
-            free(c[i].id);
-        }
-        n = 1;
-    }
-    for (size_t i = 0; i < n; i++) c[i].id = call_id(response_id, i);
-    *content = kvt_xstrndup(text, (size_t)(trim_end(text, first) - text));
-    *calls = c;
-    return n;
-}
-
-size_t kvt_api_parse_cut_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
-                               kvt_api_call **calls, char **content) {
-    *calls = NULL;
-    *content = NULL;
-    if (f == KVT_CHAT_MISTRAL) return 0; /* one JSON array for all the calls: not read when cut */
-    const call_style st = style_of(f);
-    const char *last = NULL, *end = text + strlen(text);
-    for (const char *p = strstr(text, st.pre); p; p = strstr(p + 1, st.pre)) last = p;
-    const char *name = last ? last + strlen(st.pre) : NULL, *q = name ? strchr(name, '"') : NULL;
-    if (!q || strncmp(q, st.mid, strlen(st.mid)) || (f == KVT_CHAT_LLAMA3 && skip_ws(text, end) != last)) {
-        /* cut before a call's name was whole: the text before its opening is the content */
-        const char *open = f == KVT_CHAT_LLAMA3 ? NULL : strstr(text, "<tool_call>");
-        if (open && !strstr(open, "</tool_call>")) *content = kvt_xstrndup(text, (size_t)(trim_end(text, open) - text));
-        return 0;
-    }
-    char *nm = kvt_xstrndup(name, (size_t)(q - name));
-    if (!name_ok(nm)) {
-        free(nm);
-        return 0;
-    }
-    /* the calls before the cut one, complete, and the text before them */
-    char *before = kvt_xstrndup(text, (size_t)(last - text));
-    kvt_api_call *c = NULL;
-    size_t n = 0;
-    if (f != KVT_CHAT_LLAMA3 && strstr(before, "<tool_call>")) {
-        n = kvt_api_parse_calls(f, before, parallel, response_id, &c, content);
-        if (!n || !parallel) { /* unreadable before the cut, or the first call is the answer */
-            free(nm);
-            free(before);
-            if (!n) return 0;
-            *calls = c;
-            return n;
-        }
-    } else {
-        *content = kvt_xstrndup(before, (size_t)(trim_end(before, before + strlen(before)) - before));
-    }
-    free(before);
-    c = kvt_xrealloc(c, (n + 1) * sizeof *c);
-    c[n] = (kvt_api_call){.id = call_id(response_id, n), .name = nm, .arguments = kvt_xstrdup(q + strlen(st.mid))};
-    *calls = c;
-    return n + 1;
-}
-
-void kvt_api_calls_free(kvt_api_call *c, size_t n) {
-    if (!c) return;
-    for (size_t i = 0; i < n; i++) {
-        free(c[i].id);
-        free(c[i].name);
-        free(c[i].arguments);
-    }
-    free(c);
 }

@@ -109,15 +109,20 @@ int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema *
 size_t kvt_api_parse_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
                            kvt_api_call **calls, char **content);
 
-/* Reads the calls out of text that the token budget cut inside a call: the
- * calls before it, complete, and the cut call with its name and the
- * arguments text written so far (maybe not valid JSON), as OpenAI returns a
- * call that max_tokens cut. Returns 0 when the cut came before the call's
- * name was whole (then *content is the text before the call's `<tool_call>`,
- * or NULL where there is none: the text is the content), and in Mistral's
- * single array of calls. The rest as kvt_api_parse_calls. */
+/* Reads the calls out of text that the token budget cut: the calls before
+ * the cut one, complete, and the cut call with its name and the arguments
+ * text written so far (up to the end of its arguments object where that
+ * closed; maybe not valid JSON), as OpenAI returns a call that max_tokens
+ * cut. Mistral's single [TOOL_CALLS] array is read the same way: its whole
+ * objects are the complete calls, the one the cut left open the cut call.
+ * Returns 0 when the cut came before the first call's name was whole (then
+ * *content is the text before the call's opening, or NULL where there is
+ * none or the calls cannot be read: the text is the content). With parallel
+ * 0 only the first call is kept; where it is complete, the cut lies in what
+ * parallel 0 drops, and *complete is 1: the call is the whole answer (else
+ * 0). The rest as kvt_api_parse_calls. */
 size_t kvt_api_parse_cut_calls(kvt_chat_family f, const char *text, int parallel, const char *response_id,
-                               kvt_api_call **calls, char **content);
+                               kvt_api_call **calls, char **content, int *complete);
 void kvt_api_calls_free(kvt_api_call *c, size_t n);
 
 #endif

@@ -56,8 +56,11 @@ size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char 
     if (!c->tools) return 0;
     size_t n = kvt_api_parse_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
     if (!n && c->finish_reason && !strcmp(c->finish_reason, "length")) {
-        n = kvt_api_parse_cut_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content);
-        *cut = n > 0 || *content;
+        int complete;
+        n = kvt_api_parse_cut_calls(s->p.chat, c->text ? c->text : "", c->parallel_tool_calls, c->id, calls, content,
+                                    &complete);
+        /* parallel_tool_calls false with its one call complete: the cut lies past the answer, which is whole */
+        *cut = !complete && (n > 0 || *content);
         if (*cut) return n; /* a cut call never renders back as generated: not remembered */
     }
     char *reason = NULL, *answer = NULL;
