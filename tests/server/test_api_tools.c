@@ -482,6 +482,12 @@ static void test_errors(void) {
     expect_error(body, "tool_choice", "no 'tools'");
     snprintf(body, sizeof body, "{%s,\"tool_choice\":\"sometimes\"}", m);
     expect_error(body, "tool_choice", NULL);
+    /* a tool_choice object of another type than "function" is not taken as a named function */
+    snprintf(body, sizeof body,
+             "{%s,\"tools\":[" TOOL "],\"tool_choice\":{\"type\":\"custom\",\"function\":{\"name\":"
+             "\"get_weather\"}}}",
+             m);
+    expect_error(body, "tool_choice", "'tool_choice.type' must be \"function\"");
     snprintf(body, sizeof body, "{%s,\"parallel_tool_calls\":1}", m);
     expect_error(body, "parallel_tool_calls", NULL);
     snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"xml\"}}", m);

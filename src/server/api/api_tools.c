@@ -158,6 +158,12 @@ static int parse_choice(const cJSON *root, kvt_api_request *r, kvt_api_error *er
                                   "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
                                   "\"function\": {\"name\": ...}}");
     } else {
+        /* a type other than OpenAI's "function" (allowed_tools, custom) asks for what kvtier does not do */
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+        if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function")))
+            return kvt_api_errorf(err, 400, INVALID, "tool_choice", "invalid_value",
+                                  "'tool_choice.type' must be \"function\" (kvtier has no other tool types); or send "
+                                  "'tool_choice' none, auto or required");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(name))
