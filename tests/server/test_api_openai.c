@@ -110,6 +110,8 @@ static void test_parse(void) {
                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":false,\"stream_options\":null}", &r,
                 &e) == 0);
     kvt_api_request_free(&r);
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+                 "stream_options.include_usage");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":1}", "cache_salt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model");

@@ -457,7 +457,11 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
             return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_value",
                                   "'stream_options' is only allowed with 'stream': true (send it null or leave it "
                                   "out)");
-        if (get_bool(so, "include_usage", &r->include_usage, err)) return -1;
+        const cJSON *iu = cJSON_GetObjectItemCaseSensitive(so, "include_usage");
+        if (iu && !cJSON_IsNull(iu) && !cJSON_IsBool(iu))
+            return kvt_api_errorf(err, 400, INVALID, "stream_options.include_usage", "invalid_type",
+                                  "'stream_options.include_usage' must be a boolean");
+        r->include_usage = cJSON_IsTrue(iu);
     }
     const cJSON *salt = cJSON_GetObjectItemCaseSensitive(root, "cache_salt");
     if (salt && !cJSON_IsNull(salt)) {
