@@ -27,33 +27,28 @@ def runs(pairs):
         out.append((cp, cp, d, 0))
     return [(lo, hi, d, st or 1) for lo, hi, d, st in out]
 
-def ranges(flags):
-    out = []
-    for cp in flags:
-        if out and out[-1][1] == cp - 1:
-            out[-1][1] = cp
-        else:
-            out.append([cp, cp])
-    return out
-
 simple = {"lower": [], "upper": [], "title": []}
 special = []  # (cp, kind, [code points]) where a mapping is more than one code point
-cased, ignorable = [], []
-ignorable_extra = set("'.:\u00b7\u0387\u055f")
+props = {"cased": [], "ignorable": [], "lowercase": [], "uppercase": [], "titlecase": []}
 for cp in cps():
     c = chr(cp)
     maps = {"lower": c.lower(), "upper": c.upper(), "title": c.title()}
     for kind, m in maps.items():
         if kind == "title" and m == maps["upper"]:
             continue  # the title table only holds where title case is not upper case
-        if len(m) == 1 and m != c:
+        if len(m) == 1 and (m != c or kind == "title"):
             simple[kind].append((cp, ord(m) - cp))
         elif len(m) > 1:
             special.append((cp, kind, [ord(x) for x in m]))
-    if c.isupper() or c.islower() or c.istitle():
-        cased.append(cp)
-    if unicodedata.category(c) in ("Mn", "Me", "Cf", "Lm", "Sk") or c in ignorable_extra:
-        ignorable.append(cp)
+    # Python's own notions, read from its behaviour: str.title lowers what follows a cased
+    # character, and lower() skips case-ignorable ones looking for a final sigma's context
+    if ("a" + c + "a").title()[-1] == "a":
+        props["cased"].append(cp)
+    if ("A" + c + "\u03a3").lower()[-1] == "\u03c2" and (" " + c + "\u03a3").lower()[-1] == "\u03c3":
+        props["ignorable"].append(cp)
+    for name, test in (("lowercase", c.islower), ("uppercase", c.isupper), ("titlecase", c.istitle)):
+        if test() and name != "titlecase" or (name == "titlecase" and test() and not c.isupper()):
+            props[name].append(cp)
 
 def fmt_rows(items, per_line):
     lines = []
@@ -77,11 +72,12 @@ o.append("static const jx_case_special case_special[] = {")
 o.append(fmt_rows(["{0x%04X, %d, {%s}}," % (cp, ("lower", "upper", "title").index(k),
                    ", ".join("0x%04X" % m for m in (ms + [0, 0, 0])[:3])) for cp, k, ms in special], 3))
 o.append("};")
-for name, fl in (("case_cased", cased), ("case_ignorable", ignorable)):
-    o.append("static const jx_case_range %s[] = {" % name)
-    o.append(fmt_rows(["{0x%04X, 0x%04X}," % tuple(x) for x in ranges(fl)], 6))
+for name, fl in props.items():  # the code points with the property, as runs of step 1 or 2
+    o.append("static const jx_case_run case_%s[] = {" % name)
+    o.append(fmt_rows(["{0x%04X, 0x%04X, %d, %d}," % x for x in runs([(cp, 0) for cp in fl])], 4))
     o.append("};")
 o.append("// clang-format on")
 with open(out_path, "w", encoding="utf-8") as f:
     f.write("\n".join(o) + "\n")
-print(out_path, {k: len(runs(v)) for k, v in simple.items()}, len(special), "special", len(ranges(cased)), "cased runs")
+print(out_path, {k: len(runs(v)) for k, v in simple.items()}, len(special), "special",
+      {k: len(runs([(c, 0) for c in v])) for k, v in props.items()})

@@ -14,7 +14,7 @@
 #include "jinja_impl.h"
 
 typedef struct {
-    unsigned lo, hi; /* code points lo..hi, every step-th one, map to themselves plus delta */
+    unsigned lo, hi; /* code points lo..hi, every step-th one, map to themselves plus delta (or have a property) */
     int delta;
     unsigned step;
 } jx_case_run;
@@ -23,10 +23,6 @@ typedef struct {
     unsigned cp, kind; /* 0 lower, 1 upper, 2 title */
     unsigned out[3];   /* the mapping, 0-terminated where shorter */
 } jx_case_special;
-
-typedef struct {
-    unsigned lo, hi;
-} jx_case_range;
 
 #include "jinja_case_tab.h"
 
@@ -44,18 +40,12 @@ static const jx_case_run *find_run(const jx_case_run *runs, size_t n, unsigned c
     return &runs[lo];
 }
 
-static int in_ranges(const jx_case_range *r, size_t n, unsigned cp) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (r[mid].hi < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < n && r[lo].lo <= cp;
-}
+/* Whether cp has the property whose code points are runs[0..n). */
+static int has(const jx_case_run *runs, size_t n, unsigned cp) { return find_run(runs, n, cp) != NULL; }
+#define HAS(table, cp) has(table, KVT_ARRAY_LEN(table), cp)
 
-static int cased(unsigned cp) { return in_ranges(case_cased, KVT_ARRAY_LEN(case_cased), cp); }
-static int ignorable(unsigned cp) { return in_ranges(case_ignorable, KVT_ARRAY_LEN(case_ignorable), cp); }
+static int cased(unsigned cp) { return HAS(case_cased, cp); }
+static int ignorable(unsigned cp) { return HAS(case_ignorable, cp); }
 
 /* cp mapped to kind into out[]; returns how many code points (0: cp stays as it is). Title case
  * is upper case except where the title table says otherwise. */
@@ -146,9 +136,13 @@ jv jx_case(jctx *x, jv s, int mode) {
     return jb_done(&b);
 }
 
-int jx_has_cased(jv s) {
+int jx_is_case(jv s, int upper) {
     size_t len;
-    for (size_t i = 0; i < s.u.s.n; i += len)
-        if (cased(jx_utf8_get(s.u.s.p + i, s.u.s.n - i, &len))) return 1;
-    return 0;
+    int seen = 0;
+    for (size_t i = 0; i < s.u.s.n; i += len) {
+        unsigned cp = jx_utf8_get(s.u.s.p + i, s.u.s.n - i, &len);
+        if (HAS(case_titlecase, cp) || (upper ? HAS(case_lowercase, cp) : HAS(case_uppercase, cp))) return 0;
+        seen |= upper ? HAS(case_uppercase, cp) : HAS(case_lowercase, cp);
+    }
+    return seen;
 }

@@ -205,6 +205,11 @@ int jx_compare(jctx *x, const jnode *e, jv a, jv b) {
         int c = memcmp(a.u.s.p, b.u.s.p, KVT_MIN(a.u.s.n, b.u.s.n));
         return c ? c : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
+    if (a.k == JV_LIST && b.k == JV_LIST && a.u.l->tuple == b.u.l->tuple) { /* item by item, as Python */
+        for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++)
+            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return jx_compare(x, e, a.u.l->v[i], b.u.l->v[i]);
+        return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
+    }
     jx_fail(x, KVT_EFORMAT, e, "cannot order %s and %s", jv_type_name(a), jv_type_name(b));
 }
 

@@ -83,11 +83,7 @@ int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv
     if (name_is(name, n, "true")) return v.k == JV_BOOL && v.u.i;
     if (name_is(name, n, "false")) return v.k == JV_BOOL && !v.u.i;
     if (name_is(name, n, "callable")) return v.k == JV_MACRO;
-    if (name_is(name, n, "lower") || name_is(name, n, "upper")) {
-        if (v.k != JV_STR) return 0;
-        jv c = jx_case(x, v, name[0] == 'u' ? JX_UPPER : JX_LOWER);
-        return c.u.s.n == v.u.s.n && !memcmp(c.u.s.p, v.u.s.p, v.u.s.n) && jx_has_cased(v); /* Python's islower */
-    }
+    if (name_is(name, n, "lower") || name_is(name, n, "upper")) return v.k == JV_STR && jx_is_case(v, name[0] == 'u');
     if ((name_is(name, n, "odd") || name_is(name, n, "even")) && v.k == JV_INT)
         return (int)(v.u.i & 1) == (name[0] == 'o');
     if (na == 1) {

@@ -213,7 +213,8 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, cons
 int jx_test(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, const jv *args, size_t nargs);
 /* needle in hay, as Jinja's "in" reads it: a substring, a list item or a dict key. */
 int jx_contains(jctx *x, const jnode *at, jv needle, jv hay);
-/* a < b: -1, a > b: 1, else 0, for two numbers or two strings (else an error), as the operators. */
+/* a < b: -1, a > b: 1, else 0, for two numbers, two strings, or two lists or tuples item by item
+ * (else an error), as the operators. */
 int jx_compare(jctx *x, const jnode *at, jv a, jv b);
 jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *args, size_t nargs,
              const jnode *kw, int *found);
@@ -233,7 +234,9 @@ size_t jx_utf8_put(char *s, unsigned c); /* c's UTF-8 (1 to 4 bytes) at s */
 enum { JX_LOWER, JX_UPPER, JX_CAPITALIZE, JX_TITLE, JX_TITLE_WORDS };
 jv jx_strip(jv s, int which, const jv *chars);
 jv jx_case(jctx *x, jv s, int mode); /* jinja_case.c */
-int jx_has_cased(jv s);              /* whether s holds a letter that has a case (jinja_case.c) */
+/* Python's str.isupper (upper) or str.islower: s has a cased letter and none of the other case
+ * (jinja_case.c) */
+int jx_is_case(jv s, int upper);
 jv jx_replace(jctx *x, jv s, jv from, jv to, long long count);
 jv jx_join(jctx *x, jv list, jv sep);
 jv jx_str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n, const jnode *kw,

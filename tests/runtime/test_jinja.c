@@ -288,6 +288,9 @@ static void test_json_numbers_tuples(void) {
         "{{ {'a': 1}.items() | list }}|{{ (1, 'a') | string }}|{{ ('a', (1,)) }}|{{ '{}'.format((1, 2)) }}|{{ (1,) * 2 }}|{% set t = 1, 2 %}{{ t }}|{{ [(1, 'x')] }}|{{ (1, 2) != [1, 2] }}|{{ ((1, 2),) | length }}",
         NULL, "[('a', 1)]|(1, 'a')|('a', (1,))|(1, 2)|(1, 1)|(1, 2)|[(1, 'x')]|True|1");
     expect_fail("{{ (1, 2) + [3] }}", NULL, KVT_EFORMAT, "cannot add tuple and list");
+    expect("{{ (1, 2) < (1, 3) }}{{ [1, 'a'] < [1, 'b'] }}{{ (2,) > (1, 5) }}{{ [1] <= [1, 0] }}", NULL,
+           "TrueTrueTrueTrue");
+    expect_fail("{{ (1, 2) < [1, 3] }}", NULL, KVT_EFORMAT, "cannot order tuple and list");
 }
 
 /* {% filter %} and {% call %} blocks, a macro's varargs and kwargs, recursive loops, fields
@@ -326,7 +329,11 @@ static void test_blocks_case(void) {
     expect_fail("{{ '{:{:{}}}'.format(1, 2, 3) }}", NULL, KVT_EFORMAT, "nest more than one level");
     expect_fail("{{ '{0:{}}'.format(1, 2) }}", NULL, KVT_EFORMAT, "cannot mix");
     /* Python's full mappings (ß, İ, ŉ, ΐ), final sigma, digraph title case, str.title's and
-     * the title filter's own word rules */
+     * the title filter's own word rules; islower and isupper by each letter's case, so a cased
+     * letter without an upper-case form (ĸ, ʰ) is lower case */
+    expect("{{ 'ǅemal' | capitalize }}|{{ 'xǅ'.title() }}|{{ 'ǅ' | lower }}|{{ 'ʰ' is lower }}{{ 'ʰ' is upper }}"
+           "{{ 'ǅ' is upper }}{{ 'ĸ' is lower }}{{ 'ÀĸB' is upper }}",
+           NULL, "ǅemal|Xǆ|ǆ|TrueFalseFalseTrueFalse");
     expect(
         "{{ 'ÉCOLE ÀÖ' | lower }}|{{ 'straße' | upper }}|{{ 'ΟΔΥΣΣΕΥΣ' | lower }}|{{ 'привет мир' | upper }}|{{ 'Ǆemal' | lower }}|{{ 'ǆemal' | title }}|{{ 'İstanbul' | lower }}|{{ 'ŉ'.upper() }}|{{ 'ΐ' | upper }}|{{ 'Ⱥ' | lower }}|{{ 'ÿ' | upper }}|{{ 'µ' | upper }}",
         NULL, "école àö|STRASSE|οδυσσευς|ПРИВЕТ МИР|ǆemal|Ǆemal|i̇stanbul|ʼN|Ϊ́|ⱥ|Ÿ|Μ");
