@@ -606,10 +606,12 @@ static jv capture(jctx *x, const jnode *body) {
     return v;
 }
 
-/* {% filter f %}...{% endfilter %}: the body's text through the filters. */
+/* {% filter f %}...{% endfilter %}: the body's text through the filters; a break or continue in
+ * the body leaves the loop before the block writes anything, as in Jinja. */
 static void exec_filtered(jctx *x, const jnode *s) {
-    jv saved = x->filtered;
-    x->filtered = capture(x, s->body);
+    jv saved = x->filtered, text = capture(x, s->body);
+    if (x->loop_ctl) return;
+    x->filtered = text;
     jv v = jv_to_str(x, jx_eval(x, s->a));
     x->filtered = saved;
     emit(x, s, v.u.s.p, v.u.s.n);

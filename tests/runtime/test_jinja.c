@@ -302,6 +302,16 @@ static void test_blocks_case(void) {
     expect(
         "{% filter indent(2) %}\na\nb\n{% endfilter %}\n|{% for i in [1, 2] %}{% filter upper %}a{{ i }}{% endfilter %}{% endfor %}",
         NULL, "a\n  b\n|A1A2");
+    /* a break or continue inside a filter block leaves before the block writes, as in Jinja */
+    expect("{% for i in range(3) %}{% filter replace('1', 'one') %}{{ i }}{% if i == 1 %}{% break %}{% endif %}"
+           "{% endfilter %}{% endfor %}|{% for i in range(3) %}{% filter upper %}a{{ i }}{% if i == 1 %}{% continue %}"
+           "{% endif %}{% endfilter %}{% endfor %}",
+           NULL, "0|A0A2");
+    expect(
+        "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}{% call wrap('i') "
+        "%}x{% endcall %}{% endcall %}|{% set ns = namespace(c=0) %}{% macro twice() %}{{ caller() }}{{ caller() }}"
+        "{% endmacro %}{% call twice() %}{% set ns.c = ns.c + 1 %}{{ ns.c }}{% endcall %}",
+        NULL, "<b><i>x</i></b>|12");
     expect(
         "{% macro m(x) %}<{{ caller() }}|{{ x }}>{% endmacro %}{% call m(1) %}body{% endcall %}|{% set y = 'Y' %}{% call m(2) %}{{ y }}{% endcall %}",
         NULL, "<body|1>|<Y|2>");
