@@ -3,9 +3,9 @@
  * tokenizer.chat_template of real GGUF files uses (expressions, if/for/set,
  * macros, call and filter blocks, namespaces, loop controls, recursive loops,
  * the common filters, tests and string methods), with the settings Hugging
- * Face renders them with: trim_blocks,
- * lstrip_blocks, tojson without ASCII escaping, raise_exception and
- * strftime_now as globals.
+ * Face renders them with: trim_blocks, lstrip_blocks, its tojson (no ASCII
+ * or HTML escaping unless asked), raise_exception and strftime_now as
+ * globals.
  *
  * A template is untrusted input: parsing bounds its nesting, and rendering
  * bounds its output, its steps (statements run and loop iterations), its
