@@ -361,10 +361,17 @@ void kvt_jinja_free(kvt_jinja *t) {
 int kvt_jinja_parse(const char *src, size_t len, kvt_jinja **out) {
     *out = NULL;
     kvt_jinja *t = kvt_xcalloc(1, sizeof *t);
-    parser p = {.t = t, .len = len, .line = 1, .line_starting = 1};
-    char *copy = jp_palloc(&p, len + 1); /* the tree points into its own copy of the text */
-    memcpy(copy, src, len);
-    p.src = copy;
+    parser p = {.t = t, .line = 1, .line_starting = 1};
+    /* The tree points into its own copy of the text, read as Jinja reads a template: "\r\n" and
+     * "\r" as "\n", and without one newline at its end (keep_trailing_newline is off). */
+    char *copy = jp_palloc(&p, len + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        copy[n++] = src[i] == '\r' ? '\n' : src[i];
+        i += src[i] == '\r' && i + 1 < len && src[i + 1] == '\n';
+    }
+    if (n && copy[n - 1] == '\n') n--;
+    p.src = copy, p.len = n;
     const char *ended;
     t->root = body(&p, NULL, &ended);
     if (p.err[0]) {

@@ -259,6 +259,7 @@ static void write_str_repr(jbuf *b, const char *p, size_t n) {
 
 void jv_write_repr(jbuf *b, jv v) {
     switch (v.k) {
+    case JV_UNDEF: return jb_puts(b, "Undefined"); /* as Jinja prints one inside a list or tuple */
     case JV_STR: return write_str_repr(b, v.u.s.p, v.u.s.n);
     case JV_LIST: /* a tuple in parentheses, one item with a comma after it: (1,) */
         jb_puts(b, v.u.l->tuple ? "(" : "[");

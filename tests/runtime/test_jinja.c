@@ -291,6 +291,12 @@ static void test_json_numbers_tuples(void) {
     expect("{{ (1, 2) < (1, 3) }}{{ [1, 'a'] < [1, 'b'] }}{{ (2,) > (1, 5) }}{{ [1] <= [1, 0] }}", NULL,
            "TrueTrueTrueTrue");
     expect_fail("{{ (1, 2) < [1, 3] }}", NULL, KVT_EFORMAT, "cannot order tuple and list");
+    /* an undefined value inside a list or tuple prints as Jinja's repr of one */
+    expect("{{ [x, (y, 1)] }}", NULL, "[Undefined, (Undefined, 1)]");
+    /* Jinja reads "\r\n" and "\r" as "\n" and drops one newline at a template's end */
+    expect("a\r\nb\rc{{ 1 }}\r\n", NULL, "a\nb\nc1");
+    expect("{{ 1 }}\n\n", NULL, "1\n");
+    expect("{% raw %}x\r\n{% endraw %}\n", NULL, "x\n");
 }
 
 /* {% filter %} and {% call %} blocks, a macro's varargs and kwargs, recursive loops, fields
