@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /* A small Jinja2 interpreter for chat templates: the subset the
  * tokenizer.chat_template of real GGUF files uses (expressions, if/for/set,
- * macros, namespaces, loop controls, the common filters, tests and string
- * methods), with the settings Hugging Face renders them with: trim_blocks,
- * lstrip_blocks, tojson without ASCII escaping, raise_exception and
- * strftime_now as globals.
+ * macros, call and filter blocks, namespaces, loop controls, recursive loops,
+ * the common filters, tests and string methods), with the settings Hugging
+ * Face renders them with: trim_blocks, lstrip_blocks, its tojson (no ASCII
+ * or HTML escaping unless asked), raise_exception and strftime_now as
+ * globals.
  *
  * A template is untrusted input: parsing bounds its nesting, and rendering
  * bounds its output, its steps (statements run and loop iterations), its

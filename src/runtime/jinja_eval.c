@@ -147,6 +147,7 @@ static jv slice(jctx *x, const jnode *e, jv obj) {
     else off = cp_offsets(x, obj, &n);
     slice_bounds((long long)n, &a, &b, va.k != JV_NONE, vb.k != JV_NONE, st);
     jv out = obj.k == JV_LIST ? jv_new_list(x) : jv_none();
+    if (obj.k == JV_LIST) out.u.l->tuple = obj.u.l->tuple; /* a tuple's slice is a tuple */
     jbuf sb = {.x = x};
     for (long long i = a; st > 0 ? i < b : i > b; i += st) {
         if (obj.k == JV_LIST) jv_list_push(x, out.u.l, obj.u.l->v[i]);
@@ -204,6 +205,11 @@ int jx_compare(jctx *x, const jnode *e, jv a, jv b) {
         int c = memcmp(a.u.s.p, b.u.s.p, KVT_MIN(a.u.s.n, b.u.s.n));
         return c ? c : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
+    if (a.k == JV_LIST && b.k == JV_LIST && a.u.l->tuple == b.u.l->tuple) { /* item by item, as Python */
+        for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++)
+            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return jx_compare(x, e, a.u.l->v[i], b.u.l->v[i]);
+        return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
+    }
     jx_fail(x, KVT_EFORMAT, e, "cannot order %s and %s", jv_type_name(a), jv_type_name(b));
 }
 
@@ -230,8 +236,11 @@ static jv int_pow(jctx *x, const jnode *e, long long a, long long b) {
 
 jv jx_add(jctx *x, const jnode *e, jv a, jv b) {
     if (a.k == JV_STR && b.k == JV_STR) return concat(x, a, b);
-    if (a.k == JV_LIST && b.k == JV_LIST) {
+    if (a.k == JV_LIST && b.k == JV_LIST) { /* list + list, tuple + tuple; Python adds no list to a tuple */
+        if (a.u.l->tuple != b.u.l->tuple)
+            jx_fail(x, KVT_EFORMAT, e, "cannot add %s and %s", jv_type_name(a), jv_type_name(b));
         jv l = jv_new_list(x);
+        l.u.l->tuple = a.u.l->tuple;
         for (size_t i = 0; i < a.u.l->n; i++) jv_list_push(x, l.u.l, a.u.l->v[i]);
         for (size_t i = 0; i < b.u.l->n; i++) jv_list_push(x, l.u.l, b.u.l->v[i]);
         return l;
@@ -252,6 +261,7 @@ static jv repeat(jctx *x, const jnode *e, jv s, long long n) {
 /* A list n times over, as Python's list * int (none for n <= 0). */
 static jv repeat_list(jctx *x, const jnode *e, jv l, long long n) {
     jv out = jv_new_list(x);
+    out.u.l->tuple = l.u.l->tuple;
     if (n > 0 && l.u.l->n && (size_t)n > x->lim.max_memory / (l.u.l->n * sizeof(jv)))
         jx_fail(x, KVT_ELIMIT, e, "a repeated list would take more than %zu bytes", x->lim.max_memory);
     for (long long i = 0; i < n; i++)
@@ -341,12 +351,20 @@ static jv *pos_args(jctx *x, const jnode *args, size_t *n) {
 
 static void exec_body(jctx *x, const jnode *s);
 
-jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npos, const jnode *kw) {
-    const jnode *m = macro.u.m;
-    if (x->depth >= x->lim.max_depth)
-        jx_fail(x, KVT_ELIMIT, call, "macro calls nest more than %zu deep (runaway recursion?)", x->lim.max_depth);
+/* Whether the parameters of m include one named n[0..len). */
+static int is_param(const jnode *m, const char *n, size_t len) {
+    for (const jnode *p = m->args; p; p = p->next)
+        if (p->sn == len && !memcmp(p->s, n, len)) return 1;
+    return 0;
+}
+
+/* The macro's parameters from the arguments, each one's default where none is given (evaluated
+ * in the macro's scope, so it may use the parameters before it); the positional arguments past
+ * them in varargs and the keyword arguments not among them in kwargs, where the macro uses these
+ * names, else an error, as in Jinja. */
+static void bind_args(jctx *x, const jnode *call, const jnode *m, jscope *s, const jv *pos, size_t npos,
+                      const jnode *kw) {
     jscope *saved = x->scope;
-    jscope *s = push_scope(x, x->globals);
     size_t i = 0;
     for (const jnode *p = m->args; p; p = p->next, i++) {
         jv v = i < npos ? pos[i] : jv_undef();
@@ -359,12 +377,53 @@ jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npo
         }
         scope_set(x, s, p->s, p->sn, v);
     }
-    if (npos > i) jx_fail(x, KVT_EFORMAT, call, "macro '%.*s' takes %zu arguments, not %zu", (int)m->sn, m->s, i, npos);
+    if (npos > i && !(m->op & 1))
+        jx_fail(x, KVT_EFORMAT, call, "macro '%.*s' takes %zu arguments, not %zu", (int)m->sn, m->s, i, npos);
+    jv va = jv_new_list(x), kwa = jv_new_dict(x, JV_DICT);
+    va.u.l->tuple = 1;
+    for (size_t k = i; k < npos; k++) jv_list_push(x, va.u.l, pos[k]);
+    for (const jnode *k = kw; k; k = k->next) {
+        if (k->t != JN_KWARG || is_param(m, k->s, k->sn)) continue;
+        if (!(m->op & 2))
+            jx_fail(x, KVT_EFORMAT, call, "macro '%.*s' takes no keyword argument '%.*s'", (int)m->sn, m->s,
+                    (int)KVT_MIN(k->sn, 64), k->s);
+        jv_dict_set(x, kwa.u.d, jv_strn(k->s, k->sn), jx_eval(x, k->a));
+    }
+    if (m->op & 1) scope_set(x, s, "varargs", 7, va);
+    if (m->op & 2) scope_set(x, s, "kwargs", 6, kwa);
+}
+
+jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npos, const jnode *kw, const jv *caller) {
+    const jnode *m = macro.u.m.node;
+    if (x->depth >= x->lim.max_depth)
+        jx_fail(x, KVT_ELIMIT, call, "macro calls nest more than %zu deep (runaway recursion?)", x->lim.max_depth);
+    jscope *saved = x->scope;
+    jscope *s = push_scope(x, macro.u.m.env ? macro.u.m.env : x->globals);
+    bind_args(x, call, m, s, pos, npos, kw);
+    if (caller) scope_set(x, s, "caller", 6, *caller);
     size_t start = x->out_n;
     x->depth++;
     x->scope = s;
     exec_body(x, m->body);
     x->scope = saved;
+    x->depth--;
+    jv r = jv_str_copy(x, x->out + start, x->out_n - start);
+    x->out_n = start;
+    return r;
+}
+
+static void run_for(jctx *x, const jnode *s, jv seq, long long depth);
+
+/* loop(items) in a recursive loop's body: the loop's text for items, one level deeper. */
+static jv loop_again(jctx *x, const jnode *e, jv loop) {
+    size_t n;
+    jv *args = pos_args(x, e->args, &n);
+    if (n != 1) jx_fail(x, KVT_EFORMAT, e, "loop() takes one iterable, not %zu arguments", n);
+    if (x->depth >= x->lim.max_depth)
+        jx_fail(x, KVT_ELIMIT, e, "recursive loops nest more than %zu deep", x->lim.max_depth);
+    size_t start = x->out_n;
+    x->depth++;
+    run_for(x, loop.u.d->rec, args[0], loop.u.d->depth + 1);
     x->depth--;
     jv r = jv_str_copy(x, x->out + start, x->out_n - start);
     x->out_n = start;
@@ -380,7 +439,7 @@ static jv call(jctx *x, const jnode *e) {
         jv r = jx_method(x, e, self, e->a->s, e->a->sn, args, n, e->args, &found);
         if (found) return r;
         jv f = attr(x, e->a, self);
-        if (f.k == JV_MACRO) return jx_call_macro(x, e, f, args, n, e->args);
+        if (f.k == JV_MACRO) return jx_call_macro(x, e, f, args, n, e->args, NULL);
         jx_fail(x, KVT_EFORMAT, e, "a %s has no method '%.*s'", jv_type_name(self), (int)KVT_MIN(e->a->sn, 64), e->a->s);
     }
     jv f = e->a->t == JN_NAME ? jv_undef() : jx_eval(x, e->a);
@@ -391,9 +450,10 @@ static jv call(jctx *x, const jnode *e) {
         if (found) return r;
         jx_fail(x, KVT_EFORMAT, e, "'%.*s' is undefined", (int)KVT_MIN(e->a->sn, 64), e->a->s);
     }
+    if (f.k == JV_DICT && f.u.d->rec) return loop_again(x, e, f);
     if (f.k != JV_MACRO) jx_fail(x, KVT_EFORMAT, e, "a %s cannot be called", jv_type_name(f));
     jv *args = pos_args(x, e->args, &n);
-    return jx_call_macro(x, e, f, args, n, e->args);
+    return jx_call_macro(x, e, f, args, n, e->args, NULL);
 }
 
 static jv collection(jctx *x, const jnode *e) {
@@ -423,7 +483,7 @@ jv jx_eval(jctx *x, const jnode *e) {
     case JN_SLICE: return slice(x, e, jx_eval(x, e->a));
     case JN_CALL: return call(x, e);
     case JN_FILTER: {
-        v = jx_eval(x, e->a);
+        v = e->a ? jx_eval(x, e->a) : x->filtered;
         jv *args = pos_args(x, e->args, &n);
         return jx_filter(x, e, e->s, e->sn, v, args, n, e->args);
     }
@@ -482,8 +542,8 @@ static void bind_targets(jctx *x, const jnode *s, jscope *sc, jv it) {
 
 static void set_loop(jctx *x, jv loop, jv items, size_t i) {
     size_t n = items.u.l->n;
-    static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first",
-                                       "last",  "length", "previtem", "nextitem"};
+    static const char *const keys[] = {"index",  "index0",   "revindex", "revindex0", "first", "last",
+                                       "length", "previtem", "nextitem", "depth",     "depth0"};
     jv vals[] = {jv_int((long long)i + 1),
                  jv_int((long long)i),
                  jv_int((long long)(n - i)),
@@ -492,7 +552,9 @@ static void set_loop(jctx *x, jv loop, jv items, size_t i) {
                  jv_bool(i + 1 == n),
                  jv_int((long long)n),
                  i ? items.u.l->v[i - 1] : jv_undef(),
-                 i + 1 < n ? items.u.l->v[i + 1] : jv_undef()};
+                 i + 1 < n ? items.u.l->v[i + 1] : jv_undef(),
+                 jv_int(loop.u.d->depth),
+                 jv_int(loop.u.d->depth - 1)};
     if (loop.u.d->n == KVT_ARRAY_LEN(keys)) { /* set before: only the values change */
         memcpy(loop.u.d->val, vals, sizeof vals);
         return;
@@ -501,8 +563,9 @@ static void set_loop(jctx *x, jv loop, jv items, size_t i) {
         jv_dict_set(x, loop.u.d, jv_strn(keys[k], strlen(keys[k])), vals[k]);
 }
 
-static void exec_for(jctx *x, const jnode *s) {
-    jv items = iterable(x, s, jx_eval(x, s->a));
+/* The for loop s over seq, at depth (from 1; a recursive loop's loop(items) goes one deeper). */
+static void run_for(jctx *x, const jnode *s, jv seq, long long depth) {
+    jv items = iterable(x, s, seq);
     jscope *saved = x->scope, *sc = push_scope(x, saved);
     x->scope = sc;
     if (s->c) { /* "for x in y if cond": the loop (and loop.length) sees the kept items only */
@@ -516,6 +579,8 @@ static void exec_for(jctx *x, const jnode *s) {
     }
     jv loop = jv_new_dict(x, JV_DICT);
     loop.u.d->loop = 1;
+    loop.u.d->rec = s->op ? s : NULL;
+    loop.u.d->depth = depth;
     scope_set(x, sc, "loop", 4, loop);
     for (size_t i = 0; i < items.u.l->n; i++) {
         step(x, s);
@@ -532,16 +597,41 @@ static void exec_for(jctx *x, const jnode *s) {
     if (!items.u.l->n && s->alt) exec_body(x, s->alt);
 }
 
+/* Runs body and returns its text instead of writing it ({% set %} and {% filter %} blocks). */
+static jv capture(jctx *x, const jnode *body) {
+    size_t start = x->out_n;
+    exec_body(x, body);
+    jv v = jv_str_copy(x, x->out + start, x->out_n - start);
+    x->out_n = start;
+    return v;
+}
+
+/* {% filter f %}...{% endfilter %}: the body's text through the filters; a break or continue in
+ * the body leaves the loop before the block writes anything, as in Jinja. */
+static void exec_filtered(jctx *x, const jnode *s) {
+    jv saved = x->filtered, text = capture(x, s->body);
+    if (x->loop_ctl) return;
+    x->filtered = text;
+    jv v = jv_to_str(x, jx_eval(x, s->a));
+    x->filtered = saved;
+    emit(x, s, v.u.s.p, v.u.s.n);
+}
+
+/* {% call(params) m(args) %}body{% endcall %}: m's text, with caller() running the body (with
+ * its parameters) in the scope around the call block. */
+static void exec_caller(jctx *x, const jnode *s) {
+    const jnode *c = s->a;
+    jv f = jx_eval(x, c->a);
+    if (f.k != JV_MACRO) jx_fail(x, KVT_EFORMAT, s, "'call' needs a macro, not %s", jv_type_name(f));
+    size_t n;
+    jv *args = pos_args(x, c->args, &n);
+    jv caller = {.k = JV_MACRO, .u.m = {s->c, x->scope}};
+    jv v = jx_call_macro(x, c, f, args, n, c->args, &caller);
+    emit(x, s, v.u.s.p, v.u.s.n);
+}
+
 static void exec_set(jctx *x, const jnode *s) {
-    jv v;
-    if (s->body) {
-        size_t start = x->out_n;
-        exec_body(x, s->body);
-        v = jv_str_copy(x, x->out + start, x->out_n - start);
-        x->out_n = start;
-    } else {
-        v = jx_eval(x, s->a);
-    }
+    jv v = s->body ? capture(x, s->body) : jx_eval(x, s->a);
     if (!s->s2) return bind_targets(x, s, x->scope, v);
     jv ns;
     if (!lookup(x, s->s, s->sn, &ns) || ns.k != JV_NS)
@@ -561,12 +651,14 @@ static void exec_body(jctx *x, const jnode *s) {
             break;
         }
         case JN_IF: exec_body(x, jv_truthy(jx_eval(x, s->a)) ? s->body : s->alt); break;
-        case JN_FOR: exec_for(x, s); break;
+        case JN_FOR: run_for(x, s, jx_eval(x, s->a), 1); break;
         case JN_SET: exec_set(x, s); break;
-        case JN_MACRO: scope_set(x, x->scope, s->s, s->sn, (jv){.k = JV_MACRO, .u.m = s}); break;
+        case JN_MACRO: scope_set(x, x->scope, s->s, s->sn, (jv){.k = JV_MACRO, .u.m = {s, NULL}}); break;
         case JN_BREAK: x->loop_ctl = 1; break;
         case JN_CONTINUE: x->loop_ctl = 2; break;
         case JN_BLOCK: exec_body(x, s->body); break;
+        case JN_FILTERED: exec_filtered(x, s); break;
+        case JN_CALLER: exec_caller(x, s); break;
         default: jx_fail(x, KVT_EFORMAT, s, "not a statement");
         }
     }

@@ -3,8 +3,8 @@
  * ("x is string"), the methods of strings and dicts ("s.split('</think>')",
  * "d.items()", "'{}'.format(x)", loop.cycle), "%" formatting of strings,
  * and the globals range, namespace, dict, raise_exception and strftime_now.
- * Case changes are ASCII-only; lengths, indexes and slices count code
- * points, as Python does. */
+ * Lengths, indexes and slices count code points, as Python does; the string
+ * methods and case changes are jinja_str.c's. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,146 +15,21 @@
 #include "common.h"
 #include "jinja_impl.h"
 
-
 static int name_is(const char *name, size_t n, const char *s) { return n == strlen(s) && !memcmp(name, s, n); }
 static int ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+static jv arg(jctx *x, const jv *a, size_t na, size_t i, const jnode *kw, const char *name);
 
 static jv need_str(jctx *x, const jnode *at, jv v, const char *what) {
     if (v.k != JV_STR) jx_fail(x, KVT_EFORMAT, at, "%s needs a string, not %s", what, jv_type_name(v));
     return v;
 }
 
-/* s stripped at which ends (1 left, 2 right) of chars (NULL: whitespace). */
-static jv strip(jv s, int which, const jv *chars) {
-    const char *p = s.u.s.p;
-    size_t n = s.u.s.n;
-    const int set = chars && chars->k == JV_STR;
-#define STRIPPED(c) (set ? memchr(chars->u.s.p, (c), chars->u.s.n) != NULL : ws(c))
-    if (which & 1)
-        while (n && STRIPPED(*p)) p++, n--;
-    if (which & 2)
-        while (n && STRIPPED(p[n - 1])) n--;
-#undef STRIPPED
-    return jv_strn(p, n);
-}
-
-static jv change_case(jctx *x, jv s, int mode) { /* 0 lower, 1 upper, 2 capitalize, 3 title */
-    char *o = jx_alloc(x, s.u.s.n + 1);
-    int word_start = 1;
-    for (size_t i = 0; i < s.u.s.n; i++) {
-        char c = s.u.s.p[i];
-        int up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
-        o[i] = up && c >= 'a' && c <= 'z' ? (char)(c - 32) : !up && c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-        word_start = !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '\'');
-    }
-    o[s.u.s.n] = 0;
-    jx_mark_copy(x, o, s.u.s.p, s.u.s.n);
-    return jv_strn(o, s.u.s.n);
-}
-
-static jv replace(jctx *x, jv s, jv from, jv to, long long count) {
-    jbuf b = {.x = x};
-    size_t i = 0, done = 0;
-    if (!from.u.s.n) return s; /* Python inserts between characters; no template relies on that */
-    while (i < s.u.s.n) {
-        if ((count < 0 || (long long)done < count) && i + from.u.s.n <= s.u.s.n &&
-            !memcmp(s.u.s.p + i, from.u.s.p, from.u.s.n)) {
-            jb_put(&b, to.u.s.p, to.u.s.n);
-            i += from.u.s.n, done++;
-        } else {
-            jb_put(&b, s.u.s.p + i++, 1);
-        }
-    }
-    return jb_done(&b);
-}
-
-/* The list l in reverse order, in place (rsplit collects its pieces from the right). */
-static jv reverse_in_place(jv l) {
-    for (size_t i = 0, n = l.u.l->n; i < n / 2; i++) {
-        jv t = l.u.l->v[i];
-        l.u.l->v[i] = l.u.l->v[n - 1 - i];
-        l.u.l->v[n - 1 - i] = t;
-    }
-    return l;
-}
-
-/* str.split(None, maxsplit) and str.rsplit (right): runs of whitespace, no empty items. Once
- * maxsplit pieces are cut, the rest is one piece with only its whitespace on the cutting side
- * dropped, as Python keeps the other side's ('a b  '.split(None, 1) is ['a', 'b  ']). */
-static jv split_ws(jctx *x, jv s, long long maxsplit, int right) {
-    jv l = jv_new_list(x);
-    const char *p = s.u.s.p, *end = p + s.u.s.n;
-    while (p < end) {
-        if (right)
-            while (p < end && ws(end[-1])) end--;
-        else
-            while (p < end && ws(*p)) p++;
-        if (p == end) break;
-        if (maxsplit >= 0 && (long long)l.u.l->n >= maxsplit) {
-            jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
-            break;
-        }
-        const char *w = right ? end : p;
-        if (right) {
-            while (p < end && !ws(end[-1])) end--;
-            jv_list_push(x, l.u.l, jv_strn(end, (size_t)(w - end)));
-        } else {
-            while (p < end && !ws(*p)) p++;
-            jv_list_push(x, l.u.l, jv_strn(w, (size_t)(p - w)));
-        }
-    }
-    return right ? reverse_in_place(l) : l;
-}
-
-/* str.split(sep=None, maxsplit=-1), and str.rsplit (right), which cuts from the end: the two
- * differ once maxsplit stops the cutting ('a.b.c'.rsplit('.', 1) is ['a.b', 'c']) and where
- * separators overlap ('aaa'.rsplit('aa') is ['a', '']). */
-static jv split(jctx *x, jv s, const jv *sep, long long maxsplit, int right) {
-    if (!sep || sep->k != JV_STR) return split_ws(x, s, maxsplit, right);
-    jv l = jv_new_list(x);
-    const char *p = s.u.s.p, *end = p + s.u.s.n;
-    size_t sn = sep->u.s.n;
-    if (!sn) jx_fail(x, KVT_EFORMAT, NULL, "split: empty separator");
-    for (;;) {
-        const char *hit = NULL;
-        if ((maxsplit < 0 || (long long)l.u.l->n < maxsplit) && (size_t)(end - p) >= sn) {
-            if (right) {
-                for (const char *q = end - sn; !hit; q--) {
-                    if (!memcmp(q, sep->u.s.p, sn)) hit = q;
-                    if (q == p) break;
-                }
-            } else {
-                for (const char *q = p; q + sn <= end && !hit; q++)
-                    if (!memcmp(q, sep->u.s.p, sn)) hit = q;
-            }
-        }
-        if (!hit) break;
-        if (right) {
-            jv_list_push(x, l.u.l, jv_strn(hit + sn, (size_t)(end - hit - sn)));
-            end = hit;
-        } else {
-            jv_list_push(x, l.u.l, jv_strn(p, (size_t)(hit - p)));
-            p = hit + sn;
-        }
-    }
-    jv_list_push(x, l.u.l, jv_strn(p, (size_t)(end - p)));
-    return right ? reverse_in_place(l) : l;
-}
-
-static int affix(jv s, jv a, int end) {
-    if (a.k == JV_LIST) { /* a tuple of choices */
-        for (size_t i = 0; i < a.u.l->n; i++)
-            if (affix(s, a.u.l->v[i], end)) return 1;
-        return 0;
-    }
-    if (a.k != JV_STR || a.u.s.n > s.u.s.n) return 0;
-    return !memcmp(s.u.s.p + (end ? s.u.s.n - a.u.s.n : 0), a.u.s.p, a.u.s.n);
-}
-
 static jv items_of(jctx *x, jv d) {
     jv l = jv_new_list(x);
     for (size_t i = 0; i < d.u.d->n; i++) {
         jv pair = jv_new_list(x);
+        pair.u.l->tuple = 1; /* (key, value), as Python's items() */
         jv_list_push(x, pair.u.l, d.u.d->key[i]);
         jv_list_push(x, pair.u.l, d.u.d->val[i]);
         jv_list_push(x, l.u.l, pair);
@@ -162,51 +37,10 @@ static jv items_of(jctx *x, jv d) {
     return l;
 }
 
-static jv join(jctx *x, jv list, jv sep) {
-    jbuf b = {.x = x};
-    for (size_t i = 0; i < list.u.l->n; i++) {
-        if (i && sep.k == JV_STR) jb_put(&b, sep.u.s.p, sep.u.s.n);
-        jv_write_str(&b, list.u.l->v[i]);
-    }
-    return jb_done(&b);
-}
-
-static jv str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n,
-                     const jnode *kw, int *found) {
-    *found = 1;
-    const jv *a0 = n > 0 ? &a[0] : NULL;
-    if (name_is(name, nlen, "strip")) return strip(s, 3, a0);
-    if (name_is(name, nlen, "lstrip")) return strip(s, 1, a0);
-    if (name_is(name, nlen, "rstrip")) return strip(s, 2, a0);
-    if (name_is(name, nlen, "lower")) return change_case(x, s, 0);
-    if (name_is(name, nlen, "upper")) return change_case(x, s, 1);
-    if (name_is(name, nlen, "capitalize")) return change_case(x, s, 2);
-    if (name_is(name, nlen, "title")) return change_case(x, s, 3);
-    if (name_is(name, nlen, "startswith") && n == 1) return jv_bool(affix(s, a[0], 0));
-    if (name_is(name, nlen, "endswith") && n == 1) return jv_bool(affix(s, a[0], 1));
-    if (name_is(name, nlen, "split") || name_is(name, nlen, "rsplit")) { /* sep= and maxsplit= by name too */
-        jv sep = a0 ? *a0 : jx_kwarg(x, kw, "sep"), max = n > 1 ? a[1] : jx_kwarg(x, kw, "maxsplit");
-        return split(x, s, &sep, max.k == JV_INT ? max.u.i : -1, name[0] == 'r');
-    }
-    if (name_is(name, nlen, "replace") && n >= 2)
-        return replace(x, s, need_str(x, at, a[0], "replace"), need_str(x, at, a[1], "replace"),
-                       n > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
-    if (name_is(name, nlen, "find") && n == 1) {
-        jv f = need_str(x, at, a[0], "find");
-        for (size_t i = 0; i + f.u.s.n <= s.u.s.n; i++)
-            if (!memcmp(s.u.s.p + i, f.u.s.p, f.u.s.n)) return jv_int((long long)jx_cp_len(s.u.s.p, i));
-        return jv_int(-1);
-    }
-    if (name_is(name, nlen, "join") && n == 1 && a[0].k == JV_LIST) return join(x, a[0], s);
-    if (name_is(name, nlen, "format")) return jx_str_format(x, at, s, a, n, kw);
-    *found = 0;
-    return jv_undef();
-}
-
 jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *a, size_t n, const jnode *kw,
              int *found) {
     *found = 0;
-    if (self.k == JV_STR) return str_method(x, at, self, name, nlen, a, n, kw, found);
+    if (self.k == JV_STR) return jx_str_method(x, at, self, name, nlen, a, n, kw, found);
     if (self.k != JV_DICT) return jv_undef();
     *found = 1;
     if (self.u.d->loop && name_is(name, nlen, "cycle")) { /* loop.cycle(a, b, ...): the values in turn */
@@ -249,11 +83,7 @@ int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv
     if (name_is(name, n, "true")) return v.k == JV_BOOL && v.u.i;
     if (name_is(name, n, "false")) return v.k == JV_BOOL && !v.u.i;
     if (name_is(name, n, "callable")) return v.k == JV_MACRO;
-    if (name_is(name, n, "lower") || name_is(name, n, "upper")) {
-        if (v.k != JV_STR) return 0;
-        jv c = change_case(x, v, name[0] == 'u');
-        return !memcmp(c.u.s.p, v.u.s.p, v.u.s.n);
-    }
+    if (name_is(name, n, "lower") || name_is(name, n, "upper")) return v.k == JV_STR && jx_is_case(v, name[0] == 'u');
     if ((name_is(name, n, "odd") || name_is(name, n, "even")) && v.k == JV_INT)
         return (int)(v.u.i & 1) == (name[0] == 'o');
     if (na == 1) {
@@ -394,12 +224,28 @@ static jv length(jctx *x, const jnode *at, jv v) {
     }
 }
 
-/* The tojson filter as Hugging Face defines it for chat templates (json.dumps with ensure_ascii
- * off): indent= and separators= (a pair of strings, as Kimi's template gives (',', ':')). */
-static jv to_json(jctx *x, const jnode *at, jv v, const jnode *kw) {
-    jv ind = jx_kwarg(x, kw, "indent"), seps = jx_kwarg(x, kw, "separators");
-    jv_json_style st = {.indent = ind.k == JV_INT ? (int)KVT_MIN(KVT_MAX(ind.u.i, 0), 64) : -1};
-    st.item_sep = jv_strn(st.indent >= 0 ? "," : ", ", st.indent >= 0 ? 1 : 2);
+/* The tojson filter as Hugging Face defines it for chat templates: json.dumps(x, ensure_ascii=False,
+ * indent=None, separators=None, sort_keys=False), by position or by name. No HTML escaping (Jinja's
+ * own tojson would write "<" as "\u003c"): only what JSON itself needs. An indent is a number of
+ * spaces or a string; separators a pair of strings, as Kimi's template gives (',', ':'). */
+static jv to_json(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
+    jv asc = arg(x, a, na, 0, kw, "ensure_ascii"), ind = arg(x, a, na, 1, kw, "indent");
+    jv seps = arg(x, a, na, 2, kw, "separators"), sk = arg(x, a, na, 3, kw, "sort_keys");
+    if (na > 4) jx_fail(x, KVT_EFORMAT, at, "tojson takes at most 4 arguments, not %zu", na);
+    jv_json_style st = {.indent = ind.k != JV_UNDEF && ind.k != JV_NONE,
+                        .ascii = jv_truthy(asc),
+                        .sort_keys = jv_truthy(sk)};
+    if (ind.k == JV_INT || ind.k == JV_BOOL) { /* json.dumps: indent * ' ', none for 0 or less */
+        long long w = KVT_MIN(KVT_MAX(ind.u.i, 0), 256);
+        char *sp = jx_alloc(x, (size_t)w + 1);
+        memset(sp, ' ', (size_t)w);
+        st.ind = jv_strn(sp, (size_t)w);
+    } else if (ind.k == JV_STR) {
+        st.ind = ind;
+    } else if (st.indent) {
+        jx_fail(x, KVT_EFORMAT, at, "tojson: indent must be an integer or a string, not %s", jv_type_name(ind));
+    }
+    st.item_sep = jv_strn(st.indent ? "," : ", ", st.indent ? 1 : 2);
     st.key_sep = jv_strn(": ", 2);
     if (seps.k != JV_UNDEF && seps.k != JV_NONE) {
         if (seps.k != JV_LIST || seps.u.l->n != 2 || seps.u.l->v[0].k != JV_STR || seps.u.l->v[1].k != JV_STR)
@@ -416,7 +262,7 @@ static jv reversed(jctx *x, const jnode *at, jv v) {
     jv l = as_list(x, at, v, "reverse"), out = jv_new_list(x);
     for (size_t i = l.u.l->n; i-- > 0;) jv_list_push(x, out.u.l, l.u.l->v[i]);
     if (v.k != JV_STR) return out;
-    return join(x, out, jv_strn("", 0));
+    return jx_join(x, out, jv_strn("", 0));
 }
 
 static jv escape_html(jctx *x, jv s) {
@@ -487,7 +333,7 @@ static jv sort_key(jctx *x, jv v, jv attr, int cs) {
     if (attr.k == JV_STR) v = attr_path(v, attr);
     else if (attr.k == JV_INT && v.k == JV_LIST)
         v = attr.u.i >= 0 && (size_t)attr.u.i < v.u.l->n ? v.u.l->v[attr.u.i] : jv_undef();
-    return v.k == JV_STR && !cs ? change_case(x, v, 0) : v;
+    return v.k == JV_STR && !cs ? jx_case(x, v, JX_LOWER) : v;
 }
 
 /* a < b: -1, a > b: 1, else 0, as Python orders them: numbers, strings, and lists item by item. */
@@ -661,14 +507,18 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
         return v;
     }
     if (name_is(name, n, "length") || name_is(name, n, "count")) return length(x, at, v);
-    if (name_is(name, n, "tojson")) return to_json(x, at, v, kw);
+    if (name_is(name, n, "tojson")) return to_json(x, at, v, a, na, kw);
     if (name_is(name, n, "string")) return jv_to_str(x, v);
     if (name_is(name, n, "items")) {
         if (v.k == JV_UNDEF) return jv_new_list(x);
         if (v.k != JV_DICT && v.k != JV_NS) jx_fail(x, KVT_EFORMAT, at, "items needs a dict, not %s", jv_type_name(v));
         return items_of(x, v);
     }
-    if (name_is(name, n, "list")) return as_list(x, at, v, "list");
+    if (name_is(name, n, "list")) { /* a new list: of a tuple's items too */
+        jv l = as_list(x, at, v, "list"), out = jv_new_list(x);
+        for (size_t i = 0; i < l.u.l->n; i++) jv_list_push(x, out.u.l, l.u.l->v[i]);
+        return out;
+    }
     if (name_is(name, n, "first") || name_is(name, n, "last")) return first_last(x, at, v, name[0] == 'l');
     if (name_is(name, n, "selectattr") || name_is(name, n, "rejectattr"))
         return select_items(x, at, v, a, na, 1, name[0] == 'r');
@@ -682,7 +532,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
             for (size_t i = 0; i < l.u.l->n; i++) jv_list_push(x, m.u.l, attr_path(l.u.l->v[i], path));
             l = m;
         }
-        return join(x, l, a0 ? *a0 : jv_strn("", 0));
+        return jx_join(x, l, a0 ? *a0 : jv_strn("", 0));
     }
     if (name_is(name, n, "reverse")) return reversed(x, at, v);
     if (name_is(name, n, "int") || name_is(name, n, "float")) return to_number(x, at, v, name[0] == 'f', a0);
@@ -705,14 +555,14 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
     if (name_is(name, n, "round")) return round_num(x, at, v, a, na, kw);
     if (v.k == JV_UNDEF) v = jv_strn("", 0); /* the string filters print an undefined value as "" */
     jv s = jv_to_str(x, v);
-    if (name_is(name, n, "trim")) return strip(s, 3, a0);
-    if (name_is(name, n, "upper")) return change_case(x, s, 1);
-    if (name_is(name, n, "lower")) return change_case(x, s, 0);
-    if (name_is(name, n, "capitalize")) return change_case(x, change_case(x, s, 0), 2);
-    if (name_is(name, n, "title")) return change_case(x, s, 3);
+    if (name_is(name, n, "trim")) return jx_strip(s, 3, a0);
+    if (name_is(name, n, "upper")) return jx_case(x, s, JX_UPPER);
+    if (name_is(name, n, "lower")) return jx_case(x, s, JX_LOWER);
+    if (name_is(name, n, "capitalize")) return jx_case(x, s, JX_CAPITALIZE);
+    if (name_is(name, n, "title")) return jx_case(x, s, JX_TITLE_WORDS);
     if (name_is(name, n, "e") || name_is(name, n, "escape")) return escape_html(x, s);
     if (name_is(name, n, "replace") && na >= 2)
-        return replace(x, s, jv_to_str(x, a[0]), jv_to_str(x, a[1]), na > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
+        return jx_replace(x, s, jv_to_str(x, a[0]), jv_to_str(x, a[1]), na > 2 && a[2].k == JV_INT ? a[2].u.i : -1);
     if (name_is(name, n, "wordcount")) return wordcount(s);
     if (name_is(name, n, "center")) return center(x, at, s, arg(x, a, na, 0, kw, "width"));
     if (name_is(name, n, "indent")) {

@@ -166,13 +166,17 @@ static void format_value(jctx *x, const jnode *at, jbuf *out, jv v, const char *
 }
 
 /* str.format: "{}" and "{0}" take positional arguments, "{name}" keyword ones, each
- * followed by ".attr" or "[key]", then "!r"/"!s" and ":spec"; "{{" and "}}" are braces.
+ * followed by ".attr" or "[key]", then "!r"/"!s" and ":spec"; "{{" and "}}" are braces. A spec
+ * may hold fields itself, one level deep ("{:>{w}}"), formatted first with the same arguments
+ * and numbering (*next: the automatic numbering's next index; *manual: numbered fields were
+ * given, so automatic numbering is not allowed); nested: fmt is such a spec.
  * Long: one scan of the format string, each field's parts in Python's order. */
-jv jx_str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const jnode *kw) {
+static jv str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const jnode *kw, size_t *next_,
+                     int *manual_, int nested) {
     jbuf b = {.x = x};
     const char *p = fmt.u.s.p, *end = p + fmt.u.s.n;
-    size_t next = 0; /* the automatic numbering's next index */
-    int manual = 0;  /* numbered fields were given: automatic numbering is not allowed */
+    size_t next = *next_;
+    int manual = *manual_;
     while (p < end) {
         if ((*p == '{' || *p == '}') && p + 1 < end && p[1] == *p) {
             jb_put(&b, p, 1);
@@ -187,11 +191,17 @@ jv jx_str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const
             p = q;
             continue;
         }
-        const char *f = ++p;
-        while (p < end && *p != '}' && *p != '{') p++;
-        if (p >= end || *p == '{')
-            jx_fail(x, KVT_EFORMAT, at, "format: a '{' field is not closed (nested fields are not supported)");
-        const char *fe = p++, *colon = memchr(f, ':', (size_t)(fe - f)), *ne = colon ? colon : fe;
+        const char *f = ++p, *colon = NULL;
+        int open = 0; /* fields open in the spec */
+        for (; p < end && (open || *p != '}'); p++) {
+            if (*p == ':' && !colon) colon = p;
+            if (*p == '{' && !colon) jx_fail(x, KVT_EFORMAT, at, "format: unexpected '{' in a field name");
+            if (*p == '{' && (nested || open))
+                jx_fail(x, KVT_EFORMAT, at, "format: fields nest more than one level in a format spec");
+            open += *p == '{' ? 1 : *p == '}' ? -1 : 0;
+        }
+        if (p >= end) jx_fail(x, KVT_EFORMAT, at, "format: a '{' field is not closed");
+        const char *fe = p++, *ne = colon ? colon : fe;
         const char *bang = memchr(f, '!', (size_t)(ne - f));
         const char *name_end = bang ? bang : ne, *q = f;
         while (q < name_end && *q != '.' && *q != '[') q++;
@@ -250,9 +260,22 @@ jv jx_str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const
             else jv_write_repr(&t, v);
             v = jb_done(&t);
         }
-        format_value(x, at, &b, v, colon ? colon + 1 : fe, colon ? (size_t)(fe - colon - 1) : 0);
+        jv spec = jv_strn(colon ? colon + 1 : fe, colon ? (size_t)(fe - colon - 1) : 0);
+        if (memchr(spec.u.s.p, '{', spec.u.s.n)) {
+            *next_ = next, *manual_ = manual;
+            spec = str_format(x, at, spec, a, na, kw, next_, manual_, 1);
+            next = *next_, manual = *manual_;
+        }
+        format_value(x, at, &b, v, spec.u.s.p, spec.u.s.n);
     }
+    *next_ = next, *manual_ = manual;
     return jb_done(&b);
+}
+
+jv jx_str_format(jctx *x, const jnode *at, jv fmt, const jv *a, size_t na, const jnode *kw) {
+    size_t next = 0;
+    int manual = 0;
+    return str_format(x, at, fmt, a, na, kw, &next, &manual, 0);
 }
 
 /* ---- "fmt % args" ------------------------------------------------------------- */

@@ -17,6 +17,7 @@ typedef enum { JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV
 typedef struct jv_list jv_list;
 typedef struct jv_dict jv_dict;
 typedef struct jnode jnode;
+typedef struct jscope jscope;
 
 typedef struct {
     jv_kind k;
@@ -28,8 +29,11 @@ typedef struct {
             size_t n;
         } s;
         jv_list *l;
-        jv_dict *d;     /* JV_DICT, JV_NS (a namespace: a dict its attributes are set in) */
-        const jnode *m; /* JV_MACRO: its definition */
+        jv_dict *d; /* JV_DICT, JV_NS (a namespace: a dict its attributes are set in) */
+        struct {
+            const jnode *node; /* JV_MACRO: its definition */
+            jscope *env;       /* the scope its body runs in (a call block's caller), else NULL: the globals */
+        } m;
     } u;
 } jv;
 
@@ -43,7 +47,9 @@ struct jv_dict {
     jv *key; /* strings (JSON objects) or any value (a template's dict literal) */
     jv *val;
     size_t n, cap;
-    int loop; /* a for loop's "loop": it has the cycle() method */
+    int loop;         /* a for loop's "loop": it has the cycle() method */
+    const jnode *rec; /* a recursive loop's for node: loop(items) runs it again, a level deeper */
+    long long depth;  /* the loop's level, from 1 */
 };
 
 /* ---- syntax tree ---- */
@@ -53,12 +59,15 @@ typedef enum {
     JN_TEXT,  /* s */
     JN_OUT,   /* {{ a }} */
     JN_IF,    /* a: condition, body, alt (elif chains nest as an alt holding one JN_IF) */
-    JN_FOR,   /* s: target (args: JN_NAME targets to unpack into), a: iterable, c: filter condition, body, alt: else */
+    JN_FOR,   /* s: target (args: JN_NAME targets to unpack into), a: iterable, c: filter condition, body, alt: else;
+                 op = 1 when recursive */
     JN_SET,   /* s: name (args: JN_NAME targets to unpack into; s2: a namespace's attribute), a: value, or body */
-    JN_MACRO, /* s: name, args: parameters (JN_NAME with a default in a), body */
+    JN_MACRO, /* s: name, args: parameters (JN_NAME with a default in a), body; op: 1 takes varargs, 2 kwargs */
     JN_BREAK,
     JN_CONTINUE,
-    JN_BLOCK, /* body run in place ({% generation %}, {% filter %} without a filter is not parsed) */
+    JN_BLOCK,    /* body run in place ({% generation %}) */
+    JN_FILTERED, /* {% filter f %}: body's text through a, filters whose innermost input (a NULL a) is it */
+    JN_CALLER,   /* {% call(params) m(args) %}: a (JN_CALL) run with caller, the JN_MACRO c of the body */
     /* expressions */
     JN_LIT,    /* v */
     JN_NAME,   /* s */
@@ -101,7 +110,6 @@ struct kvt_jinja {
 
 /* ---- rendering state ---- */
 
-typedef struct jscope jscope;
 struct jscope {
     jscope *up;
     const char **name;
@@ -120,6 +128,7 @@ typedef struct {
     size_t steps, depth;
     jscope *globals, *scope;
     int loop_ctl; /* 1 break, 2 continue pending */
+    jv filtered;  /* the text a {% filter %} block's filters take */
     /* marking the output bytes that are the variables' text (kvt_jinja_render_marked, jinja_marks.c) */
     int track;
     int mark_json;           /* jv_from_json registers the strings it converts */
@@ -169,11 +178,13 @@ void jb_puts(jbuf *b, const char *s);
 jv jb_done(jbuf *b);
 void jv_write_str(jbuf *b, jv v);
 void jv_write_repr(jbuf *b, jv v);
-/* How tojson writes: the indent (-1: none) and the separators between items and after a key
- * (json.dumps' separators: ", " and ": " by default, "," and ": " with an indent). */
+/* How tojson writes, as json.dumps: with an indent (indent set), a new line after "[", "{" and
+ * each item separator, and ind once per level; the separators between items and after a key
+ * (", " and ": " by default, "," and ": " with an indent); ascii: text past ASCII (and DEL) as
+ * \u escapes (surrogate pairs past U+FFFF); sort_keys: a dict's items in the order of their keys. */
 typedef struct {
-    int indent;
-    jv item_sep, key_sep;
+    int indent, ascii, sort_keys;
+    jv ind, item_sep, key_sep;
 } jv_json_style;
 void jv_write_json(jbuf *b, jv v, const jv_json_style *st, int level, const jnode *at);
 jv jv_to_str(jctx *x, jv v);
@@ -192,7 +203,9 @@ void jx_marks_free(jctx *x);
 
 /* evaluation (jinja_eval.c) */
 jv jx_eval(jctx *x, const jnode *e);
-jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npos, const jnode *kw);
+/* macro's text for the arguments pos[0..npos) and the JN_KWARG nodes of kw, with caller (NULL:
+ * none) as its "caller" */
+jv jx_call_macro(jctx *x, const jnode *call, jv macro, const jv *pos, size_t npos, const jnode *kw, const jv *caller);
 
 /* filters, tests, methods, globals (jinja_filters.c); *found = 0 when the name is not one */
 jv jx_filter(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, const jv *args, size_t nargs,
@@ -200,7 +213,8 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, cons
 int jx_test(jctx *x, const jnode *at, const char *name, size_t nlen, jv v, const jv *args, size_t nargs);
 /* needle in hay, as Jinja's "in" reads it: a substring, a list item or a dict key. */
 int jx_contains(jctx *x, const jnode *at, jv needle, jv hay);
-/* a < b: -1, a > b: 1, else 0, for two numbers or two strings (else an error), as the operators. */
+/* a < b: -1, a > b: 1, else 0, for two numbers, two strings, or two lists or tuples item by item
+ * (else an error), as the operators. */
 int jx_compare(jctx *x, const jnode *at, jv a, jv b);
 jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, const jv *args, size_t nargs,
              const jnode *kw, int *found);
@@ -208,6 +222,25 @@ jv jx_global(jctx *x, const jnode *at, const char *name, size_t nlen, const jv *
              int *found);
 
 size_t jx_cp_len(const char *p, size_t n); /* code points of UTF-8 text */
+/* The code point at p[0..n) (n > 0) and its length in *len; U+FFFD and 1 for a byte that does not
+ * start valid UTF-8 there (jinja_value.c). */
+unsigned jx_utf8_get(const char *p, size_t n, size_t *len);
+size_t jx_utf8_put(char *s, unsigned c); /* c's UTF-8 (1 to 4 bytes) at s */
+
+/* strings (jinja_str.c, jinja_case.c): s stripped at which ends (1 left, 2 right) of the characters of chars
+ * (NULL: whitespace); s with its case changed (JX_LOWER ...); s with from replaced by to, the
+ * first count times (< 0: all); the items of list as text with sep between; a string's method
+ * (*found = 0 when name is not one) */
+enum { JX_LOWER, JX_UPPER, JX_CAPITALIZE, JX_TITLE, JX_TITLE_WORDS };
+jv jx_strip(jv s, int which, const jv *chars);
+jv jx_case(jctx *x, jv s, int mode); /* jinja_case.c */
+/* Python's str.isupper (upper) or str.islower: s has a cased letter and none of the other case
+ * (jinja_case.c) */
+int jx_is_case(jv s, int upper);
+jv jx_replace(jctx *x, jv s, jv from, jv to, long long count);
+jv jx_join(jctx *x, jv list, jv sep);
+jv jx_str_method(jctx *x, const jnode *at, jv s, const char *name, size_t nlen, const jv *a, size_t n, const jnode *kw,
+                 int *found);
 
 /* a + b as the operator computes it (numbers, strings, lists) */
 jv jx_add(jctx *x, const jnode *at, jv a, jv b);

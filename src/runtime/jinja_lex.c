@@ -71,29 +71,74 @@ static void lex_string(parser *p) {
     p->cur = (tok){.k = T_STR, .p = out, .n = n};
 }
 
+static int digit_of(char c, int base) {
+    int d = c >= '0' && c <= '9' ? c - '0'
+        : c >= 'a' && c <= 'f'   ? c - 'a' + 10
+        : c >= 'A' && c <= 'F'   ? c - 'A' + 10
+                                 : 99;
+    return d < base ? d : -1;
+}
+
+/* The length of the digits of base at s[i..n), a single '_' allowed between two of them (and
+ * before the first where lead): Jinja's "(\d+_)*\d+" and "(_?[\da-f])+"; 0 for none. */
+static size_t digit_run(const char *s, size_t n, size_t i, int base, int lead) {
+    size_t k = i;
+    for (;;) {
+        size_t j = k + (k < n && s[k] == '_' && (k > i || lead));
+        if (j >= n || digit_of(s[j], base) < 0) break;
+        k = j + 1;
+    }
+    return k - i;
+}
+
+/* A number as Jinja reads one: a float (digits with a fraction, an exponent or both), else an
+ * integer in decimal, or after 0x, 0o or 0b in hexadecimal, octal or binary (either case); a
+ * single '_' may separate digits (1_000). */
 static void lex_number(parser *p) {
     const char *s = p->src + p->pos;
-    char *end;
-    size_t i = 0;
-    while (p->pos + i < p->len && s[i] >= '0' && s[i] <= '9') i++;
-    int fl = p->pos + i + 1 < p->len && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9';
-    if (fl || (p->pos + i < p->len && (s[i] == 'e' || s[i] == 'E'))) {
-        char buf[64];
-        size_t n = KVT_MIN(p->len - p->pos, sizeof buf - 1);
-        memcpy(buf, s, n);
-        buf[n] = 0;
-        double f = strtod(buf, &end);
-        p->pos += (size_t)(end - buf);
-        p->cur = (tok){.k = T_FLOAT, .f = f};
+    size_t left = p->len - p->pos, i = digit_run(s, left, 0, 10, 0), j = i;
+    size_t fr = j < left && s[j] == '.' ? digit_run(s, left, j + 1, 10, 0) : 0;
+    if (fr) j += 1 + fr;
+    if (j < left && (s[j] == 'e' || s[j] == 'E')) {
+        size_t k = j + 1 + (j + 1 < left && (s[j + 1] == '+' || s[j + 1] == '-'));
+        size_t ex = digit_run(s, left, k, 10, 0);
+        if (ex) j = k + ex;
+    }
+    if (j > i) { /* a float: its text without the underscores */
+        char *buf = jp_palloc(p, j + 1);
+        size_t n = 0;
+        for (size_t k = 0; k < j; k++)
+            if (s[k] != '_') buf[n++] = s[k];
+        p->pos += j;
+        p->cur = (tok){.k = T_FLOAT, .f = strtod(buf, NULL)};
         return;
     }
-    long long v = 0;
-    for (size_t k = 0; k < i; k++) {
-        if (v > (__LONG_LONG_MAX__ - 9) / 10) return jp_perr(p, "an integer literal is too large");
-        v = v * 10 + (s[k] - '0');
+    int base = 10;
+    size_t at = 0;
+    if (s[0] == '0' && left > 1 && strchr("xXoObB", s[1]) && s[1]) {
+        base = s[1] == 'x' || s[1] == 'X' ? 16 : s[1] == 'o' || s[1] == 'O' ? 8 : 2;
+        at = 2;
+        i = digit_run(s, left, 2, base, 1);
+        if (!i)
+            return jp_perr(p, "'%.2s' needs %s digits after it", s,
+                           base == 16      ? "hexadecimal"
+                               : base == 8 ? "octal"
+                                           : "binary");
+    } else if (s[0] == '0') {
+        for (size_t k = 0; k < i; k++)
+            if (s[k] != '0' && s[k] != '_')
+                return jp_perr(p, "an integer literal cannot start with 0 (write 0o for octal)");
     }
-    p->pos += i;
-    p->cur = (tok){.k = T_INT, .i = v};
+    unsigned long long v = 0;
+    for (size_t k = at; k < at + i; k++) {
+        if (s[k] == '_') continue;
+        unsigned long long d = (unsigned long long)digit_of(s[k], base);
+        if (v > (__LONG_LONG_MAX__ - d) / (unsigned long long)base)
+            return jp_perr(p, "an integer literal is too large (past 64 bits)");
+        v = v * (unsigned long long)base + d;
+    }
+    p->pos += at + i;
+    p->cur = (tok){.k = T_INT, .i = (long long)v};
 }
 
 /* The next token in a tag; T_END at its closing delimiter (consumed, with the
@@ -121,6 +166,8 @@ void jp_lex(parser *p) {
         while (n < left && jp_is_ident(s[n], 0)) n++;
         p->pos += n;
         p->cur = (tok){.k = T_NAME, .p = s, .n = n};
+        p->n_varargs += n == 7 && !memcmp(s, "varargs", 7);
+        p->n_kwargs += n == 6 && !memcmp(s, "kwargs", 6);
         return;
     }
     if (s[0] >= '0' && s[0] <= '9') return lex_number(p);

@@ -3,11 +3,9 @@
  * whitespace rules chat templates are written for (Hugging Face's settings):
  * trim_blocks drops the newline right after a block or comment tag,
  * lstrip_blocks drops the spaces and tabs before one that starts its line,
- * and a "-" inside a tag's delimiter strips all whitespace on that side. Tags
- * hold expressions in Jinja's precedence: conditional, or, and, not,
- * comparisons, "~", + -, * / // %, **, unary, filters and tests, then
- * attribute, item, slice and call suffixes. Nesting is bounded, so a hostile
- * template cannot exhaust the stack. */
+ * and a "-" inside a tag's delimiter strips all whitespace on that side. The
+ * expressions inside tags are jinja_expr.c's. Nesting is bounded, so a
+ * hostile template cannot exhaust the stack. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,380 +36,6 @@ void *jp_palloc(parser *p, size_t n) {
     return b;
 }
 
-static jnode *node(parser *p, jn_type type) {
-    jnode *n = jp_palloc(p, sizeof *n);
-    n->t = type;
-    n->line = p->line;
-    return n;
-}
-
-/* ---- expressions ------------------------------------------------------------ */
-
-static jnode *expr(parser *p);
-static jnode *or_expr(parser *p);
-static jnode *unary(parser *p);
-
-static jnode *bin(parser *p, int op, jnode *a, jnode *b) {
-    jnode *n = node(p, JN_BIN);
-    n->op = op, n->a = a, n->b = b;
-    return n;
-}
-
-/* Call arguments up to ')': positional, then name=value (JN_KWARG). */
-static jnode *call_args(parser *p) {
-    jnode *head = NULL, **tail = &head;
-    while (!jp_is_op(p, ')') && !p->err[0]) {
-        jnode *a;
-        if (p->cur.k == T_NAME) {
-            size_t save = p->pos;
-            int line = p->line, braces = p->braces;
-            tok name = p->cur;
-            jp_lex(p);
-            if (jp_is_op(p, '=')) {
-                jp_lex(p);
-                a = node(p, JN_KWARG);
-                a->s = name.p, a->sn = name.n, a->a = expr(p);
-            } else {
-                p->pos = save, p->line = line, p->braces = braces, p->cur = name;
-                a = expr(p);
-            }
-        } else {
-            a = expr(p);
-        }
-        *tail = a, tail = &a->next;
-        if (!jp_is_op(p, ',')) break;
-        jp_lex(p);
-    }
-    jp_expect_op(p, ')');
-    return head;
-}
-
-/* [b:c:d] after '[' (a slice) or [b] (an item). */
-static jnode *subscript(parser *p, jnode *obj) {
-    jnode *n = node(p, JN_INDEX);
-    n->a = obj;
-    if (!jp_is_op(p, ':')) n->b = expr(p);
-    if (jp_is_op(p, ':')) {
-        n->t = JN_SLICE;
-        jp_lex(p);
-        if (!jp_is_op(p, ':') && !jp_is_op(p, ']')) n->c = expr(p);
-        if (jp_is_op(p, ':')) {
-            jp_lex(p);
-            if (!jp_is_op(p, ']')) n->d = expr(p);
-        }
-    }
-    jp_expect_op(p, ']');
-    return n;
-}
-
-static jnode *postfix(parser *p, jnode *e) {
-    for (;;) {
-        if (jp_is_op(p, '.')) {
-            jp_lex(p);
-            if (p->cur.k != T_NAME) {
-                jp_perr(p, "expected an attribute name after '.'");
-                return e;
-            }
-            jnode *n = node(p, JN_ATTR);
-            n->a = e, n->s = p->cur.p, n->sn = p->cur.n;
-            jp_lex(p);
-            e = n;
-        } else if (jp_is_op(p, '[')) {
-            jp_lex(p);
-            e = subscript(p, e);
-        } else if (jp_is_op(p, '(')) {
-            jp_lex(p);
-            jnode *n = node(p, JN_CALL);
-            n->a = e;
-            n->args = call_args(p);
-            e = n;
-        } else {
-            return e;
-        }
-    }
-}
-
-/* Items up to close, for a list, a tuple (a list here) or a dict (pairs). */
-static jnode *items(parser *p, int close, int pairs) {
-    jnode *head = NULL, **tail = &head;
-    while (!jp_is_op(p, close) && !p->err[0]) {
-        jnode *it = expr(p);
-        if (pairs) {
-            jnode *pr = node(p, JN_PAIR);
-            pr->a = it;
-            jp_expect_op(p, ':');
-            pr->b = expr(p);
-            it = pr;
-        }
-        *tail = it, tail = &it->next;
-        if (!jp_is_op(p, ',')) break;
-        jp_lex(p);
-    }
-    jp_expect_op(p, close);
-    return head;
-}
-
-static jnode *literal(parser *p, jv v) {
-    jnode *n = node(p, JN_LIT);
-    n->v = v;
-    jp_lex(p);
-    return n;
-}
-
-static jnode *primary(parser *p) {
-    tok c = p->cur;
-    if (c.k == T_NAME) {
-        static const char *const lits[] = {"true", "True", "false", "False", "none", "None"};
-        for (size_t i = 0; i < KVT_ARRAY_LEN(lits); i++)
-            if (jp_is_name(p, lits[i])) return literal(p, i < 2 ? jv_bool(1) : i < 4 ? jv_bool(0) : jv_none());
-        jnode *n = node(p, JN_NAME);
-        n->s = c.p, n->sn = c.n;
-        jp_lex(p);
-        return n;
-    }
-    if (c.k == T_INT) return literal(p, jv_int(c.i));
-    if (c.k == T_FLOAT) return literal(p, jv_float(c.f));
-    if (c.k == T_STR) {
-        jp_lex(p);
-        while (p->cur.k == T_STR) { /* adjacent literals join, as in Python */
-            char *s = jp_palloc(p, c.n + p->cur.n + 1);
-            memcpy(s, c.p, c.n);
-            memcpy(s + c.n, p->cur.p, p->cur.n);
-            c.p = s, c.n += p->cur.n;
-            jp_lex(p);
-        }
-        jnode *n = node(p, JN_LIT);
-        n->v = jv_strn(c.p, c.n);
-        return n;
-    }
-    if (jp_is_op(p, '(')) {
-        jp_lex(p);
-        if (jp_is_op(p, ')')) { /* () is the empty tuple */
-            jp_lex(p);
-            jnode *n = node(p, JN_LIST);
-            n->op = 1;
-            return n;
-        }
-        jnode *e = expr(p);
-        if (!jp_is_op(p, ',')) {
-            jp_expect_op(p, ')');
-            return e;
-        }
-        jp_lex(p);
-        jnode *n = node(p, JN_LIST); /* a tuple */
-        n->op = 1;
-        n->args = e;
-        e->next = items(p, ')', 0);
-        return n;
-    }
-    if (jp_is_op(p, '[') || jp_is_op(p, '{')) {
-        int dict = jp_is_op(p, '{');
-        jp_lex(p);
-        jnode *n = node(p, dict ? JN_DICT : JN_LIST);
-        n->args = items(p, dict ? '}' : ']', dict);
-        return n;
-    }
-    jp_perr(p, "expected a value");
-    return node(p, JN_LIT);
-}
-
-/* "| name(args)" and "is [not] name [arg]" after a value. */
-static jnode *filters(parser *p, jnode *e) {
-    for (;;) {
-        int test = jp_is_name(p, "is");
-        if (!jp_is_op(p, '|') && !test) return e;
-        jp_lex(p);
-        jnode *n = node(p, test ? JN_TEST : JN_FILTER);
-        n->a = e;
-        if (test && jp_is_name(p, "not")) n->op = 1, jp_lex(p);
-        if (p->cur.k != T_NAME) {
-            jp_perr(p, "expected a %s name", test ? "test" : "filter");
-            return e;
-        }
-        n->s = p->cur.p, n->sn = p->cur.n;
-        jp_lex(p);
-        if (jp_is_op(p, '(')) {
-            jp_lex(p);
-            n->args = call_args(p);
-        } else if (test &&
-                   (p->cur.k == T_STR || p->cur.k == T_INT || p->cur.k == T_FLOAT ||
-                    (p->cur.k == T_NAME && !jp_is_name(p, "and") && !jp_is_name(p, "or") && !jp_is_name(p, "else") &&
-                     !jp_is_name(p, "if") && !jp_is_name(p, "is") && !jp_is_name(p, "in") && !jp_is_name(p, "not")))) {
-            n->args = postfix(p, primary(p)); /* "is sameas false", "is divisibleby 3" */
-        }
-        e = n;
-    }
-}
-
-/* A sign binds tighter than a filter, as in Jinja: -3 | abs is (-3) | abs, so the operand of a
- * sign is read without its filters (with_filters 0) and the filters apply to the signed value. */
-static jnode *unary_f(parser *p, int with_filters) {
-    if (++p->depth > MAX_NEST) {
-        jp_perr(p, "expressions nest more than %d deep", MAX_NEST);
-        return node(p, JN_LIT);
-    }
-    jnode *e;
-    if (jp_is_op(p, '-') || jp_is_op(p, '+')) {
-        e = node(p, JN_UNARY);
-        e->op = p->cur.op;
-        jp_lex(p);
-        e->a = unary_f(p, 0);
-    } else {
-        e = postfix(p, primary(p));
-    }
-    p->depth--;
-    return with_filters ? filters(p, e) : e;
-}
-
-static jnode *unary(parser *p) { return unary_f(p, 1); }
-
-static jnode *power(parser *p) {
-    jnode *e = unary(p);
-    while (jp_is_op(p, OP_POW)) jp_lex(p), e = bin(p, OP_POW, e, unary(p));
-    return e;
-}
-
-static jnode *product(parser *p) {
-    jnode *e = power(p);
-    while (jp_is_op(p, '*') || jp_is_op(p, '/') || jp_is_op(p, '%') || jp_is_op(p, OP_FLOORDIV)) {
-        int op = p->cur.op;
-        jp_lex(p);
-        e = bin(p, op, e, power(p));
-    }
-    return e;
-}
-
-static jnode *sum(parser *p) {
-    jnode *e = product(p);
-    while (jp_is_op(p, '+') || jp_is_op(p, '-')) {
-        int op = p->cur.op;
-        jp_lex(p);
-        e = bin(p, op, e, product(p));
-    }
-    return e;
-}
-
-static jnode *concat(parser *p) {
-    jnode *e = sum(p);
-    while (jp_is_op(p, '~')) jp_lex(p), e = bin(p, '~', e, sum(p));
-    return e;
-}
-
-static jnode *compare(parser *p) {
-    jnode *e = concat(p);
-    for (;;) {
-        int op;
-        if (jp_is_op(p, OP_EQ) || jp_is_op(p, OP_NE) || jp_is_op(p, OP_LE) || jp_is_op(p, OP_GE) || jp_is_op(p, '<') ||
-            jp_is_op(p, '>')) {
-            op = p->cur.op;
-            jp_lex(p);
-        } else if (jp_is_name(p, "in")) {
-            op = OP_IN;
-            jp_lex(p);
-        } else if (jp_is_name(p, "not")) { /* "not in": a lone "not" here is an error */
-            jp_lex(p);
-            if (!jp_is_name(p, "in")) {
-                jp_perr(p, "expected 'in' after 'not'");
-                return e;
-            }
-            op = OP_NOTIN;
-            jp_lex(p);
-        } else {
-            return e;
-        }
-        e = bin(p, op, e, concat(p));
-    }
-}
-
-static jnode *not_expr(parser *p) {
-    if (!jp_is_name(p, "not")) return compare(p);
-    if (++p->depth > MAX_NEST) {
-        jp_perr(p, "expressions nest more than %d deep", MAX_NEST);
-        return node(p, JN_LIT);
-    }
-    jp_lex(p);
-    jnode *n = node(p, JN_UNARY);
-    n->op = '!';
-    n->a = not_expr(p);
-    p->depth--;
-    return n;
-}
-
-static jnode *and_expr(parser *p) {
-    jnode *e = not_expr(p);
-    while (jp_is_name(p, "and")) jp_lex(p), e = bin(p, OP_AND, e, not_expr(p));
-    return e;
-}
-
-static jnode *or_expr(parser *p) {
-    jnode *e = and_expr(p);
-    while (jp_is_name(p, "or")) jp_lex(p), e = bin(p, OP_OR, e, and_expr(p));
-    return e;
-}
-
-/* A full expression: "x if c else y" (no else: undefined) over or_expr. */
-static jnode *expr(parser *p) {
-    if (++p->depth > MAX_NEST) {
-        jp_perr(p, "expressions nest more than %d deep", MAX_NEST);
-        return node(p, JN_LIT);
-    }
-    jnode *e = or_expr(p);
-    while (jp_is_name(p, "if")) {
-        jp_lex(p);
-        jnode *n = node(p, JN_COND);
-        n->b = e;
-        n->a = or_expr(p);
-        e = n;
-        if (jp_is_name(p, "else")) { /* right-associative: x if a else y if b else z */
-            jp_lex(p);
-            n->c = expr(p);
-            break;
-        }
-    }
-    p->depth--;
-    return e;
-}
-
-/* An expression, or a tuple without parentheses ("1, 2") where set and for take one. */
-static jnode *tuple_or(parser *p, jnode *(*item)(parser *)) {
-    jnode *e = item(p);
-    if (!jp_is_op(p, ',')) return e;
-    jnode *n = node(p, JN_LIST);
-    n->op = 1;
-    n->args = e;
-    for (jnode **tail = &e->next; jp_is_op(p, ',') && !p->err[0];) {
-        jp_lex(p);
-        if (p->cur.k == T_END || jp_is_name(p, "if") || jp_is_name(p, "recursive")) break; /* "a, b," */
-        jnode *it = item(p);
-        *tail = it, tail = &it->next;
-    }
-    return n;
-}
-
-/* "a" or "a, b, ..." as the targets of set or for: the first name in n->s, and all of them as
- * JN_NAME nodes in n->args where there are several. */
-static void targets(parser *p, jnode *n, const char *what) {
-    if (p->cur.k != T_NAME) jp_perr(p, "expected a name after '%s'", what);
-    n->s = p->cur.p, n->sn = p->cur.n;
-    jp_lex(p);
-    if (!jp_is_op(p, ',')) return;
-    jnode **tail = &n->args;
-    *tail = node(p, JN_NAME);
-    (*tail)->s = n->s, (*tail)->sn = n->sn, tail = &(*tail)->next;
-    while (jp_is_op(p, ',') && !p->err[0]) {
-        jp_lex(p);
-        if (p->cur.k != T_NAME) {
-            if (jp_is_name(p, "in") || jp_is_op(p, '=')) break; /* a trailing comma */
-            jp_perr(p, "expected a name after ',' in '%s'", what);
-            return;
-        }
-        jnode *t = node(p, JN_NAME);
-        t->s = p->cur.p, t->sn = p->cur.n;
-        *tail = t, tail = &t->next;
-        jp_lex(p);
-    }
-}
-
 /* ---- statements ------------------------------------------------------------- */
 
 static jnode *body(parser *p, const char *const *enders, const char **ended);
@@ -421,8 +45,8 @@ static jnode *text_before(parser *p, size_t at);
 static int keyword(parser *p, const char *kw) { return jp_is_name(p, kw); }
 
 static jnode *stmt_if(parser *p) {
-    jnode *n = node(p, JN_IF);
-    n->a = expr(p);
+    jnode *n = jp_node(p, JN_IF);
+    n->a = jp_expr(p);
     jp_expect_end(p);
     static const char *const enders[] = {"elif", "else", "endif", NULL};
     const char *ended = NULL;
@@ -441,16 +65,16 @@ static jnode *stmt_if(parser *p) {
 }
 
 static jnode *stmt_for(parser *p) {
-    jnode *n = node(p, JN_FOR);
-    targets(p, n, "for");
+    jnode *n = jp_node(p, JN_FOR);
+    jp_targets(p, n, "for");
     if (!jp_is_name(p, "in")) jp_perr(p, "expected 'in' in a for tag");
     jp_lex(p);
-    n->a = tuple_or(p, or_expr);
+    n->a = jp_tuple_or(p, jp_or_expr);
     if (jp_is_name(p, "if")) {
         jp_lex(p);
-        n->c = or_expr(p);
+        n->c = jp_or_expr(p);
     }
-    if (jp_is_name(p, "recursive")) jp_perr(p, "recursive loops are not supported");
+    if (jp_is_name(p, "recursive")) n->op = 1, jp_lex(p);
     jp_expect_end(p);
     static const char *const enders[] = {"else", "endfor", NULL};
     const char *ended = NULL;
@@ -465,8 +89,8 @@ static jnode *stmt_for(parser *p) {
 }
 
 static jnode *stmt_set(parser *p) {
-    jnode *n = node(p, JN_SET);
-    targets(p, n, "set");
+    jnode *n = jp_node(p, JN_SET);
+    jp_targets(p, n, "set");
     if (jp_is_op(p, '.') && !n->args) { /* ns.attr = value */
         jp_lex(p);
         if (p->cur.k != T_NAME) jp_perr(p, "expected an attribute name after '.'");
@@ -481,30 +105,77 @@ static jnode *stmt_set(parser *p) {
         return n;
     }
     jp_expect_op(p, '=');
-    n->a = tuple_or(p, expr);
+    n->a = jp_tuple_or(p, jp_expr);
     jp_expect_end(p);
     return n;
 }
 
-static jnode *stmt_macro(parser *p) {
-    jnode *n = node(p, JN_MACRO);
-    if (p->cur.k != T_NAME) jp_perr(p, "expected a macro name");
-    n->s = p->cur.p, n->sn = p->cur.n;
-    jp_lex(p);
-    jp_expect_op(p, '(');
-    jnode **tail = &n->args;
+/* A macro's parameters after its "(", to the ")": names, each with an optional "= default". */
+static jnode *params(parser *p) {
+    jnode *head = NULL, **tail = &head;
     while (p->cur.k == T_NAME && !p->err[0]) {
-        jnode *a = node(p, JN_NAME);
+        jnode *a = jp_node(p, JN_NAME);
         a->s = p->cur.p, a->sn = p->cur.n;
         jp_lex(p);
-        if (jp_is_op(p, '=')) jp_lex(p), a->a = expr(p);
+        if (jp_is_op(p, '=')) jp_lex(p), a->a = jp_expr(p);
         *tail = a, tail = &a->next;
         if (!jp_is_op(p, ',')) break;
         jp_lex(p);
     }
     jp_expect_op(p, ')');
+    return head;
+}
+
+/* The body of macro n up to {% ender %}; a body that names varargs or kwargs takes the extra
+ * positional or keyword arguments there (n->op), as in Jinja. */
+static void macro_body(parser *p, jnode *n, const char *ender) {
+    size_t va = p->n_varargs, kw = p->n_kwargs;
+    const char *const enders[] = {ender, NULL};
+    const char *ended;
+    n->body = body(p, enders, &ended);
+    n->op = (p->n_varargs > va) | ((p->n_kwargs > kw) << 1);
     jp_expect_end(p);
-    static const char *const enders[] = {"endmacro", NULL};
+}
+
+static jnode *stmt_macro(parser *p) {
+    jnode *n = jp_node(p, JN_MACRO);
+    if (p->cur.k != T_NAME) jp_perr(p, "expected a macro name");
+    n->s = p->cur.p, n->sn = p->cur.n;
+    jp_lex(p);
+    jp_expect_op(p, '(');
+    n->args = params(p);
+    jp_expect_end(p);
+    macro_body(p, n, "endmacro");
+    return n;
+}
+
+/* {% call m(args) %}...{% endcall %} or {% call(params) m(args) %}: the body is the macro
+ * "caller" that m may call. */
+static jnode *stmt_call(parser *p) {
+    jnode *n = jp_node(p, JN_CALLER), *c = jp_node(p, JN_MACRO);
+    c->s = "caller", c->sn = 6;
+    if (jp_is_op(p, '(')) {
+        jp_lex(p);
+        c->args = params(p);
+    }
+    n->a = jp_expr(p);
+    if (!p->err[0] && n->a->t != JN_CALL) jp_perr(p, "'call' needs a macro call, such as {%% call m() %%}");
+    jp_expect_end(p);
+    macro_body(p, c, "endcall");
+    n->c = c;
+    return n;
+}
+
+/* {% filter f(args) | g %}...{% endfilter %}: the body's text through the filters. */
+static jnode *stmt_filter(parser *p) {
+    jnode *n = jp_node(p, JN_FILTERED);
+    if (p->cur.k != T_NAME) {
+        jp_perr(p, "expected a filter name after 'filter'");
+        return n;
+    }
+    n->a = jp_filters(p, NULL, 1);
+    jp_expect_end(p);
+    static const char *const enders[] = {"endfilter", NULL};
     const char *ended;
     n->body = body(p, enders, &ended);
     jp_expect_end(p);
@@ -546,7 +217,7 @@ static jnode *raw(parser *p) {
         }
         p->line_starting = 0;
         jnode *n = text_before(p, i); /* the raw text, with the whitespace rules before a tag */
-        if (!n) n = node(p, JN_TEXT);
+        if (!n) n = jp_node(p, JN_TEXT);
         p->pos = k + 6; /* the tag's end through the lexer: "-" or trim_blocks after it */
         p->closer = '%';
         jp_lex(p);
@@ -577,14 +248,16 @@ static jnode *block_tag(parser *p, const char *const *enders, const char **ended
     if (kw.n == 3 && !memcmp(kw.p, "for", 3)) return stmt_for(p);
     if (kw.n == 3 && !memcmp(kw.p, "set", 3)) return stmt_set(p);
     if (kw.n == 5 && !memcmp(kw.p, "macro", 5)) return stmt_macro(p);
+    if (kw.n == 4 && !memcmp(kw.p, "call", 4)) return stmt_call(p);
+    if (kw.n == 6 && !memcmp(kw.p, "filter", 6)) return stmt_filter(p);
     if ((kw.n == 5 && !memcmp(kw.p, "break", 5)) || (kw.n == 8 && !memcmp(kw.p, "continue", 8))) {
-        jnode *n = node(p, kw.n == 5 ? JN_BREAK : JN_CONTINUE);
+        jnode *n = jp_node(p, kw.n == 5 ? JN_BREAK : JN_CONTINUE);
         jp_expect_end(p);
         return n;
     }
     if (kw.n == 10 && !memcmp(kw.p, "generation", 10)) { /* Hugging Face's marker of assistant text */
         jp_expect_end(p);
-        jnode *n = node(p, JN_BLOCK);
+        jnode *n = jp_node(p, JN_BLOCK);
         static const char *const end_gen[] = {"endgeneration", NULL};
         const char *e;
         n->body = body(p, end_gen, &e);
@@ -615,7 +288,7 @@ static jnode *text_before(parser *p, size_t at) {
     for (size_t i = start; i < at; i++) p->line += p->src[i] == '\n';
     p->pos = at;
     if (end == start) return NULL;
-    jnode *n = node(p, JN_TEXT);
+    jnode *n = jp_node(p, JN_TEXT);
     n->s = p->src + start, n->sn = end - start;
     return n;
 }
@@ -661,8 +334,8 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
         p->braces = 0;
         if (kind == '{') {
             jp_lex(p);
-            n = node(p, JN_OUT);
-            n->a = expr(p);
+            n = jp_node(p, JN_OUT);
+            n->a = jp_expr(p);
             jp_expect_end(p);
         } else {
             n = block_tag(p, enders, ended);
@@ -688,10 +361,17 @@ void kvt_jinja_free(kvt_jinja *t) {
 int kvt_jinja_parse(const char *src, size_t len, kvt_jinja **out) {
     *out = NULL;
     kvt_jinja *t = kvt_xcalloc(1, sizeof *t);
-    parser p = {.t = t, .len = len, .line = 1, .line_starting = 1};
-    char *copy = jp_palloc(&p, len + 1); /* the tree points into its own copy of the text */
-    memcpy(copy, src, len);
-    p.src = copy;
+    parser p = {.t = t, .line = 1, .line_starting = 1};
+    /* The tree points into its own copy of the text, read as Jinja reads a template: "\r\n" and
+     * "\r" as "\n", and without one newline at its end (keep_trailing_newline is off). */
+    char *copy = jp_palloc(&p, len + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        copy[n++] = src[i] == '\r' ? '\n' : src[i];
+        i += src[i] == '\r' && i + 1 < len && src[i + 1] == '\n';
+    }
+    if (n && copy[n - 1] == '\n') n--;
+    p.src = copy, p.len = n;
     const char *ended;
     t->root = body(&p, NULL, &ended);
     if (p.err[0]) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-/* The Jinja parser's state, shared by its two files: jinja_lex.c cuts a tag's
- * text into tokens, jinja_parse.c builds the syntax tree from them. Internal
- * to the runtime. */
+/* The Jinja parser's state, shared by its three files: jinja_lex.c cuts a
+ * tag's text into tokens, jinja_expr.c reads expressions from them and
+ * jinja_parse.c the statements and the text between tags. Internal to the
+ * runtime. */
 #ifndef KVT_JINJA_PARSE_IMPL_H
 #define KVT_JINJA_PARSE_IMPL_H
 
@@ -32,6 +33,7 @@ typedef struct {
     int braces;        /* open { in the current tag */
     tok cur;
     int depth;
+    size_t n_varargs, n_kwargs; /* the names varargs and kwargs read so far: a macro whose body has one takes them */
     char err[256];
 } parser;
 
@@ -55,5 +57,16 @@ void jp_lex(parser *p);
 int jp_is_name(const parser *p, const char *name);
 void jp_expect_op(parser *p, int op);
 void jp_expect_end(parser *p);
+
+/* jinja_expr.c: a node of type at the current line; a full expression; one without its
+ * conditional ("x if c else y"); an expression or a tuple without parentheses ("1, 2"), its
+ * items read by item; the targets of set or for ("a" in n->s, or "a, b" as JN_NAME nodes in
+ * n->args); the filters and tests after e (inline: the first filter without its "|"). */
+jnode *jp_node(parser *p, jn_type type);
+jnode *jp_expr(parser *p);
+jnode *jp_or_expr(parser *p);
+jnode *jp_tuple_or(parser *p, jnode *(*item)(parser *));
+void jp_targets(parser *p, jnode *n, const char *what);
+jnode *jp_filters(parser *p, jnode *e, int inline_first);
 
 #endif

@@ -155,8 +155,8 @@ int jv_equal(jv a, jv b) {
     case JV_UNDEF:
     case JV_NONE: return 1;
     case JV_STR: return a.u.s.n == b.u.s.n && !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
-    case JV_LIST:
-        if (a.u.l->n != b.u.l->n) return 0;
+    case JV_LIST: /* a tuple is never equal to a list, as in Python: (1, 2) != [1, 2] */
+        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
         return 1;
@@ -175,7 +175,7 @@ int jv_equal(jv a, jv b) {
 const char *jv_type_name(jv v) {
     static const char *const names[] = {"undefined", "none", "boolean", "integer",   "float",
                                         "string",    "list", "dict",    "namespace", "macro"};
-    return names[v.k];
+    return v.k == JV_LIST && v.u.l->tuple ? "tuple" : names[v.k];
 }
 
 /* ---- text -------------------------------------------------------------------- */
@@ -259,14 +259,15 @@ static void write_str_repr(jbuf *b, const char *p, size_t n) {
 
 void jv_write_repr(jbuf *b, jv v) {
     switch (v.k) {
+    case JV_UNDEF: return jb_puts(b, "Undefined"); /* as Jinja prints one inside a list or tuple */
     case JV_STR: return write_str_repr(b, v.u.s.p, v.u.s.n);
-    case JV_LIST:
-        jb_puts(b, "[");
+    case JV_LIST: /* a tuple in parentheses, one item with a comma after it: (1,) */
+        jb_puts(b, v.u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_puts(b, ", ");
             jv_write_repr(b, v.u.l->v[i]);
         }
-        return jb_puts(b, "]");
+        return jb_puts(b, !v.u.l->tuple ? "]" : v.u.l->n == 1 ? ",)" : ")");
     case JV_DICT:
         jb_puts(b, "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
@@ -301,37 +302,91 @@ jv jv_to_str(jctx *x, jv v) {
     return jb_done(&b);
 }
 
-static void json_string(jbuf *b, const char *p, size_t n) {
+unsigned jx_utf8_get(const char *p, size_t n, size_t *len) {
+    const unsigned char *u = (const unsigned char *)p;
+    unsigned c = u[0];
+    size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    *len = 1;
+    if (k == 1) return c;
+    if (!k || k > n) return 0xFFFD;
+    unsigned cp = c & (0x7Fu >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((u[i] & 0xC0) != 0x80) return 0xFFFD;
+        cp = cp << 6 | (u[i] & 63u);
+    }
+    static const unsigned least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) return 0xFFFD;
+    *len = k;
+    return cp;
+}
+
+size_t jx_utf8_put(char *s, unsigned c) {
+    if (c < 0x80) return s[0] = (char)c, 1;
+    if (c < 0x800) return s[0] = (char)(0xC0 | c >> 6), s[1] = (char)(0x80 | (c & 63)), 2;
+    if (c < 0x10000) {
+        s[0] = (char)(0xE0 | c >> 12), s[1] = (char)(0x80 | ((c >> 6) & 63)), s[2] = (char)(0x80 | (c & 63));
+        return 3;
+    }
+    s[0] = (char)(0xF0 | c >> 18), s[1] = (char)(0x80 | ((c >> 12) & 63));
+    s[2] = (char)(0x80 | ((c >> 6) & 63)), s[3] = (char)(0x80 | (c & 63));
+    return 4;
+}
+
+/* A JSON string of p[0..n): quotes, backslashes and control characters escaped as json.dumps
+ * does, and with ascii every code point past '~' too ("\u00e9", a surrogate pair past U+FFFF;
+ * a byte that is not UTF-8 as U+FFFD, where Python would have refused the text). */
+static void json_string(jbuf *b, const char *p, size_t n, int ascii) {
     jb_puts(b, "\"");
     size_t run = 0; /* bytes copied as they are */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)p[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        size_t len = 1;
+        if (c >= 0x20 && c != '"' && c != '\\' && (c < 0x7f || !ascii)) {
+            i++;
+            continue;
+        }
+        unsigned cp = c < 0x80 ? c : jx_utf8_get(p + i, n - i, &len);
         jb_put(b, p + run, i - run);
-        run = i + 1;
-        char e[8];
+        char e[24];
         if (c == '"' || c == '\\') e[0] = '\\', e[1] = (char)c, e[2] = 0;
         else if (c == '\n') strcpy(e, "\\n");
         else if (c == '\r') strcpy(e, "\\r");
         else if (c == '\t') strcpy(e, "\\t");
         else if (c == '\b') strcpy(e, "\\b");
         else if (c == '\f') strcpy(e, "\\f");
-        else snprintf(e, sizeof e, "\\u%04x", c);
+        else if (cp < 0x10000) snprintf(e, sizeof e, "\\u%04x", cp);
+        else
+            snprintf(e, sizeof e, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
         jb_put_marked(b, e, strlen(e), jx_marked(b->x, p + i));
+        i += len;
+        run = i;
     }
     jb_put(b, p + run, n - run);
     jb_puts(b, "\"");
 }
 
-static void json_newline(jbuf *b, int indent, int level) {
+static void json_newline(jbuf *b, const jv_json_style *st, int level) {
     jb_puts(b, "\n");
-    for (int i = 0; i < indent * level; i++) jb_puts(b, " ");
+    for (int i = 0; i < level; i++) jb_put(b, st->ind.u.s.p, st->ind.u.s.n);
+}
+
+/* The order json.dumps writes a dict's items in: as they are, or by key (sort_keys; keys of
+ * different kinds cannot be ordered, as in Python). */
+static size_t *json_order(jbuf *b, jv d, const jv_json_style *st, const jnode *at) {
+    size_t n = d.u.d->n, *idx = jx_alloc(b->x, (n ? n : 1) * sizeof *idx);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i;
+        if (st->sort_keys) /* insertion: a dict is built one compare per key already */
+            for (; k > 0 && jx_compare(b->x, at, d.u.d->key[i], d.u.d->key[idx[k - 1]]) < 0; k--) idx[k] = idx[k - 1];
+        idx[k] = i;
+    }
+    return idx;
 }
 
 /* json.dumps: st's separators between items and after keys, and with an indent a new line after
  * each item separator. */
 void jv_write_json(jbuf *b, jv v, const jv_json_style *st, int level, const jnode *at) {
-    const int indent = st->indent;
+    const size_t *order;
     if (level > 512) jx_fail(b->x, KVT_ELIMIT, at, "tojson: a value nests more than 512 deep");
     int is_dict = v.k == JV_DICT || v.k == JV_NS;
     size_t n = v.k == JV_LIST ? v.u.l->n : is_dict ? v.u.d->n : 0;
@@ -344,27 +399,28 @@ void jv_write_json(jbuf *b, jv v, const jv_json_style *st, int level, const jnod
         if (isnan(v.u.f)) return jb_puts(b, "NaN");
         if (isinf(v.u.f)) return jb_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
         return write_float(b, v.u.f);
-    case JV_STR: return json_string(b, v.u.s.p, v.u.s.n);
+    case JV_STR: return json_string(b, v.u.s.p, v.u.s.n, st->ascii);
     case JV_LIST:
     case JV_DICT:
     case JV_NS:
+        order = is_dict ? json_order(b, v, st, at) : NULL;
         jb_puts(b, is_dict ? "{" : "[");
         for (size_t i = 0; i < n; i++) {
             if (i) jb_put(b, st->item_sep.u.s.p, st->item_sep.u.s.n);
-            if (indent >= 0) json_newline(b, indent, level + 1);
+            if (st->indent) json_newline(b, st, level + 1);
             if (is_dict) {
-                jv k = v.u.d->key[i];
-                if (k.k == JV_STR) json_string(b, k.u.s.p, k.u.s.n);
+                jv k = v.u.d->key[order[i]];
+                if (k.k == JV_STR) json_string(b, k.u.s.p, k.u.s.n, st->ascii);
                 else { /* json.dumps turns a number or boolean key into its string */ jbuf t = {.x = b->x};
                     jv_write_json(&t, k, st, level + 1, at);
                     jv s = jb_done(&t);
-                    json_string(b, s.u.s.p, s.u.s.n);
+                    json_string(b, s.u.s.p, s.u.s.n, st->ascii);
                 }
                 jb_put(b, st->key_sep.u.s.p, st->key_sep.u.s.n);
             }
-            jv_write_json(b, is_dict ? v.u.d->val[i] : v.u.l->v[i], st, level + 1, at);
+            jv_write_json(b, is_dict ? v.u.d->val[order[i]] : v.u.l->v[i], st, level + 1, at);
         }
-        if (indent >= 0 && n) json_newline(b, indent, level);
+        if (st->indent && n) json_newline(b, st, level);
         return jb_puts(b, is_dict ? "}" : "]");
     default: jx_fail(b->x, KVT_EFORMAT, at, "tojson: a %s is not JSON", jv_type_name(v));
     }

@@ -219,7 +219,6 @@ static void test_features(void) {
     expect_fail("{{ '{:>5}'.format(none) }}", NULL, KVT_EFORMAT, "a none takes no format spec");
     expect_fail("{{ '{:.2d}'.format(3) }}", NULL, KVT_EFORMAT, "precision is not allowed");
     expect_fail("{{ '{:+s}'.format('a') }}", NULL, KVT_EFORMAT, "not allowed for a string");
-    expect_fail("{{ '{0:>{1}}'.format('a', 3) }}", NULL, KVT_EFORMAT, "nested fields are not supported");
     expect_fail("{{ '{:1000000000000}'.format(1) }}", NULL, KVT_ELIMIT, "past the output limit");
     expect_fail("{{ '{0[q]}'.format({}) }}", NULL, KVT_EFORMAT, "no item 'q'");
     expect_fail("{% set a, b = [1, 2, 3] %}", NULL, KVT_EFORMAT, "too many values to unpack");
@@ -257,6 +256,112 @@ static void test_features(void) {
     expect("{{ range(1000) | unique | length }}{{ range(1000) | reverse | sort | first }}", NULL, "10000");
 }
 
+/* tojson's options as Hugging Face defines them, hexadecimal, octal and binary literals with
+ * "_" between digits, and tuples as Python prints and compares them; each against jinja2. */
+static void test_json_numbers_tuples(void) {
+    /* sort_keys, ensure_ascii (surrogate pairs past U+FFFF, DEL escaped), by position too; no
+     * HTML escaping; a string indent */
+    expect("{{ {'b': 'é😀', 'a': [1, '\\x01'], 'c': {'z': 1, 'y': 2}} | tojson(sort_keys=true) }}", NULL,
+           "{\"a\": [1, \"\\u0001\"], \"b\": \"é😀\", \"c\": {\"y\": 2, \"z\": 1}}");
+    expect("{{ {'b': 'é😀', 'k': '\\x7f', 'n': 'a\\nb'} | tojson(ensure_ascii=true) }}", NULL,
+           "{\"b\": \"\\u00e9\\ud83d\\ude00\", \"k\": \"\\u007f\", \"n\": \"a\\nb\"}");
+    expect(
+        "{{ {'b': 1, 'a': 2} | tojson(true, 2, none, true) }}|{{ {'a': [1]} | tojson(indent='\\t') }}|{{ {'a': [1]} | tojson(indent=0) }}",
+        NULL, "{\n  \"a\": 2,\n  \"b\": 1\n}|{\n\t\"a\": [\n\t\t1\n\t]\n}|{\n\"a\": [\n1\n]\n}");
+    expect(
+        "{{ '<a href=\"x\">&\\'</a>' | tojson }}|{{ (1, 'a') | tojson }}|{{ {'é': 1} | tojson(false, none, (',', ':'), true) }}",
+        NULL, "\"<a href=\\\"x\\\">&'</a>\"|[1, \"a\"]|{\"é\":1}");
+    expect_fail("{{ {2: 1, 'a': 2} | tojson(sort_keys=true) }}", NULL, KVT_EFORMAT, "cannot order");
+    expect(
+        "{{ 0x1F }}|{{ 0o17 }}|{{ 0b101 }}|{{ 1_000 }}|{{ 0X1f }}|{{ 0B1_0 }}|{{ 1_000.5 }}|{{ 1e3 }}|{{ 1E-2 }}|{{ 2.5e1_0 }}|{{ 0_0 }}|{{ 0x_ff }}|{{ 0x1F + 1 }}|{{ -0x10 }}|{{ 0O7_7 }}|{{ 0x7FFFFFFFFFFFFFFF }}",
+        NULL, "31|15|5|1000|31|2|1000.5|1000.0|0.01|25000000000.0|0|255|32|-16|63|9223372036854775807");
+    expect_fail("{{ 012 }}", NULL, KVT_EFORMAT, "line 1: an integer literal cannot start with 0");
+    expect_fail("{{ 0x }}", NULL, KVT_EFORMAT, "'0x' needs hexadecimal digits");
+    expect_fail("{{ 1__0 }}", NULL, KVT_EFORMAT, "expected the end of the tag");
+    expect_fail("{{ 0b2 }}", NULL, KVT_EFORMAT, "'0b' needs binary digits");
+    /* Python's integers grow; a literal past 64 bits is an error here */
+    expect_fail("{{ 0x8000000000000000 }}", NULL, KVT_EFORMAT, "too large");
+    expect(
+        "{{ (1, 2) }}|{{ (1,) }}|{{ () }}|{{ (1, 2) == [1, 2] }}|{{ (1, 2) == (1, 2) }}|{{ (1, 2) in [(1, 2)] }}|{{ [1, 2] in [(1, 2)] }}|{{ 2 in (1, 2) }}|{{ (1, 2) + (3,) }}|{{ (1, 2, 3)[1:] }}|{{ (1, 2) | list }}",
+        NULL, "(1, 2)|(1,)|()|False|True|True|False|True|(1, 2, 3)|(2, 3)|[1, 2]");
+    expect(
+        "{{ {'a': 1}.items() | list }}|{{ (1, 'a') | string }}|{{ ('a', (1,)) }}|{{ '{}'.format((1, 2)) }}|{{ (1,) * 2 }}|{% set t = 1, 2 %}{{ t }}|{{ [(1, 'x')] }}|{{ (1, 2) != [1, 2] }}|{{ ((1, 2),) | length }}",
+        NULL, "[('a', 1)]|(1, 'a')|('a', (1,))|(1, 2)|(1, 1)|(1, 2)|[(1, 'x')]|True|1");
+    expect_fail("{{ (1, 2) + [3] }}", NULL, KVT_EFORMAT, "cannot add tuple and list");
+    expect("{{ (1, 2) < (1, 3) }}{{ [1, 'a'] < [1, 'b'] }}{{ (2,) > (1, 5) }}{{ [1] <= [1, 0] }}", NULL,
+           "TrueTrueTrueTrue");
+    expect_fail("{{ (1, 2) < [1, 3] }}", NULL, KVT_EFORMAT, "cannot order tuple and list");
+    /* an undefined value inside a list or tuple prints as Jinja's repr of one */
+    expect("{{ [x, (y, 1)] }}", NULL, "[Undefined, (Undefined, 1)]");
+    /* Jinja reads "\r\n" and "\r" as "\n" and drops one newline at a template's end */
+    expect("a\r\nb\rc{{ 1 }}\r\n", NULL, "a\nb\nc1");
+    expect("{{ 1 }}\n\n", NULL, "1\n");
+    expect("{% raw %}x\r\n{% endraw %}\n", NULL, "x\n");
+}
+
+/* {% filter %} and {% call %} blocks, a macro's varargs and kwargs, recursive loops, fields
+ * nested in a str.format spec, and case changes past ASCII; each against jinja2. */
+static void test_blocks_case(void) {
+    expect(
+        "{% filter upper %}a{{ 'b' }}c{% endfilter %}|{% filter replace('a', 'x') | upper %}banana{% endfilter %}|{% filter trim %}  x  {% endfilter %}",
+        NULL, "ABC|BXNXNX|x");
+    expect(
+        "{% filter indent(2) %}\na\nb\n{% endfilter %}\n|{% for i in [1, 2] %}{% filter upper %}a{{ i }}{% endfilter %}{% endfor %}",
+        NULL, "a\n  b\n|A1A2");
+    /* a break or continue inside a filter block leaves before the block writes, as in Jinja */
+    expect("{% for i in range(3) %}{% filter replace('1', 'one') %}{{ i }}{% if i == 1 %}{% break %}{% endif %}"
+           "{% endfilter %}{% endfor %}|{% for i in range(3) %}{% filter upper %}a{{ i }}{% if i == 1 %}{% continue %}"
+           "{% endif %}{% endfilter %}{% endfor %}",
+           NULL, "0|A0A2");
+    expect(
+        "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}{% call wrap('i') "
+        "%}x{% endcall %}{% endcall %}|{% set ns = namespace(c=0) %}{% macro twice() %}{{ caller() }}{{ caller() }}"
+        "{% endmacro %}{% call twice() %}{% set ns.c = ns.c + 1 %}{{ ns.c }}{% endcall %}",
+        NULL, "<b><i>x</i></b>|12");
+    expect(
+        "{% macro m(x) %}<{{ caller() }}|{{ x }}>{% endmacro %}{% call m(1) %}body{% endcall %}|{% set y = 'Y' %}{% call m(2) %}{{ y }}{% endcall %}",
+        NULL, "<body|1>|<Y|2>");
+    expect(
+        "{% macro lst(items) %}{% for i in items %}{{ caller(i) }};{% endfor %}{% endmacro %}{% call(it) lst([1, 2]) %}[{{ it * 10 }}]{% endcall %}|{% macro d(k) %}{{ caller(k, b='B') }}{% endmacro %}{% call(a, b='z') d('A') %}{{ a }}{{ b }}{% endcall %}",
+        NULL, "[10];[20];|AB");
+    expect(
+        "{% macro v(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ v(1, 2, 3, k=4) }}|{{ v(1) }}|{% macro w(a, b=2) %}{{ a }}{{ b }}{{ varargs | length }}{% endmacro %}{{ w(1) }}{{ w(1, 5, 6) }}|{% macro kw() %}{% for k, v in kwargs | dictsort %}{{ k }}={{ v }}{% endfor %}{% endmacro %}{{ kw(z=1, a=2) }}",
+        NULL, "1(2, 3){'k': 4}|1(){}|120151|a=2z=1");
+    expect_fail("{% macro m(a) %}{% endmacro %}{{ m(1, b=2) }}", NULL, KVT_EFORMAT,
+                "macro 'm' takes no keyword argument 'b'");
+    expect_fail("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", NULL, KVT_EFORMAT, "macro 'm' takes 1 arguments, not 2");
+    expect_fail("{% call undefined_thing() %}x{% endcall %}", NULL, KVT_EFORMAT, "'call' needs a macro, not undefined");
+    expect_fail("{% call x %}y{% endcall %}", NULL, KVT_EFORMAT, "'call' needs a macro call");
+    expect(
+        "{% for x in [{'n': 'a', 'c': [{'n': 'b', 'c': []}, {'n': 'c', 'c': [{'n': 'd', 'c': []}]}]}, {'n': 'e', 'c': []}] recursive %}{{ loop.depth }}{{ x.n }}{{ loop.index }}{% if x.c %}({{ loop(x.c) }}){% endif %}{% endfor %}",
+        NULL, "1a1(2b12c2(3d1))1e2");
+    expect(
+        "{% for x in [1, 2] %}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}|{% for x in [[1, [2, [3]]], 4] recursive %}{% if x is iterable %}[{{ loop(x) }}]{% else %}{{ x }}@{{ loop.depth0 }} {% endif %}{% endfor %}",
+        NULL, "1010|[1@1 [2@2 [3@3 ]]]4@0 ");
+    expect_fail("{% for x in [1] %}{{ loop([2]) }}{% endfor %}", NULL, KVT_EFORMAT, "a dict cannot be called");
+    expect(
+        "{{ '{:>{w}}|'.format('x', w=5) }}{{ '{:{}}|'.format('a', 4) }}{{ '{0:>{1}}|'.format('a', 3) }}{{ '{:{fill}^{w}.{p}f}|'.format(3.14159, fill='*', w=10, p=2) }}{{ '{:{}} {}'.format('a', 3, 'b') }}",
+        NULL, "    x|a   |  a|***3.14***|a   b");
+    expect_fail("{{ '{:{:{}}}'.format(1, 2, 3) }}", NULL, KVT_EFORMAT, "nest more than one level");
+    expect_fail("{{ '{0:{}}'.format(1, 2) }}", NULL, KVT_EFORMAT, "cannot mix");
+    /* Python's full mappings (ß, İ, ŉ, ΐ), final sigma, digraph title case, str.title's and
+     * the title filter's own word rules; islower and isupper by each letter's case, so a cased
+     * letter without an upper-case form (ĸ, ʰ) is lower case */
+    expect("{{ 'ǅemal' | capitalize }}|{{ 'xǅ'.title() }}|{{ 'ǅ' | lower }}|{{ 'ʰ' is lower }}{{ 'ʰ' is upper }}"
+           "{{ 'ǅ' is upper }}{{ 'ĸ' is lower }}{{ 'ÀĸB' is upper }}",
+           NULL, "ǅemal|Xǆ|ǆ|TrueFalseFalseTrueFalse");
+    expect(
+        "{{ 'ÉCOLE ÀÖ' | lower }}|{{ 'straße' | upper }}|{{ 'ΟΔΥΣΣΕΥΣ' | lower }}|{{ 'привет мир' | upper }}|{{ 'Ǆemal' | lower }}|{{ 'ǆemal' | title }}|{{ 'İstanbul' | lower }}|{{ 'ŉ'.upper() }}|{{ 'ΐ' | upper }}|{{ 'Ⱥ' | lower }}|{{ 'ÿ' | upper }}|{{ 'µ' | upper }}",
+        NULL, "école àö|STRASSE|οδυσσευς|ПРИВЕТ МИР|ǆemal|Ǆemal|i̇stanbul|ʼN|Ϊ́|ⱥ|Ÿ|Μ");
+    expect(
+        "{{ 'hello wORLD-foo (bar) o\\'neil x1y' | title }}|{{ 'hello wORLD o\\'neil x1y ǆa'.title() }}|{{ 'éCOLE'.capitalize() }}|{{ 'ßa' | capitalize }}|{{ 'ßa'.title() }}|{{ 'tiếng việt' | upper }}|{{ 'ΑΣ-ΟΣ ΣΑΣ' | title }}|{{ 'ΣΑΣ Σ' | lower }}|{{ 'Σ.' | lower }}|{{ 'AΣ\\'' | lower }}|{{ 'AΣ\\'B' | lower }}",
+        NULL,
+        "Hello World-Foo (Bar) O'neil X1y|Hello World O'Neil X1Y ǅa|École|Ssa|Ssa|TIẾNG VIỆT|Ασ-Οσ Σας|σας σ|σ.|aς'|aσ'b");
+    expect(
+        "{{ 'é' is lower }}{{ 'É' is upper }}{{ '1' is lower }}{{ ['b', 'É', 'a', 'é', 'B'] | sort }}{{ 'ÀB' | lower | length }}{{ 'ǅ'.lower() }}{{ 'ǅ'.upper() }}{{ 'ǆ'.capitalize() }}{{ 'Ωmega' | upper }}{{ 'ЁЖ' | lower }}{{ 'ɐ' | upper }}",
+        NULL, "TrueTrueFalse['a', 'b', 'B', 'É', 'é']2ǆǄǅΩMEGAёжⱯ");
+}
+
 static void test_limits(void) {
     kvt_jinja_limits lim = kvt_jinja_default_limits();
     lim.max_steps = 100000;
@@ -284,6 +389,8 @@ int main(void) {
     test_references();
     test_language();
     test_features();
+    test_json_numbers_tuples();
+    test_blocks_case();
     test_limits();
     return kvt_test_done("test_jinja");
 }
