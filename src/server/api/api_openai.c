@@ -408,6 +408,23 @@ static int parse_max_tokens(const cJSON *root, int32_t limit, kvt_api_request *r
     return 0;
 }
 
+/* stream_options (read after stream): allowed only with a stream, as OpenAI has it. */
+static int parse_stream_options(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (!so || cJSON_IsNull(so)) return 0;
+    if (!cJSON_IsObject(so))
+        return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_type", "'stream_options' must be an object");
+    if (!r->stream) /* options of a stream that is not asked for are a mistake, not a no-op */
+        return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_value",
+                              "'stream_options' is only allowed with 'stream': true (send it null or leave it out)");
+    const cJSON *iu = cJSON_GetObjectItemCaseSensitive(so, "include_usage");
+    if (iu && !cJSON_IsNull(iu) && !cJSON_IsBool(iu))
+        return kvt_api_errorf(err, 400, INVALID, "stream_options.include_usage", "invalid_type",
+                              "'stream_options.include_usage' must be a boolean");
+    r->include_usage = cJSON_IsTrue(iu);
+    return 0;
+}
+
 static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int32_t max_tokens_limit,
                       kvt_api_request *r, kvt_api_error *err) {
     if (!cJSON_IsObject(root))
@@ -448,21 +465,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||
         get_bool(root, "ignore_eos", &r->ignore_eos, err))
         return -1;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-    if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so))
-            return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_type",
-                                  "'stream_options' must be an object");
-        if (!r->stream) /* as OpenAI: options of a stream that is not asked for are a mistake, not a no-op */
-            return kvt_api_errorf(err, 400, INVALID, "stream_options", "invalid_value",
-                                  "'stream_options' is only allowed with 'stream': true (send it null or leave it "
-                                  "out)");
-        const cJSON *iu = cJSON_GetObjectItemCaseSensitive(so, "include_usage");
-        if (iu && !cJSON_IsNull(iu) && !cJSON_IsBool(iu))
-            return kvt_api_errorf(err, 400, INVALID, "stream_options.include_usage", "invalid_type",
-                                  "'stream_options.include_usage' must be a boolean");
-        r->include_usage = cJSON_IsTrue(iu);
-    }
+    if (parse_stream_options(root, r, err)) return -1;
     const cJSON *salt = cJSON_GetObjectItemCaseSensitive(root, "cache_salt");
     if (salt && !cJSON_IsNull(salt)) {
         if (!cJSON_IsString(salt))
