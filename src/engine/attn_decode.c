@@ -86,14 +86,8 @@ void kvt_attn_dec_scores(const kvt_attn_dec *a, const float *q, int32_t p0, int3
 void kvt_attn_dec_softmax(const kvt_attn_dec *a, float *row) {
     const int32_t n = a->n_keys - a->lo;
     if (a->softcap > 0) kvt_softcap(row, n, a->softcap);
-    kvt_softmax_at(row, n, a->lo);
-    if (!a->round_f16) return;
-    uint16_t h[256]; /* as llama.cpp: the weights meet an f16 cache in f16 */
-    for (int32_t i = 0; i < n; i += 256) {
-        const int32_t c = KVT_MIN(256, n - i);
-        kvt_f32_to_f16_row(row + i, h, c);
-        kvt_f16_to_f32_row(h, row + i, c);
-    }
+    if (a->round_f16) kvt_softmax_at_f16(row, n, a->lo); /* as llama.cpp: the weights meet an f16 cache in f16 */
+    else kvt_softmax_at(row, n, a->lo);
 }
 
 /* The next run of keys at or after k and before end whose lane classes lie

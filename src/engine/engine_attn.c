@@ -46,6 +46,9 @@
  * pass over a page (attn_avx512.c), so they would widen each vector once per
  * 4 heads. f16 -> f32 is exact, so the bits are those of the f16 kernels. */
 #define WIDEN_HEADS 4
+#ifndef PREFETCH_PAGES
+#define PREFETCH_PAGES 2 /* pages of K or V requested ahead of the one read */
+#endif
 
 /* Tokens the smallest tile may take: as many as fill GROUP_HEADS query heads. */
 static int32_t attn_group_tokens(const kvt_engine *e) {
@@ -65,6 +68,19 @@ static int64_t score_ld(int32_t lo, int32_t n_max) { return (n_max - lo + 15) / 
 
 /* V blocks of the value pass, in pages. */
 static int32_t av_block_pages(const kvt_engine *e) { return KVT_MAX(1, AV_BLOCK_KEYS / e->p.block_size); }
+
+/* Requests every cache line of the n bytes at p: a page's K or V block, read
+ * next, is in cache when the kernels reach it (pages sit anywhere in the
+ * pool, so the hardware prefetcher cannot guess the next one). */
+static void prefetch_block(const void *p, size_t n) {
+    const uint8_t *a = (const uint8_t *)p - ((uintptr_t)p & 63u), *end = (const uint8_t *)p + n;
+    for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
+}
+
+/* Page p's block of (layer, K or V, kv head gk). */
+static const uint8_t *kv_block(const kvt_engine *e, const seq_state *st, int32_t layer, int kv, int32_t gk, int32_t p) {
+    return (const uint8_t *)kvt_page_data_const(e, st->pages[p]) + kvt_eng_kv_offset(e, layer, kv, gk, 0);
+}
 
 static size_t round_up_floats(size_t n) {
     return (n + SCRATCH_ALIGN_FLOATS - 1) / SCRATCH_ALIGN_FLOATS * SCRATCH_ALIGN_FLOATS;
@@ -101,7 +117,7 @@ static size_t decode_layout(const kvt_engine *e, dec_layout *l) {
  *   qh     (H, head_dim) f32    the tile's q rows side by side (rounded to f16 for f16 KV)
  *   kdq    (head_dim, B) f32    one page's K dequantized, transposed (q8_0 KV)
  *   vdq    (block, head_dim) f32   one V block of the value pass dequantized (q8_0 KV)
- *   tmp    (max(H * head_dim, n_ctx)) u16   f16 staging for q and for the weights (f16 KV)
+ *   tmp    (H, head_dim) u16        f16 staging for the q rows (f16 KV)
  *   acc    (H, 16, head_dim) f32  the value pass's lane sums between blocks (attn.h)
  *   runs   (pages per sequence) kvt_attn_run   the value pass's runs of keys */
 void kvt_eng_attn_scratch_layout(kvt_engine *e) {
@@ -110,7 +126,7 @@ void kvt_eng_attn_scratch_layout(kvt_engine *e) {
     const size_t ctx = (size_t)e->p.n_ctx, H = (size_t)tile_heads_max(e), H0 = (size_t)attn_group_tokens(e) * G;
     const size_t ld = (size_t)score_ld(0, e->p.n_ctx), vblock = (size_t)av_block_pages(e) * B;
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
-    size_t tmp_u16 = KVT_MAX(H * hd, ctx);
+    size_t tmp_u16 = H * hd;
     e->sc_qh = round_up_floats(KVT_MAX(H0 * ld, KVT_MIN(TILE_SCORE_BYTES / sizeof(float), H * ld)));
     e->sc_kdq = e->sc_qh + round_up_floats(H * hd);
     e->sc_vdq = e->sc_kdq + round_up_floats(q8 || f16 ? hd * B : 0);
@@ -174,8 +190,11 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
     for (int32_t t = 0; t < m; t++) n_max = KVT_MAX(n_max, e->pos[i0 + t] + 1);
     for (int32_t b0 = lo / B * B; b0 < n_max; b0 += bp * B) {
         const int32_t b1 = KVT_MIN(b0 + bp * B, n_max), k0 = KVT_MAX(lo, b0), first = b0 <= lo;
-        for (int32_t p = 0; b0 + p * B < b1; p++)
+        for (int32_t p = 0; b0 + p * B < b1; p++) {
+            if (b0 + (p + PREFETCH_PAGES) * B < n_max)
+                prefetch_block(kv_block(e, st, layer, 1, gk, b0 / B + p + PREFETCH_PAGES), (size_t)B * e->row_bytes);
             vb[p] = v_rows(e, st, layer, gk, b0 / B + p, KVT_MIN(B, b1 - b0 - p * B), widen, vdq + (size_t)p * B * hd);
+        }
         for (int32_t t = 0; t < m;) { /* tokens that go on past the block */
             int32_t u = t;
             while (u < m && e->pos[i0 + u] + 1 > b1) u++;
@@ -218,7 +237,7 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
     float *scores = scratch;                                              /* (H, ld) */
     float *qh = scratch + e->sc_qh;                                       /* (H, hd) */
     float *kdq = scratch + e->sc_kdq;                                     /* (hd, B), q8_0 KV */
-    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp);            /* (max(H * hd, ld)), f16 KV */
+    uint16_t *tmp = (uint16_t *)(void *)(scratch + e->sc_tmp);            /* (H, hd), f16 KV */
     const float scale = hp->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd); /* q_scale: q is scaled already */
     const int f16 = e->p.kv_dtype == KVT_KV_F16, q8 = e->p.kv_dtype == KVT_KV_Q8_0;
     const size_t qrow = (size_t)G * (size_t)hd; /* one token's heads of gk */
@@ -238,6 +257,8 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
     for (int32_t t0 = lo / B * B; t0 < n_max; t0 += B) {
         const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
             kvt_eng_kv_offset(e, layer, 0, gk, 0);
+        if (t0 + PREFETCH_PAGES * B < n_max)
+            prefetch_block(kv_block(e, st, layer, 0, gk, t0 / B + PREFETCH_PAGES), (size_t)B * e->row_bytes);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_max - t0) - a; /* keys t0+a .. t0+a+T-1 */
         int32_t s = 0; /* leading tokens whose keys all come before this page */
         while (e->pos[i0 + s] < t0 + a) s++;
@@ -257,11 +278,8 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
         float *sg = scores + (size_t)r * (size_t)ld;
         const int32_t n_att = e->pos[i0 + r / G] + 1 - lo;
         if (hp->attn_softcap > 0) kvt_softcap(sg, n_att, hp->attn_softcap);
-        kvt_softmax_at(sg, n_att, lo);
-        if (f16 && ATTN_ROUND_TO_KV_DTYPE) { /* and so do the softmax weights */
-            kvt_f32_to_f16_row(sg, tmp, n_att);
-            kvt_f16_to_f32_row(tmp, sg, n_att);
-        }
+        if (f16 && ATTN_ROUND_TO_KV_DTYPE) kvt_softmax_at_f16(sg, n_att, lo); /* and so do the softmax weights */
+        else kvt_softmax_at(sg, n_att, lo);
     }
     value_pass(e, st, layer, gk, i0, m, lo, ld, scores, scratch);
 }

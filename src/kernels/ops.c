@@ -241,8 +241,8 @@ static double sc_exp_sum(float *x, float m, int64_t n, int ph) {
     }
     return sum;
 }
-static void sc_scale_row(float *x, int64_t n, float s) {
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
+static void sc_scale_row(float *x, int64_t n, float s, int f16) {
+    for (int64_t i = 0; i < n; i++) x[i] = f16 ? kvt_f16_to_f32(kvt_f32_to_f16(x[i] * s)) : x[i] * s;
 }
 
 static float sc_max(const float *x, int64_t n) {
@@ -429,12 +429,15 @@ void kvt_rmsnorm_rows(float *out, const float *x, const float *weight, int64_t r
 
 void kvt_softmax(float *x, int64_t n) { kvt_softmax_at(x, n, 0); }
 
-void kvt_softmax_at(float *x, int64_t n, int64_t first) {
+static void softmax_row(float *x, int64_t n, int64_t first, int f16) {
     const kvt_ops_vtable *v = ops();
     float m = v->max(x, n);
     float inv = (float)(1.0 / v->exp_sum(x, m, n, (int)(first % KVT_LANES))); /* as ggml: 1/sum in double */
-    v->scale_row(x, n, inv);
+    v->scale_row(x, n, inv, f16);
 }
+
+void kvt_softmax_at(float *x, int64_t n, int64_t first) { softmax_row(x, n, first, 0); }
+void kvt_softmax_at_f16(float *x, int64_t n, int64_t first) { softmax_row(x, n, first, 1); }
 
 /* ---- weight matrices --------------------------------------------------- */
 

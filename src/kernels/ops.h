@@ -149,6 +149,9 @@ void kvt_softmax(float *x, int64_t n);
  * summed as llama.cpp's softmax sums them over a KV cache whose cell i holds
  * position i, in chunks of 16 cells (kvt_softmax: first = 0). */
 void kvt_softmax_at(float *x, int64_t n, int64_t first);
+/* kvt_softmax_at, then each weight rounded to f16 and back (as llama.cpp's
+ * weights meet an f16 KV cache), in the same pass as the 1/sum scaling. */
+void kvt_softmax_at_f16(float *x, int64_t n, int64_t first);
 /* The kernels' own exp (|rel err| < 2e-7 vs expf), exposed for tests and for
  * callers that need the same bits. Inputs below ~-87.3 give 0, above 88 give exp(88). */
 float kvt_expf(float x);

@@ -349,9 +349,17 @@ static T2 double exp_sum(float *x, float m, int64_t n, int ph) {
     return sum;
 }
 
-static T2 void scale_row(float *x, int64_t n, float s) {
+static T2 void scale_row(float *x, int64_t n, float s, int f16) {
     const __m256 vs = _mm256_set1_ps(s);
     int64_t i = 0;
+    if (f16) {
+        for (; i + H <= n; i += H)
+            _mm256_storeu_ps(
+                x + i,
+                _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT)));
+        for (; i < n; i++) x[i] = _cvtsh_ss(_cvtss_sh(x[i] * s, _MM_FROUND_TO_NEAREST_INT));
+        return;
+    }
     for (; i + H <= n; i += H) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
     for (; i < n; i++) x[i] *= s;
 }

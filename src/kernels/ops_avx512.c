@@ -551,14 +551,23 @@ static T512 double exp_sum(float *x, float m, int64_t n, int ph) {
     return sum;
 }
 
-static T512 void scale_row(float *x, int64_t n, float s) {
+INLINE512 void scale_row_as(float *x, int64_t n, float s, const int f16) {
     const __m512 vs = _mm512_set1_ps(s);
     int64_t i = 0;
-    for (; i + V <= n; i += V) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vs));
+    for (; i + V <= n; i += V) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vs);
+        _mm512_storeu_ps(x + i, f16 ? round_f16(v) : v);
+    }
     if (i < n) {
         const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        _mm512_mask_storeu_ps(x + i, m, f16 ? round_f16(v) : v);
     }
+}
+
+static T512 void scale_row(float *x, int64_t n, float s, int f16) {
+    if (f16) scale_row_as(x, n, s, 1);
+    else scale_row_as(x, n, s, 0);
 }
 
 static T512 float vmax(const float *x, int64_t n) {

@@ -80,8 +80,8 @@ typedef struct {
      * +0), the chunk sums added in order in double. */
     double (*exp_sum)(float *x, float m, int64_t n, int ph);
     float (*max)(const float *x, int64_t n);
-    /* x[i] *= s, one rounding each. */
-    void (*scale_row)(float *x, int64_t n, float s);
+    /* x[i] *= s, one rounding each; with f16, then rounded to f16 and back. */
+    void (*scale_row)(float *x, int64_t n, float s, int f16);
     void (*silu_mul)(float *gate, const float *up, int64_t n);
     /* attention (attn.h): kvt_attn_qk, and kvt_attn_av_lanes (kvt_attn_av is lanes 0..16) */
     void (*attn_qk)(const float *q, int32_t G, int32_t hd, const void *kt, int32_t stride, int kind, int32_t t_base,

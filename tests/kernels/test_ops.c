@@ -803,6 +803,15 @@ static void test_elementwise(void) {
                 kvt_ops_force_variant(variants[v]);
                 CHECKF(!memcmp(s0, s1, sizeof(float) * (size_t)len), "%s softmax from %d, %d long, differs from scalar",
                        variants[v], firsts[fi], len);
+                /* the f16-rounded weights: the softmax's bits, each rounded to f16 and back, in every variant */
+                static float r0[N], r1[N];
+                static uint16_t h[N];
+                for (int i = 0; i < len; i++) r1[i] = a[(i * 7) % n] * 9;
+                kvt_softmax_at_f16(r1, len, firsts[fi]);
+                kvt_f32_to_f16_row(s0, h, len);
+                kvt_f16_to_f32_row(h, r0, len);
+                CHECKF(!memcmp(r0, r1, sizeof(float) * (size_t)len),
+                       "%s f16 softmax from %d, %d long, is not the rounded softmax", variants[v], firsts[fi], len);
             }
 
         memcpy(y0, b, sizeof b);
