@@ -686,10 +686,12 @@ int main(int argc, char **argv) {
                 info("gpu_name", gi[o.device - 1].name);
                 info("gpu_driver", gi[o.device - 1].driver);
                 info("gpu_api", gi[o.device - 1].api);
-                figure("gpu_mm_toks", gi[o.device - 1].mm_toks,
-                       "matmul workgroups: one weight row, 8 tokens for batches up to 8 (decode), %u for longer "
-                       "ones (prefill; KVT_VK_MM_TOKS picks 8, 16 or 32)",
-                       gi[o.device - 1].mm_toks);
+                const kvt_gpu_info *g = &gi[o.device - 1];
+                figure("gpu_mm_toks", g->mm_toks,
+                       "matmul workgroups: %u weight rows x 8 tokens for batches up to 8 (decode), %u rows x %u "
+                       "tokens for longer ones (prefill; KVT_VK_MM_TOKS picks 8, 16 or 32, KVT_VK_MM_ROWS 1..8)",
+                       g->mm_rows, g->mm_rows_wide, g->mm_toks);
+                printf("gpu_mm_rows=%u\ngpu_mm_rows_wide=%u\n", g->mm_rows, g->mm_rows_wide);
             }
             free(gi);
         }

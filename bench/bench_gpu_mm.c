@@ -5,8 +5,8 @@
  * timestamps, else the wall clock around each submission), the weight bytes
  * read per second, and the sum over the layer's seven matrices. For the
  * quantized types the time includes the activation quantize pass that the
- * matmul records. Which dot-product path ran (OpSDot or plain integers) is
- * printed. Numbers only; never passes or fails on time. usage: bench_gpu_mm --help */
+ * matmul records. Which dot-product path ran (OpSDot or plain integers) and
+ * the workgroups' shape (weight rows x tokens) are printed. Numbers only; never passes or fails on time. usage: bench_gpu_mm --help */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +34,8 @@ static void usage(FILE *f) {
             "  --reps N              timed runs per case after one warm-up, the median reported (default 5,\n"
             "                        at most 64)\n"
             "  --help                this text\n"
-            "Every figure prints as a sentence and as a key=value line.\n");
+            "Every figure prints as a sentence and as a key=value line. KVT_VK_MM_TOKS (8, 16, 32) and\n"
+            "KVT_VK_MM_ROWS (1..8) in the environment pick the matmul workgroups' tokens and rows.\n");
 }
 
 static const struct {
@@ -208,10 +209,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     const kvt_gpu_info *in = kvt_gpu_dev_info(d);
-    printf("device %s (%s), driver %s; quantized dots: %s; matmul workgroups: one row, 8 tokens for batches "
-           "up to 8, %u beyond\ngpu=%s\nint_dot=%d\nmm_toks=%u\n",
+    printf("device %s (%s), driver %s; quantized dots: %s; matmul workgroups: %u rows x 8 tokens for batches "
+           "up to 8, %u rows x %u tokens beyond\ngpu=%s\nint_dot=%d\nmm_toks=%u\nmm_rows=%u\nmm_rows_wide=%u\n",
            in->name, in->type, in->driver, in->int_dot ? "integer dot products (OpSDot)" : "plain integer multiplies",
-           in->mm_toks, in->name, in->int_dot, in->mm_toks);
+           in->mm_rows, in->mm_rows_wide, in->mm_toks, in->name, in->int_dot, in->mm_toks, in->mm_rows,
+           in->mm_rows_wide);
     int rc = run(d, k, shape, types, nt, toks, nn, reps);
     kvt_gpu_kernels_free(k);
     kvt_gpu_close(d);

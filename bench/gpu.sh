@@ -38,8 +38,10 @@
 # layer of SHAPE, decode and prefill, at most MM_MAX_S (60) seconds, when more
 # than 300 s of the budget are left.
 # Both print the weight matmul's workgroup shape (tokens per workgroup for
-# prefill batches: bench_phase2.gpu_mm_toks and bench_mm.mm_toks in results.txt,
-# a sentence in the summary); KVT_VK_MM_TOKS=8|16|32 in the environment picks it.
+# prefill batches, weight rows per workgroup for decode and for prefill:
+# bench_phase2.gpu_mm_toks, gpu_mm_rows, gpu_mm_rows_wide and bench_mm.mm_toks,
+# mm_rows, mm_rows_wide in results.txt, a sentence in the summary);
+# KVT_VK_MM_TOKS=8|16|32 and KVT_VK_MM_ROWS=1..8 in the environment pick it.
 # REDIS_URL=redis://... adds T3 to phase 2; without it a redis-server on PATH
 # is started on 127.0.0.1:REDIS_PORT (6391); NO_REDIS=1 skips T3.
 # Numbers only; it never passes or fails on time. Exit status: 0 when every

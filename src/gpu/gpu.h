@@ -46,15 +46,17 @@ typedef struct {
     uint64_t heap_bytes[KVT_GPU_MAX_HEAPS];
     int heap_device_local[KVT_GPU_MAX_HEAPS];
     uint32_t subgroup_size;
-    int fp16;             /* 16-bit float arithmetic in shaders */
-    int int8;             /* 8-bit integer arithmetic in shaders */
-    int int_dot;          /* integer dot products in use (OpSDot): set when the device is opened */
-    uint64_t max_binding; /* the largest storage buffer one binding may cover */
-    int timestamps;       /* the compute queue can write timestamps */
-    uint32_t mm_toks;     /* tokens per workgroup of the weight matmuls for batches of more than 8 tokens
+    int fp16;              /* 16-bit float arithmetic in shaders */
+    int int8;              /* 8-bit integer arithmetic in shaders */
+    int int_dot;           /* integer dot products in use (OpSDot): set when the device is opened */
+    uint64_t max_binding;  /* the largest storage buffer one binding may cover */
+    int timestamps;        /* the compute queue can write timestamps */
+    uint32_t mm_toks;      /* tokens per workgroup of the weight matmuls for batches of more than 8 tokens
                              (32, or 16 or 8 where shared memory is small; KVT_VK_MM_TOKS picks one);
                              up to 8 tokens always run 8 to a workgroup */
-    char numerics[80];    /* what decides this device's bits: driver version, pipeline-cache UUID and a
+    uint32_t mm_rows;      /* weight rows per workgroup of those matmuls for batches of up to 8 tokens (4) */
+    uint32_t mm_rows_wide; /* and for longer batches (2, with mm_toks tokens); KVT_VK_MM_ROWS sets both */
+    char numerics[80];     /* what decides this device's bits: driver version, pipeline-cache UUID and a
                               hash of the built-in shaders, as hex ("drv-uuid-spirv") */
 } kvt_gpu_info;
 

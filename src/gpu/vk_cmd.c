@@ -72,8 +72,7 @@ static int pipe_build(kvt_gpu_pipe *p) {
     return rc;
 }
 
-/* kvt_vk_pipe_lazy with specialization constants (kvt_vk_pipe_new_spec's). */
-static int pipe_lazy_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
+int kvt_vk_pipe_lazy_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
                           uint32_t n_spec, kvt_gpu_pipe **out) {
     *out = NULL;
     const kvt_vk_spirv *s = find_shader(name);
@@ -96,12 +95,12 @@ static int pipe_lazy_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t
 }
 
 int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out) {
-    return pipe_lazy_spec(d, name, n_bufs, push_bytes, NULL, 0, out);
+    return kvt_vk_pipe_lazy_spec(d, name, n_bufs, push_bytes, NULL, 0, out);
 }
 
 int kvt_vk_pipe_new_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
                          uint32_t n_spec, kvt_gpu_pipe **out) {
-    int rc = pipe_lazy_spec(d, name, n_bufs, push_bytes, spec, n_spec, out);
+    int rc = kvt_vk_pipe_lazy_spec(d, name, n_bufs, push_bytes, spec, n_spec, out);
     if (!rc && (rc = pipe_build(*out)) != 0) {
         kvt_gpu_pipe_free(*out);
         *out = NULL;

@@ -182,6 +182,9 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
         d->ts_period = p.limits.timestampPeriod;
         d->nonatomic = p.limits.nonCoherentAtomSize ? p.limits.nonCoherentAtomSize : 1;
         rc = kvt_vk_mm_toks(p.limits.maxComputeSharedMemorySize, &d->info.mm_toks);
+        if (!rc)
+            rc = kvt_vk_mm_rows(p.limits.maxComputeSharedMemorySize, d->info.mm_toks, &d->info.mm_rows,
+                                &d->info.mm_rows_wide);
         d->vi.f.vkGetPhysicalDeviceMemoryProperties(d->pd, &d->mem);
         d->force_staging = env_flag("KVT_VK_FORCE_STAGING");
         max_pinned_of(d);

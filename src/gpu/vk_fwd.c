@@ -253,8 +253,8 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
     if (rc) return rc;
     int which = w->q ? 3 + (int)(w->q - QFMT) : w->type == KVT_TYPE_F32 ? 0 : w->type == KVT_TYPE_BF16 ? 2 : 1;
     kvt_gpu_pipe *p;
-    uint32_t xbase = 0, toks;
-    rc = kvt_vk_mm_pipe(k, which, n_tok, &p, &toks);
+    uint32_t xbase = 0, toks, mrows;
+    rc = kvt_vk_mm_pipe(k, which, n_tok, &p, &toks, &mrows);
     kvt_gpu_buf *xin = x;
     if (w->q && !rc) {
         rc = quantize_acts(k, w->q, x, n_tok, w->cols, &xbase);
@@ -264,7 +264,7 @@ int kvt_gpu_rec_matmul(kvt_gpu_kernels *k, const kvt_gpu_wmat *w, kvt_gpu_buf *y
         uint32_t r0 = (uint32_t)s * w->slice_rows, n = KVT_MIN(w->slice_rows, w->rows - r0);
         uint32_t sbase = w->q ? n * (w->cols / w->q->elems) * code_words(w->q) : 0;
         uint32_t push[7] = {n, w->cols, n_tok, ldy, y_off + r0, sbase, xbase}, g[3];
-        kvt_vk_spread(n, &g[0], &g[2]);
+        kvt_vk_spread((n + mrows - 1) / mrows, &g[0], &g[2]); /* the last workgroup may hold fewer rows */
         g[1] = (n_tok + toks - 1) / toks;
         kvt_gpu_buf *b[3] = {y, w->slice[s], xin};
         rc = kvt_gpu_rec_dispatch(k->d, p, b, push, g);

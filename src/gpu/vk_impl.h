@@ -105,6 +105,14 @@ void kvt_vk_inst_free(kvt_vk_inst *vi);
  * max_shared bytes of compute shared memory: KVT_VK_MM_TOKS (8, 16 or 32) where set, else the widest that
  * fits. An unknown or too wide KVT_VK_MM_TOKS is KVT_EARG naming it (*toks keeps the widest). */
 int kvt_vk_mm_toks(uint32_t max_shared, uint32_t *toks);
+/* The weight matmuls' rows per workgroup (kvt_gpu_info.mm_rows, mm_rows_wide): KVT_VK_MM_ROWS_DECODE for
+ * batches of up to 8 tokens, KVT_VK_MM_ROWS_WIDE for longer ones (toks tokens to a workgroup), each halved
+ * until the device's max_shared bytes hold its trees; KVT_VK_MM_ROWS (1..KVT_VK_MM_ROWS_MAX) sets both where
+ * set. An unknown value, or one whose trees do not fit, is KVT_EARG naming it (the defaults kept). */
+int kvt_vk_mm_rows(uint32_t max_shared, uint32_t toks, uint32_t *rows, uint32_t *rows_wide);
+#define KVT_VK_MM_ROWS_DECODE 4
+#define KVT_VK_MM_ROWS_WIDE 2
+#define KVT_VK_MM_ROWS_MAX 8
 /* Fills info for physical device i. */
 void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info);
 /* A VkResult as a kvt error with "what: VK_ERROR_..." as the detail. */
@@ -178,6 +186,9 @@ struct kvt_gpu_pipe {
  * those cost a shader compile. The name and sizes are checked here. */
 int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out);
 
+/* kvt_vk_pipe_lazy with specialization constants (as kvt_vk_pipe_new_spec takes them). */
+int kvt_vk_pipe_lazy_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
+                          uint32_t n_spec, kvt_gpu_pipe **out);
 /* kvt_gpu_pipe_new with specialization constants: constant_id i of the shader
  * takes spec[i] for i < n_spec (at most KVT_VK_MAX_SPEC). */
 int kvt_vk_pipe_new_spec(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, const uint32_t *spec,
@@ -200,10 +211,11 @@ extern const size_t kvt_vk_n_shaders;
 struct kvt_gpu_kernels {
     kvt_gpu_dev *d;
     kvt_gpu_pipe *matmul_f16, *rmsnorm;
-    kvt_gpu_pipe *mm_f32, *mm_f16, *mm_bf16; /* weight matrices by type */
-    kvt_gpu_pipe *mm_q[KVT_VK_NQ]; /* the OpSDot shaders where the device has integer dot products, else plain */
-    /* The same matmuls (f32, f16, bf16, then mm_q's) with d->info.mm_toks tokens per workgroup for longer
-     * batches, each made on its first use (kvt_vk_mm_pipe), so a decode-only run never compiles them. */
+    /* The weight matmuls, 8 tokens and d->info.mm_rows rows to a workgroup: f32, f16, bf16, then the quantized
+     * types (the OpSDot shaders where the device has integer dot products, else plain). */
+    kvt_gpu_pipe *mm[3 + KVT_VK_NQ];
+    /* The same matmuls with d->info.mm_toks tokens and mm_rows_wide rows per workgroup for longer batches,
+     * each made on its first use (kvt_vk_mm_pipe), so a decode-only run never compiles them. */
     kvt_gpu_pipe *mm_wide[3 + KVT_VK_NQ];
     kvt_gpu_pipe *quant[2]; /* activations to Q8_0 / Q8_K (quant_q8_0, quant_q8_k) */
     /* The quantized activations of the last quantize pass, shared by the
@@ -227,8 +239,9 @@ void kvt_vk_arch_pipes_free(kvt_gpu_kernels *k);
 #define KVT_VK_MAX_GROUPS_X 32768u /* below the guaranteed maxComputeWorkGroupCount of 65535 */
 /* n workgroups along x, spilling into z past KVT_VK_MAX_GROUPS_X (the shaders index x + z * gx). */
 /* The weight matmul pipeline for n_tok tokens of weights `which` (0 f32, 1 f16, 2 bf16, 3 + i mm_q[i]) and
- * its tokens per workgroup: 8 up to 8 tokens, else d->info.mm_toks, that pipeline made on first use. */
-int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks);
+ * its tokens and rows per workgroup: 8 tokens and d->info.mm_rows up to 8 tokens, else d->info.mm_toks and
+ * mm_rows_wide, that pipeline made on first use. */
+int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks, uint32_t *rows);
 void kvt_vk_spread(uint32_t n, uint32_t *gx, uint32_t *gz);
 /* bytes of the buffer b must hold; KVT_ELIMIT naming op and what if not. */
 int kvt_vk_need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what);

@@ -204,9 +204,10 @@ static void numerics_text(const VkPhysicalDeviceProperties *p, kvt_gpu_info *inf
              (unsigned long long)shaders_hash());
 }
 
-/* Shared memory of the widest matmul shader, the K types' (matmul_q.glsl): the tree's MM_TOKS x KVT_WG
- * floats, the integer shares S and M as much again each, and common.glsl's KVT_WG floats. */
-static uint64_t mm_shared_bytes(uint32_t toks) { return (uint64_t)toks * 64 * 4 * 3 + 64 * 4; }
+/* Shared memory of the widest matmul shader, the K types' with mins (matmul_q.glsl), for rt = MM_ROWS x
+ * MM_TOKS: the trees' rt x KVT_WG words (which first hold the integer shares of S) and the shares of M as
+ * much again (common.glsl's kvt_part is unused there, and glslc -O drops it). */
+static uint64_t mm_shared_bytes(uint32_t rt) { return (uint64_t)rt * 64 * 4 * 2; }
 
 int kvt_vk_mm_toks(uint32_t max_shared, uint32_t *toks) {
     *toks = 8;
@@ -223,6 +224,32 @@ int kvt_vk_mm_toks(uint32_t max_shared, uint32_t *toks) {
                         "most %u)",
                         want, (unsigned long long)mm_shared_bytes(want), max_shared, *toks);
     *toks = want;
+    return 0;
+}
+
+/* The most rows, up to want, whose trees for toks tokens fit max_shared (at least 1). */
+static uint32_t rows_that_fit(uint32_t max_shared, uint32_t toks, uint32_t want) {
+    while (want > 1 && mm_shared_bytes(want * toks) > max_shared) want /= 2;
+    return want;
+}
+
+int kvt_vk_mm_rows(uint32_t max_shared, uint32_t toks, uint32_t *rows, uint32_t *rows_wide) {
+    *rows = rows_that_fit(max_shared, 8, KVT_VK_MM_ROWS_DECODE);
+    *rows_wide = toks > 8 ? rows_that_fit(max_shared, toks, KVT_VK_MM_ROWS_WIDE) : *rows;
+    const char *v = getenv("KVT_VK_MM_ROWS");
+    if (!v || !*v) return 0;
+    char *end;
+    long want = strtol(v, &end, 10);
+    if (*end || want < 1 || want > KVT_VK_MM_ROWS_MAX)
+        return kvt_fail(KVT_EARG, "KVT_VK_MM_ROWS must be 1..%d (rows per matmul workgroup), not '%s'",
+                        KVT_VK_MM_ROWS_MAX, v);
+    uint64_t need = mm_shared_bytes((uint32_t)want * KVT_MAX(toks, 8u));
+    if (need > max_shared)
+        return kvt_fail(KVT_EARG,
+                        "KVT_VK_MM_ROWS=%ld with %u tokens per workgroup needs %llu bytes of compute shared memory; "
+                        "this device has %u (KVT_VK_MM_TOKS=8 leaves more rows room)",
+                        want, KVT_MAX(toks, 8u), (unsigned long long)need, max_shared);
+    *rows = *rows_wide = (uint32_t)want;
     return 0;
 }
 
@@ -248,7 +275,9 @@ void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
     else snprintf(info->driver, sizeof info->driver, "version 0x%08x", p.driverVersion);
     info->subgroup_size = sub.subgroupSize;
     info->max_binding = p.limits.maxStorageBufferRange;
-    (void)kvt_vk_mm_toks(p.limits.maxComputeSharedMemorySize, &info->mm_toks); /* kvt_gpu_open reports a bad value */
+    /* kvt_gpu_open reports a bad KVT_VK_MM_TOKS or KVT_VK_MM_ROWS */
+    (void)kvt_vk_mm_toks(p.limits.maxComputeSharedMemorySize, &info->mm_toks);
+    (void)kvt_vk_mm_rows(p.limits.maxComputeSharedMemorySize, info->mm_toks, &info->mm_rows, &info->mm_rows_wide);
     numerics_text(&p, info);
     if (v12) {
         VkPhysicalDeviceShaderFloat16Int8Features f16 = {

@@ -27,20 +27,22 @@ static const char *mm_name(const kvt_gpu_dev *d, int which, char *buf, size_t ca
     return buf;
 }
 
-int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks) {
-    kvt_gpu_pipe *narrow[3] = {k->mm_f32, k->mm_f16, k->mm_bf16};
-    *p = which < 3 ? narrow[which] : k->mm_q[which - 3];
+int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks, uint32_t *rows) {
+    const kvt_gpu_info *in = &k->d->info;
+    *p = k->mm[which];
     *toks = 8;
-    uint32_t wide = k->d->info.mm_toks;
-    if (n_tok <= 8 || wide <= 8) return 0;
+    *rows = in->mm_rows;
+    if (n_tok <= 8 || in->mm_toks <= 8) return 0;
     if (!k->mm_wide[which]) {
         char name[32];
-        int rc = kvt_vk_pipe_new_spec(k->d, mm_name(k->d, which, name, sizeof name), 3, MM_PUSH * 4, &wide, 1,
+        uint32_t spec[2] = {in->mm_toks, in->mm_rows_wide};
+        int rc = kvt_vk_pipe_new_spec(k->d, mm_name(k->d, which, name, sizeof name), 3, MM_PUSH * 4, spec, 2,
                                       &k->mm_wide[which]);
         if (rc) return rc;
     }
     *p = k->mm_wide[which];
-    *toks = wide;
+    *toks = in->mm_toks;
+    *rows = in->mm_rows_wide;
     return 0;
 }
 
@@ -60,9 +62,6 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
         uint32_t push_words;
     } all[] = {{&k->matmul_f16, "matmul_f16", 3, 3},
                {&k->rmsnorm, "rmsnorm", 3, 3},
-               {&k->mm_f32, MM_NAMES[0], 3, MM_PUSH},
-               {&k->mm_f16, MM_NAMES[1], 3, MM_PUSH},
-               {&k->mm_bf16, MM_NAMES[2], 3, MM_PUSH},
                {&k->quant[0], "quant_q8_0", 2, QA_PUSH},
                {&k->quant[1], "quant_q8_k", 2, QA_PUSH},
                {&k->rope, "rope", 3, ROPE_PUSH},
@@ -77,9 +76,10 @@ int kvt_gpu_kernels_new(kvt_gpu_dev *d, kvt_gpu_kernels **out) {
     int rc = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
         rc = kvt_vk_pipe_lazy(d, all[i].name, all[i].n_bufs, all[i].push_words * 4, all[i].p);
-    for (int i = 0; i < KVT_VK_NQ && !rc; i++) {
+    uint32_t spec[2] = {8, d->info.mm_rows}; /* MM_TOKS, MM_ROWS (matmul_w.glsl) */
+    for (int i = 0; i < 3 + KVT_VK_NQ && !rc; i++) {
         char name[32];
-        rc = kvt_vk_pipe_lazy(d, mm_name(d, 3 + i, name, sizeof name), 3, MM_PUSH * 4, &k->mm_q[i]);
+        rc = kvt_vk_pipe_lazy_spec(d, mm_name(d, i, name, sizeof name), 3, MM_PUSH * 4, spec, 2, &k->mm[i]);
     }
     if (!rc) rc = kvt_vk_arch_pipes_new(k);
     if (rc) {
@@ -94,11 +94,10 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     if (!k) return;
     kvt_gpu_pipe_free(k->matmul_f16);
     kvt_gpu_pipe_free(k->rmsnorm);
-    kvt_gpu_pipe *more[] = {k->mm_f32, k->mm_f16, k->mm_bf16, k->quant[0], k->quant[1], k->rope, k->add, k->silu_mul};
+    kvt_gpu_pipe *more[] = {k->quant[0], k->quant[1], k->rope, k->add, k->silu_mul};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
     for (int t = 0; t < KVT_GPU_KV_DTYPES; t++) kvt_gpu_pipe_free(k->kv_store[t]), kvt_gpu_pipe_free(k->attention[t]);
-    for (int i = 0; i < KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_q[i]);
-    for (int i = 0; i < 3 + KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm_wide[i]);
+    for (int i = 0; i < 3 + KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm[i]), kvt_gpu_pipe_free(k->mm_wide[i]);
     kvt_gpu_buf_free(k->xq);
     for (int i = 0; i < k->n_retired; i++) kvt_gpu_buf_free(k->retired[i]);
     free(k->retired);

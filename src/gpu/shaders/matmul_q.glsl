@@ -24,7 +24,8 @@
 // S = sum_g sc[g] * (sum_g(u * q) - off * bsum[g]) and
 // M = sum_g mn[g] * bsum[g], then acc = fma(float(S), d * d_x, acc) and, with
 // mins, acc = fma(-float(M), dmin * d_x, acc). Invocation l takes blocks l,
-// l + KVT_WG, ... in order, for each token; the fixed tree sums the shares.
+// l + KVT_WG, ... in order, for each row and token of its workgroup, loading
+// each activation block once for all the rows; the fixed tree sums the shares.
 #define MM_XQ
 #define MM_Q8_0 1
 #define MM_Q4_0 2
@@ -124,28 +125,46 @@ void load_block(uint s, out uint q[8]) {
 #endif
 }
 
-void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
+// Invocation l takes blocks b = l, l + KVT_WG, ... of each row: it loads the
+// nr rows' weights of block b, then each token's activation block once for
+// all of them.
+void row_dot(uint r0, uint nr, uint t0, uint nt, inout float acc[MM_RT]) {
     uint nb = pc.cols >> 5;
     for (uint b = gl_LocalInvocationID.x; b < nb; b += KVT_WG) {
-        uint s = r * nb + b;
+        uint q[MM_ROWS * 8u];
+        float dw[MM_ROWS];
 #ifdef MM_MIN
-        uint dm = w[pc.sbase + s];
-        float dw = kvt_f16_to_f32(dm & 0xffffu), mw = kvt_f16_to_f32(dm >> 16);
+        float mw[MM_ROWS];
+#endif
+        for (uint i = 0u; i < nr; i++) {
+            uint s = (r0 + i) * nb + b, qi[8];
+#ifdef MM_MIN
+            uint dm = w[pc.sbase + s];
+            dw[i] = kvt_f16_to_f32(dm & 0xffffu);
+            mw[i] = kvt_f16_to_f32(dm >> 16);
 #else
-        float dw = kvt_f16_to_f32((w[pc.sbase + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu);
+            dw[i] = kvt_f16_to_f32((w[pc.sbase + (s >> 1)] >> ((s & 1u) * 16u)) & 0xffffu);
 #endif
-        uint q[8];
-        load_block(s, q);
+            load_block(s, qi);
+            for (uint j = 0u; j < 8u; j++) q[i * 8u + j] = qi[j];
+        }
         for (uint k = 0u; k < nt; k++) {
-            uint xb = (t0 + k) * nb + b;
-            int isum = 0;
-            for (uint j = 0u; j < 8u; j++) isum += kvt_dot4(q[j], xq[xb * 8u + j]);
-            precise float dd = dw * uintBitsToFloat(xq[pc.xbase + xb]);
-            precise float v = fma(float(isum), dd, acc[k]);
+            uint xb = (t0 + k) * nb + b, xw[8];
+            for (uint j = 0u; j < 8u; j++) xw[j] = xq[xb * 8u + j];
+            float dx = uintBitsToFloat(xq[pc.xbase + xb]);
 #ifdef MM_MIN
-            v = fma(mw, uintBitsToFloat(xq[pc.xbase + pc.n_tok * nb + xb]), v);
+            float sx = uintBitsToFloat(xq[pc.xbase + pc.n_tok * nb + xb]);
 #endif
-            acc[k] = v;
+            for (uint i = 0u; i < nr; i++) {
+                int isum = 0;
+                for (uint j = 0u; j < 8u; j++) isum += kvt_dot4(q[i * 8u + j], xw[j]);
+                precise float dd = dw[i] * dx;
+                precise float v = fma(float(isum), dd, acc[i * MM_TOKS + k]);
+#ifdef MM_MIN
+                v = fma(mw[i], sx, v);
+#endif
+                acc[i * MM_TOKS + k] = v;
+            }
         }
     }
 }
@@ -160,66 +179,66 @@ int bsum(uint xs, uint g) {
 
 // A super-block's 256 weights are 8 parts of 32: Q4_K and Q5_K's sub-blocks
 // (a 6-bit scale and min each), the groups 2j and 2j + 1 of Q2_K, Q3_K and
-// Q6_K. kq_part gives part j's share of S and M against Q8_K block xs.
+// Q6_K. kq_load gives part j's 32 codes (8 words, group 2j's then 2j + 1's,
+// in the order of the activations' words 8j .. 8j + 7 of a Q8_K block) and
+// each group's scale and min; kq_dot, the part's share of S and M against
+// those activation words and the groups' sums bs:
+// S = sum_g sc[g] * (sum_g(code * q) - KQ_OFF * bs[g]), M = sum_g mn[g] * bs[g]
+// (Q4_K and Q5_K give both groups their sub-block's scale and min).
 #if MM_TYPE == MM_Q2_K || MM_TYPE == MM_Q3_K
 #if MM_TYPE == MM_Q2_K
 #define CW 20u // qs[64], then scales[16] (a scale in the low nibble, a min in the high, per group)
 #define MW 1u  // d, dmin (f16)
+#define KQ_OFF 0
 #else
 #define CW 24u // qs[64], then hmask[32]
 #define MW 4u  // scales[12] (sixteen 6-bit scales biased by 32), then d
+#define KQ_OFF 4
 #endif
 
-int kq_part(uint s, uint xs, uint j, out int M) {
-    uint cb = s * CW, xb = xs * 64u;
+void kq_load(uint s, uint j, out uint code[8], out int sc[2], out int mn[2]) {
+    uint cb = s * CW;
     // weight 32j + l: bits 2(j % 4) of qs[32(j / 4) + l] (Q3_K: bit j of hmask[l] is bit 2)
     uint h = j >> 2, sh = 2u * (j & 3u);
-    int S = 0;
-    M = 0;
-    for (uint g = 0u; g < 2u; g++) {
-        int is = 0;
-        for (uint i = 4u * g; i < 4u * g + 4u; i++) {
-            uint code = (w[cb + 8u * h + i] >> sh) & 0x03030303u;
+    for (uint i = 0u; i < 8u; i++) {
+        code[i] = (w[cb + 8u * h + i] >> sh) & 0x03030303u;
 #if MM_TYPE == MM_Q3_K
-            code |= ((w[cb + 16u + i] >> j) & 0x01010101u) << 2;
+        code[i] |= ((w[cb + 16u + i] >> j) & 0x01010101u) << 2;
 #endif
-            is += kvt_dot4(code, xq[xb + 8u * j + i]);
-        }
+    }
+    for (uint g = 0u; g < 2u; g++) {
         uint gg = 2u * j + g;
 #if MM_TYPE == MM_Q2_K
         uint sb = w_byte(cb + 16u, gg);
-        S += int(sb & 15u) * is;
-        M += int(sb >> 4) * bsum(xs, gg);
+        sc[g] = int(sb & 15u);
+        mn[g] = int(sb >> 4);
 #else
         uint mb = pc.sbase + s * MW;
         // group g's low 4 bits: nibble g / 8 of byte g % 8; its high 2: bits 2(g / 4) of byte 8 + g % 4
         uint lo = (w_byte(mb, gg & 7u) >> (4u * (gg >> 3))) & 15u, hi = (w_byte(mb, 8u + (gg & 3u)) >> (2u * (gg >> 2))) & 3u;
-        int sc = int(lo | (hi << 4)) - 32;
-        S += sc * (is - 4 * bsum(xs, gg));
+        sc[g] = int(lo | (hi << 4)) - 32;
+        mn[g] = 0;
 #endif
     }
-    return S;
 }
 #elif MM_TYPE == MM_Q6_K
 #define CW 48u // ql[128], then qh[64]
 #define MW 5u  // scales[16] (int8), then d
+#define KQ_OFF 32
 
-int kq_part(uint s, uint xs, uint j, out int M) {
-    uint cb = s * CW, mb = pc.sbase + s * MW, xb = xs * 64u;
-    int S = 0;
-    M = 0;
-    for (uint g = 2u * j; g < 2u * j + 2u; g++) {
+void kq_load(uint s, uint j, out uint code[8], out int sc[2], out int mn[2]) {
+    uint cb = s * CW, mb = pc.sbase + s * MW;
+    for (uint e = 0u; e < 2u; e++) {
+        uint g = 2u * j + e;
         // weight i = 128h + 32p + l: nibble p/2 of ql[64h + 32(p%2) + l], bits 2p of qh[32h + l]
         uint h = g >> 3, p = (g & 7u) >> 1, wb = (g & 1u) * 4u;
-        int is = 0;
         for (uint i = 0u; i < 4u; i++) {
             uint ql = w[cb + 16u * h + 8u * (p & 1u) + wb + i], qh = w[cb + 32u + 8u * h + wb + i];
-            uint code = ((ql >> (4u * (p >> 1))) & 0x0f0f0f0fu) | (((qh >> (2u * p)) & 0x03030303u) << 4);
-            is += kvt_dot4(code, xq[xb + 4u * g + i]);
+            code[4u * e + i] = ((ql >> (4u * (p >> 1))) & 0x0f0f0f0fu) | (((qh >> (2u * p)) & 0x03030303u) << 4);
         }
-        S += bitfieldExtract(int(w_byte(mb, g)), 0, 8) * (is - 32 * bsum(xs, g));
+        sc[e] = bitfieldExtract(int(w_byte(mb, g)), 0, 8);
+        mn[e] = 0;
     }
-    return S;
 }
 #else
 #if MM_TYPE == MM_Q4_K
@@ -228,70 +247,118 @@ int kq_part(uint s, uint xs, uint j, out int M) {
 #define CW 40u // qs[128], then qh[32]
 #endif
 #define MW 4u // d, dmin (f16), scales[12]
+#define KQ_OFF 0
 
-int kq_part(uint s, uint xs, uint j, out int M) {
-    uint cb = s * CW, mb = pc.sbase + s * MW, xb = xs * 64u;
+void kq_load(uint s, uint j, out uint code[8], out int sc[2], out int mn[2]) {
+    uint cb = s * CW, mb = pc.sbase + s * MW;
     // weight 64c + 32h + l: nibble h of qs[32c + l] (Q5_K: bit 2c + h of qh[l])
     uint c = j >> 1, h = j & 1u;
-    int is = 0;
     for (uint i = 0u; i < 8u; i++) {
-        uint code = (w[cb + 8u * c + i] >> (4u * h)) & 0x0f0f0f0fu;
+        code[i] = (w[cb + 8u * c + i] >> (4u * h)) & 0x0f0f0f0fu;
 #if MM_TYPE == MM_Q5_K
-        code |= ((w[cb + 32u + i] >> (2u * c + h)) & 0x01010101u) << 4;
+        code[i] |= ((w[cb + 32u + i] >> (2u * c + h)) & 0x01010101u) << 4;
 #endif
-        is += kvt_dot4(code, xq[xb + 16u * c + 8u * h + i]);
     }
-    uint sc, mn;
+    uint scl, mnl;
     if (j < 4u) {
-        sc = w_byte(mb, 4u + j) & 63u;
-        mn = w_byte(mb, 8u + j) & 63u;
+        scl = w_byte(mb, 4u + j) & 63u;
+        mnl = w_byte(mb, 8u + j) & 63u;
     } else {
-        sc = (w_byte(mb, 8u + j) & 15u) | ((w_byte(mb, j) >> 6) << 4);
-        mn = (w_byte(mb, 8u + j) >> 4) | ((w_byte(mb, 4u + j) >> 6) << 4);
+        scl = (w_byte(mb, 8u + j) & 15u) | ((w_byte(mb, j) >> 6) << 4);
+        mnl = (w_byte(mb, 8u + j) >> 4) | ((w_byte(mb, 4u + j) >> 6) << 4);
     }
-    M = int(mn) * (bsum(xs, 2u * j) + bsum(xs, 2u * j + 1u));
-    return int(sc) * is;
+    sc[0] = sc[1] = int(scl);
+    mn[0] = mn[1] = int(mnl);
 }
 #endif
 
-shared int kq_s[MM_TOKS][KVT_WG], kq_m[MM_TOKS][KVT_WG];
+#if MM_TYPE != MM_Q6_K && MM_TYPE != MM_Q3_K
+#define KQ_MIN 1
+#endif
+
+// Part shares as integers: exact, so the grouping of the sums does not matter.
+int kq_dot(uint code[8], int sc[2], int mn[2], uint xw[8], int bs[2], out int M) {
+    int S = 0;
+    M = 0;
+    for (uint g = 0u; g < 2u; g++) {
+        int is = 0;
+        for (uint i = 4u * g; i < 4u * g + 4u; i++) is += kvt_dot4(code[i], xw[i]);
+        S += sc[g] * (is - KQ_OFF * bs[g]);
+        M += mn[g] * bs[g];
+    }
+    return S;
+}
+
+// The shares of S meet in mm_part (the frame's trees use it only after
+// row_dot), those of M in kq_m.
+#ifdef KQ_MIN
+shared uint kq_m[MM_RT][KVT_WG];
+#endif
 
 // Invocations 8q .. 8q + 7 take the 8 parts of super-blocks q, q + KVT_WG/8,
-// ... of the row; their shares of S and M (integers, so exact in any order)
-// meet in shared memory, and invocation 8q does that super-block's fmas. So a
-// row of few super-blocks still keeps every invocation busy.
-void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
-    uint nsb = pc.cols >> 8, l = gl_LocalInvocationID.x, per = KVT_WG / 8u;
+// ... of the rows; each loads its part of the nr rows' weights, then each
+// token's activation words once for all of them. Their shares of S and M
+// (integers, so exact in any order) meet in shared memory, and invocation 8q
+// does that super-block's fmas for each (row, token). So a row of few
+// super-blocks still keeps every invocation busy.
+void row_dot(uint r0, uint nr, uint t0, uint nt, inout float acc[MM_RT]) {
+    uint nsb = pc.cols >> 8, l = gl_LocalInvocationID.x, per = KVT_WG / 8u, j = l & 7u;
     for (uint b0 = 0u; b0 < nsb; b0 += per) { // the same trip count in every invocation: barriers are uniform
-        uint b = b0 + (l >> 3), s = r * nsb + b;
-        for (uint k = 0u; k < nt; k++) {
-            int S = 0, M = 0;
-            if (b < nsb) S = kq_part(s, (t0 + k) * nsb + b, l & 7u, M);
-            kq_s[k][l] = S;
-            kq_m[k][l] = M;
+        uint b = b0 + (l >> 3);
+        if (b < nsb) {
+            uint code[MM_ROWS * 8u];
+            int sc[MM_ROWS * 2u], mn[MM_ROWS * 2u];
+            for (uint i = 0u; i < nr; i++) {
+                uint c8[8];
+                int s2[2], m2[2];
+                kq_load((r0 + i) * nsb + b, j, c8, s2, m2);
+                for (uint e = 0u; e < 8u; e++) code[i * 8u + e] = c8[e];
+                for (uint g = 0u; g < 2u; g++) sc[i * 2u + g] = s2[g], mn[i * 2u + g] = m2[g];
+            }
+            for (uint k = 0u; k < nt; k++) {
+                uint xs = (t0 + k) * nsb + b, xw[8];
+                for (uint e = 0u; e < 8u; e++) xw[e] = xq[xs * 64u + 8u * j + e];
+                int bs[2] = int[2](bsum(xs, 2u * j), bsum(xs, 2u * j + 1u));
+                for (uint i = 0u; i < nr; i++) {
+                    uint c8[8];
+                    for (uint e = 0u; e < 8u; e++) c8[e] = code[i * 8u + e];
+                    int M, S = kq_dot(c8, int[2](sc[i * 2u], sc[i * 2u + 1u]), int[2](mn[i * 2u], mn[i * 2u + 1u]), xw,
+                                      bs, M);
+                    mm_part[i * MM_TOKS + k][l] = uint(S);
+#ifdef KQ_MIN
+                    kq_m[i * MM_TOKS + k][l] = uint(M);
+#endif
+                }
+            }
         }
         barrier();
-        if (b < nsb && (l & 7u) == 0u) {
+        if (b < nsb && j == 0u) {
+            for (uint i = 0u; i < nr; i++) {
+                uint s = (r0 + i) * nsb + b;
 #if MM_TYPE == MM_Q6_K || MM_TYPE == MM_Q3_K
-            float d = kvt_f16_to_f32(w[pc.sbase + s * MW + MW - 1u] & 0xffffu); // d after the scales
+                float d = kvt_f16_to_f32(w[pc.sbase + s * MW + MW - 1u] & 0xffffu); // d after the scales
 #else
-            uint m0 = w[pc.sbase + s * MW];
-            float d = kvt_f16_to_f32(m0 & 0xffffu), dmin = kvt_f16_to_f32(m0 >> 16);
+                uint m0 = w[pc.sbase + s * MW];
+                float d = kvt_f16_to_f32(m0 & 0xffffu), dmin = kvt_f16_to_f32(m0 >> 16);
 #endif
-            for (uint k = 0u; k < nt; k++) {
-                int S = 0, M = 0;
-                for (uint i = 0u; i < 8u; i++) {
-                    S += kq_s[k][l + i];
-                    M += kq_m[k][l + i];
+                for (uint k = 0u; k < nt; k++) {
+                    uint a = i * MM_TOKS + k;
+                    int S = 0, M = 0;
+                    for (uint e = 0u; e < 8u; e++) {
+                        S += int(mm_part[a][l + e]);
+#ifdef KQ_MIN
+                        M += int(kq_m[a][l + e]);
+#endif
+                    }
+                    float dx = uintBitsToFloat(xq[pc.xbase + (t0 + k) * nsb + b]);
+                    precise float dd = d * dx;
+                    precise float v = fma(float(S), dd, acc[a]);
+#ifdef KQ_MIN
+                    precise float dm = dmin * dx;
+                    v = fma(-float(M), dm, v);
+#endif
+                    acc[a] = v;
                 }
-                float dx = uintBitsToFloat(xq[pc.xbase + (t0 + k) * nsb + b]);
-                precise float dd = d * dx;
-                precise float v = fma(float(S), dd, acc[k]);
-#if MM_TYPE != MM_Q6_K && MM_TYPE != MM_Q3_K
-                precise float dm = dmin * dx;
-                v = fma(-float(M), dm, v);
-#endif
-                acc[k] = v;
             }
         }
         barrier();

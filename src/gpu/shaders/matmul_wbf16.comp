@@ -16,14 +16,19 @@ float kvt_round_bf16(float x) {
     return uintBitsToFloat(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
 }
 
-void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
-    uint wb = r * pc.cols;
+void row_dot(uint r0, uint nr, uint t0, uint nt, inout float acc[MM_RT]) {
     for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) {
-        uint i = wb + c;
-        float wv = uintBitsToFloat(((w[i >> 1] >> ((i & 1u) * 16u)) & 0xffffu) << 16);
-        for (uint k = 0u; k < nt; k++) {
-            precise float v = fma(wv, kvt_round_bf16(x[(t0 + k) * pc.cols + c]), acc[k]);
-            acc[k] = v;
+        float wv[MM_ROWS];
+        for (uint i = 0u; i < nr; i++) {
+            uint e = (r0 + i) * pc.cols + c;
+            wv[i] = uintBitsToFloat(((w[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu) << 16);
+        }
+        for (uint k = 0u; k < nt; k++) { // each activation rounded once for the nr rows
+            float xv = kvt_round_bf16(x[(t0 + k) * pc.cols + c]);
+            for (uint i = 0u; i < nr; i++) {
+                precise float v = fma(wv[i], xv, acc[i * MM_TOKS + k]);
+                acc[i * MM_TOKS + k] = v;
+            }
         }
     }
 }

@@ -7,10 +7,13 @@
 
 layout(std430, set = 0, binding = 1) readonly buffer W { uint w[]; };
 
-void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
-    uint wb = r * pc.cols;
+void row_dot(uint r0, uint nr, uint t0, uint nt, inout float acc[MM_RT]) {
     for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) {
-        uint i = wb + c;
-        mm_fma(kvt_f16_to_f32((w[i >> 1] >> ((i & 1u) * 16u)) & 0xffffu), t0, nt, c, acc);
+        float wv[MM_ROWS];
+        for (uint i = 0u; i < nr; i++) {
+            uint e = (r0 + i) * pc.cols + c;
+            wv[i] = kvt_f16_to_f32((w[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu);
+        }
+        mm_fma(wv, nr, t0, nt, c, acc);
     }
 }

@@ -6,7 +6,10 @@
 
 layout(std430, set = 0, binding = 1) readonly buffer W { float w[]; };
 
-void row_dot(uint r, uint t0, uint nt, inout float acc[MM_TOKS]) {
-    uint wb = r * pc.cols;
-    for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) mm_fma(w[wb + c], t0, nt, c, acc);
+void row_dot(uint r0, uint nr, uint t0, uint nt, inout float acc[MM_RT]) {
+    for (uint c = gl_LocalInvocationID.x; c < pc.cols; c += KVT_WG) {
+        float wv[MM_ROWS];
+        for (uint i = 0u; i < nr; i++) wv[i] = w[(r0 + i) * pc.cols + c];
+        mm_fma(wv, nr, t0, nt, c, acc);
+    }
 }
