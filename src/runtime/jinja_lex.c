@@ -14,19 +14,6 @@ void jp_skip_space(parser *p) {
     while (p->pos < p->len && jp_is_space(p->src[p->pos])) p->line += p->src[p->pos++] == '\n';
 }
 
-/* Appends the UTF-8 of code point c to s. */
-static size_t put_utf8(char *s, unsigned c) {
-    if (c < 0x80) return s[0] = (char)c, 1;
-    if (c < 0x800) return s[0] = (char)(0xC0 | c >> 6), s[1] = (char)(0x80 | (c & 63)), 2;
-    if (c < 0x10000) {
-        s[0] = (char)(0xE0 | c >> 12), s[1] = (char)(0x80 | ((c >> 6) & 63)), s[2] = (char)(0x80 | (c & 63));
-        return 3;
-    }
-    s[0] = (char)(0xF0 | c >> 18), s[1] = (char)(0x80 | ((c >> 12) & 63));
-    s[2] = (char)(0x80 | ((c >> 6) & 63)), s[3] = (char)(0x80 | (c & 63));
-    return 4;
-}
-
 /* A quoted string with Python's escapes, decoded into the tree's memory. */
 static void lex_string(parser *p) {
     char q = p->src[p->pos++];
@@ -58,7 +45,7 @@ static void lex_string(parser *p) {
                 v = v * 16 + (unsigned)d;
             }
             if (v > 0x10FFFF) return jp_perr(p, "escape past U+10FFFF");
-            n += put_utf8(out + n, v);
+            n += jx_utf8_put(out + n, v);
         } else if (c == '\n') {
             p->line++; /* a line continuation */
         } else {
