@@ -37,11 +37,9 @@
 #define VALUE_STEPS 4
 #define VALUE_LEAD 2 /* f16/f32 V: rows are requested 1/VALUE_LEAD of a chunk before their class group reads them */
 
-/* Every line that the n bytes at p touch (q8_0 rows and blocks need not
- * start on a line). */
-static void prefetch_bytes(const uint8_t *p, size_t n) {
-    const uint8_t *a = p - ((uintptr_t)p & (LINE - 1));
-    for (; a < p + n; a += LINE) __builtin_prefetch(a, 0, 3);
+void kvt_attn_prefetch_bytes(const void *p, size_t n) {
+    const uint8_t *a = (const uint8_t *)p - ((uintptr_t)p & (LINE - 1)), *end = (const uint8_t *)p + n;
+    for (; a < end; a += LINE) __builtin_prefetch(a, 0, 3);
 }
 
 static size_t k_block_bytes(const kvt_attn_dec *a) { return (size_t)a->B * kvt_kv_row_bytes(a->dtype, a->hd); }
@@ -68,7 +66,7 @@ static inline __attribute__((always_inline)) void prefetch_share(const uint8_t *
 void kvt_attn_dec_scores(const kvt_attn_dec *a, const float *q, int32_t p0, int32_t p1, const kvt_attn_dec_buf *buf) {
     const int32_t B = a->B, f16 = a->dtype == KVT_KV_F16, q8 = a->dtype == KVT_KV_Q8_0;
     const size_t kb = k_block_bytes(a), esz = f16 ? sizeof(uint16_t) : sizeof(float);
-    for (int32_t p = p0; p < p1 && p < p0 + PREFETCH_PAGES; p++) prefetch_bytes(a->pages[p], kb);
+    for (int32_t p = p0; p < p1 && p < p0 + PREFETCH_PAGES; p++) kvt_attn_prefetch_bytes(a->pages[p], kb);
     for (int32_t p = p0; p < p1; p++) {
         const int32_t t0 = p * B, s = KVT_MAX(a->lo, t0) - t0, T = KVT_MIN(B, a->n_keys - t0) - s;
         const uint8_t *ahead = p + PREFETCH_PAGES < p1 ? a->pages[p + PREFETCH_PAGES] : NULL;
@@ -113,7 +111,7 @@ static void touch_rows(const kvt_attn_dec *a, int32_t p, int32_t k0, int32_t k1,
     const uint8_t *v = a->pages[p] + a->v_delta;
     int32_t n;
     for (int32_t k = class_run(k0, k1, j0, j1, &n); n > 0; k = class_run(k + n, k1, j0, j1, &n))
-        prefetch_bytes(v + (size_t)(k - p * a->B) * rb, (size_t)n * rb);
+        kvt_attn_prefetch_bytes(v + (size_t)(k - p * a->B) * rb, (size_t)n * rb);
 }
 
 static void prefetch_chunk(const kvt_attn_dec *a, int32_t p0, int32_t p1, int32_t j0, int32_t j1) {

@@ -70,4 +70,9 @@ void kvt_attn_dec_finish(const kvt_attn_dec *a, const float *acc, float *out);
  * hd (rounded as needed), out: G x hd. */
 void kvt_attn_decode(const kvt_attn_dec *a, const float *q, float *out, const kvt_attn_dec_buf *buf);
 
+/* Requests into the cache every 64-byte line that the n bytes at p touch
+ * (pages sit anywhere in the pool, so the hardware cannot guess the next
+ * one; q8_0 rows and blocks need not start on a line). */
+void kvt_attn_prefetch_bytes(const void *p, size_t n);
+
 #endif

@@ -69,14 +69,6 @@ static int64_t score_ld(int32_t lo, int32_t n_max) { return (n_max - lo + 15) / 
 /* V blocks of the value pass, in pages. */
 static int32_t av_block_pages(const kvt_engine *e) { return KVT_MAX(1, AV_BLOCK_KEYS / e->p.block_size); }
 
-/* Requests every cache line of the n bytes at p: a page's K or V block, read
- * next, is in cache when the kernels reach it (pages sit anywhere in the
- * pool, so the hardware prefetcher cannot guess the next one). */
-static void prefetch_block(const void *p, size_t n) {
-    const uint8_t *a = (const uint8_t *)p - ((uintptr_t)p & 63u), *end = (const uint8_t *)p + n;
-    for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
-}
-
 /* Page p's block of (layer, K or V, kv head gk). */
 static const uint8_t *kv_block(const kvt_engine *e, const seq_state *st, int32_t layer, int kv, int32_t gk, int32_t p) {
     return (const uint8_t *)kvt_page_data_const(e, st->pages[p]) + kvt_eng_kv_offset(e, layer, kv, gk, 0);
@@ -192,7 +184,8 @@ static void value_pass(kvt_engine *e, const seq_state *st, int32_t layer, int32_
         const int32_t b1 = KVT_MIN(b0 + bp * B, n_max), k0 = KVT_MAX(lo, b0), first = b0 <= lo;
         for (int32_t p = 0; b0 + p * B < b1; p++) {
             if (b0 + (p + PREFETCH_PAGES) * B < n_max)
-                prefetch_block(kv_block(e, st, layer, 1, gk, b0 / B + p + PREFETCH_PAGES), (size_t)B * e->row_bytes);
+                kvt_attn_prefetch_bytes(kv_block(e, st, layer, 1, gk, b0 / B + p + PREFETCH_PAGES),
+                                        (size_t)B * e->row_bytes);
             vb[p] = v_rows(e, st, layer, gk, b0 / B + p, KVT_MIN(B, b1 - b0 - p * B), widen, vdq + (size_t)p * B * hd);
         }
         for (int32_t t = 0; t < m;) { /* tokens that go on past the block */
@@ -258,7 +251,7 @@ static void attn_tokens(kvt_engine *e, int32_t layer, int32_t i0, int32_t m, int
         const uint8_t *pg = (const uint8_t *)kvt_page_data_const(e, st->pages[t0 / B]) +
             kvt_eng_kv_offset(e, layer, 0, gk, 0);
         if (t0 + PREFETCH_PAGES * B < n_max)
-            prefetch_block(kv_block(e, st, layer, 0, gk, t0 / B + PREFETCH_PAGES), (size_t)B * e->row_bytes);
+            kvt_attn_prefetch_bytes(kv_block(e, st, layer, 0, gk, t0 / B + PREFETCH_PAGES), (size_t)B * e->row_bytes);
         const int32_t a = KVT_MAX(lo, t0) - t0, T = KVT_MIN(B, n_max - t0) - a; /* keys t0+a .. t0+a+T-1 */
         int32_t s = 0; /* leading tokens whose keys all come before this page */
         while (e->pos[i0 + s] < t0 + a) s++;
