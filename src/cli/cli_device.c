@@ -17,8 +17,9 @@
 
 #define DEVICE_HELP \
     "where the model runs: cpu (the default) or vulkan[:N], the\nVulkan device N of `kvtier info --devices` (0 " \
-    "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; llama-style models with " \
-    "F32, F16 or Q8_0 weights and\nf16 or f32 KV run there, others are refused naming why"
+    "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; every architecture and " \
+    "weight type the CPU runs, with f16,\nf32 or q8_0 KV, runs there (docs/gpu.md); a model the device\ncannot " \
+    "take is refused naming why"
 
 #define GPU_MEM_HELP \
     "on a GPU, the share of its memory kvtier may take, 0 < F <= 1\n(default 0.9, as vLLM's " \
