@@ -5,11 +5,12 @@
 # devices, and runs the GPU tests, writing each phase's results to $OUT as it
 # goes (so a run cut short still leaves what it did).
 #
-# Before leaving a machine that has the packages (Debian/Ubuntu), fetch the
-# .deb files (no root needed) into the folder DEBS names:
+# Before leaving a machine that has the packages (Debian/Ubuntu), run
+# bench/gpu-pack.sh (below, and docs/gpu.md "On a GPU machine"); or, where the
+# GPU machine has kvtier's libraries, fetch the .deb files (no root needed)
+# into the folder DEBS names:
 #   mkdir -p bench/gpu-debs && (cd bench/gpu-debs && apt-get download libvulkan1 vulkan-validationlayers)
-# and carry that folder and the build folder (kvtier and the test_gpu_* binaries) with
-# the tree (both are ignored by git).
+# and carry that folder and the build folder with the tree (both ignored by git).
 # Without .deb files it uses the machine's own loader and layers, if any.
 #
 # Then the benchmark (bench_gpu, built with kvtier): phase 2, the mission's
@@ -21,8 +22,19 @@
 # carried, in the background while the tests run. results.txt gathers the GPU,
 # its driver and every figure.
 #
+# A CUDA image lacks the libraries kvtier links (cJSON, microhttpd, hiredis, ...)
+# and a build folder is too big to carry: bench/gpu-pack.sh packs the stripped
+# binaries, those libraries, the .deb files and redis into one folder
+# (bench/gpu-carry/kvtier-gpu.tar.gz, about 25 MiB); carry bench/gpu-carry and run
+# PACK=bench/gpu-carry bench/gpu.sh. (Through the device tool: carry ["bench/gpu-carry"],
+# command "PACK=bench/gpu-carry bash bench/gpu.sh", timeout_s 540; its $OUT is then
+# where the results go, and they come back.)
+#
 # usage: bench/gpu.sh   (BUILD=build, DEBS=bench/gpu-debs, OUT=bench/out/gpu by default;
-#                        VK_ICD_FILENAMES picks a driver, as the loader reads it)
+#                        PACK=DIR takes all three from gpu-pack.sh's folder;
+#                        VK_ICD_FILENAMES picks a driver, as the loader reads it; without
+#                        it and without a manifest in the default folders, NVIDIA's
+#                        /usr/local/nvidia/share/vulkan/icd.d is tried)
 # Benchmark settings (environment): DEVICE (vulkan:0), SHAPE (8b) and PREFIX
 # (2048) for phase 2; SHAPE3 (1b), SESSIONS (48), T0_SESSIONS (8) for phase 3;
 # P3_ARGS adds bench_gpu flags to phase 3. SHAPE=tiny makes every default
@@ -52,6 +64,27 @@ BUILD=${BUILD:-build}
 DEBS=${DEBS:-bench/gpu-debs}
 OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
+tmps=() # folders this run made under TMPDIR, removed at exit
+redis_pid=
+stop_redis() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null; redis_pid=; }
+trap 'stop_redis; [ ${#tmps[@]} -gt 0 ] && rm -rf "${tmps[@]}"' EXIT
+# PACK: a folder made by bench/gpu-pack.sh (binaries, the libraries they link, .deb files, redis)
+if [ -n "${PACK:-}" ]; then
+  if [ -f "$PACK/kvtier-gpu.tar.gz" ]; then
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/kvt-gpu-pack.XXXXXX") && tmps+=("$dir")
+    tar -xzf "$PACK/kvtier-gpu.tar.gz" -C "$dir" || { echo "gpu.sh: cannot unpack $PACK/kvtier-gpu.tar.gz" >&2; exit 1; }
+    PACK=$dir
+  fi
+  BUILD=$PACK/bin DEBS=$PACK/debs
+  # the machine's own copy of a library comes first (its driver may want a newer libstdc++ than
+  # ours): only the libraries it lacks are put on LD_LIBRARY_PATH, from a folder of links
+  libs=$(mktemp -d "${TMPDIR:-/tmp}/kvt-gpu-libs.XXXXXX") lacked= && tmps+=("$libs")
+  for l in "$PACK"/lib/*; do
+    n=$(basename "$l")
+    if ! ldconfig -p 2>/dev/null | grep -q "^[[:space:]]$n "; then ln -s "$(realpath "$l")" "$libs/$n"; lacked+=" $n"; fi
+  done
+  export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PATH=$PACK/bin:$PATH
+fi
 SUMMARY=$OUT/summary.txt
 DEVICE=${DEVICE:-vulkan:0}
 SHAPE=${SHAPE:-8b}
@@ -94,6 +127,18 @@ phase() {
   echo "VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-}"
 } >"$OUT/machine.txt" 2>&1
 note "machine: $(uname -srm), see $OUT/machine.txt"
+[ -n "${PACK:-}" ] && note "pack: binaries from $PACK; libraries this machine lacked, taken from it:${lacked:- none}"
+if [ -x "$BUILD/kvtier" ] && ldd "$BUILD/kvtier" | grep -q 'not found'; then
+  note "libraries: FAILED, kvtier cannot start here: $(ldd "$BUILD/kvtier" | awk '/not found/ { printf "%s ", $1 }')" \
+    "(carry a folder made by bench/gpu-pack.sh and set PACK to it)"
+  failed=1
+fi
+# NVIDIA's driver may install its ICD manifest outside the loader's default folders
+if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] &&
+  ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/*.json /usr/local/share/vulkan/icd.d/*.json 2>/dev/null | head -1)
+  if [ -n "$icd" ]; then export VK_ICD_FILENAMES=$icd; note "driver: $icd (outside the loader's default folders)"; fi
+fi
 
 # 2. the carried loader and validation layer, unpacked into a private root
 unpack_deb() { # unpack_deb FILE DIR: with dpkg-deb, else ar and tar
@@ -105,8 +150,7 @@ unpack_deb() { # unpack_deb FILE DIR: with dpkg-deb, else ar and tar
 shopt -s nullglob
 debs=("$DEBS"/*.deb)
 if [ ${#debs[@]} -gt 0 ]; then
-  ROOT=$OUT/vulkan-root
-  rm -rf "$ROOT" && mkdir -p "$ROOT"
+  ROOT=$(mktemp -d "${TMPDIR:-/tmp}/kvt-vulkan-root.XXXXXX") && tmps+=("$ROOT") # not under $OUT: need not come back
   ok=1
   for d in "${debs[@]}"; do unpack_deb "$d" "$ROOT" >>"$OUT/unpack.txt" 2>&1 || ok=0; done
   libdir=$(dirname "$(find "$ROOT" -name 'libvulkan.so.1' | head -1)")
@@ -145,8 +189,19 @@ phase devices "$BUILD/kvtier" info --devices
 sed 's/^/  /' "$OUT/devices.txt" | tee -a "$SUMMARY"
 
 # 4. the GPU tests, with the validation layer on (any message fails them)
-for t in test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant test_gpu_attention test_gpu_engine \
-  test_gpu_engine_quant; do
+# GPU_TESTS (all of them by default): the first seven always run; the rest (each a few seconds
+# on lavapipe) while more than EXTRA_TESTS_S (330) seconds of BUDGET_S are left, so the
+# benchmark keeps its time.
+left() { echo $((BUDGET_S - SECONDS)); }
+EXTRA_TESTS_S=${EXTRA_TESTS_S:-330}
+core="test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant test_gpu_attention test_gpu_engine
+  test_gpu_engine_quant"
+GPU_TESTS=${GPU_TESTS:-$(echo $core test_gpu_mm_rows test_gpu_kv_q8 test_gpu_t1 test_gpu_outliers test_gpu_hidden \
+  test_gpu_plan test_gpu_arch_kernels test_gpu_arch)}
+for t in $GPU_TESTS; do
+  if ! [[ " $(echo $core) " == *" $t "* ]] && [ "$(left)" -le "$EXTRA_TESTS_S" ]; then
+    note "$t: skipped (only $(left) s of BUDGET_S=$BUDGET_S left, EXTRA_TESTS_S=$EXTRA_TESTS_S)"; continue
+  fi
   if [ -x "$BUILD/$t" ]; then
     KVT_VK_VALIDATION=1 phase "$t" timeout -k 10 "$TEST_LIMIT_S" "$BUILD/$t"
     grep -h '^gpu' "$OUT/$t.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
@@ -156,11 +211,7 @@ for t in test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant te
 done
 
 # 5. the benchmark
-left() { echo $((BUDGET_S - SECONDS)); }
 smaller() { case $1 in 8b) echo 1b ;; *) echo tiny ;; esac; }
-redis_pid=
-stop_redis() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null; redis_pid=; }
-trap stop_redis EXIT
 redis=()
 if [ "${NO_REDIS:-0}" != 1 ] && [ -n "${REDIS_URL:-}" ]; then
   redis=(--redis "$REDIS_URL")
