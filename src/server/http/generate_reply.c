@@ -156,6 +156,7 @@ typedef struct {
     char *buf; /* SSE bytes not yet handed to MHD */
     size_t len, off, cap;
     int opened, finished;
+    int held; /* the connection's idle timeout is off while the stream waits (kvt_srv_stream_waiting) */
     int32_t n;
     choice_state ch[KVT_API_MAX_N];
     kvt_api_rag *rag; /* /v1/rag/chat/completions: what was retrieved (owned), for the finish chunk */
@@ -385,7 +386,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             for (int32_t i = 0; i < st->n && !news; i++) news = has_news(st, i);
             if (news) break;
             pthread_mutex_unlock(&s->mu);
-            int gone = kvt_srv_peer_gone(st->conn);
+            int gone = kvt_srv_stream_waiting(st->conn, &st->held);
             pthread_mutex_lock(&s->mu);
             if (gone) {
                 pthread_mutex_unlock(&s->mu);
@@ -399,6 +400,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             if (c->done && c->err_status && err < 0) err = i;
         }
         pthread_mutex_unlock(&s->mu);
+        kvt_srv_stream_resume(s, st->conn, &st->held);
         if (err >= 0) {
             /* a failed choice fails the response; done is final, so err_msg stays */
             srv_req *c = choice(r, err);

@@ -226,6 +226,7 @@ typedef struct {
     size_t len, off, cap;
     int64_t seq;
     int opened, finished, msg_open;
+    int held;    /* the connection's idle timeout is off while the stream waits (kvt_srv_stream_waiting) */
     size_t sent; /* bytes of the text sent as output_text deltas */
     /* with tools: calls stream as they are written (kvt_api_calls_partial) */
     size_t scanned;                 /* bytes of the text read for calls */
@@ -457,7 +458,7 @@ static int wait_news(rstream *st) {
         kvt_srv_cond_wait_ms(&r->cv, &s->mu, WAIT_SLICE_MS);
         if (has_news(st, r)) return 0;
         pthread_mutex_unlock(&s->mu);
-        int gone = kvt_srv_peer_gone(st->conn);
+        int gone = kvt_srv_stream_waiting(st->conn, &st->held);
         pthread_mutex_lock(&s->mu);
         if (gone) return -1;
     }
@@ -500,6 +501,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             st->scanned = r->text_len;
         }
         pthread_mutex_unlock(&s->mu);
+        kvt_srv_stream_resume(s, st->conn, &st->held);
         if (delta && !st->msg_open) open_message(st);
         if (delta) text_delta(st, delta);
         if (all) stream_calls(st, all, all_len);

@@ -115,6 +115,17 @@ int kvt_srv_peer_gone(struct MHD_Connection *c) {
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL));
 }
 
+int kvt_srv_stream_waiting(struct MHD_Connection *c, int *held) {
+    if (!*held) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    *held = 1;
+    return kvt_srv_peer_gone(c);
+}
+
+void kvt_srv_stream_resume(const kvt_server *s, struct MHD_Connection *c, int *held) {
+    if (*held) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.timeout_s);
+    *held = 0;
+}
+
 /* Whether the client of a request answered whole (not streamed) is gone: a
  * reset, or its FIN (POLLRDHUP, seen without reading what it sent). Nothing
  * is written to it before the answer, and a socket closed with close() sends

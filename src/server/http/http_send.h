@@ -52,6 +52,14 @@ enum MHD_Result kvt_srv_send_preflight(kvt_server *s, struct MHD_Connection *c, 
 /* Whether c's client is gone (a reset or a socket error; a stream's check: a
  * half-closed client still reads its events). */
 int kvt_srv_peer_gone(struct MHD_Connection *c);
+/* A stream that waits for its next event waits on the engine (a long
+ * prefill, a queue), not on an idle client, yet the connection's --timeout
+ * would count it as idle and close the stream once the event is sent. So a
+ * stream's wait turns c's idle timeout off (*held set; s->mu not held) and
+ * reports kvt_srv_peer_gone; kvt_srv_stream_resume sets it again before
+ * the event goes out, which restarts its timer. */
+int kvt_srv_stream_waiting(struct MHD_Connection *c, int *held);
+void kvt_srv_stream_resume(const kvt_server *s, struct MHD_Connection *c, int *held);
 /* Waits (s->mu not held) until every request of wait[0..n_wait) and its other
  * choices are done, in turn, checking every WAIT_SLICE_MS that c's client is
  * still there: a reset or its FIN (a closed or half-closed socket) means it
