@@ -7,7 +7,9 @@
 round (plus the assistant's previous replies). 16 generated tokens, temperature
 0, sessions served round-robin. Prints TTFT per request, TTFT p50 per round,
 prompt tokens computed per round (prompt_tokens - cached_tokens, or llama.cpp's
-timings.prompt_n), and total wall time. Loopback only. Standard library only.
+timings.prompt_n), output tokens per second of the round's wall time, the
+inter-token latency (ITL: time between streamed content chunks) p50/p99,
+and total wall time. Loopback only. Standard library only.
 
 usage: agent_bench.py --url http://127.0.0.1:8090 [--label NAME] [--sessions 6] [--rounds 3]
        [--system-words 300] [--doc-words 1200] [--tool-words 60] [--kvtier-sessions] [--summary FILE]
@@ -72,7 +74,8 @@ def t3_read_counters(urls):
 
 
 def post_stream(url, body):
-    """Streams a chat completion; returns (ttft_s, total_s, final_json_with_usage)."""
+    """Streams a chat completion; returns (ttft_s, total_s, usage, timings, reply, finish_reason, gaps_s), gaps_s
+    being the times between consecutive content chunks (the inter-token latencies)."""
     u = urllib.parse.urlparse(url)
     assert u.hostname in ("127.0.0.1", "localhost", "::1"), "loopback only"
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
@@ -81,7 +84,7 @@ def post_stream(url, body):
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
-    ttft, usage, timings, content, finish = None, None, None, [], None
+    ttft, usage, timings, content, finish, arrivals = None, None, None, [], None, []
     buf = b""
     while True:
         chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
@@ -102,8 +105,10 @@ def post_stream(url, body):
                     if ch.get("finish_reason"):
                         finish = ch["finish_reason"]
                     if delta:
+                        now = time.monotonic()
                         if ttft is None:
-                            ttft = time.monotonic() - t0
+                            ttft = now - t0
+                        arrivals.append(now)
                         content.append(delta)
                 if obj.get("usage"):
                     usage = obj["usage"]
@@ -113,7 +118,8 @@ def post_stream(url, body):
                     usage = dict(usage or {}, kvtier=obj["kvtier"])
     total = time.monotonic() - t0
     conn.close()
-    return (ttft if ttft is not None else total), total, usage, timings, "".join(content), finish
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    return (ttft if ttft is not None else total), total, usage, timings, "".join(content), finish, gaps
 
 
 def percentile(xs, q):
@@ -165,7 +171,7 @@ def main():
     lock = threading.Lock()
     failed = []
     for r in range(args.rounds):
-        ttfts, stats = [], {"computed": 0, "prompt": 0, "tiers": {}}
+        ttfts, stats = [], {"computed": 0, "prompt": 0, "tiers": {}, "output": 0, "gaps": []}
         nodes = args.node_metrics.split(",") if args.node_metrics else []
         t3_before = t3_read_counters(nodes)
         t_round = time.monotonic()
@@ -181,7 +187,7 @@ def main():
                 if args.kvtier_sessions:
                     body["kvtier"] = {"session_id": f"agent-{s}"}
                 try:
-                    ttft, total, usage, timings, reply, finish = post_stream(url, body)
+                    ttft, total, usage, timings, reply, finish, gaps = post_stream(url, body)
                 except Exception as e:  # no retry: a failed request ends the run (the next rounds would differ)
                     with lock:
                         failed.append(f"round {r} session {s}: {e!r}")
@@ -197,6 +203,8 @@ def main():
                         stats["tiers"][tier] = stats["tiers"].get(tier, 0) + n
                     stats["computed"] += max(c, 0)
                     stats["prompt"] += p or 0
+                    stats["output"] += (usage or {}).get("completion_tokens") or (timings or {}).get("predicted_n", 0)
+                    stats["gaps"].extend(gaps)
                     ttfts.append(ttft)
                     if args.dump:
                         with open(args.dump, "a") as f:
@@ -221,11 +229,15 @@ def main():
         t3_bytes, t3_s = t3_after[0] - t3_before[0], t3_after[1] - t3_before[1]
         t3_mbps = t3_bytes / t3_s / 1e6 if t3_s > 0 else 0.0
         node = " on node B" if args.url2 and r >= args.switch_round else ""
+        gaps = stats["gaps"] or [0.0]
+        itl50, itl99 = statistics.median(gaps), percentile(gaps, 0.99)
+        out_tps = stats["output"] / wall if wall > 0 else 0.0
         frac = " ".join(f"{t} {100.0 * n / max(prompt_total, 1):.1f}%" for t, n in sorted(stats["tiers"].items()))
         print(f"[{args.label}] round {r}{node}: TTFT p50 {statistics.median(ttfts):.2f} s, p99 {percentile(ttfts, 0.99):.2f} s, "
               f"max {max(ttfts):.2f} s; prompt tokens {prompt_total}, computed {computed} "
               f"({100.0 * computed / max(prompt_total, 1):.1f}%); wall {wall:.1f} s; cached by tier {stats['tiers']}"
-              f" = {frac or 'none'} of prompt tokens"
+              f" = {frac or 'none'} of prompt tokens; output {stats['output']} tokens = {out_tps:.1f} tok/s, "
+              f"ITL p50 {1e3 * itl50:.1f} ms, p99 {1e3 * itl99:.1f} ms"
               + (f"; T3 read {t3_bytes / 1e6:.1f} MB in {t3_s:.2f} s of read calls = {t3_mbps:.0f} MB/s" if nodes else ""),
               flush=True)
         if args.summary:
@@ -234,7 +246,8 @@ def main():
                                     "prompt": prompt_total, "computed": computed,
                                     "ttft_p50": statistics.median(ttfts), "ttft_p99": percentile(ttfts, 0.99),
                                     "wall": wall, "tiers": stats["tiers"], "t3_bytes": t3_bytes, "t3_read_s": t3_s,
-                                    "t3_mbps": t3_mbps}) + "\n")
+                                    "t3_mbps": t3_mbps, "output_tokens": stats["output"],
+                                    "output_tok_s": out_tps, "itl_p50": itl50, "itl_p99": itl99}) + "\n")
     print(f"[{args.label}] total wall time {time.monotonic() - t_start:.1f} s", flush=True)
 
 

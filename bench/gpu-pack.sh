@@ -9,7 +9,8 @@
 # has it (for T3), all in one compressed file, PACK/kvtier-gpu.tar.gz (about
 # 25 MiB; the folder itself would be over 50).
 #
-# usage: bench/gpu-pack.sh   (BUILD=build, PACK=bench/gpu-carry; DEBS=bench/gpu-debs
+# usage: bench/gpu-pack.sh   (BUILD=build, PACK=bench/gpu-carry; LLAMA_VK=DIR adds
+#                             llama.cpp's Vulkan llama-bench and llama-server for phase 4; DEBS=bench/gpu-debs
 #                             is used when it holds the .deb files, else apt-get download fetches them;
 #                             NO_DEBS=1 packs none)
 # Then, on the GPU machine, from the tree's root: PACK=bench/gpu-carry bench/gpu.sh
@@ -34,6 +35,16 @@ mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/debs"
 for b in "${bins[@]}"; do strip -o "$PACK/bin/$b" "$BUILD/$b"; done
 # redis-server and redis-cli, when this machine has them, so phase 2 measures T3 there too
 extra=()
+# LLAMA_VK: a folder with llama.cpp's llama-bench and llama-server built with -DGGML_VULKAN=ON
+# (and -DBUILD_SHARED_LIBS=OFF), for gpu.sh's phase 4 (bench/gpu_vs_llama.sh)
+if [ -n "${LLAMA_VK:-}" ]; then
+  mkdir -p "$PACK/llama"
+  for b in llama-bench llama-server; do
+    [ -x "$LLAMA_VK/$b" ] || { echo "gpu-pack: no $LLAMA_VK/$b" >&2; exit 1; }
+    strip -o "$PACK/llama/$b" "$LLAMA_VK/$b"
+    extra+=("$PACK/llama/$b")
+  done
+fi
 for r in redis-server redis-cli; do
   p=$(command -v "$r" || true)
   if [ -n "$p" ]; then cp -L "$p" "$PACK/bin/$r"; extra+=("$PACK/bin/$r"); fi
@@ -56,7 +67,7 @@ if [ "${NO_DEBS:-0}" = 1 ]; then : # the GPU machine's own loader, if it has one
 elif [ ${#have[@]} -ge 2 ]; then cp "${have[@]}" "$PACK/debs/"
 else (cd "$PACK/debs" && apt-get download libvulkan1 vulkan-validationlayers); fi
 
-tar -czf "$DEST/kvtier-gpu.tar.gz" -C "$PACK" bin lib debs
+tar -czf "$DEST/kvtier-gpu.tar.gz" -C "$PACK" $(cd "$PACK" && ls -d bin lib debs llama 2>/dev/null)
 mb=$(( ($(stat -c %s "$DEST/kvtier-gpu.tar.gz") + 1048575) / 1048576 ))
 echo "gpu-pack: $DEST/kvtier-gpu.tar.gz holds $((${#bins[@]} + ${#extra[@]})) programs, $(ls "$PACK/lib" | wc -l)" \
   "libraries and $(ls "$PACK/debs" | wc -l) .deb files, ${mb} MiB"

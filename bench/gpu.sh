@@ -41,8 +41,8 @@
 # small for lavapipe (prefix 128, 6 sessions over a T0 for 2, P3_ARGS
 # "--session-tokens 64 --append 16 --gen 2", SHAPE3 tiny). TEST_LIMIT_S (150):
 # the most each GPU test may run. BUDGET_S (450): seconds the whole script may
-# take; phase 2 runs at most P2_MAX_S (240) and leaves phase 3 150 s, phase 3
-# at most P3_MAX_S (240); phase 3 drops to a smaller shape when under 150 s
+# take (560 with phase 4); phase 2 runs at most P2_MAX_S (240) and leaves phase 3 150 s, phase 3
+# at most P3_MAX_S (240), less VS_S when phase 4 runs; phase 3 drops to a smaller shape when under 150 s
 # are left, and a phase is skipped when under 30 s are.
 # WTYPE (f16; or q8_0, q4_0, q4_k_m, q5_k_m): the generated models' weights for
 # phases 2 and 3 (bench_gpu --wtype). Before phase 2, bench_gpu_mm times the
@@ -54,6 +54,11 @@
 # bench_phase2.gpu_mm_toks, gpu_mm_rows, gpu_mm_rows_wide and bench_mm.mm_toks,
 # mm_rows, mm_rows_wide in results.txt, a sentence in the summary);
 # KVT_VK_MM_TOKS=8|16|32 and KVT_VK_MM_ROWS=1..8 in the environment pick it.
+# Phase 4, when LLAMA_DIR names llama.cpp's Vulkan llama-bench and llama-server
+# (or the pack has them, bench/gpu-pack.sh with LLAMA_VK=DIR): bench/gpu_vs_llama.sh,
+# kvtier against llama.cpp on the same GPU, models and clients (single stream and
+# 8/32/64 concurrent agent sessions) in the last VS_S (150) seconds;
+# VS_ARGS="NAME=VALUE ..." passes it settings (STREAMS, WTYPES, PROMPTS, ...).
 # REDIS_URL=redis://... adds T3 to phase 2; without it a redis-server on PATH
 # is started on 127.0.0.1:REDIS_PORT (6391); NO_REDIS=1 skips T3.
 # Numbers only; it never passes or fails on time. Exit status: 0 when every
@@ -94,7 +99,12 @@ SHAPE3=${SHAPE3:-$([ $small = 1 ] && echo tiny || echo 1b)}
 SESSIONS=${SESSIONS:-$([ $small = 1 ] && echo 6 || echo 48)}
 T0_SESSIONS=${T0_SESSIONS:-$([ $small = 1 ] && echo 2 || echo 8)}
 P3_ARGS=${P3_ARGS:-$([ $small = 1 ] && echo "--session-tokens 64 --append 16 --gen 2")}
-BUDGET_S=${BUDGET_S:-450}
+# LLAMA_DIR: llama.cpp's Vulkan llama-bench and llama-server (the pack's llama/ when it has one):
+# then phase 4, bench/gpu_vs_llama.sh, gets the last VS_S (150) seconds of a longer budget (560)
+[ -z "${LLAMA_DIR:-}" ] && [ -n "${PACK:-}" ] && [ -x "$PACK/llama/llama-server" ] && LLAMA_DIR=$PACK/llama
+LLAMA_DIR=${LLAMA_DIR:-}
+VS_S=${VS_S:-$([ -n "$LLAMA_DIR" ] && echo 150 || echo 0)}
+BUDGET_S=${BUDGET_S:-$([ -n "$LLAMA_DIR" ] && echo 560 || echo 450)}
 P2_MAX_S=${P2_MAX_S:-240}
 P3_MAX_S=${P3_MAX_S:-240}
 WTYPE=${WTYPE:-f16}
@@ -249,7 +259,7 @@ else
   fi
   wait_model "$SHAPE"
   # phase 2 leaves phase 3 at least 150 s; phase 3 takes what is left, less 10 s for the summary
-  lim=$(( $(left) - 150 )); [ $lim -gt "$P2_MAX_S" ] && lim=$P2_MAX_S
+  lim=$(( $(left) - 150 - VS_S )); [ $lim -gt "$P2_MAX_S" ] && lim=$P2_MAX_S
   if [ $lim -lt 30 ]; then note "bench_phase2: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
   else
     note "bench_phase2: shape $SHAPE, $WTYPE weights, prefix $PREFIX, on $DEVICE, limit ${lim} s"
@@ -260,7 +270,7 @@ else
   fi
   stop_redis
   wait_model "$SHAPE3"
-  lim=$(( $(left) - 10 )); [ $lim -gt "$P3_MAX_S" ] && lim=$P3_MAX_S
+  lim=$(( $(left) - 10 - VS_S )); [ $lim -gt "$P3_MAX_S" ] && lim=$P3_MAX_S
   shape3=$SHAPE3
   [ $lim -lt 150 ] && shape3=$(smaller "$shape3")
   if [ $lim -lt 30 ]; then note "bench_phase3: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
@@ -270,6 +280,18 @@ else
       --prefix "$PREFIX" --phase 3 --sessions "$SESSIONS" --t0-sessions "$T0_SESSIONS" $P3_ARGS
     collect bench_phase3
     grep -vE '^[a-z0-9_]+=|^bench_gpu:| kvtier: ' "$OUT/bench_phase3.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
+  fi
+fi
+# 6. against llama.cpp's Vulkan build, same GPU, same models, same clients
+if [ -n "$LLAMA_DIR" ]; then
+  lim=$(( $(left) - 10 ))
+  if [ $lim -lt 40 ]; then note "vs_llama: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
+  else
+    note "vs_llama: $LLAMA_DIR, on $DEVICE, limit ${lim} s"
+    phase vs_llama env LIMIT_S="$lim" LLAMA_DIR="$LLAMA_DIR" BUILD="$BUILD" OUT="$OUT" DEVICE="$DEVICE" SHAPE="$SHAPE3" \
+      ${VS_ARGS:-} bash bench/gpu_vs_llama.sh
+    sed 's/^/vs_llama./' "$OUT/vs_figures.txt" >>"$RESULTS" 2>/dev/null
+    sed 's/^/  /; s/=/ = /' "$OUT/vs_figures.txt" 2>/dev/null | tee -a "$SUMMARY"
   fi
 fi
 note "results: $RESULTS ($(grep -c = "$RESULTS") figures), ${SECONDS} s in all"
