@@ -515,8 +515,8 @@ static int step(jstack *st, const kvt_jg_schema *s, uint8_t c) {
     frame *f = &st->f[st->depth - 1];
     switch (f->kind) {
     case F_VALUE:
-        /* a tagged choice starts with its head, exactly */
-        if (is_ws(c)) return N(s, f->node)->kind != JN_TAGGED && take_ws(f);
+        /* a tagged choice starts with its head, exactly (whitespace there is the head's, if anything) */
+        if (is_ws(c) && N(s, f->node)->kind != JN_TAGGED) return take_ws(f);
         return start_value(st, s, c);
     case F_OBJ: return step_obj(st, s, f, c);
     case F_ARR: return step_arr(st, s, f, c);

@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "gbnf.h"
+#include "json_lazy.h"
 #include "json_schema_impl.h"
 
 int fail(compiler *c, const char *fmt, ...) {
@@ -647,5 +648,15 @@ void kvt_jg_schema_free(kvt_jg_schema *s) {
         kvt_jrx_free(n->rx);
     }
     free(s->nodes);
+    free(s);
+}
+
+/* Here beside kvt_jg_schema_free, which lives with the compiler (kvt_runtime_json), not the matcher. */
+void kvt_jg_lazy_spec_free(kvt_jg_lazy_spec *s) {
+    if (!s) return;
+    free(s->trigger);
+    free(s->end);
+    kvt_jg_schema_free(s->first);
+    kvt_jg_schema_free(s->next);
     free(s);
 }

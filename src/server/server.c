@@ -60,6 +60,7 @@ static void server_free(kvt_server *s) {
     kvt_jg_vocab_free(s->jg_vocab);
     free(s->jg_mask);
     free(s->jg_logits);
+    free(s->jg_refused);
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);

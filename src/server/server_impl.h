@@ -52,6 +52,7 @@
 #include "http_conns.h"
 #include "http_guard.h"
 #include "json_grammar.h"
+#include "json_lazy.h"
 #include "metrics.h"
 #include "progress.h"
 #include "prompt_ring.h"
@@ -134,6 +135,7 @@ typedef struct srv_req {
     int is_sib;             /* a choice other than the first: its prompt is counted once, on the first */
     struct srv_req *first;  /* of a choice other than the first: the first (referenced), whose cv it wakes too */
     kvt_jg_schema *grammar; /* the output must follow it (a forced tool call, response_format), or NULL (owned) */
+    kvt_jg_lazy_spec *lazy; /* tool_choice auto: the calls the reply writes must follow it, or NULL (owned) */
     int tools;              /* read the reply for tool calls (kvt_api_tools_active) */
     int think_open;         /* the prompt ends inside "<think>" (the template opened it): the reply starts
                                as reasoning */
@@ -187,7 +189,9 @@ typedef struct {
     int32_t fork_of;
     uint64_t admitted; /* admission order: the oldest prompt is prefilled first */
     kvt_sampler *smp;
-    kvt_jg *jg; /* the request's grammar state, or NULL */
+    kvt_jg *jg;       /* the request's grammar state, or NULL */
+    kvt_jg_lazy *lz;  /* the request's lazy grammar state, or NULL */
+    int32_t lazy_tok; /* a control token standing for lz's trigger, rendered as its text; -1: none */
     int32_t n_gen;
     double t_last_token; /* kvt_now() when the last token was sampled (the inter-token histogram) */
     int32_t pending;     /* sampled, to be fed next step */
@@ -265,6 +269,7 @@ struct kvt_server {
     kvt_jg_vocab *jg_vocab; /* the vocabulary for grammars, built on first use */
     uint8_t *jg_mask;       /* (n_vocab) tokens a grammar allows now */
     float *jg_logits;       /* (n_vocab) the logits with the others at -inf */
+    int32_t *jg_refused;    /* (n_vocab) the tokens a lazy grammar refuses before its trigger */
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
     int8_t *b_hid; /* (max batch) the rows whose hidden state an embedding pools */

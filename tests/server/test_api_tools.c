@@ -471,6 +471,83 @@ static void test_forced_grammar(void) {
     kvt_api_request_free(&a);
 }
 
+/* 1 when text, from the spec's trigger on, is a document of first, then any of next, then end. */
+static int lazy_follows(const kvt_jg_lazy_spec *sp, const char *text) {
+    const char *p = strstr(text, sp->trigger);
+    if (!p) return 0;
+    p += strlen(sp->trigger);
+    for (const kvt_jg_schema *s = sp->first; s; s = sp->next) {
+        kvt_jg *m = kvt_jg_new(s, NULL);
+        while (*p && !kvt_jg_done(m) && kvt_jg_feed(m, p, 1) == 0) p++;
+        int done = kvt_jg_done(m);
+        kvt_jg_free(m);
+        if (!done) return 0;
+        if (!strcmp(p, sp->end)) return 1;
+        if (!sp->next) return 0;
+    }
+    return 0;
+}
+
+/* Under auto, the lazy grammar of each family takes the calls as kvtier renders them, from the
+ * family's opening on; strict decides what a schema kvtier cannot compile does. */
+static void test_lazy_grammar(void) {
+    static const kvt_chat_family fams[] = {KVT_CHAT_CHATML, KVT_CHAT_MISTRAL, KVT_CHAT_LLAMA3};
+    static const char *const triggers[] = {"<tool_call>", "[TOOL_CALLS]", "{"};
+    kvt_api_call two[2] = {{.name = "get_weather", .arguments = "{\"city\": \"Oslo\"}"},
+                           {.name = "get_weather", .arguments = "{\"city\": \"Rome\"}"}};
+    for (int par = 0; par < 2; par++)
+        for (int i = 0; i < 3; i++) {
+            char body[512];
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[" TOOL
+                     "],\"parallel_tool_calls\":%s}",
+                     par ? "true" : "false");
+            kvt_api_request a;
+            if (parse(body, &a)) continue;
+            kvt_api_error e;
+            kvt_jg_lazy_spec *sp = NULL;
+            CHECK(kvt_api_lazy_grammar(&a, fams[i], &sp, &e) == 0 && sp);
+            if (sp) {
+                int many = par && fams[i] != KVT_CHAT_LLAMA3; /* Llama 3 writes one call a reply */
+                char *one = kvt_api_calls_render(fams[i], "Let me look.", two, 1);
+                char *both = kvt_api_calls_render(fams[i], "", two, 2);
+                CHECKF(!strcmp(sp->trigger, triggers[i]) && sp->anchored == (fams[i] == KVT_CHAT_LLAMA3),
+                       "family %d: trigger %s", i, sp->trigger);
+                CHECKF(lazy_follows(sp, fams[i] == KVT_CHAT_LLAMA3 ? strchr(one, '{') : one), "family %d: %s", i, one);
+                CHECKF(lazy_follows(sp, both) == many, "family %d, parallel %d: %s", i, par, both);
+                char bad[256];
+                snprintf(bad, sizeof bad, "%s{\"name\": \"nope\"", triggers[i]);
+                CHECK(!lazy_follows(sp, bad));
+                free(one);
+                free(both);
+            }
+            kvt_jg_lazy_spec_free(sp);
+            kvt_api_request_free(&a);
+        }
+    /* a schema kvtier cannot compile: strict is refused naming tools, else any JSON object */
+    for (int strict = 0; strict < 2; strict++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                 "\"function\":{\"name\":\"f\",\"strict\":%s,\"parameters\":{\"type\":\"object\",\"properties\":"
+                 "{\"h\":{\"type\":\"string\",\"format\":\"hostname\"}}}}}]}",
+                 strict ? "true" : "false");
+        kvt_api_request a;
+        if (parse(body, &a)) continue;
+        kvt_api_error e;
+        kvt_jg_lazy_spec *sp = NULL;
+        int rc = kvt_api_lazy_grammar(&a, KVT_CHAT_CHATML, &sp, &e);
+        if (strict) {
+            CHECKF(rc && e.status == 400 && !strcmp(e.param, "tools") && strstr(e.message, "hostname"), "rc %d", rc);
+        } else {
+            CHECK(rc == 0 && sp);
+            CHECK(sp && lazy_follows(sp, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"any\": [1]}}\n</tool_call>"));
+        }
+        kvt_jg_lazy_spec_free(sp);
+        kvt_api_request_free(&a);
+    }
+}
+
 static void test_errors(void) {
     const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
     char body[1024];
@@ -488,6 +565,9 @@ static void test_errors(void) {
              "\"get_weather\"}}}",
              m);
     expect_error(body, "tool_choice", "'tool_choice.type' must be \"function\"");
+    snprintf(body, sizeof body, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":1}}]}",
+             m);
+    expect_error(body, "tools", "strict must be a boolean");
     snprintf(body, sizeof body, "{%s,\"parallel_tool_calls\":1}", m);
     expect_error(body, "parallel_tool_calls", NULL);
     snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"xml\"}}", m);
@@ -524,6 +604,7 @@ int main(void) {
     test_generated_turns();
     test_reasoning_turns();
     test_forced_grammar();
+    test_lazy_grammar();
     test_errors();
     return kvt_test_done("test_api_tools");
 }

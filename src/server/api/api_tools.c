@@ -126,6 +126,7 @@ static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error 
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(fn, "strict");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn))
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
                                   "tools[%d] must be {\"type\": \"function\", \"function\": {...}}", i);
@@ -136,6 +137,9 @@ static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error 
         if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) || (desc && !cJSON_IsString(desc)))
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type",
                                   "tools[%d].function: 'parameters' must be an object and 'description' a string", i);
+        if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+            return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type",
+                                  "tools[%d].function.strict must be a boolean", i);
         for (const cJSON *u = tools->child; u != t; u = u->next)
             if (!strcmp(tool_name(u), name->valuestring))
                 return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value", "two tools are named '%s'",
@@ -600,5 +604,83 @@ int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema *
     if (kvt_jg_schema_compile(a->format == KVT_FORMAT_JSON_SCHEMA ? a->schema : NULL, out, msg, sizeof msg))
         return kvt_api_errorf(err, 400, INVALID, "response_format", "unsupported_schema",
                               "kvtier cannot follow this JSON schema: %s", msg);
+    return 0;
+}
+
+/* ---- the lazy grammar under tool_choice auto ---------------------------------------------------- */
+
+/* The schema a tool's call's arguments follow under auto: its parameters where kvtier can compile
+ * them, else (NULL) any JSON object; *bad is set where the tool is strict and they cannot be compiled. */
+static const cJSON *auto_params(const cJSON *tool, char *msg, size_t cap, int *bad) {
+    const cJSON *fn = tool_function(tool), *p = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    *bad = 0;
+    if (!cJSON_IsObject(p)) return NULL;
+    kvt_jg_schema *probe = NULL;
+    int rc = kvt_jg_schema_compile(p, &probe, msg, cap);
+    kvt_jg_schema_free(probe);
+    if (!rc) return p;
+    *bad = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
+    return NULL;
+}
+
+/* A tagged choice of the tools, each head pre + name + st.mid, each tail tail. */
+static int tagged_calls(const kvt_api_request *a, const char *pre, kvt_api_call_style st, const char *tail,
+                        const cJSON *const *schemas, kvt_jg_schema **out, char *msg, size_t cap) {
+    const char *heads[KVT_API_MAX_TOOLS] = {0}, *tails[KVT_API_MAX_TOOLS] = {0};
+    char *owned[KVT_API_MAX_TOOLS] = {0};
+    int n = 0;
+    for (const cJSON *t = a->tools->child; t && n < KVT_API_MAX_TOOLS; t = t->next, n++) {
+        sbuf b = {0};
+        sb_str(&b, pre);
+        sb_str(&b, tool_name(t));
+        sb_str(&b, st.mid);
+        heads[n] = owned[n] = sb_take(&b);
+        tails[n] = tail;
+    }
+    int rc = kvt_jg_schema_tagged(n, heads, schemas, tails, out, msg, cap);
+    for (int i = 0; i < n; i++) free(owned[i]);
+    return rc;
+}
+
+int kvt_api_lazy_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_lazy_spec **out, kvt_api_error *err) {
+    *out = NULL;
+    if (!a->tools || a->tool_choice != KVT_TOOL_AUTO) return 0;
+    char msg[256];
+    const cJSON *schemas[KVT_API_MAX_TOOLS] = {0};
+    int n = 0, strict = 0;
+    for (const cJSON *t = a->tools->child; t && n < KVT_API_MAX_TOOLS; t = t->next, n++) {
+        int bad;
+        schemas[n] = auto_params(t, msg, sizeof msg, &bad);
+        strict |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tool_function(t), "strict"));
+        if (bad)
+            return kvt_api_errorf(err, 400, INVALID, "tools", "unsupported_schema",
+                                  "tools[%d] ('%s') is strict, and kvtier cannot hold its arguments to its "
+                                  "parameters: %s",
+                                  n, tool_name(t), msg);
+    }
+    /* the trigger is the family's call opening; the documents are the rest of each call */
+    kvt_api_call_style st = kvt_api_call_style_of(f);
+    int mistral = f == KVT_CHAT_MISTRAL, llama3 = f == KVT_CHAT_LLAMA3;
+    const char *trigger = mistral ? "[TOOL_CALLS]" : llama3 ? "{" : "<tool_call>";
+    int more = a->parallel_tool_calls && !llama3; /* Llama 3's reply is one call */
+    kvt_jg_lazy_spec *sp = kvt_xcalloc(1, sizeof *sp);
+    sp->trigger = kvt_xstrdup(trigger);
+    sp->anchored = llama3; /* its calls are read only where the reply is the call */
+    sp->end = kvt_xstrdup(mistral && more ? "]" : "");
+    int rc = tagged_calls(a, st.pre + strlen(trigger), st, mistral && more ? "}" : st.tail, schemas, &sp->first, msg,
+                          sizeof msg);
+    if (!rc && more) { /* the next call: ChatML's on a line of its own, Mistral's in the same array */
+        char *pre = concat(mistral ? ", " : "\n", "", mistral ? strchr(st.pre, '{') : st.pre);
+        rc = tagged_calls(a, pre, st, mistral ? "}" : st.tail, schemas, &sp->next, msg, sizeof msg);
+        free(pre);
+    }
+    if (rc) {
+        kvt_jg_lazy_spec_free(sp);
+        if (strict)
+            return kvt_api_errorf(err, 400, INVALID, "tools", "unsupported_schema",
+                                  "strict tools' calls follow their parameters, and kvtier cannot: %s", msg);
+        return 0; /* nothing strict asked for it: the calls are read as written */
+    }
+    *out = sp;
     return 0;
 }

@@ -41,6 +41,7 @@
 #include "api_response.h"
 #include "chat.h"
 #include "json_grammar.h"
+#include "json_lazy.h"
 
 struct cJSON;
 
@@ -100,6 +101,19 @@ int kvt_api_tools_active(const kvt_api_request *a);
  * kvtier does not support, or a combination it refuses). Free *out with
  * kvt_jg_schema_free. */
 int kvt_api_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_schema **out, kvt_api_error *err);
+
+/* The lazy grammar that holds the calls a model writes of its own accord
+ * (tool_choice auto, tools given) to the family's form: the free text ends
+ * at the family's call opening (ChatML "<tool_call>", Mistral
+ * "[TOOL_CALLS]", Llama 3 a reply that opens with "{"); from there each call
+ * names one of the tools and its arguments follow the tool's parameters
+ * (any JSON object where a tool has none, or where kvtier cannot compile
+ * them and the tool is not strict); after a call, another (unless
+ * parallel_tool_calls is false; Llama 3 writes one call a reply) or the end.
+ * *out NULL where none applies. Returns 0, or -1 with *err filled (400
+ * naming tools: a "strict": true tool whose parameters kvtier cannot
+ * follow). Free *out with kvt_jg_lazy_spec_free. */
+int kvt_api_lazy_grammar(const kvt_api_request *a, kvt_chat_family f, kvt_jg_lazy_spec **out, kvt_api_error *err);
 
 /* Reads the tool calls out of generated text in family f's style. Returns
  * their number (0: none; then the text is the content), with *calls

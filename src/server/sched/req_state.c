@@ -43,6 +43,7 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->doc_order);
     free(r->embed_sum);
     kvt_jg_schema_free(r->grammar);
+    kvt_jg_lazy_spec_free(r->lazy);
     free(r->sib);
     pthread_cond_destroy(&r->cv);
     srv_req *first = r->first;

@@ -48,13 +48,19 @@ static void slot_setup(kvt_server *s, slot *sl, srv_req *r, int32_t seq) {
     sl->n_fed = kvt_seq_len(s->e, seq);
     sl->admitted = s->n_admitted++;
     sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
-    if (r->grammar) {
-        if (!s->jg_vocab) { /* once per server, on the first request that needs it */
-            s->jg_vocab = kvt_jg_vocab_new(s->tok);
-            s->jg_mask = kvt_xmalloc((size_t)s->n_vocab);
-            s->jg_logits = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_logits);
-        }
-        sl->jg = kvt_jg_new(r->grammar, s->jg_vocab);
+    if ((r->grammar || r->lazy) && !s->jg_vocab) { /* once per server, on the first request that needs it */
+        s->jg_vocab = kvt_jg_vocab_new(s->tok);
+        s->jg_mask = kvt_xmalloc((size_t)s->n_vocab);
+        s->jg_logits = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_logits);
+        s->jg_refused = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_refused);
+    }
+    if (r->grammar) sl->jg = kvt_jg_new(r->grammar, s->jg_vocab);
+    sl->lazy_tok = -1;
+    if (r->lazy) {
+        /* a control token whose text is the trigger (Mistral's [TOOL_CALLS]) switches the grammar on too */
+        int32_t t = kvt_tokenizer_find(s->tok, r->lazy->trigger, strlen(r->lazy->trigger));
+        if (t >= 0 && kvt_tokenizer_token_type(s->tok, t) == KVT_TOKEN_CONTROL) sl->lazy_tok = t;
+        sl->lz = kvt_jg_lazy_new(r->lazy, s->jg_vocab, sl->lazy_tok);
     }
     sl->raw_cap = PIECE_INIT;
     sl->raw = kvt_xmalloc(sl->raw_cap);

@@ -22,6 +22,7 @@ void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);
     kvt_jg_free(sl->jg);
+    kvt_jg_lazy_free(sl->lz);
     free(sl->toks);
     free(sl->raw);
     free(sl->tok_end);

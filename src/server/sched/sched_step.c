@@ -47,6 +47,32 @@ static const float *grammar_logits(kvt_server *s, slot *sl, const float *logits)
     return s->jg_logits;
 }
 
+/* The logits under a lazy grammar: before its trigger the model's own, but for
+ * the few tokens that would complete the trigger with text the grammar
+ * refuses (then a copy in s->jg_logits); once on, as grammar_logits. */
+static const float *lazy_logits(kvt_server *s, slot *sl, const float *logits) {
+    if (kvt_jg_lazy_on(sl->lz)) {
+        if (!kvt_jg_lazy_mask(sl->lz, sl->r->max_tokens - sl->n_gen, s->jg_mask)) return NULL;
+        for (int32_t i = 0; i < s->n_vocab; i++) s->jg_logits[i] = s->jg_mask[i] ? logits[i] : -INFINITY;
+        return s->jg_logits;
+    }
+    int32_t n = kvt_jg_lazy_refused(sl->lz, s->jg_refused, s->n_vocab);
+    if (!n) return logits;
+    memcpy(s->jg_logits, logits, (size_t)s->n_vocab * sizeof *logits);
+    for (int32_t i = 0; i < n; i++) s->jg_logits[s->jg_refused[i]] = -INFINITY;
+    return s->jg_logits;
+}
+
+/* The text may end here under the slot's grammar (or it has none). */
+static int grammar_can_end(const slot *sl) {
+    return sl->jg ? kvt_jg_can_end(sl->jg) : sl->lz ? kvt_jg_lazy_can_end(sl->lz) : 1;
+}
+
+/* Advances the slot's grammar past tok: 0, or nonzero where it refuses it. */
+static int grammar_accept(slot *sl, int32_t tok) {
+    return sl->jg ? kvt_jg_accept(sl->jg, tok) : sl->lz ? kvt_jg_lazy_accept(sl->lz, tok) : 0;
+}
+
 /* Appends generated id tok to r->gen_ids (return_tokens), under s->mu for the handler that streams them. */
 static void publish_id(kvt_server *s, srv_req *r, int32_t tok) {
     pthread_mutex_lock(&s->mu);
@@ -61,15 +87,16 @@ static void publish_id(kvt_server *s, srv_req *r, int32_t tok) {
 /* Handles one sampled token of a slot; may finish the slot. */
 static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     srv_req *r = sl->r;
-    const float *allowed = sl->jg ? grammar_logits(s, sl, logits) : logits;
+    const float *allowed = sl->jg ? grammar_logits(s, sl, logits) : sl->lz ? lazy_logits(s, sl, logits) : logits;
     if (!allowed) {
         /* where the grammar may end here, only the end of generation was left (as in llama-server, where
          * it is the one legal token): the reply is complete, so "stop", even before its first token */
-        kvt_srv_slot_finish(s, sl, kvt_jg_can_end(sl->jg) ? "stop" : "length", sl->raw_len, 0, NULL);
+        kvt_srv_slot_finish(s, sl, grammar_can_end(sl) ? "stop" : "length", sl->raw_len, 0, NULL);
         return;
     }
     int32_t tok = kvt_sampler_sample(sl->smp, allowed);
-    if (sl->jg && kvt_jg_accept(sl->jg, tok)) { /* cannot happen: the sampler picks among the allowed */
+    int held = sl->jg || (sl->lz && kvt_jg_lazy_on(sl->lz)); /* a grammar decides where the text may end */
+    if (grammar_accept(sl, tok)) {                           /* cannot happen: the sampler picks among the allowed */
         kvt_srv_slot_finish(s, sl, NULL, 0, 500, "constrained decoding picked a token the grammar refuses");
         return;
     }
@@ -82,7 +109,7 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         kvt_metrics_observe_inter_token(s->metrics, now - sl->t_last_token);
     }
     sl->t_last_token = now;
-    if ((!r->ignore_eos || sl->jg) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
+    if ((!r->ignore_eos || held) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         kvt_srv_slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
     }
@@ -101,14 +128,15 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     if (r->return_tokens) publish_id(s, r, tok);
     sl->toks[sl->n_toks++] = tok;
     char small[PIECE_INIT];
-    int len = kvt_token_piece(s->tok, tok, small, sizeof small, 0);
+    int trigger = tok == sl->lazy_tok && sl->lz; /* the control token of the call opening is read as its text */
+    int len = kvt_token_piece(s->tok, tok, small, sizeof small, trigger);
     if (len < 0) len = 0;
     if (sl->raw_len + (size_t)len > sl->raw_cap) {
         sl->raw_cap = KVT_MAX(sl->raw_cap * 2, sl->raw_len + (size_t)len);
         sl->raw = kvt_xrealloc(sl->raw, sl->raw_cap);
     }
     if ((size_t)len <= sizeof small) memcpy(sl->raw + sl->raw_len, small, (size_t)len);
-    else kvt_token_piece(s->tok, tok, sl->raw + sl->raw_len, (size_t)len, 0);
+    else kvt_token_piece(s->tok, tok, sl->raw + sl->raw_len, (size_t)len, trigger);
     sl->raw_len += (size_t)len;
     sl->tok_end[sl->n_gen++] = sl->raw_len;
 
@@ -121,7 +149,8 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         return;
     }
     kvt_srv_slot_emit(s, sl, sl->raw_len - hold, 0);
-    if (sl->jg && kvt_jg_done(sl->jg)) { /* the document is complete: nothing may follow it */
+    if ((sl->jg && kvt_jg_done(sl->jg)) || (sl->lz && kvt_jg_lazy_done(sl->lz))) {
+        /* the document is complete: nothing may follow it */
         kvt_srv_slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
     }

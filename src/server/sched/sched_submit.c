@@ -369,6 +369,8 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     kvt_fail(0, "%s", "");
     size_t at = 0; /* where kvtier.documents go: before the last user message's content, or the prompt */
     if (kvt_api_grammar(a, s->p.chat, &r->grammar, err)) goto fail;
+    /* under tool_choice auto the calls the model writes follow the tools (no other grammar is set then) */
+    if (!r->grammar && a->kind == KVT_API_CHAT && kvt_api_lazy_grammar(a, s->p.chat, &r->lazy, err)) goto fail;
     r->tools = a->kind == KVT_API_CHAT && kvt_api_tools_active(a);
     r->parallel_tool_calls = a->parallel_tool_calls;
     r->split_reasoning = a->reasoning_format ? a->reasoning_format == KVT_API_REASONING_SPLIT
