@@ -607,13 +607,22 @@ static jv capture(jctx *x, const jnode *body) {
 }
 
 /* {% filter f %}...{% endfilter %}: the body's text through the filters; a break or continue in
- * the body leaves the loop before the block writes anything, as in Jinja. */
+ * the body leaves the loop before the block writes anything, as in Jinja. The filters must give
+ * a string: Jinja joins the block's result with the text around it, and fails on anything else
+ * (length's number, list's list), so this fails the same way, with the type named as Python
+ * names it. */
 static void exec_filtered(jctx *x, const jnode *s) {
     jv saved = x->filtered, text = capture(x, s->body);
     if (x->loop_ctl) return;
     x->filtered = text;
-    jv v = jv_to_str(x, jx_eval(x, s->a));
+    jv v = jx_eval(x, s->a);
     x->filtered = saved;
+    if (v.k != JV_STR) {
+        static const char *const py[] = {"Undefined", "NoneType", "bool", "int",       "float",
+                                         "str",       "list",     "dict", "Namespace", "Macro"};
+        jx_fail(x, KVT_EFORMAT, s, "a filter block's filters must give a string: expected str instance, %s found",
+                v.k == JV_LIST && v.u.l->tuple ? "tuple" : py[v.k]);
+    }
     emit(x, s, v.u.s.p, v.u.s.n);
 }
 
@@ -630,8 +639,17 @@ static void exec_caller(jctx *x, const jnode *s) {
     emit(x, s, v.u.s.p, v.u.s.n);
 }
 
+/* {% set %}: a value, or a block's text (through its filters); a break or continue in the block
+ * leaves the loop before anything is set, as in Jinja. */
 static void exec_set(jctx *x, const jnode *s) {
     jv v = s->body ? capture(x, s->body) : jx_eval(x, s->a);
+    if (x->loop_ctl) return;
+    if (s->c) {
+        jv saved = x->filtered;
+        x->filtered = v;
+        v = jx_eval(x, s->c);
+        x->filtered = saved;
+    }
     if (!s->s2) return bind_targets(x, s, x->scope, v);
     jv ns;
     if (!lookup(x, s->s, s->sn, &ns) || ns.k != JV_NS)

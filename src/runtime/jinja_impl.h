@@ -61,7 +61,8 @@ typedef enum {
     JN_IF,    /* a: condition, body, alt (elif chains nest as an alt holding one JN_IF) */
     JN_FOR,   /* s: target (args: JN_NAME targets to unpack into), a: iterable, c: filter condition, body, alt: else;
                  op = 1 when recursive */
-    JN_SET,   /* s: name (args: JN_NAME targets to unpack into; s2: a namespace's attribute), a: value, or body */
+    JN_SET,   /* s: name (args: JN_NAME targets to unpack into; s2: a namespace's attribute), a: value, or body
+                 (through the filters c, whose innermost input, a NULL a, is the body's text) */
     JN_MACRO, /* s: name, args: parameters (JN_NAME with a default in a), body; op: 1 takes varargs, 2 kwargs */
     JN_BREAK,
     JN_CONTINUE,
@@ -91,7 +92,7 @@ enum { OP_EQ = 256, OP_NE, OP_LE, OP_GE, OP_AND, OP_OR, OP_IN, OP_NOTIN, OP_FLOO
 
 struct jnode {
     jn_type t;
-    int line;
+    int line, col; /* where in the template (from 1; the column in characters), for errors */
     int op;
     const char *s, *s2;
     size_t sn, s2n;

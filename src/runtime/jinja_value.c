@@ -21,7 +21,7 @@ void jx_fail(jctx *x, int code, const jnode *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (at) snprintf(x->err, sizeof x->err, "template line %d: %s", at->line, msg);
+    if (at) snprintf(x->err, sizeof x->err, "template line %d, column %d: %s", at->line, at->col, msg);
     else snprintf(x->err, sizeof x->err, "template: %s", msg);
     x->err_code = code;
     longjmp(x->jb, 1);
