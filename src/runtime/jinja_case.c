@@ -2,10 +2,10 @@
 /* Case changes as Python makes them, UTF-8 aware: str.lower, str.upper,
  * str.capitalize and str.title, and Jinja's title filter (each word's first
  * character upper case, the rest lower case, words split at whitespace and
- * "-", "(", "{", "[", "<"). The mappings cover the blocks chat templates meet
- * (Latin with its extensions, Greek, Cyrillic, Armenian; jinja_case_tab.h,
- * generated from Python's Unicode data); other characters stay as they are
- * and count as uncased. Full mappings apply where one character becomes
+ * "-", "(", "{", "[", "<"). The mappings cover every script (jinja_case_tab.h,
+ * generated from Python's Unicode data: Latin, Greek with its polytonic
+ * letters, Cyrillic, Armenian, Georgian, Cherokee, Glagolitic, Coptic, the
+ * fullwidth and circled letters, Deseret, Adlam ...). Full mappings apply where one character becomes
  * several ("ß" upper case is "SS"), and a capital sigma lowers to the final
  * form "ς" at the end of a word, as Python's do. */
 #include <stddef.h>
@@ -47,27 +47,37 @@ static int has(const jx_case_run *runs, size_t n, unsigned cp) { return find_run
 static int cased(unsigned cp) { return HAS(case_cased, cp); }
 static int ignorable(unsigned cp) { return HAS(case_ignorable, cp); }
 
+/* cp's mapping of kind with more than one code point, into out[]; how many (0: none). The table
+ * is in code point order. */
+static size_t special(unsigned cp, unsigned kind, unsigned out[3]) {
+    size_t lo = 0, hi = KVT_ARRAY_LEN(case_special);
+    while (lo < hi) { /* the first row of cp or past it */
+        size_t mid = lo + (hi - lo) / 2;
+        if (case_special[mid].cp < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    for (; lo < KVT_ARRAY_LEN(case_special) && case_special[lo].cp == cp; lo++)
+        if (case_special[lo].kind == kind) {
+            size_t n = 0;
+            while (n < 3 && case_special[lo].out[n]) out[n] = case_special[lo].out[n], n++;
+            return n;
+        }
+    return 0;
+}
+
 /* cp mapped to kind into out[]; returns how many code points (0: cp stays as it is). Title case
  * is upper case except where the title table says otherwise. */
 static size_t map_cp(unsigned cp, int kind, unsigned out[3]) {
     for (int k = kind; k >= TO_UPPER; k = k == TO_TITLE ? TO_UPPER : -1) {
-        for (size_t i = 0; i < KVT_ARRAY_LEN(case_special); i++)
-            if (case_special[i].cp == cp && case_special[i].kind == (unsigned)k) {
-                size_t n = 0;
-                while (n < 3 && case_special[i].out[n]) out[n] = case_special[i].out[n], n++;
-                return n;
-            }
+        size_t n = special(cp, (unsigned)k, out);
+        if (n) return n;
         const jx_case_run *r = k == TO_UPPER ? find_run(case_upper, KVT_ARRAY_LEN(case_upper), cp)
                                              : find_run(case_title, KVT_ARRAY_LEN(case_title), cp);
         if (r) return out[0] = (unsigned)((int)cp + r->delta), 1;
     }
     if (kind == TO_LOWER) {
-        for (size_t i = 0; i < KVT_ARRAY_LEN(case_special); i++)
-            if (case_special[i].cp == cp && case_special[i].kind == TO_LOWER) {
-                size_t n = 0;
-                while (n < 3 && case_special[i].out[n]) out[n] = case_special[i].out[n], n++;
-                return n;
-            }
+        size_t n = special(cp, TO_LOWER, out);
+        if (n) return n;
         const jx_case_run *r = find_run(case_lower, KVT_ARRAY_LEN(case_lower), cp);
         if (r) return out[0] = (unsigned)((int)cp + r->delta), 1;
     }

@@ -111,7 +111,7 @@ static jv item(jctx *x, const jnode *at, jv obj, jv key) {
         return jv_undef();
     }
     if (obj.k == JV_LIST || obj.k == JV_STR) {
-        if (key.k != JV_INT && key.k != JV_BOOL) return jv_undef();
+        if ((key.k != JV_INT && key.k != JV_BOOL) || (obj.k == JV_LIST && obj.u.l->gen)) return jv_undef();
         size_t n = 0, *off = NULL;
         if (obj.k == JV_LIST) n = obj.u.l->n;
         else off = cp_offsets(x, obj, &n);
@@ -234,10 +234,37 @@ static jv int_pow(jctx *x, const jnode *e, long long a, long long b) {
     return jv_int(r);
 }
 
+/* Markup + str and str + Markup as markupsafe adds them: the plain string HTML-escaped ("&", "<",
+ * ">", "'" and '"'), and the sum Markup. */
+static jv markup_concat(jctx *x, jv a, jv b) {
+    jbuf sb = {.x = x};
+    for (int side = 0; side < 2; side++) {
+        jv s = side ? b : a;
+        for (size_t i = 0; i < s.u.s.n; i++) {
+            const char *c = s.u.s.p + i, *esc = NULL;
+            if (!s.markup) {
+                switch (*c) {
+                case '&': esc = "&amp;"; break;
+                case '<': esc = "&lt;"; break;
+                case '>': esc = "&gt;"; break;
+                case '\'': esc = "&#39;"; break;
+                case '"': esc = "&#34;"; break;
+                default: break;
+                }
+            }
+            if (esc) jb_put_marked(&sb, esc, strlen(esc), jx_marked(x, c));
+            else jb_put(&sb, c, 1);
+        }
+    }
+    jv v = jb_done(&sb);
+    v.markup = 1;
+    return v;
+}
+
 jv jx_add(jctx *x, const jnode *e, jv a, jv b) {
-    if (a.k == JV_STR && b.k == JV_STR) return concat(x, a, b);
+    if (a.k == JV_STR && b.k == JV_STR) return a.markup || b.markup ? markup_concat(x, a, b) : concat(x, a, b);
     if (a.k == JV_LIST && b.k == JV_LIST) { /* list + list, tuple + tuple; Python adds no list to a tuple */
-        if (a.u.l->tuple != b.u.l->tuple)
+        if (a.u.l->tuple != b.u.l->tuple || a.u.l->gen || b.u.l->gen)
             jx_fail(x, KVT_EFORMAT, e, "cannot add %s and %s", jv_type_name(a), jv_type_name(b));
         jv l = jv_new_list(x);
         l.u.l->tuple = a.u.l->tuple;
@@ -489,6 +516,9 @@ jv jx_eval(jctx *x, const jnode *e) {
     }
     case JN_TEST: {
         v = jx_eval(x, e->a);
+        if (v.k == JV_UNDEF && e->a->t == JN_NAME && jx_is_global(e->a->s, e->a->sn) &&
+            ((e->sn == 7 && !memcmp(e->s, "defined", 7)) || (e->sn == 9 && !memcmp(e->s, "undefined", 9))))
+            return jv_bool((e->sn == 7) != e->op);
         jv *args = pos_args(x, e->args, &n);
         return jv_bool(jx_test(x, e, e->s, e->sn, v, args, n) != e->op);
     }
@@ -607,13 +637,22 @@ static jv capture(jctx *x, const jnode *body) {
 }
 
 /* {% filter f %}...{% endfilter %}: the body's text through the filters; a break or continue in
- * the body leaves the loop before the block writes anything, as in Jinja. */
+ * the body leaves the loop before the block writes anything, as in Jinja. The filters must give
+ * a string: Jinja joins the block's result with the text around it, and fails on anything else
+ * (length's number, list's list), so this fails the same way, with the type named as Python
+ * names it. */
 static void exec_filtered(jctx *x, const jnode *s) {
     jv saved = x->filtered, text = capture(x, s->body);
     if (x->loop_ctl) return;
     x->filtered = text;
-    jv v = jv_to_str(x, jx_eval(x, s->a));
+    jv v = jx_eval(x, s->a);
     x->filtered = saved;
+    if (v.k != JV_STR) {
+        static const char *const py[] = {"Undefined", "NoneType", "bool", "int",       "float",
+                                         "str",       "list",     "dict", "Namespace", "Macro"};
+        jx_fail(x, KVT_EFORMAT, s, "a filter block's filters must give a string: expected str instance, %s found",
+                v.k == JV_LIST && v.u.l->tuple ? "tuple" : py[v.k]);
+    }
     emit(x, s, v.u.s.p, v.u.s.n);
 }
 
@@ -630,8 +669,17 @@ static void exec_caller(jctx *x, const jnode *s) {
     emit(x, s, v.u.s.p, v.u.s.n);
 }
 
+/* {% set %}: a value, or a block's text (through its filters); a break or continue in the block
+ * leaves the loop before anything is set, as in Jinja. */
 static void exec_set(jctx *x, const jnode *s) {
     jv v = s->body ? capture(x, s->body) : jx_eval(x, s->a);
+    if (x->loop_ctl) return;
+    if (s->c) {
+        jv saved = x->filtered;
+        x->filtered = v;
+        v = jx_eval(x, s->c);
+        x->filtered = saved;
+    }
     if (!s->s2) return bind_targets(x, s, x->scope, v);
     jv ns;
     if (!lookup(x, s->s, s->sn, &ns) || ns.k != JV_NS)

@@ -12,7 +12,7 @@
 jnode *jp_node(parser *p, jn_type type) {
     jnode *n = jp_palloc(p, sizeof *n);
     n->t = type;
-    n->line = p->line;
+    jp_where(p, p->tok_at, &n->line, &n->col);
     return n;
 }
 
@@ -20,9 +20,11 @@ jnode *jp_node(parser *p, jn_type type) {
 
 static jnode *unary(parser *p);
 
-static jnode *bin(parser *p, int op, jnode *a, jnode *b) {
+/* a op (the right operand, read by rhs), at the operator: the current token, which it reads. */
+static jnode *bin(parser *p, int op, jnode *a, jnode *(*rhs)(parser *)) {
     jnode *n = jp_node(p, JN_BIN);
-    n->op = op, n->a = a, n->b = b;
+    jp_lex(p);
+    n->op = op, n->a = a, n->b = rhs(p);
     return n;
 }
 
@@ -33,7 +35,8 @@ static jnode *call_args(parser *p) {
         jnode *a;
         if (p->cur.k == T_NAME) {
             size_t save = p->pos;
-            int line = p->line, braces = p->braces;
+            size_t tok_at = p->tok_at;
+            int braces = p->braces;
             tok name = p->cur;
             jp_lex(p);
             if (jp_is_op(p, '=')) {
@@ -41,7 +44,7 @@ static jnode *call_args(parser *p) {
                 a = jp_node(p, JN_KWARG);
                 a->s = name.p, a->sn = name.n, a->a = jp_expr(p);
             } else {
-                p->pos = save, p->line = line, p->braces = braces, p->cur = name;
+                p->pos = save, p->tok_at = tok_at, p->braces = braces, p->cur = name;
                 a = jp_expr(p);
             }
         } else {
@@ -91,7 +94,7 @@ static jnode *postfix(parser *p, jnode *e) {
         } else if (jp_is_op(p, '(')) {
             jp_lex(p);
             jnode *n = jp_node(p, JN_CALL);
-            n->a = e;
+            n->a = e, n->line = e->line, n->col = e->col; /* a call is where its callee is */
             n->args = call_args(p);
             e = n;
         } else {
@@ -237,16 +240,14 @@ static jnode *unary(parser *p) { return unary_f(p, 1); }
 
 static jnode *power(parser *p) {
     jnode *e = unary(p);
-    while (jp_is_op(p, OP_POW)) jp_lex(p), e = bin(p, OP_POW, e, unary(p));
+    while (jp_is_op(p, OP_POW)) e = bin(p, OP_POW, e, unary);
     return e;
 }
 
 static jnode *product(parser *p) {
     jnode *e = power(p);
     while (jp_is_op(p, '*') || jp_is_op(p, '/') || jp_is_op(p, '%') || jp_is_op(p, OP_FLOORDIV)) {
-        int op = p->cur.op;
-        jp_lex(p);
-        e = bin(p, op, e, power(p));
+        e = bin(p, p->cur.op, e, power);
     }
     return e;
 }
@@ -254,16 +255,14 @@ static jnode *product(parser *p) {
 static jnode *sum(parser *p) {
     jnode *e = product(p);
     while (jp_is_op(p, '+') || jp_is_op(p, '-')) {
-        int op = p->cur.op;
-        jp_lex(p);
-        e = bin(p, op, e, product(p));
+        e = bin(p, p->cur.op, e, product);
     }
     return e;
 }
 
 static jnode *concat(parser *p) {
     jnode *e = sum(p);
-    while (jp_is_op(p, '~')) jp_lex(p), e = bin(p, '~', e, sum(p));
+    while (jp_is_op(p, '~')) e = bin(p, '~', e, sum);
     return e;
 }
 
@@ -274,10 +273,8 @@ static jnode *compare(parser *p) {
         if (jp_is_op(p, OP_EQ) || jp_is_op(p, OP_NE) || jp_is_op(p, OP_LE) || jp_is_op(p, OP_GE) || jp_is_op(p, '<') ||
             jp_is_op(p, '>')) {
             op = p->cur.op;
-            jp_lex(p);
         } else if (jp_is_name(p, "in")) {
             op = OP_IN;
-            jp_lex(p);
         } else if (jp_is_name(p, "not")) { /* "not in": a lone "not" here is an error */
             jp_lex(p);
             if (!jp_is_name(p, "in")) {
@@ -285,11 +282,10 @@ static jnode *compare(parser *p) {
                 return e;
             }
             op = OP_NOTIN;
-            jp_lex(p);
         } else {
             return e;
         }
-        e = bin(p, op, e, concat(p));
+        e = bin(p, op, e, concat);
     }
 }
 
@@ -309,13 +305,13 @@ static jnode *not_expr(parser *p) {
 
 static jnode *and_expr(parser *p) {
     jnode *e = not_expr(p);
-    while (jp_is_name(p, "and")) jp_lex(p), e = bin(p, OP_AND, e, not_expr(p));
+    while (jp_is_name(p, "and")) e = bin(p, OP_AND, e, not_expr);
     return e;
 }
 
 jnode *jp_or_expr(parser *p) {
     jnode *e = and_expr(p);
-    while (jp_is_name(p, "or")) jp_lex(p), e = bin(p, OP_OR, e, and_expr(p));
+    while (jp_is_name(p, "or")) e = bin(p, OP_OR, e, and_expr);
     return e;
 }
 

@@ -75,7 +75,7 @@ int jx_test(jctx *x, const jnode *at, const char *name, size_t n, jv v, const jv
     if (name_is(name, n, "string")) return v.k == JV_STR;
     if (name_is(name, n, "mapping")) return v.k == JV_DICT || v.k == JV_NS;
     if (name_is(name, n, "iterable")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_DICT;
-    if (name_is(name, n, "sequence")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_DICT;
+    if (name_is(name, n, "sequence")) return v.k == JV_STR || (v.k == JV_LIST && !v.u.l->gen) || v.k == JV_DICT;
     if (name_is(name, n, "number")) return num;
     if (name_is(name, n, "integer")) return v.k == JV_INT;
     if (name_is(name, n, "float")) return v.k == JV_FLOAT;
@@ -155,7 +155,8 @@ static jv as_list(jctx *x, const jnode *at, jv v, const char *filter) {
 /* selectattr/rejectattr (by attribute) and select/reject (the item itself):
  * keep the items a test (default: truth) passes, or fails when reject. */
 static jv select_items(jctx *x, const jnode *at, jv v, const jv *a, size_t na, int by_attr, int reject) {
-    jv in = as_list(x, at, v, "select"), out = jv_new_list(x);
+    jv in = jv_truthy(v) ? as_list(x, at, v, "select") : jv_new_list(x), out = jv_new_list(x); /* none: nothing */
+    out.u.l->gen = 1;
     if (by_attr && (na < 1 || a[0].k != JV_STR)) jx_fail(x, KVT_EFORMAT, at, "selectattr needs an attribute name");
     size_t skip = by_attr ? 1 : 0;
     for (size_t i = 0; i < in.u.l->n; i++) {
@@ -173,7 +174,8 @@ static jv select_items(jctx *x, const jnode *at, jv v, const jv *a, size_t na, i
 }
 
 static jv map_items(jctx *x, const jnode *at, jv v, const jv *a, size_t na, const jnode *kw) {
-    jv in = as_list(x, at, v, "map"), out = jv_new_list(x);
+    jv in = jv_truthy(v) ? as_list(x, at, v, "map") : jv_new_list(x), out = jv_new_list(x); /* none: nothing */
+    out.u.l->gen = 1;
     jv path = jx_kwarg(x, kw, "attribute"), dflt = jx_kwarg(x, kw, "default");
     for (size_t i = 0; i < in.u.l->n; i++) {
         jv it;
@@ -210,13 +212,16 @@ static jv indent(jctx *x, jv s, long long width, int first, int blank) {
 
 static jv first_last(jctx *x, const jnode *at, jv v, int last) {
     jv l = as_list(x, at, v, last ? "last" : "first");
+    if (last && l.u.l->gen) jx_fail(x, KVT_EFORMAT, at, "last: 'generator' object is not reversible");
     return l.u.l->n ? l.u.l->v[last ? l.u.l->n - 1 : 0] : jv_undef();
 }
 
 static jv length(jctx *x, const jnode *at, jv v) {
     switch (v.k) {
     case JV_STR: return jv_int((long long)jx_cp_len(v.u.s.p, v.u.s.n));
-    case JV_LIST: return jv_int((long long)v.u.l->n);
+    case JV_LIST:
+        if (v.u.l->gen) jx_fail(x, KVT_EFORMAT, at, "object of type 'generator' has no len()");
+        return jv_int((long long)v.u.l->n);
     case JV_DICT:
     case JV_NS: return jv_int((long long)v.u.d->n);
     case JV_UNDEF: return jv_int(0);
@@ -542,7 +547,11 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, size_t n, jv v, const j
         if (v.u.i == LLONG_MIN) jx_fail(x, KVT_EFORMAT, at, "an integer result does not fit in 64 bits");
         return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
     }
-    if (name_is(name, n, "safe")) return v;
+    if (name_is(name, n, "safe")) { /* a Markup string: "+" escapes what is added to it */
+        jv s = jv_to_str(x, v);
+        s.markup = 1;
+        return s;
+    }
     if (name_is(name, n, "sort")) {
         jv l = as_list(x, at, v, "sort");
         return sorted(x, at, l, arg(x, a, na, 2, kw, "attribute"), jv_truthy(arg(x, a, na, 1, kw, "case_sensitive")),
@@ -594,6 +603,13 @@ static jv range(jctx *x, const jnode *at, const jv *a, size_t na) {
     l.u.l->cap = count;
     for (size_t i = 0; i < count; i++) l.u.l->v[l.u.l->n++] = jv_int((long long)((u64)v[0] + (u64)i * (u64)v[2]));
     return l;
+}
+
+int jx_is_global(const char *name, size_t n) {
+    static const char *const names[] = {"raise_exception", "range", "namespace", "dict", "strftime_now"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(names); i++)
+        if (name_is(name, n, names[i])) return 1;
+    return 0;
 }
 
 jv jx_global(jctx *x, const jnode *at, const char *name, size_t n, const jv *a, size_t na, const jnode *kw, int *found) {

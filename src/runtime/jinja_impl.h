@@ -21,6 +21,7 @@ typedef struct jscope jscope;
 
 typedef struct {
     jv_kind k;
+    int markup; /* JV_STR: a Markup string (the safe filter's): "+" escapes the plain text added to it */
     union {
         long long i; /* JV_BOOL, JV_INT */
         double f;
@@ -41,6 +42,8 @@ struct jv_list {
     jv *v;
     size_t n, cap;
     int tuple; /* made by a tuple literal: "%" formatting takes its items as the arguments */
+    int gen;   /* what Jinja's select, reject, selectattr, rejectattr and map give: a generator, which is
+                  always true, has no length, items or JSON and prints as one */
 };
 
 struct jv_dict {
@@ -61,7 +64,8 @@ typedef enum {
     JN_IF,    /* a: condition, body, alt (elif chains nest as an alt holding one JN_IF) */
     JN_FOR,   /* s: target (args: JN_NAME targets to unpack into), a: iterable, c: filter condition, body, alt: else;
                  op = 1 when recursive */
-    JN_SET,   /* s: name (args: JN_NAME targets to unpack into; s2: a namespace's attribute), a: value, or body */
+    JN_SET,   /* s: name (args: JN_NAME targets to unpack into; s2: a namespace's attribute), a: value, or body
+                 (through the filters c, whose innermost input, a NULL a, is the body's text) */
     JN_MACRO, /* s: name, args: parameters (JN_NAME with a default in a), body; op: 1 takes varargs, 2 kwargs */
     JN_BREAK,
     JN_CONTINUE,
@@ -91,7 +95,7 @@ enum { OP_EQ = 256, OP_NE, OP_LE, OP_GE, OP_AND, OP_OR, OP_IN, OP_NOTIN, OP_FLOO
 
 struct jnode {
     jn_type t;
-    int line;
+    int line, col; /* where in the template (from 1; the column in characters), for errors */
     int op;
     const char *s, *s2;
     size_t sn, s2n;
@@ -220,6 +224,9 @@ jv jx_method(jctx *x, const jnode *at, jv self, const char *name, size_t nlen, c
              const jnode *kw, int *found);
 jv jx_global(jctx *x, const jnode *at, const char *name, size_t nlen, const jv *args, size_t nargs, const jnode *kwargs,
              int *found);
+/* whether name is one of jx_global's functions: they are defined, as Hugging Face's globals are
+ * ("strftime_now is defined" is true) */
+int jx_is_global(const char *name, size_t nlen);
 
 size_t jx_cp_len(const char *p, size_t n); /* code points of UTF-8 text */
 /* The code point at p[0..n) (n > 0) and its length in *len; U+FFFD and 1 for a byte that does not

@@ -1,17 +1,73 @@
 // SPDX-License-Identifier: MIT
-/* The Jinja tokenizer (jinja_parse_impl.h): names, numbers, strings with
- * Python's escapes, and operators inside a {{ }} or {% %} tag, up to the tag's
- * closing delimiter. */
+/* The Jinja tokenizer (jinja_parse_impl.h): names (Python identifiers, so
+ * letters past ASCII too), numbers, strings with Python's escapes, and
+ * operators inside a {{ }} or {% %} tag, up to the tag's closing delimiter. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "jinja_parse_impl.h"
 
+typedef struct {
+    unsigned lo, hi, cls;
+} jx_ident_run;
+
+#include "jinja_ident_tab.h"
+
+/* ---- names ----------------------------------------------------------------- */
+
+enum { ID_NONE, ID_WORD, ID_CONTINUE, ID_START };
+
+/* What the character at s[0..n) is to a name (ID_START: may start one ...), its length in *len. */
+static unsigned ident_class(const char *s, size_t n, size_t *len) {
+    *len = 1;
+    if (!((unsigned char)s[0] & 0x80)) return jp_is_ident(s[0], 1) ? ID_START : jp_is_ident(s[0], 0) ? ID_CONTINUE : 0;
+    unsigned cp = jx_utf8_get(s, n, len);
+    size_t lo = 0, hi = KVT_ARRAY_LEN(ident_runs);
+    while (lo < hi) { /* the first run that ends at or after cp */
+        size_t mid = lo + (hi - lo) / 2;
+        if (ident_runs[mid].hi < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < KVT_ARRAY_LEN(ident_runs) && ident_runs[lo].lo <= cp ? ident_runs[lo].cls : ID_NONE;
+}
+
+/* A name, as Jinja reads one: the longest run of letters, digits, "_" and the other characters
+ * an identifier may continue with, which must then be a Python identifier (a first character
+ * that may start one). Names compare as written: Python would also take names that normalize
+ * alike (NFKC, the ligature "ﬁ" and "fi") for one. */
+static void lex_name(parser *p) {
+    const char *s = p->src + p->pos;
+    size_t left = p->len - p->pos, n = 0, len;
+    int ok = 1;
+    for (unsigned c; n < left && (c = ident_class(s + n, left - n, &len)) != ID_NONE; n += len)
+        ok &= c == ID_START || (n && c == ID_CONTINUE);
+    if (!ok) return jp_perr(p, "invalid character in the name '%.*s'", (int)KVT_MIN(n, 60), s);
+    p->pos += n;
+    p->cur = (tok){.k = T_NAME, .p = s, .n = n};
+    p->n_varargs += n == 7 && !memcmp(s, "varargs", 7);
+    p->n_kwargs += n == 6 && !memcmp(s, "kwargs", 6);
+}
+
 /* ---- tokens inside a tag ---------------------------------------------------- */
 
+void jp_where(parser *p, size_t at, int *line, int *col) {
+    if (at < p->w_pos) { /* back (a parse that looked ahead): lines from w_pos, the column anew */
+        for (size_t i = at; i < p->w_pos; i++) p->w_line -= p->src[i] == '\n';
+        size_t start = at;
+        while (start && p->src[start - 1] != '\n') start--;
+        p->w_col = 1, p->w_pos = start;
+    }
+    for (; p->w_pos < at && p->w_pos < p->len; p->w_pos++) {
+        unsigned char c = (unsigned char)p->src[p->w_pos];
+        if (c == '\n') p->w_line++, p->w_col = 1;
+        else if ((c & 0xC0) != 0x80) p->w_col++; /* a character's first byte */
+    }
+    *line = p->w_line, *col = p->w_col;
+}
+
 void jp_skip_space(parser *p) {
-    while (p->pos < p->len && jp_is_space(p->src[p->pos])) p->line += p->src[p->pos++] == '\n';
+    while (p->pos < p->len && jp_is_space(p->src[p->pos])) p->pos++;
 }
 
 /* A quoted string with Python's escapes, decoded into the tree's memory. */
@@ -23,7 +79,6 @@ static void lex_string(parser *p) {
     size_t n = 0;
     while (p->pos < p->len && p->src[p->pos] != q) {
         char c = p->src[p->pos++];
-        p->line += c == '\n';
         if (c != '\\' || p->pos >= p->len) {
             out[n++] = c;
             continue;
@@ -46,8 +101,7 @@ static void lex_string(parser *p) {
             }
             if (v > 0x10FFFF) return jp_perr(p, "escape past U+10FFFF");
             n += jx_utf8_put(out + n, v);
-        } else if (c == '\n') {
-            p->line++; /* a line continuation */
+        } else if (c == '\n') { /* a line continuation */
         } else {
             if (c != '\\' && c != '\'' && c != '"') out[n++] = '\\';
             out[n++] = c;
@@ -136,6 +190,7 @@ void jp_lex(parser *p) {
         return;
     }
     jp_skip_space(p);
+    p->tok_at = p->pos;
     if (p->pos >= p->len) return jp_perr(p, "a tag is not closed");
     const char *s = p->src + p->pos;
     size_t left = p->len - p->pos;
@@ -143,21 +198,14 @@ void jp_lex(parser *p) {
     if ((minus || (left >= 2 && s[0] == p->closer && s[1] == '}')) && (p->closer == '%' || !p->braces)) {
         p->pos += minus ? 3 : 2;
         if (minus) jp_skip_space(p);
-        else if (p->closer == '%' && p->pos < p->len && p->src[p->pos] == '\n') p->pos++, p->line++;
+        else if (p->closer == '%' && p->pos < p->len && p->src[p->pos] == '\n') p->pos++;
         p->line_starting = p->src[p->pos - 1] == '\n';
         p->cur = (tok){.k = T_END};
         return;
     }
-    if (jp_is_ident(s[0], 1)) {
-        size_t n = 1;
-        while (n < left && jp_is_ident(s[n], 0)) n++;
-        p->pos += n;
-        p->cur = (tok){.k = T_NAME, .p = s, .n = n};
-        p->n_varargs += n == 7 && !memcmp(s, "varargs", 7);
-        p->n_kwargs += n == 6 && !memcmp(s, "kwargs", 6);
-        return;
-    }
     if (s[0] >= '0' && s[0] <= '9') return lex_number(p);
+    size_t clen;
+    if (ident_class(s, left, &clen) != ID_NONE) return lex_name(p);
     if (s[0] == '\'' || s[0] == '"') return lex_string(p);
     static const struct {
         const char *s;
@@ -169,7 +217,8 @@ void jp_lex(parser *p) {
             p->cur = (tok){.k = T_OP, .p = s, .n = 2, .op = two[i].op};
             return;
         }
-    if (!strchr("+-*/%~<>()[]{},:.|=", s[0]) || !s[0]) return jp_perr(p, "unexpected character '%c' in a tag", s[0]);
+    if (!strchr("+-*/%~<>()[]{},:.|=", s[0]) || !s[0])
+        return jp_perr(p, "unexpected character '%.*s' in a tag", (int)clen, s);
     p->braces += s[0] == '{' ? 1 : s[0] == '}' && p->braces ? -1 : 0;
     p->pos++;
     p->cur = (tok){.k = T_OP, .p = s, .n = 1, .op = s[0]};

@@ -21,7 +21,9 @@ void jp_perr(parser *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(p->err, sizeof p->err, "template line %d: %s", p->line, msg);
+    int line, col;
+    jp_where(p, p->tok_at, &line, &col);
+    snprintf(p->err, sizeof p->err, "template line %d, column %d: %s", line, col, msg);
     p->cur.k = T_EOF; /* everything stops at the first error */
 }
 
@@ -97,7 +99,11 @@ static jnode *stmt_set(parser *p) {
         n->s2 = p->cur.p, n->s2n = p->cur.n;
         jp_lex(p);
     }
-    if (p->cur.k == T_END && !n->s2 && !n->args) { /* {% set x %}...{% endset %} */
+    if (p->cur.k == T_END || jp_is_op(p, '|')) { /* {% set x | f %}...{% endset %}: the text, through f */
+        if (jp_is_op(p, '|')) n->c = jp_filters(p, NULL, 0);
+        for (const jnode *f = n->c; f && !p->err[0]; f = f->a)
+            if (f->t == JN_TEST) jp_perr(p, "a block set takes filters, not tests");
+        jp_expect_end(p);
         static const char *const enders[] = {"endset", NULL};
         const char *ended;
         n->body = body(p, enders, &ended);
@@ -202,7 +208,6 @@ static jnode *raw(parser *p) {
     }
     if (minus)
         while (start < p->len && jp_is_space(p->src[start])) start++;
-    for (size_t i = p->pos; i < start; i++) p->line += p->src[i] == '\n';
     p->pos = start;
     for (size_t i = start; i + 1 < p->len; i++) {
         if (p->src[i] != '{' || p->src[i + 1] != '%') continue;
@@ -212,6 +217,7 @@ static jnode *raw(parser *p) {
             continue;
         size_t end = raw_tag_end(p, k + 6, &minus);
         if (!end) {
+            p->tok_at = k;
             jp_perr(p, "expected '%%}' after 'endraw'");
             return NULL;
         }
@@ -224,6 +230,7 @@ static jnode *raw(parser *p) {
         jp_expect_end(p);
         return n;
     }
+    p->tok_at = p->len;
     jp_perr(p, "the template ends before {%% endraw %%}");
     return NULL;
 }
@@ -242,6 +249,7 @@ static jnode *block_tag(parser *p, const char *const *enders, const char **ended
         return NULL;
     }
     tok kw = p->cur;
+    size_t kw_at = p->tok_at;
     if (kw.n == 3 && !memcmp(kw.p, "raw", 3)) return raw(p);
     jp_lex(p);
     if (kw.n == 2 && !memcmp(kw.p, "if", 2)) return stmt_if(p);
@@ -264,6 +272,7 @@ static jnode *block_tag(parser *p, const char *const *enders, const char **ended
         jp_expect_end(p);
         return n;
     }
+    p->tok_at = kw_at;
     jp_perr(p, "'%.*s' is not a statement kvtier's templates support", (int)KVT_MIN(kw.n, 40), kw.p);
     return NULL;
 }
@@ -285,9 +294,9 @@ static jnode *text_before(parser *p, size_t at) {
             if (blank && (l > start || p->line_starting)) end = l;
         }
     }
-    for (size_t i = start; i < at; i++) p->line += p->src[i] == '\n';
     p->pos = at;
     if (end == start) return NULL;
+    p->tok_at = start;
     jnode *n = jp_node(p, JN_TEXT);
     n->s = p->src + start, n->sn = end - start;
     return n;
@@ -299,10 +308,9 @@ static void comment(parser *p) {
         if (p->src[i] == '#' && p->src[i + 1] == '}') e = p->src + i;
     if (!e) return jp_perr(p, "a comment is not closed");
     int minus = e > p->src + p->pos && e[-1] == '-';
-    for (const char *c = p->src + p->pos; c < e; c++) p->line += *c == '\n';
     p->pos = (size_t)(e - p->src) + 2;
     if (minus) jp_skip_space(p);
-    else if (p->pos < p->len && p->src[p->pos] == '\n') p->pos++, p->line++;
+    else if (p->pos < p->len && p->src[p->pos] == '\n') p->pos++;
     p->line_starting = p->src[p->pos - 1] == '\n';
 }
 
@@ -327,6 +335,7 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
         p->pos = apos + 2 + (apos + 2 < p->len && (p->src[apos + 2] == '-' || p->src[apos + 2] == '+'));
         p->line_starting = 0;
         if (kind == '#') {
+            p->tok_at = apos;
             comment(p);
             continue;
         }
@@ -345,6 +354,7 @@ static jnode *body(parser *p, const char *const *enders, const char **ended) {
     if (!p->err[0] && enders && !*ended) {
         size_t last = 0;
         while (enders[last + 1]) last++;
+        p->tok_at = p->len;
         jp_perr(p, "the template ends before {%% %s %%}", enders[last]);
     }
     p->depth--;
@@ -361,7 +371,7 @@ void kvt_jinja_free(kvt_jinja *t) {
 int kvt_jinja_parse(const char *src, size_t len, kvt_jinja **out) {
     *out = NULL;
     kvt_jinja *t = kvt_xcalloc(1, sizeof *t);
-    parser p = {.t = t, .line = 1, .line_starting = 1};
+    parser p = {.t = t, .w_line = 1, .w_col = 1, .line_starting = 1};
     /* The tree points into its own copy of the text, read as Jinja reads a template: "\r\n" and
      * "\r" as "\n", and without one newline at its end (keep_trailing_newline is off). */
     char *copy = jp_palloc(&p, len + 1);

@@ -27,7 +27,9 @@ typedef struct {
     kvt_jinja *t;
     const char *src;
     size_t len, pos;
-    int line;
+    size_t tok_at; /* where the current token starts: nodes and errors name its line and column */
+    size_t w_pos;  /* jp_where's last answer: the line and column at w_pos */
+    int w_line, w_col;
     int line_starting; /* the previous tag ended a line (lstrip_blocks applies at the template's start too) */
     char closer;       /* '}' in {{ }}, '%' in {% %} */
     int braces;        /* open { in the current tag */
@@ -37,8 +39,12 @@ typedef struct {
     char err[256];
 } parser;
 
-/* The first error stops everything: "template line N: ..." into p->err. */
+/* The first error stops everything: "template line L, column C: ..." into p->err, where the
+ * current token starts (p->tok_at). */
 void jp_perr(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The line and column (from 1, in characters) of src[at], counted on from the last position asked
+ * (so a parse that asks in order scans the text once). */
+void jp_where(parser *p, size_t at, int *line, int *col);
 /* n zeroed bytes that live as long as the template. */
 void *jp_palloc(parser *p, size_t n);
 

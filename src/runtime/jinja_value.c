@@ -21,7 +21,7 @@ void jx_fail(jctx *x, int code, const jnode *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (at) snprintf(x->err, sizeof x->err, "template line %d: %s", at->line, msg);
+    if (at) snprintf(x->err, sizeof x->err, "template line %d, column %d: %s", at->line, at->col, msg);
     else snprintf(x->err, sizeof x->err, "template: %s", msg);
     x->err_code = code;
     longjmp(x->jb, 1);
@@ -137,7 +137,7 @@ int jv_truthy(jv v) {
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0;
     case JV_STR: return v.u.s.n != 0;
-    case JV_LIST: return v.u.l->n != 0;
+    case JV_LIST: return v.u.l->n != 0 || v.u.l->gen;
     case JV_DICT: return v.u.d->n != 0;
     case JV_NS:
     case JV_MACRO: return 1;
@@ -175,7 +175,7 @@ int jv_equal(jv a, jv b) {
 const char *jv_type_name(jv v) {
     static const char *const names[] = {"undefined", "none", "boolean", "integer",   "float",
                                         "string",    "list", "dict",    "namespace", "macro"};
-    return v.k == JV_LIST && v.u.l->tuple ? "tuple" : names[v.k];
+    return v.k == JV_LIST && v.u.l->tuple ? "tuple" : v.k == JV_LIST && v.u.l->gen ? "generator" : names[v.k];
 }
 
 /* ---- text -------------------------------------------------------------------- */
@@ -291,6 +291,9 @@ void jv_write_str(jbuf *b, jv v) {
     case JV_STR: return jb_put(b, v.u.s.p, v.u.s.n);
     case JV_NS: return jb_puts(b, "<Namespace>");
     case JV_MACRO: return jb_puts(b, "<Macro>");
+    case JV_LIST:
+        if (v.u.l->gen) return jb_puts(b, "<generator object>"); /* Python adds its address */
+        return jv_write_repr(b, v);
     default: return jv_write_repr(b, v);
     }
 }
@@ -390,6 +393,8 @@ void jv_write_json(jbuf *b, jv v, const jv_json_style *st, int level, const jnod
     if (level > 512) jx_fail(b->x, KVT_ELIMIT, at, "tojson: a value nests more than 512 deep");
     int is_dict = v.k == JV_DICT || v.k == JV_NS;
     size_t n = v.k == JV_LIST ? v.u.l->n : is_dict ? v.u.d->n : 0;
+    if (v.k == JV_LIST && v.u.l->gen)
+        jx_fail(b->x, KVT_EFORMAT, at, "tojson: Object of type generator is not JSON serializable");
     switch (v.k) {
     case JV_UNDEF:
     case JV_NONE: return jb_puts(b, "null");

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -42,6 +43,32 @@ static inline cJSON *jinja_ref_case_vars(const cJSON *cases, const char *name) {
         }
     }
     return NULL;
+}
+
+/* want with each "@@strftime_now(FORMAT)@@" of scripts/make_jinja_expected.py replaced by the local time of
+ * `when` in FORMAT, as strftime_now writes it (malloc'd). */
+static inline char *jinja_ref_dates(const char *want, time_t when) {
+    static const char open[] = "@@strftime_now(", close[] = ")@@";
+    size_t cap = strlen(want) + 1, n = 0;
+    char *out = malloc(cap);
+    struct tm tm;
+    localtime_r(&when, &tm);
+    for (const char *p = want; *p;) {
+        const char *s = strstr(p, open), *e = s ? strstr(s, close) : NULL;
+        size_t lit = s && e ? (size_t)(s - p) : strlen(p);
+        char date[256] = "", fmt[128];
+        if (s && e) {
+            snprintf(fmt, sizeof fmt, "%.*s", (int)(e - s - (sizeof open - 1)), s + sizeof open - 1);
+            strftime(date, sizeof date, fmt, &tm);
+        }
+        size_t dn = strlen(date);
+        if (n + lit + dn + 1 > cap) out = realloc(out, cap = n + lit + dn + 1 + cap);
+        memcpy(out + n, p, lit), n += lit;
+        memcpy(out + n, date, dn), n += dn;
+        p = s && e ? e + sizeof close - 1 : p + lit;
+    }
+    out[n] = 0;
+    return out;
 }
 
 /* Template `tn` of the set in dir (tn.jinja), parsed; NULL after a failed check. */

@@ -112,8 +112,12 @@ static void check_case(const char *tn, const kvt_jinja *t, const char *cn, const
     char *out = NULL;
     unsigned char *marks = NULL;
     size_t n = 0, all0, base, all, unmarked;
+    time_t before = time(NULL);
     int rc = kvt_jinja_render_marked(t, vars, trusted, NULL, &out, &n, &marks);
-    CHECKF(rc == 0 && n == strlen(want) && !memcmp(out, want, n), "%s/%s: the marked rendering differs", tn, cn);
+    char *w = jinja_ref_dates(want, before);
+    if (rc == 0 && strcmp(out, w)) free(w), w = jinja_ref_dates(want, time(NULL)); /* past midnight */
+    CHECKF(rc == 0 && n == strlen(w) && !memcmp(out, w, n), "%s/%s: the marked rendering differs", tn, cn);
+    free(w);
     count_controls(out, marks, n, &all0, &base);
     CHECKF(base == all0, "%s/%s: %zu of %zu control tokens of the template marked as text", tn, cn, all0 - base, all0);
     free(out);
