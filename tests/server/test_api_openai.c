@@ -126,6 +126,15 @@ static void test_parse(void) {
         expect_error(KVT_API_COMPLETION, body, "logit_bias");
     }
     expect_error(KVT_API_CHAT, "{\"messages\":[]}", "messages");
+    /* the legacy function_call: "none" and "auto" change nothing, anything else is refused */
+    static const char *const legacy[] = {"none", "auto"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(legacy); i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"messages\":[" Q0 "],\"function_call\":\"%s\"}", legacy[i]);
+        CHECKF(parse(KVT_API_CHAT, body, &r, &e) == 0, "%s: %s", body, e.message);
+        kvt_api_request_free(&r);
+    }
+    expect_error(KVT_API_CHAT, "{\"messages\":[" Q0 "],\"function_call\":\"required\"}", "function_call");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
