@@ -133,7 +133,8 @@ static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error 
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
                                   "tools[%d].function.name must be 1 to %d of a-z, A-Z, 0-9, _ and -", i,
                                   KVT_API_MAX_TOOL_NAME);
-        if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) || (desc && !cJSON_IsString(desc)))
+        if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) ||
+            (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc)))
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type",
                                   "tools[%d].function: 'parameters' must be an object and 'description' a string", i);
         for (const cJSON *u = tools->child; u != t; u = u->next)
