@@ -468,7 +468,7 @@ static void test_chat(void) {
 }
 
 /* A field of the wrong JSON type is a 400 invalid_type naming its place, also where the field
- * never changes the output. */
+ * never changes the output; a message's name is kept for the template. */
 static void test_types(void) {
     static const char *const bad[][2] = {
         {"{\"messages\":[" Q0 "],\"user\":5}", "user"},
@@ -493,6 +493,14 @@ static void test_types(void) {
                "%s: param %s", bad[i][0], rc && e.param ? e.param : "-");
         if (!rc) kvt_api_request_free(&r);
     }
+    kvt_api_request r;
+    kvt_api_error e;
+    CHECK(parse(KVT_API_CHAT,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":\"alice\"},"
+                "{\"role\":\"user\",\"content\":\"b\",\"name\":null}],\"user\":null,\"metadata\":{\"k\":\"v\"}}",
+                &r, &e) == 0);
+    CHECK(r.n_msgs == 2 && r.msg_tools[0].name && !strcmp(r.msg_tools[0].name, "alice") && !r.msg_tools[1].name);
+    kvt_api_request_free(&r);
 }
 
 int main(void) {

@@ -202,6 +202,7 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
             cJSON_Delete(mt->tool_calls);
             free(mt->tool_call_id);
             free(mt->reasoning);
+            free(mt->name);
             memset(mt, 0, sizeof *mt);
             return -1;
         }

@@ -280,6 +280,8 @@ int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kv
         if (cJSON_GetArraySize(calls)) out->tool_calls = cJSON_Duplicate(calls, 1);
     }
     if (cJSON_IsString(rc) && !strcmp(role, "assistant")) out->reasoning = kvt_xstrdup(rc->valuestring);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(msg, "name"); /* its type is checked (api_types.c) */
+    if (cJSON_IsString(name)) out->name = kvt_xstrdup(name->valuestring);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
     if (!strcmp(role, "tool") && cJSON_IsString(id)) out->tool_call_id = kvt_xstrdup(id->valuestring);
     return 0;
@@ -290,6 +292,7 @@ void kvt_api_tools_free(kvt_api_request *r) {
         cJSON_Delete(r->msg_tools[i].tool_calls);
         free(r->msg_tools[i].tool_call_id);
         free(r->msg_tools[i].reasoning);
+        free(r->msg_tools[i].name);
     }
     free(r->msg_tools);
     cJSON_Delete(r->tools);
