@@ -71,6 +71,8 @@ BASES = {
                     "stream_options": {"include_usage": True}},
     "chat_grammar": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "grammar": "root ::= \"a\"",
                      "json_schema": None},
+    "chat_pairs": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                   "logit_bias": [[1, 0], ["a", False]]},
     "completion": {"prompt": "hi", "max_tokens": 2, "logprobs": 1, "echo": False, "stop": "zz", "suffix": None},
     "llama": {"prompt": "hi", "n_predict": 2, "id_slot": -1, "return_tokens": True, "n_probs": 1,
               "cache_prompt": True},
@@ -96,7 +98,7 @@ BASES = {
     "prefill": {"prompt": "hi", "kvtier": {"session_id": "s2"}},
 }
 ROUTES = {"chat": "/v1/chat/completions", "chat_json": "/v1/chat/completions", "chat_stream": "/v1/chat/completions",
-          "chat_grammar": "/v1/chat/completions", "completion": "/v1/completions", "llama": "/completion",
+          "chat_grammar": "/v1/chat/completions", "chat_pairs": "/v1/chat/completions", "completion": "/v1/completions", "llama": "/completion",
           "responses": "/v1/responses", "responses_json": "/v1/responses", "tokenize": "/tokenize",
           "detokenize": "/detokenize", "embeddings": "/v1/embeddings", "prefill": "/v1/cache/prefill"}
 
@@ -217,6 +219,9 @@ chat_stream stream_options no stream_options
 chat_stream stream_options.include_usage nb stream_options.include_usage
 chat_grammar grammar ns grammar
 chat_grammar json_schema no json_schema
+chat_pairs logit_bias.0 a logit_bias[0]
+chat_pairs logit_bias.1.0 is logit_bias[1][0]
+chat_pairs logit_bias.0.1 ib logit_bias[0][1]
 completion prompt sa prompt
 completion logprobs ni logprobs
 completion echo nb echo

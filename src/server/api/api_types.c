@@ -4,7 +4,9 @@
  * the walk that finds each field a path names. */
 #include "api_types.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -19,7 +21,8 @@ enum { NUL = 1, BOOL = 2, NUM = 4, STR = 8, ARR = 16, OBJ = 32 };
 #define TYPE_KEY_SHOWN 40 /* bytes of a map's key ("metadata.KEY") in that place */
 
 /* A field by its path: '.' between object keys, "[]" for every element of
- * an array, "*" for every value of an object used as a map. */
+ * an array, "[N]" for its element N, "*" for every value of an object used
+ * as a map. */
 typedef struct {
     const char *path;
     unsigned types;
@@ -47,6 +50,8 @@ static const type_rule GENERATION[] = {
     {"logit_bias", OBJ | ARR | NUL},
     {"logit_bias.*", NUM},
     {"logit_bias[]", ARR},
+    {"logit_bias[][0]", NUM | STR},  /* llama-server's pairs: [token id or text, */
+    {"logit_bias[][1]", NUM | BOOL}, /*                       bias or false] */
     {"stop", STR | ARR | NUL},
     {"stop[]", STR},
     {"stream", BOOL | NUL},
@@ -337,6 +342,14 @@ static int check_at(walk *w, const cJSON *v, const char *pat, size_t plen) {
             if (check_at(w, e, pat + 2, put(w, plen, "[%.*s]", idx, strlen(idx)))) return -1;
         }
         return 0;
+    }
+    if (pat[0] == '[') { /* "[N]": one element */
+        char *end;
+        unsigned long k = strtoul(pat + 1, &end, 10);
+        const cJSON *e = cJSON_IsArray(v) && k < INT32_MAX ? cJSON_GetArrayItem(v, (int)k) : NULL;
+        char idx[24];
+        snprintf(idx, sizeof idx, "%lu", k);
+        return e ? check_at(w, e, end + 1, put(w, plen, "[%.*s]", idx, strlen(idx))) : 0;
     }
     size_t n = strcspn(pat, ".[");
     if (!cJSON_IsObject(v)) return 0;
