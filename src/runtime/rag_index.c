@@ -275,6 +275,30 @@ static int read_vectors(const char *path, rbuf *r, kvt_rag_index *x) {
     return 0;
 }
 
+static int chunk_by_id(const void *a, const void *b) {
+    return strcmp((*(const kvt_rag_chunk *const *)a)->id, (*(const kvt_rag_chunk *const *)b)->id);
+}
+
+/* Refuses an index two of whose chunks share an id: an id names one document of a request
+ * (kvtier.documents), so a retrieval that picked both would be refused at request time. `kvtier rag
+ * index` never writes one (it re-seeds a repeated text's id); another tool's index might. */
+static int check_ids(const char *path, const kvt_rag_index *x) {
+    const kvt_rag_chunk **by = kvt_xmalloc((size_t)x->n_chunks * sizeof *by);
+    for (int32_t i = 0; i < x->n_chunks; i++) by[i] = &x->chunks[i];
+    qsort(by, (size_t)x->n_chunks, sizeof *by, chunk_by_id);
+    int rc = 0;
+    for (int32_t i = 1; i < x->n_chunks && !rc; i++) {
+        if (strcmp(by[i - 1]->id, by[i]->id)) continue;
+        long a = (long)(by[i - 1] - x->chunks), b = (long)(by[i] - x->chunks);
+        rc = kvt_fail(KVT_EFORMAT,
+                      "%s: chunks %ld and %ld share the id '%.64s': each chunk needs its own id (an index not "
+                      "written by `kvtier rag index`? rebuild it with that)",
+                      path, KVT_MIN(a, b), KVT_MAX(a, b), by[i]->id);
+    }
+    free(by);
+    return rc;
+}
+
 static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *x) {
     if (len < HEADER_BYTES || memcmp(p, MAGIC, MAGIC_LEN))
         return kvt_fail(KVT_EFORMAT, "%s: not a kvtier RAG index (bad magic)", path);
@@ -346,6 +370,8 @@ static int parse(const char *path, const uint8_t *p, size_t len, kvt_rag_index *
         int rc = read_vectors(path, &r, x);
         if (rc) return rc;
     }
+    int rc = check_ids(path, x);
+    if (rc) return rc;
     kvt_rag_index_finish(x);
     return 0;
 }

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* Cache-aware RAG units (rag.h): chunking keeps every chunk within its
  * block budget and loses no text; BM25 ranks the right chunk first; the index
- * file round-trips and a damaged, truncated, foreign-version or linked file is
- * refused with a reason; the planner gives the same bytes for the same set in
- * any score order; ids come from the content, so canonical order survives a
- * changed corpus; kvt_rag_plan_cached follows a cached path, and greedy
+ * file round-trips and a damaged, truncated, foreign-version or linked file,
+ * or one whose chunks share an id, is refused with a reason; the planner
+ * gives the same bytes for the same set in any score order; ids come from the
+ * content, so canonical order survives a changed corpus; kvt_rag_plan_cached follows a cached path, and greedy
  * output over its prompt equals a cold run. */
 #include <errno.h>
 #include <stdlib.h>
@@ -229,6 +229,22 @@ static void test_shared_terms(void) {
     kvt_rag_free(y);
 }
 
+/* an index file whose chunks share an id (another tool's: `kvtier rag index` gives each its own) is
+ * refused when it loads, naming the file and the id, not by a 400 when a request retrieves both */
+static void test_duplicate_ids(kvt_rag_index *x) {
+    kvt_rag_chunk *c = (kvt_rag_chunk *)kvt_rag_chunk_at(x, 2);
+    const char *own = c->id, *path = kvt_test_path(kvt_test_tmpdir(), "dup.idx");
+    c->id = kvt_rag_chunk_at(x, 0)->id;
+    int saved = kvt_rag_save(x, path);
+    c->id = own;
+    CHECKF(saved == 0, "%s", kvt_errmsg());
+    kvt_rag_index *y = NULL;
+    CHECKF(kvt_rag_load(path, &y) == KVT_EFORMAT && !y && strstr(kvt_errmsg(), path) &&
+               strstr(kvt_errmsg(), "chunks 0 and 2 share the id") && strstr(kvt_errmsg(), kvt_rag_chunk_at(x, 0)->id),
+           "%s", kvt_errmsg());
+    kvt_rag_free(y);
+}
+
 static void test_plan(kvt_rag_index *x) {
     kvt_rag_hit a[3] = {{3, 2.0, 0}, {0, 1.5, 1}, {1, 1.0, 2}}, b[3] = {{1, 4.0, 0}, {3, 3.0, 1}, {0, 0.5, 2}};
     kvt_document da[3], db[3];
@@ -395,6 +411,7 @@ int main(void) {
         CHECKF(kvt_rag_n_chunks(x) >= 6, "%d chunks", kvt_rag_n_chunks(x));
         test_retrieval(x);
         test_file(x);
+        test_duplicate_ids(x);
         test_plan(x);
         test_ids_stable(x);
         test_plan_cached(x);

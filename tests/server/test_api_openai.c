@@ -112,7 +112,7 @@ static void test_parse(void) {
     kvt_api_request_free(&r);
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
                  "stream_options.include_usage");
-    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop[0]"); /* the item's place */
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"cache_salt\":1}", "cache_salt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"model\":1}", "model");
     /* logit_bias keys are token ids written one way only, so no two name one token (their biases would add) */
@@ -126,6 +126,15 @@ static void test_parse(void) {
         expect_error(KVT_API_COMPLETION, body, "logit_bias");
     }
     expect_error(KVT_API_CHAT, "{\"messages\":[]}", "messages");
+    /* the legacy function_call: "none" and "auto" change nothing, anything else is refused */
+    static const char *const legacy[] = {"none", "auto"};
+    for (size_t i = 0; i < KVT_ARRAY_LEN(legacy); i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"messages\":[" Q0 "],\"function_call\":\"%s\"}", legacy[i]);
+        CHECKF(parse(KVT_API_CHAT, body, &r, &e) == 0, "%s: %s", body, e.message);
+        kvt_api_request_free(&r);
+    }
+    expect_error(KVT_API_CHAT, "{\"messages\":[" Q0 "],\"function_call\":\"required\"}", "function_call");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content");
     expect_error(KVT_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
@@ -190,7 +199,7 @@ static void test_message_fields(void) {
     expect_message("{\"messages\":[" Q ",{\"role\":\"assistant\"," CALL "},{\"role\":\"tool\",\"content\":\"r\"}]}",
                    "messages[2].tool_call_id", "missing_required_parameter", "messages[2].tool_call_id");
     expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":5,\"content\":\"r\"}]}",
-                   "messages[1].tool_call_id", "invalid_value", "messages[1]");
+                   "messages[1].tool_call_id", "invalid_type", "messages[1]");
     expect_message("{\"messages\":[" Q ",{\"role\":\"tool\",\"tool_call_id\":\"c1\"}]}", "messages[1].content",
                    "missing_required_parameter", "role 'tool'");
     /* a result must answer a call an earlier assistant message made: not another id, not a later call */
@@ -204,7 +213,8 @@ static void test_message_fields(void) {
                    "messages[1].tool_call_id", "invalid_value", "earlier assistant message");
     expect_message("{\"messages\":[" Q ",{\"role\":\"robot\",\"content\":\"x\"}]}", "messages[1].role", "invalid_value",
                    "'robot'");
-    expect_message("{\"messages\":[" Q ",7]}", "messages[1]", "invalid_type", "messages[1] must be an object");
+    expect_message("{\"messages\":[" Q ",7]}", "messages[1]", "invalid_type",
+                   "'messages[1]' must be an object, got a number");
     /* what OpenAI accepts: an assistant turn of tool calls alone, an empty string, a tool result */
     kvt_api_request r;
     kvt_api_error e;
@@ -457,8 +467,45 @@ static void test_chat(void) {
     test_reply_split();
 }
 
+/* A field of the wrong JSON type is a 400 invalid_type naming its place, also where the field
+ * never changes the output; a message's name is kept for the template. */
+static void test_types(void) {
+    static const char *const bad[][2] = {
+        {"{\"messages\":[" Q0 "],\"user\":5}", "user"},
+        {"{\"messages\":[" Q0 "],\"store\":\"yes\"}", "store"},
+        {"{\"messages\":[" Q0 "],\"metadata\":{\"team\":1}}", "metadata.team"},
+        {"{\"messages\":[" Q0 "],\"logit_bias\":{\"5\":\"x\"}}", "logit_bias.5"},
+        {"{\"messages\":[" Q0 "],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"v\","
+         "\"schema\":{\"type\":\"object\"},\"strict\":\"yes\"}}}",
+         "response_format.json_schema.strict"},
+        {"{\"messages\":[" Q0 ",{\"role\":\"user\",\"content\":\"x\",\"name\":7}]}", "messages[1].name"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}",
+         "messages[0].content[0].text"},
+        {"{\"messages\":[" Q0 "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":1}}]}",
+         "tools[0].function.strict"},
+    };
+    for (size_t i = 0; i < KVT_ARRAY_LEN(bad); i++) {
+        kvt_api_request r;
+        kvt_api_error e;
+        int rc = parse(KVT_API_CHAT, bad[i][0], &r, &e);
+        CHECKF(rc == KVT_EARG && e.status == 400 && e.param && !strcmp(e.param, bad[i][1]) && e.code &&
+                   !strcmp(e.code, "invalid_type"),
+               "%s: param %s", bad[i][0], rc && e.param ? e.param : "-");
+        if (!rc) kvt_api_request_free(&r);
+    }
+    kvt_api_request r;
+    kvt_api_error e;
+    CHECK(parse(KVT_API_CHAT,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":\"alice\"},"
+                "{\"role\":\"user\",\"content\":\"b\",\"name\":null}],\"user\":null,\"metadata\":{\"k\":\"v\"}}",
+                &r, &e) == 0);
+    CHECK(r.n_msgs == 2 && r.msg_tools[0].name && !strcmp(r.msg_tools[0].name, "alice") && !r.msg_tools[1].name);
+    kvt_api_request_free(&r);
+}
+
 int main(void) {
     test_parse();
+    test_types();
     test_message_fields();
     test_strict_json();
     test_utf8();

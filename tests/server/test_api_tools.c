@@ -583,12 +583,13 @@ static void test_errors(void) {
     snprintf(
         body, sizeof body,
         "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}");
-    expect_error(body, "messages[0].tool_calls", "arguments");
+    expect_error(body, "messages[0].tool_calls[0].function.arguments", "must be a string");
     /* a message whose content is bad after its tool calls and reasoning were read: nothing of it is kept */
     snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"assistant\",\"reasoning_content\":\"r\",\"content\":5,\"tool_calls\":"
-             "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}");
-    expect_error(body, "messages[0].content", "content must be");
+             "{\"messages\":[{\"role\":\"assistant\",\"reasoning_content\":\"r\",\"content\":[{\"type\":"
+             "\"image_url\"}],\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+             "\"arguments\":\"{}\"}}]}]}");
+    expect_error(body, "messages[0].content", "only text parts");
     kvt_api_request r;
     kvt_api_error e;
     const char *p = "{\"prompt\":\"x\",\"tools\":[" TOOL "]}";

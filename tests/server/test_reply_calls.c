@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "server_impl.h"
+#include "server_rig.h"
 #include "testutil.h"
 
 #define B 16
@@ -27,35 +28,13 @@
 
 static struct kvt_model *model;
 
-typedef struct {
-    kvt_engine *e;
-    kvt_cache *c;
-    kvt_server *s;
-} rig;
+typedef kvt_test_rig rig;
 
 /* A fresh engine, cache and server (127.0.0.1, any port) rendering chats in family f; 0 or -1. */
 static int rig_up(rig *g, kvt_chat_family f) {
-    memset(g, 0, sizeof *g);
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = 256;
-    ep.n_threads = 1;
-    ep.n_ctx = N_CTX;
-    if (!(g->e = kvt_test_engine_new(model, ep))) return -1;
-    if (!(g->c = kvt_test_cache(g->e, NULL, 0))) return -1;
     kvt_server_params sp = kvt_server_default_params();
-    sp.host = "127.0.0.1";
-    sp.port = 0;
     sp.chat = f;
-    int rc = kvt_server_start(model, g->e, g->c, &sp, &g->s);
-    CHECKF(rc == 0, "kvt_server_start: %s", kvt_errmsg());
-    return rc ? -1 : 0;
-}
-
-static void rig_down(rig *g) {
-    if (g->s) kvt_server_stop(g->s);
-    if (g->c) kvt_cache_free(g->c);
-    if (g->e) kvt_engine_free(g->e);
+    return kvt_test_rig_up(g, model, &(kvt_test_rig_opts){B, 256, 1, N_CTX, 0}, sp);
 }
 
 #define TOOLS \
@@ -133,7 +112,7 @@ static void test_chatml(void) {
     o = answer(g.s, ",\"parallel_tool_calls\":false", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2");
     if (o) expect("parallel false, the only call cut", o, "length", "add", "{\"a\": 2");
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 static void test_mistral(void) {
@@ -148,7 +127,7 @@ static void test_mistral(void) {
     o = answer(g.s, ",\"parallel_tool_calls\":false", two);
     if (o) expect("mistral, parallel false", o, "tool_calls", "get_weather", "{\"city\": \"Oslo\"}");
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 int main(void) {

@@ -12,6 +12,7 @@
 
 #include "scheduler.h"
 #include "server_impl.h"
+#include "server_rig.h"
 #include "testutil.h"
 
 #define B 16 /* tokens per page */
@@ -22,36 +23,13 @@
 
 static struct kvt_model *model;
 
-typedef struct {
-    kvt_engine *e;
-    kvt_cache *c;
-    kvt_server *s;
-} rig;
+typedef kvt_test_rig rig;
 
 /* A fresh engine, cache and server (127.0.0.1, any port) with `parallel` slots; 0 or -1 (a failed check). */
 static int rig_up(rig *g, int32_t parallel) {
-    memset(g, 0, sizeof *g);
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = 1024;
-    ep.n_threads = 2;
-    ep.n_ctx = N_CTX;
-    if (ep.max_seqs < parallel) ep.max_seqs = parallel;
-    if (!(g->e = kvt_test_engine_new(model, ep))) return -1;
-    if (!(g->c = kvt_test_cache(g->e, NULL, 16ull << 20))) return -1;
     kvt_server_params sp = kvt_server_default_params();
-    sp.host = "127.0.0.1";
-    sp.port = 0;
     sp.parallel = parallel;
-    int rc = kvt_server_start(model, g->e, g->c, &sp, &g->s);
-    CHECKF(rc == 0, "kvt_server_start: %s", kvt_errmsg());
-    return rc ? -1 : 0;
-}
-
-static void rig_down(rig *g) {
-    if (g->s) kvt_server_stop(g->s);
-    if (g->c) kvt_cache_free(g->c);
-    if (g->e) kvt_engine_free(g->e);
+    return kvt_test_rig_up(g, model, &(kvt_test_rig_opts){B, 1024, 2, N_CTX, 16ull << 20}, sp);
 }
 
 /* A completion request for the prompt base, base+1, ... (PROMPT ids) with
@@ -121,7 +99,7 @@ static void test_arrival_order(void) {
     }
     kvt_srv_unref_choices(g.s, hold);
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 /* A higher kvtier.priority arriving later goes first; the low one passed over
@@ -159,7 +137,7 @@ static void test_priority_and_starvation(void) {
     kvt_srv_unref_choices(g.s, low);
     kvt_srv_unref_choices(g.s, hold);
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 /* n = 3: the choices fork from one prefill of the prompt (one admission, one
@@ -189,7 +167,7 @@ static void test_forks(void) {
            total.completion_tokens);
     kvt_srv_unref_choices(g.s, r);
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 /* A request cancelled while queued never runs (no admission number); one
@@ -229,7 +207,7 @@ static void test_cancel(void) {
     kvt_srv_unref_choices(g.s, next);
     kvt_srv_unref_choices(g.s, again);
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 /* /v1/cache/prefill's request: done once its prompt is in, nothing
@@ -252,7 +230,7 @@ static void test_prefill_only(void) {
     kvt_srv_unref_choices(g.s, p);
     kvt_srv_unref_choices(g.s, gen);
 out:
-    rig_down(&g);
+    kvt_test_rig_down(&g);
 }
 
 int main(void) {

@@ -205,10 +205,11 @@ static int audit_neutral(const audit_field *f, const cJSON *v) {
     case AUDIT_STRINGS: {
         if (!cJSON_IsString(v)) return 0;
         size_t n = strlen(v->valuestring);
-        for (const char *p = f->allowed; *p;) {
-            size_t l = strcspn(p, ",");
+        for (const char *p = f->allowed; *p;) { /* "a,b (a hint)": the words before the hint */
+            size_t l = strcspn(p, ", ");
             if (l == n && !strncmp(p, v->valuestring, n)) return 1;
-            p += l + (p[l] == ',');
+            p += strcspn(p, ",");
+            p += *p == ',';
         }
         return 0;
     }

@@ -14,10 +14,10 @@
 typedef struct {
     int status; /* HTTP status */
     char message[512];
-    const char *type;    /* "invalid_request_error", ... (static) */
-    const char *param;   /* offending field or NULL (static, or param_text) */
-    const char *code;    /* machine-readable code or NULL (static) */
-    char param_text[64]; /* the param kvt_api_error_item makes ("messages[2].content") */
+    const char *type;     /* "invalid_request_error", ... (static) */
+    const char *param;    /* offending field or NULL (static, or param_text) */
+    const char *code;     /* machine-readable code or NULL (static) */
+    char param_text[128]; /* the param kvt_api_error_item and the type check make ("messages[2].content") */
 } kvt_api_error;
 
 /* Fills e and returns KVT_EARG (so callers can `return kvt_api_errorf(...)`). */

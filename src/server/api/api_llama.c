@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_types.h"
 #include "api_utf8.h"
 #include "common.h"
 
@@ -23,8 +24,8 @@ static char *print_free(cJSON *o) {
     return s ? s : kvt_xstrdup("{}"); /* cJSON fails only when out of memory */
 }
 
-/* The body as a JSON object, or NULL with *err. */
-static cJSON *parse_object(const char *body, size_t len, kvt_api_error *err) {
+/* The body as a JSON object whose fields have the types a body of kind holds, or NULL with *err. */
+static cJSON *parse_object(const char *body, size_t len, kvt_api_body kind, kvt_api_error *err) {
     if (memchr(body, 0, len)) {
         kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body holds a NUL byte");
         return NULL;
@@ -33,6 +34,10 @@ static cJSON *parse_object(const char *body, size_t len, kvt_api_error *err) {
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+        return NULL;
+    }
+    if (kvt_api_check_types(kind, root, err)) {
+        cJSON_Delete(root);
         return NULL;
     }
     return root;
@@ -58,7 +63,7 @@ static int utf8_clean(const char *s, size_t n) {
 }
 
 char *kvt_api_tokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt_api_error *err) {
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = parse_object(body, len, KVT_BODY_TOKENIZE, err);
     if (!root) return NULL;
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     int add_special, parse_special, with_pieces;
@@ -119,7 +124,7 @@ fail:
 }
 
 char *kvt_api_detokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt_api_error *err) {
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = parse_object(body, len, KVT_BODY_DETOKENIZE, err);
     if (!root) return NULL;
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     int32_t n_vocab = kvt_tokenizer_n_vocab(t);

@@ -13,6 +13,7 @@
 
 #include "api_audit.h"
 #include "api_tools.h"
+#include "api_types.h"
 #include "common.h"
 
 #define MAX_TEMPERATURE 2.0
@@ -201,6 +202,7 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
             cJSON_Delete(mt->tool_calls);
             free(mt->tool_call_id);
             free(mt->reasoning);
+            free(mt->name);
             memset(mt, 0, sizeof *mt);
             return -1;
         }
@@ -700,7 +702,8 @@ int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_voc
     if (!root)
         return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json",
                               "the request body could not be parsed (out of memory)");
-    int rc = parse_root(root, kind, n_vocab, max_tokens_limit, out, err);
+    int rc = kvt_api_check_types(kind == KVT_API_CHAT ? KVT_BODY_CHAT : KVT_BODY_COMPLETION, root, err) ||
+        parse_root(root, kind, n_vocab, max_tokens_limit, out, err);
     cJSON_Delete(root);
     if (rc) {
         kvt_api_request_free(out);

@@ -59,6 +59,8 @@ typedef struct {
     struct cJSON *tool_calls; /* assistant: [{id, type, function: {name, arguments}}], validated (owned), or NULL */
     char *tool_call_id;       /* tool: the call it answers (owned), or NULL */
     char *reasoning;          /* assistant: reasoning_content sent back with the reply (owned), or NULL */
+    char *name;               /* any role: the participant's "name" (owned), or NULL; only a Jinja template
+                                 sees it (messages[i].name), as the built-in families' templates ignore it */
 } kvt_api_msg_tools;
 
 /* A validated request. Every pointer is owned by the struct

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_types.h"
 #include "common.h"
 
 static const char *const INVALID = "invalid_request_error";
@@ -266,8 +267,10 @@ int kvt_api_resp_parse(const char *body, size_t len, kvt_api_resp_request *out, 
     out->root = root;
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(root, "previous_response_id");
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(root, "instructions");
-    int rc = check_fields(root, err) || parse_input(root, out, err) ||
-        get_opt_bool(root, "store", 1, &out->store, err) || get_opt_bool(root, "stream", 0, &out->stream, err);
+    /* the types before the values: a field of the wrong type is named as such, not as an unsupported value */
+    int rc = kvt_api_check_types(KVT_BODY_RESPONSES, root, err) || check_fields(root, err) ||
+        parse_input(root, out, err) || get_opt_bool(root, "store", 1, &out->store, err) ||
+        get_opt_bool(root, "stream", 0, &out->stream, err);
     if (!rc && prev && !cJSON_IsNull(prev)) {
         if (!cJSON_IsString(prev) || !*prev->valuestring || strlen(prev->valuestring) >= KVT_API_RESP_ID_MAX)
             rc = kvt_api_errorf(err, 400, INVALID, "previous_response_id", "invalid_value",

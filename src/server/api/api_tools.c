@@ -134,7 +134,8 @@ static int parse_tool_list(const cJSON *root, kvt_api_request *r, kvt_api_error 
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_value",
                                   "tools[%d].function.name must be 1 to %d of a-z, A-Z, 0-9, _ and -", i,
                                   KVT_API_MAX_TOOL_NAME);
-        if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) || (desc && !cJSON_IsString(desc)))
+        if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) ||
+            (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc)))
             return kvt_api_errorf(err, 400, INVALID, "tools", "invalid_type",
                                   "tools[%d].function: 'parameters' must be an object and 'description' a string", i);
         if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
@@ -283,6 +284,8 @@ int kvt_api_parse_msg_tools(const cJSON *msg, size_t index, const char *role, kv
         if (cJSON_GetArraySize(calls)) out->tool_calls = cJSON_Duplicate(calls, 1);
     }
     if (cJSON_IsString(rc) && !strcmp(role, "assistant")) out->reasoning = kvt_xstrdup(rc->valuestring);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(msg, "name"); /* its type is checked (api_types.c) */
+    if (cJSON_IsString(name)) out->name = kvt_xstrdup(name->valuestring);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
     if (!strcmp(role, "tool") && cJSON_IsString(id)) out->tool_call_id = kvt_xstrdup(id->valuestring);
     return 0;
@@ -293,6 +296,7 @@ void kvt_api_tools_free(kvt_api_request *r) {
         cJSON_Delete(r->msg_tools[i].tool_calls);
         free(r->msg_tools[i].tool_call_id);
         free(r->msg_tools[i].reasoning);
+        free(r->msg_tools[i].name);
     }
     free(r->msg_tools);
     cJSON_Delete(r->tools);

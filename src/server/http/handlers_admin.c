@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "api_lint.h"
+#include "api_types.h"
 #include "common.h"
 
 /* An unpin body's string field name into *out (a copy): absent or null
@@ -31,8 +32,8 @@ static int unpin_field(const cJSON *root, const char *name, char **out, kvt_api_
 static int unpin_body(const conn_state *cs, admin_job *j, kvt_api_error *err) {
     cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
     char *salt = NULL;
-    int rc = unpin_field(root, "pin_id", &j->pin_id, err) || unpin_field(root, "session_id", &j->session, err) ||
-        unpin_field(root, "cache_salt", &salt, err);
+    int rc = kvt_api_check_types(KVT_BODY_UNPIN, root, err) || unpin_field(root, "pin_id", &j->pin_id, err) ||
+        unpin_field(root, "session_id", &j->session, err) || unpin_field(root, "cache_salt", &salt, err);
     cJSON_Delete(root);
     if (!rc) j->salt = kvt_srv_tenant_salt(cs->key, salt, &j->salt_len);
     free(salt);

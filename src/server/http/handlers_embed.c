@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_types.h"
 #include "common.h"
 
 #define EMBED_MAX_INPUTS 2048 /* inputs in one request */
@@ -301,7 +302,8 @@ enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *
     }
     embed_body b = {0};
     const cJSON *salt = cJSON_GetObjectItemCaseSensitive(j, "cache_salt");
-    int rc = parse_body(s, cs, j, &b, &err);
+    /* -1 for a refused body (rc 1 would say the client left) */
+    int rc = kvt_api_check_types(KVT_BODY_EMBEDDING, j, &err) ? -1 : parse_body(s, cs, j, &b, &err);
     if (!rc && salt && !cJSON_IsNull(salt) && !cJSON_IsString(salt))
         rc = kvt_api_errorf(&err, 400, INVALID, "cache_salt", "invalid_type", "'cache_salt' must be a string");
     srv_req **reqs = kvt_xcalloc((size_t)KVT_MAX(b.n, 1), sizeof *reqs);

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "api_llama.h"
+#include "api_types.h"
 #include "common.h"
 
 #define MAX_PROMPTS KVT_API_MAX_N /* prompts in one request */
@@ -129,19 +130,17 @@ static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *e
         cJSON_Delete(root);
         return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
     }
-    int rc = 0;
+    int rc = kvt_api_check_types(b->native ? KVT_BODY_LLAMA_COMPLETION : KVT_BODY_COMPLETION, root, err) ? -1 : 0;
     cJSON *echo = cJSON_DetachItemFromObjectCaseSensitive(root, "echo");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stream");
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
     b->echo = cJSON_IsTrue(echo);
     b->stream = cJSON_IsTrue(st);
-    if (echo && !cJSON_IsBool(echo) && !cJSON_IsNull(echo))
-        rc = kvt_api_errorf(err, 400, INVALID, "echo", "invalid_type", "'echo' must be a boolean");
-    else if (b->echo && (b->stream || (lp && !cJSON_IsNull(lp))))
+    if (!rc && b->echo && (b->stream || (lp && !cJSON_IsNull(lp))))
         rc = kvt_api_errorf(err, 400, INVALID, "echo", "unsupported_value",
                             "'echo' is supported without stream and logprobs (the prompt's own logprobs are not "
                             "computed)");
-    else if (b->native) rc = native_fields(s, root, b, err);
+    else if (!rc && b->native) rc = native_fields(s, root, b, err);
     cJSON_Delete(echo);
     cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     int multi = several_prompts(p);

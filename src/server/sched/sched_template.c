@@ -66,6 +66,7 @@ static cJSON *template_vars(const kvt_server *s, const kvt_api_request *a, size_
         const char *c = calls && calls[i] ? calls[i] : a->msgs[i].content;
         cJSON_AddStringToObject(m, "content", c ? c : "");
         const kvt_api_msg_tools *mt = a->msg_tools ? &a->msg_tools[i] : NULL;
+        if (mt && mt->name) cJSON_AddStringToObject(m, "name", mt->name); /* as llama-server's --jinja passes it */
         if (mt && mt->tool_calls && !(calls && calls[i]))
             cJSON_AddItemToObject(m, "tool_calls", tool_calls(mt->tool_calls, s->p.jinja_object_args));
         if (mt && mt->tool_call_id) cJSON_AddStringToObject(m, "tool_call_id", mt->tool_call_id);
