@@ -567,7 +567,7 @@ static void test_errors(void) {
     expect_error(body, "tool_choice", "'tool_choice.type' must be \"function\"");
     snprintf(body, sizeof body, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":1}}]}",
              m);
-    expect_error(body, "tools", "strict must be a boolean");
+    expect_error(body, "tools[0].function.strict", "must be a boolean or null");
     snprintf(body, sizeof body, "{%s,\"parallel_tool_calls\":1}", m);
     expect_error(body, "parallel_tool_calls", NULL);
     snprintf(body, sizeof body, "{%s,\"response_format\":{\"type\":\"xml\"}}", m);

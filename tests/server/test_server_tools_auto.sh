@@ -68,7 +68,7 @@ post /v1/chat/completions "{$Q,\"tools\":[{\"type\":\"function\",\"function\":{\
 check "the same tool not strict: 200" is "$CODE" 200
 check "... its call is read, arguments a JSON object" is "$(jb '.choices[0].message.tool_calls[0] | (.function.name=="f") and (.function.arguments|fromjson|type=="object")')" true
 post /v1/chat/completions "{$Q,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":\"yes\"}}]}"
-check "strict that is not a boolean is a 400 naming tools" is "$CODE/$(jb .error.param)" 400/tools
+check "strict that is not a boolean is a 400 naming it" is "$CODE/$(jb .error.param)" 400/tools[0].function.strict
 
 # no call: the free text is the model's own, the same as with tool_choice none (greedy)
 post /v1/chat/completions "{$Q,\"tools\":$TOOLS,\"max_tokens\":24,\"temperature\":0,\"tool_choice\":\"none\"}"
