@@ -47,7 +47,7 @@ for ep in chat responses; do
   check "$ep: a stream queued ${waited} s (--timeout $TO) ends normally" is "$rc" 0
   if [ $ep = chat ]; then
     check "$ep: with its [DONE]" grep -q '^data: \[DONE\]' "$TMP/sse-$ep"
-    check "$ep: and its finish chunk" grep -q '"finish_reason":"length"' "$TMP/sse-$ep"
+    check "$ep: and its finish chunk" grep -Eq '"finish_reason":"(length|stop)"' "$TMP/sse-$ep"
   else
     check "$ep: with its last event" grep -Eq '^event: response.(completed|incomplete)' "$TMP/sse-$ep"
   fi
