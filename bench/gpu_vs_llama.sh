@@ -50,18 +50,7 @@ say "gpu_vs_llama: $(date -u +%FT%TZ), shape $SHAPE, types $WTYPES, streams $STR
 "$LLAMA_DIR/llama-bench" --list-devices >"$OUT/llama-devices.txt" 2>&1 || true
 say "llama.cpp's devices: $(grep -i vulkan "$OUT/llama-devices.txt" | head -3 | tr '\n' ' ')"
 
-# make_prompt N FILE: text the model's tokenizer makes N tokens of (within 1%)
-make_prompt() {
-  local n=$1 f=$2 words=$(($1 / 2)) got=0
-  for _ in 1 2 3 4 5; do
-    seq 1 "$words" | awk 'BEGIN { split("the river carries old stones past quiet towns and green fields", w, " ") }
-      { printf "%s%s", (NR > 1 ? " " : ""), w[$1 % 11 + 1] } END { print "" }' >"$f"
-    got=$("$KVT" tokenize -m "$MODEL" -f "$f" | wc -w)
-    [ $((got > n ? got - n : n - got)) -le $((n / 100)) ] && return 0
-    words=$((words * n / got))
-  done
-  say "could not make a $n-token prompt (got $got)"; return 1
-}
+. bench/prompt_lib.sh # make_prompt N FILE
 # kvt_run FILE: "prompt_tokens prefill_tok_s decode_tok_s" of one `kvtier run` on the device
 kvt_run() {
   "$KVT" run --device "$DEVICE" -m "$MODEL" -f "$1" -n "$NGEN" --ignore-eos --no-cache --temp 0 -c 4096 \

@@ -103,22 +103,7 @@ trap 'cleanup_llama; kvt_cleanup' EXIT
 rec() { printf '%s\t%s\t%s\t%s\n' "$TYPE" "$1" "$2" "$3" >>"$RAW"; echo "  $TYPE $1 $2: $3"; }
 load() { uptime | sed 's/.*load average: /load /'; }
 
-# make_prompt N FILE: one line of text that the model's tokenizer makes N tokens
-# of (BOS included, within 1%), and FILE.ids with its ids for llama-server
-make_prompt() {
-  local n=$1 f=$2 words got
-  words=$((n / 2))
-  for _ in 1 2 3 4 5; do
-    seq 1 "$words" | awk 'BEGIN { split("the river carries old stones past quiet towns and green fields", w, " ") }
-      { printf "%s%s", (NR > 1 ? " " : ""), w[$1 % 11 + 1] } END { print "" }' >"$f"
-    "$KVT" tokenize -m "$MODEL" -f "$f" >"$f.ids"
-    got=$(wc -w <"$f.ids")
-    [ $((got > n ? got - n : n - got)) -le $((n / 100)) ] && return 0
-    words=$((words * n / got))
-  done
-  echo "bench/long_context.sh: could not make a $n-token prompt (got $got)" >&2
-  return 1
-}
+. bench/prompt_lib.sh # make_prompt N FILE
 
 # kvtier run of FILE with NGEN tokens: "prompt_tokens prefill_tok_s decode_tok_s"
 kvt_run() {
