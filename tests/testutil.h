@@ -76,7 +76,9 @@ int32_t kvt_test_device(void);
  * ($KVT_SANITIZED set), saying why. */
 void kvt_test_gpu_variant(void);
 /* An engine over model with B-token pages, n_pages of them, context n_ctx,
- * 2 threads, on kvt_test_device(); NULL (and a failed check) if it cannot be made. */
+ * 2 threads, on kvt_test_device() (with $KVT_TEST_NGL there: that many layers
+ * on the device, the rest on the CPU); NULL (and a failed check) if it cannot
+ * be made. */
 kvt_engine *kvt_test_engine(const struct kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx);
 /* A cache over e: a T1 of ram_bytes and, with dir, a 64 MiB disk tier there
  * that admits every block and restores whatever it holds (KVT_RESTORE_ALWAYS);

@@ -27,8 +27,9 @@
     "pool\n(T0) gets the rest; a --kv-active that does not fit is refused,\nnaming the largest that does"
 #define NGL_HELP \
     "layers on the GPU, as llama.cpp's -ngl: with --device vulkan every\nlayer runs there (-1, 99 or N >= the " \
-    "model's layers: the default);\na smaller N is refused, as partial offload is not supported yet,\nand a model " \
-    "too large for the GPU is refused naming the largest N\nthat would fit. Ignored on the CPU (also -ngl)"
+    "model's layers: the default);\na smaller N runs the first N layers there and the others and the\noutput " \
+    "matrix on the CPU, each layer's KV where it runs (0: all on\nthe CPU); a model too large for the GPU is " \
+    "refused naming the\nlargest N that would fit. Ignored on the CPU (also -ngl)"
 
 static const kvt_cli_opt device_opts[] = {
     {KVT_CLI_DEVICE_ID, 0, "device", NULL, "DEV", DEVICE_HELP, 0, KVT_CLI_PLAIN},
@@ -109,6 +110,10 @@ void kvt_cli_device_apply(const char *who, const kvt_cli_device *d, kvt_engine_p
     ep->device = kvt_cli_device_engine(d);
     if (d->mem_fraction > 0) ep->gpu_memory_fraction = d->mem_fraction;
     if (d->ngl_given && d->vulkan) ep->n_gpu_layers = d->n_gpu_layers;
+    if (d->ngl_given && d->vulkan && d->n_gpu_layers == 0) { /* as llama.cpp's -ngl 0: no layer on the GPU */
+        fprintf(stderr, "kvtier %s: --n-gpu-layers 0: every layer runs on the CPU, and so does the engine\n", who);
+        ep->device = 0;
+    }
     if (d->ngl_given && !d->vulkan && d->n_gpu_layers > 0)
         fprintf(stderr,
                 "kvtier %s: --n-gpu-layers (-ngl) is ignored: the model runs on the CPU (--device vulkan "

@@ -269,7 +269,7 @@ static int open_runtime(run_ctx *c, const char *model_path) {
     kvt_cli_device_apply("run", &x->dev, &ep);
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
-    } else if (x->dev.vulkan) {
+    } else if (ep.device) {
         ep.kv_active_bytes = 0; /* the GPU engine plans the pool from --gpu-memory-fraction */
     } else {
         /* one full context, plus as much again (at least the default budget) to keep prompts cached */
@@ -279,7 +279,7 @@ static int open_runtime(run_ctx *c, const char *model_path) {
         fprintf(stderr, "kvtier run: %s\n", kvt_errmsg());
         return rc;
     }
-    if (x->dev.vulkan) kvt_cli_log_device_memory("run", c->e);
+    if (ep.device) kvt_cli_log_device_memory("run", c->e);
     if (x->use_cache) {
         kvt_cache_params cp = x->cp;
         cp.ram_bytes = x->kv_ram;

@@ -634,7 +634,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     ep.n_batch = KVT_MAX(ep.n_batch, sp->parallel + sp->prefill_chunk);
     if (x->kv_active) {
         ep.kv_active_bytes = x->kv_active;
-    } else if (x->dev.vulkan) {
+    } else if (ep.device) {
         ep.kv_active_bytes = 0; /* the GPU engine plans the pool from --gpu-memory-fraction */
     } else {
         long per_ctx = (n_ctx + ep.block_size - 1) / ep.block_size + 1;

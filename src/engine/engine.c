@@ -108,6 +108,34 @@ static void warn_short_pool(const kvt_engine_params *p, size_t page_stride) {
              kvt_size_text((uint64_t)ctx_pages * page_stride, t));
 }
 
+/* Where a page's layers live (engine_impl.h): on the CPU all in page_mem; on
+ * a device its first n_gpu_layers (all when -1 or at least the layer count)
+ * there, the rest in page_mem. */
+static void split_layers(kvt_engine *e, const kvt_engine_params *p) {
+    const int32_t L = e->model->hp.n_layer;
+    e->dev_layers = !p->device ? 0 : p->n_gpu_layers < 0 || p->n_gpu_layers >= L ? L : p->n_gpu_layers;
+    e->dev_page_bytes = e->page_bytes / (size_t)L * (size_t)e->dev_layers;
+    e->dev_page_stride = (e->dev_page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+    e->host_layer0 = e->dev_layers;
+    e->host_off = e->dev_page_bytes;
+    e->page_stride = (e->page_bytes - e->host_off + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+}
+
+/* The page pool's host share, n_pages of page_stride bytes (none when the device holds every layer). */
+static int host_pages_alloc(kvt_engine *e) {
+    uint64_t bytes;
+    if (e->page_stride == 0) return 0;
+    if (kvt_mul_ovf((uint64_t)e->p.n_pages, e->page_stride, &bytes) || bytes > SIZE_MAX / 2)
+        return kvt_fail(KVT_ELIMIT, "KV pool of %d pages is too large", e->p.n_pages);
+    e->page_mem = pool_alloc((size_t)bytes);
+    if (!e->page_mem)
+        return kvt_fail(-ENOMEM, "cannot allocate %llu bytes of KV pages%s", (unsigned long long)bytes,
+                        e->dev_layers ? " in host memory for the layers on the CPU" : "");
+    return 0;
+}
+
+/* Long: the checks, the page sizes, the pool (from a page count, a byte budget, or planned by the GPU engine),
+ * sequences, threads, activations, and the device. */
 int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out) {
     *out = NULL;
     if (!model || model->vocab_only) return kvt_fail(KVT_EARG, "engine needs a model loaded with its weights");
@@ -123,6 +151,13 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         return kvt_fail(KVT_EARG, "KV type %s needs a head_dim that is a multiple of %d; this model's head_dim is %d",
                         kvt_kv_dtype_name(p.kv_dtype), KVT_KV_Q8_BLOCK, hp->head_dim);
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
+    if (p.device && p.n_gpu_layers == 0) { /* as llama.cpp's -ngl 0: no layer on the device */
+        kvt_logk(KVT_LOG_INFO, "n_gpu_layers", "--n-gpu-layers 0: every layer runs on the CPU, and so does the engine");
+        p.device = 0;
+        if (p.n_pages == 0 && p.kv_active_bytes == 0) /* the device would have planned it: a context per sequence */
+            p.n_pages = (int32_t)KVT_MIN((int64_t)INT32_MAX,
+                                         ((int64_t)p.n_ctx + p.block_size - 1) / p.block_size * (p.max_seqs + 1));
+    }
     kvt_model_warn_ctx(model, p.n_ctx);
 
     kvt_engine *e = kvt_xcalloc(1, sizeof *e);
@@ -131,37 +166,38 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
     e->kv_dim = hp->n_head_kv * hp->head_dim;
     e->q_dim = hp->n_head * hp->head_dim;
     e->page_bytes = (size_t)kvt_model_kv_token_bytes(model, p.kv_dtype) * (size_t)p.block_size;
-    e->page_stride = (e->page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+    split_layers(e, &p);
+    /* what one page takes in T0, on the device and in host memory together */
+    const size_t t0_stride = e->dev_page_stride + e->page_stride;
     /* on a device with neither a page count nor a budget, the GPU engine plans the pool */
     const int planned = p.device && p.n_pages == 0 && p.kv_active_bytes == 0;
     const int from_budget = p.n_pages == 0 && !planned;
     if (from_budget) {
-        uint64_t n = p.kv_active_bytes / e->page_stride;
+        uint64_t n = p.kv_active_bytes / t0_stride;
         p.n_pages = n > INT32_MAX ? INT32_MAX : (int32_t)n;
     }
-    if (from_budget) warn_short_pool(&p, e->page_stride);
+    if (from_budget) warn_short_pool(&p, t0_stride);
     if (p.n_pages < 1 && !planned) {
         char t[32];
         int rc = kvt_fail(KVT_ELIMIT,
                           "--kv-active %llu bytes holds no KV page: one takes %zu bytes here (%d tokens); "
                           "give at least %s",
-                          (unsigned long long)p.kv_active_bytes, e->page_stride, p.block_size,
-                          kvt_size_text(e->page_stride, t));
+                          (unsigned long long)p.kv_active_bytes, t0_stride, p.block_size, kvt_size_text(t0_stride, t));
         free(e);
         return rc;
     }
     e->p = p;
     uint64_t pool_bytes;
-    if (kvt_mul_ovf((uint64_t)p.n_pages, e->page_stride, &pool_bytes) || pool_bytes > SIZE_MAX / 2) {
+    if (kvt_mul_ovf((uint64_t)p.n_pages, t0_stride, &pool_bytes) || pool_bytes > SIZE_MAX / 2) {
         free(e);
         return kvt_fail(KVT_ELIMIT, "KV pool of %d pages is too large", p.n_pages);
     }
-    /* on a device the pool lives there (engine_gpu.c), and no host pointer reaches a page */
-    e->page_mem = p.device ? NULL : pool_alloc((size_t)pool_bytes);
+    /* on a device no host pointer reaches a page: the cache moves pages by page I/O */
     e->no_host_pages = p.device != 0;
-    if (!e->page_mem && !p.device) {
+    int rc = p.device ? 0 : host_pages_alloc(e);
+    if (rc) {
         free(e);
-        return kvt_fail(-ENOMEM, "cannot allocate %llu bytes of KV pages", (unsigned long long)pool_bytes);
+        return rc;
     }
     e->max_pages_per_seq = (p.n_ctx + p.block_size - 1) / p.block_size;
     e->seqs = kvt_xcalloc((size_t)p.max_seqs, sizeof *e->seqs);
@@ -173,7 +209,9 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         return kvt_fail(-ENOMEM, "cannot start %d worker threads", p.n_threads);
     }
     alloc_activations(e);
-    int rc = p.device ? kvt_eng_gpu_new(e, p.device - 1) : 0; /* a planned pool's size is known after it */
+    /* a planned pool's size is known after the device's plan; the host share follows it */
+    rc = p.device ? kvt_eng_gpu_new(e, p.device - 1) : 0;
+    if (!rc && p.device) rc = host_pages_alloc(e);
     if (rc) {
         kvt_engine_free(e);
         return rc;
@@ -263,67 +301,6 @@ void *kvt_page_data(kvt_engine *e, int32_t id) {
     return e->page_mem ? e->page_mem + (size_t)id * e->page_stride : NULL;
 }
 const void *kvt_page_data_const(const kvt_engine *e, int32_t id) { return e->page_mem + (size_t)id * e->page_stride; }
-
-/* ---- page I/O ------------------------------------------------------------- */
-
-/* 0 if entry i of a run names a page of the pool, else KVT_EARG naming it. */
-static int run_page_ok(const kvt_engine *e, int32_t id, size_t i) {
-    if (page_valid(e, id)) return 0;
-    return kvt_fail(KVT_EARG, "page I/O: page id %d (entry %zu of the run) outside the pool of %d pages", id, i,
-                    e->p.n_pages);
-}
-
-/* The CPU engine's pages are host memory: each run is a loop of memcpy. */
-int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
-    if (e->gpu) return n ? kvt_eng_gpu_pages_out(e->gpu, io, n, e->page_bytes) : 0;
-    for (size_t i = 0; i < n; i++) memcpy(io[i].host, kvt_page_data_const(e, io[i].page), e->page_bytes);
-    return 0;
-}
-
-int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (run_page_ok(e, io[i].page, i)) return KVT_EARG;
-    if (e->gpu) return n ? kvt_eng_gpu_pages_in(e->gpu, io, n, e->page_bytes) : 0;
-    for (size_t i = 0; i < n; i++) memcpy(kvt_page_data(e, io[i].page), io[i].host, e->page_bytes);
-    return 0;
-}
-
-int kvt_pages_copy(kvt_engine *e, const int32_t *dst, const int32_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (run_page_ok(e, dst[i], i) || run_page_ok(e, src[i], i)) return KVT_EARG;
-    if (e->gpu) return n ? kvt_eng_gpu_pages_copy(e->gpu, dst, src, n, e->page_bytes) : 0;
-    for (size_t i = 0; i < n; i++)
-        if (dst[i] != src[i]) memcpy(kvt_page_data(e, dst[i]), kvt_page_data_const(e, src[i]), e->page_bytes);
-    return 0;
-}
-
-void *kvt_pages_stage(kvt_engine *e, size_t n) {
-    return e->gpu && n ? kvt_eng_gpu_stage(e->gpu, n, e->page_bytes) : NULL;
-}
-
-void *kvt_engine_host_alloc(kvt_engine *e, size_t bytes) {
-    if (e->gpu) return kvt_eng_gpu_host_alloc(e->gpu, bytes);
-    void *p = bytes && bytes <= SIZE_MAX - 63 ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
-    if (!p) kvt_fail(-ENOMEM, "out of host memory for %zu bytes", bytes);
-    return p;
-}
-
-void kvt_engine_host_free(kvt_engine *e, void *p) {
-    if (e->gpu) kvt_eng_gpu_host_free(e->gpu, p);
-    else free(p);
-}
-
-size_t kvt_engine_host_max(const kvt_engine *e) { return e->gpu ? kvt_eng_gpu_host_max(e->gpu) : SIZE_MAX; }
-
-void *kvt_page_host(kvt_engine *e, int32_t id) {
-    return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data(e, id);
-}
-const void *kvt_page_host_const(const kvt_engine *e, int32_t id) {
-    return e->no_host_pages || !page_valid(e, id) ? NULL : kvt_page_data_const(e, id);
-}
-void kvt_engine_set_host_pages(kvt_engine *e, int on) { e->no_host_pages = !on || e->page_mem == NULL; }
 
 /* ---- sequences ------------------------------------------------------------ */
 
@@ -448,10 +425,13 @@ static void seq_truncate(kvt_engine *e, seq_state *st, int32_t len) {
  *            [head_dim][B] that kvt_attn_qk takes, one vector per 16 keys.
  * Every block of a page has B * row_bytes bytes. kv_offset gives the byte
  * offset of the block of (layer, kv, head) plus slot rows; for a transposed or
- * column K block only slot 0 (the block start) is meaningful. */
+ * column K block only slot 0 (the block start) is meaningful. With partial
+ * offload page_mem holds only the layers from host_layer0 on, and the offset
+ * counts from there (the device's layers come first in a page's layout). */
 size_t kvt_eng_kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
     const kvt_hparams *hp = &e->model->hp;
-    size_t row = (((size_t)layer * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) * (size_t)e->p.block_size +
+    size_t row = (((size_t)(layer - e->host_layer0) * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) *
+            (size_t)e->p.block_size +
         (size_t)slot;
     return row * e->row_bytes;
 }
@@ -695,8 +675,13 @@ static int forward_chunk(kvt_engine *e, int32_t n, int32_t n_want, float *logits
     const kvt_hparams *hp = &m->hp;
     const int64_t D = hp->n_embd;
     kvt_eng_chunk_begin(e, n);
-    if (e->gpu) return kvt_eng_gpu_forward(e, n, n_want, logits, want_hidden, hidden);
-    kvt_eng_layers(e, n, 0, hp->n_layer);
+    int32_t l0 = 0;
+    if (e->gpu) {
+        int rc = kvt_eng_gpu_forward(e, n, n_want, logits, want_hidden, hidden);
+        if (rc || e->dev_layers == hp->n_layer) return rc;
+        l0 = e->dev_layers; /* partial offload: x came back to the host after the device's layers */
+    }
+    kvt_eng_layers(e, n, l0, hp->n_layer);
     /* the same norm as the logits rows below, so a hidden row is exactly what the output matrix reads */
     for (int32_t i = 0; want_hidden && i < n; i++)
         if (want_hidden[i]) {

@@ -80,6 +80,7 @@ typedef struct {
     int32_t n_pages;                            /* the pool */
     int planned;           /* 1: the pool was sized from the budget; 0: it was given (--kv-active) */
     int binding_capped;    /* 1: the budget held more pages than the kernels' KV bindings reach */
+    int seqs_capped;       /* 1: partial offload held a planned pool to max_seqs contexts */
     int32_t binding_pages; /* the most pages those bindings reach */
 } kvt_engine_mem;
 /* 0 and *out for a GPU engine; KVT_EUNSUPPORTED on the CPU. */

@@ -22,6 +22,7 @@
 #include "engine_gpu_impl.h"
 #include "kv_quant.h"
 #include "model.h"
+#include "ops.h"
 
 /* Why this model cannot run on the GPU engine yet, or 0. Every architecture
  * the CPU engine runs (llama, qwen2, qwen3, phi3, gemma2, gemma3) runs here. */
@@ -80,10 +81,10 @@ static int upload_arch(kvt_engine *e, kvt_eng_gpu *g, int32_t l) {
 static int upload_weights(kvt_engine *e, kvt_eng_gpu *g) {
     const kvt_model *m = e->model;
     const kvt_hparams *hp = &m->hp;
-    g->L = kvt_xcalloc((size_t)hp->n_layer, sizeof *g->L);
-    g->n_layer = hp->n_layer;
+    g->L = kvt_xcalloc((size_t)e->dev_layers, sizeof *g->L);
+    g->n_layer = e->dev_layers;
     int rc = 0;
-    for (int32_t l = 0; !rc && l < hp->n_layer; l++) {
+    for (int32_t l = 0; !rc && l < g->n_layer; l++) {
         const kvt_layer *L = &m->layers[l];
         gpu_layer *G = &g->L[l];
         rc = upload_w(g, &L->wq, "attn_q", l, &G->wq);
@@ -97,43 +98,46 @@ static int upload_weights(kvt_engine *e, kvt_eng_gpu *g) {
         if (!rc) rc = upload_f32(g, L->ffn_norm, hp->n_embd, &G->ffn_norm);
         if (!rc) rc = upload_arch(e, g, l);
     }
+    if (g->n_layer < hp->n_layer) return rc; /* partial offload: the final norm and logits run on the CPU */
     if (!rc) rc = upload_w(g, &m->output, "output", -1, &g->out);
     if (!rc) rc = upload_f32(g, m->output_norm, hp->n_embd, &g->out_norm);
     return rc;
 }
 
-/* The page pool in chunks of whole pages, none over the binding limit. */
+/* The page pool in chunks of whole pages, none over the binding limit. A
+ * page here is the device's share of a page's layout: every layer, or with
+ * partial offload the layers the device runs (the first ones). */
 static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
     const kvt_hparams *hp = &e->model->hp;
     kvt_gpu_kv *kv = &g->kv;
-    kv->n_layer = (uint32_t)hp->n_layer;
+    kv->n_layer = (uint32_t)e->dev_layers;
     kv->n_head_kv = (uint32_t)hp->n_head_kv;
     kv->head_dim = (uint32_t)hp->head_dim;
     kv->block = (uint32_t)e->p.block_size;
     kv->dtype = e->p.kv_dtype == KVT_KV_Q8_0 ? KVT_GPU_KV_Q8_0
         : e->p.kv_dtype == KVT_KV_F16        ? KVT_GPU_KV_F16
                                              : KVT_GPU_KV_F32;
-    kv->page_stride = e->page_stride;
-    uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->page_stride;
+    kv->page_stride = e->dev_page_stride;
+    uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->dev_page_stride;
     if (per == 0)
         return kvt_fail(KVT_ELIMIT,
                         "a KV page of %zu bytes is larger than this device's largest binding (%llu bytes); "
                         "use a smaller --block-size",
-                        e->page_bytes, (unsigned long long)maxb);
+                        e->dev_page_bytes, (unsigned long long)maxb);
     kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
     uint64_t n_chunks = ((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk;
     if (n_chunks > KVT_GPU_KV_CHUNKS)
         return kvt_fail(KVT_ELIMIT,
                         "a KV pool of %d pages (%.1f MiB) needs %d bindings of at most %.2f MiB on this "
                         "device, over the %d the GPU engine binds; lower --kv-active to %.2f MiB or less",
-                        e->p.n_pages, (double)e->p.n_pages * (double)e->page_stride / (1 << 20), (int)n_chunks,
+                        e->p.n_pages, (double)e->p.n_pages * (double)e->dev_page_stride / (1 << 20), (int)n_chunks,
                         (double)maxb / (1 << 20), KVT_GPU_KV_CHUNKS,
-                        (double)(per * KVT_GPU_KV_CHUNKS * e->page_stride) / (1 << 20));
+                        (double)(per * KVT_GPU_KV_CHUNKS * e->dev_page_stride) / (1 << 20));
     kv->n_chunks = (int)n_chunks;
     for (int c = 0; c < kv->n_chunks; c++) {
         uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk,
                                  (uint64_t)e->p.n_pages - (uint64_t)c * kv->pages_per_chunk);
-        int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, pages * e->page_stride, &kv->chunk[c]);
+        int rc = kvt_gpu_buf_new(g->d, KVT_GPU_DEVICE, pages * e->dev_page_stride, &kv->chunk[c]);
         if (rc) return kvt_fail_prefix(rc, "the KV pool in device memory: "), rc;
     }
     return 0;
@@ -246,9 +250,13 @@ static int make_alt_rope(kvt_engine *e, kvt_eng_gpu *g) {
     return rc;
 }
 
-static void numerics_id(kvt_eng_gpu *g) {
+/* The device's numerics; with partial offload also how many layers it runs
+ * and the CPU kernels' id, since the CPU computes the rest. */
+static void numerics_id(const kvt_engine *e, kvt_eng_gpu *g) {
     const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
-    snprintf(g->numerics, sizeof g->numerics, "vk-%04x-%04x-%s", in->vendor_id, in->device_id, in->numerics);
+    int n = snprintf(g->numerics, sizeof g->numerics, "vk-%04x-%04x-%s", in->vendor_id, in->device_id, in->numerics);
+    if (e->dev_layers < e->model->hp.n_layer && n > 0 && (size_t)n < sizeof g->numerics)
+        snprintf(g->numerics + n, sizeof g->numerics - (size_t)n, "-ngl%d+%s", e->dev_layers, kvt_ops_numerics_id());
 }
 
 /* Appends to msg what the model needs against what the device has, for an
@@ -262,7 +270,7 @@ static void oom_hint(const kvt_engine *e, const kvt_eng_gpu *g, char *msg, size_
     snprintf(msg + len, cap - len,
              " (the weights take %.2f GiB and the KV pool %.2f GiB; the device's memory is "
              "%.2f GiB: lower --kv-active, or run a smaller model or --device cpu)",
-             (double)e->model->weight_bytes / (1 << 30), (double)e->p.n_pages * (double)e->page_stride / (1 << 30),
+             (double)e->model->weight_bytes / (1 << 30), (double)e->p.n_pages * (double)e->dev_page_stride / (1 << 30),
              (double)heap / (1 << 30));
 }
 
@@ -284,7 +292,7 @@ int kvt_eng_gpu_new(kvt_engine *e, int index) {
     if (!rc) rc = kvt_eng_gpu_plan_pool(e, g);
     if (!rc) rc = make_pool(e, g);
     if (!rc) {
-        numerics_id(g);
+        numerics_id(e, g);
         return 0;
     }
     char msg[1024];

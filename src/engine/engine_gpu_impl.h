@@ -16,6 +16,9 @@
 /* The logits staging buffer's size, for one pass of the output matrix. */
 #define LOGITS_STAGE_BYTES (64ull << 20)
 
+/* A layer the device runs: with partial offload (kvt_engine.dev_layers below
+ * the layer count) only the first ones have one, and the output matrix and
+ * norm stay on the CPU (out and out_norm NULL). */
 typedef struct {
     kvt_gpu_wmat *wq, *wk, *wv, *wo, *wg, *wu, *wd;
     kvt_gpu_buf *attn_norm, *ffn_norm;
@@ -50,7 +53,7 @@ struct kvt_eng_gpu {
     uint64_t act_dev_bytes, act_stage_bytes; /* the activations', and the staging buffers' with kvt_pages_stage's */
     kvt_engine_mem mem;                      /* the memory plan (engine_gpu_plan.c) */
     kvt_eng_gpu_stats st;
-    char numerics[112];
+    char numerics[128];
 };
 
 /* The memory plan (engine_gpu_plan.c). Before the weights go up (the

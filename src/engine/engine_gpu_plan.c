@@ -17,12 +17,13 @@
  * (each binding at most the device's largest storage binding); a planned pool
  * stops there and says so.
  *
- * Partial offload (n_gpu_layers below the layer count) is refused: a page
- * holds the K/V of every layer in one allocation (engine.h), so the first N
- * layers' KV cannot live on the device and the others' in host RAM without
- * splitting every page, the page I/O and every tier's records. When the model
- * does not fit, the refusal names the largest N that would, from the
- * per-layer weight bytes, for when it is supported. */
+ * With partial offload (n_gpu_layers N below the layer count) the device
+ * holds the first N layers' weights and their share of each page; the output
+ * matrix, the other layers and their share of each page are the CPU's, in
+ * host memory. Every page has both shares, so a planned pool is also held to
+ * max_seqs contexts: the host memory it takes grows with it. When the model
+ * (or its first N layers) does not fit, the refusal names the largest N that
+ * would, from the per-layer weight bytes. */
 #include <stdio.h>
 #include <string.h>
 
@@ -82,25 +83,26 @@ static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, 
     const kvt_engine_mem *mem = &g->mem;
     const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
     uint64_t room = mem->budget > mem->act_bytes ? mem->budget - mem->act_bytes : 0;
-    char what[96];
+    /* kv is the device's share for dev_layers layers: largest_layers wants every layer's */
+    int32_t fit = largest_layers(e->model, room, kv / (uint64_t)e->dev_layers * (uint64_t)e->model->hp.n_layer);
+    char what[96], ngl[96] = "";
+    if (fit) snprintf(ngl, sizeof ngl, "give -ngl %d to run the other layers on the CPU, or ", fit);
     if (mem->planned) snprintf(what, sizeof what, "the KV of one %d-token context", e->p.n_ctx);
     else snprintf(what, sizeof what, "the KV pool asked for (--kv-active)");
     return kvt_fail(KVT_ELIMIT,
                     "the model does not fit in the memory of %s: its weights (%s), activations (%s) and %s (%s) "
                     "need %s, over the %s that --gpu-memory-fraction %.2f of its %s allows. The largest "
-                    "--n-gpu-layers (-ngl) that would fit is %d of %d, but partial offload (the other layers on "
-                    "the CPU) is not supported yet: run it with --device cpu, a smaller --ctx-size, or a smaller "
-                    "or more quantized model",
+                    "--n-gpu-layers (-ngl) that would fit is %d of %d: %suse --device cpu, a smaller --ctx-size, "
+                    "or a smaller or more quantized model",
                     in->name, sz(weights), sz(mem->act_bytes), what, sz(kv), sz(weights + mem->act_bytes + kv),
-                    sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), largest_layers(e->model, room, kv),
-                    e->model->hp.n_layer);
+                    sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl);
 }
 
 /* 0 when a given pool fits next to weights bytes of weights, else KVT_ELIMIT naming the largest that does. */
 static int given_pool_fits(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights) {
     const kvt_engine_mem *mem = &g->mem;
-    uint64_t pool = (uint64_t)e->p.n_pages * e->page_stride, used = weights + mem->act_bytes;
-    uint64_t room = mem->budget > used ? mem->budget - used : 0, fit = room / e->page_stride;
+    uint64_t pool = (uint64_t)e->p.n_pages * e->dev_page_stride, used = weights + mem->act_bytes;
+    uint64_t room = mem->budget > used ? mem->budget - used : 0, fit = room / e->dev_page_stride;
     if (pool <= room) return 0;
     return kvt_fail(KVT_ELIMIT,
                     "a KV pool of %d pages (%s, --kv-active) does not fit: the %s that --gpu-memory-fraction %.2f "
@@ -108,50 +110,47 @@ static int given_pool_fits(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t w
                     "pool that fits is %llu pages (--kv-active %llu), or leave --kv-active out to have it planned",
                     e->p.n_pages, sz(pool), sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), sz(room),
                     sz(weights), sz(mem->act_bytes), (unsigned long long)fit,
-                    (unsigned long long)(fit * e->page_stride));
+                    (unsigned long long)(fit * (e->dev_page_stride + e->page_stride)));
 }
 
 int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g) {
     const kvt_model *m = e->model;
     kvt_engine_mem *mem = &g->mem;
     const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
-    const int32_t L = m->hp.n_layer, ngl = e->p.n_gpu_layers;
+    const int32_t L = m->hp.n_layer;
     mem->device_bytes = plan_device_bytes(in);
     mem->fraction = e->p.gpu_memory_fraction;
     mem->budget = (uint64_t)((double)mem->device_bytes * (double)mem->fraction);
     mem->act_bytes = g->act_dev_bytes + (strcmp(in->type, "discrete") ? g->act_stage_bytes : 0);
     mem->planned = e->p.n_pages == 0;
-    uint64_t weights = head_bytes(m);
-    for (int32_t l = 0; l < L; l++) weights += layer_bytes(m, l);
-    uint64_t kv = (uint64_t)(mem->planned ? ctx_pages(e) : e->p.n_pages) * e->page_stride;
-    uint64_t need_min = weights + mem->act_bytes + (mem->planned ? kv : e->page_stride);
+    uint64_t weights = e->dev_layers == L ? head_bytes(m) : 0;
+    for (int32_t l = 0; l < e->dev_layers; l++) weights += layer_bytes(m, l);
+    uint64_t kv = (uint64_t)(mem->planned ? ctx_pages(e) : e->p.n_pages) * e->dev_page_stride;
+    uint64_t need_min = weights + mem->act_bytes + (mem->planned ? kv : e->dev_page_stride);
     if (need_min > mem->budget) return not_fit(e, g, weights, kv);
-    if (ngl >= 0 && ngl < L)
-        return kvt_fail(KVT_EUNSUPPORTED,
-                        "--n-gpu-layers %d would put %d of this model's %d layers on the GPU and the rest on the "
-                        "CPU, which is not supported yet; the whole model fits in %s's memory: leave -ngl out, or "
-                        "give -ngl %d or more (-1 or 99 as with llama.cpp), or use --device cpu",
-                        ngl, ngl, L, in->name, L);
     return mem->planned ? 0 : given_pool_fits(e, g, weights);
 }
 
 int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kvt_engine_mem *mem = &g->mem;
     mem->weight_bytes = g->weight_bytes;
-    uint64_t per = kvt_gpu_max_binding(g->d) / e->page_stride;
+    uint64_t per = kvt_gpu_max_binding(g->d) / e->dev_page_stride;
     if (per == 0) return 0; /* a page over one binding: make_pool says so, naming --block-size */
     mem->binding_pages = (int32_t)KVT_MIN(per * KVT_GPU_KV_CHUNKS, (uint64_t)INT32_MAX);
     if (!mem->planned) {
         int rc = given_pool_fits(e, g, mem->weight_bytes);
         mem->n_pages = e->p.n_pages;
-        mem->kv_bytes = (uint64_t)mem->n_pages * e->page_stride;
+        mem->kv_bytes = (uint64_t)mem->n_pages * e->dev_page_stride;
         return rc;
     }
     uint64_t used = mem->weight_bytes + mem->act_bytes, room = mem->budget > used ? mem->budget - used : 0;
-    uint64_t pages = room / e->page_stride;
+    uint64_t pages = room / e->dev_page_stride;
     mem->binding_capped = pages > (uint64_t)mem->binding_pages;
     if (mem->binding_capped) pages = (uint64_t)mem->binding_pages;
     int32_t one = ctx_pages(e);
+    const uint64_t seqs_pages = (uint64_t)one * (uint64_t)e->p.max_seqs;
+    mem->seqs_capped = e->dev_layers < e->model->hp.n_layer && pages > seqs_pages;
+    if (mem->seqs_capped) pages = seqs_pages;
     if (pages < (uint64_t)one)
         return kvt_fail(KVT_ELIMIT,
                         "%s hold%s %llu KV pages (%llu tokens), less than one context of %d tokens: lower "
@@ -163,7 +162,7 @@ int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
                         mem->binding_capped ? " or --block-size" : ", or raise --gpu-memory-fraction");
     e->p.n_pages = (int32_t)pages;
     mem->n_pages = e->p.n_pages;
-    mem->kv_bytes = pages * e->page_stride;
+    mem->kv_bytes = pages * e->dev_page_stride;
     return 0;
 }
 
@@ -180,16 +179,23 @@ void kvt_engine_describe_memory(const kvt_engine *e, char *buf, size_t cap) {
     if (!e->gpu || !cap) return;
     const kvt_engine_mem *m = kvt_eng_gpu_mem(e->gpu);
     uint64_t tokens = (uint64_t)m->n_pages * (uint64_t)e->p.block_size;
-    char how[128];
+    char how[128], split[192] = "";
+    const int32_t L = e->model->hp.n_layer;
+    if (e->dev_layers < L)
+        snprintf(split, sizeof split,
+                 "; the first %d of %d layers on the GPU, the other %d and the output matrix on the CPU, their KV "
+                 "in host memory (%s)",
+                 e->dev_layers, L, L - e->dev_layers, sz((uint64_t)m->n_pages * e->page_stride));
     if (!m->planned) snprintf(how, sizeof how, "given");
+    else if (m->seqs_capped) snprintf(how, sizeof how, "planned, held to --parallel %d contexts", e->p.max_seqs);
     else if (m->binding_capped)
         snprintf(how, sizeof how, "planned, held to the %d pages the kernels' %d KV bindings reach", m->binding_pages,
                  KVT_GPU_KV_CHUNKS);
     else snprintf(how, sizeof how, "planned");
     snprintf(buf, cap,
              "%s: device memory %s, the engine's share %.2f = %s: weights %s, activations %s, KV pool %s (%s): "
-             "%d pages, %llu tokens, %.1f sessions of %d tokens",
+             "%d pages, %llu tokens, %.1f sessions of %d tokens%s",
              kvt_eng_gpu_name(e->gpu), sz(m->device_bytes), (double)m->fraction, sz(m->budget), sz(m->weight_bytes),
              sz(m->act_bytes), sz(m->kv_bytes), how, m->n_pages, (unsigned long long)tokens,
-             (double)tokens / (double)(e->p.n_ctx > 0 ? e->p.n_ctx : 1), e->p.n_ctx);
+             (double)tokens / (double)(e->p.n_ctx > 0 ? e->p.n_ctx : 1), e->p.n_ctx, split);
 }

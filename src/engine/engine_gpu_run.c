@@ -392,6 +392,22 @@ static int rec_hidden(kvt_engine *e, kvt_eng_gpu *g, int32_t n, const int8_t *wa
     return rc;
 }
 
+/* Partial offload: the device's layers done, the chunk's residual rows go
+ * back to the host's x (through the start of in_stage, whose inputs the
+ * layers have read by then) for the CPU to run the other layers. */
+static int x_to_host(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
+    const uint64_t bytes = (uint64_t)n * (uint64_t)e->model->hp.n_embd * sizeof(float);
+    kvt_gpu_region r = {0, 0, bytes};
+    int rc = kvt_gpu_rec_copy(g->d, g->x, g->in_stage, &r, 1);
+    if (!rc) rc = kvt_gpu_submit(g->d);
+    else kvt_gpu_abort(g->d);
+    if (!rc) memcpy(e->x, kvt_gpu_buf_host(g->in_stage), (size_t)bytes);
+    if (!rc) g->st.chunks++, g->st.tokens += (uint64_t)n;
+    return rc ? kvt_fail_prefix(rc, "GPU forward pass of %d tokens: ", n) : 0;
+}
+
+/* Long: the device's layers in submissions of a few, then with every layer here the hidden rows and logits,
+ * or with partial offload the residual rows back to the host. */
 int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits, const int8_t *want_hidden,
                         float **hidden) {
     kvt_eng_gpu *g = e->gpu;
@@ -401,12 +417,16 @@ int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits,
     stage_inputs(e, g, n);
     int rc = kvt_gpu_begin(g->d);
     if (!rc) rc = rec_inputs(e, g, n);
-    for (int32_t l = 0; !rc && l < hp->n_layer; l++) {
+    for (int32_t l = 0; !rc && l < g->n_layer; l++) {
         rc = rec_layer(e, g, l, (uint32_t)n);
-        if (!rc && (l + 1) % LAYERS_PER_SUBMIT == 0 && l + 1 < hp->n_layer) {
+        if (!rc && (l + 1) % LAYERS_PER_SUBMIT == 0 && l + 1 < g->n_layer) {
             rc = kvt_gpu_submit(g->d);
             if (!rc) rc = kvt_gpu_begin(g->d);
         }
+    }
+    if (g->n_layer < hp->n_layer) {
+        if (rc) kvt_gpu_abort(g->d);
+        return rc ? kvt_fail_prefix(rc, "GPU forward pass of %d tokens: ", n) : x_to_host(e, g, n);
     }
     /* the hidden rows ride in the last layers' submission: no extra wait */
     if (!rc && n_hid) rc = rec_hidden(e, g, n, want_hidden);

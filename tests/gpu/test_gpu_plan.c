@@ -11,10 +11,12 @@
  *  - a planned pool under one context is refused naming the --ctx-size that
  *    fits, a page over one binding naming --block-size;
  *  - a model that does not fit is refused naming the largest -ngl that would
- *    (from the per-layer weight bytes) and that partial offload is not
- *    supported; -ngl below the layer count on a model that fits is refused,
- *    -1, the layer count and 99 are accepted; a fraction of 0 is the default,
- *    one outside (0, 1] is KVT_EARG;
+ *    (from the per-layer weight bytes), and with that -ngl it runs: the device
+ *    holds that layer's weights only, and a planned pool stops at max_seqs
+ *    contexts (each page also takes host memory); -ngl below the layer count
+ *    on a model that fits runs so too, -ngl 0 makes a CPU engine, -1, the
+ *    layer count and 99 put every layer on the device; a fraction of 0 is
+ *    the default, one outside (0, 1] is KVT_EARG;
  *  - on an F16 model no quantize scratch is made or planned; on a quantized
  *    model the kernels' quantize scratch is made up front at
  *    its exact size for a chunk (kvt_gpu_quant_scratch_bytes of the widest
@@ -148,19 +150,28 @@ static void check_plan(const kvt_model *m) {
     const uint64_t l0 = layer_bytes(m, 0), ctx_kv = (CTX / B) * stride;
     set_limit(a + l0 + ctx_kv / 2 + 1);
     rc = plan_of(m, params(0, 1.0f, -1), &p);
-    CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("that would fit is 1 of 2") &&
-               says("partial offload (the other layers on the CPU) is not supported yet"),
+    CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("that would fit is 1 of 2") && says("give -ngl 1"),
            "room for one layer: rc %d", rc);
+    /* ... and -ngl 1 runs there: one layer's weights on the device, a pool of that layer's share of one context */
+    rc = plan_of(m, params(0, 1.0f, 1), &p);
+    CHECKF(rc == 0 && p.weight_bytes < l0 + l0 / 8 && !p.seqs_capped && p.n_pages == CTX / B,
+           "-ngl 1 where one layer fits: rc %d (%s), weights %llu (a layer %llu), capped %d, %d pages", rc,
+           rc ? kvt_errmsg() : "", (unsigned long long)p.weight_bytes, (unsigned long long)l0, p.seqs_capped, p.n_pages);
     set_limit(a / 2);
     rc = plan_of(m, params(0, 1.0f, 1), &p);
     CHECKF(rc == KVT_ELIMIT && says("that would fit is 0 of 2"), "room for no layer, -ngl 1: rc %d", rc);
-    /* -ngl on a model that fits */
+    /* -ngl on a model that fits: the first layer on the device, the pool as given */
     unsetenv("KVT_VK_MEM_LIMIT");
     rc = plan_of(m, params(8, 0.9f, 1), &p);
-    CHECKF(rc == KVT_EUNSUPPORTED && says("--n-gpu-layers 1 would put 1 of this model's 2 layers") &&
-               says("not supported yet") && says("fits"),
-           "-ngl 1: rc %d", rc);
-    CHECKF(plan_of(m, params(8, 0.9f, 0), &p) == KVT_EUNSUPPORTED, "-ngl 0 is refused on a device");
+    CHECKF(rc == 0 && p.n_pages == 8 && !p.seqs_capped, "-ngl 1: rc %d (%s)", rc, rc ? kvt_errmsg() : "");
+    /* planned, it stops at max_seqs (2) contexts: every page takes host memory too */
+    rc = plan_of(m, params(0, 0.9f, 1), &p);
+    CHECKF(rc == 0 && p.seqs_capped && p.n_pages == 2 * (CTX / B), "-ngl 1 planned: rc %d, capped %d, %d pages", rc,
+           p.seqs_capped, p.n_pages);
+    kvt_engine *cpu = NULL;
+    rc = kvt_engine_new(m, params(8, 0.9f, 0), &cpu);
+    CHECKF(rc == 0 && !strcmp(kvt_engine_device_name(cpu), "cpu"), "-ngl 0 on a device: a CPU engine (rc %d)", rc);
+    kvt_engine_free(cpu);
     int32_t all[] = {-1, 2, 99};
     for (int i = 0; i < 3; i++)
         CHECKF(plan_of(m, params(8, 0.9f, all[i]), &p) == 0, "-ngl %d: %s", all[i], kvt_errmsg());

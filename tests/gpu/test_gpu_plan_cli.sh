@@ -5,8 +5,9 @@
 # weights, activations, KV pool, its tokens and sessions of the context); a
 # --kv-active that does not fit is refused naming the largest that does, and
 # that one runs, giving the planned run's text; a model that does not fit is
-# refused naming the largest -ngl that would, and that partial offload is not
-# supported; -ngl below the layer count is refused on run and eval, -ngl 99
+# refused naming the largest -ngl that would; -ngl below the layer count runs
+# the other layers on the CPU (partial offload) on run, eval and serve, saying
+# so on the start-up line, with the all-GPU run's greedy text here; -ngl 99
 # runs. The validation layer is on and no validation message may appear.
 set -u
 [ -n "${TSAN_OPTIONS:-}" ] && { echo "SKIP: not under ThreadSanitizer (no GPU test is)"; exit 77; }
@@ -52,19 +53,24 @@ cat "$TMP/err" >>"$TMP/all"
 check "a model too large for the device fails" is "$rc" 1
 check "... saying so" says "the model does not fit in the memory of"
 check "... naming the largest -ngl" says "The largest --n-gpu-layers (-ngl) that would fit is 0 of 2"
-check "... and that partial offload is not supported" says "partial offload (the other layers on the CPU) is not supported yet"
+check "... and what else to do" says "use --device cpu"
 
+# partial offload: layer 0 on the GPU, layer 1 and the output matrix on the CPU
 rc=0
-"${RUN[@]}" -ngl 1 >/dev/null 2>"$TMP/err" || rc=$?
+"${RUN[@]}" -ngl 1 >"$TMP/ngl1" 2>"$TMP/err" || rc=$?
 cat "$TMP/err" >>"$TMP/all"
-check "run -ngl 1 on a model that fits fails" is "$rc" 1
-check "... saying partial offload is not supported" says "--n-gpu-layers 1 would put 1 of this model's 2 layers on the GPU"
-check "... and how to run it" says "leave -ngl out"
+check "run -ngl 1 runs" is "$rc" 0
+check "... saying where the layers run" says "the first 1 of 2 layers on the GPU, the other 1 and the output matrix on the CPU"
+check "... giving the all-GPU run's greedy text" cmp -s "$TMP/planned" "$TMP/ngl1"
 rc=0
-"$BIN" eval -m "$TMP/m.gguf" -n 1 --device vulkan -ngl 1 hi >/dev/null 2>"$TMP/err" || rc=$?
+"$BIN" eval -m "$TMP/m.gguf" -n 1 --device vulkan -ngl 1 hi >"$TMP/eval" 2>"$TMP/err" || rc=$?
 cat "$TMP/err" >>"$TMP/all"
-check "eval -ngl 1 fails the same way" is "$rc" 1
-check "... saying so" says "not supported yet"
+check "eval -ngl 1 runs" is "$rc" 0
+rc=0
+"${RUN[@]}" -ngl 0 >"$TMP/ngl0" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "run -ngl 0 runs on the CPU" is "$rc" 0
+check "... saying so" says "every layer runs on the CPU"
 
 KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 2 --ctx 256 --gpu-memory-fraction 0.5)
 kvt_start_server S

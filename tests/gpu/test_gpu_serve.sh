@@ -8,7 +8,9 @@
 # for byte, and each must say it came from the tier it names. With q8_0 KV
 # (--kv-type q8_0), a cold reply on one node and the same reply from T3 on
 # another. The validation layer is on and the server logs must not carry a
-# validation message.
+# validation message. With $KVT_TEST_NGL=N (test_gpu_serve_ngl) every server
+# runs the first N layers on the GPU and the rest on the CPU (partial offload),
+# so every tier moves pages with a device share and a host share.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 # the suite's ThreadSanitizer pass takes every "server" test; GPU tests stay out of it (lavapipe's
@@ -17,6 +19,12 @@ command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs cu
 . "${KVT_SRC:?KVT_SRC must point to the source tree}/tests/testutil.sh"
 "$BIN" info --devices >"$TMP/devices" 2>&1 || { echo "SKIP: no Vulkan device: $(head -1 "$TMP/devices")"; exit 77; }
 export KVT_VK_VALIDATION=1
+NGL=()
+if [ -n "${KVT_TEST_NGL:-}" ]; then
+  # as the C GPU variants: the sanitizer passes run the same code through the plain test
+  [ -n "${KVT_SANITIZED:-}" ] && { echo "SKIP: the partial-offload variant runs in the release build only"; exit 77; }
+  NGL=(-ngl "$KVT_TEST_NGL")
+fi
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 800 --type f16 \
   2>/dev/null || bad "mkmodel"
@@ -42,10 +50,12 @@ REMOTE=()
 [ $have_redis = 1 ] && REMOTE=(--kv-remote "redis://127.0.0.1:$RPORT" --kv-remote-key-file "$TMP/key" --kv-remote-timeout-ms 10000)
 # a page of 32 tokens is 8 KiB for this model: T0 holds 12 of them, so the crowding
 # prompts below push the first prompt's blocks down to T1
-KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 96K)
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 96K "${NGL[@]}")
 mkdir -p "$TMP/d1" "$TMP/d2"
 kvt_start_server A --kv-ram 64M --kv-disk "$TMP/d1" --restore always --write-through "${REMOTE[@]}"
 check "the start-up log names the device" grep -q "engine runs on" "${KVT_LOG[A]}"
+[ ${#NGL[@]} = 0 ] ||
+  check "... and the layers on each side" grep -q "the first ${NGL[1]} of 2 layers on the GPU, the other" "${KVT_LOG[A]}"
 
 ask "${KVT_URL[A]}" "$TMP/cold.json"
 check "the cold reply has text and logprobs" test "$(jq -r '.choices[0].logprobs.content | length' "$TMP/cold.json")" -gt 0
@@ -83,7 +93,7 @@ if [ $have_redis = 1 ]; then
   "$BIN" mkmodel -o "$TMP/m32.gguf" --dim 64 --layers 2 --heads 2 --kv-heads 1 --ff 128 --vocab 800 --type f16 \
     2>/dev/null || bad "mkmodel (heads of 32)"
   mkdir -p "$TMP/d3" "$TMP/d4"
-  KVT_SERVE_ARGS=(-m "$TMP/m32.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 96K --kv-type q8_0)
+  KVT_SERVE_ARGS=(-m "$TMP/m32.gguf" --host 127.0.0.1 -t 1 --device vulkan --parallel 1 --kv-active 96K --kv-type q8_0 "${NGL[@]}")
   kvt_start_server Q --kv-disk "$TMP/d3" --restore always --write-through "${REMOTE[@]}"
   ask "${KVT_URL[Q]}" "$TMP/cold.json"
   check "q8_0 KV: the cold reply computed its prompt" test "$(tier "$TMP/cold.json" T0)" = 0
@@ -96,4 +106,4 @@ if [ $have_redis = 1 ]; then
   kvt_stop_server Q2
   check "no validation message in the q8_0 logs" sh -c "! grep -q 'validation' '${KVT_LOG[Q]}' '${KVT_LOG[Q2]}'"
 fi
-kvt_test_done test_gpu_serve
+kvt_test_done "test_gpu_serve${KVT_TEST_NGL:+_ngl}"
