@@ -207,7 +207,7 @@ EXTRA_TESTS_S=${EXTRA_TESTS_S:-330}
 core="test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant test_gpu_attention test_gpu_engine
   test_gpu_engine_quant"
 GPU_TESTS=${GPU_TESTS:-$(echo $core test_gpu_mm_rows test_gpu_kv_q8 test_gpu_t1 test_gpu_outliers test_gpu_hidden \
-  test_gpu_plan test_gpu_arch_kernels test_gpu_arch)}
+  test_gpu_plan test_gpu_offload test_gpu_arch_kernels test_gpu_arch)}
 for t in $GPU_TESTS; do
   if ! [[ " $(echo $core) " == *" $t "* ]] && [ "$(left)" -le "$EXTRA_TESTS_S" ]; then
     note "$t: skipped (only $(left) s of BUDGET_S=$BUDGET_S left, EXTRA_TESTS_S=$EXTRA_TESTS_S)"; continue
