@@ -7,7 +7,10 @@
 #  2. concurrent serving: for each N in STREAMS, N agent sessions
 #     (bench/agent_bench.py, streamed, 2 rounds) against `kvtier serve --device
 #     --parallel N` and against `llama-server -ngl 99 -np N`: output tok/s,
-#     ITL p50/p99, TTFT p50/p99 of round 0 (cold) and round 1 (resumed).
+#     ITL p50/p99, TTFT p50/p99 of round 0 (cold) and round 1 (resumed);
+#  3. partial offload (after the streams, the time allowing): the first OFFLOAD_NGL layers on the
+#     GPU and the rest on the CPU, the first weight type's prefill of the first PROMPTS size and
+#     decode, `kvtier run -ngl N` against `llama-bench -ngl N`.
 # Models are made here by bench_gpu --make-model (bench/out/bench-gpu-SHAPE[-TYPE].gguf).
 # Every figure goes to $OUT/vs_figures.txt as key=value lines as it is measured,
 # so a run cut short keeps what it did. Numbers only; loopback only.
@@ -16,7 +19,7 @@
 #        built with -DGGML_VULKAN=ON; BUILD=build; OUT=bench/out/gpu; DEVICE=vulkan:0;
 #        SHAPE=1b; WTYPES="f16 q4_k_m"; PROMPTS="512 2048"; NGEN=128; STREAMS="8 32 64"; LIMIT_S=240:
 #        the whole run's seconds, each step skipped when under 20 are left;
-#        SESSION_WORDS=400 words of document per session)
+#        SESSION_WORDS=400 words of document per session; OFFLOAD_NGL=8, empty to skip step 3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -26,9 +29,10 @@ SHAPE=${SHAPE:-1b}
 WTYPES=${WTYPES:-f16 q4_k_m}
 NGEN=${NGEN:-128}
 PROMPTS=${PROMPTS:-512 2048}
-STREAMS=${STREAMS:-8 32 64}
+STREAMS=${STREAMS-8 32 64} # empty: no serving step
 LIMIT_S=${LIMIT_S:-240}
 SESSION_WORDS=${SESSION_WORDS:-400}
+OFFLOAD_NGL=${OFFLOAD_NGL-8}
 LLAMA_DIR=${LLAMA_DIR:?LLAMA_DIR must name the folder of the Vulkan llama-bench and llama-server}
 KVT=$BUILD/kvtier
 mkdir -p "$OUT"
@@ -52,8 +56,9 @@ say "llama.cpp's devices: $(grep -i vulkan "$OUT/llama-devices.txt" | head -3 | 
 
 . bench/prompt_lib.sh # make_prompt N FILE
 # kvt_run FILE: "prompt_tokens prefill_tok_s decode_tok_s" of one `kvtier run` on the device
+KVT_RUN_EXTRA=() # more flags for kvt_run (step 3: -ngl N)
 kvt_run() {
-  "$KVT" run --device "$DEVICE" -m "$MODEL" -f "$1" -n "$NGEN" --ignore-eos --no-cache --temp 0 -c 4096 \
+  "$KVT" run --device "$DEVICE" -m "$MODEL" -f "$1" -n "$NGEN" --ignore-eos --no-cache --temp 0 -c 4096 "${KVT_RUN_EXTRA[@]}" \
     >/dev/null 2>"$OUT/vs-run.err" || { tail -3 "$OUT/vs-run.err" | tee -a "$OUT/vs_llama.log"; return 1; }
   sed -n 's/.*prompt \([0-9]*\) tokens.*prefill [0-9.]* ms, \([0-9.]*\) tok\/s.*decode \([0-9.]*\) tok\/s.*/\1 \2 \3/p' \
     "$OUT/vs-run.err" | tail -n 1
@@ -82,6 +87,33 @@ single() { # single TYPE: one weight type's single-stream figures, both engines
       else print "llama." t ".prefill_" $c["n_prompt"] "_tok_s=" $c["avg_ts"] }' "$OUT/llama-bench-$t.csv" |
     while IFS== read -r k v; do rec "$k" "$v"; done
   grep -m3 -i 'vulkan\|ggml_vulkan' "$OUT/llama-bench-$t.err" | sed 's/^/  llama.cpp: /' | tee -a "$OUT/vs_llama.log"
+}
+
+# offload TYPE: partial offload, both engines with the first OFFLOAD_NGL layers on the GPU
+offload() {
+  local t=$1 n=${PROMPTS%% *} f r
+  [ -n "$OFFLOAD_NGL" ] || return 0
+  MODEL=bench/out/bench-gpu-$SHAPE$([ "$t" = f16 ] || echo "-$t").gguf
+  [ -f "$MODEL" ] && [ -f "$OUT/p$n.txt" ] || { say "offload: no $MODEL or prompt (step 1 did not run)"; return 0; }
+  KVT_RUN_EXTRA=(-ngl "$OFFLOAD_NGL")
+  for f in "p$n" p1; do
+    enough "kvtier -ngl $OFFLOAD_NGL $t $f" || break
+    r=$(kvt_run "$OUT/$f.txt") || continue
+    set -- $r
+    case $f in
+    p1) rec "kvtier.$t.ngl$OFFLOAD_NGL.decode_tok_s" "$3" ;;
+    *) rec "kvtier.$t.ngl$OFFLOAD_NGL.prefill_${n}_tok_s" "$2" ;;
+    esac
+  done
+  KVT_RUN_EXTRA=()
+  grep -a -m1 'layers on the GPU' "$OUT/vs-run.err" | sed 's/^/  kvtier: /' | tee -a "$OUT/vs_llama.log"
+  enough "llama-bench -ngl $OFFLOAD_NGL $t" || return 0
+  timeout -k 5 "$(left)" "$LLAMA_DIR/llama-bench" -m "$MODEL" -ngl "$OFFLOAD_NGL" -p "$n" -n "$NGEN" -r 1 -o csv \
+    >"$OUT/llama-bench-ngl-$t.csv" 2>"$OUT/llama-bench-ngl-$t.err" || say "llama-bench -ngl $OFFLOAD_NGL $t: exit $?"
+  awk -F, -v t="$t.ngl$OFFLOAD_NGL" 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
+    { gsub(/"/, ""); if ($c["n_gen"] > 0) print "llama." t ".decode_tok_s=" $c["avg_ts"];
+      else print "llama." t ".prefill_" $c["n_prompt"] "_tok_s=" $c["avg_ts"] }' "$OUT/llama-bench-ngl-$t.csv" |
+    while IFS== read -r k v; do rec "$k" "$v"; done
 }
 
 # serving N: the agent workload, N sessions at once, each engine in turn
@@ -127,4 +159,5 @@ serving() {
 
 for t in $WTYPES; do say "single stream, $t:"; single "$t"; done
 for n in $STREAMS; do say "serving, $n streams:"; serving "$n"; done
+say "partial offload, -ngl ${OFFLOAD_NGL:-(skipped)}:"; offload "${WTYPES%% *}"
 say "gpu_vs_llama: done in ${SECONDS} s; figures in $R"
