@@ -203,7 +203,7 @@ int kvt_cli_print_devices(FILE *f) {
 void kvt_cli_log_device_memory(const char *who, const kvt_engine *e) {
     kvt_engine_mem m;
     if (kvt_engine_device_memory(e, &m)) return;
-    char desc[512], line[600];
+    char desc[768], line[900];
     kvt_engine_describe_memory(e, desc, sizeof desc);
     snprintf(line, sizeof line, "%s: the engine runs on %s", who, desc);
     kvt_engine_params p = kvt_engine_get_params(e);
@@ -218,6 +218,8 @@ void kvt_cli_log_device_memory(const char *who, const kvt_engine *e) {
         {"t0_pages", KVT_LOG_INT, NULL, m.n_pages, 0},
         {"t0_tokens", KVT_LOG_UINT, NULL, (long long)m.n_pages * p.block_size, 0},
         {"session_tokens", KVT_LOG_INT, NULL, p.n_ctx, 0},
+        {"gpu_layers", KVT_LOG_INT, NULL, m.gpu_layers, 0},
+        {"host_kv_bytes", KVT_LOG_UINT, NULL, (long long)m.host_kv_bytes, 0},
     };
     kvt_log_fields(KVT_LOG_INFO, line, f, KVT_ARRAY_LEN(f), line);
 }

@@ -78,10 +78,12 @@ typedef struct {
     uint64_t budget;       /* device_bytes * fraction */
     uint64_t weight_bytes, act_bytes, kv_bytes; /* what each takes; act_bytes counts staging on shared memory */
     int32_t n_pages;                            /* the pool */
-    int planned;           /* 1: the pool was sized from the budget; 0: it was given (--kv-active) */
-    int binding_capped;    /* 1: the budget held more pages than the kernels' KV bindings reach */
-    int seqs_capped;       /* 1: partial offload held a planned pool to max_seqs contexts */
-    int32_t binding_pages; /* the most pages those bindings reach */
+    int planned;            /* 1: the pool was sized from the budget; 0: it was given (--kv-active) */
+    int binding_capped;     /* 1: the budget held more pages than the kernels' KV bindings reach */
+    int seqs_capped;        /* 1: partial offload held a planned pool to max_seqs contexts */
+    int32_t gpu_layers;     /* layers on the device: the model's, or fewer with partial offload */
+    uint64_t host_kv_bytes; /* partial offload: the other layers' share of the pool, in host memory */
+    int32_t binding_pages;  /* the most pages those bindings reach */
 } kvt_engine_mem;
 /* 0 and *out for a GPU engine; KVT_EUNSUPPORTED on the CPU. */
 int kvt_engine_device_memory(const kvt_engine *e, kvt_engine_mem *out);

@@ -131,17 +131,24 @@ int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g) {
     return mem->planned ? 0 : given_pool_fits(e, g, weights);
 }
 
+/* The pool's pages into mem, with the host share that follows them. */
+static int pool_planned(kvt_engine *e, kvt_engine_mem *mem, int32_t n_pages) {
+    mem->n_pages = e->p.n_pages = n_pages;
+    mem->kv_bytes = (uint64_t)n_pages * e->dev_page_stride;
+    mem->host_kv_bytes = (uint64_t)n_pages * e->page_stride;
+    return 0;
+}
+
 int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kvt_engine_mem *mem = &g->mem;
     mem->weight_bytes = g->weight_bytes;
+    mem->gpu_layers = e->dev_layers;
     uint64_t per = kvt_gpu_max_binding(g->d) / e->dev_page_stride;
     if (per == 0) return 0; /* a page over one binding: make_pool says so, naming --block-size */
     mem->binding_pages = (int32_t)KVT_MIN(per * KVT_GPU_KV_CHUNKS, (uint64_t)INT32_MAX);
     if (!mem->planned) {
         int rc = given_pool_fits(e, g, mem->weight_bytes);
-        mem->n_pages = e->p.n_pages;
-        mem->kv_bytes = (uint64_t)mem->n_pages * e->dev_page_stride;
-        return rc;
+        return rc ? rc : pool_planned(e, mem, e->p.n_pages);
     }
     uint64_t used = mem->weight_bytes + mem->act_bytes, room = mem->budget > used ? mem->budget - used : 0;
     uint64_t pages = room / e->dev_page_stride;
@@ -160,10 +167,7 @@ int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
                         (unsigned long long)pages * (uint64_t)e->p.block_size, e->p.n_ctx,
                         (unsigned long long)pages * (uint64_t)e->p.block_size,
                         mem->binding_capped ? " or --block-size" : ", or raise --gpu-memory-fraction");
-    e->p.n_pages = (int32_t)pages;
-    mem->n_pages = e->p.n_pages;
-    mem->kv_bytes = pages * e->dev_page_stride;
-    return 0;
+    return pool_planned(e, mem, (int32_t)pages);
 }
 
 const kvt_engine_mem *kvt_eng_gpu_mem(const kvt_eng_gpu *g) { return &g->mem; }
@@ -185,7 +189,7 @@ void kvt_engine_describe_memory(const kvt_engine *e, char *buf, size_t cap) {
         snprintf(split, sizeof split,
                  "; the first %d of %d layers on the GPU, the other %d and the output matrix on the CPU, their KV "
                  "in host memory (%s)",
-                 e->dev_layers, L, L - e->dev_layers, sz((uint64_t)m->n_pages * e->page_stride));
+                 e->dev_layers, L, L - e->dev_layers, sz(m->host_kv_bytes));
     if (!m->planned) snprintf(how, sizeof how, "given");
     else if (m->seqs_capped) snprintf(how, sizeof how, "planned, held to --parallel %d contexts", e->p.max_seqs);
     else if (m->binding_capped)

@@ -80,5 +80,13 @@ check "serve's start-up line plans the pool" says "serve: the engine runs on"
 check "... with the share asked for" says "the engine's share 0.50 = "
 check "... and sessions of the context" says " sessions of 256 tokens"
 kvt_stop_server S
+# JSON logs: the plan as fields, with partial offload's split
+KVT_SERVE_ARGS+=(-ngl 1 --log-format json)
+kvt_start_server SJ
+grep -a '"gpu_layers"' "${KVT_LOG[SJ]}" | head -1 >"$TMP/err"
+cat "${KVT_LOG[SJ]}" >>"$TMP/all"
+check "serve -ngl 1, JSON logs: the layers on the GPU as a field" says '"gpu_layers":1'
+check "... and the host's share of the pool" sh -c "grep -aq '\"host_kv_bytes\":[1-9]' '$TMP/err'"
+kvt_stop_server SJ
 check "no validation message" sh -c "! grep -qi 'validation' '$TMP/all'"
 kvt_test_done test_gpu_plan_cli
