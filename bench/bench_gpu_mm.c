@@ -214,6 +214,9 @@ int main(int argc, char **argv) {
            in->name, in->type, in->driver, in->int_dot ? "integer dot products (OpSDot)" : "plain integer multiplies",
            in->mm_rows, in->mm_rows_wide, in->mm_toks, in->name, in->int_dot, in->mm_toks, in->mm_rows,
            in->mm_rows_wide);
+    printf("F16 matmuls: %s\ncoopmat=%d\n",
+           in->coopmat_on ? "tensor cores (KVT_VK_COOPMAT=1, VK_NV_cooperative_matrix)" : "subgroup-free kernel",
+           in->coopmat_on);
     int rc = run(d, k, shape, types, nt, toks, nn, reps);
     kvt_gpu_kernels_free(k);
     kvt_gpu_close(d);

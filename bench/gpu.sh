@@ -54,6 +54,13 @@
 # bench_phase2.gpu_mm_toks, gpu_mm_rows, gpu_mm_rows_wide and bench_mm.mm_toks,
 # mm_rows, mm_rows_wide in results.txt, a sentence in the summary);
 # KVT_VK_MM_TOKS=8|16|32 and KVT_VK_MM_ROWS=1..8 in the environment pick it.
+# The tensor-core F16 matmul (KVT_VK_COOPMAT=1, opt-in): the summary says whether
+# the device has it (from info --devices). Where it does, test_gpu_coopmat holds
+# it to the subgroup-free kernel and the CPU, bench_mm times F16 again with and
+# without it, alternated (CM_PAIRS, 2, pairs of off, on), and phase cm times a
+# single stream (`kvtier run`, a CM_PROMPT (512) token prompt, CM_GEN (64) tokens)
+# on SHAPE3's F16 model the same way, within CM_MAX_S (90) s; bench_mm_cm*.* and
+# cm.* in results.txt. The rest of the script runs with the switch off.
 # Phase 4, when LLAMA_DIR names llama.cpp's Vulkan llama-bench and llama-server
 # (or the pack has them, bench/gpu-pack.sh with LLAMA_VK=DIR): bench/gpu_vs_llama.sh,
 # kvtier against llama.cpp on the same GPU, models and clients (single stream and
@@ -197,15 +204,20 @@ wait_model() { # wait_model SHAPE: waits for its generation, when one was starte
 # 3. the devices, as kvtier sees them (exit 1: none, and why)
 phase devices "$BUILD/kvtier" info --devices
 sed 's/^/  /' "$OUT/devices.txt" | tee -a "$SUMMARY"
+# the tensor-core path (KVT_VK_COOPMAT=1) where DEVICE can take it: only its line of the listing
+cm_line=$(awk -v d="${DEVICE#vulkan}" '/^  vulkan:/ { on = ($1 == "vulkan" (d == "" ? ":0" : d)) } on && /cooperative matrices/' \
+  "$OUT/devices.txt" | head -1)
+if [[ $cm_line == *"KVT_VK_COOPMAT=1"* ]]; then cm=1; note "coopmat: $DEVICE has it; measured with and without below"
+else cm=0; note "coopmat: $DEVICE cannot run the tensor-core matmul (${cm_line:-no listing}); not measured"; fi
 
 # 4. the GPU tests, with the validation layer on (any message fails them)
-# GPU_TESTS (all of them by default): the first seven always run; the rest (each a few seconds
+# GPU_TESTS (all of them by default): the first eight always run; the rest (each a few seconds
 # on lavapipe) while more than EXTRA_TESTS_S (330) seconds of BUDGET_S are left, so the
 # benchmark keeps its time.
 left() { echo $((BUDGET_S - SECONDS)); }
 EXTRA_TESTS_S=${EXTRA_TESTS_S:-330}
-core="test_gpu_device test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant test_gpu_attention test_gpu_engine
-  test_gpu_engine_quant"
+core="test_gpu_device test_gpu_coopmat test_gpu_kernels test_gpu_fwd_kernels test_gpu_quant test_gpu_attention
+  test_gpu_engine test_gpu_engine_quant"
 GPU_TESTS=${GPU_TESTS:-$(echo $core test_gpu_mm_rows test_gpu_kv_q8 test_gpu_t1 test_gpu_outliers test_gpu_hidden \
   test_gpu_plan test_gpu_offload test_gpu_arch_kernels test_gpu_arch)}
 for t in $GPU_TESTS; do
@@ -256,6 +268,50 @@ else
     phase bench_mm timeout -k 10 "$lim" "$BUILD/bench_gpu_mm" --device "$DEVICE" --shape "$SHAPE" --types "$MM_TYPES"
     collect bench_mm
     grep -E '^device |layer' "$OUT/bench_mm.txt" | grep -v '=' | sed 's/^/  /' | tee -a "$SUMMARY"
+    # F16 again, alternated: subgroup-free (KVT_VK_COOPMAT=0), tensor cores (1), CM_PAIRS times
+    for i in $(seq 1 "${CM_PAIRS:-2}"); do
+      for on in 0 1; do
+        [ $cm = 1 ] && [ "$(left)" -gt 330 ] || continue
+        name=bench_mm_cm$on.$i
+        KVT_VK_COOPMAT=$on phase "$name" timeout -k 10 30 "$BUILD/bench_gpu_mm" --device "$DEVICE" --shape "$SHAPE" \
+          --types f16
+        collect "$name"
+        grep -E 'layer' "$OUT/$name.txt" | grep -v '=' | sed "s/^/  KVT_VK_COOPMAT=$on: /" | tee -a "$SUMMARY"
+      done
+    done
+  fi
+  # a single stream with and without the tensor cores (F16 weights only: the switch changes nothing else)
+  cm_run() { # cm_run ON: "prompt_tokens prefill_tok_s decode_tok_s" of one kvtier run on SHAPE3's model
+    KVT_VK_COOPMAT=$1 timeout -k 5 60 "$BUILD/kvtier" run --device "$DEVICE" -m "$cm_model" -f "$OUT/cm-prompt.txt" \
+      -n "${CM_GEN:-64}" --ignore-eos --no-cache --temp 0 -c 4096 >/dev/null 2>"$OUT/cm-run.err" || return 1
+    sed -n 's/.*prompt \([0-9]*\) tokens.*prefill [0-9.]* ms, \([0-9.]*\) tok\/s.*decode \([0-9.]*\) tok\/s.*/\1 \2 \3/p' \
+      "$OUT/cm-run.err" | tail -n 1
+  }
+  cm_phase() {
+    local i on r end=$((SECONDS + $1))
+    KVT=$BUILD/kvtier MODEL=$cm_model
+    . bench/prompt_lib.sh
+    make_prompt "${CM_PROMPT:-512}" "$OUT/cm-prompt.txt" || return 1
+    for i in $(seq 1 "${CM_PAIRS:-2}"); do
+      for on in 0 1; do
+        [ $SECONDS -lt $end ] || { echo "cm: out of time after $((i - 1)) pairs"; return 0; }
+        r=$(cm_run $on) || { echo "cm: KVT_VK_COOPMAT=$on failed:"; tail -3 "$OUT/cm-run.err"; return 1; }
+        set -- $r
+        echo "cm.coopmat$on.$i.prompt_tokens=$1"; echo "cm.coopmat$on.$i.prefill_tok_s=$2"
+        echo "cm.coopmat$on.$i.decode_tok_s=$3"
+      done
+    done
+  }
+  lim=$(( $(left) - 300 )); [ $lim -gt "${CM_MAX_S:-90}" ] && lim=${CM_MAX_S:-90}
+  if [ $cm = 1 ] && [ "$WTYPE" = f16 ] && [ $lim -ge 30 ]; then
+    wait_model "$SHAPE3"
+    cm_model=bench/out/bench-gpu-$SHAPE3.gguf
+    note "cm: single stream on $cm_model, KVT_VK_COOPMAT=0 and 1 alternated, limit ${lim} s"
+    phase cm cm_phase "$lim"
+    grep -E '^cm\.' "$OUT/cm.txt" >>"$RESULTS"
+    grep -E '_tok_s=' "$OUT/cm.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
+  elif [ $cm = 1 ]; then
+    note "cm: skipped (WTYPE=$WTYPE is not f16, or only $(left) s of BUDGET_S=$BUDGET_S left)"
   fi
   wait_model "$SHAPE"
   # phase 2 leaves phase 3 at least 150 s; phase 3 takes what is left, less 10 s for the summary

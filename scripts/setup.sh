@@ -14,8 +14,10 @@ PACKAGES=(build-essential cmake pkg-config libpcre2-dev libxxhash-dev libcjson-d
 # each test starts its own server on a loopback port. groff renders kvtier.1 in tests/install.
 # chromium-headless-shell loads /dashboard in a real browser in test_server_ops. clang-format
 # (14, Debian 12's) checks in tests/install/test_format.sh that the C sources keep .clang-format.
+# spirv-val (spirv-tools) validates the built shaders in tests/gpu/test_gpu_spirv.sh, the only
+# check CI can make of the tensor-core shader, which lavapipe cannot run.
 TOOLS=(curl:curl jq:jq python3:python3 node:nodejs npm:npm redis-server:redis-server groff:groff-base
-  chromium-headless-shell:chromium-headless-shell clang-format:clang-format)
+  chromium-headless-shell:chromium-headless-shell clang-format:clang-format spirv-val:spirv-tools)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

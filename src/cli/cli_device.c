@@ -173,6 +173,10 @@ static void print_device(FILE *f, const kvt_gpu_info *d) {
     fprintf(f, "    subgroup size %u, fp16 %s, int8 %s, largest storage binding %.0f MiB, timestamps %s\n",
             d->subgroup_size, d->fp16 ? "yes" : "no", d->int8 ? "yes" : "no", (double)d->max_binding / (1 << 20),
             d->timestamps ? "yes" : "no");
+    if (d->coopmat)
+        fprintf(f, "    cooperative matrices: %s; the tensor-core F16 matmul takes %ux%ux%u with KVT_VK_COOPMAT=1\n",
+                d->coopmat_shapes, d->cm_m, d->cm_n, d->cm_k);
+    else fprintf(f, "    cooperative matrices: %s (the F16 matmul stays subgroup-free)\n", d->coopmat_shapes);
 }
 
 int kvt_cli_print_devices(FILE *f) {

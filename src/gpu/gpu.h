@@ -22,7 +22,12 @@
  *                           the driver's refusal does, to test the fallback
  *   KVT_VK_NO_INT_DOT=1     do not use integer dot products (OpSDot) even where
  *                           the device has them: the quantized matmuls take
- *                           their plain integer shaders (the same bits) */
+ *                           their plain integer shaders (the same bits)
+ *   KVT_VK_COOPMAT=1        F16 weight matmuls on the device's cooperative
+ *                           matrices (VK_NV_cooperative_matrix) where it has
+ *                           them (kvt_gpu_info.coopmat_on); other numerics, so
+ *                           another numerics id. Off by default: not yet run
+ *                           on a GPU. Any value but 0 or 1 fails the open. */
 #ifndef KVT_GPU_H
 #define KVT_GPU_H
 
@@ -57,7 +62,19 @@ typedef struct {
     uint32_t mm_rows;      /* weight rows per workgroup of those matmuls for batches of up to 8 tokens (4) */
     uint32_t mm_rows_wide; /* and for longer batches (2, with mm_toks tokens); KVT_VK_MM_ROWS sets both */
     char numerics[80];     /* what decides this device's bits: driver version, pipeline-cache UUID and a
-                              hash of the built-in shaders, as hex ("drv-uuid-spirv") */
+                              hash of the built-in shaders, as hex ("drv-uuid-spirv"), then "-nvcmMxNxK" when
+                              the tensor-core matmul is on (coopmat_on) */
+    /* The tensor-core matmul of F16 weights (VK_NV_cooperative_matrix, src/gpu/vk_coopmat.c), opt-in: */
+    int coopmat;               /* the device can run it: the extension, fp16 arithmetic and a fp16 x fp16 -> fp32
+                                 subgroup shape whose workgroup fits */
+    uint32_t cm_m, cm_n, cm_k; /* the MMA shape it takes (16x16x16 where listed); 0 without */
+    uint32_t cm_wn;            /* token tiles of cm_n per subgroup for batches wider than one tile (4, or what the
+                                 shared memory holds) */
+    uint32_t cm_subgroup;      /* the subgroup size its workgroups are made of (4 subgroups each) */
+    char coopmat_shapes[160];  /* the fp16 x fp16 -> fp32 subgroup shapes the device lists ("16x16x16, 16x8x16"),
+                                 or what it lacks ("no VK_NV_cooperative_matrix") */
+    int coopmat_on;            /* set when the device is opened: KVT_VK_COOPMAT=1 and coopmat, so every F16 weight
+                                 matmul (kvt_gpu_rec_matmul) runs on the MMA shader */
 } kvt_gpu_info;
 
 /* 1 when this build has a GPU backend, 0 for the stub. */

@@ -105,7 +105,8 @@ static int create_device(kvt_gpu_dev *d) {
     VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
-    const char *ext[1] = {VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME};
+    const char *ext[2] = {VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME};
+    kvt_vk_cm_feats cm;
     if (d->info.api_version >= VK_API_VERSION_1_1) {
         int has_idot = has_int_dot_ext(d);
         if (has_idot) s16.pNext = &idot;
@@ -123,8 +124,9 @@ static int create_device(kvt_gpu_dev *d) {
                 .shaderIntegerDotProduct = VK_TRUE};
             s16.pNext = &idot;
             dci.enabledExtensionCount = 1;
-            dci.ppEnabledExtensionNames = ext;
         }
+        kvt_vk_cm_features(d, &cm, &dci, ext, &dci.enabledExtensionCount);
+        dci.ppEnabledExtensionNames = dci.enabledExtensionCount ? ext : NULL;
     }
     VkResult r = d->vi.f.vkCreateDevice(d->pd, &dci, NULL, &d->dev);
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "vkCreateDevice");
@@ -189,6 +191,7 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
         d->force_staging = env_flag("KVT_VK_FORCE_STAGING");
         max_pinned_of(d);
         if (!rc) rc = max_binding_from_env(d);
+        if (!rc) rc = kvt_vk_cm_select(d);
     }
     if (!rc) rc = find_queue(d);
     if (!rc) rc = create_device(d);

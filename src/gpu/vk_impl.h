@@ -166,7 +166,7 @@ struct kvt_gpu_buf {
     int counted;  /* in d->dev_bytes (a device buffer) or d->host_bytes (a pinned one) */
 };
 
-#define KVT_VK_MAX_SPEC 4 /* specialization constants a pipeline may set */
+#define KVT_VK_MAX_SPEC 6 /* specialization constants a pipeline may set */
 struct kvt_gpu_pipe {
     kvt_gpu_dev *d;
     const struct kvt_vk_spirv *spirv; /* its shader */
@@ -217,6 +217,9 @@ struct kvt_gpu_kernels {
     /* The same matmuls with d->info.mm_toks tokens and mm_rows_wide rows per workgroup for longer batches,
      * each made on its first use (kvt_vk_mm_pipe), so a decode-only run never compiles them. */
     kvt_gpu_pipe *mm_wide[3 + KVT_VK_NQ];
+    /* The tensor-core F16 matmul (kvt_vk_cm_pipe) when d->info.coopmat_on: one subgroup of one token tile a
+     * workgroup, and 4 subgroups of cm_wn tiles for wider batches, each made on first use. */
+    kvt_gpu_pipe *cm[2];
     kvt_gpu_pipe *quant[2]; /* activations to Q8_0 / Q8_K (quant_q8_0, quant_q8_k) */
     /* The quantized activations of the last quantize pass, shared by the
      * matmuls that read the same x until the next barrier (vk_fwd.c). */
@@ -243,6 +246,27 @@ void kvt_vk_arch_pipes_free(kvt_gpu_kernels *k);
  * mm_rows_wide, that pipeline made on first use. */
 int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks, uint32_t *rows);
 void kvt_vk_spread(uint32_t n, uint32_t *gx, uint32_t *gz);
+
+/* ---- the tensor-core F16 matmul (vk_coopmat.c) ---- */
+/* Fills info's coopmat fields for physical device pd (p its properties): the extension, the features and limits
+ * it needs, the shapes listed and the one taken. */
+void kvt_vk_cm_describe(const kvt_vk_inst *vi, VkPhysicalDevice pd, const VkPhysicalDeviceProperties *p,
+                        kvt_gpu_info *info);
+/* Reads KVT_VK_COOPMAT when d opens: sets d->info.coopmat_on (and its numerics suffix) where the device can run
+ * it, logs one line either way; KVT_EARG naming a value other than 0 or 1. */
+int kvt_vk_cm_select(kvt_gpu_dev *d);
+/* The features vkCreateDevice needs for it, chained in front of dci->pNext while they live in f. */
+typedef struct {
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
+    VkPhysicalDeviceVulkanMemoryModelFeatures mm; /* glslc writes the NV shader in the Vulkan memory model */
+    VkPhysicalDeviceShaderFloat16Int8Features f16;
+} kvt_vk_cm_feats;
+/* When d->info.coopmat_on: chains f's features into dci and appends the extension's name to ext[*n_ext]. */
+void kvt_vk_cm_features(const kvt_gpu_dev *d, kvt_vk_cm_feats *f, VkDeviceCreateInfo *dci, const char **ext,
+                        uint32_t *n_ext);
+/* kvt_vk_mm_pipe for F16 weights when d->info.coopmat_on: the MMA pipeline for n_tok tokens and the tokens and
+ * rows each of its workgroups covers. */
+int kvt_vk_cm_pipe(kvt_gpu_kernels *k, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks, uint32_t *rows);
 /* bytes of the buffer b must hold; KVT_ELIMIT naming op and what if not. */
 int kvt_vk_need(const kvt_gpu_buf *b, uint64_t bytes, const char *op, const char *what);
 

@@ -279,6 +279,7 @@ void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info) {
     (void)kvt_vk_mm_toks(p.limits.maxComputeSharedMemorySize, &info->mm_toks);
     (void)kvt_vk_mm_rows(p.limits.maxComputeSharedMemorySize, info->mm_toks, &info->mm_rows, &info->mm_rows_wide);
     numerics_text(&p, info);
+    kvt_vk_cm_describe(vi, pd, &p, info);
     if (v12) {
         VkPhysicalDeviceShaderFloat16Int8Features f16 = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};

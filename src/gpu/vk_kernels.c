@@ -29,6 +29,7 @@ static const char *mm_name(const kvt_gpu_dev *d, int which, char *buf, size_t ca
 
 int kvt_vk_mm_pipe(kvt_gpu_kernels *k, int which, uint32_t n_tok, kvt_gpu_pipe **p, uint32_t *toks, uint32_t *rows) {
     const kvt_gpu_info *in = &k->d->info;
+    if (which == 1 && in->coopmat_on) return kvt_vk_cm_pipe(k, n_tok, p, toks, rows);
     *p = k->mm[which];
     *toks = 8;
     *rows = in->mm_rows;
@@ -98,6 +99,7 @@ void kvt_gpu_kernels_free(kvt_gpu_kernels *k) {
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) kvt_gpu_pipe_free(more[i]);
     for (int t = 0; t < KVT_GPU_KV_DTYPES; t++) kvt_gpu_pipe_free(k->kv_store[t]), kvt_gpu_pipe_free(k->attention[t]);
     for (int i = 0; i < 3 + KVT_VK_NQ; i++) kvt_gpu_pipe_free(k->mm[i]), kvt_gpu_pipe_free(k->mm_wide[i]);
+    kvt_gpu_pipe_free(k->cm[0]), kvt_gpu_pipe_free(k->cm[1]);
     kvt_gpu_buf_free(k->xq);
     for (int i = 0; i < k->n_retired; i++) kvt_gpu_buf_free(k->retired[i]);
     free(k->retired);

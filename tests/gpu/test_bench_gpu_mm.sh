@@ -22,7 +22,7 @@ check "the refusal names --shape" says "--shape 70b: must be tiny, 1b or 8b"
 
 if "$BIN" info --devices 2>/dev/null | grep -q "vulkan:0"; then
   check "a tiny run" expect_rc 0 env KVT_VK_VALIDATION=1 "$BENCH" --types q8_0,q6_k --tokens 1,3 --reps 1
-  for k in mm_q8_0_q_t1_ms mm_q8_0_down_t3_gb_s mm_q6_k_gate_t3_ms mm_q6_k_layer_t1_ms mm_q8_0_layer_t3_ms int_dot mm_toks mm_rows mm_rows_wide; do
+  for k in mm_q8_0_q_t1_ms mm_q8_0_down_t3_gb_s mm_q6_k_gate_t3_ms mm_q6_k_layer_t1_ms mm_q8_0_layer_t3_ms int_dot mm_toks mm_rows mm_rows_wide coopmat; do
     check "figure $k" says "$k="
   done
   check "it says which dot-product path ran" says "quantized dots: "

@@ -42,6 +42,7 @@ check "its binaries came from the pack" says "pack: binaries from $TMP/kvt-gpu-p
 check "with the libraries the machine lacked" says "libcjson.so.1" "$S"
 check "the device was listed" says "devices: ok" "$S"
 check "the GPU test passed" says "test_gpu_device: ok" "$S"
+check "it says whether the device has the tensor-core matmul" says "coopmat: vulkan:0 " "$S"
 check "phase 2 ran" says "bench_phase2: ok" "$S"
 check "phase 3 ran" says "bench_phase3: ok" "$S"
 check "and the whole run passed" says "gpu.sh: ok" "$S"
