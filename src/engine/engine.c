@@ -245,6 +245,7 @@ const char *kvt_engine_numerics_id(const kvt_engine *e) {
     return e->gpu ? kvt_eng_gpu_numerics(e->gpu) : kvt_ops_numerics_id();
 }
 const char *kvt_engine_device_name(const kvt_engine *e) { return e->gpu ? kvt_eng_gpu_name(e->gpu) : "cpu"; }
+int kvt_engine_device_lost(const kvt_engine *e) { return e->gpu && kvt_eng_gpu_lost(e->gpu); }
 kvt_eng_gpu_stats kvt_engine_gpu_stats(const kvt_engine *e) {
     kvt_eng_gpu_stats s = {0};
     if (e->gpu) s = *kvt_eng_gpu_stats_of(e->gpu);

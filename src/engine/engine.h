@@ -55,6 +55,9 @@ int32_t kvt_engine_n_vocab(const kvt_engine *e);
 const char *kvt_engine_numerics_id(const kvt_engine *e);
 /* Where the engine runs, for messages: "cpu" or the device's name. */
 const char *kvt_engine_device_name(const kvt_engine *e);
+/* 1 when the engine's GPU was lost: every later step fails until the process
+ * makes a new engine (0 on the CPU, and on a GPU that works). */
+int kvt_engine_device_lost(const kvt_engine *e);
 /* What a GPU engine moved and ran (all 0 on the CPU): page I/O runs and pages
  * each way, page-to-page copy runs, the submissions they took, forward
  * chunks and tokens. A run is one submission when it fits the staging

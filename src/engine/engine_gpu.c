@@ -333,3 +333,4 @@ const char *kvt_eng_gpu_numerics(const kvt_eng_gpu *g) { return g->numerics; }
 const kvt_eng_gpu_stats *kvt_eng_gpu_stats_of(const kvt_eng_gpu *g) { return &g->st; }
 uint64_t kvt_eng_gpu_weight_bytes(const kvt_eng_gpu *g) { return g->weight_bytes; }
 const char *kvt_eng_gpu_name(const kvt_eng_gpu *g) { return kvt_gpu_dev_info(g->d)->name; }
+int kvt_eng_gpu_lost(const kvt_eng_gpu *g) { return kvt_gpu_lost(g->d); }

@@ -145,6 +145,7 @@ void kvt_eng_gpu_host_free(kvt_eng_gpu *g, void *p);
 size_t kvt_eng_gpu_host_max(const kvt_eng_gpu *g);
 const char *kvt_eng_gpu_numerics(const kvt_eng_gpu *g);
 const char *kvt_eng_gpu_name(const kvt_eng_gpu *g);
+int kvt_eng_gpu_lost(const kvt_eng_gpu *g);
 uint64_t kvt_eng_gpu_weight_bytes(const kvt_eng_gpu *g);
 const kvt_eng_gpu_stats *kvt_eng_gpu_stats_of(const kvt_eng_gpu *g);
 const kvt_engine_mem *kvt_eng_gpu_mem(const kvt_eng_gpu *g);

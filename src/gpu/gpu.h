@@ -167,6 +167,10 @@ int kvt_gpu_rec_timestamp(kvt_gpu_dev *d, uint32_t *slot);
  * every later submission (KVT_VK_LOSE_AFTER=N makes submission N and those
  * after it fail so, to test the callers). */
 int kvt_gpu_submit(kvt_gpu_dev *d);
+/* 1 once a submission found the device lost (or KVT_VK_LOSE_AFTER said so):
+ * it stays lost, every later submission fails, and only a new device (a
+ * restart) works again. */
+int kvt_gpu_lost(const kvt_gpu_dev *d);
 /* Drops an open recording without running it (after a recording call
  * failed); nothing when none is open. */
 void kvt_gpu_abort(kvt_gpu_dev *d);

@@ -61,6 +61,7 @@ int kvt_gpu_rec_barrier(kvt_gpu_dev *d) { return kvt_fail(KVT_EUNSUPPORTED, "%s"
 int kvt_gpu_rec_timestamp(kvt_gpu_dev *d, uint32_t *slot) { return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN); }
 int kvt_gpu_submit(kvt_gpu_dev *d) { return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN); }
 void kvt_gpu_abort(kvt_gpu_dev *d) { (void)d; }
+int kvt_gpu_lost(const kvt_gpu_dev *d) { return (void)d, 0; }
 int kvt_gpu_elapsed_ns(kvt_gpu_dev *d, uint32_t from, uint32_t to, double *ns) {
     return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN);
 }

@@ -261,6 +261,8 @@ int kvt_gpu_submit(kvt_gpu_dev *d) {
     return r == VK_SUCCESS ? 0 : kvt_vk_fail(r, "gpu submit");
 }
 
+int kvt_gpu_lost(const kvt_gpu_dev *d) { return d && d->lost; }
+
 int kvt_gpu_elapsed_ns(kvt_gpu_dev *d, uint32_t from, uint32_t to, double *ns) {
     if (!d->qpool || from >= d->n_queries || to >= d->n_queries || d->recording)
         return kvt_fail(KVT_EARG, "gpu timestamps %u and %u: not both written by the last submission", from, to);

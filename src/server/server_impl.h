@@ -255,6 +255,7 @@ struct kvt_server {
     int32_t q_head, q_len;
     int stopping;
     int draining;          /* under mu: kvt_server_quiesce ran; new requests get 503 */
+    int device_lost;       /* under mu: the engine's GPU was lost: /health answers 503 (a restart is needed) */
     uint64_t next_request; /* under mu: numbers request ids the server makes */
     int64_t started;       /* time() at start, in request ids so they differ across restarts */
     int32_t n_requests;    /* under mu: requests from their headers to the end of their response */

@@ -7,10 +7,12 @@
 # empty directory on the same Redis); every answer must be the cold one, byte
 # for byte, and each must say it came from the tier it names. With q8_0 KV
 # (--kv-type q8_0), a cold reply on one node and the same reply from T3 on
-# another. The validation layer is on and the server logs must not carry a
-# validation message. With $KVT_TEST_NGL=N (test_gpu_serve_ngl) every server
-# runs the first N layers on the GPU and the rest on the CPU (partial offload),
-# so every tier moves pages with a device share and a host share.
+# another. A GPU lost while serving fails the request that meets it with a
+# 500 naming the cause and turns /health into a 503. The validation layer is
+# on and the server logs must not carry a validation message. With
+# $KVT_TEST_NGL=N (test_gpu_serve_ngl) every server runs the first N layers on
+# the GPU and the rest on the CPU (partial offload), so every tier moves pages
+# with a device share and a host share.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 # the suite's ThreadSanitizer pass takes every "server" test; GPU tests stay out of it (lavapipe's
@@ -80,6 +82,26 @@ ask "${KVT_URL[A2]}" "$TMP/t2.json"
 check "after a restart it came from T2 ($(tier "$TMP/t2.json" T2) tokens)" test "$(tier "$TMP/t2.json" T2)" -gt 0
 check "warm from T2 equals cold" same_as_cold "$TMP/t2.json"
 kvt_stop_server A2
+
+# a GPU lost while serving (KVT_VK_LOSE_AFTER: submission N and every later one fail as
+# VK_ERROR_DEVICE_LOST does): the request that meets it is a 500 naming the lost device, the server
+# stays up, and /health turns from 200 to a 503 whose status is "error", so a router stops sending
+KVT_VK_LOSE_AFTER=12 kvt_start_server L
+code() { curl -s -o "$TMP/$2" -w '%{http_code}' "${KVT_URL[L]}$1"; }
+check "/health is 200 before the device is lost" is "$(code /health health0.json)" 200
+st=200
+for i in $(seq 1 30); do
+  st=$(curl -s -m 120 -o "$TMP/lost.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"request $i\",\"max_tokens\":2,\"temperature\":0}" "${KVT_URL[L]}/v1/completions")
+  [ "$st" = 200 ] || break
+done
+check "a request that meets the lost device is a 500" is "$st" 500
+check "... whose message names the lost device" grep -q "was lost" "$TMP/lost.json"
+check "/health then answers 503" is "$(code /health health1.json)" 503
+check "... with status error" is "$(jq -r .status "$TMP/health1.json")" error
+check "... saying the GPU was lost" sh -c "jq -r .error '$TMP/health1.json' | grep -q 'GPU was lost'"
+check "the server logs it once" is "$(grep -ac 'was lost: every request fails' "${KVT_LOG[L]}")" 1
+check "and stops cleanly" kvt_stop_server L
 
 if [ $have_redis = 1 ]; then
   kvt_start_server B --kv-disk "$TMP/d2" --restore always "${REMOTE[@]}"

@@ -175,13 +175,28 @@ enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c,
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
 }
 
+/* GET /health: the slot counts, 200; once the engine's GPU was lost (every request fails until a restart),
+ * a 503 whose status is "error", with the reason and the device, so that routers and load balancers stop
+ * sending it requests. */
 enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
-    char *b = kvt_xmalloc(128);
     pthread_mutex_lock(&s->mu);
-    snprintf(b, 128, "{\"status\":\"ok\",\"slots_busy\":%d,\"slots_total\":%d,\"queued\":%d}", s->n_active,
-             s->p.parallel, s->q_len);
+    int lost = s->device_lost, busy = s->n_active, queued = s->q_len;
     pthread_mutex_unlock(&s->mu);
-    return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", b, NULL, NULL);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", lost ? "error" : "ok");
+    cJSON_AddNumberToObject(o, "slots_busy", busy);
+    cJSON_AddNumberToObject(o, "slots_total", s->p.parallel);
+    cJSON_AddNumberToObject(o, "queued", queued);
+    if (lost) {
+        char *dev = kvt_utf8_sanitize(kvt_engine_device_name(s->e), strlen(kvt_engine_device_name(s->e)), NULL);
+        cJSON_AddStringToObject(o, "error", "the GPU was lost: every request fails until the server is restarted");
+        cJSON_AddStringToObject(o, "device", dev);
+        free(dev);
+    }
+    char *b = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return kvt_srv_send_text(s, c, cs->label, lost ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, "application/json", b,
+                             NULL, NULL);
 }
 
 /* GET /v1/models: the list of the one model; GET /v1/models/{id} (OpenAI's retrieve): that

@@ -265,6 +265,30 @@ static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
     }
 }
 
+/* Ends every request of a step the engine failed (its sequences are back at
+ * their lengths before it) with a 500 that names the engine's reason. A lost
+ * GPU fails every later step too: the server says so once in its log and
+ * from then on in /health (503), so a router or load balancer stops sending
+ * it requests until it is restarted. */
+static void decode_failed(kvt_server *s, slot **dec, int32_t n_dec, slot *pf) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "the engine failed: %s", kvt_errmsg());
+    kvt_logk(KVT_LOG_ERROR, "error", "serve: decode failed: %s", kvt_errmsg());
+    if (kvt_engine_device_lost(s->e)) {
+        pthread_mutex_lock(&s->mu);
+        int first = !s->device_lost;
+        s->device_lost = 1;
+        pthread_mutex_unlock(&s->mu);
+        if (first)
+            kvt_logk(KVT_LOG_ERROR, "device",
+                     "serve: the GPU (%s) was lost: every request fails until the server "
+                     "is restarted, and /health answers 503",
+                     kvt_engine_device_name(s->e));
+    }
+    for (int32_t i = 0; i < n_dec; i++) kvt_srv_slot_finish(s, dec[i], NULL, 0, 500, msg);
+    if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, msg);
+}
+
 /* One engine step: a decode token of every generating slot plus one prefill
  * chunk of the oldest prompting slot, in one batch (or, while that slot
  * places documents, a chunk of that after the batch). */
@@ -332,9 +356,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     rc = n ? kvt_engine_decode(s->e, &batch, s->logits) : 0;
     double ms = (kvt_now() - t0) * 1e3;
     if (rc) {
-        kvt_logk(KVT_LOG_ERROR, "error", "serve: decode failed: %s", kvt_errmsg());
-        for (int32_t i = 0; i < n_dec; i++) kvt_srv_slot_finish(s, dec[i], NULL, 0, 500, "the engine failed");
-        if (pf) kvt_srv_slot_finish(s, pf, NULL, 0, 500, "the engine failed");
+        decode_failed(s, dec, n_dec, pf);
         return;
     }
     if (n_hid) embed_add(s, pf->r, n_hid);
