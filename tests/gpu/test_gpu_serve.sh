@@ -58,6 +58,13 @@ kvt_start_server A --kv-ram 64M --kv-disk "$TMP/d1" --restore always --write-thr
 check "the start-up log names the device" grep -q "engine runs on" "${KVT_LOG[A]}"
 [ ${#NGL[@]} = 0 ] ||
   check "... and the layers on each side" grep -q "the first ${NGL[1]} of 2 layers on the GPU, the other" "${KVT_LOG[A]}"
+curl -s "${KVT_URL[A]}/props" >"$TMP/props.json"
+check "/props names the device" is "$(jq -r .device "$TMP/props.json")" vulkan:0
+check "... and its name" is "$(jq -r .device_name "$TMP/props.json")" "$(sed -n 's/^  vulkan:0  //p' "$TMP/devices")"
+curl -s "${KVT_URL[A]}/metrics" >"$TMP/metrics.txt"
+check "/metrics names the device and its numerics id" \
+  grep -Eq '^kvtier_device_info\{device="vulkan:0",name="[^"]+",numerics="vk-[^"]+"\} 1$' "$TMP/metrics.txt"
+check "... not lost" grep -qx 'kvtier_device_lost 0' "$TMP/metrics.txt"
 
 ask "${KVT_URL[A]}" "$TMP/cold.json"
 check "the cold reply has text and logprobs" test "$(jq -r '.choices[0].logprobs.content | length' "$TMP/cold.json")" -gt 0
@@ -100,6 +107,7 @@ check "... whose message names the lost device" grep -q "was lost" "$TMP/lost.js
 check "/health then answers 503" is "$(code /health health1.json)" 503
 check "... with status error" is "$(jq -r .status "$TMP/health1.json")" error
 check "... saying the GPU was lost" sh -c "jq -r .error '$TMP/health1.json' | grep -q 'GPU was lost'"
+check "/metrics says the device was lost" sh -c "curl -s '${KVT_URL[L]}/metrics' | grep -qx 'kvtier_device_lost 1'"
 check "the server logs it once" is "$(grep -ac 'was lost: every request fails' "${KVT_LOG[L]}")" 1
 check "and stops cleanly" kvt_stop_server L
 

@@ -96,6 +96,9 @@ check "... with the port as a number" python3 -c "import json,sys; d=[json.loads
 check "/metrics passes the strict exposition check" python3 "$HERE/promcheck.py" "$TMP/metrics.txt"
 check "kvtier_build_info names version, commit, kernels and numerics" \
   grep -Eq '^kvtier_build_info\{version="[0-9.]+",commit="[^"]+",ops_variant="(scalar|avx2|avx512|amx)",numerics="kvt-ops-[^"]+"\} 1$' "$TMP/metrics.txt"
+check "kvtier_device_info says the engine runs on the CPU" \
+  grep -Eq '^kvtier_device_info\{device="cpu",name="cpu",numerics="kvt-ops-[^"]+"\} 1$' "$TMP/metrics.txt"
+check "kvtier_device_lost is 0" grep -qx 'kvtier_device_lost 0' "$TMP/metrics.txt"
 for m in process_cpu_seconds_total process_resident_memory_bytes process_open_fds process_start_time_seconds; do
   check "/metrics has $m" grep -Eq "^$m [0-9.e+]+$" "$TMP/metrics.txt"
 done

@@ -175,6 +175,8 @@ char *kvt_api_props_json(const kvt_api_props *p) {
     cJSON_AddNumberToObject(o, "block_size", p->block_size);
     cJSON_AddNumberToObject(o, "total_slots", p->parallel);
     cJSON_AddStringToObject(o, "kv_dtype", p->kv_dtype);
+    cJSON_AddStringToObject(o, "device", p->device);
+    cJSON_AddStringToObject(o, "device_name", p->device_name);
     cJSON_AddStringToObject(o, "chat_template_family", p->chat_family);
     if (p->chat_template) cJSON_AddStringToObject(o, "chat_template", p->chat_template);
     else cJSON_AddNullToObject(o, "chat_template");

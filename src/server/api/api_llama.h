@@ -47,6 +47,7 @@ typedef struct {
                                                    model's), or NULL */
     int jinja;                                  /* chat prompts are that template's rendering (--jinja) */
     const char *kv_dtype;                       /* "f16", "f32", "q8_0" */
+    const char *device, *device_name;           /* "cpu" or "vulkan:N"; "cpu" or the GPU's name */
     uint64_t tier_budget_bytes[KVT_TIER_COUNT]; /* 0: the tier is off */
     int32_t max_tokens_default;                 /* max_tokens of a request that gives none (chat) */
     int32_t n_predict_default;                  /* -n, or -1: none given */

@@ -297,6 +297,30 @@ static void shard_line(kvt_strbuf *b, const char *name, const char *node, const 
     kvt_strbuf_printf(b, "} %llu\n", (unsigned long long)v);
 }
 
+/* s as a label value (no quote, backslash or newline) into out of cap bytes. */
+static const char *label_value(const char *s, char *out, size_t cap) {
+    size_t k = 0;
+    for (; s && *s && k + 1 < cap; s++)
+        if (*s != '"' && *s != '\\' && *s != '\n') out[k++] = *s;
+    out[k] = 0;
+    return out;
+}
+
+/* Where the engine runs (a GPU's name and numerics id name its kernels, not the CPU's of
+ * kvtier_build_info), and whether that GPU was lost. */
+static void render_device(kvt_strbuf *b, const kvt_metrics_gauges *g) {
+    char dev[32], name[256], num[256];
+    header(b, "kvtier_device_info", "gauge",
+           "1, labelled with where the engine runs: cpu or vulkan:N, the device's name and the numerics id its "
+           "kernels key the cache with.");
+    kvt_strbuf_printf(b, "kvtier_device_info{device=\"%s\",name=\"%s\",numerics=\"%s\"} 1\n",
+                      label_value(g->device ? g->device : "cpu", dev, sizeof dev),
+                      label_value(g->device_name ? g->device_name : "cpu", name, sizeof name),
+                      label_value(g->numerics, num, sizeof num));
+    header(b, "kvtier_device_lost", "gauge", "1 once the engine's GPU was lost: every request fails until a restart.");
+    kvt_strbuf_printf(b, "kvtier_device_lost %d\n", g->device_lost);
+}
+
 /* T3 on a Redis Cluster: reads and writes by node. */
 static void render_t3_shards(kvt_strbuf *b, const kvt_cache_stats *c) {
     uint32_t n = KVT_MIN(c->t3_n_shards, (uint32_t)KVT_T3_SHARDS_MAX);
@@ -369,6 +393,7 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
            "1, labelled with the build: version, git commit, kernel variant in use and numerics id.");
     kvt_strbuf_printf(&b, "kvtier_build_info{version=\"%s\",commit=\"%s\",ops_variant=\"%s\",numerics=\"%s\"} 1\n",
                       KVT_VERSION, KVT_GIT_COMMIT, kvt_ops_variant(), kvt_ops_numerics_id());
+    render_device(&b, g);
     render_process(&b);
 
     const kvt_cache_stats *c = &g->cache;

@@ -70,6 +70,10 @@ typedef struct {
     uint64_t inflight_body_bytes; /* request body bytes held now (http_guard) */
     uint64_t deadline_closed;     /* connections the whole-request deadline closed so far */
     int32_t block_tokens;         /* tokens one T0 page holds */
+    const char *device;           /* where the engine runs: "cpu" or "vulkan:N" */
+    const char *device_name;      /* "cpu" or the GPU's name */
+    const char *numerics;         /* the engine's numerics id (the GPU's on a GPU) */
+    int device_lost;              /* the GPU was lost: every step fails until a restart */
 } kvt_metrics_gauges;
 
 /* The exposition text, malloc'd and NUL-terminated; the caller frees it. */

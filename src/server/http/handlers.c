@@ -229,10 +229,21 @@ static char *token_text_of(const kvt_server *s, int32_t tok) {
     return kvt_utf8_sanitize(t ? t : "", t ? n : 0, NULL);
 }
 
+/* Where the engine runs, as --device names it: "cpu" or "vulkan:N", into buf. */
+static const char *device_of(const kvt_server *s, char *buf, size_t cap) {
+    int32_t d = kvt_engine_params_of(s->e).device;
+    if (d > 0) snprintf(buf, cap, "vulkan:%d", d - 1);
+    else snprintf(buf, cap, "cpu");
+    return buf;
+}
+
 enum MHD_Result kvt_srv_handle_props(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const kvt_hparams *hp = &s->model->hp;
     kvt_engine_params ep = kvt_engine_params_of(s->e);
-    kvt_api_props p = {.model_id = s->p.model_id,
+    char dev[32];
+    kvt_api_props p = {.device = device_of(s, dev, sizeof dev),
+                       .device_name = kvt_engine_device_name(s->e),
+                       .model_id = s->p.model_id,
                        .model_path = s->model->path,
                        .arch = hp->arch_name,
                        .n_ctx = s->n_ctx,
@@ -294,12 +305,17 @@ enum MHD_Result kvt_srv_handle_metrics(kvt_server *s, struct MHD_Connection *c, 
         int32_t n = kvt_req_ring_take(s->reqs, e, KVT_REQ_RING_DEFAULT);
         return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", kvt_req_ring_json(e, n), NULL, NULL);
     }
+    char dev[32];
     kvt_metrics_gauges g = {.page_bytes = kvt_page_bytes(s->e),
                             .block_tokens = s->block,
                             .parallel = s->p.parallel,
                             .inflight_body_bytes = kvt_http_guard_held(s->guard),
-                            .deadline_closed = kvt_http_guard_expired(s->guard)};
+                            .deadline_closed = kvt_http_guard_expired(s->guard),
+                            .device = device_of(s, dev, sizeof dev),
+                            .device_name = kvt_engine_device_name(s->e),
+                            .numerics = kvt_engine_numerics_id(s->e)};
     pthread_mutex_lock(&s->mu);
+    g.device_lost = s->device_lost;
     g.cache = s->snap;
     g.queue_depth = s->q_len;
     g.active = s->n_active;
