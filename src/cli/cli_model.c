@@ -290,8 +290,9 @@ void kvt_usage_info(FILE *f) {
             "  -m, --model PATH   the model (default: kvtier's generated random-weight model)\n"
             "  --json             one JSON object instead of text\n"
             "  --devices          list the Vulkan devices instead (index, name, type, vendor, driver,\n"
-            "                     memory heaps, subgroup size, fp16/int8) or say why there are none;\n"
-            "                     exits 1 when there is none\n"
+            "                     memory heaps, subgroup size, fp16/int8, the largest storage binding,\n"
+            "                     timestamps: what --device vulkan:N picks; docs/gpu.md) or say why\n"
+            "                     there are none; exits 1 when there is none\n"
             "  -h, --help         this help\n");
 }
 
