@@ -67,6 +67,17 @@ static const char *sz(uint64_t b) {
     return s;
 }
 
+/* The fraction f as the flag takes it: two decimals, or two significant digits below 0.01 (so that a
+ * tiny share does not read as 0.00), in one of a few rotating buffers. */
+static const char *fr(float f) {
+    static _Thread_local char ring[4][32];
+    static _Thread_local int next;
+    char *s = ring[next++ % 4];
+    if ((double)f >= 0.01) snprintf(s, sizeof ring[0], "%.2f", (double)f);
+    else snprintf(s, sizeof ring[0], "%.2g", (double)f);
+    return s;
+}
+
 /* The most layers whose weights, with their share of kv bytes of KV, fit in room. */
 static int32_t largest_layers(const kvt_model *m, uint64_t room, uint64_t kv) {
     int32_t L = m->hp.n_layer, n = 0;
@@ -91,25 +102,46 @@ static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, 
     else snprintf(what, sizeof what, "the KV pool asked for (--kv-active)");
     return kvt_fail(KVT_ELIMIT,
                     "the model does not fit in the memory of %s: its weights (%s), activations (%s) and %s (%s) "
-                    "need %s, over the %s that --gpu-memory-fraction %.2f of its %s allows. The largest "
+                    "need %s, over the %s that --gpu-memory-fraction %s of its %s allows. The largest "
                     "--n-gpu-layers (-ngl) that would fit is %d of %d: %suse --device cpu, a smaller --ctx-size, "
                     "or a smaller or more quantized model",
                     in->name, sz(weights), sz(mem->act_bytes), what, sz(kv), sz(weights + mem->act_bytes + kv),
-                    sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl);
+                    sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl);
 }
 
-/* 0 when a given pool fits next to weights bytes of weights, else KVT_ELIMIT naming the largest that does. */
+/* The weights and activations fit but not one context's KV of a planned pool (the device's share of it,
+ * with partial offload): names the longest context that fits (in the budget and the KV bindings' reach). */
+static int context_not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, uint64_t kv) {
+    const kvt_engine_mem *mem = &g->mem;
+    uint64_t room = mem->budget - weights - mem->act_bytes, pages = room / e->dev_page_stride;
+    uint64_t reach = kvt_gpu_max_binding(g->d) / e->dev_page_stride * KVT_GPU_KV_CHUNKS;
+    if (pages > reach) pages = reach;
+    return kvt_fail(KVT_ELIMIT,
+                    "the KV of one %d-token context (%s) does not fit in the memory of %s: the %s that "
+                    "--gpu-memory-fraction %s of its %s allows leaves %s after the weights (%s) and activations "
+                    "(%s); lower --ctx-size to %llu or less, or raise --gpu-memory-fraction",
+                    e->p.n_ctx, sz(kv), kvt_gpu_dev_info(g->d)->name, sz(mem->budget), fr(mem->fraction),
+                    sz(mem->device_bytes), sz(room), sz(weights), sz(mem->act_bytes),
+                    (unsigned long long)(pages * (uint64_t)e->p.block_size));
+}
+
+/* 0 when a given pool fits next to weights bytes of weights, else KVT_ELIMIT naming the largest that does:
+ * within the budget and within the pages the kernels' KV bindings reach, so that the pool it names runs
+ * (a larger one that the memory holds would be refused by make_pool next). */
 static int given_pool_fits(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights) {
     const kvt_engine_mem *mem = &g->mem;
     uint64_t pool = (uint64_t)e->p.n_pages * e->dev_page_stride, used = weights + mem->act_bytes;
     uint64_t room = mem->budget > used ? mem->budget - used : 0, fit = room / e->dev_page_stride;
+    uint64_t reach = kvt_gpu_max_binding(g->d) / e->dev_page_stride * KVT_GPU_KV_CHUNKS;
     if (pool <= room) return 0;
+    if (fit > reach) fit = reach;
     return kvt_fail(KVT_ELIMIT,
-                    "a KV pool of %d pages (%s, --kv-active) does not fit: the %s that --gpu-memory-fraction %.2f "
+                    "a KV pool of %d pages (%s, --kv-active) does not fit: the %s that --gpu-memory-fraction %s "
                     "of this device's %s allows leaves %s after the weights (%s) and activations (%s); the largest "
-                    "pool that fits is %llu pages (--kv-active %llu), or leave --kv-active out to have it planned",
-                    e->p.n_pages, sz(pool), sz(mem->budget), (double)mem->fraction, sz(mem->device_bytes), sz(room),
-                    sz(weights), sz(mem->act_bytes), (unsigned long long)fit,
+                    "pool that fits%s is %llu pages (--kv-active %llu), or leave --kv-active out to have it planned",
+                    e->p.n_pages, sz(pool), sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), sz(room),
+                    sz(weights), sz(mem->act_bytes),
+                    fit == reach ? " (held to what the kernels' KV bindings reach)" : "", (unsigned long long)fit,
                     (unsigned long long)(fit * (e->dev_page_stride + e->page_stride)));
 }
 
@@ -127,6 +159,8 @@ int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g) {
     for (int32_t l = 0; l < e->dev_layers; l++) weights += layer_bytes(m, l);
     uint64_t kv = (uint64_t)(mem->planned ? ctx_pages(e) : e->p.n_pages) * e->dev_page_stride;
     uint64_t need_min = weights + mem->act_bytes + (mem->planned ? kv : e->dev_page_stride);
+    if (need_min > mem->budget && mem->planned && weights + mem->act_bytes < mem->budget)
+        return context_not_fit(e, g, weights, kv);
     if (need_min > mem->budget) return not_fit(e, g, weights, kv);
     return mem->planned ? 0 : given_pool_fits(e, g, weights);
 }
@@ -197,9 +231,9 @@ void kvt_engine_describe_memory(const kvt_engine *e, char *buf, size_t cap) {
                  KVT_GPU_KV_CHUNKS);
     else snprintf(how, sizeof how, "planned");
     snprintf(buf, cap,
-             "%s: device memory %s, the engine's share %.2f = %s: weights %s, activations %s, KV pool %s (%s): "
+             "%s: device memory %s, the engine's share %s = %s: weights %s, activations %s, KV pool %s (%s): "
              "%d pages, %llu tokens, %.1f sessions of %d tokens%s",
-             kvt_eng_gpu_name(e->gpu), sz(m->device_bytes), (double)m->fraction, sz(m->budget), sz(m->weight_bytes),
+             kvt_eng_gpu_name(e->gpu), sz(m->device_bytes), fr(m->fraction), sz(m->budget), sz(m->weight_bytes),
              sz(m->act_bytes), sz(m->kv_bytes), how, m->n_pages, (unsigned long long)tokens,
              (double)tokens / (double)(e->p.n_ctx > 0 ? e->p.n_ctx : 1), e->p.n_ctx, split);
 }

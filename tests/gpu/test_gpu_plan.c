@@ -9,7 +9,8 @@
  *  - a given pool that fits is kept; one page more is refused naming both
  *    sizes and the largest pool that fits;
  *  - a planned pool under one context is refused naming the --ctx-size that
- *    fits, a page over one binding naming --block-size;
+ *    fits (for want of memory or of binding reach), a page over one binding
+ *    naming --block-size;
  *  - a model that does not fit is refused naming the largest -ngl that would
  *    (from the per-layer weight bytes), and with that -ngl it runs: the device
  *    holds that layer's weights only, and a planned pool stops at max_seqs
@@ -122,7 +123,9 @@ static void check_plan(const kvt_model *m) {
     /* a planned pool under one context (4 pages): for want of memory, or of binding reach */
     set_limit(w + a + 3 * stride);
     rc = plan_of(m, params(0, 1.0f, -1), &p);
-    CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("the KV of one 64-token context") && says("--ctx-size"),
+    char ctx_fit[64];
+    snprintf(ctx_fit, sizeof ctx_fit, "lower --ctx-size to %d or less", 3 * B);
+    CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("the KV of one 64-token context") && says(ctx_fit),
            "3 pages: rc %d", rc);
     unsetenv("KVT_VK_MEM_LIMIT");
     char one[32];

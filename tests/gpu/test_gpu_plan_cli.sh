@@ -4,7 +4,9 @@
 # --kv-active plan the pool and say so on their start-up line (device memory,
 # weights, activations, KV pool, its tokens and sessions of the context); a
 # --kv-active that does not fit is refused naming the largest that does, and
-# that one runs, giving the planned run's text; a model that does not fit is
+# that one runs, giving the planned run's text, also when the kernels' KV
+# bindings reach fewer pages than the memory holds; a context too long for
+# the memory is refused naming the longest that fits, and that one runs; a model that does not fit is
 # refused naming the largest -ngl that would; -ngl below the layer count runs
 # the other layers on the CPU (partial offload) on run, eval and serve, saying
 # so on the start-up line, with the all-GPU run's greedy text here; -ngl 99
@@ -44,6 +46,36 @@ KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --kv-active "$fit" -ngl 99 >"$TMP/gi
 cat "$TMP/err" >>"$TMP/all"
 check "that pool runs (with -ngl 99)" is "$rc" 0
 check "... and says it was given" says "(given)"
+check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
+
+# bindings of 1 MiB reach 4 x 128 pages of 8 KiB, far fewer than the memory holds: the largest pool
+# the refusal names is held to that reach, and it runs (a larger one would be refused again)
+rc=0
+KVT_VK_MAX_BINDING=$((1 << 20)) KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --kv-active 100M >/dev/null 2>"$TMP/err" ||
+  rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "a --kv-active over the budget with small bindings fails" is "$rc" 1
+check "... naming the largest pool that fits, held to the bindings' reach" \
+  says "fits (held to what the kernels' KV bindings reach) is 512 pages (--kv-active 4194304)"
+rc=0
+KVT_VK_MAX_BINDING=$((1 << 20)) KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --kv-active 4194304 >"$TMP/given" \
+  2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "that pool runs" is "$rc" 0
+check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
+
+# a context whose KV does not fit beside the weights: refused naming the longest that does, which runs
+rc=0
+KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --ctx 4000000 >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "a context too long for the device fails" is "$rc" 1
+check "... naming its KV" says "the KV of one 4000000-token context"
+ctx=$(grep -ao -- 'lower --ctx-size to [0-9]*' "$TMP/err" | tr -dc 0-9)
+check "... and the longest context that fits" test -n "$ctx"
+rc=0
+KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --ctx "${ctx:-1}" >"$TMP/given" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "that context runs" is "$rc" 0
 check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
 
 # a device smaller than the activations: the model does not fit at all
