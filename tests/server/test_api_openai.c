@@ -89,6 +89,21 @@ static void test_parse(void) {
     expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,100]}", "prompt"); /* outside the vocabulary */
     expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,2.5]}", "prompt");
+    /* llama-server's mixed prompt: strings and token ids in one array are one prompt, kept whole for the
+     * server to tokenize; what is wrong in it is a 400 naming prompt */
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":[\"a\",1,\"b\"]}", &r, &e) == 0);
+    CHECK(r.prompt_mixed && cJSON_GetArraySize(r.prompt_mixed) == 3 && !r.prompt && !r.prompt_ids);
+    kvt_api_request_free(&r);
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":[1,\"a\"]}", &r, &e) == 0 && r.prompt_mixed);
+    kvt_api_request_free(&r);
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",1,100]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",1.5]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",1,[2]]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"a\",1,null]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[\"\",1]}", "prompt");
+    expect_error(KVT_API_COMPLETION, "{\"prompt\":[1,{}]}", "prompt");
+    CHECK(parse(KVT_API_COMPLETION, "{\"prompt\":[\"a\",1,-1]}", &r, &e) == KVT_EARG &&
+          strstr(e.message, "prompt[2] is a token id outside [0, 100)"));
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":65}", "max_tokens"); /* over the limit */
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens");
     expect_error(KVT_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"3\"}", "max_tokens");

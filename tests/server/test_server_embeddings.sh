@@ -3,7 +3,8 @@
 # /embedding (llama-server's). Each vector has n_embd floats and L2 norm 1;
 # base64 is the same floats' little-endian bytes; the same input twice gives
 # the same bits, the second time from cached KV (last-token pooling); a batch
-# of inputs gives each input's own vector bit for bit; mean and last pooling
+# of inputs gives each input's own vector bit for bit; an input of strings and
+# token ids (llama-server's mixed form) is one input; mean and last pooling
 # differ; without --embeddings the routes are a 404 naming the flag, and bad
 # fields are 400s naming the field. Needs curl, jq and python3.
 set -u
@@ -79,6 +80,16 @@ cp "$TMP/body" "$TMP/ids.json"
 check "token ids embed as their text does" is "$(vecs "$TMP/ids.json")" "$(vecs "$TMP/a1.json")"
 post /v1/embeddings "{\"input\": [$IDS, $IDS]}" "${AUTH[@]}"
 check "... and arrays of them" is "$(jb '.data | length')" 2
+# llama-server's mixed input: strings and token ids in one array are ONE input, each string
+# tokenized in place (no special tokens after an id)
+T_B=$(curl -s -m 30 "${AUTH[@]}" -H 'Content-Type: application/json' -d "{\"content\": \"$B\"}" "$URL/tokenize" | jq -c .tokens)
+post /v1/embeddings "{\"input\": $(jq -c '. + $b' --argjson b "$T_B" <<<"$IDS")}" "${AUTH[@]}"
+cp "$TMP/body" "$TMP/idsb.json"
+post /v1/embeddings "{\"input\": [$(jq -c '.[]' <<<"$IDS" | paste -sd,), \"$B\"]}" "${AUTH[@]}"
+check "token ids then a text are one input" is "$CODE/$(jb '.data | length')" 200/1
+check "... embedding as the same tokens given as ids do" is "$(vecs "$TMP/body")" "$(vecs "$TMP/idsb.json")"
+post /v1/embeddings "{\"input\": [[$(jq -c '.[]' <<<"$IDS" | paste -sd,), \"$B\"], \"$A\"]}" "${AUTH[@]}"
+check "... also among several inputs" is "$CODE/$(jb '.data | length')" 200/2
 post /embedding "{\"content\": \"$A\"}" "${AUTH[@]}"
 check "/embedding answers" is "$CODE" 200
 check "... llama-server's shape: [{index, embedding: [[floats]]}]" is "$(jb -c '[.[0].index, (.[0].embedding | length), (.[0].embedding[0] | length)]')" '[0,1,64]'
@@ -88,8 +99,11 @@ check "... the same vector" is "$(python3 -c "import json,struct,sys; print(stru
 # ---- bad requests name the field -----------------------------------------------------------------
 post /v1/embeddings '{"input": 5}' "${AUTH[@]}"
 check "input a number: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
-post /v1/embeddings '{"input": [1, "x"]}' "${AUTH[@]}"
-check "input of mixed items: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+post /v1/embeddings '{"input": [1, "x", null]}' "${AUTH[@]}"
+check "a null in an input of strings and token ids: 400 naming input[2]" is "$CODE,$(jb .error.param)" "400,input[2]"
+post /v1/embeddings '{"input": [[1, "x", 2.5], "y"]}' "${AUTH[@]}"
+check "a float among several inputs: 400 naming input[0][2]" is "$CODE,$(jb .error.message | cut -d' ' -f1)" \
+  "400,input[0][2]"
 post /v1/embeddings '{"input": ""}' "${AUTH[@]}"
 check "an empty input: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
 post /v1/embeddings '{"input": [99999999]}' "${AUTH[@]}"

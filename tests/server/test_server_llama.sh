@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama-server's own routes on kvtier serve, as its clients call them:
-# POST /completion (and /completions) with prompt as a string, token ids or
-# several prompts, n_predict (0: the prompt is only evaluated into the cache),
+# POST /completion (and /completions) with prompt as a string, token ids,
+# strings and token ids mixed (one prompt, with its errors) or several
+# prompts, n_predict (0: the prompt is only evaluated into the cache),
 # cache_prompt, id_slot, n_probs and stream, the answer's content,
 # tokens_cached and timings; GET /slots (prompt text only
 # for the admin key); POST /apply-template; the paths without /v1; and on
@@ -12,6 +13,7 @@ set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 has() { grep -q -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; }
+has_text() { grep -qF -- "$2" <<<"$1" || { echo "  '$1' lacks '$2'" >&2; return 1; }; }
 
 "$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 ||
   { echo "mkmodel failed"; exit 1; }
@@ -51,6 +53,52 @@ check "... evaluates those tokens" is "$(jb .tokens_evaluated)" "$(echo "$IDS" |
 post /completion "{\"prompt\": [\"Hello\", $IDS, \"Good morning\"], \"n_predict\": 3, \"temperature\": 0}"
 check "several prompts: one answer each, in order" is "$(jb -c '[.[] | .index]')" '[0,1,2]'
 check "... each whole" is "$(jb '[.[] | .stop] | all')" true
+
+# ---- mixed prompts: an array of strings and token ids is ONE prompt, as llama-server reads it ----
+# its ids as given, each string tokenized in place, special tokens (BOS) only for a string that
+# comes first; the expected ids are put together from /tokenize of each piece alone
+tok() { curl -s -m 10 -H 'Content-Type: application/json' -d "$1" "$URL/tokenize" | jq -c .tokens; }
+HEAD="A mixed prompt starts with this text, " TAIL=" and ends with text again."
+T_HEAD=$(tok "{\"content\": \"$HEAD\", \"add_special\": true}") T_LONG=$(tok "{\"content\": \"$LONG\"}")
+T_TAIL=$(tok "{\"content\": \"$TAIL\"}") T_TAIL_BOS=$(tok "{\"content\": \"$TAIL\", \"add_special\": true}")
+check "the model adds a BOS (what the checks of its place need)" is "$(jq -c '.[0][1:] == .[1]' <<<"[$T_TAIL_BOS, $T_TAIL]")" true
+MIXED="[\"$HEAD\", $(jq -c '.[]' <<<"$T_LONG" | paste -sd,), \"$TAIL\"]"
+WANT=$(jq -c 'add' <<<"[$T_HEAD, $T_LONG, $T_TAIL]")
+check "/tokenize of a mixed content: the pieces' ids in order, BOS only before the leading text" \
+  is "$(tok "{\"content\": $MIXED, \"add_special\": true}")" "$WANT"
+check "... a text after an id gets no BOS" \
+  is "$(tok "{\"content\": [7, \"$TAIL\"], \"add_special\": true}")" "$(jq -c '[7] + .' <<<"$T_TAIL")"
+post /completion "{\"prompt\": $MIXED, \"n_predict\": 6, \"temperature\": 0, \"return_tokens\": true}"
+check "/completion takes a mixed prompt as one prompt" is "$CODE/$(jb '.content | type')" 200/string
+check "... evaluates exactly its tokens" is "$(jb .tokens_evaluated)" "$(jq length <<<"$WANT")"
+check "... cold" is "$(jb .timings.cache_n)" 0
+MIX_TOKENS=$(jb -c .tokens) MIX_TEXT=$(jb .content)
+post /completion "{\"prompt\": $WANT, \"n_predict\": 6, \"temperature\": 0, \"return_tokens\": true}"
+check "the same prompt as token ids reuses the mixed prompt's cache" gt "$(jb .timings.cache_n)" 0
+check "... and generates the same tokens (greedy)" is "$(jb -c .tokens)" "$MIX_TOKENS"
+post /v1/completions "{\"prompt\": [$(jq -c '.[]' <<<"$T_LONG" | paste -sd,), \"$TAIL\"], \"max_tokens\": 4, \"temperature\": 0}"
+check "/v1/completions: a mixed prompt that starts with ids is one prompt" is "$CODE/$(jb '.choices | length')" 200/1
+check "... of its ids and the text's, no BOS" is "$(jb .usage.prompt_tokens)" "$(jq -n "$T_LONG + $T_TAIL | length")"
+post /v1/completions "{\"prompt\": $MIXED, \"max_tokens\": 6, \"temperature\": 0, \"echo\": true}"
+check "... with echo: the texts and the ids' text before the completion" \
+  is "$(jb '.choices[0].text')" "$HEAD$LONG$TAIL$MIX_TEXT"
+post /completion "{\"prompt\": [$MIXED, \"Hello\", $IDS], \"n_predict\": 3, \"temperature\": 0}"
+check "an array of prompts may hold mixed prompts" is "$CODE/$(jb -c '[.[] | .index]')" '200/[0,1,2]'
+check "... the mixed one whole" is "$(jb '.[0].tokens_evaluated')" "$(jq length <<<"$WANT")"
+# what is wrong in a prompt is named by its place, with the reason
+for c in '["Hi", 5, 99999]|prompt[2] is a token id outside [0, ' '[5, "Hi", 2.5]|prompt[2] is 2.5, not a token id' \
+  '["Hi", 5, [1, 2]]|prompt[2] is an array' '["Hi", 5, null]|prompt[2] is null' '[5, "Hi", {"a": 1}]|prompt[2] is an object' \
+  '["Hi", 5, ""]|prompt[2] is an empty string' '["Hi", 5, true]|prompt[2] is a boolean' '[]|prompt is an empty array' \
+  '["Hi", []]|prompt[1] is an empty array' '[[5, "Hi", -1], "x"]|prompt[0][2] is a token id outside' \
+  '["Hi", null]|prompt[1] is null: an array of prompts holds' '[[1, 2], 3]|prompt[1] is a number: an array of prompts'; do
+  for path in /completion /v1/completions; do
+    post "$path" "{\"prompt\": ${c%%|*}, \"max_tokens\": 2}"
+    check "$path ${c%%|*} is a 400 naming prompt: ${c#*|}" is "$CODE/$(jb .error.param)" 400/prompt
+    check "... saying what is wrong" has_text "$(jb .error.message)" "${c#*|}"
+  done
+done
+post /tokenize '{"content": ["Hi", 5, 99999]}'
+check "/tokenize: a token id out of range is a 400 naming content" is "$CODE/$(jb .error.param)" 400/content
 post /completion "{\"prompt\": \"Hello\", \"n_predict\": 3, \"temperature\": 0, \"n_probs\": 2}"
 check "n_probs: completion_probabilities per token" is "$(jb '.completion_probabilities | length')" "$(jb .tokens_predicted)"
 check "... each with id, token, logprob, bytes and n_probs alternatives" \

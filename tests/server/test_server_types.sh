@@ -287,7 +287,7 @@ responses kvtier.priority ni kvtier.priority
 responses_json text.format.name s text.format.name
 responses_json text.format.schema o text.format.schema
 responses_json text.format.strict nb text.format.strict
-tokenize content s content
+tokenize content sa content
 tokenize add_special nb add_special
 tokenize parse_special nb parse_special
 tokenize with_pieces nb with_pieces

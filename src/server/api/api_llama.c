@@ -67,20 +67,25 @@ char *kvt_api_tokenize(const kvt_tokenizer *t, const char *body, size_t len, kvt
     if (!root) return NULL;
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
     int add_special, parse_special, with_pieces;
-    if (!cJSON_IsString(content)) {
+    if (!cJSON_IsString(content) && !cJSON_IsArray(content)) {
         kvt_api_errorf(err, 400, INVALID, "content", content ? "invalid_type" : "missing_required_parameter",
-                       "'content' must be a string");
+                       "'content' must be a string, or an array of strings and token ids");
         goto fail;
     }
+    if (cJSON_IsArray(content) && kvt_api_check_pieces(content, "content", "content", kvt_tokenizer_n_vocab(t), err))
+        goto fail;
     /* llama-server's defaults: no BOS unless asked, control tokens recognised */
     if (opt_bool(root, "add_special", 0, &add_special, err) ||
         opt_bool(root, "parse_special", 1, &parse_special, err) || opt_bool(root, "with_pieces", 0, &with_pieces, err))
         goto fail;
     int32_t *ids = NULL;
     size_t n = 0;
-    const char *text = content->valuestring;
-    int rc = kvt_tokenize(t, text, strlen(text), add_special ? kvt_tokenizer_add_special(t) : 0, parse_special, &ids,
-                          &n);
+    int add = add_special ? kvt_tokenizer_add_special(t) : 0;
+    /* an array as llama-server reads it: the ids as given, the texts tokenized in place (special
+     * tokens only for a text that comes first) */
+    int rc = cJSON_IsArray(content)
+        ? kvt_api_tokenize_mixed(t, content, add, parse_special, SIZE_MAX, &ids, &n)
+        : kvt_tokenize(t, content->valuestring, strlen(content->valuestring), add, parse_special, &ids, &n);
     if (rc) {
         kvt_api_errorf(err, 400, INVALID, "content", NULL, "cannot tokenize: %s", kvt_errmsg());
         goto fail;

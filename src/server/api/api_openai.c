@@ -214,43 +214,6 @@ static int parse_messages(const cJSON *root, kvt_api_request *r, kvt_api_error *
     return 0;
 }
 
-static int parse_prompt(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (!p) return kvt_api_errorf(err, 400, INVALID, "prompt", "missing_required_parameter", "'prompt' is required");
-    if (cJSON_IsString(p)) {
-        r->prompt = kvt_xstrdup(p->valuestring);
-        return 0;
-    }
-    if (cJSON_IsArray(p)) {
-        int n = cJSON_GetArraySize(p);
-        const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (!n) /* [] or, among several prompts, [[]]: said as such, not as a type the array lacks */
-            return kvt_api_errorf(err, 400, INVALID, "prompt", "invalid_value",
-                                  "'prompt' is an empty array: give text or at least one token id");
-        if (n == 1 && cJSON_IsString(first)) {
-            r->prompt = kvt_xstrdup(first->valuestring);
-            return 0;
-        }
-        if (n > 1 && cJSON_IsString(first))
-            return kvt_api_errorf(err, 400, INVALID, "prompt", "unsupported_value",
-                                  "only one prompt per request is supported");
-        if (n >= 1 && cJSON_IsNumber(first)) {
-            r->prompt_ids = kvt_xmalloc((size_t)n * sizeof *r->prompt_ids);
-            const cJSON *t;
-            cJSON_ArrayForEach(t, p) {
-                double d = cJSON_IsNumber(t) ? t->valuedouble : -1;
-                if (d != floor(d) || d < 0 || d >= n_vocab)
-                    return kvt_api_errorf(err, 400, INVALID, "prompt", "invalid_value",
-                                          "prompt token ids must be integers in [0, %d)", n_vocab);
-                r->prompt_ids[r->n_prompt_ids++] = (int32_t)d;
-            }
-            return 0;
-        }
-    }
-    return kvt_api_errorf(err, 400, INVALID, "prompt", "invalid_type",
-                          "'prompt' must be a string, an array of one string, or an array of token ids");
-}
-
 static int parse_stop(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (!s || cJSON_IsNull(s)) return 0;
@@ -437,7 +400,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
             return kvt_api_errorf(err, 400, INVALID, "model", "invalid_type", "'model' must be a string");
         r->model = kvt_xstrdup(model->valuestring);
     }
-    if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err)) return -1;
+    if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : kvt_api_parse_prompt(root, n_vocab, r, err)) return -1;
     if (kvt_api_parse_samplers(root, r, err) || kvt_api_audit_fields(root, r, err) || kvt_api_parse_tools(root, r, err))
         return -1;
 
@@ -641,12 +604,15 @@ static char next_char(const char *b, size_t i, size_t n) {
     return i < n ? b[i] : 0;
 }
 
+static int number_start(char c) { return c == '-' || (c >= '0' && c <= '9'); }
+
 void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc) {
     memset(sc, 0, sizeof *sc);
     sc->values = 1;
     long depth = 0;
     int prompt_key = 0; /* the latest top-level key is "prompt" */
     int in_prompt = 0;
+    int str = 0, num = 0; /* the prompt array holds a string, a number */
     for (size_t i = 0; i < n; i++) {
         char c = b[i];
         if (c == '"') {
@@ -654,6 +620,7 @@ void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc) {
             while (j < n && b[j] != '"') j += b[j] == '\\' && j + 1 < n ? 2 : 1;
             size_t k = j + 1;
             while (k < n && json_space(b[k])) k++;
+            if (in_prompt && depth == 2) str = 1;
             /* a string right inside the root object and followed by ':' is a key */
             if (depth == 1 && k < n && b[k] == ':') {
                 prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
@@ -667,14 +634,19 @@ void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc) {
                 in_prompt = 1;
                 sc->prompt_items = 1;
                 sc->prompt_first = next_char(b, i + 1, n);
+                num |= number_start(sc->prompt_first);
             }
         } else if (c == '}' || c == ']') {
             if (depth-- == 2) in_prompt = 0;
         } else if (c == ',') {
             sc->values++;
-            if (in_prompt && depth == 2) sc->prompt_items++;
+            if (in_prompt && depth == 2) {
+                sc->prompt_items++;
+                num |= number_start(next_char(b, i + 1, n));
+            }
         }
     }
+    sc->prompt_mixed = str && num;
 }
 
 int kvt_api_parse(kvt_api_kind kind, const char *body, size_t len, int32_t n_vocab, int32_t n_ctx,
@@ -716,6 +688,7 @@ void kvt_api_request_free(kvt_api_request *r) {
     free(r->model);
     free(r->prompt);
     free(r->prompt_ids);
+    cJSON_Delete(r->prompt_mixed);
     for (size_t i = 0; i < r->n_msgs; i++) {
         free((char *)r->msgs[i].role);
         free((char *)r->msgs[i].content);

@@ -71,7 +71,9 @@ typedef struct {
     char *prompt;        /* completions: prompt text, NULL when prompt_ids is used */
     int32_t *prompt_ids; /* completions: a prompt given as token ids */
     size_t n_prompt_ids;
-    kvt_chat_msg *msgs; /* chat: messages (role/content strings owned here) */
+    struct cJSON *prompt_mixed; /* completions: a prompt that mixes strings and token ids ([12, "text", 34]),
+                                   checked (owned); NULL for the other forms */
+    kvt_chat_msg *msgs;         /* chat: messages (role/content strings owned here) */
     size_t n_msgs;
     int32_t max_tokens;                        /* 0 = not given (the server picks) */
     int32_t n;                                 /* choices, 1..KVT_API_MAX_N */
@@ -171,9 +173,39 @@ typedef struct {
     size_t values;       /* JSON values, at most: 1 + commas + containers outside strings */
     size_t prompt_items; /* items in the top-level "prompt" array (1 for an empty one), or 0 */
     char prompt_first;   /* the first byte of that array's first item ('"', '[', a digit), or 0 */
+    int prompt_mixed;    /* that array holds both a string and a number (one mixed prompt) */
     int echo_true;       /* the top-level "echo" is true */
 } kvt_api_body_scan;
 void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc);
+
+struct cJSON;
+struct kvt_tokenizer;
+
+/* A completion's "prompt" (api_prompt.c), in llama-server's forms: a string, an array of token ids,
+ * an array that mixes strings and token ids (ONE prompt: each string tokenized in place, the ids as
+ * given), or an array of prompts, each a string, an array of token ids or a mixed array. */
+/* Whether p is an array holding both a string and a number among its own items: one mixed prompt. */
+int kvt_api_prompt_is_mixed(const struct cJSON *p);
+/* Checks every prompt p holds (NULL: absent), the value of the request's field `field` ("prompt",
+ * "input", "content"; a static string): token ids integers in [0, n_vocab), no empty array, no
+ * empty string in a mixed prompt, nothing else nested. 0, or KVT_EARG with *err filled (param
+ * field, the message naming the item at fault: "prompt[1][2] is a token id outside [0, V)"). */
+int kvt_api_check_prompt(const struct cJSON *p, const char *field, int32_t n_vocab, kvt_api_error *err);
+/* Checks p as ONE prompt whose array may hold strings in any mix with token ids (/tokenize's
+ * "content": ["a", "b"] is the two texts one after the other), at `where` under field (the
+ * place a message names: "input[2]"). 0, or KVT_EARG with *err. */
+int kvt_api_check_pieces(const struct cJSON *p, const char *field, const char *where, int32_t n_vocab,
+                         kvt_api_error *err);
+/* root's "prompt", checked, into r (prompt, prompt_ids or prompt_mixed): one prompt; an array of
+ * several is a 400 (the routes that take several split the body first). 0, or -1 with *err. */
+int kvt_api_parse_prompt(const struct cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err);
+/* The ids of p, a checked array of strings and token ids, as llama-server makes them: each id as
+ * given, each string tokenized where it stands (parse_special: control tokens written in it parsed,
+ * as llama-server's completions do), and `add` (the
+ * tokenizer's special tokens, kvt_tokenizer_add_special flags, or 0) only for a string that is p's
+ * first item. *out (malloc'd) and *n. 0, KVT_ELIMIT past max_tokens, or an error code (*out NULL). */
+int kvt_api_tokenize_mixed(const struct kvt_tokenizer *t, const struct cJSON *p, int add, int parse_special,
+                           size_t max_tokens, int32_t **out, size_t *n);
 
 /* Parses the "kvtier" object kv (NULL or JSON null: defaults). Unknown fields
  * are a 400 naming them: each one would change how the KV is kept. Returns 0

@@ -166,8 +166,7 @@ static const type_rule CHAT[] = {
 };
 
 static const type_rule COMPLETION[] = {
-    {"prompt", STR | ARR},
-    {"prompt[]", STR | NUM | ARR},
+    {"prompt", STR | ARR}, /* its items: kvt_api_check_prompt, which knows the mixed form */
     {"logprobs", NUM | NUL},
     {NULL, 0},
 };
@@ -251,8 +250,8 @@ static const type_rule RESPONSES[] = {
 };
 
 static const type_rule TOKENIZE[] = {
-    {"content", STR}, {"add_special", BOOL | NUL}, {"parse_special", BOOL | NUL}, {"with_pieces", BOOL | NUL},
-    {NULL, 0},
+    {"content", STR | ARR}, /* its items: kvt_api_check_pieces */
+    {"add_special", BOOL | NUL}, {"parse_special", BOOL | NUL}, {"with_pieces", BOOL | NUL}, {NULL, 0},
 };
 
 static const type_rule DETOKENIZE[] = {

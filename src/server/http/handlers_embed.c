@@ -48,7 +48,8 @@ static int is_id_array(const cJSON *v) {
     return 1;
 }
 
-/* Input i from v (a string or an array of token ids) into b->in[i]. 0, or -1 with *err. */
+/* Input i from v (a string, an array of token ids, or an array of strings and token ids) into
+ * b->in[i]. 0, or -1 with *err. */
 static int one_input(kvt_server *s, const cJSON *v, int i, int many, embed_body *b, kvt_api_error *err) {
     char where[64];
     if (many) snprintf(where, sizeof where, "%s[%d]", b->field, i);
@@ -59,6 +60,13 @@ static int one_input(kvt_server *s, const cJSON *v, int i, int many, embed_body 
         const char *t = v->valuestring;
         if (!*t) return kvt_api_errorf(err, 400, INVALID, b->field, "invalid_value", "'%s' is an empty string", where);
         int rc = kvt_tokenize_max(s->tok, t, strlen(t), kvt_tokenizer_add_special(s->tok), 1, max, &in->ids, &in->n);
+        if (rc == KVT_ELIMIT)
+            return kvt_api_errorf(err, 400, INVALID, b->field, "context_length_exceeded",
+                                  "'%s' is longer than the context of %d tokens", where, s->n_ctx);
+        if (rc) return kvt_api_errorf(err, 400, INVALID, b->field, "invalid_value", "'%s' cannot be tokenized", where);
+    } else if (kvt_api_prompt_is_mixed(v)) { /* strings and token ids: the ids as given, the texts tokenized */
+        if (kvt_api_check_pieces(v, b->field, where, s->n_vocab, err)) return -1;
+        int rc = kvt_api_tokenize_mixed(s->tok, v, kvt_tokenizer_add_special(s->tok), 1, max, &in->ids, &in->n);
         if (rc == KVT_ELIMIT)
             return kvt_api_errorf(err, 400, INVALID, b->field, "context_length_exceeded",
                                   "'%s' is longer than the context of %d tokens", where, s->n_ctx);
@@ -78,7 +86,8 @@ static int one_input(kvt_server *s, const cJSON *v, int i, int many, embed_body 
         }
     } else {
         return kvt_api_errorf(err, 400, INVALID, b->field, "invalid_type",
-                              "'%s' must be a string or an array of token ids", where);
+                              "'%s' must be a string, an array of token ids, or an array of strings and token ids",
+                              where);
     }
     if (!in->n)
         return kvt_api_errorf(err, 400, INVALID, b->field, "invalid_value", "'%s' has no tokens to embed", where);
@@ -110,7 +119,8 @@ static int parse_body(kvt_server *s, const conn_state *cs, cJSON *j, embed_body 
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
         return kvt_api_errorf(err, 400, INVALID, "model", "invalid_type", "'model' must be a string");
-    int many = cJSON_IsArray(v) && !is_id_array(v);
+    /* an array holding a string and a token id is one input, as llama-server reads it */
+    int many = cJSON_IsArray(v) && !is_id_array(v) && !kvt_api_prompt_is_mixed(v);
     int n = many ? cJSON_GetArraySize(v) : 1;
     if (n < 1 || n > EMBED_MAX_INPUTS)
         return kvt_api_errorf(err, 400, INVALID, b->field, "invalid_value", "'%s' must hold 1 to %d inputs", b->field,

@@ -40,16 +40,18 @@ static void batch_free(kvt_server *s, batch *b) {
     }
 }
 
-/* Whether a "prompt" value holds several prompts: an array of strings or token arrays. */
+/* Whether a "prompt" value holds several prompts: an array of strings or token arrays. An array
+ * that holds a string and a number is one prompt (llama-server's mixed form), not several. */
 static int several_prompts(const cJSON *p) {
     return cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child)) &&
-        (p->child->next || cJSON_IsArray(p->child));
+        (p->child->next || cJSON_IsArray(p->child)) && !kvt_api_prompt_is_mixed(p);
 }
 
 int kvt_srv_completion_is_multi(const conn_state *cs) {
     kvt_api_body_scan sc; /* from the raw text: a body of many token ids is refused before it is parsed */
     kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
-    return sc.echo_true || sc.prompt_first == '[' || (sc.prompt_first == '"' && sc.prompt_items > 1);
+    return sc.echo_true ||
+        (!sc.prompt_mixed && (sc.prompt_first == '[' || (sc.prompt_first == '"' && sc.prompt_items > 1)));
 }
 
 /* The bounds kvt_api_parse puts on one prompt, for a body of up to MAX_PROMPTS of them, checked on the
@@ -143,6 +145,8 @@ static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *e
     else if (!rc && b->native) rc = native_fields(s, root, b, err);
     cJSON_Delete(echo);
     cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!rc)
+        rc = kvt_api_check_prompt(p, "prompt", s->n_vocab, err) ? -1 : 0; /* the item at fault named in the whole */
     int multi = several_prompts(p);
     b->n = multi ? cJSON_GetArraySize(p) : 1;
     if (!rc && b->n > MAX_PROMPTS)
@@ -163,9 +167,49 @@ static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *e
     return rc;
 }
 
+/* Appends n bytes of x to the NUL-terminated *out of *len bytes. */
+static void append(char **out, size_t *len, const char *x, size_t n) {
+    *out = kvt_xrealloc(*out, *len + n + 1);
+    memcpy(*out + *len, x, n);
+    *len += n;
+    (*out)[*len] = 0;
+}
+
+/* The text of a's mixed prompt: its strings as given, each run of ids between them detokenized. */
+static char *mixed_text(kvt_server *s, const kvt_api_request *a) {
+    char *out = kvt_xstrdup("");
+    size_t len = 0, n_ids = 0;
+    int32_t *ids = kvt_xmalloc((size_t)cJSON_GetArraySize(a->prompt_mixed) * sizeof *ids);
+    for (const cJSON *e = a->prompt_mixed->child;; e = e->next) {
+        if (e && !cJSON_IsString(e)) {
+            ids[n_ids++] = (int32_t)e->valuedouble;
+            continue;
+        }
+        char *text = NULL;
+        size_t n = 0;
+        if (n_ids && !kvt_detokenize(s->tok, ids, n_ids, 1, &text, &n)) {
+            /* SPM drops the space a text's first token carries, right only at the prompt's start */
+            char piece[8];
+            if (len && n && text[0] != ' ' && kvt_token_piece(s->tok, ids[0], piece, sizeof piece, 1) > 0 &&
+                piece[0] == ' ')
+                append(&out, &len, " ", 1);
+            append(&out, &len, text, n);
+        }
+        free(text);
+        n_ids = 0;
+        if (!e) break;
+        append(&out, &len, e->valuestring, strlen(e->valuestring));
+    }
+    free(ids);
+    char *clean = kvt_utf8_sanitize(out, len, NULL);
+    free(out);
+    return clean;
+}
+
 /* The text of a's prompt, for echo. */
 static char *prompt_text(kvt_server *s, const kvt_api_request *a) {
     if (a->prompt) return kvt_xstrdup(a->prompt);
+    if (a->prompt_mixed) return mixed_text(s, a);
     char *text = NULL;
     size_t n = 0;
     if (a->n_prompt_ids && kvt_detokenize(s->tok, a->prompt_ids, a->n_prompt_ids, 1, &text, &n)) return kvt_xstrdup("");

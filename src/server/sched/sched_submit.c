@@ -213,6 +213,9 @@ static int request_prompt(kvt_server *s, const kvt_api_request *a, srv_req *r, s
             kvt_srv_keep_history(r, 0, n_msgs, hash, NULL, 0);
         }
         kvt_api_messages_free(msgs, arena);
+    } else if (a->prompt_mixed) {
+        rc = kvt_api_tokenize_mixed(s->tok, a->prompt_mixed, kvt_tokenizer_add_special(s->tok), 1, max_prompt,
+                                    &r->prompt, n);
     } else if (a->prompt_ids) {
         *n = a->n_prompt_ids;
         r->prompt = kvt_xmalloc(*n * sizeof *r->prompt);
