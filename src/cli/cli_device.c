@@ -114,6 +114,11 @@ void kvt_cli_device_apply(const char *who, const kvt_cli_device *d, kvt_engine_p
         fprintf(stderr, "kvtier %s: --n-gpu-layers 0: every layer runs on the CPU, and so does the engine\n", who);
         ep->device = 0;
     }
+    if (d->mem_fraction > 0 && !d->vulkan)
+        fprintf(stderr,
+                "kvtier %s: --gpu-memory-fraction is ignored: the model runs on the CPU (--device vulkan "
+                "runs it on the GPU)\n",
+                who);
     if (d->ngl_given && !d->vulkan && d->n_gpu_layers > 0)
         fprintf(stderr,
                 "kvtier %s: --n-gpu-layers (-ngl) is ignored: the model runs on the CPU (--device vulkan "

@@ -253,6 +253,8 @@ check "the command line wins over the environment" is_same "$REF" \
 check "-ngl is accepted" expect_rc 0 "$BIN" run -m "$M" -p "hi" -n 1 -ngl 99
 check "... with a notice" has "ignored"
 check "--n-gpu-layers=N is accepted" expect_rc 0 "$BIN" run -m "$M" -p "hi" -n 1 --n-gpu-layers=99
+check "--gpu-memory-fraction on the CPU is accepted" expect_rc 0 "$BIN" run -m "$M" -p "hi" -n 1 --gpu-memory-fraction 0.5
+check "... with a notice" has "--gpu-memory-fraction is ignored"
 check "a trailing unknown flag is named" expect_rc 2 "$BIN" run -m "$M" -p hi --bogus
 check "... as unknown" has "unknown option '--bogus'"
 check "serve: unknown flag named" expect_rc 2 "$BIN" serve --frob=1
