@@ -133,7 +133,7 @@ static int gpu_value(const char *flag, const char *v, kvt_cli_device *out) {
         errno = 0;
         long n = strtol(v, &end, 10); /* -1 is a value here, so not kvt_cli_parse_long */
         if (errno || end == v || *end || n < -1 || n > INT32_MAX) {
-            fprintf(stderr, "kvtier: %s expects an integer in [-1, %d], got '%s'\n", flag, INT32_MAX, v);
+            fprintf(stderr, "kvtier: %s must be an integer in [-1, %d], got '%s'\n", flag, INT32_MAX, v);
             return -1;
         }
         out->n_gpu_layers = (int32_t)n, out->ngl_given = 1;
@@ -142,7 +142,7 @@ static int gpu_value(const char *flag, const char *v, kvt_cli_device *out) {
     double f = kvt_cli_parse_double(flag, v);
     if (f != f) return -1;
     if (!(f > 0 && f <= 1)) {
-        fprintf(stderr, "kvtier: %s must be in (0, 1], not '%s'\n", flag, v);
+        fprintf(stderr, "kvtier: %s must be a number in (0, 1], got '%s'\n", flag, v);
         return -1;
     }
     out->mem_fraction = (float)f;

@@ -70,8 +70,8 @@ check "gpu-memory-fraction 1 and 0.05 accepted" accepts "$BIN" serve --gpu-memor
 check "env gpu-memory-fraction" rejects "\$KVTIER_GPU_MEMORY_FRACTION must be a number in (0, 1]" env KVTIER_GPU_MEMORY_FRACTION=2 "$BIN" run -p x
 check "-ngl -2 named as --n-gpu-layers" rejects "--n-gpu-layers must be an integer in [-1, 2147483647], got '-2'" "$BIN" run -ngl -2
 check "-ngl -1 and 99 accepted" accepts "$BIN" run -ngl -1 -ngl 99
-check "eval gpu-memory-fraction 0" rejects "--gpu-memory-fraction must be in (0, 1], not '0'" "$BIN" eval --gpu-memory-fraction 0 -m m x
-check "eval -ngl not a number" rejects "--n-gpu-layers expects an integer in [-1, 2147483647], got 'all'" "$BIN" eval -ngl all -m m x
+check "eval gpu-memory-fraction 0" rejects "--gpu-memory-fraction must be a number in (0, 1], got '0'" "$BIN" eval --gpu-memory-fraction 0 -m m x
+check "eval -ngl not a number" rejects "--n-gpu-layers must be an integer in [-1, 2147483647], got 'all'" "$BIN" eval -ngl all -m m x
 for cmd in run serve eval; do
   "$BIN" $cmd --help >"$TMP/help" 2>&1
   check "$cmd --help explains --gpu-memory-fraction" grep -q -- "--gpu-memory-fraction.*" "$TMP/help"
