@@ -116,9 +116,7 @@ static void split_layers(kvt_engine *e, const kvt_engine_params *p) {
     e->dev_layers = !p->device ? 0 : p->n_gpu_layers < 0 || p->n_gpu_layers >= L ? L : p->n_gpu_layers;
     e->dev_page_bytes = e->page_bytes / (size_t)L * (size_t)e->dev_layers;
     e->dev_page_stride = (e->dev_page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
-    e->host_layer0 = e->dev_layers;
-    e->host_off = e->dev_page_bytes;
-    e->page_stride = (e->page_bytes - e->host_off + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+    e->page_stride = (e->page_bytes - e->dev_page_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
 }
 
 /* The page pool's host share, n_pages of page_stride bytes (none when the device holds every layer). */
@@ -427,11 +425,11 @@ static void seq_truncate(kvt_engine *e, seq_state *st, int32_t len) {
  * Every block of a page has B * row_bytes bytes. kv_offset gives the byte
  * offset of the block of (layer, kv, head) plus slot rows; for a transposed or
  * column K block only slot 0 (the block start) is meaningful. With partial
- * offload page_mem holds only the layers from host_layer0 on, and the offset
+ * offload page_mem holds only the layers from dev_layers on, and the offset
  * counts from there (the device's layers come first in a page's layout). */
 size_t kvt_eng_kv_offset(const kvt_engine *e, int32_t layer, int kv, int32_t head, int32_t slot) {
     const kvt_hparams *hp = &e->model->hp;
-    size_t row = (((size_t)(layer - e->host_layer0) * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) *
+    size_t row = (((size_t)(layer - e->dev_layers) * 2 + (size_t)kv) * (size_t)hp->n_head_kv + (size_t)head) *
             (size_t)e->p.block_size +
         (size_t)slot;
     return row * e->row_bytes;

@@ -109,12 +109,17 @@ static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, 
                     sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl);
 }
 
+/* The most pages the kernels' KVT_GPU_KV_CHUNKS KV bindings reach (0: a page is over one binding). */
+static uint64_t binding_reach(const kvt_engine *e, const kvt_eng_gpu *g) {
+    return kvt_gpu_max_binding(g->d) / e->dev_page_stride * KVT_GPU_KV_CHUNKS;
+}
+
 /* The weights and activations fit but not one context's KV of a planned pool (the device's share of it,
  * with partial offload): names the longest context that fits (in the budget and the KV bindings' reach). */
 static int context_not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, uint64_t kv) {
     const kvt_engine_mem *mem = &g->mem;
     uint64_t room = mem->budget - weights - mem->act_bytes, pages = room / e->dev_page_stride;
-    uint64_t reach = kvt_gpu_max_binding(g->d) / e->dev_page_stride * KVT_GPU_KV_CHUNKS;
+    uint64_t reach = binding_reach(e, g);
     if (pages > reach) pages = reach;
     return kvt_fail(KVT_ELIMIT,
                     "the KV of one %d-token context (%s) does not fit in the memory of %s: the %s that "
@@ -132,7 +137,7 @@ static int given_pool_fits(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t w
     const kvt_engine_mem *mem = &g->mem;
     uint64_t pool = (uint64_t)e->p.n_pages * e->dev_page_stride, used = weights + mem->act_bytes;
     uint64_t room = mem->budget > used ? mem->budget - used : 0, fit = room / e->dev_page_stride;
-    uint64_t reach = kvt_gpu_max_binding(g->d) / e->dev_page_stride * KVT_GPU_KV_CHUNKS;
+    uint64_t reach = binding_reach(e, g);
     if (pool <= room) return 0;
     if (fit > reach) fit = reach;
     return kvt_fail(KVT_ELIMIT,
@@ -177,9 +182,9 @@ int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
     kvt_engine_mem *mem = &g->mem;
     mem->weight_bytes = g->weight_bytes;
     mem->gpu_layers = e->dev_layers;
-    uint64_t per = kvt_gpu_max_binding(g->d) / e->dev_page_stride;
-    if (per == 0) return 0; /* a page over one binding: make_pool says so, naming --block-size */
-    mem->binding_pages = (int32_t)KVT_MIN(per * KVT_GPU_KV_CHUNKS, (uint64_t)INT32_MAX);
+    uint64_t reach = binding_reach(e, g);
+    if (reach == 0) return 0; /* a page over one binding: make_pool says so, naming --block-size */
+    mem->binding_pages = (int32_t)KVT_MIN(reach, (uint64_t)INT32_MAX);
     if (!mem->planned) {
         int rc = given_pool_fits(e, g, mem->weight_bytes);
         return rc ? rc : pool_planned(e, mem, e->p.n_pages);

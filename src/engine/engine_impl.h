@@ -49,14 +49,14 @@ struct kvt_engine {
      * the first dev_layers layers run there and hold their KV in the device's
      * pool, the first dev_page_bytes of each page's layout; with partial
      * offload (dev_layers below the layer count) the others run on the CPU
-     * and page_mem holds only each page's tail from host_off on, page_stride
-     * bytes apart (kvt_eng_kv_offset counts from host_layer0). */
+     * and page_mem holds only each page's tail from dev_page_bytes on,
+     * page_stride bytes apart (kvt_eng_kv_offset counts from layer
+     * dev_layers). */
     size_t page_bytes, page_stride;         /* stride: page_mem's bytes per page, rounded up to PAGE_ALIGN (0: none) */
     uint8_t *page_mem;                      /* (n_pages, page_stride), or NULL when every layer is on the device */
-    int32_t dev_layers;                     /* layers on the device: 0 on the CPU */
-    int32_t host_layer0;                    /* the first layer whose KV is in page_mem */
-    size_t dev_page_bytes, dev_page_stride; /* the device's share of a page, and its stride in the device pool */
-    size_t host_off;                        /* where page_mem's share starts in a page's layout */
+    int32_t dev_layers;                     /* layers on the device, the first ones: 0 on the CPU */
+    size_t dev_page_bytes, dev_page_stride; /* the device's share of a page (page_mem's starts there in a page's
+                                             * layout), and its stride in the device pool */
     int no_host_pages;                      /* kvt_page_host*() return NULL (kvt_engine_set_host_pages) */
     int32_t *refcount;                      /* (n_pages) */
     int32_t *free_next;                     /* (n_pages) free-list links */

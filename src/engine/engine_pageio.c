@@ -24,7 +24,7 @@ static int run_page_ok(const kvt_engine *e, int32_t id, size_t i) {
 /* The share of page id that page_mem holds (a whole page on the CPU, the
  * layers the CPU runs with partial offload), and its bytes. */
 static uint8_t *host_share(const kvt_engine *e, int32_t id) { return e->page_mem + (size_t)id * e->page_stride; }
-static size_t host_share_bytes(const kvt_engine *e) { return e->page_mem ? e->page_bytes - e->host_off : 0; }
+static size_t host_share_bytes(const kvt_engine *e) { return e->page_mem ? e->page_bytes - e->dev_page_bytes : 0; }
 
 /* On the CPU each run is a loop of memcpy. On a device the device's share of
  * the run is one batched copy, and with partial offload the host's share of
@@ -35,7 +35,7 @@ int kvt_pages_copy_out(const kvt_engine *e, const kvt_page_out *io, size_t n) {
     int rc = e->gpu && n ? kvt_eng_gpu_pages_out(e->gpu, io, n, e->dev_page_bytes) : 0;
     const size_t hb = host_share_bytes(e);
     for (size_t i = 0; i < n && hb && !rc; i++)
-        memcpy((uint8_t *)io[i].host + e->host_off, host_share(e, io[i].page), hb);
+        memcpy((uint8_t *)io[i].host + e->dev_page_bytes, host_share(e, io[i].page), hb);
     return rc;
 }
 
@@ -45,7 +45,7 @@ int kvt_pages_copy_in(kvt_engine *e, const kvt_page_in *io, size_t n) {
     int rc = e->gpu && n ? kvt_eng_gpu_pages_in(e->gpu, io, n, e->dev_page_bytes) : 0;
     const size_t hb = host_share_bytes(e);
     for (size_t i = 0; i < n && hb && !rc; i++)
-        memcpy(host_share(e, io[i].page), (const uint8_t *)io[i].host + e->host_off, hb);
+        memcpy(host_share(e, io[i].page), (const uint8_t *)io[i].host + e->dev_page_bytes, hb);
     return rc;
 }
 
