@@ -10,6 +10,54 @@
 #include "engine.h"
 #include "gpu_test.h"
 
+/* F32 and F16 weights: f32 sums in another order (fixed trees against the
+ * CPU's SIMD lanes) move these models' logits (|logit| < 4) by a few 1e-3
+ * (observed 4e-3 with f16 KV, 1.4e-6 with f32 KV); 0.02 is the bound. Q8_0:
+ * both engines quantize activations to Q8_0 the same way, but a 1-ulp
+ * difference upstream moves a value near a rounding boundary by a whole step
+ * (amax/127, ~1% of the block), and that carries: observed 0.065; 0.2 is the
+ * bound, and Q4_1's (Q8_1 activations, the same steps). The same holds for q8_0 KV, where both engines quantize K and V
+ * alike (observed 0.016). Top-1 must agree wherever the CPU's best logit leads the next by
+ * more than twice the bound; the raw agreement is printed. */
+#define GPU_LOGIT_TOL 0.02
+#define GPU_LOGIT_TOL_Q8 0.2
+
+/* An engine over m on the CPU (device 0) or on Vulkan device 0 (device 1)
+ * with the first ngl layers there (-1: all): pages of block tokens, n_pages of
+ * them, a context of 512, 2 threads, 4 sequences, batches of n_batch, KV dt;
+ * NULL (a failed check) if it cannot be made. */
+static inline kvt_engine *gpu_engine_on(const kvt_model *m, int32_t device, int32_t ngl, int32_t block, int32_t n_pages,
+                                        int32_t n_batch, kvt_kv_dtype dt) {
+    kvt_engine_params ep = kvt_engine_default_params();
+    ep.block_size = block;
+    ep.n_pages = n_pages;
+    ep.n_ctx = 512;
+    ep.n_threads = 2;
+    ep.max_seqs = 4;
+    ep.n_batch = n_batch;
+    ep.kv_dtype = dt;
+    ep.device = device;
+    ep.n_gpu_layers = ngl;
+    kvt_engine *e = NULL;
+    int rc = kvt_engine_new(m, ep, &e);
+    CHECKF(rc == 0, "engine on %s, -ngl %d: %s", device ? "vulkan:0" : "cpu", ngl, kvt_errmsg());
+    return e;
+}
+
+/* The whole-layout bytes of seq's first n pages (at most 8), copied out;
+ * zeros after a failed check. */
+static inline uint8_t *gpu_pages_of(kvt_engine *e, int32_t seq, int32_t n) {
+    int32_t np;
+    const int32_t *pt = kvt_seq_pages(e, seq, &np);
+    const size_t pb = kvt_page_bytes(e);
+    uint8_t *out = calloc((size_t)n, pb);
+    kvt_page_out io[8];
+    int ok = n <= 8 && np >= n;
+    for (int32_t i = 0; ok && i < n; i++) io[i] = (kvt_page_out){pt[i], out + (size_t)i * pb};
+    CHECKF(ok && kvt_pages_copy_out(e, io, (size_t)n) == 0, "copy out %d pages of %d: %s", n, np, kvt_errmsg());
+    return out;
+}
+
 /* Every position's logits of p on a fresh sequence of e; NULL (a failed check) on failure. */
 static inline float *gpu_all_logits(kvt_engine *e, const int32_t *p, int32_t n) {
     int32_t V = kvt_engine_n_vocab(e), s;

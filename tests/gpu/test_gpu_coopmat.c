@@ -27,7 +27,6 @@
 
 #define B 16
 #define N_GEN 3
-#define LOGIT_TOL 0.02 /* as test_gpu_engine's for F16 weights */
 #define MAX_TOK 64
 
 static const uint32_t COUNTS[] = {1, 2, 7, 16, 33, MAX_TOK};
@@ -172,30 +171,7 @@ static void check_kernels(void) {
 }
 
 static kvt_engine *engine_on(const kvt_model *m, int32_t device, int32_t n_pages, int32_t n_batch) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = n_pages;
-    ep.n_ctx = 512;
-    ep.n_threads = 2;
-    ep.max_seqs = 4;
-    ep.n_batch = n_batch;
-    ep.device = device;
-    kvt_engine *e = NULL;
-    int rc = kvt_engine_new(m, ep, &e);
-    CHECKF(rc == 0, "engine on %s: %s", device ? "vulkan:0" : "cpu", kvt_errmsg());
-    return e;
-}
-
-/* The bytes of seq's first n pages (at most 4), copied out. */
-static uint8_t *pages_of(kvt_engine *e, int32_t seq, int32_t n) {
-    int32_t np;
-    const int32_t *pt = kvt_seq_pages(e, seq, &np);
-    size_t pb = kvt_page_bytes(e);
-    uint8_t *out = calloc((size_t)n, pb);
-    kvt_page_out io[4];
-    for (int32_t i = 0; i < n && i < 4 && i < np; i++) io[i] = (kvt_page_out){pt[i], out + (size_t)i * pb};
-    CHECKF(np >= n && kvt_pages_copy_out(e, io, (size_t)n) == 0, "copy out: %s", kvt_errmsg());
-    return out;
+    return gpu_engine_on(m, device, -1, B, n_pages, n_batch, kvt_engine_default_params().kv_dtype);
 }
 
 /* Long: prefill, chunked prefill (chunks of 5) and decode on the MMA path: the same KV bytes and last logits. */
@@ -212,7 +188,7 @@ static void check_decode_equals_prefill(const kvt_model *m, kvt_engine *e) {
     CHECK(kvt_seq_new(ec, NULL, 0, 0, &s2) == 0 && kvt_engine_feed(ec, s2, p, N, 0, l + V) == 0);
     CHECK(kvt_seq_new(e, NULL, 0, 0, &s3) == 0);
     for (int32_t i = 0; i < N; i++) CHECK(kvt_engine_feed(e, s3, p + i, 1, 0, l + 2 * V) == 0);
-    uint8_t *a = pages_of(e, s1, N / B), *b = pages_of(ec, s2, N / B), *c = pages_of(e, s3, N / B);
+    uint8_t *a = gpu_pages_of(e, s1, N / B), *b = gpu_pages_of(ec, s2, N / B), *c = gpu_pages_of(e, s3, N / B);
     size_t bytes = (size_t)(N / B) * kvt_page_bytes(e);
     CHECKF(memcmp(a, b, bytes) == 0, "MMA path: chunked prefill wrote other KV bytes than one prefill");
     CHECKF(memcmp(a, c, bytes) == 0, "MMA path: decode steps wrote other KV bytes than a prefill of the same tokens");
@@ -267,9 +243,9 @@ static void check_engine(void) {
     kvt_engine *ec = engine_on(m, 0, 16, 512), *eg = engine_on(m, 1, 16, 512);
     float *lc = ec ? gpu_all_logits(ec, p, 48) : NULL, *lg = eg ? gpu_all_logits(eg, p, 48) : NULL;
     if (lc && lg) {
-        gpu_logit_cmp r = gpu_compare_logits(lc, lg, 48, V, LOGIT_TOL, "MMA path");
+        gpu_logit_cmp r = gpu_compare_logits(lc, lg, 48, V, GPU_LOGIT_TOL, "MMA path");
         printf("gpu coopmat: engine logits against the CPU: top-1 agrees at %d/48, max |dlogit| %.3g (bound %g)\n",
-               r.agree, r.dmax, LOGIT_TOL);
+               r.agree, r.dmax, GPU_LOGIT_TOL);
     }
     if (eg)
         CHECKF(strstr(kvt_engine_numerics_id(eg), "-nvcm") != NULL, "engine numerics id '%s'",

@@ -39,35 +39,13 @@
  * first from the prefill over restored pages, the others from decode steps
  * that attend over them */
 #define N_GEN 3
-/* F32 and F16 weights: f32 sums in another order (fixed trees against the
- * CPU's SIMD lanes) move these models' logits (|logit| < 4) by a few 1e-3
- * (observed 4e-3 with f16 KV, 1.4e-6 with f32 KV); 0.02 is the bound. Q8_0:
- * both engines quantize activations to Q8_0 the same way, but a 1-ulp
- * difference upstream moves a value near a rounding boundary by a whole step
- * (amax/127, ~1% of the block), and that carries: observed 0.065; 0.2 is the
- * bound, and Q4_1's (Q8_1 activations, the same steps). The same holds for q8_0 KV, where both engines quantize K and V
- * alike (observed 0.016). Top-1 must agree wherever the CPU's best logit leads the next by
- * more than twice the bound; the raw agreement is printed. */
-#define LOGIT_TOL 0.02
-#define LOGIT_TOL_Q8 0.2
+/* the bounds: GPU_LOGIT_TOL and GPU_LOGIT_TOL_Q8 (gpu_engine_test.h says why) */
 
 static double max_dlogit;
 static int32_t n_vocab;
 
 static kvt_engine *engine_on(const kvt_model *m, int32_t device, int32_t n_pages, int32_t n_batch, kvt_kv_dtype dt) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = n_pages;
-    ep.n_ctx = 512;
-    ep.n_threads = 2;
-    ep.max_seqs = 4;
-    ep.n_batch = n_batch;
-    ep.kv_dtype = dt;
-    ep.device = device;
-    kvt_engine *e = NULL;
-    int rc = kvt_engine_new(m, ep, &e);
-    CHECKF(rc == 0, "engine on %s: %s", device ? "vulkan:0" : "cpu", kvt_errmsg());
-    return e;
+    return gpu_engine_on(m, device, -1, B, n_pages, n_batch, dt);
 }
 
 /* GPU logits against the CPU's at every position of a random prompt. The GPU
@@ -75,7 +53,8 @@ static kvt_engine *engine_on(const kvt_model *m, int32_t device, int32_t n_pages
  * NULL, for the model's next checks; else it is freed. */
 static void check_against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype dt, kvt_engine **keep) {
     const uint32_t wt = m->layers[0].wq.type;
-    const double tol = (wt != KVT_TYPE_F32 && wt != KVT_TYPE_F16) || dt == KVT_KV_Q8_0 ? LOGIT_TOL_Q8 : LOGIT_TOL;
+    const double tol = (wt != KVT_TYPE_F32 && wt != KVT_TYPE_F16) || dt == KVT_KV_Q8_0 ? GPU_LOGIT_TOL_Q8
+                                                                                       : GPU_LOGIT_TOL;
     int32_t p[48];
     unsigned seed = 7;
     n_vocab = m->hp.n_vocab;
@@ -95,18 +74,6 @@ static void check_against_cpu(const kvt_model *m, const char *name, kvt_kv_dtype
     else kvt_engine_free(eg);
 }
 
-/* The bytes of seq's first n_full pages, copied out. */
-static uint8_t *pages_of(kvt_engine *e, int32_t seq, int32_t n_full) {
-    int32_t np;
-    const int32_t *pt = kvt_seq_pages(e, seq, &np);
-    size_t pb = kvt_page_bytes(e);
-    uint8_t *out = malloc((size_t)n_full * pb);
-    kvt_page_out io[8];
-    for (int32_t i = 0; i < n_full && i < 8; i++) io[i] = (kvt_page_out){pt[i], out + (size_t)i * pb};
-    CHECKF(np >= n_full && kvt_pages_copy_out(e, io, (size_t)n_full) == 0, "copy out: %s", kvt_errmsg());
-    return out;
-}
-
 /* Prefill (one chunk) on e (batches of 512), chunked prefill (chunks of 5)
  * and decode (one token a step) on e write the same KV bytes and give the
  * same last logits; two pages, so the decode steps cross a page boundary. */
@@ -123,7 +90,7 @@ static void check_decode_equals_prefill(const kvt_model *m, kvt_kv_dtype dt, kvt
     CHECK(kvt_seq_new(ec, NULL, 0, 0, &s2) == 0 && kvt_engine_feed(ec, s2, p, N, 0, l2) == 0);
     CHECK(kvt_seq_new(e, NULL, 0, 0, &s3) == 0);
     for (int32_t i = 0; i < N; i++) CHECK(kvt_engine_feed(e, s3, p + i, 1, 0, l3) == 0);
-    uint8_t *a = pages_of(e, s1, N / B), *b = pages_of(ec, s2, N / B), *c = pages_of(e, s3, N / B);
+    uint8_t *a = gpu_pages_of(e, s1, N / B), *b = gpu_pages_of(ec, s2, N / B), *c = gpu_pages_of(e, s3, N / B);
     size_t bytes = (size_t)(N / B) * kvt_page_bytes(e);
     const char *kv = kvt_kv_dtype_name(dt);
     CHECKF(memcmp(a, b, bytes) == 0, "%s KV: chunked prefill wrote other KV bytes than one prefill", kv);
@@ -362,8 +329,8 @@ int main(void) {
         if (!variant) check_errors(f16);
         kvt_model_free(f16);
     }
-    printf("gpu engine: largest |dlogit| against the CPU %.3g (bounds %g, Q8_0 %g)\n", max_dlogit, LOGIT_TOL,
-           LOGIT_TOL_Q8);
+    printf("gpu engine: largest |dlogit| against the CPU %.3g (bounds %g, Q8_0 %g)\n", max_dlogit, GPU_LOGIT_TOL,
+           GPU_LOGIT_TOL_Q8);
     gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_engine");
 }

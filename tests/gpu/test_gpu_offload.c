@@ -34,8 +34,6 @@
 #define B 16
 #define N_PROMPT 40 /* two full pages and part of a third */
 #define N_GEN 6
-#define LOGIT_TOL 0.02
-#define LOGIT_TOL_Q8 0.2
 
 static double max_dlogit;
 
@@ -58,20 +56,7 @@ static kvt_model *make_model(const char *arch, int32_t layers, uint32_t type, co
 
 /* device 0: the CPU; else Vulkan device 0 with ngl layers there (-1: all). */
 static kvt_engine *engine_on(const kvt_model *m, int device, int32_t ngl, int32_t n_batch, kvt_kv_dtype dt) {
-    kvt_engine_params ep = kvt_engine_default_params();
-    ep.block_size = B;
-    ep.n_pages = 24;
-    ep.n_ctx = 256;
-    ep.n_threads = 2;
-    ep.max_seqs = 4;
-    ep.n_batch = n_batch;
-    ep.kv_dtype = dt;
-    ep.device = device;
-    ep.n_gpu_layers = ngl;
-    kvt_engine *e = NULL;
-    int rc = kvt_engine_new(m, ep, &e);
-    CHECKF(rc == 0, "engine on %s, -ngl %d: %s", device ? "vulkan:0" : "cpu", ngl, kvt_errmsg());
-    return e;
+    return gpu_engine_on(m, device, ngl, B, 24, n_batch, dt);
 }
 
 /* e's logits at every position of p against the CPU's (lc) and the all-GPU engine's (la). */
@@ -95,18 +80,6 @@ static void check_logits(kvt_engine *e, const float *lc, const float *la, const 
     free(l);
 }
 
-/* The whole-layout bytes of seq's first n pages. */
-static uint8_t *pages_of(kvt_engine *e, int32_t seq, int32_t n) {
-    int32_t np;
-    const int32_t *pt = kvt_seq_pages(e, seq, &np);
-    const size_t pb = kvt_page_bytes(e);
-    uint8_t *out = calloc((size_t)n, pb);
-    kvt_page_out io[4];
-    for (int32_t i = 0; i < n && i < 4; i++) io[i] = (kvt_page_out){pt[i], out + (size_t)i * pb};
-    CHECKF(np >= n && n <= 4 && kvt_pages_copy_out(e, io, (size_t)n) == 0, "copy out: %s", kvt_errmsg());
-    return out;
-}
-
 /* Feeds p[0..n) to a fresh sequence in steps of step tokens; the last logits into last. */
 static int32_t feed_steps(kvt_engine *e, const int32_t *p, int32_t n, int32_t step, float *last) {
     int32_t s = -1;
@@ -127,7 +100,7 @@ static void check_decode_equals_prefill(kvt_engine *e, const int32_t *p, const c
     uint8_t *bytes[3];
     for (int k = 0; k < 3; k++) {
         int32_t s = feed_steps(e, p, N_PROMPT, steps[k], last + (size_t)k * V);
-        bytes[k] = pages_of(e, s, 2);
+        bytes[k] = gpu_pages_of(e, s, 2);
         kvt_seq_free(e, s);
     }
     for (int k = 1; k < 3; k++) {
@@ -246,9 +219,10 @@ int main(void) {
     gpu_test_start();
     kvt_model *llama = make_model("llama", 3, KVT_TYPE_F16, "offload_llama.gguf");
     kvt_model *gemma = make_model("gemma3", 3, KVT_TYPE_Q8_0, "offload_gemma3.gguf");
-    if (llama) check_model(llama, "llama F16", KVT_KV_F16, LOGIT_TOL);
-    if (gemma) check_model(gemma, "gemma3 Q8_0", KVT_KV_Q8_0, LOGIT_TOL_Q8);
-    printf("offload: largest |dlogit| against the CPU %.3g (bounds %g, Q8_0 %g)\n", max_dlogit, LOGIT_TOL, LOGIT_TOL_Q8);
+    if (llama) check_model(llama, "llama F16", KVT_KV_F16, GPU_LOGIT_TOL);
+    if (gemma) check_model(gemma, "gemma3 Q8_0", KVT_KV_Q8_0, GPU_LOGIT_TOL_Q8);
+    printf("offload: largest |dlogit| against the CPU %.3g (bounds %g, Q8_0 %g)\n", max_dlogit, GPU_LOGIT_TOL,
+           GPU_LOGIT_TOL_Q8);
     gpu_test_no_validation_messages(0);
     kvt_model_free(llama);
     kvt_model_free(gemma);
