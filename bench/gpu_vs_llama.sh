@@ -64,6 +64,14 @@ kvt_run() {
     "$OUT/vs-run.err" | tail -n 1
 }
 
+# llama_figs KEY CSV: llama-bench's CSV as llama.KEY.decode_tok_s / llama.KEY.prefill_N_tok_s figures
+llama_figs() {
+  awk -F, -v t="$1" 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
+    { gsub(/"/, ""); if ($c["n_gen"] > 0) print "llama." t ".decode_tok_s=" $c["avg_ts"];
+      else print "llama." t ".prefill_" $c["n_prompt"] "_tok_s=" $c["avg_ts"] }' "$2" |
+    while IFS== read -r k v; do rec "$k" "$v"; done
+}
+
 single() { # single TYPE: one weight type's single-stream figures, both engines
   local t=$1 p512 p2048 one r
   MODEL=bench/out/bench-gpu-$SHAPE$([ "$t" = f16 ] || echo "-$t").gguf
@@ -82,10 +90,7 @@ single() { # single TYPE: one weight type's single-stream figures, both engines
   enough "llama-bench $t" || return 0
   timeout -k 5 "$(left)" "$LLAMA_DIR/llama-bench" -m "$MODEL" -ngl 99 -p "$(echo $PROMPTS | tr ' ' ,)" -n "$NGEN" -r 2 -o csv \
     >"$OUT/llama-bench-$t.csv" 2>"$OUT/llama-bench-$t.err" || say "llama-bench $t: exit $? (see llama-bench-$t.err)"
-  awk -F, -v t="$t" 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
-    { gsub(/"/, ""); if ($c["n_gen"] > 0) print "llama." t ".decode_tok_s=" $c["avg_ts"];
-      else print "llama." t ".prefill_" $c["n_prompt"] "_tok_s=" $c["avg_ts"] }' "$OUT/llama-bench-$t.csv" |
-    while IFS== read -r k v; do rec "$k" "$v"; done
+  llama_figs "$t" "$OUT/llama-bench-$t.csv"
   grep -m3 -i 'vulkan\|ggml_vulkan' "$OUT/llama-bench-$t.err" | sed 's/^/  llama.cpp: /' | tee -a "$OUT/vs_llama.log"
 }
 
@@ -110,10 +115,7 @@ offload() {
   enough "llama-bench -ngl $OFFLOAD_NGL $t" || return 0
   timeout -k 5 "$(left)" "$LLAMA_DIR/llama-bench" -m "$MODEL" -ngl "$OFFLOAD_NGL" -p "$n" -n "$NGEN" -r 1 -o csv \
     >"$OUT/llama-bench-ngl-$t.csv" 2>"$OUT/llama-bench-ngl-$t.err" || say "llama-bench -ngl $OFFLOAD_NGL $t: exit $?"
-  awk -F, -v t="$t.ngl$OFFLOAD_NGL" 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
-    { gsub(/"/, ""); if ($c["n_gen"] > 0) print "llama." t ".decode_tok_s=" $c["avg_ts"];
-      else print "llama." t ".prefill_" $c["n_prompt"] "_tok_s=" $c["avg_ts"] }' "$OUT/llama-bench-ngl-$t.csv" |
-    while IFS== read -r k v; do rec "$k" "$v"; done
+  llama_figs "$t.ngl$OFFLOAD_NGL" "$OUT/llama-bench-ngl-$t.csv"
 }
 
 # serving N: the agent workload, N sessions at once, each engine in turn
