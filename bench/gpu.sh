@@ -56,11 +56,14 @@
 # KVT_VK_MM_TOKS=8|16|32 and KVT_VK_MM_ROWS=1..8 in the environment pick it.
 # The tensor-core F16 matmul (KVT_VK_COOPMAT=1, opt-in): the summary says whether
 # the device has it (from info --devices). Where it does, test_gpu_coopmat holds
-# it to the subgroup-free kernel and the CPU, bench_mm times F16 again with and
-# without it, alternated (CM_PAIRS, 2, pairs of off, on), and phase cm times a
-# single stream (`kvtier run`, a CM_PROMPT (512) token prompt, CM_GEN (64) tokens)
-# on SHAPE3's F16 model the same way, within CM_MAX_S (90) s; bench_mm_cm*.* and
-# cm.* in results.txt. The rest of the script runs with the switch off.
+# it to the subgroup-free kernel and the CPU, and bench_mm times F16 again with and
+# without it, alternated (CM_PAIRS, 2, pairs of off, on); bench_mm_cm*.* in results.txt.
+# Phase ss times a single stream (`kvtier run`, an SS_PROMPT (512) token prompt,
+# SS_GEN (64) tokens) on SHAPE3's model as shipped, with every command list waited
+# for (KVT_VK_INFLIGHT=1) and, where the device has them and WTYPE is f16, on the
+# tensor cores (KVT_VK_COOPMAT=1), alternated SS_PAIRS (2) times within SS_MAX_S
+# (90) s: ss.VARIANT.N.* in results.txt (SHAPE=tiny: 64 tokens, 8, one round). The
+# rest of the script runs as shipped.
 # Phase 4, when LLAMA_DIR names llama.cpp's Vulkan llama-bench and llama-server
 # (or the pack has them, bench/gpu-pack.sh with LLAMA_VK=DIR): bench/gpu_vs_llama.sh,
 # kvtier against llama.cpp on the same GPU, models and clients (single stream and
@@ -106,6 +109,9 @@ SHAPE3=${SHAPE3:-$([ $small = 1 ] && echo tiny || echo 1b)}
 SESSIONS=${SESSIONS:-$([ $small = 1 ] && echo 6 || echo 48)}
 T0_SESSIONS=${T0_SESSIONS:-$([ $small = 1 ] && echo 2 || echo 8)}
 P3_ARGS=${P3_ARGS:-$([ $small = 1 ] && echo "--session-tokens 64 --append 16 --gen 2")}
+SS_PROMPT=${SS_PROMPT:-$([ $small = 1 ] && echo 64 || echo 512)}
+SS_GEN=${SS_GEN:-$([ $small = 1 ] && echo 8 || echo 64)}
+SS_PAIRS=${SS_PAIRS:-$([ $small = 1 ] && echo 1 || echo 2)}
 # LLAMA_DIR: llama.cpp's Vulkan llama-bench and llama-server (the pack's llama/ when it has one):
 # then phase 4, bench/gpu_vs_llama.sh, gets the last VS_S (150) seconds of a longer budget (560)
 [ -z "${LLAMA_DIR:-}" ] && [ -n "${PACK:-}" ] && [ -x "$PACK/llama/llama-server" ] && LLAMA_DIR=$PACK/llama
@@ -280,38 +286,42 @@ else
       done
     done
   fi
-  # a single stream with and without the tensor cores (F16 weights only: the switch changes nothing else)
-  cm_run() { # cm_run ON: "prompt_tokens prefill_tok_s decode_tok_s" of one kvtier run on SHAPE3's model
-    KVT_VK_COOPMAT=$1 timeout -k 5 60 "$BUILD/kvtier" run --device "$DEVICE" -m "$cm_model" -f "$OUT/cm-prompt.txt" \
-      -n "${CM_GEN:-64}" --ignore-eos --no-cache --temp 0 -c 4096 >/dev/null 2>"$OUT/cm-run.err" || return 1
+  # a single stream (`kvtier run`) under each switch worth comparing, alternated: as shipped, with every command
+  # list waited for (KVT_VK_INFLIGHT=1: the host records while the device idles, as before lists overlapped) and,
+  # on a device that has them with F16 weights, the tensor cores (KVT_VK_COOPMAT=1)
+  ss_run() { # ss_run VAR=VALUE: "prompt_tokens prefill_tok_s decode_tok_s" of one kvtier run on SHAPE3's model
+    env "$1" timeout -k 5 60 "$BUILD/kvtier" run --device "$DEVICE" -m "$ss_model" -f "$OUT/ss-prompt.txt" \
+      -n "$SS_GEN" --ignore-eos --no-cache --temp 0 -c 4096 >/dev/null 2>"$OUT/ss-run.err" || return 1
     sed -n 's/.*prompt \([0-9]*\) tokens.*prefill [0-9.]* ms, \([0-9.]*\) tok\/s.*decode \([0-9.]*\) tok\/s.*/\1 \2 \3/p' \
-      "$OUT/cm-run.err" | tail -n 1
+      "$OUT/ss-run.err" | tail -n 1
   }
-  cm_phase() {
-    local i on r end=$((SECONDS + $1))
-    KVT=$BUILD/kvtier MODEL=$cm_model
+  ss_phase() { # ss_phase SECONDS VARIANT...: each VARIANT (name=VAR=VALUE) in turn, SS_PAIRS rounds
+    local i v r pt pf dc end=$((SECONDS + $1)); shift
+    KVT=$BUILD/kvtier MODEL=$ss_model
     . bench/prompt_lib.sh
-    make_prompt "${CM_PROMPT:-512}" "$OUT/cm-prompt.txt" || return 1
-    for i in $(seq 1 "${CM_PAIRS:-2}"); do
-      for on in 0 1; do
-        [ $SECONDS -lt $end ] || { echo "cm: out of time after $((i - 1)) pairs"; return 0; }
-        r=$(cm_run $on) || { echo "cm: KVT_VK_COOPMAT=$on failed:"; tail -3 "$OUT/cm-run.err"; return 1; }
-        set -- $r
-        echo "cm.coopmat$on.$i.prompt_tokens=$1"; echo "cm.coopmat$on.$i.prefill_tok_s=$2"
-        echo "cm.coopmat$on.$i.decode_tok_s=$3"
+    make_prompt "$SS_PROMPT" "$OUT/ss-prompt.txt" || return 1
+    for i in $(seq 1 "$SS_PAIRS"); do
+      for v in "$@"; do
+        [ $SECONDS -lt $end ] || { echo "ss: out of time after $((i - 1)) rounds"; return 0; }
+        r=$(ss_run "${v#*=}") || { echo "ss: ${v#*=} failed:"; tail -3 "$OUT/ss-run.err"; return 1; }
+        read -r pt pf dc <<<"$r"
+        echo "ss.${v%%=*}.$i.prompt_tokens=$pt"; echo "ss.${v%%=*}.$i.prefill_tok_s=$pf"
+        echo "ss.${v%%=*}.$i.decode_tok_s=$dc"
       done
     done
   }
-  lim=$(( $(left) - 300 )); [ $lim -gt "${CM_MAX_S:-90}" ] && lim=${CM_MAX_S:-90}
-  if [ $cm = 1 ] && [ "$WTYPE" = f16 ] && [ $lim -ge 30 ]; then
+  lim=$(( $(left) - 300 )); [ $lim -gt "${SS_MAX_S:-90}" ] && lim=${SS_MAX_S:-90}
+  ss_vars=(shipped=KVT_VK_INFLIGHT=2 inflight1=KVT_VK_INFLIGHT=1)
+  [ $cm = 1 ] && [ "$WTYPE" = f16 ] && ss_vars+=(coopmat1=KVT_VK_COOPMAT=1)
+  if [ $lim -ge 30 ]; then
     wait_model "$SHAPE3"
-    cm_model=bench/out/bench-gpu-$SHAPE3.gguf
-    note "cm: single stream on $cm_model, KVT_VK_COOPMAT=0 and 1 alternated, limit ${lim} s"
-    phase cm cm_phase "$lim"
-    grep -E '^cm\.' "$OUT/cm.txt" >>"$RESULTS"
-    grep -E '_tok_s=' "$OUT/cm.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
-  elif [ $cm = 1 ]; then
-    note "cm: skipped (WTYPE=$WTYPE is not f16, or only $(left) s of BUDGET_S=$BUDGET_S left)"
+    ss_model=bench/out/bench-gpu-$SHAPE3$([ "$WTYPE" = f16 ] || echo "-$WTYPE").gguf
+    note "ss: single stream on $ss_model, ${ss_vars[*]} alternated, limit ${lim} s"
+    phase ss ss_phase "$lim" "${ss_vars[@]}"
+    grep -E '^ss\.' "$OUT/ss.txt" >>"$RESULTS"
+    grep -E '_tok_s=' "$OUT/ss.txt" | sed 's/^/  /' | tee -a "$SUMMARY"
+  else
+    note "ss: skipped (only $(left) s of BUDGET_S=$BUDGET_S left)"
   fi
   wait_model "$SHAPE"
   # phase 2 leaves phase 3 at least 150 s; phase 3 takes what is left, less 10 s for the summary

@@ -8,8 +8,8 @@
 #include "engine_impl.h"
 #include "gpu.h"
 
-/* Layers recorded in one submission: a layer is ~20 dispatches, and a
- * recording holds a bounded number of them. */
+/* Layers in one command list (kvt_gpu_flush) once the first few are queued:
+ * a layer is ~20 dispatches, and a list holds a bounded number of them. */
 #define LAYERS_PER_SUBMIT 8
 /* The page I/O staging buffer's size: runs longer than this go in pieces. */
 #define IO_STAGE_BYTES (64ull << 20)

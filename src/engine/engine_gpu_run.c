@@ -343,13 +343,13 @@ static int rec_layer(kvt_engine *e, kvt_eng_gpu *g, int32_t l, uint32_t n) {
     return rc ? rc : rec_ffn(e, g, l, n);
 }
 
-/* The logits of wanted rows w0 .. w0+m-1 into logits: the final norm and the
- * output matrix over those rows only, copied to the host. */
-static int logits_pass(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m, float *logits) {
+/* Records the logits of wanted rows w0 .. w0+m-1: the final norm and the
+ * output matrix over those rows only, and their copy to out_stage. */
+static int rec_logits(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m) {
     const kvt_hparams *hp = &e->model->hp;
     const uint64_t rowb = (uint64_t)hp->n_embd * 4, vb = (uint64_t)hp->n_vocab * 4;
     kvt_gpu_region r[64];
-    int rc = kvt_gpu_begin(g->d);
+    int rc = 0;
     for (int32_t i0 = 0; !rc && i0 < m; i0 += 64) {
         int32_t c = KVT_MIN(64, m - i0);
         for (int32_t i = 0; i < c; i++)
@@ -367,9 +367,16 @@ static int logits_pass(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m, flo
     }
     r[0] = (kvt_gpu_region){0, 0, (uint64_t)m * vb};
     if (!rc) rc = kvt_gpu_rec_copy(g->d, g->logits, g->out_stage, r, 1);
+    return rc;
+}
+
+/* The logits of wanted rows w0 .. w0+m-1 into logits, as a submission of their own. */
+static int logits_pass(kvt_engine *e, kvt_eng_gpu *g, int32_t w0, int32_t m, float *logits) {
+    int rc = kvt_gpu_begin(g->d);
+    if (!rc) rc = rec_logits(e, g, w0, m);
     if (!rc) rc = kvt_gpu_submit(g->d);
     else kvt_gpu_abort(g->d);
-    if (!rc) memcpy(logits, kvt_gpu_buf_host(g->out_stage), (size_t)m * vb);
+    if (!rc) memcpy(logits, kvt_gpu_buf_host(g->out_stage), (size_t)m * (size_t)e->model->hp.n_vocab * 4);
     return rc;
 }
 
@@ -406,8 +413,16 @@ static int x_to_host(kvt_engine *e, kvt_eng_gpu *g, int32_t n) {
     return rc ? kvt_fail_prefix(rc, "GPU forward pass of %d tokens: ", n) : 0;
 }
 
-/* Long: the device's layers in submissions of a few, then with every layer here the hidden rows and logits,
- * or with partial offload the residual rows back to the host. */
+/* Whether the device starts on what is recorded after layer l while the host records the next layers: after
+ * layers 1, 2 and 4, so the device starts early, then every LAYERS_PER_SUBMIT. */
+static int flush_after(int32_t l) {
+    const int32_t k = l + 1;
+    return k % LAYERS_PER_SUBMIT == 0 || (k < LAYERS_PER_SUBMIT && (k & (k - 1)) == 0);
+}
+
+/* Long: the device's layers in command lists the device runs while the next are recorded, then with every layer
+ * here the hidden rows and the first logits in the last list, or with partial offload the residual rows back to
+ * the host. */
 int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits, const int8_t *want_hidden,
                         float **hidden) {
     kvt_eng_gpu *g = e->gpu;
@@ -419,17 +434,16 @@ int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits,
     if (!rc) rc = rec_inputs(e, g, n);
     for (int32_t l = 0; !rc && l < g->n_layer; l++) {
         rc = rec_layer(e, g, l, (uint32_t)n);
-        if (!rc && (l + 1) % LAYERS_PER_SUBMIT == 0 && l + 1 < g->n_layer) {
-            rc = kvt_gpu_submit(g->d);
-            if (!rc) rc = kvt_gpu_begin(g->d);
-        }
+        if (!rc && flush_after(l) && l + 1 < g->n_layer) rc = kvt_gpu_flush(g->d);
     }
     if (g->n_layer < hp->n_layer) {
         if (rc) kvt_gpu_abort(g->d);
         return rc ? kvt_fail_prefix(rc, "GPU forward pass of %d tokens: ", n) : x_to_host(e, g, n);
     }
-    /* the hidden rows ride in the last layers' submission: no extra wait */
+    /* the hidden rows and the first logits ride in the last layers' list: no extra wait */
+    const int32_t m0 = KVT_MIN((int32_t)g->lg, n_want);
     if (!rc && n_hid) rc = rec_hidden(e, g, n, want_hidden);
+    if (!rc && m0 > 0) rc = rec_logits(e, g, 0, m0);
     if (!rc) rc = kvt_gpu_submit(g->d);
     else kvt_gpu_abort(g->d);
     if (!rc && n_hid) {
@@ -437,7 +451,8 @@ int kvt_eng_gpu_forward(kvt_engine *e, int32_t n, int32_t n_want, float *logits,
         memcpy(*hidden, kvt_gpu_buf_host(g->in_stage), bytes);
         *hidden += (int64_t)n_hid * hp->n_embd;
     }
-    for (int32_t w0 = 0; !rc && w0 < n_want; w0 += (int32_t)g->lg) {
+    if (!rc && m0 > 0) memcpy(logits, kvt_gpu_buf_host(g->out_stage), (size_t)m0 * (size_t)hp->n_vocab * 4);
+    for (int32_t w0 = m0; !rc && w0 < n_want; w0 += (int32_t)g->lg) {
         int32_t m = KVT_MIN((int32_t)g->lg, n_want - w0);
         rc = logits_pass(e, g, w0, m, logits + (int64_t)w0 * hp->n_vocab);
     }

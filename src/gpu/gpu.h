@@ -147,9 +147,9 @@ int kvt_gpu_pipe_new(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push
 void kvt_gpu_pipe_free(kvt_gpu_pipe *p);
 
 /* ---- recording and submission ----------------------------------------------------- *
- * A device records into one command list at a time: begin, any number of
- * copies, dispatches, barriers and timestamps, then submit, which waits on a
- * fence. Between begin and submit nothing runs. */
+ * A device records one recording at a time: begin, any number of copies,
+ * dispatches, barriers, timestamps and flushes, then submit, which waits for
+ * all of it. Nothing runs before the first flush or the submit. */
 int kvt_gpu_begin(kvt_gpu_dev *d);
 /* Many regions from src to dst in one copy command. */
 int kvt_gpu_rec_copy(kvt_gpu_dev *d, kvt_gpu_buf *src, kvt_gpu_buf *dst, const kvt_gpu_region *r, size_t n);
@@ -167,12 +167,20 @@ int kvt_gpu_rec_timestamp(kvt_gpu_dev *d, uint32_t *slot);
  * every later submission (KVT_VK_LOSE_AFTER=N makes submission N and those
  * after it fail so, to test the callers). */
 int kvt_gpu_submit(kvt_gpu_dev *d);
+/* Queues what was recorded so far and goes on recording without waiting for
+ * it, so the device runs it while the host records the rest (at most two
+ * command lists in flight; KVT_VK_INFLIGHT=1 waits here instead). What it
+ * queued is visible to what is recorded after, as after a barrier; the host
+ * sees results only after kvt_gpu_submit. Fails as kvt_gpu_submit does, with
+ * no recording open then. */
+int kvt_gpu_flush(kvt_gpu_dev *d);
 /* 1 once a submission found the device lost (or KVT_VK_LOSE_AFTER said so):
  * it stays lost, every later submission fails, and only a new device (a
  * restart) works again. */
 int kvt_gpu_lost(const kvt_gpu_dev *d);
-/* Drops an open recording without running it (after a recording call
- * failed); nothing when none is open. */
+/* Drops an open recording without running what was recorded since the last
+ * flush, and waits for what was flushed (after a recording call failed);
+ * nothing when none is open. */
 void kvt_gpu_abort(kvt_gpu_dev *d);
 /* Nanoseconds between two timestamps of the last submission. */
 int kvt_gpu_elapsed_ns(kvt_gpu_dev *d, uint32_t from, uint32_t to, double *ns);

@@ -60,6 +60,7 @@ int kvt_gpu_rec_dispatch(kvt_gpu_dev *d, kvt_gpu_pipe *p, kvt_gpu_buf *const *bu
 int kvt_gpu_rec_barrier(kvt_gpu_dev *d) { return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN); }
 int kvt_gpu_rec_timestamp(kvt_gpu_dev *d, uint32_t *slot) { return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN); }
 int kvt_gpu_submit(kvt_gpu_dev *d) { return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN); }
+int kvt_gpu_flush(kvt_gpu_dev *d) { return kvt_fail(KVT_EUNSUPPORTED, "%s", NO_VULKAN); }
 void kvt_gpu_abort(kvt_gpu_dev *d) { (void)d; }
 int kvt_gpu_lost(const kvt_gpu_dev *d) { return (void)d, 0; }
 int kvt_gpu_elapsed_ns(kvt_gpu_dev *d, uint32_t from, uint32_t to, double *ns) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Compute pipelines of the embedded shaders, and the one command list a device
- * records at a time: copies, dispatches, barriers, timestamps, then a submit
- * that waits on a fence. */
+ * records at a time: copies, dispatches, barriers, timestamps, flushes that
+ * queue what is recorded so far and go on in a second command list, then a
+ * submit that waits for all of it. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,14 +123,42 @@ static int need_recording(kvt_gpu_dev *d, const char *what) {
     return d->recording ? 0 : kvt_fail(KVT_EARG, "gpu %s: not between kvt_gpu_begin and kvt_gpu_submit", what);
 }
 
-int kvt_gpu_begin(kvt_gpu_dev *d) {
-    if (d->recording) return kvt_fail(KVT_EARG, "gpu begin: a recording is already open");
-    VkResult r = d->f.vkResetCommandPool(d->dev, d->cpool, 0);
-    if (r == VK_SUCCESS) r = d->f.vkResetDescriptorPool(d->dev, d->dpool, 0);
+/* Makes slot i the one recorded into: waits for what it ran before, resets its pools, begins its list. */
+static int slot_start(kvt_gpu_dev *d, int i) {
+    struct kvt_vk_slot *s = &d->slot[i];
+    VkResult r = VK_SUCCESS;
+    if (s->busy) {
+        r = d->f.vkWaitForFences(d->dev, 1, &s->fence, VK_TRUE, UINT64_MAX);
+        s->busy = 0;
+        if (r == VK_ERROR_DEVICE_LOST) d->lost = 1;
+    }
+    if (r == VK_SUCCESS) r = d->f.vkResetCommandPool(d->dev, s->cpool, 0);
+    if (r == VK_SUCCESS) r = d->f.vkResetDescriptorPool(d->dev, s->dpool, 0);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (r == VK_SUCCESS) r = d->f.vkBeginCommandBuffer(d->cmd, &bi);
+    if (r == VK_SUCCESS) r = d->f.vkBeginCommandBuffer(s->cmd, &bi);
     if (r != VK_SUCCESS) return kvt_vk_fail(r, "gpu begin");
+    d->cur = i;
+    d->cmd = s->cmd;
+    d->dpool = s->dpool;
+    return 0;
+}
+
+int kvt_vk_wait_slots(kvt_gpu_dev *d, const char *what) {
+    VkFence f[KVT_VK_SLOTS];
+    uint32_t n = 0;
+    for (int i = 0; i < KVT_VK_SLOTS; i++)
+        if (d->slot[i].busy) f[n++] = d->slot[i].fence, d->slot[i].busy = 0;
+    VkResult r = n ? d->f.vkWaitForFences(d->dev, n, f, VK_TRUE, UINT64_MAX) : VK_SUCCESS;
+    if (r == VK_ERROR_DEVICE_LOST) d->lost = 1;
+    return r == VK_SUCCESS ? 0 : kvt_vk_fail(r, what);
+}
+
+int kvt_gpu_begin(kvt_gpu_dev *d) {
+    if (d->recording) return kvt_fail(KVT_EARG, "gpu begin: a recording is already open");
+    int rc = kvt_vk_wait_slots(d, "gpu begin");
+    if (!rc) rc = slot_start(d, d->cur);
+    if (rc) return rc;
     if (d->qpool) d->f.vkCmdResetQueryPool(d->cmd, d->qpool, 0, KVT_VK_MAX_QUERIES);
     d->n_queries = 0;
     d->n_sync++;
@@ -228,6 +257,8 @@ void kvt_gpu_abort(kvt_gpu_dev *d) {
     if (!d || !d->recording) return;
     d->f.vkEndCommandBuffer(d->cmd);
     d->recording = 0;
+    /* lists flushed before still run: the caller may free or reuse what they use once this returns */
+    kvt_vk_wait_slots(d, "gpu abort");
 }
 
 /* KVT_VK_LOSE_AFTER=N: submission N and every one after it fail as a lost
@@ -239,26 +270,52 @@ static int lose_injected(kvt_gpu_dev *d) {
     return d->lost;
 }
 
+/* Ends the open list and queues it on its slot's fence; on failure nothing is open and nothing of ours runs. */
+static int end_and_queue(kvt_gpu_dev *d, const char *what) {
+    if (lose_injected(d)) {
+        kvt_gpu_abort(d);
+        return kvt_fail(-EIO, "%s: the device '%s' was lost (VK_ERROR_DEVICE_LOST, injected by KVT_VK_LOSE_AFTER)",
+                        what, d->info.name);
+    }
+    struct kvt_vk_slot *s = &d->slot[d->cur];
+    VkResult r = d->f.vkEndCommandBuffer(d->cmd);
+    d->recording = 0;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &d->cmd};
+    if (r == VK_SUCCESS) r = d->f.vkResetFences(d->dev, 1, &s->fence);
+    if (r == VK_SUCCESS) r = d->f.vkQueueSubmit(d->queue, 1, &si, s->fence);
+    if (r == VK_SUCCESS) s->busy = 1;
+    if (r == VK_ERROR_DEVICE_LOST) d->lost = 1;
+    if (r == VK_SUCCESS) return 0;
+    kvt_vk_wait_slots(d, what);
+    return kvt_vk_fail(r, what);
+}
+
+int kvt_gpu_flush(kvt_gpu_dev *d) {
+    int rc = need_recording(d, "flush");
+    if (rc) return rc;
+    /* what this list wrote is visible to the next one, as after kvt_gpu_rec_barrier */
+    kvt_gpu_rec_barrier(d);
+    rc = end_and_queue(d, "gpu flush");
+    /* with KVT_VK_INFLIGHT=1 the list is waited for here, as kvt_gpu_submit waits */
+    if (!rc && d->inflight < 2) rc = kvt_vk_wait_slots(d, "gpu flush");
+    /* the next list goes to the other slot, once the list that slot ran last is done */
+    if (!rc) rc = slot_start(d, (d->cur + 1) % KVT_VK_SLOTS);
+    if (rc) {
+        kvt_vk_wait_slots(d, "gpu flush");
+        return rc;
+    }
+    d->n_sync++;
+    d->recording = 1;
+    return 0;
+}
+
 int kvt_gpu_submit(kvt_gpu_dev *d) {
     int rc = need_recording(d, "submit");
     if (rc) return rc;
-    if (lose_injected(d)) {
-        kvt_gpu_abort(d);
-        return kvt_fail(-EIO,
-                        "gpu submit: the device '%s' was lost (VK_ERROR_DEVICE_LOST, injected by "
-                        "KVT_VK_LOSE_AFTER)",
-                        d->info.name);
-    }
-    d->recording = 0;
     /* what the device wrote is visible to the host once the fence is signalled */
     barrier(d, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
-    VkResult r = d->f.vkEndCommandBuffer(d->cmd);
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &d->cmd};
-    if (r == VK_SUCCESS) r = d->f.vkResetFences(d->dev, 1, &d->fence);
-    if (r == VK_SUCCESS) r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
-    if (r == VK_SUCCESS) r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
-    if (r == VK_ERROR_DEVICE_LOST) d->lost = 1;
-    return r == VK_SUCCESS ? 0 : kvt_vk_fail(r, "gpu submit");
+    rc = end_and_queue(d, "gpu submit");
+    return rc ? rc : kvt_vk_wait_slots(d, "gpu submit");
 }
 
 int kvt_gpu_lost(const kvt_gpu_dev *d) { return d && d->lost; }

@@ -46,6 +46,22 @@ static void max_pinned_of(kvt_gpu_dev *d) {
     if (m4.maxBufferSize && m4.maxBufferSize < d->max_pinned) d->max_pinned = m4.maxBufferSize;
 }
 
+/* KVT_VK_INFLIGHT=1 makes every flush wait for its command list, as before
+ * lists overlapped (to compare the two); 2, the default, lets the device run
+ * one list while the next is recorded. */
+static int inflight_from_env(kvt_gpu_dev *d) {
+    const char *v = getenv("KVT_VK_INFLIGHT");
+    d->inflight = KVT_VK_SLOTS;
+    if (!v || !*v) return 0;
+    if (strcmp(v, "1") && strcmp(v, "2"))
+        return kvt_fail(KVT_EARG,
+                        "KVT_VK_INFLIGHT must be 1 (wait for each command list) or 2 (record the next while one "
+                        "runs), not '%s'",
+                        v);
+    d->inflight = v[0] - '0';
+    return 0;
+}
+
 static int max_binding_from_env(kvt_gpu_dev *d) {
     mem_limit_from_env(d);
     d->max_binding = d->info.max_binding;
@@ -135,21 +151,27 @@ static int create_device(kvt_gpu_dev *d) {
 #undef DEV
     d->f.vkGetDeviceQueue(d->dev, d->qfam, 0, &d->queue);
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = d->qfam};
-    if ((r = d->f.vkCreateCommandPool(d->dev, &pci, NULL, &d->cpool))) return kvt_vk_fail(r, "vkCreateCommandPool");
-    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                       .commandPool = d->cpool,
-                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                       .commandBufferCount = 1};
-    if ((r = d->f.vkAllocateCommandBuffers(d->dev, &cai, &d->cmd))) return kvt_vk_fail(r, "vkAllocateCommandBuffers");
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = d->f.vkCreateFence(d->dev, &fci, NULL, &d->fence))) return kvt_vk_fail(r, "vkCreateFence");
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, KVT_VK_MAX_SETS * KVT_GPU_MAX_BINDINGS};
     VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                       .maxSets = KVT_VK_MAX_SETS,
                                       .poolSizeCount = 1,
                                       .pPoolSizes = &ps};
-    if ((r = d->f.vkCreateDescriptorPool(d->dev, &dpi, NULL, &d->dpool)))
-        return kvt_vk_fail(r, "vkCreateDescriptorPool");
+    for (int i = 0; i < KVT_VK_SLOTS; i++) {
+        struct kvt_vk_slot *s = &d->slot[i];
+        if ((r = d->f.vkCreateCommandPool(d->dev, &pci, NULL, &s->cpool))) return kvt_vk_fail(r, "vkCreateCommandPool");
+        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                           .commandPool = s->cpool,
+                                           .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                           .commandBufferCount = 1};
+        if ((r = d->f.vkAllocateCommandBuffers(d->dev, &cai, &s->cmd)))
+            return kvt_vk_fail(r, "vkAllocateCommandBuffers");
+        if ((r = d->f.vkCreateFence(d->dev, &fci, NULL, &s->fence))) return kvt_vk_fail(r, "vkCreateFence");
+        if ((r = d->f.vkCreateDescriptorPool(d->dev, &dpi, NULL, &s->dpool)))
+            return kvt_vk_fail(r, "vkCreateDescriptorPool");
+    }
+    d->cmd = d->slot[0].cmd;
+    d->dpool = d->slot[0].dpool;
     if (d->info.timestamps) {
         VkQueryPoolCreateInfo qpi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                      .queryType = VK_QUERY_TYPE_TIMESTAMP,
@@ -189,6 +211,7 @@ int kvt_gpu_open(int index, kvt_gpu_dev **out) {
                                 &d->info.mm_rows_wide);
         d->vi.f.vkGetPhysicalDeviceMemoryProperties(d->pd, &d->mem);
         d->force_staging = env_flag("KVT_VK_FORCE_STAGING");
+        if (!rc) rc = inflight_from_env(d);
         max_pinned_of(d);
         if (!rc) rc = max_binding_from_env(d);
         if (!rc) rc = kvt_vk_cm_select(d);
@@ -209,9 +232,14 @@ void kvt_gpu_close(kvt_gpu_dev *d) {
     kvt_gpu_buf_free(d->stage);
     if (d->dev) {
         if (d->qpool) d->f.vkDestroyQueryPool(d->dev, d->qpool, NULL);
-        if (d->dpool) d->f.vkDestroyDescriptorPool(d->dev, d->dpool, NULL);
-        if (d->fence) d->f.vkDestroyFence(d->dev, d->fence, NULL);
-        if (d->cpool) d->f.vkDestroyCommandPool(d->dev, d->cpool, NULL);
+        /* nothing of ours may still run when its objects go */
+        kvt_vk_wait_slots(d, "gpu close");
+        for (int i = 0; i < KVT_VK_SLOTS; i++) {
+            struct kvt_vk_slot *s = &d->slot[i];
+            if (s->dpool) d->f.vkDestroyDescriptorPool(d->dev, s->dpool, NULL);
+            if (s->fence) d->f.vkDestroyFence(d->dev, s->fence, NULL);
+            if (s->cpool) d->f.vkDestroyCommandPool(d->dev, s->cpool, NULL);
+        }
         d->f.vkDestroyDevice(d->dev, NULL);
     }
     kvt_vk_inst_free(&d->vi);

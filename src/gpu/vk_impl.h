@@ -118,7 +118,8 @@ void kvt_vk_describe(const kvt_vk_inst *vi, uint32_t i, kvt_gpu_info *info);
 /* A VkResult as a kvt error with "what: VK_ERROR_..." as the detail. */
 int kvt_vk_fail(VkResult r, const char *what);
 
-#define KVT_VK_MAX_SETS 1024           /* dispatches in one recording */
+#define KVT_VK_MAX_SETS 1024           /* dispatches in one command list */
+#define KVT_VK_SLOTS 2                 /* command lists in flight at once (kvt_gpu_flush) */
 #define KVT_VK_MAX_QUERIES 256         /* timestamps in one recording */
 #define KVT_VK_STAGE_BYTES (16u << 20) /* the device's staging buffer for uploads/downloads */
 
@@ -131,14 +132,23 @@ struct kvt_gpu_dev {
     VkQueue queue;
     uint32_t qfam;
     VkPhysicalDeviceMemoryProperties mem;
-    VkCommandPool cpool;
-    VkCommandBuffer cmd;
-    VkFence fence;
-    VkDescriptorPool dpool;
-    VkQueryPool qpool;  /* VK_NULL_HANDLE without timestamps */
-    double ts_period;   /* ns per tick */
-    uint64_t ts_mask;   /* the valid bits of a timestamp */
-    uint32_t n_queries; /* written in this recording */
+    /* Command lists in flight at once: a recording flushed by kvt_gpu_flush runs
+     * on the device while the next one is recorded into the other slot. */
+    struct kvt_vk_slot {
+        VkCommandPool cpool;
+        VkCommandBuffer cmd;
+        VkFence fence;
+        VkDescriptorPool dpool;
+        int busy; /* submitted, its fence not yet waited on */
+    } slot[KVT_VK_SLOTS];
+    int cur;                /* the slot being recorded */
+    int inflight;           /* KVT_VK_INFLIGHT: 2 (default) or 1 (every flush waits, as a submit does) */
+    VkCommandBuffer cmd;    /* slot[cur]'s */
+    VkDescriptorPool dpool; /* slot[cur]'s */
+    VkQueryPool qpool;      /* VK_NULL_HANDLE without timestamps */
+    double ts_period;       /* ns per tick */
+    uint64_t ts_mask;       /* the valid bits of a timestamp */
+    uint32_t n_queries;     /* written in this recording */
     int recording;
     uint64_t n_submits; /* since open, for KVT_VK_LOSE_AFTER */
     uint64_t dev_bytes; /* device buffers' bytes now, and KVT_VK_MEM_LIMIT's cap on them (0: none) */
@@ -184,6 +194,9 @@ struct kvt_gpu_pipe {
  * cannot be made): the kernels make every pipeline of every weight type, KV
  * type and architecture, and an engine dispatches a few of them, so only
  * those cost a shader compile. The name and sizes are checked here. */
+/* Waits for every submitted command list (vk_cmd.c); marks the device lost if one found it so. */
+int kvt_vk_wait_slots(kvt_gpu_dev *d, const char *what);
+
 int kvt_vk_pipe_lazy(kvt_gpu_dev *d, const char *name, int n_bufs, uint32_t push_bytes, kvt_gpu_pipe **out);
 
 /* kvt_vk_pipe_lazy with specialization constants (as kvt_vk_pipe_new_spec takes them). */

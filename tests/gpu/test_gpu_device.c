@@ -2,8 +2,10 @@
 /* The GPU device layer on whatever Vulkan device 0 is (lavapipe here): the
  * listing, open errors, buffer round trips through a mapping and through
  * staging copies (KVT_VK_FORCE_STAGING=1), one submission of many copy
- * regions, timestamps, a lowered storage binding limit refused, out of
- * device memory, and no validation message on the way but a deliberate one. Skips (77) without a device. */
+ * regions, timestamps, flushed command lists that run while the next is
+ * recorded, a lowered storage binding limit refused, out of device memory,
+ * and no validation message on the way but a deliberate one. Skips (77)
+ * without a device. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -105,6 +107,95 @@ out:
     kvt_gpu_buf_free(b);
 }
 
+/* x[i] = 0 and y[i] = 1 in device buffers of n floats. */
+static int zero_and_ones(kvt_gpu_dev *d, kvt_gpu_buf *x, kvt_gpu_buf *y, uint32_t n) {
+    float *h = malloc(n * sizeof *h);
+    for (uint32_t i = 0; i < n; i++) h[i] = 1.0f;
+    int rc = kvt_gpu_upload(d, y, 0, h, n * sizeof *h);
+    memset(h, 0, n * sizeof *h);
+    if (!rc) rc = kvt_gpu_upload(d, x, 0, h, n * sizeof *h);
+    free(h);
+    return rc;
+}
+
+/* How many of x's n floats are not want. */
+static uint32_t wrong_floats(kvt_gpu_dev *d, kvt_gpu_buf *x, uint32_t n, float want) {
+    float *h = calloc(n, sizeof *h);
+    uint32_t bad = n;
+    if (!kvt_gpu_download(d, x, 0, h, n * sizeof *h)) {
+        bad = 0;
+        for (uint32_t i = 0; i < n; i++) bad += h[i] != want;
+    }
+    free(h);
+    return bad;
+}
+
+/* Long: a chain of dependent adds (x += y) over many flushed command lists,
+ * each reading what the one before wrote, with more dispatches in all than one
+ * list holds; the same with KVT_VK_INFLIGHT=1; a recording aborted after a
+ * flush (what was flushed ran, the rest did not); a flush that finds the device
+ * lost; bad KVT_VK_INFLIGHT values refused. */
+static void test_flush(const char *inflight) {
+    setenv("KVT_VK_INFLIGHT", inflight, 1);
+    kvt_gpu_dev *d = NULL;
+    int rc = kvt_gpu_open(0, &d);
+    unsetenv("KVT_VK_INFLIGHT");
+    CHECKF(rc == 0, "%s", kvt_errmsg());
+    if (rc) return;
+    enum { N = 4099, ADDS = 1500, PER_LIST = 250 }; /* 1500 dispatches: one list holds 1024 */
+    kvt_gpu_kernels *k = NULL;
+    kvt_gpu_buf *x = NULL, *y = NULL;
+    CHECK(kvt_gpu_kernels_new(d, &k) == 0);
+    CHECK(kvt_gpu_buf_new(d, KVT_GPU_DEVICE, N * 4, &x) == 0);
+    CHECK(kvt_gpu_buf_new(d, KVT_GPU_DEVICE, N * 4, &y) == 0);
+    if (!k || !x || !y || zero_and_ones(d, x, y, N)) goto out;
+    rc = kvt_gpu_begin(d);
+    for (int i = 1; !rc && i <= ADDS; i++) {
+        rc = kvt_gpu_rec_add(k, x, y, N);
+        if (!rc) rc = i % PER_LIST ? kvt_gpu_rec_barrier(d) : kvt_gpu_flush(d);
+    }
+    if (!rc) rc = kvt_gpu_submit(d);
+    CHECKF(rc == 0, "%s", kvt_errmsg());
+    uint32_t bad = wrong_floats(d, x, N, (float)ADDS);
+    CHECKF(bad == 0, "KVT_VK_INFLIGHT=%s: %u of %d sums are not %d after %d flushed lists", inflight, bad, N, ADDS,
+           ADDS / PER_LIST);
+    /* aborted after a flush: the 3 flushed adds ran, the 2 after them did not */
+    CHECK(zero_and_ones(d, x, y, N) == 0);
+    CHECK(kvt_gpu_begin(d) == 0);
+    for (int i = 0; i < 3; i++) CHECK(kvt_gpu_rec_add(k, x, y, N) == 0 && kvt_gpu_rec_barrier(d) == 0);
+    CHECK(kvt_gpu_flush(d) == 0);
+    for (int i = 0; i < 2; i++) CHECK(kvt_gpu_rec_add(k, x, y, N) == 0 && kvt_gpu_rec_barrier(d) == 0);
+    kvt_gpu_abort(d);
+    CHECK(kvt_gpu_submit(d) == KVT_EARG); /* nothing open after the abort */
+    bad = wrong_floats(d, x, N, 3.0f);
+    CHECKF(bad == 0, "%u of %d sums are not 3 after an abort that followed a flush", bad, N);
+    /* the device lost on a flush: it fails naming the loss, leaves nothing open, and stays lost */
+    setenv("KVT_VK_LOSE_AFTER", "1", 1);
+    CHECK(kvt_gpu_begin(d) == 0);
+    CHECK(kvt_gpu_rec_add(k, x, y, N) == 0);
+    rc = kvt_gpu_flush(d);
+    unsetenv("KVT_VK_LOSE_AFTER");
+    CHECKF(rc == -EIO && strstr(kvt_errmsg(), "lost"), "%d %s", rc, kvt_errmsg());
+    CHECK(kvt_gpu_lost(d) == 1);
+    CHECK(kvt_gpu_submit(d) == KVT_EARG);
+out:
+    kvt_gpu_buf_free(x);
+    kvt_gpu_buf_free(y);
+    kvt_gpu_kernels_free(k);
+    kvt_gpu_close(d);
+}
+
+static void test_inflight_refused(void) {
+    const char *bad[] = {"0", "3", "two", "1x"};
+    for (int i = 0; i < 4; i++) {
+        setenv("KVT_VK_INFLIGHT", bad[i], 1);
+        kvt_gpu_dev *d = NULL;
+        CHECKF(kvt_gpu_open(0, &d) == KVT_EARG && d == NULL, "KVT_VK_INFLIGHT=%s", bad[i]);
+        CHECKF(strstr(kvt_errmsg(), "KVT_VK_INFLIGHT must be 1") && strstr(kvt_errmsg(), bad[i]), "%s", kvt_errmsg());
+    }
+    unsetenv("KVT_VK_INFLIGHT");
+}
+
 static void test_device(int force_staging) {
     if (force_staging) setenv("KVT_VK_FORCE_STAGING", "1", 1);
     kvt_gpu_dev *d;
@@ -187,6 +278,9 @@ int main(void) {
     test_device(0);
     test_device(1);
     test_max_binding();
+    test_flush("2");
+    test_flush("1");
+    test_inflight_refused();
     uint64_t deliberate = test_messenger();
     gpu_test_no_validation_messages(deliberate);
     return kvt_test_done("test_gpu_device");

@@ -33,7 +33,7 @@ check "cJSON among them" test -f "$TMP/x/lib/libcjson.so.1"
 
 # gpu.sh from the pack, on a machine whose ldconfig knows none of the libraries
 mkdir -p "$TMP/fake" && printf '#!/bin/sh\nexit 0\n' >"$TMP/fake/ldconfig" && chmod +x "$TMP/fake/ldconfig"
-mkdir -p "$TMP/tree/bench" && cp "$KVT_SRC/bench/gpu.sh" "$TMP/tree/bench/"
+mkdir -p "$TMP/tree/bench" && cp "$KVT_SRC/bench/gpu.sh" "$KVT_SRC/bench/prompt_lib.sh" "$TMP/tree/bench/"
 check "gpu.sh runs from the pack" expect_rc 0 env PATH="$TMP/fake:$PATH" PACK="$TMP/carry" SHAPE=tiny \
   GPU_TESTS=test_gpu_device MM_TYPES=f16 NO_REDIS=1 OUT="$TMP/res" TMPDIR="$TMP" BUDGET_S=400 \
   bash "$TMP/tree/bench/gpu.sh"
@@ -43,9 +43,11 @@ check "with the libraries the machine lacked" says "libcjson.so.1" "$S"
 check "the device was listed" says "devices: ok" "$S"
 check "the GPU test passed" says "test_gpu_device: ok" "$S"
 check "it says whether the device has the tensor-core matmul" says "coopmat: vulkan:0 " "$S"
+check "the single stream ran as shipped and with every list waited for" says "ss: ok" "$S"
 check "phase 2 ran" says "bench_phase2: ok" "$S"
 check "phase 3 ran" says "bench_phase3: ok" "$S"
 check "and the whole run passed" says "gpu.sh: ok" "$S"
 check "phase 2's figures are in results.txt" says "bench_phase2.t1_runs_in=" "$TMP/res/results.txt"
+check "and the single stream's, per variant" says "ss.inflight1.1.decode_tok_s=" "$TMP/res/results.txt"
 check "it left no folders behind" is "$(ls -d "$TMP"/kvt-* 2>/dev/null)" ""
 kvt_test_done test_gpu_pack
