@@ -54,6 +54,10 @@
 # bench_phase2.gpu_mm_toks, gpu_mm_rows, gpu_mm_rows_wide and bench_mm.mm_toks,
 # mm_rows, mm_rows_wide in results.txt, a sentence in the summary);
 # KVT_VK_MM_TOKS=8|16|32 and KVT_VK_MM_ROWS=1..8 in the environment pick it.
+# Then, when more than MMS_SPARE_S (420) s are left, phase mm_shapes times one SHAPE3
+# layer's matmuls (MMS_TYPES f16,q4_k; 1 and MMS_TOKENS 512 tokens) at each workgroup
+# shape of MM_SHAPES ("1x32 2x32 2x16 4x16 4x8 8x8", rows x tokens) within MMS_MAX_S
+# (30) s: mm_shape_RxT.* in results.txt, to pick this device's default.
 # The tensor-core F16 matmul (KVT_VK_COOPMAT=1, opt-in): the summary says whether
 # the device has it (from info --devices). Where it does, test_gpu_coopmat holds
 # it to the subgroup-free kernel and the CPU, and bench_mm times F16 again with and
@@ -123,6 +127,11 @@ P3_MAX_S=${P3_MAX_S:-240}
 WTYPE=${WTYPE:-f16}
 MM_TYPES=${MM_TYPES:-f16,q8_0,q4_k,q6_k}
 MM_MAX_S=${MM_MAX_S:-60}
+MM_SHAPES=${MM_SHAPES:-1x32 2x32 2x16 4x16 4x8 8x8}
+MMS_TYPES=${MMS_TYPES:-f16,q4_k}
+MMS_TOKENS=${MMS_TOKENS:-$([ $small = 1 ] && echo 33 || echo 512)}
+MMS_MAX_S=${MMS_MAX_S:-30}
+MMS_SPARE_S=${MMS_SPARE_S:-420}
 TEST_LIMIT_S=${TEST_LIMIT_S:-150}
 REDIS_PORT=${REDIS_PORT:-6391}
 : >"$SUMMARY"
@@ -285,6 +294,29 @@ else
         grep -E 'layer' "$OUT/$name.txt" | grep -v '=' | sed "s/^/  KVT_VK_COOPMAT=$on: /" | tee -a "$SUMMARY"
       done
     done
+  fi
+  # the weight matmul's workgroup shape (KVT_VK_MM_ROWS x KVT_VK_MM_TOKS; the same bits at every shape) on one SHAPE3
+  # layer, decode and a 512-token prefill, only when the budget has room to spare: it tells which default suits
+  # this device; a shape over the device's shared memory is refused when the device opens, and noted
+  lim=$(( $(left) - MMS_SPARE_S )); [ $lim -gt "$MMS_MAX_S" ] && lim=$MMS_MAX_S
+  if [ -x "$BUILD/bench_gpu_mm" ] && [ $lim -ge 15 ]; then
+    end=$((SECONDS + lim))
+    note "mm_shapes: rows x tokens $MM_SHAPES, types $MMS_TYPES, one $SHAPE3 layer, on $DEVICE, limit ${lim} s"
+    for rt in $MM_SHAPES; do
+      [ $((end - SECONDS)) -ge 5 ] || { note "mm_shapes: out of time before $rt"; break; }
+      name=mm_shape_$rt
+      KVT_VK_MM_ROWS=${rt%x*} KVT_VK_MM_TOKS=${rt#*x} timeout -k 5 $((end - SECONDS)) "$BUILD/bench_gpu_mm" \
+        --device "$DEVICE" --shape "$SHAPE3" --types "$MMS_TYPES" --tokens "1,$MMS_TOKENS" --reps 3 >"$OUT/$name.txt" 2>&1
+      rc=$?
+      if [ $rc = 0 ]; then
+        collect "$name"
+        grep -E 'layer' "$OUT/$name.txt" | grep -v '=' | sed "s/^/  $rt: /" | tee -a "$SUMMARY"
+      elif grep -q 'shared memory' "$OUT/$name.txt"; then note "  $rt: not on this device ($(grep -o 'needs [0-9]* bytes[^;]*' "$OUT/$name.txt" | head -1))"
+      else note "  $rt: exit $rc, see $OUT/$name.txt"
+      fi
+    done
+  else
+    note "mm_shapes: skipped (only $(left) s of BUDGET_S=$BUDGET_S left; it runs with more than $((MMS_SPARE_S + 15)))"
   fi
   # a single stream (`kvtier run`) under each switch worth comparing, alternated: as shipped, with every command
   # list waited for (KVT_VK_INFLIGHT=1: the host records while the device idles, as before lists overlapped) and,
