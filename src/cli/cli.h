@@ -244,6 +244,7 @@ typedef struct {
     float mem_fraction; /* --gpu-memory-fraction; 0: the engine's default */
     int ngl_given;      /* --n-gpu-layers / -ngl was given, as: */
     int32_t n_gpu_layers;
+    int chosen; /* --device or $KVTIER_DEVICE named the device */
 } kvt_cli_device;
 /* "cpu", "vulkan" or "vulkan:N" into *out (vulkan and index); -1 if v is none of them. */
 int kvt_cli_device_parse(const char *v, kvt_cli_device *out);
@@ -264,10 +265,17 @@ int kvt_cli_device_opts(int id, const kvt_cli_arg *a, kvt_cli_device *out);
  * $KVTIER_DEVICE the same way when the flag was not given (0 or -1). */
 int kvt_cli_device_flag(int argc, char **argv, int *i, int *given, kvt_cli_device *out);
 int kvt_cli_device_env(kvt_cli_device *out);
+/* After the options: -ngl N (N != 0) with no device named, as llama.cpp's
+ * users offload, puts the model on the first GPU (a discrete one first; a
+ * CPU-type device such as lavapipe is never picked this way, as the CPU
+ * engine is faster there), saying so on stderr naming who ("run"); without
+ * a GPU it stays on the CPU with a note saying why. */
+void kvt_cli_device_auto(const char *who, kvt_cli_device *d);
 /* The engine's device parameter for d (kvt_engine_params.device). */
 int32_t kvt_cli_device_engine(const kvt_cli_device *d);
-/* Sets ep's device, gpu_memory_fraction and n_gpu_layers from d; on the CPU
- * a -ngl above 0 is ignored with a note on stderr naming who ("run"). */
+/* Sets ep's device, gpu_memory_fraction and n_gpu_layers from d; with the
+ * CPU named (--device cpu), a -ngl above 0 is ignored with a note on stderr
+ * naming who ("run"). */
 void kvt_cli_device_apply(const char *who, const kvt_cli_device *d, kvt_engine_params *ep);
 /* Logs (info) the start-up line of a GPU engine: the device, its memory and
  * how the engine split it, the pool in pages, tokens and sessions of n_ctx;

@@ -29,7 +29,8 @@
     "layers on the GPU, as llama.cpp's -ngl: with --device vulkan every\nlayer runs there (-1, 99 or N >= the " \
     "model's layers: the default);\na smaller N runs the first N layers there and the others and the\noutput " \
     "matrix on the CPU, each layer's KV where it runs (0: all on\nthe CPU); a model too large for the GPU is " \
-    "refused naming the\nlargest N that would fit. Ignored on the CPU (also -ngl)"
+    "refused naming the\nlargest N that would fit. Without --device, an N other than 0 puts\nthe model on the " \
+    "first GPU, as llama.cpp does (never on lavapipe,\na CPU); ignored with --device cpu (also -ngl)"
 
 static const kvt_cli_opt device_opts[] = {
     {KVT_CLI_DEVICE_ID, 0, "device", NULL, "DEV", DEVICE_HELP, 0, KVT_CLI_PLAIN},
@@ -93,8 +94,49 @@ int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out) {
         return -1;
     }
     if (dev.vulkan && check_vulkan(a->flag, a->str, dev.index)) return -1;
-    if (out) out->vulkan = dev.vulkan, out->index = dev.index;
+    if (out) out->vulkan = dev.vulkan, out->index = dev.index, out->chosen = 1;
     return 0;
+}
+
+/* The rank of a device type for -ngl's pick: discrete first, then integrated, virtual and other GPUs; 0 for a
+ * CPU (lavapipe), never picked unless KVT_VK_AUTO_CPU=1 (tests) ranks it last. */
+static int auto_rank(const char *type) {
+    if (!strcmp(type, "discrete")) return 4;
+    if (!strcmp(type, "integrated")) return 3;
+    if (strcmp(type, "cpu")) return 2;
+    const char *v = getenv("KVT_VK_AUTO_CPU");
+    return v && !strcmp(v, "1") ? 1 : 0;
+}
+
+void kvt_cli_device_auto(const char *who, kvt_cli_device *d) {
+    if (d->chosen || d->vulkan || !d->ngl_given || d->n_gpu_layers == 0) return;
+    kvt_gpu_info *info = NULL;
+    int n = 0, best = -1, rank = 0, cpus = 0;
+    char why[640] = "this build has no Vulkan";
+    if (kvt_gpu_built() && kvt_gpu_list(&info, &n)) snprintf(why, sizeof why, "%s", kvt_errmsg());
+    else if (kvt_gpu_built() && n == 0) snprintf(why, sizeof why, "the Vulkan loader lists no device");
+    for (int i = 0; i < n; i++) {
+        int r = auto_rank(info[i].type);
+        cpus += !strcmp(info[i].type, "cpu");
+        if (r > rank) rank = r, best = i;
+    }
+    if (best < 0 && n > 0)
+        snprintf(why, sizeof why, "Vulkan lists only %d CPU device%s (%s%s), where the CPU engine is faster", cpus,
+                 cpus == 1 ? "" : "s", info[0].name, cpus > 1 ? ", ..." : "");
+    if (best >= 0) {
+        d->vulkan = 1;
+        d->index = best;
+        fprintf(stderr,
+                "kvtier %s: -ngl %d with no --device: the model runs on vulkan:%d (%s, %s), as llama.cpp offloads "
+                "with -ngl; --device cpu keeps it on the CPU\n",
+                who, (int)d->n_gpu_layers, best, info[best].name, info[best].type);
+    } else {
+        fprintf(stderr,
+                "kvtier %s: --n-gpu-layers (-ngl) is ignored: no GPU was found (%s), so the model runs on the CPU "
+                "(--device vulkan:N runs it on Vulkan device N all the same)\n",
+                who, why);
+    }
+    free(info);
 }
 
 int kvt_cli_device_opts(int id, const kvt_cli_arg *a, kvt_cli_device *out) {
@@ -119,10 +161,10 @@ void kvt_cli_device_apply(const char *who, const kvt_cli_device *d, kvt_engine_p
                 "kvtier %s: --gpu-memory-fraction is ignored: the model runs on the CPU (--device vulkan "
                 "runs it on the GPU)\n",
                 who);
-    if (d->ngl_given && !d->vulkan && d->n_gpu_layers > 0)
+    if (d->ngl_given && !d->vulkan && d->n_gpu_layers > 0 && d->chosen)
         fprintf(stderr,
-                "kvtier %s: --n-gpu-layers (-ngl) is ignored: the model runs on the CPU (--device vulkan "
-                "runs it on the GPU)\n",
+                "kvtier %s: --n-gpu-layers (-ngl) is ignored: the model runs on the CPU, as --device cpu (or "
+                "$KVTIER_DEVICE) says (--device vulkan runs it on the GPU)\n",
                 who);
 }
 

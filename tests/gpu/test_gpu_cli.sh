@@ -5,7 +5,9 @@
 # vulkan[:N], which runs the model on the device when it exists (the same
 # greedy completion twice, and from the cache) and is a usage error (exit 2)
 # saying why when it does not; a malformed value names the flag; a Q4_1 model
-# runs on the device; a model the GPU engine does not run (heads wider than
+# runs on the device; -ngl with no --device runs on the first GPU as
+# llama.cpp's -ngl does (never on a CPU-type device such as lavapipe: the CPU
+# engine then, saying why); a model the GPU engine does not run (heads wider than
 # 256) is refused naming why; q8_0 KV runs on the device
 # and holds about twice f16's tokens in the same --kv-active.
 set -u
@@ -48,6 +50,35 @@ else
   check "its completion is not empty" test -s "$TMP/g1"
   KVTIER_DEVICE=vulkan:0 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 >"$TMP/g2" 2>/dev/null
   check "\$KVTIER_DEVICE=vulkan:0 gives the same completion" cmp -s "$TMP/g1" "$TMP/g2"
+  # -ngl with no --device, as llama.cpp's users offload: the first GPU, never a CPU-type device (lavapipe)
+  # unless KVT_VK_AUTO_CPU=1; --device cpu or $KVTIER_DEVICE=cpu keep the CPU, saying -ngl is ignored
+  "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 --device cpu >"$TMP/c1" 2>/dev/null
+  rc=0
+  "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 99 >"$TMP/n1" 2>"$TMP/out" || rc=$?
+  check "run -ngl 99 with no --device exits 0" is "$rc" 0
+  if grep -q "type cpu" "$TMP/devices" && ! grep -Eq "type (discrete|integrated|virtual|other)" "$TMP/devices"; then
+    check "with only CPU-type devices, -ngl is ignored saying why" says "no GPU was found (Vulkan lists only"
+    check "... and the CPU engine gives the CPU's completion" cmp -s "$TMP/c1" "$TMP/n1"
+  else
+    check "with a GPU, -ngl puts the model on it" says "with no --device: the model runs on vulkan:"
+  fi
+  KVT_VK_AUTO_CPU=1 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 99 >"$TMP/n2" 2>"$TMP/out"
+  check "KVT_VK_AUTO_CPU=1: -ngl picks device 0" says "-ngl 99 with no --device: the model runs on vulkan:"
+  check "... and gives --device vulkan's completion" cmp -s "$TMP/g1" "$TMP/n2"
+  KVT_VK_AUTO_CPU=1 "$BIN" eval -m "$TMP/m.gguf" -n 2 -ngl 1 hi >/dev/null 2>"$TMP/out"
+  check "eval -ngl 1 picks it too" says "kvtier eval: -ngl 1 with no --device: the model runs on vulkan:"
+  for how in "--device cpu" "KVTIER_DEVICE=cpu"; do
+    if [ "$how" = "--device cpu" ]; then
+      KVT_VK_AUTO_CPU=1 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 99 --device cpu >"$TMP/n3" 2>"$TMP/out"
+    else
+      KVT_VK_AUTO_CPU=1 KVTIER_DEVICE=cpu "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 99 \
+        >"$TMP/n3" 2>"$TMP/out"
+    fi
+    check "$how -ngl 99: ignored, saying so" says "is ignored: the model runs on the CPU, as --device cpu"
+    check "$how -ngl 99: the CPU's completion" cmp -s "$TMP/c1" "$TMP/n3"
+  done
+  KVT_VK_AUTO_CPU=1 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 0 >/dev/null 2>"$TMP/out"
+  check "-ngl 0 with no --device stays on the CPU, with nothing to say" sh -c "! grep -q 'ngl' '$TMP/out'"
   check "eval --device vulkan" expect_rc 0 "$BIN" eval -m "$TMP/m.gguf" -n 2 --device vulkan hi
   check "no validation message" sh -c "! grep -qi 'validation' '$TMP/g1.err'"
   "$BIN" mkmodel -o "$TMP/q41.gguf" --type q4_1 >/dev/null 2>&1 || bad "mkmodel q4_1"
