@@ -244,7 +244,8 @@ typedef struct {
     float mem_fraction; /* --gpu-memory-fraction; 0: the engine's default */
     int ngl_given;      /* --n-gpu-layers / -ngl was given, as: */
     int32_t n_gpu_layers;
-    int chosen; /* --device or $KVTIER_DEVICE named the device */
+    int chosen;   /* --device or $KVTIER_DEVICE named the device */
+    int main_gpu; /* --main-gpu (or one share of --tensor-split) + 1; 0: not given */
 } kvt_cli_device;
 /* "cpu", "vulkan" or "vulkan:N" into *out (vulkan and index); -1 if v is none of them. */
 int kvt_cli_device_parse(const char *v, kvt_cli_device *out);
@@ -252,7 +253,9 @@ int kvt_cli_device_parse(const char *v, kvt_cli_device *out);
 #define KVT_CLI_DEVICE_ID 1200
 #define KVT_CLI_GPU_MEM_ID 1201
 #define KVT_CLI_NGL_ID 1202
-#define KVT_CLI_IS_DEVICE_ID(id) ((id) >= KVT_CLI_DEVICE_ID && (id) <= KVT_CLI_NGL_ID)
+/* llama.cpp's other device flags: --split-mode, --tensor-split, --main-gpu, --no-kv-offload, --list-devices */
+#define KVT_CLI_LIST_DEVICES_ID 1207
+#define KVT_CLI_IS_DEVICE_ID(id) ((id) >= KVT_CLI_DEVICE_ID && (id) <= KVT_CLI_LIST_DEVICES_ID)
 extern const kvt_cli_section kvt_cli_device_section;
 /* --device's handler: 0 (the device in *out when out is not NULL), or -1
  * after printing why the value is bad or the device cannot run the model. */
@@ -268,9 +271,11 @@ int kvt_cli_device_env(kvt_cli_device *out);
 /* After the options: -ngl N (N != 0) with no device named, as llama.cpp's
  * users offload, puts the model on the first GPU (a discrete one first; a
  * CPU-type device such as lavapipe is never picked this way, as the CPU
- * engine is faster there), saying so on stderr naming who ("run"); without
- * a GPU it stays on the CPU with a note saying why. */
-void kvt_cli_device_auto(const char *who, kvt_cli_device *d);
+ * engine is faster there), or the GPU --main-gpu names, saying so on stderr
+ * naming who ("run"); without a GPU it stays on the CPU with a note saying
+ * why. 0, or -1 after printing why (a --main-gpu that is not there, or one
+ * that contradicts --device). */
+int kvt_cli_device_auto(const char *who, kvt_cli_device *d);
 /* The engine's device parameter for d (kvt_engine_params.device). */
 int32_t kvt_cli_device_engine(const kvt_cli_device *d);
 /* Sets ep's device, gpu_memory_fraction and n_gpu_layers from d; with the

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 #include "common.h"
@@ -32,18 +33,39 @@
     "refused naming the\nlargest N that would fit. Without --device, an N other than 0 puts\nthe model on the " \
     "first GPU, as llama.cpp does (never on lavapipe,\na CPU); ignored with --device cpu (also -ngl)"
 
+enum { SPLIT_MODE_ID = KVT_CLI_NGL_ID + 1, TENSOR_SPLIT_ID, MAIN_GPU_ID, NO_KV_OFFLOAD_ID };
+_Static_assert(NO_KV_OFFLOAD_ID + 1 == KVT_CLI_LIST_DEVICES_ID, "the section's ids are one range");
+
 static const kvt_cli_opt device_opts[] = {
     {KVT_CLI_DEVICE_ID, 0, "device", NULL, "DEV", DEVICE_HELP, 0, KVT_CLI_PLAIN},
     {KVT_CLI_GPU_MEM_ID, 0, "gpu-memory-fraction", NULL, "F", GPU_MEM_HELP, KVT_CLI_MIN_OPEN,
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
-    {KVT_CLI_NGL_ID, 0, "n-gpu-layers", NULL, "N", NGL_HELP, 0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
+    {KVT_CLI_NGL_ID, 0, "n-gpu-layers", "gpu-layers", "N", NGL_HELP, 0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
+    {MAIN_GPU_ID, 0, "main-gpu", NULL, "N",
+     "with -ngl and no --device, the GPU to run on, in llama.cpp's\nnumbering (its VulkanN: GPUs, discrete ones "
+     "first; also -mg)\n[0]",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, 1023)},
+    {SPLIT_MODE_ID, 0, "split-mode", NULL, "MODE",
+     "accepted for llama.cpp command lines (also -sm): none, layer or\nrow. kvtier runs a model on one device, so "
+     "there is nothing to\nsplit",
+     0, KVT_CLI_PLAIN},
+    {TENSOR_SPLIT_ID, 0, "tensor-split", NULL, "N0,N1,...",
+     "llama.cpp's shares of the model per GPU (also -ts): kvtier runs a\nmodel on one device, so one non-zero "
+     "share is read as --main-gpu\n(its position) and several are refused",
+     0, KVT_CLI_PLAIN},
+    {NO_KV_OFFLOAD_ID, 0, "no-kv-offload", NULL, NULL,
+     "accepted with a note (also -nkvo): the KV of the GPU's layers stays\nin GPU memory while active (T0) and "
+     "moves to host RAM (T1) when\nnot; --kv-active sizes the GPU's share",
+     0, KVT_CLI_PLAIN},
+    {KVT_CLI_LIST_DEVICES_ID, 0, "list-devices", NULL, NULL,
+     "print the Vulkan devices, as kvtier info --devices, and exit", KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
 };
 const kvt_cli_section kvt_cli_device_section = {"device", device_opts, KVT_ARRAY_LEN(device_opts)};
 
 int kvt_cli_device_parse(const char *v, kvt_cli_device *out) {
     out->vulkan = 0;
     out->index = 0;
-    if (!strcmp(v, "cpu")) return 0;
+    if (!strcmp(v, "cpu") || !strcmp(v, "none")) return 0; /* none: llama.cpp's "no offload" */
     if (strncmp(v, "vulkan", 6)) return -1;
     out->vulkan = 1;
     if (!v[6]) return 0;
@@ -84,20 +106,6 @@ static int check_vulkan(const char *flag, const char *v, int index) {
     return -1;
 }
 
-int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out) {
-    kvt_cli_device dev;
-    if (kvt_cli_device_parse(a->str ? a->str : "", &dev)) {
-        fprintf(stderr,
-                "kvtier: %s must be cpu, vulkan or vulkan:N (N a device of `kvtier info --devices`), "
-                "not '%s'\n",
-                a->flag, a->str ? a->str : "");
-        return -1;
-    }
-    if (dev.vulkan && check_vulkan(a->flag, a->str, dev.index)) return -1;
-    if (out) out->vulkan = dev.vulkan, out->index = dev.index, out->chosen = 1;
-    return 0;
-}
-
 /* The rank of a device type for -ngl's pick: discrete first, then integrated, virtual and other GPUs; 0 for a
  * CPU (lavapipe), never picked unless KVT_VK_AUTO_CPU=1 (tests) ranks it last. */
 static int auto_rank(const char *type) {
@@ -108,42 +116,178 @@ static int auto_rank(const char *type) {
     return v && !strcmp(v, "1") ? 1 : 0;
 }
 
-void kvt_cli_device_auto(const char *who, kvt_cli_device *d) {
-    if (d->chosen || d->vulkan || !d->ngl_given || d->n_gpu_layers == 0) return;
+/* The GPUs of info[0..n) in the order -ngl picks from and llama.cpp numbers them (its VulkanN): by rank, then
+ * by index, into order[]; their count. */
+static int gpu_order(const kvt_gpu_info *info, int n, int *order) {
+    int k = 0;
+    for (int r = 4; r > 0; r--)
+        for (int i = 0; i < n; i++)
+            if (auto_rank(info[i].type) == r) order[k++] = i;
+    return k;
+}
+
+/* llama.cpp's device name VulkanN (any case) as a Vulkan device index into *index: 0, or -1 after printing why
+ * (N past its GPUs). Without a GPU, Vulkan0 is device 0, as llama.cpp falls back to it. */
+static int llama_device(const char *flag, const char *v, int *index) {
+    long want = strtol(v + 6, NULL, 10);
     kvt_gpu_info *info = NULL;
-    int n = 0, best = -1, rank = 0, cpus = 0;
+    int n = 0, k = 0, *order = NULL;
+    if (kvt_gpu_built() && !kvt_gpu_list(&info, &n) && n > 0) {
+        order = kvt_xcalloc((size_t)n, sizeof *order);
+        k = gpu_order(info, n, order);
+    }
+    int rc = 0;
+    if (want < k) *index = order[want];
+    else if (k == 0 && want == 0 && n > 0) *index = 0;
+    else {
+        fprintf(stderr,
+                "kvtier: %s %s: llama.cpp's %s is GPU %ld counting from 0 (discrete ones first); this machine has "
+                "%d GPU%s (kvtier info --devices lists every Vulkan device; --device vulkan:N names one)\n",
+                flag, v, v, want, k, k == 1 ? "" : "s");
+        rc = -1;
+    }
+    free(order);
+    free(info);
+    return rc;
+}
+
+int kvt_cli_device_opt(const kvt_cli_arg *a, kvt_cli_device *out) {
+    kvt_cli_device dev;
+    const char *s = a->str ? a->str : "";
+    if (strchr(s, ',')) {
+        fprintf(stderr,
+                "kvtier: %s %s: kvtier runs a model on one device; name one (cpu, vulkan:N or llama.cpp's "
+                "VulkanN)\n",
+                a->flag, s);
+        return -1;
+    }
+    if (!strncasecmp(s, "vulkan", 6) && s[6] >= '0' && s[6] <= '9' && strspn(s + 6, "0123456789") == strlen(s + 6) &&
+        strlen(s + 6) <= 4) {
+        int index = 0;
+        if (llama_device(a->flag, s, &index)) return -1;
+        if (out) out->vulkan = 1, out->index = index, out->chosen = 1;
+        return 0;
+    }
+    if (kvt_cli_device_parse(s, &dev)) {
+        fprintf(stderr,
+                "kvtier: %s must be cpu, vulkan or vulkan:N (N a device of `kvtier info --devices`; "
+                "llama.cpp's none and VulkanN too), not '%s'\n",
+                a->flag, a->str ? a->str : "");
+        return -1;
+    }
+    if (dev.vulkan && check_vulkan(a->flag, a->str, dev.index)) return -1;
+    if (out) out->vulkan = dev.vulkan, out->index = dev.index, out->chosen = 1;
+    return 0;
+}
+
+int kvt_cli_device_auto(const char *who, kvt_cli_device *d) {
+    if (d->main_gpu > 1 && d->chosen) { /* --main-gpu 0 is llama.cpp's default: nothing to contradict */
+        fprintf(stderr,
+                "kvtier %s: --main-gpu (or --tensor-split) and --device (or $KVTIER_DEVICE) both name the device: "
+                "give one\n",
+                who);
+        return -1;
+    }
+    if (d->chosen || d->vulkan || !d->ngl_given || d->n_gpu_layers == 0) return 0;
+    kvt_gpu_info *info = NULL;
+    int n = 0, k = 0, cpus = 0, *order = NULL;
     char why[640] = "this build has no Vulkan";
     if (kvt_gpu_built() && kvt_gpu_list(&info, &n)) snprintf(why, sizeof why, "%s", kvt_errmsg());
     else if (kvt_gpu_built() && n == 0) snprintf(why, sizeof why, "the Vulkan loader lists no device");
-    for (int i = 0; i < n; i++) {
-        int r = auto_rank(info[i].type);
-        cpus += !strcmp(info[i].type, "cpu");
-        if (r > rank) rank = r, best = i;
+    if (n > 0) {
+        order = kvt_xcalloc((size_t)n, sizeof *order);
+        k = gpu_order(info, n, order);
     }
-    if (best < 0 && n > 0)
+    for (int i = 0; i < n; i++) cpus += !strcmp(info[i].type, "cpu");
+    const int want = d->main_gpu ? d->main_gpu - 1 : 0;
+    int rc = 0;
+    if (k == 0 && n > 0)
         snprintf(why, sizeof why, "Vulkan lists only %d CPU device%s (%s%s), where the CPU engine is faster", cpus,
                  cpus == 1 ? "" : "s", info[0].name, cpus > 1 ? ", ..." : "");
-    if (best >= 0) {
+    if (want < k) {
         d->vulkan = 1;
-        d->index = best;
+        d->index = order[want];
         fprintf(stderr,
                 "kvtier %s: -ngl %d with no --device: the model runs on vulkan:%d (%s, %s), as llama.cpp offloads "
                 "with -ngl; --device cpu keeps it on the CPU\n",
-                who, (int)d->n_gpu_layers, best, info[best].name, info[best].type);
+                who, (int)d->n_gpu_layers, d->index, info[d->index].name, info[d->index].type);
+    } else if (k > 0 || d->main_gpu > 1) {
+        fprintf(stderr,
+                "kvtier %s: GPU %d (--main-gpu, or --tensor-split's share): this machine has %d GPU%s, counted "
+                "from 0 as llama.cpp counts them (discrete ones first; kvtier info --devices lists every Vulkan "
+                "device)\n",
+                who, want, k, k == 1 ? "" : "s");
+        rc = -1;
     } else {
         fprintf(stderr,
                 "kvtier %s: --n-gpu-layers (-ngl) is ignored: no GPU was found (%s), so the model runs on the CPU "
                 "(--device vulkan:N runs it on Vulkan device N all the same)\n",
                 who, why);
     }
+    free(order);
     free(info);
+    return rc;
+}
+
+/* --tensor-split: llama.cpp's shares per GPU, separated by ',' or '/'; one non-zero share is its GPU as
+ * --main-gpu, all zero is llama.cpp's default (nothing to do), several are refused. */
+static int tensor_split(const kvt_cli_arg *a, kvt_cli_device *out) {
+    int at = -1, nonzero = 0, i = 0;
+    for (const char *p = a->str;; i++) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || (*end && *end != ',' && *end != '/') || !(v >= 0) || i > 1023) {
+            fprintf(stderr, "kvtier: %s takes shares like 3,1 or 0,1 (numbers of at least 0), got '%s'\n", a->flag,
+                    a->str);
+            return -1;
+        }
+        if (v > 0) nonzero++, at = i;
+        if (!*end) break;
+        p = end + 1;
+    }
+    if (nonzero > 1) {
+        fprintf(stderr,
+                "kvtier: %s %s shares the model over %d GPUs; kvtier runs a model on one device: name it with "
+                "--main-gpu N or --device vulkan:N\n",
+                a->flag, a->str, nonzero);
+        return -1;
+    }
+    if (at >= 0 && out->main_gpu && out->main_gpu != at + 1) {
+        fprintf(stderr, "kvtier: %s %s puts the model on GPU %d, and --main-gpu on GPU %d: give one\n", a->flag, a->str,
+                at, out->main_gpu - 1);
+        return -1;
+    }
+    if (at >= 0) out->main_gpu = at + 1;
+    return 0;
 }
 
 int kvt_cli_device_opts(int id, const kvt_cli_arg *a, kvt_cli_device *out) {
-    if (id == KVT_CLI_GPU_MEM_ID) out->mem_fraction = (float)a->d;
-    else if (id == KVT_CLI_NGL_ID) out->n_gpu_layers = (int32_t)a->i, out->ngl_given = 1;
-    else return kvt_cli_device_opt(a, out);
-    return 0;
+    switch (id) {
+    case KVT_CLI_GPU_MEM_ID: out->mem_fraction = (float)a->d; return 0;
+    case KVT_CLI_NGL_ID: out->n_gpu_layers = (int32_t)a->i, out->ngl_given = 1; return 0;
+    case MAIN_GPU_ID:
+        if (out->main_gpu && out->main_gpu != a->i + 1) {
+            fprintf(stderr, "kvtier: %s %ld and --tensor-split name different GPUs: give one\n", a->flag, (long)a->i);
+            return -1;
+        }
+        out->main_gpu = (int)a->i + 1;
+        return 0;
+    case SPLIT_MODE_ID:
+        if (strcmp(a->str, "none") && strcmp(a->str, "layer") && strcmp(a->str, "row")) {
+            fprintf(stderr, "kvtier: %s takes none, layer or row, got '%s'\n", a->flag, a->str);
+            return -1;
+        }
+        return 0;
+    case TENSOR_SPLIT_ID: return tensor_split(a, out);
+    case NO_KV_OFFLOAD_ID:
+        fprintf(stderr,
+                "kvtier: %s: accepted; the KV of the GPU's layers stays in GPU memory while active (T0) and moves "
+                "to host RAM (T1, --kv-ram) when not; --kv-active sizes the GPU's share\n",
+                a->flag);
+        return 0;
+    case KVT_CLI_LIST_DEVICES_ID: exit(kvt_cli_print_devices(stdout) ? 1 : 0);
+    default: return kvt_cli_device_opt(a, out);
+    }
 }
 
 int32_t kvt_cli_device_engine(const kvt_cli_device *d) { return d->vulkan ? d->index + 1 : 0; }

@@ -160,7 +160,7 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
         }
     }
     if (!dev_given && kvt_cli_device_env(&x->dev)) return 2;
-    kvt_cli_device_auto("eval", &x->dev);
+    if (kvt_cli_device_auto("eval", &x->dev)) return 2;
     if (!x->model_path || (!x->text == !x->tokens_arg)) {
         fprintf(stderr, "kvtier eval: needs -m MODEL and exactly one of TEXT or --tokens\n");
         kvt_usage_eval(stderr);

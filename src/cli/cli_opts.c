@@ -221,10 +221,11 @@ static int apply_env(const char *cmd, const kvt_cli_opt **rows, size_t n_rows, u
  * would read as a cluster (-cb as -c b, -tb 8 as -t b): each becomes the long
  * name, or is an unknown option where the command has no such name. */
 static const char *const multi_letter[][2] = {
-    {"-np", "--parallel"},    {"-ngl", "--n-gpu-layers"}, {"-cb", "--cont-batching"}, {"-nocb", "--no-cont-batching"},
-    {"-fa", "--flash-attn"},  {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-hf", "--hf-repo"},
-    {"-hfr", "--hf-repo"},    {"-hff", "--hf-file"},      {"-to", "--timeout"},       {"-tb", "--threads-batch"},
-    {"-ub", "--ubatch-size"}, {"-sm", "--split-mode"},    {"-ts", "--tensor-split"},  {"-mg", "--main-gpu"},
+    {"-np", "--parallel"},    {"-ngl", "--n-gpu-layers"},   {"-cb", "--cont-batching"}, {"-nocb", "--no-cont-batching"},
+    {"-fa", "--flash-attn"},  {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"}, {"-hf", "--hf-repo"},
+    {"-hfr", "--hf-repo"},    {"-hff", "--hf-file"},        {"-to", "--timeout"},       {"-tb", "--threads-batch"},
+    {"-ub", "--ubatch-size"}, {"-sm", "--split-mode"},      {"-ts", "--tensor-split"},  {"-mg", "--main-gpu"},
+    {"-dev", "--device"},     {"-nkvo", "--no-kv-offload"},
 };
 
 /* The long option named s[0..n) exactly, or NULL. */

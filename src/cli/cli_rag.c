@@ -321,7 +321,7 @@ static int index_parse(int argc, char **argv, index_args *x) {
         return 2;
     }
     if (x->embed && !x->dev_given && kvt_cli_device_env(&x->dev)) return 2;
-    if (x->embed) kvt_cli_device_auto("rag index", &x->dev);
+    if (x->embed && kvt_cli_device_auto("rag index", &x->dev)) return 2;
     return 0;
 }
 

@@ -422,7 +422,7 @@ static int parse_args(int argc, char **argv, prewarm_args *x, const char **path)
         }
     }
     if (!x->dev_given && kvt_cli_device_env(&x->dev)) return -1;
-    kvt_cli_device_auto("rag prewarm", &x->dev);
+    if (kvt_cli_device_auto("rag prewarm", &x->dev)) return -1;
     const char *why = !*path        ? "needs INDEX"
         : !x->url == !x->cache_dir  ? "needs one of --server URL and --cache-dir DIR"
         : x->cache_dir && !x->model ? "--cache-dir needs -m MODEL"

@@ -470,7 +470,7 @@ int kvt_cmd_run(int argc, char **argv) {
         return 0;
     }
     if (pr) return 2;
-    kvt_cli_device_auto("run", &x.dev);
+    if (kvt_cli_device_auto("run", &x.dev)) return 2;
     if (!x.prompt == !x.prompt_file) {
         fprintf(stderr, "kvtier run: needs exactly one of -p PROMPT or -f FILE\n");
         kvt_usage_run(stderr);

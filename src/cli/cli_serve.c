@@ -481,7 +481,7 @@ static int serve_settings(serve_args *x) {
         fprintf(stderr, "kvtier serve: --log-file: %s\n", kvt_errmsg());
         return -1;
     }
-    kvt_cli_device_auto("serve", &x->dev);
+    if (kvt_cli_device_auto("serve", &x->dev)) return -1;
     const char *env_key = getenv("KVTIER_API_KEY");
     if (env_key && *env_key) {
         if (x->n_keys == MAX_API_KEYS) {

@@ -70,6 +70,24 @@ check "gpu-memory-fraction 1 and 0.05 accepted" accepts "$BIN" serve --gpu-memor
 check "env gpu-memory-fraction" rejects "\$KVTIER_GPU_MEMORY_FRACTION must be a number in (0, 1]" env KVTIER_GPU_MEMORY_FRACTION=2 "$BIN" run -p x
 check "-ngl -2 named as --n-gpu-layers" rejects "--n-gpu-layers must be an integer in [-1, 2147483647], got '-2'" "$BIN" run -ngl -2
 check "-ngl -1 and 99 accepted" accepts "$BIN" run -ngl -1 -ngl 99
+# llama.cpp's other device flags: kvtier runs a model on one device
+check "--gpu-layers is -ngl" accepts "$BIN" run --gpu-layers 99
+check "-sm none, layer and row accepted" accepts "$BIN" serve -sm none -sm layer --split-mode row
+check "-sm bogus" rejects "--split-mode takes none, layer or row, got 'bogus'" "$BIN" run -sm bogus
+check "-ts one share accepted" accepts "$BIN" run -ts 0,1
+check "-ts with / accepted" accepts "$BIN" run -ts 1/0/0
+check "-ts two shares refused" rejects "--tensor-split 3,1 shares the model over 2 GPUs; kvtier runs a model on one device" "$BIN" serve -ts 3,1
+check "-ts malformed" rejects "--tensor-split takes shares like 3,1" "$BIN" run -ts 1,x
+check "-mg range" rejects "--main-gpu must be an integer in [0, 1023], got '-1'" "$BIN" run -mg -1
+check "-ts and -mg on different GPUs" rejects "--main-gpu 1 and --tensor-split name different GPUs" "$BIN" run -ts 1,0 -mg 1
+check "-mg and --device both naming it" rejects "both name the device: give one" "$BIN" run -mg 1 --device cpu -p x
+check "-mg 0 with --device cpu is llama.cpp's default" expect_rc 1 "$BIN" run -mg 0 --device cpu -m "$TMP/none.gguf" -p x
+check "-dev none accepted" accepts "$BIN" run -dev none
+check "--device of several refused" rejects "kvtier runs a model on one device; name one" "$BIN" serve --device cpu,Vulkan0
+"$BIN" run -nkvo --help >/dev/null 2>"$TMP/err"
+check "-nkvo accepted with a note" grep -q "no-kv-offload: accepted; the KV of the GPU's layers stays in GPU memory" "$TMP/err"
+"$BIN" serve --list-devices >"$TMP/out" 2>&1
+check "--list-devices lists them (or says why none)" grep -q "Vulkan devices: " "$TMP/out"
 check "eval gpu-memory-fraction 0" rejects "--gpu-memory-fraction must be a number in (0, 1], got '0'" "$BIN" eval --gpu-memory-fraction 0 -m m x
 check "eval -ngl not a number" rejects "--n-gpu-layers must be an integer in [-1, 2147483647], got 'all'" "$BIN" eval -ngl all -m m x
 for cmd in run serve eval; do

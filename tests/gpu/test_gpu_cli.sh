@@ -77,6 +77,18 @@ else
     check "$how -ngl 99: ignored, saying so" says "is ignored: the model runs on the CPU, as --device cpu"
     check "$how -ngl 99: the CPU's completion" cmp -s "$TMP/c1" "$TMP/n3"
   done
+  # llama.cpp's device names and GPU numbering: VulkanN is its N-th GPU, discrete ones first (with none,
+  # Vulkan0 is device 0, as llama.cpp falls back to it); -mg picks among them with -ngl
+  "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -dev Vulkan0 >"$TMP/n4" 2>/dev/null
+  check "-dev Vulkan0 runs on a device: --device vulkan's completion" cmp -s "$TMP/g1" "$TMP/n4"
+  check "--device Vulkan9 refused naming llama.cpp's numbering" expect_rc 2 "$BIN" run -m "$TMP/m.gguf" -p hi \
+    --device Vulkan9
+  check "... saying why" says "llama.cpp's Vulkan9 is GPU 9 counting from 0"
+  KVT_VK_AUTO_CPU=1 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 99 -mg 0 >"$TMP/n5" 2>"$TMP/out"
+  check "-ngl 99 -mg 0 picks GPU 0" says "with no --device: the model runs on vulkan:"
+  check "... with --device vulkan's completion" cmp -s "$TMP/g1" "$TMP/n5"
+  check "-mg past the GPUs refused" expect_rc 2 env KVT_VK_AUTO_CPU=1 "$BIN" run -m "$TMP/m.gguf" -p hi -ngl 99 -mg 9
+  check "... naming it" says "GPU 9 (--main-gpu, or --tensor-split's share): this machine has"
   KVT_VK_AUTO_CPU=1 "$BIN" run -m "$TMP/m.gguf" -p "hello there" -n 8 --temp 0 -ngl 0 >/dev/null 2>"$TMP/out"
   check "-ngl 0 with no --device stays on the CPU, with nothing to say" sh -c "! grep -q 'ngl' '$TMP/out'"
   check "eval --device vulkan" expect_rc 0 "$BIN" eval -m "$TMP/m.gguf" -n 2 --device vulkan hi
