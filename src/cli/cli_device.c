@@ -354,8 +354,12 @@ int kvt_cli_device_env(kvt_cli_device *out) {
     return kvt_cli_device_opt(&arg, out);
 }
 
-static void print_device(FILE *f, const kvt_gpu_info *d) {
-    fprintf(f, "  vulkan:%d  %s\n", d->index, d->name);
+/* llama: the device's name in llama.cpp's numbering (VulkanN, its GPUs), or -1 for a CPU-type device. */
+static void print_device(FILE *f, const kvt_gpu_info *d, int llama) {
+    if (llama >= 0)
+        fprintf(f, "  vulkan:%d  %s  (llama.cpp's Vulkan%d%s)\n", d->index, d->name, llama,
+                llama ? "" : "; -ngl with no --device runs here");
+    else fprintf(f, "  vulkan:%d  %s  (a CPU: -ngl alone never picks it)\n", d->index, d->name);
     fprintf(f, "    type %s, vendor 0x%04x, device 0x%04x, Vulkan %s\n", d->type, d->vendor_id, d->device_id, d->api);
     fprintf(f, "    driver %s\n", d->driver);
     for (int h = 0; h < d->n_heaps; h++)
@@ -390,7 +394,13 @@ int kvt_cli_print_devices(FILE *f) {
         return 1;
     }
     fprintf(f, "Vulkan devices: %d (run, serve and eval take --device vulkan:N)\n", n);
-    for (int i = 0; i < n; i++) print_device(f, &info[i]);
+    int *order = kvt_xcalloc((size_t)n, sizeof *order), *llama = kvt_xcalloc((size_t)n, sizeof *llama);
+    int k = gpu_order(info, n, order);
+    for (int i = 0; i < n; i++) llama[i] = -1;
+    for (int j = 0; j < k; j++) llama[order[j]] = j;
+    for (int i = 0; i < n; i++) print_device(f, &info[i], llama[i]);
+    free(order);
+    free(llama);
     free(info);
     return 0;
 }

@@ -22,6 +22,12 @@ if [ $has_dev = 1 ]; then
   for field in type vendor driver "memory heap 0" "subgroup size" fp16 int8; do
     check "info --devices shows $field" says "$field"
   done
+  if grep -q "type cpu" "$TMP/devices"; then
+    check "info --devices marks a CPU-type device as never picked by -ngl" says "(a CPU: -ngl alone never picks it)"
+  fi
+  KVT_VK_AUTO_CPU=1 "$BIN" info --devices >"$TMP/out" 2>&1
+  check "info --devices names each GPU in llama.cpp's numbering" says "(llama.cpp's Vulkan0; -ngl with no --device runs here)"
+  cp "$TMP/devices" "$TMP/out"
 else
   check "info --devices says why there is none" says "Vulkan devices: none: "
   refusal="no Vulkan device was found"
