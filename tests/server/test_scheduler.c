@@ -25,20 +25,22 @@ static struct kvt_model *model;
 
 typedef kvt_test_rig rig;
 
-/* A fresh engine, cache and server (127.0.0.1, any port) with `parallel` slots; 0 or -1 (a failed check). */
-static int rig_up(rig *g, int32_t parallel) {
+/* A fresh engine of n_pages pages, cache and server (127.0.0.1, any port)
+ * with `parallel` slots; 0 or -1 (a failed check). */
+static int rig_up_pages(rig *g, int32_t parallel, int32_t n_pages) {
     kvt_server_params sp = kvt_server_default_params();
     sp.parallel = parallel;
-    return kvt_test_rig_up(g, model, &(kvt_test_rig_opts){B, 1024, 2, N_CTX, 16ull << 20}, sp);
+    return kvt_test_rig_up(g, model, &(kvt_test_rig_opts){B, n_pages, 2, N_CTX, 16ull << 20}, sp);
 }
+static int rig_up(rig *g, int32_t parallel) { return rig_up_pages(g, parallel, 1024); }
 
-/* A completion request for the prompt base, base+1, ... (PROMPT ids) with
+/* A completion request for the prompt base, base+1, ... (n_prompt ids) with
  * extra JSON fields; greedy and past end-of-generation tokens unless extra
  * says otherwise. NULL (a failed check) if it is refused. */
-static srv_req *request(kvt_server *s, int32_t base, int32_t max_tokens, const char *extra) {
-    char json[1024];
+static srv_req *request_n(kvt_server *s, int32_t base, int32_t n_prompt, int32_t max_tokens, const char *extra) {
+    char json[2048];
     int at = snprintf(json, sizeof json, "{\"prompt\":[");
-    for (int32_t i = 0; i < PROMPT; i++)
+    for (int32_t i = 0; i < n_prompt; i++)
         at += snprintf(json + at, sizeof json - (size_t)at, "%s%d", i ? "," : "", base + i);
     snprintf(json + at, sizeof json - (size_t)at, "],\"max_tokens\":%d,\"ignore_eos\":true%s%s}", max_tokens,
              extra ? "," : "", extra ? extra : "");
@@ -57,6 +59,9 @@ static srv_req *request(kvt_server *s, int32_t base, int32_t max_tokens, const c
     kvt_api_request_free(&a);
     CHECKF(r != NULL, "%s: %s", json, err.message);
     return r;
+}
+static srv_req *request(kvt_server *s, int32_t base, int32_t max_tokens, const char *extra) {
+    return request_n(s, base, PROMPT, max_tokens, extra);
 }
 
 /* Waits (polling under s->mu) until r and its other choices are done. */
@@ -233,6 +238,49 @@ out:
     kvt_test_rig_down(&g);
 }
 
+/* The pool has no pages left for the oldest prompt while a younger one holds
+ * the cached prefix its admission restored: the younger gives way (a 503, to
+ * retry) and the older, which fits the pool alone, runs to its end with the
+ * reply it gets alone, never a 400 calling its prompt too long for the pool.
+ * Six pages of 16 tokens: `big` needs all six (80 prompt tokens and 4 more),
+ * `late` holds two cached ones from its admission on. */
+static void test_pool_youngest_gives_way(void) {
+    rig g;
+    if (rig_up_pages(&g, 2, 6)) goto out;
+    srv_req *warm = request(g.s, 500, 1, "\"temperature\":0");
+    /* big is admitted first for its priority (late has the longer resident prefix) */
+    srv_req *big = request_n(g.s, 1, 80, 4, "\"temperature\":0,\"kvtier\":{\"priority\":5}");
+    srv_req *late = request(g.s, 500, 4, "\"temperature\":0");
+    srv_req *alone = request_n(g.s, 1, 80, 4, "\"temperature\":0");
+    if (!warm || !big || !late || !alone) goto out;
+    CHECK(kvt_srv_enqueue(g.s, warm) == 0);
+    wait_done(g.s, warm);
+    CHECKF(warm->err_status == 0, "warm-up: %s", warm->err_msg);
+    pthread_mutex_lock(&g.s->mu); /* both queued before the engine looks: it admits them in one go */
+    CHECK(kvt_srv_enqueue_locked(g.s, big) == 0);
+    CHECK(kvt_srv_enqueue_locked(g.s, late) == 0);
+    pthread_mutex_unlock(&g.s->mu);
+    wait_done(g.s, big);
+    wait_done(g.s, late);
+    CHECKF(big->usage.admission_seq + 1 == late->usage.admission_seq, "big admitted as %lld, late as %lld",
+           (long long)big->usage.admission_seq, (long long)late->usage.admission_seq);
+    CHECKF(big->err_status == 0 && big->finish_reason && !strcmp(big->finish_reason, "length"),
+           "the older prompt, which fits alone, ended with %d: %s", big->err_status, big->err_msg);
+    CHECK(big->usage.completion_tokens == 4);
+    CHECKF(late->err_status == 503 && strstr(late->err_msg, "retry later"), "the younger one: %d %s", late->err_status,
+           late->err_msg);
+    CHECK(kvt_srv_enqueue(g.s, alone) == 0);
+    wait_done(g.s, alone);
+    CHECKF(alone->err_status == 0 && alone->text_len == big->text_len && !memcmp(alone->text, big->text, big->text_len),
+           "the reply alone differs: %d %s", alone->err_status, alone->err_msg);
+    kvt_srv_unref_choices(g.s, warm);
+    kvt_srv_unref_choices(g.s, big);
+    kvt_srv_unref_choices(g.s, late);
+    kvt_srv_unref_choices(g.s, alone);
+out:
+    kvt_test_rig_down(&g);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("sched.gguf", N_VOCAB))) return 1;
     test_arrival_order();
@@ -240,6 +288,7 @@ int main(void) {
     test_forks();
     test_cancel();
     test_prefill_only();
+    test_pool_youngest_gives_way();
     kvt_model_free(model);
     return kvt_test_done("test_scheduler");
 }

@@ -246,8 +246,31 @@ static void embed_add(kvt_server *s, srv_req *r, int32_t n) {
         for (int64_t d = 0; d < D; d++) r->embed_sum[d] += s->hidden[i * D + d];
 }
 
-/* Ends victim, the youngest of the holders sequences a step needed pages for
- * when the pool had none left: a 503 to retry while others hold pages they
+/* When a step finds no pages: the slots that hold pages or that the step
+ * needed pages for (in), how many (*holders) and the youngest of them. Every
+ * slot with pages counts, not only those in the step: a prompt admitted after
+ * the one being prefilled holds the cached prefix its admission restored, and
+ * only the youngest holder gives way, so an older prompt never ends for the
+ * pages a younger one took. A choice waiting for its fork holds none. */
+static slot *youngest_holder(kvt_server *s, slot *const *in, int32_t n_in, int32_t *holders) {
+    slot *victim = NULL;
+    *holders = 0;
+    for (int32_t i = 0; i < s->p.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->r || sl->waiting || sl->seq < 0) continue;
+        int32_t np = 0;
+        int stepped = 0;
+        for (int32_t k = 0; k < n_in && !stepped; k++) stepped = in[k] == sl;
+        if (!stepped) kvt_seq_pages(s->e, sl->seq, &np);
+        if (!stepped && np == 0) continue;
+        (*holders)++;
+        if (!victim || sl->admitted > victim->admitted) victim = sl;
+    }
+    return victim;
+}
+
+/* Ends victim, the youngest of the holders (youngest_holder) when the pool
+ * had no pages left for a step: a 503 to retry while others hold pages they
  * free as they finish; alone, it never fits: its prompt is a 400 naming
  * --kv-active, and a reply that filled the pool ends as at n_ctx. */
 static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
@@ -320,17 +343,16 @@ void kvt_srv_engine_step(kvt_server *s) {
         pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
     }
     int rc = kvt_cache_reserve(s->cache, pages + pf_pages);
-    const int32_t holders = n_dec + (pf ? 1 : 0); /* sequences whose pages this step needs */
     if (rc && pf && n_dec) {
         /* no room for the prompt chunk: let the generating sequences go on, they free pages when done */
         pf = NULL;
         rc = kvt_cache_reserve(s->cache, pages);
     }
     if (rc) {
-        /* not even one step fits: give up the youngest sequence so the others can go on */
-        slot *victim = pf;
-        for (int32_t i = 0; i < n_dec; i++)
-            if (!victim || dec[i]->admitted > victim->admitted) victim = dec[i];
+        /* not even one step fits: give up the youngest sequence holding pages so the others can go on */
+        int32_t holders, n_in = n_dec;
+        if (pf) dec[n_in++] = pf; /* the slots the step needed pages for (dec has one entry per slot) */
+        slot *victim = youngest_holder(s, dec, n_in, &holders);
         kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
                  kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
         pool_exhausted(s, victim, holders);
