@@ -25,12 +25,14 @@ typedef struct {
     uint64_t ram_bytes;
 } kvt_test_rig_opts;
 
-/* Starts g over model m: an engine of o's shape (room for sp's --parallel sequences), a cache, and a
+/* Starts g over model m: an engine of o's shape (room for sp's --parallel sequences) on the device
+ * $KVT_TEST_DEVICE names (kvt_test_engine_on_device), a cache, and a
  * server with sp (host and port set here: 127.0.0.1, any port). 0, or -1 after a failed check. */
 static inline int kvt_test_rig_up(kvt_test_rig *g, struct kvt_model *m, const kvt_test_rig_opts *o,
                                   kvt_server_params sp) {
     memset(g, 0, sizeof *g);
     kvt_engine_params ep = kvt_engine_default_params();
+    kvt_test_engine_on_device(&ep); /* $KVT_TEST_DEVICE=vulkan: the GPU engine */
     ep.block_size = o->block_size;
     ep.n_pages = o->n_pages;
     ep.n_threads = o->n_threads;

@@ -152,11 +152,15 @@ void kvt_test_gpu_variant(void) {
                       "the same code, and lavapipe there is slow");
 }
 
+void kvt_test_engine_on_device(kvt_engine_params *ep) {
+    ep->device = kvt_test_device();
+    const char *ngl = getenv("KVT_TEST_NGL"); /* partial offload: the first N layers on the device */
+    if (ep->device && ngl && *ngl) ep->n_gpu_layers = atoi(ngl);
+}
+
 kvt_engine *kvt_test_engine(const kvt_model *model, int32_t block, int32_t n_pages, int32_t n_ctx) {
     kvt_engine_params ep = kvt_engine_default_params();
-    ep.device = kvt_test_device();
-    const char *ngl = getenv("KVT_TEST_NGL"); /* partial offload: the first N layers on the device */
-    if (ep.device && ngl && *ngl) ep.n_gpu_layers = atoi(ngl);
+    kvt_test_engine_on_device(&ep);
     ep.block_size = block;
     ep.n_pages = n_pages;
     ep.n_threads = 2;

@@ -72,6 +72,9 @@ kvt_engine *kvt_test_engine_new(const struct kvt_model *model, kvt_engine_params
  * "cpu") or 1 ("vulkan": Vulkan device 0); a test that asks for vulkan where
  * there is none skips (77), saying why. */
 int32_t kvt_test_device(void);
+/* Puts ep on kvt_test_device() (with $KVT_TEST_NGL there: that many layers
+ * on the device, the rest on the CPU). */
+void kvt_test_engine_on_device(kvt_engine_params *ep);
 /* Skips (77) a GPU variant test ($KVT_GPU_VARIANT set) under the sanitizers
  * ($KVT_SANITIZED set), saying why. */
 void kvt_test_gpu_variant(void);

@@ -262,7 +262,11 @@ struct kvt_server {
     uint64_t next_id;
     kvt_cache_stats snap; /* under mu: sampled by the engine thread for /metrics */
     int32_t n_active;     /* under mu */
-    srv_req **slot_reqs;  /* under mu: the request each slot runs (a reference each), for GET /slots */
+    /* under mu: a prompt went back to the queue for want of pages (sched_step.c); nothing is admitted
+     * until a running request ends, since admitting it (or another) sooner would only take the pages
+     * back, or until none runs */
+    int mem_hold;
+    srv_req **slot_reqs; /* under mu: the request each slot runs (a reference each), for GET /slots */
     /* engine thread only */
     slot *slots;
     uint64_t n_admitted;

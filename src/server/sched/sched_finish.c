@@ -125,6 +125,7 @@ void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut
         kvt_srv_req_wake_locked(r);
     }
     s->n_active--;
+    s->mem_hold = 0; /* its pages are free: a prompt that gave way may try again */
     kvt_srv_req_unref_locked(r);
     pthread_mutex_unlock(&s->mu);
 }

@@ -246,14 +246,25 @@ static void embed_add(kvt_server *s, srv_req *r, int32_t n) {
         for (int64_t d = 0; d < D; d++) r->embed_sum[d] += s->hidden[i * D + d];
 }
 
+/* Whether slot sl's request can give way by going back to the queue: a
+ * prompt not yet generating, with none of the state that its admission made
+ * and a second admission would make again (RAG's document order and tiers,
+ * documents being placed). */
+static int can_requeue(const slot *sl) {
+    const srv_req *r = sl->r;
+    return sl->prefilling && !sl->blend && !r->doc_order && !r->block_tiers && !r->approximate;
+}
+
 /* When a step finds no pages: the slots that hold pages or that the step
- * needed pages for (in), how many (*holders) and the youngest of them. Every
- * slot with pages counts, not only those in the step: a prompt admitted after
- * the one being prefilled holds the cached prefix its admission restored, and
- * only the youngest holder gives way, so an older prompt never ends for the
- * pages a younger one took. A choice waiting for its fork holds none. */
-static slot *youngest_holder(kvt_server *s, slot *const *in, int32_t n_in, int32_t *holders) {
-    slot *victim = NULL;
+ * needed pages for (in), how many (*holders), and the one that gives way:
+ * the youngest prompt not yet generating that can go back to the queue
+ * (can_requeue), else the youngest of them all. Every slot with pages
+ * counts, not only those in the step: a prompt admitted after the one being
+ * prefilled holds the cached prefix its admission restored, so an older
+ * prompt never ends for the pages a younger one took. A choice waiting for
+ * its fork holds none. */
+static slot *pool_victim(kvt_server *s, slot *const *in, int32_t n_in, int32_t *holders) {
+    slot *victim = NULL, *prompt = NULL;
     *holders = 0;
     for (int32_t i = 0; i < s->p.parallel; i++) {
         slot *sl = &s->slots[i];
@@ -265,15 +276,54 @@ static slot *youngest_holder(kvt_server *s, slot *const *in, int32_t n_in, int32
         if (!stepped && np == 0) continue;
         (*holders)++;
         if (!victim || sl->admitted > victim->admitted) victim = sl;
+        if (can_requeue(sl) && (!prompt || sl->admitted > prompt->admitted)) prompt = sl;
     }
-    return victim;
+    return *holders > 1 && prompt ? prompt : victim;
 }
 
-/* Ends victim, the youngest of the holders (youngest_holder) when the pool
- * had no pages left for a step: a 503 to retry while others hold pages they
- * free as they finish; alone, it never fits: its prompt is a 400 naming
- * --kv-active, and a reply that filled the pool ends as at n_ctx. */
+/* Puts the request of slot sl, a prompt that gives way for want of pages,
+ * back at the head of the queue: its sequence is freed, so the blocks it
+ * computed stay cached as idle pages (they move down a tier, not out, when
+ * pages are needed, and its next admission restores them), its other
+ * choices' slots are freed too, and nothing is admitted until a running
+ * request ends. 0, or -1 with nothing changed when the queue cannot take it
+ * (full, or the server stopping or draining) or the client went away. */
+static int requeue(kvt_server *s, slot *sl) {
+    srv_req *r = sl->r;
+    const int32_t idx = (int32_t)(sl - s->slots);
+    pthread_mutex_lock(&s->mu);
+    int ok = !s->stopping && !s->draining && !r->cancelled && s->q_len < s->p.queue;
+    if (ok) { /* the admission's reference is the queue's again; only this thread admits, so it waits there */
+        s->q_head = (s->q_head + s->p.queue - 1) % s->p.queue;
+        s->queue[s->q_head] = r;
+        s->q_len++;
+        s->n_active -= 1 + r->n_sib;
+        s->mem_hold = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) return -1;
+    kvt_logk(KVT_LOG_INFO, "request_id,completion_id",
+             "serve: no KV pages left: %s (%s) goes back to the queue "
+             "until a running request ends",
+             kvt_srv_log_id(r), r->id);
+    for (int32_t j = 0; j < s->p.parallel; j++) {
+        slot *w = &s->slots[j];
+        if (w->r && w->waiting && w->fork_of == idx) kvt_srv_slot_clear(s, w);
+    }
+    kvt_srv_slot_clear(s, sl);
+    return 0;
+}
+
+/* Makes room when the pool had no pages left for a step, through victim
+ * (pool_victim): a prompt not yet generating goes back to the queue to run
+ * when a running request ends; any other ends with a 503 to retry, since
+ * the others free pages as they finish. Alone, it never fits: its prompt is
+ * a 400 naming --kv-active, and a reply that filled the pool ends as at
+ * n_ctx. */
 static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
+    if (holders > 1 && can_requeue(victim) && !requeue(s, victim)) return;
+    kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
+             kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
     if (holders == 1 && !victim->prefilling) {
         kvt_srv_slot_finish(s, victim, "length", victim->raw_len, 0, NULL);
     } else if (holders == 1) {
@@ -349,12 +399,10 @@ void kvt_srv_engine_step(kvt_server *s) {
         rc = kvt_cache_reserve(s->cache, pages);
     }
     if (rc) {
-        /* not even one step fits: give up the youngest sequence holding pages so the others can go on */
+        /* not even one step fits: one sequence holding pages gives way so the others can go on */
         int32_t holders, n_in = n_dec;
         if (pf) dec[n_in++] = pf; /* the slots the step needed pages for (dec has one entry per slot) */
-        slot *victim = youngest_holder(s, dec, n_in, &holders);
-        kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
-                 kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
+        slot *victim = pool_victim(s, dec, n_in, &holders);
         pool_exhausted(s, victim, holders);
         return;
     }

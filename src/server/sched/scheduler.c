@@ -93,7 +93,8 @@ void *kvt_srv_engine_main(void *arg) {
         struct admin_job *jobs = stopping ? NULL : s->jobs;
         if (jobs) s->jobs = NULL;
         for (int32_t i = 0; i < P; i++) free_slots += !s->slots[i].r;
-        while (!stopping && s->q_len > 0 && free_slots > 0) {
+        if (free_slots == P) s->mem_hold = 0; /* see server_impl.h: nothing runs now to free pages for it */
+        while (!stopping && !s->mem_hold && s->q_len > 0 && free_slots > 0) {
             srv_req *r = queue_take_locked(s, free_slots);
             if (!r) break;
             if (r->cancelled) {
