@@ -204,6 +204,8 @@ post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 0}"
 check "n_predict 0 evaluates the prompt and generates nothing" \
   is "$(jb -c '[.content, .tokens_predicted, .stop, .stop_type]')" '["",0,true,"limit"]'
 check "... the whole prompt is evaluated" is "$(jb .tokens_evaluated)" "$(jb .timings.prompt_n)"
+check "... generation_settings say the n_predict it ran with" \
+  is "$(jb -c '[.generation_settings.n_predict, .generation_settings.max_tokens]')" '[0,0]'
 post /completion "{\"prompt\": \"$WARM\", \"n_predict\": 2, \"temperature\": 0}"
 check "... and cached: the next request on it reuses it" gt "$(jb .timings.cache_n)" 0
 check "... and generates" is "$(jb .tokens_predicted)" 2

@@ -292,7 +292,7 @@ void kvt_srv_llama_answer(kvt_server *s, const srv_req *r, const char *text, int
     }
     out->n_decoded = u->completion_tokens;
     out->sp = &r->sp;
-    out->n_predict = r->max_tokens;
+    out->n_predict = r->prefill_only ? 0 : r->max_tokens; /* a prefill ran with its n_predict of 0 */
     out->n_probs = r->logprobs ? r->top_logprobs : 0;
     out->ignore_eos = r->ignore_eos;
     out->stream = r->stream;
