@@ -372,10 +372,26 @@ static int q8_order_arg(const char *flag, const char *v) {
     return -1;
 }
 
+/* One command line's -ctk and -ctv (a process parses one): the pages hold K and V in one type. */
+static int kv_given[2], kv_type_given; /* -ctk, -ctv; --kv-type (or --kv-f32), which names both */
+static kvt_kv_dtype kv_types[2];
+static char kv_flags[2][32]; /* as given: "-ctk", "--cache-type-v", "$KVTIER_CACHE_TYPE_K" */
+
+void kvt_cli_kv_notice(const char *cmd) {
+    if (kv_given[0] == kv_given[1] || kv_type_given) return;
+    int side = kv_given[1];
+    if (kv_types[side] == KVT_KV_F16) return; /* the other side's f16 is llama.cpp's default too */
+    fprintf(stderr,
+            "kvtier %s: %s %s sets the %s' type too: kvtier keeps keys and values in one type (llama.cpp would "
+            "keep the %s f16); give --kv-type f16 to keep both f16\n",
+            cmd, kv_flags[side], kvt_kv_dtype_name(kv_types[side]), side ? "keys" : "values", side ? "keys" : "values");
+}
+
 int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
     const char *v = a->str, *flag = a->flag;
     if (id == KV_F32) {
         *dt = KVT_KV_F32;
+        kv_type_given = 1;
         return 0;
     }
     if (id == KV_Q8_ORDER) return q8_order_arg(flag, v);
@@ -384,9 +400,7 @@ int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
         fprintf(stderr, "kvtier: %s must be f16, f32 or q8_0, not '%s'\n", flag, v);
         return -1;
     }
-    /* one command line's -ctk and -ctv (a process parses one): the pages hold K and V in one type */
-    static int kv_given[2];
-    static kvt_kv_dtype kv_types[2];
+    kv_type_given |= id == KV_TYPE;
     if (id == KV_TYPE_K || id == KV_TYPE_V) {
         int side = id == KV_TYPE_V;
         if (kv_given[!side] && kv_types[!side] != t) {
@@ -398,6 +412,7 @@ int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt) {
         }
         kv_given[side] = 1;
         kv_types[side] = t;
+        snprintf(kv_flags[side], sizeof kv_flags[side], "%s", flag);
     }
     *dt = t;
     return 0;
@@ -485,6 +500,11 @@ long kvt_cli_default_ctx(long n_ctx_train) {
     kvt_logk(KVT_LOG_INFO, "ctx,ctx_train", "context %d tokens (the model was trained for %ld; --ctx N to change)",
              KVT_CLI_DEFAULT_CTX_CAP, n_ctx_train);
     return KVT_CLI_DEFAULT_CTX_CAP;
+}
+
+long kvt_cli_ctx(long given, long n_ctx_train) {
+    if (given == KVT_CLI_CTX_MODEL) return n_ctx_train;
+    return given ? given : kvt_cli_default_ctx(n_ctx_train);
 }
 
 int kvt_cli_default_threads(void) {

@@ -73,6 +73,12 @@ int kvt_cli_chat_family(const char *cmd, const char *name, const char *model_tem
  * pages for 128k tokens per sequence); logs when it caps. */
 #define KVT_CLI_DEFAULT_CTX_CAP 8192
 long kvt_cli_default_ctx(long n_ctx_train);
+/* -c 0, llama.cpp's "the model's context": its training context, uncapped.
+ * A command keeps it as given (KVT_CLI_CTX_MODEL) until the model is read. */
+#define KVT_CLI_CTX_MODEL (-1L)
+/* The context of a command whose -c gave given (0: not given, the capped
+ * default; KVT_CLI_CTX_MODEL: the model's whole training context). */
+long kvt_cli_ctx(long given, long n_ctx_train);
 
 /* Prints what each tier holds for the loaded model: tokens, and sessions of
  * session_tokens (the context), e.g. for the start-up line; to f, or as one
@@ -157,13 +163,24 @@ struct cJSON *kvt_cli_json(const char *text, char *why, size_t cap);
  * printing an error that names a->flag. */
 int kvt_cli_samplers(const char *cmd, const kvt_cli_arg *a, int32_t *n_steps, uint8_t *steps);
 
+/* ---- llama.cpp's option names (cli_llama_names.c) ------------------------------- */
+/* The long name of llama.cpp's short option arg of several letters ("-np":
+ * "--parallel", "-cnv": "--conversation"), or with one_letter_too of one of
+ * its one-letter options that run and serve lack ("-b": "--batch-size");
+ * NULL for any other argument. */
+const char *kvt_cli_llama_long(const char *arg, int one_letter_too);
+/* Prints the usage error for an unknown option of cmd, as typed: its name,
+ * and for an option of llama-cli or llama-server that kvtier does not take,
+ * what to use instead (-b: --prefill-chunk; --cache-ram: --kv-ram). */
+void kvt_cli_unknown_option(const char *cmd, const char *typed);
+
 #define KVT_CLI_PARSE_HELP 1  /* kvt_cli_parse: -h/--help was given */
 #define KVT_CLI_PARSE_USAGE 2 /* kvt_cli_parse: a usage error, already printed */
 
 /* Parses argv[1..argc) of command cmd ("run") against the sections' options
  * with getopt_long. llama.cpp's short options of several letters (-np, -ngl,
- * -cb, -nocb, -fa, -ctk, -ctv, -hf) are rewritten to their long names first
- * (one the command lacks is unknown, never read as -c b). A long option must
+ * -cb, -nocb, -fa, -ctk, -ctv, -hf, -cnv, -sys, ...) are rewritten to their
+ * long names first (one the command lacks is unknown, never read as -c b). A long option must
  * be spelled whole: getopt_long's abbreviations (--metrics for --metrics-key)
  * are unknown options. Positional arguments and unknown options are usage
  * errors naming them. Returns 0, KVT_CLI_PARSE_HELP
@@ -222,6 +239,10 @@ int kvt_cli_cache_opt(int id, const kvt_cli_arg *a, kvt_cache_params *cp);
 #define KVT_CLI_KV_ID_BASE 1100
 extern const kvt_cli_section kvt_cli_kv_section;
 int kvt_cli_kv_opt(int id, const kvt_cli_arg *a, kvt_kv_dtype *dt);
+/* After the command line: a notice on stderr when only one of -ctk and -ctv
+ * named a type other than f16, which kvtier then gives the other too where
+ * llama.cpp would keep it f16. */
+void kvt_cli_kv_notice(const char *cmd);
 /* True for the ids of the two shared sections. */
 #define KVT_CLI_IS_CACHE_ID(id) ((id) >= KVT_CLI_CACHE_ID_BASE && (id) < KVT_CLI_KV_ID_BASE)
 #define KVT_CLI_IS_KV_ID(id) ((id) >= KVT_CLI_KV_ID_BASE && (id) < KVT_CLI_KV_ID_BASE + 100)

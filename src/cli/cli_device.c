@@ -17,8 +17,8 @@
 #include "log.h"
 
 #define DEVICE_HELP \
-    "where the model runs: cpu (the default) or vulkan[:N], the\nVulkan device N of `kvtier info --devices` (0 " \
-    "when N is left\nout). On a GPU the weights and T0's KV pages live in device\nmemory; every architecture and " \
+    "where the model runs (also -dev): cpu (the default) or vulkan[:N],\nthe Vulkan device N of `kvtier info " \
+    "--devices` (0 when N is left\nout); llama.cpp's none (the CPU) and VulkanN (its N-th GPU) too.\nOn a GPU the weights and T0's KV pages live in device\nmemory; every architecture and " \
     "weight type the CPU runs, with f16,\nf32 or q8_0 KV, runs there (docs/gpu.md); a model the device\ncannot " \
     "take is refused naming why"
 

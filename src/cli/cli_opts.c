@@ -217,17 +217,6 @@ static int apply_env(const char *cmd, const kvt_cli_opt **rows, size_t n_rows, u
     return ret;
 }
 
-/* llama.cpp's options of several letters after one '-', which getopt_long
- * would read as a cluster (-cb as -c b, -tb 8 as -t b): each becomes the long
- * name, or is an unknown option where the command has no such name. */
-static const char *const multi_letter[][2] = {
-    {"-np", "--parallel"},    {"-ngl", "--n-gpu-layers"},   {"-cb", "--cont-batching"}, {"-nocb", "--no-cont-batching"},
-    {"-fa", "--flash-attn"},  {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"}, {"-hf", "--hf-repo"},
-    {"-hfr", "--hf-repo"},    {"-hff", "--hf-file"},        {"-to", "--timeout"},       {"-tb", "--threads-batch"},
-    {"-ub", "--ubatch-size"}, {"-sm", "--split-mode"},      {"-ts", "--tensor-split"},  {"-mg", "--main-gpu"},
-    {"-dev", "--device"},     {"-nkvo", "--no-kv-offload"},
-};
-
 /* The long option named s[0..n) exactly, or NULL. */
 static const struct option *long_named(const struct option *longs, const char *s, size_t n) {
     for (; longs->name; longs++)
@@ -252,11 +241,10 @@ static int prepare_args(const char *cmd, int argc, char **argv, const struct opt
             while (++i < argc) av[n++] = argv[i];
             break;
         }
-        for (size_t k = 0; k < KVT_ARRAY_LEN(multi_letter); k++) {
-            const char *to = multi_letter[k][1];
-            if (strcmp(a, multi_letter[k][0])) continue;
+        const char *to = kvt_cli_llama_long(a, 0); /* llama.cpp's -np, -cnv, ...: one option, not a cluster */
+        if (to) {
             if (!long_named(longs, to + 2, strlen(to) - 2)) { /* this command has no such option */
-                fprintf(stderr, "kvtier %s: unknown option '%s' (see kvtier %s --help)\n", cmd, a, cmd);
+                kvt_cli_unknown_option(cmd, a);
                 return KVT_CLI_PARSE_USAGE;
             }
             a = av[n - 1] = (char *)to;
@@ -275,7 +263,7 @@ static int prepare_args(const char *cmd, int argc, char **argv, const struct opt
         size_t len = strcspn(a + 2, "=");
         const struct option *o = long_named(longs, a + 2, len);
         if (!o) {
-            fprintf(stderr, "kvtier %s: unknown option '%s' (see kvtier %s --help)\n", cmd, a, cmd);
+            kvt_cli_unknown_option(cmd, a);
             return KVT_CLI_PARSE_USAGE;
         }
         if (a[2 + len] || i + 1 >= argc) continue;
@@ -330,7 +318,7 @@ int kvt_cli_parse(const char *cmd, int argc, char **argv, const kvt_cli_section 
             const char *what = av[optind - 1];
             char one[3] = {'-', (char)optopt, 0};
             if (optopt > 0 && optopt < LONG_ID_BASE && strncmp(what, "--", 2)) what = one;
-            if (c == '?') fprintf(stderr, "kvtier %s: unknown option '%s' (see kvtier %s --help)\n", cmd, what, cmd);
+            if (c == '?') kvt_cli_unknown_option(cmd, what);
             else fprintf(stderr, "kvtier %s: option '%s' needs a value\n", cmd, what);
             ret = KVT_CLI_PARSE_USAGE;
             break;

@@ -106,8 +106,9 @@ static const kvt_cli_opt serve_opts[] = {
      "requests waiting for a sequence at most; more get 503 (default " STR(KVT_SERVER_DEFAULT_QUEUE) ")", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_QUEUE)},
     {O_CTX, 'c', "ctx-size", "ctx", "N",
-     "context length per sequence: prompt + generated (default: the\nmodel's, at most " STR(KVT_CLI_DEFAULT_CTX_CAP) ")",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 2, MAX_CTX)},
+     "context length per sequence: prompt + generated (default: the\nmodel's, at most " STR(
+         KVT_CLI_DEFAULT_CTX_CAP) "; 0, as llama.cpp's: the model's\nwhole training context)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CTX)},
     {O_N_PREDICT, 'n', "n-predict", NULL, "N",
      "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
@@ -391,6 +392,17 @@ static int add_trusted_proxies(serve_args *x, const char *flag, const char *list
     return 0;
 }
 
+/* -c: 0 is llama.cpp's "the model's context"; 1 leaves no token to generate. */
+static int ctx_opt(serve_args *x, const kvt_cli_arg *a) {
+    if (a->i == 1) {
+        fprintf(stderr, "kvtier serve: %s must be an integer in [2, %ld] (or 0: the model's), got '%s'\n", a->flag,
+                MAX_CTX, a->str);
+        return -1;
+    }
+    x->n_ctx = a->i ? a->i : KVT_CLI_CTX_MODEL;
+    return 0;
+}
+
 static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     serve_args *x = ctx;
     kvt_server_params *sp = &x->sp;
@@ -407,7 +419,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_PORT: sp->port = (int)a->i; return 0;
     case O_PARALLEL: sp->parallel = (int32_t)a->i; return 0;
     case O_QUEUE: sp->queue = (int32_t)a->i; return 0;
-    case O_CTX: x->n_ctx = a->i; return 0;
+    case O_CTX: return ctx_opt(x, a);
     case O_N_PREDICT: sp->default_max_tokens = (int32_t)a->i; return 0;
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
@@ -625,7 +637,7 @@ static int serve_open(serve_args *x, const char *model_path, serve_runtime *rt) 
     sp->model_id = rt->model_id;
     sp->model_names = rt->names;
     sp->n_model_names = MAX_MODEL_NAMES;
-    long n_ctx = x->n_ctx ? x->n_ctx : kvt_cli_default_ctx(info.n_ctx_train);
+    long n_ctx = kvt_cli_ctx(x->n_ctx, info.n_ctx_train);
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = x->threads;
     ep.n_ctx = (int32_t)n_ctx;
@@ -768,6 +780,7 @@ int kvt_cmd_serve(int argc, char **argv) {
         ret = 0;
     } else if (!pr && !serve_settings(&x)) {
         ret = 1;
+        kvt_cli_kv_notice("serve");
         char default_path[PATH_MAX_LEN];
         const char *model_path = x.model_path;
         if (!model_path && !kvt_default_model_path(default_path, sizeof default_path)) model_path = default_path;

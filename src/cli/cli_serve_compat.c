@@ -36,7 +36,7 @@ static const kvt_cli_opt compat_opts[] = {
      KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
     {C_TOP_P, 0, "top-p", NULL, "P", "top_p of a request that sets none (default 1: off)", KVT_CLI_MIN_OPEN,
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
-    {C_SEED, 0, "seed", NULL, "N",
+    {C_SEED, 's', "seed", NULL, "N",
      "seed of a request that sets none, so sampled replies repeat\n(default, or -1 as llama.cpp's \"random\": a fresh seed per request)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, -1, 9007199254740991.0)},
     {C_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",

@@ -62,6 +62,59 @@ check "-ctk and -ctv that differ are refused" expect_rc 2 "$BIN" serve -ctk f16 
 check "... saying K and V share one type" grep -q 'keeps keys and values in one type' "$TMP/out"
 check "-ctk takes the KV types" expect_rc 2 "$BIN" serve -ctk q4_0
 check "... naming them" grep -q 'must be f16, f32 or q8_0' "$TMP/out"
+# llama.cpp's other several-letter flags are one option each, named as typed, never a cluster
+# (-cnv was "-c nv", -no-cnv "-n o-cnv", -sys "-s ys"); an unknown llama.cpp flag says what to use
+for f in -cnv -sys -st -sp -lv -kvu -cram -md -mli; do
+  check "run $f is unknown, named as typed" expect_rc 2 "$BIN" run $f 1
+  check "... not read as a cluster" grep -q "unknown option '$f' (llama.cpp's --" "$TMP/out"
+done
+check "serve -cram: what to use" expect_rc 2 "$BIN" serve -cram 1024
+check "... --kv-ram" grep -q "unknown option '-cram' (llama.cpp's --cache-ram): .*--kv-ram BYTES" "$TMP/out"
+check "serve -b: what to use" expect_rc 2 "$BIN" serve -b 512
+check "... --prefill-chunk" grep -q "unknown option '-b' (llama.cpp's --batch-size): .*--prefill-chunk" "$TMP/out"
+check "serve --min-p: where it is set" expect_rc 2 "$BIN" serve --min-p 0.05
+check "... per request" grep -q "unknown option '--min-p': kvtier serve takes it per request" "$TMP/out"
+check "run --log-disable: KVT_LOG" expect_rc 2 "$BIN" run --log-disable
+check "... KVT_LOG=0" grep -q "KVT_LOG=0" "$TMP/out"
+check "run -cnv: serve for chats" expect_rc 2 "$BIN" run -cnv
+check "... chat completions" grep -q "kvtier serve and send /v1/chat/completions" "$TMP/out"
+check "an unknown flag of no llama.cpp meaning has no hint" expect_rc 2 "$BIN" run --frobnicate
+check "... just its name" is "$(cat "$TMP/out")" "kvtier run: unknown option '--frobnicate' (see kvtier run --help)"
+check "-no-cnv is run's completion of -p, accepted" expect_rc 0 "$BIN" run -no-cnv --help
+check "-s is --seed (run)" expect_rc 2 "$BIN" run -s x
+check "... checked as the seed" grep -q -- "-s must be an integer" "$TMP/out"
+check "-s is --seed (serve)" expect_rc 0 "$BIN" serve -s 42 --help
+check "run --version prints the version" expect_rc 0 "$BIN" run --version
+check "... the same line" is "$(cat "$TMP/out")" "$VERSION"
+check "-c 0 (llama.cpp's: the model's) is taken by run" expect_rc 0 "$BIN" run -c 0 --help
+check "... and serve" expect_rc 0 "$BIN" serve -c 0 --help
+check "serve -c 1 is still refused" expect_rc 2 "$BIN" serve -c 1
+check "... naming 0 as well" grep -q "must be an integer in \[2, 16777216\] (or 0: the model's)" "$TMP/out"
+check "-dev none (llama.cpp's: no GPU) is the CPU" expect_rc 0 "$BIN" run -dev none --help
+check "run -ctk q8_0 alone says the values follow" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 -ctk q8_0
+check "... naming the flag" grep -q "cache-type-k q8_0 sets the values' type too" "$TMP/out"
+check "--kv-type q8_0 -ctk q8_0 say nothing of it" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 --kv-type q8_0 -ctk q8_0
+check "... nothing" bash -c "! grep -q \"type too\" '$TMP/out'"
+check "-ctk q8_0 -ctv q8_0 say nothing of it" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 -ctk q8_0 -ctv q8_0
+check "... nothing" bash -c "! grep -q \"type too\" '$TMP/out'"
+# run's llama-cli sampling flags change the text, and each is honoured: greedy, 40 tokens
+gen() { "$BIN" run -m "$TMP/m.gguf" -p "one two three" -n 40 --temp 0 "$@" 2>/dev/null; }
+BASE=$(gen)
+check "run --repeat-penalty changes greedy text" test "$(gen --repeat-penalty 1.8)" != "$BASE"
+check "... --repeat-last-n 0 turns it off" is "$(gen --repeat-penalty 1.8 --repeat-last-n 0)" "$BASE"
+check "... --frequency-penalty too" test "$(gen --frequency-penalty 2)" != "$BASE"
+check "run --min-p changes sampled text" test "$(gen --temp 1.5 -s 3 --min-p 0.3)" != "$(gen --temp 1.5 -s 3)"
+check "... --min-p 0 is off" is "$(gen --temp 1.5 -s 3 --min-p 0)" "$(gen --temp 1.5 -s 3)"
+check "run --repeat-penalty is bounded" expect_rc 2 "$BIN" run --repeat-penalty 0
+# -e reads llama-cli's escapes in -p: the prompt is the one with the characters themselves
+check "run -e: \\n \\t \\x41 are the characters" is "$("$BIN" run -m "$TMP/m.gguf" -p 'x\ty\nz \x41' -e -n 12 --temp 0 2>/dev/null)" \
+  "$("$BIN" run -m "$TMP/m.gguf" -p "$(printf 'x\ty\nz A')" -n 12 --temp 0 2>/dev/null)"
+check "... --no-escape on the command line wins over \$KVTIER_ESCAPE" is \
+  "$(KVTIER_ESCAPE=1 "$BIN" run -m "$TMP/m.gguf" -p 'x\ty\nz \x41' --no-escape -n 12 --temp 0 2>/dev/null)" \
+  "$("$BIN" run -m "$TMP/m.gguf" -p 'x\ty\nz \x41' -n 12 --temp 0 2>/dev/null)"
+check "... without -e, -p is taken as given" test "$("$BIN" run -m "$TMP/m.gguf" -p 'x\ty\nz \x41' -n 12 --temp 0 2>/dev/null)" != \
+  "$("$BIN" run -m "$TMP/m.gguf" -p "$(printf 'x\ty\nz A')" -n 12 --temp 0 2>/dev/null)"
+
 check "-hf is refused with a non-zero exit" expect_rc 2 "$BIN" serve -hf org/model-GGUF
 check "... saying kvtier downloads nothing" grep -q 'downloads no models.*-m FILE' "$TMP/out"
 check "--hf-repo too" expect_rc 2 "$BIN" serve --hf-repo org/model-GGUF
