@@ -502,6 +502,13 @@ long kvt_cli_default_ctx(long n_ctx_train) {
     return KVT_CLI_DEFAULT_CTX_CAP;
 }
 
+int kvt_cli_int_or(const kvt_cli_arg *a, const char *cmd, long special, const char *meaning, long min) {
+    if (a->i == special || a->i >= min) return 0;
+    fprintf(stderr, "kvtier %s: %s must be %ld (%s) or at least %ld, got '%s'\n", cmd, a->flag, special, meaning, min,
+            a->str);
+    return -1;
+}
+
 long kvt_cli_ctx(long given, long n_ctx_train) {
     if (given == KVT_CLI_CTX_MODEL) return n_ctx_train;
     return given ? given : kvt_cli_default_ctx(n_ctx_train);

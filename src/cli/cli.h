@@ -149,6 +149,11 @@ typedef struct {
  * set. Returns 0, or -1 after printing why. */
 typedef int (*kvt_cli_handler)(void *ctx, int id, const kvt_cli_arg *a);
 
+/* An integer option whose table range admits one special value below its
+ * real minimum (serve's -c 0, -n -1, as llama.cpp's): 0 when a->i is special
+ * or at least min, else -1 after printing an error naming a->flag. */
+int kvt_cli_int_or(const kvt_cli_arg *a, const char *cmd, long special, const char *meaning, long min);
+
 struct cJSON;
 /* text parsed as JSON after the server's strict check of request bodies
  * (json_strict.h: no key twice in an object, no \u0000, valid UTF-8, ...), so

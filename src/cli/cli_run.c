@@ -74,8 +74,10 @@ static const kvt_cli_opt run_opts[] = {
      "\"action\": \"prefetch\" | \"pin\" | \"unpin\" (with a \"prompt\") |\n\"end_session\" (with kvtier.session_id) "
      "instead of generating",
      0, KVT_CLI_PLAIN},
-    {R_N_PREDICT, 'n', "n-predict", NULL, "N", "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) ")",
-     0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_TOKENS)},
+    {R_N_PREDICT, 'n', "n-predict", NULL, "N",
+     "tokens to generate at most per prompt (default " STR(RUN_DEFAULT_N) "; -1 or -2,\nas llama.cpp's: until the end "
+                                                                          "of generation or of the context)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, -2, MAX_TOKENS)},
     {R_TEMP, 0, "temp", NULL, "T", "sampling temperature; 0 or less = greedy, as llama.cpp (default 0.8)", 0,
      KVT_CLI_RANGE(KVT_CLI_NUM, -INFINITY, INFINITY)},
     {R_TOP_K, 0, "top-k", NULL, "K", "sample among the K most likely tokens; 0 = all (default 40)", 0,
@@ -188,7 +190,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_MODEL: x->model_path = a->str; return 0;
     case R_PROMPT: x->prompt = a->str; return 0;
     case R_FILE: x->prompt_file = a->str; return 0;
-    case R_N_PREDICT: x->n_gen = a->i; return 0;
+    case R_N_PREDICT: x->n_gen = a->i < 0 ? MAX_TOKENS : a->i; return 0; /* -1, -2: the context bounds it */
     case R_TEMP: x->sp.temp = (float)a->d; return 0;
     case R_TOP_K: x->sp.top_k = (int32_t)a->i; return 0;
     case R_TOP_P: x->sp.top_p = (float)a->d; return 0;

@@ -110,8 +110,9 @@ static const kvt_cli_opt serve_opts[] = {
          KVT_CLI_DEFAULT_CTX_CAP) "; 0, as llama.cpp's: the model's\nwhole training context)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 0, MAX_CTX)},
     {O_N_PREDICT, 'n', "n-predict", NULL, "N",
-     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat)", 0,
-     KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
+     "max_tokens of a request that gives none (default: OpenAI's, 16\nfor completions, as many as fit for chat; -1, "
+     "llama.cpp's\n\"no limit\": as many as fit, up to --max-tokens-limit)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, -1, MAX_CTX)},
     {O_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: --parallel full\ncontexts plus one more to keep finished "
      "prompts cached; on a GPU\nwhat --gpu-memory-fraction leaves after the weights)",
@@ -392,14 +393,15 @@ static int add_trusted_proxies(serve_args *x, const char *flag, const char *list
     return 0;
 }
 
-/* -c: 0 is llama.cpp's "the model's context"; 1 leaves no token to generate. */
-static int ctx_opt(serve_args *x, const kvt_cli_arg *a) {
-    if (a->i == 1) {
-        fprintf(stderr, "kvtier serve: %s must be an integer in [2, %ld] (or 0: the model's), got '%s'\n", a->flag,
-                MAX_CTX, a->str);
-        return -1;
+/* llama.cpp's -c 0 (the model's context; 1 is refused) and -n -1 (no limit). 0, or -1 after saying why. */
+static int counts_opt(serve_args *x, int id, const kvt_cli_arg *a) {
+    if (id == O_CTX) {
+        if (kvt_cli_int_or(a, "serve", 0, "the model's", 2)) return -1;
+        x->n_ctx = a->i ? a->i : KVT_CLI_CTX_MODEL;
+    } else {
+        if (kvt_cli_int_or(a, "serve", -1, "no limit", 1)) return -1;
+        x->sp.default_max_tokens = (int32_t)a->i;
     }
-    x->n_ctx = a->i ? a->i : KVT_CLI_CTX_MODEL;
     return 0;
 }
 
@@ -419,8 +421,8 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_PORT: sp->port = (int)a->i; return 0;
     case O_PARALLEL: sp->parallel = (int32_t)a->i; return 0;
     case O_QUEUE: sp->queue = (int32_t)a->i; return 0;
-    case O_CTX: return ctx_opt(x, a);
-    case O_N_PREDICT: sp->default_max_tokens = (int32_t)a->i; return 0;
+    case O_CTX:
+    case O_N_PREDICT: return counts_opt(x, id, a);
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
     case O_THREADS: x->threads = (int)a->i; return 0;

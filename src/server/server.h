@@ -76,7 +76,8 @@ typedef struct {
     uint64_t max_inflight_bytes;        /* body bytes held by all requests in flight at most (503 + Retry-After
                                     above); at least max_body */
     int32_t max_tokens_limit;           /* max_tokens a request may ask for */
-    int32_t default_max_tokens;         /* max_tokens of a request that gives none (-n); 0: OpenAI's defaults */
+    int32_t default_max_tokens;         /* max_tokens of a request that gives none (-n); 0: OpenAI's defaults;
+                                           -1 (llama.cpp's "no limit"): as many as fit, up to max_tokens_limit */
     int32_t prefill_chunk;              /* prompt tokens per engine step for one sequence */
     unsigned timeout_s;                 /* idle connection timeout (slow or stalled clients) */
     unsigned request_timeout_s;         /* a connection must deliver each request's headers and body within this,

@@ -21,11 +21,13 @@ check "port negative" rejects "--port must be an integer in [0, 65535], got '-1'
 check "port 0 and 65535 accepted" accepts "$BIN" serve --port 0 --port 65535
 check "parallel 0" rejects "--parallel must be an integer in [1, 256], got '0'" "$BIN" serve --parallel 0
 check "-np 257 named as --parallel" rejects "--parallel must be an integer in [1, 256], got '257'" "$BIN" serve -np 257
-check "ctx 1 (serve needs 2), named as typed" rejects "-c must be an integer in [2, 16777216]" "$BIN" serve -c 1
-check "alias --ctx named as given" rejects "--ctx must be an integer" "$BIN" serve --ctx 1
+check "ctx 1 (serve needs 2), named as typed" rejects "-c must be 0 (the model's) or at least 2, got '1'" "$BIN" serve -c 1
+check "ctx -1" rejects "-c must be an integer in [0, 16777216], got '-1'" "$BIN" serve -c -1
+check "alias --ctx named as given" rejects "--ctx must be 0 (the model's) or at least 2" "$BIN" serve --ctx 1
 check "threads not a number" rejects "-t must be an integer in [1, 512], got '4x'" "$BIN" run -t 4x
 check "threads 0" rejects "--threads must be an integer in [1, 512], got '0'" "$BIN" run --threads 0
-check "n-predict negative" rejects "--n-predict must be an integer in [0, 16777216], got '-1'" "$BIN" run --n-predict -1 -p x
+check "n-predict below -2" rejects "--n-predict must be an integer in [-2, 16777216], got '-3'" "$BIN" run --n-predict -3 -p x
+check "serve n-predict 0" rejects "--n-predict must be -1 (no limit) or at least 1, got '0'" "$BIN" serve --n-predict 0
 check "block size 0" rejects "--block-size must be an integer in [1, 4096]" "$BIN" run --block-size 0
 # the engine takes pages past the cache's largest block (1024 tokens), the cache does not: a usage
 # error naming the flag unless --no-cache, and rag index (whose blocks are a server's) takes at most that

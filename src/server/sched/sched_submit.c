@@ -279,11 +279,12 @@ static int check_prompt(const kvt_server *s, const kvt_api_request *a, int rc, s
  * by r), logprobs, ignore_eos and the session. The seed is the caller's. */
 static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_req *r) {
     int32_t room = s->n_ctx - r->n_prompt;
-    /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat */
-    int32_t want = a->max_tokens  ? a->max_tokens
-        : s->p.default_max_tokens ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
-        : a->kind == KVT_API_CHAT ? s->p.max_tokens_limit
-                                  : KVT_MIN(16, s->p.max_tokens_limit);
+    /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat; -n -1: as many as fit */
+    int32_t want = a->max_tokens      ? a->max_tokens
+        : s->p.default_max_tokens > 0 ? KVT_MIN(s->p.default_max_tokens, s->p.max_tokens_limit)
+        : s->p.default_max_tokens < 0 ? s->p.max_tokens_limit
+        : a->kind == KVT_API_CHAT     ? s->p.max_tokens_limit
+                                      : KVT_MIN(16, s->p.max_tokens_limit);
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
     r->ignore_eos = a->ignore_eos;
