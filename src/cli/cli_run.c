@@ -381,14 +381,15 @@ static void print_result(const run_ctx *c, long k, const kvt_gen_result *r) {
         stderr,
         "kvtier run: [%ld/%ld] prompt %d tokens: cached %d (T0 %d, T1 %d, T2 %d) of %d matched%s%s%s, computed %d%s%s%s; "
         "ttft %.1f ms (restore %.1f ms, prefill %.1f ms, %.1f tok/s); generated %d tokens, decode %.1f tok/s; "
-        "seed %llu\n",
+        "seed %llu%s\n",
         k + 1, c->n_prompts, r->n_prompt, r->n_reused, r->tier_tokens[KVT_TIER_T0], r->tier_tokens[KVT_TIER_T1],
         r->tier_tokens[KVT_TIER_T2], r->n_planned, r->shortfall ? ": " : "",
         r->shortfall ? kvt_shortfall_name(r->shortfall) : "", approx, r->n_computed,
         r->t2_decision == KVT_T2_RECOMPUTE ? " (disk blocks recomputed: faster than reading)" : "",
         why[0] ? "; reuse stopped: " : "", why, r->ttft_ms, r->restore_ms, r->prefill_ms,
         r->n_computed / (pre_s > 0 ? pre_s : 1e-9), r->n_generated,
-        r->n_generated > 1 ? (r->n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0, (unsigned long long)c->sp.seed);
+        r->n_generated > 1 ? (r->n_generated - 1) / (dec_s > 0 ? dec_s : 1e-9) : 0.0, (unsigned long long)c->sp.seed,
+        r->stop == KVT_STOP_CTX ? "; stopped: the context is full (-c)" : "");
 }
 
 /* The tokens of prompt k: tokenized, its documents before it (after BOS) as

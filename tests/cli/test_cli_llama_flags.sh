@@ -102,6 +102,7 @@ filled() { sed -n 's/.*prompt \([0-9]*\) tokens.*generated \([0-9]*\) tokens.*/\
 for n in -1 -2; do
   check "run -n $n generates until the context is full" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n $n -c 48 --ignore-eos
   check "... prompt and generated tokens fill its 48" is "$(filled)" 48
+  check "... and the stats line says why it stopped" grep -q "stopped: the context is full" "$TMP/out"
 done
 # run's llama-cli sampling flags change the text, and each is honoured: greedy, 40 tokens
 gen() { "$BIN" run -m "$TMP/m.gguf" -p "one two three" -n 40 --temp 0 "$@" 2>/dev/null; }
