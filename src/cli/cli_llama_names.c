@@ -93,9 +93,6 @@ typedef struct {
 #define CHAT_IN_SERVE \
     "kvtier run completes -p (or each line of -f) once, as raw text without a chat template; for a chat, run " \
     "kvtier serve and send /v1/chat/completions"
-#define PER_REQUEST \
-    "kvtier serve takes it per request: the request's \"min_p\", \"repeat_penalty\", " \
-    "\"repeat_last_n\", \"presence_penalty\" or \"frequency_penalty\""
 #define NO_SHIFT \
     "kvtier never shifts or trims the context: a prompt that does not fit is refused, and generation stops at the " \
     "context's end; -c sets the context"
@@ -105,7 +102,6 @@ static const hint hints[] = {
     {"batch-size ubatch-size ", "kvtier sizes its prefill steps itself",
      "kvtier sizes its prefill steps itself; --prefill-chunk N sets the tokens one step takes"},
     {"threads-batch ", "-t N sets the threads of the prompt and the generation alike", NULL},
-    {"min-p repeat-penalty repeat-last-n presence-penalty frequency-penalty ", NULL, PER_REQUEST},
     {"mlock no-mmap ",
      "kvtier maps the model file read-only and leaves its pages to the kernel's page cache; nothing to set", NULL},
     {"log-disable ", "KVT_LOG=0 leaves only errors on stderr", NULL},

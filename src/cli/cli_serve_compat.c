@@ -10,7 +10,9 @@
 #include "common.h"
 #include "metrics.h" /* KVT_METRICS_LLAMACPP, KVT_METRICS_VLLM */
 
-#define MAX_TEMPERATURE 2.0 /* as a request's temperature */
+#define MAX_TEMPERATURE 2.0     /* as a request's temperature */
+#define MAX_REPEAT_PENALTY 10.0 /* as a request's repeat_penalty */
+#define MAX_PENALTY 2.0         /* presence and frequency penalties, as a request's (OpenAI's bounds) */
 
 enum {
     C_FLASH_ATTN = KVT_CLI_COMPAT_ID_BASE,
@@ -26,6 +28,11 @@ enum {
     C_METRICS_NAMES,
     C_SLOTS,
     C_SAMPLERS,
+    C_MIN_P,
+    C_REPEAT_PENALTY,
+    C_REPEAT_LAST_N,
+    C_PRESENCE_PENALTY,
+    C_FREQUENCY_PENALTY,
 };
 
 static const kvt_cli_opt compat_opts[] = {
@@ -39,6 +46,20 @@ static const kvt_cli_opt compat_opts[] = {
     {C_SEED, 's', "seed", NULL, "N",
      "seed of a request that sets none, so sampled replies repeat\n(default, or -1 as llama.cpp's \"random\": a fresh seed per request)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, -1, 9007199254740991.0)},
+    {C_MIN_P, 0, "min-p", NULL, "P", "min_p of a request that sets none (default 0: off)", 0,
+     KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
+    {C_REPEAT_PENALTY, 0, "repeat-penalty", NULL, "R",
+     "repeat_penalty of a request that sets none (default 1: off); the\npenalties look at the generated tokens only, "
+     "llama-server's at\nthe prompt too",
+     KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_REPEAT_PENALTY)},
+    {C_REPEAT_LAST_N, 0, "repeat-last-n", NULL, "N",
+     "repeat_last_n of a request that sets none: the generated tokens\nthe penalties look back on (default -1: all; "
+     "0: penalties off)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
+    {C_PRESENCE_PENALTY, 0, "presence-penalty", NULL, "P", "presence_penalty of a request that sets none (default 0)",
+     0, KVT_CLI_RANGE(KVT_CLI_NUM, -MAX_PENALTY, MAX_PENALTY)},
+    {C_FREQUENCY_PENALTY, 0, "frequency-penalty", NULL, "F", "frequency_penalty of a request that sets none (default 0)",
+     0, KVT_CLI_RANGE(KVT_CLI_NUM, -MAX_PENALTY, MAX_PENALTY)},
     {C_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the sampler order of a request that sends no \"samplers\": names\nseparated by ';' or ',' (penalties, dry, top_k, "
      "typ_p, top_p,\nmin_p, xtc, temperature) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
@@ -100,6 +121,11 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
     case C_TEMP: sp->default_temperature = (float)a->d; return 0;
     case C_TOP_K: sp->default_top_k = (int32_t)a->i; return 0;
     case C_TOP_P: sp->default_top_p = (float)a->d; return 0;
+    case C_MIN_P: sp->default_min_p = (float)a->d; return 0;
+    case C_REPEAT_PENALTY: sp->default_repeat_penalty = (float)a->d; return 0;
+    case C_REPEAT_LAST_N: sp->default_penalty_last_n = (int32_t)a->i; return 0;
+    case C_PRESENCE_PENALTY: sp->default_presence_penalty = (float)a->d; return 0;
+    case C_FREQUENCY_PENALTY: sp->default_frequency_penalty = (float)a->d; return 0;
     case C_SEED:
         sp->default_seed = (uint64_t)a->i;
         sp->has_default_seed = a->i >= 0; /* -1: llama.cpp's "random", a fresh seed per request */

@@ -46,6 +46,8 @@ kvt_server_params kvt_server_default_params(void) {
                            .metrics_names = KVT_METRICS_LLAMACPP,
                            .default_temperature = 1.0f,
                            .default_top_p = 1.0f,
+                           .default_repeat_penalty = 1.0f,
+                           .default_penalty_last_n = -1,
                            .responses_max = KVT_SERVER_DEFAULT_RESPONSES,
                            .responses_ttl_s = KVT_SERVER_DEFAULT_RESPONSES_TTL_S};
     return p;

@@ -158,6 +158,11 @@ typedef struct {
                                         the default) and vLLM's vllm: names (KVT_METRICS_VLLM); 0: kvtier's only */
     float default_temperature, default_top_p;
     int32_t default_top_k;
+    /* the penalties and min-p of a request that does not set them (--min-p, --repeat-penalty,
+       --repeat-last-n, --presence-penalty, --frequency-penalty): by default off; the window -1 is
+       every generated token, 0 turns the penalties off, as a request's repeat_last_n */
+    float default_min_p, default_repeat_penalty, default_presence_penalty, default_frequency_penalty;
+    int32_t default_penalty_last_n;
     uint64_t default_seed;
     int has_default_seed;
     /* --samplers: the order of the sampling steps of a request that gives no "samplers"

@@ -72,8 +72,9 @@ check "serve -cram: what to use" expect_rc 2 "$BIN" serve -cram 1024
 check "... --kv-ram" grep -q "unknown option '-cram' (llama.cpp's --cache-ram): .*--kv-ram BYTES" "$TMP/out"
 check "serve -b: what to use" expect_rc 2 "$BIN" serve -b 512
 check "... --prefill-chunk" grep -q "unknown option '-b' (llama.cpp's --batch-size): .*--prefill-chunk" "$TMP/out"
-check "serve --min-p: where it is set" expect_rc 2 "$BIN" serve --min-p 0.05
-check "... per request" grep -q "unknown option '--min-p': kvtier serve takes it per request" "$TMP/out"
+check "serve takes a model card's sampling line" expect_rc 0 "$BIN" serve --temp 0.7 --top-p 0.8 --top-k 20 \
+  --min-p 0 --repeat-penalty 1.05 --presence-penalty 1.5 --frequency-penalty 0 --repeat-last-n 64 --help
+check "serve --repeat-penalty is bounded as a request's" expect_rc 2 "$BIN" serve --repeat-penalty 11
 check "run --log-disable: KVT_LOG" expect_rc 2 "$BIN" run --log-disable
 check "... KVT_LOG=0" grep -q "KVT_LOG=0" "$TMP/out"
 check "run -cnv: serve for chats" expect_rc 2 "$BIN" run -cnv
@@ -156,6 +157,22 @@ post /v1/completions '{"prompt": "Once upon a time", "ignore_eos": true}'
 check "serve -n -1: a request without max_tokens fills the context" \
   is "$(jb '.usage.prompt_tokens + .usage.completion_tokens')" 64
 kvt_stop_server n
+# --min-p and the penalties: the defaults of requests that set none, field by field
+long() { post /v1/completions "{\"prompt\": \"one two three\", \"max_tokens\": 40, \"ignore_eos\": true$1}"; jb '.choices[0].text'; }
+kvt_start_server p --temp 0 --repeat-penalty 1.8
+P=$(long '')
+check "--repeat-penalty: a request without one is penalised" is "$P" "$(long ', "repeat_penalty": 1.8')"
+check "... which changes greedy text" test "$P" != "$(long ', "repeat_penalty": 1')"
+check "... a request's repeat_last_n 0 turns it off" is "$(long ', "repeat_last_n": 0')" "$(long ', "repeat_penalty": 1')"
+kvt_stop_server p
+kvt_start_server q --temp 1.5 --seed 5 --min-p 0.3 --repeat-last-n 0 --frequency-penalty 2
+Q=$(long '')
+check "--min-p: a request without one gets it" is "$Q" "$(long ', "min_p": 0.3')"
+check "... which changes sampled text" test "$Q" != "$(long ', "min_p": 0')"
+check "--repeat-last-n 0 turns the default penalties off" is "$Q" "$(long ', "frequency_penalty": 0')"
+check "... and a request's own window turns its own on" test "$Q" != \
+  "$(long ', "repeat_last_n": -1, "frequency_penalty": 2')"
+kvt_stop_server q
 kvt_start_server r --seed -1 --temp 1.5
 check "--seed -1 is llama.cpp's random: requests without a seed differ" test "$(ask '')" != "$(ask '')"
 kvt_stop_server r

@@ -302,14 +302,17 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     double d;
     int has;
     r->repeat_penalty = 1.0f;
-    if (get_number(root, "presence_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
-    if (has) r->presence_penalty = (float)d;
-    if (get_number(root, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &has, err)) return -1;
-    if (has) r->frequency_penalty = (float)d;
-    if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, NUM_ABOVE, &d, &has, err)) return -1;
-    if (has) r->repeat_penalty = (float)d;
-    if (get_number(root, "min_p", 0, 1, 0, &d, &has, err)) return -1;
-    if (has) r->min_p = (float)d;
+    if (get_number(root, "presence_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &r->has_presence_penalty, err))
+        return -1;
+    if (r->has_presence_penalty) r->presence_penalty = (float)d;
+    if (get_number(root, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY, 0, &d, &r->has_frequency_penalty, err))
+        return -1;
+    if (r->has_frequency_penalty) r->frequency_penalty = (float)d;
+    if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, NUM_ABOVE, &d, &r->has_repeat_penalty, err))
+        return -1;
+    if (r->has_repeat_penalty) r->repeat_penalty = (float)d;
+    if (get_number(root, "min_p", 0, 1, 0, &d, &r->has_min_p, err)) return -1;
+    if (r->has_min_p) r->min_p = (float)d;
     /* the two names of one window: a body with both is ambiguous */
     const cJSON *w1 = cJSON_GetObjectItemCaseSensitive(root, "repeat_last_n"),
                 *w2 = cJSON_GetObjectItemCaseSensitive(root, "penalty_last_n");
@@ -318,11 +321,8 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
                               "'repeat_last_n' and 'penalty_last_n' name the same window: send one of them");
     if (get_number(root, "repeat_last_n", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
     if (!has && get_number(root, "penalty_last_n", -1, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
-    if (has && d == 0) { /* llama.cpp: a window of 0 tokens turns the penalties off */
-        r->presence_penalty = r->frequency_penalty = 0;
-        r->repeat_penalty = 1;
-    }
-    if (has && d > 0) r->penalty_last_n = (int32_t)d;
+    r->has_penalty_last_n = has; /* 0 turns the penalties off (the server's defaults too): request_sampling */
+    if (has) r->penalty_last_n = (int32_t)d;
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
     if (!lb || cJSON_IsNull(lb)) return 0;
     if (!cJSON_IsArray(lb) && !cJSON_IsObject(lb))

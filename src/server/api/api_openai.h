@@ -84,9 +84,11 @@ typedef struct {
     float min_p;                               /* 0 = off */
     float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
     float repeat_penalty;                      /* llama.cpp's; 1 = off */
-    int32_t penalty_last_n;                    /* llama.cpp's: the penalties see the last N generated tokens; 0 = all */
-    int32_t *bias_id;                          /* logit_bias: n_bias token ids and their biases in [-100, 100] */
-    float *bias;                               /* (-inf: llama-server's false, the token is never picked) */
+    int32_t penalty_last_n; /* llama.cpp's window as given: the last N generated tokens, -1 all, 0 penalties off */
+    /* each given in the request (else the server's defaults, --min-p ..., apply) */
+    int has_min_p, has_presence_penalty, has_frequency_penalty, has_repeat_penalty, has_penalty_last_n;
+    int32_t *bias_id; /* logit_bias: n_bias token ids and their biases in [-100, 100] */
+    float *bias;      /* (-inf: llama-server's false, the token is never picked) */
     int32_t n_bias;
     char **bias_text; /* llama-server's [TEXT, bias] pairs: each token of TEXT gets bias_text_bias[i] */
     float *bias_text_bias;

@@ -294,11 +294,17 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
     r->sp.temp = a->has_temperature ? a->temperature : s->p.default_temperature;
     r->sp.top_p = a->has_top_p ? a->top_p : s->p.default_top_p;
     r->sp.top_k = a->has_top_k ? a->top_k : s->p.default_top_k;
-    r->sp.min_p = a->min_p;
-    r->sp.presence_penalty = a->presence_penalty;
-    r->sp.frequency_penalty = a->frequency_penalty;
-    r->sp.repeat_penalty = a->repeat_penalty;
-    r->sp.penalty_last_n = a->penalty_last_n;
+    /* each penalty and min_p the request's, else the server's (--min-p, --repeat-penalty, ...) */
+    r->sp.min_p = a->has_min_p ? a->min_p : s->p.default_min_p;
+    r->sp.presence_penalty = a->has_presence_penalty ? a->presence_penalty : s->p.default_presence_penalty;
+    r->sp.frequency_penalty = a->has_frequency_penalty ? a->frequency_penalty : s->p.default_frequency_penalty;
+    r->sp.repeat_penalty = a->has_repeat_penalty ? a->repeat_penalty : s->p.default_repeat_penalty;
+    int32_t window = a->has_penalty_last_n ? a->penalty_last_n : s->p.default_penalty_last_n;
+    if (!window) { /* llama.cpp: a window of 0 tokens turns the penalties off */
+        r->sp.presence_penalty = r->sp.frequency_penalty = 0;
+        r->sp.repeat_penalty = 1;
+    }
+    r->sp.penalty_last_n = window > 0 ? window : 0;
     r->sp.has_steps = a->has_samplers || s->p.has_default_steps; /* the request's order, else --samplers */
     r->sp.n_steps = a->has_samplers ? a->n_sampler_steps : s->p.n_default_steps;
     memcpy(r->sp.steps, a->has_samplers ? a->sampler_steps : s->p.default_steps, sizeof r->sp.steps);
