@@ -23,10 +23,16 @@ check "serve --version too, exit 0" expect_rc 0 "$BIN" serve --version
 check "... the same line" is "$(cat "$TMP/out")" "$VERSION"
 "$BIN" serve --help >"$TMP/help" 2>&1
 for flag in --flash-attn --cont-batching --no-cont-batching --cache-type-k --cache-type-v --temp --seed --top-k \
-  --top-p --metrics --metrics-names --slots --hf-repo --version --embedding -fa -cb -nocb -ctk -ctv -hf; do
+  --top-p --metrics --metrics-names --slots --hf-repo --version --embedding -fa -cb -nocb -ctk -ctv -hf --min-p \
+  --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s -dev; do
   check "serve --help explains $flag" grep -qe "$flag[ ,)]" "$TMP/help"
 done
 check "--help says attention is already fused" grep -q 'attention is always fused' "$TMP/help"
+"$BIN" run --help >"$TMP/help" 2>&1
+for flag in --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --escape --no-escape \
+  --no-conversation -no-cnv --version -dev; do
+  check "run --help explains $flag" grep -qe "$flag[ ,)]" "$TMP/help"
+done
 
 # ---- whole names only ----------------------------------------------------------------------------
 check "an abbreviated flag is unknown" expect_rc 2 "$BIN" serve --metr
