@@ -38,7 +38,7 @@ void kvt_usage_cache(FILE *f) {
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
-            "options:\n"
+            "options (a value as --opt VALUE or --opt=VALUE):\n"
             "  --kv-disk DIR        the cache directory (required for the disk tier)\n"
             "  --kv-remote URL      the remote tier's Redis: redis://[user:pass@]host:port[/db] or unix:///path,\n"
             "                       or a cluster, redis-cluster://host:port[,host:port...] (every primary);\n"
@@ -316,6 +316,12 @@ static int flags_conflict(const char *cmd, const char *dir, const char *remote, 
     return why != NULL;
 }
 
+/* The value of the option argv[*i] ends: what follows its '=' (--kv-disk=DIR), else the next
+ * argument. NULL after saying it is missing. */
+static const char *opt_value(int argc, char **argv, int *i, const char *eq) {
+    return eq ? eq + 1 : kvt_cli_value(argc, argv, i);
+}
+
 int kvt_cmd_cache(int argc, char **argv) {
     const char *cmd = NULL, *dir = NULL, *ns_text = NULL, *remote = NULL;
     const char *pass_file = getenv("KVTIER_KV_REMOTE_PASSWORD_FILE"); /* the flag wins, as with serve */
@@ -323,28 +329,40 @@ int kvt_cmd_cache(int argc, char **argv) {
     long limit = LS_DEFAULT_LIMIT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (kvt_cli_is_help(a)) {
+        /* --opt=VALUE as run and serve take it: the name compared up to the '=' */
+        const char *eq = !strncmp(a, "--", 2) ? strchr(a, '=') : NULL;
+        char name[32];
+        if (eq && (size_t)(eq - a) < sizeof name) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+            a = name;
+        } else {
+            eq = NULL;
+        }
+        if (eq && (!strcmp(a, "--all-namespaces") || kvt_cli_is_help(a))) {
+            fprintf(stderr, "kvtier cache: %s takes no value\n", a);
+            return 2;
+        } else if (kvt_cli_is_help(a)) {
             kvt_usage_cache(stdout);
             return 0;
         } else if (!strcmp(a, "--kv-disk")) {
-            if (!(dir = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(dir = opt_value(argc, argv, &i, eq))) return 2;
         } else if (!strcmp(a, "--kv-remote")) {
-            if (!(remote = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(remote = opt_value(argc, argv, &i, eq))) return 2;
         } else if (!strcmp(a, "--kv-remote-password-file")) {
-            if (!(pass_file = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(pass_file = opt_value(argc, argv, &i, eq))) return 2;
         } else if (!strcmp(a, "--kv-remote-key-file")) {
-            if (!kvt_cli_value(argc, argv, &i)) return 2;
+            if (!opt_value(argc, argv, &i, eq)) return 2;
         } else if (!strcmp(a, "--namespace")) {
-            if (!(ns_text = kvt_cli_value(argc, argv, &i))) return 2;
+            if (!(ns_text = opt_value(argc, argv, &i, eq))) return 2;
         } else if (!strcmp(a, "--all-namespaces")) {
             all_ns = 1;
         } else if (!strcmp(a, "--limit")) {
-            const char *v = kvt_cli_value(argc, argv, &i);
+            const char *v = opt_value(argc, argv, &i, eq);
             if (!v || (limit = kvt_cli_parse_long("--limit", v, 1, 1L << 40)) < 0) return 2;
         } else if (a[0] != '-' && !cmd) {
             cmd = a;
         } else {
-            fprintf(stderr, "kvtier cache: unknown option '%s'\n\n", a);
+            fprintf(stderr, "kvtier cache: unknown option '%s'\n\n", argv[i]);
             kvt_usage_cache(stderr);
             return 2;
         }

@@ -152,6 +152,18 @@ int main(void) {
     for (char *c = t; c && *c; c++) lines += *c == '\n';
     CHECKF(lines == 2 && strstr(t, "hash="), "%s", t);
     free(t);
+    /* --opt=VALUE, as run and serve take it: the same listing */
+    char eq_dir[620];
+    snprintf(eq_dir, sizeof eq_dir, "--kv-disk=%s", dir);
+    char *a_ls_eq[] = {"cache", "ls", eq_dir, "--limit=2"};
+    CHECK(run(&t, 4, a_ls_eq) == 0);
+    lines = 0;
+    for (char *c = t; c && *c; c++) lines += *c == '\n';
+    CHECKF(lines == 2 && strstr(t, "hash="), "%s", t);
+    free(t);
+    char *a_sw_eq[] = {"cache", "gc", eq_dir, "--all-namespaces=1"};
+    CHECKF(run(&t, 4, a_sw_eq) == 2, "a switch given a value is a usage error");
+    free(t);
     char *a_verify[] = {"cache", "verify", "--kv-disk", (char *)dir};
     CHECK(run(&t, 4, a_verify) == 1);
     CHECKF(t && strstr(t, "12 valid, 1 corrupt"), "%s", t);
