@@ -122,9 +122,9 @@ static const kvt_cli_opt serve_opts[] = {
     {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
     {O_API_KEY, 0, "api-key", NULL, "KEY",
-     "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable); each key gets its "
-     "own cache\nnamespace (tenants never share cached KV). Arguments show in ps:\nprefer --api-key-file or "
-     "$KVTIER_API_KEY, which is one more key",
+     "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable, or KEY,KEY,... as "
+     "llama-server's);\neach key gets its own cache namespace (tenants never share cached\nKV). Arguments show in ps: "
+     "prefer --api-key-file or $KVTIER_API_KEY,\nwhich is one more key",
      KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
     {O_API_KEY_FILE, 0, "api-key-file", NULL, "FILE",
      "more keys, one per line (blank lines, # comments and spaces\naround a key ignored); a file without a key is refused",
@@ -426,13 +426,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
     case O_THREADS: x->threads = (int)a->i; return 0;
-    case O_API_KEY:
-        if (!*v || x->n_keys == MAX_API_KEYS) {
-            fprintf(stderr, "kvtier serve: --api-key needs a non-empty key (at most %d keys)\n", MAX_API_KEYS);
-            return -1;
-        }
-        x->keys[x->n_keys++] = kvt_xstrdup(v);
-        return 0;
+    case O_API_KEY: return kvt_cli_add_key_list(a->flag, v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_API_KEY_FILE: return kvt_cli_read_key_file(v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_METRICS_KEY: x->metrics_key = v; return 0;
     case O_ADMIN_KEY: x->admin_key = v; return 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-/* serve's --api-key-file (cli_serve_keys.h): the keys a file holds, read so
- * that the server never starts with other keys than the file meant. */
+/* serve's --api-key and --api-key-file (cli_serve_keys.h): the keys a flag
+ * or a file holds, read so that the server never starts with other keys than
+ * the command line meant. */
 #include "cli_serve_keys.h"
 
 #include <errno.h>
@@ -13,6 +14,22 @@
 #include "common.h"
 
 #define MAX_KEY_LINE 4096 /* bytes of one line, its newline included */
+
+int kvt_cli_add_key_list(const char *flag, const char *list, char **keys, size_t *n, size_t max) {
+    size_t added = 0;
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len && *n == max) {
+            fprintf(stderr, "kvtier serve: %s: more than %zu keys in all\n", flag, max);
+            return -1;
+        }
+        if (len) keys[(*n)++] = kvt_xstrndup(p, len), added++;
+        p += len;
+        if (!*p) break;
+    }
+    if (!added) fprintf(stderr, "kvtier serve: %s needs a non-empty key (KEY or KEY,KEY,...)\n", flag);
+    return added ? 0 : -1;
+}
 
 int kvt_cli_read_key_file(const char *path, char **keys, size_t *n, size_t max) {
     /* O_NONBLOCK and a regular file only: a FIFO would otherwise hold the start for ever */

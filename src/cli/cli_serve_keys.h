@@ -5,6 +5,12 @@
 
 #include <stddef.h>
 
+/* Appends the comma-separated keys of --api-key (list), as llama-server
+ * splits them, to keys[*n..max), each malloc'd; empty names between commas
+ * are skipped. Refused: a list without a key, and more than max keys in all.
+ * Returns 0, or -1 after printing why, naming flag. */
+int kvt_cli_add_key_list(const char *flag, const char *list, char **keys, size_t *n, size_t max);
+
 /* Appends the keys in path (one per line; spaces and tabs around a key, blank
  * lines and # comments ignored) to keys[*n..max), each malloc'd (the caller
  * frees them). Only a regular file is read (a FIFO would hold the start for

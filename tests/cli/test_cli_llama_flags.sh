@@ -146,6 +146,18 @@ CODE=$(curl -s -m 30 -o "$TMP/emb" -w '%{http_code}' -H 'Content-Type: applicati
 check "--embedding (llama-server's name) serves /v1/embeddings" is "$CODE" 200
 kvt_stop_server a
 
+# ---- --api-key KEY,KEY: llama-server's list of keys ----------------------------------------------
+check "--api-key , holds no key: a usage error" expect_rc 2 "$BIN" serve --api-key ,
+check "... naming the flag" grep -q -- "--api-key needs a non-empty key" "$TMP/out"
+kvt_start_server k --api-key k1,k2 --api-key k3
+for key in k1 k2 k3; do
+  post /v1/completions '{"prompt": "hi", "max_tokens": 1}' -H "Authorization: Bearer $key"
+  check "--api-key k1,k2 --api-key k3: $key is a key" is "$CODE" 200
+done
+post /v1/completions '{"prompt": "hi", "max_tokens": 1}' -H "Authorization: Bearer k1,k2"
+check "... the list itself is not" is "$CODE" 401
+kvt_stop_server k
+
 # ---- sampling defaults ---------------------------------------------------------------------------
 ask() { post /v1/completions "{\"prompt\": \"Once upon a time\", \"max_tokens\": 12$1}"; jb '.choices[0].text'; }
 kvt_start_server t --temp 0
