@@ -109,8 +109,8 @@ static const kvt_cli_opt run_opts[] = {
     {R_SEED, 's', "seed", NULL, "S",
      "random seed; the same seed gives the same text (default: clock;\n-1, llama.cpp's \"random\", is the default too)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
-    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default: all CPUs)", 0,
-     KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
+    {R_THREADS, 't', "threads", NULL, "N", "worker threads (default, or -1 as llama.cpp's: all CPUs)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, -1, KVT_CLI_MAX_THREADS)},
     {R_KV_ACTIVE, 0, "kv-active", NULL, "BYTES",
      "T0: the engine's KV page pool, e.g. 256M (default: enough for\n--ctx-size tokens plus room to keep finished "
      "prompts cached; on a\nGPU what --gpu-memory-fraction leaves after the weights)",
@@ -198,7 +198,10 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
         x->sp.seed = (uint64_t)a->i;
         x->seed_given = a->i >= 0; /* -1: llama.cpp's "random", the clock */
         return 0;
-    case R_THREADS: x->threads = (int)a->i; return 0;
+    case R_THREADS: /* -1: llama.cpp's "all CPUs" */
+        if (kvt_cli_int_or(a, "run", -1, "all CPUs", 1)) return -1;
+        x->threads = a->i < 0 ? kvt_cli_default_threads() : (int)a->i;
+        return 0;
     case R_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case R_KV_RAM: x->kv_ram = a->bytes; return 0;
     case R_SALT: x->salt = a->str; return 0;

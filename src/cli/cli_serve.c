@@ -119,8 +119,9 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_ANY_BYTES},
     {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
      KVT_CLI_ANY_BYTES},
-    {O_THREADS, 't', "threads", NULL, "N", "worker threads for the forward pass (default: all CPUs)", 0,
-     KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_CLI_MAX_THREADS)},
+    {O_THREADS, 't', "threads", NULL, "N",
+     "worker threads for the forward pass (default, or -1 as llama.cpp's: all CPUs)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, -1, KVT_CLI_MAX_THREADS)},
     {O_API_KEY, 0, "api-key", NULL, "KEY",
      "require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n/detokenize and /props (repeatable, or KEY,KEY,... as "
      "llama-server's);\neach key gets its own cache namespace (tenants never share cached\nKV). Arguments show in ps: "
@@ -393,11 +394,14 @@ static int add_trusted_proxies(serve_args *x, const char *flag, const char *list
     return 0;
 }
 
-/* llama.cpp's -c 0 (the model's context; 1 is refused) and -n -1 (no limit). 0, or -1 after saying why. */
+/* llama.cpp's -c 0 (the model's context; 1 is refused), -t -1 (all CPUs) and -n -1 (no limit). */
 static int counts_opt(serve_args *x, int id, const kvt_cli_arg *a) {
     if (id == O_CTX) {
         if (kvt_cli_int_or(a, "serve", 0, "the model's", 2)) return -1;
         x->n_ctx = a->i ? a->i : KVT_CLI_CTX_MODEL;
+    } else if (id == O_THREADS) {
+        if (kvt_cli_int_or(a, "serve", -1, "all CPUs", 1)) return -1;
+        x->threads = a->i < 0 ? kvt_cli_default_threads() : (int)a->i;
     } else {
         if (kvt_cli_int_or(a, "serve", -1, "no limit", 1)) return -1;
         x->sp.default_max_tokens = (int32_t)a->i;
@@ -422,10 +426,10 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_PARALLEL: sp->parallel = (int32_t)a->i; return 0;
     case O_QUEUE: sp->queue = (int32_t)a->i; return 0;
     case O_CTX:
+    case O_THREADS:
     case O_N_PREDICT: return counts_opt(x, id, a);
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
-    case O_THREADS: x->threads = (int)a->i; return 0;
     case O_API_KEY: return kvt_cli_add_key_list(a->flag, v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_API_KEY_FILE: return kvt_cli_read_key_file(v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_METRICS_KEY: x->metrics_key = v; return 0;

@@ -106,6 +106,7 @@ check "-ctk q8_0 -ctv q8_0 say nothing of it" expect_rc 0 "$BIN" run -m "$TMP/m.
 check "... nothing" bash -c "! grep -q \"type too\" '$TMP/out'"
 # -n -1 (llama.cpp's "no limit"): run generates to the end of the context, serve's default is the limit
 filled() { sed -n 's/.*prompt \([0-9]*\) tokens.*generated \([0-9]*\) tokens.*/\1 \2/p' "$TMP/out" | awk '{print $1 + $2}'; }
+check "run -t -1 (llama.cpp's: all CPUs) runs" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 -t -1
 for n in -1 -2; do
   check "run -n $n generates until the context is full" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n $n -c 48 --ignore-eos
   check "... prompt and generated tokens fill its 48" is "$(filled)" 48

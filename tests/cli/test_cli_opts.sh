@@ -24,8 +24,10 @@ check "-np 257 named as --parallel" rejects "--parallel must be an integer in [1
 check "ctx 1 (serve needs 2), named as typed" rejects "-c must be 0 (the model's) or at least 2, got '1'" "$BIN" serve -c 1
 check "ctx -1" rejects "-c must be an integer in [0, 16777216], got '-1'" "$BIN" serve -c -1
 check "alias --ctx named as given" rejects "--ctx must be 0 (the model's) or at least 2" "$BIN" serve --ctx 1
-check "threads not a number" rejects "-t must be an integer in [1, 512], got '4x'" "$BIN" run -t 4x
-check "threads 0" rejects "--threads must be an integer in [1, 512], got '0'" "$BIN" run --threads 0
+check "threads not a number" rejects "-t must be an integer in [-1, 512], got '4x'" "$BIN" run -t 4x
+check "threads 0" rejects "--threads must be -1 (all CPUs) or at least 1, got '0'" "$BIN" run --threads 0
+check "threads -2" rejects "--threads must be an integer in [-1, 512], got '-2'" "$BIN" serve --threads -2
+check "threads -1 (llama.cpp's: all CPUs) accepted" accepts "$BIN" serve -t -1
 check "n-predict below -2" rejects "--n-predict must be an integer in [-2, 16777216], got '-3'" "$BIN" run --n-predict -3 -p x
 check "serve n-predict 0" rejects "--n-predict must be -1 (no limit) or at least 1, got '0'" "$BIN" serve --n-predict 0
 check "block size 0" rejects "--block-size must be an integer in [1, 4096]" "$BIN" run --block-size 0
