@@ -59,6 +59,7 @@ enum {
     R_FREQUENCY_PENALTY,
     R_NO_CONVERSATION,
     R_VERSION,
+    R_FLASH_ATTN,
     R_ESCAPE, /* -e, --escape and --no-escape: one setting, so that the command line's wins over $KVTIER_ESCAPE */
 };
 
@@ -137,6 +138,10 @@ static const kvt_cli_opt run_opts[] = {
      "template",
      KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
     {R_VERSION, 0, "version", NULL, NULL, "print kvtier's version and exit", KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
+    {R_FLASH_ATTN, 0, "flash-attn", NULL, "[on|off|auto]",
+     "accepted for llama-cli command lines (also -fa): kvtier's attention\nis always fused, one pass over the KV pages "
+     "without the score\nmatrix, so there is nothing to turn on or off",
+     KVT_CLI_OPT_VALUE | KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
     {R_ESCAPE, 'e', "escape", NULL, NULL,
      "read \\n, \\r, \\t, \\', \\\", \\\\ and \\xHH in -p as the characters they\nname, as llama-cli does "
      "by default (default: -p is taken as given)",
@@ -181,6 +186,18 @@ typedef struct {
     kvt_cli_device dev;
 } run_args;
 
+/* -fa [on|off|auto]: taken as serve takes it; off cannot be honoured, and says so. */
+static int flash_attn_opt(const kvt_cli_arg *a) {
+    const char *v = a->str;
+    if (v && strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+        fprintf(stderr, "kvtier run: %s takes on, off or auto, got '%s'\n", a->flag, v);
+        return -1;
+    }
+    if (v && !strcmp(v, "off"))
+        fprintf(stderr, "kvtier run: %s off is ignored: kvtier's attention is always fused\n", a->flag);
+    return 0;
+}
+
 static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
@@ -218,6 +235,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_FREQUENCY_PENALTY: x->sp.frequency_penalty = (float)a->d; return 0;
     case R_NO_CONVERSATION: return 0;
     case R_VERSION: x->version = 1; return 0;
+    case R_FLASH_ATTN: return flash_attn_opt(a);
     case R_ESCAPE: x->escape = strcmp(a->flag, "--no-escape") != 0; return 0;
     default: return -1;
     }

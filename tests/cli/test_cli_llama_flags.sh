@@ -30,7 +30,7 @@ done
 check "--help says attention is already fused" grep -q 'attention is always fused' "$TMP/help"
 "$BIN" run --help >"$TMP/help" 2>&1
 for flag in --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s --escape --no-escape \
-  --no-conversation -no-cnv --version -dev; do
+  --no-conversation -no-cnv --version -dev --flash-attn -fa; do
   check "run --help explains $flag" grep -qe "$flag[ ,)]" "$TMP/help"
 done
 
@@ -106,6 +106,10 @@ check "-ctk q8_0 -ctv q8_0 say nothing of it" expect_rc 0 "$BIN" run -m "$TMP/m.
 check "... nothing" bash -c "! grep -q \"type too\" '$TMP/out'"
 # -n -1 (llama.cpp's "no limit"): run generates to the end of the context, serve's default is the limit
 filled() { sed -n 's/.*prompt \([0-9]*\) tokens.*generated \([0-9]*\) tokens.*/\1 \2/p' "$TMP/out" | awk '{print $1 + $2}'; }
+check "run -fa, as serve takes it" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 -fa
+check "run -fa off: a notice that attention stays fused" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 -fa off
+check "... said" grep -q 'always fused' "$TMP/out"
+check "run -fa with another value is refused" expect_rc 2 "$BIN" run -fa maybe -p hi
 check "run -t -1 (llama.cpp's: all CPUs) runs" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n 1 -t -1
 for n in -1 -2; do
   check "run -n $n generates until the context is full" expect_rc 0 "$BIN" run -m "$TMP/m.gguf" -p hi -n $n -c 48 --ignore-eos
