@@ -174,7 +174,7 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_CTX)},
     {O_TIMEOUT, 0, "timeout", NULL, "S",
      "close connections idle (or stalled mid-request) for S seconds\n(default " STR(
-         KVT_SERVER_DEFAULT_TIMEOUT_S) "); a stream waiting on the engine (a long\nprefill, the queue) is not idle",
+         KVT_SERVER_DEFAULT_TIMEOUT_S) "; also -to); a stream waiting on the engine (a long\nprefill, the queue) is not idle",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 1, MAX_TIMEOUT_S)},
     {O_REQUEST_TIMEOUT, 0, "request-timeout", NULL, "S",
      "close a connection that has not sent a whole request (headers and\nbody) S seconds after it opened or after its "

@@ -24,7 +24,7 @@ check "... the same line" is "$(cat "$TMP/out")" "$VERSION"
 "$BIN" serve --help >"$TMP/help" 2>&1
 for flag in --flash-attn --cont-batching --no-cont-batching --cache-type-k --cache-type-v --temp --seed --top-k \
   --top-p --metrics --metrics-names --slots --hf-repo --version --embedding -fa -cb -nocb -ctk -ctv -hf --min-p \
-  --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s -dev; do
+  --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s -dev -np -ngl -to; do
   check "serve --help explains $flag" grep -qe "$flag[ ,)]" "$TMP/help"
 done
 check "--help says attention is already fused" grep -q 'attention is always fused' "$TMP/help"
