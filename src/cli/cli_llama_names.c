@@ -131,7 +131,6 @@ static const hint hints[] = {
      "a request's \"json_schema\", \"grammar\" or \"response_format\" constrains its output"},
     {"logit-bias ", "kvtier serve takes a request's \"logit_bias\"", "a request's \"logit_bias\""},
     {"escape no-escape ", NULL, "a llama-cli option: kvtier serve reads prompts from requests"},
-    {"no-warmup ", "kvtier runs no warm-up pass, so there is none to skip", NULL},
 };
 
 const char *kvt_cli_llama_long(const char *arg, int one_letter_too) {

@@ -60,6 +60,8 @@ enum {
     R_NO_CONVERSATION,
     R_VERSION,
     R_FLASH_ATTN,
+    R_NO_DISPLAY_PROMPT,
+    R_NO_WARMUP,
     R_ESCAPE, /* -e, --escape and --no-escape: one setting, so that the command line's wins over $KVTIER_ESCAPE */
 };
 
@@ -138,6 +140,11 @@ static const kvt_cli_opt run_opts[] = {
      "template",
      KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
     {R_VERSION, 0, "version", NULL, NULL, "print kvtier's version and exit", KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
+    {R_NO_DISPLAY_PROMPT, 0, "no-display-prompt", NULL, NULL,
+     "accepted for llama-cli command lines: run prints the generated\ntext only, never the prompt", KVT_CLI_NO_ENV,
+     KVT_CLI_PLAIN},
+    {R_NO_WARMUP, 0, "no-warmup", NULL, NULL, "accepted for llama-cli command lines: run does no warm-up pass",
+     KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
     {R_FLASH_ATTN, 0, "flash-attn", NULL, "[on|off|auto]",
      "accepted for llama-cli command lines (also -fa): kvtier's attention\nis always fused, one pass over the KV pages "
      "without the score\nmatrix, so there is nothing to turn on or off",
@@ -233,7 +240,9 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_REPEAT_LAST_N: x->penalty_last_n = a->i; return 0;
     case R_PRESENCE_PENALTY: x->sp.presence_penalty = (float)a->d; return 0;
     case R_FREQUENCY_PENALTY: x->sp.frequency_penalty = (float)a->d; return 0;
-    case R_NO_CONVERSATION: return 0;
+    case R_NO_CONVERSATION:
+    case R_NO_DISPLAY_PROMPT:
+    case R_NO_WARMUP: return 0;
     case R_VERSION: x->version = 1; return 0;
     case R_FLASH_ATTN: return flash_attn_opt(a);
     case R_ESCAPE: x->escape = strcmp(a->flag, "--no-escape") != 0; return 0;

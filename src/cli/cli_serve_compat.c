@@ -33,6 +33,7 @@ enum {
     C_REPEAT_LAST_N,
     C_PRESENCE_PENALTY,
     C_FREQUENCY_PENALTY,
+    C_NO_WARMUP,
 };
 
 static const kvt_cli_opt compat_opts[] = {
@@ -76,6 +77,8 @@ static const kvt_cli_opt compat_opts[] = {
      "accepted with a warning (also -nocb): batching cannot be turned off;\n--parallel 1 serves one request at a "
      "time",
      0, KVT_CLI_PLAIN},
+    {C_NO_WARMUP, 0, "no-warmup", NULL, NULL, "accepted: kvtier does no warm-up pass at start", KVT_CLI_NO_ENV,
+     KVT_CLI_PLAIN},
     {C_METRICS, 0, "metrics", NULL, NULL,
      "accepted: /metrics is always served, with kvtier's and llama-server's\nmetric names (who may read it: "
      "--metrics-key)",
@@ -139,6 +142,7 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
             fprintf(stderr, "kvtier serve: %s off is ignored: kvtier's attention is always fused\n", a->flag);
         return 0;
     case C_CONT_BATCHING:
+    case C_NO_WARMUP:
     case C_SLOTS:
     case C_METRICS: return 0;
     case C_NO_CONT_BATCHING:

@@ -88,6 +88,8 @@ check "... chat completions" grep -q "kvtier serve and send /v1/chat/completions
 check "an unknown flag of no llama.cpp meaning has no hint" expect_rc 2 "$BIN" run --frobnicate
 check "... just its name" is "$(cat "$TMP/out")" "kvtier run: unknown option '--frobnicate' (see kvtier run --help)"
 check "-no-cnv is run's completion of -p, accepted" expect_rc 0 "$BIN" run -no-cnv --help
+check "run --no-display-prompt, --no-warmup accepted" expect_rc 0 "$BIN" run --no-display-prompt --no-warmup --help
+check "serve --no-warmup accepted" expect_rc 0 "$BIN" serve --no-warmup --help
 check "-s is --seed (run)" expect_rc 2 "$BIN" run -s x
 check "... checked as the seed" grep -q -- "-s must be an integer" "$TMP/out"
 check "-s is --seed (serve)" expect_rc 0 "$BIN" serve -s 42 --help
