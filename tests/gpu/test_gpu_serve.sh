@@ -60,7 +60,7 @@ check "the start-up log names the device" grep -q "engine runs on" "${KVT_LOG[A]
   check "... and the layers on each side" grep -q "the first ${NGL[1]} of 2 layers on the GPU, the other" "${KVT_LOG[A]}"
 curl -s "${KVT_URL[A]}/props" >"$TMP/props.json"
 check "/props names the device" is "$(jq -r .device "$TMP/props.json")" vulkan:0
-check "... and its name" is "$(jq -r .device_name "$TMP/props.json")" "$(sed -n 's/^  vulkan:0  //p' "$TMP/devices")"
+check "... and its name" is "$(jq -r .device_name "$TMP/props.json")" "$(sed -n 's/^  vulkan:0  //; s/  ([^()]*)$//p' "$TMP/devices")"
 curl -s "${KVT_URL[A]}/metrics" >"$TMP/metrics.txt"
 check "/metrics names the device and its numerics id" \
   grep -Eq '^kvtier_device_info\{device="vulkan:0",name="[^"]+",numerics="vk-[^"]+"\} 1$' "$TMP/metrics.txt"
