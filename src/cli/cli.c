@@ -552,6 +552,17 @@ kvt_model *kvt_cli_load_vocab(const char *what, const char *path) {
     return m;
 }
 
+int kvt_cli_flash_attn(const char *cmd, const kvt_cli_arg *a) {
+    const char *v = a->str;
+    if (v && strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+        fprintf(stderr, "kvtier %s: %s takes on, off or auto, got '%s'\n", cmd, a->flag, v);
+        return -1;
+    }
+    if (v && !strcmp(v, "off"))
+        fprintf(stderr, "kvtier %s: %s off is ignored: kvtier's attention is always fused\n", cmd, a->flag);
+    return 0;
+}
+
 int kvt_cli_samplers(const char *cmd, const kvt_cli_arg *a, int32_t *n_steps, uint8_t *steps) {
     kvt_api_request *r = kvt_xcalloc(1, sizeof *r);
     kvt_api_error err = {0};

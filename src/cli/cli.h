@@ -167,6 +167,10 @@ struct cJSON *kvt_cli_json(const char *text, char *why, size_t cap);
  * steps[0..KVT_SAMPLER_MAX_STEPS) and *n_steps. Returns 0, or -1 after
  * printing an error that names a->flag. */
 int kvt_cli_samplers(const char *cmd, const kvt_cli_arg *a, int32_t *n_steps, uint8_t *steps);
+/* llama.cpp's -fa / --flash-attn [on|off|auto] for cmd ("run"): kvtier's
+ * attention is always fused, so off is ignored with a note on stderr. 0, or
+ * -1 after printing why the value is none of those. */
+int kvt_cli_flash_attn(const char *cmd, const kvt_cli_arg *a);
 
 /* ---- llama.cpp's option names (cli_llama_names.c) ------------------------------- */
 /* The long name of llama.cpp's short option arg of several letters ("-np":

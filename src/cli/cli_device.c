@@ -117,9 +117,9 @@ static int auto_rank(const char *type) {
 }
 
 /* The GPUs of info[0..n) in the order -ngl picks from and llama.cpp numbers them (its VulkanN): by rank, then
- * by index, into order[]; their count. */
-static int gpu_order(const kvt_gpu_info *info, int n, int *order) {
-    int k = 0;
+ * by index, into *order (allocated, n entries; NULL when n is 0); their count. */
+static int gpu_order(const kvt_gpu_info *info, int n, int **order_out) {
+    int k = 0, *order = *order_out = n > 0 ? kvt_xcalloc((size_t)n, sizeof *order) : NULL;
     for (int r = 4; r > 0; r--)
         for (int i = 0; i < n; i++)
             if (auto_rank(info[i].type) == r) order[k++] = i;
@@ -132,10 +132,7 @@ static int llama_device(const char *flag, const char *v, int *index) {
     long want = strtol(v + 6, NULL, 10);
     kvt_gpu_info *info = NULL;
     int n = 0, k = 0, *order = NULL;
-    if (kvt_gpu_built() && !kvt_gpu_list(&info, &n) && n > 0) {
-        order = kvt_xcalloc((size_t)n, sizeof *order);
-        k = gpu_order(info, n, order);
-    }
+    if (kvt_gpu_built() && !kvt_gpu_list(&info, &n)) k = gpu_order(info, n, &order);
     int rc = 0;
     if (want < k) *index = order[want];
     else if (k == 0 && want == 0 && n > 0) *index = 0;
@@ -194,10 +191,7 @@ int kvt_cli_device_auto(const char *who, kvt_cli_device *d) {
     char why[640] = "this build has no Vulkan";
     if (kvt_gpu_built() && kvt_gpu_list(&info, &n)) snprintf(why, sizeof why, "%s", kvt_errmsg());
     else if (kvt_gpu_built() && n == 0) snprintf(why, sizeof why, "the Vulkan loader lists no device");
-    if (n > 0) {
-        order = kvt_xcalloc((size_t)n, sizeof *order);
-        k = gpu_order(info, n, order);
-    }
+    k = gpu_order(info, n, &order);
     for (int i = 0; i < n; i++) cpus += !strcmp(info[i].type, "cpu");
     const int want = d->main_gpu ? d->main_gpu - 1 : 0;
     int rc = 0;
@@ -394,8 +388,8 @@ int kvt_cli_print_devices(FILE *f) {
         return 1;
     }
     fprintf(f, "Vulkan devices: %d (run, serve and eval take --device vulkan:N)\n", n);
-    int *order = kvt_xcalloc((size_t)n, sizeof *order), *llama = kvt_xcalloc((size_t)n, sizeof *llama);
-    int k = gpu_order(info, n, order);
+    int *order, *llama = kvt_xcalloc((size_t)n, sizeof *llama);
+    int k = gpu_order(info, n, &order);
     for (int i = 0; i < n; i++) llama[i] = -1;
     for (int j = 0; j < k; j++) llama[order[j]] = j;
     for (int i = 0; i < n; i++) print_device(f, &info[i], llama[i]);

@@ -193,18 +193,6 @@ typedef struct {
     kvt_cli_device dev;
 } run_args;
 
-/* -fa [on|off|auto]: taken as serve takes it; off cannot be honoured, and says so. */
-static int flash_attn_opt(const kvt_cli_arg *a) {
-    const char *v = a->str;
-    if (v && strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
-        fprintf(stderr, "kvtier run: %s takes on, off or auto, got '%s'\n", a->flag, v);
-        return -1;
-    }
-    if (v && !strcmp(v, "off"))
-        fprintf(stderr, "kvtier run: %s off is ignored: kvtier's attention is always fused\n", a->flag);
-    return 0;
-}
-
 static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     run_args *x = ctx;
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
@@ -244,7 +232,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case R_NO_DISPLAY_PROMPT:
     case R_NO_WARMUP: return 0;
     case R_VERSION: x->version = 1; return 0;
-    case R_FLASH_ATTN: return flash_attn_opt(a);
+    case R_FLASH_ATTN: return kvt_cli_flash_attn("run", a);
     case R_ESCAPE: x->escape = strcmp(a->flag, "--no-escape") != 0; return 0;
     default: return -1;
     }

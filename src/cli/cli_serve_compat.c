@@ -133,14 +133,7 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
         sp->default_seed = (uint64_t)a->i;
         sp->has_default_seed = a->i >= 0; /* -1: llama.cpp's "random", a fresh seed per request */
         return 0;
-    case C_FLASH_ATTN:
-        if (v && strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
-            fprintf(stderr, "kvtier serve: %s takes on, off or auto, got '%s'\n", a->flag, v);
-            return -1;
-        }
-        if (v && !strcmp(v, "off"))
-            fprintf(stderr, "kvtier serve: %s off is ignored: kvtier's attention is always fused\n", a->flag);
-        return 0;
+    case C_FLASH_ATTN: return kvt_cli_flash_attn("serve", a);
     case C_CONT_BATCHING:
     case C_NO_WARMUP:
     case C_SLOTS:
