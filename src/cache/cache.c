@@ -227,7 +227,20 @@ void kvt_cache_commit(kvt_cache *c, int32_t seq, const int32_t *tokens, kvt_chai
                 ch->n_done = INT32_MAX;
                 return;
             }
-            kvt_cache_touch_page(c, (int32_t)info.handle[KVT_TIER_T0]); /* already resident (maybe this very page) */
+            int32_t x = (int32_t)info.handle[KVT_TIER_T0], p = pages[i];
+            if (x != p && !c->pages[p].cached && !c->pages[x].picked && kvt_page_refcount(c->e, x) == 1) {
+                /* this sequence computed again a block that an idle page x holds (a reply repeated under
+                 * the same seed, say): the index takes this sequence's page and x is freed. Kept as it
+                 * was, x would be an idle parent of the blocks this sequence registers next, which
+                 * reclaim never takes while they run: a page lost for as long as the sequence lives */
+                kvt_prefix_add(c->index, hash, parent, bt, KVT_TIER_T0, (uint64_t)p); /* a handle update */
+                kvt_page_ref(c->e, p);
+                c->pages[p] = (page_rec){.cached = 1, .hash = hash};
+                c->pages[x] = (page_rec){0};
+                kvt_page_unref(c->e, x);
+                x = p;
+            }
+            kvt_cache_touch_page(c, x); /* already resident (maybe this very page) */
         } else if (!c->pages[pages[i]].cached) {
             int32_t p = pages[i];
             if (kvt_prefix_add(c->index, hash, parent, bt, KVT_TIER_T0, (uint64_t)p)) {

@@ -221,6 +221,35 @@ static void test_exhaustion(void) {
     kvt_engine_free(e);
 }
 
+/* A request repeated alone in a pool that holds it with one page to spare
+ * runs to its end every time: its reply's blocks, computed again, match the
+ * idle pages the first run left, and those go back to the pool as it
+ * registers its own (kept, each would be the idle parent of the next block
+ * it registers, which reclaim never takes while it runs). Without a lower
+ * tier, and with one. */
+static void test_repeat_fits(uint64_t ram_bytes) {
+    kvt_engine *e = new_engine(6); /* 48 tokens: the prompt's 10 and 30 more take 5 pages */
+    kvt_cache *c = kvt_test_cache(e, NULL, ram_bytes);
+    unsigned seed = 5;
+    int32_t p[10];
+    random_tokens(p, 10, &seed);
+    run_out first = kvt_test_generate(e, c, p, 10, 30, NULL);
+    for (int k = 0; k < 3 && first.n; k++) {
+        run_out again = kvt_test_generate_rc(e, c, p, 10, 30, NULL);
+        CHECKF(again.rc == 0, "ram %llu: repeat %d failed: %s", (unsigned long long)ram_bytes, k + 1, kvt_errmsg());
+        CHECKF(same(&first, &again), "ram %llu: repeat %d differs", (unsigned long long)ram_bytes, k + 1);
+        kvt_cache_stats st;
+        kvt_cache_get_stats(c, &st);
+        CHECKF(st.t0_pages_free + st.t0_pages_idle == st.t0_pages_total, "ram %llu: %d pages free, %d idle of %d",
+               (unsigned long long)ram_bytes, st.t0_pages_free, st.t0_pages_idle, st.t0_pages_total);
+        check_consistent(c);
+        free_out(&again);
+    }
+    free_out(&first);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
         CHECK(model != NULL);
@@ -232,6 +261,8 @@ int main(void) {
     test_churn(0);
     test_churn(3);
     test_exhaustion();
+    test_repeat_fits(0);
+    test_repeat_fits(1 << 20);
     kvt_model_free(model);
     return kvt_test_done("test_cache");
 }
