@@ -182,6 +182,11 @@ typedef struct {
     int32_t n_toks, cap;
     int32_t n_fed; /* tokens in the sequence while prefilling */
     int prefilling;
+    /* generating, its sequence given up for want of KV pages (sched_step.c): its blocks stay cached
+     * (moving down a tier, not out) and the rest of its state here, until kvt_srv_resume_parked puts
+     * its tokens back; it holds no pages and the engine steps pass it by */
+    int parked;
+    int32_t resume_to;     /* prefilling after it was parked: the tokens to put back (all but pending); 0: the prompt */
     kvt_blend_job *blend;  /* approximate reuse placing documents, a chunk per step before the prefill
                                   goes on (owned; NULL once done or for exact requests) */
     int32_t blend_decoded; /* decode tokens other slots got in the steps of blend */

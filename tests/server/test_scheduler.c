@@ -290,6 +290,61 @@ out:
     kvt_test_rig_down(&g);
 }
 
+/* Two replies that cannot both fit the pool: when it runs out, the younger,
+ * generating, pauses (parks) with its KV cached, the older runs to its end,
+ * and the younger resumes from its cached blocks and ends too. Neither
+ * fails, and each reply, with its logprobs, is the one it gets alone: the
+ * greedy one and a sampled one (temperature and seed), whose sampler goes on
+ * where it was. Eight pages of 16 tokens; each reply needs five (20 prompt
+ * tokens and 60 generated). */
+static void test_pool_generating_parks(void) {
+    rig g;
+    if (rig_up_pages(&g, 2, 8)) goto out;
+    const char *greedy = "\"temperature\":0,\"logprobs\":2";
+    const char *sampled = "\"temperature\":0.9,\"seed\":7,\"logprobs\":2";
+    srv_req *old = request_n(g.s, 1, 20, 60, greedy), *young = request_n(g.s, 300, 20, 60, sampled);
+    srv_req *old1 = request_n(g.s, 1, 20, 60, greedy), *young1 = request_n(g.s, 300, 20, 60, sampled);
+    if (!old || !young || !old1 || !young1) goto out;
+    pthread_mutex_lock(&g.s->mu); /* both queued before the engine looks: it admits them in one go */
+    CHECK(kvt_srv_enqueue_locked(g.s, old) == 0);
+    CHECK(kvt_srv_enqueue_locked(g.s, young) == 0);
+    pthread_mutex_unlock(&g.s->mu);
+    wait_done(g.s, old);
+    wait_done(g.s, young);
+    srv_req *const pair[2][2] = {{old, old1}, {young, young1}};
+    for (int i = 0; i < 2; i++) {
+        srv_req *r = pair[i][0];
+        CHECKF(r->err_status == 0 && r->finish_reason && !strcmp(r->finish_reason, "length") &&
+                   r->usage.completion_tokens == 60 && r->n_lp == 60,
+               "%s ended with %d (%s), %d tokens", i ? "young" : "old", r->err_status, r->err_msg,
+               r->usage.completion_tokens);
+    }
+    CHECKF(old->usage.preemptions == 0, "the older reply paused %d times", old->usage.preemptions);
+    CHECKF(young->usage.preemptions >= 1, "the younger reply never paused: the pool fitted both");
+    CHECKF(young->usage.resumed_cached_tokens + young->usage.resumed_computed_tokens >= 20,
+           "resumed with %d cached and %d computed tokens", young->usage.resumed_cached_tokens,
+           young->usage.resumed_computed_tokens);
+    printf("# the younger reply paused %d time(s); resumed %d tokens from the cache, recomputed %d\n",
+           young->usage.preemptions, young->usage.resumed_cached_tokens, young->usage.resumed_computed_tokens);
+    for (int i = 0; i < 2; i++) {
+        srv_req *r = pair[i][0], *solo = pair[i][1];
+        CHECK(kvt_srv_enqueue(g.s, solo) == 0);
+        wait_done(g.s, solo);
+        CHECKF(solo->err_status == 0 && solo->text_len == r->text_len && !memcmp(solo->text, r->text, r->text_len),
+               "%s: the reply alone differs (%d %s)", i ? "young" : "old", solo->err_status, solo->err_msg);
+        int same = solo->n_lp == r->n_lp;
+        for (size_t k = 0; same && k < r->n_lp; k++)
+            same = solo->lp[k].id == r->lp[k].id && solo->lp[k].logprob == r->lp[k].logprob;
+        CHECKF(same, "%s: the logprobs alone differ", i ? "young" : "old");
+    }
+    kvt_srv_unref_choices(g.s, old);
+    kvt_srv_unref_choices(g.s, young);
+    kvt_srv_unref_choices(g.s, old1);
+    kvt_srv_unref_choices(g.s, young1);
+out:
+    kvt_test_rig_down(&g);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("sched.gguf", N_VOCAB))) return 1;
     test_arrival_order();
@@ -298,6 +353,7 @@ int main(void) {
     test_cancel();
     test_prefill_only();
     test_pool_youngest_gives_way();
+    test_pool_generating_parks();
     kvt_model_free(model);
     return kvt_test_done("test_scheduler");
 }

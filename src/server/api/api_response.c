@@ -105,6 +105,13 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
         /* the ratio is held as a float: printed to 6 decimals, 0.15 reads 0.15 */
         cJSON_AddNumberToObject(a, "recompute_ratio", round((double)u->recompute_ratio * 1e6) / 1e6);
     }
+    if (u->preemptions) { /* only when it happened: the report is otherwise as it always was */
+        cJSON *w = cJSON_AddObjectToObject(o, "preempted");
+        cJSON_AddNumberToObject(w, "times", u->preemptions);
+        cJSON_AddNumberToObject(w, "restored_tokens", u->resumed_cached_tokens);
+        cJSON_AddNumberToObject(w, "recomputed_tokens", u->resumed_computed_tokens);
+        cJSON_AddNumberToObject(w, "resume_ms", u->resume_ms);
+    }
     cJSON_AddNumberToObject(o, "restore_ms", u->restore_ms);
     if (u->disk_decision) cJSON_AddStringToObject(o, "disk_blocks", u->disk_decision);
     cJSON_AddNumberToObject(o, "prefill_ms", u->prefill_ms);

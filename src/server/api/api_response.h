@@ -56,6 +56,10 @@ typedef struct {
     int has_history;
     int32_t history_tokens_reused;
     const char *history_rerendered;
+    /* generation paused for want of KV memory (--kv-active) while other requests ran: how often,
+     * and on resuming, the prompt and reply tokens restored from the cache and recomputed */
+    int32_t preemptions, resumed_cached_tokens, resumed_computed_tokens;
+    double resume_ms;
     int show_cached_text; /* a diverged reuse_stop shows the cached side too (cached_text and
                                               cached_tokens: --explain-text); else only the prompt's side */
     int hide_report;      /* --hide-cached-tokens: no cached counts anywhere in the answer; the

@@ -54,6 +54,7 @@ struct kvt_metrics {
     int n_req;
     uint64_t prompt_tokens, generated_tokens, computed_tokens, finished;
     uint64_t approx_requests, approx_tokens, approx_recomputed, approx_stored;
+    uint64_t preemptions, resumed_cached, resumed_computed;
     uint64_t cached_tokens[KVT_TIER_COUNT];
     uint64_t ttft_bucket[N_TTFT_BUCKETS]; /* non-cumulative; summed when rendered */
     uint64_t ttft_count;
@@ -107,6 +108,19 @@ void kvt_metrics_count_approximate(kvt_metrics *m, int32_t approximate, int32_t 
     m->approx_tokens += (uint64_t)KVT_MAX(approximate, 0);
     m->approx_recomputed += (uint64_t)KVT_MAX(recomputed, 0);
     m->approx_stored += (uint64_t)KVT_MAX(stored, 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_count_preemption(kvt_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->preemptions++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void kvt_metrics_count_resume(kvt_metrics *m, int32_t cached, int32_t computed) {
+    pthread_mutex_lock(&m->mu);
+    m->resumed_cached += (uint64_t)KVT_MAX(cached, 0);
+    m->resumed_computed += (uint64_t)KVT_MAX(computed, 0);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -377,6 +391,14 @@ char *kvt_metrics_render(kvt_metrics *m, const kvt_metrics_gauges *g) {
     header(&b, "kvtier_approximate_stored_tokens_total", "counter",
            "Document tokens computed to store a document's KV for placing (not part of any prompt's count).");
     kvt_strbuf_printf(&b, "kvtier_approximate_stored_tokens_total %llu\n", (unsigned long long)m->approx_stored);
+    header(&b, "kvtier_preemptions_total", "counter",
+           "Generations paused because the KV memory (--kv-active) was full; their KV stayed cached and they resumed.");
+    kvt_strbuf_printf(&b, "kvtier_preemptions_total %llu\n", (unsigned long long)m->preemptions);
+    header(&b, "kvtier_resumed_tokens_total", "counter",
+           "Tokens of paused generations put back on resuming, by where they came from: the cache or recomputed.");
+    kvt_strbuf_printf(&b, "kvtier_resumed_tokens_total{source=\"cache\"} %llu\n", (unsigned long long)m->resumed_cached);
+    kvt_strbuf_printf(&b, "kvtier_resumed_tokens_total{source=\"computed\"} %llu\n",
+                      (unsigned long long)m->resumed_computed);
     header(&b, "kvtier_time_to_first_token_seconds", "histogram", "From arrival to the first generated token.");
     histogram(&b, "kvtier_time_to_first_token_seconds", "", ttft_buckets, N_TTFT_BUCKETS, m->ttft_bucket, m->ttft_count,
               m->ttft_sum);

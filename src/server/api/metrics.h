@@ -30,6 +30,11 @@ void kvt_metrics_count_tokens(kvt_metrics *m, int32_t prompt, int32_t generated,
  * approximately, recomputed of the placed ones, and computed to store documents. */
 void kvt_metrics_count_approximate(kvt_metrics *m, int32_t approximate, int32_t recomputed, int32_t stored);
 
+/* A generation paused for want of KV memory (its KV stays cached). */
+void kvt_metrics_count_preemption(kvt_metrics *m);
+/* A paused generation resumed: cached of its tokens restored, computed recomputed. */
+void kvt_metrics_count_resume(kvt_metrics *m, int32_t cached, int32_t computed);
+
 /* Records one time to first token, in seconds. */
 void kvt_metrics_observe_ttft(kvt_metrics *m, double seconds);
 

@@ -175,3 +175,27 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
             stop_text(s, ai.stop.cached_ids, ai.stop.n_cached_ids, r->usage.stop_cached_text);
     }
 }
+
+int kvt_srv_slot_resume(kvt_server *s, slot *sl) {
+    srv_req *r = sl->r;
+    int32_t n = sl->n_toks - 1, seq = -1;
+    kvt_attach_info ai;
+    if (kvt_cache_attach_quiet(s->cache, sl->chain.root, sl->toks, n, n, &seq, &ai)) return -1;
+    sl->seq = seq;
+    sl->parked = 0;
+    /* registered again from its first block, as at admission: a block evicted while it was parked is
+     * recomputed onto new pages, and those are the ones to index */
+    kvt_chain_init(&sl->chain, sl->chain.root);
+    sl->n_fed = kvt_seq_len(s->e, seq);
+    sl->prefilling = sl->n_fed < n;
+    sl->resume_to = sl->prefilling ? n : 0;
+    /* the engine thread is the only writer of usage until done is set */
+    r->usage.resumed_cached_tokens += sl->n_fed;
+    r->usage.resumed_computed_tokens += n - sl->n_fed;
+    r->usage.resume_ms += ai.restore_ms;
+    kvt_metrics_count_resume(s->metrics, sl->n_fed, n - sl->n_fed);
+    kvt_logk(KVT_LOG_INFO, "request_id,completion_id,cached_tokens,computed_tokens",
+             "serve: %s (%s) resumes: %d of its %d tokens restored from the cache, %d to recompute", kvt_srv_log_id(r),
+             r->id, sl->n_fed, n, n - sl->n_fed);
+    return 0;
+}

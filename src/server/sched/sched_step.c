@@ -11,6 +11,10 @@
 #include "scheduler.h"
 #include "server_impl.h"
 
+/* The tokens a prefilling slot's sequence is to hold: its prompt, or after
+ * it was parked, all its tokens but the pending one. */
+static int32_t feed_target(const slot *sl) { return sl->resume_to ? sl->resume_to : sl->r->n_prompt; }
+
 /* Where a stop string starts in the unemitted text, or -1; *which gets that
  * string's index, and *hold how many trailing bytes could still begin a stop
  * string. */
@@ -169,16 +173,24 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
 static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int32_t chunk, double ms) {
     /* register completed blocks before any slot is finished and its sequence freed */
     for (int32_t i = 0; i < n_dec; i++) kvt_cache_commit(s->cache, dec[i]->seq, dec[i]->toks, &dec[i]->chain);
+    int resumed = pf && pf->resume_to;
     if (pf) {
         pf->n_fed += chunk;
-        pf->r->usage.prefill_ms += ms;
+        if (resumed) pf->r->usage.resume_ms += ms;
+        else pf->r->usage.prefill_ms += ms;
         if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
         kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
-        kvt_srv_prefill_progress(pf, 0);
-        if (pf->n_fed == pf->r->n_prompt) kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
+        if (!resumed) kvt_srv_prefill_progress(pf, 0);
+        if (!resumed && pf->n_fed == pf->r->n_prompt) kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
-    if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {
+    if (resumed && pf->n_fed == pf->resume_to) {
+        /* its tokens are back: it generates on from its pending token, sampler and grammar as they were */
+        pf->prefilling = 0;
+        pf->resume_to = 0;
+    } else if (resumed) {
+        /* more of its tokens to put back */
+    } else if (pf && pf->n_fed == pf->r->n_prompt && pf->r->prefill_only) {
         /* /v1/cache/prefill: the prompt's blocks are committed; nothing to generate */
         pf->r->usage.ttft_ms = (kvt_now() - pf->r->t_arrival) * 1e3;
         kvt_srv_slot_finish(s, pf, "prefill", 0, 0, NULL);
@@ -252,19 +264,26 @@ static void embed_add(kvt_server *s, srv_req *r, int32_t n) {
  * documents being placed). */
 static int can_requeue(const slot *sl) {
     const srv_req *r = sl->r;
-    return sl->prefilling && !sl->blend && !r->doc_order && !r->block_tiers && !r->approximate;
+    return sl->prefilling && !sl->resume_to && !sl->blend && !r->doc_order && !r->block_tiers && !r->approximate;
 }
+
+/* Whether slot sl's request can give way by parking: it is generating (or
+ * putting its tokens back after it was parked), so all it holds is its
+ * tokens, sampler and grammar, and a sequence made again from its cached
+ * blocks holds the same KV. */
+static int can_park(const slot *sl) { return !sl->prefilling || sl->resume_to; }
 
 /* When a step finds no pages: the slots that hold pages or that the step
  * needed pages for (in), how many (*holders), and the one that gives way:
  * the youngest prompt not yet generating that can go back to the queue
- * (can_requeue), else the youngest of them all. Every slot with pages
+ * (can_requeue), else the youngest generating one (can_park), else the
+ * youngest of them all. Every slot with pages
  * counts, not only those in the step: a prompt admitted after the one being
  * prefilled holds the cached prefix its admission restored, so an older
  * prompt never ends for the pages a younger one took. A choice waiting for
  * its fork holds none. */
 static slot *pool_victim(kvt_server *s, slot *const *in, int32_t n_in, int32_t *holders) {
-    slot *victim = NULL, *prompt = NULL;
+    slot *victim = NULL, *prompt = NULL, *gen = NULL;
     *holders = 0;
     for (int32_t i = 0; i < s->p.parallel; i++) {
         slot *sl = &s->slots[i];
@@ -277,8 +296,10 @@ static slot *pool_victim(kvt_server *s, slot *const *in, int32_t n_in, int32_t *
         (*holders)++;
         if (!victim || sl->admitted > victim->admitted) victim = sl;
         if (can_requeue(sl) && (!prompt || sl->admitted > prompt->admitted)) prompt = sl;
+        if (can_park(sl) && (!gen || sl->admitted > gen->admitted)) gen = sl;
     }
-    return *holders > 1 && prompt ? prompt : victim;
+    if (*holders > 1 && prompt) return prompt;
+    return *holders > 1 && gen ? gen : victim;
 }
 
 /* Puts the request of slot sl, a prompt that gives way for want of pages,
@@ -314,17 +335,44 @@ static int requeue(kvt_server *s, slot *sl) {
     return 0;
 }
 
+/* Parks generating slot sl, which gives way for want of pages: its sequence
+ * is freed, so the blocks it completed stay cached as idle pages (moving down
+ * a tier, not out, when pages are needed), and the rest of its state stays
+ * in the slot; kvt_srv_resume_parked puts its tokens back when pages free
+ * up, and its reply goes on as if nothing happened. Nothing is admitted from
+ * the queue meanwhile. */
+static void park(kvt_server *s, slot *sl) {
+    srv_req *r = sl->r;
+    kvt_logk(KVT_LOG_INFO, "request_id,completion_id,tokens",
+             "serve: no KV pages left: %s (%s) pauses after %d generated tokens until pages free up", kvt_srv_log_id(r),
+             r->id, sl->n_gen);
+    kvt_seq_free(s->e, sl->seq);
+    sl->seq = -1;
+    sl->parked = 1;
+    sl->prefilling = 0;
+    sl->resume_to = 0;
+    r->usage.preemptions++; /* the engine thread is the only writer of usage until done is set */
+    kvt_metrics_count_preemption(s->metrics);
+    pthread_mutex_lock(&s->mu);
+    s->mem_hold = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Makes room when the pool had no pages left for a step, through victim
  * (pool_victim): a prompt not yet generating goes back to the queue to run
- * when a running request ends; any other ends with a 503 to retry, since
- * the others free pages as they finish. Alone, it never fits: its prompt is
- * a 400 naming --kv-active, and a reply that filled the pool ends as at
- * n_ctx. */
+ * when a running request ends; a generating one pauses (park) until pages
+ * free up; any other (a RAG prompt placing its documents) ends with a 503 to
+ * retry. Alone, it never fits: its prompt is a 400 naming --kv-active, and a
+ * reply that filled the pool ends as at n_ctx. */
 static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
     if (holders > 1 && can_requeue(victim) && !requeue(s, victim)) return;
+    if (holders > 1 && can_park(victim)) {
+        park(s, victim);
+        return;
+    }
     kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
              kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
-    if (holders == 1 && !victim->prefilling) {
+    if (holders == 1 && can_park(victim)) {
         kvt_srv_slot_finish(s, victim, "length", victim->raw_len, 0, NULL);
     } else if (holders == 1) {
         char msg[256];
@@ -373,7 +421,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     slot *pf = NULL;
     for (int32_t i = 0; i < P; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->r || sl->waiting) continue;
+        if (!sl->r || sl->waiting || sl->parked) continue;
         if (!sl->prefilling) {
             dec[n_dec++] = sl;
             s->b_tok[n] = sl->pending;
@@ -389,7 +437,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     if (bl) pf = NULL;
     int32_t chunk = 0, pf_pages = 0;
     if (pf) {
-        chunk = KVT_MIN(pf->r->n_prompt - pf->n_fed, s->p.prefill_chunk);
+        chunk = KVT_MIN(feed_target(pf) - pf->n_fed, s->p.prefill_chunk);
         pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
     }
     int rc = kvt_cache_reserve(s->cache, pages + pf_pages);
@@ -413,7 +461,7 @@ void kvt_srv_engine_step(kvt_server *s) {
             s->b_want[n] = 0;
             n++;
         }
-        if (pf->n_fed + chunk == pf->r->n_prompt) s->b_want[n - 1] = !pf->r->embed;
+        if (!pf->resume_to && pf->n_fed + chunk == pf->r->n_prompt) s->b_want[n - 1] = !pf->r->embed;
     }
     int32_t n_hid = pf && pf->r->embed ? embed_rows(s, pf, n - chunk, chunk) : 0;
     kvt_batch batch = {.n = n,

@@ -79,6 +79,51 @@ static void prefetch_waiting(kvt_server *s, srv_req *r) {
     if (got > before) r->prefetched_tokens = got - before;
 }
 
+/* Resumes parked slots, oldest first, once a request ended since the last
+ * park (mem_hold is 0) and while the pages free or idle in T0, less a margin
+ * for the running sequences' next steps, hold all of the next one's tokens;
+ * with nothing else running the oldest resumes anyway (alone, it either fits
+ * or ends as at n_ctx; one that cannot get a sequence at all ends with a
+ * 503). A park always waits for a request to end before its resume, so a
+ * misjudged room costs one failed step, never a loop. Returns how many stay
+ * parked (engine thread). */
+static int32_t resume_parked(kvt_server *s) {
+    int32_t running = 0, parked = 0;
+    for (int32_t i = 0; i < s->p.parallel; i++) {
+        const slot *sl = &s->slots[i];
+        if (sl->r && !sl->waiting) sl->parked ? parked++ : running++;
+    }
+    if (!parked) return 0;
+    pthread_mutex_lock(&s->mu);
+    int hold = s->mem_hold;
+    pthread_mutex_unlock(&s->mu);
+    if (hold && running) return parked;
+    while (parked) {
+        slot *next = NULL;
+        for (int32_t i = 0; i < s->p.parallel; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->r && sl->parked && (!next || sl->admitted < next->admitted)) next = sl;
+        }
+        if (running) {
+            kvt_cache_stats st;
+            kvt_cache_get_stats(s->cache, &st);
+            int32_t room = st.t0_pages_free + st.t0_pages_idle - running * PREFETCH_MARGIN_PER_SLOT -
+                s->p.prefill_chunk / s->block - 1;
+            if (room < (next->n_toks - 1) / s->block + 2) break;
+        }
+        if (kvt_srv_slot_resume(s, next) && running) break; /* a running request ends first: try again then */
+        if (next->parked) {
+            /* nothing else runs, so nothing will free what it lacks: it ends rather than wait forever */
+            kvt_srv_slot_finish(s, next, NULL, 0, 503, "a paused reply could not get its KV memory back; retry later");
+            parked--;
+            continue;
+        }
+        running++;
+        parked--;
+    }
+    return parked;
+}
+
 void *kvt_srv_engine_main(void *arg) {
     kvt_server *s = arg;
     const int32_t P = s->p.parallel;
@@ -86,6 +131,7 @@ void *kvt_srv_engine_main(void *arg) {
     for (;;) {
         int32_t n_admit = 0, free_slots = 0;
         srv_req *waiting = NULL;
+        int32_t parked = resume_parked(s); /* paused replies go on before the queue's requests start */
         pthread_mutex_lock(&s->mu);
         kvt_cache_get_stats(s->cache, &s->snap);
         while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs) pthread_cond_wait(&s->engine_cv, &s->mu);
@@ -94,7 +140,7 @@ void *kvt_srv_engine_main(void *arg) {
         if (jobs) s->jobs = NULL;
         for (int32_t i = 0; i < P; i++) free_slots += !s->slots[i].r;
         if (free_slots == P) s->mem_hold = 0; /* see server_impl.h: nothing runs now to free pages for it */
-        while (!stopping && !s->mem_hold && s->q_len > 0 && free_slots > 0) {
+        while (!stopping && !s->mem_hold && !parked && s->q_len > 0 && free_slots > 0) {
             srv_req *r = queue_take_locked(s, free_slots);
             if (!r) break;
             if (r->cancelled) {
@@ -123,7 +169,7 @@ void *kvt_srv_engine_main(void *arg) {
              * still on its prompt, is a 503 */
             for (int32_t i = 0; i < P; i++) {
                 slot *sl = &s->slots[i];
-                if (sl->r && sl->r->stream && !sl->waiting && !sl->prefilling) {
+                if (sl->r && sl->r->stream && !sl->waiting && (!sl->prefilling || sl->resume_to)) {
                     sl->r->cut_by_stop = 1; /* published with done, under s->mu */
                     kvt_srv_slot_finish(s, sl, "length", sl->raw_len, 0, NULL);
                 } else if (sl->r) kvt_srv_slot_finish(s, sl, NULL, 0, 503, "the server is shutting down");

@@ -40,12 +40,20 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r);
  * sequence ends with 503). */
 int32_t kvt_srv_fork_choices(kvt_server *s, slot *p, slot **out);
 
+/* Puts back the tokens of parked slot sl (prompt and reply, all but its
+ * pending token) in a new sequence: attach restores their cached blocks, and
+ * the engine steps prefill the rest (resume_to) before it generates on.
+ * Returns 0, or -1 with sl still parked when no sequence can be had. */
+int kvt_srv_slot_resume(kvt_server *s, slot *sl);
+
 /* ---- the step (sched_step.c) ----------------------------------------------------- */
 
 /* One engine step over the occupied slots: a decode token of every generating
  * slot plus one prefill chunk of the oldest prompting slot, in one batch;
  * then each sampled token is handled (and may finish its slot). When KV
- * memory cannot take even one step, the youngest sequence ends with 503. */
+ * memory cannot take even one step, one sequence gives way: a prompt goes
+ * back to the queue, a generating one is parked (slot.parked), and only a
+ * request that cannot do either ends, with 503. */
 void kvt_srv_engine_step(kvt_server *s);
 
 /* ---- the end of a request (sched_finish.c) --------------------------------------- */
