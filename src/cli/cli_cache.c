@@ -20,6 +20,7 @@
 #define MAX_NAMESPACES 64
 #define PROGRESS_INTERVAL_S 0.5
 #define LS_DEFAULT_LIMIT 0 /* 0: no limit */
+#define DAMAGE_LINES 20    /* verify: damaged stretches listed, the rest counted */
 
 void kvt_usage_cache(FILE *f) {
     fprintf(f,
@@ -92,16 +93,45 @@ typedef struct {
     int progress;
     kvt_progress prog;
     uint64_t total_bytes;
-    char last_segment[64]; /* a copy: the walk reuses its name buffer for every segment */
-    uint64_t segments;
+    uint64_t segments; /* segment files, from the listing: one without a record counts too */
+    /* verify: the damaged stretch being gathered (bad slots next to each other, for the same reason) */
+    char dmg_segment[64], dmg_why[256];
+    uint64_t dmg_off, dmg_end, dmg_slots;
+    uint64_t dmg_listed, dmg_unlisted;
 } walk_state;
+
+/* verify: prints the gathered damaged stretch (the file, where, and what is wrong), or counts it past
+ * DAMAGE_LINES. */
+static void damage_flush(walk_state *s) {
+    if (!s->dmg_slots) return;
+    if (s->dmg_listed < DAMAGE_LINES) {
+        s->dmg_listed++;
+        printf("damaged: %s at byte %" PRIu64 " (%" PRIu64 " bytes", s->dmg_segment, s->dmg_off,
+               s->dmg_end - s->dmg_off);
+        if (s->dmg_slots > 1) printf(", %" PRIu64 " bad slots", s->dmg_slots);
+        printf("): %s\n", s->dmg_why);
+    } else {
+        s->dmg_unlisted++;
+    }
+    s->dmg_slots = 0;
+}
+
+/* verify: adds a bad slot to the stretch being gathered, or starts another. */
+static void damage_add(walk_state *s, const kvt_disk_walk_info *w) {
+    const char *why = w->why && *w->why ? w->why : "corrupt";
+    if (s->dmg_slots && (strcmp(s->dmg_segment, w->segment) || s->dmg_end != w->offset || strcmp(s->dmg_why, why)))
+        damage_flush(s);
+    if (!s->dmg_slots) {
+        snprintf(s->dmg_segment, sizeof s->dmg_segment, "%s", w->segment);
+        snprintf(s->dmg_why, sizeof s->dmg_why, "%s", why);
+        s->dmg_off = w->offset;
+    }
+    s->dmg_end = w->offset + w->bytes;
+    s->dmg_slots++;
+}
 
 static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     walk_state *s = ctx;
-    if (strcmp(s->last_segment, w->segment)) {
-        s->segments++;
-        snprintf(s->last_segment, sizeof s->last_segment, "%s", w->segment);
-    }
     s->bytes += w->bytes;
     if (w->status == KVT_EUNSUPPORTED) {
         s->foreign++;
@@ -109,7 +139,9 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     }
     if (w->status) {
         s->corrupt++;
-        if (s->ls) printf("%s %10" PRIu64 " %9" PRIu64 " CORRUPT\n", w->segment, w->offset, w->bytes);
+        if (s->ls)
+            printf("%s %10" PRIu64 " %9" PRIu64 " CORRUPT %s\n", w->segment, w->offset, w->bytes, w->why ? w->why : "");
+        if (s->verify) damage_add(s, w);
         return 0;
     }
     if (s->verify && w->mac == KVT_DISK_MAC_UNCHECKED) { /* no key, or no way to compute its MAC: cannot vouch */
@@ -207,7 +239,7 @@ static int remote_cmd(const char *cmd, const char *url, const char *pass_file, c
  * MACs, compression, namespaces, lifetime counters. */
 static void print_summary(const char *dir, const walk_state *s, int verify) {
     print_header(dir);
-    printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->bytes / 1048576.0);
+    printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->total_bytes / 1048576.0);
     printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid, s->corrupt,
            verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
     if (verify) {
@@ -252,13 +284,15 @@ static int walk_cmd(const char *dir, const char *cmd, long limit) {
     s->ls = !strcmp(cmd, "ls");
     s->verify = verify;
     s->limit = limit;
-    if (!s->ls) { /* the total from the files' sizes: no walk of its own */
-        kvt_disk_segment_bytes(dir, &s->total_bytes);
+    if (!s->ls) { /* the total and the count from the files' sizes: no walk of its own */
+        kvt_disk_segment_bytes(dir, &s->total_bytes, &s->segments);
         s->progress = 1;
         kvt_progress_begin(&s->prog, verify ? "cache verify" : "cache stats", s->total_bytes >> 20, "MiB");
     }
     int wrc = kvt_disk_walk(dir, verify, walk_fn, s);
     if (s->progress) kvt_progress_end(&s->prog, s->bytes >> 20);
+    damage_flush(s);
+    if (s->dmg_unlisted) printf("damaged: %" PRIu64 " more stretches not listed\n", s->dmg_unlisted);
     if (wrc) {
         fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
         rc = 1;

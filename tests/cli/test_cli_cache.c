@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "disk_forge.h"
+#include "prefix.h"
 #include "testutil.h"
 #include "tier_disk.h"
 
@@ -98,6 +99,84 @@ static void test_unauthenticated(const kvt_disk_params *base) {
     free(t);
 }
 
+/* Writes the first len bytes of data over the file at path, in place: the
+ * same inode, as a truncation leaves it. */
+static void cut_file(const char *path, const char *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0 && (len == 0 || write(fd, data, len) == (ssize_t)len));
+    if (fd >= 0) close(fd);
+}
+
+/* A segment cut to a few bytes, or to nothing: verify names the file, says
+ * what is wrong and exits 1 at every length from 0 to a record header's fixed
+ * part. Without the index checkpoint only the bytes left can tell: a cut to
+ * nothing then reads as an empty segment (what a crash right after starting a
+ * segment leaves), every other length is still found. The store opens the
+ * directory with the records that are left, and gc removes what is damaged. */
+static void test_cut_segment(const kvt_disk_params *base) {
+    const char *dir = kvt_test_path(kvt_test_tmpdir(), "cut");
+    kvt_disk_params p = *base;
+    p.dir = dir;
+    kvt_prefix *idx;
+    CHECK(kvt_prefix_new(p.block_tokens, &idx) == 0);
+    p.index = idx; /* a clean close writes the index checkpoint */
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    fill(d, p.ns, 10, 0); /* 8 records of 8 KiB fill segment 0, 2 go to segment 1 */
+    kvt_disk_close(d);
+    char seg[600], ckpt[600], *t;
+    snprintf(seg, sizeof seg, "%s/seg-0000000000000001.kvt", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/index", dir);
+    size_t seg_len, ckpt_len;
+    char *seg_data = kvt_test_read_file(seg, &seg_len), *ckpt_data = kvt_test_read_file(ckpt, &ckpt_len);
+    CHECKF(seg_data && seg_len == 2 * 8192 && ckpt_data, "segment 1: %zu bytes", seg_len);
+    char *a_verify[] = {"cache", "verify", "--kv-disk", (char *)dir};
+    for (int with_ckpt = 1; with_ckpt >= 0 && seg_data && ckpt_data; with_ckpt--) {
+        if (!with_ckpt) unlink(ckpt);
+        for (size_t len = 0; len <= KVT_DISK_HEADER_FIXED; len++) {
+            cut_file(seg, seg_data, len);
+            int rc = run(&t, 4, a_verify);
+            if (!with_ckpt && len == 0) {
+                CHECKF(rc == 0 && t && strstr(t, "8 valid, 0 corrupt") && strstr(t, "segments: 2,"),
+                       "an empty segment, no checkpoint: %s", t);
+            } else {
+                const char *why = len == KVT_DISK_HEADER_FIXED ? "record header truncated"
+                    : len && len < KVT_DISK_HEADER_FIXED       ? "too few for a record header"
+                                                               : "index checkpoint recorded 16384";
+                CHECKF(rc == 1 && t && strstr(t, "damaged: seg-0000000000000001.kvt") && strstr(t, why) &&
+                           strstr(t, "8 valid") && strstr(t, "segments: 2,"),
+                       "cut to %zu bytes%s: rc %d: %s", len, with_ckpt ? "" : " (no checkpoint)", rc, t);
+                if (with_ckpt)
+                    CHECKF(t && strstr(t, "index checkpoint recorded 16384"), "cut to %zu bytes: %s", len, t);
+            }
+            free(t);
+        }
+    }
+    /* the store opens it with the 8 records left; gc drops the damaged bytes, and verify passes again */
+    if (ckpt_data) {
+        int fd = open(ckpt, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        CHECK(fd >= 0 && write(fd, ckpt_data, ckpt_len) == (ssize_t)ckpt_len);
+        if (fd >= 0) close(fd);
+    }
+    if (seg_data) cut_file(seg, seg_data, 5);
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    kvt_disk_stats st;
+    kvt_disk_get_stats(d, &st);
+    CHECKF(st.records == 8 && st.corrupt >= 1, "%llu records, %llu corrupt", (unsigned long long)st.records,
+           (unsigned long long)st.corrupt);
+    kvt_disk_close(d);
+    kvt_prefix_free(idx);
+    char *a_gc[] = {"cache", "gc", "--kv-disk", (char *)dir};
+    CHECK(run(&t, 4, a_gc) == 0);
+    CHECKF(t && strstr(t, "kept 8 records; dropped 1 corrupt"), "%s", t);
+    free(t);
+    CHECK(run(&t, 4, a_verify) == 0);
+    CHECKF(t && strstr(t, "8 valid, 0 corrupt") && !strstr(t, "damaged"), "%s", t);
+    free(t);
+    free(seg_data);
+    free(ckpt_data);
+}
+
 int main(void) {
     const char *dir = kvt_test_path(kvt_test_tmpdir(), "cache");
     snprintf(out_path, sizeof out_path, "%s/out.txt", kvt_test_tmpdir());
@@ -143,7 +222,7 @@ int main(void) {
         snprintf(sp, sizeof sp, "%s/seg-%016x.kvt", dir, i);
         if (stat(sp, &sb) == 0) want_bytes += (uint64_t)sb.st_size;
     }
-    CHECK(kvt_disk_segment_bytes(dir, &seg_bytes) == 0);
+    CHECK(kvt_disk_segment_bytes(dir, &seg_bytes, NULL) == 0);
     CHECKF(seg_bytes == want_bytes && want_bytes > 3 * 8192, "%llu bytes of segments, want %llu",
            (unsigned long long)seg_bytes, (unsigned long long)want_bytes);
     char *a_ls[] = {"cache", "ls", "--kv-disk", (char *)dir, "--limit", "2"};
@@ -224,5 +303,6 @@ int main(void) {
     char *a_bad[] = {"cache", "stats"};
     CHECK(kvt_cmd_cache(2, a_bad) == 2);
     test_unauthenticated(&p);
+    test_cut_segment(&p);
     return kvt_test_done("test_cli_cache");
 }

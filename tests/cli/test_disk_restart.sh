@@ -25,6 +25,19 @@ check "cache verify finds every record intact" "$BIN" cache verify --kv-disk "$T
 "$BIN" cache stats --kv-disk "$TMP/d" > "$TMP/stats.txt" 2>&1
 check "cache stats reports a disk hit rate over 2 sessions" grep -q "lifetime (2 sessions): [1-9][0-9]* of [0-9]* prompt blocks" "$TMP/stats.txt"
 
+# a segment cut to a few bytes: the tier opens with one warning line naming it, the run recomputes what was
+# lost (output equal to a cold run), and cache verify names the file and fails
+seg=$(ls "$TMP"/d/seg-*.kvt | head -1)
+truncate -s 5 "$seg"
+"${RUN[@]}" --kv-disk "$TMP/d" --restore always > "$TMP/cut.out" 2> "$TMP/cut.err"
+check "a run on a directory with a segment cut to 5 bytes succeeds" test $? -eq 0
+check "... with output equal to a cold run" cmp -s "$TMP/cold.out" "$TMP/cut.out"
+n=$(grep -c "warn: .*damaged stretches.*$(basename "$seg")" "$TMP/cut.err")
+check "... and one warning naming the segment ($n)" test "$n" -eq 1
+"$BIN" cache verify --kv-disk "$TMP/d" > "$TMP/cut_verify.out" 2>&1
+check "cache verify fails on the cut segment" test $? -eq 1
+check "... naming it and what is wrong" grep -q "damaged: $(basename "$seg") at byte 0 (5 bytes): .*too few" "$TMP/cut_verify.out"
+
 # a second process on the same directory is refused with a clear message
 "$BIN" run -m "$M" -p "hold the lock" -n 100000 --ignore-eos --temp 0 --kv-disk "$TMP/d" --ctx 100000 > /dev/null 2>&1 &
 holder=$!

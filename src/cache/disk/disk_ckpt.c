@@ -192,36 +192,66 @@ static int refuse(disk_ckpt *c, const char *dir, const char *why) {
     return kvt_fail(KVT_EFORMAT, "cache dir %s: index checkpoint %s", dir, why);
 }
 
-int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
+/* Maps dir's checkpoint and checks what needs no store: magic, version, the
+ * length it claims, and room for its segment table. 0 with c->buf, c->len,
+ * c->n_segs, c->n_recs; KVT_ENOTFOUND; or KVT_EFORMAT (c freed). */
+static int ckpt_map(int dfd, const char *dir, disk_ckpt *c) {
     memset(c, 0, sizeof *c);
-    int fd = kvt_disk_file_open(d->dir_fd, d->dir, CKPT_NAME, O_RDONLY, 0);
-    if (fd == -ENOENT) return kvt_fail(KVT_ENOTFOUND, "cache dir %s: no index checkpoint", d->dir);
+    int fd = kvt_disk_file_open(dfd, dir, CKPT_NAME, O_RDONLY, 0);
+    if (fd == -ENOENT) return kvt_fail(KVT_ENOTFOUND, "cache dir %s: no index checkpoint", dir);
     if (fd < 0) return fd;
     struct stat sb;
     if (fstat(fd, &sb) || sb.st_size < CKPT_HDR || (uint64_t)sb.st_size > CKPT_MAX_BYTES) {
         close(fd);
-        return refuse(c, d->dir, "is truncated or too large");
+        return refuse(c, dir, "is truncated or too large");
     }
     /* Mapped, not read: no copy and no fresh memory to fault in and zero.
      * The kernel reads it ahead while the tables are sized for its records;
      * the CRC then waits for the rest. Nothing truncates it meanwhile: every
-     * writer replaces it by rename, under the directory's lock, held here. */
+     * writer replaces it by rename. */
     c->len = (size_t)sb.st_size;
     void *m = mmap(NULL, c->len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (m == MAP_FAILED) return refuse(c, d->dir, "cannot be read");
+    if (m == MAP_FAILED) return refuse(c, dir, "cannot be read");
     c->buf = m;
     (void)madvise(m, c->len, MADV_WILLNEED);
     const uint8_t *b = c->buf;
     if (memcmp(b, ckpt_magic, sizeof ckpt_magic) || disk_rd32(b + 8) != CKPT_VERSION)
-        return refuse(c, d->dir, "has another format");
-    if (disk_rd64(b + 16) != c->len) return refuse(c, d->dir, "is truncated");
+        return refuse(c, dir, "has another format");
+    if (disk_rd64(b + 16) != c->len) return refuse(c, dir, "is truncated");
     c->n_segs = disk_rd64(b + 64);
     c->n_recs = disk_rd64(b + 72);
-    uint64_t re = rec_entry_bytes(d);
-    if (disk_rd32(b + 40) != d->p.block_tokens || c->n_segs > (c->len - CKPT_HDR) / CKPT_SEG ||
-        c->n_recs > (c->len - CKPT_HDR - c->n_segs * CKPT_SEG) / re ||
-        CKPT_HDR + c->n_segs * CKPT_SEG + c->n_recs * re != c->len)
+    if (c->n_segs > (c->len - CKPT_HDR) / CKPT_SEG) return refuse(c, dir, "has inconsistent lengths");
+    return 0;
+}
+
+/* Whether c's record table, of entries of re bytes, fills the rest of the file exactly. */
+static int ckpt_lengths_ok(const disk_ckpt *c, uint64_t re) {
+    return c->n_recs <= (c->len - CKPT_HDR - c->n_segs * CKPT_SEG) / re &&
+        CKPT_HDR + c->n_segs * CKPT_SEG + c->n_recs * re == c->len;
+}
+
+/* Whether the CRC over the whole file, its own field read as zero, matches. */
+static int ckpt_crc_ok(const disk_ckpt *c) {
+    static const uint8_t zero[4];
+    const uint8_t *b = c->buf;
+    uint32_t crc = kvt_crc32c(0, b, CKPT_CRC_OFF);
+    crc = kvt_crc32c(crc, zero, sizeof zero);
+    crc = kvt_crc32c(crc, b + CKPT_CRC_OFF + 4, c->len - CKPT_CRC_OFF - 4);
+    return crc == disk_rd32(b + CKPT_CRC_OFF);
+}
+
+static void ckpt_tables(disk_ckpt *c) {
+    c->segs = c->buf + CKPT_HDR;
+    c->recs = c->segs + c->n_segs * CKPT_SEG;
+}
+
+int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
+    /* the lock is held: no other writer replaces the file meanwhile */
+    int rc = ckpt_map(d->dir_fd, d->dir, c);
+    if (rc) return rc;
+    const uint8_t *b = c->buf;
+    if (disk_rd32(b + 40) != d->p.block_tokens || !ckpt_lengths_ok(c, rec_entry_bytes(d)))
         return refuse(c, d->dir, "has inconsistent lengths");
     /* records it lists were taken under these rules; under others, rescan */
     if (!kvt_hash128_eq(disk_rdh(b + 24), d->p.ns) || disk_rd64(b + 48) != d->p.payload_bytes ||
@@ -230,14 +260,27 @@ int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c) {
         return refuse(c, d->dir, "was written for another namespace, block size or MAC key");
     /* bounded by the file's length above; a full scan would need as much */
     reserve_records(d, c->n_recs);
-    /* the CRC covers the whole file with its own field read as zero */
-    static const uint8_t zero[4];
-    uint32_t crc = kvt_crc32c(0, b, CKPT_CRC_OFF);
-    crc = kvt_crc32c(crc, zero, sizeof zero);
-    crc = kvt_crc32c(crc, b + CKPT_CRC_OFF + 4, c->len - CKPT_CRC_OFF - 4);
-    if (crc != disk_rd32(b + CKPT_CRC_OFF)) return refuse(c, d->dir, "fails its CRC");
-    c->segs = b + CKPT_HDR;
-    c->recs = c->segs + c->n_segs * CKPT_SEG;
+    if (!ckpt_crc_ok(c)) return refuse(c, d->dir, "fails its CRC");
+    ckpt_tables(c);
+    return 0;
+}
+
+int kvt_disk_ckpt_load_segments(int dfd, const char *dir, disk_ckpt *c) {
+    int rc = ckpt_map(dfd, dir, c);
+    if (rc) return rc;
+    uint32_t B = disk_rd32(c->buf + 40);
+    if (B == 0 || B > KVT_BLOCK_TOKENS_MAX || !ckpt_lengths_ok(c, CKPT_REC_FIXED + 4ull * B))
+        return refuse(c, dir, "has inconsistent lengths");
+    if (!ckpt_crc_ok(c)) return refuse(c, dir, "fails its CRC");
+    ckpt_tables(c);
+    return 0;
+}
+
+uint64_t kvt_disk_ckpt_recorded(const disk_ckpt *c, uint64_t id, const struct stat *sb) {
+    for (uint64_t i = 0; i < c->n_segs; i++) {
+        const uint8_t *s = c->segs + i * CKPT_SEG;
+        if (disk_rd64(s) == id) return disk_rd64(s + 16) == (uint64_t)sb->st_ino ? disk_rd64(s + 8) : 0;
+    }
     return 0;
 }
 

@@ -504,6 +504,15 @@ int kvt_disk_ckpt_write(int dfd, const char *dir, const uint8_t *buf, size_t len
  * says which). */
 int kvt_disk_ckpt_load(kvt_disk *d, disk_ckpt *c);
 void kvt_disk_ckpt_free(disk_ckpt *c);
+/* Loads dir's checkpoint for its segment table alone (kvtier cache, which
+ * has no store and takes no lock): checked for format, lengths and CRC, not
+ * for a store's parameters. 0 and *c (kvt_disk_ckpt_free it), KVT_ENOTFOUND,
+ * or KVT_EFORMAT. */
+int kvt_disk_ckpt_load_segments(int dfd, const char *dir, disk_ckpt *c);
+/* The bytes c recorded for segment id when sb is the same file (its inode),
+ * else 0. Segments only grow between checkpoints (a failed append is trimmed
+ * back to where it began), so a file shorter than this was cut. */
+uint64_t kvt_disk_ckpt_recorded(const disk_ckpt *c, uint64_t id, const struct stat *sb);
 /* Bytes of segment id (its fstat sb) that c's records cover, or UINT64_MAX
  * when c does not cover it (absent, another file, or changed since). */
 uint64_t kvt_disk_ckpt_covers(const disk_ckpt *c, uint64_t id, const struct stat *sb);

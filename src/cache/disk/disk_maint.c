@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,7 @@ typedef struct {
 static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, const kvt_disk_record *rec,
                         const uint8_t *raw) {
     walk_ctx *w = ctx;
-    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE, w->key != NULL};
+    kvt_disk_walk_info info = {w->segment, off, bytes, status, *rec, KVT_DISK_MAC_NONE, w->key != NULL, NULL};
     if (status == 0 && raw) {
         kvt_disk_record full;
         kvt_disk_record_parse(raw, rec->record_bytes, 1, &full);
@@ -50,7 +51,21 @@ static int walk_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
     info.rec.tokens = NULL;
     info.rec.stored = NULL;
     info.rec.raw = NULL;
+    if (info.status) info.why = kvt_errmsg(); /* the scan, parse, MAC or decode said what is wrong */
     return w->fn(w->ctx, &info);
+}
+
+/* A segment file shorter than the index checkpoint recorded it (recorded
+ * bytes, size now): the records past its end are lost. One bad stretch, from
+ * the end of the file to where the checkpoint says it reached. */
+static int walk_cut_segment(walk_ctx *w, uint64_t size, uint64_t recorded) {
+    kvt_disk_record none;
+    memset(&none, 0, sizeof none);
+    kvt_fail(KVT_EFORMAT,
+             "the file is %" PRIu64 " bytes but the index checkpoint recorded %" PRIu64
+             ": it was cut short and the records past its end are lost",
+             size, recorded);
+    return walk_scan_fn(w, size, recorded - size, KVT_EFORMAT, &none, NULL);
 }
 
 int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx) {
@@ -80,6 +95,9 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     uint8_t *vbuf = NULL;
     size_t vcap = 0;
     walk_ctx w = {fn, ctx, NULL, ZSTD_createDCtx(), NULL, 0, have_key ? &key : NULL};
+    /* the checkpoint's sizes tell a segment cut short, even to nothing, from one that ends cleanly */
+    disk_ckpt ck;
+    int have_ckpt = kvt_disk_ckpt_load_segments(dfd, dir, &ck) == 0;
     int rc = 0;
     for (long i = 0; i < n && !rc; i++) {
         char nm[SEG_NAME_MAX];
@@ -93,11 +111,13 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
         }
         if (fstat(fd, &sb) == 0) {
             w.segment = nm;
-            rc = kvt_disk_scan_segment_from(fd, 0, (uint64_t)sb.st_size, verify, w.key, rd, NULL, &vbuf, &vcap,
-                                            walk_scan_fn, &w);
+            uint64_t size = (uint64_t)sb.st_size, recorded = have_ckpt ? kvt_disk_ckpt_recorded(&ck, ids[i], &sb) : 0;
+            rc = kvt_disk_scan_segment_from(fd, 0, size, verify, w.key, rd, NULL, &vbuf, &vcap, walk_scan_fn, &w);
+            if (!rc && recorded > size) rc = walk_cut_segment(&w, size, recorded);
         }
         close(fd);
     }
+    if (have_ckpt) kvt_disk_ckpt_free(&ck);
     ZSTD_freeDCtx(w.zd);
     free(w.dec);
     kvt_disk_scan_reader_free(rd);
@@ -108,8 +128,9 @@ int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_di
     return rc;
 }
 
-int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes) {
+int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes, uint64_t *files) {
     *bytes = 0;
+    if (files) *files = 0;
     int dfd = kvt_disk_dir_open(dir, DIR_READ);
     if (dfd < 0) return dfd;
     uint64_t *ids;
@@ -118,7 +139,9 @@ int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes) {
         char nm[SEG_NAME_MAX];
         kvt_disk_seg_name(nm, sizeof nm, ids[i]);
         struct stat sb;
-        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) *bytes += (uint64_t)sb.st_size;
+        if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) || !S_ISREG(sb.st_mode)) continue;
+        *bytes += (uint64_t)sb.st_size;
+        if (files) ++*files;
     }
     if (n >= 0) free(ids);
     close(dfd);

@@ -9,7 +9,10 @@
 #include "disk_internal.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -301,26 +304,52 @@ static int verify_record(int fd, uint64_t off, const mac_key *key, kvt_disk_scan
         p = *vbuf;
     }
     uint64_t want = rec->header_bytes + rec->stored_bytes;
-    if (k < 0 || (uint64_t)k < want || kvt_disk_record_parse(p, (size_t)k, 1, rec)) return KVT_EFORMAT;
+    if (k < 0) return kvt_fail(KVT_EFORMAT, "the record cannot be read: %s", strerror(errno));
+    if ((uint64_t)k < want)
+        return kvt_fail(KVT_EFORMAT, "a record of %" PRIu64 " bytes cut short: %zd bytes read", want, k);
+    if (kvt_disk_record_parse(p, (size_t)k, 1, rec)) return KVT_EFORMAT;
     if (kvt_disk_mac_checkable(key, rec) && kvt_disk_record_verify(rec, key, p)) return KVT_EFORMAT;
     *raw = p;
     return 0;
 }
 
-/* The walk of kvt_disk_scan_segment_from; the reader is reset by the caller. */
+/* The walk of kvt_disk_scan_segment_from; the reader is reset by the caller.
+ * Bytes at the end too few for a record header are damage too (a segment cut
+ * to a few bytes, or a record torn in its first bytes): reported as one bad
+ * stretch, so that verify and gc see them, and so is a read that fails (the
+ * rest of the file). A read that finds the file shorter than its size ends
+ * the walk without a report: a live server may trim a failed append meanwhile. */
 static int scan_walk(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key, kvt_disk_scan_reader *rd,
                      uint8_t *buf, uint8_t **vbuf, size_t *vcap, kvt_disk_scan_fn fn, void *ctx) {
     uint64_t off = start;
-    while (off + KVT_DISK_HEADER_FIXED <= size) {
+    for (;;) {
+        if (off + KVT_DISK_HEADER_FIXED > size) {
+            if (off >= size) return 0;
+            kvt_disk_record none;
+            memset(&none, 0, sizeof none);
+            return fn(ctx, off, size - off,
+                      kvt_fail(KVT_EFORMAT, "%" PRIu64 " bytes at the end, too few for a record header (%d)",
+                               size - off, KVT_DISK_HEADER_FIXED),
+                      &none, NULL);
+        }
         ssize_t n;
         const uint8_t *h = buf;
         if (rd) h = reader_get(rd, off, &n);
         else n = pread(fd, buf, SCAN_READ_BYTES, (off_t)off);
-        if (n <= 0) break;
+        if (n == 0) return 0;
         kvt_disk_record rec;
+        if (n < 0) { /* a bad sector, say: the rest of this file cannot be walked */
+            memset(&rec, 0, sizeof rec);
+            return fn(ctx, off, size - off, kvt_fail(KVT_EFORMAT, "cannot be read here: %s", strerror(errno)), &rec,
+                      NULL);
+        }
         int st = kvt_disk_record_parse(h, (size_t)n, 0, &rec);
-        if (st == 0 && off + rec.header_bytes + rec.stored_bytes > size)
-            return fn(ctx, off, size - off, KVT_EFORMAT, &rec, NULL); /* a torn tail */
+        if (st == 0 && off + rec.header_bytes + rec.stored_bytes > size) /* a torn tail */
+            return fn(ctx, off, size - off,
+                      kvt_fail(KVT_EFORMAT,
+                               "a record of %" PRIu64 " bytes cut short: the file ends %" PRIu64 " bytes into it",
+                               rec.header_bytes + rec.stored_bytes, size - off),
+                      &rec, NULL);
         if (st != 0) {
             int r = fn(ctx, off, KVT_DISK_ALIGN, st, &rec, NULL);
             if (r) return r;
@@ -333,7 +362,6 @@ static int scan_walk(int fd, uint64_t start, uint64_t size, int verify, const ma
         if (r) return r;
         off += rec.record_bytes;
     }
-    return 0;
 }
 
 int kvt_disk_scan_segment_from(int fd, uint64_t start, uint64_t size, int verify, const mac_key *key,

@@ -59,9 +59,22 @@ void kvt_disk_poll(kvt_disk *d) {
 
 /* ---- open ---------------------------------------------------------------- */
 
+/* The damage an open finds: bad stretches in the segments, and segments cut
+ * short of what the index checkpoint recorded. One line in the log says how
+ * many and what the first is. */
+typedef struct {
+    uint64_t stretches;
+    char first[320];
+} open_damage;
+
+static void damage_note(open_damage *g, const char *seg, uint64_t off, const char *why) {
+    if (!g->stretches++) snprintf(g->first, sizeof g->first, "%s at byte %" PRIu64 ": %s", seg, off, why);
+}
+
 typedef struct {
     kvt_disk *d;
     disk_seg *seg;
+    open_damage *dmg;
     uint64_t bad_run_end;                 /* end of the last bad 4 KiB run, to count a run once */
     uint64_t no_mac, lost_key, no_scheme; /* with MAC on: records without one, signed under a key we lack, or
                                              under a scheme not computed here */
@@ -76,7 +89,12 @@ static int open_scan_fn(void *ctx, uint64_t off, uint64_t bytes, int status, con
         return 0;
     }
     if (status) {
-        if (off != o->bad_run_end) d->st.corrupt++;
+        if (off != o->bad_run_end) {
+            char nm[SEG_NAME_MAX];
+            kvt_disk_seg_name(nm, sizeof nm, o->seg->id);
+            damage_note(o->dmg, nm, off, kvt_errmsg()); /* the scan said what is wrong */
+            d->st.corrupt++;
+        }
         o->bad_run_end = off + bytes;
         return 0;
     }
@@ -122,6 +140,40 @@ static void log_scan_misses(const kvt_disk *d, uint64_t lost_key, uint64_t no_ma
                  d->dir, no_scheme);
 }
 
+/* Opens the segments ids[0..n) into d (a link or a FIFO under a segment's
+ * name is skipped, never followed or waited on) and sets start[i], where the
+ * scan of the i-th opened one begins: the end of what ck (if any) covers,
+ * else UINT64_MAX. A segment shorter than ck recorded it is noted in dmg. */
+static void open_segments(kvt_disk *d, const uint64_t *ids, long n, const disk_ckpt *ck, uint64_t *start,
+                          open_damage *dmg) {
+    for (long i = 0; i < n; i++) {
+        char nm[SEG_NAME_MAX];
+        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
+        int fd = kvt_disk_file_open(d->dir_fd, d->dir, nm, O_RDONLY | (d->o_direct ? O_DIRECT : 0), 0);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb)) {
+            kvt_log(KVT_LOG_WARN, "%s", fd < 0 ? kvt_errmsg() : strerror(errno));
+            d->st.read_errors++;
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        disk_seg *s = kvt_xcalloc(1, sizeof *s);
+        s->id = ids[i];
+        s->fd = fd;
+        s->bytes = (uint64_t)sb.st_size;
+        start[d->n_segs] = ck ? kvt_disk_ckpt_covers(ck, s->id, &sb) : UINT64_MAX;
+        uint64_t recorded = ck ? kvt_disk_ckpt_recorded(ck, s->id, &sb) : 0;
+        if (recorded > s->bytes) { /* its records past the end are lost: a scan from 0 finds what is left */
+            char why[128];
+            snprintf(why, sizeof why, "the file is %" PRIu64 " bytes but the index checkpoint recorded %" PRIu64,
+                     s->bytes, recorded);
+            damage_note(dmg, nm, s->bytes, why);
+            d->st.corrupt++;
+        }
+        kvt_disk_segs_push(d, s);
+    }
+}
+
 /* Opens every existing segment and indexes its records: those an index
  * checkpoint covers from it, the rest (everything appended since, and any
  * segment it does not cover) by scanning record headers. */
@@ -138,25 +190,8 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
             kvt_logk(KVT_LOG_WARN, "error", "%s: scanning every record header instead", kvt_errmsg());
     }
     uint64_t *start = kvt_xcalloc((size_t)n + 1, sizeof *start); /* per opened segment: where its scan begins */
-    for (long i = 0; i < n; i++) {
-        char nm[SEG_NAME_MAX];
-        kvt_disk_seg_name(nm, sizeof nm, ids[i]);
-        /* a link or a FIFO under a segment's name is skipped, never followed or waited on */
-        int fd = kvt_disk_file_open(d->dir_fd, d->dir, nm, O_RDONLY | (d->o_direct ? O_DIRECT : 0), 0);
-        struct stat sb;
-        if (fd < 0 || fstat(fd, &sb)) {
-            kvt_log(KVT_LOG_WARN, "%s", fd < 0 ? kvt_errmsg() : strerror(errno));
-            d->st.read_errors++;
-            if (fd >= 0) close(fd);
-            continue;
-        }
-        disk_seg *s = kvt_xcalloc(1, sizeof *s);
-        s->id = ids[i];
-        s->fd = fd;
-        s->bytes = (uint64_t)sb.st_size;
-        start[d->n_segs] = have_ckpt ? kvt_disk_ckpt_covers(&ck, s->id, &sb) : UINT64_MAX;
-        kvt_disk_segs_push(d, s);
-    }
+    open_damage dmg = {0, ""};
+    open_segments(d, ids, n, have_ckpt ? &ck : NULL, start, &dmg);
     if (have_ckpt) {
         d->st.checkpoint_records = kvt_disk_ckpt_apply(d, &ck, d->segs, start, d->n_segs);
         d->st.checkpoint_used = 1;
@@ -177,7 +212,7 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
     uint64_t done = 0;
     for (size_t i = 0; i < d->n_segs && !ignore_records; i++) {
         disk_seg *s = d->segs[i];
-        open_scan o = {d, s, UINT64_MAX, 0, 0, 0};
+        open_scan o = {d, s, &dmg, UINT64_MAX, 0, 0, 0};
         kvt_disk_scan_segment_from(s->fd, start[i], s->bytes, 0, NULL, rd, buf, NULL, NULL, open_scan_fn, &o);
         no_mac += o.no_mac;
         lost_key += o.lost_key;
@@ -199,6 +234,11 @@ static int scan_dir(kvt_disk *d, int ignore_records) {
         kvt_disk_scan_reader_free(rd);
     }
     log_scan_misses(d, lost_key, no_mac, no_scheme);
+    if (dmg.stretches)
+        kvt_logk(KVT_LOG_WARN, "dir,damaged_stretches,first_damage",
+                 "cache dir %s: %" PRIu64 " damaged stretches in its segments (the first: %s): the blocks there are "
+                 "misses, computed again when asked for; `kvtier cache verify --kv-disk %s` lists them",
+                 d->dir, dmg.stretches, dmg.first, d->dir);
     d->next_seg_id = n ? ids[n - 1] + 1 : 0;
     free(start);
     free(buf);

@@ -482,11 +482,15 @@ typedef struct {
     int mac;             /* KVT_DISK_MAC_*, when status is 0 */
     int keyed;           /* verify: the directory has a key file, so a record without a MAC (MAC_NONE) is
                              unauthenticated: the store, which wants a MAC under that key, never serves it */
+    const char *why;     /* what is wrong when status is nonzero (valid during the callback), else NULL */
 } kvt_disk_walk_info;
 
 /* Walks every segment of dir in FIFO order without taking the lock (files
  * may change under a live server: a vanished segment is skipped, and so is
- * a link or a FIFO under a segment's name, with a warning). With
+ * a link or a FIFO under a segment's name, with a warning). Damage is a bad
+ * stretch (status KVT_EFORMAT): a record that does not parse, a record or
+ * header cut by the end of the file, and a file shorter than the index
+ * checkpoint recorded it (the stretch from its end to the recorded one). With
  * verify, every record's payload is read and its CRC checked (and decoded),
  * and its MAC under the directory's key file if both exist (a mismatch is
  * status KVT_EFORMAT); otherwise headers only. Calls fn per record; a nonzero
@@ -494,8 +498,10 @@ typedef struct {
  * read, or (verify) the key file's refusal, as kvt_disk_open words it. */
 int kvt_disk_walk(const char *dir, int verify, int (*fn)(void *ctx, const kvt_disk_walk_info *w), void *ctx);
 /* The bytes of dir's segment files (regular files only), from their sizes
- * alone: the total a walk's progress line counts up to. Returns 0 or -errno. */
-int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes);
+ * alone: the total a walk's progress line counts up to, and *files, how many
+ * there are (NULL: not wanted; an empty one counts too, though a walk finds
+ * no record in it). Returns 0 or -errno. */
+int kvt_disk_segment_bytes(const char *dir, uint64_t *bytes, uint64_t *files);
 
 /* Reads the directory's header file: 0 and *version, *ns; KVT_ENOTFOUND if
  * there is none; KVT_EFORMAT if it is malformed. */
