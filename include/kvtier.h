@@ -184,7 +184,8 @@ typedef struct {
     int32_t block_size;       /* tokens per page = cache block (B) */
     kvt_kv_dtype kv_dtype;    /* element type of K and V in pages */
     uint64_t kv_active_bytes; /* page pool budget (T0, --kv-active); n_pages = budget / page bytes */
-    int32_t n_pages;          /* if > 0, the pool size in pages (overrides kv_active_bytes) */
+    int32_t n_pages;          /* if > 0, the pool size in pages (overrides kv_active_bytes: the engine's
+                                 params then report it 0) */
     int32_t n_threads;        /* worker threads for matmuls and attention */
     int32_t n_batch;          /* prefill chunk: at most this many tokens per forward pass */
     int32_t max_seqs;         /* sequences that can exist at once */

@@ -175,6 +175,9 @@ int kvt_engine_new(const kvt_model *model, kvt_engine_params p, kvt_engine **out
         p.n_pages = n > INT32_MAX ? INT32_MAX : (int32_t)n;
     }
     if (from_budget) warn_short_pool(&p, t0_stride);
+    /* a pool given in pages (eval, embeddings) owes nothing to the budget: kept 0 so that no message names
+     * --kv-active to a caller that has no such flag */
+    if (!from_budget) p.kv_active_bytes = 0;
     if (p.n_pages < 1 && !planned) {
         char t[32];
         int rc = kvt_fail(KVT_ELIMIT,

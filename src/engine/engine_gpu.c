@@ -126,13 +126,15 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
                         e->dev_page_bytes, (unsigned long long)maxb);
     kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
     uint64_t n_chunks = ((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk;
-    if (n_chunks > KVT_GPU_KV_CHUNKS)
+    if (n_chunks > KVT_GPU_KV_CHUNKS) /* --kv-active named only where the pool came from it, or was planned */
         return kvt_fail(KVT_ELIMIT,
                         "a KV pool of %d pages (%.1f MiB) needs %d bindings of at most %.2f MiB on this "
-                        "device, over the %d the GPU engine binds; lower --kv-active to %.2f MiB or less",
+                        "device, over the %d the GPU engine binds; %s %.2f MiB (%llu pages) or less",
                         e->p.n_pages, (double)e->p.n_pages * (double)e->dev_page_stride / (1 << 20), (int)n_chunks,
                         (double)maxb / (1 << 20), KVT_GPU_KV_CHUNKS,
-                        (double)(per * KVT_GPU_KV_CHUNKS * e->dev_page_stride) / (1 << 20));
+                        e->p.kv_active_bytes || g->mem.planned ? "lower --kv-active to" : "they hold a pool of",
+                        (double)(per * KVT_GPU_KV_CHUNKS * e->dev_page_stride) / (1 << 20),
+                        (unsigned long long)(per * KVT_GPU_KV_CHUNKS));
     kv->n_chunks = (int)n_chunks;
     for (int c = 0; c < kv->n_chunks; c++) {
         uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk,
@@ -269,9 +271,10 @@ static void oom_hint(const kvt_engine *e, const kvt_eng_gpu *g, char *msg, size_
     size_t len = strlen(msg);
     snprintf(msg + len, cap - len,
              " (the weights take %.2f GiB and the KV pool %.2f GiB; the device's memory is "
-             "%.2f GiB: lower --kv-active, or run a smaller model or --device cpu)",
+             "%.2f GiB: %s, or run a smaller model or --device cpu)",
              (double)e->model->weight_bytes / (1 << 30), (double)e->p.n_pages * (double)e->dev_page_stride / (1 << 30),
-             (double)heap / (1 << 30));
+             (double)heap / (1 << 30),
+             e->p.kv_active_bytes || g->mem.planned || !e->p.n_pages ? "lower --kv-active" : "use a smaller KV pool");
 }
 
 /* Long: the device, its kernels, the model check, activations, the memory plan, weights and pool in order,

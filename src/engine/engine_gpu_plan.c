@@ -90,6 +90,12 @@ static int32_t largest_layers(const kvt_model *m, uint64_t room, uint64_t kv) {
     return n;
 }
 
+/* Whether the pool's size came from --kv-active (run, serve) rather than as a page count from the caller (eval,
+ * embeddings, tests): only then may a message name that flag, or --ctx-size, as the way to change it. */
+static int pool_from_flags(const kvt_engine *e, const kvt_engine_mem *mem) {
+    return mem->planned || e->p.kv_active_bytes != 0;
+}
+
 static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, uint64_t kv) {
     const kvt_engine_mem *mem = &g->mem;
     const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
@@ -99,14 +105,16 @@ static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, 
     char what[96], ngl[96] = "";
     if (fit) snprintf(ngl, sizeof ngl, "give -ngl %d to run the other layers on the CPU, or ", fit);
     if (mem->planned) snprintf(what, sizeof what, "the KV of one %d-token context", e->p.n_ctx);
-    else snprintf(what, sizeof what, "the KV pool asked for (--kv-active)");
+    else if (e->p.kv_active_bytes) snprintf(what, sizeof what, "the KV pool asked for (--kv-active)");
+    else snprintf(what, sizeof what, "a KV pool of %d pages", e->p.n_pages);
     return kvt_fail(KVT_ELIMIT,
                     "the model does not fit in the memory of %s: its weights (%s), activations (%s) and %s (%s) "
                     "need %s, over the %s that --gpu-memory-fraction %s of its %s allows. The largest "
-                    "--n-gpu-layers (-ngl) that would fit is %d of %d: %suse --device cpu, a smaller --ctx-size, "
+                    "--n-gpu-layers (-ngl) that would fit is %d of %d: %suse --device cpu, %s, "
                     "or a smaller or more quantized model",
                     in->name, sz(weights), sz(mem->act_bytes), what, sz(kv), sz(weights + mem->act_bytes + kv),
-                    sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl);
+                    sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl,
+                    pool_from_flags(e, mem) ? "a smaller --ctx-size" : "a smaller KV pool");
 }
 
 /* The most pages the kernels' KVT_GPU_KV_CHUNKS KV bindings reach (0: a page is over one binding). */
@@ -140,14 +148,23 @@ static int given_pool_fits(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t w
     uint64_t reach = binding_reach(e, g);
     if (pool <= room) return 0;
     if (fit > reach) fit = reach;
+    /* a pool from --kv-active is named by it; one the caller counted in pages, by its tokens */
+    char given[64], fits[128];
+    if (e->p.kv_active_bytes) {
+        snprintf(given, sizeof given, "--kv-active");
+        snprintf(fits, sizeof fits, "--kv-active %llu), or leave --kv-active out to have it planned",
+                 (unsigned long long)(fit * (e->dev_page_stride + e->page_stride)));
+    } else {
+        snprintf(given, sizeof given, "%lld tokens", (long long)e->p.n_pages * e->p.block_size);
+        snprintf(fits, sizeof fits, "%llu tokens)", (unsigned long long)fit * (unsigned long long)e->p.block_size);
+    }
     return kvt_fail(KVT_ELIMIT,
-                    "a KV pool of %d pages (%s, --kv-active) does not fit: the %s that --gpu-memory-fraction %s "
+                    "a KV pool of %d pages (%s, %s) does not fit: the %s that --gpu-memory-fraction %s "
                     "of this device's %s allows leaves %s after the weights (%s) and activations (%s); the largest "
-                    "pool that fits%s is %llu pages (--kv-active %llu), or leave --kv-active out to have it planned",
-                    e->p.n_pages, sz(pool), sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), sz(room),
+                    "pool that fits%s is %llu pages (%s",
+                    e->p.n_pages, sz(pool), given, sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), sz(room),
                     sz(weights), sz(mem->act_bytes),
-                    fit == reach ? " (held to what the kernels' KV bindings reach)" : "", (unsigned long long)fit,
-                    (unsigned long long)(fit * (e->dev_page_stride + e->page_stride)));
+                    fit == reach ? " (held to what the kernels' KV bindings reach)" : "", (unsigned long long)fit, fits);
 }
 
 int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g) {

@@ -115,11 +115,19 @@ static void check_plan(const kvt_model *m) {
     set_limit(lim);
     CHECKF(plan_of(m, params(10, 1.0f, -1), &p) == 0 && p.n_pages == 10 && !p.planned, "10 given pages: %s",
            kvt_errmsg());
+    /* given in pages (as eval does): named in tokens, not by a flag the caller may not have */
     int rc = plan_of(m, params(11, 1.0f, -1), &p);
-    char fit[64];
+    char fit[80];
+    snprintf(fit, sizeof fit, "the largest pool that fits is 10 pages (%d tokens)", 10 * B);
+    CHECKF(rc == KVT_ELIMIT && says("a KV pool of 11 pages") && says(fit) && !strstr(kvt_errmsg(), "--kv-active"),
+           "11 given pages: rc %d", rc);
+    /* given by size (--kv-active): named by that flag */
+    kvt_engine_params by_size = params(0, 1.0f, -1);
+    by_size.kv_active_bytes = 11 * stride;
+    rc = plan_of(m, by_size, &p);
     snprintf(fit, sizeof fit, "the largest pool that fits is 10 pages (--kv-active %llu)",
              (unsigned long long)(10 * stride));
-    CHECKF(rc == KVT_ELIMIT && says("a KV pool of 11 pages") && says(fit), "11 given pages: rc %d", rc);
+    CHECKF(rc == KVT_ELIMIT && says("a KV pool of 11 pages") && says(fit), "11 pages by size: rc %d", rc);
     /* a planned pool under one context (4 pages): for want of memory, or of binding reach */
     set_limit(w + a + 3 * stride);
     rc = plan_of(m, params(0, 1.0f, -1), &p);

@@ -5,7 +5,8 @@
 # weights, activations, KV pool, its tokens and sessions of the context); a
 # --kv-active that does not fit is refused naming the largest that does, and
 # that one runs, giving the planned run's text, also when the kernels' KV
-# bindings reach fewer pages than the memory holds; a context too long for
+# bindings reach fewer pages than the memory holds; eval's pool (prompt and
+# -n) that does not fit is refused naming only flags eval takes; a context too long for
 # the memory is refused naming the longest that fits, and that one runs; a model that does not fit is
 # refused naming the largest -ngl that would; -ngl below the layer count runs
 # the other layers on the CPU (partial offload) on run, eval and serve, saying
@@ -47,6 +48,17 @@ cat "$TMP/err" >>"$TMP/all"
 check "that pool runs (with -ngl 99)" is "$rc" 0
 check "... and says it was given" says "(given)"
 check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
+
+# eval sizes its pool from the prompt and -n, and has neither --kv-active nor --ctx-size: a pool that does not
+# fit is refused in its terms (tokens, -n), naming no flag eval would reject
+rc=0
+KVT_VK_MEM_LIMIT=$((200 << 20)) "$BIN" eval -m "$TMP/m.gguf" --device vulkan -n 1000000 hi >/dev/null 2>"$TMP/err" ||
+  rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "eval whose KV does not fit fails" is "$rc" 1
+check "... naming the pool in tokens" says "tokens) does not fit"
+check "... and what eval can change" says "the prompt's 2 and -n 1000000: a shorter prompt, a smaller -n"
+check "... naming neither --kv-active nor --ctx-size" sh -c "! grep -aqE -- '--kv-active|--ctx' '$TMP/err'"
 
 # bindings of 1 MiB reach 4 x 128 pages of 8 KiB, far fewer than the memory holds: the largest pool
 # the refusal names is held to that reach, and it runs (a larger one would be refused again)
