@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common.h"
 #include "disk_forge.h"
 #include "prefix.h"
 #include "testutil.h"
@@ -177,6 +178,61 @@ static void test_cut_segment(const kvt_disk_params *base) {
     free(ckpt_data);
 }
 
+/* A fresh directory of 4 records under name (MAC on, so with a key file); returns its path. */
+static const char *odd_dir(const kvt_disk_params *base, const char *name) {
+    const char *dir = kvt_test_path(kvt_test_tmpdir(), name);
+    kvt_disk_params p = *base;
+    p.dir = dir;
+    kvt_disk *d;
+    CHECK(kvt_disk_open(&p, &d) == 0);
+    fill(d, p.ns, 4, 0);
+    kvt_disk_close(d);
+    return dir;
+}
+
+/* Overwrites dir/name with len bytes of c (len 0: empties it). */
+static void fill_file(const char *dir, const char *name, int c, size_t len) {
+    char path[600], buf[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    memset(buf, c, sizeof buf);
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    CHECKF(fd >= 0, "%s", path);
+    for (size_t done = 0; fd >= 0 && done < len;) {
+        size_t n = len - done < sizeof buf ? len - done : sizeof buf;
+        CHECK(write(fd, buf, n) == (ssize_t)n);
+        done += n;
+    }
+    if (fd >= 0) close(fd);
+}
+
+/* `cache CMD --kv-disk dir`: its exit code, and whether what it printed (stdout and kvt_errmsg) holds want. */
+static int cache_says(const char *cmd, const char *dir, int want_rc, const char *want) {
+    char *t, *a[] = {"cache", (char *)cmd, "--kv-disk", (char *)dir};
+    kvt_fail(0, "%s", "");
+    int rc = run(&t, 4, a);
+    int ok = rc == want_rc && ((t && strstr(t, want)) || strstr(kvt_errmsg(), want));
+    if (!ok)
+        fprintf(stderr, "  cache %s %s: rc %d (want %d), lacks '%s': %s / %s\n", cmd, dir, rc, want_rc, want,
+                t ? t : "", kvt_errmsg());
+    free(t);
+    return ok;
+}
+
+/* A zeroed key file is refused by verify, gc and the store: gc would otherwise drop every record as signed
+ * under another key, and the store sign new ones with a key anyone can guess. */
+static void test_zero_key(const kvt_disk_params *base) {
+    const char *kz = odd_dir(base, "zerokey");
+    fill_file(kz, "key", 0, KVT_DISK_KEY_BYTES);
+    CHECK(cache_says("verify", kz, 1, "all zeros"));
+    CHECK(cache_says("gc", kz, 1, "all zeros"));
+    CHECK(cache_says("stats", kz, 0, "4 valid")); /* gc dropped nothing */
+    kvt_disk_params p = *base;
+    p.dir = kz;
+    kvt_disk *d = NULL;
+    CHECKF(kvt_disk_open(&p, &d) != 0 && strstr(kvt_errmsg(), "all zeros"), "%s", kvt_errmsg());
+    if (d) kvt_disk_close(d);
+}
+
 int main(void) {
     const char *dir = kvt_test_path(kvt_test_tmpdir(), "cache");
     snprintf(out_path, sizeof out_path, "%s/out.txt", kvt_test_tmpdir());
@@ -304,5 +360,6 @@ int main(void) {
     CHECK(kvt_cmd_cache(2, a_bad) == 2);
     test_unauthenticated(&p);
     test_cut_segment(&p);
+    test_zero_key(&p);
     return kvt_test_done("test_cli_cache");
 }

@@ -336,6 +336,13 @@ static int key_read(int dfd, const char *dir, uid_t owner, mac_key *key) {
                       "cache dir %s: the key file is not %d bytes: refusing it; remove it (records signed with it "
                       "become misses)",
                       dir, KVT_DISK_KEY_BYTES);
+    /* a random key is never all zeros: this one was zeroed or lost to damage, and a key anyone can guess would
+     * let anyone sign records (and gc would drop every record the real key signed as foreign) */
+    else if (sodium_is_zero(key->bytes, KVT_DISK_KEY_BYTES))
+        rc = kvt_fail(KVT_EFORMAT,
+                      "cache dir %s: the key file is all zeros (damaged): refusing it; put back a copy from a backup, "
+                      "or remove it (records signed with it become misses)",
+                      dir);
     close(fd);
     if (!rc) kvt_disk_key_prepare(key);
     return rc;
