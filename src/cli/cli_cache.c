@@ -35,7 +35,8 @@ void kvt_usage_cache(FILE *f) {
             "           MAC scheme (no, gmac or blake2b)\n"
             "  verify   read every record and check its CRC and its MAC under the directory's key file (and\n"
             "           decode it); exit status 1 if any is bad, carries a MAC that cannot be checked, or has\n"
-            "           no MAC although the directory has a key file (counted \"unauthenticated\")\n"
+            "           no MAC although the directory has a key file (counted \"unauthenticated\"), or when the\n"
+            "           header is damaged, not kvtier's, or missing beside segments; names each damaged stretch\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
@@ -186,14 +187,20 @@ static int walk_fn(void *ctx, const kvt_disk_walk_info *w) {
     return 0;
 }
 
-static void print_header(const char *dir) {
+/* Prints the directory's header line. Returns 1 when the header is damage verify must report: unreadable,
+ * not kvtier's, or missing beside segment files (the store refuses such a directory, or rewrites a damaged
+ * header of its own), else 0. */
+static int print_header(const char *dir, uint64_t segments) {
     uint32_t v;
     kvt_hash128 ns;
     int rc = kvt_disk_read_header(dir, &v, &ns);
     if (rc == 0)
         printf("header: format version %u%s, namespace %016" PRIx64 "%016" PRIx64 "\n", v,
                v == KVT_DISK_FORMAT_VERSION ? "" : " (NOT this build's)", ns.hi, ns.lo);
+    else if (rc == KVT_ENOTFOUND && segments)
+        printf("header: none, beside %" PRIu64 " segment files: a server refuses this directory\n", segments);
     else printf("header: %s\n", rc == KVT_ENOTFOUND ? "none" : kvt_errmsg()); /* not ours, or ours but damaged */
+    return rc && !(rc == KVT_ENOTFOUND && !segments);
 }
 
 #define REMOTE_TIMEOUT_MS 5000 /* maintenance may wait longer than a request would */
@@ -236,9 +243,10 @@ static int remote_cmd(const char *cmd, const char *url, const char *pass_file, c
 }
 
 /* The summary of a stats or verify walk over dir: header, segments, records,
- * MACs, compression, namespaces, lifetime counters. */
-static void print_summary(const char *dir, const walk_state *s, int verify) {
-    print_header(dir);
+ * MACs, compression, namespaces, lifetime counters. Returns print_header's
+ * verdict on the header. */
+static int print_summary(const char *dir, const walk_state *s, int verify) {
+    int bad_header = print_header(dir, s->segments);
     printf("segments: %" PRIu64 ", %.1f MiB\n", s->segments, (double)s->total_bytes / 1048576.0);
     printf("records: %" PRIu64 " valid, %" PRIu64 " %s, %" PRIu64 " of another format version\n", s->valid, s->corrupt,
            verify ? "corrupt (CRC, MAC, length or decode)" : "corrupt headers", s->foreign);
@@ -272,11 +280,13 @@ static void print_summary(const char *dir, const walk_state *s, int verify) {
                lt.writes_dropped, lt.evicted, lt.corrupt, (double)lt.bytes_read / 1048576.0,
                (double)lt.bytes_written / 1048576.0);
     }
+    return bad_header;
 }
 
 /* stats, ls or verify (cmd) over the disk tier in dir. Returns the exit code:
  * verify fails when a record is corrupt, cannot be checked, or lacks the MAC
- * the directory's key calls for. */
+ * the directory's key calls for, and when the header is damaged, not
+ * kvtier's, or missing beside segments. */
 static int walk_cmd(const char *dir, const char *cmd, long limit) {
     walk_state *s = kvt_xcalloc(1, sizeof *s);
     int rc = 0;
@@ -297,8 +307,8 @@ static int walk_cmd(const char *dir, const char *cmd, long limit) {
         fprintf(stderr, "kvtier cache: %s\n", kvt_errmsg());
         rc = 1;
     } else if (!s->ls) {
-        print_summary(dir, s, verify);
-        if (verify) rc = s->corrupt || s->unverified || s->unauthenticated ? 1 : 0;
+        int bad_header = print_summary(dir, s, verify);
+        if (verify) rc = bad_header || s->corrupt || s->unverified || s->unauthenticated ? 1 : 0;
     }
     free(s);
     return rc;
@@ -319,14 +329,15 @@ static int gc_cmd(const char *dir, const char *ns_text, int all_ns) {
     } else if (!all_ns) {
         uint32_t v;
         if (kvt_disk_read_header(dir, &v, &ns) == 0 && v == KVT_DISK_FORMAT_VERSION) keep = &ns;
-        else fprintf(stderr, "kvtier cache: no usable header: keeping every namespace\n");
     }
     kvt_disk_gc_report rep;
     int grc = kvt_disk_compact(dir, keep, &rep);
-    if (grc) { /* refused (lock, ownership) or failed: no summary of work not done */
+    if (grc) { /* refused (lock, ownership, no kvtier directory) or failed: no summary of work not done */
         fprintf(stderr, "kvtier cache: gc: %s\n", kvt_errmsg());
         return 1;
     }
+    if (!keep && !all_ns && rep.bytes_before)
+        fprintf(stderr, "kvtier cache: gc: no usable header: kept every namespace\n");
     printf("gc: kept %" PRIu64 " records; dropped %" PRIu64 " corrupt, %" PRIu64 " foreign, %" PRIu64
            " duplicate; %.1f -> %.1f MiB\n",
            rep.kept, rep.dropped_corrupt, rep.dropped_foreign, rep.dropped_dup, (double)rep.bytes_before / 1048576.0,
@@ -395,6 +406,10 @@ int kvt_cmd_cache(int argc, char **argv) {
             if (!v || (limit = kvt_cli_parse_long("--limit", v, 1, 1L << 40)) < 0) return 2;
         } else if (a[0] != '-' && !cmd) {
             cmd = a;
+        } else if (a[0] != '-') { /* `cache verify DIR`: the directory is named by a flag, say which */
+            fprintf(stderr, "kvtier cache: unexpected argument '%s': give the directory as --kv-disk %s\n\n", a, a);
+            kvt_usage_cache(stderr);
+            return 2;
         } else {
             fprintf(stderr, "kvtier cache: unknown option '%s'\n\n", argv[i]);
             kvt_usage_cache(stderr);

@@ -233,6 +233,66 @@ static void test_zero_key(const kvt_disk_params *base) {
     if (d) kvt_disk_close(d);
 }
 
+/* Odd directories: each cache command gives a clear error or a clear report, never a pass over damage or a
+ * loss. A header that is not kvtier's or is missing beside segments fails verify (the store refuses such a
+ * directory); a zero-filled segment is named and gc removes it; a damaged index checkpoint costs only a
+ * slower open, so verify passes; a link or a file in place of the directory is refused by every command. */
+static void test_odd_dirs(const kvt_disk_params *base) {
+    kvt_disk_params p = *base;
+    kvt_disk *d;
+    const char *hz = odd_dir(base, "zerohdr");
+    fill_file(hz, "header", 0, 71);
+    CHECK(cache_says("verify", hz, 1, "is not a kvtier header"));
+    CHECK(cache_says("stats", hz, 0, "is not a kvtier header"));
+    CHECK(cache_says("gc", hz, 1, "no kvtier cache"));
+    const char *hn = odd_dir(base, "nohdr");
+    char path[600];
+    snprintf(path, sizeof path, "%s/header", hn);
+    unlink(path);
+    CHECK(cache_says("verify", hn, 1, "a server refuses this directory"));
+    CHECK(cache_says("clear", hn, 1, "no kvtier cache"));
+    CHECK(cache_says("stats", hn, 0, "4 valid")); /* clear removed nothing */
+
+    const char *sz = odd_dir(base, "zeroseg");
+    fill_file(sz, "seg-0000000000000000.kvt", 0, 4 * 8192);
+    CHECK(cache_says("verify", sz, 1, "damaged: seg-0000000000000000.kvt at byte 0 (32768 bytes, 8 bad slots): not a"));
+    CHECK(cache_says("gc", sz, 0, "dropped 8 corrupt"));
+    CHECK(cache_says("verify", sz, 0, "0 corrupt"));
+
+    static const int idx_fill[] = {-1, 0, 'x'}; /* emptied, zero-filled, garbage */
+    const char *ix = odd_dir(base, "badindex");
+    for (size_t i = 0; i < sizeof idx_fill / sizeof idx_fill[0]; i++) {
+        kvt_prefix *idx;
+        CHECK(kvt_prefix_new(base->block_tokens, &idx) == 0);
+        p.dir = ix;
+        p.index = idx;
+        CHECK(kvt_disk_open(&p, &d) == 0); /* a clean close writes the checkpoint */
+        kvt_disk_close(d);
+        kvt_prefix_free(idx);
+        fill_file(ix, "index", idx_fill[i] < 0 ? 0 : idx_fill[i], idx_fill[i] < 0 ? 0 : 200);
+        CHECKF(cache_says("verify", ix, 0, "4 valid, 0 corrupt"), "index %zu", i);
+    }
+
+    char link[600];
+    snprintf(link, sizeof link, "%s/linkdir", kvt_test_tmpdir());
+    CHECK(symlink(ix, link) == 0);
+    char fileish[600];
+    snprintf(fileish, sizeof fileish, "%s/afile", kvt_test_tmpdir());
+    int fd = open(fileish, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, "x", 1) == 1);
+    if (fd >= 0) close(fd);
+    const char *cmds[] = {"stats", "ls", "verify", "gc", "clear"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        CHECK(cache_says(cmds[i], link, 1, "symbolic link"));
+        CHECK(cache_says(cmds[i], fileish, 1, "Not a directory"));
+    }
+    CHECK(cache_says("verify", ix, 0, "4 valid")); /* through none of them was anything removed */
+
+    char *t, *a_pos[] = {"cache", "verify", (char *)ix};
+    CHECKF(run(&t, 3, a_pos) == 2, "a directory without --kv-disk is a usage error");
+    free(t);
+}
+
 int main(void) {
     const char *dir = kvt_test_path(kvt_test_tmpdir(), "cache");
     snprintf(out_path, sizeof out_path, "%s/out.txt", kvt_test_tmpdir());
@@ -361,5 +421,6 @@ int main(void) {
     test_unauthenticated(&p);
     test_cut_segment(&p);
     test_zero_key(&p);
+    test_odd_dirs(&p);
     return kvt_test_done("test_cli_cache");
 }
