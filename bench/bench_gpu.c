@@ -305,8 +305,12 @@ static kvt_engine *new_engine(const kvt_model *m, const opts *o, int32_t n_pages
     return e;
 }
 
+/* n random token ids of the vocabulary: past the first 300 (a byte-level
+ * vocabulary's bytes and specials) where it is large enough, else any id, so
+ * a model with a small vocabulary (mkmodel's default has 259 rows) runs too. */
 static void random_tokens(int32_t *t, int32_t n, int32_t n_vocab, unsigned seed) {
-    for (int32_t i = 0; i < n; i++) t[i] = 300 + (int32_t)(rand_r(&seed) % (unsigned)(n_vocab - 300));
+    const int32_t lo = n_vocab > 2 * 300 ? 300 : 0;
+    for (int32_t i = 0; i < n; i++) t[i] = lo + (int32_t)(rand_r(&seed) % (unsigned)(n_vocab - lo));
 }
 
 /* One request through the cache: greedy, max_tokens tokens. */
