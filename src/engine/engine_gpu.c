@@ -181,15 +181,21 @@ static int act_layout(kvt_engine *e, kvt_eng_gpu *g, act_buf *bufs) {
     const kvt_hparams *hp = &e->model->hp;
     const uint64_t maxb = kvt_gpu_max_binding(g->d);
     const uint64_t widest = (uint64_t)KVT_MAX(KVT_MAX(hp->n_embd, hp->n_ff), KVT_MAX(e->q_dim, e->kv_dim));
+    /* with partial offload the output matrix runs on the CPU: no logits buffers (a large vocabulary's take
+     * 128 MiB), so the plan leaves that memory to the layers */
+    const int head = e->dev_layers == hp->n_layer;
     uint64_t nb = KVT_MIN((uint64_t)e->p.n_batch, maxb / (widest * 4));
     if (nb > 4096) nb = 4096;
-    if (nb == 0 || (uint64_t)hp->n_vocab * 4 > maxb)
+    if (nb == 0 || (head && (uint64_t)hp->n_vocab * 4 > maxb))
         return kvt_fail(KVT_ELIMIT, "this device's largest binding (%llu bytes) cannot hold one row of %lld floats",
                         (unsigned long long)maxb, (long long)KVT_MAX((int64_t)widest, (int64_t)hp->n_vocab));
     g->nb = (int32_t)nb;
     uint64_t lg = KVT_MIN(KVT_MIN(maxb, LOGITS_STAGE_BYTES) / ((uint64_t)hp->n_vocab * 4), nb);
     g->lg = (uint32_t)(lg ? lg : 1);
     const uint64_t D = (uint64_t)hp->n_embd, half = (uint64_t)hp->rope_dim / 2, V = (uint64_t)hp->n_vocab;
+    /* what the logits buffers add over their one-float stand-ins (for the plan's -ngl hint) */
+    g->head_dev_bytes = (uint64_t)g->lg * (2 * D + V) * 4 - 3 * 4, g->head_stage_bytes = (uint64_t)g->lg * V * 4 - 4;
+    const uint64_t hl = head ? g->lg : 0; /* the rows the logits buffers hold */
     g->meta_words = (uint32_t)(KVT_GPU_META_WORDS * nb + KVT_MIN(nb, (uint64_t)e->p.max_seqs) * e->max_pages_per_seq);
     g->off_cs = nb * D * 4;
     const uint64_t angles = nb * half > 0 ? nb * half : 1;
@@ -210,11 +216,11 @@ static int act_layout(kvt_engine *e, kvt_eng_gpu *g, act_buf *bufs) {
         dev_f32(&g->cs, nb * half),
         dev_f32(&g->sn, nb * half),
         dev_f32(&g->meta, g->meta_words),
-        dev_f32(&g->xw, (uint64_t)g->lg * D),
-        dev_f32(&g->xw2, (uint64_t)g->lg * D),
-        dev_f32(&g->logits, (uint64_t)g->lg * V),
+        dev_f32(&g->xw, hl * D),
+        dev_f32(&g->xw2, hl * D),
+        dev_f32(&g->logits, hl * V),
         {&g->in_stage, g->off_meta + (uint64_t)g->meta_words * 4, KVT_GPU_STAGING},
-        {&g->out_stage, (uint64_t)g->lg * V * 4, KVT_GPU_STAGING},
+        {&g->out_stage, KVT_MAX(hl * V * 4, 4ull), KVT_GPU_STAGING},
         {&g->io_stage, io * e->page_bytes, KVT_GPU_STAGING},
     };
     memcpy(bufs, l, sizeof l);

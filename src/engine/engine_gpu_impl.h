@@ -51,7 +51,10 @@ struct kvt_eng_gpu {
     uint32_t io_pages; /* pages io_stage holds */
     uint64_t weight_bytes;
     uint64_t act_dev_bytes, act_stage_bytes; /* the activations', and the staging buffers' with kvt_pages_stage's */
-    kvt_engine_mem mem;                      /* the memory plan (engine_gpu_plan.c) */
+    /* what the logits buffers (xw, xw2, logits, out_stage) add on the device and in staging with every layer
+     * here (part of the above then); with partial offload they are one-float stand-ins */
+    uint64_t head_dev_bytes, head_stage_bytes;
+    kvt_engine_mem mem; /* the memory plan (engine_gpu_plan.c) */
     kvt_eng_gpu_stats st;
     char numerics[128];
 };

@@ -99,9 +99,14 @@ static int pool_from_flags(const kvt_engine *e, const kvt_engine_mem *mem) {
 static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, uint64_t kv) {
     const kvt_engine_mem *mem = &g->mem;
     const kvt_gpu_info *in = kvt_gpu_dev_info(g->d);
-    uint64_t room = mem->budget > mem->act_bytes ? mem->budget - mem->act_bytes : 0;
+    const int32_t L = e->model->hp.n_layer;
+    /* a run with fewer layers makes no logits buffers, and holds neither the output matrix nor its logits */
+    uint64_t act = mem->act_bytes;
+    if (e->dev_layers == L) act -= g->head_dev_bytes + (strcmp(in->type, "discrete") ? g->head_stage_bytes : 0);
+    uint64_t room = mem->budget > act ? mem->budget - act : 0;
     /* kv is the device's share for dev_layers layers: largest_layers wants every layer's */
-    int32_t fit = largest_layers(e->model, room, kv / (uint64_t)e->dev_layers * (uint64_t)e->model->hp.n_layer);
+    int32_t fit = largest_layers(e->model, room, kv / (uint64_t)e->dev_layers * (uint64_t)L);
+    if (fit == L) fit = L - 1; /* every layer but not the output matrix: -ngl L would be this run again */
     char what[96], ngl[96] = "";
     if (fit) snprintf(ngl, sizeof ngl, "give -ngl %d to run the other layers on the CPU, or ", fit);
     if (mem->planned) snprintf(what, sizeof what, "the KV of one %d-token context", e->p.n_ctx);
@@ -113,7 +118,7 @@ static int not_fit(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t weights, 
                     "--n-gpu-layers (-ngl) that would fit is %d of %d: %suse --device cpu, %s, "
                     "or a smaller or more quantized model",
                     in->name, sz(weights), sz(mem->act_bytes), what, sz(kv), sz(weights + mem->act_bytes + kv),
-                    sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), fit, e->model->hp.n_layer, ngl,
+                    sz(mem->budget), fr(mem->fraction), sz(mem->device_bytes), fit, L, ngl,
                     pool_from_flags(e, mem) ? "a smaller --ctx-size" : "a smaller KV pool");
 }
 

@@ -13,7 +13,8 @@
  *    naming --block-size;
  *  - a model that does not fit is refused naming the largest -ngl that would
  *    (from the per-layer weight bytes), and with that -ngl it runs: the device
- *    holds that layer's weights only, and a planned pool stops at max_seqs
+ *    holds that layer's weights only and no logits buffers (the output matrix
+ *    is the CPU's; the hint counts that), and a planned pool stops at max_seqs
  *    contexts (each page also takes host memory); -ngl below the layer count
  *    on a model that fits runs so too, -ngl 0 makes a CPU engine, -1, the
  *    layer count and 99 put every layer on the device; a fraction of 0 is
@@ -163,12 +164,32 @@ static void check_plan(const kvt_model *m) {
     rc = plan_of(m, params(0, 1.0f, -1), &p);
     CHECKF(rc == KVT_ELIMIT && says("does not fit") && says("that would fit is 1 of 2") && says("give -ngl 1"),
            "room for one layer: rc %d", rc);
-    /* ... and -ngl 1 runs there: one layer's weights on the device, a pool of that layer's share of one context */
+    /* ... and -ngl 1 runs there: one layer's weights on the device, a pool of at least that layer's share of
+     * one context (the activations it leaves out give it more) */
     rc = plan_of(m, params(0, 1.0f, 1), &p);
-    CHECKF(rc == 0 && p.weight_bytes < l0 + l0 / 8 && !p.seqs_capped && p.n_pages == CTX / B,
+    CHECKF(rc == 0 && p.weight_bytes < l0 + l0 / 8 && p.n_pages >= CTX / B,
            "-ngl 1 where one layer fits: rc %d (%s), weights %llu (a layer %llu), capped %d, %d pages", rc,
            rc ? kvt_errmsg() : "", (unsigned long long)p.weight_bytes, (unsigned long long)l0, p.seqs_capped, p.n_pages);
-    set_limit(a / 2);
+    /* with -ngl 1 the output matrix runs on the CPU: the device makes no logits buffers, so its activations
+     * are fewer, and a device with room for one layer next to those is offered -ngl 1, which runs there */
+    unsetenv("KVT_VK_MEM_LIMIT");
+    kvt_engine *part = NULL;
+    rc = kvt_engine_new(m, params(8, 0.9f, 1), &part);
+    kvt_engine_mem pm = {0};
+    CHECKF(rc == 0 && kvt_engine_device_memory(part, &pm) == 0 && pm.act_bytes < a &&
+               kvt_gpu_buf_size(part->gpu->logits) == 4 && kvt_gpu_buf_size(part->gpu->out_stage) == 4,
+           "-ngl 1: activations %llu bytes (all layers: %llu), logits buffer %llu bytes",
+           (unsigned long long)pm.act_bytes, (unsigned long long)a,
+           rc ? 0ull : (unsigned long long)kvt_gpu_buf_size(part->gpu->logits));
+    kvt_engine_free(part);
+    const uint64_t ap = pm.act_bytes;
+    set_limit(ap + l0 + ctx_kv / 2 + 1);
+    rc = plan_of(m, params(0, 1.0f, -1), &p);
+    CHECKF(rc == KVT_ELIMIT && says("that would fit is 1 of 2"), "room for one layer without logits: rc %d", rc);
+    rc = plan_of(m, params(0, 1.0f, 1), &p);
+    CHECKF(rc == 0 && p.act_bytes == ap && !p.seqs_capped && p.n_pages == CTX / B,
+           "-ngl 1 there: rc %d (%s), capped %d, %d pages", rc, rc ? kvt_errmsg() : "", p.seqs_capped, p.n_pages);
+    set_limit(ap / 2);
     rc = plan_of(m, params(0, 1.0f, 1), &p);
     CHECKF(rc == KVT_ELIMIT && says("that would fit is 0 of 2"), "room for no layer, -ngl 1: rc %d", rc);
     /* -ngl on a model that fits: the first layer on the device, the pool as given */
