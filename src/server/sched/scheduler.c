@@ -81,17 +81,19 @@ static void prefetch_waiting(kvt_server *s, srv_req *r) {
 
 /* Resumes parked slots, oldest first, once a request ended since the last
  * park (mem_hold is 0) and while the pages free or idle in T0, less a margin
- * for the running sequences' next steps, hold all of the next one's tokens;
+ * for the running sequences' next steps (and a prefill chunk while a prompt
+ * or a resumed reply is being fed), hold all of the next one's tokens;
  * with nothing else running the oldest resumes anyway (alone, it either fits
  * or ends as at n_ctx; one that cannot get a sequence at all ends with a
  * 503). A park always waits for a request to end before its resume, so a
  * misjudged room costs one failed step, never a loop. Returns how many stay
  * parked (engine thread). */
 static int32_t resume_parked(kvt_server *s) {
-    int32_t running = 0, parked = 0;
+    int32_t running = 0, parked = 0, prompting = 0;
     for (int32_t i = 0; i < s->p.parallel; i++) {
         const slot *sl = &s->slots[i];
         if (sl->r && !sl->waiting) sl->parked ? parked++ : running++;
+        prompting |= sl->r && sl->prefilling;
     }
     if (!parked) return 0;
     pthread_mutex_lock(&s->mu);
@@ -108,7 +110,7 @@ static int32_t resume_parked(kvt_server *s) {
             kvt_cache_stats st;
             kvt_cache_get_stats(s->cache, &st);
             int32_t room = st.t0_pages_free + st.t0_pages_idle - running * PREFETCH_MARGIN_PER_SLOT -
-                s->p.prefill_chunk / s->block - 1;
+                (prompting ? s->p.prefill_chunk / s->block + 1 : 0);
             if (room < (next->n_toks - 1) / s->block + 2) break;
         }
         if (kvt_srv_slot_resume(s, next) && running) break; /* a running request ends first: try again then */
