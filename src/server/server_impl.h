@@ -521,7 +521,7 @@ char *kvt_srv_prompt_text(kvt_server *s, const srv_req *r);
  * remembered; but under parallel_tool_calls false a first call complete before the cut is the
  * answer as if nothing were cut (*cut 0: the finish is "tool_calls"). */
 size_t kvt_srv_read_calls(kvt_server *s, srv_req *c, kvt_api_call **calls, char **content, int *cut);
-/* r's usage with every choice's completion tokens. */
+/* r's usage with every choice's completion tokens and pauses (preemptions). */
 kvt_api_usage kvt_srv_total_usage(const srv_req *r);
 
 /* The engine thread (scheduler.c): runs until s->stopping, then fails what waits. */

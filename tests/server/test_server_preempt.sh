@@ -4,7 +4,8 @@
 # (plain, streamed, sampled with a seed) all get 200, and the replies that
 # paused for want of pages say so (kvtier.preempted) and resumed where they
 # stopped: each reply, its logprobs and its streamed text equal the same
-# request run alone. /metrics counts the pauses and the tokens put back.
+# request run alone. /metrics counts the pauses and the tokens put back, and
+# a request of three choices that pause each other reports the pauses of all.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -55,6 +56,14 @@ for i in 1 2 3 4 5 6; do
   fi
 done
 curl -s "$URL/metrics" >"$TMP/metrics"
+# n choices share the prompt and generate apart: three of 120 tokens do not fit the pool together,
+# so some pause; the one report of the request counts the pauses of every choice
+before=$(awk '/^kvtier_preemptions_total /{print $2}' "$TMP/metrics")
+post /v1/completions "$(body 7 ', "n": 3')"
+check "n 3: 200, every choice 120 tokens" is "$CODE $(jb '[.choices[].finish_reason] | unique | join(",")') $(jb .usage.completion_tokens)" "200 length 360"
+after=$(curl -s "$URL/metrics" | awk '/^kvtier_preemptions_total /{print $2}')
+check "n 3: choices paused" gt "$after" "$before"
+check "n 3: the report counts the pauses of every choice" is "$(jb '.kvtier.preempted.times // 0')" "$((after - before))"
 check "replies paused for want of KV memory" gt "$(awk '/^kvtier_preemptions_total /{print $2}' "$TMP/metrics")" 0
 check "... and their tokens were put back, most from the cache" \
   gt "$(awk '/^kvtier_resumed_tokens_total\{source="cache"\} /{print $2}' "$TMP/metrics")" 0

@@ -30,7 +30,15 @@ static srv_req *choice(srv_req *r, int32_t i) { return i ? r->sib[i - 1] : r; }
 
 kvt_api_usage kvt_srv_total_usage(const srv_req *r) {
     kvt_api_usage u = r->usage;
-    for (int32_t i = 0; i < r->n_sib; i++) u.completion_tokens += r->sib[i]->usage.completion_tokens;
+    for (int32_t i = 0; i < r->n_sib; i++) {
+        const kvt_api_usage *c = &r->sib[i]->usage;
+        u.completion_tokens += c->completion_tokens;
+        /* each choice generates, and so pauses, on its own: the report counts the pauses of all */
+        u.preemptions += c->preemptions;
+        u.resumed_cached_tokens += c->resumed_cached_tokens;
+        u.resumed_computed_tokens += c->resumed_computed_tokens;
+        u.resume_ms += c->resume_ms;
+    }
     return u;
 }
 
