@@ -69,4 +69,35 @@ check "... and their tokens were put back, most from the cache" \
   gt "$(awk '/^kvtier_resumed_tokens_total\{source="cache"\} /{print $2}' "$TMP/metrics")" 0
 check "... the server logged the pauses" grep -q 'pauses after .* generated tokens until pages free up' "$TMP/p.log"
 echo "# $paused of the 4 plain replies paused; $(grep -c ' resumes: ' "$TMP/p.log") resumes in the log"
+
+# ---- approximate reuse: a reply over placed documents never pauses --------------------------------
+# Four layers, so that the placed KV (fresh for layers 0 and 1 only) differs from an exact run;
+# 512 bytes a token: 384K is 24 blocks, and the approximate reply (~450 prompt tokens + 200) 21.
+kvt_stop_server p
+"$BIN" mkmodel -o "$TMP/m4.gguf" --dim 64 --layers 4 --heads 4 --kv-heads 2 --ff 128 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+kvt_start_server a -m "$TMP/m4.gguf" --host 127.0.0.1 -t 1 --parallel 4 -c 1024 --kv-active 384K --kv-ram 8M --approximate-reuse
+doc() { printf '{"id": "%s", "text": "%s"}' "$1" "$2"; }
+DA=$(doc lyon "The warehouse in Lyon ships parcels on Mondays and Thursdays only. Trucks leave at noon.")
+DB=$(doc refunds "Refunds go back to the original card within five business days of the return.")
+DC=$(doc bees "Honeybees tell their sisters where flowers are with a waggle dance toward the nectar.")
+ask() { # DOCS MAX_TOKENS [KVTIER-EXTRA [EXTRA]]: a greedy chat request over the documents, with logprobs
+  printf '{"messages": [{"role": "system", "content": "Answer from the documents."}, {"role": "user", "content": "When does Lyon ship?"}], "max_tokens": %s, "temperature": 0, "logprobs": true, "ignore_eos": true, "kvtier": {"documents": [%s]%s}%s}' \
+    "$2" "$1" "${3:-}" "${4:-}"
+}
+# each document stored after the same prefix, so A, C, B places C and B from them
+for d in "$DA, $DB, $DC" "$DB, $DC, $DA" "$DC, $DA, $DB"; do post /v1/chat/completions "$(ask "$d" 4)"; done
+post /v1/chat/completions "$(ask "$DA, $DC, $DB" 200 ', "reuse": "approximate"')"
+check "approximate alone: documents placed" gt "$(jb '.kvtier.approximate_tokens // 0')" 0
+alone=$(jb -c '.choices[0] | [.message.content, .logprobs]')
+# two greedy choices over the placed prompt: both replies do not fit the pool, and neither may pause
+# (its placed KV is in no cache, so a resume would recompute it exactly and change the rest of the
+# reply): the younger choice ends with a 503, as before pauses existed, never with another reply
+post /v1/chat/completions "$(ask "$DA, $DC, $DB" 200 ', "reuse": "approximate"' ', "n": 2')"
+if [ "$CODE" = 200 ]; then
+  check "approximate, n 2: each choice is the reply alone" \
+    test "$(jb -c '[.choices[] | [.message.content, .logprobs]] | unique')" = "[$alone]"
+else
+  check "approximate, n 2: a 503 to retry" is "$CODE" 503
+fi
+check "approximate, n 2: no choice paused" is "$(curl -s "$URL/metrics" | awk '/^kvtier_preemptions_total /{print $2}')" 0
 kvt_test_done test_server_preempt

@@ -267,11 +267,17 @@ static int can_requeue(const slot *sl) {
     return sl->prefilling && !sl->resume_to && !sl->blend && !r->doc_order && !r->block_tiers && !r->approximate;
 }
 
-/* Whether slot sl's request can give way by parking: it is generating (or
- * putting its tokens back after it was parked), so all it holds is its
- * tokens, sampler and grammar, and a sequence made again from its cached
- * blocks holds the same KV. */
-static int can_park(const slot *sl) { return !sl->prefilling || sl->resume_to; }
+/* Whether slot sl generates: past its prompt, or putting its tokens back
+ * after it was parked. */
+static int generating(const slot *sl) { return !sl->prefilling || sl->resume_to; }
+
+/* Whether slot sl's request can give way by parking: it is generating, so
+ * all it holds is its tokens, sampler and grammar, and a sequence made again
+ * from its cached blocks holds the same KV. Not with approximate reuse: the
+ * KV of its placed documents is in no cache (it is not what a cold run
+ * computes), so a resume would recompute it exactly and the rest of the reply
+ * would change. */
+static int can_park(const slot *sl) { return generating(sl) && !sl->r->approximate; }
 
 /* When a step finds no pages: the slots that hold pages or that the step
  * needed pages for (in), how many (*holders), and the one that gives way:
@@ -361,8 +367,8 @@ static void park(kvt_server *s, slot *sl) {
 /* Makes room when the pool had no pages left for a step, through victim
  * (pool_victim): a prompt not yet generating goes back to the queue to run
  * when a running request ends; a generating one pauses (park) until pages
- * free up; any other (a RAG prompt placing its documents) ends with a 503 to
- * retry. Alone, it never fits: its prompt is a 400 naming --kv-active, and a
+ * free up; any other (a RAG prompt placing its documents, an approximate
+ * reuse reply) ends with a 503 to retry. Alone, it never fits: its prompt is a 400 naming --kv-active, and a
  * reply that filled the pool ends as at n_ctx. */
 static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
     if (holders > 1 && can_requeue(victim) && !requeue(s, victim)) return;
@@ -372,7 +378,7 @@ static void pool_exhausted(kvt_server *s, slot *victim, int32_t holders) {
     }
     kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: KV memory exhausted, ending %s (%s): %s",
              kvt_srv_log_id(victim->r), victim->r->id, kvt_errmsg());
-    if (holders == 1 && can_park(victim)) {
+    if (holders == 1 && generating(victim)) {
         kvt_srv_slot_finish(s, victim, "length", victim->raw_len, 0, NULL);
     } else if (holders == 1) {
         char msg[256];
