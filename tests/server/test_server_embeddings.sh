@@ -5,8 +5,9 @@
 # the same bits, the second time from cached KV (last-token pooling); a batch
 # of inputs gives each input's own vector bit for bit; an input of strings and
 # token ids (llama-server's mixed form) is one input; mean and last pooling
-# differ; without --embeddings the routes are a 404 naming the flag, and bad
-# fields are 400s naming the field. Needs curl, jq and python3.
+# differ; an embedding that went back to the queue for want of KV pages gives
+# the vector it gets alone; without --embeddings the routes are a 404 naming
+# the flag, and bad fields are 400s naming the field. Needs curl, jq and python3.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null ||
   { echo "SKIP: needs curl, jq and python3"; exit 77; }
@@ -128,6 +129,31 @@ check "... reports its pooling" is "$(jb .kvtier.pooling)" mean
 post /v1/embeddings "{\"input\": [\"$B\", \"$A\"]}"
 check "... the same input again: the same bits" is "$(vecs "$TMP/body" | tail -n 1)" "$(vecs "$TMP/m1.json")"
 kvt_stop_server mean
+
+# ---- an embedding that gives way for want of KV pages -------------------------------------------
+# A pool of 8 blocks of 32 and prefill chunks of one block: the embedding (~190 tokens) prefills
+# beside three replies of 62 + 150 tokens, runs out of pages part-way, goes back to the queue and
+# runs again once a reply ends; its sum starts again with it, so the vector is the one alone.
+kvt_start_server tight --embeddings --pooling mean -c 512 --kv-active 64K --kv-ram 4M --prefill-chunk 32
+E="{\"input\": \"$(printf 'embedding text about tiers and pages %.0s' 1 2 3 4 5)\"}"
+post /v1/embeddings "$E"
+alone=$(vecs "$TMP/body")
+differ=0 requeued=0
+for round in 1 2 3; do
+  pids=()
+  for i in 1 2 3; do
+    curl -s -m 120 -o /dev/null -H 'Content-Type: application/json' "$URL/v1/completions" -d \
+      "{\"prompt\": \"client $i asks about tiers and pages and blocks and memory $i$i$i\", \"max_tokens\": 150, \"ignore_eos\": true}" &
+    pids+=($!)
+  done
+  post /v1/embeddings "$E"
+  wait "${pids[@]}"
+  [ "$CODE" = 200 ] && [ "$(vecs "$TMP/body")" = "$alone" ] || differ=$((differ + 1))
+done
+requeued=$(grep -c '(embd-[0-9a-f]*) goes back to the queue' "$TMP/tight.log")
+check "an embedding among replies in a small pool went back to the queue" gt "$requeued" 0
+check "... and each time its vector is the one alone" is "$differ" 0
+kvt_stop_server tight
 
 check "--pooling max is a usage error" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --embeddings --pooling max
 check "... naming the values" grep -q 'mean, last or cls' "$TMP/out"

@@ -5,6 +5,7 @@
  * strings, limits. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -338,6 +339,10 @@ static int requeue(kvt_server *s, slot *sl) {
         if (w->r && w->waiting && w->fork_of == idx) kvt_srv_slot_clear(s, w);
     }
     kvt_srv_slot_clear(s, sl);
+    /* an embedding starts its sum again: the next admission feeds the rows it pools once more (the
+     * engine thread owns the sum until done) */
+    free(r->embed_sum);
+    r->embed_sum = NULL;
     return 0;
 }
 
