@@ -345,6 +345,43 @@ out:
     kvt_test_rig_down(&g);
 }
 
+/* As above, but the younger reply has the higher kvtier.priority: it keeps
+ * going and the older, priority 0, pauses; both still equal their solo runs. */
+static void test_pool_priority_parks(void) {
+    rig g;
+    if (rig_up_pages(&g, 2, 8)) goto out;
+    const char *low = "\"temperature\":0,\"logprobs\":2";
+    const char *high = "\"temperature\":0,\"logprobs\":2,\"kvtier\":{\"priority\":5}";
+    srv_req *old = request_n(g.s, 1, 20, 60, low), *young = request_n(g.s, 300, 20, 60, high);
+    srv_req *old1 = request_n(g.s, 1, 20, 60, low), *young1 = request_n(g.s, 300, 20, 60, high);
+    if (!old || !young || !old1 || !young1) goto out;
+    start_locked(g.s, old); /* generating before the younger arrives: admitted first */
+    CHECK(kvt_srv_enqueue_locked(g.s, young) == 0);
+    pthread_mutex_unlock(&g.s->mu);
+    wait_done(g.s, old);
+    wait_done(g.s, young);
+    CHECKF(old->err_status == 0 && young->err_status == 0 && old->usage.completion_tokens == 60 &&
+               young->usage.completion_tokens == 60,
+           "ended with %d (%s) and %d (%s)", old->err_status, old->err_msg, young->err_status, young->err_msg);
+    CHECKF(old->usage.preemptions >= 1 && young->usage.preemptions == 0,
+           "the priority-0 reply paused %d times, the priority-5 one %d", old->usage.preemptions,
+           young->usage.preemptions);
+    srv_req *const pair[2][2] = {{old, old1}, {young, young1}};
+    for (int i = 0; i < 2; i++) {
+        srv_req *r = pair[i][0], *solo = pair[i][1];
+        CHECK(kvt_srv_enqueue(g.s, solo) == 0);
+        wait_done(g.s, solo);
+        CHECKF(solo->err_status == 0 && solo->text_len == r->text_len && !memcmp(solo->text, r->text, r->text_len),
+               "%s: the reply alone differs", i ? "young" : "old");
+    }
+    kvt_srv_unref_choices(g.s, old);
+    kvt_srv_unref_choices(g.s, young);
+    kvt_srv_unref_choices(g.s, old1);
+    kvt_srv_unref_choices(g.s, young1);
+out:
+    kvt_test_rig_down(&g);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("sched.gguf", N_VOCAB))) return 1;
     test_arrival_order();
@@ -354,6 +391,7 @@ int main(void) {
     test_prefill_only();
     test_pool_youngest_gives_way();
     test_pool_generating_parks();
+    test_pool_priority_parks();
     kvt_model_free(model);
     return kvt_test_done("test_scheduler");
 }

@@ -280,11 +280,25 @@ static int generating(const slot *sl) { return !sl->prefilling || sl->resume_to;
  * would change. */
 static int can_park(const slot *sl) { return generating(sl) && !sl->r->approximate; }
 
+/* The kvtier.priority of slot sl's request (a choice other than the first:
+ * its first's, which holds the session). */
+static int priority_of(const slot *sl) {
+    const srv_req *r = sl->r->is_sib ? sl->r->first : sl->r;
+    return r->session.priority;
+}
+
+/* Whether generating slot a pauses before b: the lower priority, then the
+ * younger. */
+static int pauses_first(const slot *a, const slot *b) {
+    int pa = priority_of(a), pb = priority_of(b);
+    return pa != pb ? pa < pb : a->admitted > b->admitted;
+}
+
 /* When a step finds no pages: the slots that hold pages or that the step
  * needed pages for (in), how many (*holders), and the one that gives way:
  * the youngest prompt not yet generating that can go back to the queue
- * (can_requeue), else the youngest generating one (can_park), else the
- * youngest of them all. Every slot with pages
+ * (can_requeue), else a generating one (can_park: the lowest priority, the
+ * youngest of those), else the youngest of them all. Every slot with pages
  * counts, not only those in the step: a prompt admitted after the one being
  * prefilled holds the cached prefix its admission restored, so an older
  * prompt never ends for the pages a younger one took. A choice waiting for
@@ -303,7 +317,7 @@ static slot *pool_victim(kvt_server *s, slot *const *in, int32_t n_in, int32_t *
         (*holders)++;
         if (!victim || sl->admitted > victim->admitted) victim = sl;
         if (can_requeue(sl) && (!prompt || sl->admitted > prompt->admitted)) prompt = sl;
-        if (can_park(sl) && (!gen || sl->admitted > gen->admitted)) gen = sl;
+        if (can_park(sl) && (!gen || pauses_first(sl, gen))) gen = sl;
     }
     if (*holders > 1 && prompt) return prompt;
     return *holders > 1 && gen ? gen : victim;

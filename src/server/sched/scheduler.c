@@ -79,7 +79,8 @@ static void prefetch_waiting(kvt_server *s, srv_req *r) {
     if (got > before) r->prefetched_tokens = got - before;
 }
 
-/* Resumes parked slots, oldest first, once a request ended since the last
+/* Resumes parked slots, the highest kvtier.priority first and the oldest of
+ * those, once a request ended since the last
  * park (mem_hold is 0) and while the pages free or idle in T0, less a margin
  * for the running sequences' next steps (and a prefill chunk while a prompt
  * or a resumed reply is being fed), hold all of the next one's tokens;
@@ -104,7 +105,10 @@ static int32_t resume_parked(kvt_server *s) {
         slot *next = NULL;
         for (int32_t i = 0; i < s->p.parallel; i++) {
             slot *sl = &s->slots[i];
-            if (sl->r && sl->parked && (!next || sl->admitted < next->admitted)) next = sl;
+            if (!sl->r || !sl->parked) continue;
+            int pr = (sl->r->is_sib ? sl->r->first : sl->r)->session.priority;
+            int pn = next ? (next->r->is_sib ? next->r->first : next->r)->session.priority : 0;
+            if (!next || pr > pn || (pr == pn && sl->admitted < next->admitted)) next = sl;
         }
         if (running) {
             kvt_cache_stats st;
