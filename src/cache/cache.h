@@ -51,6 +51,14 @@
  * kvt_cache_lookup/pin/release, kvt_cache_stats and kvt_cache_get_stats are
  * declared in kvtier.h; below are the engine-facing parts. */
 
+/* Releases the warm sessions whose keep-warm time is over, so their pages
+ * become idle (reclaimable, and counted so by kvt_cache_get_stats) and their
+ * pins stop counting against the pin limit. Returns the seconds until the
+ * next warm session expires, or -1 when none is warm: an engine that is idle
+ * wakes then to release it, so an idle server's stats show no stale pins.
+ * Engine thread, as every call that changes the cache. */
+double kvt_cache_expire_sessions(kvt_cache *c);
+
 /* The key root for a tenant salt (NULL/0 = the shared default). */
 int kvt_cache_root(const kvt_cache *c, const void *salt, size_t salt_len, kvt_hash128 *out);
 

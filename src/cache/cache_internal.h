@@ -132,8 +132,6 @@ void kvt_cache_write_through(kvt_cache *c, kvt_hash128 hash, kvt_hash128 parent,
 
 /* ---- cache_pins.c ---- */
 
-/* Releases sessions whose keep-warm time is over. */
-void kvt_cache_expire_sessions(kvt_cache *c);
 /* Under pressure, the warm session to give up first, or -1. */
 int32_t kvt_cache_session_victim(const kvt_cache *c);
 /* Releases warm session i's pin and forgets it. */

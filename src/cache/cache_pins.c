@@ -14,13 +14,16 @@ void kvt_cache_session_drop(kvt_cache *c, int32_t i) {
     c->sessions[i] = c->sessions[--c->n_sessions];
 }
 
-void kvt_cache_expire_sessions(kvt_cache *c) {
-    double now = kvt_now();
+double kvt_cache_expire_sessions(kvt_cache *c) {
+    double now = kvt_now(), next = -1;
     for (int32_t i = c->n_sessions; i-- > 0;)
         if (c->sessions[i].expires <= now) {
             kvt_cache_session_drop(c, i);
             c->sessions_expired++;
         }
+    for (int32_t i = 0; i < c->n_sessions; i++)
+        if (next < 0 || c->sessions[i].expires - now < next) next = c->sessions[i].expires - now;
+    return next;
 }
 
 /* Lowest priority first, then the soonest to expire. */

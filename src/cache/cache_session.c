@@ -44,6 +44,7 @@ static kvt_pin *pin_prefix(kvt_cache *c, kvt_hash128 root, const int32_t *tokens
 
 int kvt_cache_pin_root(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, kvt_pin **pin) {
     *pin = NULL;
+    kvt_cache_expire_sessions(c); /* an expired session's pages no longer count against the limit */
     kvt_cache_match m;
     kvt_cache_lookup_root(c, root, tokens, n, &m);
     int32_t limit = (int32_t)(c->n_pages * KVT_PIN_MAX_FRACTION);

@@ -5,7 +5,7 @@
 #   limit, and the API key in front of them.
 # - A session kept warm (kvtier.keep_warm_s) comes back entirely from T0
 #   after a flood of other prompts; the same session without keep-warm does
-#   not.
+#   not; its pin is released when its time runs out, on an idle server too.
 # - Scheduling while one long request holds the only slot: a later request of
 #   higher priority is admitted first; a request whose prefix was pushed down
 #   to RAM is prefetched into T0 while it waits and then admitted before an
@@ -105,6 +105,19 @@ post /v1/completions "{\"prompt\": \"$S2\", \"max_tokens\": 4}" -H 'X-Session-Id
 check "the session without keep-warm was moved out of T0 by the flood" \
   is "$(jb '.kvtier.cached_tokens_by_tier.T0 < .kvtier.cached_tokens')" true
 check "... and still comes back whole from RAM" is "$(jb '.kvtier.cached_tokens == .kvtier.planned_cached_tokens and .kvtier.cached_tokens > 127')" true
+# a session's keep-warm time runs out on an idle server too: its pin goes, and no page stays pinned
+post /v1/cache/unpin '{"session_id": "s1"}'
+check "unpin by session_id" is "$CODE" 200
+post /v1/completions "{\"prompt\": \"$S2\", \"max_tokens\": 4, \"kvtier\": {\"session_id\": \"s3\", \"keep_warm_s\": 1}}"
+check "a session kept warm for 1 s" is "$(jb '.kvtier.cached_tokens > 127')" true
+idle_unpinned() {
+  curl -s "$URL/v1/cache/stats" >"$TMP/stats" &&
+    jq -e '.warm_sessions == 0 and .T0.pages_pinned == 0 and .T0.pages_free + .T0.pages_idle == .T0.pages_total' \
+      "$TMP/stats"
+}
+check "its pin is released when it expires, with no request coming" wait_for idle_unpinned
+check "... counted as expired" is "$(jq .sessions_expired "$TMP/stats")" 1
+check "/metrics shows no session warm" grep -q '^kvtier_sessions_warm 0$' <(curl -s "$URL/metrics")
 
 # ---- scheduling and prefetch behind a long request ---------------------------------------
 "$BIN" mkmodel -o "$TMP/med.gguf" --dim 384 --layers 6 --heads 6 --kv-heads 2 --ff 1024 --ctx 2048 >/dev/null 2>&1

@@ -130,6 +130,25 @@ static int32_t resume_parked(kvt_server *s) {
     return parked;
 }
 
+/* Refreshes the cache snapshot (s->snap) and, while there is nothing to do
+ * (no request queued or running, no admin job, no stop), waits. Warm sessions
+ * whose time runs out meanwhile are let go: an idle engine wakes when the
+ * next one expires, so their pages become idle and the snapshot says so.
+ * Caller holds s->mu (engine thread). */
+static void wait_for_work_locked(kvt_server *s) {
+    double warm_s = kvt_cache_expire_sessions(s->cache);
+    kvt_cache_get_stats(s->cache, &s->snap);
+    while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs) {
+        if (warm_s < 0) {
+            pthread_cond_wait(&s->engine_cv, &s->mu);
+            continue;
+        }
+        kvt_srv_cond_wait_ms(&s->engine_cv, &s->mu, (int)(KVT_MIN(warm_s, 60.0) * 1e3) + 1);
+        warm_s = kvt_cache_expire_sessions(s->cache);
+        kvt_cache_get_stats(s->cache, &s->snap);
+    }
+}
+
 void *kvt_srv_engine_main(void *arg) {
     kvt_server *s = arg;
     const int32_t P = s->p.parallel;
@@ -139,8 +158,7 @@ void *kvt_srv_engine_main(void *arg) {
         srv_req *waiting = NULL;
         int32_t parked = resume_parked(s); /* paused replies go on before the queue's requests start */
         pthread_mutex_lock(&s->mu);
-        kvt_cache_get_stats(s->cache, &s->snap);
-        while (!s->stopping && s->q_len == 0 && s->n_active == 0 && !s->jobs) pthread_cond_wait(&s->engine_cv, &s->mu);
+        wait_for_work_locked(s);
         int stopping = s->stopping;
         struct admin_job *jobs = stopping ? NULL : s->jobs;
         if (jobs) s->jobs = NULL;
