@@ -10,6 +10,8 @@
 #   higher priority is admitted first; a request whose prefix was pushed down
 #   to RAM is prefetched into T0 while it waits and then admitted before an
 #   earlier cold one (longest resident prefix first).
+# - A prompt whose cached prefix does not fit in T0 beside a running reply
+#   waits in the queue for it to end, rather than computing cached blocks.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -160,5 +162,31 @@ check "X, prefetched while waiting, goes before the earlier cold B" lt "$x" "$b"
 check "X's prefix was prefetched into T0 while it waited" gt "$(jq '.kvtier.prefetched_tokens // 0' "$TMP/x.json")" 0
 check "X came entirely from T0" \
   is "$(jq '.kvtier.cached_tokens > 200 and .kvtier.cached_tokens_by_tier.T0 == .kvtier.cached_tokens' "$TMP/x.json")" true
+
+# ---- a cached prefix that does not fit in T0 beside a running reply waits, not recomputed ----------------
+# T0 holds 64 pages of 32 tokens: a reply of ~1,300 prompt tokens and 700 generated holds 41-63 of them,
+# so Y's ~950 cached tokens (29 pages, in RAM) cannot all come back while it runs
+kvt_start_server room -m "$TMP/med.gguf" --parallel 2 --ctx 2048 --kv-active 6M --kv-ram 32M --session-keep-warm 0
+Y="$(words 1000 51)"
+post /v1/completions "{\"prompt\": \"$Y\", \"max_tokens\": 2, \"temperature\": 0}"
+check "Y computed" is "$CODE" 200
+for k in 52 53 54; do post /v1/completions "{\"prompt\": \"$(words 1000 $k)\", \"max_tokens\": 2}"; done
+curl -s -N -m 300 -H 'Content-Type: application/json' -o "$TMP/long.txt" \
+  -d "{\"prompt\": \"$(words 1300 55)\", \"max_tokens\": 700, \"ignore_eos\": true, \"stream\": true}" \
+  "$URL/v1/completions" &
+L=$!
+generating() { [ "$(grep -c '^data:' "$TMP/long.txt")" -ge 3 ]; }
+check "the long reply is generating" wait_for generating
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/y.json" \
+  -d "{\"prompt\": \"$Y\", \"max_tokens\": 2, \"temperature\": 0}" "$URL/v1/completions" &
+YP=$!
+check "Y waits in the queue" wait_health .queued 1
+kill $L
+wait $L $YP
+check "Y then comes back whole from the cache" \
+  is "$(jq '.kvtier.cached_tokens > 895 and .kvtier.cached_tokens == .kvtier.planned_cached_tokens' "$TMP/y.json")" true
+curl -s "$URL/v1/cache/stats" >"$TMP/body"
+check "no cached token was computed again for want of room" is "$(jb .shortfalls.no_room)" 0
+check "the log says why Y waited" grep -q "waits for a running request to end" "${KVT_LOG[room]}"
 
 kvt_test_done test_server_sessions

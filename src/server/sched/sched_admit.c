@@ -93,27 +93,73 @@ int32_t kvt_srv_fork_choices(kvt_server *s, slot *p, slot **out) {
     return n;
 }
 
-/* Starts a sequence for r in a free slot: attach restores its cached prefix.
- * r's other choices take a slot each and wait there for the fork. */
-void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
-    slot *sl = free_slot(s);
-    kvt_attach_info ai;
-    int32_t seq = -1;
-    kvt_hash128 root;
-    int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &root);
-    if (!rc && r->plan_cached && r->n_docs > 1) {
-        /* RAG: follow the cached path among the retrieved chunks, as the cache is now */
+/* Whether r goes back to the head of the queue instead of starting now: the
+ * blocks of its cached prefix that are not in T0 do not fit in the pages free
+ * or idle, because running requests hold the rest. Started now, it would
+ * restore only part of its prefix and compute the rest again, though it is
+ * cached; once a running request ends (mem_hold) its prefix fits. Only a
+ * plain prompt waits (one choice, no documents, no pooled embedding), only
+ * while another request holds pages, and only where the queue takes it back
+ * (not full, not stopping or draining). */
+static int wait_for_room(kvt_server *s, srv_req *r, kvt_hash128 root) {
+    int running = 0;
+    for (int32_t i = 0; i < s->p.parallel && !running; i++)
+        running = s->slots[i].r && !s->slots[i].waiting && s->slots[i].seq >= 0;
+    if (!running || r->n_sib || r->n_docs || r->approximate || r->embed) return 0;
+    kvt_cache_match m;
+    kvt_cache_lookup_root(s->cache, root, r->prompt, r->n_prompt - 1, &m);
+    kvt_cache_stats st;
+    kvt_cache_get_stats(s->cache, &st);
+    int32_t below = m.n_blocks - m.tier_blocks[KVT_TIER_T0]; /* idle T0 blocks of the match are not room */
+    if (below <= 0 || below <= st.t0_pages_free + st.t0_pages_idle - m.tier_blocks[KVT_TIER_T0]) return 0;
+    pthread_mutex_lock(&s->mu);
+    int ok = !s->stopping && !s->draining && !r->cancelled && s->q_len < s->p.queue;
+    if (ok) { /* the admission's reference is the queue's again; only this thread admits, so it waits there */
+        s->q_head = (s->q_head + s->p.queue - 1) % s->p.queue;
+        s->queue[s->q_head] = r;
+        s->q_len++;
+        s->n_active -= 1;
+        s->mem_hold = 1;
+        r->prefetched = 0; /* it may be brought up into free pages while it waits */
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (ok)
+        kvt_logk(KVT_LOG_INFO, "request_id,completion_id,tokens",
+                 "serve: %s (%s) waits for a running request to end: %d cached tokens of its prompt do not fit in "
+                 "T0 now",
+                 kvt_srv_log_id(r), r->id, below * s->block);
+    return ok;
+}
+
+/* RAG's part of an admission, as the cache is now. */
+static void rag_admit(kvt_server *s, srv_req *r, kvt_hash128 root) {
+    if (r->plan_cached && r->n_docs > 1) {
+        /* follow the cached path among the retrieved chunks */
         double t0 = kvt_now();
         r->doc_order = kvt_xmalloc(r->n_docs * sizeof *r->doc_order);
         kvt_rag_plan_cached(s->cache, root, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, r->doc_order);
         r->plan_ms = (kvt_now() - t0) * 1e3;
     }
-    if (!rc && r->want_block_tiers) {
-        /* RAG: which tier each reusable block comes from, looked up just before attach restores them */
+    if (r->want_block_tiers) {
+        /* which tier each reusable block comes from, looked up just before attach restores them */
         r->block_tiers = kvt_xmalloc((size_t)r->n_prompt / (size_t)s->block + 1);
         r->n_block_tiers = kvt_cache_block_tiers(s->cache, root, r->prompt, r->n_prompt - 1, r->block_tiers,
                                                  r->n_prompt / s->block + 1);
     }
+}
+
+/* Starts a sequence for r in a free slot: attach restores its cached prefix.
+ * r's other choices take a slot each and wait there for the fork. A prompt
+ * whose cached prefix does not fit in T0 beside the running requests goes
+ * back to the queue instead (wait_for_room). */
+void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
+    kvt_attach_info ai;
+    int32_t seq = -1;
+    kvt_hash128 root;
+    int rc = kvt_cache_root(s->cache, r->salt, r->salt_len, &root);
+    if (!rc && wait_for_room(s, r, root)) return;
+    slot *sl = free_slot(s);
+    if (!rc) rag_admit(s, r, root);
     /* an embedding pooled over the first or every token computes them all: only KV is cached, not hidden rows */
     int32_t max_reuse = r->embed == KVT_POOL_MEAN || r->embed == KVT_POOL_CLS ? 0 : r->n_prompt - 1;
     if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, max_reuse, &seq, &ai);
