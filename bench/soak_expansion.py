@@ -41,6 +41,8 @@ TOOLS = [{'type': 'function', 'function': {'name': 'search', 'description': 'sea
                                                           'properties': {'path': {'type': 'string'},
                                                                          'line': {'type': 'integer'}},
                                                           'required': ['path']}}}]
+# the name the servers give the model: the file's name without .gguf, as /v1/models lists it
+MODEL_ID = re.sub(r'\.gguf$', '', os.path.basename(a.model))
 lock = threading.Lock()
 log_lock = threading.Lock()
 tally = {'requests': 0, 'mismatch': 0, 'codes_a': {}, 'codes_b': {}, 'retries_a': 0, 'failed': 0,
@@ -177,7 +179,7 @@ def run_session(A, B, pas, s, cfg, rng):
         if r > 0:
             msgs.append({'role': 'user', 'content': f'Round {r}: ' + words(rng, rng.randint(10, 40))})
         required = rng.random() < 0.3
-        body = {'model': 'm', 'messages': msgs, 'max_tokens': 48 if required else rng.randint(8, 32),
+        body = {'model': MODEL_ID, 'messages': msgs, 'max_tokens': 48 if required else rng.randint(8, 32),
                 'logprobs': True, 'top_logprobs': 2, 'tools': TOOLS,
                 'tool_choice': 'required' if required else 'auto',
                 'kvtier': {'session_id': sid, 'keep_warm_s': rng.choice([1, 5, 20])}}
@@ -236,9 +238,24 @@ def run_session(A, B, pas, s, cfg, rng):
                 tally['mismatch'] += 1
                 errors.append(f'{label}: differs in {diff}')
         if diff:
-            note(f'MISMATCH {label} ({"stream" if stream else "plain"}, {"sampled" if sampled else "greedy"}): {diff}')
+            # the prompt ids each server renders for this body now (earlier replies spliced from its reply
+            # map): where they differ, the two servers did not compute the same prompt
+            toks = {}
+            for name, srv in (('A', A), ('B', B)):
+                try:
+                    resp, conn = request(srv, 'POST', '/apply-template', body)
+                    toks[name] = json.loads(resp.read()).get('tokens') if resp.status == 200 else None
+                    conn.close()
+                except (OSError, ValueError):
+                    toks[name] = None
+            ta, tb = toks['A'], toks['B']
+            first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), None) if ta and tb else None
+            same_ids = ta is not None and ta == tb
+            note(f'MISMATCH {label} ({"stream" if stream else "plain"}, {"sampled" if sampled else "greedy"}): {diff}; '
+                 f'prompt ids {"equal" if same_ids else "differ at %s" % first}')
             with open(os.path.join(a.dir, 'mismatch.jsonl'), 'a') as f:
-                f.write(json.dumps({'label': label, 'diff': diff, 'body': body, 'A': ra, 'B': rb}) + '\n')
+                f.write(json.dumps({'label': label, 'diff': diff, 'body': body, 'A': ra, 'B': rb, 'ids_a': ta,
+                                    'ids_b': tb}) + '\n')
         if ra['tool_calls']:
             with lock:
                 tally['tool_calls'] += 1
