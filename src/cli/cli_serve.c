@@ -11,6 +11,7 @@
 #include "cli_serve_impl.h"
 #include "cli_serve_keys.h"
 #include "common.h"
+#include "generate.h"   /* KVT_PREFILL_PROGRESS_TOKENS, named in --help */
 #include "progress.h"   /* --progress */
 #include "http_conns.h" /* --trusted-proxy addresses */
 
