@@ -93,6 +93,17 @@ def request(srv, method, path, body=None, timeout=900):
     return resp, conn
 
 
+def prompt_ids(srv, body):
+    """The prompt ids srv renders for body now (earlier replies spliced from its reply map), or None."""
+    try:
+        resp, conn = request(srv, 'POST', '/apply-template', body)
+        ids = json.loads(resp.read()).get('tokens') if resp.status == 200 else None
+        conn.close()
+        return ids
+    except (OSError, ValueError):
+        return None
+
+
 def chat(srv, body):
     """(status, result): result = {content, tool_calls, logprobs, finish, usage, kvtier} or the error text."""
     resp, conn = request(srv, 'POST', '/v1/chat/completions', body)
@@ -190,6 +201,7 @@ def run_session(A, B, pas, s, cfg, rng):
         if stream:
             body.update(stream=True, stream_options={'include_usage': True})
         label = f'{sid} round {r}'
+        pre = {'A': prompt_ids(A, body), 'B': prompt_ids(B, body)}  # before either runs it
         out = {}
         tb = threading.Thread(target=lambda: out.__setitem__('B', chat_retry(B, body, label)))
         tb.start()
@@ -240,22 +252,13 @@ def run_session(A, B, pas, s, cfg, rng):
         if diff:
             # the prompt ids each server renders for this body now (earlier replies spliced from its reply
             # map): where they differ, the two servers did not compute the same prompt
-            toks = {}
-            for name, srv in (('A', A), ('B', B)):
-                try:
-                    resp, conn = request(srv, 'POST', '/apply-template', body)
-                    toks[name] = json.loads(resp.read()).get('tokens') if resp.status == 200 else None
-                    conn.close()
-                except (OSError, ValueError):
-                    toks[name] = None
-            ta, tb = toks['A'], toks['B']
-            first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), None) if ta and tb else None
-            same_ids = ta is not None and ta == tb
+            ta, tb = prompt_ids(A, body), prompt_ids(B, body)
+            same = lambda x, y: 'equal' if x is not None and x == y else 'differ'
             note(f'MISMATCH {label} ({"stream" if stream else "plain"}, {"sampled" if sampled else "greedy"}): {diff}; '
-                 f'prompt ids {"equal" if same_ids else "differ at %s" % first}')
+                 f'prompt ids before the request {same(pre["A"], pre["B"])}, after {same(ta, tb)}')
             with open(os.path.join(a.dir, 'mismatch.jsonl'), 'a') as f:
                 f.write(json.dumps({'label': label, 'diff': diff, 'body': body, 'A': ra, 'B': rb, 'ids_a': ta,
-                                    'ids_b': tb}) + '\n')
+                                    'ids_b': tb, 'pre_ids_a': pre['A'], 'pre_ids_b': pre['B']}) + '\n')
         if ra['tool_calls']:
             with lock:
                 tally['tool_calls'] += 1
