@@ -112,17 +112,8 @@ static int wait_for_room(kvt_server *s, srv_req *r, kvt_hash128 root) {
     kvt_cache_get_stats(s->cache, &st);
     int32_t below = m.n_blocks - m.tier_blocks[KVT_TIER_T0]; /* idle T0 blocks of the match are not room */
     if (below <= 0 || below <= st.t0_pages_free + st.t0_pages_idle - m.tier_blocks[KVT_TIER_T0]) return 0;
-    pthread_mutex_lock(&s->mu);
-    int ok = !s->stopping && !s->draining && !r->cancelled && s->q_len < s->p.queue;
-    if (ok) { /* the admission's reference is the queue's again; only this thread admits, so it waits there */
-        s->q_head = (s->q_head + s->p.queue - 1) % s->p.queue;
-        s->queue[s->q_head] = r;
-        s->q_len++;
-        s->n_active -= 1;
-        s->mem_hold = 1;
-        r->prefetched = 0; /* it may be brought up into free pages while it waits */
-    }
-    pthread_mutex_unlock(&s->mu);
+    int ok = !kvt_srv_queue_head(s, r);
+    if (ok) r->prefetched = 0; /* it may be brought up into free pages while it waits */
     if (ok)
         kvt_logk(KVT_LOG_INFO, "request_id,completion_id,tokens",
                  "serve: %s (%s) waits for a running request to end: %d cached tokens of its prompt do not fit in "
@@ -244,4 +235,18 @@ int kvt_srv_slot_resume(kvt_server *s, slot *sl) {
              "serve: %s (%s) resumes: %d of its %d tokens restored from the cache, %d to recompute", kvt_srv_log_id(r),
              r->id, sl->n_fed, n, n - sl->n_fed);
     return 0;
+}
+
+int kvt_srv_queue_head(kvt_server *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    int ok = !s->stopping && !s->draining && !r->cancelled && s->q_len < s->p.queue;
+    if (ok) { /* the admission's reference is the queue's again; only this thread admits, so it waits there */
+        s->q_head = (s->q_head + s->p.queue - 1) % s->p.queue;
+        s->queue[s->q_head] = r;
+        s->q_len++;
+        s->n_active -= 1 + r->n_sib;
+        s->mem_hold = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok ? 0 : -1;
 }

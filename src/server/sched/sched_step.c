@@ -333,17 +333,7 @@ static slot *pool_victim(kvt_server *s, slot *const *in, int32_t n_in, int32_t *
 static int requeue(kvt_server *s, slot *sl) {
     srv_req *r = sl->r;
     const int32_t idx = (int32_t)(sl - s->slots);
-    pthread_mutex_lock(&s->mu);
-    int ok = !s->stopping && !s->draining && !r->cancelled && s->q_len < s->p.queue;
-    if (ok) { /* the admission's reference is the queue's again; only this thread admits, so it waits there */
-        s->q_head = (s->q_head + s->p.queue - 1) % s->p.queue;
-        s->queue[s->q_head] = r;
-        s->q_len++;
-        s->n_active -= 1 + r->n_sib;
-        s->mem_hold = 1;
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (!ok) return -1;
+    if (kvt_srv_queue_head(s, r)) return -1;
     kvt_logk(KVT_LOG_INFO, "request_id,completion_id",
              "serve: no KV pages left: %s (%s) goes back to the queue "
              "until a running request ends",

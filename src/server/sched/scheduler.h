@@ -46,6 +46,13 @@ int32_t kvt_srv_fork_choices(kvt_server *s, slot *p, slot **out);
  * Returns 0, or -1 with sl still parked when no sequence can be had. */
 int kvt_srv_slot_resume(kvt_server *s, slot *sl);
 
+/* Puts admitted request r (and its n_sib other choices) back at the head of
+ * the queue, the admission's reference becoming the queue's, and holds
+ * admissions until a running request ends (mem_hold). 0, or -1 with nothing
+ * changed when the queue cannot take it (full, the server stopping or
+ * draining) or its client went away. */
+int kvt_srv_queue_head(kvt_server *s, srv_req *r);
+
 /* ---- the step (sched_step.c) ----------------------------------------------------- */
 
 /* One engine step over the occupied slots: a decode token of every generating
