@@ -434,6 +434,7 @@ typedef struct {
     XXH128_hash_t answer_key; /* of salt and answer (reasoning != NULL) */
     char *text;
     char *reasoning, *answer; /* the reply as a client got it split, or both NULL */
+    char *session;            /* the session whose request generated it, or NULL */
     int32_t *ids;
     size_t n;
 } reply_entry;
@@ -457,6 +458,7 @@ static void entry_clear(reply_entry *e) {
     free(e->text);
     free(e->reasoning);
     free(e->answer);
+    free(e->session);
     free(e->ids);
 }
 
@@ -499,11 +501,18 @@ void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, cons
 
 void kvt_reply_map_put_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text,
                              const char *reasoning, const char *answer, const int32_t *ids, size_t n) {
+    kvt_reply_owner o = {salt, salt_len, NULL};
+    kvt_reply_map_put_by(m, &o, text, reasoning, answer, ids, n);
+}
+
+void kvt_reply_map_put_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, const char *reasoning,
+                          const char *answer, const int32_t *ids, size_t n) {
     if (!n || n > m->max_ids || !*text) return;
-    reply_entry ne = {.key = reply_key(salt, salt_len, text), .text = kvt_xstrdup(text), .n = n};
+    reply_entry ne = {.key = reply_key(o->salt, o->salt_len, text), .text = kvt_xstrdup(text), .n = n};
+    if (o->session && *o->session) ne.session = kvt_xstrdup(o->session);
     if (reasoning && answer) {
-        ne.split_key = reply_key_of(salt, salt_len, 's', reasoning, answer);
-        ne.answer_key = reply_key_of(salt, salt_len, 'a', answer, NULL);
+        ne.split_key = reply_key_of(o->salt, o->salt_len, 's', reasoning, answer);
+        ne.answer_key = reply_key_of(o->salt, o->salt_len, 'a', answer, NULL);
         ne.reasoning = kvt_xstrdup(reasoning);
         ne.answer = kvt_xstrdup(answer);
     }
@@ -528,34 +537,55 @@ static int entry_is(const reply_entry *e, int match, XXH128_hash_t k, const char
     return match == 2 || !strcmp(e->reasoning, reasoning);
 }
 
-/* The newest entry of key k (see entry_is): its ids copied into *ids, its
- * text into *full when full is not NULL; the count of ids, or 0. */
+/* The newest entry of key k (see entry_is) that session generated or, when
+ * it generated none, the newest of any session: its ids copied into *ids, its
+ * text into *full when full is not NULL; the count of ids, or 0. The session
+ * comes first because replies of different conversations can share a text but
+ * not their ids (invalid bytes all print as U+FFFD, and one text has many
+ * tokenizations): a conversation gets its own ids whatever other sessions
+ * generated since, so its prompt does not depend on their timing. */
 static size_t reply_find(kvt_reply_map *m, int match, XXH128_hash_t k, const char *text, const char *reasoning,
-                         char **full, int32_t **ids) {
+                         const char *session, char **full, int32_t **ids) {
     *ids = NULL;
     if (full) *full = NULL;
-    size_t n = 0;
+    const reply_entry *hit = NULL;
     pthread_mutex_lock(&m->mu);
     /* newest first: a reply generated twice maps to its latest ids */
-    for (size_t i = 0; i < m->cap && !n; i++) {
-        reply_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
+    for (size_t i = 0; i < m->cap; i++) {
+        const reply_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
         if (!entry_is(e, match, k, text, reasoning)) continue;
-        n = e->n;
+        int own = session && *session && e->session && !strcmp(e->session, session);
+        if (!hit || own) hit = e;
+        if (own || !session || !*session) break;
+    }
+    size_t n = hit ? hit->n : 0;
+    if (hit) {
         *ids = kvt_xmalloc(n * sizeof **ids);
-        memcpy(*ids, e->ids, n * sizeof **ids);
-        if (full) *full = kvt_xstrdup(e->text);
+        memcpy(*ids, hit->ids, n * sizeof **ids);
+        if (full) *full = kvt_xstrdup(hit->text);
     }
     pthread_mutex_unlock(&m->mu);
     return n;
 }
 
 size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids) {
-    return reply_find(m, 0, reply_key(salt, salt_len, text), text, NULL, NULL, ids);
+    kvt_reply_owner o = {salt, salt_len, NULL};
+    return kvt_reply_map_get_by(m, &o, text, ids);
 }
 
 size_t kvt_reply_map_get_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *reasoning,
                                const char *answer, char **text, int32_t **ids) {
-    XXH128_hash_t k = reasoning ? reply_key_of(salt, salt_len, 's', reasoning, answer)
-                                : reply_key_of(salt, salt_len, 'a', answer, NULL);
-    return reply_find(m, reasoning ? 1 : 2, k, answer, reasoning, text, ids);
+    kvt_reply_owner o = {salt, salt_len, NULL};
+    return kvt_reply_map_get_split_by(m, &o, reasoning, answer, text, ids);
+}
+
+size_t kvt_reply_map_get_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, int32_t **ids) {
+    return reply_find(m, 0, reply_key(o->salt, o->salt_len, text), text, NULL, o->session, NULL, ids);
+}
+
+size_t kvt_reply_map_get_split_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *reasoning, const char *answer,
+                                  char **text, int32_t **ids) {
+    XXH128_hash_t k = reasoning ? reply_key_of(o->salt, o->salt_len, 's', reasoning, answer)
+                                : reply_key_of(o->salt, o->salt_len, 'a', answer, NULL);
+    return reply_find(m, reasoning ? 1 : 2, k, answer, reasoning, o->session, text, ids);
 }

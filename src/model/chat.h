@@ -110,6 +110,25 @@ void kvt_reply_map_put_split(kvt_reply_map *m, const void *salt, size_t salt_len
 size_t kvt_reply_map_get_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *reasoning,
                                const char *answer, char **text, int32_t **ids);
 
+/* Whose a reply is: the tenant's salt, and the session (kvtier.session_id or
+ * X-Session-Id) that generated it or asks for it; NULL or "" for none. */
+typedef struct {
+    const void *salt;
+    size_t salt_len;
+    const char *session;
+} kvt_reply_owner;
+
+/* The functions above with a session: a reply is put with the session that
+ * generated it, and a lookup takes the newest reply of its own session before
+ * the newest of any (replies of different conversations can share a text
+ * but not their ids, and a conversation's prompt must not depend on what
+ * other sessions generated meanwhile). */
+void kvt_reply_map_put_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, const char *reasoning,
+                          const char *answer, const int32_t *ids, size_t n);
+size_t kvt_reply_map_get_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, int32_t **ids);
+size_t kvt_reply_map_get_split_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *reasoning, const char *answer,
+                                  char **text, int32_t **ids);
+
 /* A span of rendered chat text that becomes given ids instead of its
  * tokenization: a reply kvtier generated, at the byte offset where the
  * rendering has exactly its text. */

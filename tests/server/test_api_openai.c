@@ -391,6 +391,43 @@ static size_t fixed_lookup(void *ctx, const char *text, int32_t **ids) {
     return 2;
 }
 
+/* Two sessions whose replies share a text but not their ids (a model's
+ * invalid bytes all print as U+FFFD): each session gets its own ids back
+ * whichever was put last; a lookup without a session, or by a session that
+ * put none, gets the newest; salts still never meet. */
+static void test_reply_sessions(void) {
+    kvt_reply_map *rm = kvt_reply_map_new(8, 8);
+    int32_t x[] = {162, 200, 184}, y[] = {142, 200, 184}, *got = NULL;
+    char *full = NULL;
+    kvt_reply_owner s1 = {"s", 1, "one"}, s2 = {"s", 1, "two"}, none = {"s", 1, NULL}, s3 = {"s", 1, "three"},
+                    other = {"t", 1, "one"};
+    kvt_reply_map_put_by(rm, &s1, "h\xef\xbf\xbd", NULL, NULL, x, 3);
+    kvt_reply_map_put_by(rm, &s2, "h\xef\xbf\xbd", NULL, NULL, y, 3);
+    CHECK(kvt_reply_map_get_by(rm, &s1, "h\xef\xbf\xbd", &got) == 3 && got[0] == 162);
+    free(got);
+    CHECK(kvt_reply_map_get_by(rm, &s2, "h\xef\xbf\xbd", &got) == 3 && got[0] == 142);
+    free(got);
+    CHECK(kvt_reply_map_get_by(rm, &none, "h\xef\xbf\xbd", &got) == 3 && got[0] == 142);
+    free(got);
+    CHECK(kvt_reply_map_get_by(rm, &s3, "h\xef\xbf\xbd", &got) == 3 && got[0] == 142);
+    free(got);
+    CHECK(kvt_reply_map_get_by(rm, &other, "h\xef\xbf\xbd", &got) == 0 && !got);
+    /* the same with a split reply: session one's reasoning and answer */
+    kvt_reply_map_put_by(rm, &s1, "<think>r</think>a", "r", "a", x, 3);
+    kvt_reply_map_put_by(rm, &s2, "<think>r</think>a", "r", "a", y, 2);
+    CHECK(kvt_reply_map_get_split_by(rm, &s1, "r", "a", &full, &got) == 3 && got[0] == 162 &&
+          !strcmp(full, "<think>r</think>a"));
+    free(got);
+    free(full);
+    CHECK(kvt_reply_map_get_split_by(rm, &s1, NULL, "a", &full, &got) == 3 && got[0] == 162);
+    free(got);
+    free(full);
+    CHECK(kvt_reply_map_get_split_by(rm, &none, "r", "a", &full, &got) == 2 && got[0] == 142);
+    free(got);
+    free(full);
+    kvt_reply_map_free(rm);
+}
+
 /* A reply with reasoning is found by its full text, by its reasoning and
  * answer exactly (its full text and ids come back), or by its answer alone
  * (any reasoning); never by a part under another tenant or another part. */
@@ -480,6 +517,7 @@ static void test_chat(void) {
     CHECK(kvt_reply_map_get(rm, NULL, 0, "big", &got) == 0);
     kvt_reply_map_free(rm);
     test_reply_split();
+    test_reply_sessions();
 }
 
 /* A field of the wrong JSON type is a 400 invalid_type naming its place, also where the field

@@ -63,7 +63,8 @@ static void remember_reply(kvt_server *s, const srv_req *r, const int32_t *ids, 
     kvt_reasoning_feed(&rs, r->text, r->text_len, 1, &ro, &rl, &co, &cl);
     int split = co || cl != r->text_len; /* a think part, even an empty one: content is not the whole text */
     char *reason = split ? kvt_xstrndup(r->text + ro, rl) : NULL, *answer = kvt_xstrndup(r->text + co, cl);
-    kvt_reply_map_put_split(s->replies, r->salt, r->salt_len, r->text, reason, split ? answer : NULL, ids, n);
+    kvt_reply_owner o = {r->salt, r->salt_len, r->session.session_id};
+    kvt_reply_map_put_by(s->replies, &o, r->text, reason, split ? answer : NULL, ids, n);
     free(reason);
     free(answer);
 }

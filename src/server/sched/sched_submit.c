@@ -36,18 +36,18 @@ static const char *splice_miss(lookup_ctx *l, size_t i, const char *text) {
     const kvt_api_request *a = l->a;
     const kvt_api_msg_tools *mt = a->msg_tools ? &a->msg_tools[i] : NULL;
     if (mt && mt->tool_calls) return "tool_calls";
+    kvt_reply_owner o = {l->salt, l->salt_len, l->r->session.session_id};
     char *full = NULL;
     int32_t *ids = NULL;
-    size_t k = *text ? kvt_reply_map_get_split(l->s->replies, l->salt, l->salt_len, NULL, text, &full, &ids) : 0;
+    size_t k = *text ? kvt_reply_map_get_split_by(l->s->replies, &o, NULL, text, &full, &ids) : 0;
     const char *c = a->msgs[i].content ? a->msgs[i].content : "";
     if (!k && mt && mt->reasoning && *c)
-        k = kvt_reply_map_get_split(l->s->replies, l->salt, l->salt_len, mt->reasoning, c, &full, &ids);
+        k = kvt_reply_map_get_split_by(l->s->replies, &o, mt->reasoning, c, &full, &ids);
     const char *why = k ? "reasoning_dropped" : NULL;
     free(full);
     free(ids);
     ids = NULL;
-    if (!why && *c && strcmp(c, text) && kvt_reply_map_get(l->s->replies, l->salt, l->salt_len, c, &ids))
-        why = "rewritten";
+    if (!why && *c && strcmp(c, text) && kvt_reply_map_get_by(l->s->replies, &o, c, &ids)) why = "rewritten";
     free(ids);
     return why ? why : "unknown_reply";
 }
@@ -56,7 +56,8 @@ static const char *splice_miss(lookup_ctx *l, size_t i, const char *text) {
  * first one that is not spliced goes to the request's report. */
 static size_t reply_lookup(void *ctx, const char *text, int32_t **ids) {
     lookup_ctx *l = ctx;
-    size_t k = kvt_reply_map_get(l->s->replies, l->salt, l->salt_len, text, ids);
+    kvt_reply_owner o = {l->salt, l->salt_len, l->r->session.session_id};
+    size_t k = kvt_reply_map_get_by(l->s->replies, &o, text, ids);
     size_t i = l->next;
     while (i < l->a->n_msgs && strcmp(l->a->msgs[i].role, "assistant")) i++;
     l->next = i + 1;

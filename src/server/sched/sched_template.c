@@ -107,14 +107,15 @@ static int render(const kvt_server *s, const kvt_api_request *a, size_t n_msgs, 
 static size_t find_reply(kvt_server *s, const kvt_api_request *a, size_t i, const char *c, const srv_req *r,
                          char **full, int32_t **ids, int *dropped) {
     const char *rs = a->msg_tools && a->msg_tools[i].reasoning ? a->msg_tools[i].reasoning : "";
-    size_t k = *c ? kvt_reply_map_get(s->replies, r->salt, r->salt_len, c, ids) : 0;
+    kvt_reply_owner o = {r->salt, r->salt_len, r->session.session_id};
+    size_t k = *c ? kvt_reply_map_get_by(s->replies, &o, c, ids) : 0;
     *full = k ? kvt_xstrdup(c) : NULL;
     *dropped = 0;
-    if (!k) k = kvt_reply_map_get_split(s->replies, r->salt, r->salt_len, rs, c, full, ids);
+    if (!k) k = kvt_reply_map_get_split_by(s->replies, &o, rs, c, full, ids);
     if (!k && *c) { /* any reasoning with this answer: only to say why the turn is not reused */
         char *t = NULL;
         int32_t *x = NULL;
-        *dropped = kvt_reply_map_get_split(s->replies, r->salt, r->salt_len, NULL, c, &t, &x) > 0;
+        *dropped = kvt_reply_map_get_split_by(s->replies, &o, NULL, c, &t, &x) > 0;
         free(t);
         free(x);
     }
