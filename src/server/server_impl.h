@@ -353,10 +353,11 @@ typedef struct conn_state {
     double t_start; /* kvt_now() at the headers */
     int status;     /* the status sent, 0 before */
     char method[ACCESS_METHOD_MAX], path[ACCESS_PATH_MAX];
-    char request_id[REQUEST_ID_MAX]; /* the client's X-Request-Id when usable, else ours; echoed */
-    char client[KVT_HTTP_ADDR_TEXT]; /* the client's address: the peer's, or behind a trusted proxy the
+    char request_id[REQUEST_ID_MAX];        /* the client's X-Request-Id when usable, else ours; echoed */
+    char session[KVT_SESSION_NAME_MAX + 1]; /* X-Session-Id when usable, else "" */
+    char client[KVT_HTTP_ADDR_TEXT];        /* the client's address: the peer's, or behind a trusted proxy the
                                         forwarded one */
-    kvt_api_usage usage;             /* of a generation, once it ended */
+    kvt_api_usage usage;                    /* of a generation, once it ended */
     int has_usage;
 } conn_state;
 
@@ -456,8 +457,10 @@ int kvt_srv_append_no_think(kvt_server *s, srv_req *r, size_t *n, size_t max_pro
 srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const char *key, kvt_api_error *err);
 /* n > 1: the other choices of r (see sched_submit.c). 0, or -1 with *err filled. */
 int kvt_srv_add_choices(kvt_server *s, const kvt_api_request *a, const char *key, srv_req *r, kvt_api_error *err);
-/* X-Session-Id names the session when the body does not. */
-void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r);
+/* A request's session before its prompt is rendered (a session's own replies
+ * are spliced first): X-Session-Id names it when the body does not, and a
+ * named one without keep_warm_s gets the server's default keep-warm time. */
+void kvt_srv_session_default(const kvt_server *s, const conn_state *cs, kvt_api_session *ss);
 /* The log line of a long prefill (KVT_PREFILL_PROGRESS_TOKENS or more tokens to
  * compute): at its start (done 0; cached tokens restored) and at its end
  * (done 1; with its time). Nothing for a shorter one. Engine thread. */

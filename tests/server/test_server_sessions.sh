@@ -12,6 +12,8 @@
 #   earlier cold one (longest resident prefix first).
 # - A prompt whose cached prefix does not fit in T0 beside a running reply
 #   waits in the queue for it to end, rather than computing cached blocks.
+# - Two sessions whose replies have one text but different ids: each
+#   session's next prompt splices its own reply's ids.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -188,5 +190,28 @@ check "Y then comes back whole from the cache" \
 curl -s "$URL/v1/cache/stats" >"$TMP/body"
 check "no cached token was computed again for want of room" is "$(jb .shortfalls.no_room)" 0
 check "the log says why Y waited" grep -q "waits for a running request to end" "${KVT_LOG[room]}"
+
+# ---- two sessions, one reply text, different ids: each history splices its own ----------------------------
+# bytes 0xA2 and 0x8E (ids 162 and 142 of the built-in vocabulary) are each invalid alone and print as U+FFFD
+kvt_start_server twins -m "$TMP/tiny.gguf" --parallel 1
+for pair in "one 162" "two 142"; do
+  set -- $pair
+  post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"max_tokens\": 1,
+    \"temperature\": 0, \"logit_bias\": {\"$2\": 100}, \"kvtier\": {\"session_id\": \"$1\"}}"
+  check "session $1 replies U+FFFD" is "$CODE/$(jb '.choices[0].message.content')" "200/$(printf '\xef\xbf\xbd')"
+done
+HIST='"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "\ufffd"},
+  {"role": "user", "content": "next"}]'
+reply_id() { jb '.tokens | . as $t | [range(length) | select($t[.] == 162 or $t[.] == 142) | $t[.]] | join(",")'; }
+post /apply-template "{$HIST, \"kvtier\": {\"session_id\": \"one\"}}"
+check "session one's history splices its own id (162) though two's came later" is "$(reply_id)" 162
+post /apply-template "{$HIST, \"kvtier\": {\"session_id\": \"two\"}}"
+check "session two's splices 142" is "$(reply_id)" 142
+post /apply-template "{$HIST}" -H 'X-Session-Id: one'
+check "X-Session-Id names the session too" is "$(reply_id)" 162
+post /apply-template "{$HIST}"
+check "without a session: the newest reply of that text" is "$(reply_id)" 142
+post /apply-template "{$HIST, \"kvtier\": {\"session_id\": \"three\"}}"
+check "a session without such a reply: the newest too" is "$(reply_id)" 142
 
 kvt_test_done test_server_sessions

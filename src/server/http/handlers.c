@@ -112,6 +112,7 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
         kvt_api_request_free(&a);
         return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
     }
+    kvt_srv_session_default(s, cs, &a.session);
     srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
     if (r && kvt_srv_add_choices(s, &a, cs->key, r, &err)) {
         kvt_srv_unref_engine_choices(s, r);
@@ -125,7 +126,6 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
     r->want_block_tiers = cs->r == R_RAG;
     r->plan_cached = cs->r == R_RAG && rag.order == KVT_RAG_ORDER_CACHED;
     kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
-    kvt_srv_apply_session_header(s, c, r);
     if (kvt_srv_enqueue(s, r)) {
         kvt_srv_unref_engine_choices(s, r);
         kvt_srv_unref_choices(s, r);

@@ -226,6 +226,7 @@ static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch
                                strlen(b->bodies[i]), &a, err))
             return -1;
         if (b->echo) b->echo_text[i] = prompt_text(s, &a);
+        kvt_srv_session_default(s, cs, &a.session);
         srv_req *r = kvt_srv_make_request(s, &a, cs->key, err);
         if (r && kvt_srv_add_choices(s, &a, cs->key, r, err)) {
             kvt_srv_unref_engine_choices(s, r);
@@ -243,7 +244,6 @@ static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch
             r->sib[k]->return_tokens = b->return_tokens;
         }
         kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
-        kvt_srv_apply_session_header(s, c, r);
         if (kvt_srv_enqueue(s, r)) {
             kvt_srv_unref_engine_choices(s, r);
             kvt_srv_unref_choices(s, r);
@@ -447,6 +447,7 @@ static enum MHD_Result handle_apply_template(kvt_server *s, struct MHD_Connectio
     kvt_api_request a;
     kvt_api_error err;
     if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    kvt_srv_session_default(s, cs, &a.session);
     srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
     if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);

@@ -124,6 +124,7 @@ static int job_request(kvt_server *s, const conn_state *cs, resp_job *j, kvt_api
     }
     a.history = j->rq.previous_id ? &j->prefix : NULL;
     a.keep_history = j->rq.store;
+    kvt_srv_session_default(s, cs, &a.session);
     j->r = kvt_srv_make_request(s, &a, j->key, err);
     a.history = NULL;
     kvt_api_request_free(&a);
@@ -554,7 +555,6 @@ static enum MHD_Result handle_create(kvt_server *s, struct MHD_Connection *c, co
     }
     srv_req *r = j->r;
     kvt_prompt_ring_put(s->recent, r->salt, r->salt_len, r->prompt, r->n_prompt);
-    kvt_srv_apply_session_header(s, c, r);
     if (kvt_srv_enqueue(s, r)) {
         kvt_srv_req_unref(s, r);
         job_free(j);

@@ -223,6 +223,8 @@ static conn_state *request_begin(kvt_server *s, struct MHD_Connection *c, const 
     log_copy(cs->method, sizeof cs->method, method);
     log_copy(cs->path, sizeof cs->path, url);
     const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, REQUEST_ID_HEADER);
+    const char *session = MHD_lookup_connection_value(c, MHD_HEADER_KIND, SESSION_HEADER);
+    if (session && strlen(session) <= KVT_SESSION_NAME_MAX) snprintf(cs->session, sizeof cs->session, "%s", session);
     pthread_mutex_lock(&s->mu);
     s->n_requests++;
     uint64_t n = s->next_request++;

@@ -277,7 +277,7 @@ static int check_prompt(const kvt_server *s, const kvt_api_request *a, int rc, s
 
 /* r's limits and sampling from a (r->n_prompt set): max_tokens within what
  * the context leaves, the sampler's parameters with logit_bias (copied, owned
- * by r), logprobs, ignore_eos and the session. The seed is the caller's. */
+ * by r), logprobs and ignore_eos. The seed is the caller's. */
 static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_req *r) {
     int32_t room = s->n_ctx - r->n_prompt;
     /* OpenAI's defaults: 16 tokens for completions, as many as fit for chat; -n -1: as many as fit */
@@ -291,7 +291,6 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
     r->ignore_eos = a->ignore_eos;
     r->logprobs = a->logprobs;
     r->top_logprobs = a->top_logprobs;
-    r->session = a->session;
     r->sp.temp = a->has_temperature ? a->temperature : s->p.default_temperature;
     r->sp.top_p = a->has_top_p ? a->top_p : s->p.default_top_p;
     r->sp.top_k = a->has_top_k ? a->top_k : s->p.default_top_k;
@@ -364,6 +363,7 @@ srv_req *kvt_srv_make_request(kvt_server *s, const kvt_api_request *a, const cha
     /* tenant salt: the API key (each key its own cache namespace), then cache_salt */
     r->salt = kvt_srv_tenant_salt(key, a->cache_salt, &r->salt_len);
     r->usage.has_history = a->history && a->kind == KVT_API_CHAT;
+    r->session = a->session; /* before the prompt: its history takes this session's replies first */
     int rc = 0;
     size_t n = 0;
     if (a->approximate && !s->p.approximate_reuse) {
@@ -536,12 +536,7 @@ void kvt_srv_log_prefill(const srv_req *r, int32_t computed, int32_t cached, int
                  computed / (s > 0 ? s : 1e-9));
 }
 
-/* X-Session-Id names the session when the body does not; a named session
- * without keep_warm_s gets the server's default keep-warm time. */
-void kvt_srv_apply_session_header(kvt_server *s, struct MHD_Connection *c, srv_req *r) {
-    kvt_api_session *ss = &r->session;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, SESSION_HEADER);
-    if (!ss->session_id[0] && h && *h && strlen(h) <= KVT_SESSION_NAME_MAX)
-        snprintf(ss->session_id, sizeof ss->session_id, "%s", h);
+void kvt_srv_session_default(const kvt_server *s, const conn_state *cs, kvt_api_session *ss) {
+    if (!ss->session_id[0] && cs->session[0]) snprintf(ss->session_id, sizeof ss->session_id, "%s", cs->session);
     if (ss->session_id[0] && ss->keep_warm_s < 0) ss->keep_warm_s = s->p.session_keep_warm_s;
 }
