@@ -302,7 +302,7 @@ static void open_header(kvt_disk *d, const kvt_disk_params *p, int unlocked, int
     } else if (hrc == 0 && !kvt_hash128_eq(hns, p->ns)) {
         kvt_logk(KVT_LOG_WARN, "dir,namespace_hi_hex,namespace_lo_hex",
                  "cache dir %s was last used by namespace %016" PRIx64 "%016" PRIx64
-                 ": records of other namespaces are misses",
+                 ": records of other namespaces (another model, KV type, block size or numerics) are misses",
                  d->dir, hns.hi, hns.lo);
         need_header = 1;
     }
