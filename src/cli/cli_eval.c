@@ -20,12 +20,13 @@
 #define EVAL_DEFAULT_N 16
 #define TOP_N 5               /* logits printed per prompt position */
 #define MAX_TOKENS (1L << 24) /* -n at most */
+#define MAX_BLOCK 4096        /* --block-size at most, as run's without the cache */
 
 /* What eval's command line sets. */
 typedef struct {
     const char *model_path, *text, *tokens_arg;
     int no_bos, threads;
-    long n_gen;
+    long n_gen, block;
     kvt_kv_dtype dt;
     kvt_cli_device dev;
 } eval_args;
@@ -98,12 +99,15 @@ void kvt_usage_eval(FILE *f) {
         "                     EOS are added as llama.cpp does for the model; the\n"
         "                     add_bos field says whether BOS was)\n"
         "  -n N               greedy tokens to generate (default %d)\n"
+        "  --block-size B     tokens per KV page (default %d, at most %d), as run's and\n"
+        "                     serve's; eval keeps no cache, and its figures are the same\n"
+        "                     for every B\n"
         "  -t, --threads N    worker threads (default: all CPUs)\n"
         "  --progress         progress lines on stderr for the model load and a prefill of\n"
         "                     " STR(
             KVT_PREFILL_PROGRESS_TOKENS) "+ tokens, also when stderr is not a terminal (on a\n"
                                          "                     terminal they are on anyway); stdout is the same either way\n",
-        TOP_N, EVAL_DEFAULT_N);
+        TOP_N, EVAL_DEFAULT_N, KVT_DEFAULT_BLOCK_SIZE, MAX_BLOCK);
     kvt_cli_kv_type_help(f);
     fprintf(f,
             "  --device DEV        where the model runs: cpu (the default) or vulkan[:N] ($KVTIER_DEVICE\n"
@@ -142,6 +146,9 @@ static int eval_parse(int argc, char **argv, eval_args *x) {
             if (kf < 0) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = kvt_cli_value(argc, argv, &i)) || (x->n_gen = kvt_cli_parse_long(a, v, 0, MAX_TOKENS)) < 0)
+                return 2;
+        } else if (!strcmp(a, "--block-size")) {
+            if (!(v = kvt_cli_value(argc, argv, &i)) || (x->block = kvt_cli_parse_long(a, v, 1, MAX_BLOCK)) < 0)
                 return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             long t;
@@ -258,7 +265,10 @@ static int print_logits(kvt_engine *e, int32_t seq, const int32_t *toks, size_t 
 }
 
 int kvt_cmd_eval(int argc, char **argv) {
-    eval_args x = {.threads = kvt_cli_default_threads(), .n_gen = EVAL_DEFAULT_N, .dt = KVT_KV_F16};
+    eval_args x = {.threads = kvt_cli_default_threads(),
+                   .n_gen = EVAL_DEFAULT_N,
+                   .block = KVT_DEFAULT_BLOCK_SIZE,
+                   .dt = KVT_KV_F16};
     int rc = eval_parse(argc, argv, &x);
     if (rc) return rc < 0 ? 0 : rc;
     kvt_model *m = NULL;
@@ -277,7 +287,7 @@ int kvt_cmd_eval(int argc, char **argv) {
     }
     kvt_engine *e = NULL;
     int32_t seq = 0;
-    if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), KVT_DEFAULT_BLOCK_SIZE, x.dt, &x.dev, &e)) ||
+    if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), (int32_t)x.block, x.dt, &x.dev, &e)) ||
         (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
         /* the engine speaks of pages; eval sizes them from its own flags, so say which ones change them */
