@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blockhash.h" /* KVT_BLOCK_TOKENS_MAX: --block-size */
 #include "cli_serve_compat.h"
 #include "cli_serve_embed.h"
 #include "cli_serve_impl.h"
@@ -33,6 +34,7 @@ enum {
     O_CTX,
     O_KV_ACTIVE,
     O_KV_RAM,
+    O_BLOCK_SIZE,
     O_THREADS,
     O_API_KEY,
     O_API_KEY_FILE,
@@ -102,6 +104,11 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_ANY_BYTES},
     {O_KV_RAM, 0, "kv-ram", NULL, "BYTES", "T1: host-RAM budget for KV evicted from T0, e.g. 2G (default 0: off)", 0,
      KVT_CLI_ANY_BYTES},
+    {O_BLOCK_SIZE, 0, "block-size", NULL, "B",
+     "tokens per KV page / cache block (default " STR(KVT_DEFAULT_BLOCK_SIZE) "; at most " STR(
+         KVT_BLOCK_TOKENS_MAX) ").\nT2 and T3 records written under another block size are misses;\ncut a --rag-index for "
+                               "the same size (rag index --block-size)",
+     0, KVT_CLI_RANGE(KVT_CLI_INT, 1, KVT_BLOCK_TOKENS_MAX)},
     {O_THREADS, 't', "threads", NULL, "N",
      "worker threads for the forward pass (default, or -1 as llama.cpp's: all CPUs)", 0,
      KVT_CLI_RANGE(KVT_CLI_INT, -1, KVT_CLI_MAX_THREADS)},
@@ -393,6 +400,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     case O_N_PREDICT: return counts_opt(x, id, a);
     case O_KV_ACTIVE: x->kv_active = a->bytes; return 0;
     case O_KV_RAM: x->kv_ram = a->bytes; return 0;
+    case O_BLOCK_SIZE: x->block = (int32_t)a->i; return 0;
     case O_API_KEY: return kvt_cli_add_key_list(a->flag, v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_API_KEY_FILE: return kvt_cli_read_key_file(v, x->keys, &x->n_keys, MAX_API_KEYS);
     case O_METRICS_KEY: x->metrics_key = v; return 0;
@@ -518,6 +526,7 @@ static int serve_settings(serve_args *x) {
 int kvt_cmd_serve(int argc, char **argv) {
     serve_args x = {.sp = kvt_server_default_params(),
                     .drain_s = KVT_SERVER_DEFAULT_DRAIN_S,
+                    .block = KVT_DEFAULT_BLOCK_SIZE,
                     .conn_reserve = -1,
                     .threads = kvt_cli_default_threads(),
                     .cp = kvt_cache_default_params(),

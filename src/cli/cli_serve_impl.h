@@ -27,6 +27,7 @@ typedef struct {
     long n_ctx, drain_s;
     uint64_t kv_active, kv_ram, max_body, max_inflight;
     int threads;
+    int32_t block; /* --block-size: tokens per KV page / cache block */
     kvt_cache_params cp;
     kvt_kv_dtype dt;
     char **keys;

@@ -91,6 +91,7 @@ int kvt_cli_serve_open(serve_args *x, const char *model_path, serve_runtime *rt)
     kvt_engine_params ep = kvt_engine_default_params();
     ep.n_threads = x->threads;
     ep.n_ctx = (int32_t)n_ctx;
+    ep.block_size = x->block;
     ep.max_seqs = sp->parallel + (sp->approximate_reuse ? 1 : 0); /* + where a missing stored document is computed */
     ep.kv_dtype = x->dt;
     kvt_cli_device_apply("serve", &x->dev, &ep);
@@ -106,8 +107,9 @@ int kvt_cli_serve_open(serve_args *x, const char *model_path, serve_runtime *rt)
     if (rt->rag && kvt_rag_block_size(rt->rag) != ep.block_size)
         kvt_logk(KVT_LOG_WARN, "rag_block_tokens,block_tokens",
                  "serve: the RAG index was cut for blocks of %d tokens, the cache uses %d: chunks still "
-                 "start on block boundaries, but may take more blocks than they need",
-                 kvt_rag_block_size(rt->rag), ep.block_size);
+                 "start on block boundaries, but may take more blocks than they need; give serve --block-size %d, "
+                 "or cut the index again with `kvtier rag index --block-size %d`",
+                 kvt_rag_block_size(rt->rag), ep.block_size, kvt_rag_block_size(rt->rag), ep.block_size);
     if (kvt_engine_new(rt->m, ep, &rt->e)) {
         kvt_logk(KVT_LOG_ERROR, "error", "serve: %s", kvt_errmsg());
         return -1;
@@ -168,12 +170,14 @@ int kvt_cli_serve_run(const serve_args *x, serve_runtime *rt) {
     /* the cache is the engine thread's once the server starts: describe it before */
     kvt_engine_params eff = kvt_engine_get_params(rt->e);
     kvt_logk(KVT_LOG_INFO,
-             "model,chat_template,ctx,parallel,kv_type,t0_pages,page_bytes,t1_bytes,t2_dir,t3,api_keys,metrics",
-             "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %zu "
-             "bytes, T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
+             "model,chat_template,ctx,parallel,kv_type,t0_pages,block_tokens,page_bytes,t1_bytes,t2_dir,t3,api_keys,"
+             "metrics",
+             "serve: model %s (%s chat template), ctx %d, %d parallel sequences, KV %s, T0 %d pages of %d tokens "
+             "(%zu bytes), T1 %llu bytes, T2 %s, T3 %s, %zu API key(s), /metrics %s",
              rt->model_id, sp->jinja ? "jinja" : kvt_chat_family_name(sp->chat), eff.n_ctx, sp->parallel,
-             kvt_kv_dtype_name(eff.kv_dtype), eff.n_pages, kvt_engine_page_bytes(rt->e), (unsigned long long)x->kv_ram,
-             cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off", x->n_keys,
+             kvt_kv_dtype_name(eff.kv_dtype), eff.n_pages, eff.block_size, kvt_engine_page_bytes(rt->e),
+             (unsigned long long)x->kv_ram, cp->disk_dir ? cp->disk_dir : "off", cp->remote_url ? "on" : "off",
+             x->n_keys,
              x->metrics_key               ? "behind the metrics key"
                  : sp->hide_cached_tokens ? (x->admin_key ? "behind the admin key" : "closed (--hide-cached-tokens)")
                  : x->n_keys              ? "behind the API keys"
