@@ -281,6 +281,7 @@ static void local_close(local_rt *l) {
     kvt_cache_free(l->c);
     kvt_engine_free(l->e);
     kvt_model_free(l->m);
+    memset(l, 0, sizeof *l); /* closed again at the command's end after a failed local_open: frees nothing then */
 }
 
 /* Opens what prefill_local needs; the context fits the longest prompt (max_tokens). */

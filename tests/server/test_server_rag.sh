@@ -232,6 +232,10 @@ check "after prewarm --cache-dir: both chunks from T2" is \
   "$(jb '[.kvtier.rag.chunks[] | (.cached_tokens == .tokens) and (.tiers.T2 == .tokens)] | all')" true
 check "rag prewarm: --cache-dir without -m is an error" is \
   "$("$BIN" rag prewarm --cache-dir "$TMP/kvx" "$IDX" >/dev/null 2>&1; echo $?)" 2
+mkdir -p "$TMP/theirs" && echo notes >"$TMP/theirs/notes.txt"
+out=$("$BIN" rag prewarm --cache-dir "$TMP/theirs" -m "$TMP/tiny.gguf" -t 1 "$IDX" --system "$SYS" 2>&1); rc=$?
+check "rag prewarm: a --cache-dir that is no cache fails cleanly (exit 1, not a crash)" is "$rc" 1
+check "... saying why" has "$out" "is not empty and is no kvtier cache"
 printf 'Why do tides follow the moon?\n\n%s\n' "$QP" >"$TMP/q_blank.txt"
 out=$("$BIN" rag prewarm --server "$URL" "$IDX" --system "$SYS" --questions "$TMP/q_blank.txt" -k 2 --pairs 1 2>&1)
 check "rag prewarm --questions: a blank line does not end the file" has "$out" "2 questions"
