@@ -290,8 +290,9 @@ int kvt_cmd_eval(int argc, char **argv) {
     if ((rc = make_engine(m, x.threads, (int32_t)(n_tok + (size_t)x.n_gen), (int32_t)x.block, x.dt, &x.dev, &e)) ||
         (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
-        /* the engine speaks of pages; eval sizes them from its own flags, so say which ones change them */
-        if (rc == KVT_ELIMIT)
+        /* the engine speaks of pages; eval sizes them from its own flags, so say which ones change them
+         * (unless one page is over the device's binding: that refusal names --block-size already) */
+        if (rc == KVT_ELIMIT && !strstr(kvt_errmsg(), "--block-size"))
             fprintf(stderr,
                     "kvtier eval: its KV pool holds all %zu tokens, the prompt's %zu and -n %ld: a shorter prompt, "
                     "a smaller -n or --kv-type q8_0 needs less\n",

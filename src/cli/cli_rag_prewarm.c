@@ -296,7 +296,17 @@ static int local_open(const prewarm_args *x, int32_t block, int32_t max_tokens, 
     kvt_cli_device_apply("rag prewarm", &x->dev, &ep);
     ep.max_seqs = 1;
     ep.n_pages = 2 * (ep.n_ctx / block) + 1; /* one prompt, plus as much again kept cached while it goes down */
-    if (kvt_engine_new(l->m, ep, &l->e)) goto fail;
+    if (kvt_engine_new(l->m, ep, &l->e)) {
+        fprintf(stderr, "kvtier rag prewarm: %s\n", kvt_errmsg());
+        /* a GPU refusal names the --block-size of run and serve; here the block size is the index's */
+        if (strstr(kvt_errmsg(), "--block-size"))
+            fprintf(stderr,
+                    "kvtier rag prewarm: its blocks are the index's (%d tokens): cut the index for smaller ones with "
+                    "`kvtier rag index --block-size B`, and give serve the same --block-size\n",
+                    block);
+        local_close(l);
+        return -1;
+    }
     kvt_cache_params cp = kvt_cache_default_params();
     cp.disk_dir = x->cache_dir;
     if (kvt_cache_new(l->e, cp, &l->c)) goto fail;

@@ -119,11 +119,15 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
                                              : KVT_GPU_KV_F32;
     kv->page_stride = e->dev_page_stride;
     uint64_t maxb = kvt_gpu_max_binding(g->d), per = maxb / e->dev_page_stride;
-    if (per == 0)
+    if (per == 0) { /* the largest block whose page (64-byte aligned) fits one binding */
+        uint64_t tok = e->dev_page_bytes / (size_t)e->p.block_size, fit = maxb / PAGE_ALIGN * PAGE_ALIGN / tok;
+        char what[80] = "use --device cpu";
+        if (fit) snprintf(what, sizeof what, "use a --block-size of at most %llu", (unsigned long long)fit);
         return kvt_fail(KVT_ELIMIT,
-                        "a KV page of %zu bytes is larger than this device's largest binding (%llu bytes); "
-                        "use a smaller --block-size",
-                        e->dev_page_bytes, (unsigned long long)maxb);
+                        "a KV page of %zu bytes (%d tokens) is larger than this device's largest binding (%llu "
+                        "bytes); %s",
+                        e->dev_page_bytes, e->p.block_size, (unsigned long long)maxb, what);
+    }
     kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
     uint64_t n_chunks = ((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk;
     if (n_chunks > KVT_GPU_KV_CHUNKS) /* --kv-active named only where the pool came from it, or was planned */

@@ -192,6 +192,19 @@ int kvt_eng_gpu_plan_fit(kvt_engine *e, kvt_eng_gpu *g) {
     return mem->planned ? 0 : given_pool_fits(e, g, weights);
 }
 
+/* The largest block size below the engine's whose pages, as many as room bytes and the kernels' KV bindings
+ * hold, reach one context; 0 when none does. A page is 64-byte aligned, so the bindings end in a remainder
+ * smaller than a page: smaller pages waste less of it, though not steadily, hence the search. */
+static int32_t block_reaching_ctx(const kvt_engine *e, const kvt_eng_gpu *g, uint64_t room) {
+    const uint64_t tok = e->dev_page_bytes / (size_t)e->p.block_size, maxb = kvt_gpu_max_binding(g->d);
+    for (int32_t b = e->p.block_size - 1; b >= 1; b--) {
+        uint64_t stride = (tok * (uint64_t)b + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+        uint64_t pages = KVT_MIN(room / stride, maxb / stride * KVT_GPU_KV_CHUNKS);
+        if (pages * (uint64_t)b >= (uint64_t)e->p.n_ctx) return b;
+    }
+    return 0;
+}
+
 /* The pool's pages into mem, with the host share that follows them. */
 static int pool_planned(kvt_engine *e, kvt_engine_mem *mem, int32_t n_pages) {
     mem->n_pages = e->p.n_pages = n_pages;
@@ -219,15 +232,20 @@ int kvt_eng_gpu_plan_pool(kvt_engine *e, kvt_eng_gpu *g) {
     const uint64_t seqs_pages = (uint64_t)one * (uint64_t)e->p.max_seqs;
     mem->seqs_capped = e->dev_layers < e->model->hp.n_layer && pages > seqs_pages;
     if (mem->seqs_capped) pages = seqs_pages;
-    if (pages < (uint64_t)one)
+    if (pages < (uint64_t)one) {
+        char other[96] = ", or raise --gpu-memory-fraction";
+        int32_t b = mem->binding_capped ? block_reaching_ctx(e, g, room) : 0;
+        if (b)
+            snprintf(other, sizeof other, ", or give --block-size %d: its pages leave less of each binding unused", b);
+        else if (mem->binding_capped) other[0] = 0;
         return kvt_fail(KVT_ELIMIT,
                         "%s hold%s %llu KV pages (%llu tokens), less than one context of %d tokens: lower "
                         "--ctx-size to %llu or less%s",
                         mem->binding_capped ? "the kernels' KV bindings" : "the device memory left after the weights",
                         mem->binding_capped ? "" : "s", (unsigned long long)pages,
                         (unsigned long long)pages * (uint64_t)e->p.block_size, e->p.n_ctx,
-                        (unsigned long long)pages * (uint64_t)e->p.block_size,
-                        mem->binding_capped ? " or --block-size" : ", or raise --gpu-memory-fraction");
+                        (unsigned long long)pages * (uint64_t)e->p.block_size, other);
+    }
     return pool_planned(e, mem, (int32_t)pages);
 }
 

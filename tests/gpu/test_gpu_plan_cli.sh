@@ -6,7 +6,10 @@
 # --kv-active that does not fit is refused naming the largest that does, and
 # that one runs, giving the planned run's text, also when the kernels' KV
 # bindings reach fewer pages than the memory holds; eval's pool (prompt and
-# -n) that does not fit is refused naming only flags eval takes; a context too long for
+# -n) that does not fit is refused naming only flags eval takes; a page over the device's
+# largest binding is refused by run, eval and serve naming the largest --block-size that fits,
+# which runs, and by rag prewarm naming the index's block size; a context past the KV bindings' reach is refused naming the longest context and a
+# block size whose pages fill the bindings closer, which runs; a context too long for
 # the memory is refused naming the longest that fits, and that one runs; a model that does not fit is
 # refused naming the largest -ngl that would; -ngl below the layer count runs
 # the other layers on the CPU (partial offload) on run, eval and serve, saying
@@ -74,6 +77,54 @@ KVT_VK_MAX_BINDING=$((1 << 20)) KVT_VK_MEM_LIMIT=$((200 << 20)) "${RUN[@]}" --kv
   2>"$TMP/err" || rc=$?
 cat "$TMP/err" >>"$TMP/all"
 check "that pool runs" is "$rc" 0
+check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
+
+# a page over the device's largest binding: run, eval and serve each refuse it naming the --block-size
+# they take and the largest that fits (pages of 256 tokens x 256 bytes in bindings of 64 KiB), and
+# eval adds no advice about its prompt, which would not help; that block size runs
+for cmd in run eval serve; do
+  rc=0
+  case $cmd in
+  run) KVT_VK_MAX_BINDING=65536 "${RUN[@]}" --block-size 512 >/dev/null 2>"$TMP/err" || rc=$? ;;
+  eval) KVT_VK_MAX_BINDING=65536 "$BIN" eval -m "$TMP/m.gguf" --device vulkan --block-size 512 -n 1 hi \
+    >/dev/null 2>"$TMP/err" || rc=$? ;;
+  serve) KVT_VK_MAX_BINDING=65536 "$BIN" serve -m "$TMP/m.gguf" --port 0 --device vulkan --block-size 512 \
+    >"$TMP/err" 2>&1 || rc=$? ;;
+  esac
+  cat "$TMP/err" >>"$TMP/all"
+  check "$cmd: a page over one binding fails" is "$rc" 1
+  check "... naming the flag and the largest block that fits" says "(512 tokens) is larger than this device's largest \
+binding (65536 bytes); use a --block-size of at most 256"
+  [ "$cmd" != eval ] || check "... with no advice on its prompt" sh -c "! grep -aq 'a shorter prompt' '$TMP/err'"
+done
+# rag prewarm --cache-dir takes its blocks from the index: the refusal says to cut another index
+printf 'The Lyon warehouse ships on Mondays.\n' >"$TMP/doc.txt"
+"$BIN" rag index -m "$TMP/m.gguf" --docs "$TMP/doc.txt" -o "$TMP/idx" --block-size 512 --chunk-tokens 1024 \
+  >/dev/null 2>&1 || bad "rag index"
+rc=0
+KVT_VK_MAX_BINDING=65536 "$BIN" rag prewarm --cache-dir "$TMP/pw" -m "$TMP/m.gguf" --device vulkan "$TMP/idx" \
+  --system S >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "rag prewarm: a page over one binding fails cleanly" is "$rc" 1
+check "... saying the block size is the index's and how to cut another" \
+  says "its blocks are the index's (512 tokens): cut the index for smaller ones with \`kvtier rag index --block-size B\`"
+rc=0
+KVT_VK_MAX_BINDING=65536 "${RUN[@]}" --block-size 256 >"$TMP/given" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "that block size runs" is "$rc" 0
+check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
+# bindings of 12 KiB hold one 8 KiB page of 32 tokens each, so 128 tokens in all; pages of 24 tokens
+# (6 KiB) fill them, 192 tokens: a context of 190 is refused naming both ways out, and the second runs
+rc=0
+KVT_VK_MAX_BINDING=12288 "${RUN[@]}" --ctx 190 >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "a context past the bindings' reach fails" is "$rc" 1
+check "... naming the context and the block size that reach it" \
+  says "lower --ctx-size to 128 or less, or give --block-size 24: its pages leave less of each binding unused"
+rc=0
+KVT_VK_MAX_BINDING=12288 "${RUN[@]}" --ctx 190 --block-size 24 >"$TMP/given" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "that block size runs" is "$rc" 0
 check "... giving the planned run's text" cmp -s "$TMP/planned" "$TMP/given"
 
 # a context whose KV does not fit beside the weights: refused naming the longest that does, which runs
