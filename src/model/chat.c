@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Chat templates: detection by the special markers each family uses (not by
- * executing Jinja), rendering conversations straight to token ids, and the
- * reply map that lets a follow-up turn reuse the exact ids of a reply.
+ * executing Jinja) and rendering conversations straight to token ids (the
+ * reply map that lets a follow-up turn reuse the exact ids of a reply is in
+ * reply_map.c).
  *
  * Rendering tokenizes markup and content separately so message text can never
  * produce control tokens. With SentencePiece vocabularies a piece gets the
@@ -10,11 +11,9 @@
  * stable from turn to turn, which is what prefix reuse needs. */
 #include "chat.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common.h"
 
@@ -424,168 +423,4 @@ int kvt_chat_render_from(const kvt_tokenizer *t, kvt_chat_family f, const kvt_ch
     *n_out = b.n;
     *at = b.mark_at == SIZE_MAX ? b.n : b.mark_at;
     return 0;
-}
-
-/* ---- reply map ------------------------------------------------------------- */
-
-typedef struct {
-    XXH128_hash_t key;        /* of salt and text; text is compared too, so a collision is a miss */
-    XXH128_hash_t split_key;  /* of salt, reasoning and answer (reasoning != NULL) */
-    XXH128_hash_t answer_key; /* of salt and answer (reasoning != NULL) */
-    char *text;
-    char *reasoning, *answer; /* the reply as a client got it split, or both NULL */
-    char *session;            /* the session whose request generated it, or NULL */
-    int32_t *ids;
-    size_t n;
-} reply_entry;
-
-struct kvt_reply_map {
-    pthread_mutex_t mu;
-    reply_entry *ring; /* FIFO: the oldest entry is overwritten first */
-    size_t cap, next, max_ids;
-};
-
-kvt_reply_map *kvt_reply_map_new(size_t max_entries, size_t max_ids) {
-    kvt_reply_map *m = kvt_xcalloc(1, sizeof *m);
-    pthread_mutex_init(&m->mu, NULL);
-    m->cap = KVT_MAX(max_entries, 1);
-    m->ring = kvt_xcalloc(m->cap, sizeof *m->ring);
-    m->max_ids = max_ids;
-    return m;
-}
-
-static void entry_clear(reply_entry *e) {
-    free(e->text);
-    free(e->reasoning);
-    free(e->answer);
-    free(e->session);
-    free(e->ids);
-}
-
-void kvt_reply_map_free(kvt_reply_map *m) {
-    if (!m) return;
-    for (size_t i = 0; i < m->cap; i++) entry_clear(&m->ring[i]);
-    free(m->ring);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
-}
-
-/* The key of salt and the strings a (and b, when not NULL) under kind: every
- * part goes in with its length first, so no two parts can trade bytes. */
-static XXH128_hash_t reply_key_of(const void *salt, size_t salt_len, char kind, const char *a, const char *b) {
-    XXH3_state_t *st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    uint64_t sl = salt_len;
-    XXH3_128bits_update(st, &sl, sizeof sl);
-    if (salt_len) XXH3_128bits_update(st, salt, salt_len);
-    if (kind) XXH3_128bits_update(st, &kind, 1);
-    const char *parts[2] = {a, b};
-    for (size_t i = 0; i < 2 && parts[i]; i++) {
-        uint64_t pl = strlen(parts[i]);
-        if (kind) XXH3_128bits_update(st, &pl, sizeof pl);
-        XXH3_128bits_update(st, parts[i], pl);
-    }
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    return h;
-}
-
-static XXH128_hash_t reply_key(const void *salt, size_t salt_len, const char *text) {
-    return reply_key_of(salt, salt_len, 0, text, NULL);
-}
-
-void kvt_reply_map_put(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, const int32_t *ids,
-                       size_t n) {
-    kvt_reply_map_put_split(m, salt, salt_len, text, NULL, NULL, ids, n);
-}
-
-void kvt_reply_map_put_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text,
-                             const char *reasoning, const char *answer, const int32_t *ids, size_t n) {
-    kvt_reply_owner o = {salt, salt_len, NULL};
-    kvt_reply_map_put_by(m, &o, text, reasoning, answer, ids, n);
-}
-
-void kvt_reply_map_put_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, const char *reasoning,
-                          const char *answer, const int32_t *ids, size_t n) {
-    if (!n || n > m->max_ids || !*text) return;
-    reply_entry ne = {.key = reply_key(o->salt, o->salt_len, text), .text = kvt_xstrdup(text), .n = n};
-    if (o->session && *o->session) ne.session = kvt_xstrdup(o->session);
-    if (reasoning && answer) {
-        ne.split_key = reply_key_of(o->salt, o->salt_len, 's', reasoning, answer);
-        ne.answer_key = reply_key_of(o->salt, o->salt_len, 'a', answer, NULL);
-        ne.reasoning = kvt_xstrdup(reasoning);
-        ne.answer = kvt_xstrdup(answer);
-    }
-    ne.ids = kvt_xmalloc(n * sizeof *ne.ids);
-    memcpy(ne.ids, ids, n * sizeof *ne.ids);
-    pthread_mutex_lock(&m->mu);
-    reply_entry *e = &m->ring[m->next];
-    m->next = (m->next + 1) % m->cap;
-    reply_entry old = *e;
-    *e = ne;
-    pthread_mutex_unlock(&m->mu);
-    entry_clear(&old);
-}
-
-/* Whether e is the reply of key k: text (match 0), reasoning and answer
- * (match 1), or answer alone with some reasoning (match 2). */
-static int entry_is(const reply_entry *e, int match, XXH128_hash_t k, const char *text, const char *reasoning) {
-    if (!e->text) return 0;
-    if (match == 0) return XXH128_isEqual(e->key, k) && !strcmp(e->text, text);
-    if (!e->answer || !XXH128_isEqual(match == 1 ? e->split_key : e->answer_key, k) || strcmp(e->answer, text))
-        return 0;
-    return match == 2 || !strcmp(e->reasoning, reasoning);
-}
-
-/* The newest entry of key k (see entry_is) that session generated or, when
- * it generated none, the newest of any session: its ids copied into *ids, its
- * text into *full when full is not NULL; the count of ids, or 0. The session
- * comes first because replies of different conversations can share a text but
- * not their ids (invalid bytes all print as U+FFFD, and one text has many
- * tokenizations): a conversation gets its own ids whatever other sessions
- * generated since, so its prompt does not depend on their timing. */
-static size_t reply_find(kvt_reply_map *m, int match, XXH128_hash_t k, const char *text, const char *reasoning,
-                         const char *session, char **full, int32_t **ids) {
-    *ids = NULL;
-    if (full) *full = NULL;
-    const reply_entry *hit = NULL;
-    pthread_mutex_lock(&m->mu);
-    /* newest first: a reply generated twice maps to its latest ids */
-    for (size_t i = 0; i < m->cap; i++) {
-        const reply_entry *e = &m->ring[(m->next + m->cap - 1 - i) % m->cap];
-        if (!entry_is(e, match, k, text, reasoning)) continue;
-        int own = session && *session && e->session && !strcmp(e->session, session);
-        if (!hit || own) hit = e;
-        if (own || !session || !*session) break;
-    }
-    size_t n = hit ? hit->n : 0;
-    if (hit) {
-        *ids = kvt_xmalloc(n * sizeof **ids);
-        memcpy(*ids, hit->ids, n * sizeof **ids);
-        if (full) *full = kvt_xstrdup(hit->text);
-    }
-    pthread_mutex_unlock(&m->mu);
-    return n;
-}
-
-size_t kvt_reply_map_get(kvt_reply_map *m, const void *salt, size_t salt_len, const char *text, int32_t **ids) {
-    kvt_reply_owner o = {salt, salt_len, NULL};
-    return kvt_reply_map_get_by(m, &o, text, ids);
-}
-
-size_t kvt_reply_map_get_split(kvt_reply_map *m, const void *salt, size_t salt_len, const char *reasoning,
-                               const char *answer, char **text, int32_t **ids) {
-    kvt_reply_owner o = {salt, salt_len, NULL};
-    return kvt_reply_map_get_split_by(m, &o, reasoning, answer, text, ids);
-}
-
-size_t kvt_reply_map_get_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, int32_t **ids) {
-    return reply_find(m, 0, reply_key(o->salt, o->salt_len, text), text, NULL, o->session, NULL, ids);
-}
-
-size_t kvt_reply_map_get_split_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *reasoning, const char *answer,
-                                  char **text, int32_t **ids) {
-    XXH128_hash_t k = reasoning ? reply_key_of(o->salt, o->salt_len, 's', reasoning, answer)
-                                : reply_key_of(o->salt, o->salt_len, 'a', answer, NULL);
-    return reply_find(m, reasoning ? 1 : 2, k, answer, reasoning, o->session, text, ids);
 }

@@ -129,6 +129,33 @@ size_t kvt_reply_map_get_by(kvt_reply_map *m, const kvt_reply_owner *o, const ch
 size_t kvt_reply_map_get_split_by(kvt_reply_map *m, const kvt_reply_owner *o, const char *reasoning, const char *answer,
                                   char **text, int32_t **ids);
 
+/* ---- the reply map as records, for a journal that outlives the process ---- */
+
+/* One put as bytes: u32 body bytes, u32 CRC32C of the body, then the body
+ * (little-endian): the entry's three keys, its split flag, the lengths of its
+ * text, reasoning, answer and session, its count of ids, then those strings
+ * and ids. The keys are hashes of the salt with the texts; the salt itself
+ * (which holds the tenant's API key) is never written, and a lookup still
+ * needs it, so no tenant gets another's ids from a replayed record. */
+#define KVT_REPLY_RECORD_HEAD 8
+
+/* kvt_reply_map_put_by that also encodes what it put: the record in a
+ * malloc'd *rec (rec NULL: not wanted) and its bytes returned; 0 and NULL
+ * when nothing was put (an empty reply, or one longer than max_ids). */
+size_t kvt_reply_map_put_rec(kvt_reply_map *m, const kvt_reply_owner *o, const char *text, const char *reasoning,
+                             const char *answer, const int32_t *ids, size_t n, uint8_t **rec);
+/* Every entry, oldest first, as consecutive records in a malloc'd *buf
+ * (caller frees); returns its bytes, *count the entries. */
+size_t kvt_reply_map_dump(kvt_reply_map *m, uint8_t **buf, size_t *count);
+/* Puts the records of buf[0..len) in order, as kvt_reply_map_put_by would
+ * (the newest wins; past the capacity the oldest are dropped). Stops at the
+ * first record cut short, of an impossible length, with a bad CRC, or whose
+ * contents are invalid (a NUL in a string, no text, more than max_ids ids,
+ * an id outside [0, n_vocab) where n_vocab > 0). Returns 0 when all of buf
+ * was put, else KVT_EFORMAT with kvt_errmsg() saying what is wrong; *used
+ * gets the bytes of the good records before it, *count how many. */
+int kvt_reply_map_replay(kvt_reply_map *m, const uint8_t *buf, size_t len, int32_t n_vocab, size_t *used, size_t *count);
+
 /* A span of rendered chat text that becomes given ids instead of its
  * tokenization: a reply kvtier generated, at the byte offset where the
  * rendering has exactly its text. */
