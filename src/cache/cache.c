@@ -428,3 +428,7 @@ void kvt_cache_get_stats(const kvt_cache *c, kvt_cache_stats *out) {
     out->lookup_tokens = c->lookup_tokens;
     memcpy(out->reuse_stops, c->reuse_stops, sizeof out->reuse_stops);
 }
+
+struct kvt_disk *kvt_cache_disk(kvt_cache *c) {
+    return c->disk;
+}

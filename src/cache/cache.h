@@ -171,6 +171,10 @@ int kvt_cache_has_shared_tier(const kvt_cache *c);
 /* The engine the cache was created over. */
 kvt_engine *kvt_cache_engine(kvt_cache *c);
 
+/* The T2 store (tier_disk.h), or NULL without one: for the side files its
+ * owner keeps in its directory. Owned by the cache. */
+struct kvt_disk *kvt_cache_disk(kvt_cache *c);
+
 /* The index (for tests and the other tiers). Owned by the cache. */
 kvt_prefix *kvt_cache_index(kvt_cache *c);
 

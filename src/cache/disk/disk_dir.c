@@ -511,7 +511,8 @@ long kvt_disk_list_segments(int dfd, const char *dir, int warn_foreign, uint64_t
         int known = !strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, LOCK_NAME) || !strcmp(nm, HEADER_NAME) ||
             !strcmp(nm, HEADER_TMP_NAME) || !strcmp(nm, PROBE_NAME) || !strcmp(nm, STATS_NAME) ||
             !strcmp(nm, STATS_TMP_NAME) || !strcmp(nm, KEY_NAME) || !strcmp(nm, KEY_TMP_NAME) ||
-            !strcmp(nm, CKPT_NAME) || !strcmp(nm, CKPT_TMP_NAME) || kvt_disk_is_seg_tmp_name(nm);
+            !strcmp(nm, CKPT_NAME) || !strcmp(nm, CKPT_TMP_NAME) || kvt_disk_is_seg_tmp_name(nm) ||
+            !strncmp(nm, KVT_DISK_SIDE_PREFIX, strlen(KVT_DISK_SIDE_PREFIX));
         if (!known && warn_foreign)
             kvt_logk(KVT_LOG_WARN, "dir,file", "cache dir %s: ignoring foreign file '%s'", dir, nm);
     }
@@ -603,4 +604,43 @@ void kvt_disk_lifetime_add(int dfd, const char *dir, const kvt_disk_lifetime *se
     ok = fclose(f) == 0 && ok;
     if (ok && renameat(dfd, STATS_TMP_NAME, dfd, STATS_NAME) == 0) fsync(dfd);
     else unlinkat(dfd, STATS_TMP_NAME, 0);
+}
+
+/* ---- side files (tier_disk.h) ------------------------------------------ */
+
+const char *kvt_disk_path(const kvt_disk *d) { return d->dir; }
+
+static int side_name_ok(const kvt_disk *d, const char *name) {
+    size_t pl = strlen(KVT_DISK_SIDE_PREFIX), n = strlen(name);
+    if (strncmp(name, KVT_DISK_SIDE_PREFIX, pl) || n == pl || n > SEG_NAME_MAX || strchr(name, '/'))
+        return kvt_fail(-EINVAL, "cache dir %s: '%s' is not a side file's name", d->dir, name);
+    return 0;
+}
+
+int kvt_disk_side_open(kvt_disk *d, const char *name, int flags) {
+    int rc = side_name_ok(d, name);
+    return rc ? rc : kvt_disk_file_open(d->dir_fd, d->dir, name, flags, FILE_MODE);
+}
+
+int kvt_disk_side_replace(kvt_disk *d, const char *name, const void *buf, size_t n) {
+    int rc = side_name_ok(d, name);
+    if (rc) return rc;
+    char tmp[SEG_NAME_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    int fd = kvt_disk_tmp_create(d->dir_fd, d->dir, tmp, 0);
+    if (fd < 0) return fd;
+    for (size_t at = 0; !rc && at < n;) {
+        ssize_t w = write(fd, (const char *)buf + at, n - at);
+        if (w <= 0) rc = w < 0 ? -errno : -EIO;
+        else at += (size_t)w;
+    }
+    if (!rc && fsync(fd)) rc = -errno;
+    close(fd);
+    if (!rc && renameat(d->dir_fd, tmp, d->dir_fd, name)) rc = -errno;
+    if (rc) {
+        unlinkat(d->dir_fd, tmp, 0);
+        return kvt_fail(rc, "cache dir %s: cannot write %s: %s", d->dir, name, strerror(-rc));
+    }
+    fsync(d->dir_fd);
+    return 0;
 }

@@ -462,6 +462,30 @@ int kvt_disk_record_verify_in_place(const kvt_disk_record *r, const kvt_disk_rec
  * NULL: a context per call). */
 int kvt_disk_record_decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap);
 
+/* ---- side files: state of the store's owner kept beside the records --- */
+
+/* The store's owner may keep small files of its own in the directory (the
+ * server's reply journal), under names beginning with KVT_DISK_SIDE_PREFIX:
+ * the store counts them as its own (no foreign-file warning), never reads
+ * them, and clear and gc leave them alone. They follow the directory's rules:
+ * opened relative to its fd, never through a link, regular files only,
+ * created 0600, written only when they have no other hard link. Both calls
+ * use only the directory's fd, fixed while the store is open, so any thread
+ * may make them, concurrently with the owner's kvt_disk_ calls. */
+#define KVT_DISK_SIDE_PREFIX "side-"
+/* The directory's path (for messages). */
+const char *kvt_disk_path(const kvt_disk *d);
+/* Opens side file name (open(2) flags; O_CREAT makes it 0600). Returns the fd
+ * or a negative error with kvt_errmsg() naming the file: -ENOENT, -ELOOP (a
+ * symbolic link, never followed), -EINVAL (not a regular file, or linked
+ * elsewhere for writing; also a name without the prefix or with a '/'). */
+int kvt_disk_side_open(kvt_disk *d, const char *name, int flags);
+/* Replaces side file name by buf[0..n) atomically: "<name>.tmp" created
+ * afresh (O_EXCL), written, fsync'd, renamed over name, then the directory
+ * fsync'd. A link under name is replaced as a name: its target is never
+ * opened. Returns 0 or a negative error with kvt_errmsg(). */
+int kvt_disk_side_replace(kvt_disk *d, const char *name, const void *buf, size_t n);
+
 /* ---- directory maintenance (kvtier cache) ----------------------------- */
 
 /* kvt_disk_walk_info.mac */
