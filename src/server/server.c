@@ -72,6 +72,7 @@ static void server_free(kvt_server *s) {
     free(s->step_cancelled);
     free(s->step_dec);
     free(s->step_forks);
+    kvt_reply_journal_free(s->journal);
     kvt_reply_map_free(s->replies);
     kvt_resp_store_free(s->responses);
     kvt_call_memo_free(s->calls);
@@ -141,6 +142,8 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->block = ep->block_size;
     s->n_vocab = kvt_engine_n_vocab(e);
     s->replies = kvt_reply_map_new(REPLY_MAP_ENTRIES, REPLY_MAX_IDS);
+    /* with T2, the map outlives a restart; --retokenize-replies uses no map */
+    if (!s->p.retokenize_replies) s->journal = kvt_reply_journal_open(c, s->replies, REPLY_MAP_ENTRIES, s->n_vocab);
     s->responses = kvt_resp_store_new(s->p.responses_max, KVT_SERVER_RESPONSES_MAX_BYTES, s->p.responses_ttl_s);
     s->calls = kvt_call_memo_new(CALL_MEMO_ENTRIES, s->replies);
     s->recent = kvt_prompt_ring_new(KVT_PROMPT_RING_DEFAULT);

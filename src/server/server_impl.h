@@ -57,6 +57,7 @@
 #include "progress.h"
 #include "prompt_ring.h"
 #include "model.h"
+#include "reply_journal.h"
 #include "sampler.h"
 #include "server.h"
 #include "tokenizer.h"
@@ -243,10 +244,11 @@ struct kvt_server {
     kvt_cache *cache;
     int32_t n_ctx, n_vocab, block;
     kvt_reply_map *replies;
-    kvt_call_memo *calls;      /* generated tool calls by call id: their arguments text, their reply */
-    kvt_resp_store *responses; /* stored responses of POST /v1/responses, by tenant and id */
-    kvt_prompt_ring *recent;   /* the last prompts, by tenant salt, for GET /v1/cache/lint */
-    kvt_req_ring *reqs;        /* the last generations' cache reports, for /dashboard */
+    kvt_reply_journal *journal; /* the reply map kept in T2's directory, or NULL */
+    kvt_call_memo *calls;       /* generated tool calls by call id: their arguments text, their reply */
+    kvt_resp_store *responses;  /* stored responses of POST /v1/responses, by tenant and id */
+    kvt_prompt_ring *recent;    /* the last prompts, by tenant salt, for GET /v1/cache/lint */
+    kvt_req_ring *reqs;         /* the last generations' cache reports, for /dashboard */
     kvt_metrics *metrics;
     kvt_http_guard *guard; /* the request body budget and whole-request deadlines */
     kvt_http_conns *conns; /* the per-address connection quota, the reserve, trusted proxies */

@@ -64,7 +64,11 @@ static void remember_reply(kvt_server *s, const srv_req *r, const int32_t *ids, 
     int split = co || cl != r->text_len; /* a think part, even an empty one: content is not the whole text */
     char *reason = split ? kvt_xstrndup(r->text + ro, rl) : NULL, *answer = kvt_xstrndup(r->text + co, cl);
     kvt_reply_owner o = {r->salt, r->salt_len, r->session.session_id};
-    kvt_reply_map_put_by(s->replies, &o, r->text, reason, split ? answer : NULL, ids, n);
+    uint8_t *rec = NULL;
+    size_t bytes = kvt_reply_map_put_rec(s->replies, &o, r->text, reason, split ? answer : NULL, ids, n,
+                                         s->journal ? &rec : NULL);
+    kvt_reply_journal_append(s->journal, rec, bytes);
+    free(rec);
     free(reason);
     free(answer);
 }
