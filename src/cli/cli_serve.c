@@ -212,9 +212,11 @@ static const kvt_cli_opt serve_opts[] = {
      0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_TIMEOUT_S)},
     {O_RETOKENIZE, 0, "retokenize-replies", NULL, NULL,
      "tokenize chat history from its text only. By default an assistant\nmessage (or tool call) this server generated "
-     "keeps the token ids it\nwas generated with, so the next turn reuses its KV; a restarted\nserver or another node "
-     "re-tokenizes that text, which can split it\ninto other tokens and so change a greedy reply. With this flag\nthe "
-     "output depends on the request alone (docs/api.md\n\"Chat history\")",
+     "keeps the token ids it\nwas generated with, so the next turn reuses its KV (with --kv-disk\nalso after a "
+     "restart: the reply journal side-replies in that\ndirectory); another node, or a restart without --kv-disk,\n"
+     "re-tokenizes that text, which can split it into other tokens and\nso change a greedy reply. With this flag the "
+     "output depends on the\nrequest alone, and the journal is neither read nor written\n(docs/api.md \"Chat "
+     "history\")",
      0, KVT_CLI_PLAIN},
     {O_RESPONSES_MAX, 0, "responses-max", NULL, "N",
      "stored responses of POST /v1/responses (\"store\", the default)\nkept for GET and previous_response_id, "
