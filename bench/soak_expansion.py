@@ -230,9 +230,10 @@ def run_session(A, B, pas, s, cfg, rng):
             diff.append('prompt_tokens')
         rer = lambda res: ((res.get('kvtier') or {}).get('rerendered_turn') or {}).get('reason')
         if (rer(ra) == 'unknown_reply' and rer(rb) != 'unknown_reply') or ('prompt_tokens' in diff and A.gen != a_gen):
-            # A restarted during this session and lost its reply map (per process, as documented): it renders
-            # the earlier replies from their text (rerendered_turn names only the first such turn), so this
-            # session's prompts on A and B differ from here on.
+            # A restarted during this session and lost its reply map (its journal in the T2 directory was
+            # missing, damaged or not written): it renders the earlier replies from their text
+            # (rerendered_turn names only the first such turn), so this session's prompts on A and B
+            # differ from here on.
             with lock:
                 tally['reply_map_lost'] += 1
             note(f'{label}: A lost its reply map in a restart ({diff or "same reply"}); session ends here')
