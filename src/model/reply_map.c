@@ -271,8 +271,8 @@ size_t kvt_reply_map_dump(kvt_reply_map *m, uint8_t **buf, size_t *count) {
     return bytes;
 }
 
-/* The string of l bytes at p, or NULL (l == 0 and not required) with *bad set
- * when it holds a NUL (a C string cannot). */
+/* A copy of the l bytes at p as a string; NULL when l is 0, or when they
+ * hold a NUL (a C string cannot), which also sets *bad. */
 static char *rec_str(const uint8_t *p, uint32_t l, int *bad) {
     if (memchr(p, 0, l)) *bad = 1;
     return l && !*bad ? kvt_xstrndup((const char *)p, l) : NULL;
