@@ -16,6 +16,7 @@ pages leaked when idle; then runs `kvtier cache verify` on A's directory and lis
 at warn/error. Exit status 1 when any check failed. Loopback only; standard library only.
 
 usage: bench/soak_expansion.py --bin build/kvtier --model M.gguf --dir SCRATCH [--duration-s 2400]
+       [--scale F]   (smaller prompts and passes, for a slow device: --scale 0.25 on lavapipe)
 """
 import argparse, http.client, json, os, random, re, signal, subprocess, sys, threading, time
 
@@ -28,6 +29,9 @@ ap.add_argument('--threads', default='1')
 ap.add_argument('--a-args', default='--parallel 6 --kv-active 12M --kv-ram 8M --kv-disk-size 1G --ctx 4096')
 ap.add_argument('--b-args', default='--parallel 4 --kv-active 1G --ctx 4096')
 ap.add_argument('--seed', type=int, default=7)
+ap.add_argument('--scale', type=float, default=1.0,
+                help='multiplies the words of every message and the sessions per pass (at least 2), for slow '
+                     'devices such as lavapipe; 1 = the full workload')
 a = ap.parse_args()
 os.makedirs(a.dir, exist_ok=True)
 T2 = os.path.join(a.dir, 't2')
@@ -177,7 +181,7 @@ def strip_ids(calls):
 
 
 def words(rng, n):
-    return ' '.join(rng.choice(WORDS) for _ in range(n))
+    return ' '.join(rng.choice(WORDS) for _ in range(max(1, round(n * a.scale))))
 
 
 def run_session(A, B, pas, s, cfg, rng):
@@ -351,7 +355,7 @@ def main():
     rng = random.Random(a.seed)
     pas = 0
     while time.time() < t_start + a.duration_s:
-        cfg = {'sessions': rng.randint(12, 24), 'rounds': rng.randint(4, 6), 'clients': rng.choice([4, 8, 12, 16]),
+        cfg = {'sessions': max(2, round(rng.randint(12, 24) * a.scale)), 'rounds': rng.randint(4, 6), 'clients': rng.choice([4, 8, 12, 16]),
                'system_words': rng.randint(60, 120), 'doc_words': rng.randint(80, 200)}
         note(f'pass {pas}: {cfg}')
         before = tally['requests']
