@@ -130,6 +130,9 @@ def chat(srv, body):
                 done = True
                 continue
             o = json.loads(data)
+            if o.get('error'):
+                # a reply that fails after its 200 went out ends with an error event (then [DONE])
+                return 'stream error', json.dumps(o['error'])[:400]
             for ch in o.get('choices', []):
                 d = ch.get('delta', {})
                 if d.get('content'):
