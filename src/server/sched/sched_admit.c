@@ -100,7 +100,7 @@ int32_t kvt_srv_fork_choices(kvt_server *s, slot *p, slot **out) {
  * cached; once a running request ends (mem_hold) its prefix fits. Only a
  * plain prompt waits (one choice, no documents, no pooled embedding), only
  * while another request holds pages, and only where the queue takes it back
- * (not full, not stopping or draining). */
+ * (not full, not stopping). */
 static int wait_for_room(kvt_server *s, srv_req *r, kvt_hash128 root) {
     int running = 0;
     for (int32_t i = 0; i < s->p.parallel && !running; i++)
@@ -239,7 +239,9 @@ int kvt_srv_slot_resume(kvt_server *s, slot *sl) {
 
 int kvt_srv_queue_head(kvt_server *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    int ok = !s->stopping && !s->draining && !r->cancelled && s->q_len < s->p.queue;
+    /* not s->draining: r was taken before the drain, which lets it finish, and the engine admits from the
+     * queue until the server stops */
+    int ok = !s->stopping && !r->cancelled && s->q_len < s->p.queue;
     if (ok) { /* the admission's reference is the queue's again; only this thread admits, so it waits there */
         s->q_head = (s->q_head + s->p.queue - 1) % s->p.queue;
         s->queue[s->q_head] = r;

@@ -329,7 +329,7 @@ static slot *pool_victim(kvt_server *s, slot *const *in, int32_t n_in, int32_t *
  * pages are needed, and its next admission restores them), its other
  * choices' slots are freed too, and nothing is admitted until a running
  * request ends. 0, or -1 with nothing changed when the queue cannot take it
- * (full, or the server stopping or draining) or the client went away. */
+ * (full, or the server stopping) or the client went away. */
 static int requeue(kvt_server *s, slot *sl) {
     srv_req *r = sl->r;
     const int32_t idx = (int32_t)(sl - s->slots);

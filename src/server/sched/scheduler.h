@@ -49,8 +49,9 @@ int kvt_srv_slot_resume(kvt_server *s, slot *sl);
 /* Puts admitted request r (and its n_sib other choices) back at the head of
  * the queue, the admission's reference becoming the queue's, and holds
  * admissions until a running request ends (mem_hold). 0, or -1 with nothing
- * changed when the queue cannot take it (full, the server stopping or
- * draining) or its client went away. */
+ * changed when the queue cannot take it (full or the server stopping) or its
+ * client went away. A drain does not refuse it: r is in flight already, and
+ * the drain lets the requests in flight finish. */
 int kvt_srv_queue_head(kvt_server *s, srv_req *r);
 
 /* ---- the step (sched_step.c) ----------------------------------------------------- */
