@@ -375,8 +375,9 @@ enum MHD_Result kvt_srv_on_accept(void *cls, const struct sockaddr *addr, sockle
 /* ---- handlers (handlers.c, handlers_admin.c) ---------------------------------------- */
 
 /* Parses cs's body as the API request its route takes (completions or chat);
- * kvtier.rag is refused off the RAG route. 0, or nonzero with *err filled
- * (and nothing in *a to free). */
+ * kvtier.rag is refused off the RAG route; the session is completed from the
+ * headers (kvt_srv_session_default). 0, or nonzero with *err filled (and
+ * nothing in *a to free). */
 int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_api_error *err);
 /* The same for a body of route r, without the RAG check. A "model" the server does not serve is a 404
  * model_not_found (its id, or a name in p.model_names, is accepted). */

@@ -59,6 +59,7 @@ int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_a
         return kvt_api_errorf(err, 400, "invalid_request_error", "kvtier.rag", "unsupported_parameter",
                               "'kvtier.rag' is read only by /v1/rag/chat/completions");
     }
+    kvt_srv_session_default(s, cs, &a->session);
     return 0;
 }
 
@@ -112,7 +113,6 @@ enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c,
         kvt_api_request_free(&a);
         return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
     }
-    kvt_srv_session_default(s, cs, &a.session);
     srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
     if (r && kvt_srv_add_choices(s, &a, cs->key, r, &err)) {
         kvt_srv_unref_engine_choices(s, r);

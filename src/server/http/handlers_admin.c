@@ -61,7 +61,6 @@ enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, co
             ret = kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
             goto done;
         }
-        kvt_srv_session_default(s, cs, &a.session);
         j->r = kvt_srv_make_request(s, &a, cs->key, &err);
         kvt_api_request_free(&a);
         if (!j->r) {

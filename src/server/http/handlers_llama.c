@@ -447,7 +447,6 @@ static enum MHD_Result handle_apply_template(kvt_server *s, struct MHD_Connectio
     kvt_api_request a;
     kvt_api_error err;
     if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
-    kvt_srv_session_default(s, cs, &a.session);
     srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
     if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);

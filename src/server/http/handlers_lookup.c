@@ -52,7 +52,6 @@ enum MHD_Result kvt_srv_handle_lookup(kvt_server *s, struct MHD_Connection *c, c
                                    "'tiers' must be 0 (block keys only) or 1 (the default: keys and cached tokens)");
     kvt_api_request a;
     if (kvt_srv_parse(s, cs, &a, &err)) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
-    kvt_srv_session_default(s, cs, &a.session);
     srv_req *r = kvt_srv_make_request(s, &a, cs->key, &err);
     kvt_api_request_free(&a);
     if (!r) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
