@@ -32,6 +32,20 @@ static inline int kvt_add_ovf(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
+/* Little-endian fields of a file format, byte by byte: any alignment, any host. */
+static inline void kvt_wr32le(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void kvt_wr64le(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t kvt_rd32le(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t kvt_rd64le(const uint8_t *p) {
+    return (uint64_t)kvt_rd32le(p) | (uint64_t)kvt_rd32le(p + 4) << 32;
+}
+
 /* Logging (timestamps, levels, text or JSON, stderr or a file): log.h. */
 
 /* Monotonic clock in seconds. */

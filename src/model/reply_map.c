@@ -208,18 +208,12 @@ size_t kvt_reply_map_get_split_by(kvt_reply_map *m, const kvt_reply_owner *o, co
 #define RF_SPLIT 1u
 #define RB_MAX (1u << 30) /* no body is longer: a bigger length is damage */
 
-static void wr32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 static void wr_key(uint8_t *p, XXH128_hash_t k) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(k.high64 >> (8 * i)), p[8 + i] = (uint8_t)(k.low64 >> (8 * i));
+    kvt_wr64le(p, k.high64);
+    kvt_wr64le(p + 8, k.low64);
 }
 static XXH128_hash_t rd_key(const uint8_t *p) {
-    XXH128_hash_t k = {0, 0};
-    for (int i = 7; i >= 0; i--) k.high64 = k.high64 << 8 | p[i], k.low64 = k.low64 << 8 | p[8 + i];
+    XXH128_hash_t k = {.high64 = kvt_rd64le(p), .low64 = kvt_rd64le(p + 8)};
     return k;
 }
 
@@ -237,20 +231,20 @@ static void entry_record(const reply_entry *e, uint8_t *out) {
     wr_key(b + RB_KEYS, e->key);
     wr_key(b + RB_KEYS + 16, e->split_key);
     wr_key(b + RB_KEYS + 32, e->answer_key);
-    wr32(b + RB_FLAGS, e->answer ? RF_SPLIT : 0);
+    kvt_wr32le(b + RB_FLAGS, e->answer ? RF_SPLIT : 0);
     const char *s[4] = {e->text, e->reasoning, e->answer, e->session};
     uint8_t *p = b + RB_FIXED;
     for (int i = 0; i < 4; i++) {
         size_t l = slen(s[i]);
-        wr32(b + RB_LENS + 4 * i, (uint32_t)l);
+        kvt_wr32le(b + RB_LENS + 4 * i, (uint32_t)l);
         if (l) memcpy(p, s[i], l);
         p += l;
     }
-    wr32(b + RB_N_IDS, (uint32_t)e->n);
-    for (size_t i = 0; i < e->n; i++, p += 4) wr32(p, (uint32_t)e->ids[i]);
+    kvt_wr32le(b + RB_N_IDS, (uint32_t)e->n);
+    for (size_t i = 0; i < e->n; i++, p += 4) kvt_wr32le(p, (uint32_t)e->ids[i]);
     uint32_t body = (uint32_t)(p - b);
-    wr32(out, body);
-    wr32(out + 4, kvt_crc32c(0, b, body));
+    kvt_wr32le(out, body);
+    kvt_wr32le(out + 4, kvt_crc32c(0, b, body));
 }
 
 size_t kvt_reply_map_dump(kvt_reply_map *m, uint8_t **buf, size_t *count) {
@@ -282,8 +276,8 @@ static char *rec_str(const uint8_t *p, uint32_t l, int *bad) {
 static const char *rec_decode(const uint8_t *b, size_t len, size_t max_ids, int32_t n_vocab, reply_entry *e) {
     if (len < RB_FIXED) return "body shorter than its fixed part";
     uint64_t sum = 0;
-    uint32_t l[4], n = rd32(b + RB_N_IDS), flags = rd32(b + RB_FLAGS);
-    for (int i = 0; i < 4; i++) sum += l[i] = rd32(b + RB_LENS + 4 * i);
+    uint32_t l[4], n = kvt_rd32le(b + RB_N_IDS), flags = kvt_rd32le(b + RB_FLAGS);
+    for (int i = 0; i < 4; i++) sum += l[i] = kvt_rd32le(b + RB_LENS + 4 * i);
     if (RB_FIXED + sum + 4ull * n != len) return "lengths that do not add up to the body";
     if (!n || n > max_ids || !l[0]) return "no text or a count of ids out of range";
     if (flags & ~RF_SPLIT) return "unknown flags";
@@ -305,7 +299,7 @@ static const char *rec_decode(const uint8_t *b, size_t len, size_t max_ids, int3
     e->n = n;
     e->ids = kvt_xmalloc(n * sizeof *e->ids);
     for (uint32_t i = 0; i < n; i++) {
-        e->ids[i] = (int32_t)rd32(p + 4 * i);
+        e->ids[i] = (int32_t)kvt_rd32le(p + 4 * i);
         if (e->ids[i] < 0 || (n_vocab > 0 && e->ids[i] >= n_vocab)) bad = 2;
     }
     if (!bad) return NULL;
@@ -322,12 +316,12 @@ int kvt_reply_map_replay(kvt_reply_map *m, const uint8_t *buf, size_t len, int32
             why = "a record cut short";
             break;
         }
-        uint32_t body = rd32(buf + at);
+        uint32_t body = kvt_rd32le(buf + at);
         const uint8_t *b = buf + at + KVT_REPLY_RECORD_HEAD;
         reply_entry e;
         if (body > RB_MAX || body < RB_FIXED) why = "an impossible length";
         else if (body > len - at - KVT_REPLY_RECORD_HEAD) why = "a record cut short";
-        else if (kvt_crc32c(0, b, body) != rd32(buf + at + 4)) why = "a bad checksum";
+        else if (kvt_crc32c(0, b, body) != kvt_rd32le(buf + at + 4)) why = "a bad checksum";
         else if (!(why = rec_decode(b, body, m->max_ids, n_vocab, &e))) {
             entry_insert(m, &e);
             k++;

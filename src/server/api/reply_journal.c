@@ -30,22 +30,12 @@ struct kvt_reply_journal {
     int fd;         /* for appending; -1 once writing failed */
 };
 
-static void wr32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static void wr64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void head_write(uint8_t *h, kvt_hash128 ns) {
     memcpy(h, HEAD_MAGIC, 8);
-    wr32(h + 8, FORMAT_VERSION);
-    wr64(h + 12, ns.hi);
-    wr64(h + 20, ns.lo);
-    wr32(h + 28, kvt_crc32c(0, h, 28));
+    kvt_wr32le(h + 8, FORMAT_VERSION);
+    kvt_wr64le(h + 12, ns.hi);
+    kvt_wr64le(h + 20, ns.lo);
+    kvt_wr32le(h + 28, kvt_crc32c(0, h, 28));
 }
 
 /* Turns persistence off after a failure (mu held): one warning. */
@@ -114,9 +104,9 @@ static void replay(kvt_reply_journal *j, int32_t n_vocab) {
     uint8_t ours[HEAD_BYTES]; /* the head this process writes: magic, version, namespace */
     head_write(ours, j->ns);
     if (n >= 0 && n < HEAD_BYTES) why = "shorter than its head";
-    else if (n >= 0 && (memcmp(buf, HEAD_MAGIC, 8) || rd32(buf + 28) != kvt_crc32c(0, buf, 28)))
+    else if (n >= 0 && (memcmp(buf, HEAD_MAGIC, 8) || kvt_rd32le(buf + 28) != kvt_crc32c(0, buf, 28)))
         why = "not a reply journal";
-    else if (n >= 0 && rd32(buf + 8) != FORMAT_VERSION) why = "another format version";
+    else if (n >= 0 && kvt_rd32le(buf + 8) != FORMAT_VERSION) why = "another format version";
     if (why) {
         kvt_logk(KVT_LOG_WARN, "dir,file,error", "serve: reply journal %s/%s not read (%s); starting a fresh one", dir,
                  nm, why);
