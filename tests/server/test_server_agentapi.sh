@@ -203,6 +203,11 @@ for f in '"tools":[{"type":"function","function":{"name":"f g"}}]' '"tool_choice
   check "$f is a 400" is "$CODE" 400
   check "... naming $name" is "$(jb .error.param)" "$name"
 done
+# a field whose only neutral value is null says so once, and one with another neutral value names it
+post /v1/chat/completions "{$BASE,\"reasoning_effort\":\"low\"}"
+check "reasoning_effort's 400 says: send null" is "$(jb .error.message | grep -c 'leave it out or send null$')" 1
+post /v1/chat/completions "{$BASE,\"modalities\":[\"audio\"]}"
+check "modalities' 400 names its neutral value" is "$(jb .error.message | grep -c 'or send null or \[\"text\"\]$')" 1
 # stream_options asks for something of a stream: without stream: true it is a mistake, refused as OpenAI does
 post /v1/chat/completions "{$BASE,\"stream_options\":{\"include_usage\":true}}"
 check "stream_options without stream is a 400 naming it" is "$CODE/$(jb .error.param)" 400/stream_options

@@ -235,10 +235,11 @@ int kvt_api_audit_fields(const cJSON *root, const kvt_api_request *r, kvt_api_er
                                   "'samplers' lists %s, which kvtier does not have, and '%s' turns it on: leave %s out "
                                   "of 'samplers', or send '%s' null or %s",
                                   sampler_name(letter), name, sampler_name(letter), name, AUDIT[i].allowed);
+        int only_null = AUDIT[i].rule == AUDIT_NULL; /* null is its only neutral value: say it once */
         return kvt_api_errorf(err, 400, INVALID, name, "unsupported_parameter",
                               "'%s' is not supported yet: kvtier would ignore it and the output would differ from what "
-                              "it asks; leave it out or send null or %s",
-                              name, AUDIT[i].allowed);
+                              "it asks; leave it out or send null%s%s",
+                              name, only_null ? "" : " or ", only_null ? "" : AUDIT[i].allowed);
     }
     return 0;
 }
