@@ -113,6 +113,32 @@ int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int3
 int kvt_cache_attach_quiet(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
                            int32_t *seq, kvt_attach_info *info);
 
+/* kvt_cache_attach for a sequence whose reuse may still grow
+ * (kvt_cache_attach_more): the same lookup, restore and statistics, and
+ * info->stop explained, but that reuse stop is not counted yet (the
+ * reuse_stops of kvt_cache_stats); the caller counts the final one with
+ * kvt_cache_count_stop, once. */
+int kvt_cache_attach_open(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                          int32_t *seq, kvt_attach_info *info);
+void kvt_cache_count_stop(kvt_cache *c, kvt_reuse_reason reason);
+
+/* Late reuse. seq holds the first kvt_seq_len(seq) tokens of tokens[0..n),
+ * a whole number of blocks and fewer than max_reuse: where the cache now
+ * holds more of tokens' leading blocks (other sequences committed them after
+ * seq was attached), seq takes them as kvt_cache_attach would have had they
+ * been there then, up to max_reuse tokens in all: T0 pages zero-copy (the
+ * last one maybe partly, as attach does), T1 blocks restored into fresh
+ * pages. The run stops at a block found first in a measured tier (disk,
+ * remote), whose restore-or-recompute the attach decided already, and only
+ * the local index is asked (no T3 probe). info describes the tokens added
+ * (n_reused, n_planned, tier_tokens, restore_ms, shortfall), and info->stop
+ * where reuse of the whole sequence stops now. The added tokens count as
+ * hits of the request's lookup (no new lookup). Returns the tokens added
+ * (0: none; seq is unchanged). A caller's key chain (kvt_chain) stays valid:
+ * kvt_cache_commit finds the added blocks already cached. */
+int32_t kvt_cache_attach_more(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                              int32_t seq, kvt_attach_info *info);
+
 /* Makes at least n_pages pages free, reclaiming idle T0 pages (demoted to T1).
  * Returns 0, or KVT_ELIMIT with a message when running sequences and pins
  * hold too much of the pool. */

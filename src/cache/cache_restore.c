@@ -304,10 +304,16 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     return ok;
 }
 
-/* kvt_cache_attach; quiet leaves the request statistics (lookups, hits,
+/* How attach counts a request: every statistic (COUNTED), all but its reuse
+ * stop, which may still change (OPEN: kvt_cache_attach_open), or none
+ * (QUIET: the cache's own users, a resumed reply). */
+enum { ATTACH_COUNTED, ATTACH_OPEN, ATTACH_QUIET };
+
+/* kvt_cache_attach; QUIET leaves the request statistics (lookups, hits,
  * shortfalls, reuse stops, the disk tier's hit ratio) alone and explains nothing. */
-static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse, int quiet,
+static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse, int mode,
                   int32_t *seq, kvt_attach_info *info) {
+    const int quiet = mode == ATTACH_QUIET;
     memset(info, 0, sizeof *info);
     kvt_prefix_hit *hits;
     size_t want = max_reuse > 0 ? ((size_t)max_reuse + (size_t)c->B - 1) / (size_t)c->B : 0;
@@ -351,7 +357,7 @@ static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t
         if (!quiet) {
             c->hit_tokens += (uint64_t)reuse;
             kvt_cache_explain(c, root, tokens, n, reuse, info->shortfall, &info->stop);
-            c->reuse_stops[info->stop.reason]++;
+            if (mode == ATTACH_COUNTED) c->reuse_stops[info->stop.reason]++;
         }
     }
     free(tier_of);
@@ -362,12 +368,78 @@ static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t
 
 int kvt_cache_attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse, int32_t *seq,
                      kvt_attach_info *info) {
-    return attach(c, root, tokens, n, max_reuse, 0, seq, info);
+    return attach(c, root, tokens, n, max_reuse, ATTACH_COUNTED, seq, info);
+}
+
+int kvt_cache_attach_open(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                          int32_t *seq, kvt_attach_info *info) {
+    return attach(c, root, tokens, n, max_reuse, ATTACH_OPEN, seq, info);
 }
 
 int kvt_cache_attach_quiet(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
                            int32_t *seq, kvt_attach_info *info) {
-    return attach(c, root, tokens, n, max_reuse, 1, seq, info);
+    return attach(c, root, tokens, n, max_reuse, ATTACH_QUIET, seq, info);
+}
+
+void kvt_cache_count_stop(kvt_cache *c, kvt_reuse_reason reason) {
+    if (reason >= 0 && reason < KVT_REUSE_REASON_COUNT) c->reuse_stops[reason]++;
+}
+
+/* attach's steps (match, acquire, report) for a sequence that holds part of
+ * its prompt already: the run starts at its first block past the sequence. */
+int32_t kvt_cache_attach_more(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,
+                              int32_t seq, kvt_attach_info *info) {
+    memset(info, 0, sizeof *info);
+    const int32_t len = kvt_seq_len(c->e, seq);
+    if (len < 0 || len % c->B || len >= max_reuse || n / c->B <= len / c->B) return 0;
+    kvt_prefix_hit *hits;
+    int32_t k = (int32_t)kvt_cache_match_local(c, root, tokens, n, &hits);
+    int32_t planned = KVT_MIN(k * c->B, max_reuse), j = len / c->B;
+    if (planned <= len) {
+        free(hits);
+        return 0;
+    }
+    /* the run past the sequence's blocks: hits[j..), whose first block's parent is block j-1; it stops
+     * at a block found first in a measured (slow) tier, which the attach weighed already (restore or
+     * recompute): weighing it again at every chunk would only count the same decision again */
+    int32_t n_blocks = (planned + c->B - 1) / c->B - j;
+    for (int32_t i = 0; i < n_blocks; i++) {
+        const kvt_tier_ref *x = &c->tiers[hits[j + i].tier];
+        if (hits[j + i].tier != KVT_TIER_T0 && x->ops && x->ops->measured) {
+            n_blocks = i;
+            planned = KVT_MIN(planned, len + i * c->B);
+            break;
+        }
+    }
+    if (n_blocks == 0) {
+        free(hits);
+        return 0;
+    }
+    int32_t *pages = kvt_xmalloc((size_t)n_blocks * sizeof *pages);
+    kvt_tier *tier_of = kvt_xmalloc((size_t)n_blocks * sizeof *tier_of);
+    double restore_s = 0;
+    kvt_shortfall why;
+    kvt_hash128 parent = j ? hits[j - 1].hash : root;
+    int32_t got = kvt_cache_acquire_run(c, parent, tokens + len, hits + j, n_blocks, INT32_MAX, pages, tier_of,
+                                        &restore_s, info, &why);
+    int32_t add = got < n_blocks ? got * c->B : planned - len;
+    if (got && kvt_seq_append(c->e, seq, pages, got, add)) add = 0;   /* cannot fail: the checks above */
+    for (int32_t i = 0; i < got; i++) kvt_page_unref(c->e, pages[i]); /* the sequence holds its own */
+    if (add > 0) {
+        if (c->admit)
+            for (int32_t i = 0; i < got; i++) kvt_admit_sight(c->admit, hits[j + i].hash);
+        info->n_reused = add;
+        info->n_planned = planned - len;
+        info->shortfall = add < planned - len ? why : KVT_SHORTFALL_NONE;
+        for (int32_t i = 0; i < got; i++) info->tier_tokens[tier_of[i]] += KVT_MIN(c->B, add - i * c->B);
+        info->restore_ms = restore_s * 1e3;
+        c->hit_tokens += (uint64_t)add;
+        kvt_cache_explain(c, root, tokens, n, len + add, info->shortfall, &info->stop);
+    }
+    free(tier_of);
+    free(pages);
+    free(hits);
+    return add;
 }
 
 void kvt_cache_note_prefill(kvt_cache *c, int32_t n_tokens, double seconds) {

@@ -242,6 +242,11 @@ int kvt_engine_rerope_page(kvt_engine *e, int32_t page, int32_t delta);
  * takes its own reference on each (the caller keeps its own). KVT_EARG,
  * KVT_ELIMIT (context) without side effects. */
 int kvt_seq_append_pages(kvt_engine *e, int32_t seq, const int32_t *pages, int32_t n_pages);
+/* kvt_seq_append_pages for pages holding n_tokens tokens, as kvt_seq_new takes
+ * them ((n_pages-1)*B < n_tokens <= n_pages*B, or both 0): a partly filled
+ * last page is copied when the sequence first writes to it while shared.
+ * The cache appends the blocks other sequences computed with it (late reuse). */
+int kvt_seq_append(kvt_engine *e, int32_t seq, const int32_t *pages, int32_t n_pages, int32_t n_tokens);
 
 /* Recomputes n tokens seq already holds, at their positions pos[] (strictly
  * ascending, each in a page only seq references), in place: each token reads

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The engine side of approximate reuse (src/runtime/blend.c): moving stored
- * K to another position by rotating it, appending pages to a sequence, and
+ * K to another position by rotating it, appending pages to a sequence (late
+ * reuse appends cached blocks with it too), and
  * recomputing tokens a sequence already holds in place, with the KV deviation
  * of one layer as CacheBlend selects tokens by it. See engine.h. */
 #include <stdlib.h>
@@ -70,13 +71,15 @@ int kvt_engine_rerope_page(kvt_engine *e, int32_t page, int32_t delta) {
     return 0;
 }
 
-int kvt_seq_append_pages(kvt_engine *e, int32_t seq, const int32_t *pages, int32_t n_pages) {
+int kvt_seq_append(kvt_engine *e, int32_t seq, const int32_t *pages, int32_t n_pages, int32_t n_tokens) {
     seq_state *st = seq >= 0 && seq < e->p.max_seqs && e->seqs[seq].active ? &e->seqs[seq] : NULL;
     const int32_t B = e->p.block_size;
     if (!st || n_pages < 0 || (n_pages && !pages) || st->len % B)
         return kvt_fail(KVT_EARG, "pages can only be appended to a sequence that ends on a page boundary");
-    if ((int64_t)st->len + (int64_t)n_pages * B > e->p.n_ctx)
-        return kvt_fail(KVT_ELIMIT, "%d + %d tokens exceed the context of %d", st->len, n_pages * B, e->p.n_ctx);
+    if ((int64_t)n_pages != ((int64_t)n_tokens + B - 1) / B || n_tokens < 0)
+        return kvt_fail(KVT_EARG, "%d tokens do not fill %d pages of %d", n_tokens, n_pages, B);
+    if ((int64_t)st->len + n_tokens > e->p.n_ctx)
+        return kvt_fail(KVT_ELIMIT, "%d + %d tokens exceed the context of %d", st->len, n_tokens, e->p.n_ctx);
     for (int32_t i = 0; i < n_pages; i++)
         if (pages[i] < 0 || pages[i] >= e->p.n_pages || e->refcount[pages[i]] < 1)
             return kvt_fail(KVT_EARG, "page %d is not allocated", pages[i]);
@@ -84,8 +87,12 @@ int kvt_seq_append_pages(kvt_engine *e, int32_t seq, const int32_t *pages, int32
         st->pages[st->n_pages++] = pages[i];
         e->refcount[pages[i]]++;
     }
-    st->len += n_pages * B;
+    st->len += n_tokens;
     return 0;
+}
+
+int kvt_seq_append_pages(kvt_engine *e, int32_t seq, const int32_t *pages, int32_t n_pages) {
+    return kvt_seq_append(e, seq, pages, n_pages, n_pages * e->p.block_size);
 }
 
 /* The K and V rows of chunk token i's slot for layer l, every kv head, as

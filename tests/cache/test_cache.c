@@ -3,7 +3,8 @@
  * bit-identical to a cold run — from T0, from T1, after a partial-block
  * match, after a mismatch in the middle of a block, with generated tokens
  * reused, under forced hash collisions, with and without host pointers to
- * the engine's pages — budgets hold under churn, and salts isolate tenants. */
+ * the engine's pages, with blocks taken after the attach (late reuse) —
+ * budgets hold under churn, and salts isolate tenants. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,6 +251,94 @@ static void test_repeat_fits(uint64_t ram_bytes) {
     kvt_engine_free(e);
 }
 
+/* Feeds tokens[from..n) to seq and says whether the last logits are those of
+ * ref (a cold run of tokens[0..n)), bit for bit. */
+static int rest_is_cold(kvt_engine *e, int32_t seq, const int32_t *tokens, int32_t n, const run_out *ref) {
+    float *lg = malloc((size_t)n_vocab * sizeof *lg);
+    int32_t from = kvt_seq_len(e, seq);
+    int ok = kvt_engine_feed(e, seq, tokens + from, n - from, 0, lg) == 0 && ref->logits &&
+        !memcmp(lg, ref->logits, (size_t)n_vocab * sizeof *lg);
+    free(lg);
+    return ok;
+}
+
+/* Late reuse (kvt_cache_attach_more): a sequence attached while none of its
+ * prompt was cached takes the blocks another sequence committed since, from
+ * T0 (zero-copy; the last one partly where the prompt is whole blocks) and
+ * from T1, and its logits after the rest of its prompt are a cold run's bits.
+ * An open attach's reuse stop is counted only by kvt_cache_count_stop. */
+static void test_late_reuse(void) {
+    unsigned seed = 11;
+    int32_t p[60], q[52];
+    random_tokens(p, 60, &seed);
+    memcpy(q, p, 44 * sizeof *q); /* 5 full blocks and 4 tokens shared */
+    random_tokens(q + 44, 8, &seed);
+    q[44] = p[44] == 300 ? 301 : 300;
+    run_out ref_q = cold(q, 52), ref_p48 = cold(p, 48), ref_p = cold(p, 60);
+    kvt_engine *e = new_engine(40);
+    kvt_cache *c = kvt_test_cache(e, NULL, 64ull << 20);
+    if (!c) return;
+    kvt_hash128 root;
+    kvt_cache_root(c, NULL, 0, &root);
+    kvt_attach_info ai;
+    kvt_cache_stats st0, st;
+    kvt_cache_get_stats(c, &st0);
+
+    /* q is attached with nothing cached; then p is computed and committed by another sequence */
+    int32_t sq = -1, sp = -1;
+    CHECK(kvt_cache_attach_open(c, root, q, 52, 51, &sq, &ai) == 0 && ai.n_reused == 0);
+    CHECK(ai.stop.reason == KVT_REUSE_NEVER_SEEN);
+    CHECK(kvt_cache_attach(c, root, p, 60, 59, &sp, &ai) == 0);
+    CHECK(kvt_engine_feed(e, sp, p, 60, 0, NULL) == 0);
+    kvt_chain ch;
+    kvt_chain_init(&ch, root);
+    kvt_cache_commit(c, sp, p, &ch);
+    kvt_seq_free(e, sp);
+    int32_t add = kvt_cache_attach_more(c, root, q, 52, 51, sq, &ai);
+    CHECKF(add == 40 && ai.tier_tokens[KVT_TIER_T0] == 40 && kvt_seq_len(e, sq) == 40, "late from T0: %d", add);
+    CHECKF(ai.stop.reason == KVT_REUSE_DIVERGED && ai.stop.token_offset == 44, "stop %d at %d", ai.stop.reason,
+           ai.stop.token_offset);
+    CHECK(kvt_cache_attach_more(c, root, q, 52, 51, sq, &ai) == 0); /* nothing more to take */
+    CHECK(rest_is_cold(e, sq, q, 52, &ref_q));
+    kvt_chain_init(&ch, root); /* its chain registers the blocks it took as cached already, then its own */
+    kvt_cache_commit(c, sq, q, &ch);
+    CHECK(ch.n_done == 6);
+    kvt_seq_free(e, sq);
+    kvt_cache_get_stats(c, &st);
+    CHECK(st.reuse_stops[KVT_REUSE_NEVER_SEEN] == st0.reuse_stops[KVT_REUSE_NEVER_SEEN] + 1); /* p's, counted */
+    CHECK(st.reuse_stops[KVT_REUSE_DIVERGED] == st0.reuse_stops[KVT_REUSE_DIVERGED]);         /* q's is open */
+    CHECK(st.hit_tokens == st0.hit_tokens + 40);
+    kvt_cache_count_stop(c, KVT_REUSE_DIVERGED);
+    kvt_cache_get_stats(c, &st);
+    CHECK(st.reuse_stops[KVT_REUSE_DIVERGED] == st0.reuse_stops[KVT_REUSE_DIVERGED] + 1);
+    check_consistent(c);
+
+    /* a prompt of whole cached blocks: all but its last token, the last page partly */
+    int32_t sr = -1;
+    CHECK(kvt_cache_attach_quiet(c, root, p, 48, 0, &sr, &ai) == 0 && kvt_seq_len(e, sr) == 0);
+    CHECKF((add = kvt_cache_attach_more(c, root, p, 48, 47, sr, &ai)) == 47, "partial: %d", add);
+    CHECK(rest_is_cold(e, sr, p, 48, &ref_p48));
+    kvt_seq_free(e, sr);
+    run_out warm_p = run(e, c, p, 60, NULL); /* the shared page was copied, not written */
+    CHECK(warm_p.res.n_reused == 56 && same(&warm_p, &ref_p));
+    check_consistent(c);
+
+    /* from T1: every idle page is reclaimed (demoted), then q's 6 blocks come back from there */
+    CHECK(kvt_cache_reserve(c, kvt_page_count(e)) == 0);
+    CHECK(kvt_cache_attach_quiet(c, root, q, 52, 0, &sq, &ai) == 0);
+    add = kvt_cache_attach_more(c, root, q, 52, 51, sq, &ai);
+    CHECKF(add == 48 && ai.tier_tokens[KVT_TIER_T1] == 48, "late from T1: %d (T1 %d)", add, ai.tier_tokens[KVT_TIER_T1]);
+    CHECK(rest_is_cold(e, sq, q, 52, &ref_q));
+    kvt_seq_free(e, sq);
+    check_consistent(c);
+    free_out(&ref_q);
+    free_out(&ref_p48);
+    free_out(&ref_p);
+    free_out(&warm_p);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("m.gguf", 600))) {
         CHECK(model != NULL);
@@ -263,6 +352,7 @@ int main(void) {
     test_exhaustion();
     test_repeat_fits(0);
     test_repeat_fits(1 << 20);
+    test_late_reuse();
     kvt_model_free(model);
     return kvt_test_done("test_cache");
 }
