@@ -183,6 +183,7 @@ typedef struct {
     int32_t n_toks, cap;
     int32_t n_fed; /* tokens in the sequence while prefilling */
     int prefilling;
+    int stop_open; /* admitted, its reuse stop not counted yet: its prefill may still reuse more */
     /* generating, its sequence given up for want of KV pages (sched_step.c): its blocks stay cached
      * (moving down a tier, not out) and the rest of its state here, until kvt_srv_resume_parked puts
      * its tokens back; it holds no pages and the engine steps pass it by */

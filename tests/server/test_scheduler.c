@@ -34,14 +34,14 @@ static int rig_up_pages(rig *g, int32_t parallel, int32_t n_pages) {
 }
 static int rig_up(rig *g, int32_t parallel) { return rig_up_pages(g, parallel, 1024); }
 
-/* A completion request for the prompt base, base+1, ... (n_prompt ids) with
- * extra JSON fields; greedy and past end-of-generation tokens unless extra
- * says otherwise. NULL (a failed check) if it is refused. */
-static srv_req *request_n(kvt_server *s, int32_t base, int32_t n_prompt, int32_t max_tokens, const char *extra) {
+/* A completion request for the prompt ids[0..n_prompt) with extra JSON
+ * fields; greedy and past end-of-generation tokens unless extra says
+ * otherwise. NULL (a failed check) if it is refused. */
+static srv_req *request_ids(kvt_server *s, const int32_t *ids, int32_t n_prompt, int32_t max_tokens, const char *extra) {
     char json[2048];
     int at = snprintf(json, sizeof json, "{\"prompt\":[");
     for (int32_t i = 0; i < n_prompt; i++)
-        at += snprintf(json + at, sizeof json - (size_t)at, "%s%d", i ? "," : "", base + i);
+        at += snprintf(json + at, sizeof json - (size_t)at, "%s%d", i ? "," : "", ids[i]);
     snprintf(json + at, sizeof json - (size_t)at, "],\"max_tokens\":%d,\"ignore_eos\":true%s%s}", max_tokens,
              extra ? "," : "", extra ? extra : "");
     kvt_api_request a;
@@ -59,6 +59,12 @@ static srv_req *request_n(kvt_server *s, int32_t base, int32_t n_prompt, int32_t
     kvt_api_request_free(&a);
     CHECKF(r != NULL, "%s: %s", json, err.message);
     return r;
+}
+/* request_ids for the prompt base, base+1, ... (n_prompt ids). */
+static srv_req *request_n(kvt_server *s, int32_t base, int32_t n_prompt, int32_t max_tokens, const char *extra) {
+    int32_t ids[N_CTX];
+    for (int32_t i = 0; i < n_prompt; i++) ids[i] = base + i;
+    return request_ids(s, ids, n_prompt, max_tokens, extra);
 }
 static srv_req *request(kvt_server *s, int32_t base, int32_t max_tokens, const char *extra) {
     return request_n(s, base, PROMPT, max_tokens, extra);
@@ -402,6 +408,69 @@ static void test_pool_priority_parks(void) {
     CHECKF(paused, "in five tries the two replies never ran together");
 }
 
+/* The same text and logprobs, bit for bit. */
+static int same_reply(const srv_req *a, const srv_req *b) {
+    return a->text_len == b->text_len && !memcmp(a->text, b->text, a->text_len) && a->n_lp == b->n_lp &&
+        !memcmp(a->lp, b->lp, a->n_lp * sizeof *a->lp);
+}
+
+/* Four prompts with a 3-block prefix in common and suffixes of their own,
+ * queued together, are admitted together while nothing is cached: the first
+ * computes its whole prompt, and each later one, when its prefill begins,
+ * takes the 48 tokens the first committed meanwhile (late reuse, from T0)
+ * and computes only its suffix; the last has n = 2, whose choices fork from
+ * that prompt. Each reply (text and logprobs) is the one its prompt gets
+ * alone and cold (under a cache_salt of its own). */
+static void test_late_reuse(void) {
+    enum { N = 4, PREFIX = 3 * B };
+    rig g;
+    if (rig_up(&g, N + 1)) goto out;
+    int32_t ids[N][PREFIX + 32], n[N];
+    srv_req *q[N], *solo[N];
+    int ok = 1;
+    for (int i = 0; i < N; i++) {
+        n[i] = PREFIX + B + 3 * i; /* the suffix fills a block: the first's is cached before the others look */
+        for (int32_t k = 0; k < n[i]; k++) ids[i][k] = k < PREFIX ? 10 + k : 100 + 50 * i + k;
+        char extra[128], salted[160];
+        snprintf(extra, sizeof extra, "\"temperature\":0,\"logprobs\":2%s", i == N - 1 ? ",\"n\":2" : "");
+        snprintf(salted, sizeof salted, "%s,\"cache_salt\":\"solo%d\"", extra, i);
+        ok &= (q[i] = request_ids(g.s, ids[i], n[i], 6, extra)) != NULL;
+        ok &= (solo[i] = request_ids(g.s, ids[i], n[i], 6, salted)) != NULL;
+    }
+    if (!ok) goto out;
+    pthread_mutex_lock(&g.s->mu); /* one critical section: the engine sees the four together */
+    for (int i = 0; i < N; i++) CHECK(kvt_srv_enqueue_locked(g.s, q[i]) == 0);
+    pthread_mutex_unlock(&g.s->mu);
+    for (int i = 0; i < N; i++) wait_done(g.s, q[i]);
+    for (int i = 0; i < N; i++) { /* one at a time, each cold */
+        CHECK(kvt_srv_enqueue(g.s, solo[i]) == 0);
+        wait_done(g.s, solo[i]);
+        CHECK(solo[i]->usage.cached_tokens == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        const kvt_api_usage *u = &q[i]->usage;
+        int32_t late = i ? PREFIX : 0;
+        CHECKF(u->admission_seq == 1 + i && u->late_cached_tokens == late && u->cached_tokens == late &&
+                   u->tier_tokens[KVT_TIER_T0] == late && u->computed_tokens == n[i] - late,
+               "request %d (admitted %lld): cached %d (late %d, T0 %d), computed %d of %d", i,
+               (long long)u->admission_seq, u->cached_tokens, u->late_cached_tokens, u->tier_tokens[KVT_TIER_T0],
+               u->computed_tokens, n[i]);
+        kvt_reuse_reason want = i ? KVT_REUSE_DIVERGED : KVT_REUSE_NEVER_SEEN;
+        CHECKF(u->reuse_stop.reason == want && u->reuse_stop.token_offset == late, "request %d: stop %d at %d", i,
+               u->reuse_stop.reason, u->reuse_stop.token_offset);
+        CHECKF(same_reply(q[i], solo[i]), "request %d: the reply differs from its cold one", i);
+        for (int32_t c = 0; c < q[i]->n_sib; c++)
+            CHECKF(same_reply(q[i]->sib[c], solo[i]->sib[c]) && q[i]->sib[c]->usage.late_cached_tokens == late,
+                   "request %d, choice %d", i, c + 1);
+    }
+    for (int i = 0; i < N; i++) {
+        kvt_srv_unref_choices(g.s, q[i]);
+        kvt_srv_unref_choices(g.s, solo[i]);
+    }
+out:
+    kvt_test_rig_down(&g);
+}
+
 int main(void) {
     if (!(model = kvt_test_tiny_model("sched.gguf", N_VOCAB))) return 1;
     test_arrival_order();
@@ -412,6 +481,7 @@ int main(void) {
     test_pool_youngest_gives_way();
     test_pool_generating_parks();
     test_pool_priority_parks();
+    test_late_reuse();
     kvt_model_free(model);
     return kvt_test_done("test_scheduler");
 }

@@ -86,6 +86,8 @@ cJSON *kvt_api_kvtier_obj(const kvt_api_usage *u) {
         if (u->history_rerendered) cJSON_AddStringToObject(o, "history_rerendered", u->history_rerendered);
     }
     if (u->prefetched_tokens) cJSON_AddNumberToObject(o, "prefetched_tokens", u->prefetched_tokens);
+    /* only when it happened: blocks other requests computed between its admission and its prefill */
+    if (u->late_cached_tokens) cJSON_AddNumberToObject(o, "late_cached_tokens", u->late_cached_tokens);
     if (u->admission_seq) {
         cJSON_AddNumberToObject(o, "queued_ms", u->queued_ms);
         cJSON_AddNumberToObject(o, "admission_seq", (double)u->admission_seq);

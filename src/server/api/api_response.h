@@ -23,15 +23,16 @@ typedef struct {
     int32_t tier_tokens[KVT_TIER_COUNT]; /* ... by tier */
     int32_t computed_tokens;             /* prompt tokens prefilled */
     double restore_ms, prefill_ms, ttft_ms;
-    const char *disk_decision; /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
-    int32_t planned_tokens;    /* prompt tokens the lookup matched (>= cached_tokens) */
-    int32_t prefetched_tokens; /* of the cached ones, restored into T0 while the request waited */
-    double queued_ms;          /* from arrival to admission into a sequence slot */
-    int64_t admission_seq;     /* the order of admissions (1, 2, ...; 0: none); cache-aware
+    const char *disk_decision;  /* disk blocks matched: "restore" or "recompute"; NULL: none (static) */
+    int32_t planned_tokens;     /* prompt tokens the lookup matched (>= cached_tokens) */
+    int32_t prefetched_tokens;  /* of the cached ones, restored into T0 while the request waited */
+    int32_t late_cached_tokens; /* of the cached ones, taken as its prefill began (computed meanwhile) */
+    double queued_ms;           /* from arrival to admission into a sequence slot */
+    int64_t admission_seq;      /* the order of admissions (1, 2, ...; 0: none); cache-aware
                                               scheduling may admit a later arrival first */
-    const char *shortfall;     /* why cached < planned (kvt_shortfall_name); NULL: none */
-    int has_reuse_stop;        /* reuse_stop is filled (a request that went through the cache) */
-    kvt_reuse_stop reuse_stop; /* where reuse stopped and why */
+    const char *shortfall;      /* why cached < planned (kvt_shortfall_name); NULL: none */
+    int has_reuse_stop;         /* reuse_stop is filled (a request that went through the cache) */
+    kvt_reuse_stop reuse_stop;  /* where reuse stopped and why */
     char stop_prompt_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the prompt's text from token_offset (UTF-8) */
     char stop_cached_text[KVT_API_STOP_TEXT_MAX]; /* diverged: the nearest cached block's text from there */
     int approximate;                              /* the request asked for approximate reuse: the report has its part */

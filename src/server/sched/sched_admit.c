@@ -23,6 +23,18 @@ static void stop_text(kvt_server *s, const int32_t *ids, int32_t n, char *out) {
     free(clean);
 }
 
+/* Where reuse of r's prompt stopped, in its kvtier report. */
+static void set_reuse_stop(kvt_server *s, srv_req *r, const kvt_reuse_stop *stop) {
+    r->usage.has_reuse_stop = 1;
+    r->usage.reuse_stop = *stop;
+    r->usage.stop_prompt_text[0] = r->usage.stop_cached_text[0] = 0;
+    if (stop->reason == KVT_REUSE_DIVERGED) {
+        stop_text(s, stop->prompt_ids, stop->n_prompt_ids, r->usage.stop_prompt_text);
+        /* the cached side is decoded only where the operator lets it be shown (--explain-text) */
+        if (r->usage.show_cached_text) stop_text(s, stop->cached_ids, stop->n_cached_ids, r->usage.stop_cached_text);
+    }
+}
+
 /* A free slot (admission reserved one). */
 static slot *free_slot(kvt_server *s) {
     for (int32_t i = 0; i < s->p.parallel; i++)
@@ -153,7 +165,8 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     if (!rc) rag_admit(s, r, root);
     /* an embedding pooled over the first or every token computes them all: only KV is cached, not hidden rows */
     int32_t max_reuse = r->embed == KVT_POOL_MEAN || r->embed == KVT_POOL_CLS ? 0 : r->n_prompt - 1;
-    if (!rc) rc = kvt_cache_attach(s->cache, root, r->prompt, r->n_prompt, max_reuse, &seq, &ai);
+    /* its reuse may grow when its prefill starts (kvt_srv_slot_attach_more): the stop is counted then */
+    if (!rc) rc = kvt_cache_attach_open(s->cache, root, r->prompt, r->n_prompt, max_reuse, &seq, &ai);
     kvt_chain chain;
     kvt_chain_init(&chain, root);
     kvt_blend_job *bj = NULL;
@@ -161,6 +174,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
         (rc = kvt_blend_begin(s->cache, root, seq, r->prompt, r->n_prompt, r->doc_starts, r->n_docs, &r->blend, &bj))) {
         kvt_seq_free(s->e, seq);
         seq = -1;
+        kvt_cache_count_stop(s->cache, ai.stop.reason); /* its reuse is final: it ends here */
     }
     if (rc) {
         kvt_logk(KVT_LOG_WARN, "request_id,completion_id,error", "serve: cannot start %s (%s): %s", kvt_srv_log_id(r),
@@ -176,6 +190,7 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
     slot_setup(s, sl, r, seq);
     sl->chain = chain;
     sl->prefilling = 1;
+    sl->stop_open = 1;
     sl->blend = bj; /* the engine steps place the documents, then prefill the rest */
     kvt_srv_log_prefill(r, r->n_prompt - sl->n_fed, sl->n_fed, 0);
     kvt_srv_prefill_progress(sl, 1);
@@ -200,17 +215,62 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r) {
                                                               : NULL;
     r->usage.planned_tokens = ai.n_planned;
     r->usage.prefetched_tokens = r->prefetched_tokens;
+    r->usage.late_cached_tokens = 0; /* an admission after a requeue starts the report again */
     r->usage.queued_ms = (kvt_now() - r->t_arrival) * 1e3;
     r->usage.admission_seq = (int64_t)sl->admitted + 1;
     r->usage.shortfall = ai.shortfall ? kvt_shortfall_name(ai.shortfall) : NULL;
-    r->usage.has_reuse_stop = 1;
-    r->usage.reuse_stop = ai.stop;
-    if (ai.stop.reason == KVT_REUSE_DIVERGED) {
-        stop_text(s, ai.stop.prompt_ids, ai.stop.n_prompt_ids, r->usage.stop_prompt_text);
-        /* the cached side is decoded only where the operator lets it be shown (--explain-text) */
-        if (r->usage.show_cached_text)
-            stop_text(s, ai.stop.cached_ids, ai.stop.n_cached_ids, r->usage.stop_cached_text);
+    set_reuse_stop(s, r, &ai.stop);
+}
+
+/* The exclusions, then every field of the report that the tokens taken
+ * change, as the admission fills them. */
+void kvt_srv_slot_attach_more(kvt_server *s, slot *sl) {
+    srv_req *r = sl->r;
+    /* not for: a resumed reply (its tokens are put back quietly, not a prompt's report), documents
+     * placed approximately (the sequence holds KV no cold run computes, so exact blocks after it would
+     * not be what the request asked for), an embedding pooled over the first or every token (it
+     * computes them all) */
+    if (sl->resume_to || sl->blend || r->approximate || r->embed == KVT_POOL_MEAN || r->embed == KVT_POOL_CLS) return;
+    int32_t n_fed = sl->n_fed;
+    if (n_fed % s->block || r->n_prompt / s->block <= n_fed / s->block) return; /* no whole block to take */
+    kvt_attach_info ai;
+    uint8_t *tiers = NULL;
+    int32_t n_tiers = 0;
+    if (r->block_tiers) { /* RAG's per-block tiers: looked up just before the blocks are taken, as at admission */
+        tiers = kvt_xmalloc((size_t)r->n_prompt / (size_t)s->block + 1);
+        n_tiers = kvt_cache_block_tiers(s->cache, sl->chain.root, r->prompt, r->n_prompt - 1, tiers,
+                                        r->n_prompt / s->block + 1);
     }
+    int32_t add = kvt_cache_attach_more(s->cache, sl->chain.root, r->prompt, r->n_prompt, r->n_prompt - 1, sl->seq, &ai);
+    if (add > 0 && tiers) {
+        int32_t from = n_fed / s->block, to = KVT_MIN((n_fed + add + s->block - 1) / s->block, n_tiers);
+        if (to > from) memcpy(r->block_tiers + from, tiers + from, (size_t)(to - from));
+        r->n_block_tiers = KVT_MAX(r->n_block_tiers, to);
+    }
+    free(tiers);
+    if (add <= 0) return;
+    sl->n_fed = kvt_seq_len(s->e, sl->seq);
+    sl->progress_from += add; /* the progress lines count computed tokens */
+    /* the engine thread is the only writer of usage until done is set */
+    kvt_api_usage *u = &r->usage;
+    u->cached_tokens += add;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) u->tier_tokens[t] += ai.tier_tokens[t];
+    u->computed_tokens -= add;
+    u->late_cached_tokens += add;
+    u->restore_ms += ai.restore_ms;
+    u->planned_tokens += ai.n_planned;
+    if (ai.shortfall && !u->shortfall) u->shortfall = kvt_shortfall_name(ai.shortfall);
+    set_reuse_stop(s, r, &ai.stop);
+    kvt_logk(KVT_LOG_INFO, "request_id,completion_id,cached_tokens,computed_tokens",
+             "serve: %s (%s) takes %d more prompt tokens from the cache, computed since its admission: %d cached "
+             "in all, %d to compute",
+             kvt_srv_log_id(r), r->id, add, u->cached_tokens, r->n_prompt - sl->n_fed);
+}
+
+void kvt_srv_count_stop(kvt_server *s, slot *sl) {
+    if (!sl->stop_open) return;
+    sl->stop_open = 0;
+    kvt_cache_count_stop(s->cache, sl->r->usage.reuse_stop.reason);
 }
 
 int kvt_srv_slot_resume(kvt_server *s, slot *sl) {

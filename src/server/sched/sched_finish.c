@@ -18,6 +18,7 @@ void kvt_srv_slot_clear(kvt_server *s, slot *sl) {
         s->slot_reqs[idx] = NULL;
         pthread_mutex_unlock(&s->mu);
     }
+    kvt_srv_count_stop(s, sl);
     kvt_blend_job_free(sl->blend); /* a cancelled placement stops between chunks */
     if (sl->seq >= 0) kvt_seq_free(s->e, sl->seq);
     kvt_sampler_free(sl->smp);

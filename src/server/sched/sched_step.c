@@ -182,7 +182,10 @@ static void after_decode(kvt_server *s, slot **dec, int32_t n_dec, slot *pf, int
         if (!n_dec) kvt_cache_note_prefill(s->cache, chunk, ms / 1e3); /* a pure prefill step: a clean sample */
         kvt_cache_commit(s->cache, pf->seq, pf->toks, &pf->chain);
         if (!resumed) kvt_srv_prefill_progress(pf, 0);
-        if (!resumed && pf->n_fed == pf->r->n_prompt) kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
+        if (!resumed && pf->n_fed == pf->r->n_prompt) {
+            kvt_srv_log_prefill(pf->r, pf->r->usage.computed_tokens, 0, 1);
+            kvt_srv_count_stop(s, pf); /* its reuse is final */
+        }
     }
     for (int32_t i = 0; i < n_dec; i++) slot_on_logits(s, dec[i], s->logits + (size_t)i * (size_t)s->n_vocab);
     if (resumed && pf->n_fed == pf->resume_to) {
@@ -342,6 +345,7 @@ static int requeue(kvt_server *s, slot *sl) {
         slot *w = &s->slots[j];
         if (w->r && w->waiting && w->fork_of == idx) kvt_srv_slot_clear(s, w);
     }
+    sl->stop_open = 0; /* its next admission explains and counts its reuse again */
     kvt_srv_slot_clear(s, sl);
     /* an embedding starts its sum again: the next admission feeds the rows it pools once more (the
      * engine thread owns the sum until done) */
@@ -452,6 +456,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     if (bl) pf = NULL;
     int32_t chunk = 0, pf_pages = 0;
     if (pf) {
+        kvt_srv_slot_attach_more(s, pf); /* what the cache gained since its admission, it need not compute */
         chunk = KVT_MIN(feed_target(pf) - pf->n_fed, s->p.prefill_chunk);
         pf_pages = kvt_seq_pages_needed(s->e, pf->seq, chunk);
     }

@@ -40,6 +40,21 @@ void kvt_srv_slot_admit(kvt_server *s, srv_req *r);
  * sequence ends with 503). */
 int32_t kvt_srv_fork_choices(kvt_server *s, slot *p, slot **out);
 
+/* Late reuse, for prompting slot sl about to compute its next chunk: where
+ * the cache now holds more of its prompt than its sequence (blocks that the
+ * requests beside it committed after its admission), the sequence takes
+ * them (kvt_cache_attach_more) instead of computing them, and the report
+ * (cached, per tier, computed, planned, reuse_stop, late_cached_tokens)
+ * counts them. Only where its fed tokens are whole blocks, and not for a
+ * resumed reply, approximate reuse, or an embedding pooled over the first
+ * or every token. */
+void kvt_srv_slot_attach_more(kvt_server *s, slot *sl);
+/* Counts where reuse of slot sl's prompt stopped (the cache's reuse_stops,
+ * /metrics' misses by reason) once its reuse is final: its prefill is done,
+ * or it ends before that. Once per request: one that goes back to the queue
+ * is counted after its next admission instead. */
+void kvt_srv_count_stop(kvt_server *s, slot *sl);
+
 /* Puts back the tokens of parked slot sl (prompt and reply, all but its
  * pending token) in a new sequence: attach restores their cached blocks, and
  * the engine steps prefill the rest (resume_to) before it generates on.
