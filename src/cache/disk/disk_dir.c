@@ -610,20 +610,20 @@ void kvt_disk_lifetime_add(int dfd, const char *dir, const kvt_disk_lifetime *se
 
 const char *kvt_disk_path(const kvt_disk *d) { return d->dir; }
 
-static int side_name_ok(const kvt_disk *d, const char *name) {
+static int side_name_ok(const char *dir, const char *name) {
     size_t pl = strlen(KVT_DISK_SIDE_PREFIX), n = strlen(name);
     if (strncmp(name, KVT_DISK_SIDE_PREFIX, pl) || n == pl || n > SEG_NAME_MAX || strchr(name, '/'))
-        return kvt_fail(-EINVAL, "cache dir %s: '%s' is not a side file's name", d->dir, name);
+        return kvt_fail(-EINVAL, "cache dir %s: '%s' is not a side file's name", dir, name);
     return 0;
 }
 
 int kvt_disk_side_open(kvt_disk *d, const char *name, int flags) {
-    int rc = side_name_ok(d, name);
+    int rc = side_name_ok(d->dir, name);
     return rc ? rc : kvt_disk_file_open(d->dir_fd, d->dir, name, flags, FILE_MODE);
 }
 
 int kvt_disk_side_replace(kvt_disk *d, const char *name, const void *buf, size_t n) {
-    int rc = side_name_ok(d, name);
+    int rc = side_name_ok(d->dir, name);
     if (rc) return rc;
     char tmp[SEG_NAME_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
@@ -642,5 +642,48 @@ int kvt_disk_side_replace(kvt_disk *d, const char *name, const void *buf, size_t
         return kvt_fail(rc, "cache dir %s: cannot write %s: %s", d->dir, name, strerror(-rc));
     }
     fsync(d->dir_fd);
+    return 0;
+}
+
+kvt_disk_record_key *kvt_disk_side_key(const kvt_disk *d) {
+    return d->p.mac && d->key_state != KEY_NONE ? kvt_disk_record_key_new(d->key.bytes) : NULL;
+}
+
+int kvt_disk_key_read(const char *dir, kvt_disk_record_key **k) {
+    *k = NULL;
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    struct stat db;
+    mac_key key;
+    int rc = fstat(dfd, &db) ? kvt_fail(-errno, "cache dir %s: %s", dir, strerror(errno))
+                             : kvt_disk_key_load(dfd, dir, db.st_uid, &key); /* its owner's, as the store wants */
+    close(dfd);
+    if (!rc) *k = kvt_disk_record_key_new(key.bytes);
+    sodium_memzero(&key, sizeof key);
+    return rc;
+}
+
+int kvt_disk_side_read(const char *dir, const char *name, size_t max, uint8_t **buf, size_t *n) {
+    *buf = NULL;
+    *n = 0;
+    if (side_name_ok(dir, name)) return -EINVAL;
+    int dfd = kvt_disk_dir_open(dir, DIR_READ);
+    if (dfd < 0) return dfd;
+    int fd = kvt_disk_file_open(dfd, dir, name, O_RDONLY, 0);
+    close(dfd);
+    if (fd < 0) return fd;
+    struct stat sb;
+    int rc = fstat(fd, &sb) ? -errno : (unsigned long long)sb.st_size > max ? -EFBIG : 0;
+    size_t at = 0, len = rc ? 0 : (size_t)sb.st_size;
+    if (!rc) *buf = kvt_xmalloc(len ? len : 1);
+    while (!rc && at < len) {
+        ssize_t r = pread(fd, *buf + at, len - at, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* shorter than fstat said: what is there */
+        at += (size_t)r;
+    }
+    close(fd);
+    if (rc) return kvt_fail(rc, "cache dir %s: cannot read %s: %s", dir, name, strerror(-rc));
+    *n = at;
     return 0;
 }

@@ -82,41 +82,43 @@ static int scheme_usable(const mac_key *k, uint32_t scheme) {
     return scheme == KVT_DISK_SCHEME_BLAKE2B || (scheme == KVT_DISK_SCHEME_GMAC && k->gmac);
 }
 
+/* The MAC field of msg[0..len) under scheme (usable with k), the one place
+ * both schemes are computed: keyed BLAKE2b-256 under the key itself, or GMAC
+ * (AES-256-GCM with msg as additional data and an empty message) under the
+ * derived AES key with nonce, which goes into the field after the tag. */
+static void bytes_mac(const mac_key *k, uint32_t scheme, const uint8_t *msg, uint64_t len,
+                      const uint8_t nonce[KVT_DISK_GMAC_NONCE_BYTES], uint8_t out[KVT_DISK_MAC_BYTES]) {
+    memset(out, 0, KVT_DISK_MAC_BYTES);
+    if (scheme == KVT_DISK_SCHEME_BLAKE2B) {
+        crypto_generichash(out, KVT_DISK_MAC_BYTES, msg, len, k->bytes, KVT_DISK_KEY_BYTES);
+        return;
+    }
+    assert(scheme == KVT_DISK_SCHEME_GMAC && k->gmac);
+    uint8_t empty = 0;
+    crypto_aead_aes256gcm_encrypt_detached_afternm(&empty, out, NULL, &empty, 0, msg, len, NULL, nonce, &k->gcm);
+    memcpy(out + KVT_DISK_GMAC_TAG_BYTES, nonce, KVT_DISK_GMAC_NONCE_BYTES);
+}
+
 /* The MAC field of the record rec[0..len) (header and stored payload) under
  * scheme (usable with k): the MAC covers every byte, with the two CRC fields
  * and the MAC field read as zero, so magic, version, codec, lengths,
  * namespace, hash, parent, flags, key id and token ids are all bound. A
  * record can then only be made by whoever holds the key, and a payload moved
- * under another key, parent or token list no longer matches. GMAC takes its
- * additional data as one buffer, so those fields are zeroed in rec while it
- * runs and then restored: rec is unchanged on return, but must not be read by
- * another thread meanwhile (it never is: see the callers). nonce is GMAC's;
- * it goes into the field after the tag. out may point into rec. */
+ * under another key, parent or token list no longer matches. The MAC is
+ * taken over one buffer, so those fields are zeroed in rec while it runs and
+ * then restored: rec is unchanged on return, but must not be read by another
+ * thread meanwhile (it never is: see the callers). nonce is GMAC's. out may
+ * point into rec. */
 static void record_mac(const mac_key *k, uint32_t scheme, uint8_t *rec, uint64_t len,
                        const uint8_t nonce[KVT_DISK_GMAC_NONCE_BYTES], uint8_t out[KVT_DISK_MAC_BYTES]) {
-    static const uint8_t zeros[KVT_DISK_MAC_BYTES];
-    uint8_t mac[KVT_DISK_MAC_BYTES] = {0};
-    if (scheme == KVT_DISK_SCHEME_BLAKE2B) {
-        crypto_generichash_state st;
-        crypto_generichash_init(&st, k->bytes, KVT_DISK_KEY_BYTES, KVT_DISK_MAC_BYTES);
-        crypto_generichash_update(&st, rec, RH_HEADER_CRC);
-        crypto_generichash_update(&st, zeros, RH_CRC_FIELDS_BYTES);
-        crypto_generichash_update(&st, rec + RH_FLAGS, RH_MAC - RH_FLAGS);
-        crypto_generichash_update(&st, zeros, KVT_DISK_MAC_BYTES);
-        crypto_generichash_update(&st, rec + RH_TOKENS, len - RH_TOKENS);
-        crypto_generichash_final(&st, mac, KVT_DISK_MAC_BYTES);
-    } else {
-        assert(scheme == KVT_DISK_SCHEME_GMAC && k->gmac);
-        uint8_t crcs[RH_CRC_FIELDS_BYTES], field[KVT_DISK_MAC_BYTES], empty = 0;
-        memcpy(crcs, rec + RH_HEADER_CRC, sizeof crcs);
-        memcpy(field, rec + RH_MAC, sizeof field);
-        memset(rec + RH_HEADER_CRC, 0, sizeof crcs);
-        memset(rec + RH_MAC, 0, sizeof field);
-        crypto_aead_aes256gcm_encrypt_detached_afternm(&empty, mac, NULL, &empty, 0, rec, len, NULL, nonce, &k->gcm);
-        memcpy(rec + RH_HEADER_CRC, crcs, sizeof crcs);
-        memcpy(rec + RH_MAC, field, sizeof field);
-        memcpy(mac + KVT_DISK_GMAC_TAG_BYTES, nonce, KVT_DISK_GMAC_NONCE_BYTES);
-    }
+    uint8_t crcs[RH_CRC_FIELDS_BYTES], field[KVT_DISK_MAC_BYTES], mac[KVT_DISK_MAC_BYTES];
+    memcpy(crcs, rec + RH_HEADER_CRC, sizeof crcs);
+    memcpy(field, rec + RH_MAC, sizeof field);
+    memset(rec + RH_HEADER_CRC, 0, sizeof crcs);
+    memset(rec + RH_MAC, 0, sizeof field);
+    bytes_mac(k, scheme, rec, len, nonce, mac);
+    memcpy(rec + RH_HEADER_CRC, crcs, sizeof crcs);
+    memcpy(rec + RH_MAC, field, sizeof field);
     memcpy(out, mac, KVT_DISK_MAC_BYTES);
 }
 
@@ -330,4 +332,30 @@ int kvt_disk_record_verify_in_place(const kvt_disk_record *r, const kvt_disk_rec
 
 int kvt_disk_record_decode_with(ZSTD_DCtx *dc, const kvt_disk_record *r, void *out, size_t cap) {
     return kvt_disk_decode_with(dc, r, out, cap);
+}
+
+/* ---- side files' MACs (tier_disk.h) -------------------------------------- */
+
+uint32_t kvt_disk_key_scheme(const kvt_disk_record_key *k) {
+    return k->k.gmac ? KVT_DISK_SCHEME_GMAC : KVT_DISK_SCHEME_BLAKE2B;
+}
+
+uint32_t kvt_disk_key_ident(const kvt_disk_record_key *k) { return k->k.id; }
+
+void kvt_disk_mac(const kvt_disk_record_key *k, const uint8_t *msg, size_t n, uint8_t field[KVT_DISK_MAC_BYTES]) {
+    uint32_t scheme = kvt_disk_key_scheme(k);
+    uint8_t nonce[KVT_DISK_GMAC_NONCE_BYTES] = {0};
+    if (scheme == KVT_DISK_SCHEME_GMAC) randombytes_buf(nonce, sizeof nonce); /* never repeated: see "MAC" */
+    bytes_mac(&k->k, scheme, msg, n, nonce, field);
+}
+
+int kvt_disk_mac_check(const kvt_disk_record_key *k, uint32_t scheme, const uint8_t *msg, size_t n,
+                       const uint8_t field[KVT_DISK_MAC_BYTES]) {
+    if (!scheme_usable(&k->k, scheme))
+        return kvt_fail(KVT_EUNSUPPORTED, "MAC scheme %u cannot be computed here", scheme);
+    uint8_t mac[KVT_DISK_MAC_BYTES];
+    bytes_mac(&k->k, scheme, msg, n, field + KVT_DISK_GMAC_TAG_BYTES, mac);
+    if (sodium_memcmp(mac, field, KVT_DISK_MAC_BYTES))
+        return kvt_fail(KVT_EFORMAT, "MAC mismatch: altered, or signed under another key");
+    return 0;
 }

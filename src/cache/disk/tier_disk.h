@@ -486,6 +486,41 @@ int kvt_disk_side_open(kvt_disk *d, const char *name, int flags);
  * opened. Returns 0 or a negative error with kvt_errmsg(). */
 int kvt_disk_side_replace(kvt_disk *d, const char *name, const void *buf, size_t n);
 
+/* Reads side file name of dir for a reader (kvtier cache verify: no lock, any
+ * owner, beside a live server): never through a link, a regular file only,
+ * at most max bytes. Returns 0 with *buf (malloc'd) and *n, or a negative
+ * error with kvt_errmsg() naming the file: -ENOENT, -ELOOP, -EINVAL (not a
+ * regular file or not a side file's name), -EFBIG (longer than max). */
+int kvt_disk_side_read(const char *dir, const char *name, size_t max, uint8_t **buf, size_t *n);
+
+/* Side files sign their records with the directory's key, as the store signs
+ * its own (see "MAC"): the scheme this process signs with, one
+ * KVT_DISK_MAC_BYTES field per message, the MAC taken over the message as one
+ * buffer. Its owner binds the message to its own file (a context of its own
+ * in the message), so a MAC made for one file or record never passes for
+ * another's. */
+
+/* A prepared copy of the open store's key (free with
+ * kvt_disk_record_key_free), or NULL when it has none: MAC off, or no key
+ * file could be read or made (then nothing is written either). */
+kvt_disk_record_key *kvt_disk_side_key(const kvt_disk *d);
+/* Reads dir's key file for a reader, as kvt_disk_walk's verify does (its
+ * owner's, 0600, whole). Returns 0 and *k (free with
+ * kvt_disk_record_key_free), KVT_ENOTFOUND (no key file), or the refusal as
+ * kvt_disk_open words it. */
+int kvt_disk_key_read(const char *dir, kvt_disk_record_key **k);
+/* The scheme k signs with (KVT_DISK_SCHEME_*) and k's id (as records carry it). */
+uint32_t kvt_disk_key_scheme(const kvt_disk_record_key *k);
+uint32_t kvt_disk_key_ident(const kvt_disk_record_key *k);
+/* The MAC field of msg[0..n) under k, with kvt_disk_key_scheme(k) (GMAC: a
+ * fresh random nonce, kept in the field after the tag). Thread-safe. */
+void kvt_disk_mac(const kvt_disk_record_key *k, const uint8_t *msg, size_t n, uint8_t field[KVT_DISK_MAC_BYTES]);
+/* Checks field, made under scheme, against msg[0..n) under k, in constant
+ * time. Returns 0, KVT_EFORMAT (a mismatch: altered, or signed under another
+ * key) or KVT_EUNSUPPORTED (a scheme not computed here). Thread-safe. */
+int kvt_disk_mac_check(const kvt_disk_record_key *k, uint32_t scheme, const uint8_t *msg, size_t n,
+                       const uint8_t field[KVT_DISK_MAC_BYTES]);
+
 /* ---- directory maintenance (kvtier cache) ----------------------------- */
 
 /* kvt_disk_walk_info.mac */
