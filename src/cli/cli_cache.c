@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "common.h"
 #include "progress.h"
+#include "reply_journal.h"
 #include "tier_disk.h"
 #include "tier_remote.h"
 
@@ -36,7 +37,10 @@ void kvt_usage_cache(FILE *f) {
             "  verify   read every record and check its CRC and its MAC under the directory's key file (and\n"
             "           decode it); exit status 1 if any is bad, carries a MAC that cannot be checked, or has\n"
             "           no MAC although the directory has a key file (counted \"unauthenticated\"), or when the\n"
-            "           header is damaged, not kvtier's, or missing beside segments; names each damaged stretch\n"
+            "           header is damaged, not kvtier's, or missing beside segments; names each damaged stretch.\n"
+            "           Also checks the server's reply journal (side-replies), if any: its records, how many\n"
+            "           are good, and the first bad one; one whose CRC or MAC fails, or a journal that cannot\n"
+            "           be checked (no key file, another key, a link), fails it too\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
@@ -283,6 +287,21 @@ static int print_summary(const char *dir, const walk_state *s, int verify) {
     return bad_header;
 }
 
+/* verify: reports the server's reply journal in dir, if any. Returns 1 when
+ * it is a problem by the rules of the records (damage, a MAC that does not
+ * verify or cannot be checked), else 0. */
+static int verify_journal(const char *dir) {
+    kvt_reply_journal_report r;
+    if (kvt_reply_journal_verify(dir, &r) == KVT_ENOTFOUND) return 0;
+    printf("reply journal %s: ", KVT_REPLY_JOURNAL_NAME);
+    if (r.records || !r.why[0]) printf("%zu records, %zu good", r.records, r.good);
+    if (r.records > r.good) printf(", the first bad one at offset %zu (%s)", r.bad_at, r.why);
+    else if (r.why[0]) printf("%s%s", r.records ? "; " : "", r.why);
+    if (r.old_format) printf(": not checked; a server's next start replaces it");
+    printf("%s\n", r.problem ? ": not valid" : "");
+    return r.problem;
+}
+
 /* stats, ls or verify (cmd) over the disk tier in dir. Returns the exit code:
  * verify fails when a record is corrupt, cannot be checked, or lacks the MAC
  * the directory's key calls for, and when the header is damaged, not
@@ -309,6 +328,7 @@ static int walk_cmd(const char *dir, const char *cmd, long limit) {
     } else if (!s->ls) {
         int bad_header = print_summary(dir, s, verify);
         if (verify) rc = bad_header || s->corrupt || s->unverified || s->unauthenticated ? 1 : 0;
+        if (verify && verify_journal(dir)) rc = 1;
     }
     free(s);
     return rc;

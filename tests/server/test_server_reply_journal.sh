@@ -9,13 +9,18 @@
 #   the next turn's prompt is the same ids, its cached tokens cover the
 #   history through that reply from T2, and its greedy reply and logprobs
 #   equal those of the server before the restart;
-# - a torn tail and a flipped byte in the journal: the server starts, warns
+# - a torn tail, a flipped byte and a record whose CRC holds but whose MAC
+#   does not (its MAC field altered) in the journal: the server starts, warns
 #   naming the file and the offset, keeps the records before it and never
-#   splices damaged ones; a symbolic link in place of the journal is not
+#   splices damaged ones; `cache verify` reports the journal's records, and
+#   exits 1 naming it and the first bad offset when one is bad; a symbolic link in place of the journal is not
 #   followed (its target is never written) and is replaced by a file; a
 #   journal that cannot be written is said once and the server serves;
 # - a restart with another model over the same directory does not splice
-#   the old ids (an info line says why); --retokenize-replies writes nothing.
+#   the old ids (an info line says why), nor does a server whose directory
+#   has another key (the journal copied there), nor one with
+#   --kv-disk-no-mac (no key to sign with); --retokenize-replies writes
+#   nothing.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -92,12 +97,21 @@ kvt_start_server a "${DISK[@]}"
 restarted "SIGTERM"
 kvt_stop_server a
 
-# ---- damage: a torn tail, a flipped byte, a link ---------------------------------------------
+# ---- cache verify counts the records --------------------------------------------------------
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+check "cache verify on a good journal exits 0" is "$rc" 0
+NREC=$(sed -n 's/^reply journal side-replies: \([0-9]*\) records, \1 good$/\1/p' "$TMP/verify")
+check "... and reports its records, all good" gt "${NREC:-0}" 0
+
+# ---- damage: a torn tail, a flipped byte, a MAC that does not verify, a link -----------------
 cp "$J" "$TMP/good"
 truncate -s $(($(size) - 5)) "$J"
 kvt_start_server a "${DISK[@]}"
 check "a torn tail: one warning naming the file and offset" \
   is "$(grep -c "reply journal $J: damaged record at offset [0-9]* (a record cut short)" "$TMP/a.log")" 1
+check "... keeping the records before it, as many as verify counted less the torn one" \
+  grep -q "replay stops there, $((NREC - 1)) replies kept" "$TMP/a.log"
 restarted "a torn tail" # the records before it still splice
 kvt_stop_server a
 kvt_start_server a "${DISK[@]}"
@@ -105,12 +119,31 @@ check "the damage was rewritten away" is "$(grep -c "damaged record" "$TMP/a.log
 kvt_stop_server a
 cp "$TMP/good" "$J"
 printf '\x01' | dd of="$J" bs=1 seek=50 count=1 conv=notrunc status=none # inside the first record
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+check "cache verify on a damaged journal exits 1" is "$rc" 1
+check "... naming it and the first bad offset" grep -q \
+  "^reply journal side-replies: $NREC records, $((NREC - 1)) good, the first bad one at offset 40 (a bad checksum)" \
+  "$TMP/verify"
 kvt_start_server a "${DISK[@]}"
-check "a flipped byte: one warning naming the file and offset 32" \
-  is "$(grep -c "reply journal $J: damaged record at offset 32 (a bad checksum)" "$TMP/a.log")" 1
+check "a flipped byte: one warning naming the file and offset 40" \
+  is "$(grep -c "reply journal $J: damaged record at offset 40 (a bad checksum)" "$TMP/a.log")" 1
 check "... nothing of it is spliced" is "$(toks "$T2BODY")" "$plain"
 chat "$T2BODY" "$TMP/t2.json"
 check "... and the server answers" is "$(jq -r '.choices[0].finish_reason != null' "$TMP/t2.json")" true
+kvt_stop_server a
+# the first record's MAC field (after its 8-byte head and its body) altered: its CRC still holds
+cp "$TMP/good" "$J"
+body=$(od -An -tu4 -j40 -N4 "$J" | tr -d ' ')
+printf '\x5a' | dd of="$J" bs=1 seek=$((40 + 8 + body + 3)) count=1 conv=notrunc status=none
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+check "cache verify on a record whose MAC fails exits 1" is "$rc" 1
+check "... naming the MAC" grep -q "the first bad one at offset 40 (a MAC that does not verify" "$TMP/verify"
+kvt_start_server a "${DISK[@]}"
+check "a MAC that does not verify: one warning naming the file and offset 40" \
+  is "$(grep -c "reply journal $J: damaged record at offset 40 (a MAC that does not verify" "$TMP/a.log")" 1
+check "... nothing of it is spliced" is "$(toks "$T2BODY")" "$plain"
 kvt_stop_server a
 printf 'precious\n' >"$TMP/target"
 rm -f "$J"
@@ -141,6 +174,27 @@ kvt_stop_server m2
 kvt_start_server a "${DISK[@]}"
 check "... and the first model's journal is gone with it" test "$(toks "$T2BODY")" != "$SPLICED"
 kvt_stop_server a
+
+# ---- a journal copied into another directory (another key); no key at all -----------------------
+kvt_start_server b --kv-disk "$TMP/kv3" --kv-disk-size 64M --restore always
+kvt_stop_server b
+cp "$TMP/good" "$TMP/kv3/side-replies"
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv3" >"$TMP/verify" 2>&1 || rc=$?
+check "cache verify on a journal copied from another directory exits 1" is "$rc" 1
+check "... saying it is signed under another key" grep -q "^reply journal side-replies: .*another directory's key" \
+  "$TMP/verify"
+kvt_start_server b --kv-disk "$TMP/kv3" --kv-disk-size 64M --restore always
+check "another directory's key: an info line says the journal is not replayed" \
+  grep -q "reply journal $TMP/kv3/side-replies: signed under another directory's key.*not replayed" "$TMP/b.log"
+check "... the old ids are not spliced" test "$(toks "$T2BODY")" != "$SPLICED"
+kvt_stop_server b
+kvt_start_server nm --kv-disk "$TMP/kv4" --kv-disk-size 64M --kv-disk-no-mac
+check "--kv-disk-no-mac: an info line says replies are not kept" grep -q "replies are not kept across a restart" \
+  "$TMP/nm.log"
+chat "$(turn1 1)$GEN}" "$TMP/t1.json"
+kvt_stop_server nm
+check "... and no journal is written" test ! -e "$TMP/kv4/side-replies"
 
 # ---- --retokenize-replies writes nothing ------------------------------------------------------
 kvt_start_server rt --retokenize-replies --kv-disk "$TMP/kv2" --kv-disk-size 64M
