@@ -46,7 +46,8 @@ enum {
     KVT_ETYPE = -29997,        /* a value has the wrong type */
     KVT_ELIMIT = -29996,       /* a size or count is over a limit */
     KVT_EARG = -29995,         /* a caller passed an invalid argument */
-    KVT_ERR_LAST = -29995,
+    KVT_EPAGE = -29994,        /* one KV page is larger than the device binds at once: a smaller block size fits */
+    KVT_ERR_LAST = -29994,
 };
 
 /* Name of an error code (ours or -errno). Never NULL; static storage. */

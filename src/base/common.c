@@ -23,6 +23,7 @@ const char *kvt_strerror(int err) {
     case KVT_ETYPE: return "wrong type";
     case KVT_ELIMIT: return "over a limit";
     case KVT_EARG: return "invalid argument";
+    case KVT_EPAGE: return "KV page over the device's binding limit";
     default: break;
     }
     if (err < 0 && err > KVT_ERR_FIRST) return strerror(-err);

@@ -291,8 +291,8 @@ int kvt_cmd_eval(int argc, char **argv) {
         (rc = kvt_seq_new(e, NULL, 0, 0, &seq))) {
         fprintf(stderr, "kvtier eval: %s\n", kvt_errmsg());
         /* the engine speaks of pages; eval sizes them from its own flags, so say which ones change them
-         * (unless one page is over the device's binding: that refusal names --block-size already) */
-        if (rc == KVT_ELIMIT && !strstr(kvt_errmsg(), "--block-size"))
+         * (one page over the device's binding is KVT_EPAGE, not this: its refusal names --block-size) */
+        if (rc == KVT_ELIMIT)
             fprintf(stderr,
                     "kvtier eval: its KV pool holds all %zu tokens, the prompt's %zu and -n %ld: a shorter prompt, "
                     "a smaller -n or --kv-type q8_0 needs less\n",

@@ -123,7 +123,7 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
         uint64_t tok = e->dev_page_bytes / (size_t)e->p.block_size, fit = maxb / PAGE_ALIGN * PAGE_ALIGN / tok;
         char what[80] = "use --device cpu";
         if (fit) snprintf(what, sizeof what, "use a --block-size of at most %llu", (unsigned long long)fit);
-        return kvt_fail(KVT_ELIMIT,
+        return kvt_fail(KVT_EPAGE,
                         "a KV page of %zu bytes (%d tokens) is larger than this device's largest binding (%llu "
                         "bytes); %s",
                         e->dev_page_bytes, e->p.block_size, (unsigned long long)maxb, what);

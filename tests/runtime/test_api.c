@@ -24,6 +24,7 @@ int main(void) {
     CHECK(kvt_model_load("/no/such/model.gguf", kvt_model_default_params(), &m) < 0 && !m);
     CHECK(strstr(kvt_errmsg(), "/no/such/model.gguf") != NULL);
     CHECK(strcmp(kvt_strerror(KVT_EFORMAT), "malformed input") == 0);
+    CHECK(strcmp(kvt_strerror(KVT_EPAGE), "KV page over the device's binding limit") == 0);
     CHECK(kvt_model_load(path, kvt_model_default_params(), &m) == 0 && m);
     if (!m) return kvt_test_done("test_api");
     kvt_fingerprint fp = kvt_model_fingerprint(m);
