@@ -72,6 +72,7 @@ static void server_free(kvt_server *s) {
     free(s->step_cancelled);
     free(s->step_dec);
     free(s->step_forks);
+    free(s->test_hold);
     kvt_reply_journal_free(s->journal);
     kvt_reply_map_free(s->replies);
     kvt_resp_store_free(s->responses);
@@ -175,6 +176,8 @@ static kvt_server *server_new(const kvt_model *model, kvt_engine *e, kvt_cache *
     s->step_dec = kvt_xcalloc(n_step, sizeof *s->step_dec);
     s->step_forks = kvt_xcalloc(n_step, sizeof *s->step_forks);
     kvt_cache_get_stats(c, &s->snap);
+    const char *hold = getenv("KVT_TEST_HOLD_SESSION");
+    if (hold && *hold) s->test_hold = kvt_xstrdup(hold);
     return s;
 }
 

@@ -83,6 +83,7 @@
  * sequence (plus a prefill chunk) for the work in flight. */
 #define PREFETCH_MARGIN_PER_SLOT 2
 #define ADMIN_WAIT_MS 100
+#define HELD_WAIT_MS 50 /* how long an engine with only held replies (KVT_TEST_HOLD_SESSION) waits between looks */
 #define STATUS_CLIENT_GONE 499 /* nginx's "client closed request", for metrics and the access log */
 #define REQUEST_ID_HEADER "X-Request-Id"
 #define REQUEST_ID_MAX 65 /* bytes of a request id, with its NUL */
@@ -194,6 +195,7 @@ typedef struct {
     int32_t blend_decoded; /* decode tokens other slots got in the steps of blend */
     int waiting;           /* a choice held for its fork: the first choice (slot fork_of) is prefilling */
     int32_t fork_of;
+    int held;          /* complete, but kept in its slot with its pages until its client leaves (s->test_hold) */
     uint64_t admitted; /* admission order: the oldest prompt is prefilled first */
     kvt_sampler *smp;
     kvt_jg *jg;       /* the request's grammar state, or NULL */
@@ -274,6 +276,11 @@ struct kvt_server {
      * until a running request ends, since admitting it (or another) sooner would only take the pages
      * back, or until none runs */
     int mem_hold;
+    /* $KVT_TEST_HOLD_SESSION, for tests only (NULL: unset): a reply of that kvtier.session_id, once
+     * complete, keeps its slot and KV pages without generating until its client leaves or the server
+     * stops, so a test can hold a slot or pages for as long as its checks take, however loaded the
+     * machine (sched_finish.c) */
+    char *test_hold;
     srv_req **slot_reqs; /* under mu: the request each slot runs (a reference each), for GET /slots */
     /* engine thread only */
     slot *slots;

@@ -1,54 +1,65 @@
 #!/usr/bin/env bash
 # A prompt queued before SIGTERM starts a drain is admitted during the drain;
-# when the pages run out under it (a generating reply needs one and the
-# prompt holds the rest), it goes back to the queue and runs once that reply
-# ends, as it would without the drain: the drain lets every request in flight
-# finish, so it gets its answer, not a 503. Needs curl.
+# when the pages run out under it (another request holds the rest), it goes
+# back to the queue and runs once that request ends, as it would without the
+# drain: the drain lets every request in flight finish, so it gets its answer,
+# not a 503. New connections are refused meanwhile. The two requests that hold
+# the slots are replies the server holds complete in their slots, with their
+# pages, until their clients leave (its test hook KVT_TEST_HOLD_SESSION), so
+# the test, not the length of a reply, decides when each slot frees: the
+# prompt starts after the SIGTERM whatever the load. Needs curl.
 set -u
 command -v curl >/dev/null || { echo "SKIP: needs curl"; exit 77; }
 . "$(dirname "$0")/../testutil.sh"
 
-"$BIN" mkmodel -o "$TMP/m.gguf" --dim 512 --layers 8 --ff 1024 >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
-# a pool of 2,560 tokens: the long reply (1,283 prompt tokens) and the queued prompt (1,283) do not fit
-# together
-KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --parallel 2 --ctx 2048 --kv-active 20M --drain-timeout 300)
-prompt() { seq -s ' ' "$1" 5 "$(($1 + 1500))"; } # 300 numbers: 1,283 tokens, no two prompts alike
-gen() { # gen OUT JSON: posts JSON to /v1/completions, the body in OUT, the status in OUT.code
-  curl -s -N -m 300 -o "$TMP/$1" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$URL/v1/completions" \
-    >"$TMP/$1.code"
+"$BIN" mkmodel -o "$TMP/m.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --ctx 1024 >/dev/null 2>&1 ||
+  { echo "mkmodel failed"; exit 1; }
+# a pool of 40 pages of 32 tokens (256 bytes a token): the held long reply (782 prompt tokens, 25 pages)
+# and the queued prompt (782) do not fit together
+KVT_SERVE_ARGS=(-m "$TMP/m.gguf" --host 127.0.0.1 -t 1 --parallel 2 --ctx 1024 --kv-active 320K --drain-timeout 300)
+prompt() { seq -s ' ' "$1" 5 "$(($1 + 1000))"; } # 201 numbers: 782 tokens, no two prompts alike
+# gen OUT JSON: posts JSON to /v1/completions (answered whole), the body in $TMP/OUT and the status in
+# $TMP/OUT.code; run in the background, $! is curl's pid, so killing it is the client leaving
+gen() {
+  exec curl -s -m 300 -o "$TMP/$1" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" \
+    "$URL/v1/completions" >"$TMP/$1.code"
 }
+HOLD='"kvtier": {"session_id": "hold"}'
+held() { [ "$(grep -c 'held in its slot' "$LOG")" -ge "$1" ]; }
 queued() { curl -s -m 10 "$URL/metrics" | grep -q '^kvtier_queue_depth 1$'; }
-
-# try N: a short reply and a long one take both slots, a third prompt queues, SIGTERM; 0 when the short
-# reply was still running at the SIGTERM (so the prompt started in the drain), 1 otherwise (try again)
-try() {
-  kvt_start_server "s$1"
-  local log=${KVT_LOG[s$1]} a b c rc=0 early=0
-  gen "short$1" '{"prompt": "short", "max_tokens": 300, "ignore_eos": true, "temperature": 0, "stream": true}' &
-  a=$!
-  wait_for grep -q '^data: {' "$TMP/short$1" || bad "try $1: the short reply never began"
-  gen "long$1" "{\"prompt\": \"$(prompt 1)\", \"max_tokens\": 600, \"ignore_eos\": true, \"temperature\": 0}" &
-  b=$!
-  wait_for grep -q 'tokens to compute' "$log" || bad "try $1: the long reply never began"
-  gen "queued$1" "{\"prompt\": \"$(prompt 2)\", \"max_tokens\": 2, \"temperature\": 0}" &
-  c=$!
-  wait_for queued || bad "try $1: the third prompt never queued"
-  kill -0 "$a" 2>/dev/null || early=1
-  kill -TERM "${KVT_PID[s$1]}"
-  kill -0 "$a" 2>/dev/null || early=1
-  wait "$a" "$b" "$c"
-  kvt_wait_server "s$1" || rc=$?
-  [ "$early" = 0 ] || return 1
-  check "try $1: the server exits 0" is "$rc" 0
-  check "try $1: the three are answered" is "$(cat "$TMP/short$1.code" "$TMP/long$1.code" "$TMP/queued$1.code" | tr -d '\n')" \
-    "200200200"
-  check "try $1: no request is ended for want of pages" bash -c "! grep -q 'KV memory exhausted' '$log'"
-  check "try $1: the queued prompt gave way, after the SIGTERM" \
-    bash -c "sed -n '/SIGTERM received/,\$p' '$log' | grep -q 'goes back to the queue'"
+# refused: a new request cannot connect (curl's exit 7): the drain closed the listening socket, which
+# it does after it set the server draining
+refused() {
+  local rc=0
+  curl -s -m 10 -o /dev/null -H 'Content-Type: application/json' -d '{"prompt": "late"}' "$URL/v1/completions" || rc=$?
+  [ "$rc" = 7 ]
 }
+gave_way() { grep -qE 'goes back to the queue|KV memory exhausted' "$LOG"; }
 
-for n in 1 2 3; do
-  try "$n" && break
-  [ "$n" = 3 ] && kvt_test_skip_part "the short reply ended before SIGTERM in 3 tries"
-done
+KVT_TEST_HOLD_SESSION=hold kvt_start_server s
+LOG=${KVT_LOG[s]}
+gen long "{\"prompt\": \"$(prompt 1)\", \"max_tokens\": 2, \"temperature\": 0, $HOLD}" &
+L=$!
+check "the long reply holds a slot and its pages" wait_for held 1
+gen short '{"prompt": "short", "max_tokens": 2, "temperature": 0, '"$HOLD"'}' &
+S=$!
+check "the short reply holds the other slot" wait_for held 2
+gen queued "{\"prompt\": \"$(prompt 2)\", \"max_tokens\": 2, \"temperature\": 0}" &
+Q=$!
+check "the third prompt queues" wait_for queued
+kill -TERM "$SRV_PID"
+check "the drain refuses new connections" wait_for refused
+kill "$S" # the short reply's client leaves: its slot frees during the drain, and the queued prompt starts
+check "the queued prompt runs out of pages beside the long reply" wait_for gave_way
+check "... and goes back to the queue, after the SIGTERM" \
+  bash -c "sed -n '/SIGTERM received/,\$p' '$LOG' | grep -q 'goes back to the queue'"
+check "no request is ended for want of pages" bash -c "! grep -q 'KV memory exhausted' '$LOG'"
+kill "$L" # the long reply's client leaves: its pages free, and the prompt runs again
+wait "$Q"
+rc=0
+kvt_wait_server s || rc=$?
+wait "$S" "$L" 2>/dev/null
+check "the queued prompt is answered" is "$(cat "$TMP/queued.code")" 200
+check "... with its two tokens" grep -q '"completion_tokens": *2[,}]' "$TMP/queued"
+check "the server exits 0 once it is done" is "$rc" 0
 kvt_test_done test_server_drain_requeue

@@ -74,11 +74,31 @@ static void remember_reply(kvt_server *s, const srv_req *r, const int32_t *ids, 
     free(answer);
 }
 
+/* Whether slot sl's reply, complete (no error), stays in its slot instead
+ * of ending: a test's hold (KVT_TEST_HOLD_SESSION, server_impl.h) on a
+ * generating reply whose client is still there, while the server runs. */
+static int test_holds(kvt_server *s, slot *sl, int status) {
+    const srv_req *r = sl->r;
+    if (!s->test_hold || status || sl->prefilling || strcmp(r->session.session_id, s->test_hold)) return 0;
+    pthread_mutex_lock(&s->mu);
+    int hold = !r->cancelled && !s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (hold && !sl->held)
+        kvt_logk(KVT_LOG_INFO, "request_id,completion_id",
+                 "serve: %s (%s) is complete and held in its slot until its client leaves (KVT_TEST_HOLD_SESSION)",
+                 kvt_srv_log_id(r), r->id);
+    return hold;
+}
+
 /* Ends a slot's request. reason NULL with status: an error. cut: generated
  * bytes that belong to the reply (text after a stop string is dropped). */
 void kvt_srv_slot_finish(kvt_server *s, slot *sl, const char *reason, size_t cut, int status, const char *msg) {
     srv_req *r = sl->r;
     int cancelled;
+    if (test_holds(s, sl, status)) {
+        sl->held = 1; /* the engine steps pass it by; its cancel or the server's stop ends it */
+        return;
+    }
     if (sl->prefilling) /* choices waiting to fork from this prompt end with it */
         for (int32_t j = 0; j < s->p.parallel; j++) {
             slot *w = &s->slots[j];

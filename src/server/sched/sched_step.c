@@ -280,8 +280,8 @@ static int generating(const slot *sl) { return !sl->prefilling || sl->resume_to;
  * from its cached blocks holds the same KV. Not with approximate reuse: the
  * KV of its placed documents is in no cache (it is not what a cold run
  * computes), so a resume would recompute it exactly and the rest of the reply
- * would change. */
-static int can_park(const slot *sl) { return generating(sl) && !sl->r->approximate; }
+ * would change. Nor a test's held reply: it generates no more. */
+static int can_park(const slot *sl) { return generating(sl) && !sl->r->approximate && !sl->held; }
 
 /* The kvtier.priority of slot sl's request (a choice other than the first:
  * its first's, which holds the session). */
@@ -440,7 +440,7 @@ void kvt_srv_engine_step(kvt_server *s) {
     slot *pf = NULL;
     for (int32_t i = 0; i < P; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->r || sl->waiting || sl->parked) continue;
+        if (!sl->r || sl->waiting || sl->parked || sl->held) continue;
         if (!sl->prefilling) {
             dec[n_dec++] = sl;
             s->b_tok[n] = sl->pending;
@@ -451,6 +451,15 @@ void kvt_srv_engine_step(kvt_server *s) {
         } else if (!pf || sl->admitted < pf->admitted) {
             pf = sl;
         }
+    }
+    if (!n_dec && !pf) {
+        /* every busy slot is a test's held reply (or parked behind one): nothing to compute until a
+         * client leaves or a request comes, which signal engine_cv; bounded, for a signal sent before
+         * the wait began */
+        pthread_mutex_lock(&s->mu);
+        kvt_srv_cond_wait_ms(&s->engine_cv, &s->mu, HELD_WAIT_MS);
+        pthread_mutex_unlock(&s->mu);
+        return;
     }
     slot *bl = pf && pf->blend ? pf : NULL;
     if (bl) pf = NULL;
