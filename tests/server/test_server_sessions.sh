@@ -12,6 +12,10 @@
 #   earlier cold one (longest resident prefix first).
 # - A prompt whose cached prefix does not fit in T0 beside a running reply
 #   waits in the queue for it to end, rather than computing cached blocks.
+#   In these two the request that holds the slot (or the pages) is a reply the
+#   server holds complete until its client leaves (its test hook
+#   KVT_TEST_HOLD_SESSION), so it outlasts the checks however loaded the
+#   machine, and it ends when the test's client leaves.
 # - Two sessions whose replies have one text but different ids: each
 #   session's next prompt splices its own reply's ids.
 # Needs curl and jq.
@@ -125,18 +129,22 @@ check "/metrics shows no session warm" grep -q '^kvtier_sessions_warm 0$' <(curl
 
 # ---- scheduling and prefetch behind a long request ---------------------------------------
 "$BIN" mkmodel -o "$TMP/med.gguf" --dim 384 --layers 6 --heads 6 --kv-heads 2 --ff 1024 --ctx 2048 >/dev/null 2>&1
-kvt_start_server sched -m "$TMP/med.gguf" --parallel 1 --ctx 2048 --kv-active 6M --kv-ram 32M --session-keep-warm 0
+# held N: the log of the server started last says N replies are held in their slots (KVT_TEST_HOLD_SESSION)
+held() { [ "$(grep -c 'held in its slot' "${KVT_LOG[$SRV_NAME]}")" -ge "$1" ]; }
+HOLD='"kvtier": {"session_id": "hold"}'
+KVT_TEST_HOLD_SESSION=hold kvt_start_server sched -m "$TMP/med.gguf" --parallel 1 --ctx 2048 --kv-active 6M --kv-ram 32M \
+  --session-keep-warm 0
 X="$(words 250 41)"
 post /v1/completions "{\"prompt\": \"$X\", \"max_tokens\": 4, \"temperature\": 0}"
 check "X computed" is "$CODE" 200
 for k in 42 43 44 45 46; do post /v1/completions "{\"prompt\": \"$(words 420 $k)\", \"max_tokens\": 2}"; done
-# A streams, so that it ends when its client leaves: once the checks below have seen it hold the
-# slot with three waiting behind it, its client goes (rather than waiting out 1200 tokens, which
-# under ThreadSanitizer was most of this test)
-curl -s -N -m 300 -H 'Content-Type: application/json' -o "$TMP/a.txt" \
-  -d '{"prompt": "a long task", "max_tokens": 1200, "ignore_eos": true, "stream": true}' "$URL/v1/completions" &
+# A's reply is held in the only slot until its client leaves, once the checks below have seen it
+# hold the slot with three waiting behind it
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/a.json" \
+  -d '{"prompt": "a long task", "max_tokens": 4, '"$HOLD"'}' "$URL/v1/completions" &
 A=$!
-check "the long request holds the slot" wait_health .slots_busy 1
+check "the long request holds the slot" wait_for held 1
+check "... busy in /health" is "$(health .slots_busy)" 1
 curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/b.json" \
   -d "{\"prompt\": \"$(words 60 47)\", \"max_tokens\": 4}" "$URL/v1/completions" &
 B=$!
@@ -166,19 +174,18 @@ check "X came entirely from T0" \
   is "$(jq '.kvtier.cached_tokens > 200 and .kvtier.cached_tokens_by_tier.T0 == .kvtier.cached_tokens' "$TMP/x.json")" true
 
 # ---- a cached prefix that does not fit in T0 beside a running reply waits, not recomputed ----------------
-# T0 holds 64 pages of 32 tokens: a reply of ~1,300 prompt tokens and 700 generated holds 41-63 of them,
-# so Y's ~950 cached tokens (29 pages, in RAM) cannot all come back while it runs
-kvt_start_server room -m "$TMP/med.gguf" --parallel 2 --ctx 2048 --kv-active 6M --kv-ram 32M --session-keep-warm 0
+# T0 holds 64 pages of 32 tokens: a reply of ~1,300 prompt tokens, held complete, holds 41 of them, so
+# Y's ~950 cached tokens (29 pages, in RAM) cannot all come back while it holds them
+KVT_TEST_HOLD_SESSION=hold kvt_start_server room -m "$TMP/med.gguf" --parallel 2 --ctx 2048 --kv-active 6M --kv-ram 32M \
+  --session-keep-warm 0
 Y="$(words 1000 51)"
 post /v1/completions "{\"prompt\": \"$Y\", \"max_tokens\": 2, \"temperature\": 0}"
 check "Y computed" is "$CODE" 200
 for k in 52 53 54; do post /v1/completions "{\"prompt\": \"$(words 1000 $k)\", \"max_tokens\": 2}"; done
-curl -s -N -m 300 -H 'Content-Type: application/json' -o "$TMP/long.txt" \
-  -d "{\"prompt\": \"$(words 1300 55)\", \"max_tokens\": 700, \"ignore_eos\": true, \"stream\": true}" \
-  "$URL/v1/completions" &
+curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/long.json" \
+  -d "{\"prompt\": \"$(words 1300 55)\", \"max_tokens\": 4, $HOLD}" "$URL/v1/completions" &
 L=$!
-generating() { [ "$(grep -c '^data:' "$TMP/long.txt")" -ge 3 ]; }
-check "the long reply is generating" wait_for generating
+check "the long reply holds its pages" wait_for held 1
 curl -s -m 300 -H 'Content-Type: application/json' -o "$TMP/y.json" \
   -d "{\"prompt\": \"$Y\", \"max_tokens\": 2, \"temperature\": 0}" "$URL/v1/completions" &
 YP=$!
