@@ -40,7 +40,8 @@ void kvt_usage_cache(FILE *f) {
             "           header is damaged, not kvtier's, or missing beside segments; names each damaged stretch.\n"
             "           Also checks the server's reply journal (side-replies), if any: its records, how many\n"
             "           are good, and the first bad one; one whose CRC or MAC fails, or a journal that cannot\n"
-            "           be checked (no key file, another key, a link), fails it too\n"
+            "           be checked (no key file, another key, a link), fails it too; one without MACs\n"
+            "           (--kv-disk-no-mac) is checked on its CRCs, and fails it where there is a key file\n"
             "  gc       rewrite segments without corrupt records, records of other formats or namespaces,\n"
             "           and duplicate copies; needs the directory's lock (no server running on it)\n"
             "  clear    remove every segment file; needs the lock; keeps the header\n\n"
@@ -297,6 +298,7 @@ static int verify_journal(const char *dir) {
     if (r.records || !r.why[0]) printf("%zu records, %zu good", r.records, r.good);
     if (r.records > r.good) printf(", the first bad one at offset %zu (%s)", r.bad_at, r.why);
     else if (r.why[0]) printf("%s%s", r.records ? "; " : "", r.why);
+    if (r.unsigned_records && !r.problem) printf(", without a MAC (written under --kv-disk-no-mac)");
     if (r.old_format) printf(": not checked; a server's next start replaces it");
     printf("%s\n", r.problem ? ": not valid" : "");
     return r.problem;

@@ -8,7 +8,9 @@
  * another key stops the replay there, a journal copied into another
  * directory (another key) is not replayed, nor is one of format version 1
  * (no MAC); kvt_reply_journal_verify counts the records and finds the first
- * bad one. */
+ * bad one. With T2's MAC off (--kv-disk-no-mac) the journal is unsigned
+ * and replayed on its CRCs; a directory with a key never replays an unsigned
+ * one, and verify fails it there. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -259,6 +261,83 @@ static void test_verify_edges(const char *dir, const char *path) {
     CHECK(kvt_reply_journal_verify(dir, &r) == 0 && r.problem && r.good + 1 == r.records && strstr(r.why, "cut short"));
 }
 
+/* A cache like kvt_test_cache's with T2's MAC off (--kv-disk-no-mac). */
+static kvt_cache *no_mac_cache(kvt_engine *e, const char *dir) {
+    kvt_cache_params cp = kvt_cache_default_params();
+    cp.disk_dir = dir;
+    cp.disk_bytes = 64 << 20;
+    cp.disk_no_mac = 1;
+    kvt_cache *c = NULL;
+    CHECKF(kvt_cache_new(e, cp, &c) == 0, "no-MAC cache on %s: %s", dir, kvt_errmsg());
+    return c;
+}
+
+/* Copies the file at from to to (0600). */
+static void copy_file(const char *from, const char *to) {
+    size_t n = 0;
+    uint8_t *b = (uint8_t *)kvt_test_read_file(from, &n);
+    CHECK(b != NULL);
+    if (b) write_file(to, b, n);
+    chmod(to, 0600);
+    free(b);
+}
+
+/* With T2's MAC off the journal keeps records with their CRCs alone, marked
+ * unsigned in its head, and replays them; it replays a signed journal too
+ * (its MACs unchecked, as T2 then takes records on their CRCs) and rewrites
+ * it unsigned. A server with a key never replays an unsigned journal; verify
+ * passes one only where the directory has no key file. */
+static void test_no_mac(kvt_engine *e, kvt_cache *c, const char *dir, const char *path) {
+    const char *dir2 = kvt_test_path(kvt_test_tmpdir(), "kv-nomac");
+    kvt_cache *c2 = no_mac_cache(e, dir2);
+    if (!c2) return;
+    char path2[512];
+    snprintf(path2, sizeof path2, "%s/%s", dir2, KVT_REPLY_JOURNAL_NAME);
+    long rec = fill(c2, path2) - MAC; /* no MAC field */
+    CHECKF(file_size(path2) == HEAD + CAP * rec, "unsigned journal: %ld bytes, records of %ld", file_size(path2), rec);
+    size_t n = 0;
+    uint8_t *b = (uint8_t *)kvt_test_read_file(path2, &n);
+    CHECK(b && n >= HEAD && kvt_rd32le(b + 28) == 0xffffffffu && kvt_rd32le(b + 32) == 0);
+    free(b);
+    kvt_reply_map *m = reopen(c2);
+    CHECK(holds(m, 16) && holds(m, 19));
+    kvt_reply_map_free(m);
+    kvt_reply_journal_report r;
+    CHECK(kvt_reply_journal_verify(dir2, &r) == 0);
+    CHECKF(r.records == CAP && r.good == CAP && r.unsigned_records && !r.problem && !r.why[0],
+           "verify of an unsigned journal, no key file: %zu records, %zu good: %s", r.records, r.good, r.why);
+    /* a flipped byte in an unsigned record is still caught by its CRC */
+    copy_file(path2, kvt_test_path(kvt_test_tmpdir(), "unsigned"));
+    b = (uint8_t *)kvt_test_read_file(path2, &n);
+    CHECK(b && n == (size_t)(HEAD + CAP * rec));
+    if (b) b[HEAD + rec + 12] ^= 1, write_file(path2, b, n);
+    free(b);
+    CHECK(kvt_reply_journal_verify(dir2, &r) == 0);
+    CHECKF(r.problem && r.good == CAP - 1 && r.bad_at == (size_t)(HEAD + rec) && strstr(r.why, "checksum"),
+           "verify of a flipped unsigned record: %zu good, bad at %zu: %s", r.good, r.bad_at, r.why);
+    m = reopen(c2);
+    CHECK(holds(m, 16) && !holds(m, 17));
+    kvt_reply_map_free(m);
+    /* the unsigned journal in a directory with a key: verify fails it, a server with MAC on never replays it */
+    copy_file(kvt_test_path(kvt_test_tmpdir(), "unsigned"), path);
+    CHECK(kvt_reply_journal_verify(dir, &r) == 0);
+    CHECKF(r.problem && r.unsigned_records && strstr(r.why, "no MAC though the directory has a key file"),
+           "verify of an unsigned journal beside a key file: %s", r.why);
+    m = reopen(c);
+    CHECK(!holds(m, 16) && !holds(m, 19));
+    kvt_reply_map_free(m);
+    CHECK(file_size(path) == HEAD);
+    CHECK(kvt_reply_journal_verify(dir, &r) == 0 && !r.unsigned_records && !r.problem);
+    /* a signed journal under MAC off: replayed on its CRCs, then rewritten unsigned */
+    long signed_rec = fill(c, path);
+    copy_file(path, path2);
+    m = reopen(c2);
+    CHECK(holds(m, 16) && holds(m, 19));
+    kvt_reply_map_free(m);
+    CHECKF(file_size(path2) == HEAD + CAP * (signed_rec - MAC), "rewritten unsigned: %ld bytes", file_size(path2));
+    kvt_cache_free(c2);
+}
+
 int main(void) {
     kvt_model *model = kvt_test_tiny_model("rj.gguf", N_VOCAB);
     if (!model) return 1;
@@ -273,6 +352,7 @@ int main(void) {
         test_forged(c, dir, path);
         test_old_format(c, dir, path);
         test_copied(e, c, path);
+        test_no_mac(e, c, dir, path);
         test_verify_edges(dir, path);
     }
     kvt_cache_free(c);

@@ -18,9 +18,12 @@
 #   journal that cannot be written is said once and the server serves;
 # - a restart with another model over the same directory does not splice
 #   the old ids (an info line says why), nor does a server whose directory
-#   has another key (the journal copied there), nor one with
-#   --kv-disk-no-mac (no key to sign with); --retokenize-replies writes
-#   nothing.
+#   has another key (the journal copied there); --retokenize-replies writes
+#   nothing;
+# - with --kv-disk-no-mac the journal is unsigned (CRCs only) and a SIGTERM
+#   restart keeps the replies' ids as with a MAC; cache verify passes it in a
+#   directory without a key file; in one with a key file verify fails it and
+#   a server (MAC on) does not replay it.
 # Needs curl and jq.
 set -u
 command -v curl >/dev/null && command -v jq >/dev/null || { echo "SKIP: needs curl and jq"; exit 77; }
@@ -189,12 +192,43 @@ check "another directory's key: an info line says the journal is not replayed" \
   grep -q "reply journal $TMP/kv3/side-replies: signed under another directory's key.*not replayed" "$TMP/b.log"
 check "... the old ids are not spliced" test "$(toks "$T2BODY")" != "$SPLICED"
 kvt_stop_server b
-kvt_start_server nm --kv-disk "$TMP/kv4" --kv-disk-size 64M --kv-disk-no-mac
-check "--kv-disk-no-mac: an info line says replies are not kept" grep -q "replies are not kept across a restart" \
-  "$TMP/nm.log"
-chat "$(turn1 1)$GEN}" "$TMP/t1.json"
-kvt_stop_server nm
-check "... and no journal is written" test ! -e "$TMP/kv4/side-replies"
+
+# ---- --kv-disk-no-mac: an unsigned journal, replayed on its CRCs --------------------------------
+NOMAC=(--kv-disk "$TMP/kv4" --kv-disk-size 64M --restore always --kv-disk-no-mac)
+kvt_start_server a "${NOMAC[@]}"
+chat "$(turn1 "$K")$GEN}" "$TMP/t1.json"
+check "--kv-disk-no-mac: turn 1 gives the same reply" is "$(jq -c '.choices[0].message.content' "$TMP/t1.json")" "$R"
+check "... spliced as its generated ids" is "$(toks "$T2BODY")" "$SPLICED"
+chat "$T2BODY" "$TMP/ref.json"
+REF=$(answer "$TMP/ref.json")
+post /v1/cache/flush ''
+kvt_stop_server a
+check "... a journal is written" test -f "$TMP/kv4/side-replies"
+kvt_start_server a "${NOMAC[@]}"
+check "... and replayed on its CRCs" grep -q "replies replayed (on their CRCs: --kv-disk-no-mac)" "$TMP/a.log"
+restarted "--kv-disk-no-mac, SIGTERM"
+kvt_stop_server a
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv4" >"$TMP/verify" 2>&1 || rc=$?
+check "cache verify on an unsigned journal without a key file exits 0" is "$rc" 0
+check "... and reports its records, all good, without a MAC" grep -q \
+  "^reply journal side-replies: \([0-9]*\) records, \1 good, without a MAC (written under --kv-disk-no-mac)$" \
+  "$TMP/verify"
+# the unsigned journal in a directory with a key: verify fails it, a server with MAC on does not replay it
+cp "$TMP/kv4/side-replies" "$J"
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+check "cache verify on an unsigned journal beside a key file exits 1" is "$rc" 1
+check "... saying it has no MAC though the directory has a key file" \
+  grep -q "^reply journal side-replies: .*no MAC though the directory has a key file.*: not valid$" "$TMP/verify"
+kvt_start_server a "${DISK[@]}"
+check "MAC on over an unsigned journal: an info line says it is not replayed" \
+  grep -q "reply journal $J: written under --kv-disk-no-mac.*not replayed" "$TMP/a.log"
+check "... its ids are not spliced" is "$(toks "$T2BODY")" "$plain"
+kvt_stop_server a
+rc=0
+"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+check "... and it is replaced: cache verify exits 0" is "$rc" 0
 
 # ---- --retokenize-replies writes nothing ------------------------------------------------------
 kvt_start_server rt --retokenize-replies --kv-disk "$TMP/kv2" --kv-disk-size 64M

@@ -649,6 +649,8 @@ kvt_disk_record_key *kvt_disk_side_key(const kvt_disk *d) {
     return d->p.mac && d->key_state != KEY_NONE ? kvt_disk_record_key_new(d->key.bytes) : NULL;
 }
 
+int kvt_disk_mac_off(const kvt_disk *d) { return !d->p.mac; }
+
 int kvt_disk_key_read(const char *dir, kvt_disk_record_key **k) {
     *k = NULL;
     int dfd = kvt_disk_dir_open(dir, DIR_READ);

@@ -504,6 +504,9 @@ int kvt_disk_side_read(const char *dir, const char *name, size_t max, uint8_t **
  * kvt_disk_record_key_free), or NULL when it has none: MAC off, or no key
  * file could be read or made (then nothing is written either). */
 kvt_disk_record_key *kvt_disk_side_key(const kvt_disk *d);
+/* 1 when the store runs with its MAC off (--kv-disk-no-mac: records carry
+ * their CRCs alone, the operator trusting the directory), else 0. */
+int kvt_disk_mac_off(const kvt_disk *d);
 /* Reads dir's key file for a reader, as kvt_disk_walk's verify does (its
  * owner's, 0600, whole). Returns 0 and *k (free with
  * kvt_disk_record_key_free), KVT_ENOTFOUND (no key file), or the refusal as

@@ -17,8 +17,16 @@
  * from one signed otherwise (someone who can write the directory but lacks
  * its key), in the log and in kvtier cache verify.
  *
- * Open: with no key (T2's MAC off, or no key file) there is no journal, with
- * an info line: a record without a MAC could be anyone's. A journal of
+ * Unsigned (T2's MAC off, --kv-disk-no-mac: the operator trusts the
+ * directory): the head's scheme is 0xffffffff ("none") and its key id 0, and
+ * records carry no MAC field, only their CRCs.
+ *
+ * Open: with MAC off, the journal is unsigned, and a journal of either kind
+ * is replayed on its CRCs (a signed one's MACs are not checked, as T2 then
+ * takes its records on their CRCs: whoever could forge one could as well
+ * write an unsigned journal). With MAC on but no key (none could be made)
+ * there is no journal, with an info line. With a key, an unsigned journal is
+ * not read, with an info line: its records could be anyone's. A journal of
  * another namespace (another model: its ids are another vocabulary's),
  * signed under another key (copied from another directory), under a scheme
  * not computed here, or of another format version (1: records with a CRC
@@ -58,14 +66,16 @@ void kvt_reply_journal_free(kvt_reply_journal *j);
 
 /* What kvtier cache verify finds in a directory's journal. */
 typedef struct {
-    size_t bytes;   /* of the file */
-    size_t records; /* records found (a bad one whose length holds is stepped over to count the rest) */
-    size_t good;    /* those whose CRC and MAC hold and that decode */
-    size_t bad_at;  /* offset of the first bad record, when good < records */
-    int problem;    /* verify must fail: damage, a record that does not verify, a head signed under
+    size_t bytes;         /* of the file */
+    size_t records;       /* records found (a bad one whose length holds is stepped over to count the rest) */
+    size_t good;          /* those whose CRC and MAC hold and that decode */
+    size_t bad_at;        /* offset of the first bad record, when good < records */
+    int problem;          /* verify must fail: damage, a record that does not verify, a head signed under
                         another key or scheme, no key file, or a link or non-regular file under the name */
-    int old_format; /* another format version: not checked, replaced by the server's next start */
-    char why[200];  /* what is wrong (the first thing), or "" */
+    int old_format;       /* another format version: not checked, replaced by the server's next start */
+    int unsigned_records; /* records without a MAC (--kv-disk-no-mac), checked on their CRCs: good in a directory
+                             without a key file, a problem in one with it */
+    char why[200];        /* what is wrong (the first thing), or "" */
 } kvt_reply_journal_report;
 
 /* Checks dir's journal as a reader (no lock, beside a live server; never
