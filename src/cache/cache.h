@@ -122,6 +122,11 @@ int kvt_cache_attach_open(kvt_cache *c, kvt_hash128 root, const int32_t *tokens,
                           int32_t *seq, kvt_attach_info *info);
 void kvt_cache_count_stop(kvt_cache *c, kvt_reuse_reason reason);
 
+/* Whether the local index holds the block of tokens[0..B) whose parent key is
+ * parent (the last key of a kvt_chain): late reuse's cheap test before it
+ * matches a whole prompt again. */
+int kvt_cache_has_next(kvt_cache *c, kvt_hash128 parent, const int32_t *tokens);
+
 /* Late reuse. seq holds the first kvt_seq_len(seq) tokens of tokens[0..n),
  * a whole number of blocks and fewer than max_reuse: where the cache now
  * holds more of tokens' leading blocks (other sequences committed them after

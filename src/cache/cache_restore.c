@@ -385,6 +385,10 @@ void kvt_cache_count_stop(kvt_cache *c, kvt_reuse_reason reason) {
     if (reason >= 0 && reason < KVT_REUSE_REASON_COUNT) c->reuse_stops[reason]++;
 }
 
+int kvt_cache_has_next(kvt_cache *c, kvt_hash128 parent, const int32_t *tokens) {
+    return kvt_prefix_has_next(c->index, parent, tokens);
+}
+
 /* attach's steps (match, acquire, report) for a sequence that holds part of
  * its prompt already: the run starts at its first block past the sequence. */
 int32_t kvt_cache_attach_more(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t n, int32_t max_reuse,

@@ -297,6 +297,12 @@ static size_t walk(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, con
     return k;
 }
 
+int kvt_prefix_has_next(const kvt_prefix *idx, kvt_hash128 parent, const int32_t *tokens) {
+    uint32_t id;
+    kvt_hash128 h = kvt_block_hash(parent, tokens, idx->B);
+    return kvt_hmap128_get(&idx->map, h, &id) && idx->ents[id].tiers && same_block(idx, id, parent, tokens);
+}
+
 size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n, kvt_prefix_hit *hits,
                          size_t max_hits) {
     return walk(idx, root, tokens, NULL, n / idx->B, hits, max_hits);

@@ -95,6 +95,11 @@ uint32_t kvt_prefix_block_tokens(const kvt_prefix *idx);
 size_t kvt_prefix_lookup(kvt_prefix *idx, kvt_hash128 root, const int32_t *tokens, size_t n, kvt_prefix_hit *hits,
                          size_t max_hits);
 
+/* Whether the block of tokens[0..B) whose parent key is parent is present in
+ * a tier: one key, no walk, and no lookup statistics (a caller asking again
+ * and again whether a run grew). */
+int kvt_prefix_has_next(const kvt_prefix *idx, kvt_hash128 parent, const int32_t *tokens);
+
 /* Same as kvt_prefix_lookup, with the keys already computed by
  * kvt_block_hashes: hashes[i] is block i's key; tokens holds n_blocks * B ids.
  * Use it when the keys are needed again to register new blocks. */

@@ -233,6 +233,13 @@ void kvt_srv_slot_attach_more(kvt_server *s, slot *sl) {
     if (sl->resume_to || sl->blend || r->approximate || r->embed == KVT_POOL_MEAN || r->embed == KVT_POOL_CLS) return;
     int32_t n_fed = sl->n_fed;
     if (n_fed % s->block || r->n_prompt / s->block <= n_fed / s->block) return; /* no whole block to take */
+    /* where the chain has registered every block the sequence holds, its last key is the next block's
+     * parent: one key says whether the cache gained it (a prompt alone, the common case, then costs no
+     * walk over its whole prompt before each chunk) */
+    const kvt_chain *ch = &sl->chain;
+    if (ch->n_done != INT32_MAX && (int64_t)ch->n_done * s->block == n_fed &&
+        !kvt_cache_has_next(s->cache, ch->last, r->prompt + n_fed))
+        return;
     kvt_attach_info ai;
     uint8_t *tiers = NULL;
     int32_t n_tiers = 0;
