@@ -665,6 +665,24 @@ int kvt_disk_key_read(const char *dir, kvt_disk_record_key **k) {
     return rc;
 }
 
+int kvt_disk_fd_read_all(int fd, size_t max, uint8_t **buf, size_t *n) {
+    *buf = NULL;
+    *n = 0;
+    struct stat sb;
+    if (fstat(fd, &sb)) return -errno;
+    if ((unsigned long long)sb.st_size > max) return -EFBIG;
+    size_t at = 0, len = (size_t)sb.st_size;
+    *buf = kvt_xmalloc(len ? len : 1);
+    while (at < len) {
+        ssize_t r = pread(fd, *buf + at, len - at, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* shorter than fstat said: what is there */
+        at += (size_t)r;
+    }
+    *n = at;
+    return 0;
+}
+
 int kvt_disk_side_read(const char *dir, const char *name, size_t max, uint8_t **buf, size_t *n) {
     *buf = NULL;
     *n = 0;
@@ -674,18 +692,7 @@ int kvt_disk_side_read(const char *dir, const char *name, size_t max, uint8_t **
     int fd = kvt_disk_file_open(dfd, dir, name, O_RDONLY, 0);
     close(dfd);
     if (fd < 0) return fd;
-    struct stat sb;
-    int rc = fstat(fd, &sb) ? -errno : (unsigned long long)sb.st_size > max ? -EFBIG : 0;
-    size_t at = 0, len = rc ? 0 : (size_t)sb.st_size;
-    if (!rc) *buf = kvt_xmalloc(len ? len : 1);
-    while (!rc && at < len) {
-        ssize_t r = pread(fd, *buf + at, len - at, (off_t)at);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break; /* shorter than fstat said: what is there */
-        at += (size_t)r;
-    }
+    int rc = kvt_disk_fd_read_all(fd, max, buf, n);
     close(fd);
-    if (rc) return kvt_fail(rc, "cache dir %s: cannot read %s: %s", dir, name, strerror(-rc));
-    *n = at;
-    return 0;
+    return rc ? kvt_fail(rc, "cache dir %s: cannot read %s: %s", dir, name, strerror(-rc)) : 0;
 }

@@ -492,6 +492,10 @@ int kvt_disk_side_replace(kvt_disk *d, const char *name, const void *buf, size_t
  * error with kvt_errmsg() naming the file: -ENOENT, -ELOOP, -EINVAL (not a
  * regular file or not a side file's name), -EFBIG (longer than max). */
 int kvt_disk_side_read(const char *dir, const char *name, size_t max, uint8_t **buf, size_t *n);
+/* The whole file at fd (from offset 0; what is there if it is shorter than
+ * fstat said) into a malloc'd *buf of *n bytes. Returns 0, -EFBIG (longer
+ * than max: nothing read) or -errno of fstat; sets no message. */
+int kvt_disk_fd_read_all(int fd, size_t max, uint8_t **buf, size_t *n);
 
 /* Side files sign their records with the directory's key, as the store signs
  * its own (see "MAC"): the scheme this process signs with, one

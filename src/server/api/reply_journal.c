@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -108,24 +107,6 @@ static int rewrite(kvt_reply_journal *j) {
     return 0;
 }
 
-/* Reads the whole file at fd into a malloc'd *buf. Returns its bytes, or -1
- * with *why. */
-static long long read_all(int fd, uint8_t **buf, const char **why) {
-    struct stat sb;
-    *buf = NULL;
-    if (fstat(fd, &sb)) return *why = strerror(errno), -1;
-    if ((unsigned long long)sb.st_size > FILE_MAX) return *why = "larger than any journal", -1;
-    size_t n = (size_t)sb.st_size, at = 0;
-    *buf = kvt_xmalloc(n ? n : 1);
-    while (at < n) {
-        ssize_t r = pread(fd, *buf + at, n - at, (off_t)at);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break; /* shorter than fstat said: read what is there */
-        at += (size_t)r;
-    }
-    return (long long)at;
-}
-
 /* What a journal's head says about its records. */
 enum { HEAD_OK, HEAD_DAMAGED, HEAD_VERSION, HEAD_UNSIGNED, HEAD_KEY, HEAD_SCHEME };
 
@@ -222,10 +203,11 @@ static void replay(kvt_reply_journal *j, int32_t n_vocab) {
         return;
     }
     uint8_t *buf;
-    const char *why = NULL;
-    long long n = read_all(fd, &buf, &why);
+    size_t n;
+    int rc = kvt_disk_fd_read_all(fd, FILE_MAX, &buf, &n);
     close(fd);
-    int head = n < 0 ? HEAD_DAMAGED : head_check(buf, (size_t)n, j->key, &why);
+    const char *why = rc == -EFBIG ? "larger than any journal" : rc ? strerror(-rc) : NULL;
+    int head = rc ? HEAD_DAMAGED : head_check(buf, n, j->key, &why);
     if (head == HEAD_DAMAGED) {
         kvt_logk(KVT_LOG_WARN, "dir,file,error", "serve: reply journal %s/%s not read (%s); starting a fresh one", dir,
                  nm, why);
@@ -238,7 +220,7 @@ static void replay(kvt_reply_journal *j, int32_t n_vocab) {
                  "starting a fresh one",
                  dir, nm);
     } else {
-        walk_result r = walk_records(j->key, buf, (size_t)n, j->map, n_vocab, 0);
+        walk_result r = walk_records(j->key, buf, n, j->map, n_vocab, 0);
         if (r.why[0])
             kvt_logk(KVT_LOG_WARN, "dir,file,offset,error,replies",
                      "serve: reply journal %s/%s: damaged record at offset %zu (%s): replay stops there, "
