@@ -49,6 +49,20 @@ static int holds(kvt_reply_map *m, int i) {
     return ok;
 }
 
+/* Puts "reply NN" with ids {i, i + 1} into m and appends its record to j;
+ * returns the record's bytes (without its MAC field). */
+static size_t put(kvt_reply_map *m, kvt_reply_journal *j, int i) {
+    char text[32];
+    snprintf(text, sizeof text, "reply %02d", i);
+    int32_t ids[2] = {i, i + 1};
+    kvt_reply_owner o = {"salt", 4, NULL};
+    uint8_t *r = NULL;
+    size_t n = kvt_reply_map_put_rec(m, &o, text, NULL, NULL, ids, 2, &r);
+    kvt_reply_journal_append(j, r, n);
+    free(r);
+    return n;
+}
+
 static void test_journal(kvt_cache *c, const char *path) {
     kvt_reply_map *m = kvt_reply_map_new(CAP, 16);
     kvt_reply_journal *j = kvt_reply_journal_open(c, m, CAP, N_VOCAB);
@@ -58,14 +72,7 @@ static void test_journal(kvt_cache *c, const char *path) {
     CHECK(file_size(path) == HEAD);
     long rec = 0, most = 0;
     for (int i = 0; i < 20; i++) {
-        char text[32];
-        snprintf(text, sizeof text, "reply %02d", i);
-        int32_t ids[2] = {i, i + 1};
-        kvt_reply_owner o = {"salt", 4, NULL};
-        uint8_t *r = NULL;
-        size_t n = kvt_reply_map_put_rec(m, &o, text, NULL, NULL, ids, 2, &r);
-        kvt_reply_journal_append(j, r, n);
-        free(r);
+        size_t n = put(m, j, i);
         rec = (long)(n + MAC);
         most = KVT_MAX(most, file_size(path));
     }
@@ -146,14 +153,7 @@ static long fill(kvt_cache *c, const char *path) {
     CHECK(j != NULL);
     size_t n = 0;
     for (int i = 16; i < 20; i++) {
-        char text[32];
-        snprintf(text, sizeof text, "reply %02d", i);
-        int32_t ids[2] = {i, i + 1};
-        kvt_reply_owner o = {"salt", 4, NULL};
-        uint8_t *r = NULL;
-        n = kvt_reply_map_put_rec(m, &o, text, NULL, NULL, ids, 2, &r);
-        kvt_reply_journal_append(j, r, n);
-        free(r);
+        n = put(m, j, i);
     }
     kvt_reply_journal_free(j);
     kvt_reply_map_free(m);

@@ -49,6 +49,7 @@ toks() { post /apply-template "$1"; jb -c .tokens; }              # BODY: the pr
 answer() { jq -c '[.choices[0].message.content, .choices[0].logprobs, .usage.prompt_tokens]' "$1" | cksum; }
 size() { stat -c %s "$J" 2>/dev/null || echo 0; }
 bigger() { [ "$(size)" -gt "$1" ]; }
+verify() { rc=0; "$BIN" cache verify --kv-disk "$1" >"$TMP/verify" 2>&1 || rc=$?; } # DIR: its output and $rc
 
 # ---- a reply that re-tokenizes differently -------------------------------------------------
 kvt_start_server ref --retokenize-replies
@@ -101,8 +102,7 @@ restarted "SIGTERM"
 kvt_stop_server a
 
 # ---- cache verify counts the records --------------------------------------------------------
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv"
 check "cache verify on a good journal exits 0" is "$rc" 0
 NREC=$(sed -n 's/^reply journal side-replies: \([0-9]*\) records, \1 good$/\1/p' "$TMP/verify")
 check "... and reports its records, all good" gt "${NREC:-0}" 0
@@ -122,8 +122,7 @@ check "the damage was rewritten away" is "$(grep -c "damaged record" "$TMP/a.log
 kvt_stop_server a
 cp "$TMP/good" "$J"
 printf '\x01' | dd of="$J" bs=1 seek=50 count=1 conv=notrunc status=none # inside the first record
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv"
 check "cache verify on a damaged journal exits 1" is "$rc" 1
 check "... naming it and the first bad offset" grep -q \
   "^reply journal side-replies: $NREC records, $((NREC - 1)) good, the first bad one at offset 40 (a bad checksum)" \
@@ -139,8 +138,7 @@ kvt_stop_server a
 cp "$TMP/good" "$J"
 body=$(od -An -tu4 -j40 -N4 "$J" | tr -d ' ')
 printf '\x5a' | dd of="$J" bs=1 seek=$((40 + 8 + body + 3)) count=1 conv=notrunc status=none
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv"
 check "cache verify on a record whose MAC fails exits 1" is "$rc" 1
 check "... naming the MAC" grep -q "the first bad one at offset 40 (a MAC that does not verify" "$TMP/verify"
 kvt_start_server a "${DISK[@]}"
@@ -182,8 +180,7 @@ kvt_stop_server a
 kvt_start_server b --kv-disk "$TMP/kv3" --kv-disk-size 64M --restore always
 kvt_stop_server b
 cp "$TMP/good" "$TMP/kv3/side-replies"
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv3" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv3"
 check "cache verify on a journal copied from another directory exits 1" is "$rc" 1
 check "... saying it is signed under another key" grep -q "^reply journal side-replies: .*another directory's key" \
   "$TMP/verify"
@@ -208,16 +205,14 @@ kvt_start_server a "${NOMAC[@]}"
 check "... and replayed on its CRCs" grep -q "replies replayed (on their CRCs: --kv-disk-no-mac)" "$TMP/a.log"
 restarted "--kv-disk-no-mac, SIGTERM"
 kvt_stop_server a
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv4" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv4"
 check "cache verify on an unsigned journal without a key file exits 0" is "$rc" 0
 check "... and reports its records, all good, without a MAC" grep -q \
   "^reply journal side-replies: \([0-9]*\) records, \1 good, without a MAC (written under --kv-disk-no-mac)$" \
   "$TMP/verify"
 # the unsigned journal in a directory with a key: verify fails it, a server with MAC on does not replay it
 cp "$TMP/kv4/side-replies" "$J"
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv"
 check "cache verify on an unsigned journal beside a key file exits 1" is "$rc" 1
 check "... saying it has no MAC though the directory has a key file" \
   grep -q "^reply journal side-replies: .*no MAC though the directory has a key file.*: not valid$" "$TMP/verify"
@@ -226,8 +221,7 @@ check "MAC on over an unsigned journal: an info line says it is not replayed" \
   grep -q "reply journal $J: written under --kv-disk-no-mac.*not replayed" "$TMP/a.log"
 check "... its ids are not spliced" is "$(toks "$T2BODY")" "$plain"
 kvt_stop_server a
-rc=0
-"$BIN" cache verify --kv-disk "$TMP/kv" >"$TMP/verify" 2>&1 || rc=$?
+verify "$TMP/kv"
 check "... and it is replaced: cache verify exits 0" is "$rc" 0
 
 # ---- --retokenize-replies writes nothing ------------------------------------------------------
