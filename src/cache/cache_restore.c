@@ -304,6 +304,18 @@ int32_t kvt_cache_acquire_run(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     return ok;
 }
 
+/* info's account of reusing reuse of planned tokens through a run of got
+ * blocks (tier_of[], restored in restore_s, why the run fell short): the
+ * last block may be partly reused, so tokens are counted per tier exactly. */
+static void run_report(const kvt_cache *c, int32_t reuse, int32_t planned, kvt_shortfall why, const kvt_tier *tier_of,
+                       int32_t got, double restore_s, kvt_attach_info *info) {
+    info->n_reused = reuse;
+    info->n_planned = planned;
+    info->shortfall = reuse < planned ? why : KVT_SHORTFALL_NONE;
+    for (int32_t i = 0; i < got; i++) info->tier_tokens[tier_of[i]] += KVT_MIN(c->B, reuse - i * c->B);
+    info->restore_ms = restore_s * 1e3;
+}
+
 /* How attach counts a request: every statistic (COUNTED), all but its reuse
  * stop, which may still change (OPEN: kvt_cache_attach_open), or none
  * (QUIET: the cache's own users, a resumed reply). */
@@ -341,19 +353,11 @@ static int attach(kvt_cache *c, kvt_hash128 root, const int32_t *tokens, int32_t
     int rc = kvt_seq_new(c->e, pages, got, reuse, seq);
     for (int32_t i = 0; i < got; i++) kvt_page_unref(c->e, pages[i]);
     if (!rc) {
-        info->n_reused = reuse;
-        info->n_planned = planned;
-        info->shortfall = reuse < planned ? why : KVT_SHORTFALL_NONE;
+        run_report(c, reuse, planned, why, tier_of, got, restore_s, info);
         if (reuse < planned && !quiet) {
             c->shortfalls[info->shortfall]++;
             c->shortfall_tokens += (uint64_t)(planned - reuse);
         }
-        /* the last block may be partly reused; count tokens per tier exactly */
-        for (int32_t i = 0; i < got; i++) {
-            int32_t t = KVT_MIN(c->B, reuse - i * c->B);
-            info->tier_tokens[tier_of[i]] += t;
-        }
-        info->restore_ms = restore_s * 1e3;
         if (!quiet) {
             c->hit_tokens += (uint64_t)reuse;
             kvt_cache_explain(c, root, tokens, n, reuse, info->shortfall, &info->stop);
@@ -432,11 +436,7 @@ int32_t kvt_cache_attach_more(kvt_cache *c, kvt_hash128 root, const int32_t *tok
     if (add > 0) {
         if (c->admit)
             for (int32_t i = 0; i < got; i++) kvt_admit_sight(c->admit, hits[j + i].hash);
-        info->n_reused = add;
-        info->n_planned = planned - len;
-        info->shortfall = add < planned - len ? why : KVT_SHORTFALL_NONE;
-        for (int32_t i = 0; i < got; i++) info->tier_tokens[tier_of[i]] += KVT_MIN(c->B, add - i * c->B);
-        info->restore_ms = restore_s * 1e3;
+        run_report(c, add, planned - len, why, tier_of, got, restore_s, info);
         c->hit_tokens += (uint64_t)add;
         kvt_cache_explain(c, root, tokens, n, len + add, info->shortfall, &info->stop);
     }
