@@ -35,12 +35,17 @@ struct kvt_sampler {
     int32_t n_hist, cap_hist;
     int32_t *count; /* (n_vocab) occurrences in the penalty window, zero between calls */
     float *work;    /* (n_vocab) the logits after bias and penalties, when any is on */
+    cand *aux;      /* (n_vocab) typical's candidates ordered by their distance to the entropy */
+    double mu;      /* Mirostat's running bound on surprise, in bits */
 };
 
 /* kvtier's own order, the one it always had: penalties on the whole
- * vocabulary, top-k, min-p at temperature 1, temperature, top-p. */
-static const uint8_t DEFAULT_STEPS[] = {KVT_SAMPLE_PENALTIES, KVT_SAMPLE_TOP_K, KVT_SAMPLE_MIN_P,
-                                        KVT_SAMPLE_TEMPERATURE, KVT_SAMPLE_TOP_P};
+ * vocabulary, top-k, min-p at temperature 1, temperature, top-p; typical
+ * and XTC where llama.cpp's order has them relative to those (off, they
+ * change nothing and draw nothing). */
+static const uint8_t DEFAULT_STEPS[] = {KVT_SAMPLE_PENALTIES, KVT_SAMPLE_TOP_K, KVT_SAMPLE_TYPICAL,
+                                        KVT_SAMPLE_MIN_P,     KVT_SAMPLE_XTC,   KVT_SAMPLE_TEMPERATURE,
+                                        KVT_SAMPLE_TOP_P};
 
 static const uint8_t *steps_of(const kvt_sampler_params *p, int32_t *n) {
     if (!p->has_steps) {
@@ -58,6 +63,9 @@ static int has_step(const kvt_sampler_params *p, kvt_sample_step want) {
         if (st[i] == want) return 1;
     return 0;
 }
+
+static int typical_on(const kvt_sampler_params *p) { return p->typical_p > 0 && p->typical_p < 1; }
+static int xtc_on(const kvt_sampler_params *p) { return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f; }
 
 kvt_sampler_params kvt_sampler_default_params(void) {
     kvt_sampler_params p = {0};
@@ -102,6 +110,8 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
         has_step(&params, KVT_SAMPLE_PENALTIES);
     if (s->penalize) s->count = kvt_xcalloc((size_t)n_vocab, sizeof *s->count);
     if (s->penalize || s->p.n_bias) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
+    if (typical_on(&s->p)) s->aux = kvt_xmalloc((size_t)n_vocab * sizeof *s->aux);
+    s->mu = 2.0 * (double)params.mirostat_tau;
     return s;
 }
 
@@ -149,6 +159,7 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->hist);
     free(s->count);
     free(s->work);
+    free(s->aux);
     free(s);
 }
 
@@ -270,13 +281,21 @@ static void penalize(kvt_sampler *s, cands *k) {
     k->sorted = 0;
 }
 
+/* The least number of candidates a filter leaves (min_keep, at least one). */
+static int32_t min_keep(const kvt_sampler *s) { return KVT_MAX(1, s->p.min_keep); }
+
+/* A uniform double in [0, 1) from the generator. */
+static double uniform(kvt_sampler *s) {
+    return (double)(kvt_sampler_rand(s) >> (32 - UNIFORM_BITS)) / (double)(1u << UNIFORM_BITS);
+}
+
 static void top_p(kvt_sampler *s, cands *k) {
     rank(s, k);
     softmax(s, k);
     double cum = 0;
     for (int32_t i = 0; i < k->n; i++) {
         cum += s->prob[i] / k->sum;
-        if (cum >= s->p.top_p) {
+        if (cum >= s->p.top_p && i + 1 >= min_keep(s)) {
             k->n = i + 1;
             break;
         }
@@ -284,6 +303,90 @@ static void top_p(kvt_sampler *s, cands *k) {
     k->sum = 0;
     for (int32_t i = 0; i < k->n; i++) k->sum += s->prob[i];
     k->probs = 1;
+}
+
+static int by_score_asc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->l != y->l) return x->l < y->l ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Locally typical sampling: the candidates whose surprise -ln p is nearest
+ * the distribution's entropy, nearest first, until their probability
+ * exceeds typical_p. The ones kept stay in rank order (s->aux holds each
+ * candidate's distance with its rank, ties to the better rank). */
+static void typical(kvt_sampler *s, cands *k) {
+    rank(s, k);
+    softmax(s, k);
+    double h = 0;
+    for (int32_t i = 0; i < k->n; i++) {
+        double p = s->prob[i] / k->sum;
+        if (p > 0) h -= p * log(p);
+    }
+    for (int32_t i = 0; i < k->n; i++) {
+        double p = s->prob[i] / k->sum;
+        s->aux[i] = (cand){p > 0 ? fabs(-log(p) - h) : INFINITY, i};
+    }
+    qsort(s->aux, (size_t)k->n, sizeof *s->aux, by_score_asc);
+    int32_t keep = k->n;
+    double cum = 0;
+    for (int32_t i = 0; i < k->n; i++) {
+        cum += s->prob[s->aux[i].id] / k->sum;
+        if (cum > s->p.typical_p && i + 1 >= min_keep(s)) {
+            keep = i + 1;
+            break;
+        }
+    }
+    /* mark the kept ranks (a negative logit id is never a token), then close the gaps in rank order */
+    for (int32_t i = 0; i < keep; i++) s->c[s->aux[i].id].id = -1 - s->c[s->aux[i].id].id;
+    int32_t n = 0;
+    for (int32_t i = 0; i < k->n; i++)
+        if (s->c[i].id < 0) s->c[n++] = (cand){s->c[i].l, -1 - s->c[i].id};
+    k->n = n;
+    k->probs = 0;
+}
+
+/* XTC: at xtc_probability, the candidates whose probability reaches the
+ * threshold are dropped but for the least likely of them, so the reply
+ * leaves its most predictable path; nothing when fewer than two reach it
+ * or fewer than min_keep would be left. The chance is drawn first, so the
+ * generator advances once per token whatever happens. */
+static void xtc(kvt_sampler *s, cands *k) {
+    if (k->n < 2) return;
+    if (uniform(s) > (double)s->p.xtc_probability) return;
+    rank(s, k);
+    softmax(s, k);
+    int32_t last = 0; /* the last of the leading candidates at or above the threshold (0: fewer than two) */
+    while (last + 1 < k->n && s->prob[last + 1] / k->sum >= (double)s->p.xtc_threshold) last++;
+    if (last == 0 || k->n - last < min_keep(s)) return;
+    memmove(s->c, s->c + last, (size_t)(k->n - last) * sizeof *s->c);
+    k->n -= last;
+    k->probs = 0;
+}
+
+/* The temperature, or with dynatemp_range the one the candidates' entropy
+ * maps to: from max(0, temp - range) for a certain token to temp + range
+ * for a uniform spread. At or below 0 only the best candidate is left. */
+static void temperature(kvt_sampler *s, cands *k) {
+    rank(s, k); /* ranked on the logits themselves, so ties keep their order */
+    double t = s->p.temp;
+    if (s->p.dynatemp_range > 0) {
+        if (k->n < 2) return;
+        softmax(s, k);
+        double h = 0;
+        for (int32_t i = 0; i < k->n; i++) {
+            double p = s->prob[i] / k->sum;
+            if (p > 0) h -= p * log(p);
+        }
+        double lo = KVT_MAX(0.0, t - s->p.dynatemp_range), hi = t + s->p.dynatemp_range;
+        t = lo + (hi - lo) * pow(h / log((double)k->n), (double)s->p.dynatemp_exponent);
+    }
+    if (t <= 0) {
+        k->n = 1;
+    } else {
+        for (int32_t i = 0; i < k->n; i++) s->c[i].l = s->c[i].l / t;
+    }
+    k->probs = 0;
 }
 
 /* One step of the order on the candidates. */
@@ -302,38 +405,79 @@ static void step(kvt_sampler *s, cands *k, uint8_t st) {
             rank(s, k);
             double floor_l = s->c[0].l + log((double)s->p.min_p);
             int32_t keep = 1;
-            while (keep < k->n && s->c[keep].l >= floor_l) keep++;
+            while (keep < k->n && (s->c[keep].l >= floor_l || keep < min_keep(s))) keep++;
             k->n = keep;
             k->probs = 0;
         }
         break;
-    case KVT_SAMPLE_TEMPERATURE:
-        rank(s, k); /* ranked on the logits themselves, so ties keep their order */
-        for (int32_t i = 0; i < k->n; i++) s->c[i].l = s->c[i].l / (double)s->p.temp;
-        k->probs = 0;
-        break;
+    case KVT_SAMPLE_TEMPERATURE: temperature(s, k); break;
     case KVT_SAMPLE_TOP_P:
         if (s->p.top_p < 1.0f) top_p(s, k);
+        break;
+    case KVT_SAMPLE_TYPICAL:
+        if (typical_on(&s->p)) typical(s, k);
+        break;
+    case KVT_SAMPLE_XTC:
+        if (xtc_on(&s->p)) xtc(s, k);
         break;
     default: break;
     }
 }
 
+/* A draw from the ranked candidates' softmax: the index picked. */
+static int32_t draw(kvt_sampler *s, cands *k) {
+    rank(s, k);
+    if (!k->probs) softmax(s, k);
+    double u = uniform(s) * k->sum;
+    double cum = 0;
+    for (int32_t i = 0; i < k->n; i++) {
+        cum += s->prob[i];
+        if (u < cum) return i;
+    }
+    return k->n - 1; /* u landed in rounding slack at the very end */
+}
+
+/* Mirostat: the candidates are cut to those whose surprise stays within the
+ * running bound mu (version 2), or to the top k that a Zipf fit of the 100
+ * most likely predicts for mu (version 1); after the draw mu moves by eta
+ * times the chosen token's surprise over tau. */
+static int32_t mirostat(kvt_sampler *s, cands *k) {
+    rank(s, k);
+    for (int32_t i = 0; i < k->n; i++) s->c[i].l = s->c[i].l / (double)s->p.temp;
+    softmax(s, k);
+    if (s->p.mirostat == 1) {
+        double sum_tb = 0, sum_tt = 0;
+        for (int32_t i = 0; i < KVT_MIN(99, k->n - 1) && s->prob[i + 1] > 0; i++) {
+            double t = log((double)(i + 2) / (double)(i + 1)), b = log((double)s->prob[i] / (double)s->prob[i + 1]);
+            sum_tb += t * b;
+            sum_tt += t * t;
+        }
+        double sh = sum_tt > 0 ? sum_tb / sum_tt : 1, eps = sh - 1;
+        double top = pow(eps * pow(2, s->mu) / (1 - pow((double)s->n_vocab, -eps)), 1 / sh);
+        k->n = isfinite(top) && top >= 1 ? (int32_t)KVT_MIN(top, (double)k->n) : 1;
+    } else {
+        int32_t keep = 0;
+        while (keep < k->n && -log2(s->prob[keep] / k->sum) <= s->mu) keep++;
+        k->n = KVT_MAX(keep, 1);
+    }
+    softmax(s, k);
+    k->probs = 1;
+    int32_t i = draw(s, k);
+    s->mu -= (double)s->p.mirostat_eta * (-log2(s->prob[i] / k->sum) - (double)s->p.mirostat_tau);
+    return s->c[i].id;
+}
+
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
-    if (s->p.temp <= 0.0f) return returned(s, kvt_argmax(adjusted(s, raw, s->penalize), s->n_vocab));
-    const float *logits = adjusted(s, raw, 0);
+    /* greedy picks the most likely token, unless a step that may drop it comes first or the temperature is dynamic */
+    int plain_greedy = !typical_on(&s->p) && !xtc_on(&s->p) && !(s->p.dynatemp_range > 0);
+    if (s->p.temp <= 0.0f && (plain_greedy || s->p.mirostat))
+        return returned(s, kvt_argmax(adjusted(s, raw, s->penalize), s->n_vocab));
+    const float *logits = adjusted(s, raw, s->p.mirostat ? s->penalize : 0);
     for (int32_t i = 0; i < s->n_vocab; i++) s->c[i] = (cand){(double)logits[i], i};
     cands k = {.n = s->n_vocab};
+    if (s->p.mirostat) return returned(s, mirostat(s, &k));
     int32_t n_steps;
     const uint8_t *steps = steps_of(&s->p, &n_steps);
     for (int32_t i = 0; i < n_steps; i++) step(s, &k, steps[i]);
-    rank(s, &k);
-    if (!k.probs) softmax(s, &k);
-    double u = (double)(kvt_sampler_rand(s) >> (32 - UNIFORM_BITS)) / (double)(1u << UNIFORM_BITS) * k.sum;
-    double cum = 0;
-    for (int32_t i = 0; i < k.n; i++) {
-        cum += s->prob[i];
-        if (u < cum) return returned(s, s->c[i].id);
-    }
-    return returned(s, s->c[k.n - 1].id); /* u landed in rounding slack at the very end */
+    return returned(s, s->c[draw(s, &k)].id);
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-/* Token samplers: greedy, or temperature with optional top-k, min-p and
- * top-p (nucleus) filtering, drawing from a seeded PCG32 generator so a seed
- * always gives the same tokens for the same logits. Before either, the logits
+/* Token samplers: greedy, or temperature with optional top-k, min-p, top-p
+ * (nucleus), locally typical and XTC filtering, a dynamic temperature, or
+ * Mirostat (1 and 2) in their place, drawing from a seeded PCG32 generator so
+ * a seed always gives the same tokens for the same logits. Before either, the logits
  * may get a per-token bias (OpenAI's logit_bias) and penalties on the tokens
  * already generated (OpenAI's presence and frequency penalties, llama.cpp's
  * repeat penalty). Every addition is off at its zero value, and then the
@@ -26,6 +27,8 @@ typedef enum {
     KVT_SAMPLE_TOP_P,
     KVT_SAMPLE_MIN_P,
     KVT_SAMPLE_TEMPERATURE,
+    KVT_SAMPLE_TYPICAL, /* locally typical sampling (typical_p) */
+    KVT_SAMPLE_XTC,     /* exclude top choices (xtc_probability, xtc_threshold) */
     KVT_SAMPLE_STEP_COUNT
 } kvt_sample_step;
 
@@ -47,12 +50,30 @@ typedef struct {
     const int32_t *bias_id;  /* logit_bias: bias[i] is added to the logit of token bias_id[i] (ids outside */
     const float *bias;       /* the vocabulary are skipped); copied by kvt_sampler_new */
     int32_t n_bias;
+    /* llama.cpp's other samplers; each is off at its zero value. */
+    float typical_p;         /* keep the tokens whose surprise (-ln p) is nearest the entropy until their
+                                probability exceeds typical_p; <= 0 or >= 1: off */
+    float xtc_probability;   /* XTC: at this chance per token (drawn from the seed), drop every candidate whose
+                                probability reaches xtc_threshold but the least likely of them; <= 0: off */
+    float xtc_threshold;     /* XTC's threshold; above 0.5 XTC is off (no two candidates can reach it) */
+    float dynatemp_range;    /* dynamic temperature: temp - range (at least 0) at entropy 0 up to temp + range
+                                at the uniform distribution's, along normalized-entropy^dynatemp_exponent;
+                                <= 0: the temperature is temp */
+    float dynatemp_exponent; /* only with dynatemp_range */
+    int32_t min_keep;        /* top-p, min-p, typical and XTC leave at least this many candidates; <= 1: one */
+    int32_t mirostat;        /* 1 or 2: Mirostat picks instead of top-k, top-p, min-p, typical and XTC, after
+                                the bias, the penalties and the temperature (not dynamic); 0: off */
+    float mirostat_tau;      /* Mirostat's target surprise, in bits */
+    float mirostat_eta;      /* Mirostat's learning rate */
     /* The order of the steps. has_steps 0 (the default): penalties, top-k,
-     * min-p, temperature, top-p. Else steps[0..n_steps) (kvt_sample_step
+     * typical, min-p, XTC, temperature, top-p. Else steps[0..n_steps) (kvt_sample_step
      * values; n_steps may be 0): a step not listed is not applied, one listed
      * twice applies twice. Greedy (temp <= 0) stays greedy whatever the
      * order: the most likely token after the bias and, where the order
-     * applies them, the penalties. */
+     * applies them, the penalties; except that typical and XTC (which may
+     * drop the most likely token) and a dynamic temperature (which may be
+     * above 0 at temp 0) apply as llama.cpp applies them: a temperature
+     * at or below 0 then keeps the best candidate the steps before it left. */
     int has_steps;
     int32_t n_steps;
     uint8_t steps[KVT_SAMPLER_MAX_STEPS];

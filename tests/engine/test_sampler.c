@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Sampler tests: greedy is argmax, filters narrow the choice as specified, a
- * seed replays the same tokens, draws follow the softmax probabilities, and
- * the steps run in the order given. */
+ * seed replays the same tokens, draws follow the softmax probabilities, the
+ * steps run in the order given, and llama.cpp's other samplers (typical,
+ * XTC, min_keep, dynamic temperature, Mirostat) keep what they should. */
 #include <math.h>
 #include <string.h>
 
@@ -28,6 +29,8 @@ static kvt_sampler *make_order(kvt_sampler_params p, const char *order) {
                                              : *c == 'k' ? KVT_SAMPLE_TOP_K
                                              : *c == 'p' ? KVT_SAMPLE_TOP_P
                                              : *c == 'm' ? KVT_SAMPLE_MIN_P
+                                             : *c == 'y' ? KVT_SAMPLE_TYPICAL
+                                             : *c == 'x' ? KVT_SAMPLE_XTC
                                                          : KVT_SAMPLE_TEMPERATURE);
     kvt_sampler *s = kvt_sampler_new(p, V);
     CHECK(s != NULL);
@@ -152,6 +155,124 @@ static void test_top_k_select(void) {
     }
 }
 
+/* The ids drawn in n draws (bit i: id i). */
+static unsigned drawn(kvt_sampler *s, int n) {
+    unsigned seen = 0;
+    for (int i = 0; i < n; i++) seen |= 1u << kvt_sampler_sample(s, logits);
+    kvt_sampler_free(s);
+    return seen;
+}
+
+/* At temperature 1 the logits' probabilities are, by id: .042 .307 .113 .307
+ * .006 .025 .186 .015, entropy 1.602 nats. Ordered by |-ln p - 1.602|: 6
+ * (.08), 1 and 3 (.42), 2 (.58), 0, 5, 7, 4; their running sums .186, .493,
+ * .800, .912, ... */
+static void test_typical_xtc(void) {
+    const unsigned ID1 = 1u << 1, ID3 = 1u << 3, ID6 = 1u << 6, ID2 = 1u << 2;
+    kvt_sampler_params t = {.temp = 1.0f, .top_p = 1.0f, .typical_p = 0.15f, .seed = 21};
+    CHECKF(drawn(kvt_sampler_new(t, V), 300) == ID6, "typical 0.15 keeps the most typical token alone, not the best");
+    t.typical_p = 0.45f;
+    CHECKF(drawn(kvt_sampler_new(t, V), 400) == (ID6 | ID1), "typical 0.45 keeps 6 and 1 (1 before 3 on a tie)");
+    t.typical_p = 0.15f, t.min_keep = 3;
+    CHECKF(drawn(kvt_sampler_new(t, V), 400) == (ID6 | ID1 | ID3), "typical with min_keep 3 keeps 6, 1 and 3");
+    t.min_keep = 0, t.temp = 0;
+    CHECKF(drawn(kvt_sampler_new(t, V), 50) == ID6, "temperature 0 after typical takes the best it left (llama.cpp)");
+    CHECKF(drawn(make_order(t, "ty"), 50) == ID1, "temperature 0 before typical leaves it one token");
+
+    /* XTC at threshold 0.15: 1, 3 and 6 reach it, so 1 and 3 go and 6 stays, the least likely of them */
+    kvt_sampler_params x = {.temp = 1.0f, .top_p = 1.0f, .xtc_probability = 1.0f, .xtc_threshold = 0.15f, .seed = 22};
+    unsigned got = drawn(kvt_sampler_new(x, V), 2000);
+    CHECKF(!(got & (ID1 | ID3)) && (got & ID6) && (got & ID2), "XTC drops 1 and 3, keeps 6 and the rest: %#x", got);
+    x.temp = 0;
+    CHECKF(drawn(kvt_sampler_new(x, V), 50) == ID6, "temperature 0 after XTC takes 6");
+    x.temp = 1.0f, x.min_keep = 7;
+    CHECKF(drawn(kvt_sampler_new(x, V), 2000) & ID1, "XTC that would leave 6 of min_keep 7 does nothing");
+    x.min_keep = 0, x.xtc_threshold = 0.35f;
+    CHECKF(drawn(kvt_sampler_new(x, V), 2000) & ID1, "XTC with no two tokens over the threshold does nothing");
+    x.xtc_threshold = 0.15f, x.xtc_probability = 0.5f;
+    kvt_sampler *half = kvt_sampler_new(x, V);
+    int top = 0;
+    for (int i = 0; i < 4000; i++) {
+        int32_t id = kvt_sampler_sample(half, logits);
+        top += id == 1 || id == 3;
+    }
+    kvt_sampler_free(half);
+    /* 1 or 3 is drawn only on the half of tokens XTC skips: .614 / 2 of them, 4 sigma = .03 */
+    CHECKF(fabs(top / 4000.0 - 0.307) < 0.03, "XTC at 0.5 halves 1 and 3's share: %.3f", top / 4000.0);
+
+    /* min_keep on top_p and min_p */
+    kvt_sampler_params k = {.temp = 1.0f, .top_p = 0.1f, .min_keep = 3, .seed = 23};
+    CHECKF(drawn(kvt_sampler_new(k, V), 400) == (ID1 | ID3 | ID6), "top_p 0.1 with min_keep 3 keeps three");
+    k.top_p = 1.0f, k.min_p = 0.9f, k.min_keep = 4;
+    CHECKF(drawn(kvt_sampler_new(k, V), 600) == (ID1 | ID3 | ID6 | ID2), "min_p 0.9 with min_keep 4 keeps four");
+
+    /* their neutral values (and XTC's threshold, typical's min_keep without them) draw exactly what none does */
+    kvt_sampler_params plain = {.temp = 0.9f, .top_k = 6, .top_p = 0.95f, .min_p = 0.02f, .seed = 24};
+    kvt_sampler_params idle = plain;
+    idle.typical_p = 1.0f, idle.xtc_threshold = 0.1f, idle.dynatemp_exponent = 1.0f, idle.mirostat_tau = 5.0f,
+    idle.mirostat_eta = 0.1f, idle.min_keep = 1;
+    kvt_sampler *a = kvt_sampler_new(plain, V), *b = kvt_sampler_new(idle, V);
+    int same = 1;
+    for (int i = 0; i < 500; i++) same &= kvt_sampler_sample(a, logits) == kvt_sampler_sample(b, logits);
+    CHECKF(same, "typical, XTC, dynamic temperature and Mirostat off draw what none draws");
+    kvt_sampler_free(a);
+    kvt_sampler_free(b);
+}
+
+/* Dynamic temperature and Mirostat. */
+static void test_dynatemp_mirostat(void) {
+    const unsigned ID1 = 1u << 1, ID3 = 1u << 3;
+    /* at temperature 0 a dynamic range samples (normalized entropy .77: temperature .77), as llama.cpp does */
+    kvt_sampler_params d = {.temp = 0, .top_p = 1.0f, .dynatemp_range = 1.0f, .dynatemp_exponent = 1.0f, .seed = 31};
+    CHECKF(drawn(kvt_sampler_new(d, V), 500) & ~(ID1 | ID3), "dynatemp at temp 0, range 1 samples past the best");
+    d.dynatemp_exponent = 400.0f; /* .77^400 ~ 0: a temperature near 0, the two tokens at 3.0 */
+    CHECKF(drawn(kvt_sampler_new(d, V), 500) == (ID1 | ID3), "a huge exponent leaves the two best");
+    /* temperature 1 +- 0.5 at exponent 1: 1.27, hotter than 1: the least likely token's share grows */
+    d.temp = 1.0f, d.dynatemp_range = 0.5f, d.dynatemp_exponent = 1.0f;
+    kvt_sampler *s = kvt_sampler_new(d, V);
+    int low = 0;
+    for (int i = 0; i < DRAWS; i++) low += kvt_sampler_sample(s, logits) == 4;
+    kvt_sampler_free(s);
+    double z = 0, t = 0.5 + 1.0 * 0.7703288540868122;
+    for (int i = 0; i < V; i++) z += exp(logits[i] / t);
+    double p4 = exp(logits[4] / t) / z, sd = sqrt(p4 * (1 - p4) / DRAWS);
+    CHECKF(fabs((double)low / DRAWS - p4) <= 4 * sd, "dynatemp: id 4 at %.4f, expected %.4f (temperature %.3f)",
+           (double)low / DRAWS, p4, t);
+
+    /* Mirostat: a tiny target surprise keeps the best token alone (1, first of the tie; its surprise in
+     * a set of one is 0, below tau, so mu grows by eta * tau a token: past 1.7 bits after 150), a large one
+     * keeps every token; top_k does not apply (Mirostat replaces it); a seed replays the draws */
+    for (int v = 1; v <= 2; v++) {
+        kvt_sampler_params m =
+            {.temp = 1.0f, .top_k = 1, .mirostat = v, .mirostat_tau = 0.1f, .mirostat_eta = 0.1f, .seed = 32};
+        CHECKF(drawn(kvt_sampler_new(m, V), 100) == ID1, "mirostat %d, tau 0.1: the best token", v);
+        m.mirostat_tau = 10.0f;
+        unsigned wide = drawn(kvt_sampler_new(m, V), 3000);
+        CHECKF((wide & 0x6f) == 0x6f, "mirostat %d, tau 10: ids drawn %#x", v, wide);
+        kvt_sampler *a = kvt_sampler_new(m, V), *b = kvt_sampler_new(m, V);
+        int same = 1;
+        for (int i = 0; i < 300; i++) same &= kvt_sampler_sample(a, logits) == kvt_sampler_sample(b, logits);
+        CHECKF(same, "mirostat %d replays its seed", v);
+        kvt_sampler_free(a);
+        kvt_sampler_free(b);
+        m.temp = 0;
+        CHECKF(drawn(kvt_sampler_new(m, V), 50) == ID1, "mirostat %d at temperature 0 is greedy", v);
+    }
+    /* version 2 with tau 1.7 bits: mu starts at 3.4, keeping 1, 3, 6 (1.70, 1.70, 2.43 bits) and 2 (3.15);
+     * a draw of 2 or 6 is above tau and lowers mu, so the set narrows and the best tokens' share grows */
+    kvt_sampler_params m2 = {.temp = 1.0f, .mirostat = 2, .mirostat_tau = 1.7f, .mirostat_eta = 0.5f, .seed = 33};
+    s = kvt_sampler_new(m2, V);
+    int best = 0, other = 0;
+    for (int i = 0; i < 2000; i++) {
+        int32_t id = kvt_sampler_sample(s, logits);
+        best += id == 1 || id == 3;
+        other += !(id == 1 || id == 3 || id == 6 || id == 2);
+    }
+    kvt_sampler_free(s);
+    CHECKF(other == 0 && best > 1400, "mirostat 2 keeps its surprise near tau: %d of 2000 best, %d outside", best,
+           other);
+}
+
 int main(void) {
     CHECK(kvt_argmax(logits, V) == 1); /* tie between 1 and 3 goes to the lower id */
     CHECK(kvt_sampler_new(kvt_sampler_default_params(), 0) == NULL);
@@ -257,6 +378,8 @@ int main(void) {
 
     test_order();
     test_top_k_select();
+    test_typical_xtc();
+    test_dynatemp_mirostat();
 
     /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
     double lp, top_lp[3];
