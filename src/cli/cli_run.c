@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cli_run.h"
+#include "cli_sampling.h"
 #include "common.h"
 #include "kvtier.h"
 /* What kvtier.h does not give (yet), and why run needs it: */
@@ -90,8 +91,8 @@ static const kvt_cli_opt run_opts[] = {
     {R_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the order of the sampling steps, as llama.cpp's --samplers: names\nseparated by ';' or ',' (penalties, dry, "
      "top_k, typ_p, top_p, min_p,\nxtc, temperature) or their letters (e d k y p m x t, as\n--sampling-seq: "
-     "\"kpt\"); a step left out is not applied, dry,\ntyp_p and xtc (which kvtier lacks) are skipped (default:\n"
-     "penalties, top_k, min_p, temperature, top_p)",
+     "\"kpt\"); a step left out is not applied, dry (which kvtier\nlacks) is skipped (default: penalties, top_k, "
+     "typ_p, min_p, xtc,\ntemperature, top_p)",
      0, KVT_CLI_PLAIN},
     {R_MIN_P, 0, "min-p", NULL, "P",
      "drop tokens less likely than P times the most likely one, as\nllama.cpp's --min-p (default 0: off)", 0,
@@ -156,13 +157,14 @@ static const kvt_cli_opt run_opts[] = {
     {R_ESCAPE, 0, "no-escape", NULL, NULL, "take -p as given (the default)", KVT_CLI_NO_ENV, KVT_CLI_PLAIN},
 };
 
-/* run's sections: its own table, then the shared KV-type, disk-tier and device tables. */
-#define RUN_SECTIONS 4
+/* run's sections: its own table, then the shared sampler, KV-type, disk-tier and device tables. */
+#define RUN_SECTIONS 5
 static void run_sections(kvt_cli_section out[RUN_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, run_opts, KVT_ARRAY_LEN(run_opts)};
-    out[1] = kvt_cli_kv_section;
-    out[2] = kvt_cli_cache_section;
-    out[3] = kvt_cli_device_section;
+    out[1] = kvt_cli_sampling_section;
+    out[2] = kvt_cli_kv_section;
+    out[3] = kvt_cli_cache_section;
+    out[4] = kvt_cli_device_section;
 }
 
 void kvt_usage_run(FILE *f) {
@@ -198,6 +200,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
+    if (KVT_CLI_IS_SAMPLING_ID(id)) return kvt_cli_sampling_opt(id, a, &x->sp);
     switch (id) { /* the values are checked against the table already */
     case R_MODEL: x->model_path = a->str; return 0;
     case R_PROMPT: x->prompt = a->str; return 0;

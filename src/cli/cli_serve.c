@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blockhash.h" /* KVT_BLOCK_TOKENS_MAX: --block-size */
+#include "cli_sampling.h"
 #include "cli_serve_compat.h"
 #include "cli_serve_embed.h"
 #include "cli_serve_impl.h"
@@ -270,13 +271,14 @@ static const kvt_cli_opt serve_opts[] = {
 
 /* serve's sections: its own table, then the shared KV-type, disk-tier and device tables, then
  * sampling defaults and llama-server's flags. */
-#define SERVE_SECTIONS 7
+#define SERVE_SECTIONS 8
 static void sections(kvt_cli_section out[SERVE_SECTIONS]) {
     out[0] = (kvt_cli_section){NULL, serve_opts, KVT_ARRAY_LEN(serve_opts)};
     out[1] = kvt_cli_kv_section;
     out[2] = kvt_cli_cache_section;
     out[3] = kvt_cli_device_section;
     out[4] = kvt_cli_serve_compat_section;
+    out[7] = kvt_cli_sampling_defaults_section;
     out[5] = kvt_cli_serve_embed_section;
     out[6] = kvt_cli_template_section;
 }
@@ -389,6 +391,7 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
     if (KVT_CLI_IS_COMPAT_ID(id)) return kvt_cli_serve_compat_opt(id, a, sp, &x->version);
+    if (KVT_CLI_IS_SAMPLING_ID(id)) return kvt_cli_sampling_opt(id, a, &sp->default_sampling);
     if (KVT_CLI_IS_EMBED_ID(id)) return kvt_cli_serve_embed_opt(id, a, sp);
     if (KVT_CLI_IS_TEMPLATE_ID(id)) return kvt_cli_template_opt(id, a, &x->tmpl);
     switch (id) { /* numbers are checked against the table's bounds already */

@@ -73,6 +73,12 @@ kvt_sampler_params kvt_sampler_default_params(void) {
     p.top_k = 40;
     p.top_p = 0.95f;
     p.seed = 0;
+    /* llama.cpp's values of the knobs that matter only once their sampler is on */
+    p.typical_p = 1.0f;
+    p.xtc_threshold = 0.1f;
+    p.dynatemp_exponent = 1.0f;
+    p.mirostat_tau = 5.0f;
+    p.mirostat_eta = 0.1f;
     return p;
 }
 

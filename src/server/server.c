@@ -50,6 +50,7 @@ kvt_server_params kvt_server_default_params(void) {
                            .default_penalty_last_n = -1,
                            .responses_max = KVT_SERVER_DEFAULT_RESPONSES,
                            .responses_ttl_s = KVT_SERVER_DEFAULT_RESPONSES_TTL_S};
+    p.default_sampling = kvt_sampler_default_params();
     return p;
 }
 

@@ -165,6 +165,9 @@ typedef struct {
     int32_t default_penalty_last_n;
     uint64_t default_seed;
     int has_default_seed;
+    /* typical, XTC, dynamic temperature, Mirostat and min_keep of a request that does not set them
+       (--typical, --xtc-probability, ...: cli_sampling.h); only those fields are read */
+    kvt_sampler_params default_sampling;
     /* --samplers: the order of the sampling steps of a request that gives no "samplers"
        (kvt_sample_step values); has_default_steps 0: kvtier's own order */
     int has_default_steps;

@@ -115,7 +115,7 @@ post /completion '{"prompt": "Hello", "id_slot": -1e300}'
 check "id_slot -1e300 is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
 # llama.cpp's sampling fields kvtier does not implement: taken at their "off" value, else a 400
 # naming them (ignored, each would give other output than asked)
-for f in '"top_n_sigma": 1.5' '"min_keep": 5' '"t_max_predict_ms": 100' '"n_indent": 4' \
+for f in '"top_n_sigma": 1.5' '"t_max_predict_ms": 100' '"n_indent": 4' \
   '"post_sampling_probs": true' '"lora": [{"id": 0, "scale": 1}]'; do
   post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, $f}"
   check "$f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")"
@@ -158,17 +158,51 @@ for bad in '"kz"' '["top_k", "nucleus"]' '[7]' '5' '{"a": 1}' '"i"' '["infill"]'
   check "samplers $bad is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$want"
 done
 check "... saying why" has "$(jb .error.message)" "more than 32"
-# a sampler kvtier lacks: skipped while its field is neutral, a 400 naming samplers when on and
+# a sampler kvtier lacks (dry): skipped while its field is neutral, a 400 naming samplers when on and
 # listed, and inert (as in llama-server) when on but left out of the order
 post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "edkypmxt", "typical_p": 1, "xtc_probability": 0, "dry_multiplier": 0}'
-check "samplers lacking kvtier's dry, typ_p, xtc at their neutral values: accepted" is "$CODE" 200
-post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "kyt", "typical_p": 0.5}'
-check "typ_p listed with typical_p on is a 400 naming samplers" is "$CODE/$(jb .error.param)" 400/samplers
-check "... naming both" has "$(jb .error.message)" "'samplers' lists typ_p, .*'typical_p' turns it on"
-post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": ["top_k", "temperature"], "xtc_probability": 0.5}'
-check "xtc left out of the order: xtc_probability is inert" is "$CODE" 200
-post /completion '{"prompt": "Hello", "n_predict": 1, "typical_p": 0.5}'
-check "typical_p on without samplers is a 400 naming it" is "$CODE/$(jb .error.param)" 400/typical_p
+check "samplers with dry at its neutral value: accepted" is "$CODE" 200
+post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "kdt", "dry_multiplier": 0.8}'
+check "dry listed with dry_multiplier on is a 400 naming samplers" is "$CODE/$(jb .error.param)" 400/samplers
+check "... naming both" has "$(jb .error.message)" "'samplers' lists dry, .*'dry_multiplier' turns it on"
+post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": ["top_k", "temperature"], "dry_multiplier": 0.5}'
+check "dry left out of the order: dry_multiplier is inert" is "$CODE" 200
+post /completion '{"prompt": "Hello", "n_predict": 1, "dry_multiplier": 0.5}'
+check "dry_multiplier on without samplers is a 400 naming it" is "$CODE/$(jb .error.param)" 400/dry_multiplier
+# llama.cpp's typical, XTC, min_keep, dynamic temperature and Mirostat. Each off value gives the text
+# without it; a filter that leaves one candidate gives one text for every seed.
+post /completion "{$S, \"temperature\": 0, \"typical_p\": 1, \"xtc_probability\": 0, \"min_keep\": 0, \"dynatemp_range\": 0, \"mirostat\": 0}"
+check "their off values: the greedy text" is "$CODE/$(jb .content)" "200/$GREEDY"
+post /completion "{$S, \"temperature\": 0, \"typical_p\": 1, \"xtc_probability\": 0, \"min_keep\": 0, \"dynatemp_range\": 0, \"mirostat\": 0}"
+check "... and generation_settings says them (x 100)" is "$(jb '.generation_settings | [.typical_p, .xtc_probability, .xtc_threshold, .dynatemp_range, .dynatemp_exponent, .mirostat, .mirostat_tau, .mirostat_eta, .min_keep] | map(. * 100 | round | tostring) | join(",")')" "100,0,10,0,100,0,500,10,0"
+one_text() { # FIELDS [TEMPERATURE]: the texts of seeds 1-3 (at 1.5 by default), one line if they agree
+  for seed in 1 2 3; do
+    post /completion "{$S, \"temperature\": ${2:-1.5}, \"seed\": $seed, \"ignore_eos\": true, $1}"
+    echo "$CODE/$(jb .content)"
+  done | sort -u
+}
+TYP=$(one_text '"typical_p": 0')
+check "typical_p 0 keeps one token a step: one text for three seeds" is "$(wc -l <<<"$TYP")" 1
+check "... not the greedy one (the most typical token is not always the most likely)" test "$TYP" != "200/$GREEDY"
+post /completion "{$S, \"temperature\": 0, \"typical_p\": 0}"
+check "... and temperature 0 gives it too, as llama.cpp's" is "$CODE/$(jb .content)" "$TYP"
+XTC=$(one_text '"xtc_probability": 1, "xtc_threshold": 0')
+check "XTC at threshold 0 keeps the least likely token: one text for three seeds" is "$(wc -l <<<"$XTC")" 1
+check "... not the greedy one" test "$XTC" != "200/$GREEDY" -a "$XTC" != "$TYP"
+XTCK=$(one_text '"xtc_probability": 1, "xtc_threshold": 0, "min_keep": 100000')
+check "... min_keep past the vocabulary turns it off: the seeds' texts differ" gt "$(wc -l <<<"$XTCK")" 1
+MIRO=$(one_text '"mirostat": 2, "mirostat_tau": 0, "mirostat_eta": 0')
+check "Mirostat 2 with tau 0 keeps only the best token: the greedy text" is "$MIRO" "200/$GREEDY"
+post /completion "{$S, \"temperature\": 1, \"seed\": 5, \"mirostat\": 1}"
+M1=$(jb .content)
+post /completion "{$S, \"temperature\": 1, \"seed\": 5, \"mirostat\": 1}"
+check "Mirostat 1 replays its seed" is "$CODE/$(jb .content)" "200/$M1"
+DYN=$(one_text '"dynatemp_range": 1.5' 0)
+check "temperature 0 with a dynamic range samples, as llama.cpp's: the seeds' texts differ" gt "$(wc -l <<<"$DYN")" 1
+for bad in '"mirostat": 3' '"typical_p": 1.5' '"xtc_threshold": -0.1' '"min_keep": 1.5' '"mirostat_eta": "x"'; do
+  post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, $bad}"
+  check "$bad is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$bad")"
+done
 # kvtier run --samplers reads the order as the server does: with the same prompt, values and seed,
 # the server's text under that order (and, without it, under the default order, which differs).
 # The random model writes stray bytes, which run prints as they are and the server as U+FFFD:
@@ -196,6 +230,16 @@ for bad in 'kz' 'top_k;nucleus' 'top_k;' 'i' "$(printf 'k%.0s' $(seq 33))"; do
   check "... naming the flag" grep -q "kvtier run: --samplers " "$TMP/out"
 done
 check "... saying what is wrong" grep -q "more than 32" "$TMP/out"
+RUNX=(run -m "$TMP/m.gguf" -p "Once upon a time" -n 12 --ignore-eos -t 1 --top-k 0 --top-p 1)
+check "run --xtc-probability 1 --xtc-threshold 0 at --temp 0: the server's XTC text" \
+  is "$("$BIN" "${RUNX[@]}" --temp 0 --xtc-probability 1 --xtc-threshold 0 2>/dev/null | ascii)" "$(ascii <<<"${XTC#200/}")"
+check "run --mirostat 2 with target 0 and rate 0: the greedy text" \
+  is "$("$BIN" "${RUNX[@]}" --temp 1.5 --seed 4 --mirostat 2 --mirostat-ent 0 --mirostat-lr 0 2>/dev/null | ascii)" \
+  "$(ascii <<<"$GREEDY")"
+check "run --typical 0 at --temp 1.5: the server's typical_p 0 text" \
+  is "$("$BIN" "${RUNX[@]}" --temp 1.5 --seed 5 --typical 0 2>/dev/null | ascii)" "$(ascii <<<"${TYP#200/}")"
+check "run --mirostat 3 is a usage error naming the flag" expect_rc 2 "$BIN" "${RUNX[@]}" --mirostat 3
+check "... and its range" grep -q -- "--mirostat" "$TMP/out"
 check "serve --samplers with a bad name is a usage error" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --samplers 'top_k;x'
 check "... naming the flag and the name" grep -q "kvtier serve: --samplers holds an unknown sampler 'x'" "$TMP/out"
 
@@ -383,11 +427,16 @@ kill "$LONG_PID" 2>/dev/null; wait "$LONG_PID" 2>/dev/null
 kvt_stop_server main
 
 # ---- serve --samplers: the order of a request that sends none ---------------------------------------
-kvt_start_server order --samplers 'top_k;temperature'
+# with XTC on by default, which the order leaves out
+kvt_start_server order --samplers 'top_k;temperature' --xtc-probability 1 --xtc-threshold 0
 post /completion "{$S, $V}"
 check "serve --samplers: a request without samplers gets that order" is "$CODE/$(jb .content)" "200/$SRV_KT"
 post /completion "{$S, $V, \"samplers\": \"kpt\"}"
 check "... a request's own samplers win" is "$CODE/$(jb .content)" "200/$SRV_KPT"
+post /completion "{$S, \"temperature\": 0, \"ignore_eos\": true, \"samplers\": \"xt\"}"
+check "serve --xtc-probability and --xtc-threshold: the defaults of a request's XTC" is "$CODE/$(jb .content)" "$XTC"
+post /completion "{$S, \"temperature\": 0, \"samplers\": \"xt\", \"xtc_probability\": 0}"
+check "... a request's own xtc_probability wins" is "$CODE/$(jb .content)" "200/$GREEDY"
 kvt_stop_server order
 
 # ---- keys: the llama-server paths are the tenants' API ---------------------------------------------------

@@ -191,6 +191,10 @@ chat typical_p ni typical_p
 chat tfs_z ni tfs_z
 chat mirostat ni mirostat
 chat dynatemp_range ni dynatemp_range
+chat dynatemp_exponent ni dynatemp_exponent
+chat mirostat_tau ni mirostat_tau
+chat mirostat_eta ni mirostat_eta
+chat xtc_threshold ni xtc_threshold
 chat xtc_probability ni xtc_probability
 chat dry_multiplier ni dry_multiplier
 chat top_n_sigma ni top_n_sigma

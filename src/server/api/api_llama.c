@@ -241,6 +241,15 @@ static cJSON *settings_obj(const kvt_api_llama_completion *c) {
     cJSON_AddNumberToObject(g, "top_k", sp->top_k);
     cJSON_AddNumberToObject(g, "top_p", sp->top_p);
     cJSON_AddNumberToObject(g, "min_p", sp->min_p);
+    cJSON_AddNumberToObject(g, "typical_p", sp->typical_p > 0 && sp->typical_p < 1 ? sp->typical_p : 1);
+    cJSON_AddNumberToObject(g, "xtc_probability", sp->xtc_probability);
+    cJSON_AddNumberToObject(g, "xtc_threshold", sp->xtc_threshold);
+    cJSON_AddNumberToObject(g, "dynatemp_range", sp->dynatemp_range);
+    cJSON_AddNumberToObject(g, "dynatemp_exponent", sp->dynatemp_exponent);
+    cJSON_AddNumberToObject(g, "mirostat", sp->mirostat);
+    cJSON_AddNumberToObject(g, "mirostat_tau", sp->mirostat_tau);
+    cJSON_AddNumberToObject(g, "mirostat_eta", sp->mirostat_eta);
+    cJSON_AddNumberToObject(g, "min_keep", KVT_MAX(0, sp->min_keep));
     cJSON_AddNumberToObject(g, "repeat_last_n", sp->penalty_last_n > 0 ? sp->penalty_last_n : -1);
     cJSON_AddNumberToObject(g, "repeat_penalty", sp->repeat_penalty);
     cJSON_AddNumberToObject(g, "presence_penalty", sp->presence_penalty);

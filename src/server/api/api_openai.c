@@ -6,6 +6,7 @@
 #include "api_openai.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 #define MAX_PENALTY 2.0 /* presence and frequency penalties, as OpenAI bounds them */
 #define MAX_REPEAT_PENALTY 10.0
 #define MAX_LOGIT_BIAS 100.0
+#define MAX_DYNATEMP_EXPONENT 100.0
+#define MAX_MIROSTAT_TAU 100.0          /* bits of surprise: no vocabulary comes near */
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
 
 static const char *const INVALID = "invalid_request_error";
@@ -358,6 +361,39 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     return 0;
 }
 
+/* llama.cpp's samplers beyond top-k, top-p and min-p: typical_p, XTC, min_keep, the dynamic
+ * temperature and Mirostat, with llama.cpp's defaults where absent. */
+static int parse_llama_samplers(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    static const struct {
+        const char *name;
+        double lo, hi, dflt;
+        int flags;
+    } F[] = {
+        {"typical_p", 0, 1, 1, 0},
+        {"xtc_probability", 0, 1, 0, 0},
+        {"xtc_threshold", 0, 1, 0.1, 0},
+        {"dynatemp_range", 0, MAX_TEMPERATURE, 0, 0},
+        {"dynatemp_exponent", 0, MAX_DYNATEMP_EXPONENT, 1, 0},
+        {"mirostat", 0, 2, 0, NUM_INT},
+        {"mirostat_tau", 0, MAX_MIROSTAT_TAU, 5, 0},
+        {"mirostat_eta", 0, 1, 0.1, 0},
+        {"min_keep", INT32_MIN, INT32_MAX, 0, NUM_INT}, /* at or below 1: one candidate, as llama.cpp's 0 */
+    };
+    double v[KVT_ARRAY_LEN(F)];
+    for (size_t i = 0; i < KVT_ARRAY_LEN(F); i++) {
+        int has;
+        if (get_number(root, F[i].name, F[i].lo, F[i].hi, F[i].flags, &v[i], &has, err)) return -1;
+        if (!has) v[i] = F[i].dflt;
+        r->sampling_given |= has ? 1u << i : 0; /* F is in KVT_API_GIVEN_*'s order */
+    }
+    /* typical_p 0 keeps the one most typical token, as llama.cpp's does: the sampler's 0 is off */
+    r->typical_p = v[0] > 0 ? (float)v[0] : FLT_MIN;
+    r->xtc_probability = (float)v[1], r->xtc_threshold = (float)v[2];
+    r->dynatemp_range = (float)v[3], r->dynatemp_exponent = (float)v[4], r->mirostat = (int32_t)v[5];
+    r->mirostat_tau = (float)v[6], r->mirostat_eta = (float)v[7], r->min_keep = (int32_t)v[8];
+    return 0;
+}
+
 /* max_tokens and max_completion_tokens (the newer name; either is accepted, the newer wins) into
  * r->max_tokens, 0 when neither is given. -1 is llama-server's "no limit" (its web UI sends it by
  * default): the server's default, as when none is given. 0, or -1 with *err. */
@@ -424,7 +460,8 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
      * send for the default: a fresh seed per request, as without one */
     if (r->has_seed && (d == -1 || d == 4294967295.0)) r->has_seed = 0;
     if (r->has_seed) r->seed = (uint64_t)(int64_t)d;
-    if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err)) return -1;
+    if (parse_logprobs(root, r, err) || parse_penalties(root, n_vocab, r, err) || parse_llama_samplers(root, r, err))
+        return -1;
     if (get_number(root, "n", 1, KVT_API_MAX_N, NUM_INT, &d, &has, err)) return -1;
     r->n = has ? (int32_t)d : 1;
     if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||

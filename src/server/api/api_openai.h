@@ -63,6 +63,19 @@ typedef struct {
                                  sees it (messages[i].name), as the built-in families' templates ignore it */
 } kvt_api_msg_tools;
 
+/* Bits of kvt_api_request.sampling_given, in the order of the fields there. */
+enum {
+    KVT_API_GIVEN_TYPICAL_P = 1 << 0,
+    KVT_API_GIVEN_XTC_PROBABILITY = 1 << 1,
+    KVT_API_GIVEN_XTC_THRESHOLD = 1 << 2,
+    KVT_API_GIVEN_DYNATEMP_RANGE = 1 << 3,
+    KVT_API_GIVEN_DYNATEMP_EXPONENT = 1 << 4,
+    KVT_API_GIVEN_MIROSTAT = 1 << 5,
+    KVT_API_GIVEN_MIROSTAT_TAU = 1 << 6,
+    KVT_API_GIVEN_MIROSTAT_ETA = 1 << 7,
+    KVT_API_GIVEN_MIN_KEEP = 1 << 8,
+};
+
 /* A validated request. Every pointer is owned by the struct
  * (kvt_api_request_free releases them). */
 typedef struct {
@@ -87,8 +100,14 @@ typedef struct {
     int32_t penalty_last_n; /* llama.cpp's window as given: the last N generated tokens, -1 all, 0 penalties off */
     /* each given in the request (else the server's defaults, --min-p ..., apply) */
     int has_min_p, has_presence_penalty, has_frequency_penalty, has_repeat_penalty, has_penalty_last_n;
-    int32_t *bias_id; /* logit_bias: n_bias token ids and their biases in [-100, 100] */
-    float *bias;      /* (-inf: llama-server's false, the token is never picked) */
+    /* llama.cpp's other samplers as the sampler takes them (kvt_sampler_params), llama.cpp's defaults
+     * when absent; each is off at its neutral value (typical_p 1, xtc_probability 0, dynatemp_range 0,
+     * mirostat 0, min_keep 0 or 1) and at 0, for requests that other parsers fill */
+    float typical_p, xtc_probability, xtc_threshold, dynatemp_range, dynatemp_exponent, mirostat_tau, mirostat_eta;
+    int32_t mirostat, min_keep;
+    unsigned sampling_given; /* which of them the request gave (KVT_API_GIVEN_*); the others are the server's */
+    int32_t *bias_id;        /* logit_bias: n_bias token ids and their biases in [-100, 100] */
+    float *bias;             /* (-inf: llama-server's false, the token is never picked) */
     int32_t n_bias;
     char **bias_text; /* llama-server's [TEXT, bias] pairs: each token of TEXT gets bias_text_bias[i] */
     float *bias_text_bias;

@@ -275,6 +275,21 @@ static int check_prompt(const kvt_server *s, const kvt_api_request *a, int rc, s
     return 0;
 }
 
+/* Typical, XTC, dynamic temperature, Mirostat and min_keep: each the request's, else the server's. */
+static void request_llama_sampling(const kvt_server *s, const kvt_api_request *a, srv_req *r) {
+    const kvt_sampler_params *d = &s->p.default_sampling;
+    unsigned g = a->sampling_given;
+    r->sp.typical_p = g & KVT_API_GIVEN_TYPICAL_P ? a->typical_p : d->typical_p;
+    r->sp.xtc_probability = g & KVT_API_GIVEN_XTC_PROBABILITY ? a->xtc_probability : d->xtc_probability;
+    r->sp.xtc_threshold = g & KVT_API_GIVEN_XTC_THRESHOLD ? a->xtc_threshold : d->xtc_threshold;
+    r->sp.dynatemp_range = g & KVT_API_GIVEN_DYNATEMP_RANGE ? a->dynatemp_range : d->dynatemp_range;
+    r->sp.dynatemp_exponent = g & KVT_API_GIVEN_DYNATEMP_EXPONENT ? a->dynatemp_exponent : d->dynatemp_exponent;
+    r->sp.mirostat = g & KVT_API_GIVEN_MIROSTAT ? a->mirostat : d->mirostat;
+    r->sp.mirostat_tau = g & KVT_API_GIVEN_MIROSTAT_TAU ? a->mirostat_tau : d->mirostat_tau;
+    r->sp.mirostat_eta = g & KVT_API_GIVEN_MIROSTAT_ETA ? a->mirostat_eta : d->mirostat_eta;
+    r->sp.min_keep = g & KVT_API_GIVEN_MIN_KEEP ? a->min_keep : d->min_keep;
+}
+
 /* r's limits and sampling from a (r->n_prompt set): max_tokens within what
  * the context leaves, the sampler's parameters with logit_bias (copied, owned
  * by r), logprobs and ignore_eos. The seed is the caller's. */
@@ -305,6 +320,7 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
         r->sp.repeat_penalty = 1;
     }
     r->sp.penalty_last_n = window > 0 ? window : 0;
+    request_llama_sampling(s, a, r);
     r->sp.has_steps = a->has_samplers || s->p.has_default_steps; /* the request's order, else --samplers */
     r->sp.n_steps = a->has_samplers ? a->n_sampler_steps : s->p.n_default_steps;
     memcpy(r->sp.steps, a->has_samplers ? a->sampler_steps : s->p.default_steps, sizeof r->sp.steps);
