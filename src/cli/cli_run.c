@@ -91,8 +91,8 @@ static const kvt_cli_opt run_opts[] = {
     {R_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the order of the sampling steps, as llama.cpp's --samplers: names\nseparated by ';' or ',' (penalties, dry, "
      "top_k, typ_p, top_p, min_p,\nxtc, temperature) or their letters (e d k y p m x t, as\n--sampling-seq: "
-     "\"kpt\"); a step left out is not applied, dry (which kvtier\nlacks) is skipped (default: penalties, top_k, "
-     "typ_p, min_p, xtc,\ntemperature, top_p)",
+     "\"kpt\"); a step left out is not applied (default: penalties,\ndry, top_k, typ_p, min_p, xtc, temperature, "
+     "top_p)",
      0, KVT_CLI_PLAIN},
     {R_MIN_P, 0, "min-p", NULL, "P",
      "drop tokens less likely than P times the most likely one, as\nllama.cpp's --min-p (default 0: off)", 0,
@@ -192,6 +192,7 @@ typedef struct {
     kvt_cache_params cp;
     kvt_kv_dtype dt;
     kvt_sampler_params sp;
+    kvt_dry_breakers dry_breakers;
     kvt_cli_device dev;
 } run_args;
 
@@ -200,7 +201,7 @@ static int run_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_CACHE_ID(id)) return kvt_cli_cache_opt(id, a, &x->cp);
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
-    if (KVT_CLI_IS_SAMPLING_ID(id)) return kvt_cli_sampling_opt(id, a, &x->sp);
+    if (KVT_CLI_IS_SAMPLING_ID(id)) return kvt_cli_sampling_opt(id, a, &x->sp, &x->dry_breakers);
     switch (id) { /* the values are checked against the table already */
     case R_MODEL: x->model_path = a->str; return 0;
     case R_PROMPT: x->prompt = a->str; return 0;
@@ -385,7 +386,15 @@ static int open_runtime(run_ctx *c, const char *model_path) {
             return rc;
         }
     }
-    c->smp = kvt_sampler_new(c->sp, c->info.n_vocab);
+    uint8_t *brk = NULL; /* DRY's breakers by token */
+    if (c->sp.dry_multiplier != 0)
+        brk = x->dry_breakers.given
+            ? kvt_tokens_containing(c->m->tok, x->dry_breakers.s, x->dry_breakers.n)
+            : kvt_tokens_containing(c->m->tok, kvt_dry_default_breakers, KVT_DRY_DEFAULT_BREAKERS);
+    c->sp.dry_breaker = brk;
+    c->smp = kvt_sampler_new(c->sp, c->info.n_vocab); /* copies brk */
+    free(brk);
+    c->sp.dry_breaker = NULL;
     return 0;
 }
 
@@ -477,6 +486,7 @@ static int run_prompt(run_ctx *c, long k) {
         return 0;
     }
     const char *salt = x->salt;
+    kvt_sampler_prompt(c->smp, toks, (int32_t)n_tok); /* DRY's history: each prompt, then its reply */
     stream_state ss = {.model = c->m};
     kvt_gen_params gp = {.max_tokens = (int32_t)x->n_gen,
                          .sampler = c->smp,

@@ -4,6 +4,8 @@
 
 #include <float.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -17,11 +19,18 @@ enum {
     S_MIROSTAT_LR,
     S_MIROSTAT_ENT,
     S_MIN_KEEP,
+    S_DRY_MULTIPLIER,
+    S_DRY_BASE,
+    S_DRY_ALLOWED_LENGTH,
+    S_DRY_PENALTY_LAST_N,
+    S_DRY_BREAKER,
 };
 
 #define MAX_DYNATEMP_RANGE 2.0 /* as a temperature */
 #define MAX_DYNATEMP_EXPONENT 100.0
 #define MAX_MIROSTAT_TAU 100.0
+#define MAX_DRY_MULTIPLIER 100.0
+#define MAX_DRY_BASE 100.0
 
 static const kvt_cli_opt opts[] = {
     {S_TYPICAL, 0, "typical", NULL, "P",
@@ -50,14 +59,45 @@ static const kvt_cli_opt opts[] = {
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_MIROSTAT_TAU)},
     {S_MIN_KEEP, 0, "min-keep", NULL, "N", "top-p, min-p, typical and XTC keep at least N candidates\n(default 0: one)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {S_DRY_MULTIPLIER, 0, "dry-multiplier", NULL, "M",
+     "DRY (\"don't repeat yourself\"): a token that would extend a repeat\nof n tokens of the prompt and reply loses "
+     "M * base^(n - allowed\nlength) from its logit (default 0: off)",
+     0, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_DRY_MULTIPLIER)},
+    {S_DRY_BASE, 0, "dry-base", NULL, "B", "DRY's base (default 1.75; below 1: off)", 0,
+     KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_DRY_BASE)},
+    {S_DRY_ALLOWED_LENGTH, 0, "dry-allowed-length", NULL, "N", "DRY leaves repeats shorter than N alone (default 2)", 0,
+     KVT_CLI_RANGE(KVT_CLI_INT, 0, INT32_MAX)},
+    {S_DRY_PENALTY_LAST_N, 0, "dry-penalty-last-n", NULL, "N",
+     "DRY looks at the last N tokens (default -1: all of them; 0: off)", 0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
+    {S_DRY_BREAKER, 0, "dry-sequence-breaker", NULL, "TEXT",
+     "a repeat never runs across a token holding TEXT; give it once per\nbreaker, or \"none\" for no breakers "
+     "(default: newline, ':', '\"', '*')",
+     0, KVT_CLI_PLAIN},
 };
 
 const kvt_cli_section kvt_cli_sampling_section = {"llama.cpp's other samplers", opts, KVT_ARRAY_LEN(opts)};
 const kvt_cli_section kvt_cli_sampling_defaults_section = {"llama.cpp's other samplers, for a request that sets none",
                                                            opts, KVT_ARRAY_LEN(opts)};
 
-int kvt_cli_sampling_opt(int id, const kvt_cli_arg *a, kvt_sampler_params *sp) {
+int kvt_cli_sampling_opt(int id, const kvt_cli_arg *a, kvt_sampler_params *sp, kvt_dry_breakers *brk) {
     switch (id) {
+    case S_DRY_MULTIPLIER: sp->dry_multiplier = (float)a->d; return 0;
+    case S_DRY_BASE: sp->dry_base = (float)a->d; return 0;
+    case S_DRY_ALLOWED_LENGTH: sp->dry_allowed_length = (int32_t)a->i; return 0;
+    case S_DRY_PENALTY_LAST_N: sp->dry_penalty_last_n = (int32_t)a->i; return 0;
+    case S_DRY_BREAKER:
+        if (!brk->given) brk->n = 0; /* the first one given replaces the defaults */
+        brk->given = 1;
+        if (!strcmp(a->str, "none")) {
+            brk->n = 0;
+            return 0;
+        }
+        if (!*a->str || brk->n == KVT_DRY_MAX_BREAKERS) {
+            fprintf(stderr, "%s: %s takes a non-empty text, at most %d times\n", a->flag, a->flag, KVT_DRY_MAX_BREAKERS);
+            return -1;
+        }
+        brk->s[brk->n++] = a->str;
+        return 0;
     case S_TYPICAL: /* 0 keeps the most typical token alone, as llama.cpp's: the sampler's 0 is off */
         sp->typical_p = a->d > 0 ? (float)a->d : FLT_MIN;
         return 0;

@@ -391,7 +391,8 @@ static int serve_opt(void *ctx, int id, const kvt_cli_arg *a) {
     if (KVT_CLI_IS_KV_ID(id)) return kvt_cli_kv_opt(id, a, &x->dt);
     if (KVT_CLI_IS_DEVICE_ID(id)) return kvt_cli_device_opts(id, a, &x->dev);
     if (KVT_CLI_IS_COMPAT_ID(id)) return kvt_cli_serve_compat_opt(id, a, sp, &x->version);
-    if (KVT_CLI_IS_SAMPLING_ID(id)) return kvt_cli_sampling_opt(id, a, &sp->default_sampling);
+    if (KVT_CLI_IS_SAMPLING_ID(id))
+        return kvt_cli_sampling_opt(id, a, &sp->default_sampling, &sp->default_dry_breakers);
     if (KVT_CLI_IS_EMBED_ID(id)) return kvt_cli_serve_embed_opt(id, a, sp);
     if (KVT_CLI_IS_TEMPLATE_ID(id)) return kvt_cli_template_opt(id, a, &x->tmpl);
     switch (id) { /* numbers are checked against the table's bounds already */

@@ -64,7 +64,7 @@ static const kvt_cli_opt compat_opts[] = {
     {C_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the sampler order of a request that sends no \"samplers\": names\nseparated by ';' or ',' (penalties, dry, top_k, "
      "typ_p, top_p,\nmin_p, xtc, temperature) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
-     "(default: penalties, top_k, typ_p,\nmin_p, xtc, temperature, top_p). A request's own samplers win",
+     "(default: penalties, dry, top_k,\ntyp_p, min_p, xtc, temperature, top_p). A request's own samplers win",
      0, KVT_CLI_PLAIN},
     {C_FLASH_ATTN, 0, "flash-attn", NULL, "[on|off|auto]",
      "accepted for llama-server command lines (also -fa): kvtier's\nattention is always fused, one pass over the KV "

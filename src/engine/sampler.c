@@ -3,6 +3,7 @@
  * outcome never depends on sort stability or on how ties were stored. */
 #include "sampler.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,19 +34,25 @@ struct kvt_sampler {
     int penalize;  /* a penalty is on and the order applies it: keep the history */
     int32_t *hist; /* (n_hist of cap_hist) tokens returned so far */
     int32_t n_hist, cap_hist;
-    int32_t *count; /* (n_vocab) occurrences in the penalty window, zero between calls */
-    float *work;    /* (n_vocab) the logits after bias and penalties, when any is on */
-    cand *aux;      /* (n_vocab) typical's candidates ordered by their distance to the entropy */
-    double mu;      /* Mirostat's running bound on surprise, in bits */
+    int32_t *count;    /* (n_vocab) occurrences in the penalty window, zero between calls */
+    float *work;       /* (n_vocab) the logits after bias and penalties, when any is on */
+    cand *aux;         /* (n_vocab) typical's candidates ordered by their distance to the entropy */
+    int dry;           /* DRY is on and the order applies it: keep its history */
+    uint8_t *breaker;  /* (n_vocab) DRY's sequence breakers, or NULL */
+    int32_t *dry_hist; /* (n_dry of cap_dry) the prompt's last tokens and those returned */
+    int32_t n_dry, cap_dry;
+    int32_t *dry_z;   /* (cap_dry) the history's repeats of its own end, by distance */
+    int32_t *dry_len; /* (n_vocab) the longest repeat a token would extend, zero between calls */
+    double mu;        /* Mirostat's running bound on surprise, in bits */
 };
 
 /* kvtier's own order, the one it always had: penalties on the whole
- * vocabulary, top-k, min-p at temperature 1, temperature, top-p; typical
- * and XTC where llama.cpp's order has them relative to those (off, they
- * change nothing and draw nothing). */
-static const uint8_t DEFAULT_STEPS[] = {KVT_SAMPLE_PENALTIES, KVT_SAMPLE_TOP_K, KVT_SAMPLE_TYPICAL,
-                                        KVT_SAMPLE_MIN_P,     KVT_SAMPLE_XTC,   KVT_SAMPLE_TEMPERATURE,
-                                        KVT_SAMPLE_TOP_P};
+ * vocabulary, top-k, min-p at temperature 1, temperature, top-p; DRY,
+ * typical and XTC where llama.cpp's order has them relative to those (off,
+ * they change nothing and draw nothing). */
+static const uint8_t DEFAULT_STEPS[] = {KVT_SAMPLE_PENALTIES,   KVT_SAMPLE_DRY,   KVT_SAMPLE_TOP_K,
+                                        KVT_SAMPLE_TYPICAL,     KVT_SAMPLE_MIN_P, KVT_SAMPLE_XTC,
+                                        KVT_SAMPLE_TEMPERATURE, KVT_SAMPLE_TOP_P};
 
 static const uint8_t *steps_of(const kvt_sampler_params *p, int32_t *n) {
     if (!p->has_steps) {
@@ -79,8 +86,13 @@ kvt_sampler_params kvt_sampler_default_params(void) {
     p.dynatemp_exponent = 1.0f;
     p.mirostat_tau = 5.0f;
     p.mirostat_eta = 0.1f;
+    p.dry_base = 1.75f;
+    p.dry_allowed_length = 2;
+    p.dry_penalty_last_n = -1;
     return p;
 }
+
+const char *const kvt_dry_default_breakers[KVT_DRY_DEFAULT_BREAKERS] = {"\n", ":", "\"", "*"};
 
 uint32_t kvt_sampler_rand(kvt_sampler *s) {
     uint64_t old = s->state;
@@ -115,13 +127,88 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
                    (params.repeat_penalty > 0 && params.repeat_penalty != 1)) &&
         has_step(&params, KVT_SAMPLE_PENALTIES);
     if (s->penalize) s->count = kvt_xcalloc((size_t)n_vocab, sizeof *s->count);
-    if (s->penalize || s->p.n_bias) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
     if (typical_on(&s->p)) s->aux = kvt_xmalloc((size_t)n_vocab * sizeof *s->aux);
+    s->dry = params.dry_multiplier != 0 && params.dry_base >= 1 && params.dry_penalty_last_n != 0 &&
+        has_step(&params, KVT_SAMPLE_DRY);
+    if (s->dry) {
+        s->dry_len = kvt_xcalloc((size_t)n_vocab, sizeof *s->dry_len);
+        if (params.dry_breaker) {
+            s->breaker = kvt_xmalloc((size_t)n_vocab);
+            memcpy(s->breaker, params.dry_breaker, (size_t)n_vocab);
+        }
+    }
+    s->p.dry_breaker = s->breaker;
+    if (s->penalize || s->p.n_bias || s->dry) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
     s->mu = 2.0 * (double)params.mirostat_tau;
     return s;
 }
 
-/* The logits with the bias and (with_penalties) the penalties applied, in
+/* DRY's window of the history: its last w tokens, at *h. */
+static int32_t dry_window(const kvt_sampler *s, const int32_t **h) {
+    int32_t w = s->p.dry_penalty_last_n > 0 ? KVT_MIN(s->n_dry, s->p.dry_penalty_last_n) : s->n_dry;
+    *h = s->dry_hist + s->n_dry - w;
+    return w;
+}
+
+/* Finds, for each token, the longest repeat of the window's end it would
+ * extend, as dry_len[token] = length + 1 (0: none), capped at the tokens
+ * since the latest breaker. z[k] (a Z-function over the window read
+ * backwards) is how many tokens end at both the window's end and k tokens
+ * before it; the token that followed that earlier run would extend it.
+ * Returns the window's length, or 0 when no token is penalized. */
+static int32_t dry_scan(kvt_sampler *s) {
+    const int32_t *h;
+    int32_t w = dry_window(s, &h), last = w - 1, allowed = s->p.dry_allowed_length;
+    if (w <= allowed || w < 2) return 0;
+    int32_t limit = w;
+    for (int32_t i = 0; i < w && s->breaker; i++)
+        if (s->breaker[h[last - i]]) {
+            limit = i;
+            break;
+        }
+    if (limit < allowed) return 0;
+    int32_t *z = s->dry_z, lo = 0, hi = 0; /* [lo, hi): the match reaching furthest so far */
+    for (int32_t k = 1; k < w; k++) {
+        int32_t n = k < hi ? KVT_MIN(hi - k, z[k - lo]) : 0;
+        while (k + n < w && h[last - n] == h[last - k - n]) n++;
+        z[k] = n;
+        if (k + n > hi) lo = k, hi = k + n;
+        n = KVT_MIN(n, limit);
+        int32_t tok = h[last - k + 1];
+        if (n >= allowed && n + 1 > s->dry_len[tok]) s->dry_len[tok] = n + 1;
+    }
+    return w;
+}
+
+/* What DRY takes from tok's logit after dry_scan (0 for a breaker or a token it did not mark). */
+static float dry_penalty(const kvt_sampler *s, int32_t tok) {
+    int32_t n = s->dry_len[tok] - 1;
+    if (n < 0 || (s->breaker && s->breaker[tok])) return 0;
+    double e = n - s->p.dry_allowed_length, base = s->p.dry_base;
+    double cap = base > 1.000001 ? log(FLT_MAX) / log(base) : 0; /* keeps the penalty a finite float */
+    if (cap > 0 && e > cap) e = cap;
+    return (float)(s->p.dry_multiplier * pow(base, e));
+}
+
+/* Clears dry_len after a scan of a window of w tokens. */
+static void dry_clear(kvt_sampler *s, int32_t w) {
+    const int32_t *h;
+    dry_window(s, &h);
+    for (int32_t i = 1; i < w; i++) s->dry_len[h[i]] = 0;
+}
+
+/* DRY on every token's logit (the greedy path). */
+static void dry_logits(kvt_sampler *s, float *l) {
+    int32_t w = dry_scan(s);
+    const int32_t *h;
+    dry_window(s, &h);
+    for (int32_t i = 1; i < w; i++) {
+        l[h[i]] -= dry_penalty(s, h[i]);
+        s->dry_len[h[i]] = 0; /* each token once */
+    }
+}
+
+/* The logits with the bias and (with_penalties) the penalties and DRY applied, in
  * s->work; the logits themselves when neither is on (the path then stays
  * exactly as without them). with_penalties needs s->penalize. */
 static const float *adjusted(kvt_sampler *s, const float *logits, int with_penalties) {
@@ -142,11 +229,35 @@ static const float *adjusted(kvt_sampler *s, const float *logits, int with_penal
         *l -= (float)c * s->p.frequency_penalty + s->p.presence_penalty;
         s->count[t] = 0;
     }
+    if (s->dry) dry_logits(s, s->work); /* after the penalties, as in the order */
     return s->work;
 }
 
-/* Remembers a returned token for the penalties. */
+/* Appends ids[0..n) to DRY's history, keeping at least its last dry_penalty_last_n tokens. */
+static void dry_push(kvt_sampler *s, const int32_t *ids, int32_t n) {
+    int32_t keep = s->p.dry_penalty_last_n;
+    if (keep > 0 && n > keep) ids += n - keep, n = keep;
+    if (keep > 0 && s->n_dry + n > 2 * keep) { /* drop the oldest in bulk, once the history doubles the window */
+        int32_t drop = s->n_dry + n - keep;
+        memmove(s->dry_hist, s->dry_hist + drop, (size_t)(s->n_dry - drop) * sizeof *s->dry_hist);
+        s->n_dry -= drop;
+    }
+    if (s->n_dry + n > s->cap_dry) {
+        s->cap_dry = KVT_MAX(s->n_dry + n, s->cap_dry ? 2 * s->cap_dry : 256);
+        s->dry_hist = kvt_xrealloc(s->dry_hist, (size_t)s->cap_dry * sizeof *s->dry_hist);
+        s->dry_z = kvt_xrealloc(s->dry_z, (size_t)s->cap_dry * sizeof *s->dry_z);
+    }
+    memcpy(s->dry_hist + s->n_dry, ids, (size_t)n * sizeof *ids);
+    s->n_dry += n;
+}
+
+void kvt_sampler_prompt(kvt_sampler *s, const int32_t *ids, int32_t n) {
+    if (s->dry && n > 0) dry_push(s, ids, n);
+}
+
+/* Remembers a returned token for the penalties and DRY. */
 static int32_t returned(kvt_sampler *s, int32_t tok) {
+    if (s->dry) dry_push(s, &tok, 1);
     if (!s->penalize) return tok;
     if (s->n_hist == s->cap_hist) {
         s->cap_hist = s->cap_hist ? 2 * s->cap_hist : 64;
@@ -166,6 +277,10 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->count);
     free(s->work);
     free(s->aux);
+    free(s->breaker);
+    free(s->dry_hist);
+    free(s->dry_z);
+    free(s->dry_len);
     free(s);
 }
 
@@ -426,6 +541,17 @@ static void step(kvt_sampler *s, cands *k, uint8_t st) {
     case KVT_SAMPLE_XTC:
         if (xtc_on(&s->p)) xtc(s, k);
         break;
+    case KVT_SAMPLE_DRY:
+        if (s->dry) {
+            int32_t w = dry_scan(s);
+            for (int32_t j = 0; j < k->n && w; j++) {
+                float pen = dry_penalty(s, s->c[j].id);
+                if (pen != 0) s->c[j].l = (float)s->c[j].l - pen; /* in float, as the penalties */
+            }
+            dry_clear(s, w);
+            k->sorted = 0, k->probs = 0;
+        }
+        break;
     default: break;
     }
 }
@@ -477,8 +603,8 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
     /* greedy picks the most likely token, unless a step that may drop it comes first or the temperature is dynamic */
     int plain_greedy = !typical_on(&s->p) && !xtc_on(&s->p) && !(s->p.dynatemp_range > 0);
     if (s->p.temp <= 0.0f && (plain_greedy || s->p.mirostat))
-        return returned(s, kvt_argmax(adjusted(s, raw, s->penalize), s->n_vocab));
-    const float *logits = adjusted(s, raw, s->p.mirostat ? s->penalize : 0);
+        return returned(s, kvt_argmax(adjusted(s, raw, 1), s->n_vocab));
+    const float *logits = adjusted(s, raw, s->p.mirostat != 0);
     for (int32_t i = 0; i < s->n_vocab; i++) s->c[i] = (cand){(double)logits[i], i};
     cands k = {.n = s->n_vocab};
     if (s->p.mirostat) return returned(s, mirostat(s, &k));

@@ -29,6 +29,7 @@ typedef enum {
     KVT_SAMPLE_TEMPERATURE,
     KVT_SAMPLE_TYPICAL, /* locally typical sampling (typical_p) */
     KVT_SAMPLE_XTC,     /* exclude top choices (xtc_probability, xtc_threshold) */
+    KVT_SAMPLE_DRY,     /* "don't repeat yourself" (dry_multiplier, ...) */
     KVT_SAMPLE_STEP_COUNT
 } kvt_sample_step;
 
@@ -65,12 +66,21 @@ typedef struct {
                                 the bias, the penalties and the temperature (not dynamic); 0: off */
     float mirostat_tau;      /* Mirostat's target surprise, in bits */
     float mirostat_eta;      /* Mirostat's learning rate */
-    /* The order of the steps. has_steps 0 (the default): penalties, top-k,
-     * typical, min-p, XTC, temperature, top-p. Else steps[0..n_steps) (kvt_sample_step
+    /* DRY: a token that would extend a repeat of n >= dry_allowed_length tokens of the history (the
+     * prompt, given by kvt_sampler_prompt, and the reply) loses dry_multiplier * dry_base^(n -
+     * dry_allowed_length) from its logit. A repeat never runs across a sequence breaker. */
+    float dry_multiplier;       /* 0: off */
+    float dry_base;             /* below 1: off */
+    int32_t dry_allowed_length; /* repeats shorter than this are free */
+    int32_t dry_penalty_last_n; /* the last N tokens of the history are scanned; -1: all of it; 0: off */
+    const uint8_t *dry_breaker; /* (n_vocab) nonzero for a token whose text holds a sequence breaker; it is
+                                   never penalized; NULL: none. Copied by kvt_sampler_new */
+    /* The order of the steps. has_steps 0 (the default): penalties, DRY,
+     * top-k, typical, min-p, XTC, temperature, top-p. Else steps[0..n_steps) (kvt_sample_step
      * values; n_steps may be 0): a step not listed is not applied, one listed
      * twice applies twice. Greedy (temp <= 0) stays greedy whatever the
      * order: the most likely token after the bias and, where the order
-     * applies them, the penalties; except that typical and XTC (which may
+     * applies them, the penalties and DRY; except that typical and XTC (which may
      * drop the most likely token) and a dynamic temperature (which may be
      * above 0 at temp 0) apply as llama.cpp applies them: a temperature
      * at or below 0 then keeps the best candidate the steps before it left. */
@@ -85,6 +95,23 @@ kvt_sampler_params kvt_sampler_default_params(void);
  * Returns NULL for n_vocab < 1. Free with kvt_sampler_free(). */
 kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab);
 void kvt_sampler_free(kvt_sampler *s);
+
+/* llama.cpp's default DRY sequence breakers: newline, colon, double quote, asterisk. */
+#define KVT_DRY_DEFAULT_BREAKERS 4
+extern const char *const kvt_dry_default_breakers[KVT_DRY_DEFAULT_BREAKERS];
+
+/* DRY's sequence breakers as text, as a command line gives them (the strings are not owned). */
+#define KVT_DRY_MAX_BREAKERS 64
+typedef struct {
+    const char *s[KVT_DRY_MAX_BREAKERS];
+    int32_t n;
+    int given; /* 0: llama.cpp's defaults */
+} kvt_dry_breakers;
+
+/* Gives DRY the prompt: the history before the first token sampled (the
+ * last dry_penalty_last_n tokens of it are kept). Does nothing while DRY
+ * is off. */
+void kvt_sampler_prompt(kvt_sampler *s, const int32_t *ids, int32_t n);
 
 /* Picks a token from n_vocab logits (not modified); a token whose logit is
  * -inf is never picked unless all are. The order's steps narrow and reshape

@@ -168,6 +168,8 @@ typedef struct {
     /* typical, XTC, dynamic temperature, Mirostat and min_keep of a request that does not set them
        (--typical, --xtc-probability, ...: cli_sampling.h); only those fields are read */
     kvt_sampler_params default_sampling;
+    /* DRY's sequence breakers of a request that sets none (--dry-sequence-breaker, given n times) */
+    kvt_dry_breakers default_dry_breakers;
     /* --samplers: the order of the sampling steps of a request that gives no "samplers"
        (kvt_sample_step values); has_default_steps 0: kvtier's own order */
     int has_default_steps;

@@ -108,6 +108,7 @@ typedef struct srv_req {
     kvt_sampler_params sp; /* sp.bias_id and sp.bias point at bias_id and bias */
     int32_t *bias_id;      /* logit_bias (owned) */
     float *bias;
+    uint8_t *dry_breaker; /* (n_vocab) DRY's sequence breakers by token (owned), sp.dry_breaker; NULL: DRY off */
     int ignore_eos;       /* llama.cpp's extension: generate past end-of-generation tokens */
     int logprobs;         /* record each generated token's logprob ... */
     int32_t top_logprobs; /* ... and this many alternatives */

@@ -2,7 +2,7 @@
 /* Sampler tests: greedy is argmax, filters narrow the choice as specified, a
  * seed replays the same tokens, draws follow the softmax probabilities, the
  * steps run in the order given, and llama.cpp's other samplers (typical,
- * XTC, min_keep, dynamic temperature, Mirostat) keep what they should. */
+ * XTC, min_keep, dynamic temperature, Mirostat, DRY) keep what they should. */
 #include <math.h>
 #include <string.h>
 
@@ -31,6 +31,7 @@ static kvt_sampler *make_order(kvt_sampler_params p, const char *order) {
                                              : *c == 'm' ? KVT_SAMPLE_MIN_P
                                              : *c == 'y' ? KVT_SAMPLE_TYPICAL
                                              : *c == 'x' ? KVT_SAMPLE_XTC
+                                             : *c == 'd' ? KVT_SAMPLE_DRY
                                                          : KVT_SAMPLE_TEMPERATURE);
     kvt_sampler *s = kvt_sampler_new(p, V);
     CHECK(s != NULL);
@@ -210,7 +211,8 @@ static void test_typical_xtc(void) {
     kvt_sampler_params plain = {.temp = 0.9f, .top_k = 6, .top_p = 0.95f, .min_p = 0.02f, .seed = 24};
     kvt_sampler_params idle = plain;
     idle.typical_p = 1.0f, idle.xtc_threshold = 0.1f, idle.dynatemp_exponent = 1.0f, idle.mirostat_tau = 5.0f,
-    idle.mirostat_eta = 0.1f, idle.min_keep = 1;
+    idle.mirostat_eta = 0.1f, idle.min_keep = 1, idle.dry_base = 1.75f, idle.dry_allowed_length = 2,
+    idle.dry_penalty_last_n = -1;
     kvt_sampler *a = kvt_sampler_new(plain, V), *b = kvt_sampler_new(idle, V);
     int same = 1;
     for (int i = 0; i < 500; i++) same &= kvt_sampler_sample(a, logits) == kvt_sampler_sample(b, logits);
@@ -271,6 +273,82 @@ static void test_dynatemp_mirostat(void) {
     kvt_sampler_free(s);
     CHECKF(other == 0 && best > 1400, "mirostat 2 keeps its surprise near tau: %d of 2000 best, %d outside", best,
            other);
+}
+
+/* A sampler with DRY over the history prompt[0..n). */
+static kvt_sampler *dry_sampler(kvt_sampler_params p, const int32_t *prompt, int32_t n) {
+    kvt_sampler *s = kvt_sampler_new(p, V);
+    kvt_sampler_prompt(s, prompt, n);
+    return s;
+}
+
+/* DRY: the history 1 2 3 4 1 2 3 ends with a repeat of 1 2 3, which 4
+ * would extend to 4 tokens long: 4 loses multiplier * base^(3 - allowed). */
+static void test_dry(void) {
+    static const float top4[V] = {0, 0, 0, 0, 5.0f, 0, 0, 0};
+    const int32_t hist[] = {1, 2, 3, 4, 1, 2, 3};
+    kvt_sampler_params d = {.temp = 0,
+                            .dry_multiplier = 1.0f,
+                            .dry_base = 2.0f,
+                            .dry_allowed_length = 2,
+                            .dry_penalty_last_n = -1};
+    kvt_sampler *s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "a penalty of 2 leaves 4 on top (5 - 2 > 0)");
+    kvt_sampler_free(s);
+    d.dry_multiplier = 3.0f; /* 6: below the others, 0 wins on the tie */
+    s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 0, "a penalty of 6 drops 4 below the rest");
+    /* the history is now 1 2 3 4 1 2 3 0: no repeat of the end, 4 is free again */
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "once the repeat is broken, 4 is free");
+    kvt_sampler_free(s);
+    d.dry_allowed_length = 4;
+    s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "a repeat of 3 within an allowed length of 4 is free");
+    kvt_sampler_free(s);
+    d.dry_allowed_length = 2, d.dry_penalty_last_n = 3;
+    s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "a window of 3 tokens holds no earlier 1 2 3");
+    kvt_sampler_free(s);
+    d.dry_penalty_last_n = 5; /* 3 4 1 2 3: the end's 3 repeats, its follower 4 extends a repeat of 1 */
+    s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "a window of 5 sees a repeat of 1 only, within the allowed 2");
+    kvt_sampler_free(s);
+    d.dry_penalty_last_n = -1;
+    uint8_t brk[V] = {0};
+    brk[2] = 1; /* a breaker at 2: the end's repeat is the 3 after it alone */
+    d.dry_breaker = brk;
+    s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "a repeat stops at a breaker");
+    kvt_sampler_free(s);
+    brk[2] = 0, brk[4] = 1; /* a breaker itself is never penalized */
+    s = dry_sampler(d, hist, 7);
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "a breaker token is never penalized");
+    kvt_sampler_free(s);
+    d.dry_breaker = NULL;
+    /* sampled: 4 would be drawn ~95% of the time; DRY's penalty of 6 (or in an order without d: none) */
+    d.temp = 1.0f, d.top_p = 1.0f, d.seed = 41;
+    unsigned with_d = 0;
+    for (int i = 0; i < 20; i++) {
+        d.seed = 41 + (uint64_t)i;
+        kvt_sampler *o = dry_sampler(d, hist, 7);
+        with_d |= 1u << kvt_sampler_sample(o, top4);
+        kvt_sampler_free(o);
+    }
+    CHECKF(!(with_d & 1u << 4), "DRY's penalty of 6: twenty seeds' first tokens are never 4 (%#x)", with_d);
+    unsigned no_d = 0;
+    for (int i = 0; i < 20; i++) {
+        kvt_sampler *o = make_order(d, "t");
+        kvt_sampler_prompt(o, hist, 7);
+        no_d |= 1u << kvt_sampler_sample(o, top4);
+        kvt_sampler_free(o);
+    }
+    CHECKF(no_d & 1u << 4, "an order without dry does not apply it");
+    /* allowed length 0: every token that followed anything in the window loses the multiplier */
+    kvt_sampler_params z = {.temp = 0, .dry_multiplier = 6.0f, .dry_base = 1.75f, .dry_penalty_last_n = -1};
+    const int32_t seen[] = {5, 4, 6};
+    s = dry_sampler(z, seen, 3);
+    CHECKF(kvt_sampler_sample(s, top4) == 0, "allowed length 0 penalizes 4, which followed 5");
+    kvt_sampler_free(s);
 }
 
 int main(void) {
@@ -380,6 +458,7 @@ int main(void) {
     test_top_k_select();
     test_typical_xtc();
     test_dynatemp_mirostat();
+    test_dry();
 
     /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
     double lp, top_lp[3];

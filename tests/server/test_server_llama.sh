@@ -158,17 +158,6 @@ for bad in '"kz"' '["top_k", "nucleus"]' '[7]' '5' '{"a": 1}' '"i"' '["infill"]'
   check "samplers $bad is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$want"
 done
 check "... saying why" has "$(jb .error.message)" "more than 32"
-# a sampler kvtier lacks (dry): skipped while its field is neutral, a 400 naming samplers when on and
-# listed, and inert (as in llama-server) when on but left out of the order
-post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "edkypmxt", "typical_p": 1, "xtc_probability": 0, "dry_multiplier": 0}'
-check "samplers with dry at its neutral value: accepted" is "$CODE" 200
-post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": "kdt", "dry_multiplier": 0.8}'
-check "dry listed with dry_multiplier on is a 400 naming samplers" is "$CODE/$(jb .error.param)" 400/samplers
-check "... naming both" has "$(jb .error.message)" "'samplers' lists dry, .*'dry_multiplier' turns it on"
-post /completion '{"prompt": "Hello", "n_predict": 1, "samplers": ["top_k", "temperature"], "dry_multiplier": 0.5}'
-check "dry left out of the order: dry_multiplier is inert" is "$CODE" 200
-post /completion '{"prompt": "Hello", "n_predict": 1, "dry_multiplier": 0.5}'
-check "dry_multiplier on without samplers is a 400 naming it" is "$CODE/$(jb .error.param)" 400/dry_multiplier
 # llama.cpp's typical, XTC, min_keep, dynamic temperature and Mirostat. Each off value gives the text
 # without it; a filter that leaves one candidate gives one text for every seed.
 post /completion "{$S, \"temperature\": 0, \"typical_p\": 1, \"xtc_probability\": 0, \"min_keep\": 0, \"dynatemp_range\": 0, \"mirostat\": 0}"
@@ -199,9 +188,30 @@ post /completion "{$S, \"temperature\": 1, \"seed\": 5, \"mirostat\": 1}"
 check "Mirostat 1 replays its seed" is "$CODE/$(jb .content)" "200/$M1"
 DYN=$(one_text '"dynatemp_range": 1.5' 0)
 check "temperature 0 with a dynamic range samples, as llama.cpp's: the seeds' texts differ" gt "$(wc -l <<<"$DYN")" 1
-for bad in '"mirostat": 3' '"typical_p": 1.5' '"xtc_threshold": -0.1' '"min_keep": 1.5' '"mirostat_eta": "x"'; do
+# DRY with an allowed length of 0 and no breakers takes 100 or more from every token that followed
+# another in the prompt or the reply: the greedy reply repeats none of those ids
+DRYQ="\"temperature\": 0, \"ignore_eos\": true, \"return_tokens\": true, \"dry_multiplier\": 100, \"dry_allowed_length\": 0"
+post /completion "{$S, $DRYQ, \"dry_sequence_breakers\": [\"@@@@@@@@\"]}"
+DRY_IDS=$(jb '.tokens | map(tostring) | join(" ")')
+DRY_TEXT=$(jb .content)
+post /tokenize '{"content": "Once upon a time"}'
+PROMPT_IDS=$(jb '.tokens | unique | map(tostring) | join(" ")')
+check "DRY: the reply's ids are all different (12 of 12)" is "$(tr ' ' '\n' <<<"$DRY_IDS" | sort -u | wc -l)" 12
+check "... and none is in the prompt (each follows another there, or BOS)" is "$(tr ' ' '\n' <<<"$DRY_IDS $PROMPT_IDS" | sort | uniq -d | wc -l)" 0
+check "... where greedy repeats itself" test "$DRY_TEXT" != "$GREEDY"
+post /completion "{$S, $DRYQ, \"dry_sequence_breakers\": [\"@@@@@@@@\"], \"samplers\": [\"top_k\", \"temperature\"]}"
+check "dry left out of the order: dry_multiplier is inert" is "$CODE/$(jb .content)" "200/$GREEDY"
+post /completion "{$S, $DRYQ, \"dry_penalty_last_n\": 0}"
+check "dry_penalty_last_n 0 turns it off" is "$CODE/$(jb .content)" "200/$GREEDY"
+post /completion "{$S, $DRYQ, \"dry_sequence_breakers\": [\"@@@@@@@@\"]}"
+check "... and generation_settings says DRY's fields" is "$(jb '.generation_settings | [.dry_multiplier, .dry_base, .dry_allowed_length, .dry_penalty_last_n] | map(. * 100 | round | tostring) | join(",")')" "10000,175,0,-100"
+for bad in '"mirostat": 3' '"typical_p": 1.5' '"xtc_threshold": -0.1' '"min_keep": 1.5' '"mirostat_eta": "x"' \
+  '"dry_penalty_last_n": -2' '"dry_allowed_length": -1' '"dry_sequence_breakers": []' '"dry_sequence_breakers": [""]' \
+  '"dry_sequence_breakers": "x"' '"dry_sequence_breakers": [1]'; do
   post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, $bad}"
-  check "$bad is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$bad")"
+  want=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$bad")
+  [ "$bad" = '"dry_sequence_breakers": [1]' ] && want='dry_sequence_breakers[0]' # named by its place
+  check "$bad is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$want"
 done
 # kvtier run --samplers reads the order as the server does: with the same prompt, values and seed,
 # the server's text under that order (and, without it, under the default order, which differs).
@@ -238,6 +248,10 @@ check "run --mirostat 2 with target 0 and rate 0: the greedy text" \
   "$(ascii <<<"$GREEDY")"
 check "run --typical 0 at --temp 1.5: the server's typical_p 0 text" \
   is "$("$BIN" "${RUNX[@]}" --temp 1.5 --seed 5 --typical 0 2>/dev/null | ascii)" "$(ascii <<<"${TYP#200/}")"
+check "run --dry-multiplier 100 --dry-allowed-length 0 at --temp 0: the server's DRY text" \
+  is "$("$BIN" "${RUNX[@]}" --temp 0 --dry-multiplier 100 --dry-allowed-length 0 --dry-sequence-breaker @@@@@@@@ 2>/dev/null | ascii)" \
+  "$(ascii <<<"$DRY_TEXT")"
+check "run --dry-sequence-breaker '' is a usage error" expect_rc 2 "$BIN" "${RUNX[@]}" --dry-sequence-breaker ''
 check "run --mirostat 3 is a usage error naming the flag" expect_rc 2 "$BIN" "${RUNX[@]}" --mirostat 3
 check "... and its range" grep -q -- "--mirostat" "$TMP/out"
 check "serve --samplers with a bad name is a usage error" expect_rc 2 "$BIN" serve -m "$TMP/m.gguf" --samplers 'top_k;x'
@@ -427,8 +441,9 @@ kill "$LONG_PID" 2>/dev/null; wait "$LONG_PID" 2>/dev/null
 kvt_stop_server main
 
 # ---- serve --samplers: the order of a request that sends none ---------------------------------------
-# with XTC on by default, which the order leaves out
-kvt_start_server order --samplers 'top_k;temperature' --xtc-probability 1 --xtc-threshold 0
+# with XTC and DRY on by default, which the order leaves out
+kvt_start_server order --samplers 'top_k;temperature' --xtc-probability 1 --xtc-threshold 0 --dry-multiplier 100 \
+  --dry-allowed-length 0 --dry-sequence-breaker @@@@@@@@
 post /completion "{$S, $V}"
 check "serve --samplers: a request without samplers gets that order" is "$CODE/$(jb .content)" "200/$SRV_KT"
 post /completion "{$S, $V, \"samplers\": \"kpt\"}"
@@ -437,6 +452,8 @@ post /completion "{$S, \"temperature\": 0, \"ignore_eos\": true, \"samplers\": \
 check "serve --xtc-probability and --xtc-threshold: the defaults of a request's XTC" is "$CODE/$(jb .content)" "$XTC"
 post /completion "{$S, \"temperature\": 0, \"samplers\": \"xt\", \"xtc_probability\": 0}"
 check "... a request's own xtc_probability wins" is "$CODE/$(jb .content)" "200/$GREEDY"
+post /completion "{$S, \"temperature\": 0, \"ignore_eos\": true, \"samplers\": \"dt\"}"
+check "serve --dry-*: the defaults of a request's DRY" is "$CODE/$(jb .content)" "200/$DRY_TEXT"
 kvt_stop_server order
 
 # ---- keys: the llama-server paths are the tenants' API ---------------------------------------------------

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The field audit of request bodies (api_audit.h): the fields OpenAI's and
  * llama.cpp's clients send that kvtier does not read, accepted only at their
- * neutral value; and llama.cpp's "samplers" order, which decides whether the
- * fields of the samplers kvtier lacks matter at all. */
+ * neutral value; llama.cpp's "samplers" order and DRY's sequence breakers. */
 #include "api_audit.h"
 
 #include <string.h>
@@ -36,51 +35,48 @@ typedef struct {
     audit_rule rule;
     double neutral;      /* AUDIT_NUMBER, AUDIT_AT_MOST */
     const char *allowed; /* AUDIT_STRINGS; also how the message names the neutral value */
-    char sampler;        /* the letter of the llama.cpp sampler it turns on (SAMPLERS), or 0 */
 } audit_field;
 
 static const audit_field AUDIT[] = {
     /* the output does not depend on these */
-    {"user", AUDIT_ACCEPT, 0, NULL, 0},
-    {"metadata", AUDIT_ACCEPT, 0, NULL, 0},
-    {"store", AUDIT_ACCEPT, 0, NULL, 0},
-    {"service_tier", AUDIT_ACCEPT, 0, NULL, 0},
-    {"safety_identifier", AUDIT_ACCEPT, 0, NULL, 0},
-    {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL, 0},
-    {"prediction", AUDIT_ACCEPT, 0, NULL, 0},   /* predicted outputs speed up; the output stays the same */
-    {"cache_prompt", AUDIT_ACCEPT, 0, NULL, 0}, /* llama.cpp: kvtier always caches */
+    {"user", AUDIT_ACCEPT, 0, NULL},
+    {"metadata", AUDIT_ACCEPT, 0, NULL},
+    {"store", AUDIT_ACCEPT, 0, NULL},
+    {"service_tier", AUDIT_ACCEPT, 0, NULL},
+    {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
+    {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
+    {"prediction", AUDIT_ACCEPT, 0, NULL},   /* predicted outputs speed up; the output stays the same */
+    {"cache_prompt", AUDIT_ACCEPT, 0, NULL}, /* llama.cpp: kvtier always caches */
     /* not supported yet: refused unless neutral */
-    {"best_of", AUDIT_NUMBER, 1, "1", 0},
-    {"echo", AUDIT_FALSE, 0, "false", 0},
-    {"suffix", AUDIT_EMPTY, 0, "\"\"", 0},
-    {"tfs_z", AUDIT_NUMBER, 1, "1", 0},
-    {"dry_multiplier", AUDIT_NUMBER, 0, "0", 'd'},
-    {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)", 0},
-    {"t_max_predict_ms", AUDIT_AT_MOST, 0, "0", 0},
-    {"n_indent", AUDIT_AT_MOST, 0, "0", 0},
-    {"post_sampling_probs", AUDIT_FALSE, 0, "false", 0},
-    {"lora", AUDIT_EMPTY, 0, "[]", 0},
-    {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)", 0},
-    {"functions", AUDIT_EMPTY, 0, "[] (use tools)", 0},
-    {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)", 0},
-    {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]", 0},
-    {"audio", AUDIT_NULL, 0, "null", 0},
-    {"reasoning_effort", AUDIT_NULL, 0, "null", 0},
-    {"verbosity", AUDIT_NULL, 0, "null", 0},
-    {"web_search_options", AUDIT_NULL, 0, "null", 0},
+    {"best_of", AUDIT_NUMBER, 1, "1"},
+    {"echo", AUDIT_FALSE, 0, "false"},
+    {"suffix", AUDIT_EMPTY, 0, "\"\""},
+    {"tfs_z", AUDIT_NUMBER, 1, "1"},
+    {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)"},
+    {"t_max_predict_ms", AUDIT_AT_MOST, 0, "0"},
+    {"n_indent", AUDIT_AT_MOST, 0, "0"},
+    {"post_sampling_probs", AUDIT_FALSE, 0, "false"},
+    {"lora", AUDIT_EMPTY, 0, "[]"},
+    {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},
+    {"functions", AUDIT_EMPTY, 0, "[] (use tools)"},
+    {"function_call", AUDIT_STRINGS, 0, "none,auto (use tool_choice)"},
+    {"modalities", AUDIT_TEXT_MODALITY, 0, "[\"text\"]"},
+    {"audio", AUDIT_NULL, 0, "null"},
+    {"reasoning_effort", AUDIT_NULL, 0, "null"},
+    {"verbosity", AUDIT_NULL, 0, "null"},
+    {"web_search_options", AUDIT_NULL, 0, "null"},
 };
 
 /* llama.cpp's samplers: the letter of the string form, the name of the array
- * form, and the step kvtier runs for it, or -1 where kvtier lacks it: then
- * it is skipped while the field that turns it on is neutral (the audit
- * checks that), except infill, which has no off value and is refused. */
+ * form, and the step kvtier runs for it; -1 for infill, which kvtier lacks
+ * and which has no off value: it is refused. */
 static const struct {
     char letter;
     const char *name;
     int step;
 } SAMPLERS[] = {
     {'e', "penalties", KVT_SAMPLE_PENALTIES},
-    {'d', "dry", -1},
+    {'d', "dry", KVT_SAMPLE_DRY},
     {'k', "top_k", KVT_SAMPLE_TOP_K},
     {'y', "typ_p", KVT_SAMPLE_TYPICAL},
     {'p', "top_p", KVT_SAMPLE_TOP_P},
@@ -99,24 +95,20 @@ static int sampler_by_letter(char c) {
 /* Appends sampler k to r's order; -1 (and *err) when it cannot be. `what`
  * names the field or flag in messages. */
 static int add_sampler(kvt_api_request *r, int k, const char *what, kvt_api_error *err) {
-    size_t n = strlen(r->sampler_letters);
-    if (n == KVT_SAMPLER_MAX_STEPS)
+    if (r->n_sampler_steps == KVT_SAMPLER_MAX_STEPS)
         return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value", "%s lists more than %d samplers", what,
                               KVT_SAMPLER_MAX_STEPS);
     if (SAMPLERS[k].letter == 'i')
         return kvt_api_errorf(err, 400, INVALID, "samplers", "unsupported_value",
                               "%s lists infill, which kvtier does not have and which has no off value: leave it out",
                               what);
-    r->sampler_letters[n] = SAMPLERS[k].letter;
-    r->sampler_letters[n + 1] = 0;
-    if (SAMPLERS[k].step >= 0) r->sampler_steps[r->n_sampler_steps++] = (uint8_t)SAMPLERS[k].step;
+    r->sampler_steps[r->n_sampler_steps++] = (uint8_t)SAMPLERS[k].step;
     return 0;
 }
 
 static void samplers_clear(kvt_api_request *r) {
     r->has_samplers = 0;
     r->n_sampler_steps = 0;
-    r->sampler_letters[0] = 0;
 }
 
 /* The string form: one letter per sampler. */
@@ -184,9 +176,27 @@ int kvt_api_parse_samplers_text(const char *text, const char *what, kvt_api_requ
     return 0;
 }
 
-static const char *sampler_name(char letter) {
-    int k = sampler_by_letter(letter);
-    return k < 0 ? "?" : SAMPLERS[k].name;
+int kvt_api_parse_dry_breakers(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "dry_sequence_breakers");
+    if (!v || cJSON_IsNull(v)) return 0;
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 1 || n > KVT_API_MAX_DRY_BREAKERS)
+        return kvt_api_errorf(err, 400, INVALID, "dry_sequence_breakers", n < 0 ? "invalid_type" : "invalid_value",
+                              "'dry_sequence_breakers' must be an array of 1 to %d strings", KVT_API_MAX_DRY_BREAKERS);
+    r->dry_breakers = kvt_xcalloc((size_t)n, sizeof *r->dry_breakers);
+    for (const cJSON *e = v->child; e; e = e->next) {
+        size_t len = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
+        if (!len || len > KVT_API_MAX_DRY_BREAKER)
+            return kvt_api_errorf(err, 400, INVALID, "dry_sequence_breakers", "invalid_value",
+                                  "'dry_sequence_breakers' holds %s: each must be a string of 1 to %d bytes",
+                                  !cJSON_IsString(e) ? "something that is not a string"
+                                      : len          ? "a string too long"
+                                                     : "an empty string",
+                                  KVT_API_MAX_DRY_BREAKER);
+        r->dry_breakers[r->n_dry_breakers++] = kvt_xstrdup(e->valuestring);
+    }
+    r->sampling_given |= KVT_API_GIVEN_DRY_BREAKERS;
+    return 0;
 }
 
 static int audit_neutral(const audit_field *f, const cJSON *v) {
@@ -216,20 +226,12 @@ static int audit_neutral(const audit_field *f, const cJSON *v) {
     return 0;
 }
 
-/* A 400 naming the first field of AUDIT that is present and not neutral (a
- * sampler's field where r's samplers leave that sampler out is inert). */
-int kvt_api_audit_fields(const cJSON *root, const kvt_api_request *r, kvt_api_error *err) {
+/* A 400 naming the first field of AUDIT that is present and not neutral. */
+int kvt_api_audit_fields(const cJSON *root, kvt_api_error *err) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(AUDIT); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, AUDIT[i].name);
         if (!v || cJSON_IsNull(v) || audit_neutral(&AUDIT[i], v)) continue;
-        const char *name = AUDIT[i].name; /* static: err->param may keep it */
-        char letter = AUDIT[i].sampler;
-        if (letter && r->has_samplers && !strchr(r->sampler_letters, letter)) continue; /* not in the chain */
-        if (letter && r->has_samplers)
-            return kvt_api_errorf(err, 400, INVALID, "samplers", "unsupported_value",
-                                  "'samplers' lists %s, which kvtier does not have, and '%s' turns it on: leave %s out "
-                                  "of 'samplers', or send '%s' null or %s",
-                                  sampler_name(letter), name, sampler_name(letter), name, AUDIT[i].allowed);
+        const char *name = AUDIT[i].name;            /* static: err->param may keep it */
         int only_null = AUDIT[i].rule == AUDIT_NULL; /* null is its only neutral value: say it once */
         return kvt_api_errorf(err, 400, INVALID, name, "unsupported_parameter",
                               "'%s' is not supported yet: kvtier would ignore it and the output would differ from what "

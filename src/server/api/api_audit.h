@@ -11,12 +11,18 @@
 #include "api_openai.h"
 
 /* llama.cpp's "samplers" of root (an array of sampler names or a string of
- * their letters, as llama-server takes it) into r's has_samplers,
- * sampler_letters and sampler_steps. Returns 0, or KVT_EARG with *err filled
+ * their letters, as llama-server takes it) into r's has_samplers and
+ * sampler_steps. Returns 0, or KVT_EARG with *err filled
  * (400, param "samplers") for another type, an unknown name or letter, more
  * than KVT_SAMPLER_MAX_STEPS, or infill (which kvtier lacks and which has no
  * off value). Absent or null: has_samplers 0. */
 int kvt_api_parse_samplers(const struct cJSON *root, kvt_api_request *r, kvt_api_error *err);
+/* llama.cpp's dry_sequence_breakers: a non-empty array of non-empty strings (at most
+ * KVT_API_MAX_DRY_BREAKERS, each at most KVT_API_MAX_DRY_BREAKER bytes) into r's
+ * dry_breakers; absent or null: none given. 0, or -1 with *err naming the field. */
+#define KVT_API_MAX_DRY_BREAKERS 64
+#define KVT_API_MAX_DRY_BREAKER 64
+int kvt_api_parse_dry_breakers(const struct cJSON *root, kvt_api_request *r, kvt_api_error *err);
 
 /* The command line's form of the same order (--samplers of run and serve):
  * names separated by ';' (llama.cpp's --samplers) or ',', or a string of
@@ -27,13 +33,9 @@ int kvt_api_parse_samplers(const struct cJSON *root, kvt_api_request *r, kvt_api
 int kvt_api_parse_samplers_text(const char *text, const char *what, kvt_api_request *r, kvt_api_error *err);
 
 /* Returns 0, or KVT_EARG with *err filled (400 "unsupported_parameter",
- * param naming it) for the first audited field of root present and not
- * neutral. root is the request's JSON object, r the request with its
- * samplers parsed: a field that turns on a sampler kvtier lacks is inert
- * where r's samplers leave that sampler out (accepted at any value), and
- * where they list it, a value that is not neutral is refused naming
- * "samplers". */
-int kvt_api_audit_fields(const struct cJSON *root, const kvt_api_request *r, kvt_api_error *err);
+ * param naming it) for the first audited field of root (the request's JSON
+ * object) present and not neutral. */
+int kvt_api_audit_fields(const struct cJSON *root, kvt_api_error *err);
 
 /* The audited field named key[0..len) (its static name), or NULL: these are
  * fields kvtier knows (api_body.c's known-field test counts them). */

@@ -250,6 +250,10 @@ static cJSON *settings_obj(const kvt_api_llama_completion *c) {
     cJSON_AddNumberToObject(g, "mirostat_tau", sp->mirostat_tau);
     cJSON_AddNumberToObject(g, "mirostat_eta", sp->mirostat_eta);
     cJSON_AddNumberToObject(g, "min_keep", KVT_MAX(0, sp->min_keep));
+    cJSON_AddNumberToObject(g, "dry_multiplier", sp->dry_multiplier);
+    cJSON_AddNumberToObject(g, "dry_base", sp->dry_base);
+    cJSON_AddNumberToObject(g, "dry_allowed_length", sp->dry_allowed_length);
+    cJSON_AddNumberToObject(g, "dry_penalty_last_n", sp->dry_penalty_last_n);
     cJSON_AddNumberToObject(g, "repeat_last_n", sp->penalty_last_n > 0 ? sp->penalty_last_n : -1);
     cJSON_AddNumberToObject(g, "repeat_penalty", sp->repeat_penalty);
     cJSON_AddNumberToObject(g, "presence_penalty", sp->presence_penalty);

@@ -22,7 +22,9 @@
 #define MAX_REPEAT_PENALTY 10.0
 #define MAX_LOGIT_BIAS 100.0
 #define MAX_DYNATEMP_EXPONENT 100.0
-#define MAX_MIROSTAT_TAU 100.0          /* bits of surprise: no vocabulary comes near */
+#define MAX_MIROSTAT_TAU 100.0 /* bits of surprise: no vocabulary comes near */
+#define MAX_DRY_MULTIPLIER 100.0
+#define MAX_DRY_BASE 100.0
 #define MAX_SAFE_INT 9007199254740991.0 /* 2^53 - 1: larger JSON numbers are not exact integers */
 
 static const char *const INVALID = "invalid_request_error";
@@ -362,7 +364,7 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
 }
 
 /* llama.cpp's samplers beyond top-k, top-p and min-p: typical_p, XTC, min_keep, the dynamic
- * temperature and Mirostat, with llama.cpp's defaults where absent. */
+ * temperature, Mirostat and DRY, with llama.cpp's defaults where absent. */
 static int parse_llama_samplers(const cJSON *root, kvt_api_request *r, kvt_api_error *err) {
     static const struct {
         const char *name;
@@ -378,6 +380,10 @@ static int parse_llama_samplers(const cJSON *root, kvt_api_request *r, kvt_api_e
         {"mirostat_tau", 0, MAX_MIROSTAT_TAU, 5, 0},
         {"mirostat_eta", 0, 1, 0.1, 0},
         {"min_keep", INT32_MIN, INT32_MAX, 0, NUM_INT}, /* at or below 1: one candidate, as llama.cpp's 0 */
+        {"dry_multiplier", 0, MAX_DRY_MULTIPLIER, 0, 0},
+        {"dry_base", 0, MAX_DRY_BASE, 1.75, 0}, /* below 1: off */
+        {"dry_allowed_length", 0, INT32_MAX, 2, NUM_INT},
+        {"dry_penalty_last_n", -1, INT32_MAX, -1, NUM_INT}, /* -1: all, 0: off */
     };
     double v[KVT_ARRAY_LEN(F)];
     for (size_t i = 0; i < KVT_ARRAY_LEN(F); i++) {
@@ -391,7 +397,9 @@ static int parse_llama_samplers(const cJSON *root, kvt_api_request *r, kvt_api_e
     r->xtc_probability = (float)v[1], r->xtc_threshold = (float)v[2];
     r->dynatemp_range = (float)v[3], r->dynatemp_exponent = (float)v[4], r->mirostat = (int32_t)v[5];
     r->mirostat_tau = (float)v[6], r->mirostat_eta = (float)v[7], r->min_keep = (int32_t)v[8];
-    return 0;
+    r->dry_multiplier = (float)v[9], r->dry_base = (float)v[10], r->dry_allowed_length = (int32_t)v[11];
+    r->dry_penalty_last_n = (int32_t)v[12];
+    return kvt_api_parse_dry_breakers(root, r, err);
 }
 
 /* max_tokens and max_completion_tokens (the newer name; either is accepted, the newer wins) into
@@ -437,7 +445,7 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
         r->model = kvt_xstrdup(model->valuestring);
     }
     if (kind == KVT_API_CHAT ? parse_messages(root, r, err) : kvt_api_parse_prompt(root, n_vocab, r, err)) return -1;
-    if (kvt_api_parse_samplers(root, r, err) || kvt_api_audit_fields(root, r, err) || kvt_api_parse_tools(root, r, err))
+    if (kvt_api_parse_samplers(root, r, err) || kvt_api_audit_fields(root, err) || kvt_api_parse_tools(root, r, err))
         return -1;
 
     double d;
@@ -737,6 +745,8 @@ void kvt_api_request_free(kvt_api_request *r) {
     cJSON_Delete(r->template_kwargs);
     free(r->bias_id);
     free(r->bias);
+    for (int32_t i = 0; i < r->n_dry_breakers; i++) free(r->dry_breakers[i]);
+    free(r->dry_breakers);
     for (int32_t i = 0; i < r->n_bias_text; i++) free(r->bias_text[i]);
     free(r->bias_text);
     free(r->bias_text_bias);

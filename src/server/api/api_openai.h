@@ -74,6 +74,11 @@ enum {
     KVT_API_GIVEN_MIROSTAT_TAU = 1 << 6,
     KVT_API_GIVEN_MIROSTAT_ETA = 1 << 7,
     KVT_API_GIVEN_MIN_KEEP = 1 << 8,
+    KVT_API_GIVEN_DRY_MULTIPLIER = 1 << 9,
+    KVT_API_GIVEN_DRY_BASE = 1 << 10,
+    KVT_API_GIVEN_DRY_ALLOWED_LENGTH = 1 << 11,
+    KVT_API_GIVEN_DRY_PENALTY_LAST_N = 1 << 12,
+    KVT_API_GIVEN_DRY_BREAKERS = 1 << 13,
 };
 
 /* A validated request. Every pointer is owned by the struct
@@ -105,6 +110,10 @@ typedef struct {
      * mirostat 0, min_keep 0 or 1) and at 0, for requests that other parsers fill */
     float typical_p, xtc_probability, xtc_threshold, dynatemp_range, dynatemp_exponent, mirostat_tau, mirostat_eta;
     int32_t mirostat, min_keep;
+    float dry_multiplier, dry_base;
+    int32_t dry_allowed_length, dry_penalty_last_n;
+    char **dry_breakers; /* dry_sequence_breakers (owned), n_dry_breakers of them */
+    int32_t n_dry_breakers;
     unsigned sampling_given; /* which of them the request gave (KVT_API_GIVEN_*); the others are the server's */
     int32_t *bias_id;        /* logit_bias: n_bias token ids and their biases in [-100, 100] */
     float *bias;             /* (-inf: llama-server's false, the token is never picked) */
@@ -112,10 +121,8 @@ typedef struct {
     char **bias_text; /* llama-server's [TEXT, bias] pairs: each token of TEXT gets bias_text_bias[i] */
     float *bias_text_bias;
     int32_t n_bias_text;
-    /* llama.cpp's "samplers" (api_audit.c): given or not, its letters in order (the string form, for
-     * the audit) and the steps kvtier runs for them, in order (the samplers it lacks left out) */
+    /* llama.cpp's "samplers" (api_audit.c): given or not, and the steps kvtier runs for them, in order */
     int has_samplers;
-    char sampler_letters[KVT_SAMPLER_MAX_STEPS + 1];
     int32_t n_sampler_steps;
     uint8_t sampler_steps[KVT_SAMPLER_MAX_STEPS];
     uint64_t seed;

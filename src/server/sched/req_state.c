@@ -38,6 +38,7 @@ void kvt_srv_req_unref_locked(srv_req *r) {
     free(r->gen_ids);
     free(r->bias_id);
     free(r->bias);
+    free(r->dry_breaker);
     free(r->doc_starts);
     free(r->block_tiers);
     free(r->doc_order);

@@ -60,7 +60,8 @@ static void slot_setup(kvt_server *s, slot *sl, srv_req *r, int32_t seq) {
     sl->n_fed = kvt_seq_len(s->e, seq);
     sl->admitted = s->n_admitted++;
     sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
-    if ((r->grammar || r->lazy) && !s->jg_vocab) { /* once per server, on the first request that needs it */
+    kvt_sampler_prompt(sl->smp, r->prompt, r->n_prompt); /* DRY's history starts with the prompt */
+    if ((r->grammar || r->lazy) && !s->jg_vocab) {       /* once per server, on the first request that needs it */
         s->jg_vocab = kvt_jg_vocab_new(s->tok);
         s->jg_mask = kvt_xmalloc((size_t)s->n_vocab);
         s->jg_logits = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->jg_logits);

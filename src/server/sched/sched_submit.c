@@ -275,7 +275,7 @@ static int check_prompt(const kvt_server *s, const kvt_api_request *a, int rc, s
     return 0;
 }
 
-/* Typical, XTC, dynamic temperature, Mirostat and min_keep: each the request's, else the server's. */
+/* Typical, XTC, dynamic temperature, Mirostat, min_keep and DRY: each the request's, else the server's. */
 static void request_llama_sampling(const kvt_server *s, const kvt_api_request *a, srv_req *r) {
     const kvt_sampler_params *d = &s->p.default_sampling;
     unsigned g = a->sampling_given;
@@ -288,6 +288,17 @@ static void request_llama_sampling(const kvt_server *s, const kvt_api_request *a
     r->sp.mirostat_tau = g & KVT_API_GIVEN_MIROSTAT_TAU ? a->mirostat_tau : d->mirostat_tau;
     r->sp.mirostat_eta = g & KVT_API_GIVEN_MIROSTAT_ETA ? a->mirostat_eta : d->mirostat_eta;
     r->sp.min_keep = g & KVT_API_GIVEN_MIN_KEEP ? a->min_keep : d->min_keep;
+    r->sp.dry_multiplier = g & KVT_API_GIVEN_DRY_MULTIPLIER ? a->dry_multiplier : d->dry_multiplier;
+    r->sp.dry_base = g & KVT_API_GIVEN_DRY_BASE ? a->dry_base : d->dry_base;
+    r->sp.dry_allowed_length = g & KVT_API_GIVEN_DRY_ALLOWED_LENGTH ? a->dry_allowed_length : d->dry_allowed_length;
+    r->sp.dry_penalty_last_n = g & KVT_API_GIVEN_DRY_PENALTY_LAST_N ? a->dry_penalty_last_n : d->dry_penalty_last_n;
+    if (r->sp.dry_multiplier == 0 || r->sp.dry_base < 1 || r->sp.dry_penalty_last_n == 0) return;
+    const char *const *brk = kvt_dry_default_breakers;
+    int32_t n = KVT_DRY_DEFAULT_BREAKERS;
+    if (g & KVT_API_GIVEN_DRY_BREAKERS) brk = (const char *const *)a->dry_breakers, n = a->n_dry_breakers;
+    else if (s->p.default_dry_breakers.given) brk = s->p.default_dry_breakers.s, n = s->p.default_dry_breakers.n;
+    r->dry_breaker = kvt_tokens_containing(s->tok, brk, n);
+    r->sp.dry_breaker = r->dry_breaker;
 }
 
 /* r's limits and sampling from a (r->n_prompt set): max_tokens within what
