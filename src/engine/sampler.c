@@ -162,7 +162,7 @@ static int32_t dry_scan(kvt_sampler *s) {
     if (w <= allowed || w < 2) return 0;
     int32_t limit = w;
     for (int32_t i = 0; i < w && s->breaker; i++)
-        if (s->breaker[h[last - i]]) {
+        if (h[last - i] >= 0 && s->breaker[h[last - i]]) {
             limit = i;
             break;
         }
@@ -175,7 +175,7 @@ static int32_t dry_scan(kvt_sampler *s) {
         if (k + n > hi) lo = k, hi = k + n;
         n = KVT_MIN(n, limit);
         int32_t tok = h[last - k + 1];
-        if (n >= allowed && n + 1 > s->dry_len[tok]) s->dry_len[tok] = n + 1;
+        if (tok >= 0 && n >= allowed && n + 1 > s->dry_len[tok]) s->dry_len[tok] = n + 1;
     }
     return w;
 }
@@ -194,7 +194,8 @@ static float dry_penalty(const kvt_sampler *s, int32_t tok) {
 static void dry_clear(kvt_sampler *s, int32_t w) {
     const int32_t *h;
     dry_window(s, &h);
-    for (int32_t i = 1; i < w; i++) s->dry_len[h[i]] = 0;
+    for (int32_t i = 1; i < w; i++)
+        if (h[i] >= 0) s->dry_len[h[i]] = 0;
 }
 
 /* DRY on every token's logit (the greedy path). */
@@ -203,6 +204,7 @@ static void dry_logits(kvt_sampler *s, float *l) {
     const int32_t *h;
     dry_window(s, &h);
     for (int32_t i = 1; i < w; i++) {
+        if (h[i] < 0) continue;
         l[h[i]] -= dry_penalty(s, h[i]);
         s->dry_len[h[i]] = 0; /* each token once */
     }
@@ -247,7 +249,8 @@ static void dry_push(kvt_sampler *s, const int32_t *ids, int32_t n) {
         s->dry_hist = kvt_xrealloc(s->dry_hist, (size_t)s->cap_dry * sizeof *s->dry_hist);
         s->dry_z = kvt_xrealloc(s->dry_z, (size_t)s->cap_dry * sizeof *s->dry_z);
     }
-    memcpy(s->dry_hist + s->n_dry, ids, (size_t)n * sizeof *ids);
+    /* a prompt id past the logits (a tokenizer larger than the output) is kept as -1: never a candidate */
+    for (int32_t i = 0; i < n; i++) s->dry_hist[s->n_dry + i] = ids[i] >= 0 && ids[i] < s->n_vocab ? ids[i] : -1;
     s->n_dry += n;
 }
 

@@ -343,6 +343,17 @@ static void test_dry(void) {
         kvt_sampler_free(o);
     }
     CHECKF(no_d & 1u << 4, "an order without dry does not apply it");
+    /* prompt ids past the logits (a tokenizer larger than the output) take part in no penalty */
+    const int32_t wide[] = {1, 99, 4, 3, 99, 4, 3, -5};
+    kvt_sampler_params zz = {.temp = 0,
+                             .dry_multiplier = 6.0f,
+                             .dry_base = 1.75f,
+                             .dry_allowed_length = 2,
+                             .dry_penalty_last_n = -1};
+    s = dry_sampler(zz, wide, 8);
+    CHECKF(kvt_sampler_sample(s, top4) == 0, "ids past the vocabulary match each other: 4 extends a repeat of 4");
+    CHECKF(kvt_sampler_sample(s, top4) == 4, "... and 0, returned, ends the repeat");
+    kvt_sampler_free(s);
     /* allowed length 0: every token that followed anything in the window loses the multiplier */
     kvt_sampler_params z = {.temp = 0, .dry_multiplier = 6.0f, .dry_base = 1.75f, .dry_penalty_last_n = -1};
     const int32_t seen[] = {5, 4, 6};
