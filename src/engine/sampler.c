@@ -37,6 +37,7 @@ struct kvt_sampler {
     int32_t *count;    /* (n_vocab) occurrences in the penalty window, zero between calls */
     float *work;       /* (n_vocab) the logits after bias and penalties, when any is on */
     cand *aux;         /* (n_vocab) typical's candidates ordered by their distance to the entropy */
+    cand *tmp;         /* (n_vocab) the radix sort's second buffer, made on the first large sort */
     int dry;           /* DRY is on and the order applies it: keep its history */
     uint8_t *breaker;  /* (n_vocab) DRY's sequence breakers, or NULL */
     int32_t *dry_hist; /* (n_dry of cap_dry) the prompt's last tokens and those returned */
@@ -280,6 +281,7 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->count);
     free(s->work);
     free(s->aux);
+    free(s->tmp);
     free(s->breaker);
     free(s->dry_hist);
     free(s->dry_z);
@@ -360,6 +362,54 @@ static void select_best(cand *c, int32_t n, int32_t want) {
     }
 }
 
+/* A logit as an unsigned key that is smallest for the largest logit (-0 as +0, which it equals). */
+static uint64_t rank_key(double l) {
+    uint64_t b;
+    if (l == 0) l = 0;
+    memcpy(&b, &l, sizeof b);
+    return b >> 63 ? b : ~(b | 1ull << 63); /* IEEE bits order positives up and negatives down */
+}
+
+#define RADIX_BITS 11
+#define RADIX_PASSES 6 /* 6 x 11 bits cover the 64 of a double */
+
+/* c[0..n) in by_logit_desc's order, as qsort would leave them: a stable LSD
+ * radix sort on the logits' keys (tmp holds n), then each run of equal
+ * logits in id order; but for keep_inf 0, a run at -inf past the first
+ * candidate is left as it is (rank_best drops it). Linear in n, where a
+ * comparison sort of a 150,000-token vocabulary took tens of milliseconds a
+ * token. */
+static void radix_rank(cand *c, cand *tmp, int32_t n, int keep_inf) {
+    static const uint32_t MASK = (1u << RADIX_BITS) - 1;
+    uint32_t count[RADIX_PASSES][1u << RADIX_BITS];
+    memset(count, 0, sizeof count);
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t key = rank_key(c[i].l);
+        for (int p = 0; p < RADIX_PASSES; p++) count[p][(key >> (p * RADIX_BITS)) & MASK]++;
+    }
+    cand *from = c, *to = tmp;
+    for (int p = 0; p < RADIX_PASSES; p++) {
+        uint32_t *cp = count[p], at = 0;
+        if (cp[(rank_key(c[0].l) >> (p * RADIX_BITS)) & MASK] == (uint32_t)n) continue; /* one digit: nothing moves */
+        for (uint32_t d = 0; d <= MASK; d++) {
+            uint32_t here = cp[d];
+            cp[d] = at;
+            at += here;
+        }
+        for (int32_t i = 0; i < n; i++) to[cp[(rank_key(from[i].l) >> (p * RADIX_BITS)) & MASK]++] = from[i];
+        cand *t = from;
+        from = to, to = t;
+    }
+    if (from != c) memcpy(c, from, (size_t)n * sizeof *c);
+    for (int32_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && c[j].l == c[i].l;) j++;
+        if (j - i < 2 || (!keep_inf && i > 0 && isinf(c[i].l) && c[i].l < 0)) continue;
+        qsort(c + i, (size_t)(j - i), sizeof *c, by_logit_desc); /* equal logits: by id */
+    }
+}
+
+#define RADIX_MIN 4096 /* fewer candidates sort faster by comparison */
+
 /* Ranks the candidates; want > 0: only the best `want` of them are needed
  * (top-k), so they are picked first and only they are sorted. Either way the
  * first candidates are those a full sort puts first. */
@@ -369,13 +419,28 @@ static void rank_best(kvt_sampler *s, cands *k, int32_t want) {
         select_best(s->c, k->n, want);
         k->n = want;
     }
-    qsort(s->c, (size_t)k->n, sizeof *s->c, by_logit_desc);
+    if (k->n >= RADIX_MIN) {
+        if (!s->tmp) s->tmp = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->tmp);
+        radix_rank(s->c, s->tmp, k->n, 0);
+    } else {
+        qsort(s->c, (size_t)k->n, sizeof *s->c, by_logit_desc);
+    }
     /* a token at -inf (refused by a grammar) is never a candidate, not even through rounding at the end */
     while (k->n > 1 && isinf(s->c[k->n - 1].l) && s->c[k->n - 1].l < 0) k->n--;
     k->sorted = 1;
 }
 
 static void rank(kvt_sampler *s, cands *k) { rank_best(s, k, 0); }
+
+void kvt_sampler_rank(const double *logits, int32_t n, int32_t *order) {
+    cand *c = kvt_xmalloc((size_t)KVT_MAX(n, 1) * sizeof *c), *tmp = kvt_xmalloc((size_t)KVT_MAX(n, 1) * sizeof *tmp);
+    for (int32_t i = 0; i < n; i++) c[i] = (cand){logits[i], i};
+    if (n >= RADIX_MIN) radix_rank(c, tmp, n, 1);
+    else if (n > 0) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+    for (int32_t i = 0; i < n; i++) order[i] = c[i].id;
+    free(c);
+    free(tmp);
+}
 
 /* The softmax of the ranked candidates into prob (floats), their sum (of the doubles) into k->sum. */
 static void softmax(kvt_sampler *s, cands *k) {
@@ -429,16 +494,11 @@ static void top_p(kvt_sampler *s, cands *k) {
     k->probs = 1;
 }
 
-static int by_score_asc(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->l != y->l) return x->l < y->l ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
 /* Locally typical sampling: the candidates whose surprise -ln p is nearest
  * the distribution's entropy, nearest first, until their probability
  * exceeds typical_p. The ones kept stay in rank order (s->aux holds each
- * candidate's distance with its rank, ties to the better rank). */
+ * candidate's negated distance with its rank, ranked as logits are: ties
+ * to the better rank). */
 static void typical(kvt_sampler *s, cands *k) {
     rank(s, k);
     softmax(s, k);
@@ -449,9 +509,14 @@ static void typical(kvt_sampler *s, cands *k) {
     }
     for (int32_t i = 0; i < k->n; i++) {
         double p = s->prob[i] / k->sum;
-        s->aux[i] = (cand){p > 0 ? fabs(-log(p) - h) : INFINITY, i};
+        s->aux[i] = (cand){p > 0 ? -fabs(-log(p) - h) : -INFINITY, i}; /* negated: ranked by distance */
     }
-    qsort(s->aux, (size_t)k->n, sizeof *s->aux, by_score_asc);
+    if (k->n >= RADIX_MIN) {
+        if (!s->tmp) s->tmp = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->tmp);
+        radix_rank(s->aux, s->tmp, k->n, 1);
+    } else {
+        qsort(s->aux, (size_t)k->n, sizeof *s->aux, by_logit_desc);
+    }
     int32_t keep = k->n;
     double cum = 0;
     for (int32_t i = 0; i < k->n; i++) {

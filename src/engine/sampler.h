@@ -136,4 +136,9 @@ int32_t kvt_argmax(const float *logits, int32_t n);
 /* The sampler's generator, exposed for tests: next 32 random bits. */
 uint32_t kvt_sampler_rand(kvt_sampler *s);
 
+/* The ranking the samplers use, exposed for tests: order[0..n) gets the ids
+ * 0..n-1 of logits by logit, largest first, ties to the lower id (-0 equal
+ * to +0; logits at -inf last, in id order too). */
+void kvt_sampler_rank(const double *logits, int32_t n, int32_t *order);
+
 #endif

@@ -4,6 +4,7 @@
  * steps run in the order given, and llama.cpp's other samplers (typical,
  * XTC, min_keep, dynamic temperature, Mirostat, DRY) keep what they should. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sampler.h"
@@ -362,6 +363,46 @@ static void test_dry(void) {
     kvt_sampler_free(s);
 }
 
+static const double *rank_ref_logits;
+static int rank_ref_cmp(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    double lx = rank_ref_logits[x], ly = rank_ref_logits[y];
+    if (lx != ly) return lx > ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The ranking of large vocabularies (a radix sort) is the one a comparison
+ * sort gives: by logit, ties to the lower id, -0 equal to +0, -inf last, on
+ * vocabularies above and below its threshold, with few and many ties. */
+static void test_rank(void) {
+    const int32_t sizes[] = {7, 4095, 4096, 70000, 151936};
+    uint32_t x = 12345;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        for (int kind = 0; kind < 3; kind++) {
+            int32_t n = sizes[si];
+            double *l = malloc((size_t)n * sizeof *l);
+            int32_t *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+            for (int32_t i = 0; i < n; i++) {
+                x = x * 1664525u + 1013904223u;
+                int v = (int)(x >> 8) % (kind == 0 ? 2000000 : kind == 1 ? 40 : 7); /* spread, ties, few values */
+                l[i] = (v - (kind == 0 ? 1000000 : kind == 1 ? 20 : 3)) / (kind == 0 ? 77777.0 : 3.0);
+                if (kind == 2 && v == 0) l[i] = -INFINITY;
+                if (kind == 2 && v == 1) l[i] = (x >> 4) & 1 ? 0.0 : -0.0;
+                if (kind == 1 && v == 39) l[i] = 1e300 * (double)((x >> 3) & 7); /* large values, and 0 */
+                want[i] = i;
+            }
+            rank_ref_logits = l;
+            qsort(want, (size_t)n, sizeof *want, rank_ref_cmp);
+            kvt_sampler_rank(l, n, got);
+            CHECKF(!memcmp(got, want, (size_t)n * sizeof *got), "ranking %d logits of kind %d as a comparison sort", n,
+                   kind);
+            free(l);
+            free(got);
+            free(want);
+        }
+    }
+}
+
 int main(void) {
     CHECK(kvt_argmax(logits, V) == 1); /* tie between 1 and 3 goes to the lower id */
     CHECK(kvt_sampler_new(kvt_sampler_default_params(), 0) == NULL);
@@ -470,6 +511,7 @@ int main(void) {
     test_typical_xtc();
     test_dynatemp_mirostat();
     test_dry();
+    test_rank();
 
     /* logprobs: the log-softmax of the same logits, top list most likely first, ties to the lower id */
     double lp, top_lp[3];
