@@ -203,6 +203,26 @@ for f in '"tools":[{"type":"function","function":{"name":"f g"}}]' '"tool_choice
   check "$f is a 400" is "$CODE" 400
   check "... naming $name" is "$(jb .error.param)" "$name"
 done
+# vLLM's and other servers' sampling and structured-output fields that kvtier lacks: their neutral
+# values are accepted and change nothing, any other is a 400 naming the field
+post /v1/chat/completions "{$BASE,\"repetition_penalty\":1,\"min_tokens\":0,\"stop_token_ids\":[],
+  \"include_stop_str_in_output\":false,\"continue_final_message\":false,\"use_beam_search\":false,\"top_a\":0,
+  \"guided_json\":null,\"guided_regex\":null,\"guided_choice\":null,\"guided_grammar\":null}"
+check "vLLM's fields at their neutral values are accepted" is "$CODE" 200
+check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
+for f in '"repetition_penalty":1.3' '"min_tokens":4' '"stop_token_ids":[5]' '"include_stop_str_in_output":true' \
+  '"continue_final_message":true' '"use_beam_search":true' '"top_a":0.5' '"guided_json":{"type":"object"}' \
+  '"guided_regex":"a+"' '"guided_choice":["yes","no"]' '"guided_grammar":"root ::= \"a\""' \
+  '"structured_outputs":{"choice":["a"]}'; do
+  name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
+  for route in /v1/chat/completions /v1/completions /completion; do
+    [ "$route" = /v1/chat/completions ] && body="{$BASE,$f}" || body="{\"prompt\":\"hi\",\"max_tokens\":2,$f}"
+    post "$route" "$body"
+    check "$route $f is a 400 naming it" is "$CODE/$(jb .error.param)/$(jb .error.code)" "400/$name/unsupported_parameter"
+  done
+done
+post /v1/chat/completions "{$BASE,\"guided_json\":{}}"
+check "guided_json's 400 says what to use" is "$(jb .error.message | grep -c 'send null (use response_format)$')" 1
 # a field whose only neutral value is null says so once, and one with another neutral value names it
 post /v1/chat/completions "{$BASE,\"reasoning_effort\":\"low\"}"
 check "reasoning_effort's 400 says: send null" is "$(jb .error.message | grep -c 'leave it out or send null$')" 1

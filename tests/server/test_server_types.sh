@@ -63,7 +63,9 @@ BASES = {
              "dynatemp_range": 0, "xtc_probability": 0, "dry_multiplier": 0, "top_n_sigma": -1, "min_keep": 0,
              "t_max_predict_ms": 0, "n_indent": 0, "post_sampling_probs": False, "lora": [], "n_probs": 0,
              "functions": [], "function_call": "auto", "modalities": ["text"], "audio": None,
-             "reasoning_effort": None, "verbosity": None, "web_search_options": None},
+             "reasoning_effort": None, "verbosity": None, "web_search_options": None,
+             "repetition_penalty": 1, "min_tokens": 0, "stop_token_ids": [], "guided_json": None,
+             "guided_choice": None},
     "chat_json": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                   "response_format": {"type": "json_schema", "json_schema": {"name": "v", "description": "d",
                                       "schema": {"type": "object"}, "strict": True}}},
@@ -212,6 +214,11 @@ chat audio no audio
 chat reasoning_effort ns reasoning_effort
 chat verbosity ns verbosity
 chat web_search_options no web_search_options
+chat repetition_penalty ni repetition_penalty
+chat min_tokens ni min_tokens
+chat stop_token_ids na stop_token_ids
+chat guided_json nso guided_json
+chat guided_choice na guided_choice
 chat_json response_format no response_format
 chat_json response_format.type s response_format.type
 chat_json response_format.json_schema o response_format.json_schema

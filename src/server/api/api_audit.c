@@ -65,6 +65,20 @@ static const audit_field AUDIT[] = {
     {"reasoning_effort", AUDIT_NULL, 0, "null"},
     {"verbosity", AUDIT_NULL, 0, "null"},
     {"web_search_options", AUDIT_NULL, 0, "null"},
+    /* vLLM's, Text Generation Inference's and OpenRouter's sampling and
+     * structured-output fields, which their users send to any OpenAI server */
+    {"repetition_penalty", AUDIT_NUMBER, 1, "1 (kvtier's is repeat_penalty)"},
+    {"min_tokens", AUDIT_AT_MOST, 0, "0"},
+    {"stop_token_ids", AUDIT_EMPTY, 0, "[]"},
+    {"include_stop_str_in_output", AUDIT_FALSE, 0, "false"},
+    {"continue_final_message", AUDIT_FALSE, 0, "false"},
+    {"use_beam_search", AUDIT_FALSE, 0, "false"},
+    {"top_a", AUDIT_NUMBER, 0, "0"},
+    {"guided_json", AUDIT_NULL, 0, "null (use response_format)"},
+    {"guided_regex", AUDIT_NULL, 0, "null (use grammar)"},
+    {"guided_choice", AUDIT_NULL, 0, "null (use grammar)"},
+    {"guided_grammar", AUDIT_NULL, 0, "null (use grammar)"},
+    {"structured_outputs", AUDIT_NULL, 0, "null (use response_format)"},
 };
 
 /* llama.cpp's samplers: the letter of the string form, the name of the array
@@ -231,12 +245,13 @@ int kvt_api_audit_fields(const cJSON *root, kvt_api_error *err) {
     for (size_t i = 0; i < KVT_ARRAY_LEN(AUDIT); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, AUDIT[i].name);
         if (!v || cJSON_IsNull(v) || audit_neutral(&AUDIT[i], v)) continue;
-        const char *name = AUDIT[i].name;            /* static: err->param may keep it */
-        int only_null = AUDIT[i].rule == AUDIT_NULL; /* null is its only neutral value: say it once */
+        const char *name = AUDIT[i].name; /* static: err->param may keep it */
+        /* null is its only neutral value: say it once, with the hint after it ("null (use grammar)") */
+        int only_null = AUDIT[i].rule == AUDIT_NULL;
         return kvt_api_errorf(err, 400, INVALID, name, "unsupported_parameter",
                               "'%s' is not supported yet: kvtier would ignore it and the output would differ from what "
                               "it asks; leave it out or send null%s%s",
-                              name, only_null ? "" : " or ", only_null ? "" : AUDIT[i].allowed);
+                              name, only_null ? "" : " or ", only_null ? AUDIT[i].allowed + 4 : AUDIT[i].allowed);
     }
     return 0;
 }
