@@ -72,7 +72,7 @@
 #define LOGPROBS_INIT 16       /* logprob entries of a request, grown as needed */
 #define ID_LEN 64
 #define PIN_ID_BYTES 16 /* random bytes of a pin id (128 bits, printed in hex) */
-#define BEARER "Bearer "
+#define BEARER "Bearer"
 #define SESSION_HEADER "X-Session-Id"
 /* Cache-aware scheduling: among the first SCHED_WINDOW queued requests the
  * one with the highest priority, then the most T0-resident prefix, goes

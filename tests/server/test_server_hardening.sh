@@ -208,6 +208,11 @@ ask() { curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$@"; }
 BODY='{"prompt":"keyed","max_tokens":1}'
 check "key from \$KVTIER_API_KEY: 200" is "$(ask -H 'Authorization: Bearer env-key' -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions")" 200
 check "key from --api-key-file: 200" is "$(ask -H 'Authorization: Bearer file-key' -H 'Content-Type: application/json' -d "$BODY" "$URL/v1/completions")" 200
+# the scheme's name is case-insensitive and may be followed by several spaces (RFC 9110)
+check "'bearer KEY' (lower case): 200" is "$(ask -H 'Authorization: bearer env-key' "$URL/v1/models")" 200
+check "'BEARER  KEY' (two spaces): 200" is "$(ask -H 'Authorization: BEARER  env-key' "$URL/v1/models")" 200
+check "'BearerKEY' (no space): 401" is "$(ask -H 'Authorization: Bearerenv-key' "$URL/v1/models")" 401
+check "'Basic KEY': 401" is "$(ask -H 'Authorization: Basic env-key' "$URL/v1/models")" 401
 check "the metrics key is no API key: 401" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/v1/models")" 401
 check "/metrics without a key: 401" is "$(ask "$URL/metrics")" 401
 check "/metrics with an API key: 401 (tenants do not see each other's counters)" is "$(ask -H 'Authorization: Bearer env-key' "$URL/metrics")" 401

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <xxhash.h>
 
 #include "api_body.h"
@@ -131,10 +132,15 @@ static int key_equal(const char *a, const char *b) {
     return d == 0;
 }
 
-/* The bearer token of c's request, or NULL. */
+/* The bearer token of c's request, or NULL. The scheme's name is
+ * case-insensitive and may be followed by several spaces (RFC 9110 11.4), so
+ * "bearer KEY" is the same credential as "Bearer KEY". */
 static const char *bearer(struct MHD_Connection *c) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return h && !strncmp(h, BEARER, strlen(BEARER)) ? h + strlen(BEARER) : NULL;
+    size_t n = strlen(BEARER);
+    if (!h || strncasecmp(h, BEARER, n) || h[n] != ' ') return NULL;
+    for (h += n; *h == ' ';) h++;
+    return h;
 }
 
 /* The API key the request carries if it is a configured one, else NULL. */
