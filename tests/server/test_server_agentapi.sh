@@ -76,6 +76,10 @@ check "preflight 204" grep -q '^HTTP/1.1 204' <<<"$H"
 check "preflight allows the origin" grep -qi '^Access-Control-Allow-Origin: http://app.example$' <<<"$H"
 check "preflight allows POST" grep -qi '^Access-Control-Allow-Methods: .*POST' <<<"$H"
 check "preflight allows the headers asked" grep -qi '^Access-Control-Allow-Headers: content-type, authorization' <<<"$H"
+H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://app.example' \
+  -H 'Access-Control-Request-Method: DELETE' "$URL/v1/responses/resp_x" | tr -d '\r')
+check "preflight allows DELETE (a browser forgets a stored response)" \
+  grep -qi '^Access-Control-Allow-Methods: .*DELETE' <<<"$H"
 H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://evil.example' "$URL/v1/models" | tr -d '\r')
 check "another origin gets no Allow-Origin" bash -c "! grep -qi '^Access-Control-Allow-Origin' <<<\"\$1\"" _ "$H"
 H=$(curl -s -m 10 -D - -o /dev/null -H 'Origin: http://app.example' "$URL/v1/models" | tr -d '\r')

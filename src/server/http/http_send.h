@@ -14,7 +14,7 @@
 
 #include "server_impl.h"
 
-#define CORS_METHODS "GET, POST, OPTIONS"
+#define CORS_METHODS "GET, POST, DELETE, OPTIONS" /* DELETE: /v1/responses/{id} */
 #define CORS_HEADERS "Authorization, Content-Type, X-Session-Id, X-Request-Id"
 #define CORS_MAX_AGE_S "600" /* how long a browser may reuse a preflight's answer */
 
