@@ -162,8 +162,10 @@ typedef struct srv_req {
     /* published by the engine thread, under s->mu */
     char *text; /* valid UTF-8 emitted so far */
     size_t text_len, text_cap;
-    kvt_api_logprob *lp; /* one per generated token when logprobs (n_lp of cap_lp) */
-    size_t n_lp, cap_lp;
+    /* one per generated token when logprobs (lp_ready of cap_lp); the first n_lp are published: those
+     * of the tokens whose text was, so they never run ahead of the text nor cover a stop string */
+    kvt_api_logprob *lp;
+    size_t n_lp, lp_ready, cap_lp;
     int32_t *gen_ids; /* the generated ids when return_tokens (n_gen_ids of cap_gen_ids) */
     size_t n_gen_ids, cap_gen_ids;
     int done, cancelled;

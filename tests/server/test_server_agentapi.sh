@@ -185,6 +185,29 @@ post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"logprobs
 check "top_logprobs above 20 is 400" is "$CODE" 400
 post /v1/completions '{"prompt":"x","max_tokens":1}'
 check "no logprobs asked: null" is "$(jb '.choices[0].logprobs')" null
+# a stop string the reply leaves out has no logprobs either, streamed or not: the entries' bytes spell
+# the text exactly (a grammar writes a known text, with a character of several bytes before the stop)
+G='"grammar":"root ::= \"Tea: wörld€ STOP after\"","stop":["STOP"]'
+BODY="{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":60,\"logprobs\":true,$G}"
+post /v1/chat/completions "$BODY"
+check "chat with a stop string: the text before it" is "$(jb '.choices[0].message.content')" "Tea: wörld€ "
+LPB='[.choices[0].logprobs.content[].bytes[]] | implode'
+check "... and logprobs of that text only" is "$(jq -r "$LPB" "$TMP/body" | iconv -f utf-8 -t latin1)" "Tea: wörld€ "
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "${BODY%\}},\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
+check "... streamed too: no chunk's logprobs run ahead of the text" python3 - "$TMP/sse" <<'PY'
+import json, sys
+text, lp = b"", b""
+for line in open(sys.argv[1], encoding="utf-8"):
+    if not line.startswith("data: {"): continue
+    for c in json.loads(line[6:])["choices"]:
+        text += (c["delta"].get("content") or "").encode()
+        lp += bytes(b for e in ((c.get("logprobs") or {}).get("content") or []) for b in e["bytes"])
+        if not text.startswith(lp): sys.exit("logprobs ahead of the text: %r %r" % (lp, text))
+sys.exit(0 if text == lp == "Tea: wörld€ ".encode() else "%r %r" % (text, lp))
+PY
+post /v1/completions "{\"prompt\":\"x\",\"max_tokens\":60,\"logprobs\":1,$G}"
+check "completions with a stop string: a token per byte of the text" is \
+  "$(jb '[.choices[0].text, (.choices[0].logprobs.tokens | length | tostring)] | join("|")')" "Tea: wörld€ |15"
 kvt_stop_server lp
 
 # ---- the field audit: a field that would change the output is honoured or a 400 naming it -------------

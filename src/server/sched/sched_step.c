@@ -123,11 +123,11 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         kvt_api_logprob e = {.id = tok, .n_top = r->top_logprobs};
         kvt_logprobs(logits, s->n_vocab, tok, KVT_MIN(r->top_logprobs, s->n_vocab), &e.logprob, e.top_id, e.top_logprob);
         pthread_mutex_lock(&s->mu);
-        if (r->n_lp == r->cap_lp) {
+        if (r->lp_ready == r->cap_lp) {
             r->cap_lp = r->cap_lp ? 2 * r->cap_lp : LOGPROBS_INIT;
             r->lp = kvt_xrealloc(r->lp, r->cap_lp * sizeof *r->lp);
         }
-        r->lp[r->n_lp++] = e;
+        r->lp[r->lp_ready++] = e; /* published with its text (kvt_srv_slot_emit) */
         pthread_mutex_unlock(&s->mu);
     }
     if (r->return_tokens) publish_id(s, r, tok);
