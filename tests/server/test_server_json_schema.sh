@@ -119,6 +119,16 @@ check "... and 6 of 6 validate (formats, bounds, oneOf, \$ref recursion)" is "$g
 post /v1/completions "{\"prompt\":\"Order:\",\"json_schema\":$SCHEMA,\"max_tokens\":500,\"seed\":3}"
 check "llama.cpp's json_schema on /v1/completions validates" valid "$(jb '.choices[0].text')"
 
+# llama-server's json_object with a schema: the reply follows the schema (a string here, not an object)
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_object\",\"schema\":$SCHEMA},\"max_tokens\":500,\"seed\":2}"
+check "response_format json_object with a schema validates" valid "$(jb '.choices[0].message.content')"
+STR='{"type":"string","minLength":3,"maxLength":5}'
+echo "$STR" >"$TMP/str.json"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_object\",\"schema\":$STR},\"max_tokens\":60,\"seed\":1}"
+check "... a string schema gives a string of 3 to 5 characters" valid_under "$TMP/str.json" "$(jb '.choices[0].message.content')"
+post /v1/chat/completions "{$MSG,\"response_format\":{\"type\":\"json_object\",\"schema\":\"x\"},\"max_tokens\":6}"
+check "... a schema that is not an object is a 400 naming it" is "$CODE/$(jb .error.param)" 400/response_format.schema
+
 TOOLS="[{\"type\":\"function\",\"function\":{\"name\":\"place_order\",\"parameters\":$SCHEMA}}]"
 good=0
 for seed in 1 2; do

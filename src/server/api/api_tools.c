@@ -214,7 +214,14 @@ static int parse_format(const cJSON *root, kvt_api_request *r, kvt_api_error *er
     if (rf && !cJSON_IsNull(rf)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
         const char *t = cJSON_IsString(type) ? type->valuestring : "";
-        if (!strcmp(t, "json_object")) {
+        const cJSON *osc = cJSON_GetObjectItemCaseSensitive(rf, "schema"); /* llama-server's json_object schema */
+        if (!strcmp(t, "json_object") && osc && !cJSON_IsNull(osc) && !(cJSON_IsObject(osc) && !osc->child)) {
+            if (!cJSON_IsObject(osc))
+                return kvt_api_errorf(err, 400, INVALID, "response_format.schema", "invalid_type",
+                                      "'response_format.schema' must be a JSON Schema object");
+            r->format = KVT_FORMAT_JSON_SCHEMA; /* the reply follows the schema, as llama-server's does */
+            r->schema = cJSON_Duplicate(osc, 1);
+        } else if (!strcmp(t, "json_object")) {
             r->format = KVT_FORMAT_JSON_OBJECT;
         } else if (!strcmp(t, "json_schema")) {
             const cJSON *spec = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");

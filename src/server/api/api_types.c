@@ -74,6 +74,7 @@ static const type_rule GENERATION[] = {
     {"parallel_tool_calls", BOOL | NUL},
     {"response_format", OBJ | NUL},
     {"response_format.type", STR},
+    {"response_format.schema", OBJ | NUL},
     {"response_format.json_schema", OBJ},
     {"response_format.json_schema.name", STR},
     {"response_format.json_schema.description", STR | NUL},
