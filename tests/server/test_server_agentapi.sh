@@ -55,6 +55,13 @@ check "models meta n_ctx" is "$(jb '.data[0].meta.n_ctx')" 512
 check "models meta n_vocab" gt "$(jb '.data[0].meta.n_vocab')" 0
 check "models meta n_params" gt "$(jb '.data[0].meta.n_params')" 0
 ID=$(jb '.data[0].id')
+# a model's created is when it was made, the same on every call: poll until the clock passes it, then ask again
+CREATED=$(jb '.data[0].created')
+for _ in $(seq 100); do [ "$(date +%s)" -gt "$CREATED" ] && break; sleep 0.05; done
+get "$URL/v1/models"
+check "models created is the same on a later call" is "$(jb '.data[0].created')" "$CREATED"
+get "$URL/v1/models/$ID"
+check "... and on the retrieve" is "$(jb '.created')" "$CREATED"
 # OpenAI's retrieve (the SDKs' models.retrieve): the model's object by any name it answers to
 get "$URL/v1/models/$ID"
 check "GET /v1/models/{id} 200" is "$CODE" 200

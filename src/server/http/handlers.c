@@ -212,7 +212,7 @@ enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, c
         return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
     }
     kvt_api_model_info mi = {.id = s->p.model_id,
-                             .created = (int64_t)time(NULL),
+                             .created = s->started, /* the same on every call, as OpenAI's is */
                              .n_ctx = s->n_ctx,
                              .n_ctx_train = hp->n_ctx_train,
                              .n_vocab = s->n_vocab,
