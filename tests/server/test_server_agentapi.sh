@@ -74,6 +74,13 @@ check "another model is 404" is "$CODE" 404
 check "its code is model_not_found" is "$(jb '[.error.code, .error.param] | join(",")')" model_not_found,model
 get -X POST "$URL/v1/models/$ID"
 check "POST /v1/models/{id} is 405" is "$CODE" 405
+# a trailing '/' or a doubled one (a base URL that ends in '/') reaches the route, as behind nginx
+get "$URL/v1/models/"
+check "GET /v1/models/ is /v1/models" is "$CODE/$(jb '.data[0].id')" "200/$ID"
+get "$URL//v1//models/$ID/"
+check "GET //v1//models/{id}/ is the retrieve" is "$CODE/$(jb .id)" "200/$ID"
+post /v1/chat/completions/ '{"messages":[{"role":"user","content":"x"}],"max_tokens":1}'
+check "POST /v1/chat/completions/ is a chat" is "$CODE/$(jb .object)" 200/chat.completion
 
 # ---- CORS --------------------------------------------------------------------------------------
 H=$(curl -s -m 10 -D - -o /dev/null -X OPTIONS -H 'Origin: http://app.example' \

@@ -225,6 +225,8 @@ for m in GET POST PUT DELETE PATCH OPTIONS; do
   check "no key, $m /v1/no-such-route: 401" is "$(ask -X "$m" "$URL/v1/no-such-route")" 401
   check "wrong key, $m /metrics: 401" is "$(ask -X "$m" -H 'Authorization: Bearer wrong' "$URL/metrics")" 401
 done
+check "no key, GET //v1//models/ (the same path): 401" is "$(ask "$URL//v1//models/")" 401
+check "no key, //metrics/: 401" is "$(ask "$URL//metrics/")" 401
 check "wrong key, HEAD /v1/models: 401" is "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -I -H 'Authorization: Bearer wrong' "$URL/v1/models")" 401
 check "a valid key still gets 405 for a wrong method" is "$(ask -X PUT -H 'Authorization: Bearer env-key' "$URL/v1/completions")" 405
 kvt_stop_server keys; check "keys server: exit 0" is "$?" 0

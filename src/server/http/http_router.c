@@ -215,6 +215,21 @@ static void log_copy(char *dst, size_t cap, const char *src) {
     dst[i] = 0;
 }
 
+/* url with each run of '/' taken as one and a trailing '/' dropped ("/v1//models/" is "/v1/models"),
+ * as nginx and most web frameworks read a path, so a client whose base URL ends in '/' reaches
+ * the route; in dst[0..cap), or url itself when it does not fit (no route is that long). */
+static const char *path_norm(const char *url, char *dst, size_t cap) {
+    size_t n = 0;
+    for (const char *p = url; *p; p++) {
+        if (*p == '/' && n && dst[n - 1] == '/') continue;
+        if (n + 1 == cap) return url;
+        dst[n++] = *p;
+    }
+    if (n > 1 && dst[n - 1] == '/') n--;
+    dst[n] = 0;
+    return dst;
+}
+
 /* A client's X-Request-Id is kept when it is 1 to REQUEST_ID_MAX - 1 of [A-Za-z0-9._:-]. */
 static int request_id_ok(const char *id) {
     size_t n = id ? strlen(id) : 0;
@@ -379,6 +394,8 @@ enum MHD_Result kvt_srv_on_request(void *cls, struct MHD_Connection *c, const ch
     kvt_server *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) {
+        char norm[ACCESS_PATH_MAX];
+        url = path_norm(url, norm, sizeof norm); /* every check and handler sees this path */
         *con_cls = cs = request_begin(s, c, url, method);
         kvt_http_guard_headers_in(s->guard, tracked(c)); /* the headers are in: the header deadline is met */
         enum MHD_Result screened;
