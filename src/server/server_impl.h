@@ -393,6 +393,8 @@ int kvt_srv_parse(kvt_server *s, const conn_state *cs, kvt_api_request *a, kvt_a
 /* The same for a body of route r, without the RAG check. A "model" the server does not serve is a 404
  * model_not_found (its id, or a name in p.model_names, is accepted). */
 int kvt_srv_parse_body(kvt_server *s, route r, const char *body, size_t len, kvt_api_request *a, kvt_api_error *err);
+/* Whether a request's model name is the served model: its id, an --alias, the file's name, or "". */
+int kvt_srv_model_known(const kvt_server *s, const char *name);
 enum MHD_Result kvt_srv_handle_generate(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_tokenize(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
 enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, conn_state *cs);

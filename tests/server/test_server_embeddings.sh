@@ -117,6 +117,13 @@ post /v1/embeddings "{\"input\": \"$A\", \"encoding_format\": \"hex\"}" "${AUTH[
 check "encoding_format hex: 400 naming it" is "$CODE,$(jb .error.param)" "400,encoding_format"
 post /v1/embeddings '{"model": "m"}' "${AUTH[@]}"
 check "no input: 400 naming input" is "$CODE,$(jb .error.param)" "400,input"
+# the model names the served one, as on every other route: another is a 404, the served one's names are fine
+post /v1/embeddings "{\"input\": \"$A\", \"model\": \"text-embedding-3-small\"}" "${AUTH[@]}"
+check "another model: 404 model_not_found" is "$CODE,$(jb .error.code),$(jb .error.param)" "404,model_not_found,model"
+for name in m m.gguf ""; do
+  post /v1/embeddings "{\"input\": \"$A\", \"model\": \"$name\"}" "${AUTH[@]}"
+  check "model '$name': 200" is "$CODE" 200
+done
 kvt_stop_server last
 
 # ---- mean pooling --------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ static kvt_api_kind kind_of(route r, const char *body, size_t len) {
 
 /* Whether name is the served model: its id or another name it answers to (--alias, the file's name).
  * An empty name is no name, as llama.cpp's clients send it. */
-static int model_known(const kvt_server *s, const char *name) {
+int kvt_srv_model_known(const kvt_server *s, const char *name) {
     if (!*name || !strcmp(name, s->p.model_id)) return 1;
     for (size_t i = 0; i < s->p.n_model_names; i++)
         if (!strcmp(name, s->p.model_names[i])) return 1;
@@ -42,7 +42,7 @@ static int model_known(const kvt_server *s, const char *name) {
 int kvt_srv_parse_body(kvt_server *s, route r, const char *body, size_t len, kvt_api_request *a, kvt_api_error *err) {
     if (kvt_api_parse(kind_of(r, body, len), body, len, s->n_vocab, s->n_ctx, s->p.max_tokens_limit, a, err))
         return KVT_EARG;
-    if (a->model && !model_known(s, a->model)) {
+    if (a->model && !kvt_srv_model_known(s, a->model)) {
         kvt_api_errorf(err, 404, "invalid_request_error", "model", "model_not_found",
                        "The model '%.200s' does not exist: this server serves '%.200s' (GET /v1/models)", a->model,
                        s->p.model_id);
@@ -204,7 +204,7 @@ enum MHD_Result kvt_srv_handle_health(kvt_server *s, struct MHD_Connection *c, c
 enum MHD_Result kvt_srv_handle_models(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
     const kvt_hparams *hp = &s->model->hp;
     const char *item = cs->r == R_MODEL_ITEM ? cs->path + strlen("/v1/models/") : NULL;
-    if (item && !model_known(s, item)) {
+    if (item && !kvt_srv_model_known(s, item)) {
         kvt_api_error err;
         kvt_api_errorf(&err, 404, "invalid_request_error", "model", "model_not_found",
                        "The model '%.200s' does not exist: this server serves '%.200s' (GET /v1/models)", item,

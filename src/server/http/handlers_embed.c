@@ -119,6 +119,10 @@ static int parse_body(kvt_server *s, const conn_state *cs, cJSON *j, embed_body 
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
         return kvt_api_errorf(err, 400, INVALID, "model", "invalid_type", "'model' must be a string");
+    if (cJSON_IsString(model) && !kvt_srv_model_known(s, model->valuestring)) /* as every other route answers */
+        return kvt_api_errorf(err, 404, INVALID, "model", "model_not_found",
+                              "The model '%.200s' does not exist: this server serves '%.200s' (GET /v1/models)",
+                              model->valuestring, s->p.model_id);
     /* an array holding a string and a token id is one input, as llama-server reads it */
     int many = cJSON_IsArray(v) && !is_id_array(v) && !kvt_api_prompt_is_mixed(v);
     int n = many ? cJSON_GetArraySize(v) : 1;
