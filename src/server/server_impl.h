@@ -343,6 +343,7 @@ typedef enum {
     R_CACHE_EVENTS,    /* GET /v1/cache/events */
     R_RESPONSES,       /* POST /v1/responses */
     R_RESPONSE_ITEM,   /* GET and DELETE /v1/responses/{id} */
+    R_RESPONSE_INPUT,  /* GET /v1/responses/{id}/input_items */
     R_MODEL_ITEM       /* GET /v1/models/{id} */
 } route;
 

@@ -47,6 +47,28 @@ post /v1/responses "{\"previous_response_id\":\"$ID0\",\"input\":\"more\"}" "${K
 check "... and a 404 naming previous_response_id for it" is "$CODE/$(jb .error.param)" 404/previous_response_id
 curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -X DELETE "${K2[@]}" "$URL/v1/responses/$ID0" >"$TMP/code"
 check "... and cannot delete it (404)" is "$(cat "$TMP/code")" 404
+# OpenAI's input_items list (the SDKs' responses.inputItems.list): the items a response was made from,
+# newest first, each with an id that stays the same when a follow-up lists it as history
+items() { curl -s -m 30 -o "$TMP/body" -w '%{http_code}' "${K1[@]}" "$URL/v1/responses/$1/input_items${2:-}" >"$TMP/code"; }
+items "$ID0"
+check "GET /v1/responses/{id}/input_items lists its input" is "$(cat "$TMP/code")/$(jb -c \
+  '[.object, [.data[] | [.type, .role, .content[0].type, .content[0].text, (.id | startswith("msg_"))]], .has_more]')" \
+  '200/["list",[["message","user","input_text","Tell me about caches.",true]],false]'
+ITEM0=$(jb '.data[0].id')
+post /v1/responses "{\"previous_response_id\":\"$ID0\",\"input\":[{\"role\":\"user\",\"content\":\"more\"}],\"max_output_tokens\":2}" "${K1[@]}"
+ID1=$(jb .id)
+items "$ID1"
+check "a follow-up's: its input, the reply before it, that history, newest first" is \
+  "$(jb -c '[.data[] | [.role, .content[0].text]] | [.[0], .[1][0], .[2]]')" '[["user","more"],"assistant",["user","Tell me about caches."]]'
+check "... the history item keeps its id" is "$(jb '.data[2].id')/$(jb .last_id)" "$ITEM0/$ITEM0"
+items "$ID1" '?order=asc&limit=2'
+check "order=asc&limit=2: the first two, and more" is "$(jb -c '[.data[0].id, (.data | length), .has_more]')" "[\"$ITEM0\",2,true]"
+items "$ID1" "?order=asc&after=$(jb .last_id)"
+check "after the last one: the rest" is "$(jb -c '[(.data | length), .data[0].content[0].text, .has_more]')" '[1,"more",false]'
+items "$ID1" '?limit=0'
+check "limit 0 is a 400 naming it" is "$(cat "$TMP/code")/$(jb .error.param)" 400/limit
+curl -s -m 30 -o "$TMP/body" -w '%{http_code}' "${K2[@]}" "$URL/v1/responses/$ID0/input_items" >"$TMP/code"
+check "another key's response: 404" is "$(cat "$TMP/code")" 404
 curl -s -m 30 -o "$TMP/body" -w '%{http_code}' -X DELETE "${K1[@]}" "$URL/v1/responses/$ID0" >"$TMP/code"
 check "DELETE by its own key" is "$(cat "$TMP/code")/$(jb -c '[.id, .deleted]')" "200/[\"$ID0\",true]"
 curl -s -m 30 -o "$TMP/body" -w '%{http_code}' "${K1[@]}" "$URL/v1/responses/$ID0" >"$TMP/code"

@@ -159,6 +159,37 @@ static void *kept_state(const srv_req *r, size_t *len) {
     return blob;
 }
 
+/* Gives item k of a response's items an id where the client sent none (the response's, numbered),
+ * as OpenAI's items all have one: the input_items list names them, on every later listing too. */
+static void item_id(cJSON *it, const char *resp_id, size_t k) {
+    if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "id"))) return;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+    int msg = !cJSON_IsString(type) || !strcmp(type->valuestring, "message");
+    char id[ID_LEN + 32];
+    snprintf(id, sizeof id, "%s_%s_%zu", msg ? "msg" : "item", resp_id + (strncmp(resp_id, "resp_", 5) ? 0 : 5), k);
+    cJSON_DeleteItemFromObjectCaseSensitive(it, "id");
+    cJSON_AddStringToObject(it, "id", id);
+}
+
+/* A stored input item in the shape of OpenAI's input_items list: for a message its type, status
+ * and content as parts. */
+static void input_item_shape(cJSON *it) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "message")) return;
+    if (!type) cJSON_AddStringToObject(it, "type", "message");
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+    if (cJSON_IsString(content)) {
+        cJSON *parts = cJSON_CreateArray(), *part = cJSON_CreateObject();
+        int out = cJSON_IsString(role) && !strcmp(role->valuestring, "assistant");
+        cJSON_AddStringToObject(part, "type", out ? "output_text" : "input_text");
+        cJSON_AddStringToObject(part, "text", content->valuestring);
+        cJSON_AddItemToArray(parts, part);
+        cJSON_ReplaceItemInObjectCaseSensitive(it, "content", parts);
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(it, "status")) cJSON_AddStringToObject(it, "status", "completed");
+}
+
 /* The finished response of j: its object (a new cJSON, the caller's), stored with its conversation
  * when the request asked (store). */
 static cJSON *job_finish(kvt_server *s, resp_job *j, const char *status) {
@@ -191,8 +222,11 @@ static cJSON *job_finish(kvt_server *s, resp_job *j, const char *status) {
     cJSON *obj = kvt_api_resp_obj(&res, output);
     if (j->rq.store && !status) {
         cJSON *items = j->history ? cJSON_Duplicate(j->history, 1) : cJSON_CreateArray();
-        for (const cJSON *it = j->rq.input->child; it; it = it->next)
-            cJSON_AddItemToArray(items, cJSON_Duplicate(it, 1));
+        for (const cJSON *it = j->rq.input->child; it; it = it->next) {
+            cJSON *copy = cJSON_Duplicate(it, 1);
+            item_id(copy, j->id, (size_t)cJSON_GetArraySize(items));
+            cJSON_AddItemToArray(items, copy);
+        }
         for (const cJSON *it = output->child; it; it = it->next) cJSON_AddItemToArray(items, cJSON_Duplicate(it, 1));
         char *json = cJSON_PrintUnformatted(obj), *items_json = cJSON_PrintUnformatted(items);
         size_t state_len = 0;
@@ -608,6 +642,85 @@ static enum MHD_Result handle_item(kvt_server *s, struct MHD_Connection *c, conn
     return kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", json, NULL, NULL);
 }
 
+/* The page of input_items: of the n items in[], newest first unless asc, at most limit of them
+ * after the one whose id is after (NULL: from the first). NULL (and *err) when no item is after. */
+static cJSON *input_page(cJSON *const *in, size_t n, int asc, long limit, const char *after, kvt_api_error *err) {
+    size_t k = 0;
+    if (after) {
+        while (k < n && strcmp(cJSON_GetObjectItemCaseSensitive(in[asc ? k : n - 1 - k], "id")->valuestring, after))
+            k++;
+        if (k == n) {
+            kvt_api_errorf(err, 400, "invalid_request_error", "after", "invalid_value",
+                           "'after' names no input item of this response: '%.96s'", after);
+            return NULL;
+        }
+        k++;
+    }
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToObject(o, "data", data);
+    const char *first = NULL, *last = NULL;
+    for (long taken = 0; k < n && taken < limit; k++, taken++) {
+        cJSON *it = in[asc ? k : n - 1 - k];
+        last = cJSON_GetObjectItemCaseSensitive(it, "id")->valuestring;
+        if (!first) first = last;
+        cJSON_AddItemReferenceToArray(data, it);
+    }
+    cJSON_AddItemToObject(o, "first_id", first ? cJSON_CreateString(first) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "last_id", last ? cJSON_CreateString(last) : cJSON_CreateNull());
+    cJSON_AddBoolToObject(o, "has_more", k < n);
+    return o;
+}
+
+/* GET /v1/responses/{id}/input_items: the items the response was made from (the history its
+ * previous_response_id named, then its input), with order (desc, the default, or asc), limit (1 to
+ * 100, default 20) and after, as OpenAI's list takes them. Another tenant's response is a 404. */
+static enum MHD_Result handle_input_items(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    char id[ID_LEN];
+    const char *seg = cs->path + strlen(RESP_PATH);
+    snprintf(id, sizeof id, "%.*s", (int)strcspn(seg, "/"), seg);
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    kvt_api_error err;
+    char *end = NULL;
+    long limit = lim ? strtol(lim, &end, 10) : 20;
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        kvt_api_errorf(&err, 400, "invalid_request_error", "order", "invalid_value", "'order' must be asc or desc");
+    else if (lim && (!*lim || *end || limit < 1 || limit > 100))
+        kvt_api_errorf(&err, 400, "invalid_request_error", "limit", "invalid_value",
+                       "'limit' must be an integer from 1 to 100");
+    else err.status = 0;
+    if (err.status) return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    char *json = NULL, *items_json = NULL;
+    if (!kvt_resp_store_get(s->responses, cs->key, id, &json, &items_json, NULL, NULL)) {
+        kvt_api_errorf(&err, 404, "invalid_request_error", NULL, "not_found", "Response with id '%.96s' not found", id);
+        return kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    }
+    cJSON *resp = cJSON_Parse(json), *items = cJSON_Parse(items_json);
+    free(json);
+    free(items_json);
+    size_t n_all = (size_t)cJSON_GetArraySize(items);
+    size_t n_out = (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(resp, "output"));
+    size_t n = n_all > n_out ? n_all - n_out : 0; /* the items after them are its output */
+    cJSON **in = kvt_xcalloc(n + 1, sizeof *in);
+    size_t k = 0;
+    for (cJSON *it = items ? items->child : NULL; it && k < n; it = it->next, k++) {
+        item_id(it, id, k); /* job_finish stored them with ids: this changes nothing then */
+        input_item_shape(it);
+        in[k] = it;
+    }
+    cJSON *page = input_page(in, n, order && !strcmp(order, "asc"), limit, after, &err);
+    enum MHD_Result ret = page
+        ? kvt_srv_send_text(s, c, cs->label, MHD_HTTP_OK, "application/json", print_free(page), NULL, NULL)
+        : kvt_srv_send_error(s, c, cs->label, &err, NULL, NULL);
+    free(in);
+    cJSON_Delete(items);
+    cJSON_Delete(resp);
+    return ret;
+}
+
 enum MHD_Result kvt_srv_handle_responses(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
+    if (cs->r == R_RESPONSE_INPUT) return handle_input_items(s, c, cs);
     return cs->r == R_RESPONSES ? handle_create(s, c, cs) : handle_item(s, c, cs);
 }

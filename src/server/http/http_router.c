@@ -55,18 +55,21 @@ static const struct {
     {"/v1/embeddings", "POST", "embeddings", R_EMBEDDINGS, kvt_srv_handle_embeddings},
     {"/embedding", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
     {"/embeddings", "POST", "embedding", R_LLAMA_EMBEDDING, kvt_srv_handle_embeddings},
-    /* the Responses API; a path ending in "/{id}" (here and above) takes any one segment there */
+    /* the Responses API; a "/{id}" segment (here and above) takes any one segment there */
     {"/v1/responses", "POST", "responses", R_RESPONSES, kvt_srv_handle_responses},
     {"/v1/responses/{id}", "GET, DELETE", "responses", R_RESPONSE_ITEM, kvt_srv_handle_responses},
+    {"/v1/responses/{id}/input_items", "GET", "responses", R_RESPONSE_INPUT, kvt_srv_handle_responses},
 };
 
-/* Whether url is route i's path: the same, or for a path ending in "/{id}" that path with one
- * non-empty segment in place of "{id}". */
+/* Whether url is route i's path: the same, or for a path holding a "/{id}" segment that path with
+ * one non-empty segment in place of "{id}". */
 static int route_is(size_t i, const char *url) {
-    const char *p = routes[i].url;
-    size_t n = strlen(p);
-    if (n < 5 || strcmp(p + n - 5, "/{id}")) return !strcmp(url, p);
-    return !strncmp(url, p, n - 4) && url[n - 4] && !strchr(url + n - 4, '/');
+    const char *p = routes[i].url, *id = strstr(p, "/{id}");
+    if (!id) return !strcmp(url, p);
+    size_t pre = (size_t)(id - p) + 1; /* through the '/' before the segment */
+    if (strncmp(url, p, pre)) return 0;
+    const char *seg = url + pre, *end = seg + strcspn(seg, "/");
+    return end > seg && !strcmp(end, id + 5);
 }
 
 /* Whether method is one of route i's (its list is comma-separated, as an Allow header). */
