@@ -222,6 +222,12 @@ PY
 post /v1/completions "{\"prompt\":\"x\",\"max_tokens\":60,\"logprobs\":1,$G}"
 check "completions with a stop string: a token per byte of the text" is \
   "$(jb '[.choices[0].text, (.choices[0].logprobs.tokens | length | tostring)] | join("|")')" "Tea: wörld€ |15"
+# text_offset counts characters, as a Python string indexes the text: a byte inside ö or € is at its character
+OFFS='[0,1,2,3,4,5,6,6,7,8,9,10,10,10,11]'
+check "... text_offset in characters" is "$(jb -c '.choices[0].logprobs.text_offset')" "$OFFS"
+curl -s -m 60 -N -H 'Content-Type: application/json' -d "{\"prompt\":\"x\",\"max_tokens\":60,\"logprobs\":1,\"stream\":true,$G}" \
+  "$URL/v1/completions" >"$TMP/sse"
+check "... streamed the same" is "$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -c '.choices[0].logprobs.text_offset // empty' | jq -sc add)" "$OFFS"
 kvt_stop_server lp
 
 # ---- the field audit: a field that would change the output is honoured or a 400 naming it -------------

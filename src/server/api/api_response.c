@@ -139,6 +139,22 @@ static char *token_text(const kvt_tokenizer *t, int32_t id, char **bytes, size_t
     return kvt_utf8_sanitize(*bytes, *n, NULL);
 }
 
+/* Of b[0..n), the bytes that begin a UTF-8 character (every byte but 10xxxxxx). */
+static size_t utf8_starts(const char *b, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)b[i] & 0xC0) != 0x80;
+    return c;
+}
+
+size_t kvt_api_token_chars(const kvt_tokenizer *t, int32_t id) {
+    char *bytes;
+    size_t n;
+    free(token_text(t, id, &bytes, &n));
+    size_t c = utf8_starts(bytes, n);
+    free(bytes);
+    return c;
+}
+
 /* {"token", "logprob", "bytes"} of one token (chat's shape). */
 static cJSON *chat_token(const kvt_tokenizer *t, int32_t id, double logprob) {
     char *bytes;
@@ -190,8 +206,10 @@ static cJSON *logprobs_obj(kvt_api_kind kind, const kvt_api_logprobs *lp) {
         char *text = token_text(lp->tok, it->id, &bytes, &n);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(text));
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(it->logprob));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += n;
+        /* a token that begins inside a character (its later bytes) is at that character */
+        int inside = n && ((unsigned char)bytes[0] & 0xC0) == 0x80 && off;
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off - (size_t)inside)));
+        off += utf8_starts(bytes, n);
         free(text);
         free(bytes);
         cJSON *top = cJSON_CreateObject();

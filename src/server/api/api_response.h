@@ -78,8 +78,10 @@ typedef struct {
 } kvt_api_logprob;
 
 /* The logprobs of a response or chunk: items[0..n) in generation order. The
- * tokenizer gives each token's text. text_offset (completions) is the byte
- * offset of items[0]'s text in the whole completion. */
+ * tokenizer gives each token's text. text_offset (completions) counts the
+ * characters of the whole completion before items[0] (code points, as a
+ * Python string indexes it; kvt_api_token_chars); a token's offset is the
+ * index of the character its first byte belongs to. */
 typedef struct {
     const kvt_api_logprob *items;
     size_t n;
@@ -131,6 +133,9 @@ struct cJSON *kvt_api_head_obj(const kvt_api_head *h, int chunk);
  * [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]},
  * completions {tokens, token_logprobs, top_logprobs: [{token: logprob}],
  * text_offset}. */
+/* The characters token id adds to a text (its bytes that begin a UTF-8
+ * character), which move a completions text_offset on. */
+size_t kvt_api_token_chars(const kvt_tokenizer *t, int32_t id);
 char *kvt_api_response_json(const kvt_api_head *h, const char *text, const char *finish_reason, const kvt_api_usage *u,
                             const kvt_api_logprobs *lp);
 /* One streaming chunk. role_only: the chat opener (delta {role, content:""}).

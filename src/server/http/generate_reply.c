@@ -147,7 +147,7 @@ typedef struct {
     size_t n_open;                  /* tools: calls whose first chunk (id, type, name) went out */
     size_t args_sent[STREAM_CALLS]; /* ... and bytes of each one's arguments sent */
     size_t lp_sent;                 /* logprob entries already sent */
-    size_t lp_offset;               /* completions: text bytes those entries stand for */
+    size_t lp_offset;               /* completions: text characters those entries stand for */
     size_t ids_sent;                /* /completion with return_tokens: generated ids already sent */
     int closed;                     /* its finish chunk was sent */
     kvt_reasoning rs;               /* reasoning apart from content (splits_reasoning) ... */
@@ -337,9 +337,7 @@ static void choice_events(stream_state *st, int32_t i) {
     }
     pthread_mutex_unlock(&s->mu);
     kvt_api_logprobs lpv = {.items = lps, .n = n_lps, .tok = s->tok, .text_offset = cs->lp_offset};
-    char piece[PIECE_INIT]; /* the length is all that is wanted here */
-    for (size_t k = 0; k < n_lps; k++)
-        cs->lp_offset += (size_t)KVT_MAX(kvt_token_piece(s->tok, lps[k].id, piece, sizeof piece, 1), 0);
+    for (size_t k = 0; k < n_lps; k++) cs->lp_offset += kvt_api_token_chars(s->tok, lps[k].id);
     kvt_api_call *calls = NULL;
     char *content = NULL;
     size_t nc = 0;
