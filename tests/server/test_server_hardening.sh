@@ -218,6 +218,7 @@ check "/metrics without a key: 401" is "$(ask "$URL/metrics")" 401
 check "/metrics with an API key: 401 (tenants do not see each other's counters)" is "$(ask -H 'Authorization: Bearer env-key' "$URL/metrics")" 401
 check "/metrics with the metrics key: 200" is "$(ask -H 'Authorization: Bearer metrics-secret' "$URL/metrics")" 200
 check "/health stays open: 200" is "$(ask "$URL/health")" 200
+check "... and llama-server's /v1/health too" is "$(ask "$URL/v1/health")/$(jb .status)" 200/ok
 check "the access log names the tenant by a hash, never the key" \
   bash -c "grep -q 'access: POST /v1/completions 200 id=.* tenant=[0-9a-f]\{8\} ' '$TMP/keys.log' && ! grep -q 'env-key\|file-key' '$TMP/keys.log'"
 for m in GET POST PUT DELETE PATCH OPTIONS; do

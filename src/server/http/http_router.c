@@ -29,6 +29,7 @@ static const struct {
     {"/v1/models", "GET", "models", R_MODELS, kvt_srv_handle_models},
     {"/v1/models/{id}", "GET", "models", R_MODEL_ITEM, kvt_srv_handle_models},
     {"/health", "GET", "health", R_HEALTH, kvt_srv_handle_health},
+    {"/v1/health", "GET", "health", R_HEALTH, kvt_srv_handle_health}, /* llama-server's other path of it */
     {"/metrics", "GET", "metrics", R_METRICS, kvt_srv_handle_metrics},
     {"/tokenize", "POST", "tokenize", R_TOKENIZE, kvt_srv_handle_tokenize},
     {"/detokenize", "POST", "detokenize", R_DETOKENIZE, kvt_srv_handle_tokenize},
@@ -166,6 +167,7 @@ typedef enum { ACCESS_OPEN, ACCESS_API_KEY, ACCESS_METRICS_KEY, ACCESS_ADMIN_KEY
 
 static access_rule access_of(const kvt_server *s, const char *url) {
     if (!strcmp(url, "/v1/cache/lint")) return ACCESS_ADMIN_KEY;
+    if (!strcmp(url, "/v1/health")) return ACCESS_OPEN; /* /health by another path: open as it is */
     int tenant = !strncmp(url, "/v1/", 4) && strcmp(url, "/v1/cache/events");
     for (size_t i = 0; i < KVT_ARRAY_LEN(tenant_paths) && !tenant; i++) tenant = !strcmp(url, tenant_paths[i]);
     if (tenant) return s->p.n_api_keys ? ACCESS_API_KEY : ACCESS_OPEN;
