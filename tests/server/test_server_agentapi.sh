@@ -189,6 +189,9 @@ post /v1/chat/completions "$BODY"
 check "chat logprobs.content per token" is "$(jb '.choices[0].logprobs.content | length')" 5
 check "chat top_logprobs has 3" is "$(jb '[.choices[0].logprobs.content[].top_logprobs | length] | unique | join(",")')" 3
 check "chat entries carry bytes" is "$(jb '.choices[0].logprobs.content[0] | has("bytes")')" true
+# the fields OpenAI's schema requires of a chat response's message: role, content and refusal (null)
+check "the message has role, content and refusal: null" is \
+  "$(jb -c '.choices[0].message | [.role, (.content | type), has("refusal"), .refusal]')" '["assistant","string",true,null]'
 NS=$(jb -c '[.choices[0].logprobs.content[].logprob]')
 curl -s -m 60 -N -H 'Content-Type: application/json' -d "${BODY%\}},\"stream\":true}" "$URL/v1/chat/completions" >"$TMP/sse"
 ST=$(grep '^data: {' "$TMP/sse" | sed 's/^data: //' | jq -c '.choices[0].logprobs.content // [] | .[].logprob' | jq -sc .)

@@ -243,6 +243,7 @@ char *kvt_api_response_json_n(const kvt_api_head *h, const kvt_api_choice *ch, s
             cJSON_AddStringToObject(m, "role", "assistant");
             if (ch[i].n_calls && !*ch[i].text) cJSON_AddNullToObject(m, "content");
             else cJSON_AddStringToObject(m, "content", ch[i].text);
+            cJSON_AddNullToObject(m, "refusal"); /* OpenAI's message always has it: kvtier never refuses */
             if (ch[i].reasoning && *ch[i].reasoning) cJSON_AddStringToObject(m, "reasoning_content", ch[i].reasoning);
             if (ch[i].n_calls) cJSON_AddItemToObject(m, "tool_calls", kvt_api_calls_obj(ch[i].calls, ch[i].n_calls, 0));
         } else {
