@@ -258,11 +258,14 @@ static int32_t common_prefix(const kvt_lint_prompt *a, const kvt_lint_prompt *b)
     return k;
 }
 
-/* Tokens of p[i] reused after p[0..i): whole blocks of the longest shared
- * prefix, leaving at least one token to compute (as kvtier does). */
+/* Tokens of p[i] reused after p[0..i), as the cache attaches them: the whole
+ * blocks of the longest shared prefix, cut where one token is left to
+ * compute. A prompt whose last block is whole and cached so reuses n - 1
+ * tokens (that block's page is shared and its last token computed again),
+ * not n - B. */
 static int32_t reusable_of(int32_t shared, int32_t n, int32_t B) {
-    int32_t r = KVT_MIN(shared, n - 1);
-    return r > 0 ? r / B * B : 0;
+    int32_t r = KVT_MIN(shared / B * B, n - 1);
+    return r > 0 ? r : 0;
 }
 
 /* Fills rows' shared/with/reusable; returns the total reusable. */

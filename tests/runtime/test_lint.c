@@ -2,7 +2,9 @@
 /* Prompt lint finds planted divergences — a timestamp, a reordered tool list,
  * a per-user id at the top, prompts shorter than a block — names the right
  * token and cause, and its advice, applied by hand to the prompt texts, raises
- * the reusable fraction (as does its own "after fixes" estimate). */
+ * the reusable fraction (as does its own "after fixes" estimate). Its count of
+ * reusable tokens is what the cache reuses when the prompts run in order,
+ * prompts whose last block is whole included. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +160,49 @@ static void test_short(void) {
     unlint(&a, t);
 }
 
+/* Prompts run through a cache in order reuse what lint says they would: a
+ * repeat and a prefix whose last block is whole reuse all but their last
+ * token (that block's page shared), others their shared whole blocks. */
+static void test_reusable_matches_cache(void) {
+    enum { NP = 6, LEN = 3 * B };
+    int32_t base[LEN], other[LEN], p[NP][LEN];
+    unsigned seed = 11;
+    kvt_test_random_tokens(base, LEN, 2048, &seed);
+    kvt_test_random_tokens(other, LEN, 2048, &seed);
+    const int32_t n[NP] = {LEN, LEN, 2 * B, 2 * B + 5, 2 * B + 7, B};
+    for (int i = 0; i < NP; i++) memcpy(p[i], base, sizeof base);
+    memcpy(p[4] + B + 3, other, (size_t)(n[4] - B - 3) * sizeof *other); /* diverges inside block 1 */
+    kvt_engine *e = kvt_test_engine(model, B, 64, 4 * B);
+    kvt_cache *c = e ? kvt_test_cache(e, NULL, 0) : NULL;
+    if (!c) {
+        kvt_engine_free(e);
+        return;
+    }
+    kvt_lint_prompt lp[NP];
+    int32_t reused[NP];
+    for (int i = 0; i < NP; i++) {
+        kvt_test_gen g = kvt_test_generate(e, c, p[i], n[i], 1, NULL); /* one token: no KV of a reply */
+        reused[i] = g.res.n_reused;
+        kvt_test_gen_free(&g);
+        lp[i] = (kvt_lint_prompt){p[i], n[i]};
+    }
+    kvt_lint_report r;
+    CHECKF(kvt_lint_run(model->tok, lp, NP, B, &r) == 0, "%s", kvt_errmsg());
+    const int32_t want[NP] = {0, LEN - 1, 2 * B - 1, 2 * B, B, B - 1};
+    int64_t total = 0;
+    for (int i = 0; i < NP; i++) {
+        CHECKF(reused[i] == want[i], "prompt %d of %d tokens: the cache reused %d, not %d", i, n[i], reused[i], want[i]);
+        CHECKF(r.rows[i].reusable == reused[i], "prompt %d of %d tokens: lint says %d reusable, the cache reused %d", i,
+               n[i], r.rows[i].reusable, reused[i]);
+        total += reused[i];
+    }
+    CHECKF(r.reusable_tokens == total, "lint's total %lld, the cache's %lld", (long long)r.reusable_tokens,
+           (long long)total);
+    kvt_lint_free(&r);
+    kvt_cache_free(c);
+    kvt_engine_free(e);
+}
+
 int main(void) {
     model = kvt_test_tiny_model("lint.gguf", 2048);
     if (!model) return 1;
@@ -165,6 +210,7 @@ int main(void) {
     test_reordered_tools();
     test_user_id();
     test_short();
+    test_reusable_matches_cache();
     kvt_model_free(model);
     return kvt_test_done("test_lint");
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # kvtier serve --block-size B: servers with blocks of 16, 48 and 64 tokens give the default
 # server's greedy text, report B (/props, /v1/cache/stats, the start-up line), and a repeated
-# request reuses every full block (cached = floor((prompt - 1) / B) * B) with the cold text. A
-# RAG index cut for other blocks makes serve warn naming the --block-size that matches it.
+# request reuses every full block, up to all but its last token (cached = min(floor(prompt / B) * B,
+# prompt - 1)), with the cold text. A RAG index cut for other blocks makes serve warn naming the
+# --block-size that matches it.
 # T2 records are namespaced by block size: a restart with another --block-size over the same
 # --kv-disk directory serves none of them (a miss, said in the log) and still gives the cold
 # text, and a restart with the first block size again restores them. The same for T3: a node
@@ -20,6 +21,9 @@ BODY="{\"prompt\":\"$PROMPT\",\"max_tokens\":12,\"temperature\":0}"
 ask() { curl -s -m 60 -H 'Content-Type: application/json' -d "$BODY" "${KVT_URL[$1]}/v1/completions" >"$2"; }
 text() { jq -r '.choices[0].text' "$1"; }
 tier() { jq -r ".kvtier.cached_tokens_by_tier.$2" "$1"; }
+# reused N B: what a repeat of an N-token prompt reuses with blocks of B (every full block, the last
+# one's last token computed again when N is a multiple of B)
+reused() { echo $(($1 / $2 * $2 < $1 - 1 ? $1 / $2 * $2 : $1 - 1)); }
 
 # usage errors, before any model is read
 for v in 0 1025; do
@@ -45,7 +49,7 @@ for B in 16 48 64; do
   check "... the cold request computes everything" is "$(jq -r .usage.prompt_tokens_details.cached_tokens "$TMP/b$B-1.json")" 0
   check "... with the default server's text" is "$(text "$TMP/b$B-1.json")" "$(text "$TMP/cold.json")"
   check "... the repeat reuses every full block of its $n tokens" \
-    is "$(jq -r .usage.prompt_tokens_details.cached_tokens "$TMP/b$B-2.json")" $(((n - 1) / B * B))
+    is "$(jq -r .usage.prompt_tokens_details.cached_tokens "$TMP/b$B-2.json")" "$(reused "$n" "$B")"
   check "... with the cold text" is "$(text "$TMP/b$B-2.json")" "$(text "$TMP/cold.json")"
   kvt_stop_server "B$B"
 done
@@ -81,7 +85,7 @@ check "... and gives the cold text" is "$(text "$TMP/t16.json")" "$(text "$TMP/c
 check "the 16-token server stops cleanly" kvt_stop_server T16
 kvt_start_server T32 "${DISK[@]}"
 ask T32 "$TMP/t32b.json"
-check "back at 32 tokens, the first start's records are restored" is "$(tier "$TMP/t32b.json" T2)" $(((n - 1) / 32 * 32))
+check "back at 32 tokens, the first start's records are restored" is "$(tier "$TMP/t32b.json" T2)" "$(reused "$n" 32)"
 check "... with the cold text" is "$(text "$TMP/t32b.json")" "$(text "$TMP/cold.json")"
 kvt_stop_server T32
 
