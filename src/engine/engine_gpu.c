@@ -130,15 +130,21 @@ static int make_pool(kvt_engine *e, kvt_eng_gpu *g) {
     }
     kv->pages_per_chunk = per > (uint64_t)e->p.n_pages ? (uint32_t)e->p.n_pages : (uint32_t)per;
     uint64_t n_chunks = ((uint64_t)e->p.n_pages + kv->pages_per_chunk - 1) / kv->pages_per_chunk;
-    if (n_chunks > KVT_GPU_KV_CHUNKS) /* --kv-active named only where the pool came from it, or was planned */
+    if (n_chunks > KVT_GPU_KV_CHUNKS) {
+        /* --kv-active, named only where the pool came from it or was planned, counts both shares of a page
+         * (the host's is 0 with every layer here), in exact bytes: a rounded figure could round up a page */
+        const uint64_t reach = per * KVT_GPU_KV_CHUNKS, t0 = e->dev_page_stride + e->page_stride;
+        char fix[128];
+        if (e->p.kv_active_bytes || g->mem.planned)
+            snprintf(fix, sizeof fix, "lower --kv-active to %llu (%.2f MiB, %llu pages) or less",
+                     (unsigned long long)(reach * t0), (double)(reach * t0) / (1 << 20), (unsigned long long)reach);
+        else snprintf(fix, sizeof fix, "they hold a pool of %llu pages or less", (unsigned long long)reach);
         return kvt_fail(KVT_ELIMIT,
-                        "a KV pool of %d pages (%.1f MiB) needs %d bindings of at most %.2f MiB on this "
-                        "device, over the %d the GPU engine binds; %s %.2f MiB (%llu pages) or less",
+                        "a KV pool of %d pages (%.1f MiB on the device) needs %d bindings of at most %.2f MiB on "
+                        "this device, over the %d the GPU engine binds; %s",
                         e->p.n_pages, (double)e->p.n_pages * (double)e->dev_page_stride / (1 << 20), (int)n_chunks,
-                        (double)maxb / (1 << 20), KVT_GPU_KV_CHUNKS,
-                        e->p.kv_active_bytes || g->mem.planned ? "lower --kv-active to" : "they hold a pool of",
-                        (double)(per * KVT_GPU_KV_CHUNKS * e->dev_page_stride) / (1 << 20),
-                        (unsigned long long)(per * KVT_GPU_KV_CHUNKS));
+                        (double)maxb / (1 << 20), KVT_GPU_KV_CHUNKS, fix);
+    }
     kv->n_chunks = (int)n_chunks;
     for (int c = 0; c < kv->n_chunks; c++) {
         uint64_t pages = KVT_MIN((uint64_t)kv->pages_per_chunk,

@@ -13,7 +13,9 @@
 # the memory is refused naming the longest that fits, and that one runs; a model that does not fit is
 # refused naming the largest -ngl that would; -ngl below the layer count runs
 # the other layers on the CPU (partial offload) on run, eval and serve, saying
-# so on the start-up line, with the all-GPU run's greedy text here; -ngl 99
+# so on the start-up line, with the all-GPU run's greedy text here, and there a
+# --kv-active past the KV bindings' reach is refused naming the largest with
+# both shares of a page counted, which runs; -ngl 99
 # runs. The validation layer is on and no validation message may appear.
 set -u
 [ -n "${TSAN_OPTIONS:-}" ] && { echo "SKIP: not under ThreadSanitizer (no GPU test is)"; exit 77; }
@@ -157,6 +159,21 @@ cat "$TMP/err" >>"$TMP/all"
 check "run -ngl 1 runs" is "$rc" 0
 check "... saying where the layers run" says "the first 1 of 2 layers on the GPU, the other 1 and the output matrix on the CPU"
 check "... giving the all-GPU run's greedy text" cmp -s "$TMP/planned" "$TMP/ngl1"
+# with -ngl 1 a page's 8 KiB are 4 on the GPU and 4 in host memory: bindings of 16 KiB reach 4 x 4
+# pages, so a --kv-active of 50 pages that the memory holds is refused naming the largest that the
+# bindings reach, both shares counted (16 pages of 8 KiB), and that one runs with 16 pages
+rc=0
+KVT_VK_MAX_BINDING=16384 "${RUN[@]}" -ngl 1 --kv-active 409600 >/dev/null 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "-ngl 1, a --kv-active past the bindings' reach fails" is "$rc" 1
+check "... naming the largest --kv-active, both shares of a page counted" \
+  says "lower --kv-active to 131072 (0.12 MiB, 16 pages) or less"
+rc=0
+KVT_VK_MAX_BINDING=16384 "${RUN[@]}" -ngl 1 --kv-active 131072 >"$TMP/given" 2>"$TMP/err" || rc=$?
+cat "$TMP/err" >>"$TMP/all"
+check "that --kv-active runs" is "$rc" 0
+check "... with the 16 pages it named" says "(given): 16 pages"
+check "... giving the all-GPU run's greedy text" cmp -s "$TMP/planned" "$TMP/given"
 rc=0
 "$BIN" eval -m "$TMP/m.gguf" -n 1 --device vulkan -ngl 1 hi >"$TMP/eval" 2>"$TMP/err" || rc=$?
 cat "$TMP/err" >>"$TMP/all"
