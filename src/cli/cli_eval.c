@@ -117,8 +117,10 @@ void kvt_usage_eval(FILE *f) {
             "                      0.9): the weights, activations and one context of KV must fit in it\n"
             "  -ngl, --n-gpu-layers N\n"
             "                      layers on the GPU, as llama.cpp's -ngl: -1, 99 or N >= the model's\n"
-            "                      layers (all, the default); a smaller N is refused (no partial offload\n"
-            "                      yet). Ignored on the CPU\n");
+            "                      layers (all, the default); a smaller N runs the first N layers there\n"
+            "                      and the others and the output matrix on the CPU (0: all on the CPU).\n"
+            "                      Without --device, an N other than 0 puts the model on the first GPU\n"
+            "                      (never on lavapipe, a CPU); ignored with --device cpu\n");
     fprintf(f, "  -h, --help         this help\n");
 }
 

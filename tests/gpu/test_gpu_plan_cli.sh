@@ -178,6 +178,7 @@ rc=0
 "$BIN" eval -m "$TMP/m.gguf" -n 1 --device vulkan -ngl 1 hi >"$TMP/eval" 2>"$TMP/err" || rc=$?
 cat "$TMP/err" >>"$TMP/all"
 check "eval -ngl 1 runs" is "$rc" 0
+check "... as eval --help says" sh -c "'$BIN' eval --help | grep -qF 'a smaller N runs the first N layers there'"
 rc=0
 "${RUN[@]}" -ngl 0 >"$TMP/ngl0" 2>"$TMP/err" || rc=$?
 cat "$TMP/err" >>"$TMP/all"
