@@ -79,7 +79,17 @@ static void test_parse(void) {
                 "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
                 "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],\"stop\":\"x\"}",
                 &r, &e) == 0);
-    CHECK(r.n_msgs == 2 && !strcmp(r.msgs[0].role, "system") && !strcmp(r.msgs[1].content, "ab") && r.n_stop == 1);
+    /* text parts are joined with a newline, as llama-server and vLLM join them */
+    CHECK(r.n_msgs == 2 && !strcmp(r.msgs[0].role, "system") && !strcmp(r.msgs[1].content, "a\nb") && r.n_stop == 1);
+    kvt_api_request_free(&r);
+    CHECK(
+        parse(
+            KVT_API_CHAT,
+            "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"\"},"
+            "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"text\",\"text\":\"\"},{\"type\":\"text\",\"text\":\"c\"}]}]}",
+            &r, &e) == 0);
+    CHECKF(r.n_msgs == 1 && !strcmp(r.msgs[0].content, "b\n\nc"), "no newline after an empty start: '%s'",
+           r.n_msgs ? r.msgs[0].content : "");
     kvt_api_request_free(&r);
 
     expect_error(KVT_API_COMPLETION, "{\"prompt\":", NULL);

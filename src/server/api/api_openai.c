@@ -86,7 +86,8 @@ static int get_bool(const cJSON *root, const char *name, int *out, kvt_api_error
     return 0;
 }
 
-/* Text content of messages[i]: a string, or an array of {type:"text", text} parts. Absent, null
+/* Text content of messages[i]: a string, or an array of {type:"text", text} parts, joined with a
+ * newline between them as llama-server and vLLM join them (none after an empty start). Absent, null
  * or an empty array: *out NULL (whether a message may go without is its role's rule). */
 static int message_content(const cJSON *c, size_t i, char **out, kvt_api_error *err) {
     *out = NULL;
@@ -109,13 +110,14 @@ static int message_content(const cJSON *c, size_t i, char **out, kvt_api_error *
                                       "messages[%zu].content: only text parts ({\"type\": \"text\", \"text\": "
                                       "...}) are supported",
                                       i);
-        len += strlen(text->valuestring);
+        len += strlen(text->valuestring) + 1;
     }
     char *s = kvt_xmalloc(len + 1);
     size_t o = 0;
     cJSON_ArrayForEach(part, c) {
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
         size_t l = strlen(t);
+        if (o) s[o++] = '\n';
         memcpy(s + o, t, l);
         o += l;
     }

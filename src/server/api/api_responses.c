@@ -143,12 +143,13 @@ static char *content_text(const cJSON *c, size_t index, kvt_api_error *err) {
                                index, j, t);
             return NULL;
         }
-        len += strlen(text->valuestring);
+        len += strlen(text->valuestring) + 1;
     }
     char *s = kvt_xmalloc(len + 1);
     size_t o = 0;
-    for (const cJSON *p = c->child; p; p = p->next) {
+    for (const cJSON *p = c->child; p; p = p->next) { /* a newline between parts, as chat messages' */
         const char *t = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        if (o) s[o++] = '\n';
         memcpy(s + o, t, strlen(t));
         o += strlen(t);
     }
