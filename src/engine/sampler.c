@@ -31,7 +31,11 @@ struct kvt_sampler {
     float *prob;      /* (n_vocab) candidate probabilities */
     int32_t *bias_id; /* (n_bias) owned copies of the params' logit bias */
     float *bias;
-    int penalize;  /* a penalty is on and the order applies it: keep the history */
+    int penalize;      /* a penalty is on and the order applies it: keep the history */
+    int repeat;        /* repetition_penalty is on and the order applies it */
+    uint8_t *seen;     /* (n_vocab) tokens of the prompt and the history, for repetition_penalty */
+    int32_t *seen_ids; /* (n_seen) those tokens, each once */
+    int32_t n_seen;
     int32_t *hist; /* (n_hist of cap_hist) tokens returned so far */
     int32_t n_hist, cap_hist;
     int32_t *count;    /* (n_vocab) occurrences in the penalty window, zero between calls */
@@ -128,6 +132,12 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
                    (params.repeat_penalty > 0 && params.repeat_penalty != 1)) &&
         has_step(&params, KVT_SAMPLE_PENALTIES);
     if (s->penalize) s->count = kvt_xcalloc((size_t)n_vocab, sizeof *s->count);
+    s->repeat = params.repetition_penalty > 0 && params.repetition_penalty != 1 &&
+        has_step(&params, KVT_SAMPLE_PENALTIES);
+    if (s->repeat) {
+        s->seen = kvt_xcalloc((size_t)n_vocab, 1);
+        s->seen_ids = kvt_xmalloc((size_t)n_vocab * sizeof *s->seen_ids);
+    }
     if (typical_on(&s->p)) s->aux = kvt_xmalloc((size_t)n_vocab * sizeof *s->aux);
     s->dry = params.dry_multiplier != 0 && params.dry_base >= 1 && params.dry_penalty_last_n != 0 &&
         has_step(&params, KVT_SAMPLE_DRY);
@@ -139,7 +149,7 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
         }
     }
     s->p.dry_breaker = s->breaker;
-    if (s->penalize || s->p.n_bias || s->dry) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
+    if (s->penalize || s->repeat || s->p.n_bias || s->dry) s->work = kvt_xmalloc((size_t)n_vocab * sizeof *s->work);
     s->mu = 2.0 * (double)params.mirostat_tau;
     return s;
 }
@@ -232,6 +242,10 @@ static const float *adjusted(kvt_sampler *s, const float *logits, int with_penal
         *l -= (float)c * s->p.frequency_penalty + s->p.presence_penalty;
         s->count[t] = 0;
     }
+    for (int32_t i = 0; i < s->n_seen; i++) { /* vLLM's repetition_penalty, once per token seen */
+        float *l = &s->work[s->seen_ids[i]];
+        *l = *l > 0 ? *l / s->p.repetition_penalty : *l * s->p.repetition_penalty;
+    }
     if (s->dry) dry_logits(s, s->work); /* after the penalties, as in the order */
     return s->work;
 }
@@ -255,13 +269,24 @@ static void dry_push(kvt_sampler *s, const int32_t *ids, int32_t n) {
     s->n_dry += n;
 }
 
+/* Marks ids[0..n) as seen for repetition_penalty (those past the logits are never candidates). */
+static void mark_seen(kvt_sampler *s, const int32_t *ids, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < s->n_vocab && !s->seen[ids[i]]) {
+            s->seen[ids[i]] = 1;
+            s->seen_ids[s->n_seen++] = ids[i];
+        }
+}
+
 void kvt_sampler_prompt(kvt_sampler *s, const int32_t *ids, int32_t n) {
     if (s->dry && n > 0) dry_push(s, ids, n);
+    if (s->repeat && n > 0) mark_seen(s, ids, n);
 }
 
 /* Remembers a returned token for the penalties and DRY. */
 static int32_t returned(kvt_sampler *s, int32_t tok) {
     if (s->dry) dry_push(s, &tok, 1);
+    if (s->repeat) mark_seen(s, &tok, 1);
     if (!s->penalize) return tok;
     if (s->n_hist == s->cap_hist) {
         s->cap_hist = s->cap_hist ? 2 * s->cap_hist : 64;
@@ -282,6 +307,8 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->work);
     free(s->aux);
     free(s->tmp);
+    free(s->seen);
+    free(s->seen_ids);
     free(s->breaker);
     free(s->dry_hist);
     free(s->dry_z);
@@ -457,13 +484,15 @@ static void softmax(kvt_sampler *s, cands *k) {
 static void penalize(kvt_sampler *s, cands *k) {
     int32_t from = s->p.penalty_last_n > 0 && s->n_hist > s->p.penalty_last_n ? s->n_hist - s->p.penalty_last_n : 0;
     for (int32_t i = from; i < s->n_hist; i++) s->count[s->hist[i]]++;
-    float rp = s->p.repeat_penalty;
+    float rp = s->p.repeat_penalty, vp = s->p.repetition_penalty;
     for (int32_t j = 0; j < k->n; j++) {
-        int32_t n = s->count[s->c[j].id];
-        if (!n) continue;
+        int32_t n = s->penalize ? s->count[s->c[j].id] : 0;
+        int seen = s->repeat && s->seen[s->c[j].id];
+        if (!n && !seen) continue;
         float l = (float)s->c[j].l;
-        if (rp > 0 && rp != 1) l = l > 0 ? l / rp : l * rp;
-        l -= (float)n * s->p.frequency_penalty + s->p.presence_penalty;
+        if (n && rp > 0 && rp != 1) l = l > 0 ? l / rp : l * rp;
+        if (n) l -= (float)n * s->p.frequency_penalty + s->p.presence_penalty;
+        if (seen) l = l > 0 ? l / vp : l * vp; /* after them, as the greedy path applies it */
         s->c[j].l = l;
     }
     for (int32_t i = from; i < s->n_hist; i++) s->count[s->hist[i]] = 0;
@@ -582,7 +611,7 @@ static void temperature(kvt_sampler *s, cands *k) {
 static void step(kvt_sampler *s, cands *k, uint8_t st) {
     switch (st) {
     case KVT_SAMPLE_PENALTIES:
-        if (s->penalize) penalize(s, k), k->probs = 0;
+        if (s->penalize || s->repeat) penalize(s, k), k->probs = 0;
         break;
     case KVT_SAMPLE_TOP_K:
         rank_best(s, k, s->p.top_k);

@@ -41,15 +41,18 @@ typedef struct {
     float top_p;   /* keep the smallest set whose probability reaches p; >= 1: all */
     uint64_t seed; /* RNG seed; the same seed replays the same choices */
     /* The history below is the tokens this sampler returned (not the prompt). */
-    float presence_penalty;  /* subtracted once from the logit of each token in the history (OpenAI); 0: off */
-    float frequency_penalty; /* subtracted from a token's logit once per occurrence in the history; 0: off */
-    float repeat_penalty;    /* llama.cpp's: a token in the history has a positive logit divided by it, a
+    float presence_penalty;   /* subtracted once from the logit of each token in the history (OpenAI); 0: off */
+    float frequency_penalty;  /* subtracted from a token's logit once per occurrence in the history; 0: off */
+    float repeat_penalty;     /* llama.cpp's: a token in the history has a positive logit divided by it, a
                                 negative one multiplied; 0 or 1: off */
-    int32_t penalty_last_n;  /* the penalties look at the last N tokens of the history; <= 0: all of it */
-    float min_p;             /* drop tokens whose probability is below min_p times the most likely one's (in
+    int32_t penalty_last_n;   /* the penalties look at the last N tokens of the history; <= 0: all of it */
+    float repetition_penalty; /* vLLM's: every token of the prompt (kvt_sampler_prompt) or the history has a
+                                 positive logit divided by it, a negative one multiplied, once; applied with
+                                 the penalties; 0 or 1: off */
+    float min_p;              /* drop tokens whose probability is below min_p times the most likely one's (in
                                 the default order at temperature 1, after top-k); <= 0: off */
-    const int32_t *bias_id;  /* logit_bias: bias[i] is added to the logit of token bias_id[i] (ids outside */
-    const float *bias;       /* the vocabulary are skipped); copied by kvt_sampler_new */
+    const int32_t *bias_id;   /* logit_bias: bias[i] is added to the logit of token bias_id[i] (ids outside */
+    const float *bias;        /* the vocabulary are skipped); copied by kvt_sampler_new */
     int32_t n_bias;
     /* llama.cpp's other samplers; each is off at its zero value. */
     float typical_p;         /* keep the tokens whose surprise (-ln p) is nearest the entropy until their
@@ -108,9 +111,9 @@ typedef struct {
     int given; /* 0: llama.cpp's defaults */
 } kvt_dry_breakers;
 
-/* Gives DRY the prompt: the history before the first token sampled (the
- * last dry_penalty_last_n tokens of it are kept). Does nothing while DRY
- * is off. */
+/* Gives DRY and repetition_penalty the prompt: the history before the
+ * first token sampled (DRY keeps its last dry_penalty_last_n tokens). Does
+ * nothing while both are off. */
 void kvt_sampler_prompt(kvt_sampler *s, const int32_t *ids, int32_t n);
 
 /* Picks a token from n_vocab logits (not modified); a token whose logit is

@@ -495,6 +495,19 @@ int main(void) {
     /* the window of 1 forgets 1 as soon as 3 is returned, so 1 comes back */
     CHECKF(got[0] == 1 && got[1] == 3 && got[2] == 1, "repeat %d %d %d", got[0], got[1], got[2]);
     kvt_sampler_free(sa);
+    /* vLLM's repetition_penalty covers the prompt too: 1 (3.0), in the prompt, falls to 1.5 and 3 wins;
+     * then 3 is seen too and 6 (2.5) wins, then 2 (2.0) */
+    kvt_sampler_params vr = {.temp = 0, .repetition_penalty = 2.0f};
+    sa = kvt_sampler_new(vr, V);
+    kvt_sampler_prompt(sa, (const int32_t[]){1, 1, 99}, 3);
+    for (int i = 0; i < 3; i++) got[i] = kvt_sampler_sample(sa, logits);
+    CHECKF(got[0] == 3 && got[1] == 6 && got[2] == 2, "repetition %d %d %d", got[0], got[1], got[2]);
+    kvt_sampler_free(sa);
+    /* sampled, with top_k 1 after it: every id but 5 (0.5) in the prompt, positive logits divided by 100 */
+    vr.temp = 1.0f, vr.top_k = 1, vr.repetition_penalty = 100.0f, vr.seed = 8;
+    sa = kvt_sampler_new(vr, V);
+    kvt_sampler_prompt(sa, (const int32_t[]){0, 1, 2, 3, 4, 6, 7}, 7);
+    CHECKF(draws_within(sa, 1, 1u << 5), "repetition_penalty in the order's penalties step: 5 on top");
     /* min_p 0.99 at temperature 1 keeps only the two tokens at 3.0 */
     kvt_sampler_params mp = {.temp = 1.0f, .top_p = 1.0f, .min_p = 0.99f, .seed = 5};
     sa = kvt_sampler_new(mp, V);

@@ -253,6 +253,27 @@ for f in '"tools":[{"type":"function","function":{"name":"f g"}}]' '"tool_choice
   check "$f is a 400" is "$CODE" 400
   check "... naming $name" is "$(jb .error.param)" "$name"
 done
+# vLLM's repetition_penalty is honoured: over the prompt and the reply, a positive logit divided by it
+# (its arithmetic is test_sampler's); it reaches the sampler on every route, and a reply repeats
+post /v1/chat/completions "{$BASE,\"repetition_penalty\":5}"
+REP=$(jb '.choices[0].message.content')
+post /v1/chat/completions "{$BASE,\"repetition_penalty\":5}"
+check "repetition_penalty 5: accepted, and greedy replies repeat" is "$CODE/$(jb '.choices[0].message.content')" "200/$REP"
+post /completion '{"prompt":"hi","n_predict":1,"repetition_penalty":1.25}'
+check "... /completion's generation_settings says it" is "$CODE/$(jb .generation_settings.repetition_penalty)" 200/1.25
+post /v1/completions '{"prompt":"hi","max_tokens":1,"repetition_penalty":1.25}'
+check "... /v1/completions takes it" is "$CODE" 200
+# a greedy reply of this model that loops over a few tokens breaks out of the loop under it
+LOOP='"prompt":"eieofgogteltlgttz eieofgogteltlgttz","n_predict":40,"temperature":0,"ignore_eos":true,"return_tokens":true'
+post /completion "{$LOOP}"
+U0=$(jb '.tokens | unique | length')
+post /completion "{$LOOP,\"repetition_penalty\":1.5}"
+U1=$(jb '.tokens | unique | length')
+check "... the greedy reply loops ($U0 distinct ids of 40), under repetition_penalty 1.5 less ($U1)" test "$U0" -lt 30 -a "$U1" -gt "$U0"
+for bad in 0 -1 11 '"x"'; do
+  post /v1/chat/completions "{$BASE,\"repetition_penalty\":$bad}"
+  check "repetition_penalty $bad is a 400 naming it" is "$CODE/$(jb .error.param)" 400/repetition_penalty
+done
 # vLLM's and other servers' sampling and structured-output fields that kvtier lacks: their neutral
 # values are accepted and change nothing, any other is a 400 naming the field
 post /v1/chat/completions "{$BASE,\"repetition_penalty\":1,\"min_tokens\":0,\"stop_token_ids\":[],
@@ -260,7 +281,7 @@ post /v1/chat/completions "{$BASE,\"repetition_penalty\":1,\"min_tokens\":0,\"st
   \"guided_json\":null,\"guided_regex\":null,\"guided_choice\":null,\"guided_grammar\":null}"
 check "vLLM's fields at their neutral values are accepted" is "$CODE" 200
 check "... and change nothing (greedy)" is "$(jb '.choices[0].message.content')" "$REF"
-for f in '"repetition_penalty":1.3' '"min_tokens":4' '"stop_token_ids":[5]' '"include_stop_str_in_output":true' \
+for f in '"min_tokens":4' '"stop_token_ids":[5]' '"include_stop_str_in_output":true' \
   '"continue_final_message":true' '"use_beam_search":true' '"top_a":0.5' '"guided_json":{"type":"object"}' \
   '"guided_regex":"a+"' '"guided_choice":["yes","no"]' '"guided_grammar":"root ::= \"a\""' \
   '"structured_outputs":{"choice":["a"]}'; do

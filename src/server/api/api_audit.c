@@ -67,7 +67,6 @@ static const audit_field AUDIT[] = {
     {"web_search_options", AUDIT_NULL, 0, "null"},
     /* vLLM's, Text Generation Inference's and OpenRouter's sampling and
      * structured-output fields, which their users send to any OpenAI server */
-    {"repetition_penalty", AUDIT_NUMBER, 1, "1 (kvtier's is repeat_penalty)"},
     {"min_tokens", AUDIT_AT_MOST, 0, "0"},
     {"stop_token_ids", AUDIT_EMPTY, 0, "[]"},
     {"include_stop_str_in_output", AUDIT_FALSE, 0, "false"},

@@ -256,6 +256,8 @@ static cJSON *settings_obj(const kvt_api_llama_completion *c) {
     cJSON_AddNumberToObject(g, "dry_penalty_last_n", sp->dry_penalty_last_n);
     cJSON_AddNumberToObject(g, "repeat_last_n", sp->penalty_last_n > 0 ? sp->penalty_last_n : -1);
     cJSON_AddNumberToObject(g, "repeat_penalty", sp->repeat_penalty);
+    cJSON_AddNumberToObject(g, "repetition_penalty",
+                            sp->repetition_penalty > 0 ? sp->repetition_penalty : 1); /* vLLM's */
     cJSON_AddNumberToObject(g, "presence_penalty", sp->presence_penalty);
     cJSON_AddNumberToObject(g, "frequency_penalty", sp->frequency_penalty);
     cJSON *stop = cJSON_AddArrayToObject(g, "stop");

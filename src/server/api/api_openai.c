@@ -304,7 +304,8 @@ static int parse_bias_pairs(const cJSON *lb, int n, int32_t n_vocab, kvt_api_req
 
 /* presence_penalty, frequency_penalty (OpenAI), repeat_penalty, the penalty
  * window (llama-server's repeat_last_n, or penalty_last_n as llama.cpp's
- * sampler calls it) and min_p (llama.cpp) and logit_bias {"id": bias} (OpenAI). */
+ * sampler calls it), repetition_penalty (vLLM), min_p (llama.cpp) and
+ * logit_bias {"id": bias} (OpenAI). */
 static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *r, kvt_api_error *err) {
     double d;
     int has;
@@ -318,6 +319,8 @@ static int parse_penalties(const cJSON *root, int32_t n_vocab, kvt_api_request *
     if (get_number(root, "repeat_penalty", 0, MAX_REPEAT_PENALTY, NUM_ABOVE, &d, &r->has_repeat_penalty, err))
         return -1;
     if (r->has_repeat_penalty) r->repeat_penalty = (float)d;
+    if (get_number(root, "repetition_penalty", 0, MAX_REPEAT_PENALTY, NUM_ABOVE, &d, &has, err)) return -1;
+    r->repetition_penalty = has ? (float)d : 0; /* vLLM's; absent: off */
     if (get_number(root, "min_p", 0, 1, 0, &d, &r->has_min_p, err)) return -1;
     if (r->has_min_p) r->min_p = (float)d;
     /* the two names of one window: a body with both is ambiguous */

@@ -331,6 +331,7 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
         r->sp.repeat_penalty = 1;
     }
     r->sp.penalty_last_n = window > 0 ? window : 0;
+    r->sp.repetition_penalty = a->repetition_penalty; /* vLLM's: no window */
     request_llama_sampling(s, a, r);
     r->sp.has_steps = a->has_samplers || s->p.has_default_steps; /* the request's order, else --samplers */
     r->sp.n_steps = a->has_samplers ? a->n_sampler_steps : s->p.n_default_steps;
