@@ -389,8 +389,8 @@ static int open_runtime(run_ctx *c, const char *model_path) {
     uint8_t *brk = NULL; /* DRY's breakers by token */
     if (c->sp.dry_multiplier != 0)
         brk = x->dry_breakers.given
-            ? kvt_tokens_containing(c->m->tok, x->dry_breakers.s, x->dry_breakers.n)
-            : kvt_tokens_containing(c->m->tok, kvt_dry_default_breakers, KVT_DRY_DEFAULT_BREAKERS);
+            ? kvt_tokens_containing(c->m->tok, c->info.n_vocab, x->dry_breakers.s, x->dry_breakers.n)
+            : kvt_tokens_containing(c->m->tok, c->info.n_vocab, kvt_dry_default_breakers, KVT_DRY_DEFAULT_BREAKERS);
     c->sp.dry_breaker = brk;
     c->smp = kvt_sampler_new(c->sp, c->info.n_vocab); /* copies brk */
     free(brk);

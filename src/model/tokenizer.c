@@ -638,11 +638,11 @@ int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, 
     return (int)at;
 }
 
-uint8_t *kvt_tokens_containing(const kvt_tokenizer *t, const char *const *strs, int32_t n) {
-    int32_t n_vocab = kvt_tokenizer_n_vocab(t);
-    uint8_t *map = kvt_xcalloc((size_t)n_vocab, 1);
+uint8_t *kvt_tokens_containing(const kvt_tokenizer *t, int32_t n_ids, const char *const *strs, int32_t n) {
+    int32_t n_tok = KVT_MIN(n_ids, kvt_tokenizer_n_vocab(t));
+    uint8_t *map = kvt_xcalloc((size_t)KVT_MAX(n_ids, 1), 1);
     char buf[256];
-    for (int32_t id = 0; id < n_vocab && n > 0; id++) {
+    for (int32_t id = 0; id < n_tok && n > 0; id++) {
         int len = kvt_token_piece(t, id, buf, sizeof buf, 1);
         size_t have = len < 0 ? 0 : KVT_MIN((size_t)len, sizeof buf); /* a longer piece is judged on its start */
         for (int32_t i = 0; i < n && !map[id]; i++) {

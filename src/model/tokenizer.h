@@ -118,9 +118,11 @@ int kvt_tokenize_marked(const kvt_tokenizer *t, const char *text, size_t len, in
  * or KVT_EARG for an invalid id. */
 int kvt_token_piece(const kvt_tokenizer *t, int32_t tok, char *buf, size_t cap, int render_special);
 
-/* A map of the vocabulary (malloc'd, one byte a token): 1 where the token's
- * piece (special tokens rendered as written) holds one of strs[0..n). */
-uint8_t *kvt_tokens_containing(const kvt_tokenizer *t, const char *const *strs, int32_t n);
+/* A map of ids 0..n_ids-1 (malloc'd, one byte an id): 1 where the id is a
+ * token whose piece (special tokens rendered as written) holds one of
+ * strs[0..n); 0 past the tokenizer's vocabulary (a model's output may have
+ * more rows than it has tokens, or fewer). */
+uint8_t *kvt_tokens_containing(const kvt_tokenizer *t, int32_t n_ids, const char *const *strs, int32_t n);
 
 /* Concatenates the pieces of toks[0..n) into a malloc'd NUL-terminated string
  * (*out, caller frees; *len = its length without the NUL; len may be NULL).

@@ -343,6 +343,16 @@ static void test_api(void) {
     CHECK(kvt_token_piece(spm, 13, buf, sizeof buf, 0) == 1 && buf[0] == '\n'); /* <0x0A> */
     CHECK(kvt_token_piece(spm, -1, buf, sizeof buf, 0) < 0);
     CHECK(kvt_token_piece(spm, kvt_tokenizer_n_vocab(spm), buf, sizeof buf, 0) < 0);
+    /* DRY's breaker map: tokens holding "\n" (<0x0A> is 13) or "<s>" (special tokens as written); ids
+     * past the tokenizer (a model with more output rows) are in the map, never breakers */
+    int32_t nv = kvt_tokenizer_n_vocab(spm);
+    const char *const brk[] = {"\n", "<s>"};
+    uint8_t *map = kvt_tokens_containing(spm, nv + 100, brk, 2);
+    CHECK(map[13] && map[1] && !map[ids[1]] && !map[nv] && !map[nv + 99]);
+    free(map);
+    map = kvt_tokens_containing(spm, 5, brk, 2); /* fewer ids than tokens: only those */
+    CHECK(map[1] && !map[4]);
+    free(map);
     CHECK(kvt_detokenize(spm, ids, n, 0, &back, NULL) == 0 && !strcmp(back, "Hello"));
     free(back);
     int32_t bad[] = {1, 99999};

@@ -297,7 +297,7 @@ static void request_llama_sampling(const kvt_server *s, const kvt_api_request *a
     int32_t n = KVT_DRY_DEFAULT_BREAKERS;
     if (g & KVT_API_GIVEN_DRY_BREAKERS) brk = (const char *const *)a->dry_breakers, n = a->n_dry_breakers;
     else if (s->p.default_dry_breakers.given) brk = s->p.default_dry_breakers.s, n = s->p.default_dry_breakers.n;
-    r->dry_breaker = kvt_tokens_containing(s->tok, brk, n);
+    r->dry_breaker = kvt_tokens_containing(s->tok, s->n_vocab, brk, n); /* the sampler's n_vocab ids */
     r->sp.dry_breaker = r->dry_breaker;
 }
 
