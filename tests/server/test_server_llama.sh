@@ -175,6 +175,7 @@ check "typical_p 0 keeps one token a step: one text for three seeds" is "$(wc -l
 check "... not the greedy one (the most typical token is not always the most likely)" test "$TYP" != "200/$GREEDY"
 post /completion "{$S, \"temperature\": 0, \"typical_p\": 0}"
 check "... and temperature 0 gives it too, as llama.cpp's" is "$CODE/$(jb .content)" "$TYP"
+check "... generation_settings says typical_p 0" is "$(jb .generation_settings.typical_p)" 0
 XTC=$(one_text '"xtc_probability": 1, "xtc_threshold": 0')
 check "XTC at threshold 0 keeps the least likely token: one text for three seeds" is "$(wc -l <<<"$XTC")" 1
 check "... not the greedy one" test "$XTC" != "200/$GREEDY" -a "$XTC" != "$TYP"

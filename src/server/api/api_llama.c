@@ -4,6 +4,7 @@
 #include "api_llama.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,7 +242,9 @@ static cJSON *settings_obj(const kvt_api_llama_completion *c) {
     cJSON_AddNumberToObject(g, "top_k", sp->top_k);
     cJSON_AddNumberToObject(g, "top_p", sp->top_p);
     cJSON_AddNumberToObject(g, "min_p", sp->min_p);
-    cJSON_AddNumberToObject(g, "typical_p", sp->typical_p > 0 && sp->typical_p < 1 ? sp->typical_p : 1);
+    /* the sampler's FLT_MIN is a request's 0 (its 0 is off, which a request says with 1) */
+    double typ = sp->typical_p <= 0 || sp->typical_p >= 1 ? 1 : sp->typical_p <= FLT_MIN ? 0 : sp->typical_p;
+    cJSON_AddNumberToObject(g, "typical_p", typ);
     cJSON_AddNumberToObject(g, "xtc_probability", sp->xtc_probability);
     cJSON_AddNumberToObject(g, "xtc_threshold", sp->xtc_threshold);
     cJSON_AddNumberToObject(g, "dynatemp_range", sp->dynatemp_range);
