@@ -68,8 +68,10 @@ NP=$(jb .usage.prompt_tokens)
 post /v1/chat/completions "{\"messages\":[$U],\"tools\":$NTOOLS,\"max_tokens\":2,\"chat_template_kwargs\":{\"x\":1}}"
 check "template variables on a chat with tools: a 400 naming the field" \
   is "$CODE $(jb .error.param)" "400 chat_template_kwargs"
-post /v1/chat/completions "{\"messages\":[$U],\"tools\":$NTOOLS,\"tool_choice\":\"required\",\"max_tokens\":120}"
+post /v1/chat/completions "{\"messages\":[$U],\"tools\":$NTOOLS,\"tool_choice\":\"required\",\"max_tokens\":120,\"temperature\":0}"
 check "a chat with tools says kvtier.renderer builtin" is "$CODE $(jb .kvtier.renderer)" "200 builtin"
+check "... its greedy call ends before max_tokens (past it, the reply sent back is not what was generated)" \
+  test "$(jb .choices[0].finish_reason)" = tool_calls -a "$(jb .usage.completion_tokens)" -lt 120
 check "... and reuses nothing of the same chat without tools (tools go first)" \
   is "$(jb .usage.prompt_tokens_details.cached_tokens)" 0
 check "... (which was $NP tokens)" gt "$NP" 0
