@@ -437,6 +437,18 @@ static void radix_rank(cand *c, cand *tmp, int32_t n, int keep_inf) {
 
 #define RADIX_MIN 4096 /* fewer candidates sort faster by comparison */
 
+/* c[0..n) in by_logit_desc's order (see radix_rank for keep_inf): a radix
+ * sort from RADIX_MIN candidates on, through *tmp (made on first use, cap
+ * candidates), a comparison sort below. */
+static void sort_cands(cand *c, int32_t n, cand **tmp, int32_t cap, int keep_inf) {
+    if (n < RADIX_MIN) {
+        if (n > 1) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+        return;
+    }
+    if (!*tmp) *tmp = kvt_xmalloc((size_t)cap * sizeof **tmp);
+    radix_rank(c, *tmp, n, keep_inf);
+}
+
 /* Ranks the candidates; want > 0: only the best `want` of them are needed
  * (top-k), so they are picked first and only they are sorted. Either way the
  * first candidates are those a full sort puts first. */
@@ -446,12 +458,7 @@ static void rank_best(kvt_sampler *s, cands *k, int32_t want) {
         select_best(s->c, k->n, want);
         k->n = want;
     }
-    if (k->n >= RADIX_MIN) {
-        if (!s->tmp) s->tmp = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->tmp);
-        radix_rank(s->c, s->tmp, k->n, 0);
-    } else {
-        qsort(s->c, (size_t)k->n, sizeof *s->c, by_logit_desc);
-    }
+    sort_cands(s->c, k->n, &s->tmp, s->n_vocab, 0);
     /* a token at -inf (refused by a grammar) is never a candidate, not even through rounding at the end */
     while (k->n > 1 && isinf(s->c[k->n - 1].l) && s->c[k->n - 1].l < 0) k->n--;
     k->sorted = 1;
@@ -460,10 +467,9 @@ static void rank_best(kvt_sampler *s, cands *k, int32_t want) {
 static void rank(kvt_sampler *s, cands *k) { rank_best(s, k, 0); }
 
 void kvt_sampler_rank(const double *logits, int32_t n, int32_t *order) {
-    cand *c = kvt_xmalloc((size_t)KVT_MAX(n, 1) * sizeof *c), *tmp = kvt_xmalloc((size_t)KVT_MAX(n, 1) * sizeof *tmp);
+    cand *c = kvt_xmalloc((size_t)KVT_MAX(n, 1) * sizeof *c), *tmp = NULL;
     for (int32_t i = 0; i < n; i++) c[i] = (cand){logits[i], i};
-    if (n >= RADIX_MIN) radix_rank(c, tmp, n, 1);
-    else if (n > 0) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+    sort_cands(c, n, &tmp, n, 1);
     for (int32_t i = 0; i < n; i++) order[i] = c[i].id;
     free(c);
     free(tmp);
@@ -523,6 +529,16 @@ static void top_p(kvt_sampler *s, cands *k) {
     k->probs = 1;
 }
 
+/* The entropy, in nats, of the candidates' softmax (after softmax()). */
+static double entropy(const kvt_sampler *s, const cands *k) {
+    double h = 0;
+    for (int32_t i = 0; i < k->n; i++) {
+        double p = s->prob[i] / k->sum;
+        if (p > 0) h -= p * log(p);
+    }
+    return h;
+}
+
 /* Locally typical sampling: the candidates whose surprise -ln p is nearest
  * the distribution's entropy, nearest first, until their probability
  * exceeds typical_p. The ones kept stay in rank order (s->aux holds each
@@ -531,21 +547,12 @@ static void top_p(kvt_sampler *s, cands *k) {
 static void typical(kvt_sampler *s, cands *k) {
     rank(s, k);
     softmax(s, k);
-    double h = 0;
-    for (int32_t i = 0; i < k->n; i++) {
-        double p = s->prob[i] / k->sum;
-        if (p > 0) h -= p * log(p);
-    }
+    double h = entropy(s, k);
     for (int32_t i = 0; i < k->n; i++) {
         double p = s->prob[i] / k->sum;
         s->aux[i] = (cand){p > 0 ? -fabs(-log(p) - h) : -INFINITY, i}; /* negated: ranked by distance */
     }
-    if (k->n >= RADIX_MIN) {
-        if (!s->tmp) s->tmp = kvt_xmalloc((size_t)s->n_vocab * sizeof *s->tmp);
-        radix_rank(s->aux, s->tmp, k->n, 1);
-    } else {
-        qsort(s->aux, (size_t)k->n, sizeof *s->aux, by_logit_desc);
-    }
+    sort_cands(s->aux, k->n, &s->tmp, s->n_vocab, 1);
     int32_t keep = k->n;
     double cum = 0;
     for (int32_t i = 0; i < k->n; i++) {
@@ -591,11 +598,7 @@ static void temperature(kvt_sampler *s, cands *k) {
     if (s->p.dynatemp_range > 0) {
         if (k->n < 2) return;
         softmax(s, k);
-        double h = 0;
-        for (int32_t i = 0; i < k->n; i++) {
-            double p = s->prob[i] / k->sum;
-            if (p > 0) h -= p * log(p);
-        }
+        double h = entropy(s, k);
         double lo = KVT_MAX(0.0, t - s->p.dynatemp_range), hi = t + s->p.dynatemp_range;
         t = lo + (hi - lo) * pow(h / log((double)k->n), (double)s->p.dynatemp_exponent);
     }
