@@ -49,13 +49,11 @@ static const kvt_cli_opt compat_opts[] = {
      0, KVT_CLI_RANGE(KVT_CLI_INT, -1, 9007199254740991.0)},
     {C_MIN_P, 0, "min-p", NULL, "P", "min_p of a request that sets none (default 0: off)", 0,
      KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
-    {C_REPEAT_PENALTY, 0, "repeat-penalty", NULL, "R",
-     "repeat_penalty of a request that sets none (default 1: off); the\npenalties look at the generated tokens only, "
-     "llama-server's at\nthe prompt too",
+    {C_REPEAT_PENALTY, 0, "repeat-penalty", NULL, "R", "repeat_penalty of a request that sets none (default 1: off)",
      KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, MAX_REPEAT_PENALTY)},
     {C_REPEAT_LAST_N, 0, "repeat-last-n", NULL, "N",
-     "repeat_last_n of a request that sets none: the generated tokens\nthe penalties look back on (default -1: all; "
-     "0: penalties off)",
+     "repeat_last_n of a request that sets none: the last tokens of the\nprompt and the reply the penalties look at "
+     "(default 64, as\nllama-server's; -1: all; 0: penalties off)",
      0, KVT_CLI_RANGE(KVT_CLI_INT, -1, INT32_MAX)},
     {C_PRESENCE_PENALTY, 0, "presence-penalty", NULL, "P", "presence_penalty of a request that sets none (default 0)",
      0, KVT_CLI_RANGE(KVT_CLI_NUM, -MAX_PENALTY, MAX_PENALTY)},

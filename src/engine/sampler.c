@@ -278,21 +278,36 @@ static void mark_seen(kvt_sampler *s, const int32_t *ids, int32_t n) {
         }
 }
 
+/* Appends ids[0..n) to the penalties' history, keeping at least its last penalty_last_n tokens (ids past
+ * the logits, a tokenizer larger than the output, are never candidates: left out). */
+static void hist_push(kvt_sampler *s, const int32_t *ids, int32_t n) {
+    int32_t keep = s->p.penalty_last_n;
+    if (keep > 0 && n > keep) ids += n - keep, n = keep;
+    if (keep > 0 && s->n_hist + n > 2 * keep) { /* drop the oldest in bulk, once the history doubles the window */
+        int32_t drop = s->n_hist + n - keep;
+        memmove(s->hist, s->hist + drop, (size_t)(s->n_hist - drop) * sizeof *s->hist);
+        s->n_hist -= drop;
+    }
+    if (s->n_hist + n > s->cap_hist) {
+        s->cap_hist = KVT_MAX(s->n_hist + n, s->cap_hist ? 2 * s->cap_hist : 64);
+        s->hist = kvt_xrealloc(s->hist, (size_t)s->cap_hist * sizeof *s->hist);
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < s->n_vocab) s->hist[s->n_hist++] = ids[i];
+}
+
 void kvt_sampler_prompt(kvt_sampler *s, const int32_t *ids, int32_t n) {
-    if (s->dry && n > 0) dry_push(s, ids, n);
-    if (s->repeat && n > 0) mark_seen(s, ids, n);
+    if (n <= 0) return;
+    if (s->dry) dry_push(s, ids, n);
+    if (s->repeat) mark_seen(s, ids, n);
+    if (s->penalize) hist_push(s, ids, n);
 }
 
 /* Remembers a returned token for the penalties and DRY. */
 static int32_t returned(kvt_sampler *s, int32_t tok) {
     if (s->dry) dry_push(s, &tok, 1);
     if (s->repeat) mark_seen(s, &tok, 1);
-    if (!s->penalize) return tok;
-    if (s->n_hist == s->cap_hist) {
-        s->cap_hist = s->cap_hist ? 2 * s->cap_hist : 64;
-        s->hist = kvt_xrealloc(s->hist, (size_t)s->cap_hist * sizeof *s->hist);
-    }
-    s->hist[s->n_hist++] = tok;
+    if (s->penalize) hist_push(s, &tok, 1);
     return tok;
 }
 

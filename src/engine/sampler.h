@@ -3,9 +3,9 @@
  * (nucleus), locally typical and XTC filtering, a dynamic temperature, or
  * Mirostat (1 and 2) in their place, drawing from a seeded PCG32 generator so
  * a seed always gives the same tokens for the same logits. Before either, the logits
- * may get a per-token bias (OpenAI's logit_bias) and penalties on the tokens
- * already generated (OpenAI's presence and frequency penalties, llama.cpp's
- * repeat penalty). Every addition is off at its zero value, and then the
+ * may get a per-token bias (OpenAI's logit_bias) and penalties on the last
+ * tokens of the prompt and the reply (OpenAI's presence and frequency
+ * penalties, llama.cpp's repeat penalty, over llama.cpp's window). Every addition is off at its zero value, and then the
  * sampler's path and output are exactly those without it.
  *
  * The steps after the bias (penalties, top-k, top-p, min-p, temperature) run
@@ -40,7 +40,8 @@ typedef struct {
     int32_t top_k; /* keep the k most likely tokens; <= 0: all */
     float top_p;   /* keep the smallest set whose probability reaches p; >= 1: all */
     uint64_t seed; /* RNG seed; the same seed replays the same choices */
-    /* The history below is the tokens this sampler returned (not the prompt). */
+    /* The history below is the prompt (kvt_sampler_prompt) and the tokens this sampler returned, as
+       llama.cpp's sampler is given the prompt before it samples. */
     float presence_penalty;   /* subtracted once from the logit of each token in the history (OpenAI); 0: off */
     float frequency_penalty;  /* subtracted from a token's logit once per occurrence in the history; 0: off */
     float repeat_penalty;     /* llama.cpp's: a token in the history has a positive logit divided by it, a
@@ -111,9 +112,10 @@ typedef struct {
     int given; /* 0: llama.cpp's defaults */
 } kvt_dry_breakers;
 
-/* Gives DRY and repetition_penalty the prompt: the history before the
- * first token sampled (DRY keeps its last dry_penalty_last_n tokens). Does
- * nothing while both are off. */
+/* Gives the penalties, DRY and repetition_penalty the prompt: the history
+ * before the first token sampled (the penalties keep their last
+ * penalty_last_n tokens, DRY its last dry_penalty_last_n). Does nothing
+ * while all are off. */
 void kvt_sampler_prompt(kvt_sampler *s, const int32_t *ids, int32_t n);
 
 /* Picks a token from n_vocab logits (not modified); a token whose logit is

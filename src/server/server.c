@@ -47,7 +47,7 @@ kvt_server_params kvt_server_default_params(void) {
                            .default_temperature = 1.0f,
                            .default_top_p = 1.0f,
                            .default_repeat_penalty = 1.0f,
-                           .default_penalty_last_n = -1,
+                           .default_penalty_last_n = 64, /* llama-server's */
                            .responses_max = KVT_SERVER_DEFAULT_RESPONSES,
                            .responses_ttl_s = KVT_SERVER_DEFAULT_RESPONSES_TTL_S};
     p.default_sampling = kvt_sampler_default_params();

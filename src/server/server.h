@@ -159,8 +159,9 @@ typedef struct {
     float default_temperature, default_top_p;
     int32_t default_top_k;
     /* the penalties and min-p of a request that does not set them (--min-p, --repeat-penalty,
-       --repeat-last-n, --presence-penalty, --frequency-penalty): by default off; the window -1 is
-       every generated token, 0 turns the penalties off, as a request's repeat_last_n */
+       --repeat-last-n, --presence-penalty, --frequency-penalty): by default off; the window is the
+       last 64 tokens of the prompt and the reply, -1 all of them, 0 turns the penalties off, as a
+       request's repeat_last_n */
     float default_min_p, default_repeat_penalty, default_presence_penalty, default_frequency_penalty;
     int32_t default_penalty_last_n;
     uint64_t default_seed;

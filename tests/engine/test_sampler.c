@@ -47,6 +47,36 @@ static int draws_within(kvt_sampler *s, int n, unsigned mask) {
     return within;
 }
 
+/* The penalties' window covers the prompt's last tokens, as llama.cpp's
+ * sampler is given the prompt first: 1 (3.0) in the prompt loses 0.6 and 3
+ * wins; a window of 2 past it forgets it; a prompt longer than the window
+ * keeps its tail; an id past the logits is never counted. */
+static void test_prompt_penalties(void) {
+    kvt_sampler_params pres = {.temp = 0, .presence_penalty = 0.6f};
+    kvt_sampler *s = kvt_sampler_new(pres, V);
+    kvt_sampler_prompt(s, (const int32_t[]){1, 99}, 2);
+    int32_t a = kvt_sampler_sample(s, logits), b = kvt_sampler_sample(s, logits);
+    CHECKF(a == 3 && b == 6, "presence over the prompt: %d %d", a, b);
+    kvt_sampler_free(s);
+    pres.penalty_last_n = 2;
+    s = kvt_sampler_new(pres, V);
+    kvt_sampler_prompt(s, (const int32_t[]){1, 0, 0}, 3);
+    CHECKF((a = kvt_sampler_sample(s, logits)) == 1, "1 is out of a window of 2: %d", a);
+    kvt_sampler_free(s);
+    /* 200 prompt tokens (the history's bulk trim) ending in 3, 1: both lose 2, 6 (2.5) wins; then 3, which
+     * the window of 2 (1, 6) no longer holds; then 1 */
+    int32_t prompt[200];
+    for (int i = 0; i < 200; i++) prompt[i] = i % 2 ? 7 : 0;
+    prompt[198] = 3, prompt[199] = 1;
+    kvt_sampler_params fr = {.temp = 0, .frequency_penalty = 2.0f, .penalty_last_n = 2};
+    s = kvt_sampler_new(fr, V);
+    kvt_sampler_prompt(s, prompt, 200);
+    a = kvt_sampler_sample(s, logits), b = kvt_sampler_sample(s, logits);
+    int32_t c = kvt_sampler_sample(s, logits);
+    CHECKF(a == 6 && b == 3 && c == 1, "window of 2 over a long prompt: %d %d %d", a, b, c);
+    kvt_sampler_free(s);
+}
+
 /* The order of the steps (llama.cpp's samplers): kvtier's own order given
  * explicitly draws exactly what the default draws; each step works on what
  * the steps before it left; a step left out is not applied; greedy stays
@@ -519,6 +549,7 @@ int main(void) {
     CHECK(only_top);
     kvt_sampler_free(sa);
 
+    test_prompt_penalties();
     test_order();
     test_top_k_select();
     test_typical_xtc();

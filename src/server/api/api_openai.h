@@ -103,7 +103,7 @@ typedef struct {
     float presence_penalty, frequency_penalty; /* OpenAI's, in [-2, 2]; 0 = off */
     float repeat_penalty;                      /* llama.cpp's; 1 = off */
     float repetition_penalty;                  /* vLLM's, over the prompt and the reply; 0 = off */
-    int32_t penalty_last_n; /* llama.cpp's window as given: the last N generated tokens, -1 all, 0 penalties off */
+    int32_t penalty_last_n; /* llama.cpp's window as given: the last N tokens of prompt and reply, -1 all, 0 off */
     /* each given in the request (else the server's defaults, --min-p ..., apply) */
     int has_min_p, has_presence_penalty, has_frequency_penalty, has_repeat_penalty, has_penalty_last_n;
     /* llama.cpp's other samplers as the sampler takes them (kvt_sampler_params), llama.cpp's defaults
