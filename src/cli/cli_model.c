@@ -61,6 +61,9 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
             "                         default: a built-in byte-level BPE vocabulary\n"
             "  --tied                 no output.weight: the output projection reuses token_embd\n"
+            "  --fim                  the built-in vocabulary gets Qwen2.5-Coder's fill-in-the-middle\n"
+            "                         tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>,\n"
+            "                         <|fim_pad|>, <|repo_name|>, <|file_sep|>), for /infill\n"
             "  --outliers             plant massive activations, as trained LLMs have: %d channels of\n"
             "                         the residual stream (picked from the seed) carry values of about\n"
             "                         1e3 to 1e4 from the second layer on, the others about 1, by\n"
@@ -187,6 +190,8 @@ int kvt_cmd_mkmodel(int argc, char **argv) {
             p.tied = 1;
         } else if (!strcmp(a, "--outliers")) {
             p.outliers = 1;
+        } else if (!strcmp(a, "--fim")) {
+            p.fim = 1;
         } else if (!strcmp(a, "--rope-base")) {
             double f;
             if (!(v = kvt_cli_value(argc, argv, &i)) || isnan(f = kvt_cli_parse_double(a, v))) return 2;

@@ -34,6 +34,7 @@ enum {
     C_PRESENCE_PENALTY,
     C_FREQUENCY_PENALTY,
     C_NO_WARMUP,
+    C_SPM_INFILL,
 };
 
 static const kvt_cli_opt compat_opts[] = {
@@ -63,6 +64,10 @@ static const kvt_cli_opt compat_opts[] = {
      "the sampler order of a request that sends no \"samplers\": names\nseparated by ';' or ',' (penalties, dry, top_k, "
      "typ_p, top_p,\nmin_p, xtc, temperature) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
      "(default: penalties, dry, top_k,\ntyp_p, min_p, xtc, temperature, top_p). A request's own samplers win",
+     0, KVT_CLI_PLAIN},
+    {C_SPM_INFILL, 0, "spm-infill", NULL, NULL,
+     "/infill writes the suffix before the prefix ([SUF] suffix [PRE]\nprefix [MID]), the order some code models are "
+     "trained with\n(default: [PRE] prefix [SUF] suffix [MID])",
      0, KVT_CLI_PLAIN},
     {C_FLASH_ATTN, 0, "flash-attn", NULL, "[on|off|auto]",
      "accepted for llama-server command lines (also -fa): kvtier's\nattention is always fused, one pass over the KV "
@@ -149,6 +154,7 @@ int kvt_cli_serve_compat_opt(int id, const kvt_cli_arg *a, kvt_server_params *sp
                 a->flag, v);
         return -1;
     case C_VERSION: *version = 1; return 0;
+    case C_SPM_INFILL: sp->spm_infill = 1; return 0;
     case C_METRICS_NAMES: return metrics_names(a, sp);
     case C_SAMPLERS:
         sp->has_default_steps = 1;

@@ -36,6 +36,10 @@
 
 static const char *const builtin_specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 #define N_SPECIALS ((int32_t)KVT_ARRAY_LEN(builtin_specials))
+/* --fim: Qwen2.5-Coder's fill-in-the-middle tokens, after the specials above */
+static const char *const fim_specials[] = {"<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                                           "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>"};
+#define N_FIM ((int32_t)KVT_ARRAY_LEN(fim_specials))
 
 /* ChatML, the template the built-in specials are made for. */
 static const char builtin_chat_template[] =
@@ -138,7 +142,7 @@ static void vocab_add_merge(bpe_vocab *v, const char *a, const char *b) {
     vocab_add_token(v, buf);
 }
 
-static void build_builtin_vocab(bpe_vocab *v, int32_t size) {
+static void build_builtin_vocab(bpe_vocab *v, int32_t size, int fim) {
     v->tokens = kvt_xcalloc((size_t)size, sizeof(char *));
     v->merges = kvt_xcalloc((size_t)size, sizeof(char *));
     char sp[4], *p = sp;
@@ -152,6 +156,7 @@ static void build_builtin_vocab(bpe_vocab *v, int32_t size) {
         vocab_add_token(v, buf);
     }
     for (int32_t i = 0; i < N_SPECIALS; i++) vocab_add_token(v, builtin_specials[i]);
+    for (int32_t i = 0; fim && i < N_FIM; i++) vocab_add_token(v, fim_specials[i]);
     static const char letters[] = "etaoinshrdlcumwfgypbvkjxqz";
     char a[2] = {0}, b[2] = {0}, c[2] = {0};
     /* five generations; each stops as soon as the vocabulary is full */
@@ -197,13 +202,14 @@ static void free_vocab(bpe_vocab *v) {
     free(v->merges);
 }
 
-static void write_builtin_tokenizer(kvt_gguf_writer *w, int32_t size, const char *arch) {
+static void write_builtin_tokenizer(kvt_gguf_writer *w, int32_t size, const char *arch, int fim) {
     bpe_vocab v = {0};
-    build_builtin_vocab(&v, size);
+    build_builtin_vocab(&v, size, fim);
+    int32_t n_spec = N_SPECIALS + (fim ? N_FIM : 0);
     int32_t *types = kvt_xmalloc((size_t)size * sizeof *types);
     for (int32_t i = 0; i < size; i++) types[i] = GGUF_TOKEN_NORMAL;
-    for (int32_t i = 0; i < N_SPECIALS; i++) types[N_BYTE_TOKENS + i] = GGUF_TOKEN_CONTROL;
-    for (int32_t i = N_BYTE_TOKENS + N_SPECIALS; i < size; i++)
+    for (int32_t i = 0; i < n_spec; i++) types[N_BYTE_TOKENS + i] = GGUF_TOKEN_CONTROL;
+    for (int32_t i = N_BYTE_TOKENS + n_spec; i < size; i++)
         if (!strncmp(v.tokens[i], "<|unused_", 9)) types[i] = GGUF_TOKEN_CONTROL;
     kvt_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
     kvt_gguf_w_str(w, "tokenizer.ggml.pre", "gpt-2");
@@ -548,6 +554,8 @@ static int resolve_vocab(const kvt_mkmodel_params *p, kvt_gguf **src, int64_t *v
     int rc;
     *src = NULL;
     *vocab = p->vocab;
+    if (p->vocab_from && p->fim)
+        return kvt_fail(KVT_EARG, "--fim adds tokens to the built-in vocabulary; --vocab-from copies that file's");
     if (p->vocab_from) {
         if ((rc = kvt_gguf_open(p->vocab_from, src))) return rc;
         const kvt_gguf_kv *toks;
@@ -564,11 +572,9 @@ static int resolve_vocab(const kvt_mkmodel_params *p, kvt_gguf **src, int64_t *v
                             (unsigned long long)toks->arr_n);
         }
     } else {
-        if (*vocab == 0) *vocab = kvt_mkmodel_builtin_min_vocab();
-        if (*vocab < kvt_mkmodel_builtin_min_vocab()) {
-            return kvt_fail(KVT_EARG, "--vocab must be at least %d for the built-in vocabulary",
-                            kvt_mkmodel_builtin_min_vocab());
-        }
+        int32_t min = kvt_mkmodel_builtin_min_vocab() + (p->fim ? N_FIM : 0);
+        if (*vocab == 0) *vocab = min;
+        if (*vocab < min) return kvt_fail(KVT_EARG, "--vocab must be at least %d for the built-in vocabulary", min);
     }
     return 0;
 }
@@ -614,7 +620,7 @@ int kvt_mkmodel(const kvt_mkmodel_params *p, const char *path) {
         if (!has_template && strcmp(a, "llama") && strcmp(a, "qwen2"))
             kvt_gguf_w_str(w, "tokenizer.chat_template", chat_template_for(a));
     } else {
-        write_builtin_tokenizer(w, (int32_t)vocab, a);
+        write_builtin_tokenizer(w, (int32_t)vocab, a, p->fim);
     }
     int64_t hd = head_dim_of(p);
     uint64_t ne[2];

@@ -34,6 +34,7 @@ typedef struct {
     float rope_yarn_log_mul;  /* rope.scaling.yarn_log_multiplier */
     const char *name;         /* general.name */
     int outliers;             /* plant massive activations (kvt_mkmodel_outlier_channels) */
+    int fim;                  /* the built-in vocabulary gets Qwen2.5-Coder's six fill-in-the-middle tokens */
 } kvt_mkmodel_params;
 
 /* The residual-stream channels that carry massive activations in a model

@@ -277,6 +277,45 @@ static int load_vocab(kvt_tokenizer *t, const kvt_gguf *g) {
     return 0;
 }
 
+/* The fill-in-the-middle tokens: the file's ids (the older prefix/suffix/middle keys after the newer ones, as
+ * llama.cpp reads them), else the first of the texts llama.cpp knows (each one is in control_names, so typed
+ * CONTROL already). PAD, REP and SEP end generation. */
+static void load_fim(kvt_tokenizer *t, const kvt_gguf *g) {
+    static const char *const keys[KVT_FIM_COUNT][2] = {
+        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+        {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+        {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+        {"tokenizer.ggml.fim_pad_token_id", NULL},
+        {"tokenizer.ggml.fim_rep_token_id", NULL},
+        {"tokenizer.ggml.fim_sep_token_id", NULL}};
+    static const char *const texts[KVT_FIM_COUNT][4] = {{"<|fim_prefix|>", "<fim-prefix>",
+                                                         "<\xef\xbd\x9c"
+                                                         "fim\xe2\x96\x81"
+                                                         "begin\xef\xbd\x9c>",
+                                                         "<PRE>"},
+                                                        {"<|fim_suffix|>", "<fim-suffix>",
+                                                         "<\xef\xbd\x9c"
+                                                         "fim\xe2\x96\x81"
+                                                         "hole\xef\xbd\x9c>",
+                                                         "<SUF>"},
+                                                        {"<|fim_middle|>", "<fim-middle>",
+                                                         "<\xef\xbd\x9c"
+                                                         "fim\xe2\x96\x81"
+                                                         "end\xef\xbd\x9c>",
+                                                         "<MID>"},
+                                                        {"<|fim_pad|>", "<fim-pad>", "<PAD>", NULL},
+                                                        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"},
+                                                        {"<|file_sep|>", NULL, NULL, NULL}};
+    for (int k = 0; k < KVT_FIM_COUNT; k++) {
+        t->fim[k] = -1;
+        for (int j = 0; j < 2; j++)
+            if (keys[k][j]) read_id(g, keys[k][j], t->n_vocab, &t->fim[k]);
+        for (int j = 0; j < 4 && t->fim[k] < 0 && texts[k][j]; j++)
+            t->fim[k] = kvt_tok_lookup(t, texts[k][j], strlen(texts[k][j]));
+        if (t->fim[k] >= 0 && (k == KVT_FIM_PAD || k == KVT_FIM_REP || k == KVT_FIM_SEP)) t->eog[t->fim[k]] = 1;
+    }
+}
+
 /* Special ids, fix-ups by text, EOG set, and the list of splittable tokens. */
 static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
     int spm = t->kind == KVT_TOK_SPM;
@@ -310,6 +349,7 @@ static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (eot >= 0) t->eog[eot] = 1;
     if (eom >= 0) t->eog[eom] = 1;
+    load_fim(t, g);
 
     len_id *order = kvt_xmalloc((size_t)t->n_vocab * sizeof *order);
     for (int32_t i = 0; i < t->n_vocab; i++)
@@ -398,6 +438,9 @@ void kvt_tokenizer_free(kvt_tokenizer *t) {
 int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t) { return t->n_vocab; }
 int32_t kvt_tokenizer_bos(const kvt_tokenizer *t) { return t->bos; }
 int32_t kvt_tokenizer_eos(const kvt_tokenizer *t) { return t->eos; }
+int32_t kvt_tokenizer_fim(const kvt_tokenizer *t, int which) {
+    return which >= 0 && which < KVT_FIM_COUNT ? t->fim[which] : -1;
+}
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok) { return tok >= 0 && tok < t->n_vocab && t->eog[tok]; }
 int kvt_tokenizer_add_special(const kvt_tokenizer *t) {
     return (t->add_bos ? KVT_TOK_ADD_BOS : 0) | (t->add_eos ? KVT_TOK_ADD_EOS : 0);

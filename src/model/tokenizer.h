@@ -43,6 +43,15 @@ int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t);
 /* Beginning / end of sequence token, -1 if the vocabulary has none. */
 int32_t kvt_tokenizer_bos(const kvt_tokenizer *t);
 int32_t kvt_tokenizer_eos(const kvt_tokenizer *t);
+/* The fill-in-the-middle tokens a code model is trained with: prefix, suffix,
+ * middle, padding, repository name and file separator. */
+enum { KVT_FIM_PRE, KVT_FIM_SUF, KVT_FIM_MID, KVT_FIM_PAD, KVT_FIM_REP, KVT_FIM_SEP, KVT_FIM_COUNT };
+/* The id of FIM token `which`, -1 if the vocabulary has none: the file's
+ * tokenizer.ggml.fim_*_token_id (or the older prefix/suffix/middle_token_id),
+ * else the token with one of the texts llama.cpp recognises (<|fim_prefix|>,
+ * <fim-prefix>, DeepSeek's and CodeLlama's <PRE>, ...). PAD, REP and SEP end
+ * generation, as in llama.cpp. */
+int32_t kvt_tokenizer_fim(const kvt_tokenizer *t, int which);
 /* 1 if tok ends generation (eos, eot, eom, <|im_end|>, <|eot_id|>, <|end|>,
  * <|endoftext|>, ...), else 0 (also for an invalid id). */
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok);

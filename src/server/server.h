@@ -76,6 +76,7 @@ typedef struct {
     uint64_t max_inflight_bytes;        /* body bytes held by all requests in flight at most (503 + Retry-After
                                     above); at least max_body */
     int32_t max_tokens_limit;           /* max_tokens a request may ask for */
+    int spm_infill;                     /* /infill writes the suffix first (--spm-infill) */
     int32_t default_max_tokens;         /* max_tokens of a request that gives none (-n); 0: OpenAI's defaults;
                                            -1 (llama.cpp's "no limit"): as many as fit, up to max_tokens_limit */
     int32_t prefill_chunk;              /* prompt tokens per engine step for one sequence */

@@ -115,7 +115,7 @@ post /completion '{"prompt": "Hello", "id_slot": -1e300}'
 check "id_slot -1e300 is a 400 naming it" is "$CODE/$(jb .error.param)" 400/id_slot
 # llama.cpp's sampling fields kvtier does not implement: taken at their "off" value, else a 400
 # naming them (ignored, each would give other output than asked)
-for f in '"top_n_sigma": 1.5' '"t_max_predict_ms": 100' '"n_indent": 4' \
+for f in '"top_n_sigma": 1.5' \
   '"post_sampling_probs": true' '"lora": [{"id": 0, "scale": 1}]'; do
   post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, $f}"
   check "$f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")"

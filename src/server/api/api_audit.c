@@ -53,8 +53,6 @@ static const audit_field AUDIT[] = {
     {"suffix", AUDIT_EMPTY, 0, "\"\""},
     {"tfs_z", AUDIT_NUMBER, 1, "1"},
     {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)"},
-    {"t_max_predict_ms", AUDIT_AT_MOST, 0, "0"},
-    {"n_indent", AUDIT_AT_MOST, 0, "0"},
     {"post_sampling_probs", AUDIT_FALSE, 0, "false"},
     {"lora", AUDIT_EMPTY, 0, "[]"},
     {"n_probs", AUDIT_NUMBER, 0, "0 (use logprobs)"},

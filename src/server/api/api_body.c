@@ -54,6 +54,8 @@ static const char *const GENERATION[] = {"model",
                                          "stop",
                                          "stream",
                                          "ignore_eos",
+                                         "n_indent",
+                                         "t_max_predict_ms",
                                          "stream_options",
                                          "cache_salt",
                                          "kvtier",
@@ -66,6 +68,7 @@ static const char *const GENERATION[] = {"model",
                                          NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
 static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", "return_tokens", NULL}; /* handlers_llama.c */
+static const char *const INFILL[] = {"input_prefix", "input_suffix", "input_extra", NULL};  /* api_infill.c */
 static const char *const MESSAGES[] = {"messages", "chat_template_kwargs", "reasoning_format", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};
@@ -85,6 +88,9 @@ static const char *known_name(kvt_api_body kind, const char *key, size_t len) {
     switch (kind) {
     case KVT_BODY_COMPLETION: n = in_list(PROMPT, key, len); break;
     case KVT_BODY_LLAMA_COMPLETION: n = in_list(LLAMA_COMPLETION, key, len); break;
+    case KVT_BODY_INFILL:
+        n = in_list(INFILL, key, len) ? in_list(INFILL, key, len) : in_list(LLAMA_COMPLETION, key, len);
+        break;
     case KVT_BODY_CHAT: n = in_list(MESSAGES, key, len); break;
     case KVT_BODY_PROMPT:
         n = in_list(PROMPT, key, len) ? in_list(PROMPT, key, len) : in_list(MESSAGES, key, len);

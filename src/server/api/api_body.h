@@ -16,6 +16,7 @@
 typedef enum {
     KVT_BODY_COMPLETION,       /* /v1/completions */
     KVT_BODY_LLAMA_COMPLETION, /* /completion (llama-server's): a completion and its id_slot */
+    KVT_BODY_INFILL,           /* /infill (llama-server's): a /completion and the code around the gap */
     KVT_BODY_CHAT,             /* /v1/chat/completions, /v1/rag/chat/completions */
     KVT_BODY_PROMPT,           /* /v1/cache/prefill, pin and prefetch: a "prompt" or a "messages" request */
     KVT_BODY_TOKENIZE,         /* /tokenize */

@@ -480,6 +480,11 @@ static int parse_root(const cJSON *root, kvt_api_kind kind, int32_t n_vocab, int
     if (parse_stop(root, r, err) || get_bool(root, "stream", &r->stream, err) ||
         get_bool(root, "ignore_eos", &r->ignore_eos, err))
         return -1;
+    /* llama-server's code-completion limits (any value up to 0: off) */
+    if (get_number(root, "n_indent", INT32_MIN, INT32_MAX, NUM_INT, &d, &has, err)) return -1;
+    r->n_indent = has ? (int32_t)d : 0;
+    if (get_number(root, "t_max_predict_ms", -MAX_SAFE_INT, MAX_SAFE_INT, NUM_INT, &d, &has, err)) return -1;
+    r->t_max_predict_ms = has ? (int64_t)d : 0;
     if (parse_stream_options(root, r, err)) return -1;
     const cJSON *salt = cJSON_GetObjectItemCaseSensitive(root, "cache_salt");
     if (salt && !cJSON_IsNull(salt)) {

@@ -131,14 +131,16 @@ typedef struct {
     char *stop[KVT_API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
-    int ignore_eos;          /* llama.cpp extension: do not stop at end-of-generation tokens */
-    int logprobs;            /* return each generated token's logprob (chat: logprobs true; completions:
+    int ignore_eos;           /* llama.cpp extension: do not stop at end-of-generation tokens */
+    int32_t n_indent;         /* llama.cpp's: a line after a newline indented less ends the reply; <= 0: off */
+    int64_t t_max_predict_ms; /* llama.cpp's: once a newline was generated, the reply ends past this; <= 0: off */
+    int logprobs;             /* return each generated token's logprob (chat: logprobs true; completions:
                                 "logprobs": N given) */
-    int32_t top_logprobs;    /* ... and the N most likely alternatives (chat: top_logprobs; completions:
+    int32_t top_logprobs;     /* ... and the N most likely alternatives (chat: top_logprobs; completions:
                                 logprobs), 0..KVT_API_MAX_TOP_LOGPROBS */
-    char *cache_salt;        /* NULL if absent or empty */
-    kvt_api_session session; /* the "kvtier" object */
-    kvt_document *docs;      /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
+    char *cache_salt;         /* NULL if absent or empty */
+    kvt_api_session session;  /* the "kvtier" object */
+    kvt_document *docs;       /* kvtier.documents (id/text owned here), rendered as fixed context blocks */
     size_t n_docs;
     char *rag_json;        /* kvtier.rag as JSON text (only /v1/rag/chat/completions takes it), or NULL */
     int approximate;       /* kvtier.reuse "approximate": documents may be placed from stored KV (blend.h) */

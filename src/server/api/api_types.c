@@ -202,6 +202,20 @@ static const type_rule LLAMA[] = {
     {NULL, 0},
 };
 
+/* llama-server's /infill, besides /completion's fields but its "prompt" (api_infill.c checks the
+ * mixed arrays of input_prefix and input_suffix) */
+static const type_rule INFILL[] = {
+    {"prompt", STR | NUL},
+    {"logprobs", NUM | NUL},
+    {"input_prefix", STR | ARR},
+    {"input_suffix", STR | ARR},
+    {"input_extra", ARR | NUL},
+    {"input_extra[]", OBJ},
+    {"input_extra[].text", STR},
+    {"input_extra[].filename", STR | NUL},
+    {NULL, 0},
+};
+
 static const type_rule RESPONSES[] = {
     {"model", STR | NUL},
     {"input", STR | ARR | NUL},
@@ -405,6 +419,7 @@ int kvt_api_check_types(kvt_api_body kind, const cJSON *root, kvt_api_error *err
     switch (kind) {
     case KVT_BODY_COMPLETION: t[0] = COMPLETION, t[1] = GENERATION, t[2] = KVTIER; break;
     case KVT_BODY_LLAMA_COMPLETION: t[0] = LLAMA, t[1] = COMPLETION, t[2] = GENERATION, t[3] = KVTIER; break;
+    case KVT_BODY_INFILL: t[0] = INFILL, t[1] = LLAMA, t[2] = GENERATION, t[3] = KVTIER; break;
     case KVT_BODY_CHAT: t[0] = CHAT, t[1] = GENERATION, t[2] = KVTIER; break;
     case KVT_BODY_TOKENIZE: t[0] = TOKENIZE; break;
     case KVT_BODY_DETOKENIZE: t[0] = DETOKENIZE; break;

@@ -12,11 +12,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_infill.h"
 #include "api_llama.h"
 #include "api_types.h"
 #include "common.h"
 
 #define MAX_PROMPTS KVT_API_MAX_N /* prompts in one request */
+#define KVT_INFILL_BATCH 2048     /* llama-server's default -b, which bounds an /infill prompt's prefix and suffix */
 
 static const char *const INVALID = "invalid_request_error";
 
@@ -56,9 +58,9 @@ int kvt_srv_completion_is_multi(const conn_state *cs) {
 
 /* The bounds kvt_api_parse puts on one prompt, for a body of up to MAX_PROMPTS of them, checked on the
  * raw text before it is parsed. 0, or -1 with *err. */
-static int check_size(const kvt_server *s, const conn_state *cs, kvt_api_error *err) {
+static int check_size(const kvt_server *s, const char *body, size_t len, kvt_api_error *err) {
     kvt_api_body_scan sc;
-    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    kvt_api_scan_body(body, len, &sc);
     size_t max_values = (size_t)MAX_PROMPTS * (size_t)s->n_ctx + KVT_API_MAX_JSON_VALUES;
     if (sc.prompt_items >= (size_t)s->n_ctx)
         return kvt_api_errorf(err, 400, INVALID, "prompt", "context_length_exceeded",
@@ -124,10 +126,11 @@ static int native_fields(kvt_server *s, cJSON *root, batch *b, kvt_api_error *er
     return 0;
 }
 
-/* Cuts cs's body into b->bodies (one per prompt). 0, or -1 with *err. */
-static int split(kvt_server *s, const conn_state *cs, batch *b, kvt_api_error *err) {
-    if (check_size(s, cs, err)) return -1;
-    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+/* Cuts body (cs's, or the /completion body of an /infill request) into b->bodies (one per prompt). 0, or -1
+ * with *err. */
+static int split(kvt_server *s, const char *body, size_t len, batch *b, kvt_api_error *err) {
+    if (check_size(s, body, len, err)) return -1;
+    cJSON *root = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
@@ -222,8 +225,7 @@ static char *prompt_text(kvt_server *s, const kvt_api_request *a) {
 static int submit(kvt_server *s, struct MHD_Connection *c, conn_state *cs, batch *b, kvt_api_error *err) {
     for (int i = 0; i < b->n; i++) {
         kvt_api_request a;
-        if (kvt_srv_parse_body(s, cs->r == R_LLAMA_COMPLETION ? R_COMPLETIONS : cs->r, b->bodies[i],
-                               strlen(b->bodies[i]), &a, err))
+        if (kvt_srv_parse_body(s, b->native ? R_COMPLETIONS : cs->r, b->bodies[i], strlen(b->bodies[i]), &a, err))
             return -1;
         if (b->echo) b->echo_text[i] = prompt_text(s, &a);
         kvt_srv_session_default(s, cs, &a.session);
@@ -393,10 +395,45 @@ static char *openai_json(kvt_server *s, const batch *b) {
 }
 
 /* POST /completion and the /v1/completions bodies kvt_srv_completion_is_multi picks. */
+/* An /infill body as the /completion body it runs as: its "prompt" the FIM prompt's ids, without the input_
+ * fields (malloc'd, in *out). 0, or -1 with *err. */
+static int infill_body(kvt_server *s, const conn_state *cs, char **out, kvt_api_error *err) {
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+    int rc = 0;
+    if (!cJSON_IsObject(root))
+        rc = kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
+    if (!rc) rc = kvt_api_check_types(KVT_BODY_INFILL, root, err) ? -1 : 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    kvt_api_infill_shape sh = {.n_ctx = s->n_ctx,
+                               .n_batch = KVT_INFILL_BATCH,
+                               .n_predict = s->p.default_max_tokens > 0 ? s->p.default_max_tokens : -1,
+                               .spm = s->p.spm_infill};
+    if (!rc) rc = kvt_api_infill_ids(s->tok, root, &sh, &ids, &n, err) ? -1 : 0;
+    if (!rc) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "input_prefix");
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "input_suffix");
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "input_extra");
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "prompt");
+        cJSON *arr = cJSON_AddArrayToObject(root, "prompt");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+        *out = cJSON_PrintUnformatted(root);
+    }
+    free(ids);
+    cJSON_Delete(root);
+    return rc;
+}
+
 static enum MHD_Result handle_completion(kvt_server *s, struct MHD_Connection *c, conn_state *cs) {
-    batch b = {.native = cs->r == R_LLAMA_COMPLETION};
+    batch b = {.native = cs->r == R_LLAMA_COMPLETION || cs->r == R_INFILL};
     kvt_api_error err;
-    if (split(s, cs, &b, &err) || submit(s, c, cs, &b, &err)) {
+    char *infill = NULL;
+    int rc = cs->r == R_INFILL ? infill_body(s, cs, &infill, &err) : 0;
+    const char *body = infill ? infill : cs->body ? cs->body : "";
+    rc = rc || split(s, body, infill ? strlen(infill) : cs->len, &b, &err) || submit(s, c, cs, &b, &err);
+    free(infill);
+    if (rc) {
         for (int i = 0; i < b.n; i++)
             if (b.reqs[i]) kvt_srv_cancel(s, b.reqs[i]);
         batch_free(s, &b);

@@ -49,6 +49,7 @@ static const struct {
     /* llama-server's own routes, and its paths without /v1 */
     {"/completion", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
     {"/completions", "POST", "completion", R_LLAMA_COMPLETION, kvt_srv_handle_llama},
+    {"/infill", "POST", "infill", R_INFILL, kvt_srv_handle_llama},
     {"/chat/completions", "POST", "chat_completions", R_CHAT, kvt_srv_handle_generate},
     {"/models", "GET", "models", R_MODELS, kvt_srv_handle_models},
     {"/apply-template", "POST", "apply_template", R_APPLY_TEMPLATE, kvt_srv_handle_llama},
@@ -86,15 +87,16 @@ static int method_is(size_t i, const char *method) {
 }
 
 /* The paths outside /v1/ that are the tenants' API too (llama-server's). */
-static const char *const tenant_paths[] = {"/tokenize",    "/detokenize",       "/props",     "/completion",
-                                           "/completions", "/chat/completions", "/models",    "/apply-template",
-                                           "/slots",       "/embedding",        "/embeddings"};
+static const char *const tenant_paths[] = {"/tokenize",    "/detokenize",       "/props",      "/completion",
+                                           "/completions", "/chat/completions", "/models",     "/apply-template",
+                                           "/slots",       "/embedding",        "/embeddings", "/infill"};
 
 /* What a POST route's body holds, for the strict check every body gets before its handler. */
 static kvt_api_body body_of(route r) {
     switch (r) {
     case R_COMPLETIONS: return KVT_BODY_COMPLETION;
     case R_LLAMA_COMPLETION: return KVT_BODY_LLAMA_COMPLETION;
+    case R_INFILL: return KVT_BODY_INFILL;
     case R_APPLY_TEMPLATE:
     case R_CHAT:
     case R_RAG: return KVT_BODY_CHAT;

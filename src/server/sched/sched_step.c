@@ -89,6 +89,49 @@ static void publish_id(kvt_server *s, srv_req *r, int32_t tok) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* llama-server's code-completion limits, which apply once an earlier token's text held a newline: past
+ * t_max_predict_ms since the first token the reply ends after this one; with n_indent, a line after a
+ * newline whose first character other than a space or tab (a newline too) comes after fewer of them ends
+ * the reply before that character. Returns where the reply is cut, or -1 to go on; then notes whether this
+ * token (from raw offset from) held a newline. */
+static long line_limits(slot *sl, size_t from) {
+    const srv_req *r = sl->r;
+    long cut = -1;
+    if (sl->had_newline && r->t_max_predict_ms > 0 && (kvt_now() - sl->t_first_token) * 1e3 > r->t_max_predict_ms)
+        cut = (long)sl->raw_len;
+    for (size_t p = sl->line_scan; r->n_indent > 0 && cut < 0;) {
+        if (sl->line_open) {
+            size_t q = sl->line_start;
+            while (q < sl->raw_len && (sl->raw[q] == ' ' || sl->raw[q] == '\t')) q++;
+            if (q == sl->raw_len) break; /* only its indent so far */
+            if (q - sl->line_start < (size_t)r->n_indent) cut = (long)q;
+            sl->line_open = 0;
+            p = q;
+        }
+        const char *nl = p < sl->raw_len ? memchr(sl->raw + p, '\n', sl->raw_len - p) : NULL;
+        sl->line_scan = nl ? (size_t)(nl - sl->raw) + 1 : sl->raw_len;
+        if (!nl) break;
+        sl->line_open = 1;
+        sl->line_start = p = sl->line_scan;
+    }
+    if (from < sl->raw_len && memchr(sl->raw + from, '\n', sl->raw_len - from)) sl->had_newline = 1;
+    return cut;
+}
+
+/* A token was sampled: the time to the first one, or since the last one. */
+static void token_times(kvt_server *s, slot *sl) {
+    double now = kvt_now();
+    if (sl->n_gen == 0) {
+        double ttft = now - sl->r->t_arrival;
+        sl->r->usage.ttft_ms = ttft * 1e3;
+        sl->t_first_token = now;
+        kvt_metrics_observe_ttft(s->metrics, ttft);
+    } else {
+        kvt_metrics_observe_inter_token(s->metrics, now - sl->t_last_token);
+    }
+    sl->t_last_token = now;
+}
+
 /* Handles one sampled token of a slot; may finish the slot. */
 static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     srv_req *r = sl->r;
@@ -105,15 +148,7 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
         kvt_srv_slot_finish(s, sl, NULL, 0, 500, "constrained decoding picked a token the grammar refuses");
         return;
     }
-    double now = kvt_now();
-    if (sl->n_gen == 0) {
-        double ttft = now - r->t_arrival;
-        r->usage.ttft_ms = ttft * 1e3;
-        kvt_metrics_observe_ttft(s->metrics, ttft);
-    } else {
-        kvt_metrics_observe_inter_token(s->metrics, now - sl->t_last_token);
-    }
-    sl->t_last_token = now;
+    token_times(s, sl);
     if ((!r->ignore_eos || held) && (kvt_tokenizer_is_eog(s->tok, tok) || tok == kvt_tokenizer_eos(s->tok))) {
         kvt_srv_slot_finish(s, sl, "stop", sl->raw_len, 0, NULL);
         return;
@@ -151,6 +186,11 @@ static void slot_on_logits(kvt_server *s, slot *sl, const float *logits) {
     if (stop >= 0) {
         r->stop_word = which + 1; /* read by the handler once done is published */
         kvt_srv_slot_finish(s, sl, "stop", sl->raw_emitted + (size_t)stop, 0, NULL);
+        return;
+    }
+    long limit = r->n_indent > 0 || r->t_max_predict_ms > 0 ? line_limits(sl, sl->raw_len - (size_t)len) : -1;
+    if (limit >= 0) { /* llama-server's "limit" stop */
+        kvt_srv_slot_finish(s, sl, "length", KVT_MAX((size_t)limit, sl->raw_emitted), 0, NULL);
         return;
     }
     kvt_srv_slot_emit(s, sl, sl->raw_len - hold, 0);

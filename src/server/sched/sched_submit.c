@@ -315,6 +315,8 @@ static void request_sampling(const kvt_server *s, const kvt_api_request *a, srv_
     r->max_tokens = KVT_MIN(want, room);
     r->sp = kvt_sampler_default_params();
     r->ignore_eos = a->ignore_eos;
+    r->n_indent = a->n_indent;
+    r->t_max_predict_ms = a->t_max_predict_ms;
     r->logprobs = a->logprobs;
     r->top_logprobs = a->top_logprobs;
     r->sp.temp = a->has_temperature ? a->temperature : s->p.default_temperature;
