@@ -417,7 +417,8 @@ enum MHD_Result kvt_srv_handle_admin(kvt_server *s, struct MHD_Connection *c, co
 /* llama-server's routes (handlers_llama.c): POST /completion, /apply-template, GET /slots; and
  * /v1/completions bodies with several prompts or echo, which kvt_srv_handle_generate hands on */
 enum MHD_Result kvt_srv_handle_llama(kvt_server *s, struct MHD_Connection *c, conn_state *cs);
-/* Whether a /v1/completions body needs kvt_srv_handle_llama: a prompt array of several prompts, or echo. */
+/* Whether a /v1/completions body needs kvt_srv_handle_llama: a prompt array of several prompts, echo, or a
+ * suffix to fill in the middle before. */
 int kvt_srv_completion_is_multi(const conn_state *cs);
 /* POST /v1/embeddings and /embedding (handlers_embed.c) */
 enum MHD_Result kvt_srv_handle_embeddings(kvt_server *s, struct MHD_Connection *c, struct conn_state *cs);

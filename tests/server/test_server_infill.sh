@@ -9,6 +9,8 @@
 #   prefix's last 3/4 of a 2,048-token batch, the suffix's first quarter less
 #   the prompt, the extras' last tokens the context leaves; --spm-infill
 #   writes the suffix first; mixed arrays of text and ids;
+# - OpenAI's suffix on /v1/completions: the prompt and suffix whole, as the
+#   ids /completion would be given for that layout;
 # - a model without FIM tokens is a 501, bad fields 400s naming them;
 # - a second request with another suffix reuses the cached extras and prefix,
 #   and greedy output with that hit equals a cold run's; streamed text joins
@@ -35,6 +37,8 @@ post /infill '{"input_prefix": "a", "input_suffix": "b"}'
 check "a vocabulary without FIM tokens: 501" is "$CODE" 501
 check "... naming the three it lacks" \
   grep -q 'no fill-in-the-middle prefix, suffix, middle token' "$TMP/body"
+post /v1/completions '{"prompt": "a", "suffix": "b", "max_tokens": 1}'
+check "... and so is a /v1/completions suffix" is "$CODE" 501
 kvt_stop_server plain
 
 # ---- the layout ------------------------------------------------------------------------------------
@@ -75,6 +79,18 @@ check "... (which was cold)" is "$(jb .timings.cache_n)" 0
 curl -s -m 60 -N "$URL/infill" -d "$(BODY '\nf(2)' ', "stream": true')" >"$TMP/sse"
 check "streamed, the pieces join to the same text" \
   is "$(sed -n 's/^data: //p' "$TMP/sse" | grep -v '^\[DONE\]' | jq -rj '.content // empty')" "$WARM"
+
+# ---- OpenAI's suffix on /v1/completions: the prompt and suffix whole, no extra context ---------------
+post /v1/completions '{"prompt": "def f():\n    ", "suffix": "\nf()\n", "max_tokens": 6, "temperature": 0}'
+SUFFIXED=$(jb -c '.choices[0].text')
+check "/v1/completions with a suffix: BOS, PRE, 13, SUF, 5, MID: 22 prompt tokens" is "$(jb .usage.prompt_tokens)" 22
+post /tokenize '{"content": "<|fim_prefix|>def f():\n    <|fim_suffix|>\nf()\n<|fim_middle|>", "add_special": true, "parse_special": true}'
+post /completion "{\"prompt\": $(jb -c .tokens), \"n_predict\": 6, \"temperature\": 0}"
+check "... the text /completion gives for those ids" is "$(jb -c .content)" "$SUFFIXED"
+post /v1/completions '{"prompt": ["a", "b"], "suffix": "x", "max_tokens": 1}'
+check "... a prompt array with a suffix: a 400 naming suffix" is "$CODE $(jb .error.param)" "400 suffix"
+post /v1/completions '{"prompt": "a", "suffix": "x", "echo": true, "max_tokens": 1}'
+check "... echo with a suffix: a 400 naming echo" is "$CODE $(jb .error.param)" "400 echo"
 
 # ---- bad requests ------------------------------------------------------------------------------------
 post /infill '{"input_suffix": "b"}'

@@ -150,10 +150,11 @@ int kvt_api_infill_ids(const kvt_tokenizer *tok, const cJSON *root, const kvt_ap
     else if (cJSON_IsString(p)) rc = push_text(tok, &prompt, p->valuestring, strlen(p->valuestring), 1, "prompt", err);
     if (!rc) rc = push_part(tok, &prefix, root, "input_prefix", err);
     if (!rc) rc = push_part(tok, &suffix, root, "input_suffix", err);
-    if (!rc) rc = push_extra(tok, &extra, root, err);
+    if (!rc && sh->n_batch > 0) rc = push_extra(tok, &extra, root, err);
     if (!rc) {
         int64_t nb = sh->n_batch, take_pre = KVT_MIN((int64_t)prefix.n, 3 * (nb / 4));
         int64_t take_suf = KVT_MIN((int64_t)suffix.n, KVT_MAX(0, nb / 4 - (2 + (int64_t)prompt.n)));
+        if (nb <= 0) take_pre = (int64_t)prefix.n, take_suf = (int64_t)suffix.n;
         int64_t take_extra = KVT_MIN(KVT_MAX(0, (int64_t)sh->n_ctx - nb - 2 * (int64_t)sh->n_predict), (int64_t)extra.n);
         ids_t head = {0}, tail = {0}; /* [PRE] prefix prompt and [SUF] suffix */
         push(&head, kvt_tokenizer_fim(tok, KVT_FIM_PRE));

@@ -22,7 +22,8 @@
  * extra chunks' last tokens. */
 typedef struct {
     int32_t n_ctx;     /* tokens of a sequence's context */
-    int32_t n_batch;   /* llama-server's batch (its -b, 2048 by default) */
+    int32_t n_batch;   /* llama-server's batch (its -b, 2048 by default); 0: the prefix and suffix whole and
+                          no extra context (/v1/completions' suffix) */
     int32_t n_predict; /* the server's default reply length (-n; -1: none) */
     int spm;           /* --spm-infill: the suffix before the prefix, as some models are trained */
 } kvt_api_infill_shape;

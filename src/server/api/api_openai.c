@@ -680,6 +680,11 @@ void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc) {
             if (depth == 1 && k < n && b[k] == ':') {
                 prompt_key = j - i - 1 == 6 && !memcmp(b + i + 1, "prompt", 6);
                 if (j - i - 1 == 4 && !memcmp(b + i + 1, "echo", 4)) sc->echo_true = next_char(b, k + 1, n) == 't';
+                if (j - i - 1 == 6 && !memcmp(b + i + 1, "suffix", 6)) {
+                    size_t v = k + 1;
+                    while (v < n && json_space(b[v])) v++;
+                    sc->suffix_text = v + 1 < n && b[v] == '"' && b[v + 1] != '"';
+                }
             }
             i = j;
         } else if (c == '{' || c == '[') {

@@ -206,6 +206,7 @@ typedef struct {
     char prompt_first;   /* the first byte of that array's first item ('"', '[', a digit), or 0 */
     int prompt_mixed;    /* that array holds both a string and a number (one mixed prompt) */
     int echo_true;       /* the top-level "echo" is true */
+    int suffix_text;     /* the top-level "suffix" is a string other than "" (fill in the middle) */
 } kvt_api_body_scan;
 void kvt_api_scan_body(const char *b, size_t n, kvt_api_body_scan *sc);
 

@@ -52,7 +52,7 @@ static int several_prompts(const cJSON *p) {
 int kvt_srv_completion_is_multi(const conn_state *cs) {
     kvt_api_body_scan sc; /* from the raw text: a body of many token ids is refused before it is parsed */
     kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
-    return sc.echo_true ||
+    return sc.echo_true || sc.suffix_text ||
         (!sc.prompt_mixed && (sc.prompt_first == '[' || (sc.prompt_first == '"' && sc.prompt_items > 1)));
 }
 
@@ -395,26 +395,46 @@ static char *openai_json(kvt_server *s, const batch *b) {
 }
 
 /* POST /completion and the /v1/completions bodies kvt_srv_completion_is_multi picks. */
-/* An /infill body as the /completion body it runs as: its "prompt" the FIM prompt's ids, without the input_
- * fields (malloc'd, in *out). 0, or -1 with *err. */
+/* A /v1/completions request's prompt and suffix as the fields of an /infill body, in *parts: the prompt
+ * must be one string. 0, or -1 with *err. */
+static int suffix_parts(const cJSON *root, cJSON **parts, kvt_api_error *err) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
+                *x = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (!cJSON_IsString(p))
+        return kvt_api_errorf(err, 400, INVALID, "suffix", "unsupported_value",
+                              "'suffix' fills in the middle after one prompt given as a string");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "echo")))
+        return kvt_api_errorf(err, 400, INVALID, "echo", "unsupported_value", "'echo' is not supported with 'suffix'");
+    *parts = cJSON_CreateObject();
+    cJSON_AddStringToObject(*parts, "input_prefix", p->valuestring);
+    cJSON_AddStringToObject(*parts, "input_suffix", x->valuestring);
+    return 0;
+}
+
+/* An /infill body, or a /v1/completions body with a suffix, as the completion body it runs as: its
+ * "prompt" the FIM prompt's ids, without the fields that made it (malloc'd, in *out). /v1/completions
+ * takes its prompt and suffix whole, with no extra context. 0, or -1 with *err. */
 static int infill_body(kvt_server *s, const conn_state *cs, char **out, kvt_api_error *err) {
     *out = NULL;
-    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
-    int rc = 0;
+    cJSON *root = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len), *parts = NULL;
+    int rc = 0, openai = cs->r == R_COMPLETIONS;
     if (!cJSON_IsObject(root))
         rc = kvt_api_errorf(err, 400, INVALID, NULL, "invalid_json", "the request body must be a JSON object");
-    if (!rc) rc = kvt_api_check_types(KVT_BODY_INFILL, root, err) ? -1 : 0;
+    if (!rc) rc = kvt_api_check_types(openai ? KVT_BODY_COMPLETION : KVT_BODY_INFILL, root, err) ? -1 : 0;
+    if (!rc && openai) rc = suffix_parts(root, &parts, err);
     int32_t *ids = NULL;
     size_t n = 0;
     kvt_api_infill_shape sh = {.n_ctx = s->n_ctx,
-                               .n_batch = KVT_INFILL_BATCH,
+                               .n_batch = openai ? 0 : KVT_INFILL_BATCH,
                                .n_predict = s->p.default_max_tokens > 0 ? s->p.default_max_tokens : -1,
                                .spm = s->p.spm_infill};
-    if (!rc) rc = kvt_api_infill_ids(s->tok, root, &sh, &ids, &n, err) ? -1 : 0;
+    if (!rc) rc = kvt_api_infill_ids(s->tok, parts ? parts : root, &sh, &ids, &n, err) ? -1 : 0;
+    cJSON_Delete(parts);
     if (!rc) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, "input_prefix");
         cJSON_DeleteItemFromObjectCaseSensitive(root, "input_suffix");
         cJSON_DeleteItemFromObjectCaseSensitive(root, "input_extra");
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "suffix");
         cJSON_DeleteItemFromObjectCaseSensitive(root, "prompt");
         cJSON *arr = cJSON_AddArrayToObject(root, "prompt");
         for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
@@ -429,7 +449,9 @@ static enum MHD_Result handle_completion(kvt_server *s, struct MHD_Connection *c
     batch b = {.native = cs->r == R_LLAMA_COMPLETION || cs->r == R_INFILL};
     kvt_api_error err;
     char *infill = NULL;
-    int rc = cs->r == R_INFILL ? infill_body(s, cs, &infill, &err) : 0;
+    kvt_api_body_scan sc;
+    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    int rc = cs->r == R_INFILL || (cs->r == R_COMPLETIONS && sc.suffix_text) ? infill_body(s, cs, &infill, &err) : 0;
     const char *body = infill ? infill : cs->body ? cs->body : "";
     rc = rc || split(s, body, infill ? strlen(infill) : cs->len, &b, &err) || submit(s, c, cs, &b, &err);
     free(infill);
