@@ -90,7 +90,7 @@ static const kvt_cli_opt run_opts[] = {
      KVT_CLI_MIN_OPEN, KVT_CLI_RANGE(KVT_CLI_NUM, 0, 1)},
     {R_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the order of the sampling steps, as llama.cpp's --samplers: names\nseparated by ';' or ',' (penalties, dry, "
-     "top_k, typ_p, top_p, min_p,\nxtc, temperature) or their letters (e d k y p m x t, as\n--sampling-seq: "
+     "top_k, typ_p, top_p, min_p,\nxtc, temperature, infill) or their letters (e d k y p m x t i,\nas --sampling-seq: "
      "\"kpt\"); a step left out is not applied (default: penalties,\ndry, top_k, typ_p, min_p, xtc, temperature, "
      "top_p)",
      0, KVT_CLI_PLAIN},
@@ -297,7 +297,8 @@ typedef struct {
     kvt_engine *e;
     kvt_cache *cache; /* NULL with --no-cache */
     kvt_sampler *smp;
-    run_pin *pins; /* made by "pin" lines, released at the end */
+    kvt_infill_vocab *infill; /* the infill step's vocabulary, where --samplers names it */
+    run_pin *pins;            /* made by "pin" lines, released at the end */
     size_t n_pins;
 } run_ctx;
 
@@ -393,6 +394,8 @@ static int open_runtime(run_ctx *c, const char *model_path) {
             ? kvt_tokens_containing(c->m->tok, c->info.n_vocab, x->dry_breakers.s, x->dry_breakers.n)
             : kvt_tokens_containing(c->m->tok, c->info.n_vocab, kvt_dry_default_breakers, KVT_DRY_DEFAULT_BREAKERS);
     c->sp.dry_breaker = brk;
+    if (kvt_sampler_order_has(&c->sp, KVT_SAMPLE_INFILL))
+        c->sp.infill = c->infill = kvt_infill_vocab_new(c->m->tok, c->info.n_vocab);
     c->smp = kvt_sampler_new(c->sp, c->info.n_vocab); /* copies brk */
     free(brk);
     c->sp.dry_breaker = NULL;
@@ -557,6 +560,7 @@ static void run_ctx_free(run_ctx *c) {
     }
     free(c->pins);
     kvt_sampler_free(c->smp);
+    kvt_infill_vocab_free(c->infill);
     kvt_cache_free(c->cache);
     kvt_engine_free(c->e);
     kvt_model_free(c->m);

@@ -62,7 +62,7 @@ static const kvt_cli_opt compat_opts[] = {
      0, KVT_CLI_RANGE(KVT_CLI_NUM, -MAX_PENALTY, MAX_PENALTY)},
     {C_SAMPLERS, 0, "samplers", "sampling-seq", "LIST",
      "the sampler order of a request that sends no \"samplers\": names\nseparated by ';' or ',' (penalties, dry, top_k, "
-     "typ_p, top_p,\nmin_p, xtc, temperature) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
+     "typ_p, top_p,\nmin_p, xtc, temperature, infill) or their letters (\"kpt\"), read as a\nrequest's \"samplers\" is "
      "(default: penalties, dry, top_k,\ntyp_p, min_p, xtc, temperature, top_p). A request's own samplers win",
      0, KVT_CLI_PLAIN},
     {C_SPM_INFILL, 0, "spm-infill", NULL, NULL,

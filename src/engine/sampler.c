@@ -49,6 +49,10 @@ struct kvt_sampler {
     int32_t *dry_z;   /* (cap_dry) the history's repeats of its own end, by distance */
     int32_t *dry_len; /* (n_vocab) the longest repeat a token would extend, zero between calls */
     double mu;        /* Mirostat's running bound on surprise, in bits */
+    int infill;       /* the order has the infill step and params.infill is given */
+    double *ip;       /* (n_vocab) the infill step's probabilities */
+    uint8_t *ikeep;   /* (n_vocab) and what it keeps */
+    int32_t *iids;    /* (n_vocab) the candidates' ids for it */
 };
 
 /* kvtier's own order, the one it always had: penalties on the whole
@@ -75,6 +79,8 @@ static int has_step(const kvt_sampler_params *p, kvt_sample_step want) {
         if (st[i] == want) return 1;
     return 0;
 }
+
+int kvt_sampler_order_has(const kvt_sampler_params *p, int st) { return has_step(p, (kvt_sample_step)st); }
 
 static int typical_on(const kvt_sampler_params *p) { return p->typical_p > 0 && p->typical_p < 1; }
 static int xtc_on(const kvt_sampler_params *p) { return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f; }
@@ -139,6 +145,12 @@ kvt_sampler *kvt_sampler_new(kvt_sampler_params params, int32_t n_vocab) {
         s->seen_ids = kvt_xmalloc((size_t)n_vocab * sizeof *s->seen_ids);
     }
     if (typical_on(&s->p)) s->aux = kvt_xmalloc((size_t)n_vocab * sizeof *s->aux);
+    s->infill = params.infill && has_step(&params, KVT_SAMPLE_INFILL);
+    if (s->infill) {
+        s->ip = kvt_xmalloc((size_t)n_vocab * sizeof *s->ip);
+        s->ikeep = kvt_xmalloc((size_t)n_vocab);
+        s->iids = kvt_xmalloc((size_t)n_vocab * sizeof *s->iids);
+    }
     s->dry = params.dry_multiplier != 0 && params.dry_base >= 1 && params.dry_penalty_last_n != 0 &&
         has_step(&params, KVT_SAMPLE_DRY);
     if (s->dry) {
@@ -321,6 +333,9 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->count);
     free(s->work);
     free(s->aux);
+    free(s->ip);
+    free(s->ikeep);
+    free(s->iids);
     free(s->tmp);
     free(s->seen);
     free(s->seen_ids);
@@ -625,6 +640,28 @@ static void temperature(kvt_sampler *s, cands *k) {
     k->probs = 0;
 }
 
+/* llama.cpp's infill step (sampler_infill.c) on the candidates, which keep their order; where no text
+ * token is likely enough, the end-of-turn token alone. */
+static void infill(kvt_sampler *s, cands *k) {
+    rank(s, k);
+    softmax(s, k);
+    for (int32_t i = 0; i < k->n; i++) {
+        s->ip[i] = s->prob[i] / k->sum;
+        s->iids[i] = s->c[i].id;
+    }
+    int32_t kept = kvt_infill_keep(s->p.infill, s->iids, s->ip, k->n, s->ikeep);
+    if (!kept && s->p.infill->eot >= 0 && s->p.infill->eot < s->n_vocab) {
+        s->c[0] = (cand){1.0, s->p.infill->eot};
+        k->n = 1;
+    } else if (kept) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < k->n; i++)
+            if (s->ikeep[i]) s->c[m++] = s->c[i];
+        k->n = m;
+    }
+    k->probs = 0;
+}
+
 /* One step of the order on the candidates. */
 static void step(kvt_sampler *s, cands *k, uint8_t st) {
     switch (st) {
@@ -655,6 +692,9 @@ static void step(kvt_sampler *s, cands *k, uint8_t st) {
         break;
     case KVT_SAMPLE_XTC:
         if (xtc_on(&s->p)) xtc(s, k);
+        break;
+    case KVT_SAMPLE_INFILL:
+        if (s->infill) infill(s, k);
         break;
     case KVT_SAMPLE_DRY:
         if (s->dry) {
@@ -716,7 +756,7 @@ static int32_t mirostat(kvt_sampler *s, cands *k) {
 
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
     /* greedy picks the most likely token, unless a step that may drop it comes first or the temperature is dynamic */
-    int plain_greedy = !typical_on(&s->p) && !xtc_on(&s->p) && !(s->p.dynatemp_range > 0);
+    int plain_greedy = !typical_on(&s->p) && !xtc_on(&s->p) && !(s->p.dynatemp_range > 0) && !s->infill;
     if (s->p.temp <= 0.0f && (plain_greedy || s->p.mirostat))
         return returned(s, kvt_argmax(adjusted(s, raw, 1), s->n_vocab));
     const float *logits = adjusted(s, raw, s->p.mirostat != 0);
@@ -726,5 +766,9 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *raw) {
     int32_t n_steps;
     const uint8_t *steps = steps_of(&s->p, &n_steps);
     for (int32_t i = 0; i < n_steps; i++) step(s, &k, steps[i]);
+    if (s->p.temp <= 0.0f && !(s->p.dynatemp_range > 0)) { /* greedy whatever the order: the best left */
+        rank(s, &k);
+        return returned(s, s->c[0].id);
+    }
     return returned(s, s->c[draw(s, &k)].id);
 }

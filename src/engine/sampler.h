@@ -30,10 +30,20 @@ typedef enum {
     KVT_SAMPLE_TYPICAL, /* locally typical sampling (typical_p) */
     KVT_SAMPLE_XTC,     /* exclude top choices (xtc_probability, xtc_threshold) */
     KVT_SAMPLE_DRY,     /* "don't repeat yourself" (dry_multiplier, ...) */
+    KVT_SAMPLE_INFILL,  /* llama.cpp's fill-in-the-middle filter (params.infill); only where an order names it */
     KVT_SAMPLE_STEP_COUNT
 } kvt_sample_step;
 
 #define KVT_SAMPLER_MAX_STEPS 32 /* steps in a given order (one may repeat, as in llama.cpp's chain) */
+
+/* What llama.cpp's "infill" step needs of the vocabulary (kvt_infill_vocab_new). */
+typedef struct {
+    uint8_t *eog;  /* (n) 1 for a token that ends generation */
+    uint32_t *off; /* (n + 1) token i's text (special tokens empty) is bytes[off[i]..off[i + 1]) */
+    char *bytes;
+    int32_t n;   /* ids covered; a candidate past them is text with no bytes */
+    int32_t eot; /* the one token left where no text token is likely enough (EOT, else EOS); -1: none */
+} kvt_infill_vocab;
 
 typedef struct {
     float temp;    /* <= 0: greedy (argmax, ties to the lowest id) */
@@ -73,12 +83,14 @@ typedef struct {
     /* DRY: a token that would extend a repeat of n >= dry_allowed_length tokens of the history (the
      * prompt, given by kvt_sampler_prompt, and the reply) loses dry_multiplier * dry_base^(n -
      * dry_allowed_length) from its logit. A repeat never runs across a sequence breaker. */
-    float dry_multiplier;       /* 0: off */
-    float dry_base;             /* below 1: off */
-    int32_t dry_allowed_length; /* repeats shorter than this are free */
-    int32_t dry_penalty_last_n; /* the last N tokens of the history are scanned; -1: all of it; 0: off */
-    const uint8_t *dry_breaker; /* (n_vocab) nonzero for a token whose text holds a sequence breaker; it is
+    float dry_multiplier;           /* 0: off */
+    float dry_base;                 /* below 1: off */
+    int32_t dry_allowed_length;     /* repeats shorter than this are free */
+    int32_t dry_penalty_last_n;     /* the last N tokens of the history are scanned; -1: all of it; 0: off */
+    const uint8_t *dry_breaker;     /* (n_vocab) nonzero for a token whose text holds a sequence breaker; it is
                                    never penalized; NULL: none. Copied by kvt_sampler_new */
+    const kvt_infill_vocab *infill; /* the infill step's vocabulary (not copied: it must outlive the
+                                       sampler); NULL: the step keeps every candidate */
     /* The order of the steps. has_steps 0 (the default): penalties, DRY,
      * top-k, typical, min-p, XTC, temperature, top-p. Else steps[0..n_steps) (kvt_sample_step
      * values; n_steps may be 0): a step not listed is not applied, one listed
@@ -145,5 +157,23 @@ uint32_t kvt_sampler_rand(kvt_sampler *s);
  * 0..n-1 of logits by logit, largest first, ties to the lower id (-0 equal
  * to +0; logits at -inf last, in id order too). */
 void kvt_sampler_rank(const double *logits, int32_t n, int32_t *order);
+
+/* Whether the order p runs (its own, or the default one) has step st. */
+int kvt_sampler_order_has(const kvt_sampler_params *p, int st);
+
+/* The infill step's view of tok for a sampler of n_ids logits (malloc'd; free
+ * with kvt_infill_vocab_free). */
+struct kvt_tokenizer;
+kvt_infill_vocab *kvt_infill_vocab_new(const struct kvt_tokenizer *tok, int32_t n_ids);
+void kvt_infill_vocab_free(kvt_infill_vocab *v);
+
+/* llama.cpp's infill step on n candidates (ids, probabilities p that sum to 1,
+ * most likely first): mostly end-of-generation tokens left, only they stay;
+ * else a token whose text begins another's gives it its probability or takes
+ * it (the likelier keeps both), and of the text tokens those at 0.2 and up,
+ * then those at 1/(count + 1) and up after renormalizing, stay with every
+ * end-of-generation token. Marks keep[i]; returns how many stay, or 0 where
+ * no text token reached 0.2 (v->eot is then the one token). p is changed. */
+int32_t kvt_infill_keep(const kvt_infill_vocab *v, const int32_t *ids, double *p, int32_t n, uint8_t *keep);
 
 #endif

@@ -349,6 +349,11 @@ static void load_specials(kvt_tokenizer *t, const kvt_gguf *g) {
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (eot >= 0) t->eog[eot] = 1;
     if (eom >= 0) t->eog[eom] = 1;
+    static const char *const eot_texts[] = {"<|eot_id|>",    "<|im_end|>",    "<|end|>",
+                                            "<end_of_turn>", "<|endoftext|>", "<EOT>"};
+    t->eot = eot;
+    for (size_t i = 0; i < KVT_ARRAY_LEN(eot_texts) && t->eot < 0; i++)
+        t->eot = kvt_tok_lookup(t, eot_texts[i], strlen(eot_texts[i]));
     load_fim(t, g);
 
     len_id *order = kvt_xmalloc((size_t)t->n_vocab * sizeof *order);
@@ -438,6 +443,7 @@ void kvt_tokenizer_free(kvt_tokenizer *t) {
 int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t) { return t->n_vocab; }
 int32_t kvt_tokenizer_bos(const kvt_tokenizer *t) { return t->bos; }
 int32_t kvt_tokenizer_eos(const kvt_tokenizer *t) { return t->eos; }
+int32_t kvt_tokenizer_eot(const kvt_tokenizer *t) { return t->eot; }
 int32_t kvt_tokenizer_fim(const kvt_tokenizer *t, int which) {
     return which >= 0 && which < KVT_FIM_COUNT ? t->fim[which] : -1;
 }

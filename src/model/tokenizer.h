@@ -52,6 +52,10 @@ enum { KVT_FIM_PRE, KVT_FIM_SUF, KVT_FIM_MID, KVT_FIM_PAD, KVT_FIM_REP, KVT_FIM_
  * <fim-prefix>, DeepSeek's and CodeLlama's <PRE>, ...). PAD, REP and SEP end
  * generation, as in llama.cpp. */
 int32_t kvt_tokenizer_fim(const kvt_tokenizer *t, int which);
+/* The end-of-turn token: tokenizer.ggml.eot_token_id, else the first of
+ * <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, <EOT> the
+ * vocabulary has; -1 if none. */
+int32_t kvt_tokenizer_eot(const kvt_tokenizer *t);
 /* 1 if tok ends generation (eos, eot, eom, <|im_end|>, <|eot_id|>, <|end|>,
  * <|endoftext|>, ...), else 0 (also for an invalid id). */
 int kvt_tokenizer_is_eog(const kvt_tokenizer *t, int32_t tok);

@@ -45,7 +45,7 @@ struct kvt_tokenizer {
     int32_t *slots; /* open-addressing hash: token text -> id; -1 = empty */
     uint64_t slot_mask;
 
-    int32_t bos, eos, unk;
+    int32_t bos, eos, unk, eot;
     int32_t fim[KVT_FIM_COUNT]; /* fill-in-the-middle tokens (kvt_tokenizer_fim), -1 where none */
     int add_bos, add_eos, add_space_prefix, ignore_merges;
     uint8_t *eog;     /* n_vocab flags */

@@ -61,6 +61,7 @@ static void server_free(kvt_server *s) {
     free(s->queue);
     free(s->logits);
     kvt_jg_vocab_free(s->jg_vocab);
+    kvt_infill_vocab_free(s->infill_vocab);
     free(s->jg_mask);
     free(s->jg_logits);
     free(s->jg_refused);

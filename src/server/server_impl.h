@@ -294,11 +294,12 @@ struct kvt_server {
     /* engine thread only */
     slot *slots;
     uint64_t n_admitted;
-    float *logits;          /* (parallel + 1, n_vocab) */
-    kvt_jg_vocab *jg_vocab; /* the vocabulary for grammars, built on first use */
-    uint8_t *jg_mask;       /* (n_vocab) tokens a grammar allows now */
-    float *jg_logits;       /* (n_vocab) the logits with the others at -inf */
-    int32_t *jg_refused;    /* (n_vocab) the tokens a lazy grammar refuses before its trigger */
+    float *logits;                  /* (parallel + 1, n_vocab) */
+    kvt_jg_vocab *jg_vocab;         /* the vocabulary for grammars, built on first use */
+    kvt_infill_vocab *infill_vocab; /* the infill sampler step's, built by the engine thread on first use */
+    uint8_t *jg_mask;               /* (n_vocab) tokens a grammar allows now */
+    float *jg_logits;               /* (n_vocab) the logits with the others at -inf */
+    int32_t *jg_refused;            /* (n_vocab) the tokens a lazy grammar refuses before its trigger */
     int32_t *b_tok, *b_seq;
     int8_t *b_want;
     int8_t *b_hid; /* (max batch) the rows whose hidden state an embedding pools */

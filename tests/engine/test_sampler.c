@@ -77,6 +77,51 @@ static void test_prompt_penalties(void) {
     kvt_sampler_free(s);
 }
 
+/* llama.cpp's infill step: a vocabulary of 8 pieces, id 3 ending generation. */
+static void test_infill(void) {
+    static const char bytes[] = "aabbxxyxyzc"; /* a, ab, b, (end), x, xy, xyz, c */
+    uint32_t off[9] = {0, 1, 3, 4, 4, 5, 7, 10, 11};
+    uint8_t eog[8] = {0, 0, 0, 1, 0, 0, 0, 0};
+    kvt_infill_vocab v = {.eog = eog, .off = off, .bytes = (char *)bytes, .n = 8, .eot = 3};
+    /* "a" takes "ab" (.55), "xy" takes "xyz" (.20) and then "x" (.30); "c" and "b" are under 0.2; of .87 left,
+     * "a" (.63) and "xy" (.345) pass 1/3; the end stays */
+    int32_t ids[8] = {0, 1, 5, 4, 7, 6, 2, 3};
+    double p[8] = {.30, .25, .15, .10, .09, .05, .04, .02};
+    uint8_t keep[8];
+    int32_t kept = kvt_infill_keep(&v, ids, p, 8, keep);
+    CHECKF(kept == 3 && keep[0] && keep[2] && keep[7] && !keep[1] && !keep[3] && !keep[4] && !keep[5] && !keep[6],
+           "infill kept %d: %d%d%d%d%d%d%d%d", kept, keep[0], keep[1], keep[2], keep[3], keep[4], keep[5], keep[6],
+           keep[7]);
+    CHECKF(fabs(p[0] - .55) < 1e-12 && fabs(p[2] - .30) < 1e-12, "merged %.17g %.17g", p[0], p[2]);
+    /* the end at .10 of 8 candidates: 3 x .10 x 8 > .90, only the end stays */
+    double q[8] = {.20, .15, .15, .10, .10, .10, .10, .10};
+    int32_t ids2[8] = {0, 2, 4, 3, 7, 1, 5, 6};
+    kept = kvt_infill_keep(&v, ids2, q, 8, keep);
+    CHECKF(kept == 1 && keep[3], "infill with a likely end kept %d", kept);
+    /* no text token reaches 0.2 (none begins another): 0, the end-of-turn token alone */
+    double r[5] = {.19, .19, .19, .19, .01}; /* the end: 3 x .01 x 5 is not above .76 */
+    int32_t ids3[5] = {0, 2, 4, 7, 3};
+    CHECK(kvt_infill_keep(&v, ids3, r, 5, keep) == 0);
+    /* in an order: "ab" (p .40) takes "a" (.36), "xy" (.22) takes "xyz" and "x" but stays under 1/3 of what
+     * passes 0.2, so "ab" and the end (p 4e-5) are left; greedy takes "ab" */
+    static const float lg[8] = {1.0f, 1.1f, -3.0f, -9.0f, -3.0f, 0.5f, -3.0f, -3.0f};
+    kvt_sampler_params ip = {.temp = 0, .infill = &v, .has_steps = 1, .n_steps = 1, .steps = {KVT_SAMPLE_INFILL}};
+    kvt_sampler *s = kvt_sampler_new(ip, 8);
+    int32_t got = kvt_sampler_sample(s, lg);
+    CHECKF(got == 1, "greedy over what infill keeps: %d", got);
+    kvt_sampler_free(s);
+    ip.temp = 1.0f;
+    ip.seed = 4;
+    s = kvt_sampler_new(ip, 8);
+    int only = 1;
+    for (int i = 0; i < 200; i++) {
+        int32_t t = kvt_sampler_sample(s, lg);
+        only &= t == 1 || t == 3;
+    }
+    kvt_sampler_free(s);
+    CHECK(only);
+}
+
 /* The order of the steps (llama.cpp's samplers): kvtier's own order given
  * explicitly draws exactly what the default draws; each step works on what
  * the steps before it left; a step left out is not applied; greedy stays
@@ -550,6 +595,7 @@ int main(void) {
     kvt_sampler_free(sa);
 
     test_prompt_penalties();
+    test_infill();
     test_order();
     test_top_k_select();
     test_typical_xtc();

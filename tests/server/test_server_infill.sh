@@ -80,6 +80,17 @@ curl -s -m 60 -N "$URL/infill" -d "$(BODY '\nf(2)' ', "stream": true')" >"$TMP/s
 check "streamed, the pieces join to the same text" \
   is "$(sed -n 's/^data: //p' "$TMP/sse" | grep -v '^\[DONE\]' | jq -rj '.content // empty')" "$WARM"
 
+# ---- what llama.vim sends: the infill sampler, response_fields, t_max_prompt_ms ----------------------
+post /infill '{"input_prefix": "# hello world in go\n", "input_suffix": "\n", "input_extra": [], "prompt": "func",
+  "n_predict": 16, "stop": [], "n_indent": 2, "top_k": 40, "top_p": 0.90, "stream": false,
+  "samplers": ["top_k", "top_p", "infill"], "cache_prompt": true, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
+  "response_fields": ["content", "timings/prompt_n", "timings/predicted_n", "truncated", "tokens_cached", "no/such"]}'
+check "llama.vim's request: 200, the answer only the fields it asks, by path" \
+  is "$CODE $(jb -c 'keys')" '200 ["content","timings/predicted_n","timings/prompt_n","tokens_cached","truncated"]'
+check "... (a prompt of $(jb '.["timings/prompt_n"]') tokens)" gt "$(jb '.["timings/prompt_n"]')" 20
+post /infill '{"input_prefix": "a", "input_suffix": "b", "response_fields": "content"}'
+check "response_fields not an array: a 400 naming it" is "$CODE $(jb .error.param)" "400 response_fields"
+
 # ---- OpenAI's suffix on /v1/completions: the prompt and suffix whole, no extra context ---------------
 post /v1/completions '{"prompt": "def f():\n    ", "suffix": "\nf()\n", "max_tokens": 6, "temperature": 0}'
 SUFFIXED=$(jb -c '.choices[0].text')

@@ -151,7 +151,7 @@ post /completion "{$S, \"temperature\": 1.2, \"top_p\": 0.9, \"min_p\": 0.02, \"
 check "a seed replays the same text under an order" is "$CODE/$(jb .content)" "200/$ORDERED"
 post /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "samplers": ["top_k", "temperature"]}'
 check "chat takes samplers too" is "$CODE" 200
-for bad in '"kz"' '["top_k", "nucleus"]' '[7]' '5' '{"a": 1}' '"i"' '["infill"]' '"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"'; do
+for bad in '"kz"' '["top_k", "nucleus"]' '[7]' '5' '{"a": 1}' '"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"'; do
   post /completion "{\"prompt\": \"Hello\", \"n_predict\": 1, \"samplers\": $bad}"
   want=samplers
   [ "$bad" = '[7]' ] && want='samplers[0]' # an item of the wrong type is named by its place
@@ -236,7 +236,10 @@ check "run --samplers kt: the server's text under that order" is "$("$BIN" "${RU
 check "... the same as names" is "$("$BIN" "${RUNA[@]}" --samplers 'top_k;temperature' 2>/dev/null | ascii)" "$SRV_KT_A"
 check "... and as \$KVTIER_SAMPLERS" is "$(KVTIER_SAMPLERS=top_k,temperature "$BIN" "${RUNA[@]}" 2>/dev/null | ascii)" "$SRV_KT_A"
 check "run without it: the default order's text" is "$("$BIN" "${RUNA[@]}" 2>/dev/null | ascii)" "$SRV_DEF_A"
-for bad in 'kz' 'top_k;nucleus' 'top_k;' 'i' "$(printf 'k%.0s' $(seq 33))"; do
+post /completion "{$S, $V, \"samplers\": \"kti\"}"
+check "run --samplers kti: the server's text under llama.cpp's infill step too" \
+  is "$("$BIN" "${RUNA[@]}" --samplers kti 2>/dev/null | ascii)" "$(jb .content | ascii)"
+for bad in 'kz' 'top_k;nucleus' 'top_k;' "$(printf 'k%.0s' $(seq 33))"; do
   check "run --samplers '$bad' is a usage error" expect_rc 2 "$BIN" "${RUNA[@]}" --samplers "$bad"
   check "... naming the flag" grep -q "kvtier run: --samplers " "$TMP/out"
 done

@@ -45,8 +45,9 @@ static const audit_field AUDIT[] = {
     {"service_tier", AUDIT_ACCEPT, 0, NULL},
     {"safety_identifier", AUDIT_ACCEPT, 0, NULL},
     {"prompt_cache_key", AUDIT_ACCEPT, 0, NULL},
-    {"prediction", AUDIT_ACCEPT, 0, NULL},   /* predicted outputs speed up; the output stays the same */
-    {"cache_prompt", AUDIT_ACCEPT, 0, NULL}, /* llama.cpp: kvtier always caches */
+    {"prediction", AUDIT_ACCEPT, 0, NULL},      /* predicted outputs speed up; the output stays the same */
+    {"cache_prompt", AUDIT_ACCEPT, 0, NULL},    /* llama.cpp: kvtier always caches */
+    {"t_max_prompt_ms", AUDIT_ACCEPT, 0, NULL}, /* llama-server b4748 reads it not (code-completion clients send it) */
     /* not supported yet: refused unless neutral */
     {"best_of", AUDIT_NUMBER, 1, "1"},
     {"echo", AUDIT_FALSE, 0, "false"},
@@ -79,8 +80,7 @@ static const audit_field AUDIT[] = {
 };
 
 /* llama.cpp's samplers: the letter of the string form, the name of the array
- * form, and the step kvtier runs for it; -1 for infill, which kvtier lacks
- * and which has no off value: it is refused. */
+ * form, and the step kvtier runs for it. */
 static const struct {
     char letter;
     const char *name;
@@ -94,7 +94,7 @@ static const struct {
     {'m', "min_p", KVT_SAMPLE_MIN_P},
     {'x', "xtc", KVT_SAMPLE_XTC},
     {'t', "temperature", KVT_SAMPLE_TEMPERATURE},
-    {'i', "infill", -1},
+    {'i', "infill", KVT_SAMPLE_INFILL},
 };
 
 static int sampler_by_letter(char c) {
@@ -109,10 +109,6 @@ static int add_sampler(kvt_api_request *r, int k, const char *what, kvt_api_erro
     if (r->n_sampler_steps == KVT_SAMPLER_MAX_STEPS)
         return kvt_api_errorf(err, 400, INVALID, "samplers", "invalid_value", "%s lists more than %d samplers", what,
                               KVT_SAMPLER_MAX_STEPS);
-    if (SAMPLERS[k].letter == 'i')
-        return kvt_api_errorf(err, 400, INVALID, "samplers", "unsupported_value",
-                              "%s lists infill, which kvtier does not have and which has no off value: leave it out",
-                              what);
     r->sampler_steps[r->n_sampler_steps++] = (uint8_t)SAMPLERS[k].step;
     return 0;
 }

@@ -67,8 +67,9 @@ static const char *const GENERATION[] = {"model",
                                          "grammar",
                                          NULL};
 static const char *const PROMPT[] = {"prompt", NULL};
-static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", "return_tokens", NULL}; /* handlers_llama.c */
-static const char *const INFILL[] = {"input_prefix", "input_suffix", "input_extra", NULL};  /* api_infill.c */
+static const char *const LLAMA_COMPLETION[] = {"prompt", "id_slot", "return_tokens", "response_fields",
+                                               NULL};                                      /* handlers_llama.c */
+static const char *const INFILL[] = {"input_prefix", "input_suffix", "input_extra", NULL}; /* api_infill.c */
 static const char *const MESSAGES[] = {"messages", "chat_template_kwargs", "reasoning_format", NULL};
 static const char *const TOKENIZE[] = {"content", "add_special", "parse_special", "with_pieces", NULL}; /* api_llama.c */
 static const char *const DETOKENIZE[] = {"tokens", NULL};

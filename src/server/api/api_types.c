@@ -199,6 +199,8 @@ static const type_rule COMPLETION[] = {
 static const type_rule LLAMA[] = {
     {"id_slot", NUM | NUL},
     {"return_tokens", BOOL | NUL},
+    {"response_fields", ARR | NUL},
+    {"response_fields[]", STR},
     {NULL, 0},
 };
 

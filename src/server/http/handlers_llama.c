@@ -28,6 +28,7 @@ typedef struct {
     int echo, stream;  /* /v1/completions: the prompt goes before each choice's text */
     int prefill;       /* /completion with n_predict 0: the prompts are evaluated into the cache, nothing generated */
     int return_tokens; /* /completion: the answer's "tokens" are the generated ids */
+    cJSON *fields;     /* /completion's response_fields: the paths the whole answer keeps, or NULL */
     int n;
     char *bodies[MAX_PROMPTS];
     srv_req *reqs[MAX_PROMPTS];
@@ -35,6 +36,7 @@ typedef struct {
 } batch;
 
 static void batch_free(kvt_server *s, batch *b) {
+    cJSON_Delete(b->fields);
     for (int i = 0; i < b->n; i++) {
         free(b->bodies[i]);
         free(b->echo_text[i]);
@@ -114,6 +116,16 @@ static int native_fields(kvt_server *s, cJSON *root, batch *b, kvt_api_error *er
     }
     cJSON_Delete(v);
     if (bad) return -1;
+    v = cJSON_DetachItemFromObjectCaseSensitive(root, "response_fields");
+    bad = v && !cJSON_IsNull(v) && !cJSON_IsArray(v);
+    for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e && !bad; e = e->next) bad = !cJSON_IsString(e);
+    if (bad) {
+        cJSON_Delete(v);
+        return kvt_api_errorf(err, 400, INVALID, "response_fields", "invalid_type",
+                              "'response_fields' must be an array of field paths such as \"timings/prompt_n\"");
+    }
+    if (cJSON_IsArray(v) && v->child) b->fields = v;
+    else cJSON_Delete(v);
     v = cJSON_DetachItemFromObjectCaseSensitive(root, "id_slot");
     bad = v && !cJSON_IsNull(v) &&
         (!cJSON_IsNumber(v) || !(v->valuedouble >= -1 && v->valuedouble < s->p.parallel) ||
@@ -322,6 +334,27 @@ char *kvt_srv_prompt_text(kvt_server *s, const srv_req *r) {
 }
 
 /* /completion's answer: one object per prompt (an array when there are several). */
+/* llama-server's response_fields: an object of the paths ("timings/prompt_n") answer holds, each under its
+ * path as a key. Takes answer. */
+static cJSON *only_fields(cJSON *answer, const cJSON *fields) {
+    cJSON *out = cJSON_CreateObject();
+    for (const cJSON *f = fields->child; f; f = f->next) {
+        const cJSON *at = answer;
+        for (const char *k = f->valuestring; at && *k;) {
+            size_t len = strcspn(k, "/");
+            const cJSON *next = NULL;
+            for (const cJSON *c = cJSON_IsObject(at) ? at->child : NULL; c && !next; c = c->next)
+                if (strlen(c->string) == len && !memcmp(c->string, k, len)) next = c;
+            at = next;
+            k += len + (k[len] == '/');
+        }
+        if (at && !cJSON_GetObjectItemCaseSensitive(out, f->valuestring))
+            cJSON_AddItemToObject(out, f->valuestring, cJSON_Duplicate(at, 1));
+    }
+    cJSON_Delete(answer);
+    return out;
+}
+
 static char *native_json(kvt_server *s, const batch *b) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; i < b->n; i++) {
@@ -332,7 +365,8 @@ static char *native_json(kvt_server *s, const batch *b) {
         a.index = i;
         char *prompt = kvt_srv_prompt_text(s, r); /* the client's own prompt, as llama-server gives it back */
         a.prompt = prompt;
-        cJSON_AddItemToArray(arr, kvt_api_llama_completion_obj(&a));
+        cJSON *obj = kvt_api_llama_completion_obj(&a);
+        cJSON_AddItemToArray(arr, b->fields ? only_fields(obj, b->fields) : obj);
         free(prompt);
     }
     cJSON *out = b->n == 1 ? cJSON_DetachItemFromArray(arr, 0) : arr;

@@ -59,6 +59,10 @@ static void slot_setup(kvt_server *s, slot *sl, srv_req *r, int32_t seq) {
     sl->n_toks = r->n_prompt;
     sl->n_fed = kvt_seq_len(s->e, seq);
     sl->admitted = s->n_admitted++;
+    if (kvt_sampler_order_has(&r->sp, KVT_SAMPLE_INFILL)) { /* the vocabulary's pieces, once per server */
+        if (!s->infill_vocab) s->infill_vocab = kvt_infill_vocab_new(s->tok, s->n_vocab);
+        r->sp.infill = s->infill_vocab;
+    }
     sl->smp = kvt_sampler_new(r->sp, s->n_vocab);
     kvt_sampler_prompt(sl->smp, r->prompt, r->n_prompt); /* DRY's history starts with the prompt */
     if ((r->grammar || r->lazy) && !s->jg_vocab) {       /* once per server, on the first request that needs it */
