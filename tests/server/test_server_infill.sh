@@ -166,6 +166,9 @@ kvt_stop_server fim
 kvt_start_server spm -m "$TMP/fim.gguf" -c 512 --spm-infill
 post /infill '{"input_prefix": "p", "input_suffix": "s", "prompt": "q", "n_predict": 1}'
 check "--spm-infill: the suffix first" is "$(jb -c .prompt)" '"<|endoftext|><|fim_suffix|>s<|fim_prefix|>pq<|fim_middle|>"'
+post /infill "{\"input_prefix\": \"$(rep a 1000)\", \"input_suffix\": \"$(rep b 300)\", \"n_predict\": 1}"
+check "a context of 512 that cannot hold llama-server's shares: the prefix's start goes, 511 tokens fed" \
+  is "$(jb .prompt)" "<|endoftext|><|fim_suffix|>$(rep b 300)<|fim_prefix|>$(rep a 207)<|fim_middle|>"
 kvt_stop_server spm
 
 # ---- DeepSeek Coder's vocabulary: FIM tokens found by their text, no file tokens --------------------

@@ -137,6 +137,32 @@ static int check_tokens(const kvt_tokenizer *tok, kvt_api_error *err) {
                           missing);
 }
 
+/* How many of the prefix's last, the suffix's first and the extra context's last tokens go in. */
+typedef struct {
+    int64_t pre, suf, extra;
+} takes;
+
+/* llama-server's shares of n_pre, n_suf and n_extra tokens, for a prompt of `fixed` other tokens (BOS, the
+ * FIM tokens, "prompt"); where the context cannot hold them and a token to generate (llama-server's shares
+ * may overflow it), fewer: of the extra context, then of the prefix's start, then of the suffix's end.
+ * Without a batch (/v1/completions), the prefix and the suffix whole. */
+static takes shares(const kvt_api_infill_shape *sh, size_t n_pre, size_t n_suf, size_t n_extra, size_t n_prompt,
+                    int64_t fixed) {
+    int64_t nb = sh->n_batch;
+    if (nb <= 0) return (takes){(int64_t)n_pre, (int64_t)n_suf, 0};
+    takes t = {KVT_MIN((int64_t)n_pre, 3 * (nb / 4)),
+               KVT_MIN((int64_t)n_suf, KVT_MAX(0, nb / 4 - (2 + (int64_t)n_prompt))),
+               KVT_MIN(KVT_MAX(0, (int64_t)sh->n_ctx - nb - 2 * (int64_t)sh->n_predict), (int64_t)n_extra)};
+    int64_t room = KVT_MAX(0, (int64_t)sh->n_ctx - 1 - fixed), over = t.pre + t.suf - room;
+    if (over > 0) {
+        int64_t d = KVT_MIN(over, t.pre);
+        t.pre -= d;
+        t.suf -= KVT_MIN(over - d, t.suf);
+    }
+    t.extra = KVT_MIN(t.extra, KVT_MAX(0, room - t.pre - t.suf));
+    return t;
+}
+
 int kvt_api_infill_ids(const kvt_tokenizer *tok, const cJSON *root, const kvt_api_infill_shape *sh, int32_t **ids,
                        size_t *n, kvt_api_error *err) {
     *ids = NULL;
@@ -152,22 +178,16 @@ int kvt_api_infill_ids(const kvt_tokenizer *tok, const cJSON *root, const kvt_ap
     if (!rc) rc = push_part(tok, &suffix, root, "input_suffix", err);
     if (!rc && sh->n_batch > 0) rc = push_extra(tok, &extra, root, err);
     if (!rc) {
-        int64_t nb = sh->n_batch, take_pre = KVT_MIN((int64_t)prefix.n, 3 * (nb / 4));
-        int64_t take_suf = KVT_MIN((int64_t)suffix.n, KVT_MAX(0, nb / 4 - (2 + (int64_t)prompt.n)));
-        if (nb <= 0) take_pre = (int64_t)prefix.n, take_suf = (int64_t)suffix.n;
-        int64_t take_extra = KVT_MIN(KVT_MAX(0, (int64_t)sh->n_ctx - nb - 2 * (int64_t)sh->n_predict), (int64_t)extra.n);
-        ids_t head = {0}, tail = {0}; /* [PRE] prefix prompt and [SUF] suffix */
-        push(&head, kvt_tokenizer_fim(tok, KVT_FIM_PRE));
-        push_n(&head, prefix.v + prefix.n - take_pre, (size_t)take_pre);
-        push_n(&head, prompt.v, prompt.n);
-        push(&tail, kvt_tokenizer_fim(tok, KVT_FIM_SUF));
-        push_n(&tail, suffix.v, (size_t)take_suf);
         int32_t bos = kvt_tokenizer_bos(tok);
         int add_bos = (kvt_tokenizer_add_special(tok) & KVT_TOK_ADD_BOS) && bos >= 0;
-        /* and never so many that the prompt leaves no token to generate (llama-server's share may) */
-        int64_t rest = add_bos + (int64_t)head.n + (int64_t)tail.n + 1;
-        take_extra = KVT_MIN(take_extra, KVT_MAX(0, (int64_t)sh->n_ctx - 1 - rest));
-        push_n(&out, extra.v + extra.n - take_extra, (size_t)take_extra);
+        takes t = shares(sh, prefix.n, suffix.n, extra.n, prompt.n, add_bos + 3 + (int64_t)prompt.n);
+        ids_t head = {0}, tail = {0}; /* [PRE] prefix prompt and [SUF] suffix */
+        push(&head, kvt_tokenizer_fim(tok, KVT_FIM_PRE));
+        push_n(&head, prefix.v + prefix.n - t.pre, (size_t)t.pre);
+        push_n(&head, prompt.v, prompt.n);
+        push(&tail, kvt_tokenizer_fim(tok, KVT_FIM_SUF));
+        push_n(&tail, suffix.v, (size_t)t.suf);
+        push_n(&out, extra.v + extra.n - t.extra, (size_t)t.extra);
         if (add_bos) push(&out, bos);
         push_n(&out, sh->spm ? tail.v : head.v, sh->spm ? tail.n : head.n);
         push_n(&out, sh->spm ? head.v : tail.v, sh->spm ? head.n : tail.n);
