@@ -307,11 +307,15 @@ check "... on completions too" is "$CODE/$(jb .error.param)" 400/stream_options
 post /v1/chat/completions "{$BASE,\"stream\":false,\"stream_options\":null}"
 check "... and stream_options null is fine" is "$CODE" 200
 # echo is supported, but not streamed
-for f in '"echo":true,"stream":true' '"best_of":3' '"suffix":"end"'; do
+for f in '"echo":true,"stream":true' '"best_of":3'; do
   post /v1/completions "{\"prompt\":\"hi\",$f}"
   name=$(sed 's/^"\([a-z_]*\)".*/\1/' <<<"$f")
   check "completions $f is a 400 naming it" is "$CODE/$(jb .error.param)" "400/$name"
 done
+post /v1/completions '{"prompt":"hi","suffix":"end"}'
+check "completions' suffix on a model without fill-in-the-middle tokens: 501" is "$CODE" 501
+post /v1/chat/completions "{$BASE,\"suffix\":\"end\"}"
+check "... chat's: a 400 naming it" is "$CODE/$(jb .error.param)" 400/suffix
 post /v1/completions '{"prompt":"hi","n_predict":4,"ignore_eos":true}'
 check "llama.cpp's n_predict is max_tokens" is "$(jb .usage.completion_tokens)" 4
 # the penalties, min_p and logit_bias are honoured

@@ -51,7 +51,7 @@ static const audit_field AUDIT[] = {
     /* not supported yet: refused unless neutral */
     {"best_of", AUDIT_NUMBER, 1, "1"},
     {"echo", AUDIT_FALSE, 0, "false"},
-    {"suffix", AUDIT_EMPTY, 0, "\"\""},
+    {"suffix", AUDIT_EMPTY, 0, "\"\" (/v1/completions and /infill fill in the middle)"},
     {"tfs_z", AUDIT_NUMBER, 1, "1"},
     {"top_n_sigma", AUDIT_AT_MOST, 0, "-1 (or any value up to 0)"},
     {"post_sampling_probs", AUDIT_FALSE, 0, "false"},
