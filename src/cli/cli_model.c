@@ -47,17 +47,17 @@ void kvt_usage_mkmodel(FILE *f) {
             "  --vocab N              vocabulary rows; 0 = the tokenizer's size [%d]\n"
             "  --ctx N                context_length metadata [%d]\n"
             "  --type T               weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
-            "                         iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k (every matrix that type),\n"
-            "                         or a llama.cpp K-quant mix: q2_k_s, q3_k_s, q3_k_m,\n"
+            "                         iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs (every matrix\n"
+            "                         that type), or a llama.cpp K-quant mix: q2_k_s, q3_k_s, q3_k_m,\n"
             "                         q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m (per-tensor types\n"
             "                         as llama-quantize picks them). Quantized as llama.cpp's\n"
             "                         reference quantizers do for the legacy types. A K type\n"
-            "                         needs rows that are multiples of 256; other rows fall\n"
-            "                         back as llama.cpp does (q4_k -> q5_0, q5_k -> q5_1,\n"
-            "                         q6_k -> q8_0, q2_k/q3_k -> iq4_nl; f16 if not a multiple\n"
-            "                         of 32). The other quantized types (q8_0, q4_0, q4_1, q5_0,\n"
-            "                         q5_1, iq4_nl) need dim, ff and heads x head dim to be\n"
-            "                         multiples of 32 and refuse other shapes [f16]\n"
+            "                         or iq4_xs needs rows that are multiples of 256; other\n"
+            "                         rows fall back as llama.cpp does (q4_k -> q5_0, q5_k ->\n"
+            "                         q5_1, q6_k -> q8_0, q2_k/q3_k/iq4_xs -> iq4_nl; f16 if\n"
+            "                         not a multiple of 32). The other quantized types (q8_0,\n"
+            "                         q4_0, q4_1, q5_0, q5_1, iq4_nl) need dim, ff and heads x\n"
+            "                         head dim to be multiples of 32 and refuse other shapes [f16]\n"
             "  --vocab-from FILE      copy the tokenizer (tokenizer.* metadata) from this GGUF;\n"
             "                         default: a built-in byte-level BPE vocabulary\n"
             "  --tied                 no output.weight: the output projection reuses token_embd\n"
@@ -96,10 +96,11 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", KVT_TYPE_F32},   {"f16", KVT_TYPE_F16},      {"bf16", KVT_TYPE_BF16}, {"q8_0", KVT_TYPE_Q8_0},
-                 {"q4_0", KVT_TYPE_Q4_0}, {"q4_1", KVT_TYPE_Q4_1},    {"q5_0", KVT_TYPE_Q5_0}, {"q5_1", KVT_TYPE_Q5_1},
-                 {"q2_k", KVT_TYPE_Q2_K}, {"q3_k", KVT_TYPE_Q3_K},    {"q4_k", KVT_TYPE_Q4_K}, {"q5_k", KVT_TYPE_Q5_K},
-                 {"q6_k", KVT_TYPE_Q6_K}, {"iq4_nl", KVT_TYPE_IQ4_NL}};
+    } types[] = {{"f32", KVT_TYPE_F32},   {"f16", KVT_TYPE_F16},       {"bf16", KVT_TYPE_BF16},
+                 {"q8_0", KVT_TYPE_Q8_0}, {"q4_0", KVT_TYPE_Q4_0},     {"q4_1", KVT_TYPE_Q4_1},
+                 {"q5_0", KVT_TYPE_Q5_0}, {"q5_1", KVT_TYPE_Q5_1},     {"q2_k", KVT_TYPE_Q2_K},
+                 {"q3_k", KVT_TYPE_Q3_K}, {"q4_k", KVT_TYPE_Q4_K},     {"q5_k", KVT_TYPE_Q5_K},
+                 {"q6_k", KVT_TYPE_Q6_K}, {"iq4_nl", KVT_TYPE_IQ4_NL}, {"iq4_xs", KVT_TYPE_IQ4_XS}};
     *mix = KVT_MIX_NONE;
     for (size_t i = 0; i < KVT_ARRAY_LEN(types); i++)
         if (!strcasecmp(s, types[i].name)) {
@@ -111,8 +112,8 @@ static int parse_type(const char *s, uint32_t *out, kvt_quant_mix *mix) {
         return 0;
     }
     fprintf(stderr,
-            "kvtier mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k..q6_k "
-            "or a K-quant mix (q4_k_m, ...), not '%s'\n",
+            "kvtier mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k..q6_k, "
+            "iq4_xs or a K-quant mix (q4_k_m, ...), not '%s'\n",
             s);
     return -1;
 }

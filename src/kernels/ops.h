@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Compute kernels for the forward pass: float conversions, the weight-matrix
  * product (F32, F16, BF16, Q8_0, the legacy weights Q4_0, Q4_1, Q5_0, Q5_1,
- * IQ4_NL and the K-quant weights Q2_K..Q6_K) and the
+ * IQ4_NL and the K-quant weights Q2_K..Q6_K and IQ4_XS) and the
  * per-token elementwise ops.
  *
  * Numerics. Every reduction follows one canonical order, the same in every
@@ -34,7 +34,7 @@
  *     lane = fma(m_j, s_j, lane), where m_0, s_0 are the min of block 2m and
  *     the activation sum s of block 2m, m_8, s_8 those of block 2m+1, and all
  *     other m_j, s_j are 0.
- *   - K types (Q2_K..Q6_K, quant_k.h): no lanes. One f32 accumulator starts at
+ *   - K types (Q2_K..Q6_K and IQ4_XS, quant_k.h): no lanes. One f32 accumulator starts at
  *     +0 and takes the super-blocks b = 0, 1, ... in order; for each, two exact
  *     integers over its 16 groups g of 16 weights (unpacked codes u, group
  *     scales sc and mins mn, code offset off, Q8_K quants q and group sums bs):
@@ -86,7 +86,7 @@ void kvt_f16_to_f32_row(const uint16_t *x, float *y, int64_t n);
  * starts at data + r * row_bytes; no alignment is required. For the quantized
  * types, cols is a multiple of their block (32; 256 for the K types). */
 typedef struct {
-    uint32_t type; /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, or Q2_K..Q6_K */
+    uint32_t type; /* KVT_TYPE_F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K or IQ4_XS */
     int64_t rows, cols;
     const void *data; /* borrowed; must outlive every call that uses it */
     size_t row_bytes;

@@ -728,12 +728,17 @@ DEF_DIRECT(q4k_mm_direct2, T2, q4k_direct2)
 DEF_DIRECT(q6k_mm_direct2, T2, q6k_direct2)
 
 T2 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct2(w, a, r0, r1, y, ldy);
+    if (w->type == KVT_TYPE_IQ4_XS) kvt_qk_mm_scalar(w, a, r0, r1, y, ldy); /* its codes overflow maddubs */
+    else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct2(w, a, r0, r1, y, ldy);
     else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct2(w, a, r0, r1, y, ldy);
     else qk_mm_unpacked2(w, a, r0, r1, y, ldy);
 }
 
 T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (w->type == KVT_TYPE_IQ4_XS) {
+        kvt_qk_mm_scalar(w, a, r0, r1, y, ldy); /* its codes overflow maddubs */
+        return;
+    }
     if (w->type == KVT_TYPE_Q4_K && kvt_qk4_few_avx512(w, a, r0, r1, y, ldy) != 0) return; /* 2-8 tokens */
     if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct512(w, a, r0, r1, y, ldy);
     else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct512(w, a, r0, r1, y, ldy);
@@ -742,6 +747,6 @@ T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int
 
 /* The AMX variant: the AVX-512 kernels, with prefill on tiles. */
 T_AMX void kvt_qk_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (a->n > DIRECT_MAX_TOKENS && qk_mm_amx(w, a, r0, r1, y, ldy) == 0) return;
+    if (a->n > DIRECT_MAX_TOKENS && w->type != KVT_TYPE_IQ4_XS && qk_mm_amx(w, a, r0, r1, y, ldy) == 0) return;
     kvt_qk_mm_avx512(w, a, r0, r1, y, ldy); /* decode, or no memory for the staging: the same bits */
 }

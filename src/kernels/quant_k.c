@@ -8,13 +8,18 @@
 #include <string.h>
 
 #include "ops_impl.h"
+#include "quant_legacy.h"
 
 #define Q3K_SCALE_BIAS 32
 #define Q3K_OFF 4
 #define Q6K_OFF 32
-#define SUB32 32 /* Q4_K/Q5_K scale their weights in sub-blocks of 32 (two groups) */
+#define SUB32 32 /* Q4_K/Q5_K and IQ4_XS scale their weights in sub-blocks of 32 (two groups) */
+#define IQ4XS_SCALE_BIAS 32
+#define IQ4XS_OFF 128 /* the code book's values + 128 are the unsigned codes */
 
-int kvt_qk_is_k(uint32_t type) { return type >= KVT_TYPE_Q2_K && type <= KVT_TYPE_Q6_K; }
+static const uint8_t iq4_biased[16] = KVT_IQ4NL_BIASED;
+
+int kvt_qk_is_k(uint32_t type) { return (type >= KVT_TYPE_Q2_K && type <= KVT_TYPE_Q6_K) || type == KVT_TYPE_IQ4_XS; }
 
 size_t kvt_qk_block_bytes(uint32_t type) {
     switch (type) {
@@ -23,11 +28,14 @@ size_t kvt_qk_block_bytes(uint32_t type) {
     case KVT_TYPE_Q4_K: return 144;
     case KVT_TYPE_Q5_K: return 176;
     case KVT_TYPE_Q6_K: return 210;
+    case KVT_TYPE_IQ4_XS: return 136;
     default: return 0;
     }
 }
 
-int kvt_qk_code_offset(uint32_t type) { return type == KVT_TYPE_Q3_K ? Q3K_OFF : type == KVT_TYPE_Q6_K ? Q6K_OFF : 0; }
+int kvt_qk_code_offset(uint32_t type) {
+    return type == KVT_TYPE_Q3_K ? Q3K_OFF : type == KVT_TYPE_Q6_K ? Q6K_OFF : type == KVT_TYPE_IQ4_XS ? IQ4XS_OFF : 0;
+}
 
 int kvt_qk_has_min(uint32_t type) { return type == KVT_TYPE_Q2_K || type == KVT_TYPE_Q4_K || type == KVT_TYPE_Q5_K; }
 
@@ -61,6 +69,21 @@ static int q3_scale(const uint8_t *s, int g) {
     int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
     int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
     return (lo | (hi << 4)) - Q3K_SCALE_BIAS;
+}
+
+/* IQ4_XS: sub-block j's 6-bit scale takes nibble j%2 of scales_l[j/2] as its
+ * bits 0-3 and bits 2j..2j+1 of scales_h as its bits 4-5. */
+static int iq4xs_scale(const uint8_t *blk, int j) {
+    int lo = (blk[KVT_IQ4XS_SCALES_L + j / 2] >> (4 * (j % 2))) & 0xF;
+    int hi = (kvt_load_u16(blk + KVT_IQ4XS_SCALES_H) >> (2 * j)) & 3;
+    return (lo | (hi << 4)) - IQ4XS_SCALE_BIAS;
+}
+
+/* The code book index of an unpacked IQ4_XS code (the inverse of iq4_biased). */
+static unsigned iq4_index(unsigned u) {
+    for (unsigned c = 0; c < 16; c++)
+        if (iq4_biased[c] == u) return c;
+    return 0;
 }
 
 void kvt_qk_unpack_scales(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
@@ -100,6 +123,14 @@ void kvt_qk_unpack_scales(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
         b->d = f16_at(blk + KVT_Q6K_D);
         b->dmin = 0.0f;
         break;
+    case KVT_TYPE_IQ4_XS:
+        for (int j = 0; j < KVT_QK / SUB32; j++) {
+            b->sc[2 * j] = b->sc[2 * j + 1] = (int16_t)iq4xs_scale(blk, j);
+            b->mn[2 * j] = b->mn[2 * j + 1] = 0;
+        }
+        b->d = f16_at(blk + KVT_IQ4XS_D);
+        b->dmin = 0.0f;
+        break;
     }
 }
 
@@ -107,7 +138,9 @@ void kvt_qk_unpack_scales(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
  * of qs[32h + l]; Q3_K's bit 2 is bit 4h+j of hmask[l]. Q4_K/Q5_K: weight
  * i = 64c + 32s + l takes nibble s of qs[32c + l]; Q5_K's bit 4 is bit 2c+s of
  * qh[l]. Q6_K: weight i = 128h + 32k + l takes nibble k/2 of
- * ql[64h + 32(k%2) + l] and bits 2k..2k+1 of qh[32h + l] as its bits 4-5. */
+ * ql[64h + 32(k%2) + l] and bits 2k..2k+1 of qh[32h + l] as its bits 4-5.
+ * IQ4_XS: weight i = 32j + 16s + l takes nibble s of qs[16j + l] as its code
+ * book index. */
 void kvt_qk_unpack(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
     kvt_qk_unpack_scales(type, blk, b);
     for (int i = 0; i < KVT_QK; i++) {
@@ -125,6 +158,9 @@ void kvt_qk_unpack(uint32_t type, const uint8_t *blk, kvt_qk_block *b) {
         case KVT_TYPE_Q6_K:
             u = ((blk[KVT_Q6K_QL + 64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0xF) |
                 (((blk[KVT_Q6K_QH + 32 * h + l] >> (2 * j)) & 3) << 4);
+            break;
+        case KVT_TYPE_IQ4_XS:
+            u = iq4_biased[(blk[KVT_IQ4XS_QS + 16 * (i / 32) + i % 16] >> (4 * ((i % 32) / 16))) & 0xF];
             break;
         }
         b->u[i] = (uint8_t)u;
@@ -162,6 +198,17 @@ void kvt_qk_pack(uint32_t type, const kvt_qk_block *b, uint16_t d, uint16_t dmin
         for (int g = 0; g < KVT_QK_NGROUP; g++) blk[KVT_Q6K_SCALES + g] = (uint8_t)(int8_t)b->sc[g];
         memcpy(blk + KVT_Q6K_D, &d, 2);
         break;
+    case KVT_TYPE_IQ4_XS: {
+        uint16_t sh = 0;
+        for (int j = 0; j < KVT_QK / SUB32; j++) {
+            int v = b->sc[2 * j] + IQ4XS_SCALE_BIAS;
+            blk[KVT_IQ4XS_SCALES_L + j / 2] |= (uint8_t)((v & 0xF) << (4 * (j % 2)));
+            sh |= (uint16_t)(((v >> 4) & 3) << (2 * j));
+        }
+        memcpy(blk + KVT_IQ4XS_SCALES_H, &sh, 2);
+        memcpy(blk + KVT_IQ4XS_D, &d, 2);
+        break;
+    }
     }
     for (int i = 0; i < KVT_QK; i++) {
         int h = i / 128, j = (i % 128) / 32, l = i % 32, c = i / 64, s = (i % 64) / 32;
@@ -180,6 +227,9 @@ void kvt_qk_pack(uint32_t type, const kvt_qk_block *b, uint16_t d, uint16_t dmin
         case KVT_TYPE_Q6_K:
             blk[KVT_Q6K_QL + 64 * h + 32 * (j % 2) + l] |= (uint8_t)((u & 0xF) << (4 * (j / 2)));
             blk[KVT_Q6K_QH + 32 * h + l] |= (uint8_t)(((u >> 4) & 3) << (2 * j));
+            break;
+        case KVT_TYPE_IQ4_XS:
+            blk[KVT_IQ4XS_QS + 16 * (i / 32) + i % 16] |= (uint8_t)(iq4_index(u) << (4 * ((i % 32) / 16)));
             break;
         }
     }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* K-quant weights (ggml types Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; ids 10..14):
+/* K-quant weights (ggml types Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; ids 10..14) and
+ * IQ4_XS (id 23), which shares their super-blocks and Q8_K activations:
  * super-blocks of 256 weights, their byte layouts, dequantization, the Q8_K
  * activations the matmul takes, the scalar (canonical) matmul, and the weight
  * quantizers (quant_k_fit.c).
@@ -15,14 +16,20 @@
  *   Q5_K 176 B: d, dmin, scales[12] as Q4_K, qh[32] (code bit 4), qs[128]
  *   Q6_K 210 B: ql[128] (code bits 0-3), qh[64] (bits 4-5), scales[16]
  *               (int8, per 16 weights), d (f16)
+ *   IQ4_XS 136 B: d (f16), scales_h (u16: bits 4-5 of each 6-bit scale),
+ *               scales_l[4] (their bits 0-3), qs[128] (4-bit indices into
+ *               IQ4_NL's 16-value code book, quant_legacy.h); eight sub-blocks
+ *               of 32, scale = stored 6-bit value - 32
  * Where each weight's bits sit is spelled out once, in quant_k.c's unpack.
  *
  * Every type reduces to one unpacked form per super-block (kvt_qk_block):
  * group g (16 weights, g = 0..15) has an integer scale sc[g] and min mn[g],
  * weight i an unsigned code u[i], and
  *     w[i] = (d * sc[g]) * (u[i] - off) - dmin * mn[g],   g = i / 16,
- * with off = 4 (Q3_K), 32 (Q6_K), else 0, and mn = 0 for the symmetric types
- * Q3_K and Q6_K. The matmul and the dequantization both start from it. */
+ * with off = 4 (Q3_K), 32 (Q6_K), 128 (IQ4_XS), else 0, and mn = 0 for the
+ * symmetric types Q3_K, Q6_K and IQ4_XS. IQ4_XS's code is its code book value
+ * + 128 (1..241), so u - off is the value itself. The matmul and the
+ * dequantization both start from it. */
 #ifndef KVT_QUANT_K_H
 #define KVT_QUANT_K_H
 
@@ -55,20 +62,24 @@
 #define KVT_Q6K_QH 128
 #define KVT_Q6K_SCALES 192
 #define KVT_Q6K_D 208
+#define KVT_IQ4XS_D 0
+#define KVT_IQ4XS_SCALES_H 2
+#define KVT_IQ4XS_SCALES_L 4
+#define KVT_IQ4XS_QS 8
 
 
 typedef struct {
-    uint8_t u[KVT_QK]; /* codes: Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 */
+    uint8_t u[KVT_QK]; /* codes: Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63, IQ4_XS 1..241 */
     int16_t sc[KVT_QK_NGROUP];
     int16_t mn[KVT_QK_NGROUP];
-    float d, dmin; /* f16 values widened; dmin = 0 for Q3_K, Q6_K */
+    float d, dmin; /* f16 values widened; dmin = 0 for Q3_K, Q6_K, IQ4_XS */
 } kvt_qk_block;
 
-/* 1 for Q2_K..Q6_K. */
+/* 1 for Q2_K..Q6_K and IQ4_XS (the types this header handles). */
 int kvt_qk_is_k(uint32_t type);
 /* Bytes of one super-block (0 if not a K type). */
 size_t kvt_qk_block_bytes(uint32_t type);
-/* The code offset `off` of the formula above (0, 4 or 32). */
+/* The code offset `off` of the formula above (0, 4, 32 or 128). */
 int kvt_qk_code_offset(uint32_t type);
 /* 1 if the type has mins (Q2_K, Q4_K, Q5_K). */
 int kvt_qk_has_min(uint32_t type);

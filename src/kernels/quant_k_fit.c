@@ -2,12 +2,15 @@
 /* K-quant weight quantizers: choose each group's scale (and min) by a small
  * search over candidate grids, each scored by a weighted least-squares fit,
  * then quantize the per-group scales against one f16 super-block scale and
- * round every weight with the scales it will be dequantized with. */
+ * round every weight with the scales it will be dequantized with. IQ4_XS
+ * searches each sub-block's scale against its code book the same way. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "ops.h"
 #include "quant_k.h"
+#include "quant_legacy.h"
 
 /* Candidate grids: the code range is stretched by nmax + STEP*s, s in [lo, hi]. */
 #define FIT_STEP 0.1f
@@ -129,7 +132,84 @@ static void final_codes(uint32_t type, const float *x, kvt_qk_block *b) {
     }
 }
 
+/* ---- IQ4_XS ----------------------------------------------------------------
+ * Per sub-block of 32 the scale a is searched at 2 * IQ4XS_TRIES + 1 values
+ * within 10 % of max / -127 and of max / 113 (max the element of largest
+ * magnitude, sign kept: on either end of the book), each weight taking the
+ * book value nearest x / a, scored by the x^2-weighted squared error. The
+ * eight scales are then integers in [-32, 31] against one f16 d (the largest
+ * at -32), each tried one step either way, and every weight takes the book
+ * value nearest it at the scale it is dequantized with. */
+#define IQ4XS_TRIES 7
+#define IQ4XS_SUB 32
+#define IQ4XS_SMIN -32
+#define IQ4XS_SMAX 31
+static const int8_t iq4_book[16] = KVT_IQ4NL_VALUES;
+
+/* Book indices of n weights at scale a (the nearest a * value), and the error. */
+static float iq4_codes(const float *x, int n, float a, uint8_t *c) {
+    float err = 0.0f;
+    for (int j = 0; j < n; j++) {
+        int best = 0;
+        float bd = FLT_MAX;
+        for (int k = 0; k < 16; k++) { /* a * book[k] is monotonic in k: stop at the first rise */
+            const float e = fabsf(x[j] - a * (float)iq4_book[k]);
+            if (e < bd) bd = e, best = k;
+            else if (e > bd) break;
+        }
+        c[j] = (uint8_t)best;
+        err += x[j] * x[j] * bd * bd;
+    }
+    return err;
+}
+
+static float iq4_fit(const float *x) {
+    float amax = 0.0f, max = 0.0f, best_a = 0.0f, best_err = FLT_MAX;
+    for (int j = 0; j < IQ4XS_SUB; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+    static const float ends[2] = {-127.0f, 113.0f};
+    uint8_t c[IQ4XS_SUB];
+    for (int e = 0; amax > 0.0f && e < 2; e++)
+        for (int i = -IQ4XS_TRIES; i <= IQ4XS_TRIES; i++) {
+            const float a = max / (ends[e] * (1.0f + FIT_STEP * (float)i / 8.0f));
+            const float err = iq4_codes(x, IQ4XS_SUB, a, c);
+            if (err < best_err) best_err = err, best_a = a;
+        }
+    return best_a;
+}
+
+static void quantize_iq4xs(const float *x, uint8_t *out) {
+    kvt_qk_block b;
+    memset(&b, 0, sizeof b);
+    float scale[KVT_QK / IQ4XS_SUB], ms = 0.0f;
+    for (int j = 0; j < KVT_QK / IQ4XS_SUB; j++) {
+        scale[j] = iq4_fit(x + j * IQ4XS_SUB);
+        if (fabsf(scale[j]) > fabsf(ms)) ms = scale[j];
+    }
+    int16_t ls[KVT_QK / IQ4XS_SUB];
+    const uint16_t dh = quantize_scales(scale, KVT_QK / IQ4XS_SUB, ms, IQ4XS_SMIN, IQ4XS_SMIN, IQ4XS_SMAX, ls);
+    b.d = kvt_f16_to_f32(dh);
+    uint8_t c[IQ4XS_SUB], best_c[IQ4XS_SUB];
+    for (int j = 0; j < KVT_QK / IQ4XS_SUB; j++) {
+        const float *xs = x + j * IQ4XS_SUB;
+        int best = ls[j];
+        float best_err = FLT_MAX;
+        for (int s = ls[j] - 1; s <= ls[j] + 1; s++) {
+            if (s < IQ4XS_SMIN || s > IQ4XS_SMAX) continue;
+            const float err = iq4_codes(xs, IQ4XS_SUB, b.d * (float)s, c); /* the dequantization's dl */
+            if (err < best_err) best_err = err, best = s, memcpy(best_c, c, sizeof c);
+        }
+        b.sc[2 * j] = b.sc[2 * j + 1] = (int16_t)best;
+        for (int i = 0; i < IQ4XS_SUB; i++) b.u[j * IQ4XS_SUB + i] = (uint8_t)(iq4_book[best_c[i]] + 128);
+    }
+    kvt_qk_pack(KVT_TYPE_IQ4_XS, &b, dh, 0, out);
+}
+
 static void quantize_block(uint32_t type, const float *x, uint8_t *out) {
+    if (type == KVT_TYPE_IQ4_XS) {
+        quantize_iq4xs(x, out);
+        return;
+    }
     kvt_qk_block b;
     memset(&b, 0, sizeof b);
     uint16_t dh = 0, dminh = 0;

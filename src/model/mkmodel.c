@@ -381,7 +381,8 @@ static int fill_tensor(void *vctx, const char *name, void *buf, uint64_t nbytes)
         case KVT_TYPE_Q3_K:
         case KVT_TYPE_Q4_K:
         case KVT_TYPE_Q5_K:
-        case KVT_TYPE_Q6_K: kvt_qk_quantize_row(t.type, row, t.cols, dst); break;
+        case KVT_TYPE_Q6_K:
+        case KVT_TYPE_IQ4_XS: kvt_qk_quantize_row(t.type, row, t.cols, dst); break;
         case KVT_TYPE_F16:
             for (int64_t c = 0; c < t.cols; c++) {
                 uint16_t h = kvt_f32_to_f16(row[c]);
@@ -451,8 +452,8 @@ static int check_params(const kvt_mkmodel_params *p) {
         return kvt_fail(KVT_EARG, "heads x head dim = %lld is over %d", (long long)p->heads * head_dim_of(p),
                         MAX_Q_WIDTH);
     if (!kvt_quant_can_write(p->type))
-        return kvt_fail(KVT_EARG,
-                        "weight type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or q2_k..q6_k");
+        return kvt_fail(
+            KVT_EARG, "weight type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k..q6_k or iq4_xs");
     /* the K types fall back per matrix (quant_mix.h); the 32-blocks have no fallback */
     if ((p->type == KVT_TYPE_Q8_0 || kvt_ql_is_legacy(p->type)) &&
         (p->dim % KVT_Q8_0_BLOCK || p->ff % KVT_Q8_0_BLOCK || (p->heads * head_dim_of(p)) % KVT_Q8_0_BLOCK))

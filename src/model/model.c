@@ -259,7 +259,7 @@ static int bind_wmat(loader *L, const char *name, int64_t rows, int64_t cols, kv
     if (!matmul_type_ok(t->type, cols))
         return kvt_fail(KVT_EUNSUPPORTED,
                         "tensor %s has type %s; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
-                        "Q2_K..Q6_K",
+                        "Q2_K..Q6_K, IQ4_XS",
                         name, kvt_ggml_type_name(t->type));
     out->type = t->type;
     out->rows = rows;

@@ -45,11 +45,12 @@ uint32_t kvt_quant_mix_base(kvt_quant_mix mix) {
 
 int kvt_quant_can_write(uint32_t type) {
     return type == KVT_TYPE_F32 || type == KVT_TYPE_F16 || type == KVT_TYPE_BF16 || type == KVT_TYPE_Q8_0 ||
-        kvt_ql_is_legacy(type) || (type >= KVT_TYPE_Q2_K && type <= KVT_TYPE_Q6_K);
+        kvt_ql_is_legacy(type) || (type >= KVT_TYPE_Q2_K && type <= KVT_TYPE_Q6_K) || type == KVT_TYPE_IQ4_XS;
 }
 
 uint32_t kvt_quant_fallback(uint32_t type, int64_t cols) {
-    if (type < KVT_TYPE_Q2_K || type > KVT_TYPE_Q6_K || cols % K_ROW == 0) return type;
+    if ((type < KVT_TYPE_Q2_K || type > KVT_TYPE_Q6_K) && type != KVT_TYPE_IQ4_XS) return type;
+    if (cols % K_ROW == 0) return type;
     uint32_t fb = type == KVT_TYPE_Q4_K ? KVT_TYPE_Q5_0
         : type == KVT_TYPE_Q5_K         ? KVT_TYPE_Q5_1
         : type == KVT_TYPE_Q6_K         ? KVT_TYPE_Q8_0

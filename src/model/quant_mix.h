@@ -4,8 +4,9 @@
  * and the fallback for tensors whose rows a K type cannot hold.
  *
  * Fallback rule (llama.cpp's): a K type needs rows (GGUF ne[0]) that are a
- * multiple of 256. For a row that is not, llama.cpp takes Q5_0 for Q4_K, Q5_1
- * for Q5_K, Q8_0 for Q6_K and IQ4_NL for Q2_K/Q3_K, then F16 if the row is not
+ * multiple of 256 (so does IQ4_XS). For a row that is not, llama.cpp takes
+ * Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K and IQ4_NL for Q2_K, Q3_K and
+ * IQ4_XS, then F16 if the row is not
  * a multiple of 32 either; so does kvtier (a type kvt_quant_can_write refused
  * would become Q8_0; none is, today). */
 #ifndef KVT_QUANT_MIX_H
@@ -50,7 +51,7 @@ uint32_t kvt_quant_mix_type(kvt_quant_mix mix, const char *name, int64_t cols, c
 uint32_t kvt_quant_fallback(uint32_t type, int64_t cols);
 
 /* 1 if kvtier can write weights of `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K). */
+ * Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS). */
 int kvt_quant_can_write(uint32_t type);
 
 #endif

@@ -39,6 +39,7 @@ enum {
     FTYPE_Q5_K_M = 17,
     FTYPE_Q6_K = 18,
     FTYPE_IQ4_NL = 25,
+    FTYPE_IQ4_XS = 30,
     FTYPE_BF16 = 32,
 };
 #define QUANT_VERSION 2 /* general.quantization_version: ggml's GGML_QNT_VERSION */
@@ -85,6 +86,7 @@ static const struct {
     {KVT_TYPE_Q4_K, row_k},
     {KVT_TYPE_Q5_K, row_k},
     {KVT_TYPE_Q6_K, row_k},
+    {KVT_TYPE_IQ4_XS, row_k},
 };
 
 static kvt_quant_row_fn kernel_for(uint32_t type) {
@@ -101,7 +103,8 @@ static uint32_t k_rule(const kvt_quant_ftype *ft, const char *name, int64_t cols
 
 /* The file types by name. llama.cpp puts Q6_K in output.weight for every
  * quantized type but Q8_0 (Q8_0 when its rows are not a multiple of 256); the
- * K-quant mixes follow their per-layer recipe. */
+ * K-quant mixes follow their per-layer recipe. IQ4_XS rows that are not a
+ * multiple of 256 fall back to IQ4_NL, as llama-quantize's do. */
 static const kvt_quant_ftype ftypes[] = {
     {"f32", KVT_TYPE_F32, FTYPE_ALL_F32, KVT_TYPE_F32, NULL},
     {"f16", KVT_TYPE_F16, FTYPE_F16, KVT_TYPE_F16, NULL},
@@ -121,6 +124,7 @@ static const kvt_quant_ftype ftypes[] = {
     {"q5_k_s", KVT_TYPE_Q5_K, FTYPE_Q5_K_S, KVT_TYPE_Q6_K, k_rule},
     {"q5_k_m", KVT_TYPE_Q5_K, FTYPE_Q5_K_M, KVT_TYPE_Q6_K, k_rule},
     {"q6_k", KVT_TYPE_Q6_K, FTYPE_Q6_K, KVT_TYPE_Q6_K, k_rule},
+    {"iq4_xs", KVT_TYPE_IQ4_XS, FTYPE_IQ4_XS, KVT_TYPE_Q6_K, NULL},
 };
 
 /* llama-quantize's short names for the _M mixes. */
@@ -241,7 +245,7 @@ static int make_plan(quant_job *j, const kvt_quant_ftype *ft) {
         pl->layer = layer_of(t->name);
         pl->to = t->type;
         if (!quantizable(t)) continue;
-        uint32_t to = ft->type;
+        uint32_t to = kvt_quant_fallback(ft->type, (int64_t)t->ne[0]); /* IQ4_XS -> IQ4_NL -> F16 */
         if (ft->rule) to = ft->rule(ft, t->name, (int64_t)t->ne[0], &facts);
         else if (!strcmp(t->name, "output.weight") || (!facts.has_output && !strcmp(t->name, "token_embd.weight")))
             to = kvt_quant_fallback(ft->output_type, (int64_t)t->ne[0]); /* Q6_K -> Q8_0 -> F16 */

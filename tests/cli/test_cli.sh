@@ -24,7 +24,7 @@ for flag in --output --arch --dim --layers --heads --kv-heads --ff --vocab --ctx
   check "mkmodel help explains $flag" has "$flag"
 done
 check "mkmodel without -o" expect_rc 2 "$BIN" mkmodel
-check "mkmodel bad type" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --type iq4_xs
+check "mkmodel bad type" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --type iq3_s
 check "mkmodel bad number" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --dim abc
 check "mkmodel unknown option" expect_rc 2 "$BIN" mkmodel -o "$TMP/x.gguf" --bogus
 check "mkmodel bad shape" expect_rc 1 "$BIN" mkmodel -o "$TMP/x.gguf" --dim 60 --heads 7

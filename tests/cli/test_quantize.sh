@@ -49,7 +49,7 @@ check "q4_1: the output falls back to Q8_0" has "Q4_1 x 15, Q8_0 x 1"
 
 # the K-quant mixes on rows of 256 (dim 256, ff 512, 2 layers, own output.weight)
 mk f32 "$TMP/k-f32.gguf" --dim 256 --ff 512 || { echo "FAIL: mkmodel"; exit 1; }
-for t in q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k Q4_K; do
+for t in q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k Q4_K iq4_xs; do
   out=$TMP/k-$t.gguf
   check "quantize f32 -> $t" expect_rc 0 "$BIN" quantize "$TMP/k-f32.gguf" "$out" "$t" -t 2
   check "$t: progress line" has "kvtier quantize: \[ 1/"
@@ -63,6 +63,12 @@ check "q6_k info" expect_rc 0 "$BIN" info -m "$TMP/k-q6_k.gguf"
 check "q6_k: every matrix Q6_K" has "Q6_K x 16"
 check "q2_k info" expect_rc 0 "$BIN" info -m "$TMP/k-q2_k.gguf"
 check "q2_k: Q2_K with Q3_K/Q4_K/Q6_K where llama.cpp puts them" has "Q2_K x .*Q3_K x .*Q6_K x 1"
+check "iq4_xs info" expect_rc 0 "$BIN" info -m "$TMP/k-iq4_xs.gguf"
+check "iq4_xs: every matrix IQ4_XS, the output Q6_K" has "Q6_K x 1, IQ4_XS x 15"
+# rows of 64 cannot hold IQ4_XS: IQ4_NL, as llama-quantize's fallback
+check "iq4_xs on rows of 64" expect_rc 0 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/x-fb.gguf" iq4_xs
+check "iq4_xs fallback info" expect_rc 0 "$BIN" info -m "$TMP/x-fb.gguf"
+check "iq4_xs fallback types" has "Q8_0 x 1, IQ4_NL x 15"
 # rows of 64 cannot hold K types: Q4_K falls back to Q5_0, Q6_K to Q8_0 (llama.cpp's rule)
 check "q4_k_m on rows of 64" expect_rc 0 "$BIN" quantize "$TMP/m-f32.gguf" "$TMP/k-fb.gguf" q4_k_m
 check "fallback info" expect_rc 0 "$BIN" info -m "$TMP/k-fb.gguf"

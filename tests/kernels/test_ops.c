@@ -20,8 +20,9 @@
 static const char *const variants[N_VARIANTS] = {"scalar", "avx2", "avx512", "amx"};
 static const uint32_t types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
                                  KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
-                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
-static int is_k(uint32_t t) { return t >= KVT_TYPE_Q2_K && t <= KVT_TYPE_Q6_K; }
+                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K,   KVT_TYPE_IQ4_XS};
+/* the types on 256-weight super-blocks with Q8_K activations */
+static int is_k(uint32_t t) { return (t >= KVT_TYPE_Q2_K && t <= KVT_TYPE_Q6_K) || t == KVT_TYPE_IQ4_XS; }
 /* Whether the matmul sweeps run type t in the current Q8_0 order: in the block
  * order only Q8_0 weights sum otherwise (ops.h; every variant reads the order
  * for them alone), so the other types' bits are the lanes pass's, checked there. */
@@ -264,6 +265,18 @@ static void k_ref_block(uint32_t type, const uint8_t *x, double *out, float *out
             }
         d = hv(x);
         dmin = hv(x + 2);
+    } else if (type == KVT_TYPE_IQ4_XS) { /* d, scales_h, scales_l[4], qs[128]; sub-blocks of 32 */
+        const unsigned sh = (unsigned)x[2] | (unsigned)x[3] << 8;
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((x[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+            for (int j = 0; j < 16; j++) {
+                q[32 * ib + j] = iq4nl_book[x[8 + 16 * ib + j] & 15];
+                q[32 * ib + j + 16] = iq4nl_book[x[8 + 16 * ib + j] >> 4];
+                sc[32 * ib + j] = sc[32 * ib + j + 16] = ls - 32;
+                mn[32 * ib + j] = mn[32 * ib + j + 16] = 0;
+            }
+        }
+        d = hv(x);
     } else {
         const uint8_t *ql = x, *qh = x + 128;
         const int8_t *s = (const int8_t *)(x + 192);
@@ -289,7 +302,8 @@ static size_t k_block_bytes(uint32_t t) {
         : t == KVT_TYPE_Q3_K  ? 110
         : t == KVT_TYPE_Q4_K  ? 144
         : t == KVT_TYPE_Q5_K  ? 176
-                              : 210;
+        : t == KVT_TYPE_Q6_K  ? 210
+                              : 136;
 }
 
 /* ---- matmul ---------------------------------------------------------------- */

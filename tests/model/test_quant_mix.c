@@ -96,6 +96,10 @@ int main(void) {
                "type %u falls back to %u", t, fb);
         CHECK(kvt_quant_fallback(t, 100) == KVT_TYPE_F16);
     }
+    /* IQ4_XS: as llama-quantize, IQ4_NL for rows that are not a multiple of 256 */
+    CHECK(kvt_quant_can_write(KVT_TYPE_IQ4_XS) && kvt_quant_fallback(KVT_TYPE_IQ4_XS, 512) == KVT_TYPE_IQ4_XS);
+    CHECK(kvt_quant_fallback(KVT_TYPE_IQ4_XS, 288) == KVT_TYPE_IQ4_NL);
+    CHECK(kvt_quant_fallback(KVT_TYPE_IQ4_XS, 100) == KVT_TYPE_F16);
     kvt_quant_model_info c = {.n_layer = 2, .n_gqa = 2, .has_output = 1};
     CHECK(kvt_quant_mix_type(KVT_MIX_Q4_K_M, "output.weight", 288, &c) == KVT_TYPE_Q8_0);
     CHECK(kvt_quant_mix_type(KVT_MIX_Q4_K_M, "output.weight", 100, &c) == KVT_TYPE_F16);
