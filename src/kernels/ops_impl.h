@@ -141,7 +141,7 @@ int64_t kvt_q8_mm_amx(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t 
  * written) for another type, the "block" order, fewer than 8 tokens or no
  * memory for the staging. Returns R; the caller does the rest. */
 int64_t kvt_q8l_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy);
-/* Q4_K and Q6_K prefill on AVX-512 VNNI, 16 tokens per vector
+/* Q4_K, Q6_K and IQ4_XS prefill on AVX-512 VNNI, 16 tokens per vector
  * (ops_qkt_avx512.c): Y for rows [r0, r1) with the bits of the other
  * variants, returning r1 - r0; or 0 (nothing written) for another type,
  * fewer than 8 tokens or no memory for the staging. */

@@ -14,7 +14,10 @@
  * variant with its own instructions (see the end of the file). The AVX-512
  * variant runs Q4_K and Q6_K from 8 tokens (Q4_K from 9), and Q4_K steps of
  * 2 to 8 tokens, in ops_qkt_avx512.c (16 and 4 tokens per vector), the same
- * bits. */
+ * bits. IQ4_XS, whose unpacked codes (up to 241) would saturate maddubs,
+ * takes a direct kernel of its own (AVX2 instructions on its book values as
+ * signed bytes) at every token count, but for prefill of 8 tokens or more on
+ * AVX-512 (and AMX's variant), which ops_qkt_avx512.c runs. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
@@ -603,6 +606,37 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
     *M = _mm_setzero_si128();
 }
 
+/* IQ4_XS: each code looked up as its book value (int8), then the value's sign
+ * moved onto the activation so that maddubs multiplies |value| <= 127 by a
+ * signed byte (its codes + 128 would overflow maddubs' int16 pairs); the
+ * integer S is the scalar dot's, formed in another order. */
+INLINE2 void iq4xs_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128i bs2, __m256i *S, __m128i *M) {
+    (void)bs;
+    (void)bs2;
+    const __m256i book = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                          -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m256i lo = _mm256_set1_epi8(0xF);
+    const unsigned sh = kvt_load_u16(blk + KVT_IQ4XS_SCALES_H);
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) { /* sub-blocks 2c (bytes 0-15) and 2c + 1 (bytes 16-31) */
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_IQ4XS_QS + 32 * c));
+        const __m256i vl = _mm256_shuffle_epi8(book, _mm256_and_si256(v, lo));
+        const __m256i vh = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo));
+        const uint8_t sl = blk[KVT_IQ4XS_SCALES_L + c];
+        const int ls0 = ((sl & 0xF) | (((sh >> (4 * c)) & 3) << 4)) - 32;
+        const int ls1 = ((sl >> 4) | (((sh >> (4 * c + 2)) & 3) << 4)) - 32;
+        const __m256i w0 = _mm256_permute2x128_si256(vl, vh, 0x20), w1 = _mm256_permute2x128_si256(vl, vh, 0x31);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64 * c));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64 * c + 32));
+        const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
+        const __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(x1, w1));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)ls0)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)ls1)));
+    }
+    *S = acc;
+    *M = _mm_setzero_si128();
+}
+
 #define DEF_DIRECT(NAME, TARGET, ONE) \
     TARGET static void NAME(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) { \
         const uint8_t *base = w->data; \
@@ -611,6 +645,7 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
         const int64_t nb = a->k / KVT_QK, kpad = a->kpad; \
         const __m128 sign = _mm_set1_ps(-0.0f); \
         const size_t pf_ahead = (size_t)RM * w->row_bytes * KVT_PF_TILES; /* rows: contiguous */ \
+        const size_t doff = has_min ? KVT_Q45K_D : w->type == KVT_TYPE_Q6_K ? KVT_Q6K_D : KVT_IQ4XS_D; \
         for (int64_t r = r0; r < r1; r += RM) { \
             const uint8_t *wr[RM]; \
             for (int i = 0; i < RM; i++) wr[i] = base + (size_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
@@ -635,7 +670,7 @@ INLINE2 void q6k_direct2(const uint8_t *blk, const int8_t *q, __m256i bs, __m128
                     } \
                     for (int i = 0; i < RM; i++) { \
                         const uint8_t *blk = wr[i] + (size_t)b * bb; \
-                        dw[i] = _cvtsh_ss(kvt_load_u16(blk + (has_min ? KVT_Q45K_D : KVT_Q6K_D))); \
+                        dw[i] = _cvtsh_ss(kvt_load_u16(blk + doff)); \
                         mw[i] = has_min ? _cvtsh_ss(kvt_load_u16(blk + KVT_Q45K_DMIN)) : 0.0f; \
                     } \
                     const __m128i S = hsum4x8_epi32(s[0], s[1], s[2], s[3]); \
@@ -726,17 +761,19 @@ DEF_DIRECT_N(q4k_mm_direct512, 0)
 DEF_DIRECT_N(q6k_mm_direct512, 1)
 DEF_DIRECT(q4k_mm_direct2, T2, q4k_direct2)
 DEF_DIRECT(q6k_mm_direct2, T2, q6k_direct2)
+DEF_DIRECT(iq4xs_mm_direct2, T2, iq4xs_direct2)
 
 T2 void kvt_qk_mm_avx2(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (w->type == KVT_TYPE_IQ4_XS) kvt_qk_mm_scalar(w, a, r0, r1, y, ldy); /* its codes overflow maddubs */
+    if (w->type == KVT_TYPE_IQ4_XS) iq4xs_mm_direct2(w, a, r0, r1, y, ldy); /* any token count */
     else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q4_K) q4k_mm_direct2(w, a, r0, r1, y, ldy);
     else if (a->n <= DIRECT_MAX_TOKENS && w->type == KVT_TYPE_Q6_K) q6k_mm_direct2(w, a, r0, r1, y, ldy);
     else qk_mm_unpacked2(w, a, r0, r1, y, ldy);
 }
 
 T512 void kvt_qk_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
-    if (w->type == KVT_TYPE_IQ4_XS) {
-        kvt_qk_mm_scalar(w, a, r0, r1, y, ldy); /* its codes overflow maddubs */
+    if (w->type == KVT_TYPE_IQ4_XS) { /* prefill of 8 tokens or more on vectors of 16 tokens, else AVX2's */
+        if (a->n <= DIRECT_MAX_TOKENS || kvt_qkt_mm_avx512(w, a, r0, r1, y, ldy) == 0)
+            iq4xs_mm_direct2(w, a, r0, r1, y, ldy);
         return;
     }
     if (w->type == KVT_TYPE_Q4_K && kvt_qk4_few_avx512(w, a, r0, r1, y, ldy) != 0) return; /* 2-8 tokens */

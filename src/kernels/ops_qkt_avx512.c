@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Q4_K and Q6_K prefill on AVX-512 VNNI, 16 tokens per vector: the K-quant
+/* Q4_K, Q6_K and IQ4_XS prefill on AVX-512 VNNI, 16 tokens per vector: the K-quant
  * reduction of ops.h (two exact integers per row, token and super-block,
  * then the scalar dot's fused multiply-adds) with a quarter of the vector
  * multiplies of ops_k_x86.c's unpacking path.
@@ -15,15 +15,17 @@
  *
  * vpdpbusd multiplies unsigned by signed bytes, and its broadcast operand is
  * the signed one. So the activations are staged as q + 128 (u8) and the codes
- * as s8 (Q4_K's u in 0..15; Q6_K's u - 32, which takes off its code offset),
- * and each group's dot starts at -128 * the sum of its codes, so that it ends
- * at the exact sum of codes times quants. A group is one scale's codes: 32
- * for Q4_K, 16 for Q6_K. Q4_K's M (mins times the sums of each 32 quants) is
- * one vpdpwssd per two sub-blocks against int16 pairs of those sums.
+ * as s8 (Q4_K's u in 0..15; Q6_K's u - 32, which takes off its code offset;
+ * IQ4_XS's book values, -127..113), and each group's dot starts at -128 * the
+ * sum of its codes, so that it ends at the exact sum of codes times quants. A
+ * group is one scale's codes: 32 for Q4_K and IQ4_XS, 16 for Q6_K. Q4_K's M
+ * (mins times the sums of each 32 quants) is one vpdpwssd per two sub-blocks
+ * against int16 pairs of those sums.
  *
- * Bounds: a Q4_K group's sum is at most 32 * 15 * 127 in magnitude and a
- * Q6_K group's 16 * 32 * 127, times a scale of at most 63 (Q4_K) or 128
- * (Q6_K), summed over 8 or 16 groups: all within int32, so S and M are the
+ * Bounds: a Q4_K group's sum is at most 32 * 15 * 127 in magnitude, a Q6_K
+ * group's 16 * 32 * 127 and an IQ4_XS group's 32 * 127 * 127, times a scale
+ * of at most 63 (Q4_K), 128 (Q6_K) or 32 (IQ4_XS), summed over 8 or 16
+ * groups: all within int32, so S and M are the
  * same exact integers as every other path's, and with the same fused
  * multiply-adds in the same order the results are the same bits. */
 #include <immintrin.h>
@@ -47,6 +49,10 @@
 #define QKT_MIN_TOKENS 8          /* fewer tokens: ops_k_x86.c's paths waste less */
 #define QKT_CODE_BIAS 0x80        /* activations are staged as q + 128 (q xor 0x80) */
 #define Q6_OFFSET 32              /* Q6_K's code offset (kvt_qk_code_offset) */
+
+/* The layouts this file runs (a constant in each inlined copy of the tile). */
+enum { QKT_Q4K, QKT_Q6K, QKT_IQ4XS };
+static int qkt_gdw(int kind) { return kind == QKT_Q6K ? KVT_QK_GROUP / 4 : 2 * KVT_QK_GROUP / 4; }
 
 /* One token vector's activations of one super-block: x[d][n] = token n's
  * quants 4d..4d+3 (+ 128, as u8); bs[p][n] = (sum of token n's quants of
@@ -83,9 +89,20 @@ static T512 void qkt_pack(const kvt_acts *a, int64_t t0, int nt, int64_t b, int 
 }
 
 /* The 256 codes of a super-block as s8, 64 per vector in activation order. */
-INLINE512 void qkt_codes(const uint8_t *blk, int q6, __m512i c[4]) {
+INLINE512 void qkt_codes(const uint8_t *blk, int kind, __m512i c[4]) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    if (!q6) { /* 32 bytes of nibbles: 32 codes in the low ones, the next 32 in the high */
+    if (kind == QKT_IQ4XS) { /* 32 bytes: sub-blocks 2v (bytes 0-15) and 2v + 1, low nibbles first */
+        const __m512i book = _mm512_broadcast_i32x4(
+            _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+        for (int v = 0; v < 4; v++) {
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_IQ4XS_QS + 32 * v));
+            const __m512i n = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(p), _mm256_srli_epi16(p, 4), 1),
+                                               m4); /* 128-bit lanes: lo 2v, lo 2v+1, hi 2v, hi 2v+1 */
+            c[v] = _mm512_shuffle_epi8(book, _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0)));
+        }
+        return;
+    }
+    if (kind == QKT_Q4K) { /* 32 bytes of nibbles: 32 codes in the low ones, the next 32 in the high */
         for (int v = 0; v < 4; v++) {
             const __m256i p = _mm256_loadu_si256((const __m256i *)(const void *)(blk + KVT_Q4K_QS + 32 * v));
             c[v] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(p), _mm256_srli_epi16(p, 4), 1), m4);
@@ -107,14 +124,15 @@ INLINE512 void qkt_codes(const uint8_t *blk, int q6, __m512i c[4]) {
 /* A row's nb super-blocks, unpacked for the tiles. */
 static T512 void qkt_row_unpack(uint32_t type, const uint8_t *row, int64_t nb, qkt_row *o) {
     const size_t bb = kvt_qk_block_bytes(type);
-    const int q6 = type == KVT_TYPE_Q6_K, gdw = q6 ? KVT_QK_GROUP / 4 : 2 * KVT_QK_GROUP / 4;
+    const int kind = type == KVT_TYPE_Q6_K ? QKT_Q6K : type == KVT_TYPE_IQ4_XS ? QKT_IQ4XS : QKT_Q4K;
+    const int gdw = qkt_gdw(kind);
     const __m512i bias = _mm512_set1_epi8((char)QKT_CODE_BIAS);
     for (int64_t b = 0; b < nb; b++, o++) {
         const uint8_t *blk = row + (size_t)b * bb;
         kvt_qk_block s;
         kvt_qk_unpack_scales(type, blk, &s);
         __m512i c[4];
-        qkt_codes(blk, q6, c);
+        qkt_codes(blk, kind, c);
         _Alignas(64) int32_t sums[QKT_DW]; /* 128 * the sum of each dword's 4 codes */
         for (int v = 0; v < 4; v++) {
             _mm512_store_si512(o->c + 64 * v, c[v]);
@@ -124,7 +142,7 @@ static T512 void qkt_row_unpack(uint32_t type, const uint8_t *row, int64_t nb, q
             int32_t t = 0;
             for (int d = 0; d < gdw; d++) t += sums[g * gdw + d];
             o->start[g] = -t;
-            o->sc[g] = s.sc[q6 ? g : 2 * g]; /* Q4_K: both groups of a sub-block carry its scale */
+            o->sc[g] = s.sc[kind == QKT_Q6K ? g : 2 * g]; /* Q4_K, IQ4_XS: both groups of a sub-block carry its scale */
         }
         for (int p = 0; p < QKT_PAIRS; p++) o->mn[p] = pair16(s.mn[4 * p], s.mn[4 * p + 2]);
         o->d = s.d;
@@ -133,10 +151,12 @@ static T512 void qkt_row_unpack(uint32_t type, const uint8_t *row, int64_t nb, q
 }
 
 /* Rows rw[i] (their nb unpacked super-blocks) x one token vector through all
- * nb super-blocks: out[i] holds row i's 16 outputs. q6 a constant after
- * inlining: Q6_K (16 groups of 4 dwords, no mins), else Q4_K (8 of 8). */
-INLINE512 void qkt_tile(const qkt_row *const rw[QKT_R], const qkt_acts *x, int64_t nb, const int q6, __m512 out[QKT_R]) {
-    const int gdw = q6 ? KVT_QK_GROUP / 4 : 2 * KVT_QK_GROUP / 4;
+ * nb super-blocks: out[i] holds row i's 16 outputs. kind a constant after
+ * inlining: Q6_K (16 groups of 4 dwords, no mins), Q4_K (8 of 8, mins) or
+ * IQ4_XS (8 of 8, no mins). */
+INLINE512 void qkt_tile(const qkt_row *const rw[QKT_R], const qkt_acts *x, int64_t nb, const int kind,
+                        __m512 out[QKT_R]) {
+    const int gdw = qkt_gdw(kind);
     const __m512 sign = _mm512_set1_ps(-0.0f);
     __m512 acc[QKT_R];
     _Pragma("GCC unroll 8") for (int i = 0; i < QKT_R; i++) acc[i] = _mm512_setzero_ps();
@@ -163,7 +183,7 @@ INLINE512 void qkt_tile(const qkt_row *const rw[QKT_R], const qkt_acts *x, int64
         const __m512 dx = _mm512_load_ps(xb->dx);
         _Pragma("GCC unroll 8") for (int i = 0; i < QKT_R; i++)
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), _mm512_mul_ps(_mm512_set1_ps(rw[i][b].d), dx), acc[i]);
-        if (!q6) {
+        if (kind == QKT_Q4K) {
             _Pragma("GCC unroll 8") for (int c = 0; c < (int)(sizeof(qkt_acts) / 64) - QKT_DW; c++)
                 _mm_prefetch(pf + 64 * (QKT_DW + c), _MM_HINT_T0);
             __m512i M[QKT_R];
@@ -187,8 +207,10 @@ INLINE512 void qkt_tile(const qkt_row *const rw[QKT_R], const qkt_acts *x, int64
 T512 int64_t kvt_qkt_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     const uint32_t type = w->type;
     const int64_t nb = a->k / KVT_QK;
-    if ((type != KVT_TYPE_Q4_K && type != KVT_TYPE_Q6_K) || a->n < QKT_MIN_TOKENS || r1 <= r0 || nb == 0) return 0;
-    const int q6 = type == KVT_TYPE_Q6_K;
+    if ((type != KVT_TYPE_Q4_K && type != KVT_TYPE_Q6_K && type != KVT_TYPE_IQ4_XS) || a->n < QKT_MIN_TOKENS ||
+        r1 <= r0 || nb == 0)
+        return 0;
+    const int kind = type == KVT_TYPE_Q6_K ? QKT_Q6K : type == KVT_TYPE_IQ4_XS ? QKT_IQ4XS : QKT_Q4K;
     const int64_t chunk = kvt_amx_chunk_tokens(QKT_CHUNK_BYTES, sizeof(qkt_acts) * (size_t)nb, a->n);
     qkt_acts *xs = aligned_alloc(64, sizeof(qkt_acts) * (size_t)(chunk / QKT_N * nb));
     qkt_row *rs = aligned_alloc(64, sizeof(qkt_row) * (size_t)(QKT_R * nb));
@@ -202,7 +224,7 @@ T512 int64_t kvt_qkt_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0,
         for (int64_t s = 0; s < vecs; s++) {
             const int64_t t0 = c0 + s * QKT_N;
             const int tn = (int)(c0 + nt - t0 < QKT_N ? c0 + nt - t0 : QKT_N);
-            for (int64_t b = 0; b < nb; b++) qkt_pack(a, t0, tn, b, !q6, &xs[s * nb + b]);
+            for (int64_t b = 0; b < nb; b++) qkt_pack(a, t0, tn, b, kind == QKT_Q4K, &xs[s * nb + b]);
         }
         for (int64_t r = r0; r < r1; r += QKT_R) {
             const int nr = (int)(r1 - r < QKT_R ? r1 - r : QKT_R);
@@ -214,8 +236,9 @@ T512 int64_t kvt_qkt_mm_avx512(const kvt_wmat *w, const kvt_acts *a, int64_t r0,
             }
             for (int64_t s = 0; s < vecs; s++) {
                 __m512 out[QKT_R];
-                if (q6) qkt_tile(rw, &xs[s * nb], nb, 1, out);
-                else qkt_tile(rw, &xs[s * nb], nb, 0, out);
+                if (kind == QKT_Q6K) qkt_tile(rw, &xs[s * nb], nb, QKT_Q6K, out);
+                else if (kind == QKT_IQ4XS) qkt_tile(rw, &xs[s * nb], nb, QKT_IQ4XS, out);
+                else qkt_tile(rw, &xs[s * nb], nb, QKT_Q4K, out);
                 const int64_t t0 = c0 + s * QKT_N;
                 const int tn = (int)(c0 + nt - t0 < QKT_N ? c0 + nt - t0 : QKT_N);
                 _Alignas(64) float o[QKT_R][QKT_N];

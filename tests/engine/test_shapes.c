@@ -63,7 +63,7 @@ static const int32_t HEAD_DIMS[] = {32, 40, 48, 64, 72, 96, 128, 136, 160, 200, 
 static const int32_t BLOCK_SIZES[] = {1, 3, 5, 8, 16, 32, 48};
 static const uint32_t TYPES[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
                                  KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
-                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+                                 KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K,   KVT_TYPE_IQ4_XS};
 /* Types in blocks of 32 need dim and ff to be multiples of 32; the K types fall
  * back per matrix (mkmodel, as llama-quantize) where a row is not a multiple of 256. */
 static int blocks_of_32(uint32_t t) {
