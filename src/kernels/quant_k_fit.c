@@ -146,19 +146,21 @@ static void final_codes(uint32_t type, const float *x, kvt_qk_block *b) {
 #define IQ4XS_SMAX 31
 static const int8_t iq4_book[16] = KVT_IQ4NL_VALUES;
 
-/* Book indices of n weights at scale a (the nearest a * value), and the error. */
+/* Book indices of n weights at scale a (the nearest a * value), and the
+ * x^2-weighted squared error. |x - a b| = |a| |x / a - b|, so the index is
+ * the count of the book's midpoints below x / a. */
 static float iq4_codes(const float *x, int n, float a, uint8_t *c) {
+    static const float mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                  7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+    const float ia = a != 0.0f ? 1.0f / a : 0.0f; /* a = 0: every weight 0, whatever its code */
     float err = 0.0f;
     for (int j = 0; j < n; j++) {
-        int best = 0;
-        float bd = FLT_MAX;
-        for (int k = 0; k < 16; k++) { /* a * book[k] is monotonic in k: stop at the first rise */
-            const float e = fabsf(x[j] - a * (float)iq4_book[k]);
-            if (e < bd) bd = e, best = k;
-            else if (e > bd) break;
-        }
-        c[j] = (uint8_t)best;
-        err += x[j] * x[j] * bd * bd;
+        const float t = x[j] * ia;
+        int k = 0;
+        for (int m = 0; m < 15; m++) k += t > mid[m];
+        const float e = x[j] - a * (float)iq4_book[k];
+        c[j] = (uint8_t)k;
+        err += x[j] * x[j] * e * e;
     }
     return err;
 }
