@@ -230,7 +230,7 @@ int kvt_gpu_rec_rmsnorm(kvt_gpu_kernels *k, kvt_gpu_buf *y, kvt_gpu_buf *x, kvt_
  * in integer code, so they give kvt_f32_to_f16's bits on every device. */
 
 /* A weight matrix in device memory: rows x cols of KVT_TYPE_F32, F16, BF16,
- * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q2_K..Q6_K given in the CPU's layout (row_bytes per row,
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K or IQ4_XS given in the CPU's layout (row_bytes per row,
  * GGUF blocks), uploaded once, the quantized types repacked so each block's
  * codes are whole words (src/gpu/shaders/matmul_q.glsl). It is stored as row slices that each
  * fit one binding (kvt_gpu_max_binding), so a matrix larger than one binding

@@ -38,7 +38,7 @@ static const qfmt QFMT[KVT_VK_NQ] = {
     {KVT_TYPE_Q5_K, 256, 176, {48, 16}, {128, 32}, 0, 16, 16}, {KVT_TYPE_Q6_K, 256, 210, {0, 0}, {192, 0}, 192, 18, 20},
     {KVT_TYPE_Q4_1, 32, 20, {4, 0}, {16, 0}, 0, 4, 4},         {KVT_TYPE_Q5_1, 32, 24, {8, 4}, {16, 4}, 0, 4, 4},
     {KVT_TYPE_IQ4_NL, 32, 18, {2, 0}, {16, 0}, 0, 2, 2},       {KVT_TYPE_Q2_K, 256, 84, {16, 0}, {64, 16}, 80, 4, 4},
-    {KVT_TYPE_Q3_K, 256, 110, {32, 0}, {64, 32}, 96, 14, 16},
+    {KVT_TYPE_Q3_K, 256, 110, {32, 0}, {64, 32}, 96, 14, 16},  {KVT_TYPE_IQ4_XS, 256, 136, {8, 0}, {128, 0}, 0, 8, 8},
 };
 
 /* The index of type in QFMT, or -1 (F32, F16, BF16 or unsupported). */
@@ -145,7 +145,7 @@ int kvt_gpu_wmat_new(kvt_gpu_dev *d, uint32_t type, uint32_t rows, uint32_t cols
     if (!kvt_gpu_wmat_supported(type))
         return kvt_fail(KVT_EUNSUPPORTED,
                         "gpu weight matrix: type %u is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-                        "Q5_1, IQ4_NL or Q2_K..Q6_K)",
+                        "Q5_1, IQ4_NL, Q2_K..Q6_K or IQ4_XS)",
                         type);
     if (!rows || !cols || !data)
         return kvt_fail(KVT_EARG, "gpu weight matrix: rows %u, cols %u (each > 0) and its data", rows, cols);

@@ -219,8 +219,9 @@ extern const size_t kvt_vk_n_shaders;
 #define KVT_VK_ARCH_PIPES 4 /* add_bias, scale, softcap, gelu_mul */
 
 /* The kernels' pipelines (vk_kernels.c makes them; vk_fwd.c records the forward pass's). */
-/* quantized weight types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, Q4_1, Q5_1, IQ4_NL, Q2_K, Q3_K (vk_fwd.c's table) */
-#define KVT_VK_NQ 11
+/* quantized weight types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, Q4_1, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS
+ * (vk_fwd.c's table) */
+#define KVT_VK_NQ 12
 struct kvt_gpu_kernels {
     kvt_gpu_dev *d;
     kvt_gpu_pipe *matmul_f16, *rmsnorm;

@@ -17,7 +17,7 @@
 /* The weight matmuls' shaders: f32, f16, bf16, then the quantized types in vk_fwd.c's order. */
 static const char *const MM_NAMES[3] = {"matmul_wf32", "matmul_wf16", "matmul_wbf16"};
 static const char *const MM_Q[KVT_VK_NQ] = {"q8_0", "q4_0", "q5_0",   "q4_k", "q5_k", "q6_k",
-                                            "q4_1", "q5_1", "iq4_nl", "q2_k", "q3_k"};
+                                            "q4_1", "q5_1", "iq4_nl", "q2_k", "q3_k", "iq4_xs"};
 
 /* The shader of weight matmul `which` (kvt_vk_mm_pipe's numbering) in buf: for the quantized types OpSDot
  * where the device has integer dot products, else the plain integer shader (`_i`), which gives the same bits. */

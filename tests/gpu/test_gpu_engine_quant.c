@@ -3,7 +3,7 @@
  * llamas whose widths are multiples of 256, so the K types are used as
  * llama.cpp would use them: a Q4_K_M mix (Q4_K, with Q6_K for attn_v, some
  * ffn_down and the output), a Q2_K mix (Q2_K, with Q3_K for attn_v,
- * attn_output and ffn_down), pure Q4_0, IQ4_NL and BF16 (Q5_K, Q5_0, Q5_1
+ * attn_output and ffn_down), pure Q4_0, IQ4_NL, IQ4_XS and BF16 (Q5_K, Q5_0, Q5_1
  * and Q4_1 are checked against the CPU's matmul in test_gpu_quant, Q4_1 also
  * in test_gpu_engine):
  *  - logits of every prompt position against the CPU engine: top-1 agreement
@@ -21,8 +21,8 @@
 #include "model.h"
 
 #define N_PROMPT 24
-/* Both engines quantize activations the same way (Q8_K for the K types,
- * Q8_0 for Q4_0 and IQ4_NL, bf16 for BF16) and form each
+/* Both engines quantize activations the same way (Q8_K for the K types
+ * and IQ4_XS, Q8_0 for Q4_0 and IQ4_NL, bf16 for BF16) and form each
  * block's term alike; the block terms are
  * summed in another order, so a value upstream may differ by an ulp, and one
  * near a rounding boundary then moves by a whole quantization step (1/127
@@ -123,6 +123,7 @@ int main(void) {
     check_model("Q4_0", KVT_TYPE_Q4_0, NULL);
     check_model("Q2_K", 0, "q2_k");
     check_model("IQ4_NL", KVT_TYPE_IQ4_NL, NULL);
+    check_model("IQ4_XS", KVT_TYPE_IQ4_XS, NULL);
     check_model("BF16", KVT_TYPE_BF16, NULL);
     gpu_test_no_validation_messages(0);
     return kvt_test_done("test_gpu_engine_quant");

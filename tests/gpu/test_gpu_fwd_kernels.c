@@ -198,19 +198,19 @@ static void check_matmul(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k
     free(y1);
 }
 
-/* Refusals: a type without a kernel (IQ4_XS, which the CPU does not run
+/* Refusals: a type without a kernel (IQ3_S, which the CPU does not run
  * either), Q8_0 cols off the block, a row over the binding limit, y too narrow. */
 static void check_matmul_refusals(kvt_gpu_dev *d, kvt_gpu_dev *sliced, kvt_gpu_kernels *k) {
     static float data[20000];
     kvt_gpu_wmat *m = NULL;
     static const uint32_t runs[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
                                     KVT_TYPE_Q4_1, KVT_TYPE_Q5_0, KVT_TYPE_Q5_1, KVT_TYPE_IQ4_NL, KVT_TYPE_Q2_K,
-                                    KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+                                    KVT_TYPE_Q3_K, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K,   KVT_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
         CHECKF(kvt_gpu_wmat_supported(runs[i]), "type %u has a kernel", runs[i]);
-    CHECK(!kvt_gpu_wmat_supported(KVT_TYPE_IQ4_XS) && !kvt_gpu_wmat_supported(KVT_TYPE_Q8_1));
-    CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_IQ4_XS, 4, 256, data, 136, &m) == KVT_EUNSUPPORTED && !m);
-    CHECK(strstr(kvt_errmsg(), "type 23") != NULL);
+    CHECK(!kvt_gpu_wmat_supported(KVT_TYPE_IQ3_S) && !kvt_gpu_wmat_supported(KVT_TYPE_Q8_1));
+    CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_IQ3_S, 4, 256, data, 110, &m) == KVT_EUNSUPPORTED && !m);
+    CHECK(strstr(kvt_errmsg(), "type 21") != NULL);
     CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_Q8_0, 4, 40, data, 68, &m) == KVT_EARG && strstr(kvt_errmsg(), "40"));
     CHECK(kvt_gpu_wmat_new(d, KVT_TYPE_F32, 2, 8, data, 16, &m) == KVT_EARG && strstr(kvt_errmsg(), "row_bytes"));
     CHECKF(kvt_gpu_wmat_new(sliced, KVT_TYPE_F32, 1, 20000, data, 80000, &m) == KVT_ELIMIT && !m, "%s", kvt_errmsg());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The quantized-weight matmuls on Vulkan device 0 (lavapipe here) against the
- * CPU's kvt_matmul, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q2_K..Q6_K
+ * CPU's kvt_matmul, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K and IQ4_XS
  * matrices made by the CPU's quantizers, over a sampled sweep of small shapes
  * (the seed is printed; $KVT_GPU_SEED replays one):
  *  - within QTOL of the CPU, relative to sum |w x| of the row: both quantize
@@ -50,7 +50,7 @@ static const struct {
 } TYPES[] = {{KVT_TYPE_Q8_0, "Q8_0", 32},  {KVT_TYPE_Q4_0, "Q4_0", 32},  {KVT_TYPE_Q5_0, "Q5_0", 32},
              {KVT_TYPE_Q4_1, "Q4_1", 32},  {KVT_TYPE_Q5_1, "Q5_1", 32},  {KVT_TYPE_IQ4_NL, "IQ4_NL", 32},
              {KVT_TYPE_Q4_K, "Q4_K", 256}, {KVT_TYPE_Q5_K, "Q5_K", 256}, {KVT_TYPE_Q6_K, "Q6_K", 256},
-             {KVT_TYPE_Q2_K, "Q2_K", 256}, {KVT_TYPE_Q3_K, "Q3_K", 256}};
+             {KVT_TYPE_Q2_K, "Q2_K", 256}, {KVT_TYPE_Q3_K, "Q3_K", 256}, {KVT_TYPE_IQ4_XS, "IQ4_XS", 256}};
 
 /* y = W x for n_tok tokens on device d; 0 or a failed check. */
 static int gpu_mm(kvt_gpu_dev *d, kvt_gpu_kernels *k, const kvt_gpu_wmat *w, const float *x, uint32_t cols,

@@ -2,7 +2,7 @@
 // activations that a quantize pass wrote (quant_act.glsl) from binding 2:
 // Q8_0 blocks of 32 for Q8_0, Q4_0, Q5_0 and IQ4_NL weights, the same with
 // their Q8_1 block sums for Q4_1 and Q5_1, Q8_K blocks of 256 for the K
-// types, as the CPU engine pairs them. The includer defines MM_TYPE and,
+// types and IQ4_XS, as the CPU engine pairs them. The includer defines MM_TYPE and,
 // where the device has integer dot products, KVT_SDOT.
 //
 // Weights as vk_fwd.c uploads a slice: from word 0 each block's codes (CW
@@ -12,7 +12,7 @@
 // d, dmin and the twelve bytes of 6-bit scales and mins; Q6_K: the 16 int8
 // scales, then d, in 5 words; Q3_K: the 12 bytes of 6-bit scales, then d, in
 // 4 words; Q2_K: d and dmin in one word, its 16 scale bytes being the last
-// 4 code words).
+// 4 code words; IQ4_XS: d and scales_h in one word, then scales_l).
 //
 // Per block the integer dot product of weight codes and activation quants is
 // exact, so its order does not matter and the OpSDot path and the plain
@@ -38,6 +38,7 @@
 #define MM_Q4_K 9
 #define MM_Q5_K 10
 #define MM_Q6_K 11
+#define MM_IQ4_XS 12
 #include "common.glsl"
 #include "matmul_w.glsl"
 
@@ -64,6 +65,21 @@ uint kvt_sub_bytes(uint v, uint z) { return ((v | 0x80808080u) - z * 0x01010101u
 // Byte i of the weights from word base.
 uint w_byte(uint base, uint i) { return (w[base + (i >> 2)] >> ((i & 3u) * 8u)) & 0xffu; }
 
+#if MM_TYPE == MM_IQ4_NL || MM_TYPE == MM_IQ4_XS
+// IQ4_NL's code book (quant_legacy.h) as int8, four to a word, code 0 in the low byte.
+const uint IQ4NL[4] = uint[4](0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+
+// Each byte of v (a code 0..15) mapped through the code book.
+uint iq4nl_bytes(uint v) {
+    uint r = 0u;
+    for (uint i = 0u; i < 4u; i++) {
+        uint c = (v >> (8u * i)) & 15u;
+        r |= ((IQ4NL[c >> 2] >> (8u * (c & 3u))) & 0xffu) << (8u * i);
+    }
+    return r;
+}
+#endif
+
 #if MM_TYPE <= MM_IQ4_NL
 #if MM_TYPE == MM_Q8_0
 #define CW 8u
@@ -83,21 +99,6 @@ uint w_byte(uint base, uint i) { return (w[base + (i >> 2)] >> ((i & 3u) * 8u)) 
 
 // Bits 0..3 of b spread to bit 0 of each byte.
 uint spread4(uint b) { return (b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21); }
-
-#if MM_TYPE == MM_IQ4_NL
-// IQ4_NL's code book (quant_legacy.h) as int8, four to a word, code 0 in the low byte.
-const uint IQ4NL[4] = uint[4](0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
-
-// Each byte of v (a code 0..15) mapped through the code book.
-uint iq4nl_bytes(uint v) {
-    uint r = 0u;
-    for (uint i = 0u; i < 4u; i++) {
-        uint c = (v >> (8u * i)) & 15u;
-        r |= ((IQ4NL[c >> 2] >> (8u * (c & 3u))) & 0xffu) << (8u * i);
-    }
-    return r;
-}
-#endif
 
 // Block s's 32 weights as int8, four to a word in element order.
 void load_block(uint s, out uint q[8]) {
@@ -221,6 +222,24 @@ void kq_load(uint s, uint j, out uint code[8], out int sc[2], out int mn[2]) {
 #endif
     }
 }
+#elif MM_TYPE == MM_IQ4_XS
+#define CW 32u // qs[128]
+#define MW 2u  // d (f16) and scales_h (u16), then scales_l[4]
+#define KQ_OFF 0 // the codes are the book's int8 values
+
+void kq_load(uint s, uint j, out uint code[8], out int sc[2], out int mn[2]) {
+    uint cb = s * CW, mb = pc.sbase + s * MW;
+    // part j is sub-block j: weight 32j + l takes nibble l / 16 of qs[16j + l % 16]
+    for (uint i = 0u; i < 4u; i++) {
+        uint v = w[cb + 4u * j + i];
+        code[i] = iq4nl_bytes(v & 0x0f0f0f0fu);
+        code[i + 4u] = iq4nl_bytes((v >> 4) & 0x0f0f0f0fu);
+    }
+    // its 6-bit scale: nibble j % 2 of scales_l[j / 2], bits 2j..2j+1 of scales_h as bits 4-5
+    uint lo = (w_byte(mb + 1u, j >> 1) >> (4u * (j & 1u))) & 15u, hi = (w[mb] >> (16u + 2u * j)) & 3u;
+    sc[0] = sc[1] = int(lo | (hi << 4)) - 32;
+    mn[0] = mn[1] = 0;
+}
 #elif MM_TYPE == MM_Q6_K
 #define CW 48u // ql[128], then qh[64]
 #define MW 5u  // scales[16] (int8), then d
@@ -272,7 +291,7 @@ void kq_load(uint s, uint j, out uint code[8], out int sc[2], out int mn[2]) {
 }
 #endif
 
-#if MM_TYPE != MM_Q6_K && MM_TYPE != MM_Q3_K
+#if MM_TYPE != MM_Q6_K && MM_TYPE != MM_Q3_K && MM_TYPE != MM_IQ4_XS
 #define KQ_MIN 1
 #endif
 
@@ -335,7 +354,9 @@ void row_dot(uint r0, uint nr, uint t0, uint nt, inout float acc[MM_RT]) {
         if (b < nsb && j == 0u) {
             for (uint i = 0u; i < nr; i++) {
                 uint s = (r0 + i) * nsb + b;
-#if MM_TYPE == MM_Q6_K || MM_TYPE == MM_Q3_K
+#if MM_TYPE == MM_IQ4_XS
+                float d = kvt_f16_to_f32(w[pc.sbase + s * MW] & 0xffffu); // d before the scales
+#elif MM_TYPE == MM_Q6_K || MM_TYPE == MM_Q3_K
                 float d = kvt_f16_to_f32(w[pc.sbase + s * MW + MW - 1u] & 0xffffu); // d after the scales
 #else
                 uint m0 = w[pc.sbase + s * MW];
