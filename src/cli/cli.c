@@ -41,7 +41,7 @@ const kvt_cli_command kvt_cli_commands[] = {
     {"mkmodel", kvt_cmd_mkmodel, kvt_usage_mkmodel,
      "write a random-weight GGUF model (any supported architecture) for tests and demos"},
     {"quantize", kvt_cmd_quantize, kvt_usage_quantize,
-     "rewrite an F32/F16/BF16 GGUF with its weights in q8_0, q4_0..q5_1, iq4_nl or a K-quant mix (q4_k_m, ...)"},
+     "rewrite an F32/F16/BF16 GGUF with its weights in q8_0, q4_0..q5_1, iq4_nl, iq4_xs or a K-quant mix (q4_k_m, ...)"},
 };
 const size_t kvt_cli_n_commands = KVT_ARRAY_LEN(kvt_cli_commands);
 
