@@ -8,10 +8,11 @@
  *
  * The regexes are llama.cpp's lists rewritten for PCRE2 (UTF + UCP). llama.cpp
  * runs most of them through std::regex over a "collapsed" text where each
- * non-ASCII character stands for its Unicode category; with UCP, PCRE2's
- * \p{L}, \p{N}, \p{P} and \s give the same classes directly. Invalid UTF-8
- * cannot be matched (PCRE2_MATCH_INVALID_UTF), so such bytes end up in gaps
- * and then in byte tokens. */
+ * non-ASCII character stands for its Unicode category, and the others through
+ * std::wregex over a text where each non-ASCII space is a vertical tab; the
+ * classes below spell out the character sets that gives (its tables, not
+ * PCRE2's). Invalid UTF-8 cannot be matched (PCRE2_MATCH_INVALID_UTF), so such
+ * bytes end up in gaps and then in byte tokens. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,17 +23,35 @@
 
 /* ---- pre-tokenizer regexes ---- */
 
+/* The contents of a character class ([...]) for llama.cpp's character
+ * classes. WS: its \s, Unicode's White_Space list (PCRE2's \s also takes
+ * U+180E, a format character since Unicode 6.3). LET, NUM, PUN: \p{L},
+ * \p{N}, \p{P} with the characters Unicode 15.0 and 15.1 gave those
+ * categories, which llama.cpp's tables have and the tables of PCRE2 10.42
+ * (Unicode 14) lack. */
+#define WS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define LET \
+    "\\p{L}\\x{1123F}\\x{11240}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}" \
+    "\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{2B739}" \
+    "\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
+#define NUM "\\p{N}\\x{11F50}-\\x{11F59}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}"
+#define PUN "\\p{P}\\x{11B00}-\\x{11B09}\\x{11F43}-\\x{11F4F}"
+
 /* GPT-2's pattern: contractions, letters, numbers, other symbols, spaces. */
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-/* Llama 3 / Qwen2 family; NUM is the digit-group quantifier. */
-#define RE_LLAMA3_WITH(NUM) \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" NUM \
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-/* CJK ideographs, the blocks from U+0800 up to them, and Hangul (DeepSeek). */
-#define RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?[" LET "]+| ?[" NUM "]+| ?[^" WS LET NUM "]+|[" WS "]+(?![^" WS "])"
+/* Llama 3 / Qwen2 family; REP is the digit-group quantifier. */
+#define RE_LLAMA3_WITH(REP) \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n" LET NUM "]?[" LET "]+|[" NUM "]" REP \
+    "| ?[^" WS LET NUM "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
+/* CJK ideographs, the blocks from U+0800 up to them, and Hangul (DeepSeek),
+ * less the spaces among them: llama.cpp has turned those into vertical tabs
+ * by the time this runs. */
+#define RE_CJK \
+    "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{167F}\\x{1681}-\\x{1FFF}\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}" \
+    "\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 /* The cased letters of DeepSeek LLM's tokenizer.json, range by range. */
 #define RE_DEEPSEEK_LETTERS \
-    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}" \
+    "[" WS "]?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}" \
     "\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}" \
     "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}" \
     "\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}" \
@@ -56,7 +75,7 @@ typedef struct {
 } pre_def;
 
 static const pre_def pre_defs[] = {
-    {"default", "default", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"default", "default", 0, 0, {"[" PUN "\\$\\+<=>\\^~\\|]+", RE_GPT2, "[" NUM "]+", "[0-9][0-9][0-9]"}},
     /* add_bos: llama.cpp (build 4748) sets it for these four only */
     {"llama3|llama-v3|llama-bpe|falcon3", "llama3", 1, 1, {RE_LLAMA3_WITH("{1,3}")}},
     /* llama3's regex, but neither BOS nor ignore_merges */
@@ -66,11 +85,15 @@ static const pre_def pre_defs[] = {
      0,
      0,
      {"[\\r\\n]", RE_DEEPSEEK_LETTERS,
-      "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$", RE_CJK,
-      "\\p{N}+"}},
-    {"deepseek-coder", "deepseek-coder", 0, 0, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK, "\\p{N}"}},
-    {"falcon", "falcon", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
-    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", "starcoder", 0, 0, {"\\p{N}", RE_GPT2}},
+      "[" WS "]?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3001}-\\x{3002}]+", "[" WS "]+$",
+      RE_CJK, "[" NUM "]+"}},
+    {"deepseek-coder",
+     "deepseek-coder",
+     0,
+     0,
+     {"[\\r\\n]", "[" WS "]?[" LET "]+", "[" WS "]?[" PUN "]+", RE_CJK, "[" NUM "]"}},
+    {"falcon", "falcon", 0, 0, {"[" PUN "\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
+    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", "starcoder", 0, 0, {"[" NUM "]", RE_GPT2}},
     {"gpt-2|phi-2|mpt|olmo|jais|jina-es|jina-de|gigachat|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|roberta-bpe",
      "gpt-2",
      0,

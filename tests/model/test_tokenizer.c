@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* Tokenizer: llama.cpp's vocab test strings token for token, round trips,
+/* Tokenizer: llama.cpp's vocab test strings token for token, and strings
+ * beyond them that once differed, round trips,
  * the reference prompts of the shared models, pieces and special tokens,
  * malformed metadata, tokenizing from several threads at once, and a timing
  * on 100 KB inputs. */
@@ -175,6 +176,69 @@ static void test_vocab_dir(void) {
         free(names[i]);
     }
     printf("vocab files fully matching: %d\n", ok);
+}
+
+/* ---- texts beyond the test vectors ---- */
+
+/* Strings on which kvtier once split words otherwise than llama.cpp b4748,
+ * each reduced from seeded random text, with llama.cpp's ids (its
+ * llama_tokenize with add_special, parse_special off) and, where llama.cpp's
+ * detokenizer gives the text back, the same round trip. */
+static const struct {
+    const char *vocab, *text;
+    int32_t ids[8];
+    int round_trip;
+} beyond[] = {
+    /* U+180E is no space in llama.cpp's tables (PCRE2's \s takes it) */
+    {"gpt-2",
+     "a \xe1\xa0\x8e"
+     "b",
+     {64, 28053, 254, 236, 65, -1},
+     1},
+    {"falcon", "a  \xe1\xa0\x8e", {76, 204, 27171, 238, 220, -1}, 1},
+    /* DeepSeek's literal ranges never match a space: llama.cpp turns them into \v first */
+    {"deepseek-llm", "x\xe2\x80\xa9 ", {100000, 87, 350, 20535, -1}, 1},
+    {"deepseek-llm", "\xc2\xa0\xc2\xa0\xe3\x80\x80", {100000, 10467, 88946, -1}, 1},
+    /* U+11F18, a Kawi letter of Unicode 15.0, which PCRE2 10.42's tables lack */
+    {"deepseek-coder", "  \xf0\x91\xbc\x98", {32013, 207, 207, 170, 226, 120, 233, -1}, 1},
+};
+
+static void test_beyond(void) {
+    char dir[4096], name[256];
+    snprintf(dir, sizeof dir, "%s/vocab", kvt_test_shared());
+    for (size_t i = 0; i < KVT_ARRAY_LEN(beyond); i++) {
+        snprintf(name, sizeof name, "ggml-vocab-%s.gguf", beyond[i].vocab);
+        kvt_gguf *g;
+        if (kvt_gguf_open(kvt_test_path(dir, name), &g)) {
+            kvt_test_skip_part("a vocab file is missing: the texts beyond the test vectors did not all run");
+            continue;
+        }
+        kvt_tokenizer *t = NULL;
+        CHECKF(kvt_tokenizer_load(g, &t) == 0, "%s: %s", name, kvt_errmsg());
+        kvt_gguf_close(g);
+        if (!t) continue;
+        const char *s = beyond[i].text;
+        size_t want = 0;
+        while (beyond[i].ids[want] >= 0) want++;
+        int32_t *ids;
+        size_t n;
+        int rc = kvt_tokenize(t, s, strlen(s), kvt_tokenizer_add_special(t), 0, &ids, &n);
+        int same = rc == 0 && n == want && !memcmp(ids, beyond[i].ids, want * sizeof *ids);
+        CHECKF(same, "%s: '%s' does not tokenize as llama.cpp's", name, s);
+        if (!same && rc == 0) {
+            print_ids("llama.cpp", beyond[i].ids, want);
+            print_ids("kvtier", ids, n);
+        }
+        if (rc == 0 && beyond[i].round_trip) {
+            size_t skip = n && ids[0] == kvt_tokenizer_bos(t) && (kvt_tokenizer_add_special(t) & KVT_TOK_ADD_BOS);
+            char *back;
+            CHECK(kvt_detokenize(t, ids + skip, n - skip, 0, &back, NULL) == 0);
+            CHECKF(!strcmp(back, s), "%s: '%s' came back as '%s'", name, s, back);
+            free(back);
+        }
+        if (rc == 0) free(ids);
+        kvt_tokenizer_free(t);
+    }
 }
 
 /* ---- reference prompts (jsonl) ---- */
@@ -787,6 +851,7 @@ static void test_reuse(void) {
 
 int main(void) {
     test_vocab_dir();
+    test_beyond();
     test_reuse();
     test_reference();
     test_api();
