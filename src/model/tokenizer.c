@@ -12,6 +12,8 @@
  *  - Detokenize never "cleans up" spaces before punctuation, so it stays lossless.
  *  - Control-looking tokens (<|im_end|>, FIM tokens, ...) are always typed
  *    CONTROL, not only while the matching *_token_id key is absent.
+ *  - DeepSeek V3's pre-tokenizer counts '~' as a symbol (\p{S}), as its regex
+ *    says; llama.cpp's ASCII stand-in for \p{S} leaves '~' out.
  */
 #include "tokenizer.h"
 

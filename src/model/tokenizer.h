@@ -76,8 +76,8 @@ size_t kvt_tokenizer_stripped_after(const kvt_tokenizer *t, int32_t prev, const 
 /* The special tokens a prompt gets, by llama.cpp's rule (its add_special):
  * tokenizer.ggml.add_bos_token / tokenizer.ggml.add_eos_token when the file has
  * them; otherwise the vocabulary type's default, as llama.cpp build 4748 has it:
- * SPM adds BOS; BPE adds BOS only for the llama3, llama-v3, llama-bpe and
- * falcon3 pre-tokenizers; neither adds EOS. Returns KVT_TOK_ADD_* flags. Every
+ * SPM adds BOS; BPE adds BOS only for the llama3, llama-v3, llama-bpe,
+ * falcon3, tekken and chameleon pre-tokenizers; neither adds EOS. Returns KVT_TOK_ADD_* flags. Every
  * prompt path (run, serve, eval, tokenize, kvt_model_tokenize) uses this. */
 int kvt_tokenizer_add_special(const kvt_tokenizer *t);
 /* "llama (SentencePiece)" or "gpt2 (byte-level BPE)". Static storage. */

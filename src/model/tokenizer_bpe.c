@@ -28,7 +28,7 @@
  * U+180E, a format character since Unicode 6.3). LET, NUM, PUN: \p{L},
  * \p{N}, \p{P} with the characters Unicode 15.0 and 15.1 gave those
  * categories, which llama.cpp's tables have and the tables of PCRE2 10.42
- * (Unicode 14) lack. */
+ * (Unicode 14) lack; SYM and MRK likewise for \p{S} and \p{M}. */
 #define WS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 #define LET \
     "\\p{L}\\x{1123F}\\x{11240}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}" \
@@ -36,6 +36,13 @@
     "\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
 #define NUM "\\p{N}\\x{11F50}-\\x{11F59}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}"
 #define PUN "\\p{P}\\x{11B00}-\\x{11B09}\\x{11F43}-\\x{11F4F}"
+#define SYM \
+    "\\p{S}\\x{2FFC}-\\x{2FFF}\\x{31EF}\\x{1F6DC}\\x{1F774}-\\x{1F776}\\x{1F77B}-\\x{1F77F}\\x{1F7D9}" \
+    "\\x{1FA75}-\\x{1FA77}\\x{1FA87}\\x{1FA88}\\x{1FAAD}-\\x{1FAAF}\\x{1FABB}-\\x{1FABD}\\x{1FABF}" \
+    "\\x{1FACE}\\x{1FACF}\\x{1FADA}\\x{1FADB}\\x{1FAE8}\\x{1FAF7}\\x{1FAF8}"
+#define MRK \
+    "\\p{M}\\x{CF3}\\x{ECE}\\x{10EFD}-\\x{10EFF}\\x{11241}\\x{11F00}\\x{11F01}\\x{11F03}\\x{11F34}-\\x{11F3A}" \
+    "\\x{11F3E}-\\x{11F42}\\x{13440}\\x{13447}-\\x{13455}\\x{1E08F}\\x{1E4EC}-\\x{1E4EF}"
 
 /* GPT-2's pattern: contractions, letters, numbers, other symbols, spaces. */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?[" LET "]+| ?[" NUM "]+| ?[^" WS LET NUM "]+|[" WS "]+(?![^" WS "])"
@@ -49,6 +56,21 @@
 #define RE_CJK \
     "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{167F}\\x{1681}-\\x{1FFF}\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}" \
     "\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
+/* Mistral's Tekken: a word is a run of capitals then lower case (or the
+ * reverse), letters of no case counting as both. */
+#define RE_TEKKEN \
+    "[^\\r\\n" LET NUM "]?(?:(?=[" LET "])[^a-z])*(?:(?=[" LET "])[^A-Z])+|[^\\r\\n" LET NUM "]?(?:(?=[" LET \
+    "])[^a-z])+(?:(?=[" LET "])[^A-Z])*|[" NUM "]| ?[^" WS LET NUM "]+[\\r\\n/]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS \
+    "])|[" WS "]+"
+/* Poro, Viking, BLOOM: a word runs to a space or one of these stops (the
+ * parentheses and the bar are in the class, as in llama.cpp). */
+#define RE_STOPS " ?[^(" WS "|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
+/* DeepSeek V3: ASCII punctuation takes the Latin word after it; letters keep
+ * their combining marks. '~' is a symbol here, as the regex means it (a
+ * deviation: llama.cpp's stand-in for \p{S} misses it). */
+#define RE_DEEPSEEK3 \
+    "[!-/:-@\\[-`{-~][A-Za-z]+|[^\\r\\n" LET PUN SYM "]?[" LET MRK "]+| ?[" PUN SYM "]+[\\r\\n]*|[" WS \
+    "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+"
 /* The cased letters of DeepSeek LLM's tokenizer.json, range by range. */
 #define RE_DEEPSEEK_LETTERS \
     "[" WS "]?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}" \
@@ -76,8 +98,17 @@ typedef struct {
 
 static const pre_def pre_defs[] = {
     {"default", "default", 0, 0, {"[" PUN "\\$\\+<=>\\^~\\|]+", RE_GPT2, "[" NUM "]+", "[0-9][0-9][0-9]"}},
-    /* add_bos: llama.cpp (build 4748) sets it for these four only */
+    /* add_bos: llama.cpp (build 4748) sets it for these, tekken and chameleon only */
     {"llama3|llama-v3|llama-bpe|falcon3", "llama3", 1, 1, {RE_LLAMA3_WITH("{1,3}")}},
+    {"tekken", "tekken", 1, 1, {RE_TEKKEN}},
+    {"chameleon",
+     "chameleon",
+     1,
+     0,
+     {"<sentinel:[0-9]+>", "IMGIMG[A-I]{1,4}Z", "[\\t\\n]|    |  ", "[" NUM "]", "[" PUN "!-/:-@\\[-`{-~]", RE_GPT2}},
+    {"deepseek-v3", "deepseek-v3", 0, 0, {"[" NUM "]{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{30FF}]+", RE_DEEPSEEK3}},
+    {"poro-chat|bloom|gpt3-finnish", "bloom", 0, 0, {RE_STOPS}},
+    {"viking", "viking", 0, 0, {RE_STOPS, "[" NUM "]"}},
     /* llama3's regex, but neither BOS nor ignore_merges */
     {"dbrx|smaug-bpe", "dbrx", 0, 0, {RE_LLAMA3_WITH("{1,3}")}},
     {"deepseek-llm",

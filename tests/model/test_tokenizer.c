@@ -185,23 +185,37 @@ static void test_vocab_dir(void) {
  * llama_tokenize with add_special, parse_special off) and, where llama.cpp's
  * detokenizer gives the text back, the same round trip. */
 static const struct {
-    const char *vocab, *text;
-    int32_t ids[8];
+    const char *vocab, *pre; /* pre: the vocabulary with tokenizer.ggml.pre set to this */
+    const char *text;
+    int32_t ids[24];
     int round_trip;
 } beyond[] = {
     /* U+180E is no space in llama.cpp's tables (PCRE2's \s takes it) */
     {"gpt-2",
+     NULL,
      "a \xe1\xa0\x8e"
      "b",
      {64, 28053, 254, 236, 65, -1},
      1},
-    {"falcon", "a  \xe1\xa0\x8e", {76, 204, 27171, 238, 220, -1}, 1},
+    {"falcon", NULL, "a  \xe1\xa0\x8e", {76, 204, 27171, 238, 220, -1}, 1},
     /* DeepSeek's literal ranges never match a space: llama.cpp turns them into \v first */
-    {"deepseek-llm", "x\xe2\x80\xa9 ", {100000, 87, 350, 20535, -1}, 1},
-    {"deepseek-llm", "\xc2\xa0\xc2\xa0\xe3\x80\x80", {100000, 10467, 88946, -1}, 1},
+    {"deepseek-llm", NULL, "x\xe2\x80\xa9 ", {100000, 87, 350, 20535, -1}, 1},
+    {"deepseek-llm", NULL, "\xc2\xa0\xc2\xa0\xe3\x80\x80", {100000, 10467, 88946, -1}, 1},
     /* U+11F18, a Kawi letter of Unicode 15.0, which PCRE2 10.42's tables lack */
-    {"deepseek-coder", "  \xf0\x91\xbc\x98", {32013, 207, 207, 170, 226, 120, 233, -1}, 1},
+    {"deepseek-coder", NULL, "  \xf0\x91\xbc\x98", {32013, 207, 207, 170, 226, 120, 233, -1}, 1},
+    /* pre-tokenizers kvtier once lacked (it fell back to "default"), on gpt-2's vocabulary */
+    {"gpt-2", "tekken", "\xc3\x89lan McDONALD's", {50256, 38351, 9620, 1982, 41173, 44071, 338, -1}, 1},
+    {"gpt-2", "viking", "Hei, maailma! 2024", {1544, 72, 11, 17266, 603, 2611, 0, 220, 17, 15, 17, 19, -1}, 1},
+    {"gpt-2", "bloom", "Hei, maailma! 2024", {1544, 72, 11, 17266, 603, 2611, 0, 48609, -1}, 1},
+    {"gpt-2",
+     "chameleon",
+     "<sentinel:12> IMGIMGABZ    x",
+     {50256, 27, 34086, 20538, 25, 16, 17, 29, 220, 3955, 38, 3955, 38, 6242, 57, 220, 220, 220, 220, 87, -1},
+     1},
+    {"gpt-2", "deepseek-v3", "\xc3\x89lan McDONALD's", {38351, 9620, 23394, 1340, 44071, 338, -1}, 1},
 };
+
+static int load_written(kvt_gguf_writer *w, kvt_tokenizer **t);
 
 static void test_beyond(void) {
     char dir[4096], name[256];
@@ -214,7 +228,16 @@ static void test_beyond(void) {
             continue;
         }
         kvt_tokenizer *t = NULL;
-        CHECKF(kvt_tokenizer_load(g, &t) == 0, "%s: %s", name, kvt_errmsg());
+        if (beyond[i].pre) {
+            kvt_gguf_writer *w = kvt_gguf_writer_new();
+            for (uint64_t k = 0; k < g->n_kv; k++)
+                if (strcmp(g->kv[k].key, "tokenizer.ggml.pre")) kvt_gguf_w_copy(w, &g->kv[k]);
+            kvt_gguf_w_str(w, "tokenizer.ggml.pre", beyond[i].pre);
+            CHECKF(load_written(w, &t) == 0, "%s as %s: %s", name, beyond[i].pre, kvt_errmsg());
+            CHECKF(t && !strcmp(kvt_tokenizer_pre(t), beyond[i].pre), "pre %s", beyond[i].pre);
+        } else {
+            CHECKF(kvt_tokenizer_load(g, &t) == 0, "%s: %s", name, kvt_errmsg());
+        }
         kvt_gguf_close(g);
         if (!t) continue;
         const char *s = beyond[i].text;
@@ -224,7 +247,8 @@ static void test_beyond(void) {
         size_t n;
         int rc = kvt_tokenize(t, s, strlen(s), kvt_tokenizer_add_special(t), 0, &ids, &n);
         int same = rc == 0 && n == want && !memcmp(ids, beyond[i].ids, want * sizeof *ids);
-        CHECKF(same, "%s: '%s' does not tokenize as llama.cpp's", name, s);
+        CHECKF(same, "%s (%s): '%s' does not tokenize as llama.cpp's", name, beyond[i].pre ? beyond[i].pre : "its pre",
+               s);
         if (!same && rc == 0) {
             print_ids("llama.cpp", beyond[i].ids, want);
             print_ids("kvtier", ids, n);
@@ -579,6 +603,12 @@ static void test_all_pre(void) {
         {"gpt-2", "gpt-2"},
         {"chatglm-bpe", "chatglm-bpe"},
         {"default", "default"},
+        {"tekken", "tekken"},
+        {"viking", "viking"},
+        {"poro-chat", "bloom"},
+        {"gpt3-finnish", "bloom"},
+        {"chameleon", "chameleon"},
+        {"deepseek-v3", "deepseek-v3"},
     };
     static const char *const toks[] = {"a", "b", "ab", "\xc4\xa0"};
     static const char *const merges[] = {"a b"};
@@ -594,7 +624,8 @@ static void test_all_pre(void) {
         CHECKF(rc == 0, "pre %s: %s", pres[i][0], kvt_errmsg());
         if (rc) continue;
         CHECKF(!strcmp(kvt_tokenizer_pre(t), pres[i][1]), "pre %s -> %s", pres[i][0], kvt_tokenizer_pre(t));
-        CHECK(kvt_tokenizer_add_special(t) == (strcmp(pres[i][1], "llama3") ? 0 : KVT_TOK_ADD_BOS));
+        int bos = !strcmp(pres[i][1], "llama3") || !strcmp(pres[i][1], "tekken") || !strcmp(pres[i][1], "chameleon");
+        CHECKF(kvt_tokenizer_add_special(t) == (bos ? KVT_TOK_ADD_BOS : 0), "pre %s: add_special", pres[i][0]);
         int32_t *ids;
         size_t n;
         CHECK(kvt_tokenize(t, text, sizeof text - 1, 0, 0, &ids, &n) == 0 && n > 0 && ids[0] == 2);
