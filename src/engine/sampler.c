@@ -262,17 +262,25 @@ static const float *adjusted(kvt_sampler *s, const float *logits, int with_penal
     return s->work;
 }
 
+/* Before n more ids (at most keep, where keep > 0) go into a history h of *len that keeps at least its last
+ * keep (<= 0: all of it): the oldest dropped in bulk, once the history would double the window. Returns
+ * the capacity it then needs, at least cap (grown by doubling from `first`). */
+static int32_t window_room(int32_t *h, int32_t *len, int32_t keep, int32_t n, int32_t cap, int32_t first) {
+    if (keep > 0 && *len + n > 2 * keep) {
+        int32_t drop = *len + n - keep;
+        memmove(h, h + drop, (size_t)(*len - drop) * sizeof *h);
+        *len -= drop;
+    }
+    return *len + n > cap ? KVT_MAX(*len + n, cap ? 2 * cap : first) : cap;
+}
+
 /* Appends ids[0..n) to DRY's history, keeping at least its last dry_penalty_last_n tokens. */
 static void dry_push(kvt_sampler *s, const int32_t *ids, int32_t n) {
     int32_t keep = s->p.dry_penalty_last_n;
     if (keep > 0 && n > keep) ids += n - keep, n = keep;
-    if (keep > 0 && s->n_dry + n > 2 * keep) { /* drop the oldest in bulk, once the history doubles the window */
-        int32_t drop = s->n_dry + n - keep;
-        memmove(s->dry_hist, s->dry_hist + drop, (size_t)(s->n_dry - drop) * sizeof *s->dry_hist);
-        s->n_dry -= drop;
-    }
-    if (s->n_dry + n > s->cap_dry) {
-        s->cap_dry = KVT_MAX(s->n_dry + n, s->cap_dry ? 2 * s->cap_dry : 256);
+    int32_t cap = window_room(s->dry_hist, &s->n_dry, keep, n, s->cap_dry, 256);
+    if (cap != s->cap_dry) {
+        s->cap_dry = cap;
         s->dry_hist = kvt_xrealloc(s->dry_hist, (size_t)s->cap_dry * sizeof *s->dry_hist);
         s->dry_z = kvt_xrealloc(s->dry_z, (size_t)s->cap_dry * sizeof *s->dry_z);
     }
@@ -295,13 +303,9 @@ static void mark_seen(kvt_sampler *s, const int32_t *ids, int32_t n) {
 static void hist_push(kvt_sampler *s, const int32_t *ids, int32_t n) {
     int32_t keep = s->p.penalty_last_n;
     if (keep > 0 && n > keep) ids += n - keep, n = keep;
-    if (keep > 0 && s->n_hist + n > 2 * keep) { /* drop the oldest in bulk, once the history doubles the window */
-        int32_t drop = s->n_hist + n - keep;
-        memmove(s->hist, s->hist + drop, (size_t)(s->n_hist - drop) * sizeof *s->hist);
-        s->n_hist -= drop;
-    }
-    if (s->n_hist + n > s->cap_hist) {
-        s->cap_hist = KVT_MAX(s->n_hist + n, s->cap_hist ? 2 * s->cap_hist : 64);
+    int32_t cap = window_room(s->hist, &s->n_hist, keep, n, s->cap_hist, 64);
+    if (cap != s->cap_hist) {
+        s->cap_hist = cap;
         s->hist = kvt_xrealloc(s->hist, (size_t)s->cap_hist * sizeof *s->hist);
     }
     for (int32_t i = 0; i < n; i++)
