@@ -483,9 +483,9 @@ static enum MHD_Result handle_completion(kvt_server *s, struct MHD_Connection *c
     batch b = {.native = cs->r == R_LLAMA_COMPLETION || cs->r == R_INFILL};
     kvt_api_error err;
     char *infill = NULL;
-    kvt_api_body_scan sc;
-    kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
-    int rc = cs->r == R_INFILL || (cs->r == R_COMPLETIONS && sc.suffix_text) ? infill_body(s, cs, &infill, &err) : 0;
+    kvt_api_body_scan sc = {0}; /* /v1/completions with a suffix fills in the middle: the only route scanned here */
+    if (cs->r == R_COMPLETIONS) kvt_api_scan_body(cs->body ? cs->body : "", cs->len, &sc);
+    int rc = cs->r == R_INFILL || sc.suffix_text ? infill_body(s, cs, &infill, &err) : 0;
     const char *body = infill ? infill : cs->body ? cs->body : "";
     rc = rc || split(s, body, infill ? strlen(infill) : cs->len, &b, &err) || submit(s, c, cs, &b, &err);
     free(infill);
